@@ -1,0 +1,160 @@
+//! The hardware: one GPU profile (datasheet or calibrated) and how many nodes of it.
+//!
+//! Profiles live in `clusters/*.yaml`. Every key carries its unit; bandwidths are per GPU and per
+//! direction, which is what one rank of a ring sends at (nccl-tests `doc/PERFORMANCE.md`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{Bytes, BytesPerSec, FlopsPerSec, GB, GIB, Seconds};
+
+/// A GPU and node profile (`clusters/*.yaml`). Efficiencies turn datasheet peaks into what real
+/// kernels reach; `tpsim calibrate` replaces them with measured values.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuProfile {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Dense (no sparsity) bf16 tensor-core peak.
+    pub peak_bf16_tflops: f64,
+    /// Usable device memory, as `nvidia-smi` reports it.
+    pub hbm_capacity_gib: f64,
+    pub hbm_bandwidth_gb_per_s: f64,
+    /// NVLink bandwidth per GPU per direction (half the bidirectional datasheet figure).
+    pub nvlink_gb_per_s: f64,
+    pub nvlink_latency_us: f64,
+    /// Inter-node bandwidth per GPU per direction: the node's NIC bandwidth / GPUs per node.
+    pub network_gb_per_s: f64,
+    pub network_latency_us: f64,
+    pub gpus_per_node: u32,
+    /// Best large-GEMM throughput / peak (the "maximum achievable matmul FLOPS").
+    pub gemm_efficiency: f64,
+    /// Achieved / peak HBM bandwidth for streaming kernels.
+    pub hbm_efficiency: f64,
+    /// NCCL bus bandwidth / link bandwidth inside a node.
+    pub nvlink_efficiency: f64,
+    /// NCCL bus bandwidth / link bandwidth across nodes.
+    pub network_efficiency: f64,
+    /// Achieved / microbenchmark throughput of a training framework's kernels (GEMMs and element-wise
+    /// kernels together), see `validation/FIT.md`. Default: [`DEFAULT_FRAMEWORK_EFFICIENCY`].
+    #[serde(default = "default_framework_efficiency")]
+    pub framework_efficiency: f64,
+    /// Fixed time per transformer-layer forward for kernel launches and framework dispatch, in µs
+    /// (backward counts twice). Default: [`DEFAULT_LAYER_OVERHEAD_US`].
+    #[serde(default = "default_layer_overhead_us")]
+    pub layer_overhead_us: f64,
+    /// Where each number comes from (free text, one line per number).
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
+
+/// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published
+/// runs tpsim is validated on); see `validation/FIT.md` and the test that re-derives it.
+pub const DEFAULT_FRAMEWORK_EFFICIENCY: f64 = 0.84;
+/// Fitted together with [`DEFAULT_FRAMEWORK_EFFICIENCY`]; see `validation/FIT.md`.
+pub const DEFAULT_LAYER_OVERHEAD_US: f64 = 400.0;
+
+fn default_framework_efficiency() -> f64 {
+    DEFAULT_FRAMEWORK_EFFICIENCY
+}
+fn default_layer_overhead_us() -> f64 {
+    DEFAULT_LAYER_OVERHEAD_US
+}
+
+impl GpuProfile {
+    pub fn peak_flops(&self) -> FlopsPerSec {
+        FlopsPerSec(self.peak_bf16_tflops * 1e12)
+    }
+    pub fn memory_capacity(&self) -> Bytes {
+        Bytes(self.hbm_capacity_gib * GIB)
+    }
+    /// HBM bandwidth a streaming kernel achieves.
+    pub fn achieved_hbm_bandwidth(&self) -> BytesPerSec {
+        BytesPerSec(self.hbm_bandwidth_gb_per_s * GB * self.hbm_efficiency)
+    }
+    pub fn check(&self) -> Result<(), String> {
+        let positive = [
+            ("peak_bf16_tflops", self.peak_bf16_tflops),
+            ("hbm_capacity_gib", self.hbm_capacity_gib),
+            ("hbm_bandwidth_gb_per_s", self.hbm_bandwidth_gb_per_s),
+            ("nvlink_gb_per_s", self.nvlink_gb_per_s),
+            ("network_gb_per_s", self.network_gb_per_s),
+        ];
+        for (key, value) in positive {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("{key}: {value} must be a positive number"));
+            }
+        }
+        let fractions = [
+            ("gemm_efficiency", self.gemm_efficiency),
+            ("hbm_efficiency", self.hbm_efficiency),
+            ("nvlink_efficiency", self.nvlink_efficiency),
+            ("network_efficiency", self.network_efficiency),
+            ("framework_efficiency", self.framework_efficiency),
+        ];
+        for (key, value) in fractions {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(format!("{key}: {value} must be a fraction in (0, 1]"));
+            }
+        }
+        for (key, value) in [
+            ("nvlink_latency_us", self.nvlink_latency_us),
+            ("network_latency_us", self.network_latency_us),
+            ("layer_overhead_us", self.layer_overhead_us),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(format!("{key}: {value} must be zero or positive"));
+            }
+        }
+        if self.gpus_per_node == 0 {
+            return Err("gpus_per_node: 0 must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which physical link a communication group runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// NVLink/NVSwitch inside a node.
+    Nvlink,
+    /// The per-GPU share of the node's network (InfiniBand, RoCE, Omni-Path).
+    Network,
+}
+
+/// A bandwidth and a per-step latency: the α-β model of one link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpeed {
+    pub bandwidth: BytesPerSec,
+    pub latency: Seconds,
+}
+
+/// The cluster a plan runs on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cluster {
+    pub gpu: GpuProfile,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+}
+
+impl Cluster {
+    pub fn total_gpus(&self) -> u32 {
+        self.nodes * self.gpus_per_node
+    }
+
+    /// Achieved collective bandwidth and latency of a link (bus bandwidth in nccl-tests' terms).
+    pub fn link_speed(&self, link: Link) -> LinkSpeed {
+        let gpu = &self.gpu;
+        match link {
+            Link::Nvlink => LinkSpeed {
+                bandwidth: BytesPerSec(gpu.nvlink_gb_per_s * GB * gpu.nvlink_efficiency),
+                latency: Seconds(gpu.nvlink_latency_us * 1e-6),
+            },
+            Link::Network => LinkSpeed {
+                bandwidth: BytesPerSec(gpu.network_gb_per_s * GB * gpu.network_efficiency),
+                latency: Seconds(gpu.network_latency_us * 1e-6),
+            },
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Communication per GPU per step for the TP, PP and DP groups: bytes on the wire and time on the
+//! link each group uses.
+//!
+//! Ring algorithms (nccl-tests `doc/PERFORMANCE.md`): for a tensor of S bytes over n ranks, each rank
+//! sends 2(n−1)/n·S in an all-reduce and (n−1)/n·S in an all-gather or reduce-scatter; a p2p send is S.
+//! Bus bandwidth is algorithm bandwidth times that same factor, so time = wire bytes / bus bandwidth
+//! plus a latency per ring step (2(n−1) steps for all-reduce, n−1 otherwise).
+
+use serde::Serialize;
+
+use crate::cluster::{Cluster, Link, LinkSpeed};
+use crate::model::Model;
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{Training, WEIGHT_BYTES};
+use crate::units::{Bytes, Seconds};
+
+/// Activations travel in bf16 (2 bytes per element).
+pub const ACTIVATION_BYTES: f64 = 2.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    SendRecv,
+}
+
+impl Collective {
+    /// Bytes one rank sends per byte of the full tensor (nccl-tests' bus-bandwidth factor).
+    pub fn wire_factor(self, ranks: u32) -> f64 {
+        let n = f64::from(ranks);
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather | Collective::ReduceScatter => (n - 1.0) / n,
+            Collective::SendRecv => 1.0,
+        }
+    }
+
+    /// Sequential ring steps, each paying the link latency once.
+    pub fn ring_steps(self, ranks: u32) -> f64 {
+        let n = f64::from(ranks);
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0),
+            Collective::AllGather | Collective::ReduceScatter => n - 1.0,
+            Collective::SendRecv => 1.0,
+        }
+    }
+
+    /// Time of one collective on `tensor_bytes` (the full tensor) among `ranks`: α-β model.
+    pub fn time(self, tensor_bytes: f64, ranks: u32, link: LinkSpeed) -> f64 {
+        if ranks <= 1 && self != Collective::SendRecv {
+            return 0.0;
+        }
+        self.ring_steps(ranks) * link.latency.0
+            + self.wire_factor(ranks) * tensor_bytes / link.bandwidth.0
+    }
+}
+
+/// One group's traffic per GPU per step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GroupComm {
+    pub wire_bytes: Bytes,
+    /// Total time of the group's collectives, before any overlap with compute.
+    pub time_s: Seconds,
+    pub link: Link,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Comm {
+    pub tp: GroupComm,
+    pub pp: GroupComm,
+    pub dp: GroupComm,
+}
+
+/// Links of the three groups under Megatron-LM's rank order tp → dp → pp (`RankGenerator`,
+/// order "tp-cp-ep-dp-pp"): TP ranks are adjacent, DP ranks stride tp, PP ranks stride tp·dp.
+pub fn group_links(cluster: &Cluster, plan: &ParallelPlan) -> (Link, Link, Link) {
+    let gpn = cluster.gpus_per_node;
+    let tp = if plan.tp > gpn {
+        Link::Network
+    } else {
+        Link::Nvlink
+    };
+    let dp = if plan.tp * plan.dp > gpn {
+        Link::Network
+    } else {
+        Link::Nvlink
+    };
+    let pp = if plan.tp * plan.dp * plan.pp > gpn {
+        Link::Network
+    } else {
+        Link::Nvlink
+    };
+    (tp, dp, pp)
+}
+
+/// TP collectives per layer per micro-batch, in all-reduce equivalents: Megatron's column-then-row
+/// split needs one all-reduce after attention and one after the MLP in forward, and their conjugates
+/// in backward (Shoeybi et al. 2019 §3, Fig. 4); full recompute repeats the forward pair. With
+/// sequence parallelism each all-reduce becomes an all-gather + reduce-scatter of the same total
+/// volume (Korthikanti et al. 2022 §4.2.2).
+pub fn tp_collectives_per_layer(recompute: Recompute) -> f64 {
+    let forward = 2.0;
+    let backward = 2.0;
+    let recompute_forward = if recompute == Recompute::Full {
+        2.0
+    } else {
+        0.0
+    };
+    forward + backward + recompute_forward
+}
+
+/// Bytes of the activation tensor b·s·h a TP collective carries.
+pub fn tp_tensor_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    f64::from(plan.micro_batch)
+        * f64::from(training.seq_len)
+        * f64::from(model.hidden)
+        * ACTIVATION_BYTES
+}
+
+/// Bytes a stage boundary carries per micro-batch per direction: b·s·h activations, divided by t
+/// when tp > 1 because Megatron scatters the (replicated) tensor over the TP ranks and all-gathers
+/// it after the transfer (Narayanan et al. 2021 §4.1, "scatter/gather optimization"); with sequence
+/// parallelism the tensor is already split.
+pub fn pp_message_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    tp_tensor_bytes(model, training, plan) / f64::from(plan.tp)
+}
+
+/// DP traffic per step and what part of it can hide behind backward compute.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DpTraffic {
+    pub wire_bytes: f64,
+    /// Gradient reduction that overlaps with the backward pass of one micro-batch (per micro-batch).
+    pub reduce_per_overlap_window_s: f64,
+    /// How many such windows (1 for ZeRO 0/1, which reduce once; m for ZeRO 2/3, which reduce every
+    /// micro-batch because they do not keep unsharded gradients).
+    pub overlap_windows: f64,
+    /// Parameter all-gathers that cannot hide (after the optimizer step; ZeRO-3's forward gathers).
+    pub exposed_s: f64,
+    pub total_s: f64,
+}
+
+/// DP traffic (Rajbhandari et al. 2020 §7): plain DP all-reduces gradients (2Ψ·(d−1)/d);
+/// ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16 parameters (same volume);
+/// ZeRO-3 also all-gathers parameters before each forward and backward (3 transfers in all),
+/// once per micro-batch, plus once more for the recompute forward under full recompute.
+pub fn dp_traffic(
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    params_per_gpu: f64,
+    dp_link: Link,
+) -> DpTraffic {
+    let d = plan.dp;
+    if d <= 1 {
+        return DpTraffic {
+            wire_bytes: 0.0,
+            reduce_per_overlap_window_s: 0.0,
+            overlap_windows: 0.0,
+            exposed_s: 0.0,
+            total_s: 0.0,
+        };
+    }
+    let link = cluster.link_speed(dp_link);
+    let grads = params_per_gpu * training.grad_dtype.bytes();
+    let weights = params_per_gpu * WEIGHT_BYTES;
+    let m = f64::from(plan.num_microbatches);
+    let rs = Collective::ReduceScatter;
+    let ag = Collective::AllGather;
+    let (wire, reduce_s, windows, exposed_s) = match plan.zero {
+        0 => {
+            let ar = Collective::AllReduce;
+            (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
+        }
+        1 => (
+            rs.wire_factor(d) * (grads + weights),
+            rs.time(grads, d, link),
+            1.0,
+            ag.time(weights, d, link),
+        ),
+        2 => (
+            rs.wire_factor(d) * (m * grads + weights),
+            rs.time(grads, d, link),
+            m,
+            ag.time(weights, d, link),
+        ),
+        _ => {
+            let gathers = 2.0
+                + if plan.recompute == Recompute::Full {
+                    1.0
+                } else {
+                    0.0
+                };
+            (
+                rs.wire_factor(d) * m * (grads + gathers * weights),
+                rs.time(grads, d, link) + ag.time(weights, d, link),
+                m,
+                m * (gathers - 1.0) * ag.time(weights, d, link),
+            )
+        }
+    };
+    DpTraffic {
+        wire_bytes: wire,
+        reduce_per_overlap_window_s: reduce_s,
+        overlap_windows: windows,
+        exposed_s,
+        total_s: reduce_s * windows + exposed_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::BytesPerSec;
+
+    #[test]
+    fn nccl_tests_bus_bandwidth_factors() {
+        // nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n, ReduceScatter and AllGather (n-1)/n.
+        assert_eq!(Collective::AllReduce.wire_factor(8), 2.0 * 7.0 / 8.0);
+        assert_eq!(Collective::AllGather.wire_factor(8), 7.0 / 8.0);
+        assert_eq!(Collective::ReduceScatter.wire_factor(4), 3.0 / 4.0);
+        assert_eq!(Collective::SendRecv.wire_factor(2), 1.0);
+        assert_eq!(Collective::AllReduce.wire_factor(1), 0.0);
+    }
+
+    #[test]
+    fn collective_time_is_alpha_beta() {
+        let link = LinkSpeed {
+            bandwidth: BytesPerSec(100e9),
+            latency: Seconds(1e-6),
+        };
+        let t = Collective::AllReduce.time(1e9, 8, link);
+        assert!((t - (14e-6 + 1.75e9 / 100e9)).abs() < 1e-12);
+        assert_eq!(Collective::AllReduce.time(1e9, 1, link), 0.0);
+    }
+}

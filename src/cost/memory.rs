@@ -1,0 +1,323 @@
+//! Memory per GPU: model states (Rajbhandari et al. 2020) and activations (Korthikanti et al. 2022).
+
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::model::Model;
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
+use crate::units::{Bytes, GIB};
+
+/// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
+/// PyTorch's CUDA context alone takes 0.5–1 GiB on Ampere/Hopper, NCCL reserves buffers per
+/// communicator (NCCL_BUFFSIZE 4 MiB × channels × peers), Megatron's gradient buckets and the
+/// cuBLAS workspace add more. 2 GiB is our assumption; `tpsim calibrate` can measure it.
+pub const RESERVED_GIB: f64 = 2.0;
+/// Caching-allocator fragmentation, as a fraction of the memory the model uses (assumption: PyTorch's
+/// allocator typically reserves 5–10% more than it allocates in long LLM runs).
+pub const FRAGMENTATION_FRACTION: f64 = 0.05;
+
+/// Which stage a memory breakdown belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    First,
+    Middle,
+    Last,
+    /// pp = 1: one stage holds everything.
+    Only,
+}
+
+/// Memory of the most loaded GPU, broken down.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Memory {
+    pub weights_bytes: Bytes,
+    pub gradients_bytes: Bytes,
+    pub optimizer_bytes: Bytes,
+    pub activations_bytes: Bytes,
+    pub other_bytes: Bytes,
+    pub total_bytes: Bytes,
+    pub capacity_bytes: Bytes,
+    pub fits: bool,
+    /// The pipeline stage this breakdown is for (the one with the largest total).
+    pub stage: Stage,
+    /// Parameters held by one GPU of that stage before ZeRO sharding.
+    pub params_per_gpu: f64,
+}
+
+/// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
+/// (Table 2), generalised to grouped-query attention and gated MLPs.
+///
+/// For a GPT layer without parallelism the paper's count is sbh(34 + 5as/h):
+/// attention 11sbh + 5as²b, MLP 19sbh, two layernorms 4sbh. Our terms, per piece:
+/// - attention: QKV input 2sbh, Q 2sbh, K and V 4sb·kv_width, softmax output 2as²b, its dropout mask
+///   as²b and output 2as²b, projection input 2sbh, dropout mask sbh ⇒ 7sbh + 4sb·kv_width + 5as²b;
+/// - MLP: input 2sbh, up-projection output 2sb·up_width, activation output 2sb·ffn, dropout mask sbh
+///   (GeLU with ffn = 4h: 19sbh; SwiGLU keeps gate, up and their product);
+/// - layernorms: 4sbh.
+///
+/// Tensor parallelism divides everything inside the column/row-split region by t and leaves the
+/// 10sbh outside it (layernorm inputs, the two block inputs and dropout masks) replicated (eq. 2);
+/// sequence parallelism divides those too (eq. 4). Selective recompute drops the 5as²b term (§5);
+/// full recompute keeps only the 2sbh layer input (§4.1, eq. 5).
+pub fn layer_activation_bytes(
+    model: &Model,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+    sp: bool,
+    recompute: Recompute,
+) -> f64 {
+    let (s, b, h) = (
+        f64::from(seq_len),
+        f64::from(micro_batch),
+        f64::from(model.hidden),
+    );
+    let a = f64::from(model.heads);
+    let t = f64::from(tp);
+    let sbh = s * b * h;
+    let replicated_split = if sp { t } else { 1.0 };
+    if recompute == Recompute::Full {
+        return 2.0 * sbh / replicated_split;
+    }
+    let attention_split = 7.0 * sbh + 4.0 * s * b * model.kv_width() - 3.0 * sbh;
+    let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
+    let outside_tp = 10.0 * sbh;
+    let scores = if recompute == Recompute::Selective {
+        0.0
+    } else {
+        5.0 * a * s * s * b
+    };
+    outside_tp / replicated_split + (attention_split + mlp_split + scores) / t
+}
+
+/// Parameters one GPU holds on each kind of stage (before ZeRO), Megatron-LM's placement: word
+/// embedding on the first stage, output layer on the last; with tied embeddings and pp > 1 the last
+/// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
+fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
+    let t = f64::from(plan.tp);
+    let layer = model.layer_params() / t;
+    let word_embedding = f64::from(model.vocab) * f64::from(model.hidden) / t;
+    let output = if model.tied_embeddings {
+        word_embedding
+    } else {
+        model.output_params() / t
+    };
+    let layers = |n: u32| f64::from(n) * layer;
+    match stage {
+        Stage::Only => {
+            layers(model.layers) + model.embedding_params() / t + model.output_params() / t
+        }
+        Stage::First => layers(plan.stages.first) + model.embedding_params() / t,
+        Stage::Middle => layers(plan.stages.middle_max),
+        Stage::Last => layers(plan.stages.last) + output,
+    }
+}
+
+/// The most parameters any GPU of the plan holds (before ZeRO sharding).
+pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> f64 {
+    if plan.pp == 1 {
+        return stage_params(model, plan, Stage::Only);
+    }
+    let edges = stage_params(model, plan, Stage::First).max(stage_params(model, plan, Stage::Last));
+    if plan.pp > 2 {
+        edges.max(stage_params(model, plan, Stage::Middle))
+    } else {
+        edges
+    }
+}
+
+/// Micro-batches whose activations a stage holds at the peak of 1F1B: min(m, p − rank) (Narayanan
+/// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3).
+fn in_flight(plan: &ParallelPlan, rank: u32) -> f64 {
+    let (p, v, m) = (
+        f64::from(plan.pp),
+        f64::from(plan.vpp),
+        f64::from(plan.num_microbatches),
+    );
+    let base = (p - f64::from(rank)).min(m);
+    if plan.vpp > 1 {
+        base * (1.0 + (p - 1.0) / (p * v))
+    } else {
+        base
+    }
+}
+
+fn stage_memory(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    stage: Stage,
+) -> Memory {
+    let params = stage_params(model, plan, stage);
+    let dp = f64::from(plan.dp);
+    // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
+    let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
+    let weights = params * WEIGHT_BYTES / shard(3);
+    let gradients = params * training.grad_dtype.bytes() / shard(2);
+    let optimizer = params * OPTIMIZER_BYTES / shard(1);
+
+    let (s, b, h, t) = (
+        training.seq_len,
+        plan.micro_batch,
+        f64::from(model.hidden),
+        f64::from(plan.tp),
+    );
+    let sbh = f64::from(s) * f64::from(b) * h;
+    let sp_split = if plan.sequence_parallel { t } else { 1.0 };
+    let (rank, layers) = match stage {
+        Stage::Only => (0, model.layers),
+        Stage::First => (0, plan.stages.first),
+        Stage::Middle => (1, plan.stages.middle_max),
+        Stage::Last => (plan.pp - 1, plan.stages.last),
+    };
+    let per_layer =
+        layer_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel, plan.recompute);
+    let mut activations = per_layer * f64::from(layers) * in_flight(plan, rank);
+    if plan.recompute == Recompute::Full && layers > 0 {
+        // The layer being recomputed holds its full activations during its backward.
+        activations += layer_activation_bytes(
+            model,
+            b,
+            s,
+            plan.tp,
+            plan.sequence_parallel,
+            Recompute::None,
+        );
+    }
+    if matches!(stage, Stage::First | Stage::Only) {
+        // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
+        activations += sbh / sp_split * in_flight(plan, 0);
+    }
+    if matches!(stage, Stage::Last | Stage::Only) {
+        // Final norm and output-layer input 4sbh/t, fp32 logits for the loss 4sbV/t (§4.3); one
+        // micro-batch at a time on the last stage.
+        activations += (4.0 * sbh + 4.0 * f64::from(s) * f64::from(b) * f64::from(model.vocab)) / t;
+    }
+
+    let used = weights + gradients + optimizer + activations;
+    let other = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * used;
+    let total = used + other;
+    let capacity = cluster.gpu.memory_capacity();
+    Memory {
+        weights_bytes: Bytes(weights),
+        gradients_bytes: Bytes(gradients),
+        optimizer_bytes: Bytes(optimizer),
+        activations_bytes: Bytes(activations),
+        other_bytes: Bytes(other),
+        total_bytes: Bytes(total),
+        capacity_bytes: capacity,
+        fits: total <= capacity.0,
+        stage,
+        params_per_gpu: params,
+    }
+}
+
+/// Memory of the most loaded GPU of the plan.
+pub fn memory(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Memory {
+    if plan.pp == 1 {
+        return stage_memory(model, cluster, training, plan, Stage::Only);
+    }
+    let mut worst = stage_memory(model, cluster, training, plan, Stage::First);
+    let stages: &[Stage] = if plan.pp > 2 {
+        &[Stage::Middle, Stage::Last]
+    } else {
+        &[Stage::Last]
+    };
+    for &stage in stages {
+        let candidate = stage_memory(model, cluster, training, plan, stage);
+        if candidate.total_bytes.0 > worst.total_bytes.0 {
+            worst = candidate;
+        }
+    }
+    worst
+}
+
+/// ZeRO §5.1's model-state bytes per GPU for Ψ parameters on N_d replicas with K = 12
+/// (used by the paper's 7.5B example and our tests).
+pub fn zero_model_state_bytes(params: f64, dp: u32, zero: u8, grad_bytes: f64) -> f64 {
+    let dp = f64::from(dp);
+    let shard = |from_stage: u8| if zero >= from_stage { dp } else { 1.0 };
+    params * (WEIGHT_BYTES / shard(3) + grad_bytes / shard(2) + OPTIMIZER_BYTES / shard(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::gpt3_175b;
+
+    #[test]
+    fn zero_paper_example() {
+        // Rajbhandari et al. 2020 Figure 1: Ψ = 7.5B, N_d = 64: 120, 31.4, 16.6, 1.9 GB.
+        let gb = |zero| zero_model_state_bytes(7.5e9, 64, zero, 2.0) / 1e9;
+        assert!((gb(0) - 120.0).abs() < 0.05);
+        assert!((gb(1) - 31.4).abs() < 0.05);
+        assert!((gb(2) - 16.6).abs() < 0.05);
+        assert!((gb(3) - 1.9).abs() < 0.05);
+    }
+
+    #[test]
+    fn korthikanti_per_layer_expressions() {
+        // Korthikanti et al. 2022 Table 2, GPT-3 175B shape, s = 2048, b = 1, t = 8.
+        let m = gpt3_175b();
+        let (s, b, h, a, t) = (2048.0, 1.0, 12288.0, 96.0, 8.0);
+        let sbh = s * b * h;
+        let close = |ours: f64, paper: f64| {
+            assert!((ours / paper - 1.0).abs() < 1e-12, "{ours} vs {paper}")
+        };
+        // no parallelism: sbh(34 + 5as/h)
+        close(
+            layer_activation_bytes(&m, 1, 2048, 1, false, Recompute::None),
+            sbh * (34.0 + 5.0 * a * s / h),
+        );
+        // tensor parallel: sbh(10 + 24/t + 5as/(ht))
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::None),
+            sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
+        );
+        // tensor + sequence parallel: sbh/t (34 + 5as/h)
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::None),
+            sbh / t * (34.0 + 5.0 * a * s / h),
+        );
+        // tensor + sequence parallel + selective recompute: 34 sbh/t
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Selective),
+            34.0 * sbh / t,
+        );
+        // tensor parallel + selective recompute: sbh(10 + 24/t)
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::Selective),
+            sbh * (10.0 + 24.0 / t),
+        );
+        // full recompute: 2sbh (÷t with sequence parallelism)
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::Full),
+            2.0 * sbh,
+        );
+        close(
+            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Full),
+            2.0 * sbh / t,
+        );
+        // b scales linearly
+        close(
+            layer_activation_bytes(&m, 4, 2048, 8, false, Recompute::None),
+            4.0 * sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
+        );
+    }
+
+    #[test]
+    fn korthikanti_175b_selective_sp_fits_table() {
+        // Korthikanti et al. 2022 §6.1: with SP + selective recompute the 175B per-layer activations
+        // are 34·sbh/t; for s=2048, b=1, h=12288, t=8: 107 MB per layer.
+        let m = gpt3_175b();
+        let bytes = layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Selective);
+        assert!((bytes / 1e6 - 107.0).abs() < 0.5, "{bytes}");
+    }
+}

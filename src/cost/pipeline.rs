@@ -1,0 +1,24 @@
+//! Pipeline bubble of (interleaved) 1F1B.
+
+/// Fraction of ideal compute time the pipeline sits idle: (p − 1)/(v·m), Narayanan et al. 2021 §2.2
+/// (1F1B: (p − 1)/m; interleaved with v model chunks per GPU: divided by v).
+pub fn bubble_fraction(pp: u32, vpp: u32, num_microbatches: u32) -> f64 {
+    if pp <= 1 {
+        return 0.0;
+    }
+    f64::from(pp - 1) / (f64::from(vpp) * f64::from(num_microbatches))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narayanan_bubble() {
+        assert_eq!(bubble_fraction(1, 1, 8), 0.0);
+        assert_eq!(bubble_fraction(8, 1, 64), 7.0 / 64.0);
+        assert_eq!(bubble_fraction(8, 2, 64), 7.0 / 128.0);
+        // Megatron SC'21 1T run: p = 64, m = 512.
+        assert!((bubble_fraction(64, 1, 512) - 0.123).abs() < 1e-3);
+    }
+}

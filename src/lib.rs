@@ -1,0 +1,19 @@
+//! tpsim: plans 3D-parallel (tensor, pipeline, data) training of transformers on GPU clusters.
+//!
+//! Data flows one way: spec files (`specs`) → domain types (`model`, `cluster`, `plan`, `training`)
+//! → pure cost model (`cost`) → planner (`planner`) → renderers (`report`). The command-line edge
+//! (`cli`, `app`) is the only place that knows about flags, files and exit codes.
+
+pub mod app;
+pub mod cli;
+pub mod cluster;
+pub mod cost;
+pub mod model;
+pub mod plan;
+pub mod planner;
+pub mod report;
+pub mod shape;
+pub mod specs;
+pub mod training;
+pub mod units;
+pub mod validation;

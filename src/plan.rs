@@ -1,0 +1,424 @@
+//! A 3D-parallel plan, validated when it is built.
+//!
+//! Abbreviations used everywhere in tpsim: `tp` tensor-parallel degree (Megatron column/row splits,
+//! inside a node), `pp` pipeline stages, `dp` data-parallel replicas, `vpp` virtual pipeline stages per
+//! GPU (interleaved 1F1B), `micro_batch` sequences per micro-batch, `sp` sequence parallelism,
+//! `zero` ZeRO stage (Rajbhandari et al. 2020).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::Cluster;
+use crate::model::Model;
+use crate::training::Training;
+
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recompute {
+    None,
+    /// Recompute only the attention core (QKᵀ, softmax, dropout, AV) — §5 of the paper.
+    Selective,
+    /// Keep only each layer's input; recompute the whole layer forward in backward.
+    Full,
+}
+
+impl Recompute {
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+/// What the user (or the search) asks for; `ParallelPlan::build` checks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    #[serde(default = "one")]
+    pub vpp: u32,
+    #[serde(default = "one")]
+    pub micro_batch: u32,
+    #[serde(default)]
+    pub sequence_parallel: bool,
+    #[serde(default = "no_recompute")]
+    pub recompute: Recompute,
+    #[serde(default)]
+    pub zero: u8,
+    #[serde(default)]
+    pub allow_uneven_pp: bool,
+    #[serde(default)]
+    pub allow_cross_node_tp: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+fn no_recompute() -> Recompute {
+    Recompute::None
+}
+
+/// Transformer layers on the first, most-loaded middle, and last pipeline stage. The embedding lives
+/// on the first stage and the output layer on the last (Megatron-LM, DeepSpeed pipeline engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StageLayout {
+    pub first: u32,
+    pub middle_max: u32,
+    pub last: u32,
+    pub even: bool,
+}
+
+impl StageLayout {
+    /// Even split: every stage has layers/pp layers.
+    fn even(layers: u32, pp: u32) -> StageLayout {
+        let per = layers / pp;
+        StageLayout {
+            first: per,
+            middle_max: per,
+            last: per,
+            even: true,
+        }
+    }
+
+    /// Uneven split that counts the embedding and the output layer as one layer each and balances
+    /// the `layers + 2` units: DeepSpeed's `--pp-partition-method type:transformer|embedding` as
+    /// BLOOM used it (70 layers on 12 stages: 5, 6×10, 5) and Llama 3's 126 layers on 16 stages
+    /// (Dubey et al. 2024 §3.3.2: one layer fewer on the first and the last stage: 7, 8×14, 7).
+    /// A remainder goes to middle stages first.
+    fn balanced_units(layers: u32, pp: u32) -> StageLayout {
+        let units = layers + 2;
+        let base = units / pp;
+        let mut extra = units % pp;
+        let middles = pp.saturating_sub(2);
+        let middle_extra = extra.min(middles);
+        extra -= middle_extra;
+        let last_extra = u32::from(extra >= 1);
+        let first_extra = u32::from(extra >= 2);
+        let middle_max = if middles == 0 {
+            0
+        } else {
+            base + u32::from(middle_extra > 0)
+        };
+        StageLayout {
+            first: (base + first_extra).saturating_sub(1),
+            middle_max,
+            last: (base + last_extra).saturating_sub(1),
+            even: false,
+        }
+    }
+
+    pub fn max_layers(&self) -> u32 {
+        self.first.max(self.middle_max).max(self.last)
+    }
+}
+
+/// A checked plan. Built only through [`ParallelPlan::build`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ParallelPlan {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub vpp: u32,
+    pub micro_batch: u32,
+    pub num_microbatches: u32,
+    pub global_batch: u32,
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+    pub zero: u8,
+    pub stages: StageLayout,
+}
+
+/// Why a requested plan is not a plan.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "{what} = 0 is not a degree; every parallel degree and the micro-batch must be at least 1"
+    )]
+    ZeroDegree { what: &'static str },
+    #[error(
+        "--tp {tp} x --pp {pp} x --dp {dp} = {product} GPUs, but the cluster has {gpus}; choose degrees whose product is {gpus} (e.g. --dp {suggest_dp})"
+    )]
+    GpuCount {
+        tp: u32,
+        pp: u32,
+        dp: u32,
+        product: u64,
+        gpus: u32,
+        suggest_dp: String,
+    },
+    #[error("--tp {tp} does not divide {heads} attention heads; valid: {valid}")]
+    TpHeads { tp: u32, heads: u32, valid: String },
+    #[error("--tp {tp} does not divide {kv_heads} KV heads; valid: {valid}")]
+    TpKvHeads {
+        tp: u32,
+        kv_heads: u32,
+        valid: String,
+    },
+    #[error("--tp {tp} does not divide {gpus_per_node} GPUs per node; valid: {valid}")]
+    TpNode {
+        tp: u32,
+        gpus_per_node: u32,
+        valid: String,
+    },
+    #[error(
+        "--tp {tp} spans nodes ({gpus_per_node} GPUs per node): tensor-parallel all-reduces would cross the network every layer; use --tp {gpus_per_node} or less, or pass --allow-cross-node-tp"
+    )]
+    TpCrossNode { tp: u32, gpus_per_node: u32 },
+    #[error(
+        "--pp {pp} is larger than the model's {layers} layers; a stage needs at least one layer"
+    )]
+    PpLayers { pp: u32, layers: u32 },
+    #[error(
+        "--pp {pp} does not split {layers} layers evenly; pass --allow-uneven-pp or use one of: {valid}"
+    )]
+    PpUneven { pp: u32, layers: u32, valid: String },
+    #[error("--vpp {vpp} needs pipeline parallelism (--pp > 1); use --vpp 1")]
+    VppWithoutPp { vpp: u32 },
+    #[error("--vpp {vpp} does not divide the {per_stage} layers of each stage; valid: {valid}")]
+    VppLayers {
+        vpp: u32,
+        per_stage: u32,
+        valid: String,
+    },
+    #[error("--vpp {vpp} needs an even layer split; drop --allow-uneven-pp or use --vpp 1")]
+    VppUneven { vpp: u32 },
+    #[error(
+        "--vpp {vpp}: {num_microbatches} micro-batches are not a multiple of --pp {pp} (Megatron-LM's interleaved schedule requires it); change --global-batch or --micro-batch"
+    )]
+    VppMicrobatches {
+        vpp: u32,
+        num_microbatches: u32,
+        pp: u32,
+    },
+    #[error(
+        "--global-batch {global_batch} is not divisible by --dp {dp} x --micro-batch {micro_batch} = {product}; valid micro-batches for this dp: {valid}"
+    )]
+    BatchSplit {
+        global_batch: u32,
+        dp: u32,
+        micro_batch: u32,
+        product: u64,
+        valid: String,
+    },
+    #[error("--zero {zero} is not a ZeRO stage; use 0, 1, 2 or 3")]
+    ZeroStage { zero: u8 },
+    #[error(
+        "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
+    )]
+    SpWithoutTp,
+}
+
+pub fn divisors(n: u32) -> Vec<u32> {
+    (1..=n).filter(|d| n % d == 0).collect()
+}
+
+fn list(values: impl IntoIterator<Item = u32>) -> String {
+    let items: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
+    if items.len() > 16 {
+        format!(
+            "{}, ..., {}",
+            items[..12].join(", "),
+            items[items.len() - 2..].join(", ")
+        )
+    } else {
+        items.join(", ")
+    }
+}
+
+impl ParallelPlan {
+    /// Checks a request against the model, cluster and batch; the only way to make a plan.
+    pub fn build(
+        request: &PlanRequest,
+        model: &Model,
+        cluster: &Cluster,
+        training: &Training,
+    ) -> Result<ParallelPlan, PlanError> {
+        let r = request;
+        for (what, value) in [
+            ("--tp", r.tp),
+            ("--pp", r.pp),
+            ("--dp", r.dp),
+            ("--vpp", r.vpp),
+            ("--micro-batch", r.micro_batch),
+        ] {
+            if value == 0 {
+                return Err(PlanError::ZeroDegree { what });
+            }
+        }
+        if r.zero > 3 {
+            return Err(PlanError::ZeroStage { zero: r.zero });
+        }
+        let gpus = cluster.total_gpus();
+        let product = u64::from(r.tp) * u64::from(r.pp) * u64::from(r.dp);
+        if product != u64::from(gpus) {
+            let tp_pp = u64::from(r.tp) * u64::from(r.pp);
+            let suggest_dp = if u64::from(gpus) % tp_pp == 0 {
+                (u64::from(gpus) / tp_pp).to_string()
+            } else {
+                format!("? ({} is not a multiple of tp x pp = {tp_pp})", gpus)
+            };
+            return Err(PlanError::GpuCount {
+                tp: r.tp,
+                pp: r.pp,
+                dp: r.dp,
+                product,
+                gpus,
+                suggest_dp,
+            });
+        }
+        if model.heads % r.tp != 0 {
+            let valid = divisors(model.heads)
+                .into_iter()
+                .filter(|d| *d <= cluster.gpus_per_node || r.allow_cross_node_tp);
+            return Err(PlanError::TpHeads {
+                tp: r.tp,
+                heads: model.heads,
+                valid: list(valid),
+            });
+        }
+        if model.kv_heads % r.tp != 0 {
+            return Err(PlanError::TpKvHeads {
+                tp: r.tp,
+                kv_heads: model.kv_heads,
+                valid: list(divisors(model.kv_heads)),
+            });
+        }
+        if r.tp > cluster.gpus_per_node {
+            if !r.allow_cross_node_tp {
+                return Err(PlanError::TpCrossNode {
+                    tp: r.tp,
+                    gpus_per_node: cluster.gpus_per_node,
+                });
+            }
+        } else if cluster.gpus_per_node % r.tp != 0 {
+            return Err(PlanError::TpNode {
+                tp: r.tp,
+                gpus_per_node: cluster.gpus_per_node,
+                valid: list(divisors(cluster.gpus_per_node)),
+            });
+        }
+        if r.sequence_parallel && r.tp == 1 {
+            return Err(PlanError::SpWithoutTp);
+        }
+        if r.pp > model.layers {
+            return Err(PlanError::PpLayers {
+                pp: r.pp,
+                layers: model.layers,
+            });
+        }
+        let stages = if model.layers % r.pp == 0 {
+            StageLayout::even(model.layers, r.pp)
+        } else if r.allow_uneven_pp {
+            StageLayout::balanced_units(model.layers, r.pp)
+        } else {
+            return Err(PlanError::PpUneven {
+                pp: r.pp,
+                layers: model.layers,
+                valid: list(divisors(model.layers)),
+            });
+        };
+        let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
+        if u64::from(training.global_batch) % replica_batch != 0 {
+            let valid = if training.global_batch % r.dp == 0 {
+                list(divisors(training.global_batch / r.dp))
+            } else {
+                format!(
+                    "none: --global-batch {} is not divisible by --dp {}",
+                    training.global_batch, r.dp
+                )
+            };
+            return Err(PlanError::BatchSplit {
+                global_batch: training.global_batch,
+                dp: r.dp,
+                micro_batch: r.micro_batch,
+                product: replica_batch,
+                valid,
+            });
+        }
+        let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;
+        if r.vpp > 1 {
+            if r.pp == 1 {
+                return Err(PlanError::VppWithoutPp { vpp: r.vpp });
+            }
+            if !stages.even {
+                return Err(PlanError::VppUneven { vpp: r.vpp });
+            }
+            let per_stage = model.layers / r.pp;
+            if per_stage % r.vpp != 0 {
+                return Err(PlanError::VppLayers {
+                    vpp: r.vpp,
+                    per_stage,
+                    valid: list(divisors(per_stage)),
+                });
+            }
+            if num_microbatches % r.pp != 0 {
+                return Err(PlanError::VppMicrobatches {
+                    vpp: r.vpp,
+                    num_microbatches,
+                    pp: r.pp,
+                });
+            }
+        }
+        Ok(ParallelPlan {
+            tp: r.tp,
+            pp: r.pp,
+            dp: r.dp,
+            vpp: r.vpp,
+            micro_batch: r.micro_batch,
+            num_microbatches,
+            global_batch: training.global_batch,
+            sequence_parallel: r.sequence_parallel,
+            recompute: r.recompute,
+            zero: r.zero,
+            stages,
+        })
+    }
+
+    /// The request that rebuilds this plan (what `plan --save` writes).
+    pub fn request(&self) -> PlanRequest {
+        PlanRequest {
+            tp: self.tp,
+            pp: self.pp,
+            dp: self.dp,
+            vpp: self.vpp,
+            micro_batch: self.micro_batch,
+            sequence_parallel: self.sequence_parallel,
+            recompute: self.recompute,
+            zero: self.zero,
+            allow_uneven_pp: !self.stages.even,
+            allow_cross_node_tp: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bloom_split_matches_deepspeed_partition() {
+        // BLOOM tr11: rank 0 embed + 5 blocks, ranks 1-10 six blocks, rank 11 five blocks + embed.
+        let layout = StageLayout::balanced_units(70, 12);
+        assert_eq!((layout.first, layout.middle_max, layout.last), (5, 6, 5));
+    }
+
+    #[test]
+    fn llama3_405b_split_matches_paper() {
+        // Dubey et al. 2024 §3.3.2: 126 layers on 16 stages, one fewer on the first and last stage.
+        let layout = StageLayout::balanced_units(126, 16);
+        assert_eq!((layout.first, layout.middle_max, layout.last), (7, 8, 7));
+        assert_eq!(layout.first + 14 * layout.middle_max + layout.last, 126);
+    }
+
+    #[test]
+    fn remainder_goes_to_middle_stages() {
+        // 10 layers + 2 = 12 units over 5 stages: base 2, remainder 2 on middles.
+        let layout = StageLayout::balanced_units(10, 5);
+        assert_eq!((layout.first, layout.middle_max, layout.last), (1, 3, 1));
+    }
+}

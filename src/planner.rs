@@ -1,0 +1,208 @@
+//! The search: every valid plan, evaluated in parallel, ranked deterministically.
+//!
+//! The space is tp (divisors of the heads that fit in a node, or multiples of a node when cross-node
+//! TP is asked for) × pp (even splits, or any with `allow_uneven_pp`) × dp (what is left) ×
+//! micro-batch (divisors of the per-replica batch) × vpp (divisors of the layers per stage) ×
+//! sequence parallelism × recompute × ZeRO stage. Evaluation order is the enumeration order and
+//! rayon's `collect` keeps it, so the ranking is the same on 1 thread or 64.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::cluster::Cluster;
+use crate::cost::{Estimate, evaluate};
+use crate::model::Model;
+use crate::plan::{ParallelPlan, PlanRequest, Recompute, divisors};
+use crate::training::Training;
+
+/// Which optional parts of the space to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchOptions {
+    pub allow_uneven_pp: bool,
+    pub allow_cross_node_tp: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchStats {
+    pub candidates: u64,
+    pub feasible: u64,
+    pub infeasible_by_reason: BTreeMap<String, u64>,
+    pub elapsed_s: f64,
+    pub threads: usize,
+}
+
+/// Every evaluated plan, feasible ones ranked first (fastest first), then the infeasible ones by
+/// how little memory they need.
+#[derive(Debug, Clone)]
+pub struct SearchResult {
+    pub ranked: Vec<Estimate>,
+    pub stats: SearchStats,
+}
+
+impl SearchResult {
+    pub fn feasible(&self) -> &[Estimate] {
+        &self.ranked[..self.stats.feasible as usize]
+    }
+    /// The infeasible plan that misses by the least memory, if nothing fits.
+    pub fn closest_miss(&self) -> Option<&Estimate> {
+        self.ranked.get(self.stats.feasible as usize)
+    }
+}
+
+/// Tensor-parallel degrees worth trying: divisors of both head counts that divide a node, plus,
+/// when allowed, multiples of a node that still divide the head counts and the GPU count.
+pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -> Vec<u32> {
+    let gpn = cluster.gpus_per_node;
+    let gpus = cluster.total_gpus();
+    divisors(model.heads)
+        .into_iter()
+        .filter(|tp| model.kv_heads % tp == 0 && gpus % tp == 0)
+        .filter(|&tp| {
+            if tp <= gpn {
+                gpn % tp == 0
+            } else {
+                allow_cross_node_tp && tp % gpn == 0
+            }
+        })
+        .collect()
+}
+
+/// All plan requests of the space, in a fixed order.
+pub fn enumerate(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> Vec<PlanRequest> {
+    let gpus = cluster.total_gpus();
+    let mut requests = Vec::new();
+    for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
+        for pp in 1..=model.layers.min(gpus / tp) {
+            if (gpus / tp) % pp != 0 || (model.layers % pp != 0 && !options.allow_uneven_pp) {
+                continue;
+            }
+            let dp = gpus / (tp * pp);
+            if training.global_batch % dp != 0 {
+                continue;
+            }
+            let replica_batch = training.global_batch / dp;
+            let vpps: Vec<u32> = if pp > 1 && model.layers % pp == 0 {
+                divisors(model.layers / pp)
+            } else {
+                vec![1]
+            };
+            for micro_batch in divisors(replica_batch) {
+                let num_microbatches = replica_batch / micro_batch;
+                for &vpp in &vpps {
+                    if vpp > 1 && num_microbatches % pp != 0 {
+                        continue;
+                    }
+                    for sequence_parallel in [false, true] {
+                        if sequence_parallel && tp == 1 {
+                            continue;
+                        }
+                        for recompute in Recompute::ALL {
+                            for zero in 0..=3u8 {
+                                requests.push(PlanRequest {
+                                    tp,
+                                    pp,
+                                    dp,
+                                    vpp,
+                                    micro_batch,
+                                    sequence_parallel,
+                                    recompute,
+                                    zero,
+                                    allow_uneven_pp: options.allow_uneven_pp,
+                                    allow_cross_node_tp: options.allow_cross_node_tp,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    requests
+}
+
+/// A total order on plans for tie-breaking: smaller degrees and simpler settings first.
+fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, bool, Recompute, u8) {
+    (
+        plan.tp,
+        plan.pp,
+        plan.dp,
+        plan.vpp,
+        plan.micro_batch,
+        plan.sequence_parallel,
+        plan.recompute,
+        plan.zero,
+    )
+}
+
+/// Ranking: feasible before infeasible; feasible by throughput (highest first), then by memory
+/// (lowest first); infeasible by memory (lowest first); then by the plan key. `total_cmp` keeps it a
+/// total order.
+fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
+    b.fits()
+        .cmp(&a.fits())
+        .then_with(|| {
+            if a.fits() {
+                b.tokens_per_s
+                    .total_cmp(&a.tokens_per_s)
+                    .then_with(|| a.memory.total_bytes.0.total_cmp(&b.memory.total_bytes.0))
+            } else {
+                a.memory.total_bytes.0.total_cmp(&b.memory.total_bytes.0)
+            }
+        })
+        .then_with(|| plan_key(&a.plan).cmp(&plan_key(&b.plan)))
+}
+
+/// Runs the search.
+pub fn search(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> SearchResult {
+    let started = Instant::now();
+    let requests = enumerate(model, cluster, training, options);
+    let outcomes: Vec<Result<Estimate, &'static str>> = requests
+        .par_iter()
+        .map(
+            |request| match ParallelPlan::build(request, model, cluster, training) {
+                Ok(plan) => Ok(evaluate(model, cluster, training, &plan)),
+                Err(_) => Err("invalid_plan"),
+            },
+        )
+        .collect();
+    let mut infeasible_by_reason = BTreeMap::new();
+    let mut ranked = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        match outcome {
+            Ok(estimate) => {
+                if let Some(reason) = estimate.infeasible {
+                    *infeasible_by_reason
+                        .entry(reason.key().to_string())
+                        .or_insert(0) += 1;
+                }
+                ranked.push(estimate);
+            }
+            Err(reason) => *infeasible_by_reason.entry(reason.to_string()).or_insert(0) += 1,
+        }
+    }
+    ranked.par_sort_by(rank);
+    let feasible = ranked.iter().filter(|e| e.fits()).count() as u64;
+    SearchResult {
+        stats: SearchStats {
+            candidates: requests.len() as u64,
+            feasible,
+            infeasible_by_reason,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            threads: rayon::current_num_threads(),
+        },
+        ranked,
+    }
+}

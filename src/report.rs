@@ -1,0 +1,438 @@
+//! Renderers: one `Report` value, shown as a terminal table, JSON or YAML. JSON is the contract
+//! scripts and later features build on; its field names carry their units.
+
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+use crate::cluster::{Cluster, Link};
+use crate::cost::Estimate;
+use crate::model::Model;
+use crate::planner::SearchStats;
+use crate::training::Training;
+use crate::units::format_count;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSummary {
+    pub name: String,
+    pub params: f64,
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub ffn_hidden: u32,
+    pub vocab: u32,
+    pub seq_len: u32,
+    pub gated_mlp: bool,
+    /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
+    pub origin: String,
+}
+
+impl ModelSummary {
+    pub fn new(model: &Model, origin: &str) -> ModelSummary {
+        ModelSummary {
+            name: model.name.clone(),
+            params: model.params(),
+            layers: model.layers,
+            hidden: model.hidden,
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            ffn_hidden: model.ffn_hidden,
+            vocab: model.vocab,
+            seq_len: model.seq_len,
+            gated_mlp: model.gated_mlp,
+            origin: origin.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterSummary {
+    pub gpu: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub total_gpus: u32,
+    pub gpu_memory_bytes: f64,
+    pub peak_flops: f64,
+}
+
+impl ClusterSummary {
+    pub fn new(cluster: &Cluster) -> ClusterSummary {
+        ClusterSummary {
+            gpu: cluster.gpu.name.clone(),
+            nodes: cluster.nodes,
+            gpus_per_node: cluster.gpus_per_node,
+            total_gpus: cluster.total_gpus(),
+            gpu_memory_bytes: cluster.gpu.memory_capacity().0,
+            peak_flops: cluster.gpu.peak_flops().0,
+        }
+    }
+}
+
+/// Everything a command reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub model: ModelSummary,
+    pub cluster: ClusterSummary,
+    pub training: Training,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchStats>,
+    pub plans: Vec<Estimate>,
+}
+
+pub fn to_json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).expect("reports contain only finite numbers and strings")
+}
+
+pub fn to_yaml(report: &Report) -> String {
+    yaml_serde::to_string(report).expect("reports serialize to YAML")
+}
+
+fn gib(bytes: f64) -> String {
+    format!("{:.1}", bytes / crate::units::GIB)
+}
+
+fn duration(seconds: f64) -> String {
+    let days = seconds / 86400.0;
+    if days >= 1.0 {
+        format!("{days:.1} days")
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
+}
+
+fn link_name(link: Link) -> &'static str {
+    match link {
+        Link::Nvlink => "NVLink",
+        Link::Network => "network",
+    }
+}
+
+/// One-line description of the scenario.
+pub fn scenario_line(report: &Report) -> String {
+    let m = &report.model;
+    let c = &report.cluster;
+    let t = &report.training;
+    let gqa = if m.kv_heads != m.heads {
+        format!(", {} KV heads", m.kv_heads)
+    } else {
+        String::new()
+    };
+    let gated = if m.gated_mlp { ", gated MLP" } else { "" };
+    format!(
+        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}\n\
+         cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
+         training: {} sequences x {} tokens per step, {} gradients",
+        m.name,
+        m.origin,
+        if m.origin.starts_with("derived") {
+            "printed so you can check it"
+        } else {
+            "as given"
+        },
+        format_count(m.params),
+        m.layers,
+        m.hidden,
+        m.heads,
+        m.ffn_hidden,
+        m.vocab,
+        c.nodes,
+        c.gpus_per_node,
+        c.gpu,
+        c.total_gpus,
+        gib(c.gpu_memory_bytes),
+        c.peak_flops / 1e12,
+        t.global_batch,
+        t.seq_len,
+        match t.grad_dtype {
+            crate::training::GradDtype::Bf16 => "bf16",
+            crate::training::GradDtype::Fp32 => "fp32",
+        },
+    )
+}
+
+/// The ranked plans as a terminal table.
+pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
+    let mut header = vec![
+        "#", "tp", "pp", "dp", "vpp", "mb", "m", "sp", "recomp", "zero", "mem GiB", "step s",
+        "tokens/s", "MFU %", "bubble %", "TP s", "PP s", "DP s",
+    ];
+    if show_time_to_train {
+        header.push("train");
+    }
+    table.set_header(header);
+    for (rank, e) in plans.iter().enumerate() {
+        let p = &e.plan;
+        let t = &e.time;
+        let mut row = vec![
+            Cell::new(rank + 1),
+            Cell::new(p.tp),
+            Cell::new(p.pp),
+            Cell::new(p.dp),
+            Cell::new(p.vpp),
+            Cell::new(p.micro_batch),
+            Cell::new(p.num_microbatches),
+            Cell::new(if p.sequence_parallel { "yes" } else { "no" }),
+            Cell::new(p.recompute.as_str()),
+            Cell::new(p.zero),
+            Cell::new(format!(
+                "{}/{}",
+                gib(e.memory.total_bytes.0),
+                gib(e.memory.capacity_bytes.0)
+            )),
+            Cell::new(format!("{:.2}", t.step_s.0)),
+            Cell::new(format!("{:.0}", e.tokens_per_s)),
+            Cell::new(format!("{:.1}", e.mfu * 100.0)),
+            Cell::new(format!("{:.1}", e.bubble_fraction * 100.0)),
+            Cell::new(format!("{:.2}", t.tp_comm_exposed_s.0)),
+            Cell::new(format!("{:.2}", t.pp_comm_exposed_s.0)),
+            Cell::new(format!("{:.2}", t.dp_comm_exposed_s.0)),
+        ];
+        if show_time_to_train {
+            row.push(Cell::new(
+                e.time_to_train_s.map(duration).unwrap_or_default(),
+            ));
+        }
+        table.add_row(
+            row.into_iter()
+                .map(|c| c.set_alignment(CellAlignment::Right)),
+        );
+    }
+    table.to_string()
+}
+
+/// The full breakdown of one plan.
+pub fn breakdown(e: &Estimate) -> String {
+    let p = &e.plan;
+    let mem = &e.memory;
+    let t = &e.time;
+    let step = t.step_s.0;
+    let pct = |x: f64| 100.0 * x / step;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "plan: tp {} x pp {} x dp {} (vpp {}), micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}",
+        p.tp,
+        p.pp,
+        p.dp,
+        p.vpp,
+        p.micro_batch,
+        p.num_microbatches,
+        p.global_batch,
+        if p.sequence_parallel { "on" } else { "off" },
+        p.recompute.as_str(),
+        p.zero
+    );
+    let _ = writeln!(
+        out,
+        "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
+        p.stages.first,
+        p.stages.middle_max,
+        p.stages.last,
+        if p.stages.even {
+            "even split"
+        } else {
+            "uneven split: embedding and output layer count as one layer each"
+        }
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "memory per GPU (most loaded: {:?} stage, {} params before ZeRO):",
+        mem.stage,
+        format_count(mem.params_per_gpu)
+    );
+    for (name, bytes) in [
+        ("weights", mem.weights_bytes.0),
+        ("gradients", mem.gradients_bytes.0),
+        ("optimizer", mem.optimizer_bytes.0),
+        ("activations", mem.activations_bytes.0),
+        ("other", mem.other_bytes.0),
+    ] {
+        let _ = writeln!(out, "  {name:<12} {:>8} GiB", gib(bytes));
+    }
+    let verdict = if mem.fits {
+        format!(
+            "fits, {} GiB free",
+            gib(mem.capacity_bytes.0 - mem.total_bytes.0)
+        )
+    } else {
+        format!(
+            "DOES NOT FIT: short by {} GiB",
+            gib(mem.total_bytes.0 - mem.capacity_bytes.0)
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  {:<12} {:>8} GiB of {} GiB — {verdict}",
+        "total",
+        gib(mem.total_bytes.0),
+        gib(mem.capacity_bytes.0)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "communication per GPU per step:");
+    for (name, group, what) in [
+        (
+            "TP",
+            &e.comm.tp,
+            "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, +2 with full recompute)",
+        ),
+        (
+            "PP",
+            &e.comm.pp,
+            "activations forward and gradients backward at stage boundaries",
+        ),
+        (
+            "DP",
+            &e.comm.dp,
+            "gradient reduction and parameter all-gather (ZeRO)",
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
+            group.wire_bytes.gb(),
+            link_name(group.link),
+            group.time_s.0
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "time per step: {:.3} s", step);
+    for (name, seconds, note) in [
+        (
+            "compute",
+            t.compute_s.0,
+            "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
+        ),
+        (
+            "TP comm",
+            t.tp_comm_exposed_s.0,
+            "exposed: Megatron issues TP collectives between GEMMs",
+        ),
+        (
+            "PP comm",
+            t.pp_comm_exposed_s.0,
+            "exposed: 1F1B sends are synchronous",
+        ),
+        (
+            "DP comm",
+            t.dp_comm_exposed_s.0,
+            "exposed part: gradient reduction overlaps the last backward",
+        ),
+        ("bubble", t.bubble_s.0, "(p-1)/(v·m) of the pipeline idle"),
+        ("optimizer", t.optimizer_s.0, "Adam, memory-bound"),
+    ] {
+        let _ = writeln!(
+            out,
+            "  {name:<10} {seconds:>9.3} s {:>5.1}%  {note}",
+            pct(seconds)
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "throughput: {:.0} tokens/s, {:.1} model TFLOP/s per GPU (MFU {:.1}%), {:.1} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
+        e.tokens_per_s,
+        e.model_tflops_per_gpu,
+        e.mfu * 100.0,
+        e.hardware_tflops_per_gpu,
+        e.bubble_fraction * 100.0
+    );
+    if let Some(seconds) = e.time_to_train_s {
+        let _ = writeln!(out, "time to train: {}", duration(seconds));
+    }
+    out
+}
+
+/// Search statistics in one line.
+pub fn stats_line(stats: &SearchStats) -> String {
+    let reasons: Vec<String> = stats
+        .infeasible_by_reason
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    format!(
+        "search: {} candidates, {} feasible, infeasible: {} — {:.1} ms on {} threads",
+        stats.candidates,
+        stats.feasible,
+        if reasons.is_empty() {
+            "none".to_string()
+        } else {
+            reasons.join(", ")
+        },
+        stats.elapsed_s * 1e3,
+        stats.threads
+    )
+}
+
+/// Why the best plan looks the way it does, in the seeds' terms: TP inside a node, PP across
+/// nodes, DP last.
+pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
+    let p = &e.plan;
+    let t = &e.time;
+    let step = t.step_s.0;
+    let share = |x: f64| 100.0 * x / step;
+    let mut out = String::from("why the best plan:\n");
+    if p.tp > 1 {
+        let _ = writeln!(
+            out,
+            "  TP {}: {} — every layer all-reduces its b·s·h activations 4 times (+2 with full recompute): {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            p.tp,
+            if p.tp <= cluster.gpus_per_node {
+                "inside one node, on NVLink"
+            } else {
+                "ACROSS nodes, on the network"
+            },
+            e.comm.tp.wire_bytes.gb(),
+            share(t.tp_comm_exposed_s.0)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  TP 1: no tensor parallelism; each GPU holds whole layers"
+        );
+    }
+    if p.pp > 1 {
+        let _ = writeln!(
+            out,
+            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% ((p-1)/(v·m) with v={}, m={})",
+            p.pp,
+            link_name(e.comm.pp.link)
+                .replace("network", "stages on different nodes, over the network")
+                .replace("NVLink", "stages share a node, NVLink"),
+            e.comm.pp.wire_bytes.gb(),
+            e.bubble_fraction * 100.0,
+            p.vpp,
+            p.num_microbatches
+        );
+    } else {
+        let _ = writeln!(out, "  PP 1: no pipeline; no bubble");
+    }
+    if p.dp > 1 {
+        let _ = writeln!(
+            out,
+            "  DP {} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed after overlapping with backward",
+            p.dp,
+            p.zero,
+            e.comm.dp.wire_bytes.gb(),
+            link_name(e.comm.dp.link),
+            share(t.dp_comm_exposed_s.0)
+        );
+    } else {
+        let _ = writeln!(out, "  DP 1: a single replica; no gradient traffic");
+    }
+    let _ = writeln!(
+        out,
+        "  memory: {} of {} GiB on the most loaded GPU ({:?} stage); recompute {}, micro-batch {}",
+        gib(e.memory.total_bytes.0),
+        gib(e.memory.capacity_bytes.0),
+        e.memory.stage,
+        p.recompute.as_str(),
+        p.micro_batch
+    );
+    out
+}

@@ -1,0 +1,143 @@
+//! A realistic transformer shape from a bare parameter count (`--params 512B`).
+//!
+//! The rule, fitted to published dense models: GPT-style blocks (multi-head attention, 4h GeLU MLP,
+//! biases, layernorm, tied 51,200-token vocabulary as in Megatron-LM's GPT), head dimension 128,
+//! hidden a multiple of 1024, layers preferably a multiple of 8 (so common pipeline degrees split
+//! evenly), and the hidden/layers aspect ratio closest to 143 — the geometric mean of GPT-3 175B (12288/96 = 128),
+//! MT-NLG 530B (20480/105 = 195), Megatron 1T (25600/128 = 200), Llama-3 8B (4096/32 = 128),
+//! 70B (8192/80 = 102) and 405B (16384/126 = 130). Among shapes within 2% of the requested count
+//! the one with the smallest score wins: |ln(aspect / 143)| plus a penalty when the layer count is
+//! not a multiple of 8 (0.5 for a multiple of 4, 0.75 of 2, 1 otherwise); ties go to the smaller
+//! count error. Small models need the finer layer counts to land within 2%.
+
+use crate::model::{Model, Norm};
+
+/// Published hidden/layers ratios the rule is fitted to (see the module comment).
+const PUBLISHED_ASPECT_RATIOS: [f64; 6] = [128.0, 195.0, 200.0, 128.0, 102.4, 130.0];
+pub const HEAD_DIM: u32 = 128;
+pub const HIDDEN_MULTIPLE: u32 = 1024;
+pub const LAYER_MULTIPLE: u32 = 8;
+pub const DERIVED_VOCAB: u32 = 51200;
+pub const MAX_RELATIVE_ERROR: f64 = 0.02;
+
+/// Target aspect ratio: geometric mean of the published ratios.
+pub fn target_aspect_ratio() -> f64 {
+    let log_sum: f64 = PUBLISHED_ASPECT_RATIOS.iter().map(|r| r.ln()).sum();
+    (log_sum / PUBLISHED_ASPECT_RATIOS.len() as f64).exp()
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "--params {requested:.3e}: no shape with hidden a multiple of 1024, head dimension 128 and layers a multiple of 8 lands within 2% of it; give the shape instead (--layers --hidden --heads)"
+)]
+pub struct ShapeError {
+    pub requested: f64,
+}
+
+fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
+    Model {
+        name: String::new(),
+        layers,
+        hidden,
+        heads: hidden / HEAD_DIM,
+        kv_heads: hidden / HEAD_DIM,
+        ffn_hidden: 4 * hidden,
+        vocab: DERIVED_VOCAB,
+        seq_len,
+        gated_mlp: false,
+        linear_bias: true,
+        tied_embeddings: true,
+        learned_position_embeddings: true,
+        norm: Norm::Layernorm,
+    }
+}
+
+/// Derives a shape for `params` parameters at sequence length `seq_len`.
+pub fn derive_shape(params: f64, seq_len: u32) -> Result<Model, ShapeError> {
+    let target = target_aspect_ratio().ln();
+    let mut best: Option<(f64, f64, Model)> = None;
+    for hidden in (1..=128u32).map(|i| i * HIDDEN_MULTIPLE) {
+        let probe = gpt_shape(1, hidden, seq_len);
+        let fixed = probe.embedding_params() + probe.output_params();
+        let per_layer = probe.layer_params();
+        let ideal_layers = (params - fixed) / per_layer;
+        if ideal_layers < 1.0 {
+            continue;
+        }
+        let floor = ideal_layers.floor() as u32;
+        let near = [
+            floor.saturating_sub(3),
+            floor.saturating_sub(2),
+            floor.saturating_sub(1),
+            floor,
+            floor + 1,
+            floor + 2,
+            floor + 3,
+            floor + 4,
+        ];
+        for layers in near {
+            if layers == 0 {
+                continue;
+            }
+            let penalty = match layers {
+                l if l % LAYER_MULTIPLE == 0 => 0.0,
+                l if l % 4 == 0 => 0.5,
+                l if l % 2 == 0 => 0.75,
+                _ => 1.0,
+            };
+            let model = gpt_shape(layers, hidden, seq_len);
+            let error = (model.params() / params - 1.0).abs();
+            if error > MAX_RELATIVE_ERROR {
+                continue;
+            }
+            let aspect_distance = (f64::from(hidden) / f64::from(layers)).ln() - target;
+            let key = (aspect_distance.abs() + penalty, error);
+            if best.as_ref().is_none_or(|(d, e, _)| key < (*d, *e)) {
+                best = Some((key.0, key.1, model));
+            }
+        }
+    }
+    let (_, _, mut model) = best.ok_or(ShapeError { requested: params })?;
+    model.name = format!(
+        "derived-{}",
+        crate::units::format_count(params).to_lowercase()
+    );
+    Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lands_within_two_percent_across_sizes() {
+        for params in [1.3e9, 7e9, 13e9, 70e9, 175e9, 512e9, 1e12, 1.5e12] {
+            let m = derive_shape(params, 2048).unwrap();
+            let error = (m.params() / params - 1.0).abs();
+            assert!(error <= 0.02, "{params}: {error}");
+            assert_eq!(m.hidden % 1024, 0);
+            assert_eq!(m.head_dim(), 128);
+            if params >= 175e9 {
+                assert_eq!(m.layers % 8, 0, "{params}: {m:?}");
+            }
+            let aspect = f64::from(m.hidden) / f64::from(m.layers);
+            assert!((50.0..400.0).contains(&aspect), "{params}: aspect {aspect}");
+        }
+    }
+
+    #[test]
+    fn seeds_512b_splits_into_16_stages_and_8_way_tp() {
+        let m = derive_shape(512e9, 2048).unwrap();
+        assert_eq!(m.layers % 16, 0, "{m:?}");
+        assert_eq!(m.heads % 8, 0, "{m:?}");
+    }
+
+    #[test]
+    fn target_is_geometric_mean() {
+        assert!(
+            (target_aspect_ratio() - 143.0).abs() < 1.0,
+            "{}",
+            target_aspect_ratio()
+        );
+    }
+}

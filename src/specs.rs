@@ -1,0 +1,246 @@
+//! Spec files: bundled models, GPU profiles and plans, by name or by path.
+//!
+//! The bundled files under `models/` and `clusters/` are compiled into the binary, so a release
+//! binary copied to another machine still knows them. Unknown keys are errors (deny_unknown_fields);
+//! malformed YAML is reported with file, line and column.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::cluster::GpuProfile;
+use crate::model::{Model, ModelFile};
+use crate::plan::PlanRequest;
+
+/// Bundled model specs: (name, YAML text).
+pub const BUNDLED_MODELS: &[(&str, &str)] = &[
+    ("bloom-176b", include_str!("../models/bloom-176b.yaml")),
+    ("gpt3-175b", include_str!("../models/gpt3-175b.yaml")),
+    ("llama3-8b", include_str!("../models/llama3-8b.yaml")),
+    ("llama3-70b", include_str!("../models/llama3-70b.yaml")),
+    ("llama3-405b", include_str!("../models/llama3-405b.yaml")),
+    ("megatron-1t", include_str!("../models/megatron-1t.yaml")),
+    ("mt-nlg-530b", include_str!("../models/mt-nlg-530b.yaml")),
+];
+
+/// Bundled GPU/node profiles: (name, YAML text).
+pub const BUNDLED_GPUS: &[(&str, &str)] = &[
+    (
+        "a100-sxm-80g",
+        include_str!("../clusters/a100-sxm-80g.yaml"),
+    ),
+    (
+        "b200-sxm-180g",
+        include_str!("../clusters/b200-sxm-180g.yaml"),
+    ),
+    (
+        "h100-sxm-80g",
+        include_str!("../clusters/h100-sxm-80g.yaml"),
+    ),
+    (
+        "h200-sxm-141g",
+        include_str!("../clusters/h200-sxm-141g.yaml"),
+    ),
+    (
+        "jean-zay-a100-80g",
+        include_str!("../clusters/jean-zay-a100-80g.yaml"),
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("unknown {kind} {name:?}; known: {known} (or give a path to a .yaml file)")]
+    UnknownName {
+        kind: &'static str,
+        name: String,
+        known: String,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{origin}:{line}:{column}: {message}")]
+    Yaml {
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
+    yaml_serde::from_str(text).map_err(|err| {
+        let (line, column) = err
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((0, 0));
+        let message = err.to_string();
+        // yaml_serde appends " at line L column C"; the location is already in front.
+        let message = message
+            .split(" at line ")
+            .next()
+            .unwrap_or(&message)
+            .to_string();
+        SpecError::Yaml {
+            origin: origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    })
+}
+
+/// Reads a spec named `name_or_path`: a bundled name, or a file path (anything with a path
+/// separator or a .yaml/.yml ending, or an existing file).
+fn read_spec<T: DeserializeOwned>(
+    kind: &'static str,
+    bundled: &[(&str, &str)],
+    name_or_path: &str,
+) -> Result<(String, T), SpecError> {
+    let looks_like_path = name_or_path.contains('/')
+        || name_or_path.ends_with(".yaml")
+        || name_or_path.ends_with(".yml");
+    if looks_like_path || Path::new(name_or_path).is_file() {
+        let text = std::fs::read_to_string(name_or_path).map_err(|source| SpecError::Read {
+            path: name_or_path.to_string(),
+            source,
+        })?;
+        return Ok((name_or_path.to_string(), parse_yaml(name_or_path, &text)?));
+    }
+    match bundled.iter().find(|(name, _)| *name == name_or_path) {
+        Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
+        None => Err(SpecError::UnknownName {
+            kind,
+            name: name_or_path.to_string(),
+            known: bundled
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
+    let (origin, file): (String, ModelFile) = read_spec("model", BUNDLED_MODELS, name_or_path)?;
+    Model::from_file(&file).map_err(|err| SpecError::Invalid {
+        origin,
+        message: err.to_string(),
+    })
+}
+
+pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
+    let (origin, profile): (String, GpuProfile) = read_spec("GPU", BUNDLED_GPUS, name_or_path)?;
+    profile
+        .check()
+        .map_err(|message| SpecError::Invalid { origin, message })?;
+    Ok(profile)
+}
+
+/// The model a plan file refers to: a bundled name or path, or the whole shape inline.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum ModelRef {
+    Named(String),
+    Inline(ModelFile),
+}
+
+/// A saved plan (`plans/*.yaml`): the scenario and the plan. `tpsim plan --save` writes it and
+/// `tpsim eval --plan` reads it; command-line flags override the scenario keys.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRef>,
+    /// A bare parameter count such as "512B" (the shape is derived), instead of `model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<u32>,
+    pub plan: PlanRequest,
+}
+
+pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: path.to_string(),
+        source,
+    })?;
+    parse_yaml(path, &text)
+}
+
+pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, SpecError> {
+    match reference {
+        ModelRef::Named(name) => load_model(name),
+        ModelRef::Inline(file) => Model::from_file(file).map_err(|err| SpecError::Invalid {
+            origin: origin.to_string(),
+            message: err.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bundled_spec_loads() {
+        for (name, _) in BUNDLED_MODELS {
+            let model = load_model(name).unwrap();
+            assert_eq!(&model.name, name);
+        }
+        for (name, _) in BUNDLED_GPUS {
+            let gpu = load_gpu(name).unwrap();
+            assert_eq!(&gpu.name, name);
+        }
+    }
+
+    #[test]
+    fn bundled_models_match_published_parameter_counts() {
+        for (name, text) in BUNDLED_MODELS {
+            let file: ModelFile = yaml_serde::from_str(text).unwrap();
+            let published = file
+                .published_params_b
+                .expect("every bundled model quotes its size");
+            let ours = Model::from_file(&file).unwrap().params() / 1e9;
+            // Published sizes are rounded (175B, 8B); 3% covers the rounding, not a fudge.
+            assert!(
+                (ours / published - 1.0).abs() < 0.03,
+                "{name}: ours {ours:.2}B vs published {published}B"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_names_list_known_ones() {
+        let err = load_model("gpt5").unwrap_err().to_string();
+        assert!(
+            err.contains("gpt3-175b") && err.contains("llama3-70b"),
+            "{err}"
+        );
+        let err = load_gpu("tpu-v5").unwrap_err().to_string();
+        assert!(err.contains("h100-sxm-80g"), "{err}");
+    }
+
+    #[test]
+    fn malformed_yaml_names_line_and_column() {
+        let err = parse_yaml::<ModelFile>("x.yaml", "name: a\nlayers: [\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("x.yaml:"), "{err}");
+        let err = parse_yaml::<ModelFile>("x.yaml", "name: a\nlayerz: 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("layerz") && err.contains("x.yaml:2:"), "{err}");
+    }
+}

@@ -1,0 +1,41 @@
+//! What one training step processes, and the number formats it keeps.
+
+use serde::Serialize;
+
+/// Default sequences per step when `--global-batch` is not given: GPT-3 175B's 1536 sequences of
+/// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
+pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
+
+/// Bytes per parameter kept in training, mixed precision with Adam (Rajbhandari et al. 2020 §3.1:
+/// 2Ψ fp16 weights, 2Ψ fp16 gradients, 12Ψ fp32 master weights, momentum and variance).
+pub const WEIGHT_BYTES: f64 = 2.0;
+pub const OPTIMIZER_BYTES: f64 = 12.0;
+
+/// Gradient storage precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradDtype {
+    /// 2 bytes per gradient (ZeRO paper, DeepSpeed's default).
+    Bf16,
+    /// 4 bytes: Megatron-LM's fp32 `main_grad` buffer (`--accumulate-allreduce-grads-in-fp32`).
+    Fp32,
+}
+
+impl GradDtype {
+    pub fn bytes(self) -> f64 {
+        match self {
+            GradDtype::Bf16 => 2.0,
+            GradDtype::Fp32 => 4.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Training {
+    pub seq_len: u32,
+    /// Sequences per optimizer step across all replicas.
+    pub global_batch: u32,
+    pub grad_dtype: GradDtype,
+    /// Tokens to train on, for the time-to-train estimate.
+    pub tokens: Option<f64>,
+}

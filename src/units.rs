@@ -1,0 +1,205 @@
+//! Physical quantities as newtypes, and parsing of the sizes users type.
+//!
+//! `Bytes / BytesPerSec = Seconds` and `Flops / FlopsPerSec = Seconds` compile; adding bytes to seconds
+//! does not. GB = 1e9 bytes and GiB = 2^30 bytes, never mixed silently (STYLE.md rule 9).
+
+use serde::{Deserialize, Serialize};
+use std::ops::{Add, AddAssign, Div, Mul, Sub};
+
+pub const GB: f64 = 1e9;
+pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+macro_rules! quantity {
+    ($name:ident, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub f64);
+
+        impl Add for $name {
+            type Output = $name;
+            fn add(self, rhs: $name) -> $name {
+                $name(self.0 + rhs.0)
+            }
+        }
+        impl AddAssign for $name {
+            fn add_assign(&mut self, rhs: $name) {
+                self.0 += rhs.0;
+            }
+        }
+        impl Sub for $name {
+            type Output = $name;
+            fn sub(self, rhs: $name) -> $name {
+                $name(self.0 - rhs.0)
+            }
+        }
+        impl Mul<f64> for $name {
+            type Output = $name;
+            fn mul(self, rhs: f64) -> $name {
+                $name(self.0 * rhs)
+            }
+        }
+        impl Div<f64> for $name {
+            type Output = $name;
+            fn div(self, rhs: f64) -> $name {
+                $name(self.0 / rhs)
+            }
+        }
+        impl std::iter::Sum for $name {
+            fn sum<I: Iterator<Item = $name>>(iter: I) -> $name {
+                $name(iter.map(|q| q.0).sum())
+            }
+        }
+        impl $name {
+            pub const ZERO: $name = $name(0.0);
+            pub fn max(self, other: $name) -> $name {
+                $name(self.0.max(other.0))
+            }
+            pub fn min(self, other: $name) -> $name {
+                $name(self.0.min(other.0))
+            }
+        }
+    };
+}
+
+quantity!(
+    Bytes,
+    "A number of bytes (f64 so that per-GPU shares of a tensor stay exact enough)."
+);
+quantity!(Seconds, "A duration in seconds.");
+quantity!(
+    Flops,
+    "A count of floating-point operations (a multiply-add is 2)."
+);
+quantity!(FlopsPerSec, "A rate of floating-point operations.");
+quantity!(BytesPerSec, "A bandwidth in bytes per second.");
+
+impl Div<BytesPerSec> for Bytes {
+    type Output = Seconds;
+    fn div(self, rhs: BytesPerSec) -> Seconds {
+        Seconds(self.0 / rhs.0)
+    }
+}
+impl Div<FlopsPerSec> for Flops {
+    type Output = Seconds;
+    fn div(self, rhs: FlopsPerSec) -> Seconds {
+        Seconds(self.0 / rhs.0)
+    }
+}
+impl Div<Seconds> for Flops {
+    type Output = FlopsPerSec;
+    fn div(self, rhs: Seconds) -> FlopsPerSec {
+        FlopsPerSec(self.0 / rhs.0)
+    }
+}
+
+impl Bytes {
+    pub fn gib(self) -> f64 {
+        self.0 / GIB
+    }
+    pub fn gb(self) -> f64 {
+        self.0 / GB
+    }
+}
+
+/// Why a count such as `512B` could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{flag} {original:?} {rule}")]
+pub struct ParseCountError {
+    pub flag: &'static str,
+    pub original: String,
+    pub rule: String,
+}
+
+/// Parses a parameter count: `512B`, `1.5T`, `70000M`, `175e9`, `7.5b`, `350k`.
+/// Suffixes are decimal (K=1e3, M=1e6, B/G=1e9, T=1e12), as model sizes are quoted in papers.
+pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountError> {
+    let fail = |rule: &str| ParseCountError {
+        flag,
+        original: text.to_string(),
+        rule: rule.to_string(),
+    };
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(fail(
+            "is empty; give a count such as 512B, 1.5T, 70000M or 175e9",
+        ));
+    }
+    let (number, multiplier) = match trimmed.chars().last() {
+        Some(c) if c.is_ascii_alphabetic() && !trimmed.ends_with(['e', 'E']) => {
+            let multiplier = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'B' | 'G' => 1e9,
+                'T' => 1e12,
+                _ => {
+                    return Err(fail(
+                        "has an unknown suffix; use K, M, B or T (e.g. 512B, 1.5T, 70000M) or a plain number like 175e9",
+                    ));
+                }
+            };
+            (&trimmed[..trimmed.len() - 1], multiplier)
+        }
+        _ => (trimmed, 1.0),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| fail("is not a number; give a count such as 512B, 1.5T, 70000M or 175e9"))?;
+    if !value.is_finite() {
+        return Err(fail("is not finite; give a count such as 512B"));
+    }
+    if value <= 0.0 {
+        return Err(fail("must be greater than zero; give a count such as 512B"));
+    }
+    Ok(value * multiplier)
+}
+
+/// Formats a count the way it is usually quoted: 512.3B, 1.01T, 350M.
+pub fn format_count(value: f64) -> String {
+    if value >= 1e12 {
+        format!("{:.2}T", value / 1e12)
+    } else if value >= 1e9 {
+        format!("{:.1}B", value / 1e9)
+    } else if value >= 1e6 {
+        format!("{:.0}M", value / 1e6)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms_users_type() {
+        assert_eq!(parse_count("--params", "512B").unwrap(), 512e9);
+        assert_eq!(parse_count("--params", "1.5T").unwrap(), 1.5e12);
+        assert_eq!(parse_count("--params", "70000M").unwrap(), 70e9);
+        assert_eq!(parse_count("--params", "175e9").unwrap(), 175e9);
+        assert_eq!(parse_count("--params", "7.5b").unwrap(), 7.5e9);
+    }
+
+    #[test]
+    fn rejects_bad_counts_with_the_rule() {
+        for bad in ["abc", "-5B", "0", "", "5X", "nan", "1e400"] {
+            let err = parse_count("--params", bad).unwrap_err();
+            assert!(err.to_string().contains("--params"), "{err}");
+        }
+        assert!(
+            parse_count("--params", "-5B")
+                .unwrap_err()
+                .rule
+                .contains("greater than zero")
+        );
+    }
+
+    #[test]
+    fn division_gives_time() {
+        let t = Bytes(100.0 * GB) / BytesPerSec(50.0 * GB);
+        assert_eq!(t, Seconds(2.0));
+        let t = Flops(312e12) / FlopsPerSec(312e12);
+        assert_eq!(t, Seconds(1.0));
+    }
+}

@@ -1,0 +1,213 @@
+//! Published training runs (`validation/published_runs.yaml`) turned into tpsim scenarios, and
+//! the prediction error on each.
+//!
+//! The published step time is `results.iteration_time_s` where the source logs it (BLOOM), else the
+//! dataset's `derived.iteration_time_s_from_eq3` (Megatron SC'21: Eq. 3 FLOPs / reported FLOP/s).
+//! The hardware maps to a bundled profile by what the run names: Jean Zay → `jean-zay-a100-80g`,
+//! other A100 80GB runs → `a100-sxm-80g` (Selene is DGX A100).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::Cluster;
+use crate::cost::{Estimate, evaluate};
+use crate::model::{Model, Norm};
+use crate::plan::{ParallelPlan, PlanRequest, Recompute};
+use crate::specs::{self, SpecError};
+use crate::training::{GradDtype, Training};
+
+#[derive(Debug, Deserialize)]
+struct RunModel {
+    arch: String,
+    layers: u32,
+    hidden: u32,
+    heads: u32,
+    kv_heads: Option<u32>,
+    ffn_hidden: Option<u32>,
+    vocab: u32,
+    vocab_padded: Option<u32>,
+    seq_len: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunHardware {
+    gpu: String,
+    gpus_per_node: u32,
+    num_gpus: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunPlan {
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    virtual_pipeline_stages: Option<u32>,
+    sequence_parallel: Option<bool>,
+    recompute: Option<String>,
+    zero_stage: Option<u8>,
+    micro_batch_size: u32,
+    global_batch_size: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunResults {
+    iteration_time_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunDerived {
+    iteration_time_s_from_eq3: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PublishedRun {
+    id: String,
+    completeness: Option<String>,
+    model: RunModel,
+    hardware: RunHardware,
+    plan: RunPlan,
+    results: RunResults,
+    derived: Option<RunDerived>,
+}
+
+/// One published run against tpsim's prediction.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracyRow {
+    pub id: String,
+    pub gpu_profile: String,
+    pub gpus: u32,
+    pub plan: String,
+    pub published_step_s: f64,
+    pub predicted_step_s: f64,
+    /// (predicted − published) / published.
+    pub error: f64,
+    pub fits: bool,
+    pub predicted_memory_gib: f64,
+    #[serde(skip)]
+    pub estimate: Estimate,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccuracyError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("run {id}: {message}")]
+    Run { id: String, message: String },
+}
+
+fn gpu_profile_for(hardware: &str) -> Option<&'static str> {
+    if hardware.contains("Jean Zay") {
+        Some("jean-zay-a100-80g")
+    } else if hardware.contains("A100") {
+        Some("a100-sxm-80g")
+    } else {
+        None
+    }
+}
+
+fn recompute_of(text: Option<&str>) -> Recompute {
+    match text {
+        Some(t) if t.starts_with("full") => Recompute::Full,
+        Some(t) if t.starts_with("selective") => Recompute::Selective,
+        _ => Recompute::None,
+    }
+}
+
+/// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
+pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
+    let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml).map_err(|err| {
+        AccuracyError::Spec(SpecError::Invalid {
+            origin: origin.to_string(),
+            message: err.to_string(),
+        })
+    })?;
+    let mut rows = Vec::new();
+    for run in runs {
+        if run.completeness.as_deref() != Some("full_plan") {
+            continue;
+        }
+        let Some(profile) = gpu_profile_for(&run.hardware.gpu) else {
+            continue;
+        };
+        let published = run.results.iteration_time_s.or(run
+            .derived
+            .as_ref()
+            .and_then(|d| d.iteration_time_s_from_eq3));
+        let Some(published_step_s) = published else {
+            continue;
+        };
+        let fail = |message: String| AccuracyError::Run {
+            id: run.id.clone(),
+            message,
+        };
+        let m = &run.model;
+        let model = Model {
+            name: run.id.clone(),
+            layers: m.layers,
+            hidden: m.hidden,
+            heads: m.heads,
+            kv_heads: m.kv_heads.unwrap_or(m.heads),
+            ffn_hidden: m.ffn_hidden.unwrap_or(4 * m.hidden),
+            vocab: m.vocab_padded.unwrap_or(m.vocab),
+            seq_len: m.seq_len,
+            gated_mlp: false,
+            linear_bias: true,
+            tied_embeddings: true,
+            learned_position_embeddings: !m.arch.contains("ALiBi"),
+            norm: Norm::Layernorm,
+        };
+        model.check().map_err(|e| fail(e.to_string()))?;
+        let gpu = specs::load_gpu(profile)?;
+        let hw = &run.hardware;
+        let cluster = Cluster {
+            gpu,
+            nodes: hw.num_gpus.div_ceil(hw.gpus_per_node),
+            gpus_per_node: hw.gpus_per_node,
+        };
+        let training = Training {
+            seq_len: m.seq_len,
+            global_batch: run.plan.global_batch_size,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+        };
+        let p = &run.plan;
+        let request = PlanRequest {
+            tp: p.tp,
+            pp: p.pp,
+            dp: p.dp,
+            vpp: p.virtual_pipeline_stages.unwrap_or(1),
+            micro_batch: p.micro_batch_size,
+            sequence_parallel: p.sequence_parallel.unwrap_or(false),
+            recompute: recompute_of(p.recompute.as_deref()),
+            zero: p.zero_stage.unwrap_or(0),
+            allow_uneven_pp: true,
+            allow_cross_node_tp: false,
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training)
+            .map_err(|e| fail(e.to_string()))?;
+        let estimate = evaluate(&model, &cluster, &training, &plan);
+        let predicted_step_s = estimate.time.step_s.0;
+        rows.push(AccuracyRow {
+            id: run.id.clone(),
+            gpu_profile: profile.to_string(),
+            gpus: hw.num_gpus,
+            plan: format!(
+                "tp{} pp{} dp{} vpp{} mb{} gbs{} {} zero{}",
+                plan.tp,
+                plan.pp,
+                plan.dp,
+                plan.vpp,
+                plan.micro_batch,
+                plan.global_batch,
+                plan.recompute.as_str(),
+                plan.zero
+            ),
+            published_step_s,
+            predicted_step_s,
+            error: predicted_step_s / published_step_s - 1.0,
+            fits: estimate.memory.fits,
+            predicted_memory_gib: estimate.memory.total_bytes.gib(),
+            estimate,
+        });
+    }
+    Ok(rows)
+}
