@@ -11,7 +11,7 @@ use crate::cli::{
 use crate::cluster::Cluster;
 use crate::cost::evaluate;
 use crate::model::{Model, ModelFile, Norm};
-use crate::plan::{ParallelPlan, PlanRequest, Recompute};
+use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
 use crate::planner::{SearchOptions, search};
 use crate::report::{self, ClusterSummary, ModelSummary, Report};
 use crate::shape::derive_shape;
@@ -376,6 +376,30 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
             let dp = match args.dp {
                 Some(dp) => dp,
                 None if tp > 0 && pp > 0 && gpus % (tp * pp) == 0 => gpus / (tp * pp),
+                // No dp makes tp x pp fit the cluster; report a degree that can never work for this
+                // model first, since changing the cluster would not fix it.
+                None if tp > 0 && scenario.model.heads % tp != 0 => {
+                    let valid: Vec<String> = divisors(scenario.model.heads)
+                        .into_iter()
+                        .filter(|d| {
+                            *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp
+                        })
+                        .map(|d| d.to_string())
+                        .collect();
+                    return Err(PlanError::TpHeads {
+                        tp,
+                        heads: scenario.model.heads,
+                        valid: valid.join(", "),
+                    }
+                    .into());
+                }
+                None if pp > scenario.model.layers => {
+                    return Err(PlanError::PpLayers {
+                        pp,
+                        layers: scenario.model.layers,
+                    }
+                    .into());
+                }
                 None => bail!(
                     "--tp {tp} x --pp {pp} = {} does not divide the cluster's {gpus} GPUs; choose tp x pp dividing {gpus}",
                     u64::from(tp) * u64::from(pp)

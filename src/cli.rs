@@ -60,7 +60,7 @@ pub enum GradDtypeArg {
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// Parameter count (512B, 1.5T, 70000M, 175e9); a GPT-style shape is derived and printed.
-    #[arg(long, value_name = "COUNT", conflicts_with_all = ["model", "layers"])]
+    #[arg(long, value_name = "COUNT", allow_hyphen_values = true, conflicts_with_all = ["model", "layers"])]
     pub params: Option<String>,
     /// Bundled model name (gpt3-175b, llama3-70b, ...) or a model YAML file.
     #[arg(long, value_name = "NAME|FILE", conflicts_with = "layers")]

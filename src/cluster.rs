@@ -50,9 +50,9 @@ pub struct GpuProfile {
 
 /// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published
 /// runs tpsim is validated on); see `validation/FIT.md` and the test that re-derives it.
-pub const DEFAULT_FRAMEWORK_EFFICIENCY: f64 = 0.84;
+pub const DEFAULT_FRAMEWORK_EFFICIENCY: f64 = 0.90;
 /// Fitted together with [`DEFAULT_FRAMEWORK_EFFICIENCY`]; see `validation/FIT.md`.
-pub const DEFAULT_LAYER_OVERHEAD_US: f64 = 400.0;
+pub const DEFAULT_LAYER_OVERHEAD_US: f64 = 600.0;
 
 fn default_framework_efficiency() -> f64 {
     DEFAULT_FRAMEWORK_EFFICIENCY

@@ -211,3 +211,153 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
     }
     Ok(rows)
 }
+
+/// One measured vTrain run (`validation/vtrain_ground_truth.json`), the subset of fields we use.
+#[derive(Debug, Deserialize)]
+struct VtrainRow {
+    subset: String,
+    model: VtrainModel,
+    hardware: VtrainHardware,
+    plan: VtrainPlan,
+    results: VtrainResults,
+    flags: VtrainFlags,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainModel {
+    layers: u32,
+    hidden: u32,
+    heads: u32,
+    ffn_hidden: u32,
+    vocab: u32,
+    seq_len: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainHardware {
+    num_gpus: u32,
+    gpus_per_node: u32,
+    interconnect: VtrainInterconnect,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainInterconnect {
+    #[serde(rename = "inter_node_Gbps")]
+    inter_node_gbps: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainPlan {
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    micro_batch_size: u32,
+    global_batch_size: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainResults {
+    iteration_time_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct VtrainFlags {
+    tp_spans_nodes: bool,
+}
+
+/// A vTrain scenario ready to evaluate, with its measured step time.
+pub struct VtrainCase {
+    pub subset: String,
+    pub model: Model,
+    pub cluster: Cluster,
+    pub training: Training,
+    pub plan: ParallelPlan,
+    pub measured_step_s: f64,
+}
+
+/// Reads vTrain's measured runs as scenarios on the given A100 profile, with the inter-node
+/// bandwidth the row states (vTrain's configs: 800 Gb/s per node). Rows whose TP group spans nodes
+/// are left out (vTrain's own doubts; see vtrain_ground_truth.md). All runs use full recompute and
+/// plain 1F1B (`use_checkpoint true`, `pipeline_scheduling 1f1b`).
+pub fn vtrain_cases(
+    json: &str,
+    a100: &crate::cluster::GpuProfile,
+) -> Result<Vec<VtrainCase>, serde_json::Error> {
+    let rows: Vec<VtrainRow> = serde_json::from_str(json)?;
+    let mut cases = Vec::new();
+    for row in rows.into_iter().filter(|r| !r.flags.tp_spans_nodes) {
+        let m = &row.model;
+        let model = Model {
+            name: "vtrain".into(),
+            layers: m.layers,
+            hidden: m.hidden,
+            heads: m.heads,
+            kv_heads: m.heads,
+            ffn_hidden: m.ffn_hidden,
+            vocab: m.vocab,
+            seq_len: m.seq_len,
+            gated_mlp: false,
+            linear_bias: true,
+            tied_embeddings: true,
+            learned_position_embeddings: true,
+            norm: Norm::Layernorm,
+        };
+        let hw = &row.hardware;
+        let mut gpu = a100.clone();
+        gpu.network_gb_per_s = hw.interconnect.inter_node_gbps / 8.0 / f64::from(hw.gpus_per_node);
+        let gpus_per_node = hw.gpus_per_node.min(hw.num_gpus);
+        let cluster = Cluster {
+            gpu,
+            nodes: hw.num_gpus.div_ceil(gpus_per_node),
+            gpus_per_node,
+        };
+        let training = Training {
+            seq_len: m.seq_len,
+            global_batch: row.plan.global_batch_size,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+        };
+        let p = &row.plan;
+        let request = PlanRequest {
+            tp: p.tp,
+            pp: p.pp,
+            dp: p.dp,
+            vpp: 1,
+            micro_batch: p.micro_batch_size,
+            sequence_parallel: false,
+            recompute: Recompute::Full,
+            zero: 0,
+            allow_uneven_pp: true,
+            allow_cross_node_tp: false,
+        };
+        if let Ok(plan) = ParallelPlan::build(&request, &model, &cluster, &training) {
+            cases.push(VtrainCase {
+                subset: row.subset,
+                model,
+                cluster,
+                training,
+                plan,
+                measured_step_s: row.results.iteration_time_s,
+            });
+        }
+    }
+    Ok(cases)
+}
+
+/// Mean squared log error of predicted vs measured step time over `cases`, with the framework
+/// constants set to the given values: the objective `validation/FIT.md` minimises.
+pub fn vtrain_msle(cases: &[VtrainCase], framework_efficiency: f64, layer_overhead_us: f64) -> f64 {
+    let mut sum = 0.0;
+    for case in cases {
+        let mut cluster = case.cluster.clone();
+        cluster.gpu.framework_efficiency = framework_efficiency;
+        cluster.gpu.layer_overhead_us = layer_overhead_us;
+        let predicted = evaluate(&case.model, &cluster, &case.training, &case.plan)
+            .time
+            .step_s
+            .0;
+        let log_ratio = (case.measured_step_s / predicted).ln();
+        sum += log_ratio * log_ratio;
+    }
+    sum / cases.len().max(1) as f64
+}

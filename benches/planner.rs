@@ -1,0 +1,78 @@
+//! Planner speed: one plan evaluation, and whole searches (`tpsim plan --params 512B --nodes 32`
+//! and `--params 1T --nodes 512`). Figures for this machine are in BENCHMARKS.md.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+
+use tpsim::cluster::Cluster;
+use tpsim::cost::evaluate;
+use tpsim::plan::{ParallelPlan, PlanRequest, Recompute};
+use tpsim::planner::{SearchOptions, enumerate, search};
+use tpsim::shape::derive_shape;
+use tpsim::specs::load_gpu;
+use tpsim::training::{GradDtype, Training};
+
+fn cluster(nodes: u32) -> Cluster {
+    Cluster {
+        gpu: load_gpu("h100-sxm-80g").unwrap(),
+        nodes,
+        gpus_per_node: 8,
+    }
+}
+
+fn training() -> Training {
+    Training {
+        seq_len: 2048,
+        global_batch: 1536,
+        grad_dtype: GradDtype::Bf16,
+        tokens: None,
+    }
+}
+
+fn one_evaluation(c: &mut Criterion) {
+    let model = derive_shape(512e9, 2048).unwrap();
+    let cluster = cluster(32);
+    let training = training();
+    let request = PlanRequest {
+        tp: 8,
+        pp: 16,
+        dp: 2,
+        vpp: 1,
+        micro_batch: 1,
+        sequence_parallel: true,
+        recompute: Recompute::Selective,
+        zero: 1,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let mut group = c.benchmark_group("evaluate");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("512b_tp8_pp16_dp2", |b| {
+        b.iter(|| evaluate(black_box(&model), &cluster, &training, black_box(&plan)))
+    });
+    group.finish();
+}
+
+fn searches(c: &mut Criterion) {
+    let options = SearchOptions {
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+    };
+    let training = training();
+    let mut group = c.benchmark_group("search");
+    group.sample_size(20);
+    for (label, params, nodes) in [("512B_32_nodes", 512e9, 32), ("1T_512_nodes", 1e12, 512)] {
+        let model = derive_shape(params, 2048).unwrap();
+        let cluster = cluster(nodes);
+        let candidates = enumerate(&model, &cluster, &training, options).len() as u64;
+        group.throughput(Throughput::Elements(candidates));
+        group.bench_function(label, |b| {
+            b.iter(|| search(black_box(&model), &cluster, &training, options))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, one_evaluation, searches);
+criterion_main!(benches);

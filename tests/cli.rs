@@ -1,0 +1,572 @@
+//! End-to-end tests of the `tpsim` binary: exit codes, the JSON/YAML contract, saved plans, and
+//! one-line errors for bad input.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Runs `tpsim ARGS` in the crate root; returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::cargo_bin("tpsim")
+        .expect("the tpsim binary is built")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("tpsim runs");
+    (
+        out.status
+            .code()
+            .expect("tpsim exited normally, not by a signal"),
+        String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    )
+}
+
+/// Runs a command that must print JSON; returns (exit code, parsed stdout).
+fn run_json(args: &[&str]) -> (i32, Value) {
+    let (code, stdout, stderr) = run(args);
+    let json = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: stdout is not JSON ({e}):\n{stdout}\n{stderr}"));
+    (code, json)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("expected a number, got {v}"))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("expected an unsigned integer, got {v}"))
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(f64::MIN_POSITIVE)
+}
+
+/// A fresh folder under the system temp dir, unique to this process and test.
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-cli-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// Bad input: exit 2 and exactly one stderr line `error: ...` containing every needle, no panic.
+fn assert_bad_input(args: &[&str], needles: &[&str]) {
+    let (code, stdout, stderr) = run(args);
+    assert_eq!(code, 2, "{args:?}: exit code; stderr:\n{stderr}");
+    assert!(
+        stdout.trim().is_empty(),
+        "{args:?}: bad input printed a report:\n{stdout}"
+    );
+    let message = stderr.trim_end();
+    assert_eq!(
+        message.lines().count(),
+        1,
+        "{args:?}: stderr is not one line:\n{stderr}"
+    );
+    assert!(
+        message.starts_with("error:"),
+        "{args:?}: stderr does not start with 'error:': {message}"
+    );
+    for bad in ["panicked", "RUST_BACKTRACE"] {
+        assert!(!message.contains(bad), "{args:?}: {message}");
+    }
+    for needle in needles {
+        assert!(
+            message.contains(needle),
+            "{args:?}: stderr lacks {needle:?}: {message}"
+        );
+    }
+}
+
+/// clap usage errors: exit 2, stderr names the flag, no panic (multi-line usage is allowed).
+fn assert_usage_error(args: &[&str], flag: &str) {
+    let (code, _, stderr) = run(args);
+    assert_eq!(code, 2, "{args:?}: exit code; stderr:\n{stderr}");
+    assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(flag),
+        "{args:?}: stderr lacks {flag}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+}
+
+const PLAN_512B: &[&str] = &[
+    "plan", "--params", "512B", "--nodes", "32", "--format", "json",
+];
+
+fn with_args<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
+
+fn check_plan_invariants(p: &Value, gpus: u64) {
+    let mem = &p["memory"];
+    let total = f(&mem["total_bytes"]);
+    assert_eq!(mem["fits"], Value::Bool(true), "{p}");
+    assert!(total <= f(&mem["capacity_bytes"]), "{p}");
+    let parts: f64 = [
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "other_bytes",
+    ]
+    .iter()
+    .map(|k| f(&mem[*k]))
+    .sum();
+    assert!(close(parts, total, 1e-6), "memory parts {parts} vs {total}");
+
+    let t = &p["time"];
+    let step = f(&t["step_s"]);
+    assert!(step > 0.0, "{p}");
+    let parts: f64 = [
+        "compute_s",
+        "tp_comm_exposed_s",
+        "pp_comm_exposed_s",
+        "dp_comm_exposed_s",
+        "bubble_s",
+        "optimizer_s",
+    ]
+    .iter()
+    .map(|k| f(&t[*k]))
+    .sum();
+    assert!(
+        close(parts, step, 1e-6),
+        "time parts {parts} vs step {step}"
+    );
+
+    assert_eq!(u(&p["tp"]) * u(&p["pp"]) * u(&p["dp"]), gpus, "{p}");
+    assert_eq!(
+        u(&p["micro_batch"]) * u(&p["num_microbatches"]) * u(&p["dp"]),
+        u(&p["global_batch"]),
+        "{p}"
+    );
+    for group in ["tp", "pp", "dp"] {
+        assert!(f(&p["comm"][group]["wire_bytes"]) >= 0.0, "{p}");
+        assert!(f(&p["comm"][group]["time_s"]) >= 0.0, "{p}");
+    }
+    for key in [
+        "vpp",
+        "sequence_parallel",
+        "recompute",
+        "zero",
+        "bubble_fraction",
+        "model_tflops_per_gpu",
+        "hardware_tflops_per_gpu",
+    ] {
+        assert!(!p[key].is_null(), "plan lacks {key}: {p}");
+    }
+    let mfu = f(&p["mfu"]);
+    assert!(mfu > 0.0 && mfu < 1.0, "mfu {mfu}");
+    assert!(f(&p["tokens_per_s"]) > 0.0);
+}
+
+#[test]
+fn plan_512b_on_32_nodes_json_contract() {
+    let (code, doc) = run_json(PLAN_512B);
+    assert_eq!(code, 0, "{doc}");
+
+    let m = &doc["model"];
+    let params = f(&m["params"]);
+    assert!(close(params, 512e9, 0.02), "params {params}");
+    for key in [
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn_hidden",
+        "vocab",
+    ] {
+        assert!(u(&m[key]) > 0, "model.{key}: {m}");
+    }
+    assert_eq!(u(&m["seq_len"]), 2048);
+    assert!(m["gated_mlp"].is_boolean(), "{m}");
+
+    let c = &doc["cluster"];
+    assert_eq!(c["gpu"], "h100-sxm-80g");
+    assert_eq!(u(&c["nodes"]), 32);
+    assert_eq!(u(&c["gpus_per_node"]), 8);
+    assert!(f(&c["gpu_memory_bytes"]) > 70e9);
+    assert!(f(&c["peak_flops"]) > 500e12);
+
+    let s = &doc["search"];
+    let rejected: u64 = s["infeasible_by_reason"]
+        .as_object()
+        .expect("infeasible_by_reason is a map")
+        .values()
+        .map(u)
+        .sum();
+    assert!(u(&s["feasible"]) >= 10, "{s}");
+    assert_eq!(u(&s["feasible"]) + rejected, u(&s["candidates"]), "{s}");
+    assert!(f(&s["elapsed_s"]) >= 0.0);
+
+    let plans = doc["plans"].as_array().expect("plans is an array");
+    assert_eq!(plans.len(), 10);
+    for p in plans {
+        check_plan_invariants(p, 256);
+    }
+    for pair in plans.windows(2) {
+        assert!(
+            f(&pair[0]["tokens_per_s"]) >= f(&pair[1]["tokens_per_s"]),
+            "plans not sorted by tokens_per_s"
+        );
+    }
+    let best = &plans[0];
+    assert_eq!(u(&best["tp"]), 8, "TP should stay inside the node: {best}");
+    assert_eq!(best["comm"]["tp"]["link"], "nvlink");
+    assert_eq!(best["comm"]["pp"]["link"], "network");
+}
+
+#[test]
+fn thread_count_does_not_change_the_plans() {
+    let strip = |mut doc: Value| {
+        let search = doc["search"].as_object_mut().expect("search stats");
+        search.remove("elapsed_s");
+        search.remove("threads");
+        doc
+    };
+    let (c1, one) = run_json(&with_args(PLAN_512B, &["--threads", "1"]));
+    let (c2, two) = run_json(&with_args(PLAN_512B, &["--threads", "2"]));
+    assert_eq!((c1, c2), (0, 0));
+    assert_eq!(one["search"]["threads"], 1);
+    assert_eq!(two["search"]["threads"], 2);
+    let (one, two) = (strip(one), strip(two));
+    assert_eq!(one["plans"].as_array().map(Vec::len), Some(10));
+    assert_eq!(one["plans"], two["plans"]);
+    assert_eq!(one, two);
+}
+
+#[test]
+fn yaml_output_matches_json() {
+    let (code, json) = run_json(PLAN_512B);
+    assert_eq!(code, 0);
+    let (code, yaml, stderr) = run(&[
+        "plan", "--params", "512B", "--nodes", "32", "--format", "yaml",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let yaml: Value = yaml_serde::from_str(&yaml).expect("--format yaml parses");
+    let (j, y) = (&json["plans"][0], &yaml["plans"][0]);
+    for key in [
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "micro_batch",
+        "num_microbatches",
+        "sequence_parallel",
+        "recompute",
+        "zero",
+    ] {
+        assert_eq!(j[key], y[key], "best plan {key} differs");
+    }
+    assert!(close(
+        f(&j["time"]["step_s"]),
+        f(&y["time"]["step_s"]),
+        1e-12
+    ));
+    assert!(close(
+        f(&j["memory"]["total_bytes"]),
+        f(&y["memory"]["total_bytes"]),
+        1e-12
+    ));
+    assert_eq!(
+        json["plans"].as_array().map(Vec::len),
+        yaml["plans"].as_array().map(Vec::len)
+    );
+}
+
+#[test]
+fn eval_seed_plan_file() {
+    let (code, doc) = run_json(&[
+        "eval",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{doc}");
+    let plans = doc["plans"].as_array().expect("plans");
+    assert_eq!(plans.len(), 1);
+    let p = &plans[0];
+    assert_eq!((u(&p["tp"]), u(&p["pp"]), u(&p["dp"])), (8, 16, 2));
+    check_plan_invariants(p, 256);
+    assert!(doc.get("search").is_none(), "eval runs no search: {doc}");
+}
+
+#[test]
+fn eval_that_does_not_fit_exits_1_with_breakdown() {
+    let args = [
+        "eval",
+        "--model",
+        "gpt3-175b",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.contains("DOES NOT FIT"), "{stdout}");
+    for part in ["weights", "optimizer", "activations", "time per step"] {
+        assert!(stdout.contains(part), "breakdown lacks {part}:\n{stdout}");
+    }
+
+    let (code, doc) = run_json(&with_args(&args, &["--format", "json"]));
+    assert_eq!(code, 1);
+    let mem = &doc["plans"][0]["memory"];
+    assert_eq!(mem["fits"], false);
+    assert!(f(&mem["total_bytes"]) > f(&mem["capacity_bytes"]), "{mem}");
+}
+
+#[test]
+fn plan_where_nothing_fits_reports_closest_miss() {
+    let (code, stdout, stderr) = run(&["plan", "--model", "gpt3-175b", "--nodes", "1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("closest"), "{stderr}");
+    assert!(stderr.contains("misses by"), "{stderr}");
+    assert!(
+        !stderr.contains("error:"),
+        "valid input is not an error: {stderr}"
+    );
+    assert!(stdout.contains("0 feasible"), "{stdout}");
+
+    let (code, doc) = run_json(&[
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--nodes",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(doc["plans"].as_array().map(Vec::len), Some(0));
+    assert_eq!(u(&doc["search"]["feasible"]), 0);
+}
+
+#[test]
+fn saved_plan_evaluates_to_the_same_result() {
+    let dir = temp_dir("save");
+    let file = dir.join("best.yaml");
+    let file = file.to_str().expect("UTF-8 temp path");
+    let (code, planned) = run_json(&with_args(PLAN_512B, &["--save", file]));
+    assert_eq!(code, 0);
+    assert!(std::path::Path::new(file).is_file(), "--save wrote nothing");
+
+    let (code, evaluated) = run_json(&["eval", "--plan", file, "--format", "json"]);
+    assert_eq!(code, 0, "{evaluated}");
+    let (best, again) = (&planned["plans"][0], &evaluated["plans"][0]);
+    for key in [
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "micro_batch",
+        "sequence_parallel",
+        "recompute",
+        "zero",
+    ] {
+        assert_eq!(best[key], again[key], "{key} differs after save/eval");
+    }
+    let (a, b) = (f(&best["time"]["step_s"]), f(&again["time"]["step_s"]));
+    assert!(close(a, b, 1e-9), "step_s {a} vs {b}");
+    assert_eq!(planned["model"]["params"], evaluated["model"]["params"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn accuracy_within_15_percent_and_fits() {
+    let (code, doc) = run_json(&["accuracy", "--format", "json"]);
+    assert_eq!(code, 0, "{doc}");
+    let rows = doc.as_array().expect("accuracy prints an array of rows");
+    assert!(rows.len() >= 11, "only {} rows", rows.len());
+    for row in rows {
+        let error = f(&row["error"]);
+        assert!(error.abs() <= 0.15, "{}: error {error}", row["id"]);
+        assert_eq!(row["fits"], true, "{}: predicted not to fit", row["id"]);
+        assert!(f(&row["predicted_step_s"]) > 0.0);
+    }
+}
+
+#[test]
+fn bad_counts_and_cluster_sizes() {
+    let plan = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["plan"];
+        args.extend_from_slice(extra);
+        args
+    };
+    assert_bad_input(&plan(&["--params", "abc", "--nodes", "32"]), &["\"abc\""]);
+    assert_bad_input(&plan(&["--params", "-5B", "--nodes", "32"]), &["-5B"]);
+    assert_bad_input(
+        &plan(&["--params", "0", "--nodes", "32"]),
+        &["\"0\"", "greater than zero"],
+    );
+    assert_bad_input(&plan(&["--params", "512B", "--nodes", "0"]), &["--nodes 0"]);
+    assert_bad_input(
+        &plan(&["--params", "512B", "--nodes", "99999999"]),
+        &["--nodes 99999999"],
+    );
+    assert_bad_input(
+        &plan(&["--params", "512B", "--nodes", "32", "--global-batch", "0"]),
+        &["--global-batch 0"],
+    );
+}
+
+#[test]
+fn bad_plan_degrees() {
+    let eval = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["eval", "--model", "gpt3-175b"];
+        args.extend_from_slice(extra);
+        args
+    };
+    // tp must divide the 96 heads; the message lists the valid degrees.
+    assert_bad_input(
+        &eval(&["--nodes", "16", "--tp", "5", "--pp", "1"]),
+        &["--tp 5", "96", "1, 2, 3, 4"],
+    );
+    assert_bad_input(
+        &eval(&["--nodes", "128", "--tp", "8", "--pp", "200"]),
+        &["--pp 200", "96 layers"],
+    );
+    // tp 8 x pp 2 on 128 GPUs leaves dp 8, which does not divide 100 sequences.
+    assert_bad_input(
+        &eval(&[
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--global-batch",
+            "100",
+        ]),
+        &["--global-batch 100", "--dp 8"],
+    );
+    assert_bad_input(
+        &eval(&["--nodes", "16", "--tp", "16", "--pp", "1"]),
+        &["--tp 16", "--allow-cross-node-tp"],
+    );
+    assert_bad_input(
+        &eval(&["--nodes", "16", "--tp", "8", "--pp", "16", "--zero", "7"]),
+        &["--zero 7"],
+    );
+    assert_bad_input(
+        &[
+            "eval",
+            "--model",
+            "llama3-405b",
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "16",
+        ],
+        &["--pp 16", "126 layers", "--allow-uneven-pp"],
+    );
+}
+
+#[test]
+fn bad_names_and_spec_files() {
+    assert_bad_input(
+        &["plan", "--model", "nosuch", "--nodes", "4"],
+        &["\"nosuch\"", "gpt3-175b"],
+    );
+    assert_bad_input(
+        &[
+            "plan", "--params", "512B", "--nodes", "4", "--gpu", "nosuch",
+        ],
+        &["\"nosuch\"", "h100-sxm-80g"],
+    );
+
+    let dir = temp_dir("specs");
+    let malformed = dir.join("malformed.yaml");
+    // Line 2 is a YAML syntax error: a mapping value inside a plain scalar.
+    std::fs::write(&malformed, "name: broken\nlayers: 12: 3\nhidden: 768\n").unwrap();
+    let malformed = malformed.to_str().unwrap();
+    assert_bad_input(
+        &["plan", "--model", malformed, "--nodes", "4"],
+        &[malformed, "not allowed"],
+    );
+    let (_, _, stderr) = run(&["plan", "--model", malformed, "--nodes", "4"]);
+    // file:line:column right after the path.
+    let location = stderr
+        .trim_end()
+        .strip_prefix(&format!("error: {malformed}:"))
+        .unwrap_or_else(|| panic!("no file: prefix: {stderr}"));
+    let mut fields = location.splitn(3, ':');
+    let line = fields.next().and_then(|l| l.parse::<u32>().ok());
+    let column = fields.next().and_then(|c| c.parse::<u32>().ok());
+    assert!(
+        line == Some(2) && column.is_some_and(|c| c >= 1),
+        "no file:line:column: {stderr}"
+    );
+
+    let unknown = dir.join("unknown-key.yaml");
+    std::fs::write(
+        &unknown,
+        "name: typo\nlayers: 12\nhidden: 768\nheads: 12\nvocab: 50257\nseq_len: 1024\nffn_hiden: 3072\n",
+    )
+    .unwrap();
+    let unknown = unknown.to_str().unwrap();
+    assert_bad_input(
+        &["plan", "--model", unknown, "--nodes", "4"],
+        &[unknown, "ffn_hiden", ":7:"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn clap_usage_errors_exit_2_and_name_the_flag() {
+    // `plan` has no --zero (the search tries every stage).
+    assert_usage_error(
+        &["plan", "--params", "512B", "--nodes", "32", "--zero", "7"],
+        "--zero",
+    );
+    assert_usage_error(
+        &[
+            "eval",
+            "--model",
+            "gpt3-175b",
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--recompute",
+            "maybe",
+        ],
+        "--recompute",
+    );
+    assert_usage_error(&["plan", "--params", "512B", "--nodes", "many"], "--nodes");
+}
+
+#[test]
+fn uneven_pipeline_for_llama3_405b() {
+    let (code, doc) = run_json(&[
+        "eval",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--allow-uneven-pp",
+        "--format",
+        "json",
+    ]);
+    assert!(code == 0 || code == 1, "exit {code}: {doc}");
+    let p = &doc["plans"][0];
+    let stages = &p["stages"];
+    assert_eq!(u(&stages["first"]), 7, "{stages}");
+    assert_eq!(u(&stages["middle_max"]), 8, "{stages}");
+    assert_eq!(u(&stages["last"]), 7, "{stages}");
+    assert_eq!(stages["even"], false);
+    // The exit code agrees with the memory verdict.
+    assert_eq!(code == 0, p["memory"]["fits"] == true, "{}", p["memory"]);
+}

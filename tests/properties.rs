@@ -1,0 +1,157 @@
+//! Invariants of the cost model and the planner, checked on random plans (proptest).
+
+use proptest::prelude::*;
+use tpsim::cluster::Cluster;
+use tpsim::cost::evaluate;
+use tpsim::cost::pipeline::bubble_fraction;
+use tpsim::model::Model;
+use tpsim::plan::{ParallelPlan, PlanRequest, Recompute};
+use tpsim::planner::{SearchOptions, search};
+use tpsim::specs::{load_gpu, load_model};
+use tpsim::training::{GradDtype, Training};
+
+fn cluster(nodes: u32) -> Cluster {
+    Cluster {
+        gpu: load_gpu("h100-sxm-80g").unwrap(),
+        nodes,
+        gpus_per_node: 8,
+    }
+}
+
+fn training(global_batch: u32) -> Training {
+    Training {
+        seq_len: 2048,
+        global_batch,
+        grad_dtype: GradDtype::Bf16,
+        tokens: None,
+    }
+}
+
+fn gpt3() -> Model {
+    load_model("gpt3-175b").unwrap()
+}
+
+fn recompute() -> impl Strategy<Value = Recompute> {
+    prop_oneof![
+        Just(Recompute::None),
+        Just(Recompute::Selective),
+        Just(Recompute::Full)
+    ]
+}
+
+fn request(
+    tp: u32,
+    pp: u32,
+    dp: u32,
+    micro_batch: u32,
+    sp: bool,
+    recompute: Recompute,
+    zero: u8,
+) -> PlanRequest {
+    PlanRequest {
+        tp,
+        pp,
+        dp,
+        vpp: 1,
+        micro_batch,
+        sequence_parallel: sp && tp > 1,
+        recompute,
+        zero,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn no_tp_means_no_tp_traffic(pp in prop::sample::select(vec![1u32, 2, 4, 8]), mb in prop::sample::select(vec![1u32, 2, 4]), rc in recompute(), zero in 0u8..=3) {
+        let model = gpt3();
+        let c = cluster(8);
+        let dp = 64 / pp;
+        let t = training(dp * mb * 4);
+        let plan = ParallelPlan::build(&request(1, pp, dp, mb, false, rc, zero), &model, &c, &t).unwrap();
+        let e = evaluate(&model, &c, &t, &plan);
+        prop_assert_eq!(e.comm.tp.wire_bytes.0, 0.0);
+        prop_assert_eq!(e.time.tp_comm_exposed_s.0, 0.0);
+    }
+
+    #[test]
+    fn weights_per_gpu_never_grow_with_tp_or_pp(tp_step in 0u32..3, pp_step in 0u32..3, rc in recompute(), zero in 0u8..=3) {
+        // Weights per GPU for tp and 2·tp, pp and 2·pp at the same dp (8 replicas): the model-parallel
+        // split only ever divides the weights further.
+        let model = gpt3();
+        let t = training(1536);
+        let tp = 1 << tp_step;
+        let pp = 1 << pp_step;
+        let weights = |tp: u32, pp: u32| {
+            let dp = 8;
+            let c = cluster(tp * pp);
+            let plan = ParallelPlan::build(&request(tp, pp, dp, 1, false, rc, zero), &model, &c, &t).unwrap();
+            evaluate(&model, &c, &t, &plan).memory.weights_bytes.0
+        };
+        prop_assert!(weights(tp * 2, pp) <= weights(tp, pp) * (1.0 + 1e-12));
+        prop_assert!(weights(tp, pp * 2) <= weights(tp, pp) * (1.0 + 1e-12));
+    }
+
+    #[test]
+    fn bubble_matches_narayanan(p in 1u32..64, v in 1u32..8, m in 1u32..512) {
+        let expected = if p == 1 { 0.0 } else { f64::from(p - 1) / (f64::from(v) * f64::from(m)) };
+        prop_assert_eq!(bubble_fraction(p, v, m), expected);
+    }
+
+    #[test]
+    fn estimate_parts_add_up(tp in prop::sample::select(vec![1u32, 2, 4, 8]), pp in prop::sample::select(vec![1u32, 2, 4, 8]), mb in prop::sample::select(vec![1u32, 2]), sp in any::<bool>(), rc in recompute(), zero in 0u8..=3) {
+        let model = gpt3();
+        let c = cluster(16);
+        let dp = 128 / (tp * pp);
+        let t = training(dp * mb * 8);
+        let plan = ParallelPlan::build(&request(tp, pp, dp, mb, sp, rc, zero), &model, &c, &t).unwrap();
+        let e = evaluate(&model, &c, &t, &plan);
+        let m = &e.memory;
+        let parts = m.weights_bytes.0 + m.gradients_bytes.0 + m.optimizer_bytes.0 + m.activations_bytes.0 + m.other_bytes.0;
+        prop_assert!((parts / m.total_bytes.0 - 1.0).abs() < 1e-9);
+        let s = &e.time;
+        let time = s.compute_s.0 + s.tp_comm_exposed_s.0 + s.pp_comm_exposed_s.0 + s.dp_comm_exposed_s.0 + s.bubble_s.0 + s.optimizer_s.0;
+        prop_assert!((time / s.step_s.0 - 1.0).abs() < 1e-9);
+        prop_assert!(e.mfu > 0.0 && e.mfu < 1.0, "mfu {}", e.mfu);
+        prop_assert!(e.hardware_tflops_per_gpu >= e.model_tflops_per_gpu);
+    }
+
+    #[test]
+    fn more_recompute_never_needs_more_activation_memory(tp in prop::sample::select(vec![1u32, 2, 8]), sp in any::<bool>()) {
+        let model = gpt3();
+        let c = cluster(16);
+        let dp = 128 / (tp * 8);
+        let t = training(dp * 16);
+        let act = |rc| {
+            let plan = ParallelPlan::build(&request(tp, 8, dp, 1, sp, rc, 1), &model, &c, &t).unwrap();
+            evaluate(&model, &c, &t, &plan).memory.activations_bytes.0
+        };
+        prop_assert!(act(Recompute::Full) <= act(Recompute::Selective));
+        prop_assert!(act(Recompute::Selective) <= act(Recompute::None));
+    }
+}
+
+#[test]
+fn ranking_is_identical_on_one_and_many_threads() {
+    let model = load_model("llama3-70b").unwrap();
+    let c = cluster(16);
+    let t = training(512);
+    let options = SearchOptions {
+        allow_uneven_pp: true,
+        allow_cross_node_tp: false,
+    };
+    let pool = |n| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
+    };
+    let one = pool(1).install(|| search(&model, &c, &t, options));
+    let many = pool(4).install(|| search(&model, &c, &t, options));
+    assert!(one.stats.feasible > 0);
+    assert_eq!(one.stats.candidates, many.stats.candidates);
+    assert_eq!(one.ranked, many.ranked);
+}
