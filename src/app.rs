@@ -23,6 +23,8 @@ use crate::validation;
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 const MAX_NODES: u32 = 131_072;
 const MAX_GPUS_PER_NODE: u32 = 72;
+/// Largest parameter count we derive a shape for.
+const MAX_PARAMS: f64 = 1e14;
 /// Default sequence length for derived and flag-given shapes (GPT-3, Megatron SC'21).
 const DEFAULT_SEQ_LEN: u32 = 2048;
 /// Default vocabulary for flag-given shapes (Megatron-LM's padded GPT-2 vocabulary).
@@ -65,7 +67,13 @@ fn resolve_model(
     let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
     let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
         let params = parse_count(flag, text)?;
-        let model = derive_shape(params, seq_len_for_derived)?;
+        if params > MAX_PARAMS {
+            bail!(
+                "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
+            );
+        }
+        let model =
+            derive_shape(params, seq_len_for_derived).with_context(|| format!("{flag} {text}"))?;
         Ok((model, format!("derived from --params {text}")))
     };
     if let Some(text) = &args.params {
@@ -114,7 +122,8 @@ fn resolve_model(
         }
         if let Some(text) = &file.params {
             let params = parse_count("params", text).with_context(|| format!("in {path}"))?;
-            let model = derive_shape(params, seq_len_for_derived)?;
+            let model = derive_shape(params, seq_len_for_derived)
+                .with_context(|| format!("params {text} in {path}"))?;
             return Ok((model, format!("derived from params {text} in {path}")));
         }
     }

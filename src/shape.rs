@@ -28,7 +28,7 @@ pub fn target_aspect_ratio() -> f64 {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "--params {requested:.3e}: no shape with hidden a multiple of 1024, head dimension 128 and layers a multiple of 8 lands within 2% of it; give the shape instead (--layers --hidden --heads)"
+    "no GPT-style shape of {requested:.3e} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse); give the shape instead (--layers --hidden --heads)"
 )]
 pub struct ShapeError {
     pub requested: f64,

@@ -13,6 +13,7 @@ pub mod comm;
 pub mod compute;
 pub mod memory;
 pub mod pipeline;
+pub mod schedule;
 
 use serde::Serialize;
 

@@ -1,0 +1,368 @@
+//! Cost model: pipeline schedule simulation.
+//!
+//! Simulates one training step of 1F1B (PipeDream-Flush, Narayanan et al. 2021 §2.2.1) and
+//! interleaved 1F1B (Narayanan et al. 2021 §2.2.2; Megatron-LM
+//! `forward_backward_pipelining_with_interleaving`) block by block from per-stage compute times,
+//! instead of using the closed-form bubble of `pipeline::bubble_fraction`. Pure functions, no I/O.
+
+/// Direction of one block of work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Forward,
+    Backward,
+}
+
+/// One forward or backward pass of one micro-batch through one model chunk on one stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Block {
+    pub stage: u32,
+    pub chunk: u32,
+    pub microbatch: u32,
+    pub direction: Direction,
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+/// Compute time of one stage, per micro-batch, per model chunk on that stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageCost {
+    pub forward_s: f64,
+    pub backward_s: f64,
+}
+
+/// A simulated step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// Every block, grouped by stage, each stage's blocks in the order it runs them.
+    pub blocks: Vec<Block>,
+    /// Latest end of any block.
+    pub step_s: f64,
+    /// Sum of block durations, per stage.
+    pub busy_s: Vec<f64>,
+    /// (step_s − busy of the most loaded stage) / busy of the most loaded stage.
+    pub bubble_fraction: f64,
+}
+
+/// Virtual-step index `k` (0..m·v) of one rank → (chunk, micro-batch), following Megatron-LM's
+/// `get_model_chunk_id`: steps come in groups of p micro-batches per chunk, chunk = (k / p) mod v,
+/// reversed (v − 1 − that) for backwards; the micro-batch is the k-th of its chunk:
+/// (k / (p·v))·p + k mod p.
+fn virtual_step(k: u32, p: u32, v: u32, direction: Direction) -> (u32, u32) {
+    let group = k / p % v;
+    let chunk = match direction {
+        Direction::Forward => group,
+        Direction::Backward => v - 1 - group,
+    };
+    let microbatch = k / (p * v) * p + k % p;
+    (chunk, microbatch)
+}
+
+/// The order in which one stage (rank) runs its blocks: (chunk, micro-batch, direction).
+///
+/// - v = 1 (1F1B, Narayanan et al. 2021 §2.2.1; Megatron-LM
+///   `forward_backward_pipelining_without_interleaving`): min(p − 1 − rank, m) warm-up forwards,
+///   then one forward one backward until all m forwards are issued, then the cool-down backwards;
+///   micro-batches in order.
+/// - v > 1 (interleaved, §2.2.2; Megatron-LM `forward_backward_pipelining_with_interleaving`):
+///   warm-up = (p − rank − 1)·2 + (v − 1)·p forwards, capped at m·v; then 1F1B over the m·v virtual
+///   steps; chunks and micro-batches per virtual step as in [`virtual_step`]. Precondition m % p == 0
+///   (Megatron asserts it); [`simulate`] checks it.
+pub fn stage_order(rank: u32, p: u32, v: u32, m: u32) -> Vec<(u32, u32, Direction)> {
+    let total = m * v;
+    let warmup = if v == 1 {
+        (p - 1 - rank).min(m)
+    } else {
+        ((p - rank - 1) * 2 + (v - 1) * p).min(total)
+    };
+    let block = |k: u32, d: Direction| {
+        let (c, i) = virtual_step(k, p, v, d);
+        (c, i, d)
+    };
+    let mut order = Vec::with_capacity(2 * total as usize);
+    for k in 0..warmup {
+        order.push(block(k, Direction::Forward));
+    }
+    for k in 0..total - warmup {
+        order.push(block(warmup + k, Direction::Forward));
+        order.push(block(k, Direction::Backward));
+    }
+    for k in total - warmup..total {
+        order.push(block(k, Direction::Backward));
+    }
+    order
+}
+
+/// The block a block waits for, on the virtual pipeline of p·v stages (stage s chunk c is virtual
+/// stage c·p + s; Narayanan et al. 2021 §2.2.2). Forward: the same micro-batch's forward on the
+/// previous virtual stage. Backward: the backward on the next virtual stage; the last virtual
+/// stage's backward waits for its own forward (the loss). `None` for the first virtual stage's forward.
+fn dependency(
+    stage: u32,
+    chunk: u32,
+    direction: Direction,
+    p: u32,
+    v: u32,
+) -> Option<(u32, u32, Direction)> {
+    let virt = chunk * p + stage;
+    match direction {
+        Direction::Forward if virt == 0 => None,
+        Direction::Forward => Some(((virt - 1) % p, (virt - 1) / p, Direction::Forward)),
+        Direction::Backward if virt == p * v - 1 => Some((stage, chunk, Direction::Forward)),
+        Direction::Backward => Some(((virt + 1) % p, (virt + 1) / p, Direction::Backward)),
+    }
+}
+
+/// Simulates one step: each stage runs its blocks strictly in [`stage_order`], one at a time; a block
+/// starts at max(stage free, dependency end + p2p_s), with p2p_s paid only when the dependency ran on
+/// another stage (a send between adjacent stages; none for a stage's own forward before the loss, or
+/// for p = 1). `stages.len()` = p, `v` chunks per stage, `m` micro-batches.
+///
+/// Errors when p = 0, v = 0, m = 0, v > 1 with m % p != 0 (Megatron's precondition), or if the
+/// orders deadlock (they do not for valid inputs).
+pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Schedule, String> {
+    let p = u32::try_from(stages.len()).map_err(|_| "too many stages".to_string())?;
+    if p == 0 || v == 0 || m == 0 {
+        return Err(format!("need p, v, m ≥ 1 (p = {p}, v = {v}, m = {m})"));
+    }
+    if v > 1 && m % p != 0 {
+        return Err(format!(
+            "interleaved schedule needs m divisible by p (m = {m}, p = {p})"
+        ));
+    }
+    let orders: Vec<_> = (0..p).map(|r| stage_order(r, p, v, m)).collect();
+    // End time of each (stage, chunk, micro-batch, direction), NaN until it has run.
+    let index = |s: u32, c: u32, i: u32, d: Direction| {
+        (((s * v + c) * m + i) as usize) * 2 + usize::from(d == Direction::Backward)
+    };
+    let mut done = vec![f64::NAN; 2 * (p * v * m) as usize];
+    let mut next = vec![0usize; p as usize];
+    let mut free = vec![0.0f64; p as usize];
+    let mut per_stage: Vec<Vec<Block>> =
+        orders.iter().map(|o| Vec::with_capacity(o.len())).collect();
+    let total: usize = orders.iter().map(Vec::len).sum();
+    let mut scheduled = 0;
+    // Start times depend only on the per-stage orders and the dependencies, so sweeping the stages
+    // and running every block whose dependency has finished gives the event-driven result.
+    while scheduled < total {
+        let mut progress = false;
+        for s in 0..p {
+            let su = s as usize;
+            while let Some(&(c, i, d)) = orders[su].get(next[su]) {
+                let ready = match dependency(s, c, d, p, v) {
+                    None => 0.0,
+                    Some((ds, dc, dd)) => {
+                        let end = done[index(ds, dc, i, dd)];
+                        if end.is_nan() {
+                            break;
+                        }
+                        end + if ds == s { 0.0 } else { p2p_s }
+                    }
+                };
+                let cost = &stages[su];
+                let duration = match d {
+                    Direction::Forward => cost.forward_s,
+                    Direction::Backward => cost.backward_s,
+                };
+                let start_s = free[su].max(ready);
+                let end_s = start_s + duration;
+                done[index(s, c, i, d)] = end_s;
+                free[su] = end_s;
+                per_stage[su].push(Block {
+                    stage: s,
+                    chunk: c,
+                    microbatch: i,
+                    direction: d,
+                    start_s,
+                    end_s,
+                });
+                next[su] += 1;
+                scheduled += 1;
+                progress = true;
+            }
+        }
+        if !progress {
+            return Err("pipeline schedule deadlocked".to_string());
+        }
+    }
+    let busy_s: Vec<f64> = per_stage
+        .iter()
+        .map(|b| b.iter().map(|b| b.end_s - b.start_s).sum())
+        .collect();
+    let step_s = free.iter().copied().fold(0.0, f64::max);
+    let max_busy = busy_s.iter().copied().fold(0.0, f64::max);
+    let bubble_fraction = if max_busy > 0.0 {
+        (step_s - max_busy) / max_busy
+    } else {
+        0.0
+    };
+    Ok(Schedule {
+        blocks: per_stage.into_iter().flatten().collect(),
+        step_s,
+        busy_s,
+        bubble_fraction,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const EQUAL: StageCost = StageCost {
+        forward_s: 1.0,
+        backward_s: 2.0,
+    };
+
+    fn cases() -> Vec<(u32, u32, u32)> {
+        let mut out = Vec::new();
+        for p in [2, 4, 8] {
+            for m in [p, 2 * p, 4 * p, 8 * p] {
+                for v in [1, 2, 4] {
+                    out.push((p, m, v));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn equal_stages_match_narayanan_bubble() {
+        for (p, m, v) in cases() {
+            let s = simulate(&vec![EQUAL; p as usize], v, m, 0.0).unwrap();
+            let want = f64::from(p - 1) / f64::from(v * m);
+            assert!(
+                (s.bubble_fraction - want).abs() <= 1e-9 * want,
+                "p={p} m={m} v={v}: {} vs {want}",
+                s.bubble_fraction
+            );
+        }
+    }
+
+    #[test]
+    fn slow_stage_lengthens_step() {
+        let (p, m) = (4u32, 16u32);
+        let mut stages = vec![EQUAL; p as usize];
+        stages[2] = StageCost {
+            forward_s: 1.5,
+            backward_s: 3.0,
+        };
+        let slow = simulate(&stages, 1, m, 0.0).unwrap();
+        let equal = simulate(&vec![EQUAL; p as usize], 1, m, 0.0).unwrap();
+        // Lower bound: the upstream stages' forwards fill (2 × 1.0), the slow stage is busy
+        // m·(1.5 + 3.0), the upstream backwards drain (2 × 2.0). The stage after the slow one
+        // overlaps with it, so (p − 1)·(1 + 2) is not a lower bound.
+        let bound = 2.0 * 1.0 + f64::from(m) * 4.5 + 2.0 * 2.0;
+        assert!(slow.step_s >= bound - 1e-9, "{} < {bound}", slow.step_s);
+        // Exact by hand: stage 2 runs F0 F1 B0 …; B0 waits for stage 3's F0 + B0 (3.0) while only
+        // F1 (1.5) fills, one stall of 1.5; afterwards B(i−1) + F(i+1) = 4.5 ≥ 3.0 hides it.
+        assert!(
+            (slow.step_s - (bound + 1.5)).abs() < 1e-9,
+            "{}",
+            slow.step_s
+        );
+        assert!(slow.step_s > equal.step_s);
+    }
+
+    #[test]
+    fn one_f_one_b_order() {
+        let (p, m) = (4u32, 8u32);
+        use Direction::{Backward as B, Forward as F};
+        let r0 = stage_order(0, p, 1, m);
+        assert_eq!(&r0[..4], &[(0, 0, F), (0, 1, F), (0, 2, F), (0, 3, F)]);
+        assert_eq!(r0[4], (0, 0, B));
+        let r3 = stage_order(3, p, 1, m);
+        assert_eq!(&r3[..4], &[(0, 0, F), (0, 0, B), (0, 1, F), (0, 1, B)]);
+        for r in 0..p {
+            let o = stage_order(r, p, 1, m);
+            let fw: Vec<u32> = o.iter().filter(|b| b.2 == F).map(|b| b.1).collect();
+            let bw: Vec<u32> = o.iter().filter(|b| b.2 == B).map(|b| b.1).collect();
+            assert_eq!(fw, (0..m).collect::<Vec<_>>());
+            assert_eq!(bw, (0..m).collect::<Vec<_>>());
+            assert_eq!(o.last().unwrap().2, B);
+            // Warm-up length p − 1 − r.
+            let warm = o.iter().take_while(|b| b.2 == F).count();
+            assert_eq!(warm, (p - 1 - r) as usize + 1);
+        }
+    }
+
+    #[test]
+    fn dependencies_respected() {
+        let p2p = 0.1;
+        for (p, m, v) in cases() {
+            let stages: Vec<StageCost> = (0..p)
+                .map(|s| StageCost {
+                    forward_s: 1.0 + 0.1 * f64::from(s),
+                    backward_s: 2.0 + 0.3 * f64::from(s % 2),
+                })
+                .collect();
+            let s = simulate(&stages, v, m, p2p).unwrap();
+            let by_key: HashMap<_, _> = s
+                .blocks
+                .iter()
+                .map(|b| ((b.stage, b.chunk, b.microbatch, b.direction), *b))
+                .collect();
+            for b in &s.blocks {
+                let virt = b.chunk * p + b.stage;
+                let need = match b.direction {
+                    Direction::Forward if virt == 0 => None,
+                    Direction::Forward => {
+                        Some(((virt - 1) % p, (virt - 1) / p, Direction::Forward))
+                    }
+                    Direction::Backward if virt == p * v - 1 => {
+                        Some((b.stage, b.chunk, Direction::Forward))
+                    }
+                    Direction::Backward => {
+                        Some(((virt + 1) % p, (virt + 1) / p, Direction::Backward))
+                    }
+                };
+                if let Some((ds, dc, dd)) = need {
+                    let dep = by_key[&(ds, dc, b.microbatch, dd)];
+                    let lag = if ds == b.stage { 0.0 } else { p2p };
+                    assert!(
+                        b.start_s >= dep.end_s + lag - 1e-9,
+                        "p={p} m={m} v={v}: {b:?} starts before {dep:?}"
+                    );
+                }
+            }
+            // One block at a time per stage.
+            for st in 0..p {
+                let mine: Vec<_> = s.blocks.iter().filter(|b| b.stage == st).collect();
+                for w in mine.windows(2) {
+                    assert!(w[1].start_s >= w[0].end_s - 1e-12);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_block_each() {
+        for (p, m, v) in cases() {
+            let s = simulate(&vec![EQUAL; p as usize], v, m, 0.0).unwrap();
+            assert_eq!(s.blocks.len(), (2 * p * v * m) as usize);
+            let mut keys: Vec<_> = s
+                .blocks
+                .iter()
+                .map(|b| {
+                    (
+                        b.stage,
+                        b.chunk,
+                        b.microbatch,
+                        b.direction == Direction::Backward,
+                    )
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), s.blocks.len());
+            for b in &s.blocks {
+                assert!(b.chunk < v && b.microbatch < m && b.stage < p);
+            }
+        }
+    }
+
+    #[test]
+    fn interleaved_needs_divisible_m() {
+        assert!(simulate(&[EQUAL; 4], 2, 6, 0.0).is_err());
+        assert!(simulate(&[EQUAL; 4], 1, 6, 0.0).is_ok());
+    }
+}
