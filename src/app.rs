@@ -23,6 +23,8 @@ use crate::validation;
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 const MAX_NODES: u32 = 131_072;
 const MAX_GPUS_PER_NODE: u32 = 72;
+/// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
+const MAX_GLOBAL_BATCH: u32 = 1 << 22;
 /// Largest parameter count we derive a shape for.
 const MAX_PARAMS: f64 = 1e14;
 /// Default sequence length for derived and flag-given shapes (GPT-3, Megatron SC'21).
@@ -198,6 +200,11 @@ fn resolve_scenario(
         global_batch,
         "give sequences per step, e.g. --global-batch 1536",
     )?;
+    if global_batch > MAX_GLOBAL_BATCH {
+        bail!(
+            "--global-batch {global_batch} is more than {MAX_GLOBAL_BATCH} sequences per step; it counts sequences, not tokens (e.g. --global-batch 1536)"
+        );
+    }
     let tokens = match &training_args.tokens {
         Some(text) => Some(parse_count("--tokens", text)?),
         None => None,
@@ -384,7 +391,12 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
             let gpus = scenario.cluster.total_gpus();
             let dp = match args.dp {
                 Some(dp) => dp,
-                None if tp > 0 && pp > 0 && gpus % (tp * pp) == 0 => gpus / (tp * pp),
+                None if tp > 0
+                    && pp > 0
+                    && u64::from(gpus) % (u64::from(tp) * u64::from(pp)) == 0 =>
+                {
+                    (u64::from(gpus) / (u64::from(tp) * u64::from(pp))) as u32
+                }
                 // No dp makes tp x pp fit the cluster; report a degree that can never work for this
                 // model first, since changing the cluster would not fix it.
                 None if tp > 0 && scenario.model.heads % tp != 0 => {

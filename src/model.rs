@@ -100,7 +100,19 @@ pub enum ModelError {
         "--kv-heads {kv_heads} must divide --heads {heads} (grouped-query attention shares each KV head among heads/kv_heads query heads)"
     )]
     KvHeadsNotDivisor { kv_heads: u32, heads: u32 },
+    #[error("{what} {value} is larger than {max}, beyond any model trained; check the value")]
+    TooLarge {
+        what: &'static str,
+        value: u32,
+        max: u32,
+    },
 }
+
+/// Upper bounds that catch typos (and keep the search's divisor loops short). The largest published
+/// dense models are far inside them: Megatron 1T has 128 layers, hidden 25600, vocab 51200.
+const MAX_LAYERS: u32 = 10_000;
+const MAX_WIDTH: u32 = 1 << 20;
+const MAX_SEQ_LEN: u32 = 1 << 24;
 
 impl Model {
     /// Resolves a spec file's defaults and checks the shape.
@@ -111,7 +123,7 @@ impl Model {
             hidden: file.hidden,
             heads: file.heads,
             kv_heads: file.kv_heads.unwrap_or(file.heads),
-            ffn_hidden: file.ffn_hidden.unwrap_or(4 * file.hidden),
+            ffn_hidden: file.ffn_hidden.unwrap_or(file.hidden.saturating_mul(4)),
             vocab: file.vocab,
             seq_len: file.seq_len,
             gated_mlp: file.gated_mlp,
@@ -166,6 +178,18 @@ impl Model {
         for (what, value, fix) in positive {
             if value == 0 {
                 return Err(ModelError::Zero { what, value, fix });
+            }
+        }
+        let bounded = [
+            ("--layers", self.layers, MAX_LAYERS),
+            ("--hidden", self.hidden, MAX_WIDTH),
+            ("--ffn-hidden", self.ffn_hidden, 4 * MAX_WIDTH),
+            ("--vocab", self.vocab, 4 * MAX_WIDTH),
+            ("--seq-len", self.seq_len, MAX_SEQ_LEN),
+        ];
+        for (what, value, max) in bounded {
+            if value > max {
+                return Err(ModelError::TooLarge { what, value, max });
             }
         }
         if self.hidden % self.heads != 0 {
