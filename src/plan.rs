@@ -185,7 +185,9 @@ pub enum PlanError {
         per_stage: u32,
         valid: String,
     },
-    #[error("--vpp {vpp} needs an even layer split; drop --allow-uneven-pp or use --vpp 1")]
+    #[error(
+        "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers) to split evenly into pp x vpp chunks; use --vpp 1 or another --pp"
+    )]
     VppUneven { vpp: u32 },
     #[error(
         "--vpp {vpp}: {num_microbatches} micro-batches are not a multiple of --pp {pp} (Megatron-LM's interleaved schedule requires it); change --global-batch or --micro-batch"
@@ -345,10 +347,18 @@ impl ParallelPlan {
             if r.pp == 1 {
                 return Err(PlanError::VppWithoutPp { vpp: r.vpp });
             }
-            if !stages.even {
+            // Uneven splits interleave only when the embedding and the loss count as a layer each and
+            // the layers + 2 units split evenly into pp x vpp model chunks (Megatron-Core's
+            // `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`).
+            let units = model.layers + 2;
+            if !stages.even && (units % r.pp != 0 || (units / r.pp) % r.vpp != 0) {
                 return Err(PlanError::VppUneven { vpp: r.vpp });
             }
-            let per_stage = model.layers / r.pp;
+            let per_stage = if stages.even {
+                model.layers / r.pp
+            } else {
+                units / r.pp
+            };
             if per_stage % r.vpp != 0 {
                 return Err(PlanError::VppLayers {
                     vpp: r.vpp,

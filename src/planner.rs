@@ -89,8 +89,12 @@ pub fn enumerate(
                 continue;
             }
             let replica_batch = training.global_batch / dp;
+            let units = model.layers + 2;
             let vpps: Vec<u32> = if pp > 1 && model.layers % pp == 0 {
                 divisors(model.layers / pp)
+            } else if pp > 1 && units % pp == 0 {
+                // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
+                divisors(units / pp)
             } else {
                 vec![1]
             };

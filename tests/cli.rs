@@ -570,3 +570,41 @@ fn uneven_pipeline_for_llama3_405b() {
     // The exit code agrees with the memory verdict.
     assert_eq!(code == 0, p["memory"]["fits"] == true, "{}", p["memory"]);
 }
+
+#[test]
+fn uneven_pipeline_interleaves_when_units_split_evenly() {
+    // Llama 3 405B: 126 layers + embedding + loss = 128 units = 16 stages x 8 chunks of 1.
+    let base = [
+        "eval",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "1024",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--global-batch",
+        "2048",
+        "--allow-uneven-pp",
+        "--format",
+        "json",
+    ];
+    let (code, doc) = run_json(&with_args(&base, &["--vpp", "8"]));
+    assert!(code == 0 || code == 1, "exit {code}: {doc}");
+    let p = &doc["plans"][0];
+    assert_eq!(u(&p["vpp"]), 8);
+    let one = run_json(&with_args(&base, &["--vpp", "1"])).1;
+    // Interleaving divides the bubble by v: (p-1)/(v·m).
+    close(
+        f(&p["bubble_fraction"]) * 8.0,
+        f(&one["plans"][0]["bubble_fraction"]),
+        1e-9,
+    );
+    assert!(f(&p["bubble_fraction"]) < f(&one["plans"][0]["bubble_fraction"]));
+    // 128 units do not split into 16 x 3 chunks.
+    assert_bad_input(
+        &with_args(&base[..base.len() - 2], &["--vpp", "3"]),
+        &["--vpp 3", "pp x vpp"],
+    );
+}
