@@ -26,6 +26,7 @@ fn training() -> Training {
         global_batch: 1536,
         grad_dtype: GradDtype::Bf16,
         tokens: None,
+        attention: tpsim::training::AttentionKernel::Flash,
     }
 }
 

@@ -5,8 +5,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::cli::{
-    AccuracyArgs, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs, PlanArgs,
-    RecomputeArg, TrainingArgs,
+    AccuracyArgs, AttentionArg, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs,
+    PlanArgs, RecomputeArg, TrainingArgs,
 };
 use crate::cluster::Cluster;
 use crate::cost::evaluate;
@@ -16,7 +16,7 @@ use crate::planner::{SearchOptions, search};
 use crate::report::{self, ClusterSummary, ModelSummary, Report};
 use crate::shape::derive_shape;
 use crate::specs::{self, ModelRef, PlanFile};
-use crate::training::{DEFAULT_GLOBAL_BATCH, GradDtype, Training};
+use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
 use crate::units::{GIB, format_count, parse_count};
 use crate::validation;
 
@@ -114,6 +114,7 @@ fn resolve_model(
             tied_embeddings: true,
             learned_position_embeddings: true,
             norm: Some(Norm::Layernorm),
+            dropout: true,
         })?;
         return Ok((model, "flags".to_string()));
     }
@@ -217,6 +218,10 @@ fn resolve_scenario(
             GradDtypeArg::Fp32 => GradDtype::Fp32,
         },
         tokens,
+        attention: match training_args.attention {
+            AttentionArg::Flash => AttentionKernel::Flash,
+            AttentionArg::Unfused => AttentionKernel::Unfused,
+        },
     };
     Ok(Scenario {
         model,
@@ -260,6 +265,7 @@ fn model_file_of(model: &Model) -> ModelFile {
         tied_embeddings: model.tied_embeddings,
         learned_position_embeddings: model.learned_position_embeddings,
         norm: Some(model.norm),
+        dropout: model.dropout,
     }
 }
 

@@ -51,6 +51,12 @@ pub enum RecomputeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttentionArg {
+    Flash,
+    Unfused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GradDtypeArg {
     Bf16,
     Fp32,
@@ -115,6 +121,10 @@ pub struct TrainingArgs {
     /// Gradient precision: bf16 (2 bytes, DeepSpeed) or fp32 (4 bytes, Megatron's main_grad).
     #[arg(long, value_enum, default_value = "bf16")]
     pub grad_dtype: GradDtypeArg,
+    /// Attention kernel: flash (FlashAttention: scores never stored, recomputed in backward) or unfused
+    /// (Megatron-LM 2021: s x s scores materialised; what the published A100 runs used).
+    #[arg(long, value_enum, default_value = "flash")]
+    pub attention: AttentionArg,
     /// Tokens to train on (e.g. 300B), to print the time to train.
     #[arg(long, value_name = "COUNT")]
     pub tokens: Option<String>,

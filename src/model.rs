@@ -55,6 +55,10 @@ pub struct ModelFile {
     /// Default: layernorm.
     #[serde(default)]
     pub norm: Option<Norm>,
+    /// Dropout layers in the blocks (GPT-3, Megatron: yes; Llama: none). Default: true. Decides
+    /// whether dropout masks are stored and dropout kernels run.
+    #[serde(default = "default_true")]
+    pub dropout: bool,
 }
 
 fn default_true() -> bool {
@@ -77,6 +81,7 @@ pub struct Model {
     pub tied_embeddings: bool,
     pub learned_position_embeddings: bool,
     pub norm: Norm,
+    pub dropout: bool,
 }
 
 /// Why a model shape is not usable.
@@ -131,6 +136,7 @@ impl Model {
             tied_embeddings: file.tied_embeddings,
             learned_position_embeddings: file.learned_position_embeddings,
             norm: file.norm.unwrap_or(Norm::Layernorm),
+            dropout: file.dropout,
         };
         model.check()?;
         Ok(model)
@@ -341,6 +347,7 @@ pub(crate) mod tests {
             tied_embeddings: true,
             learned_position_embeddings: true,
             norm: Norm::Layernorm,
+            dropout: true,
         }
     }
 
@@ -377,6 +384,7 @@ pub(crate) mod tests {
             tied_embeddings: false,
             learned_position_embeddings: false,
             norm: Norm::Rmsnorm,
+            dropout: false,
         };
         assert!((m.params() / 1e9 - 8.030).abs() < 0.005, "{}", m.params());
     }

@@ -16,7 +16,7 @@ use crate::cluster::Cluster;
 use crate::cost::{Estimate, evaluate};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, PlanRequest, Recompute, divisors};
-use crate::training::Training;
+use crate::training::{AttentionKernel, Training};
 
 /// Which optional parts of the space to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,13 @@ pub fn enumerate(
                             continue;
                         }
                         for recompute in Recompute::ALL {
+                            // FlashAttention already recomputes the attention core in its backward,
+                            // so selective recompute is the same plan as none.
+                            if recompute == Recompute::Selective
+                                && training.attention == AttentionKernel::Flash
+                            {
+                                continue;
+                            }
                             for zero in 0..=3u8 {
                                 requests.push(PlanRequest {
                                     tp,

@@ -122,7 +122,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}\n\
          cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
-         training: {} sequences x {} tokens per step, {} gradients",
+         training: {} sequences x {} tokens per step, {} gradients, {} attention",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -147,6 +147,10 @@ pub fn scenario_line(report: &Report) -> String {
         match t.grad_dtype {
             crate::training::GradDtype::Bf16 => "bf16",
             crate::training::GradDtype::Fp32 => "fp32",
+        },
+        match t.attention {
+            crate::training::AttentionKernel::Flash => "flash",
+            crate::training::AttentionKernel::Unfused => "unfused",
         },
     )
 }

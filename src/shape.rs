@@ -49,6 +49,7 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         tied_embeddings: true,
         learned_position_embeddings: true,
         norm: Norm::Layernorm,
+        dropout: true,
     }
 }
 

@@ -30,6 +30,18 @@ impl GradDtype {
     }
 }
 
+/// How the attention core (QKᵀ, softmax, AV) is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// Fused kernel that never writes the s×s scores to memory and recomputes them in backward
+    /// (Dao et al. 2022, FlashAttention; FlashAttention-2 §3: backward runs 5 matmuls to forward's 2).
+    Flash,
+    /// Megatron-LM's 2021 path: scores materialised, fused scale-mask-softmax, dropout
+    /// (Korthikanti et al. 2022 Table 2 counts its activations).
+    Unfused,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Training {
     pub seq_len: u32,
@@ -38,4 +50,5 @@ pub struct Training {
     pub grad_dtype: GradDtype,
     /// Tokens to train on, for the time-to-train estimate.
     pub tokens: Option<f64>,
+    pub attention: AttentionKernel,
 }

@@ -13,7 +13,7 @@ use crate::cost::{Estimate, evaluate};
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::specs::{self, SpecError};
-use crate::training::{GradDtype, Training};
+use crate::training::{AttentionKernel, GradDtype, Training};
 
 #[derive(Debug, Deserialize)]
 struct RunModel {
@@ -154,6 +154,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             tied_embeddings: true,
             learned_position_embeddings: !m.arch.contains("ALiBi"),
             norm: Norm::Layernorm,
+            dropout: true,
         };
         model.check().map_err(|e| fail(e.to_string()))?;
         let gpu = specs::load_gpu(profile)?;
@@ -168,6 +169,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             global_batch: run.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,
             tokens: None,
+            attention: AttentionKernel::Unfused,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -301,6 +303,7 @@ pub fn vtrain_cases(
             tied_embeddings: true,
             learned_position_embeddings: true,
             norm: Norm::Layernorm,
+            dropout: true,
         };
         let hw = &row.hardware;
         let mut gpu = a100.clone();
@@ -316,6 +319,7 @@ pub fn vtrain_cases(
             global_batch: row.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,
             tokens: None,
+            attention: AttentionKernel::Unfused,
         };
         let p = &row.plan;
         let request = PlanRequest {

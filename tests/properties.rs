@@ -24,6 +24,7 @@ fn training(global_batch: u32) -> Training {
         global_batch,
         grad_dtype: GradDtype::Bf16,
         tokens: None,
+        attention: tpsim::training::AttentionKernel::Flash,
     }
 }
 

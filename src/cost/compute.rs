@@ -9,6 +9,7 @@
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::Recompute;
+use crate::training::AttentionKernel;
 use crate::units::Seconds;
 
 /// Bytes per element of GEMM operands and activations (bf16).
@@ -99,18 +100,29 @@ pub fn layer_gemms(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> [G
 /// et al. 2022 Table 2 lists:
 /// layernorm 2sbh in + 2sbh out (×2 norms); fused scale-mask-softmax 2as²b in + 2as²b out; attention
 /// dropout 2as²b in + 2as²b out + as²b mask; bias-dropout-add 2sbh + 2sbh in, 2sbh out, sbh mask
-/// (×2); GeLU 2sb·ffn in, 2sb·ffn out (gated: 4sb·ffn in). Returns (outside the TP region,
-/// inside it, the attention-score part) so callers can split by t and drop what is not recomputed.
-pub fn layer_elementwise_bytes(model: &Model, micro_batch: u32, seq_len: u32) -> (f64, f64, f64) {
+/// (×2); GeLU 2sb·ffn in, 2sb·ffn out (gated: 4sb·ffn in). Without dropout the masks and the
+/// attention-dropout kernel disappear; FlashAttention keeps the scores on chip, so no s² traffic.
+/// Returns (outside the TP region, inside it, the attention-score part) so callers can split by t
+/// and drop what is not recomputed.
+pub fn layer_elementwise_bytes(
+    model: &Model,
+    micro_batch: u32,
+    seq_len: u32,
+    attention: AttentionKernel,
+) -> (f64, f64, f64) {
     let (b, s) = (f64::from(micro_batch), f64::from(seq_len));
     let h = f64::from(model.hidden);
     let a = f64::from(model.heads);
     let f = f64::from(model.ffn_hidden);
     let sbh = s * b * h;
+    let masks = if model.dropout { 1.0 } else { 0.0 };
     let norms = 2.0 * 4.0 * sbh;
-    let residuals = 2.0 * 7.0 * sbh;
+    let residuals = 2.0 * (6.0 + masks) * sbh;
     let activation = ELEMENT_BYTES * s * b * (model.mlp_up_width() + f);
-    let scores = (4.0 + 5.0) * a * s * s * b;
+    let scores = match attention {
+        AttentionKernel::Flash => 0.0,
+        AttentionKernel::Unfused => (4.0 + 5.0 * masks) * a * s * s * b,
+    };
     (norms + residuals, activation, scores)
 }
 
@@ -129,9 +141,11 @@ impl LayerTime {
 }
 
 /// Times one layer. Backward costs twice the forward in GEMMs and in element-wise traffic (each
-/// backward kernel reads the saved input and the incoming gradient and writes the outgoing one).
+/// backward kernel reads the saved input and the incoming gradient and writes the outgoing one);
+/// FlashAttention's backward costs 2.5× its forward (5 matmuls to 2, Dao 2023 FlashAttention-2 §3.1).
 /// Full recompute repeats the forward; selective recompute repeats the attention core (QKᵀ, softmax,
-/// dropout, AV), Korthikanti et al. 2022 §5.
+/// dropout, AV), Korthikanti et al. 2022 §5 — which FlashAttention already does inside its backward.
+#[allow(clippy::too_many_arguments)]
 pub fn layer_time(
     model: &Model,
     cluster: &Cluster,
@@ -140,12 +154,13 @@ pub fn layer_time(
     tp: u32,
     sp: bool,
     recompute: Recompute,
+    attention: AttentionKernel,
 ) -> LayerTime {
     let gemms = layer_gemms(model, micro_batch, seq_len, tp);
     let gemm_time: f64 = gemms.iter().map(|g| g.time(cluster)).sum();
     let attention_core_gemm_time = gemms[1].time(cluster) + gemms[2].time(cluster);
     let t = f64::from(tp);
-    let (outside, inside, scores) = layer_elementwise_bytes(model, micro_batch, seq_len);
+    let (outside, inside, scores) = layer_elementwise_bytes(model, micro_batch, seq_len, attention);
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t) / bandwidth;
@@ -153,14 +168,20 @@ pub fn layer_time(
     let gpu = &cluster.gpu;
     let overhead = gpu.layer_overhead_us * 1e-6;
     let forward = (gemm_time + elementwise) / gpu.framework_efficiency + overhead;
-    let recompute_time = match recompute {
-        Recompute::None => 0.0,
-        Recompute::Selective => (attention_core_gemm_time + scores_time) / gpu.framework_efficiency,
-        Recompute::Full => forward,
+    let flash_extra = match attention {
+        AttentionKernel::Flash => 0.5 * attention_core_gemm_time / gpu.framework_efficiency,
+        AttentionKernel::Unfused => 0.0,
+    };
+    let recompute_time = match (recompute, attention) {
+        (Recompute::None, _) | (Recompute::Selective, AttentionKernel::Flash) => 0.0,
+        (Recompute::Selective, AttentionKernel::Unfused) => {
+            (attention_core_gemm_time + scores_time) / gpu.framework_efficiency
+        }
+        (Recompute::Full, _) => forward,
     };
     LayerTime {
         forward,
-        backward: 2.0 * forward,
+        backward: 2.0 * forward + flash_extra,
         recompute: recompute_time,
     }
 }
@@ -204,6 +225,49 @@ pub fn optimizer_time(cluster: &Cluster, params_updated: f64, grad_bytes: f64) -
 mod tests {
     use super::*;
     use crate::model::tests::gpt3_175b;
+
+    #[test]
+    fn flash_backward_adds_half_the_attention_core() {
+        // FlashAttention-2 §3.1: backward runs 5 matmuls where forward runs 2, so the attention core's
+        // backward is 2.5x its forward; everything else stays at 2x.
+        let m = gpt3_175b();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let flash = layer_time(
+            &m,
+            &cluster,
+            1,
+            2048,
+            8,
+            false,
+            Recompute::None,
+            AttentionKernel::Flash,
+        );
+        let core: f64 = layer_gemms(&m, 1, 2048, 8)[1..3]
+            .iter()
+            .map(|g| g.time(&cluster))
+            .sum();
+        let expected = 2.0 * flash.forward + 0.5 * core / cluster.gpu.framework_efficiency;
+        assert!((flash.backward / expected - 1.0).abs() < 1e-12);
+        assert_eq!(flash.recompute, 0.0);
+        let unfused = layer_time(
+            &m,
+            &cluster,
+            1,
+            2048,
+            8,
+            false,
+            Recompute::None,
+            AttentionKernel::Unfused,
+        );
+        assert!(
+            unfused.forward > flash.forward,
+            "the unfused path pays the s² memory traffic"
+        );
+    }
 
     #[test]
     fn layer_gemm_flops_sum_to_megatron_layer_flops() {

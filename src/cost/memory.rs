@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
+use crate::training::{AttentionKernel, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -46,7 +46,8 @@ pub struct Memory {
 }
 
 /// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
-/// (Table 2), generalised to grouped-query attention and gated MLPs.
+/// (Table 2), generalised to grouped-query attention, gated MLPs, models without dropout and
+/// FlashAttention.
 ///
 /// For a GPT layer without parallelism the paper's count is sbh(34 + 5as/h):
 /// attention 11sbh + 5as²b, MLP 19sbh, two layernorms 4sbh. Our terms, per piece:
@@ -58,8 +59,10 @@ pub struct Memory {
 ///
 /// Tensor parallelism divides everything inside the column/row-split region by t and leaves the
 /// 10sbh outside it (layernorm inputs, the two block inputs and dropout masks) replicated (eq. 2);
-/// sequence parallelism divides those too (eq. 4). Selective recompute drops the 5as²b term (§5);
-/// full recompute keeps only the 2sbh layer input (§4.1, eq. 5).
+/// sequence parallelism divides those too (eq. 4). Selective recompute drops the as²b terms (§5);
+/// full recompute keeps only the 2sbh layer input (§4.1, eq. 5). Without dropout the masks (2sbh and
+/// as²b) and the dropout output (2as²b) are not stored. FlashAttention never stores the scores; it
+/// keeps one fp32 log-sum-exp per row per head (4·a·s·b bytes; Dao et al. 2022 Alg. 2).
 pub fn layer_activation_bytes(
     model: &Model,
     micro_batch: u32,
@@ -67,6 +70,7 @@ pub fn layer_activation_bytes(
     tp: u32,
     sp: bool,
     recompute: Recompute,
+    attention: AttentionKernel,
 ) -> f64 {
     let (s, b, h) = (
         f64::from(seq_len),
@@ -80,13 +84,14 @@ pub fn layer_activation_bytes(
     if recompute == Recompute::Full {
         return 2.0 * sbh / replicated_split;
     }
-    let attention_split = 7.0 * sbh + 4.0 * s * b * model.kv_width() - 3.0 * sbh;
+    let masks = if model.dropout { 1.0 } else { 0.0 };
+    let attention_split = 4.0 * sbh + 4.0 * s * b * model.kv_width();
     let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
-    let outside_tp = 10.0 * sbh;
-    let scores = if recompute == Recompute::Selective {
-        0.0
-    } else {
-        5.0 * a * s * s * b
+    let outside_tp = (8.0 + 2.0 * masks) * sbh;
+    let scores = match (attention, recompute) {
+        (AttentionKernel::Flash, _) => 4.0 * a * s * b,
+        (AttentionKernel::Unfused, Recompute::Selective) => 0.0,
+        (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
     outside_tp / replicated_split + (attention_split + mlp_split + scores) / t
 }
@@ -172,8 +177,15 @@ fn stage_memory(
         Stage::Middle => (1, plan.stages.middle_max),
         Stage::Last => (plan.pp - 1, plan.stages.last),
     };
-    let per_layer =
-        layer_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel, plan.recompute);
+    let per_layer = layer_activation_bytes(
+        model,
+        b,
+        s,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.recompute,
+        training.attention,
+    );
     let mut activations = per_layer * f64::from(layers) * in_flight(plan, rank);
     if plan.recompute == Recompute::Full && layers > 0 {
         // The layer being recomputed holds its full activations during its backward.
@@ -184,11 +196,14 @@ fn stage_memory(
             plan.tp,
             plan.sequence_parallel,
             Recompute::None,
+            training.attention,
         );
     }
     if matches!(stage, Stage::First | Stage::Only) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
-        activations += sbh / sp_split * in_flight(plan, 0);
+        if model.dropout {
+            activations += sbh / sp_split * in_flight(plan, 0);
+        }
     }
     if matches!(stage, Stage::Last | Stage::Only) {
         // Final norm and output-layer input 4sbh/t, fp32 logits for the loss 4sbV/t (§4.3); one
@@ -273,43 +288,137 @@ mod tests {
         };
         // no parallelism: sbh(34 + 5as/h)
         close(
-            layer_activation_bytes(&m, 1, 2048, 1, false, Recompute::None),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                1,
+                false,
+                Recompute::None,
+                AttentionKernel::Unfused,
+            ),
             sbh * (34.0 + 5.0 * a * s / h),
         );
         // tensor parallel: sbh(10 + 24/t + 5as/(ht))
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::None),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                false,
+                Recompute::None,
+                AttentionKernel::Unfused,
+            ),
             sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
         );
         // tensor + sequence parallel: sbh/t (34 + 5as/h)
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::None),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                true,
+                Recompute::None,
+                AttentionKernel::Unfused,
+            ),
             sbh / t * (34.0 + 5.0 * a * s / h),
         );
         // tensor + sequence parallel + selective recompute: 34 sbh/t
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Selective),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                true,
+                Recompute::Selective,
+                AttentionKernel::Unfused,
+            ),
             34.0 * sbh / t,
         );
         // tensor parallel + selective recompute: sbh(10 + 24/t)
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::Selective),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                false,
+                Recompute::Selective,
+                AttentionKernel::Unfused,
+            ),
             sbh * (10.0 + 24.0 / t),
         );
         // full recompute: 2sbh (÷t with sequence parallelism)
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, false, Recompute::Full),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                false,
+                Recompute::Full,
+                AttentionKernel::Unfused,
+            ),
             2.0 * sbh,
         );
         close(
-            layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Full),
+            layer_activation_bytes(
+                &m,
+                1,
+                2048,
+                8,
+                true,
+                Recompute::Full,
+                AttentionKernel::Unfused,
+            ),
             2.0 * sbh / t,
         );
         // b scales linearly
         close(
-            layer_activation_bytes(&m, 4, 2048, 8, false, Recompute::None),
+            layer_activation_bytes(
+                &m,
+                4,
+                2048,
+                8,
+                false,
+                Recompute::None,
+                AttentionKernel::Unfused,
+            ),
             4.0 * sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
         );
+    }
+
+    #[test]
+    fn no_dropout_and_flash_attention_drop_masks_and_scores() {
+        // Without dropout: masks (2sbh outside TP, as²b) and the dropout output (2as²b) go; the
+        // softmax output 2as²b stays. FlashAttention keeps only a 4-byte log-sum-exp per row per head.
+        let mut m = gpt3_175b();
+        m.dropout = false;
+        let (s, h, a, t) = (2048.0, 12288.0, 96.0, 8.0);
+        let sbh = s * h;
+        let unfused = layer_activation_bytes(
+            &m,
+            1,
+            2048,
+            8,
+            false,
+            Recompute::None,
+            AttentionKernel::Unfused,
+        );
+        assert!((unfused / (sbh * (8.0 + 24.0 / t) + 2.0 * a * s * s / t) - 1.0).abs() < 1e-12);
+        let flash = layer_activation_bytes(
+            &m,
+            1,
+            2048,
+            8,
+            false,
+            Recompute::None,
+            AttentionKernel::Flash,
+        );
+        assert!((flash / (sbh * (8.0 + 24.0 / t) + 4.0 * a * s / t) - 1.0).abs() < 1e-12);
     }
 
     #[test]
@@ -317,7 +426,15 @@ mod tests {
         // Korthikanti et al. 2022 §6.1: with SP + selective recompute the 175B per-layer activations
         // are 34·sbh/t; for s=2048, b=1, h=12288, t=8: 107 MB per layer.
         let m = gpt3_175b();
-        let bytes = layer_activation_bytes(&m, 1, 2048, 8, true, Recompute::Selective);
+        let bytes = layer_activation_bytes(
+            &m,
+            1,
+            2048,
+            8,
+            true,
+            Recompute::Selective,
+            AttentionKernel::Unfused,
+        );
         assert!((bytes / 1e6 - 107.0).abs() < 0.5, "{bytes}");
     }
 }

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::Training;
+use crate::training::{AttentionKernel, Training};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerTime, layer_time, optimizer_time, output_layer_time};
@@ -111,6 +111,7 @@ pub fn evaluate(
         plan.tp,
         plan.sequence_parallel,
         plan.recompute,
+        training.attention,
     );
     let output = output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp);
     let (tp_link, dp_link, pp_link) = comm::group_links(cluster, plan);
@@ -197,18 +198,23 @@ pub fn evaluate(
 
     let gpus = f64::from(cluster.total_gpus());
     let model_flops = model.model_flops_per_step(plan.global_batch, seq_len).0;
-    let recompute_flops = match plan.recompute {
-        Recompute::None => 0.0,
-        Recompute::Selective => {
-            model
-                .attention_core_forward_flops(plan.global_batch, seq_len)
-                .0
-                * f64::from(model.layers)
-        }
-        Recompute::Full => {
+    let attention_core = model
+        .attention_core_forward_flops(plan.global_batch, seq_len)
+        .0
+        * f64::from(model.layers);
+    let recompute_flops = match (plan.recompute, training.attention) {
+        (Recompute::None, _) | (Recompute::Selective, AttentionKernel::Flash) => 0.0,
+        (Recompute::Selective, AttentionKernel::Unfused) => attention_core,
+        (Recompute::Full, _) => {
             model.layer_forward_flops(plan.global_batch, seq_len).0 * f64::from(model.layers)
         }
     };
+    // FlashAttention's backward recomputes QKᵀ: half the attention core's forward FLOPs again.
+    let flash_flops = match training.attention {
+        AttentionKernel::Flash => 0.5 * attention_core,
+        AttentionKernel::Unfused => 0.0,
+    };
+    let recompute_flops = recompute_flops + flash_flops;
     let peak = cluster.gpu.peak_flops().0;
     let tokens_per_s = f64::from(plan.global_batch) * f64::from(seq_len) / step_s;
 
