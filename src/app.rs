@@ -6,7 +6,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::cli::{
     AccuracyArgs, AttentionArg, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs,
-    PlanArgs, RecomputeArg, TrainingArgs,
+    PlanArgs, RecomputeArg, StyleArg, TrainingArgs,
 };
 use crate::cluster::Cluster;
 use crate::cost::evaluate;
@@ -97,6 +97,7 @@ fn resolve_model(
         let heads = args
             .heads
             .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
+        let llama = args.style == Some(StyleArg::Llama);
         let model = Model::from_file(&ModelFile {
             name: format!("custom-l{layers}-h{hidden}"),
             description: None,
@@ -110,11 +111,15 @@ fn resolve_model(
             vocab: args.vocab.unwrap_or(DEFAULT_VOCAB),
             seq_len: seq_len_for_derived,
             gated_mlp: args.gated_mlp,
-            linear_bias: true,
-            tied_embeddings: true,
-            learned_position_embeddings: true,
-            norm: Some(Norm::Layernorm),
-            dropout: true,
+            linear_bias: !llama,
+            tied_embeddings: !llama,
+            learned_position_embeddings: !llama,
+            norm: Some(if llama {
+                Norm::Rmsnorm
+            } else {
+                Norm::Layernorm
+            }),
+            dropout: !llama,
         })?;
         return Ok((model, "flags".to_string()));
     }
@@ -214,13 +219,19 @@ fn resolve_scenario(
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {
-            GradDtypeArg::Bf16 => GradDtype::Bf16,
-            GradDtypeArg::Fp32 => GradDtype::Fp32,
+            Some(GradDtypeArg::Bf16) => GradDtype::Bf16,
+            Some(GradDtypeArg::Fp32) => GradDtype::Fp32,
+            None => plan_file
+                .and_then(|f| f.grad_dtype)
+                .unwrap_or(GradDtype::Bf16),
         },
         tokens,
         attention: match training_args.attention {
-            AttentionArg::Flash => AttentionKernel::Flash,
-            AttentionArg::Unfused => AttentionKernel::Unfused,
+            Some(AttentionArg::Flash) => AttentionKernel::Flash,
+            Some(AttentionArg::Unfused) => AttentionKernel::Unfused,
+            None => plan_file
+                .and_then(|f| f.attention)
+                .unwrap_or(AttentionKernel::Flash),
         },
     };
     Ok(Scenario {
@@ -299,6 +310,20 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
             options,
         ),
     };
+    if result.ranked.is_empty() {
+        bail!(
+            "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch or the model",
+            scenario.cluster.total_gpus(),
+            scenario.model.heads,
+            scenario.model.layers,
+            if options.allow_uneven_pp {
+                ""
+            } else {
+                " evenly (see --allow-uneven-pp)"
+            },
+            scenario.training.global_batch
+        );
+    }
     let (model, cluster) = summaries(&scenario);
     let feasible = result.feasible();
     let shown: Vec<_> = feasible.iter().take(args.top).copied().collect();
@@ -319,7 +344,12 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
-            plan: best.plan.request(),
+            grad_dtype: Some(scenario.training.grad_dtype),
+            attention: Some(scenario.training.attention),
+            plan: PlanRequest {
+                allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
+                ..best.plan.request()
+            },
         };
         let text = format!(
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
@@ -361,11 +391,7 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
                 closest.memory.capacity_bytes.0 / GIB,
                 (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB
             ),
-            None => format!(
-                "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with dp dividing --global-batch {}; change --nodes or --global-batch",
-                scenario.cluster.total_gpus(),
-                scenario.training.global_batch
-            ),
+            None => unreachable!("an empty search returned an error above"),
         };
         eprintln!("nothing fits: {miss}");
         return Ok(Outcome::NothingFits);
@@ -456,6 +482,12 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
         &scenario.cluster,
         &scenario.training,
     )?;
+    if plan.zero >= 2 && plan.pp > 1 {
+        eprintln!(
+            "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",
+            plan.zero
+        );
+    }
     let estimate = evaluate(
         &scenario.model,
         &scenario.cluster,

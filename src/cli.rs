@@ -51,6 +51,12 @@ pub enum RecomputeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StyleArg {
+    Gpt,
+    Llama,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AttentionArg {
     Flash,
     Unfused,
@@ -92,6 +98,10 @@ pub struct ModelArgs {
     /// Gated MLP (SwiGLU: gate, up and down matrices).
     #[arg(long, requires = "layers")]
     pub gated_mlp: bool,
+    /// Block style for shape flags: gpt (biases, tied embeddings, learned positions, layernorm,
+    /// dropout) or llama (none of those: RMSNorm, RoPE, untied output layer). Default: gpt.
+    #[arg(long, value_enum, requires = "layers")]
+    pub style: Option<StyleArg>,
 }
 
 /// Where to train.
@@ -118,13 +128,14 @@ pub struct TrainingArgs {
     /// Sequences per optimizer step across all replicas (default 1536, GPT-3's batch).
     #[arg(long)]
     pub global_batch: Option<u32>,
-    /// Gradient precision: bf16 (2 bytes, DeepSpeed) or fp32 (4 bytes, Megatron's main_grad).
-    #[arg(long, value_enum, default_value = "bf16")]
-    pub grad_dtype: GradDtypeArg,
+    /// Gradient precision: bf16 (2 bytes; the default) or fp32 (4 bytes, Megatron's main_grad).
+    #[arg(long, value_enum)]
+    pub grad_dtype: Option<GradDtypeArg>,
     /// Attention kernel: flash (FlashAttention: scores never stored, recomputed in backward) or unfused
     /// (Megatron-LM 2021: s x s scores materialised; what the published A100 runs used).
-    #[arg(long, value_enum, default_value = "flash")]
-    pub attention: AttentionArg,
+    /// Default: flash.
+    #[arg(long, value_enum)]
+    pub attention: Option<AttentionArg>,
     /// Tokens to train on (e.g. 300B), to print the time to train.
     #[arg(long, value_name = "COUNT")]
     pub tokens: Option<String>,

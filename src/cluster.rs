@@ -143,6 +143,25 @@ impl Cluster {
         self.nodes * self.gpus_per_node
     }
 
+    /// Bus bandwidth of a group that crosses nodes with `members_per_node` of its ranks on each node:
+    /// NCCL runs one ring per NIC, so k members bring k NICs, up to what NVLink can feed (the
+    /// nccl-tests figure behind `network_efficiency` — 192 GB/s on 8×200 Gb/s DGX A100 — is exactly
+    /// that 8-NIC aggregate). Inside a node it is the NVLink speed.
+    pub fn group_speed(&self, link: Link, members_per_node: u32) -> LinkSpeed {
+        let nvlink = self.link_speed(Link::Nvlink);
+        match link {
+            Link::Nvlink => nvlink,
+            Link::Network => {
+                let one = self.link_speed(Link::Network);
+                let aggregate = one.bandwidth.0 * f64::from(members_per_node.max(1));
+                LinkSpeed {
+                    bandwidth: BytesPerSec(aggregate.min(nvlink.bandwidth.0)),
+                    latency: one.latency,
+                }
+            }
+        }
+    }
+
     /// Achieved collective bandwidth and latency of a link (bus bandwidth in nccl-tests' terms).
     pub fn link_speed(&self, link: Link) -> LinkSpeed {
         let gpu = &self.gpu;

@@ -261,13 +261,22 @@ impl Model {
 
     /// Input embedding (plus learned positions) parameters.
     pub fn embedding_params(&self) -> f64 {
-        let h = f64::from(self.hidden);
-        let positions = if self.learned_position_embeddings {
-            f64::from(self.seq_len) * h
+        self.word_embedding_params() + self.position_embedding_params()
+    }
+
+    /// The vocabulary embedding, V·h: split over TP ranks by Megatron's `VocabParallelEmbedding`.
+    pub fn word_embedding_params(&self) -> f64 {
+        f64::from(self.vocab) * f64::from(self.hidden)
+    }
+
+    /// Learned absolute positions, s·h: a plain embedding replicated on every TP rank (Megatron-LM
+    /// `language_model.py` `position_embeddings`).
+    pub fn position_embedding_params(&self) -> f64 {
+        if self.learned_position_embeddings {
+            f64::from(self.seq_len) * f64::from(self.hidden)
         } else {
             0.0
-        };
-        f64::from(self.vocab) * h + positions
+        }
     }
 
     /// Output projection parameters (zero when tied to the input embedding), plus the final norm.

@@ -116,7 +116,12 @@ pub fn enumerate(
                             {
                                 continue;
                             }
-                            for zero in 0..=3u8 {
+                            // ZeRO-2/3 shard gradients that pipeline parallelism accumulates across
+                            // micro-batches: DeepSpeed's PipelineEngine refuses them and Megatron-LM
+                            // offers only a ZeRO-1 distributed optimizer, so with pp > 1 the search
+                            // stops at ZeRO-1 (`tpsim eval` still evaluates them, with a note).
+                            let max_zero = if pp > 1 { 1 } else { 3 };
+                            for zero in 0..=max_zero {
                                 requests.push(PlanRequest {
                                     tp,
                                     pp,

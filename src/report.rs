@@ -24,6 +24,11 @@ pub struct ModelSummary {
     pub vocab: u32,
     pub seq_len: u32,
     pub gated_mlp: bool,
+    pub linear_bias: bool,
+    pub tied_embeddings: bool,
+    pub learned_position_embeddings: bool,
+    pub norm: crate::model::Norm,
+    pub dropout: bool,
     /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
     pub origin: String,
 }
@@ -41,6 +46,11 @@ impl ModelSummary {
             vocab: model.vocab,
             seq_len: model.seq_len,
             gated_mlp: model.gated_mlp,
+            linear_bias: model.linear_bias,
+            tied_embeddings: model.tied_embeddings,
+            learned_position_embeddings: model.learned_position_embeddings,
+            norm: model.norm,
+            dropout: model.dropout,
             origin: origin.to_string(),
         }
     }
@@ -119,8 +129,27 @@ pub fn scenario_line(report: &Report) -> String {
         String::new()
     };
     let gated = if m.gated_mlp { ", gated MLP" } else { "" };
+    let traits = [
+        if m.linear_bias { "biases" } else { "no biases" },
+        if m.tied_embeddings {
+            "tied embeddings"
+        } else {
+            "untied output layer"
+        },
+        if m.learned_position_embeddings {
+            "learned positions"
+        } else {
+            "no learned positions"
+        },
+        match m.norm {
+            crate::model::Norm::Layernorm => "layernorm",
+            crate::model::Norm::Rmsnorm => "RMSNorm",
+        },
+        if m.dropout { "dropout" } else { "no dropout" },
+    ]
+    .join(", ");
     format!(
-        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}\n\
+        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
          cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention",
         m.name,

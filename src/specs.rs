@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::cluster::GpuProfile;
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
+use crate::training::{AttentionKernel, GradDtype};
 
 /// Bundled model specs: (name, YAML text).
 pub const BUNDLED_MODELS: &[(&str, &str)] = &[
@@ -168,6 +169,10 @@ pub struct PlanFile {
     pub seq_len: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_batch: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_dtype: Option<GradDtype>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionKernel>,
     pub plan: PlanRequest,
 }
 

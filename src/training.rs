@@ -1,6 +1,6 @@
 //! What one training step processes, and the number formats it keeps.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Default sequences per step when `--global-batch` is not given: GPT-3 175B's 1536 sequences of
 /// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
@@ -12,7 +12,7 @@ pub const WEIGHT_BYTES: f64 = 2.0;
 pub const OPTIMIZER_BYTES: f64 = 12.0;
 
 /// Gradient storage precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GradDtype {
     /// 2 bytes per gradient (ZeRO paper, DeepSpeed's default).
@@ -31,7 +31,7 @@ impl GradDtype {
 }
 
 /// How the attention core (QKᵀ, softmax, AV) is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttentionKernel {
     /// Fused kernel that never writes the s×s scores to memory and recomputes them in backward

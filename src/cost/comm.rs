@@ -73,24 +73,56 @@ pub struct Comm {
     pub dp: GroupComm,
 }
 
-/// Links of the three groups under Megatron-LM's rank order tp → dp → pp (`RankGenerator`,
-/// order "tp-cp-ep-dp-pp"): TP ranks are adjacent, DP ranks stride tp, PP ranks stride tp·dp.
-pub fn group_links(cluster: &Cluster, plan: &ParallelPlan) -> (Link, Link, Link) {
+/// Where a communication group sits: the link it uses and, across nodes, how many of its members
+/// share a node (each brings its own NIC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub link: Link,
+    pub members_per_node: u32,
+}
+
+impl Placement {
+    const NVLINK: Placement = Placement {
+        link: Link::Nvlink,
+        members_per_node: 1,
+    };
+    fn network(members_per_node: u32) -> Placement {
+        Placement {
+            link: Link::Network,
+            members_per_node: members_per_node.max(1),
+        }
+    }
+}
+
+/// Placement of a group of `size` ranks at stride `stride` under Megatron-LM's rank order tp → dp → pp
+/// (`RankGenerator`, order "tp-cp-ep-dp-pp"): TP ranks are adjacent, DP ranks stride tp, PP ranks
+/// stride tp·dp. A group stays on NVLink only when every copy of it fits inside one node; one that
+/// straddles a node boundary pays the network on its ring.
+fn place(gpus_per_node: u32, stride: u32, size: u32) -> Placement {
+    let span = u64::from(stride) * u64::from(size);
+    let gpn = u64::from(gpus_per_node);
+    if size <= 1 || (span <= gpn && gpn % span == 0) {
+        return Placement::NVLINK;
+    }
+    if u64::from(stride) >= gpn || span % gpn != 0 {
+        // One member per node, or groups that straddle node boundaries unevenly: one NIC per crossing.
+        return Placement::network(1);
+    }
+    Placement::network(gpus_per_node / stride)
+}
+
+/// Placements of the TP, DP and PP groups.
+pub fn group_placements(
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+) -> (Placement, Placement, Placement) {
     let gpn = cluster.gpus_per_node;
-    let tp = if plan.tp > gpn {
-        Link::Network
-    } else {
-        Link::Nvlink
-    };
-    let dp = if plan.tp * plan.dp > gpn {
-        Link::Network
-    } else {
-        Link::Nvlink
-    };
-    let pp = if plan.tp * plan.dp * plan.pp > gpn {
-        Link::Network
-    } else {
-        Link::Nvlink
+    let tp = place(gpn, 1, plan.tp);
+    let dp = place(gpn, plan.tp, plan.dp);
+    // Pipeline neighbours: one GPU sends to one GPU, through its own NIC when they are on different nodes.
+    let pp = match place(gpn, plan.tp * plan.dp, plan.pp).link {
+        Link::Nvlink => Placement::NVLINK,
+        Link::Network => Placement::network(1),
     };
     (tp, dp, pp)
 }
@@ -136,7 +168,10 @@ pub struct DpTraffic {
     /// How many such windows (1 for ZeRO 0/1, which reduce once; m for ZeRO 2/3, which reduce every
     /// micro-batch because they do not keep unsharded gradients).
     pub overlap_windows: f64,
-    /// Parameter all-gathers that cannot hide (after the optimizer step; ZeRO-3's forward gathers).
+    /// ZeRO-3's parameter all-gather before each micro-batch's forward, which prefetching overlaps
+    /// with that forward (DeepSpeed `stage3_prefetch_bucket_size`, FSDP forward prefetch).
+    pub forward_gather_per_mb_s: f64,
+    /// Parameter all-gathers that cannot hide (after the optimizer step).
     pub exposed_s: f64,
     pub total_s: f64,
 }
@@ -144,13 +179,15 @@ pub struct DpTraffic {
 /// DP traffic (Rajbhandari et al. 2020 §7): plain DP all-reduces gradients (2Ψ·(d−1)/d);
 /// ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16 parameters (same volume);
 /// ZeRO-3 also all-gathers parameters before each forward and backward (3 transfers in all),
-/// once per micro-batch, plus once more for the recompute forward under full recompute.
+/// once per micro-batch, plus once more for the recompute forward under full recompute; the
+/// backward-side gathers share the gradient reduction's backward window, the forward gather hides
+/// behind the forward.
 pub fn dp_traffic(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
     params_per_gpu: f64,
-    dp_link: Link,
+    dp_placement: Placement,
 ) -> DpTraffic {
     let d = plan.dp;
     if d <= 1 {
@@ -158,16 +195,18 @@ pub fn dp_traffic(
             wire_bytes: 0.0,
             reduce_per_overlap_window_s: 0.0,
             overlap_windows: 0.0,
+            forward_gather_per_mb_s: 0.0,
             exposed_s: 0.0,
             total_s: 0.0,
         };
     }
-    let link = cluster.link_speed(dp_link);
+    let link = cluster.group_speed(dp_placement.link, dp_placement.members_per_node);
     let grads = params_per_gpu * training.grad_dtype.bytes();
     let weights = params_per_gpu * WEIGHT_BYTES;
     let m = f64::from(plan.num_microbatches);
     let rs = Collective::ReduceScatter;
     let ag = Collective::AllGather;
+    let mut forward_gather_per_mb_s = 0.0;
     let (wire, reduce_s, windows, exposed_s) = match plan.zero {
         0 => {
             let ar = Collective::AllReduce;
@@ -192,11 +231,12 @@ pub fn dp_traffic(
                 } else {
                     0.0
                 };
+            forward_gather_per_mb_s = ag.time(weights, d, link);
             (
                 rs.wire_factor(d) * m * (grads + gathers * weights),
-                rs.time(grads, d, link) + ag.time(weights, d, link),
+                rs.time(grads, d, link) + (gathers - 1.0) * ag.time(weights, d, link),
                 m,
-                m * (gathers - 1.0) * ag.time(weights, d, link),
+                0.0,
             )
         }
     };
@@ -204,8 +244,9 @@ pub fn dp_traffic(
         wire_bytes: wire,
         reduce_per_overlap_window_s: reduce_s,
         overlap_windows: windows,
+        forward_gather_per_mb_s,
         exposed_s,
-        total_s: reduce_s * windows + exposed_s,
+        total_s: reduce_s * windows + m * forward_gather_per_mb_s + exposed_s,
     }
 }
 
@@ -222,6 +263,22 @@ mod tests {
         assert_eq!(Collective::ReduceScatter.wire_factor(4), 3.0 / 4.0);
         assert_eq!(Collective::SendRecv.wire_factor(2), 1.0);
         assert_eq!(Collective::AllReduce.wire_factor(1), 0.0);
+    }
+
+    #[test]
+    fn megatron_rank_order_placements() {
+        // 8 GPUs per node. tp 8: TP on NVLink, DP one member per node. tp 2 dp 4: DP inside a node.
+        assert_eq!(place(8, 1, 8), Placement::NVLINK);
+        assert_eq!(place(8, 8, 4), Placement::network(1));
+        assert_eq!(place(8, 2, 4), Placement::NVLINK);
+        // tp 1 dp 32: 8 members per node, each with its own NIC.
+        assert_eq!(place(8, 1, 32), Placement::network(8));
+        // tp 2 dp 16: 4 members per node.
+        assert_eq!(place(8, 2, 16), Placement::network(4));
+        // dp 3 at stride 1 straddles nodes {6,7 | 8}: network, one NIC per crossing.
+        assert_eq!(place(8, 1, 3), Placement::network(1));
+        // cross-node TP 16: 8 members per node.
+        assert_eq!(place(8, 1, 16), Placement::network(8));
     }
 
     #[test]

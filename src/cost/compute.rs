@@ -126,6 +126,27 @@ pub fn layer_elementwise_bytes(
     (norms + residuals, activation, scores)
 }
 
+/// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs, halved
+/// because causal masking lets the kernel skip the blocks above the diagonal (Dao 2023,
+/// FlashAttention-2 §3.1.1), on a roofline whose memory side is only Q, K, V and O — the s×s scores
+/// never leave the chip.
+pub fn flash_attention_time(
+    model: &Model,
+    cluster: &Cluster,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+) -> f64 {
+    let gemms = layer_gemms(model, micro_batch, seq_len, tp);
+    let flops = 0.5 * (gemms[1].flops() + gemms[2].flops());
+    let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
+    let q_and_o = 2.0 * b * s * f64::from(model.hidden) / t;
+    let k_and_v = 2.0 * b * s * model.kv_width() / t;
+    let bytes = ELEMENT_BYTES * (q_and_o + k_and_v);
+    let gpu = &cluster.gpu;
+    (flops / (gpu.peak_flops().0 * gpu.gemm_efficiency)).max(bytes / gpu.achieved_hbm_bandwidth().0)
+}
+
 /// Forward, backward and recompute time of one layer for one micro-batch (no communication).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LayerTime {
@@ -157,8 +178,13 @@ pub fn layer_time(
     attention: AttentionKernel,
 ) -> LayerTime {
     let gemms = layer_gemms(model, micro_batch, seq_len, tp);
-    let gemm_time: f64 = gemms.iter().map(|g| g.time(cluster)).sum();
-    let attention_core_gemm_time = gemms[1].time(cluster) + gemms[2].time(cluster);
+    let attention_core_gemm_time = match attention {
+        AttentionKernel::Unfused => gemms[1].time(cluster) + gemms[2].time(cluster),
+        AttentionKernel::Flash => flash_attention_time(model, cluster, micro_batch, seq_len, tp),
+    };
+    let gemm_time: f64 = gemms[0].time(cluster)
+        + attention_core_gemm_time
+        + gemms[3..].iter().map(|g| g.time(cluster)).sum::<f64>();
     let t = f64::from(tp);
     let (outside, inside, scores) = layer_elementwise_bytes(model, micro_batch, seq_len, attention);
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
@@ -246,10 +272,7 @@ mod tests {
             Recompute::None,
             AttentionKernel::Flash,
         );
-        let core: f64 = layer_gemms(&m, 1, 2048, 8)[1..3]
-            .iter()
-            .map(|g| g.time(&cluster))
-            .sum();
+        let core = flash_attention_time(&m, &cluster, 1, 2048, 8);
         let expected = 2.0 * flash.forward + 0.5 * core / cluster.gpu.framework_efficiency;
         assert!((flash.backward / expected - 1.0).abs() < 1e-12);
         assert_eq!(flash.recompute, 0.0);

@@ -102,7 +102,7 @@ pub fn layer_activation_bytes(
 fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
     let t = f64::from(plan.tp);
     let layer = model.layer_params() / t;
-    let word_embedding = f64::from(model.vocab) * f64::from(model.hidden) / t;
+    let word_embedding = model.word_embedding_params() / t;
     let output = if model.tied_embeddings {
         word_embedding
     } else {
@@ -111,9 +111,16 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
     let layers = |n: u32| f64::from(n) * layer;
     match stage {
         Stage::Only => {
-            layers(model.layers) + model.embedding_params() / t + model.output_params() / t
+            layers(model.layers)
+                + model.word_embedding_params() / t
+                + model.position_embedding_params()
+                + model.output_params() / t
         }
-        Stage::First => layers(plan.stages.first) + model.embedding_params() / t,
+        Stage::First => {
+            layers(plan.stages.first)
+                + model.word_embedding_params() / t
+                + model.position_embedding_params()
+        }
         Stage::Middle => layers(plan.stages.middle_max),
         Stage::Last => layers(plan.stages.last) + output,
     }
@@ -159,9 +166,18 @@ fn stage_memory(
     let dp = f64::from(plan.dp);
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
     let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
-    let weights = params * WEIGHT_BYTES / shard(3);
-    let gradients = params * training.grad_dtype.bytes() / shard(2);
+    let mut weights = params * WEIGHT_BYTES / shard(3);
+    let mut gradients = params * training.grad_dtype.bytes() / shard(2);
     let optimizer = params * OPTIMIZER_BYTES / shard(1);
+    if plan.zero >= 3 && plan.dp > 1 {
+        // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched: two
+        // unsharded layers live at once (FSDP's `limit_all_gathers` rate limiter, DeepSpeed's
+        // `stage3_prefetch_bucket_size`), and a layer's full gradient exists until it is
+        // reduce-scattered. The largest "layer" may be the word embedding.
+        let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
+        weights += 2.0 * unit * WEIGHT_BYTES;
+        gradients += unit * training.grad_dtype.bytes();
+    }
 
     let (s, b, h, t) = (
         training.seq_len,
