@@ -608,3 +608,41 @@ fn uneven_pipeline_interleaves_when_units_split_evenly() {
         &["--vpp 3", "pp x vpp"],
     );
 }
+
+#[test]
+fn saved_plan_keeps_attention_and_gradient_precision() {
+    let dir = temp_dir("save_training_keys");
+    let file = dir.join("plan.yaml");
+    let file = file.to_str().unwrap();
+    let scenario = [
+        "--model",
+        "gpt3-175b",
+        "--nodes",
+        "16",
+        "--attention",
+        "unfused",
+        "--grad-dtype",
+        "fp32",
+    ];
+    let (code, planned) = run_json(&with_args(
+        &with_args(&["plan"], &scenario),
+        &["--save", file, "--format", "json"],
+    ));
+    assert_eq!(code, 0);
+    assert_eq!(planned["training"]["attention"], "unfused");
+    let (code, evaluated) = run_json(&["eval", "--plan", file, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(evaluated["training"]["attention"], "unfused");
+    assert_eq!(evaluated["training"]["grad_dtype"], "fp32");
+    assert!(close(
+        f(&evaluated["plans"][0]["time"]["step_s"]),
+        f(&planned["plans"][0]["time"]["step_s"]),
+        1e-9
+    ));
+    assert!(close(
+        f(&evaluated["plans"][0]["memory"]["total_bytes"]),
+        f(&planned["plans"][0]["memory"]["total_bytes"]),
+        1e-9
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -156,3 +156,45 @@ fn ranking_is_identical_on_one_and_many_threads() {
     assert_eq!(one.stats.candidates, many.stats.candidates);
     assert_eq!(one.ranked, many.ranked);
 }
+
+#[test]
+fn search_never_proposes_zero_2_or_3_with_pipeline_parallelism() {
+    let model = load_model("gpt3-175b").unwrap();
+    let c = cluster(16);
+    let t = training(512);
+    let options = SearchOptions {
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+    };
+    let result = search(&model, &c, &t, options);
+    assert!(result.ranked.iter().any(|e| e.plan.pp > 1));
+    assert!(
+        result.ranked.iter().any(|e| e.plan.zero == 3),
+        "ZeRO-3 stays in the space without PP"
+    );
+    for e in &result.ranked {
+        assert!(e.plan.pp == 1 || e.plan.zero <= 1, "{:?}", e.plan);
+    }
+}
+
+#[test]
+fn zero3_holds_two_gathered_layers_and_one_layer_of_gradients() {
+    // FSDP / DeepSpeed ZeRO-3 keep the current and the prefetched layer unsharded.
+    let model = gpt3();
+    let c = cluster(16);
+    let t = training(128);
+    let plan = |zero| {
+        ParallelPlan::build(
+            &request(1, 1, 128, 1, false, Recompute::Full, zero),
+            &model,
+            &c,
+            &t,
+        )
+        .unwrap()
+    };
+    let z3 = evaluate(&model, &c, &t, &plan(3)).memory;
+    let params = z3.params_per_gpu;
+    let unit = model.layer_params().max(model.word_embedding_params());
+    assert!((z3.weights_bytes.0 - (params * 2.0 / 128.0 + 2.0 * unit * 2.0)).abs() < 1.0);
+    assert!((z3.gradients_bytes.0 - (params * 2.0 / 128.0 + unit * 2.0)).abs() < 1.0);
+}

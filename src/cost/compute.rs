@@ -293,6 +293,25 @@ mod tests {
     }
 
     #[test]
+    fn long_sequence_flash_attention_is_causal_and_compute_bound() {
+        // s = 8192: the fused kernel runs half the QKᵀ/AV FLOPs (causal blocks skipped) at the GEMM roof.
+        let mut m = gpt3_175b();
+        m.seq_len = 8192;
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let full: f64 = layer_gemms(&m, 1, 8192, 8)[1..3]
+            .iter()
+            .map(Gemm::flops)
+            .sum();
+        let roof = cluster.gpu.peak_flops().0 * cluster.gpu.gemm_efficiency;
+        let t = flash_attention_time(&m, &cluster, 1, 8192, 8);
+        assert!((t / (0.5 * full / roof) - 1.0).abs() < 1e-12, "{t}");
+    }
+
+    #[test]
     fn layer_gemm_flops_sum_to_megatron_layer_flops() {
         // 24bsh² + 4bs²h per layer forward (Narayanan et al. 2021 §3), split over t ranks.
         let m = gpt3_175b();
