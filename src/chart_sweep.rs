@@ -66,6 +66,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .configure_mesh()
             .x_labels(n.max(2) * 2 + 1)
             .x_label_formatter(&label_of)
+            .y_label_formatter(&|y| compact(*y))
             .x_desc(sweep.axis.title())
             .disable_x_mesh()
             .draw()
@@ -79,4 +80,18 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     }
     root.present().map_err(|e| fail(&e))?;
     Ok(())
+}
+
+/// Axis numbers short enough for a narrow label area: 412000 → "412k", 1.5e6 → "1.5M".
+fn compact(y: f64) -> String {
+    let a = y.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", y / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", y / 1e3)
+    } else if a >= 100.0 {
+        format!("{y:.0}")
+    } else {
+        format!("{y:.1}")
+    }
 }

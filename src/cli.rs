@@ -306,7 +306,13 @@ pub struct SweepArgs {
     #[arg(long, value_enum)]
     pub axis: SweepAxis,
     /// The points, comma-separated, in the axis's unit (see --axis).
-    #[arg(long, value_name = "A,B,C", value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        value_name = "A,B,C",
+        value_delimiter = ',',
+        required = true,
+        allow_hyphen_values = true
+    )]
     pub values: Vec<String>,
     /// Price of one GPU-hour, for the cost to train --tokens (e.g. 2.5 for $2.50).
     #[arg(long, value_name = "PRICE")]
