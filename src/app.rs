@@ -380,9 +380,14 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
 }
 
 fn eval(args: EvalArgs) -> Result<Outcome> {
-    let plan_file = match &args.plan {
-        Some(path) => Some((specs::load_plan(path)?, path.clone())),
+    let megatron = match &args.megatron_args {
+        Some(text) => Some(read_megatron_launch(text)?),
         None => None,
+    };
+    let plan_file = match (&args.plan, &megatron) {
+        (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
+        (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
+        (None, None) => None,
     };
     let scenario = resolve_scenario(
         &args.model,
@@ -391,6 +396,11 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
     let request = match &plan_file {
+        Some(_) if megatron.is_some() => megatron
+            .as_ref()
+            .expect("checked above")
+            .request(scenario.cluster.total_gpus())
+            .map_err(|message| anyhow!("--megatron-args: {message}"))?,
         Some((file, _)) => file.plan,
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
@@ -921,4 +931,56 @@ fn completions(args: CompletionsArgs) -> Result<Outcome> {
         }
         _ => Ok(Outcome::Found),
     }
+}
+
+/// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
+/// including arguments tpsim does not model (listed on stderr).
+fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
+    let line = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("--megatron-args @{path}: cannot read the launch file"))?,
+        None => text.to_string(),
+    };
+    let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
+    let flags: Vec<&str> = launch
+        .ignored
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("--"))
+        .collect();
+    if !flags.is_empty() {
+        eprintln!(
+            "note: --megatron-args: {} argument(s) do not change memory or time in tpsim's model and were skipped: {}",
+            flags.len(),
+            flags.join(" ")
+        );
+    }
+    Ok(launch)
+}
+
+/// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
+/// the cluster, hence dp, is known).
+fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
+    let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
+    Ok(PlanFile {
+        model: Some(ModelRef::Inline(model_file_of(&model))),
+        params: None,
+        gpu: None,
+        nodes: None,
+        gpus_per_node: None,
+        seq_len: Some(launch.seq_len),
+        global_batch: Some(launch.global_batch),
+        plan: PlanRequest {
+            tp: launch.tp,
+            pp: launch.pp,
+            dp: 1,
+            vpp: 1,
+            micro_batch: launch.micro_batch,
+            sequence_parallel: launch.sequence_parallel,
+            recompute: launch.recompute,
+            zero: u8::from(launch.distributed_optimizer),
+            allow_uneven_pp: launch.uneven_pp,
+            allow_cross_node_tp: false,
+        },
+    })
 }

@@ -26,7 +26,7 @@ pub enum Command {
     Plan(PlanArgs),
     /// Evaluate one plan and print its full breakdown (also when it does not fit).
     #[command(
-        after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo"
+        after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
     )]
     Eval(EvalArgs),
     /// Compare predictions with published training runs (validation/published_runs.yaml).
@@ -248,6 +248,10 @@ pub struct EvalArgs {
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
     #[arg(long, value_enum, value_name = "FRAMEWORK")]
     pub emit: Option<EmitTarget>,
+    /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
+    /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer"])]
+    pub megatron_args: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -298,7 +298,9 @@ pub struct MegatronLaunch {
 pub enum MegatronArgsError {
     #[error("Megatron argument --{flag} needs a value (e.g. --{flag} {example})")]
     MissingValue { flag: String, example: &'static str },
-    #[error("Megatron argument --{flag} {value:?} is not a positive integer")]
+    #[error(
+        "Megatron argument --{flag} {value:?} is not a positive integer; expand shell variables first (e.g. --{flag} 8)"
+    )]
     NotANumber { flag: String, value: String },
     #[error("Megatron argument --{flag} {value:?} is not one of: {valid}")]
     BadChoice {
@@ -318,7 +320,12 @@ pub enum MegatronArgsError {
 /// Reads Megatron-LM arguments (whitespace-separated, `\` line continuations allowed). Flags that
 /// do not change memory or time are collected in `ignored`.
 pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsError> {
-    let tokens: Vec<&str> = text.split_whitespace().filter(|t| *t != "\\").collect();
+    // Shell comments (`# ...` to the end of a line) are not arguments.
+    let tokens: Vec<&str> = text
+        .lines()
+        .flat_map(|line| line.split_whitespace().take_while(|t| !t.starts_with('#')))
+        .filter(|t| *t != "\\")
+        .collect();
     let mut values: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     let mut switches: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut ignored = Vec::new();
@@ -616,6 +623,18 @@ mod tests {
         assert_eq!((launch.layers, launch.tp, launch.pp), (24, 1, 1));
         assert!(launch.ignored.contains(&"--lr".to_string()));
         assert!(launch.ignored.contains(&"--use-flash-attn".to_string()));
+        let commented = read_megatron_args(
+            "# --num-layers 2\n--num-layers 24 --hidden-size 2048 --num-attention-heads 16 # --tensor-model-parallel-size 4\n--seq-length 2048 --global-batch-size 256",
+        )
+        .unwrap();
+        assert_eq!((commented.layers, commented.tp), (24, 1));
+        let err = read_megatron_args("--num-layers $NLAYERS")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"$NLAYERS\"") && err.contains("expand shell variables"),
+            "{err}"
+        );
     }
 
     #[test]

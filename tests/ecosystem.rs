@@ -815,3 +815,128 @@ fn machine_output_stays_clean_under_no_color() {
     assert!(!String::from_utf8(out.stderr).unwrap().contains('\u{1b}'));
     assert!(stdout.starts_with("axis,value,"), "{stdout}");
 }
+
+#[test]
+fn a_whole_megatron_launch_script_reads_like_its_flags() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let script = parse_json(&[], &stdout, &stderr);
+    // Skipped arguments are listed on stderr, never mixed into the JSON on stdout.
+    assert!(
+        stderr.contains("--lr") && stderr.contains("--data-path"),
+        "{stderr}"
+    );
+    let flags = run_json(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--layers",
+        "80",
+        "--hidden",
+        "8192",
+        "--heads",
+        "64",
+        "--kv-heads",
+        "8",
+        "--ffn-hidden",
+        "28672",
+        "--gated-mlp",
+        "--normalization",
+        "RMSNorm",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+        "--position-embedding-type",
+        "rope",
+        "--vocab",
+        "128256",
+        "--seq-len",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(script["plans"], flags["plans"]);
+    // The script describes Llama-3-70B: the same count as its Hugging Face config.
+    let hf = run_json(&[
+        "eval",
+        "--hf-config",
+        "models/hf/llama-3-70b.json",
+        "--nodes",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(script["model"]["params"], hf["model"]["params"]);
+    assert_eq!(script["plans"][0]["time"], hf["plans"][0]["time"]);
+
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            "--num-layers $NL --hidden-size 8192",
+        ],
+        &["--num-layers \"$NL\"", "expand shell variables"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            "--hidden-size 8192",
+        ],
+        &["lack --num-layers"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "3",
+            "--megatron-args",
+            "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --global-batch-size 64 --tensor-model-parallel-size 2",
+        ],
+        &[
+            "--tensor-model-parallel-size 2",
+            "does not divide the 3 GPUs",
+        ],
+    );
+}
