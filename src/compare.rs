@@ -181,17 +181,76 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
         .copied()
         .min_by(|x, y| x.1.total_cmp(&y.1))
         .expect("six terms");
+    let because = |term: &str| {
+        cause(term, fast, slow)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    };
     let mut sentence = format!(
-        "{fast_label} is {speedup:.0}% faster than {slow_label}: its {} is {:.0} points smaller",
-        decide.0, decide.1
+        "{fast_label} is {}% faster than {slow_label}: its {} is {} points smaller{}",
+        figure(speedup),
+        decide.0,
+        figure(decide.1),
+        because(decide.0)
     );
-    if against.1 <= -0.5 {
+    if against.1 <= -0.05 {
         sentence.push_str(&format!(
-            " and costs {:.0} points more {}",
-            -against.1, against.0
+            " and costs {} points more {}{}",
+            figure(-against.1),
+            against.0,
+            because(against.0)
         ));
     }
     sentence
+}
+
+/// 11.3 → "11", 4.66 → "4.7": whole numbers once they are large enough to read that way.
+fn figure(x: f64) -> String {
+    if x >= 9.95 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The plan difference that moves a term, in the cost model's terms: GEMM shapes and recompute
+/// for compute, (p−1)/(v·m) for the bubble (Narayanan et al. 2021 §2.2), the TP group and its
+/// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage and dp for DP.
+fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
+    let (f, s) = (&fast.plan, &slow.plan);
+    let pair = |what: &str, a: String, b: String| Some(format!("{what} {a} against {b}"));
+    match term {
+        "compute" if f.micro_batch != s.micro_batch => pair(
+            "micro-batch",
+            f.micro_batch.to_string(),
+            s.micro_batch.to_string(),
+        ),
+        "compute" if f.recompute != s.recompute => pair(
+            "recompute",
+            f.recompute.as_str().into(),
+            s.recompute.as_str().into(),
+        ),
+        "compute" | "TP traffic" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
+        "TP traffic" if f.recompute != s.recompute => pair(
+            "recompute",
+            f.recompute.as_str().into(),
+            s.recompute.as_str().into(),
+        ),
+        "pipeline bubble" | "PP traffic" if f.vpp != s.vpp => {
+            pair("vpp", f.vpp.to_string(), s.vpp.to_string())
+        }
+        "pipeline bubble" | "PP traffic" if f.pp != s.pp => {
+            pair("pp", f.pp.to_string(), s.pp.to_string())
+        }
+        "pipeline bubble" if f.micro_batch != s.micro_batch => pair(
+            "micro-batch",
+            f.micro_batch.to_string(),
+            s.micro_batch.to_string(),
+        ),
+        "DP traffic" if f.zero != s.zero => pair("ZeRO", f.zero.to_string(), s.zero.to_string()),
+        "DP traffic" if f.dp != s.dp => pair("dp", f.dp.to_string(), s.dp.to_string()),
+        _ => None,
+    }
 }
 
 /// The comparison as a terminal table followed by the verdict.
