@@ -730,6 +730,19 @@ fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             "--axis params derives a GPT-style model at each point; drop --params/--model/--layers/--hf-config"
         );
     }
+    if let Some(path) = &args.chart {
+        let parent = std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent
+            && !dir.is_dir()
+        {
+            bail!(
+                "--chart {path}: the folder {} does not exist; create it or write the chart elsewhere",
+                dir.display()
+            );
+        }
+    }
     let mut points = Vec::with_capacity(args.values.len());
     for raw in &args.values {
         let value = raw.trim();

@@ -394,13 +394,11 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         } else {
             ignored.push(token.to_string());
             // An unknown flag's value (if any) is not a flag: skip it with the flag.
-            if inline.is_none() {
-                if let Some(v) = tokens.get(i + 1) {
-                    if !v.starts_with("--") {
-                        ignored.push(v.to_string());
-                        i += 1;
-                    }
-                }
+            if let (None, Some(v)) = (inline, tokens.get(i + 1))
+                && !v.starts_with("--")
+            {
+                ignored.push(v.to_string());
+                i += 1;
             }
         }
         i += 1;
@@ -479,7 +477,7 @@ pub fn vpp_from_layers_per_virtual_stage(
     pp: u32,
     per_virtual_stage: u32,
 ) -> Result<u32, String> {
-    let per_stage = if pp > 0 && layers % pp == 0 {
+    let per_stage = if pp > 0 && layers.is_multiple_of(pp) {
         layers / pp
     } else {
         return Err(format!(
@@ -525,7 +523,7 @@ impl MegatronLaunch {
     /// The plan request on `gpus` GPUs: dp is what tp × pp leaves, as in Megatron.
     pub fn request(&self, gpus: u32) -> Result<PlanRequest, String> {
         let tp_pp = self.tp * self.pp;
-        if gpus % tp_pp != 0 {
+        if !gpus.is_multiple_of(tp_pp) {
             return Err(format!(
                 "--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} = {tp_pp} does not divide the {gpus} GPUs; change --nodes or the degrees",
                 self.tp, self.pp

@@ -307,19 +307,19 @@ impl Reader<'_> {
     /// explicit `head_dim` that disagrees (Gemma-7B: 16 × 256 = 4096 ≠ 3072, Qwen3-0.6B) cannot be
     /// represented, so it is refused rather than silently miscounted.
     fn check_head_dim(&self, model: &Model) -> Result<(), HfConfigError> {
-        if let Some(head_dim) = self.optional("head_dim")? {
-            if u64::from(head_dim) * u64::from(model.heads) != u64::from(model.hidden) {
-                return Err(HfConfigError::Unsupported {
-                    path: self.path.to_string(),
-                    message: format!(
-                        "head_dim {head_dim} x {} heads = {} differs from hidden_size {}; tpsim assumes attention width = hidden_size (head_dim {}), so this model would be miscounted",
-                        model.heads,
-                        u64::from(head_dim) * u64::from(model.heads),
-                        model.hidden,
-                        model.hidden / model.heads.max(1)
-                    ),
-                });
-            }
+        if let Some(head_dim) = self.optional("head_dim")?
+            && u64::from(head_dim) * u64::from(model.heads) != u64::from(model.hidden)
+        {
+            return Err(HfConfigError::Unsupported {
+                path: self.path.to_string(),
+                message: format!(
+                    "head_dim {head_dim} x {} heads = {} differs from hidden_size {}; tpsim assumes attention width = hidden_size (head_dim {}), so this model would be miscounted",
+                    model.heads,
+                    u64::from(head_dim) * u64::from(model.heads),
+                    model.hidden,
+                    model.hidden / model.heads.max(1)
+                ),
+            });
         }
         Ok(())
     }
@@ -338,16 +338,16 @@ impl Reader<'_> {
             "relu",
         ];
         for key in ["hidden_act", "hidden_activation", "activation_function"] {
-            if let Some(act) = self.obj.get(key).and_then(Value::as_str) {
-                if !KNOWN.contains(&act) {
-                    return Err(HfConfigError::Unsupported {
-                        path: self.path.to_string(),
-                        message: format!(
-                            "{key} {act:?} is not one tpsim knows; known: {}",
-                            KNOWN.join(", ")
-                        ),
-                    });
-                }
+            if let Some(act) = self.obj.get(key).and_then(Value::as_str)
+                && !KNOWN.contains(&act)
+            {
+                return Err(HfConfigError::Unsupported {
+                    path: self.path.to_string(),
+                    message: format!(
+                        "{key} {act:?} is not one tpsim knows; known: {}",
+                        KNOWN.join(", ")
+                    ),
+                });
             }
         }
         Ok(())
