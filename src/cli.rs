@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster",
     long_about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster: \
                   per-GPU memory, TP/PP/DP communication, pipeline bubble and step time for every plan.",
-    after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --global-batch 1536\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim accuracy"
+    after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --global-batch 1536\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim accuracy\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 16 --global-batch 512 --emit megatron\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh\n  tpsim sweep --params 175B --axis nodes --values 16,32,64 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim compare --params 512B --nodes 32\n  tpsim completions bash"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -81,25 +81,25 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NAME|FILE", conflicts_with = "layers")]
     pub model: Option<String>,
     /// Transformer layers (with --hidden and --heads).
-    #[arg(long, alias = "num-layers", requires_all = ["hidden", "heads"])]
+    #[arg(long, visible_alias = "num-layers", requires_all = ["hidden", "heads"])]
     pub layers: Option<u32>,
     /// Hidden size.
-    #[arg(long, alias = "hidden-size", requires = "layers")]
+    #[arg(long, visible_alias = "hidden-size", requires = "layers")]
     pub hidden: Option<u32>,
     /// Attention heads.
-    #[arg(long, alias = "num-attention-heads", requires = "layers")]
+    #[arg(long, visible_alias = "num-attention-heads", requires = "layers")]
     pub heads: Option<u32>,
     /// Key/value heads for grouped-query attention (default: --heads).
-    #[arg(long, alias = "num-query-groups", requires = "layers")]
+    #[arg(long, visible_alias = "num-query-groups", requires = "layers")]
     pub kv_heads: Option<u32>,
     /// MLP hidden size (default: 4 x --hidden).
-    #[arg(long, alias = "ffn-hidden-size", requires = "layers")]
+    #[arg(long, visible_alias = "ffn-hidden-size", requires = "layers")]
     pub ffn_hidden: Option<u32>,
     /// Vocabulary size (default 51200 with shape flags).
-    #[arg(long, alias = "vocab-size", requires = "layers")]
+    #[arg(long, visible_alias = "vocab-size", requires = "layers")]
     pub vocab: Option<u32>,
     /// Gated MLP (SwiGLU: gate, up and down matrices).
-    #[arg(long, alias = "swiglu", requires = "layers")]
+    #[arg(long, visible_alias = "swiglu", requires = "layers")]
     pub gated_mlp: bool,
     /// A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox,
     /// falcon); its max_position_embeddings is the default --seq-len.
@@ -141,10 +141,10 @@ pub struct ClusterArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TrainingArgs {
     /// Tokens per sequence (default: the model's training length; 2048 for --params and shape flags).
-    #[arg(long, alias = "seq-length")]
+    #[arg(long, visible_alias = "seq-length")]
     pub seq_len: Option<u32>,
     /// Sequences per optimizer step across all replicas (default 1536, GPT-3's batch).
-    #[arg(long, alias = "global-batch-size")]
+    #[arg(long, visible_alias = "global-batch-size")]
     pub global_batch: Option<u32>,
     /// Gradient precision: bf16 (2 bytes, DeepSpeed) or fp32 (4 bytes, Megatron's main_grad).
     #[arg(long, value_enum, default_value = "bf16")]
@@ -196,10 +196,10 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero"])]
     pub plan: Option<String>,
     /// Tensor-parallel degree.
-    #[arg(long, alias = "tensor-model-parallel-size")]
+    #[arg(long, visible_alias = "tensor-model-parallel-size")]
     pub tp: Option<u32>,
     /// Pipeline-parallel degree.
-    #[arg(long, alias = "pipeline-model-parallel-size")]
+    #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
     /// Data-parallel degree (default: GPUs / (tp x pp)).
     #[arg(long)]
@@ -208,13 +208,13 @@ pub struct EvalArgs {
     #[arg(long)]
     pub vpp: Option<u32>,
     /// Sequences per micro-batch.
-    #[arg(long, alias = "micro-batch-size")]
+    #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
     /// Sequence parallelism (needs --tp > 1).
     #[arg(long)]
     pub sequence_parallel: bool,
     /// Activation recomputation.
-    #[arg(long, alias = "recompute-granularity", value_enum)]
+    #[arg(long, visible_alias = "recompute-granularity", value_enum)]
     pub recompute: Option<RecomputeArg>,
     /// ZeRO stage 0-3.
     #[arg(long)]
