@@ -940,3 +940,33 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         ],
     );
 }
+
+#[test]
+fn sweep_points_agree_with_plan_and_do_not_depend_on_threads() {
+    let sweep = |threads: &str| {
+        run_json(&[
+            "sweep",
+            "--params",
+            "512B",
+            "--axis",
+            "nodes",
+            "--values",
+            "32,64",
+            "--threads",
+            threads,
+            "--format",
+            "json",
+        ])
+    };
+    let (one, two) = (sweep("1"), sweep("2"));
+    assert_eq!(one["rows"], two["rows"], "same rows on 1 and 2 threads");
+    let plan = run_json(&[
+        "plan", "--params", "512B", "--nodes", "32", "--top", "1", "--format", "json",
+    ]);
+    let best = &plan["plans"][0];
+    let row = &one["rows"][0];
+    for key in ["tp", "pp", "dp", "vpp", "micro_batch", "zero"] {
+        assert_eq!(row[key], best[key], "{key}");
+    }
+    assert_eq!(row["step_time_s"], best["time"]["step_s"]);
+}
