@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster",
     long_about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster: \
                   per-GPU memory, TP/PP/DP communication, pipeline bubble and step time for every plan.",
-    after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --global-batch 1536\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim accuracy"
+    after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --global-batch 1536\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim accuracy\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 16 --global-batch 512 --emit megatron\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh\n  tpsim sweep --params 175B --axis nodes --values 16,32,64 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim compare --params 512B --nodes 32\n  tpsim completions bash"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -21,12 +21,12 @@ pub struct Cli {
 pub enum Command {
     /// Search every valid plan and print the fastest that fit in memory.
     #[command(
-        after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim plan --model llama3-405b --nodes 2048 --gpu h100-sxm-80g --global-batch 2048 --allow-uneven-pp\n  tpsim plan --params 70B --nodes 8 --top 5 --format json\n  tpsim plan --params 512B --nodes 32 --save plans/best.yaml"
+        after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim plan --model llama3-405b --nodes 2048 --gpu h100-sxm-80g --global-batch 2048 --allow-uneven-pp\n  tpsim plan --params 70B --nodes 8 --top 5 --format json\n  tpsim plan --params 512B --nodes 32 --save plans/best.yaml\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 8 --global-batch 512\n  tpsim plan --params 175B --nodes 64 --emit megatron    # Megatron-LM arguments of the best plan it can run\n  tpsim plan --params 70B --nodes 8 --emit deepspeed > ds_config.json"
     )]
     Plan(PlanArgs),
     /// Evaluate one plan and print its full breakdown (also when it does not fit).
     #[command(
-        after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json"
+        after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
     )]
     Eval(EvalArgs),
     /// Compare predictions with published training runs (validation/published_runs.yaml).
@@ -34,7 +34,22 @@ pub enum Command {
         after_help = "Example:\n  tpsim accuracy\n  tpsim accuracy --runs validation/published_runs.yaml --format json"
     )]
     Accuracy(AccuracyArgs),
+    /// Best plan at each point of one axis (nodes, model size, GPU, network, sequence, batch).
+    #[command(after_help = SWEEP_EXAMPLES)]
+    Sweep(SweepArgs),
+    /// Two plans side by side, term by term, with the term that decides between them.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare(CompareArgs),
+    /// Print a shell completion script (bash, zsh, fish) on stdout.
+    #[command(
+        after_help = "Examples:\n  tpsim completions bash > ~/.local/share/bash-completion/completions/tpsim\n  tpsim completions zsh > ~/.zfunc/_tpsim      # with fpath+=(~/.zfunc) in ~/.zshrc\n  tpsim completions fish > ~/.config/fish/completions/tpsim.fish"
+    )]
+    Completions(CompletionsArgs),
 }
+
+const SWEEP_EXAMPLES: &str = "Axes and their values:\n  --axis nodes --values 16,32,64                     nodes of --gpus-per-node GPUs\n  --axis params --values 70B,175B,512B               model size (GPT-style shape derived per point)\n  --axis gpu --values a100-sxm-80g,h100-sxm-80g      bundled GPU profiles or profile files\n  --axis network-bandwidth --values 12.5,25,50       inter-node GB/s per GPU (400 Gb/s NIC = 50)\n  --axis seq-len --values 2048,4096,8192             tokens per sequence\n  --axis global-batch --values 512,1024,2048         sequences per step\n\nExamples:\n  tpsim sweep --params 175B --axis nodes --values 16,32,64,128 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim sweep --model llama3-70b --nodes 16 --axis gpu --values a100-sxm-80g,h100-sxm-80g,h200-sxm-141g --format csv > gpus.csv\n  tpsim sweep --params 512B --nodes 32 --axis network-bandwidth --values 12.5,25,50,100 --chart network.svg\n\nThe table goes to stdout; the progress bar (long sweeps, terminals only) and notes to stderr.";
+
+const COMPARE_EXAMPLES: &str = "Examples:\n  tpsim compare --params 512B --nodes 32                      # the two best distinct plans of a search\n  tpsim compare --plan plans/a.yaml --plan plans/b.yaml       # two saved plans (tpsim plan --save)\n  tpsim compare --plan plans/seed-512b-32nodes.yaml --plan plans/best.yaml --format json\n\nPlans that differ only in their ZeRO stage are not distinct for the search: the runner-up differs in layout.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -78,30 +93,55 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NAME|FILE", conflicts_with = "layers")]
     pub model: Option<String>,
     /// Transformer layers (with --hidden and --heads).
-    #[arg(long, requires_all = ["hidden", "heads"])]
+    #[arg(long, visible_alias = "num-layers", requires_all = ["hidden", "heads"])]
     pub layers: Option<u32>,
     /// Hidden size.
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "hidden-size", requires = "layers")]
     pub hidden: Option<u32>,
     /// Attention heads.
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "num-attention-heads", requires = "layers")]
     pub heads: Option<u32>,
     /// Key/value heads for grouped-query attention (default: --heads).
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "num-query-groups", requires = "layers")]
     pub kv_heads: Option<u32>,
     /// MLP hidden size (default: 4 x --hidden).
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "ffn-hidden-size", requires = "layers")]
     pub ffn_hidden: Option<u32>,
     /// Vocabulary size (default 51200 with shape flags).
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "vocab-size", requires = "layers")]
     pub vocab: Option<u32>,
     /// Gated MLP (SwiGLU: gate, up and down matrices).
-    #[arg(long, requires = "layers")]
+    #[arg(long, visible_alias = "swiglu", requires = "layers")]
     pub gated_mlp: bool,
     /// Block style for shape flags: gpt (biases, tied embeddings, learned positions, layernorm,
     /// dropout) or llama (none of those: RMSNorm, RoPE, untied output layer). Default: gpt.
     #[arg(long, value_enum, requires = "layers")]
     pub style: Option<StyleArg>,
+    /// A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox,
+    /// falcon); its max_position_embeddings is the default --seq-len.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["params", "model", "layers"])]
+    pub hf_config: Option<String>,
+    /// Megatron-LM's switch that enables --num-query-groups (accepted so a launch line pastes).
+    #[arg(long, hide = true)]
+    pub group_query_attention: bool,
+    /// Megatron-LM: linear layers without biases (Llama-style).
+    #[arg(long, hide = true, requires = "layers")]
+    pub disable_bias_linear: bool,
+    /// Megatron-LM: output layer not tied to the input embedding.
+    #[arg(long, hide = true, requires = "layers")]
+    pub untie_embeddings_and_output_weights: bool,
+    /// Megatron-LM: LayerNorm or RMSNorm.
+    #[arg(long, hide = true, value_name = "NORM", requires = "layers")]
+    pub normalization: Option<String>,
+    /// Megatron-LM: dropout after attention and MLP (0 = none; default 0.1).
+    #[arg(long, hide = true, value_name = "P", requires = "layers")]
+    pub hidden_dropout: Option<f64>,
+    /// Megatron-LM: attention dropout (accepted with --hidden-dropout; tpsim models both as one switch).
+    #[arg(long, hide = true, value_name = "P", requires = "layers")]
+    pub attention_dropout: Option<f64>,
+    /// Megatron-LM: learned_absolute (default) or rope.
+    #[arg(long, hide = true, value_name = "KIND", requires = "layers")]
+    pub position_embedding_type: Option<String>,
 }
 
 /// Where to train.
@@ -123,10 +163,10 @@ pub struct ClusterArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TrainingArgs {
     /// Tokens per sequence (default: the model's training length; 2048 for --params and shape flags).
-    #[arg(long)]
+    #[arg(long, visible_alias = "seq-length")]
     pub seq_len: Option<u32>,
     /// Sequences per optimizer step across all replicas (default 1536, GPT-3's batch).
-    #[arg(long)]
+    #[arg(long, visible_alias = "global-batch-size")]
     pub global_batch: Option<u32>,
     /// Gradient precision: bf16 (2 bytes; the default) or fp32 (4 bytes, Megatron's main_grad).
     #[arg(long, value_enum)]
@@ -166,6 +206,9 @@ pub struct PlanArgs {
     pub threads: Option<usize>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Print the best plan this framework can run as its launch configuration, instead of the table.
+    #[arg(long, value_enum, value_name = "FRAMEWORK")]
+    pub emit: Option<EmitTarget>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -180,10 +223,10 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero"])]
     pub plan: Option<String>,
     /// Tensor-parallel degree.
-    #[arg(long)]
+    #[arg(long, visible_alias = "tensor-model-parallel-size")]
     pub tp: Option<u32>,
     /// Pipeline-parallel degree.
-    #[arg(long)]
+    #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
     /// Data-parallel degree (default: GPUs / (tp x pp)).
     #[arg(long)]
@@ -192,13 +235,13 @@ pub struct EvalArgs {
     #[arg(long)]
     pub vpp: Option<u32>,
     /// Sequences per micro-batch.
-    #[arg(long)]
+    #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
     /// Sequence parallelism (needs --tp > 1).
     #[arg(long)]
     pub sequence_parallel: bool,
     /// Activation recomputation.
-    #[arg(long, value_enum)]
+    #[arg(long, visible_alias = "recompute-granularity", value_enum)]
     pub recompute: Option<RecomputeArg>,
     /// ZeRO stage 0-3.
     #[arg(long)]
@@ -211,6 +254,31 @@ pub struct EvalArgs {
     pub allow_cross_node_tp: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+    /// Megatron-LM's layers per virtual stage; tpsim's --vpp = layers / pp / this.
+    #[arg(long, value_name = "N", conflicts_with_all = ["vpp", "plan"])]
+    pub num_layers_per_virtual_pipeline_stage: Option<u32>,
+    /// Megatron-LM's distributed optimizer (optimizer states sharded over dp): ZeRO-1.
+    #[arg(long, conflicts_with_all = ["zero", "plan"])]
+    pub use_distributed_optimizer: bool,
+    /// Megatron-LM's recompute method (uniform|block): accepted, the granularity decides the cost.
+    #[arg(long, hide = true, value_name = "METHOD")]
+    pub recompute_method: Option<String>,
+    /// Megatron-LM's layers per recompute chunk: accepted, tpsim models 1.
+    #[arg(long, hide = true, value_name = "N")]
+    pub recompute_num_layers: Option<u32>,
+    /// Megatron-LM's --max-position-embeddings: accepted; --seq-length sets the sequence.
+    #[arg(long, hide = true, value_name = "N")]
+    pub max_position_embeddings: Option<u32>,
+    /// Megatron-LM's --bf16: accepted, tpsim always models bf16 mixed precision.
+    #[arg(long, hide = true)]
+    pub bf16: bool,
+    /// Print the plan as this framework's launch configuration, instead of the breakdown.
+    #[arg(long, value_enum, value_name = "FRAMEWORK")]
+    pub emit: Option<EmitTarget>,
+    /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
+    /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer"])]
+    pub megatron_args: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -220,4 +288,112 @@ pub struct AccuracyArgs {
     pub runs: String,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+/// Frameworks whose launch configuration `--emit` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmitTarget {
+    /// Megatron-LM pretrain_gpt.py arguments, one line.
+    Megatron,
+    /// NeMo trainer/model YAML fragment (megatron_gpt_config.yaml keys).
+    Nemo,
+    /// DeepSpeed config JSON (ZeRO stage, micro-batch, gradient accumulation, bf16).
+    Deepspeed,
+}
+
+/// The axis a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SweepAxis {
+    /// Number of nodes (values: 16,32,64).
+    Nodes,
+    /// Model size, a GPT-style shape derived per point (values: 70B,175B,512B).
+    Params,
+    /// GPU profile (values: a100-sxm-80g,h100-sxm-80g,h200-sxm-141g).
+    Gpu,
+    /// Inter-node bandwidth per GPU in GB/s (values: 12.5,25,50,100).
+    NetworkBandwidth,
+    /// Tokens per sequence (values: 2048,4096,8192).
+    SeqLen,
+    /// Sequences per step (values: 512,1024,2048).
+    GlobalBatch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SweepFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
+    /// What to vary.
+    #[arg(long, value_enum)]
+    pub axis: SweepAxis,
+    /// The points, comma-separated, in the axis's unit (see --axis).
+    #[arg(
+        long,
+        value_name = "A,B,C",
+        value_delimiter = ',',
+        required = true,
+        allow_hyphen_values = true
+    )]
+    pub values: Vec<String>,
+    /// Price of one GPU-hour, for the cost to train --tokens (e.g. 2.5 for $2.50).
+    #[arg(long, value_name = "PRICE")]
+    pub price_per_gpu_hour: Option<f64>,
+    /// Write an SVG line chart (throughput, MFU, memory headroom, time and cost to train).
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<String>,
+    /// Also consider pipeline splits with unequal layers per stage.
+    #[arg(long)]
+    pub allow_uneven_pp: bool,
+    /// Also consider tensor parallelism across nodes.
+    #[arg(long)]
+    pub allow_cross_node_tp: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: SweepFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
+    /// A saved plan; give it twice (A then B). Without --plan, the two best distinct plans of a search.
+    #[arg(long, value_name = "FILE", num_args = 1, action = clap::ArgAction::Append)]
+    pub plan: Vec<String>,
+    /// Also consider pipeline splits with unequal layers per stage (search only).
+    #[arg(long)]
+    pub allow_uneven_pp: bool,
+    /// Also consider tensor parallelism across nodes (search only).
+    #[arg(long)]
+    pub allow_cross_node_tp: bool,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: CompareFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }

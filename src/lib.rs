@@ -5,15 +5,20 @@
 //! (`cli`, `app`) is the only place that knows about flags, files and exit codes.
 
 pub mod app;
+pub mod chart_sweep;
 pub mod cli;
 pub mod cluster;
+pub mod compare;
 pub mod cost;
+pub mod emit;
+pub mod hf_config;
 pub mod model;
 pub mod plan;
 pub mod planner;
 pub mod report;
 pub mod shape;
 pub mod specs;
+pub mod sweep;
 pub mod training;
 pub mod units;
 pub mod validation;

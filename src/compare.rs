@@ -1,0 +1,382 @@
+//! Two plans side by side, term by term, and the one sentence that says which term decides
+//! between them. Consumes two [`Estimate`]s from the pure cost model; renders nothing but a
+//! comfy-table and a serde value.
+//!
+//! "Points" are percentage points of the slower plan's step time: the time terms' differences,
+//! so expressed, add up exactly to the gap between the two step times (step = compute + exposed
+//! TP + PP + DP + bubble + optimizer, `cost::evaluate`).
+
+use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
+use serde::Serialize;
+
+use crate::cost::Estimate;
+use crate::units::GIB;
+
+/// One compared quantity.
+#[derive(Debug, Clone, Serialize)]
+pub struct Term {
+    pub group: &'static str,
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub a: f64,
+    pub b: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub a_label: String,
+    pub b_label: String,
+    pub terms: Vec<Term>,
+    pub verdict: String,
+    pub a: Estimate,
+    pub b: Estimate,
+}
+
+/// Time terms with the words the verdict uses for them.
+fn time_terms(e: &Estimate) -> [(&'static str, &'static str, f64); 6] {
+    let t = &e.time;
+    [
+        ("compute", "compute", t.compute_s.0),
+        ("TP exposed", "TP traffic", t.tp_comm_exposed_s.0),
+        ("PP exposed", "PP traffic", t.pp_comm_exposed_s.0),
+        ("DP exposed", "DP traffic", t.dp_comm_exposed_s.0),
+        ("bubble", "pipeline bubble", t.bubble_s.0),
+        ("optimizer", "optimizer step", t.optimizer_s.0),
+    ]
+}
+
+pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comparison {
+    let mut terms = Vec::new();
+    let (ma, mb) = (&a.memory, &b.memory);
+    for (name, x, y) in [
+        ("weights", ma.weights_bytes.0, mb.weights_bytes.0),
+        ("gradients", ma.gradients_bytes.0, mb.gradients_bytes.0),
+        ("optimizer", ma.optimizer_bytes.0, mb.optimizer_bytes.0),
+        (
+            "activations",
+            ma.activations_bytes.0,
+            mb.activations_bytes.0,
+        ),
+        ("other", ma.other_bytes.0, mb.other_bytes.0),
+        ("total", ma.total_bytes.0, mb.total_bytes.0),
+    ] {
+        terms.push(Term {
+            group: "memory per GPU",
+            name,
+            unit: "GiB",
+            a: x / GIB,
+            b: y / GIB,
+        });
+    }
+    for ((name, _, x), (_, _, y)) in time_terms(a).into_iter().zip(time_terms(b)) {
+        terms.push(Term {
+            group: "time per step",
+            name,
+            unit: "s",
+            a: x,
+            b: y,
+        });
+    }
+    terms.push(Term {
+        group: "time per step",
+        name: "step",
+        unit: "s",
+        a: a.time.step_s.0,
+        b: b.time.step_s.0,
+    });
+    for (name, x, y) in [
+        ("TP", a.comm.tp.wire_bytes.0, b.comm.tp.wire_bytes.0),
+        ("PP", a.comm.pp.wire_bytes.0, b.comm.pp.wire_bytes.0),
+        ("DP", a.comm.dp.wire_bytes.0, b.comm.dp.wire_bytes.0),
+    ] {
+        terms.push(Term {
+            group: "traffic per GPU per step",
+            name,
+            unit: "GB",
+            a: x / 1e9,
+            b: y / 1e9,
+        });
+    }
+    for (name, unit, x, y) in [
+        ("tokens/s", "tokens/s", a.tokens_per_s, b.tokens_per_s),
+        ("MFU", "%", 100.0 * a.mfu, 100.0 * b.mfu),
+    ] {
+        terms.push(Term {
+            group: "throughput",
+            name,
+            unit,
+            a: x,
+            b: y,
+        });
+    }
+    Comparison {
+        a_label: a_label.to_string(),
+        b_label: b_label.to_string(),
+        terms,
+        verdict: verdict(a, b, a_label, b_label),
+        a: *a,
+        b: *b,
+    }
+}
+
+/// The one sentence: which plan wins and the term that decides it, with the largest term that
+/// works the other way.
+pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> String {
+    let gib = |e: &Estimate| e.memory.total_bytes.0 / GIB;
+    let cap = a.memory.capacity_bytes.0 / GIB;
+    match (a.fits(), b.fits()) {
+        (false, false) => {
+            return format!(
+                "neither plan fits: {a_label} needs {:.1} GiB and {b_label} {:.1} GiB of {cap:.1} GiB",
+                gib(a),
+                gib(b)
+            );
+        }
+        (true, false) | (false, true) => {
+            let (fits, misses, f, m) = if a.fits() {
+                (a_label, b_label, a, b)
+            } else {
+                (b_label, a_label, b, a)
+            };
+            let act = (m.memory.activations_bytes.0 - f.memory.activations_bytes.0) / GIB;
+            return format!(
+                "{fits} is the one that runs: {misses} needs {:.1} GiB of {cap:.1} GiB ({act:+.1} GiB of activations against {fits})",
+                gib(m)
+            );
+        }
+        (true, true) => {}
+    }
+    let (sa, sb) = (a.time.step_s.0, b.time.step_s.0);
+    let (fast, slow, fast_label, slow_label) = if sb < sa {
+        (b, a, b_label, a_label)
+    } else {
+        (a, b, a_label, b_label)
+    };
+    let slow_step = slow.time.step_s.0;
+    let speedup = 100.0 * (slow_step / fast.time.step_s.0 - 1.0);
+    if speedup < 0.05 {
+        let dm = gib(a) - gib(b);
+        let memory = if dm.abs() < 0.05 {
+            "and the same memory".to_string()
+        } else if dm > 0.0 {
+            format!("{b_label} needs {dm:.1} GiB less memory per GPU")
+        } else {
+            format!("{a_label} needs {:.1} GiB less memory per GPU", -dm)
+        };
+        return format!("{a_label} and {b_label} are equally fast ({sa:.2} s per step); {memory}");
+    }
+    // Points of the slower plan's step: positive = the faster plan spends less there.
+    let diffs: Vec<(&str, f64)> = time_terms(slow)
+        .into_iter()
+        .zip(time_terms(fast))
+        .map(|((_, words, s), (_, _, f))| (words, 100.0 * (s - f) / slow_step))
+        .collect();
+    let decide = diffs
+        .iter()
+        .copied()
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .expect("six terms");
+    let against = diffs
+        .iter()
+        .copied()
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .expect("six terms");
+    let because = |term: &str| {
+        cause(term, fast, slow)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    };
+    let mut sentence = format!(
+        "{fast_label} is {}% faster than {slow_label}: its {} is {} points smaller{}",
+        figure(speedup),
+        decide.0,
+        figure(decide.1),
+        because(decide.0)
+    );
+    if against.1 <= -0.05 {
+        sentence.push_str(&format!(
+            " and costs {} points more {}{}",
+            figure(-against.1),
+            against.0,
+            because(against.0)
+        ));
+    }
+    sentence
+}
+
+/// 11.3 → "11", 4.66 → "4.7": whole numbers once they are large enough to read that way.
+fn figure(x: f64) -> String {
+    if x >= 9.95 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The plan difference that moves a term, in the cost model's terms: GEMM shapes and recompute
+/// for compute, (p−1)/(v·m) for the bubble (Narayanan et al. 2021 §2.2), the TP group and its
+/// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage and dp for DP.
+fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
+    let (f, s) = (&fast.plan, &slow.plan);
+    let pair = |what: &str, a: String, b: String| Some(format!("{what} {a} against {b}"));
+    match term {
+        "compute" if f.micro_batch != s.micro_batch => pair(
+            "micro-batch",
+            f.micro_batch.to_string(),
+            s.micro_batch.to_string(),
+        ),
+        "compute" if f.recompute != s.recompute => pair(
+            "recompute",
+            f.recompute.as_str().into(),
+            s.recompute.as_str().into(),
+        ),
+        "compute" | "TP traffic" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
+        "TP traffic" if f.recompute != s.recompute => pair(
+            "recompute",
+            f.recompute.as_str().into(),
+            s.recompute.as_str().into(),
+        ),
+        "pipeline bubble" | "PP traffic" if f.vpp != s.vpp => {
+            pair("vpp", f.vpp.to_string(), s.vpp.to_string())
+        }
+        "pipeline bubble" | "PP traffic" if f.pp != s.pp => {
+            pair("pp", f.pp.to_string(), s.pp.to_string())
+        }
+        "pipeline bubble" if f.micro_batch != s.micro_batch => pair(
+            "micro-batch",
+            f.micro_batch.to_string(),
+            s.micro_batch.to_string(),
+        ),
+        "DP traffic" if f.zero != s.zero => pair("ZeRO", f.zero.to_string(), s.zero.to_string()),
+        "DP traffic" if f.dp != s.dp => pair("dp", f.dp.to_string(), s.dp.to_string()),
+        _ => None,
+    }
+}
+
+/// The comparison as a terminal table followed by the verdict.
+pub fn table(c: &Comparison) -> String {
+    let mut table = Table::new();
+    table.load_style(UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "group".to_string(),
+        "term".to_string(),
+        "unit".to_string(),
+        c.a_label.clone(),
+        c.b_label.clone(),
+        format!("{} − {}", c.b_label, c.a_label),
+    ]);
+    let plan = |e: &Estimate| {
+        let p = &e.plan;
+        format!(
+            "tp{} pp{} dp{} vpp{} mb{} {}{} zero{}",
+            p.tp,
+            p.pp,
+            p.dp,
+            p.vpp,
+            p.micro_batch,
+            if p.sequence_parallel { "sp " } else { "" },
+            p.recompute.as_str(),
+            p.zero
+        )
+    };
+    table.add_row(vec![
+        "plan".to_string(),
+        String::new(),
+        String::new(),
+        plan(&c.a),
+        plan(&c.b),
+        String::new(),
+    ]);
+    for t in &c.terms {
+        let digits = if t.unit == "tokens/s" { 0 } else { 2 };
+        let mut row = vec![
+            t.group.to_string(),
+            t.name.to_string(),
+            t.unit.to_string(),
+            format!("{:.*}", digits, t.a),
+            format!("{:.*}", digits, t.b),
+            format!("{:+.*}", digits, t.b - t.a),
+        ];
+        for cell in row.iter_mut().skip(3) {
+            if cell == "-0.00" || cell == "+0.00" {
+                *cell = "0.00".into();
+            }
+        }
+        table.add_row(row);
+    }
+    for column in 3..6 {
+        if let Some(col) = table.column_mut(column) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    format!("{table}\n{}\n", c.verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::cost::evaluate;
+    use crate::plan::{ParallelPlan, PlanRequest, Recompute};
+    use crate::specs;
+    use crate::training::{GradDtype, Training};
+
+    fn estimate(pp: u32, vpp: u32) -> Estimate {
+        let model = specs::load_model("gpt3-175b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("a100-sxm-80g").unwrap(),
+            nodes: 64,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: 2048,
+            global_batch: 1536,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+        };
+        let request = PlanRequest {
+            tp: 8,
+            pp,
+            dp: 512 / 8 / pp,
+            vpp,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Selective,
+            zero: 1,
+            allow_uneven_pp: false,
+            allow_cross_node_tp: false,
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        evaluate(&model, &cluster, &training, &plan)
+    }
+
+    #[test]
+    fn time_terms_add_up_to_the_step() {
+        let e = estimate(8, 1);
+        let sum: f64 = time_terms(&e).iter().map(|t| t.2).sum();
+        assert!((sum / e.time.step_s.0 - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn interleaving_wins_on_the_bubble() {
+        // Same layout, vpp 3 against 1: the bubble shrinks by a factor 3 (Narayanan et al. 2021
+        // §2.2) and the PP traffic grows by 3; the verdict must name both.
+        let (a, b) = (estimate(8, 1), estimate(8, 3));
+        let sentence = verdict(&a, &b, "plan A", "plan B");
+        assert!(
+            sentence.starts_with("plan B is ") && sentence.contains("pipeline bubble"),
+            "{sentence}"
+        );
+        let c = compare(&a, &b, "plan A", "plan B");
+        let bubble = c.terms.iter().find(|t| t.name == "bubble").unwrap();
+        assert!(bubble.a / bubble.b > 2.5, "{bubble:?}");
+    }
+
+    #[test]
+    fn identical_plans_are_equally_fast() {
+        let a = estimate(8, 1);
+        let sentence = verdict(&a, &a, "A", "B");
+        assert!(sentence.contains("equally fast"), "{sentence}");
+    }
+}

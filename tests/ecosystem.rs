@@ -1,0 +1,976 @@
+//! End-to-end tests of the ecosystem commands with real files: Hugging Face configs in
+//! (`models/hf/`), Megatron-LM launch lines in, Megatron/NeMo/DeepSpeed configurations out (and the
+//! Megatron round trip), sweeps, comparisons and shell completions; error cases checked for their
+//! message and exit code 2.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// Runs `tpsim ARGS` in the crate root; returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::cargo_bin("tpsim")
+        .expect("the tpsim binary is built")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("NO_COLOR")
+        .args(args)
+        .output()
+        .expect("tpsim runs");
+    (
+        out.status.code().expect("tpsim exited normally"),
+        String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    )
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let (code, stdout, stderr) = run(args);
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    parse_json(args, &stdout, &stderr)
+}
+
+fn parse_json(args: &[&str], stdout: &str, stderr: &str) -> Value {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: stdout is not JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+/// Asserts exit code 2, a one-line error, and that it contains every needle.
+fn assert_error(args: &[&str], needles: &[&str]) {
+    let (code, stdout, stderr) = run(args);
+    assert_eq!(
+        code, 2,
+        "{args:?}: expected exit 2\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "{args:?}: errors go to stderr, stdout was {stdout}"
+    );
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn hf_configs_give_published_sizes_through_the_cli() {
+    // Published totals: Llama 3 model card 8.03B / 70.6B; Mistral 7.24B; Qwen2.5-7B 7.61B; Qwen3-8B
+    // 8.2B; Gemma-2B 2.51B; GPT-2 124M; GPT-NeoX-20B 20.55B; Falcon-7B 6.92B.
+    for (file, published, kv_heads) in [
+        ("llama-3-8b.json", 8.03e9, 8),
+        ("llama-3-70b.json", 70.6e9, 8),
+        ("mistral-7b-v0.1.json", 7.24e9, 8),
+        ("qwen2.5-7b.json", 7.61e9, 4),
+        ("qwen3-8b.json", 8.19e9, 8),
+        ("gemma-2b.json", 2.51e9, 1),
+        ("gpt2.json", 0.1244e9, 12),
+        ("gpt-neox-20b.json", 20.55e9, 64),
+        ("falcon-7b.json", 6.92e9, 1),
+    ] {
+        let path = format!("models/hf/{file}");
+        let args = [
+            "eval",
+            "--hf-config",
+            &path,
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--seq-len",
+            "1024",
+            "--format",
+            "json",
+        ];
+        // A 70B model does not fit on one node without parallelism: exit 1, the JSON still printed.
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || code == 1, "{file}: {stderr}");
+        let json = parse_json(&args, &stdout, &stderr);
+        let params = json["model"]["params"].as_f64().unwrap();
+        assert!(
+            (params / published - 1.0).abs() < 0.005,
+            "{file}: {params} vs {published}"
+        );
+        assert_eq!(json["model"]["kv_heads"], kv_heads, "{file}");
+    }
+}
+
+#[test]
+fn hf_config_sets_the_sequence_length_and_gating() {
+    let json = run_json(&[
+        "plan",
+        "--hf-config",
+        "models/hf/llama-3-70b.json",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json["training"]["seq_len"], 8192);
+    assert_eq!(json["model"]["gated_mlp"], true);
+    assert_eq!(json["model"]["ffn_hidden"], 28672);
+    assert_eq!(json["plans"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn hf_config_errors_name_the_problem() {
+    assert_error(
+        &[
+            "plan",
+            "--hf-config",
+            "tests/data/bert-base-uncased.config.json",
+            "--nodes",
+            "1",
+        ],
+        &[
+            "\"bert\"",
+            "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox, falcon",
+        ],
+    );
+    assert_error(
+        &[
+            "plan",
+            "--hf-config",
+            "models/hf/missing.json",
+            "--nodes",
+            "1",
+        ],
+        &["--hf-config models/hf/missing.json", "cannot read"],
+    );
+    assert_error(
+        &["plan", "--hf-config", "README.md", "--nodes", "1"],
+        &["not valid JSON"],
+    );
+    assert_error(
+        &[
+            "plan",
+            "--hf-config",
+            "models/hf/gpt2.json",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+        ],
+        &["cannot be used with"],
+    );
+}
+
+#[test]
+fn a_pasted_megatron_launch_line_evaluates_like_tpsim_flags() {
+    let megatron = run_json(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--num-layers",
+        "80",
+        "--hidden-size",
+        "8192",
+        "--num-attention-heads",
+        "64",
+        "--group-query-attention",
+        "--num-query-groups",
+        "8",
+        "--ffn-hidden-size",
+        "28672",
+        "--swiglu",
+        "--seq-length",
+        "4096",
+        "--tensor-model-parallel-size",
+        "8",
+        "--pipeline-model-parallel-size",
+        "4",
+        "--num-layers-per-virtual-pipeline-stage",
+        "5",
+        "--micro-batch-size",
+        "1",
+        "--global-batch-size",
+        "512",
+        "--sequence-parallel",
+        "--recompute-granularity",
+        "selective",
+        "--use-distributed-optimizer",
+        "--format",
+        "json",
+    ]);
+    let ours = run_json(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--layers",
+        "80",
+        "--hidden",
+        "8192",
+        "--heads",
+        "64",
+        "--kv-heads",
+        "8",
+        "--ffn-hidden",
+        "28672",
+        "--gated-mlp",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        megatron["plans"][0]["vpp"], 4,
+        "80 layers / pp 4 / 5 per virtual stage"
+    );
+    assert_eq!(
+        megatron["plans"][0]["zero"], 1,
+        "distributed optimizer = ZeRO-1"
+    );
+    assert_eq!(megatron["plans"], ours["plans"]);
+    assert_eq!(megatron["model"]["params"], ours["model"]["params"]);
+}
+
+#[test]
+fn megatron_virtual_stage_layers_are_validated() {
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "16",
+            "--num-layers",
+            "80",
+            "--hidden-size",
+            "8192",
+            "--num-attention-heads",
+            "64",
+            "--tensor-model-parallel-size",
+            "8",
+            "--pipeline-model-parallel-size",
+            "4",
+            "--num-layers-per-virtual-pipeline-stage",
+            "3",
+            "--global-batch-size",
+            "512",
+        ],
+        &[
+            "--num-layers-per-virtual-pipeline-stage 3",
+            "20 layers",
+            "valid: 1, 2, 4, 5, 10, 20",
+        ],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "1",
+            "--layers",
+            "4",
+            "--hidden",
+            "512",
+            "--heads",
+            "8",
+            "--normalization",
+            "BatchNorm",
+            "--tp",
+            "1",
+        ],
+        &["--normalization BatchNorm", "LayerNorm or RMSNorm"],
+    );
+}
+
+/// `plan --emit megatron` printed, then read back by `eval` on the same cluster: the same plan.
+#[test]
+fn megatron_args_round_trip_to_the_same_plan() {
+    for (model_flags, nodes) in [
+        (vec!["--params", "175B"], "64"),
+        (vec!["--hf-config", "models/hf/llama-3-70b.json"], "16"),
+        (vec!["--model", "gpt3-175b", "--gpu", "a100-sxm-80g"], "128"),
+    ] {
+        let mut plan_args = vec!["plan"];
+        plan_args.extend(&model_flags);
+        plan_args.extend([
+            "--nodes",
+            nodes,
+            "--global-batch",
+            "1536",
+            "--emit",
+            "megatron",
+        ]);
+        let (code, line, stderr) = run(&plan_args);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(line.lines().count(), 1, "one line on stdout: {line}");
+        assert!(line.starts_with("--num-layers "), "{line}");
+        assert!(stderr.contains("Megatron-LM configuration for"), "{stderr}");
+
+        let mut eval_args = vec!["eval", "--nodes", nodes, "--format", "json"];
+        if let Some(i) = model_flags.iter().position(|f| *f == "--gpu") {
+            eval_args.extend(["--gpu", model_flags[i + 1]]);
+        }
+        eval_args.extend(line.split_whitespace());
+        let back = run_json(&eval_args);
+
+        // The plan `plan` chose for Megatron, recovered from its own JSON.
+        let mut json_args = plan_args.clone();
+        json_args.truncate(json_args.len() - 2);
+        json_args.extend(["--format", "json", "--top", "200"]);
+        let ranked = run_json(&json_args);
+        let chosen = ranked["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["zero"].as_u64().unwrap() <= 1)
+            .expect("a Megatron-runnable plan is in the top 200");
+        let back_plan = &back["plans"][0];
+        for key in [
+            "tp",
+            "pp",
+            "dp",
+            "vpp",
+            "micro_batch",
+            "num_microbatches",
+            "sequence_parallel",
+            "recompute",
+            "zero",
+            "stages",
+        ] {
+            assert_eq!(
+                back_plan[key], chosen[key],
+                "{key} after the round trip of {line}"
+            );
+        }
+        assert_eq!(back_plan["time"]["step_s"], chosen["time"]["step_s"]);
+        assert_eq!(back["model"]["params"], ranked["model"]["params"], "{line}");
+    }
+}
+
+#[test]
+fn nemo_fragment_carries_the_plan() {
+    let (code, yaml, _) = run(&[
+        "eval",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+        "--emit",
+        "nemo",
+    ]);
+    assert_eq!(code, 0);
+    let doc: Value = yaml_serde::from_str(&yaml).expect("the NeMo fragment is YAML");
+    assert_eq!(doc["trainer"]["num_nodes"], 32);
+    assert_eq!(doc["trainer"]["devices"], 8);
+    let m = &doc["model"];
+    assert_eq!(m["tensor_model_parallel_size"], 8);
+    assert_eq!(m["pipeline_model_parallel_size"], 16);
+    assert_eq!(m["global_batch_size"], 1536);
+    assert_eq!(m["sequence_parallel"], true);
+    assert_eq!(m["activations_checkpoint_granularity"], "selective");
+    assert_eq!(m["optim"]["name"], "distributed_fused_adam");
+}
+
+#[test]
+fn deepspeed_config_obeys_the_batch_identity() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--zero",
+        "3",
+        "--micro-batch",
+        "2",
+        "--global-batch",
+        "512",
+        "--recompute",
+        "full",
+        "--sequence-parallel",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json: Value = serde_json::from_str(&stdout).expect("stdout is only the JSON");
+    let get = |k: &str| json[k].as_u64().unwrap();
+    // DeepSpeed: train_batch_size = micro × accumulation × dp, dp = 128 / (8 × 1) = 16.
+    assert_eq!(get("train_batch_size"), 512);
+    assert_eq!(
+        get("train_micro_batch_size_per_gpu") * get("gradient_accumulation_steps") * 16,
+        512
+    );
+    assert_eq!(json["zero_optimization"]["stage"], 3);
+    assert_eq!(json["bf16"]["enabled"], true);
+    assert!(
+        stderr.contains("--tensor-model-parallel-size 8"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn emitting_what_a_framework_cannot_run_is_an_error() {
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--zero",
+            "2",
+            "--global-batch",
+            "512",
+            "--emit",
+            "megatron",
+        ],
+        &["--emit megatron", "ZeRO-2", "--zero 0 or 1"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--zero",
+            "2",
+            "--global-batch",
+            "512",
+            "--emit",
+            "deepspeed",
+        ],
+        &["--emit deepspeed", "pipeline", "--zero 1 or --pp 1"],
+    );
+}
+
+#[test]
+fn sweep_over_nodes_exports_json_and_csv() {
+    let json = run_json(&[
+        "sweep",
+        "--params",
+        "175B",
+        "--axis",
+        "nodes",
+        "--values",
+        "16,64",
+        "--tokens",
+        "300B",
+        "--price-per-gpu-hour",
+        "2.5",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json["axis"], "nodes");
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["gpus"], 128);
+    assert_eq!(rows[1]["gpus"], 512);
+    let tps = |r: &Value| r["tokens_per_s"].as_f64().unwrap();
+    assert!(tps(&rows[1]) > 3.0 * tps(&rows[0]), "4x the GPUs");
+    for r in rows {
+        // cost = tokens / (tokens/s) / 3600 × GPUs × price
+        let hours = 300e9 / tps(r) / 3600.0;
+        let expected = hours * r["gpus"].as_f64().unwrap() * 2.5;
+        let cost = r["cost_to_train"].as_f64().unwrap();
+        assert!((cost / expected - 1.0).abs() < 1e-9, "{cost} vs {expected}");
+        let headroom = r["memory_headroom_gib"].as_f64().unwrap();
+        assert!(headroom >= 0.0 && headroom < r["capacity_gib"].as_f64().unwrap());
+    }
+
+    let (code, csv, stderr) = run(&[
+        "sweep",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--axis",
+        "gpu",
+        "--values",
+        "a100-sxm-80g,h100-sxm-80g",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let cells: Vec<Vec<&str>> = lines[1..].iter().map(|l| l.split(',').collect()).collect();
+    assert_eq!(cells[0][col("value")], "a100-sxm-80g");
+    let a100: f64 = cells[0][col("tokens_per_s")].parse().unwrap();
+    let h100: f64 = cells[1][col("tokens_per_s")].parse().unwrap();
+    assert!(
+        h100 > 1.5 * a100,
+        "H100 ({h100}) well ahead of A100 ({a100})"
+    );
+}
+
+#[test]
+fn sweep_over_bandwidth_sequence_and_batch() {
+    let rows = |args: &[&str]| -> Vec<Value> { run_json(args)["rows"].as_array().unwrap().clone() };
+    let bw = rows(&[
+        "sweep",
+        "--params",
+        "70B",
+        "--nodes",
+        "16",
+        "--axis",
+        "network-bandwidth",
+        "--values",
+        "1,50",
+        "--format",
+        "json",
+    ]);
+    let tps = |r: &Value| r["tokens_per_s"].as_f64().unwrap();
+    assert!(
+        tps(&bw[1]) > tps(&bw[0]),
+        "more network bandwidth is never slower"
+    );
+    let seq = rows(&[
+        "sweep",
+        "--params",
+        "70B",
+        "--nodes",
+        "16",
+        "--axis",
+        "seq-len",
+        "--values",
+        "1024,4096",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(seq.len(), 2);
+    let gb = rows(&[
+        "sweep",
+        "--params",
+        "70B",
+        "--nodes",
+        "16",
+        "--axis",
+        "global-batch",
+        "--values",
+        "256,1024",
+        "--format",
+        "json",
+    ]);
+    let step = |r: &Value| r["step_time_s"].as_f64().unwrap();
+    assert!(
+        step(&gb[1]) > step(&gb[0]),
+        "4x the batch takes longer per step"
+    );
+    let sizes = rows(&[
+        "sweep", "--nodes", "32", "--axis", "params", "--values", "70B,175B", "--format", "json",
+    ]);
+    assert!(sizes[1]["params"].as_f64().unwrap() > 2.0 * sizes[0]["params"].as_f64().unwrap());
+}
+
+#[test]
+fn sweep_chart_is_an_svg_with_every_panel() {
+    let dir = std::env::temp_dir().join(format!("tpsim-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nodes.svg");
+    let path_str = path.to_str().unwrap();
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--params",
+        "175B",
+        "--axis",
+        "nodes",
+        "--values",
+        "16,32,64",
+        "--tokens",
+        "300B",
+        "--price-per-gpu-hour",
+        "2",
+        "--chart",
+        path_str,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("sweep over nodes"), "{stdout}");
+    assert!(stderr.contains("wrote the sweep chart"), "{stderr}");
+    assert!(!stdout.contains("wrote"), "notes stay off stdout");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+    for title in [
+        "throughput (tokens/s)",
+        "MFU (%)",
+        "memory headroom (GiB)",
+        "days to train",
+        "cost to train ($)",
+    ] {
+        assert!(svg.contains(title), "{title} missing");
+    }
+    assert!(svg.matches("<polyline").count() >= 5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sweep_errors_name_value_rule_and_fix() {
+    assert_error(
+        &[
+            "sweep", "--params", "175B", "--axis", "nodes", "--values", "16,abc",
+        ],
+        &["--values \"abc\"", "positive whole number", "--axis nodes"],
+    );
+    assert_error(
+        &[
+            "sweep",
+            "--params",
+            "175B",
+            "--nodes",
+            "8",
+            "--axis",
+            "network-bandwidth",
+            "--values",
+            "-5",
+        ],
+        &["network-bandwidth", "GB/s"],
+    );
+    assert_error(
+        &[
+            "sweep", "--params", "175B", "--nodes", "8", "--axis", "gpu", "--values", "tpu-v5",
+        ],
+        &["--axis gpu at tpu-v5", "h100-sxm-80g"],
+    );
+    assert_error(
+        &[
+            "sweep",
+            "--model",
+            "gpt3-175b",
+            "--nodes",
+            "8",
+            "--axis",
+            "params",
+            "--values",
+            "70B",
+        ],
+        &["--axis params", "drop --params/--model"],
+    );
+    assert_error(
+        &[
+            "sweep",
+            "--params",
+            "175B",
+            "--axis",
+            "nodes",
+            "--values",
+            "8",
+            "--price-per-gpu-hour",
+            "2",
+        ],
+        &["--price-per-gpu-hour needs --tokens"],
+    );
+}
+
+#[test]
+fn compare_names_the_deciding_term() {
+    let json = run_json(&[
+        "compare", "--params", "512B", "--nodes", "32", "--format", "json",
+    ]);
+    let verdict = json["verdict"].as_str().unwrap();
+    assert!(verdict.contains("faster"), "{verdict}");
+    assert!(verdict.contains("points smaller"), "{verdict}");
+    let (a, b) = (&json["a"], &json["b"]);
+    assert!(a["time"]["step_s"].as_f64() <= b["time"]["step_s"].as_f64());
+    // Two different layouts, not a ZeRO twin.
+    assert!(
+        [
+            "tp",
+            "pp",
+            "dp",
+            "vpp",
+            "micro_batch",
+            "recompute",
+            "sequence_parallel"
+        ]
+        .iter()
+        .any(|k| a[k] != b[k])
+    );
+    let names: Vec<&str> = json["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "weights",
+        "activations",
+        "bubble",
+        "TP exposed",
+        "DP",
+        "step",
+    ] {
+        assert!(names.contains(&name), "{name} not compared: {names:?}");
+    }
+}
+
+#[test]
+fn compare_two_saved_plans() {
+    let dir = std::env::temp_dir().join(format!("tpsim-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flat = dir.join("flat.yaml");
+    std::fs::write(
+        &flat,
+        "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 64\nglobal_batch: 1536\nplan:\n  tp: 8\n  pp: 8\n  dp: 8\n  sequence_parallel: true\n  recompute: selective\n  zero: 1\n",
+    )
+    .unwrap();
+    let interleaved = dir.join("interleaved.yaml");
+    std::fs::write(
+        &interleaved,
+        "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 64\nglobal_batch: 1536\nplan:\n  tp: 8\n  pp: 8\n  dp: 8\n  vpp: 3\n  sequence_parallel: true\n  recompute: selective\n  zero: 1\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(&[
+        "compare",
+        "--plan",
+        flat.to_str().unwrap(),
+        "--plan",
+        interleaved.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let verdict = stdout.lines().last().unwrap();
+    assert!(
+        verdict.starts_with("plan B is ") && verdict.contains("pipeline bubble"),
+        "{verdict}"
+    );
+    assert!(stdout.contains("activations") && stdout.contains("bubble"));
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert_error(
+        &["compare", "--plan", "plans/seed-512b-32nodes.yaml"],
+        &["--plan given 1 time", "compare takes two"],
+    );
+}
+
+#[test]
+fn completions_for_every_shell() {
+    for (shell, marker) in [
+        ("bash", "_tpsim()"),
+        ("zsh", "#compdef tpsim"),
+        ("fish", "complete -c tpsim"),
+    ] {
+        let (code, stdout, stderr) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains(marker), "{shell}: {marker} missing");
+        assert!(
+            stdout.contains("sweep") && stdout.contains("hf-config"),
+            "{shell}"
+        );
+    }
+    assert_error(&["completions", "tcsh"], &["tcsh"]);
+}
+
+#[test]
+fn every_subcommand_help_has_worked_examples() {
+    for sub in [
+        "plan",
+        "eval",
+        "accuracy",
+        "sweep",
+        "compare",
+        "completions",
+    ] {
+        let (code, stdout, _) = run(&[sub, "--help"]);
+        assert_eq!(code, 0);
+        assert!(stdout.contains("Example"), "{sub} --help has no examples");
+        assert!(stdout.contains(&format!("tpsim {sub}")), "{sub} --help");
+    }
+}
+
+#[test]
+fn machine_output_stays_clean_under_no_color() {
+    let out = Command::cargo_bin("tpsim")
+        .unwrap()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .args([
+            "sweep", "--params", "70B", "--axis", "nodes", "--values", "8,16", "--format", "csv",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains('\u{1b}'), "no escape codes on stdout");
+    assert!(!String::from_utf8(out.stderr).unwrap().contains('\u{1b}'));
+    assert!(stdout.starts_with("axis,value,"), "{stdout}");
+}
+
+#[test]
+fn a_whole_megatron_launch_script_reads_like_its_flags() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let script = parse_json(&[], &stdout, &stderr);
+    // Skipped arguments are listed on stderr, never mixed into the JSON on stdout.
+    assert!(
+        stderr.contains("--lr") && stderr.contains("--data-path"),
+        "{stderr}"
+    );
+    let flags = run_json(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--layers",
+        "80",
+        "--hidden",
+        "8192",
+        "--heads",
+        "64",
+        "--kv-heads",
+        "8",
+        "--ffn-hidden",
+        "28672",
+        "--gated-mlp",
+        "--normalization",
+        "RMSNorm",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+        "--position-embedding-type",
+        "rope",
+        "--hidden-dropout",
+        "0",
+        "--attention-dropout",
+        "0",
+        "--vocab",
+        "128256",
+        "--seq-len",
+        "8192",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(script["plans"], flags["plans"]);
+    // The script describes Llama-3-70B: the same count as its Hugging Face config.
+    let hf = run_json(&[
+        "eval",
+        "--hf-config",
+        "models/hf/llama-3-70b.json",
+        "--nodes",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--global-batch",
+        "512",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(script["model"]["params"], hf["model"]["params"]);
+    assert_eq!(script["plans"][0]["time"], hf["plans"][0]["time"]);
+
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            "--num-layers $NL --hidden-size 8192",
+        ],
+        &["--num-layers \"$NL\"", "expand shell variables"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            "--hidden-size 8192",
+        ],
+        &["lack --num-layers"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "3",
+            "--megatron-args",
+            "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --global-batch-size 64 --tensor-model-parallel-size 2",
+        ],
+        &[
+            "--tensor-model-parallel-size 2",
+            "does not divide the 3 GPUs",
+        ],
+    );
+}
+
+#[test]
+fn sweep_points_agree_with_plan_and_do_not_depend_on_threads() {
+    let sweep = |threads: &str| {
+        run_json(&[
+            "sweep",
+            "--params",
+            "512B",
+            "--axis",
+            "nodes",
+            "--values",
+            "32,64",
+            "--threads",
+            threads,
+            "--format",
+            "json",
+        ])
+    };
+    let (one, two) = (sweep("1"), sweep("2"));
+    assert_eq!(one["rows"], two["rows"], "same rows on 1 and 2 threads");
+    let plan = run_json(&[
+        "plan", "--params", "512B", "--nodes", "32", "--top", "1", "--format", "json",
+    ]);
+    let best = &plan["plans"][0];
+    let row = &one["rows"][0];
+    for key in ["tp", "pp", "dp", "vpp", "micro_batch", "zero"] {
+        assert_eq!(row[key], best[key], "{key}");
+    }
+    assert_eq!(row["step_time_s"], best["time"]["step_s"]);
+}
