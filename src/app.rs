@@ -4,16 +4,20 @@
 use anyhow::{Context, Result, anyhow, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
+use crate::app_report::{Written, check_dir, write_report};
 use crate::cli::{
     AccuracyArgs, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs, PlanArgs,
-    RecomputeArg, TrainingArgs,
+    RecomputeArg, ReportArgs, TrainingArgs,
 };
 use crate::cluster::Cluster;
-use crate::cost::evaluate;
+use crate::cost::Estimate;
+use crate::cost::simulated::simulate_plan;
 use crate::model::{Model, ModelFile, Norm};
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
-use crate::planner::{SearchOptions, search};
-use crate::report::{self, ClusterSummary, ModelSummary, Report};
+use crate::planner::{SearchOptions, refine_top, search};
+use crate::report::{
+    self, ClusterSummary, ModelSummary, PlanDetail, Report, detail_for, plan_label,
+};
 use crate::shape::derive_shape;
 use crate::specs::{self, ModelRef, PlanFile};
 use crate::training::{DEFAULT_GLOBAL_BATCH, GradDtype, Training};
@@ -39,7 +43,8 @@ pub enum Outcome {
 pub fn run(command: Command) -> Result<Outcome> {
     match command {
         Command::Plan(args) => plan(args),
-        Command::Eval(args) => eval(args),
+        Command::Eval(args) => eval(args, false),
+        Command::Report(args) => report_command(args),
         Command::Accuracy(args) => accuracy(args),
     }
 }
@@ -260,6 +265,9 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }
+    if let Some(dir) = &args.report {
+        check_dir("--report", dir)?;
+    }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
@@ -288,16 +296,27 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     };
     let (model, cluster) = summaries(&scenario);
     let feasible = result.feasible();
-    let shown: Vec<_> = feasible.iter().take(args.top).copied().collect();
+    let top: Vec<_> = feasible.iter().take(args.top).copied().collect();
+    // The search ranks on the closed form; the shown plans get the simulated schedule.
+    let refined = refine_top(&scenario.model, &scenario.cluster, &scenario.training, &top);
+    let details = details_of(&scenario, &refined.plans, &refined.simulated);
+    let mut notes = Vec::new();
+    if refined.reordered {
+        notes.push(format!(
+            "note: the event-driven schedule simulation (unequal stages) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
+            refined.plans.len()
+        ));
+    }
     let report = Report {
         model,
         cluster,
         training: scenario.training,
         search: Some(result.stats.clone()),
-        plans: shown,
+        plans: refined.plans.clone(),
+        details,
     };
 
-    if let (Some(path), Some(best)) = (&args.save, feasible.first()) {
+    if let (Some(path), Some(best)) = (&args.save, report.plans.first()) {
         let file = PlanFile {
             model: Some(ModelRef::Inline(model_file_of(&scenario.model))),
             params: None,
@@ -331,9 +350,40 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
             scenario.training.tokens.is_some(),
         ));
         out.push('\n');
+        if r.plans.iter().any(|e| e.plan.pp > 1) {
+            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+        }
+        for note in &notes {
+            out.push_str(note);
+            out.push('\n');
+        }
         out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
         out
     });
+    if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
+        let labels: Vec<String> = report
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, e)| plan_label(i + 1, e))
+            .collect();
+        let written = write_report(Written {
+            flag: "--report",
+            dir,
+            model: &scenario.model,
+            cluster: &scenario.cluster,
+            training: &scenario.training,
+            report: &report,
+            chosen_label: format!("the best plan ({})", labels[0]),
+            labels,
+            evaluated: &result.ranked,
+            chosen,
+            notes: notes.clone(),
+        })?;
+        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    } else if let Some(dir) = &args.report {
+        eprintln!("no report written to {dir}: no plan fits");
+    }
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
@@ -360,7 +410,10 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     Ok(Outcome::Found)
 }
 
-fn eval(args: EvalArgs) -> Result<Outcome> {
+fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    if let Some(dir) = &args.report {
+        check_dir(if quiet { "--out" } else { "--report" }, dir)?;
+    }
     let plan_file = match &args.plan {
         Some(path) => Some((specs::load_plan(path)?, path.clone())),
         None => None,
@@ -438,32 +491,171 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
         &scenario.cluster,
         &scenario.training,
     )?;
-    let estimate = evaluate(
+    let simulated = simulate_plan(
         &scenario.model,
         &scenario.cluster,
         &scenario.training,
         &plan,
-    );
+    )
+    .map_err(|e| anyhow!("simulating the pipeline schedule: {e}"))?;
+    let estimate = simulated.estimate;
     let (model, cluster) = summaries(&scenario);
+    let detail = detail_for(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+        Some(simulated.summary),
+    );
     let report = Report {
         model,
         cluster,
         training: scenario.training,
         search: None,
         plans: vec![estimate],
+        details: vec![detail],
     };
-    print_report(&report, args.format, |r| {
-        format!(
-            "{}\n\n{}",
-            report::scenario_line(r),
-            report::breakdown(&r.plans[0])
-        )
-    });
+    let schedule_line = schedule_note(&simulated.summary);
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line
+            )
+        });
+    }
+    if let Some(dir) = &args.report {
+        let flag = if quiet { "--out" } else { "--report" };
+        // The evaluated plan next to the best ones of its scenario, and the whole search behind it.
+        let options = SearchOptions {
+            allow_uneven_pp: request.allow_uneven_pp,
+            allow_cross_node_tp: request.allow_cross_node_tp,
+        };
+        let result = search(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            options,
+        );
+        let others: Vec<Estimate> = result
+            .feasible()
+            .iter()
+            .filter(|e| e.plan != plan)
+            .take(4)
+            .copied()
+            .collect();
+        let refined = refine_top(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            &others,
+        );
+        let mut shown = report.clone();
+        shown.search = Some(result.stats.clone());
+        shown.plans.extend(refined.plans.iter().copied());
+        shown
+            .details
+            .extend(details_of(&scenario, &refined.plans, &refined.simulated));
+        let mut labels = vec![format!("this plan t{}·p{}·d{}", plan.tp, plan.pp, plan.dp)];
+        labels.extend(
+            refined
+                .plans
+                .iter()
+                .enumerate()
+                .map(|(i, e)| plan_label(i + 1, e).replacen('#', "best #", 1)),
+        );
+        let written = write_report(Written {
+            flag,
+            dir,
+            model: &scenario.model,
+            cluster: &scenario.cluster,
+            training: &scenario.training,
+            report: &shown,
+            labels,
+            evaluated: &result.ranked,
+            chosen: &simulated,
+            chosen_label: "the evaluated plan".to_string(),
+            notes: vec![
+                schedule_line.clone(),
+                "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario.".to_string(),
+            ],
+        })?;
+        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    }
     if estimate.fits() {
         Ok(Outcome::Found)
     } else {
         Ok(Outcome::NothingFits)
     }
+}
+
+/// Ledger and schedule summary of each shown plan.
+fn details_of(
+    s: &Scenario,
+    plans: &[Estimate],
+    simulated: &[Option<crate::cost::simulated::Simulated>],
+) -> Vec<PlanDetail> {
+    plans
+        .iter()
+        .zip(simulated)
+        .map(|(e, sim)| {
+            detail_for(
+                &s.model,
+                &s.cluster,
+                &s.training,
+                &e.plan,
+                sim.as_ref().map(|x| x.summary),
+            )
+        })
+        .collect()
+}
+
+/// What `eval` says about the simulated schedule.
+fn schedule_note(s: &crate::cost::simulated::ScheduleSummary) -> String {
+    if s.simulated_step_used {
+        format!(
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); idle: slowest stage {:.2}%, all stages {:.2}%, vs (p-1)/(v·m) = {:.2}%",
+            s.simulated_step_s,
+            s.closed_form_step_s,
+            100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
+            s.layers_per_stage_first,
+            s.layers_per_stage_last,
+            s.simulated_bubble_fraction * 100.0,
+            s.pipeline_idle_fraction * 100.0,
+            s.closed_form_bubble_fraction * 100.0,
+        )
+    } else {
+        format!(
+            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble (p-1)/(v·m) = {:.2}%)",
+            s.closed_form_step_s,
+            s.closed_form_bubble_fraction * 100.0
+        )
+    }
+}
+
+/// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
+fn report_command(args: ReportArgs) -> Result<Outcome> {
+    let eval_args = EvalArgs {
+        model: args.model,
+        cluster: args.cluster,
+        training: args.training,
+        plan: Some(args.plan),
+        tp: None,
+        pp: None,
+        dp: None,
+        vpp: None,
+        micro_batch: None,
+        sequence_parallel: false,
+        recompute: None,
+        zero: None,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+        report: Some(args.out),
+        format: Format::Table,
+    };
+    eval(eval_args, true)
 }
 
 fn accuracy(args: AccuracyArgs) -> Result<Outcome> {

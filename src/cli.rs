@@ -29,6 +29,11 @@ pub enum Command {
         after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json"
     )]
     Eval(EvalArgs),
+    /// Write an HTML report with SVG figures for a saved plan (like `eval --plan FILE --report DIR`).
+    #[command(
+        after_help = "Example:\n  tpsim report plans/seed-512b-32nodes.yaml --out reports/seed-512b-32nodes\n  (then open reports/seed-512b-32nodes/index.html in a browser)"
+    )]
+    Report(ReportArgs),
     /// Compare predictions with published training runs (validation/published_runs.yaml).
     #[command(
         after_help = "Example:\n  tpsim accuracy\n  tpsim accuracy --runs validation/published_runs.yaml --format json"
@@ -143,6 +148,9 @@ pub struct PlanArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Also write DIR/index.html and one SVG per figure (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -188,8 +196,27 @@ pub struct EvalArgs {
     /// Allow tensor parallelism across nodes.
     #[arg(long)]
     pub allow_cross_node_tp: bool,
+    /// Also write DIR/index.html and one SVG per figure (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// A saved plan (plans/*.yaml).
+    #[arg(value_name = "PLAN_FILE")]
+    pub plan: String,
+    /// Directory to write index.html and the SVG figures into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
 }
 
 #[derive(Debug, Clone, Args)]
