@@ -5,7 +5,8 @@
 //!
 //! Up to `MAX_BLOCKS` blocks the whole step is drawn, one rectangle per block. Longer steps are drawn
 //! as two panels, the start (warm-up and the first steady 1F1B rounds) and the end (last rounds and
-//! cool-down), each on its own time axis; the steady middle is folded and its length printed.
+//! cool-down), each on its own time axis, together at most about `MAX_BLOCKS` blocks; the steady
+//! middle is folded and its length printed.
 
 use plotters::prelude::*;
 
@@ -70,7 +71,10 @@ pub(crate) fn gantt_svg(
         }]
     } else {
         let per_stage = s.blocks.len() / p as usize;
-        let keep = (2 * p * plan.vpp + 2) as usize;
+        // Enough blocks per stage for the warm-up and a few steady rounds, at most MAX_BLOCKS in all.
+        let keep = ((2 * p * plan.vpp + 2) as usize)
+            .min(MAX_BLOCKS / (4 * p as usize))
+            .max(4);
         let last_stage = &s.blocks[(p as usize - 1) * per_stage..];
         let first_stage = &s.blocks[..per_stage];
         let t_a = last_stage[keep.min(per_stage) - 1].end_s;

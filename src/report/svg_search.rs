@@ -3,7 +3,7 @@
 //! the Pareto frontier (no other feasible plan needs less memory and runs faster) is drawn exactly.
 //!
 //! Thinning, so a 100k-plan search still writes in well under a second: above `MAX_POINTS` plans,
-//! one plan is kept per 6 × 6-pixel cell per TP degree among feasible plans (per cell among infeasible ones) (the best-ranked, since the
+//! one plan is kept per 8 × 8-pixel cell per TP degree among feasible plans (per cell among infeasible ones) (the best-ranked, since the
 //! planner's order is kept), and every frontier plan is kept. The subtitle says how many were drawn.
 
 use std::collections::HashSet;
@@ -18,7 +18,7 @@ pub const MAX_POINTS: usize = 5000;
 const WIDTH: u32 = 960;
 const HEIGHT: u32 = 600;
 /// Side of a thinning cell, in pixels.
-const CELL_PX: f64 = 6.0;
+const CELL_PX: f64 = 8.0;
 
 /// Indices of the Pareto-optimal feasible plans, by increasing memory.
 pub(crate) fn pareto_frontier(plans: &[Estimate]) -> Vec<usize> {
@@ -102,7 +102,7 @@ pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<St
         format!("all {} evaluated plans drawn", plans.len())
     } else {
         format!(
-            "{} of {} evaluated plans drawn (one per 6x6-pixel cell per TP degree; frontier exact)",
+            "{} of {} evaluated plans drawn (one per 8x8-pixel cell per TP degree; frontier exact)",
             drawn.len(),
             plans.len()
         )
@@ -183,4 +183,66 @@ pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<St
         ))?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::planner::{SearchOptions, search};
+    use crate::shape::derive_shape;
+    use crate::specs;
+    use crate::training::{GradDtype, Training};
+
+    #[test]
+    fn thinning_keeps_the_exact_frontier() {
+        let model = derive_shape(512e9, 2048).unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: 2048,
+            global_batch: 1536,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+        };
+        let options = SearchOptions {
+            allow_uneven_pp: false,
+            allow_cross_node_tp: false,
+        };
+        let plans = search(&model, &cluster, &training, options).ranked;
+        assert!(plans.len() > MAX_POINTS);
+        let frontier = pareto_frontier(&plans);
+        let mem = |e: &Estimate| e.memory.total_bytes.0;
+        // Every feasible plan is matched or beaten by a frontier plan on both axes.
+        for e in plans.iter().filter(|e| e.fits()) {
+            assert!(
+                frontier.iter().any(|&f| {
+                    mem(&plans[f]) <= mem(e) && plans[f].tokens_per_s >= e.tokens_per_s
+                })
+            );
+        }
+        // No frontier plan dominates another.
+        for w in frontier.windows(2) {
+            let (a, b) = (&plans[w[0]], &plans[w[1]]);
+            assert!(mem(a) <= mem(b) && a.tokens_per_s < b.tokens_per_s);
+        }
+        let drawn = thin(&plans, &frontier, (10.0, 10_000.0), (0.0, 50_000.0));
+        assert!(drawn.len() < plans.len() / 2, "{}", drawn.len());
+        for f in &frontier {
+            assert!(drawn.binary_search(f).is_ok());
+        }
+        // Each TP degree among feasible plans keeps at least one point.
+        for tp in [1, 2, 4, 8] {
+            if plans.iter().any(|e| e.fits() && e.plan.tp == tp) {
+                assert!(
+                    drawn
+                        .iter()
+                        .any(|&i| plans[i].fits() && plans[i].plan.tp == tp)
+                );
+            }
+        }
+    }
 }
