@@ -4,20 +4,19 @@
 use anyhow::{Context, Result, anyhow, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use crate::app_report::{Written, check_dir, write_report};
+use crate::app_report::{
+    Written, check_dir, details_of, schedule_note, write_eval_report, write_report,
+};
 use crate::cli::{
     AccuracyArgs, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs, PlanArgs,
     RecomputeArg, ReportArgs, TrainingArgs,
 };
 use crate::cluster::Cluster;
-use crate::cost::Estimate;
 use crate::cost::simulated::simulate_plan;
 use crate::model::{Model, ModelFile, Norm};
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
 use crate::planner::{SearchOptions, refine_top, search};
-use crate::report::{
-    self, ClusterSummary, ModelSummary, PlanDetail, Report, detail_for, plan_label,
-};
+use crate::report::{self, ClusterSummary, ModelSummary, Report, detail_for, plan_label};
 use crate::shape::derive_shape;
 use crate::specs::{self, ModelRef, PlanFile};
 use crate::training::{DEFAULT_GLOBAL_BATCH, GradDtype, Training};
@@ -299,7 +298,11 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     let top: Vec<_> = feasible.iter().take(args.top).copied().collect();
     // The search ranks on the closed form; the shown plans get the simulated schedule.
     let refined = refine_top(&scenario.model, &scenario.cluster, &scenario.training, &top);
-    let details = details_of(&scenario, &refined.plans, &refined.simulated);
+    let details = details_of(
+        (&scenario.model, &scenario.cluster, &scenario.training),
+        &refined.plans,
+        &refined.simulated,
+    );
     let mut notes = Vec::new();
     if refined.reordered {
         notes.push(format!(
@@ -528,110 +531,24 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     }
     if let Some(dir) = &args.report {
         let flag = if quiet { "--out" } else { "--report" };
-        // The evaluated plan next to the best ones of its scenario, and the whole search behind it.
         let options = SearchOptions {
             allow_uneven_pp: request.allow_uneven_pp,
             allow_cross_node_tp: request.allow_cross_node_tp,
         };
-        let result = search(
-            &scenario.model,
-            &scenario.cluster,
-            &scenario.training,
-            options,
-        );
-        let others: Vec<Estimate> = result
-            .feasible()
-            .iter()
-            .filter(|e| e.plan != plan)
-            .take(4)
-            .copied()
-            .collect();
-        let refined = refine_top(
-            &scenario.model,
-            &scenario.cluster,
-            &scenario.training,
-            &others,
-        );
-        let mut shown = report.clone();
-        shown.search = Some(result.stats.clone());
-        shown.plans.extend(refined.plans.iter().copied());
-        shown
-            .details
-            .extend(details_of(&scenario, &refined.plans, &refined.simulated));
-        let mut labels = vec![format!("this plan t{}·p{}·d{}", plan.tp, plan.pp, plan.dp)];
-        labels.extend(
-            refined
-                .plans
-                .iter()
-                .enumerate()
-                .map(|(i, e)| plan_label(i + 1, e).replacen('#', "best #", 1)),
-        );
-        let written = write_report(Written {
+        write_eval_report(
             flag,
             dir,
-            model: &scenario.model,
-            cluster: &scenario.cluster,
-            training: &scenario.training,
-            report: &shown,
-            labels,
-            evaluated: &result.ranked,
-            chosen: &simulated,
-            chosen_label: "the evaluated plan".to_string(),
-            notes: vec![
-                schedule_line.clone(),
-                "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario.".to_string(),
-            ],
-        })?;
-        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+            (&scenario.model, &scenario.cluster, &scenario.training),
+            options,
+            &report,
+            &simulated,
+            schedule_line,
+        )?;
     }
     if estimate.fits() {
         Ok(Outcome::Found)
     } else {
         Ok(Outcome::NothingFits)
-    }
-}
-
-/// Ledger and schedule summary of each shown plan.
-fn details_of(
-    s: &Scenario,
-    plans: &[Estimate],
-    simulated: &[Option<crate::cost::simulated::Simulated>],
-) -> Vec<PlanDetail> {
-    plans
-        .iter()
-        .zip(simulated)
-        .map(|(e, sim)| {
-            detail_for(
-                &s.model,
-                &s.cluster,
-                &s.training,
-                &e.plan,
-                sim.as_ref().map(|x| x.summary),
-            )
-        })
-        .collect()
-}
-
-/// What `eval` says about the simulated schedule.
-fn schedule_note(s: &crate::cost::simulated::ScheduleSummary) -> String {
-    if s.simulated_step_used {
-        format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); idle: slowest stage {:.2}%, all stages {:.2}%, vs (p-1)/(v·m) = {:.2}%",
-            s.simulated_step_s,
-            s.closed_form_step_s,
-            100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
-            s.layers_per_stage_first,
-            s.layers_per_stage_last,
-            s.simulated_bubble_fraction * 100.0,
-            s.pipeline_idle_fraction * 100.0,
-            s.closed_form_bubble_fraction * 100.0,
-        )
-    } else {
-        format!(
-            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble (p-1)/(v·m) = {:.2}%)",
-            s.closed_form_step_s,
-            s.closed_form_bubble_fraction * 100.0
-        )
     }
 }
 

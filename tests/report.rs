@@ -351,3 +351,33 @@ fn bad_report_paths_exit_2_with_one_line() {
     one_line_error(&out, &["--report /proc/tpsim-report", "writable"]);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn plan_refines_the_shown_plans_and_says_when_the_order_changes() {
+    // With uneven splits allowed, the simulated schedule reorders the 512B top ten.
+    let args = [
+        "plan",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--allow-uneven-pp",
+    ];
+    let out = tpsim().args(args).output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("simulated 1F1B schedule"), "{stdout}");
+    assert!(stdout.contains("changed the order"), "{stdout}");
+    let json = json_of(&args);
+    let plans = json["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 10);
+    // Shown in simulated order, each with its ledger and schedule.
+    for w in plans.windows(2) {
+        assert!(w[0]["tokens_per_s"].as_f64() >= w[1]["tokens_per_s"].as_f64());
+    }
+    for p in plans {
+        let tp = p["comm"]["tp"]["wire_bytes"].as_f64().unwrap();
+        assert!((p["ledger"]["tp_wire_bytes"].as_f64().unwrap() - tp).abs() <= 1e-9 * tp);
+        assert!(p["schedule"]["simulated_step_s"].as_f64().unwrap() > 0.0);
+    }
+}
