@@ -381,3 +381,65 @@ fn plan_refines_the_shown_plans_and_says_when_the_order_changes() {
         assert!(p["schedule"]["simulated_step_s"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[test]
+fn interleaved_timeline_has_one_block_per_chunk_microbatch_stage_direction() {
+    let dir = scratch("interleaved");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "gpt3-175b",
+            "--nodes",
+            "4",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--vpp",
+            "3",
+            "--dp",
+            "2",
+            "--global-batch",
+            "16",
+            "--recompute",
+            "full",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    // 175B on 32 GPUs does not fit: exit 1, and the report is still written (it shows why).
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (p, v, m) = (4, 3, 8);
+    let gantt = read(&dir, "timeline.svg");
+    use tpsim::cost::schedule::Direction::{Backward, Forward};
+    for d in [Forward, Backward] {
+        for c in 0..v {
+            let col = tpsim::report::block_colour(d, c);
+            let fill = format!("#{:02X}{:02X}{:02X}", col.0, col.1, col.2);
+            assert_eq!(
+                count_rects_with_fill(&gantt, &fill),
+                (p * m) as usize,
+                "{d:?} chunk {c}"
+            );
+        }
+    }
+    let t = texts(&gantt);
+    assert!(t.iter().any(|s| s.contains("interleaved 1F1B")), "{t:?}");
+    for stage in 0..p {
+        assert!(t.contains(&format!("stage {stage}")), "{t:?}");
+    }
+    // 4 nodes of 8 GPUs, every one drawn.
+    let cells = texts(&read(&dir, "layout.svg"))
+        .into_iter()
+        .filter(|s| s.starts_with('(') && s.ends_with(')'))
+        .count();
+    assert_eq!(cells, 32);
+    let _ = std::fs::remove_dir_all(&dir);
+}
