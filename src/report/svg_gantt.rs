@@ -4,9 +4,10 @@
 //! as a dark stripe of their share, then the exposed DP communication and the optimizer step.
 //!
 //! Up to `MAX_BLOCKS` blocks the whole step is drawn, one rectangle per block. Longer steps are drawn
-//! as two panels, the start (warm-up and the first steady 1F1B rounds) and the end (last rounds and
-//! cool-down), each on its own time axis, together at most about `MAX_BLOCKS` blocks; the steady
-//! middle is folded and its length printed.
+//! as two panels, each on its own time axis: the start, until the last stage has run its first
+//! 2v + 4 blocks (every stage's warm-up and a couple of steady 1F1B rounds), and the end, from the
+//! earliest of the stages' last 2v + 4 blocks (every stage's cool-down); the steady middle is folded
+//! and its time span printed.
 
 use plotters::prelude::*;
 
@@ -63,34 +64,43 @@ pub(crate) fn gantt_svg(
     let p = plan.pp;
     let pipeline_end = s.step_s;
     let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
-    let panels: Vec<Panel> = if s.blocks.len() <= MAX_BLOCKS {
+    let whole = || {
         vec![Panel {
             x: (0.0, step_end),
             blocks: s.blocks.iter().collect(),
             tail: true,
         }]
+    };
+    let per_stage = s.blocks.len() / p.max(1) as usize;
+    // Blocks of the last stage kept at each end: its warm-up/cool-down plus two steady rounds.
+    let keep = ((2 * plan.vpp + 4) as usize).min(per_stage).max(1);
+    let panels: Vec<Panel> = if s.blocks.len() <= MAX_BLOCKS || per_stage == 0 {
+        whole()
     } else {
-        let per_stage = s.blocks.len() / p as usize;
-        // Enough blocks per stage for the warm-up and a few steady rounds, at most MAX_BLOCKS in all.
-        let keep = ((2 * p * plan.vpp + 2) as usize)
-            .min(MAX_BLOCKS / (4 * p as usize))
-            .max(4);
+        // Start panel: until the last stage has run `keep` blocks, so every stage's warm-up shows.
+        // End panel: from the earliest of the stages' last `keep` blocks (the last stage's cool-down
+        // starts first), so every stage's cool-down shows.
         let last_stage = &s.blocks[(p as usize - 1) * per_stage..];
-        let first_stage = &s.blocks[..per_stage];
-        let t_a = last_stage[keep.min(per_stage) - 1].end_s;
-        let t_b = first_stage[per_stage.saturating_sub(keep)].start_s.max(t_a);
-        vec![
-            Panel {
-                x: (0.0, t_a),
-                blocks: s.blocks.iter().filter(|b| b.start_s < t_a).collect(),
-                tail: false,
-            },
-            Panel {
-                x: (t_b, step_end),
-                blocks: s.blocks.iter().filter(|b| b.end_s > t_b).collect(),
-                tail: true,
-            },
-        ]
+        let t_a = last_stage[keep - 1].end_s;
+        let t_b = (0..p as usize)
+            .map(|st| s.blocks[st * per_stage + per_stage - keep].start_s)
+            .fold(f64::INFINITY, f64::min);
+        if t_b <= t_a {
+            whole()
+        } else {
+            vec![
+                Panel {
+                    x: (0.0, t_a),
+                    blocks: s.blocks.iter().filter(|b| b.start_s < t_a).collect(),
+                    tail: false,
+                },
+                Panel {
+                    x: (t_b, step_end),
+                    blocks: s.blocks.iter().filter(|b| b.end_s > t_b).collect(),
+                    tail: true,
+                },
+            ]
+        }
     };
     let row_h = 26u32.min(520 / p.max(1)).max(6);
     let panel_h = 90 + row_h * p;
@@ -170,7 +180,12 @@ pub(crate) fn gantt_svg(
                 .disable_y_mesh()
                 .y_labels(p as usize)
                 .y_label_formatter(&|y| match y {
-                    SegmentValue::CenterOf(row) if *row < p => format!("stage {}", p - 1 - row),
+                    // At most ~24 labels, so they never overlap on deep pipelines.
+                    SegmentValue::CenterOf(row)
+                        if *row < p && (p - 1 - row) % p.div_ceil(24) == 0 =>
+                    {
+                        format!("stage {}", p - 1 - row)
+                    }
                     _ => String::new(),
                 })
                 .x_desc("time in the step (s)")
