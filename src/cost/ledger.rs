@@ -424,7 +424,7 @@ mod tests {
                             tp,
                             pp,
                             dp: 32 / (tp * pp),
-                            vpp: if pp == 2 && model.layers % 4 == 0 {
+                            vpp: if pp == 2 && model.layers.is_multiple_of(4) {
                                 2
                             } else {
                                 1

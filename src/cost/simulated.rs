@@ -72,9 +72,10 @@ pub fn layers_per_stage(model: &Model, plan: &ParallelPlan) -> Vec<u32> {
     }
     let middles = plan.pp - 2;
     let mut out = vec![plan.stages.first];
-    if middles > 0 {
-        let rest = model.layers - plan.stages.first - plan.stages.last;
-        let base = rest / middles;
+    let rest = model
+        .layers
+        .saturating_sub(plan.stages.first + plan.stages.last);
+    if let Some(base) = rest.checked_div(middles) {
         let extra = rest % middles;
         out.extend((0..middles).map(|i| base + u32::from(i < extra)));
     }

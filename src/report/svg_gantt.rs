@@ -182,7 +182,7 @@ pub(crate) fn gantt_svg(
                 .y_label_formatter(&|y| match y {
                     // At most ~24 labels, so they never overlap on deep pipelines.
                     SegmentValue::CenterOf(row)
-                        if *row < p && (p - 1 - row) % p.div_ceil(24) == 0 =>
+                        if *row < p && (p - 1 - row).is_multiple_of(p.div_ceil(24)) =>
                     {
                         format!("stage {}", p - 1 - row)
                     }
