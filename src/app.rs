@@ -4,9 +4,12 @@
 use anyhow::{Context, Result, anyhow, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
+use crate::app_report::{
+    Written, check_dir, details_of, schedule_note, write_eval_report, write_report,
+};
 use crate::cli::{
     AccuracyArgs, AttentionArg, ClusterArgs, Command, EvalArgs, Format, GradDtypeArg, ModelArgs,
-    PlanArgs, RecomputeArg, StyleArg, TrainingArgs,
+    PlanArgs, RecomputeArg, ReportArgs, StyleArg, TrainingArgs,
 };
 use crate::cli::{
     Cli, CompareArgs, CompareFormat, CompletionsArgs, EmitTarget, SweepArgs, SweepAxis, SweepFormat,
@@ -14,11 +17,12 @@ use crate::cli::{
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
 use crate::cost::evaluate;
+use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
 use crate::model::{Model, ModelFile, Norm};
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
-use crate::planner::{SearchOptions, search};
-use crate::report::{self, ClusterSummary, ModelSummary, Report};
+use crate::planner::{SearchOptions, refine_top, search};
+use crate::report::{self, ClusterSummary, ModelSummary, Report, detail_for, plan_label};
 use crate::shape::derive_shape;
 use crate::specs::{self, ModelRef, PlanFile};
 use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
@@ -47,7 +51,8 @@ pub enum Outcome {
 pub fn run(command: Command) -> Result<Outcome> {
     match command {
         Command::Plan(args) => plan(args),
-        Command::Eval(args) => eval(args),
+        Command::Eval(args) => eval(args, false),
+        Command::Report(args) => report_command(args),
         Command::Accuracy(args) => accuracy(args),
         Command::Sweep(args) => sweep_command(args),
         Command::Compare(args) => compare_command(args),
@@ -302,6 +307,9 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }
+    if let Some(dir) = &args.report {
+        check_dir("--report", dir)?;
+    }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
@@ -344,16 +352,31 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     }
     let (model, cluster) = summaries(&scenario);
     let feasible = result.feasible();
-    let shown: Vec<_> = feasible.iter().take(args.top).copied().collect();
+    let top: Vec<_> = feasible.iter().take(args.top).copied().collect();
+    // The search ranks on the closed form; the shown plans get the simulated schedule.
+    let refined = refine_top(&scenario.model, &scenario.cluster, &scenario.training, &top);
+    let details = details_of(
+        (&scenario.model, &scenario.cluster, &scenario.training),
+        &refined.plans,
+        &refined.simulated,
+    );
+    let mut notes = Vec::new();
+    if refined.reordered {
+        notes.push(format!(
+            "note: the event-driven schedule simulation (unequal stages) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
+            refined.plans.len()
+        ));
+    }
     let report = Report {
         model,
         cluster,
         training: scenario.training,
         search: Some(result.stats.clone()),
-        plans: shown,
+        plans: refined.plans.clone(),
+        details,
     };
 
-    if let (Some(path), Some(best)) = (&args.save, feasible.first()) {
+    if let (Some(path), Some(best)) = (&args.save, report.plans.first()) {
         let file = PlanFile {
             model: Some(ModelRef::Inline(model_file_of(&scenario.model))),
             params: None,
@@ -396,9 +419,40 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
             scenario.training.tokens.is_some(),
         ));
         out.push('\n');
+        if r.plans.iter().any(|e| e.plan.pp > 1) {
+            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+        }
+        for note in &notes {
+            out.push_str(note);
+            out.push('\n');
+        }
         out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
         out
     });
+    if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
+        let labels: Vec<String> = report
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, e)| plan_label(i + 1, e))
+            .collect();
+        let written = write_report(Written {
+            flag: "--report",
+            dir,
+            model: &scenario.model,
+            cluster: &scenario.cluster,
+            training: &scenario.training,
+            report: &report,
+            chosen_label: format!("the best plan ({})", labels[0]),
+            labels,
+            evaluated: &result.ranked,
+            chosen,
+            notes: notes.clone(),
+        })?;
+        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    } else if let Some(dir) = &args.report {
+        eprintln!("no report written to {dir}: no plan fits");
+    }
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
@@ -421,7 +475,10 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     Ok(Outcome::Found)
 }
 
-fn eval(args: EvalArgs) -> Result<Outcome> {
+fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    if let Some(dir) = &args.report {
+        check_dir(if quiet { "--out" } else { "--report" }, dir)?;
+    }
     let megatron = match &args.megatron_args {
         Some(text) => Some(read_megatron_launch(text)?),
         None => None,
@@ -528,12 +585,14 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
             plan.zero
         );
     }
-    let estimate = evaluate(
+    let simulated = simulate_plan(
         &scenario.model,
         &scenario.cluster,
         &scenario.training,
         &plan,
-    );
+    )
+    .map_err(|e| anyhow!("simulating the pipeline schedule: {e}"))?;
+    let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
         if let Some(reason) = framework.unsupported(&plan) {
@@ -554,25 +613,84 @@ fn eval(args: EvalArgs) -> Result<Outcome> {
         });
     }
     let (model, cluster) = summaries(&scenario);
+    let detail = detail_for(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+        Some(simulated.summary),
+    );
     let report = Report {
         model,
         cluster,
         training: scenario.training,
         search: None,
         plans: vec![estimate],
+        details: vec![detail],
     };
-    print_report(&report, args.format, |r| {
-        format!(
-            "{}\n\n{}",
-            report::scenario_line(r),
-            report::breakdown(&r.plans[0])
-        )
-    });
+    let schedule_line = schedule_note(&simulated.summary);
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line
+            )
+        });
+    }
+    if let Some(dir) = &args.report {
+        let flag = if quiet { "--out" } else { "--report" };
+        let options = SearchOptions {
+            allow_uneven_pp: request.allow_uneven_pp,
+            allow_cross_node_tp: request.allow_cross_node_tp,
+        };
+        write_eval_report(
+            flag,
+            dir,
+            (&scenario.model, &scenario.cluster, &scenario.training),
+            options,
+            &report,
+            &simulated,
+            schedule_line,
+        )?;
+    }
     if estimate.fits() {
         Ok(Outcome::Found)
     } else {
         Ok(Outcome::NothingFits)
     }
+}
+
+/// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
+fn report_command(args: ReportArgs) -> Result<Outcome> {
+    let eval_args = EvalArgs {
+        model: args.model,
+        cluster: args.cluster,
+        training: args.training,
+        plan: Some(args.plan),
+        tp: None,
+        pp: None,
+        dp: None,
+        vpp: None,
+        micro_batch: None,
+        sequence_parallel: false,
+        recompute: None,
+        zero: None,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+        report: Some(args.out),
+        format: Format::Table,
+        num_layers_per_virtual_pipeline_stage: None,
+        use_distributed_optimizer: false,
+        recompute_method: None,
+        recompute_num_layers: None,
+        max_position_embeddings: None,
+        bf16: false,
+        emit: None,
+        megatron_args: None,
+    };
+    eval(eval_args, true)
 }
 
 fn accuracy(args: AccuracyArgs) -> Result<Outcome> {

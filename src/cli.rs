@@ -29,6 +29,11 @@ pub enum Command {
         after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
     )]
     Eval(EvalArgs),
+    /// Write an HTML report with SVG figures for a saved plan (like `eval --plan FILE --report DIR`).
+    #[command(
+        after_help = "Example:\n  tpsim report plans/seed-512b-32nodes.yaml --out reports/seed-512b-32nodes\n  (then open reports/seed-512b-32nodes/index.html in a browser)"
+    )]
+    Report(ReportArgs),
     /// Compare predictions with published training runs (validation/published_runs.yaml).
     #[command(
         after_help = "Example:\n  tpsim accuracy\n  tpsim accuracy --runs validation/published_runs.yaml --format json"
@@ -204,6 +209,9 @@ pub struct PlanArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Also write DIR/index.html and one SVG per figure (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Print the best plan this framework can run as its launch configuration, instead of the table.
@@ -252,6 +260,9 @@ pub struct EvalArgs {
     /// Allow tensor parallelism across nodes.
     #[arg(long)]
     pub allow_cross_node_tp: bool,
+    /// Also write DIR/index.html and one SVG per figure (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Megatron-LM's layers per virtual stage; tpsim's --vpp = layers / pp / this.
@@ -279,6 +290,22 @@ pub struct EvalArgs {
     /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
     #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer"])]
     pub megatron_args: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// A saved plan (plans/*.yaml).
+    #[arg(value_name = "PLAN_FILE")]
+    pub plan: String,
+    /// Directory to write index.html and the SVG figures into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -13,6 +13,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use crate::cluster::Cluster;
+use crate::cost::simulated::{Simulated, simulate_plan};
 use crate::cost::{Estimate, evaluate};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, PlanRequest, Recompute, divisors};
@@ -220,5 +221,45 @@ pub fn search(
             threads: rayon::current_num_threads(),
         },
         ranked,
+    }
+}
+
+/// The shown plans after the schedule simulation refined their step times.
+#[derive(Debug, Clone)]
+pub struct Refined {
+    pub plans: Vec<Estimate>,
+    /// The simulation of each plan, same order (None where the simulator refused the schedule).
+    pub simulated: Vec<Option<Simulated>>,
+    /// True when the refined step times changed the order of the shown plans.
+    pub reordered: bool,
+}
+
+/// Refines the top plans with the event-driven schedule simulation (`cost::simulated`) and re-ranks
+/// them with the same order as the search. The search itself ranks on the closed form, which is
+/// exact for equal stages; the simulation matters where stages differ (uneven split, output layer
+/// on the last stage).
+pub fn refine_top(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    shown: &[Estimate],
+) -> Refined {
+    let mut pairs: Vec<(usize, Estimate, Option<Simulated>)> = shown
+        .par_iter()
+        .enumerate()
+        .map(
+            |(i, e)| match simulate_plan(model, cluster, training, &e.plan) {
+                Ok(sim) => (i, sim.estimate, Some(sim)),
+                Err(_) => (i, *e, None),
+            },
+        )
+        .collect();
+    pairs.sort_by(|a, b| rank(&a.1, &b.1));
+    let reordered = pairs.iter().enumerate().any(|(pos, p)| p.0 != pos);
+    let (plans, simulated) = pairs.into_iter().map(|(_, e, s)| (e, s)).unzip();
+    Refined {
+        plans,
+        simulated,
+        reordered,
     }
 }

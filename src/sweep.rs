@@ -120,7 +120,11 @@ pub fn run(
 fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
     let result = search(&point.model, &point.cluster, &point.training, options);
     let gpus = point.cluster.total_gpus();
-    let best = result.feasible().first();
+    // Like `tpsim plan`: rank on the closed form, then simulate the schedule of the top plans
+    // (10, plan's default --top) and take the fastest of those.
+    let top: Vec<_> = result.feasible().iter().take(10).copied().collect();
+    let refined = crate::planner::refine_top(&point.model, &point.cluster, &point.training, &top);
+    let best = refined.plans.first();
     let capacity_gib = point.cluster.gpu.memory_capacity().0 / GIB;
     let time_to_train_s = best.and_then(|e| e.time_to_train_s);
     Row {

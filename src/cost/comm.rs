@@ -111,6 +111,19 @@ fn place(gpus_per_node: u32, stride: u32, size: u32) -> Placement {
     Placement::network(gpus_per_node / stride)
 }
 
+/// Links of the TP, DP and PP groups.
+pub fn group_links(cluster: &Cluster, plan: &ParallelPlan) -> (Link, Link, Link) {
+    let (tp, dp, pp) = group_placements(cluster, plan);
+    (tp.link, dp.link, pp.link)
+}
+
+/// Achieved bus bandwidth and latency of the TP, DP and PP groups where they sit.
+pub fn group_speeds(cluster: &Cluster, plan: &ParallelPlan) -> (LinkSpeed, LinkSpeed, LinkSpeed) {
+    let (tp, dp, pp) = group_placements(cluster, plan);
+    let speed = |p: Placement| cluster.group_speed(p.link, p.members_per_node);
+    (speed(tp), speed(dp), speed(pp))
+}
+
 /// Placements of the TP, DP and PP groups.
 pub fn group_placements(
     cluster: &Cluster,

@@ -13,9 +13,11 @@
 
 pub mod comm;
 pub mod compute;
+pub mod ledger;
 pub mod memory;
 pub mod pipeline;
 pub mod schedule;
+pub mod simulated;
 
 use serde::Serialize;
 

@@ -1,108 +1,20 @@
-//! Renderers: one `Report` value, shown as a terminal table, JSON or YAML. JSON is the contract
-//! scripts and later features build on; its field names carry their units.
+//! The terminal renderer: scenario line, ranked-plan table, one plan's breakdown, search
+//! statistics and the "why the best plan" reading.
 
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
-use serde::Serialize;
 use std::fmt::Write as _;
 
+use super::Report;
 use crate::cluster::{Cluster, Link};
 use crate::cost::Estimate;
-use crate::model::Model;
 use crate::planner::SearchStats;
-use crate::training::Training;
 use crate::units::format_count;
 
-#[derive(Debug, Clone, Serialize)]
-pub struct ModelSummary {
-    pub name: String,
-    pub params: f64,
-    pub layers: u32,
-    pub hidden: u32,
-    pub heads: u32,
-    pub kv_heads: u32,
-    pub ffn_hidden: u32,
-    pub vocab: u32,
-    pub seq_len: u32,
-    pub gated_mlp: bool,
-    pub linear_bias: bool,
-    pub tied_embeddings: bool,
-    pub learned_position_embeddings: bool,
-    pub norm: crate::model::Norm,
-    pub dropout: bool,
-    /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
-    pub origin: String,
-}
-
-impl ModelSummary {
-    pub fn new(model: &Model, origin: &str) -> ModelSummary {
-        ModelSummary {
-            name: model.name.clone(),
-            params: model.params(),
-            layers: model.layers,
-            hidden: model.hidden,
-            heads: model.heads,
-            kv_heads: model.kv_heads,
-            ffn_hidden: model.ffn_hidden,
-            vocab: model.vocab,
-            seq_len: model.seq_len,
-            gated_mlp: model.gated_mlp,
-            linear_bias: model.linear_bias,
-            tied_embeddings: model.tied_embeddings,
-            learned_position_embeddings: model.learned_position_embeddings,
-            norm: model.norm,
-            dropout: model.dropout,
-            origin: origin.to_string(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ClusterSummary {
-    pub gpu: String,
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    pub total_gpus: u32,
-    pub gpu_memory_bytes: f64,
-    pub peak_flops: f64,
-}
-
-impl ClusterSummary {
-    pub fn new(cluster: &Cluster) -> ClusterSummary {
-        ClusterSummary {
-            gpu: cluster.gpu.name.clone(),
-            nodes: cluster.nodes,
-            gpus_per_node: cluster.gpus_per_node,
-            total_gpus: cluster.total_gpus(),
-            gpu_memory_bytes: cluster.gpu.memory_capacity().0,
-            peak_flops: cluster.gpu.peak_flops().0,
-        }
-    }
-}
-
-/// Everything a command reports.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub model: ModelSummary,
-    pub cluster: ClusterSummary,
-    pub training: Training,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub search: Option<SearchStats>,
-    pub plans: Vec<Estimate>,
-}
-
-pub fn to_json(report: &Report) -> String {
-    serde_json::to_string_pretty(report).expect("reports contain only finite numbers and strings")
-}
-
-pub fn to_yaml(report: &Report) -> String {
-    yaml_serde::to_string(report).expect("reports serialize to YAML")
-}
-
-fn gib(bytes: f64) -> String {
+pub(crate) fn gib(bytes: f64) -> String {
     format!("{:.1}", bytes / crate::units::GIB)
 }
 
-fn duration(seconds: f64) -> String {
+pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
         format!("{days:.1} days")
@@ -111,7 +23,7 @@ fn duration(seconds: f64) -> String {
     }
 }
 
-fn link_name(link: Link) -> &'static str {
+pub(crate) fn link_name(link: Link) -> &'static str {
     match link {
         Link::Nvlink => "NVLink",
         Link::Network => "network",

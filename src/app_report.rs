@@ -1,0 +1,185 @@
+//! Command handlers' report half: turns a finished `plan` or `eval` into the report directory
+//! (`--report DIR`, `tpsim report FILE --out DIR`). Like `app.rs`, it touches files and uses anyhow.
+
+use anyhow::{Context, Result, anyhow, bail};
+use std::path::Path;
+
+use crate::cluster::Cluster;
+use crate::cost::Estimate;
+use crate::cost::ledger::ledger;
+use crate::cost::simulated::{ScheduleSummary, Simulated};
+use crate::model::Model;
+use crate::planner::{SearchOptions, refine_top, search};
+use crate::report::{self, PlanDetail, Report, ReportInputs, detail_for, plan_label};
+use crate::training::Training;
+
+/// Fails early, before any work, when `dir` cannot be a directory.
+pub fn check_dir(flag: &str, dir: &str) -> Result<()> {
+    if dir.is_empty() {
+        bail!("{flag} \"\": give a directory to write the report into, e.g. {flag} reports/mine");
+    }
+    let path = Path::new(dir);
+    if path.exists() && !path.is_dir() {
+        bail!(
+            "{flag} {dir}: a file with that name exists, and the report needs a directory; give another path or remove the file"
+        );
+    }
+    Ok(())
+}
+
+/// Writes every file of the report into `dir`, creating it.
+pub fn write_dir(flag: &str, dir: &str, files: &[(String, String)]) -> Result<()> {
+    check_dir(flag, dir)?;
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!("{flag} {dir}: cannot create the report directory; choose a writable path")
+    })?;
+    for (name, text) in files {
+        let path = Path::new(dir).join(name);
+        std::fs::write(&path, text).with_context(|| {
+            format!(
+                "{flag} {dir}: cannot write {}; choose a writable directory",
+                path.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Everything one report needs from the command.
+pub struct Written<'a> {
+    pub flag: &'a str,
+    pub dir: &'a str,
+    pub model: &'a Model,
+    pub cluster: &'a Cluster,
+    pub training: &'a Training,
+    pub report: &'a Report,
+    pub labels: Vec<String>,
+    pub evaluated: &'a [Estimate],
+    pub chosen: &'a Simulated,
+    pub chosen_label: String,
+    pub notes: Vec<String>,
+}
+
+/// Renders and writes the report; returns how many files were written.
+pub fn write_report(w: Written) -> Result<usize> {
+    let chosen_plan = w.chosen.estimate.plan;
+    let chosen_in_evaluated = w.evaluated.iter().position(|e| e.plan == chosen_plan);
+    let chosen_ledger = ledger(w.model, w.cluster, w.training, &chosen_plan);
+    let files = report::render_files(&ReportInputs {
+        report: w.report,
+        cluster: w.cluster,
+        labels: w.labels,
+        evaluated: w.evaluated,
+        chosen_in_evaluated,
+        chosen: w.chosen,
+        chosen_label: w.chosen_label,
+        chosen_ledger: &chosen_ledger,
+        notes: w.notes,
+    })
+    .map_err(|e| anyhow!("{} {}: drawing the figures failed: {e}", w.flag, w.dir))?;
+    write_dir(w.flag, w.dir, &files.files)?;
+    Ok(files.files.len())
+}
+
+/// The scenario a report is about.
+pub type Scene<'a> = (&'a Model, &'a Cluster, &'a Training);
+
+/// Ledger and schedule summary of each shown plan.
+pub fn details_of(
+    (model, cluster, training): Scene,
+    plans: &[Estimate],
+    simulated: &[Option<Simulated>],
+) -> Vec<PlanDetail> {
+    plans
+        .iter()
+        .zip(simulated)
+        .map(|(e, sim)| {
+            detail_for(
+                model,
+                cluster,
+                training,
+                &e.plan,
+                sim.as_ref().map(|x| x.summary),
+            )
+        })
+        .collect()
+}
+
+/// What `eval` says about the simulated schedule.
+pub fn schedule_note(s: &ScheduleSummary) -> String {
+    if s.simulated_step_used {
+        format!(
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); idle: slowest stage {:.2}%, all stages {:.2}%, vs (p-1)/(v·m) = {:.2}%",
+            s.simulated_step_s,
+            s.closed_form_step_s,
+            100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
+            s.layers_per_stage_first,
+            s.layers_per_stage_last,
+            s.simulated_bubble_fraction * 100.0,
+            s.pipeline_idle_fraction * 100.0,
+            s.closed_form_bubble_fraction * 100.0,
+        )
+    } else {
+        format!(
+            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble (p-1)/(v·m) = {:.2}%)",
+            s.closed_form_step_s,
+            s.closed_form_bubble_fraction * 100.0
+        )
+    }
+}
+
+/// `eval --report DIR`: the evaluated plan next to the best ones of its scenario, and the whole
+/// search behind it.
+pub fn write_eval_report(
+    flag: &str,
+    dir: &str,
+    scene: Scene,
+    options: SearchOptions,
+    report: &Report,
+    simulated: &Simulated,
+    schedule_line: String,
+) -> Result<()> {
+    let (model, cluster, training) = scene;
+    let plan = simulated.estimate.plan;
+    let result = search(model, cluster, training, options);
+    let others: Vec<Estimate> = result
+        .feasible()
+        .iter()
+        .filter(|e| e.plan != plan)
+        .take(4)
+        .copied()
+        .collect();
+    let refined = refine_top(model, cluster, training, &others);
+    let mut shown = report.clone();
+    shown.search = Some(result.stats.clone());
+    shown.plans.extend(refined.plans.iter().copied());
+    shown
+        .details
+        .extend(details_of(scene, &refined.plans, &refined.simulated));
+    let mut labels = vec![format!("this plan t{}·p{}·d{}", plan.tp, plan.pp, plan.dp)];
+    labels.extend(
+        refined
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, e)| plan_label(i + 1, e).replacen('#', "best #", 1)),
+    );
+    let written = write_report(Written {
+        flag,
+        dir,
+        model,
+        cluster,
+        training,
+        report: &shown,
+        labels,
+        evaluated: &result.ranked,
+        chosen: simulated,
+        chosen_label: "the evaluated plan".to_string(),
+        notes: vec![
+            schedule_line,
+            "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario.".to_string(),
+        ],
+    })?;
+    eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! Refines one evaluated plan with the event-driven pipeline schedule of `schedule.rs`, for the few
+//! plans a person looks at (`eval`, the top plans of `plan`, the Gantt chart). The search itself
+//! ranks on `evaluate`'s closed form, which stays allocation-free.
+//!
+//! Per-stage block times use the same pieces as `evaluate`: a forward block of one model chunk is
+//! its layers' forward GEMM time plus their forward (and recompute) TP collectives plus one p2p send;
+//! a backward block is backward + recompute compute plus the backward TP collectives plus one send.
+//! Over a micro-batch a stage's blocks add up to `evaluate`'s per-stage time (compute + TP + PP), so
+//! with equal stages the simulated step equals the closed form's m·t_stage + (p − 1)/v·t_stage
+//! (Narayanan et al. 2021 §2.2), and with unequal stages (uneven split, output layer on the last
+//! stage) it shows the real bubble: every faster stage waits for the slowest each micro-batch, so
+//! the pipeline's idle fraction (`pipeline_idle_fraction`) exceeds (p − 1)/(v·m). The step itself is
+//! m blocks of the slowest stage plus the fill and drain of the others, which can be a little
+//! shorter than the closed form's (p − 1)/v of the *mean* stage.
+//! The embedding's lookup is a gather with no GEMM, so the first stage carries no extra compute
+//! for it (its memory is counted in `memory.rs`).
+
+use serde::Serialize;
+
+use super::comm::{self, Collective};
+use super::compute::{layer_time, output_layer_time};
+use super::schedule::{Schedule, StageCost, simulate};
+use super::{Estimate, evaluate};
+use crate::cluster::Cluster;
+use crate::model::Model;
+use crate::plan::ParallelPlan;
+use crate::training::Training;
+use crate::units::Seconds;
+
+/// How the shown step time was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ScheduleSummary {
+    /// True when the simulated step replaced the closed form (they differ by more than 1e-9 s·step).
+    pub simulated_step_used: bool,
+    pub closed_form_step_s: f64,
+    pub simulated_step_s: f64,
+    pub closed_form_bubble_fraction: f64,
+    pub simulated_bubble_fraction: f64,
+    /// Idle time of all stages over their busy time, Σ(step − busy_s)/Σ busy_s: what the GPUs of the
+    /// pipeline really wait, including the faster stages waiting for the slowest every micro-batch.
+    /// Equals (p − 1)/(v·m) for equal stages; larger otherwise.
+    pub pipeline_idle_fraction: f64,
+    /// Transformer layers on each pipeline stage, first to last.
+    pub layers_per_stage_first: u32,
+    pub layers_per_stage_last: u32,
+    pub equal_stages: bool,
+}
+
+/// A plan refined by the schedule simulation.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub estimate: Estimate,
+    pub schedule: Schedule,
+    /// Stage costs the schedule ran with (per model chunk, per micro-batch).
+    pub stages: Vec<StageCost>,
+    pub summary: ScheduleSummary,
+    /// Exposed DP communication and optimizer time after the pipeline drains.
+    pub tail_dp_s: f64,
+    pub tail_optimizer_s: f64,
+}
+
+/// Transformer layers on every stage, first to last. Even split: layers/pp each. Uneven:
+/// `plan.stages` gives the first and last stage; the middle ones share the rest, the extra layers
+/// going to the earliest middle stages (as `StageLayout::balanced_units` assigns them).
+pub fn layers_per_stage(model: &Model, plan: &ParallelPlan) -> Vec<u32> {
+    let p = plan.pp as usize;
+    if p == 1 {
+        return vec![model.layers];
+    }
+    if plan.stages.even {
+        return vec![model.layers / plan.pp; p];
+    }
+    let middles = plan.pp - 2;
+    let mut out = vec![plan.stages.first];
+    let rest = model
+        .layers
+        .saturating_sub(plan.stages.first + plan.stages.last);
+    if let Some(base) = rest.checked_div(middles) {
+        let extra = rest % middles;
+        out.extend((0..middles).map(|i| base + u32::from(i < extra)));
+    }
+    out.push(plan.stages.last);
+    out
+}
+
+/// Per-stage block costs of `plan` (one model chunk, one micro-batch) and the PP send time.
+pub fn stage_costs(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<StageCost> {
+    let seq_len = training.seq_len;
+    let layer = layer_time(
+        model,
+        cluster,
+        plan.micro_batch,
+        seq_len,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.recompute,
+        training.attention,
+    );
+    let output = output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp);
+    let (tp_speed, _, pp_speed) = comm::group_speeds(cluster, plan);
+    let tp_one = Collective::AllReduce.time(
+        comm::tp_tensor_bytes(model, training, plan),
+        plan.tp,
+        tp_speed,
+    );
+    // Forward: 2 all-reduce equivalents per layer (4 with full recompute, whose repeat runs just
+    // before the backward and so is charged to it); backward: 2 (comm::tp_collectives_per_layer).
+    let tp_forward = 2.0 * tp_one;
+    let tp_backward = (comm::tp_collectives_per_layer(plan.recompute) - 2.0) * tp_one;
+    let send = if plan.pp > 1 {
+        Collective::SendRecv.time(comm::pp_message_bytes(model, training, plan), 2, pp_speed)
+    } else {
+        0.0
+    };
+    let v = f64::from(plan.vpp);
+    let layers = layers_per_stage(model, plan);
+    let last = layers.len() - 1;
+    layers
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            let n = f64::from(n);
+            let (out_f, out_b) = if s == last {
+                (output.forward, output.backward + output.recompute)
+            } else {
+                (0.0, 0.0)
+            };
+            StageCost {
+                forward_s: (n * (layer.forward + tp_forward) + out_f) / v + send,
+                backward_s: (n * (layer.backward + layer.recompute + tp_backward) + out_b) / v
+                    + send,
+            }
+        })
+        .collect()
+}
+
+/// Evaluates `plan` and refines its step time with the schedule simulation. Errors only when the
+/// simulator rejects the schedule (interleaving with m not a multiple of p, which `ParallelPlan`
+/// already refuses).
+pub fn simulate_plan(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Result<Simulated, String> {
+    let closed = evaluate(model, cluster, training, plan);
+    let stages = stage_costs(model, cluster, training, plan);
+    let schedule = simulate(&stages, plan.vpp, plan.num_microbatches, 0.0)?;
+    let t = closed.time;
+    let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
+    let closed_pipeline =
+        t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0 + t.bubble_s.0;
+    let simulated_step = schedule.step_s + tail;
+    let differs = (schedule.step_s - closed_pipeline).abs() > 1e-9 * closed_pipeline.max(1e-12);
+    let mut estimate = closed;
+    if differs {
+        // The slowest stage's own work stays as `evaluate` splits it; what the simulation adds is idle.
+        let bubble = (schedule.step_s
+            - (t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0))
+            .max(0.0);
+        let step = t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0 + bubble + tail;
+        let scale = t.step_s.0 / step;
+        estimate.time.bubble_s = Seconds(bubble);
+        estimate.time.step_s = Seconds(step);
+        estimate.bubble_fraction = schedule.bubble_fraction;
+        estimate.tokens_per_s *= scale;
+        estimate.mfu *= scale;
+        estimate.model_tflops_per_gpu *= scale;
+        estimate.hardware_tflops_per_gpu *= scale;
+        estimate.time_to_train_s = estimate.time_to_train_s.map(|s| s / scale);
+    }
+    let layers = layers_per_stage(model, plan);
+    Ok(Simulated {
+        summary: ScheduleSummary {
+            simulated_step_used: differs,
+            closed_form_step_s: t.step_s.0,
+            simulated_step_s: if differs {
+                estimate.time.step_s.0
+            } else {
+                simulated_step
+            },
+            closed_form_bubble_fraction: closed.bubble_fraction,
+            simulated_bubble_fraction: schedule.bubble_fraction,
+            pipeline_idle_fraction: {
+                let busy: f64 = schedule.busy_s.iter().sum();
+                let p = schedule.busy_s.len() as f64;
+                if busy > 0.0 {
+                    (p * schedule.step_s - busy) / busy
+                } else {
+                    0.0
+                }
+            },
+            layers_per_stage_first: layers[0],
+            layers_per_stage_last: layers[layers.len() - 1],
+            equal_stages: stages.windows(2).all(|w| w[0] == w[1]),
+        },
+        estimate,
+        schedule,
+        stages,
+        tail_dp_s: t.dp_comm_exposed_s.0,
+        tail_optimizer_s: t.optimizer_s.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanRequest, Recompute};
+    use crate::shape::derive_shape;
+    use crate::specs;
+    use crate::training::GradDtype;
+
+    fn setup(nodes: u32) -> (Model, Cluster, Training) {
+        let model = derive_shape(20e9, 2048).unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: 2048,
+            global_batch: 64,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+        };
+        (model, cluster, training)
+    }
+
+    fn request(tp: u32, pp: u32, dp: u32, vpp: u32, uneven: bool) -> PlanRequest {
+        PlanRequest {
+            tp,
+            pp,
+            dp,
+            vpp,
+            micro_batch: 1,
+            sequence_parallel: tp > 1,
+            recompute: Recompute::Selective,
+            zero: 1,
+            allow_uneven_pp: uneven,
+            allow_cross_node_tp: false,
+        }
+    }
+
+    #[test]
+    fn stage_blocks_add_up_to_closed_form_stage_time() {
+        // Equal stages except the output layer on the last one: with the output layer removed the
+        // simulated pipeline equals compute + TP + PP + (p − 1)/v of a stage.
+        let (model, cluster, training) = setup(4);
+        let plan =
+            ParallelPlan::build(&request(4, 2, 4, 1, false), &model, &cluster, &training).unwrap();
+        let stages = stage_costs(&model, &cluster, &training, &plan);
+        let e = evaluate(&model, &cluster, &training, &plan);
+        let m = f64::from(plan.num_microbatches);
+        let last = stages[1].forward_s + stages[1].backward_s;
+        let work = e.time.compute_s.0 + e.time.tp_comm_exposed_s.0 + e.time.pp_comm_exposed_s.0;
+        assert!(
+            (m * last - work).abs() < 1e-9 * work,
+            "{} vs {work}",
+            m * last
+        );
+    }
+
+    #[test]
+    fn layers_per_stage_adds_up() {
+        let (model, cluster, training) = setup(4);
+        for pp in [2u32, 3, 4, 8] {
+            let Ok(plan) = ParallelPlan::build(
+                &request(1, pp, 32 / pp, 1, true),
+                &model,
+                &cluster,
+                &training,
+            ) else {
+                continue;
+            };
+            let layers = layers_per_stage(&model, &plan);
+            assert_eq!(layers.len(), pp as usize);
+            assert_eq!(layers.iter().sum::<u32>(), model.layers, "pp {pp}");
+            assert_eq!(*layers.iter().max().unwrap(), plan.stages.max_layers());
+        }
+    }
+
+    #[test]
+    fn unequal_stages_use_the_simulated_step() {
+        // The output layer makes the last stage the slowest: the step is at least m of its blocks
+        // plus the fill and drain of the others, and differs from the closed form, which charges
+        // (p − 1)/v of the *mean* stage.
+        let (model, cluster, training) = setup(4);
+        let plan =
+            ParallelPlan::build(&request(8, 4, 1, 1, false), &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        assert!(!s.summary.equal_stages);
+        assert!(s.summary.simulated_step_used);
+        let per = |c: &StageCost| c.forward_s + c.backward_s;
+        let slowest = s.stages.iter().map(per).fold(0.0, f64::max);
+        let fastest = s.stages.iter().map(per).fold(f64::INFINITY, f64::min);
+        let m = f64::from(plan.num_microbatches);
+        let bound = m * slowest + f64::from(plan.pp - 1) * fastest;
+        assert!(
+            s.schedule.step_s >= bound - 1e-9 * bound,
+            "{} < {bound}",
+            s.schedule.step_s
+        );
+        assert!(
+            s.schedule.step_s <= bound * 1.01,
+            "{} vs {bound}",
+            s.schedule.step_s
+        );
+        // The refined estimate is consistent with itself.
+        let t = s.estimate.time;
+        let parts = t.compute_s.0
+            + t.tp_comm_exposed_s.0
+            + t.pp_comm_exposed_s.0
+            + t.dp_comm_exposed_s.0
+            + t.bubble_s.0
+            + t.optimizer_s.0;
+        assert!((parts - t.step_s.0).abs() < 1e-9 * t.step_s.0);
+        let tokens = f64::from(plan.global_batch) * f64::from(training.seq_len) / t.step_s.0;
+        assert!((tokens - s.estimate.tokens_per_s).abs() < 1e-6 * tokens);
+    }
+
+    #[test]
+    fn unequal_stages_idle_more_than_the_closed_form() {
+        // Uneven split: 20B's layers + embedding + output balanced over 3 stages puts the most
+        // layers on the middle stage; the others wait for it every micro-batch, so the pipeline's
+        // idle time exceeds the closed form's (p − 1)/(v·m).
+        let (model, cluster, training) = setup(3);
+        let plan =
+            ParallelPlan::build(&request(8, 3, 1, 1, true), &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        // 32 layers + 2 units over 3 stages: 10, 12, 10 (StageLayout::balanced_units).
+        assert_eq!(layers_per_stage(&model, &plan), vec![10, 12, 10]);
+        assert!(
+            s.summary.pipeline_idle_fraction > s.summary.closed_form_bubble_fraction,
+            "{:?}",
+            s.summary
+        );
+        // The slowest stage is the middle one and bounds the step from below.
+        let per = |c: &StageCost| c.forward_s + c.backward_s;
+        assert!(per(&s.stages[1]) > per(&s.stages[0]) && per(&s.stages[1]) > per(&s.stages[2]));
+        let m = f64::from(plan.num_microbatches);
+        let bound = m * per(&s.stages[1]) + per(&s.stages[0]) + per(&s.stages[2]) / 2.0;
+        assert!(s.schedule.step_s >= m * per(&s.stages[1]) && s.schedule.step_s <= bound * 1.01);
+    }
+
+    #[test]
+    fn equal_stages_reproduce_the_closed_form() {
+        // Equal stage costs fed straight to the simulator: bubble (p − 1)/(v·m) and
+        // step = (m + (p − 1)/v)·(F + B)·v per chunk.
+        let stage = StageCost {
+            forward_s: 0.3,
+            backward_s: 0.7,
+        };
+        for (p, v, m) in [(4u32, 1u32, 8u32), (4, 2, 8), (8, 4, 16)] {
+            let s = simulate(&vec![stage; p as usize], v, m, 0.0).unwrap();
+            let want = (f64::from(m * v) + f64::from(p - 1)) * 1.0;
+            assert!((s.step_s - want).abs() < 1e-9, "{p} {v} {m}: {}", s.step_s);
+        }
+    }
+}

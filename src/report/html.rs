@@ -1,0 +1,209 @@
+//! The report directory: `index.html` plus one SVG per figure and the JSON. The page links the SVGs
+//! with relative `<img src>` paths and carries its own CSS, so it opens from disk with no server and
+//! no network.
+
+use std::fmt::Write as _;
+
+use super::ledger_html::ledger_table;
+use super::svg_gantt::{TpShare, gantt_svg};
+use super::svg_layout::layout_svg;
+use super::svg_memory::memory_svg;
+use super::svg_search::search_svg;
+use super::svg_step::step_svg;
+use super::table::{gib, scenario_line, stats_line};
+use super::{Report, to_json};
+use crate::cluster::Cluster;
+use crate::cost::Estimate;
+use crate::cost::ledger::Ledger;
+use crate::cost::simulated::Simulated;
+
+/// What the report shows beyond the `Report` value.
+pub struct ReportInputs<'a> {
+    pub report: &'a Report,
+    pub cluster: &'a Cluster,
+    /// One label per shown plan (`report.plans`), as the figures print them.
+    pub labels: Vec<String>,
+    /// Every evaluated plan of the search (empty: no search figure).
+    pub evaluated: &'a [Estimate],
+    /// Index in `evaluated` of the plan drawn in the layout and timeline, if it is there.
+    pub chosen_in_evaluated: Option<usize>,
+    /// The plan drawn in the layout, timeline and ledger, with its simulated schedule.
+    pub chosen: &'a Simulated,
+    pub chosen_label: String,
+    pub chosen_ledger: &'a Ledger,
+    /// Sentences worth reading first (e.g. the simulation changed the order).
+    pub notes: Vec<String>,
+}
+
+/// File name → contents.
+pub struct ReportFiles {
+    pub files: Vec<(String, String)>,
+}
+
+pub(crate) fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
+table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}\
+th{background:#f3f3f3}td.n{text-align:right}figure{margin:2em 0}img{max-width:100%;border:1px solid #eee}\
+pre{background:#f7f7f7;padding:.8em;overflow-x:auto}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
+
+fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
+    let mut out = String::from(
+        "<table><thead><tr><th>plan</th><th>tp</th><th>pp</th><th>dp</th><th>vpp</th><th>mb</th><th>m</th><th>sp</th><th>recompute</th><th>ZeRO</th><th>memory GiB</th><th>step s</th><th>tokens/s</th><th>MFU %</th><th>bubble %</th><th>TP s</th><th>PP s</th><th>DP s</th></tr></thead><tbody>\n",
+    );
+    for (e, label) in plans.iter().zip(labels) {
+        let p = &e.plan;
+        let t = &e.time;
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}/{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.0}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>",
+            escape(label),
+            p.tp,
+            p.pp,
+            p.dp,
+            p.vpp,
+            p.micro_batch,
+            p.num_microbatches,
+            if p.sequence_parallel { "yes" } else { "no" },
+            p.recompute.as_str(),
+            p.zero,
+            gib(e.memory.total_bytes.0),
+            gib(e.memory.capacity_bytes.0),
+            t.step_s.0,
+            e.tokens_per_s,
+            e.mfu * 100.0,
+            e.bubble_fraction * 100.0,
+            t.tp_comm_exposed_s.0,
+            t.pp_comm_exposed_s.0,
+            t.dp_comm_exposed_s.0,
+        );
+    }
+    out.push_str("</tbody></table>\n");
+    out
+}
+
+/// Renders every file of the report directory.
+pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
+    let report = inputs.report;
+    let plans = &report.plans;
+    let chosen = inputs.chosen;
+    let plan = &chosen.estimate.plan;
+    let mut figures: Vec<(&str, String, String)> = vec![
+        (
+            "memory.svg",
+            "Memory per GPU of the shown plans, by what holds it, against the GPU's capacity."
+                .into(),
+            memory_svg(plans, &inputs.labels)?,
+        ),
+        (
+            "step_time.svg",
+            "Where each plan's step time goes (exposed communication only), with its MFU.".into(),
+            step_svg(plans, &inputs.labels)?,
+        ),
+    ];
+    if !inputs.evaluated.is_empty() {
+        figures.push((
+            "search.svg",
+            "Every evaluated plan: memory per GPU against throughput, by TP degree; grey plans do not fit; the black line is the Pareto frontier.".into(),
+            search_svg(inputs.evaluated, inputs.chosen_in_evaluated)?,
+        ));
+    }
+    figures.push((
+        "layout.svg",
+        format!(
+            "Where the GPUs of {} sit: nodes, (dp, pp, tp) coordinates, TP groups.",
+            inputs.chosen_label
+        ),
+        layout_svg(inputs.cluster, plan)?,
+    ));
+    let share = |compute: f64, block: f64| {
+        if block > 0.0 {
+            (compute / block).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    };
+    // TP share of a block: the slowest stage's TP time over its compute + TP + PP, per direction
+    // alike (evaluate charges TP per layer in proportion to its collectives).
+    let t = &chosen.estimate.time;
+    let work = t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0;
+    let tp_share = share(t.tp_comm_exposed_s.0, work);
+    figures.push((
+        "timeline.svg",
+        format!(
+            "One step of {} from the event-driven 1F1B schedule simulation.",
+            inputs.chosen_label
+        ),
+        gantt_svg(
+            chosen,
+            plan,
+            &TpShare {
+                forward: tp_share,
+                backward: tp_share,
+            },
+        )?,
+    ));
+
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tpsim report: {}</title><style>{STYLE}</style></head><body>\n<h1>tpsim report: {} on {} GPUs</h1>\n",
+        escape(&report.model.name),
+        escape(&report.model.name),
+        report.cluster.total_gpus
+    );
+    let _ = writeln!(
+        html,
+        "<h2>Inputs</h2>\n<pre>{}</pre>",
+        escape(&scenario_line(report))
+    );
+    if let Some(stats) = &report.search {
+        let _ = writeln!(
+            html,
+            "<h2>Search</h2>\n<p>{}</p>",
+            escape(&stats_line(stats))
+        );
+    }
+    for note in &inputs.notes {
+        let _ = writeln!(html, "<p class=\"note\">{}</p>", escape(note));
+    }
+    let _ = writeln!(
+        html,
+        "<h2>Plans</h2>\n{}",
+        plans_html(plans, &inputs.labels)
+    );
+    let _ = writeln!(html, "<h2>Figures</h2>");
+    for (i, (name, caption, _)) in figures.iter().enumerate() {
+        let _ = writeln!(
+            html,
+            "<figure><img src=\"{name}\" alt=\"{}\"><figcaption>Figure {}. {}</figcaption></figure>",
+            escape(caption),
+            i + 1,
+            escape(caption)
+        );
+    }
+    let _ = writeln!(
+        html,
+        "<h2>Figure {}. Communication ledger of {}</h2>\n<p>Every collective one GPU issues in a step (the most loaded stage), with where in the layer it comes from. Step totals equal the cost model's <code>comm.*.wire_bytes</code>.</p>",
+        figures.len() + 1,
+        escape(&inputs.chosen_label)
+    );
+    html.push_str(&ledger_table(inputs.chosen_ledger));
+    let _ = writeln!(
+        html,
+        "<p>Also here: <a href=\"report.json\">report.json</a> (the same data, with each plan's ledger).</p>\n</body></html>"
+    );
+
+    let mut files: Vec<(String, String)> = figures
+        .into_iter()
+        .map(|(name, _, svg)| (name.to_string(), svg))
+        .collect();
+    files.push(("index.html".into(), html));
+    files.push(("report.json".into(), to_json(report)));
+    Ok(ReportFiles { files })
+}

@@ -1,0 +1,156 @@
+//! Renderers: one `Report` value, shown as a terminal table, JSON, YAML, or a directory of SVG
+//! figures with an `index.html` (`render_files`). JSON is the contract
+//! scripts and later features build on; its field names carry their units.
+
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::cost::Estimate;
+use crate::model::Model;
+use crate::planner::SearchStats;
+use crate::training::Training;
+
+mod detail;
+mod html;
+mod ledger_html;
+mod svg;
+mod svg_gantt;
+mod svg_layout;
+mod svg_memory;
+mod svg_search;
+mod svg_step;
+mod table;
+
+pub use detail::{PlanDetail, detail_for};
+pub use html::{ReportFiles, ReportInputs, render_files};
+pub use svg::plan_label;
+pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
+pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
+pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
+pub use table::{breakdown, explain_best, plans_table, scenario_line, stats_line};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSummary {
+    pub name: String,
+    pub params: f64,
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub ffn_hidden: u32,
+    pub vocab: u32,
+    pub seq_len: u32,
+    pub gated_mlp: bool,
+    pub linear_bias: bool,
+    pub tied_embeddings: bool,
+    pub learned_position_embeddings: bool,
+    pub norm: crate::model::Norm,
+    pub dropout: bool,
+    /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
+    pub origin: String,
+}
+
+impl ModelSummary {
+    pub fn new(model: &Model, origin: &str) -> ModelSummary {
+        ModelSummary {
+            name: model.name.clone(),
+            params: model.params(),
+            layers: model.layers,
+            hidden: model.hidden,
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            ffn_hidden: model.ffn_hidden,
+            vocab: model.vocab,
+            seq_len: model.seq_len,
+            gated_mlp: model.gated_mlp,
+            linear_bias: model.linear_bias,
+            tied_embeddings: model.tied_embeddings,
+            learned_position_embeddings: model.learned_position_embeddings,
+            norm: model.norm,
+            dropout: model.dropout,
+            origin: origin.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterSummary {
+    pub gpu: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub total_gpus: u32,
+    pub gpu_memory_bytes: f64,
+    pub peak_flops: f64,
+}
+
+impl ClusterSummary {
+    pub fn new(cluster: &Cluster) -> ClusterSummary {
+        ClusterSummary {
+            gpu: cluster.gpu.name.clone(),
+            nodes: cluster.nodes,
+            gpus_per_node: cluster.gpus_per_node,
+            total_gpus: cluster.total_gpus(),
+            gpu_memory_bytes: cluster.gpu.memory_capacity().0,
+            peak_flops: cluster.gpu.peak_flops().0,
+        }
+    }
+}
+
+/// Everything a command reports. `details[i]`, when present, belongs to `plans[i]` and is written
+/// into that plan's JSON/YAML object (`ledger`, `schedule`).
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub model: ModelSummary,
+    pub cluster: ClusterSummary,
+    pub training: Training,
+    pub search: Option<SearchStats>,
+    pub plans: Vec<Estimate>,
+    pub details: Vec<PlanDetail>,
+}
+
+#[derive(Serialize)]
+struct PlanOut<'a> {
+    #[serde(flatten)]
+    estimate: &'a Estimate,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a PlanDetail>,
+}
+
+#[derive(Serialize)]
+struct ReportOut<'a> {
+    model: &'a ModelSummary,
+    cluster: &'a ClusterSummary,
+    training: &'a Training,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    search: Option<&'a SearchStats>,
+    plans: Vec<PlanOut<'a>>,
+}
+
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ReportOut {
+            model: &self.model,
+            cluster: &self.cluster,
+            training: &self.training,
+            search: self.search.as_ref(),
+            plans: self
+                .plans
+                .iter()
+                .enumerate()
+                .map(|(i, estimate)| PlanOut {
+                    estimate,
+                    detail: self.details.get(i),
+                })
+                .collect(),
+        }
+        .serialize(serializer)
+    }
+}
+
+pub fn to_json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).expect("reports contain only finite numbers and strings")
+}
+
+pub fn to_yaml(report: &Report) -> String {
+    yaml_serde::to_string(report).expect("reports serialize to YAML")
+}

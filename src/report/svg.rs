@@ -1,0 +1,181 @@
+//! What every figure shares: the plotters SVG canvas written to a String, fonts, colours and the
+//! short plan labels the figures and the HTML table agree on. Text stays `<text>` (naive font): no
+//! system fonts are read, and the browser picks a sans-serif face.
+
+use plotters::prelude::*;
+
+use crate::cost::Estimate;
+
+pub(crate) type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+pub(crate) const FONT: &str = "sans-serif";
+pub(crate) const GIB: f64 = crate::units::GIB;
+
+/// Draws onto a `width` × `height` SVG and returns its text.
+pub(crate) fn svg<F>(width: u32, height: u32, draw: F) -> Result<String, String>
+where
+    F: FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult,
+{
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        draw(&root).map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+/// "#1 t8·p16·d2": rank and the three degrees; the HTML table gives the rest.
+pub fn plan_label(rank: usize, e: &Estimate) -> String {
+    format!("#{rank} t{}·p{}·d{}", e.plan.tp, e.plan.pp, e.plan.dp)
+}
+
+/// Colours of TP degrees 1, 2, 4, 8, 16, … (category10).
+pub(crate) fn tp_colour(tp: u32) -> RGBColor {
+    const PALETTE: [RGBColor; 8] = [
+        RGBColor(0x1F, 0x77, 0xB4),
+        RGBColor(0xFF, 0x7F, 0x0E),
+        RGBColor(0x2C, 0xA0, 0x2C),
+        RGBColor(0xD6, 0x27, 0x28),
+        RGBColor(0x94, 0x67, 0xBD),
+        RGBColor(0x8C, 0x56, 0x4B),
+        RGBColor(0xE3, 0x77, 0xC2),
+        RGBColor(0x17, 0xBE, 0xCF),
+    ];
+    PALETTE[(tp.max(1).ilog2() as usize) % PALETTE.len()]
+}
+
+/// Colours of the stacked parts, in drawing order.
+pub(crate) const STACK: [RGBColor; 7] = [
+    RGBColor(0x4E, 0x79, 0xA7),
+    RGBColor(0xF2, 0x8E, 0x2B),
+    RGBColor(0xE1, 0x57, 0x59),
+    RGBColor(0x76, 0xB7, 0xB2),
+    RGBColor(0x59, 0xA1, 0x4F),
+    RGBColor(0xED, 0xC9, 0x48),
+    RGBColor(0xB0, 0x7A, 0xA1),
+];
+
+/// One colour per pipeline stage, cycling through a light palette so labels stay readable.
+pub(crate) fn stage_colour(stage: u32) -> RGBColor {
+    const PALETTE: [RGBColor; 10] = [
+        RGBColor(0xAE, 0xC7, 0xE8),
+        RGBColor(0xFF, 0xBB, 0x78),
+        RGBColor(0x98, 0xDF, 0x8A),
+        RGBColor(0xFF, 0x98, 0x96),
+        RGBColor(0xC5, 0xB0, 0xD5),
+        RGBColor(0xC4, 0x9C, 0x94),
+        RGBColor(0xF7, 0xB6, 0xD2),
+        RGBColor(0xDB, 0xDB, 0x8D),
+        RGBColor(0x9E, 0xDA, 0xE5),
+        RGBColor(0xC7, 0xC7, 0xC7),
+    ];
+    PALETTE[stage as usize % PALETTE.len()]
+}
+
+/// Stacked bars for the top plans, one per plan, with an optional horizontal line and a text label
+/// over each bar: the shape figures 1 and 2 share.
+pub(crate) struct StackedBars<'a> {
+    pub title: &'a str,
+    pub y_desc: &'a str,
+    pub parts: &'a [&'a str],
+    /// Per plan: its label, its part values (same order as `parts`), the text above the bar.
+    pub bars: Vec<(String, Vec<f64>, String)>,
+    pub line: Option<(f64, String)>,
+}
+
+pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
+    let n = spec.bars.len().max(1) as u32;
+    let tallest = spec
+        .bars
+        .iter()
+        .map(|b| b.1.iter().sum::<f64>())
+        .fold(0.0, f64::max)
+        .max(spec.line.as_ref().map_or(0.0, |l| l.0));
+    let y_max = if tallest > 0.0 { tallest * 1.18 } else { 1.0 };
+    let legend_w = 200;
+    let width = (120 + 100 * n).max(560) + legend_w;
+    svg(width, 480, |root| {
+        let (plot, legend) = root.split_horizontally(width - legend_w);
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(spec.title, (FONT, 20))
+            .margin(12)
+            .x_label_area_size(60)
+            .y_label_area_size(70)
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)?;
+        let labels: Vec<String> = spec.bars.iter().map(|b| b.0.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n as usize)
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .x_desc("plan (rank, tp·pp·dp)")
+            .y_desc(spec.y_desc)
+            .label_style((FONT, 12))
+            .draw()?;
+        for (part, _) in spec.parts.iter().enumerate() {
+            let colour = STACK[part % STACK.len()];
+            let rects = spec.bars.iter().enumerate().map(|(i, (_, values, _))| {
+                let below: f64 = values[..part].iter().sum();
+                let i = i as u32;
+                let mut r = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), below),
+                        (SegmentValue::Exact(i + 1), below + values[part]),
+                    ],
+                    colour.filled(),
+                );
+                r.set_margin(0, 0, 14, 14);
+                r
+            });
+            chart.draw_series(rects)?;
+        }
+        chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, values, text))| {
+            let top: f64 = values.iter().sum();
+            Text::new(
+                text.clone(),
+                (SegmentValue::CenterOf(i as u32), top + y_max * 0.01),
+                (FONT, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Bottom,
+                    )),
+            )
+        }))?;
+        if let Some((value, _)) = &spec.line {
+            chart.draw_series(LineSeries::new(
+                [
+                    (SegmentValue::Exact(0), *value),
+                    (SegmentValue::Exact(n), *value),
+                ],
+                RED.stroke_width(2),
+            ))?;
+        }
+        // The legend sits beside the plot, as coloured text, so it never covers a bar and adds no
+        // rectangle that could be mistaken for one.
+        let mut entries: Vec<(String, RGBColor)> = spec
+            .parts
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, name)| (format!("■ {name}"), STACK[i % STACK.len()]))
+            .collect();
+        if let Some((_, name)) = &spec.line {
+            entries.push((format!("— {name}"), RED));
+        }
+        for (i, (text, colour)) in entries.into_iter().enumerate() {
+            legend.draw(&Text::new(
+                text,
+                (4, 60 + 20 * i as i32),
+                (FONT, 13).into_font().color(&colour),
+            ))?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,233 @@
+//! Figure 5: the pipeline timeline of one step, straight from the event-driven schedule simulation
+//! (`cost::schedule`, 1F1B or interleaved 1F1B): one row per stage, a block per forward and backward
+//! of each micro-batch (and model chunk), idle time left blank, the TP collectives inside each block
+//! as a dark stripe of their share, then the exposed DP communication and the optimizer step.
+//!
+//! Up to `MAX_BLOCKS` blocks the whole step is drawn, one rectangle per block. Longer steps are drawn
+//! as two panels, each on its own time axis: the start, until the last stage has run its first
+//! 2v + 4 blocks (every stage's warm-up and a couple of steady 1F1B rounds), and the end, from the
+//! earliest of the stages' last 2v + 4 blocks (every stage's cool-down); the steady middle is folded
+//! and its time span printed.
+
+use plotters::prelude::*;
+
+use super::svg::{FONT, svg};
+use crate::cost::schedule::{Block, Direction};
+use crate::cost::simulated::Simulated;
+use crate::plan::ParallelPlan;
+
+pub const MAX_BLOCKS: usize = 3000;
+
+/// Fill of a forward / backward block of model chunk `chunk` (blue / green shades; distinct from
+/// every other colour in the figure so blocks can be counted by colour).
+pub fn block_colour(direction: Direction, chunk: u32) -> RGBColor {
+    const FWD: [RGBColor; 4] = [
+        RGBColor(0x1F, 0x77, 0xB4),
+        RGBColor(0x6B, 0xAE, 0xD6),
+        RGBColor(0x08, 0x45, 0x94),
+        RGBColor(0x9E, 0xCA, 0xE1),
+    ];
+    const BWD: [RGBColor; 4] = [
+        RGBColor(0x31, 0xA3, 0x54),
+        RGBColor(0x74, 0xC4, 0x76),
+        RGBColor(0x00, 0x6D, 0x2C),
+        RGBColor(0xA1, 0xD9, 0x9B),
+    ];
+    match direction {
+        Direction::Forward => FWD[chunk as usize % 4],
+        Direction::Backward => BWD[chunk as usize % 4],
+    }
+}
+
+const TP_COLOUR: RGBColor = RGBColor(0x33, 0x33, 0x33);
+const DP_COLOUR: RGBColor = RGBColor(0xD6, 0x27, 0x28);
+const OPT_COLOUR: RGBColor = RGBColor(0xFF, 0xBF, 0x00);
+
+/// Share of each block that is TP communication (forward, backward), from the stage costs.
+pub struct TpShare {
+    pub forward: f64,
+    pub backward: f64,
+}
+
+struct Panel<'a> {
+    x: (f64, f64),
+    blocks: Vec<&'a Block>,
+    tail: bool,
+}
+
+pub(crate) fn gantt_svg(
+    sim: &Simulated,
+    plan: &ParallelPlan,
+    tp: &TpShare,
+) -> Result<String, String> {
+    let s = &sim.schedule;
+    let p = plan.pp;
+    let pipeline_end = s.step_s;
+    let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
+    let whole = || {
+        vec![Panel {
+            x: (0.0, step_end),
+            blocks: s.blocks.iter().collect(),
+            tail: true,
+        }]
+    };
+    let per_stage = s.blocks.len() / p.max(1) as usize;
+    // Blocks of the last stage kept at each end: its warm-up/cool-down plus two steady rounds.
+    let keep = ((2 * plan.vpp + 4) as usize).min(per_stage).max(1);
+    let panels: Vec<Panel> = if s.blocks.len() <= MAX_BLOCKS || per_stage == 0 {
+        whole()
+    } else {
+        // Start panel: until the last stage has run `keep` blocks, so every stage's warm-up shows.
+        // End panel: from the earliest of the stages' last `keep` blocks (the last stage's cool-down
+        // starts first), so every stage's cool-down shows.
+        let last_stage = &s.blocks[(p as usize - 1) * per_stage..];
+        let t_a = last_stage[keep - 1].end_s;
+        let t_b = (0..p as usize)
+            .map(|st| s.blocks[st * per_stage + per_stage - keep].start_s)
+            .fold(f64::INFINITY, f64::min);
+        if t_b <= t_a {
+            whole()
+        } else {
+            vec![
+                Panel {
+                    x: (0.0, t_a),
+                    blocks: s.blocks.iter().filter(|b| b.start_s < t_a).collect(),
+                    tail: false,
+                },
+                Panel {
+                    x: (t_b, step_end),
+                    blocks: s.blocks.iter().filter(|b| b.end_s > t_b).collect(),
+                    tail: true,
+                },
+            ]
+        }
+    };
+    let row_h = 26u32.min(520 / p.max(1)).max(6);
+    let panel_h = 90 + row_h * p;
+    let height = 90 + panel_h * panels.len() as u32 + 40;
+    let title = format!(
+        "Pipeline timeline of one step ({}; p = {}, m = {}{}): simulated",
+        if plan.vpp > 1 {
+            "interleaved 1F1B"
+        } else {
+            "1F1B"
+        },
+        p,
+        plan.num_microbatches,
+        if plan.vpp > 1 {
+            format!(", v = {}", plan.vpp)
+        } else {
+            String::new()
+        }
+    );
+    let subtitle = format!(
+        "idle: slowest stage {:.2}%, all stages {:.2}% (simulated) vs (p-1)/(v·m) = {:.2}%; step {:.3} s{}",
+        sim.summary.simulated_bubble_fraction * 100.0,
+        sim.summary.pipeline_idle_fraction * 100.0,
+        sim.summary.closed_form_bubble_fraction * 100.0,
+        sim.estimate.time.step_s.0,
+        if panels.len() > 1 {
+            format!(
+                "; {} blocks: the steady middle ({:.2} s to {:.2} s) is folded",
+                s.blocks.len(),
+                panels[0].x.1,
+                panels[1].x.0
+            )
+        } else {
+            String::new()
+        }
+    );
+    svg(1100, height, |root| {
+        root.draw(&Text::new(
+            title.clone(),
+            (12, 8),
+            (FONT, 20).into_font().color(&BLACK),
+        ))?;
+        root.draw(&Text::new(
+            subtitle.clone(),
+            (12, 36),
+            (FONT, 13).into_font().color(&BLACK),
+        ))?;
+        let legend = [
+            ("■ forward", block_colour(Direction::Forward, 0)),
+            (
+                "■ backward (incl. recompute)",
+                block_colour(Direction::Backward, 0),
+            ),
+            ("■ TP collectives inside the block", TP_COLOUR),
+            ("■ exposed DP communication", DP_COLOUR),
+            ("■ optimizer step", OPT_COLOUR),
+        ];
+        let mut x = 12;
+        for (text, colour) in legend {
+            root.draw(&Text::new(
+                text,
+                (x, 58),
+                (FONT, 12).into_font().color(&colour),
+            ))?;
+            x += 14 + 7 * text.chars().count() as i32;
+        }
+        let body = root.margin(80, 20, 0, 0);
+        let areas = body.split_evenly((panels.len(), 1));
+        for (panel, area) in panels.iter().zip(areas.iter()) {
+            let mut chart = ChartBuilder::on(area)
+                .margin(8)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d(panel.x.0..panel.x.1, (0..p - 1).into_segmented())?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .y_labels(p as usize)
+                .y_label_formatter(&|y| match y {
+                    // At most ~24 labels, so they never overlap on deep pipelines.
+                    SegmentValue::CenterOf(row)
+                        if *row < p && (p - 1 - row).is_multiple_of(p.div_ceil(24)) =>
+                    {
+                        format!("stage {}", p - 1 - row)
+                    }
+                    _ => String::new(),
+                })
+                .x_desc("time in the step (s)")
+                .y_desc("pipeline stage")
+                .label_style((FONT, 12))
+                .draw()?;
+            let row = |stage: u32| p - 1 - stage;
+            // A row's band, with a pixel margin so neighbouring blocks stay apart.
+            let band = |a: f64, z: f64, stage: u32, colour: RGBColor, top: u32, bottom: u32| {
+                let y = row(stage);
+                let mut r = Rectangle::new(
+                    [(a, SegmentValue::Exact(y)), (z, SegmentValue::Exact(y + 1))],
+                    colour.filled(),
+                );
+                r.set_margin(top, bottom, 0, 1);
+                r
+            };
+            let (lo, hi) = panel.x;
+            let clip = |a: f64, b: f64| (a.max(lo), b.min(hi));
+            let gap = (row_h / 8).max(1);
+            chart.draw_series(panel.blocks.iter().map(|b| {
+                let (a, z) = clip(b.start_s, b.end_s);
+                band(a, z, b.stage, block_colour(b.direction, b.chunk), gap, gap)
+            }))?;
+            chart.draw_series(panel.blocks.iter().map(|b| {
+                let share = match b.direction {
+                    Direction::Forward => tp.forward,
+                    Direction::Backward => tp.backward,
+                };
+                let (a, z) = clip(b.start_s, b.start_s + share * (b.end_s - b.start_s));
+                band(a, z.max(a), b.stage, TP_COLOUR, row_h - row_h / 4, gap)
+            }))?;
+            if panel.tail {
+                let dp_end = pipeline_end + sim.tail_dp_s;
+                for stage in 0..p {
+                    chart.draw_series([
+                        band(pipeline_end, dp_end, stage, DP_COLOUR, gap, gap),
+                        band(dp_end, step_end, stage, OPT_COLOUR, gap, gap),
+                    ])?;
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,36 @@
+//! Figure 1: memory per GPU of the top plans, stacked by what holds it (memory.rs's breakdown of
+//! the most loaded GPU), against the GPU's capacity.
+
+use super::svg::{GIB, StackedBars, stacked_bars};
+use crate::cost::Estimate;
+
+pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
+    let bars = plans
+        .iter()
+        .zip(labels)
+        .map(|(e, label)| {
+            let m = &e.memory;
+            (
+                label.clone(),
+                vec![
+                    m.weights_bytes.0 / GIB,
+                    m.gradients_bytes.0 / GIB,
+                    m.optimizer_bytes.0 / GIB,
+                    m.activations_bytes.0 / GIB,
+                    m.other_bytes.0 / GIB,
+                ],
+                format!("{:.1} GiB", m.total_bytes.0 / GIB),
+            )
+        })
+        .collect();
+    let capacity = plans
+        .first()
+        .map_or(0.0, |e| e.memory.capacity_bytes.0 / GIB);
+    stacked_bars(&StackedBars {
+        title: "Memory per GPU (most loaded GPU of each plan)",
+        y_desc: "memory per GPU (GiB)",
+        parts: &["weights", "gradients", "optimizer", "activations", "other"],
+        bars,
+        line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
+    })
+}

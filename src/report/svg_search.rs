@@ -1,0 +1,249 @@
+//! Figure 3: the whole search. Every evaluated plan is a point (memory per GPU against
+//! throughput), coloured by TP degree; infeasible plans are grey and lie right of the capacity line;
+//! the Pareto frontier (no other feasible plan needs less memory and runs faster) is drawn exactly.
+//!
+//! Thinning, so a 100k-plan search still writes in well under a second: above `MAX_POINTS` plans,
+//! one plan is kept per 8 × 8-pixel cell per TP degree among feasible plans (per cell among infeasible ones) (the best-ranked, since the
+//! planner's order is kept), and every frontier plan is kept. The subtitle says how many were drawn.
+
+use std::collections::HashSet;
+
+use plotters::prelude::*;
+
+use super::svg::{FONT, GIB, svg, tp_colour};
+use crate::cost::Estimate;
+
+/// Above this many plans the scatter is thinned.
+pub const MAX_POINTS: usize = 5000;
+const WIDTH: u32 = 960;
+const HEIGHT: u32 = 600;
+/// Side of a thinning cell, in pixels.
+const CELL_PX: f64 = 8.0;
+
+/// Indices of the Pareto-optimal feasible plans, by increasing memory.
+pub(crate) fn pareto_frontier(plans: &[Estimate]) -> Vec<usize> {
+    let mut feasible: Vec<usize> = (0..plans.len()).filter(|&i| plans[i].fits()).collect();
+    feasible.sort_by(|&a, &b| {
+        let (a, b) = (&plans[a], &plans[b]);
+        a.memory
+            .total_bytes
+            .0
+            .total_cmp(&b.memory.total_bytes.0)
+            .then(b.tokens_per_s.total_cmp(&a.tokens_per_s))
+    });
+    let mut best = f64::NEG_INFINITY;
+    let mut out = Vec::new();
+    for i in feasible {
+        if plans[i].tokens_per_s > best {
+            best = plans[i].tokens_per_s;
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Which plans are drawn (see the module comment).
+pub(crate) fn thin(
+    plans: &[Estimate],
+    frontier: &[usize],
+    x: (f64, f64),
+    y: (f64, f64),
+) -> Vec<usize> {
+    if plans.len() <= MAX_POINTS {
+        return (0..plans.len()).collect();
+    }
+    let cell = |v: f64, (lo, hi): (f64, f64), pixels: u32, log: bool| -> i64 {
+        let f = if log {
+            (v.max(lo).ln() - lo.ln()) / (hi.ln() - lo.ln())
+        } else {
+            (v - lo) / (hi - lo)
+        };
+        (f * f64::from(pixels) / CELL_PX) as i64
+    };
+    let mut seen = HashSet::new();
+    let mut keep: Vec<usize> = Vec::new();
+    for (i, e) in plans.iter().enumerate() {
+        let key = (
+            cell(e.memory.total_bytes.0 / GIB, x, WIDTH, true),
+            cell(e.tokens_per_s, y, HEIGHT, false),
+            if e.fits() { e.plan.tp } else { 0 },
+            e.fits(),
+        );
+        if seen.insert(key) {
+            keep.push(i);
+        }
+    }
+    let kept: HashSet<usize> = keep.iter().copied().collect();
+    keep.extend(frontier.iter().filter(|i| !kept.contains(i)));
+    keep.sort_unstable();
+    keep
+}
+
+/// `chosen`: index of the plan to mark (the evaluated or best plan), if it is among `plans`.
+pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<String, String> {
+    let capacity = plans
+        .first()
+        .map_or(80.0, |e| e.memory.capacity_bytes.0 / GIB);
+    let mem = |e: &Estimate| e.memory.total_bytes.0 / GIB;
+    let x_lo = plans.iter().map(mem).fold(capacity, f64::min).max(1e-3) * 0.8;
+    let x_hi = plans.iter().map(mem).fold(capacity, f64::max) * 1.25;
+    let y_hi = plans
+        .iter()
+        .map(|e| e.tokens_per_s)
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.08;
+    let frontier = pareto_frontier(plans);
+    let drawn = thin(plans, &frontier, (x_lo, x_hi), (0.0, y_hi));
+    let mut tps: Vec<u32> = drawn.iter().map(|&i| plans[i].plan.tp).collect();
+    tps.sort_unstable();
+    tps.dedup();
+    let subtitle = if drawn.len() == plans.len() {
+        format!("all {} evaluated plans drawn", plans.len())
+    } else {
+        format!(
+            "{} of {} evaluated plans drawn (one per 8x8-pixel cell per TP degree; frontier exact)",
+            drawn.len(),
+            plans.len()
+        )
+    };
+    svg(WIDTH, HEIGHT, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption("The whole search: memory per GPU vs throughput", (FONT, 20))
+            .margin(12)
+            .margin_bottom(30)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d((x_lo..x_hi).log_scale(), 0.0..y_hi)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .x_desc("memory per GPU (GiB, log scale)")
+            .y_desc("throughput (tokens/s)")
+            .label_style((FONT, 12))
+            .draw()?;
+        let grey = RGBColor(0xBB, 0xBB, 0xBB);
+        chart
+            .draw_series(
+                drawn.iter().filter(|&&i| !plans[i].fits()).map(|&i| {
+                    Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 2, grey.filled())
+                }),
+            )?
+            .label("infeasible (out of memory)")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 8, y + 4)], grey.filled()));
+        for tp in tps {
+            let colour = tp_colour(tp);
+            chart
+                .draw_series(
+                    drawn
+                        .iter()
+                        .filter(|&&i| plans[i].fits() && plans[i].plan.tp == tp)
+                        .map(|&i| {
+                            Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 3, colour.filled())
+                        }),
+                )?
+                .label(format!("TP {tp}"))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 4), (x + 8, y + 4)], colour.filled())
+                });
+        }
+        chart
+            .draw_series(LineSeries::new(
+                frontier
+                    .iter()
+                    .map(|&i| (mem(&plans[i]), plans[i].tokens_per_s)),
+                BLACK.stroke_width(2),
+            ))?
+            .label("Pareto frontier")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
+        chart
+            .draw_series(LineSeries::new(
+                [(capacity, 0.0), (capacity, y_hi)],
+                RED.stroke_width(2),
+            ))?
+            .label(format!("GPU capacity {capacity:.1} GiB"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], RED.stroke_width(2)));
+        if let Some(i) = chosen.and_then(|i| plans.get(i)) {
+            chart.draw_series([EmptyElement::at((mem(i), i.tokens_per_s))
+                + Cross::new((0, 0), 8, BLACK.stroke_width(2))
+                + Text::new("chosen plan", (10, 4), (FONT, 13).into_font().color(&BLACK))])?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 12))
+            .draw()?;
+        root.draw(&Text::new(
+            subtitle.clone(),
+            (90, (HEIGHT - 20) as i32),
+            (FONT, 12).into_font().color(&BLACK),
+        ))?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::planner::{SearchOptions, search};
+    use crate::shape::derive_shape;
+    use crate::specs;
+    use crate::training::{GradDtype, Training};
+
+    #[test]
+    fn thinning_keeps_the_exact_frontier() {
+        let model = derive_shape(512e9, 2048).unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: 2048,
+            global_batch: 1536,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+        };
+        let options = SearchOptions {
+            allow_uneven_pp: false,
+            allow_cross_node_tp: false,
+        };
+        let plans = search(&model, &cluster, &training, options).ranked;
+        assert!(plans.len() > MAX_POINTS);
+        let frontier = pareto_frontier(&plans);
+        let mem = |e: &Estimate| e.memory.total_bytes.0;
+        // Every feasible plan is matched or beaten by a frontier plan on both axes.
+        for e in plans.iter().filter(|e| e.fits()) {
+            assert!(
+                frontier.iter().any(|&f| {
+                    mem(&plans[f]) <= mem(e) && plans[f].tokens_per_s >= e.tokens_per_s
+                })
+            );
+        }
+        // No frontier plan dominates another.
+        for w in frontier.windows(2) {
+            let (a, b) = (&plans[w[0]], &plans[w[1]]);
+            assert!(mem(a) <= mem(b) && a.tokens_per_s < b.tokens_per_s);
+        }
+        let drawn = thin(&plans, &frontier, (10.0, 10_000.0), (0.0, 50_000.0));
+        assert!(drawn.len() < plans.len() / 2, "{}", drawn.len());
+        for f in &frontier {
+            assert!(drawn.binary_search(f).is_ok());
+        }
+        // Each TP degree among feasible plans keeps at least one point.
+        for tp in [1, 2, 4, 8] {
+            if plans.iter().any(|e| e.fits() && e.plan.tp == tp) {
+                assert!(
+                    drawn
+                        .iter()
+                        .any(|&i| plans[i].fits() && plans[i].plan.tp == tp)
+                );
+            }
+        }
+    }
+}

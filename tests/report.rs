@@ -1,0 +1,445 @@
+//! `--report DIR` and `tpsim report`: every SVG parses as XML and shows what the issue asks for
+//! (plan labels, axis titles, one bar per plan, one point per evaluated plan, one cell per GPU,
+//! one Gantt block per micro-batch per stage per direction); the JSON carries each plan's ledger;
+//! bad paths exit 2 with a one-line error.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn tpsim() -> Command {
+    Command::cargo_bin("tpsim").unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-report-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every `<text>` of an SVG, after checking that it parses.
+fn texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).expect("SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| n.text().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+fn count_rects_with_fill(svg: &str, fill: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(fill))
+        .count()
+}
+
+fn count_tag(svg: &str, tag: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants().filter(|n| n.has_tag_name(tag)).count()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = tpsim()
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const SMALL: &[&str] = &[
+    "plan",
+    "--params",
+    "7B",
+    "--nodes",
+    "2",
+    "--global-batch",
+    "32",
+    "--top",
+    "5",
+];
+
+#[test]
+fn plan_report_figures_show_what_they_must() {
+    let dir = scratch("plan");
+    let out = tpsim()
+        .args(SMALL)
+        .arg("--report")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(SMALL);
+    let plans = json["plans"].as_array().unwrap();
+    let n = plans.len();
+    assert_eq!(n, 5);
+
+    // 1. Memory: a label per plan, axis titles, one weights segment per plan, the capacity line.
+    let memory = read(&dir, "memory.svg");
+    let t = texts(&memory);
+    for rank in 1..=n {
+        assert!(
+            t.iter().any(|s| s.starts_with(&format!("#{rank} t"))),
+            "no label #{rank}: {t:?}"
+        );
+    }
+    assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
+    assert!(t.iter().any(|s| s == "plan (rank, tp·pp·dp)"));
+    assert!(t.iter().any(|s| s.contains("GPU capacity")));
+    assert_eq!(
+        count_rects_with_fill(&memory, "#4E79A7"),
+        n,
+        "one weights bar per plan"
+    );
+
+    // 2. Step time: one compute bar and one MFU label per plan.
+    let step = read(&dir, "step_time.svg");
+    let t = texts(&step);
+    assert!(t.iter().any(|s| s == "time per step (s)"));
+    assert_eq!(t.iter().filter(|s| s.starts_with("MFU ")).count(), n);
+    assert_eq!(
+        count_rects_with_fill(&step, "#4E79A7"),
+        n,
+        "one compute bar per plan"
+    );
+    let mfu0 = plans[0]["mfu"].as_f64().unwrap() * 100.0;
+    assert!(t.contains(&format!("MFU {mfu0:.1}%")), "{t:?}");
+
+    // 3. Search: one point per evaluated plan (no thinning below 5000).
+    let search = read(&dir, "search.svg");
+    let t = texts(&search);
+    let stats = &json["search"];
+    let invalid = stats["infeasible_by_reason"]["invalid_plan"]
+        .as_u64()
+        .unwrap_or(0);
+    let evaluated = (stats["candidates"].as_u64().unwrap() - invalid) as usize;
+    assert!(evaluated < tpsim::report::SCATTER_MAX_POINTS);
+    assert_eq!(count_tag(&search, "circle"), evaluated);
+    assert!(
+        t.contains(&format!("all {evaluated} evaluated plans drawn")),
+        "{t:?}"
+    );
+    assert!(t.iter().any(|s| s == "throughput (tokens/s)"));
+    assert!(t.iter().any(|s| s.starts_with("memory per GPU (GiB")));
+    assert!(t.iter().any(|s| s == "Pareto frontier"));
+
+    // 4. Layout: one labelled cell per GPU, each (dp, pp, tp) once.
+    let layout = read(&dir, "layout.svg");
+    let mut cells: Vec<String> = texts(&layout)
+        .into_iter()
+        .filter(|s| s.starts_with('(') && s.ends_with(')') && s.matches(',').count() == 2)
+        .collect();
+    assert_eq!(cells.len(), 16);
+    cells.sort();
+    cells.dedup();
+    assert_eq!(cells.len(), 16);
+
+    // 5. Timeline: one block per micro-batch per chunk per stage per direction.
+    let best = &plans[0];
+    let (p, v, m) = (
+        best["pp"].as_u64().unwrap() as usize,
+        best["vpp"].as_u64().unwrap() as usize,
+        best["num_microbatches"].as_u64().unwrap() as usize,
+    );
+    assert!(2 * p * v * m <= tpsim::report::GANTT_MAX_BLOCKS);
+    let gantt = read(&dir, "timeline.svg");
+    let fill = |d, c| {
+        let col = tpsim::report::block_colour(d, c);
+        format!("#{:02X}{:02X}{:02X}", col.0, col.1, col.2)
+    };
+    use tpsim::cost::schedule::Direction::{Backward, Forward};
+    for d in [Forward, Backward] {
+        let blocks: usize = (0..v as u32)
+            .map(|c| count_rects_with_fill(&gantt, &fill(d, c)))
+            .sum();
+        assert_eq!(blocks, p * v * m, "{d:?} blocks");
+    }
+    assert!(texts(&gantt).iter().any(|s| s == "time in the step (s)"));
+
+    // The page: every figure linked relatively, nothing fetched from the network.
+    let html = read(&dir, "index.html");
+    for name in ["memory", "step_time", "search", "layout", "timeline"] {
+        assert!(html.contains(&format!("<img src=\"{name}.svg\"")), "{name}");
+    }
+    assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));
+    assert!(html.contains("Communication ledger"));
+    assert!(html.contains("search:"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_command_draws_the_seed_plan() {
+    let dir = scratch("seed");
+    let out = tpsim()
+        .args(["report", "plans/seed-512b-32nodes.yaml", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "index.html",
+        "memory.svg",
+        "step_time.svg",
+        "search.svg",
+        "layout.svg",
+        "timeline.svg",
+        "report.json",
+    ] {
+        assert!(dir.join(name).is_file(), "{name}");
+    }
+    for name in [
+        "memory.svg",
+        "step_time.svg",
+        "search.svg",
+        "layout.svg",
+        "timeline.svg",
+    ] {
+        texts(&read(&dir, name));
+    }
+    // 32 nodes of 8: every GPU drawn; the first bar is the evaluated plan.
+    let cells = texts(&read(&dir, "layout.svg"))
+        .into_iter()
+        .filter(|s| s.starts_with('(') && s.ends_with(')'))
+        .count();
+    assert_eq!(cells, 256);
+    assert!(
+        texts(&read(&dir, "memory.svg"))
+            .iter()
+            .any(|s| s == "this plan t8·p16·d2")
+    );
+    // 768 micro-batches x 16 stages: the timeline folds its steady middle and says so.
+    assert!(
+        texts(&read(&dir, "timeline.svg"))
+            .iter()
+            .any(|s| s.contains("is folded"))
+    );
+    // Thinned scatter says how many it drew.
+    assert!(
+        texts(&read(&dir, "search.svg"))
+            .iter()
+            .any(|s| s.contains("evaluated plans drawn"))
+    );
+    let json: Value = serde_json::from_str(&read(&dir, "report.json")).unwrap();
+    assert!(
+        json["plans"][0]["ledger"]["entries"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 8
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn eval_json_carries_ledger_and_schedule() {
+    let json = json_of(&["eval", "--plan", "plans/seed-512b-32nodes.yaml"]);
+    let plan = &json["plans"][0];
+    for (group, key) in [
+        ("tp", "tp_wire_bytes"),
+        ("pp", "pp_wire_bytes"),
+        ("dp", "dp_wire_bytes"),
+    ] {
+        let want = plan["comm"][group]["wire_bytes"].as_f64().unwrap();
+        let got = plan["ledger"][key].as_f64().unwrap();
+        assert!(
+            (got - want).abs() <= 1e-9 * want.max(1.0),
+            "{group}: {got} vs {want}"
+        );
+    }
+    let entries = plan["ledger"]["entries"].as_array().unwrap();
+    // Sequence parallelism: all-gathers and reduce-scatters, no TP all-reduce.
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["op"] == "all_gather" && e["group"] == "tp")
+    );
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e["op"] == "all_reduce" && e["group"] == "tp")
+    );
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["op"] == "send_recv" && e["pass"] == "backward")
+    );
+    let schedule = &plan["schedule"];
+    let simulated = schedule["simulated_step_s"].as_f64().unwrap();
+    assert!((simulated - plan["time"]["step_s"].as_f64().unwrap()).abs() < 1e-9 * simulated);
+    assert!(schedule["closed_form_step_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn eval_says_which_step_time_it_uses() {
+    let out = tpsim()
+        .args(["eval", "--plan", "plans/seed-512b-32nodes.yaml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("pipeline schedule:"))
+        .expect("eval names the schedule it used");
+    assert!(line.contains("simulated 1F1B step"), "{line}");
+    assert!(line.contains("closed form"), "{line}");
+}
+
+fn one_line_error(out: &std::process::Output, must_contain: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    for s in must_contain {
+        assert!(lines[0].contains(s), "{s:?} not in {stderr}");
+    }
+}
+
+#[test]
+fn bad_report_paths_exit_2_with_one_line() {
+    let base = scratch("bad");
+    std::fs::create_dir_all(&base).unwrap();
+    let file = base.join("taken");
+    std::fs::write(&file, "not a directory").unwrap();
+    let file_s = file.to_str().unwrap();
+
+    // An existing file where the directory should be.
+    let out = tpsim()
+        .args(SMALL)
+        .args(["--report", file_s])
+        .output()
+        .unwrap();
+    one_line_error(&out, &["--report", file_s, "directory"]);
+    assert!(out.stdout.is_empty(), "fails before printing plans");
+
+    // A file in the middle of the path.
+    let below = format!("{file_s}/sub");
+    let out = tpsim()
+        .args(["report", "plans/seed-512b-32nodes.yaml", "--out", &below])
+        .output()
+        .unwrap();
+    one_line_error(&out, &["--out", &below, "cannot create"]);
+
+    // A place nobody can write, even root.
+    let out = tpsim()
+        .args([
+            "eval",
+            "--plan",
+            "plans/seed-512b-32nodes.yaml",
+            "--report",
+            "/proc/tpsim-report",
+        ])
+        .output()
+        .unwrap();
+    one_line_error(&out, &["--report /proc/tpsim-report", "writable"]);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn plan_refines_the_shown_plans_and_says_when_the_order_changes() {
+    // With uneven splits allowed, the simulated schedule reorders the 512B top ten.
+    let args = [
+        "plan",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--allow-uneven-pp",
+    ];
+    let out = tpsim().args(args).output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("simulated 1F1B schedule"), "{stdout}");
+    assert!(stdout.contains("changed the order"), "{stdout}");
+    let json = json_of(&args);
+    let plans = json["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 10);
+    // Shown in simulated order, each with its ledger and schedule.
+    for w in plans.windows(2) {
+        assert!(w[0]["tokens_per_s"].as_f64() >= w[1]["tokens_per_s"].as_f64());
+    }
+    for p in plans {
+        let tp = p["comm"]["tp"]["wire_bytes"].as_f64().unwrap();
+        assert!((p["ledger"]["tp_wire_bytes"].as_f64().unwrap() - tp).abs() <= 1e-9 * tp);
+        assert!(p["schedule"]["simulated_step_s"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn interleaved_timeline_has_one_block_per_chunk_microbatch_stage_direction() {
+    let dir = scratch("interleaved");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "gpt3-175b",
+            "--nodes",
+            "4",
+            "--tp",
+            "4",
+            "--pp",
+            "4",
+            "--vpp",
+            "3",
+            "--dp",
+            "2",
+            "--global-batch",
+            "16",
+            "--recompute",
+            "full",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    // 175B on 32 GPUs does not fit: exit 1, and the report is still written (it shows why).
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (p, v, m) = (4, 3, 8);
+    let gantt = read(&dir, "timeline.svg");
+    use tpsim::cost::schedule::Direction::{Backward, Forward};
+    for d in [Forward, Backward] {
+        for c in 0..v {
+            let col = tpsim::report::block_colour(d, c);
+            let fill = format!("#{:02X}{:02X}{:02X}", col.0, col.1, col.2);
+            assert_eq!(
+                count_rects_with_fill(&gantt, &fill),
+                (p * m) as usize,
+                "{d:?} chunk {c}"
+            );
+        }
+    }
+    let t = texts(&gantt);
+    assert!(t.iter().any(|s| s.contains("interleaved 1F1B")), "{t:?}");
+    for stage in 0..p {
+        assert!(t.contains(&format!("stage {stage}")), "{t:?}");
+    }
+    // 4 nodes of 8 GPUs, every one drawn.
+    let cells = texts(&read(&dir, "layout.svg"))
+        .into_iter()
+        .filter(|s| s.starts_with('(') && s.ends_with(')'))
+        .count();
+    assert_eq!(cells, 32);
+    let _ = std::fs::remove_dir_all(&dir);
+}
