@@ -41,8 +41,13 @@ pub fn run(command: Command) -> Result<Outcome> {
         Command::Plan(args) => plan(args),
         Command::Eval(args) => eval(args),
         Command::Accuracy(args) => accuracy(args),
+        Command::Calibrate(args) => calibration_commands::calibrate(args),
+        Command::Validate(args) => calibration_commands::validate(args),
     }
 }
+
+/// `calibrate` and `validate` handlers (a child module, so they share `resolve_scenario`).
+mod calibration_commands;
 
 struct Scenario {
     model: Model,
@@ -158,6 +163,10 @@ fn resolve_scenario(
         .or(plan_file.and_then(|f| f.gpu.clone()))
         .unwrap_or_else(|| "h100-sxm-80g".to_string());
     let gpu = specs::load_gpu(&gpu_reference)?;
+    let (gpu, gpu_reference) = match &cluster_args.calibration {
+        Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
+        None => (gpu, gpu_reference),
+    };
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))

@@ -5,6 +5,7 @@
 //! (`cli`, `app`) is the only place that knows about flags, files and exit codes.
 
 pub mod app;
+pub mod calibrate;
 pub mod cli;
 pub mod cluster;
 pub mod cost;
