@@ -113,6 +113,32 @@ fn cpu_calibration_writes_a_profile_that_plan_reads_and_that_changes_the_times()
         calibrated > 10.0 * datasheet,
         "calibrated {calibrated} s vs datasheet {datasheet} s"
     );
+    // `eval` reads it too.
+    let out = tpsim()
+        .arg("eval")
+        .args(TINY)
+        .args([
+            "--nodes",
+            "1",
+            "--global-batch",
+            "8",
+            "--tp",
+            "2",
+            "--format",
+            "json",
+        ])
+        .args(["--calibration", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["cluster"]["gpus_per_node"].as_u64(), Some(2));
+    assert_eq!(json["cluster"]["gpu"].as_str(), Some("calibrated-cpu"));
+    assert!(json["plans"][0]["time"]["step_s"].as_f64().unwrap() > 10.0 * datasheet);
     std::fs::remove_dir_all(&dir).ok();
 }
 

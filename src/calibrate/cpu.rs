@@ -190,6 +190,17 @@ impl KernelTimer for CpuTimer {
 
     fn run_layer(&mut self, spec: &LayerSpec, reps: Reps) -> Result<LayerRun, CalibrationError> {
         let t = spec.tp;
+        if t == 0
+            || spec.heads % t != 0
+            || spec.kv_heads % t != 0
+            || spec.ffn_hidden % t != 0
+            || spec.hidden % spec.heads != 0
+        {
+            return Err(CalibrationError::Input(format!(
+                "tp {t} must divide the heads ({}), KV heads ({}) and MLP width ({}), and the heads the hidden size ({})",
+                spec.heads, spec.kv_heads, spec.ffn_hidden, spec.hidden
+            )));
+        }
         let tokens = spec.seq_len * spec.micro_batch;
         let bytes = (tokens * spec.hidden * 2) as u64;
         let flops = 2.0
@@ -323,4 +334,74 @@ fn check_numerics(
             layer::relative_error(&d_down, &reference.d_down),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(tp: usize, sequence_parallel: bool) -> LayerSpec {
+        LayerSpec {
+            hidden: 64,
+            heads: 4,
+            kv_heads: tp.max(2),
+            ffn_hidden: 128,
+            gated_mlp: false,
+            seq_len: 16,
+            micro_batch: 2,
+            tp,
+            sequence_parallel,
+        }
+    }
+
+    fn run_ranks(spec: &LayerSpec) -> Vec<(layer::RankResult<f32>, u64)> {
+        let weights = Weights::new(spec);
+        let (x, dz) = layer::inputs(spec);
+        let ring = Ring::new(spec.tp);
+        let outs: Vec<Mutex<Option<(layer::RankResult<f32>, u64)>>> =
+            (0..spec.tp).map(|_| Mutex::new(None)).collect();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(spec.tp)
+            .build()
+            .unwrap()
+            .broadcast(|ctx| {
+                let r = ctx.index();
+                let out = layer::run_rank::<f32>(spec, &weights, &x, &dz, &ring, r);
+                *outs[r].lock().unwrap() = Some((out, ring.sent_bytes(r)));
+            });
+        outs.into_iter()
+            .map(|o| o.into_inner().unwrap().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn numerics_check_passes_the_right_split_and_catches_a_wrong_one() {
+        for sp in [false, true] {
+            let s = spec(2, sp);
+            let weights = Weights::new(&s);
+            let (x, dz) = layer::inputs(&s);
+            let mut outs = run_ranks(&s);
+            let good = check_numerics(&s, &weights, &x, &dz, &outs);
+            assert!(
+                good.iter().all(|(_, e)| *e < BF16_WIRE_TOLERANCE),
+                "{good:?}"
+            );
+            // Swap the ranks' results: the weight-gradient shards land in the wrong places.
+            outs.swap(0, 1);
+            let bad = check_numerics(&s, &weights, &x, &dz, &outs);
+            let worst = bad.iter().map(|(_, e)| *e).fold(0.0, f64::max);
+            assert!(worst > 10.0 * BF16_WIRE_TOLERANCE, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_rank_sends_the_cost_models_tp_bytes() {
+        for sp in [false, true] {
+            let s = spec(4, sp);
+            let outs = run_ranks(&s);
+            // 4 all-reduce equivalents of b·s·h bf16 values, 2(t−1)/t of each on the wire.
+            let want = (4.0 * 2.0 * 3.0 / 4.0 * (2 * 16 * 64 * 2) as f64) as u64;
+            assert!(outs.iter().all(|(_, sent)| *sent == want), "sp {sp}");
+        }
+    }
 }

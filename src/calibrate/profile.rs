@@ -172,3 +172,69 @@ pub fn calibrated_gemm_time(
     let elements = (m * k + k * n + m * n) * batch;
     Some(calibration.gemm_fit.time_s(flops, elements))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn estimated(value: f64) -> Estimated {
+        Estimated {
+            value,
+            ci95_low: value,
+            ci95_high: value,
+        }
+    }
+
+    #[test]
+    fn measured_shard_shapes_win_and_the_curve_covers_the_rest() {
+        let mut profile: GpuProfile =
+            yaml_serde::from_str(crate::specs::BUNDLED_GPUS[0].1).unwrap();
+        assert_eq!(calibrated_gemm_time(&profile, 8.0, 8.0, 8.0, 1.0), None);
+        let measured = |label: &str, median_us: f64| GemmMeasurement {
+            label: label.into(),
+            m: 1024,
+            n: 2048,
+            k: 512,
+            batch: 1,
+            median_us,
+            min_us: median_us,
+            max_us: median_us,
+            reps: 1,
+            tflops: 0.0,
+            efficiency: 0.0,
+        };
+        profile.calibration = Some(Calibration {
+            backend: "cpu".into(),
+            device: "test".into(),
+            gemm_dtype: "f32".into(),
+            devices: 1,
+            unix_time_s: 0,
+            gemm_shapes: vec![measured("tp1 x dgrad", 99.0), measured("tp1 x fwd", 123.0)],
+            gemm_sweep: Vec::new(),
+            gemm_fit: GemmFit {
+                latency_us: estimated(10.0),
+                throughput_tflops: estimated(100.0),
+                bandwidth_gb_per_s: Some(estimated(1000.0)),
+                r_squared: 1.0,
+                relative_residuals: Vec::new(),
+                element_bytes: 2.0,
+            },
+            copy: CopyMeasurement {
+                bytes: 1,
+                median_us: 1.0,
+                min_us: 1.0,
+                max_us: 1.0,
+                gb_per_s: 1.0,
+            },
+            collectives: Vec::new(),
+            notes: Vec::new(),
+        });
+        let exact = calibrated_gemm_time(&profile, 1024.0, 2048.0, 512.0, 1.0).unwrap();
+        assert!((exact - 123e-6).abs() < 1e-15);
+        // Not measured: 10 µs + 2·1024³ / 100 TFLOP/s + 3·1024²·2 B / 1000 GB/s.
+        let n = 1024.0;
+        let curve = calibrated_gemm_time(&profile, n, n, n, 1.0).unwrap();
+        let want = 10e-6 + 2.0 * n * n * n / 100e12 + 3.0 * n * n * 2.0 / 1000e9;
+        assert!((curve - want).abs() < 1e-15);
+    }
+}

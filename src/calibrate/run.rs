@@ -361,3 +361,50 @@ pub fn fit_collective(
         points,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collective_fit_recovers_alpha_and_bus_bandwidth_from_noisy_times() {
+        // All-reduce among 8 at 20 µs + wire bytes / 200 GB/s, ±3% noise.
+        let (alpha, bus) = (20e-6, 200e9);
+        let factor = Collective::AllReduce.wire_factor(8);
+        let timings: Vec<(u64, Timing)> = message_sizes(8 << 10, 1 << 30)
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| {
+                let noise = 1.0 + 0.03 * if i % 2 == 0 { 1.0 } else { -1.0 };
+                let t = (alpha + bytes as f64 * factor / bus) * noise;
+                (bytes, Timing::from_samples(&[t]))
+            })
+            .collect();
+        let fit = fit_collective(Collective::AllReduce, 8, &timings).unwrap();
+        assert_eq!(fit.points.len(), 18);
+        assert!(
+            (fit.alpha_us.value / 20.0 - 1.0).abs() < 0.1,
+            "{:?}",
+            fit.alpha_us
+        );
+        assert!((fit.bus_gb_per_s.value / 200.0 - 1.0).abs() < 0.05);
+        assert!(fit.bus_gb_per_s.ci95_low < 200.0 && 200.0 < fit.bus_gb_per_s.ci95_high);
+        let last = fit.points.last().unwrap();
+        assert!((last.busbw_gb_per_s / last.algbw_gb_per_s - factor).abs() < 1e-12);
+    }
+
+    #[test]
+    fn shard_gemms_have_the_backward_shapes_of_each_forward_gemm() {
+        let model = crate::model::tests::gpt3_175b();
+        let gemms = shard_gemms(&model, 1, 8);
+        assert_eq!(gemms.len(), 12);
+        let (fwd, dgrad, wgrad) = (gemms[0].1, gemms[1].1, gemms[2].1);
+        assert_eq!(gemms[0].0, "tp8 qkv fwd");
+        assert_eq!((fwd.m, fwd.k, fwd.n), (2048, 12288, 3 * 12288 / 8));
+        // Input gradient (m×n)·(n×k) and weight gradient (k×m)·(m×n): same FLOPs as forward.
+        assert_eq!((dgrad.m, dgrad.n, dgrad.k), (fwd.m, fwd.k, fwd.n));
+        assert_eq!((wgrad.m, wgrad.n, wgrad.k), (fwd.k, fwd.n, fwd.m));
+        assert_eq!(fwd.flops(), dgrad.flops());
+        assert_eq!(fwd.flops(), wgrad.flops());
+    }
+}
