@@ -64,22 +64,6 @@ fn unix_time() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Memory of one device: the GPU's, or the CPU's RAM shared among the ranks.
-fn device_memory_gib(timer: &dyn KernelTimer) -> Option<f64> {
-    if timer.kind() == BackendKind::Cuda {
-        return None;
-    }
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: f64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib * 1024.0 / crate::units::GIB / timer.devices() as f64)
-}
-
 fn default_tp(model: &Model) -> Vec<u32> {
     [1, 2, 4, 8]
         .into_iter()
@@ -170,7 +154,7 @@ fn options(
         base,
         base_reference: base_reference.to_string(),
         unix_time_s: unix_time(),
-        device_memory_gib: device_memory_gib(timer),
+        device_memory_gib: timer.device_memory_gib(),
     })
 }
 

@@ -76,6 +76,18 @@ impl KernelTimer for CpuTimer {
         4.0
     }
 
+    fn device_memory_gib(&self) -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib: f64 = text
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kib * 1024.0 / crate::units::GIB / self.ranks as f64)
+    }
+
     fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
         if shape.flops() > MAX_CPU_GEMM_FLOPS {
             return Err(CalibrationError::Input(format!(

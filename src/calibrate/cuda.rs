@@ -167,17 +167,13 @@ impl CudaTimer {
         })
     }
 
-    pub fn memory_gib(&self) -> f64 {
-        self.memory_bytes as f64 / crate::units::GIB
-    }
-
     fn alloc(&self, device: usize, len: usize) -> Result<CudaSlice<bf16>, CalibrationError> {
         self.devices[device]
             .stream
             .alloc_zeros::<bf16>(len.max(1))
             .map_err(|e| {
                 cuda_err(
-                    &format!("allocating {} MiB on GPU {device}", len * 2 >> 20),
+                    &format!("allocating {} MiB on GPU {device}", (len * 2) >> 20),
                     e,
                 )
             })
@@ -289,6 +285,10 @@ impl KernelTimer for CudaTimer {
 
     fn gemm_element_bytes(&self) -> f64 {
         2.0
+    }
+
+    fn device_memory_gib(&self) -> Option<f64> {
+        Some(self.memory_bytes as f64 / crate::units::GIB)
     }
 
     fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
@@ -481,7 +481,7 @@ fn run_layer_schedule(
             act: timer.upload(r, &host_data(25 + r as u64 * 10, tok * fr, 1.0))?,
             wdown: timer.upload(r, &host_data(26 + r as u64 * 10, fr * h, 0.02))?,
             mlp: timer.alloc(r, tok * h)?,
-            part: timer.alloc(r, tok * h / t.max(1) + 1)?,
+            part: timer.alloc(r, tok * h / ranks.max(1) + 1)?,
             gw: timer.alloc(r, biggest_weight)?,
         });
     }

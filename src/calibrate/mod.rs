@@ -149,6 +149,10 @@ pub trait KernelTimer {
     /// Element type of the GEMMs (bf16 on GPUs, f32 on the CPU).
     fn gemm_dtype(&self) -> &'static str;
     fn gemm_element_bytes(&self) -> f64;
+    /// Memory of one device in GiB (the GPU's, or the CPU's RAM shared among the ranks).
+    fn device_memory_gib(&self) -> Option<f64> {
+        None
+    }
     fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError>;
     fn time_copy(&mut self, bytes: u64, reps: Reps) -> Result<Timing, CalibrationError>;
     /// One collective over the first `ranks` devices on a tensor of `bytes` (the full tensor).

@@ -168,8 +168,7 @@ impl Ring {
         for s in 0..n - 1 {
             let send = chunk(len, n, (rank + 2 * n - s - 1) % n);
             let recv = chunk(len, n, (rank + 2 * n - s - 2) % n);
-            let outgoing: Vec<T> = buf[send].to_vec();
-            self.step(rank, &outgoing, &mut received);
+            self.step(rank, &buf[send], &mut received);
             for (dst, w) in buf[recv].iter_mut().zip(&received) {
                 *dst += T::from_wire(*w);
             }
@@ -194,8 +193,7 @@ impl Ring {
         for s in 0..n - 1 {
             let send = chunk(len, n, (rank + n - s) % n);
             let recv = chunk(len, n, (rank + 2 * n - s - 1) % n);
-            let outgoing: Vec<T> = buf[send].to_vec();
-            self.step(rank, &outgoing, &mut received);
+            self.step(rank, &buf[send], &mut received);
             for (dst, w) in buf[recv].iter_mut().zip(&received) {
                 *dst = T::from_wire(*w);
             }

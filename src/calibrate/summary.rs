@@ -155,7 +155,11 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
             format!("{:+.1}", r.layer_error * 100.0),
             format!("{:.3}", r.predicted_comm_ms),
             format!("{:.3}", r.measured_comm_ms),
-            format!("{:+.1}", r.comm_error * 100.0),
+            if r.comm_error.is_finite() {
+                format!("{:+.1}", r.comm_error * 100.0)
+            } else {
+                "-".into()
+            },
             r.wire_bytes_per_rank.to_string(),
             format!(
                 "{}{}",

@@ -33,6 +33,7 @@ pub struct ValidationRow {
     pub layer_error: f64,
     pub predicted_comm_ms: f64,
     pub measured_comm_ms: f64,
+    /// NaN (null in JSON) at tp 1, where there is no TP communication.
     pub comm_error: f64,
     pub wire_bytes_per_rank: u64,
     pub model_wire_bytes_per_rank: u64,
@@ -158,7 +159,12 @@ pub fn validate_case(
         layer_error: rel(predicted_layer, run.layer.median_s),
         predicted_comm_ms: predicted_comm * 1e3,
         measured_comm_ms: run.comm.median_s * 1e3,
-        comm_error: rel(predicted_comm, run.comm.median_s),
+        // No TP communication at tp 1: an error against nothing is not a number.
+        comm_error: if case.tp > 1 {
+            rel(predicted_comm, run.comm.median_s)
+        } else {
+            f64::NAN
+        },
         wire_bytes_per_rank: run.wire_bytes_per_rank,
         model_wire_bytes_per_rank: model_bytes.round() as u64,
         bytes_match: (run.wire_bytes_per_rank as f64 - model_bytes).abs() < 0.5,
