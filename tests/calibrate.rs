@@ -322,3 +322,47 @@ fn bad_calibration_input_is_one_line_with_the_rule() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn one_cpu_rank_says_collectives_were_not_measured_and_keeps_datasheet_links() {
+    let dir = std::env::temp_dir().join(format!("tpsim-cal1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("one.yaml");
+    let mut args: Vec<&str> = QUICK.to_vec();
+    let ranks = args.iter().position(|a| *a == "--ranks").unwrap();
+    args[ranks + 1] = "1";
+    let out = tpsim()
+        .arg("calibrate")
+        .args(TINY)
+        .args(&args)
+        .args(["--tp", "1", "--output"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("collectives: not measured (one device)"),
+        "{stdout}"
+    );
+    let profile: GpuProfile =
+        yaml_serde::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let datasheet: GpuProfile =
+        yaml_serde::from_str(&std::fs::read_to_string("clusters/h100-sxm-80g.yaml").unwrap())
+            .unwrap();
+    let calibration = profile.calibration.unwrap();
+    assert!(calibration.collectives.is_empty());
+    assert!(
+        calibration
+            .notes
+            .iter()
+            .any(|n| n.contains("could not be measured"))
+    );
+    assert_eq!(profile.nvlink_gb_per_s, datasheet.nvlink_gb_per_s);
+    assert_eq!(profile.nvlink_latency_us, datasheet.nvlink_latency_us);
+    std::fs::remove_dir_all(&dir).ok();
+}

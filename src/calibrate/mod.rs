@@ -228,3 +228,21 @@ pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes_parse_with_their_units_and_reject_the_rest() {
+        assert_eq!(parse_bytes("--x", "65536").unwrap(), 65536);
+        assert_eq!(parse_bytes("--x", "8KiB").unwrap(), 8192);
+        assert_eq!(parse_bytes("--x", "4MiB").unwrap(), 4 << 20);
+        assert_eq!(parse_bytes("--x", "1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("--x", "2GB").unwrap(), 2_000_000_000);
+        for bad in ["", "0", "-1KiB", "8kb", "lots", "1TiB"] {
+            let err = parse_bytes("--max-message", bad).unwrap_err().to_string();
+            assert!(err.contains("not a byte size"), "{bad}: {err}");
+        }
+    }
+}
