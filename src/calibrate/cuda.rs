@@ -102,6 +102,8 @@ pub struct CudaTimer {
     name: String,
     memory_bytes: usize,
     comms: HashMap<usize, Vec<Comm>>,
+    /// GEMM operands on GPU 0, kept between measurements.
+    operands: Option<(CudaSlice<bf16>, CudaSlice<bf16>)>,
 }
 
 fn timed_event(stream: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, CalibrationError> {
@@ -163,6 +165,7 @@ impl CudaTimer {
                 name,
                 memory_bytes,
                 comms: HashMap::new(),
+                operands: None,
             })
         })
     }
@@ -293,17 +296,28 @@ impl KernelTimer for CudaTimer {
 
     fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
         let (m, n, k, batch) = (shape.m, shape.n, shape.k, shape.batch);
-        let a = self.upload(0, &host_data(11, m * k * batch, 1.0))?;
-        let b = self.upload(0, &host_data(12, k * n * batch, 1.0))?;
+        // Operands are generated once at the largest size seen and reused (a GEMM reads only
+        // its leading m·k and k·n elements), so a sweep does not regenerate gigabytes per shape.
+        let need = (m * k * batch).max(k * n * batch);
+        if self.operands.as_ref().is_none_or(|(a, _)| a.len() < need) {
+            self.operands = None;
+            let a = self.upload(0, &host_data(11, need, 1.0))?;
+            let b = self.upload(0, &host_data(12, need, 1.0))?;
+            self.operands = Some((a, b));
+        }
         let mut c = self.alloc(0, m * n * batch)?;
+        let (a, b) = self
+            .operands
+            .as_ref()
+            .ok_or_else(|| cuda_err("preparing GEMM operands", "none allocated"))?;
         let dev = &self.devices[0];
         for _ in 0..reps.warmup {
-            gemm_rm(&dev.blas, &a, &b, &mut c, (m, n, k), (false, false), batch)?;
+            gemm_rm(&dev.blas, a, b, &mut c, (m, n, k), (false, false), batch)?;
         }
         let mut samples = Vec::new();
         for _ in 0..reps.timed {
             let start = timed_event(&dev.stream)?;
-            gemm_rm(&dev.blas, &a, &b, &mut c, (m, n, k), (false, false), batch)?;
+            gemm_rm(&dev.blas, a, b, &mut c, (m, n, k), (false, false), batch)?;
             let end = timed_event(&dev.stream)?;
             samples.push(elapsed_s(&start, &end)?);
         }

@@ -164,7 +164,13 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
             format!(
                 "{}{}",
                 r.model_wire_bytes_per_rank,
-                if r.bytes_match { " (=)" } else { " (DIFFERS)" }
+                if r.ranks_run != r.tp {
+                    " (not compared: fewer ranks than tp)"
+                } else if r.bytes_match {
+                    " (=)"
+                } else {
+                    " (DIFFERS)"
+                }
             ),
             match (r.max_relative_error, r.numerics_ok) {
                 (Some(e), Some(true)) => format!("ok {e:.1e} <= {:.0e}", r.tolerance),
