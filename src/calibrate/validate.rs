@@ -178,3 +178,53 @@ pub fn validate_case(
         notes: run.notes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::evaluate;
+    use crate::plan::{ParallelPlan, PlanRequest};
+    use crate::training::{GradDtype, Training};
+
+    #[test]
+    fn layer_wire_bytes_are_the_estimates_tp_bytes_per_layer_and_micro_batch() {
+        let model = crate::model::tests::gpt3_175b();
+        let gpu: GpuProfile = yaml_serde::from_str(crate::specs::BUNDLED_GPUS[0].1).unwrap();
+        let cluster = Cluster {
+            gpus_per_node: 8,
+            gpu,
+            nodes: 1,
+        };
+        let training = Training {
+            seq_len: model.seq_len,
+            global_batch: 8,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+        };
+        for (tp, sp) in [(2, false), (8, false), (8, true)] {
+            let request = PlanRequest {
+                tp,
+                pp: 1,
+                dp: 8 / tp,
+                vpp: 1,
+                micro_batch: 1,
+                sequence_parallel: sp,
+                recompute: Recompute::None,
+                zero: 0,
+                allow_uneven_pp: false,
+                allow_cross_node_tp: false,
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            let estimate = evaluate(&model, &cluster, &training, &plan);
+            let case = Case {
+                tp,
+                sequence_parallel: sp,
+                micro_batch: 1,
+            };
+            let per_layer = estimate.comm.tp.wire_bytes.0
+                / f64::from(model.layers)
+                / f64::from(plan.num_microbatches);
+            assert!((model_wire_bytes(&model, case) / per_layer - 1.0).abs() < 1e-12);
+        }
+    }
+}
