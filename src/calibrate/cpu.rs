@@ -252,7 +252,13 @@ impl KernelTimer for CpuTimer {
                         .fold(0.0, f64::max)
                 };
                 layer_samples.push(slowest(|r| r.layer_s));
-                comm_samples.push(slowest(|r| r.comm_s));
+                // Inside a collective a rank also waits for the others to arrive; the rank that
+                // waits least (the last to arrive) shows the transfer itself.
+                let least_waiting = outs
+                    .iter()
+                    .filter_map(|o| o.as_ref().map(|(r, _)| r.comm_s))
+                    .fold(f64::INFINITY, f64::min);
+                comm_samples.push(least_waiting);
             }
         }
         let outs: Vec<Out> = results

@@ -124,7 +124,8 @@ pub struct LayerRun {
     pub ranks_run: usize,
     /// Forward + backward of the layer, slowest rank.
     pub layer: Timing,
-    /// Time inside TP collectives, slowest rank.
+    /// Time inside TP collectives: on the CPU the rank that waited least (the transfer itself,
+    /// not the waiting for slower ranks); on GPUs the slowest rank's event interval.
     pub comm: Timing,
     /// Bytes each rank put on the wire in one forward + backward (all ranks send the same).
     pub wire_bytes_per_rank: u64,
