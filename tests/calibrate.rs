@@ -370,3 +370,10 @@ fn one_cpu_rank_says_collectives_were_not_measured_and_keeps_datasheet_links() {
     assert_eq!(profile.nvlink_latency_us, datasheet.nvlink_latency_us);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_calibrate_and_validate_flags_are_consistent() {
+    // clap checks flag definitions only in debug builds; `cargo test --release` needs this.
+    use clap::CommandFactory;
+    tpsim::cli::Cli::command().debug_assert();
+}
