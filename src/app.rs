@@ -57,8 +57,13 @@ pub fn run(command: Command) -> Result<Outcome> {
         Command::Sweep(args) => sweep_command(args),
         Command::Compare(args) => compare_command(args),
         Command::Completions(args) => completions(args),
+        Command::Calibrate(args) => calibration_commands::calibrate(args),
+        Command::Validate(args) => calibration_commands::validate(args),
     }
 }
+
+/// `calibrate` and `validate` handlers (a child module, so they share `resolve_scenario`).
+mod calibration_commands;
 
 struct Scenario {
     model: Model,
@@ -189,6 +194,10 @@ fn resolve_scenario(
         .or(plan_file.and_then(|f| f.gpu.clone()))
         .unwrap_or_else(|| "h100-sxm-80g".to_string());
     let gpu = specs::load_gpu(&gpu_reference)?;
+    let (gpu, gpu_reference) = match &cluster_args.calibration {
+        Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
+        None => (gpu, gpu_reference),
+    };
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))

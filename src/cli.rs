@@ -39,6 +39,18 @@ pub enum Command {
         after_help = "Example:\n  tpsim accuracy\n  tpsim accuracy --runs validation/published_runs.yaml --format json"
     )]
     Accuracy(AccuracyArgs),
+    /// Measure this machine (GEMMs at the model's shard shapes, a size sweep, memory bandwidth,
+    /// collectives) and write a calibrated hardware profile for `--calibration`.
+    #[command(
+        after_help = "Examples:\n  tpsim calibrate --model gpt3-175b --output clusters/calibrated-h100.yaml\n  tpsim calibrate --backend cpu --layers 2 --hidden 256 --heads 8 --seq-len 128 --ranks 4 --output cpu.yaml"
+    )]
+    Calibrate(CalibrateArgs),
+    /// Run one real tensor-parallel layer (forward and backward) of the top plans and compare it
+    /// with the prediction: layer time, communication time, wire bytes, numerics.
+    #[command(
+        after_help = "Examples:\n  tpsim validate --model llama3-8b --calibration clusters/calibrated-h100.yaml --tp 8\n  tpsim validate --backend cpu --layers 2 --hidden 256 --heads 8 --seq-len 128 --tp 4 --sequence-parallel"
+    )]
+    Validate(ValidateArgs),
     /// Best plan at each point of one axis (nodes, model size, GPU, network, sequence, batch).
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(SweepArgs),
@@ -162,6 +174,9 @@ pub struct ClusterArgs {
     /// file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]
     pub gpu: Option<String>,
+    /// A calibrated profile written by `tpsim calibrate`; replaces the datasheet numbers of --gpu.
+    #[arg(long, value_name = "FILE", conflicts_with = "gpu")]
+    pub calibration: Option<String>,
 }
 
 /// How to train.
@@ -423,4 +438,94 @@ pub struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// cuda when a GPU is usable, else cpu (says which on stderr).
+    Auto,
+    /// The CPU twin: one thread per rank, shared-memory ring collectives.
+    Cpu,
+    /// NVIDIA GPUs through cuBLAS and NCCL, loaded at run time.
+    Cuda,
+}
+
+/// How to measure (shared by calibrate and validate).
+#[derive(Debug, Clone, Args)]
+pub struct MeasureArgs {
+    /// Which hardware to measure.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// CPU backend: ranks (threads), each standing for one GPU (default: cores, 2 to 8).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Untimed runs before each measurement.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// Timed repetitions of each measurement (the median is kept).
+    #[arg(long, default_value_t = 7)]
+    pub reps: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
+    /// Tokens per sequence of the shard shapes (default: the model's).
+    #[arg(long)]
+    pub seq_len: Option<u32>,
+    /// Sequences per micro-batch of the shard shapes.
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u32,
+    /// TP degrees whose shard shapes to measure, e.g. 1,2,4,8 (default: powers of two dividing the heads, up to 8).
+    #[arg(long, value_delimiter = ',')]
+    pub tp: Vec<u32>,
+    /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs).
+    #[arg(long, value_name = "NAME|FILE", default_value = "h100-sxm-80g")]
+    pub gpu: String,
+    /// Edge lengths of the GEMM sweep, e.g. 256,1024,4096 (default: cuda 256,1024,4096,8192,16384; cpu 32,64,128,256).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Vec<usize>,
+    /// Smallest collective message.
+    #[arg(long, default_value = "8KiB")]
+    pub min_message: String,
+    /// Largest collective message (default: cuda 1GiB, cpu 4MiB).
+    #[arg(long)]
+    pub max_message: Option<String>,
+    /// Bytes of the device copy (default: cuda 1GiB, cpu 64MiB).
+    #[arg(long)]
+    pub copy_bytes: Option<String>,
+    /// Where to write the calibrated profile (YAML, the `clusters/` schema).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: String,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub training: TrainingArgs,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
+    /// Run this TP degree (default: the TP degrees of the --top best plans).
+    #[arg(long)]
+    pub tp: Option<u32>,
+    /// With --tp: sequence parallelism (all-gather / reduce-scatter instead of all-reduce).
+    #[arg(long, requires = "tp")]
+    pub sequence_parallel: bool,
+    /// With --tp: sequences per micro-batch.
+    #[arg(long, requires = "tp")]
+    pub micro_batch: Option<u32>,
+    /// How many of the best plans to validate when --tp is not given.
+    #[arg(long, default_value_t = 3)]
+    pub top: usize,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
 }

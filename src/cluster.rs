@@ -46,6 +46,10 @@ pub struct GpuProfile {
     /// Where each number comes from (free text, one line per number).
     #[serde(default)]
     pub sources: Vec<String>,
+    /// Measurements and fits from `tpsim calibrate` (absent in datasheet profiles); the cost model
+    /// then times GEMMs from them (`calibrate::profile::calibrated_gemm_time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::calibrate::profile::Calibration>,
 }
 
 /// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published

@@ -6,6 +6,7 @@
 
 pub mod app;
 pub mod app_report;
+pub mod calibrate;
 pub mod chart_sweep;
 pub mod cli;
 pub mod cluster;

@@ -6,7 +6,7 @@
 //! Bus bandwidth is algorithm bandwidth times that same factor, so time = wire bytes / bus bandwidth
 //! plus a latency per ring step (2(n−1) steps for all-reduce, n−1 otherwise).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
@@ -17,7 +17,7 @@ use crate::units::{Bytes, Seconds};
 /// Activations travel in bf16 (2 bytes per element).
 pub const ACTIVATION_BYTES: f64 = 2.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Collective {
     AllReduce,

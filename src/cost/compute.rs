@@ -36,9 +36,15 @@ impl Gemm {
     }
     /// Roofline time: the larger of compute at the achievable GEMM throughput and memory traffic at
     /// the achieved HBM bandwidth. Small or skinny shards (high TP, small micro-batch) fall onto the
-    /// memory roof; this is the default efficiency curve that calibration replaces.
+    /// memory roof; this is the default efficiency curve that calibration replaces: a calibrated
+    /// profile gives the measured time of the exact shard shape, or its fitted curve.
     pub fn time(&self, cluster: &Cluster) -> f64 {
         let gpu = &cluster.gpu;
+        if let Some(measured) =
+            crate::calibrate::profile::calibrated_gemm_time(gpu, self.m, self.n, self.k, self.batch)
+        {
+            return measured;
+        }
         let compute = self.flops() / (gpu.peak_flops().0 * gpu.gemm_efficiency);
         let memory = self.bytes() / cluster.gpu.achieved_hbm_bandwidth().0;
         compute.max(memory)

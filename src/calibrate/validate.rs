@@ -1,0 +1,233 @@
+//! `tpsim validate`: run one real transformer layer with a plan's TP split, forward and backward,
+//! and hold the cost model to it — predicted vs measured layer time and TP communication time, the
+//! bytes each rank put on the wire vs the model's count, and the numerics of the sharded layer vs
+//! the unsharded one.
+
+use serde::Serialize;
+
+use super::{CalibrationError, KernelTimer, LayerSpec, Reps};
+use crate::cluster::{Cluster, GpuProfile, Link};
+use crate::cost::comm::{ACTIVATION_BYTES, Collective, tp_collectives_per_layer};
+use crate::cost::compute::layer_time;
+use crate::model::Model;
+use crate::plan::Recompute;
+
+/// One TP configuration to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Case {
+    pub tp: u32,
+    pub sequence_parallel: bool,
+    pub micro_batch: u32,
+}
+
+/// Predicted vs measured for one case. Times are one layer's forward + backward.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValidationRow {
+    pub tp: u32,
+    pub sequence_parallel: bool,
+    pub micro_batch: u32,
+    pub ranks_run: u32,
+    pub predicted_layer_ms: f64,
+    pub measured_layer_ms: f64,
+    /// (predicted − measured) / measured.
+    pub layer_error: f64,
+    pub predicted_comm_ms: f64,
+    pub measured_comm_ms: f64,
+    /// NaN (null in JSON) at tp 1, where there is no TP communication.
+    pub comm_error: f64,
+    pub wire_bytes_per_rank: u64,
+    pub model_wire_bytes_per_rank: u64,
+    /// Wire bytes equal the model's (true without a comparison when fewer than tp ranks ran).
+    pub bytes_match: bool,
+    pub max_relative_error: Option<f64>,
+    pub tolerance: f64,
+    pub numerics_ok: Option<bool>,
+    pub tensor_errors: Vec<(String, f64)>,
+    pub notes: Vec<String>,
+}
+
+impl ValidationRow {
+    /// Numerics within tolerance (or not checked) and byte count as modelled.
+    pub fn passed(&self) -> bool {
+        self.numerics_ok != Some(false) && self.bytes_match
+    }
+}
+
+/// The layer of `model` with case `case`'s split; errors name the rule a degree breaks.
+pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationError> {
+    let t = case.tp;
+    if t == 0 || model.heads % t != 0 || model.kv_heads % t != 0 {
+        return Err(CalibrationError::Input(format!(
+            "--tp {t} must divide the {} attention heads and {} KV heads of {}; choose a common divisor",
+            model.heads, model.kv_heads, model.name
+        )));
+    }
+    if model.ffn_hidden % t != 0 {
+        return Err(CalibrationError::Input(format!(
+            "--tp {t} must divide the MLP width {} of {}",
+            model.ffn_hidden, model.name
+        )));
+    }
+    let tokens = u64::from(model.seq_len) * u64::from(case.micro_batch);
+    if case.sequence_parallel && tokens % u64::from(t) != 0 {
+        return Err(CalibrationError::Input(format!(
+            "--sequence-parallel splits {tokens} tokens over --tp {t}, which does not divide them; change --seq-len or --micro-batch"
+        )));
+    }
+    Ok(LayerSpec {
+        hidden: model.hidden as usize,
+        heads: model.heads as usize,
+        kv_heads: model.kv_heads as usize,
+        ffn_hidden: model.ffn_hidden as usize,
+        gated_mlp: model.gated_mlp,
+        seq_len: model.seq_len as usize,
+        micro_batch: case.micro_batch as usize,
+        tp: t as usize,
+        sequence_parallel: case.sequence_parallel,
+    })
+}
+
+/// The cost model's TP wire bytes per rank for one layer's forward + backward (no recompute):
+/// `tp_collectives_per_layer` all-reduce equivalents of the b·s·h activation, each sending
+/// `wire_factor` of it (`cost::comm`).
+pub fn model_wire_bytes(model: &Model, case: Case) -> f64 {
+    let tensor = f64::from(case.micro_batch)
+        * f64::from(model.seq_len)
+        * f64::from(model.hidden)
+        * ACTIVATION_BYTES;
+    tp_collectives_per_layer(Recompute::None) * Collective::AllReduce.wire_factor(case.tp) * tensor
+}
+
+/// Predicted (layer compute, TP communication) seconds of one layer's forward + backward for the
+/// bare kernels: the profile's framework efficiency set to 1 and its per-layer overhead to 0, since
+/// the validation runs kernels, not a training framework.
+pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
+    let mut bare = profile.clone();
+    bare.framework_efficiency = 1.0;
+    bare.layer_overhead_us = 0.0;
+    let cluster = Cluster {
+        gpus_per_node: bare.gpus_per_node,
+        gpu: bare,
+        nodes: 1,
+    };
+    let t = layer_time(
+        model,
+        &cluster,
+        case.micro_batch,
+        model.seq_len,
+        case.tp,
+        case.sequence_parallel,
+        Recompute::None,
+        // The validated layer materialises the attention scores (no fused attention kernel).
+        crate::training::AttentionKernel::Unfused,
+    );
+    let tensor = f64::from(case.micro_batch)
+        * f64::from(model.seq_len)
+        * f64::from(model.hidden)
+        * ACTIVATION_BYTES;
+    let comm = tp_collectives_per_layer(Recompute::None)
+        * Collective::AllReduce.time(tensor, case.tp, cluster.link_speed(Link::Nvlink));
+    (t.forward + t.backward, comm)
+}
+
+fn rel(predicted: f64, measured: f64) -> f64 {
+    if measured > 0.0 {
+        (predicted - measured) / measured
+    } else {
+        f64::NAN
+    }
+}
+
+/// Runs one case on the backend and compares it with the cost model under `profile`.
+pub fn validate_case(
+    timer: &mut dyn KernelTimer,
+    model: &Model,
+    profile: &GpuProfile,
+    case: Case,
+    reps: Reps,
+) -> Result<ValidationRow, CalibrationError> {
+    let spec = layer_spec(model, case)?;
+    let run = timer.run_layer(&spec, reps)?;
+    let (predicted_compute, predicted_comm) = predict(model, profile, case);
+    let predicted_layer = predicted_compute + predicted_comm;
+    let model_bytes = model_wire_bytes(model, case);
+    let numerics_ok = run.max_relative_error.map(|e| e <= run.tolerance);
+    Ok(ValidationRow {
+        tp: case.tp,
+        sequence_parallel: case.sequence_parallel,
+        micro_batch: case.micro_batch,
+        ranks_run: run.ranks_run as u32,
+        predicted_layer_ms: predicted_layer * 1e3,
+        measured_layer_ms: run.layer.median_s * 1e3,
+        layer_error: rel(predicted_layer, run.layer.median_s),
+        predicted_comm_ms: predicted_comm * 1e3,
+        measured_comm_ms: run.comm.median_s * 1e3,
+        // No TP communication at tp 1: an error against nothing is not a number.
+        comm_error: if case.tp > 1 {
+            rel(predicted_comm, run.comm.median_s)
+        } else {
+            f64::NAN
+        },
+        wire_bytes_per_rank: run.wire_bytes_per_rank,
+        model_wire_bytes_per_rank: model_bytes.round() as u64,
+        // Comparable only when all t ranks ran; otherwise the notes say what was scaled.
+        bytes_match: run.ranks_run as u32 != case.tp
+            || (run.wire_bytes_per_rank as f64 - model_bytes).abs() < 0.5,
+        max_relative_error: run.max_relative_error,
+        tolerance: run.tolerance,
+        numerics_ok,
+        tensor_errors: run.errors,
+        notes: run.notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::evaluate;
+    use crate::plan::{ParallelPlan, PlanRequest};
+    use crate::training::{GradDtype, Training};
+
+    #[test]
+    fn layer_wire_bytes_are_the_estimates_tp_bytes_per_layer_and_micro_batch() {
+        let model = crate::model::tests::gpt3_175b();
+        let gpu: GpuProfile = yaml_serde::from_str(crate::specs::BUNDLED_GPUS[0].1).unwrap();
+        let cluster = Cluster {
+            gpus_per_node: 8,
+            gpu,
+            nodes: 1,
+        };
+        let training = Training {
+            seq_len: model.seq_len,
+            global_batch: 8,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+        };
+        for (tp, sp) in [(2, false), (8, false), (8, true)] {
+            let request = PlanRequest {
+                tp,
+                pp: 1,
+                dp: 8 / tp,
+                vpp: 1,
+                micro_batch: 1,
+                sequence_parallel: sp,
+                recompute: Recompute::None,
+                zero: 0,
+                allow_uneven_pp: false,
+                allow_cross_node_tp: false,
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            let estimate = evaluate(&model, &cluster, &training, &plan);
+            let case = Case {
+                tp,
+                sequence_parallel: sp,
+                micro_batch: 1,
+            };
+            let per_layer = estimate.comm.tp.wire_bytes.0
+                / f64::from(model.layers)
+                / f64::from(plan.num_microbatches);
+            assert!((model_wire_bytes(&model, case) / per_layer - 1.0).abs() < 1e-12);
+        }
+    }
+}
