@@ -835,10 +835,17 @@ fn emit_best(target: EmitTarget, s: &Scenario, feasible: &[Estimate]) -> Result<
         );
         return Ok(Outcome::NothingFits);
     };
+    // Report the simulated schedule's step time, as `plan` and `eval` do for shown plans.
+    let simulated = |e: &Estimate| {
+        simulate_plan(&s.model, &s.cluster, &s.training, &e.plan)
+            .map(|sim| sim.estimate)
+            .unwrap_or(*e)
+    };
+    let chosen = &simulated(chosen);
     if rank > 0 {
         eprintln!(
             "note: the fastest plan ({:.2} s per step) cannot run in {} ({}); emitting plan #{} ({:.2} s per step), the fastest that can",
-            feasible[0].time.step_s.0,
+            simulated(&feasible[0]).time.step_s.0,
             framework.name(),
             framework.unsupported(&feasible[0].plan).unwrap_or_default(),
             rank + 1,
