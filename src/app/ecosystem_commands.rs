@@ -1,0 +1,443 @@
+//! The ecosystem commands and helpers: Megatron-LM launch lines in, `--emit` configs out,
+//! `tpsim sweep`, `tpsim compare` and `tpsim completions`.
+
+use super::*;
+
+/// Megatron-LM's `--normalization` (default LayerNorm).
+pub(super) fn megatron_norm(value: Option<&str>) -> Result<Norm> {
+    match value {
+        None | Some("LayerNorm") => Ok(Norm::Layernorm),
+        Some("RMSNorm") => Ok(Norm::Rmsnorm),
+        Some(other) => bail!(
+            "--normalization {other} is not a Megatron-LM normalization; use LayerNorm or RMSNorm"
+        ),
+    }
+}
+
+/// Megatron-LM's `--position-embedding-type` (default learned_absolute).
+pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
+    match value {
+        None | Some("learned_absolute") => Ok(true),
+        Some("rope") | Some("none") => Ok(false),
+        Some(other) => bail!(
+            "--position-embedding-type {other} is not one tpsim models; use learned_absolute, rope or none"
+        ),
+    }
+}
+
+pub(super) fn framework_of(target: EmitTarget) -> Framework {
+    match target {
+        EmitTarget::Megatron => Framework::Megatron,
+        EmitTarget::Nemo => Framework::Nemo,
+        EmitTarget::Deepspeed => Framework::DeepSpeed,
+    }
+}
+
+pub(super) fn target_name(target: EmitTarget) -> &'static str {
+    match target {
+        EmitTarget::Megatron => "megatron",
+        EmitTarget::Nemo => "nemo",
+        EmitTarget::Deepspeed => "deepspeed",
+    }
+}
+
+/// The launch configuration text (stdout), plus what it cannot carry (stderr).
+pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> String {
+    let plan = &e.plan;
+    match framework {
+        Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
+        Framework::Nemo => emit::nemo_yaml(&s.model, &s.cluster, &s.training, plan),
+        Framework::DeepSpeed => {
+            eprintln!(
+                "note: DeepSpeed derives dp = {} GPUs / (tp x pp); give Megatron-DeepSpeed --tensor-model-parallel-size {} --pipeline-model-parallel-size {}{}",
+                s.cluster.total_gpus(),
+                plan.tp,
+                plan.pp,
+                if plan.sequence_parallel {
+                    " --sequence-parallel"
+                } else {
+                    ""
+                }
+            );
+            format!("{}\n", emit::deepspeed_json(plan))
+        }
+    }
+}
+
+/// `plan --emit`: the fastest feasible plan the framework can run.
+pub(super) fn emit_best(
+    target: EmitTarget,
+    s: &Scenario,
+    feasible: &[Estimate],
+) -> Result<Outcome> {
+    let framework = framework_of(target);
+    if feasible.is_empty() {
+        eprintln!(
+            "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"
+        );
+        return Ok(Outcome::NothingFits);
+    }
+    let Some((rank, chosen)) = feasible
+        .iter()
+        .enumerate()
+        .find(|(_, e)| framework.unsupported(&e.plan).is_none())
+    else {
+        let reason = framework.unsupported(&feasible[0].plan).unwrap_or_default();
+        eprintln!(
+            "none of the {} plans that fit can run in {}: {reason}",
+            feasible.len(),
+            framework.name()
+        );
+        return Ok(Outcome::NothingFits);
+    };
+    // Report the simulated schedule's step time, as `plan` and `eval` do for shown plans.
+    let simulated = |e: &Estimate| {
+        simulate_plan(&s.model, &s.cluster, &s.training, &e.plan)
+            .map(|sim| sim.estimate)
+            .unwrap_or(*e)
+    };
+    let chosen = &simulated(chosen);
+    if rank > 0 {
+        eprintln!(
+            "note: the fastest plan ({:.2} s per step) cannot run in {} ({}); emitting plan #{} ({:.2} s per step), the fastest that can",
+            simulated(&feasible[0]).time.step_s.0,
+            framework.name(),
+            framework.unsupported(&feasible[0].plan).unwrap_or_default(),
+            rank + 1,
+            chosen.time.step_s.0
+        );
+    }
+    let p = &chosen.plan;
+    eprintln!(
+        "{} configuration for tp {} x pp {} x dp {} (vpp {}, micro-batch {}, recompute {}, ZeRO-{}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        framework.name(),
+        p.tp,
+        p.pp,
+        p.dp,
+        p.vpp,
+        p.micro_batch,
+        p.recompute.as_str(),
+        p.zero,
+        chosen.time.step_s.0,
+        chosen.tokens_per_s,
+        chosen.memory.total_bytes.0 / GIB,
+        chosen.memory.capacity_bytes.0 / GIB
+    );
+    print!("{}", emitted(framework, s, chosen));
+    Ok(Outcome::Found)
+}
+
+pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
+    match axis {
+        SweepAxis::Nodes => sweep::Axis::Nodes,
+        SweepAxis::Params => sweep::Axis::Params,
+        SweepAxis::Gpu => sweep::Axis::Gpu,
+        SweepAxis::NetworkBandwidth => sweep::Axis::NetworkBandwidth,
+        SweepAxis::SeqLen => sweep::Axis::SeqLen,
+        SweepAxis::GlobalBatch => sweep::Axis::GlobalBatch,
+    }
+}
+
+pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
+    match value.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => bail!(
+            "--values {value:?} is not a positive whole number, which --axis {} needs; e.g. --values {example}",
+            axis.name()
+        ),
+    }
+}
+
+pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
+    let axis = sweep_axis(args.axis);
+    if let Some(price) = args.price_per_gpu_hour {
+        if !(price.is_finite() && price > 0.0) {
+            bail!(
+                "--price-per-gpu-hour {price} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            );
+        }
+        if args.training.tokens.is_none() {
+            bail!(
+                "--price-per-gpu-hour needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
+            );
+        }
+    }
+    if axis == sweep::Axis::Params
+        && (args.model.model.is_some()
+            || args.model.layers.is_some()
+            || args.model.hf_config.is_some()
+            || args.model.params.is_some())
+    {
+        bail!(
+            "--axis params derives a GPT-style model at each point; drop --params/--model/--layers/--hf-config"
+        );
+    }
+    if let Some(path) = &args.chart {
+        let parent = std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent
+            && !dir.is_dir()
+        {
+            bail!(
+                "--chart {path}: the folder {} does not exist; create it or write the chart elsewhere",
+                dir.display()
+            );
+        }
+    }
+    let mut points = Vec::with_capacity(args.values.len());
+    for raw in &args.values {
+        let value = raw.trim();
+        if value.is_empty() {
+            bail!(
+                "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
+                args.values.join(",")
+            );
+        }
+        let (mut model, mut cluster, mut training) = (
+            args.model.clone(),
+            args.cluster.clone(),
+            args.training.clone(),
+        );
+        match axis {
+            sweep::Axis::Nodes => cluster.nodes = Some(sweep_u32(axis, value, "16,32,64")?),
+            sweep::Axis::Params => model.params = Some(value.to_string()),
+            sweep::Axis::Gpu => cluster.gpu = Some(value.to_string()),
+            sweep::Axis::SeqLen => training.seq_len = Some(sweep_u32(axis, value, "2048,4096")?),
+            sweep::Axis::GlobalBatch => {
+                training.global_batch = Some(sweep_u32(axis, value, "512,1024,2048")?)
+            }
+            sweep::Axis::NetworkBandwidth => {}
+        }
+        let mut scenario = resolve_scenario(&model, &cluster, &training, None)
+            .with_context(|| format!("--axis {} at {value}", axis.name()))?;
+        if axis == sweep::Axis::NetworkBandwidth {
+            match value.parse::<f64>() {
+                Ok(gb) if gb.is_finite() && gb > 0.0 => scenario.cluster.gpu.network_gb_per_s = gb,
+                _ => bail!(
+                    "--values {value:?} is not a positive bandwidth in GB/s per GPU, which --axis network-bandwidth needs; e.g. --values 12.5,25,50 (a 400 Gb/s NIC per GPU is 50)"
+                ),
+            }
+        }
+        points.push(sweep::Point {
+            value: value.to_string(),
+            model: scenario.model,
+            cluster: scenario.cluster,
+            training: scenario.training,
+        });
+    }
+    let options = SearchOptions {
+        allow_uneven_pp: args.allow_uneven_pp,
+        allow_cross_node_tp: args.allow_cross_node_tp,
+    };
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(points.len() as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("sweep {bar:30} {pos}/{len} points {elapsed}")
+    {
+        bar.set_style(style);
+    }
+    let started = std::time::Instant::now();
+    let tick = || bar.inc(1);
+    let result = match args.threads {
+        Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .context("starting the worker threads")?
+            .install(|| sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick)),
+        None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
+    };
+    bar.finish_and_clear();
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.chart {
+        chart_sweep::draw(&result, path)?;
+        eprintln!("wrote the sweep chart to {path}");
+    }
+    match args.format {
+        SweepFormat::Json => println!("{}", serde_json::to_string_pretty(&result)?),
+        SweepFormat::Csv => print!("{}", sweep::to_csv(&result)),
+        SweepFormat::Table => {
+            let candidates: u64 = result.rows.iter().map(|r| r.candidates).sum();
+            println!(
+                "sweep over {}: best plan at each of {} points ({} plans evaluated in {:.2} s)",
+                axis.title(),
+                result.rows.len(),
+                candidates,
+                elapsed
+            );
+            print!("{}", sweep::table(&result));
+        }
+    }
+    if result.rows.iter().all(|r| r.tp.is_none()) {
+        eprintln!("nothing fits at any point");
+        return Ok(Outcome::NothingFits);
+    }
+    Ok(Outcome::Found)
+}
+
+/// Layout of a plan, ignoring the ZeRO stage (plans that differ only there are near-twins).
+pub(super) fn layout(e: &Estimate) -> (u32, u32, u32, u32, u32, bool, Recompute) {
+    let p = &e.plan;
+    (
+        p.tp,
+        p.pp,
+        p.dp,
+        p.vpp,
+        p.micro_batch,
+        p.sequence_parallel,
+        p.recompute,
+    )
+}
+
+pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
+    let (a, b, a_from, b_from) = match args.plan.len() {
+        0 => {
+            let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+            let result = search(
+                &scenario.model,
+                &scenario.cluster,
+                &scenario.training,
+                SearchOptions {
+                    allow_uneven_pp: args.allow_uneven_pp,
+                    allow_cross_node_tp: args.allow_cross_node_tp,
+                },
+            );
+            let feasible = result.feasible();
+            let Some(best) = feasible.first() else {
+                eprintln!(
+                    "nothing fits, so there is nothing to compare; `tpsim plan` shows the closest miss"
+                );
+                return Ok(Outcome::NothingFits);
+            };
+            let Some((rank, runner_up)) = feasible
+                .iter()
+                .enumerate()
+                .find(|(_, e)| layout(e) != layout(best))
+            else {
+                eprintln!("only one plan layout fits; nothing to compare it with");
+                return Ok(Outcome::NothingFits);
+            };
+            (
+                *best,
+                *runner_up,
+                "search #1".to_string(),
+                format!("search #{}", rank + 1),
+            )
+        }
+        2 => {
+            let mut estimates = Vec::new();
+            for path in &args.plan {
+                let file = specs::load_plan(path)?;
+                let scenario = resolve_scenario(
+                    &args.model,
+                    &args.cluster,
+                    &args.training,
+                    Some((&file, path)),
+                )?;
+                let plan = ParallelPlan::build(
+                    &file.plan,
+                    &scenario.model,
+                    &scenario.cluster,
+                    &scenario.training,
+                )
+                .with_context(|| format!("--plan {path}"))?;
+                estimates.push(evaluate(
+                    &scenario.model,
+                    &scenario.cluster,
+                    &scenario.training,
+                    &plan,
+                ));
+            }
+            (
+                estimates[0],
+                estimates[1],
+                args.plan[0].clone(),
+                args.plan[1].clone(),
+            )
+        }
+        n => bail!(
+            "--plan given {n} time(s); compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search"
+        ),
+    };
+    let comparison = compare::compare(&a, &b, "plan A", "plan B");
+    match args.format {
+        CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
+        CompareFormat::Table => {
+            println!("plan A: {a_from}\nplan B: {b_from}\n");
+            print!("{}", compare::table(&comparison));
+        }
+    }
+    Ok(Outcome::Found)
+}
+
+pub(super) fn completions(args: CompletionsArgs) -> Result<Outcome> {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let mut command = Cli::command();
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "tpsim", &mut script);
+    // `tpsim completions bash | head` closes the pipe early: that is not an error.
+    match std::io::stdout().write_all(&script) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow!("writing the completion script: {e}"))
+        }
+        _ => Ok(Outcome::Found),
+    }
+}
+
+/// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
+/// including arguments tpsim does not model (listed on stderr).
+pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
+    let line = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("--megatron-args @{path}: cannot read the launch file"))?,
+        None => text.to_string(),
+    };
+    let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
+    let flags: Vec<&str> = launch
+        .ignored
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("--"))
+        .collect();
+    if !flags.is_empty() {
+        eprintln!(
+            "note: --megatron-args: {} argument(s) do not change memory or time in tpsim's model and were skipped: {}",
+            flags.len(),
+            flags.join(" ")
+        );
+    }
+    Ok(launch)
+}
+
+/// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
+/// the cluster, hence dp, is known).
+pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
+    let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
+    Ok(PlanFile {
+        model: Some(ModelRef::Inline(model_file_of(&model))),
+        params: None,
+        gpu: None,
+        nodes: None,
+        gpus_per_node: None,
+        seq_len: Some(launch.seq_len),
+        global_batch: Some(launch.global_batch),
+        grad_dtype: None,
+        attention: None,
+        plan: PlanRequest {
+            tp: launch.tp,
+            pp: launch.pp,
+            dp: 1,
+            vpp: 1,
+            micro_batch: launch.micro_batch,
+            sequence_parallel: launch.sequence_parallel,
+            recompute: launch.recompute,
+            zero: u8::from(launch.distributed_optimizer),
+            allow_uneven_pp: launch.uneven_pp,
+            allow_cross_node_tp: false,
+        },
+    })
+}
