@@ -198,10 +198,10 @@ impl Model {
                 return Err(ModelError::TooLarge { what, value, max });
             }
         }
-        if self.hidden % self.heads != 0 {
+        if !self.hidden.is_multiple_of(self.heads) {
             let suggest = (1..=self.heads)
                 .rev()
-                .find(|h| self.hidden % h == 0)
+                .find(|h| self.hidden.is_multiple_of(*h))
                 .unwrap_or(1);
             return Err(ModelError::HiddenNotDivisibleByHeads {
                 hidden: self.hidden,
@@ -209,7 +209,7 @@ impl Model {
                 suggest,
             });
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::KvHeadsNotDivisor {
                 kv_heads: self.kv_heads,
                 heads: self.heads,

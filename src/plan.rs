@@ -216,7 +216,7 @@ pub enum PlanError {
 }
 
 pub fn divisors(n: u32) -> Vec<u32> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 fn list(values: impl IntoIterator<Item = u32>) -> String {
@@ -273,7 +273,7 @@ impl ParallelPlan {
                 suggest_dp,
             });
         }
-        if model.heads % r.tp != 0 {
+        if !model.heads.is_multiple_of(r.tp) {
             let valid = divisors(model.heads)
                 .into_iter()
                 .filter(|d| *d <= cluster.gpus_per_node || r.allow_cross_node_tp);
@@ -283,7 +283,7 @@ impl ParallelPlan {
                 valid: list(valid),
             });
         }
-        if model.kv_heads % r.tp != 0 {
+        if !model.kv_heads.is_multiple_of(r.tp) {
             return Err(PlanError::TpKvHeads {
                 tp: r.tp,
                 kv_heads: model.kv_heads,
@@ -297,7 +297,7 @@ impl ParallelPlan {
                     gpus_per_node: cluster.gpus_per_node,
                 });
             }
-        } else if cluster.gpus_per_node % r.tp != 0 {
+        } else if !cluster.gpus_per_node.is_multiple_of(r.tp) {
             return Err(PlanError::TpNode {
                 tp: r.tp,
                 gpus_per_node: cluster.gpus_per_node,
@@ -313,7 +313,7 @@ impl ParallelPlan {
                 layers: model.layers,
             });
         }
-        let stages = if model.layers % r.pp == 0 {
+        let stages = if model.layers.is_multiple_of(r.pp) {
             StageLayout::even(model.layers, r.pp)
         } else if r.allow_uneven_pp {
             StageLayout::balanced_units(model.layers, r.pp)
@@ -326,7 +326,7 @@ impl ParallelPlan {
         };
         let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
         if u64::from(training.global_batch) % replica_batch != 0 {
-            let valid = if training.global_batch % r.dp == 0 {
+            let valid = if training.global_batch.is_multiple_of(r.dp) {
                 list(divisors(training.global_batch / r.dp))
             } else {
                 format!(
@@ -351,7 +351,9 @@ impl ParallelPlan {
             // the layers + 2 units split evenly into pp x vpp model chunks (Megatron-Core's
             // `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`).
             let units = model.layers + 2;
-            if !stages.even && (units % r.pp != 0 || (units / r.pp) % r.vpp != 0) {
+            if !stages.even
+                && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp))
+            {
                 return Err(PlanError::VppUneven { vpp: r.vpp });
             }
             let per_stage = if stages.even {
@@ -366,7 +368,7 @@ impl ParallelPlan {
                     valid: list(divisors(per_stage)),
                 });
             }
-            if num_microbatches % r.pp != 0 {
+            if !num_microbatches.is_multiple_of(r.pp) {
                 return Err(PlanError::VppMicrobatches {
                     vpp: r.vpp,
                     num_microbatches,

@@ -60,10 +60,10 @@ pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -
     let gpus = cluster.total_gpus();
     divisors(model.heads)
         .into_iter()
-        .filter(|tp| model.kv_heads % tp == 0 && gpus % tp == 0)
+        .filter(|tp| model.kv_heads.is_multiple_of(*tp) && gpus.is_multiple_of(*tp))
         .filter(|&tp| {
             if tp <= gpn {
-                gpn % tp == 0
+                gpn.is_multiple_of(tp)
             } else {
                 allow_cross_node_tp && tp % gpn == 0
             }
@@ -82,18 +82,20 @@ pub fn enumerate(
     let mut requests = Vec::new();
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
         for pp in 1..=model.layers.min(gpus / tp) {
-            if (gpus / tp) % pp != 0 || (model.layers % pp != 0 && !options.allow_uneven_pp) {
+            if !(gpus / tp).is_multiple_of(pp)
+                || (!model.layers.is_multiple_of(pp) && !options.allow_uneven_pp)
+            {
                 continue;
             }
             let dp = gpus / (tp * pp);
-            if training.global_batch % dp != 0 {
+            if !training.global_batch.is_multiple_of(dp) {
                 continue;
             }
             let replica_batch = training.global_batch / dp;
             let units = model.layers + 2;
-            let vpps: Vec<u32> = if pp > 1 && model.layers % pp == 0 {
+            let vpps: Vec<u32> = if pp > 1 && model.layers.is_multiple_of(pp) {
                 divisors(model.layers / pp)
-            } else if pp > 1 && units % pp == 0 {
+            } else if pp > 1 && units.is_multiple_of(pp) {
                 // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
                 divisors(units / pp)
             } else {
@@ -102,7 +104,7 @@ pub fn enumerate(
             for micro_batch in divisors(replica_batch) {
                 let num_microbatches = replica_batch / micro_batch;
                 for &vpp in &vpps {
-                    if vpp > 1 && num_microbatches % pp != 0 {
+                    if vpp > 1 && !num_microbatches.is_multiple_of(pp) {
                         continue;
                     }
                     for sequence_parallel in [false, true] {

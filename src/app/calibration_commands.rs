@@ -67,7 +67,11 @@ fn unix_time() -> u64 {
 fn default_tp(model: &Model) -> Vec<u32> {
     [1, 2, 4, 8]
         .into_iter()
-        .filter(|t| model.heads % t == 0 && model.kv_heads % t == 0 && model.ffn_hidden % t == 0)
+        .filter(|t| {
+            model.heads.is_multiple_of(*t)
+                && model.kv_heads.is_multiple_of(*t)
+                && model.ffn_hidden.is_multiple_of(*t)
+        })
         .collect()
 }
 

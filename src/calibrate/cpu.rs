@@ -203,10 +203,10 @@ impl KernelTimer for CpuTimer {
     fn run_layer(&mut self, spec: &LayerSpec, reps: Reps) -> Result<LayerRun, CalibrationError> {
         let t = spec.tp;
         if t == 0
-            || spec.heads % t != 0
-            || spec.kv_heads % t != 0
-            || spec.ffn_hidden % t != 0
-            || spec.hidden % spec.heads != 0
+            || !spec.heads.is_multiple_of(t)
+            || !spec.kv_heads.is_multiple_of(t)
+            || !spec.ffn_hidden.is_multiple_of(t)
+            || !spec.hidden.is_multiple_of(spec.heads)
         {
             return Err(CalibrationError::Input(format!(
                 "tp {t} must divide the heads ({}), KV heads ({}) and MLP width ({}), and the heads the hidden size ({})",

@@ -56,13 +56,13 @@ impl ValidationRow {
 /// The layer of `model` with case `case`'s split; errors name the rule a degree breaks.
 pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationError> {
     let t = case.tp;
-    if t == 0 || model.heads % t != 0 || model.kv_heads % t != 0 {
+    if t == 0 || !model.heads.is_multiple_of(t) || !model.kv_heads.is_multiple_of(t) {
         return Err(CalibrationError::Input(format!(
             "--tp {t} must divide the {} attention heads and {} KV heads of {}; choose a common divisor",
             model.heads, model.kv_heads, model.name
         )));
     }
-    if model.ffn_hidden % t != 0 {
+    if !model.ffn_hidden.is_multiple_of(t) {
         return Err(CalibrationError::Input(format!(
             "--tp {t} must divide the MLP width {} of {}",
             model.ffn_hidden, model.name

@@ -177,10 +177,8 @@ pub fn evaluate(
         let middle = stage_time(plan.stages.middle_max, false);
         let mut slowest = first;
         for candidate in [middle, last] {
-            if plan.pp > 2 || candidate == last {
-                if candidate.total() > slowest.total() {
-                    slowest = candidate;
-                }
+            if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
+                slowest = candidate;
             }
         }
         let mean = (first.total() + (p - 2.0) * middle.total() + last.total()) / p;

@@ -124,7 +124,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
     if p == 0 || v == 0 || m == 0 {
         return Err(format!("need p, v, m ≥ 1 (p = {p}, v = {v}, m = {m})"));
     }
-    if v > 1 && m % p != 0 {
+    if v > 1 && !m.is_multiple_of(p) {
         return Err(format!(
             "interleaved schedule needs m divisible by p (m = {m}, p = {p})"
         ));
