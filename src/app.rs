@@ -33,6 +33,8 @@ use crate::{chart_sweep, compare, hf_config, sweep};
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 const MAX_NODES: u32 = 131_072;
 const MAX_GPUS_PER_NODE: u32 = 72;
+/// Most worker threads we start for a search.
+const MAX_THREADS: usize = 1024;
 /// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
 const MAX_GLOBAL_BATCH: u32 = 1 << 22;
 /// Largest parameter count we derive a shape for.
@@ -332,6 +334,9 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     };
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
+        Some(n) if n > MAX_THREADS => bail!(
+            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
+        ),
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()
@@ -673,6 +678,14 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if estimate.fits() {
         Ok(Outcome::Found)
     } else {
+        if quiet {
+            // `tpsim report` prints no breakdown, so say why the exit code is 1.
+            eprintln!(
+                "the plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU (see the report's memory figure)",
+                estimate.memory.total_bytes.0 / GIB,
+                estimate.memory.capacity_bytes.0 / GIB
+            );
+        }
         Ok(Outcome::NothingFits)
     }
 }
@@ -709,9 +722,24 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
 }
 
 fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
-    let text = std::fs::read_to_string(&args.runs)
-        .with_context(|| format!("--runs {}: cannot read the published runs", args.runs))?;
-    let rows = validation::accuracy(&text, &args.runs)?;
+    let (text, origin) = match &args.runs {
+        Some(path) => (
+            std::fs::read_to_string(path).with_context(|| {
+                format!("--runs {path}: cannot read the published runs; check the path")
+            })?,
+            path.clone(),
+        ),
+        None => (
+            validation::BUNDLED_PUBLISHED_RUNS.to_string(),
+            "bundled validation/published_runs.yaml".to_string(),
+        ),
+    };
+    let rows = validation::accuracy(&text, &origin)?;
+    if rows.is_empty() {
+        bail!(
+            "{origin}: no runs tpsim can evaluate (each needs completeness: full_plan, an A100 profile and a published step time); give a file with such runs"
+        );
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         Format::Yaml => print!("{}", yaml_serde::to_string(&rows)?),

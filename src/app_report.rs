@@ -24,6 +24,15 @@ pub fn check_dir(flag: &str, dir: &str) -> Result<()> {
             "{flag} {dir}: a file with that name exists, and the report needs a directory; give another path or remove the file"
         );
     }
+    // Create it now, so an unwritable place fails before any output is printed.
+    std::fs::create_dir_all(path).with_context(|| {
+        format!("{flag} {dir}: cannot create the report directory; choose a writable path")
+    })?;
+    let probe = path.join(".tpsim-write-check");
+    std::fs::write(&probe, b"").with_context(|| {
+        format!("{flag} {dir}: the directory is not writable; choose a writable path")
+    })?;
+    let _ = std::fs::remove_file(probe);
     Ok(())
 }
 

@@ -325,9 +325,10 @@ pub struct ReportArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct AccuracyArgs {
-    /// Published runs to compare against.
-    #[arg(long, default_value = "validation/published_runs.yaml")]
-    pub runs: String,
+    /// Published runs to compare against (default: the copy of validation/published_runs.yaml built
+    /// into tpsim).
+    #[arg(long, value_name = "FILE")]
+    pub runs: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }

@@ -141,7 +141,7 @@ pub enum PlanError {
     )]
     ZeroDegree { what: &'static str },
     #[error(
-        "--tp {tp} x --pp {pp} x --dp {dp} = {product} GPUs, but the cluster has {gpus}; choose degrees whose product is {gpus} (e.g. --dp {suggest_dp})"
+        "--tp {tp} x --pp {pp} x --dp {dp} = {product} GPUs, but the cluster has {gpus}; choose degrees whose product is {gpus} ({suggest_dp})"
     )]
     GpuCount {
         tp: u32,
@@ -260,9 +260,11 @@ impl ParallelPlan {
         if product != u64::from(gpus) {
             let tp_pp = u64::from(r.tp) * u64::from(r.pp);
             let suggest_dp = if u64::from(gpus) % tp_pp == 0 {
-                (u64::from(gpus) / tp_pp).to_string()
+                format!("e.g. --dp {}", u64::from(gpus) / tp_pp)
             } else {
-                format!("? ({} is not a multiple of tp x pp = {tp_pp})", gpus)
+                format!(
+                    "no --dp works: {gpus} is not a multiple of tp x pp = {tp_pp}; change --tp or --pp"
+                )
             };
             return Err(PlanError::GpuCount {
                 tp: r.tp,

@@ -56,7 +56,7 @@ pub enum SpecError {
         name: String,
         known: String,
     },
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path} (check the path, or give a bundled name)")]
     Read {
         path: String,
         source: std::io::Error,

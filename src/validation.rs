@@ -15,6 +15,9 @@ use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::specs::{self, SpecError};
 use crate::training::{AttentionKernel, GradDtype, Training};
 
+/// validation/published_runs.yaml, built in so `tpsim accuracy` works from any directory.
+pub const BUNDLED_PUBLISHED_RUNS: &str = include_str!("../validation/published_runs.yaml");
+
 #[derive(Debug, Deserialize)]
 struct RunModel {
     arch: String,

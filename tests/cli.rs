@@ -646,3 +646,78 @@ fn saved_plan_keeps_attention_and_gradient_precision() {
     ));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn output_write_failures_are_one_line_errors_and_a_closed_pipe_is_quiet() {
+    // A full disk: exit 2 with one line, not a panic.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("Linux /dev/full");
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("tpsim"))
+        .args(["eval", "--plan", "plans/seed-512b-32nodes.yaml"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: writing the output"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // A reader that goes away (`| head -1`): exit quietly.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tpsim"))
+        .args([
+            "plan", "--params", "512B", "--nodes", "32", "--top", "10", "--format", "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn unwritable_report_dir_fails_before_any_output() {
+    let (code, stdout, stderr) = run(&[
+        "plan",
+        "--params",
+        "70B",
+        "--nodes",
+        "8",
+        "--report",
+        "/proc/tpsim-x",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty(), "printed before failing: {stdout}");
+    assert!(
+        stderr.starts_with("error: --report /proc/tpsim-x"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn thread_count_and_empty_run_files_are_checked() {
+    assert_bad_input(
+        &[
+            "plan",
+            "--params",
+            "70B",
+            "--nodes",
+            "8",
+            "--threads",
+            "100000",
+        ],
+        &["--threads 100000", "1024"],
+    );
+    let dir = temp_dir("empty_runs");
+    let file = dir.join("runs.yaml");
+    std::fs::write(&file, "[]\n").unwrap();
+    assert_bad_input(
+        &["accuracy", "--runs", file.to_str().unwrap()],
+        &["no runs"],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
