@@ -62,14 +62,13 @@ pub enum HfConfigError {
         example: &'static str,
     },
     #[error(
-        "--hf-config {path}: key \"{key}\" is {found}, which is not {rule}; correct it in the config (e.g. \"{key}\": {example})"
+        "--hf-config {path}: key \"{key}\" is {found}, which is not {rule}; correct it in the config"
     )]
     BadValue {
         path: String,
         key: &'static str,
         found: String,
         rule: &'static str,
-        example: &'static str,
     },
     #[error("--hf-config {path}: {message}")]
     Unsupported { path: String, message: String },
@@ -294,19 +293,12 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn bad(
-        &self,
-        key: &'static str,
-        v: &Value,
-        rule: &'static str,
-        example: &'static str,
-    ) -> HfConfigError {
+    fn bad(&self, key: &'static str, v: &Value, rule: &'static str) -> HfConfigError {
         HfConfigError::BadValue {
             path: self.path.to_string(),
             key,
             found: v.to_string(),
             rule,
-            example,
         }
     }
 
@@ -315,7 +307,7 @@ impl Reader<'_> {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) if n > 0 => Ok(Some(n)),
-                _ => Err(self.bad(key, v, "a positive integer", "4096")),
+                _ => Err(self.bad(key, v, "a positive integer")),
             },
         }
     }
@@ -343,7 +335,7 @@ impl Reader<'_> {
         match self.obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(self.bad(key, v, "a JSON boolean", "true")),
+            Some(v) => Err(self.bad(key, v, "a JSON boolean (true or false)")),
         }
     }
 
@@ -353,7 +345,7 @@ impl Reader<'_> {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_f64() {
                 Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
-                _ => Err(self.bad(key, v, "a probability between 0 and 1", "0.0")),
+                _ => Err(self.bad(key, v, "a probability between 0 and 1")),
             },
         }
     }

@@ -1197,9 +1197,7 @@ fn compare_refuses_plans_of_different_scenarios() {
     let other_nodes = write_plan(
         &dir,
         "c.yaml",
-        &format!(
-            "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 32\nglobal_batch: 1536\nplan:\n  tp: 8\n  pp: 8\n  dp: 4\n  zero: 1\n"
-        ),
+        "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 32\nglobal_batch: 1536\nplan:\n  tp: 8\n  pp: 8\n  dp: 4\n  zero: 1\n",
     );
     assert_error(
         &["compare", "--plan", &a, "--plan", &other_nodes],
