@@ -69,8 +69,9 @@ mod calibration_commands;
 /// Megatron-LM in, framework configs out, sweep, compare, completions.
 mod ecosystem_commands;
 use ecosystem_commands::{
-    compare_command, completions, emit_best, emitted, framework_of, megatron_learned_positions,
-    megatron_norm, megatron_plan_file, read_megatron_launch, sweep_command, target_name,
+    attention_arg_of_backend, check_megatron_training, compare_command, completions, emit_best,
+    emitted, framework_of, megatron_learned_positions, megatron_norm, megatron_plan_file,
+    read_megatron_launch, sweep_command, target_name,
 };
 
 struct Scenario {
@@ -109,7 +110,7 @@ fn resolve_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
-        let model = hf_config::load(path)?;
+        let model = hf_config::load(path, seq_len_flag)?;
         return Ok((model, format!("from Hugging Face config {path}")));
     }
     if let Some(name) = &args.model {
@@ -508,10 +509,21 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
         (None, None) => None,
     };
+    if let Some(launch) = &megatron {
+        check_megatron_training(launch, &args.training)?;
+    }
+    // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.
+    let mut training_args = args.training.clone();
+    if let Some(backend) = &args.attention_backend {
+        training_args.attention = Some(attention_arg_of_backend(backend)?);
+    }
+    if args.accumulate_allreduce_grads_in_fp32 {
+        training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    }
     let scenario = resolve_scenario(
         &args.model,
         &args.cluster,
-        &args.training,
+        &training_args,
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
     let request = match &plan_file {
@@ -715,6 +727,8 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
         recompute_num_layers: None,
         max_position_embeddings: None,
         bf16: false,
+        attention_backend: None,
+        accumulate_allreduce_grads_in_fp32: false,
         emit: None,
         megatron_args: None,
     };

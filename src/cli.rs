@@ -230,7 +230,7 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Print the best plan this framework can run as its launch configuration, instead of the table.
-    #[arg(long, value_enum, value_name = "FRAMEWORK")]
+    #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format", "top"])]
     pub emit: Option<EmitTarget>,
 }
 
@@ -298,12 +298,24 @@ pub struct EvalArgs {
     /// Megatron-LM's --bf16: accepted, tpsim always models bf16 mixed precision.
     #[arg(long, hide = true)]
     pub bf16: bool,
+    /// Megatron-Core's attention backend: flash|fused|auto = --attention flash, unfused|local =
+    /// --attention unfused (what `--emit megatron` writes).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "BACKEND",
+        conflicts_with = "attention"
+    )]
+    pub attention_backend: Option<String>,
+    /// Megatron-LM's fp32 gradient buffer: --grad-dtype fp32 (what `--emit megatron` writes).
+    #[arg(long, hide = true, conflicts_with = "grad_dtype")]
+    pub accumulate_allreduce_grads_in_fp32: bool,
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
-    #[arg(long, value_enum, value_name = "FRAMEWORK")]
+    #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format"])]
     pub emit: Option<EmitTarget>,
     /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
     /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
-    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer"])]
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32"])]
     pub megatron_args: Option<String>,
 }
 
@@ -425,10 +437,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE", num_args = 1, action = clap::ArgAction::Append)]
     pub plan: Vec<String>,
     /// Also consider pipeline splits with unequal layers per stage (search only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "plan")]
     pub allow_uneven_pp: bool,
     /// Also consider tensor parallelism across nodes (search only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "plan")]
     pub allow_cross_node_tp: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: CompareFormat,

@@ -267,16 +267,13 @@ pub fn table(c: &Comparison) -> String {
     ]);
     let plan = |e: &Estimate| {
         let p = &e.plan;
-        format!(
-            "tp{} pp{} dp{} vpp{} mb{} {}{} zero{}",
-            p.tp,
-            p.pp,
-            p.dp,
-            p.vpp,
-            p.micro_batch,
-            if p.sequence_parallel { "sp " } else { "" },
+        crate::sweep::plan_label(
+            [p.tp, p.pp, p.dp],
+            &p.vpp.to_string(),
+            &p.micro_batch.to_string(),
+            p.sequence_parallel,
             p.recompute.as_str(),
-            p.zero
+            &p.zero.to_string(),
         )
     };
     table.add_row(vec![

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
-use crate::training::Training;
+use crate::training::{AttentionKernel, GradDtype, Training};
 
 /// A framework `--emit` can write for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,23 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if plan.zero == 1 {
         push("use-distributed-optimizer", None);
     }
+    // Megatron-Core's `--attention-backend` (AttnBackend: flash, fused, unfused, local, auto):
+    // written out so that reading the line back models the same attention kernel.
+    push(
+        "attention-backend",
+        Some(
+            match training.attention {
+                AttentionKernel::Flash => "flash",
+                AttentionKernel::Unfused => "unfused",
+            }
+            .into(),
+        ),
+    );
     push("bf16", None);
+    // Megatron-LM's fp32 main_grad buffer (arguments.py `--accumulate-allreduce-grads-in-fp32`).
+    if training.grad_dtype == GradDtype::Fp32 {
+        push("accumulate-allreduce-grads-in-fp32", None);
+    }
     args.join(" ")
 }
 
@@ -296,8 +312,16 @@ pub struct MegatronLaunch {
     pub sequence_parallel: bool,
     pub recompute: Recompute,
     pub distributed_optimizer: bool,
+    /// `--num-virtual-stages-per-pipeline-rank N`: tpsim's vpp directly.
+    pub virtual_stages: Option<u32>,
+    /// `--accumulate-allreduce-grads-in-fp32`: fp32 gradients (`None` when the line is silent).
+    pub grad_dtype: Option<GradDtype>,
+    /// `--attention-backend` / `--use-flash-attn` (`None` when the line is silent).
+    pub attention: Option<AttentionKernel>,
     /// Arguments the reader does not model (learning rate, data paths, ...), in order.
     pub ignored: Vec<String>,
+    /// What the reader did with arguments that Megatron-LM itself ignores (for stderr).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -320,6 +344,16 @@ pub enum MegatronArgsError {
     Required {
         flag: &'static str,
         example: &'static str,
+    },
+    /// An argument that changes memory or time in a way tpsim does not model.
+    #[error("Megatron argument {given}: {why}")]
+    NotModelled { given: String, why: String },
+    /// Two arguments that say opposite things.
+    #[error("Megatron arguments {first} and {second} contradict each other; {fix}")]
+    Contradiction {
+        first: String,
+        second: String,
+        fix: &'static str,
     },
 }
 
@@ -358,6 +392,11 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         "position-embedding-type",
         "hidden-dropout",
         "attention-dropout",
+        "num-virtual-stages-per-pipeline-rank",
+        "attention-backend",
+        "context-parallel-size",
+        "expert-model-parallel-size",
+        "num-experts",
     ];
     const SWITCHES: &[&str] = &[
         "group-query-attention",
@@ -367,6 +406,11 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         "sequence-parallel",
         "use-distributed-optimizer",
         "bf16",
+        "fp16",
+        "fp32",
+        "recompute-activations",
+        "accumulate-allreduce-grads-in-fp32",
+        "use-flash-attn",
     ];
     let mut i = 0;
     while i < tokens.len() {
@@ -426,17 +470,117 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let required = |flag: &'static str, example: &'static str| {
         number(flag)?.ok_or(MegatronArgsError::Required { flag, example })
     };
-    let recompute = match values.get("recompute-granularity") {
-        None => Recompute::None,
-        Some(&"full") => Recompute::Full,
-        Some(&"selective") => Recompute::Selective,
-        Some(v) => {
+    // Precision: tpsim models bf16/fp16 mixed precision (2-byte weights and activations, fp32
+    // master weights and Adam states), not pure fp32 training.
+    if switches.contains("fp32") {
+        return Err(MegatronArgsError::NotModelled {
+            given: "--fp32".into(),
+            why: "tpsim models bf16/fp16 mixed precision only; use --bf16 (or --fp16)".into(),
+        });
+    }
+    // Context and expert parallelism change both the memory and the traffic; tpsim's plans are
+    // tp x pp x dp of a dense model.
+    for flag in ["context-parallel-size", "expert-model-parallel-size"] {
+        if let Some(n) = number(flag)?
+            && n > 1
+        {
+            return Err(MegatronArgsError::NotModelled {
+                given: format!("--{flag} {n}"),
+                why: format!(
+                    "context/expert parallelism is not modelled yet; tpsim plans tp x pp x dp of a dense model (drop it, or use --{flag} 1)"
+                ),
+            });
+        }
+    }
+    if let Some(n) = number("num-experts")? {
+        return Err(MegatronArgsError::NotModelled {
+            given: format!("--num-experts {n}"),
+            why: "context/expert parallelism (mixture-of-experts layers) is not modelled yet; tpsim models dense models only (drop --num-experts)".into(),
+        });
+    }
+    let mut notes = Vec::new();
+    // Megatron-LM trains in fp32 unless --bf16 or --fp16 is given (arguments.py params_dtype).
+    if !switches.contains("bf16") && !switches.contains("fp16") {
+        notes.push(
+            "the arguments have neither --bf16 nor --fp16, so Megatron-LM would train in fp32; tpsim evaluates bf16 mixed precision (add --bf16 to the launch)".to_string(),
+        );
+    }
+    // Megatron-LM arguments.py: `if args.recompute_activations: args.recompute_granularity =
+    // 'selective'` (the older shorthand for selective recompute).
+    let recompute = match (
+        values.get("recompute-granularity"),
+        switches.contains("recompute-activations"),
+    ) {
+        (None, false) => Recompute::None,
+        (None, true) | (Some(&"selective"), _) => Recompute::Selective,
+        (Some(&"full"), false) => Recompute::Full,
+        (Some(&"full"), true) => {
+            return Err(MegatronArgsError::Contradiction {
+                first: "--recompute-activations".into(),
+                second: "--recompute-granularity full".into(),
+                fix: "--recompute-activations means selective recompute (Megatron-LM overrides full with it); keep one of them",
+            });
+        }
+        (Some(v), _) => {
             return Err(MegatronArgsError::BadChoice {
                 flag: "recompute-granularity".into(),
                 value: v.to_string(),
                 valid: "full, selective",
             });
         }
+    };
+    // `--attention-backend` (see `attention_backend`); `--use-flash-attn` is Megatron-LM's older
+    // switch for FlashAttention.
+    let backend = match values.get("attention-backend") {
+        None => None,
+        Some(v) if attention_backend(v).is_some() => attention_backend(v),
+        Some(v) => {
+            return Err(MegatronArgsError::BadChoice {
+                flag: "attention-backend".into(),
+                value: v.to_string(),
+                valid: "flash, fused, auto, unfused, local",
+            });
+        }
+    };
+    let attention = match (backend, switches.contains("use-flash-attn")) {
+        (Some(AttentionKernel::Unfused), true) => {
+            return Err(MegatronArgsError::Contradiction {
+                first: "--use-flash-attn".into(),
+                second: format!(
+                    "--attention-backend {}",
+                    values.get("attention-backend").copied().unwrap_or_default()
+                ),
+                fix: "keep --attention-backend flash, or drop --use-flash-attn for unfused attention",
+            });
+        }
+        (Some(kernel), _) => Some(kernel),
+        (None, true) => Some(AttentionKernel::Flash),
+        (None, false) => None,
+    };
+    if values.contains_key("num-layers-per-virtual-pipeline-stage")
+        && values.contains_key("num-virtual-stages-per-pipeline-rank")
+    {
+        // Megatron-LM arguments.py asserts that only one of the two is set.
+        return Err(MegatronArgsError::Contradiction {
+            first: "--num-layers-per-virtual-pipeline-stage".into(),
+            second: "--num-virtual-stages-per-pipeline-rank".into(),
+            fix: "Megatron-LM accepts only one of them; keep one",
+        });
+    }
+    // Megatron-LM reads --num-query-groups only with --group-query-attention, whose default is 1
+    // group (arguments.py `--num-query-groups` default=1; `core_transformer_config_from_args`
+    // passes num_query_groups only when group_query_attention is set).
+    let group_query_attention = switches.contains("group-query-attention");
+    let kv_heads = match number("num-query-groups")? {
+        Some(n) if !group_query_attention => {
+            notes.push(format!(
+                "--num-query-groups {n} is ignored without --group-query-attention (Megatron-LM ignores it too), so every head has its own key/value; add --group-query-attention for grouped-query attention"
+            ));
+            None
+        }
+        Some(n) => Some(n),
+        None if group_query_attention => Some(1),
+        None => None,
     };
     let norm = match values.get("normalization") {
         None | Some(&"LayerNorm") => Norm::Layernorm,
@@ -453,7 +597,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         layers: required("num-layers", "96")?,
         hidden: required("hidden-size", "12288")?,
         heads: required("num-attention-heads", "96")?,
-        kv_heads: number("num-query-groups")?,
+        kv_heads,
         ffn_hidden: number("ffn-hidden-size")?,
         vocab: number("vocab-size")?,
         seq_len: required("seq-length", "2048")?,
@@ -479,8 +623,25 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         sequence_parallel: switches.contains("sequence-parallel"),
         recompute,
         distributed_optimizer: switches.contains("use-distributed-optimizer"),
+        virtual_stages: number("num-virtual-stages-per-pipeline-rank")?,
+        grad_dtype: switches
+            .contains("accumulate-allreduce-grads-in-fp32")
+            .then_some(GradDtype::Fp32),
+        attention,
         ignored,
+        notes,
     })
+}
+
+/// Megatron-Core's `--attention-backend` (AttnBackend enum: flash, fused, unfused, local, auto) as
+/// tpsim's kernel: flash and fused (cuDNN) never store the s x s scores and auto picks one of them;
+/// unfused and local are the core attention that does. `None` for any other value.
+pub fn attention_backend(value: &str) -> Option<AttentionKernel> {
+    match value {
+        "flash" | "fused" | "auto" => Some(AttentionKernel::Flash),
+        "unfused" | "local" => Some(AttentionKernel::Unfused),
+        _ => None,
+    }
 }
 
 /// Megatron's `--num-layers-per-virtual-pipeline-stage N` as tpsim's vpp: layers / pp / N
@@ -511,8 +672,20 @@ pub fn vpp_from_layers_per_virtual_stage(
 }
 
 impl MegatronLaunch {
-    /// The model the arguments describe (Megatron's defaults: ffn 4h, biases, tied, learned
-    /// positions, LayerNorm; vocabulary from `--vocab-size` or `default_vocab`).
+    /// Megatron-LM arguments.py when `--ffn-hidden-size` is absent: 4h, or with `--swiglu`
+    /// `int((4 * h * 2 / 3) / 64) * 64` (two-thirds of 4h for the gated pair, kept a multiple of
+    /// 64). floor(8h/3/64) = floor(h/24), exactly, in integers.
+    pub fn default_ffn_hidden(&self) -> u32 {
+        if self.gated_mlp {
+            self.hidden / 24 * 64
+        } else {
+            4 * self.hidden
+        }
+    }
+
+    /// The model the arguments describe (Megatron's defaults: ffn 4h (swiglu: 8h/3 rounded down to
+    /// 64), biases, tied, learned positions, LayerNorm; vocabulary from `--vocab-size` or
+    /// `default_vocab`).
     pub fn model(&self, default_vocab: u32) -> Result<Model, crate::model::ModelError> {
         let model = Model {
             name: format!("megatron-l{}-h{}", self.layers, self.hidden),
@@ -520,7 +693,7 @@ impl MegatronLaunch {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
-            ffn_hidden: self.ffn_hidden.unwrap_or(4 * self.hidden),
+            ffn_hidden: self.ffn_hidden.unwrap_or_else(|| self.default_ffn_hidden()),
             vocab: self.vocab.unwrap_or(default_vocab),
             seq_len: self.seq_len,
             gated_mlp: self.gated_mlp,
@@ -543,9 +716,10 @@ impl MegatronLaunch {
                 self.tp, self.pp
             ));
         }
-        let vpp = match self.layers_per_virtual_stage {
-            Some(n) => vpp_from_layers_per_virtual_stage(self.layers, self.pp, n)?,
-            None => 1,
+        let vpp = match (self.layers_per_virtual_stage, self.virtual_stages) {
+            (Some(n), _) => vpp_from_layers_per_virtual_stage(self.layers, self.pp, n)?,
+            (None, Some(v)) => v,
+            (None, None) => 1,
         };
         Ok(PlanRequest {
             tp: self.tp,
@@ -635,7 +809,9 @@ mod tests {
         .unwrap();
         assert_eq!((launch.layers, launch.tp, launch.pp), (24, 1, 1));
         assert!(launch.ignored.contains(&"--lr".to_string()));
-        assert!(launch.ignored.contains(&"--use-flash-attn".to_string()));
+        // --use-flash-attn changes the attention activations: modelled, not skipped.
+        assert!(!launch.ignored.contains(&"--use-flash-attn".to_string()));
+        assert_eq!(launch.attention, Some(AttentionKernel::Flash));
         let commented = read_megatron_args(
             "# --num-layers 2\n--num-layers 24 --hidden-size 2048 --num-attention-heads 16 # --tensor-model-parallel-size 4\n--seq-length 2048 --global-batch-size 256",
         )

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{Model, Norm};
+use crate::model::{Model, ModelError, Norm};
 
 /// `model_type` values we read, in the order the error message lists them.
 pub const SUPPORTED: &[&str] = &[
@@ -49,13 +49,26 @@ pub enum HfConfigError {
         supported: String,
     },
     #[error(
-        "--hf-config {path}: key {key:?} is missing or not a positive integer; a {family} config.json has it (e.g. \"{key}\": {example})"
+        "--hf-config {path}: the config has no \"model_type\" (nor \"architectures\") key, so its architecture is unknown; add \"model_type\": one of {supported} (or describe the shape with --layers/--hidden/--heads)"
+    )]
+    NoModelType { path: String, supported: String },
+    #[error(
+        "--hf-config {path}: key \"{key}\" is missing; a {family} config.json has it (e.g. \"{key}\": {example})"
     )]
     MissingKey {
         path: String,
         key: &'static str,
         family: &'static str,
         example: &'static str,
+    },
+    #[error(
+        "--hf-config {path}: key \"{key}\" is {found}, which is not {rule}; correct it in the config"
+    )]
+    BadValue {
+        path: String,
+        key: &'static str,
+        found: String,
+        rule: &'static str,
     },
     #[error("--hf-config {path}: {message}")]
     Unsupported { path: String, message: String },
@@ -88,8 +101,9 @@ fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
     })
 }
 
-/// Reads a `config.json` file.
-pub fn load(path: &str) -> Result<Model, HfConfigError> {
+/// Reads a `config.json` file. `seq_len` is the user's `--seq-len`, when given: it replaces the
+/// config's `max_position_embeddings` (and must fit GPT-2's learned position table).
+pub fn load(path: &str, seq_len: Option<u32>) -> Result<Model, HfConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| HfConfigError::Read {
         path: path.to_string(),
         source,
@@ -108,11 +122,16 @@ pub fn load(path: &str) -> Result<Model, HfConfigError> {
     } else {
         stem
     };
-    parse(&text, path, name)
+    parse(&text, path, name, seq_len)
 }
 
-/// Parses the text of a `config.json`; `path` is only used in messages.
-pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError> {
+/// Parses the text of a `config.json`; `path` is only used in messages, `seq_len` is `--seq-len`.
+pub fn parse(
+    text: &str,
+    path: &str,
+    name: &str,
+    seq_len: Option<u32>,
+) -> Result<Model, HfConfigError> {
     let value: Value = serde_json::from_str(text).map_err(|e| HfConfigError::Json {
         path: path.to_string(),
         message: e.to_string(),
@@ -134,13 +153,16 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
             .unwrap_or(architecture)
             .to_string(),
     };
+    // No silent default family: a config that names no architecture is refused.
+    if model_type.is_empty() {
+        return Err(HfConfigError::NoModelType {
+            path: path.to_string(),
+            supported: SUPPORTED.join(", "),
+        });
+    }
     let unknown = || HfConfigError::UnknownArchitecture {
         path: path.to_string(),
-        found: if model_type.is_empty() {
-            "(no model_type or architectures key)".to_string()
-        } else {
-            model_type.clone()
-        },
+        found: model_type.clone(),
         supported: SUPPORTED.join(", "),
     };
     let family = family_of(&model_type).ok_or_else(unknown)?;
@@ -161,11 +183,11 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
                 kv_heads: reader.optional("num_key_value_heads")?.unwrap_or(heads),
                 ffn_hidden: reader.required("intermediate_size", "14336")?,
                 vocab: reader.required("vocab_size", "128256")?,
-                seq_len: reader.optional("max_position_embeddings")?.unwrap_or(2048),
+                seq_len: reader.seq_len(seq_len)?,
                 gated_mlp: true,
                 linear_bias: false,
                 tied_embeddings: reader
-                    .flag("tie_word_embeddings")
+                    .flag("tie_word_embeddings")?
                     .unwrap_or(family == Family::Gemma),
                 learned_position_embeddings: false,
                 norm: Norm::Rmsnorm,
@@ -186,10 +208,10 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
                 kv_heads: heads,
                 ffn_hidden: reader.optional("n_inner")?.unwrap_or(4 * hidden),
                 vocab: reader.required("vocab_size", "50257")?,
-                seq_len: reader.optional("n_positions")?.unwrap_or(1024),
+                seq_len: reader.gpt2_seq_len(seq_len)?,
                 gated_mlp: false,
                 linear_bias: true,
-                tied_embeddings: reader.flag("tie_word_embeddings").unwrap_or(true),
+                tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 learned_position_embeddings: true,
                 norm: Norm::Layernorm,
                 // GPT-2 config: resid_pdrop / attn_pdrop 0.1.
@@ -206,26 +228,24 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
                 kv_heads: heads,
                 ffn_hidden: reader.required("intermediate_size", "24576")?,
                 vocab: reader.required("vocab_size", "50432")?,
-                seq_len: reader.optional("max_position_embeddings")?.unwrap_or(2048),
+                seq_len: reader.seq_len(seq_len)?,
                 gated_mlp: false,
                 linear_bias: true,
-                tied_embeddings: reader.flag("tie_word_embeddings").unwrap_or(false),
+                tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
                 learned_position_embeddings: false,
                 norm: Norm::Layernorm,
                 // GPT-NeoX configs: hidden_dropout / attention_dropout 0 unless set.
                 dropout: reader
-                    .obj
-                    .get("hidden_dropout")
-                    .and_then(Value::as_f64)
+                    .probability("hidden_dropout")?
                     .is_some_and(|p| p > 0.0),
             }
         }
         Family::Falcon => {
             let hidden = reader.required("hidden_size", "4544")?;
             let heads = reader.required_any(&["num_attention_heads", "n_head"], "71")?;
-            let kv_heads = if reader.flag("new_decoder_architecture").unwrap_or(false) {
+            let kv_heads = if reader.flag("new_decoder_architecture")?.unwrap_or(false) {
                 reader.optional("num_kv_heads")?.unwrap_or(heads)
-            } else if reader.flag("multi_query").unwrap_or(true) {
+            } else if reader.flag("multi_query")?.unwrap_or(true) {
                 1
             } else {
                 heads
@@ -238,10 +258,10 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
                 kv_heads,
                 ffn_hidden: reader.optional("ffn_hidden_size")?.unwrap_or(4 * hidden),
                 vocab: reader.required("vocab_size", "65024")?,
-                seq_len: reader.optional("max_position_embeddings")?.unwrap_or(2048),
+                seq_len: reader.seq_len(seq_len)?,
                 gated_mlp: false,
-                linear_bias: reader.flag("bias").unwrap_or(false),
-                tied_embeddings: reader.flag("tie_word_embeddings").unwrap_or(true),
+                linear_bias: reader.flag("bias")?.unwrap_or(false),
+                tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 learned_position_embeddings: false,
                 norm: Norm::Layernorm,
                 // Falcon configs: hidden_dropout 0.0, attention_dropout 0.0.
@@ -250,10 +270,9 @@ pub fn parse(text: &str, path: &str, name: &str) -> Result<Model, HfConfigError>
         }
     };
     reader.check_activation()?;
-    model.check().map_err(|e| HfConfigError::Unsupported {
-        path: path.to_string(),
-        message: e.to_string(),
-    })?;
+    model
+        .check()
+        .map_err(|e| reader.shape_error(e, family, seq_len.is_some()))?;
     Ok(model)
 }
 
@@ -274,12 +293,21 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    fn bad(&self, key: &'static str, v: &Value, rule: &'static str) -> HfConfigError {
+        HfConfigError::BadValue {
+            path: self.path.to_string(),
+            key,
+            found: v.to_string(),
+            rule,
+        }
+    }
+
     fn optional(&self, key: &'static str) -> Result<Option<u32>, HfConfigError> {
         match self.obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) if n > 0 => Ok(Some(n)),
-                _ => Err(self.missing(key, "a positive integer")),
+                _ => Err(self.bad(key, v, "a positive integer")),
             },
         }
     }
@@ -302,8 +330,67 @@ impl Reader<'_> {
         Err(self.missing(keys[0], example))
     }
 
-    fn flag(&self, key: &str) -> Option<bool> {
-        self.obj.get(key).and_then(Value::as_bool)
+    /// A JSON boolean; anything else under the key (`"yes"`, 1) is an error naming it.
+    fn flag(&self, key: &'static str) -> Result<Option<bool>, HfConfigError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.bad(key, v, "a JSON boolean (true or false)")),
+        }
+    }
+
+    /// A dropout probability in [0, 1].
+    fn probability(&self, key: &'static str) -> Result<Option<f64>, HfConfigError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
+                _ => Err(self.bad(key, v, "a probability between 0 and 1")),
+            },
+        }
+    }
+
+    /// The training sequence: `--seq-len` when given (the config's value is then not used, nor
+    /// quoted), else `max_position_embeddings`. No default: the `*Config` classes' 2048 is a
+    /// class default, not the model's length, so a config without the key needs `--seq-len`.
+    fn seq_len(&self, given: Option<u32>) -> Result<u32, HfConfigError> {
+        const KEY: &str = "max_position_embeddings";
+        if let Some(s) = given {
+            return Ok(s);
+        }
+        match self.obj.get(KEY) {
+            None | Some(Value::Null) => Err(HfConfigError::Unsupported {
+                path: self.path.to_string(),
+                message: format!(
+                    "key \"{KEY}\" is missing, so the training sequence length is unknown; pass --seq-len (e.g. --seq-len 4096)"
+                ),
+            }),
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if n > 0 => Ok(n),
+                _ => Err(HfConfigError::Unsupported {
+                    path: self.path.to_string(),
+                    message: format!(
+                        "key \"{KEY}\" is {v}, which is not a positive integer; pass --seq-len (e.g. --seq-len 4096) or correct it in the config"
+                    ),
+                }),
+            },
+        }
+    }
+
+    /// GPT-2's learned position table has `n_positions` rows (`GPT2Config` default 1024), so a
+    /// sequence longer than that cannot be trained.
+    fn gpt2_seq_len(&self, given: Option<u32>) -> Result<u32, HfConfigError> {
+        let rows = self.optional("n_positions")?.unwrap_or(1024);
+        match given {
+            Some(s) if s > rows => Err(HfConfigError::Unsupported {
+                path: self.path.to_string(),
+                message: format!(
+                    "--seq-len {s} is longer than the learned position table: \"n_positions\" is {rows} (one row per position); use --seq-len {rows} or less"
+                ),
+            }),
+            Some(s) => Ok(s),
+            None => Ok(rows),
+        }
     }
 
     fn missing(&self, key: &'static str, example: &'static str) -> HfConfigError {
@@ -312,6 +399,74 @@ impl Reader<'_> {
             key,
             family: self.family,
             example,
+        }
+    }
+
+    /// The config key a shape field came from (the first of the family's names present).
+    fn key_of(&self, field: &str, family: Family) -> &'static str {
+        let candidates: &[&'static str] = match (field, family) {
+            ("--layers", Family::Gpt2) => &["n_layer", "num_hidden_layers"],
+            ("--layers", Family::Falcon) => &["num_hidden_layers", "n_layer"],
+            ("--layers", _) => &["num_hidden_layers"],
+            ("--hidden", Family::Gpt2) => &["n_embd", "hidden_size"],
+            ("--hidden", _) => &["hidden_size"],
+            ("--heads", Family::Gpt2) => &["n_head", "num_attention_heads"],
+            ("--heads", Family::Falcon) => &["num_attention_heads", "n_head"],
+            ("--heads", _) => &["num_attention_heads"],
+            ("--kv-heads", Family::Falcon) => &["num_kv_heads"],
+            ("--kv-heads", _) => &["num_key_value_heads"],
+            ("--ffn-hidden", Family::Gpt2) => &["n_inner"],
+            ("--ffn-hidden", Family::Falcon) => &["ffn_hidden_size"],
+            ("--ffn-hidden", _) => &["intermediate_size"],
+            ("--vocab", _) => &["vocab_size"],
+            (_, Family::Gpt2) => &["n_positions"],
+            _ => &["max_position_embeddings"],
+        };
+        candidates
+            .iter()
+            .copied()
+            .find(|k| self.obj.contains_key(*k))
+            .unwrap_or(candidates[0])
+    }
+
+    /// A shape the model check refuses, told in the config's keys (the user wrote no flags).
+    fn shape_error(&self, e: ModelError, family: Family, seq_from_user: bool) -> HfConfigError {
+        let message = match e {
+            // The sequence came from --seq-len: the flag's own message quotes the user's value.
+            ModelError::TooLarge { what, .. } | ModelError::Zero { what, .. }
+                if what == "--seq-len" && seq_from_user =>
+            {
+                e.to_string()
+            }
+            ModelError::TooLarge { what, value, max } => {
+                let key = self.key_of(what, family);
+                let fix = if what == "--seq-len" {
+                    "pass --seq-len to train on shorter sequences"
+                } else {
+                    "check the config"
+                };
+                format!(
+                    "key \"{key}\" is {value}, larger than {max}, beyond any model trained; {fix}"
+                )
+            }
+            ModelError::Zero { what, .. } => format!(
+                "key \"{}\" is 0; it must be a positive integer",
+                self.key_of(what, family)
+            ),
+            ModelError::HiddenNotDivisibleByHeads { hidden, heads, .. } => format!(
+                "key \"{}\" {hidden} is not divisible by \"{}\" {heads}; the head dimension must be whole",
+                self.key_of("--hidden", family),
+                self.key_of("--heads", family)
+            ),
+            ModelError::KvHeadsNotDivisor { kv_heads, heads } => format!(
+                "key \"{}\" {kv_heads} must divide \"{}\" {heads} (grouped-query attention shares each key/value head among heads/kv_heads query heads)",
+                self.key_of("--kv-heads", family),
+                self.key_of("--heads", family)
+            ),
+        };
+        HfConfigError::Unsupported {
+            path: self.path.to_string(),
+            message,
         }
     }
 
@@ -371,9 +526,15 @@ mod tests {
     use super::*;
 
     fn params_b(file: &str) -> f64 {
-        load(&format!("{}/models/hf/{file}", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
-            .params()
+        // Falcon-7B's config.json has no max_position_embeddings; it trained on 2048 tokens
+        // (Penedo et al. 2023 / the model card), given here as --seq-len would be.
+        let seq_len = file.starts_with("falcon").then_some(2048);
+        load(
+            &format!("{}/models/hf/{file}", env!("CARGO_MANIFEST_DIR")),
+            seq_len,
+        )
+        .unwrap()
+        .params()
             / 1e9
     }
 
@@ -409,6 +570,7 @@ mod tests {
             r#"{"model_type": "bert", "hidden_size": 768}"#,
             "c.json",
             "x",
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -424,6 +586,7 @@ mod tests {
             r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}"#,
             "c.json",
             "x",
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -435,9 +598,11 @@ mod tests {
         // Gemma-7B: 16 heads of 256 = 4096, hidden 3072.
         let err = parse(
             r#"{"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16, "head_dim": 256,
-               "num_hidden_layers": 28, "intermediate_size": 24576, "vocab_size": 256000}"#,
+               "num_hidden_layers": 28, "intermediate_size": 24576, "vocab_size": 256000,
+               "max_position_embeddings": 8192}"#,
             "c.json",
             "x",
+            None,
         )
         .unwrap_err()
         .to_string();
@@ -449,11 +614,108 @@ mod tests {
 
     #[test]
     fn falcon_kv_heads_follow_the_architecture_switches() {
-        let m = load(&format!(
-            "{}/models/hf/falcon-7b.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
+        let m = load(
+            &format!("{}/models/hf/falcon-7b.json", env!("CARGO_MANIFEST_DIR")),
+            Some(2048),
+        )
         .unwrap();
         assert_eq!((m.heads, m.kv_heads, m.ffn_hidden), (71, 1, 4 * 4544));
+    }
+
+    const LLAMA: &str = r#""model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256"#;
+
+    fn llama_with(extra: &str, seq_len: Option<u32>) -> Result<Model, String> {
+        parse(&format!("{{{LLAMA}{extra}}}"), "c.json", "x", seq_len).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_config_without_model_type_is_refused() {
+        let err = parse(
+            r#"{"hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+               "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+            "c.json",
+            "x",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"model_type\"") && err.contains("llama, mistral"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_sequence_length_needs_seq_len() {
+        let err = llama_with("", None).unwrap_err();
+        assert!(
+            err.contains("\"max_position_embeddings\" is missing")
+                && err.contains("pass --seq-len"),
+            "{err}"
+        );
+        assert_eq!(llama_with("", Some(4096)).unwrap().seq_len, 4096);
+    }
+
+    #[test]
+    fn the_users_seq_len_replaces_an_out_of_range_config_value() {
+        // 2^30 positions: beyond tpsim's bound; with --seq-len it is not used, nor quoted.
+        let huge = r#", "max_position_embeddings": 1073741824"#;
+        let err = llama_with(huge, None).unwrap_err();
+        assert!(
+            err.contains("\"max_position_embeddings\" is 1073741824") && err.contains("--seq-len"),
+            "{err}"
+        );
+        assert!(!err.contains("--seq-len 1073741824"), "{err}");
+        assert_eq!(llama_with(huge, Some(8192)).unwrap().seq_len, 8192);
+        let zero = r#", "max_position_embeddings": 0"#;
+        assert_eq!(llama_with(zero, Some(8192)).unwrap().seq_len, 8192);
+    }
+
+    #[test]
+    fn a_non_boolean_tie_word_embeddings_is_named() {
+        let err = llama_with(
+            r#", "max_position_embeddings": 8192, "tie_word_embeddings": "yes""#,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("\"tie_word_embeddings\" is \"yes\"") && err.contains("boolean"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key_not_a_placeholder() {
+        let err = llama_with(
+            r#", "max_position_embeddings": 8192, "num_key_value_heads": -8"#,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("\"num_key_value_heads\" is -8") && !err.contains(": a positive integer)"),
+            "{err}"
+        );
+        let err = llama_with(
+            r#", "max_position_embeddings": 8192, "num_key_value_heads": 5"#,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("\"num_key_value_heads\" 5") && !err.contains("--kv-heads"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gpt2_sequence_cannot_outgrow_its_position_table() {
+        let path = format!("{}/models/hf/gpt2.json", env!("CARGO_MANIFEST_DIR"));
+        let err = load(&path, Some(2048)).unwrap_err().to_string();
+        assert!(
+            err.contains("--seq-len 2048") && err.contains("\"n_positions\" is 1024"),
+            "{err}"
+        );
+        assert_eq!(load(&path, Some(512)).unwrap().seq_len, 512);
+        assert_eq!(load(&path, None).unwrap().seq_len, 1024);
     }
 }

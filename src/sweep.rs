@@ -205,6 +205,22 @@ pub fn to_csv(sweep: &Sweep) -> String {
     out
 }
 
+/// A plan in one cell: `tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1`. The recompute mode is
+/// keyed, so that "sp" (sequence parallelism on) is never read as "sp none" (off).
+pub fn plan_label(
+    [tp, pp, dp]: [u32; 3],
+    vpp: &str,
+    micro_batch: &str,
+    sequence_parallel: bool,
+    recompute: &str,
+    zero: &str,
+) -> String {
+    format!(
+        "tp{tp} pp{pp} dp{dp} vpp{vpp} mb{micro_batch} {}recompute={recompute} zero{zero}",
+        if sequence_parallel { "sp " } else { "" }
+    )
+}
+
 /// The sweep as a terminal table.
 pub fn table(sweep: &Sweep) -> String {
     use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
@@ -229,17 +245,13 @@ pub fn table(sweep: &Sweep) -> String {
     table.set_header(header.clone());
     for r in &sweep.rows {
         let plan = match (r.tp, r.pp, r.dp) {
-            (Some(tp), Some(pp), Some(dp)) => format!(
-                "tp{tp} pp{pp} dp{dp} vpp{} mb{} {}{} zero{}",
-                opt(r.vpp),
-                opt(r.micro_batch),
-                if r.sequence_parallel == Some(true) {
-                    "sp "
-                } else {
-                    ""
-                },
-                opt(r.recompute),
-                opt(r.zero)
+            (Some(tp), Some(pp), Some(dp)) => plan_label(
+                [tp, pp, dp],
+                &opt(r.vpp),
+                &opt(r.micro_batch),
+                r.sequence_parallel == Some(true),
+                &opt(r.recompute),
+                &opt(r.zero),
             ),
             _ => format!("nothing fits ({} candidates)", r.candidates),
         };
@@ -344,5 +356,14 @@ mod tests {
     fn thousands_separators() {
         assert_eq!(thousands(1234567.8), "1,234,568");
         assert_eq!(thousands(999.0), "999");
+    }
+
+    #[test]
+    fn plan_label_keys_the_recompute_mode() {
+        let on = plan_label([4, 16, 2], "1", "2", true, "none", "1");
+        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1");
+        assert!(!on.contains("sp none"), "{on}");
+        let off = plan_label([4, 16, 2], "1", "2", false, "selective", "1");
+        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute=selective zero1");
     }
 }

@@ -300,6 +300,18 @@ fn megatron_args_round_trip_to_the_same_plan() {
         (vec!["--params", "175B"], "64"),
         (vec!["--hf-config", "models/hf/llama-3-70b.json"], "16"),
         (vec!["--model", "gpt3-175b", "--gpu", "a100-sxm-80g"], "128"),
+        // The attention kernel and the gradient precision travel in the line as well.
+        (
+            vec![
+                "--params",
+                "175B",
+                "--attention",
+                "unfused",
+                "--grad-dtype",
+                "fp32",
+            ],
+            "64",
+        ),
     ] {
         let mut plan_args = vec!["plan"];
         plan_args.extend(&model_flags);
@@ -316,6 +328,20 @@ fn megatron_args_round_trip_to_the_same_plan() {
         assert_eq!(line.lines().count(), 1, "one line on stdout: {line}");
         assert!(line.starts_with("--num-layers "), "{line}");
         assert!(stderr.contains("Megatron-LM configuration for"), "{stderr}");
+        let unfused = model_flags.contains(&"unfused");
+        assert!(
+            line.contains(if unfused {
+                "--attention-backend unfused"
+            } else {
+                "--attention-backend flash"
+            }),
+            "{line}"
+        );
+        assert_eq!(
+            line.contains("--accumulate-allreduce-grads-in-fp32"),
+            model_flags.contains(&"fp32"),
+            "{line}"
+        );
 
         let mut eval_args = vec!["eval", "--nodes", nodes, "--format", "json"];
         if let Some(i) = model_flags.iter().position(|f| *f == "--gpu") {
@@ -354,7 +380,20 @@ fn megatron_args_round_trip_to_the_same_plan() {
             );
         }
         assert_eq!(back_plan["time"]["step_s"], chosen["time"]["step_s"]);
+        assert_eq!(back_plan["memory"], chosen["memory"], "{line}");
         assert_eq!(back["model"]["params"], ranked["model"]["params"], "{line}");
+        assert_eq!(back["training"], ranked["training"], "{line}");
+
+        // The same line through --megatron-args reads back to the same evaluation.
+        let mut quoted = vec!["eval", "--nodes", nodes, "--format", "json"];
+        if let Some(i) = model_flags.iter().position(|f| *f == "--gpu") {
+            quoted.extend(["--gpu", model_flags[i + 1]]);
+        }
+        let line = line.trim().to_string();
+        quoted.extend(["--megatron-args", line.as_str()]);
+        let via_args = run_json(&quoted);
+        assert_eq!(via_args["plans"][0]["time"], back_plan["time"], "{line}");
+        assert_eq!(via_args["training"], back["training"], "{line}");
     }
 }
 
@@ -973,4 +1012,364 @@ fn sweep_points_agree_with_plan_and_do_not_depend_on_threads() {
         assert_eq!(row[key], best[key], "{key}");
     }
     assert_eq!(row["step_time_s"], best["time"]["step_s"]);
+}
+
+/// Megatron flags that change memory or time are modelled, or refused when tpsim cannot model
+/// them; none is reported as "skipped".
+#[test]
+fn megatron_args_that_change_the_result_are_not_skipped() {
+    const BASE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --bf16";
+    let eval = |extra: &str| -> (i32, Value, String) {
+        let line = format!("{BASE} {extra}");
+        let args = [
+            "eval",
+            "--nodes",
+            "4",
+            "--format",
+            "json",
+            "--megatron-args",
+            &line,
+        ];
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || code == 1, "{extra}: {stderr}");
+        (code, parse_json(&args, &stdout, &stderr), stderr)
+    };
+    let (_, plain, _) = eval("");
+    assert_eq!(plain["training"]["attention"], "flash");
+    assert_eq!(plain["training"]["grad_dtype"], "bf16");
+
+    let (_, rc, stderr) = eval("--recompute-activations");
+    assert_eq!(rc["plans"][0]["recompute"], "selective", "{stderr}");
+    assert!(!stderr.contains("--recompute-activations"), "{stderr}");
+
+    let (_, v, stderr) = eval("--num-virtual-stages-per-pipeline-rank 2");
+    assert_eq!(v["plans"][0]["vpp"], 2, "{stderr}");
+
+    let (_, fp32, stderr) = eval("--accumulate-allreduce-grads-in-fp32");
+    assert_eq!(fp32["training"]["grad_dtype"], "fp32", "{stderr}");
+    assert!(
+        fp32["plans"][0]["memory"]["gradients_bytes"].as_f64()
+            > plain["plans"][0]["memory"]["gradients_bytes"].as_f64()
+    );
+
+    for (extra, kernel) in [
+        ("--attention-backend flash", "flash"),
+        ("--attention-backend fused", "flash"),
+        ("--attention-backend auto", "flash"),
+        ("--attention-backend unfused", "unfused"),
+        ("--attention-backend local", "unfused"),
+        ("--use-flash-attn", "flash"),
+    ] {
+        let (_, json, stderr) = eval(extra);
+        assert_eq!(json["training"]["attention"], kernel, "{extra}: {stderr}");
+        assert!(!stderr.contains("skipped"), "{extra}: {stderr}");
+    }
+
+    let (_, cp1, stderr) = eval("--context-parallel-size 1 --expert-model-parallel-size 1");
+    assert_eq!(
+        cp1["plans"][0]["time"], plain["plans"][0]["time"],
+        "{stderr}"
+    );
+
+    let refused = |extra: &str, needles: &[&str]| {
+        let line = format!("{BASE} {extra}");
+        assert_error(&["eval", "--nodes", "4", "--megatron-args", &line], needles);
+    };
+    refused("--fp32", &["--fp32", "bf16/fp16 mixed precision"]);
+    refused(
+        "--context-parallel-size 2",
+        &[
+            "--context-parallel-size 2",
+            "context/expert parallelism is not modelled",
+        ],
+    );
+    refused(
+        "--expert-model-parallel-size 4",
+        &["--expert-model-parallel-size 4", "not modelled"],
+    );
+    refused("--num-experts 8", &["--num-experts 8", "not modelled"]);
+    refused(
+        "--attention-backend sdpa",
+        &[
+            "--attention-backend",
+            "\"sdpa\"",
+            "flash, fused, auto, unfused, local",
+        ],
+    );
+    refused(
+        "--recompute-activations --recompute-granularity full",
+        &["--recompute-activations", "--recompute-granularity full"],
+    );
+    refused(
+        "--attention-backend unfused --use-flash-attn",
+        &["--use-flash-attn", "--attention-backend unfused"],
+    );
+    refused(
+        "--num-layers-per-virtual-pipeline-stage 4 --num-virtual-stages-per-pipeline-rank 2",
+        &["only one of them"],
+    );
+    // A flag next to the line that contradicts it does not silently win.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--attention",
+            "flash",
+            "--megatron-args",
+            &format!("{BASE} --attention-backend unfused"),
+        ],
+        &["--attention flash", "unfused"],
+    );
+}
+
+#[test]
+fn megatron_swiglu_ffn_default_and_query_groups_follow_megatron() {
+    let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --swiglu --num-query-groups 8 --seq-length 4096 --global-batch-size 512 --bf16";
+    let args = [
+        "eval",
+        "--nodes",
+        "1",
+        "--format",
+        "json",
+        "--megatron-args",
+        line,
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert!(code == 0 || code == 1, "{stderr}");
+    let json = parse_json(&args, &stdout, &stderr);
+    // Megatron-LM arguments.py: int((4 * 4096 * 2 / 3) / 64) * 64 = 10880.
+    assert_eq!(json["model"]["ffn_hidden"], 10880);
+    // --num-query-groups without --group-query-attention: Megatron ignores it, and says so here.
+    assert_eq!(json["model"]["kv_heads"], 32);
+    assert!(
+        stderr.contains("--num-query-groups 8 is ignored without --group-query-attention"),
+        "{stderr}"
+    );
+    let gqa = format!("{line} --group-query-attention");
+    let args = [
+        "eval",
+        "--nodes",
+        "1",
+        "--format",
+        "json",
+        "--megatron-args",
+        &gqa,
+    ];
+    let json = {
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || code == 1, "{stderr}");
+        parse_json(&args, &stdout, &stderr)
+    };
+    assert_eq!(json["model"]["kv_heads"], 8);
+}
+
+fn write_plan(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn compare_refuses_plans_of_different_scenarios() {
+    let dir = std::env::temp_dir().join(format!("tpsim-compare-scen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = "plan:\n  tp: 8\n  pp: 8\n  dp: 8\n  sequence_parallel: true\n  recompute: selective\n  zero: 1\n";
+    let a = write_plan(
+        &dir,
+        "a.yaml",
+        &format!("model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 64\nglobal_batch: 1536\n{plan}"),
+    );
+    let other_model = write_plan(
+        &dir,
+        "b.yaml",
+        &format!("params: 70B\ngpu: h100-sxm-80g\nnodes: 64\nglobal_batch: 1024\n{plan}"),
+    );
+    assert_error(
+        &["compare", "--plan", &a, "--plan", &other_model],
+        &[
+            "different scenarios",
+            "model:",
+            "GPU:",
+            "global batch: 1536 against 1024",
+        ],
+    );
+    let other_nodes = write_plan(
+        &dir,
+        "c.yaml",
+        "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 32\nglobal_batch: 1536\nplan:\n  tp: 8\n  pp: 8\n  dp: 4\n  zero: 1\n",
+    );
+    assert_error(
+        &["compare", "--plan", &a, "--plan", &other_nodes],
+        &["nodes: 64 against 32", "--nodes"],
+    );
+    let other_seq = write_plan(
+        &dir,
+        "d.yaml",
+        &format!(
+            "model: gpt3-175b\ngpu: a100-sxm-80g\nnodes: 64\nglobal_batch: 1536\nseq_len: 1024\n{plan}"
+        ),
+    );
+    assert_error(
+        &["compare", "--plan", &a, "--plan", &other_seq],
+        &["sequence length: 2048 against 1024"],
+    );
+    // The search-only flags do not apply to two saved plans.
+    for flag in ["--allow-cross-node-tp", "--allow-uneven-pp"] {
+        let (code, stdout, stderr) = run(&["compare", "--plan", &a, "--plan", &a, flag]);
+        assert_eq!(code, 2, "{flag}: {stderr}");
+        assert!(
+            stdout.is_empty() && stderr.contains("cannot be used with"),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn flags_that_would_be_ignored_are_refused() {
+    for extra in [["--report", "/tmp/tpsim-never"], ["--format", "json"]] {
+        let mut args = vec![
+            "plan", "--params", "70B", "--nodes", "8", "--emit", "megatron",
+        ];
+        args.extend(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stdout.is_empty() && stderr.contains("cannot be used with"),
+            "{stderr}"
+        );
+    }
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--model",
+        "gpt3-175b",
+        "--nodes",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--emit",
+        "megatron",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    for (axis, values, fixed) in [
+        ("nodes", "8,16", ["--nodes", "8"]),
+        ("seq-len", "2048,4096", ["--seq-len", "1024"]),
+        ("global-batch", "512,1024", ["--global-batch", "256"]),
+        (
+            "gpu",
+            "a100-sxm-80g,h100-sxm-80g",
+            ["--gpu", "h200-sxm-141g"],
+        ),
+    ] {
+        let mut args = vec![
+            "sweep", "--params", "70B", "--axis", axis, "--values", values,
+        ];
+        if axis != "nodes" {
+            args.extend(["--nodes", "8"]);
+        }
+        args.extend(fixed);
+        let flag = format!("{} {}", fixed[0], fixed[1]);
+        assert_error(
+            &args,
+            &[&flag, &format!("--axis {axis}"), &format!("drop {flag}")],
+        );
+    }
+    // A GPU profile with a bandwidth axis is fine: the axis replaces only the network figure.
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--params",
+        "70B",
+        "--nodes",
+        "8",
+        "--gpu",
+        "a100-sxm-80g",
+        "--axis",
+        "network-bandwidth",
+        "--values",
+        "25,50",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn sweep_table_plan_label_keys_recompute() {
+    let (code, stdout, stderr) = run(&[
+        "sweep", "--params", "70B", "--axis", "nodes", "--values", "8",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("recompute="), "{stdout}");
+    assert!(!stdout.contains("sp none"), "{stdout}");
+}
+
+#[test]
+fn hf_config_defaults_are_not_silent() {
+    let dir = std::env::temp_dir().join(format!("tpsim-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shape = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000"#;
+    let no_type = write_plan(
+        &dir,
+        "no-type.json",
+        &format!("{{{shape}, \"max_position_embeddings\": 4096}}"),
+    );
+    assert_error(
+        &["plan", "--hf-config", &no_type, "--nodes", "1"],
+        &[
+            "\"model_type\"",
+            "llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox, falcon",
+        ],
+    );
+    let no_len = write_plan(
+        &dir,
+        "no-len.json",
+        &format!("{{\"model_type\": \"llama\", {shape}}}"),
+    );
+    assert_error(
+        &["plan", "--hf-config", &no_len, "--nodes", "1"],
+        &["\"max_position_embeddings\" is missing", "pass --seq-len"],
+    );
+    let json = run_json(&[
+        "plan",
+        "--hf-config",
+        &no_len,
+        "--nodes",
+        "4",
+        "--seq-len",
+        "4096",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json["training"]["seq_len"], 4096);
+    let yes = write_plan(
+        &dir,
+        "yes.json",
+        &format!(
+            "{{\"model_type\": \"llama\", {shape}, \"max_position_embeddings\": 4096, \"tie_word_embeddings\": \"yes\"}}"
+        ),
+    );
+    assert_error(
+        &["plan", "--hf-config", &yes, "--nodes", "1"],
+        &["\"tie_word_embeddings\"", "\"yes\"", "boolean"],
+    );
+    assert_error(
+        &[
+            "plan",
+            "--hf-config",
+            "models/hf/gpt2.json",
+            "--nodes",
+            "1",
+            "--seq-len",
+            "2048",
+        ],
+        &["--seq-len 2048", "\"n_positions\" is 1024"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -172,6 +172,34 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             "--axis params derives a GPT-style model at each point; drop --params/--model/--layers/--hf-config"
         );
     }
+    // A fixed flag for the quantity the axis varies would be silently replaced at every point.
+    let fixed = match axis {
+        sweep::Axis::Nodes => args.cluster.nodes.map(|n| format!("--nodes {n}")),
+        sweep::Axis::SeqLen => args.training.seq_len.map(|n| format!("--seq-len {n}")),
+        sweep::Axis::GlobalBatch => args
+            .training
+            .global_batch
+            .map(|n| format!("--global-batch {n}")),
+        sweep::Axis::Gpu => args
+            .cluster
+            .gpu
+            .as_ref()
+            .map(|g| format!("--gpu {g}"))
+            .or_else(|| {
+                args.cluster
+                    .calibration
+                    .as_ref()
+                    .map(|c| format!("--calibration {c}"))
+            }),
+        sweep::Axis::Params | sweep::Axis::NetworkBandwidth => None,
+    };
+    if let Some(flag) = fixed {
+        bail!(
+            "{flag} conflicts with --axis {}, which sets that value at each point of --values {}; drop {flag}",
+            axis.name(),
+            args.values.join(",")
+        );
+    }
     if let Some(path) = &args.chart {
         let parent = std::path::Path::new(path)
             .parent()
@@ -292,6 +320,68 @@ pub(super) fn layout(e: &Estimate) -> (u32, u32, u32, u32, u32, bool, Recompute)
     )
 }
 
+/// What differs between the scenarios of two plan files (model, GPU, cluster, sequence, batch):
+/// a comparison of step times is only about the plans when none of these differ.
+pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
+    let mut out = Vec::new();
+    let shape = |m: &Model| {
+        format!(
+            "{} params, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}",
+            format_count(m.params()),
+            m.layers,
+            m.hidden,
+            m.heads,
+            m.kv_heads,
+            m.ffn_hidden,
+            m.vocab
+        )
+    };
+    let (mut ma, mut mb) = (a.model.clone(), b.model.clone());
+    ma.name.clear();
+    mb.name.clear();
+    // The sequence length is reported on its own below.
+    mb.seq_len = ma.seq_len;
+    if ma != mb {
+        let (sa, sb) = (shape(&ma), shape(&mb));
+        out.push(if sa == sb {
+            format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
+        } else {
+            format!("model: {sa} against {sb}")
+        });
+    }
+    if a.cluster.gpu != b.cluster.gpu {
+        out.push(format!(
+            "GPU: {} against {} (--gpu)",
+            a.gpu_reference, b.gpu_reference
+        ));
+    }
+    let mut number = |what: &str, flag: &str, x: u32, y: u32| {
+        if x != y {
+            out.push(format!("{what}: {x} against {y} ({flag})"));
+        }
+    };
+    number("nodes", "--nodes", a.cluster.nodes, b.cluster.nodes);
+    number(
+        "GPUs per node",
+        "--gpus-per-node",
+        a.cluster.gpus_per_node,
+        b.cluster.gpus_per_node,
+    );
+    number(
+        "sequence length",
+        "--seq-len",
+        a.training.seq_len,
+        b.training.seq_len,
+    );
+    number(
+        "global batch",
+        "--global-batch",
+        a.training.global_batch,
+        b.training.global_batch,
+    );
+    out
+}
+
 pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let (a, b, a_from, b_from) = match args.plan.len() {
         0 => {
@@ -328,7 +418,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             )
         }
         2 => {
-            let mut estimates = Vec::new();
+            let mut loaded = Vec::new();
             for path in &args.plan {
                 let file = specs::load_plan(path)?;
                 let scenario = resolve_scenario(
@@ -337,6 +427,20 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &args.training,
                     Some((&file, path)),
                 )?;
+                loaded.push((file, scenario));
+            }
+            // Step times of different models, clusters or batches say nothing about the plans.
+            let differences = scenario_differences(&loaded[0].1, &loaded[1].1);
+            if !differences.is_empty() {
+                bail!(
+                    "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it",
+                    args.plan[0],
+                    args.plan[1],
+                    differences.join("; ")
+                );
+            }
+            let mut estimates = Vec::new();
+            for ((file, scenario), path) in loaded.iter().zip(&args.plan) {
                 let plan = ParallelPlan::build(
                     &file.plan,
                     &scenario.model,
@@ -410,7 +514,57 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
             flags.join(" ")
         );
     }
+    for note in &launch.notes {
+        eprintln!("note: --megatron-args: {note}");
+    }
     Ok(launch)
+}
+
+/// `--attention-backend` (Megatron-Core) on tpsim's own command line, as `--attention`.
+pub(super) fn attention_arg_of_backend(value: &str) -> Result<AttentionArg> {
+    match emit::attention_backend(value) {
+        Some(AttentionKernel::Flash) => Ok(AttentionArg::Flash),
+        Some(AttentionKernel::Unfused) => Ok(AttentionArg::Unfused),
+        None => bail!(
+            "--attention-backend {value} is not a Megatron-Core attention backend; use flash, fused, auto, unfused or local"
+        ),
+    }
+}
+
+/// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
+/// would silently win over what the line says.
+pub(super) fn check_megatron_training(
+    launch: &emit::MegatronLaunch,
+    training: &TrainingArgs,
+) -> Result<()> {
+    if let (Some(kernel), Some(flag)) = (launch.attention, training.attention) {
+        let given = match flag {
+            AttentionArg::Flash => AttentionKernel::Flash,
+            AttentionArg::Unfused => AttentionKernel::Unfused,
+        };
+        if given != kernel {
+            bail!(
+                "--attention {} contradicts the --megatron-args launch line, whose attention backend is {}; drop --attention or change the line",
+                if given == AttentionKernel::Flash {
+                    "flash"
+                } else {
+                    "unfused"
+                },
+                if kernel == AttentionKernel::Flash {
+                    "flash"
+                } else {
+                    "unfused"
+                }
+            );
+        }
+    }
+    if launch.grad_dtype == Some(GradDtype::Fp32) && training.grad_dtype == Some(GradDtypeArg::Bf16)
+    {
+        bail!(
+            "--grad-dtype bf16 contradicts --accumulate-allreduce-grads-in-fp32 in the --megatron-args launch line; drop one of them"
+        );
+    }
+    Ok(())
 }
 
 /// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
@@ -425,8 +579,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         gpus_per_node: None,
         seq_len: Some(launch.seq_len),
         global_batch: Some(launch.global_batch),
-        grad_dtype: None,
-        attention: None,
+        grad_dtype: launch.grad_dtype,
+        attention: launch.attention,
         plan: PlanRequest {
             tp: launch.tp,
             pp: launch.pp,
