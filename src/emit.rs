@@ -676,11 +676,7 @@ impl MegatronLaunch {
     /// `int((4 * h * 2 / 3) / 64) * 64` (two-thirds of 4h for the gated pair, kept a multiple of
     /// 64). floor(8h/3/64) = floor(h/24), exactly, in integers.
     pub fn default_ffn_hidden(&self) -> u32 {
-        if self.gated_mlp {
-            self.hidden / 24 * 64
-        } else {
-            4 * self.hidden
-        }
+        crate::model::default_ffn_hidden(self.hidden, self.gated_mlp)
     }
 
     /// The model the arguments describe (Megatron's defaults: ffn 4h (swiglu: 8h/3 rounded down to

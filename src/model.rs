@@ -35,7 +35,7 @@ pub struct ModelFile {
     /// Default: `heads` (multi-head attention).
     #[serde(default)]
     pub kv_heads: Option<u32>,
-    /// Default: 4 × hidden.
+    /// Default: 4 × hidden, or int(8h/3/64)·64 with a gated MLP ([`default_ffn_hidden`]).
     #[serde(default)]
     pub ffn_hidden: Option<u32>,
     pub vocab: u32,
@@ -59,6 +59,17 @@ pub struct ModelFile {
     /// whether dropout masks are stored and dropout kernels run.
     #[serde(default = "default_true")]
     pub dropout: bool,
+}
+
+/// MLP width when none is given: 4h (GPT), or for gated MLPs Megatron-LM's SwiGLU default
+/// int(4h · 2/3 / 64) · 64, which keeps the parameter count of a 4h GeLU MLP
+/// (megatron/training/arguments.py, `--swiglu`).
+pub fn default_ffn_hidden(hidden: u32, gated_mlp: bool) -> u32 {
+    if gated_mlp {
+        ((u64::from(hidden) * 8 / 3 / 64) * 64) as u32
+    } else {
+        hidden.saturating_mul(4)
+    }
 }
 
 fn default_true() -> bool {
@@ -128,7 +139,9 @@ impl Model {
             hidden: file.hidden,
             heads: file.heads,
             kv_heads: file.kv_heads.unwrap_or(file.heads),
-            ffn_hidden: file.ffn_hidden.unwrap_or(file.hidden.saturating_mul(4)),
+            ffn_hidden: file
+                .ffn_hidden
+                .unwrap_or_else(|| default_ffn_hidden(file.hidden, file.gated_mlp)),
             vocab: file.vocab,
             seq_len: file.seq_len,
             gated_mlp: file.gated_mlp,
