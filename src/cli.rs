@@ -537,7 +537,7 @@ pub struct ValidateArgs {
     #[arg(long, requires = "tp")]
     pub micro_batch: Option<u32>,
     /// How many of the best plans to validate when --tp is not given.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, conflicts_with = "tp")]
     pub top: usize,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,

@@ -377,3 +377,162 @@ fn the_calibrate_and_validate_flags_are_consistent() {
     use clap::CommandFactory;
     tpsim::cli::Cli::command().debug_assert();
 }
+
+/// Runs tpsim with `args` + TINY and checks it failed with exit 2, one `error:` line naming
+/// `want`, no panic, and nothing measured (no backend line, no calibration).
+fn refused_up_front(args: &[&str], want: &str) -> String {
+    let out = tpsim().args(args).args(TINY).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    assert!(!stderr.contains("backend: "), "{args:?}: {stderr}");
+    assert!(!stderr.contains("calibrating"), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    stderr
+}
+
+const CPU_VALIDATE: &[&str] = &["validate", "--backend", "cpu", "--reps", "1"];
+
+#[test]
+fn validate_refuses_bad_tp_micro_batch_and_sequence_parallel_before_measuring() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--tp", "2", "--micro-batch", "0"],
+            "--micro-batch 0 must be at least 1",
+        ),
+        (&["--tp", "0"], "--tp 0 must be at least 1"),
+        (
+            &["--tp", "1", "--sequence-parallel"],
+            "--sequence-parallel needs --tp 2 or more",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut all = CPU_VALIDATE.to_vec();
+        all.extend(args.iter().copied());
+        let stderr = refused_up_front(&all, want);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+    }
+}
+
+#[test]
+fn validate_tp_and_top_are_alternatives() {
+    let mut all = CPU_VALIDATE.to_vec();
+    all.extend(["--tp", "2", "--top", "3"]);
+    refused_up_front(&all, "cannot be used with");
+}
+
+#[test]
+fn calibrate_checks_the_output_path_before_measuring() {
+    let dir = std::env::temp_dir().join(format!("tpsim-calout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let under_file = file.join("profile.yaml");
+    let dir_text = dir.to_str().unwrap().to_string();
+    let under_text = under_file.to_str().unwrap().to_string();
+    for (output, want) in [
+        (
+            "/proc/x".to_string(),
+            "the profile cannot be written there".to_string(),
+        ),
+        (
+            under_text.clone(),
+            "the profile cannot be written there".to_string(),
+        ),
+        (dir_text.clone(), "is a directory".to_string()),
+    ] {
+        let mut all = vec!["calibrate"];
+        all.extend(QUICK.iter().copied());
+        all.extend(["--output", output.as_str()]);
+        let stderr = refused_up_front(&all, &format!("--output {output}: {want}"));
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    assert!(!under_file.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn byte_size_and_sweep_errors_quote_the_value_as_typed_and_state_the_rule() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "--max-message",
+            "3GiB",
+            "--max-message 3GiB is over the CPU backend's limit of 1GiB",
+        ),
+        (
+            "--max-message",
+            "0",
+            "--max-message 0: must be at least 1 byte",
+        ),
+        (
+            "--copy-bytes",
+            "1TiB",
+            "--copy-bytes 1TiB is over the CPU backend's limit of 1GiB",
+        ),
+        ("--sweep", "0", "--sweep 0: edge lengths must be at least 1"),
+        (
+            "--sweep",
+            "64",
+            "--sweep 64: the GEMM curve fit needs at least two",
+        ),
+    ];
+    for (flag, value, want) in cases {
+        let stderr = refused_up_front(
+            &[
+                "calibrate",
+                "--backend",
+                "cpu",
+                "--reps",
+                "1",
+                flag,
+                value,
+                "-o",
+                "never-written.yaml",
+            ],
+            want,
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("not a byte size"), "{stderr}");
+        assert!(!stderr.contains('['), "{stderr}");
+    }
+    assert!(!std::path::Path::new("never-written.yaml").exists());
+}
+
+#[test]
+fn validate_top_caps_the_plans_micro_batch_on_the_cpu_and_says_so() {
+    let start = std::time::Instant::now();
+    let mut args = TINY.to_vec();
+    args.extend(["--top", "2", "--warmup", "0", "--reps", "1"]);
+    let out = tpsim()
+        .args([
+            "validate",
+            "--backend",
+            "cpu",
+            "--ranks",
+            "2",
+            "--format",
+            "json",
+        ])
+        .args(&args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("instead of the plan's"), "{stderr}");
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert!(row["micro_batch"].as_u64().unwrap() <= 4, "{row}");
+        assert!(
+            row["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("of the plan's")),
+            "{row}"
+        );
+    }
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+}

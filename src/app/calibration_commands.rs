@@ -4,11 +4,14 @@
 use anyhow::{Context, Result, bail};
 
 use super::{Outcome, resolve_model, resolve_scenario};
+use crate::calibrate::cpu::{MAX_CPU_BYTES, MAX_CPU_GEMM_FLOPS};
 use crate::calibrate::profile::Calibration;
 use crate::calibrate::run::{CalibrateOptions, calibrate as run_calibration, message_sizes};
 use crate::calibrate::summary::{calibration_summary, validation_summary};
-use crate::calibrate::validate::{Case, ValidationRow, validate_case};
-use crate::calibrate::{BackendChoice, BackendKind, KernelTimer, Reps, open_backend, parse_bytes};
+use crate::calibrate::validate::{Case, ValidationRow, layer_spec, validate_case};
+use crate::calibrate::{
+    BackendChoice, BackendKind, KernelTimer, Reps, format_bytes, open_backend, parse_bytes,
+};
 use crate::cli::{BackendArg, CalibrateArgs, ClusterArgs, Format, MeasureArgs, ValidateArgs};
 use crate::cluster::GpuProfile;
 use crate::model::Model;
@@ -43,8 +46,9 @@ fn default_ranks() -> usize {
         .clamp(2, 8)
 }
 
-/// Opens the backend and says on stderr which one it is and why.
-fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<Box<dyn KernelTimer>> {
+/// Opens the backend; the second value says which one it is and why (printed once every input
+/// has been checked, so that bad input gets one line on stderr).
+fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<(Box<dyn KernelTimer>, String)> {
     let choice = match measure.backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Cpu => BackendChoice::Cpu,
@@ -53,9 +57,38 @@ fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<Box<dyn KernelTime
     let ranks = measure
         .ranks
         .unwrap_or_else(|| default_ranks().max(min_ranks));
-    let (timer, why) = open_backend(choice, ranks)?;
-    eprintln!("{why}");
-    Ok(timer)
+    Ok(open_backend(choice, ranks)?)
+}
+
+/// Refuses an `--output` the profile could not be written to, before anything is measured: a
+/// directory, a path under a file or a missing folder, a read-only place. Leaves no file behind.
+fn check_output(path: &str) -> Result<()> {
+    if path.trim().is_empty() {
+        bail!("--output '': needs a file name for the profile; e.g. -o calibrated.yaml");
+    }
+    let file = std::path::Path::new(path);
+    if file.is_dir() {
+        bail!(
+            "--output {path}: is a directory, and the profile is one file; name a file, e.g. -o {}/calibrated.yaml",
+            path.trim_end_matches('/')
+        );
+    }
+    let existed = file.exists();
+    match std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(file)
+    {
+        Ok(_) => {
+            if !existed {
+                std::fs::remove_file(file).ok();
+            }
+            Ok(())
+        }
+        Err(err) => bail!(
+            "--output {path}: the profile cannot be written there: {err}; choose a writable file, e.g. -o calibrated.yaml"
+        ),
+    }
 }
 
 fn unix_time() -> u64 {
@@ -93,28 +126,71 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     } else {
         args.sweep.clone()
     };
-    if sweep.len() < 2 || sweep.contains(&0) {
+    let sweep_text = sweep
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    if sweep.contains(&0) {
+        bail!("--sweep {sweep_text}: edge lengths must be at least 1; e.g. --sweep 64,128,256");
+    }
+    let mut distinct = sweep.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 2 {
         bail!(
-            "--sweep {:?}: give at least two positive edge lengths, e.g. --sweep 64,128,256",
-            sweep
+            "--sweep {sweep_text}: the GEMM curve fit needs at least two different edge lengths; e.g. --sweep 64,128,256"
         );
     }
-    let min_message = parse_bytes("--min-message", &args.min_message)?;
-    let max_message = match &args.max_message {
-        Some(text) => parse_bytes("--max-message", text)?,
-        None if gpu => 1 << 30,
-        None => 4 << 20,
+    if !gpu {
+        let largest = distinct[distinct.len() - 1];
+        let flops = 2.0 * (largest as f64).powi(3);
+        if flops > MAX_CPU_GEMM_FLOPS {
+            bail!(
+                "--sweep {sweep_text}: edge {largest} makes a {:.0} GFLOP GEMM, over the CPU backend's limit of {:.0} GFLOP per GEMM (edges up to {}); e.g. --sweep 32,64,128,256",
+                flops / 1e9,
+                MAX_CPU_GEMM_FLOPS / 1e9,
+                (MAX_CPU_GEMM_FLOPS / 2.0).cbrt().floor()
+            );
+        }
+    }
+    let default = |cuda: u64, cpu: u64| {
+        let bytes = if gpu { cuda } else { cpu };
+        (
+            bytes,
+            format!("{} (the {} default)", format_bytes(bytes), kind.as_str()),
+        )
     };
+    let min_message = parse_bytes("--min-message", &args.min_message)?;
+    let (max_message, max_text) = match &args.max_message {
+        Some(text) => (parse_bytes("--max-message", text)?, text.clone()),
+        None => default(1 << 30, 4 << 20),
+    };
+    let (copy_bytes, copy_text) = match &args.copy_bytes {
+        Some(text) => (parse_bytes("--copy-bytes", text)?, text.clone()),
+        None => default(1 << 30, 64 << 20),
+    };
+    if !gpu {
+        for (flag, text, bytes, example) in [
+            ("--min-message", &args.min_message, min_message, "8KiB"),
+            ("--max-message", &max_text, max_message, "4MiB"),
+            ("--copy-bytes", &copy_text, copy_bytes, "64MiB"),
+        ] {
+            if bytes > MAX_CPU_BYTES {
+                bail!(
+                    "{flag} {text} is over the CPU backend's limit of {}; e.g. {flag} {example}",
+                    format_bytes(MAX_CPU_BYTES)
+                );
+            }
+        }
+    }
     if max_message < min_message.saturating_mul(4) {
         bail!(
-            "--max-message {max_message} B must be at least 4 x --min-message ({min_message} B) so the alpha-beta fit has 3+ sizes"
+            "--max-message {max_text} must be at least 4 x --min-message {} so the alpha-beta fit has 3+ sizes; e.g. --max-message {}",
+            args.min_message,
+            format_bytes(min_message.saturating_mul(4))
         );
     }
-    let copy_bytes = match &args.copy_bytes {
-        Some(text) => parse_bytes("--copy-bytes", text)?,
-        None if gpu => 1 << 30,
-        None => 64 << 20,
-    };
     Ok(Sizes {
         sweep,
         min_message,
@@ -177,7 +253,10 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         args.tp.clone()
     };
     for &t in &tp {
-        if t == 0 || model.heads % t != 0 || model.ffn_hidden % t != 0 {
+        if t == 0 {
+            bail!("--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 1,2,4");
+        }
+        if model.heads % t != 0 || model.ffn_hidden % t != 0 {
             bail!(
                 "--tp {t} must divide the {} heads and the MLP width {} of {}; e.g. --tp 1,2,4",
                 model.heads,
@@ -186,8 +265,9 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
             );
         }
     }
-    let mut timer = backend(&args.measure, 2)?;
+    let (mut timer, why) = backend(&args.measure, 2)?;
     let sizes = sizes(timer.kind(), &args)?;
+    check_output(&args.output)?;
     let opts = options(
         &model,
         args.micro_batch,
@@ -197,6 +277,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         &args.gpu,
         timer.as_ref(),
     )?;
+    eprintln!("{why}");
     let profile = run_calibration(timer.as_mut(), &opts)?;
     let text = format!(
         "# Written by `tpsim calibrate`; use it with `tpsim plan --calibration {}`.\n# Measured values replace the datasheet ones; see `calibration:` for every measurement and fit.\n{}",
@@ -210,24 +291,60 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     Ok(Outcome::Found)
 }
 
+/// Largest micro-batch `validate` runs on the CPU backend for a plan it picked itself: the CPU
+/// layer's time grows linearly with the micro-batch, and a few sequences exercise the same split.
+const CPU_VALIDATE_MICRO_BATCH: u32 = 4;
+
+/// The case with its micro-batch capped at `CPU_VALIDATE_MICRO_BATCH` (the largest size at most
+/// the cap whose tokens a sequence-parallel split still divides).
+fn cap_for_cpu(model: &Model, case: Case) -> Case {
+    if case.micro_batch <= CPU_VALIDATE_MICRO_BATCH {
+        return case;
+    }
+    let divides = |mb: u32| {
+        !case.sequence_parallel
+            || (u64::from(model.seq_len) * u64::from(mb)).is_multiple_of(u64::from(case.tp.max(1)))
+    };
+    let micro_batch = (1..=CPU_VALIDATE_MICRO_BATCH)
+        .rev()
+        .find(|&mb| divides(mb))
+        .unwrap_or(case.micro_batch);
+    Case {
+        micro_batch,
+        ..case
+    }
+}
+
 pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     let reps = reps(&args.measure)?;
+    if args.tp == Some(0) {
+        bail!("--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 2");
+    }
+    if args.micro_batch == Some(0) {
+        bail!("--micro-batch 0 must be at least 1; e.g. --micro-batch 1");
+    }
+    if args.sequence_parallel && args.tp == Some(1) {
+        bail!(
+            "--sequence-parallel needs --tp 2 or more: at --tp 1 there are no TP collectives to split; drop --sequence-parallel or use e.g. --tp 2"
+        );
+    }
+    if args.tp.is_none() && args.top == 0 {
+        bail!("--top 0 would validate nothing; e.g. --top 3");
+    }
     let cluster_args = ClusterArgs {
         nodes: args.cluster.nodes.or(Some(1)),
         ..args.cluster.clone()
     };
     let scenario = resolve_scenario(&args.model, &cluster_args, &args.training, None)?;
     let model = &scenario.model;
-    let cases: Vec<Case> = match args.tp {
+    // --tp runs the case as given; otherwise every distinct split of the feasible plans, best first.
+    let candidates: Vec<Case> = match args.tp {
         Some(tp) => vec![Case {
             tp,
             sequence_parallel: args.sequence_parallel,
             micro_batch: args.micro_batch.unwrap_or(1),
         }],
         None => {
-            if args.top == 0 {
-                bail!("--top 0 would validate nothing; e.g. --top 3");
-            }
             let result = search(
                 model,
                 &scenario.cluster,
@@ -247,9 +364,6 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
                 if !cases.contains(&case) {
                     cases.push(case);
                 }
-                if cases.len() == args.top {
-                    break;
-                }
             }
             if cases.is_empty() {
                 bail!(
@@ -260,8 +374,57 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             cases
         }
     };
-    let max_tp = cases.iter().map(|c| c.tp as usize).max().unwrap_or(1);
-    let mut timer = backend(&args.measure, max_tp)?;
+    let top = if args.tp.is_some() { 1 } else { args.top };
+    for case in candidates.iter().take(top) {
+        layer_spec(model, *case)?;
+    }
+    let max_tp = candidates
+        .iter()
+        .take(top)
+        .map(|c| c.tp as usize)
+        .max()
+        .unwrap_or(1);
+    let (mut timer, why) = backend(&args.measure, max_tp)?;
+    // A plan's micro-batch (often hundreds of sequences) would keep the CPU busy for minutes;
+    // the CPU validates a few sequences of its split instead and says so. --micro-batch is run
+    // as given.
+    let mut cases: Vec<Case> = Vec::new();
+    let mut capped: Vec<(Case, u32)> = Vec::new(); // (case run, the plan's micro-batch)
+    for &case in &candidates {
+        let run = if args.tp.is_none() && timer.kind() == BackendKind::Cpu {
+            cap_for_cpu(model, case)
+        } else {
+            case
+        };
+        if cases.contains(&run) {
+            continue;
+        }
+        if run != case {
+            capped.push((run, case.micro_batch));
+        }
+        cases.push(run);
+        if cases.len() == top {
+            break;
+        }
+    }
+    for case in &cases {
+        timer.check_layer(&layer_spec(model, *case)?)?;
+    }
+    eprintln!("{why}");
+    for &(case, plan_micro_batch) in &capped {
+        eprintln!(
+            "tp {} sp {}: validating micro-batch {} instead of the plan's {plan_micro_batch}, since the CPU backend's layer time grows linearly with it; to run the plan's size, pass --tp {}{} --micro-batch {plan_micro_batch}",
+            case.tp,
+            case.sequence_parallel,
+            case.micro_batch,
+            case.tp,
+            if case.sequence_parallel {
+                " --sequence-parallel"
+            } else {
+                ""
+            }
+        );
+    }
     // Predict with the calibrated profile; without one, the CPU measures itself first (a quick
     // calibration), and a GPU uses the datasheet profile of --gpu.
     let profile = if args.cluster.calibration.is_some() {
@@ -301,7 +464,14 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             "validating tp {} sp {} micro-batch {}",
             case.tp, case.sequence_parallel, case.micro_batch
         );
-        rows.push(validate_case(timer.as_mut(), model, &profile, case, reps)?);
+        let mut row = validate_case(timer.as_mut(), model, &profile, case, reps)?;
+        if let Some((_, plan_micro_batch)) = capped.iter().find(|(c, _)| *c == case) {
+            row.notes.push(format!(
+                "micro-batch {} of the plan's {plan_micro_batch}: the CPU backend caps a plan's micro-batch at {CPU_VALIDATE_MICRO_BATCH} (its layer time grows linearly with it); --tp {} --micro-batch {plan_micro_batch} runs the plan's size",
+                case.micro_batch, case.tp
+            ));
+        }
+        rows.push(row);
     }
     match args.format {
         Format::Table => print!("{}", validation_summary(&rows)),

@@ -14,9 +14,9 @@ use super::{
 use crate::cost::comm::Collective;
 
 /// Largest GEMM the CPU backend times: beyond this one measurement takes seconds.
-const MAX_CPU_GEMM_FLOPS: f64 = 2e10;
+pub const MAX_CPU_GEMM_FLOPS: f64 = 2e10;
 /// Largest tensor a CPU collective or layer moves.
-const MAX_CPU_BYTES: u64 = 1 << 30;
+pub const MAX_CPU_BYTES: u64 = 1 << 30;
 
 /// Relative tolerance of the sharded layer against the unsharded one: data crosses the ring as
 /// bf16 (8 significand bits, unit roundoff 2⁻⁸ ≈ 0.4%), a few roundings deep.
@@ -88,7 +88,7 @@ impl KernelTimer for CpuTimer {
         Some(kib * 1024.0 / crate::units::GIB / self.ranks as f64)
     }
 
-    fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
+    fn check_gemm(&self, shape: GemmShape) -> Result<(), CalibrationError> {
         if shape.flops() > MAX_CPU_GEMM_FLOPS {
             return Err(CalibrationError::Input(format!(
                 "GEMM {}x{}x{} (x{}) is {:.0} GFLOP, too large for the CPU backend (limit {:.0} GFLOP per GEMM); use a small model, e.g. --layers 2 --hidden 256 --heads 8 --seq-len 128",
@@ -100,6 +100,11 @@ impl KernelTimer for CpuTimer {
                 MAX_CPU_GEMM_FLOPS / 1e9
             )));
         }
+        Ok(())
+    }
+
+    fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
+        self.check_gemm(shape)?;
         let (m, n, k) = (shape.m, shape.n, shape.k);
         let a = pattern(m * k * shape.batch);
         let b = pattern(k * n * shape.batch);
@@ -200,7 +205,7 @@ impl KernelTimer for CpuTimer {
         Ok(Timing::from_samples(&samples))
     }
 
-    fn run_layer(&mut self, spec: &LayerSpec, reps: Reps) -> Result<LayerRun, CalibrationError> {
+    fn check_layer(&self, spec: &LayerSpec) -> Result<(), CalibrationError> {
         let t = spec.tp;
         if t == 0
             || !spec.heads.is_multiple_of(t)
@@ -213,8 +218,14 @@ impl KernelTimer for CpuTimer {
                 spec.heads, spec.kv_heads, spec.ffn_hidden, spec.hidden
             )));
         }
-        let tokens = spec.seq_len * spec.micro_batch;
-        let bytes = (tokens * spec.hidden * 2) as u64;
+        if spec.micro_batch == 0 || spec.seq_len == 0 {
+            return Err(CalibrationError::Input(format!(
+                "a layer of {} sequences x {} tokens has no rows to run; use at least 1 of each",
+                spec.micro_batch, spec.seq_len
+            )));
+        }
+        let tokens = spec.seq_len.saturating_mul(spec.micro_batch);
+        let bytes = tokens.saturating_mul(spec.hidden).saturating_mul(2) as u64;
         let flops = 2.0
             * tokens as f64
             * spec.hidden as f64
@@ -225,6 +236,12 @@ impl KernelTimer for CpuTimer {
                 spec.hidden
             )));
         }
+        Ok(())
+    }
+
+    fn run_layer(&mut self, spec: &LayerSpec, reps: Reps) -> Result<LayerRun, CalibrationError> {
+        self.check_layer(spec)?;
+        let t = spec.tp;
         let weights = Weights::new(spec);
         let (x, dz) = layer::inputs(spec);
         let ring = Ring::new(t);

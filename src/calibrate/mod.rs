@@ -165,6 +165,14 @@ pub trait KernelTimer {
         reps: Reps,
     ) -> Result<Timing, CalibrationError>;
     fn run_layer(&mut self, spec: &LayerSpec, reps: Reps) -> Result<LayerRun, CalibrationError>;
+    /// Refuses, before anything is measured, a GEMM this backend cannot time.
+    fn check_gemm(&self, _shape: GemmShape) -> Result<(), CalibrationError> {
+        Ok(())
+    }
+    /// Refuses, before anything is measured, a layer this backend cannot run.
+    fn check_layer(&self, _spec: &LayerSpec) -> Result<(), CalibrationError> {
+        Ok(())
+    }
 }
 
 /// `--backend auto|cpu|cuda` resolved.
@@ -207,7 +215,8 @@ pub fn open_backend(
     }
 }
 
-/// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1GB`.
+/// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1TiB`, `1GB`. Text
+/// that is no byte size says so; a size of 0 bytes (or less) says that it must be more.
 pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
@@ -217,17 +226,43 @@ pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         "KB" => 1e3,
         "MB" => 1e6,
         "GB" => 1e9,
+        "TB" => 1e12,
         _ => f64::NAN,
     };
     match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && multiplier.is_finite() => Ok((v * multiplier) as u64),
+        Ok(v) if v.is_finite() && multiplier.is_finite() => {
+            let bytes = v * multiplier;
+            if bytes < 1.0 {
+                Err(CalibrationError::Input(format!(
+                    "{flag} {text}: must be at least 1 byte; e.g. {flag} 8KiB"
+                )))
+            } else {
+                Ok(bytes as u64)
+            }
+        }
         _ => Err(CalibrationError::Input(format!(
             "{flag} {text}: not a byte size; write e.g. 8KiB, 4MiB, 1GiB or 65536"
         ))),
     }
+}
+
+/// A byte count in the largest binary unit that holds it exactly (`4MiB`, `1GiB`, `65536B`).
+pub fn format_bytes(bytes: u64) -> String {
+    for (unit, size) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes}B")
 }
 
 #[cfg(test)]
@@ -241,9 +276,29 @@ mod tests {
         assert_eq!(parse_bytes("--x", "4MiB").unwrap(), 4 << 20);
         assert_eq!(parse_bytes("--x", "1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_bytes("--x", "2GB").unwrap(), 2_000_000_000);
-        for bad in ["", "0", "-1KiB", "8kb", "lots", "1TiB"] {
+        assert_eq!(parse_bytes("--x", "1TiB").unwrap(), 1 << 40);
+        for bad in ["", "8kb", "lots", "1PiB"] {
             let err = parse_bytes("--max-message", bad).unwrap_err().to_string();
             assert!(err.contains("not a byte size"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn zero_and_negative_byte_sizes_say_they_must_be_positive() {
+        for bad in ["0", "0KiB", "-1KiB", "0.2"] {
+            let err = parse_bytes("--max-message", bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("--max-message {bad}: must be at least 1 byte")),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn byte_counts_format_in_the_largest_exact_unit() {
+        assert_eq!(format_bytes(1 << 30), "1GiB");
+        assert_eq!(format_bytes(4 << 20), "4MiB");
+        assert_eq!(format_bytes(3 << 29), "1536MiB");
+        assert_eq!(format_bytes(1000), "1000B");
     }
 }

@@ -157,6 +157,13 @@ pub fn calibrate(
     if devices >= 2 {
         collective_runs.push((Collective::SendRecv, 2));
     }
+    // Refuse what this backend cannot run before measuring anything.
+    for (_, shape) in &shapes {
+        timer.check_gemm(*shape)?;
+    }
+    for shape in &sweep {
+        timer.check_gemm(*shape)?;
+    }
     let total = shapes.len() + sweep.len() + 1 + collective_runs.len() * opts.messages.len();
     let bar = progress(total as u64);
 

@@ -56,7 +56,12 @@ impl ValidationRow {
 /// The layer of `model` with case `case`'s split; errors name the rule a degree breaks.
 pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationError> {
     let t = case.tp;
-    if t == 0 || !model.heads.is_multiple_of(t) || !model.kv_heads.is_multiple_of(t) {
+    if t == 0 {
+        return Err(CalibrationError::Input(
+            "--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 2".into(),
+        ));
+    }
+    if !model.heads.is_multiple_of(t) || !model.kv_heads.is_multiple_of(t) {
         return Err(CalibrationError::Input(format!(
             "--tp {t} must divide the {} attention heads and {} KV heads of {}; choose a common divisor",
             model.heads, model.kv_heads, model.name
@@ -68,7 +73,17 @@ pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationErr
             model.ffn_hidden, model.name
         )));
     }
+    if case.micro_batch == 0 {
+        return Err(CalibrationError::Input(
+            "--micro-batch 0 must be at least 1; e.g. --micro-batch 1".into(),
+        ));
+    }
     let tokens = u64::from(model.seq_len) * u64::from(case.micro_batch);
+    if case.sequence_parallel && t == 1 {
+        return Err(CalibrationError::Input(
+            "--sequence-parallel needs --tp 2 or more: at --tp 1 there are no TP collectives to split; drop --sequence-parallel or use e.g. --tp 2".into(),
+        ));
+    }
     if case.sequence_parallel && tokens % u64::from(t) != 0 {
         return Err(CalibrationError::Input(format!(
             "--sequence-parallel splits {tokens} tokens over --tp {t}, which does not divide them; change --seq-len or --micro-batch"
