@@ -138,3 +138,71 @@ fn vtrain_multi_node_error_is_small() {
     assert!(mean.abs() < 0.07, "bias {:.3}", mean.exp());
     assert!(mean_abs < 0.12, "mean |log error| {mean_abs:.3}");
 }
+
+/// Spearman rank correlation of predicted and measured step times (statrs ranks, averaged ties).
+fn spearman(predicted: &[f64], measured: &[f64]) -> f64 {
+    use statrs::statistics::{OrderStatistics, RankTieBreaker};
+    let rp = statrs::statistics::Data::new(predicted.to_vec()).ranks(RankTieBreaker::Average);
+    let rm = statrs::statistics::Data::new(measured.to_vec()).ranks(RankTieBreaker::Average);
+    let n = rp.len() as f64;
+    let (mp, mm) = (rp.iter().sum::<f64>() / n, rm.iter().sum::<f64>() / n);
+    let cov: f64 = rp.iter().zip(&rm).map(|(a, b)| (a - mp) * (b - mm)).sum();
+    let var = |r: &[f64], m: f64| r.iter().map(|a| (a - m) * (a - m)).sum::<f64>();
+    cov / (var(&rp, mp) * var(&rm, mm)).sqrt()
+}
+
+#[test]
+fn vtrain_plan_ranking_within_each_model() {
+    // vTrain's multi-node rows measure many plans of the same model on the same cluster: what a planner
+    // must get right is their order. Print Spearman's rho per model and require a strong agreement.
+    let cases = cases();
+    let mut models: Vec<(u32, u32)> = cases
+        .iter()
+        .filter(|c| c.subset == "multi_node")
+        .map(|c| (c.model.layers, c.model.hidden))
+        .collect();
+    models.sort();
+    models.dedup();
+    for (layers, hidden) in models {
+        let rows: Vec<_> = cases
+            .iter()
+            .filter(|c| {
+                c.subset == "multi_node" && c.model.layers == layers && c.model.hidden == hidden
+            })
+            .collect();
+        let predicted: Vec<f64> = rows
+            .iter()
+            .map(|c| {
+                tpsim::cost::evaluate(&c.model, &c.cluster, &c.training, &c.plan)
+                    .time
+                    .step_s
+                    .0
+            })
+            .collect();
+        let measured: Vec<f64> = rows.iter().map(|c| c.measured_step_s).collect();
+        let rho = spearman(&predicted, &measured);
+        // Regret: how much slower (measured) tpsim's favourite is than the measured best.
+        let favourite = predicted
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i)
+            .unwrap();
+        let best = measured.iter().copied().fold(f64::INFINITY, f64::min);
+        let regret = measured[favourite] / best - 1.0;
+        println!(
+            "vTrain L{layers} h{hidden}: {} plans, Spearman rho {rho:.3}, tpsim's pick is {:.1}% slower than the measured best",
+            rows.len(),
+            regret * 100.0
+        );
+        assert!(
+            rho >= 0.5,
+            "L{layers} h{hidden}: rank correlation {rho:.3} below 0.5"
+        );
+        assert!(
+            regret <= 0.10,
+            "L{layers} h{hidden}: tpsim's pick is {:.1}% slower than the best",
+            regret * 100.0
+        );
+    }
+}
