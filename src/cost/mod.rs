@@ -102,6 +102,59 @@ impl StageTime {
     }
 }
 
+/// The per-micro-batch costs both the closed form (`evaluate`) and the schedule simulation
+/// (`simulated::stage_costs`) build on, computed in one place so the two cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct UnitCosts {
+    /// One transformer layer: forward, backward, recompute.
+    pub layer: LayerTime,
+    /// The output layer and loss (last stage only).
+    pub output: LayerTime,
+    /// One TP all-reduce of the b·s·h activations (or its AG + RS pair with SP).
+    pub tp_allreduce_s: f64,
+    /// One stage-boundary send of a micro-batch's activations (0 without pipeline parallelism).
+    pub pp_send_s: f64,
+    /// Where the TP, DP and PP groups sit.
+    pub placements: (comm::Placement, comm::Placement, comm::Placement),
+}
+
+#[inline]
+pub(crate) fn unit_costs(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> UnitCosts {
+    let seq_len = training.seq_len;
+    let placements = comm::group_placements(cluster, plan);
+    let speed = |p: comm::Placement| cluster.group_speed(p.link, p.members_per_node);
+    let (tp_speed, pp_speed) = (speed(placements.0), speed(placements.2));
+    UnitCosts {
+        layer: layer_time(
+            model,
+            cluster,
+            plan.micro_batch,
+            seq_len,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.recompute,
+            training.attention,
+        ),
+        output: output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp),
+        tp_allreduce_s: Collective::AllReduce.time(
+            comm::tp_tensor_bytes(model, training, plan),
+            plan.tp,
+            tp_speed,
+        ),
+        pp_send_s: if plan.pp > 1 {
+            Collective::SendRecv.time(comm::pp_message_bytes(model, training, plan), 2, pp_speed)
+        } else {
+            0.0
+        },
+        placements,
+    }
+}
+
 /// Evaluates one plan.
 pub fn evaluate(
     model: &Model,
@@ -111,18 +164,13 @@ pub fn evaluate(
 ) -> Estimate {
     let seq_len = training.seq_len;
     let memory = memory::memory(model, cluster, training, plan);
-    let layer = layer_time(
-        model,
-        cluster,
-        plan.micro_batch,
-        seq_len,
-        plan.tp,
-        plan.sequence_parallel,
-        plan.recompute,
-        training.attention,
-    );
-    let output = output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp);
-    let (tp_place, dp_place, pp_place) = comm::group_placements(cluster, plan);
+    let UnitCosts {
+        layer,
+        output,
+        tp_allreduce_s,
+        pp_send_s,
+        placements: (tp_place, dp_place, pp_place),
+    } = unit_costs(model, cluster, training, plan);
     let (tp_link, dp_link, pp_link) = (tp_place.link, dp_place.link, pp_place.link);
     let m = f64::from(plan.num_microbatches);
     let v = f64::from(plan.vpp);
@@ -131,24 +179,14 @@ pub fn evaluate(
     // TP: all-reduce-equivalents per layer per micro-batch.
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let tp_per_layer_count = comm::tp_collectives_per_layer(plan.recompute);
-    let tp_per_layer_s = tp_per_layer_count
-        * Collective::AllReduce.time(
-            tp_tensor,
-            plan.tp,
-            cluster.group_speed(tp_link, tp_place.members_per_node),
-        );
+    let tp_per_layer_s = tp_per_layer_count * tp_allreduce_s;
     let tp_per_layer_wire =
         tp_per_layer_count * Collective::AllReduce.wire_factor(plan.tp) * tp_tensor;
 
     // PP: forward activation and backward gradient per micro-batch per model chunk.
     let (pp_per_mb_s, pp_per_mb_wire) = if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
-        let one = Collective::SendRecv.time(
-            message,
-            2,
-            cluster.group_speed(pp_link, pp_place.members_per_node),
-        );
-        (2.0 * v * one, 2.0 * v * message)
+        (2.0 * v * pp_send_s, 2.0 * v * message)
     } else {
         (0.0, 0.0)
     };

@@ -17,8 +17,7 @@
 
 use serde::Serialize;
 
-use super::comm::{self, Collective};
-use super::compute::{layer_time, output_layer_time};
+use super::comm;
 use super::schedule::{Schedule, StageCost, simulate};
 use super::{Estimate, evaluate};
 use crate::cluster::Cluster;
@@ -90,33 +89,17 @@ pub fn stage_costs(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<StageCost> {
-    let seq_len = training.seq_len;
-    let layer = layer_time(
-        model,
-        cluster,
-        plan.micro_batch,
-        seq_len,
-        plan.tp,
-        plan.sequence_parallel,
-        plan.recompute,
-        training.attention,
-    );
-    let output = output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp);
-    let (tp_speed, _, pp_speed) = comm::group_speeds(cluster, plan);
-    let tp_one = Collective::AllReduce.time(
-        comm::tp_tensor_bytes(model, training, plan),
-        plan.tp,
-        tp_speed,
-    );
+    let super::UnitCosts {
+        layer,
+        output,
+        tp_allreduce_s: tp_one,
+        pp_send_s: send,
+        ..
+    } = super::unit_costs(model, cluster, training, plan);
     // Forward: 2 all-reduce equivalents per layer (4 with full recompute, whose repeat runs just
     // before the backward and so is charged to it); backward: 2 (comm::tp_collectives_per_layer).
     let tp_forward = 2.0 * tp_one;
     let tp_backward = (comm::tp_collectives_per_layer(plan.recompute) - 2.0) * tp_one;
-    let send = if plan.pp > 1 {
-        Collective::SendRecv.time(comm::pp_message_bytes(model, training, plan), 2, pp_speed)
-    } else {
-        0.0
-    };
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
