@@ -244,14 +244,16 @@ pub enum PlanError {
         kv_heads: u32,
         valid: String,
     },
-    #[error("--tp {tp} does not divide {gpus_per_node} GPUs per node; valid: {valid}")]
+    #[error(
+        "--tp {tp} does not divide the {gpus_per_node} GPUs of an NVLink domain; valid: {valid}"
+    )]
     TpNode {
         tp: u32,
         gpus_per_node: u32,
         valid: String,
     },
     #[error(
-        "--tp {tp} spans nodes ({gpus_per_node} GPUs per node): tensor-parallel all-reduces would cross the network every layer; use --tp {gpus_per_node} or less, or pass --allow-cross-node-tp"
+        "--tp {tp} spans NVLink domains ({gpus_per_node} GPUs per domain): tensor-parallel all-reduces would cross the network every layer; use --tp {gpus_per_node} or less, or pass --allow-cross-node-tp"
     )]
     TpCrossNode { tp: u32, gpus_per_node: u32 },
     #[error(
@@ -388,7 +390,7 @@ impl ParallelPlan {
         if !model.heads.is_multiple_of(r.tp) {
             let valid = divisors(model.heads)
                 .into_iter()
-                .filter(|d| *d <= cluster.gpus_per_node || r.allow_cross_node_tp);
+                .filter(|d| *d <= cluster.nvlink_domain() || r.allow_cross_node_tp);
             return Err(PlanError::TpHeads {
                 tp: r.tp,
                 heads: model.heads,
@@ -438,18 +440,19 @@ impl ParallelPlan {
                 valid: valid.join(", "),
             });
         }
-        if r.tp > cluster.gpus_per_node {
+        let domain = cluster.nvlink_domain();
+        if r.tp > domain {
             if !r.allow_cross_node_tp {
                 return Err(PlanError::TpCrossNode {
                     tp: r.tp,
-                    gpus_per_node: cluster.gpus_per_node,
+                    gpus_per_node: domain,
                 });
             }
-        } else if !cluster.gpus_per_node.is_multiple_of(r.tp) {
+        } else if !domain.is_multiple_of(r.tp) {
             return Err(PlanError::TpNode {
                 tp: r.tp,
-                gpus_per_node: cluster.gpus_per_node,
-                valid: list(divisors(cluster.gpus_per_node)),
+                gpus_per_node: domain,
+                valid: list(divisors(domain)),
             });
         }
         if r.sequence_parallel && r.tp == 1 {

@@ -108,7 +108,7 @@ impl SearchResult {
 /// Tensor-parallel degrees worth trying: divisors of both head counts that divide a node, plus,
 /// when allowed, multiples of a node that still divide the head counts and the GPU count.
 pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -> Vec<u32> {
-    let gpn = cluster.gpus_per_node;
+    let gpn = cluster.nvlink_domain();
     let gpus = cluster.total_gpus();
     divisors(model.heads)
         .into_iter()

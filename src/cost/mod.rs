@@ -35,8 +35,8 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{AttentionKernel, Training};
+use crate::plan::{ParallelPlan, Precision, Recompute};
+use crate::training::{AttentionKernel, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
@@ -222,6 +222,7 @@ pub(crate) fn unit_costs(
             attention: training.attention,
             precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
+            attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
         },
     );
     let full_recompute = plan.recompute == Recompute::Full;
@@ -421,7 +422,25 @@ pub fn evaluate(
     // DP (with CP) on the stage with the most parameters.
     let params = memory::max_stage_params(model, plan);
     let dp_group = groups.get(GroupKind::Dp);
-    let dp = comm::dp_traffic(training, plan, params, dp_group.size, dp_group.speed);
+    // FP8 parameter gather moves the layer weights in one byte (the embedding and output layer stay
+    // bf16; counted at the average over the stage's parameters).
+    let gather_bytes_per_param =
+        if plan.precision != Precision::Bf16 && training.framework.fp8_param_gather() {
+            let layer_share = (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp)
+                / params)
+                .min(1.0);
+            WEIGHT_BYTES - layer_share
+        } else {
+            WEIGHT_BYTES
+        };
+    let dp = comm::dp_traffic(
+        training,
+        plan,
+        params,
+        dp_group.size,
+        dp_group.speed,
+        gather_bytes_per_param,
+    );
     let overlap = training.overlap;
     let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;
     let grad_per_window = dp.grad_total_s / dp.overlap_windows.max(1.0);
