@@ -194,7 +194,10 @@ impl GpuProfile {
         }
         for (key, value) in [
             ("fp8_gemm_efficiency", self.fp8_gemm_efficiency),
-            ("fused_attention_efficiency", self.fused_attention_efficiency),
+            (
+                "fused_attention_efficiency",
+                self.fused_attention_efficiency,
+            ),
             ("fa2_attention_efficiency", self.fa2_attention_efficiency),
         ] {
             if let Some(value) = value

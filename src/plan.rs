@@ -70,6 +70,14 @@ pub struct PlanRequest {
     /// again for its backward (FSDP2 `reshard_after_forward=True`), or keep them until the backward.
     #[serde(default = "yes")]
     pub reshard_after_forward: bool,
+    /// With full recompute: how many layers of each model chunk are recomputed (Megatron's
+    /// `--recompute-method block --recompute-num-layers N`); 0 = every layer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recompute_num_layers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for PlanRequest {
@@ -91,6 +99,7 @@ impl Default for PlanRequest {
             etp: 1,
             precision: Precision::Bf16,
             reshard_after_forward: true,
+            recompute_num_layers: 0,
         }
     }
 }
@@ -212,6 +221,8 @@ pub struct ParallelPlan {
     pub zero: u8,
     pub reshard_after_forward: bool,
     pub precision: Precision,
+    /// Layers of each model chunk recomputed under full recompute (0 = all).
+    pub recompute_num_layers: u32,
     pub stages: StageLayout,
 }
 
@@ -540,11 +551,33 @@ impl ParallelPlan {
             zero: r.zero,
             reshard_after_forward: r.reshard_after_forward || r.zero < 3,
             precision: r.precision,
+            recompute_num_layers: if r.recompute == Recompute::Full {
+                r.recompute_num_layers
+            } else {
+                0
+            },
             cp: r.cp,
             ep: r.ep,
             etp: r.etp,
             stages,
         })
+    }
+
+    /// Layers of one model chunk on the most loaded stage.
+    pub fn layers_per_chunk(&self) -> u32 {
+        (self.stages.max_layers() / self.vpp).max(1)
+    }
+
+    /// Share of each chunk's layers that full recompute repeats in backward: 1 for every layer, N/L
+    /// for Megatron's block method with N of L layers, 0 without full recompute.
+    pub fn recompute_share(&self) -> f64 {
+        match self.recompute {
+            Recompute::Full if self.recompute_num_layers == 0 => 1.0,
+            Recompute::Full => {
+                (f64::from(self.recompute_num_layers) / f64::from(self.layers_per_chunk())).min(1.0)
+            }
+            Recompute::None | Recompute::Selective => 0.0,
+        }
     }
 
     /// The request that rebuilds this plan (what `plan --save` writes).
@@ -565,6 +598,7 @@ impl ParallelPlan {
             etp: self.etp,
             precision: self.precision,
             reshard_after_forward: self.reshard_after_forward,
+            recompute_num_layers: self.recompute_num_layers,
         }
     }
 }

@@ -126,9 +126,9 @@ impl TrainingFramework {
     pub fn attention_efficiency(self, gpu: &crate::cluster::GpuProfile) -> f64 {
         match self {
             TrainingFramework::MegatronLm2021 => gpu.gemm_efficiency,
-            TrainingFramework::MegatronCore => {
-                gpu.fused_attention_efficiency.unwrap_or(gpu.gemm_efficiency)
-            }
+            TrainingFramework::MegatronCore => gpu
+                .fused_attention_efficiency
+                .unwrap_or(gpu.gemm_efficiency),
             TrainingFramework::Torchtitan | TrainingFramework::Deepspeed => {
                 gpu.fa2_attention_efficiency.unwrap_or(gpu.gemm_efficiency)
             }
