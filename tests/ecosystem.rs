@@ -112,7 +112,8 @@ fn hf_config_sets_the_sequence_length_and_gating() {
         "--format",
         "json",
     ]);
-    assert_eq!(json["training"]["seq_len"], 8192);
+    // The default is a training length (4096), not the config's max_position_embeddings (issue 10 item 6).
+    assert_eq!(json["training"]["seq_len"], 4096);
     assert_eq!(json["model"]["gated_mlp"], true);
     assert_eq!(json["model"]["ffn_hidden"], 28672);
     assert_eq!(json["plans"].as_array().unwrap().len(), 1);
@@ -1330,9 +1331,25 @@ fn hf_config_defaults_are_not_silent() {
         "no-len.json",
         &format!("{{\"model_type\": \"llama\", {shape}}}"),
     );
-    assert_error(
-        &["plan", "--hf-config", &no_len, "--nodes", "1"],
-        &["\"max_position_embeddings\" is missing", "pass --seq-len"],
+    // Without a position limit the default training length is used, and said.
+    let json = run_json(&[
+        "plan",
+        "--hf-config",
+        &no_len,
+        "--nodes",
+        "4",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json["training"]["seq_len"], 4096);
+    assert!(
+        json["model"]["origin"]
+            .as_str()
+            .unwrap()
+            .contains("--seq-len not given"),
+        "{json}"
     );
     let json = run_json(&[
         "plan",
