@@ -922,11 +922,14 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "json",
     ]);
     assert_eq!(script["plans"], flags["plans"]);
-    // The script describes Llama-3-70B: the same count as its Hugging Face config.
+    // The script describes Llama-3-70B: the same count as its Hugging Face config (at the script's
+    // --seq-length 8192; the config's default would be the 4096-token training length).
     let hf = run_json(&[
         "eval",
         "--hf-config",
         "models/hf/llama-3-70b.json",
+        "--seq-len",
+        "8192",
         "--nodes",
         "16",
         "--tp",
