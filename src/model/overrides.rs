@@ -203,3 +203,52 @@ impl Model {
         Ok(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moe_layer_freq_reads_megatrons_forms() {
+        assert_eq!(parse_moe_layer_freq("1"), Ok((0, 1, None)));
+        assert_eq!(parse_moe_layer_freq("2"), Ok((0, 2, None)));
+        // DeepSeek-V3 in Megatron-Bridge / slime scripts.
+        assert_eq!(parse_moe_layer_freq("[0]*3+[1]*58"), Ok((3, 1, Some(61))));
+        assert_eq!(parse_moe_layer_freq("'([1]*48)'"), Ok((0, 1, Some(48))));
+        assert_eq!(parse_moe_layer_freq("([1,0]*4)"), Ok((0, 2, Some(8))));
+        for bad in ["0", "[1,1,0]*20", "[0]*4", "[2]*3", "x", "[1]*99999999"] {
+            let err = parse_moe_layer_freq(bad).unwrap_err();
+            assert!(err.starts_with("--moe-layer-freq"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn overrides_keep_a_head_dim_set_apart_and_follow_an_implicit_one() {
+        let qwen3 = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let fewer_heads = qwen3
+            .with_overrides(&ShapeOverrides {
+                heads: Some(16),
+                ..ShapeOverrides::default()
+            })
+            .unwrap();
+        assert_eq!((fewer_heads.head_dim, fewer_heads.kv_heads), (128, 4));
+        let llama = crate::specs::load_model("llama3-8b").unwrap();
+        let wider = llama
+            .with_overrides(&ShapeOverrides {
+                hidden: Some(8192),
+                ..ShapeOverrides::default()
+            })
+            .unwrap();
+        assert_eq!(wider.head_dim, 256);
+        // --num-experts on a dense model: Megatron's defaults (top-2, expert width = ffn).
+        let moe = llama
+            .with_overrides(&ShapeOverrides {
+                num_experts: Some(8),
+                ..ShapeOverrides::default()
+            })
+            .unwrap()
+            .moe
+            .unwrap();
+        assert_eq!((moe.router_topk, moe.ffn_hidden), (2, 14336));
+    }
+}

@@ -241,4 +241,46 @@ impl Model {
             + self.embedding_params()
             + self.output_params()
     }
+
+    /// K/V parameters of one layer that each tensor-parallel rank holds beyond an even 1/tp share
+    /// when `tp` exceeds the KV heads: Megatron-Core then replicates the K/V heads so that every
+    /// rank keeps one whole group (issue 13 item 5), i.e. max(kv_heads/tp, 1) heads of K and of V,
+    /// 2·(h + bias)·head_dim each. 0 when tp ≤ kv_heads, and with MLA (its K/V up-projection is
+    /// split by query head).
+    pub fn kv_replication_params_per_tp_rank(&self, tp: u32) -> f64 {
+        if self.mla.is_some() || tp <= self.kv_heads {
+            return 0.0;
+        }
+        let per_head = (f64::from(self.hidden)
+            + if self.linear_bias || self.qkv_bias {
+                1.0
+            } else {
+                0.0
+            })
+            * f64::from(self.head_dim);
+        let kv = f64::from(self.kv_heads);
+        2.0 * per_head * (1.0 - kv / f64::from(tp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::specs::load_model;
+
+    #[test]
+    fn kv_heads_replicated_over_tp_add_one_group_per_rank() {
+        // Qwen3-30B-A3B: 4 KV heads of 128 over hidden 2048. At tp 8 each rank keeps one K and one
+        // V head (2·2048·128 weights) where an even split would give half of one.
+        let m = load_model("qwen3-30b-a3b").unwrap();
+        assert_eq!(m.kv_replication_params_per_tp_rank(4), 0.0);
+        let extra = m.kv_replication_params_per_tp_rank(8);
+        assert_eq!(extra, 2.0 * 2048.0 * 128.0 * 0.5);
+        // The model's own count never depends on tp.
+        assert_eq!(
+            load_model("llama3-8b")
+                .unwrap()
+                .kv_replication_params_per_tp_rank(8),
+            0.0
+        );
+    }
 }
