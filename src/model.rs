@@ -492,9 +492,10 @@ impl Model {
         }
     }
 
-    /// Per-head widths of the score product QKᵀ and of the value product AV: head_dim both, or with
-    /// MLA qk_head_dim + qk_pos_emb_head_dim and v_head_dim (DeepSeek-V3 §2.1.1, eq. 1–11).
-    fn score_and_value_head_dims(&self) -> (f64, f64) {
+    /// Per-head widths (d_qk, d_v) of the score product QKᵀ and of the value product AV: head_dim
+    /// both, or with MLA qk_head_dim + qk_pos_emb_head_dim and v_head_dim (DeepSeek-V3 §2.1.1,
+    /// eq. 1–11). The attention GEMMs of one head are s × d_qk × s and s × s × d_v.
+    pub fn attention_head_dims(&self) -> (f64, f64) {
         match &self.mla {
             Some(mla) => (
                 f64::from(mla.qk_head_dim) + f64::from(mla.qk_pos_emb_head_dim),
@@ -507,7 +508,7 @@ impl Model {
     /// Query width: heads × head_dim (equals `hidden` unless the head dimension is set apart), or
     /// heads × (qk_head_dim + qk_pos_emb_head_dim) with MLA.
     pub fn q_width(&self) -> f64 {
-        f64::from(self.heads) * self.score_and_value_head_dims().0
+        f64::from(self.heads) * self.attention_head_dims().0
     }
 
     /// Width of the K (or V) projection: kv_heads × head_dim. Equals `hidden` without GQA. With MLA
@@ -516,7 +517,7 @@ impl Model {
     pub fn kv_width(&self) -> f64 {
         match &self.mla {
             Some(_) => {
-                let (qk, v) = self.score_and_value_head_dims();
+                let (qk, v) = self.attention_head_dims();
                 f64::from(self.heads) * (qk + v) / 2.0
             }
             None => f64::from(self.kv_heads) * f64::from(self.head_dim),
@@ -525,7 +526,7 @@ impl Model {
 
     /// Input width of the attention output projection: heads × head_dim, or heads × v_head_dim.
     pub fn attention_out_width(&self) -> f64 {
-        f64::from(self.heads) * self.score_and_value_head_dims().1
+        f64::from(self.heads) * self.attention_head_dims().1
     }
 
     /// Columns of the first MLP matrix of a dense layer: ffn for GeLU, 2·ffn for gated units (gate

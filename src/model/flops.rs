@@ -38,7 +38,7 @@ impl Model {
     /// Forward FLOPs of QKᵀ and AV over every (query, key) pair, for b sequences of s tokens:
     /// 2·b·s²·heads·(d_qk + d_v) (Narayanan et al. 2021 §3: 4bs²h for GPT).
     fn attention_core_all_pairs_flops(&self, b: f64, s: f64) -> f64 {
-        let (qk, v) = self.score_and_value_head_dims();
+        let (qk, v) = self.attention_head_dims();
         2.0 * b * s * s * f64::from(self.heads) * (qk + v)
     }
 
