@@ -97,6 +97,32 @@ fn resolve_model(
     seq_len_flag: Option<u32>,
 ) -> Result<(Model, String)> {
     let (model, origin) = resolve_base_model(args, file, seq_len_flag)?;
+    // The block-style switches describe a model built from shape flags; over a named model they
+    // would be dropped without a word, so they are refused.
+    if origin != "flags" {
+        let style_flags = [
+            ("--gated-mlp", args.gated_mlp),
+            ("--style", args.style.is_some()),
+            ("--disable-bias-linear", args.disable_bias_linear),
+            (
+                "--untie-embeddings-and-output-weights",
+                args.untie_embeddings_and_output_weights,
+            ),
+            ("--normalization", args.normalization.is_some()),
+            ("--hidden-dropout", args.hidden_dropout.is_some()),
+            ("--attention-dropout", args.attention_dropout.is_some()),
+            (
+                "--position-embedding-type",
+                args.position_embedding_type.is_some(),
+            ),
+        ];
+        if let Some((flag, _)) = style_flags.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag} describes a model built from shape flags (--layers --hidden --heads); the model {} ({origin}) already fixes it: drop {flag}, or give the whole shape with flags",
+                model.name
+            );
+        }
+    }
     let overrides = shape_overrides(args, &model)?;
     if overrides == ShapeOverrides::default() {
         return Ok((model, origin));

@@ -633,4 +633,12 @@ fn bad_moe_input_is_a_one_line_error() {
         ],
         &["--num-experts = 0"],
     );
+    // Block-style switches apply to shape-flag models only; over a bundled model they are refused,
+    // not dropped.
+    assert_error(
+        &[
+            "plan", "--model", "grok-1", "--layers", "8", "--swiglu", "--nodes", "1",
+        ],
+        &["--gated-mlp", "grok-1", "drop --gated-mlp"],
+    );
 }
