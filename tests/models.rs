@@ -642,3 +642,38 @@ fn bad_moe_input_is_a_one_line_error() {
         &["--gated-mlp", "grok-1", "drop --gated-mlp"],
     );
 }
+
+#[test]
+fn moe_spec_files_are_checked_like_flags() {
+    let dir = std::env::temp_dir().join(format!("tpsim-moe-yaml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = "name: tiny-moe\nlayers: 4\nhidden: 1024\nheads: 8\nvocab: 32000\nseq_len: 2048\n";
+    let write = |name: &str, moe: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{base}{moe}")).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let ok = write(
+        "ok.yaml",
+        "moe:\n  experts: 8\n  router_topk: 2\n  ffn_hidden: 512\n  first_dense_layers: 1\n",
+    );
+    let m = tpsim::specs::load_model(&ok).unwrap();
+    assert_eq!((m.dense_layers(), m.moe_layers()), (1, 3));
+    let too_many = write(
+        "topk.yaml",
+        "moe:\n  experts: 8\n  router_topk: 9\n  ffn_hidden: 512\n",
+    );
+    assert_error(
+        &["plan", "--model", &too_many, "--nodes", "1"],
+        &["topk.yaml", "--moe-router-topk 9", "--num-experts 8"],
+    );
+    let typo = write(
+        "typo.yaml",
+        "moe:\n  experts: 8\n  topk: 2\n  ffn_hidden: 512\n",
+    );
+    assert_error(
+        &["plan", "--model", &typo, "--nodes", "1"],
+        &["typo.yaml", "topk"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
