@@ -20,7 +20,7 @@ use crate::cost::Estimate;
 use crate::cost::evaluate;
 use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
-use crate::model::{Model, ModelFile, Norm};
+use crate::model::{Model, ModelFile, Norm, ShapeOverrides};
 use crate::plan::Precision;
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
 use crate::planner::{Pins, SearchOptions, refine_top, search};
@@ -93,7 +93,98 @@ fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
     Ok(value)
 }
 
+/// The model of the command line: from a source (--params, --hf-config, --model, shape flags or a
+/// plan file), then the shape flags given over it (`--model grok-1 --layers 8`).
 fn resolve_model(
+    args: &ModelArgs,
+    file: Option<(&PlanFile, &str)>,
+    seq_len_flag: Option<u32>,
+) -> Result<(Model, String)> {
+    let (model, origin) = resolve_base_model(args, file, seq_len_flag)?;
+    // The block-style switches describe a model built from shape flags; over a named model they
+    // would be dropped without a word, so they are refused.
+    if origin != "flags" {
+        let style_flags = [
+            ("--gated-mlp", args.gated_mlp),
+            ("--style", args.style.is_some()),
+            ("--disable-bias-linear", args.disable_bias_linear),
+            (
+                "--untie-embeddings-and-output-weights",
+                args.untie_embeddings_and_output_weights,
+            ),
+            ("--normalization", args.normalization.is_some()),
+            ("--hidden-dropout", args.hidden_dropout.is_some()),
+            ("--attention-dropout", args.attention_dropout.is_some()),
+            (
+                "--position-embedding-type",
+                args.position_embedding_type.is_some(),
+            ),
+        ];
+        if let Some((flag, _)) = style_flags.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag} describes a model built from shape flags (--layers --hidden --heads); the model {} ({origin}) already fixes it: drop {flag}, or give the whole shape with flags",
+                model.name
+            );
+        }
+    }
+    let overrides = shape_overrides(args, &model)?;
+    if overrides == ShapeOverrides::default() {
+        return Ok((model, origin));
+    }
+    let overridden = model.with_overrides(&overrides)?;
+    if origin == "flags" {
+        return Ok((overridden, origin));
+    }
+    Ok((overridden, format!("{origin}, with shape flags over it")))
+}
+
+/// The shape flags as overrides of `base` (only those given). `--moe-layer-freq` is parsed here:
+/// an integer or Megatron's list expression, whose length must be the layer count.
+fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
+    let (list_first_dense, layer_freq) = match &args.moe_layer_freq {
+        None => (None, None),
+        Some(text) => {
+            let (first_dense, freq, listed) =
+                crate::model::parse_moe_layer_freq(text).map_err(|message| anyhow!(message))?;
+            let layers = args.layers.unwrap_or(base.layers);
+            if let Some(listed) = listed
+                && listed != layers
+            {
+                bail!(
+                    "--moe-layer-freq {text} lists {listed} layers but the model has {layers}; Megatron requires one entry per layer"
+                );
+            }
+            if listed.is_some() && args.moe_first_k_dense_replace.is_some() {
+                bail!(
+                    "--moe-layer-freq {text} already says which layers are dense; drop --moe-first-k-dense-replace (or give --moe-layer-freq as an integer)"
+                );
+            }
+            (listed.map(|_| first_dense), Some(freq))
+        }
+    };
+    Ok(ShapeOverrides {
+        layers: args.layers,
+        hidden: args.hidden,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+        head_dim: args.head_dim,
+        ffn_hidden: args.ffn_hidden,
+        vocab: args.vocab,
+        num_experts: args.num_experts,
+        moe_router_topk: args.moe_router_topk,
+        moe_ffn_hidden: args.moe_ffn_hidden_size,
+        moe_shared_expert_ffn_hidden: args.moe_shared_expert_intermediate_size,
+        moe_layer_freq: layer_freq,
+        moe_first_dense_layers: args.moe_first_k_dense_replace.or(list_first_dense),
+        q_lora_rank: args.q_lora_rank,
+        kv_lora_rank: args.kv_lora_rank,
+        qk_head_dim: args.qk_head_dim,
+        qk_pos_emb_head_dim: args.qk_pos_emb_head_dim,
+        v_head_dim: args.v_head_dim,
+    })
+}
+
+fn resolve_base_model(
     args: &ModelArgs,
     file: Option<(&PlanFile, &str)>,
     seq_len_flag: Option<u32>,
@@ -114,8 +205,12 @@ fn resolve_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
-        let model = hf_config::load(path, seq_len_flag)?;
-        return Ok((model, format!("from Hugging Face config {path}")));
+        let loaded = hf_config::load(path, seq_len_flag)?;
+        let origin = match &loaded.seq_len_note {
+            Some(note) => format!("from Hugging Face config {path}; {note}"),
+            None => format!("from Hugging Face config {path}"),
+        };
+        return Ok((loaded.model, origin));
     }
     if let Some(name) = &args.model {
         let model = specs::load_model(name)?;
@@ -126,7 +221,11 @@ fn resolve_model(
         };
         return Ok((model, origin.to_string()));
     }
-    if let Some(layers) = args.layers {
+    // Shape flags describe the whole model unless a plan file gives one for them to override.
+    if let Some(layers) = args
+        .layers
+        .filter(|_| file.is_none() || args.hidden.is_some())
+    {
         let hidden = args
             .hidden
             .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
@@ -139,10 +238,12 @@ fn resolve_model(
             description: None,
             source: None,
             published_params_b: None,
+            published_active_params_b: None,
             layers,
             hidden,
             heads,
             kv_heads: args.kv_heads,
+            head_dim: args.head_dim,
             ffn_hidden: args.ffn_hidden,
             vocab: args.vocab.unwrap_or(DEFAULT_VOCAB),
             seq_len: seq_len_for_derived,
@@ -161,6 +262,11 @@ fn resolve_model(
             dropout: !llama
                 && args.hidden_dropout.is_none_or(|p| p > 0.0)
                 && args.attention_dropout.is_none_or(|p| p > 0.0),
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            mla: None,
+            moe: None,
         })?;
         return Ok((model, "flags".to_string()));
     }
@@ -175,6 +281,11 @@ fn resolve_model(
                 .with_context(|| format!("params {text} in {path}"))?;
             return Ok((model, format!("derived from params {text} in {path}")));
         }
+    }
+    if args.hidden.is_some() || args.heads.is_some() || args.num_experts.is_some() {
+        bail!(
+            "shape flags alone need --layers, --hidden and --heads (or --model NAME / --hf-config FILE for them to override)"
+        );
     }
     bail!(
         "no model given: pass --params 512B, --model NAME|FILE (e.g. --model gpt3-175b) or --layers/--hidden/--heads"
@@ -376,25 +487,7 @@ fn print_report(report: &Report, format: Format, table: impl FnOnce(&Report) -> 
 }
 
 fn model_file_of(model: &Model) -> ModelFile {
-    ModelFile {
-        name: model.name.clone(),
-        description: None,
-        source: None,
-        published_params_b: None,
-        layers: model.layers,
-        hidden: model.hidden,
-        heads: model.heads,
-        kv_heads: Some(model.kv_heads),
-        ffn_hidden: Some(model.ffn_hidden),
-        vocab: model.vocab,
-        seq_len: model.seq_len,
-        gated_mlp: model.gated_mlp,
-        linear_bias: model.linear_bias,
-        tied_embeddings: model.tied_embeddings,
-        learned_position_embeddings: model.learned_position_embeddings,
-        norm: Some(model.norm),
-        dropout: model.dropout,
-    }
+    model.to_file()
 }
 
 fn plan(args: PlanArgs) -> Result<Outcome> {

@@ -106,26 +106,27 @@ pub struct ModelArgs {
     /// Parameter count (512B, 1.5T, 70000M, 175e9); a GPT-style shape is derived and printed.
     #[arg(long, value_name = "COUNT", allow_hyphen_values = true, conflicts_with_all = ["model", "layers"])]
     pub params: Option<String>,
-    /// Bundled model name (gpt3-175b, llama3-70b, ...) or a model YAML file.
-    #[arg(long, value_name = "NAME|FILE", conflicts_with = "layers")]
+    /// Bundled model name (gpt3-175b, llama3-70b, deepseek-v3, qwen3-30b-a3b, mixtral-8x7b, ...) or a
+    /// model YAML file. Shape flags override its values (--model grok-1 --layers 8).
+    #[arg(long, value_name = "NAME|FILE")]
     pub model: Option<String>,
-    /// Transformer layers (with --hidden and --heads).
-    #[arg(long, visible_alias = "num-layers", requires_all = ["hidden", "heads"])]
+    /// Transformer layers (with --hidden and --heads; or over --model / --hf-config).
+    #[arg(long, visible_alias = "num-layers")]
     pub layers: Option<u32>,
     /// Hidden size.
-    #[arg(long, visible_alias = "hidden-size", requires = "layers")]
+    #[arg(long, visible_alias = "hidden-size")]
     pub hidden: Option<u32>,
     /// Attention heads.
-    #[arg(long, visible_alias = "num-attention-heads", requires = "layers")]
+    #[arg(long, visible_alias = "num-attention-heads")]
     pub heads: Option<u32>,
     /// Key/value heads for grouped-query attention (default: --heads).
-    #[arg(long, visible_alias = "num-query-groups", requires = "layers")]
+    #[arg(long, visible_alias = "num-query-groups")]
     pub kv_heads: Option<u32>,
     /// MLP hidden size (default: 4 x --hidden).
-    #[arg(long, visible_alias = "ffn-hidden-size", requires = "layers")]
+    #[arg(long, visible_alias = "ffn-hidden-size")]
     pub ffn_hidden: Option<u32>,
     /// Vocabulary size (default 51200 with shape flags).
-    #[arg(long, visible_alias = "vocab-size", requires = "layers")]
+    #[arg(long, visible_alias = "vocab-size")]
     pub vocab: Option<u32>,
     /// Gated MLP (SwiGLU: gate, up and down matrices).
     #[arg(long, visible_alias = "swiglu", requires = "layers")]
@@ -135,8 +136,9 @@ pub struct ModelArgs {
     #[arg(long, value_enum, requires = "layers")]
     pub style: Option<StyleArg>,
     /// A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox,
-    /// falcon); its max_position_embeddings is the default --seq-len.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["params", "model", "layers"])]
+    /// falcon, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss). Default --seq-len: 4096, a
+    /// training length (never the config's max_position_embeddings); shape flags override it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["params", "model"])]
     pub hf_config: Option<String>,
     /// Megatron-LM's switch that enables --num-query-groups (accepted so a launch line pastes).
     #[arg(long, hide = true)]
@@ -159,6 +161,44 @@ pub struct ModelArgs {
     /// Megatron-LM: learned_absolute (default) or rope.
     #[arg(long, hide = true, value_name = "KIND", requires = "layers")]
     pub position_embedding_type: Option<String>,
+    // --- Head dimension, mixture of experts, multi-head latent attention (Megatron-LM names). ---
+    /// Width of one attention head where heads x head_dim != hidden (Qwen3, Gemma); default
+    /// hidden / heads.
+    #[arg(long, visible_alias = "kv-channels", value_name = "N")]
+    pub head_dim: Option<u32>,
+    /// Routed experts per MoE layer (makes the model a mixture of experts).
+    #[arg(long, value_name = "N")]
+    pub num_experts: Option<u32>,
+    /// Experts each token is routed to (default 2, Megatron's).
+    #[arg(long, value_name = "K")]
+    pub moe_router_topk: Option<u32>,
+    /// MLP width of one routed expert (default --ffn-hidden-size).
+    #[arg(long, value_name = "N")]
+    pub moe_ffn_hidden_size: Option<u32>,
+    /// MLP width of the shared experts together (DeepSeek: shared experts x expert width); 0 = none.
+    #[arg(long, value_name = "N")]
+    pub moe_shared_expert_intermediate_size: Option<u32>,
+    /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58".
+    #[arg(long, value_name = "N|LIST")]
+    pub moe_layer_freq: Option<String>,
+    /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
+    #[arg(long, value_name = "K")]
+    pub moe_first_k_dense_replace: Option<u32>,
+    /// Multi-head latent attention: rank of the query down-projection (omit for none).
+    #[arg(long, value_name = "N")]
+    pub q_lora_rank: Option<u32>,
+    /// Multi-head latent attention: rank of the shared key/value latent (enables MLA).
+    #[arg(long, value_name = "N")]
+    pub kv_lora_rank: Option<u32>,
+    /// Multi-head latent attention: per-head query/key width without RoPE (default 128).
+    #[arg(long, value_name = "N")]
+    pub qk_head_dim: Option<u32>,
+    /// Multi-head latent attention: per-head RoPE query/key width (default 64).
+    #[arg(long, value_name = "N")]
+    pub qk_pos_emb_head_dim: Option<u32>,
+    /// Multi-head latent attention: per-head value width (default 128).
+    #[arg(long, value_name = "N")]
+    pub v_head_dim: Option<u32>,
 }
 
 /// Where to train.

@@ -689,15 +689,21 @@ impl MegatronLaunch {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
+            head_dim: self.hidden.checked_div(self.heads).unwrap_or(0),
             ffn_hidden: self.ffn_hidden.unwrap_or_else(|| self.default_ffn_hidden()),
             vocab: self.vocab.unwrap_or(default_vocab),
             seq_len: self.seq_len,
             gated_mlp: self.gated_mlp,
             linear_bias: self.linear_bias,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
             tied_embeddings: self.tied_embeddings,
             learned_position_embeddings: self.learned_position_embeddings,
             norm: self.norm,
             dropout: self.dropout,
+            mla: None,
+            moe: None,
         };
         model.check()?;
         Ok(model)

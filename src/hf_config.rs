@@ -6,29 +6,59 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{Model, ModelError, Norm};
+use crate::model::{Mla, Model, ModelError, Moe, Norm};
 
 /// `model_type` values we read, in the order the error message lists them.
 pub const SUPPORTED: &[&str] = &[
-    "llama", "mistral", "qwen2", "qwen3", "gemma", "gpt2", "gpt_neox", "falcon",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gpt_neox",
+    "falcon",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v3",
+    "gpt_oss",
 ];
+
+/// The training sequence length tpsim uses when `--seq-len` is not given: 4,096 tokens, the
+/// pre-training length of Qwen3 (Qwen3 technical report §3.2, stages 1–2), DeepSeek-V3 (report §4.2)
+/// and GPT-OSS (config `initial_context_length` 4096), and of the Megatron-Bridge MoE recipes in
+/// validation/modern_runs.yaml. A config's `max_position_embeddings` is the longest context the
+/// model serves after long-context extension (Qwen3 40,960, Mistral 32,768), not a training length.
+pub const DEFAULT_TRAINING_SEQ_LEN: u32 = 4096;
 
 /// Architecture families with their parameter layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
-    /// Llama, Mistral, Qwen2, Qwen3: RMSNorm, gated MLP (SwiGLU), RoPE, no linear biases.
-    /// Qwen2's q/k/v biases and Qwen3's per-head q/k norms are left out.
+    /// Llama, Mistral, Qwen2, Qwen3 and their MoE variants (Mixtral, Qwen2-MoE, Qwen3-MoE): RMSNorm,
+    /// gated MLP (SwiGLU), RoPE; biases per model type (Qwen2: q/k/v; Llama: `attention_bias`,
+    /// `mlp_bias`), Qwen3's per-head q/k norms.
     LlamaLike,
-    /// Gemma: as Llama with a GeGLU MLP and tied embeddings (`GemmaConfig` ties by default).
+    /// Gemma: as Llama with a GeLU-gated MLP (GeGLU: gate, up, down — the same three matrices as
+    /// SwiGLU, so the same count), head_dim 256 and tied embeddings by default.
     Gemma,
     /// GPT-2: LayerNorm, biases, GeLU MLP of 4h (`n_inner` null), learned positions, tied output.
     Gpt2,
     /// GPT-NeoX / Pythia: LayerNorm, biases, GeLU MLP, rotary, separate `embed_out` (untied).
     GptNeox,
     /// Falcon: LayerNorm, no biases (`bias: false`), GeLU MLP of 4h, rotary, tied output;
-    /// multi-query attention unless `new_decoder_architecture` gives `num_kv_heads`. The 7B/40B
-    /// parallel block has one LayerNorm per layer where tpsim counts two (2h per layer).
+    /// multi-query attention unless `new_decoder_architecture` gives `num_kv_heads`. The 7B
+    /// parallel block has one LayerNorm per layer (`input_layernorm`), the new architecture
+    /// (40B, 180B) two (`ln_attn`, `ln_mlp`).
     Falcon,
+    /// DeepSeek-V3: multi-head latent attention and MoE with a shared expert after
+    /// `first_k_dense_replace` dense layers (`DeepseekV3Config`). The multi-token-prediction module
+    /// (`num_nextn_predict_layers`) is not counted: the 671B of the report excludes it.
+    DeepseekV3,
+    /// GPT-OSS: MoE in every layer with biases on every linear layer and on the router
+    /// (`GptOssConfig`, `attention_bias` true). The per-head attention sinks (64 numbers per layer)
+    /// and the sliding window of every other layer are left out.
+    GptOss,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,12 +106,16 @@ pub enum HfConfigError {
 
 fn family_of(model_type: &str) -> Option<Family> {
     match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" => Some(Family::LlamaLike),
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe" => {
+            Some(Family::LlamaLike)
+        }
         "gemma" => Some(Family::Gemma),
         "gpt2" => Some(Family::Gpt2),
         "gpt_neox" => Some(Family::GptNeox),
         // Falcon's first Hub uploads used the remote-code names.
         "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(Family::Falcon),
+        "deepseek_v3" => Some(Family::DeepseekV3),
+        "gpt_oss" => Some(Family::GptOss),
         _ => None,
     }
 }
@@ -97,13 +131,26 @@ fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
         "GPT2LMHeadModel" => "gpt2",
         "GPTNeoXForCausalLM" => "gpt_neox",
         "FalconForCausalLM" | "RWForCausalLM" => "falcon",
+        "MixtralForCausalLM" => "mixtral",
+        "Qwen2MoeForCausalLM" => "qwen2_moe",
+        "Qwen3MoeForCausalLM" => "qwen3_moe",
+        "DeepseekV3ForCausalLM" => "deepseek_v3",
+        "GptOssForCausalLM" => "gpt_oss",
         _ => return None,
     })
 }
 
-/// Reads a `config.json` file. `seq_len` is the user's `--seq-len`, when given: it replaces the
-/// config's `max_position_embeddings` (and must fit GPT-2's learned position table).
-pub fn load(path: &str, seq_len: Option<u32>) -> Result<Model, HfConfigError> {
+/// A model read from a `config.json`, with a note on where its training length came from when
+/// `--seq-len` was not given (printed with the model's origin).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HfModel {
+    pub model: Model,
+    pub seq_len_note: Option<String>,
+}
+
+/// Reads a `config.json` file. `seq_len` is the user's `--seq-len`, when given; otherwise the model
+/// trains on [`DEFAULT_TRAINING_SEQ_LEN`] tokens (fewer when the config's position limit is lower).
+pub fn load(path: &str, seq_len: Option<u32>) -> Result<HfModel, HfConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| HfConfigError::Read {
         path: path.to_string(),
         source,
@@ -122,7 +169,7 @@ pub fn load(path: &str, seq_len: Option<u32>) -> Result<Model, HfConfigError> {
     } else {
         stem
     };
-    parse(&text, path, name, seq_len)
+    parse_with_note(&text, path, name, seq_len)
 }
 
 /// Parses the text of a `config.json`; `path` is only used in messages, `seq_len` is `--seq-len`.
@@ -132,6 +179,36 @@ pub fn parse(
     name: &str,
     seq_len: Option<u32>,
 ) -> Result<Model, HfConfigError> {
+    parse_with_note(text, path, name, seq_len).map(|m| m.model)
+}
+
+/// Per-`model_type` defaults of the `*Config` classes in transformers, for keys a config.json may
+/// leave out: (num_key_value_heads, head_dim, tie_word_embeddings). `None` for the KV heads means
+/// "= num_attention_heads"; `None` for head_dim means hidden_size / num_attention_heads.
+fn class_defaults(model_type: &str) -> (Option<u32>, Option<u32>, bool) {
+    match model_type {
+        // MistralConfig(num_key_value_heads=8), MixtralConfig(num_key_value_heads=8).
+        "mistral" | "mixtral" => (Some(8), None, false),
+        // Qwen2Config(num_key_value_heads=32, tie_word_embeddings=False).
+        "qwen2" => (Some(32), None, false),
+        // Qwen3Config(num_key_value_heads=8, head_dim=128, tie_word_embeddings=True).
+        "qwen3" => (Some(8), Some(128), true),
+        // Qwen2MoeConfig(num_key_value_heads=16), Qwen3MoeConfig(num_key_value_heads=4).
+        "qwen2_moe" => (Some(16), None, false),
+        "qwen3_moe" => (Some(4), None, false),
+        // GemmaConfig(num_key_value_heads=16, head_dim=256, tie_word_embeddings=True).
+        "gemma" => (Some(16), Some(256), true),
+        // LlamaConfig(num_key_value_heads=None -> num_attention_heads, tie_word_embeddings=False).
+        _ => (None, None, false),
+    }
+}
+
+fn parse_with_note(
+    text: &str,
+    path: &str,
+    name: &str,
+    seq_len: Option<u32>,
+) -> Result<HfModel, HfConfigError> {
     let value: Value = serde_json::from_str(text).map_err(|e| HfConfigError::Json {
         path: path.to_string(),
         message: e.to_string(),
@@ -171,32 +248,13 @@ pub fn parse(
         path,
         family: family_name(family),
     };
+    let (training_seq_len, seq_len_note) = reader.seq_len(seq_len, family)?;
     let model = match family {
         Family::LlamaLike | Family::Gemma => {
-            let hidden = reader.required("hidden_size", "4096")?;
-            let heads = reader.required("num_attention_heads", "32")?;
-            let model = Model {
-                name: name.to_string(),
-                layers: reader.required("num_hidden_layers", "32")?,
-                hidden,
-                heads,
-                kv_heads: reader.optional("num_key_value_heads")?.unwrap_or(heads),
-                ffn_hidden: reader.required("intermediate_size", "14336")?,
-                vocab: reader.required("vocab_size", "128256")?,
-                seq_len: reader.seq_len(seq_len)?,
-                gated_mlp: true,
-                linear_bias: false,
-                tied_embeddings: reader
-                    .flag("tie_word_embeddings")?
-                    .unwrap_or(family == Family::Gemma),
-                learned_position_embeddings: false,
-                norm: Norm::Rmsnorm,
-                // Llama-family configs set attention_dropout 0.0 and have no hidden dropout.
-                dropout: false,
-            };
-            reader.check_head_dim(&model)?;
-            model
+            reader.llama_like(&model_type, name, training_seq_len)?
         }
+        Family::DeepseekV3 => reader.deepseek_v3(name, training_seq_len)?,
+        Family::GptOss => reader.gpt_oss(name, training_seq_len)?,
         Family::Gpt2 => {
             let hidden = reader.required_any(&["n_embd", "hidden_size"], "768")?;
             let heads = reader.required_any(&["n_head", "num_attention_heads"], "12")?;
@@ -206,31 +264,42 @@ pub fn parse(
                 hidden,
                 heads,
                 kv_heads: heads,
+                head_dim: hidden / heads,
                 ffn_hidden: reader.optional("n_inner")?.unwrap_or(4 * hidden),
                 vocab: reader.required("vocab_size", "50257")?,
-                seq_len: reader.gpt2_seq_len(seq_len)?,
+                seq_len: training_seq_len,
                 gated_mlp: false,
                 linear_bias: true,
+                qkv_bias: false,
+                qk_norm: false,
+                shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 learned_position_embeddings: true,
                 norm: Norm::Layernorm,
                 // GPT-2 config: resid_pdrop / attn_pdrop 0.1.
                 dropout: true,
+                mla: None,
+                moe: None,
             }
         }
         Family::GptNeox => {
             let heads = reader.required("num_attention_heads", "64")?;
+            let hidden = reader.required("hidden_size", "6144")?;
             Model {
                 name: name.to_string(),
                 layers: reader.required("num_hidden_layers", "44")?,
-                hidden: reader.required("hidden_size", "6144")?,
+                hidden,
                 heads,
                 kv_heads: heads,
+                head_dim: hidden / heads,
                 ffn_hidden: reader.required("intermediate_size", "24576")?,
                 vocab: reader.required("vocab_size", "50432")?,
-                seq_len: reader.seq_len(seq_len)?,
+                seq_len: training_seq_len,
                 gated_mlp: false,
                 linear_bias: true,
+                qkv_bias: false,
+                qk_norm: false,
+                shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
                 learned_position_embeddings: false,
                 norm: Norm::Layernorm,
@@ -238,34 +307,46 @@ pub fn parse(
                 dropout: reader
                     .probability("hidden_dropout")?
                     .is_some_and(|p| p > 0.0),
+                mla: None,
+                moe: None,
             }
         }
         Family::Falcon => {
             let hidden = reader.required("hidden_size", "4544")?;
             let heads = reader.required_any(&["num_attention_heads", "n_head"], "71")?;
-            let kv_heads = if reader.flag("new_decoder_architecture")?.unwrap_or(false) {
+            let new_architecture = reader.flag("new_decoder_architecture")?.unwrap_or(false);
+            let kv_heads = if new_architecture {
                 reader.optional("num_kv_heads")?.unwrap_or(heads)
             } else if reader.flag("multi_query")?.unwrap_or(true) {
                 1
             } else {
                 heads
             };
+            // FalconDecoderLayer: the parallel block without the new architecture reads one
+            // `input_layernorm`; the new architecture has `ln_attn` and `ln_mlp`.
+            let parallel = reader.flag("parallel_attn")?.unwrap_or(true);
             Model {
                 name: name.to_string(),
                 layers: reader.required_any(&["num_hidden_layers", "n_layer"], "32")?,
                 hidden,
                 heads,
                 kv_heads,
+                head_dim: hidden / heads,
                 ffn_hidden: reader.optional("ffn_hidden_size")?.unwrap_or(4 * hidden),
                 vocab: reader.required("vocab_size", "65024")?,
-                seq_len: reader.seq_len(seq_len)?,
+                seq_len: training_seq_len,
                 gated_mlp: false,
                 linear_bias: reader.flag("bias")?.unwrap_or(false),
+                qkv_bias: false,
+                qk_norm: false,
+                shared_layer_norm: parallel && !new_architecture,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 learned_position_embeddings: false,
                 norm: Norm::Layernorm,
                 // Falcon configs: hidden_dropout 0.0, attention_dropout 0.0.
                 dropout: false,
+                mla: None,
+                moe: None,
             }
         }
     };
@@ -273,7 +354,10 @@ pub fn parse(
     model
         .check()
         .map_err(|e| reader.shape_error(e, family, seq_len.is_some()))?;
-    Ok(model)
+    Ok(HfModel {
+        model,
+        seq_len_note,
+    })
 }
 
 fn family_name(family: Family) -> &'static str {
@@ -283,6 +367,8 @@ fn family_name(family: Family) -> &'static str {
         Family::Gpt2 => "GPT-2",
         Family::GptNeox => "GPT-NeoX",
         Family::Falcon => "Falcon",
+        Family::DeepseekV3 => "DeepSeek-V3",
+        Family::GptOss => "GPT-OSS",
     }
 }
 
@@ -350,47 +436,327 @@ impl Reader<'_> {
         }
     }
 
-    /// The training sequence: `--seq-len` when given (the config's value is then not used, nor
-    /// quoted), else `max_position_embeddings`. No default: the `*Config` classes' 2048 is a
-    /// class default, not the model's length, so a config without the key needs `--seq-len`.
-    fn seq_len(&self, given: Option<u32>) -> Result<u32, HfConfigError> {
-        const KEY: &str = "max_position_embeddings";
-        if let Some(s) = given {
-            return Ok(s);
-        }
-        match self.obj.get(KEY) {
-            None | Some(Value::Null) => Err(HfConfigError::Unsupported {
-                path: self.path.to_string(),
-                message: format!(
-                    "key \"{KEY}\" is missing, so the training sequence length is unknown; pass --seq-len (e.g. --seq-len 4096)"
-                ),
-            }),
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if n > 0 => Ok(n),
-                _ => Err(HfConfigError::Unsupported {
-                    path: self.path.to_string(),
-                    message: format!(
-                        "key \"{KEY}\" is {v}, which is not a positive integer; pass --seq-len (e.g. --seq-len 4096) or correct it in the config"
-                    ),
-                }),
-            },
+    /// A non-negative integer with a default (`decoder_sparse_step`, `first_k_dense_replace`).
+    fn count_or(&self, key: &'static str, default: u32) -> Result<u32, HfConfigError> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| self.bad(key, v, "a non-negative integer")),
         }
     }
 
-    /// GPT-2's learned position table has `n_positions` rows (`GPT2Config` default 1024), so a
-    /// sequence longer than that cannot be trained.
-    fn gpt2_seq_len(&self, given: Option<u32>) -> Result<u32, HfConfigError> {
-        let rows = self.optional("n_positions")?.unwrap_or(1024);
-        match given {
-            Some(s) if s > rows => Err(HfConfigError::Unsupported {
-                path: self.path.to_string(),
-                message: format!(
-                    "--seq-len {s} is longer than the learned position table: \"n_positions\" is {rows} (one row per position); use --seq-len {rows} or less"
-                ),
-            }),
-            Some(s) => Ok(s),
-            None => Ok(rows),
+    fn unsupported(&self, message: String) -> HfConfigError {
+        HfConfigError::Unsupported {
+            path: self.path.to_string(),
+            message,
         }
+    }
+
+    /// The training sequence length and, when the user gave none, a note saying which was chosen
+    /// and why. `--seq-len` wins (the config's value is then not used, nor quoted); else
+    /// [`DEFAULT_TRAINING_SEQ_LEN`], or the model's position limit when that is shorter (GPT-2's
+    /// learned table of `n_positions` rows; `max_position_embeddings`). The limit is never the
+    /// default itself when longer: it is how far a model extends after long-context training.
+    fn seq_len(
+        &self,
+        given: Option<u32>,
+        family: Family,
+    ) -> Result<(u32, Option<String>), HfConfigError> {
+        let (key, limit) = if family == Family::Gpt2 {
+            // GPT2Config default n_positions 1024: a sequence longer than the table cannot be trained.
+            (
+                "n_positions",
+                Some(self.optional("n_positions")?.unwrap_or(1024)),
+            )
+        } else {
+            const KEY: &str = "max_position_embeddings";
+            let limit = match self.obj.get(KEY) {
+                None | Some(Value::Null) => None,
+                Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                    Some(n) if n > 0 => Some(n),
+                    // Only used for the default, so a bad value matters only without --seq-len.
+                    _ if given.is_some() => None,
+                    _ => {
+                        return Err(self.unsupported(format!(
+                            "key \"{KEY}\" is {v}, which is not a positive integer; pass --seq-len (e.g. --seq-len 4096) or correct it in the config"
+                        )));
+                    }
+                },
+            };
+            (KEY, limit)
+        };
+        if let Some(s) = given {
+            if family == Family::Gpt2
+                && let Some(rows) = limit
+                && s > rows
+            {
+                return Err(self.unsupported(format!(
+                    "--seq-len {s} is longer than the learned position table: \"n_positions\" is {rows} (one row per position); use --seq-len {rows} or less"
+                )));
+            }
+            return Ok((s, None));
+        }
+        let default = DEFAULT_TRAINING_SEQ_LEN;
+        Ok(match limit {
+            Some(limit) if limit < default => (
+                limit,
+                Some(format!(
+                    "--seq-len not given: {limit} tokens, the config's \"{key}\" (shorter than tpsim's default training length {default})"
+                )),
+            ),
+            Some(limit) => (
+                default,
+                Some(format!(
+                    "--seq-len not given: {default} tokens, a common pre-training length (Qwen3, DeepSeek-V3, GPT-OSS); the config's \"{key}\" {limit} is the longest context it serves, not a training length"
+                )),
+            ),
+            None => (
+                default,
+                Some(format!(
+                    "--seq-len not given: {default} tokens, a common pre-training length (Qwen3, DeepSeek-V3, GPT-OSS); the config states no \"{key}\""
+                )),
+            ),
+        })
+    }
+
+    /// Biases of the Llama-like attention and MLP: Qwen2 (and Qwen2-MoE) always put biases on
+    /// q/k/v (`Qwen2Attention`: bias=True on q/k/v, False on o); the others follow
+    /// `attention_bias` (q/k/v/o, LlamaAttention, Qwen3Attention, GemmaAttention) and `mlp_bias`
+    /// (LlamaMLP), both false by default. Returns (linear_bias, qkv_bias).
+    fn llama_biases(&self, model_type: &str) -> Result<(bool, bool), HfConfigError> {
+        let attention = self.flag("attention_bias")?.unwrap_or(false);
+        let mlp = self.flag("mlp_bias")?.unwrap_or(false);
+        match (model_type, attention, mlp) {
+            ("qwen2" | "qwen2_moe", false, false) => Ok((false, true)),
+            (_, false, false) => Ok((false, false)),
+            (_, true, true) => Ok((true, false)),
+            _ => Err(self.unsupported(format!(
+                "\"attention_bias\" {attention} with \"mlp_bias\" {mlp}: tpsim counts biases on every linear layer or on none (or on q/k/v only, as Qwen2); set both alike or describe the shape with flags"
+            ))),
+        }
+    }
+
+    /// The dense layers in front of the MoE layers from Qwen-MoE's `mlp_only_layers` (a list of
+    /// layer indices), which tpsim can represent when it is 0, 1, …, K−1.
+    fn mlp_only_layers(&self) -> Result<u32, HfConfigError> {
+        const KEY: &str = "mlp_only_layers";
+        let Some(v) = self.obj.get(KEY).filter(|v| !v.is_null()) else {
+            return Ok(0);
+        };
+        let Some(list) = v.as_array() else {
+            return Err(self.bad(KEY, v, "a list of layer indices"));
+        };
+        let prefix = list
+            .iter()
+            .enumerate()
+            .all(|(i, x)| x.as_u64() == Some(i as u64));
+        if !prefix {
+            return Err(self.unsupported(format!(
+                "\"{KEY}\" {v}: tpsim represents dense layers only as the first K layers ([0, 1, ..., K-1]); describe the shape with flags instead"
+            )));
+        }
+        Ok(list.len() as u32)
+    }
+
+    /// Llama, Mistral, Qwen2/3, Gemma and the MoE variants Mixtral, Qwen2-MoE and Qwen3-MoE, each
+    /// with its `*Config` class defaults for keys a config may leave out ([`class_defaults`]).
+    fn llama_like(
+        &self,
+        model_type: &str,
+        name: &str,
+        seq_len: u32,
+    ) -> Result<Model, HfConfigError> {
+        let (kv_default, head_dim_default, tie_default) = class_defaults(model_type);
+        let hidden = self.required("hidden_size", "4096")?;
+        let heads = self.required("num_attention_heads", "32")?;
+        let layers = self.required("num_hidden_layers", "32")?;
+        let (linear_bias, qkv_bias) = self.llama_biases(model_type)?;
+        let moe = match model_type {
+            // MixtralConfig(num_local_experts=8, num_experts_per_tok=2); every layer sparse, the
+            // experts' width is intermediate_size.
+            "mixtral" => Some(Moe {
+                experts: self.optional("num_local_experts")?.unwrap_or(8),
+                router_topk: self.optional("num_experts_per_tok")?.unwrap_or(2),
+                ffn_hidden: self.required("intermediate_size", "14336")?,
+                shared_expert_ffn_hidden: 0,
+                shared_expert_gate: false,
+                layer_freq: 1,
+                first_dense_layers: 0,
+            }),
+            // Qwen2MoeConfig(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+            // shared_expert_intermediate_size=5632, decoder_sparse_step=1), shared expert gated
+            // by `shared_expert_gate` (h -> 1); Qwen3MoeConfig(num_experts=128,
+            // num_experts_per_tok=8, moe_intermediate_size=768), no shared expert.
+            "qwen2_moe" | "qwen3_moe" => {
+                let qwen2 = model_type == "qwen2_moe";
+                let step = self.count_or("decoder_sparse_step", 1)?;
+                if step != 1 {
+                    return Err(self.unsupported(format!(
+                        "\"decoder_sparse_step\" {step}: Qwen-MoE places MoE layers where (i+1) % step == 0, which tpsim's Megatron-style layer frequency does not express; describe the shape with flags (--moe-layer-freq)"
+                    )));
+                }
+                Some(Moe {
+                    experts: self
+                        .optional("num_experts")?
+                        .unwrap_or(if qwen2 { 60 } else { 128 }),
+                    router_topk: self.optional("num_experts_per_tok")?.unwrap_or(if qwen2 {
+                        4
+                    } else {
+                        8
+                    }),
+                    ffn_hidden: self.optional("moe_intermediate_size")?.unwrap_or(if qwen2 {
+                        1408
+                    } else {
+                        768
+                    }),
+                    shared_expert_ffn_hidden: if qwen2 {
+                        self.count_or("shared_expert_intermediate_size", 5632)?
+                    } else {
+                        0
+                    },
+                    shared_expert_gate: qwen2,
+                    layer_freq: 1,
+                    first_dense_layers: self.mlp_only_layers()?,
+                })
+            }
+            _ => None,
+        };
+        let ffn_hidden = match model_type {
+            // Qwen2MoeConfig / Qwen3MoeConfig intermediate_size defaults (used by dense layers only).
+            "qwen2_moe" => self.optional("intermediate_size")?.unwrap_or(5632),
+            "qwen3_moe" => self.optional("intermediate_size")?.unwrap_or(6144),
+            _ => self.required("intermediate_size", "14336")?,
+        };
+        Ok(Model {
+            name: name.to_string(),
+            layers,
+            hidden,
+            heads,
+            kv_heads: self
+                .optional("num_key_value_heads")?
+                .or(kv_default)
+                .unwrap_or(heads),
+            head_dim: self
+                .optional("head_dim")?
+                .or(head_dim_default)
+                .unwrap_or(hidden / heads),
+            ffn_hidden,
+            vocab: self.required("vocab_size", "128256")?,
+            seq_len,
+            // SwiGLU (Llama, Mistral, Qwen) or GeGLU (Gemma): gate, up and down matrices either way.
+            gated_mlp: true,
+            linear_bias,
+            qkv_bias,
+            // Qwen3Attention / Qwen3MoeAttention: q_norm and k_norm, RMSNorm over head_dim.
+            qk_norm: matches!(model_type, "qwen3" | "qwen3_moe"),
+            shared_layer_norm: false,
+            tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(tie_default),
+            learned_position_embeddings: false,
+            norm: Norm::Rmsnorm,
+            // Llama-family configs set attention_dropout 0.0 and have no hidden dropout.
+            dropout: false,
+            mla: None,
+            moe,
+        })
+    }
+
+    /// DeepSeek-V3 (`DeepseekV3Config` defaults: n_routed_experts 256, num_experts_per_tok 8,
+    /// moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace 3, q_lora_rank 1536,
+    /// kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128). MoE layers
+    /// sit at i ≥ first_k_dense_replace with i % moe_layer_freq == 0 (`DeepseekV3DecoderLayer`);
+    /// tpsim counts every moe_layer_freq-th layer from the first MoE layer, the same for freq 1.
+    fn deepseek_v3(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
+        let hidden = self.required("hidden_size", "7168")?;
+        let heads = self.required("num_attention_heads", "128")?;
+        let moe_ffn = self.optional("moe_intermediate_size")?.unwrap_or(2048);
+        let q_lora_rank = match self.obj.get("q_lora_rank") {
+            // DeepSeek-V2-Lite: "q_lora_rank": null, a plain query projection.
+            Some(Value::Null) => None,
+            None => Some(1536),
+            Some(_) => self.optional("q_lora_rank")?,
+        };
+        let v_head_dim = self.optional("v_head_dim")?.unwrap_or(128);
+        Ok(Model {
+            name: name.to_string(),
+            layers: self.required("num_hidden_layers", "61")?,
+            hidden,
+            heads,
+            kv_heads: heads,
+            // Megatron's --kv-channels for DeepSeek-V3 is v_head_dim (128); MLA's own widths are in `mla`.
+            head_dim: v_head_dim,
+            ffn_hidden: self.optional("intermediate_size")?.unwrap_or(18432),
+            vocab: self.required("vocab_size", "129280")?,
+            seq_len,
+            gated_mlp: true,
+            linear_bias: self.flag("attention_bias")?.unwrap_or(false),
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
+            learned_position_embeddings: false,
+            norm: Norm::Rmsnorm,
+            dropout: false,
+            mla: Some(Mla {
+                q_lora_rank,
+                kv_lora_rank: self.optional("kv_lora_rank")?.unwrap_or(512),
+                qk_head_dim: self.optional("qk_nope_head_dim")?.unwrap_or(128),
+                qk_pos_emb_head_dim: self.optional("qk_rope_head_dim")?.unwrap_or(64),
+                v_head_dim,
+            }),
+            moe: Some(Moe {
+                experts: self.optional("n_routed_experts")?.unwrap_or(256),
+                router_topk: self.optional("num_experts_per_tok")?.unwrap_or(8),
+                ffn_hidden: moe_ffn,
+                shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
+                shared_expert_gate: false,
+                layer_freq: self.optional("moe_layer_freq")?.unwrap_or(1),
+                first_dense_layers: self.count_or("first_k_dense_replace", 3)?,
+            }),
+        })
+    }
+
+    /// GPT-OSS (`GptOssConfig` defaults: num_local_experts 128, num_experts_per_tok 4, head_dim 64,
+    /// num_key_value_heads 8, attention_bias true): every layer MoE, experts SwiGLU
+    /// (`gate_up_proj` 2·ffn wide) with biases, router with a bias, untied output.
+    fn gpt_oss(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
+        let hidden = self.required("hidden_size", "2880")?;
+        let heads = self.required("num_attention_heads", "64")?;
+        let ffn = self.required("intermediate_size", "2880")?;
+        Ok(Model {
+            name: name.to_string(),
+            layers: self.required("num_hidden_layers", "36")?,
+            hidden,
+            heads,
+            kv_heads: self.optional("num_key_value_heads")?.unwrap_or(8),
+            head_dim: self.optional("head_dim")?.unwrap_or(64),
+            ffn_hidden: ffn,
+            vocab: self.required("vocab_size", "201088")?,
+            seq_len,
+            gated_mlp: true,
+            linear_bias: self.flag("attention_bias")?.unwrap_or(true),
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
+            learned_position_embeddings: false,
+            norm: Norm::Rmsnorm,
+            dropout: false,
+            mla: None,
+            moe: Some(Moe {
+                experts: self.optional("num_local_experts")?.unwrap_or(128),
+                router_topk: self
+                    .optional("num_experts_per_tok")?
+                    .or(self.optional("experts_per_token")?)
+                    .unwrap_or(4),
+                ffn_hidden: ffn,
+                shared_expert_ffn_hidden: 0,
+                shared_expert_gate: false,
+                layer_freq: 1,
+                first_dense_layers: 0,
+            }),
+        })
     }
 
     fn missing(&self, key: &'static str, example: &'static str) -> HfConfigError {
@@ -419,6 +785,20 @@ impl Reader<'_> {
             ("--ffn-hidden", Family::Falcon) => &["ffn_hidden_size"],
             ("--ffn-hidden", _) => &["intermediate_size"],
             ("--vocab", _) => &["vocab_size"],
+            ("--head-dim", _) => &["head_dim"],
+            ("--num-experts", Family::DeepseekV3) => &["n_routed_experts"],
+            ("--num-experts", _) => &["num_experts", "num_local_experts"],
+            ("--moe-router-topk", _) => &["num_experts_per_tok"],
+            ("--moe-ffn-hidden-size", Family::LlamaLike | Family::GptOss) => {
+                &["moe_intermediate_size", "intermediate_size"]
+            }
+            ("--moe-ffn-hidden-size", _) => &["moe_intermediate_size"],
+            ("--moe-layer-freq", _) => &["moe_layer_freq"],
+            ("--kv-lora-rank", _) => &["kv_lora_rank"],
+            ("--q-lora-rank", _) => &["q_lora_rank"],
+            ("--qk-head-dim", _) => &["qk_nope_head_dim"],
+            ("--qk-pos-emb-head-dim", _) => &["qk_rope_head_dim"],
+            ("--v-head-dim", _) => &["v_head_dim"],
             (_, Family::Gpt2) => &["n_positions"],
             _ => &["max_position_embeddings"],
         };
@@ -463,32 +843,26 @@ impl Reader<'_> {
                 self.key_of("--kv-heads", family),
                 self.key_of("--heads", family)
             ),
+            ModelError::TopkAboveExperts { topk, experts, .. } => format!(
+                "key \"{}\" {topk} is more than \"{}\" {experts}; a token is routed to at most every expert",
+                self.key_of("--moe-router-topk", family),
+                self.key_of("--num-experts", family)
+            ),
+            ModelError::NoMoeLayer {
+                first_dense,
+                layers,
+                ..
+            } => format!(
+                "{first_dense} dense layers (\"first_k_dense_replace\" / \"mlp_only_layers\") leave no MoE layer among the {layers} layers; check the config"
+            ),
+            // Only flags raise these; a config never does.
+            ModelError::MoeFlagWithoutExperts { .. }
+            | ModelError::MlaFlagWithoutKvLoraRank { .. } => e.to_string(),
         };
         HfConfigError::Unsupported {
             path: self.path.to_string(),
             message,
         }
-    }
-
-    /// tpsim's attention width is `hidden` (head_dim = hidden/heads, Megatron's convention); an
-    /// explicit `head_dim` that disagrees (Gemma-7B: 16 × 256 = 4096 ≠ 3072, Qwen3-0.6B) cannot be
-    /// represented, so it is refused rather than silently miscounted.
-    fn check_head_dim(&self, model: &Model) -> Result<(), HfConfigError> {
-        if let Some(head_dim) = self.optional("head_dim")?
-            && u64::from(head_dim) * u64::from(model.heads) != u64::from(model.hidden)
-        {
-            return Err(HfConfigError::Unsupported {
-                path: self.path.to_string(),
-                message: format!(
-                    "head_dim {head_dim} x {} heads = {} differs from hidden_size {}; tpsim assumes attention width = hidden_size (head_dim {}), so this model would be miscounted",
-                    model.heads,
-                    u64::from(head_dim) * u64::from(model.heads),
-                    model.hidden,
-                    model.hidden / model.heads.max(1)
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// The activation decides nothing in the count once the gating is known, but an activation we
@@ -526,14 +900,12 @@ mod tests {
     use super::*;
 
     fn params_b(file: &str) -> f64 {
-        // Falcon-7B's config.json has no max_position_embeddings; it trained on 2048 tokens
-        // (Penedo et al. 2023 / the model card), given here as --seq-len would be.
-        let seq_len = file.starts_with("falcon").then_some(2048);
         load(
             &format!("{}/models/hf/{file}", env!("CARGO_MANIFEST_DIR")),
-            seq_len,
+            None,
         )
         .unwrap()
+        .model
         .params()
             / 1e9
     }
@@ -554,7 +926,10 @@ mod tests {
             ("gemma-2b.json", 2.506, 0.003),
             ("gpt2.json", 0.12444, 0.001),
             ("gpt-neox-20b.json", 20.5546, 0.001),
-            ("falcon-7b.json", 6.9217, 0.001),
+            ("falcon-7b.json", 6.9217, 0.0001),
+            // Qwen2.5/Qwen3 with their q/k/v biases and q/k norms, Falcon with one norm per layer:
+            // HF safetensors counts Qwen2.5-7B 7,615,616,512 and Falcon-7B 6,921,720,704.
+            ("qwen2.5-7b.json", 7.615616512, 0.00001),
         ] {
             let ours = params_b(file);
             assert!(
@@ -594,9 +969,9 @@ mod tests {
     }
 
     #[test]
-    fn disagreeing_head_dim_is_refused() {
-        // Gemma-7B: 16 heads of 256 = 4096, hidden 3072.
-        let err = parse(
+    fn a_head_dim_set_apart_from_hidden_is_counted() {
+        // Gemma-7B: 16 heads of 256 = 4096 over hidden 3072 (refused before head_dim was a field).
+        let m = parse(
             r#"{"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16, "head_dim": 256,
                "num_hidden_layers": 28, "intermediate_size": 24576, "vocab_size": 256000,
                "max_position_embeddings": 8192}"#,
@@ -604,12 +979,9 @@ mod tests {
             "x",
             None,
         )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("head_dim 256") && err.contains("3072"),
-            "{err}"
-        );
+        .unwrap();
+        assert_eq!((m.head_dim, m.kv_heads), (256, 16));
+        assert_eq!(m.q_width(), 4096.0);
     }
 
     #[test]
@@ -618,7 +990,8 @@ mod tests {
             &format!("{}/models/hf/falcon-7b.json", env!("CARGO_MANIFEST_DIR")),
             Some(2048),
         )
-        .unwrap();
+        .unwrap()
+        .model;
         assert_eq!((m.heads, m.kv_heads, m.ffn_hidden), (71, 1, 4 * 4544));
     }
 
@@ -647,28 +1020,31 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_sequence_length_needs_seq_len() {
-        let err = llama_with("", None).unwrap_err();
+    fn a_missing_sequence_length_defaults_to_a_training_length_and_says_so() {
+        let loaded = parse_with_note(&format!("{{{LLAMA}}}"), "c.json", "x", None).unwrap();
+        assert_eq!(loaded.model.seq_len, DEFAULT_TRAINING_SEQ_LEN);
+        let note = loaded.seq_len_note.unwrap();
         assert!(
-            err.contains("\"max_position_embeddings\" is missing")
-                && err.contains("pass --seq-len"),
-            "{err}"
+            note.contains("--seq-len not given") && note.contains("no \"max_position_embeddings\""),
+            "{note}"
         );
-        assert_eq!(llama_with("", Some(4096)).unwrap().seq_len, 4096);
+        assert_eq!(llama_with("", Some(8192)).unwrap().seq_len, 8192);
     }
 
     #[test]
-    fn the_users_seq_len_replaces_an_out_of_range_config_value() {
-        // 2^30 positions: beyond tpsim's bound; with --seq-len it is not used, nor quoted.
-        let huge = r#", "max_position_embeddings": 1073741824"#;
-        let err = llama_with(huge, None).unwrap_err();
+    fn the_maximum_context_is_not_the_training_length() {
+        // Qwen3-8B's 40,960 and Mistral's 32,768 are served contexts; a shorter limit wins.
+        let long = r#", "max_position_embeddings": 40960"#;
+        assert_eq!(llama_with(long, None).unwrap().seq_len, 4096);
+        let short = r#", "max_position_embeddings": 2048"#;
+        assert_eq!(llama_with(short, None).unwrap().seq_len, 2048);
+        // An unusable limit is refused without --seq-len, ignored with it.
+        let zero = r#", "max_position_embeddings": 0"#;
+        let err = llama_with(zero, None).unwrap_err();
         assert!(
-            err.contains("\"max_position_embeddings\" is 1073741824") && err.contains("--seq-len"),
+            err.contains("\"max_position_embeddings\" is 0") && err.contains("--seq-len"),
             "{err}"
         );
-        assert!(!err.contains("--seq-len 1073741824"), "{err}");
-        assert_eq!(llama_with(huge, Some(8192)).unwrap().seq_len, 8192);
-        let zero = r#", "max_position_embeddings": 0"#;
         assert_eq!(llama_with(zero, Some(8192)).unwrap().seq_len, 8192);
     }
 
@@ -715,7 +1091,7 @@ mod tests {
             err.contains("--seq-len 2048") && err.contains("\"n_positions\" is 1024"),
             "{err}"
         );
-        assert_eq!(load(&path, Some(512)).unwrap().seq_len, 512);
-        assert_eq!(load(&path, None).unwrap().seq_len, 1024);
+        assert_eq!(load(&path, Some(512)).unwrap().model.seq_len, 512);
+        assert_eq!(load(&path, None).unwrap().model.seq_len, 1024);
     }
 }

@@ -1,11 +1,20 @@
 //! The transformer being trained: its shape, parameter count and FLOP count.
 //!
-//! Specs come from `models/*.yaml`, from shape flags, or from a bare parameter count (`shape.rs`).
-//! Counts handle grouped-query attention (kv_heads < heads) and gated MLPs (SwiGLU: three matrices).
+//! Specs come from `models/*.yaml`, from shape flags, from a Hugging Face `config.json`
+//! (`hf_config.rs`) or from a bare parameter count (`shape.rs`). Counts handle grouped-query
+//! attention (kv_heads < heads), a head dimension set apart from hidden/heads (Qwen3, Gemma),
+//! gated MLPs (SwiGLU: three matrices), multi-head latent attention (DeepSeek-V2/V3) and
+//! mixture-of-experts layers (routed experts, shared experts, dense layers before the first MoE
+//! layer). Parameters are counted twice: all of them ([`Model::params`]) and those one token
+//! touches ([`Model::active_params`]); model FLOPs use the active ones.
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::Flops;
+mod flops;
+mod overrides;
+mod params;
+
+pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
 
 /// Normalisation layer kind; decides how many parameters each norm carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +24,56 @@ pub enum Norm {
     Layernorm,
     /// weight only (Llama)
     Rmsnorm,
+}
+
+/// Mixture-of-experts layers, in Megatron-LM's terms (`megatron/training/arguments.py`,
+/// `_add_moe_args`): `--num-experts`, `--moe-router-topk`, `--moe-ffn-hidden-size`,
+/// `--moe-shared-expert-intermediate-size`, `--moe-layer-freq`; the dense layers in front are
+/// DeepSeek's `first_k_dense_replace` (Pai-Megatron-Patch `--moe-first-k-dense-replace`).
+/// Experts have the model's MLP kind (gated or not) and its bias setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Moe {
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Experts each token is routed to.
+    pub router_topk: u32,
+    /// Inner width of one routed expert's MLP.
+    pub ffn_hidden: u32,
+    /// Inner width of the shared experts together (DeepSeek: n_shared_experts × moe_intermediate_size);
+    /// 0 = none. Every token goes through them.
+    #[serde(default)]
+    pub shared_expert_ffn_hidden: u32,
+    /// A sigmoid gate of width h → 1 on the shared expert's output (Qwen2-MoE; Megatron
+    /// `--moe-shared-expert-gate`).
+    #[serde(default)]
+    pub shared_expert_gate: bool,
+    /// Megatron's integer `--moe-layer-freq N`: layer i (0-based) is an MoE layer when i % N == 0.
+    #[serde(default = "one")]
+    pub layer_freq: u32,
+    /// The first K layers keep a dense MLP (DeepSeek-V3: 3).
+    #[serde(default)]
+    pub first_dense_layers: u32,
+}
+
+/// Multi-head latent attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1), in Megatron-Core's
+/// `MLATransformerConfig` names: queries through an optional low-rank bottleneck, keys and values
+/// through a shared `kv_lora_rank` latent, plus a decoupled RoPE key of `qk_pos_emb_head_dim`
+/// shared by all heads. `qk_head_dim` is the non-rotary part (HF `qk_nope_head_dim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mla {
+    /// Rank of the query down-projection; none = a plain hidden → heads·(qk+rope) projection.
+    #[serde(default)]
+    pub q_lora_rank: Option<u32>,
+    pub kv_lora_rank: u32,
+    pub qk_head_dim: u32,
+    pub qk_pos_emb_head_dim: u32,
+    pub v_head_dim: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// A model spec file (`models/*.yaml`). Optional keys get the defaults documented beside them.
@@ -29,12 +88,18 @@ pub struct ModelFile {
     /// Parameter count quoted by the source, in billions, kept for comparison with our count.
     #[serde(default)]
     pub published_params_b: Option<f64>,
+    /// Parameters per token quoted by the source (MoE models), in billions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_active_params_b: Option<f64>,
     pub layers: u32,
     pub hidden: u32,
     pub heads: u32,
     /// Default: `heads` (multi-head attention).
     #[serde(default)]
     pub kv_heads: Option<u32>,
+    /// Width of one attention head (Megatron `--kv-channels`). Default: hidden / heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u32>,
     /// Default: 4 × hidden, or int(8h/3/64)·64 with a gated MLP ([`default_ffn_hidden`]).
     #[serde(default)]
     pub ffn_hidden: Option<u32>,
@@ -46,6 +111,16 @@ pub struct ModelFile {
     /// Biases on every linear layer (GPT-3, BLOOM: yes; Llama: no). Default: true.
     #[serde(default = "default_true")]
     pub linear_bias: bool,
+    /// Biases on the Q, K and V projections only (Qwen2; Megatron `--add-qkv-bias`). Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qkv_bias: bool,
+    /// A norm over each query and key head (Qwen3; Megatron `--qk-layernorm`). Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm: bool,
+    /// Attention and MLP read one shared input norm (Falcon-7B's parallel block, GPT-J) instead of
+    /// one norm each. Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_layer_norm: bool,
     /// Output layer shares the input embedding matrix. Default: true (GPT-3, BLOOM).
     #[serde(default = "default_true")]
     pub tied_embeddings: bool,
@@ -59,6 +134,12 @@ pub struct ModelFile {
     /// whether dropout masks are stored and dropout kernels run.
     #[serde(default = "default_true")]
     pub dropout: bool,
+    /// Multi-head latent attention; none = standard (grouped-query) attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
+    /// Mixture-of-experts layers; none = a dense model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
 }
 
 /// MLP width when none is given: 4h (GPT), or for gated MLPs Megatron-LM's SwiGLU default
@@ -84,15 +165,24 @@ pub struct Model {
     pub hidden: u32,
     pub heads: u32,
     pub kv_heads: u32,
+    /// Width of one attention head; hidden / heads unless the model sets it apart (Qwen3, Gemma).
+    /// With MLA the per-head widths are in `mla` and this is Megatron's `--kv-channels`.
+    pub head_dim: u32,
+    /// MLP inner width of the dense layers (all layers of a dense model).
     pub ffn_hidden: u32,
     pub vocab: u32,
     pub seq_len: u32,
     pub gated_mlp: bool,
     pub linear_bias: bool,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    pub shared_layer_norm: bool,
     pub tied_embeddings: bool,
     pub learned_position_embeddings: bool,
     pub norm: Norm,
     pub dropout: bool,
+    pub mla: Option<Mla>,
+    pub moe: Option<Moe>,
 }
 
 /// Why a model shape is not usable.
@@ -105,7 +195,7 @@ pub enum ModelError {
         fix: &'static str,
     },
     #[error(
-        "--hidden {hidden} is not divisible by --heads {heads}; the head dimension must be whole (e.g. --heads {suggest})"
+        "--hidden {hidden} is not divisible by --heads {heads}; the head dimension must be whole (e.g. --heads {suggest}, or give it with --head-dim)"
     )]
     HiddenNotDivisibleByHeads {
         hidden: u32,
@@ -122,13 +212,39 @@ pub enum ModelError {
         value: u32,
         max: u32,
     },
+    #[error(
+        "--moe-router-topk {topk} is more than --num-experts {experts}; a token is routed to at most every expert (e.g. --moe-router-topk {suggest})"
+    )]
+    TopkAboveExperts {
+        topk: u32,
+        experts: u32,
+        suggest: u32,
+    },
+    #[error(
+        "--moe-first-k-dense-replace {first_dense} leaves no MoE layer among the {layers} layers (with --moe-layer-freq {freq}); use fewer dense layers, or drop --num-experts for a dense model"
+    )]
+    NoMoeLayer {
+        first_dense: u32,
+        layers: u32,
+        freq: u32,
+    },
+    #[error(
+        "{flag} is given without --num-experts; MoE settings need the expert count (e.g. --num-experts 8)"
+    )]
+    MoeFlagWithoutExperts { flag: &'static str },
+    #[error(
+        "{flag} is given without --kv-lora-rank; multi-head latent attention needs its latent width (e.g. --kv-lora-rank 512)"
+    )]
+    MlaFlagWithoutKvLoraRank { flag: &'static str },
 }
 
 /// Upper bounds that catch typos (and keep the search's divisor loops short). The largest published
-/// dense models are far inside them: Megatron 1T has 128 layers, hidden 25600, vocab 51200.
+/// dense models are far inside them: Megatron 1T has 128 layers, hidden 25600, vocab 51200; the
+/// most experts in a published model are DeepSeek-V3's 256 and Kimi K2's 384.
 const MAX_LAYERS: u32 = 10_000;
 const MAX_WIDTH: u32 = 1 << 20;
 const MAX_SEQ_LEN: u32 = 1 << 24;
+const MAX_EXPERTS: u32 = 1 << 14;
 
 impl Model {
     /// Resolves a spec file's defaults and checks the shape.
@@ -139,6 +255,9 @@ impl Model {
             hidden: file.hidden,
             heads: file.heads,
             kv_heads: file.kv_heads.unwrap_or(file.heads),
+            head_dim: file
+                .head_dim
+                .unwrap_or_else(|| file.hidden.checked_div(file.heads).unwrap_or(0)),
             ffn_hidden: file
                 .ffn_hidden
                 .unwrap_or_else(|| default_ffn_hidden(file.hidden, file.gated_mlp)),
@@ -146,13 +265,50 @@ impl Model {
             seq_len: file.seq_len,
             gated_mlp: file.gated_mlp,
             linear_bias: file.linear_bias,
+            qkv_bias: file.qkv_bias,
+            qk_norm: file.qk_norm,
+            shared_layer_norm: file.shared_layer_norm,
             tied_embeddings: file.tied_embeddings,
             learned_position_embeddings: file.learned_position_embeddings,
             norm: file.norm.unwrap_or(Norm::Layernorm),
             dropout: file.dropout,
+            mla: file.mla,
+            moe: file.moe,
         };
         model.check()?;
         Ok(model)
+    }
+
+    /// The spec file that resolves back to this model (every default written out).
+    pub fn to_file(&self) -> ModelFile {
+        ModelFile {
+            name: self.name.clone(),
+            description: None,
+            source: None,
+            published_params_b: None,
+            published_active_params_b: None,
+            layers: self.layers,
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: Some(self.kv_heads),
+            head_dim: (self.hidden.checked_div(self.heads) != Some(self.head_dim)
+                || !self.hidden.is_multiple_of(self.heads.max(1)))
+            .then_some(self.head_dim),
+            ffn_hidden: Some(self.ffn_hidden),
+            vocab: self.vocab,
+            seq_len: self.seq_len,
+            gated_mlp: self.gated_mlp,
+            linear_bias: self.linear_bias,
+            qkv_bias: self.qkv_bias,
+            qk_norm: self.qk_norm,
+            shared_layer_norm: self.shared_layer_norm,
+            tied_embeddings: self.tied_embeddings,
+            learned_position_embeddings: self.learned_position_embeddings,
+            norm: Some(self.norm),
+            dropout: self.dropout,
+            mla: self.mla,
+            moe: self.moe,
+        }
     }
 
     /// Checks the invariants every cost formula relies on.
@@ -211,7 +367,8 @@ impl Model {
                 return Err(ModelError::TooLarge { what, value, max });
             }
         }
-        if !self.hidden.is_multiple_of(self.heads) {
+        let head_dim_from_hidden = self.head_dim == self.hidden / self.heads;
+        if !self.hidden.is_multiple_of(self.heads) && head_dim_from_hidden {
             let suggest = (1..=self.heads)
                 .rev()
                 .find(|h| self.hidden.is_multiple_of(*h))
@@ -222,131 +379,170 @@ impl Model {
                 suggest,
             });
         }
+        if self.head_dim == 0 {
+            return Err(ModelError::Zero {
+                what: "--head-dim",
+                value: 0,
+                fix: "omit it for hidden / heads",
+            });
+        }
+        if self.head_dim > MAX_WIDTH / 8 {
+            return Err(ModelError::TooLarge {
+                what: "--head-dim",
+                value: self.head_dim,
+                max: MAX_WIDTH / 8,
+            });
+        }
         if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(ModelError::KvHeadsNotDivisor {
                 kv_heads: self.kv_heads,
                 heads: self.heads,
             });
         }
+        if let Some(moe) = &self.moe {
+            let positive = [
+                ("--num-experts", moe.experts, "e.g. --num-experts 8"),
+                (
+                    "--moe-router-topk",
+                    moe.router_topk,
+                    "e.g. --moe-router-topk 2",
+                ),
+                (
+                    "--moe-ffn-hidden-size",
+                    moe.ffn_hidden,
+                    "give one expert's MLP width, e.g. --moe-ffn-hidden-size 2048",
+                ),
+                (
+                    "--moe-layer-freq",
+                    moe.layer_freq,
+                    "use 1 for an MoE layer everywhere",
+                ),
+            ];
+            for (what, value, fix) in positive {
+                if value == 0 {
+                    return Err(ModelError::Zero { what, value, fix });
+                }
+            }
+            let bounded = [
+                ("--num-experts", moe.experts, MAX_EXPERTS),
+                ("--moe-ffn-hidden-size", moe.ffn_hidden, 4 * MAX_WIDTH),
+                (
+                    "--moe-shared-expert-intermediate-size",
+                    moe.shared_expert_ffn_hidden,
+                    4 * MAX_WIDTH,
+                ),
+            ];
+            for (what, value, max) in bounded {
+                if value > max {
+                    return Err(ModelError::TooLarge { what, value, max });
+                }
+            }
+            if moe.router_topk > moe.experts {
+                return Err(ModelError::TopkAboveExperts {
+                    topk: moe.router_topk,
+                    experts: moe.experts,
+                    suggest: moe.experts.min(2),
+                });
+            }
+            if self.moe_layers() == 0 {
+                return Err(ModelError::NoMoeLayer {
+                    first_dense: moe.first_dense_layers,
+                    layers: self.layers,
+                    freq: moe.layer_freq,
+                });
+            }
+        }
+        if let Some(mla) = &self.mla {
+            let widths = [
+                ("--kv-lora-rank", mla.kv_lora_rank),
+                ("--qk-head-dim", mla.qk_head_dim),
+                ("--qk-pos-emb-head-dim", mla.qk_pos_emb_head_dim),
+                ("--v-head-dim", mla.v_head_dim),
+                ("--q-lora-rank", mla.q_lora_rank.unwrap_or(1)),
+            ];
+            for (what, value) in widths {
+                if value == 0 {
+                    return Err(ModelError::Zero {
+                        what,
+                        value,
+                        fix: "MLA widths are positive (DeepSeek-V3: q 1536, kv 512, qk 128, rope 64, v 128)",
+                    });
+                }
+                if value > MAX_WIDTH {
+                    return Err(ModelError::TooLarge {
+                        what,
+                        value,
+                        max: MAX_WIDTH,
+                    });
+                }
+            }
+        }
         Ok(())
     }
 
     pub fn head_dim(&self) -> u32 {
-        self.hidden / self.heads
+        self.head_dim
     }
 
-    /// Width of the K (or V) projection: kv_heads × head_dim. Equals `hidden` without GQA.
-    pub fn kv_width(&self) -> f64 {
-        f64::from(self.kv_heads) * f64::from(self.head_dim())
-    }
-
-    /// Columns of the first MLP matrix: ffn for GeLU, 2·ffn for gated units (gate and up fused),
-    /// as the seeds describe for Qwen3's MLP.
-    pub fn mlp_up_width(&self) -> f64 {
-        let f = f64::from(self.ffn_hidden);
-        if self.gated_mlp { 2.0 * f } else { f }
-    }
-
-    /// Weight-matrix parameters of one layer (no biases, no norms): QKV h·(h+2·kv_width),
-    /// output h², MLP h·up_width + ffn·h. With h = hidden, ffn = 4h and MHA this is 12h²,
-    /// Megatron's count (Narayanan et al. 2021, §3 / eq. 2).
-    pub fn layer_matrix_params(&self) -> f64 {
-        let h = f64::from(self.hidden);
-        let f = f64::from(self.ffn_hidden);
-        h * (h + 2.0 * self.kv_width()) + h * h + h * self.mlp_up_width() + f * h
-    }
-
-    /// All parameters of one transformer layer: matrices, biases and the two norms.
-    /// For GPT (layernorm, biases, MHA, 4h) this is 12h² + 13h, Narayanan et al. 2021 eq. 2's per-layer term.
-    pub fn layer_params(&self) -> f64 {
-        let h = f64::from(self.hidden);
-        let norm_params = match self.norm {
-            Norm::Layernorm => 2.0 * h,
-            Norm::Rmsnorm => h,
-        };
-        let biases = if self.linear_bias {
-            (h + 2.0 * self.kv_width()) + h + self.mlp_up_width() + h
-        } else {
-            0.0
-        };
-        self.layer_matrix_params() + biases + 2.0 * norm_params
-    }
-
-    /// Input embedding (plus learned positions) parameters.
-    pub fn embedding_params(&self) -> f64 {
-        self.word_embedding_params() + self.position_embedding_params()
-    }
-
-    /// The vocabulary embedding, V·h: split over TP ranks by Megatron's `VocabParallelEmbedding`.
-    pub fn word_embedding_params(&self) -> f64 {
-        f64::from(self.vocab) * f64::from(self.hidden)
-    }
-
-    /// Learned absolute positions, s·h: a plain embedding replicated on every TP rank (Megatron-LM
-    /// `language_model.py` `position_embeddings`).
-    pub fn position_embedding_params(&self) -> f64 {
-        if self.learned_position_embeddings {
-            f64::from(self.seq_len) * f64::from(self.hidden)
-        } else {
-            0.0
+    /// Parameters of one norm over `width` features: weight and bias (LayerNorm) or weight (RMSNorm).
+    fn norm_params(&self, width: f64) -> f64 {
+        match self.norm {
+            Norm::Layernorm => 2.0 * width,
+            Norm::Rmsnorm => width,
         }
     }
 
-    /// Output projection parameters (zero when tied to the input embedding), plus the final norm.
-    pub fn output_params(&self) -> f64 {
-        let h = f64::from(self.hidden);
-        let final_norm = match self.norm {
-            Norm::Layernorm => 2.0 * h,
-            Norm::Rmsnorm => h,
-        };
-        let projection = if self.tied_embeddings {
-            0.0
-        } else {
-            f64::from(self.vocab) * h
-        };
-        projection + final_norm
+    /// Per-head widths (d_qk, d_v) of the score product QKᵀ and of the value product AV: head_dim
+    /// both, or with MLA qk_head_dim + qk_pos_emb_head_dim and v_head_dim (DeepSeek-V3 §2.1.1,
+    /// eq. 1–11). The attention GEMMs of one head are s × d_qk × s and s × s × d_v.
+    pub fn attention_head_dims(&self) -> (f64, f64) {
+        match &self.mla {
+            Some(mla) => (
+                f64::from(mla.qk_head_dim) + f64::from(mla.qk_pos_emb_head_dim),
+                f64::from(mla.v_head_dim),
+            ),
+            None => (f64::from(self.head_dim), f64::from(self.head_dim)),
+        }
     }
 
-    /// Total parameter count.
-    pub fn params(&self) -> f64 {
-        f64::from(self.layers) * self.layer_params()
-            + self.embedding_params()
-            + self.output_params()
+    /// Query width: heads × head_dim (equals `hidden` unless the head dimension is set apart), or
+    /// heads × (qk_head_dim + qk_pos_emb_head_dim) with MLA.
+    pub fn q_width(&self) -> f64 {
+        f64::from(self.heads) * self.attention_head_dims().0
     }
 
-    /// Forward FLOPs of one layer for `micro_batch` sequences of `seq_len` tokens:
-    /// 2 FLOPs per weight per token for the matrices, plus 2·2·b·s²·(heads·head_dim) for QKᵀ and
-    /// attention-times-V (Narayanan et al. 2021 §3: 24bsh² + 4bs²h for GPT; causal masking not
-    /// credited, as in Megatron's formula).
-    pub fn layer_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
-        let b = f64::from(micro_batch);
-        let s = f64::from(seq_len);
-        let attention_width = f64::from(self.heads) * f64::from(self.head_dim());
-        Flops(2.0 * b * s * self.layer_matrix_params() + 4.0 * b * s * s * attention_width)
+    /// Width of the K (or V) projection: kv_heads × head_dim. Equals `hidden` without GQA. With MLA
+    /// the mean of the up-projected K width heads·(qk+rope) and V width heads·v, so that
+    /// 2·kv_width is what K and V hold per token.
+    pub fn kv_width(&self) -> f64 {
+        match &self.mla {
+            Some(_) => {
+                let (qk, v) = self.attention_head_dims();
+                f64::from(self.heads) * (qk + v) / 2.0
+            }
+            None => f64::from(self.kv_heads) * f64::from(self.head_dim),
+        }
     }
 
-    /// Forward FLOPs of the attention core alone (QKᵀ and AV): what selective recompute repeats
-    /// (Korthikanti et al. 2022 §5).
-    pub fn attention_core_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
-        let b = f64::from(micro_batch);
-        let s = f64::from(seq_len);
-        Flops(4.0 * b * s * s * f64::from(self.heads) * f64::from(self.head_dim()))
+    /// Input width of the attention output projection: heads × head_dim, or heads × v_head_dim.
+    pub fn attention_out_width(&self) -> f64 {
+        f64::from(self.heads) * self.attention_head_dims().1
     }
 
-    /// Forward FLOPs of the output (logit) layer: 2·b·s·h·V (Narayanan et al. 2021 eq. 3's V/(16lh) term).
-    pub fn logits_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
-        let b = f64::from(micro_batch);
-        let s = f64::from(seq_len);
-        Flops(2.0 * b * s * f64::from(self.hidden) * f64::from(self.vocab))
+    /// Columns of the first MLP matrix of a dense layer: ffn for GeLU, 2·ffn for gated units (gate
+    /// and up fused), as the seeds describe for Qwen3's MLP.
+    pub fn mlp_up_width(&self) -> f64 {
+        self.up_width(self.ffn_hidden)
     }
 
-    /// Model FLOPs of one training step over `sequences` sequences, without recompute:
-    /// 3 × forward (backward is twice the forward). For GPT this is Narayanan et al. 2021 eq. 3 with
-    /// 72 in place of 96 (the 96 counts the recompute forward).
-    pub fn model_flops_per_step(&self, sequences: u32, seq_len: u32) -> Flops {
-        let forward = self.layer_forward_flops(sequences, seq_len) * f64::from(self.layers)
-            + self.logits_forward_flops(sequences, seq_len);
-        forward * 3.0
+    /// Columns of one routed expert's first matrix (0 for a dense model).
+    pub fn expert_up_width(&self) -> f64 {
+        self.moe.map_or(0.0, |moe| self.up_width(moe.ffn_hidden))
+    }
+
+    fn up_width(&self, ffn: u32) -> f64 {
+        let f = f64::from(ffn);
+        if self.gated_mlp { 2.0 * f } else { f }
     }
 }
 
@@ -361,15 +557,21 @@ pub(crate) mod tests {
             hidden: 12288,
             heads: 96,
             kv_heads: 96,
+            head_dim: 128,
             ffn_hidden: 4 * 12288,
             vocab: 50257,
             seq_len: 2048,
             gated_mlp: false,
             linear_bias: true,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
             tied_embeddings: true,
             learned_position_embeddings: true,
             norm: Norm::Layernorm,
             dropout: true,
+            mla: None,
+            moe: None,
         }
     }
 
@@ -398,33 +600,52 @@ pub(crate) mod tests {
             hidden: 4096,
             heads: 32,
             kv_heads: 8,
+            head_dim: 128,
             ffn_hidden: 14336,
             vocab: 128256,
             seq_len: 8192,
             gated_mlp: true,
             linear_bias: false,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
             tied_embeddings: false,
             learned_position_embeddings: false,
             norm: Norm::Rmsnorm,
             dropout: false,
+            mla: None,
+            moe: None,
         };
         assert!((m.params() / 1e9 - 8.030).abs() < 0.005, "{}", m.params());
     }
 
     #[test]
-    fn step_flops_match_megatron_eq3_without_recompute() {
-        // Narayanan et al. 2021 eq. 3 (96 form counts recompute); model FLOPs use 72.
+    fn step_flops_match_megatron_eq3_with_causal_attention() {
+        // Narayanan et al. 2021 eq. 3 (96 form counts recompute); model FLOPs use 72, and the
+        // attention term s/(6h) is halved to s/(12h) because causal attention computes half of the
+        // (query, key) pairs (Megatron-Bridge 25.09+ flop_utils.py). Before the fix tpsim counted
+        // s/(6h) while the time model ran half of it, so hardware FLOP/s could pass the peak.
         let m = gpt3_175b();
         let (b, s, l, h, v) = (1536.0, 2048.0, 96.0, 12288.0, 50257.0);
-        let eq3 = 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+        let eq3 = 72.0 * b * s * l * h * h * (1.0 + s / (12.0 * h) + v / (12.0 * l * h));
         let ours = m.model_flops_per_step(1536, 2048).0;
         assert!((ours / eq3 - 1.0).abs() < 1e-12, "{ours} vs {eq3}");
+        // The all-pairs layer count (what an unfused kernel executes) keeps Megatron's 4bs²h.
+        let all_pairs = 24.0 * 2.0 * s * h * h + 4.0 * 2.0 * s * s * h;
+        let layer = m.layer_forward_flops(2, 2048).0;
+        let bias_free = layer - all_pairs;
+        assert!(
+            bias_free.abs() / all_pairs < 1e-12,
+            "{layer} vs {all_pairs}"
+        );
     }
 
     #[test]
     fn rejects_bad_shapes() {
+        // As `from_file` resolves `--heads 100` without --head-dim: head_dim = hidden / heads.
         let mut m = gpt3_175b();
         m.heads = 100;
+        m.head_dim = m.hidden / m.heads;
         assert!(matches!(
             m.check(),
             Err(ModelError::HiddenNotDivisibleByHeads { .. })

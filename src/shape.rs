@@ -41,15 +41,21 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         hidden,
         heads: hidden / HEAD_DIM,
         kv_heads: hidden / HEAD_DIM,
+        head_dim: HEAD_DIM,
         ffn_hidden: 4 * hidden,
         vocab: DERIVED_VOCAB,
         seq_len,
         gated_mlp: false,
         linear_bias: true,
+        qkv_bias: false,
+        qk_norm: false,
+        shared_layer_norm: false,
         tied_embeddings: true,
         learned_position_embeddings: true,
         norm: Norm::Layernorm,
         dropout: true,
+        mla: None,
+        moe: None,
     }
 }
 

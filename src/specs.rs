@@ -16,12 +16,29 @@ use crate::training::{AttentionKernel, GradDtype};
 /// Bundled model specs: (name, YAML text).
 pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     ("bloom-176b", include_str!("../models/bloom-176b.yaml")),
+    ("deepseek-v3", include_str!("../models/deepseek-v3.yaml")),
+    ("gpt-oss-120b", include_str!("../models/gpt-oss-120b.yaml")),
+    ("gpt-oss-20b", include_str!("../models/gpt-oss-20b.yaml")),
     ("gpt3-175b", include_str!("../models/gpt3-175b.yaml")),
+    ("grok-1", include_str!("../models/grok-1.yaml")),
     ("llama3-8b", include_str!("../models/llama3-8b.yaml")),
     ("llama3-70b", include_str!("../models/llama3-70b.yaml")),
     ("llama3-405b", include_str!("../models/llama3-405b.yaml")),
     ("megatron-1t", include_str!("../models/megatron-1t.yaml")),
+    (
+        "mixtral-8x22b",
+        include_str!("../models/mixtral-8x22b.yaml"),
+    ),
+    ("mixtral-8x7b", include_str!("../models/mixtral-8x7b.yaml")),
     ("mt-nlg-530b", include_str!("../models/mt-nlg-530b.yaml")),
+    (
+        "qwen3-235b-a22b",
+        include_str!("../models/qwen3-235b-a22b.yaml"),
+    ),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../models/qwen3-30b-a3b.yaml"),
+    ),
 ];
 
 /// Bundled GPU/node profiles: (name, YAML text).

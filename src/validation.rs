@@ -149,15 +149,21 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             hidden: m.hidden,
             heads: m.heads,
             kv_heads: m.kv_heads.unwrap_or(m.heads),
+            head_dim: m.hidden.checked_div(m.heads).unwrap_or(0),
             ffn_hidden: m.ffn_hidden.unwrap_or(4 * m.hidden),
             vocab: m.vocab_padded.unwrap_or(m.vocab),
             seq_len: m.seq_len,
             gated_mlp: false,
             linear_bias: true,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
             tied_embeddings: true,
             learned_position_embeddings: !m.arch.contains("ALiBi"),
             norm: Norm::Layernorm,
             dropout: true,
+            mla: None,
+            moe: None,
         };
         model.check().map_err(|e| fail(e.to_string()))?;
         let gpu = specs::load_gpu(profile)?;
@@ -301,15 +307,21 @@ pub fn vtrain_cases(
             hidden: m.hidden,
             heads: m.heads,
             kv_heads: m.heads,
+            head_dim: m.hidden.checked_div(m.heads).unwrap_or(0),
             ffn_hidden: m.ffn_hidden,
             vocab: m.vocab,
             seq_len: m.seq_len,
             gated_mlp: false,
             linear_bias: true,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
             tied_embeddings: true,
             learned_position_embeddings: true,
             norm: Norm::Layernorm,
             dropout: true,
+            mla: None,
+            moe: None,
         };
         let hw = &row.hardware;
         let mut gpu = a100.clone();

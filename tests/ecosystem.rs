@@ -112,7 +112,8 @@ fn hf_config_sets_the_sequence_length_and_gating() {
         "--format",
         "json",
     ]);
-    assert_eq!(json["training"]["seq_len"], 8192);
+    // The default is a training length (4096), not the config's max_position_embeddings (issue 10 item 6).
+    assert_eq!(json["training"]["seq_len"], 4096);
     assert_eq!(json["model"]["gated_mlp"], true);
     assert_eq!(json["model"]["ffn_hidden"], 28672);
     assert_eq!(json["plans"].as_array().unwrap().len(), 1);
@@ -922,11 +923,14 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "json",
     ]);
     assert_eq!(script["plans"], flags["plans"]);
-    // The script describes Llama-3-70B: the same count as its Hugging Face config.
+    // The script describes Llama-3-70B: the same count as its Hugging Face config (at the script's
+    // --seq-length 8192; the config's default would be the 4096-token training length).
     let hf = run_json(&[
         "eval",
         "--hf-config",
         "models/hf/llama-3-70b.json",
+        "--seq-len",
+        "8192",
         "--nodes",
         "16",
         "--tp",
@@ -1334,9 +1338,25 @@ fn hf_config_defaults_are_not_silent() {
         "no-len.json",
         &format!("{{\"model_type\": \"llama\", {shape}}}"),
     );
-    assert_error(
-        &["plan", "--hf-config", &no_len, "--nodes", "1"],
-        &["\"max_position_embeddings\" is missing", "pass --seq-len"],
+    // Without a position limit the default training length is used, and said.
+    let json = run_json(&[
+        "plan",
+        "--hf-config",
+        &no_len,
+        "--nodes",
+        "4",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json["training"]["seq_len"], 4096);
+    assert!(
+        json["model"]["origin"]
+            .as_str()
+            .unwrap()
+            .contains("--seq-len not given"),
+        "{json}"
     );
     let json = run_json(&[
         "plan",

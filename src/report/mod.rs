@@ -33,6 +33,8 @@ pub use table::{breakdown, explain_best, plans_table, scenario_line, stats_line}
 pub struct ModelSummary {
     pub name: String,
     pub params: f64,
+    /// Parameters one token uses (top-k routed experts of an MoE model; = params when dense).
+    pub active_params: f64,
     pub layers: u32,
     pub hidden: u32,
     pub heads: u32,
@@ -46,6 +48,12 @@ pub struct ModelSummary {
     pub learned_position_embeddings: bool,
     pub norm: crate::model::Norm,
     pub dropout: bool,
+    /// Width of one attention head.
+    pub head_dim: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<crate::model::Moe>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mla: Option<crate::model::Mla>,
     /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
     pub origin: String,
 }
@@ -55,6 +63,7 @@ impl ModelSummary {
         ModelSummary {
             name: model.name.clone(),
             params: model.params(),
+            active_params: model.active_params(),
             layers: model.layers,
             hidden: model.hidden,
             heads: model.heads,
@@ -68,6 +77,9 @@ impl ModelSummary {
             learned_position_embeddings: model.learned_position_embeddings,
             norm: model.norm,
             dropout: model.dropout,
+            head_dim: model.head_dim,
+            moe: model.moe,
+            mla: model.mla,
             origin: origin.to_string(),
         }
     }

@@ -1,0 +1,138 @@
+//! FLOP counts: forward FLOPs per layer (all-pairs attention as an unfused kernel runs it, and the
+//! causal half that FlashAttention runs and model FLOPs count), per dense and MoE layer, and per
+//! training step and token.
+
+use super::Model;
+use crate::units::Flops;
+
+impl Model {
+    /// Weight-matrix parameters a token multiplies in a dense layer (no biases, no norms).
+    fn dense_layer_matrix_params(&self) -> f64 {
+        let h = f64::from(self.hidden);
+        let f = f64::from(self.ffn_hidden);
+        self.attention_matrix_params() + h * self.mlp_up_width() + f * h
+    }
+
+    /// Weight-matrix parameters a token multiplies in an MoE layer: attention, router, its top-k
+    /// experts, the shared experts (and their gate).
+    fn moe_layer_active_matrix_params(&self) -> f64 {
+        let Some(moe) = self.moe else {
+            return 0.0;
+        };
+        let h = f64::from(self.hidden);
+        let expert = h * self.expert_up_width() + f64::from(moe.ffn_hidden) * h;
+        let shared = if moe.shared_expert_ffn_hidden > 0 {
+            let gate = if moe.shared_expert_gate { h } else { 0.0 };
+            h * self.up_width(moe.shared_expert_ffn_hidden)
+                + f64::from(moe.shared_expert_ffn_hidden) * h
+                + gate
+        } else {
+            0.0
+        };
+        self.attention_matrix_params()
+            + f64::from(moe.experts) * h
+            + f64::from(moe.router_topk) * expert
+            + shared
+    }
+
+    /// Forward FLOPs of QKᵀ and AV over every (query, key) pair, for b sequences of s tokens:
+    /// 2·b·s²·heads·(d_qk + d_v) (Narayanan et al. 2021 §3: 4bs²h for GPT).
+    fn attention_core_all_pairs_flops(&self, b: f64, s: f64) -> f64 {
+        let (qk, v) = self.attention_head_dims();
+        2.0 * b * s * s * f64::from(self.heads) * (qk + v)
+    }
+
+    /// Forward FLOPs of one layer, averaged over the layers (MoE layers count their active
+    /// experts), for `micro_batch` sequences of `seq_len` tokens: 2 FLOPs per weight per token for
+    /// the matrices, plus QKᵀ and AV over EVERY (query, key) pair — Narayanan et al. 2021 §3:
+    /// 24bsh² + 4bs²h for GPT. This is what an unfused kernel executes (it computes the masked
+    /// half too); model FLOPs count the causal half only ([`Model::layer_causal_forward_flops`]).
+    pub fn layer_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        Flops(
+            2.0 * b * s * self.average_layer_matrix_params()
+                + self.attention_core_all_pairs_flops(b, s),
+        )
+    }
+
+    /// Active weight-matrix parameters per layer, averaged over dense and MoE layers.
+    fn average_layer_matrix_params(&self) -> f64 {
+        if self.moe.is_none() {
+            return self.dense_layer_matrix_params();
+        }
+        (f64::from(self.dense_layers()) * self.dense_layer_matrix_params()
+            + f64::from(self.moe_layers()) * self.moe_layer_active_matrix_params())
+            / f64::from(self.layers)
+    }
+
+    /// Forward model FLOPs of one layer (averaged over the layers) with causal attention counted
+    /// once: each query attends to the keys before it, so QKᵀ and AV cost half of
+    /// [`Model::layer_forward_flops`]'s all-pairs term. This is what FlashAttention executes with a
+    /// causal mask (Dao 2023, FlashAttention-2 §3.1.1) and what Megatron-Bridge 25.09+ counts
+    /// (`src/megatron/bridge/training/utils/flop_utils.py` halves core attention; see
+    /// validation/modern_runs.md caveat 1).
+    pub fn layer_causal_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        Flops(
+            2.0 * b * s * self.average_layer_matrix_params()
+                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+        )
+    }
+
+    /// Causal forward model FLOPs of one dense layer (attention + dense MLP).
+    pub fn dense_layer_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        Flops(
+            2.0 * b * s * self.dense_layer_matrix_params()
+                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+        )
+    }
+
+    /// Causal forward model FLOPs of one MoE layer (attention, router, top-k experts, shared
+    /// experts); 0 for a dense model.
+    pub fn moe_layer_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        if self.moe.is_none() {
+            return Flops(0.0);
+        }
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        Flops(
+            2.0 * b * s * self.moe_layer_active_matrix_params()
+                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+        )
+    }
+
+    /// Forward FLOPs of the attention core alone (QKᵀ and AV) with the causal mask: each query
+    /// against the keys up to it, half of all pairs — what FlashAttention executes and what
+    /// selective recompute repeats (Korthikanti et al. 2022 §5).
+    pub fn attention_core_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        Flops(0.5 * self.attention_core_all_pairs_flops(f64::from(micro_batch), f64::from(seq_len)))
+    }
+
+    /// Forward FLOPs of the output (logit) layer: 2·b·s·h·V (Narayanan et al. 2021 eq. 3's V/(16lh) term).
+    pub fn logits_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        Flops(2.0 * b * s * f64::from(self.hidden) * f64::from(self.vocab))
+    }
+
+    /// Model FLOPs of one training step over `sequences` sequences, without recompute: 3 × forward
+    /// (backward is twice the forward), with active parameters only and causal attention counted
+    /// once. For GPT this is Narayanan et al. 2021 eq. 3 with 72 in place of 96 (the 96 counts the
+    /// recompute forward) and s/(12h) in place of s/(6h) (the causal half), which is
+    /// Megatron-Bridge 25.09+ `flop_utils.py`.
+    pub fn model_flops_per_step(&self, sequences: u32, seq_len: u32) -> Flops {
+        let forward = self.layer_causal_forward_flops(sequences, seq_len) * f64::from(self.layers)
+            + self.logits_forward_flops(sequences, seq_len);
+        forward * 3.0
+    }
+
+    /// Model FLOPs per trained token (6 × active parameters in the matrices, plus causal attention
+    /// and the logits): what MFU divides by.
+    pub fn model_flops_per_token(&self, seq_len: u32) -> Flops {
+        self.model_flops_per_step(1, seq_len) * (1.0 / f64::from(seq_len))
+    }
+}
