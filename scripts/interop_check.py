@@ -12,6 +12,7 @@ import time
 import traceback
 
 TPSIM, RESULTS = sys.argv[1], sys.argv[2]
+LOG = sys.argv[3] if len(sys.argv) > 3 else "target/interop-check.log"
 rows = []  # (area, check, outcome, detail)
 
 
@@ -156,7 +157,12 @@ def check_deepspeed():
         record("deepspeed", "import", "SKIP", f"{type(e).__name__}: {e}")
         return
     import deepspeed
+    import deepspeed.runtime.config as ds_config
     record("deepspeed", "import", "PASS", f"deepspeed {deepspeed.__version__}")
+    # DeepSpeedConfig asks the communication backend for the rank before it asks the mpu for the
+    # data-parallel size; without a process group it falls back to a world of 1. One rank is
+    # enough here: the batch identity is checked against the mpu's data-parallel size.
+    ds_config.dist.get_rank = lambda *args, **kwargs: 0
 
     class Mpu:
         """The data-parallel size DeepSpeed asks a model-parallel unit for."""
@@ -182,9 +188,10 @@ def check_deepspeed():
             config = json.loads(tpsim(*args, "--emit", "deepspeed"))
             dp = stages_json(args)["dp"]
             ds = DeepSpeedConfig(config, mpu=Mpu(dp))
-            ok = (ds.train_batch_size == config["train_batch_size"]
-                  and ds.zero_optimization_stage == config["zero_optimization"]["stage"])
             grad = getattr(ds, "grad_accum_dtype", None)
+            ok = (ds.train_batch_size == config["train_batch_size"]
+                  and ds.zero_optimization_stage == config["zero_optimization"]["stage"]
+                  and grad == config["data_types"]["grad_accum_dtype"])
             record("deepspeed", label, "PASS" if ok else "FAIL",
                    f"train_batch_size {ds.train_batch_size}, ZeRO {ds.zero_optimization_stage}, grad_accum_dtype {grad}")
         except Exception as e:  # noqa: BLE001
@@ -214,6 +221,69 @@ def check_transformers():
                    f"transformers {theirs:,}, tpsim {int(ours):,} ({err:+.3%})")
         except Exception as e:  # noqa: BLE001
             record("transformers", path, "FAIL", f"{type(e).__name__}: {e}")
+
+
+def bridge_field_names():
+    """Field names of the ConfigContainer sections the overrides set, read from the installed
+    sources (megatron-bridge imports transformer_engine, which needs CUDA): `model` is a
+    GPTModelProvider, a Megatron-Core TransformerConfig; `ddp` and `optimizer` subclass
+    Megatron-Core's configs; `train` and `mixed_precision` are Bridge's own dataclasses."""
+    import ast
+    import dataclasses
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    import os
+    import megatron.core
+    # Bridge's package __init__ imports transformer_engine: read its files without importing it.
+    root = os.path.dirname(os.path.dirname(megatron.core.__file__))
+
+    def annotated(module, cls):
+        path = os.path.join(root, *module.split(".")[1:]) + ".py"
+        tree = ast.parse(open(path).read())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+                # Older releases keep some names as properties (0.3.1: GPTDatasetConfig.seq_length).
+                properties = {n.name for n in node.body if isinstance(n, ast.FunctionDef)
+                              and any(getattr(d, "id", None) == "property" for d in n.decorator_list)}
+                return fields | properties
+        raise LookupError(f"{cls} not in {path}")
+
+    names = {
+        "model": {f.name for f in dataclasses.fields(TransformerConfig)}
+        | annotated("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+        "dataset": annotated("megatron.bridge.training.config", "GPTDatasetConfig"),
+        "ddp": {f.name for f in dataclasses.fields(DistributedDataParallelConfig)},
+        "optimizer": {f.name for f in dataclasses.fields(OptimizerConfig)},
+        "train": annotated("megatron.bridge.training.config", "TrainingConfig"),
+        "mixed_precision": annotated("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+    }
+    return names
+
+
+def check_megatron_bridge_names():
+    try:
+        names = bridge_field_names()
+    except Exception as e:  # noqa: BLE001
+        record("megatron-bridge", "field names from the installed sources", "SKIP", f"{type(e).__name__}: {e}")
+        return
+    for label, args in SCENARIOS:
+        if "--zero" in args and args[args.index("--zero") + 1] in ("2", "3"):
+            record("megatron-bridge", f"{label}", "SKIP", "tpsim does not write ZeRO-2/3 for Megatron-Bridge yet")
+            continue
+        try:
+            overrides = tpsim(*args, "--emit", "megatron-bridge").split()
+            unknown = []
+            for o in overrides:
+                section, field = o.split("=", 1)[0].split(".", 1)
+                if field not in names.get(section, ()):
+                    unknown.append(o)
+            record("megatron-bridge", f"{label}: every override names a ConfigContainer field",
+                   "FAIL" if unknown else "PASS", f"unknown: {unknown}" if unknown else f"{len(overrides)} overrides")
+        except Exception as e:  # noqa: BLE001
+            record("megatron-bridge", label, "FAIL", f"{type(e).__name__}: {e}")
 
 
 def check_megatron_bridge():
@@ -247,13 +317,27 @@ def check_megatron_bridge():
 
 
 started = time.time()
-for check in (check_megatron_core, check_deepspeed, check_transformers, check_megatron_bridge):
+for check in (check_megatron_core, check_deepspeed, check_transformers, check_megatron_bridge_names,
+              check_megatron_bridge):
     check()
 with open(RESULTS, "w") as out:
     out.write("# scripts/interop-check results\n\n")
     out.write(f"Written by `scripts/interop-check` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
               f"{time.time() - started:.0f} s of checks). SKIP means the framework did not install or import "
               "here; it is not a pass.\n\n")
+    try:
+        installs = [l.strip() for l in open(LOG) if l.startswith(("installed", "FAILED"))]
+    except OSError:
+        installs = []
+    if installs:
+        out.write("Installs (from the last install run; pip from PyPI, 2 CPU cores):\n\n")
+        out.write("".join(f"- {l}\n" for l in installs) + "\n")
+    out.write(
+        "Not checked here: Megatron-LM's own `parse_args`/`validate_args` (megatron/training is not in "
+        "the megatron-core package on PyPI; the virtual-stage count of `--num-layers-per-virtual-pipeline-stage` "
+        "is recomputed as arguments.py does), Megatron-Bridge's ConfigContainer with the overrides applied "
+        "(its package imports transformer_engine, which needs CUDA; the override names are checked against "
+        "the installed sources instead), NeMo 1.x (not installed).\n\n")
     out.write("| framework | check | outcome | detail |\n|---|---|---|---|\n")
     for area, check, outcome, detail in rows:
         out.write(f"| {area} | {check} | {outcome} | {detail} |\n")

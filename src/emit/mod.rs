@@ -224,6 +224,9 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     set("model.ffn_hidden_size", model.ffn_hidden.to_string());
     set("model.num_attention_heads", model.heads.to_string());
     set("model.num_query_groups", model.kv_heads.to_string());
+    // run_recipe.py: "The selected dataset owns the sequence length"; the runner copies it to
+    // model.seq_length, which is written too so both agree.
+    set("dataset.seq_length", training.seq_len.to_string());
     set("model.seq_length", training.seq_len.to_string());
     let dropout = if model.dropout { "0.1" } else { "0.0" };
     set("model.hidden_dropout", dropout.into());
