@@ -6,7 +6,9 @@
 //! data-parallel size`); the reader of Megatron arguments lives in [`megatron_reader`], so that a
 //! written plan reads back to the same plan.
 
+mod megatron_args;
 mod megatron_reader;
+mod megatron_refused;
 mod pipeline_split;
 
 pub use megatron_reader::{
@@ -148,8 +150,8 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             push("decoder-first-pipeline-num-layers", n(first));
             push("decoder-last-pipeline-num-layers", n(last));
         }
-        // `Framework::unsupported` keeps such plans from being written; the line says so
-        // rather than describe another split.
+        // `Framework::unsupported` keeps such plans from being written (`eval --emit` refuses them,
+        // `plan --emit` takes the next plan).
         MegatronSplit::Inexpressible { .. } => {}
     }
     if plan.vpp > 1 {
@@ -573,5 +575,60 @@ mod tests {
             get("train_micro_batch_size_per_gpu") * get("gradient_accumulation_steps") * 8
         );
         assert_eq!(json["zero_optimization"]["stage"], 1);
+    }
+
+    #[test]
+    fn uneven_middle_stages_are_not_written_as_first_last() {
+        // 80 layers on pp 9: tpsim's split of 82 units is 8, 10, 9 x 6, 8 (the remainder on one
+        // middle stage), which --decoder-first/last-pipeline-num-layers cannot say
+        // (Megatron-Core splits the middle layers evenly); 80 on pp 6 (12, 14 x 4, 12) it can.
+        let (model, _, training) = scenario();
+        let build = |pp: u32| {
+            let cluster = Cluster {
+                gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+                nodes: pp,
+                gpus_per_node: 8,
+            };
+            let request = PlanRequest {
+                tp: 8,
+                pp,
+                dp: 1,
+                vpp: 1,
+                micro_batch: 1,
+                sequence_parallel: true,
+                recompute: Recompute::Selective,
+                zero: 1,
+                allow_uneven_pp: true,
+                allow_cross_node_tp: false,
+            };
+            ParallelPlan::build(&request, &model, &cluster, &training).unwrap()
+        };
+        let nine = build(9);
+        let why = Framework::Megatron.unsupported(&model, &nine).unwrap();
+        assert!(
+            why.contains("--decoder-first/last-pipeline-num-layers"),
+            "{why}"
+        );
+        assert!(
+            Framework::MegatronBridge
+                .unsupported(&model, &nine)
+                .is_some()
+        );
+        let six = build(6);
+        assert_eq!(Framework::Megatron.unsupported(&model, &six), None);
+        assert_eq!(
+            MegatronSplit::of(&model, &six),
+            MegatronSplit::FirstLast {
+                first: 12,
+                last: 12
+            }
+        );
+        let line = megatron_args(&model, &training, &six);
+        assert!(
+            line.contains(
+                "--decoder-first-pipeline-num-layers 12 --decoder-last-pipeline-num-layers 12"
+            ),
+            "{line}"
+        );
     }
 }
