@@ -740,10 +740,20 @@ pub(super) fn check_pasted_megatron(
             "--recompute-method {other} is not a Megatron-LM recompute method; use uniform or block"
         ),
     };
-    if plan.recompute != Recompute::Full {
-        bail!(
-            "--recompute-method {method} needs --recompute-granularity full (Megatron-LM refuses it with selective recompute and ignores it without recompute); drop it or add --recompute-granularity full"
-        );
+    match plan.recompute {
+        Recompute::Full => {}
+        // arguments.py: "recompute method is not yet supported for selective recomputing
+        // granularity".
+        Recompute::Selective => bail!(
+            "--recompute-method {method} with selective recompute: Megatron-LM refuses a recompute method for selective granularity; drop --recompute-method"
+        ),
+        // Megatron-Core reads the method only under full granularity, as the reader does.
+        Recompute::None => {
+            eprintln!(
+                "note: --recompute-method {method} is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)"
+            );
+            return Ok(());
+        }
     }
     emit::check_full_recompute(full, plan).map_err(|message| anyhow!(message))
 }
