@@ -1720,6 +1720,10 @@ fn megatron_reader_accepts_what_megatron_accepts() {
             "--activations-checkpoint-method block --activations-checkpoint-num-layers 1",
             vec!["block", "1 of the 8 layers"],
         ),
+        (
+            "--recompute-granularity full --recompute-num-layers 4",
+            vec!["--recompute-num-layers without --recompute-method"],
+        ),
     ] {
         assert_error(
             &[

@@ -375,6 +375,12 @@ impl<'a> Parsed<'a> {
             (Recompute::Full, Some((_, m)), None) => (Recompute::Full, Some(m)),
             // Megatron-Core transformer_config.py refuses full granularity without a method;
             // tpsim reads it as every layer recomputed and says so.
+            (Recompute::Full, None, None) if self.value("recompute-num-layers").is_some() => {
+                return Err(MegatronArgsError::Refused {
+                    given: "--recompute-num-layers without --recompute-method".into(),
+                    why: "Megatron-Core needs --recompute-method uniform or block to know what the layer count means; add one".into(),
+                });
+            }
             (Recompute::Full, None, None) => {
                 notes.push("--recompute-granularity full without --recompute-method (Megatron-Core requires one) is read as --recompute-method uniform --recompute-num-layers 1".to_string());
                 (Recompute::Full, Some(FullRecompute::Uniform(1)))
