@@ -73,9 +73,10 @@ mod calibration_commands;
 /// Megatron-LM in, framework configs out, sweep, compare, completions.
 mod ecosystem_commands;
 use ecosystem_commands::{
-    attention_arg_of_backend, check_megatron_training, compare_command, completions, emit_best,
-    emitted, framework_of, megatron_learned_positions, megatron_norm, megatron_plan_file,
-    read_megatron_launch, sweep_command, target_name,
+    apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
+    check_pasted_megatron, compare_command, completions, emit_best, emitted, framework_of,
+    megatron_learned_positions, megatron_norm, megatron_plan_file, megatron_request, pasted_split,
+    pasted_zero, read_megatron_launch, sweep_command, target_name,
 };
 
 struct Scenario {
@@ -688,21 +689,27 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if let Some(backend) = &args.attention_backend {
         training_args.attention = Some(attention_arg_of_backend(backend)?);
     }
+    // Megatron-LM with --bf16 keeps fp32 gradients unless --grad-reduce-in-bf16 (arguments.py).
     if args.accumulate_allreduce_grads_in_fp32 {
         training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    } else if args.grad_reduce_in_bf16 {
+        training_args.grad_dtype = Some(GradDtypeArg::Bf16);
+    } else if args.bf16 && training_args.grad_dtype.is_none() {
+        training_args.grad_dtype = Some(GradDtypeArg::Fp32);
     }
-    let scenario = resolve_scenario(
+    let mut scenario = resolve_scenario(
         &args.model,
         &args.cluster,
         &training_args,
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
+    if let Some(launch) = &megatron {
+        apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
+    }
     let request = match &plan_file {
-        Some(_) if megatron.is_some() => megatron
-            .as_ref()
-            .expect("checked above")
-            .request(scenario.cluster.total_gpus())
-            .map_err(|message| anyhow!("--megatron-args: {message}"))?,
+        Some(_) if megatron.is_some() => {
+            megatron_request(megatron.as_ref().expect("checked above"), &scenario)?
+        }
         Some((file, _)) => file.plan,
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
@@ -754,10 +761,12 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 pp,
                 dp,
                 vpp: match args.num_layers_per_virtual_pipeline_stage {
-                    Some(n) => {
-                        emit::vpp_from_layers_per_virtual_stage(scenario.model.layers, pp, n)
-                            .map_err(|message| anyhow!(message))?
-                    }
+                    Some(n) => emit::vpp_from_layers_per_virtual_stage(
+                        pasted_split(&args).counted_layers(scenario.model.layers),
+                        pp,
+                        n,
+                    )
+                    .map_err(|message| anyhow!(message))?,
                     None => args.vpp.unwrap_or(1),
                 },
                 micro_batch: args.micro_batch.unwrap_or(1),
@@ -767,10 +776,11 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     RecomputeArg::Selective => Recompute::Selective,
                     RecomputeArg::Full => Recompute::Full,
                 },
-                zero: args
-                    .zero
-                    .unwrap_or(u8::from(args.use_distributed_optimizer)),
-                allow_uneven_pp: args.allow_uneven_pp,
+                zero: match args.zero {
+                    Some(zero) => zero,
+                    None => pasted_zero(&args, pp)?,
+                },
+                allow_uneven_pp: args.allow_uneven_pp || pasted_split(&args).any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,
                 cp: args.cp.unwrap_or(1),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
@@ -791,6 +801,7 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.cluster,
         &scenario.training,
     )?;
+    check_pasted_megatron(&args, &scenario.model, &plan)?;
     if plan.zero >= 2 && plan.pp > 1 {
         eprintln!(
             "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",
@@ -807,7 +818,7 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
-        if let Some(reason) = framework.unsupported(&plan) {
+        if let Some(reason) = framework.unsupported(&scenario.model, &plan) {
             bail!("--emit {}: {reason}", target_name(target));
         }
         if !estimate.fits() {
@@ -910,8 +921,16 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
         recompute_num_layers: None,
         max_position_embeddings: None,
         bf16: false,
+        grad_reduce_in_bf16: false,
         attention_backend: None,
         accumulate_allreduce_grads_in_fp32: false,
+        use_megatron_fsdp: false,
+        data_parallel_sharding_strategy: None,
+        use_torch_fsdp2: false,
+        account_for_embedding_in_pipeline_split: false,
+        account_for_loss_in_pipeline_split: false,
+        decoder_first_pipeline_num_layers: None,
+        decoder_last_pipeline_num_layers: None,
         emit: None,
         megatron_args: None,
     };

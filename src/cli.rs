@@ -407,18 +407,24 @@ pub struct EvalArgs {
     /// Megatron-LM's distributed optimizer (optimizer states sharded over dp): ZeRO-1.
     #[arg(long, conflicts_with_all = ["zero", "plan"])]
     pub use_distributed_optimizer: bool,
-    /// Megatron-LM's recompute method (uniform|block): accepted, the granularity decides the cost.
+    /// Megatron-LM's recompute method with --recompute full: uniform (with --recompute-num-layers
+    /// 1) or block covering every layer of a model chunk is tpsim's full recompute; partial
+    /// recompute is refused.
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,
-    /// Megatron-LM's layers per recompute chunk: accepted, tpsim models 1.
+    /// Megatron-LM's layers per recompute chunk (uniform) or recomputed layers per chunk (block).
     #[arg(long, hide = true, value_name = "N")]
     pub recompute_num_layers: Option<u32>,
     /// Megatron-LM's --max-position-embeddings: accepted; --seq-length sets the sequence.
     #[arg(long, hide = true, value_name = "N")]
     pub max_position_embeddings: Option<u32>,
-    /// Megatron-LM's --bf16: accepted, tpsim always models bf16 mixed precision.
+    /// Megatron-LM's --bf16: bf16 mixed precision, with fp32 gradients unless --grad-reduce-in-bf16
+    /// (Megatron-LM arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16).
     #[arg(long, hide = true)]
     pub bf16: bool,
+    /// Megatron-LM's --grad-reduce-in-bf16: --grad-dtype bf16 (what `--emit megatron` writes).
+    #[arg(long, hide = true, conflicts_with_all = ["grad_dtype", "accumulate_allreduce_grads_in_fp32"])]
+    pub grad_reduce_in_bf16: bool,
     /// Megatron-Core's attention backend: flash|fused|auto = --attention flash, unfused|local =
     /// --attention unfused (what `--emit megatron` writes).
     #[arg(
@@ -431,12 +437,40 @@ pub struct EvalArgs {
     /// Megatron-LM's fp32 gradient buffer: --grad-dtype fp32 (what `--emit megatron` writes).
     #[arg(long, hide = true, conflicts_with = "grad_dtype")]
     pub accumulate_allreduce_grads_in_fp32: bool,
+    /// Megatron-LM's Megatron-FSDP: ZeRO by --data-parallel-sharding-strategy (default
+    /// optim_grads_params = ZeRO-3, optim_grads = ZeRO-2), what `--emit megatron` writes.
+    #[arg(long, hide = true, conflicts_with_all = ["zero", "plan", "use_distributed_optimizer"])]
+    pub use_megatron_fsdp: bool,
+    /// Megatron-LM's Megatron-FSDP sharding strategy (no_shard, optim, optim_grads, optim_grads_params).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "STRATEGY",
+        requires = "use_megatron_fsdp"
+    )]
+    pub data_parallel_sharding_strategy: Option<String>,
+    /// Megatron-LM's torch FSDP2: ZeRO-3 (without pipeline parallelism).
+    #[arg(long, hide = true, conflicts_with_all = ["zero", "plan", "use_distributed_optimizer", "use_megatron_fsdp"])]
+    pub use_torch_fsdp2: bool,
+    /// Megatron-LM: the embedding counts as a layer in the pipeline split (what `--emit megatron`
+    /// writes for tpsim's uneven split).
+    #[arg(long, hide = true, conflicts_with = "plan")]
+    pub account_for_embedding_in_pipeline_split: bool,
+    /// Megatron-LM: the loss counts as a layer in the pipeline split.
+    #[arg(long, hide = true, conflicts_with = "plan")]
+    pub account_for_loss_in_pipeline_split: bool,
+    /// Megatron-LM: layers on the first pipeline stage (must be tpsim's uneven split).
+    #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
+    pub decoder_first_pipeline_num_layers: Option<u32>,
+    /// Megatron-LM: layers on the last pipeline stage (must be tpsim's uneven split).
+    #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
+    pub decoder_last_pipeline_num_layers: Option<u32>,
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
     #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format"])]
     pub emit: Option<EmitTarget>,
     /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
     /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
-    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32"])]
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16", "use_megatron_fsdp", "use_torch_fsdp2", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"])]
     pub megatron_args: Option<String>,
 }
 
@@ -471,6 +505,8 @@ pub struct AccuracyArgs {
 pub enum EmitTarget {
     /// Megatron-LM pretrain_gpt.py arguments, one line.
     Megatron,
+    /// Megatron-Bridge ConfigContainer overrides (KEY=VALUE, one a line) for run_recipe.py.
+    MegatronBridge,
     /// NeMo trainer/model YAML fragment (megatron_gpt_config.yaml keys).
     Nemo,
     /// DeepSpeed config JSON (ZeRO stage, micro-batch, gradient accumulation, bf16).

@@ -361,7 +361,8 @@ fn megatron_args_round_trip_to_the_same_plan() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["zero"].as_u64().unwrap() <= 1)
+            // Megatron-LM runs ZeRO-0/1, and ZeRO-2/3 as Megatron-FSDP without pipelines.
+            .find(|p| p["zero"].as_u64().unwrap() <= 1 || p["pp"] == 1)
             .expect("a Megatron-runnable plan is in the top 200");
         let back_plan = &back["plans"][0];
         for key in [
@@ -418,7 +419,9 @@ fn nemo_fragment_carries_the_plan() {
     assert_eq!(m["global_batch_size"], 1536);
     assert_eq!(m["sequence_parallel"], true);
     assert_eq!(m["activations_checkpoint_granularity"], "selective");
-    assert_eq!(m["optim"]["name"], "distributed_fused_adam");
+    // NeMo 1.x: mcore_distributed_optim is Megatron-Core's distributed optimizer (ZeRO-1);
+    // distributed_fused_adam (Apex) shards gradients too (ZeRO-2).
+    assert_eq!(m["optim"]["name"], "mcore_distributed_optim");
 }
 
 #[test]
@@ -919,6 +922,8 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "selective",
         "--zero",
         "1",
+        "--grad-dtype",
+        "fp32",
         "--format",
         "json",
     ]);
@@ -946,6 +951,8 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "selective",
         "--zero",
         "1",
+        "--grad-dtype",
+        "fp32",
         "--format",
         "json",
     ]);
@@ -1041,9 +1048,10 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
     };
     let (_, plain, _) = eval("");
     assert_eq!(plain["training"]["attention"], "flash");
-    // A plain --bf16 line keeps fp32 gradient buffers in Megatron (arguments.py,
-    // accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16).
+    // --bf16 without --grad-reduce-in-bf16: Megatron-LM keeps fp32 gradients (arguments.py).
     assert_eq!(plain["training"]["grad_dtype"], "fp32");
+    let (_, bf16_grads, _) = eval("--grad-reduce-in-bf16");
+    assert_eq!(bf16_grads["training"]["grad_dtype"], "bf16");
 
     let (_, rc, stderr) = eval("--recompute-activations");
     assert_eq!(rc["plans"][0]["recompute"], "selective", "{stderr}");
@@ -1054,10 +1062,9 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
 
     let (_, fp32, stderr) = eval("--accumulate-allreduce-grads-in-fp32");
     assert_eq!(fp32["training"]["grad_dtype"], "fp32", "{stderr}");
-    // The explicit flag changes nothing: a plain --bf16 line already means fp32 gradients.
-    assert_eq!(
-        fp32["plans"][0]["memory"]["gradients_bytes"].as_f64(),
-        plain["plans"][0]["memory"]["gradients_bytes"].as_f64()
+    assert!(
+        fp32["plans"][0]["memory"]["gradients_bytes"].as_f64()
+            > bf16_grads["plans"][0]["memory"]["gradients_bytes"].as_f64()
     );
 
     for (extra, kernel) in [
@@ -1396,4 +1403,645 @@ fn hf_config_defaults_are_not_silent() {
         &["--seq-len 2048", "\"n_positions\" is 1024"],
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- Issue 13: configs the real frameworks accept and mean the same ----
+
+/// Runs `eval --format json --megatron-args LINE` plus `extra`; returns (code, JSON or Null, stderr).
+fn eval_line(line: &str, extra: &[&str]) -> (i32, Value, String) {
+    let mut args = vec!["eval", "--format", "json"];
+    args.extend(extra);
+    args.extend(["--megatron-args", line]);
+    let (code, stdout, stderr) = run(&args);
+    let json = if code == 0 || code == 1 {
+        parse_json(&args, &stdout, &stderr)
+    } else {
+        Value::Null
+    };
+    (code, json, stderr)
+}
+
+/// A small dense model on 4 nodes: tp 2, pp 4 (dp 4 on 32 GPUs).
+const SMALL: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4";
+
+#[test]
+fn megatron_bf16_without_grad_reduce_in_bf16_keeps_fp32_gradients() {
+    // arguments.py validate_args: with --bf16, accumulate_allreduce_grads_in_fp32 becomes true
+    // unless --grad-reduce-in-bf16 is given.
+    let (_, plain, stderr) = eval_line(&format!("{SMALL} --bf16"), &["--nodes", "4"]);
+    assert_eq!(plain["training"]["grad_dtype"], "fp32", "{stderr}");
+    let (_, bf16, stderr) = eval_line(
+        &format!("{SMALL} --bf16 --grad-reduce-in-bf16"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(bf16["training"]["grad_dtype"], "bf16", "{stderr}");
+    assert!(
+        plain["plans"][0]["memory"]["gradients_bytes"].as_f64()
+            > bf16["plans"][0]["memory"]["gradients_bytes"].as_f64()
+    );
+    let (_, main_bf16, _) = eval_line(
+        &format!("{SMALL} --bf16 --main-grads-dtype bf16"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(main_bf16["training"]["grad_dtype"], "bf16");
+    // The same flags pasted on eval read the same way.
+    let pasted = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--nodes",
+            "4",
+            "--format",
+            "json",
+            "--num-layers",
+            "32",
+            "--hidden-size",
+            "4096",
+            "--num-attention-heads",
+            "32",
+            "--seq-length",
+            "4096",
+            "--global-batch-size",
+            "512",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+        ];
+        args.extend(extra);
+        run_json(&args)
+    };
+    assert_eq!(pasted(&["--bf16"])["training"]["grad_dtype"], "fp32");
+    assert_eq!(
+        pasted(&["--bf16", "--grad-reduce-in-bf16"])["training"]["grad_dtype"],
+        "bf16"
+    );
+    // A tpsim flag that contradicts the line is refused, not silently preferred.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--grad-dtype",
+            "bf16",
+            "--megatron-args",
+            &format!("{SMALL} --bf16"),
+        ],
+        &["--grad-dtype bf16", "fp32", "--grad-reduce-in-bf16"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{SMALL} --bf16 --grad-reduce-in-bf16 --accumulate-allreduce-grads-in-fp32"),
+        ],
+        &[
+            "--accumulate-allreduce-grads-in-fp32",
+            "--grad-reduce-in-bf16",
+        ],
+    );
+}
+
+#[test]
+fn emitted_configs_say_the_planned_gradient_precision() {
+    for (grad, megatron_flag, fp32) in [
+        ("bf16", "--grad-reduce-in-bf16", false),
+        ("fp32", "--accumulate-allreduce-grads-in-fp32", true),
+    ] {
+        let base = [
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "4",
+            "--global-batch",
+            "512",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--grad-dtype",
+            grad,
+            "--emit",
+        ];
+        let emit = |target: &str| {
+            let mut args = base.to_vec();
+            args.push(target);
+            let (code, stdout, stderr) = run(&args);
+            assert!(code == 0 || code == 1, "{target}: {stderr}");
+            stdout
+        };
+        let line = emit("megatron");
+        assert!(line.contains(megatron_flag), "{line}");
+        // The line reads back to the same gradient precision.
+        let (_, back, stderr) = eval_line(line.trim(), &["--nodes", "16"]);
+        assert_eq!(back["training"]["grad_dtype"], grad, "{stderr}");
+        let bridge = emit("megatron-bridge");
+        assert!(
+            bridge.contains(&format!("ddp.grad_reduce_in_fp32={fp32}"))
+                && bridge.contains(&format!("mixed_precision.grad_reduce_in_fp32={fp32}")),
+            "{bridge}"
+        );
+        let nemo: Value = yaml_serde::from_str(&emit("nemo")).unwrap();
+        assert_eq!(nemo["model"]["optim"]["grad_sync_dtype"], grad);
+        let ds: Value = serde_json::from_str(&emit("deepspeed")).unwrap();
+        assert_eq!(ds["data_types"]["grad_accum_dtype"], grad);
+    }
+}
+
+/// The README's Llama-405B `--allow-uneven-pp` example: its best plan interleaves an uneven split.
+#[test]
+fn uneven_interleaved_plan_emits_a_valid_line_and_reads_back() {
+    let plan = [
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "2048",
+        "--gpu",
+        "h100-sxm-80g",
+        "--global-batch",
+        "2048",
+        "--allow-uneven-pp",
+    ];
+    let mut json_args = plan.to_vec();
+    json_args.extend(["--format", "json", "--top", "1"]);
+    let best = run_json(&json_args)["plans"][0].clone();
+    assert_eq!(best["stages"]["even"], false, "{best}");
+    assert!(best["vpp"].as_u64().unwrap() > 1, "{best}");
+    let mut emit_args = plan.to_vec();
+    emit_args.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&emit_args);
+    assert_eq!(code, 0, "{stderr}");
+    let (pp, vpp) = (best["pp"].as_u64().unwrap(), best["vpp"].as_u64().unwrap());
+    // Megatron-LM arguments.py: (126 layers + embedding + loss) / pp / N = vpp.
+    let per_virtual = (126 + 2) / (pp * vpp);
+    assert!(
+        line.contains(
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+        ) && line.contains(&format!(
+            "--num-layers-per-virtual-pipeline-stage {per_virtual} "
+        )),
+        "{line}"
+    );
+    assert!(
+        !line.contains("--decoder-first-pipeline-num-layers"),
+        "{line}"
+    );
+    let (code, back, stderr) = eval_line(line.trim(), &["--nodes", "2048"]);
+    assert_eq!(code, 0, "{stderr}");
+    let back = &back["plans"][0];
+    for key in [
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "micro_batch",
+        "stages",
+        "recompute",
+        "zero",
+    ] {
+        assert_eq!(back[key], best[key], "{key}: {line}");
+    }
+    assert_eq!(back["memory"], best["memory"], "{line}");
+}
+
+#[test]
+fn megatron_pipeline_split_values_are_honoured_or_refused() {
+    // 30 layers on pp 4: Megatron places 7, 8, 8, 7 with both --account-for-* switches, the same
+    // as tpsim's split, and as --decoder-first/last-pipeline-num-layers 7.
+    const L30: &str = "--num-layers 30 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --global-batch-size 256 --pipeline-model-parallel-size 4 --micro-batch-size 1 --bf16";
+    let (code, counted, stderr) = eval_line(
+        &format!(
+            "{L30} --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+        ),
+        &["--nodes", "1"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(counted["plans"][0]["stages"]["first"], 7);
+    let (code, first_last, stderr) = eval_line(
+        &format!(
+            "{L30} --decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7"
+        ),
+        &["--nodes", "1"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(first_last["plans"][0], counted["plans"][0]);
+    // Other values are not silently replaced by tpsim's split.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!(
+                "{L30} --decoder-first-pipeline-num-layers 9 --decoder-last-pipeline-num-layers 9"
+            ),
+        ],
+        &[
+            "first stage 9",
+            "last stage 9",
+            "tpsim cannot model other splits",
+        ],
+    );
+    // Megatron's own refusal: the middle stages must share the rest evenly.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!(
+                "{L30} --decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 7"
+            ),
+        ],
+        &[
+            "--decoder-first/last-pipeline-num-layers",
+            "17 layers for 2 other stages",
+        ],
+    );
+    // Without any split argument Megatron refuses 30 layers on 4 stages.
+    assert_error(
+        &["eval", "--nodes", "1", "--megatron-args", L30],
+        &[
+            "does not divide 30 layers",
+            "--account-for-embedding-in-pipeline-split",
+        ],
+    );
+}
+
+#[test]
+fn megatron_reader_accepts_what_megatron_accepts() {
+    // --sequence-parallel with TP 1: Megatron turns it off with a warning.
+    let (code, sp, stderr) = eval_line(
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --sequence-parallel --bf16",
+        &["--nodes", "1"],
+    );
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(sp["plans"][0]["sequence_parallel"], false);
+    assert!(
+        stderr.contains("turns sequence parallelism off"),
+        "{stderr}"
+    );
+
+    // --global-batch-size is optional: Megatron's default is micro-batch x dp.
+    let (code, gbs, stderr) = eval_line(
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --tensor-model-parallel-size 8 --micro-batch-size 2 --bf16",
+        &["--nodes", "4"],
+    );
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(gbs["training"]["global_batch"], 2 * 4, "{stderr}");
+    assert!(stderr.contains("micro-batch 2 x dp 4 = 8"), "{stderr}");
+
+    // The SC'21 scripts' --activations-checkpoint-method uniform is full recompute.
+    let (_, legacy, stderr) = eval_line(
+        &format!("{SMALL} --bf16 --activations-checkpoint-method uniform"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(legacy["plans"][0]["recompute"], "full", "{stderr}");
+    let (_, checkpoint, _) = eval_line(
+        &format!("{SMALL} --bf16 --checkpoint-activations"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(checkpoint["plans"][0]["recompute"], "full");
+    let (_, modern, _) = eval_line(
+        &format!(
+            "{SMALL} --bf16 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+        ),
+        &["--nodes", "4"],
+    );
+    assert_eq!(modern["plans"][0], legacy["plans"][0]);
+    // block covering all 8 layers of each stage recomputes every layer: full.
+    let (_, block, stderr) = eval_line(
+        &format!(
+            "{SMALL} --bf16 --recompute-granularity full --recompute-method block --recompute-num-layers 8"
+        ),
+        &["--nodes", "4"],
+    );
+    assert_eq!(block["plans"][0], legacy["plans"][0], "{stderr}");
+
+    // Partial recompute is refused by name, never read as every layer recomputed.
+    for (extra, needles) in [
+        (
+            "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
+            vec![
+                "--recompute-method block --recompute-num-layers 2",
+                "2 of the 8 layers",
+            ],
+        ),
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 4",
+            vec!["uniform recompute with 4 layers per chunk"],
+        ),
+        (
+            "--activations-checkpoint-method block --activations-checkpoint-num-layers 1",
+            vec!["block", "1 of the 8 layers"],
+        ),
+        (
+            "--recompute-granularity full --recompute-num-layers 4",
+            vec!["--recompute-num-layers without --recompute-method"],
+        ),
+    ] {
+        assert_error(
+            &[
+                "eval",
+                "--nodes",
+                "4",
+                "--megatron-args",
+                &format!("{SMALL} --bf16 {extra}"),
+            ],
+            &needles,
+        );
+    }
+    // The same Megatron names pasted on eval are not accepted and ignored any more.
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--recompute",
+            "full",
+            "--recompute-method",
+            "block",
+            "--recompute-num-layers",
+            "2",
+        ],
+        &[
+            "--recompute-method block --recompute-num-layers 2",
+            "partial recompute",
+        ],
+    );
+
+    // --microbatch-group-size-per-virtual-pipeline-stage: pp (Megatron's default) is read,
+    // another value is refused by name, and Megatron's own rule is enforced.
+    let vpp = format!("{SMALL} --bf16 --num-layers-per-virtual-pipeline-stage 4");
+    let (code, group, stderr) = eval_line(
+        &format!("{vpp} --microbatch-group-size-per-virtual-pipeline-stage 4"),
+        &["--nodes", "4"],
+    );
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(group["plans"][0]["vpp"], 2);
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{vpp} --microbatch-group-size-per-virtual-pipeline-stage 8"),
+        ],
+        &[
+            "--microbatch-group-size-per-virtual-pipeline-stage 8",
+            "not modelled",
+        ],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{vpp} --microbatch-group-size-per-virtual-pipeline-stage 3"),
+        ],
+        &[
+            "--microbatch-group-size-per-virtual-pipeline-stage 3",
+            "between pp",
+        ],
+    );
+}
+
+#[test]
+fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
+    for (extra, needle) in [
+        ("--multi-latent-attention", "--multi-latent-attention"),
+        ("--kv-channels 64", "--kv-channels 64"),
+        ("--fp8-format hybrid", "--fp8-format hybrid"),
+        ("--tp-comm-overlap", "--tp-comm-overlap"),
+        (
+            "--cpu-offloading-num-layers 4",
+            "--cpu-offloading-num-layers 4",
+        ),
+        (
+            "--pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L",
+            "--pipeline-model-parallel-layout",
+        ),
+        ("--use-megatron-fsdp", "--use-megatron-fsdp"),
+        ("--use-torch-fsdp2", "--use-torch-fsdp2"),
+        ("--mtp-num-layers 1", "--mtp-num-layers 1"),
+        (
+            "--recompute-granularity selective --recompute-modules core_attn mlp",
+            "--recompute-modules core_attn mlp",
+        ),
+        ("--optimizer sgd", "--optimizer sgd"),
+        ("--exp-avg-dtype bf16", "--exp-avg-dtype bf16"),
+    ] {
+        let (code, stdout, stderr) = run(&[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{SMALL} --bf16 {extra}"),
+        ]);
+        assert_eq!(code, 2, "{extra}: {stderr}");
+        assert!(
+            stdout.is_empty() && stderr.contains(needle),
+            "{extra}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(!stderr.contains("skipped"), "{extra}: {stderr}");
+    }
+    // --kv-channels equal to hidden / heads changes nothing.
+    let (_, plain, _) = eval_line(&format!("{SMALL} --bf16"), &["--nodes", "4"]);
+    let (_, kv, stderr) = eval_line(
+        &format!("{SMALL} --bf16 --kv-channels 128"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(kv["plans"][0], plain["plans"][0], "{stderr}");
+    // --quick-geglu is gated (argument_utils.py gated_linear_unit) and keeps the 4h default.
+    let (_, geglu, stderr) = eval_line(&format!("{SMALL} --bf16 --quick-geglu"), &["--nodes", "4"]);
+    assert_eq!(geglu["model"]["gated_mlp"], true, "{stderr}");
+    assert_eq!(geglu["model"]["ffn_hidden"], 4 * 4096);
+    // Megatron-FSDP and torch FSDP2 without pipelines are ZeRO stages tpsim models.
+    const PP1: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --bf16";
+    for (extra, zero) in [
+        ("--use-torch-fsdp2", 3),
+        ("--use-megatron-fsdp", 3),
+        (
+            "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
+            2,
+        ),
+        ("--use-distributed-optimizer", 1),
+    ] {
+        let (_, json, stderr) = eval_line(&format!("{PP1} {extra}"), &["--nodes", "4"]);
+        assert_eq!(json["plans"][0]["zero"], zero, "{extra}: {stderr}");
+    }
+    // ... and `--emit megatron` writes them, which reads back to the same ZeRO stage.
+    let (code, line, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--zero",
+        "2",
+        "--global-batch",
+        "512",
+        "--emit",
+        "megatron",
+    ]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert!(
+        line.contains("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads "),
+        "{line}"
+    );
+    let (_, back, stderr) = eval_line(line.trim(), &["--nodes", "4"]);
+    assert_eq!(back["plans"][0]["zero"], 2, "{stderr}");
+}
+
+#[test]
+fn nemo_fragment_writes_dropout_and_the_right_optimizer() {
+    let emit = |zero: &str, model: &str| {
+        let (code, yaml, stderr) = run(&[
+            "eval",
+            "--model",
+            model,
+            "--nodes",
+            "16",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--zero",
+            zero,
+            "--global-batch",
+            "512",
+            "--sequence-parallel",
+            "--emit",
+            "nemo",
+        ]);
+        assert!(code == 0 || code == 1, "{stderr}");
+        yaml_serde::from_str::<Value>(&yaml).expect("the NeMo fragment is YAML")
+    };
+    let zero1 = emit("1", "llama3-70b");
+    assert_eq!(zero1["model"]["optim"]["name"], "mcore_distributed_optim");
+    // Llama has no dropout; the YAML default (0.1) must not survive the merge.
+    assert_eq!(zero1["model"]["hidden_dropout"], 0.0);
+    assert_eq!(zero1["model"]["attention_dropout"], 0.0);
+    assert_eq!(
+        emit("2", "llama3-70b")["model"]["optim"]["name"],
+        "distributed_fused_adam"
+    );
+    assert_eq!(
+        emit("0", "llama3-70b")["model"]["optim"]["name"],
+        "fused_adam"
+    );
+    assert_eq!(emit("1", "gpt3-175b")["model"]["hidden_dropout"], 0.1);
+}
+
+#[test]
+fn megatron_bridge_overrides_carry_the_plan() {
+    let (code, text, stderr) = run(&[
+        "plan",
+        "--hf-config",
+        "models/hf/llama-3-70b.json",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "512",
+        "--emit",
+        "megatron-bridge",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let overrides: std::collections::HashMap<&str, &str> = text
+        .lines()
+        .map(|l| {
+            l.split_once('=')
+                .unwrap_or_else(|| panic!("KEY=VALUE: {l}"))
+        })
+        .collect();
+    let (_, line, _) = run(&[
+        "plan",
+        "--hf-config",
+        "models/hf/llama-3-70b.json",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "512",
+        "--emit",
+        "megatron",
+    ]);
+    let value_of = |flag: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == flag).unwrap();
+        words[i + 1].to_string()
+    };
+    for (key, flag) in [
+        (
+            "model.tensor_model_parallel_size",
+            "--tensor-model-parallel-size",
+        ),
+        (
+            "model.pipeline_model_parallel_size",
+            "--pipeline-model-parallel-size",
+        ),
+        ("train.global_batch_size", "--global-batch-size"),
+        ("train.micro_batch_size", "--micro-batch-size"),
+        ("model.num_layers", "--num-layers"),
+    ] {
+        assert_eq!(overrides[key], value_of(flag), "{key}");
+    }
+    let distributed = line.contains("--use-distributed-optimizer").to_string();
+    assert_eq!(overrides["ddp.use_distributed_optimizer"], distributed);
+    assert_eq!(
+        overrides["optimizer.use_distributed_optimizer"],
+        distributed
+    );
+    assert_eq!(overrides["model.hidden_dropout"], "0.0");
+    assert!(overrides.contains_key("ddp.grad_reduce_in_fp32"));
+}
+
+/// Issue 10 item 7: the script's torchrun `--nnodes`/`--nproc_per_node` give the cluster.
+#[test]
+fn megatron_script_torchrun_sizes_give_the_cluster() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let json = parse_json(&[], &stdout, &stderr);
+    assert_eq!(json["cluster"]["nodes"], 16, "{stderr}");
+    assert!(!stderr.contains("--nnodes"), "read, not skipped: {stderr}");
+    let line = "torchrun --nnodes=2 --nproc_per_node=4 pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --global-batch-size 64 --tensor-model-parallel-size 2 --bf16";
+    let (code, json, stderr) = eval_line(line, &[]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(json["cluster"]["nodes"], 2);
+    assert_eq!(json["cluster"]["gpus_per_node"], 4);
+    assert_eq!(json["plans"][0]["dp"], 4);
+    // A shell variable is not guessed at: tpsim asks for --nodes.
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--megatron-args",
+        "torchrun --nnodes $NNODES pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --bf16",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("--nnodes $NNODES") && stderr.contains("--nodes is required"),
+        "{stderr}"
+    );
 }

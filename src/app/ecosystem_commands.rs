@@ -28,6 +28,7 @@ pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
 pub(super) fn framework_of(target: EmitTarget) -> Framework {
     match target {
         EmitTarget::Megatron => Framework::Megatron,
+        EmitTarget::MegatronBridge => Framework::MegatronBridge,
         EmitTarget::Nemo => Framework::Nemo,
         EmitTarget::Deepspeed => Framework::DeepSpeed,
     }
@@ -36,6 +37,7 @@ pub(super) fn framework_of(target: EmitTarget) -> Framework {
 pub(super) fn target_name(target: EmitTarget) -> &'static str {
     match target {
         EmitTarget::Megatron => "megatron",
+        EmitTarget::MegatronBridge => "megatron-bridge",
         EmitTarget::Nemo => "nemo",
         EmitTarget::Deepspeed => "deepspeed",
     }
@@ -46,6 +48,13 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     let plan = &e.plan;
     match framework {
         Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
+        Framework::MegatronBridge => {
+            eprintln!(
+                "note: Megatron-Bridge overrides for scripts/training/run_recipe.py on a recipe of this model; run on {} nodes x {} GPUs (dp = {})",
+                s.cluster.nodes, s.cluster.gpus_per_node, plan.dp
+            );
+            format!("{}\n", emit::bridge_overrides(&s.model, &s.training, plan))
+        }
         Framework::Nemo => emit::nemo_yaml(&s.model, &s.cluster, &s.training, plan),
         Framework::DeepSpeed => {
             eprintln!(
@@ -59,7 +68,7 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
                     ""
                 }
             );
-            format!("{}\n", emit::deepspeed_json(plan))
+            format!("{}\n", emit::deepspeed_json(&s.training, plan))
         }
     }
 }
@@ -80,9 +89,11 @@ pub(super) fn emit_best(
     let Some((rank, chosen)) = feasible
         .iter()
         .enumerate()
-        .find(|(_, e)| framework.unsupported(&e.plan).is_none())
+        .find(|(_, e)| framework.unsupported(&s.model, &e.plan).is_none())
     else {
-        let reason = framework.unsupported(&feasible[0].plan).unwrap_or_default();
+        let reason = framework
+            .unsupported(&s.model, &feasible[0].plan)
+            .unwrap_or_default();
         eprintln!(
             "none of the {} plans that fit can run in {}: {reason}",
             feasible.len(),
@@ -102,7 +113,9 @@ pub(super) fn emit_best(
             "note: the fastest plan ({:.2} s per step) cannot run in {} ({}); emitting plan #{} ({:.2} s per step), the fastest that can",
             simulated(&feasible[0]).time.step_s.0,
             framework.name(),
-            framework.unsupported(&feasible[0].plan).unwrap_or_default(),
+            framework
+                .unsupported(&s.model, &feasible[0].plan)
+                .unwrap_or_default(),
             rank + 1,
             chosen.time.step_s.0
         );
@@ -560,28 +573,44 @@ pub(super) fn check_megatron_training(
             );
         }
     }
-    if launch.grad_dtype == Some(GradDtype::Fp32) && training.grad_dtype == Some(GradDtypeArg::Bf16)
+    let flag = match training.grad_dtype {
+        Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
+        Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
+        None => None,
+    };
+    if let Some(flag) = flag
+        && flag != launch.grad_dtype
     {
         bail!(
-            "--grad-dtype bf16 contradicts --accumulate-allreduce-grads-in-fp32 in the --megatron-args launch line; drop one of them"
+            "--grad-dtype {} contradicts the --megatron-args launch line, whose gradients are {} (Megatron-LM with --bf16 reduces in fp32 unless --grad-reduce-in-bf16 is given); drop --grad-dtype or change the line",
+            grad_name(flag),
+            grad_name(launch.grad_dtype)
         );
     }
     Ok(())
 }
 
+fn grad_name(dtype: GradDtype) -> &'static str {
+    match dtype {
+        GradDtype::Bf16 => "bf16",
+        GradDtype::Fp32 => "fp32",
+    }
+}
+
 /// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
-/// the cluster, hence dp, is known).
+/// the cluster, hence dp, is known). torchrun's `--nnodes`/`--nproc_per_node` give the cluster
+/// unless `--nodes`/`--gpus-per-node` are given.
 pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
     let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
     Ok(PlanFile {
         model: Some(ModelRef::Inline(model_file_of(&model))),
         params: None,
         gpu: None,
-        nodes: None,
-        gpus_per_node: None,
+        nodes: launch.nodes,
+        gpus_per_node: launch.gpus_per_node,
         seq_len: Some(launch.seq_len),
-        global_batch: Some(launch.global_batch),
-        grad_dtype: launch.grad_dtype,
+        global_batch: launch.global_batch,
+        grad_dtype: Some(launch.grad_dtype),
         attention: launch.attention,
         plan: PlanRequest {
             tp: launch.tp,
@@ -591,10 +620,143 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             micro_batch: launch.micro_batch,
             sequence_parallel: launch.sequence_parallel,
             recompute: launch.recompute,
-            zero: u8::from(launch.distributed_optimizer),
-            allow_uneven_pp: launch.uneven_pp,
+            zero: launch.zero,
+            allow_uneven_pp: launch.split.any(),
             allow_cross_node_tp: false,
             ..PlanRequest::default()
         },
     })
+}
+
+/// What the launch line decides once the cluster is known: Megatron's default global batch
+/// (micro-batch x dp) when the line has none, and notes where a flag overrides the torchrun line.
+pub(super) fn apply_megatron_launch(
+    launch: &emit::MegatronLaunch,
+    cluster_args: &ClusterArgs,
+    training_args: &TrainingArgs,
+    scenario: &mut Scenario,
+) {
+    for (flag, given, script, what) in [
+        ("--nodes", cluster_args.nodes, launch.nodes, "--nnodes"),
+        (
+            "--gpus-per-node",
+            cluster_args.gpus_per_node,
+            launch.gpus_per_node,
+            "--nproc_per_node",
+        ),
+    ] {
+        if let (Some(given), Some(script)) = (given, script)
+            && given != script
+        {
+            eprintln!(
+                "note: --megatron-args: {flag} {given} overrides the launch line's torchrun {what} {script}"
+            );
+        }
+    }
+    if launch.global_batch.is_none()
+        && training_args.global_batch.is_none()
+        && let Some(batch) = launch.global_batch_on(scenario.cluster.total_gpus())
+        && batch > 0
+    {
+        eprintln!(
+            "note: --megatron-args: no --global-batch-size, so Megatron-LM's default applies: micro-batch {} x dp {} = {batch} sequences per step",
+            launch.micro_batch,
+            batch / launch.micro_batch
+        );
+        scenario.training.global_batch = batch;
+    }
+}
+
+/// The plan a Megatron launch line runs on the scenario's cluster, checked against what
+/// Megatron-LM would do with the same line.
+pub(super) fn megatron_request(
+    launch: &emit::MegatronLaunch,
+    scenario: &Scenario,
+) -> Result<PlanRequest> {
+    let request = launch
+        .request(
+            scenario.cluster.total_gpus(),
+            scenario.training.global_batch,
+        )
+        .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+    // The split and recompute checks need the built plan; a plan that does not build is reported
+    // by the caller with tpsim's own message.
+    if let Ok(plan) = ParallelPlan::build(
+        &request,
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+    ) {
+        launch
+            .check_plan(&plan)
+            .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+    }
+    Ok(request)
+}
+
+/// Megatron-LM's pipeline-split arguments pasted on `eval`.
+pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
+    emit::SplitArgs {
+        embedding_counted: args.account_for_embedding_in_pipeline_split,
+        loss_counted: args.account_for_loss_in_pipeline_split,
+        first: args.decoder_first_pipeline_num_layers,
+        last: args.decoder_last_pipeline_num_layers,
+    }
+}
+
+/// The ZeRO stage of Megatron-LM's data-parallel arguments pasted on `eval`.
+pub(super) fn pasted_zero(args: &EvalArgs, pp: u32) -> Result<u8> {
+    Ok(emit::megatron_zero(
+        args.use_distributed_optimizer,
+        args.use_megatron_fsdp,
+        args.use_torch_fsdp2,
+        args.data_parallel_sharding_strategy.as_deref(),
+        pp,
+    )?)
+}
+
+/// Megatron-LM's split and recompute arguments pasted on `eval`, checked on the built plan the
+/// way the `--megatron-args` reader checks them: what tpsim cannot model is refused, not ignored.
+pub(super) fn check_pasted_megatron(
+    args: &EvalArgs,
+    model: &Model,
+    plan: &ParallelPlan,
+) -> Result<()> {
+    let split = pasted_split(args);
+    if split.any() {
+        emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;
+    }
+    let method = args.recompute_method.as_deref();
+    let Some(method) = method else {
+        if args.recompute_num_layers.is_some() && plan.recompute == Recompute::Full {
+            bail!(
+                "--recompute-num-layers needs --recompute-method uniform or block (Megatron-Core refuses it alone)"
+            );
+        }
+        return Ok(());
+    };
+    let layers = args.recompute_num_layers.unwrap_or(1);
+    let full = match method {
+        "uniform" => emit::FullRecompute::Uniform(layers),
+        "block" => emit::FullRecompute::Block(layers),
+        other => bail!(
+            "--recompute-method {other} is not a Megatron-LM recompute method; use uniform or block"
+        ),
+    };
+    match plan.recompute {
+        Recompute::Full => {}
+        // arguments.py: "recompute method is not yet supported for selective recomputing
+        // granularity".
+        Recompute::Selective => bail!(
+            "--recompute-method {method} with selective recompute: Megatron-LM refuses a recompute method for selective granularity; drop --recompute-method"
+        ),
+        // Megatron-Core reads the method only under full granularity, as the reader does.
+        Recompute::None => {
+            eprintln!(
+                "note: --recompute-method {method} is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)"
+            );
+            return Ok(());
+        }
+    }
+    emit::check_full_recompute(full, plan).map_err(|message| anyhow!(message))
 }

@@ -1,0 +1,551 @@
+//! What each Megatron-LM argument says, one topic at a time: the tokens of a launch line, gradient
+//! precision, recompute, attention kernel, ZeRO stage and torchrun's cluster size (the arguments
+//! refused by name are in [`super::megatron_refused`]). [`super::megatron_reader`] puts the answers
+//! together into a launch.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::plan::Recompute;
+use crate::training::{AttentionKernel, GradDtype};
+
+/// How `--recompute-granularity full` checkpoints the layers (`--recompute-method` with
+/// `--recompute-num-layers`; the 2021 `--activations-checkpoint-method` with
+/// `--activations-checkpoint-num-layers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullRecompute {
+    /// `uniform N`: the input of every N-layer chunk is kept. N = 1 is tpsim's full recompute.
+    Uniform(u32),
+    /// `block N`: the first N layers of each model chunk are recomputed, the rest keep their
+    /// activations (Megatron-Core `recompute.py`).
+    Block(u32),
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MegatronArgsError {
+    #[error("Megatron argument --{flag} needs a value (e.g. --{flag} {example})")]
+    MissingValue { flag: String, example: &'static str },
+    #[error(
+        "Megatron argument --{flag} {value:?} is not a positive integer; expand shell variables first (e.g. --{flag} 8)"
+    )]
+    NotANumber { flag: String, value: String },
+    #[error("Megatron argument --{flag} {value:?} is not one of: {valid}")]
+    BadChoice {
+        flag: String,
+        value: String,
+        valid: &'static str,
+    },
+    #[error(
+        "Megatron arguments lack --{flag}; a launch line always has it (e.g. --{flag} {example})"
+    )]
+    Required {
+        flag: &'static str,
+        example: &'static str,
+    },
+    /// An argument that changes memory or time in a way tpsim does not model.
+    #[error("Megatron argument {given}: {why}")]
+    NotModelled { given: String, why: String },
+    /// Two arguments that say opposite things.
+    #[error("Megatron arguments {first} and {second} contradict each other; {fix}")]
+    Contradiction {
+        first: String,
+        second: String,
+        fix: &'static str,
+    },
+    /// A line Megatron-LM itself refuses.
+    #[error("Megatron arguments {given}: {why}")]
+    Refused { given: String, why: String },
+}
+
+/// Arguments that take a value.
+const VALUED: &[&str] = &[
+    "num-layers",
+    "hidden-size",
+    "num-attention-heads",
+    "num-query-groups",
+    "ffn-hidden-size",
+    "vocab-size",
+    "seq-length",
+    "max-position-embeddings",
+    "tensor-model-parallel-size",
+    "pipeline-model-parallel-size",
+    "num-layers-per-virtual-pipeline-stage",
+    "decoder-first-pipeline-num-layers",
+    "decoder-last-pipeline-num-layers",
+    "micro-batch-size",
+    "global-batch-size",
+    "recompute-granularity",
+    "recompute-method",
+    "recompute-num-layers",
+    "activations-checkpoint-method",
+    "activations-checkpoint-num-layers",
+    "checkpoint-num-layers",
+    "normalization",
+    "position-embedding-type",
+    "hidden-dropout",
+    "attention-dropout",
+    "num-virtual-stages-per-pipeline-rank",
+    "microbatch-group-size-per-virtual-pipeline-stage",
+    "attention-backend",
+    "context-parallel-size",
+    "expert-model-parallel-size",
+    "expert-tensor-parallel-size",
+    "num-experts",
+    "kv-channels",
+    "main-grads-dtype",
+    "main-params-dtype",
+    "exp-avg-dtype",
+    "exp-avg-sq-dtype",
+    "data-parallel-sharding-strategy",
+    "fp8-format",
+    "fp4-format",
+    "cpu-offloading-num-layers",
+    "pipeline-model-parallel-layout",
+    "mtp-num-layers",
+    "hybrid-layer-pattern",
+    "hybrid-override-pattern",
+    "optimizer",
+    "encoder-num-layers",
+    "decoder-num-layers",
+];
+
+/// Switches (no value).
+const SWITCHES: &[&str] = &[
+    "group-query-attention",
+    "swiglu",
+    "quick-geglu",
+    "disable-bias-linear",
+    "untie-embeddings-and-output-weights",
+    "sequence-parallel",
+    "use-distributed-optimizer",
+    "use-megatron-fsdp",
+    "use-torch-fsdp2",
+    "bf16",
+    "fp16",
+    "fp32",
+    "grad-reduce-in-bf16",
+    "accumulate-allreduce-grads-in-fp32",
+    "recompute-activations",
+    "checkpoint-activations",
+    "account-for-embedding-in-pipeline-split",
+    "account-for-loss-in-pipeline-split",
+    "use-flash-attn",
+    "multi-latent-attention",
+    "tp-comm-overlap",
+    "cpu-offloading",
+    "distribute-saved-activations",
+    "distribute-checkpointed-activations",
+];
+
+/// torchrun's arguments for the cluster (torchrun accepts `_` and `-` spellings).
+const LAUNCHER: &[&str] = &["nnodes", "nproc_per_node", "nproc-per-node"];
+
+/// The tokens of a launch line, sorted by kind.
+pub(super) struct Parsed<'a> {
+    values: HashMap<&'a str, &'a str>,
+    switches: HashSet<&'a str>,
+    /// `--recompute-modules a b c` (nargs='*').
+    pub(super) recompute_modules: Option<Vec<&'a str>>,
+    launcher: HashMap<&'a str, &'a str>,
+    pub(super) ignored: Vec<String>,
+}
+
+impl<'a> Parsed<'a> {
+    /// Whitespace-separated tokens, `\` line continuations and `# ...` comments dropped,
+    /// `--flag=value` and `--flag value` both read.
+    pub(super) fn tokenize(text: &'a str) -> Result<Parsed<'a>, MegatronArgsError> {
+        let tokens: Vec<&str> = text
+            .lines()
+            .flat_map(|line| line.split_whitespace().take_while(|t| !t.starts_with('#')))
+            .filter(|t| *t != "\\")
+            .collect();
+        let mut parsed = Parsed {
+            values: HashMap::new(),
+            switches: HashSet::new(),
+            recompute_modules: None,
+            launcher: HashMap::new(),
+            ignored: Vec::new(),
+        };
+        let mut i = 0;
+        while i < tokens.len() {
+            let token = tokens[i];
+            i += 1;
+            let Some(flag) = token.strip_prefix("--") else {
+                parsed.ignored.push(token.to_string());
+                continue;
+            };
+            let (flag, inline) = match flag.split_once('=') {
+                Some((f, v)) => (f, Some(v)),
+                None => (flag, None),
+            };
+            let next_value = |i: &mut usize| match inline {
+                Some(v) => Some(v),
+                None => match tokens.get(*i) {
+                    Some(v) if !v.starts_with("--") => {
+                        *i += 1;
+                        Some(*v)
+                    }
+                    _ => None,
+                },
+            };
+            if VALUED.contains(&flag) {
+                let value = next_value(&mut i).ok_or_else(|| MegatronArgsError::MissingValue {
+                    flag: flag.to_string(),
+                    example: "8",
+                })?;
+                parsed.values.insert(flag, value);
+            } else if SWITCHES.contains(&flag) {
+                parsed.switches.insert(flag);
+            } else if LAUNCHER.contains(&flag) {
+                if let Some(v) = next_value(&mut i) {
+                    parsed.launcher.insert(flag, v);
+                }
+            } else if flag == "recompute-modules" {
+                let mut modules: Vec<&str> = inline.into_iter().collect();
+                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                    modules.push(v);
+                    i += 1;
+                }
+                parsed.recompute_modules = Some(modules);
+            } else {
+                parsed.ignored.push(token.to_string());
+                // An unknown flag's value (if any) is not a flag: skip it with the flag.
+                if let (None, Some(v)) = (inline, tokens.get(i))
+                    && !v.starts_with("--")
+                {
+                    parsed.ignored.push(v.to_string());
+                    i += 1;
+                }
+            }
+        }
+        Ok(parsed)
+    }
+
+    pub(super) fn switch(&self, flag: &str) -> bool {
+        self.switches.contains(flag)
+    }
+
+    pub(super) fn value(&self, flag: &str) -> Option<&'a str> {
+        self.values.get(flag).copied()
+    }
+
+    pub(super) fn number(&self, flag: &str) -> Result<Option<u32>, MegatronArgsError> {
+        match self.value(flag) {
+            None => Ok(None),
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(MegatronArgsError::NotANumber {
+                    flag: flag.to_string(),
+                    value: v.to_string(),
+                }),
+            },
+        }
+    }
+
+    pub(super) fn required(
+        &self,
+        flag: &'static str,
+        example: &'static str,
+    ) -> Result<u32, MegatronArgsError> {
+        self.number(flag)?
+            .ok_or(MegatronArgsError::Required { flag, example })
+    }
+
+    /// The gradient precision as Megatron-LM sets it (arguments.py `validate_args`): with `--bf16`,
+    /// `accumulate_allreduce_grads_in_fp32` becomes true unless `--grad-reduce-in-bf16` (or
+    /// `--main-grads-dtype bf16`) is given; with `--fp16` it stays as given (default false: fp16
+    /// gradients); without either, Megatron trains in fp32.
+    pub(super) fn grad_dtype(
+        &self,
+        notes: &mut Vec<String>,
+    ) -> Result<GradDtype, MegatronArgsError> {
+        let accumulate = self.switch("accumulate-allreduce-grads-in-fp32");
+        let main_grads = self.value("main-grads-dtype");
+        if let Some(v) = main_grads
+            && v != "fp32"
+            && v != "bf16"
+        {
+            return Err(MegatronArgsError::BadChoice {
+                flag: "main-grads-dtype".into(),
+                value: v.to_string(),
+                valid: "fp32, bf16",
+            });
+        }
+        let bf16_requested = self.switch("grad-reduce-in-bf16") || main_grads == Some("bf16");
+        if accumulate && bf16_requested {
+            return Err(MegatronArgsError::Contradiction {
+                first: "--accumulate-allreduce-grads-in-fp32".into(),
+                second: if self.switch("grad-reduce-in-bf16") {
+                    "--grad-reduce-in-bf16".into()
+                } else {
+                    "--main-grads-dtype bf16".into()
+                },
+                fix: "keep --accumulate-allreduce-grads-in-fp32 for fp32 gradients or --grad-reduce-in-bf16 for bf16 ones",
+            });
+        }
+        if !self.switch("bf16") && !self.switch("fp16") {
+            notes.push(
+                "the arguments have neither --bf16 nor --fp16, so Megatron-LM would train in fp32; tpsim evaluates bf16 mixed precision with fp32 gradients (add --bf16 to the launch)".to_string(),
+            );
+            return Ok(GradDtype::Fp32);
+        }
+        if self.switch("fp16") {
+            if accumulate {
+                return Ok(GradDtype::Fp32);
+            }
+            notes.push(
+                "--fp16 without --accumulate-allreduce-grads-in-fp32 keeps 2-byte fp16 gradients, evaluated as tpsim's 2-byte (bf16) gradients".to_string(),
+            );
+            return Ok(GradDtype::Bf16);
+        }
+        Ok(if bf16_requested {
+            GradDtype::Bf16
+        } else {
+            GradDtype::Fp32
+        })
+    }
+
+    /// Recompute: `--recompute-granularity` (with `--recompute-activations`, the older shorthand
+    /// for selective), `--recompute-method`/`--recompute-num-layers`, and the 2021 forms
+    /// `--activations-checkpoint-method` (with `--activations-checkpoint-num-layers`, default 1)
+    /// and `--checkpoint-activations` (uniform, `--checkpoint-num-layers`, default 1), which the
+    /// SC'21 scripts use.
+    pub(super) fn recompute(
+        &self,
+        notes: &mut Vec<String>,
+    ) -> Result<(Recompute, Option<FullRecompute>), MegatronArgsError> {
+        let granularity = self.value("recompute-granularity");
+        // arguments.py: `if args.recompute_activations: args.recompute_granularity = 'selective'`.
+        let recompute = match (granularity, self.switch("recompute-activations")) {
+            (None, false) => Recompute::None,
+            (None, true) | (Some("selective"), _) => Recompute::Selective,
+            (Some("full"), false) => Recompute::Full,
+            (Some("full"), true) => {
+                return Err(MegatronArgsError::Contradiction {
+                    first: "--recompute-activations".into(),
+                    second: "--recompute-granularity full".into(),
+                    fix: "--recompute-activations means selective recompute (Megatron-LM overrides full with it); keep one of them",
+                });
+            }
+            (Some(v), _) => {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "recompute-granularity".into(),
+                    value: v.to_string(),
+                    valid: "full, selective",
+                });
+            }
+        };
+        let method_of = |flag: &str, layers_flag: &str| -> Result<_, MegatronArgsError> {
+            let Some(method) = self.value(flag) else {
+                return Ok(None);
+            };
+            let layers = self.number(layers_flag)?.unwrap_or(1);
+            match method {
+                "uniform" => Ok(Some((flag.to_string(), FullRecompute::Uniform(layers)))),
+                "block" => Ok(Some((flag.to_string(), FullRecompute::Block(layers)))),
+                v => Err(MegatronArgsError::BadChoice {
+                    flag: flag.to_string(),
+                    value: v.to_string(),
+                    valid: "uniform, block",
+                }),
+            }
+        };
+        let modern = method_of("recompute-method", "recompute-num-layers")?;
+        let legacy = match method_of(
+            "activations-checkpoint-method",
+            "activations-checkpoint-num-layers",
+        )? {
+            Some(m) => Some(m),
+            // Aug 2021 arguments.py: "--checkpoint-activations is no longer valid ... Defaulting
+            // to activation-checkpoint-method=uniform"; before that it checkpointed
+            // --checkpoint-num-layers (default 1) layers per chunk.
+            None if self.switch("checkpoint-activations") => Some((
+                "checkpoint-activations".to_string(),
+                FullRecompute::Uniform(self.number("checkpoint-num-layers")?.unwrap_or(1)),
+            )),
+            None => None,
+        };
+        let (recompute, method) = match (recompute, modern, legacy) {
+            (_, Some((a, _)), Some((b, _))) => {
+                return Err(MegatronArgsError::Contradiction {
+                    first: format!("--{a}"),
+                    second: format!("--{b}"),
+                    fix: "the 2021 activation-checkpointing arguments and --recompute-method describe the same thing; keep one",
+                });
+            }
+            (Recompute::Full, Some((_, m)), None) => (Recompute::Full, Some(m)),
+            // Megatron-Core transformer_config.py refuses full granularity without a method;
+            // tpsim reads it as every layer recomputed and says so.
+            (Recompute::Full, None, None) if self.value("recompute-num-layers").is_some() => {
+                return Err(MegatronArgsError::Refused {
+                    given: "--recompute-num-layers without --recompute-method".into(),
+                    why: "Megatron-Core needs --recompute-method uniform or block to know what the layer count means; add one".into(),
+                });
+            }
+            (Recompute::Full, None, None) => {
+                notes.push("--recompute-granularity full without --recompute-method (Megatron-Core requires one) is read as --recompute-method uniform --recompute-num-layers 1".to_string());
+                (Recompute::Full, Some(FullRecompute::Uniform(1)))
+            }
+            (Recompute::None, None, Some((_, m))) => (Recompute::Full, Some(m)),
+            (other, None, Some((flag, _))) => {
+                return Err(MegatronArgsError::Contradiction {
+                    first: format!("--{flag}"),
+                    second: format!("--recompute-granularity {}", other.as_str()),
+                    fix: "the 2021 activation-checkpointing arguments mean full recompute; keep one of them",
+                });
+            }
+            (Recompute::Selective, Some(_), None) => {
+                // arguments.py: "recompute method is not yet supported for selective recomputing
+                // granularity".
+                return Err(MegatronArgsError::Refused {
+                    given: "--recompute-method with selective recompute".into(),
+                    why: "Megatron-LM refuses a recompute method for selective recomputing granularity; drop --recompute-method".into(),
+                });
+            }
+            (Recompute::None, Some((flag, _)), None) => {
+                notes.push(format!(
+                    "--{flag} is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)"
+                ));
+                (Recompute::None, None)
+            }
+            (r, None, None) => (r, None),
+        };
+        if let Some(FullRecompute::Uniform(n)) = method
+            && n > 1
+        {
+            return Err(MegatronArgsError::NotModelled {
+                given: format!("uniform recompute with {n} layers per chunk"),
+                why: format!(
+                    "keeping the input of every {n}-layer chunk means {n} layers of activations at once in backward, which tpsim does not model yet; use --recompute-num-layers 1"
+                ),
+            });
+        }
+        Ok((recompute, method))
+    }
+
+    /// `--attention-backend` (see [`attention_backend`]); `--use-flash-attn` is Megatron-LM's
+    /// older switch for FlashAttention.
+    pub(super) fn attention(&self) -> Result<Option<AttentionKernel>, MegatronArgsError> {
+        let backend = match self.value("attention-backend") {
+            None => None,
+            Some(v) if attention_backend(v).is_some() => attention_backend(v),
+            Some(v) => {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "attention-backend".into(),
+                    value: v.to_string(),
+                    valid: "flash, fused, auto, unfused, local",
+                });
+            }
+        };
+        match (backend, self.switch("use-flash-attn")) {
+            (Some(AttentionKernel::Unfused), true) => Err(MegatronArgsError::Contradiction {
+                first: "--use-flash-attn".into(),
+                second: format!(
+                    "--attention-backend {}",
+                    self.value("attention-backend").unwrap_or_default()
+                ),
+                fix: "keep --attention-backend flash, or drop --use-flash-attn for unfused attention",
+            }),
+            (Some(kernel), _) => Ok(Some(kernel)),
+            (None, true) => Ok(Some(AttentionKernel::Flash)),
+            (None, false) => Ok(None),
+        }
+    }
+
+    /// The ZeRO stage the line asks for (see [`megatron_zero`]).
+    pub(super) fn zero(&self, pp: u32, notes: &mut Vec<String>) -> Result<u8, MegatronArgsError> {
+        let strategy = self.value("data-parallel-sharding-strategy");
+        if let Some(s) = strategy
+            && !self.switch("use-megatron-fsdp")
+        {
+            notes.push(format!(
+                "--data-parallel-sharding-strategy {s} is ignored without --use-megatron-fsdp (Megatron-LM ignores it too)"
+            ));
+        }
+        megatron_zero(
+            self.switch("use-distributed-optimizer"),
+            self.switch("use-megatron-fsdp"),
+            self.switch("use-torch-fsdp2"),
+            strategy,
+            pp,
+        )
+    }
+
+    /// torchrun's `--nnodes` / `--nproc_per_node`: a number is read, anything else (a shell
+    /// variable, an elastic `MIN:MAX` range, `gpu`) is left to `--nodes` / `--gpus-per-node`.
+    pub(super) fn launcher(&self, notes: &mut Vec<String>) -> (Option<u32>, Option<u32>) {
+        let mut read = |flags: &[&str], tpsim_flag: &str| {
+            let (flag, value) = flags
+                .iter()
+                .find_map(|f| self.launcher.get(f).map(|v| (*f, *v)))?;
+            match value.parse::<u32>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    notes.push(format!(
+                        "torchrun --{flag} {value} is not a number tpsim can read; give {tpsim_flag}"
+                    ));
+                    None
+                }
+            }
+        };
+        (
+            read(&["nnodes"], "--nodes"),
+            read(&["nproc_per_node", "nproc-per-node"], "--gpus-per-node"),
+        )
+    }
+}
+
+/// Megatron-Core's `--attention-backend` (AttnBackend enum: flash, fused, unfused, local, auto) as
+/// tpsim's kernel: flash and fused (cuDNN) never store the s x s scores and auto picks one of them;
+/// unfused and local are the core attention that does. `None` for any other value.
+pub fn attention_backend(value: &str) -> Option<AttentionKernel> {
+    match value {
+        "flash" | "fused" | "auto" => Some(AttentionKernel::Flash),
+        "unfused" | "local" => Some(AttentionKernel::Unfused),
+        _ => None,
+    }
+}
+
+/// The ZeRO stage of Megatron-LM's data-parallel arguments: `--use-distributed-optimizer` (ZeRO-1),
+/// Megatron-FSDP with `--data-parallel-sharding-strategy` (arguments.py default
+/// optim_grads_params: ZeRO-3; optim_grads: ZeRO-2; optim: ZeRO-1; no_shard: none), and torch FSDP2
+/// (full sharding: ZeRO-3; arguments.py asserts it runs without pipelines).
+pub fn megatron_zero(
+    distributed_optimizer: bool,
+    megatron_fsdp: bool,
+    torch_fsdp2: bool,
+    strategy: Option<&str>,
+    pp: u32,
+) -> Result<u8, MegatronArgsError> {
+    if torch_fsdp2 {
+        if pp > 1 {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--use-torch-fsdp2 with --pipeline-model-parallel-size {pp}"),
+                why: "Megatron-LM refuses torch FSDP2 with pipeline parallelism; drop one".into(),
+            });
+        }
+        return Ok(3);
+    }
+    if !megatron_fsdp {
+        return Ok(u8::from(distributed_optimizer));
+    }
+    let zero = match strategy.unwrap_or("optim_grads_params") {
+        "no_shard" => 0,
+        "optim" => 1,
+        "optim_grads" => 2,
+        "optim_grads_params" => 3,
+        v => {
+            return Err(MegatronArgsError::BadChoice {
+                flag: "data-parallel-sharding-strategy".into(),
+                value: v.to_string(),
+                valid: "no_shard, optim, optim_grads, optim_grads_params",
+            });
+        }
+    };
+    if pp > 1 && zero > 1 {
+        return Err(MegatronArgsError::NotModelled {
+            given: format!("--use-megatron-fsdp with --pipeline-model-parallel-size {pp}"),
+            why: "Megatron-FSDP sharding gradients or parameters together with pipeline parallelism is not modelled yet; use --use-distributed-optimizer (ZeRO-1) or --pipeline-model-parallel-size 1".into(),
+        });
+    }
+    Ok(zero)
+}

@@ -1,0 +1,387 @@
+//! Megatron-LM launch lines in: what a `pretrain_gpt.py` argument list (and the `torchrun` line
+//! around it) says about the model, the batch, the cluster and the plan. Megatron's defaults and
+//! refusals are followed (Megatron-LM `megatron/training/arguments.py` `validate_args`,
+//! Megatron-Core `transformer_config.py`); an argument that changes memory or time in a way tpsim
+//! does not model is refused by name, never skipped.
+
+use super::megatron_args::Parsed;
+pub use super::megatron_args::{
+    FullRecompute, MegatronArgsError, attention_backend, megatron_zero,
+};
+use super::pipeline_split::SplitArgs;
+use crate::model::{Model, Norm};
+use crate::plan::{ParallelPlan, PlanRequest, Recompute};
+use crate::training::{AttentionKernel, GradDtype};
+
+/// What a Megatron-LM argument list says about the model, the batch and the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MegatronLaunch {
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: Option<u32>,
+    pub ffn_hidden: Option<u32>,
+    pub vocab: Option<u32>,
+    pub seq_len: u32,
+    /// `--global-batch-size`; Megatron's default when absent is micro-batch x dp
+    /// (arguments.py: `args.global_batch_size = args.micro_batch_size * args.data_parallel_size`).
+    pub global_batch: Option<u32>,
+    /// `--swiglu`: gated, and the default ffn is 8h/3 rounded down to 64.
+    pub swiglu: bool,
+    /// `--quick-geglu`: gated too (argument_utils.py sets gated_linear_unit), default ffn 4h.
+    pub quick_geglu: bool,
+    pub linear_bias: bool,
+    pub tied_embeddings: bool,
+    pub learned_position_embeddings: bool,
+    pub norm: Norm,
+    /// Megatron's --hidden-dropout (default 0.1) is non-zero.
+    pub dropout: bool,
+    pub tp: u32,
+    pub pp: u32,
+    pub layers_per_virtual_stage: Option<u32>,
+    /// `--num-virtual-stages-per-pipeline-rank N`: tpsim's vpp directly.
+    pub virtual_stages: Option<u32>,
+    /// `--decoder-first/last-pipeline-num-layers`, `--account-for-*-in-pipeline-split`.
+    pub split: SplitArgs,
+    pub micro_batch: u32,
+    /// Sequence parallelism as Megatron runs it (off with TP 1, whatever the line says).
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+    /// How full recompute checkpoints, when the line says (`None` for selective or none).
+    pub full_recompute: Option<FullRecompute>,
+    /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
+    pub zero: u8,
+    /// `--microbatch-group-size-per-virtual-pipeline-stage`.
+    pub microbatch_group: Option<u32>,
+    /// The gradient precision Megatron-LM keeps and reduces in.
+    pub grad_dtype: GradDtype,
+    /// `--attention-backend` / `--use-flash-attn` (`None` when the line is silent).
+    pub attention: Option<AttentionKernel>,
+    /// torchrun's `--nnodes` and `--nproc_per_node` (`None` when absent or not a number).
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    /// Arguments the reader does not model (learning rate, data paths, ...), in order.
+    pub ignored: Vec<String>,
+    /// What the reader did with arguments that Megatron-LM itself ignores or overrides (stderr).
+    pub notes: Vec<String>,
+}
+
+/// Reads Megatron-LM arguments (whitespace-separated, `\` line continuations allowed). Flags that
+/// do not change memory or time are collected in `ignored`.
+pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsError> {
+    let p = Parsed::tokenize(text)?;
+    let layers = p.required("num-layers", "96")?;
+    let hidden = p.required("hidden-size", "12288")?;
+    let heads = p.required("num-attention-heads", "96")?;
+    p.refuse_unmodelled(hidden, heads)?;
+    let mut notes = Vec::new();
+    let grad_dtype = p.grad_dtype(&mut notes)?;
+    let (recompute, full_recompute) = p.recompute(&mut notes)?;
+    let attention = p.attention()?;
+    if p.value("num-layers-per-virtual-pipeline-stage").is_some()
+        && p.value("num-virtual-stages-per-pipeline-rank").is_some()
+    {
+        // Megatron-LM arguments.py asserts that only one of the two is set.
+        return Err(MegatronArgsError::Contradiction {
+            first: "--num-layers-per-virtual-pipeline-stage".into(),
+            second: "--num-virtual-stages-per-pipeline-rank".into(),
+            fix: "Megatron-LM accepts only one of them; keep one",
+        });
+    }
+    // Megatron-LM reads --num-query-groups only with --group-query-attention, whose default is 1
+    // group (arguments.py `--num-query-groups` default=1; `core_transformer_config_from_args`
+    // passes num_query_groups only when group_query_attention is set).
+    let group_query_attention = p.switch("group-query-attention");
+    let kv_heads = match p.number("num-query-groups")? {
+        Some(n) if !group_query_attention => {
+            notes.push(format!(
+                "--num-query-groups {n} is ignored without --group-query-attention (Megatron-LM ignores it too), so every head has its own key/value; add --group-query-attention for grouped-query attention"
+            ));
+            None
+        }
+        Some(n) => Some(n),
+        None if group_query_attention => Some(1),
+        None => None,
+    };
+    let norm = match p.value("normalization") {
+        None | Some("LayerNorm") => Norm::Layernorm,
+        Some("RMSNorm") => Norm::Rmsnorm,
+        Some(v) => {
+            return Err(MegatronArgsError::BadChoice {
+                flag: "normalization".into(),
+                value: v.to_string(),
+                valid: "LayerNorm, RMSNorm",
+            });
+        }
+    };
+    if p.switch("swiglu") && p.switch("quick-geglu") {
+        // argument_utils.py: `elif args.quick_geglu: assert not args.swiglu`.
+        return Err(MegatronArgsError::Contradiction {
+            first: "--swiglu".into(),
+            second: "--quick-geglu".into(),
+            fix: "Megatron-LM accepts only one gated activation; keep one",
+        });
+    }
+    let tp = p.number("tensor-model-parallel-size")?.unwrap_or(1);
+    let pp = p.number("pipeline-model-parallel-size")?.unwrap_or(1);
+    // arguments.py: "Disabling sequence parallelism because tensor model parallelism is disabled".
+    let sequence_parallel = p.switch("sequence-parallel") && tp > 1;
+    if p.switch("sequence-parallel") && tp == 1 {
+        notes.push("--sequence-parallel with --tensor-model-parallel-size 1: Megatron-LM turns sequence parallelism off (it splits over the TP group), and so does tpsim".to_string());
+    }
+    let zero = p.zero(pp, &mut notes)?;
+    let (nodes, gpus_per_node) = p.launcher(&mut notes);
+    let split = SplitArgs {
+        embedding_counted: p.switch("account-for-embedding-in-pipeline-split"),
+        loss_counted: p.switch("account-for-loss-in-pipeline-split"),
+        first: p.number("decoder-first-pipeline-num-layers")?,
+        last: p.number("decoder-last-pipeline-num-layers")?,
+    };
+    if (split.first.is_some() || split.last.is_some())
+        && p.value("num-layers-per-virtual-pipeline-stage").is_some()
+    {
+        // arguments.py: "please use --num-virtual-stages-per-pipeline-rank to specify virtual
+        // pipeline parallel degree when enable uneven pipeline parallelism".
+        return Err(MegatronArgsError::Refused {
+            given: "--decoder-first/last-pipeline-num-layers with --num-layers-per-virtual-pipeline-stage".into(),
+            why: "Megatron-LM refuses them together; use --num-virtual-stages-per-pipeline-rank, or --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".into(),
+        });
+    }
+    Ok(MegatronLaunch {
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        ffn_hidden: p.number("ffn-hidden-size")?,
+        vocab: p.number("vocab-size")?,
+        seq_len: p.required("seq-length", "2048")?,
+        global_batch: p.number("global-batch-size")?,
+        swiglu: p.switch("swiglu"),
+        quick_geglu: p.switch("quick-geglu"),
+        linear_bias: !p.switch("disable-bias-linear"),
+        tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
+        learned_position_embeddings: p
+            .value("position-embedding-type")
+            .is_none_or(|v| v == "learned_absolute"),
+        norm,
+        dropout: ["hidden-dropout", "attention-dropout"].iter().all(|flag| {
+            p.value(flag)
+                .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
+        }),
+        tp,
+        pp,
+        layers_per_virtual_stage: p.number("num-layers-per-virtual-pipeline-stage")?,
+        virtual_stages: p.number("num-virtual-stages-per-pipeline-rank")?,
+        split,
+        micro_batch: p.number("micro-batch-size")?.unwrap_or(1),
+        sequence_parallel,
+        recompute,
+        full_recompute,
+        zero,
+        microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
+        grad_dtype,
+        attention,
+        nodes,
+        gpus_per_node,
+        ignored: p.ignored,
+        notes,
+    })
+}
+
+/// Megatron's `--num-layers-per-virtual-pipeline-stage N` as tpsim's vpp: layers / pp / N
+/// (Megatron-LM `arguments.py` computes `virtual_pipeline_model_parallel_size` the same way, with
+/// the embedding and the loss counted as layers under `--account-for-*-in-pipeline-split`; pass
+/// those in `layers`).
+pub fn vpp_from_layers_per_virtual_stage(
+    layers: u32,
+    pp: u32,
+    per_virtual_stage: u32,
+) -> Result<u32, String> {
+    let per_stage = if pp > 0 && layers.is_multiple_of(pp) {
+        layers / pp
+    } else {
+        return Err(format!(
+            "--num-layers-per-virtual-pipeline-stage needs an even split, but --pp {pp} does not divide {layers} layers"
+        ));
+    };
+    if per_virtual_stage == 0 || !per_stage.is_multiple_of(per_virtual_stage) {
+        let valid: Vec<String> = crate::plan::divisors(per_stage)
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        return Err(format!(
+            "--num-layers-per-virtual-pipeline-stage {per_virtual_stage} does not divide the {per_stage} layers of each of the {pp} stages; valid: {}",
+            valid.join(", ")
+        ));
+    }
+    Ok(per_stage / per_virtual_stage)
+}
+
+impl MegatronLaunch {
+    /// Megatron-LM arguments.py when `--ffn-hidden-size` is absent: 4h, or with `--swiglu`
+    /// `int((4 * h * 2 / 3) / 64) * 64` (two-thirds of 4h for the gated pair, kept a multiple of
+    /// 64). `--quick-geglu` is gated but keeps 4h (the reduction is under `if args.swiglu`).
+    pub fn default_ffn_hidden(&self) -> u32 {
+        crate::model::default_ffn_hidden(self.hidden, self.swiglu)
+    }
+
+    /// The model the arguments describe (Megatron's defaults: ffn 4h (swiglu: 8h/3 rounded down to
+    /// 64), biases, tied, learned positions, LayerNorm; vocabulary from `--vocab-size` or
+    /// `default_vocab`).
+    pub fn model(&self, default_vocab: u32) -> Result<Model, crate::model::ModelError> {
+        let model = Model {
+            name: format!("megatron-l{}-h{}", self.layers, self.hidden),
+            layers: self.layers,
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads.unwrap_or(self.heads),
+            head_dim: self.hidden.checked_div(self.heads).unwrap_or(0),
+            ffn_hidden: self.ffn_hidden.unwrap_or_else(|| self.default_ffn_hidden()),
+            vocab: self.vocab.unwrap_or(default_vocab),
+            seq_len: self.seq_len,
+            gated_mlp: self.swiglu || self.quick_geglu,
+            linear_bias: self.linear_bias,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            tied_embeddings: self.tied_embeddings,
+            learned_position_embeddings: self.learned_position_embeddings,
+            norm: self.norm,
+            dropout: self.dropout,
+            mla: None,
+            moe: None,
+        };
+        model.check()?;
+        Ok(model)
+    }
+
+    /// Virtual stages per pipeline rank, as Megatron-LM derives them.
+    pub fn vpp(&self) -> Result<u32, String> {
+        match (self.layers_per_virtual_stage, self.virtual_stages) {
+            (Some(n), _) => vpp_from_layers_per_virtual_stage(
+                self.split.counted_layers(self.layers),
+                self.pp,
+                n,
+            ),
+            (None, Some(v)) => Ok(v),
+            (None, None) => Ok(1),
+        }
+    }
+
+    /// Megatron's global batch: the line's, or micro-batch x dp when it has none.
+    pub fn global_batch_on(&self, gpus: u32) -> Option<u32> {
+        self.global_batch
+            .or_else(|| Some(self.micro_batch * gpus / (self.tp * self.pp).max(1)))
+    }
+
+    /// The plan request on `gpus` GPUs with `global_batch` sequences per step: dp is what tp x pp
+    /// leaves, as in Megatron. Checks what Megatron checks before the plan exists.
+    pub fn request(&self, gpus: u32, global_batch: u32) -> Result<PlanRequest, String> {
+        let tp_pp = self.tp * self.pp;
+        if !gpus.is_multiple_of(tp_pp) {
+            return Err(format!(
+                "--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} = {tp_pp} does not divide the {gpus} GPUs; change --nodes or the degrees",
+                self.tp, self.pp
+            ));
+        }
+        let dp = gpus / tp_pp;
+        let vpp = self.vpp()?;
+        // Megatron's own placement is checked here; whether tpsim's split is the same is checked
+        // on the built plan (`check_plan`).
+        if self.split.any() || !self.layers.is_multiple_of(self.pp) {
+            self.split.stage_layers(self.layers, self.pp)?;
+        }
+        if let Some(group) = self.microbatch_group {
+            let m = global_batch / (self.micro_batch * dp).max(1);
+            if vpp == 1 {
+                // Only the interleaved schedule reads it (schedules.py).
+            } else if group < self.pp || group > m || (m % group != 0 && m % group < self.pp) {
+                // schedules.py forward_backward_pipelining_with_interleaving: the group must be in
+                // [pp, m], and the last group empty or at least pp micro-batches.
+                return Err(format!(
+                    "--microbatch-group-size-per-virtual-pipeline-stage {group} with {m} micro-batches on --pipeline-model-parallel-size {}: Megatron-Core needs a group between pp and the micro-batches, with a remainder of 0 or at least pp; use {}",
+                    self.pp, self.pp
+                ));
+            } else if group != self.pp {
+                // get_pp_rank_microbatches: warm-up runs (vpp - 1) x group micro-batches, so a
+                // group other than pp changes the activations in flight.
+                return Err(format!(
+                    "--microbatch-group-size-per-virtual-pipeline-stage {group} is not modelled yet: a group other than pp ({}) changes how many micro-batches are in flight in the interleaved schedule; drop it (Megatron's default is pp)",
+                    self.pp
+                ));
+            }
+        }
+        Ok(PlanRequest {
+            tp: self.tp,
+            pp: self.pp,
+            dp,
+            vpp,
+            micro_batch: self.micro_batch,
+            sequence_parallel: self.sequence_parallel,
+            recompute: self.recompute,
+            zero: self.zero,
+            allow_uneven_pp: self.split.any() || !self.layers.is_multiple_of(self.pp),
+            allow_cross_node_tp: false,
+            ..PlanRequest::default()
+        })
+    }
+
+    /// Checks that the plan tpsim built is the one Megatron would run: the same layers on each
+    /// stage, and full recompute of every layer.
+    pub fn check_plan(&self, plan: &ParallelPlan) -> Result<(), String> {
+        if self.split.any() || !plan.stages.even {
+            check_split(&self.split, self.layers, plan)?;
+        }
+        if let Some(full) = self.full_recompute {
+            check_full_recompute(full, plan)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether Megatron's full-recompute method recomputes every layer, as tpsim's full recompute
+/// does: uniform with one layer per chunk, or block covering every layer of a model chunk
+/// (Megatron-Core `recompute.py`: block recomputes the first N layers of each chunk).
+pub fn check_full_recompute(full: FullRecompute, plan: &ParallelPlan) -> Result<(), String> {
+    match full {
+        FullRecompute::Uniform(1) => Ok(()),
+        FullRecompute::Uniform(n) => Err(format!(
+            "--recompute-method uniform --recompute-num-layers {n} keeps the input of every {n}-layer chunk and {n} layers of activations at once in backward, which tpsim does not model yet; use --recompute-num-layers 1"
+        )),
+        FullRecompute::Block(n) => {
+            let chunk = plan.stages.max_layers().div_ceil(plan.vpp);
+            if n < chunk {
+                Err(format!(
+                    "--recompute-method block --recompute-num-layers {n} recomputes {n} of the {chunk} layers of each model chunk, and tpsim does not model partial recompute yet; use --recompute-num-layers {chunk} (every layer) or --recompute-method uniform --recompute-num-layers 1"
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whether tpsim's stage layout of `plan` is where Megatron puts the `layers` under `split`:
+/// tpsim cannot model another split, so a different one is refused rather than replaced.
+pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Result<(), String> {
+    let megatron = split.stage_layers(layers, plan.pp)?;
+    let s = &plan.stages;
+    let middles = plan.pp.saturating_sub(2);
+    let middle_equal =
+        middles == 0 || layers.saturating_sub(s.first + s.last) == s.middle_max * middles;
+    let middle_matches = middles == 0 || s.middle_max == megatron.middle;
+    if (megatron.first, megatron.last) == (s.first, s.last) && middle_matches && middle_equal {
+        return Ok(());
+    }
+    Err(format!(
+        "the pipeline split of these arguments (first stage {}, middle stages {}, last stage {} layers) is not tpsim's (first {}, middle up to {}, last {}: the embedding and the loss counted as a layer each), and tpsim cannot model other splits yet; use --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split or --decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}",
+        megatron.first,
+        megatron.middle,
+        megatron.last,
+        s.first,
+        s.middle_max,
+        s.last,
+        s.first,
+        s.last
+    ))
+}

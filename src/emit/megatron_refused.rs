@@ -1,0 +1,165 @@
+//! Megatron-LM arguments that change memory or time in ways tpsim does not model yet: refused by
+//! name with the reason (issue 13: never listed as harmless). Where tpsim models the argument, its
+//! value is read in [`super::megatron_args`] instead.
+
+use super::megatron_args::{MegatronArgsError, Parsed};
+
+/// Switches that change memory or time in ways tpsim does not model yet, and why.
+const REFUSED_SWITCHES: &[(&str, &str)] = &[
+    (
+        "multi-latent-attention",
+        "multi-latent attention (compressed key/value projections) changes the attention weights and activations; tpsim models multi-head and grouped-query attention only",
+    ),
+    (
+        "tp-comm-overlap",
+        "overlapping tensor-parallel communication with GEMMs is not modelled yet; tpsim exposes all TP traffic (drop it to evaluate the line without overlap)",
+    ),
+    (
+        "cpu-offloading",
+        "offloading activations or weights to CPU memory is not modelled yet",
+    ),
+    (
+        "distribute-saved-activations",
+        "splitting the checkpointed activations over the TP group is not modelled yet",
+    ),
+    (
+        "distribute-checkpointed-activations",
+        "splitting the checkpointed activations over the TP group is not modelled yet",
+    ),
+];
+
+/// Valued arguments that tpsim does not model yet whatever their value, and why.
+const REFUSED_VALUED: &[(&str, &str)] = &[
+    (
+        "fp8-format",
+        "FP8 training is not modelled yet; tpsim models bf16 mixed precision (drop --fp8-format)",
+    ),
+    (
+        "fp4-format",
+        "FP4 training is not modelled yet; tpsim models bf16 mixed precision",
+    ),
+    (
+        "cpu-offloading-num-layers",
+        "offloading activations or weights to CPU memory is not modelled yet",
+    ),
+    (
+        "pipeline-model-parallel-layout",
+        "an explicit pipeline layout is not modelled yet; tpsim splits the layers evenly, or with --decoder-first/last-pipeline-num-layers or --account-for-*-in-pipeline-split",
+    ),
+    (
+        "mtp-num-layers",
+        "multi-token prediction layers are not modelled yet",
+    ),
+    (
+        "hybrid-layer-pattern",
+        "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",
+    ),
+    (
+        "hybrid-override-pattern",
+        "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",
+    ),
+    (
+        "encoder-num-layers",
+        "encoder-decoder models are not modelled; tpsim models decoder-only transformers",
+    ),
+    (
+        "decoder-num-layers",
+        "encoder-decoder models are not modelled; tpsim models decoder-only transformers (use --num-layers)",
+    ),
+];
+
+impl Parsed<'_> {
+    /// Item by item, the arguments tpsim cannot model: refused by name.
+    pub(super) fn refuse_unmodelled(
+        &self,
+        hidden: u32,
+        heads: u32,
+    ) -> Result<(), MegatronArgsError> {
+        let not_modelled = |given: String, why: &str| MegatronArgsError::NotModelled {
+            given,
+            why: why.to_string(),
+        };
+        if self.switch("fp32") {
+            return Err(not_modelled(
+                "--fp32".into(),
+                "tpsim models bf16/fp16 mixed precision only; use --bf16 (or --fp16)",
+            ));
+        }
+        for (flag, why) in REFUSED_SWITCHES {
+            if self.switch(flag) {
+                return Err(not_modelled(format!("--{flag}"), why));
+            }
+        }
+        for (flag, why) in REFUSED_VALUED {
+            if let Some(v) = self.value(flag) {
+                return Err(not_modelled(format!("--{flag} {v}"), why));
+            }
+        }
+        // Context and expert parallelism change both the memory and the traffic; tpsim's plans
+        // are tp x pp x dp of a dense model.
+        for flag in [
+            "context-parallel-size",
+            "expert-model-parallel-size",
+            "expert-tensor-parallel-size",
+        ] {
+            if let Some(n) = self.number(flag)?
+                && n > 1
+            {
+                return Err(not_modelled(
+                    format!("--{flag} {n}"),
+                    &format!(
+                        "context/expert parallelism is not modelled yet; tpsim plans tp x pp x dp of a dense model (drop it, or use --{flag} 1)"
+                    ),
+                ));
+            }
+        }
+        if let Some(n) = self.number("num-experts")? {
+            return Err(not_modelled(
+                format!("--num-experts {n}"),
+                "context/expert parallelism (mixture-of-experts layers) is not modelled yet; tpsim models dense models only (drop --num-experts)",
+            ));
+        }
+        // arguments.py: `args.kv_channels = args.hidden_size // args.num_attention_heads` when
+        // absent; any other head size changes the attention weights.
+        if let Some(n) = self.number("kv-channels")?
+            && n != hidden / heads.max(1)
+        {
+            return Err(not_modelled(
+                format!("--kv-channels {n}"),
+                &format!(
+                    "a head size other than hidden / heads = {} is not modelled yet (drop it, or use --kv-channels {})",
+                    hidden / heads.max(1),
+                    hidden / heads.max(1)
+                ),
+            ));
+        }
+        if let Some(v) = self.value("optimizer")
+            && v != "adam"
+        {
+            return Err(not_modelled(
+                format!("--optimizer {v}"),
+                "tpsim models Adam's optimizer states (12 bytes per parameter, Rajbhandari et al. 2020 §3.1); use --optimizer adam",
+            ));
+        }
+        for flag in ["main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype"] {
+            if let Some(v) = self.value(flag)
+                && v != "fp32"
+            {
+                return Err(not_modelled(
+                    format!("--{flag} {v}"),
+                    "optimizer states in less than fp32 are not modelled yet; tpsim keeps fp32 master weights and Adam moments (use fp32)",
+                ));
+            }
+        }
+        // Megatron-Core's default recompute_modules is ["core_attn"], tpsim's selective recompute.
+        if let Some(modules) = &self.recompute_modules
+            && modules.as_slice() != ["core_attn"]
+        {
+            return Err(not_modelled(
+                format!("--recompute-modules {}", modules.join(" ")),
+                "selective recompute of modules other than core_attn is not modelled yet; tpsim's selective recompute is the attention core (use --recompute-modules core_attn, or drop it)",
+            ));
+        }
+        Ok(())
+    }
+}
