@@ -206,3 +206,50 @@ fn vtrain_plan_ranking_within_each_model() {
         );
     }
 }
+
+/// Not a check: writes tpsim's prediction for every run it is tested against, one JSON object per
+/// line, to the file named by `TPSIM_RESIDUALS_DUMP`: vTrain's multi-node Megatron-DeepSpeed runs
+/// (with the full estimate, for per-term analysis) and the published runs. `scripts/vtrain_residuals.py`
+/// turns it into `validation/residual_bands.json`; the command is in validation/FIT.md.
+#[test]
+#[ignore]
+fn dump_residuals() {
+    let path =
+        std::env::var("TPSIM_RESIDUALS_DUMP").expect("set TPSIM_RESIDUALS_DUMP to an output path");
+    let mut out = String::new();
+    for c in cases() {
+        let e = tpsim::cost::evaluate(&c.model, &c.cluster, &c.training, &c.plan);
+        let line = serde_json::json!({
+            "source": format!("vtrain_{}", c.subset),
+            "framework": "megatron-deepspeed",
+            "gpu_profile": c.cluster.gpu.name,
+            "layers": c.model.layers,
+            "hidden": c.model.hidden,
+            "measured_step_s": c.measured_step_s,
+            "predicted_step_s": e.time.step_s.0,
+            "estimate": e,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    let text = std::fs::read_to_string("validation/published_runs.yaml").unwrap();
+    for row in accuracy(&text, "validation/published_runs.yaml").unwrap() {
+        // BLOOM trained with Megatron-DeepSpeed; the SC'21 runs are Megatron-LM.
+        let framework = if row.id.starts_with("bloom") {
+            "megatron-deepspeed"
+        } else {
+            "megatron-lm"
+        };
+        let line = serde_json::json!({
+            "source": "published",
+            "id": row.id,
+            "framework": framework,
+            "gpu_profile": row.gpu_profile,
+            "measured_step_s": row.published_step_s,
+            "predicted_step_s": row.predicted_step_s,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
