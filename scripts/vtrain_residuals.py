@@ -111,7 +111,7 @@ def analysis(rows):
 
 
 def plan_key(row):
-    if "estimate" in row:
+    if row["source"].startswith("vtrain"):
         e = row["estimate"]
         return f"L{row['layers']}-h{row['hidden']}-tp{e['tp']}-pp{e['pp']}-dp{e['dp']}-mb{e['micro_batch']}"
     return row["id"]
