@@ -27,6 +27,8 @@ fn training() -> Training {
         grad_dtype: GradDtype::Bf16,
         tokens: None,
         attention: tpsim::training::AttentionKernel::Flash,
+        framework: tpsim::training::TrainingFramework::MegatronLm2021,
+        overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
     }
 }
 
@@ -45,6 +47,7 @@ fn one_evaluation(c: &mut Criterion) {
         zero: 1,
         allow_uneven_pp: false,
         allow_cross_node_tp: false,
+        ..PlanRequest::default()
     };
     let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
     let mut group = c.benchmark_group("evaluate");
@@ -59,6 +62,7 @@ fn searches(c: &mut Criterion) {
     let options = SearchOptions {
         allow_uneven_pp: false,
         allow_cross_node_tp: false,
+        ..SearchOptions::default()
     };
     let training = training();
     let mut group = c.benchmark_group("search");

@@ -14,18 +14,22 @@ use crate::cli::{
 use crate::cli::{
     Cli, CompareArgs, CompareFormat, CompletionsArgs, EmitTarget, SweepArgs, SweepAxis, SweepFormat,
 };
+use crate::cli::{FrameworkArg, PinArgs, PrecisionArg};
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
 use crate::cost::evaluate;
 use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
 use crate::model::{Model, ModelFile, Norm};
+use crate::plan::Precision;
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
-use crate::planner::{SearchOptions, refine_top, search};
+use crate::planner::{Pins, SearchOptions, refine_top, search};
 use crate::report::{self, ClusterSummary, ModelSummary, Report, detail_for, plan_label};
 use crate::shape::derive_shape;
 use crate::specs::{self, ModelRef, PlanFile};
-use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
+use crate::training::{
+    AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Overlap, Training, TrainingFramework,
+};
 use crate::units::{GIB, format_count, parse_count};
 use crate::validation;
 use crate::{chart_sweep, compare, hf_config, sweep};
@@ -177,6 +181,75 @@ fn resolve_model(
     )
 }
 
+/// The framework `--framework` names (default: Megatron-Core, what current NVIDIA stacks run).
+fn framework_of_args(args: &TrainingArgs) -> TrainingFramework {
+    match args.framework {
+        Some(FrameworkArg::MegatronLm2021) => TrainingFramework::MegatronLm2021,
+        None | Some(FrameworkArg::MegatronCore) => TrainingFramework::MegatronCore,
+        Some(FrameworkArg::Torchtitan) => TrainingFramework::Torchtitan,
+        Some(FrameworkArg::Deepspeed) => TrainingFramework::Deepspeed,
+    }
+}
+
+/// The framework's overlap defaults with each flag the user gave applied on top.
+fn overlap_of_args(args: &TrainingArgs, framework: TrainingFramework) -> Overlap {
+    let defaults = framework.default_overlap();
+    Overlap {
+        tp_comm: args.tp_comm_overlap.unwrap_or(defaults.tp_comm),
+        grad_reduce: args.overlap_grad_reduce.unwrap_or(defaults.grad_reduce),
+        param_gather: args.overlap_param_gather.unwrap_or(defaults.param_gather),
+        p2p: args.overlap_p2p_comm.unwrap_or(defaults.p2p),
+    }
+}
+
+/// The dimensions `plan` was pinned to, checked like `eval` checks them.
+fn pins_of_args(args: &PinArgs) -> Result<Pins> {
+    for (flag, value) in [
+        ("--tp", args.tp),
+        ("--pp", args.pp),
+        ("--cp", args.cp),
+        ("--dp", args.dp),
+        ("--vpp", args.vpp),
+        ("--micro-batch", args.micro_batch),
+    ] {
+        if value == Some(0) {
+            bail!(
+                "{flag} 0 is not a degree; a pinned degree must be at least 1 (or omit {flag} to search it)"
+            );
+        }
+    }
+    if let Some(zero) = args.zero
+        && zero > 3
+    {
+        return Err(PlanError::ZeroStage { zero }.into());
+    }
+    Ok(Pins {
+        tp: args.tp,
+        cp: args.cp,
+        pp: args.pp,
+        dp: args.dp,
+        vpp: args.vpp,
+        micro_batch: args.micro_batch,
+        recompute: args.recompute.map(|r| match r {
+            RecomputeArg::None => Recompute::None,
+            RecomputeArg::Selective => Recompute::Selective,
+            RecomputeArg::Full => Recompute::Full,
+        }),
+        zero: args.zero,
+        sequence_parallel: args.sequence_parallel.then_some(true),
+    })
+}
+
+/// The GEMM precision `--precision` names (default bf16).
+pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
+    match args.precision {
+        None | Some(PrecisionArg::Bf16) => Precision::Bf16,
+        Some(PrecisionArg::Fp8) => Precision::Fp8,
+        Some(PrecisionArg::Mxfp8) => Precision::Mxfp8,
+        Some(PrecisionArg::Nvfp4) => Precision::Nvfp4,
+    }
+}
+
 fn resolve_scenario(
     model_args: &ModelArgs,
     cluster_args: &ClusterArgs,
@@ -256,6 +329,7 @@ fn resolve_scenario(
         Some(text) => Some(parse_count("--tokens", text)?),
         None => None,
     };
+    let framework = framework_of_args(training_args);
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -264,8 +338,10 @@ fn resolve_scenario(
             Some(GradDtypeArg::Fp32) => GradDtype::Fp32,
             None => plan_file
                 .and_then(|f| f.grad_dtype)
-                .unwrap_or(GradDtype::Bf16),
+                .unwrap_or(framework.default_grad_dtype()),
         },
+        framework,
+        overlap: overlap_of_args(training_args, framework),
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,
@@ -332,6 +408,8 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
+        precision: precision_of_args(&args.training),
+        pins: pins_of_args(&args.pins)?,
     };
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
@@ -554,14 +632,13 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             }
             let tp = args.tp.unwrap_or(1);
             let pp = args.pp.unwrap_or(1);
+            let cp = args.cp.unwrap_or(1);
             let gpus = scenario.cluster.total_gpus();
+            let model_parallel = u64::from(tp) * u64::from(pp) * u64::from(cp);
             let dp = match args.dp {
                 Some(dp) => dp,
-                None if tp > 0
-                    && pp > 0
-                    && u64::from(gpus) % (u64::from(tp) * u64::from(pp)) == 0 =>
-                {
-                    (u64::from(gpus) / (u64::from(tp) * u64::from(pp))) as u32
+                None if model_parallel > 0 && u64::from(gpus) % model_parallel == 0 => {
+                    (u64::from(gpus) / model_parallel) as u32
                 }
                 // No dp makes tp x pp fit the cluster; report a degree that can never work for this
                 // model first, since changing the cluster would not fix it.
@@ -615,8 +692,18 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     .unwrap_or(u8::from(args.use_distributed_optimizer)),
                 allow_uneven_pp: args.allow_uneven_pp,
                 allow_cross_node_tp: args.allow_cross_node_tp,
+                cp: args.cp.unwrap_or(1),
+                reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
+                ..PlanRequest::default()
             }
         }
+    };
+    let request = PlanRequest {
+        precision: match args.training.precision {
+            Some(_) => precision_of_args(&args.training),
+            None => request.precision,
+        },
+        ..request
     };
     let plan = ParallelPlan::build(
         &request,
@@ -690,6 +777,7 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         let options = SearchOptions {
             allow_uneven_pp: request.allow_uneven_pp,
             allow_cross_node_tp: request.allow_cross_node_tp,
+            ..SearchOptions::default()
         };
         write_eval_report(
             flag,
@@ -725,6 +813,8 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
         plan: Some(args.plan),
         tp: None,
         pp: None,
+        cp: None,
+        reshard_after_forward: None,
         dp: None,
         vpp: None,
         micro_batch: None,

@@ -199,6 +199,78 @@ pub struct TrainingArgs {
     /// Tokens to train on (e.g. 300B), to print the time to train.
     #[arg(long, value_name = "COUNT")]
     pub tokens: Option<String>,
+    /// Training framework whose behaviour to model: its communication overlap, gradient dtype and
+    /// which ZeRO/FSDP shapes it runs with pipelines. Default: megatron-core.
+    #[arg(long, value_enum)]
+    pub framework: Option<FrameworkArg>,
+    /// GEMM precision: bf16, fp8 (per-tensor scaling), mxfp8 or nvfp4 (Blackwell only). Attention,
+    /// norms and element-wise kernels stay bf16. Default: bf16.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+    /// TP communication overlap (Megatron-Core userbuffers / torchtitan async TP; needs
+    /// --sequence-parallel). Default: the framework's (on for megatron-core).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub tp_comm_overlap: Option<bool>,
+    /// Bucketed gradient reduction during backward. Default: the framework's (on).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub overlap_grad_reduce: Option<bool>,
+    /// Distributed-optimizer parameter all-gather under the next forward. Default: the framework's
+    /// (on for megatron-core and torchtitan).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub overlap_param_gather: Option<bool>,
+    /// Pipeline sends overlapped with compute in the interleaved schedule. Default: the
+    /// framework's (on for megatron-core).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
+    pub overlap_p2p_comm: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FrameworkArg {
+    #[value(name = "megatron-lm-2021")]
+    MegatronLm2021,
+    MegatronCore,
+    Torchtitan,
+    Deepspeed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    Bf16,
+    Fp8,
+    Mxfp8,
+    Nvfp4,
+}
+
+/// Dimensions a user has already chosen: `plan` searches only plans with these values.
+#[derive(Debug, Clone, Args)]
+pub struct PinArgs {
+    /// Pin the tensor-parallel degree.
+    #[arg(long, visible_alias = "tensor-model-parallel-size")]
+    pub tp: Option<u32>,
+    /// Pin the pipeline-parallel degree.
+    #[arg(long, visible_alias = "pipeline-model-parallel-size")]
+    pub pp: Option<u32>,
+    /// Pin the context-parallel degree.
+    #[arg(long, visible_alias = "context-parallel-size")]
+    pub cp: Option<u32>,
+    /// Pin the data-parallel degree.
+    #[arg(long)]
+    pub dp: Option<u32>,
+    /// Pin the virtual pipeline stages per GPU.
+    #[arg(long)]
+    pub vpp: Option<u32>,
+    /// Pin the micro-batch size.
+    #[arg(long, visible_alias = "micro-batch-size")]
+    pub micro_batch: Option<u32>,
+    /// Pin activation recomputation.
+    #[arg(long, value_enum)]
+    pub recompute: Option<RecomputeArg>,
+    /// Pin the ZeRO stage (3 = FSDP).
+    #[arg(long)]
+    pub zero: Option<u8>,
+    /// Pin sequence parallelism on.
+    #[arg(long)]
+    pub sequence_parallel: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -232,6 +304,8 @@ pub struct PlanArgs {
     /// Print the best plan this framework can run as its launch configuration, instead of the table.
     #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format", "top"])]
     pub emit: Option<EmitTarget>,
+    #[command(flatten)]
+    pub pins: PinArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -251,7 +325,14 @@ pub struct EvalArgs {
     /// Pipeline-parallel degree.
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
-    /// Data-parallel degree (default: GPUs / (tp x pp)).
+    /// Context-parallel degree: the sequence split over cp ranks (ring attention).
+    #[arg(long, visible_alias = "context-parallel-size")]
+    pub cp: Option<u32>,
+    /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the
+    /// backward (FSDP2 reshard_after_forward). Default: true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub reshard_after_forward: Option<bool>,
+    /// Data-parallel degree (default: GPUs / (tp x cp x pp)).
     #[arg(long)]
     pub dp: Option<u32>,
     /// Virtual pipeline stages per GPU (interleaved 1F1B).

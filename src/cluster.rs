@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::Precision;
 use crate::units::{Bytes, BytesPerSec, FlopsPerSec, GB, GIB, Seconds};
 
 /// A GPU and node profile (`clusters/*.yaml`). Efficiencies turn datasheet peaks into what real
@@ -43,6 +44,22 @@ pub struct GpuProfile {
     /// (backward counts twice). Default: [`DEFAULT_LAYER_OVERHEAD_US`].
     #[serde(default = "default_layer_overhead_us")]
     pub layer_overhead_us: f64,
+    /// Dense FP8 tensor-core peak (absent: the GPU has no FP8 tensor cores, e.g. A100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_fp8_tflops: Option<f64>,
+    /// Dense FP4 tensor-core peak (Blackwell; absent elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_fp4_tflops: Option<f64>,
+    /// Best large-GEMM FP8 throughput / FP8 peak (absent: `gemm_efficiency` is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_gemm_efficiency: Option<f64>,
+    /// Whether the tensor cores run the OCP microscaling formats (MXFP8, NVFP4): Blackwell and later.
+    #[serde(default)]
+    pub microscaling: bool,
+    /// GPUs that share one NVLink domain (NVSwitch fabric): 8 in an HGX/DGX node, 72 in a GB200/GB300
+    /// NVL72 rack whose compute trays hold 4 GPUs each. Absent: `gpus_per_node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_domain_gpus: Option<u32>,
     /// Where each number comes from (free text, one line per number).
     #[serde(default)]
     pub sources: Vec<String>,
@@ -68,6 +85,49 @@ fn default_layer_overhead_us() -> f64 {
 impl GpuProfile {
     pub fn peak_flops(&self) -> FlopsPerSec {
         FlopsPerSec(self.peak_bf16_tflops * 1e12)
+    }
+    /// Whether GEMMs can run at `precision` on this GPU, and why not.
+    pub fn supports(&self, precision: Precision) -> Result<(), &'static str> {
+        match precision {
+            Precision::Bf16 => Ok(()),
+            Precision::Fp8 if self.peak_fp8_tflops.is_none() => {
+                Err("its profile gives no peak_fp8_tflops")
+            }
+            Precision::Fp8 => Ok(()),
+            Precision::Mxfp8 | Precision::Nvfp4 if !self.microscaling => {
+                Err("microscaling formats need Blackwell tensor cores")
+            }
+            Precision::Nvfp4 if self.peak_fp4_tflops.is_none() => {
+                Err("its profile gives no peak_fp4_tflops")
+            }
+            Precision::Mxfp8 if self.peak_fp8_tflops.is_none() => {
+                Err("its profile gives no peak_fp8_tflops")
+            }
+            Precision::Mxfp8 | Precision::Nvfp4 => Ok(()),
+        }
+    }
+    /// Achievable throughput of a large linear-layer GEMM at `precision`: that format's dense peak
+    /// times its measured large-GEMM efficiency (MAMF). Unsupported formats fall back to bf16;
+    /// `ParallelPlan::build` refuses them before this is reached.
+    pub fn linear_gemm_flops(&self, precision: Precision) -> FlopsPerSec {
+        let bf16 = self.peak_bf16_tflops * self.gemm_efficiency;
+        let fp8_efficiency = self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency);
+        let tflops = match precision {
+            Precision::Bf16 => bf16,
+            Precision::Fp8 | Precision::Mxfp8 => self
+                .peak_fp8_tflops
+                .map_or(bf16, |peak| peak * fp8_efficiency),
+            // NVFP4 GEMMs reach about the FP8 efficiency on twice the peak (no FP4 MAMF table is
+            // published yet); see clusters/README.md.
+            Precision::Nvfp4 => self
+                .peak_fp4_tflops
+                .map_or(bf16, |peak| peak * fp8_efficiency),
+        };
+        FlopsPerSec(tflops * 1e12)
+    }
+    /// GPUs in one NVLink domain.
+    pub fn nvlink_domain(&self) -> u32 {
+        self.nvlink_domain_gpus.unwrap_or(self.gpus_per_node)
     }
     pub fn memory_capacity(&self) -> Bytes {
         Bytes(self.hbm_capacity_gib * GIB)
@@ -113,6 +173,31 @@ impl GpuProfile {
         if self.gpus_per_node == 0 {
             return Err("gpus_per_node: 0 must be at least 1".into());
         }
+        for (key, value) in [
+            ("peak_fp8_tflops", self.peak_fp8_tflops),
+            ("peak_fp4_tflops", self.peak_fp4_tflops),
+        ] {
+            if let Some(value) = value
+                && !(value.is_finite() && value > 0.0)
+            {
+                return Err(format!("{key}: {value} must be a positive number"));
+            }
+        }
+        if let Some(value) = self.fp8_gemm_efficiency
+            && !(value > 0.0 && value <= 1.0)
+        {
+            return Err(format!(
+                "fp8_gemm_efficiency: {value} must be a fraction in (0, 1]"
+            ));
+        }
+        if let Some(domain) = self.nvlink_domain_gpus
+            && (domain == 0 || !domain.is_multiple_of(self.gpus_per_node))
+        {
+            return Err(format!(
+                "nvlink_domain_gpus: {domain} must be a positive multiple of gpus_per_node ({})",
+                self.gpus_per_node
+            ));
+        }
         Ok(())
     }
 }
@@ -145,6 +230,12 @@ pub struct Cluster {
 impl Cluster {
     pub fn total_gpus(&self) -> u32 {
         self.nodes * self.gpus_per_node
+    }
+
+    /// GPUs that reach each other over NVLink: the profile's NVLink domain (72 on NVL72 racks),
+    /// else one node.
+    pub fn nvlink_domain(&self) -> u32 {
+        self.gpu.nvlink_domain_gpus.unwrap_or(self.gpus_per_node)
     }
 
     /// Bus bandwidth of a group that crosses nodes with `members_per_node` of its ranks on each node:

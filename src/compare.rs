@@ -331,6 +331,8 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let request = PlanRequest {
             tp: 8,
@@ -343,6 +345,7 @@ mod tests {
             zero: 1,
             allow_uneven_pp: false,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         evaluate(&model, &cluster, &training, &plan)

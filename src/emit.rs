@@ -728,6 +728,7 @@ impl MegatronLaunch {
             zero: u8::from(self.distributed_optimizer),
             allow_uneven_pp: self.uneven_pp,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         })
     }
 }
@@ -751,6 +752,8 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         (model, cluster, training)
     }
@@ -770,6 +773,7 @@ mod tests {
                 zero: 1,
                 allow_uneven_pp: false,
                 allow_cross_node_tp: false,
+                ..PlanRequest::default()
             },
             PlanRequest {
                 tp: 4,
@@ -782,6 +786,7 @@ mod tests {
                 zero: 0,
                 allow_uneven_pp: false,
                 allow_cross_node_tp: false,
+                ..PlanRequest::default()
             },
         ] {
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
@@ -844,6 +849,7 @@ mod tests {
             zero: 1,
             allow_uneven_pp: false,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         let json: serde_json::Value = serde_json::from_str(&deepspeed_json(&plan)).unwrap();

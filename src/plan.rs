@@ -1,9 +1,13 @@
 //! A 3D-parallel plan, validated when it is built.
 //!
 //! Abbreviations used everywhere in tpsim: `tp` tensor-parallel degree (Megatron column/row splits,
-//! inside a node), `pp` pipeline stages, `dp` data-parallel replicas, `vpp` virtual pipeline stages per
-//! GPU (interleaved 1F1B), `micro_batch` sequences per micro-batch, `sp` sequence parallelism,
-//! `zero` ZeRO stage (Rajbhandari et al. 2020).
+//! inside a node), `cp` context-parallel degree (the sequence split over ranks, ring attention),
+//! `pp` pipeline stages, `dp` data-parallel replicas, `ep` expert-parallel degree and `etp` expert
+//! tensor-parallel degree (mixture-of-experts layers, Megatron-Core's parallel folding), `vpp`
+//! virtual pipeline stages per GPU (interleaved 1F1B), `micro_batch` sequences per micro-batch, `sp`
+//! sequence parallelism, `zero` ZeRO stage (Rajbhandari et al. 2020; 3 = FSDP).
+//! Megatron-Core's rank order is tp-cp-dp-pp for attention and dense layers (`RankGenerator`,
+//! megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp").
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +58,79 @@ pub struct PlanRequest {
     pub allow_uneven_pp: bool,
     #[serde(default)]
     pub allow_cross_node_tp: bool,
+    #[serde(default = "one")]
+    pub cp: u32,
+    #[serde(default = "one")]
+    pub ep: u32,
+    #[serde(default = "one")]
+    pub etp: u32,
+    #[serde(default)]
+    pub precision: Precision,
+    /// ZeRO-3/FSDP: free the gathered parameters after each micro-batch's forward and gather them
+    /// again for its backward (FSDP2 `reshard_after_forward=True`), or keep them until the backward.
+    #[serde(default = "yes")]
+    pub reshard_after_forward: bool,
+}
+
+impl Default for PlanRequest {
+    /// One GPU, no parallelism, bf16, no recompute: the base that literal requests override.
+    fn default() -> PlanRequest {
+        PlanRequest {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            vpp: 1,
+            micro_batch: 1,
+            sequence_parallel: false,
+            recompute: Recompute::None,
+            zero: 0,
+            allow_uneven_pp: false,
+            allow_cross_node_tp: false,
+            cp: 1,
+            ep: 1,
+            etp: 1,
+            precision: Precision::Bf16,
+            reshard_after_forward: true,
+        }
+    }
+}
+
+/// Number format of the GEMMs (attention, norms and element-wise kernels stay in bf16, as
+/// Transformer Engine and torchao run them).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    #[default]
+    Bf16,
+    /// FP8 with per-tensor scaling (Transformer Engine delayed or current scaling, torchao float8).
+    Fp8,
+    /// FP8 with one E8M0 scale per 32 elements (OCP MX; Blackwell tensor cores only).
+    Mxfp8,
+    /// FP4 with one E4M3 scale per 16 elements and a per-tensor scale (Blackwell only).
+    Nvfp4,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::Bf16,
+        Precision::Fp8,
+        Precision::Mxfp8,
+        Precision::Nvfp4,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Bf16 => "bf16",
+            Precision::Fp8 => "fp8",
+            Precision::Mxfp8 => "mxfp8",
+            Precision::Nvfp4 => "nvfp4",
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> u32 {
@@ -121,8 +198,11 @@ impl StageLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ParallelPlan {
     pub tp: u32,
+    pub cp: u32,
     pub pp: u32,
     pub dp: u32,
+    pub ep: u32,
+    pub etp: u32,
     pub vpp: u32,
     pub micro_batch: u32,
     pub num_microbatches: u32,
@@ -130,6 +210,8 @@ pub struct ParallelPlan {
     pub sequence_parallel: bool,
     pub recompute: Recompute,
     pub zero: u8,
+    pub reshard_after_forward: bool,
+    pub precision: Precision,
     pub stages: StageLayout,
 }
 
@@ -141,10 +223,11 @@ pub enum PlanError {
     )]
     ZeroDegree { what: &'static str },
     #[error(
-        "--tp {tp} x --pp {pp} x --dp {dp} = {product} GPUs, but the cluster has {gpus}; choose degrees whose product is {gpus} ({suggest_dp})"
+        "--tp {tp} x --cp {cp} x --pp {pp} x --dp {dp} = {product} GPUs, but the cluster has {gpus}; choose degrees whose product is {gpus} ({suggest_dp})"
     )]
     GpuCount {
         tp: u32,
+        cp: u32,
         pp: u32,
         dp: u32,
         product: u64,
@@ -153,7 +236,9 @@ pub enum PlanError {
     },
     #[error("--tp {tp} does not divide {heads} attention heads; valid: {valid}")]
     TpHeads { tp: u32, heads: u32, valid: String },
-    #[error("--tp {tp} does not divide {kv_heads} KV heads; valid: {valid}")]
+    #[error(
+        "--tp {tp} neither divides nor is a multiple of the {kv_heads} KV heads (Megatron replicates KV heads only when tp is a multiple); valid: {valid}"
+    )]
     TpKvHeads {
         tp: u32,
         kv_heads: u32,
@@ -207,6 +292,27 @@ pub enum PlanError {
         product: u64,
         valid: String,
     },
+    #[error(
+        "--cp {cp} does not split the {seq_len}-token sequence into 2 x cp equal chunks (Megatron-Core's causal load balancing gives each rank chunks i and 2cp-1-i); valid: {valid}"
+    )]
+    CpSequence {
+        cp: u32,
+        seq_len: u32,
+        valid: String,
+    },
+    #[error(
+        "--ep {ep} / --etp {etp}: expert parallelism needs a mixture-of-experts model ({model} is dense); use --ep 1 --etp 1"
+    )]
+    ExpertsOnDense { ep: u32, etp: u32, model: String },
+    #[error(
+        "--precision {precision}: the {gpu} has no {precision} tensor cores ({why}); use {valid}"
+    )]
+    PrecisionGpu {
+        precision: &'static str,
+        gpu: String,
+        why: &'static str,
+        valid: String,
+    },
     #[error("--zero {zero} is not a ZeRO stage; use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
     #[error(
@@ -243,6 +349,9 @@ impl ParallelPlan {
         let r = request;
         for (what, value) in [
             ("--tp", r.tp),
+            ("--cp", r.cp),
+            ("--ep", r.ep),
+            ("--etp", r.etp),
             ("--pp", r.pp),
             ("--dp", r.dp),
             ("--vpp", r.vpp),
@@ -256,18 +365,19 @@ impl ParallelPlan {
             return Err(PlanError::ZeroStage { zero: r.zero });
         }
         let gpus = cluster.total_gpus();
-        let product = u64::from(r.tp) * u64::from(r.pp) * u64::from(r.dp);
+        let product = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp) * u64::from(r.dp);
         if product != u64::from(gpus) {
-            let tp_pp = u64::from(r.tp) * u64::from(r.pp);
+            let tp_pp = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp);
             let suggest_dp = if u64::from(gpus) % tp_pp == 0 {
                 format!("e.g. --dp {}", u64::from(gpus) / tp_pp)
             } else {
                 format!(
-                    "no --dp works: {gpus} is not a multiple of tp x pp = {tp_pp}; change --tp or --pp"
+                    "no --dp works: {gpus} is not a multiple of tp x cp x pp = {tp_pp}; change --tp, --cp or --pp"
                 )
             };
             return Err(PlanError::GpuCount {
                 tp: r.tp,
+                cp: r.cp,
                 pp: r.pp,
                 dp: r.dp,
                 product,
@@ -285,11 +395,47 @@ impl ParallelPlan {
                 valid: list(valid),
             });
         }
-        if !model.kv_heads.is_multiple_of(r.tp) {
+        // Megatron-Core replicates KV heads when tp is a multiple of them (`num_query_groups <
+        // tp`: each rank holds one group), so either direction of divisibility is a valid split.
+        if !model.kv_heads.is_multiple_of(r.tp) && !r.tp.is_multiple_of(model.kv_heads) {
+            let valid = divisors(model.heads)
+                .into_iter()
+                .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads));
             return Err(PlanError::TpKvHeads {
                 tp: r.tp,
                 kv_heads: model.kv_heads,
-                valid: list(divisors(model.kv_heads)),
+                valid: list(valid),
+            });
+        }
+        if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
+            let valid = divisors(training.seq_len / 2)
+                .into_iter()
+                .filter(|c| gpus.is_multiple_of(*c))
+                .take_while(|c| *c <= 256);
+            return Err(PlanError::CpSequence {
+                cp: r.cp,
+                seq_len: training.seq_len,
+                valid: list(valid),
+            });
+        }
+        if r.ep > 1 || r.etp > 1 {
+            return Err(PlanError::ExpertsOnDense {
+                ep: r.ep,
+                etp: r.etp,
+                model: model.name.clone(),
+            });
+        }
+        if let Err(why) = cluster.gpu.supports(r.precision) {
+            let valid: Vec<&str> = Precision::ALL
+                .into_iter()
+                .filter(|p| cluster.gpu.supports(*p).is_ok())
+                .map(Precision::as_str)
+                .collect();
+            return Err(PlanError::PrecisionGpu {
+                precision: r.precision.as_str(),
+                gpu: cluster.gpu.name.clone(),
+                why,
+                valid: valid.join(", "),
             });
         }
         if r.tp > cluster.gpus_per_node {
@@ -389,6 +535,11 @@ impl ParallelPlan {
             sequence_parallel: r.sequence_parallel,
             recompute: r.recompute,
             zero: r.zero,
+            reshard_after_forward: r.reshard_after_forward || r.zero < 3,
+            precision: r.precision,
+            cp: r.cp,
+            ep: r.ep,
+            etp: r.etp,
             stages,
         })
     }
@@ -406,6 +557,11 @@ impl ParallelPlan {
             zero: self.zero,
             allow_uneven_pp: !self.stages.even,
             allow_cross_node_tp: false,
+            cp: self.cp,
+            ep: self.ep,
+            etp: self.etp,
+            precision: self.precision,
+            reshard_after_forward: self.reshard_after_forward,
         }
     }
 }

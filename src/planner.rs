@@ -2,9 +2,10 @@
 //!
 //! The space is tp (divisors of the heads that fit in a node, or multiples of a node when cross-node
 //! TP is asked for) × pp (even splits, or any with `allow_uneven_pp`) × dp (what is left) ×
-//! micro-batch (divisors of the per-replica batch) × vpp (divisors of the layers per stage) ×
-//! sequence parallelism × recompute × ZeRO stage. Evaluation order is the enumeration order and
-//! rayon's `collect` keeps it, so the ranking is the same on 1 thread or 64.
+//! cp (context-parallel degrees that split the sequence, `cp_degrees`) × micro-batch (divisors of
+//! the per-replica batch) × vpp (divisors of the layers per stage) × sequence parallelism ×
+//! recompute × ZeRO stage (with FSDP2's resharding choice for ZeRO-3). Evaluation order is the
+//! enumeration order and rayon's `collect` keeps it, so the ranking is the same on 1 thread or 64.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,14 +17,65 @@ use crate::cluster::Cluster;
 use crate::cost::simulated::{Simulated, simulate_plan};
 use crate::cost::{Estimate, evaluate};
 use crate::model::Model;
-use crate::plan::{ParallelPlan, PlanRequest, Recompute, divisors};
+use crate::plan::{ParallelPlan, PlanRequest, Precision, Recompute, divisors};
 use crate::training::{AttentionKernel, Training};
 
-/// Which optional parts of the space to open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which optional parts of the space to open, and what the user has already chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SearchOptions {
     pub allow_uneven_pp: bool,
     pub allow_cross_node_tp: bool,
+    /// GEMM precision of every plan (a training choice, not searched).
+    pub precision: Precision,
+    pub pins: Pins,
+}
+
+/// Dimensions pinned by the user: only plans with these values are evaluated; the others are
+/// counted under `ruled_out_by_pins`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pins {
+    pub tp: Option<u32>,
+    pub cp: Option<u32>,
+    pub pp: Option<u32>,
+    pub dp: Option<u32>,
+    pub vpp: Option<u32>,
+    pub micro_batch: Option<u32>,
+    pub recompute: Option<Recompute>,
+    pub zero: Option<u8>,
+    pub sequence_parallel: Option<bool>,
+}
+
+impl Pins {
+    /// Whether `request` has every pinned value.
+    pub fn admit(&self, r: &PlanRequest) -> bool {
+        fn ok<T: PartialEq>(pin: Option<T>, value: T) -> bool {
+            pin.is_none_or(|p| p == value)
+        }
+        ok(self.tp, r.tp)
+            && ok(self.cp, r.cp)
+            && ok(self.pp, r.pp)
+            && ok(self.dp, r.dp)
+            && ok(self.vpp, r.vpp)
+            && ok(self.micro_batch, r.micro_batch)
+            && ok(self.recompute, r.recompute)
+            && ok(self.zero, r.zero)
+            && ok(self.sequence_parallel, r.sequence_parallel)
+    }
+}
+
+/// Shortest sequence share a context-parallel rank is given in the search: below it the rank's
+/// GEMMs shrink and the ring exchange dominates (Megatron-Core's and NeMo's long-context recipes
+/// keep at least 4K tokens per CP rank; 2K leaves margin). `eval` takes any cp.
+pub const MIN_TOKENS_PER_CP_RANK: u32 = 2048;
+
+/// Context-parallel degrees the search tries: 1, and every cp that splits the sequence into 2·cp
+/// equal chunks (causal load balancing) with at least `MIN_TOKENS_PER_CP_RANK` tokens per rank.
+pub fn cp_degrees(seq_len: u32, model_parallel_gpus: u32) -> Vec<u32> {
+    (1..=(seq_len / MIN_TOKENS_PER_CP_RANK).max(1))
+        .filter(|&cp| {
+            cp == 1 || (seq_len.is_multiple_of(2 * cp) && model_parallel_gpus.is_multiple_of(cp))
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,7 +112,10 @@ pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -
     let gpus = cluster.total_gpus();
     divisors(model.heads)
         .into_iter()
-        .filter(|tp| model.kv_heads.is_multiple_of(*tp) && gpus.is_multiple_of(*tp))
+        .filter(|tp| {
+            (model.kv_heads.is_multiple_of(*tp) || tp.is_multiple_of(model.kv_heads))
+                && gpus.is_multiple_of(*tp)
+        })
         .filter(|&tp| {
             if tp <= gpn {
                 gpn.is_multiple_of(tp)
@@ -71,7 +126,8 @@ pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -
         .collect()
 }
 
-/// All plan requests of the space, in a fixed order.
+/// All plan requests of the space, in a fixed order (pins not applied: `search` counts what they
+/// rule out).
 pub fn enumerate(
     model: &Model,
     cluster: &Cluster,
@@ -81,76 +137,115 @@ pub fn enumerate(
     let gpus = cluster.total_gpus();
     let mut requests = Vec::new();
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
-        for pp in 1..=model.layers.min(gpus / tp) {
-            if !(gpus / tp).is_multiple_of(pp)
-                || (!model.layers.is_multiple_of(pp) && !options.allow_uneven_pp)
-            {
-                continue;
-            }
-            let dp = gpus / (tp * pp);
-            if !training.global_batch.is_multiple_of(dp) {
-                continue;
-            }
-            let replica_batch = training.global_batch / dp;
-            let units = model.layers + 2;
-            let vpps: Vec<u32> = if pp > 1 && model.layers.is_multiple_of(pp) {
-                divisors(model.layers / pp)
-            } else if pp > 1 && units.is_multiple_of(pp) {
-                // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
-                divisors(units / pp)
-            } else {
-                vec![1]
-            };
-            for micro_batch in divisors(replica_batch) {
-                let num_microbatches = replica_batch / micro_batch;
-                for &vpp in &vpps {
-                    if vpp > 1 && !num_microbatches.is_multiple_of(pp) {
-                        continue;
-                    }
-                    for sequence_parallel in [false, true] {
-                        if sequence_parallel && tp == 1 {
-                            continue;
-                        }
-                        for recompute in Recompute::ALL {
-                            // FlashAttention already recomputes the attention core in its backward,
-                            // so selective recompute is the same plan as none.
-                            if recompute == Recompute::Selective
-                                && training.attention == AttentionKernel::Flash
-                            {
-                                continue;
-                            }
-                            // ZeRO-2/3 shard gradients that pipeline parallelism accumulates across
-                            // micro-batches: DeepSpeed's PipelineEngine refuses them and Megatron-LM
-                            // offers only a ZeRO-1 distributed optimizer, so with pp > 1 the search
-                            // stops at ZeRO-1 (`tpsim eval` still evaluates them, with a note).
-                            let max_zero = if pp > 1 { 1 } else { 3 };
-                            for zero in 0..=max_zero {
-                                requests.push(PlanRequest {
-                                    tp,
-                                    pp,
-                                    dp,
-                                    vpp,
-                                    micro_batch,
-                                    sequence_parallel,
-                                    recompute,
-                                    zero,
-                                    allow_uneven_pp: options.allow_uneven_pp,
-                                    allow_cross_node_tp: options.allow_cross_node_tp,
-                                });
-                            }
-                        }
-                    }
+        for cp in cp_degrees(training.seq_len, gpus / tp) {
+            let per_pipeline = gpus / (tp * cp);
+            for pp in 1..=model.layers.min(per_pipeline) {
+                if !per_pipeline.is_multiple_of(pp)
+                    || (!model.layers.is_multiple_of(pp) && !options.allow_uneven_pp)
+                {
+                    continue;
                 }
+                let dp = per_pipeline / pp;
+                if !training.global_batch.is_multiple_of(dp) {
+                    continue;
+                }
+                push_pipeline_variants(
+                    &mut requests,
+                    model,
+                    training,
+                    PlanRequest {
+                        tp,
+                        cp,
+                        pp,
+                        dp,
+                        precision: options.precision,
+                        allow_uneven_pp: options.allow_uneven_pp,
+                        allow_cross_node_tp: options.allow_cross_node_tp,
+                        ..PlanRequest::default()
+                    },
+                );
             }
         }
     }
     requests
 }
 
+/// Every micro-batch, vpp, SP, recompute, ZeRO and resharding choice for one (tp, cp, pp, dp).
+fn push_pipeline_variants(
+    requests: &mut Vec<PlanRequest>,
+    model: &Model,
+    training: &Training,
+    base: PlanRequest,
+) {
+    let PlanRequest { tp, pp, dp, .. } = base;
+    let replica_batch = training.global_batch / dp;
+    let units = model.layers + 2;
+    let vpps: Vec<u32> = if pp > 1 && model.layers.is_multiple_of(pp) {
+        divisors(model.layers / pp)
+    } else if pp > 1 && units.is_multiple_of(pp) {
+        // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
+        divisors(units / pp)
+    } else {
+        vec![1]
+    };
+    // ZeRO-2/3 shard gradients that pipeline parallelism accumulates across micro-batches: DeepSpeed's
+    // PipelineEngine refuses them and 2021 Megatron-LM offers only ZeRO-1, while Megatron-Core FSDP
+    // and torchtitan's FSDP2 run them with pipelines (`TrainingFramework::max_zero_with_pp`).
+    let max_zero = if pp > 1 {
+        training.framework.max_zero_with_pp()
+    } else {
+        3
+    };
+    for micro_batch in divisors(replica_batch) {
+        let num_microbatches = replica_batch / micro_batch;
+        for &vpp in &vpps {
+            if vpp > 1 && !num_microbatches.is_multiple_of(pp) {
+                continue;
+            }
+            for sequence_parallel in [false, true] {
+                if sequence_parallel && tp == 1 {
+                    continue;
+                }
+                for recompute in Recompute::ALL {
+                    // FlashAttention already recomputes the attention core in its backward, so
+                    // selective recompute is the same plan as none.
+                    if recompute == Recompute::Selective
+                        && training.attention == AttentionKernel::Flash
+                    {
+                        continue;
+                    }
+                    for zero in 0..=max_zero {
+                        // Resharding after forward only means something for ZeRO-3 with more than
+                        // one shard.
+                        let reshard_choices: &[bool] = if zero == 3 && dp * base.cp > 1 {
+                            &[true, false]
+                        } else {
+                            &[true]
+                        };
+                        for &reshard_after_forward in reshard_choices {
+                            requests.push(PlanRequest {
+                                vpp,
+                                micro_batch,
+                                sequence_parallel,
+                                recompute,
+                                zero,
+                                reshard_after_forward,
+                                ..base
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A total order on plans for tie-breaking: smaller degrees and simpler settings first.
-fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, bool, Recompute, u8) {
+#[allow(clippy::type_complexity)]
+fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool) {
     (
         plan.tp,
+        plan.cp,
         plan.pp,
         plan.dp,
         plan.vpp,
@@ -158,6 +253,7 @@ fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, bool, Recompute, u
         plan.sequence_parallel,
         plan.recompute,
         plan.zero,
+        !plan.reshard_after_forward,
     )
 }
 
@@ -190,12 +286,15 @@ pub fn search(
     let requests = enumerate(model, cluster, training, options);
     let outcomes: Vec<Result<Estimate, &'static str>> = requests
         .par_iter()
-        .map(
-            |request| match ParallelPlan::build(request, model, cluster, training) {
+        .map(|request| {
+            if !options.pins.admit(request) {
+                return Err("ruled_out_by_pins");
+            }
+            match ParallelPlan::build(request, model, cluster, training) {
                 Ok(plan) => Ok(evaluate(model, cluster, training, &plan)),
                 Err(_) => Err("invalid_plan"),
-            },
-        )
+            }
+        })
         .collect();
     let mut infeasible_by_reason = BTreeMap::new();
     let mut ranked = Vec::with_capacity(outcomes.len());

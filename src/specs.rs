@@ -35,12 +35,22 @@ pub const BUNDLED_GPUS: &[(&str, &str)] = &[
         include_str!("../clusters/b200-sxm-180g.yaml"),
     ),
     (
+        "b300-sxm-288g",
+        include_str!("../clusters/b300-sxm-288g.yaml"),
+    ),
+    ("gb200-nvl72", include_str!("../clusters/gb200-nvl72.yaml")),
+    ("gb300-nvl72", include_str!("../clusters/gb300-nvl72.yaml")),
+    (
         "h100-sxm-80g",
         include_str!("../clusters/h100-sxm-80g.yaml"),
     ),
     (
         "h200-sxm-141g",
         include_str!("../clusters/h200-sxm-141g.yaml"),
+    ),
+    (
+        "h800-sxm-80g",
+        include_str!("../clusters/h800-sxm-80g.yaml"),
     ),
     (
         "jean-zay-a100-80g",

@@ -323,6 +323,8 @@ mod tests {
                 grad_dtype: GradDtype::Bf16,
                 tokens: Some(300e9),
                 attention: crate::training::AttentionKernel::Flash,
+                framework: crate::training::TrainingFramework::MegatronLm2021,
+                overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             },
         }
     }
@@ -332,6 +334,7 @@ mod tests {
         let options = SearchOptions {
             allow_uneven_pp: false,
             allow_cross_node_tp: false,
+            ..SearchOptions::default()
         };
         let sweep = run(
             Axis::Nodes,

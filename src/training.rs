@@ -42,6 +42,110 @@ pub enum AttentionKernel {
     Unfused,
 }
 
+/// The training framework whose behaviour the cost model mirrors: which communication it overlaps,
+/// its gradient precision, its attention kernel and which sharding shapes it can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainingFramework {
+    /// Megatron-LM as of the SC'21 paper (Narayanan et al. 2021): synchronous TP and PP
+    /// communication, gradient reduction overlapped with backward, ZeRO-1 at most with pipelines.
+    MegatronLm2021,
+    /// Megatron-Core (Megatron-LM, NeMo 2, Megatron-Bridge): distributed optimizer, overlapped
+    /// gradient reduce-scatter and parameter all-gather, TP communication overlap (userbuffers),
+    /// overlapped p2p in the interleaved schedule, fp32 gradient reduction, Megatron FSDP.
+    MegatronCore,
+    /// torchtitan: FSDP2 with TP (async TP optional), PP and CP; fp32 gradient reduction.
+    Torchtitan,
+    /// DeepSpeed: ZeRO 1-3 without pipelines, ZeRO-1 with its pipeline engine; bf16 gradients.
+    Deepspeed,
+}
+
+impl TrainingFramework {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrainingFramework::MegatronLm2021 => "megatron-lm-2021",
+            TrainingFramework::MegatronCore => "megatron-core",
+            TrainingFramework::Torchtitan => "torchtitan",
+            TrainingFramework::Deepspeed => "deepspeed",
+        }
+    }
+
+    /// Gradient dtype the framework reduces in by default: Megatron-Core keeps fp32 `main_grad`
+    /// buffers and reduces in fp32 unless `--grad-reduce-in-bf16` (megatron/training/arguments.py,
+    /// `accumulate_allreduce_grads_in_fp32`); NeMo 2 / Megatron-Bridge recipes set
+    /// `grad_reduce_in_fp32=True`; torchtitan's FSDP2 `mixed_precision_reduce = "float32"`;
+    /// DeepSpeed's bf16 optimizer keeps bf16 gradients. The 2021 baseline keeps tpsim's earlier bf16.
+    pub fn default_grad_dtype(self) -> GradDtype {
+        match self {
+            TrainingFramework::MegatronLm2021 | TrainingFramework::Deepspeed => GradDtype::Bf16,
+            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan => GradDtype::Fp32,
+        }
+    }
+
+    /// Communication overlap the framework runs by default (the settings its published performance
+    /// recipes use; a user overrides each with its flag).
+    pub fn default_overlap(self) -> Overlap {
+        match self {
+            TrainingFramework::MegatronLm2021 => Overlap {
+                tp_comm: false,
+                grad_reduce: true,
+                param_gather: false,
+                p2p: false,
+            },
+            // NVIDIA's Megatron-Bridge / NeMo performance recipes: `tp_comm_overlap=True`,
+            // `overlap_grad_reduce=True`, `overlap_param_gather=True`, `overlap_p2p_comm=True` with
+            // interleaving (Megatron-Bridge `recipes/utils` comm-overlap defaults).
+            TrainingFramework::MegatronCore => Overlap {
+                tp_comm: true,
+                grad_reduce: true,
+                param_gather: true,
+                p2p: true,
+            },
+            // FSDP2 prefetches the next all-gather and reduce-scatters during backward; async TP is
+            // opt-in (`enable_async_tensor_parallel = false`).
+            TrainingFramework::Torchtitan => Overlap {
+                tp_comm: false,
+                grad_reduce: true,
+                param_gather: true,
+                p2p: false,
+            },
+            // `overlap_comm: true` in ZeRO configs; no TP-communication overlap.
+            TrainingFramework::Deepspeed => Overlap {
+                tp_comm: false,
+                grad_reduce: true,
+                param_gather: false,
+                p2p: false,
+            },
+        }
+    }
+
+    /// Highest ZeRO stage the framework runs together with pipeline parallelism: DeepSpeed's
+    /// PipelineEngine and 2021 Megatron-LM only shard the optimizer (ZeRO-1); Megatron-Core FSDP
+    /// (`--use-megatron-fsdp`, `optim_grads_params`) and torchtitan's FSDP2 + PP shard everything.
+    pub fn max_zero_with_pp(self) -> u8 {
+        match self {
+            TrainingFramework::MegatronLm2021 | TrainingFramework::Deepspeed => 1,
+            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan => 3,
+        }
+    }
+}
+
+/// Which communication a framework hides behind compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Overlap {
+    /// TP all-gathers and reduce-scatters split into chunks under the neighbouring GEMMs
+    /// (Megatron-Core `--tp-comm-overlap` userbuffers, torchtitan async TP).
+    pub tp_comm: bool,
+    /// Bucketed gradient reduction during backward (`--overlap-grad-reduce`, DDP buckets, FSDP).
+    pub grad_reduce: bool,
+    /// The distributed optimizer's parameter all-gather under the next forward
+    /// (`--overlap-param-gather`, FSDP forward prefetch).
+    pub param_gather: bool,
+    /// Pipeline sends and receives overlapped with compute in the interleaved schedule
+    /// (`--overlap-p2p-communication`).
+    pub p2p: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Training {
     pub seq_len: u32,
@@ -51,4 +155,26 @@ pub struct Training {
     /// Tokens to train on, for the time-to-train estimate.
     pub tokens: Option<f64>,
     pub attention: AttentionKernel,
+    pub framework: TrainingFramework,
+    pub overlap: Overlap,
+}
+
+impl Training {
+    /// A training setup with the framework's own defaults for gradient dtype and overlap.
+    pub fn with_framework(
+        framework: TrainingFramework,
+        seq_len: u32,
+        global_batch: u32,
+        attention: AttentionKernel,
+    ) -> Training {
+        Training {
+            seq_len,
+            global_batch,
+            grad_dtype: framework.default_grad_dtype(),
+            tokens: None,
+            attention,
+            framework,
+            overlap: framework.default_overlap(),
+        }
+    }
 }

@@ -173,6 +173,8 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: AttentionKernel::Unfused,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -186,6 +188,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             zero: p.zero_stage.unwrap_or(0),
             allow_uneven_pp: true,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training)
             .map_err(|e| fail(e.to_string()))?;
@@ -323,6 +326,8 @@ pub fn vtrain_cases(
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: AttentionKernel::Unfused,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let p = &row.plan;
         let request = PlanRequest {
@@ -336,6 +341,7 @@ pub fn vtrain_cases(
             zero: 0,
             allow_uneven_pp: true,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         };
         if let Ok(plan) = ParallelPlan::build(&request, &model, &cluster, &training) {
             cases.push(VtrainCase {

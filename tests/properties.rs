@@ -25,6 +25,8 @@ fn training(global_batch: u32) -> Training {
         grad_dtype: GradDtype::Bf16,
         tokens: None,
         attention: tpsim::training::AttentionKernel::Flash,
+        framework: tpsim::training::TrainingFramework::MegatronLm2021,
+        overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
     }
 }
 
@@ -60,6 +62,7 @@ fn request(
         zero,
         allow_uneven_pp: false,
         allow_cross_node_tp: false,
+        ..PlanRequest::default()
     }
 }
 
@@ -143,6 +146,7 @@ fn ranking_is_identical_on_one_and_many_threads() {
     let options = SearchOptions {
         allow_uneven_pp: true,
         allow_cross_node_tp: false,
+        ..SearchOptions::default()
     };
     let pool = |n| {
         rayon::ThreadPoolBuilder::new()
@@ -165,6 +169,7 @@ fn search_never_proposes_zero_2_or_3_with_pipeline_parallelism() {
     let options = SearchOptions {
         allow_uneven_pp: false,
         allow_cross_node_tp: false,
+        ..SearchOptions::default()
     };
     let result = search(&model, &c, &t, options);
     assert!(result.ranked.iter().any(|e| e.plan.pp > 1));

@@ -352,6 +352,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
                 SearchOptions {
                     allow_uneven_pp: false,
                     allow_cross_node_tp: false,
+                    ..SearchOptions::default()
                 },
             );
             let mut cases: Vec<Case> = Vec::new();

@@ -257,6 +257,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
+        ..SearchOptions::default()
     };
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(points.len() as u64),
@@ -393,6 +394,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 SearchOptions {
                     allow_uneven_pp: args.allow_uneven_pp,
                     allow_cross_node_tp: args.allow_cross_node_tp,
+                    ..SearchOptions::default()
                 },
             );
             let feasible = result.feasible();
@@ -592,6 +594,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             zero: u8::from(launch.distributed_optimizer),
             allow_uneven_pp: launch.uneven_pp,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         },
     })
 }

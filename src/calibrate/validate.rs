@@ -218,6 +218,8 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {
@@ -231,6 +233,7 @@ mod tests {
                 zero: 0,
                 allow_uneven_pp: false,
                 allow_cross_node_tp: false,
+                ..PlanRequest::default()
             };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
             let estimate = evaluate(&model, &cluster, &training, &plan);

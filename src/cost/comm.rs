@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::groups::{GroupKind, groups};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
@@ -69,6 +70,7 @@ pub struct GroupComm {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Comm {
     pub tp: GroupComm,
+    pub cp: GroupComm,
     pub pp: GroupComm,
     pub dp: GroupComm,
 }
@@ -81,36 +83,6 @@ pub struct Placement {
     pub members_per_node: u32,
 }
 
-impl Placement {
-    const NVLINK: Placement = Placement {
-        link: Link::Nvlink,
-        members_per_node: 1,
-    };
-    fn network(members_per_node: u32) -> Placement {
-        Placement {
-            link: Link::Network,
-            members_per_node: members_per_node.max(1),
-        }
-    }
-}
-
-/// Placement of a group of `size` ranks at stride `stride` under Megatron-LM's rank order tp → dp → pp
-/// (`RankGenerator`, order "tp-cp-ep-dp-pp"): TP ranks are adjacent, DP ranks stride tp, PP ranks
-/// stride tp·dp. A group stays on NVLink only when every copy of it fits inside one node; one that
-/// straddles a node boundary pays the network on its ring.
-fn place(gpus_per_node: u32, stride: u32, size: u32) -> Placement {
-    let span = u64::from(stride) * u64::from(size);
-    let gpn = u64::from(gpus_per_node);
-    if size <= 1 || (span <= gpn && gpn % span == 0) {
-        return Placement::NVLINK;
-    }
-    if u64::from(stride) >= gpn || span % gpn != 0 {
-        // One member per node, or groups that straddle node boundaries unevenly: one NIC per crossing.
-        return Placement::network(1);
-    }
-    Placement::network(gpus_per_node / stride)
-}
-
 /// Links of the TP, DP and PP groups.
 pub fn group_links(cluster: &Cluster, plan: &ParallelPlan) -> (Link, Link, Link) {
     let (tp, dp, pp) = group_placements(cluster, plan);
@@ -119,25 +91,25 @@ pub fn group_links(cluster: &Cluster, plan: &ParallelPlan) -> (Link, Link, Link)
 
 /// Achieved bus bandwidth and latency of the TP, DP and PP groups where they sit.
 pub fn group_speeds(cluster: &Cluster, plan: &ParallelPlan) -> (LinkSpeed, LinkSpeed, LinkSpeed) {
-    let (tp, dp, pp) = group_placements(cluster, plan);
-    let speed = |p: Placement| cluster.group_speed(p.link, p.members_per_node);
-    (speed(tp), speed(dp), speed(pp))
+    let g = groups(cluster, plan);
+    (
+        g.get(GroupKind::Tp).speed,
+        g.get(GroupKind::Dp).speed,
+        g.get(GroupKind::Pp).speed,
+    )
 }
 
-/// Placements of the TP, DP and PP groups.
+/// Placements of the TP, DP and PP groups (see `groups.rs`).
 pub fn group_placements(
     cluster: &Cluster,
     plan: &ParallelPlan,
 ) -> (Placement, Placement, Placement) {
-    let gpn = cluster.gpus_per_node;
-    let tp = place(gpn, 1, plan.tp);
-    let dp = place(gpn, plan.tp, plan.dp);
-    // Pipeline neighbours: one GPU sends to one GPU, through its own NIC when they are on different nodes.
-    let pp = match place(gpn, plan.tp * plan.dp, plan.pp).link {
-        Link::Nvlink => Placement::NVLINK,
-        Link::Network => Placement::network(1),
-    };
-    (tp, dp, pp)
+    let g = groups(cluster, plan);
+    (
+        g.get(GroupKind::Tp).placement(),
+        g.get(GroupKind::Dp).placement(),
+        g.get(GroupKind::Pp).placement(),
+    )
 }
 
 /// TP collectives per layer per micro-batch, in all-reduce equivalents: Megatron's column-then-row
@@ -156,10 +128,10 @@ pub fn tp_collectives_per_layer(recompute: Recompute) -> f64 {
     forward + backward + recompute_forward
 }
 
-/// Bytes of the activation tensor b·s·h a TP collective carries.
+/// Bytes of the activation tensor b·(s/cp)·h a TP collective carries (a CP rank holds s/cp tokens).
 pub fn tp_tensor_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     f64::from(plan.micro_batch)
-        * f64::from(training.seq_len)
+        * f64::from(training.seq_len / plan.cp)
         * f64::from(model.hidden)
         * ACTIVATION_BYTES
 }
@@ -170,6 +142,16 @@ pub fn tp_tensor_bytes(model: &Model, training: &Training, plan: &ParallelPlan) 
 /// parallelism the tensor is already split.
 pub fn pp_message_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     tp_tensor_bytes(model, training, plan) / f64::from(plan.tp)
+}
+
+/// Bytes one CP ring step sends per layer forward: the K and V of the rank's s/cp tokens for its
+/// TP share of the KV heads (GQA makes this smaller than the queries), in bf16 (Transformer Engine
+/// `AttnFuncWithCPAndKVP2P`: each of the cp − 1 steps passes the K/V chunk to the next rank).
+pub fn cp_kv_chunk_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    2.0 * f64::from(plan.micro_batch)
+        * f64::from(training.seq_len / plan.cp)
+        * super::compute::kv_width_per_rank(model, plan.tp)
+        * ACTIVATION_BYTES
 }
 
 /// DP traffic per step and what part of it can hide behind backward compute.
@@ -184,82 +166,114 @@ pub struct DpTraffic {
     /// ZeRO-3's parameter all-gather before each micro-batch's forward, which prefetching overlaps
     /// with that forward (DeepSpeed `stage3_prefetch_bucket_size`, FSDP forward prefetch).
     pub forward_gather_per_mb_s: f64,
-    /// Parameter all-gathers that cannot hide (after the optimizer step).
-    pub exposed_s: f64,
+    /// The distributed optimizer's parameter all-gather after the optimizer step (ZeRO-1/2).
+    pub step_gather_s: f64,
+    /// Wire bytes of the gradient reduction alone (the rest are parameter gathers).
+    pub grad_wire_bytes: f64,
+    /// Time of the gradient reduction alone.
+    pub grad_total_s: f64,
+    /// One gradient bucket's reduction: the last bucket cannot overlap anything.
+    pub last_bucket_s: f64,
     pub total_s: f64,
 }
 
-/// DP traffic (Rajbhandari et al. 2020 §7): plain DP all-reduces gradients (2Ψ·(d−1)/d);
-/// ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16 parameters (same volume);
-/// ZeRO-3 also all-gathers parameters before each forward and backward (3 transfers in all),
-/// once per micro-batch, plus once more for the recompute forward under full recompute; the
-/// backward-side gathers share the gradient reduction's backward window, the forward gather hides
-/// behind the forward.
+/// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters
+/// (megatron/core/distributed/distributed_data_parallel.py, `bucket_size`).
+pub fn grad_bucket_params(dp: u32) -> f64 {
+    40e6_f64.max(1e6 * f64::from(dp))
+}
+
+/// DP traffic (Rajbhandari et al. 2020 §7) over the `ranks` of the DP×CP group: plain DP
+/// all-reduces gradients (2Ψ·(d−1)/d); ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16
+/// parameters (same volume); ZeRO-3 also all-gathers parameters before each forward and backward (3
+/// transfers in all), once per micro-batch, plus once more for the recompute forward under full
+/// recompute — or only before the forward when the gathered parameters are kept until the backward
+/// (FSDP2 `reshard_after_forward=False`); the backward-side gathers share the gradient reduction's
+/// backward window, the forward gather hides behind the forward.
 pub fn dp_traffic(
-    cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
     params_per_gpu: f64,
-    dp_placement: Placement,
+    ranks: u32,
+    link: LinkSpeed,
 ) -> DpTraffic {
-    let d = plan.dp;
+    let d = ranks;
     if d <= 1 {
         return DpTraffic {
             wire_bytes: 0.0,
             reduce_per_overlap_window_s: 0.0,
             overlap_windows: 0.0,
             forward_gather_per_mb_s: 0.0,
-            exposed_s: 0.0,
+            step_gather_s: 0.0,
+            grad_wire_bytes: 0.0,
+            grad_total_s: 0.0,
+            last_bucket_s: 0.0,
             total_s: 0.0,
         };
     }
-    let link = cluster.group_speed(dp_placement.link, dp_placement.members_per_node);
-    let grads = params_per_gpu * training.grad_dtype.bytes();
+    let grad_bytes = training.grad_dtype.bytes();
+    let grads = params_per_gpu * grad_bytes;
     let weights = params_per_gpu * WEIGHT_BYTES;
     let m = f64::from(plan.num_microbatches);
     let rs = Collective::ReduceScatter;
     let ag = Collective::AllGather;
     let mut forward_gather_per_mb_s = 0.0;
-    let (wire, reduce_s, windows, exposed_s) = match plan.zero {
-        0 => {
-            let ar = Collective::AllReduce;
-            (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
-        }
-        1 => (
-            rs.wire_factor(d) * (grads + weights),
-            rs.time(grads, d, link),
-            1.0,
-            ag.time(weights, d, link),
-        ),
-        2 => (
-            rs.wire_factor(d) * (m * grads + weights),
-            rs.time(grads, d, link),
-            m,
-            ag.time(weights, d, link),
-        ),
-        _ => {
-            let gathers = 2.0
-                + if plan.recompute == Recompute::Full {
-                    1.0
-                } else {
-                    0.0
-                };
-            forward_gather_per_mb_s = ag.time(weights, d, link);
-            (
-                rs.wire_factor(d) * m * (grads + gathers * weights),
-                rs.time(grads, d, link) + (gathers - 1.0) * ag.time(weights, d, link),
-                m,
+    let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
+    let (grad_wire, grad_s, windows, gather_wire, backward_gathers_s, step_gather_s, last_bucket_s) =
+        match plan.zero {
+            0 => {
+                let ar = Collective::AllReduce;
+                (
+                    ar.wire_factor(d) * grads,
+                    ar.time(grads, d, link),
+                    1.0,
+                    0.0,
+                    0.0,
+                    0.0,
+                    ar.time(bucket, d, link),
+                )
+            }
+            1 | 2 => (
+                rs.wire_factor(d) * grads * if plan.zero == 2 { m } else { 1.0 },
+                rs.time(grads, d, link),
+                if plan.zero == 2 { m } else { 1.0 },
+                rs.wire_factor(d) * weights,
                 0.0,
-            )
-        }
-    };
+                ag.time(weights, d, link),
+                rs.time(bucket, d, link),
+            ),
+            _ => {
+                let backward_gathers = if !plan.reshard_after_forward {
+                    0.0
+                } else if plan.recompute == Recompute::Full {
+                    2.0
+                } else {
+                    1.0
+                };
+                forward_gather_per_mb_s = ag.time(weights, d, link);
+                (
+                    rs.wire_factor(d) * m * grads,
+                    rs.time(grads, d, link),
+                    m,
+                    rs.wire_factor(d) * m * (1.0 + backward_gathers) * weights,
+                    backward_gathers * ag.time(weights, d, link),
+                    0.0,
+                    rs.time(bucket, d, link),
+                )
+            }
+        };
     DpTraffic {
-        wire_bytes: wire,
-        reduce_per_overlap_window_s: reduce_s,
+        wire_bytes: grad_wire + gather_wire,
+        reduce_per_overlap_window_s: grad_s + backward_gathers_s,
         overlap_windows: windows,
         forward_gather_per_mb_s,
-        exposed_s,
-        total_s: reduce_s * windows + m * forward_gather_per_mb_s + exposed_s,
+        step_gather_s,
+        grad_wire_bytes: grad_wire,
+        grad_total_s: grad_s * windows,
+        last_bucket_s,
+        total_s: (grad_s + backward_gathers_s) * windows
+            + m * forward_gather_per_mb_s
+            + step_gather_s,
     }
 }
 
@@ -276,22 +290,6 @@ mod tests {
         assert_eq!(Collective::ReduceScatter.wire_factor(4), 3.0 / 4.0);
         assert_eq!(Collective::SendRecv.wire_factor(2), 1.0);
         assert_eq!(Collective::AllReduce.wire_factor(1), 0.0);
-    }
-
-    #[test]
-    fn megatron_rank_order_placements() {
-        // 8 GPUs per node. tp 8: TP on NVLink, DP one member per node. tp 2 dp 4: DP inside a node.
-        assert_eq!(place(8, 1, 8), Placement::NVLINK);
-        assert_eq!(place(8, 8, 4), Placement::network(1));
-        assert_eq!(place(8, 2, 4), Placement::NVLINK);
-        // tp 1 dp 32: 8 members per node, each with its own NIC.
-        assert_eq!(place(8, 1, 32), Placement::network(8));
-        // tp 2 dp 16: 4 members per node.
-        assert_eq!(place(8, 2, 16), Placement::network(4));
-        // dp 3 at stride 1 straddles nodes {6,7 | 8}: network, one NIC per crossing.
-        assert_eq!(place(8, 1, 3), Placement::network(1));
-        // cross-node TP 16: 8 members per node.
-        assert_eq!(place(8, 1, 16), Placement::network(8));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::Recompute;
+use crate::plan::{Precision, Recompute};
 use crate::training::AttentionKernel;
 use crate::units::Seconds;
 
@@ -51,31 +51,72 @@ impl Gemm {
     }
 }
 
-/// The forward GEMMs of one layer on one TP rank, in order: QKV (column-parallel), QKᵀ and AV
-/// (per head, heads split over t), output projection (row-parallel), MLP up (column-parallel),
-/// MLP down (row-parallel) — the seeds' column-then-row split.
+/// Where one layer runs: its micro-batch and sequence, the TP and CP split, and the settings that
+/// change its kernels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerShard {
+    pub micro_batch: u32,
+    pub seq_len: u32,
+    pub tp: u32,
+    pub cp: u32,
+    pub sp: bool,
+    pub recompute: Recompute,
+    pub attention: AttentionKernel,
+    pub precision: Precision,
+    /// Pieces each linear GEMM is cut into so TP communication can overlap it (1: not cut).
+    /// Megatron-Core's userbuffers ring-exchange overlap runs one GEMM per TP rank's chunk.
+    pub gemm_chunks: u32,
+}
+
+/// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
+/// (Megatron-Core replicates query groups over the extra ranks).
+pub fn kv_width_per_rank(model: &Model, tp: u32) -> f64 {
+    let per_rank = model.kv_width() / f64::from(tp);
+    if model.kv_heads < tp {
+        f64::from(model.head_dim()).min(model.kv_width())
+    } else {
+        per_rank
+    }
+}
+
+/// The forward GEMMs of one layer on one TP rank (one micro-batch, no context parallelism).
 pub fn layer_gemms(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> [Gemm; 6] {
+    layer_gemms_sharded(model, micro_batch, seq_len, tp, 1)
+}
+
+/// The forward GEMMs of one layer on one TP×CP rank, in order: QKV (column-parallel), QKᵀ and AV
+/// (per head, heads split over t; with context parallelism the rank's s/cp queries meet all s keys
+/// over the ring), output projection (row-parallel), MLP up (column-parallel), MLP down
+/// (row-parallel) — the seeds' column-then-row split.
+pub fn layer_gemms_sharded(
+    model: &Model,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+    cp: u32,
+) -> [Gemm; 6] {
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
+    let local_s = s / f64::from(cp);
     let h = f64::from(model.hidden);
     let d = f64::from(model.head_dim());
-    let tokens = b * s;
+    let tokens = b * local_s;
     let heads_per_rank = f64::from(model.heads) / t;
     let attention_width = heads_per_rank * d;
     [
         Gemm {
             m: tokens,
             k: h,
-            n: (h + 2.0 * model.kv_width()) / t,
+            n: attention_width + 2.0 * kv_width_per_rank(model, tp),
             batch: 1.0,
         },
         Gemm {
-            m: s,
+            m: local_s,
             k: d,
             n: s,
             batch: b * heads_per_rank,
         },
         Gemm {
-            m: s,
+            m: local_s,
             k: s,
             n: d,
             batch: b * heads_per_rank,
@@ -143,22 +184,48 @@ pub fn flash_attention_time(
     seq_len: u32,
     tp: u32,
 ) -> f64 {
-    let gemms = layer_gemms(model, micro_batch, seq_len, tp);
-    let flops = 0.5 * (gemms[1].flops() + gemms[2].flops());
+    flash_attention_time_sharded(model, cluster, micro_batch, seq_len, tp, 1)
+}
+
+/// FlashAttention's forward on one TP×CP rank. With context parallelism the rank's s/cp queries
+/// attend to all s keys over cp ring steps; Megatron-Core's load balancing (each rank holds
+/// sequence chunks i and 2cp−1−i) gives every rank the same half of the causal blocks
+/// (Transformer Engine `context_parallel.py`, `AttnFuncWithCPAndKVP2P`), so the causal halving holds
+/// per rank. K and V stream in once per ring step.
+pub fn flash_attention_time_sharded(
+    model: &Model,
+    cluster: &Cluster,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+    cp: u32,
+) -> f64 {
+    let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
+    let flops = CAUSAL_ATTENTION_FRACTION * (gemms[1].flops() + gemms[2].flops());
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
-    let q_and_o = 2.0 * b * s * f64::from(model.hidden) / t;
-    let k_and_v = 2.0 * b * s * model.kv_width() / t;
+    let local_s = s / f64::from(cp);
+    let q_and_o = 2.0 * b * local_s * f64::from(model.heads) * f64::from(model.head_dim()) / t;
+    let k_and_v = 2.0 * b * s * kv_width_per_rank(model, tp);
     let bytes = ELEMENT_BYTES * (q_and_o + k_and_v);
     let gpu = &cluster.gpu;
     (flops / (gpu.peak_flops().0 * gpu.gemm_efficiency)).max(bytes / gpu.achieved_hbm_bandwidth().0)
 }
 
-/// Forward, backward and recompute time of one layer for one micro-batch (no communication).
+/// Share of the s×s attention blocks a causal kernel computes (the blocks on and below the
+/// diagonal; FlashAttention-2 §3.1.1). The FLOP count of `Model` uses the same share.
+pub const CAUSAL_ATTENTION_FRACTION: f64 = 0.5;
+
+/// Forward, backward and recompute time of one layer for one micro-batch (no communication), and
+/// the parts of the forward that communication can hide behind.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LayerTime {
     pub forward: f64,
     pub backward: f64,
     pub recompute: f64,
+    /// Forward time of the four linear-layer GEMMs (what TP communication overlap hides behind).
+    pub linear_gemm_forward: f64,
+    /// Forward time of the attention core (what the CP ring exchange hides behind).
+    pub attention_forward: f64,
 }
 
 impl LayerTime {
@@ -167,11 +234,7 @@ impl LayerTime {
     }
 }
 
-/// Times one layer. Backward costs twice the forward in GEMMs and in element-wise traffic (each
-/// backward kernel reads the saved input and the incoming gradient and writes the outgoing one);
-/// FlashAttention's backward costs 2.5× its forward (5 matmuls to 2, Dao 2023 FlashAttention-2 §3.1).
-/// Full recompute repeats the forward; selective recompute repeats the attention core (QKᵀ, softmax,
-/// dropout, AV), Korthikanti et al. 2022 §5 — which FlashAttention already does inside its backward.
+/// Times one layer (one micro-batch, no context parallelism, bf16 GEMMs).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_time(
     model: &Model,
@@ -183,19 +246,100 @@ pub fn layer_time(
     recompute: Recompute,
     attention: AttentionKernel,
 ) -> LayerTime {
-    let gemms = layer_gemms(model, micro_batch, seq_len, tp);
+    layer_time_sharded(
+        model,
+        cluster,
+        &LayerShard {
+            micro_batch,
+            seq_len,
+            tp,
+            cp: 1,
+            sp,
+            recompute,
+            attention,
+            precision: Precision::Bf16,
+            gemm_chunks: 1,
+        },
+    )
+}
+
+/// Bytes per element of a GEMM operand in `precision` (the scales of the microscaling formats
+/// add one byte per 32 or 16 elements: OCP MX v1.0 §5, NVIDIA NVFP4).
+fn operand_bytes(precision: Precision) -> f64 {
+    match precision {
+        Precision::Bf16 => ELEMENT_BYTES,
+        Precision::Fp8 => 1.0,
+        Precision::Mxfp8 => 1.0 + 1.0 / 32.0,
+        Precision::Nvfp4 => 0.5 + 1.0 / 16.0,
+    }
+}
+
+/// Time of a linear-layer GEMM at `precision`, cut into `chunks` pieces along its rows: the roofline
+/// with that format's achievable throughput and operand size; bf16 uses the calibrated shape table
+/// when the profile has one.
+fn linear_gemm_time(gemm: &Gemm, cluster: &Cluster, precision: Precision, chunks: u32) -> f64 {
+    let pieces = f64::from(chunks.max(1));
+    let piece = Gemm {
+        m: gemm.m / pieces,
+        ..*gemm
+    };
+    if precision == Precision::Bf16 {
+        return pieces * piece.time(cluster);
+    }
+    let gpu = &cluster.gpu;
+    let compute = piece.flops() / gpu.linear_gemm_flops(precision).0;
+    let operands = operand_bytes(precision) * (piece.m * piece.k + piece.k * piece.n)
+        + ELEMENT_BYTES * piece.m * piece.n;
+    let memory = operands * piece.batch / gpu.achieved_hbm_bandwidth().0;
+    pieces * compute.max(memory)
+}
+
+/// Times one layer on one TP×CP rank. Backward costs twice the forward in GEMMs and in element-wise
+/// traffic (each backward kernel reads the saved input and the incoming gradient and writes the
+/// outgoing one); FlashAttention's backward costs 2.5× its forward (5 matmuls to 2, Dao 2023
+/// FlashAttention-2 §3.1). Full recompute repeats the forward; selective recompute repeats the
+/// attention core (QKᵀ, softmax, dropout, AV), Korthikanti et al. 2022 §5 — which FlashAttention
+/// already does inside its backward. Low-precision GEMMs also cast their inputs: Transformer Engine
+/// reads each bf16 input and writes its FP8 copy (and the transpose for the weight gradient) before
+/// the GEMM, 3 bytes per element of every linear GEMM's activation input.
+pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) -> LayerTime {
+    let LayerShard {
+        micro_batch,
+        seq_len,
+        tp,
+        cp,
+        sp,
+        recompute,
+        attention,
+        precision,
+        gemm_chunks,
+    } = *shard;
+    let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
         AttentionKernel::Unfused => gemms[1].time(cluster) + gemms[2].time(cluster),
-        AttentionKernel::Flash => flash_attention_time(model, cluster, micro_batch, seq_len, tp),
+        AttentionKernel::Flash => {
+            flash_attention_time_sharded(model, cluster, micro_batch, seq_len, tp, cp)
+        }
     };
-    let gemm_time: f64 = gemms[0].time(cluster)
-        + attention_core_gemm_time
-        + gemms[3..].iter().map(|g| g.time(cluster)).sum::<f64>();
+    let linear = [gemms[0], gemms[3], gemms[4], gemms[5]];
+    let linear_time: f64 = linear
+        .iter()
+        .map(|g| linear_gemm_time(g, cluster, precision, gemm_chunks))
+        .sum();
+    let gemm_time = linear_time + attention_core_gemm_time;
     let t = f64::from(tp);
-    let (outside, inside, scores) = layer_elementwise_bytes(model, micro_batch, seq_len, attention);
+    let local_seq = seq_len / cp.max(1);
+    let (outside, inside, scores) =
+        layer_elementwise_bytes(model, micro_batch, local_seq.max(1), attention);
+    let scores = scores * f64::from(cp);
+    let cast_bytes = if precision == Precision::Bf16 {
+        0.0
+    } else {
+        3.0 * linear.iter().map(|g| g.m * g.k).sum::<f64>()
+    };
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
-    let elementwise = (outside / outside_split + (inside + scores) / t) / bandwidth;
+    let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;
     let scores_time = scores / t / bandwidth;
     let gpu = &cluster.gpu;
     let overhead = gpu.layer_overhead_us * 1e-6;
@@ -215,12 +359,15 @@ pub fn layer_time(
         forward,
         backward: 2.0 * forward + flash_extra,
         recompute: recompute_time,
+        linear_gemm_forward: linear_time / gpu.framework_efficiency,
+        attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
     }
 }
 
-/// Forward and backward time of the output layer (logits GEMM, vocabulary split over t) plus the
-/// fp32 cross-entropy: the loss reads and writes the b·s·V/t logits about three times (upcast,
-/// softmax, gradient). Never recomputed.
+/// Forward and backward time of the output layer (logits GEMM, vocabulary split over t, on the
+/// rank's s/cp tokens) plus the fp32 cross-entropy: the loss reads and writes the b·s·V/t logits
+/// about three times (upcast, softmax, gradient). Never recomputed; kept in bf16 under FP8 training
+/// (Transformer Engine's FP8 autocast covers the transformer layers only).
 pub fn output_layer_time(
     model: &Model,
     cluster: &Cluster,
@@ -242,6 +389,8 @@ pub fn output_layer_time(
         forward,
         backward: 2.0 * forward,
         recompute: 0.0,
+        linear_gemm_forward: 0.0,
+        attention_forward: 0.0,
     }
 }
 

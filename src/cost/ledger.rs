@@ -417,6 +417,8 @@ mod tests {
             grad_dtype: GradDtype::Fp32,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let mut checked = 0;
         for (tp, pp) in [(1, 1), (1, 4), (2, 2), (8, 2), (4, 4)] {
@@ -441,6 +443,7 @@ mod tests {
                             zero,
                             allow_uneven_pp: false,
                             allow_cross_node_tp: false,
+                            ..PlanRequest::default()
                         };
                         let plan =
                             ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
@@ -487,6 +490,8 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let mut request = PlanRequest {
             tp: 8,
@@ -499,6 +504,7 @@ mod tests {
             zero: 0,
             allow_uneven_pp: false,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         let l = ledger(&model, &cluster, &training, &plan);

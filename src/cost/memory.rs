@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Recompute};
+use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{AttentionKernel, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
@@ -139,6 +139,16 @@ pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> f64 {
     }
 }
 
+/// Transformer layers on `stage`.
+fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
+    match stage {
+        Stage::Only => model.layers,
+        Stage::First => plan.stages.first,
+        Stage::Middle => plan.stages.middle_max,
+        Stage::Last => plan.stages.last,
+    }
+}
+
 /// Micro-batches whose activations a stage holds at the peak of 1F1B: min(m, p − rank) (Narayanan
 /// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3).
 fn in_flight(plan: &ParallelPlan, rank: u32) -> f64 {
@@ -163,24 +173,50 @@ fn stage_memory(
     stage: Stage,
 ) -> Memory {
     let params = stage_params(model, plan, stage);
-    let dp = f64::from(plan.dp);
+    // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
+    // distributed optimizer uses the data-parallel group with context parallelism).
+    let shard_ranks = plan.dp * plan.cp;
+    let dp = f64::from(shard_ranks);
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
     let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
     let mut weights = params * WEIGHT_BYTES / shard(3);
     let mut gradients = params * training.grad_dtype.bytes() / shard(2);
     let optimizer = params * OPTIMIZER_BYTES / shard(1);
-    if plan.zero >= 3 && plan.dp > 1 {
-        // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched: two
-        // unsharded layers live at once (FSDP's `limit_all_gathers` rate limiter, DeepSpeed's
-        // `stage3_prefetch_bucket_size`), and a layer's full gradient exists until it is
-        // reduce-scattered. The largest "layer" may be the word embedding.
+    if plan.zero >= 3 && shard_ranks > 1 {
+        if plan.reshard_after_forward {
+            // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched:
+            // two unsharded layers live at once (FSDP's `limit_all_gathers` rate limiter,
+            // DeepSpeed's `stage3_prefetch_bucket_size`). The largest "layer" may be the word
+            // embedding.
+            let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
+            weights += 2.0 * unit * WEIGHT_BYTES;
+        } else {
+            // FSDP2 `reshard_after_forward=False`: the stage's gathered parameters stay from the
+            // forward until the backward has used them.
+            weights += params * WEIGHT_BYTES;
+        }
+        // A layer's full gradient exists until it is reduce-scattered.
         let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
-        weights += 2.0 * unit * WEIGHT_BYTES;
         gradients += unit * training.grad_dtype.bytes();
     }
+    // Low-precision GEMMs keep a quantized copy of every linear weight and, for the weight-gradient
+    // GEMM, its transpose (Transformer Engine `Float8Tensor` with `_transpose`; MXFP8 keeps row- and
+    // column-wise scaled copies instead): two copies of the layer weights at the format's size.
+    let quantized_copies = match plan.precision {
+        Precision::Bf16 => 0.0,
+        // Blackwell reads a per-tensor FP8 tensor column-wise natively, so no transpose is kept
+        // (TE `is_non_tn_fp8_gemm_supported()` true on SM 10.x, `Float8TensorStorage.update_usage`).
+        Precision::Fp8 if cluster.gpu.microscaling => 1.0,
+        Precision::Fp8 => 2.0,
+        Precision::Mxfp8 => 2.0 * (1.0 + 1.0 / 32.0),
+        Precision::Nvfp4 => 2.0 * (0.5 + 1.0 / 16.0),
+    };
+    let layer_weights =
+        f64::from(stage_layers(plan, model, stage)) * model.layer_params() / f64::from(plan.tp);
+    weights += quantized_copies * layer_weights / shard(3);
 
     let (s, b, h, t) = (
-        training.seq_len,
+        training.seq_len / plan.cp,
         plan.micro_batch,
         f64::from(model.hidden),
         f64::from(plan.tp),

@@ -1,23 +1,35 @@
 //! The pure cost model: `evaluate(model, cluster, training, plan) -> Estimate`. No I/O, no globals,
 //! no allocation, so the planner can call it millions of times a second from any thread.
 //!
-//! Overlap assumptions, stated once:
-//! - TP collectives sit on the critical path (Megatron-LM issues them synchronously between GEMMs).
-//! - PP sends and receives are synchronous in 1F1B: two per micro-batch per model chunk are exposed.
-//! - DP gradient reduction overlaps with the backward pass of the micro-batch that produces it
-//!   (PyTorch DDP buckets, Megatron `overlap_grad_reduce`); what does not fit in that window is
-//!   exposed. ZeRO's parameter all-gathers after the optimizer step are exposed; ZeRO-3's forward
-//!   gathers hide behind the forward. Hidden communication still costs 15% of its time
-//!   ([`OVERLAP_COMPUTE_PENALTY`]).
+//! A plan is a set of communication groups (`groups.rs`: kind, size, stride, link) and a step is a
+//! sum of terms (`terms.rs`: compute, each group's communication, bubble, optimizer), each with its
+//! bytes, its full time, its exposed time and what hides the rest. What overlaps is the framework's
+//! (`TrainingFramework::default_overlap`, each setting overridable):
+//! - TP collectives sit on the critical path unless TP communication overlap is on (Megatron-Core
+//!   userbuffers, torchtitan async TP, sequence parallelism required): then each all-gather and
+//!   reduce-scatter runs in chunks under its neighbouring linear GEMM, which is cut into tp pieces
+//!   (so it runs at the smaller pieces' efficiency); what the GEMMs cannot cover stays exposed.
+//! - CP's K/V ring exchange runs under the attention blocks of the step it feeds (Transformer
+//!   Engine's P2P ring attention); a send longer than its step's attention is exposed.
+//! - PP sends and receives are synchronous (two per micro-batch per model chunk exposed) unless the
+//!   interleaved schedule overlaps them (`--overlap-p2p-communication`, vpp > 1).
+//! - Gradient reduction overlaps with the backward pass of the micro-batch that produces it when the
+//!   framework buckets it (PyTorch DDP, Megatron `overlap_grad_reduce`, FSDP); what does not fit in
+//!   that window is exposed, and so is the last bucket. The distributed optimizer's parameter
+//!   all-gather after the step is exposed unless `overlap_param_gather` hides it under the next
+//!   forward; ZeRO-3's forward gathers hide behind the forward.
+//! - Hidden communication still costs 15% of its time ([`OVERLAP_COMPUTE_PENALTY`]).
 //! - The optimizer step runs after all of that.
 
 pub mod comm;
 pub mod compute;
+pub mod groups;
 pub mod ledger;
 pub mod memory;
 pub mod pipeline;
 pub mod schedule;
 pub mod simulated;
+pub mod terms;
 
 use serde::Serialize;
 
@@ -27,22 +39,50 @@ use crate::plan::{ParallelPlan, Recompute};
 use crate::training::{AttentionKernel, Training};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
-use compute::{LayerTime, layer_time, optimizer_time, output_layer_time};
+use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
+use groups::{GroupKind, Groups};
 use memory::Memory;
+use terms::{HiddenBy, StepTerms, Term, TermKind};
 
 /// Fraction of overlapped communication time that still lands on the step (see `evaluate`).
 pub const OVERLAP_COMPUTE_PENALTY: f64 = 0.15;
 
-/// Where the time of one step goes; the parts add up to `step_s`.
+/// Where the time of one step goes; the parts add up to `step_s`. Each field is the exposed time of
+/// one term of `Estimate::terms`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StepTime {
     pub step_s: Seconds,
     pub compute_s: Seconds,
     pub tp_comm_exposed_s: Seconds,
+    pub cp_comm_exposed_s: Seconds,
     pub pp_comm_exposed_s: Seconds,
+    /// Gradient reduction and parameter gathers together.
     pub dp_comm_exposed_s: Seconds,
+    pub dp_grad_reduce_exposed_s: Seconds,
+    pub dp_param_gather_exposed_s: Seconds,
     pub bubble_s: Seconds,
     pub optimizer_s: Seconds,
+}
+
+impl StepTime {
+    /// Reads the step time off its terms.
+    pub fn from_terms(terms: &StepTerms) -> StepTime {
+        let e = |kind| Seconds(terms.exposed(kind));
+        StepTime {
+            step_s: Seconds(terms.step_s()),
+            compute_s: e(TermKind::Compute),
+            tp_comm_exposed_s: e(TermKind::TpComm),
+            cp_comm_exposed_s: e(TermKind::CpComm),
+            pp_comm_exposed_s: e(TermKind::PpComm),
+            dp_comm_exposed_s: Seconds(
+                terms.exposed(TermKind::DpGradReduce) + terms.exposed(TermKind::DpParamGather),
+            ),
+            dp_grad_reduce_exposed_s: e(TermKind::DpGradReduce),
+            dp_param_gather_exposed_s: e(TermKind::DpParamGather),
+            bubble_s: e(TermKind::Bubble),
+            optimizer_s: e(TermKind::Optimizer),
+        }
+    }
 }
 
 /// Why a plan cannot run.
@@ -72,6 +112,8 @@ pub struct Estimate {
     pub comm: Comm,
     pub bubble_fraction: f64,
     pub time: StepTime,
+    /// The step's terms: what each costs, what of it is exposed and what hides the rest.
+    pub terms: StepTerms,
     pub model_tflops_per_gpu: f64,
     pub hardware_tflops_per_gpu: f64,
     pub mfu: f64,
@@ -86,19 +128,49 @@ impl Estimate {
     }
 }
 
-/// Per-micro-batch time of one pipeline stage.
+/// Per-micro-batch time of one pipeline stage: its compute and the exposed communication that
+/// happens inside its forward and backward blocks.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct StageTime {
     compute: f64,
     forward: f64,
     backward: f64,
     tp: f64,
+    cp: f64,
     pp: f64,
 }
 
 impl StageTime {
     fn total(&self) -> f64 {
-        self.compute + self.tp + self.pp
+        self.compute + self.tp + self.cp + self.pp
+    }
+}
+
+/// Exposed part of `comm_s` run under `window_s` of compute: what the window cannot cover, plus the
+/// slowdown the hidden part still causes.
+fn exposed_under(comm_s: f64, window_s: f64) -> f64 {
+    let not_hidden = (comm_s - window_s).max(0.0);
+    not_hidden + OVERLAP_COMPUTE_PENALTY * (comm_s - not_hidden)
+}
+
+/// A group's communication per layer (TP, CP) or per model chunk (PP) per micro-batch, before and
+/// after overlap, split by the pass it runs in. Backward includes the recompute forward's share.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct PassComm {
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub forward_exposed_s: f64,
+    pub backward_exposed_s: f64,
+    /// Bytes one GPU sends, forward and backward together.
+    pub wire_bytes: f64,
+}
+
+impl PassComm {
+    pub fn total_s(&self) -> f64 {
+        self.forward_s + self.backward_s
+    }
+    pub fn exposed_s(&self) -> f64 {
+        self.forward_exposed_s + self.backward_exposed_s
     }
 }
 
@@ -110,12 +182,21 @@ pub(crate) struct UnitCosts {
     pub layer: LayerTime,
     /// The output layer and loss (last stage only).
     pub output: LayerTime,
-    /// One TP all-reduce of the b·s·h activations (or its AG + RS pair with SP).
-    pub tp_allreduce_s: f64,
-    /// One stage-boundary send of a micro-batch's activations (0 without pipeline parallelism).
+    /// TP collectives of one layer.
+    pub tp: PassComm,
+    /// CP ring exchange of one layer.
+    pub cp: PassComm,
+    /// One stage-boundary send of a micro-batch's activations, and what of it is exposed (0
+    /// without pipeline parallelism).
     pub pp_send_s: f64,
-    /// Where the TP, DP and PP groups sit.
-    pub placements: (comm::Placement, comm::Placement, comm::Placement),
+    pub pp_send_exposed_s: f64,
+    pub groups: Groups,
+}
+
+/// Whether TP communication overlap applies: asked for, TP > 1, and sequence parallelism (which
+/// Megatron-Core's `--tp-comm-overlap` requires, arguments.py).
+fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
+    training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
 #[inline]
@@ -126,32 +207,111 @@ pub(crate) fn unit_costs(
     plan: &ParallelPlan,
 ) -> UnitCosts {
     let seq_len = training.seq_len;
-    let placements = comm::group_placements(cluster, plan);
-    let speed = |p: comm::Placement| cluster.group_speed(p.link, p.members_per_node);
-    let (tp_speed, pp_speed) = (speed(placements.0), speed(placements.2));
-    UnitCosts {
-        layer: layer_time(
-            model,
-            cluster,
-            plan.micro_batch,
+    let groups = groups::groups(cluster, plan);
+    let tp_overlap = tp_overlap_on(training, plan);
+    let layer = layer_time_sharded(
+        model,
+        cluster,
+        &LayerShard {
+            micro_batch: plan.micro_batch,
             seq_len,
-            plan.tp,
-            plan.sequence_parallel,
-            plan.recompute,
-            training.attention,
-        ),
-        output: output_layer_time(model, cluster, plan.micro_batch, seq_len, plan.tp),
-        tp_allreduce_s: Collective::AllReduce.time(
-            comm::tp_tensor_bytes(model, training, plan),
-            plan.tp,
-            tp_speed,
-        ),
-        pp_send_s: if plan.pp > 1 {
-            Collective::SendRecv.time(comm::pp_message_bytes(model, training, plan), 2, pp_speed)
-        } else {
-            0.0
+            tp: plan.tp,
+            cp: plan.cp,
+            sp: plan.sequence_parallel,
+            recompute: plan.recompute,
+            attention: training.attention,
+            precision: plan.precision,
+            gemm_chunks: if tp_overlap { plan.tp } else { 1 },
         },
-        placements,
+    );
+    let full_recompute = plan.recompute == Recompute::Full;
+
+    // TP: two all-reduce equivalents per layer forward and two in backward (Shoeybi et al. 2019
+    // §3), the forward pair again under full recompute (`comm::tp_collectives_per_layer`).
+    let tp_group = groups.get(GroupKind::Tp);
+    let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
+    let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
+    let recompute_pair = if full_recompute { 2.0 * one } else { 0.0 };
+    let tp = if plan.tp > 1 {
+        let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
+        let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
+            // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
+            // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward.
+            let recompute_exposed = if full_recompute {
+                exposed_under(2.0 * one, layer.linear_gemm_forward)
+            } else {
+                0.0
+            };
+            (
+                exposed_under(2.0 * one, layer.linear_gemm_forward),
+                exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward) + recompute_exposed,
+            )
+        } else {
+            (forward_s, backward_s)
+        };
+        PassComm {
+            forward_s,
+            backward_s,
+            forward_exposed_s,
+            backward_exposed_s,
+            wire_bytes: comm::tp_collectives_per_layer(plan.recompute)
+                * Collective::AllReduce.wire_factor(plan.tp)
+                * tp_tensor,
+        }
+    } else {
+        PassComm::default()
+    };
+
+    // CP: cp − 1 ring steps per layer forward, each passing a K/V chunk under one step's attention
+    // blocks; backward passes K/V and their gradients (twice the bytes) under the backward's
+    // attention blocks (2.5× the forward's, FlashAttention-2 §3.1); full recompute repeats the
+    // forward ring.
+    let cp = if plan.cp > 1 {
+        let steps = f64::from(plan.cp - 1);
+        let cp_group = groups.get(GroupKind::Cp);
+        let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
+        let send = Collective::SendRecv.time(chunk, 2, cp_group.speed);
+        let step_attention = layer.attention_forward / f64::from(plan.cp);
+        let forward_exposed = steps * exposed_under(send, step_attention);
+        let backward_exposed = steps * exposed_under(2.0 * send, 2.5 * step_attention);
+        let recompute = if full_recompute { 1.0 } else { 0.0 };
+        PassComm {
+            forward_s: steps * send,
+            backward_s: steps * (2.0 + recompute) * send,
+            forward_exposed_s: forward_exposed,
+            backward_exposed_s: backward_exposed + recompute * forward_exposed,
+            wire_bytes: steps * (3.0 + recompute) * chunk,
+        }
+    } else {
+        PassComm::default()
+    };
+
+    let (pp_send_s, pp_send_exposed_s) = if plan.pp > 1 {
+        let pp_group = groups.get(GroupKind::Pp);
+        let send = Collective::SendRecv.time(
+            comm::pp_message_bytes(model, training, plan),
+            2,
+            pp_group.speed,
+        );
+        // The interleaved schedule posts its sends and receives asynchronously and runs another
+        // chunk's compute meanwhile (Megatron-Core `overlap_p2p_comm`, only with vpp > 1).
+        let exposed = if training.overlap.p2p && plan.vpp > 1 {
+            OVERLAP_COMPUTE_PENALTY * send
+        } else {
+            send
+        };
+        (send, exposed)
+    } else {
+        (0.0, 0.0)
+    };
+    UnitCosts {
+        layer,
+        output: output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp),
+        tp,
+        cp,
+        pp_send_s,
+        pp_send_exposed_s,
+        groups,
     }
 }
 
@@ -167,29 +327,15 @@ pub fn evaluate(
     let UnitCosts {
         layer,
         output,
-        tp_allreduce_s,
+        tp,
+        cp,
         pp_send_s,
-        placements: (tp_place, dp_place, pp_place),
+        pp_send_exposed_s,
+        groups,
     } = unit_costs(model, cluster, training, plan);
-    let (tp_link, dp_link, pp_link) = (tp_place.link, dp_place.link, pp_place.link);
     let m = f64::from(plan.num_microbatches);
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
-
-    // TP: all-reduce-equivalents per layer per micro-batch.
-    let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
-    let tp_per_layer_count = comm::tp_collectives_per_layer(plan.recompute);
-    let tp_per_layer_s = tp_per_layer_count * tp_allreduce_s;
-    let tp_per_layer_wire =
-        tp_per_layer_count * Collective::AllReduce.wire_factor(plan.tp) * tp_tensor;
-
-    // PP: forward activation and backward gradient per micro-batch per model chunk.
-    let (pp_per_mb_s, pp_per_mb_wire) = if plan.pp > 1 {
-        let message = comm::pp_message_bytes(model, training, plan);
-        (2.0 * v * pp_send_s, 2.0 * v * message)
-    } else {
-        (0.0, 0.0)
-    };
 
     let stage_time = |layers: u32, with_output: bool| {
         let n = f64::from(layers);
@@ -202,8 +348,9 @@ pub fn evaluate(
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
             backward: n * (layer.backward + layer.recompute) + out.backward,
-            tp: n * tp_per_layer_s,
-            pp: pp_per_mb_s,
+            tp: n * tp.exposed_s(),
+            cp: n * cp.exposed_s(),
+            pp: 2.0 * v * pp_send_exposed_s,
         }
     };
     let (slowest, mean_total, max_layers) = if plan.pp == 1 {
@@ -222,6 +369,45 @@ pub fn evaluate(
         let mean = (first.total() + (p - 2.0) * middle.total() + last.total()) / p;
         (slowest, mean, plan.stages.max_layers())
     };
+    let layers_on_slowest = f64::from(max_layers);
+
+    let mut terms = StepTerms::default();
+    terms.set(Term::exposed(TermKind::Compute, 0.0, m * slowest.compute));
+    let layer_comm_term = |kind: TermKind, per_layer: &PassComm, hidden_by: HiddenBy| Term {
+        wire_bytes: Bytes(per_layer.wire_bytes * layers_on_slowest * m),
+        time_s: Seconds(per_layer.total_s() * layers_on_slowest * m),
+        exposed_s: Seconds(per_layer.exposed_s() * layers_on_slowest * m),
+        hidden_by: if per_layer.exposed_s() < per_layer.total_s() {
+            hidden_by
+        } else {
+            HiddenBy::Nothing
+        },
+        ..Term::new(kind)
+    };
+    terms.set(layer_comm_term(
+        TermKind::TpComm,
+        &tp,
+        HiddenBy::NeighbouringGemms,
+    ));
+    terms.set(layer_comm_term(
+        TermKind::CpComm,
+        &cp,
+        HiddenBy::AttentionBlocks,
+    ));
+    if plan.pp > 1 {
+        let message = comm::pp_message_bytes(model, training, plan);
+        terms.set(Term {
+            wire_bytes: Bytes(2.0 * v * message * m),
+            time_s: Seconds(2.0 * v * pp_send_s * m),
+            exposed_s: Seconds(m * slowest.pp),
+            hidden_by: if pp_send_exposed_s < pp_send_s {
+                HiddenBy::PipelineCompute
+            } else {
+                HiddenBy::Nothing
+            },
+            ..Term::new(TermKind::PpComm)
+        });
+    }
 
     // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2).
     let bubble_fraction = pipeline::bubble_fraction(plan.pp, plan.vpp, plan.num_microbatches);
@@ -230,31 +416,72 @@ pub fn evaluate(
     } else {
         0.0
     };
+    terms.set(Term::exposed(TermKind::Bubble, 0.0, bubble_s));
 
-    // DP on the stage with the most parameters.
+    // DP (with CP) on the stage with the most parameters.
     let params = memory::max_stage_params(model, plan);
-    let dp = comm::dp_traffic(cluster, training, plan, params, dp_place);
-    let dp_not_hidden = dp.overlap_windows
-        * (dp.reduce_per_overlap_window_s - slowest.backward).max(0.0)
-        + m * (dp.forward_gather_per_mb_s - slowest.forward).max(0.0)
-        + dp.exposed_s;
-    // Overlap is not free: NCCL's kernels occupy SMs and HBM bandwidth while compute runs, so each
-    // second of communication hidden behind compute still slows it (Calculon, Isaev et al. 2023,
-    // `systems/a100_80g.json` "processor_usage": 0.15 for the network).
-    let dp_hidden = (dp.total_s - dp_not_hidden).max(0.0);
-    let dp_exposed = dp_not_hidden + OVERLAP_COMPUTE_PENALTY * dp_hidden;
+    let dp_group = groups.get(GroupKind::Dp);
+    let dp = comm::dp_traffic(training, plan, params, dp_group.size, dp_group.speed);
+    let overlap = training.overlap;
+    let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;
+    let grad_per_window = dp.grad_total_s / dp.overlap_windows.max(1.0);
+    let (grad_not_hidden, backward_gathers_not_hidden) = if overlap.grad_reduce {
+        // Each window's reduction runs under that micro-batch's backward; the last bucket is
+        // reduced after the backward has finished.
+        let window = slowest.backward;
+        let grad = dp.overlap_windows * (grad_per_window - window).max(0.0);
+        let with_gathers = dp.overlap_windows * (dp.reduce_per_overlap_window_s - window).max(0.0);
+        let last_bucket = dp.last_bucket_s.min(dp.grad_total_s - grad).max(0.0);
+        (grad + last_bucket, with_gathers - grad)
+    } else {
+        (dp.grad_total_s, backward_gathers_s)
+    };
+    let with_penalty =
+        |total: f64, not_hidden: f64| not_hidden + OVERLAP_COMPUTE_PENALTY * (total - not_hidden);
+    let grad_exposed = with_penalty(dp.grad_total_s, grad_not_hidden.min(dp.grad_total_s));
+    terms.set(Term {
+        wire_bytes: Bytes(dp.grad_wire_bytes),
+        time_s: Seconds(dp.grad_total_s),
+        exposed_s: Seconds(grad_exposed),
+        hidden_by: if grad_not_hidden < dp.grad_total_s {
+            HiddenBy::Backward
+        } else {
+            HiddenBy::Nothing
+        },
+        ..Term::new(TermKind::DpGradReduce)
+    });
+    let forward_gathers_s = m * dp.forward_gather_per_mb_s;
+    let forward_gathers_not_hidden = m * (dp.forward_gather_per_mb_s - slowest.forward).max(0.0);
+    let step_gather_not_hidden = if overlap.param_gather {
+        (dp.step_gather_s - slowest.forward).max(0.0)
+    } else {
+        dp.step_gather_s
+    };
+    let gathers_s = backward_gathers_s + forward_gathers_s + dp.step_gather_s;
+    let gathers_not_hidden =
+        backward_gathers_not_hidden + forward_gathers_not_hidden + step_gather_not_hidden;
+    terms.set(Term {
+        wire_bytes: Bytes(dp.wire_bytes - dp.grad_wire_bytes),
+        time_s: Seconds(gathers_s),
+        exposed_s: Seconds(with_penalty(gathers_s, gathers_not_hidden.min(gathers_s))),
+        hidden_by: if gathers_not_hidden < gathers_s {
+            HiddenBy::Forward
+        } else {
+            HiddenBy::Nothing
+        },
+        ..Term::new(TermKind::DpParamGather)
+    });
 
     let params_updated = if plan.zero >= 1 {
-        params / f64::from(plan.dp)
+        params / f64::from(dp_group.size)
     } else {
         params
     };
     let optimizer_s = optimizer_time(cluster, params_updated, training.grad_dtype.bytes()).0;
+    terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
 
-    let compute_s = m * slowest.compute;
-    let tp_exposed = m * slowest.tp;
-    let pp_exposed = m * slowest.pp;
-    let step_s = compute_s + tp_exposed + pp_exposed + bubble_s + dp_exposed + optimizer_s;
+    let time = StepTime::from_terms(&terms);
+    let step_s = time.step_s.0;
 
     let gpus = f64::from(cluster.total_gpus());
     let model_flops = model.model_flops_per_step(plan.global_batch, seq_len).0;
@@ -277,37 +504,27 @@ pub fn evaluate(
     let recompute_flops = recompute_flops + flash_flops;
     let peak = cluster.gpu.peak_flops().0;
     let tokens_per_s = f64::from(plan.global_batch) * f64::from(seq_len) / step_s;
+    let group_comm = |kinds: &[TermKind]| GroupComm {
+        wire_bytes: Bytes(kinds.iter().map(|k| terms.get(*k).wire_bytes.0).sum()),
+        time_s: Seconds(kinds.iter().map(|k| terms.get(*k).time_s.0).sum()),
+        link: groups.get(kinds[0].group().unwrap_or(GroupKind::Tp)).link,
+    };
 
     Estimate {
         plan: *plan,
         memory,
         comm: Comm {
-            tp: GroupComm {
-                wire_bytes: Bytes(tp_per_layer_wire * f64::from(max_layers) * m),
-                time_s: Seconds(tp_per_layer_s * f64::from(max_layers) * m),
-                link: tp_link,
-            },
+            tp: group_comm(&[TermKind::TpComm]),
+            cp: group_comm(&[TermKind::CpComm]),
             pp: GroupComm {
-                wire_bytes: Bytes(pp_per_mb_wire * m),
-                time_s: Seconds(pp_exposed),
-                link: pp_link,
+                time_s: time.pp_comm_exposed_s,
+                ..group_comm(&[TermKind::PpComm])
             },
-            dp: GroupComm {
-                wire_bytes: Bytes(dp.wire_bytes),
-                time_s: Seconds(dp.total_s),
-                link: dp_link,
-            },
+            dp: group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]),
         },
         bubble_fraction,
-        time: StepTime {
-            step_s: Seconds(step_s),
-            compute_s: Seconds(compute_s),
-            tp_comm_exposed_s: Seconds(tp_exposed),
-            pp_comm_exposed_s: Seconds(pp_exposed),
-            dp_comm_exposed_s: Seconds(dp_exposed),
-            bubble_s: Seconds(bubble_s),
-            optimizer_s: Seconds(optimizer_s),
-        },
+        time,
+        terms,
         model_tflops_per_gpu: model_flops / step_s / gpus / 1e12,
         hardware_tflops_per_gpu: (model_flops + recompute_flops) / step_s / gpus / 1e12,
         mfu: model_flops / (step_s * gpus * peak),

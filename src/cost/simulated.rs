@@ -17,14 +17,12 @@
 
 use serde::Serialize;
 
-use super::comm;
 use super::schedule::{Schedule, StageCost, simulate};
 use super::{Estimate, evaluate};
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::ParallelPlan;
 use crate::training::Training;
-use crate::units::Seconds;
 
 /// How the shown step time was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -92,14 +90,15 @@ pub fn stage_costs(
     let super::UnitCosts {
         layer,
         output,
-        tp_allreduce_s: tp_one,
-        pp_send_s: send,
+        tp,
+        cp,
+        pp_send_exposed_s: send,
         ..
     } = super::unit_costs(model, cluster, training, plan);
-    // Forward: 2 all-reduce equivalents per layer (4 with full recompute, whose repeat runs just
-    // before the backward and so is charged to it); backward: 2 (comm::tp_collectives_per_layer).
-    let tp_forward = 2.0 * tp_one;
-    let tp_backward = (comm::tp_collectives_per_layer(plan.recompute) - 2.0) * tp_one;
+    // A layer's forward block carries its exposed forward TP and CP communication; its backward
+    // block the backward's (with the recompute forward's, which runs just before it).
+    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
+    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
@@ -114,8 +113,8 @@ pub fn stage_costs(
                 (0.0, 0.0)
             };
             StageCost {
-                forward_s: (n * (layer.forward + tp_forward) + out_f) / v + send,
-                backward_s: (n * (layer.backward + layer.recompute + tp_backward) + out_b) / v
+                forward_s: (n * (layer.forward + comm_forward) + out_f) / v + send,
+                backward_s: (n * (layer.backward + layer.recompute + comm_backward) + out_b) / v
                     + send,
             }
         })
@@ -136,20 +135,20 @@ pub fn simulate_plan(
     let schedule = simulate(&stages, plan.vpp, plan.num_microbatches, 0.0)?;
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
-    let closed_pipeline =
-        t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0 + t.bubble_s.0;
+    let busy =
+        t.compute_s.0 + t.tp_comm_exposed_s.0 + t.cp_comm_exposed_s.0 + t.pp_comm_exposed_s.0;
+    let closed_pipeline = busy + t.bubble_s.0;
     let simulated_step = schedule.step_s + tail;
     let differs = (schedule.step_s - closed_pipeline).abs() > 1e-9 * closed_pipeline.max(1e-12);
     let mut estimate = closed;
     if differs {
         // The slowest stage's own work stays as `evaluate` splits it; what the simulation adds is idle.
-        let bubble = (schedule.step_s
-            - (t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0))
-            .max(0.0);
-        let step = t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0 + bubble + tail;
-        let scale = t.step_s.0 / step;
-        estimate.time.bubble_s = Seconds(bubble);
-        estimate.time.step_s = Seconds(step);
+        let bubble = (schedule.step_s - busy).max(0.0);
+        estimate
+            .terms
+            .set_exposed(super::terms::TermKind::Bubble, bubble);
+        estimate.time = super::StepTime::from_terms(&estimate.terms);
+        let scale = t.step_s.0 / estimate.time.step_s.0;
         estimate.bubble_fraction = schedule.bubble_fraction;
         estimate.tokens_per_s *= scale;
         estimate.mfu *= scale;
@@ -211,6 +210,8 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         (model, cluster, training)
     }
@@ -227,6 +228,7 @@ mod tests {
             zero: 1,
             allow_uneven_pp: uneven,
             allow_cross_node_tp: false,
+            ..PlanRequest::default()
         }
     }
 

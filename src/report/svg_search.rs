@@ -208,10 +208,13 @@ mod tests {
             grad_dtype: GradDtype::Bf16,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
         };
         let options = SearchOptions {
             allow_uneven_pp: false,
             allow_cross_node_tp: false,
+            ..SearchOptions::default()
         };
         let plans = search(&model, &cluster, &training, options).ranked;
         assert!(plans.len() > MAX_POINTS);

@@ -1,0 +1,181 @@
+//! A plan's communication groups as data: each parallel dimension is one kind of group with its
+//! size, its stride in the rank order and where it sits (NVLink domain or network). The cost model,
+//! the ledger and the report read these instead of spelling out TP, CP, PP and DP by hand; a new
+//! dimension is a new `GroupKind` and its terms.
+//!
+//! Rank order (Megatron-Core `RankGenerator`, megatron/core/parallel_state.py, order
+//! "tp-cp-ep-dp-pp"): TP ranks are adjacent, CP ranks stride tp, DP ranks stride tp·cp, PP ranks
+//! stride tp·cp·dp. Gradients are reduced over the DP and CP ranks together (Megatron's
+//! `data_parallel_group_with_context_parallel`): a group of dp·cp ranks at stride tp.
+
+use serde::Serialize;
+
+use super::comm::Placement;
+use crate::cluster::{Cluster, Link, LinkSpeed};
+use crate::plan::ParallelPlan;
+
+/// The kinds of communication group a plan has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Tensor parallelism: Megatron's column/row splits.
+    Tp,
+    /// Context parallelism: the sequence split, K/V exchanged around a ring.
+    Cp,
+    /// Gradient reduction and ZeRO sharding: the DP replicas together with the CP ranks.
+    Dp,
+    /// Pipeline neighbours.
+    Pp,
+}
+
+impl GroupKind {
+    pub const ALL: [GroupKind; 4] = [GroupKind::Tp, GroupKind::Cp, GroupKind::Dp, GroupKind::Pp];
+    pub const COUNT: usize = GroupKind::ALL.len();
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupKind::Tp => "TP",
+            GroupKind::Cp => "CP",
+            GroupKind::Dp => "DP",
+            GroupKind::Pp => "PP",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One communication group of a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Group {
+    pub kind: GroupKind,
+    /// Ranks in the group (1: the group does not exist).
+    pub size: u32,
+    /// Distance in ranks between consecutive members.
+    pub stride: u32,
+    pub link: Link,
+    /// Across nodes: members of one copy of the group that share a node (each brings its own NIC).
+    pub members_per_node: u32,
+    /// Achieved bus bandwidth and per-step latency where the group sits.
+    #[serde(skip)]
+    pub speed: LinkSpeed,
+}
+
+impl Group {
+    pub fn placement(&self) -> Placement {
+        Placement {
+            link: self.link,
+            members_per_node: self.members_per_node,
+        }
+    }
+}
+
+/// Every group of a plan, indexed by kind; fixed-size so evaluation does not allocate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Groups {
+    items: [Group; GroupKind::COUNT],
+}
+
+impl Groups {
+    pub fn get(&self, kind: GroupKind) -> &Group {
+        &self.items[kind.index()]
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Group> {
+        self.items.iter()
+    }
+}
+
+/// Placement of a group of `size` ranks at `stride`: on NVLink when every copy of the group lies
+/// inside one NVLink domain (a node, or a 72-GPU NVL72 rack), else on the network. Across the
+/// network, members sharing a node each use their own NIC; a group that straddles domain
+/// boundaries unevenly is counted at one NIC per crossing.
+fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
+    let span = u64::from(stride) * u64::from(size);
+    let domain = u64::from(cluster.nvlink_domain());
+    let gpn = u64::from(cluster.gpus_per_node);
+    if size <= 1 || (span <= domain && domain % span == 0) {
+        return Placement {
+            link: Link::Nvlink,
+            members_per_node: 1,
+        };
+    }
+    let members_per_node = if u64::from(stride) >= gpn || span % gpn != 0 {
+        1
+    } else {
+        cluster.gpus_per_node / stride
+    };
+    Placement {
+        link: Link::Network,
+        members_per_node: members_per_node.max(1),
+    }
+}
+
+/// The groups of `plan` on `cluster`.
+pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
+    let make = |kind: GroupKind, stride: u32, size: u32, point_to_point: bool| {
+        let mut placement = place(cluster, stride, size);
+        if point_to_point && placement.link == Link::Network {
+            // Pipeline neighbours: one GPU sends to one GPU, through its own NIC.
+            placement.members_per_node = 1;
+        }
+        Group {
+            kind,
+            size,
+            stride,
+            link: placement.link,
+            members_per_node: placement.members_per_node,
+            speed: cluster.group_speed(placement.link, placement.members_per_node),
+        }
+    };
+    let (tp, cp, dp) = (plan.tp, plan.cp, plan.dp);
+    Groups {
+        items: [
+            make(GroupKind::Tp, 1, tp, false),
+            make(GroupKind::Cp, tp, cp, true),
+            make(GroupKind::Dp, tp, dp * cp, false),
+            make(GroupKind::Pp, tp * cp * dp, plan.pp, true),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::specs;
+
+    fn cluster(gpu: &str, nodes: u32, gpus_per_node: u32) -> Cluster {
+        Cluster {
+            gpu: specs::load_gpu(gpu).unwrap(),
+            nodes,
+            gpus_per_node,
+        }
+    }
+
+    #[test]
+    fn megatron_rank_order_placements_on_8_gpu_nodes() {
+        let c = cluster("h100-sxm-80g", 64, 8);
+        // tp 8: TP on NVLink, DP one member per node.
+        assert_eq!(place(&c, 1, 8).link, Link::Nvlink);
+        assert_eq!(place(&c, 8, 4).members_per_node, 1);
+        // tp 2 dp 4: DP inside a node.
+        assert_eq!(place(&c, 2, 4).link, Link::Nvlink);
+        // tp 1 dp 32: 8 members per node, each with its own NIC; tp 2 dp 16: 4.
+        assert_eq!(place(&c, 1, 32).members_per_node, 8);
+        assert_eq!(place(&c, 2, 16).members_per_node, 4);
+        // dp 3 at stride 1 straddles nodes: network, one NIC per crossing.
+        assert_eq!(place(&c, 1, 3).link, Link::Network);
+    }
+
+    #[test]
+    fn nvl72_keeps_groups_inside_the_rack_on_nvlink() {
+        // GB200 NVL72: 4 GPUs per tray, 72 per NVLink domain. TP 8 (2 trays) and a DP·CP group of
+        // 8 at stride 8 (64 GPUs) stay on NVLink; 16 at stride 8 (128 GPUs) leaves the rack.
+        let c = cluster("gb200-nvl72", 18, 4);
+        assert_eq!(place(&c, 1, 8).link, Link::Nvlink);
+        assert_eq!(place(&c, 8, 9).link, Link::Nvlink);
+        assert_eq!(place(&c, 8, 16).link, Link::Network);
+        // The same TP 8 on 4-GPU trays without an NVLink domain would cross the network.
+        let mut plain = c.clone();
+        plain.gpu.nvlink_domain_gpus = None;
+        assert_eq!(place(&plain, 1, 8).link, Link::Network);
+    }
+}

@@ -1,0 +1,170 @@
+//! A step's time as a sum of terms. Each term is one kind of work or communication of the most
+//! loaded GPU: its bytes on the wire, its full time, the part of it that stays on the critical path
+//! and what hides the rest. The step time is the sum of the exposed parts; `StepTime`, the ledger
+//! totals, the report and the JSON all read these terms.
+
+use serde::{Serialize, Serializer};
+
+use super::groups::GroupKind;
+use crate::units::{Bytes, Seconds};
+
+/// What a term is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TermKind {
+    /// Forward, backward and recompute kernels of the slowest stage over all micro-batches.
+    Compute,
+    /// Tensor-parallel all-reduces (or all-gathers and reduce-scatters with SP).
+    TpComm,
+    /// Context-parallel K/V ring exchange.
+    CpComm,
+    /// Pipeline sends and receives at stage boundaries.
+    PpComm,
+    /// Gradient all-reduce or reduce-scatter over the DP (×CP) group.
+    DpGradReduce,
+    /// ZeRO / distributed-optimizer / FSDP parameter all-gathers.
+    DpParamGather,
+    /// Pipeline fill and drain (and waiting for slower stages).
+    Bubble,
+    /// The optimizer step.
+    Optimizer,
+}
+
+impl TermKind {
+    pub const ALL: [TermKind; 8] = [
+        TermKind::Compute,
+        TermKind::TpComm,
+        TermKind::CpComm,
+        TermKind::PpComm,
+        TermKind::DpGradReduce,
+        TermKind::DpParamGather,
+        TermKind::Bubble,
+        TermKind::Optimizer,
+    ];
+    pub const COUNT: usize = TermKind::ALL.len();
+
+    /// The group whose link a communication term uses.
+    pub fn group(self) -> Option<GroupKind> {
+        match self {
+            TermKind::TpComm => Some(GroupKind::Tp),
+            TermKind::CpComm => Some(GroupKind::Cp),
+            TermKind::PpComm => Some(GroupKind::Pp),
+            TermKind::DpGradReduce | TermKind::DpParamGather => Some(GroupKind::Dp),
+            TermKind::Compute | TermKind::Bubble | TermKind::Optimizer => None,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TermKind::Compute => "compute",
+            TermKind::TpComm => "TP comm",
+            TermKind::CpComm => "CP comm",
+            TermKind::PpComm => "PP comm",
+            TermKind::DpGradReduce => "DP grad reduce",
+            TermKind::DpParamGather => "DP param gather",
+            TermKind::Bubble => "bubble",
+            TermKind::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// What hides the hidden part of a term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HiddenBy {
+    /// Nothing: the whole term is on the critical path.
+    Nothing,
+    /// The linear-layer GEMMs next to it (TP communication overlap in chunks).
+    NeighbouringGemms,
+    /// The attention blocks of the ring step it feeds (CP).
+    AttentionBlocks,
+    /// The backward pass (bucketed gradient reduction).
+    Backward,
+    /// The next forward pass (parameter all-gather prefetch).
+    Forward,
+    /// Other micro-batches' compute in the interleaved schedule.
+    PipelineCompute,
+}
+
+/// One term of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Term {
+    pub kind: TermKind,
+    pub group: Option<GroupKind>,
+    /// Bytes one GPU sends for this term in a step (0 for compute terms).
+    pub wire_bytes: Bytes,
+    /// Full time of the term before any overlap.
+    pub time_s: Seconds,
+    /// What stays on the critical path, including the slowdown hidden communication still causes.
+    pub exposed_s: Seconds,
+    pub hidden_by: HiddenBy,
+}
+
+impl Term {
+    pub fn new(kind: TermKind) -> Term {
+        Term {
+            kind,
+            group: kind.group(),
+            wire_bytes: Bytes(0.0),
+            time_s: Seconds(0.0),
+            exposed_s: Seconds(0.0),
+            hidden_by: HiddenBy::Nothing,
+        }
+    }
+    /// A term that nothing hides.
+    pub fn exposed(kind: TermKind, wire_bytes: f64, time_s: f64) -> Term {
+        Term {
+            wire_bytes: Bytes(wire_bytes),
+            time_s: Seconds(time_s),
+            exposed_s: Seconds(time_s),
+            ..Term::new(kind)
+        }
+    }
+}
+
+/// Every term of a step, indexed by kind; fixed-size so evaluation does not allocate. Serialized as
+/// the list of terms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepTerms {
+    items: [Term; TermKind::COUNT],
+}
+
+impl Default for StepTerms {
+    fn default() -> StepTerms {
+        StepTerms {
+            items: TermKind::ALL.map(Term::new),
+        }
+    }
+}
+
+impl StepTerms {
+    pub fn get(&self, kind: TermKind) -> &Term {
+        &self.items[kind as usize]
+    }
+    pub fn set(&mut self, term: Term) {
+        self.items[term.kind as usize] = term;
+    }
+    pub fn exposed(&self, kind: TermKind) -> f64 {
+        self.get(kind).exposed_s.0
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Term> {
+        self.items.iter()
+    }
+    /// The step time: the sum of the exposed parts.
+    pub fn step_s(&self) -> f64 {
+        self.items.iter().map(|t| t.exposed_s.0).sum()
+    }
+    /// Scales every term's exposed time (used when the schedule simulation replaces the bubble).
+    pub fn set_exposed(&mut self, kind: TermKind, exposed_s: f64) {
+        self.items[kind as usize].exposed_s = Seconds(exposed_s);
+        if matches!(kind, TermKind::Bubble) {
+            self.items[kind as usize].time_s = Seconds(exposed_s);
+        }
+    }
+}
+
+impl Serialize for StepTerms {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.items.iter())
+    }
+}
