@@ -110,6 +110,64 @@ def analysis(rows):
         print(f"  h{key[0]} tp{key[1]}: {sum(v) / len(v):+.3f} (n={len(v)})")
 
 
+def pearson(a, b):
+    n = len(a)
+    ma, mb = sum(a) / n, sum(b) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
+
+
+def candidates(rows):
+    """Issue 11: how well each candidate mechanism's time term tracks the unexplained seconds
+    (measured - predicted) on the 18.4B and 39.1B models, and a what-if for one sourced mechanism."""
+    g = [
+        r
+        for r in rows
+        if r["source"] == "vtrain_multi_node" and r["hidden"] in (6144, 8192)
+    ]
+    extra = [r["measured_step_s"] - r["predicted_step_s"] for r in g]
+    gpn = 8
+
+    def dp_members_per_node(e):
+        return min(gpn // min(e["tp"], gpn), e["dp"])
+
+    terms = {
+        "DP all-reduce time (tpsim, shared NICs)": lambda e: e["comm"]["dp"]["time_s"],
+        "PP sends exposed (b*s*h/tp)": lambda e: e["time"]["pp_comm_exposed_s"],
+        "micro-batches per step": lambda e: e["num_microbatches"],
+        "pipeline slots m+p-1": lambda e: e["num_microbatches"] + e["pp"] - 1,
+        "GEMM+element-wise compute": lambda e: e["time"]["compute_s"],
+        "TP all-reduce exposed": lambda e: e["time"]["tp_comm_exposed_s"],
+        "predicted memory": lambda e: e["memory"]["total_bytes"],
+        "compute x [1 < DP members per node < 8]": lambda e: e["time"]["compute_s"]
+        * (1 < dp_members_per_node(e) < gpn),
+    }
+    print("correlation of the unexplained seconds with each candidate's term (18.4B + 39.1B, n=%d)" % len(g))
+    for name, f in terms.items():
+        x = [f(r["estimate"]) for r in g]
+        print(f"  {name:45s} Pearson {pearson(x, extra):+.2f}  Spearman {spearman(x, extra):+.2f}")
+    print("what-if: DP gradient reduction after the last backward, not overlapped (DeepSpeed PipelineEngine)")
+    by_model = defaultdict(list)
+    for r in rows:
+        if r["source"] == "vtrain_multi_node":
+            by_model[(r["layers"], r["hidden"])].append(r)
+    for key in sorted(by_model):
+        rs = by_model[key]
+        meas = [r["measured_step_s"] for r in rs]
+        pred = [
+            r["predicted_step_s"]
+            - r["estimate"]["time"]["dp_comm_exposed_s"]
+            + r["estimate"]["comm"]["dp"]["time_s"]
+            for r in rs
+        ]
+        fav = min(range(len(rs)), key=lambda i: pred[i])
+        med = quantile([abs(p / m - 1) for p, m in zip(pred, meas)], 0.5)
+        print(
+            f"  L{key[0]} h{key[1]}: rho {spearman(pred, meas):.3f}, regret "
+            f"{(meas[fav] / min(meas) - 1) * 100:.1f}%, median |error| {med * 100:.1f}%"
+        )
+
+
 def plan_key(row):
     if row["source"].startswith("vtrain"):
         e = row["estimate"]
@@ -143,6 +201,7 @@ def main():
     rows = [json.loads(line) for line in open(dump) if line.strip()]
     if "--analysis" in sys.argv:
         analysis(rows)
+        candidates(rows)
         held_out_coverage(rows)
     groups = defaultdict(list)
     families = defaultdict(list)

@@ -375,8 +375,8 @@ pub struct FoldedRow {
 }
 
 /// Folds rows of a ranked top list that differ only in a setting that changes nothing: same
-/// tp/pp/dp/vpp/micro-batch, same step time and same memory (to 1e-9 relative), differing in
-/// ZeRO stage, sequence parallelism or recompute — e.g. ZeRO stages at dp = 1, where there is
+/// degrees (tp, cp, pp, dp, ep, etp, vpp) and micro-batch, same step time and same memory (to 1e-9
+/// relative), differing in ZeRO stage, sequence parallelism, recompute, resharding or precision — e.g. ZeRO stages at dp = 1, where there is
 /// nothing to shard. The first (best-ranked) of each set stays, in order; the others become its
 /// alternatives.
 pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
@@ -386,7 +386,8 @@ pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
         let (p, t) = (&e.plan, e.time.step_s.0);
         let twin = rows.iter_mut().find(|row| {
             let (q, r) = (&row.estimate.plan, &row.estimate);
-            (q.tp, q.pp, q.dp, q.vpp, q.micro_batch) == (p.tp, p.pp, p.dp, p.vpp, p.micro_batch)
+            (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
+                == (p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
                 && r.fits() == e.fits()
                 && same(r.time.step_s.0, t)
                 && same(r.memory.total_bytes.0, e.memory.total_bytes.0)
@@ -406,6 +407,15 @@ pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
                 }
                 if q.recompute != p.recompute {
                     diff.push(format!("recompute {}", p.recompute.as_str()));
+                }
+                if q.reshard_after_forward != p.reshard_after_forward {
+                    diff.push(format!(
+                        "reshard after forward {}",
+                        if p.reshard_after_forward { "yes" } else { "no" }
+                    ));
+                }
+                if q.precision != p.precision {
+                    diff.push(format!("precision {}", p.precision.as_str()));
                 }
                 row.alternatives.push(diff.join(" "));
             }
@@ -439,7 +449,6 @@ pub fn folded_note(rows: &[FoldedRow]) -> Option<String> {
 #[cfg(test)]
 mod fold_tests {
     use super::*;
-    use crate::training::GradDtype;
 
     #[test]
     fn zero_stages_at_dp_1_fold_into_one_row() {
@@ -450,13 +459,12 @@ mod fold_tests {
             nodes: 1,
             gpus_per_node: 8,
         };
-        let training = Training {
-            seq_len: model.seq_len,
-            global_batch: 8,
-            grad_dtype: GradDtype::Bf16,
-            tokens: None,
-            attention: AttentionKernel::Flash,
-        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            model.seq_len,
+            8,
+            AttentionKernel::Flash,
+        );
         let estimates: Vec<Estimate> = (0..=3)
             .map(|zero| {
                 let request = PlanRequest {
@@ -470,6 +478,7 @@ mod fold_tests {
                     zero,
                     allow_uneven_pp: false,
                     allow_cross_node_tp: false,
+                    ..PlanRequest::default()
                 };
                 let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
                 evaluate(&model, &cluster, &training, &plan)
@@ -494,13 +503,12 @@ mod fold_tests {
             nodes: 2,
             gpus_per_node: 8,
         };
-        let training = Training {
-            seq_len: model.seq_len,
-            global_batch: 16,
-            grad_dtype: GradDtype::Bf16,
-            tokens: None,
-            attention: AttentionKernel::Flash,
-        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            model.seq_len,
+            16,
+            AttentionKernel::Flash,
+        );
         let estimates: Vec<Estimate> = (0..=1)
             .map(|zero| {
                 let request = PlanRequest {
@@ -514,6 +522,7 @@ mod fold_tests {
                     zero,
                     allow_uneven_pp: false,
                     allow_cross_node_tp: false,
+                    ..PlanRequest::default()
                 };
                 let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
                 evaluate(&model, &cluster, &training, &plan)

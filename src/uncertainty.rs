@@ -203,20 +203,19 @@ mod tests {
     fn estimates(tps: &[u32]) -> Vec<Estimate> {
         use crate::cluster::Cluster;
         use crate::plan::{ParallelPlan, PlanRequest, Recompute};
-        use crate::training::{AttentionKernel, GradDtype, Training};
+        use crate::training::{AttentionKernel, Training};
         let model = crate::model::tests::gpt3_175b();
         let cluster = Cluster {
             gpu: crate::specs::load_gpu("a100-sxm-80g").unwrap(),
             nodes: 64,
             gpus_per_node: 8,
         };
-        let training = Training {
-            seq_len: 2048,
-            global_batch: 1536,
-            grad_dtype: GradDtype::Bf16,
-            tokens: None,
-            attention: AttentionKernel::Unfused,
-        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            2048,
+            1536,
+            AttentionKernel::Unfused,
+        );
         tps.iter()
             .map(|&tp| {
                 let request = PlanRequest {
@@ -230,6 +229,7 @@ mod tests {
                     zero: 1,
                     allow_uneven_pp: false,
                     allow_cross_node_tp: false,
+                    ..PlanRequest::default()
                 };
                 let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
                 crate::cost::evaluate(&model, &cluster, &training, &plan)
