@@ -330,6 +330,53 @@ fn residual_bands_match_the_current_model() {
     }
 }
 
+/// The plan table says how far #1 may be off and which plans are within that error of it, with
+/// the bounds the band gives #1's step time.
+#[test]
+fn plan_table_states_the_range_and_the_plans_within_it() {
+    let args = [
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "a100-sxm-80g",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "1536",
+        "--top",
+        "3",
+    ];
+    let run = |extra: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("tpsim")
+            .unwrap()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run(&[]);
+    let json: serde_json::Value = serde_json::from_str(&run(&["--format", "json"])).unwrap();
+    let best = &json["plans"][0]["time"];
+    let expected = format!(
+        "range: #1 takes {:.2}–{:.2} s per step",
+        best["step_s_low"].as_f64().unwrap(),
+        best["step_s_high"].as_f64().unwrap()
+    );
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("range: #1"))
+        .unwrap_or_else(|| panic!("no range line under the table:\n{table}"));
+    assert!(line.starts_with(&expected), "{line}\nexpected {expected}");
+    assert!(
+        line.contains("within the model's error of the best: "),
+        "{line}"
+    );
+}
+
 /// The JSON contract of the range: every plan of `tpsim plan --format json` carries
 /// time.step_s_low <= step_s <= time.step_s_high and the matching tokens/s range, from the band of
 /// its GPU family.
