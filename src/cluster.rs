@@ -56,6 +56,15 @@ pub struct GpuProfile {
     /// Whether the tensor cores run the OCP microscaling formats (MXFP8, NVFP4): Blackwell and later.
     #[serde(default)]
     pub microscaling: bool,
+    /// Share of the bf16 peak a current fused attention kernel reaches on this GPU: cuDNN fused
+    /// attention / FlashAttention-3 on Hopper, what Transformer Engine runs (absent:
+    /// `gemm_efficiency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused_attention_efficiency: Option<f64>,
+    /// Share of the bf16 peak FlashAttention-2 reaches on this GPU, what PyTorch SDPA's flash
+    /// backend runs (absent: `gemm_efficiency`; FA2 was written for Ampere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fa2_attention_efficiency: Option<f64>,
     /// GPUs that share one NVLink domain (NVSwitch fabric): 8 in an HGX/DGX node, 72 in a GB200/GB300
     /// NVL72 rack whose compute trays hold 4 GPUs each. Absent: `gpus_per_node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -183,12 +192,19 @@ impl GpuProfile {
                 return Err(format!("{key}: {value} must be a positive number"));
             }
         }
-        if let Some(value) = self.fp8_gemm_efficiency
-            && !(value > 0.0 && value <= 1.0)
-        {
-            return Err(format!(
-                "fp8_gemm_efficiency: {value} must be a fraction in (0, 1]"
-            ));
+        for (key, value) in [
+            ("fp8_gemm_efficiency", self.fp8_gemm_efficiency),
+            (
+                "fused_attention_efficiency",
+                self.fused_attention_efficiency,
+            ),
+            ("fa2_attention_efficiency", self.fa2_attention_efficiency),
+        ] {
+            if let Some(value) = value
+                && !(value > 0.0 && value <= 1.0)
+            {
+                return Err(format!("{key}: {value} must be a fraction in (0, 1]"));
+            }
         }
         if let Some(domain) = self.nvlink_domain_gpus
             && (domain == 0 || !domain.is_multiple_of(self.gpus_per_node))

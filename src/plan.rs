@@ -70,6 +70,14 @@ pub struct PlanRequest {
     /// again for its backward (FSDP2 `reshard_after_forward=True`), or keep them until the backward.
     #[serde(default = "yes")]
     pub reshard_after_forward: bool,
+    /// With full recompute: how many layers of each model chunk are recomputed (Megatron's
+    /// `--recompute-method block --recompute-num-layers N`); 0 = every layer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recompute_num_layers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for PlanRequest {
@@ -91,6 +99,7 @@ impl Default for PlanRequest {
             etp: 1,
             precision: Precision::Bf16,
             reshard_after_forward: true,
+            recompute_num_layers: 0,
         }
     }
 }
@@ -212,6 +221,8 @@ pub struct ParallelPlan {
     pub zero: u8,
     pub reshard_after_forward: bool,
     pub precision: Precision,
+    /// Layers of each model chunk recomputed under full recompute (0 = all).
+    pub recompute_num_layers: u32,
     pub stages: StageLayout,
 }
 
@@ -244,14 +255,16 @@ pub enum PlanError {
         kv_heads: u32,
         valid: String,
     },
-    #[error("--tp {tp} does not divide {gpus_per_node} GPUs per node; valid: {valid}")]
+    #[error(
+        "--tp {tp} does not divide the {gpus_per_node} GPUs of an NVLink domain; valid: {valid}"
+    )]
     TpNode {
         tp: u32,
         gpus_per_node: u32,
         valid: String,
     },
     #[error(
-        "--tp {tp} spans nodes ({gpus_per_node} GPUs per node): tensor-parallel all-reduces would cross the network every layer; use --tp {gpus_per_node} or less, or pass --allow-cross-node-tp"
+        "--tp {tp} spans NVLink domains ({gpus_per_node} GPUs per domain): tensor-parallel all-reduces would cross the network every layer; use --tp {gpus_per_node} or less, or pass --allow-cross-node-tp"
     )]
     TpCrossNode { tp: u32, gpus_per_node: u32 },
     #[error(
@@ -388,7 +401,7 @@ impl ParallelPlan {
         if !model.heads.is_multiple_of(r.tp) {
             let valid = divisors(model.heads)
                 .into_iter()
-                .filter(|d| *d <= cluster.gpus_per_node || r.allow_cross_node_tp);
+                .filter(|d| *d <= cluster.nvlink_domain() || r.allow_cross_node_tp);
             return Err(PlanError::TpHeads {
                 tp: r.tp,
                 heads: model.heads,
@@ -438,18 +451,19 @@ impl ParallelPlan {
                 valid: valid.join(", "),
             });
         }
-        if r.tp > cluster.gpus_per_node {
+        let domain = cluster.nvlink_domain();
+        if r.tp > domain {
             if !r.allow_cross_node_tp {
                 return Err(PlanError::TpCrossNode {
                     tp: r.tp,
-                    gpus_per_node: cluster.gpus_per_node,
+                    gpus_per_node: domain,
                 });
             }
-        } else if !cluster.gpus_per_node.is_multiple_of(r.tp) {
+        } else if !domain.is_multiple_of(r.tp) {
             return Err(PlanError::TpNode {
                 tp: r.tp,
-                gpus_per_node: cluster.gpus_per_node,
-                valid: list(divisors(cluster.gpus_per_node)),
+                gpus_per_node: domain,
+                valid: list(divisors(domain)),
             });
         }
         if r.sequence_parallel && r.tp == 1 {
@@ -537,11 +551,33 @@ impl ParallelPlan {
             zero: r.zero,
             reshard_after_forward: r.reshard_after_forward || r.zero < 3,
             precision: r.precision,
+            recompute_num_layers: if r.recompute == Recompute::Full {
+                r.recompute_num_layers
+            } else {
+                0
+            },
             cp: r.cp,
             ep: r.ep,
             etp: r.etp,
             stages,
         })
+    }
+
+    /// Layers of one model chunk on the most loaded stage.
+    pub fn layers_per_chunk(&self) -> u32 {
+        (self.stages.max_layers() / self.vpp).max(1)
+    }
+
+    /// Share of each chunk's layers that full recompute repeats in backward: 1 for every layer, N/L
+    /// for Megatron's block method with N of L layers, 0 without full recompute.
+    pub fn recompute_share(&self) -> f64 {
+        match self.recompute {
+            Recompute::Full if self.recompute_num_layers == 0 => 1.0,
+            Recompute::Full => {
+                (f64::from(self.recompute_num_layers) / f64::from(self.layers_per_chunk())).min(1.0)
+            }
+            Recompute::None | Recompute::Selective => 0.0,
+        }
     }
 
     /// The request that rebuilds this plan (what `plan --save` writes).
@@ -562,6 +598,7 @@ impl ParallelPlan {
             etp: self.etp,
             precision: self.precision,
             reshard_after_forward: self.reshard_after_forward,
+            recompute_num_layers: self.recompute_num_layers,
         }
     }
 }

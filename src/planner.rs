@@ -108,7 +108,7 @@ impl SearchResult {
 /// Tensor-parallel degrees worth trying: divisors of both head counts that divide a node, plus,
 /// when allowed, multiples of a node that still divide the head counts and the GPU count.
 pub fn tp_degrees(model: &Model, cluster: &Cluster, allow_cross_node_tp: bool) -> Vec<u32> {
-    let gpn = cluster.gpus_per_node;
+    let gpn = cluster.nvlink_domain();
     let gpus = cluster.total_gpus();
     divisors(model.heads)
         .into_iter()
@@ -199,6 +199,7 @@ fn push_pipeline_variants(
     for micro_batch in divisors(replica_batch) {
         let num_microbatches = replica_batch / micro_batch;
         for &vpp in &vpps {
+            let chunk = (model.layers.div_ceil(pp) / vpp).max(1);
             if vpp > 1 && !num_microbatches.is_multiple_of(pp) {
                 continue;
             }
@@ -223,15 +224,18 @@ fn push_pipeline_variants(
                             &[true]
                         };
                         for &reshard_after_forward in reshard_choices {
-                            requests.push(PlanRequest {
-                                vpp,
-                                micro_batch,
-                                sequence_parallel,
-                                recompute,
-                                zero,
-                                reshard_after_forward,
-                                ..base
-                            });
+                            for recompute_num_layers in recompute_layer_choices(recompute, chunk) {
+                                requests.push(PlanRequest {
+                                    vpp,
+                                    micro_batch,
+                                    sequence_parallel,
+                                    recompute,
+                                    zero,
+                                    reshard_after_forward,
+                                    recompute_num_layers,
+                                    ..base
+                                });
+                            }
                         }
                     }
                 }
@@ -240,9 +244,20 @@ fn push_pipeline_variants(
     }
 }
 
+/// Layers per chunk full recompute may cover: all (0), or Megatron's block method with a quarter,
+/// a half or three quarters of the chunk's layers, which trade memory for compute in between.
+fn recompute_layer_choices(recompute: Recompute, chunk: u32) -> Vec<u32> {
+    if recompute != Recompute::Full || chunk < 4 {
+        return vec![0];
+    }
+    let mut choices = vec![0, chunk / 4, chunk / 2, 3 * chunk / 4];
+    choices.dedup();
+    choices
+}
+
 /// A total order on plans for tie-breaking: smaller degrees and simpler settings first.
 #[allow(clippy::type_complexity)]
-fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool) {
+fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool, u32) {
     (
         plan.tp,
         plan.cp,
@@ -254,6 +269,7 @@ fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompu
         plan.recompute,
         plan.zero,
         !plan.reshard_after_forward,
+        plan.recompute_num_layers,
     )
 }
 

@@ -119,6 +119,32 @@ impl TrainingFramework {
         }
     }
 
+    /// Share of the bf16 peak the framework's fused attention kernel reaches on `gpu`: Transformer
+    /// Engine's cuDNN fused attention (FlashAttention-3 class on Hopper) for Megatron-Core; PyTorch
+    /// SDPA's FlashAttention-2 for torchtitan and DeepSpeed; the 2021 baseline keeps the GEMM
+    /// efficiency it was validated with.
+    pub fn attention_efficiency(self, gpu: &crate::cluster::GpuProfile) -> f64 {
+        match self {
+            TrainingFramework::MegatronLm2021 => gpu.gemm_efficiency,
+            TrainingFramework::MegatronCore => gpu
+                .fused_attention_efficiency
+                .unwrap_or(gpu.gemm_efficiency),
+            TrainingFramework::Torchtitan | TrainingFramework::Deepspeed => {
+                gpu.fa2_attention_efficiency.unwrap_or(gpu.gemm_efficiency)
+            }
+        }
+    }
+
+    /// Whether FP8 training keeps the quantized weights as the model's parameters and all-gathers
+    /// them in FP8 (Megatron-Core `--fp8-param-gather`, which NVIDIA's performance recipes set:
+    /// Megatron-Bridge docs "When training in fp8 computing precision, setting
+    /// `fp8_param_gather=True` conducts the parameter all-gather in fp8"; NVIDIA
+    /// dgxc-benchmarking configs `FP8_PARAM_GATHER=true`). Others keep bf16 weights and add the
+    /// quantized copies.
+    pub fn fp8_param_gather(self) -> bool {
+        matches!(self, TrainingFramework::MegatronCore)
+    }
+
     /// Highest ZeRO stage the framework runs together with pipeline parallelism: DeepSpeed's
     /// PipelineEngine and 2021 Megatron-LM only shard the optimizer (ZeRO-1); Megatron-Core FSDP
     /// (`--use-megatron-fsdp`, `optim_grads_params`) and torchtitan's FSDP2 + PP shard everything.

@@ -12,7 +12,7 @@ use super::groups::{GroupKind, groups};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{Training, WEIGHT_BYTES};
+use crate::training::Training;
 use crate::units::{Bytes, Seconds};
 
 /// Activations travel in bf16 (2 bytes per element).
@@ -196,6 +196,7 @@ pub fn dp_traffic(
     params_per_gpu: f64,
     ranks: u32,
     link: LinkSpeed,
+    gather_bytes_per_param: f64,
 ) -> DpTraffic {
     let d = ranks;
     if d <= 1 {
@@ -213,7 +214,7 @@ pub fn dp_traffic(
     }
     let grad_bytes = training.grad_dtype.bytes();
     let grads = params_per_gpu * grad_bytes;
-    let weights = params_per_gpu * WEIGHT_BYTES;
+    let weights = params_per_gpu * gather_bytes_per_param;
     let m = f64::from(plan.num_microbatches);
     let rs = Collective::ReduceScatter;
     let ag = Collective::AllGather;

@@ -66,6 +66,8 @@ pub struct LayerShard {
     /// Pieces each linear GEMM is cut into so TP communication can overlap it (1: not cut).
     /// Megatron-Core's userbuffers ring-exchange overlap runs one GEMM per TP rank's chunk.
     pub gemm_chunks: u32,
+    /// Share of the bf16 peak the fused attention kernel reaches (`GpuProfile::attention_efficiency`).
+    pub attention_efficiency: f64,
 }
 
 /// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
@@ -184,14 +186,23 @@ pub fn flash_attention_time(
     seq_len: u32,
     tp: u32,
 ) -> f64 {
-    flash_attention_time_sharded(model, cluster, micro_batch, seq_len, tp, 1)
+    flash_attention_time_sharded(
+        model,
+        cluster,
+        micro_batch,
+        seq_len,
+        tp,
+        1,
+        cluster.gpu.gemm_efficiency,
+    )
 }
 
 /// FlashAttention's forward on one TP×CP rank. With context parallelism the rank's s/cp queries
 /// attend to all s keys over cp ring steps; Megatron-Core's load balancing (each rank holds
 /// sequence chunks i and 2cp−1−i) gives every rank the same half of the causal blocks
 /// (Transformer Engine `context_parallel.py`, `AttnFuncWithCPAndKVP2P`), so the causal halving holds
-/// per rank. K and V stream in once per ring step.
+/// per rank. K and V stream in once per ring step. `efficiency` is the share of the bf16 peak the
+/// kernel reaches on its matmuls.
 pub fn flash_attention_time_sharded(
     model: &Model,
     cluster: &Cluster,
@@ -199,6 +210,7 @@ pub fn flash_attention_time_sharded(
     seq_len: u32,
     tp: u32,
     cp: u32,
+    efficiency: f64,
 ) -> f64 {
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let flops = CAUSAL_ATTENTION_FRACTION * (gemms[1].flops() + gemms[2].flops());
@@ -208,7 +220,7 @@ pub fn flash_attention_time_sharded(
     let k_and_v = 2.0 * b * s * kv_width_per_rank(model, tp);
     let bytes = ELEMENT_BYTES * (q_and_o + k_and_v);
     let gpu = &cluster.gpu;
-    (flops / (gpu.peak_flops().0 * gpu.gemm_efficiency)).max(bytes / gpu.achieved_hbm_bandwidth().0)
+    (flops / (gpu.peak_flops().0 * efficiency)).max(bytes / gpu.achieved_hbm_bandwidth().0)
 }
 
 /// Share of the s×s attention blocks a causal kernel computes (the blocks on and below the
@@ -259,6 +271,7 @@ pub fn layer_time(
             attention,
             precision: Precision::Bf16,
             gemm_chunks: 1,
+            attention_efficiency: cluster.gpu.gemm_efficiency,
         },
     )
 }
@@ -313,13 +326,20 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         attention,
         precision,
         gemm_chunks,
+        attention_efficiency,
     } = *shard;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
         AttentionKernel::Unfused => gemms[1].time(cluster) + gemms[2].time(cluster),
-        AttentionKernel::Flash => {
-            flash_attention_time_sharded(model, cluster, micro_batch, seq_len, tp, cp)
-        }
+        AttentionKernel::Flash => flash_attention_time_sharded(
+            model,
+            cluster,
+            micro_batch,
+            seq_len,
+            tp,
+            cp,
+            attention_efficiency,
+        ),
     };
     let linear = [gemms[0], gemms[3], gemms[4], gemms[5]];
     let linear_time: f64 = linear

@@ -92,7 +92,11 @@ fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
     let span = u64::from(stride) * u64::from(size);
     let domain = u64::from(cluster.nvlink_domain());
     let gpn = u64::from(cluster.gpus_per_node);
-    if size <= 1 || (span <= domain && domain % span == 0) {
+    // In a multi-node NVLink domain (NVL72) a job is allocated in segments of whole trays inside one
+    // rack (Slurm's block topology, `--segment`), so a group spanning whole trays and no more than
+    // the domain stays on NVLink even when it does not divide 72.
+    let whole_trays_in_rack = domain > gpn && span <= domain && span % gpn == 0;
+    if size <= 1 || (span <= domain && domain % span == 0) || whole_trays_in_rack {
         return Placement {
             link: Link::Nvlink,
             members_per_node: 1,
@@ -172,6 +176,8 @@ mod tests {
         let c = cluster("gb200-nvl72", 18, 4);
         assert_eq!(place(&c, 1, 8).link, Link::Nvlink);
         assert_eq!(place(&c, 8, 9).link, Link::Nvlink);
+        // 8 at stride 8: a 64-GPU (16-tray) segment of the rack.
+        assert_eq!(place(&c, 8, 8).link, Link::Nvlink);
         assert_eq!(place(&c, 8, 16).link, Link::Network);
         // The same TP 8 on 4-GPU trays without an NVLink domain would cross the network.
         let mut plain = c.clone();

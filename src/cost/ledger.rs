@@ -172,7 +172,14 @@ pub fn ledger(
         let count = u64::from(plan.stages.max_layers()) * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let t = plan.tp;
+        let recomputed = (count as f64 * plan.recompute_share()).round() as u64;
         let mut forward_pair = |pass: Pass| {
+            // Megatron's block recompute repeats only N layers of each chunk.
+            let count = if pass == Pass::Recompute {
+                recomputed
+            } else {
+                count
+            };
             if plan.sequence_parallel {
                 for (op, site) in [
                     (

@@ -213,7 +213,13 @@ fn stage_memory(
     };
     let layer_weights =
         f64::from(stage_layers(plan, model, stage)) * model.layer_params() / f64::from(plan.tp);
-    weights += quantized_copies * layer_weights / shard(3);
+    // With FP8 parameter gather the quantized copies are the layer weights: their bf16 copy goes.
+    let replaced = if plan.precision != Precision::Bf16 && training.framework.fp8_param_gather() {
+        WEIGHT_BYTES
+    } else {
+        0.0
+    };
+    weights += (quantized_copies - replaced) * layer_weights / shard(3);
 
     let (s, b, h, t) = (
         training.seq_len / plan.cp,
@@ -238,6 +244,22 @@ fn stage_memory(
         plan.recompute,
         training.attention,
     );
+    // Megatron's block method recomputes only N layers of each chunk: the others keep everything.
+    let share = plan.recompute_share();
+    let per_layer = if plan.recompute == Recompute::Full && share < 1.0 {
+        let kept = layer_activation_bytes(
+            model,
+            b,
+            s,
+            plan.tp,
+            plan.sequence_parallel,
+            Recompute::None,
+            training.attention,
+        );
+        share * per_layer + (1.0 - share) * kept
+    } else {
+        per_layer
+    };
     let mut activations = per_layer * f64::from(layers) * in_flight(plan, rank);
     if plan.recompute == Recompute::Full && layers > 0 {
         // The layer being recomputed holds its full activations during its backward.

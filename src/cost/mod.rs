@@ -35,8 +35,8 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{AttentionKernel, Training};
+use crate::plan::{ParallelPlan, Precision, Recompute};
+use crate::training::{AttentionKernel, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
@@ -222,26 +222,30 @@ pub(crate) fn unit_costs(
             attention: training.attention,
             precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
+            attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
         },
     );
-    let full_recompute = plan.recompute == Recompute::Full;
+    let recompute_share = plan.recompute_share();
+    let mut layer = layer;
+    layer.recompute *= if plan.recompute == Recompute::Full {
+        recompute_share
+    } else {
+        1.0
+    };
 
     // TP: two all-reduce equivalents per layer forward and two in backward (Shoeybi et al. 2019
     // §3), the forward pair again under full recompute (`comm::tp_collectives_per_layer`).
     let tp_group = groups.get(GroupKind::Tp);
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
-    let recompute_pair = if full_recompute { 2.0 * one } else { 0.0 };
+    let recompute_pair = 2.0 * one * recompute_share;
     let tp = if plan.tp > 1 {
         let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward.
-            let recompute_exposed = if full_recompute {
-                exposed_under(2.0 * one, layer.linear_gemm_forward)
-            } else {
-                0.0
-            };
+            let recompute_exposed =
+                recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward);
             (
                 exposed_under(2.0 * one, layer.linear_gemm_forward),
                 exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward) + recompute_exposed,
@@ -254,7 +258,7 @@ pub(crate) fn unit_costs(
             backward_s,
             forward_exposed_s,
             backward_exposed_s,
-            wire_bytes: comm::tp_collectives_per_layer(plan.recompute)
+            wire_bytes: (4.0 + 2.0 * recompute_share)
                 * Collective::AllReduce.wire_factor(plan.tp)
                 * tp_tensor,
         }
@@ -274,7 +278,7 @@ pub(crate) fn unit_costs(
         let step_attention = layer.attention_forward / f64::from(plan.cp);
         let forward_exposed = steps * exposed_under(send, step_attention);
         let backward_exposed = steps * exposed_under(2.0 * send, 2.5 * step_attention);
-        let recompute = if full_recompute { 1.0 } else { 0.0 };
+        let recompute = recompute_share;
         PassComm {
             forward_s: steps * send,
             backward_s: steps * (2.0 + recompute) * send,
@@ -421,7 +425,25 @@ pub fn evaluate(
     // DP (with CP) on the stage with the most parameters.
     let params = memory::max_stage_params(model, plan);
     let dp_group = groups.get(GroupKind::Dp);
-    let dp = comm::dp_traffic(training, plan, params, dp_group.size, dp_group.speed);
+    // FP8 parameter gather moves the layer weights in one byte (the embedding and output layer stay
+    // bf16; counted at the average over the stage's parameters).
+    let gather_bytes_per_param = if plan.precision != Precision::Bf16
+        && training.framework.fp8_param_gather()
+    {
+        let layer_share =
+            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
+        WEIGHT_BYTES - layer_share
+    } else {
+        WEIGHT_BYTES
+    };
+    let dp = comm::dp_traffic(
+        training,
+        plan,
+        params,
+        dp_group.size,
+        dp_group.speed,
+        gather_bytes_per_param,
+    );
     let overlap = training.overlap;
     let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;
     let grad_per_window = dp.grad_total_s / dp.overlap_windows.max(1.0);
@@ -493,7 +515,9 @@ pub fn evaluate(
         (Recompute::None, _) | (Recompute::Selective, AttentionKernel::Flash) => 0.0,
         (Recompute::Selective, AttentionKernel::Unfused) => attention_core,
         (Recompute::Full, _) => {
-            model.layer_forward_flops(plan.global_batch, seq_len).0 * f64::from(model.layers)
+            plan.recompute_share()
+                * model.layer_forward_flops(plan.global_batch, seq_len).0
+                * f64::from(model.layers)
         }
     };
     // FlashAttention's backward recomputes QKᵀ: half the attention core's forward FLOPs again.
