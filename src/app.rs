@@ -607,11 +607,24 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
         if r.plans.is_empty() {
             return out;
         }
+        // Rows that differ only in a setting that changes nothing are folded into one (issue 11).
+        let folded = crate::planner::fold_equivalent(&r.plans);
+        let shown: Vec<_> = folded.iter().map(|row| row.estimate).collect();
         out.push_str(&report::plans_table(
-            &r.plans,
+            &shown,
             scenario.training.tokens.is_some(),
         ));
         out.push('\n');
+        for line in [
+            crate::planner::folded_note(&folded),
+            crate::uncertainty::within_error_line(&shown, &r.cluster.gpu),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            out.push_str(&line);
+            out.push('\n');
+        }
         if r.plans.iter().any(|e| e.plan.pp > 1) {
             out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
         }
@@ -855,10 +868,11 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if !quiet {
         print_report(&report, args.format, |r| {
             format!(
-                "{}\n\n{}\n{}\n",
+                "{}\n\n{}\n{}\n{}\n",
                 report::scenario_line(r),
                 report::breakdown(&r.plans[0]),
-                schedule_line
+                schedule_line,
+                crate::uncertainty::within_error_line(&r.plans, &r.cluster.gpu).unwrap_or_default()
             )
         });
     }

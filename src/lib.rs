@@ -22,5 +22,6 @@ pub mod shape;
 pub mod specs;
 pub mod sweep;
 pub mod training;
+pub mod uncertainty;
 pub mod units;
 pub mod validation;

@@ -380,3 +380,171 @@ pub fn refine_top(
         reordered,
     }
 }
+
+/// One row of a folded top list: a plan and the settings that give the same plan again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoldedRow {
+    pub estimate: Estimate,
+    /// The other settings with the same time and memory, each named by how it differs from this
+    /// row's plan (e.g. "zero 1").
+    pub alternatives: Vec<String>,
+}
+
+/// Folds rows of a ranked top list that differ only in a setting that changes nothing: same
+/// degrees (tp, cp, pp, dp, ep, etp, vpp) and micro-batch, same step time and same memory (to 1e-9
+/// relative), differing in ZeRO stage, sequence parallelism, recompute, resharding or precision — e.g. ZeRO stages at dp = 1, where there is
+/// nothing to shard. The first (best-ranked) of each set stays, in order; the others become its
+/// alternatives.
+pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    let mut rows: Vec<FoldedRow> = Vec::new();
+    for e in plans {
+        let (p, t) = (&e.plan, e.time.step_s.0);
+        let twin = rows.iter_mut().find(|row| {
+            let (q, r) = (&row.estimate.plan, &row.estimate);
+            (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
+                == (p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
+                && r.fits() == e.fits()
+                && same(r.time.step_s.0, t)
+                && same(r.memory.total_bytes.0, e.memory.total_bytes.0)
+        });
+        match twin {
+            Some(row) => {
+                let q = &row.estimate.plan;
+                let mut diff = Vec::new();
+                if q.zero != p.zero {
+                    diff.push(format!("zero {}", p.zero));
+                }
+                if q.sequence_parallel != p.sequence_parallel {
+                    diff.push(format!(
+                        "sp {}",
+                        if p.sequence_parallel { "yes" } else { "no" }
+                    ));
+                }
+                if q.recompute != p.recompute {
+                    diff.push(format!("recompute {}", p.recompute.as_str()));
+                }
+                if q.reshard_after_forward != p.reshard_after_forward {
+                    diff.push(format!(
+                        "reshard after forward {}",
+                        if p.reshard_after_forward { "yes" } else { "no" }
+                    ));
+                }
+                if q.precision != p.precision {
+                    diff.push(format!("precision {}", p.precision.as_str()));
+                }
+                row.alternatives.push(diff.join(" "));
+            }
+            None => rows.push(FoldedRow {
+                estimate: *e,
+                alternatives: Vec::new(),
+            }),
+        }
+    }
+    rows
+}
+
+/// The note under a folded table: which row stands for which alternatives, or None.
+pub fn folded_note(rows: &[FoldedRow]) -> Option<String> {
+    let parts: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| !row.alternatives.is_empty())
+        .map(|(i, row)| format!("#{} also stands for {}", i + 1, row.alternatives.join(", ")))
+        .collect();
+    if parts.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "folded (same time and memory): {}",
+            parts.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::*;
+
+    #[test]
+    fn zero_stages_at_dp_1_fold_into_one_row() {
+        // One node, tp 8: dp = 1, so every ZeRO stage shards over one rank and changes nothing.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            model.seq_len,
+            8,
+            AttentionKernel::Flash,
+        );
+        let estimates: Vec<Estimate> = (0..=3)
+            .map(|zero| {
+                let request = PlanRequest {
+                    tp: 8,
+                    pp: 1,
+                    dp: 1,
+                    vpp: 1,
+                    micro_batch: 1,
+                    sequence_parallel: true,
+                    recompute: Recompute::Selective,
+                    zero,
+                    allow_uneven_pp: false,
+                    allow_cross_node_tp: false,
+                    ..PlanRequest::default()
+                };
+                let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+                evaluate(&model, &cluster, &training, &plan)
+            })
+            .collect();
+        let rows = fold_equivalent(&estimates);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].estimate.plan.zero, 0);
+        assert_eq!(rows[0].alternatives, ["zero 1", "zero 2", "zero 3"]);
+        assert_eq!(
+            folded_note(&rows).unwrap(),
+            "folded (same time and memory): #1 also stands for zero 1, zero 2, zero 3"
+        );
+    }
+
+    #[test]
+    fn plans_that_differ_in_time_or_memory_stay_apart() {
+        // Two nodes, dp 2: ZeRO-1 shards the optimizer, so memory differs and nothing folds.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 2,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            model.seq_len,
+            16,
+            AttentionKernel::Flash,
+        );
+        let estimates: Vec<Estimate> = (0..=1)
+            .map(|zero| {
+                let request = PlanRequest {
+                    tp: 8,
+                    pp: 1,
+                    dp: 2,
+                    vpp: 1,
+                    micro_batch: 1,
+                    sequence_parallel: true,
+                    recompute: Recompute::Selective,
+                    zero,
+                    allow_uneven_pp: false,
+                    allow_cross_node_tp: false,
+                    ..PlanRequest::default()
+                };
+                let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+                evaluate(&model, &cluster, &training, &plan)
+            })
+            .collect();
+        assert_eq!(fold_equivalent(&estimates).len(), 2);
+        assert!(folded_note(&fold_equivalent(&estimates)).is_none());
+    }
+}

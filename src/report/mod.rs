@@ -122,8 +122,9 @@ pub struct Report {
 
 #[derive(Serialize)]
 struct PlanOut<'a> {
+    /// The estimate with its error range written in (`crate::uncertainty::annotate`).
     #[serde(flatten)]
-    estimate: &'a Estimate,
+    estimate: serde_json::Value,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     detail: Option<&'a PlanDetail>,
 }
@@ -149,11 +150,16 @@ impl Serialize for Report {
                 .plans
                 .iter()
                 .enumerate()
-                .map(|(i, estimate)| PlanOut {
-                    estimate,
-                    detail: self.details.get(i),
+                .map(|(i, estimate)| {
+                    let mut value = serde_json::to_value(estimate)
+                        .map_err(<S::Error as serde::ser::Error>::custom)?;
+                    crate::uncertainty::annotate(&mut value, estimate, &self.cluster.gpu);
+                    Ok(PlanOut {
+                        estimate: value,
+                        detail: self.details.get(i),
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, S::Error>>()?,
         }
         .serialize(serializer)
     }
