@@ -186,6 +186,10 @@ pub struct Training {
     pub attention: AttentionKernel,
     pub framework: TrainingFramework,
     pub overlap: Overlap,
+    /// Tokens the busiest expert gets over the balanced share (1.0: balanced routing, as the
+    /// published MoE benchmarks force; `--moe-imbalance`), capped by the capacity factor when one
+    /// is set (tokens over capacity are dropped, Megatron `--moe-capacity-factor`).
+    pub moe_imbalance: f64,
 }
 
 impl Training {
@@ -204,6 +208,7 @@ impl Training {
             attention,
             framework,
             overlap: framework.default_overlap(),
+            moe_imbalance: 1.0,
         }
     }
 }
