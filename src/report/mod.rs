@@ -10,6 +10,7 @@ use crate::model::Model;
 use crate::planner::SearchStats;
 use crate::training::Training;
 
+pub mod chart_sweep;
 mod detail;
 mod html;
 mod ledger_html;

@@ -1,0 +1,259 @@
+//! `tpsim eval` and `tpsim report`: one given plan (flags, plan file or a Megatron-LM launch line)
+//! evaluated with the simulated schedule, printed, emitted or written as a report.
+
+use anyhow::{Result, anyhow, bail};
+
+use super::ecosystem_commands::{
+    attention_arg_of_backend, check_megatron_training, emitted, framework_of, megatron_plan_file,
+    read_megatron_launch, target_name,
+};
+use super::report_commands::{check_dir, schedule_note, write_eval_report};
+use super::scenario::{resolve_scenario, summaries};
+use super::{Outcome, print_report};
+use crate::cli::{EvalArgs, Format, GradDtypeArg, RecomputeArg, ReportArgs};
+use crate::cost::simulated::simulate_plan;
+use crate::emit;
+use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
+use crate::planner::SearchOptions;
+use crate::report::{self, Report, detail_for};
+use crate::specs;
+use crate::units::GIB;
+
+pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    if let Some(dir) = &args.report {
+        check_dir(if quiet { "--out" } else { "--report" }, dir)?;
+    }
+    let megatron = match &args.megatron_args {
+        Some(text) => Some(read_megatron_launch(text)?),
+        None => None,
+    };
+    let plan_file = match (&args.plan, &megatron) {
+        (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
+        (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
+        (None, None) => None,
+    };
+    if let Some(launch) = &megatron {
+        check_megatron_training(launch, &args.training)?;
+    }
+    // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.
+    let mut training_args = args.training.clone();
+    if let Some(backend) = &args.attention_backend {
+        training_args.attention = Some(attention_arg_of_backend(backend)?);
+    }
+    if args.accumulate_allreduce_grads_in_fp32 {
+        training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    }
+    let scenario = resolve_scenario(
+        &args.model,
+        &args.cluster,
+        &training_args,
+        plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
+    )?;
+    let request = match &plan_file {
+        Some(_) if megatron.is_some() => megatron
+            .as_ref()
+            .expect("checked above")
+            .request(scenario.cluster.total_gpus())
+            .map_err(|message| anyhow!("--megatron-args: {message}"))?,
+        Some((file, _)) => file.plan,
+        None => {
+            if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
+                bail!(
+                    "no plan given: pass --plan FILE, or --tp and --pp (e.g. --tp 8 --pp 16); `tpsim plan` finds the best one"
+                );
+            }
+            let tp = args.tp.unwrap_or(1);
+            let pp = args.pp.unwrap_or(1);
+            let gpus = scenario.cluster.total_gpus();
+            let dp = match args.dp {
+                Some(dp) => dp,
+                None if tp > 0
+                    && pp > 0
+                    && u64::from(gpus) % (u64::from(tp) * u64::from(pp)) == 0 =>
+                {
+                    (u64::from(gpus) / (u64::from(tp) * u64::from(pp))) as u32
+                }
+                // No dp makes tp x pp fit the cluster; report a degree that can never work for this
+                // model first, since changing the cluster would not fix it.
+                None if tp > 0 && scenario.model.heads % tp != 0 => {
+                    let valid: Vec<String> = divisors(scenario.model.heads)
+                        .into_iter()
+                        .filter(|d| {
+                            *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp
+                        })
+                        .map(|d| d.to_string())
+                        .collect();
+                    return Err(PlanError::TpHeads {
+                        tp,
+                        heads: scenario.model.heads,
+                        valid: valid.join(", "),
+                    }
+                    .into());
+                }
+                None if pp > scenario.model.layers => {
+                    return Err(PlanError::PpLayers {
+                        pp,
+                        layers: scenario.model.layers,
+                    }
+                    .into());
+                }
+                None => bail!(
+                    "--tp {tp} x --pp {pp} = {} does not divide the cluster's {gpus} GPUs; choose tp x pp dividing {gpus}",
+                    u64::from(tp) * u64::from(pp)
+                ),
+            };
+            PlanRequest {
+                tp,
+                pp,
+                dp,
+                vpp: match args.num_layers_per_virtual_pipeline_stage {
+                    Some(n) => {
+                        emit::vpp_from_layers_per_virtual_stage(scenario.model.layers, pp, n)
+                            .map_err(|message| anyhow!(message))?
+                    }
+                    None => args.vpp.unwrap_or(1),
+                },
+                micro_batch: args.micro_batch.unwrap_or(1),
+                sequence_parallel: args.sequence_parallel,
+                recompute: match args.recompute.unwrap_or(RecomputeArg::None) {
+                    RecomputeArg::None => Recompute::None,
+                    RecomputeArg::Selective => Recompute::Selective,
+                    RecomputeArg::Full => Recompute::Full,
+                },
+                zero: args
+                    .zero
+                    .unwrap_or(u8::from(args.use_distributed_optimizer)),
+                allow_uneven_pp: args.allow_uneven_pp,
+                allow_cross_node_tp: args.allow_cross_node_tp,
+            }
+        }
+    };
+    let plan = ParallelPlan::build(
+        &request,
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+    )?;
+    if plan.zero >= 2 && plan.pp > 1 {
+        eprintln!(
+            "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",
+            plan.zero
+        );
+    }
+    let simulated = simulate_plan(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+    )
+    .map_err(|e| anyhow!("simulating the pipeline schedule: {e}"))?;
+    let estimate = simulated.estimate;
+    if let Some(target) = args.emit {
+        let framework = framework_of(target);
+        if let Some(reason) = framework.unsupported(&plan) {
+            bail!("--emit {}: {reason}", target_name(target));
+        }
+        if !estimate.fits() {
+            eprintln!(
+                "warning: this plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU",
+                estimate.memory.total_bytes.0 / GIB,
+                estimate.memory.capacity_bytes.0 / GIB
+            );
+        }
+        print!("{}", emitted(framework, &scenario, &estimate));
+        return Ok(if estimate.fits() {
+            Outcome::Found
+        } else {
+            Outcome::NothingFits
+        });
+    }
+    let (model, cluster) = summaries(&scenario);
+    let detail = detail_for(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+        Some(simulated.summary),
+    );
+    let report = Report {
+        model,
+        cluster,
+        training: scenario.training,
+        search: None,
+        plans: vec![estimate],
+        details: vec![detail],
+    };
+    let schedule_line = schedule_note(&simulated.summary);
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line
+            )
+        });
+    }
+    if let Some(dir) = &args.report {
+        let flag = if quiet { "--out" } else { "--report" };
+        let options = SearchOptions {
+            allow_uneven_pp: request.allow_uneven_pp,
+            allow_cross_node_tp: request.allow_cross_node_tp,
+        };
+        write_eval_report(
+            flag,
+            dir,
+            (&scenario.model, &scenario.cluster, &scenario.training),
+            options,
+            &report,
+            &simulated,
+            schedule_line,
+        )?;
+    }
+    if estimate.fits() {
+        Ok(Outcome::Found)
+    } else {
+        if quiet {
+            // `tpsim report` prints no breakdown, so say why the exit code is 1.
+            eprintln!(
+                "the plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU (see the report's memory figure)",
+                estimate.memory.total_bytes.0 / GIB,
+                estimate.memory.capacity_bytes.0 / GIB
+            );
+        }
+        Ok(Outcome::NothingFits)
+    }
+}
+
+/// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
+pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
+    let eval_args = EvalArgs {
+        model: args.model,
+        cluster: args.cluster,
+        training: args.training,
+        plan: Some(args.plan),
+        tp: None,
+        pp: None,
+        dp: None,
+        vpp: None,
+        micro_batch: None,
+        sequence_parallel: false,
+        recompute: None,
+        zero: None,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+        report: Some(args.out),
+        format: Format::Table,
+        num_layers_per_virtual_pipeline_stage: None,
+        use_distributed_optimizer: false,
+        recompute_method: None,
+        recompute_num_layers: None,
+        max_position_embeddings: None,
+        bf16: false,
+        attention_backend: None,
+        accumulate_allreduce_grads_in_fp32: false,
+        emit: None,
+        megatron_args: None,
+    };
+    eval(eval_args, true)
+}
