@@ -721,3 +721,49 @@ fn thread_count_and_empty_run_files_are_checked() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The plan table on a 100-column terminal (a pseudo-terminal from util-linux `script`): one line
+/// per plan, no line wider than the terminal; piped, the same command prints every column.
+#[test]
+fn the_plan_table_fits_a_narrow_terminal_and_stays_whole_in_a_pipe() {
+    let bin = env!("CARGO_BIN_EXE_tpsim");
+    let Ok(out) = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty cols 100; {bin} plan --params 70B --nodes 8 --top 3"),
+            "/dev/null",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    else {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    };
+    let text = String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .replace('\r', "");
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with('╞'))
+        .skip(1)
+        .take_while(|l| !l.starts_with('└'))
+        .collect();
+    assert_eq!(
+        table.len(),
+        3,
+        "one line per plan on a 100-column terminal:\n{text}"
+    );
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with(['┌', '│', '╞', '└']))
+            .all(|l| l.chars().count() <= 100),
+        "{text}"
+    );
+    assert!(text.contains("left out to fit 100 columns: DP s"), "{text}");
+    let (code, piped, _) = run(&["plan", "--params", "70B", "--nodes", "8", "--top", "3"]);
+    assert_eq!(code, 0);
+    assert!(
+        piped.contains("┆ DP s │") && !piped.contains("left out"),
+        "{piped}"
+    );
+}

@@ -131,9 +131,10 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         if r.plans.is_empty() {
             return out;
         }
-        out.push_str(&report::plans_table(
+        out.push_str(&report::plans_table_fitted(
             &r.plans,
             scenario.training.tokens.is_some(),
+            terminal_columns(),
         ));
         out.push('\n');
         if r.plans.iter().any(|e| e.plan.pp > 1) {
@@ -190,4 +191,10 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// The terminal's width when stdout is one (comfy-table asks the terminal), so the plan table can
+/// fit it; `None` when stdout is a pipe or a file, which get the whole table.
+fn terminal_columns() -> Option<usize> {
+    comfy_table::Table::new().width().map(usize::from)
 }

@@ -28,7 +28,9 @@ pub use svg::plan_label;
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
-pub use table::{breakdown, explain_best, plans_table, scenario_line, stats_line};
+pub use table::{
+    breakdown, explain_best, plans_table, plans_table_fitted, scenario_line, stats_line,
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSummary {
