@@ -97,7 +97,10 @@ fn plan_report_figures_show_what_they_must() {
         );
     }
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
-    assert!(t.iter().any(|s| s == "plan (rank, tp·pp·dp)"));
+    assert!(
+        t.iter()
+            .any(|s| s == "plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
+    );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
         count_rects_with_fill(&memory, "#4E79A7"),
@@ -134,7 +137,7 @@ fn plan_report_figures_show_what_they_must() {
     );
     assert!(t.iter().any(|s| s == "throughput (tokens/s)"));
     assert!(t.iter().any(|s| s.starts_with("memory per GPU (GiB")));
-    assert!(t.iter().any(|s| s == "Pareto frontier"));
+    assert!(t.iter().any(|s| s == "— Pareto frontier"));
 
     // 4. Layout: one labelled cell per GPU, each (dp, pp, tp) once.
     let layout = read(&dir, "layout.svg");
@@ -229,6 +232,19 @@ fn report_command_draws_the_seed_plan() {
         texts(&read(&dir, "timeline.svg"))
             .iter()
             .any(|s| s.contains("is folded"))
+    );
+    // The seed plan (selective recompute) is outside the search space, and still marked.
+    assert!(
+        texts(&read(&dir, "search.svg"))
+            .iter()
+            .any(|s| s == "✕ the evaluated plan"),
+        "the search figure marks the evaluated plan"
+    );
+    // Plans that share tp·pp·dp tell apart under their bars.
+    assert!(
+        texts(&read(&dir, "memory.svg"))
+            .iter()
+            .any(|s| s == "recompute selective")
     );
     // Thinned scatter says how many it drew.
     assert!(
@@ -441,5 +457,55 @@ fn interleaved_timeline_has_one_block_per_chunk_microbatch_stage_direction() {
         .filter(|s| s.starts_with('(') && s.ends_with(')'))
         .count();
     assert_eq!(cells, 32);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A report of a plan that does not fit says so on the page's first line and on every figure.
+#[test]
+fn a_report_of_a_plan_that_does_not_fit_says_so_first_and_on_every_figure() {
+    let dir = scratch("oom");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "16",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let html = read(&dir, "index.html");
+    let h1 = html
+        .lines()
+        .find(|l| l.starts_with("<h1>"))
+        .expect("the page has a heading");
+    assert!(h1.contains("the evaluated plan does not fit (OOM)"), "{h1}");
+    assert!(html.contains("this plan t1·p1·d128 (does not fit)"));
+    for name in [
+        "memory.svg",
+        "step_time.svg",
+        "search.svg",
+        "layout.svg",
+        "timeline.svg",
+    ] {
+        let t = texts(&read(&dir, name));
+        assert!(
+            t.iter()
+                .any(|s| s.starts_with("the evaluated plan does not fit (OOM): it needs")),
+            "{name}: {t:?}"
+        );
+    }
+    assert!(
+        texts(&read(&dir, "memory.svg"))
+            .iter()
+            .any(|s| s == "does not fit")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
