@@ -767,3 +767,87 @@ fn the_plan_table_fits_a_narrow_terminal_and_stays_whole_in_a_pipe() {
         "{piped}"
     );
 }
+
+/// The number after the last `--global-batch ` in `text`.
+fn suggested_batch(text: &str) -> String {
+    let at = text
+        .rfind("--global-batch ")
+        .unwrap_or_else(|| panic!("no suggestion in: {text}"));
+    text[at + "--global-batch ".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect()
+}
+
+/// Without --global-batch, plan says which batch it used and why; with it, it says nothing.
+#[test]
+fn the_default_global_batch_is_stated_and_a_batch_too_small_for_the_cluster_is_flagged() {
+    let (code, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "2", "--top", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("note: --global-batch not given: 1536 sequences x 2048 tokens"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
+    let (_, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "2",
+        "--top",
+        "1",
+        "--global-batch",
+        "256",
+    ]);
+    assert!(!stderr.contains("--global-batch not given"), "{stderr}");
+
+    // 512 nodes and 1536 sequences: every split idles; the warning's suggestion plans cleanly.
+    let (_, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "512", "--top", "1"]);
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: --global-batch 1536 is small for 512 nodes"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let batch = suggested_batch(warning);
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "512",
+        "--top",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
+}
+
+/// When no split divides the batch, the error names a batch that has one.
+#[test]
+fn no_split_names_a_global_batch_that_has_one() {
+    let (code, _, stderr) = run(&["plan", "--params", "1T", "--nodes", "16384"]);
+    assert_eq!(code, 2);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: no valid plan exists"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let batch = suggested_batch(error);
+    let (code, stdout, stderr) = run(&[
+        "plan",
+        "--params",
+        "1T",
+        "--nodes",
+        "16384",
+        "--top",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(
+        stdout.contains(&format!("training: {batch} sequences")),
+        "{stdout}"
+    );
+}

@@ -8,7 +8,7 @@ use super::ecosystem_commands::{
     read_megatron_launch, target_name,
 };
 use super::report_commands::{check_dir, schedule_note, write_eval_report};
-use super::scenario::{resolve_scenario, summaries};
+use super::scenario::{global_batch_advice, resolve_scenario, summaries};
 use super::{Outcome, print_report};
 use crate::cli::{EvalArgs, Format, GradDtypeArg, RecomputeArg, ReportArgs};
 use crate::cost::simulated::simulate_plan;
@@ -49,6 +49,14 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &training_args,
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
+    let batch_given = training_args.global_batch.is_some()
+        || plan_file
+            .as_ref()
+            .is_some_and(|(f, _)| f.global_batch.is_some());
+    let batch_options = SearchOptions {
+        allow_uneven_pp: args.allow_uneven_pp,
+        allow_cross_node_tp: args.allow_cross_node_tp,
+    };
     let request = match &plan_file {
         Some(_) if megatron.is_some() => megatron
             .as_ref()
@@ -134,6 +142,10 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.cluster,
         &scenario.training,
     )?;
+    // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
+    for line in global_batch_advice(&scenario, batch_given, batch_options) {
+        eprintln!("{line}");
+    }
     if plan.zero >= 2 && plan.pp > 1 {
         eprintln!(
             "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",

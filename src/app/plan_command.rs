@@ -5,7 +5,9 @@ use anyhow::{Context, Result, bail};
 
 use super::ecosystem_commands::emit_best;
 use super::report_commands::{Written, check_dir, details_of, write_report};
-use super::scenario::{model_file_of, resolve_scenario, summaries};
+use super::scenario::{
+    global_batch_advice, model_file_of, resolve_scenario, smallest_splittable_batch, summaries,
+};
 use super::{Outcome, print_report};
 use crate::cli::PlanArgs;
 use crate::plan::PlanRequest;
@@ -54,8 +56,16 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         ),
     };
     if result.ranked.is_empty() {
+        let batch_fix = smallest_splittable_batch(
+            &scenario.model,
+            &scenario.cluster,
+            options,
+            scenario.training.global_batch,
+        )
+        .map(|b| format!(" (e.g. --global-batch {b})"))
+        .unwrap_or_default();
         bail!(
-            "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch or the model",
+            "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
             scenario.cluster.total_gpus(),
             scenario.model.heads,
             scenario.model.layers,
@@ -66,6 +76,10 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             },
             scenario.training.global_batch
         );
+    }
+    // Said once the input is known to be valid, so a bad flag still gets a one-line error.
+    for line in global_batch_advice(&scenario, args.training.global_batch.is_some(), options) {
+        eprintln!("{line}");
     }
     let (model, cluster) = summaries(&scenario);
     let feasible = result.feasible();

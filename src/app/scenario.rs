@@ -9,6 +9,7 @@ use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, T
 use crate::cluster::Cluster;
 use crate::hf_config;
 use crate::model::{Model, ModelFile, Norm};
+use crate::planner::{SearchOptions, tp_degrees};
 use crate::report::{ClusterSummary, ModelSummary};
 use crate::shape::derive_shape;
 use crate::specs::{self, PlanFile};
@@ -264,4 +265,81 @@ pub(super) fn model_file_of(model: &Model) -> ModelFile {
         norm: Some(model.norm),
         dropout: model.dropout,
     }
+}
+
+/// The data-parallel degrees a split of `cluster` can have (tp × pp × dp = GPUs, with tp and pp
+/// as the search allows them; see `planner::enumerate`).
+fn dp_degrees(model: &Model, cluster: &Cluster, options: SearchOptions) -> Vec<u32> {
+    let gpus = cluster.total_gpus();
+    let mut dps: Vec<u32> = tp_degrees(model, cluster, options.allow_cross_node_tp)
+        .into_iter()
+        .flat_map(|tp| {
+            (1..=model.layers.min(gpus / tp))
+                .filter(move |&pp| {
+                    (gpus / tp).is_multiple_of(pp)
+                        && (model.layers.is_multiple_of(pp) || options.allow_uneven_pp)
+                })
+                .map(move |pp| gpus / (tp * pp))
+        })
+        .collect();
+    dps.sort_unstable();
+    dps.dedup();
+    dps
+}
+
+/// The smallest global batch, at least `at_least` sequences, that some split divides; `None` when
+/// no dp degree exists at all (the model cannot be split over this cluster).
+pub(super) fn smallest_splittable_batch(
+    model: &Model,
+    cluster: &Cluster,
+    options: SearchOptions,
+    at_least: u32,
+) -> Option<u32> {
+    let dps = dp_degrees(model, cluster, options);
+    dps.iter()
+        .map(|&dp| at_least.div_ceil(dp) * dp)
+        .filter(|&b| b <= MAX_GLOBAL_BATCH)
+        .min()
+}
+
+/// What `plan` and `eval` say about the global batch on stderr: where the default comes from when
+/// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
+///
+/// With TP inside a node (tp ≤ GPUs per node), pp × dp ≥ nodes, and a step has m = global batch /
+/// dp micro-batches of at least one sequence, so pp / m ≥ nodes / global batch: below 4 sequences
+/// per node every split keeps the pipeline idle for at least a quarter of its work (the bubble is
+/// (p−1)/(v·m), Narayanan et al. 2021 §2.2; interleaving divides it by v at the cost of v times
+/// the PP traffic). Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
+/// 3.2M (Brown et al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
+pub(super) fn global_batch_advice(
+    s: &Scenario,
+    given: bool,
+    options: SearchOptions,
+) -> Vec<String> {
+    let batch = s.training.global_batch;
+    let nodes = s.cluster.nodes;
+    let mut lines = Vec::new();
+    if !given {
+        lines.push(format!(
+            "note: --global-batch not given: {batch} sequences x {} tokens = {:.1}M tokens per step, GPT-3 175B's batch (Brown et al. 2020); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",
+            s.training.seq_len,
+            f64::from(batch) * f64::from(s.training.seq_len) / 1e6,
+        ));
+    }
+    let per_node = 4;
+    if u64::from(batch) < u64::from(per_node) * u64::from(nodes) {
+        let suggestion = smallest_splittable_batch(
+            &s.model,
+            &s.cluster,
+            options,
+            nodes.saturating_mul(per_node),
+        )
+        .map(|b| format!("; e.g. --global-batch {b}"))
+        .unwrap_or_default();
+        lines.push(format!(
+            "warning: --global-batch {batch} is small for {nodes} nodes: with TP inside a node every split has at least nodes/batch = {:.2} pipeline stages or replicas per micro-batch, so GPUs idle (bubble (p-1)/(v·m)) or no split exists; give at least {per_node} sequences per node{suggestion}",
+            f64::from(nodes) / f64::from(batch),
+        ));
+    }
+    lines
 }
