@@ -851,3 +851,53 @@ fn no_split_names_a_global_batch_that_has_one() {
         "{stdout}"
     );
 }
+
+/// `eval --plan`: the advice an error gives works, and plan flags override the file as the help
+/// says.
+#[test]
+fn plan_flags_override_a_plan_file_and_the_advice_leads_somewhere() {
+    let seed = "plans/seed-512b-32nodes.yaml";
+    let (code, _, stderr) = run(&["eval", "--plan", seed, "--nodes", "64"]);
+    assert_eq!(code, 2);
+    let at = stderr.rfind("--dp ").unwrap_or_else(|| panic!("{stderr}"));
+    let dp: String = stderr[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let (code, stdout, stderr) = run(&["eval", "--plan", seed, "--nodes", "64", "--dp", &dp]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(stdout.contains(&format!(" x dp {dp} ")), "{stdout}");
+
+    let (code, stdout, stderr) = run(&["eval", "--plan", seed, "--recompute", "full"]);
+    assert_ne!(code, 2, "{stderr}");
+    let plan_line = stdout.lines().find(|l| l.starts_with("plan:")).unwrap();
+    assert!(plan_line.contains("recompute full"), "{plan_line}");
+
+    let (_, help, _) = run(&["eval", "--help"]);
+    assert!(help.contains("override its values"), "{help}");
+}
+
+/// Help names every bundled GPU, and says --calibration is used instead of --gpu, which is what
+/// passing both does (a usage error).
+#[test]
+fn gpu_and_calibration_help_match_what_the_flags_do() {
+    let (_, help, _) = run(&["plan", "--help"]);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (name, _) in tpsim::specs::BUNDLED_GPUS {
+        assert!(help.contains(name), "--gpu help omits {name}");
+    }
+    assert!(help.contains("used instead of --gpu"), "{help}");
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--gpu",
+        "a100-sxm-80g",
+        "--calibration",
+        "cpu.yaml",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}

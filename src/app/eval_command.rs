@@ -63,7 +63,7 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             .expect("checked above")
             .request(scenario.cluster.total_gpus())
             .map_err(|message| anyhow!("--megatron-args: {message}"))?,
-        Some((file, _)) => file.plan,
+        Some((file, _)) => with_plan_flags(file.plan, &args),
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
                 bail!(
@@ -268,4 +268,26 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         megatron_args: None,
     };
     eval(eval_args, true)
+}
+
+/// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help
+/// says (`--sequence-parallel` can only turn sequence parallelism on; the allow flags add to the file's).
+fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
+    PlanRequest {
+        tp: args.tp.unwrap_or(file.tp),
+        pp: args.pp.unwrap_or(file.pp),
+        dp: args.dp.unwrap_or(file.dp),
+        vpp: args.vpp.unwrap_or(file.vpp),
+        micro_batch: args.micro_batch.unwrap_or(file.micro_batch),
+        sequence_parallel: file.sequence_parallel || args.sequence_parallel,
+        recompute: match args.recompute {
+            Some(RecomputeArg::None) => Recompute::None,
+            Some(RecomputeArg::Selective) => Recompute::Selective,
+            Some(RecomputeArg::Full) => Recompute::Full,
+            None => file.recompute,
+        },
+        zero: args.zero.unwrap_or(file.zero),
+        allow_uneven_pp: file.allow_uneven_pp || args.allow_uneven_pp,
+        allow_cross_node_tp: file.allow_cross_node_tp || args.allow_cross_node_tp,
+    }
 }
