@@ -901,3 +901,75 @@ fn gpu_and_calibration_help_match_what_the_flags_do() {
     assert_eq!(code, 2);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
+
+/// The rough messages of issue 10 item 9, each as a new user met it.
+#[test]
+fn messages_read_cleanly() {
+    // "1 node", not "1 nodes".
+    let (_, stdout, _) = run(&["plan", "--params", "7B", "--nodes", "1", "--top", "1"]);
+    assert!(stdout.contains("cluster: 1 node x 8 "), "{stdout}");
+
+    // pp 1: no per-stage split and no PP link to report.
+    let (_, stdout, _) = run(&[
+        "eval", "--params", "7B", "--nodes", "1", "--tp", "8", "--pp", "1",
+    ]);
+    assert!(!stdout.contains("layers per stage: first"), "{stdout}");
+    assert!(
+        stdout.contains("all 32 on one stage") || stdout.contains("on one stage (no pipeline)"),
+        "{stdout}"
+    );
+    let pp_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("PP "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(!pp_line.contains("NVLink"), "{pp_line}");
+
+    // A missing plan file is a path problem; plans have no bundled names.
+    let (code, _, stderr) = run(&["eval", "--plan", "plans/no-such-plan.yaml"]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("bundled"), "{stderr}");
+    assert!(
+        stderr.contains("plans/no-such-plan.yaml: no such file"),
+        "{stderr}"
+    );
+
+    // dp 8 does not divide 1001: no "valid ...: none", and the suggested batch works.
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        "1001",
+    ]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("none"), "{stderr}");
+    let batch = suggested_batch(&stderr);
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+
+    // JSON: whole bytes for the GPU's memory, no negative zeros.
+    let (_, stdout, _) = run(&[
+        "plan", "--params", "7B", "--nodes", "1", "--top", "3", "--format", "json",
+    ]);
+    let json: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        json["cluster"]["gpu_memory_bytes"].is_u64(),
+        "{}",
+        json["cluster"]
+    );
+    assert!(!stdout.contains("-0.0"), "negative zero in the JSON");
+}

@@ -28,6 +28,9 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         None => None,
     };
     let plan_file = match (&args.plan, &megatron) {
+        (Some(path), _) if !std::path::Path::new(path).exists() => bail!(
+            "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
+        ),
         (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
         (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
         (None, None) => None,
@@ -136,12 +139,22 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             }
         }
     };
-    let plan = ParallelPlan::build(
+    let plan = match ParallelPlan::build(
         &request,
         &scenario.model,
         &scenario.cluster,
         &scenario.training,
-    )?;
+    ) {
+        Ok(plan) => plan,
+        // dp itself does not divide the batch: no micro-batch can help, so say what can.
+        Err(PlanError::BatchSplit {
+            global_batch, dp, ..
+        }) if !global_batch.is_multiple_of(dp) => bail!(
+            "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
+            global_batch.div_ceil(dp) * dp
+        ),
+        Err(e) => return Err(e.into()),
+    };
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");

@@ -14,6 +14,19 @@ pub(crate) fn gib(bytes: f64) -> String {
     format!("{:.1}", bytes / crate::units::GIB)
 }
 
+/// FLOP/s as TFLOP/s with three significant digits or more, so a CPU profile's 0.076 does not
+/// read as 0.
+pub(crate) fn tflops(flops_per_s: f64) -> String {
+    let t = flops_per_s / 1e12;
+    if t >= 100.0 {
+        format!("{t:.0}")
+    } else if t >= 1.0 {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.3}")
+    }
+}
+
 pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
@@ -62,7 +75,7 @@ pub fn scenario_line(report: &Report) -> String {
     .join(", ");
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
-         cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
+         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention",
         m.name,
         m.origin,
@@ -78,11 +91,12 @@ pub fn scenario_line(report: &Report) -> String {
         m.ffn_hidden,
         m.vocab,
         c.nodes,
+        if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
         c.gpu,
         c.total_gpus,
-        gib(c.gpu_memory_bytes),
-        c.peak_flops / 1e12,
+        gib(c.gpu_memory_bytes as f64),
+        tflops(c.peak_flops),
         t.global_batch,
         t.seq_len,
         match t.grad_dtype {
@@ -224,18 +238,26 @@ pub fn breakdown(e: &Estimate) -> String {
         p.recompute.as_str(),
         p.zero
     );
-    let _ = writeln!(
-        out,
-        "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
-        p.stages.first,
-        p.stages.middle_max,
-        p.stages.last,
-        if p.stages.even {
-            "even split"
-        } else {
-            "uneven split: embedding and output layer count as one layer each"
-        }
-    );
+    if p.pp == 1 {
+        let _ = writeln!(
+            out,
+            "layers: all {} on one stage (no pipeline), with the embedding and the output layer",
+            p.stages.first
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
+            p.stages.first,
+            p.stages.middle_max,
+            p.stages.last,
+            if p.stages.even {
+                "even split"
+            } else {
+                "uneven split: embedding and output layer count as one layer each"
+            }
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -289,6 +311,10 @@ pub fn breakdown(e: &Estimate) -> String {
             "gradient reduction and parameter all-gather (ZeRO)",
         ),
     ] {
+        if name == "PP" && p.pp == 1 {
+            let _ = writeln!(out, "  PP        none: pp 1, no stage boundaries");
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
@@ -497,5 +523,12 @@ mod tests {
         // Wide enough: nothing is left out and no note is added.
         assert_eq!(plans_table_fitted(&plans, false, Some(width(&full))), full);
         assert!(full.contains("DP s") && !full.contains("left out"));
+    }
+
+    #[test]
+    fn small_throughputs_keep_their_digits() {
+        assert_eq!(tflops(0.076e12), "0.076");
+        assert_eq!(tflops(989.4e12), "989");
+        assert_eq!(tflops(19.5e12), "19.5");
     }
 }
