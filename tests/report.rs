@@ -240,6 +240,8 @@ fn report_command_draws_the_seed_plan() {
             .any(|s| s == "✕ the evaluated plan"),
         "the search figure marks the evaluated plan"
     );
+    // The Inputs block wraps its long model line instead of clipping it.
+    assert!(read(&dir, "index.html").contains("white-space:pre-wrap"));
     // Plans that share tp·pp·dp tell apart under their bars.
     assert!(
         texts(&read(&dir, "memory.svg"))
@@ -506,6 +508,62 @@ fn a_report_of_a_plan_that_does_not_fit_says_so_first_and_on_every_figure() {
         texts(&read(&dir, "memory.svg"))
             .iter()
             .any(|s| s == "does not fit")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sweep chart places numeric points at their values on a log axis (1, 2, 8: the gap from 2 to
+/// 8 is twice the gap from 1 to 2) and its title names the model.
+#[test]
+fn sweep_chart_has_a_log_axis_and_names_the_model() {
+    let dir = scratch("sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let chart = dir.join("sweep.svg");
+    let out = tpsim()
+        .args([
+            "sweep", "--params", "7B", "--axis", "nodes", "--values", "1,2,8", "--chart",
+        ])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<(String, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| {
+            (
+                n.text().unwrap_or("").trim().to_string(),
+                n.attribute("x")
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|(t, _)| t.contains("7.1B-parameter model")),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|(t, _)| t == "nodes (log scale)"));
+    // The first panel's labels under its points.
+    let x_of = |label: &str| {
+        texts
+            .iter()
+            .find(|(t, _)| t == label)
+            .unwrap_or_else(|| panic!("no label {label}: {texts:?}"))
+            .1
+    };
+    let (x1, x2, x8) = (x_of("1"), x_of("2"), x_of("8"));
+    assert!(
+        ((x8 - x2) - 2.0 * (x2 - x1)).abs() < 2.0,
+        "1, 2, 8 at {x1}, {x2}, {x8}: not a log axis"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -50,7 +50,7 @@ pub(crate) fn escape(text: &str) -> String {
 const STYLE: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}\
 th{background:#f3f3f3}td.n{text-align:right}figure{margin:2em 0}img{max-width:100%;border:1px solid #eee}\
-pre{background:#f7f7f7;padding:.8em;overflow-x:auto}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
+pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
 
 fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     let mut out = String::from(

@@ -57,7 +57,10 @@ pub(crate) const STACK: [RGBColor; 7] = [
     RGBColor(0xB0, 0x7A, 0xA1),
 ];
 
-/// One colour per pipeline stage, cycling through a light palette so labels stay readable.
+/// One colour per pipeline stage, light so labels stay readable: the first 10 from a light
+/// category palette (Tableau's category20 light tones), then one hue per stage stepped by the golden
+/// angle (137.5°, so neighbouring stages stay far apart on the colour wheel) at a lightness the
+/// labels read on, so no two stages of a drawn layout share a colour.
 pub(crate) fn stage_colour(stage: u32) -> RGBColor {
     const PALETTE: [RGBColor; 10] = [
         RGBColor(0xAE, 0xC7, 0xE8),
@@ -71,7 +74,24 @@ pub(crate) fn stage_colour(stage: u32) -> RGBColor {
         RGBColor(0x9E, 0xDA, 0xE5),
         RGBColor(0xC7, 0xC7, 0xC7),
     ];
-    PALETTE[stage as usize % PALETTE.len()]
+    if let Some(colour) = PALETTE.get(stage as usize) {
+        return *colour;
+    }
+    let k = f64::from(stage - PALETTE.len() as u32);
+    // Lightness alternates over three bands so stages 360/137.5 apart differ too.
+    let lightness = [0.80, 0.70, 0.88][(stage as usize) % 3];
+    hsl((k * 137.508 + 15.0) % 360.0, 0.55, lightness)
+}
+
+/// HSL (hue in degrees, saturation and lightness in [0, 1]) to RGB (CSS Color 4 §7.1).
+fn hsl(hue: f64, saturation: f64, lightness: f64) -> RGBColor {
+    let f = |n: f64| {
+        let k = (n + hue / 30.0) % 12.0;
+        let a = saturation * lightness.min(1.0 - lightness);
+        let v = lightness - a * (k - 3.0).min(9.0 - k).clamp(-1.0, 1.0);
+        (v * 255.0).round() as u8
+    };
+    RGBColor(f(0.0), f(8.0), f(4.0))
 }
 
 /// Stacked bars for the top plans, one per plan, with an optional horizontal line and a text label
@@ -221,4 +241,38 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stage_of_a_large_pipeline_has_its_own_colour() {
+        let colours: Vec<(u8, u8, u8)> = (0..128)
+            .map(|s| {
+                let c = stage_colour(s);
+                (c.0, c.1, c.2)
+            })
+            .collect();
+        let mut unique = colours.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), colours.len());
+        // Light enough for black labels: each channel average above 55%.
+        for (r, g, b) in colours {
+            assert!(
+                u32::from(r) + u32::from(g) + u32::from(b) > 3 * 140,
+                "{r} {g} {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn hsl_matches_css() {
+        let red = hsl(0.0, 1.0, 0.5);
+        assert_eq!((red.0, red.1, red.2), (255, 0, 0));
+        let c = hsl(120.0, 1.0, 0.25);
+        assert_eq!((c.0, c.1, c.2), (0, 128, 0));
+    }
 }
