@@ -933,6 +933,21 @@ fn messages_read_cleanly() {
         "{stderr}"
     );
 
+    // A missing config file: the OS error once, not twice.
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--hf-config",
+        "models/hf/no-such.json",
+        "--nodes",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr.matches("no such file").count() + stderr.matches("No such file").count(),
+        1,
+        "{stderr}"
+    );
+
     // dp 8 does not divide 1001: no "valid ...: none", and the suggested batch works.
     let (code, _, stderr) = run(&[
         "eval",

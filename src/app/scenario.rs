@@ -64,6 +64,11 @@ pub(super) fn resolve_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
+        if !std::path::Path::new(path).exists() {
+            bail!(
+                "--hf-config {path}: cannot read it: no such file; give the path of a Hugging Face config.json (e.g. models/hf/llama-3-70b.json)"
+            );
+        }
         let model = hf_config::load(path, seq_len_flag)?;
         return Ok((model, format!("from Hugging Face config {path}")));
     }
