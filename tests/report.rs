@@ -567,3 +567,42 @@ fn sweep_chart_has_a_log_axis_and_names_the_model() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without a pipeline (pp 1) the timeline still draws its one stage: a forward and a backward block
+/// per micro-batch.
+#[test]
+fn a_single_stage_timeline_draws_its_blocks() {
+    let dir = scratch("pp1");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "16",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gantt = read(&dir, "timeline.svg");
+    use tpsim::cost::schedule::Direction::{Backward, Forward};
+    for d in [Forward, Backward] {
+        let col = tpsim::report::block_colour(d, 0);
+        let fill = format!("#{:02X}{:02X}{:02X}", col.0, col.1, col.2);
+        assert_eq!(count_rects_with_fill(&gantt, &fill), 16, "{d:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
