@@ -27,6 +27,15 @@ pub(crate) fn tflops(flops_per_s: f64) -> String {
     }
 }
 
+/// A per-GPU throughput already in TFLOP/s, to 0.1 and, below 1 (a CPU profile), to 0.001.
+pub(crate) fn tflops_fine(tflops: f64) -> String {
+    if tflops >= 1.0 {
+        format!("{tflops:.1}")
+    } else {
+        format!("{tflops:.3}")
+    }
+}
+
 pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
@@ -358,11 +367,11 @@ pub fn breakdown(e: &Estimate) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {:.1} model TFLOP/s per GPU (MFU {:.1}%), {:.1} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
         e.tokens_per_s,
-        e.model_tflops_per_gpu,
+        tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
-        e.hardware_tflops_per_gpu,
+        tflops_fine(e.hardware_tflops_per_gpu),
         e.bubble_fraction * 100.0
     );
     if let Some(seconds) = e.time_to_train_s {
@@ -530,5 +539,7 @@ mod tests {
         assert_eq!(tflops(0.076e12), "0.076");
         assert_eq!(tflops(989.4e12), "989");
         assert_eq!(tflops(19.5e12), "19.5");
+        assert_eq!(tflops_fine(451.24), "451.2");
+        assert_eq!(tflops_fine(0.0412), "0.041");
     }
 }
