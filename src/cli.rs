@@ -210,11 +210,13 @@ pub struct ClusterArgs {
     /// GPUs per node (default: the GPU profile's, 8 for the bundled ones).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
-    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h200-sxm-141g, b200-sxm-180g) or a profile YAML
-    /// file. Default: h100-sxm-80g.
+    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h200-sxm-141g, h800-sxm-80g,
+    /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
+    /// YAML file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]
     pub gpu: Option<String>,
-    /// A calibrated profile written by `tpsim calibrate`; replaces the datasheet numbers of --gpu.
+    /// A calibrated profile written by `tpsim calibrate`, used instead of --gpu (it already carries
+    /// the numbers of the --gpu profile it was measured against, so the two are not given together).
     #[arg(long, value_name = "FILE", conflicts_with = "gpu")]
     pub calibration: Option<String>,
 }
@@ -356,8 +358,9 @@ pub struct EvalArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub training: TrainingArgs,
-    /// A saved plan (plans/*.yaml); scenario flags given here override its values.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero"])]
+    /// A saved plan (plans/*.yaml); flags given here override its values, scenario (--nodes, --gpu, ...)
+    /// and plan (--tp, --pp, --dp, --vpp, --micro-batch, --sequence-parallel, --recompute, --zero) alike.
+    #[arg(long, value_name = "FILE")]
     pub plan: Option<String>,
     /// Tensor-parallel degree.
     #[arg(long, visible_alias = "tensor-model-parallel-size")]
@@ -626,7 +629,8 @@ pub struct MeasureArgs {
     /// Which hardware to measure.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
-    /// CPU backend: ranks (threads), each standing for one GPU (default: cores, 2 to 8).
+    /// CPU backend: ranks (threads), each standing for one GPU, 1 to 64 (default: the core count,
+    /// clamped to 2 to 8).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Untimed runs before each measurement.

@@ -174,7 +174,9 @@ pub(crate) fn gantt_svg(
                 .margin(8)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(panel.x.0..panel.x.1, (0..p - 1).into_segmented())?;
+                // 0..p-1 segmented is p rows; with one stage that range is empty and plotters maps
+                // nothing, so a single stage gets a two-row axis with its row at the bottom.
+                .build_cartesian_2d(panel.x.0..panel.x.1, (0..(p - 1).max(1)).into_segmented())?;
             chart
                 .configure_mesh()
                 .disable_y_mesh()

@@ -14,6 +14,28 @@ pub(crate) fn gib(bytes: f64) -> String {
     format!("{:.1}", bytes / crate::units::GIB)
 }
 
+/// FLOP/s as TFLOP/s with three significant digits or more, so a CPU profile's 0.076 does not
+/// read as 0.
+pub(crate) fn tflops(flops_per_s: f64) -> String {
+    let t = flops_per_s / 1e12;
+    if t >= 100.0 {
+        format!("{t:.0}")
+    } else if t >= 1.0 {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.3}")
+    }
+}
+
+/// A per-GPU throughput already in TFLOP/s, to 0.1 and, below 1 (a CPU profile), to 0.001.
+pub(crate) fn tflops_fine(tflops: f64) -> String {
+    if tflops >= 1.0 {
+        format!("{tflops:.1}")
+    } else {
+        format!("{tflops:.3}")
+    }
+}
+
 pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
@@ -62,7 +84,7 @@ pub fn scenario_line(report: &Report) -> String {
     .join(", ");
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
-         cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
+         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention",
         m.name,
         m.origin,
@@ -78,11 +100,12 @@ pub fn scenario_line(report: &Report) -> String {
         m.ffn_hidden,
         m.vocab,
         c.nodes,
+        if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
         c.gpu,
         c.total_gpus,
-        gib(c.gpu_memory_bytes),
-        c.peak_flops / 1e12,
+        gib(c.gpu_memory_bytes as f64),
+        tflops(c.peak_flops),
         t.global_batch,
         t.seq_len,
         match t.grad_dtype {
@@ -96,12 +119,26 @@ pub fn scenario_line(report: &Report) -> String {
     )
 }
 
-/// The ranked plans as a terminal table.
+/// The ranked plans as a terminal table, every column (for pipes and files).
 pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
-    let mut table = Table::new();
-    table
-        .load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
+    plans_table_fitted(plans, show_time_to_train, None)
+}
+
+/// Columns given up, in this order, when the table is wider than the terminal: the exposed
+/// communication split and the micro-batch count first (`eval` shows them), the headline numbers
+/// (plan degrees, memory, step time, MFU) never. Numbers are never wrapped or cut.
+const DROP_ORDER: [&str; 9] = [
+    "DP s", "PP s", "TP s", "m", "bubble %", "sp", "zero", "train", "tokens/s",
+];
+
+/// The ranked plans as a terminal table no wider than `max_columns` characters when that is given
+/// (a terminal's width): whole columns are left out, in `DROP_ORDER`, and a line under the table
+/// names them. A cell is never wrapped, so every number reads as a number.
+pub fn plans_table_fitted(
+    plans: &[Estimate],
+    show_time_to_train: bool,
+    max_columns: Option<usize>,
+) -> String {
     let mut header = vec![
         "#", "tp", "pp", "dp", "vpp", "mb", "m", "sp", "recomp", "zero", "mem GiB", "step s",
         "tokens/s", "MFU %", "bubble %", "TP s", "PP s", "DP s",
@@ -109,45 +146,83 @@ pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
     if show_time_to_train {
         header.push("train");
     }
-    table.set_header(header);
-    for (rank, e) in plans.iter().enumerate() {
-        let p = &e.plan;
-        let t = &e.time;
-        let mut row = vec![
-            Cell::new(rank + 1),
-            Cell::new(p.tp),
-            Cell::new(p.pp),
-            Cell::new(p.dp),
-            Cell::new(p.vpp),
-            Cell::new(p.micro_batch),
-            Cell::new(p.num_microbatches),
-            Cell::new(if p.sequence_parallel { "yes" } else { "no" }),
-            Cell::new(p.recompute.as_str()),
-            Cell::new(p.zero),
-            Cell::new(format!(
-                "{}/{}",
-                gib(e.memory.total_bytes.0),
-                gib(e.memory.capacity_bytes.0)
-            )),
-            Cell::new(format!("{:.2}", t.step_s.0)),
-            Cell::new(format!("{:.0}", e.tokens_per_s)),
-            Cell::new(format!("{:.1}", e.mfu * 100.0)),
-            Cell::new(format!("{:.1}", e.bubble_fraction * 100.0)),
-            Cell::new(format!("{:.2}", t.tp_comm_exposed_s.0)),
-            Cell::new(format!("{:.2}", t.pp_comm_exposed_s.0)),
-            Cell::new(format!("{:.2}", t.dp_comm_exposed_s.0)),
-        ];
-        if show_time_to_train {
-            row.push(Cell::new(
-                e.time_to_train_s.map(duration).unwrap_or_default(),
-            ));
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .enumerate()
+        .map(|(rank, e)| {
+            let p = &e.plan;
+            let t = &e.time;
+            let mut row = vec![
+                (rank + 1).to_string(),
+                p.tp.to_string(),
+                p.pp.to_string(),
+                p.dp.to_string(),
+                p.vpp.to_string(),
+                p.micro_batch.to_string(),
+                p.num_microbatches.to_string(),
+                if p.sequence_parallel { "yes" } else { "no" }.to_string(),
+                p.recompute.as_str().to_string(),
+                p.zero.to_string(),
+                format!(
+                    "{}/{}",
+                    gib(e.memory.total_bytes.0),
+                    gib(e.memory.capacity_bytes.0)
+                ),
+                format!("{:.2}", t.step_s.0),
+                format!("{:.0}", e.tokens_per_s),
+                format!("{:.1}", e.mfu * 100.0),
+                format!("{:.1}", e.bubble_fraction * 100.0),
+                format!("{:.2}", t.tp_comm_exposed_s.0),
+                format!("{:.2}", t.pp_comm_exposed_s.0),
+                format!("{:.2}", t.dp_comm_exposed_s.0),
+            ];
+            if show_time_to_train {
+                row.push(e.time_to_train_s.map(duration).unwrap_or_default());
+            }
+            row
+        })
+        .collect();
+    let render = |hidden: &[&str]| -> String {
+        let keep: Vec<usize> = (0..header.len())
+            .filter(|&i| !hidden.contains(&header[i]))
+            .collect();
+        let mut table = Table::new();
+        table
+            .load_style(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Disabled);
+        table.set_header(keep.iter().map(|&i| header[i]));
+        for row in &rows {
+            table.add_row(
+                keep.iter()
+                    .map(|&i| Cell::new(&row[i]).set_alignment(CellAlignment::Right)),
+            );
         }
-        table.add_row(
-            row.into_iter()
-                .map(|c| c.set_alignment(CellAlignment::Right)),
-        );
+        table.to_string()
+    };
+    let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    let full = render(&[]);
+    let Some(max_columns) = max_columns else {
+        return full;
+    };
+    let full_width = widest(&full);
+    let mut hidden: Vec<&str> = Vec::new();
+    let mut text = full;
+    for column in DROP_ORDER {
+        if widest(&text) <= max_columns {
+            break;
+        }
+        if header.contains(&column) {
+            hidden.push(column);
+            text = render(&hidden);
+        }
     }
-    table.to_string()
+    if !hidden.is_empty() {
+        text.push_str(&format!(
+            "\nleft out to fit {max_columns} columns: {}; the whole table needs {full_width} (or a pipe)",
+            hidden.join(", ")
+        ));
+    }
+    text
 }
 
 /// The full breakdown of one plan.
@@ -172,18 +247,26 @@ pub fn breakdown(e: &Estimate) -> String {
         p.recompute.as_str(),
         p.zero
     );
-    let _ = writeln!(
-        out,
-        "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
-        p.stages.first,
-        p.stages.middle_max,
-        p.stages.last,
-        if p.stages.even {
-            "even split"
-        } else {
-            "uneven split: embedding and output layer count as one layer each"
-        }
-    );
+    if p.pp == 1 {
+        let _ = writeln!(
+            out,
+            "layers: all {} on one stage (no pipeline), with the embedding and the output layer",
+            p.stages.first
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
+            p.stages.first,
+            p.stages.middle_max,
+            p.stages.last,
+            if p.stages.even {
+                "even split"
+            } else {
+                "uneven split: embedding and output layer count as one layer each"
+            }
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -237,6 +320,10 @@ pub fn breakdown(e: &Estimate) -> String {
             "gradient reduction and parameter all-gather (ZeRO)",
         ),
     ] {
+        if name == "PP" && p.pp == 1 {
+            let _ = writeln!(out, "  PP        none: pp 1, no stage boundaries");
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
@@ -280,11 +367,11 @@ pub fn breakdown(e: &Estimate) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {:.1} model TFLOP/s per GPU (MFU {:.1}%), {:.1} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
         e.tokens_per_s,
-        e.model_tflops_per_gpu,
+        tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
-        e.hardware_tflops_per_gpu,
+        tflops_fine(e.hardware_tflops_per_gpu),
         e.bubble_fraction * 100.0
     );
     if let Some(seconds) = e.time_to_train_s {
@@ -380,4 +467,83 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
         p.micro_batch
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::planner::{SearchOptions, search};
+    use crate::specs;
+    use crate::training::{AttentionKernel, GradDtype, Training};
+
+    fn top_plans() -> Vec<Estimate> {
+        let model = specs::load_model("llama3-70b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: model.seq_len,
+            global_batch: 512,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
+        };
+        let result = search(
+            &model,
+            &cluster,
+            &training,
+            SearchOptions {
+                allow_uneven_pp: false,
+                allow_cross_node_tp: false,
+                ..SearchOptions::default()
+            },
+        );
+        result.feasible().iter().take(3).copied().collect()
+    }
+
+    fn width(text: &str) -> usize {
+        text.lines().map(|l| l.chars().count()).max().unwrap()
+    }
+
+    #[test]
+    fn a_narrow_terminal_gets_whole_columns_never_wrapped_numbers() {
+        let plans = top_plans();
+        let full = plans_table(&plans, false);
+        assert!(
+            width(&full) > 100,
+            "the full table must be wider than the test terminal"
+        );
+        let narrow = plans_table_fitted(&plans, false, Some(100));
+        let (table, note) = narrow.rsplit_once('\n').unwrap();
+        assert!(width(table) <= 100, "{narrow}");
+        assert!(note.contains("left out to fit 100 columns: DP s"), "{note}");
+        // Each shown row is one line and keeps its step time and memory whole.
+        for (rank, e) in plans.iter().enumerate() {
+            let step = format!("{:.2}", e.time.step_s.0);
+            let line = table
+                .lines()
+                .find(|l| l.starts_with(&format!("│ {} ", rank + 1)))
+                .unwrap_or_else(|| panic!("row {} is not on one line:\n{table}", rank + 1));
+            assert!(line.contains(&step), "{line}");
+            assert!(line.contains(&gib(e.memory.total_bytes.0)), "{line}");
+        }
+        // Wide enough: nothing is left out and no note is added.
+        assert_eq!(plans_table_fitted(&plans, false, Some(width(&full))), full);
+        assert!(full.contains("DP s") && !full.contains("left out"));
+    }
+
+    #[test]
+    fn small_throughputs_keep_their_digits() {
+        assert_eq!(tflops(0.076e12), "0.076");
+        assert_eq!(tflops(989.4e12), "989");
+        assert_eq!(tflops(19.5e12), "19.5");
+        assert_eq!(tflops_fine(451.24), "451.2");
+        assert_eq!(tflops_fine(0.0412), "0.041");
+    }
 }
