@@ -260,6 +260,10 @@ pub struct TrainingArgs {
     /// (on for megatron-core and torchtitan).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_param_gather: Option<bool>,
+    /// MoE routing imbalance: tokens of the busiest expert over the balanced share (>= 1; default
+    /// 1.0, balanced, as the published MoE benchmarks force).
+    #[arg(long, value_name = "F")]
+    pub moe_imbalance: Option<f64>,
     /// Pipeline sends overlapped with compute in the interleaved schedule. Default: the
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
@@ -313,6 +317,12 @@ pub struct PinArgs {
     /// Pin sequence parallelism on.
     #[arg(long)]
     pub sequence_parallel: bool,
+    /// Pin the expert-parallel degree (MoE models).
+    #[arg(long, visible_alias = "expert-model-parallel-size")]
+    pub ep: Option<u32>,
+    /// Pin the expert tensor-parallel degree (MoE models).
+    #[arg(long, visible_alias = "expert-tensor-parallel-size")]
+    pub etp: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -371,6 +381,12 @@ pub struct EvalArgs {
     /// Context-parallel degree: the sequence split over cp ranks (ring attention).
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,
+    /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage.
+    #[arg(long, visible_alias = "expert-model-parallel-size")]
+    pub ep: Option<u32>,
+    /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs.
+    #[arg(long, visible_alias = "expert-tensor-parallel-size")]
+    pub etp: Option<u32>,
     /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the
     /// backward (FSDP2 reshard_after_forward). Default: true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]

@@ -152,7 +152,8 @@ fn check_plan_invariants(p: &Value, gpus: u64) {
         "sequence_parallel",
         "recompute",
         "zero",
-        "bubble_fraction",
+        "bubble_ratio",
+        "bubble_share",
         "model_tflops_per_gpu",
         "hardware_tflops_per_gpu",
     ] {
@@ -597,11 +598,11 @@ fn uneven_pipeline_interleaves_when_units_split_evenly() {
     let one = run_json(&with_args(&base, &["--vpp", "1"])).1;
     // Interleaving divides the bubble by v: (p-1)/(v·m).
     close(
-        f(&p["bubble_fraction"]) * 8.0,
-        f(&one["plans"][0]["bubble_fraction"]),
+        f(&p["bubble_ratio"]) * 8.0,
+        f(&one["plans"][0]["bubble_ratio"]),
         1e-9,
     );
-    assert!(f(&p["bubble_fraction"]) < f(&one["plans"][0]["bubble_fraction"]));
+    assert!(f(&p["bubble_ratio"]) < f(&one["plans"][0]["bubble_ratio"]));
     // 128 units do not split into 16 x 3 chunks.
     assert_bad_input(
         &with_args(&base[..base.len() - 2], &["--vpp", "3"]),

@@ -147,6 +147,8 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 allow_uneven_pp: args.allow_uneven_pp || pasted_split(&args).any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,
                 cp: args.cp.unwrap_or(1),
+                ep: args.ep.unwrap_or(1),
+                etp: args.etp.unwrap_or(1),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
                 ..PlanRequest::default()
             }
@@ -283,6 +285,8 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         tp: None,
         pp: None,
         cp: None,
+        ep: None,
+        etp: None,
         reshard_after_forward: None,
         dp: None,
         vpp: None,
@@ -336,6 +340,8 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         allow_uneven_pp: file.allow_uneven_pp || args.allow_uneven_pp,
         allow_cross_node_tp: file.allow_cross_node_tp || args.allow_cross_node_tp,
         cp: args.cp.unwrap_or(file.cp),
+        ep: args.ep.unwrap_or(file.ep),
+        etp: args.etp.unwrap_or(file.etp),
         reshard_after_forward: args
             .reshard_after_forward
             .unwrap_or(file.reshard_after_forward),

@@ -282,6 +282,8 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         ("--dp", args.dp),
         ("--vpp", args.vpp),
         ("--micro-batch", args.micro_batch),
+        ("--ep", args.ep),
+        ("--etp", args.etp),
     ] {
         if value == Some(0) {
             bail!(
@@ -308,6 +310,8 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         }),
         zero: args.zero,
         sequence_parallel: args.sequence_parallel.then_some(true),
+        ep: args.ep,
+        etp: args.etp,
     })
 }
 
@@ -413,7 +417,13 @@ pub(super) fn resolve_scenario(
         },
         framework,
         overlap: overlap_of_args(training_args, framework),
-        moe_imbalance: 1.0,
+        moe_imbalance: match training_args.moe_imbalance {
+            None => 1.0,
+            Some(f) if f.is_finite() && (1.0..=64.0).contains(&f) => f,
+            Some(f) => bail!(
+                "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and 64; e.g. --moe-imbalance 1.2"
+            ),
+        },
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,

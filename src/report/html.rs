@@ -77,7 +77,7 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             t.step_s.0,
             e.tokens_per_s,
             e.mfu * 100.0,
-            e.bubble_fraction * 100.0,
+            e.bubble_share * 100.0,
             t.tp_comm_exposed_s.0,
             t.pp_comm_exposed_s.0,
             t.dp_comm_exposed_s.0,

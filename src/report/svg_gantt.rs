@@ -121,10 +121,10 @@ pub(crate) fn gantt_svg(
         }
     );
     let subtitle = format!(
-        "idle: slowest stage {:.2}%, all stages {:.2}% (simulated) vs (p-1)/(v·m) = {:.2}%; step {:.3} s{}",
-        sim.summary.simulated_bubble_fraction * 100.0,
-        sim.summary.pipeline_idle_fraction * 100.0,
-        sim.summary.closed_form_bubble_fraction * 100.0,
+        "bubble ratio {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time; step {:.3} s{}",
+        sim.summary.simulated_bubble_ratio,
+        sim.summary.closed_form_bubble_ratio,
+        sim.summary.pipeline_idle_share * 100.0,
         sim.estimate.time.step_s.0,
         if panels.len() > 1 {
             format!(

@@ -127,8 +127,9 @@ pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
 /// Columns given up, in this order, when the table is wider than the terminal: the exposed
 /// communication split and the micro-batch count first (`eval` shows them), the headline numbers
 /// (plan degrees, memory, step time, MFU) never. Numbers are never wrapped or cut.
-const DROP_ORDER: [&str; 9] = [
-    "DP s", "PP s", "TP s", "m", "bubble %", "sp", "zero", "train", "tokens/s",
+const DROP_ORDER: [&str; 12] = [
+    "DP s", "EP s", "PP s", "CP s", "TP s", "m", "bubble %", "sp", "zero", "prec", "train",
+    "tokens/s",
 ];
 
 /// The ranked plans as a terminal table no wider than `max_columns` characters when that is given
@@ -140,12 +141,30 @@ pub fn plans_table_fitted(
     max_columns: Option<usize>,
 ) -> String {
     let mut header = vec![
-        "#", "tp", "pp", "dp", "vpp", "mb", "m", "sp", "recomp", "zero", "mem GiB", "step s",
-        "tokens/s", "MFU %", "bubble %", "TP s", "PP s", "DP s",
+        "#", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mb", "m", "sp", "recomp", "zero", "prec",
+        "mem GiB", "step s", "tokens/s", "MFU %", "bubble %", "TP s", "CP s", "PP s", "EP s",
+        "DP s",
     ];
     if show_time_to_train {
         header.push("train");
     }
+    // Columns of dimensions no shown plan uses stay out (a dense bf16 plan without CP reads as before).
+    let unused: Vec<&str> = [
+        ("cp", plans.iter().all(|e| e.plan.cp == 1)),
+        ("ep", plans.iter().all(|e| e.plan.ep == 1)),
+        ("etp", plans.iter().all(|e| e.plan.etp == 1)),
+        (
+            "prec",
+            plans
+                .iter()
+                .all(|e| e.plan.precision == crate::plan::Precision::Bf16),
+        ),
+        ("CP s", plans.iter().all(|e| e.plan.cp == 1)),
+        ("EP s", plans.iter().all(|e| e.plan.ep == 1)),
+    ]
+    .into_iter()
+    .filter_map(|(name, unused)| unused.then_some(name))
+    .collect();
     let rows: Vec<Vec<String>> = plans
         .iter()
         .enumerate()
@@ -155,14 +174,18 @@ pub fn plans_table_fitted(
             let mut row = vec![
                 (rank + 1).to_string(),
                 p.tp.to_string(),
+                p.cp.to_string(),
                 p.pp.to_string(),
                 p.dp.to_string(),
+                p.ep.to_string(),
+                p.etp.to_string(),
                 p.vpp.to_string(),
                 p.micro_batch.to_string(),
                 p.num_microbatches.to_string(),
                 if p.sequence_parallel { "yes" } else { "no" }.to_string(),
-                p.recompute.as_str().to_string(),
+                recompute_label(p),
                 p.zero.to_string(),
+                p.precision.as_str().to_string(),
                 format!(
                     "{}/{}",
                     gib(e.memory.total_bytes.0),
@@ -171,9 +194,11 @@ pub fn plans_table_fitted(
                 format!("{:.2}", t.step_s.0),
                 format!("{:.0}", e.tokens_per_s),
                 format!("{:.1}", e.mfu * 100.0),
-                format!("{:.1}", e.bubble_fraction * 100.0),
+                format!("{:.1}", e.bubble_share * 100.0),
                 format!("{:.2}", t.tp_comm_exposed_s.0),
+                format!("{:.2}", t.cp_comm_exposed_s.0),
                 format!("{:.2}", t.pp_comm_exposed_s.0),
+                format!("{:.2}", t.ep_comm_exposed_s.0),
                 format!("{:.2}", t.dp_comm_exposed_s.0),
             ];
             if show_time_to_train {
@@ -200,12 +225,12 @@ pub fn plans_table_fitted(
         table.to_string()
     };
     let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
-    let full = render(&[]);
+    let full = render(&unused);
     let Some(max_columns) = max_columns else {
         return full;
     };
     let full_width = widest(&full);
-    let mut hidden: Vec<&str> = Vec::new();
+    let mut hidden: Vec<&str> = unused.clone();
     let mut text = full;
     for column in DROP_ORDER {
         if widest(&text) <= max_columns {
@@ -216,13 +241,56 @@ pub fn plans_table_fitted(
             text = render(&hidden);
         }
     }
-    if !hidden.is_empty() {
+    let dropped: Vec<&str> = hidden
+        .iter()
+        .copied()
+        .filter(|c| !unused.contains(c))
+        .collect();
+    if !dropped.is_empty() {
         text.push_str(&format!(
             "\nleft out to fit {max_columns} columns: {}; the whole table needs {full_width} (or a pipe)",
-            hidden.join(", ")
+            dropped.join(", ")
         ));
     }
     text
+}
+
+/// What a term's line says: its full time and what hid the rest.
+fn term_note(term: &crate::cost::terms::Term) -> String {
+    use crate::cost::terms::{HiddenBy, TermKind};
+    let hidden = term.time_s.0 - term.exposed_s.0;
+    let what = match term.kind {
+        TermKind::Compute => "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
+        TermKind::Bubble => "pipeline fill and drain (and waiting for slower stages)",
+        TermKind::Optimizer => "Adam, memory-bound",
+        _ => "",
+    };
+    if !what.is_empty() {
+        return what.to_string();
+    }
+    let by = match term.hidden_by {
+        HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
+        HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
+        HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
+        HiddenBy::Backward => "the backward pass (bucketed reduction)",
+        HiddenBy::Forward => "the forward pass (prefetched gathers)",
+        HiddenBy::PipelineCompute => "other chunks' compute (interleaved schedule)",
+    };
+    format!(
+        "of {:.3} s; {:.3} s hidden by {by} (hidden traffic still costs 15%)",
+        term.time_s.0,
+        hidden.max(0.0)
+    )
+}
+
+/// Recompute as the table shows it: none, selective, full, or full N/L for Megatron's block method
+/// (N of each chunk's L layers).
+pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
+    if p.recompute == crate::plan::Recompute::Full && p.recompute_num_layers > 0 {
+        format!("full {}/{}", p.recompute_num_layers, p.layers_per_chunk())
+    } else {
+        p.recompute.as_str().to_string()
+    }
 }
 
 /// The full breakdown of one plan.
@@ -235,17 +303,34 @@ pub fn breakdown(e: &Estimate) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "plan: tp {} x pp {} x dp {} (vpp {}), micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}",
+        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
+        p.cp,
         p.pp,
         p.dp,
         p.vpp,
+        if p.ep > 1 || p.etp > 1 {
+            format!(
+                ", experts: ep {} x etp {} x expert-dp {}",
+                p.ep,
+                p.etp,
+                p.tp * p.cp * p.dp / (p.ep * p.etp)
+            )
+        } else {
+            String::new()
+        },
         p.micro_batch,
         p.num_microbatches,
         p.global_batch,
         if p.sequence_parallel { "on" } else { "off" },
-        p.recompute.as_str(),
-        p.zero
+        recompute_label(p),
+        p.zero,
+        if p.zero == 3 && !p.reshard_after_forward {
+            " (no resharding after forward)"
+        } else {
+            ""
+        },
+        p.precision.as_str()
     );
     if p.pp == 1 {
         let _ = writeln!(
@@ -310,9 +395,19 @@ pub fn breakdown(e: &Estimate) -> String {
             "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, +2 with full recompute)",
         ),
         (
+            "CP",
+            &e.comm.cp,
+            "K/V chunks around the context-parallel ring (cp-1 steps per layer, fwd and bwd)",
+        ),
+        (
             "PP",
             &e.comm.pp,
             "activations forward and gradients backward at stage boundaries",
+        ),
+        (
+            "EP",
+            &e.comm.ep,
+            "MoE token dispatch and combine all-to-alls (fwd and bwd)",
         ),
         (
             "DP",
@@ -320,6 +415,9 @@ pub fn breakdown(e: &Estimate) -> String {
             "gradient reduction and parameter all-gather (ZeRO)",
         ),
     ] {
+        if (name == "CP" && p.cp == 1) || (name == "EP" && p.ep == 1) {
+            continue;
+        }
         if name == "PP" && p.pp == 1 {
             let _ = writeln!(out, "  PP        none: pp 1, no stage boundaries");
             continue;
@@ -333,46 +431,33 @@ pub fn breakdown(e: &Estimate) -> String {
         );
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "time per step: {:.3} s", step);
-    for (name, seconds, note) in [
-        (
-            "compute",
-            t.compute_s.0,
-            "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
-        ),
-        (
-            "TP comm",
-            t.tp_comm_exposed_s.0,
-            "exposed: Megatron issues TP collectives between GEMMs",
-        ),
-        (
-            "PP comm",
-            t.pp_comm_exposed_s.0,
-            "exposed: 1F1B sends are synchronous",
-        ),
-        (
-            "DP comm",
-            t.dp_comm_exposed_s.0,
-            "exposed part: gradient reduction overlaps the last backward",
-        ),
-        ("bubble", t.bubble_s.0, "(p-1)/(v·m) of the pipeline idle"),
-        ("optimizer", t.optimizer_s.0, "Adam, memory-bound"),
-    ] {
+    let _ = writeln!(
+        out,
+        "time per step: {:.3} s (the exposed part of each term)",
+        step
+    );
+    for term in e.terms.iter() {
+        if term.time_s.0 <= 0.0 && term.exposed_s.0 <= 0.0 {
+            continue;
+        }
+        let note = term_note(term);
         let _ = writeln!(
             out,
-            "  {name:<10} {seconds:>9.3} s {:>5.1}%  {note}",
-            pct(seconds)
+            "  {:<15} {:>9.3} s {:>5.1}%  {note}",
+            term.kind.label(),
+            term.exposed_s.0,
+            pct(term.exposed_s.0)
         );
     }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}% of the step",
         e.tokens_per_s,
         tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
         tflops_fine(e.hardware_tflops_per_gpu),
-        e.bubble_fraction * 100.0
+        e.bubble_share * 100.0
     );
     if let Some(seconds) = e.time_to_train_s {
         let _ = writeln!(out, "time to train: {}", duration(seconds));
@@ -431,13 +516,14 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% ((p-1)/(v·m) with v={}, m={})",
+            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, m={})",
             p.pp,
             link_name(e.comm.pp.link)
                 .replace("network", "stages on different nodes, over the network")
                 .replace("NVLink", "stages share a node, NVLink"),
             e.comm.pp.wire_bytes.gb(),
-            e.bubble_fraction * 100.0,
+            e.bubble_share * 100.0,
+            e.bubble_ratio,
             p.vpp,
             p.num_microbatches
         );
