@@ -14,7 +14,7 @@ use crate::cli::{
 use crate::cli::{
     Cli, CompareArgs, CompareFormat, CompletionsArgs, EmitTarget, SweepArgs, SweepAxis, SweepFormat,
 };
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, MAX_GPUS_PER_NODE};
 use crate::cost::Estimate;
 use crate::cost::evaluate;
 use crate::cost::simulated::simulate_plan;
@@ -28,11 +28,10 @@ use crate::specs::{self, ModelRef, PlanFile};
 use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
 use crate::units::{GIB, format_count, parse_count};
 use crate::validation;
-use crate::{chart_sweep, compare, hf_config, sweep};
+use crate::{chart_sweep, compare, hf_config, input_file, output_file, sweep};
 
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 const MAX_NODES: u32 = 131_072;
-const MAX_GPUS_PER_NODE: u32 = 72;
 /// Most worker threads we start for a search.
 const MAX_THREADS: usize = 1024;
 /// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
@@ -89,6 +88,35 @@ fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
     Ok(value)
 }
 
+/// The model name of a Hugging Face config: a Hub snapshot is `<model>/config.json`, so the
+/// folder names it; otherwise the file's stem (as `hf_config::load` names it).
+fn hf_model_name(path: &str) -> String {
+    let path = std::path::Path::new(path);
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("hf-model");
+    let name = if stem == "config" {
+        path.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or("hf-model")
+    } else {
+        stem
+    };
+    input_file::quote(name)
+}
+
+/// The input files a command names (for refusing an output that would replace one).
+fn input_paths<'a>(model: &'a ModelArgs, cluster: &'a ClusterArgs) -> Vec<(&'static str, &'a str)> {
+    let mut inputs = Vec::new();
+    inputs.extend(model.model.as_deref().map(|p| ("--model", p)));
+    inputs.extend(model.hf_config.as_deref().map(|p| ("--hf-config", p)));
+    inputs.extend(cluster.gpu.as_deref().map(|p| ("--gpu", p)));
+    inputs.extend(cluster.calibration.as_deref().map(|p| ("--calibration", p)));
+    inputs
+}
+
 fn resolve_model(
     args: &ModelArgs,
     file: Option<(&PlanFile, &str)>,
@@ -110,7 +138,13 @@ fn resolve_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
-        let model = hf_config::load(path, seq_len_flag)?;
+        let text = input_file::read_structured("--hf-config", path)?;
+        let model = hf_config::parse(
+            &text,
+            &input_file::quote(path),
+            &hf_model_name(path),
+            seq_len_flag,
+        )?;
         return Ok((model, format!("from Hugging Face config {path}")));
     }
     if let Some(name) = &args.model {
@@ -130,7 +164,7 @@ fn resolve_model(
             .heads
             .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
         let llama = args.style == Some(StyleArg::Llama);
-        let model = Model::from_file(&ModelFile {
+        let file = ModelFile {
             name: format!("custom-l{layers}-h{hidden}"),
             description: None,
             source: None,
@@ -157,7 +191,9 @@ fn resolve_model(
             dropout: !llama
                 && args.hidden_dropout.is_none_or(|p| p > 0.0)
                 && args.attention_dropout.is_none_or(|p| p > 0.0),
-        })?;
+        };
+        specs::check_model_counts(&file, "--").map_err(|m| anyhow!(m))?;
+        let model = Model::from_file(&file)?;
         return Ok((model, "flags".to_string()));
     }
     if let Some((file, path)) = file {
@@ -177,6 +213,29 @@ fn resolve_model(
     )
 }
 
+/// The sequence-length cap lives in `Model::check`, one place for every source; a one-layer probe
+/// at `seq_len` meets it before any model is resolved or derived, so the error names --seq-len
+/// (and not, say, the --params the shape would be derived from).
+fn check_seq_len(seq_len: u32) -> Result<()> {
+    let probe = Model {
+        name: String::new(),
+        layers: 1,
+        hidden: 64,
+        heads: 1,
+        kv_heads: 1,
+        ffn_hidden: 256,
+        vocab: 64,
+        seq_len,
+        gated_mlp: false,
+        linear_bias: true,
+        tied_embeddings: true,
+        learned_position_embeddings: false,
+        norm: Norm::Layernorm,
+        dropout: false,
+    };
+    Ok(probe.check()?)
+}
+
 fn resolve_scenario(
     model_args: &ModelArgs,
     cluster_args: &ClusterArgs,
@@ -192,9 +251,13 @@ fn resolve_scenario(
         )?),
         None => None,
     };
+    if let Some(seq_len) = seq_len_flag {
+        check_seq_len(seq_len)?;
+    }
     let (mut model, model_origin) = resolve_model(model_args, file, seq_len_flag)?;
     if let Some(seq_len) = seq_len_flag {
         model.seq_len = seq_len;
+        model.check()?;
     }
 
     let gpu_reference = cluster_args
@@ -202,7 +265,10 @@ fn resolve_scenario(
         .clone()
         .or(plan_file.and_then(|f| f.gpu.clone()))
         .unwrap_or_else(|| "h100-sxm-80g".to_string());
-    let gpu = specs::load_gpu(&gpu_reference)?;
+    let gpu = match &cluster_args.gpu {
+        Some(_) => specs::load_gpu(&gpu_reference)?,
+        None => specs::load_gpu_as("the plan file's gpu:", &gpu_reference)?,
+    };
     let (gpu, gpu_reference) = match &cluster_args.calibration {
         Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
         None => (gpu, gpu_reference),
@@ -328,6 +394,14 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     if let Some(dir) = &args.report {
         check_dir("--report", dir)?;
     }
+    if let Some(path) = &args.save {
+        output_file::check_file("--save", path, "plans/mine.yaml")?;
+        output_file::refuse_input_overlap(
+            "--save",
+            path,
+            &input_paths(&args.model, &args.cluster),
+        )?;
+    }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
@@ -417,8 +491,7 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
             yaml_serde::to_string(&file)?
         );
-        std::fs::write(path, text)
-            .with_context(|| format!("--save {path}: cannot write the plan file"))?;
+        output_file::write_file("--save", path, text.as_bytes())?;
         eprintln!("saved the best plan to {path}");
     }
 
@@ -426,30 +499,7 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
         return emit_best(target, &scenario, feasible);
     }
 
-    print_report(&report, args.format, |r| {
-        let mut out = format!(
-            "{}\n{}\n\n",
-            report::scenario_line(r),
-            report::stats_line(&result.stats)
-        );
-        if r.plans.is_empty() {
-            return out;
-        }
-        out.push_str(&report::plans_table(
-            &r.plans,
-            scenario.training.tokens.is_some(),
-        ));
-        out.push('\n');
-        if r.plans.iter().any(|e| e.plan.pp > 1) {
-            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
-        }
-        for note in &notes {
-            out.push_str(note);
-            out.push('\n');
-        }
-        out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
-        out
-    });
+    // Every file is written before anything is printed: a failure prints nothing on stdout.
     if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
         let labels: Vec<String> = report
             .plans
@@ -474,6 +524,30 @@ fn plan(args: PlanArgs) -> Result<Outcome> {
     } else if let Some(dir) = &args.report {
         eprintln!("no report written to {dir}: no plan fits");
     }
+    print_report(&report, args.format, |r| {
+        let mut out = format!(
+            "{}\n{}\n\n",
+            report::scenario_line(r),
+            report::stats_line(&result.stats)
+        );
+        if r.plans.is_empty() {
+            return out;
+        }
+        out.push_str(&report::plans_table(
+            &r.plans,
+            scenario.training.tokens.is_some(),
+        ));
+        out.push('\n');
+        if r.plans.iter().any(|e| e.plan.pp > 1) {
+            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+        }
+        for note in &notes {
+            out.push_str(note);
+            out.push('\n');
+        }
+        out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
+        out
+    });
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
@@ -661,16 +735,6 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         details: vec![detail],
     };
     let schedule_line = schedule_note(&simulated.summary);
-    if !quiet {
-        print_report(&report, args.format, |r| {
-            format!(
-                "{}\n\n{}\n{}\n",
-                report::scenario_line(r),
-                report::breakdown(&r.plans[0]),
-                schedule_line
-            )
-        });
-    }
     if let Some(dir) = &args.report {
         let flag = if quiet { "--out" } else { "--report" };
         let options = SearchOptions {
@@ -684,8 +748,19 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             options,
             &report,
             &simulated,
-            schedule_line,
+            schedule_line.clone(),
         )?;
+    }
+    // Printed once every file is written: a failed report prints nothing on stdout.
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line
+            )
+        });
     }
     if estimate.fits() {
         Ok(Outcome::Found)
@@ -738,10 +813,8 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
 fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     let (text, origin) = match &args.runs {
         Some(path) => (
-            std::fs::read_to_string(path).with_context(|| {
-                format!("--runs {path}: cannot read the published runs; check the path")
-            })?,
-            path.clone(),
+            input_file::read_structured("--runs", path)?,
+            input_file::quote(path),
         ),
         None => (
             validation::BUNDLED_PUBLISHED_RUNS.to_string(),
