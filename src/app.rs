@@ -34,6 +34,8 @@ use crate::{chart_sweep, compare, hf_config, input_file, output_file, sweep};
 const MAX_NODES: u32 = 131_072;
 /// Most worker threads we start for a search.
 const MAX_THREADS: usize = 1024;
+/// Most plans `plan --top` shows.
+const MAX_TOP: usize = 1000;
 /// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
 const MAX_GLOBAL_BATCH: u32 = 1 << 22;
 /// Largest parameter count we derive a shape for.
@@ -390,6 +392,12 @@ fn model_file_of(model: &Model) -> ModelFile {
 fn plan(args: PlanArgs) -> Result<Outcome> {
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
+    }
+    if args.top > MAX_TOP {
+        bail!(
+            "--top {} is more than {MAX_TOP}; every shown plan gets a schedule simulation and a detail section, so give how many to show, e.g. --top 10",
+            args.top
+        );
     }
     if let Some(dir) = &args.report {
         check_dir("--report", dir)?;

@@ -209,7 +209,7 @@ pub struct PlanArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub training: TrainingArgs,
-    /// How many plans to print.
+    /// How many plans to print (at most 1000).
     #[arg(long, default_value_t = 10)]
     pub top: usize,
     /// Also consider pipeline splits with unequal layers per stage.
@@ -221,7 +221,7 @@ pub struct PlanArgs {
     /// Write the best plan to FILE (the format `eval --plan` reads).
     #[arg(long, value_name = "FILE")]
     pub save: Option<String>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 1024).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write DIR/index.html and one SVG per figure (created if missing).
@@ -412,7 +412,7 @@ pub struct SweepArgs {
     /// Also consider tensor parallelism across nodes.
     #[arg(long)]
     pub allow_cross_node_tp: bool,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 1024).
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, value_enum, default_value = "table")]
@@ -472,10 +472,10 @@ pub struct MeasureArgs {
     /// CPU backend: ranks (threads), each standing for one GPU (default: cores, 2 to 8).
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Untimed runs before each measurement.
+    /// Untimed runs before each measurement (at most 1000).
     #[arg(long, default_value_t = 2)]
     pub warmup: u32,
-    /// Timed repetitions of each measurement (the median is kept).
+    /// Timed repetitions of each measurement (the median is kept; at most 1000).
     #[arg(long, default_value_t = 7)]
     pub reps: u32,
 }

@@ -55,8 +55,19 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A file-size limit (`ulimit -f`) kills a process with SIGXFSZ in the middle of a write, before
+/// `output_file` can remove its temporary file. Ignored, the write fails with EFBIG instead, and
+/// the error path cleans up and says so (POSIX `setrlimit(2)`).
+fn file_size_limit_is_an_error() {
+    // SAFETY: setting a standard signal's disposition to SIG_IGN before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 fn main() -> ExitCode {
     quiet_output_failures();
+    file_size_limit_is_an_error();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => {

@@ -259,7 +259,12 @@ pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
                         origin,
                         line,
                         column,
-                        message: format!("model: {message}"),
+                        // yaml_serde names the path (`model.hidden: ...`); add it when it did not.
+                        message: if message.starts_with("model") {
+                            message
+                        } else {
+                            format!("model: {message}")
+                        },
                     })
                 }
                 Ok(_) => Err(SpecError::Invalid {
