@@ -25,6 +25,12 @@ pub enum OutputError {
         "{flag} {path}: exists and is not a regular file; tpsim only replaces regular files (choose another path)"
     )]
     NotRegular { flag: String, path: String },
+    #[error("{flag} {path}: {folder} is a file, not a folder; write elsewhere")]
+    FolderIsFile {
+        flag: String,
+        path: String,
+        folder: String,
+    },
     #[error("{flag} {path}: the folder {folder} does not exist; create it or write elsewhere")]
     NoFolder {
         flag: String,
@@ -44,6 +50,14 @@ pub enum OutputError {
         flag: String,
         path: String,
         input_flag: String,
+    },
+    #[error(
+        "{flag} {path}: cannot create the report directory: {folder} is a file, not a folder; choose another path"
+    )]
+    CannotCreate {
+        flag: String,
+        path: String,
+        folder: String,
     },
     #[error(
         "{flag} {path}: a file with that name exists, and the report needs a directory; give another path or remove the file"
@@ -148,6 +162,13 @@ pub fn check_file(flag: &str, path: &str, example: &str) -> Result<(), OutputErr
         }
     }
     let folder = folder_of(&resolved(target));
+    if folder.exists() && !folder.is_dir() {
+        return Err(OutputError::FolderIsFile {
+            flag: flag.to_string(),
+            path: quote(path),
+            folder: quote(&folder.display().to_string()),
+        });
+    }
     if !folder.is_dir() {
         return Err(OutputError::NoFolder {
             flag: flag.to_string(),
@@ -213,7 +234,23 @@ pub fn write_file(flag: &str, path: &str, bytes: &[u8]) -> Result<(), OutputErro
     Ok(())
 }
 
-/// Where a report directory will go, checked before any work.
+/// The nearest existing ancestor of `path` (".", when none of it exists yet).
+fn existing_ancestor(path: &Path) -> PathBuf {
+    let mut current = folder_of(path);
+    loop {
+        if std::fs::metadata(&current).is_ok() {
+            return current;
+        }
+        match current.parent() {
+            Some(p) if !p.as_os_str().is_empty() => current = p.to_path_buf(),
+            _ => return PathBuf::from("."),
+        }
+    }
+}
+
+/// Where a report directory will go, checked before any work: the directory (or, when it does not
+/// exist yet, its nearest existing ancestor, under which the missing folders will be created) must
+/// be a writable directory.
 pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
     if dir.is_empty() {
         return Err(OutputError::Empty {
@@ -229,15 +266,15 @@ pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
             path: quote(dir),
         }),
         Err(_) => {
-            let parent = folder_of(path);
-            if !parent.is_dir() {
-                return Err(OutputError::NoFolder {
+            let ancestor = existing_ancestor(path);
+            if !ancestor.is_dir() {
+                return Err(OutputError::CannotCreate {
                     flag: flag.to_string(),
                     path: quote(dir),
-                    folder: quote(&parent.display().to_string()),
+                    folder: quote(&ancestor.display().to_string()),
                 });
             }
-            probe_folder(flag, dir, &parent)
+            probe_folder(flag, dir, &ancestor)
         }
     }
 }
@@ -280,7 +317,30 @@ pub fn write_report_dir(
         }
         return Ok(());
     }
+    // Missing parent folders are created, and removed again if the report fails.
     let parent = folder_of(path);
+    let mut created: Vec<PathBuf> = Vec::new();
+    let mut missing: Vec<PathBuf> = Vec::new();
+    let mut current = parent.clone();
+    while std::fs::metadata(&current).is_err() {
+        missing.push(current.clone());
+        match current.parent() {
+            Some(p) if !p.as_os_str().is_empty() => current = p.to_path_buf(),
+            _ => break,
+        }
+    }
+    let remove_created = |created: &[PathBuf]| {
+        for folder in created.iter().rev() {
+            let _ = std::fs::remove_dir(folder);
+        }
+    };
+    for folder in missing.iter().rev() {
+        if let Err(err) = std::fs::create_dir(folder) {
+            remove_created(&created);
+            return Err(fail(err));
+        }
+        created.push(folder.clone());
+    }
     let stem = file_stem(path);
     let staging = {
         let pid = std::process::id();
@@ -292,7 +352,10 @@ pub fn write_report_dir(
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1_000_000 => {
                     n = COUNTER.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => return Err(fail(e)),
+                Err(e) => {
+                    remove_created(&created);
+                    return Err(fail(e));
+                }
             }
         }
     };
@@ -313,6 +376,7 @@ pub fn write_report_dir(
             let _ = std::fs::remove_file(staging.join(name));
         }
         let _ = std::fs::remove_dir(&staging);
+        remove_created(&created);
         return Err(fail(err));
     }
     Ok(())
@@ -389,6 +453,9 @@ mod tests {
         write_report_dir("--report", report.to_str().unwrap(), &files).unwrap();
         assert_eq!(listing(&report), vec!["a.html", "b.svg"]);
         assert_eq!(listing(&dir), vec!["rep"]);
+        let nested = dir.join("a/b/rep");
+        write_report_dir("--report", nested.to_str().unwrap(), &files).unwrap();
+        assert_eq!(listing(&nested), vec!["a.html", "b.svg"]);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

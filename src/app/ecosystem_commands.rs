@@ -246,7 +246,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     scenario.cluster.gpu.network_gb_per_s = gb
                 }
                 Ok(gb) => bail!(
-                    "--values {}: {}",
+                    "--values {} for --axis network-bandwidth: {}",
                     input_file::quote(value),
                     crate::cluster::NETWORK_GB_PER_S
                         .check(gb)
