@@ -729,6 +729,15 @@ fn the_sequence_length_cap_holds_for_every_source() {
         ],
         vec!["plan", "--params", "70B", "--nodes", "8"],
         vec!["eval", "--plan", "plans/seed-512b-32nodes.yaml"],
+        vec![
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--model",
+            "gpt3-175b",
+            "--output",
+            "/tmp/unused.yaml",
+        ],
     ] {
         let mut args = args.clone();
         args.extend(["--seq-len", "4294967295"]);

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 
-use super::{Outcome, resolve_model, resolve_scenario};
+use super::{Outcome, check_seq_len, resolve_model, resolve_scenario};
 use crate::calibrate::cpu::{MAX_CPU_BYTES, MAX_CPU_GEMM_FLOPS};
 use crate::calibrate::run::{CalibrateOptions, calibrate as run_calibration, message_sizes};
 use crate::calibrate::summary::{calibration_summary, validation_summary};
@@ -236,9 +236,13 @@ fn options(
 
 pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     let reps = reps(&args.measure)?;
+    if let Some(seq_len) = args.seq_len {
+        check_seq_len(seq_len)?;
+    }
     let (mut model, _) = resolve_model(&args.model, None, args.seq_len)?;
     if let Some(seq_len) = args.seq_len {
         model.seq_len = seq_len;
+        model.check()?;
     }
     if args.micro_batch == 0 {
         bail!("--micro-batch 0 must be at least 1; e.g. --micro-batch 1");
