@@ -110,7 +110,10 @@ fn read_spec<T: DeserializeOwned>(
     let looks_like_path = name_or_path.contains('/')
         || name_or_path.ends_with(".yaml")
         || name_or_path.ends_with(".yml");
-    if looks_like_path || Path::new(name_or_path).exists() {
+    // A bare name that is also a folder (a Hub snapshot `llama3-8b/`) still means the bundled
+    // spec; any other existing entry is read as a file (and refused if it is not a regular one).
+    let is_entry = std::fs::metadata(Path::new(name_or_path)).is_ok_and(|m| !m.is_dir());
+    if looks_like_path || is_entry {
         let text = read_spec_text(flag, name_or_path)?;
         return Ok((quote(name_or_path), parse_yaml(name_or_path, &text)?));
     }

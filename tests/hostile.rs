@@ -423,7 +423,7 @@ fn non_regular_inputs_are_refused_at_once() {
     assert!(status.success());
     let fast = Duration::from_secs(10);
     for flag in ["--plan", "--model", "--gpu", "--hf-config", "--calibration"] {
-        for input in ["/dev/zero", "./f.yaml", "."] {
+        for input in ["/dev/zero", "./f.yaml", "./"] {
             let mut args = vec!["eval", flag, input, "--nodes", "1"];
             if flag != "--plan" {
                 args.extend(["--tp", "1"]);
