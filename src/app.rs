@@ -22,7 +22,7 @@ use crate::report::{self, Report};
 use crate::specs::{self, ModelRef, PlanFile};
 use crate::training::{AttentionKernel, GradDtype};
 use crate::units::{GIB, format_count};
-use crate::{compare, sweep};
+use crate::{compare, input_file, output_file, sweep};
 
 /// What a command ended with: found plans, or valid input where nothing fits.
 pub enum Outcome {
@@ -62,8 +62,11 @@ mod report_commands;
 mod scenario;
 use accuracy_command::accuracy;
 use eval_command::{eval, report_command};
+use plan_command::MAX_THREADS;
 use plan_command::plan;
-use scenario::{DEFAULT_VOCAB, Scenario, model_file_of, resolve_model, resolve_scenario};
+use scenario::{
+    DEFAULT_VOCAB, Scenario, check_seq_len, model_file_of, resolve_model, resolve_scenario,
+};
 
 fn print_report(report: &Report, format: Format, table: impl FnOnce(&Report) -> String) {
     match format {

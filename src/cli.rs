@@ -333,7 +333,7 @@ pub struct PlanArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub training: TrainingArgs,
-    /// How many plans to print.
+    /// How many plans to print (at most 1000).
     #[arg(long, default_value_t = 10)]
     pub top: usize,
     /// Also consider pipeline splits with unequal layers per stage.
@@ -345,7 +345,7 @@ pub struct PlanArgs {
     /// Write the best plan to FILE (the format `eval --plan` reads).
     #[arg(long, value_name = "FILE")]
     pub save: Option<String>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 1024).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write DIR/index.html and one SVG per figure (created if missing).
@@ -588,7 +588,7 @@ pub struct SweepArgs {
     /// Also consider tensor parallelism across nodes.
     #[arg(long)]
     pub allow_cross_node_tp: bool,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 1024).
     #[arg(long)]
     pub threads: Option<usize>,
     #[arg(long, value_enum, default_value = "table")]
@@ -649,10 +649,10 @@ pub struct MeasureArgs {
     /// clamped to 2 to 8).
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Untimed runs before each measurement.
+    /// Untimed runs before each measurement (at most 1000).
     #[arg(long, default_value_t = 2)]
     pub warmup: u32,
-    /// Timed repetitions of each measurement (the median is kept).
+    /// Timed repetitions of each measurement (the median is kept; at most 1000).
     #[arg(long, default_value_t = 7)]
     pub reps: u32,
 }

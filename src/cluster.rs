@@ -8,6 +8,122 @@ use serde::{Deserialize, Serialize};
 use crate::plan::Precision;
 use crate::units::{Bytes, BytesPerSec, FlopsPerSec, GB, GIB, Seconds};
 
+/// The measured tables and fits of a calibrated profile, and how GEMM times are read from them.
+pub mod calibration;
+
+/// Most GPUs in one node we accept: an NVL72 rack (72 GPUs in one NVLink domain) is the largest.
+pub const MAX_GPUS_PER_NODE: u32 = 72;
+
+/// The accepted range of one numeric key of an input file, with the rule that sets it. Every range
+/// is finite and every lower bound of a divisor positive, so that accepted input can only give
+/// finite, non-negative times and sizes: the extreme ratio (10^30 FLOPs over 10^-6 TFLOP/s at
+/// 10^-3 × 10^-3 efficiency) is about 10^30 s, far inside f64.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    pub key: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub unit: &'static str,
+    pub rule: &'static str,
+}
+
+/// A number as a message shows it: plain when ordinary, in exponent form when tiny or huge (so
+/// that 5e-324 is not 324 digits).
+pub fn show_number(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 || (1e-4..1e9).contains(&magnitude) {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
+    }
+}
+
+impl Range {
+    pub const fn new(
+        key: &'static str,
+        min: f64,
+        max: f64,
+        unit: &'static str,
+        rule: &'static str,
+    ) -> Range {
+        Range {
+            key,
+            min,
+            max,
+            unit,
+            rule,
+        }
+    }
+
+    pub fn contains(&self, value: f64) -> bool {
+        value.is_finite() && value >= self.min && value <= self.max
+    }
+
+    /// `Err` names the key, the value, the range and its rule.
+    pub fn check(&self, value: f64) -> Result<(), String> {
+        if self.contains(value) {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: {} is outside {} to {}{} ({}); give a value in that range",
+            self.key,
+            show_number(value),
+            show_number(self.min),
+            show_number(self.max),
+            if self.unit.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", self.unit)
+            },
+            self.rule
+        ))
+    }
+}
+
+/// Peak compute: from 1 MFLOP/s (a CPU twin measuring itself) to 100,000 TFLOP/s (40× a B200's
+/// dense bf16 2,250 TFLOP/s, NVIDIA B200 datasheet).
+pub const PEAK_TFLOPS: Range = Range::new(
+    "peak_bf16_tflops",
+    1e-6,
+    1e5,
+    "TFLOP/s",
+    "rule: positive, at most 40x a B200",
+);
+/// Device memory: from 1 MiB to 100 TiB (a B200 has 180 GiB).
+pub const HBM_CAPACITY_GIB: Range = Range::new(
+    "hbm_capacity_gib",
+    1.0 / 1024.0,
+    102_400.0,
+    "GiB",
+    "rule: 1 MiB to 100 TiB per device",
+);
+/// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
+pub const fn bandwidth_range(key: &'static str) -> Range {
+    Range::new(key, 1e-3, 1e6, "GB/s", "rule: 1 MB/s to 1 PB/s per GPU")
+}
+/// Any latency or fixed overhead: zero to one second.
+pub const fn latency_range(key: &'static str) -> Range {
+    Range::new(
+        key,
+        0.0,
+        1e6,
+        "us",
+        "rule: zero or positive, at most one second",
+    )
+}
+/// An efficiency (achieved / peak): from 0.1% to 100%.
+pub const fn efficiency_range(key: &'static str) -> Range {
+    Range::new(
+        key,
+        1e-3,
+        1.0,
+        "",
+        "rule: a fraction of the peak, 0.001 to 1",
+    )
+}
+/// The per-GPU network bandwidth `sweep --axis network-bandwidth` sets.
+pub const NETWORK_GB_PER_S: Range = bandwidth_range("network_gb_per_s");
+
 /// A GPU and node profile (`clusters/*.yaml`). Efficiencies turn datasheet peaks into what real
 /// kernels reach; `tpsim calibrate` replaces them with measured values.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -73,9 +189,9 @@ pub struct GpuProfile {
     #[serde(default)]
     pub sources: Vec<String>,
     /// Measurements and fits from `tpsim calibrate` (absent in datasheet profiles); the cost model
-    /// then times GEMMs from them (`calibrate::profile::calibrated_gemm_time`).
+    /// then times GEMMs from them (`calibration::calibrated_gemm_time`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<crate::calibrate::profile::Calibration>,
+    pub calibration: Option<calibration::Calibration>,
 }
 
 /// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published
@@ -145,42 +261,48 @@ impl GpuProfile {
     pub fn achieved_hbm_bandwidth(&self) -> BytesPerSec {
         BytesPerSec(self.hbm_bandwidth_gb_per_s * GB * self.hbm_efficiency)
     }
+    /// Every numeric key in its [`Range`], and the calibration section (if any) checked too.
     pub fn check(&self) -> Result<(), String> {
-        let positive = [
-            ("peak_bf16_tflops", self.peak_bf16_tflops),
-            ("hbm_capacity_gib", self.hbm_capacity_gib),
-            ("hbm_bandwidth_gb_per_s", self.hbm_bandwidth_gb_per_s),
-            ("nvlink_gb_per_s", self.nvlink_gb_per_s),
-            ("network_gb_per_s", self.network_gb_per_s),
+        let checks = [
+            (PEAK_TFLOPS, self.peak_bf16_tflops),
+            (HBM_CAPACITY_GIB, self.hbm_capacity_gib),
+            (
+                bandwidth_range("hbm_bandwidth_gb_per_s"),
+                self.hbm_bandwidth_gb_per_s,
+            ),
+            (bandwidth_range("nvlink_gb_per_s"), self.nvlink_gb_per_s),
+            (NETWORK_GB_PER_S, self.network_gb_per_s),
+            (efficiency_range("gemm_efficiency"), self.gemm_efficiency),
+            (efficiency_range("hbm_efficiency"), self.hbm_efficiency),
+            (
+                efficiency_range("nvlink_efficiency"),
+                self.nvlink_efficiency,
+            ),
+            (
+                efficiency_range("network_efficiency"),
+                self.network_efficiency,
+            ),
+            (
+                efficiency_range("framework_efficiency"),
+                self.framework_efficiency,
+            ),
+            (latency_range("nvlink_latency_us"), self.nvlink_latency_us),
+            (latency_range("network_latency_us"), self.network_latency_us),
+            (latency_range("layer_overhead_us"), self.layer_overhead_us),
         ];
-        for (key, value) in positive {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!("{key}: {value} must be a positive number"));
-            }
+        for (range, value) in checks {
+            range.check(value)?;
         }
-        let fractions = [
-            ("gemm_efficiency", self.gemm_efficiency),
-            ("hbm_efficiency", self.hbm_efficiency),
-            ("nvlink_efficiency", self.nvlink_efficiency),
-            ("network_efficiency", self.network_efficiency),
-            ("framework_efficiency", self.framework_efficiency),
-        ];
-        for (key, value) in fractions {
-            if !(value > 0.0 && value <= 1.0) {
-                return Err(format!("{key}: {value} must be a fraction in (0, 1]"));
-            }
+        if !(1..=MAX_GPUS_PER_NODE).contains(&self.gpus_per_node) {
+            return Err(format!(
+                "gpus_per_node: {} is outside 1 to {MAX_GPUS_PER_NODE} (rule: at least one GPU, at most an NVL72 rack); give the GPUs per node, e.g. 8",
+                self.gpus_per_node
+            ));
         }
-        for (key, value) in [
-            ("nvlink_latency_us", self.nvlink_latency_us),
-            ("network_latency_us", self.network_latency_us),
-            ("layer_overhead_us", self.layer_overhead_us),
-        ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(format!("{key}: {value} must be zero or positive"));
-            }
-        }
-        if self.gpus_per_node == 0 {
-            return Err("gpus_per_node: 0 must be at least 1".into());
+        if let Some(calibration) = &self.calibration {
+            calibration
+                .check()
+                .map_err(|m| format!("calibration: {m}"))?;
         }
         for (key, value) in [
             ("peak_fp8_tflops", self.peak_fp8_tflops),

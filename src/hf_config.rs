@@ -203,7 +203,7 @@ fn class_defaults(model_type: &str) -> (Option<u32>, Option<u32>, bool) {
     }
 }
 
-fn parse_with_note(
+pub fn parse_with_note(
     text: &str,
     path: &str,
     name: &str,

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use crate::cluster::GpuProfile;
+use crate::input_file::{
+    InputError, check_depth, quote, read_spec_text, read_structured, sanitize_message,
+};
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
 use crate::training::{AttentionKernel, GradDtype};
@@ -83,11 +86,8 @@ pub enum SpecError {
         name: String,
         known: String,
     },
-    #[error("cannot read {path} (check the path, or give a bundled name)")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] InputError),
     #[error("{origin}:{line}:{column}: {message}")]
     Yaml {
         origin: String,
@@ -99,31 +99,37 @@ pub enum SpecError {
     Invalid { origin: String, message: String },
 }
 
+/// A parser's error as a [`SpecError::Yaml`]: location in front, the message made safe to print
+/// (quotes cut, control characters escaped).
+pub fn yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
+    let (line, column) = err
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((0, 0));
+    let message = err.to_string();
+    // yaml_serde appends " at line L column C"; the location is already in front.
+    let message = match message.rfind(" at line ") {
+        Some(i) if line > 0 => &message[..i],
+        _ => &message,
+    };
+    SpecError::Yaml {
+        origin: quote(origin),
+        line,
+        column,
+        message: sanitize_message(message),
+    }
+}
+
+/// Parses the text of a spec after checking its nesting depth (see `input_file`).
 fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
-    yaml_serde::from_str(text).map_err(|err| {
-        let (line, column) = err
-            .location()
-            .map(|l| (l.line(), l.column()))
-            .unwrap_or((0, 0));
-        let message = err.to_string();
-        // yaml_serde appends " at line L column C"; the location is already in front.
-        let message = message
-            .split(" at line ")
-            .next()
-            .unwrap_or(&message)
-            .to_string();
-        SpecError::Yaml {
-            origin: origin.to_string(),
-            line,
-            column,
-            message,
-        }
-    })
+    check_depth(&quote(origin), text)?;
+    yaml_serde::from_str(text).map_err(|err| yaml_error(origin, &err))
 }
 
 /// Reads a spec named `name_or_path`: a bundled name, or a file path (anything with a path
 /// separator or a .yaml/.yml ending, or an existing file).
 fn read_spec<T: DeserializeOwned>(
+    flag: &str,
     kind: &'static str,
     bundled: &[(&str, &str)],
     name_or_path: &str,
@@ -131,18 +137,18 @@ fn read_spec<T: DeserializeOwned>(
     let looks_like_path = name_or_path.contains('/')
         || name_or_path.ends_with(".yaml")
         || name_or_path.ends_with(".yml");
-    if looks_like_path || Path::new(name_or_path).is_file() {
-        let text = std::fs::read_to_string(name_or_path).map_err(|source| SpecError::Read {
-            path: name_or_path.to_string(),
-            source,
-        })?;
-        return Ok((name_or_path.to_string(), parse_yaml(name_or_path, &text)?));
+    // A bare name that is also a folder (a Hub snapshot `llama3-8b/`) still means the bundled
+    // spec; any other existing entry is read as a file (and refused if it is not a regular one).
+    let is_entry = std::fs::metadata(Path::new(name_or_path)).is_ok_and(|m| !m.is_dir());
+    if looks_like_path || is_entry {
+        let text = read_spec_text(flag, name_or_path)?;
+        return Ok((quote(name_or_path), parse_yaml(name_or_path, &text)?));
     }
     match bundled.iter().find(|(name, _)| *name == name_or_path) {
         Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
         None => Err(SpecError::UnknownName {
             kind,
-            name: name_or_path.to_string(),
+            name: quote(name_or_path),
             known: bundled
                 .iter()
                 .map(|(n, _)| *n)
@@ -152,20 +158,66 @@ fn read_spec<T: DeserializeOwned>(
     }
 }
 
-pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
-    let (origin, file): (String, ModelFile) = read_spec("model", BUNDLED_MODELS, name_or_path)?;
-    Model::from_file(&file).map_err(|err| SpecError::Invalid {
-        origin,
-        message: err.to_string(),
-    })
+/// Refuses shapes whose later checks would loop over a huge count (the suggestion for
+/// `hidden % heads != 0` counts down from `heads`): a head has at least one channel, so heads ≤
+/// hidden, and a KV head serves at least one query head, so kv_heads ≤ heads.
+/// `prefix` is "" for file keys, "--" for flags.
+pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> {
+    if file.heads > file.hidden {
+        return Err(format!(
+            "{prefix}heads {} is more than {prefix}hidden {} (rule: each attention head has at least one channel); give heads dividing hidden, e.g. {prefix}heads {}",
+            file.heads,
+            file.hidden,
+            [128, 64, 32, 16, 8, 4, 2, 1]
+                .into_iter()
+                .find(|h| file.hidden.is_multiple_of(*h) && *h <= file.hidden.max(1))
+                .unwrap_or(1)
+        ));
+    }
+    let kv_key = if prefix.is_empty() {
+        "kv_heads"
+    } else {
+        "kv-heads"
+    };
+    if let Some(kv) = file.kv_heads
+        && kv > file.heads
+    {
+        return Err(format!(
+            "{prefix}{kv_key} {kv} is more than {prefix}heads {} (rule: each KV head serves at least one query head); give {kv_key} dividing heads",
+            file.heads
+        ));
+    }
+    Ok(())
 }
 
-pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
-    let (origin, profile): (String, GpuProfile) = read_spec("GPU", BUNDLED_GPUS, name_or_path)?;
+fn model_of_file(file: &ModelFile, origin: &str) -> Result<Model, SpecError> {
+    let invalid = |message: String| SpecError::Invalid {
+        origin: origin.to_string(),
+        message,
+    };
+    check_model_counts(file, "").map_err(invalid)?;
+    Model::from_file(file).map_err(|err| invalid(sanitize_message(&err.to_string())))
+}
+
+/// Loads a model by bundled name or path, given with `--model` (named in errors).
+pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
+    let (origin, file): (String, ModelFile) =
+        read_spec("--model", "model", BUNDLED_MODELS, name_or_path)?;
+    model_of_file(&file, &origin)
+}
+
+/// Loads a GPU profile by bundled name or path, given with `flag` (`--gpu`, `--calibration`).
+pub fn load_gpu_as(flag: &str, name_or_path: &str) -> Result<GpuProfile, SpecError> {
+    let (origin, profile): (String, GpuProfile) =
+        read_spec(flag, "GPU", BUNDLED_GPUS, name_or_path)?;
     profile
         .check()
         .map_err(|message| SpecError::Invalid { origin, message })?;
     Ok(profile)
+}
+
+pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
+    load_gpu_as("--gpu", name_or_path)
 }
 
 /// The model a plan file refers to: a bundled name or path, or the whole shape inline.
@@ -203,21 +255,62 @@ pub struct PlanFile {
     pub plan: PlanRequest,
 }
 
+/// `model:` alone, as an inline shape: parsed again when a plan file's `model:` matched neither
+/// form of [`ModelRef`], so that the error names the key and line that broke the inline shape
+/// (serde's untagged enums report only "did not match any variant").
+#[derive(Deserialize)]
+struct InlineModelOnly {
+    #[allow(dead_code)]
+    model: ModelFile,
+}
+
 pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
-        path: path.to_string(),
-        source,
-    })?;
-    parse_yaml(path, &text)
+    let text = read_structured("--plan", path)?;
+    parse_plan(path, &text)
+}
+
+/// Parses the text of a plan file (`path` names it in messages).
+pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
+    match parse_yaml::<PlanFile>(path, text) {
+        Ok(file) => Ok(file),
+        Err(SpecError::Yaml { message, .. }) if message.contains("untagged enum ModelRef") => {
+            match yaml_serde::from_str::<InlineModelOnly>(text) {
+                Err(err) => {
+                    let SpecError::Yaml {
+                        origin,
+                        line,
+                        column,
+                        message,
+                    } = yaml_error(path, &err)
+                    else {
+                        unreachable!("yaml_error builds SpecError::Yaml")
+                    };
+                    Err(SpecError::Yaml {
+                        origin,
+                        line,
+                        column,
+                        // yaml_serde names the path (`model.hidden: ...`); add it when it did not.
+                        message: if message.starts_with("model") {
+                            message
+                        } else {
+                            format!("model: {message}")
+                        },
+                    })
+                }
+                Ok(_) => Err(SpecError::Invalid {
+                    origin: quote(path),
+                    message: "model: give a bundled name or path (a string), or the whole shape as a mapping (layers, hidden, heads, vocab, seq_len)".into(),
+                }),
+            }
+        }
+        Err(other) => Err(other),
+    }
 }
 
 pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, SpecError> {
     match reference {
         ModelRef::Named(name) => load_model(name),
-        ModelRef::Inline(file) => Model::from_file(file).map_err(|err| SpecError::Invalid {
-            origin: origin.to_string(),
-            message: err.to_string(),
-        }),
+        ModelRef::Inline(file) => model_of_file(file, &quote(origin)),
     }
 }
 

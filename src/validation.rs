@@ -115,14 +115,61 @@ fn recompute_of(text: Option<&str>) -> Recompute {
     }
 }
 
+/// Longest published step time accepted: an hour per step is past any run on record (BLOOM's
+/// 105 s, Megatron SC'21's 1T run's 60 s).
+const MAX_PUBLISHED_STEP_S: f64 = 3600.0;
+/// Most GPUs in one run: 2^24, past any cluster built.
+const MAX_RUN_GPUS: u32 = 1 << 24;
+
+/// The run's numbers that tpsim divides by or compares with, each in its range.
+fn check_run_numbers(run: &PublishedRun, published_step_s: f64) -> Result<(), String> {
+    use crate::cluster::{MAX_GPUS_PER_NODE, Range};
+    let hw = &run.hardware;
+    if !(1..=MAX_GPUS_PER_NODE).contains(&hw.gpus_per_node) {
+        return Err(format!(
+            "hardware.gpus_per_node: {} is outside 1 to {MAX_GPUS_PER_NODE} (rule: at least one GPU, at most an NVL72 rack); give the GPUs per node",
+            hw.gpus_per_node
+        ));
+    }
+    if !(1..=MAX_RUN_GPUS).contains(&hw.num_gpus) {
+        return Err(format!(
+            "hardware.num_gpus: {} is outside 1 to {MAX_RUN_GPUS} (rule: a run uses at least one GPU); give the GPU count",
+            hw.num_gpus
+        ));
+    }
+    for (key, value) in [
+        ("plan.global_batch_size", run.plan.global_batch_size),
+        ("plan.micro_batch_size", run.plan.micro_batch_size),
+        ("plan.tp", run.plan.tp),
+        ("plan.pp", run.plan.pp),
+        ("plan.dp", run.plan.dp),
+    ] {
+        if value == 0 {
+            return Err(format!(
+                "{key}: 0 must be at least 1 (rule: a positive count); give the published value"
+            ));
+        }
+    }
+    let key = if run.results.iteration_time_s.is_some() {
+        "results.iteration_time_s"
+    } else {
+        "derived.iteration_time_s_from_eq3"
+    };
+    Range::new(
+        key,
+        1e-6,
+        MAX_PUBLISHED_STEP_S,
+        "s",
+        "rule: a step takes positive time, at most an hour",
+    )
+    .check(published_step_s)
+}
+
 /// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
 pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
-    let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml).map_err(|err| {
-        AccuracyError::Spec(SpecError::Invalid {
-            origin: origin.to_string(),
-            message: err.to_string(),
-        })
-    })?;
+    crate::input_file::check_depth(origin, runs_yaml).map_err(SpecError::from)?;
+    let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml)
+        .map_err(|err| AccuracyError::Spec(specs::yaml_error(origin, &err)))?;
     let mut rows = Vec::new();
     for run in runs {
         if run.completeness.as_deref() != Some("full_plan") {
@@ -139,9 +186,10 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             continue;
         };
         let fail = |message: String| AccuracyError::Run {
-            id: run.id.clone(),
+            id: crate::input_file::quote(&run.id),
             message,
         };
+        check_run_numbers(&run, published_step_s).map_err(fail)?;
         let m = &run.model;
         let model = Model {
             name: run.id.clone(),

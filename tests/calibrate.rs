@@ -433,13 +433,10 @@ fn calibrate_checks_the_output_path_before_measuring() {
     let dir_text = dir.to_str().unwrap().to_string();
     let under_text = under_file.to_str().unwrap().to_string();
     for (output, want) in [
-        (
-            "/proc/x".to_string(),
-            "the profile cannot be written there".to_string(),
-        ),
+        ("/proc/x".to_string(), "cannot write there".to_string()),
         (
             under_text.clone(),
-            "the profile cannot be written there".to_string(),
+            format!("{} is a file, not a folder", file.display()),
         ),
         (dir_text.clone(), "is a directory".to_string()),
     ] {

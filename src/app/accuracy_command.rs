@@ -1,6 +1,7 @@
 //! `tpsim accuracy`: tpsim's predictions against published training runs.
 
-use anyhow::{Context, Result, bail};
+use crate::input_file;
+use anyhow::{Result, bail};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use super::Outcome;
@@ -11,10 +12,8 @@ use crate::validation;
 pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     let (text, origin) = match &args.runs {
         Some(path) => (
-            std::fs::read_to_string(path).with_context(|| {
-                format!("--runs {path}: cannot read the published runs; check the path")
-            })?,
-            path.clone(),
+            input_file::read_structured("--runs", path)?,
+            input_file::quote(path),
         ),
         None => (
             validation::BUNDLED_PUBLISHED_RUNS.to_string(),

@@ -3,25 +3,27 @@
 
 use anyhow::{Context, Result, bail};
 
-use super::{Outcome, resolve_model, resolve_scenario};
+use super::{Outcome, check_seq_len, resolve_model, resolve_scenario};
 use crate::calibrate::cpu::{MAX_CPU_BYTES, MAX_CPU_GEMM_FLOPS};
-use crate::calibrate::profile::Calibration;
 use crate::calibrate::run::{CalibrateOptions, calibrate as run_calibration, message_sizes};
 use crate::calibrate::summary::{calibration_summary, validation_summary};
 use crate::calibrate::validate::{Case, ValidationRow, layer_spec, validate_case};
 use crate::calibrate::{
-    BackendChoice, BackendKind, KernelTimer, Reps, format_bytes, open_backend, parse_bytes,
+    BackendChoice, BackendKind, KernelTimer, MAX_REPS, MAX_WARMUP, Reps, format_bytes,
+    open_backend, parse_bytes,
 };
 use crate::cli::{BackendArg, CalibrateArgs, ClusterArgs, Format, MeasureArgs, ValidateArgs};
 use crate::cluster::GpuProfile;
+use crate::cluster::calibration::Calibration;
 use crate::model::Model;
+use crate::output_file;
 use crate::planner::{SearchOptions, search};
 use crate::specs;
 
 /// Loads a profile written by `tpsim calibrate`; a datasheet profile is refused so that
 /// `--calibration` always means measured numbers.
 pub(super) fn load_calibrated(path: &str) -> Result<GpuProfile> {
-    let profile = specs::load_gpu(path).with_context(|| format!("--calibration {path}"))?;
+    let profile = specs::load_gpu_as("--calibration", path)?;
     if profile.calibration.is_none() {
         bail!(
             "--calibration {path}: the profile has no `calibration:` section, so it holds datasheet numbers; pass it with --gpu {path}, or write one with `tpsim calibrate`"
@@ -33,6 +35,18 @@ pub(super) fn load_calibrated(path: &str) -> Result<GpuProfile> {
 fn reps(measure: &MeasureArgs) -> Result<Reps> {
     if measure.reps == 0 {
         bail!("--reps 0: at least one timed repetition is needed for a median; e.g. --reps 7");
+    }
+    if measure.reps > MAX_REPS {
+        bail!(
+            "--reps {} is more than {MAX_REPS}, the most timed repetitions of one measurement (a median of {MAX_REPS} is exact to the timer's resolution); e.g. --reps 7",
+            measure.reps
+        );
+    }
+    if measure.warmup > MAX_WARMUP {
+        bail!(
+            "--warmup {} is more than {MAX_WARMUP}, the most untimed runs before one measurement; e.g. --warmup 2",
+            measure.warmup
+        );
     }
     Ok(Reps {
         warmup: measure.warmup,
@@ -61,34 +75,16 @@ fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<(Box<dyn KernelTim
 }
 
 /// Refuses an `--output` the profile could not be written to, before anything is measured: a
-/// directory, a path under a file or a missing folder, a read-only place. Leaves no file behind.
-fn check_output(path: &str) -> Result<()> {
-    if path.trim().is_empty() {
-        bail!("--output '': needs a file name for the profile; e.g. -o calibrated.yaml");
-    }
-    let file = std::path::Path::new(path);
-    if file.is_dir() {
-        bail!(
-            "--output {path}: is a directory, and the profile is one file; name a file, e.g. -o {}/calibrated.yaml",
-            path.trim_end_matches('/')
-        );
-    }
-    let existed = file.exists();
-    match std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(file)
-    {
-        Ok(_) => {
-            if !existed {
-                std::fs::remove_file(file).ok();
-            }
-            Ok(())
-        }
-        Err(err) => bail!(
-            "--output {path}: the profile cannot be written there: {err}; choose a writable file, e.g. -o calibrated.yaml"
-        ),
-    }
+/// directory, a missing folder, a read-only place, or one of the command's inputs (`--gpu g.yaml
+/// --output g.yaml` would replace the base profile). Leaves no file behind.
+fn check_output(args: &CalibrateArgs) -> Result<()> {
+    let path = &args.output;
+    output_file::check_file("--output", path, "calibrated.yaml")?;
+    let mut inputs: Vec<(&str, &str)> = vec![("--gpu", args.gpu.as_str())];
+    inputs.extend(args.model.model.as_deref().map(|m| ("--model", m)));
+    inputs.extend(args.model.hf_config.as_deref().map(|m| ("--hf-config", m)));
+    output_file::refuse_input_overlap("--output", path, &inputs)?;
+    Ok(())
 }
 
 fn unix_time() -> u64 {
@@ -240,9 +236,13 @@ fn options(
 
 pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     let reps = reps(&args.measure)?;
+    if let Some(seq_len) = args.seq_len {
+        check_seq_len(seq_len)?;
+    }
     let (mut model, _) = resolve_model(&args.model, None, args.seq_len)?;
     if let Some(seq_len) = args.seq_len {
         model.seq_len = seq_len;
+        model.check()?;
     }
     if args.micro_batch == 0 {
         bail!("--micro-batch 0 must be at least 1; e.g. --micro-batch 1");
@@ -267,7 +267,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     }
     let (mut timer, why) = backend(&args.measure, 2)?;
     let sizes = sizes(timer.kind(), &args)?;
-    check_output(&args.output)?;
+    check_output(&args)?;
     let opts = options(
         &model,
         args.micro_batch,
@@ -284,8 +284,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         args.output,
         yaml_serde::to_string(&profile)?
     );
-    std::fs::write(&args.output, text)
-        .with_context(|| format!("--output {}: cannot write the profile", args.output))?;
+    output_file::write_file("--output", &args.output, text.as_bytes())?;
     print_calibration(&profile, args.format)?;
     eprintln!("wrote the calibrated profile to {}", args.output);
     Ok(Outcome::Found)

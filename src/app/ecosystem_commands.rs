@@ -214,6 +214,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         );
     }
     if let Some(path) = &args.chart {
+        output_file::check_file("--chart", path, "sweep.svg")?;
         let parent = std::path::Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty());
@@ -254,8 +255,18 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             .with_context(|| format!("--axis {} at {value}", axis.name()))?;
         if axis == sweep::Axis::NetworkBandwidth {
             match value.parse::<f64>() {
-                Ok(gb) if gb.is_finite() && gb > 0.0 => scenario.cluster.gpu.network_gb_per_s = gb,
-                _ => bail!(
+                Ok(gb) if crate::cluster::NETWORK_GB_PER_S.contains(gb) => {
+                    scenario.cluster.gpu.network_gb_per_s = gb
+                }
+                Ok(gb) => bail!(
+                    "--values {} for --axis network-bandwidth: {}",
+                    input_file::quote(value),
+                    crate::cluster::NETWORK_GB_PER_S
+                        .check(gb)
+                        .err()
+                        .unwrap_or_default()
+                ),
+                Err(_) => bail!(
                     "--values {value:?} is not a positive bandwidth in GB/s per GPU, which --axis network-bandwidth needs; e.g. --values 12.5,25,50 (a 400 Gb/s NIC per GPU is 50)"
                 ),
             }
@@ -285,6 +296,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let tick = || bar.inc(1);
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
+        Some(n) if n > MAX_THREADS => bail!(
+            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
+        ),
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()
@@ -295,7 +309,32 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(path) = &args.chart {
-        chart_sweep::draw(&result, path)?;
+        // Drawn into a temporary file, then written atomically (`output_file`).
+        let scratch = std::env::temp_dir().join(format!(
+            "tpsim-chart-{}-{}.svg",
+            std::process::id(),
+            elapsed.to_bits()
+        ));
+        // Reserved with O_EXCL, so the chart never overwrites a file tpsim did not create.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&scratch)
+            .with_context(|| {
+                format!(
+                    "--chart: cannot create a scratch file in {}",
+                    std::env::temp_dir().display()
+                )
+            })?;
+        let drawn = chart_sweep::draw(&result, &scratch.to_string_lossy())
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(std::fs::read(&scratch)?));
+        let _ = std::fs::remove_file(&scratch);
+        output_file::write_file(
+            "--chart",
+            path,
+            &drawn.with_context(|| format!("--chart {}", input_file::quote(path)))?,
+        )?;
         eprintln!("wrote the sweep chart to {path}");
     }
     match args.format {
@@ -511,8 +550,7 @@ pub(super) fn completions(args: CompletionsArgs) -> Result<Outcome> {
 /// including arguments tpsim does not model (listed on stderr).
 pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
     let line = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("--megatron-args @{path}: cannot read the launch file"))?,
+        Some(path) => input_file::read_text("--megatron-args @", path)?,
         None => text.to_string(),
     };
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;

@@ -232,17 +232,6 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         details: vec![detail],
     };
     let schedule_line = schedule_note(&simulated.summary);
-    if !quiet {
-        print_report(&report, args.format, |r| {
-            format!(
-                "{}\n\n{}\n{}\n{}\n",
-                report::scenario_line(r),
-                report::breakdown(&r.plans[0]),
-                schedule_line,
-                crate::uncertainty::within_error_line(&r.plans, &r.cluster.gpu).unwrap_or_default()
-            )
-        });
-    }
     if let Some(dir) = &args.report {
         let flag = if quiet { "--out" } else { "--report" };
         let options = SearchOptions {
@@ -257,8 +246,20 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             options,
             &report,
             &simulated,
-            schedule_line,
+            schedule_line.clone(),
         )?;
+    }
+    // Printed once every file is written: a failed report prints nothing on stdout.
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line,
+                crate::uncertainty::within_error_line(&r.plans, &r.cluster.gpu).unwrap_or_default()
+            )
+        });
     }
     if estimate.fits() {
         Ok(Outcome::Found)

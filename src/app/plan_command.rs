@@ -1,6 +1,8 @@
 //! `tpsim plan`: search every split of the cluster, print the best plans, and optionally save the
 //! best one, emit a framework config or write a report.
 
+use super::scenario::input_paths;
+use crate::output_file;
 use anyhow::{Context, Result, bail};
 
 use super::ecosystem_commands::emit_best;
@@ -18,14 +20,36 @@ use crate::specs::{ModelRef, PlanFile};
 use crate::units::GIB;
 
 /// Most worker threads we start for a search.
-const MAX_THREADS: usize = 1024;
+pub(super) const MAX_THREADS: usize = 1024;
+/// Most plans `plan --top` shows.
+const MAX_TOP: usize = 1000;
 
 pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }
+    if args.top > MAX_TOP {
+        bail!(
+            "--top {} is more than {MAX_TOP}; every shown plan gets a schedule simulation and a detail section, so give how many to show, e.g. --top 10",
+            args.top
+        );
+    }
+    if args.top > MAX_TOP {
+        bail!(
+            "--top {} is more than {MAX_TOP}; every shown plan gets a schedule simulation and a detail section, so give how many to show, e.g. --top 10",
+            args.top
+        );
+    }
     if let Some(dir) = &args.report {
         check_dir("--report", dir)?;
+    }
+    if let Some(path) = &args.save {
+        output_file::check_file("--save", path, "plans/mine.yaml")?;
+        output_file::refuse_input_overlap(
+            "--save",
+            path,
+            &input_paths(&args.model, &args.cluster),
+        )?;
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     let options = SearchOptions {
@@ -130,8 +154,7 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
             yaml_serde::to_string(&file)?
         );
-        std::fs::write(path, text)
-            .with_context(|| format!("--save {path}: cannot write the plan file"))?;
+        output_file::write_file("--save", path, text.as_bytes())?;
         eprintln!("saved the best plan to {path}");
     }
 
@@ -139,6 +162,31 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         return emit_best(target, &scenario, feasible);
     }
 
+    if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
+        let labels: Vec<String> = report
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, e)| plan_label(i + 1, e))
+            .collect();
+        let written = write_report(Written {
+            flag: "--report",
+            dir,
+            model: &scenario.model,
+            cluster: &scenario.cluster,
+            training: &scenario.training,
+            report: &report,
+            chosen_label: format!("the best plan ({})", labels[0]),
+            labels,
+            evaluated: &result.ranked,
+            chosen,
+            notes: notes.clone(),
+        })?;
+        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    } else if let Some(dir) = &args.report {
+        eprintln!("no report written to {dir}: no plan fits");
+    }
+    // Every file is written before anything is printed: a failure prints nothing on stdout.
     print_report(&report, args.format, |r| {
         let mut out = format!(
             "{}\n{}\n\n",
@@ -177,30 +225,6 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
         out
     });
-    if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
-        let labels: Vec<String> = report
-            .plans
-            .iter()
-            .enumerate()
-            .map(|(i, e)| plan_label(i + 1, e))
-            .collect();
-        let written = write_report(Written {
-            flag: "--report",
-            dir,
-            model: &scenario.model,
-            cluster: &scenario.cluster,
-            training: &scenario.training,
-            report: &report,
-            chosen_label: format!("the best plan ({})", labels[0]),
-            labels,
-            evaluated: &result.ranked,
-            chosen,
-            notes: notes.clone(),
-        })?;
-        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
-    } else if let Some(dir) = &args.report {
-        eprintln!("no report written to {dir}: no plan fits");
-    }
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(

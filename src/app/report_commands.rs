@@ -1,8 +1,7 @@
 //! Command handlers' report half: turns a finished `plan` or `eval` into the report directory
 //! (`--report DIR`, `tpsim report FILE --out DIR`). Like `app.rs`, it touches files and uses anyhow.
 
-use anyhow::{Context, Result, anyhow, bail};
-use std::path::Path;
+use anyhow::{Result, anyhow};
 
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
@@ -13,45 +12,15 @@ use crate::planner::{SearchOptions, refine_top, search};
 use crate::report::{self, PlanDetail, Report, ReportInputs, detail_for, plan_label};
 use crate::training::Training;
 
-/// Fails early, before any work, when `dir` cannot be a directory.
+/// Fails early, before any work, when `dir` cannot become the report directory. Creates nothing:
+/// the directory appears only once the whole report is written (`output_file`).
 pub fn check_dir(flag: &str, dir: &str) -> Result<()> {
-    if dir.is_empty() {
-        bail!("{flag} \"\": give a directory to write the report into, e.g. {flag} reports/mine");
-    }
-    let path = Path::new(dir);
-    if path.exists() && !path.is_dir() {
-        bail!(
-            "{flag} {dir}: a file with that name exists, and the report needs a directory; give another path or remove the file"
-        );
-    }
-    // Create it now, so an unwritable place fails before any output is printed.
-    std::fs::create_dir_all(path).with_context(|| {
-        format!("{flag} {dir}: cannot create the report directory; choose a writable path")
-    })?;
-    let probe = path.join(".tpsim-write-check");
-    std::fs::write(&probe, b"").with_context(|| {
-        format!("{flag} {dir}: the directory is not writable; choose a writable path")
-    })?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
+    Ok(crate::output_file::check_report_dir(flag, dir)?)
 }
 
-/// Writes every file of the report into `dir`, creating it.
+/// Writes every file of the report into `dir` (see `output_file::write_report_dir`).
 pub fn write_dir(flag: &str, dir: &str, files: &[(String, String)]) -> Result<()> {
-    check_dir(flag, dir)?;
-    std::fs::create_dir_all(dir).with_context(|| {
-        format!("{flag} {dir}: cannot create the report directory; choose a writable path")
-    })?;
-    for (name, text) in files {
-        let path = Path::new(dir).join(name);
-        std::fs::write(&path, text).with_context(|| {
-            format!(
-                "{flag} {dir}: cannot write {}; choose a writable directory",
-                path.display()
-            )
-        })?;
-    }
-    Ok(())
+    Ok(crate::output_file::write_report_dir(flag, dir, files)?)
 }
 
 /// Everything one report needs from the command.

@@ -11,8 +11,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::calibration_commands;
 use super::ecosystem_commands::{megatron_learned_positions, megatron_norm};
 use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, MAX_GPUS_PER_NODE};
 use crate::hf_config;
+use crate::input_file;
 use crate::model::{Model, ModelFile, Norm};
 use crate::planner::{SearchOptions, tp_degrees};
 use crate::report::{ClusterSummary, ModelSummary};
@@ -23,7 +24,6 @@ use crate::units::parse_count;
 
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 pub(super) const MAX_NODES: u32 = 131_072;
-pub(super) const MAX_GPUS_PER_NODE: u32 = 72;
 /// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
 pub(super) const MAX_GLOBAL_BATCH: u32 = 1 << 22;
 /// Largest parameter count we derive a shape for.
@@ -165,7 +165,13 @@ fn resolve_base_model(
                 "--hf-config {path}: cannot read it: no such file; give the path of a Hugging Face config.json (e.g. models/hf/llama-3-70b.json)"
             );
         }
-        let loaded = hf_config::load(path, seq_len_flag)?;
+        let text = input_file::read_structured("--hf-config", path)?;
+        let loaded = hf_config::parse_with_note(
+            &text,
+            &input_file::quote(path),
+            &hf_model_name(path),
+            seq_len_flag,
+        )?;
         let origin = match &loaded.seq_len_note {
             Some(note) => format!("from Hugging Face config {path}; {note}"),
             None => format!("from Hugging Face config {path}"),
@@ -193,7 +199,7 @@ fn resolve_base_model(
             .heads
             .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
         let llama = args.style == Some(StyleArg::Llama);
-        let model = Model::from_file(&ModelFile {
+        let file = ModelFile {
             name: format!("custom-l{layers}-h{hidden}"),
             description: None,
             source: None,
@@ -227,7 +233,9 @@ fn resolve_base_model(
             shared_layer_norm: false,
             mla: None,
             moe: None,
-        })?;
+        };
+        specs::check_model_counts(&file, "--").map_err(|m| anyhow!(m))?;
+        let model = Model::from_file(&file)?;
         return Ok((model, "flags".to_string()));
     }
     if let Some((file, path)) = file {
@@ -250,6 +258,67 @@ fn resolve_base_model(
     bail!(
         "no model given: pass --params 512B, --model NAME|FILE (e.g. --model gpt3-175b) or --layers/--hidden/--heads"
     )
+}
+
+/// The model name of a Hugging Face config: a Hub snapshot is `<model>/config.json`, so the
+/// folder names it; otherwise the file's stem (as `hf_config::load` names it).
+fn hf_model_name(path: &str) -> String {
+    let path = std::path::Path::new(path);
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("hf-model");
+    let name = if stem == "config" {
+        path.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or("hf-model")
+    } else {
+        stem
+    };
+    input_file::quote(name)
+}
+
+/// The input files a command names (for refusing an output that would replace one).
+pub(super) fn input_paths<'a>(
+    model: &'a ModelArgs,
+    cluster: &'a ClusterArgs,
+) -> Vec<(&'static str, &'a str)> {
+    let mut inputs = Vec::new();
+    inputs.extend(model.model.as_deref().map(|p| ("--model", p)));
+    inputs.extend(model.hf_config.as_deref().map(|p| ("--hf-config", p)));
+    inputs.extend(cluster.gpu.as_deref().map(|p| ("--gpu", p)));
+    inputs.extend(cluster.calibration.as_deref().map(|p| ("--calibration", p)));
+    inputs
+}
+
+/// The sequence-length cap lives in `Model::check`, one place for every source; a one-layer probe
+/// at `seq_len` meets it before any model is resolved or derived, so the error names --seq-len
+/// (and not, say, the --params the shape would be derived from).
+pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
+    let probe = Model {
+        name: String::new(),
+        layers: 1,
+        hidden: 64,
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 64,
+        ffn_hidden: 256,
+        vocab: 64,
+        seq_len,
+        gated_mlp: false,
+        linear_bias: true,
+        qkv_bias: false,
+        qk_norm: false,
+        shared_layer_norm: false,
+        tied_embeddings: true,
+        learned_position_embeddings: false,
+        norm: Norm::Layernorm,
+        dropout: false,
+        mla: None,
+        moe: None,
+    };
+    Ok(probe.check()?)
 }
 
 /// The framework `--framework` names (default: Megatron-Core, what current NVIDIA stacks run).
@@ -340,9 +409,13 @@ pub(super) fn resolve_scenario(
         )?),
         None => None,
     };
+    if let Some(seq_len) = seq_len_flag {
+        check_seq_len(seq_len)?;
+    }
     let (mut model, model_origin) = resolve_model(model_args, file, seq_len_flag)?;
     if let Some(seq_len) = seq_len_flag {
         model.seq_len = seq_len;
+        model.check()?;
     }
 
     let gpu_reference = cluster_args
@@ -350,7 +423,10 @@ pub(super) fn resolve_scenario(
         .clone()
         .or(plan_file.and_then(|f| f.gpu.clone()))
         .unwrap_or_else(|| "h100-sxm-80g".to_string());
-    let gpu = specs::load_gpu(&gpu_reference)?;
+    let gpu = match &cluster_args.gpu {
+        Some(_) => specs::load_gpu(&gpu_reference)?,
+        None => specs::load_gpu_as("the plan file's gpu:", &gpu_reference)?,
+    };
     let (gpu, gpu_reference) = match &cluster_args.calibration {
         Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
         None => (gpu, gpu_reference),

@@ -18,6 +18,39 @@ pub const MAX_CPU_GEMM_FLOPS: f64 = 2e10;
 /// Largest tensor a CPU collective or layer moves.
 pub const MAX_CPU_BYTES: u64 = 1 << 30;
 
+/// Most memory one CPU layer run may allocate (every rank's f32 copy plus the f64 reference
+/// layer the numerics are checked against). Attention probabilities grow with seq_len², so a long
+/// sequence asks for far more than the tokens × hidden size suggests.
+pub const MAX_CPU_LAYER_BYTES: f64 = 2.0 * (1u64 << 30) as f64;
+
+/// Upper estimate of the bytes a CPU layer run allocates, from `layer::run_rank` and
+/// `check_numerics`: the f64 weights, inputs and assembled gradients; per rank (f32) the weight
+/// shards and their gradients, about a dozen tokens × hidden activations, the QKV/MLP activations
+/// and the attention probabilities (micro_batch × local heads × seq_len²); and the same again in
+/// f64 for the unsharded reference run.
+pub fn layer_memory_bytes(spec: &LayerSpec) -> f64 {
+    let f = |v: usize| v as f64;
+    let (h, t) = (f(spec.hidden), f(spec.tp.max(1)));
+    let d = h / f(spec.heads.max(1));
+    let qkv_width = (f(spec.heads) + 2.0 * f(spec.kv_heads)) * d;
+    let up = f(spec.ffn_hidden) * if spec.gated_mlp { 2.0 } else { 1.0 };
+    let weights = h * qkv_width + h * h + h * up + f(spec.ffn_hidden) * h;
+    let tokens = f(spec.seq_len) * f(spec.micro_batch);
+    let wide = 2.0 * qkv_width + 4.0 * up + 2.0 * f(spec.ffn_hidden);
+    let seq = f(spec.seq_len);
+    let attention = f(spec.micro_batch) * f(spec.heads) * seq * seq;
+    // f64: weights, x and dz, the four assembled weight gradients.
+    let shared = 8.0 * (2.0 * weights + 2.0 * tokens * h);
+    // f32 ranks: shards + gradients, replicated activations per rank, sharded wide ones, attention
+    // probabilities (all heads over the ranks) and one seq² gradient buffer per rank.
+    let ranks =
+        4.0 * (2.0 * weights + t * 12.0 * tokens * h + tokens * wide + attention + t * seq * seq);
+    // The f64 reference run (tp = 1).
+    let reference =
+        8.0 * (2.0 * weights + 12.0 * tokens * h + tokens * wide + attention + seq * seq);
+    shared + ranks + reference
+}
+
 /// Relative tolerance of the sharded layer against the unsharded one: data crosses the ring as
 /// bf16 (8 significand bits, unit roundoff 2⁻⁸ ≈ 0.4%), a few roundings deep.
 pub const BF16_WIRE_TOLERANCE: f64 = 3e-2;
@@ -224,6 +257,19 @@ impl KernelTimer for CpuTimer {
                 spec.micro_batch, spec.seq_len
             )));
         }
+        let needed = layer_memory_bytes(spec);
+        if needed > MAX_CPU_LAYER_BYTES {
+            let gib = crate::units::GIB;
+            return Err(CalibrationError::Input(format!(
+                "a layer of {} sequences x {} tokens (hidden {}, {} heads) needs about {:.1} GiB on the CPU backend, over its cap of {:.0} GiB (attention grows with seq_len^2); use a shorter --seq-len or --micro-batch, e.g. --seq-len 128",
+                spec.micro_batch,
+                spec.seq_len,
+                spec.hidden,
+                spec.heads,
+                needed / gib,
+                MAX_CPU_LAYER_BYTES / gib
+            )));
+        }
         let tokens = spec.seq_len.saturating_mul(spec.micro_batch);
         let bytes = tokens.saturating_mul(spec.hidden).saturating_mul(2) as u64;
         let flops = 2.0
@@ -250,7 +296,7 @@ impl KernelTimer for CpuTimer {
         let mut layer_samples = Vec::new();
         let mut comm_samples = Vec::new();
         let pool = self.pool(t)?;
-        for rep in 0..reps.warmup + reps.timed.max(1) {
+        for rep in 0..reps.warmup.saturating_add(reps.timed.max(1)) {
             ring.reset_counts();
             pool.broadcast(|ctx| {
                 let rank = ctx.index();

@@ -9,7 +9,7 @@
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::profile::Estimated;
+use crate::cluster::calibration::Estimated;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FitError {
@@ -162,7 +162,7 @@ pub fn alpha_beta(wire_bytes: &[f64], times_s: &[f64]) -> Result<LinearFit, FitE
     relative_least_squares(&rows, times_s)
 }
 
-/// The GEMM model t = latency + flops·c_f + bytes·c_b (see `profile::GemmFit`). Drops the bytes
+/// The GEMM model t = latency + flops·c_f + bytes·c_b (see `cluster::calibration::GemmFit`). Drops the bytes
 /// term when it fits to zero or below (compute-bound sweeps), and returns whether it kept it.
 pub fn gemm_curve(
     flops: &[f64],

@@ -11,7 +11,6 @@ pub mod cpu;
 pub mod cuda;
 pub mod fit;
 pub mod layer;
-pub mod profile;
 pub mod ring;
 pub mod run;
 pub mod summary;
@@ -56,6 +55,12 @@ impl BackendKind {
         }
     }
 }
+
+/// Most timed repetitions of one measurement (`--reps`): a median of 1,000 is already exact to the
+/// timer's resolution, and every sample is kept in memory.
+pub const MAX_REPS: u32 = 1000;
+/// Most untimed warm-up runs before one measurement (`--warmup`).
+pub const MAX_WARMUP: u32 = 1000;
 
 /// Warm-up runs (not timed) and timed repetitions of every measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

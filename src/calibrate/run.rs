@@ -15,12 +15,12 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::fit;
-use super::profile::{
+use super::{CalibrationError, GemmShape, KernelTimer, Reps, Timing};
+use crate::cluster::GpuProfile;
+use crate::cluster::calibration::{
     Calibration, CollectiveFit, CollectivePoint, CopyMeasurement, Estimated, GemmFit,
     GemmMeasurement,
 };
-use super::{CalibrationError, GemmShape, KernelTimer, Reps, Timing};
-use crate::cluster::GpuProfile;
 use crate::cost::comm::Collective;
 use crate::cost::compute::layer_gemms;
 use crate::model::Model;
@@ -218,8 +218,11 @@ pub fn calibrate(
             source,
         })?;
     let c = &curve.coefficients;
+    // A least-squares intercept can come out below zero on a noisy sweep; a fixed cost per GEMM
+    // cannot, and a negative one would make small GEMMs take negative time. Clamp it at zero.
+    let latency_clamped = c[0].value < 0.0;
     let gemm_fit = GemmFit {
-        latency_us: estimated(c[0], |v| v * 1e6),
+        latency_us: estimated(c[0], |v| (v * 1e6).max(0.0)),
         throughput_tflops: estimated(c[1], |v| 1.0 / v / 1e12),
         bandwidth_gb_per_s: kept_bytes.then(|| estimated(c[2], |v| 1.0 / v / 1e9)),
         r_squared: curve.r_squared,
@@ -243,6 +246,12 @@ pub fn calibrate(
     }
 
     let mut notes = Vec::new();
+    if latency_clamped {
+        notes.push(format!(
+            "the GEMM curve's fitted latency was negative ({:.2} us) and is kept as 0: a fixed cost per GEMM cannot be negative",
+            c[0].value * 1e6
+        ));
+    }
     let mut profile = opts.base.clone();
     let device = timer.device_name();
     profile.name = format!("calibrated-{}", timer.kind().as_str());

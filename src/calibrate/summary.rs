@@ -3,9 +3,9 @@
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use super::profile::Calibration;
 use super::validate::ValidationRow;
 use crate::cluster::GpuProfile;
+use crate::cluster::calibration::Calibration;
 
 fn table(header: Vec<&str>) -> Table {
     let mut t = Table::new();

@@ -221,7 +221,7 @@ pub fn dp_traffic(
     gather_bytes_per_param: f64,
 ) -> DpTraffic {
     let d = ranks;
-    if d <= 1 {
+    if d <= 1 || params_per_gpu <= 0.0 {
         return DpTraffic {
             wire_bytes: 0.0,
             reduce_per_overlap_window_s: 0.0,

@@ -40,9 +40,9 @@ impl Gemm {
     /// profile gives the measured time of the exact shard shape, or its fitted curve.
     pub fn time(&self, cluster: &Cluster) -> f64 {
         let gpu = &cluster.gpu;
-        if let Some(measured) =
-            crate::calibrate::profile::calibrated_gemm_time(gpu, self.m, self.n, self.k, self.batch)
-        {
+        if let Some(measured) = crate::cluster::calibration::calibrated_gemm_time(
+            gpu, self.m, self.n, self.k, self.batch,
+        ) {
             return measured;
         }
         let compute = self.flops() / (gpu.peak_flops().0 * gpu.gemm_efficiency);

@@ -139,7 +139,7 @@ pub(super) fn run_layer_schedule(
     };
     let mut layer_samples = Vec::new();
     let mut comm_samples = Vec::new();
-    for rep in 0..reps.warmup + reps.timed.max(1) {
+    for rep in 0..reps.warmup.saturating_add(reps.timed.max(1)) {
         let starts = streams
             .iter()
             .map(timed_event)

@@ -1,5 +1,7 @@
 //! What a calibration keeps: the measurements, their spread and the fitted parameters, stored in the
 //! hardware profile's optional `calibration:` section, and how the cost model reads them back.
+//! They are hardware data, so they live beside the profile; `calibrate` (which measures them)
+//! depends on this module, never the reverse.
 //!
 //! A calibrated profile is an ordinary `clusters/*.yaml` profile whose datasheet numbers were
 //! replaced by measured ones (`peak_bf16_tflops`, `gemm_efficiency`, `hbm_bandwidth_gb_per_s`,
@@ -9,7 +11,206 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::GpuProfile;
+use crate::cluster::{GpuProfile, Range, bandwidth_range, show_number};
+
+/// Most elements along one GEMM edge or batch: 2^24 (16M) is past any model's widest matrix
+/// (the vocabulary, 256K) by 64×, and keeps m·n·k·batch far inside f64.
+const MAX_GEMM_EDGE: u64 = 1 << 24;
+/// A measured time: positive (a kernel takes time) and at most 10^12 µs (11.6 days).
+const fn time_us(key: &'static str) -> Range {
+    Range::new(
+        key,
+        1e-6,
+        1e12,
+        "us",
+        "rule: a measured time is positive, at most 10^12 us",
+    )
+}
+/// A fitted fixed cost: zero to one second.
+const LATENCY_US: Range = Range::new(
+    "latency_us",
+    0.0,
+    1e6,
+    "us",
+    "rule: a fixed cost per call is zero or positive, at most one second",
+);
+/// A fitted throughput: 1 MFLOP/s to 100,000 TFLOP/s (as `peak_bf16_tflops`).
+const THROUGHPUT_TFLOPS: Range = Range::new(
+    "throughput_tflops",
+    1e-6,
+    1e5,
+    "TFLOP/s",
+    "rule: positive, at most 40x a B200",
+);
+/// Bytes per element: 1 (fp8) to 8 (f64).
+const ELEMENT_BYTES: Range = Range::new("element_bytes", 1.0, 8.0, "bytes", "rule: fp8 to f64");
+/// A derived figure (achieved TFLOP/s, efficiency, GB/s): finite and not negative.
+const fn derived(key: &'static str) -> Range {
+    Range::new(key, 0.0, 1e12, "", "rule: finite, zero or positive")
+}
+/// A fit statistic or residual: finite (R² may be negative for a bad fit).
+const fn statistic(key: &'static str) -> Range {
+    Range::new(key, -1e12, 1e12, "", "rule: a finite number")
+}
+
+fn in_entry(what: &str, index: usize, result: Result<(), String>) -> Result<(), String> {
+    result.map_err(|m| format!("{what}[{index}].{m}"))
+}
+
+fn check_edges(what: &str, edges: [(&str, u64); 4]) -> Result<(), String> {
+    for (key, value) in edges {
+        if !(1..=MAX_GEMM_EDGE).contains(&value) {
+            return Err(format!(
+                "{key}: {value} is outside 1 to {MAX_GEMM_EDGE} (rule: a {what} dimension is at least 1, at most 2^24); give the measured shape"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// min ≤ median ≤ max, each a positive time.
+fn check_spread(median_us: f64, min_us: f64, max_us: f64) -> Result<(), String> {
+    time_us("median_us").check(median_us)?;
+    time_us("min_us").check(min_us)?;
+    time_us("max_us").check(max_us)?;
+    if !(min_us <= median_us && median_us <= max_us) {
+        return Err(format!(
+            "min_us {}, median_us {}, max_us {}: the median must lie between the minimum and the maximum; give the measured spread",
+            show_number(min_us),
+            show_number(median_us),
+            show_number(max_us)
+        ));
+    }
+    Ok(())
+}
+
+fn check_estimated(key: &'static str, e: &Estimated, range: Range) -> Result<(), String> {
+    range
+        .check(e.value)
+        .map_err(|m| format!("{key}.value: {m}"))?;
+    for (bound, value) in [("ci95_low", e.ci95_low), ("ci95_high", e.ci95_high)] {
+        if !value.is_finite() {
+            return Err(format!(
+                "{key}.{bound}: {} is not a finite number (rule: a confidence bound is finite); give the fitted interval",
+                show_number(value)
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Calibration {
+    /// Every number the cost model or a summary reads, in its range. A profile `tpsim calibrate`
+    /// writes always passes (it is checked before it is written).
+    pub fn check(&self) -> Result<(), String> {
+        if self.devices == 0 {
+            return Err(
+                "devices: 0 must be at least 1 (rule: something was measured); give the device count"
+                    .into(),
+            );
+        }
+        for (what, list) in [
+            ("gemm_shapes", &self.gemm_shapes),
+            ("gemm_sweep", &self.gemm_sweep),
+        ] {
+            for (i, g) in list.iter().enumerate() {
+                in_entry(what, i, g.check())?;
+            }
+        }
+        self.gemm_fit.check().map_err(|m| format!("gemm_fit.{m}"))?;
+        self.copy.check().map_err(|m| format!("copy.{m}"))?;
+        for (i, c) in self.collectives.iter().enumerate() {
+            in_entry("collectives", i, c.check())?;
+        }
+        Ok(())
+    }
+}
+
+impl GemmMeasurement {
+    fn check(&self) -> Result<(), String> {
+        check_edges(
+            "GEMM",
+            [
+                ("m", self.m),
+                ("n", self.n),
+                ("k", self.k),
+                ("batch", self.batch),
+            ],
+        )?;
+        check_spread(self.median_us, self.min_us, self.max_us)?;
+        if self.reps == 0 {
+            return Err("reps: 0 must be at least 1 (rule: a median needs a sample)".into());
+        }
+        derived("tflops").check(self.tflops)?;
+        derived("efficiency").check(self.efficiency)
+    }
+}
+
+impl GemmFit {
+    fn check(&self) -> Result<(), String> {
+        check_estimated("latency_us", &self.latency_us, LATENCY_US)?;
+        check_estimated(
+            "throughput_tflops",
+            &self.throughput_tflops,
+            THROUGHPUT_TFLOPS,
+        )?;
+        if let Some(b) = &self.bandwidth_gb_per_s {
+            check_estimated(
+                "bandwidth_gb_per_s",
+                b,
+                bandwidth_range("bandwidth_gb_per_s"),
+            )?;
+        }
+        statistic("r_squared").check(self.r_squared)?;
+        for (i, r) in self.relative_residuals.iter().enumerate() {
+            in_entry("relative_residuals", i, statistic("value").check(*r))?;
+        }
+        ELEMENT_BYTES.check(self.element_bytes)
+    }
+}
+
+impl CopyMeasurement {
+    fn check(&self) -> Result<(), String> {
+        if self.bytes == 0 {
+            return Err("bytes: 0 must be at least 1 (rule: a copy moves data)".into());
+        }
+        check_spread(self.median_us, self.min_us, self.max_us)?;
+        derived("gb_per_s").check(self.gb_per_s)
+    }
+}
+
+impl CollectiveFit {
+    fn check(&self) -> Result<(), String> {
+        if self.ranks < 2 {
+            return Err(format!(
+                "ranks: {} must be at least 2 (rule: a collective has two or more members)",
+                self.ranks
+            ));
+        }
+        check_estimated("alpha_us", &self.alpha_us, statistic("alpha_us"))?;
+        check_estimated(
+            "bus_gb_per_s",
+            &self.bus_gb_per_s,
+            statistic("bus_gb_per_s"),
+        )?;
+        statistic("r_squared").check(self.r_squared)?;
+        for (i, p) in self.points.iter().enumerate() {
+            let point = || -> Result<(), String> {
+                if p.bytes == 0 {
+                    return Err(
+                        "bytes: 0 must be at least 1 (rule: a collective moves data)".into(),
+                    );
+                }
+                check_spread(p.median_us, p.min_us, p.max_us)?;
+                derived("algbw_gb_per_s").check(p.algbw_gb_per_s)?;
+                derived("busbw_gb_per_s").check(p.busbw_gb_per_s)?;
+                statistic("relative_residual").check(p.relative_residual)
+            };
+            in_entry("points", i, point())?;
+        }
+        Ok(())
+    }
+}
 
 /// The `calibration:` section of a calibrated profile.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -61,8 +262,9 @@ pub struct GemmMeasurement {
 }
 
 impl GemmMeasurement {
+    /// In f64: the product of four u64 edges can overflow u64.
     pub fn flops(&self) -> f64 {
-        2.0 * (self.m * self.n * self.k * self.batch) as f64
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
     }
 }
 

@@ -1,0 +1,461 @@
+//! The one way tpsim writes a file: plan files (`plan --save`), calibrated profiles
+//! (`calibrate --output`), sweep charts and report directories all come through here.
+//!
+//! A write never leaves a half-written file where the user's was: the bytes go to a new temporary
+//! file beside the target (same directory, so the same file system), are synced, and the temporary
+//! file is renamed over the target (POSIX `rename(2)` is atomic). On any failure the temporary file
+//! is removed and the target is untouched. Temporary names are created with `O_EXCL`
+//! (`create_new`), so tpsim never removes a file it did not create. An output that is one of the
+//! command's inputs is refused before any work (`--save m.yaml --model m.yaml` would replace the
+//! model with the plan).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::input_file::quote;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{flag} '': needs a file name; e.g. {flag} {example}")]
+    Empty { flag: String, example: String },
+    #[error("{flag} {path}: is a directory, and the output is one file; name a file inside it")]
+    IsDirectory { flag: String, path: String },
+    #[error(
+        "{flag} {path}: exists and is not a regular file; tpsim only replaces regular files (choose another path)"
+    )]
+    NotRegular { flag: String, path: String },
+    #[error("{flag} {path}: {folder} is a file, not a folder; write elsewhere")]
+    FolderIsFile {
+        flag: String,
+        path: String,
+        folder: String,
+    },
+    #[error("{flag} {path}: the folder {folder} does not exist; create it or write elsewhere")]
+    NoFolder {
+        flag: String,
+        path: String,
+        folder: String,
+    },
+    #[error("{flag} {path}: cannot write there: {reason}; choose a writable path")]
+    NotWritable {
+        flag: String,
+        path: String,
+        reason: String,
+    },
+    #[error(
+        "{flag} {path}: is the input given with {input_flag}, and writing it would replace that input; write to another path"
+    )]
+    IsInput {
+        flag: String,
+        path: String,
+        input_flag: String,
+    },
+    #[error(
+        "{flag} {path}: cannot create the report directory: {folder} is a file, not a folder; choose another path"
+    )]
+    CannotCreate {
+        flag: String,
+        path: String,
+        folder: String,
+    },
+    #[error(
+        "{flag} {path}: a file with that name exists, and the report needs a directory; give another path or remove the file"
+    )]
+    ReportIsFile { flag: String, path: String },
+}
+
+fn reason(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    match text.find(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// The folder a path's file lives in ("." for a bare name).
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A path to compare with others: canonical when the file exists, else its canonical folder
+/// joined with its name; `None` when even the folder is missing.
+fn identity(path: &Path) -> Option<PathBuf> {
+    if let Ok(canonical) = path.canonicalize() {
+        return Some(canonical);
+    }
+    let folder = folder_of(path).canonicalize().ok()?;
+    Some(folder.join(path.file_name()?))
+}
+
+/// Refuses an output `path` (given with `flag`) that names the same file as one of `inputs`
+/// (flag, path or bundled name; names that are not files are skipped).
+pub fn refuse_input_overlap(
+    flag: &str,
+    path: &str,
+    inputs: &[(&str, &str)],
+) -> Result<(), OutputError> {
+    let Some(output) = identity(Path::new(path)) else {
+        return Ok(());
+    };
+    for (input_flag, input) in inputs {
+        let input = input.strip_prefix('@').unwrap_or(input);
+        if let Ok(input_identity) = Path::new(input).canonicalize()
+            && input_identity == output
+        {
+            return Err(OutputError::IsInput {
+                flag: flag.to_string(),
+                path: quote(path),
+                input_flag: input_flag.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Creates a new, empty temporary file in `folder`, named after `stem`, with `O_EXCL`.
+fn create_temp(folder: &Path, stem: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let pid = std::process::id();
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let candidate = folder.join(format!(".{stem}.tpsim-{pid}-{n}.tmp"));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(file) => return Ok((candidate, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1_000_000 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Checks, before any work, that `path` can be written by [`write_file`]: not empty, not a
+/// directory or other non-regular file, in an existing folder where a file can be created (tested
+/// with a temporary file of tpsim's own, removed at once). Leaves nothing behind.
+pub fn check_file(flag: &str, path: &str, example: &str) -> Result<(), OutputError> {
+    if path.trim().is_empty() {
+        return Err(OutputError::Empty {
+            flag: flag.to_string(),
+            example: example.to_string(),
+        });
+    }
+    let target = Path::new(path);
+    if let Ok(metadata) = std::fs::metadata(target) {
+        if metadata.is_dir() {
+            return Err(OutputError::IsDirectory {
+                flag: flag.to_string(),
+                path: quote(path),
+            });
+        }
+        if !metadata.is_file() {
+            return Err(OutputError::NotRegular {
+                flag: flag.to_string(),
+                path: quote(path),
+            });
+        }
+    }
+    let folder = folder_of(&resolved(target));
+    if folder.exists() && !folder.is_dir() {
+        return Err(OutputError::FolderIsFile {
+            flag: flag.to_string(),
+            path: quote(path),
+            folder: quote(&folder.display().to_string()),
+        });
+    }
+    if !folder.is_dir() {
+        return Err(OutputError::NoFolder {
+            flag: flag.to_string(),
+            path: quote(path),
+            folder: quote(&folder.display().to_string()),
+        });
+    }
+    let stem = file_stem(target);
+    match create_temp(&folder, &stem) {
+        Ok((probe, file)) => {
+            drop(file);
+            let _ = std::fs::remove_file(probe);
+            Ok(())
+        }
+        Err(err) => Err(OutputError::NotWritable {
+            flag: flag.to_string(),
+            path: quote(path),
+            reason: reason(&err),
+        }),
+    }
+}
+
+/// The file a symlink points to (so that writing keeps the link), or the path itself.
+fn resolved(path: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => path.canonicalize().unwrap_or(path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().chars().take(40).collect::<String>())
+        .unwrap_or_else(|| "output".to_string())
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, then renamed over it.
+/// An existing file keeps its permissions. On failure nothing is left behind and the old file (if
+/// any) is untouched.
+pub fn write_file(flag: &str, path: &str, bytes: &[u8]) -> Result<(), OutputError> {
+    check_file(flag, path, "out.yaml")?;
+    let target = resolved(Path::new(path));
+    let folder = folder_of(&target);
+    let fail = |err: std::io::Error| OutputError::NotWritable {
+        flag: flag.to_string(),
+        path: quote(path),
+        reason: reason(&err),
+    };
+    let (temp, mut file) = create_temp(&folder, &file_stem(&target)).map_err(fail)?;
+    let result = (|| {
+        file.write_all(bytes)?;
+        if let Ok(old) = std::fs::metadata(&target) {
+            file.set_permissions(old.permissions())?;
+        }
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&temp, &target)
+    })();
+    if let Err(err) = result {
+        let _ = std::fs::remove_file(&temp);
+        return Err(fail(err));
+    }
+    Ok(())
+}
+
+/// The nearest existing ancestor of `path` (".", when none of it exists yet).
+fn existing_ancestor(path: &Path) -> PathBuf {
+    let mut current = folder_of(path);
+    loop {
+        if std::fs::metadata(&current).is_ok() {
+            return current;
+        }
+        match current.parent() {
+            Some(p) if !p.as_os_str().is_empty() => current = p.to_path_buf(),
+            _ => return PathBuf::from("."),
+        }
+    }
+}
+
+/// Where a report directory will go, checked before any work: the directory (or, when it does not
+/// exist yet, its nearest existing ancestor, under which the missing folders will be created) must
+/// be a writable directory.
+pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
+    if dir.is_empty() {
+        return Err(OutputError::Empty {
+            flag: flag.to_string(),
+            example: "reports/mine".to_string(),
+        });
+    }
+    let path = Path::new(dir);
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => probe_folder(flag, dir, path),
+        Ok(_) => Err(OutputError::ReportIsFile {
+            flag: flag.to_string(),
+            path: quote(dir),
+        }),
+        Err(_) => {
+            let ancestor = existing_ancestor(path);
+            if !ancestor.is_dir() {
+                return Err(OutputError::CannotCreate {
+                    flag: flag.to_string(),
+                    path: quote(dir),
+                    folder: quote(&ancestor.display().to_string()),
+                });
+            }
+            probe_folder(flag, dir, &ancestor)
+        }
+    }
+}
+
+fn probe_folder(flag: &str, dir: &str, folder: &Path) -> Result<(), OutputError> {
+    match create_temp(folder, "report") {
+        Ok((probe, file)) => {
+            drop(file);
+            let _ = std::fs::remove_file(probe);
+            Ok(())
+        }
+        Err(err) => Err(OutputError::NotWritable {
+            flag: flag.to_string(),
+            path: quote(dir),
+            reason: reason(&err),
+        }),
+    }
+}
+
+/// Writes the report `files` (name, text) into `dir`. A new directory is built under a temporary
+/// name beside it and renamed into place once complete, so a failure leaves no directory behind;
+/// into an existing directory each file is written atomically, and files tpsim did not write there
+/// are left alone.
+pub fn write_report_dir(
+    flag: &str,
+    dir: &str,
+    files: &[(String, String)],
+) -> Result<(), OutputError> {
+    check_report_dir(flag, dir)?;
+    let path = Path::new(dir);
+    let fail = |err: std::io::Error| OutputError::NotWritable {
+        flag: flag.to_string(),
+        path: quote(dir),
+        reason: reason(&err),
+    };
+    if path.is_dir() {
+        for (name, text) in files {
+            let file = path.join(name);
+            write_file(flag, &file.to_string_lossy(), text.as_bytes())?;
+        }
+        return Ok(());
+    }
+    // Missing parent folders are created, and removed again if the report fails.
+    let parent = folder_of(path);
+    let mut created: Vec<PathBuf> = Vec::new();
+    let mut missing: Vec<PathBuf> = Vec::new();
+    let mut current = parent.clone();
+    while std::fs::metadata(&current).is_err() {
+        missing.push(current.clone());
+        match current.parent() {
+            Some(p) if !p.as_os_str().is_empty() => current = p.to_path_buf(),
+            _ => break,
+        }
+    }
+    let remove_created = |created: &[PathBuf]| {
+        for folder in created.iter().rev() {
+            let _ = std::fs::remove_dir(folder);
+        }
+    };
+    for folder in missing.iter().rev() {
+        if let Err(err) = std::fs::create_dir(folder) {
+            remove_created(&created);
+            return Err(fail(err));
+        }
+        created.push(folder.clone());
+    }
+    let stem = file_stem(path);
+    let staging = {
+        let pid = std::process::id();
+        let mut n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let candidate = parent.join(format!(".{stem}.tpsim-{pid}-{n}.tmp"));
+            match std::fs::create_dir(&candidate) {
+                Ok(()) => break candidate,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1_000_000 => {
+                    n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    remove_created(&created);
+                    return Err(fail(e));
+                }
+            }
+        }
+    };
+    let result = (|| {
+        for (name, text) in files {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(staging.join(name))?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+        }
+        std::fs::rename(&staging, path)
+    })();
+    if let Err(err) = result {
+        // Only what this call created: the staging folder and the files written into it.
+        for (name, _) in files {
+            let _ = std::fs::remove_file(staging.join(name));
+        }
+        let _ = std::fs::remove_dir(&staging);
+        remove_created(&created);
+        return Err(fail(err));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tpsim-output-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_write_replaces_the_file_and_leaves_no_temporary() {
+        let dir = scratch("replace");
+        let target = dir.join("old.yaml");
+        std::fs::write(&target, "old").unwrap();
+        write_file("--save", target.to_str().unwrap(), b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        assert_eq!(listing(&dir), vec!["old.yaml"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn checks_leave_a_user_file_named_like_a_probe_alone() {
+        let dir = scratch("probe");
+        std::fs::write(dir.join(".tpsim-write-check"), "mine").unwrap();
+        check_report_dir("--report", dir.to_str().unwrap()).unwrap();
+        check_file("--save", dir.join("x.yaml").to_str().unwrap(), "x.yaml").unwrap();
+        assert_eq!(listing(&dir), vec![".tpsim-write-check"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_is_refused() {
+        let dir = scratch("overlap");
+        let model = dir.join("m.yaml");
+        std::fs::write(&model, "x").unwrap();
+        let same = format!("{}/./m.yaml", dir.display());
+        let err = refuse_input_overlap("--save", &same, &[("--model", model.to_str().unwrap())])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--model"), "{err}");
+        refuse_input_overlap(
+            "--save",
+            dir.join("n.yaml").to_str().unwrap(),
+            &[("--model", model.to_str().unwrap())],
+        )
+        .unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_new_report_dir_appears_whole() {
+        let dir = scratch("report");
+        let report = dir.join("rep");
+        let files = vec![
+            ("a.html".to_string(), "a".to_string()),
+            ("b.svg".to_string(), "b".to_string()),
+        ];
+        write_report_dir("--report", report.to_str().unwrap(), &files).unwrap();
+        assert_eq!(listing(&report), vec!["a.html", "b.svg"]);
+        assert_eq!(listing(&dir), vec!["rep"]);
+        let nested = dir.join("a/b/rep");
+        write_report_dir("--report", nested.to_str().unwrap(), &files).unwrap();
+        assert_eq!(listing(&nested), vec!["a.html", "b.svg"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
