@@ -75,8 +75,8 @@ mod ecosystem_commands;
 use ecosystem_commands::{
     apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
     check_pasted_megatron, compare_command, completions, emit_best, emitted, framework_of,
-    megatron_learned_positions, megatron_norm, megatron_plan_file, megatron_request, pasted_split,
-    pasted_zero, read_megatron_launch, sweep_command, target_name,
+    megatron_learned_positions, megatron_norm, megatron_plan_file, megatron_request,
+    pasted_precision, pasted_split, pasted_zero, read_megatron_launch, sweep_command, target_name,
 };
 
 struct Scenario {
@@ -710,6 +710,17 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     } else if args.bf16 && training_args.grad_dtype.is_none() {
         training_args.grad_dtype = Some(GradDtypeArg::Fp32);
     }
+    // Megatron-LM overlaps only what its arguments turn on (p2p unless
+    // --no-overlap-p2p-communication): a pasted Megatron line (--bf16) means its defaults.
+    if args.no_overlap_p2p_communication {
+        training_args.overlap_p2p_comm = Some(false);
+    }
+    if args.bf16 {
+        training_args.tp_comm_overlap.get_or_insert(false);
+        training_args.overlap_grad_reduce.get_or_insert(false);
+        training_args.overlap_param_gather.get_or_insert(false);
+        training_args.overlap_p2p_comm.get_or_insert(true);
+    }
     let mut scenario = resolve_scenario(
         &args.model,
         &args.cluster,
@@ -797,6 +808,11 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 allow_cross_node_tp: args.allow_cross_node_tp,
                 cp: args.cp.unwrap_or(1),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
+                // Megatron-LM's block recompute pasted (`--recompute-num-layers` defaults to 1).
+                recompute_num_layers: match args.recompute_method.as_deref() {
+                    Some("block") => args.recompute_num_layers.unwrap_or(1),
+                    _ => 0,
+                },
                 ..PlanRequest::default()
             }
         }
@@ -804,7 +820,10 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let request = PlanRequest {
         precision: match args.training.precision {
             Some(_) => precision_of_args(&args.training),
-            None => request.precision,
+            None => match pasted_precision(&args, request.zero, &scenario.training)? {
+                Some(precision) => precision,
+                None => request.precision,
+            },
         },
         ..request
     };
@@ -814,8 +833,21 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.cluster,
         &scenario.training,
     )?;
+    // Block recompute over a whole chunk is every layer recomputed: the same plan as uniform.
+    let plan = match emit::block_recompute_layers(plan.recompute_num_layers, &plan) {
+        n if n != plan.recompute_num_layers => ParallelPlan::build(
+            &PlanRequest {
+                recompute_num_layers: n,
+                ..request
+            },
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+        )?,
+        _ => plan,
+    };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
-    if plan.zero >= 2 && plan.pp > 1 {
+    if plan.zero >= 2 && plan.pp > 1 && plan.zero > scenario.training.framework.max_zero_with_pp() {
         eprintln!(
             "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",
             plan.zero
@@ -831,7 +863,7 @@ fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
-        if let Some(reason) = framework.unsupported(&scenario.model, &plan) {
+        if let Some(reason) = framework.unsupported(&scenario.model, &scenario.training, &plan) {
             bail!("--emit {}: {reason}", target_name(target));
         }
         if !estimate.fits() {
@@ -945,6 +977,13 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
         account_for_loss_in_pipeline_split: false,
         decoder_first_pipeline_num_layers: None,
         decoder_last_pipeline_num_layers: None,
+        fp8_format: None,
+        fp8_recipe: None,
+        fp8_param_gather: false,
+        fp4_format: None,
+        fp4_recipe: None,
+        fp4_param_gather: false,
+        no_overlap_p2p_communication: false,
         emit: None,
         megatron_args: None,
     };

@@ -12,8 +12,9 @@ mod megatron_refused;
 mod pipeline_split;
 
 pub use megatron_reader::{
-    FullRecompute, MegatronArgsError, MegatronLaunch, attention_backend, check_full_recompute,
-    check_split, megatron_zero, read_megatron_args, vpp_from_layers_per_virtual_stage,
+    FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, attention_backend,
+    block_recompute_layers, check_full_recompute, check_split, megatron_overlap,
+    megatron_precision, megatron_zero, read_megatron_args, vpp_from_layers_per_virtual_stage,
 };
 pub use pipeline_split::{MegatronSplit, SplitArgs};
 
@@ -21,7 +22,7 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::{Model, Norm};
-use crate::plan::{ParallelPlan, Recompute};
+use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{AttentionKernel, GradDtype, Training};
 
 /// A framework `--emit` can write for.
@@ -43,18 +44,58 @@ impl Framework {
         }
     }
 
-    /// Why this framework cannot run `plan` of `model` as tpsim models it, or `None` when it can.
-    pub fn unsupported(self, model: &Model, plan: &ParallelPlan) -> Option<String> {
+    /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
+    /// `None` when it can.
+    pub fn unsupported(
+        self,
+        model: &Model,
+        training: &Training,
+        plan: &ParallelPlan,
+    ) -> Option<String> {
         let megatron_family = matches!(self, Framework::Megatron | Framework::MegatronBridge);
+        let megatron_like = megatron_family || self == Framework::Nemo;
+        let low_precision = plan.precision != Precision::Bf16;
+        let param_gather = low_precision && training.framework.fp8_param_gather();
+        let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
+        if plan.ep > 1 || plan.etp > 1 {
+            return Some(format!(
+                "expert parallelism (--ep {} --etp {}) is not written for {} yet; use --ep 1 --etp 1",
+                plan.ep,
+                plan.etp,
+                self.name()
+            ));
+        }
         match self {
-            // Megatron-FSDP (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads |
-            // optim_grads_params`) is Megatron's ZeRO-2/3; tpsim writes it only without pipeline
-            // parallelism, the case `--use-torch-fsdp2` also requires (arguments.py asserts
-            // pipeline_model_parallel_size == 1 for it).
-            Framework::Megatron if plan.zero > 1 && plan.pp > 1 => Some(format!(
-                "ZeRO-{} with pipeline parallelism (Megatron-FSDP with --pp {}) is not modelled yet; use --zero 0 or 1, or --pp 1",
-                plan.zero, plan.pp
+            // Megatron-FSDP releases the gathered parameters after each module's forward and
+            // gathers them again for its backward (megatron_fsdp.py `_post_forward`): FSDP2's
+            // reshard_after_forward=True, always.
+            _ if megatron_like && plan.zero == 3 && !plan.reshard_after_forward => Some(format!(
+                "ZeRO-3 keeping the gathered parameters from forward to backward (reshard_after_forward false) has no {} setting (Megatron-FSDP reshards after every forward); use --reshard-after-forward true",
+                self.name()
             )),
+            // arguments.py: '--fp8-param-gather only supported with distributed optimizer, torch
+            // fsdp2, megatron fsdp, or inference mode'.
+            _ if megatron_like && param_gather && plan.zero == 0 => Some(format!(
+                "{} FP8/FP4 training with the parameter all-gather in low precision ({} models --fp8-param-gather) needs the distributed optimizer, which ZeRO-0 lacks; use --zero 1 or more",
+                self.name(),
+                training.framework.as_str()
+            )),
+            // arguments.py: "When interleaved schedule is used and p2p communication overlap is
+            // disabled, pipeline-model-parallel size should be greater than 2".
+            _ if megatron_like && plan.vpp > 1 && !training.overlap.p2p && plan.pp <= 2 => Some(
+                "the interleaved schedule without p2p overlap needs --pp 3 or more in Megatron-LM; use --overlap-p2p-comm or another pp".into(),
+            ),
+            // arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'.
+            _ if megatron_like
+                && plan.zero >= 1
+                && training.overlap.param_gather
+                && !training.overlap.grad_reduce =>
+            {
+                Some(format!(
+                    "{} overlaps the parameter all-gather only together with the gradient reduction; use --overlap-grad-reduce or --overlap-param-gather false",
+                    self.name()
+                ))
+            }
             Framework::MegatronBridge if plan.zero > 1 => Some(format!(
                 "ZeRO-{} (Megatron-FSDP) is not written for {} yet (ddp.use_distributed_optimizer is ZeRO-1); use --zero 0 or 1",
                 plan.zero,
@@ -69,10 +110,30 @@ impl Framework {
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
+            // NeMo 1.x's megatron_gpt_config.yaml has `fp8`/`fp8_hybrid`/`fp8_params` (per-tensor
+            // delayed scaling) and no MXFP8 or NVFP4 recipe.
+            Framework::Nemo if matches!(plan.precision, Precision::Mxfp8 | Precision::Nvfp4) => {
+                Some(format!(
+                    "--precision {} has no NeMo 1.x setting (its config has per-tensor FP8 only); use --emit megatron-bridge or --emit megatron",
+                    plan.precision.as_str()
+                ))
+            }
             _ if megatron_family => match MegatronSplit::of(model, plan) {
                 MegatronSplit::Inexpressible { why } => Some(why),
                 _ => None,
             },
+            // DeepSpeed's sequence parallelism (Ulysses) is an all-to-all over heads, not
+            // Megatron-Core's ring context parallelism that tpsim models.
+            Framework::DeepSpeed if plan.cp > 1 => Some(format!(
+                "--cp {}: DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism is a different scheme); use --cp 1",
+                plan.cp
+            )),
+            // The DeepSpeed config has no FP8/FP4 training key (Transformer Engine is wired in by
+            // the model code, not by ds_config).
+            Framework::DeepSpeed if low_precision => Some(format!(
+                "--precision {} is not a DeepSpeed config setting; use --precision bf16",
+                plan.precision.as_str()
+            )),
             // deepspeed/runtime/pipe/engine.py asserts the ZeRO stage is below 2 with pipelines,
             // and its schedule has no interleaving.
             Framework::DeepSpeed if plan.pp > 1 && plan.zero > 1 => Some(format!(
@@ -82,6 +143,21 @@ impl Framework {
             Framework::DeepSpeed if plan.vpp > 1 => Some(
                 "DeepSpeed's pipeline engine has no interleaved schedule; use --vpp 1".into(),
             ),
+            Framework::DeepSpeed if tp_overlap => Some(format!(
+                "TP communication overlap (modelled for --framework {}) does not exist in DeepSpeed / Megatron-DeepSpeed; use --framework deepspeed or --tp-comm-overlap false",
+                training.framework.as_str()
+            )),
+            // ZeRO-1/2 gather the updated parameters after the optimizer step, not under the next
+            // forward (ZeRO-3 prefetches them, stage3_prefetch_bucket_size).
+            Framework::DeepSpeed
+                if (plan.zero == 1 || plan.zero == 2) && training.overlap.param_gather =>
+            {
+                Some(format!(
+                    "ZeRO-{} in DeepSpeed gathers the updated parameters after the optimizer step, not under the next forward as modelled for --framework {}; use --framework deepspeed or --overlap-param-gather false",
+                    plan.zero,
+                    training.framework.as_str()
+                ))
+            }
             _ => None,
         }
     }
@@ -139,6 +215,9 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     push("seq-length", n(training.seq_len));
     push("max-position-embeddings", n(training.seq_len));
     push("tensor-model-parallel-size", n(plan.tp));
+    if plan.cp > 1 {
+        push("context-parallel-size", n(plan.cp));
+    }
     push("pipeline-model-parallel-size", n(plan.pp));
     match MegatronSplit::of(model, plan) {
         MegatronSplit::Even => {}
@@ -168,6 +247,13 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     match plan.recompute {
         Recompute::None => {}
         Recompute::Selective => push("recompute-granularity", Some("selective".into())),
+        // Megatron-Core recompute.py: block recomputes the first N layers of each model chunk;
+        // uniform with 1 recomputes every layer.
+        Recompute::Full if plan.recompute_num_layers > 0 => {
+            push("recompute-granularity", Some("full".into()));
+            push("recompute-method", Some("block".into()));
+            push("recompute-num-layers", n(plan.recompute_num_layers));
+        }
         Recompute::Full => {
             push("recompute-granularity", Some("full".into()));
             push("recompute-method", Some("uniform".into()));
@@ -209,7 +295,88 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         GradDtype::Bf16 => push("grad-reduce-in-bf16", None),
         GradDtype::Fp32 => push("accumulate-allreduce-grads-in-fp32", None),
     }
+    // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,
+    // `fp4_recipe`): tpsim's fp8 is per-tensor current scaling (`tensorwise`, as Megatron-Bridge's
+    // bf16_with_fp8_current_scaling_mixed), mxfp8 and nvfp4 as Megatron-Bridge's
+    // bf16_with_mxfp8_mixed (format e4m3) and bf16_with_nvfp4_mixed write them.
+    let (format, recipe) = megatron_precision_args(plan.precision);
+    if let (Some((format_flag, format)), Some((recipe_flag, recipe))) = (format, recipe) {
+        push(format_flag, Some(format.into()));
+        push(recipe_flag, Some(recipe.into()));
+        if training.framework.fp8_param_gather() {
+            push(
+                if plan.precision == Precision::Nvfp4 {
+                    "fp4-param-gather"
+                } else {
+                    "fp8-param-gather"
+                },
+                None,
+            );
+        }
+    }
+    // Communication overlap (arguments.py: --overlap-grad-reduce, --overlap-param-gather and
+    // --tp-comm-overlap are off unless given; p2p overlap is on unless
+    // --no-overlap-p2p-communication). Megatron-LM refuses --tp-comm-overlap without sequence
+    // parallelism and --overlap-param-gather without a sharded optimizer, so those are written only
+    // where they apply.
+    let overlap = &training.overlap;
+    if overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel {
+        push("tp-comm-overlap", None);
+    }
+    if overlap.grad_reduce {
+        push("overlap-grad-reduce", None);
+    }
+    if overlap.param_gather && plan.zero >= 1 {
+        push("overlap-param-gather", None);
+    }
+    if !overlap.p2p {
+        push("no-overlap-p2p-communication", None);
+    }
     args.join(" ")
+}
+
+/// Megatron-LM's (`--fp8-format`|`--fp4-format`, `--fp8-recipe`|`--fp4-recipe`) for a precision;
+/// `None` for bf16.
+#[allow(clippy::type_complexity)]
+fn megatron_precision_args(
+    precision: Precision,
+) -> (
+    Option<(&'static str, &'static str)>,
+    Option<(&'static str, &'static str)>,
+) {
+    match precision {
+        Precision::Bf16 => (None, None),
+        Precision::Fp8 => (
+            Some(("fp8-format", "hybrid")),
+            Some(("fp8-recipe", "tensorwise")),
+        ),
+        Precision::Mxfp8 => (Some(("fp8-format", "e4m3")), Some(("fp8-recipe", "mxfp8"))),
+        Precision::Nvfp4 => (Some(("fp4-format", "e2m1")), Some(("fp4-recipe", "nvfp4"))),
+    }
+}
+
+/// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it: the model-parallel
+/// degrees, sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's names).
+pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
+    let mut args = format!(
+        "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
+        plan.tp, plan.pp
+    );
+    if plan.sequence_parallel {
+        args.push_str(" --sequence-parallel");
+    }
+    match plan.recompute {
+        Recompute::None => {}
+        Recompute::Selective => args.push_str(" --recompute-granularity selective"),
+        Recompute::Full if plan.recompute_num_layers > 0 => args.push_str(&format!(
+            " --recompute-granularity full --recompute-method block --recompute-num-layers {}",
+            plan.recompute_num_layers
+        )),
+        Recompute::Full => args.push_str(
+            " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+        ),
+    }
+    args
 }
 
 /// Megatron-Bridge `ConfigContainer` overrides (`KEY=VALUE`, one a line) for
@@ -234,6 +401,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     set("model.hidden_dropout", dropout.into());
     set("model.attention_dropout", dropout.into());
     set("model.tensor_model_parallel_size", plan.tp.to_string());
+    set("model.context_parallel_size", plan.cp.to_string());
     set("model.pipeline_model_parallel_size", plan.pp.to_string());
     set(
         "model.virtual_pipeline_model_parallel_size",
@@ -263,11 +431,19 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let (granularity, method, layers) = match plan.recompute {
         Recompute::None => ("null", "null", "null"),
         Recompute::Selective => ("selective", "null", "null"),
+        Recompute::Full if plan.recompute_num_layers > 0 => ("full", "block", ""),
         Recompute::Full => ("full", "uniform", "1"),
     };
     set("model.recompute_granularity", granularity.into());
     set("model.recompute_method", method.into());
-    set("model.recompute_num_layers", layers.into());
+    set(
+        "model.recompute_num_layers",
+        if method == "block" {
+            plan.recompute_num_layers.to_string()
+        } else {
+            layers.into()
+        },
+    );
     set("train.global_batch_size", plan.global_batch.to_string());
     set("train.micro_batch_size", plan.micro_batch.to_string());
     // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is
@@ -280,6 +456,48 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();
     set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
     set("ddp.grad_reduce_in_fp32", fp32_grads);
+    // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
+    // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
+    // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.
+    let (format, recipe) = megatron_precision_args(plan.precision);
+    let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
+    let fp4 = plan.precision == Precision::Nvfp4;
+    let gather = plan.precision != Precision::Bf16 && training.framework.fp8_param_gather();
+    set(
+        "mixed_precision.fp8",
+        if fp4 { "null".into() } else { or_null(format) },
+    );
+    if !fp4 && let Some((_, r)) = recipe {
+        set("mixed_precision.fp8_recipe", r.into());
+    }
+    set(
+        "mixed_precision.fp8_param_gather",
+        (gather && !fp4).to_string(),
+    );
+    set("mixed_precision.first_last_layers_bf16", "false".into());
+    set(
+        "mixed_precision.fp4",
+        if fp4 { or_null(format) } else { "null".into() },
+    );
+    if fp4 && let Some((_, r)) = recipe {
+        set("mixed_precision.fp4_recipe", r.into());
+    }
+    set(
+        "mixed_precision.fp4_param_gather",
+        (gather && fp4).to_string(),
+    );
+    // Overlap: Megatron-Core's DistributedDataParallelConfig for the data-parallel side, Bridge's
+    // CommOverlapConfig (comm_overlap.py) for TP and p2p, which it only turns on where Megatron-Core
+    // allows (tp > 1 with sequence parallelism, interleaved pipelines).
+    let overlap = &training.overlap;
+    let tp_overlap = overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
+    set("comm_overlap.tp_comm_overlap", tp_overlap.to_string());
+    set("comm_overlap.overlap_p2p_comm", overlap.p2p.to_string());
+    set("ddp.overlap_grad_reduce", overlap.grad_reduce.to_string());
+    set(
+        "ddp.overlap_param_gather",
+        (overlap.param_gather && plan.zero >= 1).to_string(),
+    );
     lines.join("\n")
 }
 
@@ -301,9 +519,18 @@ struct NemoModel {
     micro_batch_size: u32,
     global_batch_size: u32,
     tensor_model_parallel_size: u32,
+    context_parallel_size: u32,
     pipeline_model_parallel_size: u32,
     virtual_pipeline_model_parallel_size: Option<u32>,
     sequence_parallel: bool,
+    /// Transformer Engine FP8 (NeMo 1.x megatron_gpt_config.yaml: `fp8`, `fp8_hybrid` for e4m3
+    /// forward / e5m2 backward, `fp8_params` for FP8 weights gathered as the parameters).
+    fp8: bool,
+    fp8_hybrid: bool,
+    fp8_params: bool,
+    /// TP communication overlap (userbuffers) and interleaved p2p overlap.
+    ub_tp_comm_overlap: bool,
+    overlap_p2p_comm: bool,
     encoder_seq_length: u32,
     max_position_embeddings: u32,
     num_layers: u32,
@@ -331,6 +558,10 @@ struct NemoOptim {
     /// NeMo 1.x `megatron_gpt_model.py` `setup_mcore_distributed_parallel`:
     /// `grad_reduce_in_fp32=(self.cfg.optim.get('grad_sync_dtype', 'fp32') == 'fp32')`.
     grad_sync_dtype: &'static str,
+    /// The distributed optimizers' gradient reduce-scatter during backward and parameter
+    /// all-gather under the next forward.
+    overlap_grad_sync: bool,
+    overlap_param_sync: bool,
 }
 
 /// NeMo 1.x trainer/model YAML fragment, to merge into `megatron_gpt_config.yaml`.
@@ -351,9 +582,15 @@ pub fn nemo_yaml(
             micro_batch_size: plan.micro_batch,
             global_batch_size: plan.global_batch,
             tensor_model_parallel_size: plan.tp,
+            context_parallel_size: plan.cp,
             pipeline_model_parallel_size: plan.pp,
             virtual_pipeline_model_parallel_size: (plan.vpp > 1).then_some(plan.vpp),
             sequence_parallel: plan.sequence_parallel,
+            fp8: plan.precision == Precision::Fp8,
+            fp8_hybrid: plan.precision == Precision::Fp8,
+            fp8_params: plan.precision == Precision::Fp8 && training.framework.fp8_param_gather(),
+            ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
+            overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
             encoder_seq_length: training.seq_len,
             max_position_embeddings: training.seq_len,
             num_layers: model.layers,
@@ -384,8 +621,13 @@ pub fn nemo_yaml(
                 Recompute::Selective => Some("selective"),
                 Recompute::Full => Some("full"),
             },
-            activations_checkpoint_method: (plan.recompute == Recompute::Full).then_some("uniform"),
-            activations_checkpoint_num_layers: (plan.recompute == Recompute::Full).then_some(1),
+            activations_checkpoint_method: match plan.recompute {
+                Recompute::Full if plan.recompute_num_layers > 0 => Some("block"),
+                Recompute::Full => Some("uniform"),
+                _ => None,
+            },
+            activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
+                .then_some(plan.recompute_num_layers.max(1)),
             optim: NemoOptim {
                 name: match plan.zero {
                     0 => "fused_adam",
@@ -396,11 +638,14 @@ pub fn nemo_yaml(
                     GradDtype::Fp32 => "fp32",
                     GradDtype::Bf16 => "bf16",
                 },
+                overlap_grad_sync: training.overlap.grad_reduce,
+                overlap_param_sync: training.overlap.param_gather && plan.zero >= 1,
             },
         },
     };
     format!(
-        "# NeMo megatron_gpt_config.yaml fragment written by tpsim; merge into your config.\n{}",
+        "# NeMo megatron_gpt_config.yaml fragment written by tpsim for a plan evaluated as --framework {} runs it; merge into your config.\n{}",
+        training.framework.as_str(),
         yaml_serde::to_string(&config).expect("the NeMo fragment serializes to YAML")
     )
 }
@@ -429,6 +674,8 @@ struct Enabled {
 #[derive(Serialize)]
 struct ZeroOptimization {
     stage: u8,
+    /// DeepSpeed "overlap_comm": reduce gradients during backward.
+    overlap_comm: bool,
 }
 
 /// DeepSpeed config JSON. DeepSpeed checks `train_batch_size = micro × accumulation × dp`; tp and
@@ -445,7 +692,10 @@ pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
                 GradDtype::Bf16 => "bf16",
             },
         },
-        zero_optimization: ZeroOptimization { stage: plan.zero },
+        zero_optimization: ZeroOptimization {
+            stage: plan.zero,
+            overlap_comm: training.overlap.grad_reduce,
+        },
     };
     serde_json::to_string_pretty(&config).expect("the DeepSpeed config serializes to JSON")
 }
@@ -610,18 +860,23 @@ mod tests {
             ParallelPlan::build(&request, &model, &cluster, &training).unwrap()
         };
         let nine = build(9);
-        let why = Framework::Megatron.unsupported(&model, &nine).unwrap();
+        let why = Framework::Megatron
+            .unsupported(&model, &training, &nine)
+            .unwrap();
         assert!(
             why.contains("--decoder-first/last-pipeline-num-layers"),
             "{why}"
         );
         assert!(
             Framework::MegatronBridge
-                .unsupported(&model, &nine)
+                .unsupported(&model, &training, &nine)
                 .is_some()
         );
         let six = build(6);
-        assert_eq!(Framework::Megatron.unsupported(&model, &six), None);
+        assert_eq!(
+            Framework::Megatron.unsupported(&model, &training, &six),
+            None
+        );
         assert_eq!(
             MegatronSplit::of(&model, &six),
             MegatronSplit::FirstLast {
