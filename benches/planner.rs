@@ -29,6 +29,7 @@ fn training() -> Training {
         attention: tpsim::training::AttentionKernel::Flash,
         framework: tpsim::training::TrainingFramework::MegatronLm2021,
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
+        moe_imbalance: 1.0,
     }
 }
 

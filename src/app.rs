@@ -454,6 +454,7 @@ fn resolve_scenario(
         },
         framework,
         overlap: overlap_of_args(training_args, framework),
+        moe_imbalance: 1.0,
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,

@@ -333,6 +333,7 @@ mod tests {
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         let request = PlanRequest {
             tp: 8,

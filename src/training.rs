@@ -48,7 +48,7 @@ pub enum AttentionKernel {
 #[serde(rename_all = "kebab-case")]
 pub enum TrainingFramework {
     /// Megatron-LM as of the SC'21 paper (Narayanan et al. 2021): synchronous TP and PP
-    /// communication, gradient reduction overlapped with backward, ZeRO-1 at most with pipelines.
+    /// communication, gradient reduction after the backward, ZeRO-1 at most with pipelines.
     MegatronLm2021,
     /// Megatron-Core (Megatron-LM, NeMo 2, Megatron-Bridge): distributed optimizer, overlapped
     /// gradient reduce-scatter and parameter all-gather, TP communication overlap (userbuffers),
@@ -86,9 +86,12 @@ impl TrainingFramework {
     /// recipes use; a user overrides each with its flag).
     pub fn default_overlap(self) -> Overlap {
         match self {
+            // Megatron-LM 2021's local DDP all-reduces the gradients after the last backward
+            // (megatron/model/distributed.py `allreduce_gradients`, called from the training step),
+            // as DeepSpeed's pipeline engine does (`_exec_reduce_grads` after the schedule).
             TrainingFramework::MegatronLm2021 => Overlap {
                 tp_comm: false,
-                grad_reduce: true,
+                grad_reduce: false,
                 param_gather: false,
                 p2p: false,
             },
@@ -183,6 +186,10 @@ pub struct Training {
     pub attention: AttentionKernel,
     pub framework: TrainingFramework,
     pub overlap: Overlap,
+    /// Tokens the busiest expert gets over the balanced share (1.0: balanced routing, as the
+    /// published MoE benchmarks force; `--moe-imbalance`), capped by the capacity factor when one
+    /// is set (tokens over capacity are dropped, Megatron `--moe-capacity-factor`).
+    pub moe_imbalance: f64,
 }
 
 impl Training {
@@ -201,6 +208,7 @@ impl Training {
             attention,
             framework,
             overlap: framework.default_overlap(),
+            moe_imbalance: 1.0,
         }
     }
 }

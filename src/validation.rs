@@ -181,6 +181,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             attention: AttentionKernel::Unfused,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -340,6 +341,7 @@ pub fn vtrain_cases(
             attention: AttentionKernel::Unfused,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         let p = &row.plan;
         let request = PlanRequest {

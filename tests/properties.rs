@@ -27,6 +27,7 @@ fn training(global_batch: u32) -> Training {
         attention: tpsim::training::AttentionKernel::Flash,
         framework: tpsim::training::TrainingFramework::MegatronLm2021,
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
+        moe_imbalance: 1.0,
     }
 }
 

@@ -220,6 +220,7 @@ mod tests {
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

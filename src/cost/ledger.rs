@@ -426,6 +426,7 @@ mod tests {
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         let mut checked = 0;
         for (tp, pp) in [(1, 1), (1, 4), (2, 2), (8, 2), (4, 4)] {
@@ -499,6 +500,7 @@ mod tests {
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         let mut request = PlanRequest {
             tp: 8,

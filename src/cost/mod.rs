@@ -26,6 +26,7 @@ pub mod compute;
 pub mod groups;
 pub mod ledger;
 pub mod memory;
+pub mod moe;
 pub mod pipeline;
 pub mod schedule;
 pub mod simulated;

@@ -722,6 +722,7 @@ mod tests {
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
         };
         (model, cluster, training)
     }
