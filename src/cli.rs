@@ -408,8 +408,8 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with_all = ["zero", "plan"])]
     pub use_distributed_optimizer: bool,
     /// Megatron-LM's recompute method with --recompute full: uniform (with --recompute-num-layers
-    /// 1) or block covering every layer of a model chunk is tpsim's full recompute; partial
-    /// recompute is refused.
+    /// 1) recomputes every layer, block recomputes --recompute-num-layers of each model chunk;
+    /// uniform with more than one layer per chunk is refused.
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,
     /// Megatron-LM's layers per recompute chunk (uniform) or recomputed layers per chunk (block).

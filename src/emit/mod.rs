@@ -757,6 +757,21 @@ mod tests {
                 allow_cross_node_tp: false,
                 ..PlanRequest::default()
             },
+            // Context parallelism, FP8 and block recompute of 3 of each chunk's 10 layers.
+            PlanRequest {
+                tp: 4,
+                cp: 2,
+                pp: 4,
+                dp: 4,
+                vpp: 2,
+                micro_batch: 1,
+                sequence_parallel: true,
+                recompute: Recompute::Full,
+                recompute_num_layers: 3,
+                zero: 1,
+                precision: crate::plan::Precision::Fp8,
+                ..PlanRequest::default()
+            },
         ] {
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
             let text = megatron_args(&model, &training, &plan);
@@ -771,6 +786,55 @@ mod tests {
             assert_eq!(back, request, "{text}");
             assert_eq!(launch.global_batch, Some(training.global_batch));
         }
+    }
+
+    #[test]
+    fn megatron_precision_arguments_map_to_tpsim_precisions() {
+        use crate::plan::Precision;
+        let read = |fp8: Option<&str>, recipe: Option<&str>, fp4: Option<&str>, gather: bool| {
+            megatron_precision(fp8, recipe, fp4, None, gather, false, 1, &mut Vec::new())
+        };
+        for (format, recipe, want) in [
+            ("hybrid", None, Precision::Fp8),
+            ("hybrid", Some("tensorwise"), Precision::Fp8),
+            ("e4m3", Some("delayed"), Precision::Fp8),
+            ("e4m3", Some("mxfp8"), Precision::Mxfp8),
+        ] {
+            assert_eq!(
+                read(Some(format), recipe, None, true).unwrap(),
+                MegatronPrecision {
+                    precision: want,
+                    param_gather: true
+                }
+            );
+        }
+        assert_eq!(
+            read(None, None, Some("e2m1"), false).unwrap().precision,
+            Precision::Nvfp4
+        );
+        assert_eq!(
+            read(None, None, None, false).unwrap().precision,
+            Precision::Bf16
+        );
+        let err = read(Some("hybrid"), Some("blockwise"), None, false).unwrap_err();
+        assert!(err.to_string().contains("--fp8-recipe blockwise"), "{err}");
+        let err = read(Some("hybrid"), None, Some("e2m1"), false).unwrap_err();
+        assert!(err.to_string().contains("contradict"), "{err}");
+        let err = megatron_precision(
+            Some("hybrid"),
+            None,
+            None,
+            None,
+            true,
+            false,
+            0,
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--use-distributed-optimizer"),
+            "{err}"
+        );
     }
 
     #[test]
