@@ -985,6 +985,7 @@ fn report_command(args: ReportArgs) -> Result<Outcome> {
         fp4_recipe: None,
         fp4_param_gather: false,
         no_overlap_p2p_communication: false,
+        ckpt_format: None,
         emit: None,
         megatron_args: None,
     };

@@ -488,6 +488,10 @@ pub struct EvalArgs {
     /// Megatron-LM's --no-overlap-p2p-communication: --overlap-p2p-comm false.
     #[arg(long, hide = true, conflicts_with = "overlap_p2p_comm")]
     pub no_overlap_p2p_communication: bool,
+    /// Megatron-LM's --ckpt-format (Megatron-FSDP needs fsdp_dtensor): accepted; checkpoint files
+    /// change neither memory nor step time.
+    #[arg(long, hide = true, value_name = "FORMAT")]
+    pub ckpt_format: Option<String>,
     // ---- end of the pasted Megatron-LM precision and overlap arguments.
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
     #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format"])]

@@ -2554,7 +2554,7 @@ fn megatron_fsdp_with_pipelines_is_written_and_read_back() {
         );
         assert!(
             line.contains(&format!(
-                "--use-megatron-fsdp --data-parallel-sharding-strategy {strategy} "
+                "--use-megatron-fsdp --data-parallel-sharding-strategy {strategy} --ckpt-format fsdp_dtensor "
             )),
             "{line}"
         );

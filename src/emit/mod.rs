@@ -265,12 +265,16 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         1 => push("use-distributed-optimizer", None),
         // Megatron-FSDP v1 (the default --megatron-fsdp-version) turns the distributed
         // optimizer on itself; v2 refuses it next to --use-megatron-fsdp, so it is not written.
+        // v1 runs with pipeline parallelism (arguments.py has no pipeline check for it); v2 would
+        // refuse tp, pp and cp > 1 (mcore_fsdp_adapter.py), so the version is left at 1.
         z => {
             push("use-megatron-fsdp", None);
             push(
                 "data-parallel-sharding-strategy",
                 Some(sharding_strategy(z).into()),
             );
+            // arguments.py: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
+            push("ckpt-format", Some("fsdp_dtensor".into()));
         }
     }
     // Megatron-Core's `--attention-backend` (AttnBackend: flash, fused, unfused, local, auto):
