@@ -6,9 +6,9 @@
 
 use super::megatron_args::Parsed;
 pub use super::megatron_args::{
-    FullRecompute, MegatronArgsError, MegatronPrecision, attention_backend, megatron_overlap,
-    megatron_precision, megatron_zero,
+    FullRecompute, MegatronArgsError, attention_backend, megatron_zero,
 };
+pub use super::megatron_precision::{MegatronPrecision, megatron_overlap, megatron_precision};
 use super::pipeline_split::SplitArgs;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};

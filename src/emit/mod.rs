@@ -6,10 +6,18 @@
 //! data-parallel size`); the reader of Megatron arguments lives in [`megatron_reader`], so that a
 //! written plan reads back to the same plan.
 
+mod bridge;
+mod deepspeed;
 mod megatron_args;
+mod megatron_precision;
 mod megatron_reader;
 mod megatron_refused;
+mod nemo;
 mod pipeline_split;
+
+pub use bridge::bridge_overrides;
+pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
+pub use nemo::nemo_yaml;
 
 pub use megatron_reader::{
     FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, attention_backend,
@@ -18,9 +26,6 @@ pub use megatron_reader::{
 };
 pub use pipeline_split::{MegatronSplit, SplitArgs};
 
-use serde::Serialize;
-
-use crate::cluster::Cluster;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{AttentionKernel, GradDtype, Training};
@@ -342,7 +347,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
 /// Megatron-LM's (`--fp8-format`|`--fp4-format`, `--fp8-recipe`|`--fp4-recipe`) for a precision;
 /// `None` for bf16.
 #[allow(clippy::type_complexity)]
-fn megatron_precision_args(
+pub(super) fn megatron_precision_args(
     precision: Precision,
 ) -> (
     Option<(&'static str, &'static str)>,
@@ -359,354 +364,10 @@ fn megatron_precision_args(
     }
 }
 
-/// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it: the model-parallel
-/// degrees, sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's names).
-pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
-    let mut args = format!(
-        "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
-        plan.tp, plan.pp
-    );
-    if plan.sequence_parallel {
-        args.push_str(" --sequence-parallel");
-    }
-    match plan.recompute {
-        Recompute::None => {}
-        Recompute::Selective => args.push_str(" --recompute-granularity selective"),
-        Recompute::Full if plan.recompute_num_layers > 0 => args.push_str(&format!(
-            " --recompute-granularity full --recompute-method block --recompute-num-layers {}",
-            plan.recompute_num_layers
-        )),
-        Recompute::Full => args.push_str(
-            " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-        ),
-    }
-    args
-}
-
-/// Megatron-Bridge `ConfigContainer` overrides (`KEY=VALUE`, one a line) for
-/// `scripts/training/run_recipe.py` on top of a recipe of the same model. Names from
-/// NVIDIA-NeMo/Megatron-Bridge `src/megatron/bridge/training/config.py` (`ConfigContainer.model`,
-/// `.train`, `.ddp`, `.optimizer`, `.mixed_precision`) and the Megatron-Core `TransformerConfig`
-/// fields `cfg.model` carries (`scripts/translate_mlm_to_bridge.py` maps the Megatron-LM flags to
-/// them).
-pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
-    let mut lines: Vec<String> = Vec::new();
-    let mut set = |key: &str, value: String| lines.push(format!("{key}={value}"));
-    set("model.num_layers", model.layers.to_string());
-    set("model.hidden_size", model.hidden.to_string());
-    set("model.ffn_hidden_size", model.ffn_hidden.to_string());
-    set("model.num_attention_heads", model.heads.to_string());
-    set("model.num_query_groups", model.kv_heads.to_string());
-    // run_recipe.py: "The selected dataset owns the sequence length"; the runner copies it to
-    // model.seq_length, which is written too so both agree.
-    set("dataset.seq_length", training.seq_len.to_string());
-    set("model.seq_length", training.seq_len.to_string());
-    let dropout = if model.dropout { "0.1" } else { "0.0" };
-    set("model.hidden_dropout", dropout.into());
-    set("model.attention_dropout", dropout.into());
-    set("model.tensor_model_parallel_size", plan.tp.to_string());
-    set("model.context_parallel_size", plan.cp.to_string());
-    set("model.pipeline_model_parallel_size", plan.pp.to_string());
-    set(
-        "model.virtual_pipeline_model_parallel_size",
-        if plan.vpp > 1 {
-            plan.vpp.to_string()
-        } else {
-            "null".into()
-        },
-    );
-    let (embedding, loss, first, last) = match MegatronSplit::of(model, plan) {
-        MegatronSplit::EmbeddingAndLossCounted => (true, true, None, None),
-        MegatronSplit::FirstLast { first, last } => (false, false, Some(first), Some(last)),
-        MegatronSplit::Even | MegatronSplit::Inexpressible { .. } => (false, false, None, None),
-    };
-    set(
-        "model.account_for_embedding_in_pipeline_split",
-        embedding.to_string(),
-    );
-    set("model.account_for_loss_in_pipeline_split", loss.to_string());
-    let or_null = |v: Option<u32>| v.map_or("null".to_string(), |v| v.to_string());
-    set("model.num_layers_in_first_pipeline_stage", or_null(first));
-    set("model.num_layers_in_last_pipeline_stage", or_null(last));
-    set(
-        "model.sequence_parallel",
-        plan.sequence_parallel.to_string(),
-    );
-    let (granularity, method, layers) = match plan.recompute {
-        Recompute::None => ("null", "null", "null"),
-        Recompute::Selective => ("selective", "null", "null"),
-        Recompute::Full if plan.recompute_num_layers > 0 => ("full", "block", ""),
-        Recompute::Full => ("full", "uniform", "1"),
-    };
-    set("model.recompute_granularity", granularity.into());
-    set("model.recompute_method", method.into());
-    set(
-        "model.recompute_num_layers",
-        if method == "block" {
-            plan.recompute_num_layers.to_string()
-        } else {
-            layers.into()
-        },
-    );
-    set("train.global_batch_size", plan.global_batch.to_string());
-    set("train.micro_batch_size", plan.micro_batch.to_string());
-    // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is
-    // on, so ZeRO-0 must switch both off.
-    let distributed = (plan.zero == 1).to_string();
-    set("ddp.use_distributed_optimizer", distributed.clone());
-    set("optimizer.use_distributed_optimizer", distributed);
-    // `MixedPrecisionConfig.setup` copies its own grad_reduce_in_fp32 onto the DDP config, so the
-    // mixed-precision value must say the same (perf_recipes/_common.py sets both).
-    let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();
-    set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
-    set("ddp.grad_reduce_in_fp32", fp32_grads);
-    // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
-    // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
-    // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.
-    let (format, recipe) = megatron_precision_args(plan.precision);
-    let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
-    let fp4 = plan.precision == Precision::Nvfp4;
-    let gather = plan.precision != Precision::Bf16 && training.framework.fp8_param_gather();
-    set(
-        "mixed_precision.fp8",
-        if fp4 { "null".into() } else { or_null(format) },
-    );
-    if !fp4 && let Some((_, r)) = recipe {
-        set("mixed_precision.fp8_recipe", r.into());
-    }
-    set(
-        "mixed_precision.fp8_param_gather",
-        (gather && !fp4).to_string(),
-    );
-    set("mixed_precision.first_last_layers_bf16", "false".into());
-    set(
-        "mixed_precision.fp4",
-        if fp4 { or_null(format) } else { "null".into() },
-    );
-    if fp4 && let Some((_, r)) = recipe {
-        set("mixed_precision.fp4_recipe", r.into());
-    }
-    set(
-        "mixed_precision.fp4_param_gather",
-        (gather && fp4).to_string(),
-    );
-    // Overlap: Megatron-Core's DistributedDataParallelConfig for the data-parallel side, Bridge's
-    // CommOverlapConfig (comm_overlap.py) for TP and p2p, which it only turns on where Megatron-Core
-    // allows (tp > 1 with sequence parallelism, interleaved pipelines).
-    let overlap = &training.overlap;
-    let tp_overlap = overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
-    set("comm_overlap.tp_comm_overlap", tp_overlap.to_string());
-    set("comm_overlap.overlap_p2p_comm", overlap.p2p.to_string());
-    set("ddp.overlap_grad_reduce", overlap.grad_reduce.to_string());
-    set(
-        "ddp.overlap_param_gather",
-        (overlap.param_gather && plan.zero >= 1).to_string(),
-    );
-    lines.join("\n")
-}
-
-#[derive(Serialize)]
-struct NemoConfig {
-    trainer: NemoTrainer,
-    model: NemoModel,
-}
-
-#[derive(Serialize)]
-struct NemoTrainer {
-    num_nodes: u32,
-    devices: u32,
-    precision: &'static str,
-}
-
-#[derive(Serialize)]
-struct NemoModel {
-    micro_batch_size: u32,
-    global_batch_size: u32,
-    tensor_model_parallel_size: u32,
-    context_parallel_size: u32,
-    pipeline_model_parallel_size: u32,
-    virtual_pipeline_model_parallel_size: Option<u32>,
-    sequence_parallel: bool,
-    /// Transformer Engine FP8 (NeMo 1.x megatron_gpt_config.yaml: `fp8`, `fp8_hybrid` for e4m3
-    /// forward / e5m2 backward, `fp8_params` for FP8 weights gathered as the parameters).
-    fp8: bool,
-    fp8_hybrid: bool,
-    fp8_params: bool,
-    /// TP communication overlap (userbuffers) and interleaved p2p overlap.
-    ub_tp_comm_overlap: bool,
-    overlap_p2p_comm: bool,
-    encoder_seq_length: u32,
-    max_position_embeddings: u32,
-    num_layers: u32,
-    hidden_size: u32,
-    ffn_hidden_size: u32,
-    num_attention_heads: u32,
-    num_query_groups: u32,
-    activation: &'static str,
-    normalization: &'static str,
-    bias: bool,
-    position_embedding_type: &'static str,
-    share_embeddings_and_output_weights: bool,
-    /// Written out: the YAML's default is 0.1, which a merge would otherwise keep.
-    hidden_dropout: f64,
-    attention_dropout: f64,
-    activations_checkpoint_granularity: Option<&'static str>,
-    activations_checkpoint_method: Option<&'static str>,
-    activations_checkpoint_num_layers: Option<u32>,
-    optim: NemoOptim,
-}
-
-#[derive(Serialize)]
-struct NemoOptim {
-    name: &'static str,
-    /// NeMo 1.x `megatron_gpt_model.py` `setup_mcore_distributed_parallel`:
-    /// `grad_reduce_in_fp32=(self.cfg.optim.get('grad_sync_dtype', 'fp32') == 'fp32')`.
-    grad_sync_dtype: &'static str,
-    /// The distributed optimizers' gradient reduce-scatter during backward and parameter
-    /// all-gather under the next forward.
-    overlap_grad_sync: bool,
-    overlap_param_sync: bool,
-}
-
-/// NeMo 1.x trainer/model YAML fragment, to merge into `megatron_gpt_config.yaml`.
-pub fn nemo_yaml(
-    model: &Model,
-    cluster: &Cluster,
-    training: &Training,
-    plan: &ParallelPlan,
-) -> String {
-    let dropout = if model.dropout { 0.1 } else { 0.0 };
-    let config = NemoConfig {
-        trainer: NemoTrainer {
-            num_nodes: cluster.nodes,
-            devices: cluster.gpus_per_node,
-            precision: "bf16-mixed",
-        },
-        model: NemoModel {
-            micro_batch_size: plan.micro_batch,
-            global_batch_size: plan.global_batch,
-            tensor_model_parallel_size: plan.tp,
-            context_parallel_size: plan.cp,
-            pipeline_model_parallel_size: plan.pp,
-            virtual_pipeline_model_parallel_size: (plan.vpp > 1).then_some(plan.vpp),
-            sequence_parallel: plan.sequence_parallel,
-            fp8: plan.precision == Precision::Fp8,
-            fp8_hybrid: plan.precision == Precision::Fp8,
-            fp8_params: plan.precision == Precision::Fp8 && training.framework.fp8_param_gather(),
-            ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
-            overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
-            encoder_seq_length: training.seq_len,
-            max_position_embeddings: training.seq_len,
-            num_layers: model.layers,
-            hidden_size: model.hidden,
-            ffn_hidden_size: model.ffn_hidden,
-            num_attention_heads: model.heads,
-            num_query_groups: model.kv_heads,
-            activation: if model.gated_mlp {
-                "fast-swiglu"
-            } else {
-                "gelu"
-            },
-            normalization: match model.norm {
-                Norm::Layernorm => "layernorm",
-                Norm::Rmsnorm => "rmsnorm",
-            },
-            bias: model.linear_bias,
-            position_embedding_type: if model.learned_position_embeddings {
-                "learned_absolute"
-            } else {
-                "rope"
-            },
-            share_embeddings_and_output_weights: model.tied_embeddings,
-            hidden_dropout: dropout,
-            attention_dropout: dropout,
-            activations_checkpoint_granularity: match plan.recompute {
-                Recompute::None => None,
-                Recompute::Selective => Some("selective"),
-                Recompute::Full => Some("full"),
-            },
-            activations_checkpoint_method: match plan.recompute {
-                Recompute::Full if plan.recompute_num_layers > 0 => Some("block"),
-                Recompute::Full => Some("uniform"),
-                _ => None,
-            },
-            activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
-                .then_some(plan.recompute_num_layers.max(1)),
-            optim: NemoOptim {
-                name: match plan.zero {
-                    0 => "fused_adam",
-                    1 => "mcore_distributed_optim",
-                    _ => "distributed_fused_adam",
-                },
-                grad_sync_dtype: match training.grad_dtype {
-                    GradDtype::Fp32 => "fp32",
-                    GradDtype::Bf16 => "bf16",
-                },
-                overlap_grad_sync: training.overlap.grad_reduce,
-                overlap_param_sync: training.overlap.param_gather && plan.zero >= 1,
-            },
-        },
-    };
-    format!(
-        "# NeMo megatron_gpt_config.yaml fragment written by tpsim for a plan evaluated as --framework {} runs it; merge into your config.\n{}",
-        training.framework.as_str(),
-        yaml_serde::to_string(&config).expect("the NeMo fragment serializes to YAML")
-    )
-}
-
-#[derive(Serialize)]
-struct DeepSpeedConfig {
-    train_batch_size: u32,
-    train_micro_batch_size_per_gpu: u32,
-    gradient_accumulation_steps: u32,
-    bf16: Enabled,
-    data_types: DataTypes,
-    zero_optimization: ZeroOptimization,
-}
-
-/// DeepSpeed's `data_types.grad_accum_dtype` (fp32, fp16 or bf16): the gradient precision.
-#[derive(Serialize)]
-struct DataTypes {
-    grad_accum_dtype: &'static str,
-}
-
-#[derive(Serialize)]
-struct Enabled {
-    enabled: bool,
-}
-
-#[derive(Serialize)]
-struct ZeroOptimization {
-    stage: u8,
-    /// DeepSpeed "overlap_comm": reduce gradients during backward.
-    overlap_comm: bool,
-}
-
-/// DeepSpeed config JSON. DeepSpeed checks `train_batch_size = micro × accumulation × dp`; tp and
-/// pp are Megatron-DeepSpeed launcher arguments, not config keys.
-pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
-    let config = DeepSpeedConfig {
-        train_batch_size: plan.global_batch,
-        train_micro_batch_size_per_gpu: plan.micro_batch,
-        gradient_accumulation_steps: plan.num_microbatches,
-        bf16: Enabled { enabled: true },
-        data_types: DataTypes {
-            grad_accum_dtype: match training.grad_dtype {
-                GradDtype::Fp32 => "fp32",
-                GradDtype::Bf16 => "bf16",
-            },
-        },
-        zero_optimization: ZeroOptimization {
-            stage: plan.zero,
-            overlap_comm: training.overlap.grad_reduce,
-        },
-    };
-    serde_json::to_string_pretty(&config).expect("the DeepSpeed config serializes to JSON")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Cluster;
     use crate::plan::{PlanRequest, Recompute};
     use crate::specs;
     use crate::training::GradDtype;
