@@ -841,12 +841,14 @@ pub(super) fn pasted_precision(
     }
     let mut notes = Vec::new();
     let precision = emit::megatron_precision(
-        args.fp8_format.as_deref(),
-        args.fp8_recipe.as_deref(),
-        args.fp4_format.as_deref(),
-        args.fp4_recipe.as_deref(),
-        args.fp8_param_gather,
-        args.fp4_param_gather,
+        emit::PrecisionArgs {
+            fp8_format: args.fp8_format.as_deref(),
+            fp8_recipe: args.fp8_recipe.as_deref(),
+            fp4_format: args.fp4_format.as_deref(),
+            fp4_recipe: args.fp4_recipe.as_deref(),
+            fp8_param_gather: args.fp8_param_gather,
+            fp4_param_gather: args.fp4_param_gather,
+        },
         zero,
         &mut notes,
     )?;

@@ -14,6 +14,17 @@ pub struct MegatronPrecision {
     pub param_gather: bool,
 }
 
+/// Megatron-LM's Transformer Engine precision arguments, as given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrecisionArgs<'a> {
+    pub fp8_format: Option<&'a str>,
+    pub fp8_recipe: Option<&'a str>,
+    pub fp4_format: Option<&'a str>,
+    pub fp4_recipe: Option<&'a str>,
+    pub fp8_param_gather: bool,
+    pub fp4_param_gather: bool,
+}
+
 /// Megatron-LM's Transformer Engine precision arguments as tpsim's precision. Names and defaults
 /// from Megatron-Core `transformer_config.py`: `--fp8-format {e4m3,hybrid}` with `--fp8-recipe
 /// {tensorwise,delayed,mxfp8,blockwise,custom}` (default delayed), `--fp4-format e2m1` with
@@ -21,15 +32,18 @@ pub struct MegatronPrecision {
 /// `--fp4-param-gather` without `--fp4-format`, and `--fp8-param-gather` without the distributed
 /// optimizer or an FSDP (`zero` 0 here).
 pub fn megatron_precision(
-    fp8_format: Option<&str>,
-    fp8_recipe: Option<&str>,
-    fp4_format: Option<&str>,
-    fp4_recipe: Option<&str>,
-    fp8_param_gather: bool,
-    fp4_param_gather: bool,
+    args: PrecisionArgs,
     zero: u8,
     notes: &mut Vec<String>,
 ) -> Result<MegatronPrecision, MegatronArgsError> {
+    let PrecisionArgs {
+        fp8_format,
+        fp8_recipe,
+        fp4_format,
+        fp4_recipe,
+        fp8_param_gather,
+        fp4_param_gather,
+    } = args;
     let not_modelled = |given: String, why: &str| MegatronArgsError::NotModelled {
         given,
         why: why.to_string(),
@@ -177,12 +191,14 @@ impl Parsed<'_> {
         notes: &mut Vec<String>,
     ) -> Result<MegatronPrecision, MegatronArgsError> {
         megatron_precision(
-            self.value("fp8-format"),
-            self.value("fp8-recipe"),
-            self.value("fp4-format"),
-            self.value("fp4-recipe"),
-            self.switch("fp8-param-gather"),
-            self.switch("fp4-param-gather"),
+            PrecisionArgs {
+                fp8_format: self.value("fp8-format"),
+                fp8_recipe: self.value("fp8-recipe"),
+                fp4_format: self.value("fp4-format"),
+                fp4_recipe: self.value("fp4-recipe"),
+                fp8_param_gather: self.switch("fp8-param-gather"),
+                fp4_param_gather: self.switch("fp4-param-gather"),
+            },
             zero,
             notes,
         )

@@ -8,7 +8,9 @@ use super::megatron_args::Parsed;
 pub use super::megatron_args::{
     FullRecompute, MegatronArgsError, attention_backend, megatron_zero,
 };
-pub use super::megatron_precision::{MegatronPrecision, megatron_overlap, megatron_precision};
+pub use super::megatron_precision::{
+    MegatronPrecision, PrecisionArgs, megatron_overlap, megatron_precision,
+};
 use super::pipeline_split::SplitArgs;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
@@ -318,7 +320,10 @@ impl MegatronLaunch {
             let m = global_batch / (self.micro_batch * dp).max(1);
             if vpp == 1 {
                 // Only the interleaved schedule reads it (schedules.py).
-            } else if group < self.pp || group > m || (m % group != 0 && m % group < self.pp) {
+            } else if group < self.pp
+                || group > m
+                || (!m.is_multiple_of(group) && m % group < self.pp)
+            {
                 // schedules.py forward_backward_pipelining_with_interleaving: the group must be in
                 // [pp, m], and the last group empty or at least pp micro-batches.
                 return Err(format!(

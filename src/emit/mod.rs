@@ -20,8 +20,8 @@ pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
 pub use nemo::nemo_yaml;
 
 pub use megatron_reader::{
-    FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, attention_backend,
-    block_recompute_layers, check_full_recompute, check_split, megatron_overlap,
+    FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, PrecisionArgs,
+    attention_backend, block_recompute_layers, check_full_recompute, check_split, megatron_overlap,
     megatron_precision, megatron_zero, read_megatron_args, vpp_from_layers_per_virtual_stage,
 };
 pub use pipeline_split::{MegatronSplit, SplitArgs};
@@ -457,7 +457,14 @@ mod tests {
     fn megatron_precision_arguments_map_to_tpsim_precisions() {
         use crate::plan::Precision;
         let read = |fp8: Option<&str>, recipe: Option<&str>, fp4: Option<&str>, gather: bool| {
-            megatron_precision(fp8, recipe, fp4, None, gather, false, 1, &mut Vec::new())
+            let args = PrecisionArgs {
+                fp8_format: fp8,
+                fp8_recipe: recipe,
+                fp4_format: fp4,
+                fp8_param_gather: gather,
+                ..PrecisionArgs::default()
+            };
+            megatron_precision(args, 1, &mut Vec::new())
         };
         for (format, recipe, want) in [
             ("hybrid", None, Precision::Fp8),
@@ -485,17 +492,12 @@ mod tests {
         assert!(err.to_string().contains("--fp8-recipe blockwise"), "{err}");
         let err = read(Some("hybrid"), None, Some("e2m1"), false).unwrap_err();
         assert!(err.to_string().contains("contradict"), "{err}");
-        let err = megatron_precision(
-            Some("hybrid"),
-            None,
-            None,
-            None,
-            true,
-            false,
-            0,
-            &mut Vec::new(),
-        )
-        .unwrap_err();
+        let gather = PrecisionArgs {
+            fp8_format: Some("hybrid"),
+            fp8_param_gather: true,
+            ..PrecisionArgs::default()
+        };
+        let err = megatron_precision(gather, 0, &mut Vec::new()).unwrap_err();
         assert!(
             err.to_string().contains("--use-distributed-optimizer"),
             "{err}"
