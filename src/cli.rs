@@ -210,11 +210,13 @@ pub struct ClusterArgs {
     /// GPUs per node (default: the GPU profile's, 8 for the bundled ones).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
-    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h200-sxm-141g, b200-sxm-180g) or a profile YAML
-    /// file. Default: h100-sxm-80g.
+    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h200-sxm-141g, h800-sxm-80g,
+    /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
+    /// YAML file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]
     pub gpu: Option<String>,
-    /// A calibrated profile written by `tpsim calibrate`; replaces the datasheet numbers of --gpu.
+    /// A calibrated profile written by `tpsim calibrate`, used instead of --gpu (it already carries
+    /// the numbers of the --gpu profile it was measured against, so the two are not given together).
     #[arg(long, value_name = "FILE", conflicts_with = "gpu")]
     pub calibration: Option<String>,
 }
@@ -258,6 +260,10 @@ pub struct TrainingArgs {
     /// (on for megatron-core and torchtitan).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_param_gather: Option<bool>,
+    /// MoE routing imbalance: tokens of the busiest expert over the balanced share (>= 1; default
+    /// 1.0, balanced, as the published MoE benchmarks force).
+    #[arg(long, value_name = "F")]
+    pub moe_imbalance: Option<f64>,
     /// Pipeline sends overlapped with compute in the interleaved schedule. Default: the
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
@@ -311,6 +317,12 @@ pub struct PinArgs {
     /// Pin sequence parallelism on.
     #[arg(long)]
     pub sequence_parallel: bool,
+    /// Pin the expert-parallel degree (MoE models).
+    #[arg(long, visible_alias = "expert-model-parallel-size")]
+    pub ep: Option<u32>,
+    /// Pin the expert tensor-parallel degree (MoE models).
+    #[arg(long, visible_alias = "expert-tensor-parallel-size")]
+    pub etp: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -356,8 +368,9 @@ pub struct EvalArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub training: TrainingArgs,
-    /// A saved plan (plans/*.yaml); scenario flags given here override its values.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero"])]
+    /// A saved plan (plans/*.yaml); flags given here override its values, scenario (--nodes, --gpu, ...)
+    /// and plan (--tp, --pp, --dp, --vpp, --micro-batch, --sequence-parallel, --recompute, --zero) alike.
+    #[arg(long, value_name = "FILE")]
     pub plan: Option<String>,
     /// Tensor-parallel degree.
     #[arg(long, visible_alias = "tensor-model-parallel-size")]
@@ -368,6 +381,12 @@ pub struct EvalArgs {
     /// Context-parallel degree: the sequence split over cp ranks (ring attention).
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,
+    /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage.
+    #[arg(long, visible_alias = "expert-model-parallel-size")]
+    pub ep: Option<u32>,
+    /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs.
+    #[arg(long, visible_alias = "expert-tensor-parallel-size")]
+    pub etp: Option<u32>,
     /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the
     /// backward (FSDP2 reshard_after_forward). Default: true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -654,7 +673,8 @@ pub struct MeasureArgs {
     /// Which hardware to measure.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
-    /// CPU backend: ranks (threads), each standing for one GPU (default: cores, 2 to 8).
+    /// CPU backend: ranks (threads), each standing for one GPU, 1 to 64 (default: the core count,
+    /// clamped to 2 to 8).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Untimed runs before each measurement.

@@ -5,9 +5,7 @@
 //! (`cli`, `app`) is the only place that knows about flags, files and exit codes.
 
 pub mod app;
-pub mod app_report;
 pub mod calibrate;
-pub mod chart_sweep;
 pub mod cli;
 pub mod cluster;
 pub mod compare;

@@ -318,6 +318,18 @@ pub enum PlanError {
     )]
     ExpertsOnDense { ep: u32, etp: u32, model: String },
     #[error(
+        "--ep {ep} does not divide the model's {experts} experts (each expert-parallel rank holds experts/ep of them); valid: {valid}"
+    )]
+    EpExperts {
+        ep: u32,
+        experts: u32,
+        valid: String,
+    },
+    #[error(
+        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus}"
+    )]
+    EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
+    #[error(
         "--precision {precision}: the {gpu} has no {precision} tensor cores ({why}); use {valid}"
     )]
     PrecisionGpu {
@@ -431,12 +443,35 @@ impl ParallelPlan {
                 valid: list(valid),
             });
         }
-        if r.ep > 1 || r.etp > 1 {
-            return Err(PlanError::ExpertsOnDense {
-                ep: r.ep,
-                etp: r.etp,
-                model: model.name.clone(),
-            });
+        match model.moe {
+            None if r.ep > 1 || r.etp > 1 => {
+                return Err(PlanError::ExpertsOnDense {
+                    ep: r.ep,
+                    etp: r.etp,
+                    model: model.name.clone(),
+                });
+            }
+            Some(moe) => {
+                if !moe.experts.is_multiple_of(r.ep) {
+                    return Err(PlanError::EpExperts {
+                        ep: r.ep,
+                        experts: moe.experts,
+                        valid: list(divisors(moe.experts)),
+                    });
+                }
+                // Parallel folding: the experts' etp x ep x expert-dp fill the same tp x cp x dp
+                // GPUs of a pipeline stage as the attention's (Megatron-Core parallel_state.py).
+                let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
+                let expert_model = u64::from(r.ep) * u64::from(r.etp);
+                if stage_gpus % expert_model != 0 {
+                    return Err(PlanError::EpFolding {
+                        ep: r.ep,
+                        etp: r.etp,
+                        stage_gpus,
+                    });
+                }
+            }
+            None => {}
         }
         if let Err(why) = cluster.gpu.supports(r.precision) {
             let valid: Vec<&str> = Precision::ALL

@@ -43,6 +43,8 @@ pub struct Pins {
     pub recompute: Option<Recompute>,
     pub zero: Option<u8>,
     pub sequence_parallel: Option<bool>,
+    pub ep: Option<u32>,
+    pub etp: Option<u32>,
 }
 
 impl Pins {
@@ -60,6 +62,8 @@ impl Pins {
             && ok(self.recompute, r.recompute)
             && ok(self.zero, r.zero)
             && ok(self.sequence_parallel, r.sequence_parallel)
+            && ok(self.ep, r.ep)
+            && ok(self.etp, r.etp)
     }
 }
 
@@ -149,25 +153,50 @@ pub fn enumerate(
                 if !training.global_batch.is_multiple_of(dp) {
                     continue;
                 }
-                push_pipeline_variants(
-                    &mut requests,
-                    model,
-                    training,
-                    PlanRequest {
-                        tp,
-                        cp,
-                        pp,
-                        dp,
-                        precision: options.precision,
-                        allow_uneven_pp: options.allow_uneven_pp,
-                        allow_cross_node_tp: options.allow_cross_node_tp,
-                        ..PlanRequest::default()
-                    },
-                );
+                for (ep, etp) in expert_degrees(model, tp, tp * cp * dp) {
+                    push_pipeline_variants(
+                        &mut requests,
+                        model,
+                        training,
+                        PlanRequest {
+                            tp,
+                            cp,
+                            pp,
+                            dp,
+                            ep,
+                            etp,
+                            precision: options.precision,
+                            allow_uneven_pp: options.allow_uneven_pp,
+                            allow_cross_node_tp: options.allow_cross_node_tp,
+                            ..PlanRequest::default()
+                        },
+                    );
+                }
             }
         }
     }
     requests
+}
+
+/// Expert-parallel layouts worth trying for an MoE model on a stage of `stage_gpus` GPUs (tp·cp·dp):
+/// ep over the divisors of the experts that fold into the stage, and etp 1 (Megatron-Core's default,
+/// experts not split) or etp = tp (experts split like the dense MLP). Dense models: (1, 1).
+pub fn expert_degrees(model: &Model, tp: u32, stage_gpus: u32) -> Vec<(u32, u32)> {
+    let Some(moe) = model.moe else {
+        return vec![(1, 1)];
+    };
+    let mut out = Vec::new();
+    for etp in [1, tp] {
+        if etp > 1 && !moe.ffn_hidden.is_multiple_of(etp) {
+            continue;
+        }
+        for ep in divisors(moe.experts) {
+            if stage_gpus.is_multiple_of(ep * etp) && !out.contains(&(ep, etp)) {
+                out.push((ep, etp));
+            }
+        }
+    }
+    out
 }
 
 /// Every micro-batch, vpp, SP, recompute, ZeRO and resharding choice for one (tp, cp, pp, dp).

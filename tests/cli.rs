@@ -152,7 +152,8 @@ fn check_plan_invariants(p: &Value, gpus: u64) {
         "sequence_parallel",
         "recompute",
         "zero",
-        "bubble_fraction",
+        "bubble_ratio",
+        "bubble_share",
         "model_tflops_per_gpu",
         "hardware_tflops_per_gpu",
     ] {
@@ -597,11 +598,11 @@ fn uneven_pipeline_interleaves_when_units_split_evenly() {
     let one = run_json(&with_args(&base, &["--vpp", "1"])).1;
     // Interleaving divides the bubble by v: (p-1)/(v·m).
     close(
-        f(&p["bubble_fraction"]) * 8.0,
-        f(&one["plans"][0]["bubble_fraction"]),
+        f(&p["bubble_ratio"]) * 8.0,
+        f(&one["plans"][0]["bubble_ratio"]),
         1e-9,
     );
-    assert!(f(&p["bubble_fraction"]) < f(&one["plans"][0]["bubble_fraction"]));
+    assert!(f(&p["bubble_ratio"]) < f(&one["plans"][0]["bubble_ratio"]));
     // 128 units do not split into 16 x 3 chunks.
     assert_bad_input(
         &with_args(&base[..base.len() - 2], &["--vpp", "3"]),
@@ -720,4 +721,276 @@ fn thread_count_and_empty_run_files_are_checked() {
         &["no runs"],
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The plan table on a 100-column terminal (a pseudo-terminal from util-linux `script`): one line
+/// per plan, no line wider than the terminal; piped, the same command prints every column.
+#[test]
+fn the_plan_table_fits_a_narrow_terminal_and_stays_whole_in_a_pipe() {
+    let bin = env!("CARGO_BIN_EXE_tpsim");
+    let Ok(out) = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty cols 100; {bin} plan --params 70B --nodes 8 --top 3"),
+            "/dev/null",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+    else {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    };
+    let text = String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .replace('\r', "");
+    if !text.contains("cluster:") {
+        // `script` exists but could not open a pseudo-terminal here (some sandboxes).
+        eprintln!("skipped: `script` ran no terminal: {text}");
+        return;
+    }
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with('╞'))
+        .skip(1)
+        .take_while(|l| !l.starts_with('└'))
+        .collect();
+    assert_eq!(
+        table.len(),
+        3,
+        "one line per plan on a 100-column terminal:\n{text}"
+    );
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with(['┌', '│', '╞', '└']))
+            .all(|l| l.chars().count() <= 100),
+        "{text}"
+    );
+    assert!(text.contains("left out to fit 100 columns: DP s"), "{text}");
+    let (code, piped, _) = run(&["plan", "--params", "70B", "--nodes", "8", "--top", "3"]);
+    assert_eq!(code, 0);
+    assert!(
+        piped.contains("┆ DP s │") && !piped.contains("left out"),
+        "{piped}"
+    );
+}
+
+/// The number after the last `--global-batch ` in `text`.
+fn suggested_batch(text: &str) -> String {
+    let at = text
+        .rfind("--global-batch ")
+        .unwrap_or_else(|| panic!("no suggestion in: {text}"));
+    text[at + "--global-batch ".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect()
+}
+
+/// Without --global-batch, plan says which batch it used and why; with it, it says nothing.
+#[test]
+fn the_default_global_batch_is_stated_and_a_batch_too_small_for_the_cluster_is_flagged() {
+    let (code, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "2", "--top", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("note: --global-batch not given: 1536 sequences x 2048 tokens"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
+    let (_, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "2",
+        "--top",
+        "1",
+        "--global-batch",
+        "256",
+    ]);
+    assert!(!stderr.contains("--global-batch not given"), "{stderr}");
+
+    // 512 nodes and 1536 sequences: every split idles; the warning's suggestion plans cleanly.
+    let (_, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "512", "--top", "1"]);
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: --global-batch 1536 is small for 512 nodes"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let batch = suggested_batch(warning);
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "512",
+        "--top",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
+}
+
+/// When no split divides the batch, the error names a batch that has one.
+#[test]
+fn no_split_names_a_global_batch_that_has_one() {
+    let (code, _, stderr) = run(&["plan", "--params", "1T", "--nodes", "16384"]);
+    assert_eq!(code, 2);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: no valid plan exists"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let batch = suggested_batch(error);
+    let (code, stdout, stderr) = run(&[
+        "plan",
+        "--params",
+        "1T",
+        "--nodes",
+        "16384",
+        "--top",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(
+        stdout.contains(&format!("training: {batch} sequences")),
+        "{stdout}"
+    );
+}
+
+/// `eval --plan`: the advice an error gives works, and plan flags override the file as the help
+/// says.
+#[test]
+fn plan_flags_override_a_plan_file_and_the_advice_leads_somewhere() {
+    let seed = "plans/seed-512b-32nodes.yaml";
+    let (code, _, stderr) = run(&["eval", "--plan", seed, "--nodes", "64"]);
+    assert_eq!(code, 2);
+    let at = stderr.rfind("--dp ").unwrap_or_else(|| panic!("{stderr}"));
+    let dp: String = stderr[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let (code, stdout, stderr) = run(&["eval", "--plan", seed, "--nodes", "64", "--dp", &dp]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(stdout.contains(&format!(" x dp {dp} ")), "{stdout}");
+
+    let (code, stdout, stderr) = run(&["eval", "--plan", seed, "--recompute", "full"]);
+    assert_ne!(code, 2, "{stderr}");
+    let plan_line = stdout.lines().find(|l| l.starts_with("plan:")).unwrap();
+    assert!(plan_line.contains("recompute full"), "{plan_line}");
+
+    let (_, help, _) = run(&["eval", "--help"]);
+    assert!(help.contains("override its values"), "{help}");
+}
+
+/// Help names every bundled GPU, and says --calibration is used instead of --gpu, which is what
+/// passing both does (a usage error).
+#[test]
+fn gpu_and_calibration_help_match_what_the_flags_do() {
+    let (_, help, _) = run(&["plan", "--help"]);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (name, _) in tpsim::specs::BUNDLED_GPUS {
+        assert!(help.contains(name), "--gpu help omits {name}");
+    }
+    assert!(help.contains("used instead of --gpu"), "{help}");
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--gpu",
+        "a100-sxm-80g",
+        "--calibration",
+        "cpu.yaml",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+/// The rough messages of issue 10 item 9, each as a new user met it.
+#[test]
+fn messages_read_cleanly() {
+    // "1 node", not "1 nodes".
+    let (_, stdout, _) = run(&["plan", "--params", "7B", "--nodes", "1", "--top", "1"]);
+    assert!(stdout.contains("cluster: 1 node x 8 "), "{stdout}");
+
+    // pp 1: no per-stage split and no PP link to report.
+    let (_, stdout, _) = run(&[
+        "eval", "--params", "7B", "--nodes", "1", "--tp", "8", "--pp", "1",
+    ]);
+    assert!(!stdout.contains("layers per stage: first"), "{stdout}");
+    assert!(
+        stdout.contains("all 32 on one stage") || stdout.contains("on one stage (no pipeline)"),
+        "{stdout}"
+    );
+    let pp_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("PP "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(!pp_line.contains("NVLink"), "{pp_line}");
+
+    // A missing plan file is a path problem; plans have no bundled names.
+    let (code, _, stderr) = run(&["eval", "--plan", "plans/no-such-plan.yaml"]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("bundled"), "{stderr}");
+    assert!(
+        stderr.contains("plans/no-such-plan.yaml: no such file"),
+        "{stderr}"
+    );
+
+    // A missing config file: the OS error once, not twice.
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--hf-config",
+        "models/hf/no-such.json",
+        "--nodes",
+        "1",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr.matches("no such file").count() + stderr.matches("No such file").count(),
+        1,
+        "{stderr}"
+    );
+
+    // dp 8 does not divide 1001: no "valid ...: none", and the suggested batch works.
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        "1001",
+    ]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("none"), "{stderr}");
+    let batch = suggested_batch(&stderr);
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        &batch,
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+
+    // JSON: whole bytes for the GPU's memory, no negative zeros.
+    let (_, stdout, _) = run(&[
+        "plan", "--params", "7B", "--nodes", "1", "--top", "3", "--format", "json",
+    ]);
+    let json: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        json["cluster"]["gpu_memory_bytes"].is_u64(),
+        "{}",
+        json["cluster"]
+    );
+    assert!(!stdout.contains("-0.0"), "negative zero in the JSON");
 }

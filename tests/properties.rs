@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use tpsim::cluster::Cluster;
 use tpsim::cost::evaluate;
-use tpsim::cost::pipeline::bubble_fraction;
+use tpsim::cost::pipeline::bubble_ratio;
 use tpsim::model::Model;
 use tpsim::plan::{ParallelPlan, PlanRequest, Recompute};
 use tpsim::planner::{SearchOptions, search};
@@ -103,7 +103,7 @@ proptest! {
     #[test]
     fn bubble_matches_narayanan(p in 1u32..64, v in 1u32..8, m in 1u32..512) {
         let expected = if p == 1 { 0.0 } else { f64::from(p - 1) / (f64::from(v) * f64::from(m)) };
-        prop_assert_eq!(bubble_fraction(p, v, m), expected);
+        prop_assert_eq!(bubble_ratio(p, v, m), expected);
     }
 
     #[test]

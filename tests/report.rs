@@ -97,7 +97,10 @@ fn plan_report_figures_show_what_they_must() {
         );
     }
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
-    assert!(t.iter().any(|s| s == "plan (rank, tp·pp·dp)"));
+    assert!(
+        t.iter()
+            .any(|s| s == "plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
+    );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
         count_rects_with_fill(&memory, "#4E79A7"),
@@ -134,7 +137,7 @@ fn plan_report_figures_show_what_they_must() {
     );
     assert!(t.iter().any(|s| s == "throughput (tokens/s)"));
     assert!(t.iter().any(|s| s.starts_with("memory per GPU (GiB")));
-    assert!(t.iter().any(|s| s == "Pareto frontier"));
+    assert!(t.iter().any(|s| s == "— Pareto frontier"));
 
     // 4. Layout: one labelled cell per GPU, each (dp, pp, tp) once.
     let layout = read(&dir, "layout.svg");
@@ -229,6 +232,21 @@ fn report_command_draws_the_seed_plan() {
         texts(&read(&dir, "timeline.svg"))
             .iter()
             .any(|s| s.contains("is folded"))
+    );
+    // The seed plan (selective recompute) is outside the search space, and still marked.
+    assert!(
+        texts(&read(&dir, "search.svg"))
+            .iter()
+            .any(|s| s == "✕ the evaluated plan"),
+        "the search figure marks the evaluated plan"
+    );
+    // The Inputs block wraps its long model line instead of clipping it.
+    assert!(read(&dir, "index.html").contains("white-space:pre-wrap"));
+    // Plans that share tp·pp·dp tell apart under their bars.
+    assert!(
+        texts(&read(&dir, "memory.svg"))
+            .iter()
+            .any(|s| s == "recompute selective")
     );
     // Thinned scatter says how many it drew.
     assert!(
@@ -444,5 +462,150 @@ fn interleaved_timeline_has_one_block_per_chunk_microbatch_stage_direction() {
         .filter(|s| s.starts_with('(') && s.ends_with(')'))
         .count();
     assert_eq!(cells, 32);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A report of a plan that does not fit says so on the page's first line and on every figure.
+#[test]
+fn a_report_of_a_plan_that_does_not_fit_says_so_first_and_on_every_figure() {
+    let dir = scratch("oom");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "16",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let html = read(&dir, "index.html");
+    let h1 = html
+        .lines()
+        .find(|l| l.starts_with("<h1>"))
+        .expect("the page has a heading");
+    assert!(h1.contains("the evaluated plan does not fit (OOM)"), "{h1}");
+    assert!(html.contains("this plan t1·p1·d128 (does not fit)"));
+    for name in [
+        "memory.svg",
+        "step_time.svg",
+        "search.svg",
+        "layout.svg",
+        "timeline.svg",
+    ] {
+        let t = texts(&read(&dir, name));
+        assert!(
+            t.iter()
+                .any(|s| s.starts_with("the evaluated plan does not fit (OOM): it needs")),
+            "{name}: {t:?}"
+        );
+    }
+    assert!(
+        texts(&read(&dir, "memory.svg"))
+            .iter()
+            .any(|s| s == "does not fit")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The sweep chart places numeric points at their values on a log axis (1, 2, 8: the gap from 2 to
+/// 8 is twice the gap from 1 to 2) and its title names the model.
+#[test]
+fn sweep_chart_has_a_log_axis_and_names_the_model() {
+    let dir = scratch("sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let chart = dir.join("sweep.svg");
+    let out = tpsim()
+        .args([
+            "sweep", "--params", "7B", "--axis", "nodes", "--values", "1,2,8", "--chart",
+        ])
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<(String, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| {
+            (
+                n.text().unwrap_or("").trim().to_string(),
+                n.attribute("x")
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|(t, _)| t.contains("7.1B-parameter model")),
+        "{texts:?}"
+    );
+    assert!(texts.iter().any(|(t, _)| t == "nodes (log scale)"));
+    // The first panel's labels under its points.
+    let x_of = |label: &str| {
+        texts
+            .iter()
+            .find(|(t, _)| t == label)
+            .unwrap_or_else(|| panic!("no label {label}: {texts:?}"))
+            .1
+    };
+    let (x1, x2, x8) = (x_of("1"), x_of("2"), x_of("8"));
+    assert!(
+        ((x8 - x2) - 2.0 * (x2 - x1)).abs() < 2.0,
+        "1, 2, 8 at {x1}, {x2}, {x8}: not a log axis"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without a pipeline (pp 1) the timeline still draws its one stage: a forward and a backward block
+/// per micro-batch.
+#[test]
+fn a_single_stage_timeline_draws_its_blocks() {
+    let dir = scratch("pp1");
+    let out = tpsim()
+        .args([
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "16",
+            "--report",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gantt = read(&dir, "timeline.svg");
+    use tpsim::cost::schedule::Direction::{Backward, Forward};
+    for d in [Forward, Backward] {
+        let col = tpsim::report::block_colour(d, 0);
+        let fill = format!("#{:02X}{:02X}{:02X}", col.0, col.1, col.2);
+        assert_eq!(count_rects_with_fill(&gantt, &fill), 16, "{d:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

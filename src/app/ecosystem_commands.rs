@@ -1,7 +1,10 @@
 //! The ecosystem commands and helpers: Megatron-LM launch lines in, `--emit` configs out,
 //! `tpsim sweep`, `tpsim compare` and `tpsim completions`.
 
+use super::scenario::{framework_of_args, precision_of_args};
 use super::*;
+use crate::plan::Precision;
+use crate::training::{Overlap, Training};
 
 /// Megatron-LM's `--normalization` (default LayerNorm).
 pub(super) fn megatron_norm(value: Option<&str>) -> Result<Norm> {

@@ -71,6 +71,7 @@ pub struct GroupComm {
 pub struct Comm {
     pub tp: GroupComm,
     pub cp: GroupComm,
+    pub ep: GroupComm,
     pub pp: GroupComm,
     pub dp: GroupComm,
 }
@@ -175,6 +176,27 @@ pub struct DpTraffic {
     /// One gradient bucket's reduction: the last bucket cannot overlap anything.
     pub last_bucket_s: f64,
     pub total_s: f64,
+}
+
+impl DpTraffic {
+    /// Two groups' traffic on the same step (dense parameters over DP×CP, experts over expert-DP):
+    /// their times add, as NCCL runs them one after the other on the same links.
+    pub fn plus(&self, other: &DpTraffic) -> DpTraffic {
+        let windows = self.overlap_windows.max(other.overlap_windows);
+        let per_window =
+            |t: &DpTraffic| t.reduce_per_overlap_window_s * t.overlap_windows / windows.max(1.0);
+        DpTraffic {
+            wire_bytes: self.wire_bytes + other.wire_bytes,
+            reduce_per_overlap_window_s: per_window(self) + per_window(other),
+            overlap_windows: windows,
+            forward_gather_per_mb_s: self.forward_gather_per_mb_s + other.forward_gather_per_mb_s,
+            step_gather_s: self.step_gather_s + other.step_gather_s,
+            grad_wire_bytes: self.grad_wire_bytes + other.grad_wire_bytes,
+            grad_total_s: self.grad_total_s + other.grad_total_s,
+            last_bucket_s: self.last_bucket_s.max(other.last_bucket_s),
+            total_s: self.total_s + other.total_s,
+        }
+    }
 }
 
 /// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters

@@ -100,32 +100,40 @@ pub fn layer_gemms_sharded(
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
     let local_s = s / f64::from(cp);
     let h = f64::from(model.hidden);
-    let d = f64::from(model.head_dim());
+    // Per-head widths of QKᵀ and AV (they differ under multi-head latent attention).
+    let (d_qk, d_v) = model.attention_head_dims();
     let tokens = b * local_s;
     let heads_per_rank = f64::from(model.heads) / t;
-    let attention_width = heads_per_rank * d;
+    // The projections into Q, K and V as one GEMM of the same FLOPs: with MLA its width is what the
+    // down- and up-projections multiply out to (DeepSeek-V2 §2.1); with TP beyond the KV heads each
+    // rank keeps a whole KV group.
+    let qkv_width = if model.mla.is_some() {
+        (model.attention_matrix_params() - model.attention_out_width() * h) / h / t
+    } else {
+        model.q_width() / t + 2.0 * kv_width_per_rank(model, tp)
+    };
     [
         Gemm {
             m: tokens,
             k: h,
-            n: attention_width + 2.0 * kv_width_per_rank(model, tp),
+            n: qkv_width,
             batch: 1.0,
         },
         Gemm {
             m: local_s,
-            k: d,
+            k: d_qk,
             n: s,
             batch: b * heads_per_rank,
         },
         Gemm {
             m: local_s,
             k: s,
-            n: d,
+            n: d_v,
             batch: b * heads_per_rank,
         },
         Gemm {
             m: tokens,
-            k: attention_width,
+            k: model.attention_out_width() / t,
             n: h,
             batch: 1.0,
         },
@@ -216,7 +224,7 @@ pub fn flash_attention_time_sharded(
     let flops = CAUSAL_ATTENTION_FRACTION * (gemms[1].flops() + gemms[2].flops());
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
     let local_s = s / f64::from(cp);
-    let q_and_o = 2.0 * b * local_s * f64::from(model.heads) * f64::from(model.head_dim()) / t;
+    let q_and_o = b * local_s * (model.q_width() + model.attention_out_width()) / t;
     let k_and_v = 2.0 * b * s * kv_width_per_rank(model, tp);
     let bytes = ELEMENT_BYTES * (q_and_o + k_and_v);
     let gpu = &cluster.gpu;
@@ -238,6 +246,8 @@ pub struct LayerTime {
     pub linear_gemm_forward: f64,
     /// Forward time of the attention core (what the CP ring exchange hides behind).
     pub attention_forward: f64,
+    /// Forward time of the dense MLP (its two GEMMs and activation), which an MoE layer replaces.
+    pub mlp_forward: f64,
 }
 
 impl LayerTime {
@@ -375,12 +385,17 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         }
         (Recompute::Full, _) => forward,
     };
+    let mlp_gemms: f64 = [gemms[4], gemms[5]]
+        .iter()
+        .map(|g| linear_gemm_time(g, cluster, precision, gemm_chunks))
+        .sum();
     LayerTime {
         forward,
         backward: 2.0 * forward + flash_extra,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
+        mlp_forward: (mlp_gemms + inside / t / bandwidth) / gpu.framework_efficiency,
     }
 }
 
@@ -411,6 +426,7 @@ pub fn output_layer_time(
         recompute: 0.0,
         linear_gemm_forward: 0.0,
         attention_forward: 0.0,
+        mlp_forward: 0.0,
     }
 }
 

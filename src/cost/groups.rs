@@ -26,10 +26,21 @@ pub enum GroupKind {
     Dp,
     /// Pipeline neighbours.
     Pp,
+    /// Expert parallelism: the MoE token all-to-all (stride etp inside a stage's tp·cp·dp GPUs).
+    Ep,
+    /// Expert data parallelism: the expert gradients' reduction (stride etp·ep).
+    ExpertDp,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 4] = [GroupKind::Tp, GroupKind::Cp, GroupKind::Dp, GroupKind::Pp];
+    pub const ALL: [GroupKind; 6] = [
+        GroupKind::Tp,
+        GroupKind::Cp,
+        GroupKind::Dp,
+        GroupKind::Pp,
+        GroupKind::Ep,
+        GroupKind::ExpertDp,
+    ];
     pub const COUNT: usize = GroupKind::ALL.len();
     pub fn as_str(self) -> &'static str {
         match self {
@@ -37,6 +48,8 @@ impl GroupKind {
             GroupKind::Cp => "CP",
             GroupKind::Dp => "DP",
             GroupKind::Pp => "PP",
+            GroupKind::Ep => "EP",
+            GroupKind::ExpertDp => "expert DP",
         }
     }
     fn index(self) -> usize {
@@ -131,12 +144,27 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
         }
     };
     let (tp, cp, dp) = (plan.tp, plan.cp, plan.dp);
+    let (ep, etp) = (plan.ep, plan.etp);
+    let mut expert_ep = make(GroupKind::Ep, etp, ep, false);
+    // All-to-all: every pair talks, so across nodes each GPU sends through its own NIC; the ring
+    // aggregate of several NICs does not apply.
+    if expert_ep.link == Link::Network {
+        expert_ep.members_per_node = 1;
+        expert_ep.speed = cluster.group_speed(Link::Network, 1);
+    }
     Groups {
         items: [
             make(GroupKind::Tp, 1, tp, false),
             make(GroupKind::Cp, tp, cp, true),
             make(GroupKind::Dp, tp, dp * cp, false),
             make(GroupKind::Pp, tp * cp * dp, plan.pp, true),
+            expert_ep,
+            make(
+                GroupKind::ExpertDp,
+                etp * ep,
+                super::moe::expert_dp(plan),
+                false,
+            ),
         ],
     }
 }

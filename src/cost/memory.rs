@@ -101,7 +101,8 @@ pub fn layer_activation_bytes(
 /// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
 fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
     let t = f64::from(plan.tp);
-    let layer = model.layer_params() / t;
+    let (dense, expert) = layer_params_per_gpu(model, plan);
+    let layer = dense + expert;
     let word_embedding = model.word_embedding_params() / t;
     let output = if model.tied_embeddings {
         word_embedding
@@ -124,6 +125,33 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
         Stage::Middle => layers(plan.stages.middle_max),
         Stage::Last => layers(plan.stages.last) + output,
     }
+}
+
+/// Parameters of the average transformer layer one GPU holds: the part split over TP (attention,
+/// dense MLPs, router, shared experts, norms) and the routed experts' part (experts/ep experts,
+/// each over etp; `moe.rs`), which ZeRO shards over expert-DP instead of DP.
+pub fn layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
+    let t = f64::from(plan.tp);
+    let Some(moe) = model.moe else {
+        return (model.layer_params() / t, 0.0);
+    };
+    let layers = f64::from(model.layers.max(1));
+    let all_experts =
+        f64::from(model.moe_layers()) * f64::from(moe.experts) * model.expert_params();
+    let rest = (model.layer_params() * layers - all_experts) / layers / t;
+    let expert =
+        super::moe::moe_layer_share(model) * super::moe::expert_params_per_gpu(model, plan);
+    (rest, expert)
+}
+
+/// Routed-expert parameters on the stage with the most layers (before ZeRO sharding).
+pub fn max_stage_expert_params(model: &Model, plan: &ParallelPlan) -> f64 {
+    let layers = if plan.pp == 1 {
+        model.layers
+    } else {
+        plan.stages.max_layers()
+    };
+    f64::from(layers) * layer_params_per_gpu(model, plan).1
 }
 
 /// The most parameters any GPU of the plan holds (before ZeRO sharding).
@@ -174,14 +202,29 @@ fn stage_memory(
 ) -> Memory {
     let params = stage_params(model, plan, stage);
     // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
-    // distributed optimizer uses the data-parallel group with context parallelism).
+    // distributed optimizer uses the data-parallel group with context parallelism); routed experts
+    // over expert-DP.
     let shard_ranks = plan.dp * plan.cp;
     let dp = f64::from(shard_ranks);
+    let expert_params =
+        f64::from(stage_layers(plan, model, stage)) * layer_params_per_gpu(model, plan).1;
+    let dense_params = params - expert_params;
+    let expert_dp = f64::from(super::moe::expert_dp(plan));
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
     let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
-    let mut weights = params * WEIGHT_BYTES / shard(3);
-    let mut gradients = params * training.grad_dtype.bytes() / shard(2);
-    let optimizer = params * OPTIMIZER_BYTES / shard(1);
+    let expert_shard = |from_stage: u8| {
+        if plan.zero >= from_stage {
+            expert_dp
+        } else {
+            1.0
+        }
+    };
+    let sharded = |bytes: f64, from_stage: u8| {
+        dense_params * bytes / shard(from_stage) + expert_params * bytes / expert_shard(from_stage)
+    };
+    let mut weights = sharded(WEIGHT_BYTES, 3);
+    let mut gradients = sharded(training.grad_dtype.bytes(), 2);
+    let optimizer = sharded(OPTIMIZER_BYTES, 1);
     if plan.zero >= 3 && shard_ranks > 1 {
         if plan.reshard_after_forward {
             // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched:
@@ -244,6 +287,22 @@ fn stage_memory(
         plan.recompute,
         training.attention,
     );
+    // MoE layers keep their routed tokens' activations instead of the dense MLP's.
+    let moe_share = super::moe::moe_layer_share(model);
+    let per_layer = if moe_share > 0.0 && plan.recompute != Recompute::Full {
+        let dense_mlp = (2.0 * f64::from(s) * f64::from(b) * model.mlp_up_width()
+            + 2.0 * f64::from(s) * f64::from(b) * f64::from(model.ffn_hidden))
+            / t;
+        let moe_mlp = super::moe::moe_mlp_activation_bytes(
+            model,
+            plan,
+            training.seq_len,
+            training.moe_imbalance,
+        );
+        per_layer + moe_share * (moe_mlp - dense_mlp)
+    } else {
+        per_layer
+    };
     // Megatron's block method recomputes only N layers of each chunk: the others keep everything.
     let share = plan.recompute_share();
     let per_layer = if plan.recompute == Recompute::Full && share < 1.0 {

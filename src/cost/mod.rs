@@ -56,6 +56,7 @@ pub struct StepTime {
     pub compute_s: Seconds,
     pub tp_comm_exposed_s: Seconds,
     pub cp_comm_exposed_s: Seconds,
+    pub ep_comm_exposed_s: Seconds,
     pub pp_comm_exposed_s: Seconds,
     /// Gradient reduction and parameter gathers together.
     pub dp_comm_exposed_s: Seconds,
@@ -74,6 +75,7 @@ impl StepTime {
             compute_s: e(TermKind::Compute),
             tp_comm_exposed_s: e(TermKind::TpComm),
             cp_comm_exposed_s: e(TermKind::CpComm),
+            ep_comm_exposed_s: e(TermKind::EpComm),
             pp_comm_exposed_s: e(TermKind::PpComm),
             dp_comm_exposed_s: Seconds(
                 terms.exposed(TermKind::DpGradReduce) + terms.exposed(TermKind::DpParamGather),
@@ -111,7 +113,12 @@ pub struct Estimate {
     pub plan: ParallelPlan,
     pub memory: Memory,
     pub comm: Comm,
-    pub bubble_fraction: f64,
+    /// The closed-form pipeline bubble ratio (p − 1)/(v·m) of Narayanan et al. 2021 §2.2: idle time
+    /// over one stage's busy time, a ratio that can exceed 1 (deep pipelines, few micro-batches).
+    pub bubble_ratio: f64,
+    /// Share of the step the pipeline sits idle, bubble_s / step_s, in [0, 1): what the table's
+    /// "bubble %" shows.
+    pub bubble_share: f64,
     pub time: StepTime,
     /// The step's terms: what each costs, what of it is exposed and what hides the rest.
     pub terms: StepTerms,
@@ -138,12 +145,13 @@ struct StageTime {
     backward: f64,
     tp: f64,
     cp: f64,
+    ep: f64,
     pp: f64,
 }
 
 impl StageTime {
     fn total(&self) -> f64 {
-        self.compute + self.tp + self.cp + self.pp
+        self.compute + self.tp + self.cp + self.ep + self.pp
     }
 }
 
@@ -187,6 +195,8 @@ pub(crate) struct UnitCosts {
     pub tp: PassComm,
     /// CP ring exchange of one layer.
     pub cp: PassComm,
+    /// EP all-to-alls of the average layer (the MoE layers' share).
+    pub ep: PassComm,
     /// One stage-boundary send of a micro-batch's activations, and what of it is exposed (0
     /// without pipeline parallelism).
     pub pp_send_s: f64,
@@ -228,6 +238,18 @@ pub(crate) fn unit_costs(
     );
     let recompute_share = plan.recompute_share();
     let mut layer = layer;
+    // MoE layers replace the dense MLP by router, permutation, grouped expert GEMMs and shared
+    // experts (`moe.rs`); the average layer carries the MoE layers' share of the difference.
+    let moe_share = moe::moe_layer_share(model);
+    if moe_share > 0.0 {
+        let moe_mlp = moe::moe_mlp_forward_s(model, cluster, plan, seq_len, training.moe_imbalance);
+        let delta = moe_share * (moe_mlp - layer.mlp_forward);
+        layer.forward += delta;
+        layer.backward += 2.0 * delta;
+        if plan.recompute == Recompute::Full {
+            layer.recompute += delta;
+        }
+    }
     layer.recompute *= if plan.recompute == Recompute::Full {
         recompute_share
     } else {
@@ -291,6 +313,25 @@ pub(crate) fn unit_costs(
         PassComm::default()
     };
 
+    // EP: a dispatch and a combine all-to-all per MoE layer in forward, their gradients in
+    // backward, the forward pair again under full recompute; Megatron-Core runs them on the
+    // critical path (no overlap modelled).
+    let ep = if plan.ep > 1 && moe_share > 0.0 {
+        let bytes = moe::alltoall_bytes(model, plan, seq_len, training.moe_imbalance);
+        let one = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
+        let forward_s = 2.0 * one * moe_share;
+        let backward_s = (2.0 + 2.0 * recompute_share) * one * moe_share;
+        PassComm {
+            forward_s,
+            backward_s,
+            forward_exposed_s: forward_s,
+            backward_exposed_s: backward_s,
+            wire_bytes: (4.0 + 2.0 * recompute_share) * bytes * moe_share,
+        }
+    } else {
+        PassComm::default()
+    };
+
     let (pp_send_s, pp_send_exposed_s) = if plan.pp > 1 {
         let pp_group = groups.get(GroupKind::Pp);
         let send = Collective::SendRecv.time(
@@ -314,6 +355,7 @@ pub(crate) fn unit_costs(
         output: output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp),
         tp,
         cp,
+        ep,
         pp_send_s,
         pp_send_exposed_s,
         groups,
@@ -334,6 +376,7 @@ pub fn evaluate(
         output,
         tp,
         cp,
+        ep,
         pp_send_s,
         pp_send_exposed_s,
         groups,
@@ -355,6 +398,7 @@ pub fn evaluate(
             backward: n * (layer.backward + layer.recompute) + out.backward,
             tp: n * tp.exposed_s(),
             cp: n * cp.exposed_s(),
+            ep: n * ep.exposed_s(),
             pp: 2.0 * v * pp_send_exposed_s,
         }
     };
@@ -399,6 +443,7 @@ pub fn evaluate(
         &cp,
         HiddenBy::AttentionBlocks,
     ));
+    terms.set(layer_comm_term(TermKind::EpComm, &ep, HiddenBy::Nothing));
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
         terms.set(Term {
@@ -415,7 +460,7 @@ pub fn evaluate(
     }
 
     // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2).
-    let bubble_fraction = pipeline::bubble_fraction(plan.pp, plan.vpp, plan.num_microbatches);
+    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.num_microbatches);
     let bubble_s = if plan.pp > 1 {
         (p - 1.0) / v * mean_total
     } else {
@@ -437,14 +482,25 @@ pub fn evaluate(
     } else {
         WEIGHT_BYTES
     };
+    // Expert parameters are reduced and sharded over expert-DP, the rest over DP×CP.
+    let expert_params = memory::max_stage_expert_params(model, plan);
+    let expert_group = groups.get(GroupKind::ExpertDp);
     let dp = comm::dp_traffic(
         training,
         plan,
-        params,
+        params - expert_params,
         dp_group.size,
         dp_group.speed,
         gather_bytes_per_param,
-    );
+    )
+    .plus(&comm::dp_traffic(
+        training,
+        plan,
+        expert_params,
+        expert_group.size,
+        expert_group.speed,
+        gather_bytes_per_param,
+    ));
     let overlap = training.overlap;
     let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;
     let grad_per_window = dp.grad_total_s / dp.overlap_windows.max(1.0);
@@ -496,7 +552,8 @@ pub fn evaluate(
     });
 
     let params_updated = if plan.zero >= 1 {
-        params / f64::from(dp_group.size)
+        (params - expert_params) / f64::from(dp_group.size)
+            + expert_params / f64::from(expert_group.size)
     } else {
         params
     };
@@ -541,13 +598,19 @@ pub fn evaluate(
         comm: Comm {
             tp: group_comm(&[TermKind::TpComm]),
             cp: group_comm(&[TermKind::CpComm]),
+            ep: group_comm(&[TermKind::EpComm]),
             pp: GroupComm {
                 time_s: time.pp_comm_exposed_s,
                 ..group_comm(&[TermKind::PpComm])
             },
             dp: group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]),
         },
-        bubble_fraction,
+        bubble_ratio,
+        bubble_share: if step_s > 0.0 {
+            time.bubble_s.0 / step_s
+        } else {
+            0.0
+        },
         time,
         terms,
         model_tflops_per_gpu: model_flops / step_s / gpus / 1e12,

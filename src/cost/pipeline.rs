@@ -2,7 +2,7 @@
 
 /// Fraction of ideal compute time the pipeline sits idle: (p − 1)/(v·m), Narayanan et al. 2021 §2.2
 /// (1F1B: (p − 1)/m; interleaved with v model chunks per GPU: divided by v).
-pub fn bubble_fraction(pp: u32, vpp: u32, num_microbatches: u32) -> f64 {
+pub fn bubble_ratio(pp: u32, vpp: u32, num_microbatches: u32) -> f64 {
     if pp <= 1 {
         return 0.0;
     }
@@ -15,10 +15,10 @@ mod tests {
 
     #[test]
     fn narayanan_bubble() {
-        assert_eq!(bubble_fraction(1, 1, 8), 0.0);
-        assert_eq!(bubble_fraction(8, 1, 64), 7.0 / 64.0);
-        assert_eq!(bubble_fraction(8, 2, 64), 7.0 / 128.0);
+        assert_eq!(bubble_ratio(1, 1, 8), 0.0);
+        assert_eq!(bubble_ratio(8, 1, 64), 7.0 / 64.0);
+        assert_eq!(bubble_ratio(8, 2, 64), 7.0 / 128.0);
         // Megatron SC'21 1T run: p = 64, m = 512.
-        assert!((bubble_fraction(64, 1, 512) - 0.123).abs() < 1e-3);
+        assert!((bubble_ratio(64, 1, 512) - 0.123).abs() < 1e-3);
     }
 }

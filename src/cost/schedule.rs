@@ -3,7 +3,7 @@
 //! Simulates one training step of 1F1B (PipeDream-Flush, Narayanan et al. 2021 §2.2.1) and
 //! interleaved 1F1B (Narayanan et al. 2021 §2.2.2; Megatron-LM
 //! `forward_backward_pipelining_with_interleaving`) block by block from per-stage compute times,
-//! instead of using the closed-form bubble of `pipeline::bubble_fraction`. Pure functions, no I/O.
+//! instead of using the closed-form bubble of `pipeline::bubble_ratio`. Pure functions, no I/O.
 
 /// Direction of one block of work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,8 +39,9 @@ pub struct Schedule {
     pub step_s: f64,
     /// Sum of block durations, per stage.
     pub busy_s: Vec<f64>,
-    /// (step_s − busy of the most loaded stage) / busy of the most loaded stage.
-    pub bubble_fraction: f64,
+    /// (step_s − busy of the most loaded stage) / busy of the most loaded stage: the simulated
+    /// counterpart of the ratio (p − 1)/(v·m).
+    pub bubble_ratio: f64,
 }
 
 /// Virtual-step index `k` (0..m·v) of one rank → (chunk, micro-batch), following Megatron-LM's
@@ -190,7 +191,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
         .collect();
     let step_s = free.iter().copied().fold(0.0, f64::max);
     let max_busy = busy_s.iter().copied().fold(0.0, f64::max);
-    let bubble_fraction = if max_busy > 0.0 {
+    let bubble_ratio = if max_busy > 0.0 {
         (step_s - max_busy) / max_busy
     } else {
         0.0
@@ -199,7 +200,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
         blocks: per_stage.into_iter().flatten().collect(),
         step_s,
         busy_s,
-        bubble_fraction,
+        bubble_ratio,
     })
 }
 
@@ -231,9 +232,9 @@ mod tests {
             let s = simulate(&vec![EQUAL; p as usize], v, m, 0.0).unwrap();
             let want = f64::from(p - 1) / f64::from(v * m);
             assert!(
-                (s.bubble_fraction - want).abs() <= 1e-9 * want,
+                (s.bubble_ratio - want).abs() <= 1e-9 * want,
                 "p={p} m={m} v={v}: {} vs {want}",
-                s.bubble_fraction
+                s.bubble_ratio
             );
         }
     }

@@ -9,7 +9,7 @@
 //! with equal stages the simulated step equals the closed form's m·t_stage + (p − 1)/v·t_stage
 //! (Narayanan et al. 2021 §2.2), and with unequal stages (uneven split, output layer on the last
 //! stage) it shows the real bubble: every faster stage waits for the slowest each micro-batch, so
-//! the pipeline's idle fraction (`pipeline_idle_fraction`) exceeds (p − 1)/(v·m). The step itself is
+//! the pipeline's idle share (`pipeline_idle_share`) exceeds the closed form's. The step itself is
 //! m blocks of the slowest stage plus the fill and drain of the others, which can be a little
 //! shorter than the closed form's (p − 1)/v of the *mean* stage.
 //! The embedding's lookup is a gather with no GEMM, so the first stage carries no extra compute
@@ -31,12 +31,14 @@ pub struct ScheduleSummary {
     pub simulated_step_used: bool,
     pub closed_form_step_s: f64,
     pub simulated_step_s: f64,
-    pub closed_form_bubble_fraction: f64,
-    pub simulated_bubble_fraction: f64,
-    /// Idle time of all stages over their busy time, Σ(step − busy_s)/Σ busy_s: what the GPUs of the
+    /// (p − 1)/(v·m): idle over one stage's busy time (a ratio, may exceed 1).
+    pub closed_form_bubble_ratio: f64,
+    /// The simulated slowest stage's idle over its busy time (a ratio).
+    pub simulated_bubble_ratio: f64,
+    /// Idle time of all stages over their whole time, Σ(step − busy_s)/(p·step), in [0, 1): what the GPUs of the
     /// pipeline really wait, including the faster stages waiting for the slowest every micro-batch.
     /// Equals (p − 1)/(v·m) for equal stages; larger otherwise.
-    pub pipeline_idle_fraction: f64,
+    pub pipeline_idle_share: f64,
     /// Transformer layers on each pipeline stage, first to last.
     pub layers_per_stage_first: u32,
     pub layers_per_stage_last: u32,
@@ -92,13 +94,14 @@ pub fn stage_costs(
         output,
         tp,
         cp,
+        ep,
         pp_send_exposed_s: send,
         ..
     } = super::unit_costs(model, cluster, training, plan);
     // A layer's forward block carries its exposed forward TP and CP communication; its backward
     // block the backward's (with the recompute forward's, which runs just before it).
-    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
-    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
+    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s + ep.forward_exposed_s;
+    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s + ep.backward_exposed_s;
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
@@ -149,7 +152,7 @@ pub fn simulate_plan(
             .set_exposed(super::terms::TermKind::Bubble, bubble);
         estimate.time = super::StepTime::from_terms(&estimate.terms);
         let scale = t.step_s.0 / estimate.time.step_s.0;
-        estimate.bubble_fraction = schedule.bubble_fraction;
+        estimate.bubble_share = estimate.time.bubble_s.0 / estimate.time.step_s.0;
         estimate.tokens_per_s *= scale;
         estimate.mfu *= scale;
         estimate.model_tflops_per_gpu *= scale;
@@ -166,13 +169,13 @@ pub fn simulate_plan(
             } else {
                 simulated_step
             },
-            closed_form_bubble_fraction: closed.bubble_fraction,
-            simulated_bubble_fraction: schedule.bubble_fraction,
-            pipeline_idle_fraction: {
+            closed_form_bubble_ratio: closed.bubble_ratio,
+            simulated_bubble_ratio: schedule.bubble_ratio,
+            pipeline_idle_share: {
                 let busy: f64 = schedule.busy_s.iter().sum();
                 let p = schedule.busy_s.len() as f64;
-                if busy > 0.0 {
-                    (p * schedule.step_s - busy) / busy
+                if schedule.step_s > 0.0 {
+                    (p * schedule.step_s - busy) / (p * schedule.step_s)
                 } else {
                     0.0
                 }
@@ -322,7 +325,7 @@ mod tests {
         // 32 layers + 2 units over 3 stages: 10, 12, 10 (StageLayout::balanced_units).
         assert_eq!(layers_per_stage(&model, &plan), vec![10, 12, 10]);
         assert!(
-            s.summary.pipeline_idle_fraction > s.summary.closed_form_bubble_fraction,
+            s.summary.simulated_bubble_ratio > s.summary.closed_form_bubble_ratio,
             "{:?}",
             s.summary
         );

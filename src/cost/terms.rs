@@ -20,6 +20,8 @@ pub enum TermKind {
     CpComm,
     /// Pipeline sends and receives at stage boundaries.
     PpComm,
+    /// MoE token dispatch and combine all-to-alls over the EP group.
+    EpComm,
     /// Gradient all-reduce or reduce-scatter over the DP (×CP) group.
     DpGradReduce,
     /// ZeRO / distributed-optimizer / FSDP parameter all-gathers.
@@ -31,11 +33,12 @@ pub enum TermKind {
 }
 
 impl TermKind {
-    pub const ALL: [TermKind; 8] = [
+    pub const ALL: [TermKind; 9] = [
         TermKind::Compute,
         TermKind::TpComm,
         TermKind::CpComm,
         TermKind::PpComm,
+        TermKind::EpComm,
         TermKind::DpGradReduce,
         TermKind::DpParamGather,
         TermKind::Bubble,
@@ -49,6 +52,7 @@ impl TermKind {
             TermKind::TpComm => Some(GroupKind::Tp),
             TermKind::CpComm => Some(GroupKind::Cp),
             TermKind::PpComm => Some(GroupKind::Pp),
+            TermKind::EpComm => Some(GroupKind::Ep),
             TermKind::DpGradReduce | TermKind::DpParamGather => Some(GroupKind::Dp),
             TermKind::Compute | TermKind::Bubble | TermKind::Optimizer => None,
         }
@@ -60,6 +64,7 @@ impl TermKind {
             TermKind::TpComm => "TP comm",
             TermKind::CpComm => "CP comm",
             TermKind::PpComm => "PP comm",
+            TermKind::EpComm => "EP all-to-all",
             TermKind::DpGradReduce => "DP grad reduce",
             TermKind::DpParamGather => "DP param gather",
             TermKind::Bubble => "bubble",

@@ -50,7 +50,7 @@ pub(crate) fn escape(text: &str) -> String {
 const STYLE: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}\
 th{background:#f3f3f3}td.n{text-align:right}figure{margin:2em 0}img{max-width:100%;border:1px solid #eee}\
-pre{background:#f7f7f7;padding:.8em;overflow-x:auto}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
+pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
 
 fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     let mut out = String::from(
@@ -77,7 +77,7 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             t.step_s.0,
             e.tokens_per_s,
             e.mfu * 100.0,
-            e.bubble_fraction * 100.0,
+            e.bubble_share * 100.0,
             t.tp_comm_exposed_s.0,
             t.pp_comm_exposed_s.0,
             t.dp_comm_exposed_s.0,
@@ -87,12 +87,75 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     out
 }
 
+/// Height of the warning band added above a figure of a plan that does not fit.
+const BANNER_PX: u32 = 26;
+
+/// `svg` with a red warning line above its drawing (the drawing moves down, nothing is covered).
+fn with_banner(svg: &str, warning: &str) -> Result<String, String> {
+    let open_end = svg.find('>').ok_or("an SVG without its opening tag")? + 1;
+    let open = &svg[..open_end];
+    let number = |attr: &str| -> Result<u32, String> {
+        let start = open
+            .find(&format!(" {attr}=\""))
+            .ok_or_else(|| format!("an SVG without {attr}"))?
+            + attr.len()
+            + 3;
+        let end = start + open[start..].find('"').ok_or("an unclosed SVG attribute")?;
+        open[start..end]
+            .parse()
+            .map_err(|_| format!("an SVG {attr} that is not a whole number"))
+    };
+    let (width, height) = (number("width")?, number("height")?);
+    let taller = height + BANNER_PX;
+    let open = open
+        .replacen(
+            &format!(" height=\"{height}\""),
+            &format!(" height=\"{taller}\""),
+            1,
+        )
+        .replacen(
+            &format!("viewBox=\"0 0 {width} {height}\""),
+            &format!("viewBox=\"0 0 {width} {taller}\""),
+            1,
+        );
+    let body = svg[open_end..]
+        .trim_end()
+        .strip_suffix("</svg>")
+        .ok_or("an SVG without its closing tag")?;
+    Ok(format!(
+        "{open}\n<rect x=\"0\" y=\"0\" width=\"{width}\" height=\"{BANNER_PX}\" fill=\"#FDECEA\" stroke=\"none\"/>\n<text x=\"8\" y=\"18\" font-family=\"sans-serif\" font-size=\"14\" font-weight=\"bold\" fill=\"#B00020\">{}</text>\n<g transform=\"translate(0,{BANNER_PX})\">{body}</g>\n</svg>\n",
+        escape(warning)
+    ))
+}
+
 /// Renders every file of the report directory.
 pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     let report = inputs.report;
     let plans = &report.plans;
     let chosen = inputs.chosen;
     let plan = &chosen.estimate.plan;
+    // A plan that does not fit is marked wherever it is named: in the plans table, under its bars
+    // (`plan_details`), and, when it is the plan the report is about, on the page's first line and
+    // in a warning band over every figure.
+    let table_labels: Vec<String> = plans
+        .iter()
+        .zip(&inputs.labels)
+        .map(|(e, label)| {
+            if e.fits() {
+                label.clone()
+            } else {
+                format!("{label} (does not fit)")
+            }
+        })
+        .collect();
+    let does_not_fit = (!chosen.estimate.fits()).then(|| {
+        format!(
+            "{} does not fit (OOM): it needs {} GiB of {} GiB per GPU",
+            inputs.chosen_label,
+            gib(chosen.estimate.memory.total_bytes.0),
+            gib(chosen.estimate.memory.capacity_bytes.0)
+        )
+    });
     let mut figures: Vec<(&str, String, String)> = vec![
         (
             "memory.svg",
@@ -110,7 +173,10 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         figures.push((
             "search.svg",
             "Every evaluated plan: memory per GPU against throughput, by TP degree; grey plans do not fit; the black line is the Pareto frontier.".into(),
-            search_svg(inputs.evaluated, inputs.chosen_in_evaluated)?,
+            search_svg(
+                inputs.evaluated,
+                Some((&chosen.estimate, inputs.chosen_label.as_str())),
+            )?,
         ));
     }
     figures.push((
@@ -149,13 +215,25 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         )?,
     ));
 
+    if let Some(warning) = &does_not_fit {
+        for (_, _, svg) in &mut figures {
+            *svg = with_banner(svg, warning)?;
+        }
+    }
+
     let mut html = String::new();
+    let verdict = match &does_not_fit {
+        Some(warning) => format!(" — {warning}"),
+        None => String::new(),
+    };
     let _ = write!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tpsim report: {}</title><style>{STYLE}</style></head><body>\n<h1>tpsim report: {} on {} GPUs</h1>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tpsim report: {}{}</title><style>{STYLE}</style></head><body>\n<h1>tpsim report: {} on {} GPUs{}</h1>\n",
         escape(&report.model.name),
+        escape(&verdict),
         escape(&report.model.name),
-        report.cluster.total_gpus
+        report.cluster.total_gpus,
+        escape(&verdict)
     );
     let _ = writeln!(
         html,
@@ -172,11 +250,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     for note in &inputs.notes {
         let _ = writeln!(html, "<p class=\"note\">{}</p>", escape(note));
     }
-    let _ = writeln!(
-        html,
-        "<h2>Plans</h2>\n{}",
-        plans_html(plans, &inputs.labels)
-    );
+    let _ = writeln!(html, "<h2>Plans</h2>\n{}", plans_html(plans, &table_labels));
     let _ = writeln!(html, "<h2>Figures</h2>");
     for (i, (name, caption, _)) in figures.iter().enumerate() {
         let _ = writeln!(

@@ -10,6 +10,7 @@ use crate::model::Model;
 use crate::planner::SearchStats;
 use crate::training::Training;
 
+pub mod chart_sweep;
 mod detail;
 mod html;
 mod ledger_html;
@@ -27,7 +28,9 @@ pub use svg::plan_label;
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
-pub use table::{breakdown, explain_best, plans_table, scenario_line, stats_line};
+pub use table::{
+    breakdown, explain_best, plans_table, plans_table_fitted, scenario_line, stats_line,
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSummary {
@@ -91,7 +94,7 @@ pub struct ClusterSummary {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub total_gpus: u32,
-    pub gpu_memory_bytes: f64,
+    pub gpu_memory_bytes: u64,
     pub peak_flops: f64,
 }
 
@@ -102,7 +105,8 @@ impl ClusterSummary {
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
             total_gpus: cluster.total_gpus(),
-            gpu_memory_bytes: cluster.gpu.memory_capacity().0,
+            // Whole bytes: a datasheet's GiB times a usable share need not be an integer.
+            gpu_memory_bytes: cluster.gpu.memory_capacity().0.round() as u64,
             peak_flops: cluster.gpu.peak_flops().0,
         }
     }
@@ -166,9 +170,31 @@ impl Serialize for Report {
 }
 
 pub fn to_json(report: &Report) -> String {
-    serde_json::to_string_pretty(report).expect("reports contain only finite numbers and strings")
+    positive_zeros(
+        &serde_json::to_string_pretty(report)
+            .expect("reports contain only finite numbers and strings"),
+    )
+}
+
+/// Writes every number `-0.0` as `0.0`: a product with a zero factor (no TP traffic at tp 1) can
+/// come out negative zero, which means nothing to a reader. Text-level, so field order is kept; a
+/// number is a `-0.0` standing alone after a space or `[` and before `,`, `]`, `}` or a line end.
+fn positive_zeros(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("-0.0") {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + 4..].chars().next();
+        let alone = matches!(before, Some(' ' | '[' | ':'))
+            && matches!(after, None | Some(',' | ']' | '}' | '\n' | '\r'));
+        out.push_str(&rest[..at]);
+        out.push_str(if alone { "0.0" } else { "-0.0" });
+        rest = &rest[at + 4..];
+    }
+    out.push_str(rest);
+    out
 }
 
 pub fn to_yaml(report: &Report) -> String {
-    yaml_serde::to_string(report).expect("reports serialize to YAML")
+    positive_zeros(&yaml_serde::to_string(report).expect("reports serialize to YAML"))
 }

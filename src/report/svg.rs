@@ -57,7 +57,10 @@ pub(crate) const STACK: [RGBColor; 7] = [
     RGBColor(0xB0, 0x7A, 0xA1),
 ];
 
-/// One colour per pipeline stage, cycling through a light palette so labels stay readable.
+/// One colour per pipeline stage, light so labels stay readable: the first 10 from a light
+/// category palette (Tableau's category20 light tones), then one hue per stage stepped by the golden
+/// angle (137.5°, so neighbouring stages stay far apart on the colour wheel) at a lightness the
+/// labels read on, so no two stages of a drawn layout share a colour.
 pub(crate) fn stage_colour(stage: u32) -> RGBColor {
     const PALETTE: [RGBColor; 10] = [
         RGBColor(0xAE, 0xC7, 0xE8),
@@ -71,7 +74,24 @@ pub(crate) fn stage_colour(stage: u32) -> RGBColor {
         RGBColor(0x9E, 0xDA, 0xE5),
         RGBColor(0xC7, 0xC7, 0xC7),
     ];
-    PALETTE[stage as usize % PALETTE.len()]
+    if let Some(colour) = PALETTE.get(stage as usize) {
+        return *colour;
+    }
+    let k = f64::from(stage - PALETTE.len() as u32);
+    // Lightness alternates over three bands so stages 360/137.5 apart differ too.
+    let lightness = [0.80, 0.70, 0.88][(stage as usize) % 3];
+    hsl((k * 137.508 + 15.0) % 360.0, 0.55, lightness)
+}
+
+/// HSL (hue in degrees, saturation and lightness in [0, 1]) to RGB (CSS Color 4 §7.1).
+fn hsl(hue: f64, saturation: f64, lightness: f64) -> RGBColor {
+    let f = |n: f64| {
+        let k = (n + hue / 30.0) % 12.0;
+        let a = saturation * lightness.min(1.0 - lightness);
+        let v = lightness - a * (k - 3.0).min(9.0 - k).clamp(-1.0, 1.0);
+        (v * 255.0).round() as u8
+    };
+    RGBColor(f(0.0), f(8.0), f(4.0))
 }
 
 /// Stacked bars for the top plans, one per plan, with an optional horizontal line and a text label
@@ -83,6 +103,26 @@ pub(crate) struct StackedBars<'a> {
     /// Per plan: its label, its part values (same order as `parts`), the text above the bar.
     pub bars: Vec<(String, Vec<f64>, String)>,
     pub line: Option<(f64, String)>,
+    /// Per plan: lines printed under its label (`plan_details`), so plans that share tp·pp·dp
+    /// but differ in vpp, micro-batch or recompute tell apart.
+    pub details: Vec<Vec<(String, RGBColor)>>,
+}
+
+/// What tells apart plans with the same tp·pp·dp, under each bar: "vpp 7 · mb 1",
+/// "recompute none", and, in red, "does not fit" for a plan over the GPU's memory.
+pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
+    let grey = RGBColor(0x44, 0x44, 0x44);
+    let mut lines = vec![
+        (
+            format!("vpp {} · mb {}", e.plan.vpp, e.plan.micro_batch),
+            grey,
+        ),
+        (format!("recompute {}", e.plan.recompute.as_str()), grey),
+    ];
+    if !e.fits() {
+        lines.push(("does not fit".to_string(), RGBColor(0xB0, 0x00, 0x20)));
+    }
+    lines
 }
 
 pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
@@ -95,13 +135,13 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         .max(spec.line.as_ref().map_or(0.0, |l| l.0));
     let y_max = if tallest > 0.0 { tallest * 1.18 } else { 1.0 };
     let legend_w = 200;
-    let width = (120 + 100 * n).max(560) + legend_w;
-    svg(width, 480, |root| {
+    let width = (120 + 120 * n).max(560) + legend_w;
+    svg(width, 520, |root| {
         let (plot, legend) = root.split_horizontally(width - legend_w);
         let mut chart = ChartBuilder::on(&plot)
             .caption(spec.title, (FONT, 20))
             .margin(12)
-            .x_label_area_size(60)
+            .x_label_area_size(100)
             .y_label_area_size(70)
             .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)?;
         let labels: Vec<String> = spec.bars.iter().map(|b| b.0.clone()).collect();
@@ -113,7 +153,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("plan (rank, tp·pp·dp)")
+            .x_desc("plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
             .y_desc(spec.y_desc)
             .label_style((FONT, 12))
             .draw()?;
@@ -134,11 +174,19 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             });
             chart.draw_series(rects)?;
         }
+        // A value label that would sit on the capacity line goes just above it instead.
+        let label_base = |top: f64| match &spec.line {
+            Some((line, _)) if top <= *line && *line - top < y_max * 0.06 => *line,
+            _ => top,
+        };
         chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, values, text))| {
             let top: f64 = values.iter().sum();
             Text::new(
                 text.clone(),
-                (SegmentValue::CenterOf(i as u32), top + y_max * 0.01),
+                (
+                    SegmentValue::CenterOf(i as u32),
+                    label_base(top) + y_max * 0.01,
+                ),
                 (FONT, 12)
                     .into_font()
                     .color(&BLACK)
@@ -156,6 +204,21 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 ],
                 RED.stroke_width(2),
             ))?;
+        }
+        for (i, lines) in spec.details.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i as u32), 0.0));
+            for (k, (text, colour)) in lines.iter().enumerate() {
+                plot.draw(&Text::new(
+                    text.clone(),
+                    (x, y + 26 + 15 * k as i32),
+                    (FONT, 11).into_font().color(colour).pos(
+                        plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Center,
+                            plotters::style::text_anchor::VPos::Top,
+                        ),
+                    ),
+                ))?;
+            }
         }
         // The legend sits beside the plot, as coloured text, so it never covers a bar and adds no
         // rectangle that could be mistaken for one.
@@ -178,4 +241,38 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stage_of_a_large_pipeline_has_its_own_colour() {
+        let colours: Vec<(u8, u8, u8)> = (0..128)
+            .map(|s| {
+                let c = stage_colour(s);
+                (c.0, c.1, c.2)
+            })
+            .collect();
+        let mut unique = colours.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), colours.len());
+        // Light enough for black labels: each channel average above 55%.
+        for (r, g, b) in colours {
+            assert!(
+                u32::from(r) + u32::from(g) + u32::from(b) > 3 * 140,
+                "{r} {g} {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn hsl_matches_css() {
+        let red = hsl(0.0, 1.0, 0.5);
+        assert_eq!((red.0, red.1, red.2), (255, 0, 0));
+        let c = hsl(120.0, 1.0, 0.25);
+        assert_eq!((c.0, c.1, c.2), (0, 128, 0));
+    }
 }

@@ -121,10 +121,10 @@ pub(crate) fn gantt_svg(
         }
     );
     let subtitle = format!(
-        "idle: slowest stage {:.2}%, all stages {:.2}% (simulated) vs (p-1)/(v·m) = {:.2}%; step {:.3} s{}",
-        sim.summary.simulated_bubble_fraction * 100.0,
-        sim.summary.pipeline_idle_fraction * 100.0,
-        sim.summary.closed_form_bubble_fraction * 100.0,
+        "bubble ratio {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time; step {:.3} s{}",
+        sim.summary.simulated_bubble_ratio,
+        sim.summary.closed_form_bubble_ratio,
+        sim.summary.pipeline_idle_share * 100.0,
         sim.estimate.time.step_s.0,
         if panels.len() > 1 {
             format!(
@@ -174,7 +174,9 @@ pub(crate) fn gantt_svg(
                 .margin(8)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(panel.x.0..panel.x.1, (0..p - 1).into_segmented())?;
+                // 0..p-1 segmented is p rows; with one stage that range is empty and plotters maps
+                // nothing, so a single stage gets a two-row axis with its row at the bottom.
+                .build_cartesian_2d(panel.x.0..panel.x.1, (0..(p - 1).max(1)).into_segmented())?;
             chart
                 .configure_mesh()
                 .disable_y_mesh()

@@ -1,7 +1,7 @@
 //! Figure 1: memory per GPU of the top plans, stacked by what holds it (memory.rs's breakdown of
 //! the most loaded GPU), against the GPU's capacity.
 
-use super::svg::{GIB, StackedBars, stacked_bars};
+use super::svg::{GIB, StackedBars, plan_details, stacked_bars};
 use crate::cost::Estimate;
 
 pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
@@ -31,6 +31,7 @@ pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String
         y_desc: "memory per GPU (GiB)",
         parts: &["weights", "gradients", "optimizer", "activations", "other"],
         bars,
+        details: plans.iter().map(plan_details).collect(),
         line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
     })
 }

@@ -19,6 +19,8 @@ const WIDTH: u32 = 960;
 const HEIGHT: u32 = 600;
 /// Side of a thinning cell, in pixels.
 const CELL_PX: f64 = 8.0;
+/// The legend's column right of the plot, so it never covers a point.
+const LEGEND_W: u32 = 230;
 
 /// Indices of the Pareto-optimal feasible plans, by increasing memory.
 pub(crate) fn pareto_frontier(plans: &[Estimate]) -> Vec<usize> {
@@ -79,16 +81,20 @@ pub(crate) fn thin(
     keep
 }
 
-/// `chosen`: index of the plan to mark (the evaluated or best plan), if it is among `plans`.
-pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<String, String> {
+/// `chosen`: the plan the report is about (the evaluated or best plan) and its name, marked with
+/// a cross whether or not the search proposes it (a saved plan may lie outside the search space).
+pub(crate) fn search_svg(
+    plans: &[Estimate],
+    chosen: Option<(&Estimate, &str)>,
+) -> Result<String, String> {
     let capacity = plans
         .first()
         .map_or(80.0, |e| e.memory.capacity_bytes.0 / GIB);
     let mem = |e: &Estimate| e.memory.total_bytes.0 / GIB;
-    let x_lo = plans.iter().map(mem).fold(capacity, f64::min).max(1e-3) * 0.8;
-    let x_hi = plans.iter().map(mem).fold(capacity, f64::max) * 1.25;
-    let y_hi = plans
-        .iter()
+    let with_chosen = || plans.iter().chain(chosen.map(|(e, _)| e));
+    let x_lo = with_chosen().map(mem).fold(capacity, f64::min).max(1e-3) * 0.8;
+    let x_hi = with_chosen().map(mem).fold(capacity, f64::max) * 1.25;
+    let y_hi = with_chosen()
         .map(|e| e.tokens_per_s)
         .fold(0.0, f64::max)
         .max(1.0)
@@ -107,8 +113,9 @@ pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<St
             plans.len()
         )
     };
-    svg(WIDTH, HEIGHT, |root| {
-        let mut chart = ChartBuilder::on(root)
+    svg(WIDTH + LEGEND_W, HEIGHT, |root| {
+        let (plot, legend) = root.split_horizontally(WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
             .caption("The whole search: memory per GPU vs throughput", (FONT, 20))
             .margin(12)
             .margin_bottom(30)
@@ -124,58 +131,50 @@ pub(crate) fn search_svg(plans: &[Estimate], chosen: Option<usize>) -> Result<St
             .label_style((FONT, 12))
             .draw()?;
         let grey = RGBColor(0xBB, 0xBB, 0xBB);
-        chart
-            .draw_series(
-                drawn.iter().filter(|&&i| !plans[i].fits()).map(|&i| {
-                    Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 2, grey.filled())
-                }),
-            )?
-            .label("infeasible (out of memory)")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 8, y + 4)], grey.filled()));
+        chart.draw_series(
+            drawn
+                .iter()
+                .filter(|&&i| !plans[i].fits())
+                .map(|&i| Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 2, grey.filled())),
+        )?;
+        let mut entries: Vec<(String, RGBColor)> =
+            vec![("● infeasible (out of memory)".to_string(), grey)];
         for tp in tps {
             let colour = tp_colour(tp);
-            chart
-                .draw_series(
-                    drawn
-                        .iter()
-                        .filter(|&&i| plans[i].fits() && plans[i].plan.tp == tp)
-                        .map(|&i| {
-                            Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 3, colour.filled())
-                        }),
-                )?
-                .label(format!("TP {tp}"))
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 4), (x + 8, y + 4)], colour.filled())
-                });
-        }
-        chart
-            .draw_series(LineSeries::new(
-                frontier
+            entries.push((format!("● TP {tp}"), colour));
+            chart.draw_series(
+                drawn
                     .iter()
-                    .map(|&i| (mem(&plans[i]), plans[i].tokens_per_s)),
-                BLACK.stroke_width(2),
-            ))?
-            .label("Pareto frontier")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
-        chart
-            .draw_series(LineSeries::new(
-                [(capacity, 0.0), (capacity, y_hi)],
-                RED.stroke_width(2),
-            ))?
-            .label(format!("GPU capacity {capacity:.1} GiB"))
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], RED.stroke_width(2)));
-        if let Some(i) = chosen.and_then(|i| plans.get(i)) {
-            chart.draw_series([EmptyElement::at((mem(i), i.tokens_per_s))
-                + Cross::new((0, 0), 8, BLACK.stroke_width(2))
-                + Text::new("chosen plan", (10, 4), (FONT, 13).into_font().color(&BLACK))])?;
+                    .filter(|&&i| plans[i].fits() && plans[i].plan.tp == tp)
+                    .map(|&i| {
+                        Circle::new((mem(&plans[i]), plans[i].tokens_per_s), 3, colour.filled())
+                    }),
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font((FONT, 12))
-            .draw()?;
+        chart.draw_series(LineSeries::new(
+            frontier
+                .iter()
+                .map(|&i| (mem(&plans[i]), plans[i].tokens_per_s)),
+            BLACK.stroke_width(2),
+        ))?;
+        entries.push(("— Pareto frontier".to_string(), BLACK));
+        chart.draw_series(LineSeries::new(
+            [(capacity, 0.0), (capacity, y_hi)],
+            RED.stroke_width(2),
+        ))?;
+        entries.push((format!("— GPU capacity {capacity:.1} GiB"), RED));
+        if let Some((e, name)) = chosen {
+            chart.draw_series([EmptyElement::at((mem(e), e.tokens_per_s))
+                + Cross::new((0, 0), 8, BLACK.stroke_width(2))])?;
+            entries.push((format!("✕ {name}"), BLACK));
+        }
+        for (i, (text, colour)) in entries.into_iter().enumerate() {
+            legend.draw(&Text::new(
+                text,
+                (4, 60 + 20 * i as i32),
+                (FONT, 13).into_font().color(&colour),
+            ))?;
+        }
         root.draw(&Text::new(
             subtitle.clone(),
             (90, (HEIGHT - 20) as i32),

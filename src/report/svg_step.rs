@@ -1,7 +1,7 @@
 //! Figure 2: where one step's time goes for the top plans (the parts of `StepTime`, which add up to
 //! the step), with each plan's MFU written over its bar.
 
-use super::svg::{StackedBars, stacked_bars};
+use super::svg::{StackedBars, plan_details, stacked_bars};
 use crate::cost::Estimate;
 
 pub(crate) fn step_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
@@ -36,6 +36,7 @@ pub(crate) fn step_svg(plans: &[Estimate], labels: &[String]) -> Result<String, 
             "optimizer",
         ],
         bars,
+        details: plans.iter().map(plan_details).collect(),
         line: None,
     })
 }

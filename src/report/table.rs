@@ -14,6 +14,28 @@ pub(crate) fn gib(bytes: f64) -> String {
     format!("{:.1}", bytes / crate::units::GIB)
 }
 
+/// FLOP/s as TFLOP/s with three significant digits or more, so a CPU profile's 0.076 does not
+/// read as 0.
+pub(crate) fn tflops(flops_per_s: f64) -> String {
+    let t = flops_per_s / 1e12;
+    if t >= 100.0 {
+        format!("{t:.0}")
+    } else if t >= 1.0 {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.3}")
+    }
+}
+
+/// A per-GPU throughput already in TFLOP/s, to 0.1 and, below 1 (a CPU profile), to 0.001.
+pub(crate) fn tflops_fine(tflops: f64) -> String {
+    if tflops >= 1.0 {
+        format!("{tflops:.1}")
+    } else {
+        format!("{tflops:.3}")
+    }
+}
+
 pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
@@ -62,7 +84,7 @@ pub fn scenario_line(report: &Report) -> String {
     .join(", ");
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
-         cluster: {} nodes x {} {} = {} GPUs ({} GiB, {:.0} TFLOP/s bf16 each)\n\
+         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention",
         m.name,
         m.origin,
@@ -78,11 +100,12 @@ pub fn scenario_line(report: &Report) -> String {
         m.ffn_hidden,
         m.vocab,
         c.nodes,
+        if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
         c.gpu,
         c.total_gpus,
-        gib(c.gpu_memory_bytes),
-        c.peak_flops / 1e12,
+        gib(c.gpu_memory_bytes as f64),
+        tflops(c.peak_flops),
         t.global_batch,
         t.seq_len,
         match t.grad_dtype {
@@ -96,58 +119,178 @@ pub fn scenario_line(report: &Report) -> String {
     )
 }
 
-/// The ranked plans as a terminal table.
+/// The ranked plans as a terminal table, every column (for pipes and files).
 pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
-    let mut table = Table::new();
-    table
-        .load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
+    plans_table_fitted(plans, show_time_to_train, None)
+}
+
+/// Columns given up, in this order, when the table is wider than the terminal: the exposed
+/// communication split and the micro-batch count first (`eval` shows them), the headline numbers
+/// (plan degrees, memory, step time, MFU) never. Numbers are never wrapped or cut.
+const DROP_ORDER: [&str; 12] = [
+    "DP s", "EP s", "PP s", "CP s", "TP s", "m", "bubble %", "sp", "zero", "prec", "train",
+    "tokens/s",
+];
+
+/// The ranked plans as a terminal table no wider than `max_columns` characters when that is given
+/// (a terminal's width): whole columns are left out, in `DROP_ORDER`, and a line under the table
+/// names them. A cell is never wrapped, so every number reads as a number.
+pub fn plans_table_fitted(
+    plans: &[Estimate],
+    show_time_to_train: bool,
+    max_columns: Option<usize>,
+) -> String {
     let mut header = vec![
-        "#", "tp", "pp", "dp", "vpp", "mb", "m", "sp", "recomp", "zero", "mem GiB", "step s",
-        "tokens/s", "MFU %", "bubble %", "TP s", "PP s", "DP s",
+        "#", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mb", "m", "sp", "recomp", "zero", "prec",
+        "mem GiB", "step s", "tokens/s", "MFU %", "bubble %", "TP s", "CP s", "PP s", "EP s",
+        "DP s",
     ];
     if show_time_to_train {
         header.push("train");
     }
-    table.set_header(header);
-    for (rank, e) in plans.iter().enumerate() {
-        let p = &e.plan;
-        let t = &e.time;
-        let mut row = vec![
-            Cell::new(rank + 1),
-            Cell::new(p.tp),
-            Cell::new(p.pp),
-            Cell::new(p.dp),
-            Cell::new(p.vpp),
-            Cell::new(p.micro_batch),
-            Cell::new(p.num_microbatches),
-            Cell::new(if p.sequence_parallel { "yes" } else { "no" }),
-            Cell::new(p.recompute.as_str()),
-            Cell::new(p.zero),
-            Cell::new(format!(
-                "{}/{}",
-                gib(e.memory.total_bytes.0),
-                gib(e.memory.capacity_bytes.0)
-            )),
-            Cell::new(format!("{:.2}", t.step_s.0)),
-            Cell::new(format!("{:.0}", e.tokens_per_s)),
-            Cell::new(format!("{:.1}", e.mfu * 100.0)),
-            Cell::new(format!("{:.1}", e.bubble_fraction * 100.0)),
-            Cell::new(format!("{:.2}", t.tp_comm_exposed_s.0)),
-            Cell::new(format!("{:.2}", t.pp_comm_exposed_s.0)),
-            Cell::new(format!("{:.2}", t.dp_comm_exposed_s.0)),
-        ];
-        if show_time_to_train {
-            row.push(Cell::new(
-                e.time_to_train_s.map(duration).unwrap_or_default(),
-            ));
+    // Columns of dimensions no shown plan uses stay out (a dense bf16 plan without CP reads as before).
+    let unused: Vec<&str> = [
+        ("cp", plans.iter().all(|e| e.plan.cp == 1)),
+        ("ep", plans.iter().all(|e| e.plan.ep == 1)),
+        ("etp", plans.iter().all(|e| e.plan.etp == 1)),
+        (
+            "prec",
+            plans
+                .iter()
+                .all(|e| e.plan.precision == crate::plan::Precision::Bf16),
+        ),
+        ("CP s", plans.iter().all(|e| e.plan.cp == 1)),
+        ("EP s", plans.iter().all(|e| e.plan.ep == 1)),
+    ]
+    .into_iter()
+    .filter_map(|(name, unused)| unused.then_some(name))
+    .collect();
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .enumerate()
+        .map(|(rank, e)| {
+            let p = &e.plan;
+            let t = &e.time;
+            let mut row = vec![
+                (rank + 1).to_string(),
+                p.tp.to_string(),
+                p.cp.to_string(),
+                p.pp.to_string(),
+                p.dp.to_string(),
+                p.ep.to_string(),
+                p.etp.to_string(),
+                p.vpp.to_string(),
+                p.micro_batch.to_string(),
+                p.num_microbatches.to_string(),
+                if p.sequence_parallel { "yes" } else { "no" }.to_string(),
+                recompute_label(p),
+                p.zero.to_string(),
+                p.precision.as_str().to_string(),
+                format!(
+                    "{}/{}",
+                    gib(e.memory.total_bytes.0),
+                    gib(e.memory.capacity_bytes.0)
+                ),
+                format!("{:.2}", t.step_s.0),
+                format!("{:.0}", e.tokens_per_s),
+                format!("{:.1}", e.mfu * 100.0),
+                format!("{:.1}", e.bubble_share * 100.0),
+                format!("{:.2}", t.tp_comm_exposed_s.0),
+                format!("{:.2}", t.cp_comm_exposed_s.0),
+                format!("{:.2}", t.pp_comm_exposed_s.0),
+                format!("{:.2}", t.ep_comm_exposed_s.0),
+                format!("{:.2}", t.dp_comm_exposed_s.0),
+            ];
+            if show_time_to_train {
+                row.push(e.time_to_train_s.map(duration).unwrap_or_default());
+            }
+            row
+        })
+        .collect();
+    let render = |hidden: &[&str]| -> String {
+        let keep: Vec<usize> = (0..header.len())
+            .filter(|&i| !hidden.contains(&header[i]))
+            .collect();
+        let mut table = Table::new();
+        table
+            .load_style(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Disabled);
+        table.set_header(keep.iter().map(|&i| header[i]));
+        for row in &rows {
+            table.add_row(
+                keep.iter()
+                    .map(|&i| Cell::new(&row[i]).set_alignment(CellAlignment::Right)),
+            );
         }
-        table.add_row(
-            row.into_iter()
-                .map(|c| c.set_alignment(CellAlignment::Right)),
-        );
+        table.to_string()
+    };
+    let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    let full = render(&unused);
+    let Some(max_columns) = max_columns else {
+        return full;
+    };
+    let full_width = widest(&full);
+    let mut hidden: Vec<&str> = unused.clone();
+    let mut text = full;
+    for column in DROP_ORDER {
+        if widest(&text) <= max_columns {
+            break;
+        }
+        if header.contains(&column) {
+            hidden.push(column);
+            text = render(&hidden);
+        }
     }
-    table.to_string()
+    let dropped: Vec<&str> = hidden
+        .iter()
+        .copied()
+        .filter(|c| !unused.contains(c))
+        .collect();
+    if !dropped.is_empty() {
+        text.push_str(&format!(
+            "\nleft out to fit {max_columns} columns: {}; the whole table needs {full_width} (or a pipe)",
+            dropped.join(", ")
+        ));
+    }
+    text
+}
+
+/// What a term's line says: its full time and what hid the rest.
+fn term_note(term: &crate::cost::terms::Term) -> String {
+    use crate::cost::terms::{HiddenBy, TermKind};
+    let hidden = term.time_s.0 - term.exposed_s.0;
+    let what = match term.kind {
+        TermKind::Compute => "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
+        TermKind::Bubble => "pipeline fill and drain (and waiting for slower stages)",
+        TermKind::Optimizer => "Adam, memory-bound",
+        _ => "",
+    };
+    if !what.is_empty() {
+        return what.to_string();
+    }
+    let by = match term.hidden_by {
+        HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
+        HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
+        HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
+        HiddenBy::Backward => "the backward pass (bucketed reduction)",
+        HiddenBy::Forward => "the forward pass (prefetched gathers)",
+        HiddenBy::PipelineCompute => "other chunks' compute (interleaved schedule)",
+    };
+    format!(
+        "of {:.3} s; {:.3} s hidden by {by} (hidden traffic still costs 15%)",
+        term.time_s.0,
+        hidden.max(0.0)
+    )
+}
+
+/// Recompute as the table shows it: none, selective, full, or full N/L for Megatron's block method
+/// (N of each chunk's L layers).
+pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
+    if p.recompute == crate::plan::Recompute::Full && p.recompute_num_layers > 0 {
+        format!("full {}/{}", p.recompute_num_layers, p.layers_per_chunk())
+    } else {
+        p.recompute.as_str().to_string()
+    }
 }
 
 /// The full breakdown of one plan.
@@ -160,30 +303,55 @@ pub fn breakdown(e: &Estimate) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "plan: tp {} x pp {} x dp {} (vpp {}), micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}",
+        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
+        p.cp,
         p.pp,
         p.dp,
         p.vpp,
+        if p.ep > 1 || p.etp > 1 {
+            format!(
+                ", experts: ep {} x etp {} x expert-dp {}",
+                p.ep,
+                p.etp,
+                p.tp * p.cp * p.dp / (p.ep * p.etp)
+            )
+        } else {
+            String::new()
+        },
         p.micro_batch,
         p.num_microbatches,
         p.global_batch,
         if p.sequence_parallel { "on" } else { "off" },
-        p.recompute.as_str(),
-        p.zero
-    );
-    let _ = writeln!(
-        out,
-        "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
-        p.stages.first,
-        p.stages.middle_max,
-        p.stages.last,
-        if p.stages.even {
-            "even split"
+        recompute_label(p),
+        p.zero,
+        if p.zero == 3 && !p.reshard_after_forward {
+            " (no resharding after forward)"
         } else {
-            "uneven split: embedding and output layer count as one layer each"
-        }
+            ""
+        },
+        p.precision.as_str()
     );
+    if p.pp == 1 {
+        let _ = writeln!(
+            out,
+            "layers: all {} on one stage (no pipeline), with the embedding and the output layer",
+            p.stages.first
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
+            p.stages.first,
+            p.stages.middle_max,
+            p.stages.last,
+            if p.stages.even {
+                "even split"
+            } else {
+                "uneven split: embedding and output layer count as one layer each"
+            }
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -227,9 +395,19 @@ pub fn breakdown(e: &Estimate) -> String {
             "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, +2 with full recompute)",
         ),
         (
+            "CP",
+            &e.comm.cp,
+            "K/V chunks around the context-parallel ring (cp-1 steps per layer, fwd and bwd)",
+        ),
+        (
             "PP",
             &e.comm.pp,
             "activations forward and gradients backward at stage boundaries",
+        ),
+        (
+            "EP",
+            &e.comm.ep,
+            "MoE token dispatch and combine all-to-alls (fwd and bwd)",
         ),
         (
             "DP",
@@ -237,6 +415,13 @@ pub fn breakdown(e: &Estimate) -> String {
             "gradient reduction and parameter all-gather (ZeRO)",
         ),
     ] {
+        if (name == "CP" && p.cp == 1) || (name == "EP" && p.ep == 1) {
+            continue;
+        }
+        if name == "PP" && p.pp == 1 {
+            let _ = writeln!(out, "  PP        none: pp 1, no stage boundaries");
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
@@ -246,46 +431,33 @@ pub fn breakdown(e: &Estimate) -> String {
         );
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "time per step: {:.3} s", step);
-    for (name, seconds, note) in [
-        (
-            "compute",
-            t.compute_s.0,
-            "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
-        ),
-        (
-            "TP comm",
-            t.tp_comm_exposed_s.0,
-            "exposed: Megatron issues TP collectives between GEMMs",
-        ),
-        (
-            "PP comm",
-            t.pp_comm_exposed_s.0,
-            "exposed: 1F1B sends are synchronous",
-        ),
-        (
-            "DP comm",
-            t.dp_comm_exposed_s.0,
-            "exposed part: gradient reduction overlaps the last backward",
-        ),
-        ("bubble", t.bubble_s.0, "(p-1)/(v·m) of the pipeline idle"),
-        ("optimizer", t.optimizer_s.0, "Adam, memory-bound"),
-    ] {
+    let _ = writeln!(
+        out,
+        "time per step: {:.3} s (the exposed part of each term)",
+        step
+    );
+    for term in e.terms.iter() {
+        if term.time_s.0 <= 0.0 && term.exposed_s.0 <= 0.0 {
+            continue;
+        }
+        let note = term_note(term);
         let _ = writeln!(
             out,
-            "  {name:<10} {seconds:>9.3} s {:>5.1}%  {note}",
-            pct(seconds)
+            "  {:<15} {:>9.3} s {:>5.1}%  {note}",
+            term.kind.label(),
+            term.exposed_s.0,
+            pct(term.exposed_s.0)
         );
     }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {:.1} model TFLOP/s per GPU (MFU {:.1}%), {:.1} hardware TFLOP/s per GPU (with recompute); bubble {:.1}%",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}% of the step",
         e.tokens_per_s,
-        e.model_tflops_per_gpu,
+        tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
-        e.hardware_tflops_per_gpu,
-        e.bubble_fraction * 100.0
+        tflops_fine(e.hardware_tflops_per_gpu),
+        e.bubble_share * 100.0
     );
     if let Some(seconds) = e.time_to_train_s {
         let _ = writeln!(out, "time to train: {}", duration(seconds));
@@ -344,13 +516,14 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% ((p-1)/(v·m) with v={}, m={})",
+            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, m={})",
             p.pp,
             link_name(e.comm.pp.link)
                 .replace("network", "stages on different nodes, over the network")
                 .replace("NVLink", "stages share a node, NVLink"),
             e.comm.pp.wire_bytes.gb(),
-            e.bubble_fraction * 100.0,
+            e.bubble_share * 100.0,
+            e.bubble_ratio,
             p.vpp,
             p.num_microbatches
         );
@@ -380,4 +553,83 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
         p.micro_batch
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::planner::{SearchOptions, search};
+    use crate::specs;
+    use crate::training::{AttentionKernel, GradDtype, Training};
+
+    fn top_plans() -> Vec<Estimate> {
+        let model = specs::load_model("llama3-70b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let training = Training {
+            seq_len: model.seq_len,
+            global_batch: 512,
+            grad_dtype: GradDtype::Bf16,
+            tokens: None,
+            attention: AttentionKernel::Flash,
+            framework: crate::training::TrainingFramework::MegatronLm2021,
+            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
+            moe_imbalance: 1.0,
+        };
+        let result = search(
+            &model,
+            &cluster,
+            &training,
+            SearchOptions {
+                allow_uneven_pp: false,
+                allow_cross_node_tp: false,
+                ..SearchOptions::default()
+            },
+        );
+        result.feasible().iter().take(3).copied().collect()
+    }
+
+    fn width(text: &str) -> usize {
+        text.lines().map(|l| l.chars().count()).max().unwrap()
+    }
+
+    #[test]
+    fn a_narrow_terminal_gets_whole_columns_never_wrapped_numbers() {
+        let plans = top_plans();
+        let full = plans_table(&plans, false);
+        assert!(
+            width(&full) > 100,
+            "the full table must be wider than the test terminal"
+        );
+        let narrow = plans_table_fitted(&plans, false, Some(100));
+        let (table, note) = narrow.rsplit_once('\n').unwrap();
+        assert!(width(table) <= 100, "{narrow}");
+        assert!(note.contains("left out to fit 100 columns: DP s"), "{note}");
+        // Each shown row is one line and keeps its step time and memory whole.
+        for (rank, e) in plans.iter().enumerate() {
+            let step = format!("{:.2}", e.time.step_s.0);
+            let line = table
+                .lines()
+                .find(|l| l.starts_with(&format!("│ {} ", rank + 1)))
+                .unwrap_or_else(|| panic!("row {} is not on one line:\n{table}", rank + 1));
+            assert!(line.contains(&step), "{line}");
+            assert!(line.contains(&gib(e.memory.total_bytes.0)), "{line}");
+        }
+        // Wide enough: nothing is left out and no note is added.
+        assert_eq!(plans_table_fitted(&plans, false, Some(width(&full))), full);
+        assert!(full.contains("DP s") && !full.contains("left out"));
+    }
+
+    #[test]
+    fn small_throughputs_keep_their_digits() {
+        assert_eq!(tflops(0.076e12), "0.076");
+        assert_eq!(tflops(989.4e12), "989");
+        assert_eq!(tflops(19.5e12), "19.5");
+        assert_eq!(tflops_fine(451.24), "451.2");
+        assert_eq!(tflops_fine(0.0412), "0.041");
+    }
 }

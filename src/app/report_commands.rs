@@ -118,21 +118,20 @@ pub fn details_of(
 pub fn schedule_note(s: &ScheduleSummary) -> String {
     if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); idle: slowest stage {:.2}%, all stages {:.2}%, vs (p-1)/(v·m) = {:.2}%",
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
             s.layers_per_stage_first,
             s.layers_per_stage_last,
-            s.simulated_bubble_fraction * 100.0,
-            s.pipeline_idle_fraction * 100.0,
-            s.closed_form_bubble_fraction * 100.0,
+            s.simulated_bubble_ratio,
+            s.closed_form_bubble_ratio,
+            s.pipeline_idle_share * 100.0,
         )
     } else {
         format!(
-            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble (p-1)/(v·m) = {:.2}%)",
-            s.closed_form_step_s,
-            s.closed_form_bubble_fraction * 100.0
+            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble ratio (p-1)/(v·m) = {:.3})",
+            s.closed_form_step_s, s.closed_form_bubble_ratio
         )
     }
 }

@@ -1,0 +1,392 @@
+//! `tpsim eval` and `tpsim report`: one given plan (flags, plan file or a Megatron-LM launch line)
+//! evaluated with the simulated schedule, printed, emitted or written as a report.
+
+use anyhow::{Result, anyhow, bail};
+
+use super::ecosystem_commands::{
+    apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
+    check_pasted_megatron, emitted, framework_of, megatron_plan_file, megatron_request,
+    pasted_precision, pasted_split, pasted_zero, read_megatron_launch, target_name,
+};
+use super::report_commands::{check_dir, schedule_note, write_eval_report};
+use super::scenario::{global_batch_advice, precision_of_args, resolve_scenario, summaries};
+use super::{Outcome, print_report};
+use crate::cli::{EvalArgs, Format, GradDtypeArg, RecomputeArg, ReportArgs};
+use crate::cost::simulated::simulate_plan;
+use crate::emit;
+use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
+use crate::planner::SearchOptions;
+use crate::report::{self, Report, detail_for};
+use crate::specs;
+use crate::units::GIB;
+
+pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    if let Some(dir) = &args.report {
+        check_dir(if quiet { "--out" } else { "--report" }, dir)?;
+    }
+    let megatron = match &args.megatron_args {
+        Some(text) => Some(read_megatron_launch(text)?),
+        None => None,
+    };
+    let plan_file = match (&args.plan, &megatron) {
+        (Some(path), _) if !std::path::Path::new(path).exists() => bail!(
+            "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
+        ),
+        (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
+        (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
+        (None, None) => None,
+    };
+    if let Some(launch) = &megatron {
+        check_megatron_training(launch, &args.training)?;
+    }
+    // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.
+    let mut training_args = args.training.clone();
+    if let Some(backend) = &args.attention_backend {
+        training_args.attention = Some(attention_arg_of_backend(backend)?);
+    }
+    // Megatron-LM with --bf16 keeps fp32 gradients unless --grad-reduce-in-bf16 (arguments.py).
+    if args.accumulate_allreduce_grads_in_fp32 {
+        training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    } else if args.grad_reduce_in_bf16 {
+        training_args.grad_dtype = Some(GradDtypeArg::Bf16);
+    } else if args.bf16 && training_args.grad_dtype.is_none() {
+        training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    }
+    // Megatron-LM overlaps only what its arguments turn on (p2p unless
+    // --no-overlap-p2p-communication): a pasted Megatron line (--bf16) means its defaults.
+    if args.no_overlap_p2p_communication {
+        training_args.overlap_p2p_comm = Some(false);
+    }
+    if args.bf16 {
+        training_args.tp_comm_overlap.get_or_insert(false);
+        training_args.overlap_grad_reduce.get_or_insert(false);
+        training_args.overlap_param_gather.get_or_insert(false);
+        training_args.overlap_p2p_comm.get_or_insert(true);
+    }
+    let mut scenario = resolve_scenario(
+        &args.model,
+        &args.cluster,
+        &training_args,
+        plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
+    )?;
+    if let Some(launch) = &megatron {
+        apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
+    }
+    let batch_given = training_args.global_batch.is_some()
+        || plan_file
+            .as_ref()
+            .is_some_and(|(f, _)| f.global_batch.is_some());
+    let batch_options = SearchOptions {
+        allow_uneven_pp: args.allow_uneven_pp,
+        allow_cross_node_tp: args.allow_cross_node_tp,
+        ..SearchOptions::default()
+    };
+    let request = match &plan_file {
+        Some(_) if megatron.is_some() => {
+            megatron_request(megatron.as_ref().expect("checked above"), &scenario)?
+        }
+        Some((file, _)) => with_plan_flags(file.plan, &args),
+        None => {
+            if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
+                bail!(
+                    "no plan given: pass --plan FILE, or --tp and --pp (e.g. --tp 8 --pp 16); `tpsim plan` finds the best one"
+                );
+            }
+            let tp = args.tp.unwrap_or(1);
+            let pp = args.pp.unwrap_or(1);
+            let cp = args.cp.unwrap_or(1);
+            let gpus = scenario.cluster.total_gpus();
+            let model_parallel = u64::from(tp) * u64::from(pp) * u64::from(cp);
+            let dp = match args.dp {
+                Some(dp) => dp,
+                None if model_parallel > 0 && u64::from(gpus) % model_parallel == 0 => {
+                    (u64::from(gpus) / model_parallel) as u32
+                }
+                // No dp makes tp x pp fit the cluster; report a degree that can never work for this
+                // model first, since changing the cluster would not fix it.
+                None if tp > 0 && scenario.model.heads % tp != 0 => {
+                    let valid: Vec<String> = divisors(scenario.model.heads)
+                        .into_iter()
+                        .filter(|d| {
+                            *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp
+                        })
+                        .map(|d| d.to_string())
+                        .collect();
+                    return Err(PlanError::TpHeads {
+                        tp,
+                        heads: scenario.model.heads,
+                        valid: valid.join(", "),
+                    }
+                    .into());
+                }
+                None if pp > scenario.model.layers => {
+                    return Err(PlanError::PpLayers {
+                        pp,
+                        layers: scenario.model.layers,
+                    }
+                    .into());
+                }
+                None => bail!(
+                    "--tp {tp} x --pp {pp} = {} does not divide the cluster's {gpus} GPUs; choose tp x pp dividing {gpus}",
+                    u64::from(tp) * u64::from(pp)
+                ),
+            };
+            PlanRequest {
+                tp,
+                pp,
+                dp,
+                vpp: match args.num_layers_per_virtual_pipeline_stage {
+                    Some(n) => emit::vpp_from_layers_per_virtual_stage(
+                        pasted_split(&args).counted_layers(scenario.model.layers),
+                        pp,
+                        n,
+                    )
+                    .map_err(|message| anyhow!(message))?,
+                    None => args.vpp.unwrap_or(1),
+                },
+                micro_batch: args.micro_batch.unwrap_or(1),
+                sequence_parallel: args.sequence_parallel,
+                recompute: match args.recompute.unwrap_or(RecomputeArg::None) {
+                    RecomputeArg::None => Recompute::None,
+                    RecomputeArg::Selective => Recompute::Selective,
+                    RecomputeArg::Full => Recompute::Full,
+                },
+                zero: match args.zero {
+                    Some(zero) => zero,
+                    None => pasted_zero(&args, pp)?,
+                },
+                allow_uneven_pp: args.allow_uneven_pp || pasted_split(&args).any(),
+                allow_cross_node_tp: args.allow_cross_node_tp,
+                cp: args.cp.unwrap_or(1),
+                ep: args.ep.unwrap_or(1),
+                etp: args.etp.unwrap_or(1),
+                reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
+                // Megatron-LM's block recompute pasted (`--recompute-num-layers` defaults to 1).
+                recompute_num_layers: match args.recompute_method.as_deref() {
+                    Some("block") => args.recompute_num_layers.unwrap_or(1),
+                    _ => 0,
+                },
+                ..PlanRequest::default()
+            }
+        }
+    };
+    let request = PlanRequest {
+        precision: match args.training.precision {
+            Some(_) => precision_of_args(&args.training),
+            None => match pasted_precision(&args, request.zero, &scenario.training)? {
+                Some(precision) => precision,
+                None => request.precision,
+            },
+        },
+        ..request
+    };
+    let plan = match ParallelPlan::build(
+        &request,
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+    ) {
+        Ok(plan) => plan,
+        // dp itself does not divide the batch: no micro-batch can help, so say what can.
+        Err(PlanError::BatchSplit {
+            global_batch, dp, ..
+        }) if !global_batch.is_multiple_of(dp) => bail!(
+            "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
+            global_batch.div_ceil(dp) * dp
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    // Block recompute over a whole chunk is every layer recomputed: the same plan as uniform.
+    let plan = match emit::block_recompute_layers(plan.recompute_num_layers, &plan) {
+        n if n != plan.recompute_num_layers => ParallelPlan::build(
+            &PlanRequest {
+                recompute_num_layers: n,
+                ..request
+            },
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+        )?,
+        _ => plan,
+    };
+    check_pasted_megatron(&args, &scenario.model, &plan)?;
+    // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
+    for line in global_batch_advice(&scenario, batch_given, batch_options) {
+        eprintln!("{line}");
+    }
+    if plan.zero >= 2 && plan.pp > 1 && plan.zero > scenario.training.framework.max_zero_with_pp() {
+        eprintln!(
+            "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but --framework {} runs at most ZeRO-{} with pipelines (DeepSpeed's pipeline engine rejects ZeRO-2/3; 2021 Megatron-LM offers ZeRO-1), so `tpsim plan` does not propose it; megatron-core (Megatron-FSDP) and torchtitan (FSDP2) do",
+            plan.zero,
+            scenario.training.framework.as_str(),
+            scenario.training.framework.max_zero_with_pp()
+        );
+    }
+    let simulated = simulate_plan(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+    )
+    .map_err(|e| anyhow!("simulating the pipeline schedule: {e}"))?;
+    let estimate = simulated.estimate;
+    if let Some(target) = args.emit {
+        let framework = framework_of(target);
+        if let Some(reason) = framework.unsupported(&scenario.model, &scenario.training, &plan) {
+            bail!("--emit {}: {reason}", target_name(target));
+        }
+        if !estimate.fits() {
+            eprintln!(
+                "warning: this plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU",
+                estimate.memory.total_bytes.0 / GIB,
+                estimate.memory.capacity_bytes.0 / GIB
+            );
+        }
+        print!("{}", emitted(framework, &scenario, &estimate));
+        return Ok(if estimate.fits() {
+            Outcome::Found
+        } else {
+            Outcome::NothingFits
+        });
+    }
+    let (model, cluster) = summaries(&scenario);
+    let detail = detail_for(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &plan,
+        Some(simulated.summary),
+    );
+    let report = Report {
+        model,
+        cluster,
+        training: scenario.training,
+        search: None,
+        plans: vec![estimate],
+        details: vec![detail],
+    };
+    let schedule_line = schedule_note(&simulated.summary);
+    if !quiet {
+        print_report(&report, args.format, |r| {
+            format!(
+                "{}\n\n{}\n{}\n{}\n",
+                report::scenario_line(r),
+                report::breakdown(&r.plans[0]),
+                schedule_line,
+                crate::uncertainty::within_error_line(&r.plans, &r.cluster.gpu).unwrap_or_default()
+            )
+        });
+    }
+    if let Some(dir) = &args.report {
+        let flag = if quiet { "--out" } else { "--report" };
+        let options = SearchOptions {
+            allow_uneven_pp: request.allow_uneven_pp,
+            allow_cross_node_tp: request.allow_cross_node_tp,
+            ..SearchOptions::default()
+        };
+        write_eval_report(
+            flag,
+            dir,
+            (&scenario.model, &scenario.cluster, &scenario.training),
+            options,
+            &report,
+            &simulated,
+            schedule_line,
+        )?;
+    }
+    if estimate.fits() {
+        Ok(Outcome::Found)
+    } else {
+        if quiet {
+            // `tpsim report` prints no breakdown, so say why the exit code is 1.
+            eprintln!(
+                "the plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU (see the report's memory figure)",
+                estimate.memory.total_bytes.0 / GIB,
+                estimate.memory.capacity_bytes.0 / GIB
+            );
+        }
+        Ok(Outcome::NothingFits)
+    }
+}
+
+/// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
+pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
+    let eval_args = EvalArgs {
+        model: args.model,
+        cluster: args.cluster,
+        training: args.training,
+        plan: Some(args.plan),
+        tp: None,
+        pp: None,
+        cp: None,
+        ep: None,
+        etp: None,
+        reshard_after_forward: None,
+        dp: None,
+        vpp: None,
+        micro_batch: None,
+        sequence_parallel: false,
+        recompute: None,
+        zero: None,
+        allow_uneven_pp: false,
+        allow_cross_node_tp: false,
+        report: Some(args.out),
+        format: Format::Table,
+        num_layers_per_virtual_pipeline_stage: None,
+        use_distributed_optimizer: false,
+        recompute_method: None,
+        recompute_num_layers: None,
+        max_position_embeddings: None,
+        bf16: false,
+        grad_reduce_in_bf16: false,
+        attention_backend: None,
+        accumulate_allreduce_grads_in_fp32: false,
+        use_megatron_fsdp: false,
+        data_parallel_sharding_strategy: None,
+        use_torch_fsdp2: false,
+        account_for_embedding_in_pipeline_split: false,
+        account_for_loss_in_pipeline_split: false,
+        decoder_first_pipeline_num_layers: None,
+        decoder_last_pipeline_num_layers: None,
+        fp8_format: None,
+        fp8_recipe: None,
+        fp8_param_gather: false,
+        fp4_format: None,
+        fp4_recipe: None,
+        fp4_param_gather: false,
+        no_overlap_p2p_communication: false,
+        ckpt_format: None,
+        emit: None,
+        megatron_args: None,
+    };
+    eval(eval_args, true)
+}
+
+/// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help
+/// says (`--sequence-parallel` can only turn sequence parallelism on; the allow flags add to the file's).
+fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
+    PlanRequest {
+        tp: args.tp.unwrap_or(file.tp),
+        pp: args.pp.unwrap_or(file.pp),
+        dp: args.dp.unwrap_or(file.dp),
+        vpp: args.vpp.unwrap_or(file.vpp),
+        micro_batch: args.micro_batch.unwrap_or(file.micro_batch),
+        sequence_parallel: file.sequence_parallel || args.sequence_parallel,
+        recompute: match args.recompute {
+            Some(RecomputeArg::None) => Recompute::None,
+            Some(RecomputeArg::Selective) => Recompute::Selective,
+            Some(RecomputeArg::Full) => Recompute::Full,
+            None => file.recompute,
+        },
+        zero: args.zero.unwrap_or(file.zero),
+        allow_uneven_pp: file.allow_uneven_pp || args.allow_uneven_pp,
+        allow_cross_node_tp: file.allow_cross_node_tp || args.allow_cross_node_tp,
+        cp: args.cp.unwrap_or(file.cp),
+        ep: args.ep.unwrap_or(file.ep),
+        etp: args.etp.unwrap_or(file.etp),
+        reshard_after_forward: args
+            .reshard_after_forward
+            .unwrap_or(file.reshard_after_forward),
+        ..file
+    }
+}

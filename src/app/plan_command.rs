@@ -1,0 +1,230 @@
+//! `tpsim plan`: search every split of the cluster, print the best plans, and optionally save the
+//! best one, emit a framework config or write a report.
+
+use anyhow::{Context, Result, bail};
+
+use super::ecosystem_commands::emit_best;
+use super::report_commands::{Written, check_dir, details_of, write_report};
+use super::scenario::{
+    global_batch_advice, model_file_of, pins_of_args, precision_of_args, resolve_scenario,
+    smallest_splittable_batch, summaries,
+};
+use super::{Outcome, print_report};
+use crate::cli::PlanArgs;
+use crate::plan::PlanRequest;
+use crate::planner::{SearchOptions, refine_top, search};
+use crate::report::{self, Report, plan_label};
+use crate::specs::{ModelRef, PlanFile};
+use crate::units::GIB;
+
+/// Most worker threads we start for a search.
+const MAX_THREADS: usize = 1024;
+
+pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
+    if args.top == 0 {
+        bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
+    }
+    if let Some(dir) = &args.report {
+        check_dir("--report", dir)?;
+    }
+    let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+    let options = SearchOptions {
+        allow_uneven_pp: args.allow_uneven_pp,
+        allow_cross_node_tp: args.allow_cross_node_tp,
+        precision: precision_of_args(&args.training),
+        pins: pins_of_args(&args.pins)?,
+    };
+    let result = match args.threads {
+        Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
+        Some(n) if n > MAX_THREADS => bail!(
+            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
+        ),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .context("starting the worker threads")?
+            .install(|| {
+                search(
+                    &scenario.model,
+                    &scenario.cluster,
+                    &scenario.training,
+                    options,
+                )
+            }),
+        None => search(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            options,
+        ),
+    };
+    if result.ranked.is_empty() {
+        let batch_fix = smallest_splittable_batch(
+            &scenario.model,
+            &scenario.cluster,
+            options,
+            scenario.training.global_batch,
+        )
+        .map(|b| format!(" (e.g. --global-batch {b})"))
+        .unwrap_or_default();
+        bail!(
+            "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
+            scenario.cluster.total_gpus(),
+            scenario.model.heads,
+            scenario.model.layers,
+            if options.allow_uneven_pp {
+                ""
+            } else {
+                " evenly (see --allow-uneven-pp)"
+            },
+            scenario.training.global_batch
+        );
+    }
+    // Said once the input is known to be valid, so a bad flag still gets a one-line error.
+    for line in global_batch_advice(&scenario, args.training.global_batch.is_some(), options) {
+        eprintln!("{line}");
+    }
+    let (model, cluster) = summaries(&scenario);
+    let feasible = result.feasible();
+    let top: Vec<_> = feasible.iter().take(args.top).copied().collect();
+    // The search ranks on the closed form; the shown plans get the simulated schedule.
+    let refined = refine_top(&scenario.model, &scenario.cluster, &scenario.training, &top);
+    let details = details_of(
+        (&scenario.model, &scenario.cluster, &scenario.training),
+        &refined.plans,
+        &refined.simulated,
+    );
+    let mut notes = Vec::new();
+    if refined.reordered {
+        notes.push(format!(
+            "note: the event-driven schedule simulation (unequal stages) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
+            refined.plans.len()
+        ));
+    }
+    let report = Report {
+        model,
+        cluster,
+        training: scenario.training,
+        search: Some(result.stats.clone()),
+        plans: refined.plans.clone(),
+        details,
+    };
+
+    if let (Some(path), Some(best)) = (&args.save, report.plans.first()) {
+        let file = PlanFile {
+            model: Some(ModelRef::Inline(model_file_of(&scenario.model))),
+            params: None,
+            gpu: Some(scenario.gpu_reference.clone()),
+            nodes: Some(scenario.cluster.nodes),
+            gpus_per_node: Some(scenario.cluster.gpus_per_node),
+            seq_len: Some(scenario.training.seq_len),
+            global_batch: Some(scenario.training.global_batch),
+            grad_dtype: Some(scenario.training.grad_dtype),
+            attention: Some(scenario.training.attention),
+            plan: PlanRequest {
+                allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
+                ..best.plan.request()
+            },
+        };
+        let text = format!(
+            "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
+            yaml_serde::to_string(&file)?
+        );
+        std::fs::write(path, text)
+            .with_context(|| format!("--save {path}: cannot write the plan file"))?;
+        eprintln!("saved the best plan to {path}");
+    }
+
+    if let Some(target) = args.emit {
+        return emit_best(target, &scenario, feasible);
+    }
+
+    print_report(&report, args.format, |r| {
+        let mut out = format!(
+            "{}\n{}\n\n",
+            report::scenario_line(r),
+            report::stats_line(&result.stats)
+        );
+        if r.plans.is_empty() {
+            return out;
+        }
+        // Rows that differ only in a setting that changes nothing are folded into one (issue 11).
+        let folded = crate::planner::fold_equivalent(&r.plans);
+        let shown: Vec<_> = folded.iter().map(|row| row.estimate).collect();
+        out.push_str(&report::plans_table_fitted(
+            &shown,
+            scenario.training.tokens.is_some(),
+            terminal_columns(),
+        ));
+        out.push('\n');
+        for line in [
+            crate::planner::folded_note(&folded),
+            crate::uncertainty::within_error_line(&shown, &r.cluster.gpu),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        if r.plans.iter().any(|e| e.plan.pp > 1) {
+            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+        }
+        for note in &notes {
+            out.push_str(note);
+            out.push('\n');
+        }
+        out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
+        out
+    });
+    if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
+        let labels: Vec<String> = report
+            .plans
+            .iter()
+            .enumerate()
+            .map(|(i, e)| plan_label(i + 1, e))
+            .collect();
+        let written = write_report(Written {
+            flag: "--report",
+            dir,
+            model: &scenario.model,
+            cluster: &scenario.cluster,
+            training: &scenario.training,
+            report: &report,
+            chosen_label: format!("the best plan ({})", labels[0]),
+            labels,
+            evaluated: &result.ranked,
+            chosen,
+            notes: notes.clone(),
+        })?;
+        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    } else if let Some(dir) = &args.report {
+        eprintln!("no report written to {dir}: no plan fits");
+    }
+    if feasible.is_empty() {
+        let miss = match result.closest_miss() {
+            Some(closest) => format!(
+                "closest: tp {} pp {} dp {} mb {} recompute {} ZeRO-{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len",
+                closest.plan.tp,
+                closest.plan.pp,
+                closest.plan.dp,
+                closest.plan.micro_batch,
+                closest.plan.recompute.as_str(),
+                closest.plan.zero,
+                closest.memory.total_bytes.0 / GIB,
+                closest.memory.capacity_bytes.0 / GIB,
+                (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB
+            ),
+            None => unreachable!("an empty search returned an error above"),
+        };
+        eprintln!("nothing fits: {miss}");
+        return Ok(Outcome::NothingFits);
+    }
+    Ok(Outcome::Found)
+}
+
+/// The terminal's width when stdout is one (comfy-table asks the terminal), so the plan table can
+/// fit it; `None` when stdout is a pipe or a file, which get the whole table.
+fn terminal_columns() -> Option<usize> {
+    comfy_table::Table::new().width().map(usize::from)
+}

@@ -1,0 +1,531 @@
+//! From flags (and a plan file) to one validated scenario: model, cluster and training settings.
+//! Every command that evaluates plans starts here.
+
+use crate::cli::{FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
+use crate::model::ShapeOverrides;
+use crate::plan::{PlanError, Precision, Recompute};
+use crate::planner::Pins;
+use crate::training::{Overlap, TrainingFramework};
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::calibration_commands;
+use super::ecosystem_commands::{megatron_learned_positions, megatron_norm};
+use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
+use crate::cluster::Cluster;
+use crate::hf_config;
+use crate::model::{Model, ModelFile, Norm};
+use crate::planner::{SearchOptions, tp_degrees};
+use crate::report::{ClusterSummary, ModelSummary};
+use crate::shape::derive_shape;
+use crate::specs::{self, PlanFile};
+use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
+use crate::units::parse_count;
+
+/// Largest cluster we accept: beyond this the input is a typo, not a cluster.
+pub(super) const MAX_NODES: u32 = 131_072;
+pub(super) const MAX_GPUS_PER_NODE: u32 = 72;
+/// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
+pub(super) const MAX_GLOBAL_BATCH: u32 = 1 << 22;
+/// Largest parameter count we derive a shape for.
+pub(super) const MAX_PARAMS: f64 = 1e14;
+/// Default sequence length for derived and flag-given shapes (GPT-3, Megatron SC'21).
+pub(super) const DEFAULT_SEQ_LEN: u32 = 2048;
+/// Default vocabulary for flag-given shapes (Megatron-LM's padded GPT-2 vocabulary).
+pub(super) const DEFAULT_VOCAB: u32 = 51200;
+
+pub(super) struct Scenario {
+    pub(super) model: Model,
+    pub(super) model_origin: String,
+    pub(super) cluster: Cluster,
+    pub(super) gpu_reference: String,
+    pub(super) training: Training,
+}
+
+pub(super) fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
+    if value == 0 {
+        bail!("{flag} 0 must be at least 1; {fix}");
+    }
+    Ok(value)
+}
+
+/// The model of the command line: from a source (--params, --hf-config, --model, shape flags or a
+/// plan file), then the shape flags given over it (`--model grok-1 --layers 8`).
+pub(super) fn resolve_model(
+    args: &ModelArgs,
+    file: Option<(&PlanFile, &str)>,
+    seq_len_flag: Option<u32>,
+) -> Result<(Model, String)> {
+    let (model, origin) = resolve_base_model(args, file, seq_len_flag)?;
+    // The block-style switches describe a model built from shape flags; over a named model they
+    // would be dropped without a word, so they are refused.
+    if origin != "flags" {
+        let style_flags = [
+            ("--gated-mlp", args.gated_mlp),
+            ("--style", args.style.is_some()),
+            ("--disable-bias-linear", args.disable_bias_linear),
+            (
+                "--untie-embeddings-and-output-weights",
+                args.untie_embeddings_and_output_weights,
+            ),
+            ("--normalization", args.normalization.is_some()),
+            ("--hidden-dropout", args.hidden_dropout.is_some()),
+            ("--attention-dropout", args.attention_dropout.is_some()),
+            (
+                "--position-embedding-type",
+                args.position_embedding_type.is_some(),
+            ),
+        ];
+        if let Some((flag, _)) = style_flags.iter().find(|(_, given)| *given) {
+            bail!(
+                "{flag} describes a model built from shape flags (--layers --hidden --heads); the model {} ({origin}) already fixes it: drop {flag}, or give the whole shape with flags",
+                model.name
+            );
+        }
+    }
+    let overrides = shape_overrides(args, &model)?;
+    if overrides == ShapeOverrides::default() {
+        return Ok((model, origin));
+    }
+    let overridden = model.with_overrides(&overrides)?;
+    if origin == "flags" {
+        return Ok((overridden, origin));
+    }
+    Ok((overridden, format!("{origin}, with shape flags over it")))
+}
+
+/// The shape flags as overrides of `base` (only those given). `--moe-layer-freq` is parsed here:
+/// an integer or Megatron's list expression, whose length must be the layer count.
+fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
+    let (list_first_dense, layer_freq) = match &args.moe_layer_freq {
+        None => (None, None),
+        Some(text) => {
+            let (first_dense, freq, listed) =
+                crate::model::parse_moe_layer_freq(text).map_err(|message| anyhow!(message))?;
+            let layers = args.layers.unwrap_or(base.layers);
+            if let Some(listed) = listed
+                && listed != layers
+            {
+                bail!(
+                    "--moe-layer-freq {text} lists {listed} layers but the model has {layers}; Megatron requires one entry per layer"
+                );
+            }
+            if listed.is_some() && args.moe_first_k_dense_replace.is_some() {
+                bail!(
+                    "--moe-layer-freq {text} already says which layers are dense; drop --moe-first-k-dense-replace (or give --moe-layer-freq as an integer)"
+                );
+            }
+            (listed.map(|_| first_dense), Some(freq))
+        }
+    };
+    Ok(ShapeOverrides {
+        layers: args.layers,
+        hidden: args.hidden,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+        head_dim: args.head_dim,
+        ffn_hidden: args.ffn_hidden,
+        vocab: args.vocab,
+        num_experts: args.num_experts,
+        moe_router_topk: args.moe_router_topk,
+        moe_ffn_hidden: args.moe_ffn_hidden_size,
+        moe_shared_expert_ffn_hidden: args.moe_shared_expert_intermediate_size,
+        moe_layer_freq: layer_freq,
+        moe_first_dense_layers: args.moe_first_k_dense_replace.or(list_first_dense),
+        q_lora_rank: args.q_lora_rank,
+        kv_lora_rank: args.kv_lora_rank,
+        qk_head_dim: args.qk_head_dim,
+        qk_pos_emb_head_dim: args.qk_pos_emb_head_dim,
+        v_head_dim: args.v_head_dim,
+    })
+}
+
+fn resolve_base_model(
+    args: &ModelArgs,
+    file: Option<(&PlanFile, &str)>,
+    seq_len_flag: Option<u32>,
+) -> Result<(Model, String)> {
+    let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
+    let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
+        let params = parse_count(flag, text)?;
+        if params > MAX_PARAMS {
+            bail!(
+                "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
+            );
+        }
+        let model =
+            derive_shape(params, seq_len_for_derived).with_context(|| format!("{flag} {text}"))?;
+        Ok((model, format!("derived from --params {text}")))
+    };
+    if let Some(text) = &args.params {
+        return from_count(text, "--params");
+    }
+    if let Some(path) = &args.hf_config {
+        if !std::path::Path::new(path).exists() {
+            bail!(
+                "--hf-config {path}: cannot read it: no such file; give the path of a Hugging Face config.json (e.g. models/hf/llama-3-70b.json)"
+            );
+        }
+        let loaded = hf_config::load(path, seq_len_flag)?;
+        let origin = match &loaded.seq_len_note {
+            Some(note) => format!("from Hugging Face config {path}; {note}"),
+            None => format!("from Hugging Face config {path}"),
+        };
+        return Ok((loaded.model, origin));
+    }
+    if let Some(name) = &args.model {
+        let model = specs::load_model(name)?;
+        let origin = if specs::BUNDLED_MODELS.iter().any(|(n, _)| n == name) {
+            "bundled"
+        } else {
+            "file"
+        };
+        return Ok((model, origin.to_string()));
+    }
+    // Shape flags describe the whole model unless a plan file gives one for them to override.
+    if let Some(layers) = args
+        .layers
+        .filter(|_| file.is_none() || args.hidden.is_some())
+    {
+        let hidden = args
+            .hidden
+            .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
+        let heads = args
+            .heads
+            .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
+        let llama = args.style == Some(StyleArg::Llama);
+        let model = Model::from_file(&ModelFile {
+            name: format!("custom-l{layers}-h{hidden}"),
+            description: None,
+            source: None,
+            published_params_b: None,
+            published_active_params_b: None,
+            layers,
+            hidden,
+            heads,
+            kv_heads: args.kv_heads,
+            head_dim: args.head_dim,
+            ffn_hidden: args.ffn_hidden,
+            vocab: args.vocab.unwrap_or(DEFAULT_VOCAB),
+            seq_len: seq_len_for_derived,
+            gated_mlp: args.gated_mlp,
+            linear_bias: !(llama || args.disable_bias_linear),
+            tied_embeddings: !(llama || args.untie_embeddings_and_output_weights),
+            learned_position_embeddings: match args.position_embedding_type.as_deref() {
+                Some(kind) => megatron_learned_positions(Some(kind))?,
+                None => !llama,
+            },
+            norm: Some(match args.normalization.as_deref() {
+                Some(norm) => megatron_norm(Some(norm))?,
+                None if llama => Norm::Rmsnorm,
+                None => Norm::Layernorm,
+            }),
+            dropout: !llama
+                && args.hidden_dropout.is_none_or(|p| p > 0.0)
+                && args.attention_dropout.is_none_or(|p| p > 0.0),
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            mla: None,
+            moe: None,
+        })?;
+        return Ok((model, "flags".to_string()));
+    }
+    if let Some((file, path)) = file {
+        if let Some(reference) = &file.model {
+            let model = specs::resolve_model_ref(reference, path)?;
+            return Ok((model, format!("from {path}")));
+        }
+        if let Some(text) = &file.params {
+            let params = parse_count("params", text).with_context(|| format!("in {path}"))?;
+            let model = derive_shape(params, seq_len_for_derived)
+                .with_context(|| format!("params {text} in {path}"))?;
+            return Ok((model, format!("derived from params {text} in {path}")));
+        }
+    }
+    if args.hidden.is_some() || args.heads.is_some() || args.num_experts.is_some() {
+        bail!(
+            "shape flags alone need --layers, --hidden and --heads (or --model NAME / --hf-config FILE for them to override)"
+        );
+    }
+    bail!(
+        "no model given: pass --params 512B, --model NAME|FILE (e.g. --model gpt3-175b) or --layers/--hidden/--heads"
+    )
+}
+
+/// The framework `--framework` names (default: Megatron-Core, what current NVIDIA stacks run).
+pub(super) fn framework_of_args(args: &TrainingArgs) -> TrainingFramework {
+    match args.framework {
+        Some(FrameworkArg::MegatronLm2021) => TrainingFramework::MegatronLm2021,
+        None | Some(FrameworkArg::MegatronCore) => TrainingFramework::MegatronCore,
+        Some(FrameworkArg::Torchtitan) => TrainingFramework::Torchtitan,
+        Some(FrameworkArg::Deepspeed) => TrainingFramework::Deepspeed,
+    }
+}
+
+/// The framework's overlap defaults with each flag the user gave applied on top.
+pub(super) fn overlap_of_args(args: &TrainingArgs, framework: TrainingFramework) -> Overlap {
+    let defaults = framework.default_overlap();
+    Overlap {
+        tp_comm: args.tp_comm_overlap.unwrap_or(defaults.tp_comm),
+        grad_reduce: args.overlap_grad_reduce.unwrap_or(defaults.grad_reduce),
+        param_gather: args.overlap_param_gather.unwrap_or(defaults.param_gather),
+        p2p: args.overlap_p2p_comm.unwrap_or(defaults.p2p),
+    }
+}
+
+/// The dimensions `plan` was pinned to, checked like `eval` checks them.
+pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
+    for (flag, value) in [
+        ("--tp", args.tp),
+        ("--pp", args.pp),
+        ("--cp", args.cp),
+        ("--dp", args.dp),
+        ("--vpp", args.vpp),
+        ("--micro-batch", args.micro_batch),
+        ("--ep", args.ep),
+        ("--etp", args.etp),
+    ] {
+        if value == Some(0) {
+            bail!(
+                "{flag} 0 is not a degree; a pinned degree must be at least 1 (or omit {flag} to search it)"
+            );
+        }
+    }
+    if let Some(zero) = args.zero
+        && zero > 3
+    {
+        return Err(PlanError::ZeroStage { zero }.into());
+    }
+    Ok(Pins {
+        tp: args.tp,
+        cp: args.cp,
+        pp: args.pp,
+        dp: args.dp,
+        vpp: args.vpp,
+        micro_batch: args.micro_batch,
+        recompute: args.recompute.map(|r| match r {
+            RecomputeArg::None => Recompute::None,
+            RecomputeArg::Selective => Recompute::Selective,
+            RecomputeArg::Full => Recompute::Full,
+        }),
+        zero: args.zero,
+        sequence_parallel: args.sequence_parallel.then_some(true),
+        ep: args.ep,
+        etp: args.etp,
+    })
+}
+
+/// The GEMM precision `--precision` names (default bf16).
+pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
+    match args.precision {
+        None | Some(PrecisionArg::Bf16) => Precision::Bf16,
+        Some(PrecisionArg::Fp8) => Precision::Fp8,
+        Some(PrecisionArg::Mxfp8) => Precision::Mxfp8,
+        Some(PrecisionArg::Nvfp4) => Precision::Nvfp4,
+    }
+}
+
+pub(super) fn resolve_scenario(
+    model_args: &ModelArgs,
+    cluster_args: &ClusterArgs,
+    training_args: &TrainingArgs,
+    file: Option<(&PlanFile, &str)>,
+) -> Result<Scenario> {
+    let plan_file = file.map(|(f, _)| f);
+    let seq_len_flag = match training_args.seq_len.or(plan_file.and_then(|f| f.seq_len)) {
+        Some(s) => Some(positive(
+            "--seq-len",
+            s,
+            "give the tokens per sequence, e.g. --seq-len 2048",
+        )?),
+        None => None,
+    };
+    let (mut model, model_origin) = resolve_model(model_args, file, seq_len_flag)?;
+    if let Some(seq_len) = seq_len_flag {
+        model.seq_len = seq_len;
+    }
+
+    let gpu_reference = cluster_args
+        .gpu
+        .clone()
+        .or(plan_file.and_then(|f| f.gpu.clone()))
+        .unwrap_or_else(|| "h100-sxm-80g".to_string());
+    let gpu = specs::load_gpu(&gpu_reference)?;
+    let (gpu, gpu_reference) = match &cluster_args.calibration {
+        Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
+        None => (gpu, gpu_reference),
+    };
+    let nodes = cluster_args
+        .nodes
+        .or(plan_file.and_then(|f| f.nodes))
+        .ok_or_else(|| {
+            anyhow!(
+                "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
+                gpu.gpus_per_node
+            )
+        })?;
+    positive("--nodes", nodes, "a cluster has at least one node")?;
+    if nodes > MAX_NODES {
+        bail!(
+            "--nodes {nodes} is more than {MAX_NODES}, larger than any cluster built; check the value (it counts nodes, not GPUs)"
+        );
+    }
+    let gpus_per_node = cluster_args
+        .gpus_per_node
+        .or(plan_file.and_then(|f| f.gpus_per_node))
+        .unwrap_or(gpu.gpus_per_node);
+    positive("--gpus-per-node", gpus_per_node, "e.g. --gpus-per-node 8")?;
+    if gpus_per_node > MAX_GPUS_PER_NODE {
+        bail!(
+            "--gpus-per-node {gpus_per_node} is more than {MAX_GPUS_PER_NODE} (an NVL72 rack); check the value"
+        );
+    }
+    let cluster = Cluster {
+        gpu,
+        nodes,
+        gpus_per_node,
+    };
+
+    let global_batch = training_args
+        .global_batch
+        .or(plan_file.and_then(|f| f.global_batch))
+        .unwrap_or(DEFAULT_GLOBAL_BATCH);
+    positive(
+        "--global-batch",
+        global_batch,
+        "give sequences per step, e.g. --global-batch 1536",
+    )?;
+    if global_batch > MAX_GLOBAL_BATCH {
+        bail!(
+            "--global-batch {global_batch} is more than {MAX_GLOBAL_BATCH} sequences per step; it counts sequences, not tokens (e.g. --global-batch 1536)"
+        );
+    }
+    let tokens = match &training_args.tokens {
+        Some(text) => Some(parse_count("--tokens", text)?),
+        None => None,
+    };
+    let framework = framework_of_args(training_args);
+    let training = Training {
+        seq_len: model.seq_len,
+        global_batch,
+        grad_dtype: match training_args.grad_dtype {
+            Some(GradDtypeArg::Bf16) => GradDtype::Bf16,
+            Some(GradDtypeArg::Fp32) => GradDtype::Fp32,
+            None => plan_file
+                .and_then(|f| f.grad_dtype)
+                .unwrap_or(framework.default_grad_dtype()),
+        },
+        framework,
+        overlap: overlap_of_args(training_args, framework),
+        moe_imbalance: match training_args.moe_imbalance {
+            None => 1.0,
+            Some(f) if f.is_finite() && (1.0..=64.0).contains(&f) => f,
+            Some(f) => bail!(
+                "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and 64; e.g. --moe-imbalance 1.2"
+            ),
+        },
+        tokens,
+        attention: match training_args.attention {
+            Some(AttentionArg::Flash) => AttentionKernel::Flash,
+            Some(AttentionArg::Unfused) => AttentionKernel::Unfused,
+            None => plan_file
+                .and_then(|f| f.attention)
+                .unwrap_or(AttentionKernel::Flash),
+        },
+    };
+    Ok(Scenario {
+        model,
+        model_origin,
+        cluster,
+        gpu_reference,
+        training,
+    })
+}
+
+pub(super) fn summaries(s: &Scenario) -> (ModelSummary, ClusterSummary) {
+    (
+        ModelSummary::new(&s.model, &s.model_origin),
+        ClusterSummary::new(&s.cluster),
+    )
+}
+
+pub(super) fn model_file_of(model: &Model) -> ModelFile {
+    model.to_file()
+}
+
+/// The data-parallel degrees a split of `cluster` can have (tp × pp × dp = GPUs, with tp and pp
+/// as the search allows them; see `planner::enumerate`).
+fn dp_degrees(model: &Model, cluster: &Cluster, options: SearchOptions) -> Vec<u32> {
+    let gpus = cluster.total_gpus();
+    let mut dps: Vec<u32> = tp_degrees(model, cluster, options.allow_cross_node_tp)
+        .into_iter()
+        .flat_map(|tp| {
+            (1..=model.layers.min(gpus / tp))
+                .filter(move |&pp| {
+                    (gpus / tp).is_multiple_of(pp)
+                        && (model.layers.is_multiple_of(pp) || options.allow_uneven_pp)
+                })
+                .map(move |pp| gpus / (tp * pp))
+        })
+        .collect();
+    dps.sort_unstable();
+    dps.dedup();
+    dps
+}
+
+/// The smallest global batch, at least `at_least` sequences, that some split divides; `None` when
+/// no dp degree exists at all (the model cannot be split over this cluster).
+pub(super) fn smallest_splittable_batch(
+    model: &Model,
+    cluster: &Cluster,
+    options: SearchOptions,
+    at_least: u32,
+) -> Option<u32> {
+    let dps = dp_degrees(model, cluster, options);
+    dps.iter()
+        .map(|&dp| at_least.div_ceil(dp) * dp)
+        .filter(|&b| b <= MAX_GLOBAL_BATCH)
+        .min()
+}
+
+/// What `plan` and `eval` say about the global batch on stderr: where the default comes from when
+/// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
+///
+/// With TP inside a node (tp ≤ GPUs per node), pp × dp ≥ nodes, and a step has m = global batch /
+/// dp micro-batches of at least one sequence, so pp / m ≥ nodes / global batch: below 4 sequences
+/// per node every split keeps the pipeline idle for at least a quarter of its work (the bubble is
+/// (p−1)/(v·m), Narayanan et al. 2021 §2.2; interleaving divides it by v at the cost of v times
+/// the PP traffic). Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
+/// 3.2M (Brown et al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
+pub(super) fn global_batch_advice(
+    s: &Scenario,
+    given: bool,
+    options: SearchOptions,
+) -> Vec<String> {
+    let batch = s.training.global_batch;
+    let nodes = s.cluster.nodes;
+    let mut lines = Vec::new();
+    if !given {
+        lines.push(format!(
+            "note: --global-batch not given: {batch} sequences x {} tokens = {:.1}M tokens per step, GPT-3 175B's batch (Brown et al. 2020); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",
+            s.training.seq_len,
+            f64::from(batch) * f64::from(s.training.seq_len) / 1e6,
+        ));
+    }
+    let per_node = 4;
+    if u64::from(batch) < u64::from(per_node) * u64::from(nodes) {
+        let suggestion = smallest_splittable_batch(
+            &s.model,
+            &s.cluster,
+            options,
+            nodes.saturating_mul(per_node),
+        )
+        .map(|b| format!("; e.g. --global-batch {b}"))
+        .unwrap_or_default();
+        lines.push(format!(
+            "warning: --global-batch {batch} is small for {nodes} nodes: with TP inside a node every split has at least nodes/batch = {:.2} pipeline stages or replicas per micro-batch, so GPUs idle (bubble (p-1)/(v·m)) or no split exists; give at least {per_node} sequences per node{suggestion}",
+            f64::from(nodes) / f64::from(batch),
+        ));
+    }
+    lines
+}
