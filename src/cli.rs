@@ -427,8 +427,8 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with_all = ["zero", "plan"])]
     pub use_distributed_optimizer: bool,
     /// Megatron-LM's recompute method with --recompute full: uniform (with --recompute-num-layers
-    /// 1) or block covering every layer of a model chunk is tpsim's full recompute; partial
-    /// recompute is refused.
+    /// 1) recomputes every layer, block recomputes --recompute-num-layers of each model chunk;
+    /// uniform with more than one layer per chunk is refused.
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,
     /// Megatron-LM's layers per recompute chunk (uniform) or recomputed layers per chunk (block).
@@ -484,6 +484,49 @@ pub struct EvalArgs {
     /// Megatron-LM: layers on the last pipeline stage (must be tpsim's uneven split).
     #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
     pub decoder_last_pipeline_num_layers: Option<u32>,
+    // ---- Megatron-LM precision and overlap arguments pasted on eval (what `--emit megatron`
+    // writes); read like the --megatron-args reader reads them.
+    /// Megatron-LM's --fp8-format (e4m3|hybrid): FP8 GEMMs, recipe from --fp8-recipe.
+    #[arg(long, hide = true, value_name = "FORMAT", conflicts_with_all = ["precision", "megatron_args"])]
+    pub fp8_format: Option<String>,
+    /// Megatron-LM's --fp8-recipe (tensorwise|delayed = --precision fp8, mxfp8 = mxfp8).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "RECIPE",
+        conflicts_with = "megatron_args"
+    )]
+    pub fp8_recipe: Option<String>,
+    /// Megatron-LM's --fp8-param-gather: FP8 weights are the parameters the all-gather moves.
+    #[arg(long, hide = true, conflicts_with = "megatron_args")]
+    pub fp8_param_gather: bool,
+    /// Megatron-LM's --fp4-format (e2m1): NVFP4 GEMMs.
+    #[arg(long, hide = true, value_name = "FORMAT", conflicts_with_all = ["precision", "megatron_args"])]
+    pub fp4_format: Option<String>,
+    /// Megatron-LM's --fp4-recipe (nvfp4).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "RECIPE",
+        conflicts_with = "megatron_args"
+    )]
+    pub fp4_recipe: Option<String>,
+    /// Megatron-LM's --fp4-param-gather.
+    #[arg(long, hide = true, conflicts_with = "megatron_args")]
+    pub fp4_param_gather: bool,
+    /// Megatron-LM's --no-overlap-p2p-communication: --overlap-p2p-comm false.
+    #[arg(long, hide = true, conflicts_with_all = ["overlap_p2p_comm", "megatron_args"])]
+    pub no_overlap_p2p_communication: bool,
+    /// Megatron-LM's --ckpt-format (Megatron-FSDP needs fsdp_dtensor): accepted; checkpoint files
+    /// change neither memory nor step time.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "FORMAT",
+        conflicts_with = "megatron_args"
+    )]
+    pub ckpt_format: Option<String>,
+    // ---- end of the pasted Megatron-LM precision and overlap arguments.
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
     #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format"])]
     pub emit: Option<EmitTarget>,

@@ -445,6 +445,8 @@ fn deepspeed_config_obeys_the_batch_identity() {
         "--recompute",
         "full",
         "--sequence-parallel",
+        "--framework",
+        "deepspeed",
         "--emit",
         "deepspeed",
     ]);
@@ -479,13 +481,21 @@ fn emitting_what_a_framework_cannot_run_is_an_error() {
             "--pp",
             "2",
             "--zero",
-            "2",
+            "3",
+            "--reshard-after-forward",
+            "false",
             "--global-batch",
             "512",
             "--emit",
             "megatron",
         ],
-        &["--emit megatron", "ZeRO-2", "--zero 0 or 1"],
+        // Megatron-FSDP reshards after every forward (megatron_fsdp.py `_post_forward`).
+        &[
+            "--emit megatron",
+            "ZeRO-3",
+            "reshard_after_forward false",
+            "--reshard-after-forward true",
+        ],
     );
     assert_error(
         &[
@@ -924,10 +934,19 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "1",
         "--grad-dtype",
         "fp32",
+        // The script turns on no overlap switch, so Megatron-LM overlaps only p2p (arguments.py
+        // defaults), whatever Megatron-Core's performance recipes would set.
+        "--tp-comm-overlap",
+        "false",
+        "--overlap-grad-reduce",
+        "false",
+        "--overlap-param-gather",
+        "false",
         "--format",
         "json",
     ]);
     assert_eq!(script["plans"], flags["plans"]);
+    assert_eq!(script["training"]["overlap"], flags["training"]["overlap"]);
     // The script describes Llama-3-70B: the same count as its Hugging Face config (at the script's
     // --seq-length 8192; the config's default would be the 4096-token training length).
     let hf = run_json(&[
@@ -953,6 +972,12 @@ fn a_whole_megatron_launch_script_reads_like_its_flags() {
         "1",
         "--grad-dtype",
         "fp32",
+        "--tp-comm-overlap",
+        "false",
+        "--overlap-grad-reduce",
+        "false",
+        "--overlap-param-gather",
+        "false",
         "--format",
         "json",
     ]);
@@ -1091,13 +1116,10 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
         assert_error(&["eval", "--nodes", "4", "--megatron-args", &line], needles);
     };
     refused("--fp32", &["--fp32", "bf16/fp16 mixed precision"]);
-    refused(
-        "--context-parallel-size 2",
-        &[
-            "--context-parallel-size 2",
-            "context/expert parallelism is not modelled",
-        ],
-    );
+    // Context parallelism is read: dp = 32 GPUs / (tp 2 x cp 2 x pp 4) (arguments.py).
+    let (_, cp2, stderr) = eval("--context-parallel-size 2");
+    assert_eq!(cp2["plans"][0]["cp"], 2, "{stderr}");
+    assert_eq!(cp2["plans"][0]["dp"], 2, "{stderr}");
     refused(
         "--expert-model-parallel-size 4",
         &["--expert-model-parallel-size 4", "not modelled"],
@@ -1531,6 +1553,10 @@ fn emitted_configs_say_the_planned_gradient_precision() {
         let emit = |target: &str| {
             let mut args = base.to_vec();
             args.push(target);
+            // DeepSpeed has no TP-communication overlap: plan for what it runs.
+            if target == "deepspeed" {
+                args.extend(["--framework", "deepspeed"]);
+            }
             let (code, stdout, stderr) = run(&args);
             assert!(code == 0 || code == 1, "{target}: {stderr}");
             stdout
@@ -1724,22 +1750,27 @@ fn megatron_reader_accepts_what_megatron_accepts() {
     );
     assert_eq!(block["plans"][0], legacy["plans"][0], "{stderr}");
 
-    // Partial recompute is refused by name, never read as every layer recomputed.
+    // Block recompute of N layers per chunk is tpsim's recompute_num_layers, never read as every
+    // layer recomputed.
+    for extra in [
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
+        "--activations-checkpoint-method block --activations-checkpoint-num-layers 2",
+    ] {
+        let (_, partial, stderr) = eval_line(&format!("{SMALL} --bf16 {extra}"), &["--nodes", "4"]);
+        let plan = &partial["plans"][0];
+        assert_eq!(plan["recompute"], "full", "{extra}: {stderr}");
+        assert_eq!(plan["recompute_num_layers"], 2, "{extra}: {stderr}");
+        assert!(
+            plan["memory"]["activations_bytes"].as_f64()
+                > legacy["plans"][0]["memory"]["activations_bytes"].as_f64(),
+            "{extra}: recomputing 2 of 8 layers keeps more activations than recomputing all"
+        );
+    }
+    // Uniform chunks of several layers are refused by name.
     for (extra, needles) in [
-        (
-            "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
-            vec![
-                "--recompute-method block --recompute-num-layers 2",
-                "2 of the 8 layers",
-            ],
-        ),
         (
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 4",
             vec!["uniform recompute with 4 layers per chunk"],
-        ),
-        (
-            "--activations-checkpoint-method block --activations-checkpoint-num-layers 1",
-            vec!["block", "1 of the 8 layers"],
         ),
         (
             "--recompute-granularity full --recompute-num-layers 4",
@@ -1757,7 +1788,27 @@ fn megatron_reader_accepts_what_megatron_accepts() {
             &needles,
         );
     }
-    // The same Megatron names pasted on eval are not accepted and ignored any more.
+    // The same Megatron names pasted on eval read the same way.
+    let pasted = run_json(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--recompute",
+        "full",
+        "--recompute-method",
+        "block",
+        "--recompute-num-layers",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(pasted["plans"][0]["recompute_num_layers"], 2);
     assert_error(
         &[
             "eval",
@@ -1772,14 +1823,11 @@ fn megatron_reader_accepts_what_megatron_accepts() {
             "--recompute",
             "full",
             "--recompute-method",
-            "block",
+            "uniform",
             "--recompute-num-layers",
             "2",
         ],
-        &[
-            "--recompute-method block --recompute-num-layers 2",
-            "partial recompute",
-        ],
+        &["--recompute-method uniform --recompute-num-layers 2"],
     );
 
     // --microbatch-group-size-per-virtual-pipeline-stage: pp (Megatron's default) is read,
@@ -1824,8 +1872,16 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
     for (extra, needle) in [
         ("--multi-latent-attention", "--multi-latent-attention"),
         ("--kv-channels 64", "--kv-channels 64"),
-        ("--fp8-format hybrid", "--fp8-format hybrid"),
-        ("--tp-comm-overlap", "--tp-comm-overlap"),
+        (
+            "--fp8-format hybrid --fp8-recipe blockwise",
+            "--fp8-recipe blockwise",
+        ),
+        ("--fp8-format e5m2", "\"e5m2\""),
+        // Megatron-LM's own refusal: TP overlap needs sequence parallelism.
+        (
+            "--tp-comm-overlap",
+            "--tp-comm-overlap without sequence parallelism",
+        ),
         (
             "--cpu-offloading-num-layers 4",
             "--cpu-offloading-num-layers 4",
@@ -1834,7 +1890,6 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
             "--pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L",
             "--pipeline-model-parallel-layout",
         ),
-        ("--use-megatron-fsdp", "--use-megatron-fsdp"),
         ("--use-torch-fsdp2", "--use-torch-fsdp2"),
         ("--mtp-num-layers 1", "--mtp-num-layers 1"),
         (
@@ -2044,4 +2099,582 @@ fn megatron_script_torchrun_sizes_give_the_cluster() {
         stderr.contains("--nnodes $NNODES") && stderr.contains("--nodes is required"),
         "{stderr}"
     );
+}
+
+// ---- Issue 8: the new plan dimensions and settings travel through --emit and back ----
+
+/// `eval FLAGS --emit megatron`, then the line read back through `--megatron-args` and pasted as
+/// flags (`READ_BACK` are the cluster/framework flags the line does not carry): both give the
+/// plan, training and evaluation of the original. Returns the line.
+fn megatron_round_trip(flags: &[&str], read_back: &[&str]) -> String {
+    let mut original_args = vec!["eval", "--format", "json"];
+    original_args.extend(flags);
+    let original = run_json(&original_args);
+    let mut emit_args = vec!["eval"];
+    emit_args.extend(flags);
+    emit_args.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&emit_args);
+    assert!(code == 0 || code == 1, "{flags:?}: {stderr}");
+    assert_eq!(line.lines().count(), 1, "{line}");
+    let line = line.trim().to_string();
+    let mut via_args = vec!["eval", "--format", "json"];
+    via_args.extend(read_back);
+    via_args.extend(["--megatron-args", line.as_str()]);
+    let mut pasted = vec!["eval", "--format", "json"];
+    pasted.extend(read_back);
+    pasted.extend(line.split_whitespace());
+    for back_args in [via_args, pasted] {
+        let (code, stdout, stderr) = run(&back_args);
+        assert!(code == 0 || code == 1, "{line}: {stderr}");
+        let back = parse_json(&back_args, &stdout, &stderr);
+        let (a, b) = (&original["plans"][0], &back["plans"][0]);
+        for key in [
+            "tp",
+            "cp",
+            "pp",
+            "dp",
+            "vpp",
+            "micro_batch",
+            "sequence_parallel",
+            "recompute",
+            "recompute_num_layers",
+            "zero",
+            "reshard_after_forward",
+            "precision",
+            "stages",
+            "memory",
+        ] {
+            assert_eq!(b[key], a[key], "{key} after the round trip of {line}");
+        }
+        assert_eq!(b["time"]["step_s"], a["time"]["step_s"], "{line}");
+        assert_eq!(back["training"], original["training"], "{line}");
+    }
+    line
+}
+
+#[test]
+fn context_parallelism_is_written_and_read_back() {
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--seq-len",
+            "16384",
+            "--tp",
+            "2",
+            "--cp",
+            "4",
+            "--pp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+        ],
+        &["--nodes", "4"],
+    );
+    assert!(line.contains("--context-parallel-size 4 "), "{line}");
+    // DeepSpeed has no ring context parallelism: refused, and `plan --emit deepspeed` takes a
+    // cp 1 plan.
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--cp",
+            "2",
+            "--global-batch",
+            "64",
+            "--framework",
+            "deepspeed",
+            "--emit",
+            "deepspeed",
+        ],
+        &["--emit deepspeed", "--cp 2", "--cp 1"],
+    );
+    let bridge = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--cp",
+        "2",
+        "--pp",
+        "2",
+        "--sequence-parallel",
+        "--zero",
+        "1",
+        "--global-batch",
+        "64",
+        "--emit",
+        "megatron-bridge",
+    ])
+    .1;
+    assert!(
+        bridge.lines().any(|l| l == "model.context_parallel_size=2"),
+        "{bridge}"
+    );
+}
+
+#[test]
+fn the_405b_plan_with_context_parallelism_emits_it_for_megatron() {
+    // The best 405B plan uses cp > 1: the line must say it, or the read-back dp is wrong.
+    let (code, line, stderr) = run(&[
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "2048",
+        "--global-batch",
+        "2048",
+        "--allow-uneven-pp",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let best = run_json(&[
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "2048",
+        "--global-batch",
+        "2048",
+        "--allow-uneven-pp",
+        "--format",
+        "json",
+        "--top",
+        "1",
+    ])["plans"][0]
+        .clone();
+    let cp = best["cp"].as_u64().unwrap();
+    assert_eq!(
+        line.contains(&format!("--context-parallel-size {cp} ")),
+        cp > 1,
+        "{line}"
+    );
+    assert!(stderr.contains(&format!("x cp {cp} x")), "{stderr}");
+}
+
+#[test]
+fn low_precision_is_written_and_read_back() {
+    // FP8 (per-tensor) on H100 with Megatron-Core's FP8 parameter gather.
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+            "--precision",
+            "fp8",
+        ],
+        &["--nodes", "4"],
+    );
+    assert!(
+        line.contains("--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather"),
+        "{line}"
+    );
+    // MXFP8 and NVFP4 on Blackwell.
+    for (precision, flags) in [
+        (
+            "mxfp8",
+            "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather",
+        ),
+        (
+            "nvfp4",
+            "--fp4-format e2m1 --fp4-recipe nvfp4 --fp4-param-gather",
+        ),
+    ] {
+        let line = megatron_round_trip(
+            &[
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "b200-sxm-180g",
+                "--nodes",
+                "4",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--sequence-parallel",
+                "--zero",
+                "1",
+                "--global-batch",
+                "64",
+                "--precision",
+                precision,
+            ],
+            &["--nodes", "4", "--gpu", "b200-sxm-180g"],
+        );
+        assert!(line.contains(flags), "{precision}: {line}");
+    }
+    // A framework without FP8 parameter gather keeps bf16 weights: no --fp8-param-gather, and the
+    // line reads back under that framework.
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+            "--precision",
+            "fp8",
+            "--framework",
+            "torchtitan",
+        ],
+        &["--nodes", "4", "--framework", "torchtitan"],
+    );
+    assert!(!line.contains("--fp8-param-gather"), "{line}");
+    // ... and the same line under Megatron-Core (FP8 parameter gather modelled) is refused, not
+    // silently evaluated as something else.
+    assert_error(
+        &["eval", "--nodes", "4", "--megatron-args", &line],
+        &["without --fp8-param-gather", "--framework megatron-core"],
+    );
+    // Recipes tpsim does not model are refused by name; a --precision flag that contradicts the
+    // line does not silently win.
+    let small = format!("{SMALL} --bf16 --use-distributed-optimizer --sequence-parallel");
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{small} --fp8-format e4m3 --fp8-recipe blockwise"),
+        ],
+        &["--fp8-recipe blockwise", "not modelled"],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--precision",
+            "fp8",
+            "--megatron-args",
+            &small,
+        ],
+        &["--precision fp8", "bf16"],
+    );
+    // Megatron-LM refuses --fp8-param-gather without the distributed optimizer; tpsim's
+    // Megatron-Core FP8 needs it, so a ZeRO-0 FP8 plan is not written for Megatron.
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--global-batch",
+            "64",
+            "--precision",
+            "fp8",
+            "--zero",
+            "0",
+            "--emit",
+            "megatron",
+        ],
+        &["--emit megatron", "--zero 1"],
+    );
+    // Bridge writes the MixedPrecisionConfig fields; DeepSpeed has no FP8 key.
+    let bridge = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--sequence-parallel",
+        "--zero",
+        "1",
+        "--global-batch",
+        "64",
+        "--precision",
+        "fp8",
+        "--emit",
+        "megatron-bridge",
+    ])
+    .1;
+    for key in [
+        "mixed_precision.fp8=hybrid",
+        "mixed_precision.fp8_recipe=tensorwise",
+        "mixed_precision.fp8_param_gather=true",
+        "mixed_precision.first_last_layers_bf16=false",
+    ] {
+        assert!(bridge.lines().any(|l| l == key), "{key}: {bridge}");
+    }
+    let nemo: Value = yaml_serde::from_str(
+        &run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+            "--precision",
+            "fp8",
+            "--emit",
+            "nemo",
+        ])
+        .1,
+    )
+    .unwrap();
+    assert_eq!(nemo["model"]["fp8"], true);
+    assert_eq!(nemo["model"]["fp8_params"], true);
+}
+
+#[test]
+fn block_recompute_is_written_and_read_back() {
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+            "--recompute",
+            "full",
+            "--recompute-method",
+            "block",
+            "--recompute-num-layers",
+            "3",
+        ],
+        &["--nodes", "4"],
+    );
+    assert!(
+        line.contains(
+            "--recompute-granularity full --recompute-method block --recompute-num-layers 3"
+        ),
+        "{line}"
+    );
+    // Block over the whole chunk (8 layers per stage) is every layer: the uniform plan.
+    let whole = |method: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--global-batch",
+            "64",
+            "--recompute",
+            "full",
+            "--format",
+            "json",
+        ];
+        args.extend(method);
+        run_json(&args)["plans"][0].clone()
+    };
+    assert_eq!(
+        whole(&["--recompute-method", "block", "--recompute-num-layers", "8"]),
+        whole(&[
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1"
+        ])
+    );
+}
+
+#[test]
+fn megatron_fsdp_with_pipelines_is_written_and_read_back() {
+    for (zero, strategy) in [("2", "optim_grads"), ("3", "optim_grads_params")] {
+        let line = megatron_round_trip(
+            &[
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "4",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--sequence-parallel",
+                "--zero",
+                zero,
+                "--global-batch",
+                "64",
+            ],
+            &["--nodes", "4"],
+        );
+        assert!(
+            line.contains(&format!(
+                "--use-megatron-fsdp --data-parallel-sharding-strategy {strategy} --ckpt-format fsdp_dtensor "
+            )),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn communication_overlap_is_written_and_read_back() {
+    // Megatron-Core's defaults: everything overlapped.
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--vpp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+        ],
+        &["--nodes", "4"],
+    );
+    for flag in [
+        "--tp-comm-overlap",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+    ] {
+        assert!(line.contains(flag), "{flag}: {line}");
+    }
+    assert!(!line.contains("--no-overlap-p2p-communication"), "{line}");
+    // The 2021 baseline overlaps nothing (its local DDP all-reduces after the backward).
+    let line = megatron_round_trip(
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "4",
+            "--vpp",
+            "2",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--global-batch",
+            "64",
+            "--framework",
+            "megatron-lm-2021",
+        ],
+        &["--nodes", "4", "--framework", "megatron-lm-2021"],
+    );
+    assert!(
+        line.contains("--no-overlap-p2p-communication")
+            && !line.contains("--overlap-grad-reduce")
+            && !line.contains("--tp-comm-overlap")
+            && !line.contains("--overlap-param-gather"),
+        "{line}"
+    );
+    // An overlap flag that contradicts the line is refused.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "4",
+            "--overlap-grad-reduce",
+            "--megatron-args",
+            &format!("{SMALL} --bf16"),
+        ],
+        &["--overlap-grad-reduce true", "leaves off"],
+    );
+    // DeepSpeed's overlap_comm follows the gradient-reduction overlap; a plan with TP overlap
+    // (Megatron-Core's default) is not written for DeepSpeed.
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--sequence-parallel",
+            "--global-batch",
+            "64",
+            "--emit",
+            "deepspeed",
+        ],
+        &[
+            "--emit deepspeed",
+            "TP communication overlap",
+            "--framework deepspeed",
+        ],
+    );
+    let (code, ds, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--global-batch",
+        "64",
+        "--framework",
+        "deepspeed",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    let ds: Value = serde_json::from_str(&ds).unwrap();
+    assert_eq!(ds["zero_optimization"]["overlap_comm"], true);
+    assert!(stderr.contains("--framework deepspeed"), "{stderr}");
 }

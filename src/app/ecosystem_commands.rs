@@ -1,7 +1,10 @@
 //! The ecosystem commands and helpers: Megatron-LM launch lines in, `--emit` configs out,
 //! `tpsim sweep`, `tpsim compare` and `tpsim completions`.
 
+use super::scenario::{framework_of_args, precision_of_args};
 use super::*;
+use crate::plan::Precision;
+use crate::training::{Overlap, Training};
 
 /// Megatron-LM's `--normalization` (default LayerNorm).
 pub(super) fn megatron_norm(value: Option<&str>) -> Result<Norm> {
@@ -46,6 +49,13 @@ pub(super) fn target_name(target: EmitTarget) -> &'static str {
 /// The launch configuration text (stdout), plus what it cannot carry (stderr).
 pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> String {
     let plan = &e.plan;
+    // The plan's time and memory are those of the framework tpsim evaluated (issue 8 item 4); the
+    // configuration writes its overlap, precision and gradient settings explicitly.
+    eprintln!(
+        "note: evaluated as --framework {} runs it; the {} configuration below sets the same precision, gradient dtype and communication overlap",
+        s.training.framework.as_str(),
+        framework.name()
+    );
     match framework {
         Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
         Framework::MegatronBridge => {
@@ -58,15 +68,9 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
         Framework::Nemo => emit::nemo_yaml(&s.model, &s.cluster, &s.training, plan),
         Framework::DeepSpeed => {
             eprintln!(
-                "note: DeepSpeed derives dp = {} GPUs / (tp x pp); give Megatron-DeepSpeed --tensor-model-parallel-size {} --pipeline-model-parallel-size {}{}",
+                "note: DeepSpeed derives dp = {} GPUs / (tp x pp); give Megatron-DeepSpeed {}",
                 s.cluster.total_gpus(),
-                plan.tp,
-                plan.pp,
-                if plan.sequence_parallel {
-                    " --sequence-parallel"
-                } else {
-                    ""
-                }
+                emit::megatron_deepspeed_args(plan)
             );
             format!("{}\n", emit::deepspeed_json(&s.training, plan))
         }
@@ -86,13 +90,13 @@ pub(super) fn emit_best(
         );
         return Ok(Outcome::NothingFits);
     }
-    let Some((rank, chosen)) = feasible
-        .iter()
-        .enumerate()
-        .find(|(_, e)| framework.unsupported(&s.model, &e.plan).is_none())
-    else {
+    let Some((rank, chosen)) = feasible.iter().enumerate().find(|(_, e)| {
+        framework
+            .unsupported(&s.model, &s.training, &e.plan)
+            .is_none()
+    }) else {
         let reason = framework
-            .unsupported(&s.model, &feasible[0].plan)
+            .unsupported(&s.model, &s.training, &feasible[0].plan)
             .unwrap_or_default();
         eprintln!(
             "none of the {} plans that fit can run in {}: {reason}",
@@ -114,7 +118,7 @@ pub(super) fn emit_best(
             simulated(&feasible[0]).time.step_s.0,
             framework.name(),
             framework
-                .unsupported(&s.model, &feasible[0].plan)
+                .unsupported(&s.model, &s.training, &feasible[0].plan)
                 .unwrap_or_default(),
             rank + 1,
             chosen.time.step_s.0
@@ -122,15 +126,22 @@ pub(super) fn emit_best(
     }
     let p = &chosen.plan;
     eprintln!(
-        "{} configuration for tp {} x pp {} x dp {} (vpp {}, micro-batch {}, recompute {}, ZeRO-{}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        "{} configuration for tp {} x cp {} x pp {} x dp {} (vpp {}, micro-batch {}, recompute {}{}, ZeRO-{}, {}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
         framework.name(),
         p.tp,
+        p.cp,
         p.pp,
         p.dp,
         p.vpp,
         p.micro_batch,
         p.recompute.as_str(),
+        if p.recompute_num_layers > 0 {
+            format!(" of {} layers per chunk", p.recompute_num_layers)
+        } else {
+            String::new()
+        },
         p.zero,
+        p.precision.as_str(),
         chosen.time.step_s.0,
         chosen.tokens_per_s,
         chosen.memory.total_bytes.0 / GIB,
@@ -625,7 +636,86 @@ pub(super) fn check_megatron_training(
             grad_name(launch.grad_dtype)
         );
     }
+    check_megatron_precision_and_overlap(
+        launch.precision,
+        launch.overlap,
+        training,
+        "the --megatron-args launch line",
+    )
+}
+
+/// The precision and overlap a launch line says, against tpsim's own flags and the framework
+/// tpsim models: a contradiction is refused, never silently resolved.
+fn check_megatron_precision_and_overlap(
+    precision: emit::MegatronPrecision,
+    overlap: Overlap,
+    training: &TrainingArgs,
+    source: &str,
+) -> Result<()> {
+    let framework = framework_of_args(training);
+    if training.precision.is_some() {
+        let given = precision_of_args(training);
+        if given != precision.precision {
+            bail!(
+                "--precision {} contradicts {source}, whose precision is {} (--fp8-format/--fp8-recipe, --fp4-format); drop --precision or change the line",
+                given.as_str(),
+                precision.precision.as_str()
+            );
+        }
+    }
+    if precision.precision != Precision::Bf16
+        && precision.param_gather != framework.fp8_param_gather()
+    {
+        let gather_flag = if precision.precision == Precision::Nvfp4 {
+            "--fp4-param-gather"
+        } else {
+            "--fp8-param-gather"
+        };
+        if precision.param_gather {
+            bail!(
+                "{gather_flag} in {source} keeps the {} weights as the parameters, which tpsim models for --framework megatron-core only (it is --framework {}); pass --framework megatron-core or drop {gather_flag}",
+                precision.precision.as_str(),
+                framework.as_str()
+            );
+        }
+        bail!(
+            "{source} trains in {} without {gather_flag}, but tpsim models --framework {} with the low-precision parameter all-gather (NVIDIA's recipes set it); add {gather_flag} to the line, or pass another --framework",
+            precision.precision.as_str(),
+            framework.as_str()
+        );
+    }
+    for (flag, given, line) in [
+        (
+            "--tp-comm-overlap",
+            training.tp_comm_overlap,
+            overlap.tp_comm,
+        ),
+        (
+            "--overlap-grad-reduce",
+            training.overlap_grad_reduce,
+            overlap.grad_reduce,
+        ),
+        (
+            "--overlap-param-gather",
+            training.overlap_param_gather,
+            overlap.param_gather,
+        ),
+        ("--overlap-p2p-comm", training.overlap_p2p_comm, overlap.p2p),
+    ] {
+        if let Some(given) = given
+            && given != line
+        {
+            bail!(
+                "{flag} {given} contradicts {source}, which {} it (Megatron-LM overlaps only what its arguments turn on, and p2p unless --no-overlap-p2p-communication); drop {flag} or change the line",
+                if line { "turns on" } else { "leaves off" }
+            );
+        }
+    }
     Ok(())
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
 }
 
 fn grad_name(dtype: GradDtype) -> &'static str {
@@ -661,6 +751,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             zero: launch.zero,
             allow_uneven_pp: launch.split.any(),
             allow_cross_node_tp: false,
+            cp: launch.cp,
+            precision: launch.precision.precision,
             ..PlanRequest::default()
         },
     })
@@ -691,6 +783,20 @@ pub(super) fn apply_megatron_launch(
             );
         }
     }
+    // Megatron-LM overlaps what the line says (its defaults: p2p only), whatever the framework's
+    // defaults are; check_megatron_training refused tpsim flags that say otherwise.
+    let defaults = scenario.training.framework.default_overlap();
+    if launch.overlap != scenario.training.overlap && scenario.training.overlap == defaults {
+        eprintln!(
+            "note: --megatron-args: the line's overlap switches are used (tp comm {}, grad reduce {}, param gather {}, p2p {}), not --framework {}'s defaults; Megatron-LM overlaps only what --tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather turn on",
+            on_off(launch.overlap.tp_comm),
+            on_off(launch.overlap.grad_reduce),
+            on_off(launch.overlap.param_gather),
+            on_off(launch.overlap.p2p),
+            scenario.training.framework.as_str()
+        );
+    }
+    scenario.training.overlap = launch.overlap;
     if launch.global_batch.is_none()
         && training_args.global_batch.is_none()
         && let Some(batch) = launch.global_batch_on(scenario.cluster.total_gpus())
@@ -728,6 +834,10 @@ pub(super) fn megatron_request(
         launch
             .check_plan(&plan)
             .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+        return Ok(PlanRequest {
+            recompute_num_layers: emit::block_recompute_layers(request.recompute_num_layers, &plan),
+            ..request
+        });
     }
     Ok(request)
 }
@@ -751,6 +861,48 @@ pub(super) fn pasted_zero(args: &EvalArgs, pp: u32) -> Result<u8> {
         args.data_parallel_sharding_strategy.as_deref(),
         pp,
     )?)
+}
+
+/// Megatron-LM's precision arguments pasted on `eval` (`--fp8-format`, `--fp8-recipe`,
+/// `--fp8-param-gather`, `--fp4-*`), read like the `--megatron-args` reader reads them and checked
+/// against the framework tpsim models; `None` when none was given.
+pub(super) fn pasted_precision(
+    args: &EvalArgs,
+    zero: u8,
+    training: &Training,
+) -> Result<Option<Precision>> {
+    if args.fp8_format.is_none()
+        && args.fp8_recipe.is_none()
+        && args.fp4_format.is_none()
+        && args.fp4_recipe.is_none()
+        && !args.fp8_param_gather
+        && !args.fp4_param_gather
+    {
+        return Ok(None);
+    }
+    let mut notes = Vec::new();
+    let precision = emit::megatron_precision(
+        emit::PrecisionArgs {
+            fp8_format: args.fp8_format.as_deref(),
+            fp8_recipe: args.fp8_recipe.as_deref(),
+            fp4_format: args.fp4_format.as_deref(),
+            fp4_recipe: args.fp4_recipe.as_deref(),
+            fp8_param_gather: args.fp8_param_gather,
+            fp4_param_gather: args.fp4_param_gather,
+        },
+        zero,
+        &mut notes,
+    )?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    check_megatron_precision_and_overlap(
+        precision,
+        training.overlap,
+        &args.training,
+        "the pasted Megatron-LM arguments",
+    )?;
+    Ok(Some(precision.precision))
 }
 
 /// Megatron-LM's split and recompute arguments pasted on `eval`, checked on the built plan the

@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow, bail};
 use super::ecosystem_commands::{
     apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
     check_pasted_megatron, emitted, framework_of, megatron_plan_file, megatron_request,
-    pasted_split, pasted_zero, read_megatron_launch, target_name,
+    pasted_precision, pasted_split, pasted_zero, read_megatron_launch, target_name,
 };
 use super::report_commands::{check_dir, schedule_note, write_eval_report};
 use super::scenario::{global_batch_advice, precision_of_args, resolve_scenario, summaries};
@@ -51,6 +51,17 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         training_args.grad_dtype = Some(GradDtypeArg::Bf16);
     } else if args.bf16 && training_args.grad_dtype.is_none() {
         training_args.grad_dtype = Some(GradDtypeArg::Fp32);
+    }
+    // Megatron-LM overlaps only what its arguments turn on (p2p unless
+    // --no-overlap-p2p-communication): a pasted Megatron line (--bf16) means its defaults.
+    if args.no_overlap_p2p_communication {
+        training_args.overlap_p2p_comm = Some(false);
+    }
+    if args.bf16 {
+        training_args.tp_comm_overlap.get_or_insert(false);
+        training_args.overlap_grad_reduce.get_or_insert(false);
+        training_args.overlap_param_gather.get_or_insert(false);
+        training_args.overlap_p2p_comm.get_or_insert(true);
     }
     let mut scenario = resolve_scenario(
         &args.model,
@@ -150,6 +161,11 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 ep: args.ep.unwrap_or(1),
                 etp: args.etp.unwrap_or(1),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
+                // Megatron-LM's block recompute pasted (`--recompute-num-layers` defaults to 1).
+                recompute_num_layers: match args.recompute_method.as_deref() {
+                    Some("block") => args.recompute_num_layers.unwrap_or(1),
+                    _ => 0,
+                },
                 ..PlanRequest::default()
             }
         }
@@ -157,7 +173,10 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let request = PlanRequest {
         precision: match args.training.precision {
             Some(_) => precision_of_args(&args.training),
-            None => request.precision,
+            None => match pasted_precision(&args, request.zero, &scenario.training)? {
+                Some(precision) => precision,
+                None => request.precision,
+            },
         },
         ..request
     };
@@ -177,15 +196,30 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ),
         Err(e) => return Err(e.into()),
     };
+    // Block recompute over a whole chunk is every layer recomputed: the same plan as uniform.
+    let plan = match emit::block_recompute_layers(plan.recompute_num_layers, &plan) {
+        n if n != plan.recompute_num_layers => ParallelPlan::build(
+            &PlanRequest {
+                recompute_num_layers: n,
+                ..request
+            },
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+        )?,
+        _ => plan,
+    };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");
     }
-    if plan.zero >= 2 && plan.pp > 1 {
+    if plan.zero >= 2 && plan.pp > 1 && plan.zero > scenario.training.framework.max_zero_with_pp() {
         eprintln!(
-            "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but no mainstream framework runs it (DeepSpeed's pipeline engine rejects ZeRO-2/3; Megatron-LM offers ZeRO-1); `tpsim plan` does not propose it",
-            plan.zero
+            "note: ZeRO-{} with pipeline parallelism is evaluated as asked, but --framework {} runs at most ZeRO-{} with pipelines (DeepSpeed's pipeline engine rejects ZeRO-2/3; 2021 Megatron-LM offers ZeRO-1), so `tpsim plan` does not propose it; megatron-core (Megatron-FSDP) and torchtitan (FSDP2) do",
+            plan.zero,
+            scenario.training.framework.as_str(),
+            scenario.training.framework.max_zero_with_pp()
         );
     }
     let simulated = simulate_plan(
@@ -198,7 +232,7 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
-        if let Some(reason) = framework.unsupported(&scenario.model, &plan) {
+        if let Some(reason) = framework.unsupported(&scenario.model, &scenario.training, &plan) {
             bail!("--emit {}: {reason}", target_name(target));
         }
         if !estimate.fits() {
@@ -315,6 +349,14 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         account_for_loss_in_pipeline_split: false,
         decoder_first_pipeline_num_layers: None,
         decoder_last_pipeline_num_layers: None,
+        fp8_format: None,
+        fp8_recipe: None,
+        fp8_param_gather: false,
+        fp4_format: None,
+        fp4_recipe: None,
+        fp4_param_gather: false,
+        no_overlap_p2p_communication: false,
+        ckpt_format: None,
         emit: None,
         megatron_args: None,
     };

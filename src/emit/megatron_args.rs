@@ -1,6 +1,7 @@
 //! What each Megatron-LM argument says, one topic at a time: the tokens of a launch line, gradient
 //! precision, recompute, attention kernel, ZeRO stage and torchrun's cluster size (the arguments
-//! refused by name are in [`super::megatron_refused`]). [`super::megatron_reader`] puts the answers
+//! refused by name are in [`super::megatron_refused`], precision and overlap in
+//! [`super::megatron_precision`]). [`super::megatron_reader`] puts the answers
 //! together into a launch.
 
 use std::collections::{HashMap, HashSet};
@@ -97,7 +98,9 @@ const VALUED: &[&str] = &[
     "exp-avg-sq-dtype",
     "data-parallel-sharding-strategy",
     "fp8-format",
+    "fp8-recipe",
     "fp4-format",
+    "fp4-recipe",
     "cpu-offloading-num-layers",
     "pipeline-model-parallel-layout",
     "mtp-num-layers",
@@ -131,6 +134,11 @@ const SWITCHES: &[&str] = &[
     "use-flash-attn",
     "multi-latent-attention",
     "tp-comm-overlap",
+    "overlap-grad-reduce",
+    "overlap-param-gather",
+    "no-overlap-p2p-communication",
+    "fp8-param-gather",
+    "fp4-param-gather",
     "cpu-offloading",
     "distribute-saved-activations",
     "distribute-checkpointed-activations",
@@ -507,8 +515,10 @@ pub fn attention_backend(value: &str) -> Option<AttentionKernel> {
 
 /// The ZeRO stage of Megatron-LM's data-parallel arguments: `--use-distributed-optimizer` (ZeRO-1),
 /// Megatron-FSDP with `--data-parallel-sharding-strategy` (arguments.py default
-/// optim_grads_params: ZeRO-3; optim_grads: ZeRO-2; optim: ZeRO-1; no_shard: none), and torch FSDP2
-/// (full sharding: ZeRO-3; arguments.py asserts it runs without pipelines).
+/// optim_grads_params: ZeRO-3; optim_grads: ZeRO-2; optim: ZeRO-1; no_shard: none; Megatron-FSDP v1,
+/// the default `--megatron-fsdp-version`, has no pipeline-parallel check in arguments.py, so it runs
+/// with pipelines), and torch FSDP2 (full sharding: ZeRO-3; arguments.py asserts it runs without
+/// pipelines).
 pub fn megatron_zero(
     distributed_optimizer: bool,
     megatron_fsdp: bool,
@@ -541,11 +551,5 @@ pub fn megatron_zero(
             });
         }
     };
-    if pp > 1 && zero > 1 {
-        return Err(MegatronArgsError::NotModelled {
-            given: format!("--use-megatron-fsdp with --pipeline-model-parallel-size {pp}"),
-            why: "Megatron-FSDP sharding gradients or parameters together with pipeline parallelism is not modelled yet; use --use-distributed-optimizer (ZeRO-1) or --pipeline-model-parallel-size 1".into(),
-        });
-    }
     Ok(zero)
 }

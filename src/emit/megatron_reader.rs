@@ -8,10 +8,13 @@ use super::megatron_args::Parsed;
 pub use super::megatron_args::{
     FullRecompute, MegatronArgsError, attention_backend, megatron_zero,
 };
+pub use super::megatron_precision::{
+    MegatronPrecision, PrecisionArgs, megatron_overlap, megatron_precision,
+};
 use super::pipeline_split::SplitArgs;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
-use crate::training::{AttentionKernel, GradDtype};
+use crate::training::{AttentionKernel, GradDtype, Overlap};
 
 /// What a Megatron-LM argument list says about the model, the batch and the plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +40,8 @@ pub struct MegatronLaunch {
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
     pub tp: u32,
+    /// `--context-parallel-size` (default 1).
+    pub cp: u32,
     pub pp: u32,
     pub layers_per_virtual_stage: Option<u32>,
     /// `--num-virtual-stages-per-pipeline-rank N`: tpsim's vpp directly.
@@ -51,6 +56,11 @@ pub struct MegatronLaunch {
     pub full_recompute: Option<FullRecompute>,
     /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
     pub zero: u8,
+    /// GEMM precision (`--fp8-format`/`--fp8-recipe`, `--fp4-format`/`--fp4-recipe`) and whether
+    /// the low-precision weights are gathered as the parameters (`--fp8/fp4-param-gather`).
+    pub precision: MegatronPrecision,
+    /// The communication Megatron-LM overlaps with these arguments (its defaults: only p2p).
+    pub overlap: Overlap,
     /// `--microbatch-group-size-per-virtual-pipeline-stage`.
     pub microbatch_group: Option<u32>,
     /// The gradient precision Megatron-LM keeps and reduces in.
@@ -130,6 +140,17 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         notes.push("--sequence-parallel with --tensor-model-parallel-size 1: Megatron-LM turns sequence parallelism off (it splits over the TP group), and so does tpsim".to_string());
     }
     let zero = p.zero(pp, &mut notes)?;
+    let precision = p.precision(zero, &mut notes)?;
+    let overlap = p.overlap()?;
+    if overlap.tp_comm && !sequence_parallel {
+        // arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
+        // parallelism is enabled".
+        return Err(MegatronArgsError::Refused {
+            given: "--tp-comm-overlap without sequence parallelism".into(),
+            why: "Megatron-LM requires --sequence-parallel (and tensor parallelism) for it; add --sequence-parallel or drop --tp-comm-overlap".into(),
+        });
+    }
+    let cp = p.number("context-parallel-size")?.unwrap_or(1);
     let (nodes, gpus_per_node) = p.launcher(&mut notes);
     let split = SplitArgs {
         embedding_counted: p.switch("account-for-embedding-in-pipeline-split"),
@@ -169,6 +190,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
                 .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
         }),
         tp,
+        cp,
         pp,
         layers_per_virtual_stage: p.number("num-layers-per-virtual-pipeline-stage")?,
         virtual_stages: p.number("num-virtual-stages-per-pipeline-rank")?,
@@ -178,6 +200,8 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         recompute,
         full_recompute,
         zero,
+        precision,
+        overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
         grad_dtype,
         attention,
@@ -271,20 +295,21 @@ impl MegatronLaunch {
     /// Megatron's global batch: the line's, or micro-batch x dp when it has none.
     pub fn global_batch_on(&self, gpus: u32) -> Option<u32> {
         self.global_batch
-            .or_else(|| Some(self.micro_batch * gpus / (self.tp * self.pp).max(1)))
+            .or_else(|| Some(self.micro_batch * gpus / (self.tp * self.cp * self.pp).max(1)))
     }
 
-    /// The plan request on `gpus` GPUs with `global_batch` sequences per step: dp is what tp x pp
-    /// leaves, as in Megatron. Checks what Megatron checks before the plan exists.
+    /// The plan request on `gpus` GPUs with `global_batch` sequences per step: dp is what
+    /// tp x cp x pp leaves, as in Megatron (arguments.py: `data_parallel_size = world_size //
+    /// (tp * pp * cp)`). Checks what Megatron checks before the plan exists.
     pub fn request(&self, gpus: u32, global_batch: u32) -> Result<PlanRequest, String> {
-        let tp_pp = self.tp * self.pp;
-        if !gpus.is_multiple_of(tp_pp) {
+        let model_parallel = self.tp * self.cp * self.pp;
+        if !gpus.is_multiple_of(model_parallel) {
             return Err(format!(
-                "--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} = {tp_pp} does not divide the {gpus} GPUs; change --nodes or the degrees",
-                self.tp, self.pp
+                "--tensor-model-parallel-size {} x --context-parallel-size {} x --pipeline-model-parallel-size {} = {model_parallel} does not divide the {gpus} GPUs; change --nodes or the degrees",
+                self.tp, self.cp, self.pp
             ));
         }
-        let dp = gpus / tp_pp;
+        let dp = gpus / model_parallel;
         let vpp = self.vpp()?;
         // Megatron's own placement is checked here; whether tpsim's split is the same is checked
         // on the built plan (`check_plan`).
@@ -295,7 +320,10 @@ impl MegatronLaunch {
             let m = global_batch / (self.micro_batch * dp).max(1);
             if vpp == 1 {
                 // Only the interleaved schedule reads it (schedules.py).
-            } else if group < self.pp || group > m || (m % group != 0 && m % group < self.pp) {
+            } else if group < self.pp
+                || group > m
+                || (!m.is_multiple_of(group) && m % group < self.pp)
+            {
                 // schedules.py forward_backward_pipelining_with_interleaving: the group must be in
                 // [pp, m], and the last group empty or at least pp micro-batches.
                 return Err(format!(
@@ -322,6 +350,12 @@ impl MegatronLaunch {
             zero: self.zero,
             allow_uneven_pp: self.split.any() || !self.layers.is_multiple_of(self.pp),
             allow_cross_node_tp: false,
+            cp: self.cp,
+            precision: self.precision.precision,
+            recompute_num_layers: match self.full_recompute {
+                Some(FullRecompute::Block(n)) => n,
+                _ => 0,
+            },
             ..PlanRequest::default()
         })
     }
@@ -339,26 +373,25 @@ impl MegatronLaunch {
     }
 }
 
-/// Whether Megatron's full-recompute method recomputes every layer, as tpsim's full recompute
-/// does: uniform with one layer per chunk, or block covering every layer of a model chunk
-/// (Megatron-Core `recompute.py`: block recomputes the first N layers of each chunk).
-pub fn check_full_recompute(full: FullRecompute, plan: &ParallelPlan) -> Result<(), String> {
+/// Whether tpsim models Megatron's full-recompute method on `plan`: uniform with one layer per
+/// chunk is every layer recomputed, block N is tpsim's `recompute_num_layers` (Megatron-Core
+/// `recompute.py`, `recompute_method == 'block'`: block recomputes the first N layers of each model
+/// chunk and keeps the rest); uniform with N > 1 keeps N layers of activations at once in backward,
+/// which tpsim does not model.
+pub fn check_full_recompute(full: FullRecompute, _plan: &ParallelPlan) -> Result<(), String> {
     match full {
-        FullRecompute::Uniform(1) => Ok(()),
+        FullRecompute::Uniform(1) | FullRecompute::Block(_) => Ok(()),
         FullRecompute::Uniform(n) => Err(format!(
-            "--recompute-method uniform --recompute-num-layers {n} keeps the input of every {n}-layer chunk and {n} layers of activations at once in backward, which tpsim does not model yet; use --recompute-num-layers 1"
+            "--recompute-method uniform --recompute-num-layers {n} keeps the input of every {n}-layer chunk and {n} layers of activations at once in backward, which tpsim does not model yet; use --recompute-num-layers 1, or --recompute-method block"
         )),
-        FullRecompute::Block(n) => {
-            let chunk = plan.stages.max_layers().div_ceil(plan.vpp);
-            if n < chunk {
-                Err(format!(
-                    "--recompute-method block --recompute-num-layers {n} recomputes {n} of the {chunk} layers of each model chunk, and tpsim does not model partial recompute yet; use --recompute-num-layers {chunk} (every layer) or --recompute-method uniform --recompute-num-layers 1"
-                ))
-            } else {
-                Ok(())
-            }
-        }
     }
+}
+
+/// Megatron's `--recompute-method block --recompute-num-layers N` as tpsim's `recompute_num_layers`
+/// on `plan`: N of each chunk's layers, and 0 (every layer) when N covers the whole chunk, so that
+/// block over every layer is the same plan as uniform with one layer.
+pub fn block_recompute_layers(n: u32, plan: &ParallelPlan) -> u32 {
+    if n >= plan.layers_per_chunk() { 0 } else { n }
 }
 
 /// Whether tpsim's stage layout of `plan` is where Megatron puts the `layers` under `split`:

@@ -11,10 +11,6 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
         "multi-latent attention (compressed key/value projections) changes the attention weights and activations; tpsim models multi-head and grouped-query attention only",
     ),
     (
-        "tp-comm-overlap",
-        "overlapping tensor-parallel communication with GEMMs is not modelled yet; tpsim exposes all TP traffic (drop it to evaluate the line without overlap)",
-    ),
-    (
         "cpu-offloading",
         "offloading activations or weights to CPU memory is not modelled yet",
     ),
@@ -30,14 +26,6 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
 
 /// Valued arguments that tpsim does not model yet whatever their value, and why.
 const REFUSED_VALUED: &[(&str, &str)] = &[
-    (
-        "fp8-format",
-        "FP8 training is not modelled yet; tpsim models bf16 mixed precision (drop --fp8-format)",
-    ),
-    (
-        "fp4-format",
-        "FP4 training is not modelled yet; tpsim models bf16 mixed precision",
-    ),
     (
         "cpu-offloading-num-layers",
         "offloading activations or weights to CPU memory is not modelled yet",
@@ -95,20 +83,16 @@ impl Parsed<'_> {
                 return Err(not_modelled(format!("--{flag} {v}"), why));
             }
         }
-        // Context and expert parallelism change both the memory and the traffic; tpsim's plans
-        // are tp x pp x dp of a dense model.
-        for flag in [
-            "context-parallel-size",
-            "expert-model-parallel-size",
-            "expert-tensor-parallel-size",
-        ] {
+        // Expert parallelism changes both the memory and the traffic; what the reader turns into
+        // a plan is tp x cp x pp x dp of a dense model.
+        for flag in ["expert-model-parallel-size", "expert-tensor-parallel-size"] {
             if let Some(n) = self.number(flag)?
                 && n > 1
             {
                 return Err(not_modelled(
                     format!("--{flag} {n}"),
                     &format!(
-                        "context/expert parallelism is not modelled yet; tpsim plans tp x pp x dp of a dense model (drop it, or use --{flag} 1)"
+                        "expert parallelism from Megatron arguments is not modelled yet; tpsim reads tp x cp x pp x dp of a dense model (drop it, or use --{flag} 1)"
                     ),
                 ));
             }
@@ -116,7 +100,7 @@ impl Parsed<'_> {
         if let Some(n) = self.number("num-experts")? {
             return Err(not_modelled(
                 format!("--num-experts {n}"),
-                "context/expert parallelism (mixture-of-experts layers) is not modelled yet; tpsim models dense models only (drop --num-experts)",
+                "mixture-of-experts layers from Megatron arguments are not modelled yet; tpsim models dense models only (drop --num-experts)",
             ));
         }
         // arguments.py: `args.kv_channels = args.hidden_size // args.num_attention_heads` when

@@ -121,7 +121,7 @@ impl SplitArgs {
                     "--decoder-first/last-pipeline-num-layers leave {rest} layers for {stages} other stages, which Megatron-Core needs to split evenly; change the first/last values"
                 ));
             }
-            let each = if stages == 0 { 0 } else { rest / stages };
+            let each = rest.checked_div(stages).unwrap_or(0);
             return Ok(StageLayers {
                 first: self.first.unwrap_or(each),
                 middle: each,

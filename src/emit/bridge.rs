@@ -1,0 +1,129 @@
+//! Megatron-Bridge out: `ConfigContainer` overrides for `scripts/training/run_recipe.py`, the
+//! configuration NVIDIA's current stack launches (issue 13 item 6).
+
+use super::{MegatronSplit, megatron_precision_args};
+use crate::model::Model;
+use crate::plan::{ParallelPlan, Precision, Recompute};
+use crate::training::{GradDtype, Training};
+
+/// Megatron-Bridge `ConfigContainer` overrides (`KEY=VALUE`, one a line) for
+/// `scripts/training/run_recipe.py` on top of a recipe of the same model. Names from
+/// NVIDIA-NeMo/Megatron-Bridge `src/megatron/bridge/training/config.py` (`ConfigContainer.model`,
+/// `.train`, `.ddp`, `.optimizer`, `.mixed_precision`) and the Megatron-Core `TransformerConfig`
+/// fields `cfg.model` carries (`scripts/translate_mlm_to_bridge.py` maps the Megatron-LM flags to
+/// them).
+pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut set = |key: &str, value: String| lines.push(format!("{key}={value}"));
+    set("model.num_layers", model.layers.to_string());
+    set("model.hidden_size", model.hidden.to_string());
+    set("model.ffn_hidden_size", model.ffn_hidden.to_string());
+    set("model.num_attention_heads", model.heads.to_string());
+    set("model.num_query_groups", model.kv_heads.to_string());
+    // run_recipe.py: "The selected dataset owns the sequence length"; the runner copies it to
+    // model.seq_length, which is written too so both agree.
+    set("dataset.seq_length", training.seq_len.to_string());
+    set("model.seq_length", training.seq_len.to_string());
+    let dropout = if model.dropout { "0.1" } else { "0.0" };
+    set("model.hidden_dropout", dropout.into());
+    set("model.attention_dropout", dropout.into());
+    set("model.tensor_model_parallel_size", plan.tp.to_string());
+    set("model.context_parallel_size", plan.cp.to_string());
+    set("model.pipeline_model_parallel_size", plan.pp.to_string());
+    set(
+        "model.virtual_pipeline_model_parallel_size",
+        if plan.vpp > 1 {
+            plan.vpp.to_string()
+        } else {
+            "null".into()
+        },
+    );
+    let (embedding, loss, first, last) = match MegatronSplit::of(model, plan) {
+        MegatronSplit::EmbeddingAndLossCounted => (true, true, None, None),
+        MegatronSplit::FirstLast { first, last } => (false, false, Some(first), Some(last)),
+        MegatronSplit::Even | MegatronSplit::Inexpressible { .. } => (false, false, None, None),
+    };
+    set(
+        "model.account_for_embedding_in_pipeline_split",
+        embedding.to_string(),
+    );
+    set("model.account_for_loss_in_pipeline_split", loss.to_string());
+    let or_null = |v: Option<u32>| v.map_or("null".to_string(), |v| v.to_string());
+    set("model.num_layers_in_first_pipeline_stage", or_null(first));
+    set("model.num_layers_in_last_pipeline_stage", or_null(last));
+    set(
+        "model.sequence_parallel",
+        plan.sequence_parallel.to_string(),
+    );
+    let (granularity, method, layers) = match plan.recompute {
+        Recompute::None => ("null", "null", "null"),
+        Recompute::Selective => ("selective", "null", "null"),
+        Recompute::Full if plan.recompute_num_layers > 0 => ("full", "block", ""),
+        Recompute::Full => ("full", "uniform", "1"),
+    };
+    set("model.recompute_granularity", granularity.into());
+    set("model.recompute_method", method.into());
+    set(
+        "model.recompute_num_layers",
+        if method == "block" {
+            plan.recompute_num_layers.to_string()
+        } else {
+            layers.into()
+        },
+    );
+    set("train.global_batch_size", plan.global_batch.to_string());
+    set("train.micro_batch_size", plan.micro_batch.to_string());
+    // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is
+    // on, so ZeRO-0 must switch both off.
+    let distributed = (plan.zero == 1).to_string();
+    set("ddp.use_distributed_optimizer", distributed.clone());
+    set("optimizer.use_distributed_optimizer", distributed);
+    // `MixedPrecisionConfig.setup` copies its own grad_reduce_in_fp32 onto the DDP config, so the
+    // mixed-precision value must say the same (perf_recipes/_common.py sets both).
+    let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();
+    set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
+    set("ddp.grad_reduce_in_fp32", fp32_grads);
+    // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
+    // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
+    // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.
+    let (format, recipe) = megatron_precision_args(plan.precision);
+    let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
+    let fp4 = plan.precision == Precision::Nvfp4;
+    let gather = plan.precision != Precision::Bf16 && training.framework.fp8_param_gather();
+    set(
+        "mixed_precision.fp8",
+        if fp4 { "null".into() } else { or_null(format) },
+    );
+    if !fp4 && let Some((_, r)) = recipe {
+        set("mixed_precision.fp8_recipe", r.into());
+    }
+    set(
+        "mixed_precision.fp8_param_gather",
+        (gather && !fp4).to_string(),
+    );
+    set("mixed_precision.first_last_layers_bf16", "false".into());
+    set(
+        "mixed_precision.fp4",
+        if fp4 { or_null(format) } else { "null".into() },
+    );
+    if fp4 && let Some((_, r)) = recipe {
+        set("mixed_precision.fp4_recipe", r.into());
+    }
+    set(
+        "mixed_precision.fp4_param_gather",
+        (gather && fp4).to_string(),
+    );
+    // Overlap: Megatron-Core's DistributedDataParallelConfig for the data-parallel side, Bridge's
+    // CommOverlapConfig (comm_overlap.py) for TP and p2p, which it only turns on where Megatron-Core
+    // allows (tp > 1 with sequence parallelism, interleaved pipelines).
+    let overlap = &training.overlap;
+    let tp_overlap = overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
+    set("comm_overlap.tp_comm_overlap", tp_overlap.to_string());
+    set("comm_overlap.overlap_p2p_comm", overlap.p2p.to_string());
+    set("ddp.overlap_grad_reduce", overlap.grad_reduce.to_string());
+    set(
+        "ddp.overlap_param_gather",
+        (overlap.param_gather && plan.zero >= 1).to_string(),
+    );
+    lines.join("\n")
+}

@@ -1,0 +1,82 @@
+//! DeepSpeed out: the config JSON (DeepSpeed "Configuration JSON" docs: `train_batch_size =
+//! train_micro_batch_size_per_gpu × gradient_accumulation_steps × data-parallel size`) and the
+//! Megatron-DeepSpeed launcher arguments that go beside it.
+
+use serde::Serialize;
+
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{GradDtype, Training};
+
+/// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it: the model-parallel
+/// degrees, sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's names).
+pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
+    let mut args = format!(
+        "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
+        plan.tp, plan.pp
+    );
+    if plan.sequence_parallel {
+        args.push_str(" --sequence-parallel");
+    }
+    match plan.recompute {
+        Recompute::None => {}
+        Recompute::Selective => args.push_str(" --recompute-granularity selective"),
+        Recompute::Full if plan.recompute_num_layers > 0 => args.push_str(&format!(
+            " --recompute-granularity full --recompute-method block --recompute-num-layers {}",
+            plan.recompute_num_layers
+        )),
+        Recompute::Full => args.push_str(
+            " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+        ),
+    }
+    args
+}
+
+#[derive(Serialize)]
+struct DeepSpeedConfig {
+    train_batch_size: u32,
+    train_micro_batch_size_per_gpu: u32,
+    gradient_accumulation_steps: u32,
+    bf16: Enabled,
+    data_types: DataTypes,
+    zero_optimization: ZeroOptimization,
+}
+
+/// DeepSpeed's `data_types.grad_accum_dtype` (fp32, fp16 or bf16): the gradient precision.
+#[derive(Serialize)]
+struct DataTypes {
+    grad_accum_dtype: &'static str,
+}
+
+#[derive(Serialize)]
+struct Enabled {
+    enabled: bool,
+}
+
+#[derive(Serialize)]
+struct ZeroOptimization {
+    stage: u8,
+    /// DeepSpeed "overlap_comm": reduce gradients during backward.
+    overlap_comm: bool,
+}
+
+/// DeepSpeed config JSON. DeepSpeed checks `train_batch_size = micro × accumulation × dp`; tp and
+/// pp are Megatron-DeepSpeed launcher arguments, not config keys.
+pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
+    let config = DeepSpeedConfig {
+        train_batch_size: plan.global_batch,
+        train_micro_batch_size_per_gpu: plan.micro_batch,
+        gradient_accumulation_steps: plan.num_microbatches,
+        bf16: Enabled { enabled: true },
+        data_types: DataTypes {
+            grad_accum_dtype: match training.grad_dtype {
+                GradDtype::Fp32 => "fp32",
+                GradDtype::Bf16 => "bf16",
+            },
+        },
+        zero_optimization: ZeroOptimization {
+            stage: plan.zero,
+            overlap_comm: training.overlap.grad_reduce,
+        },
+    };
+    serde_json::to_string_pretty(&config).expect("the DeepSpeed config serializes to JSON")
+}

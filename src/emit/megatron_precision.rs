@@ -1,0 +1,216 @@
+//! What Megatron-LM's Transformer Engine precision arguments and communication-overlap switches
+//! say, as tpsim's precision and overlap (issue 8 items 2-3): read from a launch line by
+//! [`super::megatron_reader`] and from flags pasted on `eval`.
+
+use super::megatron_args::{MegatronArgsError, Parsed};
+use crate::plan::Precision;
+use crate::training::Overlap;
+
+/// A precision and whether the low-precision weights are the parameters that the data-parallel
+/// all-gather moves (`--fp8-param-gather` / `--fp4-param-gather`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MegatronPrecision {
+    pub precision: Precision,
+    pub param_gather: bool,
+}
+
+/// Megatron-LM's Transformer Engine precision arguments, as given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrecisionArgs<'a> {
+    pub fp8_format: Option<&'a str>,
+    pub fp8_recipe: Option<&'a str>,
+    pub fp4_format: Option<&'a str>,
+    pub fp4_recipe: Option<&'a str>,
+    pub fp8_param_gather: bool,
+    pub fp4_param_gather: bool,
+}
+
+/// Megatron-LM's Transformer Engine precision arguments as tpsim's precision. Names and defaults
+/// from Megatron-Core `transformer_config.py`: `--fp8-format {e4m3,hybrid}` with `--fp8-recipe
+/// {tensorwise,delayed,mxfp8,blockwise,custom}` (default delayed), `--fp4-format e2m1` with
+/// `--fp4-recipe {nvfp4,custom}` (default nvfp4); arguments.py refuses both formats together,
+/// `--fp4-param-gather` without `--fp4-format`, and `--fp8-param-gather` without the distributed
+/// optimizer or an FSDP (`zero` 0 here).
+pub fn megatron_precision(
+    args: PrecisionArgs,
+    zero: u8,
+    notes: &mut Vec<String>,
+) -> Result<MegatronPrecision, MegatronArgsError> {
+    let PrecisionArgs {
+        fp8_format,
+        fp8_recipe,
+        fp4_format,
+        fp4_recipe,
+        fp8_param_gather,
+        fp4_param_gather,
+    } = args;
+    let not_modelled = |given: String, why: &str| MegatronArgsError::NotModelled {
+        given,
+        why: why.to_string(),
+    };
+    if let (Some(a), Some(b)) = (fp8_format, fp4_format) {
+        return Err(MegatronArgsError::Contradiction {
+            first: format!("--fp8-format {a}"),
+            second: format!("--fp4-format {b}"),
+            fix: "Megatron-LM refuses FP8 and FP4 together; keep one",
+        });
+    }
+    let (precision, param_gather) = match (fp8_format, fp4_format) {
+        (Some(format), None) => {
+            if format != "e4m3" && format != "hybrid" {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "fp8-format".into(),
+                    value: format.to_string(),
+                    valid: "e4m3, hybrid",
+                });
+            }
+            let precision = match fp8_recipe.unwrap_or("delayed") {
+                // Per-tensor scaling, delayed or current: tpsim's fp8.
+                "tensorwise" | "delayed" => Precision::Fp8,
+                "mxfp8" => Precision::Mxfp8,
+                v @ ("blockwise" | "custom") => {
+                    return Err(not_modelled(
+                        format!("--fp8-recipe {v}"),
+                        "FP8 with 1x128 / 128x128 block scales or a custom quantizer is not modelled yet; tpsim models per-tensor FP8 (--fp8-recipe tensorwise or delayed), mxfp8 and nvfp4",
+                    ));
+                }
+                v => {
+                    return Err(MegatronArgsError::BadChoice {
+                        flag: "fp8-recipe".into(),
+                        value: v.to_string(),
+                        valid: "tensorwise, delayed, mxfp8, blockwise, custom",
+                    });
+                }
+            };
+            (precision, fp8_param_gather)
+        }
+        (None, Some(format)) => {
+            if format != "e2m1" {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "fp4-format".into(),
+                    value: format.to_string(),
+                    valid: "e2m1",
+                });
+            }
+            match fp4_recipe.unwrap_or("nvfp4") {
+                "nvfp4" => {}
+                "custom" => {
+                    return Err(not_modelled(
+                        "--fp4-recipe custom".into(),
+                        "a custom FP4 quantizer is not modelled; tpsim models NVFP4 (--fp4-recipe nvfp4)",
+                    ));
+                }
+                v => {
+                    return Err(MegatronArgsError::BadChoice {
+                        flag: "fp4-recipe".into(),
+                        value: v.to_string(),
+                        valid: "nvfp4, custom",
+                    });
+                }
+            }
+            if fp8_param_gather {
+                return Err(MegatronArgsError::Contradiction {
+                    first: "--fp4-format".into(),
+                    second: "--fp8-param-gather".into(),
+                    fix: "FP4 weights are gathered with --fp4-param-gather; use that",
+                });
+            }
+            (Precision::Nvfp4, fp4_param_gather)
+        }
+        (None, None) => {
+            for (recipe, flag, format) in [
+                (fp8_recipe, "fp8-recipe", "--fp8-format"),
+                (fp4_recipe, "fp4-recipe", "--fp4-format"),
+            ] {
+                if let Some(v) = recipe {
+                    notes.push(format!(
+                        "--{flag} {v} is ignored without {format} (Megatron-LM trains in bf16 then)"
+                    ));
+                }
+            }
+            if fp8_param_gather || fp4_param_gather {
+                return Err(MegatronArgsError::Refused {
+                    given: if fp8_param_gather {
+                        "--fp8-param-gather without --fp8-format".into()
+                    } else {
+                        "--fp4-param-gather without --fp4-format".into()
+                    },
+                    why: "Megatron-LM keeps low-precision parameters only while training in that precision; add the format or drop the flag".into(),
+                });
+            }
+            (Precision::Bf16, false)
+        }
+        (Some(_), Some(_)) => unreachable!("refused above"),
+    };
+    if param_gather && zero == 0 {
+        return Err(MegatronArgsError::Refused {
+            given: if precision == Precision::Nvfp4 {
+                "--fp4-param-gather without a sharded optimizer".into()
+            } else {
+                "--fp8-param-gather without a sharded optimizer".into()
+            },
+            why: "Megatron-LM supports it only with the distributed optimizer, torch FSDP2 or Megatron-FSDP; add --use-distributed-optimizer".into(),
+        });
+    }
+    Ok(MegatronPrecision {
+        precision,
+        param_gather,
+    })
+}
+
+/// Megatron-LM's communication-overlap switches as tpsim's overlap. Megatron's defaults
+/// (arguments.py): `--overlap-grad-reduce`, `--overlap-param-gather` and `--tp-comm-overlap`
+/// are off unless given; p2p overlap is on unless `--no-overlap-p2p-communication` (it applies
+/// only to the interleaved schedule, as in tpsim).
+pub fn megatron_overlap(
+    tp_comm: bool,
+    grad_reduce: bool,
+    param_gather: bool,
+    no_p2p: bool,
+) -> Result<Overlap, MegatronArgsError> {
+    if param_gather && !grad_reduce {
+        // arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'.
+        return Err(MegatronArgsError::Refused {
+            given: "--overlap-param-gather without --overlap-grad-reduce".into(),
+            why: "Megatron-LM requires --overlap-grad-reduce with it; add it".into(),
+        });
+    }
+    Ok(Overlap {
+        tp_comm,
+        grad_reduce,
+        param_gather,
+        p2p: !no_p2p,
+    })
+}
+
+impl Parsed<'_> {
+    /// The precision the line trains in (see [`megatron_precision`]).
+    pub(super) fn precision(
+        &self,
+        zero: u8,
+        notes: &mut Vec<String>,
+    ) -> Result<MegatronPrecision, MegatronArgsError> {
+        megatron_precision(
+            PrecisionArgs {
+                fp8_format: self.value("fp8-format"),
+                fp8_recipe: self.value("fp8-recipe"),
+                fp4_format: self.value("fp4-format"),
+                fp4_recipe: self.value("fp4-recipe"),
+                fp8_param_gather: self.switch("fp8-param-gather"),
+                fp4_param_gather: self.switch("fp4-param-gather"),
+            },
+            zero,
+            notes,
+        )
+    }
+
+    /// The communication the line overlaps (see [`megatron_overlap`]).
+    pub(super) fn overlap(&self) -> Result<Overlap, MegatronArgsError> {
+        megatron_overlap(
+            self.switch("tp-comm-overlap"),
+            self.switch("overlap-grad-reduce"),
+            self.switch("overlap-param-gather"),
+            self.switch("no-overlap-p2p-communication"),
+        )
+    }
+}

@@ -1,0 +1,158 @@
+//! NeMo 1.x out: a `megatron_gpt_config.yaml` fragment with the plan's parallel sizes, precision,
+//! recompute, overlap and optimizer.
+
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::model::{Model, Norm};
+use crate::plan::{ParallelPlan, Precision, Recompute};
+use crate::training::{GradDtype, Training};
+
+#[derive(Serialize)]
+struct NemoConfig {
+    trainer: NemoTrainer,
+    model: NemoModel,
+}
+
+#[derive(Serialize)]
+struct NemoTrainer {
+    num_nodes: u32,
+    devices: u32,
+    precision: &'static str,
+}
+
+#[derive(Serialize)]
+struct NemoModel {
+    micro_batch_size: u32,
+    global_batch_size: u32,
+    tensor_model_parallel_size: u32,
+    context_parallel_size: u32,
+    pipeline_model_parallel_size: u32,
+    virtual_pipeline_model_parallel_size: Option<u32>,
+    sequence_parallel: bool,
+    /// Transformer Engine FP8 (NeMo 1.x megatron_gpt_config.yaml: `fp8`, `fp8_hybrid` for e4m3
+    /// forward / e5m2 backward, `fp8_params` for FP8 weights gathered as the parameters).
+    fp8: bool,
+    fp8_hybrid: bool,
+    fp8_params: bool,
+    /// TP communication overlap (userbuffers) and interleaved p2p overlap.
+    ub_tp_comm_overlap: bool,
+    overlap_p2p_comm: bool,
+    encoder_seq_length: u32,
+    max_position_embeddings: u32,
+    num_layers: u32,
+    hidden_size: u32,
+    ffn_hidden_size: u32,
+    num_attention_heads: u32,
+    num_query_groups: u32,
+    activation: &'static str,
+    normalization: &'static str,
+    bias: bool,
+    position_embedding_type: &'static str,
+    share_embeddings_and_output_weights: bool,
+    /// Written out: the YAML's default is 0.1, which a merge would otherwise keep.
+    hidden_dropout: f64,
+    attention_dropout: f64,
+    activations_checkpoint_granularity: Option<&'static str>,
+    activations_checkpoint_method: Option<&'static str>,
+    activations_checkpoint_num_layers: Option<u32>,
+    optim: NemoOptim,
+}
+
+#[derive(Serialize)]
+struct NemoOptim {
+    name: &'static str,
+    /// NeMo 1.x `megatron_gpt_model.py` `setup_mcore_distributed_parallel`:
+    /// `grad_reduce_in_fp32=(self.cfg.optim.get('grad_sync_dtype', 'fp32') == 'fp32')`.
+    grad_sync_dtype: &'static str,
+    /// The distributed optimizers' gradient reduce-scatter during backward and parameter
+    /// all-gather under the next forward.
+    overlap_grad_sync: bool,
+    overlap_param_sync: bool,
+}
+
+/// NeMo 1.x trainer/model YAML fragment, to merge into `megatron_gpt_config.yaml`.
+pub fn nemo_yaml(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> String {
+    let dropout = if model.dropout { 0.1 } else { 0.0 };
+    let config = NemoConfig {
+        trainer: NemoTrainer {
+            num_nodes: cluster.nodes,
+            devices: cluster.gpus_per_node,
+            precision: "bf16-mixed",
+        },
+        model: NemoModel {
+            micro_batch_size: plan.micro_batch,
+            global_batch_size: plan.global_batch,
+            tensor_model_parallel_size: plan.tp,
+            context_parallel_size: plan.cp,
+            pipeline_model_parallel_size: plan.pp,
+            virtual_pipeline_model_parallel_size: (plan.vpp > 1).then_some(plan.vpp),
+            sequence_parallel: plan.sequence_parallel,
+            fp8: plan.precision == Precision::Fp8,
+            fp8_hybrid: plan.precision == Precision::Fp8,
+            fp8_params: plan.precision == Precision::Fp8 && training.framework.fp8_param_gather(),
+            ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
+            overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
+            encoder_seq_length: training.seq_len,
+            max_position_embeddings: training.seq_len,
+            num_layers: model.layers,
+            hidden_size: model.hidden,
+            ffn_hidden_size: model.ffn_hidden,
+            num_attention_heads: model.heads,
+            num_query_groups: model.kv_heads,
+            activation: if model.gated_mlp {
+                "fast-swiglu"
+            } else {
+                "gelu"
+            },
+            normalization: match model.norm {
+                Norm::Layernorm => "layernorm",
+                Norm::Rmsnorm => "rmsnorm",
+            },
+            bias: model.linear_bias,
+            position_embedding_type: if model.learned_position_embeddings {
+                "learned_absolute"
+            } else {
+                "rope"
+            },
+            share_embeddings_and_output_weights: model.tied_embeddings,
+            hidden_dropout: dropout,
+            attention_dropout: dropout,
+            activations_checkpoint_granularity: match plan.recompute {
+                Recompute::None => None,
+                Recompute::Selective => Some("selective"),
+                Recompute::Full => Some("full"),
+            },
+            activations_checkpoint_method: match plan.recompute {
+                Recompute::Full if plan.recompute_num_layers > 0 => Some("block"),
+                Recompute::Full => Some("uniform"),
+                _ => None,
+            },
+            activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
+                .then_some(plan.recompute_num_layers.max(1)),
+            optim: NemoOptim {
+                name: match plan.zero {
+                    0 => "fused_adam",
+                    1 => "mcore_distributed_optim",
+                    _ => "distributed_fused_adam",
+                },
+                grad_sync_dtype: match training.grad_dtype {
+                    GradDtype::Fp32 => "fp32",
+                    GradDtype::Bf16 => "bf16",
+                },
+                overlap_grad_sync: training.overlap.grad_reduce,
+                overlap_param_sync: training.overlap.param_gather && plan.zero >= 1,
+            },
+        },
+    };
+    format!(
+        "# NeMo megatron_gpt_config.yaml fragment written by tpsim for a plan evaluated as --framework {} runs it; merge into your config.\n{}",
+        training.framework.as_str(),
+        yaml_serde::to_string(&config).expect("the NeMo fragment serializes to YAML")
+    )
+}
