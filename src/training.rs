@@ -142,8 +142,8 @@ impl TrainingFramework {
     /// them in FP8 (Megatron-Core `--fp8-param-gather`, which NVIDIA's performance recipes set:
     /// Megatron-Bridge docs "When training in fp8 computing precision, setting
     /// `fp8_param_gather=True` conducts the parameter all-gather in fp8"; NVIDIA
-    /// dgxc-benchmarking configs `FP8_PARAM_GATHER=true`). Others keep bf16 weights and add the
-    /// quantized copies.
+    /// dgxc-benchmarking configs `FP8_PARAM_GATHER=true`); it needs the distributed optimizer
+    /// (ZeRO >= 1). Others keep bf16 weights and add the quantized copies.
     pub fn fp8_param_gather(self) -> bool {
         matches!(self, TrainingFramework::MegatronCore)
     }

@@ -474,6 +474,7 @@ pub fn evaluate(
     // FP8 parameter gather moves the layer weights in one byte (the embedding and output layer stay
     // bf16; counted at the average over the stage's parameters).
     let gather_bytes_per_param = if plan.precision != Precision::Bf16
+        && plan.zero >= 1
         && training.framework.fp8_param_gather()
     {
         let layer_share =
