@@ -14,6 +14,7 @@ pub mod emit;
 pub mod hf_config;
 pub mod input_file;
 pub mod model;
+pub mod modern_runs;
 pub mod output_file;
 pub mod plan;
 pub mod planner;

@@ -20,6 +20,11 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
             "bundled validation/published_runs.yaml".to_string(),
         ),
     };
+    // The current-stack format (`validation/modern_runs.yaml`: schema_version, model_catalog,
+    // runs with results in tokens/s per GPU) is compared in tokens/s per GPU.
+    if text.contains("\nmodel_catalog:") && text.contains("schema_version:") {
+        return modern_accuracy(&text, &origin, args.format);
+    }
     let rows = validation::accuracy(&text, &origin)?;
     if rows.is_empty() {
         bail!(
@@ -67,6 +72,63 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
                 worst * 100.0
             );
             let _ = format_count;
+        }
+    }
+    Ok(Outcome::Found)
+}
+
+/// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan
+/// pinned, predicted against the published tokens/s per GPU.
+fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> {
+    use crate::modern_runs::{ModernRunsFile, predict, summary};
+    let file: ModernRunsFile = yaml_serde::from_str(text)
+        .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
+    let rows: Vec<_> = file.runs.iter().map(predict).collect();
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Format::Yaml => print!("{}", yaml_serde::to_string(&rows)?),
+        Format::Table => {
+            let mut table = Table::new();
+            table.load_style(UTF8_FULL_CONDENSED);
+            table.set_header(vec![
+                "run",
+                "GPU",
+                "published tok/s/GPU",
+                "predicted",
+                "error %",
+                "searched settings / why not predicted",
+            ]);
+            for r in &rows {
+                table.add_row(vec![
+                    r.id.clone(),
+                    r.gpu.clone(),
+                    format!("{:.0}", r.published_tokens_per_s_per_gpu),
+                    r.predicted_tokens_per_s_per_gpu
+                        .map(|t| format!("{t:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    r.error
+                        .map(|e| format!("{:+.1}", 100.0 * e))
+                        .unwrap_or_else(|| "-".into()),
+                    r.note.clone(),
+                ]);
+            }
+            println!("{table}");
+            for (name, moe, bound) in [("dense", false, 0.25), ("MoE", true, 0.30)] {
+                let set: Vec<_> = rows.iter().filter(|r| r.moe == moe).collect();
+                if let Some((n, median, max, past)) = summary(&set, bound) {
+                    println!(
+                        "{name}: {n} runs predicted, median |error| {:.1}%, max {:.1}%, {past} past {:.0}%",
+                        100.0 * median,
+                        100.0 * max,
+                        100.0 * bound
+                    );
+                }
+            }
+            println!(
+                "{} of {} runs not predicted (see the last column)",
+                rows.iter().filter(|r| r.error.is_none()).count(),
+                rows.len()
+            );
         }
     }
     Ok(Outcome::Found)

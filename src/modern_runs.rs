@@ -1,0 +1,363 @@
+//! Published runs on current stacks (`validation/modern_runs.yaml`: NVIDIA's DGX benchmark recipes,
+//! NeMo, Megatron-Bridge, torchtitan, NeMo AutoModel; see `validation/modern_runs.md`): each run
+//! that tpsim can express is planned with its published plan pinned and the unstated settings
+//! (recompute, ZeRO, expert TP) left to the search, and compared in tokens/s per GPU, which does not
+//! depend on how a source counts FLOPs (modern_runs.md, caveat 1).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::Cluster;
+use crate::model::{Model, ModelFile, ShapeOverrides};
+use crate::plan::{Precision, Recompute};
+use crate::planner::{Pins, SearchOptions, refine_top, search};
+use crate::specs;
+use crate::training::{AttentionKernel, Training, TrainingFramework};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModernRunsFile {
+    pub schema_version: u32,
+    pub runs: Vec<ModernRun>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModernRun {
+    pub id: String,
+    pub task: String,
+    #[serde(default)]
+    pub model_key: Option<String>,
+    pub model: RunModel,
+    pub hardware: RunHardware,
+    pub plan: RunPlan,
+    pub results: RunResults,
+    #[serde(default)]
+    pub flags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunModel {
+    pub name: String,
+    #[serde(default)]
+    pub layers: Option<u32>,
+    #[serde(default)]
+    pub hidden: Option<u32>,
+    #[serde(default)]
+    pub heads: Option<u32>,
+    #[serde(default)]
+    pub kv_heads: Option<u32>,
+    #[serde(default)]
+    pub ffn_hidden: Option<u32>,
+    #[serde(default)]
+    pub vocab: Option<u32>,
+    #[serde(default)]
+    pub moe: Option<serde_json::Value>,
+    #[serde(default)]
+    pub seq_len: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunHardware {
+    pub gpu: String,
+    pub num_gpus: u32,
+    pub gpus_per_node: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunPlan {
+    #[serde(default)]
+    pub tp: Option<u32>,
+    #[serde(default)]
+    pub pp: Option<u32>,
+    #[serde(default)]
+    pub cp: Option<u32>,
+    #[serde(default)]
+    pub vp: Option<u32>,
+    #[serde(default)]
+    pub ep: Option<u32>,
+    #[serde(default)]
+    pub etp: Option<u32>,
+    #[serde(default)]
+    pub dp: Option<u32>,
+    #[serde(default)]
+    pub mbs: Option<u32>,
+    #[serde(default)]
+    pub gbs: Option<u32>,
+    #[serde(default)]
+    pub precision: Option<String>,
+    #[serde(default)]
+    pub recompute: Option<String>,
+    #[serde(default)]
+    pub fsdp: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunResults {
+    #[serde(default)]
+    pub tokens_per_s_per_gpu: Option<f64>,
+}
+
+/// One run's prediction, or why tpsim cannot express it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModernPrediction {
+    pub id: String,
+    /// The source family: dgxc, nemo, mbridge, torchtitan, automodel.
+    pub source: String,
+    pub gpu: String,
+    pub moe: bool,
+    pub published_tokens_per_s_per_gpu: f64,
+    pub predicted_tokens_per_s_per_gpu: Option<f64>,
+    /// predicted / published − 1.
+    pub error: Option<f64>,
+    /// The chosen plan's settings the source left open, or why nothing was predicted.
+    pub note: String,
+}
+
+/// Bundled profile of a GPU name as the runs spell it.
+fn gpu_profile(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "H100" => "h100-sxm-80g",
+        "H200" => "h200-sxm-141g",
+        "H800" => "h800-sxm-80g",
+        "B200" => "b200-sxm-180g",
+        "B300" => "b300-sxm-288g",
+        "GB200" => "gb200-nvl72",
+        "GB300" => "gb300-nvl72",
+        _ => return None,
+    })
+}
+
+/// Bundled MoE model of a catalog key.
+fn bundled_moe(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "deepseek_v3" => "deepseek-v3",
+        "qwen3_30b_a3b" => "qwen3-30b-a3b",
+        "qwen3_235b_a22b" => "qwen3-235b-a22b",
+        "gpt_oss_120b" => "gpt-oss-120b",
+        "gpt_oss_20b" => "gpt-oss-20b",
+        "grok1_314b" => "grok-1",
+        _ => return None,
+    })
+}
+
+/// The model a run trains: a bundled MoE model (with the run's layer count, for the truncated
+/// weak-scaling proxies), or a dense shape from the run's fields in the block style of its family
+/// (Llama: SwiGLU, RMSNorm, RoPE, untied; GPT-3: GeLU, LayerNorm, biases, learned positions, tied;
+/// Nemotron-4: squared-ReLU MLP, LayerNorm, RoPE, untied, no biases).
+fn model_of(run: &ModernRun) -> Result<Model, String> {
+    let m = &run.model;
+    if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
+        let key = run.model_key.as_deref().unwrap_or("");
+        let name = bundled_moe(key).ok_or_else(|| format!("MoE model {key} is not bundled"))?;
+        let model = specs::load_model(name).map_err(|e| e.to_string())?;
+        let layers = m.layers.unwrap_or(model.layers);
+        let overrides = ShapeOverrides {
+            layers: (layers != model.layers).then_some(layers),
+            ..ShapeOverrides::default()
+        };
+        let mut model = if overrides == ShapeOverrides::default() {
+            model
+        } else {
+            model
+                .with_overrides(&overrides)
+                .map_err(|e| e.to_string())?
+        };
+        model.seq_len = m.seq_len.unwrap_or(model.seq_len);
+        return Ok(model);
+    }
+    if m.name.contains("Mamba") || m.name.contains("LatentMoE") {
+        return Err("hybrid Mamba/LatentMoE model".into());
+    }
+    let llama = m.name.contains("Llama") || m.name.contains("Mistral");
+    let gpt = m.name.starts_with("GPT");
+    let file = ModelFile {
+        name: m.name.clone(),
+        description: None,
+        source: None,
+        published_params_b: None,
+        published_active_params_b: None,
+        layers: m.layers.unwrap_or(0),
+        hidden: m.hidden.unwrap_or(0),
+        heads: m.heads.unwrap_or(0),
+        kv_heads: m.kv_heads,
+        head_dim: None,
+        ffn_hidden: m.ffn_hidden,
+        vocab: m.vocab.unwrap_or(256_000),
+        seq_len: m.seq_len.unwrap_or(0),
+        gated_mlp: llama,
+        linear_bias: gpt,
+        qkv_bias: false,
+        qk_norm: false,
+        shared_layer_norm: false,
+        tied_embeddings: gpt,
+        learned_position_embeddings: gpt,
+        norm: Some(if llama {
+            crate::model::Norm::Rmsnorm
+        } else {
+            crate::model::Norm::Layernorm
+        }),
+        dropout: false,
+        mla: None,
+        moe: None,
+    };
+    Model::from_file(&file).map_err(|e| e.to_string())
+}
+
+fn precision_of(text: &str) -> Result<Precision, String> {
+    Ok(match text {
+        "bf16" => Precision::Bf16,
+        "fp8" => Precision::Fp8,
+        "mxfp8" => Precision::Mxfp8,
+        "nvfp4" => Precision::Nvfp4,
+        other => return Err(format!("precision {other}")),
+    })
+}
+
+/// Why a run is left out, or None when tpsim can express it.
+pub fn excluded(run: &ModernRun) -> Option<String> {
+    if run.task != "pretrain" {
+        return Some(format!("{} run (packed sequences, other FLOPs)", run.task));
+    }
+    if run.id.contains("maxtext") {
+        return Some("MaxText (JAX), not a framework tpsim models".into());
+    }
+    if let Some(flag) = run
+        .flags
+        .iter()
+        .find(|f| f.contains("source_inconsistency") || f.contains("SUSPECT"))
+    {
+        return Some(format!("flagged {flag} in the source"));
+    }
+    if gpu_profile(&run.hardware.gpu).is_none() {
+        return Some(format!("GPU {} has no profile", run.hardware.gpu));
+    }
+    if run.results.tokens_per_s_per_gpu.is_none() {
+        return Some("no tokens/s published".into());
+    }
+    let m = &run.model;
+    let p = &run.plan;
+    if m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none() {
+        return Some("model shape not stated".into());
+    }
+    if p.tp.is_none() || p.pp.is_none() || p.dp.is_none() || p.gbs.is_none() {
+        return Some("plan not stated".into());
+    }
+    None
+}
+
+/// Predicts one run with its published plan pinned.
+pub fn predict(run: &ModernRun) -> ModernPrediction {
+    let published = run.results.tokens_per_s_per_gpu.unwrap_or(0.0);
+    let source = run.id.split('-').next().unwrap_or("").to_string();
+    let mut out = ModernPrediction {
+        id: run.id.clone(),
+        source,
+        gpu: run.hardware.gpu.clone(),
+        moe: run.model.moe.as_ref().is_some_and(|v| !v.is_null()),
+        published_tokens_per_s_per_gpu: published,
+        predicted_tokens_per_s_per_gpu: None,
+        error: None,
+        note: String::new(),
+    };
+    match predict_tokens(run) {
+        Ok((tokens, note)) => {
+            out.predicted_tokens_per_s_per_gpu = Some(tokens);
+            out.error = Some(tokens / published - 1.0);
+            out.note = note;
+        }
+        Err(why) => out.note = why,
+    }
+    out
+}
+
+fn predict_tokens(run: &ModernRun) -> Result<(f64, String), String> {
+    if let Some(why) = excluded(run) {
+        return Err(why);
+    }
+    let model = model_of(run)?;
+    let hw = &run.hardware;
+    let gpu =
+        specs::load_gpu(gpu_profile(&hw.gpu).unwrap_or_default()).map_err(|e| e.to_string())?;
+    if hw.gpus_per_node == 0 || !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
+        return Err(format!(
+            "{} GPUs are not whole nodes of {}",
+            hw.num_gpus, hw.gpus_per_node
+        ));
+    }
+    let cluster = Cluster {
+        gpu,
+        nodes: hw.num_gpus / hw.gpus_per_node,
+        gpus_per_node: hw.gpus_per_node,
+    };
+    let framework = if run.id.starts_with("torchtitan") || run.id.starts_with("automodel") {
+        TrainingFramework::Torchtitan
+    } else {
+        TrainingFramework::MegatronCore
+    };
+    let p = &run.plan;
+    let (tp, pp, dp, gbs) = (
+        p.tp.unwrap_or(1),
+        p.pp.unwrap_or(1),
+        p.dp.unwrap_or(1),
+        p.gbs.unwrap_or(1),
+    );
+    let training = Training::with_framework(framework, model.seq_len, gbs, AttentionKernel::Flash);
+    let recompute = p.recompute.as_deref().unwrap_or("");
+    let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
+    let options = SearchOptions {
+        allow_uneven_pp: !model.layers.is_multiple_of(pp),
+        allow_cross_node_tp: false,
+        precision: precision_of(p.precision.as_deref().unwrap_or("bf16"))?,
+        pins: Pins {
+            tp: Some(tp),
+            cp: Some(p.cp.unwrap_or(1)),
+            pp: Some(pp),
+            dp: Some(dp),
+            vpp: Some(p.vp.unwrap_or(1)),
+            micro_batch: p.mbs,
+            recompute: recompute.starts_with("full").then_some(Recompute::Full),
+            zero: fsdp.then_some(3),
+            sequence_parallel: None,
+            ep: Some(p.ep.unwrap_or(1)),
+            etp: p.etp,
+        },
+    };
+    let result = search(&model, &cluster, &training, options);
+    let Some(best) = result.feasible().first() else {
+        return Err(match result.closest_miss() {
+            Some(miss) => format!(
+                "the published plan does not fit in tpsim's memory model ({:.1} of {:.1} GiB at best)",
+                miss.memory.total_bytes.0 / crate::units::GIB,
+                miss.memory.capacity_bytes.0 / crate::units::GIB
+            ),
+            None => "the published plan is not a valid plan for tpsim".into(),
+        });
+    };
+    let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
+    let chosen = refined.plans[0];
+    let note = format!(
+        "recompute {}, ZeRO-{}, etp {}",
+        crate::report::recompute_label(&chosen.plan),
+        chosen.plan.zero,
+        chosen.plan.etp
+    );
+    Ok((chosen.tokens_per_s / f64::from(hw.num_gpus), note))
+}
+
+/// Median and largest |error| and the count past `bound` of the predictions that have one.
+pub fn summary(predictions: &[&ModernPrediction], bound: f64) -> Option<(usize, f64, f64, usize)> {
+    let mut errors: Vec<f64> = predictions
+        .iter()
+        .filter_map(|p| p.error.map(f64::abs))
+        .collect();
+    if errors.is_empty() {
+        return None;
+    }
+    errors.sort_by(f64::total_cmp);
+    let n = errors.len();
+    let median = if n % 2 == 1 {
+        errors[n / 2]
+    } else {
+        0.5 * (errors[n / 2 - 1] + errors[n / 2])
+    };
+    let past = errors.iter().filter(|e| **e > bound).count();
+    Some((n, median, errors[n - 1], past))
+}

@@ -1,0 +1,122 @@
+//! Accuracy on current stacks: every run of `validation/modern_runs.yaml` tpsim can express, with
+//! its published plan pinned and the unstated settings searched, against the published tokens/s
+//! per GPU (issue 8 item 9 for dense runs, issue 9 item 7 for MoE runs). The bounds are the
+//! issue's targets where tpsim meets them; where it does not yet (the largest errors, listed in
+//! validation/FIT.md with their suspected mechanisms), the bound is today's value, so any growth
+//! fails CI. Set TPSIM_MODERN_PRINT=1 to print every run.
+
+use tpsim::modern_runs::{ModernPrediction, ModernRunsFile, predict, summary};
+
+fn predictions() -> Vec<ModernPrediction> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/validation/modern_runs.yaml"
+    ))
+    .unwrap();
+    let file: ModernRunsFile = yaml_serde::from_str(&text).unwrap();
+    assert_eq!(file.schema_version, 1);
+    let out: Vec<ModernPrediction> = file.runs.iter().map(predict).collect();
+    if std::env::var_os("TPSIM_MODERN_PRINT").is_some() {
+        for p in &out {
+            match p.error {
+                Some(e) => eprintln!(
+                    "{:72} pub {:>8.0} got {:>8.0} {:+6.1}%  {}",
+                    p.id,
+                    p.published_tokens_per_s_per_gpu,
+                    p.predicted_tokens_per_s_per_gpu.unwrap_or(0.0),
+                    100.0 * e,
+                    p.note
+                ),
+                None => eprintln!("{:72} -- {}", p.id, p.note),
+            }
+        }
+    }
+    out
+}
+
+fn report(name: &str, set: &[&ModernPrediction], bound: f64) -> (usize, f64, f64, usize) {
+    let s = summary(set, bound).unwrap_or((0, 0.0, 0.0, 0));
+    eprintln!(
+        "{name}: {} runs, median |error| {:.1}%, max {:.1}%, {} past {:.0}%",
+        s.0,
+        100.0 * s.1,
+        100.0 * s.2,
+        s.3,
+        100.0 * bound
+    );
+    s
+}
+
+#[test]
+fn current_stack_runs_within_the_bounds() {
+    let all = predictions();
+    let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe).collect();
+    let megatron: Vec<&ModernPrediction> = dense
+        .iter()
+        .copied()
+        .filter(|p| !matches!(p.source.as_str(), "torchtitan" | "automodel"))
+        .collect();
+    let moe: Vec<&ModernPrediction> = all.iter().filter(|p| p.moe).collect();
+    let d = report("dense, all sources", &dense, 0.25);
+    let m = report("dense, Megatron-Core family", &megatron, 0.25);
+    let e = report("MoE", &moe, 0.30);
+    eprintln!(
+        "not predicted: {}",
+        all.iter().filter(|p| p.error.is_none()).count()
+    );
+    // Dense: the issue's median target holds.
+    assert!(d.0 >= 150, "only {} dense runs predicted", d.0);
+    assert!(d.1 <= 0.10, "dense median |error| {:.3}", d.1);
+    assert!(m.1 <= 0.08, "Megatron-family median |error| {:.3}", m.1);
+    // Not yet met: none past 25%. Today's counts are the bound (FIT.md lists them).
+    assert!(
+        m.3 <= DENSE_MEGATRON_PAST_25,
+        "{} Megatron-family runs past 25%",
+        m.3
+    );
+    assert!(d.3 <= DENSE_ALL_PAST_25, "{} dense runs past 25%", d.3);
+    // MoE.
+    assert!(e.0 >= MOE_MIN_PREDICTED, "only {} MoE runs predicted", e.0);
+    assert!(e.1 <= MOE_MEDIAN_BOUND, "MoE median |error| {:.3}", e.1);
+    assert!(e.3 <= MOE_PAST_30, "{} MoE runs past 30%", e.3);
+}
+
+// Today's values (2026-11-30), not the issue's targets: the issue asks for none past 25% (dense) and
+// a median of 15% with none past 30% (MoE). These bounds only stop the errors from growing; see
+// validation/FIT.md for which runs miss and why.
+const DENSE_MEGATRON_PAST_25: usize = 9;
+const DENSE_ALL_PAST_25: usize = 35;
+const MOE_MIN_PREDICTED: usize = 30;
+const MOE_MEDIAN_BOUND: f64 = 0.26;
+const MOE_PAST_30: usize = 14;
+
+/// `tpsim accuracy --runs` reads this format too and reports the same predictions.
+#[test]
+fn accuracy_command_reads_the_current_stack_format() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .args([
+            "accuracy",
+            "--runs",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/validation/modern_runs.yaml"),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 329);
+    let library = predictions();
+    for (row, lib) in rows.iter().zip(&library) {
+        assert_eq!(row["id"], lib.id.as_str());
+        assert_eq!(
+            row["predicted_tokens_per_s_per_gpu"].as_f64(),
+            lib.predicted_tokens_per_s_per_gpu
+        );
+    }
+}
