@@ -10,6 +10,8 @@ use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 
 use crate::cost::Estimate;
+use crate::cost::simulated::ScheduleSummary;
+use crate::cost::terms::TermKind;
 use crate::units::GIB;
 
 /// One compared quantity.
@@ -30,19 +32,30 @@ pub struct Comparison {
     pub verdict: String,
     pub a: Estimate,
     pub b: Estimate,
+    /// How each plan's step time was obtained (the simulated 1F1B schedule, as `plan` and `eval`).
+    pub a_schedule: Option<ScheduleSummary>,
+    pub b_schedule: Option<ScheduleSummary>,
 }
 
-/// Time terms with the words the verdict uses for them.
-fn time_terms(e: &Estimate) -> [(&'static str, &'static str, f64); 6] {
-    let t = &e.time;
-    [
-        ("compute", "compute", t.compute_s.0),
-        ("TP exposed", "TP traffic", t.tp_comm_exposed_s.0),
-        ("PP exposed", "PP traffic", t.pp_comm_exposed_s.0),
-        ("DP exposed", "DP traffic", t.dp_comm_exposed_s.0),
-        ("bubble", "pipeline bubble", t.bubble_s.0),
-        ("optimizer", "optimizer step", t.optimizer_s.0),
-    ]
+/// Time terms (every term of the step, `cost::terms`) with the words the verdict uses for them.
+fn time_terms(e: &Estimate) -> Vec<(&'static str, &'static str, f64)> {
+    TermKind::ALL
+        .iter()
+        .map(|&kind| {
+            let words = match kind {
+                TermKind::Compute => "compute",
+                TermKind::TpComm => "TP traffic",
+                TermKind::CpComm => "CP traffic",
+                TermKind::PpComm => "PP traffic",
+                TermKind::EpComm => "EP all-to-all",
+                TermKind::DpGradReduce => "DP gradient reduction",
+                TermKind::DpParamGather => "DP parameter gathers",
+                TermKind::Bubble => "pipeline bubble",
+                TermKind::Optimizer => "optimizer step",
+            };
+            (kind.label(), words, e.terms.exposed(kind))
+        })
+        .collect()
 }
 
 pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comparison {
@@ -116,6 +129,8 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         verdict: verdict(a, b, a_label, b_label),
         a: *a,
         b: *b,
+        a_schedule: None,
+        b_schedule: None,
     }
 }
 
@@ -171,37 +186,31 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
         .zip(time_terms(fast))
         .map(|((_, words, s), (_, _, f))| (words, 100.0 * (s - f) / slow_step))
         .collect();
-    let decide = diffs
-        .iter()
-        .copied()
-        .max_by(|x, y| x.1.total_cmp(&y.1))
-        .expect("six terms");
-    let against = diffs
-        .iter()
-        .copied()
-        .min_by(|x, y| x.1.total_cmp(&y.1))
-        .expect("six terms");
+    // Every term that moved, largest first, with its sign: the points add up to the gap.
+    let mut moved: Vec<(&str, f64)> = diffs.into_iter().filter(|d| d.1.abs() >= 0.05).collect();
+    moved.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
     let because = |term: &str| {
         cause(term, fast, slow)
             .map(|c| format!(" ({c})"))
             .unwrap_or_default()
     };
-    let mut sentence = format!(
-        "{fast_label} is {}% faster than {slow_label}: its {} is {} points smaller{}",
+    let parts: Vec<String> = moved
+        .iter()
+        .map(|(words, points)| {
+            if *points > 0.0 {
+                format!("{words} {} points less{}", figure(*points), because(words))
+            } else {
+                format!("{words} {} points more{}", figure(-*points), because(words))
+            }
+        })
+        .collect();
+    let gap = 100.0 * (slow_step - fast.time.step_s.0) / slow_step;
+    format!(
+        "{fast_label} is {}% faster than {slow_label} ({} points of {slow_label}'s step): {}",
         figure(speedup),
-        decide.0,
-        figure(decide.1),
-        because(decide.0)
-    );
-    if against.1 <= -0.05 {
-        sentence.push_str(&format!(
-            " and costs {} points more {}{}",
-            figure(-against.1),
-            against.0,
-            because(against.0)
-        ));
-    }
-    sentence
+        figure(gap),
+        parts.join(", ")
+    )
 }
 
 /// 11.3 → "11", 4.66 → "4.7": whole numbers once they are large enough to read that way.
@@ -247,8 +256,12 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             f.micro_batch.to_string(),
             s.micro_batch.to_string(),
         ),
-        "DP traffic" if f.zero != s.zero => pair("ZeRO", f.zero.to_string(), s.zero.to_string()),
-        "DP traffic" if f.dp != s.dp => pair("dp", f.dp.to_string(), s.dp.to_string()),
+        "DP gradient reduction" | "DP parameter gathers" if f.zero != s.zero => {
+            pair("ZeRO", f.zero.to_string(), s.zero.to_string())
+        }
+        "DP gradient reduction" | "DP parameter gathers" if f.dp != s.dp => {
+            pair("dp", f.dp.to_string(), s.dp.to_string())
+        }
         _ => None,
     }
 }

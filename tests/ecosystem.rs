@@ -745,8 +745,43 @@ fn compare_names_the_deciding_term() {
     ]);
     let verdict = json["verdict"].as_str().unwrap();
     assert!(verdict.contains("faster"), "{verdict}");
-    assert!(verdict.contains("points smaller"), "{verdict}");
+    assert!(verdict.contains("points less"), "{verdict}");
     let (a, b) = (&json["a"], &json["b"]);
+    // One step-time source: the compared step times are the simulated ones plan/eval print, and
+    // the JSON says how each was obtained.
+    for (side, schedule) in [("a", "a_schedule"), ("b", "b_schedule")] {
+        assert_eq!(
+            json[side]["time"]["step_s"].as_f64(),
+            json[schedule]["simulated_step_s"].as_f64(),
+            "{side}"
+        );
+    }
+    // The verdict's signed points add up to the gap between the two steps.
+    let points: f64 = verdict
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(", ")
+        .map(|part| {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "points").unwrap();
+            let x: f64 = words[at - 1].parse().unwrap();
+            if words[at + 1].starts_with("less") {
+                x
+            } else {
+                -x
+            }
+        })
+        .sum();
+    let (sa, sb) = (
+        a["time"]["step_s"].as_f64().unwrap(),
+        b["time"]["step_s"].as_f64().unwrap(),
+    );
+    let gap = 100.0 * (sb - sa) / sb;
+    assert!(
+        (points - gap).abs() <= 0.1 * verdict.matches("points").count() as f64,
+        "{verdict}: {points} vs {gap}"
+    );
     assert!(a["time"]["step_s"].as_f64() <= b["time"]["step_s"].as_f64());
     // Two different layouts, not a ZeRO twin.
     assert!(
@@ -772,7 +807,7 @@ fn compare_names_the_deciding_term() {
         "weights",
         "activations",
         "bubble",
-        "TP exposed",
+        "TP comm",
         "DP",
         "step",
     ] {

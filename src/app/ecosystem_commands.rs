@@ -446,6 +446,22 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     out
 }
 
+/// A plan's estimate refined by the schedule simulation, as `plan` and `eval` show it.
+fn with_schedule(
+    scenario: &Scenario,
+    closed: &Estimate,
+) -> (Estimate, Option<crate::cost::simulated::ScheduleSummary>) {
+    match simulate_plan(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &closed.plan,
+    ) {
+        Ok(sim) => (sim.estimate, Some(sim.summary)),
+        Err(_) => (*closed, None),
+    }
+}
+
 pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let (a, b, a_from, b_from) = match args.plan.len() {
         0 => {
@@ -475,9 +491,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 eprintln!("only one plan layout fits; nothing to compare it with");
                 return Ok(Outcome::NothingFits);
             };
+            let (a, sa) = with_schedule(&scenario, best);
+            let (b, sb) = with_schedule(&scenario, runner_up);
             (
-                *best,
-                *runner_up,
+                (a, sa),
+                (b, sb),
                 "search #1".to_string(),
                 format!("search #{}", rank + 1),
             )
@@ -513,12 +531,13 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &scenario.training,
                 )
                 .with_context(|| format!("--plan {path}"))?;
-                estimates.push(evaluate(
+                let closed = evaluate(
                     &scenario.model,
                     &scenario.cluster,
                     &scenario.training,
                     &plan,
-                ));
+                );
+                estimates.push(with_schedule(scenario, &closed));
             }
             (
                 estimates[0],
@@ -531,7 +550,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             "--plan given {n} time(s); compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search"
         ),
     };
-    let comparison = compare::compare(&a, &b, "plan A", "plan B");
+    // The same step time plan, eval and sweep print: the simulated schedule where it applies.
+    let ((a, a_schedule), (b, b_schedule)) = (a, b);
+    let mut comparison = compare::compare(&a, &b, "plan A", "plan B");
+    comparison.a_schedule = a_schedule;
+    comparison.b_schedule = b_schedule;
     match args.format {
         CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
         CompareFormat::Table => {
