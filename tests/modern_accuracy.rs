@@ -87,8 +87,8 @@ fn current_stack_runs_within_the_bounds() {
 const DENSE_MEGATRON_PAST_25: usize = 9;
 const DENSE_ALL_PAST_25: usize = 35;
 const MOE_MIN_PREDICTED: usize = 30;
-const MOE_MEDIAN_BOUND: f64 = 0.26;
-const MOE_PAST_30: usize = 14;
+const MOE_MEDIAN_BOUND: f64 = 0.34;
+const MOE_PAST_30: usize = 16;
 
 /// `tpsim accuracy --runs` reads this format too and reports the same predictions.
 #[test]

@@ -138,8 +138,7 @@ pub fn simulate_plan(
     let schedule = simulate(&stages, plan.vpp, plan.num_microbatches, 0.0)?;
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
-    let busy =
-        t.compute_s.0 + t.tp_comm_exposed_s.0 + t.cp_comm_exposed_s.0 + t.pp_comm_exposed_s.0;
+    let busy = closed.terms.pipeline_busy_s();
     let closed_pipeline = busy + t.bubble_s.0;
     let simulated_step = schedule.step_s + tail;
     let differs = (schedule.step_s - closed_pipeline).abs() > 1e-9 * closed_pipeline.max(1e-12);
@@ -311,6 +310,42 @@ mod tests {
         assert!((parts - t.step_s.0).abs() < 1e-9 * t.step_s.0);
         let tokens = f64::from(plan.global_batch) * f64::from(training.seq_len) / t.step_s.0;
         assert!((tokens - s.estimate.tokens_per_s).abs() < 1e-6 * tokens);
+    }
+
+    #[test]
+    fn refined_step_is_the_schedule_plus_the_tail_with_every_term() {
+        // Whatever the plan's terms (here an MoE plan with EP all-to-alls), the refined step is the
+        // simulated pipeline plus what runs after it; no term may be left out of the pipeline's
+        // busy time (it once was: the EP all-to-all was counted twice).
+        let mut model = specs::load_model("mixtral-8x7b").unwrap();
+        model.seq_len = 4096;
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            256,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 2,
+            pp: 4,
+            dp: 8,
+            ep: 8,
+            micro_batch: 1,
+            sequence_parallel: true,
+            zero: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        assert!(s.estimate.time.ep_comm_exposed_s.0 > 0.0);
+        let want = s.schedule.step_s + s.tail_dp_s + s.tail_optimizer_s;
+        let got = s.estimate.time.step_s.0;
+        assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
     }
 
     #[test]

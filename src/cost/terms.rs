@@ -58,6 +58,18 @@ impl TermKind {
         }
     }
 
+    /// Whether the term's time is spent inside the pipeline's forward and backward blocks.
+    pub fn in_pipeline_blocks(self) -> bool {
+        matches!(
+            self,
+            TermKind::Compute
+                | TermKind::TpComm
+                | TermKind::CpComm
+                | TermKind::PpComm
+                | TermKind::EpComm
+        )
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             TermKind::Compute => "compute",
@@ -159,7 +171,17 @@ impl StepTerms {
     pub fn step_s(&self) -> f64 {
         self.items.iter().map(|t| t.exposed_s.0).sum()
     }
-    /// Scales every term's exposed time (used when the schedule simulation replaces the bubble).
+    /// What the pipeline's stages are busy with: compute and the communication inside their
+    /// forward and backward blocks (everything but the bubble, the DP traffic after the last
+    /// backward and the optimizer step).
+    pub fn pipeline_busy_s(&self) -> f64 {
+        self.items
+            .iter()
+            .filter(|t| t.kind.in_pipeline_blocks())
+            .map(|t| t.exposed_s.0)
+            .sum()
+    }
+    /// Sets a term's exposed time (used when the schedule simulation replaces the bubble).
     pub fn set_exposed(&mut self, kind: TermKind, exposed_s: f64) {
         self.items[kind as usize].exposed_s = Seconds(exposed_s);
         if matches!(kind, TermKind::Bubble) {
