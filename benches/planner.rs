@@ -80,5 +80,69 @@ fn searches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, one_evaluation, searches);
+/// Current-stack searches with context and expert parallelism searched (issue 8: the 405B search on
+/// 16,384 GPUs with cp searched under 0.5 s; issue 9: DeepSeek-V3 on 2,048 H100 and Qwen3-235B on
+/// 256 GB200 under 1 s), each with the framework defaults `tpsim plan` uses.
+fn current_stack_searches(c: &mut Criterion) {
+    use tpsim::training::{AttentionKernel, TrainingFramework};
+    let mut group = c.benchmark_group("search_current");
+    group.sample_size(10);
+    for (label, model, gpu, nodes, gpus_per_node, seq_len, batch, uneven) in [
+        (
+            "405B_16384_gpus_8k",
+            "llama3-405b",
+            "h100-sxm-80g",
+            2048,
+            8,
+            8192,
+            2048,
+            true,
+        ),
+        (
+            "deepseek_v3_2048_h100",
+            "deepseek-v3",
+            "h100-sxm-80g",
+            256,
+            8,
+            4096,
+            4096,
+            false,
+        ),
+        (
+            "qwen3_235b_256_gb200",
+            "qwen3-235b-a22b",
+            "gb200-nvl72",
+            64,
+            4,
+            4096,
+            2048,
+            false,
+        ),
+    ] {
+        let model = tpsim::specs::load_model(model).unwrap();
+        let cluster = Cluster {
+            gpu: load_gpu(gpu).unwrap(),
+            nodes,
+            gpus_per_node,
+        };
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            seq_len,
+            batch,
+            AttentionKernel::Flash,
+        );
+        let options = SearchOptions {
+            allow_uneven_pp: uneven,
+            ..SearchOptions::default()
+        };
+        let candidates = enumerate(&model, &cluster, &training, options).len() as u64;
+        group.throughput(Throughput::Elements(candidates));
+        group.bench_function(label, |b| {
+            b.iter(|| search(black_box(&model), &cluster, &training, options))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, one_evaluation, searches, current_stack_searches);
 criterion_main!(benches);
