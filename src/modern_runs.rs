@@ -112,7 +112,7 @@ pub struct ModernPrediction {
 }
 
 /// Bundled profile of a GPU name as the runs spell it.
-fn gpu_profile(name: &str) -> Option<&'static str> {
+pub fn gpu_profile(name: &str) -> Option<&'static str> {
     Some(match name {
         "H100" => "h100-sxm-80g",
         "H200" => "h200-sxm-141g",

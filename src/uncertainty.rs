@@ -10,6 +10,7 @@
 //! pooled over frameworks for the GPU's hardware family, and the band of every run when the family
 //! has no measured runs (the `basis` string then says so).
 
+use crate::training::TrainingFramework;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
@@ -27,10 +28,13 @@ pub struct Band {
     pub log_ratio_q95: f64,
     #[serde(default)]
     pub family: Option<String>,
+    #[serde(default)]
+    pub framework: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 struct BandFile {
+    groups: Vec<Band>,
     families: Vec<Band>,
     all: Band,
 }
@@ -55,10 +59,30 @@ pub fn hardware_family(profile: &str) -> &str {
         .unwrap_or(profile)
 }
 
-/// The band that applies to plans on this GPU profile, and whether it was measured on its family.
-pub fn band_for(profile: &str) -> (&'static Band, bool) {
+/// The residual-band name of a framework (the `framework` of validation/residual_bands.json).
+pub fn band_framework(framework: TrainingFramework) -> &'static str {
+    match framework {
+        TrainingFramework::MegatronCore => "megatron-core",
+        TrainingFramework::Torchtitan => "torchtitan",
+        TrainingFramework::Deepspeed => "megatron-deepspeed",
+        TrainingFramework::MegatronLm2021 => "megatron-lm",
+    }
+}
+
+/// The band that applies to plans of `framework` on this GPU profile: the framework's own runs on
+/// the GPU's family when there are enough, else every framework's runs on the family, else every run;
+/// and whether it was measured on the family.
+pub fn band_for(profile: &str, framework: TrainingFramework) -> (&'static Band, bool) {
     let family = hardware_family(profile);
     let file = bands();
+    let name = band_framework(framework);
+    if let Some(band) = file
+        .groups
+        .iter()
+        .find(|b| b.family.as_deref() == Some(family) && b.framework.as_deref() == Some(name))
+    {
+        return (band, true);
+    }
     match file
         .families
         .iter()
@@ -96,8 +120,13 @@ pub fn interval(estimate: &Estimate, band: &Band) -> Interval {
 /// Writes a plan's range into its JSON object (the report's contract): `time.step_s_low`,
 /// `time.step_s_high`, `time.step_s_range_basis`, and `tokens_per_s_low`/`tokens_per_s_high` beside
 /// `tokens_per_s`.
-pub fn annotate(value: &mut serde_json::Value, estimate: &Estimate, profile: &str) {
-    let (band, measured) = band_for(profile);
+pub fn annotate(
+    value: &mut serde_json::Value,
+    estimate: &Estimate,
+    profile: &str,
+    framework: TrainingFramework,
+) {
+    let (band, measured) = band_for(profile, framework);
     let range = interval(estimate, band);
     let basis = if measured {
         format!("{} ({} runs)", band.basis, band.runs)
@@ -139,9 +168,13 @@ pub fn within_error_of_best(plans: &[Estimate], band: &Band) -> Vec<usize> {
 
 /// The line under the plan table: the range of the best plan, the basis of the band, and which
 /// plans are within the model's error of the best.
-pub fn within_error_line(plans: &[Estimate], profile: &str) -> Option<String> {
+pub fn within_error_line(
+    plans: &[Estimate],
+    profile: &str,
+    framework: TrainingFramework,
+) -> Option<String> {
     let best = plans.first()?;
-    let (band, measured) = band_for(profile);
+    let (band, measured) = band_for(profile, framework);
     let range = interval(best, band);
     let close = within_error_of_best(plans, band);
     let ranks = if plans.len() == 1 {
@@ -191,11 +224,16 @@ mod tests {
 
     #[test]
     fn bundled_bands_are_ordered_and_cover_a100() {
-        let (band, measured) = band_for("a100-sxm-80g");
+        let (band, measured) = band_for("a100-sxm-80g", TrainingFramework::MegatronLm2021);
         assert!(measured, "the A100 family has measured runs");
         assert!(band.runs >= 8);
         assert!(band.log_ratio_q05 < band.log_ratio_q95, "{band:?}");
-        let (fallback, measured) = band_for("b200-sxm-180g");
+        // Megatron-Core on H100 has its own band (the current-stack runs); an unmeasured family
+        // falls back to every run.
+        let (h100, measured) = band_for("h100-sxm-80g", TrainingFramework::MegatronCore);
+        assert!(measured);
+        assert_eq!(h100.framework.as_deref(), Some("megatron-core"));
+        let (fallback, measured) = band_for("h800-sxm-80g", TrainingFramework::MegatronCore);
         assert!(!measured);
         assert_eq!(fallback, &bands().all);
     }
@@ -241,6 +279,7 @@ mod tests {
     fn interval_brackets_the_prediction_by_the_band() {
         let e = &estimates(&[8])[0];
         let band = Band {
+            framework: None,
             basis: "test".into(),
             runs: 10,
             log_ratio_q05: -0.1,
@@ -262,6 +301,7 @@ mod tests {
         plans.sort_by(|a, b| a.time.step_s.0.total_cmp(&b.time.step_s.0));
         let ratio = |i: usize| plans[i].time.step_s.0 / plans[0].time.step_s.0;
         let band_of = |width: f64| Band {
+            framework: None,
             basis: "test".into(),
             runs: 10,
             log_ratio_q05: 0.0,

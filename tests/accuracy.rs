@@ -316,7 +316,10 @@ fn residual_bands_match_the_current_model() {
         let hi = (lo + 1).min(logs.len() - 1);
         logs[lo] + (logs[hi] - logs[lo]) * (pos - lo as f64)
     };
-    let (band, measured) = tpsim::uncertainty::band_for("a100-sxm-80g");
+    let (band, measured) = tpsim::uncertainty::band_for(
+        "a100-sxm-80g",
+        tpsim::training::TrainingFramework::MegatronLm2021,
+    );
     assert!(measured);
     assert_eq!(band.runs as usize, logs.len());
     for (shipped, now) in [
@@ -404,7 +407,10 @@ fn plan_json_carries_the_step_time_range() {
         .unwrap();
     assert!(out.status.success());
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (band, _) = tpsim::uncertainty::band_for("a100-sxm-80g");
+    let (band, _) = tpsim::uncertainty::band_for(
+        "a100-sxm-80g",
+        tpsim::training::TrainingFramework::MegatronLm2021,
+    );
     let plans = json["plans"].as_array().unwrap();
     assert_eq!(plans.len(), 3);
     for plan in plans {
@@ -468,6 +474,33 @@ fn dump_residuals() {
             "measured_step_s": row.published_step_s,
             "predicted_step_s": row.predicted_step_s,
             "estimate": row.estimate,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    // Current-stack runs (validation/modern_runs.yaml, tokens/s per GPU): step ratios are the
+    // inverse throughput ratios; their hardware families (h100, b200, gb200, ...) get bands too.
+    let text = std::fs::read_to_string("validation/modern_runs.yaml").unwrap();
+    let file: tpsim::modern_runs::ModernRunsFile = yaml_serde::from_str(&text).unwrap();
+    for p in file.runs.iter().map(tpsim::modern_runs::predict) {
+        let (Some(predicted), Some(profile)) = (
+            p.predicted_tokens_per_s_per_gpu,
+            tpsim::modern_runs::gpu_profile(&p.gpu),
+        ) else {
+            continue;
+        };
+        let framework = match p.source.as_str() {
+            "torchtitan" | "automodel" => "torchtitan",
+            _ => "megatron-core",
+        };
+        let line = serde_json::json!({
+            "source": format!("modern_{}", p.source),
+            "id": p.id,
+            "framework": framework,
+            "moe": p.moe,
+            "gpu_profile": profile,
+            "measured_step_s": 1.0 / p.published_tokens_per_s_per_gpu,
+            "predicted_step_s": 1.0 / predicted,
         });
         out.push_str(&line.to_string());
         out.push('\n');

@@ -291,7 +291,12 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 report::scenario_line(r),
                 report::breakdown(&r.plans[0]),
                 schedule_line,
-                crate::uncertainty::within_error_line(&r.plans, &r.cluster.gpu).unwrap_or_default()
+                crate::uncertainty::within_error_line(
+                    &r.plans,
+                    &r.cluster.gpu,
+                    r.training.framework
+                )
+                .unwrap_or_default()
             )
         });
     }

@@ -207,7 +207,7 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         out.push('\n');
         for line in [
             crate::planner::folded_note(&folded),
-            crate::uncertainty::within_error_line(&shown, &r.cluster.gpu),
+            crate::uncertainty::within_error_line(&shown, &r.cluster.gpu, r.training.framework),
         ]
         .into_iter()
         .flatten()

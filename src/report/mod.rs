@@ -158,7 +158,12 @@ impl Serialize for Report {
                 .map(|(i, estimate)| {
                     let mut value = serde_json::to_value(estimate)
                         .map_err(<S::Error as serde::ser::Error>::custom)?;
-                    crate::uncertainty::annotate(&mut value, estimate, &self.cluster.gpu);
+                    crate::uncertainty::annotate(
+                        &mut value,
+                        estimate,
+                        &self.cluster.gpu,
+                        self.training.framework,
+                    );
                     Ok(PlanOut {
                         estimate: value,
                         detail: self.details.get(i),
