@@ -803,14 +803,7 @@ fn compare_names_the_deciding_term() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    for name in [
-        "weights",
-        "activations",
-        "bubble",
-        "TP comm",
-        "DP",
-        "step",
-    ] {
+    for name in ["weights", "activations", "bubble", "TP comm", "DP", "step"] {
         assert!(names.contains(&name), "{name} not compared: {names:?}");
     }
 }

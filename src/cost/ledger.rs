@@ -205,19 +205,14 @@ impl Ledger {
             .sum()
     }
 
-    /// The step totals per group, in the order the report lists them (groups without traffic
-    /// left out; DP with expert-DP).
-    pub fn totals(&self) -> Vec<(&'static str, f64)> {
-        [
-            ("TP", self.tp_wire_bytes),
-            ("CP", self.cp_wire_bytes),
-            ("EP", self.ep_wire_bytes),
-            ("PP", self.pp_wire_bytes),
-            ("DP (with expert DP)", self.dp_wire_bytes),
-        ]
-        .into_iter()
-        .filter(|(_, bytes)| *bytes > 0.0)
-        .collect()
+    /// The step totals per group that has traffic, in `GroupKind::ALL` order (expert-DP apart
+    /// from DP here; `dp_wire_bytes` holds both).
+    pub fn totals(&self) -> Vec<(GroupKind, f64)> {
+        GroupKind::ALL
+            .into_iter()
+            .map(|kind| (kind, Ledger::step_wire_bytes(&self.entries, kind)))
+            .filter(|(_, bytes)| *bytes > 0.0)
+            .collect()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Figure 6: the communication ledger of one plan as an HTML table, one row per collective with
-//! how often it runs in a step, and the per-group step totals that equal `comm.*.wire_bytes`.
+//! how often it runs in a step, and the per-group step totals that add up to `comm.*.wire_bytes`.
 
 use std::fmt::Write as _;
 
@@ -33,7 +33,8 @@ pub(crate) fn ledger_table(ledger: &Ledger) -> String {
     for (group, total) in ledger.totals() {
         let _ = write!(
             out,
-            "<tr><td colspan=\"11\">{group} total sent per GPU per step</td><td class=\"n\">{:.2}</td></tr>",
+            "<tr><td colspan=\"11\">{} total sent per GPU per step</td><td class=\"n\">{:.2}</td></tr>",
+            group.as_str(),
             total / 1e9
         );
     }
