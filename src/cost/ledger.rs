@@ -515,9 +515,9 @@ pub fn ledger(
     let params = super::memory::max_stage_params(model, plan);
     let expert_params = super::memory::max_stage_expert_params(model, plan);
     let gather_bytes = gather_bytes_per_param(model, training, plan, params, max_layers);
-    for (kind, share, what) in [
-        (GroupKind::Dp, params - expert_params, "dense"),
-        (GroupKind::ExpertDp, expert_params, "expert"),
+    for (kind, share) in [
+        (GroupKind::Dp, params - expert_params),
+        (GroupKind::ExpertDp, expert_params),
     ] {
         let d = groups.get(kind).size;
         if d <= 1 || share <= 0.0 {
@@ -526,7 +526,11 @@ pub fn ledger(
         let grads = share * training.grad_dtype.bytes();
         let weights = share * gather_bytes;
         let site = |dense: &'static str, expert: &'static str| {
-            if what == "dense" { dense } else { expert }
+            if kind == GroupKind::ExpertDp {
+                expert
+            } else {
+                dense
+            }
         };
         let reduce_site = site(
             "gradients to their owning shard",
