@@ -609,3 +609,147 @@ fn a_single_stage_timeline_draws_its_blocks() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn rects_with_stroke(svg: &str, stroke: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("stroke") == Some(stroke))
+        .count()
+}
+
+/// Runs `eval ARGS --report DIR` and returns the page, the layout figure and the JSON.
+fn eval_report(name: &str, args: &[&str]) -> (String, String, Value) {
+    let dir = scratch(name);
+    let out = tpsim()
+        .args(["eval"])
+        .args(args)
+        .arg("--report")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = (
+        read(&dir, "index.html"),
+        read(&dir, "layout.svg"),
+        serde_json::from_str(&read(&dir, "report.json")).unwrap(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    got
+}
+
+/// Issue 8 item 0 and issue 9 item 6: the ledger lists the CP ring and the EP all-to-alls with
+/// their step totals equal to the estimate's, and the layout figure draws the CP and EP groups.
+#[test]
+fn cp_and_ep_plans_show_their_groups_in_ledger_and_layout() {
+    // Context parallelism: llama3-8b at 128K tokens, tp 8 x cp 2 x pp 2 on 32 GPUs.
+    let (html, layout, json) = eval_report(
+        "cp",
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--seq-len",
+            "131072",
+            "--tp",
+            "8",
+            "--cp",
+            "2",
+            "--pp",
+            "2",
+            "--micro-batch",
+            "1",
+            "--sequence-parallel",
+            "--global-batch",
+            "64",
+        ],
+    );
+    for row in [
+        "<tr><td>CP</td><td>send/recv</td><td>forward</td><td>attention: this rank's K/V chunk to the next CP rank",
+        "<tr><td>CP</td><td>send/recv</td><td>backward</td><td>attention backward: accumulated dK/dV to the next CP rank",
+        "CP total sent per GPU per step",
+    ] {
+        assert!(html.contains(row), "ledger lacks {row}");
+    }
+    let plan = &json["plans"][0];
+    let (got, want) = (
+        plan["ledger"]["cp_wire_bytes"].as_f64().unwrap(),
+        plan["comm"]["cp"]["wire_bytes"].as_f64().unwrap(),
+    );
+    assert!(
+        want > 0.0 && (got - want).abs() <= 1e-9 * want,
+        "{got} vs {want}"
+    );
+    let words = texts(&layout);
+    assert!(
+        words
+            .iter()
+            .any(|s| s.starts_with("CP groups: rings of 2 GPUs at stride 8")),
+        "{words:?}"
+    );
+    // One (dp, c, pp, tp) label per GPU; the 16 GPUs of each block of CP rings span two nodes,
+    // outlined on each: 4 outlines.
+    let cells = words
+        .iter()
+        .filter(|s| s.starts_with('(') && s.matches(',').count() == 3)
+        .count();
+    assert_eq!(cells, 32);
+    assert_eq!(rects_with_stroke(&layout, "#1F5FBF"), 4);
+
+    // Expert parallelism: Mixtral 8x7B with ep 8 over tp 2 x dp 16 per stage.
+    let (html, layout, json) = eval_report(
+        "ep",
+        &[
+            "--model",
+            "mixtral-8x7b",
+            "--nodes",
+            "8",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--ep",
+            "8",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "4096",
+            "--recompute",
+            "full",
+            "--zero",
+            "1",
+        ],
+    );
+    let a2a = html.matches("<tr><td>EP</td><td>all-to-all</td>").count();
+    // Dispatch and combine in forward, backward and the recompute forward.
+    assert_eq!(a2a, 6, "EP all-to-all rows");
+    assert!(html.contains("MoE dispatch: routed token copies to their experts"));
+    assert!(html.contains("<tr><td>expert DP</td><td>reduce-scatter</td><td>backward</td>"));
+    assert!(html.contains("EP total sent per GPU per step"));
+    let plan = &json["plans"][0];
+    for (group, key) in [("ep", "ep_wire_bytes"), ("dp", "dp_wire_bytes")] {
+        let want = plan["comm"][group]["wire_bytes"].as_f64().unwrap();
+        let got = plan["ledger"][key].as_f64().unwrap();
+        assert!(
+            want > 0.0 && (got - want).abs() <= 1e-9 * want,
+            "{group}: {got} vs {want}"
+        );
+    }
+    let words = texts(&layout);
+    assert!(
+        words
+            .iter()
+            .any(|s| s.starts_with("EP groups (8 GPUs at stride 1")),
+        "{words:?}"
+    );
+    assert!(words.iter().any(|s| s.starts_with("expert DP: 4 replicas")));
+    // 64 GPUs in 8 EP groups of 8 consecutive ranks, one node each; every cell names its EP rank.
+    assert_eq!(rects_with_stroke(&layout, "#C02020"), 8);
+    assert_eq!(words.iter().filter(|s| s.ends_with("·e7")).count(), 8);
+}

@@ -1,6 +1,7 @@
 //! The communication ledger: every collective one GPU issues in a step, row by row, with the same
-//! volumes and times `comm.rs` sums up in `evaluate`. Pure and allocating, so it is built only for
-//! the plans a report shows, never in the search's hot path.
+//! volumes and times `evaluate` sums up in its terms (`Estimate::terms`, `Estimate::comm`). Pure
+//! and allocating, so it is built only for the plans a report shows, never in the search's hot path.
+//! Each row belongs to one of the plan's groups (`groups.rs`), whose link and speed it uses.
 //!
 //! Sources, per group:
 //! - TP: Megatron's column-then-row split (Shoeybi et al. 2019 §3, Fig. 4): the row-split attention
@@ -8,41 +9,91 @@
 //!   QKV and MLP first GEMM start with an identity whose backward all-reduces the input gradient
 //!   (`f`). With sequence parallelism each all-reduce becomes an all-gather before the column split
 //!   and a reduce-scatter after the row split, and backward swaps them (Korthikanti et al. 2022
-//!   §4.2.2, Fig. 5); the volume is the same. Full recompute repeats the forward pair (§4.1);
+//!   §4.2.2, Fig. 5); the volume is the same. Full recompute repeats the forward pair (§4.1), on the
+//!   recomputed share of the layers (`ParallelPlan::recompute_share`, Megatron's block recompute);
 //!   selective recompute repeats only the attention core, which issues no collective (§5).
+//! - CP: Transformer Engine's P2P ring attention (`AttnFuncWithCPAndKVP2P`): cp − 1 ring steps per
+//!   layer in forward, each passing the rank's K/V chunk (`comm::cp_kv_chunk_bytes`) to the next CP
+//!   rank; backward passes K/V and the accumulated dK/dV around the ring; full recompute repeats the
+//!   forward ring.
+//! - EP: Megatron-Core's alltoall token dispatcher (`MoEAlltoAllTokenDispatcher`): per MoE layer a
+//!   dispatch all-to-all (routed token copies to their experts' GPUs) and a combine all-to-all (the
+//!   expert outputs back), their gradients in backward, the forward pair again under full
+//!   recompute; bytes and time from `moe::alltoall_bytes` and `moe::alltoall_s` (every pair talks).
 //! - PP: one activation send forward and one gradient send backward per micro-batch per model chunk
 //!   at each stage boundary, b·s·h/t bytes with Megatron's scatter/gather (Narayanan et al. 2021 §4.1).
-//! - DP: ZeRO (Rajbhandari et al. 2020 §7): plain DP all-reduces gradients once per step; ZeRO-1/2
-//!   reduce-scatter gradients (once, or every micro-batch for ZeRO-2) and all-gather updated bf16
-//!   weights after the optimizer step; ZeRO-3 reduce-scatters every micro-batch and all-gathers the
-//!   weights before each forward, backward (and recompute) instead.
+//! - DP: ZeRO (Rajbhandari et al. 2020 §7), in `comm::dp_traffic`'s shape: plain DP all-reduces
+//!   gradients once per step; ZeRO-1/2 reduce-scatter gradients (once, or every micro-batch for
+//!   ZeRO-2) and all-gather updated weights after the optimizer step; ZeRO-3 reduce-scatters every
+//!   micro-batch and all-gathers the weights before each forward, and before the backward (and
+//!   recompute) unless they are kept from the forward (FSDP2 `reshard_after_forward=False`). Dense
+//!   parameters are reduced over the DP×CP group; an MoE model's expert parameters over expert-DP
+//!   (Megatron-Core parallel folding, `moe.rs`).
 //!
-//! Counts are per GPU of the stage `evaluate` reports on: TP rows repeat once per layer of the stage
-//! with the most layers and per micro-batch; DP rows cover the stage with the most parameters.
+//! Counts are per GPU of the stage `evaluate` reports on: TP, CP and EP rows repeat once per layer
+//! of the stage with the most layers and per micro-batch (EP on that stage's average share of MoE
+//! layers, as `evaluate` counts it); DP rows cover the stage with the most parameters.
 
 use serde::Serialize;
 
 use super::comm::{self, Collective};
-use crate::cluster::{Cluster, Link};
+use super::groups::{self, GroupKind};
+use super::moe;
+use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Recompute};
+use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{Training, WEIGHT_BYTES};
 
-/// The parallel group a collective runs in.
+/// The communication operation of a row: a ring collective, a point-to-point send, or the MoE
+/// token all-to-all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Group {
-    Tp,
-    Pp,
-    Dp,
+pub enum Op {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    SendRecv,
+    AllToAll,
 }
 
-impl Group {
+impl Op {
     pub fn as_str(self) -> &'static str {
         match self {
-            Group::Tp => "TP",
-            Group::Pp => "PP",
-            Group::Dp => "DP",
+            Op::AllReduce => "all-reduce",
+            Op::AllGather => "all-gather",
+            Op::ReduceScatter => "reduce-scatter",
+            Op::SendRecv => "send/recv",
+            Op::AllToAll => "all-to-all",
+        }
+    }
+
+    fn collective(self) -> Option<Collective> {
+        match self {
+            Op::AllReduce => Some(Collective::AllReduce),
+            Op::AllGather => Some(Collective::AllGather),
+            Op::ReduceScatter => Some(Collective::ReduceScatter),
+            Op::SendRecv => Some(Collective::SendRecv),
+            Op::AllToAll => None,
+        }
+    }
+
+    /// Bytes one rank sends per byte of the full tensor: nccl-tests' bus factor for the ring
+    /// collectives; (n − 1)/n for the all-to-all, which keeps its own share.
+    pub fn wire_factor(self, ranks: u32) -> f64 {
+        match self.collective() {
+            Some(c) => c.wire_factor(ranks),
+            None => {
+                let n = f64::from(ranks);
+                (n - 1.0) / n
+            }
+        }
+    }
+
+    /// Time of one occurrence on `tensor_bytes` among `ranks` at `speed`.
+    pub fn time(self, tensor_bytes: f64, ranks: u32, speed: LinkSpeed) -> f64 {
+        match self.collective() {
+            Some(c) => c.time(tensor_bytes, ranks, speed),
+            None => moe::alltoall_s(self.wire_factor(ranks) * tensor_bytes, ranks, speed),
         }
     }
 }
@@ -74,6 +125,10 @@ impl Pass {
 pub enum Scope {
     /// Once per transformer layer per micro-batch.
     PerLayerPerMicrobatch,
+    /// Once per CP ring step (cp − 1 of them) per layer per micro-batch.
+    PerRingStepPerLayerPerMicrobatch,
+    /// Once per MoE layer per micro-batch.
+    PerMoeLayerPerMicrobatch,
     /// Once per model chunk per micro-batch.
     PerChunkPerMicrobatch,
     /// Once per micro-batch.
@@ -86,6 +141,10 @@ impl Scope {
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::PerLayerPerMicrobatch => "per layer per micro-batch",
+            Scope::PerRingStepPerLayerPerMicrobatch => {
+                "per ring step (cp − 1) per layer per micro-batch"
+            }
+            Scope::PerMoeLayerPerMicrobatch => "per MoE layer per micro-batch",
             Scope::PerChunkPerMicrobatch => "per chunk per micro-batch",
             Scope::PerMicrobatch => "per micro-batch",
             Scope::PerStep => "per step",
@@ -96,8 +155,8 @@ impl Scope {
 /// One collective, as issued once.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LedgerEntry {
-    pub group: Group,
-    pub op: Collective,
+    pub group: GroupKind,
+    pub op: Op,
     pub pass: Pass,
     /// What in the model issues it (e.g. "attention output projection (row split)").
     pub site: &'static str,
@@ -110,27 +169,75 @@ pub struct LedgerEntry {
     /// Bytes this GPU sends for one occurrence (ring algorithm, nccl-tests' bus factor).
     pub wire_bytes: f64,
     pub link: Link,
-    /// Time of one occurrence on that link (α-β model of `comm::Collective::time`).
+    /// Time of one occurrence on that link (α-β model of `comm::Collective::time`,
+    /// `moe::alltoall_s` for the all-to-all).
     pub time_s: f64,
 }
 
-/// All collectives of one plan, with their step totals per group.
+/// All collectives of one plan, with their step totals per group (`dp_wire_bytes` counts the
+/// expert gradients over expert-DP too, as `Estimate::comm.dp` does).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Ledger {
     pub entries: Vec<LedgerEntry>,
     pub tp_wire_bytes: f64,
+    pub cp_wire_bytes: f64,
+    pub ep_wire_bytes: f64,
     pub pp_wire_bytes: f64,
     pub dp_wire_bytes: f64,
 }
 
 impl Ledger {
-    /// Bytes one GPU sends in a step for `group`: the sum of count × wire bytes.
-    pub fn step_wire_bytes(entries: &[LedgerEntry], group: Group) -> f64 {
+    /// Bytes one GPU sends in a step in groups of `kind`: the sum of count × wire bytes.
+    pub fn step_wire_bytes(entries: &[LedgerEntry], kind: GroupKind) -> f64 {
         entries
             .iter()
-            .filter(|e| e.group == group)
+            .filter(|e| e.group == kind)
             .map(|e| e.count as f64 * e.wire_bytes)
             .sum()
+    }
+
+    /// Time one GPU spends in a step in groups of `kind`, before any overlap: count × time.
+    pub fn step_time_s(&self, kind: GroupKind) -> f64 {
+        self.entries
+            .iter()
+            .filter(|e| e.group == kind)
+            .map(|e| e.count as f64 * e.time_s)
+            .sum()
+    }
+
+    /// The step totals per group that has traffic, in `GroupKind::ALL` order (expert-DP apart
+    /// from DP here; `dp_wire_bytes` holds both).
+    pub fn totals(&self) -> Vec<(GroupKind, f64)> {
+        GroupKind::ALL
+            .into_iter()
+            .map(|kind| (kind, Ledger::step_wire_bytes(&self.entries, kind)))
+            .filter(|(_, bytes)| *bytes > 0.0)
+            .collect()
+    }
+}
+
+/// `count` scaled by the recomputed share of the layers (Megatron's block recompute).
+fn recomputed(count: u64, plan: &ParallelPlan) -> u64 {
+    (count as f64 * plan.recompute_share()).round() as u64
+}
+
+/// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
+/// weights in one byte (the embedding and output layer stay bf16), averaged over the stage's
+/// parameters; the same rule as `evaluate`'s (the ledger test keeps the two equal).
+fn gather_bytes_per_param(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    params: f64,
+    max_layers: u32,
+) -> f64 {
+    if plan.precision != Precision::Bf16 && plan.zero >= 1 && training.framework.fp8_param_gather()
+    {
+        let layer_share =
+            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
+        WEIGHT_BYTES - layer_share
+    } else {
+        WEIGHT_BYTES
     }
 }
 
@@ -141,18 +248,21 @@ pub fn ledger(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Ledger {
-    let (tp_link, dp_link, pp_link) = comm::group_links(cluster, plan);
-    let (tp_speed, dp_speed, pp_speed) = comm::group_speeds(cluster, plan);
+    let groups = groups::groups(cluster, plan);
     let m = u64::from(plan.num_microbatches);
+    let max_layers = if plan.pp == 1 {
+        model.layers
+    } else {
+        plan.stages.max_layers()
+    };
     let mut entries = Vec::new();
-    let mut push = |group, op: Collective, pass, site, scope, count, ranks, tensor: f64, link| {
-        let speed = match group {
-            Group::Tp => tp_speed,
-            Group::Dp => dp_speed,
-            Group::Pp => pp_speed,
-        };
+    let mut push = |kind: GroupKind, op: Op, pass, site, scope, count, ranks, tensor: f64| {
+        let group = groups.get(kind);
+        if count == 0 {
+            return;
+        }
         entries.push(LedgerEntry {
-            group,
+            group: kind,
             op,
             pass,
             site,
@@ -161,45 +271,43 @@ pub fn ledger(
             ranks,
             tensor_bytes: tensor,
             wire_bytes: op.wire_factor(ranks) * tensor,
-            link,
-            time_s: op.time(tensor, ranks, speed),
+            link: group.link,
+            time_s: op.time(tensor, ranks, group.speed),
         });
     };
 
     // TP, per layer per micro-batch, on the stage with the most layers.
     if plan.tp > 1 {
         let tensor = comm::tp_tensor_bytes(model, training, plan);
-        let count = u64::from(plan.stages.max_layers()) * m;
+        let count = u64::from(max_layers) * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let t = plan.tp;
-        let recomputed = (count as f64 * plan.recompute_share()).round() as u64;
         let mut forward_pair = |pass: Pass| {
-            // Megatron's block recompute repeats only N layers of each chunk.
             let count = if pass == Pass::Recompute {
-                recomputed
+                recomputed(count, plan)
             } else {
                 count
             };
             if plan.sequence_parallel {
                 for (op, site) in [
                     (
-                        Collective::AllGather,
+                        Op::AllGather,
                         "before attention QKV (column split): gather the sequence-split input",
                     ),
                     (
-                        Collective::ReduceScatter,
+                        Op::ReduceScatter,
                         "after attention output projection (row split): sum partial outputs, split by sequence",
                     ),
                     (
-                        Collective::AllGather,
+                        Op::AllGather,
                         "before MLP first GEMM (column split): gather the sequence-split input",
                     ),
                     (
-                        Collective::ReduceScatter,
+                        Op::ReduceScatter,
                         "after MLP second GEMM (row split): sum partial outputs, split by sequence",
                     ),
                 ] {
-                    push(Group::Tp, op, pass, site, scope, count, t, tensor, tp_link);
+                    push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
                 }
             } else {
                 for site in [
@@ -207,15 +315,14 @@ pub fn ledger(
                     "after MLP second GEMM (row split): sum partial outputs",
                 ] {
                     push(
-                        Group::Tp,
-                        Collective::AllReduce,
+                        GroupKind::Tp,
+                        Op::AllReduce,
                         pass,
                         site,
                         scope,
                         count,
                         t,
                         tensor,
-                        tp_link,
                     );
                 }
             }
@@ -227,24 +334,24 @@ pub fn ledger(
         if plan.sequence_parallel {
             for (op, site) in [
                 (
-                    Collective::ReduceScatter,
+                    Op::ReduceScatter,
                     "attention QKV input gradient (conjugate of the all-gather)",
                 ),
                 (
-                    Collective::AllGather,
+                    Op::AllGather,
                     "attention output gradient (conjugate of the reduce-scatter)",
                 ),
                 (
-                    Collective::ReduceScatter,
+                    Op::ReduceScatter,
                     "MLP first GEMM input gradient (conjugate of the all-gather)",
                 ),
                 (
-                    Collective::AllGather,
+                    Op::AllGather,
                     "MLP output gradient (conjugate of the reduce-scatter)",
                 ),
             ] {
                 push(
-                    Group::Tp,
+                    GroupKind::Tp,
                     op,
                     Pass::Backward,
                     site,
@@ -252,7 +359,6 @@ pub fn ledger(
                     count,
                     t,
                     tensor,
-                    tp_link,
                 );
             }
         } else {
@@ -261,17 +367,119 @@ pub fn ledger(
                 "MLP first GEMM input gradient (column split, Megatron's f)",
             ] {
                 push(
-                    Group::Tp,
-                    Collective::AllReduce,
+                    GroupKind::Tp,
+                    Op::AllReduce,
                     Pass::Backward,
                     site,
                     scope,
                     count,
                     t,
                     tensor,
-                    tp_link,
                 );
             }
+        }
+    }
+
+    // CP, cp − 1 ring steps per layer per micro-batch.
+    if plan.cp > 1 {
+        let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
+        let count = u64::from(plan.cp - 1) * u64::from(max_layers) * m;
+        let scope = Scope::PerRingStepPerLayerPerMicrobatch;
+        let c = plan.cp;
+        let forward_site = "attention: this rank's K/V chunk to the next CP rank";
+        push(
+            GroupKind::Cp,
+            Op::SendRecv,
+            Pass::Forward,
+            forward_site,
+            scope,
+            count,
+            c,
+            chunk,
+        );
+        if plan.recompute == Recompute::Full {
+            let recompute = recomputed(count, plan);
+            push(
+                GroupKind::Cp,
+                Op::SendRecv,
+                Pass::Recompute,
+                forward_site,
+                scope,
+                recompute,
+                c,
+                chunk,
+            );
+        }
+        for site in [
+            "attention backward: K/V chunk to the next CP rank",
+            "attention backward: accumulated dK/dV to the next CP rank",
+        ] {
+            push(
+                GroupKind::Cp,
+                Op::SendRecv,
+                Pass::Backward,
+                site,
+                scope,
+                count,
+                c,
+                chunk,
+            );
+        }
+    }
+
+    // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
+    let bytes = moe::alltoall_bytes(model, plan, training.seq_len, training.moe_imbalance);
+    if plan.ep > 1 && bytes > 0.0 {
+        let e = plan.ep;
+        let tensor = bytes / Op::AllToAll.wire_factor(e);
+        let moe_layers = moe::moe_layer_share(model) * f64::from(max_layers);
+        let count = (moe_layers * m as f64).round() as u64;
+        let scope = Scope::PerMoeLayerPerMicrobatch;
+        let forward = [
+            "MoE dispatch: routed token copies to their experts' GPUs",
+            "MoE combine: expert outputs back to their tokens' GPUs",
+        ];
+        for site in forward {
+            push(
+                GroupKind::Ep,
+                Op::AllToAll,
+                Pass::Forward,
+                site,
+                scope,
+                count,
+                e,
+                tensor,
+            );
+        }
+        if plan.recompute == Recompute::Full {
+            let recompute = recomputed(count, plan);
+            for site in forward {
+                push(
+                    GroupKind::Ep,
+                    Op::AllToAll,
+                    Pass::Recompute,
+                    site,
+                    scope,
+                    recompute,
+                    e,
+                    tensor,
+                );
+            }
+        }
+        for site in [
+            "MoE combine backward: output gradients to the experts' GPUs",
+            "MoE dispatch backward: input gradients back to their tokens' GPUs",
+        ] {
+            push(
+                GroupKind::Ep,
+                Op::AllToAll,
+                Pass::Backward,
+                site,
+                scope,
+                count,
+                e,
+                tensor,
+            );
         }
     }
 
@@ -290,39 +498,57 @@ pub fn ledger(
             ),
         ] {
             push(
-                Group::Pp,
-                Collective::SendRecv,
+                GroupKind::Pp,
+                Op::SendRecv,
                 pass,
                 site,
                 Scope::PerChunkPerMicrobatch,
                 count,
                 2,
                 message,
-                pp_link,
             );
         }
     }
 
-    // DP, on the stage with the most parameters.
-    if plan.dp > 1 {
-        let d = plan.dp;
-        let params = super::memory::max_stage_params(model, plan);
-        let grads = params * training.grad_dtype.bytes();
-        let weights = params * WEIGHT_BYTES;
-        let rs = Collective::ReduceScatter;
-        let ag = Collective::AllGather;
-        let gather_after_step = "updated bf16 weights to every replica";
+    // Gradients and parameter gathers, on the stage with the most parameters: dense parameters
+    // over DP×CP, expert parameters over expert-DP.
+    let params = super::memory::max_stage_params(model, plan);
+    let expert_params = super::memory::max_stage_expert_params(model, plan);
+    let gather_bytes = gather_bytes_per_param(model, training, plan, params, max_layers);
+    for (kind, share) in [
+        (GroupKind::Dp, params - expert_params),
+        (GroupKind::ExpertDp, expert_params),
+    ] {
+        let d = groups.get(kind).size;
+        if d <= 1 || share <= 0.0 {
+            continue;
+        }
+        let grads = share * training.grad_dtype.bytes();
+        let weights = share * gather_bytes;
+        let site = |dense: &'static str, expert: &'static str| {
+            if kind == GroupKind::ExpertDp {
+                expert
+            } else {
+                dense
+            }
+        };
+        let reduce_site = site(
+            "gradients to their owning shard",
+            "expert gradients to their owning shard",
+        );
         match plan.zero {
             0 => push(
-                Group::Dp,
-                Collective::AllReduce,
+                kind,
+                Op::AllReduce,
                 Pass::Backward,
-                "gradients of the stage, once per step",
+                site(
+                    "gradients of the stage, once per step",
+                    "expert gradients of the stage, once per step",
+                ),
                 Scope::PerStep,
                 1,
                 d,
                 grads,
-                dp_link,
             ),
             1 | 2 => {
                 let (scope, count) = if plan.zero == 1 {
@@ -331,58 +557,75 @@ pub fn ledger(
                     (Scope::PerMicrobatch, m)
                 };
                 push(
-                    Group::Dp,
-                    rs,
+                    kind,
+                    Op::ReduceScatter,
                     Pass::Backward,
-                    "gradients to their owning shard",
+                    reduce_site,
                     scope,
                     count,
                     d,
                     grads,
-                    dp_link,
                 );
                 push(
-                    Group::Dp,
-                    ag,
+                    kind,
+                    Op::AllGather,
                     Pass::OptimizerStep,
-                    gather_after_step,
+                    site(
+                        "updated weights to every replica",
+                        "updated expert weights to every expert replica",
+                    ),
                     Scope::PerStep,
                     1,
                     d,
                     weights,
-                    dp_link,
                 );
             }
             _ => {
                 push(
-                    Group::Dp,
-                    rs,
+                    kind,
+                    Op::ReduceScatter,
                     Pass::Backward,
-                    "gradients to their owning shard",
+                    reduce_site,
                     Scope::PerMicrobatch,
                     m,
                     d,
                     grads,
-                    dp_link,
                 );
-                let mut passes = vec![
-                    (Pass::Forward, "sharded weights before the forward"),
-                    (Pass::Backward, "sharded weights before the backward"),
-                ];
-                if plan.recompute == Recompute::Full {
-                    passes.push((Pass::Recompute, "sharded weights before the recompute"));
+                let mut passes = vec![(
+                    Pass::Forward,
+                    site(
+                        "sharded weights before the forward",
+                        "sharded expert weights before the forward",
+                    ),
+                )];
+                if plan.reshard_after_forward {
+                    passes.push((
+                        Pass::Backward,
+                        site(
+                            "sharded weights before the backward",
+                            "sharded expert weights before the backward",
+                        ),
+                    ));
+                    if plan.recompute == Recompute::Full {
+                        passes.push((
+                            Pass::Recompute,
+                            site(
+                                "sharded weights before the recompute",
+                                "sharded expert weights before the recompute",
+                            ),
+                        ));
+                    }
                 }
                 for (pass, site) in passes {
                     push(
-                        Group::Dp,
-                        ag,
+                        kind,
+                        Op::AllGather,
                         pass,
                         site,
                         Scope::PerMicrobatch,
                         m,
                         d,
                         weights,
-                        dp_link,
                     );
                 }
             }
@@ -390,9 +633,12 @@ pub fn ledger(
     }
 
     Ledger {
-        tp_wire_bytes: Ledger::step_wire_bytes(&entries, Group::Tp),
-        pp_wire_bytes: Ledger::step_wire_bytes(&entries, Group::Pp),
-        dp_wire_bytes: Ledger::step_wire_bytes(&entries, Group::Dp),
+        tp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Tp),
+        cp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Cp),
+        ep_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Ep),
+        pp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Pp),
+        dp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Dp)
+            + Ledger::step_wire_bytes(&entries, GroupKind::ExpertDp),
         entries,
     }
 }
@@ -401,13 +647,76 @@ pub fn ledger(
 mod tests {
     use super::*;
     use crate::cost::evaluate;
+    use crate::cost::terms::TermKind;
     use crate::plan::PlanRequest;
     use crate::shape::derive_shape;
     use crate::specs;
-    use crate::training::GradDtype;
+    use crate::training::{GradDtype, TrainingFramework};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
+        Training {
+            seq_len,
+            global_batch,
+            grad_dtype: GradDtype::Fp32,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+            framework,
+            overlap: framework.default_overlap(),
+            moe_imbalance: 1.0,
+        }
+    }
+
+    /// The ledger's step totals per group equal the estimate's, in wire bytes and in time.
+    fn assert_ledger_matches_estimate(
+        model: &Model,
+        cluster: &Cluster,
+        training: &Training,
+        request: &PlanRequest,
+    ) -> Ledger {
+        let plan = ParallelPlan::build(request, model, cluster, training).unwrap();
+        let e = evaluate(model, cluster, training, &plan);
+        let l = ledger(model, cluster, training, &plan);
+        let what = format!("{request:?}");
+        for (name, got, want) in [
+            ("TP", l.tp_wire_bytes, e.comm.tp.wire_bytes.0),
+            ("CP", l.cp_wire_bytes, e.comm.cp.wire_bytes.0),
+            ("EP", l.ep_wire_bytes, e.comm.ep.wire_bytes.0),
+            ("PP", l.pp_wire_bytes, e.comm.pp.wire_bytes.0),
+            ("DP", l.dp_wire_bytes, e.comm.dp.wire_bytes.0),
+        ] {
+            assert!(close(got, want), "{name} bytes {what}: {got} vs {want}");
+        }
+        // Times add up too, before overlap: each group's rows against its terms.
+        let term_s =
+            |kinds: &[TermKind]| -> f64 { kinds.iter().map(|k| e.terms.get(*k).time_s.0).sum() };
+        for (kind, want) in [
+            (GroupKind::Tp, term_s(&[TermKind::TpComm])),
+            (GroupKind::Cp, term_s(&[TermKind::CpComm])),
+            (GroupKind::Ep, term_s(&[TermKind::EpComm])),
+            (GroupKind::Pp, term_s(&[TermKind::PpComm])),
+        ] {
+            let got = l.step_time_s(kind);
+            assert!(
+                (got - want).abs() <= 1e-6 * want.max(1e-9),
+                "{} time {what}: {got} vs {want}",
+                kind.as_str()
+            );
+        }
+        let dp_got = l.step_time_s(GroupKind::Dp) + l.step_time_s(GroupKind::ExpertDp);
+        let dp_want = term_s(&[TermKind::DpGradReduce, TermKind::DpParamGather]);
+        assert!(
+            (dp_got - dp_want).abs() <= 1e-6 * dp_want.max(1e-9),
+            "DP time {what}: {dp_got} vs {dp_want}"
+        );
+        assert!(l.entries.iter().all(|x| x.wire_bytes >= 0.0 && x.count > 0));
+        // Every row sits on its group's link.
+        let g = groups::groups(cluster, &plan);
+        assert!(l.entries.iter().all(|x| x.link == g.get(x.group).link));
+        l
     }
 
     #[test]
@@ -418,16 +727,7 @@ mod tests {
             nodes: 4,
             gpus_per_node: 8,
         };
-        let training = Training {
-            seq_len: 2048,
-            global_batch: 64,
-            grad_dtype: GradDtype::Fp32,
-            tokens: None,
-            attention: crate::training::AttentionKernel::Flash,
-            framework: crate::training::TrainingFramework::MegatronLm2021,
-            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-            moe_imbalance: 1.0,
-        };
+        let training = training(2048, 64, TrainingFramework::MegatronLm2021);
         let mut checked = 0;
         for (tp, pp) in [(1, 1), (1, 4), (2, 2), (8, 2), (4, 4)] {
             for sequence_parallel in [false, true] {
@@ -453,28 +753,7 @@ mod tests {
                             allow_cross_node_tp: false,
                             ..PlanRequest::default()
                         };
-                        let plan =
-                            ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-                        let e = evaluate(&model, &cluster, &training, &plan);
-                        let l = ledger(&model, &cluster, &training, &plan);
-                        let what = format!("{request:?}");
-                        assert!(close(l.tp_wire_bytes, e.comm.tp.wire_bytes.0), "TP {what}");
-                        assert!(close(l.pp_wire_bytes, e.comm.pp.wire_bytes.0), "PP {what}");
-                        assert!(close(l.dp_wire_bytes, e.comm.dp.wire_bytes.0), "DP {what}");
-                        // Times add up too: TP all on the critical path.
-                        let tp_time: f64 = l
-                            .entries
-                            .iter()
-                            .filter(|x| x.group == Group::Tp)
-                            .map(|x| x.count as f64 * x.time_s)
-                            .sum();
-                        assert!(
-                            (tp_time - e.comm.tp.time_s.0).abs()
-                                <= 1e-6 * e.comm.tp.time_s.0.max(1e-9),
-                            "TP time {what}: {tp_time} vs {}",
-                            e.comm.tp.time_s.0
-                        );
-                        assert!(l.entries.iter().all(|x| x.wire_bytes >= 0.0 && x.count > 0));
+                        assert_ledger_matches_estimate(&model, &cluster, &training, &request);
                         checked += 1;
                     }
                 }
@@ -482,6 +761,157 @@ mod tests {
         }
         // 24 plans with tp = 1, 72 with tp > 1.
         assert_eq!(checked, 96);
+    }
+
+    #[test]
+    fn context_parallel_ledger_lists_the_kv_ring_and_matches_the_estimate() {
+        let model = specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        let training = training(131072, 64, TrainingFramework::MegatronCore);
+        let mut checked = 0;
+        for (tp, cp, pp) in [(8, 2, 2), (4, 4, 1), (2, 8, 2), (1, 2, 1)] {
+            for recompute in Recompute::ALL {
+                for recompute_num_layers in [0, 2] {
+                    if recompute_num_layers > 0 && recompute != Recompute::Full {
+                        continue;
+                    }
+                    for zero in [0, 1, 3u8] {
+                        for reshard_after_forward in [true, false] {
+                            if !reshard_after_forward && zero < 3 {
+                                continue;
+                            }
+                            let request = PlanRequest {
+                                tp,
+                                cp,
+                                pp,
+                                dp: 32 / (tp * cp * pp),
+                                sequence_parallel: tp > 1,
+                                recompute,
+                                recompute_num_layers,
+                                zero,
+                                reshard_after_forward,
+                                ..PlanRequest::default()
+                            };
+                            let l = assert_ledger_matches_estimate(
+                                &model, &cluster, &training, &request,
+                            );
+                            let ring: Vec<_> = l
+                                .entries
+                                .iter()
+                                .filter(|e| e.group == GroupKind::Cp)
+                                .collect();
+                            // One forward K/V send, K/V and dK/dV in backward, the forward again
+                            // under full recompute; cp − 1 ring steps per layer per micro-batch.
+                            let full = recompute == Recompute::Full;
+                            assert_eq!(ring.len(), 3 + usize::from(full), "{request:?}");
+                            assert!(ring.iter().all(|e| e.op == Op::SendRecv && e.ranks == cp));
+                            let forward = ring.iter().find(|e| e.pass == Pass::Forward).unwrap();
+                            assert_eq!(forward.count % u64::from(cp - 1), 0);
+                            assert!(l.cp_wire_bytes > 0.0);
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 4 * 4 * 4);
+    }
+
+    #[test]
+    fn moe_ledger_lists_the_all_to_alls_and_expert_gradients() {
+        let model = specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let mut checked = 0;
+        for framework in [
+            TrainingFramework::MegatronLm2021,
+            TrainingFramework::MegatronCore,
+        ] {
+            let training = training(4096, 256, framework);
+            for (tp, cp, pp, ep, etp) in [
+                (2, 1, 1, 8, 1),
+                (1, 1, 2, 8, 1),
+                (2, 2, 1, 4, 2),
+                (4, 1, 2, 2, 1),
+            ] {
+                for recompute in [Recompute::None, Recompute::Full] {
+                    for zero in 0..=3u8 {
+                        for precision in [Precision::Bf16, Precision::Fp8] {
+                            if zero < 1 && precision != Precision::Bf16 {
+                                continue;
+                            }
+                            let request = PlanRequest {
+                                tp,
+                                cp,
+                                pp,
+                                ep,
+                                etp,
+                                dp: 64 / (tp * cp * pp),
+                                sequence_parallel: tp > 1,
+                                recompute,
+                                zero,
+                                precision,
+                                ..PlanRequest::default()
+                            };
+                            let l = assert_ledger_matches_estimate(
+                                &model, &cluster, &training, &request,
+                            );
+                            let a2a: Vec<_> = l
+                                .entries
+                                .iter()
+                                .filter(|e| e.group == GroupKind::Ep)
+                                .collect();
+                            // Dispatch and combine in forward and backward, and again under full
+                            // recompute; every MoE layer of the stage (all of Mixtral's) per
+                            // micro-batch.
+                            let full = recompute == Recompute::Full;
+                            assert_eq!(a2a.len(), 4 + 2 * usize::from(full), "{request:?}");
+                            let plan =
+                                ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+                            let layers = if pp == 1 {
+                                model.layers
+                            } else {
+                                plan.stages.max_layers()
+                            };
+                            for e in &a2a {
+                                assert_eq!(e.op, Op::AllToAll);
+                                assert_eq!(e.ranks, ep);
+                                if e.pass != Pass::Recompute {
+                                    assert_eq!(
+                                        e.count,
+                                        u64::from(layers) * u64::from(plan.num_microbatches)
+                                    );
+                                }
+                            }
+                            // Expert gradients over expert-DP, dense ones over DP×CP.
+                            let expert_dp = moe::expert_dp(&plan);
+                            let expert_rows: Vec<_> = l
+                                .entries
+                                .iter()
+                                .filter(|e| e.group == GroupKind::ExpertDp)
+                                .collect();
+                            assert_eq!(!expert_rows.is_empty(), expert_dp > 1, "{request:?}");
+                            assert!(expert_rows.iter().all(|e| e.ranks == expert_dp));
+                            assert!(
+                                l.entries
+                                    .iter()
+                                    .filter(|e| e.group == GroupKind::Dp)
+                                    .all(|e| e.ranks == plan.dp * plan.cp)
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 4 * 2 * 7);
     }
 
     #[test]
@@ -519,7 +949,7 @@ mod tests {
         let l = ledger(&model, &cluster, &training, &plan);
         // 2 forward + 2 recompute + 2 backward all-reduces per layer (Shoeybi et al. Fig. 4).
         assert_eq!(l.entries.len(), 6);
-        assert!(l.entries.iter().all(|e| e.op == Collective::AllReduce));
+        assert!(l.entries.iter().all(|e| e.op == Op::AllReduce));
         assert_eq!(
             l.entries
                 .iter()
@@ -531,7 +961,7 @@ mod tests {
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         let sp = ledger(&model, &cluster, &training, &plan);
         assert_eq!(sp.entries.len(), 12);
-        assert!(sp.entries.iter().all(|e| e.op != Collective::AllReduce));
+        assert!(sp.entries.iter().all(|e| e.op != Op::AllReduce));
         assert!(close(sp.tp_wire_bytes, l.tp_wire_bytes));
     }
 }

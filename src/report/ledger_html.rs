@@ -1,23 +1,18 @@
 //! Figure 6: the communication ledger of one plan as an HTML table, one row per collective with
-//! how often it runs in a step, and the per-group step totals that equal `comm.*.wire_bytes`.
+//! how often it runs in a step, and the per-group step totals that add up to `comm.*.wire_bytes`.
 
 use std::fmt::Write as _;
 
 use super::html::escape;
 use super::table::link_name;
-use crate::cost::ledger::{Group, Ledger};
+use crate::cost::ledger::Ledger;
 
 pub(crate) fn ledger_table(ledger: &Ledger) -> String {
     let mut out = String::from(
         "<table class=\"ledger\">\n<thead><tr><th>group</th><th>operation</th><th>pass</th><th>where</th><th>how often</th><th>count per step</th><th>ranks</th><th>tensor MB</th><th>sent MB</th><th>link</th><th>time ms</th><th>step total GB</th></tr></thead>\n<tbody>\n",
     );
     for e in &ledger.entries {
-        let op = match e.op {
-            crate::cost::comm::Collective::AllReduce => "all-reduce",
-            crate::cost::comm::Collective::AllGather => "all-gather",
-            crate::cost::comm::Collective::ReduceScatter => "reduce-scatter",
-            crate::cost::comm::Collective::SendRecv => "send/recv",
-        };
+        let op = e.op.as_str();
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{op}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td>{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{:.2}</td></tr>",
@@ -35,11 +30,7 @@ pub(crate) fn ledger_table(ledger: &Ledger) -> String {
         );
     }
     out.push_str("</tbody>\n<tfoot>");
-    for (group, total) in [
-        (Group::Tp, ledger.tp_wire_bytes),
-        (Group::Pp, ledger.pp_wire_bytes),
-        (Group::Dp, ledger.dp_wire_bytes),
-    ] {
+    for (group, total) in ledger.totals() {
         let _ = write!(
             out,
             "<tr><td colspan=\"11\">{} total sent per GPU per step</td><td class=\"n\">{:.2}</td></tr>",

@@ -1,7 +1,11 @@
 //! Figure 4: where the GPUs are. Nodes are boxes of GPU cells; each cell is labelled with its
-//! (dp, pp, tp) coordinates and coloured by pipeline stage; each TP group is outlined. Ranks follow
-//! Megatron-LM's order tp → dp → pp (`RankGenerator`, as `comm::group_links` assumes): global rank
-//! r = tp_i + tp·(dp_i + dp·pp_i), node r / gpus_per_node.
+//! (dp, pp, tp) coordinates — (dp, cp, pp, tp) with context parallelism — and coloured by pipeline
+//! stage; each TP group is outlined in black, each block of CP rings in blue and each EP group in
+//! red, and with expert parallelism a second line gives the cell's (expert-dp, ep) coordinates.
+//! Ranks follow Megatron-Core's order tp → cp → dp → pp (`RankGenerator`, the strides of
+//! `cost::groups`): global rank r = tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)), node r / gpus_per_node.
+//! The experts fold over the same tp·cp·dp GPUs of a stage in the order etp → ep → expert-dp
+//! (`cost::moe`): stage rank s = etp_i + etp·(ep_i + ep·edp_i).
 //!
 //! Up to `MAX_NODES` nodes every GPU is drawn. Beyond that, only the nodes holding data-parallel
 //! replica 0 are drawn (first `MAX_NODES` of them), every GPU on them labelled, and the rest are
@@ -11,7 +15,7 @@ use plotters::prelude::*;
 
 use super::svg::{FONT, stage_colour, svg};
 use crate::cluster::{Cluster, Link};
-use crate::cost::comm::group_links;
+use crate::cost::groups::{GroupKind, groups};
 use crate::plan::ParallelPlan;
 
 pub const MAX_NODES: u32 = 32;
@@ -19,13 +23,41 @@ const CELL_W: i32 = 58;
 const CELL_H: i32 = 30;
 const PAD: i32 = 8;
 const HEADER: i32 = 18;
+/// Outline colours of the CP-ring blocks and EP groups (TP groups are black).
+const CP_OUTLINE: RGBColor = RGBColor(0x1f, 0x5f, 0xbf);
+const EP_OUTLINE: RGBColor = RGBColor(0xc0, 0x20, 0x20);
+
+/// Where one global rank sits in every dimension of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankCoordinates {
+    pub tp: u32,
+    pub cp: u32,
+    pub dp: u32,
+    pub pp: u32,
+    /// Expert-parallel rank inside the stage (0 without expert parallelism).
+    pub ep: u32,
+    /// Expert data-parallel replica inside the stage.
+    pub expert_dp: u32,
+}
+
+/// Coordinates of a global rank in Megatron-Core's order (see the module comment).
+pub fn rank_coordinates(rank: u32, plan: &ParallelPlan) -> RankCoordinates {
+    let stage_gpus = plan.tp * plan.cp * plan.dp;
+    let s = rank % stage_gpus;
+    RankCoordinates {
+        tp: rank % plan.tp,
+        cp: rank / plan.tp % plan.cp,
+        dp: rank / (plan.tp * plan.cp) % plan.dp,
+        pp: rank / stage_gpus,
+        ep: s / plan.etp % plan.ep,
+        expert_dp: s / (plan.etp * plan.ep),
+    }
+}
 
 /// (dp, pp, tp) coordinates of a global rank.
 pub fn coordinates(rank: u32, plan: &ParallelPlan) -> (u32, u32, u32) {
-    let tp_i = rank % plan.tp;
-    let dp_i = rank / plan.tp % plan.dp;
-    let pp_i = rank / (plan.tp * plan.dp);
-    (dp_i, pp_i, tp_i)
+    let c = rank_coordinates(rank, plan);
+    (c.dp, c.pp, c.tp)
 }
 
 fn link(l: Link) -> &'static str {
@@ -37,11 +69,15 @@ fn link(l: Link) -> &'static str {
 
 pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<String, String> {
     let gpn = cluster.gpus_per_node;
+    let g = groups(cluster, plan);
+    let (cp, ep) = (plan.cp > 1, plan.ep > 1);
     let (nodes, folded_note): (Vec<u32>, Option<String>) = if cluster.nodes <= MAX_NODES {
         ((0..cluster.nodes).collect(), None)
     } else {
+        // The ranks of data-parallel replica 0: every tp and cp index of every stage.
+        let tp_cp = plan.tp * plan.cp;
         let mut replica0: Vec<u32> = (0..plan.pp)
-            .flat_map(|p| (0..plan.tp).map(move |t| (t + plan.tp * plan.dp * p) / gpn))
+            .flat_map(|p| (0..tp_cp).map(move |i| (i + tp_cp * plan.dp * p) / gpn))
             .collect();
         replica0.dedup();
         let total = replica0.len() as u32;
@@ -67,22 +103,101 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
     let node_cols: i32 = if per_row >= 8 { 2 } else { 4 };
     let node_rows = (nodes.len() as i32 + node_cols - 1) / node_cols;
     let top = 70;
-    let legend_h = 110;
-    let width = (node_cols * (node_w + PAD) + 2 * PAD).max(760);
+
+    let tp_group = g.get(GroupKind::Tp);
+    let cp_group = g.get(GroupKind::Cp);
+    let dp_group = g.get(GroupKind::Dp);
+    let pp_group = g.get(GroupKind::Pp);
+    let ep_group = g.get(GroupKind::Ep);
+    let expert_dp_group = g.get(GroupKind::ExpertDp);
+    let mut legend = vec![format!(
+        "TP groups ({} GPUs, black outline) all-reduce every layer over {}",
+        plan.tp,
+        link(tp_group.link)
+    )];
+    if cp {
+        legend.push(format!(
+            "CP groups: rings of {} GPUs at stride {} pass K/V every layer over {}; blue outline: the {} GPUs of {} interleaved rings (c = ring position)",
+            plan.cp,
+            cp_group.stride,
+            link(cp_group.link),
+            plan.tp * plan.cp,
+            plan.tp
+        ));
+    }
+    legend.push(format!(
+        "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
+        pp_group.stride,
+        link(pp_group.link)
+    ));
+    legend.push(if cp {
+        format!(
+            "DP x CP: {} GPUs (dp {} x cp {}; same pp, tp; stride {}) reduce gradients over {}",
+            dp_group.size,
+            plan.dp,
+            plan.cp,
+            dp_group.stride,
+            link(dp_group.link)
+        )
+    } else {
+        format!(
+            "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
+            dp_group.stride,
+            link(dp_group.link)
+        )
+    });
+    if ep {
+        legend.push(format!(
+            "EP groups ({} GPUs at stride {}, red outline; e = expert-parallel rank) exchange tokens all-to-all every MoE layer over {}",
+            plan.ep,
+            ep_group.stride,
+            link(ep_group.link)
+        ));
+        legend.push(format!(
+            "expert DP: {} replicas of each expert (x = expert-DP index, stride {}) reduce expert gradients over {}",
+            expert_dp_group.size,
+            expert_dp_group.stride,
+            link(expert_dp_group.link)
+        ));
+    }
+    let legend_h = 20 * (legend.len() as i32 + i32::from(folded_note.is_some())) + 30;
+    let width = (node_cols * (node_w + PAD) + 2 * PAD).max(if cp || ep { 1000 } else { 760 });
     let height = top + node_rows * (node_h + PAD) + legend_h;
-    let (tp_link, dp_link, pp_link) = group_links(cluster, plan);
     svg(width as u32, height as u32, |root| {
-        let title = format!(
-            "Where the GPUs are: tp {} x pp {} x dp {} on {} nodes of {} GPUs",
-            plan.tp, plan.pp, plan.dp, cluster.nodes, gpn
+        let mut title = format!("Where the GPUs are: tp {}", plan.tp);
+        if cp {
+            title += &format!(" x cp {}", plan.cp);
+        }
+        title += &format!(
+            " x pp {} x dp {} on {} nodes of {} GPUs",
+            plan.pp, plan.dp, cluster.nodes, gpn
         );
+        if ep {
+            title += &format!(
+                "; experts: etp {} x ep {} x expert-dp {}",
+                plan.etp, plan.ep, expert_dp_group.size
+            );
+        }
         root.draw(&Text::new(
             title,
             (PAD, 10),
             (FONT, 20).into_font().color(&BLACK),
         ))?;
+        let coordinates_text = if cp {
+            "each cell: (dp, c, pp, tp) coordinates"
+        } else {
+            "each cell: (dp, pp, tp) coordinates"
+        };
+        let mut subtitle =
+            format!("{coordinates_text}; colour: pipeline stage; black outline: one TP group");
+        if cp {
+            subtitle += "; blue: CP rings";
+        }
+        if ep {
+            subtitle += "; second line x·e: expert-DP and EP rank; red: one EP group";
+        }
         root.draw(&Text::new(
-            "each cell: (dp, pp, tp) coordinates; colour: pipeline stage; outline: one TP group",
+            subtitle,
             (PAD, 40),
             (FONT, 13).into_font().color(&BLACK),
         ))?;
@@ -107,7 +222,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             ))?;
             let stages: Vec<u32> = {
                 let mut v: Vec<u32> = (0..gpn)
-                    .map(|l| coordinates(node * gpn + l, plan).1)
+                    .map(|l| rank_coordinates(node * gpn + l, plan).pp)
                     .collect();
                 v.dedup();
                 v
@@ -123,74 +238,141 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             ))?;
             for local in 0..gpn {
                 let rank = node * gpn + local;
-                let (d, p, t) = coordinates(rank, plan);
+                let c = rank_coordinates(rank, plan);
                 let (x, y) = cell_pos(slot, local);
                 root.draw(&Rectangle::new(
                     [(x + 1, y + 1), (x + CELL_W - 1, y + CELL_H - 1)],
-                    stage_colour(p).filled(),
+                    stage_colour(c.pp).filled(),
                 ))?;
-                root.draw(&Text::new(
-                    format!("({d},{p},{t})"),
-                    (x + 5, y + 9),
-                    label_font.clone(),
-                ))?;
-            }
-            // TP groups: runs of consecutive local ranks with the same (dp, pp), one outline per
-            // run within a cell row.
-            let mut local = 0;
-            while local < gpn {
-                let rank = node * gpn + local;
-                let (d, p, _) = coordinates(rank, plan);
-                let mut end = local + 1;
-                while end < gpn && (end as i32 % per_row) != 0 && {
-                    let (d2, p2, _) = coordinates(node * gpn + end, plan);
-                    (d2, p2) == (d, p)
-                } {
-                    end += 1;
+                let label = if cp {
+                    format!("({},{},{},{})", c.dp, c.cp, c.pp, c.tp)
+                } else {
+                    format!("({},{},{})", c.dp, c.pp, c.tp)
+                };
+                let label_y = if ep { y + 4 } else { y + 9 };
+                root.draw(&Text::new(label, (x + 5, label_y), label_font.clone()))?;
+                if ep {
+                    root.draw(&Text::new(
+                        format!("x{}·e{}", c.expert_dp, c.ep),
+                        (x + 5, y + 16),
+                        label_font.clone(),
+                    ))?;
                 }
-                if plan.tp > 1 {
+            }
+            // Group outlines: runs of consecutive local ranks in the same block of `span` ranks,
+            // one outline per run within a cell row, inset so nested outlines stay visible.
+            let outline = |span: u32,
+                           inset: i32,
+                           colour: RGBColor|
+             -> Result<(), Box<dyn std::error::Error>> {
+                let mut local = 0;
+                while local < gpn {
+                    let block = (node * gpn + local) / span;
+                    let mut end = local + 1;
+                    while end < gpn
+                        && (end as i32 % per_row) != 0
+                        && (node * gpn + end) / span == block
+                    {
+                        end += 1;
+                    }
                     let (xa, ya) = cell_pos(slot, local);
                     let (xb, _) = cell_pos(slot, end - 1);
                     root.draw(&Rectangle::new(
-                        [(xa, ya), (xb + CELL_W, ya + CELL_H)],
-                        BLACK.stroke_width(2),
+                        [
+                            (xa + inset, ya + inset),
+                            (xb + CELL_W - inset, ya + CELL_H - inset),
+                        ],
+                        colour.stroke_width(2),
                     ))?;
+                    local = end;
                 }
-                local = end;
+                Ok(())
+            };
+            if plan.tp > 1 {
+                outline(plan.tp, 0, BLACK)?;
+            }
+            if cp {
+                // A CP ring's members stride tp, so the tp·cp consecutive ranks hold tp rings.
+                outline(plan.tp * plan.cp, 3, CP_OUTLINE)?;
+            }
+            if ep {
+                // Each EP group's members stride etp: etp·ep consecutive ranks of a stage hold etp
+                // groups (one when etp = 1). Stages hold tp·cp·dp ranks, a multiple of etp·ep.
+                outline(plan.etp * plan.ep, 5, EP_OUTLINE)?;
             }
         }
         let ly = top + node_rows * (node_h + PAD) + 10;
-        let legend = [
-            format!(
-                "TP groups ({} GPUs, outlined) all-reduce every layer over {}",
-                plan.tp,
-                link(tp_link)
-            ),
-            format!(
-                "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
-                plan.tp * plan.dp,
-                link(pp_link)
-            ),
-            format!(
-                "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
-                plan.tp,
-                link(dp_link)
-            ),
-        ];
-        for (i, line) in legend.iter().enumerate() {
+        for (i, line) in legend.iter().chain(folded_note.iter()).enumerate() {
             root.draw(&Text::new(
                 line.clone(),
                 (PAD, ly + 20 * i as i32),
                 (FONT, 13).into_font().color(&BLACK),
             ))?;
         }
-        if let Some(note) = &folded_note {
-            root.draw(&Text::new(
-                note.clone(),
-                (PAD, ly + 62),
-                (FONT, 13).into_font().color(&BLACK),
-            ))?;
-        }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlanRequest;
+    use crate::specs;
+    use crate::training::{Training, TrainingFramework};
+
+    #[test]
+    fn rank_coordinates_follow_megatron_core_order_and_group_strides() {
+        let model = specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let framework = TrainingFramework::MegatronCore;
+        let training = Training {
+            seq_len: 4096,
+            global_batch: 256,
+            grad_dtype: crate::training::GradDtype::Fp32,
+            tokens: None,
+            attention: crate::training::AttentionKernel::Flash,
+            framework,
+            overlap: framework.default_overlap(),
+            moe_imbalance: 1.0,
+        };
+        let request = PlanRequest {
+            tp: 2,
+            cp: 2,
+            pp: 2,
+            dp: 8,
+            ep: 4,
+            etp: 2,
+            sequence_parallel: true,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let g = groups(&cluster, &plan);
+        // Stepping by a group's stride moves along that dimension only.
+        for rank in [0, 5, 17, 40] {
+            let c = rank_coordinates(rank, &plan);
+            let cp_next = rank_coordinates(rank + g.get(GroupKind::Cp).stride, &plan);
+            if c.cp + 1 < plan.cp {
+                assert_eq!((cp_next.cp, cp_next.tp, cp_next.dp), (c.cp + 1, c.tp, c.dp));
+            }
+            let pp_next = rank_coordinates(rank + g.get(GroupKind::Pp).stride, &plan);
+            assert_eq!(
+                (pp_next.pp, pp_next.tp, pp_next.cp, pp_next.dp),
+                (c.pp + 1, c.tp, c.cp, c.dp)
+            );
+            let ep_next = rank_coordinates(rank + g.get(GroupKind::Ep).stride, &plan);
+            if c.ep + 1 < plan.ep {
+                assert_eq!((ep_next.ep, ep_next.expert_dp), (c.ep + 1, c.expert_dp));
+            }
+        }
+        // 32 GPUs per stage over etp 2 x ep 4: 4 expert-DP replicas.
+        assert_eq!(rank_coordinates(31, &plan).expert_dp, 3);
+        assert_eq!(rank_coordinates(31, &plan).dp, 7);
+        let svg = layout_svg(&cluster, &plan).unwrap();
+        assert!(svg.contains("CP groups: rings of 2 GPUs at stride 2"));
+        assert!(svg.contains("EP groups (4 GPUs at stride 2"));
+    }
 }
