@@ -753,3 +753,35 @@ fn cp_and_ep_plans_show_their_groups_in_ledger_and_layout() {
     assert_eq!(rects_with_stroke(&layout, "#C02020"), 8);
     assert_eq!(words.iter().filter(|s| s.ends_with("·e7")).count(), 8);
 }
+
+/// The step-time chart draws each plan's error range (issue 11 item 3) as a hollow bar, from the
+/// same band the JSON's `time.step_s_low/high` come from.
+#[test]
+fn step_chart_draws_each_plans_error_range() {
+    let dir = scratch("ranges");
+    let out = tpsim()
+        .args(["report", "plans/seed-512b-32nodes.yaml", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = read(&dir, "step_time.svg");
+    let report: Value = serde_json::from_str(&read(&dir, "report.json")).unwrap();
+    let plans = report["plans"].as_array().unwrap();
+    let bars = svg
+        .lines()
+        .flat_map(|l| l.split("<rect").skip(1))
+        .filter(|r| r.contains("fill=\"none\"") && r.contains("stroke=\"#000000\""))
+        .count();
+    assert_eq!(bars, plans.len(), "one range bar per plan");
+    for p in plans {
+        let t = &p["time"];
+        assert!(t["step_s_low"].as_f64() < t["step_s"].as_f64());
+        assert!(t["step_s_high"].as_f64() > t["step_s"].as_f64());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

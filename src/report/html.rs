@@ -165,8 +165,20 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         ),
         (
             "step_time.svg",
-            "Where each plan's step time goes (exposed communication only), with its MFU.".into(),
-            step_svg(plans, &inputs.labels)?,
+            "Where each plan's step time goes (exposed terms only), with its MFU; the black bar is the range tpsim's measured error gives the step (5th–95th percentile).".into(),
+            step_svg(plans, &inputs.labels, {
+                let (band, _) = crate::uncertainty::band_for(
+                    &inputs.cluster.gpu.name,
+                    inputs.report.training.framework,
+                );
+                plans
+                    .iter()
+                    .map(|e| {
+                        let r = crate::uncertainty::interval(e, band);
+                        (r.step_s_low, r.step_s_high)
+                    })
+                    .collect()
+            })?,
         ),
     ];
     if !inputs.evaluated.is_empty() {

@@ -103,6 +103,8 @@ pub(crate) struct StackedBars<'a> {
     /// Per plan: its label, its part values (same order as `parts`), the text above the bar.
     pub bars: Vec<(String, Vec<f64>, String)>,
     pub line: Option<(f64, String)>,
+    /// Per plan: a (low, high) range drawn as an error bar over the stack.
+    pub ranges: Option<Vec<(f64, f64)>>,
     /// Per plan: lines printed under its label (`plan_details`), so plans that share tp·pp·dp
     /// but differ in vpp, micro-batch or recompute tell apart.
     pub details: Vec<Vec<(String, RGBColor)>>,
@@ -117,7 +119,10 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
             format!("vpp {} · mb {}", e.plan.vpp, e.plan.micro_batch),
             grey,
         ),
-        (format!("recompute {}", e.plan.recompute.as_str()), grey),
+        (
+            format!("recompute {}", super::table::recompute_label(&e.plan)),
+            grey,
+        ),
     ];
     if !e.fits() {
         lines.push(("does not fit".to_string(), RGBColor(0xB0, 0x00, 0x20)));
@@ -132,7 +137,14 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         .iter()
         .map(|b| b.1.iter().sum::<f64>())
         .fold(0.0, f64::max)
-        .max(spec.line.as_ref().map_or(0.0, |l| l.0));
+        .max(spec.line.as_ref().map_or(0.0, |l| l.0))
+        .max(
+            spec.ranges
+                .iter()
+                .flatten()
+                .map(|r| r.1)
+                .fold(0.0, f64::max),
+        );
     let y_max = if tallest > 0.0 { tallest * 1.18 } else { 1.0 };
     let legend_w = 200;
     let width = (120 + 120 * n).max(560) + legend_w;
@@ -174,13 +186,33 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             });
             chart.draw_series(rects)?;
         }
+        if let Some(ranges) = &spec.ranges {
+            for (i, &(low, high)) in ranges.iter().enumerate() {
+                let i = i as u32;
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), low),
+                        (SegmentValue::Exact(i + 1), high),
+                    ],
+                    BLACK.stroke_width(2),
+                );
+                bar.set_margin(0, 0, 52, 52);
+                chart.draw_series(std::iter::once(bar))?;
+            }
+        }
         // A value label that would sit on the capacity line goes just above it instead.
         let label_base = |top: f64| match &spec.line {
             Some((line, _)) if top <= *line && *line - top < y_max * 0.06 => *line,
             _ => top,
         };
         chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, values, text))| {
-            let top: f64 = values.iter().sum();
+            let stack: f64 = values.iter().sum();
+            let range_top = spec
+                .ranges
+                .as_ref()
+                .and_then(|r| r.get(i))
+                .map_or(0.0, |r| r.1);
+            let top = stack.max(range_top);
             Text::new(
                 text.clone(),
                 (

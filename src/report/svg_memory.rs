@@ -32,6 +32,7 @@ pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String
         parts: &["weights", "gradients", "optimizer", "activations", "other"],
         bars,
         details: plans.iter().map(plan_details).collect(),
+        ranges: None,
         line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
     })
 }

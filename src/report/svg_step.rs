@@ -1,25 +1,27 @@
-//! Figure 2: where one step's time goes for the top plans (the parts of `StepTime`, which add up to
-//! the step), with each plan's MFU written over its bar.
+//! Figure 2: where one step's time goes for the top plans (the exposed terms of the step, which add
+//! up to it), with each plan's MFU written over its bar and its error range as a bar.
 
 use super::svg::{StackedBars, plan_details, stacked_bars};
 use crate::cost::Estimate;
+use crate::cost::terms::TermKind;
 
-pub(crate) fn step_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
+pub(crate) fn step_svg(
+    plans: &[Estimate],
+    labels: &[String],
+    ranges: Vec<(f64, f64)>,
+) -> Result<String, String> {
+    // Only the terms some shown plan spends time on, so every part keeps its own colour.
+    let kinds: Vec<TermKind> = TermKind::ALL
+        .into_iter()
+        .filter(|k| plans.iter().any(|e| e.terms.exposed(*k) > 0.0))
+        .collect();
     let bars = plans
         .iter()
         .zip(labels)
         .map(|(e, label)| {
-            let t = &e.time;
             (
                 label.clone(),
-                vec![
-                    t.compute_s.0,
-                    t.tp_comm_exposed_s.0,
-                    t.pp_comm_exposed_s.0,
-                    t.dp_comm_exposed_s.0,
-                    t.bubble_s.0,
-                    t.optimizer_s.0,
-                ],
+                kinds.iter().map(|k| e.terms.exposed(*k)).collect(),
                 format!("MFU {:.1}%", e.mfu * 100.0),
             )
         })
@@ -27,16 +29,10 @@ pub(crate) fn step_svg(plans: &[Estimate], labels: &[String]) -> Result<String, 
     stacked_bars(&StackedBars {
         title: "Step time of the top plans",
         y_desc: "time per step (s)",
-        parts: &[
-            "compute",
-            "exposed TP comm",
-            "exposed PP comm",
-            "exposed DP comm",
-            "pipeline bubble",
-            "optimizer",
-        ],
+        parts: &kinds.iter().map(|k| k.label()).collect::<Vec<_>>(),
         bars,
         details: plans.iter().map(plan_details).collect(),
         line: None,
+        ranges: Some(ranges),
     })
 }

@@ -85,7 +85,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
-         training: {} sequences x {} tokens per step, {} gradients, {} attention",
+         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({})",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -116,6 +116,8 @@ pub fn scenario_line(report: &Report) -> String {
             crate::training::AttentionKernel::Flash => "flash",
             crate::training::AttentionKernel::Unfused => "unfused",
         },
+        t.framework.as_str(),
+        overlap_words(&t.overlap),
     )
 }
 
@@ -281,6 +283,24 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
         term.time_s.0,
         hidden.max(0.0)
     )
+}
+
+/// The communication a framework overlaps, in a few words.
+fn overlap_words(o: &crate::training::Overlap) -> String {
+    let on: Vec<&str> = [
+        (o.tp_comm, "TP comm"),
+        (o.grad_reduce, "grad reduce"),
+        (o.param_gather, "param gather"),
+        (o.p2p, "interleaved p2p"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if on.is_empty() {
+        "no communication overlapped".into()
+    } else {
+        format!("overlaps {}", on.join(", "))
+    }
 }
 
 /// Recompute as the table shows it: none, selective, full, or full N/L for Megatron's block method
