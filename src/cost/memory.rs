@@ -42,7 +42,8 @@ pub struct Memory {
     /// The pipeline stage this breakdown is for (the one with the largest total).
     pub stage: Stage,
     /// Parameters held by one GPU of that stage before ZeRO sharding.
-    pub params_per_gpu: f64,
+    /// Parameters this GPU holds before ZeRO shards them (the name says so: ZeRO-3 stores fewer).
+    pub params_per_gpu_before_zero: f64,
 }
 
 /// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
@@ -361,7 +362,7 @@ fn stage_memory(
         capacity_bytes: capacity,
         fits: total <= capacity.0,
         stage,
-        params_per_gpu: params,
+        params_per_gpu_before_zero: params,
     }
 }
 

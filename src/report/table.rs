@@ -377,7 +377,7 @@ pub fn breakdown(e: &Estimate) -> String {
         out,
         "memory per GPU (most loaded: {:?} stage, {} params before ZeRO):",
         mem.stage,
-        format_count(mem.params_per_gpu)
+        format_count(mem.params_per_gpu_before_zero)
     );
     for (name, bytes) in [
         ("weights", mem.weights_bytes.0),
