@@ -84,8 +84,8 @@ fn current_stack_runs_within_the_bounds() {
 // Today's values (2026-11-30), not the issue's targets: the issue asks for none past 25% (dense) and
 // a median of 15% with none past 30% (MoE). These bounds only stop the errors from growing; see
 // validation/FIT.md for which runs miss and why.
-const DENSE_MEGATRON_PAST_25: usize = 9;
-const DENSE_ALL_PAST_25: usize = 35;
+const DENSE_MEGATRON_PAST_25: usize = 6;
+const DENSE_ALL_PAST_25: usize = 32;
 const MOE_MIN_PREDICTED: usize = 30;
 const MOE_MEDIAN_BOUND: f64 = 0.34;
 const MOE_PAST_30: usize = 16;
