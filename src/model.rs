@@ -369,7 +369,8 @@ impl Model {
         }
         let head_dim_from_hidden = self.head_dim == self.hidden / self.heads;
         if !self.hidden.is_multiple_of(self.heads) && head_dim_from_hidden {
-            let suggest = (1..=self.heads)
+            // Bounded by the hidden size, so a huge head count cannot spin this loop.
+            let suggest = (1..=self.heads.min(self.hidden))
                 .rev()
                 .find(|h| self.hidden.is_multiple_of(*h))
                 .unwrap_or(1);
@@ -656,5 +657,15 @@ pub(crate) mod tests {
             m.check(),
             Err(ModelError::KvHeadsNotDivisor { .. })
         ));
+    }
+
+    #[test]
+    fn a_huge_head_count_is_refused_at_once() {
+        // An HF config with num_attention_heads 4294967295 once spun ~7 s of CPU in the divisor
+        // suggestion; the loop is now bounded by the hidden size.
+        let mut m = gpt3_175b();
+        m.heads = u32::MAX;
+        let message = m.check().unwrap_err().to_string();
+        assert!(message.contains("4294967295"), "{message}");
     }
 }
