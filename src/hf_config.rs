@@ -224,6 +224,16 @@ pub fn parse_with_note(
         .and_then(|a| a.get(0))
         .and_then(Value::as_str)
         .unwrap_or("");
+    // A model_type that is there but not a string is an error, not a missing key.
+    if let Some(other) = obj.get("model_type").filter(|v| !v.is_string()) {
+        let shown: String = other.to_string().chars().take(80).collect();
+        return Err(HfConfigError::Unsupported {
+            path: path.to_string(),
+            message: format!(
+                "\"model_type\": {shown} must be a string naming the architecture, e.g. \"llama\""
+            ),
+        });
+    }
     let model_type = match obj.get("model_type").and_then(Value::as_str) {
         Some(t) => t.to_string(),
         None => model_type_of_architecture(architecture)
@@ -1093,5 +1103,18 @@ mod tests {
         );
         assert_eq!(load(&path, Some(512)).unwrap().model.seq_len, 512);
         assert_eq!(load(&path, None).unwrap().model.seq_len, 1024);
+    }
+
+    #[test]
+    fn a_non_string_model_type_is_refused_by_name() {
+        let err = parse(
+            r#"{"model_type": 7, "architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#,
+            "c.json",
+            "c",
+            Some(128),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("\"model_type\": 7 must be a string"), "{err}");
     }
 }

@@ -372,207 +372,13 @@ impl ParallelPlan {
         training: &Training,
     ) -> Result<ParallelPlan, PlanError> {
         let r = request;
-        for (what, value) in [
-            ("--tp", r.tp),
-            ("--cp", r.cp),
-            ("--ep", r.ep),
-            ("--etp", r.etp),
-            ("--pp", r.pp),
-            ("--dp", r.dp),
-            ("--vpp", r.vpp),
-            ("--micro-batch", r.micro_batch),
-        ] {
-            if value == 0 {
-                return Err(PlanError::ZeroDegree { what });
-            }
-        }
-        if r.zero > 3 {
-            return Err(PlanError::ZeroStage { zero: r.zero });
-        }
-        let gpus = cluster.total_gpus();
-        let product = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp) * u64::from(r.dp);
-        if product != u64::from(gpus) {
-            let tp_pp = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp);
-            let suggest_dp = if u64::from(gpus) % tp_pp == 0 {
-                format!("e.g. --dp {}", u64::from(gpus) / tp_pp)
-            } else {
-                format!(
-                    "no --dp works: {gpus} is not a multiple of tp x cp x pp = {tp_pp}; change --tp, --cp or --pp"
-                )
-            };
-            return Err(PlanError::GpuCount {
-                tp: r.tp,
-                cp: r.cp,
-                pp: r.pp,
-                dp: r.dp,
-                product,
-                gpus,
-                suggest_dp,
-            });
-        }
-        if !model.heads.is_multiple_of(r.tp) {
-            let valid = divisors(model.heads)
-                .into_iter()
-                .filter(|d| *d <= cluster.nvlink_domain() || r.allow_cross_node_tp);
-            return Err(PlanError::TpHeads {
-                tp: r.tp,
-                heads: model.heads,
-                valid: list(valid),
-            });
-        }
-        // Megatron-Core replicates KV heads when tp is a multiple of them (`num_query_groups <
-        // tp`: each rank holds one group), so either direction of divisibility is a valid split.
-        if !model.kv_heads.is_multiple_of(r.tp) && !r.tp.is_multiple_of(model.kv_heads) {
-            let valid = divisors(model.heads)
-                .into_iter()
-                .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads));
-            return Err(PlanError::TpKvHeads {
-                tp: r.tp,
-                kv_heads: model.kv_heads,
-                valid: list(valid),
-            });
-        }
-        if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
-            let valid = divisors(training.seq_len / 2)
-                .into_iter()
-                .filter(|c| gpus.is_multiple_of(*c))
-                .take_while(|c| *c <= 256);
-            return Err(PlanError::CpSequence {
-                cp: r.cp,
-                seq_len: training.seq_len,
-                valid: list(valid),
-            });
-        }
-        match model.moe {
-            None if r.ep > 1 || r.etp > 1 => {
-                return Err(PlanError::ExpertsOnDense {
-                    ep: r.ep,
-                    etp: r.etp,
-                    model: model.name.clone(),
-                });
-            }
-            Some(moe) => {
-                if !moe.experts.is_multiple_of(r.ep) {
-                    return Err(PlanError::EpExperts {
-                        ep: r.ep,
-                        experts: moe.experts,
-                        valid: list(divisors(moe.experts)),
-                    });
-                }
-                // Parallel folding: the experts' etp x ep x expert-dp fill the same tp x cp x dp
-                // GPUs of a pipeline stage as the attention's (Megatron-Core parallel_state.py).
-                let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
-                let expert_model = u64::from(r.ep) * u64::from(r.etp);
-                if stage_gpus % expert_model != 0 {
-                    return Err(PlanError::EpFolding {
-                        ep: r.ep,
-                        etp: r.etp,
-                        stage_gpus,
-                    });
-                }
-            }
-            None => {}
-        }
-        if let Err(why) = cluster.gpu.supports(r.precision) {
-            let valid: Vec<&str> = Precision::ALL
-                .into_iter()
-                .filter(|p| cluster.gpu.supports(*p).is_ok())
-                .map(Precision::as_str)
-                .collect();
-            return Err(PlanError::PrecisionGpu {
-                precision: r.precision.as_str(),
-                gpu: cluster.gpu.name.clone(),
-                why,
-                valid: valid.join(", "),
-            });
-        }
-        let domain = cluster.nvlink_domain();
-        if r.tp > domain {
-            if !r.allow_cross_node_tp {
-                return Err(PlanError::TpCrossNode {
-                    tp: r.tp,
-                    gpus_per_node: domain,
-                });
-            }
-        } else if !domain.is_multiple_of(r.tp) {
-            return Err(PlanError::TpNode {
-                tp: r.tp,
-                gpus_per_node: domain,
-                valid: list(divisors(domain)),
-            });
-        }
-        if r.sequence_parallel && r.tp == 1 {
-            return Err(PlanError::SpWithoutTp);
-        }
-        if r.pp > model.layers {
-            return Err(PlanError::PpLayers {
-                pp: r.pp,
-                layers: model.layers,
-            });
-        }
-        let stages = if model.layers.is_multiple_of(r.pp) {
-            StageLayout::even(model.layers, r.pp)
-        } else if r.allow_uneven_pp {
-            StageLayout::balanced_units(model.layers, r.pp)
-        } else {
-            return Err(PlanError::PpUneven {
-                pp: r.pp,
-                layers: model.layers,
-                valid: list(divisors(model.layers)),
-            });
-        };
-        let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
-        if u64::from(training.global_batch) % replica_batch != 0 {
-            let valid = if training.global_batch.is_multiple_of(r.dp) {
-                list(divisors(training.global_batch / r.dp))
-            } else {
-                format!(
-                    "none: --global-batch {} is not divisible by --dp {}",
-                    training.global_batch, r.dp
-                )
-            };
-            return Err(PlanError::BatchSplit {
-                global_batch: training.global_batch,
-                dp: r.dp,
-                micro_batch: r.micro_batch,
-                product: replica_batch,
-                valid,
-            });
-        }
-        let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;
-        if r.vpp > 1 {
-            if r.pp == 1 {
-                return Err(PlanError::VppWithoutPp { vpp: r.vpp });
-            }
-            // Uneven splits interleave only when the embedding and the loss count as a layer each and
-            // the layers + 2 units split evenly into pp x vpp model chunks (Megatron-Core's
-            // `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`).
-            let units = model.layers + 2;
-            if !stages.even
-                && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp))
-            {
-                return Err(PlanError::VppUneven { vpp: r.vpp });
-            }
-            let per_stage = if stages.even {
-                model.layers / r.pp
-            } else {
-                units / r.pp
-            };
-            if per_stage % r.vpp != 0 {
-                return Err(PlanError::VppLayers {
-                    vpp: r.vpp,
-                    per_stage,
-                    valid: list(divisors(per_stage)),
-                });
-            }
-            if !num_microbatches.is_multiple_of(r.pp) {
-                return Err(PlanError::VppMicrobatches {
-                    vpp: r.vpp,
-                    num_microbatches,
-                    pp: r.pp,
-                });
-            }
-        }
+        check_degrees(r, cluster)?;
+        check_heads(r, model, cluster)?;
+        check_context_experts_precision(r, model, cluster, training)?;
+        check_tensor_placement(r, cluster)?;
+        let stages = stage_layout(r, model)?;
+        let num_microbatches = micro_batches(r, training)?;
+        check_interleaving(r, model, &stages, num_microbatches)?;
         Ok(ParallelPlan {
             tp: r.tp,
             pp: r.pp,
@@ -636,6 +442,251 @@ impl ParallelPlan {
             recompute_num_layers: self.recompute_num_layers,
         }
     }
+}
+
+/// Every degree at least 1, a real ZeRO stage, and degrees whose product is the cluster.
+fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
+    for (what, value) in [
+        ("--tp", r.tp),
+        ("--cp", r.cp),
+        ("--ep", r.ep),
+        ("--etp", r.etp),
+        ("--pp", r.pp),
+        ("--dp", r.dp),
+        ("--vpp", r.vpp),
+        ("--micro-batch", r.micro_batch),
+    ] {
+        if value == 0 {
+            return Err(PlanError::ZeroDegree { what });
+        }
+    }
+    if r.zero > 3 {
+        return Err(PlanError::ZeroStage { zero: r.zero });
+    }
+    let gpus = cluster.total_gpus();
+    let product = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp) * u64::from(r.dp);
+    if product != u64::from(gpus) {
+        let tp_pp = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp);
+        let suggest_dp = if u64::from(gpus) % tp_pp == 0 {
+            format!("e.g. --dp {}", u64::from(gpus) / tp_pp)
+        } else {
+            format!(
+                "no --dp works: {gpus} is not a multiple of tp x cp x pp = {tp_pp}; change --tp, --cp or --pp"
+            )
+        };
+        return Err(PlanError::GpuCount {
+            tp: r.tp,
+            cp: r.cp,
+            pp: r.pp,
+            dp: r.dp,
+            product,
+            gpus,
+            suggest_dp,
+        });
+    }
+    Ok(())
+}
+
+/// TP divides the attention heads, and divides or is a multiple of the KV heads.
+fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), PlanError> {
+    if !model.heads.is_multiple_of(r.tp) {
+        let valid = divisors(model.heads)
+            .into_iter()
+            .filter(|d| *d <= cluster.nvlink_domain() || r.allow_cross_node_tp);
+        return Err(PlanError::TpHeads {
+            tp: r.tp,
+            heads: model.heads,
+            valid: list(valid),
+        });
+    }
+    // Megatron-Core replicates KV heads when tp is a multiple of them (`num_query_groups <
+    // tp`: each rank holds one group), so either direction of divisibility is a valid split.
+    if !model.kv_heads.is_multiple_of(r.tp) && !r.tp.is_multiple_of(model.kv_heads) {
+        let valid = divisors(model.heads)
+            .into_iter()
+            .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads));
+        return Err(PlanError::TpKvHeads {
+            tp: r.tp,
+            kv_heads: model.kv_heads,
+            valid: list(valid),
+        });
+    }
+    Ok(())
+}
+
+/// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.
+fn check_context_experts_precision(
+    r: &PlanRequest,
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+) -> Result<(), PlanError> {
+    let gpus = cluster.total_gpus();
+    if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
+        let valid = divisors(training.seq_len / 2)
+            .into_iter()
+            .filter(|c| gpus.is_multiple_of(*c))
+            .take_while(|c| *c <= 256);
+        return Err(PlanError::CpSequence {
+            cp: r.cp,
+            seq_len: training.seq_len,
+            valid: list(valid),
+        });
+    }
+    match model.moe {
+        None if r.ep > 1 || r.etp > 1 => {
+            return Err(PlanError::ExpertsOnDense {
+                ep: r.ep,
+                etp: r.etp,
+                model: model.name.clone(),
+            });
+        }
+        Some(moe) => {
+            if !moe.experts.is_multiple_of(r.ep) {
+                return Err(PlanError::EpExperts {
+                    ep: r.ep,
+                    experts: moe.experts,
+                    valid: list(divisors(moe.experts)),
+                });
+            }
+            // Parallel folding: the experts' etp x ep x expert-dp fill the same tp x cp x dp
+            // GPUs of a pipeline stage as the attention's (Megatron-Core parallel_state.py).
+            let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
+            let expert_model = u64::from(r.ep) * u64::from(r.etp);
+            if stage_gpus % expert_model != 0 {
+                return Err(PlanError::EpFolding {
+                    ep: r.ep,
+                    etp: r.etp,
+                    stage_gpus,
+                });
+            }
+        }
+        None => {}
+    }
+    if let Err(why) = cluster.gpu.supports(r.precision) {
+        let valid: Vec<&str> = Precision::ALL
+            .into_iter()
+            .filter(|p| cluster.gpu.supports(*p).is_ok())
+            .map(Precision::as_str)
+            .collect();
+        return Err(PlanError::PrecisionGpu {
+            precision: r.precision.as_str(),
+            gpu: cluster.gpu.name.clone(),
+            why,
+            valid: valid.join(", "),
+        });
+    }
+    Ok(())
+}
+
+/// TP stays inside an NVLink domain (unless allowed) and divides it; SP needs TP.
+fn check_tensor_placement(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
+    let domain = cluster.nvlink_domain();
+    if r.tp > domain {
+        if !r.allow_cross_node_tp {
+            return Err(PlanError::TpCrossNode {
+                tp: r.tp,
+                gpus_per_node: domain,
+            });
+        }
+    } else if !domain.is_multiple_of(r.tp) {
+        return Err(PlanError::TpNode {
+            tp: r.tp,
+            gpus_per_node: domain,
+            valid: list(divisors(domain)),
+        });
+    }
+    if r.sequence_parallel && r.tp == 1 {
+        return Err(PlanError::SpWithoutTp);
+    }
+    Ok(())
+}
+
+/// Layers per stage: even, or balanced with the embedding and loss counted as layers.
+fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError> {
+    if r.pp > model.layers {
+        return Err(PlanError::PpLayers {
+            pp: r.pp,
+            layers: model.layers,
+        });
+    }
+    let stages = if model.layers.is_multiple_of(r.pp) {
+        StageLayout::even(model.layers, r.pp)
+    } else if r.allow_uneven_pp {
+        StageLayout::balanced_units(model.layers, r.pp)
+    } else {
+        return Err(PlanError::PpUneven {
+            pp: r.pp,
+            layers: model.layers,
+            valid: list(divisors(model.layers)),
+        });
+    };
+    Ok(stages)
+}
+
+/// Micro-batches per step: the global batch over dp x micro-batch, which must divide it.
+fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError> {
+    let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
+    if u64::from(training.global_batch) % replica_batch != 0 {
+        let valid = if training.global_batch.is_multiple_of(r.dp) {
+            list(divisors(training.global_batch / r.dp))
+        } else {
+            format!(
+                "none: --global-batch {} is not divisible by --dp {}",
+                training.global_batch, r.dp
+            )
+        };
+        return Err(PlanError::BatchSplit {
+            global_batch: training.global_batch,
+            dp: r.dp,
+            micro_batch: r.micro_batch,
+            product: replica_batch,
+            valid,
+        });
+    }
+    let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;
+    Ok(num_microbatches)
+}
+
+/// Interleaving: pipeline parallelism, chunks of whole layers, micro-batches a multiple of pp.
+fn check_interleaving(
+    r: &PlanRequest,
+    model: &Model,
+    stages: &StageLayout,
+    num_microbatches: u32,
+) -> Result<(), PlanError> {
+    if r.vpp > 1 {
+        if r.pp == 1 {
+            return Err(PlanError::VppWithoutPp { vpp: r.vpp });
+        }
+        // Uneven splits interleave only when the embedding and the loss count as a layer each and
+        // the layers + 2 units split evenly into pp x vpp model chunks (Megatron-Core's
+        // `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`).
+        let units = model.layers + 2;
+        if !stages.even && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp)) {
+            return Err(PlanError::VppUneven { vpp: r.vpp });
+        }
+        let per_stage = if stages.even {
+            model.layers / r.pp
+        } else {
+            units / r.pp
+        };
+        if per_stage % r.vpp != 0 {
+            return Err(PlanError::VppLayers {
+                vpp: r.vpp,
+                per_stage,
+                valid: list(divisors(per_stage)),
+            });
+        }
+        if !num_microbatches.is_multiple_of(r.pp) {
+            return Err(PlanError::VppMicrobatches {
+                vpp: r.vpp,
+                num_microbatches,
+                pp: r.pp,
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
