@@ -87,8 +87,8 @@ fn current_stack_runs_within_the_bounds() {
 const DENSE_MEGATRON_PAST_25: usize = 6;
 const DENSE_ALL_PAST_25: usize = 32;
 const MOE_MIN_PREDICTED: usize = 30;
-const MOE_MEDIAN_BOUND: f64 = 0.34;
-const MOE_PAST_30: usize = 16;
+const MOE_MEDIAN_BOUND: f64 = 0.27;
+const MOE_PAST_30: usize = 12;
 
 /// `tpsim accuracy --runs` reads this format too and reports the same predictions.
 #[test]

@@ -69,9 +69,11 @@ pub fn moe_mlp_forward_s(
     let topk = f64::from(moe.router_topk);
     let experts = f64::from(moe.experts);
     let local_experts = experts / f64::from(plan.ep);
-    // Tokens one local expert processes: the EP group's routed copies spread over its experts.
-    let per_expert = tokens * topk * f64::from(plan.ep) / experts * imbalance;
     let etp = f64::from(plan.etp);
+    // Tokens one local expert processes: the EP group's routed copies spread over its experts; an
+    // expert split over etp GPUs sees the tokens of all etp of them (each computes its 1/etp slice
+    // of the expert for every one, as the dense MLP does under TP).
+    let per_expert = tokens * topk * f64::from(plan.ep) / experts * imbalance * etp;
     let up = Gemm {
         m: per_expert,
         k: h,
@@ -114,7 +116,7 @@ pub fn moe_mlp_forward_s(
     };
     // Permute and unpermute read and write every routed copy once each way; the activation
     // reads the up projection and writes the expert's inner width.
-    let routed = tokens * topk * imbalance;
+    let routed = tokens * topk * imbalance * etp;
     let permute_bytes = 4.0 * routed * h * ACTIVATION_BYTES;
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
@@ -161,9 +163,10 @@ pub fn moe_mlp_activation_bytes(
         return 0.0;
     };
     let tokens = local_tokens(plan, seq_len);
-    let routed = tokens * f64::from(moe.router_topk) * imbalance;
-    let h = f64::from(model.hidden);
     let etp = f64::from(plan.etp);
+    // An expert split over etp GPUs keeps activations for the tokens of all etp of them.
+    let routed = tokens * f64::from(moe.router_topk) * imbalance * etp;
+    let h = f64::from(model.hidden);
     let experts = routed
         * (h + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
         * ACTIVATION_BYTES;
@@ -174,4 +177,71 @@ pub fn moe_mlp_activation_bytes(
             / f64::from(plan.tp)
             * ACTIVATION_BYTES;
     experts + router + shared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlanRequest;
+    use crate::training::{AttentionKernel, Training, TrainingFramework};
+
+    #[test]
+    fn expert_flops_do_not_depend_on_how_the_experts_are_split() {
+        // The routed tokens' expert FLOPs per GPU are the same whether the 8 experts are spread
+        // over 8 GPUs (ep 8) or each split over them (etp 8): tokens·top-k·expert FLOPs / GPUs.
+        // (An etp plan once divided the tokens by etp twice and reported MFU over 100%.)
+        let model = crate::specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 2,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            256,
+            AttentionKernel::Flash,
+        );
+        let flops = |ep, etp| {
+            let request = PlanRequest {
+                tp: 8,
+                dp: 2,
+                ep,
+                etp,
+                sequence_parallel: true,
+                micro_batch: 1,
+                ..PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            let moe = model.moe.unwrap();
+            let tokens = local_tokens(&plan, 4096) * f64::from(moe.router_topk) * f64::from(etp);
+            let per_expert = tokens * f64::from(ep) / f64::from(moe.experts);
+            let local = f64::from(moe.experts) / f64::from(ep);
+            // up + down GEMMs of the local experts' slices
+            2.0 * per_expert
+                * local
+                * (model.hidden as f64)
+                * (model.expert_up_width() + f64::from(moe.ffn_hidden))
+                / f64::from(etp)
+        };
+        let (a, b) = (flops(8, 1), flops(1, 8));
+        assert!((a / b - 1.0).abs() < 1e-12, "{a} vs {b}");
+        // And the estimate's MFU stays below 1 for the etp plan.
+        let request = PlanRequest {
+            tp: 8,
+            dp: 2,
+            etp: 8,
+            sequence_parallel: true,
+            micro_batch: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let e = crate::cost::evaluate(&model, &cluster, &training, &plan);
+        assert!(
+            e.mfu < 1.0 && e.hardware_tflops_per_gpu < 989.5,
+            "{} {}",
+            e.mfu,
+            e.hardware_tflops_per_gpu
+        );
+    }
 }
