@@ -204,3 +204,43 @@ fn zero3_holds_two_gathered_layers_and_one_layer_of_gradients() {
     assert!((z3.weights_bytes.0 - (params * 2.0 / 128.0 + 2.0 * unit * 2.0)).abs() < 1.0);
     assert!((z3.gradients_bytes.0 - (params * 2.0 / 128.0 + unit * 2.0)).abs() < 1.0);
 }
+
+/// No evaluated plan of any bundled model runs more FLOPs than the GPU's bf16 peak: hardware
+/// TFLOP/s (model FLOPs plus recompute) per GPU stays under it, so MFU stays under 100% (an expert
+/// split over etp GPUs once broke this for MoE models).
+#[test]
+fn no_plan_runs_faster_than_the_peak() {
+    use tpsim::training::{AttentionKernel, TrainingFramework};
+    let cluster = Cluster {
+        gpu: load_gpu("h100-sxm-80g").unwrap(),
+        nodes: 2,
+        gpus_per_node: 8,
+    };
+    let peak_tflops = cluster.gpu.peak_bf16_tflops;
+    for name in [
+        "llama3-8b",
+        "gpt3-175b",
+        "mixtral-8x7b",
+        "qwen3-30b-a3b",
+        "gpt-oss-20b",
+    ] {
+        let model = tpsim::specs::load_model(name).unwrap();
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            256,
+            AttentionKernel::Flash,
+        );
+        let result = search(&model, &cluster, &training, SearchOptions::default());
+        assert!(!result.ranked.is_empty(), "{name}");
+        for e in &result.ranked {
+            assert!(
+                e.hardware_tflops_per_gpu < peak_tflops && e.mfu < 1.0,
+                "{name}: {:?} runs {:.0} TFLOP/s per GPU (MFU {:.2})",
+                e.plan,
+                e.hardware_tflops_per_gpu,
+                e.mfu
+            );
+        }
+    }
+}
