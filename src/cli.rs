@@ -264,6 +264,11 @@ pub struct TrainingArgs {
     /// 1.0, balanced, as the published MoE benchmarks force).
     #[arg(long, value_name = "F")]
     pub moe_imbalance: Option<f64>,
+    /// MoE expert capacity factor (Megatron `--moe-expert-capacity-factor`): tokens over
+    /// F x the balanced share of an expert are dropped, so the busiest expert's load is capped at F.
+    /// Default: none (dropless).
+    #[arg(long, value_name = "F", visible_alias = "moe-expert-capacity-factor")]
+    pub moe_capacity_factor: Option<f64>,
     /// Pipeline sends overlapped with compute in the interleaved schedule. Default: the
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]

@@ -994,3 +994,63 @@ fn messages_read_cleanly() {
     );
     assert!(!stdout.contains("-0.0"), "negative zero in the JSON");
 }
+
+/// Routing imbalance slows an MoE step (the busiest expert sets the pace); a capacity factor caps
+/// it by dropping the tokens over capacity; a capacity below the balanced share is refused.
+#[test]
+fn moe_imbalance_and_capacity_factor_move_the_step() {
+    let step = |extra: &[&str]| -> f64 {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "mixtral-8x7b",
+            "--nodes",
+            "2",
+            "--seq-len",
+            "4096",
+            "--global-batch",
+            "256",
+            "--tp",
+            "2",
+            "--ep",
+            "8",
+            "--micro-batch",
+            "1",
+            "--sequence-parallel",
+            "--zero",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || code == 1, "{stderr}");
+        let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        json["plans"][0]["time"]["step_s"].as_f64().unwrap()
+    };
+    let balanced = step(&[]);
+    let skewed = step(&["--moe-imbalance", "1.5"]);
+    let capped = step(&["--moe-imbalance", "1.5", "--moe-capacity-factor", "1.2"]);
+    let same_cap = step(&["--moe-imbalance", "1.2"]);
+    assert!(
+        balanced < capped && capped < skewed,
+        "{balanced} {capped} {skewed}"
+    );
+    assert_eq!(capped, same_cap);
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--ep",
+        "8",
+        "--moe-capacity-factor",
+        "0.5",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--moe-capacity-factor 0.5"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

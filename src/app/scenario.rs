@@ -493,12 +493,22 @@ pub(super) fn resolve_scenario(
         },
         framework,
         overlap: overlap_of_args(training_args, framework),
-        moe_imbalance: match training_args.moe_imbalance {
-            None => 1.0,
-            Some(f) if f.is_finite() && (1.0..=64.0).contains(&f) => f,
-            Some(f) => bail!(
-                "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and 64; e.g. --moe-imbalance 1.2"
-            ),
+        moe_imbalance: {
+            let imbalance = match training_args.moe_imbalance {
+                None => 1.0,
+                Some(f) if f.is_finite() && (1.0..=64.0).contains(&f) => f,
+                Some(f) => bail!(
+                    "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and 64; e.g. --moe-imbalance 1.2"
+                ),
+            };
+            // A capacity factor drops the tokens over capacity: the busiest expert never gets more.
+            match training_args.moe_capacity_factor {
+                None => imbalance,
+                Some(c) if c.is_finite() && (1.0..=64.0).contains(&c) => imbalance.min(c),
+                Some(c) => bail!(
+                    "--moe-capacity-factor {c}: the expert capacity over the balanced share must be between 1 and 64 (below 1 drops tokens even when routing is balanced); e.g. --moe-capacity-factor 1.25"
+                ),
+            }
         },
         tokens,
         attention: match training_args.attention {
