@@ -1054,3 +1054,64 @@ fn moe_imbalance_and_capacity_factor_move_the_step() {
     assert!(stderr.contains("--moe-capacity-factor 0.5"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// Context parallelism's own rules: a cp that with tp and pp does not divide the cluster names all
+/// three; a cp that does not split the sequence into 2·cp chunks names the sequence and the valid
+/// values; FP4 on a GPU without it names the GPU.
+#[test]
+fn context_parallel_and_precision_errors_name_the_rule() {
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "1",
+                "--tp",
+                "2",
+                "--cp",
+                "3",
+            ],
+            &["--cp 3", "tp x cp x pp"],
+        ),
+        (
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "1",
+                "--tp",
+                "2",
+                "--cp",
+                "4",
+                "--seq-len",
+                "8196",
+            ],
+            &["--cp 4", "8196", "valid"],
+        ),
+        (
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--precision",
+                "nvfp4",
+            ],
+            &["nvfp4", "h100-sxm-80g"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{args:?}: {stderr} lacks {needle}");
+        }
+    }
+}

@@ -127,8 +127,7 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     .into());
                 }
                 None => bail!(
-                    "--tp {tp} x --pp {pp} = {} does not divide the cluster's {gpus} GPUs; choose tp x pp dividing {gpus}",
-                    u64::from(tp) * u64::from(pp)
+                    "--tp {tp} x --cp {cp} x --pp {pp} = {model_parallel} does not divide the cluster's {gpus} GPUs; choose tp x cp x pp dividing {gpus}"
                 ),
             };
             PlanRequest {
