@@ -2706,3 +2706,214 @@ fn communication_overlap_is_written_and_read_back() {
     assert_eq!(ds["zero_optimization"]["overlap_comm"], true);
     assert!(stderr.contains("--framework deepspeed"), "{stderr}");
 }
+
+// ---- Issue 9 item 6: mixture-of-experts and latent attention through Megatron-LM arguments ----
+
+/// `plan --emit megatron` for an MoE model, read back by `eval --megatron-args` (and, where every
+/// flag is one `eval` takes, pasted on `eval`) on the same cluster: the same degrees, expert
+/// parallelism included, the same model (total and active parameters) and the same evaluation.
+#[test]
+fn megatron_args_round_trip_moe_models_and_expert_parallelism() {
+    for (model_flags, nodes, pasted) in [
+        (vec!["--model", "mixtral-8x7b"], "8", true),
+        (
+            vec!["--model", "mixtral-8x7b", "--ep", "8", "--etp", "1"],
+            "8",
+            true,
+        ),
+        // Latent attention, shared experts and three dense layers first (--moe-layer-freq list).
+        (vec!["--model", "deepseek-v3"], "64", true),
+        // A head width other than hidden / heads and a norm over each query/key head.
+        (vec!["--model", "qwen3-30b-a3b"], "8", false),
+    ] {
+        let mut plan_args = vec!["plan"];
+        plan_args.extend(&model_flags);
+        plan_args.extend([
+            "--nodes",
+            nodes,
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "4096",
+            "--emit",
+            "megatron",
+        ]);
+        let (code, line, stderr) = run(&plan_args);
+        assert_eq!(code, 0, "{plan_args:?}: {stderr}");
+        let line = line.trim().to_string();
+        for flag in [
+            "--num-experts ",
+            "--moe-router-topk ",
+            "--moe-ffn-hidden-size ",
+            "--expert-model-parallel-size ",
+            "--expert-tensor-parallel-size ",
+            "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type alltoall",
+        ] {
+            assert!(line.contains(flag), "{flag} missing from {line}");
+        }
+
+        let mut json_args = plan_args.clone();
+        json_args.truncate(json_args.len() - 2);
+        json_args.extend(["--format", "json", "--top", "200"]);
+        let ranked = run_json(&json_args);
+        let chosen = ranked["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["zero"].as_u64().unwrap() <= 1 || p["pp"] == 1)
+            .expect("a Megatron-runnable plan is in the top 200");
+
+        let mut via_args = vec!["eval", "--nodes", nodes, "--format", "json"];
+        via_args.extend(["--megatron-args", line.as_str()]);
+        let mut reads = vec![run_json(&via_args)];
+        if pasted {
+            let mut pasted_args = vec!["eval", "--nodes", nodes, "--format", "json"];
+            pasted_args.extend(line.split_whitespace());
+            reads.push(run_json(&pasted_args));
+        }
+        for back in reads {
+            let back_plan = &back["plans"][0];
+            for key in [
+                "tp",
+                "pp",
+                "dp",
+                "cp",
+                "ep",
+                "etp",
+                "vpp",
+                "micro_batch",
+                "recompute",
+                "zero",
+            ] {
+                assert_eq!(
+                    back_plan[key], chosen[key],
+                    "{key} after the round trip of {line}"
+                );
+            }
+            for key in ["params", "active_params"] {
+                assert!(back["model"][key].as_f64().unwrap() > 0.0, "{key}: {line}");
+                assert_eq!(back["model"][key], ranked["model"][key], "{key}: {line}");
+            }
+            assert_eq!(
+                back_plan["time"]["step_s"], chosen["time"]["step_s"],
+                "{line}"
+            );
+            assert_eq!(back_plan["memory"], chosen["memory"], "{line}");
+        }
+    }
+}
+
+/// DeepSeek-V3's first three dense layers are written as Megatron's per-layer list, and its latent
+/// attention with its widths.
+#[test]
+fn megatron_emit_writes_deepseek_layer_pattern_and_latent_attention() {
+    let (code, line, stderr) = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "256",
+        "--seq-len",
+        "4096",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    for needle in [
+        "--moe-layer-freq [0]*3+[1]*58 ",
+        "--moe-shared-expert-intermediate-size 2048 ",
+        "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 ",
+    ] {
+        assert!(line.contains(needle), "{needle} missing from {line}");
+    }
+}
+
+/// Megatron MoE arguments tpsim does not model, or that contradict each other, are refused by
+/// name with exit 2, never skipped.
+#[test]
+fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
+    const MOE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu --seq-length 4096 --global-batch-size 256 --tensor-model-parallel-size 1 --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm --bf16";
+    for (extra, needles) in [
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.25",
+            &["--moe-expert-capacity-factor", "dropless"][..],
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-recompute",
+            &["--moe-layer-recompute", "not modelled"][..],
+        ),
+        // Megatron's default dispatcher is allgather; tpsim models the all-to-all.
+        (
+            "--expert-model-parallel-size 8",
+            &["allgather", "--moe-token-dispatcher-type alltoall"][..],
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-freq [0]*3+[1]*58",
+            &["--moe-layer-freq", "61 entries", "one per layer"][..],
+        ),
+    ] {
+        assert_error(
+            &[
+                "eval",
+                "--nodes",
+                "8",
+                "--megatron-args",
+                &format!("{MOE} {extra}"),
+            ],
+            needles,
+        );
+    }
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "8",
+            "--megatron-args",
+            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --expert-model-parallel-size 8",
+        ],
+        &[
+            "--expert-model-parallel-size 8 without --num-experts",
+            "--num-experts",
+        ],
+    );
+    // Megatron-LM's default --expert-tensor-parallel-size is the TP size.
+    let (code, json, stderr) = eval_line(
+        &format!(
+            "{} --tensor-model-parallel-size 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall",
+            MOE.replace("--tensor-model-parallel-size 1 ", "")
+        ),
+        &["--nodes", "8"],
+    );
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(json["plans"][0]["etp"], 4, "{stderr}");
+    assert_eq!(json["plans"][0]["ep"], 2, "{stderr}");
+}
+
+/// The writers that do not carry experts yet refuse MoE models with the reason, rather than
+/// writing a dense model with another parameter count.
+#[test]
+fn emit_other_than_megatron_refuses_moe_models() {
+    for target in ["nemo", "megatron-bridge", "deepspeed"] {
+        assert_error(
+            &[
+                "eval",
+                "--model",
+                "mixtral-8x7b",
+                "--nodes",
+                "8",
+                "--tp",
+                "8",
+                "--pp",
+                "1",
+                "--global-batch",
+                "256",
+                "--emit",
+                target,
+            ],
+            &["mixture-of-experts", "--emit megatron"],
+        );
+    }
+}
