@@ -2896,7 +2896,7 @@ fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
 /// writing a dense model with another parameter count.
 #[test]
 fn emit_other_than_megatron_refuses_moe_models() {
-    for target in ["nemo", "megatron-bridge", "deepspeed"] {
+    for target in ["nemo", "deepspeed"] {
         assert_error(
             &[
                 "eval",
@@ -2916,4 +2916,92 @@ fn emit_other_than_megatron_refuses_moe_models() {
             &["mixture-of-experts", "--emit megatron"],
         );
     }
+}
+
+/// Megatron-Bridge overrides carry the experts, the expert parallelism and the same MoE shape as
+/// the Megatron-LM line (DeepSeek-V3: latent attention, shared experts, three dense layers first).
+#[test]
+fn megatron_bridge_overrides_carry_experts() {
+    let emit = |target: &str| {
+        let (code, text, stderr) = run(&[
+            "eval",
+            "--model",
+            "deepseek-v3",
+            "--nodes",
+            "64",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--ep",
+            "32",
+            "--etp",
+            "1",
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "4096",
+            "--emit",
+            target,
+        ]);
+        // The plan is pinned, fitting or not (exit 1): only the written configuration matters.
+        assert!(code == 0 || code == 1, "{target}: {stderr}");
+        assert!(!text.is_empty(), "{target}: {stderr}");
+        text
+    };
+    let bridge = emit("megatron-bridge");
+    let overrides: std::collections::HashMap<&str, &str> = bridge
+        .lines()
+        .map(|l| {
+            l.split_once('=')
+                .unwrap_or_else(|| panic!("KEY=VALUE: {l}"))
+        })
+        .collect();
+    let line = emit("megatron");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let value_of = |flag: &str| {
+        let i = words
+            .iter()
+            .position(|w| *w == flag)
+            .unwrap_or_else(|| panic!("{flag}: {line}"));
+        words[i + 1]
+    };
+    for (key, flag) in [
+        ("model.num_moe_experts", "--num-experts"),
+        ("model.moe_router_topk", "--moe-router-topk"),
+        ("model.moe_ffn_hidden_size", "--moe-ffn-hidden-size"),
+        (
+            "model.moe_shared_expert_intermediate_size",
+            "--moe-shared-expert-intermediate-size",
+        ),
+        (
+            "model.expert_model_parallel_size",
+            "--expert-model-parallel-size",
+        ),
+        (
+            "model.expert_tensor_parallel_size",
+            "--expert-tensor-parallel-size",
+        ),
+        ("model.kv_lora_rank", "--kv-lora-rank"),
+        ("model.q_lora_rank", "--q-lora-rank"),
+        (
+            "model.moe_token_dispatcher_type",
+            "--moe-token-dispatcher-type",
+        ),
+    ] {
+        assert_eq!(
+            overrides.get(key).copied(),
+            Some(value_of(flag)),
+            "{key}: {bridge}"
+        );
+    }
+    assert_eq!(overrides["model.expert_model_parallel_size"], "32");
+    assert_eq!(overrides["model.moe_grouped_gemm"], "true");
+    // One entry per layer: the list Megatron's --moe-layer-freq [0]*3+[1]*58 evaluates to.
+    let freq: Vec<&str> = overrides["model.moe_layer_freq"]
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .collect();
+    assert_eq!(freq.len(), 61);
+    assert!(freq[..3].iter().all(|v| *v == "0") && freq[3..].iter().all(|v| *v == "1"));
 }

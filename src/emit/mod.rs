@@ -64,12 +64,12 @@ impl Framework {
         let low_precision = plan.precision != Precision::Bf16;
         let param_gather = low_precision && training.framework.fp8_param_gather();
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
-        // Only the Megatron-LM writer carries experts and latent attention so far; the others
-        // would write a dense model with a different parameter count.
-        if self != Framework::Megatron {
+        // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
+        // far; the others would write a dense model with a different parameter count.
+        if !megatron_family {
             if model.moe.is_some() || plan.ep > 1 || plan.etp > 1 {
                 return Some(format!(
-                    "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron",
+                    "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron or --emit megatron-bridge",
                     plan.ep,
                     plan.etp,
                     self.name()
@@ -77,7 +77,7 @@ impl Framework {
             }
             if model.mla.is_some() {
                 return Some(format!(
-                    "multi-latent attention is not written for {} yet; use --emit megatron",
+                    "multi-latent attention is not written for {} yet; use --emit megatron or --emit megatron-bridge",
                     self.name()
                 ));
             }
