@@ -1148,11 +1148,16 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
     let (_, cp2, stderr) = eval("--context-parallel-size 2");
     assert_eq!(cp2["plans"][0]["cp"], 2, "{stderr}");
     assert_eq!(cp2["plans"][0]["dp"], 2, "{stderr}");
+    // Expert parallelism needs experts; experts are read (issue 9 item 6), and MoE arguments
+    // tpsim does not model are refused by name.
     refused(
         "--expert-model-parallel-size 4",
-        &["--expert-model-parallel-size 4", "not modelled"],
+        &["--expert-model-parallel-size 4", "without --num-experts"],
     );
-    refused("--num-experts 8", &["--num-experts 8", "not modelled"]);
+    refused(
+        "--num-experts 8 --moe-expert-capacity-factor 1.0",
+        &["--moe-expert-capacity-factor", "dropless"],
+    );
     refused(
         "--attention-backend sdpa",
         &[
@@ -1898,8 +1903,14 @@ fn megatron_reader_accepts_what_megatron_accepts() {
 #[test]
 fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
     for (extra, needle) in [
-        ("--multi-latent-attention", "--multi-latent-attention"),
-        ("--kv-channels 64", "--kv-channels 64"),
+        (
+            "--multi-latent-attention",
+            "--multi-latent-attention without --kv-lora-rank",
+        ),
+        (
+            "--moe-expert-capacity-factor 1.25",
+            "--moe-expert-capacity-factor 1.25",
+        ),
         (
             "--fp8-format hybrid --fp8-recipe blockwise",
             "--fp8-recipe blockwise",
@@ -1949,6 +1960,16 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
         &["--nodes", "4"],
     );
     assert_eq!(kv["plans"][0], plain["plans"][0], "{stderr}");
+    // Another head width is read as the model's (Megatron-Core's kv_channels).
+    let (_, narrow, stderr) = eval_line(
+        &format!("{SMALL} --bf16 --kv-channels 64"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(narrow["model"]["head_dim"], 64, "{stderr}");
+    assert!(
+        narrow["model"]["params"].as_f64().unwrap() < plain["model"]["params"].as_f64().unwrap(),
+        "{stderr}"
+    );
     // --quick-geglu is gated (argument_utils.py gated_linear_unit) and keeps the 4h default.
     let (_, geglu, stderr) = eval_line(&format!("{SMALL} --bf16 --quick-geglu"), &["--nodes", "4"]);
     assert_eq!(geglu["model"]["gated_mlp"], true, "{stderr}");

@@ -224,7 +224,12 @@ impl Parsed<'_> {
         }
         Ok(Some(Mla {
             q_lora_rank: self.number("q-lora-rank")?,
-            kv_lora_rank: self.required("kv-lora-rank", "512")?,
+            kv_lora_rank: self.number("kv-lora-rank")?.ok_or_else(|| {
+                MegatronArgsError::Refused {
+                    given: "--multi-latent-attention without --kv-lora-rank".into(),
+                    why: "tpsim needs the width of the key/value latent; add --kv-lora-rank N (DeepSeek-V3: 512)".into(),
+                }
+            })?,
             qk_head_dim: self.number("qk-head-dim")?.unwrap_or(128),
             qk_pos_emb_head_dim: self.number("qk-pos-emb-head-dim")?.unwrap_or(64),
             v_head_dim: self.number("v-head-dim")?.unwrap_or(128),
