@@ -62,14 +62,21 @@ fn moe_refusal(flag: &str) -> String {
 impl Parsed<'_> {
     /// `--moe-*` arguments that tpsim neither reads nor knows to be harmless: refused by name.
     pub(super) fn refuse_unknown_moe(&self) -> Result<(), MegatronArgsError> {
-        for token in &self.ignored {
+        for (i, token) in self.ignored.iter().enumerate() {
             let Some(flag) = token.strip_prefix("--") else {
                 continue;
             };
             let flag = flag.split_once('=').map_or(flag, |(f, _)| f);
             if flag.starts_with("moe-") && !HARMLESS_MOE.contains(&flag) {
+                // The tokenizer keeps an unknown flag's value right after it.
+                let given = match self.ignored.get(i + 1) {
+                    Some(value) if !token.contains('=') && !value.starts_with("--") => {
+                        format!("{token} {value}")
+                    }
+                    _ => token.clone(),
+                };
                 return Err(MegatronArgsError::NotModelled {
-                    given: token.clone(),
+                    given,
                     why: moe_refusal(flag),
                 });
             }
