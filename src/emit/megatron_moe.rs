@@ -266,7 +266,7 @@ pub fn moe_layer_freq_arg(layers: u32, first_dense: u32, freq: u32) -> String {
         if rest / freq > 0 {
             terms.push(format!("{}*{}", period(freq), rest / freq));
         }
-        if rest % freq > 0 {
+        if !rest.is_multiple_of(freq) {
             terms.push(period(rest % freq));
         }
     }
