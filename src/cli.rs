@@ -531,6 +531,22 @@ pub struct EvalArgs {
         conflicts_with = "megatron_args"
     )]
     pub ckpt_format: Option<String>,
+    // ---- pasted Megatron-LM mixture-of-experts and latent-attention switches (what `--emit
+    // megatron` writes next to --num-experts and --kv-lora-rank; checked in the eval command).
+    /// Megatron-LM's --moe-grouped-gemm: the grouped expert GEMMs tpsim models.
+    #[arg(long, hide = true, conflicts_with = "megatron_args")]
+    pub moe_grouped_gemm: bool,
+    /// Megatron-LM's --moe-token-dispatcher-type: tpsim models alltoall.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "KIND",
+        conflicts_with = "megatron_args"
+    )]
+    pub moe_token_dispatcher_type: Option<String>,
+    /// Megatron-LM's --multi-latent-attention: MLA, whose widths are --kv-lora-rank and the others.
+    #[arg(long, hide = true, conflicts_with = "megatron_args")]
+    pub multi_latent_attention: bool,
     // ---- end of the pasted Megatron-LM precision and overlap arguments.
     /// Print the plan as this framework's launch configuration, instead of the breakdown.
     #[arg(long, value_enum, value_name = "FRAMEWORK", conflicts_with_all = ["report", "format"])]

@@ -1148,11 +1148,16 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
     let (_, cp2, stderr) = eval("--context-parallel-size 2");
     assert_eq!(cp2["plans"][0]["cp"], 2, "{stderr}");
     assert_eq!(cp2["plans"][0]["dp"], 2, "{stderr}");
+    // Expert parallelism needs experts; experts are read (issue 9 item 6), and MoE arguments
+    // tpsim does not model are refused by name.
     refused(
         "--expert-model-parallel-size 4",
-        &["--expert-model-parallel-size 4", "not modelled"],
+        &["--expert-model-parallel-size 4", "without --num-experts"],
     );
-    refused("--num-experts 8", &["--num-experts 8", "not modelled"]);
+    refused(
+        "--num-experts 8 --moe-expert-capacity-factor 1.0",
+        &["--moe-expert-capacity-factor", "dropless"],
+    );
     refused(
         "--attention-backend sdpa",
         &[
@@ -1898,8 +1903,14 @@ fn megatron_reader_accepts_what_megatron_accepts() {
 #[test]
 fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
     for (extra, needle) in [
-        ("--multi-latent-attention", "--multi-latent-attention"),
-        ("--kv-channels 64", "--kv-channels 64"),
+        (
+            "--multi-latent-attention",
+            "--multi-latent-attention without --kv-lora-rank",
+        ),
+        (
+            "--moe-expert-capacity-factor 1.25",
+            "--moe-expert-capacity-factor 1.25",
+        ),
         (
             "--fp8-format hybrid --fp8-recipe blockwise",
             "--fp8-recipe blockwise",
@@ -1949,6 +1960,16 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
         &["--nodes", "4"],
     );
     assert_eq!(kv["plans"][0], plain["plans"][0], "{stderr}");
+    // Another head width is read as the model's (Megatron-Core's kv_channels).
+    let (_, narrow, stderr) = eval_line(
+        &format!("{SMALL} --bf16 --kv-channels 64"),
+        &["--nodes", "4"],
+    );
+    assert_eq!(narrow["model"]["head_dim"], 64, "{stderr}");
+    assert!(
+        narrow["model"]["params"].as_f64().unwrap() < plain["model"]["params"].as_f64().unwrap(),
+        "{stderr}"
+    );
     // --quick-geglu is gated (argument_utils.py gated_linear_unit) and keeps the 4h default.
     let (_, geglu, stderr) = eval_line(&format!("{SMALL} --bf16 --quick-geglu"), &["--nodes", "4"]);
     assert_eq!(geglu["model"]["gated_mlp"], true, "{stderr}");
@@ -2705,4 +2726,303 @@ fn communication_overlap_is_written_and_read_back() {
     let ds: Value = serde_json::from_str(&ds).unwrap();
     assert_eq!(ds["zero_optimization"]["overlap_comm"], true);
     assert!(stderr.contains("--framework deepspeed"), "{stderr}");
+}
+
+// ---- Issue 9 item 6: mixture-of-experts and latent attention through Megatron-LM arguments ----
+
+/// `plan --emit megatron` for an MoE model, read back by `eval --megatron-args` (and, where every
+/// flag is one `eval` takes, pasted on `eval`) on the same cluster: the same degrees, expert
+/// parallelism included, the same model (total and active parameters) and the same evaluation.
+#[test]
+fn megatron_args_round_trip_moe_models_and_expert_parallelism() {
+    for (model_flags, nodes, pasted) in [
+        (vec!["--model", "mixtral-8x7b"], "8", true),
+        (
+            vec!["--model", "mixtral-8x7b", "--ep", "8", "--etp", "1"],
+            "8",
+            true,
+        ),
+        // Latent attention, shared experts and three dense layers first (--moe-layer-freq list).
+        (vec!["--model", "deepseek-v3"], "64", true),
+        // A head width other than hidden / heads and a norm over each query/key head.
+        (vec!["--model", "qwen3-30b-a3b"], "8", false),
+    ] {
+        let mut plan_args = vec!["plan"];
+        plan_args.extend(&model_flags);
+        plan_args.extend([
+            "--nodes",
+            nodes,
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "4096",
+            "--emit",
+            "megatron",
+        ]);
+        let (code, line, stderr) = run(&plan_args);
+        assert_eq!(code, 0, "{plan_args:?}: {stderr}");
+        let line = line.trim().to_string();
+        for flag in [
+            "--num-experts ",
+            "--moe-router-topk ",
+            "--moe-ffn-hidden-size ",
+            "--expert-model-parallel-size ",
+            "--expert-tensor-parallel-size ",
+            "--moe-grouped-gemm",
+            "--moe-token-dispatcher-type alltoall",
+        ] {
+            assert!(line.contains(flag), "{flag} missing from {line}");
+        }
+
+        let mut json_args = plan_args.clone();
+        json_args.truncate(json_args.len() - 2);
+        json_args.extend(["--format", "json", "--top", "200"]);
+        let ranked = run_json(&json_args);
+        let chosen = ranked["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["zero"].as_u64().unwrap() <= 1 || p["pp"] == 1)
+            .expect("a Megatron-runnable plan is in the top 200");
+
+        let mut via_args = vec!["eval", "--nodes", nodes, "--format", "json"];
+        via_args.extend(["--megatron-args", line.as_str()]);
+        let mut reads = vec![run_json(&via_args)];
+        if pasted {
+            let mut pasted_args = vec!["eval", "--nodes", nodes, "--format", "json"];
+            pasted_args.extend(line.split_whitespace());
+            reads.push(run_json(&pasted_args));
+        }
+        for back in reads {
+            let back_plan = &back["plans"][0];
+            for key in [
+                "tp",
+                "pp",
+                "dp",
+                "cp",
+                "ep",
+                "etp",
+                "vpp",
+                "micro_batch",
+                "recompute",
+                "zero",
+            ] {
+                assert_eq!(
+                    back_plan[key], chosen[key],
+                    "{key} after the round trip of {line}"
+                );
+            }
+            for key in ["params", "active_params"] {
+                assert!(back["model"][key].as_f64().unwrap() > 0.0, "{key}: {line}");
+                assert_eq!(back["model"][key], ranked["model"][key], "{key}: {line}");
+            }
+            assert_eq!(
+                back_plan["time"]["step_s"], chosen["time"]["step_s"],
+                "{line}"
+            );
+            assert_eq!(back_plan["memory"], chosen["memory"], "{line}");
+        }
+    }
+}
+
+/// DeepSeek-V3's first three dense layers are written as Megatron's per-layer list, and its latent
+/// attention with its widths.
+#[test]
+fn megatron_emit_writes_deepseek_layer_pattern_and_latent_attention() {
+    let (code, line, stderr) = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "256",
+        "--seq-len",
+        "4096",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    for needle in [
+        "--moe-layer-freq [0]*3+[1]*58 ",
+        "--moe-shared-expert-intermediate-size 2048 ",
+        "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 ",
+    ] {
+        assert!(line.contains(needle), "{needle} missing from {line}");
+    }
+}
+
+/// Megatron MoE arguments tpsim does not model, or that contradict each other, are refused by
+/// name with exit 2, never skipped.
+#[test]
+fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
+    const MOE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu --seq-length 4096 --global-batch-size 256 --tensor-model-parallel-size 1 --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm --bf16";
+    for (extra, needles) in [
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.25",
+            &["--moe-expert-capacity-factor", "dropless"][..],
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-recompute",
+            &["--moe-layer-recompute", "not modelled"][..],
+        ),
+        // Megatron's default dispatcher is allgather; tpsim models the all-to-all.
+        (
+            "--expert-model-parallel-size 8",
+            &["allgather", "--moe-token-dispatcher-type alltoall"][..],
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-freq [0]*3+[1]*58",
+            &["--moe-layer-freq", "61 entries", "one per layer"][..],
+        ),
+    ] {
+        assert_error(
+            &[
+                "eval",
+                "--nodes",
+                "8",
+                "--megatron-args",
+                &format!("{MOE} {extra}"),
+            ],
+            needles,
+        );
+    }
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "8",
+            "--megatron-args",
+            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --expert-model-parallel-size 8",
+        ],
+        &[
+            "--expert-model-parallel-size 8 without --num-experts",
+            "--num-experts",
+        ],
+    );
+    // Megatron-LM's default --expert-tensor-parallel-size is the TP size.
+    let (code, json, stderr) = eval_line(
+        &format!(
+            "{} --tensor-model-parallel-size 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall",
+            MOE.replace("--tensor-model-parallel-size 1 ", "")
+        ),
+        &["--nodes", "8"],
+    );
+    assert!(code == 0 || code == 1, "{stderr}");
+    assert_eq!(json["plans"][0]["etp"], 4, "{stderr}");
+    assert_eq!(json["plans"][0]["ep"], 2, "{stderr}");
+}
+
+/// The writers that do not carry experts yet refuse MoE models with the reason, rather than
+/// writing a dense model with another parameter count.
+#[test]
+fn emit_other_than_megatron_refuses_moe_models() {
+    for target in ["nemo", "deepspeed"] {
+        assert_error(
+            &[
+                "eval",
+                "--model",
+                "mixtral-8x7b",
+                "--nodes",
+                "8",
+                "--tp",
+                "8",
+                "--pp",
+                "1",
+                "--global-batch",
+                "256",
+                "--emit",
+                target,
+            ],
+            &["mixture-of-experts", "--emit megatron"],
+        );
+    }
+}
+
+/// Megatron-Bridge overrides carry the experts, the expert parallelism and the same MoE shape as
+/// the Megatron-LM line (DeepSeek-V3: latent attention, shared experts, three dense layers first).
+#[test]
+fn megatron_bridge_overrides_carry_experts() {
+    let emit = |target: &str| {
+        let (code, text, stderr) = run(&[
+            "eval",
+            "--model",
+            "deepseek-v3",
+            "--nodes",
+            "64",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--ep",
+            "32",
+            "--etp",
+            "1",
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "4096",
+            "--emit",
+            target,
+        ]);
+        // The plan is pinned, fitting or not (exit 1): only the written configuration matters.
+        assert!(code == 0 || code == 1, "{target}: {stderr}");
+        assert!(!text.is_empty(), "{target}: {stderr}");
+        text
+    };
+    let bridge = emit("megatron-bridge");
+    let overrides: std::collections::HashMap<&str, &str> = bridge
+        .lines()
+        .map(|l| {
+            l.split_once('=')
+                .unwrap_or_else(|| panic!("KEY=VALUE: {l}"))
+        })
+        .collect();
+    let line = emit("megatron");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let value_of = |flag: &str| {
+        let i = words
+            .iter()
+            .position(|w| *w == flag)
+            .unwrap_or_else(|| panic!("{flag}: {line}"));
+        words[i + 1]
+    };
+    for (key, flag) in [
+        ("model.num_moe_experts", "--num-experts"),
+        ("model.moe_router_topk", "--moe-router-topk"),
+        ("model.moe_ffn_hidden_size", "--moe-ffn-hidden-size"),
+        (
+            "model.moe_shared_expert_intermediate_size",
+            "--moe-shared-expert-intermediate-size",
+        ),
+        (
+            "model.expert_model_parallel_size",
+            "--expert-model-parallel-size",
+        ),
+        (
+            "model.expert_tensor_parallel_size",
+            "--expert-tensor-parallel-size",
+        ),
+        ("model.kv_lora_rank", "--kv-lora-rank"),
+        ("model.q_lora_rank", "--q-lora-rank"),
+        (
+            "model.moe_token_dispatcher_type",
+            "--moe-token-dispatcher-type",
+        ),
+    ] {
+        assert_eq!(
+            overrides.get(key).copied(),
+            Some(value_of(flag)),
+            "{key}: {bridge}"
+        );
+    }
+    assert_eq!(overrides["model.expert_model_parallel_size"], "32");
+    assert_eq!(overrides["model.moe_grouped_gemm"], "true");
+    // One entry per layer: the list Megatron's --moe-layer-freq [0]*3+[1]*58 evaluates to.
+    let freq: Vec<&str> = overrides["model.moe_layer_freq"]
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .collect();
+    assert_eq!(freq.len(), 61);
+    assert!(freq[..3].iter().all(|v| *v == "0") && freq[3..].iter().all(|v| *v == "1"));
 }

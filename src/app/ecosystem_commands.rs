@@ -775,6 +775,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             allow_uneven_pp: launch.split.any(),
             allow_cross_node_tp: false,
             cp: launch.cp,
+            ep: launch.experts.ep,
+            etp: launch.experts.etp,
             precision: launch.precision.precision,
             ..PlanRequest::default()
         },
@@ -865,6 +867,32 @@ pub(super) fn megatron_request(
     Ok(request)
 }
 
+/// Megatron-LM's MoE and MLA switches pasted on `eval` (what `--emit megatron` writes): they must
+/// describe the model and plan tpsim evaluates, never be dropped silently.
+fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> Result<()> {
+    if args.multi_latent_attention && model.mla.is_none() {
+        bail!(
+            "--multi-latent-attention without --kv-lora-rank: tpsim needs the latent width; add --kv-lora-rank N (DeepSeek-V3: 512)"
+        );
+    }
+    let dispatcher = args.moe_token_dispatcher_type.as_deref();
+    if model.moe.is_none() && (args.moe_grouped_gemm || dispatcher.is_some()) {
+        bail!(
+            "--moe-grouped-gemm / --moe-token-dispatcher-type on a dense model: add --num-experts N, or drop them"
+        );
+    }
+    match dispatcher {
+        None | Some("alltoall") => Ok(()),
+        Some(v) if !["allgather", "flex"].contains(&v) => bail!(
+            "--moe-token-dispatcher-type {v} is not a Megatron-LM dispatcher; use alltoall (or allgather, flex)"
+        ),
+        Some(_) if plan.ep == 1 => Ok(()),
+        Some(v) => bail!(
+            "--moe-token-dispatcher-type {v}: tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall"
+        ),
+    }
+}
+
 /// Megatron-LM's pipeline-split arguments pasted on `eval`.
 pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
     emit::SplitArgs {
@@ -935,6 +963,7 @@ pub(super) fn check_pasted_megatron(
     model: &Model,
     plan: &ParallelPlan,
 ) -> Result<()> {
+    check_pasted_experts(args, model, plan)?;
     let split = pasted_split(args);
     if split.any() {
         emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;

@@ -361,6 +361,9 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         fp4_param_gather: false,
         no_overlap_p2p_communication: false,
         ckpt_format: None,
+        moe_grouped_gemm: false,
+        moe_token_dispatcher_type: None,
+        multi_latent_attention: false,
         emit: None,
         megatron_args: None,
     };

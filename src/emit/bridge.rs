@@ -27,6 +27,9 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let dropout = if model.dropout { "0.1" } else { "0.0" };
     set("model.hidden_dropout", dropout.into());
     set("model.attention_dropout", dropout.into());
+    for (key, value) in bridge_expert_overrides(model, plan) {
+        set(key, value);
+    }
     set("model.tensor_model_parallel_size", plan.tp.to_string());
     set("model.context_parallel_size", plan.cp.to_string());
     set("model.pipeline_model_parallel_size", plan.pp.to_string());
@@ -126,4 +129,72 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         (overlap.param_gather && plan.zero >= 1).to_string(),
     );
     lines.join("\n")
+}
+
+/// The MoE and MLA fields of Megatron-Core's `TransformerConfig` / `MLATransformerConfig` that
+/// `cfg.model` carries (Megatron-Bridge recipes set the same names, e.g. `cfg.model.
+/// expert_model_parallel_size`, `cfg.model.moe_token_dispatcher_type = "alltoall"`), for `model`
+/// under `plan`; nothing for a dense model with multi-head attention.
+fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(mla) = &model.mla {
+        out.push(("model.multi_latent_attention", "true".to_string()));
+        out.push((
+            "model.q_lora_rank",
+            mla.q_lora_rank
+                .map_or("null".to_string(), |q| q.to_string()),
+        ));
+        out.push(("model.kv_lora_rank", mla.kv_lora_rank.to_string()));
+        out.push(("model.qk_head_dim", mla.qk_head_dim.to_string()));
+        out.push((
+            "model.qk_pos_emb_head_dim",
+            mla.qk_pos_emb_head_dim.to_string(),
+        ));
+        out.push(("model.v_head_dim", mla.v_head_dim.to_string()));
+    }
+    let Some(moe) = &model.moe else {
+        return out;
+    };
+    out.push(("model.num_moe_experts", moe.experts.to_string()));
+    out.push(("model.moe_router_topk", moe.router_topk.to_string()));
+    out.push(("model.moe_ffn_hidden_size", moe.ffn_hidden.to_string()));
+    out.push((
+        "model.moe_shared_expert_intermediate_size",
+        if moe.shared_expert_ffn_hidden > 0 {
+            moe.shared_expert_ffn_hidden.to_string()
+        } else {
+            "null".to_string()
+        },
+    ));
+    out.push((
+        "model.moe_shared_expert_gate",
+        moe.shared_expert_gate.to_string(),
+    ));
+    // One entry per layer (Megatron-Core's list form of moe_layer_freq), explicit so that no
+    // override parser has to evaluate an expression.
+    let pattern: Vec<&str> = (0..model.layers)
+        .map(|i| {
+            let moe_layer = i >= moe.first_dense_layers
+                && (i - moe.first_dense_layers).is_multiple_of(moe.layer_freq.max(1));
+            if moe_layer { "1" } else { "0" }
+        })
+        .collect();
+    out.push(("model.moe_layer_freq", format!("[{}]", pattern.join(","))));
+    out.push(("model.moe_grouped_gemm", "true".to_string()));
+    // Recipes pick DeepEP/HybridEP (`moe_flex_dispatcher_backend`), which
+    // `apply_flex_dispatcher_backend` turns into the flex dispatcher; tpsim models the plain
+    // all-to-all, and dropless routing without shared-expert overlap.
+    out.push(("model.moe_token_dispatcher_type", "alltoall".to_string()));
+    out.push(("model.moe_flex_dispatcher_backend", "null".to_string()));
+    out.push(("model.moe_expert_capacity_factor", "null".to_string()));
+    out.push((
+        "model.moe_pad_expert_input_to_capacity",
+        "false".to_string(),
+    ));
+    out.push(("model.moe_shared_expert_overlap", "false".to_string()));
+    // DeepSeek-V3 recipes build a pipeline layout; tpsim's split is written instead.
+    out.push(("model.pipeline_model_parallel_layout", "null".to_string()));
+    out.push(("model.expert_model_parallel_size", plan.ep.to_string()));
+    out.push(("model.expert_tensor_parallel_size", plan.etp.to_string()));
+    out
 }

@@ -55,6 +55,9 @@ pub enum MegatronArgsError {
     /// A line Megatron-LM itself refuses.
     #[error("Megatron arguments {given}: {why}")]
     Refused { given: String, why: String },
+    /// A value that does not parse, with the message of its parser (which quotes the flag).
+    #[error("Megatron argument {message}")]
+    BadValue { message: String },
 }
 
 /// Arguments that take a value.
@@ -91,6 +94,16 @@ const VALUED: &[&str] = &[
     "expert-model-parallel-size",
     "expert-tensor-parallel-size",
     "num-experts",
+    "moe-router-topk",
+    "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size",
+    "moe-layer-freq",
+    "moe-token-dispatcher-type",
+    "q-lora-rank",
+    "kv-lora-rank",
+    "qk-head-dim",
+    "qk-pos-emb-head-dim",
+    "v-head-dim",
     "kv-channels",
     "main-grads-dtype",
     "main-params-dtype",
@@ -133,6 +146,10 @@ const SWITCHES: &[&str] = &[
     "account-for-loss-in-pipeline-split",
     "use-flash-attn",
     "multi-latent-attention",
+    "moe-grouped-gemm",
+    "moe-shared-expert-gate",
+    "qk-layernorm",
+    "add-qkv-bias",
     "tp-comm-overlap",
     "overlap-grad-reduce",
     "overlap-param-gather",

@@ -8,6 +8,7 @@ use super::megatron_args::Parsed;
 pub use super::megatron_args::{
     FullRecompute, MegatronArgsError, attention_backend, megatron_zero,
 };
+use super::megatron_moe::ExpertArgs;
 pub use super::megatron_precision::{
     MegatronPrecision, PrecisionArgs, megatron_overlap, megatron_precision,
 };
@@ -24,6 +25,8 @@ pub struct MegatronLaunch {
     pub heads: u32,
     pub kv_heads: Option<u32>,
     pub ffn_hidden: Option<u32>,
+    /// `--kv-channels`: the width of one attention head (arguments.py default hidden / heads).
+    pub head_dim: Option<u32>,
     pub vocab: Option<u32>,
     pub seq_len: u32,
     /// `--global-batch-size`; Megatron's default when absent is micro-batch x dp
@@ -34,12 +37,19 @@ pub struct MegatronLaunch {
     /// `--quick-geglu`: gated too (argument_utils.py sets gated_linear_unit), default ffn 4h.
     pub quick_geglu: bool,
     pub linear_bias: bool,
+    /// `--add-qkv-bias`: biases on the query/key/value projections only (Qwen2).
+    pub qkv_bias: bool,
+    /// `--qk-layernorm`: a norm over each query and key head (Qwen3, OLMo 2).
+    pub qk_norm: bool,
     pub tied_embeddings: bool,
     pub learned_position_embeddings: bool,
     pub norm: Norm,
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
     pub tp: u32,
+    /// Experts, latent attention and expert parallelism (`--num-experts`, `--moe-*`,
+    /// `--multi-latent-attention`, `--expert-model/tensor-parallel-size`).
+    pub experts: ExpertArgs,
     /// `--context-parallel-size` (default 1).
     pub cp: u32,
     pub pp: u32,
@@ -83,7 +93,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let layers = p.required("num-layers", "96")?;
     let hidden = p.required("hidden-size", "12288")?;
     let heads = p.required("num-attention-heads", "96")?;
-    p.refuse_unmodelled(hidden, heads)?;
+    p.refuse_unmodelled()?;
     let mut notes = Vec::new();
     let grad_dtype = p.grad_dtype(&mut notes)?;
     let (recompute, full_recompute) = p.recompute(&mut notes)?;
@@ -168,18 +178,25 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "Megatron-LM refuses them together; use --num-virtual-stages-per-pipeline-rank, or --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".into(),
         });
     }
+    let ffn_hidden = p.number("ffn-hidden-size")?;
+    let dense_ffn =
+        ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
+    let experts = p.experts(layers, tp, dense_ffn)?;
     Ok(MegatronLaunch {
         layers,
         hidden,
         heads,
         kv_heads,
-        ffn_hidden: p.number("ffn-hidden-size")?,
+        ffn_hidden,
+        head_dim: p.number("kv-channels")?,
         vocab: p.number("vocab-size")?,
         seq_len: p.required("seq-length", "2048")?,
         global_batch: p.number("global-batch-size")?,
         swiglu: p.switch("swiglu"),
         quick_geglu: p.switch("quick-geglu"),
         linear_bias: !p.switch("disable-bias-linear"),
+        qkv_bias: p.switch("add-qkv-bias"),
+        qk_norm: p.switch("qk-layernorm"),
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
         learned_position_embeddings: p
             .value("position-embedding-type")
@@ -190,6 +207,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
                 .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
         }),
         tp,
+        experts,
         cp,
         pp,
         layers_per_virtual_stage: p.number("num-layers-per-virtual-pipeline-stage")?,
@@ -259,21 +277,23 @@ impl MegatronLaunch {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
-            head_dim: self.hidden.checked_div(self.heads).unwrap_or(0),
+            head_dim: self
+                .head_dim
+                .unwrap_or_else(|| self.hidden.checked_div(self.heads).unwrap_or(0)),
             ffn_hidden: self.ffn_hidden.unwrap_or_else(|| self.default_ffn_hidden()),
             vocab: self.vocab.unwrap_or(default_vocab),
             seq_len: self.seq_len,
             gated_mlp: self.swiglu || self.quick_geglu,
             linear_bias: self.linear_bias,
-            qkv_bias: false,
-            qk_norm: false,
+            qkv_bias: self.qkv_bias,
+            qk_norm: self.qk_norm,
             shared_layer_norm: false,
             tied_embeddings: self.tied_embeddings,
             learned_position_embeddings: self.learned_position_embeddings,
             norm: self.norm,
             dropout: self.dropout,
-            mla: None,
-            moe: None,
+            mla: self.experts.mla,
+            moe: self.experts.moe,
         };
         model.check()?;
         Ok(model)
@@ -343,6 +363,8 @@ impl MegatronLaunch {
             tp: self.tp,
             pp: self.pp,
             dp,
+            ep: self.experts.ep,
+            etp: self.experts.etp,
             vpp,
             micro_batch: self.micro_batch,
             sequence_parallel: self.sequence_parallel,

@@ -7,10 +7,6 @@ use super::megatron_args::{MegatronArgsError, Parsed};
 /// Switches that change memory or time in ways tpsim does not model yet, and why.
 const REFUSED_SWITCHES: &[(&str, &str)] = &[
     (
-        "multi-latent-attention",
-        "multi-latent attention (compressed key/value projections) changes the attention weights and activations; tpsim models multi-head and grouped-query attention only",
-    ),
-    (
         "cpu-offloading",
         "offloading activations or weights to CPU memory is not modelled yet",
     ),
@@ -58,11 +54,7 @@ const REFUSED_VALUED: &[(&str, &str)] = &[
 
 impl Parsed<'_> {
     /// Item by item, the arguments tpsim cannot model: refused by name.
-    pub(super) fn refuse_unmodelled(
-        &self,
-        hidden: u32,
-        heads: u32,
-    ) -> Result<(), MegatronArgsError> {
+    pub(super) fn refuse_unmodelled(&self) -> Result<(), MegatronArgsError> {
         let not_modelled = |given: String, why: &str| MegatronArgsError::NotModelled {
             given,
             why: why.to_string(),
@@ -83,40 +75,7 @@ impl Parsed<'_> {
                 return Err(not_modelled(format!("--{flag} {v}"), why));
             }
         }
-        // Expert parallelism changes both the memory and the traffic; what the reader turns into
-        // a plan is tp x cp x pp x dp of a dense model.
-        for flag in ["expert-model-parallel-size", "expert-tensor-parallel-size"] {
-            if let Some(n) = self.number(flag)?
-                && n > 1
-            {
-                return Err(not_modelled(
-                    format!("--{flag} {n}"),
-                    &format!(
-                        "expert parallelism from Megatron arguments is not modelled yet; tpsim reads tp x cp x pp x dp of a dense model (drop it, or use --{flag} 1)"
-                    ),
-                ));
-            }
-        }
-        if let Some(n) = self.number("num-experts")? {
-            return Err(not_modelled(
-                format!("--num-experts {n}"),
-                "mixture-of-experts layers from Megatron arguments are not modelled yet; tpsim models dense models only (drop --num-experts)",
-            ));
-        }
-        // arguments.py: `args.kv_channels = args.hidden_size // args.num_attention_heads` when
-        // absent; any other head size changes the attention weights.
-        if let Some(n) = self.number("kv-channels")?
-            && n != hidden / heads.max(1)
-        {
-            return Err(not_modelled(
-                format!("--kv-channels {n}"),
-                &format!(
-                    "a head size other than hidden / heads = {} is not modelled yet (drop it, or use --kv-channels {})",
-                    hidden / heads.max(1),
-                    hidden / heads.max(1)
-                ),
-            ));
-        }
+        self.refuse_unknown_moe()?;
         if let Some(v) = self.value("optimizer")
             && v != "adam"
         {

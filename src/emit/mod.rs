@@ -9,6 +9,7 @@
 mod bridge;
 mod deepspeed;
 mod megatron_args;
+mod megatron_moe;
 mod megatron_precision;
 mod megatron_reader;
 mod megatron_refused;
@@ -19,6 +20,7 @@ pub use bridge::bridge_overrides;
 pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
 pub use nemo::nemo_yaml;
 
+pub use megatron_moe::{ExpertArgs, megatron_expert_args, moe_layer_freq_arg};
 pub use megatron_reader::{
     FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, PrecisionArgs,
     attention_backend, block_recompute_layers, check_full_recompute, check_split, megatron_overlap,
@@ -62,13 +64,23 @@ impl Framework {
         let low_precision = plan.precision != Precision::Bf16;
         let param_gather = low_precision && training.framework.fp8_param_gather();
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
-        if plan.ep > 1 || plan.etp > 1 {
-            return Some(format!(
-                "expert parallelism (--ep {} --etp {}) is not written for {} yet; use --ep 1 --etp 1",
-                plan.ep,
-                plan.etp,
-                self.name()
-            ));
+        // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
+        // far; the others would write a dense model with a different parameter count.
+        if !megatron_family {
+            if model.moe.is_some() || plan.ep > 1 || plan.etp > 1 {
+                return Some(format!(
+                    "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                    plan.ep,
+                    plan.etp,
+                    self.name()
+                ));
+            }
+            if model.mla.is_some() {
+                return Some(format!(
+                    "multi-latent attention is not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                    self.name()
+                ));
+            }
         }
         match self {
             // Megatron-FSDP releases the gathered parameters after each module's forward and
@@ -196,12 +208,28 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("group-query-attention", None);
         push("num-query-groups", n(model.kv_heads));
     }
+    // arguments.py: `--kv-channels` defaults to hidden / heads; another head width (Qwen3) is
+    // written out. MLA's widths are its own arguments.
+    if model.mla.is_none() && model.heads > 0 && model.head_dim != model.hidden / model.heads {
+        push("kv-channels", n(model.head_dim));
+    }
     push("ffn-hidden-size", n(model.ffn_hidden));
+    for (flag, value) in megatron_expert_args(model, plan) {
+        push(flag, value);
+    }
     if model.gated_mlp {
         push("swiglu", None);
     }
     if !model.linear_bias {
         push("disable-bias-linear", None);
+        // arguments.py: `--add-qkv-bias` keeps the query/key/value biases when the other linear
+        // layers have none (with biases everywhere they are there already).
+        if model.qkv_bias {
+            push("add-qkv-bias", None);
+        }
+    }
+    if model.qk_norm {
+        push("qk-layernorm", None);
     }
     if !model.tied_embeddings {
         push("untie-embeddings-and-output-weights", None);

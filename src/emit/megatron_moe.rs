@@ -1,0 +1,343 @@
+//! Mixture of experts and multi-head latent attention in Megatron-LM arguments, both ways: what
+//! `--emit megatron` writes for an MoE or MLA model and its expert parallelism, and what the reader
+//! makes of those arguments (Megatron-LM `megatron/training/arguments.py` names and defaults).
+//! MoE arguments that change memory or time in ways tpsim does not model are refused by name.
+
+use super::megatron_args::{MegatronArgsError, Parsed};
+use crate::model::{Mla, Model, Moe};
+use crate::plan::ParallelPlan;
+
+/// What the MoE and MLA arguments of a launch line say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExpertArgs {
+    pub moe: Option<Moe>,
+    pub mla: Option<Mla>,
+    /// `--expert-model-parallel-size` (default 1).
+    pub ep: u32,
+    /// `--expert-tensor-parallel-size`; Megatron-LM's default is the TP size (arguments.py
+    /// `validate_args`: `if args.expert_tensor_parallel_size is None:
+    /// args.expert_tensor_parallel_size = args.tensor_model_parallel_size`).
+    pub etp: u32,
+}
+
+/// `--moe-*` arguments that only change the numerics of routing (losses, score function, router
+/// dtype, logging) or fuse kernels tpsim already counts as permute traffic, not the memory or the
+/// time tpsim models with balanced, dropless routing. Any other `--moe-*` argument is refused.
+const HARMLESS_MOE: &[&str] = &[
+    "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff",
+    "moe-z-loss-coeff",
+    "moe-router-score-function",
+    "moe-router-enable-expert-bias",
+    "moe-router-bias-update-rate",
+    "moe-router-topk-scaling-factor",
+    "moe-router-pre-softmax",
+    "moe-router-dtype",
+    "moe-router-num-groups",
+    "moe-router-group-topk",
+    "moe-input-jitter-eps",
+    "moe-per-layer-logging",
+    "moe-permute-fusion",
+    "moe-router-fusion",
+];
+
+/// Why a `--moe-*` argument tpsim does not model is refused (named reasons for the common ones).
+fn moe_refusal(flag: &str) -> String {
+    match flag {
+        "moe-expert-capacity-factor" | "moe-pad-expert-input-to-capacity" | "moe-token-drop-policy" => {
+            "tpsim models dropless routing (every token reaches its top-k experts); a capacity factor changes the tokens each expert computes and holds; drop it".into()
+        }
+        "moe-layer-recompute" => {
+            "recomputing the MoE layers is not modelled yet; drop it, or use --recompute-granularity".into()
+        }
+        "moe-shared-expert-overlap" => {
+            "overlapping the shared expert with the token dispatch is not modelled yet; drop it".into()
+        }
+        _ => format!(
+            "--{flag} is a mixture-of-experts argument tpsim does not model (it models balanced, dropless routing with grouped GEMMs and an all-to-all dispatcher); drop it"
+        ),
+    }
+}
+
+impl Parsed<'_> {
+    /// `--moe-*` arguments that tpsim neither reads nor knows to be harmless: refused by name.
+    pub(super) fn refuse_unknown_moe(&self) -> Result<(), MegatronArgsError> {
+        for (i, token) in self.ignored.iter().enumerate() {
+            let Some(flag) = token.strip_prefix("--") else {
+                continue;
+            };
+            let flag = flag.split_once('=').map_or(flag, |(f, _)| f);
+            if flag.starts_with("moe-") && !HARMLESS_MOE.contains(&flag) {
+                // The tokenizer keeps an unknown flag's value right after it.
+                let given = match self.ignored.get(i + 1) {
+                    Some(value) if !token.contains('=') && !value.starts_with("--") => {
+                        format!("{token} {value}")
+                    }
+                    _ => token.clone(),
+                };
+                return Err(MegatronArgsError::NotModelled {
+                    given,
+                    why: moe_refusal(flag),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The experts, the latent attention and the expert parallelism of the line; `ffn_hidden` is
+    /// the dense MLP width (Megatron-LM's default for `--moe-ffn-hidden-size`).
+    pub(super) fn experts(
+        &self,
+        layers: u32,
+        tp: u32,
+        ffn_hidden: u32,
+    ) -> Result<ExpertArgs, MegatronArgsError> {
+        let ep = self.number("expert-model-parallel-size")?.unwrap_or(1);
+        let etp = self.number("expert-tensor-parallel-size")?.unwrap_or(tp);
+        let moe = match self.number("num-experts")? {
+            None => {
+                let moe_flags = [
+                    "moe-router-topk",
+                    "moe-ffn-hidden-size",
+                    "moe-shared-expert-intermediate-size",
+                    "moe-layer-freq",
+                    "moe-token-dispatcher-type",
+                ];
+                if let Some(flag) = moe_flags.iter().find(|f| self.value(f).is_some()) {
+                    return Err(MegatronArgsError::Refused {
+                        given: format!("--{flag} without --num-experts"),
+                        why: "a dense model has no experts; add --num-experts N or drop it".into(),
+                    });
+                }
+                for (flag, n) in [
+                    ("expert-model-parallel-size", ep),
+                    ("expert-tensor-parallel-size", etp),
+                ] {
+                    if self.value(flag).is_some() && n > 1 {
+                        return Err(MegatronArgsError::Refused {
+                            given: format!("--{flag} {n} without --num-experts"),
+                            why: format!(
+                                "expert parallelism needs experts; add --num-experts N or use --{flag} 1"
+                            ),
+                        });
+                    }
+                }
+                None
+            }
+            Some(experts) => Some(self.moe(experts, layers, ffn_hidden, ep)?),
+        };
+        Ok(ExpertArgs {
+            moe,
+            mla: self.mla()?,
+            ep: if moe.is_some() { ep } else { 1 },
+            etp: if moe.is_some() { etp } else { 1 },
+        })
+    }
+
+    fn moe(
+        &self,
+        experts: u32,
+        layers: u32,
+        ffn_hidden: u32,
+        ep: u32,
+    ) -> Result<Moe, MegatronArgsError> {
+        // arguments.py: --moe-token-dispatcher-type default 'allgather'; tpsim models the
+        // all-to-all dispatch, which is the same (no traffic) without expert parallelism.
+        let dispatcher = self.value("moe-token-dispatcher-type");
+        match dispatcher {
+            Some("alltoall") => {}
+            Some(v) if !["allgather", "flex"].contains(&v) => {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "moe-token-dispatcher-type".into(),
+                    value: v.to_string(),
+                    valid: "allgather, alltoall, flex",
+                });
+            }
+            _ if ep == 1 => {}
+            v => {
+                return Err(MegatronArgsError::NotModelled {
+                    given: format!(
+                        "--moe-token-dispatcher-type {}",
+                        v.unwrap_or("allgather (Megatron-LM's default)")
+                    ),
+                    why: "tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall".into(),
+                });
+            }
+        }
+        let (first_dense_layers, layer_freq) = match self.value("moe-layer-freq") {
+            None => (0, 1),
+            Some(text) => {
+                let (first_dense, freq, listed) = crate::model::parse_moe_layer_freq(text)
+                    .map_err(|message| MegatronArgsError::BadValue { message })?;
+                if let Some(listed) = listed
+                    && listed != layers
+                {
+                    return Err(MegatronArgsError::Refused {
+                        given: format!("--moe-layer-freq {text} with --num-layers {layers}"),
+                        why: format!(
+                            "the list has {listed} entries; Megatron-LM requires one per layer"
+                        ),
+                    });
+                }
+                (first_dense, freq)
+            }
+        };
+        let shared_expert_ffn_hidden = match self.value("moe-shared-expert-intermediate-size") {
+            Some("0") => 0,
+            _ => self
+                .number("moe-shared-expert-intermediate-size")?
+                .unwrap_or(0),
+        };
+        let shared_expert_gate = self.switch("moe-shared-expert-gate");
+        if shared_expert_gate && shared_expert_ffn_hidden == 0 {
+            return Err(MegatronArgsError::Refused {
+                given: "--moe-shared-expert-gate without --moe-shared-expert-intermediate-size"
+                    .into(),
+                why: "the gate scales the shared expert's output, and there is none; add --moe-shared-expert-intermediate-size N or drop it".into(),
+            });
+        }
+        Ok(Moe {
+            experts,
+            // arguments.py: --moe-router-topk default 2; --moe-ffn-hidden-size defaults to
+            // --ffn-hidden-size.
+            router_topk: self.number("moe-router-topk")?.unwrap_or(2),
+            ffn_hidden: self.number("moe-ffn-hidden-size")?.unwrap_or(ffn_hidden),
+            shared_expert_ffn_hidden,
+            shared_expert_gate,
+            layer_freq,
+            first_dense_layers,
+        })
+    }
+
+    /// `--multi-latent-attention` with its widths (arguments.py defaults: --q-lora-rank None,
+    /// --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128). `--kv-lora-rank` is
+    /// required: a model trained with MLA always states it (DeepSeek-V3: 512).
+    fn mla(&self) -> Result<Option<Mla>, MegatronArgsError> {
+        let widths = [
+            "q-lora-rank",
+            "kv-lora-rank",
+            "qk-head-dim",
+            "qk-pos-emb-head-dim",
+            "v-head-dim",
+        ];
+        if !self.switch("multi-latent-attention") {
+            if let Some(flag) = widths.iter().find(|f| self.value(f).is_some()) {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--{flag} without --multi-latent-attention"),
+                    why: "Megatron-LM reads it only for multi-latent attention; add --multi-latent-attention or drop it".into(),
+                });
+            }
+            return Ok(None);
+        }
+        Ok(Some(Mla {
+            q_lora_rank: self.number("q-lora-rank")?,
+            kv_lora_rank: self.number("kv-lora-rank")?.ok_or_else(|| {
+                MegatronArgsError::Refused {
+                    given: "--multi-latent-attention without --kv-lora-rank".into(),
+                    why: "tpsim needs the width of the key/value latent; add --kv-lora-rank N (DeepSeek-V3: 512)".into(),
+                }
+            })?,
+            qk_head_dim: self.number("qk-head-dim")?.unwrap_or(128),
+            qk_pos_emb_head_dim: self.number("qk-pos-emb-head-dim")?.unwrap_or(64),
+            v_head_dim: self.number("v-head-dim")?.unwrap_or(128),
+        }))
+    }
+}
+
+/// Megatron-LM's `--moe-layer-freq` for K dense layers then an MoE layer every N-th layer of
+/// `layers`: the integer N when K = 0 (arguments.py: layer i is MoE when i % N == 0), else a
+/// Python list expression with one entry per layer (`moe_freq_type` evaluates it), written
+/// without spaces, quotes or parentheses so that it stays one shell word through `$(...)` and
+/// pasted by hand.
+pub fn moe_layer_freq_arg(layers: u32, first_dense: u32, freq: u32) -> String {
+    if first_dense == 0 {
+        return freq.to_string();
+    }
+    let rest = layers.saturating_sub(first_dense);
+    let period = |len: u32| {
+        let mut items = vec!["1"];
+        items.extend(std::iter::repeat_n("0", len.saturating_sub(1) as usize));
+        format!("[{}]", items.join(","))
+    };
+    let mut terms = vec![format!("[0]*{first_dense}")];
+    if freq == 1 {
+        terms.push(format!("[1]*{rest}"));
+    } else {
+        if rest / freq > 0 {
+            terms.push(format!("{}*{}", period(freq), rest / freq));
+        }
+        if !rest.is_multiple_of(freq) {
+            terms.push(period(rest % freq));
+        }
+    }
+    terms.join("+")
+}
+
+/// The MoE and MLA arguments `--emit megatron` writes for `model` under `plan`, in order.
+pub fn megatron_expert_args(
+    model: &Model,
+    plan: &ParallelPlan,
+) -> Vec<(&'static str, Option<String>)> {
+    let mut args = Vec::new();
+    if let Some(mla) = &model.mla {
+        args.push(("multi-latent-attention", None));
+        if let Some(q) = mla.q_lora_rank {
+            args.push(("q-lora-rank", Some(q.to_string())));
+        }
+        args.push(("kv-lora-rank", Some(mla.kv_lora_rank.to_string())));
+        args.push(("qk-head-dim", Some(mla.qk_head_dim.to_string())));
+        args.push((
+            "qk-pos-emb-head-dim",
+            Some(mla.qk_pos_emb_head_dim.to_string()),
+        ));
+        args.push(("v-head-dim", Some(mla.v_head_dim.to_string())));
+    }
+    let Some(moe) = &model.moe else {
+        return args;
+    };
+    args.push(("num-experts", Some(moe.experts.to_string())));
+    args.push(("moe-router-topk", Some(moe.router_topk.to_string())));
+    args.push(("moe-ffn-hidden-size", Some(moe.ffn_hidden.to_string())));
+    if moe.shared_expert_ffn_hidden > 0 {
+        args.push((
+            "moe-shared-expert-intermediate-size",
+            Some(moe.shared_expert_ffn_hidden.to_string()),
+        ));
+        if moe.shared_expert_gate {
+            args.push(("moe-shared-expert-gate", None));
+        }
+    }
+    if moe.first_dense_layers > 0 || moe.layer_freq > 1 {
+        args.push((
+            "moe-layer-freq",
+            Some(moe_layer_freq_arg(
+                model.layers,
+                moe.first_dense_layers,
+                moe.layer_freq,
+            )),
+        ));
+    }
+    // tpsim models grouped GEMMs and the all-to-all dispatch (Megatron-LM's defaults are
+    // sequential expert GEMMs and the allgather dispatcher), so both are written out.
+    args.push(("moe-grouped-gemm", None));
+    args.push(("moe-token-dispatcher-type", Some("alltoall".into())));
+    args.push(("expert-model-parallel-size", Some(plan.ep.to_string())));
+    args.push(("expert-tensor-parallel-size", Some(plan.etp.to_string())));
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_freq_reads_back_through_megatrons_parser() {
+        for (layers, first_dense, freq) in [(61, 3, 1), (32, 0, 2), (40, 2, 3), (27, 1, 1)] {
+            let text = moe_layer_freq_arg(layers, first_dense, freq);
+            let (k, n, listed) = crate::model::parse_moe_layer_freq(&text).unwrap();
+            assert_eq!((k, n), (first_dense, freq), "{text}");
+            assert!(listed.is_none_or(|l| l == layers), "{text}");
+        }
+        assert_eq!(moe_layer_freq_arg(61, 3, 1), "[0]*3+[1]*58");
+    }
+}
