@@ -1115,3 +1115,28 @@ fn context_parallel_and_precision_errors_name_the_rule() {
         }
     }
 }
+
+/// A parallelism the plan does not use has no link in the JSON (pp 1 once said its PP traffic
+/// ran "on NVLink").
+#[test]
+fn an_unused_group_has_no_link() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let comm = &json["plans"][0]["comm"];
+    assert!(comm["pp"]["link"].is_null(), "{comm}");
+    assert!(comm["cp"]["link"].is_null(), "{comm}");
+    assert_eq!(comm["tp"]["link"], "nvlink");
+}

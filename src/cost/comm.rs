@@ -64,7 +64,8 @@ pub struct GroupComm {
     pub wire_bytes: Bytes,
     /// Total time of the group's collectives, before any overlap with compute.
     pub time_s: Seconds,
-    pub link: Link,
+    /// The link the group uses; none when the group has one member (no such parallelism).
+    pub link: Option<Link>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -590,7 +590,10 @@ pub fn evaluate(
     let group_comm = |kinds: &[TermKind]| GroupComm {
         wire_bytes: Bytes(kinds.iter().map(|k| terms.get(*k).wire_bytes.0).sum()),
         time_s: Seconds(kinds.iter().map(|k| terms.get(*k).time_s.0).sum()),
-        link: groups.get(kinds[0].group().unwrap_or(GroupKind::Tp)).link,
+        link: {
+            let group = groups.get(kinds[0].group().unwrap_or(GroupKind::Tp));
+            (group.size > 1).then_some(group.link)
+        },
     };
 
     Estimate {

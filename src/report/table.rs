@@ -446,7 +446,7 @@ pub fn breakdown(e: &Estimate) -> String {
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
             group.wire_bytes.gb(),
-            link_name(group.link),
+            group.link.map_or("-", link_name),
             group.time_s.0
         );
     }
@@ -538,7 +538,10 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
             out,
             "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, m={})",
             p.pp,
-            link_name(e.comm.pp.link)
+            e.comm
+                .pp
+                .link
+                .map_or("-", link_name)
                 .replace("network", "stages on different nodes, over the network")
                 .replace("NVLink", "stages share a node, NVLink"),
             e.comm.pp.wire_bytes.gb(),
@@ -557,7 +560,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
             p.dp,
             p.zero,
             e.comm.dp.wire_bytes.gb(),
-            link_name(e.comm.dp.link),
+            e.comm.dp.link.map_or("-", link_name),
             share(t.dp_comm_exposed_s.0)
         );
     } else {
