@@ -202,13 +202,10 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
 }
 
 fn precision_of(text: &str) -> Result<Precision, String> {
-    Ok(match text {
-        "bf16" => Precision::Bf16,
-        "fp8" => Precision::Fp8,
-        "mxfp8" => Precision::Mxfp8,
-        "nvfp4" => Precision::Nvfp4,
-        other => return Err(format!("precision {other}")),
-    })
+    Precision::ALL
+        .into_iter()
+        .find(|p| p.as_str() == text)
+        .ok_or_else(|| format!("precision {text}"))
 }
 
 /// Why a run is left out, or None when tpsim can express it.

@@ -200,6 +200,34 @@ impl DpTraffic {
     }
 }
 
+/// Whether the plan's quantized weights are its parameters, all-gathered in FP8: Megatron-Core's
+/// `--fp8-param-gather` (`TrainingFramework::fp8_param_gather`), which needs low-precision GEMMs
+/// and the distributed optimizer (ZeRO >= 1). One rule for memory, DP traffic and the ledger.
+pub fn fp8_parameter_gather(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.precision != crate::plan::Precision::Bf16
+        && plan.zero >= 1
+        && training.framework.fp8_param_gather()
+}
+
+/// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
+/// weights in one byte (the embedding and output layer stay bf16), averaged over the `params` of
+/// the stage with `max_layers` layers.
+pub fn gather_bytes_per_param(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    params: f64,
+    max_layers: u32,
+) -> f64 {
+    if fp8_parameter_gather(training, plan) {
+        let layer_share =
+            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
+        crate::training::WEIGHT_BYTES - layer_share
+    } else {
+        crate::training::WEIGHT_BYTES
+    }
+}
+
 /// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters
 /// (megatron/core/distributed/distributed_data_parallel.py, `bucket_size`).
 pub fn grad_bucket_params(dp: u32) -> f64 {

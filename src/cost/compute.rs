@@ -352,10 +352,10 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         ),
     };
     let linear = [gemms[0], gemms[3], gemms[4], gemms[5]];
-    let linear_time: f64 = linear
-        .iter()
-        .map(|g| linear_gemm_time(g, cluster, precision, gemm_chunks))
-        .sum();
+    // QKV, output projection, MLP up, MLP down; the last two are the MLP an MoE layer replaces.
+    let linear_times = linear.map(|g| linear_gemm_time(&g, cluster, precision, gemm_chunks));
+    let linear_time: f64 = linear_times.iter().sum();
+    let mlp_gemms = linear_times[2] + linear_times[3];
     let gemm_time = linear_time + attention_core_gemm_time;
     let t = f64::from(tp);
     let local_seq = seq_len / cp.max(1);
@@ -385,10 +385,6 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         }
         (Recompute::Full, _) => forward,
     };
-    let mlp_gemms: f64 = [gemms[4], gemms[5]]
-        .iter()
-        .map(|g| linear_gemm_time(g, cluster, precision, gemm_chunks))
-        .sum();
     LayerTime {
         forward,
         backward: 2.0 * forward + flash_extra,

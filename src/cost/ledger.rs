@@ -41,8 +41,8 @@ use super::groups::{self, GroupKind};
 use super::moe;
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{Training, WEIGHT_BYTES};
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::Training;
 
 /// The communication operation of a row: a ring collective, a point-to-point send, or the MoE
 /// token all-to-all.
@@ -219,26 +219,6 @@ impl Ledger {
 /// `count` scaled by the recomputed share of the layers (Megatron's block recompute).
 fn recomputed(count: u64, plan: &ParallelPlan) -> u64 {
     (count as f64 * plan.recompute_share()).round() as u64
-}
-
-/// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
-/// weights in one byte (the embedding and output layer stay bf16), averaged over the stage's
-/// parameters; the same rule as `evaluate`'s (the ledger test keeps the two equal).
-fn gather_bytes_per_param(
-    model: &Model,
-    training: &Training,
-    plan: &ParallelPlan,
-    params: f64,
-    max_layers: u32,
-) -> f64 {
-    if plan.precision != Precision::Bf16 && plan.zero >= 1 && training.framework.fp8_param_gather()
-    {
-        let layer_share =
-            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
-        WEIGHT_BYTES - layer_share
-    } else {
-        WEIGHT_BYTES
-    }
 }
 
 /// Builds the ledger of `plan`.
@@ -514,7 +494,7 @@ pub fn ledger(
     // over DP×CP, expert parameters over expert-DP.
     let params = super::memory::max_stage_params(model, plan);
     let expert_params = super::memory::max_stage_expert_params(model, plan);
-    let gather_bytes = gather_bytes_per_param(model, training, plan, params, max_layers);
+    let gather_bytes = comm::gather_bytes_per_param(model, training, plan, params, max_layers);
     for (kind, share) in [
         (GroupKind::Dp, params - expert_params),
         (GroupKind::ExpertDp, expert_params),
@@ -649,6 +629,7 @@ mod tests {
     use crate::cost::evaluate;
     use crate::cost::terms::TermKind;
     use crate::plan::PlanRequest;
+    use crate::plan::Precision;
     use crate::shape::derive_shape;
     use crate::specs;
     use crate::training::{GradDtype, TrainingFramework};

@@ -258,10 +258,7 @@ fn stage_memory(
     let layer_weights =
         f64::from(stage_layers(plan, model, stage)) * model.layer_params() / f64::from(plan.tp);
     // With FP8 parameter gather the quantized copies are the layer weights: their bf16 copy goes.
-    let replaced = if plan.precision != Precision::Bf16
-        && plan.zero >= 1
-        && training.framework.fp8_param_gather()
-    {
+    let replaced = if super::comm::fp8_parameter_gather(training, plan) {
         WEIGHT_BYTES
     } else {
         0.0

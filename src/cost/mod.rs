@@ -36,8 +36,8 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, Training, WEIGHT_BYTES};
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{AttentionKernel, Training};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
@@ -471,18 +471,8 @@ pub fn evaluate(
     // DP (with CP) on the stage with the most parameters.
     let params = memory::max_stage_params(model, plan);
     let dp_group = groups.get(GroupKind::Dp);
-    // FP8 parameter gather moves the layer weights in one byte (the embedding and output layer stay
-    // bf16; counted at the average over the stage's parameters).
-    let gather_bytes_per_param = if plan.precision != Precision::Bf16
-        && plan.zero >= 1
-        && training.framework.fp8_param_gather()
-    {
-        let layer_share =
-            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
-        WEIGHT_BYTES - layer_share
-    } else {
-        WEIGHT_BYTES
-    };
+    let gather_bytes_per_param =
+        comm::gather_bytes_per_param(model, training, plan, params, max_layers);
     // Expert parameters are reduced and sharded over expert-DP, the rest over DP×CP.
     let expert_params = memory::max_stage_expert_params(model, plan);
     let expert_group = groups.get(GroupKind::ExpertDp);
