@@ -956,34 +956,68 @@ proptest! {
         values in proptest::collection::vec(0usize..HOSTILE.len(), 4),
         flags in proptest::collection::vec(0usize..6, 1..4),
     ) {
-        let names = ["--nodes", "--global-batch", "--seq-len", "--gpus-per-node", "--top", "--params"];
-        let dir = scratch("cli");
-        let mut args: Vec<String> = ["plan", "--params", "7B", "--nodes", "2", "--top", "2", "--format", "json"]
-            .iter().map(|s| s.to_string()).collect();
-        for (i, flag) in flags.iter().enumerate() {
-            let flag = names[*flag];
-            let value = HOSTILE[values[i % values.len()]].trim_matches('"').to_string();
-            match args.iter().position(|a| a == flag) {
-                Some(at) => args[at + 1] = value,
-                None => args.extend([flag.to_string(), value]),
-            }
-        }
-        // `=` keeps values such as -1 from being read as flags.
-        let joined: Vec<String> = args.chunks(1).map(|c| c[0].clone()).collect();
-        let mut argv: Vec<String> = Vec::new();
-        let mut i = 0;
-        while i < joined.len() {
-            if joined[i].starts_with("--") && i + 1 < joined.len() && joined[i] != "--format" {
-                argv.push(format!("{}={}", joined[i], joined[i + 1]));
-                i += 2;
-            } else {
-                argv.push(joined[i].clone());
-                i += 1;
-            }
-        }
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let r = run_in(&dir, &argv);
-        check_invariants(&r, &format!("{argv:?}"), &dir, &[], None);
-        let _ = std::fs::remove_dir_all(&dir);
+        run_with_hostile_numbers(
+            "cli",
+            &["plan", "--params", "7B", "--nodes", "2", "--top", "2", "--format", "json"],
+            &["--nodes", "--global-batch", "--seq-len", "--gpus-per-node", "--top", "--params"],
+            &values,
+            &flags,
+        );
     }
+
+    /// The same on an MoE model in FP8, over the context, expert and routing flags.
+    #[test]
+    fn hostile_parallelism_and_moe_numbers_keep_the_invariants(
+        values in proptest::collection::vec(0usize..HOSTILE.len(), 4),
+        flags in proptest::collection::vec(0usize..6, 1..4),
+    ) {
+        run_with_hostile_numbers(
+            "cli-moe",
+            &[
+                "plan", "--model", "mixtral-8x7b", "--nodes", "2", "--seq-len", "4096",
+                "--global-batch", "64", "--precision", "fp8", "--top", "2", "--format", "json",
+            ],
+            &["--cp", "--ep", "--etp", "--moe-imbalance", "--moe-capacity-factor", "--tp"],
+            &values,
+            &flags,
+        );
+    }
+}
+
+/// Runs `base` with hostile values given to some of `names` and checks the invariants.
+fn run_with_hostile_numbers(
+    scratch_name: &str,
+    base: &[&str],
+    names: &[&str],
+    values: &[usize],
+    flags: &[usize],
+) {
+    let dir = scratch(scratch_name);
+    let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+    for (i, flag) in flags.iter().enumerate() {
+        let flag = names[*flag];
+        let value = HOSTILE[values[i % values.len()]]
+            .trim_matches('"')
+            .to_string();
+        match args.iter().position(|a| a == flag) {
+            Some(at) => args[at + 1] = value,
+            None => args.extend([flag.to_string(), value]),
+        }
+    }
+    // `=` keeps values such as -1 from being read as flags.
+    let mut argv: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if args[i].starts_with("--") && i + 1 < args.len() && args[i] != "--format" {
+            argv.push(format!("{}={}", args[i], args[i + 1]));
+            i += 2;
+        } else {
+            argv.push(args[i].clone());
+            i += 1;
+        }
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let r = run_in(&dir, &argv);
+    check_invariants(&r, &format!("{argv:?}"), &dir, &[], None);
+    let _ = std::fs::remove_dir_all(&dir);
 }
