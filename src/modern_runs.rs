@@ -83,16 +83,26 @@ pub struct RunPlan {
     pub gbs: Option<u32>,
     #[serde(default)]
     pub precision: Option<String>,
+    /// The precision as the source spells it ("float8 rowwise", "Float8 (torchao)", ...).
+    #[serde(default)]
+    pub precision_raw: Option<String>,
     #[serde(default)]
     pub recompute: Option<String>,
     #[serde(default)]
     pub fsdp: Option<serde_json::Value>,
+    /// Overlap and compile settings the source states ("torch.compile, async TP", ...).
+    #[serde(default)]
+    pub overlap: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunResults {
     #[serde(default)]
     pub tokens_per_s_per_gpu: Option<f64>,
+    /// Peak memory per GPU the source reports, in GiB (torchtitan logs the caching allocator's
+    /// peak reserved memory, the largest over the GPUs).
+    #[serde(default)]
+    pub peak_memory_gib: Option<f64>,
 }
 
 /// One run's prediction, or why tpsim cannot express it.
@@ -109,6 +119,12 @@ pub struct ModernPrediction {
     pub error: Option<f64>,
     /// The chosen plan's settings the source left open, or why nothing was predicted.
     pub note: String,
+    /// Peak memory per GPU the source reports (GiB), where it does.
+    pub published_peak_memory_gib: Option<f64>,
+    /// tpsim's memory on the most loaded GPU of the predicted plan (GiB).
+    pub predicted_memory_gib: Option<f64>,
+    /// predicted / published − 1 for the memory, where both exist.
+    pub memory_error: Option<f64>,
 }
 
 /// Bundled profile of a GPU name as the runs spell it.
@@ -237,7 +253,30 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     if p.tp.is_none() || p.pp.is_none() || p.dp.is_none() || p.gbs.is_none() {
         return Some("plan not stated".into());
     }
+    if p.precision_raw
+        .as_deref()
+        .is_some_and(|raw| raw.contains("rowwise"))
+    {
+        // torchao's row-wise scaled float8 (one scale per row of each operand, its own GEMM
+        // kernel): not the per-tensor scaling tpsim's fp8 models; in this very source it runs
+        // slower than bf16 (asyncTP_llama3_h100_2025-06_torchtitan.md).
+        return Some("float8 with row-wise scaling: tpsim's fp8 is per-tensor scaling".into());
+    }
     None
+}
+
+/// The recompute a source states: "full AC" is full recompute; torchtitan's "selective AC" /
+/// "per-op selective AC" is its per-op SAC, which `Recompute::Selective` means under the
+/// torchtitan framework. Unstated (most rows) is left to the search.
+fn stated_recompute(text: &str) -> Option<Recompute> {
+    let text = text.to_ascii_lowercase();
+    if text.starts_with("full") {
+        Some(Recompute::Full)
+    } else if text.contains("selective") {
+        Some(Recompute::Selective)
+    } else {
+        None
+    }
 }
 
 /// Predicts one run with its published plan pinned.
@@ -253,11 +292,20 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         predicted_tokens_per_s_per_gpu: None,
         error: None,
         note: String::new(),
+        published_peak_memory_gib: run.results.peak_memory_gib,
+        predicted_memory_gib: None,
+        memory_error: None,
     };
     match predict_tokens(run) {
-        Ok((tokens, note)) => {
+        Ok((tokens, memory_gib, note)) => {
             out.predicted_tokens_per_s_per_gpu = Some(tokens);
             out.error = Some(tokens / published - 1.0);
+            out.predicted_memory_gib = Some(memory_gib);
+            out.memory_error = run
+                .results
+                .peak_memory_gib
+                .filter(|m| *m > 0.0)
+                .map(|m| memory_gib / m - 1.0);
             out.note = note;
         }
         Err(why) => out.note = why,
@@ -265,7 +313,7 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
     out
 }
 
-fn predict_tokens(run: &ModernRun) -> Result<(f64, String), String> {
+fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     if let Some(why) = excluded(run) {
         return Err(why);
     }
@@ -296,7 +344,16 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, String), String> {
         p.dp.unwrap_or(1),
         p.gbs.unwrap_or(1),
     );
-    let training = Training::with_framework(framework, model.seq_len, gbs, AttentionKernel::Flash);
+    let mut training =
+        Training::with_framework(framework, model.seq_len, gbs, AttentionKernel::Flash);
+    // torchtitan's async TP (`enable_async_tensor_parallel`, micro-pipelined all-gather and
+    // reduce-scatter matmuls) is the TP-communication overlap; its rows say when it is on.
+    if p.overlap
+        .as_deref()
+        .is_some_and(|o| o.to_ascii_lowercase().contains("async tp"))
+    {
+        training.overlap.tp_comm = true;
+    }
     let recompute = p.recompute.as_deref().unwrap_or("");
     let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
     let options = SearchOptions {
@@ -310,10 +367,11 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, String), String> {
             dp: Some(dp),
             vpp: Some(p.vp.unwrap_or(1)),
             micro_batch: p.mbs,
-            recompute: recompute.starts_with("full").then_some(Recompute::Full),
+            recompute: stated_recompute(recompute),
             zero: fsdp.then_some(3),
             sequence_parallel: None,
-            ep: Some(p.ep.unwrap_or(1)),
+            // Unstated expert parallelism is left to the search (a dense model only has ep 1).
+            ep: p.ep,
             etp: p.etp,
         },
     };
@@ -331,20 +389,46 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, String), String> {
     let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
     let chosen = refined.plans[0];
     let note = format!(
-        "recompute {}, ZeRO-{}, etp {}",
+        "recompute {}, ZeRO-{}, ep {}, etp {}",
         crate::report::recompute_label(&chosen.plan),
         chosen.plan.zero,
+        chosen.plan.ep,
         chosen.plan.etp
     );
-    Ok((chosen.tokens_per_s / f64::from(hw.num_gpus), note))
+    Ok((
+        chosen.tokens_per_s / f64::from(hw.num_gpus),
+        chosen.memory.total_bytes.0 / crate::units::GIB,
+        note,
+    ))
+}
+
+/// Median and largest |memory error| and the count past `bound` of the predictions whose source
+/// states a peak memory.
+pub fn memory_summary(
+    predictions: &[&ModernPrediction],
+    bound: f64,
+) -> Option<(usize, f64, f64, usize)> {
+    median_max_past(
+        predictions
+            .iter()
+            .filter_map(|p| p.memory_error.map(f64::abs)),
+        bound,
+    )
 }
 
 /// Median and largest |error| and the count past `bound` of the predictions that have one.
 pub fn summary(predictions: &[&ModernPrediction], bound: f64) -> Option<(usize, f64, f64, usize)> {
-    let mut errors: Vec<f64> = predictions
-        .iter()
-        .filter_map(|p| p.error.map(f64::abs))
-        .collect();
+    median_max_past(
+        predictions.iter().filter_map(|p| p.error.map(f64::abs)),
+        bound,
+    )
+}
+
+fn median_max_past(
+    errors: impl Iterator<Item = f64>,
+    bound: f64,
+) -> Option<(usize, f64, f64, usize)> {
+    let mut errors: Vec<f64> = errors.collect();
     if errors.is_empty() {
         return None;
     }

@@ -18,7 +18,7 @@ use crate::cost::simulated::{Simulated, simulate_plan};
 use crate::cost::{Estimate, evaluate};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, PlanRequest, Precision, Recompute, divisors};
-use crate::training::{AttentionKernel, Training};
+use crate::training::{AttentionKernel, SelectiveRecompute, Training};
 
 /// Which optional parts of the space to open, and what the user has already chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -238,9 +238,12 @@ fn push_pipeline_variants(
                 }
                 for recompute in Recompute::ALL {
                     // FlashAttention already recomputes the attention core in its backward, so
-                    // selective recompute is the same plan as none.
+                    // Megatron's selective recompute is the same plan as none (torchtitan's per-op
+                    // SAC is not: it recomputes matmuls and keeps less).
                     if recompute == Recompute::Selective
                         && training.attention == AttentionKernel::Flash
+                        && training.framework.selective_recompute()
+                            == SelectiveRecompute::AttentionCore
                     {
                         continue;
                     }

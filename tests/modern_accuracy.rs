@@ -5,7 +5,7 @@
 //! validation/FIT.md with their suspected mechanisms), the bound is today's value, so any growth
 //! fails CI. Set TPSIM_MODERN_PRINT=1 to print every run.
 
-use tpsim::modern_runs::{ModernPrediction, ModernRunsFile, predict, summary};
+use tpsim::modern_runs::{ModernPrediction, ModernRunsFile, memory_summary, predict, summary};
 
 fn predictions() -> Vec<ModernPrediction> {
     let text = std::fs::read_to_string(concat!(
@@ -79,16 +79,59 @@ fn current_stack_runs_within_the_bounds() {
     assert!(e.0 >= MOE_MIN_PREDICTED, "only {} MoE runs predicted", e.0);
     assert!(e.1 <= MOE_MEDIAN_BOUND, "MoE median |error| {:.3}", e.1);
     assert!(e.3 <= MOE_PAST_30, "{} MoE runs past 30%", e.3);
+    // torchtitan's peak memory where stated (issue 8 item 9 asks within 10%; not met yet).
+    let (n, median, _, past) = memory_summary(&all.iter().collect::<Vec<_>>(), 0.10).unwrap();
+    eprintln!(
+        "peak memory: {n} runs, median |error| {:.1}%, {past} past 10%",
+        100.0 * median
+    );
+    assert!(
+        n >= MEMORY_MIN_COMPARED,
+        "only {n} runs compare peak memory"
+    );
+    assert!(
+        median <= MEMORY_MEDIAN_BOUND,
+        "memory median |error| {median:.3}"
+    );
+    assert!(past <= MEMORY_PAST_10, "{past} runs' memory past 10%");
+}
+
+/// What the source states is what tpsim runs: torchtitan's async-TP rows overlap TP
+/// communication and come out faster than their vanilla-TP twins, and row-wise float8 (a
+/// scaling tpsim does not model) is left out with the reason.
+#[test]
+fn stated_torchtitan_settings_are_honoured() {
+    let all = predictions();
+    let by_id = |id: &str| all.iter().find(|p| p.id == id).unwrap();
+    let vanilla = by_id("torchtitan-202506-llama3_8b-h100-64g-fsdp8-tp8-bf16-vanillatp");
+    let async_tp = by_id("torchtitan-202506-llama3_8b-h100-64g-fsdp8-tp8-bf16-asynctp");
+    let (v, a) = (
+        vanilla.predicted_tokens_per_s_per_gpu.unwrap(),
+        async_tp.predicted_tokens_per_s_per_gpu.unwrap(),
+    );
+    assert!(a > v, "async TP {a} vs vanilla {v}");
+    assert!(
+        vanilla.note.contains("recompute selective"),
+        "{}",
+        vanilla.note
+    );
+    let rowwise = by_id("torchtitan-202506-llama3_8b-h100-64g-fsdp8-tp8-float8-rowwise-asynctp");
+    assert!(rowwise.error.is_none());
+    assert!(rowwise.note.contains("row-wise"), "{}", rowwise.note);
 }
 
 // Today's values (2026-11-30), not the issue's targets: the issue asks for none past 25% (dense) and
 // a median of 15% with none past 30% (MoE). These bounds only stop the errors from growing; see
 // validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 6;
-const DENSE_ALL_PAST_25: usize = 32;
+const DENSE_ALL_PAST_25: usize = 31;
 const MOE_MIN_PREDICTED: usize = 30;
-const MOE_MEDIAN_BOUND: f64 = 0.27;
-const MOE_PAST_30: usize = 12;
+const MOE_MEDIAN_BOUND: f64 = 0.255;
+const MOE_PAST_30: usize = 11;
+// torchtitan peak memory (20 runs state it): today's values, not the issue's 10%.
+const MEMORY_MIN_COMPARED: usize = 20;
+const MEMORY_MEDIAN_BOUND: f64 = 0.18;
+const MEMORY_PAST_10: usize = 14;
 
 /// `tpsim accuracy --runs` reads this format too and reports the same predictions.
 #[test]

@@ -244,3 +244,44 @@ fn no_plan_runs_faster_than_the_peak() {
         }
     }
 }
+
+/// torchtitan's async TP hides the forward pass's TP collectives only (its authors: ~29% forward,
+/// ~8% end-to-end); Megatron-Core's userbuffers overlap hides the backward's too.
+#[test]
+fn async_tp_hides_the_forward_collectives_only() {
+    use tpsim::cost::terms::TermKind;
+    use tpsim::training::TrainingFramework;
+    let model = load_model("llama3-8b").unwrap();
+    let cluster = cluster(8);
+    let exposed_tp = |framework: TrainingFramework, overlap: bool| {
+        let mut training =
+            Training::with_framework(framework, 8192, 96, tpsim::training::AttentionKernel::Flash);
+        training.overlap.tp_comm = overlap;
+        let request = PlanRequest {
+            tp: 8,
+            pp: 1,
+            dp: 8,
+            micro_batch: 12,
+            sequence_parallel: true,
+            recompute: Recompute::None,
+            zero: 3,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let e = evaluate(&model, &cluster, &training, &plan);
+        let term = e.terms.get(TermKind::TpComm);
+        (term.time_s.0, term.exposed_s.0)
+    };
+    let (total, vanilla) = exposed_tp(TrainingFramework::Torchtitan, false);
+    assert!((vanilla / total - 1.0).abs() < 1e-12);
+    let (_, async_tp) = exposed_tp(TrainingFramework::Torchtitan, true);
+    // The backward's pair of all-reduce equivalents (half the collectives without recompute)
+    // stays exposed.
+    assert!(
+        async_tp >= 0.5 * total * (1.0 - 1e-12),
+        "{async_tp} of {total}"
+    );
+    assert!(async_tp < total);
+    let (_, userbuffers) = exposed_tp(TrainingFramework::MegatronCore, true);
+    assert!(userbuffers < 0.5 * async_tp, "{userbuffers} vs {async_tp}");
+}

@@ -149,7 +149,7 @@ fn scratch() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join(format!("tpsim-readme-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    for input in ["plans", "models", "examples", "clusters"] {
+    for input in ["plans", "models", "examples", "clusters", "validation"] {
         copy_dir(&root.join(input), &dir.join(input));
     }
     std::fs::create_dir_all(dir.join("reports")).expect("create scratch reports/");
@@ -175,6 +175,11 @@ fn run(command: &str, dir: &Path) -> Vec<String> {
         .output()
         .unwrap_or_else(|e| panic!("{command}: cannot start sh: {e}"));
     let text = String::from_utf8(out.stdout).expect("output is UTF-8");
+    // A README example that cannot find its input shows an error, not what tpsim does.
+    assert!(
+        !text.contains("No such file or directory"),
+        "{command}: an input is missing from the scratch directory:\n{text}"
+    );
     let mut lines: Vec<String> = text.lines().map(normalize).collect();
     while lines.last().is_some_and(|l| l.is_empty()) {
         lines.pop();

@@ -80,7 +80,7 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
 /// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan
 /// pinned, predicted against the published tokens/s per GPU.
 fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> {
-    use crate::modern_runs::{ModernRunsFile, predict, summary};
+    use crate::modern_runs::{ModernRunsFile, memory_summary, predict, summary};
     let file: ModernRunsFile = yaml_serde::from_str(text)
         .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
     let rows: Vec<_> = file.runs.iter().map(predict).collect();
@@ -96,6 +96,7 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                 "published tok/s/GPU",
                 "predicted",
                 "error %",
+                "peak memory GiB (published / predicted)",
                 "searched settings / why not predicted",
             ]);
             for r in &rows {
@@ -109,6 +110,13 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                     r.error
                         .map(|e| format!("{:+.1}", 100.0 * e))
                         .unwrap_or_else(|| "-".into()),
+                    match (r.published_peak_memory_gib, r.predicted_memory_gib) {
+                        (Some(published), Some(predicted)) => {
+                            format!("{published:.1} / {predicted:.1}")
+                        }
+                        (Some(published), None) => format!("{published:.1} / -"),
+                        _ => String::new(),
+                    },
                     r.note.clone(),
                 ]);
             }
@@ -123,6 +131,14 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                         100.0 * bound
                     );
                 }
+            }
+            let all: Vec<_> = rows.iter().collect();
+            if let Some((n, median, max, past)) = memory_summary(&all, 0.10) {
+                println!(
+                    "peak memory: {n} runs state it, median |error| {:.1}%, max {:.1}%, {past} past 10%",
+                    100.0 * median,
+                    100.0 * max
+                );
             }
             println!(
                 "{} of {} runs not predicted (see the last column)",

@@ -9,7 +9,7 @@
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{Precision, Recompute};
-use crate::training::AttentionKernel;
+use crate::training::{AttentionKernel, SelectiveRecompute};
 use crate::units::Seconds;
 
 /// Bytes per element of GEMM operands and activations (bf16).
@@ -61,6 +61,8 @@ pub struct LayerShard {
     pub cp: u32,
     pub sp: bool,
     pub recompute: Recompute,
+    /// What `Recompute::Selective` runs again (the framework's kind of selective recompute).
+    pub selective: SelectiveRecompute,
     pub attention: AttentionKernel,
     pub precision: Precision,
     /// Pieces each linear GEMM is cut into so TP communication can overlap it (1: not cut).
@@ -278,6 +280,7 @@ pub fn layer_time(
             cp: 1,
             sp,
             recompute,
+            selective: SelectiveRecompute::AttentionCore,
             attention,
             precision: Precision::Bf16,
             gemm_chunks: 1,
@@ -333,6 +336,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         cp,
         sp,
         recompute,
+        selective,
         attention,
         precision,
         gemm_chunks,
@@ -378,12 +382,25 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         AttentionKernel::Flash => 0.5 * attention_core_gemm_time / gpu.framework_efficiency,
         AttentionKernel::Unfused => 0.0,
     };
-    let recompute_time = match (recompute, attention) {
-        (Recompute::None, _) | (Recompute::Selective, AttentionKernel::Flash) => 0.0,
-        (Recompute::Selective, AttentionKernel::Unfused) => {
+    let recompute_time = match (recompute, selective, attention) {
+        (Recompute::None, _, _)
+        | (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Flash) => 0.0,
+        (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Unfused) => {
             (attention_core_gemm_time + scores_time) / gpu.framework_efficiency
         }
-        (Recompute::Full, _) => forward,
+        (Recompute::Selective, SelectiveRecompute::AlternateMatmuls, _) => {
+            // wk (the K share of the fused QKV GEMM), wo, and w3 (half the fused gated up
+            // projection) or, without a gate, w2; plus every element-wise kernel but the scores.
+            let key_share = kv_width_per_rank(model, tp) / gemms[0].n.max(1.0);
+            let third_mlp = if model.gated_mlp {
+                0.5 * linear_times[2]
+            } else {
+                linear_times[3]
+            };
+            let matmuls = key_share * linear_times[0] + linear_times[1] + third_mlp;
+            (matmuls + elementwise - scores_time) / gpu.framework_efficiency
+        }
+        (Recompute::Full, _, _) => forward,
     };
     LayerTime {
         forward,
@@ -438,6 +455,64 @@ pub fn optimizer_time(cluster: &Cluster, params_updated: f64, grad_bytes: f64) -
 mod tests {
     use super::*;
     use crate::model::tests::gpt3_175b;
+
+    #[test]
+    fn per_op_sac_recomputes_wk_wo_w3_and_the_elementwise_kernels() {
+        // torchtitan's per-op SAC on Llama 3 8B, one GPU (no TP): the recompute runs wk (the K
+        // share of the fused QKV GEMM), wo and w3 (half the fused w1/w3 GEMM) again, and every
+        // element-wise kernel. bf16 GEMMs at those shapes are compute-bound, so the matmul part
+        // equals their FLOPs at the GEMM roof: 2·b·s·h·(kv + h + ffn).
+        let m = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let shard = |recompute, selective| LayerShard {
+            micro_batch: 2,
+            seq_len: 8192,
+            tp: 1,
+            cp: 1,
+            sp: false,
+            recompute,
+            selective,
+            attention: AttentionKernel::Flash,
+            precision: Precision::Bf16,
+            gemm_chunks: 1,
+            attention_efficiency: cluster.gpu.gemm_efficiency,
+        };
+        let sac = layer_time_sharded(
+            &m,
+            &cluster,
+            &shard(Recompute::Selective, SelectiveRecompute::AlternateMatmuls),
+        );
+        let megatron = layer_time_sharded(
+            &m,
+            &cluster,
+            &shard(Recompute::Selective, SelectiveRecompute::AttentionCore),
+        );
+        let full = layer_time_sharded(
+            &m,
+            &cluster,
+            &shard(Recompute::Full, SelectiveRecompute::AlternateMatmuls),
+        );
+        // Megatron's selective recompute is FlashAttention's own backward: nothing extra.
+        assert_eq!(megatron.recompute, 0.0);
+        let gpu = &cluster.gpu;
+        let matmul_flops = 2.0 * 2.0 * 8192.0 * 4096.0 * (1024.0 + 4096.0 + 14336.0);
+        let matmuls = matmul_flops / (gpu.peak_flops().0 * gpu.gemm_efficiency);
+        let (outside, inside, _) = layer_elementwise_bytes(&m, 2, 8192, AttentionKernel::Flash);
+        let elementwise = (outside + inside) / gpu.achieved_hbm_bandwidth().0;
+        let want = (matmuls + elementwise) / gpu.framework_efficiency;
+        assert!(
+            (sac.recompute / want - 1.0).abs() < 1e-9,
+            "{} vs {want}",
+            sac.recompute
+        );
+        // Between nothing and the whole forward.
+        assert!(sac.recompute > 0.2 * full.recompute && sac.recompute < full.recompute);
+        assert_eq!(sac.forward, megatron.forward);
+    }
 
     #[test]
     fn flash_backward_adds_half_the_attention_core() {

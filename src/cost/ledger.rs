@@ -42,7 +42,7 @@ use super::moe;
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::Training;
+use crate::training::{SelectiveRecompute, Training};
 
 /// The communication operation of a row: a ring collective, a point-to-point send, or the MoE
 /// token all-to-all.
@@ -262,11 +262,14 @@ pub fn ledger(
         let count = u64::from(max_layers) * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let t = plan.tp;
+        // torchtitan's per-op selective AC runs the all-gathers (or all-reduces) again, not the
+        // reduce-scatters, whose outputs it saves (`SelectiveRecompute::AlternateMatmuls`).
+        let per_op_sac = plan.recompute == Recompute::Selective
+            && training.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls;
         let mut forward_pair = |pass: Pass| {
-            let count = if pass == Pass::Recompute {
-                recomputed(count, plan)
-            } else {
-                count
+            let count = match (pass, plan.recompute) {
+                (Pass::Recompute, Recompute::Full) => recomputed(count, plan),
+                _ => count,
             };
             if plan.sequence_parallel {
                 for (op, site) in [
@@ -287,6 +290,9 @@ pub fn ledger(
                         "after MLP second GEMM (row split): sum partial outputs, split by sequence",
                     ),
                 ] {
+                    if pass == Pass::Recompute && per_op_sac && op == Op::ReduceScatter {
+                        continue;
+                    }
                     push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
                 }
             } else {
@@ -308,7 +314,7 @@ pub fn ledger(
             }
         };
         forward_pair(Pass::Forward);
-        if plan.recompute == Recompute::Full {
+        if plan.recompute == Recompute::Full || per_op_sac {
             forward_pair(Pass::Recompute);
         }
         if plan.sequence_parallel {
@@ -708,40 +714,47 @@ mod tests {
             nodes: 4,
             gpus_per_node: 8,
         };
-        let training = training(2048, 64, TrainingFramework::MegatronLm2021);
         let mut checked = 0;
-        for (tp, pp) in [(1, 1), (1, 4), (2, 2), (8, 2), (4, 4)] {
-            for sequence_parallel in [false, true] {
-                if sequence_parallel && tp == 1 {
-                    continue;
-                }
-                for recompute in Recompute::ALL {
-                    for zero in 0..=3u8 {
-                        let request = PlanRequest {
-                            tp,
-                            pp,
-                            dp: 32 / (tp * pp),
-                            vpp: if pp == 2 && model.layers.is_multiple_of(4) {
-                                2
-                            } else {
-                                1
-                            },
-                            micro_batch: 1,
-                            sequence_parallel,
-                            recompute,
-                            zero,
-                            allow_uneven_pp: false,
-                            allow_cross_node_tp: false,
-                            ..PlanRequest::default()
-                        };
-                        assert_ledger_matches_estimate(&model, &cluster, &training, &request);
-                        checked += 1;
+        // torchtitan: its selective recompute (per-op SAC) repeats the all-gathers, not the
+        // reduce-scatters.
+        for framework in [
+            TrainingFramework::MegatronLm2021,
+            TrainingFramework::Torchtitan,
+        ] {
+            let training = training(2048, 64, framework);
+            for (tp, pp) in [(1, 1), (1, 4), (2, 2), (8, 2), (4, 4)] {
+                for sequence_parallel in [false, true] {
+                    if sequence_parallel && tp == 1 {
+                        continue;
+                    }
+                    for recompute in Recompute::ALL {
+                        for zero in 0..=3u8 {
+                            let request = PlanRequest {
+                                tp,
+                                pp,
+                                dp: 32 / (tp * pp),
+                                vpp: if pp == 2 && model.layers.is_multiple_of(4) {
+                                    2
+                                } else {
+                                    1
+                                },
+                                micro_batch: 1,
+                                sequence_parallel,
+                                recompute,
+                                zero,
+                                allow_uneven_pp: false,
+                                allow_cross_node_tp: false,
+                                ..PlanRequest::default()
+                            };
+                            assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+                            checked += 1;
+                        }
                     }
                 }
             }
         }
-        // 24 plans with tp = 1, 72 with tp > 1.
-        assert_eq!(checked, 96);
+        // 24 plans with tp = 1, 72 with tp > 1, per framework.
+        assert_eq!(checked, 192);
     }
 
     #[test]

@@ -5,7 +5,9 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
+use crate::training::{
+    AttentionKernel, OPTIMIZER_BYTES, SelectiveRecompute, Training, WEIGHT_BYTES,
+};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -95,6 +97,41 @@ pub fn layer_activation_bytes(
         (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
     outside_tp / replicated_split + (attention_split + mlp_split + scores) / t
+}
+
+/// Activation bytes one layer keeps under torchtitan's per-op selective AC
+/// (`SelectiveRecompute::AlternateMatmuls`), per TP rank: the block input (the checkpoint's
+/// input, 2sbh, split by sequence parallelism), the saved matmul outputs — Q (wq), V (wv) and the
+/// first MLP matmul w1 (2sb × width / t each), and, with a gate, the down projection w2's local
+/// output (2sbh: a row-parallel matmul's full-size partial sum) — SDPA's output and fp32
+/// log-sum-exp, and under TP with sequence parallelism the two reduce-scatter outputs (2sbh/t
+/// each). Everything else (norms, RoPE, the activation, wk, wo, w3) is recomputed.
+pub fn alternate_matmul_activation_bytes(
+    model: &Model,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+    sp: bool,
+) -> f64 {
+    let (sb, h, t) = (
+        f64::from(seq_len) * f64::from(micro_batch),
+        f64::from(model.hidden),
+        f64::from(tp),
+    );
+    let sp_split = if sp { t } else { 1.0 };
+    let block_input = 2.0 * sb * h / sp_split;
+    let sharded =
+        2.0 * sb * (model.q_width() + model.attention_out_width() + f64::from(model.ffn_hidden))
+            / t
+            + 2.0 * sb * super::compute::kv_width_per_rank(model, tp)
+            + 4.0 * f64::from(model.heads) * sb / t;
+    let down_output = if model.gated_mlp { 2.0 * sb * h } else { 0.0 };
+    let reduce_scatter_outputs = if tp > 1 && sp {
+        2.0 * 2.0 * sb * h / t
+    } else {
+        0.0
+    };
+    block_input + sharded + down_output + reduce_scatter_outputs
 }
 
 /// Parameters one GPU holds on each kind of stage (before ZeRO), Megatron-LM's placement: word
@@ -279,35 +316,47 @@ fn stage_memory(
         Stage::Middle => (1, plan.stages.middle_max),
         Stage::Last => (plan.pp - 1, plan.stages.last),
     };
-    let per_layer = layer_activation_bytes(
-        model,
-        b,
-        s,
-        plan.tp,
-        plan.sequence_parallel,
-        plan.recompute,
-        training.attention,
-    );
+    let per_op_sac = plan.recompute == Recompute::Selective
+        && training.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls;
+    let per_layer = if per_op_sac {
+        alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
+    } else {
+        layer_activation_bytes(
+            model,
+            b,
+            s,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.recompute,
+            training.attention,
+        )
+    };
     // Low-precision GEMMs save their quantized inputs for the backward instead of the bf16 ones
     // (Transformer Engine keeps the FP8 `inputmat`; its docs' worked example: "FP8 input saved"):
     // the inputs of QKV, the output projection and the two MLP GEMMs drop from 2 to 1 byte (MXFP8
-    // and NVFP4 add their scales and keep about as much).
-    let per_layer = if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full {
-        let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
-        // The norm outputs feeding QKV and the first MLP GEMM are split over TP only with SP.
-        let norm_outputs = 2.0 * sf * bf * h / sp_split;
-        let sharded_inputs =
-            sf * bf * (model.attention_out_width() + f64::from(model.ffn_hidden)) / t;
-        per_layer - (norm_outputs + sharded_inputs)
-    } else {
-        per_layer
-    };
+    // and NVFP4 add their scales and keep about as much). Per-op SAC saves matmul outputs, not
+    // their inputs, so nothing changes there.
+    let per_layer =
+        if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full && !per_op_sac {
+            let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
+            // The norm outputs feeding QKV and the first MLP GEMM are split over TP only with SP.
+            let norm_outputs = 2.0 * sf * bf * h / sp_split;
+            let sharded_inputs =
+                sf * bf * (model.attention_out_width() + f64::from(model.ffn_hidden)) / t;
+            per_layer - (norm_outputs + sharded_inputs)
+        } else {
+            per_layer
+        };
     // MoE layers keep their routed tokens' activations instead of the dense MLP's.
     let moe_share = super::moe::moe_layer_share(model);
     let per_layer = if moe_share > 0.0 && plan.recompute != Recompute::Full {
-        let dense_mlp = (2.0 * f64::from(s) * f64::from(b) * model.mlp_up_width()
-            + 2.0 * f64::from(s) * f64::from(b) * f64::from(model.ffn_hidden))
-            / t;
+        let sb = f64::from(s) * f64::from(b);
+        let dense_mlp = if per_op_sac {
+            2.0 * sb * f64::from(model.ffn_hidden) / t
+                + if model.gated_mlp { 2.0 * sb * h } else { 0.0 }
+        } else {
+            (2.0 * sb * model.mlp_up_width() + 2.0 * sb * f64::from(model.ffn_hidden)) / t
+        };
         let moe_mlp = super::moe::moe_mlp_activation_bytes(
             model,
             plan,
@@ -414,6 +463,48 @@ pub fn zero_model_state_bytes(params: f64, dp: u32, zero: u8, grad_bytes: f64) -
 mod tests {
     use super::*;
     use crate::model::tests::gpt3_175b;
+
+    #[test]
+    fn per_op_sac_keeps_the_saved_matmul_outputs() {
+        // Llama 3 8B (h 4096, 32 heads, kv 1024, ffn 14336, gated), s = 8192, b = 1, no TP:
+        // input 2sbh + Q 2sbh + V 2sb·1024 + SDPA output 2sbh + lse 4·32·sb + w1 output 2sb·14336
+        // + w2 output 2sbh = sb·(8·4096 + 2·1024 + 128 + 2·14336).
+        let m = crate::specs::load_model("llama3-8b").unwrap();
+        let sb = 8192.0;
+        let sac = alternate_matmul_activation_bytes(&m, 1, 8192, 1, false);
+        let want = sb * (8.0 * 4096.0 + 2.0 * 1024.0 + 128.0 + 2.0 * 14336.0);
+        assert!((sac / want - 1.0).abs() < 1e-12, "{sac} vs {want}");
+        let none = layer_activation_bytes(
+            &m,
+            1,
+            8192,
+            1,
+            false,
+            Recompute::None,
+            AttentionKernel::Flash,
+        );
+        let full = layer_activation_bytes(
+            &m,
+            1,
+            8192,
+            1,
+            false,
+            Recompute::Full,
+            AttentionKernel::Flash,
+        );
+        assert!(full < sac && sac < none, "{full} < {sac} < {none}");
+        // TP 8 with sequence parallelism: the block input is split, the two reduce-scatter
+        // outputs are kept, the w2 partial sum stays full size.
+        let tp8 = alternate_matmul_activation_bytes(&m, 1, 8192, 8, true);
+        let want8 = sb
+            * (2.0 * 4096.0 / 8.0
+                + 2.0 * (4096.0 + 4096.0 + 14336.0) / 8.0
+                + 2.0 * 128.0
+                + 4.0 * 32.0 / 8.0
+                + 2.0 * 4096.0
+                + 4.0 * 4096.0 / 8.0);
+        assert!((tp8 / want8 - 1.0).abs() < 1e-12, "{tp8} vs {want8}");
+    }
 
     #[test]
     fn zero_paper_example() {

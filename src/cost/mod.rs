@@ -37,7 +37,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{AttentionKernel, Training};
+use crate::training::{AttentionKernel, SelectiveRecompute, Training};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
@@ -210,6 +210,19 @@ fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
+/// Share of a layer's forward TP collectives that its recompute runs again: the recomputed layers
+/// under full recompute, the framework's selective kind otherwise.
+pub(crate) fn tp_recompute_share(training: &Training, plan: &ParallelPlan) -> f64 {
+    match plan.recompute {
+        Recompute::Full => plan.recompute_share(),
+        Recompute::Selective => training
+            .framework
+            .selective_recompute()
+            .tp_forward_share(plan.sequence_parallel),
+        Recompute::None => 0.0,
+    }
+}
+
 #[inline]
 pub(crate) fn unit_costs(
     model: &Model,
@@ -230,6 +243,7 @@ pub(crate) fn unit_costs(
             cp: plan.cp,
             sp: plan.sequence_parallel,
             recompute: plan.recompute,
+            selective: training.framework.selective_recompute(),
             attention: training.attention,
             precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
@@ -261,17 +275,23 @@ pub(crate) fn unit_costs(
     let tp_group = groups.get(GroupKind::Tp);
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
-    let recompute_pair = 2.0 * one * recompute_share;
+    let tp_recompute_share = tp_recompute_share(training, plan);
+    let recompute_pair = 2.0 * one * tp_recompute_share;
     let tp = if plan.tp > 1 {
         let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward.
             let recompute_exposed =
-                recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward);
+                tp_recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward);
+            let backward_exposed_s = if training.framework.tp_overlap_in_backward() {
+                exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward)
+            } else {
+                2.0 * one
+            };
             (
                 exposed_under(2.0 * one, layer.linear_gemm_forward),
-                exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward) + recompute_exposed,
+                backward_exposed_s + recompute_exposed,
             )
         } else {
             (forward_s, backward_s)
@@ -281,7 +301,7 @@ pub(crate) fn unit_costs(
             backward_s,
             forward_exposed_s,
             backward_exposed_s,
-            wire_bytes: (4.0 + 2.0 * recompute_share)
+            wire_bytes: (4.0 + 2.0 * tp_recompute_share)
                 * Collective::AllReduce.wire_factor(plan.tp)
                 * tp_tensor,
         }
@@ -560,10 +580,20 @@ pub fn evaluate(
         .attention_core_forward_flops(plan.global_batch, seq_len)
         .0
         * f64::from(model.layers);
-    let recompute_flops = match (plan.recompute, training.attention) {
-        (Recompute::None, _) | (Recompute::Selective, AttentionKernel::Flash) => 0.0,
-        (Recompute::Selective, AttentionKernel::Unfused) => attention_core,
-        (Recompute::Full, _) => {
+    let selective = training.framework.selective_recompute();
+    let recompute_flops = match (plan.recompute, selective, training.attention) {
+        (Recompute::None, _, _)
+        | (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Flash) => 0.0,
+        (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Unfused) => {
+            attention_core
+        }
+        (Recompute::Selective, SelectiveRecompute::AlternateMatmuls, _) => {
+            model
+                .alternate_matmul_recompute_flops(plan.global_batch, seq_len)
+                .0
+                * f64::from(model.layers)
+        }
+        (Recompute::Full, _, _) => {
             plan.recompute_share()
                 * model.layer_forward_flops(plan.global_batch, seq_len).0
                 * f64::from(model.layers)

@@ -105,6 +105,22 @@ impl Model {
         )
     }
 
+    /// Forward FLOPs of the matmuls torchtitan's per-op selective AC runs again in one layer
+    /// (`SelectiveRecompute::AlternateMatmuls`): wk, wo and the third MLP matmul (w3, or w2 without a
+    /// gate), each h × its width: 2·b·s·h·(kv_width + out_width + ffn). MoE layers are counted
+    /// with the dense MLP's width, as the compute time counts them.
+    pub fn alternate_matmul_recompute_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        let b = f64::from(micro_batch);
+        let s = f64::from(seq_len);
+        let h = f64::from(self.hidden);
+        Flops(
+            2.0 * b
+                * s
+                * h
+                * (self.kv_width() + self.attention_out_width() + f64::from(self.ffn_hidden)),
+        )
+    }
+
     /// Forward FLOPs of the attention core alone (QKᵀ and AV) with the causal mask: each query
     /// against the keys up to it, half of all pairs — what FlashAttention executes and what
     /// selective recompute repeats (Korthikanti et al. 2022 §5).

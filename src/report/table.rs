@@ -85,7 +85,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
-         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({})",
+         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -118,6 +118,10 @@ pub fn scenario_line(report: &Report) -> String {
         },
         t.framework.as_str(),
         overlap_words(&t.overlap),
+        match t.framework.selective_recompute() {
+            crate::training::SelectiveRecompute::AttentionCore => String::new(),
+            other => format!("; recompute selective = {}", other.describe()),
+        },
     )
 }
 
