@@ -373,6 +373,11 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).
             ep: p.ep,
             etp: p.etp,
+            // torchtitan's default `reshard_after_forward_policy = "default"` reshards after the
+            // forward when there is no pipeline (torchtitan/models/llama3/infra/parallelize.py
+            // `apply_fsdp`); with PP it keeps the gathered weights across micro-batches.
+            reshard_after_forward: (framework == TrainingFramework::Torchtitan && fsdp)
+                .then_some(pp == 1),
         },
     };
     let result = search(&model, &cluster, &training, options);

@@ -45,6 +45,7 @@ pub struct Pins {
     pub sequence_parallel: Option<bool>,
     pub ep: Option<u32>,
     pub etp: Option<u32>,
+    pub reshard_after_forward: Option<bool>,
 }
 
 impl Pins {
@@ -64,6 +65,7 @@ impl Pins {
             && ok(self.sequence_parallel, r.sequence_parallel)
             && ok(self.ep, r.ep)
             && ok(self.etp, r.etp)
+            && (r.zero < 3 || ok(self.reshard_after_forward, r.reshard_after_forward))
     }
 }
 

@@ -160,6 +160,21 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// fp32 copies of the b·s·V/t logits the loss holds at its peak, 4 bytes each. Megatron's
+    /// vocab-parallel cross-entropy keeps the softmax and writes its gradient into it in place
+    /// (megatron/core/tensor_parallel/cross_entropy.py, `VocabParallelCrossEntropy.backward`:
+    /// "grad_input = softmax"): one copy (Korthikanti et al. 2022 §4.3 count it so). torchtitan
+    /// calls PyTorch's `cross_entropy` on `pred.float()`: `log_softmax` saves its fp32 output and
+    /// its backward allocates a new fp32 gradient of the same size, so two copies coexist.
+    pub fn loss_logit_copies(self) -> f64 {
+        match self {
+            TrainingFramework::Torchtitan => 2.0,
+            TrainingFramework::MegatronLm2021
+            | TrainingFramework::MegatronCore
+            | TrainingFramework::Deepspeed => 1.0,
+        }
+    }
+
     /// What `--recompute selective` recomputes in this framework.
     pub fn selective_recompute(self) -> SelectiveRecompute {
         match self {

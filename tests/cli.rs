@@ -1140,3 +1140,32 @@ fn an_unused_group_has_no_link() {
     assert!(comm["cp"]["link"].is_null(), "{comm}");
     assert_eq!(comm["tp"]["link"], "nvlink");
 }
+
+/// `plan --reshard-after-forward BOOL` pins FSDP2's resharding like the other pinned settings.
+#[test]
+fn plan_pins_resharding_after_forward() {
+    for (flag, want) in [("false", false), ("true", true)] {
+        let (code, doc) = run_json(&[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--zero",
+            "3",
+            "--reshard-after-forward",
+            flag,
+            "--framework",
+            "torchtitan",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code, 0);
+        let plans = doc["plans"].as_array().unwrap();
+        assert!(!plans.is_empty());
+        for p in plans {
+            assert_eq!(p["zero"], 3);
+            assert_eq!(p["reshard_after_forward"], want, "{flag}");
+        }
+    }
+}

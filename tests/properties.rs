@@ -285,3 +285,36 @@ fn async_tp_hides_the_forward_collectives_only() {
     let (_, userbuffers) = exposed_tp(TrainingFramework::MegatronCore, true);
     assert!(userbuffers < 0.5 * async_tp, "{userbuffers} vs {async_tp}");
 }
+
+/// torchtitan's loss (PyTorch `cross_entropy` on fp32 logits) holds the log-softmax output and its
+/// gradient at once; Megatron's fused cross-entropy writes the gradient in place: one more fp32
+/// copy of the b·s·V/t logits on the last stage.
+#[test]
+fn torchtitan_loss_holds_two_fp32_logit_copies() {
+    use tpsim::training::TrainingFramework;
+    let model = load_model("llama3-8b").unwrap();
+    let cluster = cluster(1);
+    let activations = |framework: TrainingFramework| {
+        let training =
+            Training::with_framework(framework, 8192, 16, tpsim::training::AttentionKernel::Flash);
+        let request = PlanRequest {
+            tp: 2,
+            pp: 1,
+            dp: 4,
+            micro_batch: 2,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        evaluate(&model, &cluster, &training, &plan)
+            .memory
+            .activations_bytes
+            .0
+    };
+    let extra =
+        activations(TrainingFramework::Torchtitan) - activations(TrainingFramework::MegatronCore);
+    let want = 4.0 * 8192.0 * 2.0 * 128256.0 / 2.0;
+    assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");
+}

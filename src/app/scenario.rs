@@ -381,6 +381,7 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         sequence_parallel: args.sequence_parallel.then_some(true),
         ep: args.ep,
         etp: args.etp,
+        reshard_after_forward: args.reshard_after_forward,
     })
 }
 

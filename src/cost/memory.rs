@@ -403,9 +403,15 @@ fn stage_memory(
         }
     }
     if matches!(stage, Stage::Last | Stage::Only) {
-        // Final norm and output-layer input 4sbh/t, fp32 logits for the loss 4sbV/t (§4.3); one
+        // Final norm and output-layer input 4sbh/t, fp32 logits for the loss 4sbV/t (§4.3), twice
+        // where the loss's gradient is not computed in place (`loss_logit_copies`); one
         // micro-batch at a time on the last stage.
-        activations += (4.0 * sbh + 4.0 * f64::from(s) * f64::from(b) * f64::from(model.vocab)) / t;
+        let logits = 4.0
+            * training.framework.loss_logit_copies()
+            * f64::from(s)
+            * f64::from(b)
+            * f64::from(model.vocab);
+        activations += (4.0 * sbh + logits) / t;
     }
 
     let used = weights + gradients + optimizer + activations;
