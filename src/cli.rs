@@ -328,7 +328,8 @@ pub struct PinArgs {
     /// Pin the expert tensor-parallel degree (MoE models).
     #[arg(long, visible_alias = "expert-tensor-parallel-size")]
     pub etp: Option<u32>,
-    /// Pin ZeRO-3/FSDP resharding after forward (FSDP2 reshard_after_forward) to true or false.
+    /// Pin ZeRO-3/FSDP resharding after forward (FSDP2 reshard_after_forward) to true or false;
+    /// implies --zero 3.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reshard_after_forward: Option<bool>,
 }

@@ -341,6 +341,10 @@ pub enum PlanError {
     #[error("--zero {zero} is not a ZeRO stage; use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
     #[error(
+        "--reshard-after-forward false needs --zero 3 (only FSDP/ZeRO-3 gathers parameters to reshard), but the plan has ZeRO-{zero}; use --zero 3 or drop --reshard-after-forward"
+    )]
+    ReshardWithoutZero3 { zero: u8 },
+    #[error(
         "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
     )]
     SpWithoutTp,
@@ -462,6 +466,9 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
     }
     if r.zero > 3 {
         return Err(PlanError::ZeroStage { zero: r.zero });
+    }
+    if !r.reshard_after_forward && r.zero < 3 {
+        return Err(PlanError::ReshardWithoutZero3 { zero: r.zero });
     }
     let gpus = cluster.total_gpus();
     let product = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp) * u64::from(r.dp);

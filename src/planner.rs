@@ -65,7 +65,9 @@ impl Pins {
             && ok(self.sequence_parallel, r.sequence_parallel)
             && ok(self.ep, r.ep)
             && ok(self.etp, r.etp)
-            && (r.zero < 3 || ok(self.reshard_after_forward, r.reshard_after_forward))
+            && self
+                .reshard_after_forward
+                .is_none_or(|pin| r.zero == 3 && r.reshard_after_forward == pin)
     }
 }
 

@@ -1169,3 +1169,20 @@ fn plan_pins_resharding_after_forward() {
         }
     }
 }
+
+/// Resharding after forward is a ZeRO-3 setting: asking for it without ZeRO-3 is an error, not a
+/// silently ignored flag.
+#[test]
+fn resharding_without_zero_3_is_refused() {
+    for command in ["eval", "plan"] {
+        let mut args = vec![command, "--model", "llama3-8b", "--nodes", "2"];
+        if command == "eval" {
+            args.extend(["--tp", "1", "--pp", "1"]);
+        }
+        args.extend(["--zero", "1", "--reshard-after-forward", "false"]);
+        assert_bad_input(
+            &args,
+            &["--reshard-after-forward false", "--zero 3", "ZeRO-1"],
+        );
+    }
+}

@@ -365,6 +365,12 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
     {
         return Err(PlanError::ZeroStage { zero }.into());
     }
+    // Resharding is a ZeRO-3 setting: pinning it pins ZeRO-3, so a lower pinned stage contradicts it.
+    if let (Some(zero), Some(false)) = (args.zero, args.reshard_after_forward)
+        && zero < 3
+    {
+        return Err(PlanError::ReshardWithoutZero3 { zero }.into());
+    }
     Ok(Pins {
         tp: args.tp,
         cp: args.cp,
