@@ -125,10 +125,9 @@ pub fn moe_mlp_forward_s(
     } else {
         0.0
     };
-    // Permute and unpermute read and write every routed copy once each way; the activation
-    // reads the up projection and writes the expert's inner width.
+    // The activation reads the up projection and writes the expert's inner width.
     let routed = tokens * topk * imbalance * etp;
-    let permute_bytes = 4.0 * routed * h * ACTIVATION_BYTES;
+    let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance);
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
     let cast_bytes = cast_bytes_per_input_element(precision) * cast_elements;
@@ -136,6 +135,22 @@ pub fn moe_mlp_forward_s(
     let memory = (permute_bytes + activation_bytes + cast_bytes) / gpu.achieved_hbm_bandwidth().0;
     (linear(&up) + linear(&down) + router.time(cluster) + shared + memory)
         / gpu.framework_efficiency
+}
+
+/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward: permute
+/// before the dispatch and unpermute after the combine read and write every routed copy once each;
+/// with more than one local expert the alltoall dispatcher also sorts the received copies by local
+/// expert after the dispatch and back before the combine ("Permutation 2", `sort_chunks_by_idxs`
+/// in `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/token_dispatcher.py), once more
+/// each way.
+pub fn permutation_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalance: f64) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    let routed =
+        local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * f64::from(plan.etp);
+    let permutations = if moe.experts > plan.ep { 2.0 } else { 1.0 };
+    permutations * 4.0 * routed * f64::from(model.hidden) * ACTIVATION_BYTES
 }
 
 /// Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch.
@@ -347,5 +362,37 @@ mod tests {
         // The GEMMs dominate; casts and permutation keep the ratio above the pure rate ratio.
         assert!(fp8 / bf16 < 0.5 * (1.0 + rate_ratio), "{fp8} vs {bf16}");
         assert!(fp8 / bf16 > rate_ratio, "{fp8} vs {bf16}");
+    }
+
+    #[test]
+    fn several_local_experts_pay_the_second_permutation() {
+        // Mixtral 8x7B on 8 GPUs, the same tokens per GPU: at ep 8 each GPU holds one expert and
+        // the received copies are already grouped; at ep 4 it holds two and the alltoall
+        // dispatcher sorts them by local expert and back, doubling the permutation traffic.
+        let model = crate::specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = h100_nodes(1);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            64,
+            AttentionKernel::Flash,
+        );
+        let bytes = |ep| {
+            let request = PlanRequest {
+                dp: 8,
+                ep,
+                micro_batch: 1,
+                ..PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            permutation_bytes(&model, &plan, 4096, 1.0)
+        };
+        let (one, two) = (bytes(8), bytes(4));
+        // 4 passes (permute and unpermute, read and write) of 4096 tokens x top-2 x 4096 x 2 bytes.
+        assert!(
+            (one / (4.0 * 4096.0 * 2.0 * 4096.0 * 2.0) - 1.0).abs() < 1e-12,
+            "{one}"
+        );
+        assert!((two / one - 2.0).abs() < 1e-12, "{two} vs {one}");
     }
 }
