@@ -10,7 +10,7 @@
 //! and brings it back (dispatch and combine), in forward and again for the gradients in backward:
 //! bytes per GPU = routed tokens × top-k × hidden × 2 bytes × (ep − 1)/ep. Every pair of the EP
 //! group talks, so across nodes the time is set by each GPU's own NIC, not by a ring's bus
-//! bandwidth.
+//! bandwidth, for the share that leaves its NVLink domain (`alltoall_network_speed`).
 //!
 //! Experts run as grouped GEMMs at the tokens each one actually gets (tokens × top-k × ep /
 //! experts, times the routing imbalance for the busiest GPU): few tokens per expert put the GEMMs on
