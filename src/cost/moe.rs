@@ -188,10 +188,15 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
     let nic = cluster.link_speed(Link::Network);
     let nvlink = cluster.link_speed(Link::Nvlink);
     let domain = cluster.nvlink_domain();
-    let local = if stride == 0 || stride > domain {
-        1
-    } else {
+    // Domain-local members per copy of the group when the copies tile the domains evenly; a group
+    // that straddles domain boundaries unevenly keeps every peer on the NIC (as before this split).
+    let span = u64::from(stride) * u64::from(ep);
+    let aligned =
+        stride > 0 && domain.is_multiple_of(stride) && span.is_multiple_of(u64::from(domain));
+    let local = if aligned {
         (domain / stride).clamp(1, ep.max(1))
+    } else {
+        1
     };
     let peers = f64::from(ep.saturating_sub(1).max(1));
     let remote = f64::from(ep.saturating_sub(local));
@@ -321,10 +326,15 @@ mod tests {
                 "EP 8x{nodes}: {gb_per_s:.1} GB/s vs DeepEP {published_gb_per_s}"
             );
         }
-        // A group with one member per node (stride 8) has no local share: the NIC alone.
+        // A group with one member per node (stride 8) has no local share, and 3 consecutive GPUs
+        // straddle node boundaries unevenly: the NIC alone, as before.
         let nic = h100_nodes(4).link_speed(Link::Network).bandwidth.0;
-        let spread = alltoall_network_speed(&h100_nodes(4), 8, 4).bandwidth.0;
-        assert!((spread / nic - 1.0).abs() < 1e-12);
+        for (stride, ep) in [(8, 4), (1, 3)] {
+            let speed = alltoall_network_speed(&h100_nodes(4), stride, ep)
+                .bandwidth
+                .0;
+            assert!((speed / nic - 1.0).abs() < 1e-12, "stride {stride} ep {ep}");
+        }
     }
 
     #[test]
