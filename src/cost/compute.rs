@@ -300,10 +300,26 @@ fn operand_bytes(precision: Precision) -> f64 {
     }
 }
 
+/// HBM bytes Transformer Engine moves per element of a low-precision GEMM's activation input before
+/// the GEMM (the cast of `layer_time_sharded`'s doc: read the bf16 input, 2 bytes, write its FP8
+/// copy, 1 byte); 0 in bf16. The dense layers and the MoE experts both charge it.
+pub(crate) fn cast_bytes_per_input_element(precision: Precision) -> f64 {
+    if precision == Precision::Bf16 {
+        0.0
+    } else {
+        3.0
+    }
+}
+
 /// Time of a linear-layer GEMM at `precision`, cut into `chunks` pieces along its rows: the roofline
 /// with that format's achievable throughput and operand size; bf16 uses the calibrated shape table
 /// when the profile has one.
-fn linear_gemm_time(gemm: &Gemm, cluster: &Cluster, precision: Precision, chunks: u32) -> f64 {
+pub(crate) fn linear_gemm_time(
+    gemm: &Gemm,
+    cluster: &Cluster,
+    precision: Precision,
+    chunks: u32,
+) -> f64 {
     let pieces = f64::from(chunks.max(1));
     let piece = Gemm {
         m: gemm.m / pieces,
@@ -366,11 +382,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let (outside, inside, scores) =
         layer_elementwise_bytes(model, micro_batch, local_seq.max(1), attention);
     let scores = scores * f64::from(cp);
-    let cast_bytes = if precision == Precision::Bf16 {
-        0.0
-    } else {
-        3.0 * linear.iter().map(|g| g.m * g.k).sum::<f64>()
-    };
+    let cast_bytes =
+        cast_bytes_per_input_element(precision) * linear.iter().map(|g| g.m * g.k).sum::<f64>();
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;

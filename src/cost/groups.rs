@@ -146,11 +146,11 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
     let (tp, cp, dp) = (plan.tp, plan.cp, plan.dp);
     let (ep, etp) = (plan.ep, plan.etp);
     let mut expert_ep = make(GroupKind::Ep, etp, ep, false);
-    // All-to-all: every pair talks, so across nodes each GPU sends through its own NIC; the ring
-    // aggregate of several NICs does not apply.
+    // All-to-all: every pair talks, so across nodes each GPU sends through its own NIC (the ring
+    // aggregate of several NICs does not apply) while its domain-local share goes over NVLink.
     if expert_ep.link == Link::Network {
         expert_ep.members_per_node = 1;
-        expert_ep.speed = cluster.group_speed(Link::Network, 1);
+        expert_ep.speed = super::moe::alltoall_network_speed(cluster, etp, ep);
     }
     Groups {
         items: [

@@ -10,17 +10,18 @@
 //! and brings it back (dispatch and combine), in forward and again for the gradients in backward:
 //! bytes per GPU = routed tokens × top-k × hidden × 2 bytes × (ep − 1)/ep. Every pair of the EP
 //! group talks, so across nodes the time is set by each GPU's own NIC, not by a ring's bus
-//! bandwidth.
+//! bandwidth, for the share that leaves its NVLink domain (`alltoall_network_speed`).
 //!
 //! Experts run as grouped GEMMs at the tokens each one actually gets (tokens × top-k × ep /
 //! experts, times the routing imbalance for the busiest GPU): few tokens per expert put the GEMMs on
 //! the memory roof (the expert weights are read for a handful of rows).
 
 use super::comm::ACTIVATION_BYTES;
-use super::compute::Gemm;
-use crate::cluster::{Cluster, LinkSpeed};
+use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
+use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::ParallelPlan;
+use crate::units::BytesPerSec;
 
 /// GPUs of one pipeline stage (tp·cp·dp), over which attention and experts are both folded.
 pub fn stage_gpus(plan: &ParallelPlan) -> u32 {
@@ -54,6 +55,13 @@ pub fn moe_layer_share(model: &Model) -> f64 {
 /// Forward time of one MoE layer's MLP part on one GPU for one micro-batch: router GEMM,
 /// permute/unpermute traffic, the grouped expert GEMMs at their real token counts, and the shared
 /// experts.
+///
+/// The expert and shared-expert GEMMs run at the plan's precision: Megatron-Core's `TEGroupedMLP`
+/// (megatron/core/transformer/moe/experts.py) builds them from Transformer Engine's `GroupedLinear`
+/// inside the same FP8 autocast as the dense linears, which is why FP8 MoE training pads each
+/// expert's tokens to the FP8 GEMM alignment (`--moe-router-padding-for-fp8`, Megatron-Core
+/// moe/README.md "FP8 Training"). Their inputs pay the same cast traffic as the dense linears
+/// (`compute::cast_bytes_per_input_element`). The router stays in bf16 (its GEMM is not a TE linear).
 pub fn moe_mlp_forward_s(
     model: &Model,
     cluster: &Cluster,
@@ -70,6 +78,8 @@ pub fn moe_mlp_forward_s(
     let experts = f64::from(moe.experts);
     let local_experts = experts / f64::from(plan.ep);
     let etp = f64::from(plan.etp);
+    let precision = plan.precision;
+    let linear = |g: &Gemm| linear_gemm_time(g, cluster, precision, 1);
     // Tokens one local expert processes: the EP group's routed copies spread over its experts; an
     // expert split over etp GPUs sees the tokens of all etp of them (each computes its 1/etp slice
     // of the expert for every one, as the dense MLP does under TP).
@@ -92,38 +102,55 @@ pub fn moe_mlp_forward_s(
         n: experts,
         batch: 1.0,
     };
+    let mut cast_elements = up.m * up.k * up.batch + down.m * down.k * down.batch;
     let shared = if moe.shared_expert_ffn_hidden > 0 {
         let t = f64::from(plan.tp);
         let gated = if model.gated_mlp { 2.0 } else { 1.0 };
         let width = f64::from(moe.shared_expert_ffn_hidden);
         let rows = tokens * t;
-        Gemm {
+        let shared_up = Gemm {
             m: rows,
             k: h,
             n: gated * width / t,
             batch: 1.0,
-        }
-        .time(cluster)
-            + Gemm {
-                m: rows,
-                k: width / t,
-                n: h,
-                batch: 1.0,
-            }
-            .time(cluster)
+        };
+        let shared_down = Gemm {
+            m: rows,
+            k: width / t,
+            n: h,
+            batch: 1.0,
+        };
+        cast_elements += shared_up.m * shared_up.k + shared_down.m * shared_down.k;
+        linear(&shared_up) + linear(&shared_down)
     } else {
         0.0
     };
-    // Permute and unpermute read and write every routed copy once each way; the activation
-    // reads the up projection and writes the expert's inner width.
+    // The activation reads the up projection and writes the expert's inner width.
     let routed = tokens * topk * imbalance * etp;
-    let permute_bytes = 4.0 * routed * h * ACTIVATION_BYTES;
+    let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance);
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
+    let cast_bytes = cast_bytes_per_input_element(precision) * cast_elements;
     let gpu = &cluster.gpu;
-    let memory = (permute_bytes + activation_bytes) / gpu.achieved_hbm_bandwidth().0;
-    (up.time(cluster) + down.time(cluster) + router.time(cluster) + shared + memory)
+    let memory = (permute_bytes + activation_bytes + cast_bytes) / gpu.achieved_hbm_bandwidth().0;
+    (linear(&up) + linear(&down) + router.time(cluster) + shared + memory)
         / gpu.framework_efficiency
+}
+
+/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward: permute
+/// before the dispatch and unpermute after the combine read and write every routed copy once each;
+/// with more than one local expert the alltoall dispatcher also sorts the received copies by local
+/// expert after the dispatch and back before the combine ("Permutation 2", `sort_chunks_by_idxs`
+/// in `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/token_dispatcher.py), once more
+/// each way.
+pub fn permutation_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalance: f64) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    let routed =
+        local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * f64::from(plan.etp);
+    let permutations = if moe.experts > plan.ep { 2.0 } else { 1.0 };
+    permutations * 4.0 * routed * f64::from(model.hidden) * ACTIVATION_BYTES
 }
 
 /// Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch.
@@ -148,6 +175,38 @@ pub fn alltoall_s(bytes: f64, ep: u32, link: LinkSpeed) -> f64 {
         return 0.0;
     }
     f64::from(ep - 1) * link.latency.0 + bytes / link.bandwidth.0
+}
+
+/// Speed of one GPU's all-to-all when its EP group (`ep` ranks at `stride`) spans NVLink domains:
+/// the share for the members inside its own domain moves over NVLink while the rest leaves through
+/// the GPU's NIC, at the same time, so the whole (ep − 1)/ep of the bytes takes
+/// max(remote share / NIC, local share / NVLink). This is the "logical bandwidth" DeepEP reports
+/// for hierarchical EP (deepseek-ai/DeepEP README, "Performance": 90 GB/s at EP 8×2 and 61 GB/s at
+/// EP 8×4 on 50 GB/s CX7 NICs, which "contains local rank traffic"): with the NIC at its achieved
+/// 47 GB/s this gives 47·15/8 = 88 and 47·31/24 = 61 GB/s. One latency per peer as before.
+pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSpeed {
+    let nic = cluster.link_speed(Link::Network);
+    let nvlink = cluster.link_speed(Link::Nvlink);
+    let domain = cluster.nvlink_domain();
+    // Domain-local members per copy of the group when the copies tile the domains evenly; a group
+    // that straddles domain boundaries unevenly keeps every peer on the NIC (as before this split).
+    let span = u64::from(stride) * u64::from(ep);
+    let aligned =
+        stride > 0 && domain.is_multiple_of(stride) && span.is_multiple_of(u64::from(domain));
+    let local = if aligned {
+        (domain / stride).clamp(1, ep.max(1))
+    } else {
+        1
+    };
+    let peers = f64::from(ep.saturating_sub(1).max(1));
+    let remote = f64::from(ep.saturating_sub(local));
+    let local_peers = f64::from(local - 1);
+    // Seconds per byte of the whole all-to-all: each share over its own link.
+    let per_byte = (remote / peers / nic.bandwidth.0).max(local_peers / peers / nvlink.bandwidth.0);
+    LinkSpeed {
+        bandwidth: BytesPerSec(1.0 / per_byte),
+        latency: nic.latency,
+    }
 }
 
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
@@ -182,7 +241,7 @@ pub fn moe_mlp_activation_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::PlanRequest;
+    use crate::plan::{PlanRequest, Precision};
     use crate::training::{AttentionKernel, Training, TrainingFramework};
 
     #[test]
@@ -243,5 +302,107 @@ mod tests {
             e.mfu,
             e.hardware_tflops_per_gpu
         );
+    }
+
+    fn h100_nodes(nodes: u32) -> Cluster {
+        Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes,
+            gpus_per_node: 8,
+        }
+    }
+
+    #[test]
+    fn hierarchical_alltoall_matches_deepep_logical_bandwidth() {
+        // deepseek-ai/DeepEP README, "Performance" (SM90, CX7 400 Gb/s NICs): 90 GB/s dispatch at
+        // EP 8x2 and 61 GB/s at EP 8x4, logical bandwidth including the NVLink-local share. Before
+        // the local share moved over NVLink, tpsim charged every byte to the NIC (47 GB/s).
+        for (nodes, published_gb_per_s) in [(2, 90.0), (4, 61.0)] {
+            let cluster = h100_nodes(nodes);
+            let speed = alltoall_network_speed(&cluster, 1, 8 * nodes);
+            let gb_per_s = speed.bandwidth.0 / 1e9;
+            assert!(
+                (gb_per_s / published_gb_per_s - 1.0).abs() < 0.05,
+                "EP 8x{nodes}: {gb_per_s:.1} GB/s vs DeepEP {published_gb_per_s}"
+            );
+        }
+        // A group with one member per node (stride 8) has no local share, and 3 consecutive GPUs
+        // straddle node boundaries unevenly: the NIC alone, as before.
+        let nic = h100_nodes(4).link_speed(Link::Network).bandwidth.0;
+        for (stride, ep) in [(8, 4), (1, 3)] {
+            let speed = alltoall_network_speed(&h100_nodes(4), stride, ep)
+                .bandwidth
+                .0;
+            assert!((speed / nic - 1.0).abs() < 1e-12, "stride {stride} ep {ep}");
+        }
+    }
+
+    #[test]
+    fn fp8_expert_gemms_run_at_the_fp8_rate() {
+        // Megatron-Core's TEGroupedMLP runs the experts inside the FP8 autocast: Grok-1's large
+        // experts (16K tokens x 6144 x 65536) must come out faster in FP8 than in bf16, by the
+        // same GEMM-time ratio the dense linears get. (The experts were once timed in bf16 under
+        // every precision, which predicted the dgxc Grok-1 FP8 runs 20-28% too slow.)
+        let model = crate::specs::load_model("grok-1").unwrap();
+        let cluster = h100_nodes(4);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            8192,
+            256,
+            AttentionKernel::Flash,
+        );
+        let time = |precision| {
+            let request = PlanRequest {
+                tp: 4,
+                dp: 8,
+                ep: 8,
+                etp: 4,
+                sequence_parallel: true,
+                micro_batch: 1,
+                precision,
+                ..PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            moe_mlp_forward_s(&model, &cluster, &plan, 8192, 1.0)
+        };
+        let (bf16, fp8) = (time(Precision::Bf16), time(Precision::Fp8));
+        let gpu = &cluster.gpu;
+        let rate_ratio =
+            gpu.linear_gemm_flops(Precision::Bf16).0 / gpu.linear_gemm_flops(Precision::Fp8).0;
+        // The GEMMs dominate; casts and permutation keep the ratio above the pure rate ratio.
+        assert!(fp8 / bf16 < 0.5 * (1.0 + rate_ratio), "{fp8} vs {bf16}");
+        assert!(fp8 / bf16 > rate_ratio, "{fp8} vs {bf16}");
+    }
+
+    #[test]
+    fn several_local_experts_pay_the_second_permutation() {
+        // Mixtral 8x7B on 8 GPUs, the same tokens per GPU: at ep 8 each GPU holds one expert and
+        // the received copies are already grouped; at ep 4 it holds two and the alltoall
+        // dispatcher sorts them by local expert and back, doubling the permutation traffic.
+        let model = crate::specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = h100_nodes(1);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            64,
+            AttentionKernel::Flash,
+        );
+        let bytes = |ep| {
+            let request = PlanRequest {
+                dp: 8,
+                ep,
+                micro_batch: 1,
+                ..PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            permutation_bytes(&model, &plan, 4096, 1.0)
+        };
+        let (one, two) = (bytes(8), bytes(4));
+        // 4 passes (permute and unpermute, read and write) of 4096 tokens x top-2 x 4096 x 2 bytes.
+        assert!(
+            (one / (4.0 * 4096.0 * 2.0 * 4096.0 * 2.0) - 1.0).abs() < 1e-12,
+            "{one}"
+        );
+        assert!((two / one - 2.0).abs() < 1e-12, "{two} vs {one}");
     }
 }
