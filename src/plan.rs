@@ -157,6 +157,9 @@ pub struct StageLayout {
     pub middle_max: u32,
     pub last: u32,
     pub even: bool,
+    /// Layers in each model chunk when the chunks are filled front to back and the last one takes
+    /// the remainder ([`StageLayout::filled_chunks`]); 0 for the other layouts.
+    pub chunk_layers: u32,
 }
 
 impl StageLayout {
@@ -168,6 +171,7 @@ impl StageLayout {
             middle_max: per,
             last: per,
             even: true,
+            chunk_layers: 0,
         }
     }
 
@@ -195,7 +199,30 @@ impl StageLayout {
             middle_max,
             last: (base + last_extra).saturating_sub(1),
             even: false,
+            chunk_layers: 0,
         }
+    }
+
+    /// Interleaved split of a layer count no even layout reaches: the pp·vpp model chunks take
+    /// c = ⌈layers / (pp·vpp)⌉ layers each in depth order and the last chunk (on the last stage,
+    /// with the loss) the remainder. This is the layout Megatron-Bridge gives DeepSeek-V3's 61
+    /// layers (`set_deepseek_v3_pipeline_model_parallel_layout`: pp 4 × vp 4 is embedding + 4, 14
+    /// chunks of 4, then 1 + MTP + loss). Stage 0 and the middle stages hold c·vpp layers, the last
+    /// c·(vpp − 1) + remainder. None when the remainder would be empty.
+    fn filled_chunks(layers: u32, pp: u32, vpp: u32) -> Option<StageLayout> {
+        let chunks = pp.checked_mul(vpp)?;
+        let per_chunk = layers.div_ceil(chunks);
+        let remainder = layers.checked_sub(per_chunk * (chunks - 1))?;
+        if remainder == 0 || pp < 2 || vpp < 2 {
+            return None;
+        }
+        Some(StageLayout {
+            first: per_chunk * vpp,
+            middle_max: if pp > 2 { per_chunk * vpp } else { 0 },
+            last: per_chunk * (vpp - 1) + remainder,
+            even: false,
+            chunk_layers: per_chunk,
+        })
     }
 
     pub fn max_layers(&self) -> u32 {
@@ -410,6 +437,9 @@ impl ParallelPlan {
 
     /// Layers of one model chunk on the most loaded stage.
     pub fn layers_per_chunk(&self) -> u32 {
+        if self.stages.chunk_layers > 0 {
+            return self.stages.chunk_layers;
+        }
         (self.stages.max_layers() / self.vpp).max(1)
     }
 
@@ -617,10 +647,15 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
             layers: model.layers,
         });
     }
+    let units = model.layers + 2;
+    let units_interleave = units.is_multiple_of(r.pp) && (units / r.pp).is_multiple_of(r.vpp);
     let stages = if model.layers.is_multiple_of(r.pp) {
         StageLayout::even(model.layers, r.pp)
     } else if r.allow_uneven_pp {
-        StageLayout::balanced_units(model.layers, r.pp)
+        match StageLayout::filled_chunks(model.layers, r.pp, r.vpp) {
+            Some(filled) if r.vpp > 1 && !units_interleave => filled,
+            _ => StageLayout::balanced_units(model.layers, r.pp),
+        }
     } else {
         return Err(PlanError::PpUneven {
             pp: r.pp,
@@ -670,11 +705,17 @@ fn check_interleaving(
         // the layers + 2 units split evenly into pp x vpp model chunks (Megatron-Core's
         // `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`).
         let units = model.layers + 2;
-        if !stages.even && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp)) {
+        let filled = stages.chunk_layers > 0;
+        if !stages.even
+            && !filled
+            && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp))
+        {
             return Err(PlanError::VppUneven { vpp: r.vpp });
         }
         let per_stage = if stages.even {
             model.layers / r.pp
+        } else if filled {
+            stages.chunk_layers * r.vpp
         } else {
             units / r.pp
         };
@@ -699,6 +740,25 @@ fn check_interleaving(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deepseek_v3_interleaved_layouts_match_megatron_bridge() {
+        // Megatron-Bridge `set_deepseek_v3_pipeline_model_parallel_layout`, 61 layers: pp 4 x vp 4
+        // is embedding + 4, 14 chunks of 4, then 1 + loss; pp 8 x vp 2 the same 16 chunks.
+        for (pp, vpp) in [(4, 4), (8, 2)] {
+            let layout = StageLayout::filled_chunks(61, pp, vpp).unwrap();
+            assert_eq!(layout.chunk_layers, 4);
+            assert_eq!(layout.first, 4 * vpp);
+            assert_eq!(layout.last, 4 * (vpp - 1) + 1);
+            let middles = pp - 2;
+            assert_eq!(layout.first + middles * layout.middle_max + layout.last, 61);
+        }
+        // pp 2 x vp 4: 8 chunks of 8, the last 5 (rank 0: 32 layers, rank 1: 29).
+        let two = StageLayout::filled_chunks(61, 2, 4).unwrap();
+        assert_eq!((two.first, two.last, two.chunk_layers), (32, 29, 8));
+        // 32 chunks of 2 would need 62 layers: no such layout.
+        assert_eq!(StageLayout::filled_chunks(61, 8, 4), None);
+    }
 
     #[test]
     fn bloom_split_matches_deepspeed_partition() {

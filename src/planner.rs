@@ -218,6 +218,17 @@ fn push_pipeline_variants(
     } else if pp > 1 && units.is_multiple_of(pp) {
         // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
         divisors(units / pp)
+    } else if pp > 1 {
+        // Otherwise interleaving fills the model chunks front to back, the last one with the
+        // remainder (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3 layouts); up to 8
+        // virtual stages, as far as every chunk keeps a layer.
+        std::iter::once(1)
+            .chain((2..=8).filter(|&v| {
+                let chunks = pp * v;
+                let per_chunk = model.layers.div_ceil(chunks);
+                model.layers > per_chunk * (chunks - 1)
+            }))
+            .collect()
     } else {
         vec![1]
     };

@@ -1925,10 +1925,6 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
             "--cpu-offloading-num-layers 4",
             "--cpu-offloading-num-layers 4",
         ),
-        (
-            "--pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L",
-            "--pipeline-model-parallel-layout",
-        ),
         ("--use-torch-fsdp2", "--use-torch-fsdp2"),
         ("--mtp-num-layers 1", "--mtp-num-layers 1"),
         (
@@ -3025,4 +3021,108 @@ fn megatron_bridge_overrides_carry_experts() {
         .collect();
     assert_eq!(freq.len(), 61);
     assert!(freq[..3].iter().all(|v| *v == "0") && freq[3..].iter().all(|v| *v == "1"));
+}
+
+/// DeepSeek-V3's 61 layers interleaved on pp 4 x vp 4: tpsim writes Megatron-Bridge's
+/// filled-chunk layout and reads it back to the same plan; a layout it does not model is refused.
+#[test]
+fn deepseek_v3_pipeline_layout_round_trips() {
+    let eval = [
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--gpus-per-node",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--ep",
+        "64",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "4096",
+        "--seq-len",
+        "4096",
+        "--zero",
+        "2",
+        "--allow-uneven-pp",
+    ];
+    let mut emit = eval.to_vec();
+    emit.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&emit);
+    assert_eq!(code, 0, "{stderr}");
+    let layout = format!("'Et*4|{}t*1L'", "t*4|".repeat(14));
+    assert!(
+        line.contains(&format!("--pipeline-model-parallel-layout {layout}")),
+        "{line}"
+    );
+    assert!(
+        !line.contains("--num-layers-per-virtual-pipeline-stage"),
+        "{line}"
+    );
+    let mut json = eval.to_vec();
+    json.extend(["--format", "json"]);
+    let direct = run_json(&json);
+    let pasted = run_json(&[
+        "eval",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--gpus-per-node",
+        "4",
+        "--megatron-args",
+        line.trim(),
+        "--format",
+        "json",
+    ]);
+    for key in ["pp", "vpp", "ep", "micro_batch"] {
+        assert_eq!(pasted["plan"][key], direct["plan"][key], "{key}");
+    }
+    assert_eq!(pasted["plan"]["stages"], direct["plan"]["stages"]);
+    assert_eq!(pasted["time"]["step_s"], direct["time"]["step_s"]);
+    // Megatron's even layout is tpsim's even split.
+    let small = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --bf16";
+    let even = run_json(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--megatron-args",
+        small,
+        "--format",
+        "json",
+    ]);
+    let laid_out = run_json(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--megatron-args",
+        &format!("{small} --pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(laid_out["time"]["step_s"], even["time"]["step_s"]);
+    let other = line.replace(&layout, "'Et*6|t*6|t*5|t*5L'");
+    assert_error(
+        &[
+            "eval",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "64",
+            "--gpus-per-node",
+            "4",
+            "--megatron-args",
+            other.trim(),
+        ],
+        &["--pipeline-model-parallel-layout", "different numbers"],
+    );
 }

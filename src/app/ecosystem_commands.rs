@@ -900,6 +900,7 @@ pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
         loss_counted: args.account_for_loss_in_pipeline_split,
         first: args.decoder_first_pipeline_num_layers,
         last: args.decoder_last_pipeline_num_layers,
+        layout: None,
     }
 }
 

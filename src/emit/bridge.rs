@@ -44,7 +44,9 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let (embedding, loss, first, last) = match MegatronSplit::of(model, plan) {
         MegatronSplit::EmbeddingAndLossCounted => (true, true, None, None),
         MegatronSplit::FirstLast { first, last } => (false, false, Some(first), Some(last)),
-        MegatronSplit::Even | MegatronSplit::Inexpressible { .. } => (false, false, None, None),
+        MegatronSplit::Even
+        | MegatronSplit::Layout { .. }
+        | MegatronSplit::Inexpressible { .. } => (false, false, None, None),
     };
     set(
         "model.account_for_embedding_in_pipeline_split",
@@ -54,6 +56,15 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let or_null = |v: Option<u32>| v.map_or("null".to_string(), |v| v.to_string());
     set("model.num_layers_in_first_pipeline_stage", or_null(first));
     set("model.num_layers_in_last_pipeline_stage", or_null(last));
+    // Recipes that build a pipeline layout (DeepSeek-V3's) get tpsim's own: null where the split
+    // arguments above say it, the filled-chunk layout otherwise.
+    set(
+        "model.pipeline_model_parallel_layout",
+        match MegatronSplit::of(model, plan) {
+            MegatronSplit::Layout { layout } => format!("'{layout}'"),
+            _ => "null".to_string(),
+        },
+    );
     set(
         "model.sequence_parallel",
         plan.sequence_parallel.to_string(),
@@ -192,8 +203,6 @@ fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static 
         "false".to_string(),
     ));
     out.push(("model.moe_shared_expert_overlap", "false".to_string()));
-    // DeepSeek-V3 recipes build a pipeline layout; tpsim's split is written instead.
-    out.push(("model.pipeline_model_parallel_layout", "null".to_string()));
     out.push(("model.expert_model_parallel_size", plan.ep.to_string()));
     out.push(("model.expert_tensor_parallel_size", plan.etp.to_string()));
     out

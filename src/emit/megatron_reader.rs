@@ -12,7 +12,7 @@ use super::megatron_moe::ExpertArgs;
 pub use super::megatron_precision::{
     MegatronPrecision, PrecisionArgs, megatron_overlap, megatron_precision,
 };
-use super::pipeline_split::SplitArgs;
+use super::pipeline_split::{ChunkLayout, SplitArgs};
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::training::{AttentionKernel, GradDtype, Overlap};
@@ -167,7 +167,24 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         loss_counted: p.switch("account-for-loss-in-pipeline-split"),
         first: p.number("decoder-first-pipeline-num-layers")?,
         last: p.number("decoder-last-pipeline-num-layers")?,
+        layout: match p.value("pipeline-model-parallel-layout") {
+            Some(text) => Some(
+                ChunkLayout::parse(text)
+                    .map_err(|message| MegatronArgsError::BadValue { message })?,
+            ),
+            None => None,
+        },
     };
+    if split.layout.is_some()
+        && (p.value("num-layers-per-virtual-pipeline-stage").is_some()
+            || p.value("num-virtual-stages-per-pipeline-rank").is_some())
+    {
+        // arguments.py derives the virtual stages from the layout.
+        return Err(MegatronArgsError::Refused {
+            given: "--pipeline-model-parallel-layout with a virtual-stage argument".into(),
+            why: "the layout already sets the virtual stages (its chunks over the pipeline size); drop --num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank".into(),
+        });
+    }
     if (split.first.is_some() || split.last.is_some())
         && p.value("num-layers-per-virtual-pipeline-stage").is_some()
     {
@@ -301,6 +318,9 @@ impl MegatronLaunch {
 
     /// Virtual stages per pipeline rank, as Megatron-LM derives them.
     pub fn vpp(&self) -> Result<u32, String> {
+        if let Some(layout) = self.split.layout {
+            return Ok(layout.chunks / self.pp.max(1));
+        }
         match (self.layers_per_virtual_stage, self.virtual_stages) {
             (Some(n), _) => vpp_from_layers_per_virtual_stage(
                 self.split.counted_layers(self.layers),

@@ -27,10 +27,6 @@ const REFUSED_VALUED: &[(&str, &str)] = &[
         "offloading activations or weights to CPU memory is not modelled yet",
     ),
     (
-        "pipeline-model-parallel-layout",
-        "an explicit pipeline layout is not modelled yet; tpsim splits the layers evenly, or with --decoder-first/last-pipeline-num-layers or --account-for-*-in-pipeline-split",
-    ),
-    (
         "mtp-num-layers",
         "multi-token prediction layers are not modelled yet",
     ),

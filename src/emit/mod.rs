@@ -262,11 +262,19 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             push("decoder-first-pipeline-num-layers", n(first));
             push("decoder-last-pipeline-num-layers", n(last));
         }
+        // The layout sets the virtual stages too (Megatron-LM arguments.py derives
+        // `virtual_pipeline_model_parallel_size` from it and refuses the per-virtual-stage count).
+        MegatronSplit::Layout { ref layout } => {
+            push(
+                "pipeline-model-parallel-layout",
+                Some(format!("'{layout}'")),
+            );
+        }
         // `Framework::unsupported` keeps such plans from being written (`eval --emit` refuses them,
         // `plan --emit` takes the next plan).
         MegatronSplit::Inexpressible { .. } => {}
     }
-    if plan.vpp > 1 {
+    if plan.vpp > 1 && plan.stages.chunk_layers == 0 {
         push(
             "num-layers-per-virtual-pipeline-stage",
             n(MegatronSplit::layers_per_virtual_stage(model, plan)),

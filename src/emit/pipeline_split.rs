@@ -17,6 +17,12 @@ pub enum MegatronSplit {
     /// `--decoder-first-pipeline-num-layers F --decoder-last-pipeline-num-layers L`, the middle
     /// stages sharing the rest equally.
     FirstLast { first: u32, last: u32 },
+    /// Interleaved chunks filled front to back, the last one with the remainder
+    /// (`StageLayout::filled_chunks`): Megatron-Core's `--pipeline-model-parallel-layout`, one
+    /// `|`-separated entry per model chunk in depth order, `E` the embedding, `t*N` N transformer
+    /// layers, `L` the loss (megatron/core/transformer/pipeline_parallel_layer_layout.py), as
+    /// Megatron-Bridge writes DeepSeek-V3's.
+    Layout { layout: String },
     /// Middle stages with different layer counts: Megatron's first/last arguments cannot say it.
     Inexpressible { why: String },
 }
@@ -26,6 +32,16 @@ impl MegatronSplit {
         let s = &plan.stages;
         if s.even {
             return MegatronSplit::Even;
+        }
+        if s.chunk_layers > 0 {
+            let chunks = plan.pp * plan.vpp;
+            let last = model.layers - s.chunk_layers * (chunks - 1);
+            let mut entries = vec![format!("Et*{}", s.chunk_layers)];
+            entries.extend((1..chunks - 1).map(|_| format!("t*{}", s.chunk_layers)));
+            entries.push(format!("t*{last}L"));
+            return MegatronSplit::Layout {
+                layout: entries.join("|"),
+            };
         }
         let units = model.layers + 2;
         if units.is_multiple_of(plan.pp) {
@@ -67,6 +83,100 @@ pub struct SplitArgs {
     pub loss_counted: bool,
     pub first: Option<u32>,
     pub last: Option<u32>,
+    /// `--pipeline-model-parallel-layout` in the filled-chunk form tpsim models.
+    pub layout: Option<ChunkLayout>,
+}
+
+/// A `--pipeline-model-parallel-layout` whose chunks hold `per_chunk` layers each but the last,
+/// which holds `last_chunk` (`StageLayout::filled_chunks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkLayout {
+    pub chunks: u32,
+    pub per_chunk: u32,
+    pub last_chunk: u32,
+}
+
+impl ChunkLayout {
+    /// Reads Megatron-Core's layout string (megatron/core/transformer/
+    /// pipeline_parallel_layer_layout.py: `|` between model chunks in depth order, `E` the
+    /// embedding, `t` a transformer layer, `t*N` N of them, `L` the loss, `m` an MTP layer) in
+    /// the form tpsim models: `E` opening the first chunk, `L` closing the last, every chunk but
+    /// the last with the same number of layers and the last with at most that many.
+    pub fn parse(text: &str) -> Result<ChunkLayout, String> {
+        let text = text.trim().trim_matches(|c| c == '\'' || c == '"');
+        let refuse = |why: &str| {
+            Err(format!(
+                "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the last (fewer), with E first and L last, like 'Et*4|t*4|t*1L'"
+            ))
+        };
+        if text.contains('m') {
+            return refuse("multi-token prediction layers (m) are not modelled yet");
+        }
+        if text.contains('(') || text.contains(',') {
+            return refuse("write it flat, one entry per model chunk");
+        }
+        let entries: Vec<&str> = text.split('|').map(str::trim).collect();
+        let mut counts = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let mut body = *entry;
+            if let Some(rest) = body.strip_prefix('E') {
+                if i != 0 {
+                    return refuse("the embedding E must open the first chunk");
+                }
+                body = rest;
+            } else if i == 0 {
+                return refuse("the first chunk must start with the embedding E");
+            }
+            if let Some(rest) = body.strip_suffix('L') {
+                if i + 1 != entries.len() {
+                    return refuse("the loss L must close the last chunk");
+                }
+                body = rest;
+            } else if i + 1 == entries.len() {
+                return refuse("the last chunk must end with the loss L");
+            }
+            let mut layers = 0u32;
+            let mut rest = body;
+            while !rest.is_empty() {
+                let Some(after) = rest.strip_prefix('t') else {
+                    return refuse("only E, t, t*N and L are understood");
+                };
+                if let Some(after_star) = after.strip_prefix('*') {
+                    let digits: String = after_star
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    let Ok(n) = digits.parse::<u32>() else {
+                        return refuse("t* must be followed by a count");
+                    };
+                    layers = layers.saturating_add(n);
+                    rest = &after_star[digits.len()..];
+                } else {
+                    layers = layers.saturating_add(1);
+                    rest = after;
+                }
+            }
+            counts.push(layers);
+        }
+        let (&last_chunk, rest) = counts.split_last().unwrap_or((&0, &[]));
+        let per_chunk = rest.first().copied().unwrap_or(last_chunk);
+        if rest.iter().any(|&c| c != per_chunk)
+            || per_chunk == 0
+            || last_chunk == 0
+            || last_chunk > per_chunk
+        {
+            return refuse("its chunks hold different numbers of layers");
+        }
+        Ok(ChunkLayout {
+            chunks: counts.len() as u32,
+            per_chunk,
+            last_chunk,
+        })
+    }
+
+    pub fn layers(&self) -> u32 {
+        self.per_chunk * (self.chunks - 1) + self.last_chunk
+    }
 }
 
 /// Transformer layers per stage as Megatron places them: first, each middle, last.
@@ -79,7 +189,11 @@ pub struct StageLayers {
 
 impl SplitArgs {
     pub fn any(&self) -> bool {
-        self.embedding_counted || self.loss_counted || self.first.is_some() || self.last.is_some()
+        self.embedding_counted
+            || self.loss_counted
+            || self.first.is_some()
+            || self.last.is_some()
+            || self.layout.is_some()
     }
 
     /// The layers Megatron counts when it splits: the transformer layers, plus one for the
@@ -91,6 +205,33 @@ impl SplitArgs {
     /// Where Megatron puts the layers on `pp` stages, with Megatron's own refusals (as one-line
     /// messages naming the arguments).
     pub fn stage_layers(&self, layers: u32, pp: u32) -> Result<StageLayers, String> {
+        if let Some(layout) = self.layout {
+            if self.embedding_counted
+                || self.loss_counted
+                || self.first.is_some()
+                || self.last.is_some()
+            {
+                return Err("--pipeline-model-parallel-layout cannot be combined with --decoder-first/last-pipeline-num-layers or --account-for-*-in-pipeline-split (Megatron-Core refuses it); keep the layout".into());
+            }
+            if layout.layers() != layers {
+                return Err(format!(
+                    "--pipeline-model-parallel-layout places {} layers, but the model has {layers}; make the layout's t counts add up to --num-layers",
+                    layout.layers()
+                ));
+            }
+            if pp == 0 || !layout.chunks.is_multiple_of(pp) {
+                return Err(format!(
+                    "--pipeline-model-parallel-layout has {} chunks, which is not a multiple of --pipeline-model-parallel-size {pp}; give pp x virtual stages entries",
+                    layout.chunks
+                ));
+            }
+            let vpp = layout.chunks / pp;
+            return Ok(StageLayers {
+                first: layout.per_chunk * vpp,
+                middle: layout.per_chunk * vpp,
+                last: layout.per_chunk * (vpp - 1) + layout.last_chunk,
+            });
+        }
         if (self.first.is_some() || self.last.is_some())
             && (self.embedding_counted || self.loss_counted)
         {
@@ -152,6 +293,56 @@ impl SplitArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filled_chunk_layouts_are_read_and_others_refused() {
+        let layout = ChunkLayout::parse("'Et*4|t*4|t*4|t*1L'").unwrap();
+        assert_eq!(
+            layout,
+            ChunkLayout {
+                chunks: 4,
+                per_chunk: 4,
+                last_chunk: 1
+            }
+        );
+        assert_eq!(layout.layers(), 13);
+        assert_eq!(ChunkLayout::parse("Ett|tt|tL").unwrap().layers(), 5);
+        for (text, why) in [
+            ("Et*6|t*6|t*5|t*5L", "different numbers"),
+            ("Et*4|(t*4|)*2t*1L", "flat"),
+            ("Et*4|t*4|t*1mL", "multi-token"),
+            ("t*4|t*4|t*1L", "embedding"),
+            ("Et*4|t*4|t*1", "loss"),
+            ("Et*4|t*x|t*1L", "count"),
+        ] {
+            let err = ChunkLayout::parse(text).unwrap_err();
+            assert!(err.contains(why), "{text}: {err}");
+        }
+        let split = SplitArgs {
+            layout: Some(layout),
+            ..SplitArgs::default()
+        };
+        // 4 chunks on pp 2: 2 virtual stages, rank 1 holds chunks 1 and 3.
+        assert_eq!(
+            split.stage_layers(13, 2),
+            Ok(StageLayers {
+                first: 8,
+                middle: 8,
+                last: 5
+            })
+        );
+        assert!(split.stage_layers(14, 2).is_err());
+        assert!(split.stage_layers(13, 3).is_err());
+        // One chunk per stage: the layout is the stage split itself.
+        assert_eq!(
+            split.stage_layers(13, 4),
+            Ok(StageLayers {
+                first: 4,
+                middle: 4,
+                last: 1
+            })
+        );
+    }
 
     #[test]
     fn megatron_places_llama3_405b_like_the_paper() {

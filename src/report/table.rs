@@ -370,9 +370,17 @@ pub fn breakdown(e: &Estimate) -> String {
             p.stages.middle_max,
             p.stages.last,
             if p.stages.even {
-                "even split"
+                "even split".to_string()
+            } else if p.stages.chunk_layers > 0 {
+                let chunks = p.pp * p.vpp;
+                format!(
+                    "uneven split: {} model chunks of {} layers in depth order, the last one {}",
+                    chunks,
+                    p.stages.chunk_layers,
+                    p.stages.last - p.stages.chunk_layers * (p.vpp - 1)
+                )
             } else {
-                "uneven split: embedding and output layer count as one layer each"
+                "uneven split: embedding and output layer count as one layer each".to_string()
             }
         );
     }
