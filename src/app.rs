@@ -2,27 +2,10 @@
 //! module that touches files, stdout and anyhow. One file per command (or family of commands)
 //! under `app/`; `scenario` turns the shared flags into a validated scenario.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::Result;
 
-use crate::cli::{
-    AttentionArg, Command, EmitTarget, Format, GradDtypeArg, SweepArgs, SweepAxis, SweepFormat,
-};
-use crate::cli::{
-    Cli, ClusterArgs, CompareArgs, CompareFormat, CompletionsArgs, EvalArgs, TrainingArgs,
-};
-use crate::cost::Estimate;
-use crate::cost::evaluate;
-use crate::cost::simulated::simulate_plan;
-use crate::emit::{self, Framework};
-use crate::model::{Model, Norm};
-use crate::plan::{ParallelPlan, PlanRequest, Recompute};
-use crate::planner::{SearchOptions, search};
-use crate::report::chart_sweep;
+use crate::cli::{Command, Format};
 use crate::report::{self, Report};
-use crate::specs::{self, ModelRef, PlanFile};
-use crate::training::{AttentionKernel, GradDtype};
-use crate::units::{GIB, format_count};
-use crate::{compare, input_file, output_file, sweep};
 
 /// What a command ended with: found plans, or valid input where nothing fits.
 pub enum Outcome {
@@ -44,29 +27,35 @@ pub fn run(command: Command) -> Result<Outcome> {
     }
 }
 
-/// `calibrate` and `validate` handlers (a child module, so they share `resolve_scenario`).
-mod calibration_commands;
-/// Megatron-LM in, framework configs out, sweep, compare, completions.
-mod ecosystem_commands;
-use ecosystem_commands::{compare_command, completions, sweep_command};
-
 /// `tpsim accuracy`.
 mod accuracy_command;
+/// `calibrate` and `validate` handlers (a child module, so they share `resolve_scenario`).
+mod calibration_commands;
+/// `tpsim compare`.
+mod compare_command;
+/// `tpsim completions`.
+mod completions_command;
+/// `--emit`: framework launch configurations out.
+mod emit_commands;
 /// `tpsim eval` and `tpsim report`.
 mod eval_command;
+/// Megatron-LM launch lines and arguments in.
+mod megatron_paste;
 /// `tpsim plan`.
 mod plan_command;
 /// Writing the report directory of `plan --report` and `eval --report`.
 mod report_commands;
 /// Flags → validated model, cluster and training settings.
 mod scenario;
+/// `tpsim sweep`.
+mod sweep_command;
 use accuracy_command::accuracy;
+use compare_command::compare_command;
+use completions_command::completions;
 use eval_command::{eval, report_command};
-use plan_command::MAX_THREADS;
 use plan_command::plan;
-use scenario::{
-    DEFAULT_VOCAB, Scenario, check_seq_len, model_file_of, resolve_model, resolve_scenario,
-};
+use scenario::{check_seq_len, resolve_model, resolve_scenario};
+use sweep_command::sweep_command;
 
 fn print_report(report: &Report, format: Format, table: impl FnOnce(&Report) -> String) {
     match format {

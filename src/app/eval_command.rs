@@ -3,10 +3,11 @@
 
 use anyhow::{Result, anyhow, bail};
 
-use super::ecosystem_commands::{
+use super::emit_commands::{emitted, framework_of, target_name};
+use super::megatron_paste::{
     apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
-    check_pasted_megatron, emitted, framework_of, megatron_plan_file, megatron_request,
-    pasted_precision, pasted_split, pasted_zero, read_megatron_launch, target_name,
+    check_pasted_megatron, megatron_plan_file, megatron_request, pasted_precision, pasted_split,
+    pasted_zero, read_megatron_launch,
 };
 use super::report_commands::{check_dir, schedule_note, write_eval_report};
 use super::scenario::{global_batch_advice, precision_of_args, resolve_scenario, summaries};

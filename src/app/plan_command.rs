@@ -5,7 +5,7 @@ use super::scenario::input_paths;
 use crate::output_file;
 use anyhow::{Context, Result, bail};
 
-use super::ecosystem_commands::emit_best;
+use super::emit_commands::emit_best;
 use super::report_commands::{Written, check_dir, details_of, write_report};
 use super::scenario::{
     global_batch_advice, model_file_of, pins_of_args, precision_of_args, resolve_scenario,

@@ -9,7 +9,7 @@ use crate::training::{Overlap, TrainingFramework};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::calibration_commands;
-use super::ecosystem_commands::{megatron_learned_positions, megatron_norm};
+use super::megatron_paste::{megatron_learned_positions, megatron_norm};
 use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
 use crate::cluster::{Cluster, MAX_GPUS_PER_NODE};
 use crate::hf_config;

@@ -1,0 +1,211 @@
+//! `tpsim compare`: two plans side by side, the two best layouts of a search or two plan files of
+//! one scenario, each with the simulated schedule's step time.
+
+use anyhow::{Context, Result, bail};
+
+use super::Outcome;
+use super::scenario::{Scenario, resolve_scenario};
+use crate::cli::{CompareArgs, CompareFormat};
+use crate::compare;
+use crate::cost::simulated::simulate_plan;
+use crate::cost::{Estimate, evaluate};
+use crate::model::Model;
+use crate::plan::{ParallelPlan, Recompute};
+use crate::planner::{SearchOptions, search};
+use crate::specs;
+use crate::units::format_count;
+
+/// Layout of a plan, ignoring the ZeRO stage (plans that differ only there are near-twins).
+pub(super) fn layout(e: &Estimate) -> (u32, u32, u32, u32, u32, bool, Recompute) {
+    let p = &e.plan;
+    (
+        p.tp,
+        p.pp,
+        p.dp,
+        p.vpp,
+        p.micro_batch,
+        p.sequence_parallel,
+        p.recompute,
+    )
+}
+
+/// What differs between the scenarios of two plan files (model, GPU, cluster, sequence, batch):
+/// a comparison of step times is only about the plans when none of these differ.
+pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
+    let mut out = Vec::new();
+    let shape = |m: &Model| {
+        format!(
+            "{} params, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}",
+            format_count(m.params()),
+            m.layers,
+            m.hidden,
+            m.heads,
+            m.kv_heads,
+            m.ffn_hidden,
+            m.vocab
+        )
+    };
+    let (mut ma, mut mb) = (a.model.clone(), b.model.clone());
+    ma.name.clear();
+    mb.name.clear();
+    // The sequence length is reported on its own below.
+    mb.seq_len = ma.seq_len;
+    if ma != mb {
+        let (sa, sb) = (shape(&ma), shape(&mb));
+        out.push(if sa == sb {
+            format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
+        } else {
+            format!("model: {sa} against {sb}")
+        });
+    }
+    if a.cluster.gpu != b.cluster.gpu {
+        out.push(format!(
+            "GPU: {} against {} (--gpu)",
+            a.gpu_reference, b.gpu_reference
+        ));
+    }
+    let mut number = |what: &str, flag: &str, x: u32, y: u32| {
+        if x != y {
+            out.push(format!("{what}: {x} against {y} ({flag})"));
+        }
+    };
+    number("nodes", "--nodes", a.cluster.nodes, b.cluster.nodes);
+    number(
+        "GPUs per node",
+        "--gpus-per-node",
+        a.cluster.gpus_per_node,
+        b.cluster.gpus_per_node,
+    );
+    number(
+        "sequence length",
+        "--seq-len",
+        a.training.seq_len,
+        b.training.seq_len,
+    );
+    number(
+        "global batch",
+        "--global-batch",
+        a.training.global_batch,
+        b.training.global_batch,
+    );
+    out
+}
+
+/// A plan's estimate refined by the schedule simulation, as `plan` and `eval` show it.
+fn with_schedule(
+    scenario: &Scenario,
+    closed: &Estimate,
+) -> (Estimate, Option<crate::cost::simulated::ScheduleSummary>) {
+    match simulate_plan(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        &closed.plan,
+    ) {
+        Ok(sim) => (sim.estimate, Some(sim.summary)),
+        Err(_) => (*closed, None),
+    }
+}
+
+pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
+    let (a, b, a_from, b_from) = match args.plan.len() {
+        0 => {
+            let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+            let result = search(
+                &scenario.model,
+                &scenario.cluster,
+                &scenario.training,
+                SearchOptions {
+                    allow_uneven_pp: args.allow_uneven_pp,
+                    allow_cross_node_tp: args.allow_cross_node_tp,
+                    ..SearchOptions::default()
+                },
+            );
+            let feasible = result.feasible();
+            let Some(best) = feasible.first() else {
+                eprintln!(
+                    "nothing fits, so there is nothing to compare; `tpsim plan` shows the closest miss"
+                );
+                return Ok(Outcome::NothingFits);
+            };
+            let Some((rank, runner_up)) = feasible
+                .iter()
+                .enumerate()
+                .find(|(_, e)| layout(e) != layout(best))
+            else {
+                eprintln!("only one plan layout fits; nothing to compare it with");
+                return Ok(Outcome::NothingFits);
+            };
+            let (a, sa) = with_schedule(&scenario, best);
+            let (b, sb) = with_schedule(&scenario, runner_up);
+            (
+                (a, sa),
+                (b, sb),
+                "search #1".to_string(),
+                format!("search #{}", rank + 1),
+            )
+        }
+        2 => {
+            let mut loaded = Vec::new();
+            for path in &args.plan {
+                let file = specs::load_plan(path)?;
+                let scenario = resolve_scenario(
+                    &args.model,
+                    &args.cluster,
+                    &args.training,
+                    Some((&file, path)),
+                )?;
+                loaded.push((file, scenario));
+            }
+            // Step times of different models, clusters or batches say nothing about the plans.
+            let differences = scenario_differences(&loaded[0].1, &loaded[1].1);
+            if !differences.is_empty() {
+                bail!(
+                    "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it",
+                    args.plan[0],
+                    args.plan[1],
+                    differences.join("; ")
+                );
+            }
+            let mut estimates = Vec::new();
+            for ((file, scenario), path) in loaded.iter().zip(&args.plan) {
+                let plan = ParallelPlan::build(
+                    &file.plan,
+                    &scenario.model,
+                    &scenario.cluster,
+                    &scenario.training,
+                )
+                .with_context(|| format!("--plan {path}"))?;
+                let closed = evaluate(
+                    &scenario.model,
+                    &scenario.cluster,
+                    &scenario.training,
+                    &plan,
+                );
+                estimates.push(with_schedule(scenario, &closed));
+            }
+            (
+                estimates[0],
+                estimates[1],
+                args.plan[0].clone(),
+                args.plan[1].clone(),
+            )
+        }
+        n => bail!(
+            "--plan given {n} time(s); compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search"
+        ),
+    };
+    // The same step time plan, eval and sweep print: the simulated schedule where it applies.
+    let ((a, a_schedule), (b, b_schedule)) = (a, b);
+    let mut comparison = compare::compare(&a, &b, "plan A", "plan B");
+    comparison.a_schedule = a_schedule;
+    comparison.b_schedule = b_schedule;
+    match args.format {
+        CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
+        CompareFormat::Table => {
+            println!("plan A: {a_from}\nplan B: {b_from}\n");
+            print!("{}", compare::table(&comparison));
+        }
+    }
+    Ok(Outcome::Found)
+}

@@ -1,0 +1,135 @@
+//! `--emit`: the launch configuration of a chosen plan for Megatron-LM, Megatron-Bridge, NeMo or
+//! DeepSpeed (stdout), with what the configuration cannot carry (stderr).
+
+use anyhow::Result;
+
+use super::Outcome;
+use super::scenario::Scenario;
+use crate::cli::EmitTarget;
+use crate::cost::Estimate;
+use crate::cost::simulated::simulate_plan;
+use crate::emit::{self, Framework};
+use crate::units::GIB;
+
+pub(super) fn framework_of(target: EmitTarget) -> Framework {
+    match target {
+        EmitTarget::Megatron => Framework::Megatron,
+        EmitTarget::MegatronBridge => Framework::MegatronBridge,
+        EmitTarget::Nemo => Framework::Nemo,
+        EmitTarget::Deepspeed => Framework::DeepSpeed,
+    }
+}
+
+pub(super) fn target_name(target: EmitTarget) -> &'static str {
+    match target {
+        EmitTarget::Megatron => "megatron",
+        EmitTarget::MegatronBridge => "megatron-bridge",
+        EmitTarget::Nemo => "nemo",
+        EmitTarget::Deepspeed => "deepspeed",
+    }
+}
+
+/// The launch configuration text (stdout), plus what it cannot carry (stderr).
+pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> String {
+    let plan = &e.plan;
+    // The plan's time and memory are those of the framework tpsim evaluated (issue 8 item 4); the
+    // configuration writes its overlap, precision and gradient settings explicitly.
+    eprintln!(
+        "note: evaluated as --framework {} runs it; the {} configuration below sets the same precision, gradient dtype and communication overlap",
+        s.training.framework.as_str(),
+        framework.name()
+    );
+    match framework {
+        Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
+        Framework::MegatronBridge => {
+            eprintln!(
+                "note: Megatron-Bridge overrides for scripts/training/run_recipe.py on a recipe of this model; run on {} nodes x {} GPUs (dp = {})",
+                s.cluster.nodes, s.cluster.gpus_per_node, plan.dp
+            );
+            format!("{}\n", emit::bridge_overrides(&s.model, &s.training, plan))
+        }
+        Framework::Nemo => emit::nemo_yaml(&s.model, &s.cluster, &s.training, plan),
+        Framework::DeepSpeed => {
+            eprintln!(
+                "note: DeepSpeed derives dp = {} GPUs / (tp x pp); give Megatron-DeepSpeed {}",
+                s.cluster.total_gpus(),
+                emit::megatron_deepspeed_args(plan)
+            );
+            format!("{}\n", emit::deepspeed_json(&s.training, plan))
+        }
+    }
+}
+
+/// `plan --emit`: the fastest feasible plan the framework can run.
+pub(super) fn emit_best(
+    target: EmitTarget,
+    s: &Scenario,
+    feasible: &[Estimate],
+) -> Result<Outcome> {
+    let framework = framework_of(target);
+    if feasible.is_empty() {
+        eprintln!(
+            "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"
+        );
+        return Ok(Outcome::NothingFits);
+    }
+    let Some((rank, chosen)) = feasible.iter().enumerate().find(|(_, e)| {
+        framework
+            .unsupported(&s.model, &s.training, &e.plan)
+            .is_none()
+    }) else {
+        let reason = framework
+            .unsupported(&s.model, &s.training, &feasible[0].plan)
+            .unwrap_or_default();
+        eprintln!(
+            "none of the {} plans that fit can run in {}: {reason}",
+            feasible.len(),
+            framework.name()
+        );
+        return Ok(Outcome::NothingFits);
+    };
+    // Report the simulated schedule's step time, as `plan` and `eval` do for shown plans.
+    let simulated = |e: &Estimate| {
+        simulate_plan(&s.model, &s.cluster, &s.training, &e.plan)
+            .map(|sim| sim.estimate)
+            .unwrap_or(*e)
+    };
+    let chosen = &simulated(chosen);
+    if rank > 0 {
+        eprintln!(
+            "note: the fastest plan ({:.2} s per step) cannot run in {} ({}); emitting plan #{} ({:.2} s per step), the fastest that can",
+            simulated(&feasible[0]).time.step_s.0,
+            framework.name(),
+            framework
+                .unsupported(&s.model, &s.training, &feasible[0].plan)
+                .unwrap_or_default(),
+            rank + 1,
+            chosen.time.step_s.0
+        );
+    }
+    let p = &chosen.plan;
+    eprintln!(
+        "{} configuration for tp {} x cp {} x pp {} x dp {} (vpp {}, micro-batch {}, recompute {}{}, ZeRO-{}, {}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        framework.name(),
+        p.tp,
+        p.cp,
+        p.pp,
+        p.dp,
+        p.vpp,
+        p.micro_batch,
+        p.recompute.as_str(),
+        if p.recompute_num_layers > 0 {
+            format!(" of {} layers per chunk", p.recompute_num_layers)
+        } else {
+            String::new()
+        },
+        p.zero,
+        p.precision.as_str(),
+        chosen.time.step_s.0,
+        chosen.tokens_per_s,
+        chosen.memory.total_bytes.0 / GIB,
+        chosen.memory.capacity_bytes.0 / GIB
+    );
+    print!("{}", emitted(framework, s, chosen));
+    Ok(Outcome::Found)
+}

@@ -1,0 +1,462 @@
+//! Megatron-LM arguments in: a pasted launch line (`--megatron-args`) or its switches pasted on
+//! `eval`, read into tpsim's model, cluster and plan, and checked against tpsim's own flags so that
+//! nothing the line says is dropped or silently overridden.
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::scenario::{
+    DEFAULT_VOCAB, Scenario, framework_of_args, model_file_of, precision_of_args,
+};
+use crate::cli::{AttentionArg, ClusterArgs, EvalArgs, GradDtypeArg, TrainingArgs};
+use crate::emit;
+use crate::input_file;
+use crate::model::{Model, Norm};
+use crate::plan::{ParallelPlan, PlanRequest, Precision, Recompute};
+use crate::specs::{ModelRef, PlanFile};
+use crate::training::{AttentionKernel, GradDtype, Overlap, Training};
+
+/// Megatron-LM's `--normalization` (default LayerNorm).
+pub(super) fn megatron_norm(value: Option<&str>) -> Result<Norm> {
+    match value {
+        None | Some("LayerNorm") => Ok(Norm::Layernorm),
+        Some("RMSNorm") => Ok(Norm::Rmsnorm),
+        Some(other) => bail!(
+            "--normalization {other} is not a Megatron-LM normalization; use LayerNorm or RMSNorm"
+        ),
+    }
+}
+
+/// Megatron-LM's `--position-embedding-type` (default learned_absolute).
+pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
+    match value {
+        None | Some("learned_absolute") => Ok(true),
+        Some("rope") | Some("none") => Ok(false),
+        Some(other) => bail!(
+            "--position-embedding-type {other} is not one tpsim models; use learned_absolute, rope or none"
+        ),
+    }
+}
+
+/// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
+/// including arguments tpsim does not model (listed on stderr).
+pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
+    let line = match text.strip_prefix('@') {
+        Some(path) => input_file::read_text("--megatron-args @", path)?,
+        None => text.to_string(),
+    };
+    let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
+    let flags: Vec<&str> = launch
+        .ignored
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("--"))
+        .collect();
+    if !flags.is_empty() {
+        eprintln!(
+            "note: --megatron-args: {} argument(s) do not change memory or time in tpsim's model and were skipped: {}",
+            flags.len(),
+            flags.join(" ")
+        );
+    }
+    for note in &launch.notes {
+        eprintln!("note: --megatron-args: {note}");
+    }
+    Ok(launch)
+}
+
+/// `--attention-backend` (Megatron-Core) on tpsim's own command line, as `--attention`.
+pub(super) fn attention_arg_of_backend(value: &str) -> Result<AttentionArg> {
+    match emit::attention_backend(value) {
+        Some(AttentionKernel::Flash) => Ok(AttentionArg::Flash),
+        Some(AttentionKernel::Unfused) => Ok(AttentionArg::Unfused),
+        None => bail!(
+            "--attention-backend {value} is not a Megatron-Core attention backend; use flash, fused, auto, unfused or local"
+        ),
+    }
+}
+
+/// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
+/// would silently win over what the line says.
+pub(super) fn check_megatron_training(
+    launch: &emit::MegatronLaunch,
+    training: &TrainingArgs,
+) -> Result<()> {
+    if let (Some(kernel), Some(flag)) = (launch.attention, training.attention) {
+        let given = match flag {
+            AttentionArg::Flash => AttentionKernel::Flash,
+            AttentionArg::Unfused => AttentionKernel::Unfused,
+        };
+        if given != kernel {
+            bail!(
+                "--attention {} contradicts the --megatron-args launch line, whose attention backend is {}; drop --attention or change the line",
+                if given == AttentionKernel::Flash {
+                    "flash"
+                } else {
+                    "unfused"
+                },
+                if kernel == AttentionKernel::Flash {
+                    "flash"
+                } else {
+                    "unfused"
+                }
+            );
+        }
+    }
+    let flag = match training.grad_dtype {
+        Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
+        Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
+        None => None,
+    };
+    if let Some(flag) = flag
+        && flag != launch.grad_dtype
+    {
+        bail!(
+            "--grad-dtype {} contradicts the --megatron-args launch line, whose gradients are {} (Megatron-LM with --bf16 reduces in fp32 unless --grad-reduce-in-bf16 is given); drop --grad-dtype or change the line",
+            grad_name(flag),
+            grad_name(launch.grad_dtype)
+        );
+    }
+    check_megatron_precision_and_overlap(
+        launch.precision,
+        launch.overlap,
+        training,
+        "the --megatron-args launch line",
+    )
+}
+
+/// The precision and overlap a launch line says, against tpsim's own flags and the framework
+/// tpsim models: a contradiction is refused, never silently resolved.
+fn check_megatron_precision_and_overlap(
+    precision: emit::MegatronPrecision,
+    overlap: Overlap,
+    training: &TrainingArgs,
+    source: &str,
+) -> Result<()> {
+    let framework = framework_of_args(training);
+    if training.precision.is_some() {
+        let given = precision_of_args(training);
+        if given != precision.precision {
+            bail!(
+                "--precision {} contradicts {source}, whose precision is {} (--fp8-format/--fp8-recipe, --fp4-format); drop --precision or change the line",
+                given.as_str(),
+                precision.precision.as_str()
+            );
+        }
+    }
+    if precision.precision != Precision::Bf16
+        && precision.param_gather != framework.fp8_param_gather()
+    {
+        let gather_flag = if precision.precision == Precision::Nvfp4 {
+            "--fp4-param-gather"
+        } else {
+            "--fp8-param-gather"
+        };
+        if precision.param_gather {
+            bail!(
+                "{gather_flag} in {source} keeps the {} weights as the parameters, which tpsim models for --framework megatron-core only (it is --framework {}); pass --framework megatron-core or drop {gather_flag}",
+                precision.precision.as_str(),
+                framework.as_str()
+            );
+        }
+        bail!(
+            "{source} trains in {} without {gather_flag}, but tpsim models --framework {} with the low-precision parameter all-gather (NVIDIA's recipes set it); add {gather_flag} to the line, or pass another --framework",
+            precision.precision.as_str(),
+            framework.as_str()
+        );
+    }
+    for (flag, given, line) in [
+        (
+            "--tp-comm-overlap",
+            training.tp_comm_overlap,
+            overlap.tp_comm,
+        ),
+        (
+            "--overlap-grad-reduce",
+            training.overlap_grad_reduce,
+            overlap.grad_reduce,
+        ),
+        (
+            "--overlap-param-gather",
+            training.overlap_param_gather,
+            overlap.param_gather,
+        ),
+        ("--overlap-p2p-comm", training.overlap_p2p_comm, overlap.p2p),
+    ] {
+        if let Some(given) = given
+            && given != line
+        {
+            bail!(
+                "{flag} {given} contradicts {source}, which {} it (Megatron-LM overlaps only what its arguments turn on, and p2p unless --no-overlap-p2p-communication); drop {flag} or change the line",
+                if line { "turns on" } else { "leaves off" }
+            );
+        }
+    }
+    Ok(())
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
+fn grad_name(dtype: GradDtype) -> &'static str {
+    match dtype {
+        GradDtype::Bf16 => "bf16",
+        GradDtype::Fp32 => "fp32",
+    }
+}
+
+/// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
+/// the cluster, hence dp, is known). torchrun's `--nnodes`/`--nproc_per_node` give the cluster
+/// unless `--nodes`/`--gpus-per-node` are given.
+pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
+    let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
+    Ok(PlanFile {
+        model: Some(ModelRef::Inline(model_file_of(&model))),
+        params: None,
+        gpu: None,
+        nodes: launch.nodes,
+        gpus_per_node: launch.gpus_per_node,
+        seq_len: Some(launch.seq_len),
+        global_batch: launch.global_batch,
+        grad_dtype: Some(launch.grad_dtype),
+        attention: launch.attention,
+        plan: PlanRequest {
+            tp: launch.tp,
+            pp: launch.pp,
+            dp: 1,
+            vpp: 1,
+            micro_batch: launch.micro_batch,
+            sequence_parallel: launch.sequence_parallel,
+            recompute: launch.recompute,
+            zero: launch.zero,
+            allow_uneven_pp: launch.split.any(),
+            allow_cross_node_tp: false,
+            cp: launch.cp,
+            ep: launch.experts.ep,
+            etp: launch.experts.etp,
+            precision: launch.precision.precision,
+            ..PlanRequest::default()
+        },
+    })
+}
+
+/// What the launch line decides once the cluster is known: Megatron's default global batch
+/// (micro-batch x dp) when the line has none, and notes where a flag overrides the torchrun line.
+pub(super) fn apply_megatron_launch(
+    launch: &emit::MegatronLaunch,
+    cluster_args: &ClusterArgs,
+    training_args: &TrainingArgs,
+    scenario: &mut Scenario,
+) {
+    for (flag, given, script, what) in [
+        ("--nodes", cluster_args.nodes, launch.nodes, "--nnodes"),
+        (
+            "--gpus-per-node",
+            cluster_args.gpus_per_node,
+            launch.gpus_per_node,
+            "--nproc_per_node",
+        ),
+    ] {
+        if let (Some(given), Some(script)) = (given, script)
+            && given != script
+        {
+            eprintln!(
+                "note: --megatron-args: {flag} {given} overrides the launch line's torchrun {what} {script}"
+            );
+        }
+    }
+    // Megatron-LM overlaps what the line says (its defaults: p2p only), whatever the framework's
+    // defaults are; check_megatron_training refused tpsim flags that say otherwise.
+    let defaults = scenario.training.framework.default_overlap();
+    if launch.overlap != scenario.training.overlap && scenario.training.overlap == defaults {
+        eprintln!(
+            "note: --megatron-args: the line's overlap switches are used (tp comm {}, grad reduce {}, param gather {}, p2p {}), not --framework {}'s defaults; Megatron-LM overlaps only what --tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather turn on",
+            on_off(launch.overlap.tp_comm),
+            on_off(launch.overlap.grad_reduce),
+            on_off(launch.overlap.param_gather),
+            on_off(launch.overlap.p2p),
+            scenario.training.framework.as_str()
+        );
+    }
+    scenario.training.overlap = launch.overlap;
+    if launch.global_batch.is_none()
+        && training_args.global_batch.is_none()
+        && let Some(batch) = launch.global_batch_on(scenario.cluster.total_gpus())
+        && batch > 0
+    {
+        eprintln!(
+            "note: --megatron-args: no --global-batch-size, so Megatron-LM's default applies: micro-batch {} x dp {} = {batch} sequences per step",
+            launch.micro_batch,
+            batch / launch.micro_batch
+        );
+        scenario.training.global_batch = batch;
+    }
+}
+
+/// The plan a Megatron launch line runs on the scenario's cluster, checked against what
+/// Megatron-LM would do with the same line.
+pub(super) fn megatron_request(
+    launch: &emit::MegatronLaunch,
+    scenario: &Scenario,
+) -> Result<PlanRequest> {
+    let request = launch
+        .request(
+            scenario.cluster.total_gpus(),
+            scenario.training.global_batch,
+        )
+        .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+    // The split and recompute checks need the built plan; a plan that does not build is reported
+    // by the caller with tpsim's own message.
+    if let Ok(plan) = ParallelPlan::build(
+        &request,
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+    ) {
+        launch
+            .check_plan(&plan)
+            .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+        return Ok(PlanRequest {
+            recompute_num_layers: emit::block_recompute_layers(request.recompute_num_layers, &plan),
+            ..request
+        });
+    }
+    Ok(request)
+}
+
+/// Megatron-LM's MoE and MLA switches pasted on `eval` (what `--emit megatron` writes): they must
+/// describe the model and plan tpsim evaluates, never be dropped silently.
+fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> Result<()> {
+    if args.multi_latent_attention && model.mla.is_none() {
+        bail!(
+            "--multi-latent-attention without --kv-lora-rank: tpsim needs the latent width; add --kv-lora-rank N (DeepSeek-V3: 512)"
+        );
+    }
+    let dispatcher = args.moe_token_dispatcher_type.as_deref();
+    if model.moe.is_none() && (args.moe_grouped_gemm || dispatcher.is_some()) {
+        bail!(
+            "--moe-grouped-gemm / --moe-token-dispatcher-type on a dense model: add --num-experts N, or drop them"
+        );
+    }
+    match dispatcher {
+        None | Some("alltoall") => Ok(()),
+        Some(v) if !["allgather", "flex"].contains(&v) => bail!(
+            "--moe-token-dispatcher-type {v} is not a Megatron-LM dispatcher; use alltoall (or allgather, flex)"
+        ),
+        Some(_) if plan.ep == 1 => Ok(()),
+        Some(v) => bail!(
+            "--moe-token-dispatcher-type {v}: tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall"
+        ),
+    }
+}
+
+/// Megatron-LM's pipeline-split arguments pasted on `eval`.
+pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
+    emit::SplitArgs {
+        embedding_counted: args.account_for_embedding_in_pipeline_split,
+        loss_counted: args.account_for_loss_in_pipeline_split,
+        first: args.decoder_first_pipeline_num_layers,
+        last: args.decoder_last_pipeline_num_layers,
+        layout: None,
+    }
+}
+
+/// The ZeRO stage of Megatron-LM's data-parallel arguments pasted on `eval`.
+pub(super) fn pasted_zero(args: &EvalArgs, pp: u32) -> Result<u8> {
+    Ok(emit::megatron_zero(
+        args.use_distributed_optimizer,
+        args.use_megatron_fsdp,
+        args.use_torch_fsdp2,
+        args.data_parallel_sharding_strategy.as_deref(),
+        pp,
+    )?)
+}
+
+/// Megatron-LM's precision arguments pasted on `eval` (`--fp8-format`, `--fp8-recipe`,
+/// `--fp8-param-gather`, `--fp4-*`), read like the `--megatron-args` reader reads them and checked
+/// against the framework tpsim models; `None` when none was given.
+pub(super) fn pasted_precision(
+    args: &EvalArgs,
+    zero: u8,
+    training: &Training,
+) -> Result<Option<Precision>> {
+    if args.fp8_format.is_none()
+        && args.fp8_recipe.is_none()
+        && args.fp4_format.is_none()
+        && args.fp4_recipe.is_none()
+        && !args.fp8_param_gather
+        && !args.fp4_param_gather
+    {
+        return Ok(None);
+    }
+    let mut notes = Vec::new();
+    let precision = emit::megatron_precision(
+        emit::PrecisionArgs {
+            fp8_format: args.fp8_format.as_deref(),
+            fp8_recipe: args.fp8_recipe.as_deref(),
+            fp4_format: args.fp4_format.as_deref(),
+            fp4_recipe: args.fp4_recipe.as_deref(),
+            fp8_param_gather: args.fp8_param_gather,
+            fp4_param_gather: args.fp4_param_gather,
+        },
+        zero,
+        &mut notes,
+    )?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    check_megatron_precision_and_overlap(
+        precision,
+        training.overlap,
+        &args.training,
+        "the pasted Megatron-LM arguments",
+    )?;
+    Ok(Some(precision.precision))
+}
+
+/// Megatron-LM's split and recompute arguments pasted on `eval`, checked on the built plan the
+/// way the `--megatron-args` reader checks them: what tpsim cannot model is refused, not ignored.
+pub(super) fn check_pasted_megatron(
+    args: &EvalArgs,
+    model: &Model,
+    plan: &ParallelPlan,
+) -> Result<()> {
+    check_pasted_experts(args, model, plan)?;
+    let split = pasted_split(args);
+    if split.any() {
+        emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;
+    }
+    let method = args.recompute_method.as_deref();
+    let Some(method) = method else {
+        if args.recompute_num_layers.is_some() && plan.recompute == Recompute::Full {
+            bail!(
+                "--recompute-num-layers needs --recompute-method uniform or block (Megatron-Core refuses it alone)"
+            );
+        }
+        return Ok(());
+    };
+    let layers = args.recompute_num_layers.unwrap_or(1);
+    let full = match method {
+        "uniform" => emit::FullRecompute::Uniform(layers),
+        "block" => emit::FullRecompute::Block(layers),
+        other => bail!(
+            "--recompute-method {other} is not a Megatron-LM recompute method; use uniform or block"
+        ),
+    };
+    match plan.recompute {
+        Recompute::Full => {}
+        // arguments.py: "recompute method is not yet supported for selective recomputing
+        // granularity".
+        Recompute::Selective => bail!(
+            "--recompute-method {method} with selective recompute: Megatron-LM refuses a recompute method for selective granularity; drop --recompute-method"
+        ),
+        // Megatron-Core reads the method only under full granularity, as the reader does.
+        Recompute::None => {
+            eprintln!(
+                "note: --recompute-method {method} is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)"
+            );
+            return Ok(());
+        }
+    }
+    emit::check_full_recompute(full, plan).map_err(|message| anyhow!(message))
+}

@@ -1,0 +1,231 @@
+//! `tpsim sweep`: the best plan at each point of one varied axis (nodes, params, GPU, network
+//! bandwidth, sequence length or global batch), as a table, CSV, JSON or an SVG chart.
+
+use anyhow::{Context, Result, bail};
+
+use super::Outcome;
+use super::plan_command::MAX_THREADS;
+use super::scenario::resolve_scenario;
+use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
+use crate::planner::SearchOptions;
+use crate::report::chart_sweep;
+use crate::{input_file, output_file, sweep};
+
+pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
+    match axis {
+        SweepAxis::Nodes => sweep::Axis::Nodes,
+        SweepAxis::Params => sweep::Axis::Params,
+        SweepAxis::Gpu => sweep::Axis::Gpu,
+        SweepAxis::NetworkBandwidth => sweep::Axis::NetworkBandwidth,
+        SweepAxis::SeqLen => sweep::Axis::SeqLen,
+        SweepAxis::GlobalBatch => sweep::Axis::GlobalBatch,
+    }
+}
+
+pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
+    match value.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => bail!(
+            "--values {value:?} is not a positive whole number, which --axis {} needs; e.g. --values {example}",
+            axis.name()
+        ),
+    }
+}
+
+pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
+    let axis = sweep_axis(args.axis);
+    if let Some(price) = args.price_per_gpu_hour {
+        if !(price.is_finite() && price > 0.0) {
+            bail!(
+                "--price-per-gpu-hour {price} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            );
+        }
+        if args.training.tokens.is_none() {
+            bail!(
+                "--price-per-gpu-hour needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
+            );
+        }
+    }
+    if axis == sweep::Axis::Params
+        && (args.model.model.is_some()
+            || args.model.layers.is_some()
+            || args.model.hf_config.is_some()
+            || args.model.params.is_some())
+    {
+        bail!(
+            "--axis params derives a GPT-style model at each point; drop --params/--model/--layers/--hf-config"
+        );
+    }
+    // A fixed flag for the quantity the axis varies would be silently replaced at every point.
+    let fixed = match axis {
+        sweep::Axis::Nodes => args.cluster.nodes.map(|n| format!("--nodes {n}")),
+        sweep::Axis::SeqLen => args.training.seq_len.map(|n| format!("--seq-len {n}")),
+        sweep::Axis::GlobalBatch => args
+            .training
+            .global_batch
+            .map(|n| format!("--global-batch {n}")),
+        sweep::Axis::Gpu => args
+            .cluster
+            .gpu
+            .as_ref()
+            .map(|g| format!("--gpu {g}"))
+            .or_else(|| {
+                args.cluster
+                    .calibration
+                    .as_ref()
+                    .map(|c| format!("--calibration {c}"))
+            }),
+        sweep::Axis::Params | sweep::Axis::NetworkBandwidth => None,
+    };
+    if let Some(flag) = fixed {
+        bail!(
+            "{flag} conflicts with --axis {}, which sets that value at each point of --values {}; drop {flag}",
+            axis.name(),
+            args.values.join(",")
+        );
+    }
+    if let Some(path) = &args.chart {
+        output_file::check_file("--chart", path, "sweep.svg")?;
+        let parent = std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent
+            && !dir.is_dir()
+        {
+            bail!(
+                "--chart {path}: the folder {} does not exist; create it or write the chart elsewhere",
+                dir.display()
+            );
+        }
+    }
+    let mut points = Vec::with_capacity(args.values.len());
+    for raw in &args.values {
+        let value = raw.trim();
+        if value.is_empty() {
+            bail!(
+                "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
+                args.values.join(",")
+            );
+        }
+        let (mut model, mut cluster, mut training) = (
+            args.model.clone(),
+            args.cluster.clone(),
+            args.training.clone(),
+        );
+        match axis {
+            sweep::Axis::Nodes => cluster.nodes = Some(sweep_u32(axis, value, "16,32,64")?),
+            sweep::Axis::Params => model.params = Some(value.to_string()),
+            sweep::Axis::Gpu => cluster.gpu = Some(value.to_string()),
+            sweep::Axis::SeqLen => training.seq_len = Some(sweep_u32(axis, value, "2048,4096")?),
+            sweep::Axis::GlobalBatch => {
+                training.global_batch = Some(sweep_u32(axis, value, "512,1024,2048")?)
+            }
+            sweep::Axis::NetworkBandwidth => {}
+        }
+        let mut scenario = resolve_scenario(&model, &cluster, &training, None)
+            .with_context(|| format!("--axis {} at {value}", axis.name()))?;
+        if axis == sweep::Axis::NetworkBandwidth {
+            match value.parse::<f64>() {
+                Ok(gb) if crate::cluster::NETWORK_GB_PER_S.contains(gb) => {
+                    scenario.cluster.gpu.network_gb_per_s = gb
+                }
+                Ok(gb) => bail!(
+                    "--values {} for --axis network-bandwidth: {}",
+                    input_file::quote(value),
+                    crate::cluster::NETWORK_GB_PER_S
+                        .check(gb)
+                        .err()
+                        .unwrap_or_default()
+                ),
+                Err(_) => bail!(
+                    "--values {value:?} is not a positive bandwidth in GB/s per GPU, which --axis network-bandwidth needs; e.g. --values 12.5,25,50 (a 400 Gb/s NIC per GPU is 50)"
+                ),
+            }
+        }
+        points.push(sweep::Point {
+            value: value.to_string(),
+            model: scenario.model,
+            cluster: scenario.cluster,
+            training: scenario.training,
+        });
+    }
+    let options = SearchOptions {
+        allow_uneven_pp: args.allow_uneven_pp,
+        allow_cross_node_tp: args.allow_cross_node_tp,
+        ..SearchOptions::default()
+    };
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(points.len() as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("sweep {bar:30} {pos}/{len} points {elapsed}")
+    {
+        bar.set_style(style);
+    }
+    let started = std::time::Instant::now();
+    let tick = || bar.inc(1);
+    let result = match args.threads {
+        Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
+        Some(n) if n > MAX_THREADS => bail!(
+            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
+        ),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .context("starting the worker threads")?
+            .install(|| sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick)),
+        None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
+    };
+    bar.finish_and_clear();
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.chart {
+        // Drawn into a temporary file, then written atomically (`output_file`).
+        let scratch = std::env::temp_dir().join(format!(
+            "tpsim-chart-{}-{}.svg",
+            std::process::id(),
+            elapsed.to_bits()
+        ));
+        // Reserved with O_EXCL, so the chart never overwrites a file tpsim did not create.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&scratch)
+            .with_context(|| {
+                format!(
+                    "--chart: cannot create a scratch file in {}",
+                    std::env::temp_dir().display()
+                )
+            })?;
+        let drawn = chart_sweep::draw(&result, &scratch.to_string_lossy())
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(std::fs::read(&scratch)?));
+        let _ = std::fs::remove_file(&scratch);
+        output_file::write_file(
+            "--chart",
+            path,
+            &drawn.with_context(|| format!("--chart {}", input_file::quote(path)))?,
+        )?;
+        eprintln!("wrote the sweep chart to {path}");
+    }
+    match args.format {
+        SweepFormat::Json => println!("{}", serde_json::to_string_pretty(&result)?),
+        SweepFormat::Csv => print!("{}", sweep::to_csv(&result)),
+        SweepFormat::Table => {
+            let candidates: u64 = result.rows.iter().map(|r| r.candidates).sum();
+            println!(
+                "sweep over {}: best plan at each of {} points ({} plans evaluated in {:.2} s)",
+                axis.title(),
+                result.rows.len(),
+                candidates,
+                elapsed
+            );
+            print!("{}", sweep::table(&result));
+        }
+    }
+    if result.rows.iter().all(|r| r.tp.is_none()) {
+        eprintln!("nothing fits at any point");
+        return Ok(Outcome::NothingFits);
+    }
+    Ok(Outcome::Found)
+}
