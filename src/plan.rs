@@ -311,9 +311,9 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers) to split evenly into pp x vpp chunks; use --vpp 1 or another --pp"
+        "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers) to split evenly into pp x vpp chunks, or pp x vpp chunks filled front to back with a non-empty last one; valid here: {valid}"
     )]
-    VppUneven { vpp: u32 },
+    VppUneven { vpp: u32, valid: String },
     #[error(
         "--vpp {vpp}: {num_microbatches} micro-batches are not a multiple of --pp {pp} (Megatron-LM's interleaved schedule requires it); change --global-batch or --micro-batch"
     )]
@@ -368,7 +368,7 @@ pub enum PlanError {
     #[error("--zero {zero} is not a ZeRO stage; use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
     #[error(
-        "--reshard-after-forward false needs --zero 3 (only FSDP/ZeRO-3 gathers parameters to reshard), but the plan has ZeRO-{zero}; use --zero 3 or drop --reshard-after-forward"
+        "--reshard-after-forward needs --zero 3 (only FSDP/ZeRO-3 gathers parameters to reshard), but the plan has ZeRO-{zero}; use --zero 3 or drop --reshard-after-forward"
     )]
     ReshardWithoutZero3 { zero: u8 },
     #[error(
@@ -710,7 +710,17 @@ fn check_interleaving(
             && !filled
             && (!units.is_multiple_of(r.pp) || !(units / r.pp).is_multiple_of(r.vpp))
         {
-            return Err(PlanError::VppUneven { vpp: r.vpp });
+            let valid: Vec<u32> = (1..=model.layers.min(64))
+                .filter(|&v| {
+                    v == 1
+                        || (units.is_multiple_of(r.pp) && (units / r.pp).is_multiple_of(v))
+                        || StageLayout::filled_chunks(model.layers, r.pp, v).is_some()
+                })
+                .collect();
+            return Err(PlanError::VppUneven {
+                vpp: r.vpp,
+                valid: list(valid),
+            });
         }
         let per_stage = if stages.even {
             model.layers / r.pp

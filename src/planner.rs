@@ -215,20 +215,27 @@ fn push_pipeline_variants(
     let units = model.layers + 2;
     let vpps: Vec<u32> = if pp > 1 && model.layers.is_multiple_of(pp) {
         divisors(model.layers / pp)
-    } else if pp > 1 && units.is_multiple_of(pp) {
-        // Uneven split with embedding and loss counted as layers (see `ParallelPlan::build`).
-        divisors(units / pp)
     } else if pp > 1 {
-        // Otherwise interleaving fills the model chunks front to back, the last one with the
-        // remainder (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3 layouts); up to 8
-        // virtual stages, as far as every chunk keeps a layer.
-        std::iter::once(1)
-            .chain((2..=8).filter(|&v| {
+        // Uneven: with the embedding and the loss counted as layers where the layers + 2 units
+        // split evenly (see `ParallelPlan::build`), else with the model chunks filled front to
+        // back and the remainder last (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3
+        // layouts). Filled layouts are offered up to 8 virtual stages (Megatron-Bridge's published
+        // layouts go to vp 4; interleaving deeper multiplies the pipeline messages for a bubble
+        // already below 1/(8·m) of the step).
+        let mut vpps = if units.is_multiple_of(pp) {
+            divisors(units / pp)
+        } else {
+            vec![1]
+        };
+        let filled: Vec<u32> = (2..=8u32)
+            .filter(|&v| {
                 let chunks = pp * v;
                 let per_chunk = model.layers.div_ceil(chunks);
-                model.layers > per_chunk * (chunks - 1)
-            }))
-            .collect()
+                !vpps.contains(&v) && model.layers > per_chunk * (chunks - 1)
+            })
+            .collect();
+        vpps.extend(filled);
+        vpps
     } else {
         vec![1]
     };

@@ -252,6 +252,13 @@ pub struct PlanFile {
     pub grad_dtype: Option<GradDtype>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention: Option<AttentionKernel>,
+    /// The framework the plan was evaluated as (what `--recompute selective`, the loss memory
+    /// and the overlap defaults mean); megatron-core when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<crate::training::TrainingFramework>,
+    /// The communication overlap the plan was evaluated with; the framework's defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<crate::training::Overlap>,
     pub plan: PlanRequest,
 }
 

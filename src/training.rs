@@ -132,8 +132,13 @@ impl TrainingFramework {
             TrainingFramework::MegatronCore => gpu
                 .fused_attention_efficiency
                 .unwrap_or(gpu.gemm_efficiency),
+            // Without a measured FA2 share, no better than the fused kernel where that one is
+            // measured (FlashAttention-2 trails cuDNN/FA3 on every published comparison).
             TrainingFramework::Torchtitan | TrainingFramework::Deepspeed => {
-                gpu.fa2_attention_efficiency.unwrap_or(gpu.gemm_efficiency)
+                gpu.fa2_attention_efficiency.unwrap_or(
+                    gpu.fused_attention_efficiency
+                        .map_or(gpu.gemm_efficiency, |fused| fused.min(gpu.gemm_efficiency)),
+                )
             }
         }
     }
@@ -237,7 +242,8 @@ impl SelectiveRecompute {
 }
 
 /// Which communication a framework hides behind compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Overlap {
     /// TP all-gathers and reduce-scatters split into chunks under the neighbouring GEMMs
     /// (Megatron-Core `--tp-comm-overlap` userbuffers, torchtitan async TP).

@@ -1180,9 +1180,48 @@ fn resharding_without_zero_3_is_refused() {
             args.extend(["--tp", "1", "--pp", "1"]);
         }
         args.extend(["--zero", "1", "--reshard-after-forward", "false"]);
-        assert_bad_input(
-            &args,
-            &["--reshard-after-forward false", "--zero 3", "ZeRO-1"],
-        );
+        assert_bad_input(&args, &["--reshard-after-forward", "--zero 3", "ZeRO-1"]);
     }
+}
+
+/// A saved plan keeps the framework (and overlap) it was evaluated with, so `eval --plan` gives
+/// the numbers `plan` printed for it: torchtitan's selective recompute stays torchtitan's.
+#[test]
+fn a_saved_plan_keeps_its_framework() {
+    let dir = std::env::temp_dir().join(format!("tpsim-framework-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("p.yaml");
+    let path = path.to_str().unwrap();
+    let (code, doc) = run_json(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--framework",
+        "torchtitan",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "8",
+        "--zero",
+        "3",
+        "--recompute",
+        "selective",
+        "--save",
+        path,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let best = &doc["plans"][0];
+    let (code, eval) = run_json(&["eval", "--plan", path, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(eval["training"]["framework"], "torchtitan");
+    let evaluated = &eval["plans"][0];
+    assert!(best["memory"]["total_bytes"].as_f64().is_some());
+    assert_eq!(
+        evaluated["memory"]["total_bytes"],
+        best["memory"]["total_bytes"]
+    );
+    assert_eq!(evaluated["time"]["step_s"], best["time"]["step_s"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -180,6 +180,10 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         },
         ..request
     };
+    // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
+    if args.reshard_after_forward.is_some() && request.zero < 3 {
+        return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
+    }
     let plan = match ParallelPlan::build(
         &request,
         &scenario.model,

@@ -220,6 +220,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         global_batch: launch.global_batch,
         grad_dtype: Some(launch.grad_dtype),
         attention: launch.attention,
+        framework: None,
+        overlap: None,
         plan: PlanRequest {
             tp: launch.tp,
             pp: launch.pp,

@@ -145,6 +145,8 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             global_batch: Some(scenario.training.global_batch),
             grad_dtype: Some(scenario.training.grad_dtype),
             attention: Some(scenario.training.attention),
+            framework: Some(scenario.training.framework),
+            overlap: Some(scenario.training.overlap),
             plan: PlanRequest {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()

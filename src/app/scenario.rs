@@ -332,8 +332,8 @@ pub(super) fn framework_of_args(args: &TrainingArgs) -> TrainingFramework {
 }
 
 /// The framework's overlap defaults with each flag the user gave applied on top.
-pub(super) fn overlap_of_args(args: &TrainingArgs, framework: TrainingFramework) -> Overlap {
-    let defaults = framework.default_overlap();
+/// `defaults` with each overlap flag the user gave applied on top.
+fn overlap_over(args: &TrainingArgs, defaults: Overlap) -> Overlap {
     Overlap {
         tp_comm: args.tp_comm_overlap.unwrap_or(defaults.tp_comm),
         grad_reduce: args.overlap_grad_reduce.unwrap_or(defaults.grad_reduce),
@@ -366,7 +366,7 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         return Err(PlanError::ZeroStage { zero }.into());
     }
     // Resharding is a ZeRO-3 setting: pinning it pins ZeRO-3, so a lower pinned stage contradicts it.
-    if let (Some(zero), Some(false)) = (args.zero, args.reshard_after_forward)
+    if let (Some(zero), Some(_)) = (args.zero, args.reshard_after_forward)
         && zero < 3
     {
         return Err(PlanError::ReshardWithoutZero3 { zero }.into());
@@ -487,7 +487,18 @@ pub(super) fn resolve_scenario(
         Some(text) => Some(parse_count("--tokens", text)?),
         None => None,
     };
-    let framework = framework_of_args(training_args);
+    // A saved plan keeps the framework and overlap it was evaluated with, unless --framework says
+    // otherwise (then that framework's defaults, under the overlap flags given).
+    let saved = plan_file.filter(|_| training_args.framework.is_none());
+    let framework = saved
+        .and_then(|f| f.framework)
+        .unwrap_or_else(|| framework_of_args(training_args));
+    let overlap = overlap_over(
+        training_args,
+        saved
+            .and_then(|f| f.overlap)
+            .unwrap_or(framework.default_overlap()),
+    );
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -499,7 +510,7 @@ pub(super) fn resolve_scenario(
                 .unwrap_or(framework.default_grad_dtype()),
         },
         framework,
-        overlap: overlap_of_args(training_args, framework),
+        overlap,
         moe_imbalance: {
             let imbalance = match training_args.moe_imbalance {
                 None => 1.0,

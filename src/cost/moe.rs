@@ -188,13 +188,11 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
     let nic = cluster.link_speed(Link::Network);
     let nvlink = cluster.link_speed(Link::Nvlink);
     let domain = cluster.nvlink_domain();
-    // Domain-local members per copy of the group when the copies tile the domains evenly; a group
-    // that straddles domain boundaries unevenly keeps every peer on the NIC (as before this split).
-    let span = u64::from(stride) * u64::from(ep);
-    let aligned =
-        stride > 0 && domain.is_multiple_of(stride) && span.is_multiple_of(u64::from(domain));
-    let local = if aligned {
-        (domain / stride).clamp(1, ep.max(1))
+    // Domain-local peers of the worst-placed member: the group's members at `stride` fill the
+    // domains in blocks of domain/stride (when the stride divides the domain), and the member in
+    // the smallest block of any group sets the pace (synchronous training waits for it).
+    let local = if stride > 0 && domain.is_multiple_of(stride) {
+        smallest_domain_block(ep, domain / stride).clamp(1, ep.max(1))
     } else {
         1
     };
@@ -207,6 +205,31 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
         bandwidth: BytesPerSec(1.0 / per_byte),
         latency: nic.latency,
     }
+}
+
+/// Of consecutive groups of `members` laid over domains of `per_domain` slots, the smallest block
+/// any group has inside one domain (the pattern repeats every per_domain / gcd(members, per_domain)
+/// groups, at most `per_domain` of them).
+fn smallest_domain_block(members: u32, per_domain: u32) -> u32 {
+    if members == 0 || per_domain == 0 {
+        return 1;
+    }
+    let mut smallest = members.min(per_domain);
+    let (mut a, mut b) = (members, per_domain);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let period = per_domain / a;
+    for group in 0..period {
+        let start = u64::from(group) * u64::from(members) % u64::from(per_domain);
+        let first = (u64::from(per_domain) - start).min(u64::from(members)) as u32;
+        let tail = (members - first) % per_domain;
+        smallest = smallest.min(first);
+        if tail > 0 {
+            smallest = smallest.min(tail);
+        }
+    }
+    smallest
 }
 
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
@@ -327,7 +350,8 @@ mod tests {
             );
         }
         // A group with one member per node (stride 8) has no local share, and 3 consecutive GPUs
-        // straddle node boundaries unevenly: the NIC alone, as before.
+        // straddle node boundaries unevenly (the group over ranks 6-8 has a lone member on the
+        // next node): the NIC alone, as before.
         let nic = h100_nodes(4).link_speed(Link::Network).bandwidth.0;
         for (stride, ep) in [(8, 4), (1, 3)] {
             let speed = alltoall_network_speed(&h100_nodes(4), stride, ep)
@@ -335,6 +359,28 @@ mod tests {
                 .0;
             assert!((speed / nic - 1.0).abs() < 1e-12, "stride {stride} ep {ep}");
         }
+    }
+
+    #[test]
+    fn straddling_groups_keep_their_smallest_domain_block_on_nvlink() {
+        // EP 128 over 72-GPU NVL72 domains: group 3 spans ranks 384-511, i.e. 48 GPUs of one rack,
+        // 72 of the next and 8 of a third; its 8-GPU block is the worst of all groups.
+        assert_eq!(smallest_domain_block(128, 72), 8);
+        // Groups that tile the domains keep whole domains local; ones inside a domain, all.
+        assert_eq!(smallest_domain_block(16, 8), 8);
+        assert_eq!(smallest_domain_block(144, 72), 72);
+        assert_eq!(smallest_domain_block(4, 8), 4);
+        // EP 64 on NVL72: the group over ranks 64-127 has 8 GPUs in the first rack.
+        assert_eq!(smallest_domain_block(64, 72), 8);
+        // No longer all on the NIC: faster than the NIC alone once a block stays on NVLink.
+        let gb200 = Cluster {
+            gpu: crate::specs::load_gpu("gb200-nvl72").unwrap(),
+            nodes: 64,
+            gpus_per_node: 4,
+        };
+        let nic = gb200.link_speed(Link::Network).bandwidth.0;
+        let ep128 = alltoall_network_speed(&gb200, 1, 128).bandwidth.0;
+        assert!(ep128 > nic, "{ep128} vs {nic}");
     }
 
     #[test]

@@ -97,6 +97,20 @@ impl Framework {
                 self.name(),
                 training.framework.as_str()
             )),
+            // Megatron's `--recompute-granularity selective` recomputes the attention core (and,
+            // with `--recompute-modules`, whole submodules), not torchtitan's every-second-matmul
+            // policy the plan was evaluated with.
+            _ if megatron_like
+                && plan.recompute == crate::plan::Recompute::Selective
+                && training.framework.selective_recompute()
+                    == crate::training::SelectiveRecompute::AlternateMatmuls =>
+            {
+                Some(format!(
+                    "the plan uses {} per-op selective recompute (every second matmul), which {} cannot express (its selective recompute is the attention core); use --recompute none or full, or evaluate with --framework megatron-core",
+                    training.framework.as_str(),
+                    self.name()
+                ))
+            }
             // arguments.py: "When interleaved schedule is used and p2p communication overlap is
             // disabled, pipeline-model-parallel size should be greater than 2".
             _ if megatron_like && plan.vpp > 1 && !training.overlap.p2p && plan.pp <= 2 => Some(

@@ -141,41 +141,55 @@ impl ChunkLayout {
                 let Some(after) = rest.strip_prefix('t') else {
                     return refuse("only E, t, t*N and L are understood");
                 };
-                if let Some(after_star) = after.strip_prefix('*') {
+                let count = if let Some(after_star) = after.strip_prefix('*') {
                     let digits: String = after_star
                         .chars()
                         .take_while(char::is_ascii_digit)
                         .collect();
-                    let Ok(n) = digits.parse::<u32>() else {
+                    if digits.is_empty() {
                         return refuse("t* must be followed by a count");
-                    };
-                    layers = layers.saturating_add(n);
+                    }
                     rest = &after_star[digits.len()..];
+                    digits.parse::<u32>().ok()
                 } else {
-                    layers = layers.saturating_add(1);
                     rest = after;
-                }
+                    Some(1)
+                };
+                let Some(total) = count.and_then(|n| layers.checked_add(n)) else {
+                    return refuse("a chunk's layer count is too large");
+                };
+                layers = total;
             }
             counts.push(layers);
         }
+        if counts.contains(&0) {
+            return refuse("a chunk holds no transformer layer");
+        }
         let (&last_chunk, rest) = counts.split_last().unwrap_or((&0, &[]));
         let per_chunk = rest.first().copied().unwrap_or(last_chunk);
-        if rest.iter().any(|&c| c != per_chunk)
-            || per_chunk == 0
-            || last_chunk == 0
-            || last_chunk > per_chunk
-        {
+        if rest.iter().any(|&c| c != per_chunk) || last_chunk > per_chunk {
             return refuse("its chunks hold different numbers of layers");
         }
-        Ok(ChunkLayout {
-            chunks: counts.len() as u32,
+        let layout = ChunkLayout {
+            chunks: u32::try_from(counts.len()).unwrap_or(u32::MAX),
             per_chunk,
             last_chunk,
-        })
+        };
+        if layout.checked_layers().is_none() {
+            return refuse("its layers add up to more than tpsim counts");
+        }
+        Ok(layout)
+    }
+
+    /// Transformer layers the layout places (None past u32).
+    fn checked_layers(&self) -> Option<u32> {
+        self.per_chunk
+            .checked_mul(self.chunks - 1)?
+            .checked_add(self.last_chunk)
     }
 
     pub fn layers(&self) -> u32 {
-        self.per_chunk * (self.chunks - 1) + self.last_chunk
+        self.checked_layers().unwrap_or(u32::MAX)
     }
 }
 
@@ -314,6 +328,14 @@ mod tests {
             ("t*4|t*4|t*1L", "embedding"),
             ("Et*4|t*4|t*1", "loss"),
             ("Et*4|t*x|t*1L", "count"),
+            ("E|L", "no transformer layer"),
+            ("Et*0|tL", "no transformer layer"),
+            ("Et*99999999999|t*1L", "too large"),
+            (
+                "Et*4294967295|t*4294967295|t*4294967295|t*4294967295|t*1L",
+                "more than",
+            ),
+            ("Et*1431655766|t*1431655766|t*1431655766|t*59L", "more than"),
         ] {
             let err = ChunkLayout::parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");
