@@ -318,3 +318,42 @@ fn torchtitan_loss_holds_two_fp32_logit_copies() {
     let want = 4.0 * 8192.0 * 2.0 * 128256.0 / 2.0;
     assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");
 }
+
+/// FP8 saves the GEMM inputs quantized: on Mixtral (every layer MoE) the QKV and MLP norm
+/// outputs and the output-projection input in the attention, and the experts' FC1 and FC2 inputs
+/// for every routed copy — not a dense down-projection input the MoE layers do not have.
+#[test]
+fn fp8_saves_the_expert_gemm_inputs_of_moe_layers() {
+    let model = load_model("mixtral-8x7b").unwrap();
+    let cluster = cluster(1);
+    let activations = |precision| {
+        let training = Training::with_framework(
+            tpsim::training::TrainingFramework::MegatronCore,
+            4096,
+            8,
+            tpsim::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 1,
+            pp: 1,
+            dp: 8,
+            ep: 8,
+            micro_batch: 1,
+            recompute: Recompute::None,
+            zero: 3,
+            precision,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        evaluate(&model, &cluster, &training, &plan)
+            .memory
+            .activations_bytes
+            .0
+    };
+    let saved =
+        activations(tpsim::plan::Precision::Bf16) - activations(tpsim::plan::Precision::Fp8);
+    // Per layer: 2·s·h (two norm outputs) + s·h (output-projection input) + s·top-2·(h + ffn).
+    let (s, h, ffn) = (4096.0, 4096.0, 14336.0);
+    let want = 32.0 * (2.0 * s * h + s * h + s * 2.0 * (h + ffn));
+    assert!((saved / want - 1.0).abs() < 1e-9, "{saved} vs {want}");
+}

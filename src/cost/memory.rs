@@ -341,8 +341,12 @@ fn stage_memory(
             let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
             // The norm outputs feeding QKV and the first MLP GEMM are split over TP only with SP.
             let norm_outputs = 2.0 * sf * bf * h / sp_split;
+            // The dense MLP's down-projection input exists in dense layers only; MoE layers save
+            // their expert GEMM inputs in FP8 below.
+            let dense_share = 1.0 - super::moe::moe_layer_share(model);
             let sharded_inputs =
-                sf * bf * (model.attention_out_width() + f64::from(model.ffn_hidden)) / t;
+                sf * bf * (model.attention_out_width() + dense_share * f64::from(model.ffn_hidden))
+                    / t;
             per_layer - (norm_outputs + sharded_inputs)
         } else {
             per_layer
@@ -363,6 +367,18 @@ fn stage_memory(
             training.seq_len,
             training.moe_imbalance,
         );
+        // Low-precision expert GEMMs save their inputs quantized too (one byte instead of two).
+        let moe_mlp = if plan.precision != Precision::Bf16 && !per_op_sac {
+            moe_mlp
+                - super::moe::expert_gemm_input_elements(
+                    model,
+                    plan,
+                    training.seq_len,
+                    training.moe_imbalance,
+                )
+        } else {
+            moe_mlp
+        };
         per_layer + moe_share * (moe_mlp - dense_mlp)
     } else {
         per_layer

@@ -235,6 +235,23 @@ fn smallest_domain_block(members: u32, per_domain: u32) -> u32 {
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
 /// the permuted input, the expert up projection and the activation output for every routed copy,
 /// plus the router's logits and the shared experts' MLP at the dense shape.
+/// Elements of the expert GEMMs' inputs one MoE layer saves per GPU and micro-batch: the permuted
+/// hidden state each routed copy brings to FC1 and its activation output going into FC2 (1/etp of
+/// it). Under FP8 Transformer Engine saves these quantized, one byte each instead of two.
+pub fn expert_gemm_input_elements(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    let etp = f64::from(plan.etp);
+    let routed = local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * etp;
+    routed * (f64::from(model.hidden) + f64::from(moe.ffn_hidden) / etp)
+}
+
 pub fn moe_mlp_activation_bytes(
     model: &Model,
     plan: &ParallelPlan,
