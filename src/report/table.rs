@@ -424,7 +424,7 @@ pub fn breakdown(e: &Estimate) -> String {
         (
             "TP",
             &e.comm.tp,
-            "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, +2 with full recompute)",
+            "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, plus what recompute repeats)",
         ),
         (
             "CP",
@@ -529,7 +529,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
     if p.tp > 1 {
         let _ = writeln!(
             out,
-            "  TP {}: {} — every layer all-reduces its b·s·h activations 4 times (+2 with full recompute): {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  TP {}: {} — every layer all-reduces its b·s·h activations 4 times (plus what recompute repeats): {:.1} GB per GPU per step, {:.1}% of the step exposed",
             p.tp,
             if p.tp <= cluster.gpus_per_node {
                 "inside one node, on NVLink"
