@@ -78,7 +78,8 @@ pub struct Comm {
 }
 
 /// Where a communication group sits: the link it uses and, across nodes, how many of its members
-/// share a node (each brings its own NIC).
+/// share a node (each brings its own NIC) — on multi-node NVLink domains (NVL72), how many share
+/// the rack, the smallest such block (`groups::place`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
     pub link: Link,

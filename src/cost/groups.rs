@@ -99,8 +99,9 @@ impl Groups {
 
 /// Placement of a group of `size` ranks at `stride`: on NVLink when every copy of the group lies
 /// inside one NVLink domain (a node, or a 72-GPU NVL72 rack), else on the network. Across the
-/// network, members sharing a node each use their own NIC; a group that straddles domain
-/// boundaries unevenly is counted at one NIC per crossing.
+/// network, members sharing a node each use their own NIC (on NVL72, members sharing a rack: the
+/// smallest block of any copy); on 8-GPU nodes a group that straddles node boundaries unevenly is
+/// counted at one NIC per crossing.
 fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
     let span = u64::from(stride) * u64::from(size);
     let domain = u64::from(cluster.nvlink_domain());
@@ -115,7 +116,18 @@ fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
             members_per_node: 1,
         };
     }
-    let members_per_node = if u64::from(stride) >= gpn || span % gpn != 0 {
+    let members_per_node = if domain > gpn {
+        // A multi-node NVLink domain (NVL72): the ring's members inside one rack reach each other
+        // over NVLink, so every one of their NICs carries a share of the ring's crossings (NCCL
+        // spreads its channels over the NICs); the rack with the fewest members sets the pace.
+        let per_domain = cluster.nvlink_domain();
+        if per_domain.is_multiple_of(stride) {
+            let groups = cluster.total_gpus() / (stride * size).max(1);
+            super::moe::smallest_domain_block(size, per_domain / stride, groups)
+        } else {
+            1
+        }
+    } else if u64::from(stride) >= gpn || span % gpn != 0 {
         1
     } else {
         cluster.gpus_per_node / stride
@@ -195,6 +207,25 @@ mod tests {
         assert_eq!(place(&c, 2, 16).members_per_node, 4);
         // dp 3 at stride 1 straddles nodes: network, one NIC per crossing.
         assert_eq!(place(&c, 1, 3).link, Link::Network);
+    }
+
+    #[test]
+    fn a_ring_across_nvl72_racks_uses_every_nic_of_its_smallest_rack_block() {
+        // DP 64 at stride 2 over two NVL72 racks (128 GPUs): 36 members in the first rack, 28 in
+        // the second; the ring's crossings spread over those racks' NICs, so 28 NICs (capped at
+        // NVLink) instead of the 2 members a 4-GPU tray holds.
+        let c = cluster("gb200-nvl72", 32, 4);
+        let dp = place(&c, 2, 64);
+        assert_eq!(dp.link, Link::Network);
+        assert_eq!(dp.members_per_node, 28);
+        let speed = c.group_speed(dp.link, dp.members_per_node).bandwidth.0;
+        assert_eq!(speed, c.link_speed(Link::Nvlink).bandwidth.0);
+        // DP 16 at stride 8 (tp 8): 9 members in the first rack, 7 in the second.
+        assert_eq!(place(&c, 8, 16).members_per_node, 7);
+        // With pipeline stages after it (4 such groups over 512 GPUs) one group keeps a single
+        // member in a rack, and that member's NIC sets the pace.
+        let big = cluster("gb200-nvl72", 128, 4);
+        assert_eq!(place(&big, 8, 16).members_per_node, 1);
     }
 
     #[test]

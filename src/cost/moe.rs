@@ -192,7 +192,8 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
     // domains in blocks of domain/stride (when the stride divides the domain), and the member in
     // the smallest block of any group sets the pace (synchronous training waits for it).
     let local = if stride > 0 && domain.is_multiple_of(stride) {
-        smallest_domain_block(ep, domain / stride).clamp(1, ep.max(1))
+        let groups = cluster.total_gpus() / (stride * ep).max(1);
+        smallest_domain_block(ep, domain / stride, groups).clamp(1, ep.max(1))
     } else {
         1
     };
@@ -207,10 +208,10 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
     }
 }
 
-/// Of consecutive groups of `members` laid over domains of `per_domain` slots, the smallest block
-/// any group has inside one domain (the pattern repeats every per_domain / gcd(members, per_domain)
-/// groups, at most `per_domain` of them).
-fn smallest_domain_block(members: u32, per_domain: u32) -> u32 {
+/// Of `groups` consecutive groups of `members` laid over domains of `per_domain` slots, the
+/// smallest block any group has inside one domain (the pattern repeats every
+/// per_domain / gcd(members, per_domain) groups, so at most `per_domain` are looked at).
+pub(crate) fn smallest_domain_block(members: u32, per_domain: u32, groups: u32) -> u32 {
     if members == 0 || per_domain == 0 {
         return 1;
     }
@@ -219,7 +220,7 @@ fn smallest_domain_block(members: u32, per_domain: u32) -> u32 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
-    let period = per_domain / a;
+    let period = (per_domain / a).min(groups.max(1));
     for group in 0..period {
         let start = u64::from(group) * u64::from(members) % u64::from(per_domain);
         let first = (u64::from(per_domain) - start).min(u64::from(members)) as u32;
@@ -382,13 +383,15 @@ mod tests {
     fn straddling_groups_keep_their_smallest_domain_block_on_nvlink() {
         // EP 128 over 72-GPU NVL72 domains: group 3 spans ranks 384-511, i.e. 48 GPUs of one rack,
         // 72 of the next and 8 of a third; its 8-GPU block is the worst of all groups.
-        assert_eq!(smallest_domain_block(128, 72), 8);
+        assert_eq!(smallest_domain_block(128, 72, 72), 8);
         // Groups that tile the domains keep whole domains local; ones inside a domain, all.
-        assert_eq!(smallest_domain_block(16, 8), 8);
-        assert_eq!(smallest_domain_block(144, 72), 72);
-        assert_eq!(smallest_domain_block(4, 8), 4);
+        assert_eq!(smallest_domain_block(16, 8, 8), 8);
+        assert_eq!(smallest_domain_block(144, 72, 8), 72);
+        assert_eq!(smallest_domain_block(4, 8, 8), 4);
         // EP 64 on NVL72: the group over ranks 64-127 has 8 GPUs in the first rack.
-        assert_eq!(smallest_domain_block(64, 72), 8);
+        assert_eq!(smallest_domain_block(64, 72, 8), 8);
+        // Only the groups that exist count: one group of 64 over ranks 0-63 stays whole.
+        assert_eq!(smallest_domain_block(64, 72, 1), 64);
         // No longer all on the NIC: faster than the NIC alone once a block stays on NVLink.
         let gb200 = Cluster {
             gpu: crate::specs::load_gpu("gb200-nvl72").unwrap(),
