@@ -373,7 +373,16 @@ impl Cluster {
     /// GPUs that reach each other over NVLink: the profile's NVLink domain (72 on NVL72 racks),
     /// else one node.
     pub fn nvlink_domain(&self) -> u32 {
-        self.gpu.nvlink_domain_gpus.unwrap_or(self.gpus_per_node)
+        let domain = self.gpu.nvlink_domain_gpus.unwrap_or(self.gpus_per_node);
+        // Jobs of 128 GPUs and more on multi-node NVLink domains are allocated in segments of 16
+        // trays inside one rack (NVIDIA's Slurm topology/block recommendation for GB200 NVL72:
+        // "segment size 16 for large jobs (128+ GPUs)"), so consecutive ranks share NVLink in
+        // blocks of 16 nodes, not of the whole rack.
+        if domain > self.gpus_per_node && self.total_gpus() >= 128 {
+            domain.min(16 * self.gpus_per_node)
+        } else {
+            domain
+        }
     }
 
     /// Bus bandwidth of a group that crosses nodes with `members_per_node` of its ranks on each node:

@@ -211,21 +211,26 @@ mod tests {
 
     #[test]
     fn a_ring_across_nvl72_racks_uses_every_nic_of_its_smallest_rack_block() {
-        // DP 64 at stride 2 over two NVL72 racks (128 GPUs): 36 members in the first rack, 28 in
-        // the second; the ring's crossings spread over those racks' NICs, so 28 NICs (capped at
-        // NVLink) instead of the 2 members a 4-GPU tray holds.
+        // Jobs of 128+ GPUs sit in 16-tray (64-GPU) segments, one per rack (NVIDIA's Slurm
+        // segment guidance); smaller ones fill one 72-GPU rack.
+        let small = cluster("gb200-nvl72", 18, 4);
+        assert_eq!(small.nvlink_domain(), 72);
         let c = cluster("gb200-nvl72", 32, 4);
+        assert_eq!(c.nvlink_domain(), 64);
+        // DP 64 at stride 2 over two segments: 32 members in each, so 32 NICs carry the ring's
+        // crossings (capped at NVLink) instead of the 2 members a 4-GPU tray holds.
         let dp = place(&c, 2, 64);
         assert_eq!(dp.link, Link::Network);
-        assert_eq!(dp.members_per_node, 28);
+        assert_eq!(dp.members_per_node, 32);
         let speed = c.group_speed(dp.link, dp.members_per_node).bandwidth.0;
         assert_eq!(speed, c.link_speed(Link::Nvlink).bandwidth.0);
-        // DP 16 at stride 8 (tp 8): 9 members in the first rack, 7 in the second.
-        assert_eq!(place(&c, 8, 16).members_per_node, 7);
-        // With pipeline stages after it (4 such groups over 512 GPUs) one group keeps a single
-        // member in a rack, and that member's NIC sets the pace.
+        // DP 16 at stride 8 (tp 8): 8 members per segment, on 128 GPUs and on 512 alike.
+        assert_eq!(place(&c, 8, 16).members_per_node, 8);
         let big = cluster("gb200-nvl72", 128, 4);
-        assert_eq!(place(&big, 8, 16).members_per_node, 1);
+        assert_eq!(place(&big, 8, 16).members_per_node, 8);
+        // Without segments (a 72-GPU rack filled in rank order) a group can keep one member in a
+        // rack: 16 members at stride 8 over 9-unit racks, the fourth group 1 + 9 + 6.
+        assert_eq!(super::super::moe::smallest_domain_block(16, 9, 4), 1);
     }
 
     #[test]
