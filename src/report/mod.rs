@@ -97,6 +97,10 @@ pub struct ClusterSummary {
     pub total_gpus: u32,
     pub gpu_memory_bytes: u64,
     pub peak_flops: f64,
+    /// GPUs that share NVLink as this job is placed (`Cluster::nvlink_domain`).
+    pub nvlink_domain_gpus: u32,
+    /// The profile's NVLink domain (72 on NVL72 racks), before job placement.
+    pub rack_nvlink_gpus: u32,
 }
 
 impl ClusterSummary {
@@ -109,6 +113,8 @@ impl ClusterSummary {
             // Whole bytes: a datasheet's GiB times a usable share need not be an integer.
             gpu_memory_bytes: cluster.gpu.memory_capacity().0.round() as u64,
             peak_flops: cluster.gpu.peak_flops().0,
+            nvlink_domain_gpus: cluster.nvlink_domain(),
+            rack_nvlink_gpus: cluster.gpu.nvlink_domain(),
         }
     }
 }

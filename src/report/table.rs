@@ -84,7 +84,7 @@ pub fn scenario_line(report: &Report) -> String {
     .join(", ");
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
-         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each)\n\
+         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}",
         m.name,
         m.origin,
@@ -106,6 +106,16 @@ pub fn scenario_line(report: &Report) -> String {
         c.total_gpus,
         gib(c.gpu_memory_bytes as f64),
         tflops(c.peak_flops),
+        if c.nvlink_domain_gpus <= c.gpus_per_node {
+            String::new()
+        } else if c.nvlink_domain_gpus < c.rack_nvlink_gpus {
+            format!(
+                "; NVLink in {}-GPU segments of {}-GPU racks (16 trays per rack, NVIDIA's Slurm placement for jobs of 128+ GPUs)",
+                c.nvlink_domain_gpus, c.rack_nvlink_gpus
+            )
+        } else {
+            format!("; NVLink across {}-GPU racks", c.nvlink_domain_gpus)
+        },
         t.global_batch,
         t.seq_len,
         match t.grad_dtype {
