@@ -785,3 +785,29 @@ fn step_chart_draws_each_plans_error_range() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without a pipeline the layout figure does not describe pipeline sends.
+#[test]
+fn a_plan_without_pipeline_says_so_in_the_layout() {
+    let dir = scratch("pp1");
+    tpsim()
+        .args([
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--report",
+            dir.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let texts = texts(&read(&dir, "layout.svg"));
+    assert!(texts.iter().any(|t| t.starts_with("PP: none")), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("sends activations")));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -125,11 +125,15 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             plan.tp
         ));
     }
-    legend.push(format!(
-        "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
-        pp_group.stride,
-        link(pp_group.link)
-    ));
+    legend.push(if plan.pp > 1 {
+        format!(
+            "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
+            pp_group.stride,
+            link(pp_group.link)
+        )
+    } else {
+        "PP: none (pp 1: no stage boundaries)".to_string()
+    });
     legend.push(if cp {
         format!(
             "DP x CP: {} GPUs (dp {} x cp {}; same pp, tp; stride {}) reduce gradients over {}",
