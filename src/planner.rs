@@ -520,27 +520,31 @@ pub fn folded_note(rows: &[FoldedRow]) -> Option<String> {
 mod fold_tests {
     use super::*;
 
-    #[test]
-    fn zero_stages_at_dp_1_fold_into_one_row() {
-        // One node, tp 8: dp = 1, so every ZeRO stage shards over one rank and changes nothing.
+    /// llama3-8b at tp 8 with selective recompute on `nodes` H100 nodes, one estimate per stage
+    /// of `zeros`.
+    fn estimates_by_zero(
+        nodes: u32,
+        global_batch: u32,
+        zeros: std::ops::RangeInclusive<u8>,
+    ) -> Vec<Estimate> {
         let model = crate::specs::load_model("llama3-8b").unwrap();
         let cluster = Cluster {
             gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 1,
+            nodes,
             gpus_per_node: 8,
         };
         let training = Training::with_framework(
             crate::training::TrainingFramework::MegatronLm2021,
             model.seq_len,
-            8,
+            global_batch,
             AttentionKernel::Flash,
         );
-        let estimates: Vec<Estimate> = (0..=3)
+        zeros
             .map(|zero| {
                 let request = PlanRequest {
                     tp: 8,
                     pp: 1,
-                    dp: 1,
+                    dp: nodes,
                     vpp: 1,
                     micro_batch: 1,
                     sequence_parallel: true,
@@ -553,7 +557,13 @@ mod fold_tests {
                 let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
                 evaluate(&model, &cluster, &training, &plan)
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn zero_stages_at_dp_1_fold_into_one_row() {
+        // One node, tp 8: dp = 1, so every ZeRO stage shards over one rank and changes nothing.
+        let estimates = estimates_by_zero(1, 8, 0..=3);
         let rows = fold_equivalent(&estimates);
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].estimate.plan.zero, 0);
@@ -567,37 +577,7 @@ mod fold_tests {
     #[test]
     fn plans_that_differ_in_time_or_memory_stay_apart() {
         // Two nodes, dp 2: ZeRO-1 shards the optimizer, so memory differs and nothing folds.
-        let model = crate::specs::load_model("llama3-8b").unwrap();
-        let cluster = Cluster {
-            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 2,
-            gpus_per_node: 8,
-        };
-        let training = Training::with_framework(
-            crate::training::TrainingFramework::MegatronLm2021,
-            model.seq_len,
-            16,
-            AttentionKernel::Flash,
-        );
-        let estimates: Vec<Estimate> = (0..=1)
-            .map(|zero| {
-                let request = PlanRequest {
-                    tp: 8,
-                    pp: 1,
-                    dp: 2,
-                    vpp: 1,
-                    micro_batch: 1,
-                    sequence_parallel: true,
-                    recompute: Recompute::Selective,
-                    zero,
-                    allow_uneven_pp: false,
-                    allow_cross_node_tp: false,
-                    ..PlanRequest::default()
-                };
-                let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-                evaluate(&model, &cluster, &training, &plan)
-            })
-            .collect();
+        let estimates = estimates_by_zero(2, 16, 0..=1);
         assert_eq!(fold_equivalent(&estimates).len(), 2);
         assert!(folded_note(&fold_equivalent(&estimates)).is_none());
     }

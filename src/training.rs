@@ -276,6 +276,14 @@ pub struct Training {
 }
 
 impl Training {
+    /// Whether `recompute` is torchtitan's per-op selective AC here (the framework's selective
+    /// kind is `SelectiveRecompute::AlternateMatmuls`), which memory, the ledger and the emitters
+    /// treat apart from Megatron's attention-core recompute.
+    pub fn per_op_sac(&self, recompute: crate::plan::Recompute) -> bool {
+        recompute == crate::plan::Recompute::Selective
+            && self.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls
+    }
+
     /// A training setup with the framework's own defaults for gradient dtype and overlap.
     pub fn with_framework(
         framework: TrainingFramework,

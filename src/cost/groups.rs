@@ -123,7 +123,7 @@ fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
         let per_domain = cluster.nvlink_domain();
         if per_domain.is_multiple_of(stride) {
             let groups = cluster.total_gpus() / (stride * size).max(1);
-            super::moe::smallest_domain_block(size, per_domain / stride, groups)
+            smallest_domain_block(size, per_domain / stride, groups)
         } else {
             1
         }
@@ -136,6 +136,31 @@ fn place(cluster: &Cluster, stride: u32, size: u32) -> Placement {
         link: Link::Network,
         members_per_node: members_per_node.max(1),
     }
+}
+
+/// Of `groups` consecutive groups of `members` laid over domains of `per_domain` slots, the
+/// smallest block any group has inside one domain (the pattern repeats every
+/// per_domain / gcd(members, per_domain) groups, so at most `per_domain` are looked at).
+pub(crate) fn smallest_domain_block(members: u32, per_domain: u32, groups: u32) -> u32 {
+    if members == 0 || per_domain == 0 {
+        return 1;
+    }
+    let mut smallest = members.min(per_domain);
+    let (mut a, mut b) = (members, per_domain);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let period = (per_domain / a).min(groups.max(1));
+    for group in 0..period {
+        let start = u64::from(group) * u64::from(members) % u64::from(per_domain);
+        let first = (u64::from(per_domain) - start).min(u64::from(members)) as u32;
+        let tail = (members - first) % per_domain;
+        smallest = smallest.min(first);
+        if tail > 0 {
+            smallest = smallest.min(tail);
+        }
+    }
+    smallest
 }
 
 /// The groups of `plan` on `cluster`.
@@ -230,7 +255,7 @@ mod tests {
         assert_eq!(place(&big, 8, 16).members_per_node, 8);
         // Without segments (a 72-GPU rack filled in rank order) a group can keep one member in a
         // rack: 16 members at stride 8 over 9-unit racks, the fourth group 1 + 9 + 6.
-        assert_eq!(super::super::moe::smallest_domain_block(16, 9, 4), 1);
+        assert_eq!(smallest_domain_block(16, 9, 4), 1);
     }
 
     #[test]

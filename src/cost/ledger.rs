@@ -42,7 +42,7 @@ use super::moe;
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{SelectiveRecompute, Training};
+use crate::training::Training;
 
 /// The communication operation of a row: a ring collective, a point-to-point send, or the MoE
 /// token all-to-all.
@@ -264,8 +264,7 @@ pub fn ledger(
         let t = plan.tp;
         // torchtitan's per-op selective AC runs the all-gathers (or all-reduces) again, not the
         // reduce-scatters, whose outputs it saves (`SelectiveRecompute::AlternateMatmuls`).
-        let per_op_sac = plan.recompute == Recompute::Selective
-            && training.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls;
+        let per_op_sac = training.per_op_sac(plan.recompute);
         let mut forward_pair = |pass: Pass| {
             let count = match (pass, plan.recompute) {
                 (Pass::Recompute, Recompute::Full) => recomputed(count, plan),

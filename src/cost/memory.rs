@@ -5,9 +5,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{
-    AttentionKernel, OPTIMIZER_BYTES, SelectiveRecompute, Training, WEIGHT_BYTES,
-};
+use crate::training::{AttentionKernel, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -316,8 +314,7 @@ fn stage_memory(
         Stage::Middle => (1, plan.stages.middle_max),
         Stage::Last => (plan.pp - 1, plan.stages.last),
     };
-    let per_op_sac = plan.recompute == Recompute::Selective
-        && training.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls;
+    let per_op_sac = training.per_op_sac(plan.recompute);
     let per_layer = if per_op_sac {
         alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
     } else {

@@ -193,7 +193,7 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
     // the smallest block of any group sets the pace (synchronous training waits for it).
     let local = if stride > 0 && domain.is_multiple_of(stride) {
         let groups = cluster.total_gpus() / (stride * ep).max(1);
-        smallest_domain_block(ep, domain / stride, groups).clamp(1, ep.max(1))
+        super::groups::smallest_domain_block(ep, domain / stride, groups).clamp(1, ep.max(1))
     } else {
         1
     };
@@ -206,31 +206,6 @@ pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSp
         bandwidth: BytesPerSec(1.0 / per_byte),
         latency: nic.latency,
     }
-}
-
-/// Of `groups` consecutive groups of `members` laid over domains of `per_domain` slots, the
-/// smallest block any group has inside one domain (the pattern repeats every
-/// per_domain / gcd(members, per_domain) groups, so at most `per_domain` are looked at).
-pub(crate) fn smallest_domain_block(members: u32, per_domain: u32, groups: u32) -> u32 {
-    if members == 0 || per_domain == 0 {
-        return 1;
-    }
-    let mut smallest = members.min(per_domain);
-    let (mut a, mut b) = (members, per_domain);
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    let period = (per_domain / a).min(groups.max(1));
-    for group in 0..period {
-        let start = u64::from(group) * u64::from(members) % u64::from(per_domain);
-        let first = (u64::from(per_domain) - start).min(u64::from(members)) as u32;
-        let tail = (members - first) % per_domain;
-        smallest = smallest.min(first);
-        if tail > 0 {
-            smallest = smallest.min(tail);
-        }
-    }
-    smallest
 }
 
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
@@ -381,6 +356,7 @@ mod tests {
 
     #[test]
     fn straddling_groups_keep_their_smallest_domain_block_on_nvlink() {
+        use crate::cost::groups::smallest_domain_block;
         // EP 128 over 72-GPU NVL72 domains: group 3 spans ranks 384-511, i.e. 48 GPUs of one rack,
         // 72 of the next and 8 of a third; its 8-GPU block is the worst of all groups.
         assert_eq!(smallest_domain_block(128, 72, 72), 8);

@@ -100,11 +100,7 @@ impl Framework {
             // Megatron's `--recompute-granularity selective` recomputes the attention core (and,
             // with `--recompute-modules`, whole submodules), not torchtitan's every-second-matmul
             // policy the plan was evaluated with.
-            _ if megatron_like
-                && plan.recompute == crate::plan::Recompute::Selective
-                && training.framework.selective_recompute()
-                    == crate::training::SelectiveRecompute::AlternateMatmuls =>
-            {
+            _ if megatron_like && training.per_op_sac(plan.recompute) => {
                 Some(format!(
                     "the plan uses {} per-op selective recompute (every second matmul), which {} cannot express (its selective recompute is the attention core); use --recompute none or full, or evaluate with --framework megatron-core",
                     training.framework.as_str(),
