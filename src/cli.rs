@@ -210,7 +210,7 @@ pub struct ClusterArgs {
     /// GPUs per node (default: the GPU profile's, 8 for the bundled ones).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
-    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h200-sxm-141g, h800-sxm-80g,
+    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
     /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
     /// YAML file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]

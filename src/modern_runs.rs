@@ -57,6 +57,9 @@ pub struct RunModel {
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunHardware {
     pub gpu: String,
+    /// The host as the source describes it ("Grand Teton, 8x H100 96GB HBM2e per host, 500W power limit, ...").
+    #[serde(default)]
+    pub system: Option<String>,
     pub num_gpus: u32,
     pub gpus_per_node: u32,
 }
@@ -112,6 +115,8 @@ pub struct ModernPrediction {
     /// The source family: dgxc, nemo, mbridge, torchtitan, automodel.
     pub source: String,
     pub gpu: String,
+    /// The bundled profile the run is planned on (`hardware_profile`), if any.
+    pub gpu_profile: Option<String>,
     pub moe: bool,
     pub published_tokens_per_s_per_gpu: f64,
     pub predicted_tokens_per_s_per_gpu: Option<f64>,
@@ -139,6 +144,21 @@ pub fn gpu_profile(name: &str) -> Option<&'static str> {
         "GB300" => "gb300-nvl72",
         _ => return None,
     })
+}
+
+/// Bundled profile of a run's hardware: its GPU name, except where the host is a known variant of
+/// that GPU. An H100 with HBM2e is the 96 GB SXM part Meta runs at a 500 W power limit (torchtitan's
+/// benchmark hosts: "96GB HBM2e", "the default 500W power limit", 2024-12 and 2025-06; "lower-TDP
+/// HBM2e 95GB H100s", 2024-08), not the 700 W, 80 GB HBM3 DGX H100; `hardware.system` says which.
+pub fn hardware_profile(hardware: &RunHardware) -> Option<&'static str> {
+    let hbm2e = hardware
+        .system
+        .as_deref()
+        .is_some_and(|system| system.contains("HBM2e"));
+    match hardware.gpu.as_str() {
+        "H100" if hbm2e => Some("h100-sxm-96g-500w"),
+        name => gpu_profile(name),
+    }
 }
 
 /// Bundled MoE model of a catalog key.
@@ -239,7 +259,7 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     {
         return Some(format!("flagged {flag} in the source"));
     }
-    if gpu_profile(&run.hardware.gpu).is_none() {
+    if hardware_profile(&run.hardware).is_none() {
         return Some(format!("GPU {} has no profile", run.hardware.gpu));
     }
     if run.results.tokens_per_s_per_gpu.is_none() {
@@ -287,6 +307,7 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         id: run.id.clone(),
         source,
         gpu: run.hardware.gpu.clone(),
+        gpu_profile: hardware_profile(&run.hardware).map(str::to_string),
         moe: run.model.moe.as_ref().is_some_and(|v| !v.is_null()),
         published_tokens_per_s_per_gpu: published,
         predicted_tokens_per_s_per_gpu: None,
@@ -320,7 +341,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     let model = model_of(run)?;
     let hw = &run.hardware;
     let gpu =
-        specs::load_gpu(gpu_profile(&hw.gpu).unwrap_or_default()).map_err(|e| e.to_string())?;
+        specs::load_gpu(hardware_profile(hw).unwrap_or_default()).map_err(|e| e.to_string())?;
     if hw.gpus_per_node == 0 || !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
         return Err(format!(
             "{} GPUs are not whole nodes of {}",

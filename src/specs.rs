@@ -65,6 +65,10 @@ pub const BUNDLED_GPUS: &[(&str, &str)] = &[
         include_str!("../clusters/h100-sxm-80g.yaml"),
     ),
     (
+        "h100-sxm-96g-500w",
+        include_str!("../clusters/h100-sxm-96g-500w.yaml"),
+    ),
+    (
         "h200-sxm-141g",
         include_str!("../clusters/h200-sxm-141g.yaml"),
     ),

@@ -485,10 +485,9 @@ fn dump_residuals() {
     let text = std::fs::read_to_string("validation/modern_runs.yaml").unwrap();
     let file: tpsim::modern_runs::ModernRunsFile = yaml_serde::from_str(&text).unwrap();
     for p in file.runs.iter().map(tpsim::modern_runs::predict) {
-        let (Some(predicted), Some(profile)) = (
-            p.predicted_tokens_per_s_per_gpu,
-            tpsim::modern_runs::gpu_profile(&p.gpu),
-        ) else {
+        let (Some(predicted), Some(profile)) =
+            (p.predicted_tokens_per_s_per_gpu, p.gpu_profile.as_deref())
+        else {
             continue;
         };
         let framework = match p.source.as_str() {

@@ -120,11 +120,11 @@ fn stated_torchtitan_settings_are_honoured() {
     assert!(rowwise.note.contains("row-wise"), "{}", rowwise.note);
 }
 
-// Today's values (2026-11-30), not the issue's targets: the issue asks for none past 25% (dense) and
+// Today's values (2026-12-01), not the issue's targets: the issue asks for none past 25% (dense) and
 // a median of 15% with none past 30% (MoE). These bounds only stop the errors from growing; see
 // validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 2;
-const DENSE_ALL_PAST_25: usize = 27;
+const DENSE_ALL_PAST_25: usize = 16;
 const MOE_MIN_PREDICTED: usize = 34;
 const MOE_MEDIAN_BOUND: f64 = 0.165;
 const MOE_PAST_30: usize = 10;
