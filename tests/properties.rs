@@ -357,3 +357,50 @@ fn fp8_saves_the_expert_gemm_inputs_of_moe_layers() {
     let want = 32.0 * (2.0 * s * h + s * h + s * 2.0 * (h + ffn));
     assert!((saved / want - 1.0).abs() < 1e-9, "{saved} vs {want}");
 }
+
+/// Low-precision weight copies count the GPU's own experts, not every expert of the layer: with
+/// experts spread over EP ranks, FP8 weights on Blackwell (one quantized copy replacing the bf16
+/// one under FP8 parameter gather) take between one and two bytes per parameter the GPU holds,
+/// never less than one and never a negative amount.
+#[test]
+fn fp8_weights_of_moe_models_count_only_the_gpus_own_experts() {
+    use tpsim::plan::Precision;
+    for name in ["deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"] {
+        let model = load_model(name).unwrap();
+        let cluster = Cluster {
+            gpu: load_gpu("b200-sxm-180g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        let weights = |precision| {
+            let training = Training::with_framework(
+                tpsim::training::TrainingFramework::MegatronCore,
+                4096,
+                256,
+                tpsim::training::AttentionKernel::Flash,
+            );
+            let request = PlanRequest {
+                tp: 1,
+                pp: 4,
+                dp: 8,
+                ep: 8,
+                micro_batch: 1,
+                recompute: Recompute::None,
+                zero: 1,
+                precision,
+                allow_uneven_pp: true,
+                ..PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            evaluate(&model, &cluster, &training, &plan)
+                .memory
+                .weights_bytes
+                .0
+        };
+        let (bf16, fp8) = (weights(Precision::Bf16), weights(Precision::Fp8));
+        assert!(
+            fp8 >= 0.5 * bf16 && fp8 < bf16,
+            "{name}: fp8 weights {fp8} B vs bf16 {bf16} B"
+        );
+    }
+}

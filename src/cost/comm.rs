@@ -221,8 +221,8 @@ pub fn gather_bytes_per_param(
     max_layers: u32,
 ) -> f64 {
     if fp8_parameter_gather(training, plan) {
-        let layer_share =
-            (f64::from(max_layers) * model.layer_params() / f64::from(plan.tp) / params).min(1.0);
+        let (dense_layer, expert_layer) = super::memory::layer_params_per_gpu(model, plan);
+        let layer_share = (f64::from(max_layers) * (dense_layer + expert_layer) / params).min(1.0);
         crate::training::WEIGHT_BYTES - layer_share
     } else {
         crate::training::WEIGHT_BYTES

@@ -290,15 +290,18 @@ fn stage_memory(
         Precision::Mxfp8 => 2.0 * (1.0 + 1.0 / 32.0),
         Precision::Nvfp4 => 2.0 * (0.5 + 1.0 / 16.0),
     };
-    let layer_weights =
-        f64::from(stage_layers(plan, model, stage)) * model.layer_params() / f64::from(plan.tp);
+    // The layer weights this GPU holds: its TP share of the dense part and its own experts (a
+    // routed expert lives on one EP rank only), each as ZeRO-3 shards it.
+    let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
+    let layers = f64::from(stage_layers(plan, model, stage));
+    let layer_weights = layers * (dense_layer / shard(3) + expert_layer / expert_shard(3));
     // With FP8 parameter gather the quantized copies are the layer weights: their bf16 copy goes.
     let replaced = if super::comm::fp8_parameter_gather(training, plan) {
         WEIGHT_BYTES
     } else {
         0.0
     };
-    weights += (quantized_copies - replaced) * layer_weights / shard(3);
+    weights += (quantized_copies - replaced) * layer_weights;
 
     let (s, b, h, t) = (
         training.seq_len / plan.cp,
