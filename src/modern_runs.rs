@@ -299,6 +299,32 @@ fn stated_recompute(text: &str) -> Option<Recompute> {
     }
 }
 
+/// The run's virtual stages per rank and micro-batch size. torchtitan's pipeline rows state the
+/// schedule and the local batch but not these, so they are torchtitan's defaults at the benchmark
+/// commit: as many micro-batches as pipeline stages (`pipeline_parallel_microbatches`: "The
+/// default value will be the number of pipeline stages"; `n_microbatches =
+/// pipeline_parallel_degree` when unset) and two stages per rank for a looped schedule such as
+/// Interleaved 1F1B (`generate_split_points`: `num_stages_per_rank = 2`, "the default if no
+/// pipeline split is specified"). Other rows give vp and the micro-batch, or leave the
+/// micro-batch to the search.
+fn pipeline_defaults(run: &ModernRun, framework: TrainingFramework) -> (u32, Option<u32>) {
+    let p = &run.plan;
+    let pp = p.pp.unwrap_or(1);
+    if framework != TrainingFramework::Torchtitan || pp <= 1 || p.vp.is_some() || p.mbs.is_some() {
+        return (p.vp.unwrap_or(1), p.mbs);
+    }
+    let interleaved = p
+        .overlap
+        .as_deref()
+        .is_some_and(|o| o.to_ascii_lowercase().contains("interleaved"));
+    let local_batch = p.gbs.unwrap_or(0) / p.dp.unwrap_or(1).max(1);
+    let micro_batch = local_batch.is_multiple_of(pp).then(|| local_batch / pp);
+    (
+        if interleaved { 2 } else { 1 },
+        micro_batch.filter(|&b| b > 0),
+    )
+}
+
 /// Predicts one run with its published plan pinned.
 pub fn predict(run: &ModernRun) -> ModernPrediction {
     let published = run.results.tokens_per_s_per_gpu.unwrap_or(0.0);
@@ -377,6 +403,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     }
     let recompute = p.recompute.as_deref().unwrap_or("");
     let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
+    let (vpp, micro_batch) = pipeline_defaults(run, framework);
     let options = SearchOptions {
         allow_uneven_pp: !model.layers.is_multiple_of(pp),
         allow_cross_node_tp: false,
@@ -386,8 +413,8 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             cp: Some(p.cp.unwrap_or(1)),
             pp: Some(pp),
             dp: Some(dp),
-            vpp: Some(p.vp.unwrap_or(1)),
-            micro_batch: p.mbs,
+            vpp: Some(vpp),
+            micro_batch,
             recompute: stated_recompute(recompute),
             zero: fsdp.then_some(3),
             sequence_parallel: None,
@@ -415,11 +442,18 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
     let chosen = refined.plans[0];
     let note = format!(
-        "recompute {}, ZeRO-{}, ep {}, etp {}",
+        "recompute {}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}",
         crate::report::recompute_label(&chosen.plan),
         chosen.plan.zero,
         chosen.plan.ep,
-        chosen.plan.etp
+        chosen.plan.etp,
+        chosen.plan.micro_batch,
+        chosen.plan.num_microbatches,
+        if chosen.plan.vpp > 1 {
+            format!(", vpp {}", chosen.plan.vpp)
+        } else {
+            String::new()
+        }
     );
     Ok((
         chosen.tokens_per_s / f64::from(hw.num_gpus),

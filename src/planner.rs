@@ -278,7 +278,9 @@ fn push_pipeline_variants(
                             &[true]
                         };
                         for &reshard_after_forward in reshard_choices {
-                            for recompute_num_layers in recompute_layer_choices(recompute, chunk) {
+                            for recompute_num_layers in
+                                recompute_layer_choices(training.framework, recompute, chunk)
+                            {
                                 requests.push(PlanRequest {
                                     vpp,
                                     micro_batch,
@@ -300,8 +302,12 @@ fn push_pipeline_variants(
 
 /// Layers per chunk full recompute may cover: all (0), or Megatron's block method with a quarter,
 /// a half or three quarters of the chunk's layers, which trade memory for compute in between.
-fn recompute_layer_choices(recompute: Recompute, chunk: u32) -> Vec<u32> {
-    if recompute != Recompute::Full || chunk < 4 {
+fn recompute_layer_choices(
+    framework: crate::training::TrainingFramework,
+    recompute: Recompute,
+    chunk: u32,
+) -> Vec<u32> {
+    if recompute != Recompute::Full || chunk < 4 || !framework.recomputes_some_layers() {
         return vec![0];
     }
     let mut choices = vec![0, chunk / 4, chunk / 2, 3 * chunk / 4];

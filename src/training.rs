@@ -190,6 +190,27 @@ impl TrainingFramework {
         }
     }
 
+    /// Whether FSDP under pipeline parallelism reduces gradients once per step, after the whole
+    /// schedule, from unsharded gradients accumulated over the micro-batches. PyTorch's pipelining
+    /// (which torchtitan uses) runs every micro-batch's backward with FSDP's gradient sync and
+    /// post-backward resharding off (torch/distributed/pipelining/stage.py
+    /// `backward_maybe_with_nosync`: `set_requires_gradient_sync(False)`,
+    /// `set_reshard_after_backward(False)`) and reduce-scatters in `_post_backward` after the last
+    /// backward; FSDP2 accumulates those gradients in its reduce dtype (`FSDPParam.
+    /// to_accumulated_grad_if_needed`, fp32 under torchtitan's mixed precision).
+    pub fn fsdp_reduces_after_pipeline_schedule(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
+    /// Whether full recompute can cover only some layers of each chunk. Megatron-LM's
+    /// `--recompute-method block --recompute-num-layers N` (2021 `--activations-checkpoint-method
+    /// block`) and DeepSpeed's `number_checkpoints` can; torchtitan's `mode = "full"` wraps every
+    /// transformer block (torchtitan/distributed/activation_checkpoint.py `apply_ac`), so its full
+    /// recompute is all layers.
+    pub fn recomputes_some_layers(self) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// Highest ZeRO stage the framework runs together with pipeline parallelism: DeepSpeed's
     /// PipelineEngine and 2021 Megatron-LM only shard the optimizer (ZeRO-1); Megatron-Core FSDP
     /// (`--use-megatron-fsdp`, `optim_grads_params`) and torchtitan's FSDP2 + PP shard everything.

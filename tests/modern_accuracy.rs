@@ -120,18 +120,45 @@ fn stated_torchtitan_settings_are_honoured() {
     assert!(rowwise.note.contains("row-wise"), "{}", rowwise.note);
 }
 
+/// torchtitan's pipeline rows state the schedule and the local batch only; they are planned with
+/// torchtitan's defaults: as many micro-batches as stages, two stages per rank when interleaved.
+#[test]
+fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
+    let all = predictions();
+    let by_id = |id: &str| all.iter().find(|p| p.id == id).unwrap();
+    // Table 5: local batch 32 on pp 8.
+    let one_f_one_b = by_id("torchtitan-202412-llama31_405b-h100-512g-fsdp8-tp8-pp8-1f1b");
+    assert!(
+        one_f_one_b.note.contains("micro-batch 4 x 8") && !one_f_one_b.note.contains("vpp"),
+        "{}",
+        one_f_one_b.note
+    );
+    let interleaved = by_id("torchtitan-202412-llama31_405b-h100-512g-fsdp8-tp8-pp8-i1f1b");
+    assert!(
+        interleaved.note.contains("micro-batch 4 x 8, vpp 2"),
+        "{}",
+        interleaved.note
+    );
+    // torchtitan's full AC covers every block.
+    assert!(
+        one_f_one_b.note.starts_with("recompute full,"),
+        "{}",
+        one_f_one_b.note
+    );
+}
+
 // Today's values (2026-12-01), not the issue's targets: the issue asks for none past 25% (dense) and
 // a median of 15% with none past 30% (MoE). These bounds only stop the errors from growing; see
 // validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 2;
 const DENSE_ALL_PAST_25: usize = 16;
 const MOE_MIN_PREDICTED: usize = 34;
-const MOE_MEDIAN_BOUND: f64 = 0.165;
-const MOE_PAST_30: usize = 10;
+const MOE_MEDIAN_BOUND: f64 = 0.16;
+const MOE_PAST_30: usize = 11;
 // torchtitan peak memory (20 runs state it): today's values, not the issue's 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
-const MEMORY_MEDIAN_BOUND: f64 = 0.16;
-const MEMORY_PAST_10: usize = 15;
+const MEMORY_MEDIAN_BOUND: f64 = 0.14;
+const MEMORY_PAST_10: usize = 12;
 
 /// `tpsim accuracy --runs` reads this format too and reports the same predictions.
 #[test]

@@ -404,3 +404,93 @@ fn fp8_weights_of_moe_models_count_only_the_gpus_own_experts() {
         );
     }
 }
+
+/// torchtitan's FSDP under pipeline parallelism (PyTorch's pipelining: gradient sync and
+/// post-backward resharding off for every micro-batch, one reduce-scatter after the schedule)
+/// holds the stage's unsharded fp32 gradients, reduces them once per step with nothing to hide
+/// it, and gathers the kept weights once per step; Megatron-Core's ZeRO-3 on the same plan reduces
+/// every micro-batch and holds no such gradients.
+#[test]
+fn torchtitan_fsdp_with_pp_reduces_once_after_the_schedule() {
+    use tpsim::cost::ledger::{Op, Scope, ledger};
+    use tpsim::cost::terms::TermKind;
+    use tpsim::training::TrainingFramework;
+    let model = load_model("llama3-70b").unwrap();
+    let cluster = cluster(8);
+    let run = |framework: TrainingFramework| {
+        let training =
+            Training::with_framework(framework, 8192, 64, tpsim::training::AttentionKernel::Flash);
+        let request = PlanRequest {
+            tp: 8,
+            pp: 4,
+            dp: 2,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero: 3,
+            reshard_after_forward: false,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let estimate = evaluate(&model, &cluster, &training, &plan);
+        let entries = ledger(&model, &cluster, &training, &plan).entries;
+        (plan, estimate, entries)
+    };
+    let (plan, titan, titan_ledger) = run(TrainingFramework::Torchtitan);
+    let (_, mcore, mcore_ledger) = run(TrainingFramework::MegatronCore);
+    // The stage's fp32 gradients sharded over dp 2, and the whole stage's (its TP share) again,
+    // unsharded; Megatron-Core holds the shard and one layer's full gradient.
+    let stage_params = titan.memory.params_per_gpu_before_zero;
+    let gradients = titan.memory.gradients_bytes.0;
+    assert!(
+        (gradients / (stage_params * 4.0 * 1.5) - 1.0).abs() < 1e-9,
+        "gradients {gradients} B vs stage {stage_params} params"
+    );
+    let mcore_stage = mcore.memory.params_per_gpu_before_zero;
+    let unit = model.layer_params().max(model.word_embedding_params()) / 8.0 * 4.0;
+    assert!((mcore.memory.gradients_bytes.0 / (mcore_stage * 4.0 / 2.0 + unit) - 1.0).abs() < 1e-9);
+    let reduce_scatters = |entries: &[tpsim::cost::ledger::LedgerEntry]| {
+        entries
+            .iter()
+            .filter(|e| e.op == Op::ReduceScatter && e.group == tpsim::cost::groups::GroupKind::Dp)
+            .map(|e| (e.scope, e.count))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(reduce_scatters(&titan_ledger), vec![(Scope::PerStep, 1)]);
+    assert_eq!(
+        reduce_scatters(&mcore_ledger),
+        vec![(Scope::PerMicrobatch, u64::from(plan.num_microbatches))]
+    );
+    let grad = titan.terms.get(TermKind::DpGradReduce);
+    assert!(grad.time_s.0 > 0.0);
+    assert!((grad.exposed_s.0 / grad.time_s.0 - 1.0).abs() < 1e-12);
+}
+
+/// torchtitan's full activation checkpointing wraps every block: the search offers no
+/// Megatron-style block recompute of some layers under it.
+#[test]
+fn torchtitan_full_recompute_covers_every_layer() {
+    use tpsim::training::TrainingFramework;
+    let model = load_model("llama3-70b").unwrap();
+    let cluster = cluster(8);
+    for (framework, partial_expected) in [
+        (TrainingFramework::Torchtitan, false),
+        (TrainingFramework::MegatronCore, true),
+    ] {
+        let training =
+            Training::with_framework(framework, 8192, 64, tpsim::training::AttentionKernel::Flash);
+        let options = SearchOptions {
+            pins: tpsim::planner::Pins {
+                recompute: Some(Recompute::Full),
+                ..Default::default()
+            },
+            ..SearchOptions::default()
+        };
+        let result = search(&model, &cluster, &training, options);
+        let partial = result
+            .feasible()
+            .iter()
+            .any(|e| e.plan.recompute_num_layers > 0);
+        assert_eq!(partial, partial_expected, "{framework:?}");
+    }
+}

@@ -180,6 +180,15 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         },
         ..request
     };
+    // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
+    let framework = scenario.training.framework;
+    if request.recompute_num_layers > 0 && !framework.recomputes_some_layers() {
+        bail!(
+            "--recompute-method block (--recompute-num-layers {}) recomputes only some layers, but --framework {} checkpoints every transformer block under full recompute; drop --recompute-method/--recompute-num-layers or choose --framework megatron-core",
+            request.recompute_num_layers,
+            framework.as_str()
+        );
+    }
     // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());

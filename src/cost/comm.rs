@@ -210,6 +210,14 @@ pub fn fp8_parameter_gather(training: &Training, plan: &ParallelPlan) -> bool {
         && training.framework.fp8_param_gather()
 }
 
+/// Whether the plan's sharded data parallelism reduces gradients once per step after the pipeline
+/// schedule (`TrainingFramework::fsdp_reduces_after_pipeline_schedule`): FSDP (ZeRO-2/3) with
+/// more than one pipeline stage under PyTorch's pipelining. One rule for memory, DP traffic and
+/// the ledger.
+pub fn reduces_after_pipeline_schedule(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.pp > 1 && plan.zero >= 2 && training.framework.fsdp_reduces_after_pipeline_schedule()
+}
+
 /// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
 /// weights in one byte (the embedding and output layer stay bf16), averaged over the `params` of
 /// the stage with `max_layers` layers.
@@ -272,8 +280,32 @@ pub fn dp_traffic(
     let ag = Collective::AllGather;
     let mut forward_gather_per_mb_s = 0.0;
     let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
+    let after_schedule = reduces_after_pipeline_schedule(training, plan);
     let (grad_wire, grad_s, windows, gather_wire, backward_gathers_s, step_gather_s, last_bucket_s) =
         match plan.zero {
+            // PyTorch pipelining with FSDP: one reduce-scatter of the accumulated gradients after
+            // the schedule, which nothing overlaps; with the gathered weights kept, one all-gather
+            // before the first micro-batch's forward. Resharded after each forward (and never after
+            // the backward), they are gathered again once per micro-batch, under its compute.
+            2 | 3 if after_schedule => {
+                let gathers_once = plan.zero == 2 || !plan.reshard_after_forward;
+                if plan.zero == 3 && !gathers_once {
+                    forward_gather_per_mb_s = ag.time(weights, d, link);
+                }
+                (
+                    rs.wire_factor(d) * grads,
+                    rs.time(grads, d, link),
+                    1.0,
+                    rs.wire_factor(d) * weights * if gathers_once { 1.0 } else { m },
+                    0.0,
+                    if gathers_once {
+                        ag.time(weights, d, link)
+                    } else {
+                        0.0
+                    },
+                    rs.time(grads, d, link),
+                )
+            }
             0 => {
                 let ar = Collective::AllReduce;
                 (

@@ -535,6 +535,65 @@ pub fn ledger(
                 d,
                 grads,
             ),
+            2 | 3 if comm::reduces_after_pipeline_schedule(training, plan) => {
+                // PyTorch pipelining with FSDP: one reduce-scatter after the schedule; the weights
+                // gathered once per step when kept (ZeRO-2, or ZeRO-3 without resharding after
+                // the forward), else once per micro-batch.
+                push(
+                    kind,
+                    Op::ReduceScatter,
+                    Pass::Backward,
+                    site(
+                        "accumulated gradients after the pipeline schedule",
+                        "accumulated expert gradients after the pipeline schedule",
+                    ),
+                    Scope::PerStep,
+                    1,
+                    d,
+                    grads,
+                );
+                let (pass, gather_site, scope, count) = if plan.zero == 2 {
+                    (
+                        Pass::OptimizerStep,
+                        site(
+                            "updated weights to every replica",
+                            "updated expert weights to every expert replica",
+                        ),
+                        Scope::PerStep,
+                        1,
+                    )
+                } else if !plan.reshard_after_forward {
+                    (
+                        Pass::Forward,
+                        site(
+                            "sharded weights, kept gathered across micro-batches",
+                            "sharded expert weights, kept gathered across micro-batches",
+                        ),
+                        Scope::PerStep,
+                        1,
+                    )
+                } else {
+                    (
+                        Pass::Forward,
+                        site(
+                            "sharded weights before each micro-batch",
+                            "sharded expert weights before each micro-batch",
+                        ),
+                        Scope::PerMicrobatch,
+                        m,
+                    )
+                };
+                push(
+                    kind,
+                    Op::AllGather,
+                    pass,
+                    gather_site,
+                    scope,
+                    count,
+                    d,
+                    weights,
+                );
+            }
             1 | 2 => {
                 let (scope, count) = if plan.zero == 1 {
                     (Scope::PerStep, 1)

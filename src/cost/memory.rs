@@ -275,8 +275,16 @@ fn stage_memory(
             weights += params * WEIGHT_BYTES;
         }
         // A layer's full gradient exists until it is reduce-scattered.
-        let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
-        gradients += unit * training.grad_dtype.bytes();
+        if !super::comm::reduces_after_pipeline_schedule(training, plan) {
+            let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
+            gradients += unit * training.grad_dtype.bytes();
+        }
+    }
+    if super::comm::reduces_after_pipeline_schedule(training, plan) && shard_ranks > 1 {
+        // Under PyTorch's pipelining every micro-batch's gradients accumulate unsharded, in the
+        // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth
+        // (the sharded gradients they become are counted too, a 1/dp overestimate).
+        gradients += params * training.grad_dtype.bytes();
     }
     // Low-precision GEMMs keep a quantized copy of every linear weight and, for the weight-gradient
     // GEMM, its transpose (Transformer Engine `Float8Tensor` with `_transpose`; MXFP8 keeps row- and
