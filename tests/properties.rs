@@ -494,3 +494,43 @@ fn torchtitan_full_recompute_covers_every_layer() {
         assert_eq!(partial, partial_expected, "{framework:?}");
     }
 }
+
+/// ZeRO-3 gathers one layer at a time as the GPU holds it: its TP share of the dense part and its
+/// own experts. Mixtral on 8 GPUs with ep 8 (expert-DP 1): the resident weights are the sharded
+/// dense part, the GPU's unsharded experts and two gathered layers of that size (the prefetch),
+/// not two layers holding all 8 experts.
+#[test]
+fn zero3_gathers_a_moe_layer_as_the_gpu_holds_it() {
+    use tpsim::cost::memory::layer_params_per_gpu;
+    let model = load_model("mixtral-8x7b").unwrap();
+    let cluster = cluster(1);
+    let training = Training::with_framework(
+        tpsim::training::TrainingFramework::Torchtitan,
+        4096,
+        8,
+        tpsim::training::AttentionKernel::Flash,
+    );
+    let request = PlanRequest {
+        tp: 1,
+        pp: 1,
+        dp: 8,
+        ep: 8,
+        micro_batch: 1,
+        recompute: Recompute::Full,
+        zero: 3,
+        reshard_after_forward: true,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let estimate = evaluate(&model, &cluster, &training, &plan);
+    let (dense_layer, expert_layer) = layer_params_per_gpu(&model, &plan);
+    let params = estimate.memory.params_per_gpu_before_zero;
+    let experts = f64::from(model.layers) * expert_layer;
+    let unit = (dense_layer + expert_layer).max(model.word_embedding_params());
+    let want = 2.0 * ((params - experts) / 8.0 + experts + 2.0 * unit);
+    let weights = estimate.memory.weights_bytes.0;
+    assert!(
+        (weights / want - 1.0).abs() < 1e-9,
+        "{weights} B vs {want} B"
+    );
+}

@@ -261,14 +261,19 @@ fn stage_memory(
     let mut weights = sharded(WEIGHT_BYTES, 3);
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
     let optimizer = sharded(OPTIMIZER_BYTES, 1);
+    // ZeRO-3's unit of gathering: one layer as this GPU holds it unsharded (its TP share of the
+    // dense part and its own experts, not every expert of the layer), or the word embedding.
+    let gather_unit = {
+        let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
+        (dense_layer + expert_layer).max(model.word_embedding_params() / f64::from(plan.tp))
+    };
     if plan.zero >= 3 && shard_ranks > 1 {
         if plan.reshard_after_forward {
             // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched:
             // two unsharded layers live at once (FSDP's `limit_all_gathers` rate limiter,
             // DeepSpeed's `stage3_prefetch_bucket_size`). The largest "layer" may be the word
             // embedding.
-            let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
-            weights += 2.0 * unit * WEIGHT_BYTES;
+            weights += 2.0 * gather_unit * WEIGHT_BYTES;
         } else {
             // FSDP2 `reshard_after_forward=False`: the stage's gathered parameters stay from the
             // forward until the backward has used them.
@@ -276,8 +281,7 @@ fn stage_memory(
         }
         // A layer's full gradient exists until it is reduce-scattered.
         if !super::comm::reduces_after_pipeline_schedule(training, plan) {
-            let unit = model.layer_params().max(model.word_embedding_params()) / f64::from(plan.tp);
-            gradients += unit * training.grad_dtype.bytes();
+            gradients += gather_unit * training.grad_dtype.bytes();
         }
     }
     if super::comm::reduces_after_pipeline_schedule(training, plan) && shard_ranks > 1 {
