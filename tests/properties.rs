@@ -495,10 +495,11 @@ fn torchtitan_full_recompute_covers_every_layer() {
     }
 }
 
-/// ZeRO-3 gathers one layer at a time as the GPU holds it: its TP share of the dense part and its
-/// own experts. Mixtral on 8 GPUs with ep 8 (expert-DP 1): the resident weights are the sharded
-/// dense part, the GPU's unsharded experts and two gathered layers of that size (the prefetch),
-/// not two layers holding all 8 experts.
+/// ZeRO-3 gathers one unit at a time as the GPU holds it, and only what is sharded. Mixtral on 8
+/// GPUs with ep 8 (expert-DP 1): the experts stay whole on their GPU, so the resident weights are
+/// the sharded dense part, the GPU's experts and the two largest gathered units (the word
+/// embedding and the output layer), not two layers holding all 8 experts. With ep 2 (expert-DP 4)
+/// the experts are sharded too and a layer's share of them is gathered with it.
 #[test]
 fn zero3_gathers_a_moe_layer_as_the_gpu_holds_it() {
     use tpsim::cost::memory::layer_params_per_gpu;
@@ -510,27 +511,76 @@ fn zero3_gathers_a_moe_layer_as_the_gpu_holds_it() {
         8,
         tpsim::training::AttentionKernel::Flash,
     );
-    let request = PlanRequest {
-        tp: 1,
-        pp: 1,
-        dp: 8,
-        ep: 8,
-        micro_batch: 1,
-        recompute: Recompute::Full,
-        zero: 3,
-        reshard_after_forward: true,
-        ..PlanRequest::default()
+    let weights = |ep: u32| {
+        let request = PlanRequest {
+            tp: 1,
+            pp: 1,
+            dp: 8,
+            ep,
+            micro_batch: 1,
+            recompute: Recompute::Full,
+            zero: 3,
+            reshard_after_forward: true,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let estimate = evaluate(&model, &cluster, &training, &plan);
+        let (dense_layer, expert_layer) = layer_params_per_gpu(&model, &plan);
+        let params = estimate.memory.params_per_gpu_before_zero;
+        let experts = f64::from(model.layers) * expert_layer;
+        (
+            estimate.memory.weights_bytes.0,
+            params,
+            experts,
+            dense_layer,
+            expert_layer,
+        )
     };
-    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-    let estimate = evaluate(&model, &cluster, &training, &plan);
-    let (dense_layer, expert_layer) = layer_params_per_gpu(&model, &plan);
-    let params = estimate.memory.params_per_gpu_before_zero;
-    let experts = f64::from(model.layers) * expert_layer;
-    let unit = (dense_layer + expert_layer).max(model.word_embedding_params());
-    let want = 2.0 * ((params - experts) / 8.0 + experts + 2.0 * unit);
-    let weights = estimate.memory.weights_bytes.0;
+    let embedding = model.word_embedding_params();
+    let (w8, params, experts, _, _) = weights(8);
+    let want = 2.0 * ((params - experts) / 8.0 + experts + embedding + model.output_params());
+    assert!((w8 / want - 1.0).abs() < 1e-9, "ep 8: {w8} B vs {want} B");
+    let (w2, params, experts, dense_layer, expert_layer) = weights(2);
+    let layer = dense_layer + expert_layer;
+    assert!(layer > embedding);
+    let want = 2.0 * ((params - experts) / 8.0 + experts / 4.0 + 2.0 * layer);
+    assert!((w2 / want - 1.0).abs() < 1e-9, "ep 2: {w2} B vs {want} B");
+}
+
+/// More sharding never costs memory when the experts are not sharded at all: Qwen3-30B-A3B on 64
+/// GPUs with pp 4 and ep 16 has expert-DP 1, so ZeRO-3 may only shard the dense part (a review
+/// found ZeRO-3 reporting more than ZeRO-2 here, from gathering experts that are never sharded).
+#[test]
+fn zero3_needs_no_more_memory_than_zero2_with_whole_experts() {
+    let model = load_model("qwen3-30b-a3b").unwrap();
+    let cluster = cluster(8);
+    let training = Training::with_framework(
+        tpsim::training::TrainingFramework::MegatronCore,
+        4096,
+        512,
+        tpsim::training::AttentionKernel::Flash,
+    );
+    let total = |zero: u8| {
+        let request = PlanRequest {
+            tp: 1,
+            pp: 4,
+            dp: 16,
+            ep: 16,
+            micro_batch: 1,
+            recompute: Recompute::Full,
+            zero,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        evaluate(&model, &cluster, &training, &plan).memory
+    };
+    let (two, three) = (total(2), total(3));
     assert!(
-        (weights / want - 1.0).abs() < 1e-9,
-        "{weights} B vs {want} B"
+        three.weights_bytes.0 <= two.weights_bytes.0,
+        "{three:?} vs {two:?}"
+    );
+    assert!(
+        three.total_bytes.0 <= two.total_bytes.0,
+        "{three:?} vs {two:?}"
     );
 }

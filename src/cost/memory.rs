@@ -261,34 +261,58 @@ fn stage_memory(
     let mut weights = sharded(WEIGHT_BYTES, 3);
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
     let optimizer = sharded(OPTIMIZER_BYTES, 1);
-    // ZeRO-3's unit of gathering: one layer as this GPU holds it unsharded (its TP share of the
-    // dense part and its own experts, not every expert of the layer), or the word embedding.
-    let gather_unit = {
+    // ZeRO-3 gathers one unit at a time: a layer as this GPU holds it unsharded (its TP share of
+    // the dense part and its own experts, not every expert of the layer), or the word embedding /
+    // output layer on the stages that hold them — counting only what is sharded at all: the dense
+    // part over DP×CP, the experts over expert-DP (with expert-DP 1 they stay whole on their GPU).
+    let dense_sharded = shard_ranks > 1;
+    let layer_unit = {
         let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
-        (dense_layer + expert_layer).max(model.word_embedding_params() / f64::from(plan.tp))
+        let dense = if dense_sharded { dense_layer } else { 0.0 };
+        let experts = if expert_dp > 1.0 { expert_layer } else { 0.0 };
+        dense + experts
     };
-    if plan.zero >= 3 && shard_ranks > 1 {
+    let t = f64::from(plan.tp);
+    let embedding_unit = match stage {
+        Stage::First | Stage::Only if dense_sharded => model.word_embedding_params() / t,
+        _ => 0.0,
+    };
+    let output_unit = match stage {
+        Stage::Last | Stage::Only if dense_sharded && !model.tied_embeddings => {
+            model.output_params() / t
+        }
+        _ => 0.0,
+    };
+    let mut units = [layer_unit, embedding_unit, output_unit];
+    units.sort_by(|a, b| b.total_cmp(a));
+    let largest_unit = units[0];
+    // The unit in use and the next one prefetched (FSDP's `limit_all_gathers` rate limiter,
+    // DeepSpeed's `stage3_prefetch_bucket_size`): the two largest, or two layers.
+    let two_units = units[0] + units[1].max(layer_unit);
+    // The stage's parameters that data parallelism shards at all (see `gather_unit`).
+    let sharded_params = (if dense_sharded { dense_params } else { 0.0 })
+        + (if expert_dp > 1.0 { expert_params } else { 0.0 });
+    if plan.zero >= 3 && sharded_params > 0.0 {
         if plan.reshard_after_forward {
-            // ZeRO-3 gathers each layer's parameters before use and keeps the next one prefetched:
-            // two unsharded layers live at once (FSDP's `limit_all_gathers` rate limiter,
-            // DeepSpeed's `stage3_prefetch_bucket_size`). The largest "layer" may be the word
-            // embedding.
-            weights += 2.0 * gather_unit * WEIGHT_BYTES;
+            // ZeRO-3 gathers each unit's parameters before use and keeps the next one prefetched.
+            weights += two_units * WEIGHT_BYTES;
         } else {
             // FSDP2 `reshard_after_forward=False`: the stage's gathered parameters stay from the
             // forward until the backward has used them.
-            weights += params * WEIGHT_BYTES;
-        }
-        // A layer's full gradient exists until it is reduce-scattered.
-        if !super::comm::reduces_after_pipeline_schedule(training, plan) {
-            gradients += gather_unit * training.grad_dtype.bytes();
+            weights += sharded_params * WEIGHT_BYTES;
         }
     }
-    if super::comm::reduces_after_pipeline_schedule(training, plan) && shard_ranks > 1 {
+    // With sharded gradients (ZeRO-2 and 3) a unit's full gradient exists until it is
+    // reduce-scattered (DeepSpeed's `reduce_bucket_size`, FSDP's per-unit reduce-scatter).
+    if plan.zero >= 2 && !super::comm::reduces_after_pipeline_schedule(training, plan) {
+        gradients += largest_unit * training.grad_dtype.bytes();
+    }
+    if super::comm::reduces_after_pipeline_schedule(training, plan) {
         // Under PyTorch's pipelining every micro-batch's gradients accumulate unsharded, in the
-        // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth
-        // (the sharded gradients they become are counted too, a 1/dp overestimate).
-        gradients += params * training.grad_dtype.bytes();
+        // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth of
+        // what is sharded (the sharded gradients they become are counted too, a 1/dp
+        // overestimate).
+        gradients += sharded_params * training.grad_dtype.bytes();
     }
     // Low-precision GEMMs keep a quantized copy of every linear weight and, for the weight-gradient
     // GEMM, its transpose (Transformer Engine `Float8Tensor` with `_transpose`; MXFP8 keeps row- and
