@@ -584,3 +584,35 @@ fn zero3_needs_no_more_memory_than_zero2_with_whole_experts() {
         "{three:?} vs {two:?}"
     );
 }
+
+/// `comm.*.time_s` is each group's total time before overlap, for PP too: an interleaved plan that
+/// hides its pipeline sends reports the sends' whole time there (as its PP term does) and only the
+/// exposed part in the step time (a review found PP alone printing its exposed time).
+#[test]
+fn pipeline_comm_time_is_the_total_like_every_group() {
+    use tpsim::cost::terms::TermKind;
+    let model = load_model("llama3-70b").unwrap();
+    let cluster = cluster(8);
+    let training = Training::with_framework(
+        tpsim::training::TrainingFramework::MegatronCore,
+        8192,
+        64,
+        tpsim::training::AttentionKernel::Flash,
+    );
+    let request = PlanRequest {
+        tp: 8,
+        pp: 4,
+        dp: 2,
+        vpp: 5,
+        micro_batch: 1,
+        sequence_parallel: true,
+        recompute: Recompute::None,
+        zero: 1,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let e = evaluate(&model, &cluster, &training, &plan);
+    let term = e.terms.get(TermKind::PpComm);
+    assert_eq!(e.comm.pp.time_s.0, term.time_s.0);
+    assert!(e.time.pp_comm_exposed_s.0 < e.comm.pp.time_s.0, "{e:?}");
+}

@@ -623,10 +623,7 @@ pub fn evaluate(
             tp: group_comm(&[TermKind::TpComm]),
             cp: group_comm(&[TermKind::CpComm]),
             ep: group_comm(&[TermKind::EpComm]),
-            pp: GroupComm {
-                time_s: time.pp_comm_exposed_s,
-                ..group_comm(&[TermKind::PpComm])
-            },
+            pp: group_comm(&[TermKind::PpComm]),
             dp: group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]),
         },
         bubble_ratio,
