@@ -1039,3 +1039,60 @@ fn run_with_hostile_numbers(
     check_invariants(&r, &format!("{argv:?}"), &dir, &[], None);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Routing flags have physical bounds: one expert can receive at most every token once (experts /
+/// top-k times the balanced share: 4 for Mixtral's 8 experts top-2), and a dense model has no
+/// routing at all. Both are refused with the value, the rule and a fix, not computed (a review
+/// found `--moe-imbalance 64` on Mixtral printing 1,479 GiB of activations).
+#[test]
+fn routing_flags_are_bounded_by_the_model() {
+    let mixtral = [
+        "eval",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "8",
+        "--tp",
+        "4",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "512",
+        "--zero",
+        "1",
+    ];
+    let with = |extra: &[&str]| {
+        let args: Vec<&str> = mixtral.iter().chain(extra).copied().collect();
+        run(&args)
+    };
+    let over = with(&["--moe-imbalance", "4.5"]);
+    assert_eq!(over.code, 2, "{}", over.stderr);
+    assert!(
+        over.stderr.contains("--moe-imbalance 4.5") && over.stderr.contains("8 experts / top-2"),
+        "{}",
+        over.stderr
+    );
+    let at_bound = with(&["--moe-imbalance", "4"]);
+    assert_ne!(at_bound.code, 2, "{}", at_bound.stderr);
+    let dense = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--moe-capacity-factor",
+        "1.25",
+    ]);
+    assert_eq!(dense.code, 2, "{}", dense.stderr);
+    assert!(
+        dense.stderr.contains("--moe-capacity-factor 1.25") && dense.stderr.contains("dense"),
+        "{}",
+        dense.stderr
+    );
+}

@@ -392,6 +392,45 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
 }
 
 /// The GEMM precision `--precision` names (default bf16).
+/// The busiest expert's load over the balanced share: `--moe-imbalance` (1, balanced, when not
+/// given, as the published benchmarks force), capped by `--moe-capacity-factor`, which drops the
+/// tokens over capacity. Each token goes to top-k distinct experts, so one expert receives at most
+/// every token once: experts/top-k times the balanced share. Both flags are refused on a dense
+/// model, where there is no routing to unbalance or cap.
+fn moe_imbalance_of(model: &Model, args: &TrainingArgs) -> Result<f64> {
+    let Some(moe) = model.moe else {
+        let given = [
+            args.moe_imbalance.map(|f| ("--moe-imbalance", f)),
+            args.moe_capacity_factor
+                .map(|c| ("--moe-capacity-factor", c)),
+        ];
+        if let Some((flag, value)) = given.into_iter().flatten().next() {
+            bail!(
+                "{flag} {value}: model {} is dense (no experts), so there is no routing to unbalance or cap; drop {flag} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
+                model.name
+            );
+        }
+        return Ok(1.0);
+    };
+    let max_imbalance = f64::from(moe.experts) / f64::from(moe.router_topk.max(1));
+    let imbalance = match args.moe_imbalance {
+        None => 1.0,
+        Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
+        Some(f) => bail!(
+            "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
+            moe.experts,
+            moe.router_topk
+        ),
+    };
+    Ok(match args.moe_capacity_factor {
+        None => imbalance,
+        Some(c) if c.is_finite() && (1.0..=64.0).contains(&c) => imbalance.min(c),
+        Some(c) => bail!(
+            "--moe-capacity-factor {c}: the expert capacity over the balanced share must be between 1 and 64 (below 1 drops tokens even when routing is balanced); e.g. --moe-capacity-factor 1.25"
+        ),
+    })
+}
+
 pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
     match args.precision {
         None | Some(PrecisionArg::Bf16) => Precision::Bf16,
@@ -511,23 +550,7 @@ pub(super) fn resolve_scenario(
         },
         framework,
         overlap,
-        moe_imbalance: {
-            let imbalance = match training_args.moe_imbalance {
-                None => 1.0,
-                Some(f) if f.is_finite() && (1.0..=64.0).contains(&f) => f,
-                Some(f) => bail!(
-                    "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and 64; e.g. --moe-imbalance 1.2"
-                ),
-            };
-            // A capacity factor drops the tokens over capacity: the busiest expert never gets more.
-            match training_args.moe_capacity_factor {
-                None => imbalance,
-                Some(c) if c.is_finite() && (1.0..=64.0).contains(&c) => imbalance.min(c),
-                Some(c) => bail!(
-                    "--moe-capacity-factor {c}: the expert capacity over the balanced share must be between 1 and 64 (below 1 drops tokens even when routing is balanced); e.g. --moe-capacity-factor 1.25"
-                ),
-            }
-        },
+        moe_imbalance: moe_imbalance_of(&model, training_args)?,
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,
