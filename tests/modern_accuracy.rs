@@ -154,7 +154,7 @@ const DENSE_MEGATRON_PAST_25: usize = 2;
 const DENSE_ALL_PAST_25: usize = 16;
 const MOE_MIN_PREDICTED: usize = 34;
 const MOE_MEDIAN_BOUND: f64 = 0.16;
-const MOE_PAST_30: usize = 11;
+const MOE_PAST_30: usize = 10;
 // torchtitan peak memory (20 runs state it): today's values, not the 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.14;

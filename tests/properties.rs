@@ -616,3 +616,49 @@ fn pipeline_comm_time_is_the_total_like_every_group() {
     assert_eq!(e.comm.pp.time_s.0, term.time_s.0);
     assert!(e.time.pp_comm_exposed_s.0 < e.comm.pp.time_s.0, "{e:?}");
 }
+
+/// DeepSeek-V3's three dense layers sit on the first pipeline stage; the busiest stage holds only
+/// MoE layers, so its all-to-alls run once per layer per micro-batch (a review found 243 dispatches
+/// for 8 MoE layers × 32 micro-batches: the model-wide MoE share applied to a stage past the
+/// dense prefix).
+#[test]
+fn busiest_stage_of_deepseek_v3_dispatches_in_every_layer() {
+    use tpsim::cost::ledger::{Op, ledger};
+    let model = load_model("deepseek-v3").unwrap();
+    let cluster = Cluster {
+        gpu: load_gpu("b200-sxm-180g").unwrap(),
+        nodes: 32,
+        gpus_per_node: 8,
+    };
+    let training = Training::with_framework(
+        tpsim::training::TrainingFramework::MegatronCore,
+        4096,
+        1024,
+        tpsim::training::AttentionKernel::Flash,
+    );
+    let request = PlanRequest {
+        tp: 1,
+        pp: 8,
+        dp: 32,
+        ep: 32,
+        micro_batch: 1,
+        recompute: Recompute::None,
+        zero: 1,
+        allow_uneven_pp: true,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let layers = plan.stages.max_layers();
+    let dispatches: Vec<u64> = ledger(&model, &cluster, &training, &plan)
+        .entries
+        .iter()
+        .filter(|e| e.op == Op::AllToAll)
+        .map(|e| e.count)
+        .collect();
+    assert!(!dispatches.is_empty());
+    let want = u64::from(layers) * u64::from(plan.num_microbatches);
+    assert!(
+        dispatches.iter().all(|&c| c == want),
+        "{dispatches:?} vs {want}"
+    );
+}

@@ -417,7 +417,7 @@ pub fn ledger(
     if plan.ep > 1 && bytes > 0.0 {
         let e = plan.ep;
         let tensor = bytes / Op::AllToAll.wire_factor(e);
-        let moe_layers = moe::moe_layer_share(model) * f64::from(max_layers);
+        let moe_layers = moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers);
         let count = (moe_layers * m as f64).round() as u64;
         let scope = Scope::PerMoeLayerPerMicrobatch;
         let forward = [

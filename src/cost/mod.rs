@@ -253,8 +253,9 @@ pub(crate) fn unit_costs(
     let recompute_share = plan.recompute_share();
     let mut layer = layer;
     // MoE layers replace the dense MLP by router, permutation, grouped expert GEMMs and shared
-    // experts (`moe.rs`); the average layer carries the MoE layers' share of the difference.
-    let moe_share = moe::moe_layer_share(model);
+    // experts (`moe.rs`); the busiest stage's average layer carries its MoE layers' share of the
+    // difference.
+    let moe_share = moe::busiest_stage_moe_share(model, plan);
     if moe_share > 0.0 {
         let moe_mlp = moe::moe_mlp_forward_s(model, cluster, plan, seq_len, training.moe_imbalance);
         let delta = moe_share * (moe_mlp - layer.mlp_forward);

@@ -52,6 +52,25 @@ pub fn moe_layer_share(model: &Model) -> f64 {
     f64::from(model.moe_layers()) / f64::from(model.layers.max(1))
 }
 
+/// Share of MoE layers on the busiest pipeline stage, whose per-layer time the step is built
+/// from. Without a pipeline it is the model's share. With one, the dense prefix (DeepSeek-V3's
+/// first three layers, `--moe-first-k-dense-replace`) sits on the first stage, which the uneven
+/// split already lightens for the embedding; the stages that set the pace hold layers past it, so
+/// their share is the MoE pattern's own (every layer at `moe_layer_freq` 1, one in f at f).
+pub fn busiest_stage_moe_share(model: &Model, plan: &ParallelPlan) -> f64 {
+    match model.moe {
+        Some(moe) if plan.pp > 1 && moe.first_dense_layers > 0 && moe.layer_freq > 0 => {
+            let after_prefix = model.layers.saturating_sub(moe.first_dense_layers);
+            if after_prefix == 0 {
+                0.0
+            } else {
+                f64::from(model.moe_layers()) / f64::from(after_prefix)
+            }
+        }
+        _ => moe_layer_share(model),
+    }
+}
+
 /// Forward time of one MoE layer's MLP part on one GPU for one micro-batch: router GEMM,
 /// permute/unpermute traffic, the grouped expert GEMMs at their real token counts, and the shared
 /// experts.
