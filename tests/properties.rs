@@ -662,3 +662,41 @@ fn busiest_stage_of_deepseek_v3_dispatches_in_every_layer() {
         "{dispatches:?} vs {want}"
     );
 }
+
+/// ZeRO-3's gathers before each forward hide only when prefetched: turning the parameter-gather
+/// overlap off exposes them (a review found `--overlap-param-gather false` changing nothing for
+/// ZeRO-3 plans).
+#[test]
+fn zero3_forward_gathers_hide_only_when_prefetched() {
+    use tpsim::cost::terms::TermKind;
+    let model = load_model("llama3-70b").unwrap();
+    let cluster = cluster(8);
+    let exposed = |param_gather: bool| {
+        let mut training = Training::with_framework(
+            tpsim::training::TrainingFramework::MegatronCore,
+            8192,
+            64,
+            tpsim::training::AttentionKernel::Flash,
+        );
+        training.overlap.param_gather = param_gather;
+        let request = PlanRequest {
+            tp: 8,
+            pp: 1,
+            dp: 8,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero: 3,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let e = evaluate(&model, &cluster, &training, &plan);
+        e.terms.get(TermKind::DpParamGather).exposed_s.0
+    };
+    assert!(
+        exposed(false) > exposed(true),
+        "{} vs {}",
+        exposed(false),
+        exposed(true)
+    );
+}

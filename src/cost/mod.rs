@@ -542,7 +542,13 @@ pub fn evaluate(
         ..Term::new(TermKind::DpGradReduce)
     });
     let forward_gathers_s = m * dp.forward_gather_per_mb_s;
-    let forward_gathers_not_hidden = m * (dp.forward_gather_per_mb_s - slowest.forward).max(0.0);
+    // ZeRO-3's gathers before each forward hide behind it only when prefetched (FSDP's forward
+    // prefetch, DeepSpeed's `overlap_comm`): `--overlap-param-gather false` exposes them.
+    let forward_gathers_not_hidden = if overlap.param_gather {
+        m * (dp.forward_gather_per_mb_s - slowest.forward).max(0.0)
+    } else {
+        forward_gathers_s
+    };
     let step_gather_not_hidden = if overlap.param_gather {
         (dp.step_gather_s - slowest.forward).max(0.0)
     } else {
