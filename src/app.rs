@@ -42,6 +42,7 @@ mod eval_command;
 /// Megatron-LM launch lines and arguments in.
 mod megatron_paste;
 /// `tpsim plan`.
+mod pin_conflict;
 mod plan_command;
 /// Writing the report directory of `plan --report` and `eval --report`.
 mod report_commands;

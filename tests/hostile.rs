@@ -1096,3 +1096,37 @@ fn routing_flags_are_bounded_by_the_model() {
         dense.stderr
     );
 }
+
+/// A pin that no plan can have is named in `plan`'s error, with the values the search offers, not
+/// hidden behind a generic "cannot be split" line whose hint is the batch already in use (a review
+/// found `--tp 3` on a 70B model answered with "change --global-batch (e.g. --global-batch 1536)").
+#[test]
+fn plan_names_the_pin_that_rules_out_every_plan() {
+    let out = run(&["plan", "--params", "70B", "--nodes", "8", "--tp", "3"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--tp 3") && out.stderr.contains("--tp 1, 2, 4, 8"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    let together = run(&[
+        "plan",
+        "--params",
+        "70B",
+        "--nodes",
+        "8",
+        "--pp",
+        "2",
+        "--zero",
+        "3",
+        "--framework",
+        "deepspeed",
+    ]);
+    assert_eq!(together.code, 2, "{}", together.stderr);
+    assert!(
+        together.stderr.contains("--pp 2 --zero 3"),
+        "{}",
+        together.stderr
+    );
+}

@@ -34,12 +34,6 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             args.top
         );
     }
-    if args.top > MAX_TOP {
-        bail!(
-            "--top {} is more than {MAX_TOP}; every shown plan gets a schedule simulation and a detail section, so give how many to show, e.g. --top 10",
-            args.top
-        );
-    }
     if let Some(dir) = &args.report {
         check_dir("--report", dir)?;
     }
@@ -83,6 +77,14 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         ),
     };
     if result.ranked.is_empty() {
+        if let Some(why) = super::pin_conflict::explain(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            options,
+        ) {
+            bail!("no valid plan exists: {why}");
+        }
         let batch_fix = smallest_splittable_batch(
             &scenario.model,
             &scenario.cluster,
