@@ -26,9 +26,26 @@ where
     Ok(out)
 }
 
-/// "#1 t8·p16·d2": rank and the three degrees; the HTML table gives the rest.
+/// "#1 t8·p16·d2": rank and the degrees that multiply to the GPU count, in `plan`'s column order,
+/// with c (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them
+/// and the precision where it is not bf16: "#1 t4·c2·p1·d8·e8 fp8". The HTML table gives the rest.
 pub fn plan_label(rank: usize, e: &Estimate) -> String {
-    format!("#{rank} t{}·p{}·d{}", e.plan.tp, e.plan.pp, e.plan.dp)
+    let p = &e.plan;
+    let mut out = format!("#{rank} t{}", p.tp);
+    if p.cp > 1 {
+        out += &format!("·c{}", p.cp);
+    }
+    out += &format!("·p{}·d{}", p.pp, p.dp);
+    if p.ep > 1 {
+        out += &format!("·e{}", p.ep);
+    }
+    if p.etp > 1 {
+        out += &format!("·et{}", p.etp);
+    }
+    if p.precision != crate::plan::Precision::Bf16 {
+        out += &format!(" {}", p.precision.as_str());
+    }
+    out
 }
 
 /// Colours of TP degrees 1, 2, 4, 8, 16, … (category10).
