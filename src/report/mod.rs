@@ -24,7 +24,7 @@ mod table;
 
 pub use detail::{PlanDetail, detail_for};
 pub use html::{ReportFiles, ReportInputs, render_files};
-pub use svg::plan_label;
+pub use svg::{degrees_label, plan_label};
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;

@@ -26,12 +26,17 @@ where
     Ok(out)
 }
 
-/// "#1 t8·p16·d2": rank and the degrees that multiply to the GPU count, in `plan`'s column order,
-/// with c (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them
-/// and the precision where it is not bf16: "#1 t4·c2·p1·d8·e8 fp8". The HTML table gives the rest.
+/// "#1 t8·p16·d2": rank and the plan's degrees ([`degrees_label`]); the HTML table gives the rest.
 pub fn plan_label(rank: usize, e: &Estimate) -> String {
+    format!("#{rank} {}", degrees_label(e))
+}
+
+/// "t8·p16·d2": the degrees that multiply to the GPU count, in `plan`'s column order, with c
+/// (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them and
+/// the precision where it is not bf16: "t4·c2·p1·d8·e8 fp8".
+pub fn degrees_label(e: &Estimate) -> String {
     let p = &e.plan;
-    let mut out = format!("#{rank} t{}", p.tp);
+    let mut out = format!("t{}", p.tp);
     if p.cp > 1 {
         out += &format!("·c{}", p.cp);
     }
