@@ -1290,14 +1290,27 @@ fn compare_labels_carry_cp_ep_etp_and_the_precision() {
         assert_eq!(plan["precision"], "fp8");
         assert!(label.ends_with(" fp8"), "{label}");
     }
-    let verdict = stdout.lines().rev().find(|l| !l.is_empty()).unwrap();
-    if let Some((_, after)) = verdict.split_once("CP traffic") {
-        let cause = after.split(')').next().unwrap();
-        assert!(
-            cause.contains("cp "),
-            "the CP degree is not named: {verdict}"
-        );
-    }
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("MFU % is model FLOPs over the bf16 peak ("),
+        "{stdout}"
+    );
+    let verdict = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" faster than "))
+        .unwrap_or_else(|| panic!("no verdict:\n{stdout}"));
+    let (_, after) = verdict
+        .split_once("CP traffic")
+        .unwrap_or_else(|| panic!("the test needs a verdict that weighs CP traffic: {verdict}"));
+    let cause = after.split(')').next().unwrap();
+    assert!(
+        cause.contains("cp "),
+        "the CP degree is not named: {verdict}"
+    );
 }
 
 /// `sweep` rows carry cp, ep, etp and the precision in the table, JSON and CSV (JSON names as

@@ -99,7 +99,7 @@ fn plan_report_figures_show_what_they_must() {
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
     assert!(
         t.iter()
-            .any(|s| s == "plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
+            .any(|s| s == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
@@ -812,10 +812,10 @@ fn a_plan_without_pipeline_says_so_in_the_layout() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The page's Plans table names every degree a plan uses and its precision, in the row label
-/// (`t2·c2·p4·d2·e4 fp8`) and in columns shown by `plan`'s rule, so each row multiplies to the
-/// GPU count (was `t2·p4·d2` with no cp, ep or precision anywhere in the table); under it, the
-/// line that says MFU is over the bf16 peak.
+/// The page's Plans table names every degree a plan uses, in the row label (`t2·c2·p4·d2·e4`) and
+/// in columns shown by `plan`'s rule, and the precision in its column, so each row multiplies to
+/// the GPU count (was `t2·p4·d2` with no cp, ep or precision anywhere in the table); under it,
+/// the line that says MFU is over the bf16 peak.
 #[test]
 fn the_plans_table_names_cp_ep_and_precision() {
     let (html, _, json) = eval_report(
@@ -893,14 +893,11 @@ fn the_plans_table_names_cp_ep_and_precision() {
         if degree("ep") > 1 {
             want += &format!("·e{}", degree("ep"));
         }
-        let precision = &row[at("precision")];
-        if precision != "bf16" {
-            want += &format!(" {precision}");
-        }
         assert!(label.contains(&want), "{label} lacks {want}");
     }
+    assert_eq!(rows[0][at("precision")], "fp8");
     assert!(
-        rows[0][0].starts_with("this plan t2·c2·p4·d2·e4 fp8"),
+        rows[0][0].starts_with("this plan t2·c2·p4·d2·e4"),
         "{:?}",
         rows[0]
     );

@@ -110,8 +110,9 @@ fn with_schedule(
 }
 
 pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
-    // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`).
-    let (a, b, a_from, b_from, experts) = match args.plan.len() {
+    // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`);
+    // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
+    let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             let result = search(
@@ -149,6 +150,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 "search #1".to_string(),
                 format!("search #{}", rank + 1),
                 scenario.model.moe.is_some(),
+                scenario.cluster.gpu.peak_flops().0,
             )
         }
         2 => {
@@ -206,6 +208,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 args.plan[1].clone(),
                 // One model: `scenario_differences` refused two.
                 loaded[0].1.model.moe.is_some(),
+                loaded[0].1.cluster.gpu.peak_flops().0,
             )
         }
         n => bail!(
@@ -223,6 +226,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
         CompareFormat::Table => {
             println!("plan A: {a_from}\nplan B: {b_from}\n");
             print!("{}", compare::table(&comparison));
+            if let Some(note) = crate::report::mfu_note(&[a, b], peak_flops) {
+                println!("{note}");
+            }
         }
     }
     Ok(Outcome::Found)
