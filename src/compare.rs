@@ -35,6 +35,10 @@ pub struct Comparison {
     /// How each plan's step time was obtained (the simulated 1F1B schedule, as `plan` and `eval`).
     pub a_schedule: Option<ScheduleSummary>,
     pub b_schedule: Option<ScheduleSummary>,
+    /// Whether the model has experts: the table's plan labels then show ep and etp even at 1
+    /// (`sweep::LabelDims`); the JSON has each plan's degrees in `a.plan` and `b.plan`.
+    #[serde(skip)]
+    pub experts: bool,
 }
 
 /// Time terms (every term of the step, `cost::terms`) with the words the verdict uses for them.
@@ -137,6 +141,7 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         b: *b,
         a_schedule: None,
         b_schedule: None,
+        experts: false,
     }
 }
 
@@ -234,23 +239,35 @@ fn figure(x: f64) -> String {
 fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
     let (f, s) = (&fast.plan, &slow.plan);
     let pair = |what: &str, a: String, b: String| Some(format!("{what} {a} against {b}"));
+    // Recompute as the table labels it ("full 1/4" for Megatron's block method).
+    let (f_recompute, s_recompute) = (
+        crate::report::recompute_label(f),
+        crate::report::recompute_label(s),
+    );
     match term {
+        "compute" if f.precision != s.precision => pair(
+            "precision",
+            f.precision.as_str().into(),
+            s.precision.as_str().into(),
+        ),
         "compute" if f.micro_batch != s.micro_batch => pair(
             "micro-batch",
             f.micro_batch.to_string(),
             s.micro_batch.to_string(),
         ),
-        "compute" if f.recompute != s.recompute => pair(
-            "recompute",
-            f.recompute.as_str().into(),
-            s.recompute.as_str().into(),
-        ),
+        "compute" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
         "compute" | "TP traffic" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
-        "TP traffic" if f.recompute != s.recompute => pair(
-            "recompute",
-            f.recompute.as_str().into(),
-            s.recompute.as_str().into(),
-        ),
+        "TP traffic" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
+        // The ring passes K/V chunks of the rank's TP share of the KV heads
+        // (`cost::comm::cp_kv_chunk_bytes`), so tp moves it too; the CP degree is named either way.
+        "CP traffic" if f.cp != s.cp => pair("cp", f.cp.to_string(), s.cp.to_string()),
+        "CP traffic" if f.tp != s.tp => {
+            Some(format!("tp {} against {}, cp {} in both", f.tp, s.tp, f.cp))
+        }
+        "CP traffic" => Some(format!("cp {} in both", f.cp)),
+        "EP all-to-all" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
+        "EP all-to-all" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
+        "EP all-to-all" => Some(format!("ep {} in both", f.ep)),
         "pipeline bubble" | "PP traffic" if f.vpp != s.vpp => {
             pair("vpp", f.vpp.to_string(), s.vpp.to_string())
         }
@@ -284,23 +301,18 @@ pub fn table(c: &Comparison) -> String {
         c.b_label.clone(),
         format!("{} − {}", c.b_label, c.a_label),
     ]);
-    let plan = |e: &Estimate| {
-        let p = &e.plan;
-        crate::sweep::plan_label(
-            [p.tp, p.pp, p.dp],
-            &p.vpp.to_string(),
-            &p.micro_batch.to_string(),
-            p.sequence_parallel,
-            p.recompute.as_str(),
-            &p.zero.to_string(),
-        )
-    };
+    let labels = [
+        crate::sweep::PlanLabel::of(&c.a.plan),
+        crate::sweep::PlanLabel::of(&c.b.plan),
+    ];
+    let dims = crate::sweep::LabelDims::of(&labels, c.experts);
+    let plan = |i: usize| crate::sweep::plan_label(&labels[i], dims);
     table.add_row(vec![
         "plan".to_string(),
         String::new(),
         String::new(),
-        plan(&c.a),
-        plan(&c.b),
+        plan(0),
+        plan(1),
         String::new(),
     ]);
     for t in &c.terms {

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
+use crate::plan::{ParallelPlan, Precision};
 use crate::planner::{SearchOptions, search};
 use crate::training::Training;
 use crate::units::GIB;
@@ -68,13 +69,21 @@ pub struct Row {
     pub candidates: u64,
     pub feasible: u64,
     pub tp: Option<u32>,
+    pub cp: Option<u32>,
     pub pp: Option<u32>,
     pub dp: Option<u32>,
+    pub ep: Option<u32>,
+    pub etp: Option<u32>,
     pub vpp: Option<u32>,
     pub micro_batch: Option<u32>,
     pub sequence_parallel: Option<bool>,
     pub recompute: Option<&'static str>,
     pub zero: Option<u8>,
+    /// Number format of the GEMMs (`plan --format json`'s `precision`).
+    pub precision: Option<&'static str>,
+    /// Layers of each chunk recomputed whole under Megatron's block method (0: every layer, or
+    /// recompute is not full), as `plan --format json` writes it.
+    pub recompute_num_layers: Option<u32>,
     pub step_time_s: Option<f64>,
     pub tokens_per_s: Option<f64>,
     pub mfu: Option<f64>,
@@ -83,6 +92,9 @@ pub struct Row {
     pub memory_headroom_gib: Option<f64>,
     pub time_to_train_days: Option<f64>,
     pub cost_to_train: Option<f64>,
+    /// The best plan as the table's cell reads it (the fields above, with the recompute label).
+    #[serde(skip)]
+    pub label: Option<PlanLabel>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +103,9 @@ pub struct Sweep {
     pub tokens: Option<f64>,
     pub price_per_gpu_hour: Option<f64>,
     pub rows: Vec<Row>,
+    /// Whether any point's model has experts: its labels then show ep and etp (`LabelDims`).
+    #[serde(skip)]
+    pub experts: bool,
 }
 
 /// Plans every point; `tick` is called once per finished point (the progress bar).
@@ -114,6 +129,7 @@ pub fn run(
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
         rows,
+        experts: points.iter().any(|p| p.model.moe.is_some()),
     }
 }
 
@@ -134,13 +150,19 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         candidates: result.stats.candidates,
         feasible: result.stats.feasible,
         tp: best.map(|e| e.plan.tp),
+        cp: best.map(|e| e.plan.cp),
         pp: best.map(|e| e.plan.pp),
         dp: best.map(|e| e.plan.dp),
+        ep: best.map(|e| e.plan.ep),
+        etp: best.map(|e| e.plan.etp),
         vpp: best.map(|e| e.plan.vpp),
         micro_batch: best.map(|e| e.plan.micro_batch),
         sequence_parallel: best.map(|e| e.plan.sequence_parallel),
         recompute: best.map(|e| e.plan.recompute.as_str()),
         zero: best.map(|e| e.plan.zero),
+        precision: best.map(|e| e.plan.precision.as_str()),
+        recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
+        label: best.map(|e| PlanLabel::of(&e.plan)),
         step_time_s: best.map(|e| e.time.step_s.0),
         tokens_per_s: best.map(|e| e.tokens_per_s),
         mfu: best.map(|e| e.mfu),
@@ -167,7 +189,7 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,candidates,feasible,tp,pp,dp,vpp,micro_batch,sequence_parallel,recompute,zero,step_time_s,tokens_per_s,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train\n",
+        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,tokens_per_s,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train\n",
     );
     for r in &sweep.rows {
         let value = if r.value.contains([',', '"', '\n']) {
@@ -183,13 +205,18 @@ pub fn to_csv(sweep: &Sweep) -> String {
             r.candidates.to_string(),
             r.feasible.to_string(),
             opt(r.tp),
+            opt(r.cp),
             opt(r.pp),
             opt(r.dp),
+            opt(r.ep),
+            opt(r.etp),
             opt(r.vpp),
             opt(r.micro_batch),
             opt(r.sequence_parallel),
             opt(r.recompute),
+            opt(r.recompute_num_layers),
             opt(r.zero),
+            opt(r.precision),
             fixed(r.step_time_s, 4),
             fixed(r.tokens_per_s, 1),
             fixed(r.mfu, 4),
@@ -205,20 +232,97 @@ pub fn to_csv(sweep: &Sweep) -> String {
     out
 }
 
-/// A plan in one cell: `tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1`. The recompute mode is
-/// keyed, so that "sp" (sequence parallelism on) is never read as "sp none" (off).
-pub fn plan_label(
-    [tp, pp, dp]: [u32; 3],
-    vpp: &str,
-    micro_batch: &str,
-    sequence_parallel: bool,
-    recompute: &str,
-    zero: &str,
-) -> String {
-    format!(
-        "tp{tp} pp{pp} dp{dp} vpp{vpp} mb{micro_batch} {}recompute={recompute} zero{zero}",
-        if sequence_parallel { "sp " } else { "" }
-    )
+/// A plan in one cell, in `plan`'s column order: `tp4 cp2 pp1 dp8 ep8 etp1 vpp1 mb1 sp
+/// recompute=none zero1 fp8`. The recompute mode is keyed, so that "sp" (sequence parallelism on)
+/// is never read as "sp none" (off); a block recompute of some layers reads `recompute=full 1/4`,
+/// as the table's column. cp, ep, etp and the precision show as [`LabelDims`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanLabel {
+    pub tp: u32,
+    pub cp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    pub ep: u32,
+    pub etp: u32,
+    pub vpp: u32,
+    pub micro_batch: u32,
+    pub sequence_parallel: bool,
+    pub recompute: String,
+    pub zero: u8,
+    pub precision: Precision,
+}
+
+impl PlanLabel {
+    pub fn of(p: &ParallelPlan) -> Self {
+        PlanLabel {
+            tp: p.tp,
+            cp: p.cp,
+            pp: p.pp,
+            dp: p.dp,
+            ep: p.ep,
+            etp: p.etp,
+            vpp: p.vpp,
+            micro_batch: p.micro_batch,
+            sequence_parallel: p.sequence_parallel,
+            recompute: crate::report::recompute_label(p),
+            zero: p.zero,
+            precision: p.precision,
+        }
+    }
+}
+
+/// Which of the optional degrees a set of labels shows, by the rule of `plan`'s table
+/// (`report::plans_table_fitted`: a column shows when any shown plan uses it), and ep and etp for
+/// every plan of a model with experts, where ep 1 is a choice worth reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LabelDims {
+    pub cp: bool,
+    pub ep: bool,
+    pub etp: bool,
+    pub precision: bool,
+}
+
+impl LabelDims {
+    pub fn of<'a>(labels: impl IntoIterator<Item = &'a PlanLabel>, experts: bool) -> Self {
+        let mut dims = LabelDims {
+            ep: experts,
+            etp: experts,
+            ..LabelDims::default()
+        };
+        for l in labels {
+            dims.cp |= l.cp > 1;
+            dims.ep |= l.ep > 1;
+            dims.etp |= l.etp > 1;
+            dims.precision |= l.precision != Precision::Bf16;
+        }
+        dims
+    }
+}
+
+pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
+    let mut out = format!("tp{}", l.tp);
+    if dims.cp {
+        out += &format!(" cp{}", l.cp);
+    }
+    out += &format!(" pp{} dp{}", l.pp, l.dp);
+    if dims.ep {
+        out += &format!(" ep{}", l.ep);
+    }
+    if dims.etp {
+        out += &format!(" etp{}", l.etp);
+    }
+    out += &format!(
+        " vpp{} mb{} {}recompute={} zero{}",
+        l.vpp,
+        l.micro_batch,
+        if l.sequence_parallel { "sp " } else { "" },
+        l.recompute,
+        l.zero
+    );
+    if dims.precision {
+        out += &format!(" {}", l.precision.as_str());
+    }
+    out
 }
 
 /// The sweep as a terminal table.
@@ -243,17 +347,14 @@ pub fn table(sweep: &Sweep) -> String {
         }
     }
     table.set_header(header.clone());
+    let dims = LabelDims::of(
+        sweep.rows.iter().filter_map(|r| r.label.as_ref()),
+        sweep.experts,
+    );
     for r in &sweep.rows {
-        let plan = match (r.tp, r.pp, r.dp) {
-            (Some(tp), Some(pp), Some(dp)) => plan_label(
-                [tp, pp, dp],
-                &opt(r.vpp),
-                &opt(r.micro_batch),
-                r.sequence_parallel == Some(true),
-                &opt(r.recompute),
-                &opt(r.zero),
-            ),
-            _ => format!("nothing fits ({} candidates)", r.candidates),
+        let plan = match &r.label {
+            Some(label) => plan_label(label, dims),
+            None => format!("nothing fits ({} candidates)", r.candidates),
         };
         let mut row = vec![
             r.value.clone(),
@@ -364,10 +465,61 @@ mod tests {
 
     #[test]
     fn plan_label_keys_the_recompute_mode() {
-        let on = plan_label([4, 16, 2], "1", "2", true, "none", "1");
+        let mut label = PlanLabel {
+            tp: 4,
+            cp: 1,
+            pp: 16,
+            dp: 2,
+            ep: 1,
+            etp: 1,
+            vpp: 1,
+            micro_batch: 2,
+            sequence_parallel: true,
+            recompute: "none".into(),
+            zero: 1,
+            precision: Precision::Bf16,
+        };
+        let dense = LabelDims::of([&label], false);
+        let on = plan_label(&label, dense);
         assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1");
         assert!(!on.contains("sp none"), "{on}");
-        let off = plan_label([4, 16, 2], "1", "2", false, "selective", "1");
+        label.sequence_parallel = false;
+        label.recompute = "selective".into();
+        let off = plan_label(&label, dense);
         assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute=selective zero1");
+    }
+
+    #[test]
+    fn plan_label_shows_the_degrees_a_plan_uses() {
+        let label = PlanLabel {
+            tp: 4,
+            cp: 2,
+            pp: 1,
+            dp: 8,
+            ep: 8,
+            etp: 1,
+            vpp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: "full 1/4".into(),
+            zero: 1,
+            precision: Precision::Fp8,
+        };
+        let text = plan_label(&label, LabelDims::of([&label], false));
+        assert_eq!(
+            text,
+            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute=full 1/4 zero1 fp8"
+        );
+        // A model with experts shows ep and etp even at 1.
+        let one = PlanLabel {
+            cp: 1,
+            ep: 1,
+            precision: Precision::Bf16,
+            ..label
+        };
+        assert_eq!(
+            plan_label(&one, LabelDims::of([&one], true)),
+            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute=full 1/4 zero1"
+        );
     }
 }

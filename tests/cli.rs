@@ -1225,3 +1225,277 @@ fn a_saved_plan_keeps_its_framework() {
     assert_eq!(evaluated["time"]["step_s"], best["time"]["step_s"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The degrees a one-cell plan label names (`tp4 cp2 pp1 dp8 ep8 etp1 vpp1 ...`), by key.
+fn label_degree(label: &str, key: &str) -> Option<u64> {
+    label
+        .split_whitespace()
+        .find_map(|token| token.strip_prefix(key)?.parse().ok())
+}
+
+/// The cells of the table line that starts with `first` (comfy-table's `│ a ┆ b ┆ c │`).
+fn table_cells(stdout: &str, first: &str) -> Vec<String> {
+    let line = stdout
+        .lines()
+        .find(|l| {
+            l.trim_start_matches('│')
+                .split('┆')
+                .next()
+                .is_some_and(|c| c.trim() == first)
+        })
+        .unwrap_or_else(|| panic!("no table row {first:?}:\n{stdout}"));
+    line.trim_matches(|c| c == '│' || c == ' ')
+        .split('┆')
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// `compare` names every degree of both plans (they multiply to the GPU count) and the precision,
+/// and its verdict names the CP degree when CP traffic decides: the review found
+/// `tp4 pp1 dp8 vpp1 mb1 sp recompute=none zero1` for a cp 2 × ep 8 plan on 64 GPUs.
+#[test]
+fn compare_labels_carry_cp_ep_etp_and_the_precision() {
+    let scenario = [
+        "compare",
+        "--model",
+        "mixtral-8x7b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--precision",
+        "fp8",
+    ];
+    let (code, json) = run_json(&with_args(&scenario, &["--format", "json"]));
+    assert_eq!(code, 0);
+    let (code, stdout, stderr) = run(&scenario);
+    assert_eq!(code, 0, "{stderr}");
+    let cells = table_cells(&stdout, "plan");
+    for (label, side) in [(&cells[3], "a"), (&cells[4], "b")] {
+        let plan = &json[side];
+        for key in ["tp", "cp", "pp", "dp", "ep", "etp"] {
+            assert_eq!(
+                label_degree(label, key),
+                Some(u(&plan[key])),
+                "{key} of plan {side}: {label}"
+            );
+        }
+        let product: u64 = ["tp", "cp", "pp", "dp"]
+            .iter()
+            .map(|k| label_degree(label, k).unwrap())
+            .product();
+        assert_eq!(product, 64, "{label}");
+        assert_eq!(plan["precision"], "fp8");
+        assert!(label.ends_with(" fp8"), "{label}");
+    }
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("MFU % is model FLOPs over the bf16 peak ("),
+        "{stdout}"
+    );
+    let verdict = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" faster than "))
+        .unwrap_or_else(|| panic!("no verdict:\n{stdout}"));
+    let (_, after) = verdict
+        .split_once("CP traffic")
+        .unwrap_or_else(|| panic!("the test needs a verdict that weighs CP traffic: {verdict}"));
+    let cause = after.split(')').next().unwrap();
+    assert!(
+        cause.contains("cp "),
+        "the CP degree is not named: {verdict}"
+    );
+}
+
+/// `sweep` rows carry cp, ep, etp and the precision in the table, JSON and CSV (JSON names as
+/// `plan --format json`), and honour --precision (it was dropped: bf16 plans only).
+#[test]
+fn sweep_rows_carry_cp_ep_etp_and_the_precision() {
+    let scenario = [
+        "sweep",
+        "--model",
+        "mixtral-8x7b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--axis",
+        "nodes",
+        "--values",
+        "4,8",
+        "--global-batch",
+        "256",
+        "--precision",
+        "fp8",
+    ];
+    let (code, json) = run_json(&with_args(&scenario, &["--format", "json"]));
+    assert_eq!(code, 0);
+    let rows = json["rows"].as_array().unwrap();
+    let (code, csv, stderr) = run(&with_args(&scenario, &["--format", "csv"]));
+    assert_eq!(code, 0, "{stderr}");
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let (code, table, stderr) = run(&scenario);
+    assert_eq!(code, 0, "{stderr}");
+    for (i, row) in rows.iter().enumerate() {
+        let degrees: u64 = ["tp", "cp", "pp", "dp"]
+            .iter()
+            .map(|k| u(&row[k]))
+            .product();
+        assert_eq!(degrees, u(&row["gpus"]), "{row}");
+        assert_eq!(row["precision"], "fp8", "{row}");
+        let cells: Vec<&str> = csv.lines().nth(i + 1).unwrap().split(',').collect();
+        for key in ["cp", "ep", "etp", "precision"] {
+            let column = header.iter().position(|h| *h == key);
+            let column = column.unwrap_or_else(|| panic!("CSV has no {key} column: {header:?}"));
+            let want = match &row[key] {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            assert_eq!(cells[column], want, "{key} of row {i}");
+        }
+        let value = row["value"].as_str().unwrap();
+        let label = &table_cells(&table, value)[3];
+        // A model with experts shows ep and etp; cp shows where a row uses it.
+        for key in ["tp", "pp", "dp", "ep", "etp"] {
+            assert_eq!(label_degree(label, key), Some(u(&row[key])), "{label}");
+        }
+        if rows.iter().any(|r| u(&r["cp"]) > 1) {
+            assert_eq!(label_degree(label, "cp"), Some(u(&row["cp"])), "{label}");
+        }
+        assert!(label.ends_with(" fp8"), "{label}");
+    }
+}
+
+/// The "model: A against B" of two plan files of different models counts each model's
+/// parameters as `plan` printed them (was: B's learned positions at A's sequence length).
+#[test]
+fn compare_of_different_models_prints_each_models_own_parameter_count() {
+    let dir = temp_dir("compare-params");
+    let mut counts = Vec::new();
+    let mut paths = Vec::new();
+    for (name, model) in [("a", ["--model", "llama3-70b"]), ("b", ["--params", "70B"])] {
+        let path = dir
+            .join(format!("{name}.yaml"))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let mut args = vec!["plan"];
+        args.extend(model);
+        args.extend([
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "8",
+            "--global-batch",
+            "512",
+            "--save",
+            &path,
+        ]);
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        // "model NAME (...): 70.6B params, ..."
+        let first = stdout.lines().next().unwrap();
+        let count = first
+            .split_once("): ")
+            .and_then(|(_, rest)| rest.split_once(" params"))
+            .map(|(count, _)| count.to_string())
+            .unwrap_or_else(|| panic!("no parameter count in {first}"));
+        counts.push(count);
+        paths.push(path);
+    }
+    let (code, stdout, stderr) = run(&["compare", "--plan", &paths[0], "--plan", &paths[1]]);
+    assert_eq!(code, 2, "{stdout}");
+    let want = format!("model: {} params", counts[0]);
+    assert!(stderr.contains(&want), "{want} not in {stderr}");
+    let want = format!("against {} params", counts[1]);
+    assert!(stderr.contains(&want), "{want} not in {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A table with a low-precision plan says, under it, that MFU is over the bf16 peak (its number
+/// from the cluster), and eval's throughput line says so too; a bf16 table reads as before.
+#[test]
+fn low_precision_mfu_says_it_is_over_the_bf16_peak() {
+    let dir = temp_dir("mfu-note");
+    let saved = dir.join("nvfp4.yaml").to_str().unwrap().to_string();
+    let scenario = [
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--gpu",
+        "b200-sxm-180g",
+        "--framework",
+        "torchtitan",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "1024",
+    ];
+    let (code, json) = run_json(&with_args(
+        &scenario,
+        &["--precision", "nvfp4", "--format", "json"],
+    ));
+    assert_eq!(code, 0);
+    let peak = f(&json["cluster"]["peak_flops"]) / 1e12;
+    let (code, stdout, stderr) = run(&with_args(
+        &scenario,
+        &["--precision", "nvfp4", "--save", &saved],
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    let want = format!("MFU % is model FLOPs over the bf16 peak ({peak:.0} TFLOP/s per GPU)");
+    let note = stdout
+        .lines()
+        .find(|l| l.starts_with(&want))
+        .unwrap_or_else(|| panic!("no {want:?} line:\n{stdout}"));
+    assert!(note.contains("nvfp4"), "{note}");
+    let (code, stdout, _) = run(&scenario);
+    assert_eq!(code, 0);
+    assert!(!stdout.contains("bf16 peak"), "{stdout}");
+    let (code, stdout, stderr) = run(&["eval", "--plan", &saved]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("throughput:"))
+        .unwrap();
+    assert!(line.contains("% of the bf16 peak"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// "why the best plan" names the recompute as the table's column does ("full 15/61" for block
+/// recompute of some layers, not "full").
+#[test]
+fn why_the_best_plan_names_recompute_as_the_table() {
+    let (code, stdout, stderr) = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "1024",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let header = table_cells(&stdout, "#");
+    let column = header.iter().position(|h| h == "recomp").unwrap();
+    let shown = table_cells(&stdout, "1")[column].clone();
+    assert!(
+        shown.starts_with("full ") && shown.contains('/'),
+        "the test needs a best plan with block recompute of some layers: {shown}"
+    );
+    let why = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("memory:"))
+        .unwrap();
+    let said = why
+        .split_once("; recompute ")
+        .and_then(|(_, rest)| rest.split_once(", micro-batch"))
+        .map(|(r, _)| r)
+        .unwrap_or_else(|| panic!("{why}"));
+    assert_eq!(said, shown, "{why}");
+}

@@ -99,7 +99,7 @@ fn plan_report_figures_show_what_they_must() {
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
     assert!(
         t.iter()
-            .any(|s| s == "plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
+            .any(|s| s == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
@@ -810,4 +810,98 @@ fn a_plan_without_pipeline_says_so_in_the_layout() {
     assert!(texts.iter().any(|t| t.starts_with("PP: none")), "{texts:?}");
     assert!(!texts.iter().any(|t| t.contains("sends activations")));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The page's Plans table names every degree a plan uses, in the row label (`t2·c2·p4·d2·e4`) and
+/// in columns shown by `plan`'s rule, and the precision in its column, so each row multiplies to
+/// the GPU count (was `t2·p4·d2` with no cp, ep or precision anywhere in the table); under it,
+/// the line that says MFU is over the bf16 peak.
+#[test]
+fn the_plans_table_names_cp_ep_and_precision() {
+    let (html, _, json) = eval_report(
+        "labels",
+        &[
+            "--model",
+            "mixtral-8x7b",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "64",
+            "--tp",
+            "2",
+            "--cp",
+            "2",
+            "--pp",
+            "4",
+            "--ep",
+            "4",
+            "--precision",
+            "fp8",
+            "--recompute",
+            "full",
+            "--zero",
+            "1",
+            "--sequence-parallel",
+        ],
+    );
+    let gpus = json["cluster"]["total_gpus"].as_u64().unwrap();
+    let section = html
+        .split_once("<h2>Plans</h2>")
+        .and_then(|(_, rest)| rest.split_once("</table>"))
+        .map(|(table, _)| table)
+        .expect("a Plans table");
+    let cells = |row: &str, tag: &str| -> Vec<String> {
+        row.split(&format!("<{tag}"))
+            .skip(1)
+            // `<th` also opens `<thead>`: a cell's tag ends there or has attributes.
+            .filter(|c| c.starts_with('>') || c.starts_with(' '))
+            .map(|c| {
+                let c = &c[c.find('>').unwrap() + 1..];
+                c[..c.find(&format!("</{tag}>")).unwrap()].to_string()
+            })
+            .collect()
+    };
+    let header = cells(section.split("</thead>").next().unwrap(), "th");
+    for column in ["cp", "ep", "precision", "CP s", "EP s"] {
+        assert!(
+            header.iter().any(|h| h == column),
+            "no {column}: {header:?}"
+        );
+    }
+    let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<Vec<String>> = section
+        .split("</thead>")
+        .nth(1)
+        .unwrap()
+        .split("<tr>")
+        .skip(1)
+        .map(|row| cells(row, "td"))
+        .collect();
+    assert!(rows.len() >= 2, "{section}");
+    for row in &rows {
+        let degree = |name: &str| row[at(name)].parse::<u64>().unwrap();
+        let product: u64 = ["tp", "cp", "pp", "dp"].iter().map(|k| degree(k)).product();
+        assert_eq!(product, gpus, "{row:?}");
+        let label = &row[0];
+        let mut want = format!("t{}", degree("tp"));
+        if degree("cp") > 1 {
+            want += &format!("·c{}", degree("cp"));
+        }
+        want += &format!("·p{}·d{}", degree("pp"), degree("dp"));
+        if degree("ep") > 1 {
+            want += &format!("·e{}", degree("ep"));
+        }
+        assert!(label.contains(&want), "{label} lacks {want}");
+    }
+    assert_eq!(rows[0][at("precision")], "fp8");
+    assert!(
+        rows[0][0].starts_with("this plan t2·c2·p4·d2·e4"),
+        "{:?}",
+        rows[0]
+    );
+    let peak = json["cluster"]["peak_flops"].as_f64().unwrap() / 1e12;
+    let note = format!("MFU % is model FLOPs over the bf16 peak ({peak:.0} TFLOP/s per GPU)");
+    assert!(html.contains(&note), "no {note:?}");
 }

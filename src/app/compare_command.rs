@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 
 use super::Outcome;
-use super::scenario::{Scenario, resolve_scenario};
+use super::scenario::{Scenario, precision_of_args, resolve_scenario};
 use crate::cli::{CompareArgs, CompareFormat};
 use crate::compare;
 use crate::cost::simulated::simulate_plan;
@@ -48,11 +48,13 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     let (mut ma, mut mb) = (a.model.clone(), b.model.clone());
     ma.name.clear();
     mb.name.clear();
-    // The sequence length is reported on its own below.
+    // The sequence length is reported on its own below, so it does not make the models differ;
+    // each model is still described as it is, at its own sequence length (learned positions are
+    // s·h parameters), so its count reads as `plan` and `eval` print it.
     mb.seq_len = ma.seq_len;
     if ma != mb {
-        let (sa, sb) = (shape(&ma), shape(&mb));
-        out.push(if sa == sb {
+        let (sa, sb) = (shape(&a.model), shape(&b.model));
+        out.push(if shape(&ma) == shape(&mb) {
             format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
         } else {
             format!("model: {sa} against {sb}")
@@ -108,7 +110,9 @@ fn with_schedule(
 }
 
 pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
-    let (a, b, a_from, b_from) = match args.plan.len() {
+    // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`);
+    // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
+    let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             let result = search(
@@ -118,6 +122,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 SearchOptions {
                     allow_uneven_pp: args.allow_uneven_pp,
                     allow_cross_node_tp: args.allow_cross_node_tp,
+                    // As `plan` searches: every plan at the --precision given (was dropped).
+                    precision: precision_of_args(&args.training),
                     ..SearchOptions::default()
                 },
             );
@@ -143,6 +149,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 (b, sb),
                 "search #1".to_string(),
                 format!("search #{}", rank + 1),
+                scenario.model.moe.is_some(),
+                scenario.cluster.gpu.peak_flops().0,
             )
         }
         2 => {
@@ -169,8 +177,17 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             }
             let mut estimates = Vec::new();
             for ((file, scenario), path) in loaded.iter().zip(&args.plan) {
+                // A flag overrides both files, as the scenario's flags do (and as `eval --plan`
+                // takes --precision over the file's).
+                let request = crate::plan::PlanRequest {
+                    precision: match args.training.precision {
+                        Some(_) => precision_of_args(&args.training),
+                        None => file.plan.precision,
+                    },
+                    ..file.plan.clone()
+                };
                 let plan = ParallelPlan::build(
-                    &file.plan,
+                    &request,
                     &scenario.model,
                     &scenario.cluster,
                     &scenario.training,
@@ -189,6 +206,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 estimates[1],
                 args.plan[0].clone(),
                 args.plan[1].clone(),
+                // One model: `scenario_differences` refused two.
+                loaded[0].1.model.moe.is_some(),
+                loaded[0].1.cluster.gpu.peak_flops().0,
             )
         }
         n => bail!(
@@ -200,11 +220,15 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let mut comparison = compare::compare(&a, &b, "plan A", "plan B");
     comparison.a_schedule = a_schedule;
     comparison.b_schedule = b_schedule;
+    comparison.experts = experts;
     match args.format {
         CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
         CompareFormat::Table => {
             println!("plan A: {a_from}\nplan B: {b_from}\n");
             print!("{}", compare::table(&comparison));
+            if let Some(note) = crate::report::mfu_note(&[a, b], peak_flops) {
+                println!("{note}");
+            }
         }
     }
     Ok(Outcome::Found)

@@ -210,6 +210,7 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         ));
         out.push('\n');
         for line in [
+            report::mfu_note(&shown, r.cluster.peak_flops),
             crate::planner::folded_note(&folded),
             crate::uncertainty::within_error_line(&shown, &r.cluster.gpu, r.training.framework),
         ]

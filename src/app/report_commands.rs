@@ -133,7 +133,10 @@ pub fn write_eval_report(
     shown
         .details
         .extend(details_of(scene, &refined.plans, &refined.simulated));
-    let mut labels = vec![format!("this plan t{}·p{}·d{}", plan.tp, plan.pp, plan.dp)];
+    let mut labels = vec![format!(
+        "this plan {}",
+        crate::report::degrees_label(&simulated.estimate)
+    )];
     labels.extend(
         refined
             .plans

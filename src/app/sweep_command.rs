@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 
 use super::Outcome;
 use super::plan_command::MAX_THREADS;
-use super::scenario::resolve_scenario;
+use super::scenario::{precision_of_args, resolve_scenario};
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
@@ -152,6 +152,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
+        // As `plan` searches: every plan at the --precision given (was dropped: bf16 plans only).
+        precision: precision_of_args(&args.training),
         ..SearchOptions::default()
     };
     let bar = indicatif::ProgressBar::with_draw_target(

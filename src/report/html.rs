@@ -10,7 +10,7 @@ use super::svg_layout::layout_svg;
 use super::svg_memory::memory_svg;
 use super::svg_search::search_svg;
 use super::svg_step::step_svg;
-use super::table::{gib, scenario_line, stats_line};
+use super::table::{gib, mfu_note, recompute_label, scenario_line, stats_line};
 use super::{Report, to_json};
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
@@ -52,36 +52,113 @@ table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px soli
 th{background:#f3f3f3}td.n{text-align:right}figure{margin:2em 0}img{max-width:100%;border:1px solid #eee}\
 pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}.note{background:#fff7d6;padding:.5em;border-left:4px solid #e0b000}";
 
+/// The plans table: every column of `plan`'s terminal table, with cp, ep, etp, precision and their
+/// exposed-time columns shown by the same rule (a column shows when any plan uses it), so each row
+/// multiplies to the GPU count and names its number format.
 fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
-    let mut out = String::from(
-        "<table><thead><tr><th>plan</th><th>tp</th><th>pp</th><th>dp</th><th>vpp</th><th>mb</th><th>m</th><th>sp</th><th>recompute</th><th>ZeRO</th><th>memory GiB</th><th>step s</th><th>tokens/s</th><th>MFU %</th><th>bubble %</th><th>TP s</th><th>PP s</th><th>DP s</th></tr></thead><tbody>\n",
-    );
+    let any = |f: &dyn Fn(&Estimate) -> bool| plans.iter().any(f);
+    let show_cp = any(&|e| e.plan.cp > 1);
+    let show_ep = any(&|e| e.plan.ep > 1);
+    let show_etp = any(&|e| e.plan.etp > 1);
+    let show_precision = any(&|e| e.plan.precision != crate::plan::Precision::Bf16);
+    // (header, shown, cell of one plan, numeric)
+    type Cell = fn(&Estimate) -> String;
+    let columns: [(&str, bool, Cell, bool); 23] = [
+        ("tp", true, |e| e.plan.tp.to_string(), true),
+        ("cp", show_cp, |e| e.plan.cp.to_string(), true),
+        ("pp", true, |e| e.plan.pp.to_string(), true),
+        ("dp", true, |e| e.plan.dp.to_string(), true),
+        ("ep", show_ep, |e| e.plan.ep.to_string(), true),
+        ("etp", show_etp, |e| e.plan.etp.to_string(), true),
+        ("vpp", true, |e| e.plan.vpp.to_string(), true),
+        ("mb", true, |e| e.plan.micro_batch.to_string(), true),
+        ("m", true, |e| e.plan.num_microbatches.to_string(), true),
+        (
+            "sp",
+            true,
+            |e| {
+                if e.plan.sequence_parallel {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_string()
+            },
+            false,
+        ),
+        ("recompute", true, |e| recompute_label(&e.plan), false),
+        ("ZeRO", true, |e| e.plan.zero.to_string(), true),
+        (
+            "precision",
+            show_precision,
+            |e| e.plan.precision.as_str().to_string(),
+            false,
+        ),
+        (
+            "memory GiB",
+            true,
+            |e| {
+                format!(
+                    "{}/{}",
+                    gib(e.memory.total_bytes.0),
+                    gib(e.memory.capacity_bytes.0)
+                )
+            },
+            true,
+        ),
+        ("step s", true, |e| format!("{:.2}", e.time.step_s.0), true),
+        ("tokens/s", true, |e| format!("{:.0}", e.tokens_per_s), true),
+        ("MFU %", true, |e| format!("{:.1}", e.mfu * 100.0), true),
+        (
+            "bubble %",
+            true,
+            |e| format!("{:.1}", e.bubble_share * 100.0),
+            true,
+        ),
+        (
+            "TP s",
+            true,
+            |e| format!("{:.2}", e.time.tp_comm_exposed_s.0),
+            true,
+        ),
+        (
+            "CP s",
+            show_cp,
+            |e| format!("{:.2}", e.time.cp_comm_exposed_s.0),
+            true,
+        ),
+        (
+            "PP s",
+            true,
+            |e| format!("{:.2}", e.time.pp_comm_exposed_s.0),
+            true,
+        ),
+        (
+            "EP s",
+            show_ep,
+            |e| format!("{:.2}", e.time.ep_comm_exposed_s.0),
+            true,
+        ),
+        (
+            "DP s",
+            true,
+            |e| format!("{:.2}", e.time.dp_comm_exposed_s.0),
+            true,
+        ),
+    ];
+    let shown: Vec<_> = columns.iter().filter(|c| c.1).collect();
+    let mut out = String::from("<table><thead><tr><th>plan</th>");
+    for (header, ..) in &shown {
+        let _ = write!(out, "<th>{}</th>", escape(header));
+    }
+    out.push_str("</tr></thead><tbody>\n");
     for (e, label) in plans.iter().zip(labels) {
-        let p = &e.plan;
-        let t = &e.time;
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}/{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.0}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>",
-            escape(label),
-            p.tp,
-            p.pp,
-            p.dp,
-            p.vpp,
-            p.micro_batch,
-            p.num_microbatches,
-            if p.sequence_parallel { "yes" } else { "no" },
-            p.recompute.as_str(),
-            p.zero,
-            gib(e.memory.total_bytes.0),
-            gib(e.memory.capacity_bytes.0),
-            t.step_s.0,
-            e.tokens_per_s,
-            e.mfu * 100.0,
-            e.bubble_share * 100.0,
-            t.tp_comm_exposed_s.0,
-            t.pp_comm_exposed_s.0,
-            t.dp_comm_exposed_s.0,
-        );
+        let _ = write!(out, "<tr><td>{}</td>", escape(label));
+        for (_, _, cell, numeric) in &shown {
+            let class = if *numeric { " class=\"n\"" } else { "" };
+            let _ = write!(out, "<td{class}>{}</td>", escape(&cell(e)));
+        }
+        out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table>\n");
     out
@@ -263,6 +340,9 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         let _ = writeln!(html, "<p class=\"note\">{}</p>", escape(note));
     }
     let _ = writeln!(html, "<h2>Plans</h2>\n{}", plans_html(plans, &table_labels));
+    if let Some(note) = mfu_note(plans, report.cluster.peak_flops) {
+        let _ = writeln!(html, "<p>{}</p>", escape(&note));
+    }
     let _ = writeln!(html, "<h2>Figures</h2>");
     for (i, (name, caption, _)) in figures.iter().enumerate() {
         let _ = writeln!(

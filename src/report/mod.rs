@@ -24,13 +24,13 @@ mod table;
 
 pub use detail::{PlanDetail, detail_for};
 pub use html::{ReportFiles, ReportInputs, render_files};
-pub use svg::plan_label;
+pub use svg::{degrees_label, plan_label};
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
 pub use table::{
-    breakdown, explain_best, plans_table, plans_table_fitted, recompute_label, scenario_line,
-    stats_line,
+    breakdown, explain_best, mfu_note, plans_table, plans_table_fitted, recompute_label,
+    scenario_line, stats_line,
 };
 
 #[derive(Debug, Clone, Serialize)]

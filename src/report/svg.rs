@@ -26,9 +26,29 @@ where
     Ok(out)
 }
 
-/// "#1 t8·p16·d2": rank and the three degrees; the HTML table gives the rest.
+/// "#1 t8·p16·d2": rank and the plan's degrees ([`degrees_label`]); the HTML table gives the rest.
 pub fn plan_label(rank: usize, e: &Estimate) -> String {
-    format!("#{rank} t{}·p{}·d{}", e.plan.tp, e.plan.pp, e.plan.dp)
+    format!("#{rank} {}", degrees_label(e))
+}
+
+/// "t8·p16·d2": the degrees that multiply to the GPU count, in `plan`'s column order, with c
+/// (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them:
+/// "t4·c2·p1·d8·e8". The precision, when not bf16, is printed under each bar (`plan_details`) and
+/// in the HTML table's precision column, so labels stay short enough to sit side by side.
+pub fn degrees_label(e: &Estimate) -> String {
+    let p = &e.plan;
+    let mut out = format!("t{}", p.tp);
+    if p.cp > 1 {
+        out += &format!("·c{}", p.cp);
+    }
+    out += &format!("·p{}·d{}", p.pp, p.dp);
+    if p.ep > 1 {
+        out += &format!("·e{}", p.ep);
+    }
+    if p.etp > 1 {
+        out += &format!("·et{}", p.etp);
+    }
+    out
 }
 
 /// Colours of TP degrees 1, 2, 4, 8, 16, … (category10).
@@ -105,18 +125,29 @@ pub(crate) struct StackedBars<'a> {
     pub line: Option<(f64, String)>,
     /// Per plan: a (low, high) range drawn as an error bar over the stack.
     pub ranges: Option<Vec<(f64, f64)>>,
-    /// Per plan: lines printed under its label (`plan_details`), so plans that share tp·pp·dp
+    /// Per plan: lines printed under its label (`plan_details`), so plans that share their degrees
     /// but differ in vpp, micro-batch or recompute tell apart.
     pub details: Vec<Vec<(String, RGBColor)>>,
 }
 
-/// What tells apart plans with the same tp·pp·dp, under each bar: "vpp 7 · mb 1",
+/// What tells apart plans with the same degrees, under each bar: "vpp 7 · mb 1" (and the precision
+/// when not bf16: "vpp 1 · mb 1 · fp8"),
 /// "recompute none", and, in red, "does not fit" for a plan over the GPU's memory.
 pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
     let grey = RGBColor(0x44, 0x44, 0x44);
     let mut lines = vec![
         (
-            format!("vpp {} · mb {}", e.plan.vpp, e.plan.micro_batch),
+            format!(
+                "vpp {} · mb {}{}",
+                e.plan.vpp,
+                e.plan.micro_batch,
+                // The number format, where it is not the default bf16.
+                if e.plan.precision == crate::plan::Precision::Bf16 {
+                    String::new()
+                } else {
+                    format!(" · {}", e.plan.precision.as_str())
+                }
+            ),
             grey,
         ),
         (
@@ -165,7 +196,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("plan (rank, tp·pp·dp; under it vpp, micro-batch, recompute)")
+            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, recompute)")
             .y_desc(spec.y_desc)
             .label_style((FONT, 12))
             .draw()?;

@@ -271,6 +271,28 @@ pub fn plans_table_fitted(
     text
 }
 
+/// The line under a plan table that says what MFU is measured against, when any shown plan runs
+/// its GEMMs below bf16: MFU is model FLOPs over the GPU's bf16 peak (`cost::evaluate`;
+/// `GpuProfile::peak_flops`), the convention that keeps plans of different precisions on one scale,
+/// so an FP8 or NVFP4 plan can pass 100%. None for bf16-only tables, which read as before.
+pub fn mfu_note(plans: &[Estimate], peak_flops: f64) -> Option<String> {
+    let low: Vec<&str> = crate::plan::Precision::ALL
+        .into_iter()
+        .filter(|&precision| {
+            precision != crate::plan::Precision::Bf16
+                && plans.iter().any(|e| e.plan.precision == precision)
+        })
+        .map(|precision| precision.as_str())
+        .collect();
+    (!low.is_empty()).then(|| {
+        format!(
+            "MFU % is model FLOPs over the bf16 peak ({} TFLOP/s per GPU), so {} plans can pass 100%",
+            tflops(peak_flops),
+            low.join(" and ")
+        )
+    })
+}
+
 /// What a term's line says: its full time and what hid the rest.
 fn term_note(term: &crate::cost::terms::Term) -> String {
     use crate::cost::terms::{HiddenBy, TermKind};
@@ -494,10 +516,20 @@ pub fn breakdown(e: &Estimate) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}% of the step",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%{}), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}% of the step",
         e.tokens_per_s,
         tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
+        // MFU is always over the bf16 peak (`cost::evaluate`, the peak the scenario line prints),
+        // so a plan whose GEMMs run at a lower precision can pass 100%.
+        if p.precision == crate::plan::Precision::Bf16 {
+            String::new()
+        } else {
+            format!(
+                " of the bf16 peak; {} GEMMs can pass 100%",
+                p.precision.as_str()
+            )
+        },
         tflops_fine(e.hardware_tflops_per_gpu),
         e.bubble_share * 100.0
     );
@@ -594,7 +626,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
         gib(e.memory.total_bytes.0),
         gib(e.memory.capacity_bytes.0),
         e.memory.stage,
-        p.recompute.as_str(),
+        recompute_label(p),
         p.micro_batch
     );
     out
