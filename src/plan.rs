@@ -600,14 +600,20 @@ fn check_context_experts_precision(
         }
         None => {}
     }
-    if let Err(why) = cluster.gpu.supports(r.precision) {
+    check_precision(cluster, r.precision)
+}
+
+/// The GPU has tensor cores for `precision` (`GpuProfile::supports`), or the error that names the
+/// formats it does have. `eval` meets it building the plan, `plan` before its search.
+pub fn check_precision(cluster: &Cluster, precision: Precision) -> Result<(), PlanError> {
+    if let Err(why) = cluster.gpu.supports(precision) {
         let valid: Vec<&str> = Precision::ALL
             .into_iter()
             .filter(|p| cluster.gpu.supports(*p).is_ok())
             .map(Precision::as_str)
             .collect();
         return Err(PlanError::PrecisionGpu {
-            precision: r.precision.as_str(),
+            precision: precision.as_str(),
             gpu: cluster.gpu.name.clone(),
             why,
             valid: valid.join(", "),

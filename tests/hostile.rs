@@ -1130,3 +1130,51 @@ fn plan_names_the_pin_that_rules_out_every_plan() {
         together.stderr
     );
 }
+
+/// A precision the GPU has no tensor cores for is refused by every searching command with the
+/// GPU's name and the formats it has, as `eval` does — not searched into "no valid plan exists"
+/// or "nothing fits".
+#[test]
+fn searching_commands_refuse_a_precision_the_gpu_lacks() {
+    for args in [
+        vec![
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--precision",
+            "nvfp4",
+        ],
+        vec![
+            "compare",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--precision",
+            "mxfp8",
+        ],
+        vec![
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "gpu",
+            "--values",
+            "b200-sxm-180g,h100-sxm-80g",
+            "--precision",
+            "nvfp4",
+        ],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("h100-sxm-80g has no") && out.stderr.contains("use bf16, fp8"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}

@@ -115,6 +115,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+            crate::plan::check_precision(&scenario.cluster, precision_of_args(&args.training))?;
             let result = search(
                 &scenario.model,
                 &scenario.cluster,

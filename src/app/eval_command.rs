@@ -284,6 +284,7 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         let options = SearchOptions {
             allow_uneven_pp: request.allow_uneven_pp,
             allow_cross_node_tp: request.allow_cross_node_tp,
+            precision: request.precision,
             ..SearchOptions::default()
         };
         write_eval_report(

@@ -52,6 +52,7 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         pins: pins_of_args(&args.pins)?,
     };
+    crate::plan::check_precision(&scenario.cluster, options.precision)?;
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
         Some(n) if n > MAX_THREADS => bail!(
@@ -233,13 +234,15 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
-                "closest: tp {} pp {} dp {} mb {} recompute {} ZeRO-{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len",
-                closest.plan.tp,
-                closest.plan.pp,
-                closest.plan.dp,
+                "closest: {} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len",
+                degrees_words(&closest.plan),
                 closest.plan.micro_batch,
-                closest.plan.recompute.as_str(),
+                report::recompute_label(&closest.plan),
                 closest.plan.zero,
+                match closest.plan.precision {
+                    crate::plan::Precision::Bf16 => String::new(),
+                    p => format!(" {}", p.as_str()),
+                },
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
                 (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB
@@ -256,4 +259,21 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
 /// fit it; `None` when stdout is a pipe or a file, which get the whole table.
 fn terminal_columns() -> Option<usize> {
     comfy_table::Table::new().width().map(usize::from)
+}
+
+/// A plan's degrees in words for one-line messages: tp, pp and dp always, cp, ep and etp where the
+/// plan uses them (as `plan`'s table shows their columns).
+fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
+    let mut out = format!("tp {}", p.tp);
+    if p.cp > 1 {
+        out += &format!(" cp {}", p.cp);
+    }
+    out += &format!(" pp {} dp {}", p.pp, p.dp);
+    if p.ep > 1 {
+        out += &format!(" ep {}", p.ep);
+    }
+    if p.etp > 1 {
+        out += &format!(" etp {}", p.etp);
+    }
+    out
 }

@@ -156,6 +156,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         ..SearchOptions::default()
     };
+    // Every point's GPU must have tensor cores for that precision (the GPU axis varies it).
+    for point in &points {
+        crate::plan::check_precision(&point.cluster, options.precision)?;
+    }
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(points.len() as u64),
         indicatif::ProgressDrawTarget::stderr(),
