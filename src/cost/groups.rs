@@ -30,16 +30,20 @@ pub enum GroupKind {
     Ep,
     /// Expert data parallelism: the expert gradients' reduction (stride etp·ep).
     ExpertDp,
+    /// Expert tensor parallelism: the ranks that split each expert's weights (stride 1); the
+    /// dispatched tokens are all-gathered among them and the expert outputs reduce-scattered.
+    ExpertTp,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 6] = [
+    pub const ALL: [GroupKind; 7] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Dp,
         GroupKind::Pp,
         GroupKind::Ep,
         GroupKind::ExpertDp,
+        GroupKind::ExpertTp,
     ];
     pub const COUNT: usize = GroupKind::ALL.len();
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,7 @@ impl GroupKind {
             GroupKind::Pp => "PP",
             GroupKind::Ep => "EP",
             GroupKind::ExpertDp => "expert DP",
+            GroupKind::ExpertTp => "expert TP",
         }
     }
     fn index(self) -> usize {
@@ -202,6 +207,7 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
                 super::moe::expert_dp(plan),
                 false,
             ),
+            make(GroupKind::ExpertTp, 1, etp, false),
         ],
     }
 }

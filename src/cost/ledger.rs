@@ -468,6 +468,43 @@ pub fn ledger(
         }
     }
 
+    // Expert TP: the dispatched tokens all-gathered among the ranks that split each expert, the
+    // expert outputs reduce-scattered back (`moe::expert_tp_gather_bytes`); the backward swaps the
+    // two, full recompute repeats the forward pair.
+    let gathered =
+        moe::expert_tp_gather_bytes(model, plan, training.seq_len, training.moe_imbalance);
+    if plan.etp > 1 && gathered > 0.0 {
+        let moe_layers = moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers);
+        let count = (moe_layers * m as f64).round() as u64;
+        let scope = Scope::PerMoeLayerPerMicrobatch;
+        let gather = (
+            Op::AllGather,
+            "expert TP: dispatched tokens to every rank of the expert",
+        );
+        let scatter = (
+            Op::ReduceScatter,
+            "expert TP: expert outputs summed back to their dispatching rank",
+        );
+        let mut passes = vec![(Pass::Forward, count), (Pass::Backward, count)];
+        if plan.recompute == Recompute::Full {
+            passes.push((Pass::Recompute, recomputed(count, plan)));
+        }
+        for (pass, n) in passes {
+            for (op, site) in [gather, scatter] {
+                push(
+                    GroupKind::ExpertTp,
+                    op,
+                    pass,
+                    site,
+                    scope,
+                    n,
+                    plan.etp,
+                    gathered,
+                );
+            }
+        }
+    }
+
     // PP, per chunk per micro-batch.
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
@@ -679,7 +716,8 @@ pub fn ledger(
     Ledger {
         tp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Tp),
         cp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Cp),
-        ep_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Ep),
+        ep_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Ep)
+            + Ledger::step_wire_bytes(&entries, GroupKind::ExpertTp),
         pp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Pp),
         dp_wire_bytes: Ledger::step_wire_bytes(&entries, GroupKind::Dp)
             + Ledger::step_wire_bytes(&entries, GroupKind::ExpertDp),
@@ -741,7 +779,6 @@ mod tests {
         for (kind, want) in [
             (GroupKind::Tp, term_s(&[TermKind::TpComm])),
             (GroupKind::Cp, term_s(&[TermKind::CpComm])),
-            (GroupKind::Ep, term_s(&[TermKind::EpComm])),
             (GroupKind::Pp, term_s(&[TermKind::PpComm])),
         ] {
             let got = l.step_time_s(kind);
@@ -751,6 +788,13 @@ mod tests {
                 kind.as_str()
             );
         }
+        // The EP term holds the all-to-alls and the expert-TP gathers and scatters beside them.
+        let ep_got = l.step_time_s(GroupKind::Ep) + l.step_time_s(GroupKind::ExpertTp);
+        let ep_want = term_s(&[TermKind::EpComm]);
+        assert!(
+            (ep_got - ep_want).abs() <= 1e-6 * ep_want.max(1e-9),
+            "EP time {what}: {ep_got} vs {ep_want}"
+        );
         let dp_got = l.step_time_s(GroupKind::Dp) + l.step_time_s(GroupKind::ExpertDp);
         let dp_want = term_s(&[TermKind::DpGradReduce, TermKind::DpParamGather]);
         assert!(

@@ -335,19 +335,28 @@ pub(crate) fn unit_costs(
     };
 
     // EP: a dispatch and a combine all-to-all per MoE layer in forward, their gradients in
-    // backward, the forward pair again under full recompute; Megatron-Core runs them on the
-    // critical path (no overlap modelled).
-    let ep = if plan.ep > 1 && moe_share > 0.0 {
+    // backward, the forward pair again under full recompute; with expert TP, an all-gather of the
+    // dispatched tokens and a reduce-scatter of the expert outputs beside each pair (`moe.rs`).
+    // Megatron-Core runs them on the critical path (no overlap modelled).
+    let ep = if (plan.ep > 1 || plan.etp > 1) && moe_share > 0.0 {
         let bytes = moe::alltoall_bytes(model, plan, seq_len, training.moe_imbalance);
-        let one = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
-        let forward_s = 2.0 * one * moe_share;
-        let backward_s = (2.0 + 2.0 * recompute_share) * one * moe_share;
+        let alltoall = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
+        let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, training.moe_imbalance);
+        let etp_speed = groups.get(GroupKind::ExpertTp).speed;
+        let expert_tp = Collective::AllGather.time(gathered, plan.etp, etp_speed)
+            + Collective::ReduceScatter.time(gathered, plan.etp, etp_speed);
+        let expert_tp_wire = (Collective::AllGather.wire_factor(plan.etp)
+            + Collective::ReduceScatter.wire_factor(plan.etp))
+            * gathered;
+        let one_pair = 2.0 * alltoall + expert_tp;
+        let forward_s = one_pair * moe_share;
+        let backward_s = (1.0 + recompute_share) * one_pair * moe_share;
         PassComm {
             forward_s,
             backward_s,
             forward_exposed_s: forward_s,
             backward_exposed_s: backward_s,
-            wire_bytes: (4.0 + 2.0 * recompute_share) * bytes * moe_share,
+            wire_bytes: (2.0 + recompute_share) * (2.0 * bytes + expert_tp_wire) * moe_share,
         }
     } else {
         PassComm::default()

@@ -187,6 +187,30 @@ pub fn alltoall_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalanc
         / ep
 }
 
+/// Bytes of the token tensor the expert-TP group all-gathers in one MoE layer's dispatch and
+/// reduce-scatters back in its combine: every rank's received token copies, etp of them.
+/// Megatron-Core's all-to-all dispatcher gathers the dispatched tokens over the expert-TP ranks
+/// after the EP all-to-all when the expert TP size is above 1 (`MoEAlltoAllTokenDispatcher.
+/// dispatch_postprocess`: `gather_from_sequence_parallel_region(global_input_tokens,
+/// group=self.tp_group)`) and reduce-scatters the expert outputs before the return all-to-all
+/// (`combine_preprocess`: `reduce_scatter_to_sequence_parallel_region`).
+pub fn expert_tp_gather_bytes(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+) -> f64 {
+    if plan.etp <= 1 || model.moe.is_none() {
+        return 0.0;
+    }
+    local_tokens(plan, seq_len)
+        * model.routed_tokens_per_token()
+        * imbalance
+        * f64::from(model.hidden)
+        * ACTIVATION_BYTES
+        * f64::from(plan.etp)
+}
+
 /// Time of one all-to-all: each GPU sends its share to every other member at its own link speed
 /// (no ring: the per-GPU bandwidth, not the aggregate of a node's NICs), one latency per peer.
 pub fn alltoall_s(bytes: f64, ep: u32, link: LinkSpeed) -> f64 {
