@@ -203,6 +203,9 @@ pub fn within_error_line(
         "range: {first} takes {:.2}–{:.2} s per step (5th–95th percentile of tpsim's error on {basis})",
         range.step_s_low, range.step_s_high
     );
+    if let Some(note) = one_sided_note(best.time.step_s.0, &range) {
+        line.push_str(&note);
+    }
     if plans.len() > 1 {
         line.push_str("; within the model's error of the best: ");
         line.push_str(&ranks);
@@ -210,9 +213,43 @@ pub fn within_error_line(
     Some(line)
 }
 
+/// A band wholly on one side of the estimate means tpsim has erred the same way on nearly every
+/// run behind it: said next to the range, or the point estimate reads as contradicting it.
+fn one_sided_note(step_s: f64, range: &Interval) -> Option<String> {
+    if step_s < range.step_s_low {
+        Some(format!(
+            " — above the {step_s:.2} s estimate: on these runs tpsim's step time has been too fast"
+        ))
+    } else if step_s > range.step_s_high {
+        Some(format!(
+            " — below the {step_s:.2} s estimate: on these runs tpsim's step time has been too slow"
+        ))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_beside_the_estimate_says_which_way_tpsim_errs() {
+        let range = |low: f64, high: f64| Interval {
+            step_s_low: low,
+            step_s_high: high,
+            tokens_per_s_low: 0.0,
+            tokens_per_s_high: 0.0,
+        };
+        assert!(one_sided_note(10.0, &range(9.0, 12.0)).is_none());
+        let fast = one_sided_note(10.0, &range(10.8, 17.0)).unwrap();
+        assert!(
+            fast.contains("above the 10.00 s estimate") && fast.contains("too fast"),
+            "{fast}"
+        );
+        let slow = one_sided_note(10.0, &range(7.0, 9.5)).unwrap();
+        assert!(slow.contains("too slow"), "{slow}");
+    }
 
     #[test]
     fn family_of_profile_names() {
