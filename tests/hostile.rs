@@ -1178,3 +1178,51 @@ fn searching_commands_refuse_a_precision_the_gpu_lacks() {
         );
     }
 }
+
+/// A pin that only an uneven split allows says so (Llama 3.1 405B's 126 layers on 8 stages), and
+/// pins under which nothing fits while unpinned plans do are named as the cause next to the
+/// closest miss (a review found `--tp 1 --pp 1` told only to "add nodes").
+#[test]
+fn pins_are_named_as_the_cause_of_no_plan_or_no_fit() {
+    let uneven = run(&[
+        "plan",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "1024",
+        "--pp",
+        "8",
+    ]);
+    assert_eq!(uneven.code, 2, "{}", uneven.stderr);
+    assert!(
+        uneven.stderr.contains("--pp 8 needs --allow-uneven-pp"),
+        "{}",
+        uneven.stderr
+    );
+    let misses = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--zero",
+        "1",
+    ]);
+    assert_eq!(misses.code, 1, "{}", misses.stderr);
+    assert!(
+        misses.stderr.contains("nothing fits")
+            && misses
+                .stderr
+                .contains("the pins --tp 1 --pp 1 --zero 1 rule out every plan that fits"),
+        "{}",
+        misses.stderr
+    );
+}

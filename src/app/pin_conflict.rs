@@ -93,6 +93,35 @@ pub(super) fn explain(
             },
         );
         if alone.ranked.is_empty() {
+            // An uneven split or TP across nodes may be all the pin needs.
+            for (allowed, flag) in [
+                (options.allow_uneven_pp, "--allow-uneven-pp"),
+                (options.allow_cross_node_tp, "--allow-cross-node-tp"),
+            ] {
+                if allowed {
+                    continue;
+                }
+                let widened = SearchOptions {
+                    pins: pin.alone,
+                    allow_uneven_pp: options.allow_uneven_pp || flag == "--allow-uneven-pp",
+                    allow_cross_node_tp: options.allow_cross_node_tp
+                        || flag == "--allow-cross-node-tp",
+                    ..options
+                };
+                if !search(model, cluster, training, widened).ranked.is_empty() {
+                    return Some(format!(
+                        "{} {} needs {flag} here ({}); add {flag}, or drop {}",
+                        pin.flag,
+                        pin.value,
+                        if flag == "--allow-uneven-pp" {
+                            format!("its stages cannot hold the {} layers evenly", model.layers)
+                        } else {
+                            "its groups do not fit in one node".to_string()
+                        },
+                        pin.flag
+                    ));
+                }
+            }
             let valid: BTreeSet<String> = unpinned
                 .ranked
                 .iter()
@@ -118,4 +147,56 @@ pub(super) fn explain(
         "the pins {} each admit valid plans but not together; drop one of them, or check the split with `tpsim eval` and the same flags, which names the rule it breaks",
         flags.join(" ")
     ))
+}
+
+/// When the pinned plans all miss memory but unpinned ones fit: the hint that the pins are the
+/// cause, with the best plan that fits. None without pins or when nothing fits unpinned either.
+pub(super) fn fit_hint(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> Option<String> {
+    let given = pins_given(&options.pins);
+    if given.is_empty() {
+        return None;
+    }
+    let unpinned = search(
+        model,
+        cluster,
+        training,
+        SearchOptions {
+            pins: Pins::default(),
+            ..options
+        },
+    );
+    let best = unpinned.feasible().first()?;
+    let flags: Vec<String> = given
+        .iter()
+        .map(|p| format!("{} {}", p.flag, p.value))
+        .collect();
+    Some(format!(
+        "the pins {} rule out every plan that fits: without them {} plans fit, the fastest {} ({:.2} s per step)",
+        flags.join(" "),
+        unpinned.stats.feasible,
+        degrees_words(&best.plan),
+        best.time.step_s.0
+    ))
+}
+
+/// A plan's degrees in words for one-line messages: tp, pp and dp always, cp, ep and etp where the
+/// plan uses them (as `plan`'s table shows their columns).
+pub(super) fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
+    let mut out = format!("tp {}", p.tp);
+    if p.cp > 1 {
+        out += &format!(" cp {}", p.cp);
+    }
+    out += &format!(" pp {} dp {}", p.pp, p.dp);
+    if p.ep > 1 {
+        out += &format!(" ep {}", p.ep);
+    }
+    if p.etp > 1 {
+        out += &format!(" etp {}", p.etp);
+    }
+    out
 }

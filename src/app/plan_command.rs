@@ -235,7 +235,7 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
                 "closest: {} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len",
-                degrees_words(&closest.plan),
+                super::pin_conflict::degrees_words(&closest.plan),
                 closest.plan.micro_batch,
                 report::recompute_label(&closest.plan),
                 closest.plan.zero,
@@ -250,6 +250,14 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             None => unreachable!("an empty search returned an error above"),
         };
         eprintln!("nothing fits: {miss}");
+        if let Some(hint) = super::pin_conflict::fit_hint(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            options,
+        ) {
+            eprintln!("{hint}");
+        }
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
@@ -259,21 +267,4 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
 /// fit it; `None` when stdout is a pipe or a file, which get the whole table.
 fn terminal_columns() -> Option<usize> {
     comfy_table::Table::new().width().map(usize::from)
-}
-
-/// A plan's degrees in words for one-line messages: tp, pp and dp always, cp, ep and etp where the
-/// plan uses them (as `plan`'s table shows their columns).
-fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
-    let mut out = format!("tp {}", p.tp);
-    if p.cp > 1 {
-        out += &format!(" cp {}", p.cp);
-    }
-    out += &format!(" pp {} dp {}", p.pp, p.dp);
-    if p.ep > 1 {
-        out += &format!(" ep {}", p.ep);
-    }
-    if p.etp > 1 {
-        out += &format!(" etp {}", p.etp);
-    }
-    out
 }

@@ -293,7 +293,12 @@ fn stage_memory(
     let sharded_params = (if dense_sharded { dense_params } else { 0.0 })
         + (if expert_dp > 1.0 { expert_params } else { 0.0 });
     if plan.zero >= 3 && sharded_params > 0.0 {
-        if plan.reshard_after_forward {
+        // Under PyTorch's pipelining the backward never reshards (`set_reshard_after_backward(
+        // False)`, `comm::reduces_after_pipeline_schedule`): after the first micro-batch's backward
+        // the whole stage is gathered whether or not the forward reshards.
+        if plan.reshard_after_forward
+            && !super::comm::reduces_after_pipeline_schedule(training, plan)
+        {
             // ZeRO-3 gathers each unit's parameters before use and keeps the next one prefetched.
             weights += two_units * WEIGHT_BYTES;
         } else {
