@@ -263,6 +263,10 @@ pub struct PlanFile {
     /// The communication overlap the plan was evaluated with; the framework's defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<crate::training::Overlap>,
+    /// The busiest expert's load over the balanced share the plan was evaluated with
+    /// (`--moe-imbalance`, capped by `--moe-capacity-factor`); balanced (1) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_imbalance: Option<f64>,
     pub plan: PlanRequest,
 }
 

@@ -222,6 +222,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         attention: launch.attention,
         framework: None,
         overlap: None,
+        moe_imbalance: None,
         plan: PlanRequest {
             tp: launch.tp,
             pp: launch.pp,

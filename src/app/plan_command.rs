@@ -150,6 +150,8 @@ pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
             attention: Some(scenario.training.attention),
             framework: Some(scenario.training.framework),
             overlap: Some(scenario.training.overlap),
+            moe_imbalance: (scenario.training.moe_imbalance != 1.0)
+                .then_some(scenario.training.moe_imbalance),
             plan: PlanRequest {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()

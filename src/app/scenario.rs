@@ -397,7 +397,23 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
 /// tokens over capacity. Each token goes to top-k distinct experts, so one expert receives at most
 /// every token once: experts/top-k times the balanced share. Both flags are refused on a dense
 /// model, where there is no routing to unbalance or cap.
-fn moe_imbalance_of(model: &Model, args: &TrainingArgs) -> Result<f64> {
+fn moe_imbalance_of(
+    model: &Model,
+    args: &TrainingArgs,
+    plan_file: Option<&PlanFile>,
+) -> Result<f64> {
+    // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
+    let saved = plan_file.and_then(|f| f.moe_imbalance);
+    let args = &TrainingArgs {
+        moe_imbalance: args
+            .moe_imbalance
+            .or(if args.moe_capacity_factor.is_none() {
+                saved
+            } else {
+                None
+            }),
+        ..args.clone()
+    };
     let Some(moe) = model.moe else {
         let given = [
             args.moe_imbalance.map(|f| ("--moe-imbalance", f)),
@@ -550,7 +566,7 @@ pub(super) fn resolve_scenario(
         },
         framework,
         overlap,
-        moe_imbalance: moe_imbalance_of(&model, training_args)?,
+        moe_imbalance: moe_imbalance_of(&model, training_args, plan_file)?,
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,

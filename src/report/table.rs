@@ -85,7 +85,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}",
+         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -131,6 +131,14 @@ pub fn scenario_line(report: &Report) -> String {
         match t.framework.selective_recompute() {
             crate::training::SelectiveRecompute::AttentionCore => String::new(),
             other => format!("; recompute selective = {}", other.describe()),
+        },
+        if t.moe_imbalance == 1.0 {
+            String::new()
+        } else {
+            format!(
+                "; MoE routing: the busiest expert gets {} x the balanced load",
+                t.moe_imbalance
+            )
         },
     )
 }
