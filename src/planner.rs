@@ -145,7 +145,12 @@ pub fn enumerate(
     let gpus = cluster.total_gpus();
     let mut requests = Vec::new();
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
-        for cp in cp_degrees(training.seq_len, gpus / tp) {
+        let cps = if training.framework.runs_context_parallelism() {
+            cp_degrees(training.seq_len, gpus / tp)
+        } else {
+            vec![1]
+        };
+        for cp in cps {
             let per_pipeline = gpus / (tp * cp);
             for pp in 1..=model.layers.min(per_pipeline) {
                 if !per_pipeline.is_multiple_of(pp)
@@ -213,7 +218,9 @@ fn push_pipeline_variants(
     let PlanRequest { tp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
     let units = model.layers + 2;
-    let vpps: Vec<u32> = if pp > 1 && model.layers.is_multiple_of(pp) {
+    let vpps: Vec<u32> = if !training.framework.interleaves_pipeline() {
+        vec![1]
+    } else if pp > 1 && model.layers.is_multiple_of(pp) {
         divisors(model.layers / pp)
     } else if pp > 1 {
         // Uneven: with the embedding and the loss counted as layers where the layers + 2 units

@@ -202,6 +202,24 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether the framework runs ring context parallelism: Megatron-Core's
+    /// `--context-parallel-size` and torchtitan's `context_parallel_degree` do; DeepSpeed's
+    /// sequence parallelism (Ulysses) is an all-to-all over heads, a different scheme, and 2021
+    /// Megatron-LM predates context parallelism.
+    pub fn runs_context_parallelism(self) -> bool {
+        matches!(
+            self,
+            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan
+        )
+    }
+
+    /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
+    /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
+    /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.
+    pub fn interleaves_pipeline(self) -> bool {
+        !matches!(self, TrainingFramework::Deepspeed)
+    }
+
     /// Whether full recompute can cover only some layers of each chunk. Megatron-LM's
     /// `--recompute-method block --recompute-num-layers N` (2021 `--activations-checkpoint-method
     /// block`) and DeepSpeed's `number_checkpoints` can; torchtitan's `mode = "full"` wraps every

@@ -790,3 +790,30 @@ fn torchtitan_pipeline_keeps_the_stage_gathered_either_way() {
     );
     assert!(resharded.time.step_s.0 > kept.time.step_s.0);
 }
+
+/// The search proposes only what the framework runs: DeepSpeed has no ring context parallelism
+/// and no interleaved pipeline, 2021 Megatron-LM no context parallelism (a review found 18 of
+/// DeepSpeed's top 19 plans using cp or vpp, which `--emit deepspeed` then had to skip).
+#[test]
+fn the_search_proposes_only_what_the_framework_runs() {
+    use tpsim::training::TrainingFramework;
+    let model = load_model("llama3-70b").unwrap();
+    let cluster = cluster(16);
+    let plans = |framework: TrainingFramework| {
+        let training = Training::with_framework(
+            framework,
+            8192,
+            512,
+            tpsim::training::AttentionKernel::Flash,
+        );
+        search(&model, &cluster, &training, SearchOptions::default()).ranked
+    };
+    let deepspeed = plans(TrainingFramework::Deepspeed);
+    assert!(!deepspeed.is_empty());
+    assert!(deepspeed.iter().all(|e| e.plan.cp == 1 && e.plan.vpp == 1));
+    let megatron_2021 = plans(TrainingFramework::MegatronLm2021);
+    assert!(megatron_2021.iter().all(|e| e.plan.cp == 1));
+    assert!(megatron_2021.iter().any(|e| e.plan.vpp > 1));
+    let core = plans(TrainingFramework::MegatronCore);
+    assert!(core.iter().any(|e| e.plan.cp > 1) && core.iter().any(|e| e.plan.vpp > 1));
+}

@@ -235,6 +235,21 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             scenario.training.framework.max_zero_with_pp()
         );
     }
+    let framework = scenario.training.framework;
+    if plan.cp > 1 && !framework.runs_context_parallelism() {
+        eprintln!(
+            "note: --cp {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
+            plan.cp,
+            framework.as_str()
+        );
+    }
+    if plan.vpp > 1 && !framework.interleaves_pipeline() {
+        eprintln!(
+            "note: --vpp {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
+            plan.vpp,
+            framework.as_str()
+        );
+    }
     let simulated = simulate_plan(
         &scenario.model,
         &scenario.cluster,
