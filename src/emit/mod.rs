@@ -75,7 +75,7 @@ impl Framework {
         let runs_as = self.runs_as();
         (evaluated != runs_as).then(|| {
             format!(
-                "the {} configuration runs on {} (--framework {}), but the plan is evaluated as --framework {} runs it, and tpsim's time and memory differ between the two; use --framework {}{}",
+                "the {} configuration runs on {} (--framework {}), but the plan is evaluated as --framework {} runs it, and tpsim's time and memory differ between the two; use --framework {}",
                 self.name(),
                 match runs_as {
                     TrainingFramework::Deepspeed => "DeepSpeed",
@@ -83,12 +83,7 @@ impl Framework {
                 },
                 runs_as.as_str(),
                 evaluated.as_str(),
-                runs_as.as_str(),
-                if runs_as == TrainingFramework::MegatronCore {
-                    " (the default)"
-                } else {
-                    ""
-                }
+                runs_as.as_str()
             )
         })
     }
