@@ -179,10 +179,11 @@ def check_deepspeed():
 
     for label, args in [
         ("Llama-3-70B tp 8 zero 3", ["eval", "--model", "llama3-70b", "--nodes", "16", "--tp", "8", "--pp", "1",
-                                    "--zero", "3", "--micro-batch", "2", "--global-batch", "512"]),
+                                    "--zero", "3", "--micro-batch", "2", "--global-batch", "512",
+                                    "--framework", "deepspeed"]),
         ("Llama-3-70B tp 8 pp 2 zero 1, fp32 grads", ["eval", "--model", "llama3-70b", "--nodes", "16", "--tp", "8",
                                                      "--pp", "2", "--zero", "1", "--global-batch", "512",
-                                                     "--grad-dtype", "fp32"]),
+                                                     "--grad-dtype", "fp32", "--framework", "deepspeed"]),
     ]:
         try:
             config = json.loads(tpsim(*args, "--emit", "deepspeed"))

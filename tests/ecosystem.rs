@@ -512,11 +512,202 @@ fn emitting_what_a_framework_cannot_run_is_an_error() {
             "2",
             "--global-batch",
             "512",
+            "--framework",
+            "deepspeed",
             "--emit",
             "deepspeed",
         ],
         &["--emit deepspeed", "pipeline", "--zero 1 or --pp 1"],
     );
+}
+
+/// The numbers of `plan --emit`'s header (stderr): "... : S s per step, T tokens/s, M of C GiB",
+/// and its degrees "tp A x cp B x pp C x dp D".
+fn emit_header(stderr: &str) -> (f64, f64, [u64; 4], &str) {
+    let header = stderr
+        .lines()
+        .find(|l| l.contains(" configuration for tp "))
+        .unwrap_or_else(|| panic!("no header in {stderr}"));
+    let (_, numbers) = header.rsplit_once("): ").expect("header numbers");
+    let words: Vec<&str> = numbers.split_whitespace().collect();
+    let step_s: f64 = words[0].parse().unwrap();
+    let used_gib: f64 = words[words.len() - 4].parse().unwrap();
+    let degrees = header.split_once("configuration for ").unwrap().1;
+    let degrees: Vec<&str> = degrees.split_whitespace().collect();
+    let value = |name: &str| -> u64 {
+        let i = degrees.iter().position(|w| *w == name).unwrap();
+        degrees[i + 1].trim_end_matches(',').parse().unwrap()
+    };
+    (
+        step_s,
+        used_gib,
+        [value("tp"), value("cp"), value("pp"), value("dp")],
+        header,
+    )
+}
+
+/// `--emit` writes a configuration for the framework that runs it; a plan evaluated for another
+/// framework is refused (one line, exit 2) instead of printed with that framework's time and
+/// memory beside a configuration that would run differently.
+#[test]
+fn emit_refuses_a_plan_evaluated_for_another_framework() {
+    let job = [
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "256",
+        "--pp",
+        "4",
+    ];
+    let refused = |args: Vec<&str>, needles: &[&str]| {
+        assert_error(&args, needles);
+        let stderr = run(&args).2;
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    };
+    for target in ["megatron", "nemo", "megatron-bridge"] {
+        // The review's case is torchtitan with FSDP (ZeRO-3) under pipelines; DeepSpeed and the
+        // 2021 baseline run ZeRO-1 at most with pipelines.
+        for (framework, zero) in [
+            ("torchtitan", "3"),
+            ("deepspeed", "1"),
+            ("megatron-lm-2021", "1"),
+        ] {
+            let mut args = vec!["plan"];
+            args.extend(job);
+            args.extend(["--zero", zero, "--framework", framework, "--emit", target]);
+            let emit = format!("--emit {target}");
+            let given = format!("--framework {framework}");
+            refused(args, &[&emit, &given, "use --framework megatron-core"]);
+        }
+    }
+    // The DeepSpeed config runs in DeepSpeed: the default framework (Megatron-Core) is refused
+    // too, on `plan` and on `eval`.
+    let mut args = vec!["plan"];
+    args.extend(job);
+    args.extend(["--emit", "deepspeed"]);
+    refused(
+        args,
+        &[
+            "--emit deepspeed",
+            "--framework megatron-core",
+            "use --framework deepspeed",
+        ],
+    );
+    refused(
+        vec![
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "8",
+            "--tp",
+            "8",
+            "--global-batch",
+            "256",
+            "--framework",
+            "torchtitan",
+            "--emit",
+            "deepspeed",
+        ],
+        &[
+            "--emit deepspeed",
+            "--framework torchtitan",
+            "use --framework deepspeed",
+        ],
+    );
+}
+
+/// The header `plan --emit megatron` prints is what the emitted line evaluates to when read back
+/// (the review's case: a FSDP + PP plan for 70B on 64 H100).
+#[test]
+fn emit_header_is_what_the_emitted_line_evaluates_to() {
+    let (code, line, stderr) = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "256",
+        "--pp",
+        "4",
+        "--zero",
+        "3",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (step_s, used_gib, _, header) = emit_header(&stderr);
+    let (code, back, stderr) = eval_line(line.trim(), &["--nodes", "8"]);
+    assert_eq!(code, 0, "{stderr}");
+    let back = &back["plans"][0];
+    let back_step_s = back["time"]["step_s"].as_f64().unwrap();
+    let back_gib = back["memory"]["total_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
+    // The header prints 2 and 1 decimals.
+    assert!(
+        (back_step_s - step_s).abs() <= 0.005,
+        "{header} vs {back_step_s} s"
+    );
+    assert!(
+        (back_gib - used_gib).abs() <= 0.05,
+        "{header} vs {back_gib} GiB"
+    );
+}
+
+/// An MoE plan's header says how the experts fold over each stage's GPUs (ep x etp x expert-dp
+/// = tp x cp x dp), with the degrees the line writes; a dense plan's header has no experts.
+#[test]
+fn emit_header_shows_expert_parallelism_for_moe_models() {
+    let (code, line, stderr) = run(&[
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "256",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, _, [tp, cp, pp, dp], header) = emit_header(&stderr);
+    assert_eq!(tp * cp * pp * dp, 64, "{header}");
+    let experts = header
+        .split_once(", experts: ")
+        .unwrap_or_else(|| panic!("no experts in {header}"))
+        .1;
+    let words: Vec<&str> = experts.split_whitespace().collect();
+    assert_eq!(
+        (words[0], words[3], words[6]),
+        ("ep", "etp", "expert-dp"),
+        "{header}"
+    );
+    let ep: u64 = words[1].parse().unwrap();
+    let etp: u64 = words[4].parse().unwrap();
+    let expert_dp: u64 = words[7].parse().unwrap();
+    assert_eq!(ep * etp * expert_dp, tp * cp * dp, "{header}");
+    assert_eq!(ep * etp * expert_dp * pp, 64, "{header}");
+    assert!(
+        line.contains(&format!("--expert-model-parallel-size {ep} "))
+            && line.contains(&format!("--expert-tensor-parallel-size {etp} ")),
+        "{header}\n{line}"
+    );
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "128",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let header = emit_header(&stderr).3;
+    assert!(!header.contains("experts"), "{header}");
 }
 
 #[test]
@@ -1479,6 +1670,76 @@ fn eval_line(line: &str, extra: &[&str]) -> (i32, Value, String) {
 /// A small dense model on 4 nodes: tp 2, pp 4 (dp 4 on 32 GPUs).
 const SMALL: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4";
 
+/// --global-batch and --seq-len beside a launch line that sets the same quantity are refused as a
+/// conflict (as --tp or --layers are), naming both values; the same value, or a batch the line
+/// leaves to Megatron's default, is taken.
+#[test]
+fn batch_and_sequence_flags_beside_a_launch_line_do_not_override_it() {
+    // SMALL sets --seq-length 4096 and --global-batch-size 512.
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "8",
+            "--global-batch",
+            "1024",
+            "--megatron-args",
+            SMALL,
+        ],
+        &[
+            "--global-batch 1024",
+            "--global-batch-size 512",
+            "drop --global-batch",
+        ],
+    );
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "8",
+            "--seq-len",
+            "8192",
+            "--megatron-args",
+            SMALL,
+        ],
+        &["--seq-len 8192", "--seq-length 4096", "drop --seq-len"],
+    );
+    // One error line (the notes before it are the reader's, about the line).
+    let stderr = run(&[
+        "eval",
+        "--nodes",
+        "8",
+        "--seq-len",
+        "8192",
+        "--megatron-args",
+        SMALL,
+    ])
+    .2;
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().last().unwrap().starts_with("error"),
+        "{stderr}"
+    );
+    // The same values: taken.
+    let (code, json, stderr) = eval_line(
+        SMALL,
+        &["--nodes", "8", "--global-batch", "512", "--seq-len", "4096"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json["training"]["global_batch"], 512, "{stderr}");
+    assert_eq!(json["training"]["seq_len"], 4096, "{stderr}");
+    // A line without --global-batch-size takes --global-batch.
+    let unbatched = SMALL.replace("--global-batch-size 512 ", "");
+    assert!(!unbatched.contains("--global-batch-size"), "{unbatched}");
+    let (code, json, stderr) = eval_line(&unbatched, &["--nodes", "8", "--global-batch", "1024"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json["training"]["global_batch"], 1024, "{stderr}");
+}
+
 #[test]
 fn megatron_bf16_without_grad_reduce_in_bf16_keeps_fp32_gradients() {
     // arguments.py validate_args: with --bf16, accumulate_allreduce_grads_in_fp32 becomes true
@@ -2373,33 +2634,44 @@ fn low_precision_is_written_and_read_back() {
         );
         assert!(line.contains(flags), "{precision}: {line}");
     }
-    // A framework without FP8 parameter gather keeps bf16 weights: no --fp8-param-gather, and the
-    // line reads back under that framework.
-    let line = megatron_round_trip(
+    // A Megatron-LM line runs on Megatron-Core, which all-gathers the FP8 parameters: a plan
+    // evaluated for torchtitan (bf16 weights plus FP8 copies) is not written as one ...
+    let fp8 = [
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--sequence-parallel",
+        "--zero",
+        "1",
+        "--global-batch",
+        "64",
+        "--precision",
+        "fp8",
+    ];
+    let mut torchtitan = fp8.to_vec();
+    torchtitan.extend(["--framework", "torchtitan", "--emit", "megatron"]);
+    assert_error(
+        &torchtitan,
         &[
-            "--model",
-            "llama3-8b",
-            "--nodes",
-            "4",
-            "--tp",
-            "2",
-            "--pp",
-            "2",
-            "--sequence-parallel",
-            "--zero",
-            "1",
-            "--global-batch",
-            "64",
-            "--precision",
-            "fp8",
-            "--framework",
-            "torchtitan",
+            "--emit megatron",
+            "--framework torchtitan",
+            "--framework megatron-core",
         ],
-        &["--nodes", "4", "--framework", "torchtitan"],
     );
-    assert!(!line.contains("--fp8-param-gather"), "{line}");
-    // ... and the same line under Megatron-Core (FP8 parameter gather modelled) is refused, not
-    // silently evaluated as something else.
+    // ... and a line without --fp8-param-gather is refused under Megatron-Core, not silently
+    // evaluated as something else.
+    let mut core = fp8.to_vec();
+    core.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&core);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(line.contains(" --fp8-param-gather"), "{line}");
+    let line = line.trim().replace(" --fp8-param-gather", "");
     assert_error(
         &["eval", "--nodes", "4", "--megatron-args", &line],
         &["without --fp8-param-gather", "--framework megatron-core"],
@@ -2637,7 +2909,8 @@ fn communication_overlap_is_written_and_read_back() {
         assert!(line.contains(flag), "{flag}: {line}");
     }
     assert!(!line.contains("--no-overlap-p2p-communication"), "{line}");
-    // The 2021 baseline overlaps nothing (its local DDP all-reduces after the backward).
+    // Every overlap off (as the 2021 baseline runs, its local DDP all-reducing after the
+    // backward) is written as such and reads back.
     let line = megatron_round_trip(
         &[
             "--model",
@@ -2655,10 +2928,16 @@ fn communication_overlap_is_written_and_read_back() {
             "1",
             "--global-batch",
             "64",
-            "--framework",
-            "megatron-lm-2021",
+            "--tp-comm-overlap",
+            "false",
+            "--overlap-grad-reduce",
+            "false",
+            "--overlap-param-gather",
+            "false",
+            "--overlap-p2p-comm",
+            "false",
         ],
-        &["--nodes", "4", "--framework", "megatron-lm-2021"],
+        &["--nodes", "4"],
     );
     assert!(
         line.contains("--no-overlap-p2p-communication")
@@ -2679,8 +2958,8 @@ fn communication_overlap_is_written_and_read_back() {
         ],
         &["--overlap-grad-reduce true", "leaves off"],
     );
-    // DeepSpeed's overlap_comm follows the gradient-reduction overlap; a plan with TP overlap
-    // (Megatron-Core's default) is not written for DeepSpeed.
+    // DeepSpeed's overlap_comm follows the gradient-reduction overlap; a plan with TP overlap is
+    // not written for DeepSpeed.
     assert_error(
         &[
             "eval",
@@ -2693,13 +2972,16 @@ fn communication_overlap_is_written_and_read_back() {
             "--sequence-parallel",
             "--global-batch",
             "64",
+            "--framework",
+            "deepspeed",
+            "--tp-comm-overlap",
             "--emit",
             "deepspeed",
         ],
         &[
             "--emit deepspeed",
             "TP communication overlap",
-            "--framework deepspeed",
+            "--tp-comm-overlap false",
         ],
     );
     let (code, ds, stderr) = run(&[
@@ -2913,7 +3195,7 @@ fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
 /// writing a dense model with another parameter count.
 #[test]
 fn emit_other_than_megatron_refuses_moe_models() {
-    for target in ["nemo", "deepspeed"] {
+    for (target, framework) in [("nemo", "megatron-core"), ("deepspeed", "deepspeed")] {
         assert_error(
             &[
                 "eval",
@@ -2927,6 +3209,8 @@ fn emit_other_than_megatron_refuses_moe_models() {
                 "1",
                 "--global-batch",
                 "256",
+                "--framework",
+                framework,
                 "--emit",
                 target,
             ],

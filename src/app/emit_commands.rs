@@ -1,14 +1,16 @@
 //! `--emit`: the launch configuration of a chosen plan for Megatron-LM, Megatron-Bridge, NeMo or
 //! DeepSpeed (stdout), with what the configuration cannot carry (stderr).
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use super::Outcome;
 use super::scenario::Scenario;
 use crate::cli::EmitTarget;
 use crate::cost::Estimate;
+use crate::cost::moe::expert_dp;
 use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
+use crate::plan::ParallelPlan;
 use crate::units::GIB;
 
 pub(super) fn framework_of(target: EmitTarget) -> Framework {
@@ -67,6 +69,11 @@ pub(super) fn emit_best(
     feasible: &[Estimate],
 ) -> Result<Outcome> {
     let framework = framework_of(target);
+    // A plan searched for another framework is refused whatever fits: the header's time and
+    // memory would be that framework's, not those of the one the configuration runs on.
+    if let Some(why) = framework.framework_mismatch(s.training.framework) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     if feasible.is_empty() {
         eprintln!(
             "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"
@@ -109,12 +116,13 @@ pub(super) fn emit_best(
     }
     let p = &chosen.plan;
     eprintln!(
-        "{} configuration for tp {} x cp {} x pp {} x dp {} (vpp {}, micro-batch {}, recompute {}{}, ZeRO-{}, {}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        "{} configuration for tp {} x cp {} x pp {} x dp {}{} (vpp {}, micro-batch {}, recompute {}{}, ZeRO-{}, {}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
         framework.name(),
         p.tp,
         p.cp,
         p.pp,
         p.dp,
+        experts_words(s, p),
         p.vpp,
         p.micro_batch,
         p.recompute.as_str(),
@@ -132,4 +140,19 @@ pub(super) fn emit_best(
     );
     print!("{}", emitted(framework, s, chosen));
     Ok(Outcome::Found)
+}
+
+/// How an MoE plan folds its experts over each stage's tp·cp·dp GPUs, as `eval`'s plan line says
+/// it: ep × etp × expert-dp = tp × cp × dp (Megatron-Core's expert rank order etp-ep-dp,
+/// parallel_state.py). Empty for a dense model.
+fn experts_words(s: &Scenario, p: &ParallelPlan) -> String {
+    if s.model.moe.is_none() && p.ep == 1 && p.etp == 1 {
+        return String::new();
+    }
+    format!(
+        ", experts: ep {} x etp {} x expert-dp {}",
+        p.ep,
+        p.etp,
+        expert_dp(p)
+    )
 }

@@ -102,6 +102,31 @@ pub(super) fn check_megatron_training(
             );
         }
     }
+    // The batch and the sequence length: a different value beside the line would override it as
+    // silently as --tp or --layers would (which clap refuses beside --megatron-args); the same
+    // value, or one the line leaves to Megatron's default, is taken.
+    for (flag, given, line_flag, line) in [
+        (
+            "--seq-len",
+            training.seq_len,
+            "--seq-length",
+            Some(launch.seq_len),
+        ),
+        (
+            "--global-batch",
+            training.global_batch,
+            "--global-batch-size",
+            launch.global_batch,
+        ),
+    ] {
+        if let (Some(given), Some(line)) = (given, line)
+            && given != line
+        {
+            bail!(
+                "{flag} {given} contradicts the --megatron-args launch line, which sets {line_flag} {line}; drop {flag} or change {line_flag} in the line"
+            );
+        }
+    }
     let flag = match training.grad_dtype {
         Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
         Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
