@@ -582,11 +582,11 @@ fn emit_refuses_a_plan_evaluated_for_another_framework() {
             refused(args, &[&emit, &given, "use --framework megatron-core"]);
         }
     }
-    // The DeepSpeed config runs in DeepSpeed: the default framework (Megatron-Core) is refused
-    // too, on `plan` and on `eval`.
+    // The DeepSpeed config runs in DeepSpeed: another framework given is refused, on `plan` and
+    // on `eval`; with none given, `--emit deepspeed` plans as DeepSpeed runs it and says so.
     let mut args = vec!["plan"];
     args.extend(job);
-    args.extend(["--emit", "deepspeed"]);
+    args.extend(["--framework", "megatron-core", "--emit", "deepspeed"]);
     refused(
         args,
         &[
@@ -594,6 +594,15 @@ fn emit_refuses_a_plan_evaluated_for_another_framework() {
             "--framework megatron-core",
             "use --framework deepspeed",
         ],
+    );
+    let mut args = vec!["plan"];
+    args.extend(job);
+    args.extend(["--emit", "deepspeed"]);
+    let (code, _, stderr) = run(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("--emit deepspeed plans as --framework deepspeed runs it"),
+        "{stderr}"
     );
     refused(
         vec![

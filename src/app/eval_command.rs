@@ -21,7 +21,8 @@ use crate::report::{self, Report, detail_for};
 use crate::specs;
 use crate::units::GIB;
 
-pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    super::scenario::framework_for_emit(args.emit, &mut args.training);
     if let Some(dir) = &args.report {
         check_dir(if quiet { "--out" } else { "--report" }, dir)?;
     }

@@ -24,7 +24,8 @@ pub(super) const MAX_THREADS: usize = 1024;
 /// Most plans `plan --top` shows.
 const MAX_TOP: usize = 1000;
 
-pub(super) fn plan(args: PlanArgs) -> Result<Outcome> {
+pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
+    super::scenario::framework_for_emit(args.emit, &mut args.training);
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }

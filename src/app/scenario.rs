@@ -447,6 +447,20 @@ fn moe_imbalance_of(
     })
 }
 
+/// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
+/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr.
+pub(super) fn framework_for_emit(
+    emit: Option<crate::cli::EmitTarget>,
+    training: &mut TrainingArgs,
+) {
+    if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
+        training.framework = Some(FrameworkArg::Deepspeed);
+        eprintln!(
+            "note: --emit deepspeed plans as --framework deepspeed runs it (no context parallelism, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
+        );
+    }
+}
+
 pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
     match args.precision {
         None | Some(PrecisionArg::Bf16) => Precision::Bf16,
