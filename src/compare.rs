@@ -51,7 +51,7 @@ fn time_terms(e: &Estimate) -> Vec<(&'static str, &'static str, f64)> {
                 TermKind::TpComm => "TP traffic",
                 TermKind::CpComm => "CP traffic",
                 TermKind::PpComm => "PP traffic",
-                TermKind::EpComm => "EP all-to-all",
+                TermKind::EpComm => "MoE token traffic",
                 TermKind::DpGradReduce => "DP gradient reduction",
                 TermKind::DpParamGather => "DP parameter gathers",
                 TermKind::Bubble => "pipeline bubble",
@@ -265,9 +265,9 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             Some(format!("tp {} against {}, cp {} in both", f.tp, s.tp, f.cp))
         }
         "CP traffic" => Some(format!("cp {} in both", f.cp)),
-        "EP all-to-all" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
-        "EP all-to-all" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
-        "EP all-to-all" => Some(format!("ep {} in both", f.ep)),
+        "MoE token traffic" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
+        "MoE token traffic" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
+        "MoE token traffic" => Some(format!("ep {} etp {} in both", f.ep, f.etp)),
         "pipeline bubble" | "PP traffic" if f.vpp != s.vpp => {
             pair("vpp", f.vpp.to_string(), s.vpp.to_string())
         }

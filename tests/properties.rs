@@ -817,3 +817,34 @@ fn the_search_proposes_only_what_the_framework_runs() {
     let core = plans(TrainingFramework::MegatronCore);
     assert!(core.iter().any(|e| e.plan.cp > 1) && core.iter().any(|e| e.plan.vpp > 1));
 }
+
+/// With ep 1 and expert TP above 1 the MoE token traffic is the expert-TP gathers and scatters:
+/// the EP group's figures carry their link rather than none (a review found 606 GB with
+/// `comm.ep.link` null).
+#[test]
+fn expert_tp_traffic_without_ep_names_its_link() {
+    let model = load_model("qwen3-235b-a22b").unwrap();
+    let cluster = cluster(32);
+    let training = Training::with_framework(
+        tpsim::training::TrainingFramework::MegatronCore,
+        4096,
+        1024,
+        tpsim::training::AttentionKernel::Flash,
+    );
+    let request = PlanRequest {
+        tp: 2,
+        pp: 1,
+        dp: 128,
+        ep: 1,
+        etp: 2,
+        micro_batch: 1,
+        sequence_parallel: true,
+        recompute: Recompute::Full,
+        zero: 3,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let e = evaluate(&model, &cluster, &training, &plan);
+    assert!(e.comm.ep.wire_bytes.0 > 0.0);
+    assert_eq!(e.comm.ep.link, Some(tpsim::cluster::Link::Nvlink));
+}

@@ -638,7 +638,15 @@ pub fn evaluate(
         comm: Comm {
             tp: group_comm(&[TermKind::TpComm]),
             cp: group_comm(&[TermKind::CpComm]),
-            ep: group_comm(&[TermKind::EpComm]),
+            // With ep 1 the MoE token traffic is expert TP's gathers and scatters: their link.
+            ep: GroupComm {
+                link: if plan.ep == 1 && plan.etp > 1 {
+                    Some(groups.get(GroupKind::ExpertTp).link)
+                } else {
+                    group_comm(&[TermKind::EpComm]).link
+                },
+                ..group_comm(&[TermKind::EpComm])
+            },
             pp: group_comm(&[TermKind::PpComm]),
             dp: group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]),
         },

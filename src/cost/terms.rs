@@ -20,7 +20,8 @@ pub enum TermKind {
     CpComm,
     /// Pipeline sends and receives at stage boundaries.
     PpComm,
-    /// MoE token dispatch and combine all-to-alls over the EP group.
+    /// MoE token traffic: the dispatch and combine all-to-alls over the EP group, and the expert-TP
+    /// gathers and scatters beside them.
     EpComm,
     /// Gradient all-reduce or reduce-scatter over the DP (×CP) group.
     DpGradReduce,
@@ -76,7 +77,7 @@ impl TermKind {
             TermKind::TpComm => "TP comm",
             TermKind::CpComm => "CP comm",
             TermKind::PpComm => "PP comm",
-            TermKind::EpComm => "EP all-to-all",
+            TermKind::EpComm => "MoE token traffic",
             TermKind::DpGradReduce => "DP grad reduce",
             TermKind::DpParamGather => "DP param gather",
             TermKind::Bubble => "bubble",

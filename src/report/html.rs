@@ -135,7 +135,7 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
         ),
         (
             "EP s",
-            show_ep,
+            show_ep || show_etp,
             |e| format!("{:.2}", e.time.ep_comm_exposed_s.0),
             true,
         ),

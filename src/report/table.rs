@@ -184,7 +184,10 @@ pub fn plans_table_fitted(
                 .all(|e| e.plan.precision == crate::plan::Precision::Bf16),
         ),
         ("CP s", plans.iter().all(|e| e.plan.cp == 1)),
-        ("EP s", plans.iter().all(|e| e.plan.ep == 1)),
+        (
+            "EP s",
+            plans.iter().all(|e| e.plan.ep == 1 && e.plan.etp == 1),
+        ),
     ]
     .into_iter()
     .filter_map(|(name, unused)| unused.then_some(name))
@@ -479,7 +482,11 @@ pub fn breakdown(e: &Estimate) -> String {
         (
             "EP",
             &e.comm.ep,
-            "MoE token dispatch and combine all-to-alls (fwd and bwd)",
+            if p.etp > 1 {
+                "MoE token all-to-alls and expert-TP gathers/scatters (fwd and bwd)"
+            } else {
+                "MoE token dispatch and combine all-to-alls (fwd and bwd)"
+            },
         ),
         (
             "DP",
@@ -487,7 +494,7 @@ pub fn breakdown(e: &Estimate) -> String {
             "gradient reduction and parameter all-gather (ZeRO)",
         ),
     ] {
-        if (name == "CP" && p.cp == 1) || (name == "EP" && p.ep == 1) {
+        if (name == "CP" && p.cp == 1) || (name == "EP" && p.ep == 1 && p.etp == 1) {
             continue;
         }
         if name == "PP" && p.pp == 1 {
