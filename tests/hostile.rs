@@ -1277,3 +1277,63 @@ fn saved_plans_keep_their_moe_routing() {
         text.stdout
     );
 }
+
+/// A recompute flag given with a saved plan replaces the plan's recompute, block layer count
+/// included (a review found `--recompute-method uniform` silently ignored on a plan saved with
+/// block recompute), and torchtitan's refusal of block recompute says where it came from.
+#[test]
+fn recompute_flags_replace_a_saved_block_recompute() {
+    let dir = scratch("block");
+    let saved = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "70B",
+            "--nodes",
+            "8",
+            "--global-batch",
+            "512",
+            "--recompute",
+            "full",
+            "--top",
+            "1",
+            "--save",
+            "blk.yaml",
+        ],
+    );
+    assert_eq!(saved.code, 0, "{}", saved.stderr);
+    let text = std::fs::read_to_string(dir.join("blk.yaml")).unwrap();
+    assert!(text.contains("recompute_num_layers: 1"), "{text}");
+    let uniform = run_in(
+        &dir,
+        &[
+            "eval",
+            "--plan",
+            "blk.yaml",
+            "--recompute",
+            "full",
+            "--recompute-method",
+            "uniform",
+        ],
+    );
+    let plan_line = uniform
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("plan:"))
+        .unwrap();
+    assert!(plan_line.contains("recompute full,"), "{plan_line}");
+    let titan = run_in(
+        &dir,
+        &["eval", "--plan", "blk.yaml", "--framework", "torchtitan"],
+    );
+    assert_eq!(titan.code, 2, "{}", titan.stderr);
+    assert!(
+        titan
+            .stderr
+            .contains("recompute_num_layers in the plan file")
+            && titan.stderr.contains("--recompute-method uniform"),
+        "{}",
+        titan.stderr
+    );
+}

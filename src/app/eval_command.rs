@@ -183,9 +183,12 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
     let framework = scenario.training.framework;
-    if request.recompute_num_layers > 0 && !framework.recomputes_some_layers() {
+    if request.recompute == Recompute::Full
+        && request.recompute_num_layers > 0
+        && !framework.recomputes_some_layers()
+    {
         bail!(
-            "--recompute-method block (--recompute-num-layers {}) recomputes only some layers, but --framework {} checkpoints every transformer block under full recompute; drop --recompute-method/--recompute-num-layers or choose --framework megatron-core",
+            "block recompute of {} layer(s) per chunk (--recompute-method block, or recompute_num_layers in the plan file) recomputes only some layers, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
             request.recompute_num_layers,
             framework.as_str()
         );
@@ -426,6 +429,12 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         reshard_after_forward: args
             .reshard_after_forward
             .unwrap_or(file.reshard_after_forward),
+        // A recompute flag replaces the file's recompute, its block layer count included.
+        recompute_num_layers: match (args.recompute_method.as_deref(), args.recompute) {
+            (Some("block"), _) => args.recompute_num_layers.unwrap_or(1),
+            (Some(_), _) | (None, Some(_)) => 0,
+            (None, None) => file.recompute_num_layers,
+        },
         ..file
     }
 }
