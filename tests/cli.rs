@@ -1499,3 +1499,31 @@ fn why_the_best_plan_names_recompute_as_the_table() {
         .unwrap_or_else(|| panic!("{why}"));
     assert_eq!(said, shown, "{why}");
 }
+
+/// The model line of an MoE model says what routes where and how many parameters a token uses,
+/// beside the total (issue 9 item 1: total and active parameters printed).
+#[test]
+fn moe_model_line_names_experts_and_active_parameters() {
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+    ]);
+    assert_ne!(code, 2, "{stderr}");
+    let line = stdout.lines().next().unwrap();
+    assert!(
+        line.contains("46.7B params") && line.contains("8 experts (top-2, ffn 14336)"),
+        "{line}"
+    );
+    assert!(line.contains("12.9B active"), "{line}");
+}

@@ -63,6 +63,27 @@ pub fn scenario_line(report: &Report) -> String {
         String::new()
     };
     let gated = if m.gated_mlp { ", gated MLP" } else { "" };
+    // Mixture of experts: what routes where, and the parameters one token uses.
+    let experts = match &m.moe {
+        Some(moe) => format!(
+            ", {} experts (top-{}, ffn {}{}{}), {} active",
+            moe.experts,
+            moe.router_topk,
+            moe.ffn_hidden,
+            if moe.shared_expert_ffn_hidden > 0 {
+                format!(", shared ffn {}", moe.shared_expert_ffn_hidden)
+            } else {
+                String::new()
+            },
+            if moe.first_dense_layers > 0 {
+                format!(", first {} layers dense", moe.first_dense_layers)
+            } else {
+                String::new()
+            },
+            format_count(m.active_params)
+        ),
+        None => String::new(),
+    };
     let traits = [
         if m.linear_bias { "biases" } else { "no biases" },
         if m.tied_embeddings {
@@ -83,7 +104,7 @@ pub fn scenario_line(report: &Report) -> String {
     ]
     .join(", ");
     format!(
-        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}, vocab {}; {traits}\n\
+        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
          training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}{}",
         m.name,
