@@ -393,7 +393,8 @@ pub struct EvalArgs {
     /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage.
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
-    /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs.
+    /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs. Default: the
+    /// tensor-parallel degree, as Megatron-Core's --expert-tensor-parallel-size.
     #[arg(long, visible_alias = "expert-tensor-parallel-size")]
     pub etp: Option<u32>,
     /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the

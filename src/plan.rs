@@ -353,7 +353,7 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus}"
+        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus} (--etp defaults to --tp, as in Megatron-Core)"
     )]
     EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
     #[error(

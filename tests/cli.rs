@@ -1527,3 +1527,30 @@ fn moe_model_line_names_experts_and_active_parameters() {
     );
     assert!(line.contains("12.9B active"), "{line}");
 }
+
+/// `--etp` (Megatron's `--expert-tensor-parallel-size`) defaults to the tensor-parallel size as in
+/// Megatron-Core, so the same arguments typed as flags and pasted as a launch line give the same
+/// plan (a review found etp 1 from flags and etp 2 from the line).
+#[test]
+fn expert_tensor_parallelism_defaults_to_tp_as_in_megatron() {
+    let flags = [
+        "--tensor-model-parallel-size",
+        "2",
+        "--pipeline-model-parallel-size",
+        "1",
+        "--expert-model-parallel-size",
+        "8",
+        "--micro-batch-size",
+        "1",
+        "--global-batch-size",
+        "256",
+        "--seq-length",
+        "4096",
+    ];
+    let mut args = vec!["eval", "--model", "mixtral-8x7b", "--nodes", "4"];
+    args.extend(flags);
+    let (code, stdout, stderr) = run(&args);
+    assert_ne!(code, 2, "{stderr}");
+    let plan_line = stdout.lines().find(|l| l.starts_with("plan:")).unwrap();
+    assert!(plan_line.contains("ep 8 x etp 2"), "{plan_line}");
+}

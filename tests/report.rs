@@ -714,6 +714,8 @@ fn cp_and_ep_plans_show_their_groups_in_ledger_and_layout() {
             "2",
             "--ep",
             "8",
+            "--etp",
+            "1",
             "--micro-batch",
             "1",
             "--global-batch",

@@ -160,7 +160,12 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 allow_cross_node_tp: args.allow_cross_node_tp,
                 cp: args.cp.unwrap_or(1),
                 ep: args.ep.unwrap_or(1),
-                etp: args.etp.unwrap_or(1),
+                // Megatron-Core's `--expert-tensor-parallel-size` (which `--etp` aliases) defaults
+                // to the tensor-parallel size (`TransformerConfig.__post_init__`), as the pasted
+                // launch line reads it; a dense model has no experts to split.
+                etp: args
+                    .etp
+                    .unwrap_or(if scenario.model.moe.is_some() { tp } else { 1 }),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
                 // Megatron-LM's block recompute pasted (`--recompute-num-layers` defaults to 1).
                 recompute_num_layers: match args.recompute_method.as_deref() {
