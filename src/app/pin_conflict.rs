@@ -70,15 +70,7 @@ pub(super) fn explain(
     if given.is_empty() {
         return None;
     }
-    let unpinned = search(
-        model,
-        cluster,
-        training,
-        SearchOptions {
-            pins: Pins::default(),
-            ..options
-        },
-    );
+    let unpinned = unpinned_search(model, cluster, training, options);
     if unpinned.ranked.is_empty() {
         return None;
     }
@@ -161,15 +153,7 @@ pub(super) fn fit_hint(
     if given.is_empty() {
         return None;
     }
-    let unpinned = search(
-        model,
-        cluster,
-        training,
-        SearchOptions {
-            pins: Pins::default(),
-            ..options
-        },
-    );
+    let unpinned = unpinned_search(model, cluster, training, options);
     let best = unpinned.feasible().first()?;
     let flags: Vec<String> = given
         .iter()
@@ -199,4 +183,22 @@ pub(super) fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
         out += &format!(" etp {}", p.etp);
     }
     out
+}
+
+/// The same search without its pins: what the pins are measured against.
+fn unpinned_search(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> crate::planner::SearchResult {
+    search(
+        model,
+        cluster,
+        training,
+        SearchOptions {
+            pins: Pins::default(),
+            ..options
+        },
+    )
 }
