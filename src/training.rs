@@ -312,6 +312,10 @@ pub struct Training {
     /// published MoE benchmarks force; `--moe-imbalance`), capped by the capacity factor when one
     /// is set (tokens over capacity are dropped, Megatron `--moe-capacity-factor`).
     pub moe_imbalance: f64,
+    /// Whether low-precision training all-gathers its quantized weights as the parameters
+    /// (Megatron-Core `--fp8-param-gather` / `--fp4-param-gather`): the framework's default
+    /// (`TrainingFramework::fp8_param_gather`), or what a pasted launch line says.
+    pub fp8_param_gather: bool,
 }
 
 impl Training {
@@ -339,6 +343,7 @@ impl Training {
             framework,
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: framework.fp8_param_gather(),
         }
     }
 }

@@ -230,6 +230,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -390,6 +391,7 @@ pub fn vtrain_cases(
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -2673,18 +2673,45 @@ fn low_precision_is_written_and_read_back() {
             "--framework megatron-core",
         ],
     );
-    // ... and a line without --fp8-param-gather is refused under Megatron-Core, not silently
-    // evaluated as something else.
+    // ... and a line without --fp8-param-gather is evaluated without it, as Megatron-LM runs it:
+    // the bf16 weights stay the parameters beside the FP8 copies, and the distributed optimizer
+    // gathers them in bf16.
     let mut core = fp8.to_vec();
     core.extend(["--emit", "megatron"]);
     let (code, line, stderr) = run(&core);
     assert_eq!(code, 0, "{stderr}");
     assert!(line.contains(" --fp8-param-gather"), "{line}");
-    let line = line.trim().replace(" --fp8-param-gather", "");
-    assert_error(
-        &["eval", "--nodes", "4", "--megatron-args", &line],
-        &["without --fp8-param-gather", "--framework megatron-core"],
+    let without = line.trim().replace(" --fp8-param-gather", "");
+    let eval_json = |line: &str| {
+        let args = [
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            line,
+            "--format",
+            "json",
+        ];
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "{stderr}");
+        parse_json(&args, &stdout, &stderr)
+    };
+    let (with_gather, without_gather) = (eval_json(line.trim()), eval_json(&without));
+    let at = |v: &Value, path: &[&str]| {
+        path.iter()
+            .fold(&v["plans"][0], |v, k| &v[*k])
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        at(&without_gather, &["memory", "weights_bytes"])
+            > at(&with_gather, &["memory", "weights_bytes"])
     );
+    assert!(
+        at(&without_gather, &["comm", "dp", "wire_bytes"])
+            > at(&with_gather, &["comm", "dp", "wire_bytes"])
+    );
+    assert_eq!(without_gather["training"]["fp8_param_gather"], false);
     // Recipes tpsim does not model are refused by name; a --precision flag that contradicts the
     // line does not silently win.
     let small = format!("{SMALL} --bf16 --use-distributed-optimizer --sequence-parallel");

@@ -28,6 +28,7 @@ fn training(global_batch: u32) -> Training {
         framework: tpsim::training::TrainingFramework::MegatronLm2021,
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
         moe_imbalance: 1.0,
+        fp8_param_gather: false,
     }
 }
 

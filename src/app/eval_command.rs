@@ -176,13 +176,22 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             }
         }
     };
+    let pasted = match args.training.precision {
+        Some(_) => None,
+        None => pasted_precision(&args, request.zero, &scenario.training)?,
+    };
+    // Pasted low-precision flags carry the parameter gather with them: without
+    // --fp8-param-gather/--fp4-param-gather the bf16 weights stay the parameters.
+    if let Some(precision) = pasted
+        && precision != crate::plan::Precision::Bf16
+    {
+        scenario.training.fp8_param_gather = args.fp8_param_gather || args.fp4_param_gather;
+    }
     let request = PlanRequest {
-        precision: match args.training.precision {
-            Some(_) => precision_of_args(&args.training),
-            None => match pasted_precision(&args, request.zero, &scenario.training)? {
-                Some(precision) => precision,
-                None => request.precision,
-            },
+        precision: match (args.training.precision, pasted) {
+            (Some(_), _) => precision_of_args(&args.training),
+            (None, Some(precision)) => precision,
+            (None, None) => request.precision,
         },
         ..request
     };

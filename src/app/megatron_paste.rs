@@ -168,23 +168,19 @@ fn check_megatron_precision_and_overlap(
             );
         }
     }
+    // The parameter all-gather in low precision is Megatron-Core's (`--fp8-param-gather`): a line
+    // that sets it under another framework is refused; one without it is evaluated without it.
     if precision.precision != Precision::Bf16
-        && precision.param_gather != framework.fp8_param_gather()
+        && precision.param_gather
+        && !framework.fp8_param_gather()
     {
         let gather_flag = if precision.precision == Precision::Nvfp4 {
             "--fp4-param-gather"
         } else {
             "--fp8-param-gather"
         };
-        if precision.param_gather {
-            bail!(
-                "{gather_flag} in {source} keeps the {} weights as the parameters, which tpsim models for --framework megatron-core only (it is --framework {}); pass --framework megatron-core or drop {gather_flag}",
-                precision.precision.as_str(),
-                framework.as_str()
-            );
-        }
         bail!(
-            "{source} trains in {} without {gather_flag}, but tpsim models --framework {} with the low-precision parameter all-gather (NVIDIA's recipes set it); add {gather_flag} to the line, or pass another --framework",
+            "{gather_flag} in {source} keeps the {} weights as the parameters, which tpsim models for --framework megatron-core only (it is --framework {}); pass --framework megatron-core or drop {gather_flag}",
             precision.precision.as_str(),
             framework.as_str()
         );
@@ -248,6 +244,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         framework: None,
         overlap: None,
         moe_imbalance: None,
+        fp8_param_gather: None,
         plan: PlanRequest {
             tp: launch.tp,
             pp: launch.pp,
@@ -307,6 +304,11 @@ pub(super) fn apply_megatron_launch(
         );
     }
     scenario.training.overlap = launch.overlap;
+    // A low-precision line says whether its quantized weights are the parameters; in bf16 the
+    // setting has nothing to act on and keeps the framework's default.
+    if launch.precision.precision != Precision::Bf16 {
+        scenario.training.fp8_param_gather = launch.precision.param_gather;
+    }
     if launch.global_batch.is_none()
         && training_args.global_batch.is_none()
         && let Some(batch) = launch.global_batch_on(scenario.cluster.total_gpus())

@@ -153,6 +153,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             overlap: Some(scenario.training.overlap),
             moe_imbalance: (scenario.training.moe_imbalance != 1.0)
                 .then_some(scenario.training.moe_imbalance),
+            fp8_param_gather: (scenario.training.fp8_param_gather
+                != scenario.training.framework.fp8_param_gather())
+            .then_some(scenario.training.fp8_param_gather),
             plan: PlanRequest {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()

@@ -581,6 +581,11 @@ pub(super) fn resolve_scenario(
         framework,
         overlap,
         moe_imbalance: moe_imbalance_of(&model, training_args, plan_file)?,
+        // A saved plan keeps its parameter gather (a pasted launch line sets it after this).
+        fp8_param_gather: plan_file
+            .and_then(|f| f.fp8_param_gather)
+            .filter(|_| training_args.framework.is_none())
+            .unwrap_or(framework.fp8_param_gather()),
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,

@@ -202,12 +202,10 @@ impl DpTraffic {
 }
 
 /// Whether the plan's quantized weights are its parameters, all-gathered in FP8: Megatron-Core's
-/// `--fp8-param-gather` (`TrainingFramework::fp8_param_gather`), which needs low-precision GEMMs
+/// `--fp8-param-gather` (`Training::fp8_param_gather`: the framework's default or the pasted line's), which needs low-precision GEMMs
 /// and the distributed optimizer (ZeRO >= 1). One rule for memory, DP traffic and the ledger.
 pub fn fp8_parameter_gather(training: &Training, plan: &ParallelPlan) -> bool {
-    plan.precision != crate::plan::Precision::Bf16
-        && plan.zero >= 1
-        && training.framework.fp8_param_gather()
+    plan.precision != crate::plan::Precision::Bf16 && plan.zero >= 1 && training.fp8_param_gather
 }
 
 /// Whether the plan's sharded data parallelism reduces gradients once per step after the pipeline

@@ -750,6 +750,7 @@ mod tests {
             framework,
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         }
     }
 
@@ -1027,6 +1028,7 @@ mod tests {
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         let mut request = PlanRequest {
             tp: 8,

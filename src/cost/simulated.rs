@@ -215,6 +215,7 @@ mod tests {
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         (model, cluster, training)
     }

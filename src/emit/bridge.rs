@@ -103,7 +103,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let (format, recipe) = megatron_precision_args(plan.precision);
     let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
     let fp4 = plan.precision == Precision::Nvfp4;
-    let gather = plan.precision != Precision::Bf16 && training.framework.fp8_param_gather();
+    let gather = plan.precision != Precision::Bf16 && training.fp8_param_gather;
     set(
         "mixed_precision.fp8",
         if fp4 { "null".into() } else { or_null(format) },

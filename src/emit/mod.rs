@@ -103,7 +103,7 @@ impl Framework {
         let megatron_family = matches!(self, Framework::Megatron | Framework::MegatronBridge);
         let megatron_like = megatron_family || self == Framework::Nemo;
         let low_precision = plan.precision != Precision::Bf16;
-        let param_gather = low_precision && training.framework.fp8_param_gather();
+        let param_gather = low_precision && training.fp8_param_gather;
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
         // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
         // far; the others would write a dense model with a different parameter count.
@@ -387,7 +387,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if let (Some((format_flag, format)), Some((recipe_flag, recipe))) = (format, recipe) {
         push(format_flag, Some(format.into()));
         push(recipe_flag, Some(recipe.into()));
-        if training.framework.fp8_param_gather() {
+        if training.fp8_param_gather {
             push(
                 if plan.precision == Precision::Nvfp4 {
                     "fp4-param-gather"
@@ -463,6 +463,7 @@ mod tests {
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         (model, cluster, training)
     }

@@ -95,7 +95,7 @@ pub fn nemo_yaml(
             sequence_parallel: plan.sequence_parallel,
             fp8: plan.precision == Precision::Fp8,
             fp8_hybrid: plan.precision == Precision::Fp8,
-            fp8_params: plan.precision == Precision::Fp8 && training.framework.fp8_param_gather(),
+            fp8_params: plan.precision == Precision::Fp8 && training.fp8_param_gather,
             ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
             overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
             encoder_seq_length: training.seq_len,

@@ -342,6 +342,7 @@ mod tests {
             framework,
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
+            fp8_param_gather: false,
         };
         let request = PlanRequest {
             tp: 2,
