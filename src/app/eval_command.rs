@@ -253,7 +253,6 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             scenario.training.framework.max_zero_with_pp()
         );
     }
-    let framework = scenario.training.framework;
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
             "note: --cp {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",

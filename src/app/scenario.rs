@@ -403,20 +403,13 @@ fn moe_imbalance_of(
     plan_file: Option<&PlanFile>,
 ) -> Result<f64> {
     // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
-    let saved = plan_file.and_then(|f| f.moe_imbalance);
-    let args = &TrainingArgs {
-        moe_imbalance: args
-            .moe_imbalance
-            .or(if args.moe_capacity_factor.is_none() {
-                saved
-            } else {
-                None
-            }),
-        ..args.clone()
-    };
+    let saved = plan_file
+        .and_then(|f| f.moe_imbalance)
+        .filter(|_| args.moe_capacity_factor.is_none());
+    let given_imbalance = args.moe_imbalance.or(saved);
     let Some(moe) = model.moe else {
         let given = [
-            args.moe_imbalance.map(|f| ("--moe-imbalance", f)),
+            given_imbalance.map(|f| ("--moe-imbalance", f)),
             args.moe_capacity_factor
                 .map(|c| ("--moe-capacity-factor", c)),
         ];
@@ -429,7 +422,7 @@ fn moe_imbalance_of(
         return Ok(1.0);
     };
     let max_imbalance = f64::from(moe.experts) / f64::from(moe.router_topk.max(1));
-    let imbalance = match args.moe_imbalance {
+    let imbalance = match given_imbalance {
         None => 1.0,
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(

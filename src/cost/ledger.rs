@@ -412,13 +412,16 @@ pub fn ledger(
         }
     }
 
+    // MoE layers on the busiest stage times micro-batches: how often each token collective runs.
+    let moe_count = (moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers) * m as f64)
+        .round() as u64;
+
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
     let bytes = moe::alltoall_bytes(model, plan, training.seq_len, training.moe_imbalance);
     if plan.ep > 1 && bytes > 0.0 {
         let e = plan.ep;
         let tensor = bytes / Op::AllToAll.wire_factor(e);
-        let moe_layers = moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers);
-        let count = (moe_layers * m as f64).round() as u64;
+        let count = moe_count;
         let scope = Scope::PerMoeLayerPerMicrobatch;
         let forward = [
             "MoE dispatch: routed token copies to their experts' GPUs",
@@ -474,8 +477,7 @@ pub fn ledger(
     let gathered =
         moe::expert_tp_gather_bytes(model, plan, training.seq_len, training.moe_imbalance);
     if plan.etp > 1 && gathered > 0.0 {
-        let moe_layers = moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers);
-        let count = (moe_layers * m as f64).round() as u64;
+        let count = moe_count;
         let scope = Scope::PerMoeLayerPerMicrobatch;
         let gather = (
             Op::AllGather,

@@ -242,8 +242,11 @@ fn stage_memory(
     // over expert-DP.
     let shard_ranks = plan.dp * plan.cp;
     let dp = f64::from(shard_ranks);
-    let expert_params =
-        f64::from(stage_layers(plan, model, stage)) * layer_params_per_gpu(model, plan).1;
+    // One layer as this GPU holds it: its TP share of the dense part and its own experts.
+    let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
+    let layers = f64::from(stage_layers(plan, model, stage));
+    let expert_params = layers * expert_layer;
+    let after_schedule = super::comm::reduces_after_pipeline_schedule(training, plan);
     let dense_params = params - expert_params;
     let expert_dp = f64::from(super::moe::expert_dp(plan));
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
@@ -266,12 +269,8 @@ fn stage_memory(
     // output layer on the stages that hold them — counting only what is sharded at all: the dense
     // part over DP×CP, the experts over expert-DP (with expert-DP 1 they stay whole on their GPU).
     let dense_sharded = shard_ranks > 1;
-    let layer_unit = {
-        let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
-        let dense = if dense_sharded { dense_layer } else { 0.0 };
-        let experts = if expert_dp > 1.0 { expert_layer } else { 0.0 };
-        dense + experts
-    };
+    let layer_unit = (if dense_sharded { dense_layer } else { 0.0 })
+        + (if expert_dp > 1.0 { expert_layer } else { 0.0 });
     let t = f64::from(plan.tp);
     let embedding_unit = match stage {
         Stage::First | Stage::Only if dense_sharded => model.word_embedding_params() / t,
@@ -289,16 +288,14 @@ fn stage_memory(
     // The unit in use and the next one prefetched (FSDP's `limit_all_gathers` rate limiter,
     // DeepSpeed's `stage3_prefetch_bucket_size`): the two largest, or two layers.
     let two_units = units[0] + units[1].max(layer_unit);
-    // The stage's parameters that data parallelism shards at all (see `gather_unit`).
+    // The stage's parameters that data parallelism shards at all (as `layer_unit` counts them).
     let sharded_params = (if dense_sharded { dense_params } else { 0.0 })
         + (if expert_dp > 1.0 { expert_params } else { 0.0 });
     if plan.zero >= 3 && sharded_params > 0.0 {
         // Under PyTorch's pipelining the backward never reshards (`set_reshard_after_backward(
         // False)`, `comm::reduces_after_pipeline_schedule`): after the first micro-batch's backward
         // the whole stage is gathered whether or not the forward reshards.
-        if plan.reshard_after_forward
-            && !super::comm::reduces_after_pipeline_schedule(training, plan)
-        {
+        if plan.reshard_after_forward && !after_schedule {
             // ZeRO-3 gathers each unit's parameters before use and keeps the next one prefetched.
             weights += two_units * WEIGHT_BYTES;
         } else {
@@ -309,10 +306,10 @@ fn stage_memory(
     }
     // With sharded gradients (ZeRO-2 and 3) a unit's full gradient exists until it is
     // reduce-scattered (DeepSpeed's `reduce_bucket_size`, FSDP's per-unit reduce-scatter).
-    if plan.zero >= 2 && !super::comm::reduces_after_pipeline_schedule(training, plan) {
+    if plan.zero >= 2 && !after_schedule {
         gradients += largest_unit * training.grad_dtype.bytes();
     }
-    if super::comm::reduces_after_pipeline_schedule(training, plan) {
+    if after_schedule {
         // Under PyTorch's pipelining every micro-batch's gradients accumulate unsharded, in the
         // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth of
         // what is sharded (the sharded gradients they become are counted too, a 1/dp
@@ -331,10 +328,8 @@ fn stage_memory(
         Precision::Mxfp8 => 2.0 * (1.0 + 1.0 / 32.0),
         Precision::Nvfp4 => 2.0 * (0.5 + 1.0 / 16.0),
     };
-    // The layer weights this GPU holds: its TP share of the dense part and its own experts (a
-    // routed expert lives on one EP rank only), each as ZeRO-3 shards it.
-    let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
-    let layers = f64::from(stage_layers(plan, model, stage));
+    // The layer weights this GPU holds (a routed expert lives on one EP rank only), each as
+    // ZeRO-3 shards it.
     let layer_weights = layers * (dense_layer / shard(3) + expert_layer / expert_shard(3));
     // With FP8 parameter gather the quantized copies are the layer weights: their bf16 copy goes.
     let replaced = if super::comm::fp8_parameter_gather(training, plan) {
