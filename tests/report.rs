@@ -907,3 +907,31 @@ fn the_plans_table_names_cp_ep_and_precision() {
     let note = format!("MFU % is model FLOPs over the bf16 peak ({peak:.0} TFLOP/s per GPU)");
     assert!(html.contains(&note), "no {note:?}");
 }
+
+/// Without tensor parallelism the layout figure does not describe TP groups of one GPU.
+#[test]
+fn a_plan_without_tensor_parallelism_says_so_in_the_layout() {
+    let dir = scratch("tp1");
+    tpsim()
+        .args([
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--report",
+            dir.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let texts = texts(&read(&dir, "layout.svg"));
+    assert!(texts.iter().any(|t| t.starts_with("TP: none")), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.starts_with("TP groups (1 GPUs")));
+    let _ = std::fs::remove_dir_all(&dir);
+}

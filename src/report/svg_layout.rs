@@ -110,11 +110,15 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
     let pp_group = g.get(GroupKind::Pp);
     let ep_group = g.get(GroupKind::Ep);
     let expert_dp_group = g.get(GroupKind::ExpertDp);
-    let mut legend = vec![format!(
-        "TP groups ({} GPUs, black outline) all-reduce every layer over {}",
-        plan.tp,
-        link(tp_group.link)
-    )];
+    let mut legend = vec![if plan.tp > 1 {
+        format!(
+            "TP groups ({} GPUs, black outline) all-reduce every layer over {}",
+            plan.tp,
+            link(tp_group.link)
+        )
+    } else {
+        "TP: none (tp 1: each GPU holds whole layers)".to_string()
+    }];
     if cp {
         legend.push(format!(
             "CP groups: rings of {} GPUs at stride {} pass K/V every layer over {}; blue outline: the {} GPUs of {} interleaved rings (c = ring position)",
