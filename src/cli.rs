@@ -273,6 +273,11 @@ pub struct TrainingArgs {
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
     pub overlap_p2p_comm: Option<bool>,
+    /// torchtitan only: whether torch.compile fuses each block's element-wise kernels
+    /// (torchtitan's `compile` setting). Default: false, as torchtitan's: eager PyTorch runs norms,
+    /// rotary embedding and activation as one kernel per operator with fp32 upcasts.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub torch_compile: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -366,6 +366,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let request = PlanRequest {
             tp: 8,

@@ -11,7 +11,7 @@ use crate::model::{Model, ModelFile, ShapeOverrides};
 use crate::plan::{Precision, Recompute};
 use crate::planner::{Pins, SearchOptions, refine_top, search};
 use crate::specs;
-use crate::training::{AttentionKernel, Training, TrainingFramework};
+use crate::training::{AttentionKernel, KernelFusion, Training, TrainingFramework};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModernRunsFile {
@@ -285,6 +285,22 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     None
 }
 
+/// The element-wise kernels a run used: torchtitan's rows say "torch.compile" when compiled and
+/// nothing otherwise (eager, torchtitan's default); NeMo AutoModel's rows run Transformer Engine's
+/// fused kernels ("TE + DeepEP"); every other source is Megatron-Core (fused).
+pub fn kernel_fusion_of(run: &ModernRun) -> KernelFusion {
+    let compiled = run
+        .plan
+        .overlap
+        .as_deref()
+        .is_some_and(|o| o.to_ascii_lowercase().contains("compile"));
+    if run.id.starts_with("torchtitan") && !compiled {
+        KernelFusion::Eager
+    } else {
+        KernelFusion::Fused
+    }
+}
+
 /// The recompute a source states: "full AC" is full recompute; torchtitan's "selective AC" /
 /// "per-op selective AC" is its per-op SAC, which `Recompute::Selective` means under the
 /// torchtitan framework. Unstated (most rows) is left to the search.
@@ -401,6 +417,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     {
         training.overlap.tp_comm = true;
     }
+    training.kernel_fusion = kernel_fusion_of(run);
     let recompute = p.recompute.as_deref().unwrap_or("");
     let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
     let (vpp, micro_batch) = pipeline_defaults(run, framework);

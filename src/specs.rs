@@ -271,6 +271,10 @@ pub struct PlanFile {
     /// `--fp8-param-gather`); the framework's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_param_gather: Option<bool>,
+    /// Fused or eager element-wise kernels (torchtitan's `torch.compile` or not); the framework's
+    /// default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_fusion: Option<crate::training::KernelFusion>,
     pub plan: PlanRequest,
 }
 

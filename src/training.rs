@@ -42,6 +42,25 @@ pub enum AttentionKernel {
     Unfused,
 }
 
+/// Whether a layer's element-wise work (norms, rotary embedding, activation, copies) runs as the
+/// fused kernels Megatron-Core and Transformer Engine ship, or as PyTorch eager's one kernel per
+/// operator with fp32 upcasts (torchtitan without `torch.compile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelFusion {
+    /// One kernel per fused block: Megatron's fused bias-dropout-add and activation, Transformer
+    /// Engine's RMSNorm and rotary embedding, or Inductor's kernels under `torch.compile`, which
+    /// torchtitan applies per transformer block (`apply_compile`).
+    Fused,
+    /// PyTorch eager, as torchtitan's Llama runs without `compile`: `RMSNorm` upcasts to fp32 and
+    /// runs pow, mean, rsqrt, two multiplies and a downcast as separate kernels
+    /// (torchtitan/models/norms.py); `apply_rotary_emb` upcasts Q and K to fp32 complex and back;
+    /// `repeat_kv` copies K and V out to every query head; the attention output is transposed into a
+    /// contiguous copy; SwiGLU runs silu and the product as two kernels (torchtitan/models/llama/
+    /// model.py). `compute::eager_extra_bytes` counts their traffic.
+    Eager,
+}
+
 /// The training framework whose behaviour the cost model mirrors: which communication it overlaps,
 /// its gradient precision, its attention kernel and which sharding shapes it can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +209,18 @@ impl TrainingFramework {
         }
     }
 
+    /// How the framework runs element-wise kernels unless told otherwise: Megatron-Core and
+    /// DeepSpeed (Megatron's fused kernels) fused; torchtitan eager, its default
+    /// (`training.compile = false` in torchtitan's JobConfig; `--torch-compile` says otherwise).
+    pub fn default_kernel_fusion(self) -> KernelFusion {
+        match self {
+            TrainingFramework::Torchtitan => KernelFusion::Eager,
+            TrainingFramework::MegatronLm2021
+            | TrainingFramework::MegatronCore
+            | TrainingFramework::Deepspeed => KernelFusion::Fused,
+        }
+    }
+
     /// Whether FSDP under pipeline parallelism reduces gradients once per step, after the whole
     /// schedule, from unsharded gradients accumulated over the micro-batches. PyTorch's pipelining
     /// (which torchtitan uses) runs every micro-batch's backward with FSDP's gradient sync and
@@ -316,6 +347,8 @@ pub struct Training {
     /// (Megatron-Core `--fp8-param-gather` / `--fp4-param-gather`): the framework's default
     /// (`TrainingFramework::fp8_param_gather`), or what a pasted launch line says.
     pub fp8_param_gather: bool,
+    /// Fused or eager element-wise kernels (`--torch-compile` under torchtitan).
+    pub kernel_fusion: KernelFusion,
 }
 
 impl Training {
@@ -344,6 +377,7 @@ impl Training {
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: framework.fp8_param_gather(),
+            kernel_fusion: framework.default_kernel_fusion(),
         }
     }
 }

@@ -231,6 +231,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -392,6 +393,7 @@ pub fn vtrain_cases(
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -1226,6 +1226,61 @@ fn a_saved_plan_keeps_its_framework() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--torch-compile` says how torchtitan runs its element-wise kernels; under a framework that ships
+/// fused kernels it is refused, not ignored. Under torchtitan, eager (its default) is slower than
+/// compiled, and the header says which was evaluated.
+#[test]
+fn torch_compile_is_torchtitans_setting() {
+    let base = [
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--zero",
+        "3",
+        "--micro-batch",
+        "2",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "16",
+        "--recompute",
+        "selective",
+    ];
+    let mut megatron = base.to_vec();
+    megatron.push("--torch-compile");
+    assert_bad_input(&megatron, &["--torch-compile", "--framework torchtitan"]);
+    let step = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(["--framework", "torchtitan", "--format", "json"]);
+        args.extend(extra);
+        let (code, doc) = run_json(&args);
+        assert_eq!(code, 0);
+        (
+            doc["training"]["kernel_fusion"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            doc["plans"][0]["time"]["step_s"].as_f64().unwrap(),
+        )
+    };
+    let (eager_kind, eager_s) = step(&[]);
+    let (compiled_kind, compiled_s) = step(&["--torch-compile"]);
+    assert_eq!(
+        (eager_kind.as_str(), compiled_kind.as_str()),
+        ("eager", "fused")
+    );
+    assert!(
+        eager_s > compiled_s,
+        "eager {eager_s} s, compiled {compiled_s} s"
+    );
+}
+
 /// The degrees a one-cell plan label names (`tp4 cp2 pp1 dp8 ep8 etp1 vpp1 ...`), by key.
 fn label_degree(label: &str, key: &str) -> Option<u64> {
     label

@@ -29,6 +29,7 @@ fn training(global_batch: u32) -> Training {
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
         moe_imbalance: 1.0,
         fp8_param_gather: false,
+        kernel_fusion: tpsim::training::KernelFusion::Fused,
     }
 }
 

@@ -245,6 +245,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         overlap: None,
         moe_imbalance: None,
         fp8_param_gather: None,
+        kernel_fusion: None,
         plan: PlanRequest {
             tp: launch.tp,
             pp: launch.pp,

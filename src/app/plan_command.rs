@@ -156,6 +156,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             fp8_param_gather: (scenario.training.fp8_param_gather
                 != scenario.training.framework.fp8_param_gather())
             .then_some(scenario.training.fp8_param_gather),
+            kernel_fusion: (scenario.training.kernel_fusion
+                != scenario.training.framework.default_kernel_fusion())
+            .then_some(scenario.training.kernel_fusion),
             plan: PlanRequest {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()

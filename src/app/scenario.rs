@@ -5,7 +5,7 @@ use crate::cli::{FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
 use crate::model::ShapeOverrides;
 use crate::plan::{PlanError, Precision, Recompute};
 use crate::planner::Pins;
-use crate::training::{Overlap, TrainingFramework};
+use crate::training::{KernelFusion, Overlap, TrainingFramework};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::calibration_commands;
@@ -579,6 +579,7 @@ pub(super) fn resolve_scenario(
             .and_then(|f| f.fp8_param_gather)
             .filter(|_| training_args.framework.is_none())
             .unwrap_or(framework.fp8_param_gather()),
+        kernel_fusion: kernel_fusion_of(framework, training_args, saved)?,
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,
@@ -595,6 +596,30 @@ pub(super) fn resolve_scenario(
         gpu_reference,
         training,
     })
+}
+
+/// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan
+/// of the same framework says, else the framework's default. Other frameworks ship fused kernels, so
+/// the flag is refused there rather than ignored.
+fn kernel_fusion_of(
+    framework: TrainingFramework,
+    args: &TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<KernelFusion> {
+    match args.torch_compile {
+        Some(compile) if framework == TrainingFramework::Torchtitan => Ok(if compile {
+            KernelFusion::Fused
+        } else {
+            KernelFusion::Eager
+        }),
+        Some(compile) => bail!(
+            "--torch-compile {compile} applies to --framework torchtitan only ({} runs its own fused kernels); drop --torch-compile or add --framework torchtitan",
+            framework.as_str()
+        ),
+        None => Ok(saved
+            .and_then(|f| f.kernel_fusion)
+            .unwrap_or(framework.default_kernel_fusion())),
+    }
 }
 
 pub(super) fn summaries(s: &Scenario) -> (ModelSummary, ClusterSummary) {

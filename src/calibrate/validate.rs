@@ -222,6 +222,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

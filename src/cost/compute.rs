@@ -9,7 +9,7 @@
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{Precision, Recompute};
-use crate::training::{AttentionKernel, SelectiveRecompute};
+use crate::training::{AttentionKernel, KernelFusion, SelectiveRecompute};
 use crate::units::Seconds;
 
 /// Bytes per element of GEMM operands and activations (bf16).
@@ -70,6 +70,8 @@ pub struct LayerShard {
     pub gemm_chunks: u32,
     /// Share of the bf16 peak the fused attention kernel reaches (`GpuProfile::attention_efficiency`).
     pub attention_efficiency: f64,
+    /// Fused or eager element-wise kernels.
+    pub kernel_fusion: KernelFusion,
 }
 
 /// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
@@ -185,6 +187,49 @@ pub fn layer_elementwise_bytes(
     (norms + residuals, activation, scores)
 }
 
+/// HBM bytes per element of PyTorch eager's RMSNorm forward (torchtitan/models/norms.py `RMSNorm`:
+/// `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight`): upcast 2 in + 4 out,
+/// pow 4 + 4, mean 4 in, multiply 4 + 4, downcast 4 + 2, weight 2 + 2 = 36, where a fused norm
+/// reads 2 and writes 2.
+const EAGER_RMSNORM_BYTES_PER_ELEMENT: f64 = 36.0;
+/// HBM bytes per element of Q and K in torchtitan's eager `apply_rotary_emb`: upcast 2 + 4, complex
+/// multiply 4 + 4, downcast 4 + 2.
+const EAGER_ROPE_BYTES_PER_ELEMENT: f64 = 20.0;
+
+/// HBM bytes per token of one layer's forward that PyTorch eager adds over the fused kernels
+/// `layer_elementwise_bytes` counts, split as that function splits (outside the TP region, the
+/// attention side inside it, the MLP side inside it); read from torchtitan's Llama
+/// (torchtitan/models/llama/model.py, norms.py at the 2024-12 benchmark commit):
+/// - two RMSNorms at 36 bytes per element instead of 4;
+/// - rotary embedding of Q and K at 20 bytes per element (a fused kernel's read and write are not
+///   counted for fused kernels either);
+/// - `repeat_kv` (grouped-query attention only): expand and reshape copy K and V out to every
+///   query head, reading the K/V width and writing the query width, 2 bytes each;
+/// - the attention output's `transpose(1, 2).contiguous()`, a read and a write;
+/// - SwiGLU's `silu(w1(x)) * w3(x)` as two kernels (silu 2 + 2, product 2 + 2 + 2 bytes per ffn
+///   element) where the fused activation reads 4 and writes 2: 4 more per ffn element.
+///
+/// The backward's share follows the forward's, as for the fused kernels (twice the forward).
+pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
+    let h = f64::from(model.hidden);
+    let q = model.q_width();
+    let kv = model.kv_width();
+    let norms = 2.0 * (EAGER_RMSNORM_BYTES_PER_ELEMENT - 2.0 * ELEMENT_BYTES) * h;
+    let rope = EAGER_ROPE_BYTES_PER_ELEMENT * (q + kv);
+    let repeat_kv = if model.kv_heads < model.heads {
+        2.0 * ELEMENT_BYTES * (kv + q)
+    } else {
+        0.0
+    };
+    let output_copy = 2.0 * ELEMENT_BYTES * model.attention_out_width();
+    let swiglu = if model.gated_mlp {
+        2.0 * ELEMENT_BYTES * f64::from(model.ffn_hidden)
+    } else {
+        0.0
+    };
+    (norms, rope + repeat_kv + output_copy, swiglu)
+}
+
 /// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs, halved
 /// because causal masking lets the kernel skip the blocks above the diagonal (Dao 2023,
 /// FlashAttention-2 §3.1.1), on a roofline whose memory side is only Q, K, V and O — the s×s scores
@@ -285,6 +330,7 @@ pub fn layer_time(
             precision: Precision::Bf16,
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
+            kernel_fusion: KernelFusion::Fused,
         },
     )
 }
@@ -357,6 +403,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         precision,
         gemm_chunks,
         attention_efficiency,
+        kernel_fusion,
     } = *shard;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
@@ -379,8 +426,16 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let gemm_time = linear_time + attention_core_gemm_time;
     let t = f64::from(tp);
     let local_seq = seq_len / cp.max(1);
-    let (outside, inside, scores) =
+    let (mut outside, mut inside, scores) =
         layer_elementwise_bytes(model, micro_batch, local_seq.max(1), attention);
+    let mut mlp_inside = inside;
+    if kernel_fusion == KernelFusion::Eager {
+        let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
+        let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
+        outside += tokens * norms;
+        inside += tokens * (attention_side + mlp_side);
+        mlp_inside += tokens * mlp_side;
+    }
     let scores = scores * f64::from(cp);
     let cast_bytes =
         cast_bytes_per_input_element(precision) * linear.iter().map(|g| g.m * g.k).sum::<f64>();
@@ -421,7 +476,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
-        mlp_forward: (mlp_gemms + inside / t / bandwidth) / gpu.framework_efficiency,
+        mlp_forward: (mlp_gemms + mlp_inside / t / bandwidth) / gpu.framework_efficiency,
     }
 }
 
@@ -470,6 +525,62 @@ mod tests {
     use crate::model::tests::gpt3_175b;
 
     #[test]
+    fn eager_kernels_add_their_counted_traffic_and_nothing_else() {
+        // Llama 3 8B (h 4096, 32 query and 8 KV heads of 128, ffn 14336), counted by hand from
+        // torchtitan's eager code: two RMSNorms at 36 − 4 bytes per element; RoPE on Q and K at 20;
+        // repeat_kv reading K/V (1024 wide) and writing 4096 wide, 2 bytes each, for K and V;
+        // the attention output's contiguous copy 2 + 2; SwiGLU's two kernels 4 more per ffn element.
+        let m = crate::specs::load_model("llama3-8b").unwrap();
+        let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(&m);
+        assert_eq!(norms, 2.0 * 32.0 * 4096.0);
+        assert_eq!(
+            attention_side,
+            20.0 * (4096.0 + 1024.0) + 2.0 * 2.0 * (1024.0 + 4096.0) + 4.0 * 4096.0
+        );
+        assert_eq!(mlp_side, 4.0 * 14336.0);
+        // In a layer's time: the forward grows by those bytes over the achieved HBM bandwidth,
+        // the MLP part (which an MoE layer replaces) by the SwiGLU share only; the GEMMs do not move.
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let shard = |kernel_fusion| LayerShard {
+            micro_batch: 2,
+            seq_len: 8192,
+            tp: 1,
+            cp: 1,
+            sp: false,
+            recompute: Recompute::None,
+            selective: SelectiveRecompute::AttentionCore,
+            attention: AttentionKernel::Flash,
+            precision: Precision::Bf16,
+            gemm_chunks: 1,
+            attention_efficiency: cluster.gpu.gemm_efficiency,
+            kernel_fusion,
+        };
+        let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused));
+        let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager));
+        let per_byte =
+            1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+        let tokens = 2.0 * 8192.0;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-9);
+        assert!(close(
+            eager.forward - fused.forward,
+            tokens * (norms + attention_side + mlp_side) * per_byte
+        ));
+        assert!(close(
+            eager.mlp_forward - fused.mlp_forward,
+            tokens * mlp_side * per_byte
+        ));
+        assert!(close(
+            eager.backward - fused.backward,
+            2.0 * (eager.forward - fused.forward)
+        ));
+        assert_eq!(eager.linear_gemm_forward, fused.linear_gemm_forward);
+    }
+
+    #[test]
     fn per_op_sac_recomputes_wk_wo_w3_and_the_elementwise_kernels() {
         // torchtitan's per-op SAC on Llama 3 8B, one GPU (no TP): the recompute runs wk (the K
         // share of the fused QKV GEMM), wo and w3 (half the fused w1/w3 GEMM) again, and every
@@ -493,6 +604,7 @@ mod tests {
             precision: Precision::Bf16,
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
+            kernel_fusion: KernelFusion::Fused,
         };
         let sac = layer_time_sharded(
             &m,

@@ -248,6 +248,7 @@ pub(crate) fn unit_costs(
             precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
             attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
+            kernel_fusion: training.kernel_fusion,
         },
     );
     let recompute_share = plan.recompute_share();

@@ -347,6 +347,7 @@ mod tests {
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let request = PlanRequest {
             tp: 2,

@@ -211,6 +211,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let options = SearchOptions {
             allow_uneven_pp: false,

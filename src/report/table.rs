@@ -106,7 +106,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}){}{}",
+         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}{}){}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -148,6 +148,12 @@ pub fn scenario_line(report: &Report) -> String {
             crate::training::AttentionKernel::Unfused => "unfused",
         },
         t.framework.as_str(),
+        match t.kernel_fusion {
+            crate::training::KernelFusion::Fused => "",
+            crate::training::KernelFusion::Eager => {
+                "eager, no torch.compile: norms, RoPE and activation unfused; "
+            }
+        },
         overlap_words(&t.overlap),
         match t.framework.selective_recompute() {
             crate::training::SelectiveRecompute::AttentionCore => String::new(),
@@ -693,6 +699,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
+            kernel_fusion: crate::training::KernelFusion::Fused,
         };
         let result = search(
             &model,
