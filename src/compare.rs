@@ -367,6 +367,7 @@ mod tests {
             moe_imbalance: 1.0,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
+            loss: crate::training::LossKernel::VocabParallel,
         };
         let request = PlanRequest {
             tp: 8,

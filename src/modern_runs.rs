@@ -11,7 +11,7 @@ use crate::model::{Model, ModelFile, ShapeOverrides};
 use crate::plan::{Precision, Recompute};
 use crate::planner::{Pins, SearchOptions, refine_top, search};
 use crate::specs;
-use crate::training::{AttentionKernel, KernelFusion, Training, TrainingFramework};
+use crate::training::{AttentionKernel, KernelFusion, LossKernel, Training, TrainingFramework};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModernRunsFile {
@@ -285,6 +285,16 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     None
 }
 
+/// The framework a run is planned as: torchtitan for torchtitan's and NeMo AutoModel's (FSDP2)
+/// rows, Megatron-Core for the rest.
+fn framework_of(run: &ModernRun) -> TrainingFramework {
+    if run.id.starts_with("torchtitan") || run.id.starts_with("automodel") {
+        TrainingFramework::Torchtitan
+    } else {
+        TrainingFramework::MegatronCore
+    }
+}
+
 /// The element-wise kernels a run used: torchtitan's rows say "torch.compile" when compiled and
 /// nothing otherwise (eager, torchtitan's default); NeMo AutoModel's rows run Transformer Engine's
 /// fused kernels ("TE + DeepEP"); every other source is Megatron-Core (fused).
@@ -298,6 +308,29 @@ pub fn kernel_fusion_of(run: &ModernRun) -> KernelFusion {
         KernelFusion::Eager
     } else {
         KernelFusion::Fused
+    }
+}
+
+/// The cross-entropy kernel a run used, from its framework's code at the run's version:
+/// - torchtitan compiles the loss with the model only since its PR #1033 (2025-04-02,
+///   `build_cross_entropy_loss`); the 2024 benchmark commits (9dec370, and the 2024-08 405B
+///   runs) keep it eager under `torch.compile` ("TODO: compiling loss function causes CUDA
+///   errors, turning off for now" in train.py), so their rows run the eager fp32 loss;
+/// - NeMo AutoModel's benchmark configs (examples/llm_benchmark at the table's commit 36044ad)
+///   use `MaskedCrossEntropy` with `fp32_upcast: false` for the MoE models and its default
+///   (upcast) for Llama 3 70B;
+/// - everything else is the framework's default.
+pub fn loss_kernel_of(run: &ModernRun, model: &Model, kernel_fusion: KernelFusion) -> LossKernel {
+    if run.id.starts_with("torchtitan-2024") {
+        LossKernel::EagerFp32
+    } else if run.id.starts_with("automodel") {
+        if model.moe.is_some() {
+            LossKernel::EagerBf16
+        } else {
+            LossKernel::EagerFp32
+        }
+    } else {
+        framework_of(run).default_loss_kernel(kernel_fusion)
     }
 }
 
@@ -395,11 +428,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         nodes: hw.num_gpus / hw.gpus_per_node,
         gpus_per_node: hw.gpus_per_node,
     };
-    let framework = if run.id.starts_with("torchtitan") || run.id.starts_with("automodel") {
-        TrainingFramework::Torchtitan
-    } else {
-        TrainingFramework::MegatronCore
-    };
+    let framework = framework_of(run);
     let p = &run.plan;
     let (tp, pp, dp, gbs) = (
         p.tp.unwrap_or(1),
@@ -418,6 +447,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         training.overlap.tp_comm = true;
     }
     training.kernel_fusion = kernel_fusion_of(run);
+    training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
     let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
     let (vpp, micro_batch) = pipeline_defaults(run, framework);

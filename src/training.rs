@@ -61,6 +61,38 @@ pub enum KernelFusion {
     Eager,
 }
 
+/// The cross-entropy kernel, which sets how many bytes per b·s·V/t logit element the loss holds at
+/// its peak (the start of the backward, with every activation still saved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossKernel {
+    /// Megatron's vocab-parallel cross-entropy: keeps the fp32 softmax and writes its gradient into
+    /// it in place (megatron/core/tensor_parallel/cross_entropy.py, `VocabParallelCrossEntropy.
+    /// backward`: "grad_input = softmax"), one fp32 copy (Korthikanti et al. 2022 §4.3): 4 bytes.
+    VocabParallel,
+    /// PyTorch eager `cross_entropy(pred.float(), labels)` (torchtitan's loss): in
+    /// `log_softmax_backward` three fp32 tensors coexist, the saved log-softmax output,
+    /// `nll_loss_backward`'s dense gradient and the result: 12 bytes.
+    EagerFp32,
+    /// The same eager kernel on bf16 logits without the upcast (NeMo AutoModel's
+    /// `MaskedCrossEntropy` with `fp32_upcast: false`, its benchmark configs' setting): 6 bytes.
+    EagerBf16,
+    /// The loss under `torch.compile` (torchtitan since 2025-04): the compiled graph saves the
+    /// bf16 logits and the log-sum-exp and writes the bf16 gradient in one fused kernel: 4 bytes.
+    Compiled,
+}
+
+impl LossKernel {
+    /// Bytes per logit element the loss holds at its peak.
+    pub fn bytes_per_logit(self) -> f64 {
+        match self {
+            LossKernel::VocabParallel | LossKernel::Compiled => 4.0,
+            LossKernel::EagerBf16 => 6.0,
+            LossKernel::EagerFp32 => 12.0,
+        }
+    }
+}
+
 /// The training framework whose behaviour the cost model mirrors: which communication it overlaps,
 /// its gradient precision, its attention kernel and which sharding shapes it can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,18 +216,15 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
-    /// fp32 copies of the b·s·V/t logits the loss holds at its peak, 4 bytes each. Megatron's
-    /// vocab-parallel cross-entropy keeps the softmax and writes its gradient into it in place
-    /// (megatron/core/tensor_parallel/cross_entropy.py, `VocabParallelCrossEntropy.backward`:
-    /// "grad_input = softmax"): one copy (Korthikanti et al. 2022 §4.3 count it so). torchtitan
-    /// calls PyTorch's `cross_entropy` on `pred.float()`: `log_softmax` saves its fp32 output and
-    /// its backward allocates a new fp32 gradient of the same size, so two copies coexist.
-    pub fn loss_logit_copies(self) -> f64 {
-        match self {
-            TrainingFramework::Torchtitan => 2.0,
-            TrainingFramework::MegatronLm2021
-            | TrainingFramework::MegatronCore
-            | TrainingFramework::Deepspeed => 1.0,
+    /// The loss kernel the framework runs with these element-wise kernels: Megatron's
+    /// vocab-parallel cross-entropy everywhere but torchtitan, whose loss is compiled when the
+    /// model is (torchtitan `build_cross_entropy_loss`: `torch.compile(loss_fn)` under
+    /// `training.compile`) and eager PyTorch otherwise.
+    pub fn default_loss_kernel(self, kernel_fusion: KernelFusion) -> LossKernel {
+        match (self, kernel_fusion) {
+            (TrainingFramework::Torchtitan, KernelFusion::Fused) => LossKernel::Compiled,
+            (TrainingFramework::Torchtitan, _) => LossKernel::EagerFp32,
+            _ => LossKernel::VocabParallel,
         }
     }
 
@@ -349,6 +378,8 @@ pub struct Training {
     pub fp8_param_gather: bool,
     /// Fused or eager element-wise kernels (`--torch-compile` under torchtitan).
     pub kernel_fusion: KernelFusion,
+    /// The cross-entropy kernel (`TrainingFramework::default_loss_kernel`).
+    pub loss: LossKernel,
 }
 
 impl Training {
@@ -378,6 +409,7 @@ impl Training {
             moe_imbalance: 1.0,
             fp8_param_gather: framework.fp8_param_gather(),
             kernel_fusion: framework.default_kernel_fusion(),
+            loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
         }
     }
 }

@@ -232,6 +232,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             moe_imbalance: 1.0,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
+            loss: crate::training::LossKernel::VocabParallel,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -394,6 +395,7 @@ pub fn vtrain_cases(
             moe_imbalance: 1.0,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
+            loss: crate::training::LossKernel::VocabParallel,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -1235,6 +1235,8 @@ fn torch_compile_is_torchtitans_setting() {
         "eval",
         "--model",
         "llama3-8b",
+        "--gpu",
+        "h100-sxm-96g-500w",
         "--nodes",
         "1",
         "--tp",

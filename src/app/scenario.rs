@@ -561,6 +561,7 @@ pub(super) fn resolve_scenario(
             .and_then(|f| f.overlap)
             .unwrap_or(framework.default_overlap()),
     );
+    let kernel_fusion = kernel_fusion_of(framework, training_args, saved)?;
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -579,7 +580,8 @@ pub(super) fn resolve_scenario(
             .and_then(|f| f.fp8_param_gather)
             .filter(|_| training_args.framework.is_none())
             .unwrap_or(framework.fp8_param_gather()),
-        kernel_fusion: kernel_fusion_of(framework, training_args, saved)?,
+        kernel_fusion,
+        loss: framework.default_loss_kernel(kernel_fusion),
         tokens,
         attention: match training_args.attention {
             Some(AttentionArg::Flash) => AttentionKernel::Flash,

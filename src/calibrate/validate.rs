@@ -223,6 +223,7 @@ mod tests {
             moe_imbalance: 1.0,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
+            loss: crate::training::LossKernel::VocabParallel,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

@@ -753,7 +753,8 @@ mod tests {
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
             fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
+            kernel_fusion: framework.default_kernel_fusion(),
+            loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
         }
     }
 
@@ -1033,6 +1034,7 @@ mod tests {
             moe_imbalance: 1.0,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
+            loss: crate::training::LossKernel::VocabParallel,
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -455,14 +455,11 @@ fn stage_memory(
         }
     }
     if matches!(stage, Stage::Last | Stage::Only) {
-        // Final norm and output-layer input 4sbh/t, fp32 logits for the loss 4sbV/t (§4.3), twice
-        // where the loss's gradient is not computed in place (`loss_logit_copies`); one
+        // Final norm and output-layer input 4sbh/t, and the logits the loss kernel holds at its
+        // peak (fp32 4sbV/t for Megatron's, §4.3; `LossKernel::bytes_per_logit`); one
         // micro-batch at a time on the last stage.
-        let logits = 4.0
-            * training.framework.loss_logit_copies()
-            * f64::from(s)
-            * f64::from(b)
-            * f64::from(model.vocab);
+        let logits =
+            training.loss.bytes_per_logit() * f64::from(s) * f64::from(b) * f64::from(model.vocab);
         activations += (4.0 * sbh + logits) / t;
     }
 
@@ -773,5 +770,38 @@ mod tests {
             (saved / (per_layer * layers_in_flight) - 1.0).abs() < 1e-9,
             "{saved}"
         );
+    }
+
+    #[test]
+    fn the_loss_kernel_sets_the_logit_bytes_on_the_last_stage() {
+        // Llama 3 8B on one GPU of 8 (FSDP, no TP, one stage): eager PyTorch's cross-entropy on
+        // upcast logits holds three fp32 copies of the b·s·V logits, the compiled loss and
+        // Megatron's vocab-parallel one 4 bytes per element; nothing else moves.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let framework = crate::training::TrainingFramework::Torchtitan;
+        let mut training = Training::with_framework(framework, 8192, 16, AttentionKernel::Flash);
+        let request = crate::plan::PlanRequest {
+            tp: 1,
+            pp: 1,
+            dp: 8,
+            micro_batch: 2,
+            zero: 3,
+            recompute: Recompute::Full,
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        assert_eq!(training.loss, crate::training::LossKernel::EagerFp32);
+        let eager = memory(&model, &cluster, &training, &plan);
+        training.loss = crate::training::LossKernel::Compiled;
+        let compiled = memory(&model, &cluster, &training, &plan);
+        let logits = 2.0 * 8192.0 * 128256.0;
+        let freed = eager.activations_bytes.0 - compiled.activations_bytes.0;
+        assert!((freed / (8.0 * logits) - 1.0).abs() < 1e-9, "{freed}");
+        assert_eq!(eager.weights_bytes, compiled.weights_bytes);
     }
 }
