@@ -386,7 +386,24 @@ pub fn table(sweep: &Sweep) -> String {
             col.set_cell_alignment(CellAlignment::Right);
         }
     }
-    format!("{table}\n")
+    // As under `plan`'s table (`report::table::mfu_note`): MFU is over the bf16 peak, so a
+    // low-precision plan can pass 100%.
+    let mut low: Vec<&str> = sweep
+        .rows
+        .iter()
+        .filter_map(|r| r.precision)
+        .filter(|&p| p != "bf16")
+        .collect();
+    low.sort_unstable();
+    low.dedup();
+    if low.is_empty() {
+        format!("{table}\n")
+    } else {
+        format!(
+            "{table}\nMFU % is model FLOPs over each GPU's bf16 peak, so {} plans can pass 100%\n",
+            low.join(" and ")
+        )
+    }
 }
 
 /// 1234567.8 → "1,234,568".

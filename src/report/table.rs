@@ -435,9 +435,13 @@ pub fn breakdown(e: &Estimate) -> String {
     } else {
         let _ = writeln!(
             out,
-            "layers per stage: first {}, middle {}, last {} ({}); embedding on the first stage, output layer on the last",
+            "layers per stage: first {}, {}last {} ({}); embedding on the first stage, output layer on the last",
             p.stages.first,
-            p.stages.middle_max,
+            if p.pp > 2 {
+                format!("middle {}, ", p.stages.middle_max)
+            } else {
+                String::new()
+            },
             p.stages.last,
             if p.stages.even {
                 "even split".to_string()
