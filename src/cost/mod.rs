@@ -313,7 +313,7 @@ pub(crate) fn unit_costs(
 
     // CP: cp − 1 ring steps per layer forward, each passing a K/V chunk under one step's attention
     // blocks; backward passes K/V and their gradients (twice the bytes) under the backward's
-    // attention blocks (2.5× the forward's, FlashAttention-2 §3.1); full recompute repeats the
+    // attention blocks (`compute::flash_backward_time_over_forward`); full recompute repeats the
     // forward ring.
     let cp = if plan.cp > 1 {
         let steps = f64::from(plan.cp - 1);
@@ -322,7 +322,11 @@ pub(crate) fn unit_costs(
         let send = Collective::SendRecv.time(chunk, 2, cp_group.speed);
         let step_attention = layer.attention_forward / f64::from(plan.cp);
         let forward_exposed = steps * exposed_under(send, step_attention);
-        let backward_exposed = steps * exposed_under(2.0 * send, 2.5 * step_attention);
+        let backward_exposed = steps
+            * exposed_under(
+                2.0 * send,
+                compute::flash_backward_time_over_forward() * step_attention,
+            );
         let recompute = recompute_share;
         PassComm {
             forward_s: steps * send,
