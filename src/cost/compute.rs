@@ -282,7 +282,8 @@ pub fn flash_attention_time_sharded(
 /// §3.1), so 2.5× the forward's FLOPs, run at a lower rate. On H100 SXM5 at head dimension 128 and
 /// 16K tokens, every fused kernel's backward reaches 0.87 of its forward's TFLOP/s: FlashAttention-2
 /// 322 / 370, cuDNN 516 / 595, FlashAttention-3 561 / 648 (Shah et al. 2024, FlashAttention-3,
-/// Figures 5 and 6, which count the backward as 2.5× the forward's FLOPs). Measured on Hopper only;
+/// §4.1's "Attention forward speed" and "Attention backward speed" charts, head dimension 128,
+/// no causal mask, which count the backward as 2.5× the forward's FLOPs). Measured on Hopper only;
 /// taken for every GPU.
 pub const FLASH_BACKWARD_FLOPS_OVER_FORWARD: f64 = 2.5;
 pub const FLASH_BACKWARD_RATE_OVER_FORWARD: f64 = 0.87;
@@ -660,7 +661,7 @@ mod tests {
     #[test]
     fn flash_backward_is_its_measured_multiple_of_the_forward() {
         // FlashAttention-2 §3.1: backward runs 5 matmuls where forward runs 2 (2.5x the FLOPs), at
-        // 0.87 of the forward's rate on H100 (FlashAttention-3 Figures 5 and 6): the attention
+        // 0.87 of the forward's rate on H100 (FlashAttention-3 §4.1 speed charts): the attention
         // core's backward is 2.5 / 0.87 = 2.87x its forward; everything else stays at 2x.
         let m = gpt3_175b();
         let cluster = Cluster {
