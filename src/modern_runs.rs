@@ -31,6 +31,9 @@ pub struct ModernRun {
     pub results: RunResults,
     #[serde(default)]
     pub flags: Vec<String>,
+    /// What the source says beside the table (settings read from the run's config, caveats).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -295,15 +298,21 @@ fn framework_of(run: &ModernRun) -> TrainingFramework {
     }
 }
 
-/// The element-wise kernels a run used: torchtitan's rows say "torch.compile" when compiled and
-/// nothing otherwise (eager, torchtitan's default); NeMo AutoModel's rows run Transformer Engine's
-/// fused kernels ("TE + DeepEP"); every other source is Megatron-Core (fused).
+/// The element-wise kernels a run used: torchtitan's rows say "torch.compile" in their settings or
+/// "compile=true" in their notes (the 2024-08 405B rows, whose toml sets `compile = true`; async TP
+/// there requires it) when compiled, and nothing otherwise (eager, torchtitan's default); NeMo
+/// AutoModel's rows run Transformer Engine's fused kernels ("TE + DeepEP"); every other source is
+/// Megatron-Core (fused).
 pub fn kernel_fusion_of(run: &ModernRun) -> KernelFusion {
     let compiled = run
         .plan
         .overlap
         .as_deref()
-        .is_some_and(|o| o.to_ascii_lowercase().contains("compile"));
+        .is_some_and(|o| o.to_ascii_lowercase().contains("compile"))
+        || run
+            .notes
+            .iter()
+            .any(|n| n.to_ascii_lowercase().contains("compile=true"));
     if run.id.starts_with("torchtitan") && !compiled {
         KernelFusion::Eager
     } else {

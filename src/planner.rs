@@ -343,7 +343,7 @@ fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompu
 /// Ranking: feasible before infeasible; feasible by throughput (highest first), then by memory
 /// (lowest first); infeasible by memory (lowest first); then by the plan key. `total_cmp` keeps it a
 /// total order.
-fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
+pub(crate) fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
     b.fits()
         .cmp(&a.fits())
         .then_with(|| {

@@ -1283,6 +1283,57 @@ fn torch_compile_is_torchtitans_setting() {
     );
 }
 
+/// A saved torchtitan plan keeps its compile setting when `--framework torchtitan` is named again,
+/// and a plan file cannot put eager kernels under a framework that ships fused ones.
+#[test]
+fn a_saved_compile_setting_is_kept_and_checked() {
+    let dir = std::env::temp_dir().join(format!("tpsim-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("compiled.yaml");
+    let path = path.to_str().unwrap();
+    let (code, _) = run_json(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-96g-500w",
+        "--framework",
+        "torchtitan",
+        "--torch-compile",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "16",
+        "--save",
+        path,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let step = |extra: &[&str]| {
+        let mut args = vec!["eval", "--plan", path, "--format", "json"];
+        args.extend(extra);
+        let (code, doc) = run_json(&args);
+        assert_eq!(code, 0, "{extra:?}");
+        assert_eq!(doc["training"]["kernel_fusion"], "fused", "{extra:?}");
+        doc["plans"][0]["time"]["step_s"].as_f64().unwrap()
+    };
+    assert_eq!(step(&[]), step(&["--framework", "torchtitan"]));
+    let text = std::fs::read_to_string(path).unwrap();
+    let megatron_eager = dir.join("megatron-eager.yaml");
+    std::fs::write(
+        &megatron_eager,
+        text.replace("framework: torchtitan", "framework: megatron-core")
+            .replace("kernel_fusion: fused", "kernel_fusion: eager"),
+    )
+    .unwrap();
+    assert_bad_input(
+        &["eval", "--plan", megatron_eager.to_str().unwrap()],
+        &["kernel_fusion: eager", "framework: torchtitan"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The degrees a one-cell plan label names (`tp4 cp2 pp1 dp8 ep8 etp1 vpp1 ...`), by key.
 fn label_degree(label: &str, key: &str) -> Option<u64> {
     label

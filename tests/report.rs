@@ -98,8 +98,8 @@ fn plan_report_figures_show_what_they_must() {
     }
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
     assert!(
-        t.iter()
-            .any(|s| s == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, recompute)")
+        t.iter().any(|s| s
+            == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, ZeRO, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
@@ -222,11 +222,23 @@ fn report_command_draws_the_seed_plan() {
         .filter(|s| s.starts_with('(') && s.ends_with(')'))
         .count();
     assert_eq!(cells, 256);
+    let memory_texts = texts(&read(&dir, "memory.svg"));
     assert!(
-        texts(&read(&dir, "memory.svg"))
+        memory_texts
             .iter()
-            .any(|s| s == "this plan t8·p16·d2")
+            .any(|s| s.starts_with("this plan, #") && s.ends_with(" t8·p16·d2")),
+        "{memory_texts:?}"
     );
+    // Every bar carries its place among the bars, this plan included: 1..=n, each once.
+    let mut places: Vec<usize> = memory_texts
+        .iter()
+        .filter_map(|s| s.strip_prefix("this plan, ").or(Some(s.as_str())))
+        .filter_map(|s| s.strip_prefix('#'))
+        .filter_map(|s| s.split(' ').next()?.parse().ok())
+        .collect();
+    places.sort_unstable();
+    assert_eq!(places, (1..=places.len()).collect::<Vec<_>>());
+    assert!(places.len() >= 2, "{memory_texts:?}");
     // 768 micro-batches x 16 stages: the timeline folds its steady middle and says so.
     assert!(
         texts(&read(&dir, "timeline.svg"))
@@ -492,7 +504,11 @@ fn a_report_of_a_plan_that_does_not_fit_says_so_first_and_on_every_figure() {
         .find(|l| l.starts_with("<h1>"))
         .expect("the page has a heading");
     assert!(h1.contains("the evaluated plan does not fit (OOM)"), "{h1}");
-    assert!(html.contains("this plan t1·p1·d128 (does not fit)"));
+    assert!(
+        html.contains(" t1·p1·d128 (does not fit)"),
+        "no unfit label"
+    );
+    assert!(html.contains("this plan, #"));
     for name in [
         "memory.svg",
         "step_time.svg",
@@ -899,7 +915,7 @@ fn the_plans_table_names_cp_ep_and_precision() {
     }
     assert_eq!(rows[0][at("precision")], "fp8");
     assert!(
-        rows[0][0].starts_with("this plan t2·c2·p4·d2·e4"),
+        rows[0][0].starts_with("this plan, #") && rows[0][0].contains(" t2·c2·p4·d2·e4"),
         "{:?}",
         rows[0]
     );

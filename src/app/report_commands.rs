@@ -133,17 +133,22 @@ pub fn write_eval_report(
     shown
         .details
         .extend(details_of(scene, &refined.plans, &refined.simulated));
-    let mut labels = vec![format!(
-        "this plan {}",
-        crate::report::degrees_label(&simulated.estimate)
-    )];
-    labels.extend(
-        refined
+    // Every bar carries its place among the plans shown, this plan included, in the search's order,
+    // so a best plan the search found is not labelled below the evaluated plan it beats.
+    let place = |e: &Estimate| {
+        1 + refined
             .plans
             .iter()
-            .enumerate()
-            .map(|(i, e)| plan_label(i + 1, e).replacen('#', "best #", 1)),
-    );
+            .chain(std::iter::once(&simulated.estimate))
+            .filter(|other| crate::planner::rank(other, e) == std::cmp::Ordering::Less)
+            .count()
+    };
+    let mut labels = vec![format!(
+        "this plan, #{} {}",
+        place(&simulated.estimate),
+        crate::report::degrees_label(&simulated.estimate)
+    )];
+    labels.extend(refined.plans.iter().map(|e| plan_label(place(e), e)));
     let written = write_report(Written {
         flag,
         dir,
@@ -157,7 +162,7 @@ pub fn write_eval_report(
         chosen_label: "the evaluated plan".to_string(),
         notes: vec![
             schedule_line,
-            "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario.".to_string(),
+            "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario; #k is each plan's place among them in the search's order (ZeRO stage and the other settings under each bar).".to_string(),
         ],
     })?;
     eprintln!("wrote {dir}/index.html and {} more files", written - 1);

@@ -561,7 +561,7 @@ pub(super) fn resolve_scenario(
             .and_then(|f| f.overlap)
             .unwrap_or(framework.default_overlap()),
     );
-    let kernel_fusion = kernel_fusion_of(framework, training_args, saved)?;
+    let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -601,15 +601,17 @@ pub(super) fn resolve_scenario(
 }
 
 /// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan
-/// of the same framework says, else the framework's default. Other frameworks ship fused kernels, so
-/// the flag is refused there rather than ignored.
+/// evaluated as the same framework says, else the framework's default. Other frameworks ship fused
+/// kernels, so the flag, or a plan file saying `kernel_fusion: eager` for one, is refused rather than
+/// ignored.
 fn kernel_fusion_of(
     framework: TrainingFramework,
     args: &TrainingArgs,
-    saved: Option<&PlanFile>,
+    plan_file: Option<&PlanFile>,
 ) -> Result<KernelFusion> {
+    let runs_eager = framework == TrainingFramework::Torchtitan;
     match args.torch_compile {
-        Some(compile) if framework == TrainingFramework::Torchtitan => Ok(if compile {
+        Some(compile) if runs_eager => Ok(if compile {
             KernelFusion::Fused
         } else {
             KernelFusion::Eager
@@ -618,9 +620,19 @@ fn kernel_fusion_of(
             "--torch-compile {compile} applies to --framework torchtitan only ({} runs its own fused kernels); drop --torch-compile or add --framework torchtitan",
             framework.as_str()
         ),
-        None => Ok(saved
-            .and_then(|f| f.kernel_fusion)
-            .unwrap_or(framework.default_kernel_fusion())),
+        None => {
+            let saved = plan_file
+                .filter(|f| f.framework.unwrap_or(TrainingFramework::MegatronCore) == framework)
+                .and_then(|f| f.kernel_fusion);
+            match saved {
+                Some(KernelFusion::Eager) if !runs_eager => bail!(
+                    "the plan file's kernel_fusion: eager applies to framework: torchtitan only ({} runs its own fused kernels); remove the kernel_fusion line or set framework: torchtitan",
+                    framework.as_str()
+                ),
+                Some(fusion) => Ok(fusion),
+                None => Ok(framework.default_kernel_fusion()),
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
+use crate::training::{AttentionKernel, KernelFusion, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -95,6 +95,34 @@ pub fn layer_activation_bytes(
         (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
     outside_tp / replicated_split + (attention_split + mlp_split + scores) / t
+}
+
+/// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
+/// `layer_activation_bytes` counts for the fused kernels, per TP rank, when nothing is recomputed
+/// (torchtitan's Llama without `torch.compile`, torchtitan/models/norms.py and models/llama/model.py
+/// at its 2024-12 benchmark commit 9dec370):
+/// - each `RMSNorm` keeps the fp32 upcast of its input (`pow` and the multiply save it) beside the
+///   bf16 normalized output the weight multiply saves, where a fused norm keeps its bf16 input:
+///   4 bytes per element more, for both norms (outside the TP region, split by SP);
+/// - SDPA saves K and V as `repeat_kv` expanded them to every query head: 2 bytes × 2 × (q − kv
+///   width) more under grouped-query attention;
+/// - SwiGLU's product saves silu's output beside w1's and w3's outputs: 2 bytes per ffn element more
+///   in dense layers (the experts of MoE layers are counted as Megatron's).
+pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool) -> f64 {
+    let t = f64::from(tp);
+    let sp_split = if sp { t } else { 1.0 };
+    let norms = 2.0 * 4.0 * f64::from(model.hidden) / sp_split;
+    let expanded_kv = if model.kv_heads < model.heads {
+        2.0 * 2.0 * (model.q_width() - model.kv_width()) / t
+    } else {
+        0.0
+    };
+    let silu_output = if model.gated_mlp {
+        (1.0 - super::moe::moe_layer_share(model)) * 2.0 * f64::from(model.ffn_hidden) / t
+    } else {
+        0.0
+    };
+    norms + expanded_kv + silu_output
 }
 
 /// Activation bytes one layer keeps under torchtitan's per-op selective AC
@@ -419,6 +447,17 @@ fn stage_memory(
     } else {
         per_layer
     };
+    // PyTorch eager keeps more than the fused kernels when nothing is recomputed
+    // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
+    let per_layer =
+        if training.kernel_fusion == KernelFusion::Eager && plan.recompute == Recompute::None {
+            per_layer
+                + f64::from(s)
+                    * f64::from(b)
+                    * eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel)
+        } else {
+            per_layer
+        };
     // Megatron's block method recomputes only N layers of each chunk: the others keep everything.
     let share = plan.recompute_share();
     let per_layer = if plan.recompute == Recompute::Full && share < 1.0 {
@@ -803,5 +842,50 @@ mod tests {
         let freed = eager.activations_bytes.0 - compiled.activations_bytes.0;
         assert!((freed / (8.0 * logits) - 1.0).abs() < 1e-9, "{freed}");
         assert_eq!(eager.weights_bytes, compiled.weights_bytes);
+    }
+
+    #[test]
+    fn eager_kernels_keep_the_upcast_norm_inputs_expanded_kv_and_silu_output() {
+        // Llama 3 8B, one GPU: two norms' fp32 inputs (4 bytes × 4096 each), K and V expanded from
+        // 1024 to 4096 wide (2 bytes × 2 × 3072), silu's output (2 bytes × 14336).
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let per_token = eager_saved_bytes_per_token(&model, 1, false);
+        assert_eq!(per_token, 2.0 * 4.0 * 4096.0 + 4.0 * 3072.0 + 2.0 * 14336.0);
+        // In a plan: added per layer when nothing is recomputed, not under per-op SAC.
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-96g-500w").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let framework = crate::training::TrainingFramework::Torchtitan;
+        let eager = Training::with_framework(framework, 8192, 8, AttentionKernel::Flash);
+        let mut fused = eager;
+        fused.kernel_fusion = crate::training::KernelFusion::Fused;
+        let plan = |recompute| {
+            let request = crate::plan::PlanRequest {
+                tp: 1,
+                pp: 1,
+                dp: 8,
+                micro_batch: 1,
+                zero: 3,
+                recompute,
+                ..crate::plan::PlanRequest::default()
+            };
+            ParallelPlan::build(&request, &model, &cluster, &eager).unwrap()
+        };
+        let kept = |training: &Training, recompute| {
+            memory(&model, &cluster, training, &plan(recompute))
+                .activations_bytes
+                .0
+        };
+        let extra = kept(&eager, Recompute::None) - kept(&fused, Recompute::None);
+        assert!(
+            (extra / (8192.0 * 32.0 * per_token) - 1.0).abs() < 1e-9,
+            "{extra}"
+        );
+        assert_eq!(
+            kept(&eager, Recompute::Selective),
+            kept(&fused, Recompute::Selective)
+        );
     }
 }

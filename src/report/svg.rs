@@ -130,17 +130,18 @@ pub(crate) struct StackedBars<'a> {
     pub details: Vec<Vec<(String, RGBColor)>>,
 }
 
-/// What tells apart plans with the same degrees, under each bar: "vpp 7 · mb 1" (and the precision
-/// when not bf16: "vpp 1 · mb 1 · fp8"),
+/// What tells apart plans with the same degrees, under each bar: "vpp 7 · mb 1 · ZeRO-1" (and the
+/// precision when not bf16: "vpp 1 · mb 1 · ZeRO-1 · fp8"),
 /// "recompute none", and, in red, "does not fit" for a plan over the GPU's memory.
 pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
     let grey = RGBColor(0x44, 0x44, 0x44);
     let mut lines = vec![
         (
             format!(
-                "vpp {} · mb {}{}",
+                "vpp {} · mb {} · ZeRO-{}{}",
                 e.plan.vpp,
                 e.plan.micro_batch,
+                e.plan.zero,
                 // The number format, where it is not the default bf16.
                 if e.plan.precision == crate::plan::Precision::Bf16 {
                     String::new()
@@ -196,7 +197,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, recompute)")
+            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, ZeRO, recompute)")
             .y_desc(spec.y_desc)
             .label_style((FONT, 12))
             .draw()?;
