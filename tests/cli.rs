@@ -1331,6 +1331,17 @@ fn a_saved_compile_setting_is_kept_and_checked() {
         &["eval", "--plan", megatron_eager.to_str().unwrap()],
         &["kernel_fusion: eager", "framework: torchtitan"],
     );
+    // Two plans run with different kernels are not a comparison of plans.
+    let eager = dir.join("eager.yaml");
+    std::fs::write(
+        &eager,
+        text.replace("kernel_fusion: fused", "kernel_fusion: eager"),
+    )
+    .unwrap();
+    assert_bad_input(
+        &["compare", "--plan", path, "--plan", eager.to_str().unwrap()],
+        &["kernels: compiled against eager", "--torch-compile"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -90,6 +90,25 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         a.training.global_batch,
         b.training.global_batch,
     );
+    // How the step is run changes every term, so a comparison across frameworks or kernel builds
+    // would credit the plans with what the software did.
+    if a.training.framework != b.training.framework {
+        out.push(format!(
+            "framework: {} against {} (--framework)",
+            a.training.framework.as_str(),
+            b.training.framework.as_str()
+        ));
+    } else if a.training.kernel_fusion != b.training.kernel_fusion {
+        let kernels = |k: crate::training::KernelFusion| match k {
+            crate::training::KernelFusion::Fused => "compiled",
+            crate::training::KernelFusion::Eager => "eager",
+        };
+        out.push(format!(
+            "kernels: {} against {} (--torch-compile)",
+            kernels(a.training.kernel_fusion),
+            kernels(b.training.kernel_fusion)
+        ));
+    }
     out
 }
 
