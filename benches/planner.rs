@@ -22,14 +22,13 @@ fn cluster(nodes: u32) -> Cluster {
 
 fn training() -> Training {
     Training {
-        seq_len: 2048,
-        global_batch: 1536,
         grad_dtype: GradDtype::Bf16,
-        tokens: None,
-        attention: tpsim::training::AttentionKernel::Flash,
-        framework: tpsim::training::TrainingFramework::MegatronLm2021,
-        overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
-        moe_imbalance: 1.0,
+        ..Training::with_framework(
+            tpsim::training::TrainingFramework::MegatronLm2021,
+            2048,
+            1536,
+            tpsim::training::AttentionKernel::Flash,
+        )
     }
 }
 
