@@ -100,6 +100,9 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize)]
 pub struct Sweep {
     pub axis: Axis,
+    /// The framework every point is evaluated as, and its kernels (as `plan`'s JSON `training`).
+    pub framework: Option<crate::training::TrainingFramework>,
+    pub kernel_fusion: Option<crate::training::KernelFusion>,
     pub tokens: Option<f64>,
     pub price_per_gpu_hour: Option<f64>,
     pub rows: Vec<Row>,
@@ -126,6 +129,8 @@ pub fn run(
         .collect();
     Sweep {
         axis,
+        framework: points.first().map(|p| p.training.framework),
+        kernel_fusion: points.first().map(|p| p.training.kernel_fusion),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
         rows,

@@ -220,11 +220,19 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         SweepFormat::Table => {
             let candidates: u64 = result.rows.iter().map(|r| r.candidates).sum();
             println!(
-                "sweep over {}: best plan at each of {} points ({} plans evaluated in {:.2} s)",
+                "sweep over {}: best plan at each of {} points ({} plans evaluated in {:.2} s){}",
                 axis.title(),
                 result.rows.len(),
                 candidates,
-                elapsed
+                elapsed,
+                match (result.framework, result.kernel_fusion) {
+                    (Some(framework), Some(crate::training::KernelFusion::Eager)) => format!(
+                        ", as {} runs it (eager, no torch.compile)",
+                        framework.as_str()
+                    ),
+                    (Some(framework), _) => format!(", as {} runs it", framework.as_str()),
+                    _ => String::new(),
+                }
             );
             print!("{}", sweep::table(&result));
         }
