@@ -238,6 +238,21 @@ impl TrainingFramework {
         }
     }
 
+    /// Whether a TP collective copies its whole tensor once more on the compute stream. torchtitan
+    /// keeps activations as [batch, sequence, hidden] and shards them over the sequence (DTensor
+    /// `Shard(1)`), and PyTorch's functional collectives gather and scatter along dim 0 only:
+    /// `all_gather_tensor` with `gather_dim != 0` ends in `torch.cat(torch.chunk(res, group_size,
+    /// dim=0), dim=gather_dim)` and `reduce_scatter_tensor` with `scatter_dim != 0` starts with
+    /// `torch.cat(torch.chunk(self, group_size, dim=scatter_dim))`
+    /// (torch/distributed/_functional_collectives.py): one read and one write of the full b·s·h
+    /// tensor per collective. Megatron's [sequence, batch, hidden] layout gathers along dim 0 in
+    /// place. torchtitan's async TP hands the shard to `fused_all_gather_matmul`, which consumes it
+    /// in place (Inductor restrides the shard so `movedim(gather_dim, 0)` is contiguous), so only
+    /// the vanilla collectives copy.
+    pub fn tp_collectives_copy_their_tensor(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// How the framework runs element-wise kernels unless told otherwise: Megatron-Core and
     /// DeepSpeed (Megatron's fused kernels) fused; torchtitan eager, its default
     /// (`training.compile = false` in torchtitan's JobConfig; `--torch-compile` says otherwise).

@@ -1257,6 +1257,9 @@ fn torch_compile_is_torchtitans_setting() {
     let mut megatron = base.to_vec();
     megatron.push("--torch-compile");
     assert_bad_input(&megatron, &["--torch-compile", "--framework torchtitan"]);
+    let mut not_a_bool = base.to_vec();
+    not_a_bool.extend(["--framework", "torchtitan", "--torch-compile=maybe"]);
+    assert_bad_input(&not_a_bool, &["--torch-compile", "maybe"]);
     let step = |extra: &[&str]| {
         let mut args = base.to_vec();
         args.extend(["--framework", "torchtitan", "--format", "json"]);

@@ -151,7 +151,7 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // others are not: the issue asks for none past 25% (dense) and none past 30% (MoE). These bounds
 // stop the errors from growing; see validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 1;
-const DENSE_ALL_PAST_25: usize = 8;
+const DENSE_ALL_PAST_25: usize = 7;
 const MOE_MIN_PREDICTED: usize = 34;
 const MOE_MEDIAN_BOUND: f64 = 0.15;
 const MOE_PAST_30: usize = 10;

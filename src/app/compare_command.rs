@@ -90,25 +90,77 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         a.training.global_batch,
         b.training.global_batch,
     );
-    // How the step is run changes every term, so a comparison across frameworks or kernel builds
-    // would credit the plans with what the software did.
-    if a.training.framework != b.training.framework {
-        out.push(format!(
-            "framework: {} against {} (--framework)",
-            a.training.framework.as_str(),
-            b.training.framework.as_str()
-        ));
-    } else if a.training.kernel_fusion != b.training.kernel_fusion {
-        let kernels = |k: crate::training::KernelFusion| match k {
-            crate::training::KernelFusion::Fused => "compiled",
-            crate::training::KernelFusion::Eager => "eager",
-        };
-        out.push(format!(
-            "kernels: {} against {} (--torch-compile)",
-            kernels(a.training.kernel_fusion),
-            kernels(b.training.kernel_fusion)
-        ));
+    // How the step is run changes every term, so a comparison across frameworks, kernel builds or
+    // overlap settings would credit the plans with what the software did.
+    let (ta, tb) = (&a.training, &b.training);
+    let mut setting = |what: &str, x: String, y: String, flag: &str| {
+        if x != y {
+            out.push(format!("{what}: {x} against {y} ({flag})"));
+        }
+    };
+    setting(
+        "framework",
+        ta.framework.as_str().into(),
+        tb.framework.as_str().into(),
+        "--framework",
+    );
+    let kernels = |k: crate::training::KernelFusion| match k {
+        crate::training::KernelFusion::Fused => "compiled".to_string(),
+        crate::training::KernelFusion::Eager => "eager".to_string(),
+    };
+    if ta.framework == tb.framework {
+        setting(
+            "kernels",
+            kernels(ta.kernel_fusion),
+            kernels(tb.kernel_fusion),
+            "--torch-compile",
+        );
     }
+    let on = |b: bool| if b { "on" } else { "off" }.to_string();
+    let (oa, ob) = (&ta.overlap, &tb.overlap);
+    setting(
+        "TP comm overlap",
+        on(oa.tp_comm),
+        on(ob.tp_comm),
+        "--tp-comm-overlap",
+    );
+    setting(
+        "gradient-reduce overlap",
+        on(oa.grad_reduce),
+        on(ob.grad_reduce),
+        "--overlap-grad-reduce",
+    );
+    setting(
+        "parameter-gather overlap",
+        on(oa.param_gather),
+        on(ob.param_gather),
+        "--overlap-param-gather",
+    );
+    setting("p2p overlap", on(oa.p2p), on(ob.p2p), "--overlap-p2p-comm");
+    setting(
+        "gradient dtype",
+        format!("{:?}", ta.grad_dtype).to_lowercase(),
+        format!("{:?}", tb.grad_dtype).to_lowercase(),
+        "--grad-dtype",
+    );
+    setting(
+        "attention",
+        format!("{:?}", ta.attention).to_lowercase(),
+        format!("{:?}", tb.attention).to_lowercase(),
+        "--attention",
+    );
+    setting(
+        "MoE routing imbalance",
+        ta.moe_imbalance.to_string(),
+        tb.moe_imbalance.to_string(),
+        "--moe-imbalance",
+    );
+    setting(
+        "FP8 parameter gather",
+        on(ta.fp8_param_gather),
+        on(tb.fp8_param_gather),
+        "the plan files' fp8_param_gather",
+    );
     out
 }
 

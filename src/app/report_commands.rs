@@ -119,13 +119,32 @@ pub fn write_eval_report(
     let (model, cluster, training) = scene;
     let plan = simulated.estimate.plan;
     let result = search(model, cluster, training, options);
-    let others: Vec<Estimate> = result
-        .feasible()
-        .iter()
-        .filter(|e| e.plan != plan)
-        .take(4)
-        .copied()
+    // The search's top plans as `plan` lists them: twins that differ only in a setting that
+    // changes nothing are folded into their first (`planner::fold_equivalent`), and each keeps its
+    // place in that list as its number.
+    let head: Vec<Estimate> = result.feasible().iter().take(64).copied().collect();
+    let folded: Vec<Estimate> = crate::planner::fold_equivalent(&head)
+        .into_iter()
+        .map(|row| row.estimate)
         .collect();
+    let twin_of_this = |e: &Estimate| {
+        let (p, q) = (&e.plan, &simulated.estimate.plan);
+        e.plan == plan
+            || ((p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
+                == (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
+                && p.precision == q.precision
+                && p.recompute_num_layers == q.recompute_num_layers
+                && e.fits() == simulated.estimate.fits())
+    };
+    let this_rank = folded.iter().position(twin_of_this).map(|i| i + 1);
+    let numbered: Vec<(usize, Estimate)> = folded
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !twin_of_this(e))
+        .take(4)
+        .map(|(i, e)| (i + 1, *e))
+        .collect();
+    let others: Vec<Estimate> = numbered.iter().map(|(_, e)| *e).collect();
     let refined = refine_top(model, cluster, training, &others);
     let mut shown = report.clone();
     shown.search = Some(result.stats.clone());
@@ -133,22 +152,27 @@ pub fn write_eval_report(
     shown
         .details
         .extend(details_of(scene, &refined.plans, &refined.simulated));
-    // Every bar carries its place among the plans shown, this plan included, in the search's order,
-    // so a best plan the search found is not labelled below the evaluated plan it beats.
-    let place = |e: &Estimate| {
-        1 + refined
-            .plans
+    // Each bar carries its number in the search's folded list, as `plan` numbers its rows.
+    let search_rank = |e: &Estimate| {
+        numbered
             .iter()
-            .chain(std::iter::once(&simulated.estimate))
-            .filter(|other| crate::planner::rank(other, e) == std::cmp::Ordering::Less)
-            .count()
+            .find(|(_, shown)| shown.plan == e.plan)
+            .map(|(rank, _)| *rank)
     };
-    let mut labels = vec![format!(
-        "this plan, #{} {}",
-        place(&simulated.estimate),
-        crate::report::degrees_label(&simulated.estimate)
-    )];
-    labels.extend(refined.plans.iter().map(|e| plan_label(place(e), e)));
+    let mut labels = vec![match this_rank {
+        Some(rank) => format!(
+            "this plan (search #{rank}) {}",
+            crate::report::degrees_label(&simulated.estimate)
+        ),
+        None => format!(
+            "this plan {}",
+            crate::report::degrees_label(&simulated.estimate)
+        ),
+    }];
+    labels.extend(refined.plans.iter().map(|e| match search_rank(e) {
+        Some(rank) => plan_label(rank, e),
+        None => crate::report::degrees_label(e),
+    }));
     let written = write_report(Written {
         flag,
         dir,
@@ -162,7 +186,7 @@ pub fn write_eval_report(
         chosen_label: "the evaluated plan".to_string(),
         notes: vec![
             schedule_line,
-            "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario; #k is each plan's place among them in the search's order (ZeRO stage and the other settings under each bar).".to_string(),
+            "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario, numbered as `plan` lists them (settings that change nothing folded; ZeRO stage and the other settings under each bar).".to_string(),
         ],
     })?;
     eprintln!("wrote {dir}/index.html and {} more files", written - 1);

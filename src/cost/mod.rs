@@ -278,6 +278,21 @@ pub(crate) fn unit_costs(
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
     let tp_recompute_share = tp_recompute_share(training, plan);
+    // torchtitan's functional collectives copy the full tensor around each all-gather and
+    // reduce-scatter (`TrainingFramework::tp_collectives_copy_their_tensor`): a read and a write
+    // per collective, two collectives per all-reduce equivalent. The copies are memory-bound
+    // kernels on the compute stream, so they are compute time, not communication. Async TP fuses
+    // the forward's (and the recomputed forward's) into its matmuls; the backward's stay vanilla
+    // (`tp_overlap_in_backward`).
+    if plan.tp > 1 && training.framework.tp_collectives_copy_their_tensor() {
+        let pair = 2.0 * 2.0 * 2.0 * tp_tensor / cluster.gpu.achieved_hbm_bandwidth().0;
+        if tp_overlap {
+            layer.backward += pair;
+        } else {
+            layer.forward += pair;
+            layer.backward += pair * (1.0 + tp_recompute_share);
+        }
+    }
     let recompute_pair = 2.0 * one * tp_recompute_share;
     let tp = if plan.tp > 1 {
         let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
@@ -676,5 +691,90 @@ pub fn evaluate(
                 have_bytes: memory.capacity_bytes,
             })
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::training::{AttentionKernel, TrainingFramework};
+
+    #[test]
+    fn torchtitan_tp_collectives_add_a_copy_of_their_tensor_to_compute() {
+        // Llama 3 8B on tp 8, nothing recomputed: each of the forward's and the backward's two
+        // all-gather/reduce-scatter pairs reads and writes the full b·s·h bf16 tensor once more
+        // (PyTorch's functional collectives chunk and cat along the sequence dim). Async TP fuses
+        // the forward's; Megatron-Core copies nothing.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let plan_for = |training: &Training| {
+            let request = crate::plan::PlanRequest {
+                tp: 8,
+                pp: 1,
+                dp: 1,
+                micro_batch: 2,
+                sequence_parallel: true,
+                recompute: Recompute::None,
+                ..crate::plan::PlanRequest::default()
+            };
+            ParallelPlan::build(&request, &model, &cluster, training).unwrap()
+        };
+        let layer_of = |training: &Training| {
+            let plan = plan_for(training);
+            let units = unit_costs(&model, &cluster, training, &plan);
+            let bare = layer_time_sharded(
+                &model,
+                &cluster,
+                &LayerShard {
+                    micro_batch: 2,
+                    seq_len: 8192,
+                    tp: 8,
+                    cp: 1,
+                    sp: true,
+                    recompute: Recompute::None,
+                    selective: training.framework.selective_recompute(),
+                    attention: training.attention,
+                    precision: plan.precision,
+                    gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },
+                    attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
+                    kernel_fusion: training.kernel_fusion,
+                },
+            );
+            (
+                units.layer.forward - bare.forward,
+                units.layer.backward - bare.backward,
+            )
+        };
+        let pair = 8.0 * 2.0 * 8192.0 * 4096.0 * 2.0 / cluster.gpu.achieved_hbm_bandwidth().0;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 + 1e-9 * b.abs();
+        let titan = Training::with_framework(
+            TrainingFramework::Torchtitan,
+            8192,
+            8,
+            AttentionKernel::Flash,
+        );
+        let (forward, backward) = layer_of(&titan);
+        assert!(
+            close(forward, pair) && close(backward, pair),
+            "{forward} {backward}"
+        );
+        let mut async_tp = titan;
+        async_tp.overlap.tp_comm = true;
+        let (forward, backward) = layer_of(&async_tp);
+        assert!(
+            close(forward, 0.0) && close(backward, pair),
+            "{forward} {backward}"
+        );
+        let megatron = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            8192,
+            8,
+            AttentionKernel::Flash,
+        );
+        assert_eq!(layer_of(&megatron), (0.0, 0.0));
     }
 }
