@@ -343,7 +343,7 @@ fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompu
 /// Ranking: feasible before infeasible; feasible by throughput (highest first), then by memory
 /// (lowest first); infeasible by memory (lowest first); then by the plan key. `total_cmp` keeps it a
 /// total order.
-pub(crate) fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
+fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
     b.fits()
         .cmp(&a.fits())
         .then_with(|| {
@@ -448,6 +448,19 @@ pub fn refine_top(
     }
 }
 
+/// Whether two estimates are one row of a folded top list: the same degrees, vpp and micro-batch,
+/// both fitting or both not, and the same step time and memory (to 1e-9 relative), so the
+/// settings they differ in change nothing (`fold_equivalent`).
+pub fn folds_together(a: &Estimate, b: &Estimate) -> bool {
+    let same = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs());
+    let (p, q) = (&a.plan, &b.plan);
+    (p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
+        == (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
+        && a.fits() == b.fits()
+        && same(a.time.step_s.0, b.time.step_s.0)
+        && same(a.memory.total_bytes.0, b.memory.total_bytes.0)
+}
+
 /// One row of a folded top list: a plan and the settings that give the same plan again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoldedRow {
@@ -463,18 +476,10 @@ pub struct FoldedRow {
 /// nothing to shard. The first (best-ranked) of each set stays, in order; the others become its
 /// alternatives.
 pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
-    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
     let mut rows: Vec<FoldedRow> = Vec::new();
     for e in plans {
-        let (p, t) = (&e.plan, e.time.step_s.0);
-        let twin = rows.iter_mut().find(|row| {
-            let (q, r) = (&row.estimate.plan, &row.estimate);
-            (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
-                == (p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
-                && r.fits() == e.fits()
-                && same(r.time.step_s.0, t)
-                && same(r.memory.total_bytes.0, e.memory.total_bytes.0)
-        });
+        let p = &e.plan;
+        let twin = rows.iter_mut().find(|row| folds_together(&row.estimate, e));
         match twin {
             Some(row) => {
                 let q = &row.estimate.plan;

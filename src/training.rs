@@ -22,6 +22,14 @@ pub enum GradDtype {
 }
 
 impl GradDtype {
+    /// The name `--grad-dtype` takes and the header prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GradDtype::Bf16 => "bf16",
+            GradDtype::Fp32 => "fp32",
+        }
+    }
+
     pub fn bytes(self) -> f64 {
         match self {
             GradDtype::Bf16 => 2.0,
@@ -40,6 +48,16 @@ pub enum AttentionKernel {
     /// Megatron-LM's 2021 path: scores materialised, fused scale-mask-softmax, dropout
     /// (Korthikanti et al. 2022 Table 2 counts its activations).
     Unfused,
+}
+
+impl AttentionKernel {
+    /// The name `--attention` takes and the header prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttentionKernel::Flash => "flash",
+            AttentionKernel::Unfused => "unfused",
+        }
+    }
 }
 
 /// Whether a layer's element-wise work (norms, rotary embedding, activation, copies) runs as the

@@ -139,14 +139,14 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     setting("p2p overlap", on(oa.p2p), on(ob.p2p), "--overlap-p2p-comm");
     setting(
         "gradient dtype",
-        format!("{:?}", ta.grad_dtype).to_lowercase(),
-        format!("{:?}", tb.grad_dtype).to_lowercase(),
+        ta.grad_dtype.as_str().to_string(),
+        tb.grad_dtype.as_str().to_string(),
         "--grad-dtype",
     );
     setting(
         "attention",
-        format!("{:?}", ta.attention).to_lowercase(),
-        format!("{:?}", tb.attention).to_lowercase(),
+        ta.attention.as_str().to_string(),
+        tb.attention.as_str().to_string(),
         "--attention",
     );
     setting(

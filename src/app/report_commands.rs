@@ -127,15 +127,9 @@ pub fn write_eval_report(
         .into_iter()
         .map(|row| row.estimate)
         .collect();
-    let twin_of_this = |e: &Estimate| {
-        let (p, q) = (&e.plan, &simulated.estimate.plan);
-        e.plan == plan
-            || ((p.tp, p.cp, p.pp, p.dp, p.ep, p.etp, p.vpp, p.micro_batch)
-                == (q.tp, q.cp, q.pp, q.dp, q.ep, q.etp, q.vpp, q.micro_batch)
-                && p.precision == q.precision
-                && p.recompute_num_layers == q.recompute_num_layers
-                && e.fits() == simulated.estimate.fits())
-    };
+    // The evaluated plan's row: itself, or the row it folds into, on the search's closed form.
+    let closed = crate::cost::evaluate(model, cluster, training, &plan);
+    let twin_of_this = |e: &Estimate| e.plan == plan || crate::planner::folds_together(e, &closed);
     let this_rank = folded.iter().position(twin_of_this).map(|i| i + 1);
     let numbered: Vec<(usize, Estimate)> = folded
         .iter()

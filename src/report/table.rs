@@ -139,14 +139,8 @@ pub fn scenario_line(report: &Report) -> String {
         },
         t.global_batch,
         t.seq_len,
-        match t.grad_dtype {
-            crate::training::GradDtype::Bf16 => "bf16",
-            crate::training::GradDtype::Fp32 => "fp32",
-        },
-        match t.attention {
-            crate::training::AttentionKernel::Flash => "flash",
-            crate::training::AttentionKernel::Unfused => "unfused",
-        },
+        t.grad_dtype.as_str(),
+        t.attention.as_str(),
         t.framework.as_str(),
         match t.kernel_fusion {
             crate::training::KernelFusion::Fused => "",
