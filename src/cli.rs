@@ -184,6 +184,10 @@ pub struct ModelArgs {
     /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
+    /// Multi-token prediction depths after the last layer (DeepSeek-V3 trains with 1; default:
+    /// the model's, 0 for bundled models).
+    #[arg(long, visible_alias = "mtp-num-layers", value_name = "N")]
+    pub mtp_layers: Option<u32>,
     /// Multi-head latent attention: rank of the query down-projection (omit for none).
     #[arg(long, value_name = "N")]
     pub q_lora_rank: Option<u32>,

@@ -290,6 +290,7 @@ pub fn parse_with_note(
                 dropout: true,
                 mla: None,
                 moe: None,
+                mtp_layers: 0,
             }
         }
         Family::GptNeox => {
@@ -319,6 +320,7 @@ pub fn parse_with_note(
                     .is_some_and(|p| p > 0.0),
                 mla: None,
                 moe: None,
+                mtp_layers: 0,
             }
         }
         Family::Falcon => {
@@ -357,6 +359,7 @@ pub fn parse_with_note(
                 dropout: false,
                 mla: None,
                 moe: None,
+                mtp_layers: 0,
             }
         }
     };
@@ -669,6 +672,7 @@ impl Reader<'_> {
             dropout: false,
             mla: None,
             moe,
+            mtp_layers: 0,
         })
     }
 
@@ -724,6 +728,9 @@ impl Reader<'_> {
                 layer_freq: self.optional("moe_layer_freq")?.unwrap_or(1),
                 first_dense_layers: self.count_or("first_k_dense_replace", 3)?,
             }),
+            // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
+            // DeepSeek provider maps it to `mtp_num_layers`).
+            mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
         })
     }
 
@@ -766,6 +773,7 @@ impl Reader<'_> {
                 layer_freq: 1,
                 first_dense_layers: 0,
             }),
+            mtp_layers: 0,
         })
     }
 

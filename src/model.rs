@@ -140,6 +140,14 @@ pub struct ModelFile {
     /// Mixture-of-experts layers; none = a dense model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<Moe>,
+    /// Multi-token prediction depths (DeepSeek-V3 §2.2; Megatron `--mtp-num-layers`; HF
+    /// `num_nextn_predict_layers`). Default: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtp_layers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// MLP width when none is given: 4h (GPT), or for gated MLPs Megatron-LM's SwiGLU default
@@ -183,6 +191,11 @@ pub struct Model {
     pub dropout: bool,
     pub mla: Option<Mla>,
     pub moe: Option<Moe>,
+    /// Multi-token prediction depths after the last layer (DeepSeek-V3 §2.2, Megatron-Core
+    /// `multi_token_prediction.py`): each one is a transformer layer of the last layer's kind fed by
+    /// an h·2h projection of the normed hidden state and the next token's embedding, then the
+    /// shared output layer and its own loss. They sit on the last pipeline stage.
+    pub mtp_layers: u32,
 }
 
 /// Why a model shape is not usable.
@@ -245,6 +258,8 @@ const MAX_LAYERS: u32 = 10_000;
 const MAX_WIDTH: u32 = 1 << 20;
 const MAX_SEQ_LEN: u32 = 1 << 24;
 const MAX_EXPERTS: u32 = 1 << 14;
+/// DeepSeek-V3 and MiMo train with one MTP depth, and DeepSeek's ablations go to 2 (§4.5.1).
+const MAX_MTP_LAYERS: u32 = 16;
 
 impl Model {
     /// Resolves a spec file's defaults and checks the shape.
@@ -274,6 +289,7 @@ impl Model {
             dropout: file.dropout,
             mla: file.mla,
             moe: file.moe,
+            mtp_layers: file.mtp_layers,
         };
         model.check()?;
         Ok(model)
@@ -308,6 +324,7 @@ impl Model {
             dropout: self.dropout,
             mla: self.mla,
             moe: self.moe,
+            mtp_layers: self.mtp_layers,
         }
     }
 
@@ -361,6 +378,7 @@ impl Model {
             ("--ffn-hidden", self.ffn_hidden, 4 * MAX_WIDTH),
             ("--vocab", self.vocab, 4 * MAX_WIDTH),
             ("--seq-len", self.seq_len, MAX_SEQ_LEN),
+            ("--mtp-layers", self.mtp_layers, MAX_MTP_LAYERS),
         ];
         for (what, value, max) in bounded {
             if value > max {
@@ -573,6 +591,7 @@ pub(crate) mod tests {
             dropout: true,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         }
     }
 
@@ -616,6 +635,7 @@ pub(crate) mod tests {
             dropout: false,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         };
         assert!((m.params() / 1e9 - 8.030).abs() < 0.005, "{}", m.params());
     }

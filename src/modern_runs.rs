@@ -109,6 +109,9 @@ pub struct RunResults {
     /// peak reserved memory, the largest over the GPUs).
     #[serde(default)]
     pub peak_memory_gib: Option<f64>,
+    /// Model FLOPs per token by the source's own count (its TFLOP/s over its tokens/s).
+    #[serde(default)]
+    pub implied_model_flops_per_token: Option<f64>,
 }
 
 /// One run's prediction, or why tpsim cannot express it.
@@ -200,6 +203,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
                 .map_err(|e| e.to_string())?
         };
         model.seq_len = m.seq_len.unwrap_or(model.seq_len);
+        model.mtp_layers = mtp_layers_of(run, &model);
         return Ok(model);
     }
     if m.name.contains("Mamba") || m.name.contains("LatentMoE") {
@@ -236,8 +240,57 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         dropout: false,
         mla: None,
         moe: None,
+        mtp_layers: 0,
     };
     Model::from_file(&file).map_err(|e| e.to_string())
+}
+
+/// MTP depths a DeepSeek-V3 run trains with: as its notes say ("w/ MTP", "w/o MTP"), else what
+/// the source's own FLOP count per token shows. Megatron-Bridge's `flop_utils.py` counts the MTP
+/// layer when `mtp_num_layers` is set, as tpsim's model FLOPs do (same causal-halved convention),
+/// so the count it published lies near one of the two: 249.7 GFLOP/token without MTP and 260.4
+/// with one at 4K tokens (the 25.11 rows labelled w/o and w/ MTP). Other models have no MTP module
+/// in their published configs.
+fn mtp_layers_of(run: &ModernRun, model: &Model) -> u32 {
+    if run.model_key.as_deref() != Some("deepseek_v3") {
+        return 0;
+    }
+    let noted = |text: &str| run.notes.iter().any(|n| n.contains(text));
+    if noted("w/o MTP") {
+        return 0;
+    }
+    if noted("w/ MTP") {
+        return 1;
+    }
+    let Some(published) = run.results.implied_model_flops_per_token else {
+        return 0;
+    };
+    let per_token = |mtp_layers: u32| {
+        let m = Model {
+            mtp_layers,
+            ..model.clone()
+        };
+        m.model_flops_per_token(m.seq_len).0
+    };
+    let miss = |mtp_layers: u32| (per_token(mtp_layers) / published).ln().abs();
+    u32::from(miss(1) < miss(0))
+}
+
+/// Megatron-Bridge's DeepSeek-V3 layout without interleaving (`_get_deepseek_v3_pipeline_layout`,
+/// recipes/deepseek/h100/deepseek_v3.py: pp 4 is embedding + 16, 16, 16, 13 + MTP + loss; pp 8 is
+/// 8 per stage and 5 on the last; pp 16 is 4 per stage and 1 on the last): ⌈layers/pp⌉ on every
+/// stage but the last, which takes the rest. None for other runs (tpsim's own split).
+fn recipe_stage_split(run: &ModernRun, model: &Model, pp: u32, vpp: u32) -> Option<(u32, u32)> {
+    let bridge = run.id.starts_with("mbridge");
+    if !bridge || run.model_key.as_deref() != Some("deepseek_v3") || pp < 2 || vpp > 1 {
+        return None;
+    }
+    if model.layers.is_multiple_of(pp) {
+        return None;
+    }
+    let per_stage = model.layers.div_ceil(pp);
+    let last = model.layers.checked_sub(per_stage * (pp - 1))?;
+    Some((per_stage, last))
 }
 
 fn precision_of(text: &str) -> Result<Precision, String> {
@@ -477,6 +530,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).
             ep: p.ep,
             etp: p.etp,
+            stage_split: recipe_stage_split(run, &model, pp, vpp),
             // torchtitan's default `reshard_after_forward_policy = "default"` reshards after the
             // forward when there is no pipeline (torchtitan/models/llama3/infra/parallelize.py
             // `apply_fsdp`); with PP it keeps the gathered weights across micro-batches.

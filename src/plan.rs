@@ -74,6 +74,11 @@ pub struct PlanRequest {
     /// `--recompute-method block --recompute-num-layers N`); 0 = every layer.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub recompute_num_layers: u32,
+    /// Decoder layers of the first and the last stage, the middle stages splitting the rest evenly
+    /// (Megatron `--decoder-first-pipeline-num-layers F --decoder-last-pipeline-num-layers L`);
+    /// none = tpsim's own split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_split: Option<(u32, u32)>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -100,6 +105,7 @@ impl Default for PlanRequest {
             precision: Precision::Bf16,
             reshard_after_forward: true,
             recompute_num_layers: 0,
+            stage_split: None,
         }
     }
 }
@@ -160,6 +166,9 @@ pub struct StageLayout {
     /// Layers in each model chunk when the chunks are filled front to back and the last one takes
     /// the remainder ([`StageLayout::filled_chunks`]); 0 for the other layouts.
     pub chunk_layers: u32,
+    /// Whether the first and last stage's layers were given (`PlanRequest::stage_split`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub given: bool,
 }
 
 impl StageLayout {
@@ -172,6 +181,7 @@ impl StageLayout {
             last: per,
             even: true,
             chunk_layers: 0,
+            given: false,
         }
     }
 
@@ -200,6 +210,7 @@ impl StageLayout {
             last: (base + last_extra).saturating_sub(1),
             even: false,
             chunk_layers: 0,
+            given: false,
         }
     }
 
@@ -222,6 +233,31 @@ impl StageLayout {
             last: per_chunk * (vpp - 1) + remainder,
             even: false,
             chunk_layers: per_chunk,
+            given: false,
+        })
+    }
+
+    /// The split the user gave: `first` and `last` layers on the end stages, the rest spread
+    /// evenly over the middle ones (Megatron-LM's `--decoder-first/last-pipeline-num-layers`,
+    /// which requires the middle stages to split evenly). None when it does not add up.
+    fn given(layers: u32, pp: u32, first: u32, last: u32) -> Option<StageLayout> {
+        let rest = layers.checked_sub(first.checked_add(last)?)?;
+        let middle_max = match pp {
+            2 if rest == 0 => 0,
+            p if p > 2 && rest.is_multiple_of(p - 2) && rest / (p - 2) > 0 => rest / (p - 2),
+            _ => return None,
+        };
+        if first == 0 || last == 0 {
+            return None;
+        }
+        Some(StageLayout {
+            first,
+            middle_max,
+            last,
+            even: (pp > 2 && first == middle_max && last == middle_max)
+                || (pp == 2 && first == last),
+            chunk_layers: 0,
+            given: true,
         })
     }
 
@@ -302,6 +338,19 @@ pub enum PlanError {
         "--pp {pp} does not split {layers} layers evenly; pass --allow-uneven-pp or use one of: {valid}"
     )]
     PpUneven { pp: u32, layers: u32, valid: String },
+    #[error(
+        "a first/last stage split (--decoder-first/last-pipeline-num-layers) needs --pp 2 or more and --vpp 1 (here --pp {pp}, --vpp {vpp}); drop the split or the interleaving"
+    )]
+    StageSplitNeeds { pp: u32, vpp: u32 },
+    #[error(
+        "first stage {first} and last stage {last} layers do not split {layers} layers over --pp {pp}: the middle stages must get the rest in equal, non-empty parts (and the end stages at least one layer each); change the two counts"
+    )]
+    StageSplitUneven {
+        first: u32,
+        last: u32,
+        layers: u32,
+        pp: u32,
+    },
     #[error("--vpp {vpp} needs pipeline parallelism (--pp > 1); use --vpp 1")]
     VppWithoutPp { vpp: u32 },
     #[error("--vpp {vpp} does not divide the {per_stage} layers of each stage; valid: {valid}")]
@@ -474,6 +523,10 @@ impl ParallelPlan {
             precision: self.precision,
             reshard_after_forward: self.reshard_after_forward,
             recompute_num_layers: self.recompute_num_layers,
+            stage_split: self
+                .stages
+                .given
+                .then_some((self.stages.first, self.stages.last)),
         }
     }
 }
@@ -652,6 +705,22 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
             pp: r.pp,
             layers: model.layers,
         });
+    }
+    if let Some((first, last)) = r.stage_split {
+        if r.pp < 2 || r.vpp > 1 {
+            return Err(PlanError::StageSplitNeeds {
+                pp: r.pp,
+                vpp: r.vpp,
+            });
+        }
+        return StageLayout::given(model.layers, r.pp, first, last).ok_or(
+            PlanError::StageSplitUneven {
+                first,
+                last,
+                layers: model.layers,
+                pp: r.pp,
+            },
+        );
     }
     let units = model.layers + 2;
     let units_interleave = units.is_multiple_of(r.pp) && (units / r.pp).is_multiple_of(r.vpp);

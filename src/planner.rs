@@ -46,6 +46,9 @@ pub struct Pins {
     pub ep: Option<u32>,
     pub etp: Option<u32>,
     pub reshard_after_forward: Option<bool>,
+    /// First and last stage layers, the middle stages splitting the rest (`PlanRequest::
+    /// stage_split`); every candidate takes it, and those it does not fit are invalid.
+    pub stage_split: Option<(u32, u32)>,
 }
 
 impl Pins {
@@ -177,6 +180,7 @@ pub fn enumerate(
                             precision: options.precision,
                             allow_uneven_pp: options.allow_uneven_pp,
                             allow_cross_node_tp: options.allow_cross_node_tp,
+                            stage_split: options.pins.stage_split,
                             ..PlanRequest::default()
                         },
                     );

@@ -56,6 +56,7 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         dropout: true,
         mla: None,
         moe: None,
+        mtp_layers: 0,
     }
 }
 

@@ -212,6 +212,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             dropout: true,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         };
         model.check().map_err(|e| fail(e.to_string()))?;
         let gpu = specs::load_gpu(profile)?;
@@ -374,6 +375,7 @@ pub fn vtrain_cases(
             dropout: true,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         };
         let hw = &row.hardware;
         let mut gpu = a100.clone();

@@ -1959,23 +1959,34 @@ fn megatron_pipeline_split_values_are_honoured_or_refused() {
         &["--nodes", "1"],
     );
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(first_last["plans"][0], counted["plans"][0]);
-    // Other values are not silently replaced by tpsim's split.
-    assert_error(
-        &[
-            "eval",
-            "--nodes",
-            "1",
-            "--megatron-args",
-            &format!(
-                "{L30} --decoder-first-pipeline-num-layers 9 --decoder-last-pipeline-num-layers 9"
-            ),
-        ],
-        &[
-            "first stage 9",
-            "last stage 9",
-            "tpsim cannot model other splits",
-        ],
+    for key in ["first", "middle_max", "last"] {
+        assert_eq!(
+            first_last["plans"][0]["stages"][key],
+            counted["plans"][0]["stages"][key]
+        );
+    }
+    assert_eq!(
+        first_last["plans"][0]["time"]["step_s"], counted["plans"][0]["time"]["step_s"],
+        "the same layers per stage give the same step"
+    );
+    assert_eq!(first_last["plans"][0]["stages"]["given"], true);
+    // Other first/last values are evaluated as given, not replaced by tpsim's split: 9 and 9
+    // leave 6 for each middle stage, so the end stages are the slowest and the step is longer.
+    let (code, nine, stderr) = eval_line(
+        &format!(
+            "{L30} --decoder-first-pipeline-num-layers 9 --decoder-last-pipeline-num-layers 9"
+        ),
+        &["--nodes", "1"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let stages = &nine["plans"][0]["stages"];
+    assert_eq!(
+        (&stages["first"], &stages["middle_max"], &stages["last"]),
+        (&9.into(), &6.into(), &9.into())
+    );
+    assert!(
+        nine["plans"][0]["time"]["step_s"].as_f64().unwrap()
+            > counted["plans"][0]["time"]["step_s"].as_f64().unwrap()
     );
     // Megatron's own refusal: the middle stages must share the rest evenly.
     assert_error(
@@ -2196,7 +2207,6 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
             "--cpu-offloading-num-layers 4",
         ),
         ("--use-torch-fsdp2", "--use-torch-fsdp2"),
-        ("--mtp-num-layers 1", "--mtp-num-layers 1"),
         (
             "--recompute-granularity selective --recompute-modules core_attn mlp",
             "--recompute-modules core_attn mlp",

@@ -241,8 +241,13 @@ fn hf_moe_configs_load_and_match_the_bundled_models() {
         ("mixtral-8x7b-v0.1.json", "mixtral-8x7b"),
         ("gpt-oss-20b.json", "gpt-oss-20b"),
     ] {
-        let from_hf = hf(file);
+        let mut from_hf = hf(file);
         let spec = bundled(name);
+        // DeepSeek-V3's config.json has one MTP module (`num_nextn_predict_layers: 1`), which the
+        // reader keeps as Megatron-Bridge does; the bundled model is the 671B main model.
+        let expected_mtp = u32::from(name == "deepseek-v3");
+        assert_eq!(from_hf.mtp_layers, expected_mtp, "{file}");
+        from_hf.mtp_layers = 0;
         assert_eq!(from_hf.params(), spec.params(), "{file}");
         assert_eq!(from_hf.active_params(), spec.active_params(), "{file}");
         assert_eq!((from_hf.moe, from_hf.mla), (spec.moe, spec.mla), "{file}");
@@ -676,4 +681,135 @@ fn moe_spec_files_are_checked_like_flags() {
         &["typo.yaml", "topk"],
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn deepseek_v3_mtp_module_matches_the_published_size_and_megatron_bridge_flops() {
+    // DeepSeek-V3 model card: 685B on Hugging Face = 671B main model + 14B MTP module. The HF
+    // checkpoint stores the MTP module's own embedding and output head (layer 61 `embed_tokens`,
+    // `shared_head.head`, 2·V·h); Megatron shares the model's, so tpsim's MTP count leaves them out.
+    let main = bundled("deepseek-v3");
+    let mtp = hf("deepseek-v3.json");
+    assert_eq!(mtp.mtp_layers, 1);
+    let stored_copies = 2.0 * f64::from(mtp.vocab) * f64::from(mtp.hidden);
+    assert_close(
+        "MTP module as stored",
+        mtp.params() - main.params() + stored_copies,
+        14e9,
+        0.05,
+    );
+    // Megatron-Bridge 25.11's DeepSeek-V3 rows at 4K tokens imply 249.7 GFLOP/token without MTP
+    // (GB200/GB300, "w/o MTP") and 260.4 with it (B200, "w/ MTP"): its flop_utils counts the MTP
+    // layer, projection and second output pass as tpsim does.
+    let ratio = mtp.model_flops_per_token(4096).0 / main.model_flops_per_token(4096).0;
+    assert!((ratio / (260.4 / 249.7) - 1.0).abs() < 0.01, "{ratio}");
+}
+
+#[test]
+fn mtp_layers_run_on_the_last_stage_and_flags_round_trip() {
+    // DeepSeek-V3 on 32 B200 nodes as Megatron-Bridge's recipe splits it (pp 16: 4 layers per
+    // stage, 1 on the last, then MTP and the loss): with the MTP layer the last stage does the
+    // most work and holds its own embedding copy.
+    let base = [
+        "eval",
+        "--format",
+        "json",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "32",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--recompute",
+        "none",
+        "--zero",
+        "1",
+        "--decoder-first-pipeline-num-layers",
+        "4",
+        "--decoder-last-pipeline-num-layers",
+        "1",
+    ];
+    let without = json_of(&base);
+    let with_args: Vec<&str> = base.iter().copied().chain(["--mtp-layers", "1"]).collect();
+    let with = json_of(&with_args);
+    let step = |j: &Value| j["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert!(
+        step(&with) > step(&without),
+        "{} vs {}",
+        step(&with),
+        step(&without)
+    );
+    assert_eq!(with["model"]["mtp_layers"], 1);
+    assert!(
+        with["model"]["params"].as_f64().unwrap() > without["model"]["params"].as_f64().unwrap()
+    );
+    // `--mtp-num-layers` (Megatron's name) is the same flag, and --emit megatron writes it back.
+    let megatron: Vec<&str> = with_args
+        .iter()
+        .map(|a| {
+            if *a == "--mtp-layers" {
+                "--mtp-num-layers"
+            } else {
+                a
+            }
+        })
+        .collect();
+    assert_eq!(json_of(&megatron)["plans"][0], with["plans"][0]);
+    let (code, emitted, stderr) = run(&[
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "32",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--zero",
+        "1",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--decoder-first-pipeline-num-layers",
+        "4",
+        "--decoder-last-pipeline-num-layers",
+        "1",
+        "--mtp-layers",
+        "1",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(emitted.contains("--mtp-num-layers 1"), "{emitted}");
+    assert_error(
+        &[
+            "plan",
+            "--model",
+            "deepseek-v3",
+            "--nodes",
+            "256",
+            "--mtp-layers",
+            "17",
+        ],
+        &["--mtp-layers 17", "16"],
+    );
 }

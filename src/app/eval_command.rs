@@ -172,6 +172,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     Some("block") => args.recompute_num_layers.unwrap_or(1),
                     _ => 0,
                 },
+                stage_split: given_stage_split(&args, scenario.model.layers, pp),
                 ..PlanRequest::default()
             }
         }
@@ -450,4 +451,20 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         },
         ..file
     }
+}
+
+/// `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM places them:
+/// tpsim evaluates that split as given. Other pasted splits must match tpsim's own layout
+/// (`check_pasted_megatron` says so otherwise).
+fn given_stage_split(args: &EvalArgs, layers: u32, pp: u32) -> Option<(u32, u32)> {
+    let split = pasted_split(args);
+    let interleaved =
+        args.vpp.is_some_and(|v| v > 1) || args.num_layers_per_virtual_pipeline_stage.is_some();
+    if (split.first.is_none() && split.last.is_none()) || interleaved || pp < 2 {
+        return None;
+    }
+    split
+        .stage_layers(layers, pp)
+        .ok()
+        .map(|stages| (stages.first, stages.last))
 }

@@ -136,6 +136,7 @@ fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
         qk_head_dim: args.qk_head_dim,
         qk_pos_emb_head_dim: args.qk_pos_emb_head_dim,
         v_head_dim: args.v_head_dim,
+        mtp_layers: args.mtp_layers,
     })
 }
 
@@ -233,6 +234,7 @@ fn resolve_base_model(
             shared_layer_norm: false,
             mla: None,
             moe: None,
+            mtp_layers: 0,
         };
         specs::check_model_counts(&file, "--").map_err(|m| anyhow!(m))?;
         let model = Model::from_file(&file)?;
@@ -317,6 +319,7 @@ pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
         dropout: false,
         mla: None,
         moe: None,
+        mtp_layers: 0,
     };
     Ok(probe.check()?)
 }
@@ -388,6 +391,7 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         ep: args.ep,
         etp: args.etp,
         reshard_after_forward: args.reshard_after_forward,
+        stage_split: None,
     })
 }
 

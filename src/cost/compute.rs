@@ -501,8 +501,10 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
 
 /// Forward and backward time of the output layer (logits GEMM, vocabulary split over t, on the
 /// rank's s/cp tokens) plus the fp32 cross-entropy: the loss reads and writes the b·s·V/t logits
-/// about three times (upcast, softmax, gradient). Never recomputed; kept in bf16 under FP8 training
-/// (Transformer Engine's FP8 autocast covers the transformer layers only).
+/// about three times (upcast, softmax, gradient); once more per MTP depth, with that depth's
+/// projection (its transformer layer is counted with the stage's layers). Never recomputed; kept
+/// in bf16 under FP8 training (Transformer Engine's FP8 autocast covers the transformer layers
+/// only).
 pub fn output_layer_time(
     model: &Model,
     cluster: &Cluster,
@@ -518,8 +520,18 @@ pub fn output_layer_time(
         batch: 1.0,
     };
     let loss_bytes = 3.0 * LOGIT_BYTES * b * s * f64::from(model.vocab) / t;
-    let forward = (gemm.time(cluster) + loss_bytes / cluster.gpu.achieved_hbm_bandwidth().0)
-        / cluster.gpu.framework_efficiency;
+    let head = gemm.time(cluster) + loss_bytes / cluster.gpu.achieved_hbm_bandwidth().0;
+    // Each MTP depth runs the output layer and its loss again, after its h·2h projection (a
+    // column-parallel linear over t; Megatron-Core `MultiTokenPredictionLayer.eh_proj`).
+    let mtp = f64::from(model.mtp_layers);
+    let projection = Gemm {
+        m: b * s,
+        k: 2.0 * f64::from(model.hidden),
+        n: f64::from(model.hidden) / t,
+        batch: 1.0,
+    };
+    let forward =
+        ((1.0 + mtp) * head + mtp * projection.time(cluster)) / cluster.gpu.framework_efficiency;
     LayerTime {
         forward,
         backward: 2.0 * forward,

@@ -230,11 +230,7 @@ pub fn ledger(
 ) -> Ledger {
     let groups = groups::groups(cluster, plan);
     let m = u64::from(plan.num_microbatches);
-    let max_layers = if plan.pp == 1 {
-        model.layers
-    } else {
-        plan.stages.max_layers()
-    };
+    let max_layers = super::pipeline::max_stage_layers(model, plan);
     let mut entries = Vec::new();
     let mut push = |kind: GroupKind, op: Op, pass, site, scope, count, ranks, tensor: f64| {
         let group = groups.get(kind);

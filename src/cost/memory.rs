@@ -174,9 +174,21 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
         model.output_params() / t
     };
     let layers = |n: u32| f64::from(n) * layer;
+    // MTP depths (on the last stage): their layers count with the stage's layers below; their
+    // projection and norms split over TP. They read the next token's embedding, so with pp > 1 the
+    // last stage keeps its own copy of the word embedding (Megatron-Core `GPTModel` builds
+    // `embedding` when `pre_process or mtp_process`), which tied embeddings already hold.
+    let mtp = f64::from(model.mtp_layers) * model.mtp_extra_params() / t;
+    let mtp_embedding = if model.mtp_layers > 0 && !model.tied_embeddings {
+        word_embedding
+    } else {
+        0.0
+    };
+    let last_layers = super::pipeline::last_stage_layers(model, plan);
     match stage {
         Stage::Only => {
-            layers(model.layers)
+            layers(last_layers)
+                + mtp
                 + model.word_embedding_params() / t
                 + model.position_embedding_params()
                 + model.output_params() / t
@@ -187,7 +199,7 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
                 + model.position_embedding_params()
         }
         Stage::Middle => layers(plan.stages.middle_max),
-        Stage::Last => layers(plan.stages.last) + output,
+        Stage::Last => layers(last_layers) + mtp + output + mtp_embedding,
     }
 }
 
@@ -210,11 +222,7 @@ pub fn layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
 
 /// Routed-expert parameters on the stage with the most layers (before ZeRO sharding).
 pub fn max_stage_expert_params(model: &Model, plan: &ParallelPlan) -> f64 {
-    let layers = if plan.pp == 1 {
-        model.layers
-    } else {
-        plan.stages.max_layers()
-    };
+    let layers = super::pipeline::max_stage_layers(model, plan);
     f64::from(layers) * layer_params_per_gpu(model, plan).1
 }
 
@@ -234,10 +242,9 @@ pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> f64 {
 /// Transformer layers on `stage`.
 fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
     match stage {
-        Stage::Only => model.layers,
+        Stage::Only | Stage::Last => super::pipeline::last_stage_layers(model, plan),
         Stage::First => plan.stages.first,
         Stage::Middle => plan.stages.middle_max,
-        Stage::Last => plan.stages.last,
     }
 }
 
@@ -376,10 +383,10 @@ fn stage_memory(
     let sbh = f64::from(s) * f64::from(b) * h;
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
     let (rank, layers) = match stage {
-        Stage::Only => (0, model.layers),
+        Stage::Only => (0, super::pipeline::last_stage_layers(model, plan)),
         Stage::First => (0, plan.stages.first),
         Stage::Middle => (1, plan.stages.middle_max),
-        Stage::Last => (plan.pp - 1, plan.stages.last),
+        Stage::Last => (plan.pp - 1, super::pipeline::last_stage_layers(model, plan)),
     };
     let per_op_sac = training.per_op_sac(plan.recompute);
     let per_layer = if per_op_sac {
@@ -497,8 +504,12 @@ fn stage_memory(
         // Final norm and output-layer input 4sbh/t, and the logits the loss kernel holds at its
         // peak (fp32 4sbV/t for Megatron's, §4.3; `LossKernel::bytes_per_logit`); one
         // micro-batch at a time on the last stage.
-        let logits =
-            training.loss.bytes_per_logit() * f64::from(s) * f64::from(b) * f64::from(model.vocab);
+        // Each MTP depth computes its own logits and loss (`process_mtp_loss`) after the main one.
+        let logits = training.loss.bytes_per_logit()
+            * f64::from(s)
+            * f64::from(b)
+            * f64::from(model.vocab)
+            * f64::from(1 + model.mtp_layers);
         activations += (4.0 * sbh + logits) / t;
     }
 

@@ -452,12 +452,13 @@ pub fn evaluate(
             pp: 2.0 * v * pp_send_exposed_s,
         }
     };
+    let last_layers = pipeline::last_stage_layers(model, plan);
     let (slowest, mean_total, max_layers) = if plan.pp == 1 {
-        let only = stage_time(model.layers, true);
-        (only, only.total(), model.layers)
+        let only = stage_time(last_layers, true);
+        (only, only.total(), last_layers)
     } else {
         let first = stage_time(plan.stages.first, false);
-        let last = stage_time(plan.stages.last, true);
+        let last = stage_time(last_layers, true);
         let middle = stage_time(plan.stages.middle_max, false);
         let mut slowest = first;
         for candidate in [middle, last] {
@@ -466,7 +467,7 @@ pub fn evaluate(
             }
         }
         let mean = (first.total() + (p - 2.0) * middle.total() + last.total()) / p;
-        (slowest, mean, plan.stages.max_layers())
+        (slowest, mean, pipeline::max_stage_layers(model, plan))
     };
     let layers_on_slowest = f64::from(max_layers);
 
@@ -612,10 +613,12 @@ pub fn evaluate(
 
     let gpus = f64::from(cluster.total_gpus());
     let model_flops = model.model_flops_per_step(plan.global_batch, seq_len).0;
+    // Transformer layers every sequence passes through, the MTP layers included.
+    let all_layers = f64::from(model.layers + model.mtp_layers);
     let attention_core = model
         .attention_core_forward_flops(plan.global_batch, seq_len)
         .0
-        * f64::from(model.layers);
+        * all_layers;
     let selective = training.framework.selective_recompute();
     let recompute_flops = match (plan.recompute, selective, training.attention) {
         (Recompute::None, _, _)
@@ -627,12 +630,12 @@ pub fn evaluate(
             model
                 .alternate_matmul_recompute_flops(plan.global_batch, seq_len)
                 .0
-                * f64::from(model.layers)
+                * all_layers
         }
         (Recompute::Full, _, _) => {
             plan.recompute_share()
                 * model.layer_forward_flops(plan.global_batch, seq_len).0
-                * f64::from(model.layers)
+                * all_layers
         }
     };
     // FlashAttention's backward recomputes QKᵀ: half the attention core's forward FLOPs again.

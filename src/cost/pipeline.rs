@@ -1,4 +1,30 @@
-//! Pipeline bubble of (interleaved) 1F1B.
+//! Pipeline bubble of (interleaved) 1F1B, and the transformer layers the stages run.
+
+use crate::model::Model;
+use crate::plan::ParallelPlan;
+
+/// Transformer layers the last stage (the only one without pipelining) runs: its decoder layers
+/// and the model's MTP layers, which Megatron-Core builds on the last stage with the loss
+/// (`GPTModel.mtp_process` = `post_process` by default).
+pub fn last_stage_layers(model: &Model, plan: &ParallelPlan) -> u32 {
+    if plan.pp == 1 {
+        model.layers + model.mtp_layers
+    } else {
+        plan.stages.last + model.mtp_layers
+    }
+}
+
+/// Transformer layers of the stage that runs the most, MTP layers included.
+pub fn max_stage_layers(model: &Model, plan: &ParallelPlan) -> u32 {
+    if plan.pp == 1 {
+        model.layers + model.mtp_layers
+    } else {
+        plan.stages
+            .first
+            .max(plan.stages.middle_max)
+            .max(plan.stages.last + model.mtp_layers)
+    }
+}
 
 /// Fraction of ideal compute time the pipeline sits idle: (p − 1)/(v·m), Narayanan et al. 2021 §2.2
 /// (1F1B: (p − 1)/m; interleaved with v model chunks per GPU: divided by v).

@@ -109,7 +109,8 @@ pub fn stage_costs(
         .iter()
         .enumerate()
         .map(|(s, &n)| {
-            let n = f64::from(n);
+            // The last stage also runs the MTP layers (`pipeline::last_stage_layers`).
+            let n = f64::from(if s == last { n + model.mtp_layers } else { n });
             let (out_f, out_b) = if s == last {
                 (output.forward, output.backward + output.recompute)
             } else {

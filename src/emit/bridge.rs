@@ -148,6 +148,18 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
 /// under `plan`; nothing for a dense model with multi-head attention.
 fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
+    // MTP depths as estimated; with MLA written out even when 0, because Megatron-Bridge's
+    // DeepSeek providers take `num_nextn_predict_layers` (1) from the HF config by default.
+    if model.mtp_layers > 0 || model.mla.is_some() {
+        out.push((
+            "model.mtp_num_layers",
+            if model.mtp_layers > 0 {
+                model.mtp_layers.to_string()
+            } else {
+                "null".to_string()
+            },
+        ));
+    }
     if let Some(mla) = &model.mla {
         out.push(("model.multi_latent_attention", "true".to_string()));
         out.push((

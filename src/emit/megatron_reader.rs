@@ -46,6 +46,8 @@ pub struct MegatronLaunch {
     pub norm: Norm,
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
+    /// `--mtp-num-layers` (default none).
+    pub mtp_layers: u32,
     pub tp: u32,
     /// Experts, latent attention and expert parallelism (`--num-experts`, `--moe-*`,
     /// `--multi-latent-attention`, `--expert-model/tensor-parallel-size`).
@@ -223,6 +225,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             p.value(flag)
                 .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
         }),
+        mtp_layers: p.number("mtp-num-layers")?.unwrap_or(0),
         tp,
         experts,
         cp,
@@ -311,6 +314,7 @@ impl MegatronLaunch {
             dropout: self.dropout,
             mla: self.experts.mla,
             moe: self.experts.moe,
+            mtp_layers: self.mtp_layers,
         };
         model.check()?;
         Ok(model)
@@ -353,9 +357,24 @@ impl MegatronLaunch {
         let vpp = self.vpp()?;
         // Megatron's own placement is checked here; whether tpsim's split is the same is checked
         // on the built plan (`check_plan`).
-        if self.split.any() || !self.layers.is_multiple_of(self.pp) {
-            self.split.stage_layers(self.layers, self.pp)?;
-        }
+        let megatron_split = if self.split.any() || !self.layers.is_multiple_of(self.pp) {
+            Some(self.split.stage_layers(self.layers, self.pp)?)
+        } else {
+            None
+        };
+        // A first/last split without interleaving is taken as given (tpsim models any such
+        // split); the other kinds must match tpsim's own layout (`check_plan`).
+        let given_split = match megatron_split {
+            Some(m)
+                if (self.split.first.is_some() || self.split.last.is_some())
+                    && self.split.layout.is_none()
+                    && vpp == 1
+                    && self.pp >= 2 =>
+            {
+                Some((m.first, m.last))
+            }
+            _ => None,
+        };
         if let Some(group) = self.microbatch_group {
             let m = global_batch / (self.micro_batch * dp).max(1);
             if vpp == 1 {
@@ -398,6 +417,7 @@ impl MegatronLaunch {
                 Some(FullRecompute::Block(n)) => n,
                 _ => 0,
             },
+            stage_split: given_split,
             ..PlanRequest::default()
         })
     }

@@ -27,10 +27,6 @@ const REFUSED_VALUED: &[(&str, &str)] = &[
         "offloading activations or weights to CPU memory is not modelled yet",
     ),
     (
-        "mtp-num-layers",
-        "multi-token prediction layers are not modelled yet",
-    ),
-    (
         "hybrid-layer-pattern",
         "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",
     ),

@@ -256,6 +256,9 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     for (flag, value) in megatron_expert_args(model, plan) {
         push(flag, value);
     }
+    if model.mtp_layers > 0 {
+        push("mtp-num-layers", n(model.mtp_layers));
+    }
     if model.gated_mlp {
         push("swiglu", None);
     }

@@ -140,10 +140,30 @@ impl Model {
     /// once. For GPT this is Narayanan et al. 2021 eq. 3 with 72 in place of 96 (the 96 counts the
     /// recompute forward) and s/(12h) in place of s/(6h) (the causal half), which is
     /// Megatron-Bridge 25.09+ `flop_utils.py`.
+    /// With MTP, each depth adds its layer, its h·2h projection and another pass of the output
+    /// layer, as Megatron-Bridge's `flop_utils.py` counts them (`mtp_num_layers`).
     pub fn model_flops_per_step(&self, sequences: u32, seq_len: u32) -> Flops {
         let forward = self.layer_causal_forward_flops(sequences, seq_len) * f64::from(self.layers)
-            + self.logits_forward_flops(sequences, seq_len);
+            + self.logits_forward_flops(sequences, seq_len)
+            + self.mtp_forward_flops(sequences, seq_len);
         forward * 3.0
+    }
+
+    /// Forward FLOPs of the MTP depths: per depth, one layer of the last layer's kind, the
+    /// 2h → h projection (2·b·s·2h·h) and the logits (2·b·s·h·V).
+    pub fn mtp_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
+        if self.mtp_layers == 0 {
+            return Flops(0.0);
+        }
+        let layer = if self.mtp_layer_is_moe() {
+            self.moe_layer_forward_flops(micro_batch, seq_len)
+        } else {
+            self.dense_layer_forward_flops(micro_batch, seq_len)
+        };
+        let h = f64::from(self.hidden);
+        let projection = 2.0 * f64::from(micro_batch) * f64::from(seq_len) * 2.0 * h * h;
+        (layer + Flops(projection) + self.logits_forward_flops(micro_batch, seq_len))
+            * f64::from(self.mtp_layers)
     }
 
     /// Model FLOPs per trained token (6 × active parameters in the matrices, plus causal attention

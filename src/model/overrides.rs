@@ -25,6 +25,7 @@ pub struct ShapeOverrides {
     pub qk_head_dim: Option<u32>,
     pub qk_pos_emb_head_dim: Option<u32>,
     pub v_head_dim: Option<u32>,
+    pub mtp_layers: Option<u32>,
 }
 
 /// Megatron-LM's `--moe-layer-freq` value: an integer N (every N-th layer is MoE), or a Python list
@@ -121,6 +122,7 @@ impl Model {
         };
         m.ffn_hidden = o.ffn_hidden.unwrap_or(m.ffn_hidden);
         m.vocab = o.vocab.unwrap_or(m.vocab);
+        m.mtp_layers = o.mtp_layers.unwrap_or(m.mtp_layers);
 
         let moe_flags = [
             ("--moe-router-topk", o.moe_router_topk),

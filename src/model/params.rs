@@ -221,11 +221,48 @@ impl Model {
         projection + self.norm_params(h)
     }
 
-    /// Total parameter count (every expert).
+    /// Whether the multi-token-prediction layers have an MoE MLP: they take the last decoder
+    /// layer's kind (Megatron-Core `get_gpt_mtp_block_spec` reuses the decoder's layer spec;
+    /// DeepSeek-V3's MTP module is an MoE block).
+    pub fn mtp_layer_is_moe(&self) -> bool {
+        self.is_moe_layer(self.layers.saturating_sub(1))
+    }
+
+    /// What one MTP depth adds besides its transformer layer: the norms of the hidden state and of
+    /// the next token's embedding (`enorm`, `hnorm`), the h·2h projection of their concatenation
+    /// (`eh_proj`) and the block's final norm (DeepSeek-V3 §2.2; Megatron-Core
+    /// `MultiTokenPredictionLayer`). The embedding and output layer are the model's own.
+    pub fn mtp_extra_params(&self) -> f64 {
+        let h = f64::from(self.hidden);
+        2.0 * h * h + 3.0 * self.norm_params(h)
+    }
+
+    /// Parameters of every MTP depth (layer and extras); 0 without MTP.
+    pub fn mtp_params(&self) -> f64 {
+        let layer = if self.mtp_layer_is_moe() {
+            self.moe_layer_params()
+        } else {
+            self.dense_layer_params()
+        };
+        f64::from(self.mtp_layers) * (layer + self.mtp_extra_params())
+    }
+
+    /// Parameters of the MTP depths one token uses (its top-k experts in an MoE MTP layer).
+    pub fn mtp_active_params(&self) -> f64 {
+        let layer = if self.mtp_layer_is_moe() {
+            self.moe_layer_active_params()
+        } else {
+            self.dense_layer_params()
+        };
+        f64::from(self.mtp_layers) * (layer + self.mtp_extra_params())
+    }
+
+    /// Total parameter count (every expert, and the MTP layers when there are any).
     pub fn params(&self) -> f64 {
         f64::from(self.layers) * self.layer_params()
             + self.embedding_params()
             + self.output_params()
+            + self.mtp_params()
     }
 
     /// Parameters one token uses: every dense part, the router, top-k routed experts and the shared
@@ -240,6 +277,7 @@ impl Model {
             + f64::from(self.moe_layers()) * self.moe_layer_active_params()
             + self.embedding_params()
             + self.output_params()
+            + self.mtp_active_params()
     }
 
     /// K/V parameters of one layer that each tensor-parallel rank holds beyond an even 1/tp share

@@ -58,6 +58,8 @@ pub struct ModelSummary {
     pub moe: Option<crate::model::Moe>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mla: Option<crate::model::Mla>,
+    /// Multi-token prediction depths after the last layer, on the last stage (0 = none).
+    pub mtp_layers: u32,
     /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
     pub origin: String,
 }
@@ -84,6 +86,7 @@ impl ModelSummary {
             head_dim: model.head_dim,
             moe: model.moe,
             mla: model.mla,
+            mtp_layers: model.mtp_layers,
             origin: origin.to_string(),
         }
     }

@@ -84,6 +84,15 @@ pub fn scenario_line(report: &Report) -> String {
         ),
         None => String::new(),
     };
+    let experts = if m.mtp_layers > 0 {
+        format!(
+            "{experts}, {} MTP layer{} (on the last stage, each with its own output-layer pass and loss)",
+            m.mtp_layers,
+            if m.mtp_layers == 1 { "" } else { "s" }
+        )
+    } else {
+        experts
+    };
     let traits = [
         if m.linear_bias { "biases" } else { "no biases" },
         if m.tied_embeddings {
@@ -437,7 +446,9 @@ pub fn breakdown(e: &Estimate) -> String {
                 String::new()
             },
             p.stages.last,
-            if p.stages.even {
+            if p.stages.given {
+                "as given: --decoder-first/last-pipeline-num-layers".to_string()
+            } else if p.stages.even {
                 "even split".to_string()
             } else if p.stages.chunk_layers > 0 {
                 let chunks = p.pp * p.vpp;
