@@ -256,6 +256,19 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             s.micro_batch.to_string(),
         ),
         "compute" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
+        // The slowest stage sets the pace: a different split of the layers over the stages.
+        "compute" | "pipeline bubble"
+            if (f.stages.first, f.stages.middle_max, f.stages.last)
+                != (s.stages.first, s.stages.middle_max, s.stages.last) =>
+        {
+            let split = |p: &crate::plan::ParallelPlan| {
+                format!(
+                    "{}/{}/{}",
+                    p.stages.first, p.stages.middle_max, p.stages.last
+                )
+            };
+            pair("layers per stage (first/middle/last)", split(f), split(s))
+        }
         "compute" | "TP traffic" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
         "TP traffic" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
         // The ring passes K/V chunks of the rank's TP share of the KV heads

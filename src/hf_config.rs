@@ -52,8 +52,8 @@ pub enum Family {
     /// (40B, 180B) two (`ln_attn`, `ln_mlp`).
     Falcon,
     /// DeepSeek-V3: multi-head latent attention and MoE with a shared expert after
-    /// `first_k_dense_replace` dense layers (`DeepseekV3Config`). The multi-token-prediction module
-    /// (`num_nextn_predict_layers`) is not counted: the 671B of the report excludes it.
+    /// `first_k_dense_replace` dense layers (`DeepseekV3Config`), and its multi-token-prediction
+    /// module (`num_nextn_predict_layers`, 1 in the published config) as `mtp_layers`.
     DeepseekV3,
     /// GPT-OSS: MoE in every layer with biases on every linear layer and on the router
     /// (`GptOssConfig`, `attention_bias` true). The per-head attention sinks (64 numbers per layer)

@@ -189,9 +189,16 @@ impl StageLayout {
     /// the `layers + 2` units: DeepSpeed's `--pp-partition-method type:transformer|embedding` as
     /// BLOOM used it (70 layers on 12 stages: 5, 6×10, 5) and Llama 3's 126 layers on 16 stages
     /// (Dubey et al. 2024 §3.3.2: one layer fewer on the first and the last stage: 7, 8×14, 7).
-    /// A remainder goes to middle stages first.
-    fn balanced_units(layers: u32, pp: u32) -> StageLayout {
-        let units = layers + 2;
+    /// A remainder goes to middle stages first. MTP layers count as units of the last stage,
+    /// which runs them after its decoder layers (a DeepSeek-V3 MTP layer is an MoE layer plus
+    /// another output pass), so that stage gets fewer decoder layers, as Megatron-Bridge's
+    /// DeepSeek-V3 layouts do.
+    fn balanced_units(layers: u32, pp: u32, mtp_layers: u32) -> StageLayout {
+        let units = layers + 2 + mtp_layers;
+        if mtp_layers > 0 && units / pp < 2 + mtp_layers {
+            // Too few units per stage to leave the last one a decoder layer: balance without them.
+            return StageLayout::balanced_units(layers, pp, 0);
+        }
         let base = units / pp;
         let mut extra = units % pp;
         let middles = pp.saturating_sub(2);
@@ -207,7 +214,7 @@ impl StageLayout {
         StageLayout {
             first: (base + first_extra).saturating_sub(1),
             middle_max,
-            last: (base + last_extra).saturating_sub(1),
+            last: (base + last_extra).saturating_sub(1 + mtp_layers),
             even: false,
             chunk_layers: 0,
             given: false,
@@ -729,7 +736,7 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
     } else if r.allow_uneven_pp {
         match StageLayout::filled_chunks(model.layers, r.pp, r.vpp) {
             Some(filled) if r.vpp > 1 && !units_interleave => filled,
-            _ => StageLayout::balanced_units(model.layers, r.pp),
+            _ => StageLayout::balanced_units(model.layers, r.pp, model.mtp_layers),
         }
     } else {
         return Err(PlanError::PpUneven {
@@ -848,14 +855,14 @@ mod tests {
     #[test]
     fn bloom_split_matches_deepspeed_partition() {
         // BLOOM tr11: rank 0 embed + 5 blocks, ranks 1-10 six blocks, rank 11 five blocks + embed.
-        let layout = StageLayout::balanced_units(70, 12);
+        let layout = StageLayout::balanced_units(70, 12, 0);
         assert_eq!((layout.first, layout.middle_max, layout.last), (5, 6, 5));
     }
 
     #[test]
     fn llama3_405b_split_matches_paper() {
         // Dubey et al. 2024 §3.3.2: 126 layers on 16 stages, one fewer on the first and last stage.
-        let layout = StageLayout::balanced_units(126, 16);
+        let layout = StageLayout::balanced_units(126, 16, 0);
         assert_eq!((layout.first, layout.middle_max, layout.last), (7, 8, 7));
         assert_eq!(layout.first + 14 * layout.middle_max + layout.last, 126);
     }
@@ -863,7 +870,11 @@ mod tests {
     #[test]
     fn remainder_goes_to_middle_stages() {
         // 10 layers + 2 = 12 units over 5 stages: base 2, remainder 2 on middles.
-        let layout = StageLayout::balanced_units(10, 5);
+        // DeepSeek-V3 with its MTP layer on 16 stages: the MTP layer counts on the last stage.
+        let mtp = StageLayout::balanced_units(61, 16, 1);
+        assert_eq!((mtp.first, mtp.middle_max, mtp.last), (3, 4, 2));
+        assert_eq!(mtp.first + 14 * mtp.middle_max + mtp.last, 61);
+        let layout = StageLayout::balanced_units(10, 5, 0);
         assert_eq!((layout.first, layout.middle_max, layout.last), (1, 3, 1));
     }
 }

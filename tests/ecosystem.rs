@@ -3456,3 +3456,177 @@ fn deepseek_v3_pipeline_layout_round_trips() {
         &["--pipeline-model-parallel-layout", "different numbers"],
     );
 }
+
+#[test]
+fn given_splits_and_mtp_layouts_round_trip_through_megatron_arguments() {
+    // A first/last split is written back as first/last arguments, not as the
+    // --account-for-* switches that would place 8/9/8 on 30 layers over 4 stages.
+    let (code, emitted, stderr) = run(&[
+        "eval",
+        "--layers",
+        "30",
+        "--hidden",
+        "1024",
+        "--heads",
+        "8",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "2048",
+        "--decoder-first-pipeline-num-layers",
+        "9",
+        "--decoder-last-pipeline-num-layers",
+        "9",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        emitted.contains("--decoder-first-pipeline-num-layers 9")
+            && emitted.contains("--decoder-last-pipeline-num-layers 9")
+            && !emitted.contains("account-for"),
+        "{emitted}"
+    );
+    // An interleaved layout places the MTP layer before the loss, as Megatron-Core requires.
+    let (code, emitted, stderr) = run(&[
+        "eval",
+        "--layers",
+        "61",
+        "--hidden",
+        "1024",
+        "--heads",
+        "8",
+        "--mtp-layers",
+        "1",
+        "--nodes",
+        "2",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--allow-uneven-pp",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "2048",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        emitted.contains("t*1mL'") && emitted.contains("--mtp-num-layers 1"),
+        "{emitted}"
+    );
+    // Megatron-Bridge's layout form with one chunk per stage is read as a given split, with
+    // its MTP layer; a layout whose m count differs from --mtp-num-layers is refused.
+    const L13: &str = "--num-layers 13 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --global-batch-size 64 --pipeline-model-parallel-size 4 --micro-batch-size 1 --bf16";
+    let (code, json, stderr) = eval_line(
+        &format!("{L13} --mtp-num-layers 1 --pipeline-model-parallel-layout Et*4|t*4|t*4|t*1mL"),
+        &["--nodes", "2"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let stages = &json["plans"][0]["stages"];
+    assert_eq!((&stages["first"], &stages["last"]), (&4.into(), &1.into()));
+    assert_eq!(json["model"]["mtp_layers"], 1);
+    assert_error(
+        &[
+            "eval",
+            "--nodes",
+            "2",
+            "--megatron-args",
+            &format!("{L13} --pipeline-model-parallel-layout Et*4|t*4|t*4|t*1mL"),
+        ],
+        &["1 MTP layer(s)", "--mtp-num-layers 0"],
+    );
+    // Writers that do not carry MTP refuse it instead of dropping it.
+    assert_error(
+        &[
+            "eval",
+            "--layers",
+            "30",
+            "--hidden",
+            "1024",
+            "--heads",
+            "8",
+            "--mtp-layers",
+            "1",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "2048",
+            "--emit",
+            "nemo",
+        ],
+        &["--mtp-layers 1", "--emit megatron"],
+    );
+}
+
+#[test]
+fn a_plan_files_given_split_is_not_carried_to_another_pipeline() {
+    let dir = std::env::temp_dir().join(format!("tpsim-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plan.yaml");
+    let file = file.to_str().unwrap();
+    let (code, _, stderr) = run(&[
+        "plan",
+        "--layers",
+        "30",
+        "--hidden",
+        "1024",
+        "--heads",
+        "8",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--vpp",
+        "1",
+        "--allow-uneven-pp",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "2048",
+        "--save",
+        file,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // A first/last split written into the file (`stage_split`, as a plan request carries it).
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains("\nplan:\n"), "{text}");
+    std::fs::write(
+        file,
+        text.replace("\nplan:\n", "\nplan:\n  stage_split:\n  - 9\n  - 9\n"),
+    )
+    .unwrap();
+    let (code, json, stderr) = {
+        let (code, out, err) = run(&["eval", "--plan", file, "--format", "json"]);
+        (
+            code,
+            serde_json::from_str::<Value>(&out).unwrap_or(Value::Null),
+            err,
+        )
+    };
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json["plans"][0]["stages"]["first"], 9);
+    assert_error(
+        &["eval", "--plan", file, "--pp", "2", "--dp", "4"],
+        &["stage_split", "(9, 9)"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

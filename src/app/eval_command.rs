@@ -87,7 +87,18 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(_) if megatron.is_some() => {
             megatron_request(megatron.as_ref().expect("checked above"), &scenario)?
         }
-        Some((file, _)) => with_plan_flags(file.plan, &args),
+        Some((file, _)) => {
+            let changes_stages = args.pp.is_some_and(|pp| pp != file.plan.pp)
+                || args.vpp.is_some_and(|vpp| vpp != file.plan.vpp);
+            if let (Some((first, last)), true) = (file.plan.stage_split, changes_stages) {
+                bail!(
+                    "--pp/--vpp change the plan file's pipeline (pp {}, vpp {}), whose first/last stage split ({first}, {last}) was made for it; delete `stage_split` from the file (tpsim then splits the layers itself) or keep its --pp and --vpp",
+                    file.plan.pp,
+                    file.plan.vpp
+                );
+            }
+            with_plan_flags(file.plan, &args)
+        }
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
                 bail!(

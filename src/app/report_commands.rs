@@ -87,12 +87,17 @@ pub fn details_of(
 pub fn schedule_note(s: &ScheduleSummary) -> String {
     if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
             s.layers_per_stage_first,
             s.layers_per_stage_last,
+            match s.mtp_layers_on_last {
+                0 => String::new(),
+                1 => "the MTP layer, ".to_string(),
+                n => format!("{n} MTP layers, "),
+            },
             s.simulated_bubble_ratio,
             s.closed_form_bubble_ratio,
             s.pipeline_idle_share * 100.0,

@@ -309,6 +309,10 @@ fn stage_memory(
     let t = f64::from(plan.tp);
     let embedding_unit = match stage {
         Stage::First | Stage::Only if dense_sharded => model.word_embedding_params() / t,
+        // The last stage's own embedding copy for the MTP layers (`stage_params`).
+        Stage::Last if dense_sharded && model.mtp_layers > 0 && !model.tied_embeddings => {
+            model.word_embedding_params() / t
+        }
         _ => 0.0,
     };
     let output_unit = match stage {

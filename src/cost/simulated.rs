@@ -42,6 +42,8 @@ pub struct ScheduleSummary {
     /// Transformer layers on each pipeline stage, first to last.
     pub layers_per_stage_first: u32,
     pub layers_per_stage_last: u32,
+    /// MTP layers the last stage runs after its decoder layers.
+    pub mtp_layers_on_last: u32,
     pub equal_stages: bool,
 }
 
@@ -182,6 +184,7 @@ pub fn simulate_plan(
             },
             layers_per_stage_first: layers[0],
             layers_per_stage_last: layers[layers.len() - 1],
+            mtp_layers_on_last: model.mtp_layers,
             equal_stages: stages.windows(2).all(|w| w[0] == w[1]),
         },
         estimate,

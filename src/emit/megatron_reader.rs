@@ -187,6 +187,20 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "the layout already sets the virtual stages (its chunks over the pipeline size); drop --num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank".into(),
         });
     }
+    let mtp_layers = p.number("mtp-num-layers")?.unwrap_or(0);
+    if let Some(layout) = split.layout
+        && layout.mtp_layers != mtp_layers
+    {
+        // Megatron-Core `validate_layer_layout`: "Number of mtp layers in layout must match
+        // mtp_num_layers".
+        return Err(MegatronArgsError::Refused {
+            given: format!(
+                "--pipeline-model-parallel-layout with {} MTP layer(s) (m) and --mtp-num-layers {mtp_layers}",
+                layout.mtp_layers
+            ),
+            why: "Megatron-Core requires the layout to place exactly --mtp-num-layers m entries (before the loss L); make them agree".into(),
+        });
+    }
     if (split.first.is_some() || split.last.is_some())
         && p.value("num-layers-per-virtual-pipeline-stage").is_some()
     {
@@ -225,7 +239,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             p.value(flag)
                 .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
         }),
-        mtp_layers: p.number("mtp-num-layers")?.unwrap_or(0),
+        mtp_layers,
         tp,
         experts,
         cp,
@@ -364,13 +378,12 @@ impl MegatronLaunch {
         };
         // A first/last split without interleaving is taken as given (tpsim models any such
         // split); the other kinds must match tpsim's own layout (`check_plan`).
+        // A layout with one chunk per stage is such a split too (Megatron-Bridge's DeepSeek-V3
+        // layout at pp 16: 'Et*4|t*4|...|t*1mL').
+        let first_last_given = self.split.first.is_some() || self.split.last.is_some();
+        let layout_per_stage = self.split.layout.is_some_and(|l| l.chunks == self.pp);
         let given_split = match megatron_split {
-            Some(m)
-                if (self.split.first.is_some() || self.split.last.is_some())
-                    && self.split.layout.is_none()
-                    && vpp == 1
-                    && self.pp >= 2 =>
-            {
+            Some(m) if (first_last_given || layout_per_stage) && vpp == 1 && self.pp >= 2 => {
                 Some((m.first, m.last))
             }
             _ => None,
@@ -456,9 +469,14 @@ pub fn block_recompute_layers(n: u32, plan: &ParallelPlan) -> u32 {
     if n >= plan.layers_per_chunk() { 0 } else { n }
 }
 
-/// Whether tpsim's stage layout of `plan` is where Megatron puts the `layers` under `split`:
-/// tpsim cannot model another split, so a different one is refused rather than replaced.
+/// Whether tpsim's stage layout of `plan` is where Megatron puts the `layers` under `split`: a
+/// first/last split without interleaving is taken as given (`request`); under interleaving tpsim
+/// models its own split and equal-chunk layouts only, so a different one is refused rather than
+/// replaced.
 pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Result<(), String> {
+    if plan.pp < 2 && split.any() {
+        return Err("pipeline split arguments (--decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split, --pipeline-model-parallel-layout) need --pipeline-model-parallel-size 2 or more; drop them".into());
+    }
     let megatron = split.stage_layers(layers, plan.pp)?;
     let s = &plan.stages;
     let middles = plan.pp.saturating_sub(2);
@@ -469,7 +487,7 @@ pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Resul
         return Ok(());
     }
     Err(format!(
-        "the pipeline split of these arguments (first stage {}, middle stages {}, last stage {} layers) is not tpsim's (first {}, middle up to {}, last {}: the embedding and the loss counted as a layer each), and tpsim cannot model other splits yet; use --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split or --decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}",
+        "the pipeline split of these arguments (first stage {}, middle stages {}, last stage {} layers) is not tpsim's (first {}, middle up to {}, last {}: the embedding and the loss counted as a layer each); with interleaving tpsim models only its own split and layouts of equal chunks, so use --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split or --decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}, or drop the interleaving",
         megatron.first,
         megatron.middle,
         megatron.last,

@@ -122,6 +122,13 @@ impl Framework {
                     self.name()
                 ));
             }
+            if model.mtp_layers > 0 {
+                return Some(format!(
+                    "multi-token prediction (--mtp-layers {}) is not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                    model.mtp_layers,
+                    self.name()
+                ));
+            }
         }
         match self {
             // Megatron-FSDP releases the gathered parameters after each module's forward and

@@ -33,18 +33,28 @@ impl MegatronSplit {
         if s.even {
             return MegatronSplit::Even;
         }
+        if s.given {
+            return MegatronSplit::FirstLast {
+                first: s.first,
+                last: s.last,
+            };
+        }
         if s.chunk_layers > 0 {
             let chunks = plan.pp * plan.vpp;
             let last = model.layers - s.chunk_layers * (chunks - 1);
             let mut entries = vec![format!("Et*{}", s.chunk_layers)];
             entries.extend((1..chunks - 1).map(|_| format!("t*{}", s.chunk_layers)));
-            entries.push(format!("t*{last}L"));
+            // MTP layers sit in the last chunk before the loss; Megatron-Core checks that the
+            // layout has as many `m` as `--mtp-num-layers` (`validate_layer_layout`).
+            let mtp = "m".repeat(model.mtp_layers as usize);
+            entries.push(format!("t*{last}{mtp}L"));
             return MegatronSplit::Layout {
                 layout: entries.join("|"),
             };
         }
+        // Megatron counts the embedding and the loss, not MTP layers, as pipeline units.
         let units = model.layers + 2;
-        if units.is_multiple_of(plan.pp) {
+        if units.is_multiple_of(plan.pp) && model.mtp_layers == 0 {
             return MegatronSplit::EmbeddingAndLossCounted;
         }
         let middles = plan.pp.saturating_sub(2);
@@ -94,6 +104,8 @@ pub struct ChunkLayout {
     pub chunks: u32,
     pub per_chunk: u32,
     pub last_chunk: u32,
+    /// MTP layers (`m`) just before the loss in the last chunk.
+    pub mtp_layers: u32,
 }
 
 impl ChunkLayout {
@@ -109,14 +121,12 @@ impl ChunkLayout {
                 "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the last (fewer), with E first and L last, like 'Et*4|t*4|t*1L'"
             ))
         };
-        if text.contains('m') {
-            return refuse("multi-token prediction layers (m) are not modelled yet");
-        }
         if text.contains('(') || text.contains(',') {
             return refuse("write it flat, one entry per model chunk");
         }
         let entries: Vec<&str> = text.split('|').map(str::trim).collect();
         let mut counts = Vec::with_capacity(entries.len());
+        let mut mtp_layers = 0u32;
         for (i, entry) in entries.iter().enumerate() {
             let mut body = *entry;
             if let Some(rest) = body.strip_prefix('E') {
@@ -131,9 +141,13 @@ impl ChunkLayout {
                 if i + 1 != entries.len() {
                     return refuse("the loss L must close the last chunk");
                 }
-                body = rest;
+                body = rest.trim_end_matches('m');
+                mtp_layers = u32::try_from(rest.len() - body.len()).unwrap_or(u32::MAX);
             } else if i + 1 == entries.len() {
                 return refuse("the last chunk must end with the loss L");
+            }
+            if body.contains('m') {
+                return refuse("MTP layers (m) go right before the loss L in the last chunk");
             }
             let mut layers = 0u32;
             let mut rest = body;
@@ -174,6 +188,7 @@ impl ChunkLayout {
             chunks: u32::try_from(counts.len()).unwrap_or(u32::MAX),
             per_chunk,
             last_chunk,
+            mtp_layers,
         };
         if layout.checked_layers().is_none() {
             return refuse("its layers add up to more than tpsim counts");
@@ -316,15 +331,19 @@ mod tests {
             ChunkLayout {
                 chunks: 4,
                 per_chunk: 4,
-                last_chunk: 1
+                last_chunk: 1,
+                mtp_layers: 0,
             }
         );
         assert_eq!(layout.layers(), 13);
+        // Megatron-Bridge's DeepSeek-V3 layout with its MTP layer before the loss.
+        let mtp = ChunkLayout::parse("Et*4|t*4|t*4|t*1mL").unwrap();
+        assert_eq!((mtp.layers(), mtp.mtp_layers), (13, 1));
         assert_eq!(ChunkLayout::parse("Ett|tt|tL").unwrap().layers(), 5);
         for (text, why) in [
             ("Et*6|t*6|t*5|t*5L", "different numbers"),
             ("Et*4|(t*4|)*2t*1L", "flat"),
-            ("Et*4|t*4|t*1mL", "multi-token"),
+            ("Et*4|t*m4|t*1L", "right before the loss"),
             ("t*4|t*4|t*1L", "embedding"),
             ("Et*4|t*4|t*1", "loss"),
             ("Et*4|t*x|t*1L", "count"),

@@ -447,7 +447,7 @@ pub fn breakdown(e: &Estimate) -> String {
             },
             p.stages.last,
             if p.stages.given {
-                "as given: --decoder-first/last-pipeline-num-layers".to_string()
+                "first and last stage as given, the middle ones sharing the rest".to_string()
             } else if p.stages.even {
                 "even split".to_string()
             } else if p.stages.chunk_layers > 0 {
