@@ -354,7 +354,8 @@ pub struct PlanArgs {
     /// How many plans to print (at most 1000).
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Also consider pipeline splits with unequal layers per stage.
+    /// Also consider pipeline splits with unequal layers per stage; without interleaving, each
+    /// such plan keeps the first/last stage split with the fastest step.
     #[arg(long)]
     pub allow_uneven_pp: bool,
     /// Also consider tensor parallelism across nodes (slow: every layer's all-reduce crosses the network).

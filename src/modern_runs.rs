@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::Cluster;
 use crate::model::{Model, ModelFile, ShapeOverrides};
 use crate::plan::{Precision, Recompute};
-use crate::planner::{Pins, SearchOptions, refine_top, search};
+use crate::planner::{Pins, SearchOptions, StageSplitPin, refine_top, search};
 use crate::specs;
 use crate::training::{AttentionKernel, KernelFusion, LossKernel, Training, TrainingFramework};
 
@@ -530,7 +530,10 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).
             ep: p.ep,
             etp: p.etp,
-            stage_split: recipe_stage_split(run, &model, pp, vpp),
+            stage_split: match recipe_stage_split(run, &model, pp, vpp) {
+                Some((first, last)) => StageSplitPin::Given(first, last),
+                None => StageSplitPin::Own,
+            },
             // torchtitan's default `reshard_after_forward_policy = "default"` reshards after the
             // forward when there is no pipeline (torchtitan/models/llama3/infra/parallelize.py
             // `apply_fsdp`); with PP it keeps the gathered weights across micro-batches.

@@ -748,6 +748,37 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
     Ok(stages)
 }
 
+/// First/last stage splits worth trying for `layers` on `pp` stages without interleaving: the
+/// middle stages hold c − 1 or c layers each (c = ⌈layers/pp⌉; more would make a middle stage the
+/// slowest), the first stage (with the light embedding) at most one more than a middle stage, the
+/// last (with the output layer) at most as many, all adding up to `layers`. Empty for fewer than
+/// two stages.
+pub fn first_last_splits(layers: u32, pp: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    if pp < 2 {
+        return out;
+    }
+    let c = layers.div_ceil(pp);
+    let middles = pp - 2;
+    let middle_choices = if middles == 0 {
+        c..=c
+    } else {
+        c.saturating_sub(1).max(1)..=c
+    };
+    for middle in middle_choices {
+        let Some(ends) = layers.checked_sub(middle * middles) else {
+            continue;
+        };
+        for first in 1..=(middle + 1).min(ends.saturating_sub(1)) {
+            let last = ends - first;
+            if (1..=middle).contains(&last) {
+                out.push((first, last));
+            }
+        }
+    }
+    out
+}
+
 /// Micro-batches per step: the global batch over dp x micro-batch, which must divide it.
 fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError> {
     let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
@@ -870,6 +901,19 @@ mod tests {
     #[test]
     fn remainder_goes_to_middle_stages() {
         // 10 layers + 2 = 12 units over 5 stages: base 2, remainder 2 on middles.
+        // The first/last splits the search tries add up and keep the middle stages even.
+        let splits = first_last_splits(61, 16);
+        assert!(
+            splits.contains(&(4, 1)) && splits.contains(&(3, 2)),
+            "{splits:?}"
+        );
+        for (first, last) in splits {
+            let rest = 61 - first - last;
+            assert_eq!(rest % 14, 0, "({first}, {last})");
+            assert!(first <= rest / 14 + 1 && last <= rest / 14);
+        }
+        assert_eq!(first_last_splits(7, 2), vec![(3, 4), (4, 3), (5, 2)]);
+        assert!(first_last_splits(10, 1).is_empty());
         // DeepSeek-V3 with its MTP layer on 16 stages: the MTP layer counts on the last stage.
         let mtp = StageLayout::balanced_units(61, 16, 1);
         assert_eq!((mtp.first, mtp.middle_max, mtp.last), (3, 4, 2));

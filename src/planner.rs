@@ -46,9 +46,24 @@ pub struct Pins {
     pub ep: Option<u32>,
     pub etp: Option<u32>,
     pub reshard_after_forward: Option<bool>,
-    /// First and last stage layers, the middle stages splitting the rest (`PlanRequest::
-    /// stage_split`); every candidate takes it, and those it does not fit are invalid.
-    pub stage_split: Option<(u32, u32)>,
+    /// How layers are placed on the stages of an uneven pipeline ([`StageSplitPin`]).
+    pub stage_split: StageSplitPin,
+}
+
+/// How the search places the layers of an uneven pipeline (layers not a multiple of pp) on its
+/// stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StageSplitPin {
+    /// tpsim's own split (`StageLayout::balanced_units`).
+    #[default]
+    Own,
+    /// These first and last stage layers on every candidate (`PlanRequest::stage_split`); those
+    /// it does not fit are invalid.
+    Given(u32, u32),
+    /// Without interleaving, every first/last split of [`crate::plan::first_last_splits`] besides
+    /// tpsim's own, keeping the fastest for each candidate: the stage with the output layer (and
+    /// MTP layers) may deserve fewer layers than units suggest.
+    Searched,
 }
 
 impl Pins {
@@ -180,7 +195,10 @@ pub fn enumerate(
                             precision: options.precision,
                             allow_uneven_pp: options.allow_uneven_pp,
                             allow_cross_node_tp: options.allow_cross_node_tp,
-                            stage_split: options.pins.stage_split,
+                            stage_split: match options.pins.stage_split {
+                                StageSplitPin::Given(first, last) => Some((first, last)),
+                                StageSplitPin::Own | StageSplitPin::Searched => None,
+                            },
                             ..PlanRequest::default()
                         },
                     );
@@ -378,7 +396,15 @@ pub fn search(
                 return Err("ruled_out_by_pins");
             }
             match ParallelPlan::build(request, model, cluster, training) {
-                Ok(plan) => Ok(evaluate(model, cluster, training, &plan)),
+                Ok(plan) => {
+                    let own = evaluate(model, cluster, training, &plan);
+                    Ok(match options.pins.stage_split {
+                        StageSplitPin::Searched => {
+                            fastest_split(model, cluster, training, request, &plan, own)
+                        }
+                        StageSplitPin::Own | StageSplitPin::Given(..) => own,
+                    })
+                }
                 Err(_) => Err("invalid_plan"),
             }
         })
@@ -410,6 +436,41 @@ pub fn search(
         },
         ranked,
     }
+}
+
+/// `own` (the estimate with tpsim's split) or, for an uneven pipeline without interleaving, the
+/// best-ranked of the first/last splits (`plan::first_last_splits`) if one beats it.
+fn fastest_split(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    request: &PlanRequest,
+    plan: &ParallelPlan,
+    own: Estimate,
+) -> Estimate {
+    if plan.pp < 2 || plan.vpp > 1 || plan.stages.even {
+        return own;
+    }
+    let own_split = (plan.stages.first, plan.stages.last);
+    crate::plan::first_last_splits(model.layers, plan.pp)
+        .into_iter()
+        .filter(|&split| split != own_split)
+        .filter_map(|split| {
+            let candidate = PlanRequest {
+                stage_split: Some(split),
+                ..*request
+            };
+            ParallelPlan::build(&candidate, model, cluster, training)
+                .ok()
+                .map(|p| evaluate(model, cluster, training, &p))
+        })
+        .fold(own, |best, e| {
+            if rank(&e, &best) == std::cmp::Ordering::Less {
+                e
+            } else {
+                best
+            }
+        })
 }
 
 /// The shown plans after the schedule simulation refined their step times.

@@ -813,3 +813,46 @@ fn mtp_layers_run_on_the_last_stage_and_flags_round_trip() {
         &["--mtp-layers 17", "16"],
     );
 }
+
+#[test]
+fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
+    // Megatron-Bridge's DeepSeek-V3 recipes on B200 run pp 16 with embedding + 4 layers, 14
+    // stages of 4 and 1 layer + MTP + loss (`_get_deepseek_v3_pipeline_layout`). tpsim's own
+    // split counts units (3, 4, 2); with --allow-uneven-pp the search tries the first/last
+    // splits around it and keeps the fastest, which is the recipe's: the output layer runs in
+    // bf16 twice (main and MTP) and weighs more than a unit.
+    let json = json_of(&[
+        "plan",
+        "--format",
+        "json",
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "1",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--vpp",
+        "1",
+        "--ep",
+        "8",
+        "--precision",
+        "fp8",
+        "--allow-uneven-pp",
+    ]);
+    let stages = &json["plans"][0]["stages"];
+    assert_eq!(
+        (&stages["first"], &stages["middle_max"], &stages["last"]),
+        (&4.into(), &4.into(), &1.into()),
+        "{stages}"
+    );
+}

@@ -447,7 +447,7 @@ pub fn breakdown(e: &Estimate) -> String {
             },
             p.stages.last,
             if p.stages.given {
-                "first and last stage as given, the middle ones sharing the rest".to_string()
+                "first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest".to_string()
             } else if p.stages.even {
                 "even split".to_string()
             } else if p.stages.chunk_layers > 0 {
@@ -655,6 +655,13 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
             p.vpp,
             p.num_microbatches
         );
+        if p.stages.given {
+            let _ = writeln!(
+                out,
+                "    layers per stage: first {}, middle {}, last {} — the first/last split with the fastest step (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}); the last stage also runs the output layer and any MTP layers",
+                p.stages.first, p.stages.middle_max, p.stages.last, p.stages.first, p.stages.last,
+            );
+        }
     } else {
         let _ = writeln!(out, "  PP 1: no pipeline; no bubble");
     }
