@@ -817,6 +817,7 @@ impl Reader<'_> {
             ("--qk-head-dim", _) => &["qk_nope_head_dim"],
             ("--qk-pos-emb-head-dim", _) => &["qk_rope_head_dim"],
             ("--v-head-dim", _) => &["v_head_dim"],
+            ("--mtp-layers", _) => &["num_nextn_predict_layers"],
             (_, Family::Gpt2) => &["n_positions"],
             _ => &["max_position_embeddings"],
         };

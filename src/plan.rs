@@ -195,9 +195,27 @@ impl StageLayout {
     /// DeepSeek-V3 layouts do.
     fn balanced_units(layers: u32, pp: u32, mtp_layers: u32) -> StageLayout {
         let units = layers + 2 + mtp_layers;
-        if mtp_layers > 0 && units / pp < 2 + mtp_layers {
-            // Too few units per stage to leave the last one a decoder layer: balance without them.
-            return StageLayout::balanced_units(layers, pp, 0);
+        if mtp_layers > 0 && units / pp < 2 + mtp_layers && pp >= 2 && layers > pp {
+            // The MTP layers alone outweigh a stage: one decoder layer on the last stage, the
+            // other layers balanced over the other stages with the embedding counted on the first.
+            let middles = pp - 2;
+            let first = if middles == 0 {
+                layers - 1
+            } else {
+                (layers / (pp - 1)).saturating_sub(1).max(1)
+            };
+            return StageLayout {
+                first,
+                middle_max: if middles == 0 {
+                    0
+                } else {
+                    (layers - 1 - first).div_ceil(middles)
+                },
+                last: 1,
+                even: false,
+                chunk_layers: 0,
+                given: false,
+            };
         }
         let base = units / pp;
         let mut extra = units % pp;
@@ -749,21 +767,22 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
 }
 
 /// First/last stage splits worth trying for `layers` on `pp` stages without interleaving: the
-/// middle stages hold c − 1 or c layers each (c = ⌈layers/pp⌉; more would make a middle stage the
-/// slowest), the first stage (with the light embedding) at most one more than a middle stage, the
-/// last (with the output layer) at most as many, all adding up to `layers`. Empty for fewer than
-/// two stages.
-pub fn first_last_splits(layers: u32, pp: u32) -> Vec<(u32, u32)> {
+/// middle stages hold c − 1 or c layers each (c = ⌈layers/pp⌉), or c + 1 with MTP layers, whose
+/// weight can call for a much lighter last stage; the first stage (with the light embedding) at
+/// most one more than a middle stage, the last (with the output layer) at most as many, all adding
+/// up to `layers`. Empty for fewer than two stages.
+pub fn first_last_splits(layers: u32, pp: u32, mtp_layers: u32) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     if pp < 2 {
         return out;
     }
     let c = layers.div_ceil(pp);
     let middles = pp - 2;
+    let widest = if mtp_layers > 0 { c + 1 } else { c };
     let middle_choices = if middles == 0 {
         c..=c
     } else {
-        c.saturating_sub(1).max(1)..=c
+        c.saturating_sub(1).max(1)..=widest
     };
     for middle in middle_choices {
         let Some(ends) = layers.checked_sub(middle * middles) else {
@@ -902,7 +921,7 @@ mod tests {
     fn remainder_goes_to_middle_stages() {
         // 10 layers + 2 = 12 units over 5 stages: base 2, remainder 2 on middles.
         // The first/last splits the search tries add up and keep the middle stages even.
-        let splits = first_last_splits(61, 16);
+        let splits = first_last_splits(61, 16, 0);
         assert!(
             splits.contains(&(4, 1)) && splits.contains(&(3, 2)),
             "{splits:?}"
@@ -912,8 +931,8 @@ mod tests {
             assert_eq!(rest % 14, 0, "({first}, {last})");
             assert!(first <= rest / 14 + 1 && last <= rest / 14);
         }
-        assert_eq!(first_last_splits(7, 2), vec![(3, 4), (4, 3), (5, 2)]);
-        assert!(first_last_splits(10, 1).is_empty());
+        assert_eq!(first_last_splits(7, 2, 0), vec![(3, 4), (4, 3), (5, 2)]);
+        assert!(first_last_splits(10, 1, 0).is_empty());
         // DeepSeek-V3 with its MTP layer on 16 stages: the MTP layer counts on the last stage.
         let mtp = StageLayout::balanced_units(61, 16, 1);
         assert_eq!((mtp.first, mtp.middle_max, mtp.last), (3, 4, 2));

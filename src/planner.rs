@@ -50,20 +50,21 @@ pub struct Pins {
     pub stage_split: StageSplitPin,
 }
 
-/// How the search places the layers of an uneven pipeline (layers not a multiple of pp) on its
-/// stages.
+/// How the search places the layers on pipeline stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StageSplitPin {
-    /// tpsim's own split (`StageLayout::balanced_units`).
+    /// With `allow_uneven_pp` and without interleaving, tpsim's own split and every first/last
+    /// split of [`crate::plan::first_last_splits`], keeping the fastest for each candidate (the
+    /// stage with the output layer and any MTP layers may deserve fewer layers than units
+    /// suggest); tpsim's own split otherwise.
     #[default]
+    Searched,
+    /// tpsim's own split only (even, or `StageLayout::balanced_units`): what the validation
+    /// runner uses where a published run does not state its split.
     Own,
     /// These first and last stage layers on every candidate (`PlanRequest::stage_split`); those
     /// it does not fit are invalid.
     Given(u32, u32),
-    /// Without interleaving, every first/last split of [`crate::plan::first_last_splits`] besides
-    /// tpsim's own, keeping the fastest for each candidate: the stage with the output layer (and
-    /// MTP layers) may deserve fewer layers than units suggest.
-    Searched,
 }
 
 impl Pins {
@@ -399,10 +400,10 @@ pub fn search(
                 Ok(plan) => {
                     let own = evaluate(model, cluster, training, &plan);
                     Ok(match options.pins.stage_split {
-                        StageSplitPin::Searched => {
+                        StageSplitPin::Searched if options.allow_uneven_pp => {
                             fastest_split(model, cluster, training, request, &plan, own)
                         }
-                        StageSplitPin::Own | StageSplitPin::Given(..) => own,
+                        _ => own,
                     })
                 }
                 Err(_) => Err("invalid_plan"),
@@ -438,8 +439,14 @@ pub fn search(
     }
 }
 
-/// `own` (the estimate with tpsim's split) or, for an uneven pipeline without interleaving, the
-/// best-ranked of the first/last splits (`plan::first_last_splits`) if one beats it.
+/// A first/last split replaces tpsim's own only when it is this much faster on the closed form:
+/// where the closed form ties (the same slowest stage), the schedule simulation can still tell
+/// them apart either way, and tpsim's own split is kept.
+const SPLIT_GAIN_NEEDED: f64 = 1e-3;
+
+/// `own` (the estimate with tpsim's split) or, for a pipeline without interleaving, the fastest of
+/// the first/last splits (`plan::first_last_splits`) where it fits and is faster by more than
+/// [`SPLIT_GAIN_NEEDED`] (or fits where `own` does not).
 fn fastest_split(
     model: &Model,
     cluster: &Cluster,
@@ -448,11 +455,16 @@ fn fastest_split(
     plan: &ParallelPlan,
     own: Estimate,
 ) -> Estimate {
-    if plan.pp < 2 || plan.vpp > 1 || plan.stages.even {
+    if plan.pp < 2 || plan.vpp > 1 {
         return own;
     }
     let own_split = (plan.stages.first, plan.stages.last);
-    crate::plan::first_last_splits(model.layers, plan.pp)
+    let better = |e: &Estimate, best: &Estimate| match (e.fits(), best.fits()) {
+        (true, false) => true,
+        (false, _) => false,
+        (true, true) => e.time.step_s.0 < best.time.step_s.0 * (1.0 - SPLIT_GAIN_NEEDED),
+    };
+    crate::plan::first_last_splits(model.layers, plan.pp, model.mtp_layers)
         .into_iter()
         .filter(|&split| split != own_split)
         .filter_map(|split| {
@@ -464,13 +476,7 @@ fn fastest_split(
                 .ok()
                 .map(|p| evaluate(model, cluster, training, &p))
         })
-        .fold(own, |best, e| {
-            if rank(&e, &best) == std::cmp::Ordering::Less {
-                e
-            } else {
-                best
-            }
-        })
+        .fold(own, |best, e| if better(&e, &best) { e } else { best })
 }
 
 /// The shown plans after the schedule simulation refined their step times.

@@ -3665,5 +3665,15 @@ fn a_plan_files_given_split_is_not_carried_to_another_pipeline() {
         &["eval", "--plan", file, "--pp", "2", "--dp", "4"],
         &["stage_split", &format!("({first}, {last})")],
     );
+    // Nor to other layers.
+    assert_error(
+        &["eval", "--plan", file, "--layers", "34"],
+        &["stage_split", "--layers/--mtp-layers"],
+    );
+    // DeepSpeed's config has no such split: refused rather than dropped.
+    assert_error(
+        &["eval", "--plan", file, "--emit", "deepspeed"],
+        &["first/last stage split", "--emit megatron"],
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -855,4 +855,68 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
         (&4.into(), &4.into(), &1.into()),
         "{stages}"
     );
+    // `sweep` searches the same space and names the same best plan and step time.
+    let scenario = [
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "1",
+        "--gpu",
+        "b200-sxm-180g",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp8",
+        "--allow-uneven-pp",
+    ];
+    let plan_args: Vec<&str> = ["plan", "--format", "json", "--nodes", "32"]
+        .iter()
+        .chain(scenario.iter())
+        .copied()
+        .collect();
+    let sweep_args: Vec<&str> = [
+        "sweep", "--format", "json", "--axis", "nodes", "--values", "32",
+    ]
+    .iter()
+    .chain(scenario.iter())
+    .copied()
+    .collect();
+    let best = json_of(&plan_args)["plans"][0]["time"]["step_s"].clone();
+    let swept = json_of(&sweep_args)["rows"][0]["step_time_s"].clone();
+    assert_eq!(best, swept);
+    // With three MTP layers (more than a stage's share of units) tpsim's own split leaves the
+    // last stage one decoder layer.
+    let own = json_of(&[
+        "eval",
+        "--format",
+        "json",
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "3",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--zero",
+        "1",
+        "--precision",
+        "fp8",
+        "--allow-uneven-pp",
+    ]);
+    assert_eq!(own["plans"][0]["stages"]["last"], 1);
 }

@@ -97,6 +97,13 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     file.plan.vpp
                 );
             }
+            // The same for the layers the split places: a shape flag that changes them.
+            let changes_layers = args.model.layers.is_some() || args.model.mtp_layers.is_some();
+            if let (Some((first, last)), true) = (file.plan.stage_split, changes_layers) {
+                bail!(
+                    "--layers/--mtp-layers change the plan file's model, whose first/last stage split ({first}, {last}) was made for its layers; delete `stage_split` from the file (tpsim then splits the layers itself) or drop those flags"
+                );
+            }
             with_plan_flags(file.plan, &args)
         }
         None => {

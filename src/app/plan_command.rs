@@ -47,16 +47,13 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         )?;
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
-    let mut options = SearchOptions {
+    let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
         precision: precision_of_args(&args.training),
         pins: pins_of_args(&args.pins)?,
     };
-    // An uneven pipeline also tries the first/last splits around tpsim's own and keeps the fastest.
-    if args.allow_uneven_pp {
-        options.pins.stage_split = crate::planner::StageSplitPin::Searched;
-    }
+
     crate::plan::check_precision(&scenario.cluster, options.precision)?;
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),

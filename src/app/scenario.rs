@@ -391,7 +391,7 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         ep: args.ep,
         etp: args.etp,
         reshard_after_forward: args.reshard_after_forward,
-        stage_split: crate::planner::StageSplitPin::Own,
+        stage_split: crate::planner::StageSplitPin::Searched,
     })
 }
 

@@ -187,6 +187,12 @@ impl Framework {
                 MegatronSplit::Inexpressible { why } => Some(why),
                 _ => None,
             },
+            // A first/last split (given or searched) is a Megatron-LM argument; DeepSpeed's
+            // pipeline engine partitions by its own method (`partition_method`).
+            Framework::DeepSpeed if plan.stages.given => Some(format!(
+                "the first/last stage split {}/{}/{} has no DeepSpeed config setting (its pipeline engine partitions layers itself); use --emit megatron, or a plan without it",
+                plan.stages.first, plan.stages.middle_max, plan.stages.last
+            )),
             // DeepSpeed's sequence parallelism (Ulysses) is an all-to-all over heads, not
             // Megatron-Core's ring context parallelism that tpsim models.
             Framework::DeepSpeed if plan.cp > 1 => Some(format!(
