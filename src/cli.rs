@@ -184,6 +184,14 @@ pub struct ModelArgs {
     /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
+    /// Sliding-window attention: each query sees itself and the TOKENS − 1 keys before it
+    /// (Megatron `--window-size (TOKENS-1,0)`; HF `sliding_window`); 0 = full attention.
+    #[arg(long, value_name = "TOKENS")]
+    pub attention_window: Option<u32>,
+    /// With a sliding window, every N-th layer keeps full attention (Megatron's name; GPT-OSS: 2);
+    /// 0 = every layer is local.
+    #[arg(long, value_name = "N")]
+    pub window_attn_skip_freq: Option<u32>,
     /// Multi-token prediction depths after the last layer (DeepSeek-V3 trains with 1; default:
     /// the model's, 0 for bundled models).
     #[arg(long, visible_alias = "mtp-num-layers", value_name = "N")]

@@ -56,8 +56,8 @@ pub enum Family {
     /// module (`num_nextn_predict_layers`, 1 in the published config) as `mtp_layers`.
     DeepseekV3,
     /// GPT-OSS: MoE in every layer with biases on every linear layer and on the router
-    /// (`GptOssConfig`, `attention_bias` true). The per-head attention sinks (64 numbers per layer)
-    /// and the sliding window of every other layer are left out.
+    /// (`GptOssConfig`, `attention_bias` true), and the 128-token sliding window of every other
+    /// layer. The per-head attention sinks (64 numbers per layer) are left out.
     GptOss,
 }
 
@@ -291,6 +291,7 @@ pub fn parse_with_note(
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
+                attention_window: None,
             }
         }
         Family::GptNeox => {
@@ -321,6 +322,7 @@ pub fn parse_with_note(
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
+                attention_window: None,
             }
         }
         Family::Falcon => {
@@ -360,6 +362,7 @@ pub fn parse_with_note(
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
+                attention_window: None,
             }
         }
     };
@@ -465,6 +468,40 @@ impl Reader<'_> {
             path: self.path.to_string(),
             message,
         }
+    }
+
+    /// A sliding window of `sliding_window` tokens (HF attends to that many keys, itself
+    /// included), and which layers keep full attention: from `layer_types` ("full_attention" /
+    /// "sliding_attention", every N-th layer full as Megatron-Core's `window_attn_skip_freq`
+    /// says it), else `default_full_every`. None when the config sets no window.
+    fn attention_window(
+        &self,
+        default_full_every: u32,
+    ) -> Result<Option<crate::model::AttentionWindow>, HfConfigError> {
+        let Some(tokens) = self.optional("sliding_window")? else {
+            return Ok(None);
+        };
+        let full_every = match self.obj.get("layer_types").and_then(Value::as_array) {
+            None => default_full_every,
+            Some(types) => {
+                let full: Vec<bool> = types
+                    .iter()
+                    .map(|t| t.as_str() == Some("full_attention"))
+                    .collect();
+                let every = full.iter().position(|&f| f).map_or(0, |i| i + 1);
+                let regular = full
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &f)| f == (every > 0 && (i + 1) % every == 0));
+                if !regular {
+                    return Err(self.unsupported(
+                        "key \"layer_types\" does not keep full attention on every N-th layer, the only mix of sliding-window and full layers tpsim models".into(),
+                    ));
+                }
+                u32::try_from(every).unwrap_or(u32::MAX)
+            }
+        };
+        Ok(Some(crate::model::AttentionWindow { tokens, full_every }))
     }
 
     /// The training sequence length and, when the user gave none, a note saying which was chosen
@@ -673,6 +710,12 @@ impl Reader<'_> {
             mla: None,
             moe,
             mtp_layers: 0,
+            // Mistral 7B v0.1 attends over a 4,096-token window in every layer; Qwen2's
+            // `sliding_window` applies only with `use_sliding_window`, which its configs leave off.
+            attention_window: match model_type {
+                "mistral" | "mixtral" => self.attention_window(0)?,
+                _ => None,
+            },
         })
     }
 
@@ -731,6 +774,7 @@ impl Reader<'_> {
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
             // DeepSeek provider maps it to `mtp_num_layers`).
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
+            attention_window: None,
         })
     }
 
@@ -774,6 +818,10 @@ impl Reader<'_> {
                 first_dense_layers: 0,
             }),
             mtp_layers: 0,
+            // GptOssConfig: `sliding_window` 128 on the layers `layer_types` calls
+            // "sliding_attention", alternating with full attention (Megatron-Bridge's provider:
+            // `window_size = (sliding_window - 1, 0)`, `window_attn_skip_freq = 2`).
+            attention_window: self.attention_window(2)?,
         })
     }
 
@@ -876,7 +924,8 @@ impl Reader<'_> {
             ),
             // Only flags raise these; a config never does.
             ModelError::MoeFlagWithoutExperts { .. }
-            | ModelError::MlaFlagWithoutKvLoraRank { .. } => e.to_string(),
+            | ModelError::MlaFlagWithoutKvLoraRank { .. }
+            | ModelError::WindowFlagWithoutWindow => e.to_string(),
         };
         HfConfigError::Unsupported {
             path: self.path.to_string(),

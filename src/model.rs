@@ -60,6 +60,18 @@ pub struct Moe {
 /// `MLATransformerConfig` names: queries through an optional low-rank bottleneck, keys and values
 /// through a shared `kv_lora_rank` latent, plus a decoupled RoPE key of `qk_pos_emb_head_dim`
 /// shared by all heads. `qk_head_dim` is the non-rotary part (HF `qk_nope_head_dim`).
+/// Sliding-window (local) attention: a query attends to itself and the `tokens` − 1 keys before it
+/// (Megatron-Core `window_size = (tokens − 1, 0)`; HF `sliding_window`). With `full_every` N > 0
+/// every N-th layer (1-based, Megatron-Core `window_attn_skip_freq`) keeps full causal attention —
+/// GPT-OSS alternates (N = 2, 128 tokens) — and with 0 every layer is local (Mistral 7B v0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionWindow {
+    pub tokens: u32,
+    #[serde(default)]
+    pub full_every: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mla {
@@ -144,6 +156,9 @@ pub struct ModelFile {
     /// `num_nextn_predict_layers`). Default: 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub mtp_layers: u32,
+    /// Sliding-window attention; none = full causal attention in every layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_window: Option<AttentionWindow>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -196,6 +211,8 @@ pub struct Model {
     /// an h·2h projection of the normed hidden state and the next token's embedding, then the
     /// shared output layer and its own loss. They sit on the last pipeline stage.
     pub mtp_layers: u32,
+    /// Sliding-window attention (GPT-OSS, Mistral 7B v0.1); none = full causal attention.
+    pub attention_window: Option<AttentionWindow>,
 }
 
 /// Why a model shape is not usable.
@@ -249,6 +266,10 @@ pub enum ModelError {
         "{flag} is given without --kv-lora-rank; multi-head latent attention needs its latent width (e.g. --kv-lora-rank 512)"
     )]
     MlaFlagWithoutKvLoraRank { flag: &'static str },
+    #[error(
+        "--window-attn-skip-freq is given without a sliding window; add --attention-window TOKENS (GPT-OSS: 128) or drop it"
+    )]
+    WindowFlagWithoutWindow,
 }
 
 /// Upper bounds that catch typos (and keep the search's divisor loops short). The largest published
@@ -290,6 +311,7 @@ impl Model {
             mla: file.mla,
             moe: file.moe,
             mtp_layers: file.mtp_layers,
+            attention_window: file.attention_window,
         };
         model.check()?;
         Ok(model)
@@ -325,6 +347,7 @@ impl Model {
             mla: self.mla,
             moe: self.moe,
             mtp_layers: self.mtp_layers,
+            attention_window: self.attention_window,
         }
     }
 
@@ -379,6 +402,16 @@ impl Model {
             ("--vocab", self.vocab, 4 * MAX_WIDTH),
             ("--seq-len", self.seq_len, MAX_SEQ_LEN),
             ("--mtp-layers", self.mtp_layers, MAX_MTP_LAYERS),
+            (
+                "--attention-window",
+                self.attention_window.map_or(0, |w| w.tokens),
+                MAX_SEQ_LEN,
+            ),
+            (
+                "--window-attn-skip-freq",
+                self.attention_window.map_or(0, |w| w.full_every),
+                MAX_LAYERS,
+            ),
         ];
         for (what, value, max) in bounded {
             if value > max {
@@ -592,6 +625,7 @@ pub(crate) mod tests {
             mla: None,
             moe: None,
             mtp_layers: 0,
+            attention_window: None,
         }
     }
 
@@ -636,6 +670,7 @@ pub(crate) mod tests {
             mla: None,
             moe: None,
             mtp_layers: 0,
+            attention_window: None,
         };
         assert!((m.params() / 1e9 - 8.030).abs() < 0.005, "{}", m.params());
     }

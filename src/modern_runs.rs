@@ -241,6 +241,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         mla: None,
         moe: None,
         mtp_layers: 0,
+        attention_window: None,
     };
     Model::from_file(&file).map_err(|e| e.to_string())
 }

@@ -213,6 +213,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             mla: None,
             moe: None,
             mtp_layers: 0,
+            attention_window: None,
         };
         model.check().map_err(|e| fail(e.to_string()))?;
         let gpu = specs::load_gpu(profile)?;
@@ -376,6 +377,7 @@ pub fn vtrain_cases(
             mla: None,
             moe: None,
             mtp_layers: 0,
+            attention_window: None,
         };
         let hw = &row.hardware;
         let mut gpu = a100.clone();

@@ -920,3 +920,126 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
     ]);
     assert_eq!(own["plans"][0]["stages"]["last"], 1);
 }
+
+#[test]
+fn sliding_window_attention_counts_only_the_pairs_in_the_window() {
+    // Full causal attention computes half of the s×s pairs.
+    assert_eq!(bundled("llama3-8b").causal_attention_share(8192), 0.5);
+    // GPT-OSS: a 128-token window on every other layer (HF config `sliding_window` 128 and
+    // `layer_types`; Megatron-Bridge window_size (127, 0), window_attn_skip_freq 2). At 4,096
+    // tokens a windowed layer computes 128/4096 − ½(128/4096)² of the pairs.
+    let gpt_oss = bundled("gpt-oss-20b");
+    let local = 128.0 / 4096.0 - 0.5 * (128.0_f64 / 4096.0).powi(2);
+    let share = gpt_oss.causal_attention_share(4096);
+    assert!((share - (0.5 + local) / 2.0).abs() < 1e-12, "{share}");
+    // The HF reader finds the same window as the bundled file.
+    assert_eq!(
+        hf("gpt-oss-20b.json").attention_window,
+        gpt_oss.attention_window
+    );
+    // Mistral 7B v0.1: a 4,096-token window in every layer; shorter sequences see no change.
+    let mistral = hf("mistral-7b-v0.1.json");
+    assert_eq!(mistral.causal_attention_share(4096), 0.5);
+    assert_eq!(mistral.causal_attention_share(8192), 0.375);
+    // The window shortens the step where attention matters, and pasting the Megatron arguments
+    // tpsim writes gives the same step back.
+    let base = [
+        "eval",
+        "--format",
+        "json",
+        "--model",
+        "gpt-oss-20b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "32768",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+    ];
+    let windowed = json_of(&base);
+    let full_args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--attention-window", "0"])
+        .collect();
+    let full = json_of(&full_args);
+    let step = |j: &Value| j["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert!(
+        step(&windowed) < 0.8 * step(&full),
+        "{} vs {}",
+        step(&windowed),
+        step(&full)
+    );
+    assert_eq!(windowed["model"]["attention_window"]["tokens"], 128);
+    let (code, emitted, stderr) = run(&[
+        "eval",
+        "--model",
+        "gpt-oss-20b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        emitted.contains("--window-size '(127,0)'")
+            && emitted.contains("--window-attn-skip-freq 2"),
+        "{emitted}"
+    );
+    // A config whose full-attention layers do not recur every N layers is refused by name.
+    let dir = std::env::temp_dir().join(format!("tpsim-window-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("odd.json");
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/models/hf/gpt-oss-20b.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut types = vec![Value::from("sliding_attention"); 24];
+    types[1] = "full_attention".into();
+    types[2] = "full_attention".into();
+    config["layer_types"] = Value::Array(types);
+    std::fs::write(&path, config.to_string()).unwrap();
+    assert_error(
+        &[
+            "plan",
+            "--hf-config",
+            path.to_str().unwrap(),
+            "--nodes",
+            "1",
+        ],
+        &["layer_types", "every N-th layer"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

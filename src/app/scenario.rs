@@ -137,6 +137,8 @@ fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
         qk_pos_emb_head_dim: args.qk_pos_emb_head_dim,
         v_head_dim: args.v_head_dim,
         mtp_layers: args.mtp_layers,
+        attention_window: args.attention_window,
+        window_attn_skip_freq: args.window_attn_skip_freq,
     })
 }
 
@@ -235,6 +237,7 @@ fn resolve_base_model(
             mla: None,
             moe: None,
             mtp_layers: 0,
+            attention_window: None,
         };
         specs::check_model_counts(&file, "--").map_err(|m| anyhow!(m))?;
         let model = Model::from_file(&file)?;
@@ -320,6 +323,7 @@ pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
         mla: None,
         moe: None,
         mtp_layers: 0,
+        attention_window: None,
     };
     Ok(probe.check()?)
 }

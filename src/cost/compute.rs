@@ -230,9 +230,9 @@ pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
     (norms, rope + repeat_kv + output_copy, swiglu)
 }
 
-/// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs, halved
-/// because causal masking lets the kernel skip the blocks above the diagonal (Dao 2023,
-/// FlashAttention-2 §3.1.1), on a roofline whose memory side is only Q, K, V and O — the s×s scores
+/// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs of the pairs
+/// causal masking (and a sliding window) leaves, `Model::causal_attention_share` — half for full
+/// causal attention (Dao 2023, FlashAttention-2 §3.1.1) — on a roofline whose memory side is only Q, K, V and O — the s×s scores
 /// never leave the chip.
 pub fn flash_attention_time(
     model: &Model,
@@ -268,7 +268,7 @@ pub fn flash_attention_time_sharded(
     efficiency: f64,
 ) -> f64 {
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
-    let flops = CAUSAL_ATTENTION_FRACTION * (gemms[1].flops() + gemms[2].flops());
+    let flops = model.causal_attention_share(seq_len) * (gemms[1].flops() + gemms[2].flops());
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
     let local_s = s / f64::from(cp);
     let q_and_o = b * local_s * (model.q_width() + model.attention_out_width()) / t;
@@ -292,10 +292,6 @@ pub const FLASH_BACKWARD_RATE_OVER_FORWARD: f64 = 0.87;
 pub fn flash_backward_time_over_forward() -> f64 {
     FLASH_BACKWARD_FLOPS_OVER_FORWARD / FLASH_BACKWARD_RATE_OVER_FORWARD
 }
-
-/// Share of the s×s attention blocks a causal kernel computes (the blocks on and below the
-/// diagonal; FlashAttention-2 §3.1.1). The FLOP count of `Model` uses the same share.
-pub const CAUSAL_ATTENTION_FRACTION: f64 = 0.5;
 
 /// Forward, backward and recompute time of one layer for one micro-batch (no communication), and
 /// the parts of the forward that communication can hide behind.

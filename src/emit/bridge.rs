@@ -160,6 +160,17 @@ fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static 
             },
         ));
     }
+    // Megatron-Core `TransformerConfig.window_size` (keys before, after) and
+    // `window_attn_skip_freq`, as Megatron-Bridge's GPT-OSS provider sets them.
+    if let Some(window) = model.attention_window {
+        out.push((
+            "model.window_size",
+            format!("[{},0]", window.tokens.saturating_sub(1)),
+        ));
+        if window.full_every > 0 {
+            out.push(("model.window_attn_skip_freq", window.full_every.to_string()));
+        }
+    }
     if let Some(mla) = &model.mla {
         out.push(("model.multi_latent_attention", "true".to_string()));
         out.push((

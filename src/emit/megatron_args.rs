@@ -117,6 +117,8 @@ const VALUED: &[&str] = &[
     "cpu-offloading-num-layers",
     "pipeline-model-parallel-layout",
     "mtp-num-layers",
+    "window-size",
+    "window-attn-skip-freq",
     "hybrid-layer-pattern",
     "hybrid-override-pattern",
     "optimizer",
@@ -263,6 +265,47 @@ impl<'a> Parsed<'a> {
                     value: v.to_string(),
                 }),
             },
+        }
+    }
+
+    /// Megatron-Core's sliding window: `--window-size "(LEFT,RIGHT)"` (arguments.py `tuple_type`;
+    /// a query sees LEFT keys before it and RIGHT after) and `--window-attn-skip-freq N` (every
+    /// N-th layer keeps full attention). tpsim models causal windows, RIGHT = 0.
+    pub(super) fn attention_window(
+        &self,
+    ) -> Result<Option<crate::model::AttentionWindow>, MegatronArgsError> {
+        let full_every = self.number("window-attn-skip-freq")?;
+        let Some(text) = self.value("window-size") else {
+            return match full_every {
+                Some(_) => Err(MegatronArgsError::Refused {
+                    given: "--window-attn-skip-freq without --window-size".into(),
+                    why: "it says which layers skip the window, and there is none; add --window-size \"(127,0)\" or drop it".into(),
+                }),
+                None => Ok(None),
+            };
+        };
+        let inner = text
+            .trim()
+            .trim_matches(|c| c == '\'' || c == '"')
+            .trim_start_matches('(')
+            .trim_end_matches(')');
+        let parts: Vec<Option<u32>> = inner.split(',').map(|x| x.trim().parse().ok()).collect();
+        match parts.as_slice() {
+            [Some(left), Some(0)] if *left < u32::MAX => Ok(Some(crate::model::AttentionWindow {
+                tokens: left + 1,
+                full_every: full_every.unwrap_or(0),
+            })),
+            [Some(_), Some(right)] => Err(MegatronArgsError::Refused {
+                given: format!("--window-size {text}"),
+                why: format!(
+                    "a window that looks {right} tokens ahead is not causal; tpsim models causal windows \"(LEFT,0)\""
+                ),
+            }),
+            _ => Err(MegatronArgsError::BadValue {
+                message: format!(
+                    "--window-size {text} is not a pair of non-negative integers; write it as Megatron-LM does, e.g. --window-size \"(127,0)\""
+                ),
+            }),
         }
     }
 

@@ -48,6 +48,8 @@ pub struct MegatronLaunch {
     pub dropout: bool,
     /// `--mtp-num-layers` (default none).
     pub mtp_layers: u32,
+    /// `--window-size (LEFT,0)` and `--window-attn-skip-freq N`: LEFT + 1 tokens per query.
+    pub attention_window: Option<crate::model::AttentionWindow>,
     pub tp: u32,
     /// Experts, latent attention and expert parallelism (`--num-experts`, `--moe-*`,
     /// `--multi-latent-attention`, `--expert-model/tensor-parallel-size`).
@@ -240,6 +242,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
                 .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
         }),
         mtp_layers,
+        attention_window: p.attention_window()?,
         tp,
         experts,
         cp,
@@ -329,6 +332,7 @@ impl MegatronLaunch {
             mla: self.experts.mla,
             moe: self.experts.moe,
             mtp_layers: self.mtp_layers,
+            attention_window: self.attention_window,
         };
         model.check()?;
         Ok(model)

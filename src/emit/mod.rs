@@ -129,6 +129,13 @@ impl Framework {
                     self.name()
                 ));
             }
+            if let Some(window) = model.attention_window {
+                return Some(format!(
+                    "sliding-window attention (--attention-window {}) is not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                    window.tokens,
+                    self.name()
+                ));
+            }
         }
         match self {
             // Megatron-FSDP releases the gathered parameters after each module's forward and
@@ -271,6 +278,16 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     }
     if model.mtp_layers > 0 {
         push("mtp-num-layers", n(model.mtp_layers));
+    }
+    // Megatron-Core's window counts the keys before the query; tpsim's tokens include it.
+    if let Some(window) = model.attention_window {
+        push(
+            "window-size",
+            Some(format!("'({},0)'", window.tokens.saturating_sub(1))),
+        );
+        if window.full_every > 0 {
+            push("window-attn-skip-freq", n(window.full_every));
+        }
     }
     if model.gated_mlp {
         push("swiglu", None);

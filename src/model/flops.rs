@@ -35,6 +35,33 @@ impl Model {
             + shared
     }
 
+    /// Share of the s×s (query, key) pairs causal attention computes, averaged over the layers:
+    /// 1/2 for full causal attention (the blocks on and below the diagonal; FlashAttention-2
+    /// §3.1.1); in a layer with a window of w < s tokens each query sees at most w keys, w/s −
+    /// w²/(2s²) of the pairs, the blocks a sliding-window kernel visits (FlashAttention's
+    /// `window_size`, cuDNN's sliding-window mask). Layers keeping full attention under
+    /// `full_every` count 1/2.
+    pub fn causal_attention_share(&self, seq_len: u32) -> f64 {
+        const FULL: f64 = 0.5;
+        let Some(window) = self.attention_window else {
+            return FULL;
+        };
+        let s = f64::from(seq_len.max(1));
+        let w = f64::from(window.tokens).min(s);
+        let local = if w >= s {
+            FULL
+        } else {
+            w / s - 0.5 * (w / s) * (w / s)
+        };
+        let layers = f64::from(self.layers.max(1));
+        let full_layers = if window.full_every == 0 {
+            0.0
+        } else {
+            f64::from(self.layers / window.full_every)
+        };
+        (full_layers * FULL + (layers - full_layers) * local) / layers
+    }
+
     /// Forward FLOPs of QKᵀ and AV over every (query, key) pair, for b sequences of s tokens:
     /// 2·b·s²·heads·(d_qk + d_v) (Narayanan et al. 2021 §3: 4bs²h for GPT).
     fn attention_core_all_pairs_flops(&self, b: f64, s: f64) -> f64 {
@@ -77,7 +104,7 @@ impl Model {
         let s = f64::from(seq_len);
         Flops(
             2.0 * b * s * self.average_layer_matrix_params()
-                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+                + self.causal_attention_share(seq_len) * self.attention_core_all_pairs_flops(b, s),
         )
     }
 
@@ -87,7 +114,7 @@ impl Model {
         let s = f64::from(seq_len);
         Flops(
             2.0 * b * s * self.dense_layer_matrix_params()
-                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+                + self.causal_attention_share(seq_len) * self.attention_core_all_pairs_flops(b, s),
         )
     }
 
@@ -101,7 +128,7 @@ impl Model {
         let s = f64::from(seq_len);
         Flops(
             2.0 * b * s * self.moe_layer_active_matrix_params()
-                + 0.5 * self.attention_core_all_pairs_flops(b, s),
+                + self.causal_attention_share(seq_len) * self.attention_core_all_pairs_flops(b, s),
         )
     }
 
@@ -125,7 +152,10 @@ impl Model {
     /// against the keys up to it, half of all pairs — what FlashAttention executes and what
     /// selective recompute repeats (Korthikanti et al. 2022 §5).
     pub fn attention_core_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
-        Flops(0.5 * self.attention_core_all_pairs_flops(f64::from(micro_batch), f64::from(seq_len)))
+        Flops(
+            self.causal_attention_share(seq_len)
+                * self.attention_core_all_pairs_flops(f64::from(micro_batch), f64::from(seq_len)),
+        )
     }
 
     /// Forward FLOPs of the output (logit) layer: 2·b·s·h·V (Narayanan et al. 2021 eq. 3's V/(16lh) term).

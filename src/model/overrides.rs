@@ -1,7 +1,7 @@
 //! Shape values from the command line over a model from any source (`--model grok-1 --layers 8`),
 //! and Megatron-LM's `--moe-layer-freq` syntax.
 
-use super::{MAX_LAYERS, Mla, Model, ModelError, Moe};
+use super::{AttentionWindow, MAX_LAYERS, Mla, Model, ModelError, Moe};
 
 /// Shape values given on the command line over a model from any source (`--model grok-1
 /// --layers 8`), in Megatron-LM's names. `None` keeps the model's value.
@@ -26,6 +26,10 @@ pub struct ShapeOverrides {
     pub qk_pos_emb_head_dim: Option<u32>,
     pub v_head_dim: Option<u32>,
     pub mtp_layers: Option<u32>,
+    /// Sliding-window tokens (0 = none: full attention).
+    pub attention_window: Option<u32>,
+    /// Every N-th layer keeps full attention under a window (0 = none does).
+    pub window_attn_skip_freq: Option<u32>,
 }
 
 /// Megatron-LM's `--moe-layer-freq` value: an integer N (every N-th layer is MoE), or a Python list
@@ -123,6 +127,21 @@ impl Model {
         m.ffn_hidden = o.ffn_hidden.unwrap_or(m.ffn_hidden);
         m.vocab = o.vocab.unwrap_or(m.vocab);
         m.mtp_layers = o.mtp_layers.unwrap_or(m.mtp_layers);
+        m.attention_window = match (o.attention_window, o.window_attn_skip_freq) {
+            (Some(0), None) => None,
+            (Some(0), Some(_)) => return Err(ModelError::WindowFlagWithoutWindow),
+            (Some(tokens), freq) => Some(AttentionWindow {
+                tokens,
+                full_every: freq
+                    .or(m.attention_window.map(|w| w.full_every))
+                    .unwrap_or(0),
+            }),
+            (None, Some(full_every)) => match m.attention_window {
+                Some(w) => Some(AttentionWindow { full_every, ..w }),
+                None => return Err(ModelError::WindowFlagWithoutWindow),
+            },
+            (None, None) => m.attention_window,
+        };
 
         let moe_flags = [
             ("--moe-router-topk", o.moe_router_topk),

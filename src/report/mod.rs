@@ -60,6 +60,9 @@ pub struct ModelSummary {
     pub mla: Option<crate::model::Mla>,
     /// Multi-token prediction depths after the last layer, on the last stage (0 = none).
     pub mtp_layers: u32,
+    /// Sliding-window attention, when the model has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_window: Option<crate::model::AttentionWindow>,
     /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
     pub origin: String,
 }
@@ -87,6 +90,7 @@ impl ModelSummary {
             moe: model.moe,
             mla: model.mla,
             mtp_layers: model.mtp_layers,
+            attention_window: model.attention_window,
             origin: origin.to_string(),
         }
     }

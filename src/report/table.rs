@@ -84,6 +84,20 @@ pub fn scenario_line(report: &Report) -> String {
         ),
         None => String::new(),
     };
+    let experts = match m.attention_window {
+        Some(w) => {
+            let windowed = if w.full_every == 0 {
+                m.layers
+            } else {
+                m.layers - m.layers / w.full_every
+            };
+            format!(
+                "{experts}, sliding window of {} tokens on {windowed} of {} layers",
+                w.tokens, m.layers
+            )
+        }
+        None => experts,
+    };
     let experts = if m.mtp_layers > 0 {
         format!(
             "{experts}, {} MTP layer{} (on the last stage, each with its own output-layer pass and loss)",
