@@ -477,17 +477,41 @@ impl Reader<'_> {
     fn attention_window(
         &self,
         default_full_every: u32,
+        layers: u32,
     ) -> Result<Option<crate::model::AttentionWindow>, HfConfigError> {
         let Some(tokens) = self.optional("sliding_window")? else {
             return Ok(None);
         };
-        let full_every = match self.obj.get("layer_types").and_then(Value::as_array) {
-            None => default_full_every,
-            Some(types) => {
-                let full: Vec<bool> = types
-                    .iter()
-                    .map(|t| t.as_str() == Some("full_attention"))
-                    .collect();
+        let full_every = match self.obj.get("layer_types") {
+            None | Some(Value::Null) => default_full_every,
+            Some(value) => {
+                let types = value.as_array().ok_or_else(|| {
+                    self.bad(
+                        "layer_types",
+                        value,
+                        "a list of \"full_attention\" / \"sliding_attention\"",
+                    )
+                })?;
+                if types.len() != layers as usize {
+                    return Err(self.unsupported(format!(
+                        "key \"layer_types\" lists {} layers, but \"num_hidden_layers\" is {layers}; one entry per layer",
+                        types.len()
+                    )));
+                }
+                let mut full = Vec::with_capacity(types.len());
+                for t in types {
+                    match t.as_str() {
+                        Some("full_attention") => full.push(true),
+                        Some("sliding_attention") => full.push(false),
+                        _ => {
+                            return Err(self.bad(
+                                "layer_types",
+                                t,
+                                "\"full_attention\" or \"sliding_attention\" in every entry",
+                            ));
+                        }
+                    }
+                }
                 let every = full.iter().position(|&f| f).map_or(0, |i| i + 1);
                 let regular = full
                     .iter()
@@ -713,7 +737,12 @@ impl Reader<'_> {
             // Mistral 7B v0.1 attends over a 4,096-token window in every layer; Qwen2's
             // `sliding_window` applies only with `use_sliding_window`, which its configs leave off.
             attention_window: match model_type {
-                "mistral" | "mixtral" => self.attention_window(0)?,
+                "mistral" | "mixtral" => self.attention_window(0, layers)?,
+                _ if self.flag("use_sliding_window")? == Some(true) => {
+                    return Err(self.unsupported(
+                        "key \"use_sliding_window\" is true: Qwen's sliding window (on the layers from \"max_window_layers\" on) is not modelled, and counting full attention there would be wrong; set it to false or give the shape with flags and --attention-window".into(),
+                    ));
+                }
                 _ => None,
             },
         })
@@ -821,7 +850,8 @@ impl Reader<'_> {
             // GptOssConfig: `sliding_window` 128 on the layers `layer_types` calls
             // "sliding_attention", alternating with full attention (Megatron-Bridge's provider:
             // `window_size = (sliding_window - 1, 0)`, `window_attn_skip_freq = 2`).
-            attention_window: self.attention_window(2)?,
+            attention_window: self
+                .attention_window(2, self.required("num_hidden_layers", "36")?)?,
         })
     }
 

@@ -395,6 +395,15 @@ impl Model {
                 return Err(ModelError::Zero { what, value, fix });
             }
         }
+        if let Some(window) = self.attention_window
+            && window.tokens == 0
+        {
+            return Err(ModelError::Zero {
+                what: "--attention-window",
+                value: 0,
+                fix: "a window holds at least the query itself; give its tokens, or drop the window for full attention",
+            });
+        }
         let bounded = [
             ("--layers", self.layers, MAX_LAYERS),
             ("--hidden", self.hidden, MAX_WIDTH),

@@ -415,6 +415,10 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
+        "--cp {cp} with sliding-window attention: tpsim models context parallelism as Megatron-Core's point-to-point K/V ring, which Transformer Engine refuses for sliding windows (its all-gather variant is not modelled yet); use --cp 1, or --attention-window 0 for full attention"
+    )]
+    CpWithWindow { cp: u32 },
+    #[error(
         "--ep {ep} / --etp {etp}: expert parallelism needs a mixture-of-experts model ({model} is dense); use --ep 1 --etp 1"
     )]
     ExpertsOnDense { ep: u32, etp: u32, model: String },
@@ -647,6 +651,13 @@ fn check_context_experts_precision(
             seq_len: training.seq_len,
             valid: list(valid),
         });
+    }
+    if r.cp > 1
+        && model
+            .attention_window
+            .is_some_and(|w| w.tokens < training.seq_len)
+    {
+        return Err(PlanError::CpWithWindow { cp: r.cp });
     }
     match model.moe {
         None if r.ep > 1 || r.etp > 1 => {

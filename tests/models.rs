@@ -1043,3 +1043,109 @@ fn sliding_window_attention_counts_only_the_pairs_in_the_window() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn sliding_windows_refuse_what_tpsim_does_not_model() {
+    // Transformer Engine's point-to-point CP ring refuses sliding windows; tpsim models that
+    // ring only, so it refuses the pair instead of pricing a ring that would not run.
+    assert_error(
+        &[
+            "eval",
+            "--model",
+            "gpt-oss-20b",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--cp",
+            "2",
+            "--ep",
+            "4",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            "8192",
+        ],
+        &["--cp 2", "sliding-window", "--attention-window 0"],
+    );
+    // A window as long as the sequence changes nothing, so CP stays open.
+    let (code, _, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--attention-window",
+        "8192",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--cp",
+        "2",
+        "--pp",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "8192",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+    ]);
+    assert!(code == 0 || code == 1, "{stderr}");
+    // Megatron's quoted form with a space reads as one value.
+    let line = "--num-layers 24 --hidden-size 2880 --num-attention-heads 64 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 --bf16 --window-size \"(127, 0)\" --window-attn-skip-freq 2";
+    let json = json_of(&[
+        "eval",
+        "--format",
+        "json",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        line,
+    ]);
+    assert_eq!(json["model"]["attention_window"]["tokens"], 128);
+    assert_eq!(json["model"]["attention_window"]["full_every"], 2);
+    // HF layer_types must list every layer with the two known kinds.
+    let dir = std::env::temp_dir().join(format!("tpsim-window-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/models/hf/gpt-oss-20b.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    for (name, types, needle) in [
+        (
+            "short",
+            serde_json::json!(["sliding_attention", "full_attention"]),
+            "lists 2 layers",
+        ),
+        (
+            "odd",
+            serde_json::json!(vec!["full"; 24]),
+            "\"full_attention\" or \"sliding_attention\"",
+        ),
+        ("scalar", serde_json::json!("alternate"), "layer_types"),
+    ] {
+        let mut config = base.clone();
+        config["layer_types"] = types;
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, config.to_string()).unwrap();
+        assert_error(
+            &[
+                "plan",
+                "--hf-config",
+                path.to_str().unwrap(),
+                "--nodes",
+                "1",
+            ],
+            &[needle],
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

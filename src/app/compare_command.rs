@@ -54,7 +54,22 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     mb.seq_len = ma.seq_len;
     if ma != mb {
         let (sa, sb) = (shape(&a.model), shape(&b.model));
-        out.push(if shape(&ma) == shape(&mb) {
+        out.push(if shape(&ma) == shape(&mb) && ma.attention_window != mb.attention_window {
+            let window = |m: &crate::model::Model| match m.attention_window {
+                Some(w) => format!("a {}-token window (every {} layer full)", w.tokens, w.full_every),
+                None => "full attention".to_string(),
+            };
+            format!(
+                "model: {sa}, but {} against {} (--attention-window, --window-attn-skip-freq)",
+                window(&a.model),
+                window(&b.model)
+            )
+        } else if shape(&ma) == shape(&mb) && ma.mtp_layers != mb.mtp_layers {
+            format!(
+                "model: {sa}, but {} against {} MTP layers (--mtp-layers)",
+                a.model.mtp_layers, b.model.mtp_layers
+            )
+        } else if shape(&ma) == shape(&mb) {
             format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
         } else {
             format!("model: {sa} against {sb}")

@@ -632,7 +632,16 @@ pub fn evaluate(
                 .0
                 * all_layers
         }
-        (Recompute::Full, _, _) => {
+        // The recomputed forward runs the kernels of the first: the fused kernel only the causal
+        // (and windowed) pairs, the unfused path all of them.
+        (Recompute::Full, _, AttentionKernel::Flash) => {
+            plan.recompute_share()
+                * model
+                    .layer_causal_forward_flops(plan.global_batch, seq_len)
+                    .0
+                * all_layers
+        }
+        (Recompute::Full, _, AttentionKernel::Unfused) => {
             plan.recompute_share()
                 * model.layer_forward_flops(plan.global_batch, seq_len).0
                 * all_layers

@@ -162,15 +162,20 @@ fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static 
     }
     // Megatron-Core `TransformerConfig.window_size` (keys before, after) and
     // `window_attn_skip_freq`, as Megatron-Bridge's GPT-OSS provider sets them.
-    if let Some(window) = model.attention_window {
-        out.push((
-            "model.window_size",
-            format!("[{},0]", window.tokens.saturating_sub(1)),
-        ));
-        if window.full_every > 0 {
-            out.push(("model.window_attn_skip_freq", window.full_every.to_string()));
-        }
-    }
+    // Written out either way: Megatron-Bridge's GPT-OSS provider sets a window by default.
+    let (window_size, skip_freq) = match model.attention_window {
+        Some(w) => (
+            format!("[{},0]", w.tokens.saturating_sub(1)),
+            if w.full_every > 0 {
+                w.full_every.to_string()
+            } else {
+                "null".to_string()
+            },
+        ),
+        None => ("null".to_string(), "null".to_string()),
+    };
+    out.push(("model.window_size", window_size));
+    out.push(("model.window_attn_skip_freq", skip_freq));
     if let Some(mla) = &model.mla {
         out.push(("model.multi_latent_attention", "true".to_string()));
         out.push((

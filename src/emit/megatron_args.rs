@@ -176,13 +176,49 @@ pub(super) struct Parsed<'a> {
     pub(super) ignored: Vec<String>,
 }
 
+/// A line split on whitespace outside single or double quotes, as a shell passes the words: a
+/// quoted value such as `--window-size "(127, 0)"` stays one word (its quotes kept, for the
+/// reader of that value to strip).
+fn shell_words(line: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let mut start: Option<usize> = None;
+    let mut quote: Option<char> = None;
+    for (i, c) in line.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c.is_whitespace() => {
+                if let Some(s) = start.take() {
+                    words.push(&line[s..i]);
+                }
+            }
+            None => {
+                if start.is_none() {
+                    start = Some(i);
+                }
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                }
+            }
+        }
+    }
+    if let Some(s) = start {
+        words.push(&line[s..]);
+    }
+    words
+}
+
 impl<'a> Parsed<'a> {
     /// Whitespace-separated tokens, `\` line continuations and `# ...` comments dropped,
     /// `--flag=value` and `--flag value` both read.
     pub(super) fn tokenize(text: &'a str) -> Result<Parsed<'a>, MegatronArgsError> {
         let tokens: Vec<&str> = text
             .lines()
-            .flat_map(|line| line.split_whitespace().take_while(|t| !t.starts_with('#')))
+            .flat_map(|line| {
+                shell_words(line)
+                    .into_iter()
+                    .take_while(|t| !t.starts_with('#'))
+            })
             .filter(|t| *t != "\\")
             .collect();
         let mut parsed = Parsed {
@@ -290,8 +326,15 @@ impl<'a> Parsed<'a> {
             .trim_start_matches('(')
             .trim_end_matches(')');
         let parts: Vec<Option<u32>> = inner.split(',').map(|x| x.trim().parse().ok()).collect();
+        // The model's own bound on sequences (tpsim refuses longer ones as typos).
+        const MAX_WINDOW: u32 = 1 << 24;
         match parts.as_slice() {
-            [Some(left), Some(0)] if *left < u32::MAX => Ok(Some(crate::model::AttentionWindow {
+            [Some(left), Some(0)] if *left >= MAX_WINDOW => Err(MegatronArgsError::BadValue {
+                message: format!(
+                    "--window-size {text}: a window of {left} tokens is longer than any sequence tpsim plans ({MAX_WINDOW}); check the value"
+                ),
+            }),
+            [Some(left), Some(0)] => Ok(Some(crate::model::AttentionWindow {
                 tokens: left + 1,
                 full_every: full_every.unwrap_or(0),
             })),

@@ -92,8 +92,10 @@ pub fn scenario_line(report: &Report) -> String {
                 m.layers - m.layers / w.full_every
             };
             format!(
-                "{experts}, sliding window of {} tokens on {windowed} of {} layers",
-                w.tokens, m.layers
+                "{experts}, sliding window of {} token{} on {windowed} of {} layers",
+                w.tokens,
+                if w.tokens == 1 { "" } else { "s" },
+                m.layers
             )
         }
         None => experts,
