@@ -855,6 +855,40 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
         (&4.into(), &4.into(), &1.into()),
         "{stages}"
     );
+    // The table shows the chosen split in a `layers` column.
+    let (code, table, stderr) = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "1",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "2048",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "1",
+        "--pp",
+        "16",
+        "--vpp",
+        "1",
+        "--ep",
+        "8",
+        "--precision",
+        "fp8",
+        "--allow-uneven-pp",
+        "--top",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains("layers") && table.contains("4/4/1"),
+        "{table}"
+    );
     // `sweep` searches the same space and names the same best plan and step time.
     let scenario = [
         "--model",

@@ -197,9 +197,9 @@ pub fn plans_table(plans: &[Estimate], show_time_to_train: bool) -> String {
 /// Columns given up, in this order, when the table is wider than the terminal: the exposed
 /// communication split and the micro-batch count first (`eval` shows them), the headline numbers
 /// (plan degrees, memory, step time, MFU) never. Numbers are never wrapped or cut.
-const DROP_ORDER: [&str; 12] = [
-    "DP s", "EP s", "PP s", "CP s", "TP s", "m", "bubble %", "sp", "zero", "prec", "train",
-    "tokens/s",
+const DROP_ORDER: [&str; 13] = [
+    "DP s", "EP s", "PP s", "CP s", "TP s", "m", "layers", "bubble %", "sp", "zero", "prec",
+    "train", "tokens/s",
 ];
 
 /// The ranked plans as a terminal table no wider than `max_columns` characters when that is given
@@ -211,9 +211,9 @@ pub fn plans_table_fitted(
     max_columns: Option<usize>,
 ) -> String {
     let mut header = vec![
-        "#", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mb", "m", "sp", "recomp", "zero", "prec",
-        "mem GiB", "step s", "tokens/s", "MFU %", "bubble %", "TP s", "CP s", "PP s", "EP s",
-        "DP s",
+        "#", "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "layers", "mb", "m", "sp", "recomp",
+        "zero", "prec", "mem GiB", "step s", "tokens/s", "MFU %", "bubble %", "TP s", "CP s",
+        "PP s", "EP s", "DP s",
     ];
     if show_time_to_train {
         header.push("train");
@@ -223,6 +223,8 @@ pub fn plans_table_fitted(
         ("cp", plans.iter().all(|e| e.plan.cp == 1)),
         ("ep", plans.iter().all(|e| e.plan.ep == 1)),
         ("etp", plans.iter().all(|e| e.plan.etp == 1)),
+        // Layers per stage (first/middle/last) only when a shown plan has a chosen split.
+        ("layers", plans.iter().all(|e| !e.plan.stages.given)),
         (
             "prec",
             plans
@@ -253,6 +255,14 @@ pub fn plans_table_fitted(
                 p.ep.to_string(),
                 p.etp.to_string(),
                 p.vpp.to_string(),
+                if p.pp == 1 {
+                    "-".to_string()
+                } else {
+                    format!(
+                        "{}/{}/{}",
+                        p.stages.first, p.stages.middle_max, p.stages.last
+                    )
+                },
                 p.micro_batch.to_string(),
                 p.num_microbatches.to_string(),
                 if p.sequence_parallel { "yes" } else { "no" }.to_string(),
