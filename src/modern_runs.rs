@@ -550,7 +550,32 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
                 miss.memory.total_bytes.0 / crate::units::GIB,
                 miss.memory.capacity_bytes.0 / crate::units::GIB
             ),
-            None => "the published plan is not a valid plan for tpsim".into(),
+            None => {
+                // Name the rule: the published degrees as one request (the unstated settings at
+                // their defaults) and what `ParallelPlan::build` says of it.
+                let pins = options.pins;
+                let request = crate::plan::PlanRequest {
+                    tp,
+                    cp: pins.cp.unwrap_or(1),
+                    pp,
+                    dp,
+                    vpp: pins.vpp.unwrap_or(1),
+                    micro_batch: pins.micro_batch.unwrap_or(1),
+                    ep: pins.ep.unwrap_or(1),
+                    etp: pins.etp.unwrap_or(1),
+                    precision: options.precision,
+                    allow_uneven_pp: options.allow_uneven_pp,
+                    stage_split: match pins.stage_split {
+                        StageSplitPin::Given(first, last) => Some((first, last)),
+                        _ => None,
+                    },
+                    ..crate::plan::PlanRequest::default()
+                };
+                match crate::plan::ParallelPlan::build(&request, &model, &cluster, &training) {
+                    Err(why) => format!("the published plan is not a valid plan for tpsim: {why}"),
+                    Ok(_) => "the published plan is not a valid plan for tpsim".into(),
+                }
+            }
         });
     };
     let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
