@@ -565,10 +565,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
                     etp: pins.etp.unwrap_or(1),
                     precision: options.precision,
                     allow_uneven_pp: options.allow_uneven_pp,
-                    stage_split: match pins.stage_split {
-                        StageSplitPin::Given(first, last) => Some((first, last)),
-                        _ => None,
-                    },
+                    stage_split: pins.stage_split.given(),
                     ..crate::plan::PlanRequest::default()
                 };
                 match crate::plan::ParallelPlan::build(&request, &model, &cluster, &training) {

@@ -67,6 +67,16 @@ pub enum StageSplitPin {
     Given(u32, u32),
 }
 
+impl StageSplitPin {
+    /// The first/last split every candidate takes, if one is given.
+    pub fn given(self) -> Option<(u32, u32)> {
+        match self {
+            StageSplitPin::Given(first, last) => Some((first, last)),
+            StageSplitPin::Own | StageSplitPin::Searched => None,
+        }
+    }
+}
+
 impl Pins {
     /// Whether `request` has every pinned value.
     pub fn admit(&self, r: &PlanRequest) -> bool {
@@ -196,10 +206,7 @@ pub fn enumerate(
                             precision: options.precision,
                             allow_uneven_pp: options.allow_uneven_pp,
                             allow_cross_node_tp: options.allow_cross_node_tp,
-                            stage_split: match options.pins.stage_split {
-                                StageSplitPin::Given(first, last) => Some((first, last)),
-                                StageSplitPin::Own | StageSplitPin::Searched => None,
-                            },
+                            stage_split: options.pins.stage_split.given(),
                             ..PlanRequest::default()
                         },
                     );

@@ -150,19 +150,20 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     "--tp {tp} x --cp {cp} x --pp {pp} = {model_parallel} does not divide the cluster's {gpus} GPUs; choose tp x cp x pp dividing {gpus}"
                 ),
             };
+            let vpp = match args.num_layers_per_virtual_pipeline_stage {
+                Some(n) => emit::vpp_from_layers_per_virtual_stage(
+                    pasted_split(&args).counted_layers(scenario.model.layers),
+                    pp,
+                    n,
+                )
+                .map_err(|message| anyhow!(message))?,
+                None => args.vpp.unwrap_or(1),
+            };
             PlanRequest {
                 tp,
                 pp,
                 dp,
-                vpp: match args.num_layers_per_virtual_pipeline_stage {
-                    Some(n) => emit::vpp_from_layers_per_virtual_stage(
-                        pasted_split(&args).counted_layers(scenario.model.layers),
-                        pp,
-                        n,
-                    )
-                    .map_err(|message| anyhow!(message))?,
-                    None => args.vpp.unwrap_or(1),
-                },
+                vpp,
                 micro_batch: args.micro_batch.unwrap_or(1),
                 sequence_parallel: args.sequence_parallel,
                 recompute: match args.recompute.unwrap_or(RecomputeArg::None) {
@@ -190,7 +191,10 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     Some("block") => args.recompute_num_layers.unwrap_or(1),
                     _ => 0,
                 },
-                stage_split: given_stage_split(&args, scenario.model.layers, pp),
+                // `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM
+                // places them, evaluated as given (other pasted splits must match tpsim's own:
+                // `check_pasted_megatron`).
+                stage_split: pasted_split(&args).given_first_last(scenario.model.layers, pp, vpp),
                 ..PlanRequest::default()
             }
         }
@@ -469,20 +473,4 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         },
         ..file
     }
-}
-
-/// `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM places them:
-/// tpsim evaluates that split as given. Other pasted splits must match tpsim's own layout
-/// (`check_pasted_megatron` says so otherwise).
-fn given_stage_split(args: &EvalArgs, layers: u32, pp: u32) -> Option<(u32, u32)> {
-    let split = pasted_split(args);
-    let interleaved =
-        args.vpp.is_some_and(|v| v > 1) || args.num_layers_per_virtual_pipeline_stage.is_some();
-    if (split.first.is_none() && split.last.is_none()) || interleaved || pp < 2 {
-        return None;
-    }
-    split
-        .stage_layers(layers, pp)
-        .ok()
-        .map(|stages| (stages.first, stages.last))
 }

@@ -179,7 +179,7 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
     // last stage keeps its own copy of the word embedding (Megatron-Core `GPTModel` builds
     // `embedding` when `pre_process or mtp_process`), which tied embeddings already hold.
     let mtp = f64::from(model.mtp_layers) * model.mtp_extra_params() / t;
-    let mtp_embedding = if model.mtp_layers > 0 && !model.tied_embeddings {
+    let mtp_embedding = if keeps_mtp_embedding_copy(model) {
         word_embedding
     } else {
         0.0
@@ -201,6 +201,12 @@ fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
         Stage::Middle => layers(plan.stages.middle_max),
         Stage::Last => layers(last_layers) + mtp + output + mtp_embedding,
     }
+}
+
+/// Whether the last stage holds a word-embedding copy of its own for the MTP layers (untied
+/// embeddings; tied ones are already there as the output layer).
+fn keeps_mtp_embedding_copy(model: &Model) -> bool {
+    model.mtp_layers > 0 && !model.tied_embeddings
 }
 
 /// Parameters of the average transformer layer one GPU holds: the part split over TP (attention,
@@ -310,7 +316,7 @@ fn stage_memory(
     let embedding_unit = match stage {
         Stage::First | Stage::Only if dense_sharded => model.word_embedding_params() / t,
         // The last stage's own embedding copy for the MTP layers (`stage_params`).
-        Stage::Last if dense_sharded && model.mtp_layers > 0 && !model.tied_embeddings => {
+        Stage::Last if dense_sharded && keeps_mtp_embedding_copy(model) => {
             model.word_embedding_params() / t
         }
         _ => 0.0,
@@ -386,12 +392,12 @@ fn stage_memory(
     );
     let sbh = f64::from(s) * f64::from(b) * h;
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
-    let (rank, layers) = match stage {
-        Stage::Only => (0, super::pipeline::last_stage_layers(model, plan)),
-        Stage::First => (0, plan.stages.first),
-        Stage::Middle => (1, plan.stages.middle_max),
-        Stage::Last => (plan.pp - 1, super::pipeline::last_stage_layers(model, plan)),
+    let rank = match stage {
+        Stage::Only | Stage::First => 0,
+        Stage::Middle => 1,
+        Stage::Last => plan.pp - 1,
     };
+    let layers = stage_layers(plan, model, stage);
     let per_op_sac = training.per_op_sac(plan.recompute);
     let per_layer = if per_op_sac {
         alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)

@@ -634,17 +634,14 @@ pub fn evaluate(
         }
         // The recomputed forward runs the kernels of the first: the fused kernel only the causal
         // (and windowed) pairs, the unfused path all of them.
-        (Recompute::Full, _, AttentionKernel::Flash) => {
-            plan.recompute_share()
-                * model
-                    .layer_causal_forward_flops(plan.global_batch, seq_len)
-                    .0
-                * all_layers
-        }
-        (Recompute::Full, _, AttentionKernel::Unfused) => {
-            plan.recompute_share()
-                * model.layer_forward_flops(plan.global_batch, seq_len).0
-                * all_layers
+        (Recompute::Full, _, attention) => {
+            let forward = match attention {
+                AttentionKernel::Flash => {
+                    model.layer_causal_forward_flops(plan.global_batch, seq_len)
+                }
+                AttentionKernel::Unfused => model.layer_forward_flops(plan.global_batch, seq_len),
+            };
+            plan.recompute_share() * forward.0 * all_layers
         }
     };
     // FlashAttention's backward recomputes QKᵀ: half the attention core's forward FLOPs again.

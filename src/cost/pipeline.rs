@@ -16,13 +16,11 @@ pub fn last_stage_layers(model: &Model, plan: &ParallelPlan) -> u32 {
 
 /// Transformer layers of the stage that runs the most, MTP layers included.
 pub fn max_stage_layers(model: &Model, plan: &ParallelPlan) -> u32 {
+    let last = last_stage_layers(model, plan);
     if plan.pp == 1 {
-        model.layers + model.mtp_layers
+        last
     } else {
-        plan.stages
-            .first
-            .max(plan.stages.middle_max)
-            .max(plan.stages.last + model.mtp_layers)
+        plan.stages.first.max(plan.stages.middle_max).max(last)
     }
 }
 

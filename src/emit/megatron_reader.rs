@@ -375,23 +375,12 @@ impl MegatronLaunch {
         let vpp = self.vpp()?;
         // Megatron's own placement is checked here; whether tpsim's split is the same is checked
         // on the built plan (`check_plan`).
-        let megatron_split = if self.split.any() || !self.layers.is_multiple_of(self.pp) {
-            Some(self.split.stage_layers(self.layers, self.pp)?)
-        } else {
-            None
-        };
+        if self.split.any() || !self.layers.is_multiple_of(self.pp) {
+            self.split.stage_layers(self.layers, self.pp)?;
+        }
         // A first/last split without interleaving is taken as given (tpsim models any such
         // split); the other kinds must match tpsim's own layout (`check_plan`).
-        // A layout with one chunk per stage is such a split too (Megatron-Bridge's DeepSeek-V3
-        // layout at pp 16: 'Et*4|t*4|...|t*1mL').
-        let first_last_given = self.split.first.is_some() || self.split.last.is_some();
-        let layout_per_stage = self.split.layout.is_some_and(|l| l.chunks == self.pp);
-        let given_split = match megatron_split {
-            Some(m) if (first_last_given || layout_per_stage) && vpp == 1 && self.pp >= 2 => {
-                Some((m.first, m.last))
-            }
-            _ => None,
-        };
+        let given_split = self.split.given_first_last(self.layers, self.pp, vpp);
         if let Some(group) = self.microbatch_group {
             let m = global_batch / (self.micro_batch * dp).max(1);
             if vpp == 1 {

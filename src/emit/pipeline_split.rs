@@ -231,6 +231,21 @@ impl SplitArgs {
         layers + u32::from(self.embedding_counted) + u32::from(self.loss_counted)
     }
 
+    /// The first/last split tpsim evaluates as given: first/last layer counts, or a layout with one
+    /// chunk per stage (Megatron-Bridge's DeepSeek-V3 'Et*4|t*4|...|t*1mL'), on two or more stages
+    /// without interleaving. None for the other kinds, which must match tpsim's own split, and for
+    /// arguments Megatron refuses (`stage_layers` says why).
+    pub fn given_first_last(&self, layers: u32, pp: u32, vpp: u32) -> Option<(u32, u32)> {
+        let named = self.first.is_some() || self.last.is_some();
+        let layout_per_stage = self.layout.is_some_and(|l| l.chunks == pp);
+        if !(named || layout_per_stage) || vpp > 1 || pp < 2 {
+            return None;
+        }
+        self.stage_layers(layers, pp)
+            .ok()
+            .map(|stages| (stages.first, stages.last))
+    }
+
     /// Where Megatron puts the layers on `pp` stages, with Megatron's own refusals (as one-line
     /// messages naming the arguments).
     pub fn stage_layers(&self, layers: u32, pp: u32) -> Result<StageLayers, String> {
