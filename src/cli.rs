@@ -285,6 +285,11 @@ pub struct TrainingArgs {
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
     pub overlap_p2p_comm: Option<bool>,
+    /// MoE all-to-alls of one micro-batch hidden under another's compute (Megatron-Core's combined
+    /// 1F1B schedule; needs --vpp > 1 when --pp > 1, and no full recompute; plans without that
+    /// run the all-to-alls exposed). Default: off, as Megatron-Core's.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "moe-a2a-overlap")]
+    pub overlap_moe_expert_parallel_comm: Option<bool>,
     /// torchtitan only: whether torch.compile fuses each block's element-wise kernels
     /// (torchtitan's `compile` setting). Default: false, as torchtitan's: eager PyTorch runs norms,
     /// rotary embedding and activation as one kernel per operator with fp32 upcasts.

@@ -294,6 +294,30 @@ fn recipe_stage_split(run: &ModernRun, model: &Model, pp: u32, vpp: u32) -> Opti
     Some((per_stage, last))
 }
 
+/// Whether the Megatron-Bridge recipe behind a run turns on Megatron-Core's MoE all-to-all
+/// overlap (`overlap_moe_expert_parallel_comm` with `delay_wgrad_compute`). 25.09:
+/// `scripts/performance/run_script.py` at 9a5e79865 sets it for DeepSeek-V3 on H100 only
+/// (`A2A_1F1B = bool(args.gpu.lower() in ["h100"])`); 25.11 (Megatron-Bridge v0.2.0, the NeMo
+/// 25.11 container's): `moe_a2a_overlap=True` in `scripts/performance/configs/*/
+/// workload_base_configs.py` for DeepSeek-V3 on H100, Qwen3-235B-A22B on B200 and H100 and
+/// Qwen3-30B-A3B on H100, `set_moe_a2a_overlap_overrides` in `utils/helpers.py`. No other source
+/// in the runs file states it.
+fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
+    let gpu = run.hardware.gpu.to_ascii_uppercase();
+    let model = run.model_key.as_deref().unwrap_or("");
+    if run.id.starts_with("mbridge-25.09") {
+        return model == "deepseek_v3" && gpu == "H100";
+    }
+    if run.id.starts_with("mbridge-25.11") {
+        return match model {
+            "deepseek_v3" | "qwen3_30b_a3b" => gpu == "H100",
+            "qwen3_235b_a22b" => gpu == "H100" || gpu == "B200",
+            _ => false,
+        };
+    }
+    false
+}
+
 fn precision_of(text: &str) -> Result<Precision, String> {
     Precision::ALL
         .into_iter()
@@ -509,6 +533,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     {
         training.overlap.tp_comm = true;
     }
+    training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");

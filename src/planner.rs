@@ -247,20 +247,23 @@ fn push_pipeline_variants(
 ) {
     let PlanRequest { tp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
-    let units = model.layers + 2;
+    let units = model.layers + 2 + model.mtp_layers;
     let vpps: Vec<u32> = if !training.framework.interleaves_pipeline() {
         vec![1]
     } else if pp > 1 && model.layers.is_multiple_of(pp) {
         divisors(model.layers / pp)
     } else if pp > 1 {
-        // Uneven: with the embedding and the loss counted as layers where the layers + 2 units
-        // split evenly (see `ParallelPlan::build`), else with the model chunks filled front to
+        // Uneven: with the embedding, the loss and the MTP layers counted as layers where these
+        // units split evenly (`plan::units_chunk_layers`), else with the model chunks filled front to
         // back and the remainder last (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3
         // layouts). Filled layouts are offered up to 8 virtual stages (Megatron-Bridge's published
         // layouts go to vp 4; interleaving deeper multiplies the pipeline messages for a bubble
         // already below 1/(8·m) of the step).
         let mut vpps = if units.is_multiple_of(pp) {
             divisors(units / pp)
+                .into_iter()
+                .filter(|&v| v == 1 || crate::plan::units_chunk_layers(model, pp, v).is_some())
+                .collect()
         } else {
             vec![1]
         };

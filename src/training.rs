@@ -163,6 +163,7 @@ impl TrainingFramework {
                 grad_reduce: false,
                 param_gather: false,
                 p2p: false,
+                moe_a2a: false,
             },
             // NVIDIA's Megatron-Bridge / NeMo performance recipes: `tp_comm_overlap=True`,
             // `overlap_grad_reduce=True`, `overlap_param_gather=True`, `overlap_p2p_comm=True` with
@@ -172,6 +173,7 @@ impl TrainingFramework {
                 grad_reduce: true,
                 param_gather: true,
                 p2p: true,
+                moe_a2a: false,
             },
             // FSDP2 prefetches the next all-gather and reduce-scatters during backward; async TP is
             // opt-in (`enable_async_tensor_parallel = false`).
@@ -180,6 +182,7 @@ impl TrainingFramework {
                 grad_reduce: true,
                 param_gather: true,
                 p2p: false,
+                moe_a2a: false,
             },
             // `overlap_comm: true` in ZeRO configs; no TP-communication overlap.
             TrainingFramework::Deepspeed => Overlap {
@@ -187,6 +190,7 @@ impl TrainingFramework {
                 grad_reduce: true,
                 param_gather: false,
                 p2p: false,
+                moe_a2a: false,
             },
         }
     }
@@ -388,6 +392,11 @@ pub struct Overlap {
     /// Pipeline sends and receives overlapped with compute in the interleaved schedule
     /// (`--overlap-p2p-communication`).
     pub p2p: bool,
+    /// MoE dispatch/combine all-to-alls of one micro-batch under another's compute in the combined
+    /// 1F1B schedule (Megatron-Core `--overlap-moe-expert-parallel-comm`): off by default in
+    /// Megatron-Core, on in the recipes that set it. Absent from plan files written before it.
+    #[serde(default)]
+    pub moe_a2a: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

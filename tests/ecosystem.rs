@@ -3677,3 +3677,131 @@ fn a_plan_files_given_split_is_not_carried_to_another_pipeline() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Megatron-Bridge's DeepSeek-V3 recipe on 1,024 H100s (25.09 `run_script.py`: pp 8 × vp 4 with
+/// the layout 'Et|(tt|)*30mL' and the MoE all-to-all overlap): the layout counts the embedding,
+/// the MTP layer and the loss as a layer each, is written back in that form, and the overlap hides
+/// part of the all-to-alls behind the paired micro-batch's compute.
+#[test]
+fn deepseek_v3_h100_layout_and_moe_alltoall_overlap_round_trip() {
+    let flags = [
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "1",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "128",
+        "--tp",
+        "2",
+        "--pp",
+        "8",
+        "--vpp",
+        "4",
+        "--ep",
+        "64",
+        "--etp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8192",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp8",
+        "--sequence-parallel",
+        "--zero",
+        "1",
+        "--allow-uneven-pp",
+        "--overlap-moe-expert-parallel-comm",
+    ];
+    let mut emit = vec!["eval"];
+    emit.extend(flags);
+    emit.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&emit);
+    assert_eq!(code, 0, "{stderr}");
+    let line = line.trim().to_string();
+    let layout = format!("'Et|{}mL'", "t*2|".repeat(30));
+    assert!(
+        line.contains(&format!("--pipeline-model-parallel-layout {layout}")),
+        "{line}"
+    );
+    assert!(
+        line.contains("--overlap-moe-expert-parallel-comm"),
+        "{line}"
+    );
+    assert!(line.contains("--delay-wgrad-compute"), "{line}");
+    let mut direct_args = vec!["eval", "--format", "json"];
+    direct_args.extend(flags);
+    let direct = run_json(&direct_args);
+    // The line reads back to the same plan and step, and so does Megatron-Core's own spelling of
+    // the layout.
+    let grouped = line.replace(&layout, "'Et|(tt|)*30mL'");
+    for written in [&line, &grouped] {
+        let pasted = run_json(&[
+            "eval",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "128",
+            "--megatron-args",
+            written,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(pasted["plans"][0]["stages"], direct["plans"][0]["stages"]);
+        assert_eq!(pasted["training"], direct["training"]);
+        assert_eq!(
+            pasted["plans"][0]["time"]["step_s"],
+            direct["plans"][0]["time"]["step_s"]
+        );
+    }
+    let stages = &direct["plans"][0]["stages"];
+    assert_eq!(
+        (&stages["first"], &stages["middle_max"], &stages["last"]),
+        (&7.into(), &8.into(), &6.into())
+    );
+    // The overlap hides part of the all-to-alls; without it they are all exposed.
+    let terms = |plan: &Value| {
+        (
+            plan["comm"]["ep"]["time_s"].as_f64().unwrap(),
+            plan["time"]["ep_comm_exposed_s"].as_f64().unwrap(),
+        )
+    };
+    let (total, exposed) = terms(&direct["plans"][0]);
+    assert!(exposed < 0.6 * total, "{exposed} of {total}");
+    let without: Vec<&str> = flags
+        .iter()
+        .copied()
+        .filter(|f| *f != "--overlap-moe-expert-parallel-comm")
+        .collect();
+    let mut plain_args = vec!["eval", "--format", "json"];
+    plain_args.extend(without.iter().copied());
+    let plain = run_json(&plain_args);
+    let (plain_total, plain_exposed) = terms(&plain["plans"][0]);
+    assert_eq!(plain_total, total);
+    assert!(
+        plain_exposed >= plain_total,
+        "{plain_exposed} of {plain_total}"
+    );
+    let mut plain_emit = vec!["eval"];
+    plain_emit.extend(without.iter().copied());
+    plain_emit.extend(["--emit", "megatron"]);
+    let (code, plain_line, stderr) = run(&plain_emit);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!plain_line.contains("overlap-moe"), "{plain_line}");
+    // The combined 1F1B schedule needs virtual stages with a pipeline: without them the flag
+    // changes nothing and is not written.
+    let mut no_vpp: Vec<&str> = flags.to_vec();
+    let at = no_vpp.iter().position(|f| *f == "--vpp").unwrap();
+    no_vpp[at + 1] = "1";
+    let mut no_vpp_args = vec!["eval", "--format", "json"];
+    no_vpp_args.extend(no_vpp.iter().copied());
+    let (code, stdout, stderr) = run(&no_vpp_args);
+    if code == 0 {
+        let (t, e) = terms(&parse_json(&no_vpp_args, &stdout, &stderr)["plans"][0]);
+        assert!(e >= t, "{e} of {t}");
+    }
+}

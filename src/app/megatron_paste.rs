@@ -202,6 +202,11 @@ fn check_megatron_precision_and_overlap(
             overlap.param_gather,
         ),
         ("--overlap-p2p-comm", training.overlap_p2p_comm, overlap.p2p),
+        (
+            "--overlap-moe-expert-parallel-comm",
+            training.overlap_moe_expert_parallel_comm,
+            overlap.moe_a2a,
+        ),
     ] {
         if let Some(given) = given
             && given != line
@@ -296,12 +301,22 @@ pub(super) fn apply_megatron_launch(
     let defaults = scenario.training.framework.default_overlap();
     if launch.overlap != scenario.training.overlap && scenario.training.overlap == defaults {
         eprintln!(
-            "note: --megatron-args: the line's overlap switches are used (tp comm {}, grad reduce {}, param gather {}, p2p {}), not --framework {}'s defaults; Megatron-LM overlaps only what --tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather turn on",
+            "note: --megatron-args: the line's overlap switches are used (tp comm {}, grad reduce {}, param gather {}, p2p {}{}), not --framework {}'s defaults; Megatron-LM overlaps only what {} turn on",
             on_off(launch.overlap.tp_comm),
             on_off(launch.overlap.grad_reduce),
             on_off(launch.overlap.param_gather),
             on_off(launch.overlap.p2p),
-            scenario.training.framework.as_str()
+            if launch.experts.moe.is_some() {
+                format!(", MoE all-to-all {}", on_off(launch.overlap.moe_a2a))
+            } else {
+                String::new()
+            },
+            scenario.training.framework.as_str(),
+            if launch.experts.moe.is_some() {
+                "--tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather and --overlap-moe-expert-parallel-comm"
+            } else {
+                "--tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather"
+            }
         );
     }
     scenario.training.overlap = launch.overlap;

@@ -346,6 +346,9 @@ fn overlap_over(args: &TrainingArgs, defaults: Overlap) -> Overlap {
         grad_reduce: args.overlap_grad_reduce.unwrap_or(defaults.grad_reduce),
         param_gather: args.overlap_param_gather.unwrap_or(defaults.param_gather),
         p2p: args.overlap_p2p_comm.unwrap_or(defaults.p2p),
+        moe_a2a: args
+            .overlap_moe_expert_parallel_comm
+            .unwrap_or(defaults.moe_a2a),
     }
 }
 

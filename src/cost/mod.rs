@@ -357,7 +357,8 @@ pub(crate) fn unit_costs(
     // EP: a dispatch and a combine all-to-all per MoE layer in forward, their gradients in
     // backward, the forward pair again under full recompute; with expert TP, an all-gather of the
     // dispatched tokens and a reduce-scatter of the expert outputs beside each pair (`moe.rs`).
-    // Megatron-Core runs them on the critical path (no overlap modelled).
+    // Megatron-Core runs them on the critical path unless the combined 1F1B schedule pairs the
+    // micro-batches (`moe::alltoall_overlap_applies`).
     let ep = if (plan.ep > 1 || plan.etp > 1) && moe_share > 0.0 {
         let bytes = moe::alltoall_bytes(model, plan, seq_len, training.moe_imbalance);
         let alltoall = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
@@ -371,11 +372,24 @@ pub(crate) fn unit_costs(
         let one_pair = 2.0 * alltoall + expert_tp;
         let forward_s = one_pair * moe_share;
         let backward_s = (1.0 + recompute_share) * one_pair * moe_share;
+        let (forward_exposed_s, backward_exposed_s) = if training.overlap.moe_a2a
+            && moe::alltoall_overlap_applies(plan)
+        {
+            // Each forward's all-to-alls under the paired backward's compute and the other way
+            // round; the warmup forwards and cooldown backwards have no partner.
+            let unpaired = moe::unpaired_share(plan);
+            (
+                unpaired * forward_s + (1.0 - unpaired) * exposed_under(forward_s, layer.backward),
+                unpaired * backward_s + (1.0 - unpaired) * exposed_under(backward_s, layer.forward),
+            )
+        } else {
+            (forward_s, backward_s)
+        };
         PassComm {
             forward_s,
             backward_s,
-            forward_exposed_s: forward_s,
-            backward_exposed_s: backward_s,
+            forward_exposed_s,
+            backward_exposed_s,
             wire_bytes: (2.0 + recompute_share) * (2.0 * bytes + expert_tp_wire) * moe_share,
         }
     } else {
@@ -494,7 +508,11 @@ pub fn evaluate(
         &cp,
         HiddenBy::AttentionBlocks,
     ));
-    terms.set(layer_comm_term(TermKind::EpComm, &ep, HiddenBy::Nothing));
+    terms.set(layer_comm_term(
+        TermKind::EpComm,
+        &ep,
+        HiddenBy::OtherMicroBatch,
+    ));
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
         terms.set(Term {

@@ -20,7 +20,7 @@ use super::comm::ACTIVATION_BYTES;
 use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
-use crate::plan::ParallelPlan;
+use crate::plan::{ParallelPlan, Recompute};
 use crate::units::BytesPerSec;
 
 /// GPUs of one pipeline stage (tp·cp·dp), over which attention and experts are both folded.
@@ -209,6 +209,31 @@ pub fn expert_tp_gather_bytes(
         * f64::from(model.hidden)
         * ACTIVATION_BYTES
         * f64::from(plan.etp)
+}
+
+/// Whether Megatron-Core's combined 1F1B schedule can pair the micro-batches so that one's
+/// all-to-alls run under the other's compute (`--overlap-moe-expert-parallel-comm`): it needs
+/// expert parallelism, no full recompute, and virtual stages when there is a pipeline
+/// (megatron/core/transformer/transformer_config.py `__post_init__`: "If enabling EP A2A overlap,
+/// virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1",
+/// "disable full recomputation when enabling overlap_moe_expert_parallel_comm").
+pub fn alltoall_overlap_applies(plan: &ParallelPlan) -> bool {
+    plan.ep > 1 && plan.recompute != Recompute::Full && (plan.pp == 1 || plan.vpp > 1)
+}
+
+/// Share of a stage's forwards (and as many backwards) that the combined 1F1B schedule runs
+/// without a partner: the warmup forwards before the first backward and the cooldown backwards
+/// after the last forward. Without a pipeline that is one micro-batch of m; with the interleaved
+/// schedule the first rank warms up with (pp − 1)·2 + (vpp − 1)·pp model chunks of its m·vpp
+/// (Megatron-Core `schedules.py` `get_pp_rank_microbatches`, the most of any rank).
+pub fn unpaired_share(plan: &ParallelPlan) -> f64 {
+    let m = f64::from(plan.num_microbatches.max(1));
+    if plan.pp == 1 {
+        return (1.0 / m).min(1.0);
+    }
+    let (pp, vpp) = (f64::from(plan.pp), f64::from(plan.vpp));
+    let warmup = (pp - 1.0) * 2.0 + (vpp - 1.0) * pp;
+    (warmup / (m * vpp)).min(1.0)
 }
 
 /// Time of one all-to-all: each GPU sends its share to every other member at its own link speed

@@ -102,6 +102,9 @@ pub enum HiddenBy {
     Forward,
     /// Other micro-batches' compute in the interleaved schedule.
     PipelineCompute,
+    /// The paired micro-batch's compute in Megatron-Core's combined 1F1B schedule (MoE all-to-all
+    /// overlap).
+    OtherMicroBatch,
 }
 
 /// One term of the step.

@@ -134,6 +134,12 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let tp_overlap = overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
     set("comm_overlap.tp_comm_overlap", tp_overlap.to_string());
     set("comm_overlap.overlap_p2p_comm", overlap.p2p.to_string());
+    let moe_overlap = super::moe_alltoall_overlap(model, training, plan);
+    set(
+        "comm_overlap.overlap_moe_expert_parallel_comm",
+        moe_overlap.to_string(),
+    );
+    set("comm_overlap.delay_wgrad_compute", moe_overlap.to_string());
     set("ddp.overlap_grad_reduce", overlap.grad_reduce.to_string());
     set(
         "ddp.overlap_param_gather",

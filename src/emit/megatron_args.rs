@@ -156,6 +156,8 @@ const SWITCHES: &[&str] = &[
     "overlap-grad-reduce",
     "overlap-param-gather",
     "no-overlap-p2p-communication",
+    "overlap-moe-expert-parallel-comm",
+    "delay-wgrad-compute",
     "fp8-param-gather",
     "fp4-param-gather",
     "cpu-offloading",

@@ -161,12 +161,14 @@ pub fn megatron_precision(
 /// Megatron-LM's communication-overlap switches as tpsim's overlap. Megatron's defaults
 /// (arguments.py): `--overlap-grad-reduce`, `--overlap-param-gather` and `--tp-comm-overlap`
 /// are off unless given; p2p overlap is on unless `--no-overlap-p2p-communication` (it applies
-/// only to the interleaved schedule, as in tpsim).
+/// only to the interleaved schedule, as in tpsim); `--overlap-moe-expert-parallel-comm` is off unless
+/// given.
 pub fn megatron_overlap(
     tp_comm: bool,
     grad_reduce: bool,
     param_gather: bool,
     no_p2p: bool,
+    moe_a2a: bool,
 ) -> Result<Overlap, MegatronArgsError> {
     if param_gather && !grad_reduce {
         // arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'.
@@ -180,6 +182,7 @@ pub fn megatron_overlap(
         grad_reduce,
         param_gather,
         p2p: !no_p2p,
+        moe_a2a,
     })
 }
 
@@ -211,6 +214,7 @@ impl Parsed<'_> {
             self.switch("overlap-grad-reduce"),
             self.switch("overlap-param-gather"),
             self.switch("no-overlap-p2p-communication"),
+            self.switch("overlap-moe-expert-parallel-comm"),
         )
     }
 }

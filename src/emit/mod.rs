@@ -346,7 +346,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         // `plan --emit` takes the next plan).
         MegatronSplit::Inexpressible { .. } => {}
     }
-    if plan.vpp > 1 && plan.stages.chunk_layers == 0 {
+    if plan.vpp > 1 && !matches!(MegatronSplit::of(model, plan), MegatronSplit::Layout { .. }) {
         push(
             "num-layers-per-virtual-pipeline-stage",
             n(MegatronSplit::layers_per_virtual_stage(model, plan)),
@@ -449,7 +449,26 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if !overlap.p2p {
         push("no-overlap-p2p-communication", None);
     }
+    // transformer_config.py refuses the MoE all-to-all overlap without expert parallelism, with
+    // full recompute, or with a pipeline but no virtual stages; Megatron-Bridge turns on
+    // `delay_wgrad_compute` with it (`set_moe_a2a_overlap_overrides`).
+    if moe_alltoall_overlap(model, training, plan) {
+        push("overlap-moe-expert-parallel-comm", None);
+        push("delay-wgrad-compute", None);
+    }
     args.join(" ")
+}
+
+/// Whether a written config turns on Megatron-Core's MoE all-to-all overlap: asked for, and
+/// allowed on this plan (`cost::moe::alltoall_overlap_applies`).
+pub(super) fn moe_alltoall_overlap(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> bool {
+    training.overlap.moe_a2a
+        && model.moe.is_some()
+        && crate::cost::moe::alltoall_overlap_applies(plan)
 }
 
 /// Megatron-LM's (`--fp8-format`|`--fp4-format`, `--fp8-recipe`|`--fp4-recipe`) for a precision;

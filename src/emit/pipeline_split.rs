@@ -52,6 +52,24 @@ impl MegatronSplit {
                 layout: entries.join("|"),
             };
         }
+        if plan.vpp > 1
+            && model.mtp_layers > 0
+            && let Some(per_chunk) = crate::plan::units_chunk_layers(model, plan.pp, plan.vpp)
+        {
+            // Every unit counted with MTP: Megatron-Core's `--account-for-*` switches do not count
+            // MTP layers, so say it as a layout, as Megatron-Bridge does ('Et|(tt|)*30mL').
+            let chunks = plan.pp * plan.vpp;
+            let mut entries = vec![format!("E{}", decoder_entry(per_chunk - 1))];
+            entries.extend((1..chunks - 1).map(|_| decoder_entry(per_chunk)));
+            entries.push(format!(
+                "{}{}L",
+                decoder_entry(per_chunk - 1 - model.mtp_layers),
+                "m".repeat(model.mtp_layers as usize)
+            ));
+            return MegatronSplit::Layout {
+                layout: entries.join("|"),
+            };
+        }
         // Megatron counts the embedding and the loss, not MTP layers, as pipeline units.
         let units = model.layers + 2;
         if units.is_multiple_of(plan.pp) && model.mtp_layers == 0 {
@@ -86,6 +104,15 @@ impl MegatronSplit {
     }
 }
 
+/// `n` transformer layers in a layout entry: nothing, `t`, or `t*n`.
+fn decoder_entry(n: u32) -> String {
+    match n {
+        0 => String::new(),
+        1 => "t".into(),
+        n => format!("t*{n}"),
+    }
+}
+
 /// Megatron's split arguments as given on a launch line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SplitArgs {
@@ -97,34 +124,112 @@ pub struct SplitArgs {
     pub layout: Option<ChunkLayout>,
 }
 
-/// A `--pipeline-model-parallel-layout` whose chunks hold `per_chunk` layers each but the last,
-/// which holds `last_chunk` (`StageLayout::filled_chunks`).
+/// A `--pipeline-model-parallel-layout` in the forms tpsim models: every chunk but the first and
+/// the last holds `per_chunk` layers; the first (with the embedding) as many or one fewer, the last
+/// (with any MTP layers and the loss) at most as many. Chunks filled front to back
+/// (`StageLayout::filled_chunks`, 'Et*4|t*4|t*1mL') and every unit counted
+/// (`plan::units_chunk_layers`, 'Et|(tt|)*30mL') are both of this form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkLayout {
     pub chunks: u32,
+    pub first_chunk: u32,
     pub per_chunk: u32,
     pub last_chunk: u32,
     /// MTP layers (`m`) just before the loss in the last chunk.
     pub mtp_layers: u32,
 }
 
+/// The longest layout tpsim unrolls (Megatron's layouts are a few hundred characters).
+const LAYOUT_UNROLLED_MAX_CHARS: usize = 100_000;
+
+/// Megatron-Core's unrolling of a layout string (`parse_str_to_list`): commas dropped, then every
+/// `(X)*N` (X without parentheses) and then every `x*N` replaced by N copies. Err names what is
+/// wrong.
+fn unroll_layout(text: &str) -> Result<String, String> {
+    fn repeat_count(rest: &str) -> Result<(usize, usize), String> {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            return Err("* must be followed by a count".into());
+        }
+        let count = digits
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n <= LAYOUT_UNROLLED_MAX_CHARS)
+            .ok_or("a repeat count is too large")?;
+        Ok((count, digits.len()))
+    }
+    fn push_repeated(out: &mut String, unit: &str, count: usize) -> Result<(), String> {
+        if out.len() + unit.len().saturating_mul(count) > LAYOUT_UNROLLED_MAX_CHARS {
+            return Err("it unrolls to more layers than tpsim counts".into());
+        }
+        out.push_str(&unit.repeat(count));
+        Ok(())
+    }
+    let text: String = text.chars().filter(|&c| c != ',').collect();
+    let mut groups = String::new();
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('(') {
+        groups.push_str(&rest[..open]);
+        let inner_and_after = &rest[open + 1..];
+        let close = inner_and_after
+            .find(')')
+            .ok_or("a parenthesis is not closed")?;
+        let inner = &inner_and_after[..close];
+        if inner.is_empty() || inner.contains('(') {
+            return Err("parentheses must hold a non-empty group and do not nest".into());
+        }
+        let after = inner_and_after[close + 1..]
+            .strip_prefix('*')
+            .ok_or("a group in parentheses must be followed by *N")?;
+        let (count, digits) = repeat_count(after)?;
+        push_repeated(&mut groups, inner, count)?;
+        rest = &after[digits..];
+    }
+    groups.push_str(rest);
+    if groups.contains(')') {
+        return Err("a parenthesis is not opened".into());
+    }
+    let mut out = String::new();
+    let mut chars = groups.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if let Some(after) = groups[i + c.len_utf8()..].strip_prefix('*') {
+            if c == '*' || c == '|' {
+                return Err("* must follow a layer (t, m)".into());
+            }
+            let (count, digits) = repeat_count(after)?;
+            push_repeated(&mut out, &c.to_string(), count)?;
+            // Skip the '*' and the digits.
+            for _ in 0..=digits {
+                chars.next();
+            }
+        } else if c == '*' {
+            return Err("* must follow a layer (t, m)".into());
+        } else {
+            push_repeated(&mut out, &c.to_string(), 1)?;
+        }
+    }
+    Ok(out)
+}
+
 impl ChunkLayout {
     /// Reads Megatron-Core's layout string (megatron/core/transformer/
-    /// pipeline_parallel_layer_layout.py: `|` between model chunks in depth order, `E` the
-    /// embedding, `t` a transformer layer, `t*N` N of them, `L` the loss, `m` an MTP layer) in
-    /// the form tpsim models: `E` opening the first chunk, `L` closing the last, every chunk but
-    /// the last with the same number of layers and the last with at most that many.
+    /// pipeline_parallel_layer_layout.py `parse_str_to_list`: `|` between model chunks in depth
+    /// order, `E` the embedding, `t` a transformer layer, `m` an MTP layer, `L` the loss, `x*N` N
+    /// of x, `(...)*N` N copies of a group, commas ignored) in the form tpsim models
+    /// ([`ChunkLayout`]): `E` opening the first chunk, `L` closing the last, MTP layers right
+    /// before it.
     pub fn parse(text: &str) -> Result<ChunkLayout, String> {
         let text = text.trim().trim_matches(|c| c == '\'' || c == '"');
         let refuse = |why: &str| {
             Err(format!(
-                "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the last (fewer), with E first and L last, like 'Et*4|t*4|t*1L'"
+                "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the first (E and as many or one fewer) and the last (fewer, then any m and L), like 'Et*4|t*4|t*1mL' or 'Et|(tt|)*30mL'"
             ))
         };
-        if text.contains('(') || text.contains(',') {
-            return refuse("write it flat, one entry per model chunk");
-        }
-        let entries: Vec<&str> = text.split('|').map(str::trim).collect();
+        let unrolled = match unroll_layout(text) {
+            Ok(unrolled) => unrolled,
+            Err(why) => return refuse(&why),
+        };
+        let entries: Vec<&str> = unrolled.split('|').collect();
         let mut counts = Vec::with_capacity(entries.len());
         let mut mtp_layers = 0u32;
         for (i, entry) in entries.iter().enumerate() {
@@ -149,62 +254,40 @@ impl ChunkLayout {
             if body.contains('m') {
                 return refuse("MTP layers (m) go right before the loss L in the last chunk");
             }
-            let mut layers = 0u32;
-            let mut rest = body;
-            while !rest.is_empty() {
-                let Some(after) = rest.strip_prefix('t') else {
-                    return refuse("only E, t, t*N and L are understood");
-                };
-                let count = if let Some(after_star) = after.strip_prefix('*') {
-                    let digits: String = after_star
-                        .chars()
-                        .take_while(char::is_ascii_digit)
-                        .collect();
-                    if digits.is_empty() {
-                        return refuse("t* must be followed by a count");
-                    }
-                    rest = &after_star[digits.len()..];
-                    digits.parse::<u32>().ok()
-                } else {
-                    rest = after;
-                    Some(1)
-                };
-                let Some(total) = count.and_then(|n| layers.checked_add(n)) else {
-                    return refuse("a chunk's layer count is too large");
-                };
-                layers = total;
+            if let Some(other) = body.chars().find(|&c| c != 't') {
+                return refuse(&format!(
+                    "'{other}' is not understood (E, t, m, L, x*N and (...)*N are)"
+                ));
             }
-            counts.push(layers);
+            counts.push(u32::try_from(body.len()).unwrap_or(u32::MAX));
         }
-        if counts.contains(&0) {
+        let chunks = u32::try_from(counts.len()).unwrap_or(u32::MAX);
+        let first_chunk = counts[0];
+        let last_chunk = counts[counts.len() - 1];
+        let middle = &counts[1..counts.len().saturating_sub(1).max(1)];
+        let per_chunk = middle.first().copied().unwrap_or(first_chunk);
+        if per_chunk == 0 {
             return refuse("a chunk holds no transformer layer");
         }
-        let (&last_chunk, rest) = counts.split_last().unwrap_or((&0, &[]));
-        let per_chunk = rest.first().copied().unwrap_or(last_chunk);
-        if rest.iter().any(|&c| c != per_chunk) || last_chunk > per_chunk {
+        let first_fits = first_chunk == per_chunk || (chunks > 2 && first_chunk + 1 == per_chunk);
+        if middle.iter().any(|&c| c != per_chunk) || !first_fits || last_chunk > per_chunk {
             return refuse("its chunks hold different numbers of layers");
         }
-        let layout = ChunkLayout {
-            chunks: u32::try_from(counts.len()).unwrap_or(u32::MAX),
+        Ok(ChunkLayout {
+            chunks,
+            first_chunk,
             per_chunk,
             last_chunk,
             mtp_layers,
-        };
-        if layout.checked_layers().is_none() {
-            return refuse("its layers add up to more than tpsim counts");
-        }
-        Ok(layout)
+        })
     }
 
-    /// Transformer layers the layout places (None past u32).
-    fn checked_layers(&self) -> Option<u32> {
-        self.per_chunk
-            .checked_mul(self.chunks - 1)?
-            .checked_add(self.last_chunk)
-    }
-
+    /// Transformer layers the layout places.
     pub fn layers(&self) -> u32 {
-        self.checked_layers().unwrap_or(u32::MAX)
+        match self.chunks {
+            1 => self.first_chunk,
+            n => self.first_chunk + self.per_chunk * (n - 2) + self.last_chunk,
+        }
     }
 }
 
@@ -271,7 +354,7 @@ impl SplitArgs {
             }
             let vpp = layout.chunks / pp;
             return Ok(StageLayers {
-                first: layout.per_chunk * vpp,
+                first: layout.first_chunk + layout.per_chunk * (vpp - 1),
                 middle: layout.per_chunk * vpp,
                 last: layout.per_chunk * (vpp - 1) + layout.last_chunk,
             });
@@ -345,6 +428,7 @@ mod tests {
             layout,
             ChunkLayout {
                 chunks: 4,
+                first_chunk: 4,
                 per_chunk: 4,
                 last_chunk: 1,
                 mtp_layers: 0,
@@ -355,21 +439,44 @@ mod tests {
         let mtp = ChunkLayout::parse("Et*4|t*4|t*4|t*1mL").unwrap();
         assert_eq!((mtp.layers(), mtp.mtp_layers), (13, 1));
         assert_eq!(ChunkLayout::parse("Ett|tt|tL").unwrap().layers(), 5);
+        // Megatron-Core unrolls groups and counts, and ignores commas (`parse_str_to_list`).
+        assert_eq!(
+            ChunkLayout::parse("Et*4|(t*4|)*2,t*1L").unwrap(),
+            ChunkLayout::parse("Et*4|t*4|t*4|t*1L").unwrap()
+        );
+        // Megatron-Bridge's DeepSeek-V3 layout on H100 at pp 8 x vp 4 (perf_recipes/deepseek/
+        // h100/deepseek_v3.py): every unit counted, the last chunk only MTP and the loss.
+        let units = ChunkLayout::parse("Et|(tt|)*30mL").unwrap();
+        assert_eq!(
+            units,
+            ChunkLayout {
+                chunks: 32,
+                first_chunk: 1,
+                per_chunk: 2,
+                last_chunk: 0,
+                mtp_layers: 1,
+            }
+        );
+        assert_eq!(units.layers(), 61);
         for (text, why) in [
             ("Et*6|t*6|t*5|t*5L", "different numbers"),
-            ("Et*4|(t*4|)*2t*1L", "flat"),
-            ("Et*4|t*m4|t*1L", "right before the loss"),
+            ("Et*2|t*4|t*4|t*1L", "different numbers"),
+            ("Et*3|t*4L", "different numbers"),
+            ("Et*4|(t*4|*2t*1L", "not closed"),
+            ("Et*4|((t*4|)*2)*2|t*1L", "do not nest"),
+            ("Et*4|(t*4|)t*1L", "followed by *N"),
+            ("Et*4|(t*4|)*99999999999999999999|L", "too large"),
+            ("Et*4|(t*99999|)*99999|L", "more layers"),
+            ("Et*4|t*4|t*1m|L", "right before the loss"),
+            ("Et*4|t*m4|t*1L", "followed by a count"),
             ("t*4|t*4|t*1L", "embedding"),
             ("Et*4|t*4|t*1", "loss"),
             ("Et*4|t*x|t*1L", "count"),
+            ("Et*4|x|t*1L", "'x' is not understood"),
             ("E|L", "no transformer layer"),
             ("Et*0|tL", "no transformer layer"),
             ("Et*99999999999|t*1L", "too large"),
-            (
-                "Et*4294967295|t*4294967295|t*4294967295|t*4294967295|t*1L",
-                "more than",
-            ),
-            ("Et*1431655766|t*1431655766|t*1431655766|t*59L", "more than"),
+            ("Et*99999|t*99999|t*1L", "more layers"),
         ] {
             let err = ChunkLayout::parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");

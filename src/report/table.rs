@@ -380,6 +380,7 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
         HiddenBy::Backward => "the backward pass (bucketed reduction)",
         HiddenBy::Forward => "the forward pass (prefetched gathers)",
         HiddenBy::PipelineCompute => "other chunks' compute (interleaved schedule)",
+        HiddenBy::OtherMicroBatch => "the paired micro-batch's compute (combined 1F1B, EP overlap)",
     };
     format!(
         "of {:.3} s; {:.3} s hidden by {by} (hidden traffic still costs 15%)",
@@ -395,6 +396,7 @@ fn overlap_words(o: &crate::training::Overlap) -> String {
         (o.grad_reduce, "grad reduce"),
         (o.param_gather, "param gather"),
         (o.p2p, "interleaved p2p"),
+        (o.moe_a2a, "MoE all-to-all (combined 1F1B)"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
