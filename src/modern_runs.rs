@@ -263,6 +263,11 @@ fn mtp_layers_of(run: &ModernRun, model: &Model) -> u32 {
     if noted("w/ MTP") {
         return 1;
     }
+    // 25.09 on H100 ran the layout 'Et|(tt|)*30mL' (`scripts/performance/run_script.py` at
+    // 9a5e79865), whose `m` Megatron-Core requires to match `--mtp-num-layers`.
+    if run.id.starts_with("mbridge-25.09") && run.hardware.gpu.eq_ignore_ascii_case("H100") {
+        return 1;
+    }
     let Some(published) = run.results.implied_model_flops_per_token else {
         return 0;
     };
