@@ -68,6 +68,30 @@ fn assert_one_line_error(r: &Run, needles: &[&str], what: &str) {
     }
 }
 
+// ---- 4. plan flags beside --megatron-args --------------------------------------------------
+
+#[test]
+fn cp_ep_and_etp_beside_a_megatron_line_are_refused_not_dropped() {
+    for (flag, value) in [
+        ("--cp", "2"),
+        ("--ep", "2"),
+        ("--etp", "2"),
+        ("--context-parallel-size", "2"),
+        ("--reshard-after-forward", "false"),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            "@examples/megatron/llama3-70b.sh",
+            flag,
+            value,
+        ]);
+        assert_one_line_error(&r, &["--megatron-args", "cannot be used with"], flag);
+    }
+}
+
 // ---- 7. the framework's spelling in plan files ---------------------------------------------
 
 #[test]
