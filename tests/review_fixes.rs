@@ -92,6 +92,48 @@ fn cp_ep_and_etp_beside_a_megatron_line_are_refused_not_dropped() {
     }
 }
 
+// ---- 5. --tp-comm-overlap without sequence parallelism -------------------------------------
+
+fn eval_tp8(extra: &[&str]) -> Run {
+    let mut args = vec![
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "256",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--micro-batch",
+        "1",
+    ];
+    args.extend(extra);
+    run(&args)
+}
+
+#[test]
+fn tp_comm_overlap_without_sequence_parallelism_is_refused_and_never_claimed() {
+    let r = eval_tp8(&["--tp-comm-overlap"]);
+    assert_one_line_error(
+        &r,
+        &["--tp-comm-overlap", "--sequence-parallel", "arguments.py"],
+        "explicit overlap",
+    );
+    // The framework's default overlap is no request: evaluated, and the header says the truth.
+    let r = eval_tp8(&[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let header = r.stdout.lines().nth(2).unwrap();
+    assert!(!header.contains("overlaps TP comm"), "{header}");
+    assert!(header.contains("TP comm not overlapped"), "{header}");
+    let r = eval_tp8(&["--sequence-parallel", "--tp-comm-overlap"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let header = r.stdout.lines().nth(2).unwrap();
+    assert!(header.contains("overlaps TP comm"), "{header}");
+}
+
 // ---- 7. the framework's spelling in plan files ---------------------------------------------
 
 #[test]

@@ -264,6 +264,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ => plan,
     };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
+    check_tp_comm_overlap(args.training.tp_comm_overlap, &plan)?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");
@@ -382,6 +383,25 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         }
         Ok(Outcome::NothingFits)
     }
+}
+
+/// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as
+/// Megatron-LM refuses it ("Tensor parallel communication/GEMM overlap can happen only when
+/// sequence parallelism is enabled", arguments.py) and as a pasted launch line is refused; a
+/// framework's default overlap is not a request, and the header says what the plan overlaps.
+fn check_tp_comm_overlap(given: Option<bool>, plan: &ParallelPlan) -> Result<()> {
+    if given != Some(true) || (plan.tp > 1 && plan.sequence_parallel) {
+        return Ok(());
+    }
+    if plan.tp == 1 {
+        bail!(
+            "--tp-comm-overlap needs tensor parallelism with --sequence-parallel (Megatron-LM arguments.py), and the plan has tp 1; give --tp 2 or more with --sequence-parallel, or drop --tp-comm-overlap"
+        );
+    }
+    bail!(
+        "--tp-comm-overlap needs --sequence-parallel (Megatron-LM arguments.py), and the plan (tp {}) has none; add --sequence-parallel or drop --tp-comm-overlap",
+        plan.tp
+    )
 }
 
 /// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
