@@ -134,6 +134,41 @@ fn tp_comm_overlap_without_sequence_parallelism_is_refused_and_never_claimed() {
     assert!(header.contains("overlaps TP comm"), "{header}");
 }
 
+// ---- 6. a sweep point with no valid plan ---------------------------------------------------
+
+#[test]
+fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
+    let plan = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--global-batch",
+        "256",
+        "--nodes",
+        "100000",
+    ]);
+    assert_one_line_error(&plan, &["no valid plan exists"], "plan");
+    let sweep = run(&[
+        "sweep",
+        "--model",
+        "llama3-8b",
+        "--global-batch",
+        "256",
+        "--axis",
+        "nodes",
+        "--values",
+        "1,100000",
+    ]);
+    assert_one_line_error(
+        &sweep,
+        &["--axis nodes at 100000", "--global-batch"],
+        "sweep",
+    );
+    let reason = plan.stderr.trim().trim_start_matches("error: ");
+    assert!(sweep.stderr.contains(reason), "{}", sweep.stderr);
+    assert!(sweep.stdout.is_empty(), "{}", sweep.stdout);
+}
+
 // ---- 7. the framework's spelling in plan files ---------------------------------------------
 
 #[test]

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 
 use super::Outcome;
-use super::plan_command::MAX_THREADS;
+use super::plan_command::{MAX_THREADS, why_no_valid_plan};
 use super::scenario::{precision_of_args, resolve_scenario};
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
@@ -184,6 +184,20 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
     };
     bar.finish_and_clear();
+    // A point where no split is valid at all is bad input there, as `plan` says it (exit 2); one
+    // whose valid plans only miss memory is a row where nothing fits (exit 1).
+    if let Some((point, _)) = points
+        .iter()
+        .zip(&result.rows)
+        .find(|(_, row)| row.candidates == 0)
+    {
+        bail!(
+            "--axis {} at {}: no valid plan exists: {}",
+            axis.name(),
+            input_file::quote(&point.value),
+            why_no_valid_plan(&point.model, &point.cluster, &point.training, options)
+        );
+    }
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(path) = &args.chart {
         // Drawn into a temporary file, then written atomically (`output_file`).
