@@ -68,6 +68,62 @@ fn assert_one_line_error(r: &Run, needles: &[&str], what: &str) {
     }
 }
 
+// ---- 3. price and tokens bounded, cost finite ----------------------------------------------
+
+fn sweep_cost(price: &str, tokens: &str) -> Run {
+    run(&[
+        "sweep",
+        "--model",
+        "llama3-8b",
+        "--global-batch",
+        "256",
+        "--axis",
+        "nodes",
+        "--values",
+        "1",
+        "--tokens",
+        tokens,
+        "--price-per-gpu-hour",
+        price,
+        "--format",
+        "json",
+    ])
+}
+
+#[test]
+fn price_and_tokens_past_their_bounds_are_refused_and_the_bounds_give_finite_costs() {
+    let r = sweep_cost("1e308", "300B");
+    assert_one_line_error(&r, &["--price-per-gpu-hour 1e308", "10000"], "price 1e308");
+    let r = sweep_cost("2.5", "1e40");
+    assert_one_line_error(&r, &["--tokens 1e40", "1e16"], "tokens 1e40");
+    assert!(
+        !r.stderr.contains("--axis"),
+        "said once, not per point: {}",
+        r.stderr
+    );
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "256",
+        "--tokens",
+        "20000T",
+    ]);
+    assert_one_line_error(&r, &["--tokens 20000T", "1e16"], "plan tokens");
+
+    let r = sweep_cost("1e4", "1e16");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let json: Value = serde_json::from_str(&r.stdout).unwrap();
+    let row = &json["rows"][0];
+    for key in ["cost_to_train", "time_to_train_days"] {
+        let x = row[key].as_f64().unwrap_or_else(|| panic!("{key}: {row}"));
+        assert!(x.is_finite() && x > 0.0, "{key} = {x}");
+    }
+}
+
 // ---- 4. plan flags beside --megatron-args --------------------------------------------------
 
 #[test]

@@ -5,11 +5,16 @@ use anyhow::{Context, Result, bail};
 
 use super::Outcome;
 use super::plan_command::{MAX_THREADS, why_no_valid_plan};
-use super::scenario::{precision_of_args, resolve_scenario};
+use super::scenario::{precision_of_args, resolve_scenario, tokens_of};
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
 use crate::{input_file, output_file, sweep};
+
+/// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
+/// price (an H100 rents for a few dollars an hour); beyond it the input is a typo, and the cost to
+/// train stays finite.
+const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
 
 pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
     match axis {
@@ -34,10 +39,23 @@ pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result
 
 pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let axis = sweep_axis(args.axis);
+    // Checked once here, so that the error is not said to be one point's.
+    tokens_of(&args.training)?;
     if let Some(price) = args.price_per_gpu_hour {
         if !(price.is_finite() && price > 0.0) {
             bail!(
                 "--price-per-gpu-hour {price} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            );
+        }
+        if price > MAX_PRICE_PER_GPU_HOUR {
+            // 1e308 as written, not as 309 digits.
+            let shown = if price < 1e9 {
+                price.to_string()
+            } else {
+                format!("{price:e}")
+            };
+            bail!(
+                "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
             );
         }
         if args.training.tokens.is_none() {
