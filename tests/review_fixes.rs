@@ -68,6 +68,115 @@ fn assert_one_line_error(r: &Run, needles: &[&str], what: &str) {
     }
 }
 
+// ---- 1. an output that is an input ---------------------------------------------------------
+
+#[test]
+fn a_sweep_chart_never_replaces_the_model_or_hf_config_it_reads() {
+    let dir = scratch("chart");
+    let model = copy_in(&dir, "models/llama3-8b.yaml", "mm.yaml");
+    let sweep = [
+        "sweep",
+        "--axis",
+        "nodes",
+        "--values",
+        "1",
+        "--global-batch",
+        "256",
+    ];
+    let mut args = sweep.to_vec();
+    args.extend(["--model", "mm.yaml", "--chart", "./mm.yaml"]);
+    let r = run_in(&dir, &args);
+    assert_one_line_error(&r, &["--chart", "--model", "another path"], "chart = model");
+    assert_eq!(std::fs::read_to_string(dir.join("mm.yaml")).unwrap(), model);
+
+    let hf = copy_in(&dir, "tests/data/bert-base-uncased.config.json", "c.json");
+    let mut args = sweep.to_vec();
+    args.extend(["--hf-config", "c.json", "--chart", "c.json"]);
+    let r = run_in(&dir, &args);
+    assert_one_line_error(&r, &["--chart", "--hf-config"], "chart = hf config");
+    assert_eq!(std::fs::read_to_string(dir.join("c.json")).unwrap(), hf);
+
+    // On the GPU axis the values are GPU files too.
+    let gpu = copy_in(&dir, "clusters/a100-sxm-80g.yaml", "g.yaml");
+    let r = run_in(
+        &dir,
+        &[
+            "sweep",
+            "--model",
+            "mm.yaml",
+            "--axis",
+            "gpu",
+            "--values",
+            "h100-sxm-80g,g.yaml",
+            "--global-batch",
+            "256",
+            "--chart",
+            "g.yaml",
+        ],
+    );
+    assert_one_line_error(&r, &["--chart", "--values"], "chart = gpu value");
+    assert_eq!(std::fs::read_to_string(dir.join("g.yaml")).unwrap(), gpu);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- 2. a report file that is an input -----------------------------------------------------
+
+#[test]
+fn a_report_never_replaces_an_input_inside_its_directory() {
+    let dir = scratch("report");
+    std::fs::create_dir(dir.join("rep")).unwrap();
+    for name in ["index.html", "report.json"] {
+        let plan = copy_in(&dir, "plans/seed-512b-32nodes.yaml", &format!("rep/{name}"));
+        let input = format!("rep/{name}");
+        let r = run_in(&dir, &["eval", "--plan", &input, "--report", "rep"]);
+        assert_one_line_error(
+            &r,
+            &["--report rep", &input, "--plan", "another directory"],
+            name,
+        );
+        assert_eq!(std::fs::read_to_string(dir.join(&input)).unwrap(), plan);
+        std::fs::remove_file(dir.join(&input)).unwrap();
+    }
+    // `tpsim report FILE --out DIR` is the same command.
+    let plan = copy_in(&dir, "plans/seed-512b-32nodes.yaml", "rep/report.json");
+    let r = run_in(&dir, &["report", "rep/report.json", "--out", "rep"]);
+    assert_one_line_error(&r, &["--out rep", "rep/report.json"], "report --out");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("rep/report.json")).unwrap(),
+        plan
+    );
+    std::fs::remove_file(dir.join("rep/report.json")).unwrap();
+
+    let hf = copy_in(
+        &dir,
+        "tests/data/bert-base-uncased.config.json",
+        "rep/memory.svg",
+    );
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--hf-config",
+            "rep/memory.svg",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "256",
+            "--report",
+            "rep",
+        ],
+    );
+    assert_one_line_error(&r, &["rep/memory.svg", "--hf-config"], "plan --report");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("rep/memory.svg")).unwrap(),
+        hf
+    );
+    // Nothing was written beside it.
+    let names: Vec<_> = std::fs::read_dir(dir.join("rep")).unwrap().collect();
+    assert_eq!(names.len(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // ---- 3. price and tokens bounded, cost finite ----------------------------------------------
 
 fn sweep_cost(price: &str, tokens: &str) -> Run {

@@ -67,7 +67,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         );
     }
     if let Some(dir) = &args.report {
-        check_dir("--report", dir)?;
+        check_dir("--report", dir, &input_paths(&args.model, &args.cluster))?;
     }
     if let Some(path) = &args.save {
         output_file::check_file("--save", path, "plans/mine.yaml")?;
@@ -208,6 +208,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             evaluated: &result.ranked,
             chosen,
             notes: notes.clone(),
+            inputs: &input_paths(&args.model, &args.cluster),
         })?;
         eprintln!("wrote {dir}/index.html and {} more files", written - 1);
     } else if let Some(dir) = &args.report {

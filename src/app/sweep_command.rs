@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 
 use super::Outcome;
 use super::plan_command::{MAX_THREADS, why_no_valid_plan};
-use super::scenario::{precision_of_args, resolve_scenario, tokens_of};
+use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_of};
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
@@ -104,6 +104,12 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     }
     if let Some(path) = &args.chart {
         output_file::check_file("--chart", path, "sweep.svg")?;
+        // The chart must not replace a file the sweep reads: a spec, or a GPU file on --axis gpu.
+        let mut inputs = input_paths(&args.model, &args.cluster);
+        if axis == sweep::Axis::Gpu {
+            inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
+        }
+        output_file::refuse_input_overlap("--chart", path, &inputs)?;
         let parent = std::path::Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty());
