@@ -52,6 +52,15 @@ pub enum OutputError {
         input_flag: String,
     },
     #[error(
+        "{flag} {dir}: the report writes {file}, which is the input given with {input_flag}, and would replace it; write the report to another directory"
+    )]
+    ReportReplacesInput {
+        flag: String,
+        dir: String,
+        file: String,
+        input_flag: String,
+    },
+    #[error(
         "{flag} {path}: cannot create the report directory: {folder} is a file, not a folder; choose another path"
     )]
     CannotCreate {
@@ -91,6 +100,19 @@ fn identity(path: &Path) -> Option<PathBuf> {
     Some(folder.join(path.file_name()?))
 }
 
+/// The flag of the first of `inputs` (flag, path, or `@path` as `--megatron-args` takes it) that
+/// names the same file as `output`; names that are not existing files are skipped.
+fn input_named<'a>(output: &Path, inputs: &[(&'a str, &str)]) -> Option<&'a str> {
+    let output = identity(output)?;
+    inputs.iter().find_map(|(input_flag, input)| {
+        let input = input.strip_prefix('@').unwrap_or(input);
+        let same = Path::new(input)
+            .canonicalize()
+            .is_ok_and(|input_identity| input_identity == output);
+        same.then_some(*input_flag)
+    })
+}
+
 /// Refuses an output `path` (given with `flag`) that names the same file as one of `inputs`
 /// (flag, path or bundled name; names that are not files are skipped).
 pub fn refuse_input_overlap(
@@ -98,17 +120,31 @@ pub fn refuse_input_overlap(
     path: &str,
     inputs: &[(&str, &str)],
 ) -> Result<(), OutputError> {
-    let Some(output) = identity(Path::new(path)) else {
-        return Ok(());
-    };
-    for (input_flag, input) in inputs {
-        let input = input.strip_prefix('@').unwrap_or(input);
-        if let Ok(input_identity) = Path::new(input).canonicalize()
-            && input_identity == output
-        {
-            return Err(OutputError::IsInput {
+    match input_named(Path::new(path), inputs) {
+        Some(input_flag) => Err(OutputError::IsInput {
+            flag: flag.to_string(),
+            path: quote(path),
+            input_flag: input_flag.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a report directory `dir` (given with `flag`) where one of the report's file `names`
+/// would replace one of `inputs` (`eval --plan rep/report.json --report rep`).
+pub fn refuse_report_overlap<S: AsRef<str>>(
+    flag: &str,
+    dir: &str,
+    names: &[S],
+    inputs: &[(&str, &str)],
+) -> Result<(), OutputError> {
+    for name in names {
+        let file = Path::new(dir).join(name.as_ref());
+        if let Some(input_flag) = input_named(&file, inputs) {
+            return Err(OutputError::ReportReplacesInput {
                 flag: flag.to_string(),
-                path: quote(path),
+                dir: quote(dir),
+                file: quote(&file.display().to_string()),
                 input_flag: input_flag.to_string(),
             });
         }
@@ -297,13 +333,16 @@ fn probe_folder(flag: &str, dir: &str, folder: &Path) -> Result<(), OutputError>
 /// Writes the report `files` (name, text) into `dir`. A new directory is built under a temporary
 /// name beside it and renamed into place once complete, so a failure leaves no directory behind;
 /// into an existing directory each file is written atomically, and files tpsim did not write there
-/// are left alone.
+/// are left alone. A file that would replace one of `inputs` is refused before anything is written.
 pub fn write_report_dir(
     flag: &str,
     dir: &str,
     files: &[(String, String)],
+    inputs: &[(&str, &str)],
 ) -> Result<(), OutputError> {
     check_report_dir(flag, dir)?;
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    refuse_report_overlap(flag, dir, &names, inputs)?;
     let path = Path::new(dir);
     let fail = |err: std::io::Error| OutputError::NotWritable {
         flag: flag.to_string(),
@@ -443,6 +482,32 @@ mod tests {
     }
 
     #[test]
+    fn a_report_file_that_is_an_input_is_refused_and_left_alone() {
+        let dir = scratch("report-overlap");
+        let plan = dir.join("report.json");
+        std::fs::write(&plan, "mine").unwrap();
+        let files = vec![
+            ("index.html".to_string(), "a".to_string()),
+            ("report.json".to_string(), "b".to_string()),
+        ];
+        let err = write_report_dir(
+            "--report",
+            dir.to_str().unwrap(),
+            &files,
+            &[("--plan", plan.to_str().unwrap())],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("report.json") && err.contains("--plan"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&plan).unwrap(), "mine");
+        assert_eq!(listing(&dir), vec!["report.json"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn a_new_report_dir_appears_whole() {
         let dir = scratch("report");
         let report = dir.join("rep");
@@ -450,11 +515,11 @@ mod tests {
             ("a.html".to_string(), "a".to_string()),
             ("b.svg".to_string(), "b".to_string()),
         ];
-        write_report_dir("--report", report.to_str().unwrap(), &files).unwrap();
+        write_report_dir("--report", report.to_str().unwrap(), &files, &[]).unwrap();
         assert_eq!(listing(&report), vec!["a.html", "b.svg"]);
         assert_eq!(listing(&dir), vec!["rep"]);
         let nested = dir.join("a/b/rep");
-        write_report_dir("--report", nested.to_str().unwrap(), &files).unwrap();
+        write_report_dir("--report", nested.to_str().unwrap(), &files, &[]).unwrap();
         assert_eq!(listing(&nested), vec!["a.html", "b.svg"]);
         let _ = std::fs::remove_dir_all(dir);
     }

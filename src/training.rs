@@ -118,6 +118,9 @@ impl LossKernel {
 pub enum TrainingFramework {
     /// Megatron-LM as of the SC'21 paper (Narayanan et al. 2021): synchronous TP and PP
     /// communication, gradient reduction after the backward, ZeRO-1 at most with pipelines.
+    /// Spelled as `--framework` spells it; kebab-case alone gives `megatron-lm2021`, which plan
+    /// files written before were given, so that spelling is still read.
+    #[serde(rename = "megatron-lm-2021", alias = "megatron-lm2021")]
     MegatronLm2021,
     /// Megatron-Core (Megatron-LM, NeMo 2, Megatron-Bridge): distributed optimizer, overlapped
     /// gradient reduce-scatter and parameter all-gather, TP communication overlap (userbuffers),
@@ -453,5 +456,28 @@ impl Training {
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_spell_each_framework_as_the_command_line_does() {
+        for framework in [
+            TrainingFramework::MegatronLm2021,
+            TrainingFramework::MegatronCore,
+            TrainingFramework::Torchtitan,
+            TrainingFramework::Deepspeed,
+        ] {
+            let written = serde_json::to_string(&framework).unwrap();
+            assert_eq!(written, format!("\"{}\"", framework.as_str()));
+            let read: TrainingFramework = serde_json::from_str(&written).unwrap();
+            assert_eq!(read, framework);
+        }
+        // The spelling plan files were written with before.
+        let old: TrainingFramework = serde_json::from_str("\"megatron-lm2021\"").unwrap();
+        assert_eq!(old, TrainingFramework::MegatronLm2021);
     }
 }

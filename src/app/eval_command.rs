@@ -9,8 +9,10 @@ use super::megatron_paste::{
     check_pasted_megatron, megatron_plan_file, megatron_request, pasted_precision, pasted_split,
     pasted_zero, read_megatron_launch,
 };
-use super::report_commands::{check_dir, schedule_note, write_eval_report};
-use super::scenario::{global_batch_advice, precision_of_args, resolve_scenario, summaries};
+use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
+use super::scenario::{
+    global_batch_advice, input_paths, precision_of_args, resolve_scenario, summaries,
+};
 use super::{Outcome, print_report};
 use crate::cli::{EvalArgs, Format, GradDtypeArg, RecomputeArg, ReportArgs};
 use crate::cost::simulated::simulate_plan;
@@ -23,8 +25,9 @@ use crate::units::GIB;
 
 pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
+    let inputs = eval_inputs(&args, quiet);
     if let Some(dir) = &args.report {
-        check_dir(if quiet { "--out" } else { "--report" }, dir)?;
+        check_dir(if quiet { "--out" } else { "--report" }, dir, &inputs)?;
     }
     let megatron = match &args.megatron_args {
         Some(text) => Some(read_megatron_launch(text)?),
@@ -264,6 +267,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ => plan,
     };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
+    check_tp_comm_overlap(args.training.tp_comm_overlap, &plan)?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");
@@ -343,8 +347,11 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             ..SearchOptions::default()
         };
         write_eval_report(
-            flag,
-            dir,
+            Destination {
+                flag,
+                dir,
+                inputs: &inputs,
+            },
             (&scenario.model, &scenario.cluster, &scenario.training),
             options,
             &report,
@@ -382,6 +389,41 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         }
         Ok(Outcome::NothingFits)
     }
+}
+
+/// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as
+/// Megatron-LM refuses it ("Tensor parallel communication/GEMM overlap can happen only when
+/// sequence parallelism is enabled", arguments.py) and as a pasted launch line is refused; a
+/// framework's default overlap is not a request, and the header says what the plan overlaps.
+fn check_tp_comm_overlap(given: Option<bool>, plan: &ParallelPlan) -> Result<()> {
+    if given != Some(true) || (plan.tp > 1 && plan.sequence_parallel) {
+        return Ok(());
+    }
+    if plan.tp == 1 {
+        bail!(
+            "--tp-comm-overlap needs tensor parallelism with --sequence-parallel (Megatron-LM arguments.py), and the plan has tp 1; give --tp 2 or more with --sequence-parallel, or drop --tp-comm-overlap"
+        );
+    }
+    bail!(
+        "--tp-comm-overlap needs --sequence-parallel (Megatron-LM arguments.py), and the plan (tp {}) has none; add --sequence-parallel or drop --tp-comm-overlap",
+        plan.tp
+    )
+}
+
+/// The files `eval` (or `tpsim report`, when `quiet`) reads, with the flag that names each: no
+/// report file may replace one of them.
+fn eval_inputs(args: &EvalArgs, quiet: bool) -> Vec<(&'static str, &str)> {
+    let mut inputs = input_paths(&args.model, &args.cluster);
+    let plan_flag = if quiet { "the plan FILE" } else { "--plan" };
+    inputs.extend(args.plan.as_deref().map(|p| (plan_flag, p)));
+    // Only `@FILE` names a file; otherwise the value is the launch line itself.
+    inputs.extend(
+        args.megatron_args
+            .as_deref()
+            .filter(|m| m.starts_with('@'))
+            .map(|m| ("--megatron-args", m)),
+    );
+    inputs
 }
 
 /// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.

@@ -13,16 +13,47 @@ use super::scenario::{
 };
 use super::{Outcome, print_report};
 use crate::cli::PlanArgs;
+use crate::cluster::Cluster;
+use crate::model::Model;
 use crate::plan::PlanRequest;
 use crate::planner::{SearchOptions, refine_top, search};
 use crate::report::{self, Report, plan_label};
 use crate::specs::{ModelRef, PlanFile};
+use crate::training::Training;
 use crate::units::GIB;
 
 /// Most worker threads we start for a search.
 pub(super) const MAX_THREADS: usize = 1024;
 /// Most plans `plan --top` shows.
 const MAX_TOP: usize = 1000;
+
+/// Why a search found no valid plan at all (as opposed to valid plans that do not fit memory): the
+/// pins that rule every split out, or the split rules, with a batch that would split.
+pub(super) fn why_no_valid_plan(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> String {
+    if let Some(why) = super::pin_conflict::explain(model, cluster, training, options) {
+        return why;
+    }
+    let batch_fix = smallest_splittable_batch(model, cluster, options, training.global_batch)
+        .map(|b| format!(" (e.g. --global-batch {b})"))
+        .unwrap_or_default();
+    format!(
+        "{} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
+        cluster.total_gpus(),
+        model.heads,
+        model.layers,
+        if options.allow_uneven_pp {
+            ""
+        } else {
+            " evenly (see --allow-uneven-pp)"
+        },
+        training.global_batch
+    )
+}
 
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
@@ -36,7 +67,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         );
     }
     if let Some(dir) = &args.report {
-        check_dir("--report", dir)?;
+        check_dir("--report", dir, &input_paths(&args.model, &args.cluster))?;
     }
     if let Some(path) = &args.save {
         output_file::check_file("--save", path, "plans/mine.yaml")?;
@@ -80,33 +111,14 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         ),
     };
     if result.ranked.is_empty() {
-        if let Some(why) = super::pin_conflict::explain(
-            &scenario.model,
-            &scenario.cluster,
-            &scenario.training,
-            options,
-        ) {
-            bail!("no valid plan exists: {why}");
-        }
-        let batch_fix = smallest_splittable_batch(
-            &scenario.model,
-            &scenario.cluster,
-            options,
-            scenario.training.global_batch,
-        )
-        .map(|b| format!(" (e.g. --global-batch {b})"))
-        .unwrap_or_default();
         bail!(
-            "no valid plan exists: {} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
-            scenario.cluster.total_gpus(),
-            scenario.model.heads,
-            scenario.model.layers,
-            if options.allow_uneven_pp {
-                ""
-            } else {
-                " evenly (see --allow-uneven-pp)"
-            },
-            scenario.training.global_batch
+            "no valid plan exists: {}",
+            why_no_valid_plan(
+                &scenario.model,
+                &scenario.cluster,
+                &scenario.training,
+                options
+            )
         );
     }
     // Said once the input is known to be valid, so a bad flag still gets a one-line error.
@@ -196,6 +208,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             evaluated: &result.ranked,
             chosen,
             notes: notes.clone(),
+            inputs: &input_paths(&args.model, &args.cluster),
         })?;
         eprintln!("wrote {dir}/index.html and {} more files", written - 1);
     } else if let Some(dir) = &args.report {

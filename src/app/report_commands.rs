@@ -12,15 +12,30 @@ use crate::planner::{SearchOptions, refine_top, search};
 use crate::report::{self, PlanDetail, Report, ReportInputs, detail_for, plan_label};
 use crate::training::Training;
 
-/// Fails early, before any work, when `dir` cannot become the report directory. Creates nothing:
-/// the directory appears only once the whole report is written (`output_file`).
-pub fn check_dir(flag: &str, dir: &str) -> Result<()> {
-    Ok(crate::output_file::check_report_dir(flag, dir)?)
+/// Fails early, before any work, when `dir` cannot become the report directory, or when one of
+/// the files the report writes there is one of the command's `inputs` (flag, path). Creates
+/// nothing: the directory appears only once the whole report is written (`output_file`).
+pub fn check_dir(flag: &str, dir: &str, inputs: &[(&str, &str)]) -> Result<()> {
+    crate::output_file::check_report_dir(flag, dir)?;
+    Ok(crate::output_file::refuse_report_overlap(
+        flag,
+        dir,
+        &report::FILE_NAMES,
+        inputs,
+    )?)
 }
 
-/// Writes every file of the report into `dir` (see `output_file::write_report_dir`).
-pub fn write_dir(flag: &str, dir: &str, files: &[(String, String)]) -> Result<()> {
-    Ok(crate::output_file::write_report_dir(flag, dir, files)?)
+/// Writes every file of the report into `dir` (see `output_file::write_report_dir`), none of
+/// them over one of the command's `inputs`.
+pub fn write_dir(
+    flag: &str,
+    dir: &str,
+    files: &[(String, String)],
+    inputs: &[(&str, &str)],
+) -> Result<()> {
+    Ok(crate::output_file::write_report_dir(
+        flag, dir, files, inputs,
+    )?)
 }
 
 /// Everything one report needs from the command.
@@ -36,6 +51,8 @@ pub struct Written<'a> {
     pub chosen: &'a Simulated,
     pub chosen_label: String,
     pub notes: Vec<String>,
+    /// The command's input files (flag, path), which no report file may replace.
+    pub inputs: &'a [(&'a str, &'a str)],
 }
 
 /// Renders and writes the report; returns how many files were written.
@@ -55,7 +72,7 @@ pub fn write_report(w: Written) -> Result<usize> {
         notes: w.notes,
     })
     .map_err(|e| anyhow!("{} {}: drawing the figures failed: {e}", w.flag, w.dir))?;
-    write_dir(w.flag, w.dir, &files.files)?;
+    write_dir(w.flag, w.dir, &files.files, w.inputs)?;
     Ok(files.files.len())
 }
 
@@ -110,17 +127,25 @@ pub fn schedule_note(s: &ScheduleSummary) -> String {
     }
 }
 
+/// Where a report goes: the flag that named the directory, the directory, and the command's input
+/// files (flag, path), which no report file may replace.
+pub struct Destination<'a> {
+    pub flag: &'a str,
+    pub dir: &'a str,
+    pub inputs: &'a [(&'a str, &'a str)],
+}
+
 /// `eval --report DIR`: the evaluated plan next to the best ones of its scenario, and the whole
 /// search behind it.
 pub fn write_eval_report(
-    flag: &str,
-    dir: &str,
+    destination: Destination,
     scene: Scene,
     options: SearchOptions,
     report: &Report,
     simulated: &Simulated,
     schedule_line: String,
 ) -> Result<()> {
+    let Destination { flag, dir, inputs } = destination;
     let (model, cluster, training) = scene;
     let plan = simulated.estimate.plan;
     let result = search(model, cluster, training, options);
@@ -187,6 +212,7 @@ pub fn write_eval_report(
             schedule_line,
             "The first bar is the evaluated plan; the others are the best plans the search finds for the same scenario, numbered as `plan` lists them (settings that change nothing folded; ZeRO stage and the other settings under each bar).".to_string(),
         ],
+        inputs,
     })?;
     eprintln!("wrote {dir}/index.html and {} more files", written - 1);
     Ok(())

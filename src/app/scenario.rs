@@ -28,6 +28,10 @@ pub(super) const MAX_NODES: u32 = 131_072;
 pub(super) const MAX_GLOBAL_BATCH: u32 = 1 << 22;
 /// Largest parameter count we derive a shape for.
 pub(super) const MAX_PARAMS: f64 = 1e14;
+/// Most tokens we accept for `--tokens`: 1e16, over 600 times the 15.6T tokens Llama 3 405B was
+/// pre-trained on (Grattafiori et al. 2024, "The Llama 3 Herd of Models"); beyond this the input
+/// is a typo, and the time and cost to train stay finite.
+pub(super) const MAX_TOKENS: f64 = 1e16;
 /// Default sequence length for derived and flag-given shapes (GPT-3, Megatron SC'21).
 pub(super) const DEFAULT_SEQ_LEN: u32 = 2048;
 /// Default vocabulary for flag-given shapes (Megatron-LM's padded GPT-2 vocabulary).
@@ -297,6 +301,21 @@ pub(super) fn input_paths<'a>(
     inputs
 }
 
+/// `--tokens`, parsed and bounded by [`MAX_TOKENS`].
+pub(super) fn tokens_of(training_args: &TrainingArgs) -> Result<Option<f64>> {
+    let Some(text) = &training_args.tokens else {
+        return Ok(None);
+    };
+    let count = parse_count("--tokens", text)?;
+    if count > MAX_TOKENS {
+        bail!(
+            "--tokens {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. --tokens 300B",
+            crate::input_file::quote(text)
+        );
+    }
+    Ok(Some(count))
+}
+
 /// The sequence-length cap lives in `Model::check`, one place for every source; a one-layer probe
 /// at `seq_len` meets it before any model is resolved or derived, so the error names --seq-len
 /// (and not, say, the --params the shape would be derived from).
@@ -556,10 +575,7 @@ pub(super) fn resolve_scenario(
             "--global-batch {global_batch} is more than {MAX_GLOBAL_BATCH} sequences per step; it counts sequences, not tokens (e.g. --global-batch 1536)"
         );
     }
-    let tokens = match &training_args.tokens {
-        Some(text) => Some(parse_count("--tokens", text)?),
-        None => None,
-    };
+    let tokens = tokens_of(training_args)?;
     // A saved plan keeps the framework and overlap it was evaluated with, unless --framework says
     // otherwise (then that framework's defaults, under the overlap flags given).
     let saved = plan_file.filter(|_| training_args.framework.is_none());

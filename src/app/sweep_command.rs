@@ -4,12 +4,17 @@
 use anyhow::{Context, Result, bail};
 
 use super::Outcome;
-use super::plan_command::MAX_THREADS;
-use super::scenario::{precision_of_args, resolve_scenario};
+use super::plan_command::{MAX_THREADS, why_no_valid_plan};
+use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_of};
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
 use crate::{input_file, output_file, sweep};
+
+/// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
+/// price (an H100 rents for a few dollars an hour); beyond it the input is a typo, and the cost to
+/// train stays finite.
+const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
 
 pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
     match axis {
@@ -34,10 +39,23 @@ pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result
 
 pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let axis = sweep_axis(args.axis);
+    // Checked once here, so that the error is not said to be one point's.
+    tokens_of(&args.training)?;
     if let Some(price) = args.price_per_gpu_hour {
         if !(price.is_finite() && price > 0.0) {
             bail!(
                 "--price-per-gpu-hour {price} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            );
+        }
+        if price > MAX_PRICE_PER_GPU_HOUR {
+            // 1e308 as written, not as 309 digits.
+            let shown = if price < 1e9 {
+                price.to_string()
+            } else {
+                format!("{price:e}")
+            };
+            bail!(
+                "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
             );
         }
         if args.training.tokens.is_none() {
@@ -86,6 +104,12 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     }
     if let Some(path) = &args.chart {
         output_file::check_file("--chart", path, "sweep.svg")?;
+        // The chart must not replace a file the sweep reads: a spec, or a GPU file on --axis gpu.
+        let mut inputs = input_paths(&args.model, &args.cluster);
+        if axis == sweep::Axis::Gpu {
+            inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
+        }
+        output_file::refuse_input_overlap("--chart", path, &inputs)?;
         let parent = std::path::Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty());
@@ -184,6 +208,20 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
     };
     bar.finish_and_clear();
+    // A point where no split is valid at all is bad input there, as `plan` says it (exit 2); one
+    // whose valid plans only miss memory is a row where nothing fits (exit 1).
+    if let Some((point, _)) = points
+        .iter()
+        .zip(&result.rows)
+        .find(|(_, row)| row.candidates == 0)
+    {
+        bail!(
+            "--axis {} at {}: no valid plan exists: {}",
+            axis.name(),
+            input_file::quote(&point.value),
+            why_no_valid_plan(&point.model, &point.cluster, &point.training, options)
+        );
+    }
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(path) = &args.chart {
         // Drawn into a temporary file, then written atomically (`output_file`).

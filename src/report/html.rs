@@ -17,6 +17,18 @@ use crate::cost::Estimate;
 use crate::cost::ledger::Ledger;
 use crate::cost::simulated::Simulated;
 
+/// Every file name `render_files` may write (`search.svg` only after a search), so that a command
+/// can refuse, before any work, a report directory where one of them is an input file.
+pub const FILE_NAMES: [&str; 7] = [
+    "index.html",
+    "report.json",
+    "memory.svg",
+    "step_time.svg",
+    "search.svg",
+    "layout.svg",
+    "timeline.svg",
+];
+
 /// What the report shows beyond the `Report` value.
 pub struct ReportInputs<'a> {
     pub report: &'a Report,

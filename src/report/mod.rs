@@ -23,7 +23,7 @@ mod svg_step;
 mod table;
 
 pub use detail::{PlanDetail, detail_for};
-pub use html::{ReportFiles, ReportInputs, render_files};
+pub use html::{FILE_NAMES, ReportFiles, ReportInputs, render_files};
 pub use svg::{degrees_label, plan_label};
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};

@@ -173,7 +173,7 @@ pub fn scenario_line(report: &Report) -> String {
                 "eager, no torch.compile: norms, RoPE and activation unfused; "
             }
         },
-        overlap_words(&t.overlap),
+        overlap_words(&t.overlap, &report.plans),
         match t.framework.selective_recompute() {
             crate::training::SelectiveRecompute::AttentionCore => String::new(),
             other => format!("; recompute selective = {}", other.describe()),
@@ -389,8 +389,37 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
     )
 }
 
-/// The communication a framework overlaps, in a few words.
-fn overlap_words(o: &crate::training::Overlap) -> String {
+/// The communication a framework overlaps, in a few words, true of the shown `plans`: TP comm
+/// overlap applies only with tp > 1 and sequence parallelism (Megatron-LM arguments.py; the cost
+/// model's rule, `cost::tp_overlap_on`), so when no shown plan has both the line says so instead
+/// of claiming it.
+fn overlap_words(o: &crate::training::Overlap, plans: &[Estimate]) -> String {
+    let tp_overlap_applies = plans.is_empty()
+        || plans
+            .iter()
+            .any(|e| e.plan.tp > 1 && e.plan.sequence_parallel);
+    let tp_overlap_moot = o.tp_comm && !tp_overlap_applies;
+    let words = overlapped_words(&crate::training::Overlap {
+        tp_comm: o.tp_comm && tp_overlap_applies,
+        ..*o
+    });
+    if !tp_overlap_moot {
+        return words;
+    }
+    match plans {
+        [only] if only.plan.tp == 1 => {
+            format!("{words}; TP comm overlap unused: the plan has tp 1")
+        }
+        [_] => format!(
+            "{words}; TP comm not overlapped: the plan has no sequence parallelism, which TP comm overlap needs"
+        ),
+        _ => format!(
+            "{words}; TP comm overlap unused: no shown plan has tp > 1 with sequence parallelism, which it needs"
+        ),
+    }
+}
+
+fn overlapped_words(o: &crate::training::Overlap) -> String {
     let on: Vec<&str> = [
         (o.tp_comm, "TP comm"),
         (o.grad_reduce, "grad reduce"),
