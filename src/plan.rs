@@ -385,7 +385,7 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--vpp {vpp} with an uneven split needs layers + 2 + MTP layers (embedding, loss and MTP layers counted as layers) to split evenly into pp x vpp chunks, or pp x vpp chunks filled front to back with a non-empty last one; valid here: {valid}"
+        "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers, MTP layers too or not) to split evenly into pp x vpp chunks, or pp x vpp chunks filled front to back with a non-empty last one; valid here: {valid}"
     )]
     VppUneven { vpp: u32, valid: String },
     #[error(
@@ -758,15 +758,20 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
             },
         );
     }
-    let units_interleave = units_chunk_layers(model, r.pp, r.vpp).is_some();
+    let unit_split = unit_chunks(model, r.pp, r.vpp);
     let stages = if model.layers.is_multiple_of(r.pp) {
         StageLayout::even(model.layers, r.pp)
     } else if r.allow_uneven_pp {
         match StageLayout::filled_chunks(model.layers, r.pp, r.vpp) {
             // With MTP, Megatron-Bridge's DeepSeek-V3 table fills the chunks where that works
             // (pp 4 x vp 4, pp 8 x vp 2) and counts the units where it does not (pp 8 x vp 4).
-            Some(filled) if r.vpp > 1 && (model.mtp_layers > 0 || !units_interleave) => filled,
-            _ => StageLayout::balanced_units(model.layers, r.pp, model.mtp_layers),
+            Some(filled) if r.vpp > 1 && (model.mtp_layers > 0 || unit_split.is_none()) => filled,
+            _ => match unit_split {
+                Some(UnitChunks {
+                    mtp_counted: false, ..
+                }) if r.vpp > 1 => StageLayout::balanced_units(model.layers, r.pp, 0),
+                _ => StageLayout::balanced_units(model.layers, r.pp, model.mtp_layers),
+            },
         }
     } else {
         return Err(PlanError::PpUneven {
@@ -778,28 +783,39 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
     Ok(stages)
 }
 
-/// Pipeline units of an uneven split: the transformer layers, the embedding and the loss, and
-/// each MTP layer (which the last stage runs after its decoder layers).
-fn units_of(model: &Model) -> u32 {
-    model.layers + 2 + model.mtp_layers
+/// An interleaved uneven split with the embedding and the loss counted as a layer each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UnitChunks {
+    /// Units per model chunk.
+    pub per_chunk: u32,
+    /// Whether the MTP layers count as units of the last chunk (else they ride on top of it).
+    pub mtp_counted: bool,
 }
 
-/// Units per model chunk when an uneven split interleaves with every unit counted: the units
-/// split evenly into pp x vpp chunks, the first chunk holding the embedding and one layer fewer,
-/// the last the MTP layers and the loss in place of 1 + mtp layers. Megatron-Core's
-/// `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split` without MTP;
-/// with MTP the layout Megatron-Bridge gives DeepSeek-V3 on H100 at pp 8 x vp 4, 'Et|(tt|)*30mL'
-/// (61 layers + E + m + L = 64 units in 32 chunks of 2; `perf_recipes/deepseek/h100/
-/// deepseek_v3.py`). None when the units do not split so, or the last chunk cannot hold its MTP
-/// layers and the loss.
-pub(crate) fn units_chunk_layers(model: &Model, pp: u32, vpp: u32) -> Option<u32> {
-    let units = units_of(model);
-    let chunks = pp.checked_mul(vpp)?;
-    if chunks == 0 || !units.is_multiple_of(chunks) {
-        return None;
+/// Units per model chunk when an uneven split interleaves with the embedding and the loss counted
+/// as a layer each: the units split evenly into pp x vpp chunks, the first chunk holding the
+/// embedding and one layer fewer, the last the loss and one layer fewer. Megatron-Core's
+/// `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`; with MTP
+/// layers counted as units too where they split so, as in the layout Megatron-Bridge gives
+/// DeepSeek-V3 on H100 at pp 8 x vp 4, 'Et|(tt|)*30mL' (61 layers + E + m + L = 64 units in 32
+/// chunks of 2; `perf_recipes/deepseek/h100/deepseek_v3.py`), else with the MTP layers on top of
+/// the last chunk ('Et|(tt|)*14tmL' for 30 layers + MTP on 16 chunks). None when neither splits,
+/// or the last chunk cannot hold its MTP layers and the loss.
+pub(crate) fn unit_chunks(model: &Model, pp: u32, vpp: u32) -> Option<UnitChunks> {
+    let chunks = pp.checked_mul(vpp).filter(|&c| c > 0)?;
+    let counted = model.layers + 2 + model.mtp_layers;
+    if model.mtp_layers > 0 && counted.is_multiple_of(chunks) && counted / chunks > model.mtp_layers
+    {
+        return Some(UnitChunks {
+            per_chunk: counted / chunks,
+            mtp_counted: true,
+        });
     }
-    let per_chunk = units / chunks;
-    (per_chunk > model.mtp_layers).then_some(per_chunk)
+    let units = model.layers + 2;
+    units.is_multiple_of(chunks).then_some(UnitChunks {
+        per_chunk: units / chunks,
+        mtp_counted: false,
+    })
 }
 
 /// First/last stage splits worth trying for `layers` on `pp` stages without interleaving: the
@@ -871,13 +887,14 @@ fn check_interleaving(
         }
         // Uneven splits interleave only when the embedding, the loss and the MTP layers count as
         // a layer each and these units split evenly into pp x vpp model chunks
-        // ([`units_chunk_layers`]), or as chunks filled front to back.
+        // ([`unit_chunks`]), or as chunks filled front to back.
         let filled = stages.chunk_layers > 0;
-        if !stages.even && !filled && units_chunk_layers(model, r.pp, r.vpp).is_none() {
+        let unit_split = unit_chunks(model, r.pp, r.vpp);
+        if !stages.even && !filled && unit_split.is_none() {
             let valid: Vec<u32> = (1..=model.layers.min(64))
                 .filter(|&v| {
                     v == 1
-                        || units_chunk_layers(model, r.pp, v).is_some()
+                        || unit_chunks(model, r.pp, v).is_some()
                         || StageLayout::filled_chunks(model.layers, r.pp, v).is_some()
                 })
                 .collect();
@@ -891,7 +908,7 @@ fn check_interleaving(
         } else if filled {
             stages.chunk_layers * r.vpp
         } else {
-            units_of(model) / r.pp
+            unit_split.map_or(0, |u| u.per_chunk * r.vpp)
         };
         if per_stage % r.vpp != 0 {
             return Err(PlanError::VppLayers {

@@ -238,6 +238,11 @@ pub fn expert_degrees(model: &Model, tp: u32, stage_gpus: u32) -> Vec<(u32, u32)
     out
 }
 
+/// Most virtual stages offered for an uneven split (Megatron-Bridge's published uneven layouts go
+/// to vp 4; interleaving deeper multiplies the pipeline messages for a bubble already below
+/// 1/(8·m) of the step).
+const MAX_UNEVEN_VPP: u32 = 8;
+
 /// Every micro-batch, vpp, SP, recompute, ZeRO and resharding choice for one (tp, cp, pp, dp).
 fn push_pipeline_variants(
     requests: &mut Vec<PlanRequest>,
@@ -247,27 +252,20 @@ fn push_pipeline_variants(
 ) {
     let PlanRequest { tp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
-    let units = model.layers + 2 + model.mtp_layers;
     let vpps: Vec<u32> = if !training.framework.interleaves_pipeline() {
         vec![1]
     } else if pp > 1 && model.layers.is_multiple_of(pp) {
         divisors(model.layers / pp)
     } else if pp > 1 {
         // Uneven: with the embedding, the loss and the MTP layers counted as layers where these
-        // units split evenly (`plan::units_chunk_layers`), else with the model chunks filled front to
+        // units split evenly (`plan::unit_chunks`), else with the model chunks filled front to
         // back and the remainder last (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3
-        // layouts). Filled layouts are offered up to 8 virtual stages (Megatron-Bridge's published
-        // layouts go to vp 4; interleaving deeper multiplies the pipeline messages for a bubble
-        // already below 1/(8·m) of the step).
-        let mut vpps = if units.is_multiple_of(pp) {
-            divisors(units / pp)
-                .into_iter()
-                .filter(|&v| v == 1 || crate::plan::units_chunk_layers(model, pp, v).is_some())
-                .collect()
-        } else {
-            vec![1]
-        };
-        let filled: Vec<u32> = (2..=8u32)
+        // layouts), both up to `MAX_UNEVEN_VPP` virtual stages.
+        let mut vpps = vec![1];
+        vpps.extend(
+            (2..=MAX_UNEVEN_VPP).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()),
+        );
+        let filled: Vec<u32> = (2..=MAX_UNEVEN_VPP)
             .filter(|&v| {
                 let chunks = pp * v;
                 let per_chunk = model.layers.div_ceil(chunks);

@@ -3805,3 +3805,216 @@ fn deepseek_v3_h100_layout_and_moe_alltoall_overlap_round_trip() {
         assert!(e >= t, "{e} of {t}");
     }
 }
+
+/// Where Megatron-Core refuses the MoE all-to-all overlap (transformer_config.py), tpsim refuses
+/// it when asked for, writes nothing for it, and the header does not claim it; other frameworks
+/// have no combined 1F1B schedule.
+#[test]
+fn moe_alltoall_overlap_is_refused_where_megatron_core_refuses_it() {
+    let base = [
+        "eval",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--tp",
+        "1",
+        "--dp",
+        "16",
+        "--ep",
+        "8",
+        "--global-batch",
+        "256",
+    ];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        args
+    }
+    assert_error(
+        &with(
+            &base,
+            &[
+                "--pp",
+                "1",
+                "--framework",
+                "torchtitan",
+                "--overlap-moe-expert-parallel-comm",
+            ],
+        ),
+        &[
+            "--overlap-moe-expert-parallel-comm",
+            "torchtitan",
+            "megatron-core",
+        ],
+    );
+    assert_error(
+        &with(
+            &base,
+            &[
+                "--pp",
+                "1",
+                "--recompute",
+                "full",
+                "--overlap-moe-expert-parallel-comm",
+            ],
+        ),
+        &["--overlap-moe-expert-parallel-comm", "full recompute"],
+    );
+    let no_ep: Vec<&str> = base
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if i > 0 && base[i - 1] == "--ep" {
+                "1"
+            } else {
+                a
+            }
+        })
+        .collect();
+    assert_error(
+        &with(&no_ep, &["--pp", "1", "--overlap-moe-expert-parallel-comm"]),
+        &["--overlap-moe-expert-parallel-comm", "ep 1"],
+    );
+    // Without a pipeline the combined schedule holds one more micro-batch's activations.
+    let json_of = |args: Vec<&str>| {
+        let (code, stdout, stderr) = run(&args);
+        assert!(code == 0 || code == 1, "{stderr}");
+        parse_json(&args, &stdout, &stderr)
+    };
+    let plain = json_of(with(&base, &["--pp", "1", "--format", "json"]));
+    let overlapped = json_of(with(
+        &base,
+        &[
+            "--pp",
+            "1",
+            "--overlap-moe-expert-parallel-comm",
+            "--format",
+            "json",
+        ],
+    ));
+    let activations = |v: &Value| {
+        v["plans"][0]["memory"]["activations_bytes"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        activations(&overlapped) > 1.5 * activations(&plain),
+        "{} vs {}",
+        activations(&overlapped),
+        activations(&plain)
+    );
+    assert!(
+        overlapped["plans"][0]["time"]["ep_comm_exposed_s"]
+            .as_f64()
+            .unwrap()
+            < plain["plans"][0]["time"]["ep_comm_exposed_s"]
+                .as_f64()
+                .unwrap()
+    );
+    // More than one MTP layer: refused; with a pipeline but no virtual stages the framework
+    // default is off, so the plan runs without it.
+    let dsv3 = [
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "128",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--vpp",
+        "2",
+        "--ep",
+        "64",
+        "--etp",
+        "1",
+        "--global-batch",
+        "8192",
+        "--sequence-parallel",
+        "--allow-uneven-pp",
+        "--overlap-moe-expert-parallel-comm",
+    ];
+    let mut two_mtp = dsv3.to_vec();
+    two_mtp.extend(["--mtp-layers", "2"]);
+    assert_error(&two_mtp, &["--overlap-moe-expert-parallel-comm", "MTP"]);
+    // A launch line that asks for --delay-wgrad-compute alone is refused, as Megatron-Core does.
+    let line = "--num-layers 48 --hidden-size 2048 --num-attention-heads 32 --num-query-groups 4 --kv-channels 128 --ffn-hidden-size 6144 --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 --swiglu --seq-length 4096 --global-batch-size 256 --micro-batch-size 1 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --bf16 --delay-wgrad-compute";
+    assert_error(
+        &["eval", "--nodes", "2", "--megatron-args", line],
+        &[
+            "--delay-wgrad-compute",
+            "--overlap-moe-expert-parallel-comm",
+        ],
+    );
+}
+
+/// With MTP, interleaved uneven splits count the embedding and the loss as a layer each and the
+/// MTP layers either as units of the last chunk (when that splits evenly) or on top of it; both
+/// are written as a layout and read back to the same plan. A layout that leaves a stage without
+/// a transformer layer is refused naming the layout.
+#[test]
+fn mtp_layouts_with_units_counted_either_way_round_trip() {
+    let flags = [
+        "--model",
+        "llama3-8b",
+        "--layers",
+        "30",
+        "--mtp-layers",
+        "1",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--vpp",
+        "4",
+        "--allow-uneven-pp",
+        "--global-batch",
+        "64",
+    ];
+    let mut emit = vec!["eval"];
+    emit.extend(flags);
+    emit.extend(["--emit", "megatron"]);
+    let (code, line, stderr) = run(&emit);
+    assert_eq!(code, 0, "{stderr}");
+    let layout = format!("'Et|{}tmL'", "t*2|".repeat(14));
+    assert!(
+        line.contains(&format!("--pipeline-model-parallel-layout {layout}")),
+        "{line}"
+    );
+    let mut direct = vec!["eval", "--format", "json"];
+    direct.extend(flags);
+    let direct = run_json(&direct);
+    let pasted = run_json(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        line.trim(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(pasted["plans"][0]["stages"], direct["plans"][0]["stages"]);
+    assert_eq!(
+        pasted["plans"][0]["time"]["step_s"],
+        direct["plans"][0]["time"]["step_s"]
+    );
+    let empty_last = line.replace(&layout, "'Et*30|mL'").replace(
+        "--pipeline-model-parallel-size 4",
+        "--pipeline-model-parallel-size 2",
+    );
+    assert_error(
+        &["eval", "--nodes", "2", "--megatron-args", empty_last.trim()],
+        &[
+            "--pipeline-model-parallel-layout",
+            "last stage without a transformer layer",
+        ],
+    );
+}

@@ -268,6 +268,11 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
     check_tp_comm_overlap(args.training.tp_comm_overlap, &plan)?;
+    check_moe_alltoall_overlap(
+        args.training.overlap_moe_expert_parallel_comm,
+        &scenario.model,
+        &plan,
+    )?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");
@@ -424,6 +429,25 @@ fn eval_inputs(args: &EvalArgs, quiet: bool) -> Vec<(&'static str, &str)> {
             .map(|m| ("--megatron-args", m)),
     );
     inputs
+}
+
+/// `--overlap-moe-expert-parallel-comm` given for a plan Megatron-Core's combined 1F1B schedule
+/// cannot run is refused, as Megatron-Core refuses it (`cost::moe::alltoall_overlap_refusal`) and
+/// as a pasted launch line is.
+fn check_moe_alltoall_overlap(
+    given: Option<bool>,
+    model: &crate::model::Model,
+    plan: &ParallelPlan,
+) -> Result<()> {
+    if given != Some(true) {
+        return Ok(());
+    }
+    match crate::cost::moe::alltoall_overlap_refusal(model, plan) {
+        Some(why) => bail!(
+            "--overlap-moe-expert-parallel-comm: {why} (Megatron-Core transformer_config.py refuses it otherwise); change the plan or drop the flag"
+        ),
+        None => Ok(()),
+    }
 }
 
 /// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.

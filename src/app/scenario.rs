@@ -582,6 +582,14 @@ pub(super) fn resolve_scenario(
     let framework = saved
         .and_then(|f| f.framework)
         .unwrap_or_else(|| framework_of_args(training_args));
+    if training_args.overlap_moe_expert_parallel_comm == Some(true)
+        && framework != TrainingFramework::MegatronCore
+    {
+        bail!(
+            "--overlap-moe-expert-parallel-comm is Megatron-Core's combined 1F1B schedule, which --framework {} does not run; use --framework megatron-core or drop the flag",
+            framework.as_str()
+        );
+    }
     let overlap = overlap_over(
         training_args,
         saved

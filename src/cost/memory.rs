@@ -256,18 +256,28 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
 
 /// Micro-batches whose activations a stage holds at the peak of 1F1B: min(m, p − rank) (Narayanan
 /// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3).
-fn in_flight(plan: &ParallelPlan, rank: u32) -> f64 {
+fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32) -> f64 {
     let (p, v, m) = (
         f64::from(plan.pp),
         f64::from(plan.vpp),
         f64::from(plan.num_microbatches),
     );
     let base = (p - f64::from(rank)).min(m);
-    if plan.vpp > 1 {
+    let scheduled = if plan.vpp > 1 {
         base * (1.0 + (p - 1.0) / (p * v))
     } else {
         base
-    }
+    };
+    // The MoE all-to-all overlap schedules one extra model chunk's forward before the 1F1B
+    // stages (Megatron-Core `schedules.py`), and without a pipeline runs the next micro-batch's
+    // forward while the current one's activations wait for their backward.
+    let overlap_extra =
+        if training.overlap.moe_a2a && super::moe::alltoall_overlap_applies(model, plan) {
+            1.0 / v
+        } else {
+            0.0
+        };
+    scheduled + overlap_extra.min((m - scheduled).max(0.0))
 }
 
 fn stage_memory(
@@ -491,7 +501,7 @@ fn stage_memory(
     } else {
         per_layer
     };
-    let mut activations = per_layer * f64::from(layers) * in_flight(plan, rank);
+    let mut activations = per_layer * f64::from(layers) * in_flight(model, training, plan, rank);
     if plan.recompute == Recompute::Full && layers > 0 {
         // The layer being recomputed holds its full activations during its backward.
         activations += layer_activation_bytes(
@@ -507,7 +517,7 @@ fn stage_memory(
     if matches!(stage, Stage::First | Stage::Only) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
         if model.dropout {
-            activations += sbh / sp_split * in_flight(plan, 0);
+            activations += sbh / sp_split * in_flight(model, training, plan, 0);
         }
     }
     if matches!(stage, Stage::Last | Stage::Only) {

@@ -373,7 +373,7 @@ pub(crate) fn unit_costs(
         let forward_s = one_pair * moe_share;
         let backward_s = (1.0 + recompute_share) * one_pair * moe_share;
         let (forward_exposed_s, backward_exposed_s) = if training.overlap.moe_a2a
-            && moe::alltoall_overlap_applies(plan)
+            && moe::alltoall_overlap_applies(model, plan)
         {
             // Each forward's all-to-alls under the paired backward's compute and the other way
             // round; the warmup forwards and cooldown backwards have no partner.

@@ -212,27 +212,64 @@ pub fn expert_tp_gather_bytes(
 }
 
 /// Whether Megatron-Core's combined 1F1B schedule can pair the micro-batches so that one's
-/// all-to-alls run under the other's compute (`--overlap-moe-expert-parallel-comm`): it needs
-/// expert parallelism, no full recompute, and virtual stages when there is a pipeline
-/// (megatron/core/transformer/transformer_config.py `__post_init__`: "If enabling EP A2A overlap,
-/// virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1",
-/// "disable full recomputation when enabling overlap_moe_expert_parallel_comm").
-pub fn alltoall_overlap_applies(plan: &ParallelPlan) -> bool {
-    plan.ep > 1 && plan.recompute != Recompute::Full && (plan.pp == 1 || plan.vpp > 1)
+/// all-to-alls run under the other's compute (`--overlap-moe-expert-parallel-comm`), or why not:
+/// it needs expert parallelism, no full recompute, virtual stages when there is a pipeline, and
+/// at most one MTP layer (megatron/core/transformer/transformer_config.py `__post_init__`: "If
+/// enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when
+/// pipeline_model_parallel_size > 1", "disable full recomputation when enabling
+/// overlap_moe_expert_parallel_comm", "MTP layernum only supports 1 when enabling
+/// overlap_moe_expert_parallel_comm").
+pub fn alltoall_overlap_refusal(model: &Model, plan: &ParallelPlan) -> Option<String> {
+    alltoall_overlap_refusal_of(model.moe.is_some(), model.mtp_layers, plan)
+}
+
+/// [`alltoall_overlap_refusal`] from what it reads of the model: whether it has experts, and its
+/// MTP layers.
+pub fn alltoall_overlap_refusal_of(
+    has_experts: bool,
+    mtp_layers: u32,
+    plan: &ParallelPlan,
+) -> Option<String> {
+    if !has_experts || plan.ep <= 1 {
+        Some(format!(
+            "it needs expert parallelism (ep > 1), and the plan has ep {}",
+            plan.ep
+        ))
+    } else if plan.recompute == Recompute::Full {
+        Some("it cannot run with full recompute; use --recompute selective or none".into())
+    } else if plan.pp > 1 && plan.vpp == 1 {
+        Some(format!(
+            "with a pipeline (pp {}) it needs virtual stages; give --vpp 2 or more",
+            plan.pp
+        ))
+    } else if mtp_layers > 1 {
+        Some(format!(
+            "it supports at most 1 MTP layer, and the model has {mtp_layers}"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Whether the combined 1F1B schedule applies ([`alltoall_overlap_refusal`] has nothing against).
+pub fn alltoall_overlap_applies(model: &Model, plan: &ParallelPlan) -> bool {
+    alltoall_overlap_refusal(model, plan).is_none()
 }
 
 /// Share of a stage's forwards (and as many backwards) that the combined 1F1B schedule runs
 /// without a partner: the warmup forwards before the first backward and the cooldown backwards
 /// after the last forward. Without a pipeline that is one micro-batch of m; with the interleaved
 /// schedule the first rank warms up with (pp − 1)·2 + (vpp − 1)·pp model chunks of its m·vpp
-/// (Megatron-Core `schedules.py` `get_pp_rank_microbatches`, the most of any rank).
+/// (Megatron-Core `schedules.py` `get_pp_rank_microbatches`, the most of any rank), plus the one
+/// the overlap adds ("When enabling overlap_moe_expert_parallel_comm, we schedule one extra
+/// micro-batch forward step before the 1f1b stages", same file).
 pub fn unpaired_share(plan: &ParallelPlan) -> f64 {
     let m = f64::from(plan.num_microbatches.max(1));
     if plan.pp == 1 {
         return (1.0 / m).min(1.0);
     }
     let (pp, vpp) = (f64::from(plan.pp), f64::from(plan.vpp));
-    let warmup = (pp - 1.0) * 2.0 + (vpp - 1.0) * pp;
+    let warmup = (pp - 1.0) * 2.0 + (vpp - 1.0) * pp + 1.0;
     (warmup / (m * vpp)).min(1.0)
 }
 

@@ -186,6 +186,19 @@ pub fn megatron_overlap(
     })
 }
 
+/// Megatron-Core's `--delay-wgrad-compute` is part of the MoE all-to-all overlap here
+/// (transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+/// delay_wgrad_compute").
+fn check_delay_wgrad(delay_wgrad: bool, moe_a2a: bool) -> Result<(), MegatronArgsError> {
+    if delay_wgrad && !moe_a2a {
+        return Err(MegatronArgsError::Refused {
+            given: "--delay-wgrad-compute without --overlap-moe-expert-parallel-comm".into(),
+            why: "Megatron-Core requires the MoE all-to-all overlap with it; add --overlap-moe-expert-parallel-comm or drop --delay-wgrad-compute".into(),
+        });
+    }
+    Ok(())
+}
+
 impl Parsed<'_> {
     /// The precision the line trains in (see [`megatron_precision`]).
     pub(super) fn precision(
@@ -209,6 +222,10 @@ impl Parsed<'_> {
 
     /// The communication the line overlaps (see [`megatron_overlap`]).
     pub(super) fn overlap(&self) -> Result<Overlap, MegatronArgsError> {
+        check_delay_wgrad(
+            self.switch("delay-wgrad-compute"),
+            self.switch("overlap-moe-expert-parallel-comm"),
+        )?;
         megatron_overlap(
             self.switch("tp-comm-overlap"),
             self.switch("overlap-grad-reduce"),

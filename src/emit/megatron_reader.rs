@@ -437,6 +437,17 @@ impl MegatronLaunch {
         if let Some(full) = self.full_recompute {
             check_full_recompute(full, plan)?;
         }
+        if self.overlap.moe_a2a
+            && let Some(why) = crate::cost::moe::alltoall_overlap_refusal_of(
+                self.experts.moe.is_some(),
+                self.mtp_layers,
+                plan,
+            )
+        {
+            return Err(format!(
+                "--overlap-moe-expert-parallel-comm: {why} (Megatron-Core transformer_config.py refuses it otherwise); change the line or drop the flag"
+            ));
+        }
         Ok(())
     }
 }
@@ -479,15 +490,21 @@ pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Resul
     if (megatron.first, megatron.last) == (s.first, s.last) && middle_matches && middle_equal {
         return Ok(());
     }
+    let middle = if middles == 0 {
+        String::new()
+    } else {
+        format!("middle {}, ", s.middle_max)
+    };
     Err(format!(
-        "the pipeline split of these arguments (first stage {}, middle stages {}, last stage {} layers) is not tpsim's (first {}, middle up to {}, last {}: the embedding and the loss counted as a layer each); with interleaving tpsim models only its own split and layouts of equal chunks, so use --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split or --decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}, or drop the interleaving",
+        "the pipeline split of these arguments (first stage {}, {}last stage {} layers) is not tpsim's for this plan (first {}, {middle}last {}); tpsim models its own split here, so give the split arguments `tpsim eval ... --emit megatron` writes for this plan (with interleaving, its --pipeline-model-parallel-layout), or drop the interleaving",
         megatron.first,
-        megatron.middle,
+        if middles == 0 {
+            String::new()
+        } else {
+            format!("middle stages {}, ", megatron.middle)
+        },
         megatron.last,
         s.first,
-        s.middle_max,
         s.last,
-        s.first,
-        s.last
     ))
 }

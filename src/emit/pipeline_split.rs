@@ -54,16 +54,23 @@ impl MegatronSplit {
         }
         if plan.vpp > 1
             && model.mtp_layers > 0
-            && let Some(per_chunk) = crate::plan::units_chunk_layers(model, plan.pp, plan.vpp)
+            && let Some(units) = crate::plan::unit_chunks(model, plan.pp, plan.vpp)
         {
-            // Every unit counted with MTP: Megatron-Core's `--account-for-*` switches do not count
-            // MTP layers, so say it as a layout, as Megatron-Bridge does ('Et|(tt|)*30mL').
+            // Units counted with MTP: Megatron-Core's `--account-for-*` switches say nothing of
+            // MTP layers, so say it as a layout, as Megatron-Bridge does ('Et|(tt|)*30mL'), with
+            // the MTP layers as units of the last chunk or on top of it.
             let chunks = plan.pp * plan.vpp;
+            let per_chunk = units.per_chunk;
+            let last = if units.mtp_counted {
+                per_chunk - 1 - model.mtp_layers
+            } else {
+                per_chunk - 1
+            };
             let mut entries = vec![format!("E{}", decoder_entry(per_chunk - 1))];
             entries.extend((1..chunks - 1).map(|_| decoder_entry(per_chunk)));
             entries.push(format!(
                 "{}{}L",
-                decoder_entry(per_chunk - 1 - model.mtp_layers),
+                decoder_entry(last),
                 "m".repeat(model.mtp_layers as usize)
             ));
             return MegatronSplit::Layout {
@@ -128,7 +135,7 @@ pub struct SplitArgs {
 /// the last holds `per_chunk` layers; the first (with the embedding) as many or one fewer, the last
 /// (with any MTP layers and the loss) at most as many. Chunks filled front to back
 /// (`StageLayout::filled_chunks`, 'Et*4|t*4|t*1mL') and every unit counted
-/// (`plan::units_chunk_layers`, 'Et|(tt|)*30mL') are both of this form.
+/// (`plan::unit_chunks`, 'Et|(tt|)*30mL') are both of this form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkLayout {
     pub chunks: u32,
@@ -353,6 +360,16 @@ impl SplitArgs {
                 ));
             }
             let vpp = layout.chunks / pp;
+            if vpp == 1 && (layout.first_chunk == 0 || layout.last_chunk == 0) {
+                return Err(format!(
+                    "--pipeline-model-parallel-layout leaves the {} stage without a transformer layer; tpsim plans at least one layer per stage, so move a layer there (e.g. 't' before the 'm' or 'L')",
+                    if layout.first_chunk == 0 {
+                        "first"
+                    } else {
+                        "last"
+                    }
+                ));
+            }
             return Ok(StageLayers {
                 first: layout.first_chunk + layout.per_chunk * (vpp - 1),
                 middle: layout.per_chunk * vpp,

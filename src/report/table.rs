@@ -173,7 +173,7 @@ pub fn scenario_line(report: &Report) -> String {
                 "eager, no torch.compile: norms, RoPE and activation unfused; "
             }
         },
-        overlap_words(&t.overlap, &report.plans),
+        overlap_words(&t.overlap, &report.plans, &report.model),
         match t.framework.selective_recompute() {
             crate::training::SelectiveRecompute::AttentionCore => String::new(),
             other => format!("; recompute selective = {}", other.describe()),
@@ -393,16 +393,42 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
 /// overlap applies only with tp > 1 and sequence parallelism (Megatron-LM arguments.py; the cost
 /// model's rule, `cost::tp_overlap_on`), so when no shown plan has both the line says so instead
 /// of claiming it.
-fn overlap_words(o: &crate::training::Overlap, plans: &[Estimate]) -> String {
+fn overlap_words(
+    o: &crate::training::Overlap,
+    plans: &[Estimate],
+    model: &super::ModelSummary,
+) -> String {
     let tp_overlap_applies = plans.is_empty()
         || plans
             .iter()
             .any(|e| e.plan.tp > 1 && e.plan.sequence_parallel);
     let tp_overlap_moot = o.tp_comm && !tp_overlap_applies;
+    // Megatron-Core's MoE all-to-all overlap likewise needs ep > 1, no full recompute, virtual
+    // stages with a pipeline and at most one MTP layer (`cost::moe::alltoall_overlap_refusal`).
+    let moe_refusal = |e: &Estimate| {
+        crate::cost::moe::alltoall_overlap_refusal_of(
+            model.moe.is_some(),
+            model.mtp_layers,
+            &e.plan,
+        )
+    };
+    let moe_overlap_moot =
+        o.moe_a2a && !plans.is_empty() && plans.iter().all(|e| moe_refusal(e).is_some());
     let words = overlapped_words(&crate::training::Overlap {
         tp_comm: o.tp_comm && tp_overlap_applies,
+        moe_a2a: o.moe_a2a && !moe_overlap_moot,
         ..*o
     });
+    let words = match plans {
+        [only] if moe_overlap_moot => format!(
+            "{words}; MoE all-to-all overlap unused: {}",
+            moe_refusal(only).unwrap_or_default()
+        ),
+        _ if moe_overlap_moot => {
+            format!("{words}; MoE all-to-all overlap unused: no shown plan can use it")
+        }
+        _ => words,
+    };
     if !tp_overlap_moot {
         return words;
     }
