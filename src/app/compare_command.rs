@@ -153,6 +153,12 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     );
     setting("p2p overlap", on(oa.p2p), on(ob.p2p), "--overlap-p2p-comm");
     setting(
+        "MoE all-to-all overlap",
+        on(oa.moe_a2a),
+        on(ob.moe_a2a),
+        "--overlap-moe-expert-parallel-comm",
+    );
+    setting(
         "gradient dtype",
         ta.grad_dtype.as_str().to_string(),
         tb.grad_dtype.as_str().to_string(),
