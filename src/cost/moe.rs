@@ -211,15 +211,50 @@ pub fn expert_tp_gather_bytes(
         * f64::from(plan.etp)
 }
 
-/// Whether Megatron-Core's combined 1F1B schedule can pair the micro-batches so that one's
-/// all-to-alls run under the other's compute (`--overlap-moe-expert-parallel-comm`), or why not:
-/// it needs expert parallelism, no full recompute, virtual stages when there is a pipeline, and
-/// at most one MTP layer (megatron/core/transformer/transformer_config.py `__post_init__`: "If
+/// Why Megatron-Core's combined 1F1B schedule cannot pair the micro-batches of a plan so that
+/// one's all-to-alls run under the other's compute (`--overlap-moe-expert-parallel-comm`): it
+/// needs expert parallelism, no full recompute, virtual stages when there is a pipeline, and at
+/// most one MTP layer (megatron/core/transformer/transformer_config.py `__post_init__`: "If
 /// enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when
 /// pipeline_model_parallel_size > 1", "disable full recomputation when enabling
 /// overlap_moe_expert_parallel_comm", "MTP layernum only supports 1 when enabling
 /// overlap_moe_expert_parallel_comm").
-pub fn alltoall_overlap_refusal(model: &Model, plan: &ParallelPlan) -> Option<String> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlltoallOverlapRefusal {
+    NoExpertParallelism { ep: u32 },
+    FullRecompute,
+    PipelineWithoutVirtualStages { pp: u32 },
+    MtpLayers { mtp_layers: u32 },
+}
+
+impl std::fmt::Display for AlltoallOverlapRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AlltoallOverlapRefusal::NoExpertParallelism { ep } => write!(
+                f,
+                "it needs expert parallelism (ep > 1), and the plan has ep {ep}"
+            ),
+            AlltoallOverlapRefusal::FullRecompute => write!(
+                f,
+                "it cannot run with full recompute; use --recompute selective or none"
+            ),
+            AlltoallOverlapRefusal::PipelineWithoutVirtualStages { pp } => write!(
+                f,
+                "with a pipeline (pp {pp}) it needs virtual stages; give --vpp 2 or more"
+            ),
+            AlltoallOverlapRefusal::MtpLayers { mtp_layers } => write!(
+                f,
+                "it supports at most 1 MTP layer, and the model has {mtp_layers}"
+            ),
+        }
+    }
+}
+
+/// What Megatron-Core has against the MoE all-to-all overlap on `plan` ([`AlltoallOverlapRefusal`]).
+pub fn alltoall_overlap_refusal(
+    model: &Model,
+    plan: &ParallelPlan,
+) -> Option<AlltoallOverlapRefusal> {
     alltoall_overlap_refusal_of(model.moe.is_some(), model.mtp_layers, plan)
 }
 
@@ -229,23 +264,15 @@ pub fn alltoall_overlap_refusal_of(
     has_experts: bool,
     mtp_layers: u32,
     plan: &ParallelPlan,
-) -> Option<String> {
+) -> Option<AlltoallOverlapRefusal> {
     if !has_experts || plan.ep <= 1 {
-        Some(format!(
-            "it needs expert parallelism (ep > 1), and the plan has ep {}",
-            plan.ep
-        ))
+        Some(AlltoallOverlapRefusal::NoExpertParallelism { ep: plan.ep })
     } else if plan.recompute == Recompute::Full {
-        Some("it cannot run with full recompute; use --recompute selective or none".into())
+        Some(AlltoallOverlapRefusal::FullRecompute)
     } else if plan.pp > 1 && plan.vpp == 1 {
-        Some(format!(
-            "with a pipeline (pp {}) it needs virtual stages; give --vpp 2 or more",
-            plan.pp
-        ))
+        Some(AlltoallOverlapRefusal::PipelineWithoutVirtualStages { pp: plan.pp })
     } else if mtp_layers > 1 {
-        Some(format!(
-            "it supports at most 1 MTP layer, and the model has {mtp_layers}"
-        ))
+        Some(AlltoallOverlapRefusal::MtpLayers { mtp_layers })
     } else {
         None
     }

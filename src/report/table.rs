@@ -422,7 +422,9 @@ fn overlap_words(
     let words = match plans {
         [only] if moe_overlap_moot => format!(
             "{words}; MoE all-to-all overlap unused: {}",
-            moe_refusal(only).unwrap_or_default()
+            moe_refusal(only)
+                .map(|why| why.to_string())
+                .unwrap_or_default()
         ),
         _ if moe_overlap_moot => {
             format!("{words}; MoE all-to-all overlap unused: no shown plan can use it")
