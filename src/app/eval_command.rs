@@ -77,6 +77,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if let Some(launch) = &megatron {
         apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
     }
+    super::scenario::note_window_without_effect(&scenario.model);
     let batch_given = training_args.global_batch.is_some()
         || plan_file
             .as_ref()

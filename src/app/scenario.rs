@@ -470,6 +470,18 @@ fn moe_imbalance_of(
     })
 }
 
+/// A note on stderr when the model's sliding window changes nothing for the sequences it trains
+/// on ([`crate::model::AttentionWindow::no_effect`]): the table would otherwise show the window
+/// with no hint that it equals full attention.
+pub(super) fn note_window_without_effect(model: &Model) {
+    if let Some(why) = model
+        .attention_window
+        .and_then(|w| w.no_effect(model.seq_len))
+    {
+        eprintln!("note: {why}");
+    }
+}
+
 /// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
 /// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr.
 pub(super) fn framework_for_emit(
