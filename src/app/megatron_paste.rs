@@ -396,6 +396,29 @@ fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> 
     }
 }
 
+/// Megatron-LM's first/last stage layer counts pasted on `eval` hold at least one layer each
+/// (arguments.py reads them as the layers of an end stage); 0 is refused by name before the
+/// split is checked, whose message would be about the other stages.
+pub(super) fn check_pasted_stage_layers(args: &EvalArgs) -> Result<()> {
+    for (flag, given) in [
+        (
+            "--decoder-first-pipeline-num-layers",
+            args.decoder_first_pipeline_num_layers,
+        ),
+        (
+            "--decoder-last-pipeline-num-layers",
+            args.decoder_last_pipeline_num_layers,
+        ),
+    ] {
+        if given == Some(0) {
+            bail!(
+                "{flag} 0 is not allowed: an end stage holds at least 1 layer; give its layer count (e.g. {flag} 4), or drop it for an even split"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Megatron-LM's pipeline-split arguments pasted on `eval`.
 pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
     emit::SplitArgs {

@@ -13,6 +13,7 @@ mod megatron_moe;
 mod megatron_precision;
 mod megatron_reader;
 mod megatron_refused;
+mod megatron_words;
 mod nemo;
 mod pipeline_split;
 
