@@ -127,6 +127,16 @@ pub(super) fn check_megatron_training(
             );
         }
     }
+    // The expert capacity factor, likewise: a flag beside a line that sets another one would win
+    // silently; beside a line without one (dropless, Megatron-LM's default) it is taken.
+    if let (Some(given), Some(line)) =
+        (training.moe_capacity_factor, launch.experts.capacity_factor)
+        && given != line
+    {
+        bail!(
+            "--moe-capacity-factor {given} contradicts the --megatron-args launch line, which sets --moe-expert-capacity-factor {line}; drop --moe-capacity-factor or change the line"
+        );
+    }
     let flag = match training.grad_dtype {
         Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
         Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
@@ -249,6 +259,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         framework: None,
         overlap: None,
         moe_imbalance: None,
+        moe_capacity_factor: launch.experts.capacity_factor,
         fp8_param_gather: None,
         kernel_fusion: None,
         plan: PlanRequest {

@@ -104,6 +104,8 @@ pub(super) const VALUED: &[&str] = &[
     "moe-shared-expert-intermediate-size",
     "moe-layer-freq",
     "moe-token-dispatcher-type",
+    "moe-expert-capacity-factor",
+    "moe-token-drop-policy",
     "q-lora-rank",
     "kv-lora-rank",
     "qk-head-dim",

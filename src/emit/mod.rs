@@ -288,7 +288,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("kv-channels", n(model.head_dim));
     }
     push("ffn-hidden-size", n(model.ffn_hidden));
-    for (flag, value) in megatron_expert_args(model, plan) {
+    for (flag, value) in megatron_expert_args(model, plan, training.moe_capacity_factor) {
         push(flag, value);
     }
     if model.mtp_layers > 0 {
@@ -530,6 +530,7 @@ mod tests {
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
