@@ -407,10 +407,76 @@ impl Reader<'_> {
     fn optional(&self, key: &'static str) -> Result<Option<u32>, HfConfigError> {
         match self.obj.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if n > 0 => Ok(Some(n)),
+            Some(v) => match v.as_u64().map(u32::try_from) {
+                Some(Ok(n)) if n > 0 => Ok(Some(n)),
+                Some(Err(_)) => Err(self.too_large(key, v)),
                 _ => Err(self.bad(key, v, "a positive integer")),
             },
+        }
+    }
+
+    /// A count past what tpsim reads (u32), named as too large rather than as not a count.
+    fn too_large(&self, key: &'static str, v: &Value) -> HfConfigError {
+        self.unsupported(format!(
+            "key \"{key}\" is {v}, which is too large: tpsim reads counts up to {} (and no model trained comes near that); check the config",
+            u32::MAX
+        ))
+    }
+
+    /// A key whose `*Config` class default applies when the key is absent. `null` is refused: the
+    /// class has no rule for None there (it would build no model, or fail its type check), and
+    /// reading it as the default would be a guess.
+    fn class_default(&self, key: &'static str, default: u32) -> Result<u32, HfConfigError> {
+        match self.obj.get(key) {
+            None => Ok(default),
+            Some(Value::Null) => Err(self.null_refused(key, default)),
+            Some(_) => Ok(self.optional(key)?.unwrap_or(default)),
+        }
+    }
+
+    fn null_refused(&self, key: &'static str, default: u32) -> HfConfigError {
+        self.unsupported(format!(
+            "key \"{key}\" is null, which transformers' config class reads as no value here (its default is {default}); write the number, or remove the key for the default"
+        ))
+    }
+
+    /// The key-value heads as the `*Config` classes set them: the class default when the key is
+    /// absent, and for `null` the attention heads (LlamaConfig, MistralConfig, MixtralConfig,
+    /// Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig, GptOssConfig: `if
+    /// num_key_value_heads is None: num_key_value_heads = num_attention_heads`), except where the
+    /// class has no such rule (GemmaConfig), where it is refused.
+    fn kv_heads(
+        &self,
+        class_default: Option<u32>,
+        heads: u32,
+        null_means_heads: bool,
+    ) -> Result<u32, HfConfigError> {
+        const KEY: &str = "num_key_value_heads";
+        match self.obj.get(KEY) {
+            None => Ok(class_default.unwrap_or(heads)),
+            Some(Value::Null) if null_means_heads => Ok(heads),
+            Some(Value::Null) => Err(self.null_refused(KEY, class_default.unwrap_or(heads))),
+            Some(_) => Ok(self.optional(KEY)?.unwrap_or(heads)),
+        }
+    }
+
+    /// The head width: the class default when the key is absent, hidden / heads for `null` where
+    /// the class computes it so (`head_dim if head_dim is not None else hidden_size //
+    /// num_attention_heads`: Llama, Mistral, Mixtral, GPT-OSS; those whose default is None), and
+    /// refused where the class default is a number it does not replace (Qwen3 128, Gemma 256).
+    fn head_dim(
+        &self,
+        class_default: Option<u32>,
+        hidden: u32,
+        heads: u32,
+    ) -> Result<u32, HfConfigError> {
+        const KEY: &str = "head_dim";
+        let computed = hidden / heads.max(1);
+        match (self.obj.get(KEY), class_default) {
+            (None, default) => Ok(default.unwrap_or(computed)),
+            (Some(Value::Null), None) => Ok(computed),
+            (Some(Value::Null), Some(default)) => Err(self.null_refused(KEY, default)),
+            (Some(_), _) => Ok(self.optional(KEY)?.unwrap_or(computed)),
         }
     }
 
@@ -455,7 +521,8 @@ impl Reader<'_> {
     /// A non-negative integer with a default (`decoder_sparse_step`, `first_k_dense_replace`).
     fn count_or(&self, key: &'static str, default: u32) -> Result<u32, HfConfigError> {
         match self.obj.get(key) {
-            None | Some(Value::Null) => Ok(default),
+            None => Ok(default),
+            Some(Value::Null) => Err(self.null_refused(key, default)),
             Some(v) => v
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
@@ -473,13 +540,20 @@ impl Reader<'_> {
     /// A sliding window of `sliding_window` tokens (HF attends to that many keys, itself
     /// included), and which layers keep full attention: from `layer_types` ("full_attention" /
     /// "sliding_attention", every N-th layer full as Megatron-Core's `window_attn_skip_freq`
-    /// says it), else `default_full_every`. None when the config sets no window.
+    /// says it), else `default_full_every`. An absent `sliding_window` takes the class default
+    /// `class_window` (MistralConfig 4096, GptOssConfig 128, MixtralConfig None); `null` is no
+    /// window, as the classes read None. None when there is no window.
     fn attention_window(
         &self,
         default_full_every: u32,
         layers: u32,
+        class_window: Option<u32>,
     ) -> Result<Option<crate::model::AttentionWindow>, HfConfigError> {
-        let Some(tokens) = self.optional("sliding_window")? else {
+        let window = match self.obj.get("sliding_window") {
+            None => class_window,
+            Some(_) => self.optional("sliding_window")?,
+        };
+        let Some(tokens) = window else {
             return Ok(None);
         };
         let full_every = match self.obj.get("layer_types") {
@@ -542,7 +616,7 @@ impl Reader<'_> {
             // GPT2Config default n_positions 1024: a sequence longer than the table cannot be trained.
             (
                 "n_positions",
-                Some(self.optional("n_positions")?.unwrap_or(1024)),
+                Some(self.class_default("n_positions", 1024)?),
             )
         } else {
             const KEY: &str = "max_position_embeddings";
@@ -651,8 +725,8 @@ impl Reader<'_> {
             // MixtralConfig(num_local_experts=8, num_experts_per_tok=2); every layer sparse, the
             // experts' width is intermediate_size.
             "mixtral" => Some(Moe {
-                experts: self.optional("num_local_experts")?.unwrap_or(8),
-                router_topk: self.optional("num_experts_per_tok")?.unwrap_or(2),
+                experts: self.class_default("num_local_experts", 8)?,
+                router_topk: self.class_default("num_experts_per_tok", 2)?,
                 ffn_hidden: self.required("intermediate_size", "14336")?,
                 shared_expert_ffn_hidden: 0,
                 shared_expert_gate: false,
@@ -672,19 +746,11 @@ impl Reader<'_> {
                     )));
                 }
                 Some(Moe {
-                    experts: self
-                        .optional("num_experts")?
-                        .unwrap_or(if qwen2 { 60 } else { 128 }),
-                    router_topk: self.optional("num_experts_per_tok")?.unwrap_or(if qwen2 {
-                        4
-                    } else {
-                        8
-                    }),
-                    ffn_hidden: self.optional("moe_intermediate_size")?.unwrap_or(if qwen2 {
-                        1408
-                    } else {
-                        768
-                    }),
+                    experts: self.class_default("num_experts", if qwen2 { 60 } else { 128 })?,
+                    router_topk: self
+                        .class_default("num_experts_per_tok", if qwen2 { 4 } else { 8 })?,
+                    ffn_hidden: self
+                        .class_default("moe_intermediate_size", if qwen2 { 1408 } else { 768 })?,
                     shared_expert_ffn_hidden: if qwen2 {
                         self.count_or("shared_expert_intermediate_size", 5632)?
                     } else {
@@ -699,8 +765,8 @@ impl Reader<'_> {
         };
         let ffn_hidden = match model_type {
             // Qwen2MoeConfig / Qwen3MoeConfig intermediate_size defaults (used by dense layers only).
-            "qwen2_moe" => self.optional("intermediate_size")?.unwrap_or(5632),
-            "qwen3_moe" => self.optional("intermediate_size")?.unwrap_or(6144),
+            "qwen2_moe" => self.class_default("intermediate_size", 5632)?,
+            "qwen3_moe" => self.class_default("intermediate_size", 6144)?,
             _ => self.required("intermediate_size", "14336")?,
         };
         Ok(Model {
@@ -708,14 +774,8 @@ impl Reader<'_> {
             layers,
             hidden,
             heads,
-            kv_heads: self
-                .optional("num_key_value_heads")?
-                .or(kv_default)
-                .unwrap_or(heads),
-            head_dim: self
-                .optional("head_dim")?
-                .or(head_dim_default)
-                .unwrap_or(hidden / heads),
+            kv_heads: self.kv_heads(kv_default, heads, model_type != "gemma")?,
+            head_dim: self.head_dim(head_dim_default, hidden, heads)?,
             ffn_hidden,
             vocab: self.required("vocab_size", "128256")?,
             seq_len,
@@ -734,10 +794,12 @@ impl Reader<'_> {
             mla: None,
             moe,
             mtp_layers: 0,
-            // Mistral 7B v0.1 attends over a 4,096-token window in every layer; Qwen2's
+            // Mistral 7B v0.1 attends over a 4,096-token window in every layer (MistralConfig's
+            // default `sliding_window` 4096 when the key is absent; MixtralConfig's None); Qwen2's
             // `sliding_window` applies only with `use_sliding_window`, which its configs leave off.
             attention_window: match model_type {
-                "mistral" | "mixtral" => self.attention_window(0, layers)?,
+                "mistral" => self.attention_window(0, layers, Some(4096))?,
+                "mixtral" => self.attention_window(0, layers, None)?,
                 _ if self.flag("use_sliding_window")? == Some(true) => {
                     return Err(self.unsupported(
                         "key \"use_sliding_window\" is true: Qwen's sliding window (on the layers from \"max_window_layers\" on) is not modelled, and counting full attention there would be wrong; set it to false or give the shape with flags and --attention-window".into(),
@@ -756,14 +818,14 @@ impl Reader<'_> {
     fn deepseek_v3(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
         let hidden = self.required("hidden_size", "7168")?;
         let heads = self.required("num_attention_heads", "128")?;
-        let moe_ffn = self.optional("moe_intermediate_size")?.unwrap_or(2048);
+        let moe_ffn = self.class_default("moe_intermediate_size", 2048)?;
         let q_lora_rank = match self.obj.get("q_lora_rank") {
             // DeepSeek-V2-Lite: "q_lora_rank": null, a plain query projection.
             Some(Value::Null) => None,
             None => Some(1536),
             Some(_) => self.optional("q_lora_rank")?,
         };
-        let v_head_dim = self.optional("v_head_dim")?.unwrap_or(128);
+        let v_head_dim = self.class_default("v_head_dim", 128)?;
         Ok(Model {
             name: name.to_string(),
             layers: self.required("num_hidden_layers", "61")?,
@@ -772,7 +834,7 @@ impl Reader<'_> {
             kv_heads: heads,
             // Megatron's --kv-channels for DeepSeek-V3 is v_head_dim (128); MLA's own widths are in `mla`.
             head_dim: v_head_dim,
-            ffn_hidden: self.optional("intermediate_size")?.unwrap_or(18432),
+            ffn_hidden: self.class_default("intermediate_size", 18432)?,
             vocab: self.required("vocab_size", "129280")?,
             seq_len,
             gated_mlp: true,
@@ -786,18 +848,18 @@ impl Reader<'_> {
             dropout: false,
             mla: Some(Mla {
                 q_lora_rank,
-                kv_lora_rank: self.optional("kv_lora_rank")?.unwrap_or(512),
-                qk_head_dim: self.optional("qk_nope_head_dim")?.unwrap_or(128),
-                qk_pos_emb_head_dim: self.optional("qk_rope_head_dim")?.unwrap_or(64),
+                kv_lora_rank: self.class_default("kv_lora_rank", 512)?,
+                qk_head_dim: self.class_default("qk_nope_head_dim", 128)?,
+                qk_pos_emb_head_dim: self.class_default("qk_rope_head_dim", 64)?,
                 v_head_dim,
             }),
             moe: Some(Moe {
-                experts: self.optional("n_routed_experts")?.unwrap_or(256),
-                router_topk: self.optional("num_experts_per_tok")?.unwrap_or(8),
+                experts: self.class_default("n_routed_experts", 256)?,
+                router_topk: self.class_default("num_experts_per_tok", 8)?,
                 ffn_hidden: moe_ffn,
                 shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
                 shared_expert_gate: false,
-                layer_freq: self.optional("moe_layer_freq")?.unwrap_or(1),
+                layer_freq: self.class_default("moe_layer_freq", 1)?,
                 first_dense_layers: self.count_or("first_k_dense_replace", 3)?,
             }),
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
@@ -819,8 +881,8 @@ impl Reader<'_> {
             layers: self.required("num_hidden_layers", "36")?,
             hidden,
             heads,
-            kv_heads: self.optional("num_key_value_heads")?.unwrap_or(8),
-            head_dim: self.optional("head_dim")?.unwrap_or(64),
+            kv_heads: self.kv_heads(Some(8), heads, true)?,
+            head_dim: self.head_dim(Some(64), hidden, heads)?,
             ffn_hidden: ffn,
             vocab: self.required("vocab_size", "201088")?,
             seq_len,
@@ -835,7 +897,7 @@ impl Reader<'_> {
             dropout: false,
             mla: None,
             moe: Some(Moe {
-                experts: self.optional("num_local_experts")?.unwrap_or(128),
+                experts: self.class_default("num_local_experts", 128)?,
                 router_topk: self
                     .optional("num_experts_per_tok")?
                     .or(self.optional("experts_per_token")?)
@@ -847,11 +909,15 @@ impl Reader<'_> {
                 first_dense_layers: 0,
             }),
             mtp_layers: 0,
-            // GptOssConfig: `sliding_window` 128 on the layers `layer_types` calls
+            // GptOssConfig (transformers `models/gpt_oss/configuration_gpt_oss.py`):
+            // `sliding_window` 128 (also when the key is absent) on the layers `layer_types` calls
             // "sliding_attention", alternating with full attention (Megatron-Bridge's provider:
             // `window_size = (sliding_window - 1, 0)`, `window_attn_skip_freq = 2`).
-            attention_window: self
-                .attention_window(2, self.required("num_hidden_layers", "36")?)?,
+            attention_window: self.attention_window(
+                2,
+                self.required("num_hidden_layers", "36")?,
+                Some(128),
+            )?,
         })
     }
 

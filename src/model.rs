@@ -72,6 +72,28 @@ pub struct AttentionWindow {
     pub full_every: u32,
 }
 
+impl AttentionWindow {
+    /// Why this window changes nothing for `seq_len`-token sequences, when it does not: a window
+    /// of the whole sequence or more sees every key before each query (full causal attention),
+    /// and `full_every` 1 keeps full attention on every layer. Valid input, so a note, not an
+    /// error.
+    pub fn no_effect(self, seq_len: u32) -> Option<String> {
+        if self.full_every == 1 {
+            return Some(format!(
+                "--window-attn-skip-freq 1 keeps full attention on every layer, so no layer is windowed (the {}-token window has no effect); use N > 1 to window all but every N-th layer, or 0 to window every layer",
+                self.tokens
+            ));
+        }
+        if self.tokens >= seq_len {
+            return Some(format!(
+                "the sliding window of {} tokens is at least the {seq_len}-token sequence, so every query sees all the keys before it: the same as full attention; give --attention-window below --seq-len for a window that matters",
+                self.tokens
+            ));
+        }
+        None
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Mla {

@@ -267,6 +267,10 @@ pub struct PlanFile {
     /// (`--moe-imbalance`, capped by `--moe-capacity-factor`); balanced (1) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_imbalance: Option<f64>,
+    /// The expert capacity factor the plan was evaluated with (`--moe-capacity-factor`), which
+    /// the emitted configurations write; dropless when absent (and in files written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_capacity_factor: Option<f64>,
     /// Whether the low-precision weights are all-gathered as the parameters (Megatron-Core
     /// `--fp8-param-gather`); the framework's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

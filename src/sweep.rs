@@ -449,6 +449,7 @@ mod tests {
                 framework: crate::training::TrainingFramework::MegatronLm2021,
                 overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
                 moe_imbalance: 1.0,
+                moe_capacity_factor: None,
                 fp8_param_gather: false,
                 kernel_fusion: crate::training::KernelFusion::Fused,
                 loss: crate::training::LossKernel::VocabParallel,

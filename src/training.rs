@@ -402,6 +402,19 @@ pub struct Overlap {
     pub moe_a2a: bool,
 }
 
+/// The expert capacity factors tpsim plans with: at least 1 (below it tokens are dropped even
+/// when routing is balanced) and at most 64. `Err` carries the rule and an example, for the caller
+/// to put after the flag and value it read.
+pub fn check_moe_capacity_factor(factor: f64) -> Result<(), &'static str> {
+    if factor.is_finite() && (1.0..=64.0).contains(&factor) {
+        Ok(())
+    } else {
+        Err(
+            "the expert capacity over the balanced share must be between 1 and 64 (below 1 drops tokens even when routing is balanced); e.g. --moe-capacity-factor 1.25",
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Training {
     pub seq_len: u32,
@@ -417,6 +430,11 @@ pub struct Training {
     /// published MoE benchmarks force; `--moe-imbalance`), capped by the capacity factor when one
     /// is set (tokens over capacity are dropped, Megatron `--moe-capacity-factor`).
     pub moe_imbalance: f64,
+    /// The expert capacity factor the user set (`--moe-capacity-factor`, Megatron-Core
+    /// `--moe-expert-capacity-factor`): kept so that the emitted configurations say it (its effect
+    /// on time and memory is already folded into `moe_imbalance` as a cap). `None`: dropless.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_capacity_factor: Option<f64>,
     /// Whether low-precision training all-gathers its quantized weights as the parameters
     /// (Megatron-Core `--fp8-param-gather` / `--fp4-param-gather`): the framework's default
     /// (`TrainingFramework::fp8_param_gather`), or what a pasted launch line says.
@@ -452,6 +470,7 @@ impl Training {
             framework,
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
             fp8_param_gather: framework.fp8_param_gather(),
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),

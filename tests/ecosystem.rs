@@ -1355,8 +1355,8 @@ fn megatron_args_that_change_the_result_are_not_skipped() {
         &["--expert-model-parallel-size 4", "without --num-experts"],
     );
     refused(
-        "--num-experts 8 --moe-expert-capacity-factor 1.0",
-        &["--moe-expert-capacity-factor", "dropless"],
+        "--num-experts 8 --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity",
+        &["--moe-pad-expert-input-to-capacity", "not modelled"],
     );
     refused(
         "--attention-backend sdpa",
@@ -2190,7 +2190,7 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
         ),
         (
             "--moe-expert-capacity-factor 1.25",
-            "--moe-expert-capacity-factor 1.25",
+            "--moe-expert-capacity-factor without --num-experts",
         ),
         (
             "--fp8-format hybrid --fp8-recipe blockwise",
@@ -3183,8 +3183,8 @@ fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
     const MOE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu --seq-length 4096 --global-batch-size 256 --tensor-model-parallel-size 1 --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm --bf16";
     for (extra, needles) in [
         (
-            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.25",
-            &["--moe-expert-capacity-factor", "dropless"][..],
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity",
+            &["--moe-pad-expert-input-to-capacity", "not modelled"][..],
         ),
         (
             "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-recompute",

@@ -28,6 +28,7 @@ fn training(global_batch: u32) -> Training {
         framework: tpsim::training::TrainingFramework::MegatronLm2021,
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
         moe_imbalance: 1.0,
+        moe_capacity_factor: None,
         fp8_param_gather: false,
         kernel_fusion: tpsim::training::KernelFusion::Fused,
         loss: tpsim::training::LossKernel::VocabParallel,

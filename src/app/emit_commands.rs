@@ -74,6 +74,10 @@ pub(super) fn emit_best(
     if let Some(why) = framework.framework_mismatch(s.training.framework) {
         bail!("--emit {}: {why}", target_name(target));
     }
+    // A model the configuration cannot describe is an input error whatever the plans.
+    if let Some(why) = framework.model_unsupported(&s.model) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     if feasible.is_empty() {
         eprintln!(
             "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"

@@ -6,8 +6,8 @@ use anyhow::{Result, anyhow, bail};
 use super::emit_commands::{emitted, framework_of, target_name};
 use super::megatron_paste::{
     apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
-    check_pasted_megatron, megatron_plan_file, megatron_request, pasted_precision, pasted_split,
-    pasted_zero, read_megatron_launch,
+    check_pasted_megatron, check_pasted_stage_layers, megatron_plan_file, megatron_request,
+    pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
 };
 use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
 use super::scenario::{
@@ -25,6 +25,7 @@ use crate::units::GIB;
 
 pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
+    check_pasted_stage_layers(&args)?;
     let inputs = eval_inputs(&args, quiet);
     if let Some(dir) = &args.report {
         check_dir(if quiet { "--out" } else { "--report" }, dir, &inputs)?;
@@ -77,6 +78,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if let Some(launch) = &megatron {
         apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
     }
+    super::scenario::note_window_without_effect(&scenario.model);
     let batch_given = training_args.global_batch.is_some()
         || plan_file
             .as_ref()

@@ -127,6 +127,16 @@ pub(super) fn check_megatron_training(
             );
         }
     }
+    // The expert capacity factor, likewise: a flag beside a line that sets another one would win
+    // silently; beside a line without one (dropless, Megatron-LM's default) it is taken.
+    if let (Some(given), Some(line)) =
+        (training.moe_capacity_factor, launch.experts.capacity_factor)
+        && given != line
+    {
+        bail!(
+            "--moe-capacity-factor {given} contradicts the --megatron-args launch line, which sets --moe-expert-capacity-factor {line}; drop --moe-capacity-factor or change the line"
+        );
+    }
     let flag = match training.grad_dtype {
         Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
         Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
@@ -249,6 +259,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         framework: None,
         overlap: None,
         moe_imbalance: None,
+        moe_capacity_factor: launch.experts.capacity_factor,
         fp8_param_gather: None,
         kernel_fusion: None,
         plan: PlanRequest {
@@ -394,6 +405,29 @@ fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> 
             "--moe-token-dispatcher-type {v}: tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall"
         ),
     }
+}
+
+/// Megatron-LM's first/last stage layer counts pasted on `eval` hold at least one layer each
+/// (arguments.py reads them as the layers of an end stage); 0 is refused by name before the
+/// split is checked, whose message would be about the other stages.
+pub(super) fn check_pasted_stage_layers(args: &EvalArgs) -> Result<()> {
+    for (flag, given) in [
+        (
+            "--decoder-first-pipeline-num-layers",
+            args.decoder_first_pipeline_num_layers,
+        ),
+        (
+            "--decoder-last-pipeline-num-layers",
+            args.decoder_last_pipeline_num_layers,
+        ),
+    ] {
+        if given == Some(0) {
+            bail!(
+                "{flag} 0 is not allowed: an end stage holds at least 1 layer; give its layer count (e.g. {flag} 4), or drop it for an even split"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Megatron-LM's pipeline-split arguments pasted on `eval`.

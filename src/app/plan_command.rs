@@ -78,6 +78,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         )?;
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+    super::scenario::note_window_without_effect(&scenario.model);
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
@@ -166,6 +167,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             overlap: Some(scenario.training.overlap),
             moe_imbalance: (scenario.training.moe_imbalance != 1.0)
                 .then_some(scenario.training.moe_imbalance),
+            moe_capacity_factor: scenario.training.moe_capacity_factor,
             fp8_param_gather: (scenario.training.fp8_param_gather
                 != scenario.training.framework.fp8_param_gather())
             .then_some(scenario.training.fp8_param_gather),

@@ -421,27 +421,33 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
     })
 }
 
-/// The GEMM precision `--precision` names (default bf16).
-/// The busiest expert's load over the balanced share: `--moe-imbalance` (1, balanced, when not
-/// given, as the published benchmarks force), capped by `--moe-capacity-factor`, which drops the
-/// tokens over capacity. Each token goes to top-k distinct experts, so one expert receives at most
-/// every token once: experts/top-k times the balanced share. Both flags are refused on a dense
-/// model, where there is no routing to unbalance or cap.
-fn moe_imbalance_of(
+/// The busiest expert's load over the balanced share and the expert capacity factor:
+/// `--moe-imbalance` (1, balanced, when not given, as the published benchmarks force), capped by
+/// `--moe-capacity-factor` (or the plan file's), which drops the tokens over capacity. Each token
+/// goes to top-k distinct experts, so one expert receives at most every token once: experts/top-k
+/// times the balanced share. Both flags are refused on a dense model, where there is no routing to
+/// unbalance or cap. The factor is returned as given, for the emitted configurations to write.
+fn moe_routing_of(
     model: &Model,
     args: &TrainingArgs,
     plan_file: Option<&PlanFile>,
-) -> Result<f64> {
+) -> Result<(f64, Option<f64>)> {
     // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
     let saved = plan_file
         .and_then(|f| f.moe_imbalance)
         .filter(|_| args.moe_capacity_factor.is_none());
     let given_imbalance = args.moe_imbalance.or(saved);
+    let (factor_flag, capacity_factor) = match args.moe_capacity_factor {
+        Some(c) => ("--moe-capacity-factor", Some(c)),
+        None => (
+            "moe_capacity_factor in the plan file",
+            plan_file.and_then(|f| f.moe_capacity_factor),
+        ),
+    };
     let Some(moe) = model.moe else {
         let given = [
             given_imbalance.map(|f| ("--moe-imbalance", f)),
-            args.moe_capacity_factor
-                .map(|c| ("--moe-capacity-factor", c)),
+            capacity_factor.map(|c| (factor_flag, c)),
         ];
         if let Some((flag, value)) = given.into_iter().flatten().next() {
             bail!(
@@ -449,7 +455,7 @@ fn moe_imbalance_of(
                 model.name
             );
         }
-        return Ok(1.0);
+        return Ok((1.0, None));
     };
     let max_imbalance = f64::from(moe.experts) / f64::from(moe.router_topk.max(1));
     let imbalance = match given_imbalance {
@@ -461,13 +467,26 @@ fn moe_imbalance_of(
             moe.router_topk
         ),
     };
-    Ok(match args.moe_capacity_factor {
-        None => imbalance,
-        Some(c) if c.is_finite() && (1.0..=64.0).contains(&c) => imbalance.min(c),
-        Some(c) => bail!(
-            "--moe-capacity-factor {c}: the expert capacity over the balanced share must be between 1 and 64 (below 1 drops tokens even when routing is balanced); e.g. --moe-capacity-factor 1.25"
-        ),
+    Ok(match capacity_factor {
+        None => (imbalance, None),
+        Some(c) => {
+            crate::training::check_moe_capacity_factor(c)
+                .map_err(|rule| anyhow::anyhow!("{factor_flag} {c}: {rule}"))?;
+            (imbalance.min(c), Some(c))
+        }
     })
+}
+
+/// A note on stderr when the model's sliding window changes nothing for the sequences it trains
+/// on ([`crate::model::AttentionWindow::no_effect`]): the table would otherwise show the window
+/// with no hint that it equals full attention.
+pub(super) fn note_window_without_effect(model: &Model) {
+    if let Some(why) = model
+        .attention_window
+        .and_then(|w| w.no_effect(model.seq_len))
+    {
+        eprintln!("note: {why}");
+    }
 }
 
 /// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
@@ -484,6 +503,7 @@ pub(super) fn framework_for_emit(
     }
 }
 
+/// The GEMM precision `--precision` names (default bf16).
 pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
     match args.precision {
         None | Some(PrecisionArg::Bf16) => Precision::Bf16,
@@ -597,6 +617,7 @@ pub(super) fn resolve_scenario(
             .unwrap_or(framework.default_overlap()),
     );
     let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
+    let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, plan_file)?;
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -609,7 +630,8 @@ pub(super) fn resolve_scenario(
         },
         framework,
         overlap,
-        moe_imbalance: moe_imbalance_of(&model, training_args, plan_file)?,
+        moe_imbalance,
+        moe_capacity_factor,
         // A saved plan keeps its parameter gather (a pasted launch line sets it after this).
         fp8_param_gather: plan_file
             .and_then(|f| f.fp8_param_gather)

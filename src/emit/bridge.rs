@@ -27,7 +27,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let dropout = if model.dropout { "0.1" } else { "0.0" };
     set("model.hidden_dropout", dropout.into());
     set("model.attention_dropout", dropout.into());
-    for (key, value) in bridge_expert_overrides(model, plan) {
+    for (key, value) in bridge_expert_overrides(model, plan, training.moe_capacity_factor) {
         set(key, value);
     }
     set("model.tensor_model_parallel_size", plan.tp.to_string());
@@ -151,8 +151,13 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
 /// The MoE and MLA fields of Megatron-Core's `TransformerConfig` / `MLATransformerConfig` that
 /// `cfg.model` carries (Megatron-Bridge recipes set the same names, e.g. `cfg.model.
 /// expert_model_parallel_size`, `cfg.model.moe_token_dispatcher_type = "alltoall"`), for `model`
-/// under `plan`; nothing for a dense model with multi-head attention.
-fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static str, String)> {
+/// under `plan` with the expert capacity factor the plan was evaluated with (`None`: dropless);
+/// nothing for a dense model with multi-head attention.
+fn bridge_expert_overrides(
+    model: &Model,
+    plan: &ParallelPlan,
+    capacity_factor: Option<f64>,
+) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     // MTP depths as estimated; with MLA written out even when 0, because Megatron-Bridge's
     // DeepSeek providers take `num_nextn_predict_layers` (1) from the HF config by default.
@@ -228,10 +233,16 @@ fn bridge_expert_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static 
     out.push(("model.moe_grouped_gemm", "true".to_string()));
     // Recipes pick DeepEP/HybridEP (`moe_flex_dispatcher_backend`), which
     // `apply_flex_dispatcher_backend` turns into the flex dispatcher; tpsim models the plain
-    // all-to-all, and dropless routing without shared-expert overlap.
+    // all-to-all, without shared-expert overlap; dropless routing unless a capacity factor was
+    // planned (Megatron-Core `TransformerConfig.moe_expert_capacity_factor`, None: dropless), with
+    // the tokens over capacity dropped and no padding to capacity (the default
+    // `moe_pad_expert_input_to_capacity` False, written out), as tpsim models it.
     out.push(("model.moe_token_dispatcher_type", "alltoall".to_string()));
     out.push(("model.moe_flex_dispatcher_backend", "null".to_string()));
-    out.push(("model.moe_expert_capacity_factor", "null".to_string()));
+    out.push((
+        "model.moe_expert_capacity_factor",
+        capacity_factor.map_or("null".to_string(), |c| c.to_string()),
+    ));
     out.push((
         "model.moe_pad_expert_input_to_capacity",
         "false".to_string(),

@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::megatron_words::{example_value, is_lookalike_dash, mistyped_flag, not_a_count};
+
 use crate::plan::Recompute;
 use crate::training::{AttentionKernel, GradDtype};
 
@@ -25,10 +27,13 @@ pub enum FullRecompute {
 pub enum MegatronArgsError {
     #[error("Megatron argument --{flag} needs a value (e.g. --{flag} {example})")]
     MissingValue { flag: String, example: &'static str },
-    #[error(
-        "Megatron argument --{flag} {value:?} is not a positive integer; expand shell variables first (e.g. --{flag} 8)"
-    )]
+    /// A count that is not a positive integer; the message says what is wrong with the value.
+    #[error("Megatron argument {}", not_a_count(.flag, .value))]
     NotANumber { flag: String, value: String },
+    /// A word of the line that is no flag and no flag's value (a mistyped dash, a value left
+    /// over), which Megatron-LM's argparse refuses and tpsim would otherwise skip.
+    #[error("Megatron arguments: {token:?} {why}")]
+    Stray { token: String, why: String },
     #[error("Megatron argument --{flag} {value:?} is not one of: {valid}")]
     BadChoice {
         flag: String,
@@ -61,7 +66,7 @@ pub enum MegatronArgsError {
 }
 
 /// Arguments that take a value.
-const VALUED: &[&str] = &[
+pub(super) const VALUED: &[&str] = &[
     "num-layers",
     "hidden-size",
     "num-attention-heads",
@@ -99,6 +104,8 @@ const VALUED: &[&str] = &[
     "moe-shared-expert-intermediate-size",
     "moe-layer-freq",
     "moe-token-dispatcher-type",
+    "moe-expert-capacity-factor",
+    "moe-token-drop-policy",
     "q-lora-rank",
     "kv-lora-rank",
     "qk-head-dim",
@@ -127,7 +134,7 @@ const VALUED: &[&str] = &[
 ];
 
 /// Switches (no value).
-const SWITCHES: &[&str] = &[
+pub(super) const SWITCHES: &[&str] = &[
     "group-query-attention",
     "swiglu",
     "quick-geglu",
@@ -231,10 +238,30 @@ impl<'a> Parsed<'a> {
             ignored: Vec::new(),
         };
         let mut i = 0;
+        // The known flag (with its value, if it takes one) the previous words completed: a number
+        // after it is no flag's value.
+        let mut after_known: Option<String> = None;
         while i < tokens.len() {
             let token = tokens[i];
             i += 1;
+            let previous = after_known.take();
             let Some(flag) = token.strip_prefix("--") else {
+                if let Some(why) = mistyped_flag(token) {
+                    return Err(MegatronArgsError::Stray {
+                        token: token.to_string(),
+                        why,
+                    });
+                }
+                if let Some(previous) = previous
+                    && token.parse::<f64>().is_ok()
+                {
+                    return Err(MegatronArgsError::Stray {
+                        token: token.to_string(),
+                        why: format!(
+                            "follows {previous}, which takes no further value, and is no flag's value (Megatron-LM's argparse refuses it); drop it or add the flag it belongs to"
+                        ),
+                    });
+                }
                 parsed.ignored.push(token.to_string());
                 continue;
             };
@@ -255,11 +282,16 @@ impl<'a> Parsed<'a> {
             if VALUED.contains(&flag) {
                 let value = next_value(&mut i).ok_or_else(|| MegatronArgsError::MissingValue {
                     flag: flag.to_string(),
-                    example: "8",
+                    example: example_value(flag),
                 })?;
                 parsed.values.insert(flag, value);
+                after_known = Some(match inline {
+                    Some(_) => token.to_string(),
+                    None => format!("{token} {value}"),
+                });
             } else if SWITCHES.contains(&flag) {
                 parsed.switches.insert(flag);
+                after_known = Some(token.to_string());
             } else if LAUNCHER.contains(&flag) {
                 if let Some(v) = next_value(&mut i) {
                     parsed.launcher.insert(flag, v);
@@ -273,10 +305,19 @@ impl<'a> Parsed<'a> {
                 parsed.recompute_modules = Some(modules);
             } else {
                 parsed.ignored.push(token.to_string());
-                // An unknown flag's value (if any) is not a flag: skip it with the flag.
+                // An unknown flag's value (if any) is not a flag: skip it with the flag, unless it
+                // is a flag written with a look-alike dash.
                 if let (None, Some(v)) = (inline, tokens.get(i))
                     && !v.starts_with("--")
                 {
+                    if v.starts_with(is_lookalike_dash)
+                        && let Some(why) = mistyped_flag(v)
+                    {
+                        return Err(MegatronArgsError::Stray {
+                            token: v.to_string(),
+                            why,
+                        });
+                    }
                     parsed.ignored.push(v.to_string());
                     i += 1;
                 }
@@ -291,6 +332,41 @@ impl<'a> Parsed<'a> {
 
     pub(super) fn value(&self, flag: &str) -> Option<&'a str> {
         self.values.get(flag).copied()
+    }
+
+    /// The value of a flag the reader skips (`--flag value` or `--flag=value` among `ignored`),
+    /// for the few checks Megatron-LM makes against such a flag.
+    pub(super) fn ignored_value(&self, flag: &str) -> Option<&str> {
+        let spelled = format!("--{flag}");
+        self.ignored.iter().enumerate().find_map(|(i, token)| {
+            if token == &spelled {
+                self.ignored
+                    .get(i + 1)
+                    .filter(|v| !v.starts_with("--"))
+                    .map(String::as_str)
+            } else {
+                token
+                    .strip_prefix(&spelled)
+                    .and_then(|rest| rest.strip_prefix('='))
+            }
+        })
+    }
+
+    /// A dropout probability (`--hidden-dropout`, `--attention-dropout`): arguments.py reads it as
+    /// a float, and torch's dropout refuses one outside [0, 1], so anything else is an error.
+    pub(super) fn probability(&self, flag: &str) -> Result<Option<f64>, MegatronArgsError> {
+        let Some(text) = self.value(flag) else {
+            return Ok(None);
+        };
+        match text.parse::<f64>() {
+            Ok(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
+            _ => Err(MegatronArgsError::BadValue {
+                message: format!(
+                    "--{flag} {text:?} is not a probability between 0 and 1 (Megatron-LM reads it as a float and torch's dropout refuses any other); e.g. --{flag} {}",
+                    example_value(flag)
+                ),
+            }),
+        }
     }
 
     pub(super) fn number(&self, flag: &str) -> Result<Option<u32>, MegatronArgsError> {

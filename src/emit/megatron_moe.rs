@@ -18,6 +18,8 @@ pub struct ExpertArgs {
     /// `validate_args`: `if args.expert_tensor_parallel_size is None:
     /// args.expert_tensor_parallel_size = args.tensor_model_parallel_size`).
     pub etp: u32,
+    /// `--moe-expert-capacity-factor` (arguments.py type=float, default None: dropless routing).
+    pub capacity_factor: Option<f64>,
 }
 
 /// `--moe-*` arguments that only change the numerics of routing (losses, score function, router
@@ -44,8 +46,8 @@ const HARMLESS_MOE: &[&str] = &[
 /// Why a `--moe-*` argument tpsim does not model is refused (named reasons for the common ones).
 fn moe_refusal(flag: &str) -> String {
     match flag {
-        "moe-expert-capacity-factor" | "moe-pad-expert-input-to-capacity" | "moe-token-drop-policy" => {
-            "tpsim models dropless routing (every token reaches its top-k experts); a capacity factor changes the tokens each expert computes and holds; drop it".into()
+        "moe-pad-expert-input-to-capacity" => {
+            "padding every expert's input to its full capacity is not modelled (tpsim models a capacity factor as a cap on the busiest expert's tokens, --moe-expert-capacity-factor alone); drop it".into()
         }
         "moe-layer-recompute" => {
             "recomputing the MoE layers is not modelled yet; drop it, or use --recompute-granularity".into()
@@ -97,6 +99,8 @@ impl Parsed<'_> {
         let moe = match self.number("num-experts")? {
             None => {
                 let moe_flags = [
+                    "moe-expert-capacity-factor",
+                    "moe-token-drop-policy",
                     "moe-router-topk",
                     "moe-ffn-hidden-size",
                     "moe-shared-expert-intermediate-size",
@@ -131,7 +135,67 @@ impl Parsed<'_> {
             mla: self.mla()?,
             ep: if moe.is_some() { ep } else { 1 },
             etp: if moe.is_some() { etp } else { 1 },
+            capacity_factor: if moe.is_some() {
+                self.capacity_factor()?
+            } else {
+                None
+            },
         })
+    }
+
+    /// `--moe-expert-capacity-factor F` with `--moe-token-drop-policy` (arguments.py choices probs,
+    /// position; which tokens are dropped, not how many). The factor is checked as tpsim's own
+    /// `--moe-capacity-factor` is; Megatron-Core's rules for it are followed
+    /// (transformer_config.py: a negative factor means none, and the load balancing must be
+    /// aux_loss, seq_aux_loss, global_aux_loss or none).
+    fn capacity_factor(&self) -> Result<Option<f64>, MegatronArgsError> {
+        const FLAG: &str = "moe-expert-capacity-factor";
+        if let Some(policy) = self.value("moe-token-drop-policy")
+            && !["probs", "position"].contains(&policy)
+        {
+            return Err(MegatronArgsError::BadChoice {
+                flag: "moe-token-drop-policy".into(),
+                value: policy.to_string(),
+                valid: "probs, position",
+            });
+        }
+        let Some(text) = self.value(FLAG) else {
+            return Ok(None);
+        };
+        let factor = match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => f,
+            _ => {
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--{FLAG} {text:?} is not a number (Megatron-LM reads it as a float); e.g. --{FLAG} 1.25, or drop it for dropless routing"
+                    ),
+                });
+            }
+        };
+        if factor < 0.0 {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--{FLAG} {text}"),
+                why: "Megatron-Core reads a negative capacity factor as none (transformer_config.py), i.e. dropless routing; drop the flag for that, or give a factor such as 1.25".into(),
+            });
+        }
+        if let Err(rule) = crate::training::check_moe_capacity_factor(factor) {
+            return Err(MegatronArgsError::BadValue {
+                message: format!(
+                    "--{FLAG} {text}: {}",
+                    rule.replace("--moe-capacity-factor", &format!("--{FLAG}"))
+                ),
+            });
+        }
+        let balancing = self.ignored_value("moe-router-load-balancing-type");
+        if let Some(balancing) = balancing
+            && !["aux_loss", "seq_aux_loss", "global_aux_loss", "none"].contains(&balancing)
+        {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--{FLAG} {text} with --moe-router-load-balancing-type {balancing}"),
+                why: "Megatron-Core accepts a capacity factor only with aux_loss, seq_aux_loss, global_aux_loss or none load balancing (transformer_config.py); change one of them".into(),
+            });
+        }
+        Ok(Some(factor))
     }
 
     fn moe(
@@ -273,10 +337,12 @@ pub fn moe_layer_freq_arg(layers: u32, first_dense: u32, freq: u32) -> String {
     terms.join("+")
 }
 
-/// The MoE and MLA arguments `--emit megatron` writes for `model` under `plan`, in order.
+/// The MoE and MLA arguments `--emit megatron` writes for `model` under `plan`, in order, with the
+/// expert capacity factor the plan was evaluated with (`None`: dropless, Megatron-LM's default).
 pub fn megatron_expert_args(
     model: &Model,
     plan: &ParallelPlan,
+    capacity_factor: Option<f64>,
 ) -> Vec<(&'static str, Option<String>)> {
     let mut args = Vec::new();
     if let Some(mla) = &model.mla {
@@ -321,6 +387,15 @@ pub fn megatron_expert_args(
     // sequential expert GEMMs and the allgather dispatcher), so both are written out.
     args.push(("moe-grouped-gemm", None));
     args.push(("moe-token-dispatcher-type", Some("alltoall".into())));
+    // arguments.py `--moe-expert-capacity-factor` (type=float, default None: dropless). Its
+    // companions keep Megatron-LM's defaults, which are what tpsim models: `--moe-token-drop-policy
+    // probs` (which tokens are dropped, not how many) and no `--moe-pad-expert-input-to-capacity`
+    // (each expert computes the tokens it keeps, not its full capacity). transformer_config.py
+    // accepts a factor with the all-to-all dispatcher written above and the default aux_loss
+    // load balancing.
+    if let Some(factor) = capacity_factor {
+        args.push(("moe-expert-capacity-factor", Some(factor.to_string())));
+    }
     args.push(("expert-model-parallel-size", Some(plan.ep.to_string())));
     args.push(("expert-tensor-parallel-size", Some(plan.etp.to_string())));
     args

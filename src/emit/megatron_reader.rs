@@ -237,10 +237,13 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             .value("position-embedding-type")
             .is_none_or(|v| v == "learned_absolute"),
         norm,
-        dropout: ["hidden-dropout", "attention-dropout"].iter().all(|flag| {
-            p.value(flag)
-                .is_none_or(|v| v.parse::<f64>().map_or(true, |x| x > 0.0))
-        }),
+        // arguments.py: --hidden-dropout and --attention-dropout default 0.1.
+        dropout: [
+            p.probability("hidden-dropout")?,
+            p.probability("attention-dropout")?,
+        ]
+        .iter()
+        .all(|given| given.is_none_or(|x| x > 0.0)),
         mtp_layers,
         attention_window: p.attention_window()?,
         tp,

@@ -13,6 +13,7 @@ mod megatron_moe;
 mod megatron_precision;
 mod megatron_reader;
 mod megatron_refused;
+mod megatron_words;
 mod nemo;
 mod pipeline_split;
 
@@ -88,6 +89,39 @@ impl Framework {
         })
     }
 
+    /// Why this framework's configuration cannot describe `model` whatever the plan (experts,
+    /// latent attention, multi-token prediction or a sliding window outside the Megatron-LM and
+    /// Megatron-Bridge writers), or `None`: an input error, not a plan that does not fit.
+    pub fn model_unsupported(self, model: &Model) -> Option<String> {
+        if matches!(self, Framework::Megatron | Framework::MegatronBridge) {
+            return None;
+        }
+        let name = self.name();
+        if model.moe.is_some() {
+            return Some(format!(
+                "mixture-of-experts models are not written for {name} yet; use --emit megatron or --emit megatron-bridge"
+            ));
+        }
+        if model.mla.is_some() {
+            return Some(format!(
+                "multi-latent attention is not written for {name} yet; use --emit megatron or --emit megatron-bridge"
+            ));
+        }
+        if model.mtp_layers > 0 {
+            return Some(format!(
+                "multi-token prediction (--mtp-layers {}) is not written for {name} yet; use --emit megatron or --emit megatron-bridge",
+                model.mtp_layers
+            ));
+        }
+        if let Some(window) = model.attention_window {
+            return Some(format!(
+                "sliding-window attention (--attention-window {}) is not written for {name} yet; use --emit megatron or --emit megatron-bridge",
+                window.tokens
+            ));
+        }
+        None
+    }
+
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
     /// `None` when it can: first a plan evaluated for another framework, then what the
     /// configuration cannot express.
@@ -107,35 +141,16 @@ impl Framework {
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
         // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
         // far; the others would write a dense model with a different parameter count.
-        if !megatron_family {
-            if model.moe.is_some() || plan.ep > 1 || plan.etp > 1 {
-                return Some(format!(
-                    "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron or --emit megatron-bridge",
-                    plan.ep,
-                    plan.etp,
-                    self.name()
-                ));
-            }
-            if model.mla.is_some() {
-                return Some(format!(
-                    "multi-latent attention is not written for {} yet; use --emit megatron or --emit megatron-bridge",
-                    self.name()
-                ));
-            }
-            if model.mtp_layers > 0 {
-                return Some(format!(
-                    "multi-token prediction (--mtp-layers {}) is not written for {} yet; use --emit megatron or --emit megatron-bridge",
-                    model.mtp_layers,
-                    self.name()
-                ));
-            }
-            if let Some(window) = model.attention_window {
-                return Some(format!(
-                    "sliding-window attention (--attention-window {}) is not written for {} yet; use --emit megatron or --emit megatron-bridge",
-                    window.tokens,
-                    self.name()
-                ));
-            }
+        if !megatron_family && (model.moe.is_some() || plan.ep > 1 || plan.etp > 1) {
+            return Some(format!(
+                "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                plan.ep,
+                plan.etp,
+                self.name()
+            ));
+        }
+        if let Some(why) = self.model_unsupported(model) {
+            return Some(why);
         }
         match self {
             // Megatron-FSDP releases the gathered parameters after each module's forward and
@@ -273,7 +288,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("kv-channels", n(model.head_dim));
     }
     push("ffn-hidden-size", n(model.ffn_hidden));
-    for (flag, value) in megatron_expert_args(model, plan) {
+    for (flag, value) in megatron_expert_args(model, plan, training.moe_capacity_factor) {
         push(flag, value);
     }
     if model.mtp_layers > 0 {
@@ -513,6 +528,7 @@ mod tests {
             framework: crate::training::TrainingFramework::MegatronLm2021,
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,

@@ -346,6 +346,7 @@ mod tests {
             framework,
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
+            moe_capacity_factor: None,
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,

@@ -1,0 +1,619 @@
+//! Input-handling defects of a second review, one regression test each: the MoE capacity factor
+//! lost in emitted configurations and refused in launch lines, Hugging Face `null`s and absent keys
+//! read with the wrong default, bad words in `--megatron-args` skipped or misread, messages that
+//! gave the wrong hint, and sliding windows that change nothing shown without a note. Errors are
+//! checked for their exit code and their one line; results for the numbers they carry.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("tpsim runs");
+    Run {
+        code: out.status.code().expect("tpsim exits"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    run_in(Path::new(ROOT), args)
+}
+
+fn json(args: &[&str]) -> Value {
+    let r = run(args);
+    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+    serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}\n{}", r.stdout, r.stderr))
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-review2-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles` and
+/// none of `absent`.
+fn assert_one_line_error(r: &Run, needles: &[&str], absent: &[&str], what: &str) {
+    assert_eq!(
+        r.code, 2,
+        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
+        r.code, r.stdout, r.stderr
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
+    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
+    for needle in needles {
+        assert!(
+            lines[0].contains(needle),
+            "{what}: no {needle:?} in: {}",
+            lines[0]
+        );
+    }
+    for word in absent {
+        assert!(
+            !lines[0].contains(word),
+            "{what}: {word:?} in: {}",
+            lines[0]
+        );
+    }
+}
+
+// ---- 1. the MoE capacity factor -------------------------------------------------------------
+
+const MIXTRAL_PLAN: &[&str] = &[
+    "--model",
+    "mixtral-8x7b",
+    "--nodes",
+    "4",
+    "--seq-len",
+    "4096",
+    "--global-batch",
+    "256",
+];
+
+#[test]
+fn the_capacity_factor_is_written_by_both_megatron_emitters() {
+    let mut args = vec!["plan"];
+    args.extend(MIXTRAL_PLAN);
+    args.extend(["--moe-capacity-factor", "1.25", "--emit", "megatron"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("--moe-expert-capacity-factor 1.25 "),
+        "{}",
+        r.stdout
+    );
+    // Megatron-LM's defaults for the companions are what tpsim models: not written.
+    assert!(!r.stdout.contains("--moe-pad-expert-input-to-capacity"));
+
+    *args.last_mut().unwrap() = "megatron-bridge";
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("model.moe_expert_capacity_factor=1.25"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("model.moe_pad_expert_input_to_capacity=false")
+    );
+
+    // Without the flag: dropless, as before.
+    let mut args = vec!["plan"];
+    args.extend(MIXTRAL_PLAN);
+    args.extend(["--emit", "megatron"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("capacity-factor"), "{}", r.stdout);
+}
+
+/// `--emit megatron` read back with `--megatron-args` (and pasted on `eval`) gives the same step:
+/// the factor caps the imbalance the same way on both sides.
+#[test]
+fn the_capacity_factor_round_trips_through_megatron_arguments() {
+    // No TP overlap: Megatron-LM runs it only with sequence parallelism, which this plan lacks.
+    let plan_flags = [
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--ep",
+        "8",
+        "--etp",
+        "1",
+        "--zero",
+        "1",
+        "--tp-comm-overlap",
+        "false",
+    ];
+    let routing = ["--moe-imbalance", "2"];
+    let mut original_args = vec!["eval", "--format", "json"];
+    original_args.extend(MIXTRAL_PLAN);
+    original_args.extend(plan_flags);
+    original_args.extend(routing);
+    original_args.extend(["--moe-capacity-factor", "1.25"]);
+    let original = json(&original_args);
+    assert_eq!(original["training"]["moe_imbalance"], 1.25);
+    assert_eq!(original["training"]["moe_capacity_factor"], 1.25);
+
+    let mut emit_args: Vec<&str> = original_args
+        .iter()
+        .filter(|a| !["--format", "json"].contains(a))
+        .copied()
+        .collect();
+    emit_args.extend(["--emit", "megatron"]);
+    let emitted = run(&emit_args);
+    assert!(emitted.code == 0 || emitted.code == 1, "{}", emitted.stderr);
+    let line = emitted.stdout.trim().to_string();
+    assert!(line.contains("--moe-expert-capacity-factor 1.25"), "{line}");
+
+    let mut via_args = vec!["eval", "--format", "json", "--nodes", "4"];
+    via_args.extend(routing);
+    via_args.extend(["--megatron-args", line.as_str()]);
+    let mut pasted = vec!["eval", "--format", "json", "--nodes", "4"];
+    pasted.extend(routing);
+    pasted.extend(line.split_whitespace());
+    for back_args in [via_args, pasted] {
+        let back = json(&back_args);
+        let (a, b) = (&original["plans"][0], &back["plans"][0]);
+        for key in ["tp", "pp", "dp", "ep", "etp", "memory"] {
+            assert_eq!(b[key], a[key], "{key} after the round trip of {line}");
+        }
+        assert_eq!(b["time"]["step_s"], a["time"]["step_s"], "{line}");
+        assert_eq!(back["training"], original["training"], "{line}");
+    }
+}
+
+#[test]
+fn a_saved_plan_keeps_the_capacity_factor() {
+    let dir = scratch("save");
+    let mut args = vec!["plan"];
+    args.extend(MIXTRAL_PLAN);
+    args.extend(["--moe-capacity-factor", "1.5", "--save", "p.yaml"]);
+    let r = run_in(&dir, &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(dir.join("p.yaml")).unwrap();
+    assert!(text.contains("moe_capacity_factor: 1.5"), "{text}");
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml", "--emit", "megatron"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("--moe-expert-capacity-factor 1.5 "),
+        "{}",
+        r.stdout
+    );
+    // A plan file written before the field reads as dropless.
+    let old: String = text
+        .lines()
+        .filter(|l| !l.starts_with("moe_capacity_factor"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("old.yaml"), old).unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "old.yaml", "--emit", "megatron"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(!r.stdout.contains("capacity-factor"), "{}", r.stdout);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+const MOE_LINE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu --seq-length 4096 --global-batch-size 256 --tensor-model-parallel-size 1 --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm --bf16 --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall";
+
+fn eval_moe_line(extra: &str, flags: &[&str]) -> Run {
+    let line = format!("{MOE_LINE} {extra}");
+    let mut args = vec!["eval", "--nodes", "8", "--format", "json"];
+    args.extend(flags);
+    args.extend(["--megatron-args", line.as_str()]);
+    run(&args)
+}
+
+#[test]
+fn launch_lines_with_a_capacity_factor_are_read_as_the_cli_reads_it() {
+    // Accepted (drop policy too: it picks the dropped tokens, not how many), and applied.
+    let r = eval_moe_line(
+        "--moe-expert-capacity-factor 1.25 --moe-token-drop-policy position",
+        &["--moe-imbalance", "3"],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let back: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(back["training"]["moe_imbalance"], 1.25, "{}", r.stderr);
+    assert_eq!(back["training"]["moe_capacity_factor"], 1.25);
+
+    for (extra, needles) in [
+        (
+            "--moe-expert-capacity-factor abc",
+            &["--moe-expert-capacity-factor", "\"abc\"", "not a number"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor nan",
+            &["--moe-expert-capacity-factor", "not a number"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor 0.5",
+            &["--moe-expert-capacity-factor 0.5", "between 1 and 64"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor -1",
+            &["--moe-expert-capacity-factor -1", "dropless"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor 1.25 --moe-router-load-balancing-type sinkhorn",
+            &["sinkhorn", "aux_loss"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor 1.25 --moe-token-drop-policy random",
+            &["--moe-token-drop-policy", "probs, position"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity",
+            &["--moe-pad-expert-input-to-capacity", "not modelled"][..],
+        ),
+    ] {
+        let r = eval_moe_line(extra, &[]);
+        assert_one_line_error(&r, needles, &["dropless routing (every token"], extra);
+    }
+    // A different factor beside the line would win silently.
+    let r = eval_moe_line(
+        "--moe-expert-capacity-factor 1.25",
+        &["--moe-capacity-factor", "2"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--moe-capacity-factor 2",
+            "--moe-expert-capacity-factor 1.25",
+        ],
+        &[],
+        "contradiction",
+    );
+    // A dense line with a factor.
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --global-batch-size 64 --bf16 --moe-expert-capacity-factor 1.25",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--moe-expert-capacity-factor without --num-experts"],
+        &[],
+        "dense",
+    );
+}
+
+// ---- 2. Hugging Face defaults -----------------------------------------------------------------
+
+const SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096"#;
+
+/// Evaluates `config` (JSON text) on one node; returns the run.
+fn eval_hf(dir: &Path, name: &str, config: &str) -> Run {
+    std::fs::write(dir.join(name), config).unwrap();
+    run_in(
+        dir,
+        &[
+            "eval",
+            "--hf-config",
+            name,
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--format",
+            "json",
+        ],
+    )
+}
+
+fn hf_model(r: &Run) -> Value {
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
+}
+
+#[test]
+fn null_key_value_heads_mean_the_attention_heads_as_in_transformers() {
+    let dir = scratch("kv");
+    for model_type in ["mistral", "llama", "mixtral", "qwen2", "qwen3"] {
+        let r = eval_hf(
+            &dir,
+            "c.json",
+            &format!(
+                r#"{{"model_type": "{model_type}", {SHAPE}, "num_key_value_heads": null, "head_dim": 128}}"#
+            ),
+        );
+        assert_eq!(hf_model(&r)["kv_heads"], 32, "{model_type}: {}", r.stderr);
+    }
+    // Absent: the class default (MistralConfig num_key_value_heads=8).
+    let r = eval_hf(
+        &dir,
+        "c.json",
+        &format!(r#"{{"model_type": "mistral", {SHAPE}}}"#),
+    );
+    assert_eq!(hf_model(&r)["kv_heads"], 8);
+    // GemmaConfig has no rule for None: refused, not guessed.
+    let r = eval_hf(
+        &dir,
+        "g.json",
+        &format!(r#"{{"model_type": "gemma", {SHAPE}, "num_key_value_heads": null}}"#),
+    );
+    assert_one_line_error(&r, &["\"num_key_value_heads\"", "null"], &[], "gemma");
+    // Neither has MixtralConfig for its experts.
+    let r = eval_hf(
+        &dir,
+        "x.json",
+        &format!(r#"{{"model_type": "mixtral", {SHAPE}, "num_local_experts": null}}"#),
+    );
+    assert_one_line_error(&r, &["\"num_local_experts\"", "null", "8"], &[], "mixtral");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn absent_sliding_windows_take_the_transformers_class_default() {
+    let dir = scratch("window");
+    // GptOssConfig sliding_window=128 on every other layer, also without the key.
+    let bundled: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("models/hf/gpt-oss-20b.json")).unwrap(),
+    )
+    .unwrap();
+    let mut config = bundled.as_object().unwrap().clone();
+    config.remove("sliding_window");
+    let layers = config["num_hidden_layers"].as_u64().unwrap();
+    let types: Vec<Value> = (0..layers)
+        .map(|i| {
+            Value::from(if i % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            })
+        })
+        .collect();
+    config.insert("layer_types".into(), Value::Array(types));
+    let r = eval_hf(&dir, "oss.json", &Value::Object(config.clone()).to_string());
+    let window = &hf_model(&r)["attention_window"];
+    assert_eq!(window["tokens"], 128, "{}", r.stderr);
+    assert_eq!(window["full_every"], 2);
+    // null is no window, as the class reads None.
+    config.insert("sliding_window".into(), Value::Null);
+    let r = eval_hf(&dir, "oss.json", &Value::Object(config).to_string());
+    assert!(hf_model(&r)["attention_window"].is_null());
+    // MistralConfig sliding_window=4096; MixtralConfig None.
+    let r = eval_hf(
+        &dir,
+        "m.json",
+        &format!(r#"{{"model_type": "mistral", {SHAPE}}}"#),
+    );
+    assert_eq!(hf_model(&r)["attention_window"]["tokens"], 4096);
+    let r = eval_hf(
+        &dir,
+        "m.json",
+        &format!(r#"{{"model_type": "mixtral", {SHAPE}}}"#),
+    );
+    assert!(hf_model(&r)["attention_window"].is_null());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_huge_hf_width_is_called_too_large() {
+    let dir = scratch("huge");
+    let r = eval_hf(
+        &dir,
+        "c.json",
+        r#"{"model_type": "llama", "hidden_size": 1099511627776, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000}"#,
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "\"hidden_size\"",
+            "1099511627776",
+            "too large",
+            "4294967295",
+        ],
+        &["not a positive integer"],
+        "huge",
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- 3 and 4. words of a launch line ---------------------------------------------------------
+
+const DENSE_LINE: &str = "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --global-batch-size 64 --bf16";
+
+fn eval_dense_line(extra: &str) -> Run {
+    let line = format!("{DENSE_LINE} {extra}");
+    run(&["eval", "--nodes", "1", "--megatron-args", line.as_str()])
+}
+
+#[test]
+fn dropout_values_that_are_not_probabilities_are_refused() {
+    for value in ["abc", "nan", "inf", "1.5", "-0.1"] {
+        let r = eval_dense_line(&format!("--hidden-dropout {value}"));
+        assert_one_line_error(
+            &r,
+            &["--hidden-dropout", value, "between 0 and 1"],
+            &[],
+            value,
+        );
+    }
+    let r = eval_dense_line("--attention-dropout x");
+    assert_one_line_error(&r, &["--attention-dropout", "\"x\""], &[], "attention");
+    // Real values still read: 0 turns dropout off.
+    let r = eval_dense_line("--hidden-dropout 0 --attention-dropout 0.0");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.lines().next().unwrap().contains("no dropout"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn stray_words_that_look_like_flags_are_refused() {
+    for (extra, token) in [
+        ("\u{2500}num-layers 3", "\u{2500}num-layers"),
+        (
+            "\u{2014}tensor-model-parallel-size 2",
+            "\u{2014}tensor-model-parallel-size",
+        ),
+        ("--lr \u{2013}num-layers 3", "\u{2013}num-layers"),
+        ("-num-layers 3", "-num-layers"),
+        ("tensor-model-parallel-size 2", "tensor-model-parallel-size"),
+    ] {
+        let r = eval_dense_line(extra);
+        assert_one_line_error(&r, &[token, "write --"], &[], extra);
+    }
+    // A number after a flag that has its value is no flag's value.
+    let r = eval_dense_line("--micro-batch-size 1 2");
+    assert_one_line_error(&r, &["\"2\"", "--micro-batch-size 1"], &[], "left over");
+    // The words of a launch script around the arguments are still skipped.
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn count_messages_give_the_hint_that_fits() {
+    let r = eval_dense_line("--pipeline-model-parallel-layout");
+    assert_one_line_error(
+        &r,
+        &["--pipeline-model-parallel-layout 'Et*4|t*4|t*1L'"],
+        &["layout 8"],
+        "layout",
+    );
+    for (value, needle) in [
+        ("-2", "negative"),
+        ("0", "at least 1"),
+        ("1.5", "whole number"),
+    ] {
+        let r = eval_dense_line(&format!("--tensor-model-parallel-size {value}"));
+        assert_one_line_error(&r, &[needle], &["shell variables"], value);
+    }
+    let r = eval_dense_line("--tensor-model-parallel-size $TP");
+    assert_one_line_error(&r, &["\"$TP\"", "expand shell variables"], &[], "$TP");
+
+    let r =
+        eval_dense_line("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 0");
+    assert_one_line_error(
+        &r,
+        &[
+            "--decoder-first-pipeline-num-layers",
+            "not allowed",
+            "at least 1",
+        ],
+        &["shell variables", "rest"],
+        "first 0 in a line",
+    );
+    // Pasted on eval, likewise.
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "2",
+        "--global-batch",
+        "64",
+        "--decoder-first-pipeline-num-layers",
+        "0",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--decoder-first-pipeline-num-layers 0",
+            "not allowed",
+            "at least 1",
+        ],
+        &["rest"],
+        "first 0 pasted",
+    );
+}
+
+#[test]
+fn emitting_nemo_for_an_moe_model_is_an_input_error() {
+    let mut args = vec!["plan"];
+    args.extend(MIXTRAL_PLAN);
+    args.extend(["--emit", "nemo"]);
+    let r = run(&args);
+    assert_one_line_error(
+        &r,
+        &["--emit nemo", "mixture-of-experts", "--emit megatron"],
+        &[],
+        "nemo",
+    );
+    assert!(r.stdout.is_empty());
+}
+
+// ---- 5. windows that change nothing ------------------------------------------------------------
+
+#[test]
+fn windows_that_equal_full_attention_get_a_note() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--top",
+        "1",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--attention-window", "4096"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.lines().any(|l| l.starts_with("note: ")
+            && l.contains("4096 tokens")
+            && l.contains("same as full attention")),
+        "{}",
+        r.stderr
+    );
+    let mut args = base.to_vec();
+    args.extend(["--attention-window", "128", "--window-attn-skip-freq", "1"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("note: ") && l.contains("no layer is windowed")),
+        "{}",
+        r.stderr
+    );
+    // A window that matters gets none.
+    let mut args = base.to_vec();
+    args.extend(["--attention-window", "128", "--window-attn-skip-freq", "2"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("full attention"), "{}", r.stderr);
+}
