@@ -4018,3 +4018,36 @@ fn mtp_layouts_with_units_counted_either_way_round_trip() {
         ],
     );
 }
+
+/// Launch scripts quote words the shell unquotes: a quoted flag, a quoted value, and a quoted
+/// array item holding a flag and its value (Megatron-LM's `examples/llama/
+/// train_llama3_8b_h100_fp8.sh`: `"--fp8-format hybrid"`, expanded unquoted) read as the program
+/// receives them.
+#[test]
+fn shell_quotes_in_launch_lines_are_read_as_the_shell_passes_them() {
+    let plain = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 64 --tensor-model-parallel-size 2 --bf16 --fp8-format hybrid --fp8-param-gather --use-distributed-optimizer";
+    let quoted = "'--num-layers' 32 --hidden-size \"4096\" --num-attention-heads 32 --seq-length 4096 --global-batch-size 64 \"--tensor-model-parallel-size=2\" --bf16 \"--fp8-format hybrid\" \"--fp8-param-gather\" --use-distributed-optimizer";
+    let read = |line: &str| {
+        run_json(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            line,
+            "--format",
+            "json",
+        ])
+    };
+    let (a, b) = (read(plain), read(quoted));
+    for key in ["tp", "dp", "zero", "precision"] {
+        assert!(!b["plans"][0][key].is_null(), "{key}");
+        assert_eq!(a["plans"][0][key], b["plans"][0][key], "{key}");
+    }
+    assert_eq!(b["plans"][0]["tp"], 2);
+    assert_eq!(
+        a["plans"][0]["time"]["step_s"],
+        b["plans"][0]["time"]["step_s"]
+    );
+    assert_eq!(a["training"], b["training"]);
+    assert_eq!(b["plans"][0]["precision"], "fp8");
+}

@@ -250,11 +250,12 @@ fn launch_lines_with_a_capacity_factor_are_read_as_the_cli_reads_it() {
             &["--moe-expert-capacity-factor 0.5", "between 1 and 64"][..],
         ),
         (
-            "--moe-expert-capacity-factor -1",
-            &["--moe-expert-capacity-factor -1", "dropless"][..],
-        ),
-        (
             "--moe-expert-capacity-factor 1.25 --moe-router-load-balancing-type sinkhorn",
+            &["sinkhorn", "aux_loss"][..],
+        ),
+        // Current Megatron-LM takes one type per layer group (nargs='+') and checks each.
+        (
+            "--moe-expert-capacity-factor 1.25 --moe-router-load-balancing-type seq_aux_loss sinkhorn",
             &["sinkhorn", "aux_loss"][..],
         ),
         (
@@ -269,6 +270,12 @@ fn launch_lines_with_a_capacity_factor_are_read_as_the_cli_reads_it() {
         let r = eval_moe_line(extra, &[]);
         assert_one_line_error(&r, needles, &["dropless routing (every token"], extra);
     }
+    // A negative factor is Megatron-Core's none (transformer_config.py): dropless, as without it.
+    let r = eval_moe_line("--moe-expert-capacity-factor -1", &[]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let back: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(back["training"]["moe_imbalance"], 1.0, "{}", r.stderr);
+    assert!(back["training"]["moe_capacity_factor"].is_null());
     // A different factor beside the line would win silently.
     let r = eval_moe_line(
         "--moe-expert-capacity-factor 1.25",

@@ -181,13 +181,16 @@ pub(super) struct Parsed<'a> {
     switches: HashSet<&'a str>,
     /// `--recompute-modules a b c` (nargs='*').
     pub(super) recompute_modules: Option<Vec<&'a str>>,
+    /// `--moe-router-load-balancing-type a [b ...]` (nargs='+' in current Megatron-LM, one type per
+    /// MoE layer group; it changes no memory or time, but a capacity factor needs each of them).
+    pub(super) load_balancing: Vec<&'a str>,
     launcher: HashMap<&'a str, &'a str>,
     pub(super) ignored: Vec<String>,
 }
 
 /// A line split on whitespace outside single or double quotes, as a shell passes the words: a
-/// quoted value such as `--window-size "(127, 0)"` stays one word (its quotes kept, for the
-/// reader of that value to strip).
+/// quoted value such as `--window-size "(127, 0)"` stays one word (its quotes kept here;
+/// [`launch_words`] removes them).
 fn shell_words(line: &str) -> Vec<&str> {
     let mut words = Vec::new();
     let mut start: Option<usize> = None;
@@ -217,23 +220,60 @@ fn shell_words(line: &str) -> Vec<&str> {
     words
 }
 
+/// A word with its shell quotes removed, as the shell hands it to the program: `'--num-layers'`
+/// is `--num-layers`, `--window-size="(127, 0)"` is `--window-size=(127, 0)`.
+fn unquoted(word: &str) -> String {
+    let mut out = String::with_capacity(word.len());
+    let mut quote: Option<char> = None;
+    for c in word.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => out.push(c),
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None => out.push(c),
+        }
+    }
+    out
+}
+
+/// The words of a launch script as the program receives them: each line split like a shell
+/// ([`shell_words`]), `# ...` comments and `\` continuations dropped, shell quotes removed. A
+/// quoted array item that holds a flag and its value (`"--fp8-format hybrid"`, as Megatron-LM's
+/// example scripts write their argument arrays, expanded unquoted as `${MODEL_ARGS[@]}`) splits
+/// into its words, as the shell's word splitting does.
+pub(super) fn launch_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for line in text.lines() {
+        for word in shell_words(line) {
+            if word.starts_with('#') {
+                break;
+            }
+            if word == "\\" {
+                continue;
+            }
+            let plain = unquoted(word);
+            if plain.len() != word.len()
+                && plain.starts_with("--")
+                && plain.contains(char::is_whitespace)
+            {
+                words.extend(plain.split_whitespace().map(str::to_string));
+            } else {
+                words.push(plain);
+            }
+        }
+    }
+    words
+}
+
 impl<'a> Parsed<'a> {
-    /// Whitespace-separated tokens, `\` line continuations and `# ...` comments dropped,
-    /// `--flag=value` and `--flag value` both read.
-    pub(super) fn tokenize(text: &'a str) -> Result<Parsed<'a>, MegatronArgsError> {
-        let tokens: Vec<&str> = text
-            .lines()
-            .flat_map(|line| {
-                shell_words(line)
-                    .into_iter()
-                    .take_while(|t| !t.starts_with('#'))
-            })
-            .filter(|t| *t != "\\")
-            .collect();
+    /// The words of [`launch_words`], `--flag=value` and `--flag value` both read.
+    pub(super) fn tokenize(words: &'a [String]) -> Result<Parsed<'a>, MegatronArgsError> {
+        let tokens: Vec<&str> = words.iter().map(String::as_str).collect();
         let mut parsed = Parsed {
             values: HashMap::new(),
             switches: HashSet::new(),
             recompute_modules: None,
+            load_balancing: Vec::new(),
             launcher: HashMap::new(),
             ignored: Vec::new(),
         };
@@ -303,6 +343,13 @@ impl<'a> Parsed<'a> {
                     i += 1;
                 }
                 parsed.recompute_modules = Some(modules);
+            } else if flag == "moe-router-load-balancing-type" {
+                parsed.ignored.push(token.to_string());
+                parsed.load_balancing.extend(inline);
+                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                    parsed.load_balancing.push(v);
+                    i += 1;
+                }
             } else {
                 parsed.ignored.push(token.to_string());
                 // An unknown flag's value (if any) is not a flag: skip it with the flag, unless it
@@ -332,24 +379,6 @@ impl<'a> Parsed<'a> {
 
     pub(super) fn value(&self, flag: &str) -> Option<&'a str> {
         self.values.get(flag).copied()
-    }
-
-    /// The value of a flag the reader skips (`--flag value` or `--flag=value` among `ignored`),
-    /// for the few checks Megatron-LM makes against such a flag.
-    pub(super) fn ignored_value(&self, flag: &str) -> Option<&str> {
-        let spelled = format!("--{flag}");
-        self.ignored.iter().enumerate().find_map(|(i, token)| {
-            if token == &spelled {
-                self.ignored
-                    .get(i + 1)
-                    .filter(|v| !v.starts_with("--"))
-                    .map(String::as_str)
-            } else {
-                token
-                    .strip_prefix(&spelled)
-                    .and_then(|rest| rest.strip_prefix('='))
-            }
-        })
     }
 
     /// A dropout probability (`--hidden-dropout`, `--attention-dropout`): arguments.py reads it as

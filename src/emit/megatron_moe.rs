@@ -146,8 +146,8 @@ impl Parsed<'_> {
     /// `--moe-expert-capacity-factor F` with `--moe-token-drop-policy` (arguments.py choices probs,
     /// position; which tokens are dropped, not how many). The factor is checked as tpsim's own
     /// `--moe-capacity-factor` is; Megatron-Core's rules for it are followed
-    /// (transformer_config.py: a negative factor means none, and the load balancing must be
-    /// aux_loss, seq_aux_loss, global_aux_loss or none).
+    /// (transformer_config.py: a negative factor means none, i.e. dropless, and every load
+    /// balancing type given must be aux_loss, seq_aux_loss, global_aux_loss or none).
     fn capacity_factor(&self) -> Result<Option<f64>, MegatronArgsError> {
         const FLAG: &str = "moe-expert-capacity-factor";
         if let Some(policy) = self.value("moe-token-drop-policy")
@@ -173,10 +173,9 @@ impl Parsed<'_> {
             }
         };
         if factor < 0.0 {
-            return Err(MegatronArgsError::Refused {
-                given: format!("--{FLAG} {text}"),
-                why: "Megatron-Core reads a negative capacity factor as none (transformer_config.py), i.e. dropless routing; drop the flag for that, or give a factor such as 1.25".into(),
-            });
+            // transformer_config.py: "if self.moe_expert_capacity_factor < 0:
+            // self.moe_expert_capacity_factor = None", i.e. dropless routing, as without the flag.
+            return Ok(None);
         }
         if let Err(rule) = crate::training::check_moe_capacity_factor(factor) {
             return Err(MegatronArgsError::BadValue {
@@ -186,9 +185,10 @@ impl Parsed<'_> {
                 ),
             });
         }
-        let balancing = self.ignored_value("moe-router-load-balancing-type");
-        if let Some(balancing) = balancing
-            && !["aux_loss", "seq_aux_loss", "global_aux_loss", "none"].contains(&balancing)
+        if let Some(balancing) = self
+            .load_balancing
+            .iter()
+            .find(|b| !["aux_loss", "seq_aux_loss", "global_aux_loss", "none"].contains(b))
         {
             return Err(MegatronArgsError::Refused {
                 given: format!("--{FLAG} {text} with --moe-router-load-balancing-type {balancing}"),
