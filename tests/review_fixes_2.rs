@@ -624,3 +624,29 @@ fn windows_that_equal_full_attention_get_a_note() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stderr.contains("full attention"), "{}", r.stderr);
 }
+
+/// A known flag written with one dash after an unknown flag is not that flag's value, and three
+/// dashes are not two: both are refused naming the word (Megatron-LM's argparse refuses them).
+#[test]
+fn misspelt_dashes_anywhere_in_a_line_are_refused() {
+    let line = "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --global-batch-size 64 --tensor-model-parallel-size 2 --bf16";
+    for (extra, needle) in [
+        (
+            "--no-load-rng -sequence-parallel",
+            "\"-sequence-parallel\" has one dash",
+        ),
+        (
+            "---hidden-dropout 0",
+            "\"---hidden-dropout\" has three dashes",
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{line} {extra}"),
+        ]);
+        assert_one_line_error(&r, &[needle], &[], extra);
+    }
+}

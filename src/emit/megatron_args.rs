@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::megatron_words::{example_value, is_lookalike_dash, mistyped_flag, not_a_count};
+use super::megatron_words::{example_value, mistyped_flag, not_a_count};
 
 use crate::plan::Recompute;
 use crate::training::{AttentionKernel, GradDtype};
@@ -305,6 +305,15 @@ impl<'a> Parsed<'a> {
                 parsed.ignored.push(token.to_string());
                 continue;
             };
+            if let Some(name) = flag.strip_prefix('-') {
+                return Err(MegatronArgsError::Stray {
+                    token: token.to_string(),
+                    why: format!(
+                        "has three dashes: Megatron-LM's argparse refuses it and tpsim would skip it; write --{}",
+                        name.trim_start_matches('-')
+                    ),
+                });
+            }
             let (flag, inline) = match flag.split_once('=') {
                 Some((f, v)) => (f, Some(v)),
                 None => (flag, None),
@@ -357,9 +366,9 @@ impl<'a> Parsed<'a> {
                 if let (None, Some(v)) = (inline, tokens.get(i))
                     && !v.starts_with("--")
                 {
-                    if v.starts_with(is_lookalike_dash)
-                        && let Some(why) = mistyped_flag(v)
-                    {
+                    // A known flag with one dash or a look-alike one is no value: Megatron-LM's
+                    // argparse refuses it, and skipping it with the unknown flag would lose it.
+                    if let Some(why) = mistyped_flag(v) {
                         return Err(MegatronArgsError::Stray {
                             token: v.to_string(),
                             why,
