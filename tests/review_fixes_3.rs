@@ -167,3 +167,40 @@ fn a_point_without_a_valid_plan_is_a_row_that_says_why() {
         "every point invalid",
     );
 }
+
+// ---- 2. a saved plan and the report beside it ---------------------------------------------
+
+#[test]
+fn a_saved_plan_the_report_would_overwrite_is_refused() {
+    let dir = scratch("save-report");
+    std::fs::create_dir(dir.join("rep3")).unwrap();
+    let plan = |save: &str, report: &str| {
+        run_in(
+            &dir,
+            &[
+                "plan", "--params", "7B", "--nodes", "1", "--save", save, "--report", report,
+            ],
+        )
+    };
+    for (save, report) in [
+        ("rep3/report.json", "rep3"),
+        ("./rep3/../rep3/index.html", "rep3/"),
+    ] {
+        let r = plan(save, report);
+        assert_one_line_error(
+            &r,
+            &[&format!("--save {save}"), "--report", "another file name"],
+            &[],
+            save,
+        );
+    }
+    // Refused before any work: nothing was written.
+    assert_eq!(std::fs::read_dir(dir.join("rep3")).unwrap().count(), 0);
+    // A name the report does not write is fine, beside the report's files.
+    let r = plan("rep3/plan.yaml", "rep3");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let saved = std::fs::read_to_string(dir.join("rep3/plan.yaml")).unwrap();
+    assert!(saved.contains("tp:"), "{saved}");
+    assert!(dir.join("rep3/report.json").is_file());
+    let _ = std::fs::remove_dir_all(dir);
+}
