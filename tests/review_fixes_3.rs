@@ -204,3 +204,93 @@ fn a_saved_plan_the_report_would_overwrite_is_refused() {
     assert!(dir.join("rep3/report.json").is_file());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// ---- 3. Hugging Face nulls and class defaults, as transformers reads them -------------------
+
+const SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096"#;
+
+/// Evaluates `config` (JSON text) on one node; returns the run.
+fn eval_hf(dir: &Path, config: &str) -> Run {
+    std::fs::write(dir.join("c.json"), config).unwrap();
+    run_in(
+        dir,
+        &[
+            "eval",
+            "--hf-config",
+            "c.json",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--format",
+            "json",
+        ],
+    )
+}
+
+fn hf_model(r: &Run) -> Value {
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
+}
+
+#[test]
+fn gpt_oss_null_head_dim_is_hidden_over_heads() {
+    let dir = scratch("oss-head-dim");
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("models/hf/gpt-oss-20b.json")).unwrap(),
+    )
+    .unwrap();
+    // GptOssConfig: head_dim None -> hidden_size // num_attention_heads (2880 // 64 = 45).
+    config["head_dim"] = Value::Null;
+    let model = hf_model(&eval_hf(&dir, &config.to_string()));
+    assert_eq!(model["head_dim"], 2880 / 64);
+    // Absent: the class default, 64.
+    config.as_object_mut().unwrap().remove("head_dim");
+    assert_eq!(
+        hf_model(&eval_hf(&dir, &config.to_string()))["head_dim"],
+        64
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn qwen_moe_null_key_value_heads_is_refused() {
+    let dir = scratch("qwen-moe-kv");
+    // Qwen2MoeConfig / Qwen3MoeConfig have no None -> num_attention_heads rule.
+    for (model_type, default) in [("qwen2_moe", "16"), ("qwen3_moe", "4")] {
+        let r = eval_hf(
+            &dir,
+            &format!(r#"{{"model_type": "{model_type}", {SHAPE}, "num_key_value_heads": null}}"#),
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                "\"num_key_value_heads\"",
+                "null",
+                default,
+                "write the number",
+            ],
+            &[],
+            model_type,
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn qwen3_defaults_are_qwen3configs() {
+    let dir = scratch("qwen3-defaults");
+    // Qwen3Config(num_key_value_heads=32, head_dim=128, tie_word_embeddings=False).
+    let model = hf_model(&eval_hf(
+        &dir,
+        &format!(r#"{{"model_type": "qwen3", {SHAPE}}}"#),
+    ));
+    assert_eq!(model["kv_heads"], 32);
+    assert_eq!(model["head_dim"], 128);
+    assert_eq!(model["tied_embeddings"], false);
+    let _ = std::fs::remove_dir_all(dir);
+}
