@@ -294,3 +294,56 @@ fn qwen3_defaults_are_qwen3configs() {
     assert_eq!(model["tied_embeddings"], false);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// ---- 4. a window that changes nothing does not stop --emit nemo / deepspeed ----------------
+
+#[test]
+fn a_window_without_effect_does_not_refuse_the_emit() {
+    let plan = |emit: &str, seq_len: &str| {
+        // As --emit deepspeed plans without --framework (given, so that no note precedes the error).
+        let framework = if emit == "deepspeed" {
+            "deepspeed"
+        } else {
+            "megatron-core"
+        };
+        run(&[
+            "plan",
+            "--framework",
+            framework,
+            "--model",
+            "llama3-8b",
+            "--attention-window",
+            "4096",
+            "--seq-len",
+            seq_len,
+            "--nodes",
+            "8",
+            "--global-batch",
+            "256",
+            "--emit",
+            emit,
+        ])
+    };
+    for emit in ["nemo", "deepspeed"] {
+        // 4096 tokens at sequence length 4096: full attention, noted and emitted.
+        let r = plan(emit, "4096");
+        assert_eq!(r.code, 0, "{emit}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("the same as full attention"),
+            "{}",
+            r.stderr
+        );
+        assert!(!r.stdout.is_empty());
+        // A window that matters is still refused, naming it.
+        let r = plan(emit, "8192");
+        assert_one_line_error(
+            &r,
+            &[
+                "sliding-window attention (--attention-window 4096)",
+                "--emit megatron",
+            ],
+            &[],
+            emit,
+        );
+    }
+}
