@@ -35,13 +35,6 @@ fn run(args: &[&str]) -> Run {
     run_in(Path::new(ROOT), args)
 }
 
-fn json(args: &[&str]) -> Value {
-    let r = run(args);
-    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
-    serde_json::from_str(&r.stdout)
-        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}\n{}", r.stdout, r.stderr))
-}
-
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tpsim-review3-{}-{name}", std::process::id()));
@@ -346,4 +339,48 @@ fn a_window_without_effect_does_not_refuse_the_emit() {
             emit,
         );
     }
+}
+
+// ---- 5. negative and non-finite numbers reach the range checks ----------------------------
+
+#[test]
+fn a_negative_price_or_nan_tokens_names_the_flag_and_the_rule() {
+    let sweep = |extra: &[&str]| {
+        let mut args = vec![
+            "sweep", "--params", "7B", "--axis", "nodes", "--values", "1,2",
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let r = sweep(&["--tokens", "1T", "--price-per-gpu-hour", "-1"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--price-per-gpu-hour -1",
+            "positive",
+            "--price-per-gpu-hour 2.5",
+        ],
+        &["unexpected argument"],
+        "negative price",
+    );
+    for tokens in ["nan", "inf", "-inf"] {
+        let r = sweep(&["--tokens", tokens]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--tokens \"{tokens}\""),
+                "not a finite number",
+                "512B",
+            ],
+            &["suffix", "unexpected argument"],
+            tokens,
+        );
+    }
+    let r = run(&["plan", "--params", "7B", "--nodes", "1", "--tokens", "-5"]);
+    assert_one_line_error(
+        &r,
+        &["--tokens \"-5\"", "greater than zero"],
+        &["unexpected argument"],
+        "negative tokens",
+    );
 }
