@@ -61,14 +61,14 @@ pub enum OutputError {
         input_flag: String,
     },
     #[error(
-        "{flag} {path}: is {file}, which the report given with {report_flag} {dir} also writes, so one would replace the other; save to another file name (e.g. {example}) or write the report elsewhere"
+        "{flag} {path}: is {file}, which the report given with {report} also writes, so one would replace the other; save to another file name (e.g. {example}) or write the report elsewhere"
     )]
     ReportReplacesOutput {
         flag: String,
         path: String,
         file: String,
-        report_flag: String,
-        dir: String,
+        /// The report's flag and directory, as given (`--report rep`).
+        report: String,
         example: String,
     },
     #[error(
@@ -185,8 +185,7 @@ pub fn refuse_report_output_overlap<S: AsRef<str>>(
                 flag: flag.to_string(),
                 path: quote(path),
                 file: quote(&file.display().to_string()),
-                report_flag: report_flag.to_string(),
-                dir: quote(dir),
+                report: format!("{report_flag} {}", quote(dir)),
                 example: quote(&Path::new(dir).join("plan.yaml").display().to_string()),
             });
         }
