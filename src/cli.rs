@@ -251,7 +251,9 @@ pub struct TrainingArgs {
     #[arg(long, value_enum)]
     pub attention: Option<AttentionArg>,
     /// Tokens to train on (e.g. 300B), to print the time to train.
-    #[arg(long, value_name = "COUNT")]
+    // A negative count reaches the range check in `parse_count`, as --params does, rather than
+    // clap's "unexpected argument".
+    #[arg(long, value_name = "COUNT", allow_hyphen_values = true)]
     pub tokens: Option<String>,
     /// Training framework whose behaviour to model: its communication overlap, gradient dtype and
     /// which ZeRO/FSDP shapes it runs with pipelines. Default: megatron-core.
@@ -669,7 +671,9 @@ pub struct SweepArgs {
     )]
     pub values: Vec<String>,
     /// Price of one GPU-hour, for the cost to train --tokens (e.g. 2.5 for $2.50).
-    #[arg(long, value_name = "PRICE")]
+    // A negative price reaches the range check in `sweep_command`, rather than clap's
+    // "unexpected argument".
+    #[arg(long, value_name = "PRICE", allow_negative_numbers = true)]
     pub price_per_gpu_hour: Option<f64>,
     /// Write an SVG line chart (throughput, MFU, memory headroom, time and cost to train).
     #[arg(long, value_name = "FILE.svg")]

@@ -184,23 +184,41 @@ pub fn parse(
 
 /// Per-`model_type` defaults of the `*Config` classes in transformers, for keys a config.json may
 /// leave out: (num_key_value_heads, head_dim, tie_word_embeddings). `None` for the KV heads means
-/// "= num_attention_heads"; `None` for head_dim means hidden_size / num_attention_heads.
+/// "= num_attention_heads"; `None` for head_dim means hidden_size / num_attention_heads. Each as
+/// the class's fields read in transformers' `models/<type>/configuration_<type>.py`.
 fn class_defaults(model_type: &str) -> (Option<u32>, Option<u32>, bool) {
     match model_type {
-        // MistralConfig(num_key_value_heads=8), MixtralConfig(num_key_value_heads=8).
+        // configuration_mistral.py MistralConfig(num_key_value_heads=8, head_dim=None,
+        // tie_word_embeddings=False); configuration_mixtral.py MixtralConfig the same.
         "mistral" | "mixtral" => (Some(8), None, false),
-        // Qwen2Config(num_key_value_heads=32, tie_word_embeddings=False).
+        // configuration_qwen2.py Qwen2Config(num_key_value_heads=32, tie_word_embeddings=False;
+        // no head_dim field).
         "qwen2" => (Some(32), None, false),
-        // Qwen3Config(num_key_value_heads=8, head_dim=128, tie_word_embeddings=True).
-        "qwen3" => (Some(8), Some(128), true),
-        // Qwen2MoeConfig(num_key_value_heads=16), Qwen3MoeConfig(num_key_value_heads=4).
+        // configuration_qwen3.py Qwen3Config(num_key_value_heads=32, head_dim=128,
+        // tie_word_embeddings=False) (was read as 8 KV heads and tied embeddings).
+        "qwen3" => (Some(32), Some(128), false),
+        // configuration_qwen2_moe.py Qwen2MoeConfig(num_key_value_heads=16,
+        // tie_word_embeddings=False); configuration_qwen3_moe.py Qwen3MoeConfig(
+        // num_key_value_heads=4, tie_word_embeddings=False); neither has a head_dim field.
         "qwen2_moe" => (Some(16), None, false),
         "qwen3_moe" => (Some(4), None, false),
-        // GemmaConfig(num_key_value_heads=16, head_dim=256, tie_word_embeddings=True).
+        // configuration_gemma.py GemmaConfig(num_key_value_heads=16, head_dim=256,
+        // tie_word_embeddings=True).
         "gemma" => (Some(16), Some(256), true),
-        // LlamaConfig(num_key_value_heads=None -> num_attention_heads, tie_word_embeddings=False).
+        // configuration_llama.py LlamaConfig(num_key_value_heads=None -> num_attention_heads,
+        // head_dim=None -> hidden_size // num_attention_heads, tie_word_embeddings=False).
         _ => (None, None, false),
     }
+}
+
+/// Whether the `*Config` class reads `"num_key_value_heads": null` as the attention heads (`if
+/// self.num_key_value_heads is None: self.num_key_value_heads = self.num_attention_heads` in
+/// LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, GptOssConfig). GemmaConfig,
+/// Qwen2MoeConfig and Qwen3MoeConfig have no such rule (configuration_gemma.py,
+/// configuration_qwen2_moe.py, configuration_qwen3_moe.py): None stays None there, and the model
+/// cannot be built.
+fn null_kv_heads_mean_heads(model_type: &str) -> bool {
+    !matches!(model_type, "gemma" | "qwen2_moe" | "qwen3_moe")
 }
 
 pub fn parse_with_note(
@@ -441,10 +459,8 @@ impl Reader<'_> {
     }
 
     /// The key-value heads as the `*Config` classes set them: the class default when the key is
-    /// absent, and for `null` the attention heads (LlamaConfig, MistralConfig, MixtralConfig,
-    /// Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig, GptOssConfig: `if
-    /// num_key_value_heads is None: num_key_value_heads = num_attention_heads`), except where the
-    /// class has no such rule (GemmaConfig), where it is refused.
+    /// absent, and for `null` the attention heads where the class has that rule
+    /// ([`null_kv_heads_mean_heads`]); elsewhere `null` is refused.
     fn kv_heads(
         &self,
         class_default: Option<u32>,
@@ -461,12 +477,14 @@ impl Reader<'_> {
     }
 
     /// The head width: the class default when the key is absent, hidden / heads for `null` where
-    /// the class computes it so (`head_dim if head_dim is not None else hidden_size //
-    /// num_attention_heads`: Llama, Mistral, Mixtral, GPT-OSS; those whose default is None), and
-    /// refused where the class default is a number it does not replace (Qwen3 128, Gemma 256).
+    /// the class computes it so (`null_computes`: `head_dim if head_dim is not None else
+    /// hidden_size // num_attention_heads` in LlamaConfig, MistralConfig, MixtralConfig, whose
+    /// default is None, and GptOssConfig, whose default is 64), and refused where the class keeps
+    /// a None it has no rule for (Qwen3Config 128, GemmaConfig 256).
     fn head_dim(
         &self,
         class_default: Option<u32>,
+        null_computes: bool,
         hidden: u32,
         heads: u32,
     ) -> Result<u32, HfConfigError> {
@@ -475,6 +493,7 @@ impl Reader<'_> {
         match (self.obj.get(KEY), class_default) {
             (None, default) => Ok(default.unwrap_or(computed)),
             (Some(Value::Null), None) => Ok(computed),
+            (Some(Value::Null), Some(_)) if null_computes => Ok(computed),
             (Some(Value::Null), Some(default)) => Err(self.null_refused(KEY, default)),
             (Some(_), _) => Ok(self.optional(KEY)?.unwrap_or(computed)),
         }
@@ -774,8 +793,9 @@ impl Reader<'_> {
             layers,
             hidden,
             heads,
-            kv_heads: self.kv_heads(kv_default, heads, model_type != "gemma")?,
-            head_dim: self.head_dim(head_dim_default, hidden, heads)?,
+            kv_heads: self.kv_heads(kv_default, heads, null_kv_heads_mean_heads(model_type))?,
+            // No llama-like class with a numeric head_dim default computes it for None.
+            head_dim: self.head_dim(head_dim_default, false, hidden, heads)?,
             ffn_hidden,
             vocab: self.required("vocab_size", "128256")?,
             seq_len,
@@ -881,8 +901,10 @@ impl Reader<'_> {
             layers: self.required("num_hidden_layers", "36")?,
             hidden,
             heads,
-            kv_heads: self.kv_heads(Some(8), heads, true)?,
-            head_dim: self.head_dim(Some(64), hidden, heads)?,
+            kv_heads: self.kv_heads(Some(8), heads, null_kv_heads_mean_heads("gpt_oss"))?,
+            // configuration_gpt_oss.py: `self.head_dim = self.head_dim if self.head_dim is not None
+            // else self.hidden_size // self.num_attention_heads` (default 64).
+            head_dim: self.head_dim(Some(64), true, hidden, heads)?,
             ffn_hidden: ffn,
             vocab: self.required("vocab_size", "201088")?,
             seq_len,

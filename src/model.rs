@@ -73,11 +73,20 @@ pub struct AttentionWindow {
 }
 
 impl AttentionWindow {
-    /// Why this window changes nothing for `seq_len`-token sequences, when it does not: a window
-    /// of the whole sequence or more sees every key before each query (full causal attention),
-    /// and `full_every` 1 keeps full attention on every layer. Valid input, so a note, not an
-    /// error.
+    /// Whether this window changes attention for `seq_len`-token sequences: it does not when it
+    /// spans the whole sequence or more (every query sees every key before it: full causal
+    /// attention) or when `full_every` 1 keeps full attention on every layer. The one rule behind
+    /// [`Self::no_effect`]'s note and [`Model::effective_attention_window`].
+    pub fn has_effect(self, seq_len: u32) -> bool {
+        self.full_every != 1 && self.tokens < seq_len
+    }
+
+    /// Why this window changes nothing for `seq_len`-token sequences, when it does not
+    /// ([`Self::has_effect`]). Valid input, so a note, not an error.
     pub fn no_effect(self, seq_len: u32) -> Option<String> {
+        if self.has_effect(seq_len) {
+            return None;
+        }
         if self.full_every == 1 {
             return Some(format!(
                 "--window-attn-skip-freq 1 keeps full attention on every layer, so no layer is windowed (the {}-token window has no effect); use N > 1 to window all but every N-th layer, or 0 to window every layer",
@@ -305,6 +314,14 @@ const MAX_EXPERTS: u32 = 1 << 14;
 const MAX_MTP_LAYERS: u32 = 16;
 
 impl Model {
+    /// The sliding window when it changes attention at the model's sequence length
+    /// ([`AttentionWindow::has_effect`]); `None` without a window or with one that is full
+    /// attention in effect, which a configuration without the window runs the same.
+    pub fn effective_attention_window(&self) -> Option<AttentionWindow> {
+        self.attention_window
+            .filter(|window| window.has_effect(self.seq_len))
+    }
+
     /// Resolves a spec file's defaults and checks the shape.
     pub fn from_file(file: &ModelFile) -> Result<Model, ModelError> {
         let model = Model {

@@ -61,6 +61,17 @@ pub enum OutputError {
         input_flag: String,
     },
     #[error(
+        "{flag} {path}: is {file}, which the report given with {report} also writes, so one would replace the other; save to another file name (e.g. {example}) or write the report elsewhere"
+    )]
+    ReportReplacesOutput {
+        flag: String,
+        path: String,
+        file: String,
+        /// The report's flag and directory, as given (`--report rep`).
+        report: String,
+        example: String,
+    },
+    #[error(
         "{flag} {path}: cannot create the report directory: {folder} is a file, not a folder; choose another path"
     )]
     CannotCreate {
@@ -146,6 +157,36 @@ pub fn refuse_report_overlap<S: AsRef<str>>(
                 dir: quote(dir),
                 file: quote(&file.display().to_string()),
                 input_flag: input_flag.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an output file `path` (given with `flag`) that is one of the files `names` a report
+/// written into `dir` (given with `report_flag`) writes (`plan --save rep/report.json --report
+/// rep`): the second write would replace the first. Compared as [`refuse_input_overlap`] compares,
+/// canonical folder and name, since neither file need exist yet; a report directory that does not
+/// exist yet holds no existing folder `path` can be in.
+pub fn refuse_report_output_overlap<S: AsRef<str>>(
+    flag: &str,
+    path: &str,
+    report_flag: &str,
+    dir: &str,
+    names: &[S],
+) -> Result<(), OutputError> {
+    let Some(output) = identity(Path::new(path)) else {
+        return Ok(());
+    };
+    for name in names {
+        let file = Path::new(dir).join(name.as_ref());
+        if identity(&file).is_some_and(|report_file| report_file == output) {
+            return Err(OutputError::ReportReplacesOutput {
+                flag: flag.to_string(),
+                path: quote(path),
+                file: quote(&file.display().to_string()),
+                report: format!("{report_flag} {}", quote(dir)),
+                example: quote(&Path::new(dir).join("plan.yaml").display().to_string()),
             });
         }
     }

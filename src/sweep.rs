@@ -92,6 +92,9 @@ pub struct Row {
     pub memory_headroom_gib: Option<f64>,
     pub time_to_train_days: Option<f64>,
     pub cost_to_train: Option<f64>,
+    /// Why no split of this point is valid at all (`plan`'s "no valid plan exists" reason), when
+    /// none is; the plan fields are then empty. A point whose valid plans miss memory has none.
+    pub no_valid_plan: Option<String>,
     /// The best plan as the table's cell reads it (the fields above, with the recompute label).
     #[serde(skip)]
     pub label: Option<PlanLabel>,
@@ -179,6 +182,8 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
             (Some(s), Some(p)) => Some(s / 3600.0 * f64::from(gpus) * p),
             _ => None,
         },
+        // Filled in by the caller, which knows how `plan` words the reason.
+        no_valid_plan: None,
     }
 }
 
@@ -190,21 +195,26 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
 }
 
-/// CSV with a header line; empty cells where nothing fits. Values are numbers or bundled names,
+/// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
+fn csv_cell(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+/// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
+/// no plan is valid. Values are numbers or bundled names,
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,tokens_per_s,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train\n",
+        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,tokens_per_s,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
-        let value = if r.value.contains([',', '"', '\n']) {
-            format!("\"{}\"", r.value.replace('"', "\"\""))
-        } else {
-            r.value.clone()
-        };
         let cells = [
             sweep.axis.name().to_string(),
-            value,
+            csv_cell(&r.value),
             r.gpus.to_string(),
             format!("{:.0}", r.params),
             r.candidates.to_string(),
@@ -230,6 +240,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.memory_headroom_gib, 2),
             fixed(r.time_to_train_days, 3),
             fixed(r.cost_to_train, 0),
+            csv_cell(r.no_valid_plan.as_deref().unwrap_or_default()),
         ];
         out.push_str(&cells.join(","));
         out.push('\n');
@@ -357,9 +368,10 @@ pub fn table(sweep: &Sweep) -> String {
         sweep.experts,
     );
     for r in &sweep.rows {
-        let plan = match &r.label {
-            Some(label) => plan_label(label, dims),
-            None => format!("nothing fits ({} candidates)", r.candidates),
+        let plan = match (&r.label, &r.no_valid_plan) {
+            (Some(label), _) => plan_label(label, dims),
+            (None, Some(_)) => "no valid plan (see below)".to_string(),
+            (None, None) => format!("nothing fits ({} candidates)", r.candidates),
         };
         let mut row = vec![
             r.value.clone(),
@@ -401,14 +413,24 @@ pub fn table(sweep: &Sweep) -> String {
         .collect();
     low.sort_unstable();
     low.dedup();
-    if low.is_empty() {
-        format!("{table}\n")
-    } else {
-        format!(
-            "{table}\nMFU % is model FLOPs over each GPU's bf16 peak, so {} plans can pass 100%\n",
+    let mut out = format!("{table}\n");
+    if !low.is_empty() {
+        out += &format!(
+            "MFU % is model FLOPs over each GPU's bf16 peak, so {} plans can pass 100%\n",
             low.join(" and ")
-        )
+        );
     }
+    // The reasons are too long for a cell: one line under the table per point without a plan.
+    for r in &sweep.rows {
+        if let Some(why) = &r.no_valid_plan {
+            out += &format!(
+                "--axis {} at {}: no valid plan exists: {why}\n",
+                sweep.axis.name(),
+                r.value
+            );
+        }
+    }
+    out
 }
 
 /// 1234567.8 → "1,234,568".

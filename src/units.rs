@@ -125,6 +125,12 @@ pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountErro
             "is empty; give a count such as 512B, 1.5T, 70000M or 175e9",
         ));
     }
+    // Rust's float parser reads nan, inf and infinity, whose last letter is no suffix.
+    if trimmed.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
+        return Err(fail(
+            "is not a finite number; give a count such as 512B, 1.5T, 70000M or 175e9",
+        ));
+    }
     let (number, multiplier) = match trimmed.chars().last() {
         Some(c) if c.is_ascii_alphabetic() && !trimmed.ends_with(['e', 'E']) => {
             let multiplier = match c.to_ascii_uppercase() {

@@ -299,7 +299,7 @@ fn tp_comm_overlap_without_sequence_parallelism_is_refused_and_never_claimed() {
     assert!(header.contains("overlaps TP comm"), "{header}");
 }
 
-// ---- 6. a sweep point with no valid plan ---------------------------------------------------
+// ---- 6. a sweep point with no valid plan (a row since review 3) --------------------------
 
 #[test]
 fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
@@ -323,15 +323,19 @@ fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
         "nodes",
         "--values",
         "1,100000",
+        "--format",
+        "json",
     ]);
-    assert_one_line_error(
-        &sweep,
-        &["--axis nodes at 100000", "--global-batch"],
-        "sweep",
-    );
-    let reason = plan.stderr.trim().trim_start_matches("error: ");
-    assert!(sweep.stderr.contains(reason), "{}", sweep.stderr);
-    assert!(sweep.stdout.is_empty(), "{}", sweep.stdout);
+    // The point is a row carrying plan's reason (review 3: it no longer aborts the sweep).
+    assert_eq!(sweep.code, 0, "{}", sweep.stderr);
+    let rows: Value = serde_json::from_str(&sweep.stdout).unwrap();
+    let reason = plan
+        .stderr
+        .trim()
+        .trim_start_matches("error: no valid plan exists: ");
+    assert_eq!(rows["rows"][1]["no_valid_plan"], reason);
+    assert!(rows["rows"][1]["tp"].is_null());
+    assert!(rows["rows"][0]["tp"].is_u64());
 }
 
 // ---- 7. the framework's spelling in plan files ---------------------------------------------

@@ -76,6 +76,15 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             path,
             &input_paths(&args.model, &args.cluster),
         )?;
+        if let Some(dir) = &args.report {
+            output_file::refuse_report_output_overlap(
+                "--save",
+                path,
+                "--report",
+                dir,
+                &report::FILE_NAMES,
+            )?;
+        }
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     super::scenario::note_window_without_effect(&scenario.model);

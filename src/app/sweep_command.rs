@@ -195,7 +195,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     }
     let started = std::time::Instant::now();
     let tick = || bar.inc(1);
-    let result = match args.threads {
+    let mut result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
         Some(n) if n > MAX_THREADS => bail!(
             "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
@@ -208,18 +208,27 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
     };
     bar.finish_and_clear();
-    // A point where no split is valid at all is bad input there, as `plan` says it (exit 2); one
-    // whose valid plans only miss memory is a row where nothing fits (exit 1).
-    if let Some((point, _)) = points
-        .iter()
-        .zip(&result.rows)
-        .find(|(_, row)| row.candidates == 0)
+    // A point where no split is valid at all is a row saying why, as `plan` says it; only a sweep
+    // where no point has a valid split is bad input (exit 2). A point whose valid plans only miss
+    // memory is a row where nothing fits (exit 1 when every point is so).
+    for (point, row) in points.iter().zip(&mut result.rows) {
+        if row.candidates == 0 {
+            row.no_valid_plan = Some(why_no_valid_plan(
+                &point.model,
+                &point.cluster,
+                &point.training,
+                options,
+            ));
+        }
+    }
+    if result.rows.iter().all(|r| r.no_valid_plan.is_some())
+        && let Some((point, row)) = points.iter().zip(&result.rows).next()
     {
         bail!(
             "--axis {} at {}: no valid plan exists: {}",
             axis.name(),
             input_file::quote(&point.value),
-            why_no_valid_plan(&point.model, &point.cluster, &point.training, options)
+            row.no_valid_plan.as_deref().unwrap_or_default()
         );
     }
     let elapsed = started.elapsed().as_secs_f64();

@@ -113,7 +113,9 @@ impl Framework {
                 model.mtp_layers
             ));
         }
-        if let Some(window) = model.attention_window {
+        // A window that changes nothing (as wide as the sequence, or no layer windowed) is full
+        // attention, which these configurations write; the plan says so in a note.
+        if let Some(window) = model.effective_attention_window() {
             return Some(format!(
                 "sliding-window attention (--attention-window {}) is not written for {name} yet; use --emit megatron or --emit megatron-bridge",
                 window.tokens
