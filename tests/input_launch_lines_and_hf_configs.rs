@@ -4,78 +4,11 @@
 //! gave the wrong hint, and sliding windows that change nothing shown without a note. Errors are
 //! checked for their exit code and their one line; results for the numbers they carry.
 
+mod common;
+
+use common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_in(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("tpsim runs");
-    Run {
-        code: out.status.code().expect("tpsim exits"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn run(args: &[&str]) -> Run {
-    run_in(Path::new(ROOT), args)
-}
-
-fn json(args: &[&str]) -> Value {
-    let r = run(args);
-    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
-    serde_json::from_str(&r.stdout)
-        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}\n{}", r.stdout, r.stderr))
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tpsim-review2-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles` and
-/// none of `absent`.
-fn assert_one_line_error(r: &Run, needles: &[&str], absent: &[&str], what: &str) {
-    assert_eq!(
-        r.code, 2,
-        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
-        r.code, r.stdout, r.stderr
-    );
-    let lines: Vec<&str> = r.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
-    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
-    for needle in needles {
-        assert!(
-            lines[0].contains(needle),
-            "{what}: no {needle:?} in: {}",
-            lines[0]
-        );
-    }
-    for word in absent {
-        assert!(
-            !lines[0].contains(word),
-            "{what}: {word:?} in: {}",
-            lines[0]
-        );
-    }
-}
+use std::path::Path;
 
 // ---- 1. the MoE capacity factor -------------------------------------------------------------
 
@@ -186,7 +119,7 @@ fn the_capacity_factor_round_trips_through_megatron_arguments() {
 
 #[test]
 fn a_saved_plan_keeps_the_capacity_factor() {
-    let dir = scratch("save");
+    let dir = scratch("review2", "save");
     let mut args = vec!["plan"];
     args.extend(MIXTRAL_PLAN);
     args.extend(["--moe-capacity-factor", "1.5", "--save", "p.yaml"]);
@@ -308,45 +241,15 @@ fn launch_lines_with_a_capacity_factor_are_read_as_the_cli_reads_it() {
 
 // ---- 2. Hugging Face defaults -----------------------------------------------------------------
 
-const SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096"#;
-
-/// Evaluates `config` (JSON text) on one node; returns the run.
-fn eval_hf(dir: &Path, name: &str, config: &str) -> Run {
-    std::fs::write(dir.join(name), config).unwrap();
-    run_in(
-        dir,
-        &[
-            "eval",
-            "--hf-config",
-            name,
-            "--nodes",
-            "1",
-            "--tp",
-            "8",
-            "--pp",
-            "1",
-            "--global-batch",
-            "64",
-            "--format",
-            "json",
-        ],
-    )
-}
-
-fn hf_model(r: &Run) -> Value {
-    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
-    serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
-}
-
 #[test]
 fn null_key_value_heads_mean_the_attention_heads_as_in_transformers() {
-    let dir = scratch("kv");
+    let dir = scratch("review2", "kv");
     for model_type in ["mistral", "llama", "mixtral", "qwen2", "qwen3"] {
         let r = eval_hf(
             &dir,
             "c.json",
             &format!(
-                r#"{{"model_type": "{model_type}", {SHAPE}, "num_key_value_heads": null, "head_dim": 128}}"#
+                r#"{{"model_type": "{model_type}", {HF_SHAPE}, "num_key_value_heads": null, "head_dim": 128}}"#
             ),
         );
         assert_eq!(hf_model(&r)["kv_heads"], 32, "{model_type}: {}", r.stderr);
@@ -355,21 +258,21 @@ fn null_key_value_heads_mean_the_attention_heads_as_in_transformers() {
     let r = eval_hf(
         &dir,
         "c.json",
-        &format!(r#"{{"model_type": "mistral", {SHAPE}}}"#),
+        &format!(r#"{{"model_type": "mistral", {HF_SHAPE}}}"#),
     );
     assert_eq!(hf_model(&r)["kv_heads"], 8);
     // GemmaConfig has no rule for None: refused, not guessed.
     let r = eval_hf(
         &dir,
         "g.json",
-        &format!(r#"{{"model_type": "gemma", {SHAPE}, "num_key_value_heads": null}}"#),
+        &format!(r#"{{"model_type": "gemma", {HF_SHAPE}, "num_key_value_heads": null}}"#),
     );
     assert_one_line_error(&r, &["\"num_key_value_heads\"", "null"], &[], "gemma");
     // Neither has MixtralConfig for its experts.
     let r = eval_hf(
         &dir,
         "x.json",
-        &format!(r#"{{"model_type": "mixtral", {SHAPE}, "num_local_experts": null}}"#),
+        &format!(r#"{{"model_type": "mixtral", {HF_SHAPE}, "num_local_experts": null}}"#),
     );
     assert_one_line_error(&r, &["\"num_local_experts\"", "null", "8"], &[], "mixtral");
     let _ = std::fs::remove_dir_all(dir);
@@ -377,7 +280,7 @@ fn null_key_value_heads_mean_the_attention_heads_as_in_transformers() {
 
 #[test]
 fn absent_sliding_windows_take_the_transformers_class_default() {
-    let dir = scratch("window");
+    let dir = scratch("review2", "window");
     // GptOssConfig sliding_window=128 on every other layer, also without the key.
     let bundled: Value = serde_json::from_str(
         &std::fs::read_to_string(Path::new(ROOT).join("models/hf/gpt-oss-20b.json")).unwrap(),
@@ -408,13 +311,13 @@ fn absent_sliding_windows_take_the_transformers_class_default() {
     let r = eval_hf(
         &dir,
         "m.json",
-        &format!(r#"{{"model_type": "mistral", {SHAPE}}}"#),
+        &format!(r#"{{"model_type": "mistral", {HF_SHAPE}}}"#),
     );
     assert_eq!(hf_model(&r)["attention_window"]["tokens"], 4096);
     let r = eval_hf(
         &dir,
         "m.json",
-        &format!(r#"{{"model_type": "mixtral", {SHAPE}}}"#),
+        &format!(r#"{{"model_type": "mixtral", {HF_SHAPE}}}"#),
     );
     assert!(hf_model(&r)["attention_window"].is_null());
     let _ = std::fs::remove_dir_all(dir);
@@ -422,7 +325,7 @@ fn absent_sliding_windows_take_the_transformers_class_default() {
 
 #[test]
 fn a_huge_hf_width_is_called_too_large() {
-    let dir = scratch("huge");
+    let dir = scratch("review2", "huge");
     let r = eval_hf(
         &dir,
         "c.json",

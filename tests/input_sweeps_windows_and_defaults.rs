@@ -4,71 +4,11 @@
 //! that changes nothing, and negative or NaN numbers misreported by the argument parser. Errors are
 //! checked for their exit code and their one line; results for the numbers they carry.
 
+mod common;
+
+use common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_in(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("tpsim runs");
-    Run {
-        code: out.status.code().expect("tpsim exits"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn run(args: &[&str]) -> Run {
-    run_in(Path::new(ROOT), args)
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tpsim-review3-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles` and
-/// none of `absent`.
-fn assert_one_line_error(r: &Run, needles: &[&str], absent: &[&str], what: &str) {
-    assert_eq!(
-        r.code, 2,
-        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
-        r.code, r.stdout, r.stderr
-    );
-    let lines: Vec<&str> = r.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
-    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
-    for needle in needles {
-        assert!(
-            lines[0].contains(needle),
-            "{what}: no {needle:?} in: {}",
-            lines[0]
-        );
-    }
-    for word in absent {
-        assert!(
-            !lines[0].contains(word),
-            "{what}: {word:?} in: {}",
-            lines[0]
-        );
-    }
-}
+use std::path::Path;
 
 // ---- 1. a sweep point with no valid plan ----------------------------------------------------
 
@@ -130,7 +70,7 @@ fn a_point_without_a_valid_plan_is_a_row_that_says_why() {
         r.stdout
     );
     // The chart skips the point, and is still written.
-    let dir = scratch("chart");
+    let dir = scratch("review3", "chart");
     let mut args = SWEEP_20_NODES.to_vec();
     args.extend(["--chart", "s.svg"]);
     let r = run_in(&dir, &args);
@@ -165,7 +105,7 @@ fn a_point_without_a_valid_plan_is_a_row_that_says_why() {
 
 #[test]
 fn a_saved_plan_the_report_would_overwrite_is_refused() {
-    let dir = scratch("save-report");
+    let dir = scratch("review3", "save-report");
     std::fs::create_dir(dir.join("rep3")).unwrap();
     let plan = |save: &str, report: &str| {
         run_in(
@@ -200,51 +140,21 @@ fn a_saved_plan_the_report_would_overwrite_is_refused() {
 
 // ---- 3. Hugging Face nulls and class defaults, as transformers reads them -------------------
 
-const SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096"#;
-
-/// Evaluates `config` (JSON text) on one node; returns the run.
-fn eval_hf(dir: &Path, config: &str) -> Run {
-    std::fs::write(dir.join("c.json"), config).unwrap();
-    run_in(
-        dir,
-        &[
-            "eval",
-            "--hf-config",
-            "c.json",
-            "--nodes",
-            "1",
-            "--tp",
-            "8",
-            "--pp",
-            "1",
-            "--global-batch",
-            "64",
-            "--format",
-            "json",
-        ],
-    )
-}
-
-fn hf_model(r: &Run) -> Value {
-    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
-    serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
-}
-
 #[test]
 fn gpt_oss_null_head_dim_is_hidden_over_heads() {
-    let dir = scratch("oss-head-dim");
+    let dir = scratch("review3", "oss-head-dim");
     let mut config: Value = serde_json::from_str(
         &std::fs::read_to_string(Path::new(ROOT).join("models/hf/gpt-oss-20b.json")).unwrap(),
     )
     .unwrap();
     // GptOssConfig: head_dim None -> hidden_size // num_attention_heads (2880 // 64 = 45).
     config["head_dim"] = Value::Null;
-    let model = hf_model(&eval_hf(&dir, &config.to_string()));
+    let model = hf_model(&eval_hf(&dir, "c.json", &config.to_string()));
     assert_eq!(model["head_dim"], 2880 / 64);
     // Absent: the class default, 64.
     config.as_object_mut().unwrap().remove("head_dim");
     assert_eq!(
-        hf_model(&eval_hf(&dir, &config.to_string()))["head_dim"],
+        hf_model(&eval_hf(&dir, "c.json", &config.to_string()))["head_dim"],
         64
     );
     let _ = std::fs::remove_dir_all(dir);
@@ -252,12 +162,15 @@ fn gpt_oss_null_head_dim_is_hidden_over_heads() {
 
 #[test]
 fn qwen_moe_null_key_value_heads_is_refused() {
-    let dir = scratch("qwen-moe-kv");
+    let dir = scratch("review3", "qwen-moe-kv");
     // Qwen2MoeConfig / Qwen3MoeConfig have no None -> num_attention_heads rule.
     for (model_type, default) in [("qwen2_moe", "16"), ("qwen3_moe", "4")] {
         let r = eval_hf(
             &dir,
-            &format!(r#"{{"model_type": "{model_type}", {SHAPE}, "num_key_value_heads": null}}"#),
+            "c.json",
+            &format!(
+                r#"{{"model_type": "{model_type}", {HF_SHAPE}, "num_key_value_heads": null}}"#
+            ),
         );
         assert_one_line_error(
             &r,
@@ -276,11 +189,12 @@ fn qwen_moe_null_key_value_heads_is_refused() {
 
 #[test]
 fn qwen3_defaults_are_qwen3configs() {
-    let dir = scratch("qwen3-defaults");
+    let dir = scratch("review3", "qwen3-defaults");
     // Qwen3Config(num_key_value_heads=32, head_dim=128, tie_word_embeddings=False).
     let model = hf_model(&eval_hf(
         &dir,
-        &format!(r#"{{"model_type": "qwen3", {SHAPE}}}"#),
+        "c.json",
+        &format!(r#"{{"model_type": "qwen3", {HF_SHAPE}}}"#),
     ));
     assert_eq!(model["kv_heads"], 32);
     assert_eq!(model["head_dim"], 128);

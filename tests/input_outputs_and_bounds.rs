@@ -4,44 +4,11 @@
 //! sequence parallelism, a sweep point with no valid plan, and the framework's spelling in plan
 //! files. Each checks the exit code, the one-line message and, for files, that the input is intact.
 
+mod common;
+
+use common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_in(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("tpsim runs");
-    Run {
-        code: out.status.code().expect("tpsim exits"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn run(args: &[&str]) -> Run {
-    run_in(Path::new(ROOT), args)
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tpsim-review-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use std::path::Path;
 
 fn copy_in(dir: &Path, bundled: &str, name: &str) -> String {
     let text = std::fs::read_to_string(Path::new(ROOT).join(bundled)).unwrap();
@@ -49,30 +16,11 @@ fn copy_in(dir: &Path, bundled: &str, name: &str) -> String {
     text
 }
 
-/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles`.
-fn assert_one_line_error(r: &Run, needles: &[&str], what: &str) {
-    assert_eq!(
-        r.code, 2,
-        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
-        r.code, r.stdout, r.stderr
-    );
-    let lines: Vec<&str> = r.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
-    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
-    for needle in needles {
-        assert!(
-            lines[0].contains(needle),
-            "{what}: no {needle:?} in: {}",
-            lines[0]
-        );
-    }
-}
-
 // ---- 1. an output that is an input ---------------------------------------------------------
 
 #[test]
 fn a_sweep_chart_never_replaces_the_model_or_hf_config_it_reads() {
-    let dir = scratch("chart");
+    let dir = scratch("review1", "chart");
     let model = copy_in(&dir, "models/llama3-8b.yaml", "mm.yaml");
     let sweep = [
         "sweep",
@@ -86,14 +34,19 @@ fn a_sweep_chart_never_replaces_the_model_or_hf_config_it_reads() {
     let mut args = sweep.to_vec();
     args.extend(["--model", "mm.yaml", "--chart", "./mm.yaml"]);
     let r = run_in(&dir, &args);
-    assert_one_line_error(&r, &["--chart", "--model", "another path"], "chart = model");
+    assert_one_line_error(
+        &r,
+        &["--chart", "--model", "another path"],
+        &[],
+        "chart = model",
+    );
     assert_eq!(std::fs::read_to_string(dir.join("mm.yaml")).unwrap(), model);
 
     let hf = copy_in(&dir, "tests/data/bert-base-uncased.config.json", "c.json");
     let mut args = sweep.to_vec();
     args.extend(["--hf-config", "c.json", "--chart", "c.json"]);
     let r = run_in(&dir, &args);
-    assert_one_line_error(&r, &["--chart", "--hf-config"], "chart = hf config");
+    assert_one_line_error(&r, &["--chart", "--hf-config"], &[], "chart = hf config");
     assert_eq!(std::fs::read_to_string(dir.join("c.json")).unwrap(), hf);
 
     // On the GPU axis the values are GPU files too.
@@ -114,7 +67,7 @@ fn a_sweep_chart_never_replaces_the_model_or_hf_config_it_reads() {
             "g.yaml",
         ],
     );
-    assert_one_line_error(&r, &["--chart", "--values"], "chart = gpu value");
+    assert_one_line_error(&r, &["--chart", "--values"], &[], "chart = gpu value");
     assert_eq!(std::fs::read_to_string(dir.join("g.yaml")).unwrap(), gpu);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -123,7 +76,7 @@ fn a_sweep_chart_never_replaces_the_model_or_hf_config_it_reads() {
 
 #[test]
 fn a_report_never_replaces_an_input_inside_its_directory() {
-    let dir = scratch("report");
+    let dir = scratch("review1", "report");
     std::fs::create_dir(dir.join("rep")).unwrap();
     for name in ["index.html", "report.json"] {
         let plan = copy_in(&dir, "plans/seed-512b-32nodes.yaml", &format!("rep/{name}"));
@@ -132,6 +85,7 @@ fn a_report_never_replaces_an_input_inside_its_directory() {
         assert_one_line_error(
             &r,
             &["--report rep", &input, "--plan", "another directory"],
+            &[],
             name,
         );
         assert_eq!(std::fs::read_to_string(dir.join(&input)).unwrap(), plan);
@@ -140,7 +94,7 @@ fn a_report_never_replaces_an_input_inside_its_directory() {
     // `tpsim report FILE --out DIR` is the same command.
     let plan = copy_in(&dir, "plans/seed-512b-32nodes.yaml", "rep/report.json");
     let r = run_in(&dir, &["report", "rep/report.json", "--out", "rep"]);
-    assert_one_line_error(&r, &["--out rep", "rep/report.json"], "report --out");
+    assert_one_line_error(&r, &["--out rep", "rep/report.json"], &[], "report --out");
     assert_eq!(
         std::fs::read_to_string(dir.join("rep/report.json")).unwrap(),
         plan
@@ -166,7 +120,7 @@ fn a_report_never_replaces_an_input_inside_its_directory() {
             "rep",
         ],
     );
-    assert_one_line_error(&r, &["rep/memory.svg", "--hf-config"], "plan --report");
+    assert_one_line_error(&r, &["rep/memory.svg", "--hf-config"], &[], "plan --report");
     assert_eq!(
         std::fs::read_to_string(dir.join("rep/memory.svg")).unwrap(),
         hf
@@ -202,9 +156,14 @@ fn sweep_cost(price: &str, tokens: &str) -> Run {
 #[test]
 fn price_and_tokens_past_their_bounds_are_refused_and_the_bounds_give_finite_costs() {
     let r = sweep_cost("1e308", "300B");
-    assert_one_line_error(&r, &["--price-per-gpu-hour 1e308", "10000"], "price 1e308");
+    assert_one_line_error(
+        &r,
+        &["--price-per-gpu-hour 1e308", "10000"],
+        &[],
+        "price 1e308",
+    );
     let r = sweep_cost("2.5", "1e40");
-    assert_one_line_error(&r, &["--tokens 1e40", "1e16"], "tokens 1e40");
+    assert_one_line_error(&r, &["--tokens 1e40", "1e16"], &[], "tokens 1e40");
     assert!(
         !r.stderr.contains("--axis"),
         "said once, not per point: {}",
@@ -221,7 +180,7 @@ fn price_and_tokens_past_their_bounds_are_refused_and_the_bounds_give_finite_cos
         "--tokens",
         "20000T",
     ]);
-    assert_one_line_error(&r, &["--tokens 20000T", "1e16"], "plan tokens");
+    assert_one_line_error(&r, &["--tokens 20000T", "1e16"], &[], "plan tokens");
 
     let r = sweep_cost("1e4", "1e16");
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -253,7 +212,7 @@ fn cp_ep_and_etp_beside_a_megatron_line_are_refused_not_dropped() {
             flag,
             value,
         ]);
-        assert_one_line_error(&r, &["--megatron-args", "cannot be used with"], flag);
+        assert_one_line_error(&r, &["--megatron-args", "cannot be used with"], &[], flag);
     }
 }
 
@@ -285,6 +244,7 @@ fn tp_comm_overlap_without_sequence_parallelism_is_refused_and_never_claimed() {
     assert_one_line_error(
         &r,
         &["--tp-comm-overlap", "--sequence-parallel", "arguments.py"],
+        &[],
         "explicit overlap",
     );
     // The framework's default overlap is no request: evaluated, and the header says the truth.
@@ -312,7 +272,7 @@ fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
         "--nodes",
         "100000",
     ]);
-    assert_one_line_error(&plan, &["no valid plan exists"], "plan");
+    assert_one_line_error(&plan, &["no valid plan exists"], &[], "plan");
     let sweep = run(&[
         "sweep",
         "--model",
@@ -342,7 +302,7 @@ fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
 
 #[test]
 fn plan_files_spell_the_framework_as_the_command_line_and_read_the_old_spelling() {
-    let dir = scratch("framework");
+    let dir = scratch("review1", "framework");
     let r = run_in(
         &dir,
         &[

@@ -1,0 +1,110 @@
+//! What the input-handling regression tests (tests/input_*.rs) share: running the built
+//! binary, scratch directories, the one-line-error check, and Hugging Face configs evaluated on
+//! one node. Each test crate uses part of it.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run_in(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("tpsim runs");
+    Run {
+        code: out.status.code().expect("tpsim exits"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn run(args: &[&str]) -> Run {
+    run_in(Path::new(ROOT), args)
+}
+
+/// The JSON a command prints (exit 0, or 1 when nothing fits).
+pub fn json(args: &[&str]) -> Value {
+    let r = run(args);
+    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+    serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}\n{}", r.stdout, r.stderr))
+}
+
+/// A fresh scratch directory for one test (`suite` keeps test crates apart).
+pub fn scratch(suite: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpsim-{suite}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Exit 2 with exactly one `error:` line on stderr, which contains every one of `needles` and
+/// none of `absent`.
+pub fn assert_one_line_error(r: &Run, needles: &[&str], absent: &[&str], what: &str) {
+    assert_eq!(
+        r.code, 2,
+        "{what}: want exit 2, got {}\nstdout: {}\nstderr: {}",
+        r.code, r.stdout, r.stderr
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: want one line, got:\n{}", r.stderr);
+    assert!(lines[0].starts_with("error: "), "{what}: {}", lines[0]);
+    for needle in needles {
+        assert!(
+            lines[0].contains(needle),
+            "{what}: no {needle:?} in: {}",
+            lines[0]
+        );
+    }
+    for word in absent {
+        assert!(
+            !lines[0].contains(word),
+            "{what}: {word:?} in: {}",
+            lines[0]
+        );
+    }
+}
+
+/// A dense shape for Hugging Face configs: 32 layers, hidden 4096, 32 heads.
+pub const HF_SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 4096"#;
+
+/// Writes `config` (JSON text) as `dir/name` and evaluates it on one node (tp 8, pp 1).
+pub fn eval_hf(dir: &Path, name: &str, config: &str) -> Run {
+    std::fs::write(dir.join(name), config).unwrap();
+    run_in(
+        dir,
+        &[
+            "eval",
+            "--hf-config",
+            name,
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--format",
+            "json",
+        ],
+    )
+}
+
+/// The `model` object of an `eval --format json` run.
+pub fn hf_model(r: &Run) -> Value {
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
+}
