@@ -519,6 +519,14 @@ pub struct EvalArgs {
     /// Megatron-LM: layers on the last pipeline stage (must be tpsim's uneven split).
     #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
     pub decoder_last_pipeline_num_layers: Option<u32>,
+    /// Megatron-Core: the layers of each model chunk, e.g. 'Et*4|t*4|t*1mL' (its chunks over
+    /// --pp set the virtual stages).
+    #[arg(long, hide = true, value_name = "LAYOUT", conflicts_with_all = ["plan", "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"])]
+    pub pipeline_model_parallel_layout: Option<String>,
+    /// Megatron-Core: the weight-gradient GEMMs delayed for the MoE all-to-all overlap (written
+    /// with --overlap-moe-expert-parallel-comm, which it requires).
+    #[arg(long, hide = true, conflicts_with = "plan")]
+    pub delay_wgrad_compute: bool,
     // ---- Megatron-LM precision and overlap arguments pasted on eval (what `--emit megatron`
     // writes); read like the --megatron-args reader reads them.
     /// Megatron-LM's --fp8-format (e4m3|hybrid): FP8 GEMMs, recipe from --fp8-recipe.
@@ -583,7 +591,7 @@ pub struct EvalArgs {
     pub emit: Option<EmitTarget>,
     /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
     /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
-    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "cp", "ep", "etp", "reshard_after_forward", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16", "use_megatron_fsdp", "use_torch_fsdp2", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"])]
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "cp", "ep", "etp", "reshard_after_forward", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16", "use_megatron_fsdp", "use_torch_fsdp2", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout", "delay_wgrad_compute"])]
     pub megatron_args: Option<String>,
 }
 

@@ -3717,12 +3717,8 @@ fn deepseek_v3_h100_layout_and_moe_alltoall_overlap_round_trip() {
         "--allow-uneven-pp",
         "--overlap-moe-expert-parallel-comm",
     ];
-    let mut emit = vec!["eval"];
-    emit.extend(flags);
-    emit.extend(["--emit", "megatron"]);
-    let (code, line, stderr) = run(&emit);
-    assert_eq!(code, 0, "{stderr}");
-    let line = line.trim().to_string();
+    // Read back both ways: as --megatron-args and pasted on eval.
+    let line = megatron_round_trip(&flags, &["--gpu", "h100-sxm-80g", "--nodes", "128"]);
     let layout = format!("'Et|{}mL'", "t*2|".repeat(30));
     assert!(
         line.contains(&format!("--pipeline-model-parallel-layout {layout}")),

@@ -553,3 +553,40 @@ fn misspelt_dashes_anywhere_in_a_line_are_refused() {
         assert_one_line_error(&r, &[needle], &[], extra);
     }
 }
+
+/// `--pipeline-model-parallel-layout` pasted on `eval` sets the virtual stages from its chunks,
+/// as Megatron-LM derives them, and is refused where it contradicts `--vpp` or the MTP layers.
+#[test]
+fn a_pasted_layout_sets_the_virtual_stages_and_is_checked() {
+    let base = [
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--layers",
+        "30",
+        "--mtp-layers",
+        "1",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--pipeline-model-parallel-layout",
+        "Et|(tt|)*14tmL",
+    ];
+    let read = json(&[&base[..], &["--format", "json"]].concat());
+    assert_eq!(read["plans"][0]["vpp"], 4);
+    assert_eq!(read["plans"][0]["stages"]["first"], 7);
+    let r = run(&[&base[..], &["--vpp", "2"]].concat());
+    assert_one_line_error(&r, &["--vpp 2", "4 virtual stages"], &[], "vpp");
+    let no_mtp: Vec<&str> = base
+        .iter()
+        .copied()
+        .filter(|a| *a != "--mtp-layers" && *a != "1")
+        .collect();
+    let r = run(&no_mtp);
+    assert_one_line_error(&r, &["--pipeline-model-parallel-layout", "MTP"], &[], "mtp");
+}

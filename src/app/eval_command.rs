@@ -6,8 +6,8 @@ use anyhow::{Result, anyhow, bail};
 use super::emit_commands::{emitted, framework_of, target_name};
 use super::megatron_paste::{
     apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
-    check_pasted_megatron, check_pasted_stage_layers, megatron_plan_file, megatron_request,
-    pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
+    check_pasted_megatron, check_pasted_stage_layers, layout_vpp, megatron_plan_file,
+    megatron_request, pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
 };
 use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
 use super::scenario::{
@@ -155,14 +155,17 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     "--tp {tp} x --cp {cp} x --pp {pp} = {model_parallel} does not divide the cluster's {gpus} GPUs; choose tp x cp x pp dividing {gpus}"
                 ),
             };
-            let vpp = match args.num_layers_per_virtual_pipeline_stage {
-                Some(n) => emit::vpp_from_layers_per_virtual_stage(
-                    pasted_split(&args).counted_layers(scenario.model.layers),
+            let split = pasted_split(&args)?;
+            let layout_vpp = layout_vpp(&split, pp, args.vpp, scenario.model.mtp_layers)?;
+            let vpp = match (layout_vpp, args.num_layers_per_virtual_pipeline_stage) {
+                (Some(v), _) => v,
+                (None, Some(n)) => emit::vpp_from_layers_per_virtual_stage(
+                    split.counted_layers(scenario.model.layers),
                     pp,
                     n,
                 )
                 .map_err(|message| anyhow!(message))?,
-                None => args.vpp.unwrap_or(1),
+                (None, None) => args.vpp.unwrap_or(1),
             };
             PlanRequest {
                 tp,
@@ -180,7 +183,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     Some(zero) => zero,
                     None => pasted_zero(&args, pp)?,
                 },
-                allow_uneven_pp: args.allow_uneven_pp || pasted_split(&args).any(),
+                allow_uneven_pp: args.allow_uneven_pp || split.any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,
                 cp: args.cp.unwrap_or(1),
                 ep: args.ep.unwrap_or(1),
@@ -199,7 +202,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 // `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM
                 // places them, evaluated as given (other pasted splits must match tpsim's own:
                 // `check_pasted_megatron`).
-                stage_split: pasted_split(&args).given_first_last(scenario.model.layers, pp, vpp),
+                stage_split: split.given_first_last(scenario.model.layers, pp, vpp),
                 ..PlanRequest::default()
             }
         }
@@ -491,6 +494,8 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         account_for_loss_in_pipeline_split: false,
         decoder_first_pipeline_num_layers: None,
         decoder_last_pipeline_num_layers: None,
+        pipeline_model_parallel_layout: None,
+        delay_wgrad_compute: false,
         fp8_format: None,
         fp8_recipe: None,
         fp8_param_gather: false,

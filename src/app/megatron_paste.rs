@@ -430,15 +430,57 @@ pub(super) fn check_pasted_stage_layers(args: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
-/// Megatron-LM's pipeline-split arguments pasted on `eval`.
-pub(super) fn pasted_split(args: &EvalArgs) -> emit::SplitArgs {
-    emit::SplitArgs {
+/// Megatron-LM's pipeline-split arguments pasted on `eval`, the layout read as the
+/// `--megatron-args` reader reads it.
+pub(super) fn pasted_split(args: &EvalArgs) -> Result<emit::SplitArgs> {
+    let layout = match args.pipeline_model_parallel_layout.as_deref() {
+        Some(text) => Some(emit::ChunkLayout::parse(text).map_err(|message| anyhow!(message))?),
+        None => None,
+    };
+    Ok(emit::SplitArgs {
         embedding_counted: args.account_for_embedding_in_pipeline_split,
         loss_counted: args.account_for_loss_in_pipeline_split,
         first: args.decoder_first_pipeline_num_layers,
         last: args.decoder_last_pipeline_num_layers,
-        layout: None,
+        layout,
+    })
+}
+
+/// The virtual stages a pasted `--pipeline-model-parallel-layout` sets (its chunks over pp, as
+/// Megatron-LM's arguments.py derives them), checked against `--vpp` and the MTP layers
+/// (Megatron-Core `validate_layer_layout`); `None` without a layout.
+pub(super) fn layout_vpp(
+    split: &emit::SplitArgs,
+    pp: u32,
+    vpp: Option<u32>,
+    mtp_layers: u32,
+) -> Result<Option<u32>> {
+    let Some(layout) = split.layout else {
+        return Ok(None);
+    };
+    if pp == 0 || !layout.chunks.is_multiple_of(pp) {
+        bail!(
+            "--pipeline-model-parallel-layout has {} chunks, which is not a multiple of --pp {pp}; give pp x virtual stages entries",
+            layout.chunks
+        );
     }
+    let from_layout = layout.chunks / pp;
+    if let Some(v) = vpp
+        && v != from_layout
+    {
+        bail!(
+            "--vpp {v} contradicts --pipeline-model-parallel-layout, whose {} chunks on --pp {pp} are {from_layout} virtual stages; drop --vpp (the layout sets it)",
+            layout.chunks
+        );
+    }
+    if layout.mtp_layers != mtp_layers {
+        bail!(
+            "--pipeline-model-parallel-layout places {} MTP layer(s) (m) and the model has {mtp_layers}; Megatron-Core requires them to agree, so give --mtp-layers {} or change the layout",
+            layout.mtp_layers,
+            layout.mtp_layers
+        );
+    }
+    Ok(Some(from_layout))
 }
 
 /// The ZeRO stage of Megatron-LM's data-parallel arguments pasted on `eval`.
@@ -502,7 +544,14 @@ pub(super) fn check_pasted_megatron(
     plan: &ParallelPlan,
 ) -> Result<()> {
     check_pasted_experts(args, model, plan)?;
-    let split = pasted_split(args);
+    // transformer_config.py: "overlap_moe_expert_parallel_comm must be enabled when enabling
+    // delay_wgrad_compute".
+    if args.delay_wgrad_compute && args.training.overlap_moe_expert_parallel_comm != Some(true) {
+        bail!(
+            "--delay-wgrad-compute without --overlap-moe-expert-parallel-comm: Megatron-Core requires the MoE all-to-all overlap with it; add --overlap-moe-expert-parallel-comm or drop --delay-wgrad-compute"
+        );
+    }
+    let split = pasted_split(args)?;
     if split.any() {
         emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;
     }

@@ -27,7 +27,7 @@ pub use megatron_reader::{
     attention_backend, block_recompute_layers, check_full_recompute, check_split, megatron_overlap,
     megatron_precision, megatron_zero, read_megatron_args, vpp_from_layers_per_virtual_stage,
 };
-pub use pipeline_split::{MegatronSplit, SplitArgs};
+pub use pipeline_split::{ChunkLayout, MegatronSplit, SplitArgs};
 
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, Precision, Recompute};
