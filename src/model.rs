@@ -81,6 +81,13 @@ impl AttentionWindow {
         self.full_every != 1 && self.tokens < seq_len
     }
 
+    /// Whether some layer is given the window (Megatron-Core passes `window_size` to every layer
+    /// but each `window_attn_skip_freq`-th; with 1, to none), whatever the sequence length:
+    /// Transformer Engine's context-parallel attention refuses any window it is given.
+    pub fn windows_some_layer(self) -> bool {
+        self.full_every != 1
+    }
+
     /// Why this window changes nothing for `seq_len`-token sequences, when it does not
     /// ([`Self::has_effect`]). Valid input, so a note, not an error.
     pub fn no_effect(self, seq_len: u32) -> Option<String> {

@@ -655,7 +655,7 @@ fn check_context_experts_precision(
     if r.cp > 1
         && model
             .attention_window
-            .is_some_and(|w| w.has_effect(training.seq_len))
+            .is_some_and(|w| w.windows_some_layer())
     {
         return Err(PlanError::CpWithWindow { cp: r.cp });
     }

@@ -590,3 +590,79 @@ fn a_pasted_layout_sets_the_virtual_stages_and_is_checked() {
     let r = run(&no_mtp);
     assert_one_line_error(&r, &["--pipeline-model-parallel-layout", "MTP"], &[], "mtp");
 }
+
+/// What a third review found in the shell-like reading of launch lines: a quoted `--flag="a b"`
+/// keeps its value whole (only an item quoted whole splits), a known flag's bare name can be an
+/// unknown flag's value, nargs='+' load-balancing types stop at a dash and the last occurrence
+/// wins, and a negative capacity factor still meets the load-balancing rule.
+#[test]
+fn launch_line_words_keep_their_values_and_flags_apart() {
+    let base = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16";
+    let moe = format!(
+        "{base} --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall"
+    );
+    let step = |line: &str| {
+        json(&[
+            "eval",
+            "--nodes",
+            "2",
+            "--megatron-args",
+            line,
+            "--format",
+            "json",
+        ])["plans"][0]["time"]["step_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let plain = step(base);
+    // Free text in a quoted value sets nothing; a bare flag name is a value.
+    assert_eq!(
+        step(&format!(
+            "{base} --wandb-exp-name=\"ablation --tensor-model-parallel-size 4\""
+        )),
+        plain
+    );
+    assert_eq!(
+        step(&format!("{base} --wandb-exp-name sequence-parallel")),
+        plain
+    );
+    // A quoted window value stays one value.
+    assert!(step(&format!("{base} --window-size=\"(127, 0)\"")) < plain);
+    for (extra, needles) in [
+        (
+            "--moe-router-load-balancing-type aux_loss -tensor-model-parallel-size 4",
+            &["\"-tensor-model-parallel-size\" has one dash"][..],
+        ),
+        (
+            "--moe-router-load-balancing-type",
+            &["--moe-router-load-balancing-type needs a value"][..],
+        ),
+        (
+            "--moe-expert-capacity-factor -1 --moe-router-load-balancing-type sinkhorn",
+            &["sinkhorn", "aux_loss"][..],
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "2",
+            "--megatron-args",
+            &format!("{moe} {extra}"),
+        ]);
+        assert_one_line_error(&r, needles, &[], extra);
+    }
+    let moe_step = step(&moe);
+    // argparse keeps the last occurrence of the flag: the same as aux_loss alone.
+    assert_eq!(
+        step(&format!(
+            "{moe} --moe-expert-capacity-factor 1.5 --moe-router-load-balancing-type sinkhorn --moe-router-load-balancing-type aux_loss"
+        )),
+        step(&format!(
+            "{moe} --moe-expert-capacity-factor 1.5 --moe-router-load-balancing-type aux_loss"
+        ))
+    );
+    assert_eq!(
+        step(&format!("{moe} --moe-expert-capacity-factor -inf")),
+        moe_step
+    );
+}

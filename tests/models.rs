@@ -1104,30 +1104,44 @@ fn sliding_windows_refuse_what_tpsim_does_not_model() {
         ],
         &["--cp 2", "sliding-window", "--attention-window 0"],
     );
-    // A window as long as the sequence changes nothing, so CP stays open.
-    let (code, _, stderr) = run(&[
-        "eval",
-        "--model",
-        "llama3-8b",
-        "--attention-window",
-        "8192",
-        "--nodes",
-        "1",
-        "--tp",
-        "1",
-        "--cp",
-        "2",
-        "--pp",
-        "1",
-        "--global-batch",
-        "8",
-        "--seq-len",
-        "8192",
-        "--recompute",
-        "full",
-        "--zero",
-        "1",
-    ]);
+    // A window as long as the sequence changes no attention, but Megatron-Core still hands it to
+    // every windowed layer and Transformer Engine's context-parallel attention refuses any window
+    // it is given (`attn_forward_func_with_cp`), so CP is refused; with no layer windowed
+    // (--window-attn-skip-freq 1) CP stays open.
+    let with_window = |skip: &'static str| {
+        run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--attention-window",
+            "8192",
+            "--window-attn-skip-freq",
+            skip,
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--cp",
+            "2",
+            "--pp",
+            "1",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "8192",
+            "--recompute",
+            "full",
+            "--zero",
+            "1",
+        ])
+    };
+    let (code, _, stderr) = with_window("0");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--cp 2 with sliding-window attention"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = with_window("1");
     assert!(code == 0 || code == 1, "{stderr}");
     // Megatron's quoted form with a space reads as one value.
     let line = "--num-layers 24 --hidden-size 2880 --num-attention-heads 64 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 --bf16 --window-size \"(127, 0)\" --window-attn-skip-freq 2";

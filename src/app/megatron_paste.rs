@@ -458,7 +458,13 @@ pub(super) fn layout_vpp(
     let Some(layout) = split.layout else {
         return Ok(None);
     };
-    if pp == 0 || !layout.chunks.is_multiple_of(pp) {
+    if pp < 2 {
+        bail!(
+            "--pipeline-model-parallel-layout ({} chunks) needs --pp 2 or more; give --pp, or drop the layout",
+            layout.chunks
+        );
+    }
+    if !layout.chunks.is_multiple_of(pp) {
         bail!(
             "--pipeline-model-parallel-layout has {} chunks, which is not a multiple of --pp {pp}; give pp x virtual stages entries",
             layout.chunks

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::megatron_words::{example_value, mistyped_flag, not_a_count};
+use super::megatron_words::{example_value, is_lookalike_dash, mistyped_flag, not_a_count};
 
 use crate::plan::Recompute;
 use crate::training::{AttentionKernel, GradDtype};
@@ -252,7 +252,8 @@ pub(super) fn launch_words(text: &str) -> Vec<String> {
                 continue;
             }
             let plain = unquoted(word);
-            if plain.len() != word.len()
+            // Only an item quoted whole: in `--flag="a b"` the quotes hold the flag's value.
+            if word.starts_with(['"', '\''])
                 && plain.starts_with("--")
                 && plain.contains(char::is_whitespace)
             {
@@ -353,11 +354,29 @@ impl<'a> Parsed<'a> {
                 }
                 parsed.recompute_modules = Some(modules);
             } else if flag == "moe-router-load-balancing-type" {
+                // argparse: nargs='+' takes the words up to the next one starting with '-', the
+                // last occurrence of the flag wins, and at least one value is needed.
                 parsed.ignored.push(token.to_string());
+                parsed.load_balancing.clear();
                 parsed.load_balancing.extend(inline);
-                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                while let Some(v) = tokens
+                    .get(i)
+                    .filter(|v| !v.starts_with('-') && !v.starts_with(is_lookalike_dash))
+                {
+                    if let Some(why) = mistyped_flag(v) {
+                        return Err(MegatronArgsError::Stray {
+                            token: v.to_string(),
+                            why,
+                        });
+                    }
                     parsed.load_balancing.push(v);
                     i += 1;
+                }
+                if parsed.load_balancing.is_empty() {
+                    return Err(MegatronArgsError::MissingValue {
+                        flag: flag.to_string(),
+                        example: "aux_loss",
+                    });
                 }
             } else {
                 parsed.ignored.push(token.to_string());
@@ -368,7 +387,10 @@ impl<'a> Parsed<'a> {
                 {
                     // A known flag with one dash or a look-alike one is no value: Megatron-LM's
                     // argparse refuses it, and skipping it with the unknown flag would lose it.
-                    if let Some(why) = mistyped_flag(v) {
+                    // A bare word (`--wandb-exp-name sequence-parallel`) is a value.
+                    if (v.starts_with('-') || v.starts_with(is_lookalike_dash))
+                        && let Some(why) = mistyped_flag(v)
+                    {
                         return Err(MegatronArgsError::Stray {
                             token: v.to_string(),
                             why,

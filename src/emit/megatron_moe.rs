@@ -163,7 +163,8 @@ impl Parsed<'_> {
             return Ok(None);
         };
         let factor = match text.parse::<f64>() {
-            Ok(f) if f.is_finite() => f,
+            // Python's float() reads -inf too: negative, so dropless like -1.
+            Ok(f) if f.is_finite() || f == f64::NEG_INFINITY => f,
             _ => {
                 return Err(MegatronArgsError::BadValue {
                     message: format!(
@@ -172,12 +173,9 @@ impl Parsed<'_> {
                 });
             }
         };
-        if factor < 0.0 {
-            // transformer_config.py: "if self.moe_expert_capacity_factor < 0:
-            // self.moe_expert_capacity_factor = None", i.e. dropless routing, as without the flag.
-            return Ok(None);
-        }
-        if let Err(rule) = crate::training::check_moe_capacity_factor(factor) {
+        if factor >= 0.0
+            && let Err(rule) = crate::training::check_moe_capacity_factor(factor)
+        {
             return Err(MegatronArgsError::BadValue {
                 message: format!(
                     "--{FLAG} {text}: {}",
@@ -195,7 +193,10 @@ impl Parsed<'_> {
                 why: "Megatron-Core accepts a capacity factor only with aux_loss, seq_aux_loss, global_aux_loss or none load balancing (transformer_config.py); change one of them".into(),
             });
         }
-        Ok(Some(factor))
+        // transformer_config.py: "if self.moe_expert_capacity_factor < 0:
+        // self.moe_expert_capacity_factor = None", i.e. dropless routing, as without the flag; the
+        // load-balancing check above runs first there too.
+        Ok((factor >= 0.0).then_some(factor))
     }
 
     fn moe(

@@ -345,7 +345,13 @@ impl MegatronLaunch {
     /// Virtual stages per pipeline rank, as Megatron-LM derives them.
     pub fn vpp(&self) -> Result<u32, String> {
         if let Some(layout) = self.split.layout {
-            return Ok(layout.chunks / self.pp.max(1));
+            if self.pp < 2 {
+                return Err(format!(
+                    "--pipeline-model-parallel-layout ({} chunks) needs --pipeline-model-parallel-size 2 or more; give the pipeline size, or drop the layout",
+                    layout.chunks
+                ));
+            }
+            return Ok(layout.chunks / self.pp);
         }
         match (self.layers_per_virtual_stage, self.virtual_stages) {
             (Some(n), _) => vpp_from_layers_per_virtual_stage(
