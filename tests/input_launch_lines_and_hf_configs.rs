@@ -666,3 +666,41 @@ fn launch_line_words_keep_their_values_and_flags_apart() {
         moe_step
     );
 }
+
+/// Backslash escapes are the shell's (`"a \" b"` is one value, `'it'\''s'` one word), and a quote
+/// left open at the end of a line, which bash refuses, is refused instead of swallowing the flags
+/// after it; a quote inside a comment is part of the comment.
+#[test]
+fn shell_escapes_and_open_quotes_are_read_as_bash_reads_them() {
+    let base = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16";
+    let tp = |extra: &str| {
+        json(&[
+            "eval",
+            "--nodes",
+            "2",
+            "--megatron-args",
+            &format!("{base} {extra}"),
+            "--format",
+            "json",
+        ])["plans"][0]["tp"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        tp(r#"--wandb-exp-name "a \" b" --tensor-model-parallel-size 4"#),
+        4
+    );
+    assert_eq!(
+        tp(r#"--wandb-exp-name 'it'\''s' --tensor-model-parallel-size 4"#),
+        4
+    );
+    assert_eq!(tp("--lr 0.1 # it's a comment"), 2);
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &format!("{base} --exp-name don't --tensor-model-parallel-size 4"),
+    ]);
+    assert_one_line_error(&r, &["leaves a quote open"], &[], "open quote");
+}

@@ -190,13 +190,22 @@ pub(super) struct Parsed<'a> {
 
 /// A line split on whitespace outside single or double quotes, as a shell passes the words: a
 /// quoted value such as `--window-size "(127, 0)"` stays one word (its quotes kept here;
-/// [`launch_words`] removes them).
-fn shell_words(line: &str) -> Vec<&str> {
+/// [`launch_words`] removes them), and a backslash outside single quotes takes the next character
+/// literally. The flag is true when a quote is left open at the end of the line.
+fn shell_words(line: &str) -> (Vec<&str>, bool) {
     let mut words = Vec::new();
     let mut start: Option<usize> = None;
     let mut quote: Option<char> = None;
+    let mut escaped = false;
     for (i, c) in line.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
         match quote {
+            Some('\'') if c == '\'' => quote = None,
+            Some('\'') => {}
+            Some(_) if c == '\\' => escaped = true,
             Some(q) if c == q => quote = None,
             Some(_) => {}
             None if c.is_whitespace() => {
@@ -210,6 +219,8 @@ fn shell_words(line: &str) -> Vec<&str> {
                 }
                 if c == '\'' || c == '"' {
                     quote = Some(c);
+                } else if c == '\\' {
+                    escaped = true;
                 }
             }
         }
@@ -217,19 +228,24 @@ fn shell_words(line: &str) -> Vec<&str> {
     if let Some(s) = start {
         words.push(&line[s..]);
     }
-    words
+    (words, quote.is_some())
 }
 
-/// A word with its shell quotes removed, as the shell hands it to the program: `'--num-layers'`
-/// is `--num-layers`, `--window-size="(127, 0)"` is `--window-size=(127, 0)`.
+/// A word with its shell quotes and escapes removed, as the shell hands it to the program:
+/// `'--num-layers'` is `--num-layers`, `--window-size="(127, 0)"` is `--window-size=(127, 0)`,
+/// `"a \" b"` is `a " b`.
 fn unquoted(word: &str) -> String {
     let mut out = String::with_capacity(word.len());
     let mut quote: Option<char> = None;
-    for c in word.chars() {
+    let mut chars = word.chars();
+    while let Some(c) = chars.next() {
         match quote {
+            Some('\'') if c == '\'' => quote = None,
             Some(q) if c == q => quote = None,
+            Some('"') if c == '\\' => out.extend(chars.next()),
             Some(_) => out.push(c),
             None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '\\' => out.extend(chars.next()),
             None => out.push(c),
         }
     }
@@ -240,14 +256,20 @@ fn unquoted(word: &str) -> String {
 /// ([`shell_words`]), `# ...` comments and `\` continuations dropped, shell quotes removed. A
 /// quoted array item that holds a flag and its value (`"--fp8-format hybrid"`, as Megatron-LM's
 /// example scripts write their argument arrays, expanded unquoted as `${MODEL_ARGS[@]}`) splits
-/// into its words, as the shell's word splitting does.
-pub(super) fn launch_words(text: &str) -> Vec<String> {
+/// into its words, as the shell's word splitting does. A quote left open at the end of a line is
+/// refused (bash refuses it too; tpsim would read the rest of the line as one word).
+pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError> {
     let mut words = Vec::new();
     for line in text.lines() {
-        for word in shell_words(line) {
-            if word.starts_with('#') {
-                break;
-            }
+        let (line_words, open_quote) = shell_words(line);
+        let commented = line_words.iter().position(|w| w.starts_with('#'));
+        if open_quote && commented.is_none() {
+            return Err(MegatronArgsError::Stray {
+                token: line.trim().to_string(),
+                why: "leaves a quote open (bash refuses it, and the rest of the line would read as one word); close the quote or escape it with \\".into(),
+            });
+        }
+        for word in line_words.into_iter().take(commented.unwrap_or(usize::MAX)) {
             if word == "\\" {
                 continue;
             }
@@ -263,7 +285,7 @@ pub(super) fn launch_words(text: &str) -> Vec<String> {
             }
         }
     }
-    words
+    Ok(words)
 }
 
 impl<'a> Parsed<'a> {

@@ -93,7 +93,7 @@ pub struct MegatronLaunch {
 /// Reads Megatron-LM arguments (whitespace-separated, `\` line continuations allowed). Flags that
 /// do not change memory or time are collected in `ignored`.
 pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsError> {
-    let words = super::megatron_args::launch_words(text);
+    let words = super::megatron_args::launch_words(text)?;
     let p = Parsed::tokenize(&words)?;
     let layers = p.required("num-layers", "96")?;
     let hidden = p.required("hidden-size", "12288")?;
