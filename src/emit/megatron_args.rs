@@ -188,100 +188,88 @@ pub(super) struct Parsed<'a> {
     pub(super) ignored: Vec<String>,
 }
 
-/// A line split on whitespace outside single or double quotes, as a shell passes the words: a
-/// quoted value such as `--window-size "(127, 0)"` stays one word (its quotes kept here;
-/// [`launch_words`] removes them), and a backslash outside single quotes takes the next character
-/// literally. The flag is true when a quote is left open at the end of the line.
-fn shell_words(line: &str) -> (Vec<&str>, bool) {
-    let mut words = Vec::new();
-    let mut start: Option<usize> = None;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (i, c) in line.char_indices() {
-        if escaped {
-            escaped = false;
-            continue;
-        }
-        match quote {
-            Some('\'') if c == '\'' => quote = None,
-            Some('\'') => {}
-            Some(_) if c == '\\' => escaped = true,
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c.is_whitespace() => {
-                if let Some(s) = start.take() {
-                    words.push(&line[s..i]);
-                }
-            }
-            None => {
-                if start.is_none() {
-                    start = Some(i);
-                }
-                if c == '\'' || c == '"' {
-                    quote = Some(c);
-                } else if c == '\\' {
-                    escaped = true;
-                }
-            }
-        }
-    }
-    if let Some(s) = start {
-        words.push(&line[s..]);
-    }
-    (words, quote.is_some())
+/// One word of a launch line as the shell hands it to the program.
+struct ShellWord {
+    text: String,
+    /// Whether the word opened with a quote (an array item such as `"--fp8-format hybrid"`).
+    quoted_whole: bool,
 }
 
-/// A word with its shell quotes and escapes removed, as the shell hands it to the program:
-/// `'--num-layers'` is `--num-layers`, `--window-size="(127, 0)"` is `--window-size=(127, 0)`,
-/// `"a \" b"` is `a " b`.
-fn unquoted(word: &str) -> String {
-    let mut out = String::with_capacity(word.len());
+/// A line read as bash reads it, in one pass: whitespace outside quotes separates words, quotes
+/// are removed (`'--num-layers'` is `--num-layers`, `--window-size="(127, 0)"` is
+/// `--window-size=(127, 0)`), a backslash outside single quotes takes the next character
+/// literally (`"a \" b"` is `a " b`; one at the end of the line continues it), and an unquoted
+/// `#` opening a word starts a comment. Err when a quote is left open at the end of the line.
+fn shell_line(line: &str) -> Result<Vec<ShellWord>, ()> {
+    let mut words = Vec::new();
+    let mut text = String::new();
+    let mut in_word = false;
+    let mut quoted_whole = false;
     let mut quote: Option<char> = None;
-    let mut chars = word.chars();
+    let mut continued = false;
+    let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match quote {
-            Some('\'') if c == '\'' => quote = None,
             Some(q) if c == q => quote = None,
-            Some('"') if c == '\\' => out.extend(chars.next()),
-            Some(_) => out.push(c),
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None if c == '\\' => out.extend(chars.next()),
-            None => out.push(c),
+            Some('"') if c == '\\' => text.extend(chars.next()),
+            Some(_) => text.push(c),
+            None if c.is_whitespace() => {
+                if in_word {
+                    words.push(ShellWord {
+                        text: std::mem::take(&mut text),
+                        quoted_whole,
+                    });
+                    in_word = false;
+                }
+            }
+            None if c == '#' && !in_word => return Ok(words),
+            None => {
+                if !in_word {
+                    in_word = true;
+                    quoted_whole = c == '\'' || c == '"';
+                }
+                match c {
+                    '\'' | '"' => quote = Some(c),
+                    '\\' => match chars.next() {
+                        Some(next) => text.push(next),
+                        None => continued = true,
+                    },
+                    _ => text.push(c),
+                }
+            }
         }
     }
-    out
+    if quote.is_some() {
+        return Err(());
+    }
+    // A lone trailing backslash continues the line; it is no word.
+    if in_word && !(continued && text.is_empty()) {
+        words.push(ShellWord { text, quoted_whole });
+    }
+    Ok(words)
 }
 
-/// The words of a launch script as the program receives them: each line split like a shell
-/// ([`shell_words`]), `# ...` comments and `\` continuations dropped, shell quotes removed. A
-/// quoted array item that holds a flag and its value (`"--fp8-format hybrid"`, as Megatron-LM's
-/// example scripts write their argument arrays, expanded unquoted as `${MODEL_ARGS[@]}`) splits
-/// into its words, as the shell's word splitting does. A quote left open at the end of a line is
+/// The words of a launch script as the program receives them: each line read as bash reads it
+/// ([`shell_line`]). A quoted array item that holds a flag and its value (`"--fp8-format
+/// hybrid"`, as Megatron-LM's example scripts write their argument arrays, expanded unquoted as
+/// `${MODEL_ARGS[@]}`) splits into its words, as the shell's word splitting does; in
+/// `--flag="a b"` the quotes hold the flag's value. A quote left open at the end of a line is
 /// refused (bash refuses it too; tpsim would read the rest of the line as one word).
 pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError> {
     let mut words = Vec::new();
     for line in text.lines() {
-        let (line_words, open_quote) = shell_words(line);
-        let commented = line_words.iter().position(|w| w.starts_with('#'));
-        if open_quote && commented.is_none() {
-            return Err(MegatronArgsError::Stray {
-                token: line.trim().to_string(),
-                why: "leaves a quote open (bash refuses it, and the rest of the line would read as one word); close the quote or escape it with \\".into(),
-            });
-        }
-        for word in line_words.into_iter().take(commented.unwrap_or(usize::MAX)) {
-            if word == "\\" {
-                continue;
-            }
-            let plain = unquoted(word);
-            // Only an item quoted whole: in `--flag="a b"` the quotes hold the flag's value.
-            if word.starts_with(['"', '\''])
-                && plain.starts_with("--")
-                && plain.contains(char::is_whitespace)
+        let line_words = shell_line(line).map_err(|()| MegatronArgsError::Stray {
+            token: line.trim().to_string(),
+            why: "leaves a quote open (bash refuses it, and the rest of the line would read as one word); close the quote or escape it with \\".into(),
+        })?;
+        for word in line_words {
+            if word.quoted_whole
+                && word.text.starts_with("--")
+                && word.text.contains(char::is_whitespace)
             {
-                words.extend(plain.split_whitespace().map(str::to_string));
+                words.extend(word.text.split_whitespace().map(str::to_string));
             } else {
-                words.push(plain);
+                words.push(word.text);
             }
         }
     }
