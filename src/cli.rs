@@ -100,6 +100,32 @@ pub enum GradDtypeArg {
     Fp32,
 }
 
+/// `--optimizer-states`: how parameters and Adam's states are stored (`training::OptimizerStates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerStatesArg {
+    /// 16-bit weights, fp32 master weights and moments: 2 + 12 bytes per parameter (Megatron, DeepSpeed).
+    Fp32,
+    /// fp32 parameters that are the master, fp32 moments: 4 + 8 bytes (FSDP2 as torchtitan runs it).
+    Fp32Params,
+    /// bf16 weights, fp32 master as 16-bit remainders, bf16 moments: 2 + 6 bytes (Megatron-Core's
+    /// precision-aware optimizer with bf16 exp_avg/exp_avg_sq).
+    Bf16Moments,
+    /// bf16 parameters and moments, no master: 2 + 4 bytes (a bf16 model with torch.optim.Adam, NeMo AutoModel).
+    Bf16,
+}
+
+impl OptimizerStatesArg {
+    pub fn states(self) -> crate::training::OptimizerStates {
+        use crate::training::OptimizerStates;
+        match self {
+            OptimizerStatesArg::Fp32 => OptimizerStates::Fp32,
+            OptimizerStatesArg::Fp32Params => OptimizerStates::Fp32Params,
+            OptimizerStatesArg::Bf16Moments => OptimizerStates::Bf16Moments,
+            OptimizerStatesArg::Bf16 => OptimizerStates::Bf16,
+        }
+    }
+}
+
 /// What to train: one of a size, a spec, or a shape.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
@@ -242,9 +268,14 @@ pub struct TrainingArgs {
     /// Sequences per optimizer step across all replicas (default 1536, GPT-3's batch).
     #[arg(long, visible_alias = "global-batch-size")]
     pub global_batch: Option<u32>,
-    /// Gradient precision: bf16 (2 bytes; the default) or fp32 (4 bytes, Megatron's main_grad).
+    /// Gradient precision: bf16 (2 bytes) or fp32 (4 bytes, Megatron's main_grad). Default: the
+    /// framework's (fp32 for megatron-core and torchtitan, bf16 for deepspeed and megatron-lm-2021).
     #[arg(long, value_enum)]
     pub grad_dtype: Option<GradDtypeArg>,
+    /// How parameters and Adam's states are stored. Default: the framework's (fp32-params for
+    /// torchtitan, fp32 for the others).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub optimizer_states: Option<OptimizerStatesArg>,
     /// Attention kernel: flash (FlashAttention: scores never stored, recomputed in backward) or unfused
     /// (Megatron-LM 2021: s x s scores materialised; what the published A100 runs used).
     /// Default: flash.

@@ -11,7 +11,10 @@ use crate::model::{Model, ModelFile, ShapeOverrides};
 use crate::plan::{Precision, Recompute};
 use crate::planner::{Pins, SearchOptions, StageSplitPin, refine_top, search};
 use crate::specs;
-use crate::training::{AttentionKernel, KernelFusion, LossKernel, Training, TrainingFramework};
+use crate::training::{
+    AttentionKernel, GradDtype, KernelFusion, LossKernel, OptimizerStates, Training,
+    TrainingFramework,
+};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModernRunsFile {
@@ -323,6 +326,47 @@ fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
     false
 }
 
+/// The optimizer-state format and gradient dtype a run's recipe sets where it departs from its
+/// framework's default:
+/// - NeMo AutoModel builds the model in bf16 (`NeMoAutoModelForCausalLM.from_config`, default
+///   `torch_dtype="auto"` → `torch.bfloat16`, `nemo_automodel/_transformers/auto_model.py` at the
+///   table's commit 36044ad) and its benchmark configs use `torch.optim.Adam`, whose moments take
+///   the parameters' dtype: bf16 parameters, gradients and moments, no master copy. FSDP2 reduces
+///   in fp32 (`MixedPrecisionPolicy(reduce_dtype=float32)`) and keeps the bf16 result.
+/// - Megatron-Bridge's DeepSeek-V3 recipe (`recipes/deepseek/deepseek_v3.py`, at 9a5e79865 for
+///   25.09 and v0.2.0 for 25.11) sets `use_precision_aware_optimizer = True`, fp32 main params,
+///   bf16 `main_grads_dtype`, `exp_avg_dtype` and `exp_avg_sq_dtype`, and `grad_reduce_in_fp32=False`.
+fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtype)> {
+    if run.id.starts_with("automodel") {
+        return Some((OptimizerStates::Bf16, GradDtype::Bf16));
+    }
+    if run.id.starts_with("mbridge") && run.model_key.as_deref() == Some("deepseek_v3") {
+        return Some((OptimizerStates::Bf16Moments, GradDtype::Bf16));
+    }
+    None
+}
+
+/// The expert-parallel size of a NeMo AutoModel run whose table leaves EP blank ("-") while its
+/// kernels column says DeepEP, which exchanges tokens between expert-parallel ranks and so runs
+/// only with EP > 1: the `distributed.ep_size` of the benchmark config at the table's commit
+/// (36044ad, `examples/llm_benchmark/gpt_oss/gptoss_20b_te_deepep.yaml`: 8,
+/// `gptoss_120b_te_deepep.yaml`: 64).
+fn automodel_config_ep(run: &ModernRun) -> Option<u32> {
+    let deepep = run
+        .plan
+        .overlap
+        .as_deref()
+        .is_some_and(|o| o.contains("DeepEP"));
+    if !run.id.starts_with("automodel") || !deepep {
+        return None;
+    }
+    match run.model_key.as_deref()? {
+        "gpt_oss_20b" => Some(8),
+        "gpt_oss_120b" => Some(64),
+        _ => None,
+    }
+}
+
 fn precision_of(text: &str) -> Result<Precision, String> {
     Precision::ALL
         .into_iter()
@@ -539,6 +583,10 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         training.overlap.tp_comm = true;
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
+    if let Some((states, grads)) = recipe_optimizer_states(run) {
+        training.optimizer_states = states;
+        training.grad_dtype = grads;
+    }
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
@@ -559,7 +607,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             zero: fsdp.then_some(3),
             sequence_parallel: None,
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).
-            ep: p.ep,
+            ep: p.ep.or_else(|| automodel_config_ep(run)),
             etp: p.etp,
             stage_split: match recipe_stage_split(run, &model, pp, vpp) {
                 Some((first, last)) => StageSplitPin::Given(first, last),

@@ -308,6 +308,9 @@ fn push_pipeline_variants(
                         continue;
                     }
                     for zero in 0..=max_zero {
+                        if !training.optimizer_states.allows_zero(zero) {
+                            continue;
+                        }
                         // Resharding after forward only means something for ZeRO-3 with more than
                         // one shard.
                         let reshard_choices: &[bool] = if zero == 3 && dp * base.cp > 1 {

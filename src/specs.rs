@@ -254,6 +254,9 @@ pub struct PlanFile {
     pub global_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_dtype: Option<GradDtype>,
+    /// How parameters and Adam's states were stored; the framework's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_states: Option<crate::training::OptimizerStates>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention: Option<AttentionKernel>,
     /// The framework the plan was evaluated as (what `--recompute selective`, the loss memory

@@ -466,6 +466,7 @@ mod tests {
                 seq_len: 2048,
                 global_batch: 1536,
                 grad_dtype: GradDtype::Bf16,
+                optimizer_states: crate::training::OptimizerStates::Fp32,
                 tokens: Some(300e9),
                 attention: crate::training::AttentionKernel::Flash,
                 framework: crate::training::TrainingFramework::MegatronLm2021,

@@ -6,10 +6,132 @@ use serde::{Deserialize, Serialize};
 /// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
 pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
 
-/// Bytes per parameter kept in training, mixed precision with Adam (Rajbhandari et al. 2020 §3.1:
-/// 2Ψ fp16 weights, 2Ψ fp16 gradients, 12Ψ fp32 master weights, momentum and variance).
+/// Bytes per parameter of the 16-bit working weights the forward and backward read, and that
+/// ZeRO-3 / FSDP all-gather (Rajbhandari et al. 2020 §3.1: 2Ψ fp16 weights, 2Ψ fp16 gradients,
+/// 12Ψ fp32 master weights, momentum and variance — the optimizer states of
+/// [`OptimizerStates::Fp32`]).
 pub const WEIGHT_BYTES: f64 = 2.0;
-pub const OPTIMIZER_BYTES: f64 = 12.0;
+
+/// How the parameters and Adam's states are stored between steps: what a GPU keeps per parameter
+/// besides the gradient. The formats the frameworks ship:
+/// - `Fp32`: 16-bit weights beside an fp32 master copy and fp32 moments, 2 + 12 bytes (ZeRO paper
+///   §3.1; Megatron-LM's and DeepSpeed's mixed-precision optimizers).
+/// - `Fp32Params`: the parameters themselves are fp32 and are the optimizer's, fp32 moments, no
+///   16-bit copy at rest: 4 + 8 bytes. FSDP2 with a `MixedPrecisionPolicy(param_dtype=bf16)` shards
+///   the fp32 parameters and casts to bf16 only when it all-gathers a unit (torchtitan builds the
+///   model in fp32 and passes `mixed_precision_param = "bfloat16"`).
+/// - `Bf16Moments`: Megatron-Core's precision-aware optimizer (`--use-precision-aware-optimizer
+///   --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`, main params fp32): bf16 weights, the fp32
+///   master kept as the 16 bits the bf16 weight lacks (`OptimizerConfig.store_param_remainders =
+///   True`, the default), bf16 moments: 2 + 6 bytes. Megatron-Bridge's DeepSeek-V3 recipe
+///   (`recipes/deepseek/deepseek_v3.py`: `use_precision_aware_optimizer = True`, `exp_avg_dtype =
+///   exp_avg_sq_dtype = torch.bfloat16`).
+/// - `Bf16`: a model built in bf16 with a plain `torch.optim.Adam`, whose moments take the
+///   parameter's dtype and which keeps no master copy: 2 + 4 bytes (NeMo AutoModel's `from_config`
+///   with its default `torch_dtype="auto"` → bf16, `nemo_automodel/_transformers/auto_model.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerStates {
+    #[default]
+    Fp32,
+    Fp32Params,
+    Bf16Moments,
+    Bf16,
+}
+
+impl OptimizerStates {
+    pub const ALL: [OptimizerStates; 4] = [
+        OptimizerStates::Fp32,
+        OptimizerStates::Fp32Params,
+        OptimizerStates::Bf16Moments,
+        OptimizerStates::Bf16,
+    ];
+
+    /// The name `--optimizer-states` takes, the header prints and plan files store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptimizerStates::Fp32 => "fp32",
+            OptimizerStates::Fp32Params => "fp32-params",
+            OptimizerStates::Bf16Moments => "bf16-moments",
+            OptimizerStates::Bf16 => "bf16",
+        }
+    }
+
+    /// What the header says of it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            OptimizerStates::Fp32 => "fp32 master weights and Adam moments",
+            OptimizerStates::Fp32Params => {
+                "fp32 parameters as the master (FSDP2), fp32 Adam moments"
+            }
+            OptimizerStates::Bf16Moments => {
+                "fp32 master as 16-bit remainders, bf16 Adam moments (precision-aware optimizer)"
+            }
+            OptimizerStates::Bf16 => "bf16 parameters and Adam moments, no master copy",
+        }
+    }
+
+    /// Bytes per parameter of the parameters as stored at rest (sharded by ZeRO-3 / FSDP).
+    pub fn param_bytes(self) -> f64 {
+        match self {
+            OptimizerStates::Fp32Params => 4.0,
+            _ => WEIGHT_BYTES,
+        }
+    }
+
+    /// Bytes per parameter of the master copy the optimizer updates apart from the parameters
+    /// (0 when it updates the parameters themselves).
+    pub fn master_bytes(self) -> f64 {
+        match self {
+            OptimizerStates::Fp32 => 4.0,
+            OptimizerStates::Bf16Moments => 2.0,
+            OptimizerStates::Fp32Params | OptimizerStates::Bf16 => 0.0,
+        }
+    }
+
+    /// Bytes per parameter of Adam's two moments together.
+    pub fn moment_bytes(self) -> f64 {
+        match self {
+            OptimizerStates::Fp32 | OptimizerStates::Fp32Params => 8.0,
+            OptimizerStates::Bf16Moments | OptimizerStates::Bf16 => 4.0,
+        }
+    }
+
+    /// The frameworks that store states this way: Megatron's and DeepSpeed's mixed-precision
+    /// optimizers keep an fp32 master (Megatron-Core also the precision-aware variant); torchtitan's
+    /// FSDP2 shards fp32 parameters, and a bf16 model under FSDP2 (NeMo AutoModel) keeps bf16
+    /// states. None when `framework` runs it, else why not.
+    pub fn unsupported_by(self, framework: TrainingFramework) -> Option<&'static str> {
+        use TrainingFramework as F;
+        let runs = match self {
+            OptimizerStates::Fp32 => true,
+            OptimizerStates::Bf16Moments => framework == F::MegatronCore,
+            OptimizerStates::Fp32Params | OptimizerStates::Bf16 => framework == F::Torchtitan,
+        };
+        (!runs).then_some(match self {
+            OptimizerStates::Bf16Moments => {
+                "bf16-moments is Megatron-Core's precision-aware optimizer; use --framework megatron-core"
+            }
+            _ => {
+                "fp32-params and bf16 are FSDP2 formats (the parameters are the optimizer's); use --framework torchtitan"
+            }
+        })
+    }
+
+    /// Whether a plan at this ZeRO stage can keep its states this way: Megatron-Core's
+    /// precision-aware optimizer runs under its distributed optimizer only (ZeRO-1; Megatron-Bridge
+    /// turns it off under Megatron-FSDP, `scripts/performance/utils/helpers.py`: "Disabling
+    /// precision aware optimizer because it cannot work with FSDP together").
+    pub fn allows_zero(self, zero: u8) -> bool {
+        self != OptimizerStates::Bf16Moments || zero == 1
+    }
+
+    /// Bytes per parameter of the optimizer's own states (master copy and moments), what ZeRO-1
+    /// shards: 12 for `Fp32`, as the ZeRO paper counts.
+    pub fn optimizer_bytes(self) -> f64 {
+        self.master_bytes() + self.moment_bytes()
+    }
+}
 
 /// Gradient storage precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,6 +273,21 @@ impl TrainingFramework {
         match self {
             TrainingFramework::MegatronLm2021 | TrainingFramework::Deepspeed => GradDtype::Bf16,
             TrainingFramework::MegatronCore | TrainingFramework::Torchtitan => GradDtype::Fp32,
+        }
+    }
+
+    /// How the framework stores parameters and Adam's states unless told otherwise: torchtitan's
+    /// FSDP2 keeps fp32 parameters as the master (the model is built in fp32, `train.py`
+    /// `model.to_empty` + `init_weights` under the default dtype, and `MixedPrecisionPolicy(
+    /// param_dtype=bfloat16, reduce_dtype=float32)` casts only the gathered copy); the others keep
+    /// 16-bit weights beside an fp32 master (Megatron's `Float16OptimizerWithFloat16Params` and
+    /// distributed optimizer, DeepSpeed's bf16 optimizer).
+    pub fn default_optimizer_states(self) -> OptimizerStates {
+        match self {
+            TrainingFramework::Torchtitan => OptimizerStates::Fp32Params,
+            TrainingFramework::MegatronLm2021
+            | TrainingFramework::MegatronCore
+            | TrainingFramework::Deepspeed => OptimizerStates::Fp32,
         }
     }
 
@@ -421,6 +558,9 @@ pub struct Training {
     /// Sequences per optimizer step across all replicas.
     pub global_batch: u32,
     pub grad_dtype: GradDtype,
+    /// How parameters and Adam's states are stored (`--optimizer-states`; the framework's own by
+    /// default, `TrainingFramework::default_optimizer_states`).
+    pub optimizer_states: OptimizerStates,
     /// Tokens to train on, for the time-to-train estimate.
     pub tokens: Option<f64>,
     pub attention: AttentionKernel,
@@ -465,6 +605,7 @@ impl Training {
             seq_len,
             global_batch,
             grad_dtype: framework.default_grad_dtype(),
+            optimizer_states: framework.default_optimizer_states(),
             tokens: None,
             attention,
             framework,

@@ -165,6 +165,12 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         "--grad-dtype",
     );
     setting(
+        "optimizer states",
+        ta.optimizer_states.as_str().to_string(),
+        tb.optimizer_states.as_str().to_string(),
+        "--optimizer-states",
+    );
+    setting(
         "attention",
         ta.attention.as_str().to_string(),
         tb.attention.as_str().to_string(),

@@ -78,6 +78,10 @@ pub(super) fn emit_best(
     if let Some(why) = framework.model_unsupported(&s.model) {
         bail!("--emit {}: {why}", target_name(target));
     }
+    // Likewise optimizer states the configuration cannot keep.
+    if let Some(why) = framework.optimizer_states_unsupported(&s.training) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     if feasible.is_empty() {
         eprintln!(
             "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"

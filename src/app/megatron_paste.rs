@@ -151,6 +151,16 @@ pub(super) fn check_megatron_training(
             grad_name(launch.grad_dtype)
         );
     }
+    if let Some(given) = training.optimizer_states.map(|arg| arg.states())
+        && given != launch.optimizer_states
+    {
+        bail!(
+            "--optimizer-states {} contradicts the --megatron-args launch line, whose optimizer keeps {} ({}); drop --optimizer-states or change the line",
+            given.as_str(),
+            launch.optimizer_states.as_str(),
+            launch.optimizer_states.describe()
+        );
+    }
     check_megatron_precision_and_overlap(
         launch.precision,
         launch.overlap,
@@ -255,6 +265,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         seq_len: Some(launch.seq_len),
         global_batch: launch.global_batch,
         grad_dtype: Some(launch.grad_dtype),
+        optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,
         framework: None,
         overlap: None,

@@ -94,6 +94,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         pins: pins_of_args(&args.pins)?,
     };
+    super::scenario::check_zero_for_optimizer_states(&scenario.training, options.pins.zero)?;
 
     crate::plan::check_precision(&scenario.cluster, options.precision)?;
     let result = match args.threads {
@@ -171,6 +172,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
             grad_dtype: Some(scenario.training.grad_dtype),
+            optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),
             framework: Some(scenario.training.framework),
             overlap: Some(scenario.training.overlap),

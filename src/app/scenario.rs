@@ -628,6 +628,13 @@ pub(super) fn resolve_scenario(
                 .and_then(|f| f.grad_dtype)
                 .unwrap_or(framework.default_grad_dtype()),
         },
+        optimizer_states: match training_args.optimizer_states {
+            Some(arg) => arg.states(),
+            None => plan_file
+                .and_then(|f| f.optimizer_states)
+                .filter(|_| training_args.framework.is_none())
+                .unwrap_or(framework.default_optimizer_states()),
+        },
         framework,
         overlap,
         moe_imbalance,
@@ -648,6 +655,13 @@ pub(super) fn resolve_scenario(
                 .unwrap_or(AttentionKernel::Flash),
         },
     };
+    if let Some(why) = training.optimizer_states.unsupported_by(framework) {
+        bail!(
+            "--optimizer-states {} is not how --framework {} stores its optimizer: {why}",
+            training.optimizer_states.as_str(),
+            framework.as_str()
+        );
+    }
     Ok(Scenario {
         model,
         model_origin,
@@ -655,6 +669,20 @@ pub(super) fn resolve_scenario(
         gpu_reference,
         training,
     })
+}
+
+/// Refuses a ZeRO stage the optimizer-state format cannot run at (`OptimizerStates::allows_zero`):
+/// Megatron-Core's precision-aware optimizer lives in its distributed optimizer, ZeRO-1.
+pub(super) fn check_zero_for_optimizer_states(training: &Training, zero: Option<u8>) -> Result<()> {
+    if let Some(zero) = zero
+        && !training.optimizer_states.allows_zero(zero)
+    {
+        bail!(
+            "--zero {zero} with --optimizer-states {}: Megatron-Core keeps bf16 moments only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32",
+            training.optimizer_states.as_str()
+        );
+    }
+    Ok(())
 }
 
 /// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan

@@ -216,6 +216,7 @@ mod tests {
             seq_len: model.seq_len,
             global_batch: 8,
             grad_dtype: GradDtype::Bf16,
+            optimizer_states: crate::training::OptimizerStates::Fp32,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,

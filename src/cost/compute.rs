@@ -538,11 +538,34 @@ pub fn output_layer_time(
     }
 }
 
-/// Adam step time on the parameters this GPU updates: memory-bound, reading fp32 master weights,
-/// momentum, variance and the gradient and writing the first three plus the bf16 weights
-/// (4·3 + grad bytes in, 4·3 + 2 out per parameter).
-pub fn optimizer_time(cluster: &Cluster, params_updated: f64, grad_bytes: f64) -> Seconds {
-    let bytes_per_param = 12.0 + grad_bytes + 12.0 + 2.0;
+/// Adam step time on the parameters this GPU updates: memory-bound, reading the master weights
+/// (or the parameters, when they are the master), momentum, variance and the gradient and writing
+/// all but the gradient back, plus the 16-bit working weights when a separate master copy was
+/// updated (with fp32 master and moments: 4·3 + grad bytes in, 4·3 + 2 out per parameter).
+pub fn optimizer_time(
+    cluster: &Cluster,
+    params_updated: f64,
+    grad_bytes: f64,
+    states: crate::training::OptimizerStates,
+) -> Seconds {
+    let master = if states.master_bytes() > 0.0 {
+        states.master_bytes()
+    } else {
+        states.param_bytes()
+    };
+    let updated = master + states.moment_bytes();
+    let working_copy = if states.master_bytes() > 0.0 {
+        states.param_bytes()
+    } else {
+        0.0
+    };
+    // A master kept as remainders is rebuilt from them and the 16-bit weights, so those are read too.
+    let remainder_source = if states == crate::training::OptimizerStates::Bf16Moments {
+        states.param_bytes()
+    } else {
+        0.0
+    };
+    let bytes_per_param = updated + grad_bytes + remainder_source + updated + working_copy;
     Seconds(params_updated * bytes_per_param / cluster.gpu.achieved_hbm_bandwidth().0)
 }
 

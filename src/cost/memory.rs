@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, KernelFusion, OPTIMIZER_BYTES, Training, WEIGHT_BYTES};
+use crate::training::{AttentionKernel, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -312,9 +312,12 @@ fn stage_memory(
     let sharded = |bytes: f64, from_stage: u8| {
         dense_params * bytes / shard(from_stage) + expert_params * bytes / expert_shard(from_stage)
     };
-    let mut weights = sharded(WEIGHT_BYTES, 3);
+    // The parameters at rest in their stored format (fp32 under FSDP2 with fp32 parameters); what
+    // the layers compute with is the 16-bit copy ZeRO-3 gathers, counted below.
+    let states = training.optimizer_states;
+    let mut weights = sharded(states.param_bytes(), 3);
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
-    let optimizer = sharded(OPTIMIZER_BYTES, 1);
+    let optimizer = sharded(states.optimizer_bytes(), 1);
     // ZeRO-3 gathers one unit at a time: a layer as this GPU holds it unsharded (its TP share of
     // the dense part and its own experts, not every expert of the layer), or the word embedding /
     // output layer on the stages that hold them — counting only what is sharded at all: the dense
@@ -581,7 +584,8 @@ pub fn memory(
 pub fn zero_model_state_bytes(params: f64, dp: u32, zero: u8, grad_bytes: f64) -> f64 {
     let dp = f64::from(dp);
     let shard = |from_stage: u8| if zero >= from_stage { dp } else { 1.0 };
-    params * (WEIGHT_BYTES / shard(3) + grad_bytes / shard(2) + OPTIMIZER_BYTES / shard(1))
+    let k = OptimizerStates::Fp32.optimizer_bytes();
+    params * (WEIGHT_BYTES / shard(3) + grad_bytes / shard(2) + k / shard(1))
 }
 
 #[cfg(test)]

@@ -623,7 +623,13 @@ pub fn evaluate(
     } else {
         params
     };
-    let optimizer_s = optimizer_time(cluster, params_updated, training.grad_dtype.bytes()).0;
+    let optimizer_s = optimizer_time(
+        cluster,
+        params_updated,
+        training.grad_dtype.bytes(),
+        training.optimizer_states,
+    )
+    .0;
     terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
 
     let time = StepTime::from_terms(&terms);

@@ -4,7 +4,7 @@
 use super::{MegatronSplit, megatron_precision_args};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{GradDtype, Training};
+use crate::training::{GradDtype, OptimizerStates, Training};
 
 /// Megatron-Bridge `ConfigContainer` overrides (`KEY=VALUE`, one a line) for
 /// `scripts/training/run_recipe.py` on top of a recipe of the same model. Names from
@@ -97,6 +97,19 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();
     set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
     set("ddp.grad_reduce_in_fp32", fp32_grads);
+    // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
+    // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a
+    // string that `omegaconf_utils.apply_overrides` turns back into a torch dtype.
+    let precision_aware = training.optimizer_states == OptimizerStates::Bf16Moments;
+    set(
+        "optimizer.use_precision_aware_optimizer",
+        precision_aware.to_string(),
+    );
+    if precision_aware {
+        set("optimizer.main_params_dtype", "torch.float32".to_string());
+        set("optimizer.exp_avg_dtype", "torch.bfloat16".to_string());
+        set("optimizer.exp_avg_sq_dtype", "torch.bfloat16".to_string());
+    }
     // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
     // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
     // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.

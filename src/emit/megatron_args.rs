@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use super::megatron_words::{example_value, is_lookalike_dash, mistyped_flag, not_a_count};
 
 use crate::plan::Recompute;
-use crate::training::{AttentionKernel, GradDtype};
+use crate::training::{AttentionKernel, GradDtype, OptimizerStates};
 
 /// How `--recompute-granularity full` checkpoints the layers (`--recompute-method` with
 /// `--recompute-num-layers`; the 2021 `--activations-checkpoint-method` with
@@ -142,6 +142,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "untie-embeddings-and-output-weights",
     "sequence-parallel",
     "use-distributed-optimizer",
+    "use-precision-aware-optimizer",
     "use-megatron-fsdp",
     "use-torch-fsdp2",
     "bf16",
@@ -560,6 +561,64 @@ impl<'a> Parsed<'a> {
             GradDtype::Bf16
         } else {
             GradDtype::Fp32
+        })
+    }
+
+    /// How the optimizer stores its states (Megatron-LM's `--use-precision-aware-optimizer` with
+    /// `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype`; without the switch the
+    /// dtypes must stay fp32, as arguments.py requires). tpsim models the precision-aware optimizer
+    /// with fp32 main params (kept as 16-bit remainders, `OptimizerConfig.store_param_remainders`
+    /// default) and bf16 moments, what Megatron-Bridge's DeepSeek-V3 recipe runs; it needs the
+    /// distributed optimizer (Transformer Engine's FusedAdam under `DistributedOptimizer`).
+    pub(super) fn optimizer_states(&self) -> Result<OptimizerStates, MegatronArgsError> {
+        let dtype = |flag: &'static str| -> Result<&str, MegatronArgsError> {
+            let v = self.value(flag).unwrap_or("fp32");
+            if ["fp32", "fp16", "bf16", "fp8"].contains(&v) {
+                Ok(v)
+            } else {
+                Err(MegatronArgsError::BadChoice {
+                    flag: flag.into(),
+                    value: v.to_string(),
+                    valid: "fp32, fp16, bf16, fp8",
+                })
+            }
+        };
+        let (main, avg, avg_sq) = (
+            dtype("main-params-dtype")?,
+            dtype("exp-avg-dtype")?,
+            dtype("exp-avg-sq-dtype")?,
+        );
+        let aware = self.switch("use-precision-aware-optimizer");
+        if !aware {
+            if let Some((flag, v)) = [
+                ("main-params-dtype", main),
+                ("exp-avg-dtype", avg),
+                ("exp-avg-sq-dtype", avg_sq),
+            ]
+            .into_iter()
+            .find(|(_, v)| *v != "fp32")
+            {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--{flag} {v}"),
+                    why: "Megatron-LM takes optimizer state dtypes other than fp32 only with --use-precision-aware-optimizer; add it or use fp32".into(),
+                });
+            }
+            return Ok(OptimizerStates::Fp32);
+        }
+        if !self.switch("use-distributed-optimizer") {
+            return Err(MegatronArgsError::Refused {
+                given: "--use-precision-aware-optimizer".into(),
+                why: "the precision-aware optimizer runs under Megatron-Core's distributed optimizer; add --use-distributed-optimizer".into(),
+            });
+        }
+        if (main, avg, avg_sq) == ("fp32", "bf16", "bf16") {
+            return Ok(OptimizerStates::Bf16Moments);
+        }
+        Err(MegatronArgsError::NotModelled {
+            given: format!(
+                "--use-precision-aware-optimizer with --main-params-dtype {main} --exp-avg-dtype {avg} --exp-avg-sq-dtype {avg_sq}"
+            ),
+            why: "tpsim models the precision-aware optimizer with fp32 main params and bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as Megatron-Bridge's DeepSeek-V3 recipe runs it".into(),
         })
     }
 

@@ -79,6 +79,8 @@ pub struct MegatronLaunch {
     pub microbatch_group: Option<u32>,
     /// The gradient precision Megatron-LM keeps and reduces in.
     pub grad_dtype: GradDtype,
+    /// How the optimizer stores its states (`--use-precision-aware-optimizer` and its dtypes).
+    pub optimizer_states: crate::training::OptimizerStates,
     /// `--attention-backend` / `--use-flash-attn` (`None` when the line is silent).
     pub attention: Option<AttentionKernel>,
     /// torchrun's `--nnodes` and `--nproc_per_node` (`None` when absent or not a number).
@@ -101,6 +103,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     p.refuse_unmodelled()?;
     let mut notes = Vec::new();
     let grad_dtype = p.grad_dtype(&mut notes)?;
+    let optimizer_states = p.optimizer_states()?;
     let (recompute, full_recompute) = p.recompute(&mut notes)?;
     let attention = p.attention()?;
     if p.value("num-layers-per-virtual-pipeline-stage").is_some()
@@ -263,6 +266,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
         grad_dtype,
+        optimizer_states,
         attention,
         nodes,
         gpus_per_node,

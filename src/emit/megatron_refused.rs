@@ -76,16 +76,6 @@ impl Parsed<'_> {
                 "tpsim models Adam's optimizer states (12 bytes per parameter, Rajbhandari et al. 2020 §3.1); use --optimizer adam",
             ));
         }
-        for flag in ["main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype"] {
-            if let Some(v) = self.value(flag)
-                && v != "fp32"
-            {
-                return Err(not_modelled(
-                    format!("--{flag} {v}"),
-                    "optimizer states in less than fp32 are not modelled yet; tpsim keeps fp32 master weights and Adam moments (use fp32)",
-                ));
-            }
-        }
         // Megatron-Core's default recompute_modules is ["core_attn"], tpsim's selective recompute.
         if let Some(modules) = &self.recompute_modules
             && modules.as_slice() != ["core_attn"]

@@ -31,7 +31,7 @@ pub use pipeline_split::{ChunkLayout, MegatronSplit, SplitArgs};
 
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, GradDtype, Training, TrainingFramework};
+use crate::training::{AttentionKernel, GradDtype, OptimizerStates, Training, TrainingFramework};
 
 /// A framework `--emit` can write for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +124,17 @@ impl Framework {
         None
     }
 
+    /// Why this framework's configuration cannot keep the optimizer states `training` plans with
+    /// whatever the plan (NeMo 1.x's optimizers keep fp32 master weights and moments), or `None`.
+    pub fn optimizer_states_unsupported(self, training: &Training) -> Option<String> {
+        (self == Framework::Nemo && training.optimizer_states != OptimizerStates::Fp32).then(|| {
+            format!(
+                "optimizer states {} are not written for NeMo 1.x yet (its optimizers keep fp32 master weights and moments); use --emit megatron or --emit megatron-bridge, or --optimizer-states fp32",
+                training.optimizer_states.as_str()
+            )
+        })
+    }
+
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
     /// `None` when it can: first a plan evaluated for another framework, then what the
     /// configuration cannot express.
@@ -196,6 +207,9 @@ impl Framework {
                 "ZeRO-{} has no NeMo 1.x optimizer (mcore_distributed_optim is ZeRO-1, distributed_fused_adam ZeRO-2); use --zero 0, 1 or 2",
                 plan.zero
             )),
+            _ if self.optimizer_states_unsupported(training).is_some() => {
+                self.optimizer_states_unsupported(training)
+            }
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
@@ -407,6 +421,14 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             push("ckpt-format", Some("fsdp_dtensor".into()));
         }
     }
+    // Megatron-Core's precision-aware optimizer with bf16 moments (arguments.py; the main params
+    // stay fp32, kept as 16-bit remainders by default).
+    if training.optimizer_states == OptimizerStates::Bf16Moments {
+        push("use-precision-aware-optimizer", None);
+        push("main-params-dtype", Some("fp32".into()));
+        push("exp-avg-dtype", Some("bf16".into()));
+        push("exp-avg-sq-dtype", Some("bf16".into()));
+    }
     // Megatron-Core's `--attention-backend` (AttnBackend: flash, fused, unfused, local, auto):
     // written out so that reading the line back models the same attention kernel.
     push(
@@ -525,6 +547,7 @@ mod tests {
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,
+            optimizer_states: crate::training::OptimizerStates::Fp32,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,

@@ -341,6 +341,7 @@ mod tests {
             seq_len: 4096,
             global_batch: 256,
             grad_dtype: crate::training::GradDtype::Fp32,
+            optimizer_states: crate::training::OptimizerStates::Fp32,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
             framework,

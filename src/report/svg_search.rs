@@ -205,6 +205,7 @@ mod tests {
             seq_len: 2048,
             global_batch: 1536,
             grad_dtype: GradDtype::Bf16,
+            optimizer_states: crate::training::OptimizerStates::Fp32,
             tokens: None,
             attention: crate::training::AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,

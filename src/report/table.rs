@@ -131,7 +131,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, {} attention, as {} runs it ({}{}){}{}",
+         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -165,6 +165,8 @@ pub fn scenario_line(report: &Report) -> String {
         t.global_batch,
         t.seq_len,
         t.grad_dtype.as_str(),
+        t.optimizer_states.as_str(),
+        t.optimizer_states.param_bytes() + t.optimizer_states.optimizer_bytes(),
         t.attention.as_str(),
         t.framework.as_str(),
         match t.kernel_fusion {
@@ -794,6 +796,7 @@ mod tests {
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,
+            optimizer_states: crate::training::OptimizerStates::Fp32,
             tokens: None,
             attention: AttentionKernel::Flash,
             framework: crate::training::TrainingFramework::MegatronLm2021,
