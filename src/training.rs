@@ -89,6 +89,17 @@ impl OptimizerStates {
         }
     }
 
+    /// The master's bytes when the parameters are gathered in FP8/FP4 (`--fp8-param-gather`): the
+    /// remainders rebuild an fp32 value only beside a bf16 parameter, so with low-precision
+    /// parameters the precision-aware optimizer keeps a whole fp32 master.
+    pub fn master_bytes_with_low_precision_params(self, low_precision_params: bool) -> f64 {
+        if low_precision_params && self == OptimizerStates::Bf16Moments {
+            4.0
+        } else {
+            self.master_bytes()
+        }
+    }
+
     /// Bytes per parameter of Adam's two moments together.
     pub fn moment_bytes(self) -> f64 {
         match self {

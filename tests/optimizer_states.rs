@@ -287,3 +287,69 @@ fn plan_files_keep_the_optimizer_states() {
     let out = json(&["eval", "--plan", saved, "--format", "json"]);
     assert_eq!(out["training"]["optimizer_states"], "bf16");
 }
+
+/// What a launch line says of its optimizer is kept when --framework is given beside it, and a
+/// framework that cannot keep it is refused; `compare` refuses a ZeRO stage the states cannot run
+/// at, as `eval` and `plan` do.
+#[test]
+fn no_command_drops_or_bypasses_the_states() {
+    let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 \
+        --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2 --bf16 \
+        --use-distributed-optimizer --use-precision-aware-optimizer --exp-avg-dtype bf16 \
+        --exp-avg-sq-dtype bf16";
+    let out = json(&[
+        "eval",
+        "--megatron-args",
+        line,
+        "--nodes",
+        "1",
+        "--framework",
+        "megatron-core",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out["training"]["optimizer_states"], "bf16-moments");
+    let r = run(&[
+        "eval",
+        "--megatron-args",
+        line,
+        "--nodes",
+        "1",
+        "--framework",
+        "deepspeed",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["bf16-moments", "--framework deepspeed"],
+        &[],
+        "deepspeed",
+    );
+
+    let dir = scratch("optimizer-states", "compare");
+    let saved = dir.join("z3.yaml");
+    let saved = saved.to_str().unwrap();
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--zero",
+        "3",
+        "--global-batch",
+        "64",
+        "--save",
+        saved,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run(&[
+        "compare",
+        "--plan",
+        saved,
+        "--plan",
+        saved,
+        "--optimizer-states",
+        "bf16-moments",
+    ]);
+    assert_one_line_error(&r, &["--zero 3", "bf16-moments"], &[], "compare");
+}

@@ -630,9 +630,10 @@ pub(super) fn resolve_scenario(
         },
         optimizer_states: match training_args.optimizer_states {
             Some(arg) => arg.states(),
+            // A saved plan or a launch line keeps its states whatever --framework says; a framework
+            // that cannot keep them is refused below rather than silently given its default.
             None => plan_file
                 .and_then(|f| f.optimizer_states)
-                .filter(|_| training_args.framework.is_none())
                 .unwrap_or(framework.default_optimizer_states()),
         },
         framework,

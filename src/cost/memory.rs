@@ -317,7 +317,11 @@ fn stage_memory(
     let states = training.optimizer_states;
     let mut weights = sharded(states.param_bytes(), 3);
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
-    let optimizer = sharded(states.optimizer_bytes(), 1);
+    let low_precision_params = super::comm::fp8_parameter_gather(training, plan);
+    let optimizer = sharded(
+        states.master_bytes_with_low_precision_params(low_precision_params) + states.moment_bytes(),
+        1,
+    );
     // ZeRO-3 gathers one unit at a time: a layer as this GPU holds it unsharded (its TP share of
     // the dense part and its own experts, not every expert of the layer), or the word embedding /
     // output layer on the stages that hold them — counting only what is sharded at all: the dense
