@@ -450,6 +450,10 @@ pub enum PlanError {
     )]
     ReshardWithoutZero3 { zero: u8 },
     #[error(
+        "--zero {zero} with --optimizer-states {states}: Megatron-Core keeps bf16 moments only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32"
+    )]
+    ZeroForOptimizerStates { zero: u8, states: &'static str },
+    #[error(
         "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
     )]
     SpWithoutTp,
@@ -482,6 +486,12 @@ impl ParallelPlan {
     ) -> Result<ParallelPlan, PlanError> {
         let r = request;
         check_degrees(r, cluster)?;
+        if !training.optimizer_states.allows_zero(r.zero) {
+            return Err(PlanError::ZeroForOptimizerStates {
+                zero: r.zero,
+                states: training.optimizer_states.as_str(),
+            });
+        }
         check_heads(r, model, cluster)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;

@@ -40,13 +40,6 @@ pub enum OptimizerStates {
 }
 
 impl OptimizerStates {
-    pub const ALL: [OptimizerStates; 4] = [
-        OptimizerStates::Fp32,
-        OptimizerStates::Fp32Params,
-        OptimizerStates::Bf16Moments,
-        OptimizerStates::Bf16,
-    ];
-
     /// The name `--optimizer-states` takes, the header prints and plan files store.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -57,7 +50,7 @@ impl OptimizerStates {
         }
     }
 
-    /// What the header says of it.
+    /// What it keeps, in words (said when a flag contradicts a launch line).
     pub fn describe(self) -> &'static str {
         match self {
             OptimizerStates::Fp32 => "fp32 master weights and Adam moments",

@@ -821,80 +821,10 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
     // split counts units (3, 4, 2); with --allow-uneven-pp the search tries the first/last
     // splits around it and keeps the fastest, which is the recipe's: the output layer runs in
     // bf16 twice (main and MTP) and weighs more than a unit.
-    let json = json_of(&[
-        "plan",
-        "--format",
-        "json",
-        "--model",
-        "deepseek-v3",
-        "--mtp-layers",
-        "1",
-        "--gpu",
-        "b200-sxm-180g",
-        "--nodes",
-        "32",
-        "--global-batch",
-        "2048",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
-        "--pp",
-        "16",
-        "--vpp",
-        "1",
-        "--ep",
-        "8",
-        "--precision",
-        "fp8",
-        "--allow-uneven-pp",
-    ]);
-    let stages = &json["plans"][0]["stages"];
-    assert_eq!(
-        (&stages["first"], &stages["middle_max"], &stages["last"]),
-        (&4.into(), &4.into(), &1.into()),
-        "{stages}"
-    );
-    // The table shows the chosen split in a `layers` column.
-    let (code, table, stderr) = run(&[
-        "plan",
-        "--model",
-        "deepseek-v3",
-        "--mtp-layers",
-        "1",
-        "--gpu",
-        "b200-sxm-180g",
-        "--nodes",
-        "32",
-        "--global-batch",
-        "2048",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
-        "--pp",
-        "16",
-        "--vpp",
-        "1",
-        "--ep",
-        "8",
-        "--precision",
-        "fp8",
-        "--allow-uneven-pp",
-        "--top",
-        "1",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(
-        table.contains("layers") && table.contains("4/4/1"),
-        "{table}"
-    );
-    // `sweep` searches the same space and names the same best plan and step time.
+    // The recipe's scenario, shared by every command below.
     let scenario = [
         "--model",
         "deepseek-v3",
-        "--mtp-layers",
-        "1",
         "--gpu",
         "b200-sxm-180g",
         "--global-batch",
@@ -905,53 +835,82 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
         "fp8",
         "--allow-uneven-pp",
     ];
-    let plan_args: Vec<&str> = ["plan", "--format", "json", "--nodes", "32"]
-        .iter()
-        .chain(scenario.iter())
-        .copied()
+    let with = |head: &[&'static str], tail: &[&'static str]| -> Vec<&'static str> {
+        head.iter().chain(&scenario).chain(tail).copied().collect()
+    };
+    let pinned = [
+        "--nodes", "32", "--tp", "1", "--pp", "16", "--vpp", "1", "--ep", "8",
+    ];
+    let json = json_of(&with(
+        &["plan", "--format", "json", "--mtp-layers", "1"],
+        &pinned,
+    ));
+    let stages = &json["plans"][0]["stages"];
+    assert_eq!(
+        (&stages["first"], &stages["middle_max"], &stages["last"]),
+        (&4.into(), &4.into(), &1.into()),
+        "{stages}"
+    );
+    // The table shows the chosen split in a `layers` column.
+    let table_args: Vec<&str> = with(&["plan", "--mtp-layers", "1"], &pinned)
+        .into_iter()
+        .chain(["--top", "1"])
         .collect();
-    let sweep_args: Vec<&str> = [
-        "sweep", "--format", "json", "--axis", "nodes", "--values", "32",
-    ]
-    .iter()
-    .chain(scenario.iter())
-    .copied()
-    .collect();
+    let (code, table, stderr) = run(&table_args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains("layers") && table.contains("4/4/1"),
+        "{table}"
+    );
+    // `sweep` searches the same space and names the same best plan and step time.
+    let plan_args = with(
+        &[
+            "plan",
+            "--format",
+            "json",
+            "--nodes",
+            "32",
+            "--mtp-layers",
+            "1",
+        ],
+        &[],
+    );
+    let sweep_args = with(
+        &[
+            "sweep",
+            "--format",
+            "json",
+            "--axis",
+            "nodes",
+            "--values",
+            "32",
+            "--mtp-layers",
+            "1",
+        ],
+        &[],
+    );
     let best = json_of(&plan_args)["plans"][0]["time"]["step_s"].clone();
     let swept = json_of(&sweep_args)["rows"][0]["step_time_s"].clone();
     assert_eq!(best, swept);
     // With three MTP layers (more than a stage's share of units) tpsim's own split leaves the
     // last stage one decoder layer.
-    let own = json_of(&[
-        "eval",
-        "--format",
-        "json",
-        "--model",
-        "deepseek-v3",
-        "--mtp-layers",
-        "3",
-        "--gpu",
-        "b200-sxm-180g",
-        "--nodes",
-        "32",
-        "--global-batch",
-        "2048",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
-        "--pp",
-        "16",
-        "--ep",
-        "8",
-        "--micro-batch",
-        "1",
-        "--zero",
-        "1",
-        "--precision",
-        "fp8",
-        "--allow-uneven-pp",
-    ]);
+    let own = json_of(&with(
+        &["eval", "--format", "json", "--mtp-layers", "3"],
+        &[
+            "--nodes",
+            "32",
+            "--tp",
+            "1",
+            "--pp",
+            "16",
+            "--ep",
+            "8",
+            "--micro-batch",
+            "1",
+            "--zero",
+            "1",
+        ],
+    ));
     assert_eq!(own["plans"][0]["stages"]["last"], 1);
 }
 

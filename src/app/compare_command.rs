@@ -285,11 +285,6 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     },
                     ..file.plan.clone()
                 };
-                super::scenario::check_zero_for_optimizer_states(
-                    &scenario.training,
-                    Some(request.zero),
-                )
-                .with_context(|| format!("--plan {path}"))?;
                 let plan = ParallelPlan::build(
                     &request,
                     &scenario.model,

@@ -238,7 +238,6 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
-    super::scenario::check_zero_for_optimizer_states(&scenario.training, Some(request.zero))?;
     // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());

@@ -94,7 +94,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         pins: pins_of_args(&args.pins)?,
     };
-    super::scenario::check_zero_for_optimizer_states(&scenario.training, options.pins.zero)?;
+    super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
 
     crate::plan::check_precision(&scenario.cluster, options.precision)?;
     let result = match args.threads {

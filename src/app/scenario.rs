@@ -672,18 +672,21 @@ pub(super) fn resolve_scenario(
     })
 }
 
-/// Refuses a ZeRO stage the optimizer-state format cannot run at (`OptimizerStates::allows_zero`):
-/// Megatron-Core's precision-aware optimizer lives in its distributed optimizer, ZeRO-1.
-pub(super) fn check_zero_for_optimizer_states(training: &Training, zero: Option<u8>) -> Result<()> {
-    if let Some(zero) = zero
-        && !training.optimizer_states.allows_zero(zero)
-    {
-        bail!(
-            "--zero {zero} with --optimizer-states {}: Megatron-Core keeps bf16 moments only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32",
-            training.optimizer_states.as_str()
-        );
+/// Refuses a pinned ZeRO stage the optimizer-state format cannot run at, with the error
+/// `ParallelPlan::build` gives a plan at that stage (`OptimizerStates::allows_zero`).
+pub(super) fn check_zero_pin_for_optimizer_states(
+    training: &Training,
+    zero: Option<u8>,
+) -> Result<(), PlanError> {
+    match zero {
+        Some(zero) if !training.optimizer_states.allows_zero(zero) => {
+            Err(PlanError::ZeroForOptimizerStates {
+                zero,
+                states: training.optimizer_states.as_str(),
+            })
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan

@@ -394,7 +394,7 @@ fn stage_memory(
     // ZeRO-3 shards it.
     let layer_weights = layers * (dense_layer / shard(3) + expert_layer / expert_shard(3));
     // With FP8 parameter gather the quantized copies are the layer weights: their bf16 copy goes.
-    let replaced = if super::comm::fp8_parameter_gather(training, plan) {
+    let replaced = if low_precision_params {
         WEIGHT_BYTES
     } else {
         0.0
