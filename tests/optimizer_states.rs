@@ -353,3 +353,41 @@ fn no_command_drops_or_bypasses_the_states() {
     ]);
     assert_one_line_error(&r, &["--zero 3", "bf16-moments"], &[], "compare");
 }
+
+/// The precision-aware optimizer's master is 16-bit remainders only beside bf16 parameters: with
+/// FP8 parameter gather (Megatron-Core's default under FP8 at ZeRO-1) it keeps a whole fp32 copy,
+/// so its states are 4 + 4 of fp32's 4 + 8 bytes instead of 2 + 4.
+#[test]
+fn fp8_parameters_keep_a_whole_fp32_master() {
+    let optimizer = |precision: &str, states: &str| {
+        let out = json(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "2",
+            "--pp",
+            "1",
+            "--zero",
+            "1",
+            "--precision",
+            precision,
+            "--optimizer-states",
+            states,
+            "--format",
+            "json",
+        ]);
+        out["plans"][0]["memory"]["optimizer_bytes"]
+            .as_f64()
+            .unwrap()
+    };
+    let ratio = optimizer("bf16", "bf16-moments") / optimizer("bf16", "fp32");
+    assert!(
+        (ratio - 6.0 / 12.0).abs() < 1e-9,
+        "bf16 parameters: {ratio}"
+    );
+    let ratio = optimizer("fp8", "bf16-moments") / optimizer("fp8", "fp32");
+    assert!((ratio - 8.0 / 12.0).abs() < 1e-9, "fp8 parameters: {ratio}");
+}

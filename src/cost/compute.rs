@@ -547,20 +547,23 @@ pub fn optimizer_time(
     params_updated: f64,
     grad_bytes: f64,
     states: crate::training::OptimizerStates,
+    low_precision_params: bool,
 ) -> Seconds {
-    let master = if states.master_bytes() > 0.0 {
-        states.master_bytes()
+    let master_bytes = states.master_bytes_with_low_precision_params(low_precision_params);
+    let master = if master_bytes > 0.0 {
+        master_bytes
     } else {
         states.param_bytes()
     };
     let updated = master + states.moment_bytes();
-    let working_copy = if states.master_bytes() > 0.0 {
+    let working_copy = if master_bytes > 0.0 {
         states.param_bytes()
     } else {
         0.0
     };
-    // A master kept as remainders is rebuilt from them and the 16-bit weights, so those are read too.
-    let remainder_source = if states == crate::training::OptimizerStates::Bf16Moments {
+    // A master kept as remainders (16 bits, beside bf16 weights) is rebuilt from them and the
+    // weights, so those are read too.
+    let remainder_source = if master_bytes == 2.0 {
         states.param_bytes()
     } else {
         0.0

@@ -628,6 +628,7 @@ pub fn evaluate(
         params_updated,
         training.grad_dtype.bytes(),
         training.optimizer_states,
+        comm::fp8_parameter_gather(training, plan),
     )
     .0;
     terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
