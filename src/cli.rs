@@ -126,6 +126,42 @@ impl OptimizerStatesArg {
     }
 }
 
+/// `--moe-dispatcher` (`training::MoeDispatcher`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MoeDispatcherArg {
+    /// One copy per routed (token, expert) pair.
+    Alltoall,
+    /// One copy per destination GPU (DeepEP).
+    Deepep,
+}
+
+impl MoeDispatcherArg {
+    pub fn dispatcher(self) -> crate::training::MoeDispatcher {
+        match self {
+            MoeDispatcherArg::Alltoall => crate::training::MoeDispatcher::Alltoall,
+            MoeDispatcherArg::Deepep => crate::training::MoeDispatcher::Deepep,
+        }
+    }
+}
+
+/// `--moe-routing` (`training::MoeRouting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MoeRoutingArg {
+    /// Independent of where the experts live (a trained router, forced balancing).
+    Random,
+    /// Token t takes experts t*k .. t*k+k-1 (NeMo AutoModel's fake balanced gate).
+    RoundRobin,
+}
+
+impl MoeRoutingArg {
+    pub fn routing(self) -> crate::training::MoeRouting {
+        match self {
+            MoeRoutingArg::Random => crate::training::MoeRouting::Random,
+            MoeRoutingArg::RoundRobin => crate::training::MoeRouting::RoundRobin,
+        }
+    }
+}
+
 /// What to train: one of a size, a spec, or a shape.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
@@ -314,6 +350,16 @@ pub struct TrainingArgs {
     /// Default: none (dropless).
     #[arg(long, value_name = "F", visible_alias = "moe-expert-capacity-factor")]
     pub moe_capacity_factor: Option<f64>,
+    /// MoE token dispatcher: alltoall (one copy per routed token and expert; Megatron-Core's
+    /// alltoall dispatcher) or deepep (one copy per destination GPU; Megatron-Core's flex
+    /// dispatcher with DeepEP, NeMo AutoModel's `dispatcher: deepep`). Default: alltoall.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub moe_dispatcher: Option<MoeDispatcherArg>,
+    /// Which experts a token's top-k land on: random (a trained router; Megatron-Core's forced
+    /// balancing) or round-robin (neighbouring experts, NeMo AutoModel's fake balanced gate in its
+    /// benchmarks). Changes what deepep sends. Default: random.
+    #[arg(long, value_enum, value_name = "PATTERN")]
+    pub moe_routing: Option<MoeRoutingArg>,
     /// Pipeline sends overlapped with compute in the interleaved schedule. Default: the
     /// framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", visible_alias = "overlap-p2p-communication")]
@@ -613,6 +659,15 @@ pub struct EvalArgs {
         conflicts_with = "megatron_args"
     )]
     pub moe_token_dispatcher_type: Option<String>,
+    /// Megatron-LM's --moe-flex-dispatcher-backend: refused when pasted (tpsim's --moe-dispatcher
+    /// deepep says it; --megatron-args reads it).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "BACKEND",
+        conflicts_with = "megatron_args"
+    )]
+    pub moe_flex_dispatcher_backend: Option<String>,
     /// Megatron-LM's --multi-latent-attention: MLA, whose widths are --kv-lora-rank and the others.
     #[arg(long, hide = true, conflicts_with = "megatron_args")]
     pub multi_latent_attention: bool,

@@ -12,8 +12,8 @@ use crate::plan::{Precision, Recompute};
 use crate::planner::{Pins, SearchOptions, StageSplitPin, refine_top, search};
 use crate::specs;
 use crate::training::{
-    AttentionKernel, GradDtype, KernelFusion, LossKernel, OptimizerStates, Training,
-    TrainingFramework,
+    AttentionKernel, GradDtype, KernelFusion, LossKernel, MoeDispatch, MoeDispatcher, MoeRouting,
+    OptimizerStates, Training, TrainingFramework,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -346,6 +346,34 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
     None
 }
 
+/// The token dispatcher and routing of a run, from the configs at the run's version:
+/// - NeMo AutoModel's benchmark configs at the table's commit (36044ad,
+///   examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml, gpt_oss/gptoss_20b_te_deepep.yaml)
+///   set `dispatcher: deepep` with `fake_balanced_gate: true` (round-robin experts). Its GPT-OSS
+///   120B config sets `dispatcher: hybridep`, whose dispatch tpsim does not model, so that row
+///   keeps the all-to-all;
+/// - Megatron-Bridge 25.09's DeepSeek-V3 on H100 enables DeepEP with forced load balancing
+///   (scripts/performance/run_script.py at 9a5e798: `enable_deepep = gpu in ["h100"]`,
+///   `moe_router_force_load_balancing = True`), random routing;
+/// - everything else runs the all-to-all dispatcher.
+fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
+    let deepep = MoeDispatcher::Deepep;
+    let key = run.model_key.as_deref().unwrap_or("");
+    if run.id.starts_with("automodel") && matches!(key, "qwen3_30b_a3b" | "gpt_oss_20b") {
+        return MoeDispatch {
+            dispatcher: deepep,
+            routing: MoeRouting::RoundRobin,
+        };
+    }
+    if run.id.starts_with("mbridge-25.09") && key == "deepseek_v3" && run.hardware.gpu == "H100" {
+        return MoeDispatch {
+            dispatcher: deepep,
+            routing: MoeRouting::Random,
+        };
+    }
+    MoeDispatch::default()
+}
+
 /// The expert-parallel size of a NeMo AutoModel run whose table leaves EP blank ("-") while its
 /// kernels column says DeepEP, which exchanges tokens between expert-parallel ranks and so runs
 /// only with EP > 1: the `distributed.ep_size` of the benchmark config at the table's commit
@@ -583,6 +611,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         training.overlap.tp_comm = true;
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
+    training.moe_dispatch = recipe_moe_dispatch(run);
     if let Some((states, grads)) = recipe_optimizer_states(run) {
         training.optimizer_states = states;
         training.grad_dtype = grads;

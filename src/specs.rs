@@ -274,6 +274,10 @@ pub struct PlanFile {
     /// the emitted configurations write; dropless when absent (and in files written before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_capacity_factor: Option<f64>,
+    /// The MoE token dispatcher and routing pattern the plan was evaluated with
+    /// (`--moe-dispatcher`, `--moe-routing`); all-to-all with random routing when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_dispatch: Option<crate::training::MoeDispatch>,
     /// Whether the low-precision weights are all-gathered as the parameters (Megatron-Core
     /// `--fp8-param-gather`); the framework's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

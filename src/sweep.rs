@@ -473,6 +473,7 @@ mod tests {
                 overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
                 moe_imbalance: 1.0,
                 moe_capacity_factor: None,
+                moe_dispatch: crate::training::MoeDispatch::default(),
                 fp8_param_gather: false,
                 kernel_fusion: crate::training::KernelFusion::Fused,
                 loss: crate::training::LossKernel::VocabParallel,

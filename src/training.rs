@@ -39,6 +39,67 @@ pub enum OptimizerStates {
     Bf16,
 }
 
+/// How the MoE token dispatcher moves a token to the GPUs of its top-k experts.
+/// - `AllToAll`: one copy per routed (token, expert) pair, even when two of a token's experts
+///   live on the same GPU (Megatron-Core `MoEAlltoAllTokenDispatcher`, `--moe-token-dispatcher-type
+///   alltoall`; torchtitan's default all-to-all).
+/// - `DeepEp`: one copy per destination GPU, which expands it to the token's experts there; the
+///   combine sums a token's expert outputs on that GPU and sends one vector back. DeepEP computes
+///   `is_token_in_rank[token][rank]` and `num_tokens_per_rank` before its dispatch
+///   (deepseek-ai/DeepEP `csrc/kernels/layout.cu` `get_dispatch_layout`), which Megatron-Core's flex
+///   dispatcher (`--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep`,
+///   megatron/core/transformer/moe/fused_a2a.py) and NeMo AutoModel's `dispatcher: deepep` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoeDispatcher {
+    #[default]
+    Alltoall,
+    Deepep,
+}
+
+impl MoeDispatcher {
+    /// The name `--moe-dispatcher` takes and plan files store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoeDispatcher::Alltoall => "alltoall",
+            MoeDispatcher::Deepep => "deepep",
+        }
+    }
+}
+
+/// Which experts a token's top-k choices land on, for what a per-GPU dispatcher sends.
+/// - `Random`: balanced in expectation and independent of where the experts live, as a trained
+///   router's choices and Megatron-Core's benchmark routing (`--moe-router-force-load-balancing`,
+///   random logits, `moe_utils.apply_random_logits`) are.
+/// - `RoundRobin`: token t takes experts t·k … t·k + k − 1 (mod experts), NeMo AutoModel's
+///   `FakeBalancedGate` with no noise (nemo_automodel/components/moe/layers.py, `indices =
+///   arange(n_tokens * k).view(-1, k) % n_experts`), which its published MoE benchmarks use
+///   (`fake_balanced_gate: true`): a token's experts are neighbours, mostly on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoeRouting {
+    #[default]
+    Random,
+    RoundRobin,
+}
+
+impl MoeRouting {
+    /// The name `--moe-routing` takes and plan files store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoeRouting::Random => "random",
+            MoeRouting::RoundRobin => "round-robin",
+        }
+    }
+}
+
+/// The token dispatcher and the routing pattern together: what one MoE all-to-all sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MoeDispatch {
+    pub dispatcher: MoeDispatcher,
+    pub routing: MoeRouting,
+}
+
 impl OptimizerStates {
     /// The name `--optimizer-states` takes, the header prints and plan files store.
     pub fn as_str(self) -> &'static str {
@@ -579,6 +640,8 @@ pub struct Training {
     /// on time and memory is already folded into `moe_imbalance` as a cap). `None`: dropless.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe_capacity_factor: Option<f64>,
+    /// The MoE token dispatcher and routing pattern (`--moe-dispatcher`, `--moe-routing`).
+    pub moe_dispatch: MoeDispatch,
     /// Whether low-precision training all-gathers its quantized weights as the parameters
     /// (Megatron-Core `--fp8-param-gather` / `--fp4-param-gather`): the framework's default
     /// (`TrainingFramework::fp8_param_gather`), or what a pasted launch line says.
@@ -616,6 +679,7 @@ impl Training {
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_dispatch: MoeDispatch::default(),
             fp8_param_gather: framework.fp8_param_gather(),
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),

@@ -30,6 +30,7 @@ fn training(global_batch: u32) -> Training {
         overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
         moe_imbalance: 1.0,
         moe_capacity_factor: None,
+        moe_dispatch: tpsim::training::MoeDispatch::default(),
         fp8_param_gather: false,
         kernel_fusion: tpsim::training::KernelFusion::Fused,
         loss: tpsim::training::LossKernel::VocabParallel,

@@ -82,6 +82,9 @@ pub(super) fn emit_best(
     if let Some(why) = framework.optimizer_states_unsupported(&s.training) {
         bail!("--emit {}: {why}", target_name(target));
     }
+    if let Some(why) = framework.moe_routing_unsupported(&s.training) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     if feasible.is_empty() {
         eprintln!(
             "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"

@@ -506,6 +506,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         ckpt_format: None,
         moe_grouped_gemm: false,
         moe_token_dispatcher_type: None,
+        moe_flex_dispatcher_backend: None,
         multi_latent_attention: false,
         emit: None,
         megatron_args: None,

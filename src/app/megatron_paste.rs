@@ -137,6 +137,17 @@ pub(super) fn check_megatron_training(
             "--moe-capacity-factor {given} contradicts the --megatron-args launch line, which sets --moe-expert-capacity-factor {line}; drop --moe-capacity-factor or change the line"
         );
     }
+    // The dispatcher, likewise (the line's --moe-token-dispatcher-type and flex backend).
+    if let Some(given) = training.moe_dispatcher.map(|arg| arg.dispatcher())
+        && launch.experts.moe.is_some()
+        && given != launch.experts.dispatcher
+    {
+        bail!(
+            "--moe-dispatcher {} contradicts the --megatron-args launch line, whose dispatcher is {}; drop --moe-dispatcher or change --moe-token-dispatcher-type in the line",
+            given.as_str(),
+            launch.experts.dispatcher.as_str()
+        );
+    }
     let flag = match training.grad_dtype {
         Some(GradDtypeArg::Bf16) => Some(GradDtype::Bf16),
         Some(GradDtypeArg::Fp32) => Some(GradDtype::Fp32),
@@ -271,6 +282,11 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         overlap: None,
         moe_imbalance: None,
         moe_capacity_factor: launch.experts.capacity_factor,
+        moe_dispatch: Some(crate::training::MoeDispatch {
+            dispatcher: launch.experts.dispatcher,
+            routing: crate::training::MoeRouting::Random,
+        })
+        .filter(|d| *d != crate::training::MoeDispatch::default()),
         fp8_param_gather: None,
         kernel_fusion: None,
         plan: PlanRequest {
@@ -406,12 +422,20 @@ fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> 
             "--moe-grouped-gemm / --moe-token-dispatcher-type on a dense model: add --num-experts N, or drop them"
         );
     }
+    if let Some(backend) = &args.moe_flex_dispatcher_backend {
+        bail!(
+            "--moe-flex-dispatcher-backend {backend} pasted on eval: give tpsim's --moe-dispatcher deepep instead of the flex dispatcher's flags, or read the whole line with --megatron-args"
+        );
+    }
     match dispatcher {
         None | Some("alltoall") => Ok(()),
         Some(v) if !["allgather", "flex"].contains(&v) => bail!(
             "--moe-token-dispatcher-type {v} is not a Megatron-LM dispatcher; use alltoall (or allgather, flex)"
         ),
         Some(_) if plan.ep == 1 => Ok(()),
+        Some("flex") => bail!(
+            "--moe-token-dispatcher-type flex pasted on eval: give tpsim's --moe-dispatcher deepep instead (the flex dispatcher with its DeepEP backend), or read the whole line with --megatron-args"
+        ),
         Some(v) => bail!(
             "--moe-token-dispatcher-type {v}: tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall"
         ),

@@ -179,6 +179,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             moe_imbalance: (scenario.training.moe_imbalance != 1.0)
                 .then_some(scenario.training.moe_imbalance),
             moe_capacity_factor: scenario.training.moe_capacity_factor,
+            moe_dispatch: (scenario.training.moe_dispatch
+                != crate::training::MoeDispatch::default())
+            .then_some(scenario.training.moe_dispatch),
             fp8_param_gather: (scenario.training.fp8_param_gather
                 != scenario.training.framework.fp8_param_gather())
             .then_some(scenario.training.fp8_param_gather),

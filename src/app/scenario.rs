@@ -477,6 +477,37 @@ fn moe_routing_of(
     })
 }
 
+/// The MoE token dispatcher and routing pattern: `--moe-dispatcher` and `--moe-routing` over the
+/// plan file's, each part on its own (all-to-all and random when neither says). Refused on a dense
+/// model, which dispatches nothing.
+fn moe_dispatch_of(
+    model: &Model,
+    args: &TrainingArgs,
+    plan_file: Option<&PlanFile>,
+) -> Result<crate::training::MoeDispatch> {
+    use crate::training::MoeDispatch;
+    let dispatcher = args.moe_dispatcher.map(|arg| arg.dispatcher());
+    let routing = args.moe_routing.map(|arg| arg.routing());
+    if model.moe.is_none() {
+        let given = [
+            dispatcher.map(|d| ("--moe-dispatcher", d.as_str())),
+            routing.map(|r| ("--moe-routing", r.as_str())),
+        ];
+        if let Some((flag, value)) = given.into_iter().flatten().next() {
+            bail!(
+                "{flag} {value}: model {} is dense (no experts), so no tokens are dispatched; drop {flag} or give a mixture-of-experts model (e.g. --model qwen3-30b-a3b)",
+                model.name
+            );
+        }
+        return Ok(MoeDispatch::default());
+    }
+    let saved = plan_file.and_then(|f| f.moe_dispatch).unwrap_or_default();
+    Ok(MoeDispatch {
+        dispatcher: dispatcher.unwrap_or(saved.dispatcher),
+        routing: routing.unwrap_or(saved.routing),
+    })
+}
+
 /// A note on stderr when the model's sliding window changes nothing for the sequences it trains
 /// on ([`crate::model::AttentionWindow::no_effect`]): the table would otherwise show the window
 /// with no hint that it equals full attention.
@@ -618,6 +649,7 @@ pub(super) fn resolve_scenario(
     );
     let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
     let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, plan_file)?;
+    let moe_dispatch = moe_dispatch_of(&model, training_args, plan_file)?;
     let training = Training {
         seq_len: model.seq_len,
         global_batch,
@@ -640,6 +672,7 @@ pub(super) fn resolve_scenario(
         overlap,
         moe_imbalance,
         moe_capacity_factor,
+        moe_dispatch,
         // A saved plan keeps its parameter gather (a pasted launch line sets it after this).
         fp8_param_gather: plan_file
             .and_then(|f| f.fp8_param_gather)

@@ -413,16 +413,28 @@ pub fn ledger(
         .round() as u64;
 
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
-    let bytes = moe::alltoall_bytes(model, plan, training.seq_len, training.moe_imbalance);
+    let bytes = moe::alltoall_bytes(
+        model,
+        plan,
+        training.seq_len,
+        training.moe_imbalance,
+        training.moe_dispatch,
+    );
     if plan.ep > 1 && bytes > 0.0 {
         let e = plan.ep;
         let tensor = bytes / Op::AllToAll.wire_factor(e);
         let count = moe_count;
         let scope = Scope::PerMoeLayerPerMicrobatch;
-        let forward = [
-            "MoE dispatch: routed token copies to their experts' GPUs",
-            "MoE combine: expert outputs back to their tokens' GPUs",
-        ];
+        let forward = match training.moe_dispatch.dispatcher {
+            crate::training::MoeDispatcher::Alltoall => [
+                "MoE dispatch: routed token copies to their experts' GPUs",
+                "MoE combine: expert outputs back to their tokens' GPUs",
+            ],
+            crate::training::MoeDispatcher::Deepep => [
+                "MoE dispatch (DeepEP): each token once to every GPU holding one of its experts",
+                "MoE combine (DeepEP): each GPU's summed expert outputs back to the token's GPU",
+            ],
+        };
         for site in forward {
             push(
                 GroupKind::Ep,
@@ -750,6 +762,7 @@ mod tests {
             overlap: framework.default_overlap(),
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_dispatch: crate::training::MoeDispatch::default(),
             fp8_param_gather: false,
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
@@ -1032,6 +1045,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_dispatch: crate::training::MoeDispatch::default(),
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,

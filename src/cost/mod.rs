@@ -360,7 +360,13 @@ pub(crate) fn unit_costs(
     // Megatron-Core runs them on the critical path unless the combined 1F1B schedule pairs the
     // micro-batches (`moe::alltoall_overlap_applies`).
     let ep = if (plan.ep > 1 || plan.etp > 1) && moe_share > 0.0 {
-        let bytes = moe::alltoall_bytes(model, plan, seq_len, training.moe_imbalance);
+        let bytes = moe::alltoall_bytes(
+            model,
+            plan,
+            seq_len,
+            training.moe_imbalance,
+            training.moe_dispatch,
+        );
         let alltoall = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
         let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, training.moe_imbalance);
         let etp_speed = groups.get(GroupKind::ExpertTp).speed;

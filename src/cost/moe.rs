@@ -21,6 +21,7 @@ use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{MoeDispatch, MoeDispatcher, MoeRouting};
 use crate::units::BytesPerSec;
 
 /// GPUs of one pipeline stage (tp·cp·dp), over which attention and experts are both folded.
@@ -172,19 +173,75 @@ pub fn permutation_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbal
     permutations * 4.0 * routed * f64::from(model.hidden) * ACTIVATION_BYTES
 }
 
-/// Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch.
-pub fn alltoall_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalance: f64) -> f64 {
+/// Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch:
+/// its tokens times the copies of each that leave the GPU ([`remote_copies_per_token`]).
+pub fn alltoall_bytes(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+    dispatch: MoeDispatch,
+) -> f64 {
     if plan.ep <= 1 || model.moe.is_none() {
         return 0.0;
     }
-    let ep = f64::from(plan.ep);
     local_tokens(plan, seq_len)
-        * model.routed_tokens_per_token()
+        * remote_copies_per_token(model, plan.ep, dispatch)
         * imbalance
         * f64::from(model.hidden)
         * ACTIVATION_BYTES
-        * (ep - 1.0)
-        / ep
+}
+
+/// Copies of one token a GPU sends to the other `ep − 1` GPUs of its EP group in one dispatch
+/// (and gets back in the combine), on average over its tokens.
+/// - All-to-all: one per routed copy, top-k of them, of which (ep − 1)/ep go elsewhere.
+/// - DeepEP: one per destination GPU holding any of the token's experts. With random routing
+///   each of the ep − 1 other GPUs, holding L = experts/ep experts, is hit unless all k choices
+///   miss its L: 1 − C(E − L, k)/C(E, k) (draws without replacement, as top-k picks distinct
+///   experts). With round-robin routing token t's experts are t·k … t·k + k − 1 mod E, so the GPUs
+///   it reaches are counted over one period of the pattern; (ep − 1)/ep of them are elsewhere,
+///   as every GPU is a destination equally often.
+pub fn remote_copies_per_token(model: &Model, ep: u32, dispatch: MoeDispatch) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    if ep <= 1 {
+        return 0.0;
+    }
+    let (experts, topk) = (moe.experts, moe.router_topk.min(moe.experts));
+    let elsewhere = f64::from(ep - 1) / f64::from(ep);
+    match (dispatch.dispatcher, dispatch.routing) {
+        (MoeDispatcher::Alltoall, _) => f64::from(topk) * elsewhere,
+        (MoeDispatcher::Deepep, MoeRouting::Random) => {
+            let per_gpu = f64::from(experts / ep);
+            let all_miss = (0..topk)
+                .map(|i| {
+                    let i = f64::from(i);
+                    ((f64::from(experts) - per_gpu - i) / (f64::from(experts) - i)).max(0.0)
+                })
+                .product::<f64>();
+            f64::from(ep - 1) * (1.0 - all_miss)
+        }
+        (MoeDispatcher::Deepep, MoeRouting::RoundRobin) => {
+            let per_gpu = (experts / ep).max(1);
+            // Token t starts at t·k mod E; the starts repeat after E / gcd(k, E) tokens.
+            let period = experts / gcd(topk, experts);
+            let mut gpus_reached = 0u64;
+            for t in 0..period {
+                let start = (t * topk) % experts;
+                let gpu_of = |j: u32| ((start + j) % experts) / per_gpu;
+                // Consecutive experts sit on consecutive GPUs (cyclically): the GPUs reached are
+                // the changes of GPU index plus the first, at most all ep of them.
+                let changes = (1..topk).filter(|&j| gpu_of(j) != gpu_of(j - 1)).count() as u64;
+                gpus_reached += (changes + 1).min(u64::from(ep));
+            }
+            gpus_reached as f64 / f64::from(period) * elsewhere
+        }
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a.max(1) } else { gcd(b, a % b) }
 }
 
 /// Bytes of the token tensor the expert-TP group all-gathers in one MoE layer's dispatch and
@@ -391,6 +448,73 @@ mod tests {
     use super::*;
     use crate::plan::{PlanRequest, Precision};
     use crate::training::{AttentionKernel, Training, TrainingFramework};
+
+    fn with_experts(experts: u32, topk: u32) -> Model {
+        let mut model = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let moe = model.moe.as_mut().unwrap();
+        moe.experts = experts;
+        moe.router_topk = topk;
+        model
+    }
+
+    const DEEPEP_RANDOM: MoeDispatch = MoeDispatch {
+        dispatcher: MoeDispatcher::Deepep,
+        routing: MoeRouting::Random,
+    };
+    const DEEPEP_ROUND_ROBIN: MoeDispatch = MoeDispatch {
+        dispatcher: MoeDispatcher::Deepep,
+        routing: MoeRouting::RoundRobin,
+    };
+
+    #[test]
+    fn deepep_with_random_routing_sends_one_copy_per_gpu_reached() {
+        // 8 experts, top-2, ep 4 (2 experts per GPU): enumerate the 28 expert pairs a token on
+        // GPU 0 can pick and count the other GPUs each reaches.
+        let mut reached = 0u32;
+        let mut pairs = 0u32;
+        for a in 0..8u32 {
+            for b in a + 1..8 {
+                let (ga, gb) = (a / 2, b / 2);
+                reached += u32::from(ga != 0) + u32::from(gb != 0 && gb != ga);
+                pairs += 1;
+            }
+        }
+        let enumerated = f64::from(reached) / f64::from(pairs);
+        let model = with_experts(8, 2);
+        let closed_form = remote_copies_per_token(&model, 4, DEEPEP_RANDOM);
+        assert!(
+            (closed_form - enumerated).abs() < 1e-12,
+            "{closed_form} vs {enumerated}"
+        );
+        // The all-to-all sends both copies, 3/4 of them elsewhere.
+        let alltoall = remote_copies_per_token(&model, 4, MoeDispatch::default());
+        assert!((alltoall - 1.5).abs() < 1e-12);
+        assert!(closed_form < alltoall);
+    }
+
+    #[test]
+    fn round_robin_routing_reaches_as_few_gpus_as_neighbouring_experts_span() {
+        // Qwen3-30B-A3B, 128 experts top-8 on ep 8 (16 per GPU): token t's experts 8t..8t+7 sit
+        // on one GPU, so DeepEP sends one copy, 7/8 of the time elsewhere (NeMo AutoModel's fake
+        // balanced gate). GPT-OSS-120B, 128 experts top-4 on ep 64 (2 per GPU): two GPUs.
+        let qwen = with_experts(128, 8);
+        let one = remote_copies_per_token(&qwen, 8, DEEPEP_ROUND_ROBIN);
+        assert!((one - 7.0 / 8.0).abs() < 1e-12, "{one}");
+        let gpt_oss = with_experts(128, 4);
+        let two = remote_copies_per_token(&gpt_oss, 64, DEEPEP_ROUND_ROBIN);
+        assert!((two - 2.0 * 63.0 / 64.0).abs() < 1e-12, "{two}");
+        // Top-3 of 8 experts on ep 4 (2 per GPU): each start (0, 3, 6, 1, 4, 7, 2, 5) covers three
+        // neighbours on two GPUs (e.g. 6, 7, 0 on GPUs 3, 3, 0), 3/4 of them elsewhere.
+        let odd = with_experts(8, 3);
+        let reached = remote_copies_per_token(&odd, 4, DEEPEP_ROUND_ROBIN);
+        assert!((reached - 2.0 * 3.0 / 4.0).abs() < 1e-12, "{reached}");
+        // The all-to-all dispatcher sends every copy whatever the routing.
+        let alltoall = MoeDispatch {
+            dispatcher: MoeDispatcher::Alltoall,
+            routing: MoeRouting::RoundRobin,
+        };
+        assert!((remote_copies_per_token(&qwen, 8, alltoall) - 7.0).abs() < 1e-12);
+    }
 
     #[test]
     fn expert_flops_do_not_depend_on_how_the_experts_are_split() {

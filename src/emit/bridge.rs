@@ -27,7 +27,12 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let dropout = if model.dropout { "0.1" } else { "0.0" };
     set("model.hidden_dropout", dropout.into());
     set("model.attention_dropout", dropout.into());
-    for (key, value) in bridge_expert_overrides(model, plan, training.moe_capacity_factor) {
+    for (key, value) in bridge_expert_overrides(
+        model,
+        plan,
+        training.moe_capacity_factor,
+        training.moe_dispatch.dispatcher,
+    ) {
         set(key, value);
     }
     set("model.tensor_model_parallel_size", plan.tp.to_string());
@@ -170,6 +175,7 @@ fn bridge_expert_overrides(
     model: &Model,
     plan: &ParallelPlan,
     capacity_factor: Option<f64>,
+    dispatcher: crate::training::MoeDispatcher,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     // MTP depths as estimated; with MLA written out even when 0, because Megatron-Bridge's
@@ -246,12 +252,20 @@ fn bridge_expert_overrides(
     out.push(("model.moe_grouped_gemm", "true".to_string()));
     // Recipes pick DeepEP/HybridEP (`moe_flex_dispatcher_backend`), which
     // `apply_flex_dispatcher_backend` turns into the flex dispatcher; tpsim models the plain
-    // all-to-all, without shared-expert overlap; dropless routing unless a capacity factor was
+    // all-to-all or DeepEP (the flex dispatcher with the deepep backend), without shared-expert
+    // overlap; dropless routing unless a capacity factor was
     // planned (Megatron-Core `TransformerConfig.moe_expert_capacity_factor`, None: dropless), with
     // the tokens over capacity dropped and no padding to capacity (the default
     // `moe_pad_expert_input_to_capacity` False, written out), as tpsim models it.
-    out.push(("model.moe_token_dispatcher_type", "alltoall".to_string()));
-    out.push(("model.moe_flex_dispatcher_backend", "null".to_string()));
+    let (dispatcher_type, backend) = match dispatcher {
+        crate::training::MoeDispatcher::Alltoall => ("alltoall", "null"),
+        crate::training::MoeDispatcher::Deepep => ("flex", "deepep"),
+    };
+    out.push((
+        "model.moe_token_dispatcher_type",
+        dispatcher_type.to_string(),
+    ));
+    out.push(("model.moe_flex_dispatcher_backend", backend.to_string()));
     out.push((
         "model.moe_expert_capacity_factor",
         capacity_factor.map_or("null".to_string(), |c| c.to_string()),

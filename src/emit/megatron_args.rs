@@ -104,6 +104,7 @@ pub(super) const VALUED: &[&str] = &[
     "moe-shared-expert-intermediate-size",
     "moe-layer-freq",
     "moe-token-dispatcher-type",
+    "moe-flex-dispatcher-backend",
     "moe-expert-capacity-factor",
     "moe-token-drop-policy",
     "q-lora-rank",

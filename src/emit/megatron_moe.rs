@@ -6,6 +6,7 @@
 use super::megatron_args::{MegatronArgsError, Parsed};
 use crate::model::{Mla, Model, Moe};
 use crate::plan::ParallelPlan;
+use crate::training::MoeDispatcher;
 
 /// What the MoE and MLA arguments of a launch line say.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,6 +21,8 @@ pub struct ExpertArgs {
     pub etp: u32,
     /// `--moe-expert-capacity-factor` (arguments.py type=float, default None: dropless routing).
     pub capacity_factor: Option<f64>,
+    /// The token dispatcher (`--moe-token-dispatcher-type`, `--moe-flex-dispatcher-backend`).
+    pub dispatcher: MoeDispatcher,
 }
 
 /// `--moe-*` arguments that only change the numerics of routing (losses, score function, router
@@ -106,6 +109,7 @@ impl Parsed<'_> {
                     "moe-shared-expert-intermediate-size",
                     "moe-layer-freq",
                     "moe-token-dispatcher-type",
+                    "moe-flex-dispatcher-backend",
                 ];
                 if let Some(flag) = moe_flags.iter().find(|f| self.value(f).is_some()) {
                     return Err(MegatronArgsError::Refused {
@@ -128,7 +132,7 @@ impl Parsed<'_> {
                 }
                 None
             }
-            Some(experts) => Some(self.moe(experts, layers, ffn_hidden, ep)?),
+            Some(experts) => Some(self.moe(experts, layers, ffn_hidden)?),
         };
         Ok(ExpertArgs {
             moe,
@@ -140,7 +144,55 @@ impl Parsed<'_> {
             } else {
                 None
             },
+            dispatcher: if moe.is_some() {
+                self.dispatcher(ep)?
+            } else {
+                MoeDispatcher::Alltoall
+            },
         })
+    }
+
+    /// The token dispatcher: `--moe-token-dispatcher-type` (arguments.py default 'allgather') and,
+    /// for `flex`, `--moe-flex-dispatcher-backend` (Megatron-Core `TransformerConfig.
+    /// moe_flex_dispatcher_backend`, default "deepep"; "hybridep" the other choice). tpsim models
+    /// the all-to-all and DeepEP; without expert parallelism every dispatcher moves nothing.
+    pub(super) fn dispatcher(&self, ep: u32) -> Result<MoeDispatcher, MegatronArgsError> {
+        const BACKEND: &str = "moe-flex-dispatcher-backend";
+        let backend = self.value(BACKEND);
+        if let Some(b) = backend
+            && !["deepep", "hybridep"].contains(&b)
+        {
+            return Err(MegatronArgsError::BadChoice {
+                flag: BACKEND.into(),
+                value: b.to_string(),
+                valid: "deepep, hybridep",
+            });
+        }
+        match self.value("moe-token-dispatcher-type") {
+            Some("alltoall") => Ok(MoeDispatcher::Alltoall),
+            Some(v) if !["allgather", "flex"].contains(&v) => Err(MegatronArgsError::BadChoice {
+                flag: "moe-token-dispatcher-type".into(),
+                value: v.to_string(),
+                valid: "allgather, alltoall, flex",
+            }),
+            _ if ep == 1 => Ok(MoeDispatcher::Alltoall),
+            Some("flex") => match backend.unwrap_or("deepep") {
+                "deepep" => Ok(MoeDispatcher::Deepep),
+                other => Err(MegatronArgsError::NotModelled {
+                    given: format!("--{BACKEND} {other}"),
+                    why: format!(
+                        "tpsim models the all-to-all and DeepEP dispatchers, not {other}; use --{BACKEND} deepep or --moe-token-dispatcher-type alltoall"
+                    ),
+                }),
+            },
+            v => Err(MegatronArgsError::NotModelled {
+                given: format!(
+                    "--moe-token-dispatcher-type {}",
+                    v.unwrap_or("allgather (Megatron-LM's default)")
+                ),
+                why: "tpsim models the all-to-all token dispatch over the expert-parallel group (or DeepEP's); use --moe-token-dispatcher-type alltoall".into(),
+            }),
+        }
     }
 
     /// `--moe-expert-capacity-factor F` with `--moe-token-drop-policy` (arguments.py choices probs,
@@ -199,36 +251,7 @@ impl Parsed<'_> {
         Ok((factor >= 0.0).then_some(factor))
     }
 
-    fn moe(
-        &self,
-        experts: u32,
-        layers: u32,
-        ffn_hidden: u32,
-        ep: u32,
-    ) -> Result<Moe, MegatronArgsError> {
-        // arguments.py: --moe-token-dispatcher-type default 'allgather'; tpsim models the
-        // all-to-all dispatch, which is the same (no traffic) without expert parallelism.
-        let dispatcher = self.value("moe-token-dispatcher-type");
-        match dispatcher {
-            Some("alltoall") => {}
-            Some(v) if !["allgather", "flex"].contains(&v) => {
-                return Err(MegatronArgsError::BadChoice {
-                    flag: "moe-token-dispatcher-type".into(),
-                    value: v.to_string(),
-                    valid: "allgather, alltoall, flex",
-                });
-            }
-            _ if ep == 1 => {}
-            v => {
-                return Err(MegatronArgsError::NotModelled {
-                    given: format!(
-                        "--moe-token-dispatcher-type {}",
-                        v.unwrap_or("allgather (Megatron-LM's default)")
-                    ),
-                    why: "tpsim models the all-to-all token dispatch over the expert-parallel group; use --moe-token-dispatcher-type alltoall".into(),
-                });
-            }
-        }
+    fn moe(&self, experts: u32, layers: u32, ffn_hidden: u32) -> Result<Moe, MegatronArgsError> {
         let (first_dense_layers, layer_freq) = match self.value("moe-layer-freq") {
             None => (0, 1),
             Some(text) => {
@@ -339,11 +362,13 @@ pub fn moe_layer_freq_arg(layers: u32, first_dense: u32, freq: u32) -> String {
 }
 
 /// The MoE and MLA arguments `--emit megatron` writes for `model` under `plan`, in order, with the
-/// expert capacity factor the plan was evaluated with (`None`: dropless, Megatron-LM's default).
+/// expert capacity factor the plan was evaluated with (`None`: dropless, Megatron-LM's default)
+/// and its token dispatcher.
 pub fn megatron_expert_args(
     model: &Model,
     plan: &ParallelPlan,
     capacity_factor: Option<f64>,
+    dispatcher: MoeDispatcher,
 ) -> Vec<(&'static str, Option<String>)> {
     let mut args = Vec::new();
     if let Some(mla) = &model.mla {
@@ -384,10 +409,19 @@ pub fn megatron_expert_args(
             )),
         ));
     }
-    // tpsim models grouped GEMMs and the all-to-all dispatch (Megatron-LM's defaults are
-    // sequential expert GEMMs and the allgather dispatcher), so both are written out.
+    // tpsim models grouped GEMMs and the all-to-all or DeepEP dispatch (Megatron-LM's defaults
+    // are sequential expert GEMMs and the allgather dispatcher), so both are written out; DeepEP
+    // is the flex dispatcher with its deepep backend.
     args.push(("moe-grouped-gemm", None));
-    args.push(("moe-token-dispatcher-type", Some("alltoall".into())));
+    match dispatcher {
+        MoeDispatcher::Alltoall => {
+            args.push(("moe-token-dispatcher-type", Some("alltoall".into())));
+        }
+        MoeDispatcher::Deepep => {
+            args.push(("moe-token-dispatcher-type", Some("flex".into())));
+            args.push(("moe-flex-dispatcher-backend", Some("deepep".into())));
+        }
+    }
     // arguments.py `--moe-expert-capacity-factor` (type=float, default None: dropless). Its
     // companions keep Megatron-LM's defaults, which are what tpsim models: `--moe-token-drop-policy
     // probs` (which tokens are dropped, not how many) and no `--moe-pad-expert-input-to-capacity`

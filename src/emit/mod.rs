@@ -135,6 +135,18 @@ impl Framework {
         })
     }
 
+    /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
+    /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
+    /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).
+    pub fn moe_routing_unsupported(self, training: &Training) -> Option<String> {
+        (training.moe_dispatch.routing != crate::training::MoeRouting::Random).then(|| {
+            format!(
+                "--moe-routing {} is NeMo AutoModel's benchmark gate, which no configuration tpsim writes can run (Megatron-LM's forced balancing routes at random); use --moe-routing random",
+                training.moe_dispatch.routing.as_str()
+            )
+        })
+    }
+
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
     /// `None` when it can: first a plan evaluated for another framework, then what the
     /// configuration cannot express.
@@ -304,7 +316,12 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("kv-channels", n(model.head_dim));
     }
     push("ffn-hidden-size", n(model.ffn_hidden));
-    for (flag, value) in megatron_expert_args(model, plan, training.moe_capacity_factor) {
+    for (flag, value) in megatron_expert_args(
+        model,
+        plan,
+        training.moe_capacity_factor,
+        training.moe_dispatch.dispatcher,
+    ) {
         push(flag, value);
     }
     if model.mtp_layers > 0 {
@@ -554,6 +571,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_dispatch: crate::training::MoeDispatch::default(),
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,

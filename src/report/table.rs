@@ -131,7 +131,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}",
+         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -188,7 +188,26 @@ pub fn scenario_line(report: &Report) -> String {
                 t.moe_imbalance
             )
         },
+        if m.moe.is_some() {
+            moe_dispatch_words(t.moe_dispatch)
+        } else {
+            String::new()
+        },
     )
+}
+
+/// How the MoE all-to-alls move tokens, for the header of an MoE model.
+fn moe_dispatch_words(dispatch: crate::training::MoeDispatch) -> String {
+    use crate::training::MoeDispatcher;
+    match dispatch.dispatcher {
+        MoeDispatcher::Alltoall => {
+            "; MoE dispatch: all-to-all, a copy per routed expert".to_string()
+        }
+        MoeDispatcher::Deepep => format!(
+            "; MoE dispatch: DeepEP, a copy per GPU holding any of the token's experts ({} routing)",
+            dispatch.routing.as_str()
+        ),
+    }
 }
 
 /// The ranked plans as a terminal table, every column (for pipes and files).
@@ -803,6 +822,7 @@ mod tests {
             overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
             moe_imbalance: 1.0,
             moe_capacity_factor: None,
+            moe_dispatch: crate::training::MoeDispatch::default(),
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,

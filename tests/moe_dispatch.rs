@@ -1,0 +1,236 @@
+//! The MoE token dispatcher (`--moe-dispatcher alltoall|deepep`) and routing pattern
+//! (`--moe-routing random|round-robin`): what each sends, and that launch lines, plan files and
+//! the emitted configurations carry them.
+
+mod common;
+
+use common::{assert_one_line_error, json, run, scratch};
+
+const QWEN3_EP8: &[&str] = &[
+    "eval",
+    "--model",
+    "qwen3-30b-a3b",
+    "--gpu",
+    "h100-sxm-80g",
+    "--nodes",
+    "2",
+    "--global-batch",
+    "256",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--ep",
+    "8",
+    "--recompute",
+    "full",
+    "--zero",
+    "1",
+    "--format",
+    "json",
+];
+
+fn ep_wire_bytes(extra: &[&str]) -> f64 {
+    let mut args = QWEN3_EP8.to_vec();
+    args.extend(extra);
+    json(&args)["plans"][0]["comm"]["ep"]["wire_bytes"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Qwen3-30B-A3B (128 experts, top-8) on EP 8, 16 experts per GPU. The all-to-all sends each of a
+/// token's 8 copies, 7/8 of them to another GPU: 7 per token. DeepEP sends one copy per GPU
+/// reached: with random routing each of the 7 other GPUs is missed by all 8 draws with
+/// probability C(112, 8)/C(128, 8), so 7·(1 − that) ≈ 4.67 copies; with NeMo AutoModel's
+/// round-robin gate a token's 8 neighbouring experts sit on one GPU: 7/8 of a copy.
+#[test]
+fn deepep_sends_one_copy_per_gpu_a_token_reaches() {
+    let alltoall = ep_wire_bytes(&[]);
+    let random = ep_wire_bytes(&["--moe-dispatcher", "deepep"]);
+    let round_robin =
+        ep_wire_bytes(&["--moe-dispatcher", "deepep", "--moe-routing", "round-robin"]);
+    let all_miss: f64 = (0..8)
+        .map(|i| (112.0 - i as f64) / (128.0 - i as f64))
+        .product();
+    let expect_random = 7.0 * (1.0 - all_miss) / 7.0;
+    assert!(
+        (random / alltoall - expect_random).abs() < 1e-9,
+        "random DeepEP / all-to-all = {} (want {expect_random})",
+        random / alltoall
+    );
+    assert!(
+        (round_robin / alltoall - 1.0 / 8.0).abs() < 1e-9,
+        "round-robin DeepEP / all-to-all = {}",
+        round_robin / alltoall
+    );
+    // The all-to-all sends every copy whatever the routing.
+    let alltoall_round_robin = ep_wire_bytes(&["--moe-routing", "round-robin"]);
+    assert_eq!(alltoall_round_robin, alltoall);
+    // Less traffic, a shorter step; the header says which dispatcher was modelled.
+    let mut args = QWEN3_EP8.to_vec();
+    args.truncate(args.len() - 2);
+    let step = |extra: &[&str]| {
+        let mut a = QWEN3_EP8.to_vec();
+        a.extend(extra);
+        json(&a)["plans"][0]["time"]["step_s"].as_f64().unwrap()
+    };
+    assert!(step(&["--moe-dispatcher", "deepep"]) < step(&[]));
+    args.extend(["--moe-dispatcher", "deepep"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("MoE dispatch: DeepEP, a copy per GPU holding any of the token's experts (random routing)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn dispatch_flags_on_a_dense_model_are_refused() {
+    for (flag, value) in [
+        ("--moe-dispatcher", "deepep"),
+        ("--moe-routing", "round-robin"),
+    ] {
+        let r = run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            flag,
+            value,
+        ]);
+        assert_one_line_error(
+            &r,
+            &[&format!("{flag} {value}"), "dense", "drop"],
+            &["panicked"],
+            flag,
+        );
+    }
+}
+
+/// `--emit megatron` writes the flex dispatcher with its DeepEP backend, and `--megatron-args`
+/// reads it back as DeepEP; a line asking for HybridEP, which tpsim does not model, is refused;
+/// a flag that contradicts the line is refused; NeMo AutoModel's round-robin gate is refused by
+/// every writer.
+#[test]
+fn launch_lines_carry_the_dispatcher() {
+    let plan = [
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--ep",
+        "8",
+        "--moe-dispatcher",
+        "deepep",
+    ];
+    let mut emit = plan.to_vec();
+    emit.extend(["--emit", "megatron"]);
+    let r = run(&emit);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r.stdout.trim().to_string();
+    assert!(
+        line.contains("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"),
+        "{line}"
+    );
+    let back = json(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--format",
+        "json",
+        "--megatron-args",
+        &line,
+    ]);
+    assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "deepep");
+    assert_eq!(back["training"]["moe_dispatch"]["routing"], "random");
+
+    let hybrid = line.replace("backend deepep", "backend hybridep");
+    let r = run(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &hybrid,
+    ]);
+    assert_one_line_error(&r, &["hybridep", "deepep"], &["panicked"], "hybridep line");
+
+    let r = run(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &line,
+        "--moe-dispatcher",
+        "alltoall",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--moe-dispatcher alltoall", "contradicts"],
+        &[],
+        "contradiction",
+    );
+
+    for target in ["megatron", "megatron-bridge"] {
+        let mut args = plan.to_vec();
+        args.extend(["--moe-routing", "round-robin", "--emit", target]);
+        let r = run(&args);
+        assert_one_line_error(&r, &["--moe-routing round-robin", "random"], &[], target);
+    }
+}
+
+/// A saved plan keeps its dispatcher and routing: `eval --plan` gives the step `plan` printed.
+#[test]
+fn saved_plans_keep_the_dispatcher() {
+    let dir = scratch("moe-dispatch", "save");
+    let path = dir.join("plan.yaml");
+    let path = path.to_str().unwrap();
+    let searched = json(&[
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--ep",
+        "8",
+        "--moe-dispatcher",
+        "deepep",
+        "--moe-routing",
+        "round-robin",
+        "--save",
+        path,
+        "--format",
+        "json",
+    ]);
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(
+        text.contains("dispatcher: deepep") && text.contains("routing: round-robin"),
+        "{text}"
+    );
+    let back = json(&["eval", "--plan", path, "--format", "json"]);
+    assert_eq!(
+        back["plans"][0]["time"]["step_s"], searched["plans"][0]["time"]["step_s"],
+        "eval --plan of {text}"
+    );
+}
