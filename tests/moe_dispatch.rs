@@ -233,4 +233,30 @@ fn saved_plans_keep_the_dispatcher() {
         back["plans"][0]["time"]["step_s"], searched["plans"][0]["time"]["step_s"],
         "eval --plan of {text}"
     );
+    // compare names the setting two plan files disagree on.
+    let other = dir.join("alltoall.yaml");
+    let other = other.to_str().unwrap();
+    let r = run(&[
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--ep",
+        "8",
+        "--save",
+        other,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run(&["compare", "--plan", other, "--plan", path]);
+    assert_one_line_error(
+        &r,
+        &["MoE dispatcher: alltoall against deepep (--moe-dispatcher)"],
+        &[],
+        "compare",
+    );
 }

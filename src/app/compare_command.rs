@@ -183,6 +183,18 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         "--moe-imbalance",
     );
     setting(
+        "MoE dispatcher",
+        ta.moe_dispatch.dispatcher.as_str().to_string(),
+        tb.moe_dispatch.dispatcher.as_str().to_string(),
+        "--moe-dispatcher",
+    );
+    setting(
+        "MoE routing",
+        ta.moe_dispatch.routing.as_str().to_string(),
+        tb.moe_dispatch.routing.as_str().to_string(),
+        "--moe-routing",
+    );
+    setting(
         "FP8 parameter gather",
         on(ta.fp8_param_gather),
         on(tb.fp8_param_gather),
