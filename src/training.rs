@@ -93,8 +93,10 @@ impl MoeRouting {
     }
 }
 
-/// The token dispatcher and the routing pattern together: what one MoE all-to-all sends.
+/// The token dispatcher and the routing pattern together: what one MoE all-to-all sends. A plan
+/// file may give either part alone; the other keeps its default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct MoeDispatch {
     pub dispatcher: MoeDispatcher,
     pub routing: MoeRouting,

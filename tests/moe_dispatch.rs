@@ -233,6 +233,32 @@ fn saved_plans_keep_the_dispatcher() {
         back["plans"][0]["time"]["step_s"], searched["plans"][0]["time"]["step_s"],
         "eval --plan of {text}"
     );
+    // Either part alone keeps the other's default; a misspelt key is named.
+    let routing_only = text.replace("  dispatcher: deepep\n", "");
+    let partial = dir.join("partial.yaml");
+    std::fs::write(&partial, &routing_only).unwrap();
+    let back = json(&[
+        "eval",
+        "--plan",
+        partial.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "alltoall");
+    assert_eq!(back["training"]["moe_dispatch"]["routing"], "round-robin");
+    let misspelt = dir.join("misspelt.yaml");
+    std::fs::write(
+        &misspelt,
+        text.replace("routing: round-robin", "routin: round-robin"),
+    )
+    .unwrap();
+    let r = run(&["eval", "--plan", misspelt.to_str().unwrap()]);
+    assert_one_line_error(
+        &r,
+        &["moe_dispatch", "routin", "routing"],
+        &[],
+        "misspelt key",
+    );
     // compare names the setting two plan files disagree on.
     let other = dir.join("alltoall.yaml");
     let other = other.to_str().unwrap();
