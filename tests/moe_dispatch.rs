@@ -6,7 +6,26 @@ mod common;
 
 use common::{assert_one_line_error, json, run, scratch};
 
-const QWEN3_EP8: &[&str] = &[
+/// `plan` for Qwen3-30B-A3B on two H100 nodes with EP 8.
+const QWEN3_PLAN: &[&str] = &[
+    "plan",
+    "--model",
+    "qwen3-30b-a3b",
+    "--gpu",
+    "h100-sxm-80g",
+    "--nodes",
+    "2",
+    "--global-batch",
+    "256",
+    "--ep",
+    "8",
+];
+
+/// `eval` on the same two nodes, for launch lines and plan files that give the model.
+const EVAL_TWO_NODES: &[&str] = &["eval", "--gpu", "h100-sxm-80g", "--nodes", "2"];
+
+/// One plan of it to `eval`: no pipeline, EP 8, full recompute, ZeRO-1 (it fits).
+const QWEN3_EVAL: &[&str] = &[
     "eval",
     "--model",
     "qwen3-30b-a3b",
@@ -26,14 +45,22 @@ const QWEN3_EP8: &[&str] = &[
     "full",
     "--zero",
     "1",
-    "--format",
-    "json",
 ];
 
-fn ep_wire_bytes(extra: &[&str]) -> f64 {
-    let mut args = QWEN3_EP8.to_vec();
+/// `base` followed by `extra`.
+fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = base.to_vec();
     args.extend(extra);
-    json(&args)["plans"][0]["comm"]["ep"]["wire_bytes"]
+    args
+}
+
+/// The estimate of [`QWEN3_EVAL`] with `extra` flags.
+fn qwen3_estimate(extra: &[&str]) -> serde_json::Value {
+    json(&with(&with(QWEN3_EVAL, extra), &["--format", "json"]))["plans"][0].clone()
+}
+
+fn ep_wire_bytes(extra: &[&str]) -> f64 {
+    qwen3_estimate(extra)["comm"]["ep"]["wire_bytes"]
         .as_f64()
         .unwrap()
 }
@@ -67,20 +94,14 @@ fn deepep_sends_one_copy_per_gpu_a_token_reaches() {
     let alltoall_round_robin = ep_wire_bytes(&["--moe-routing", "round-robin"]);
     assert_eq!(alltoall_round_robin, alltoall);
     // Less traffic, a shorter step; the header says which dispatcher was modelled.
-    let mut args = QWEN3_EP8.to_vec();
-    args.truncate(args.len() - 2);
-    let step = |extra: &[&str]| {
-        let mut a = QWEN3_EP8.to_vec();
-        a.extend(extra);
-        json(&a)["plans"][0]["time"]["step_s"].as_f64().unwrap()
-    };
+    let step = |extra: &[&str]| qwen3_estimate(extra)["time"]["step_s"].as_f64().unwrap();
     assert!(step(&["--moe-dispatcher", "deepep"]) < step(&[]));
-    args.extend(["--moe-dispatcher", "deepep"]);
-    let r = run(&args);
+    let r = run(&with(QWEN3_EVAL, &["--moe-dispatcher", "deepep"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
-        r.stdout
-            .contains("MoE dispatch: DeepEP, a copy per GPU holding any of the token's experts (random routing)"),
+        r.stdout.contains(
+            "MoE dispatch: DeepEP, a copy per GPU holding any of the token's experts (random routing)"
+        ),
         "{}",
         r.stdout
     );
@@ -120,67 +141,29 @@ fn dispatch_flags_on_a_dense_model_are_refused() {
 /// every writer.
 #[test]
 fn launch_lines_carry_the_dispatcher() {
-    let plan = [
-        "plan",
-        "--model",
-        "qwen3-30b-a3b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "256",
-        "--ep",
-        "8",
-        "--moe-dispatcher",
-        "deepep",
-    ];
-    let mut emit = plan.to_vec();
-    emit.extend(["--emit", "megatron"]);
-    let r = run(&emit);
+    let plan = with(QWEN3_PLAN, &["--moe-dispatcher", "deepep"]);
+    let r = run(&with(&plan, &["--emit", "megatron"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let line = r.stdout.trim().to_string();
     assert!(
         line.contains("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"),
         "{line}"
     );
-    let back = json(&[
-        "eval",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--format",
-        "json",
-        "--megatron-args",
-        &line,
-    ]);
+    let back = json(&with(
+        EVAL_TWO_NODES,
+        &["--format", "json", "--megatron-args", &line],
+    ));
     assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "deepep");
     assert_eq!(back["training"]["moe_dispatch"]["routing"], "random");
 
     let hybrid = line.replace("backend deepep", "backend hybridep");
-    let r = run(&[
-        "eval",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--megatron-args",
-        &hybrid,
-    ]);
+    let r = run(&with(EVAL_TWO_NODES, &["--megatron-args", &hybrid]));
     assert_one_line_error(&r, &["hybridep", "deepep"], &["panicked"], "hybridep line");
 
-    let r = run(&[
-        "eval",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--megatron-args",
-        &line,
-        "--moe-dispatcher",
-        "alltoall",
-    ]);
+    let r = run(&with(
+        EVAL_TWO_NODES,
+        &["--megatron-args", &line, "--moe-dispatcher", "alltoall"],
+    ));
     assert_one_line_error(
         &r,
         &["--moe-dispatcher alltoall", "contradicts"],
@@ -189,9 +172,10 @@ fn launch_lines_carry_the_dispatcher() {
     );
 
     for target in ["megatron", "megatron-bridge"] {
-        let mut args = plan.to_vec();
-        args.extend(["--moe-routing", "round-robin", "--emit", target]);
-        let r = run(&args);
+        let r = run(&with(
+            &plan,
+            &["--moe-routing", "round-robin", "--emit", target],
+        ));
         assert_one_line_error(&r, &["--moe-routing round-robin", "random"], &[], target);
     }
 }
@@ -202,48 +186,34 @@ fn saved_plans_keep_the_dispatcher() {
     let dir = scratch("moe-dispatch", "save");
     let path = dir.join("plan.yaml");
     let path = path.to_str().unwrap();
-    let searched = json(&[
-        "plan",
-        "--model",
-        "qwen3-30b-a3b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "256",
-        "--ep",
-        "8",
-        "--moe-dispatcher",
-        "deepep",
-        "--moe-routing",
-        "round-robin",
-        "--save",
-        path,
-        "--format",
-        "json",
-    ]);
+    let searched = json(&with(
+        QWEN3_PLAN,
+        &[
+            "--moe-dispatcher",
+            "deepep",
+            "--moe-routing",
+            "round-robin",
+            "--save",
+            path,
+            "--format",
+            "json",
+        ],
+    ));
     let text = std::fs::read_to_string(path).unwrap();
     assert!(
         text.contains("dispatcher: deepep") && text.contains("routing: round-robin"),
         "{text}"
     );
-    let back = json(&["eval", "--plan", path, "--format", "json"]);
+    let eval_json = |file: &str| json(&["eval", "--plan", file, "--format", "json"]);
+    let back = eval_json(path);
     assert_eq!(
         back["plans"][0]["time"]["step_s"], searched["plans"][0]["time"]["step_s"],
         "eval --plan of {text}"
     );
     // Either part alone keeps the other's default; a misspelt key is named.
-    let routing_only = text.replace("  dispatcher: deepep\n", "");
     let partial = dir.join("partial.yaml");
-    std::fs::write(&partial, &routing_only).unwrap();
-    let back = json(&[
-        "eval",
-        "--plan",
-        partial.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    std::fs::write(&partial, text.replace("  dispatcher: deepep\n", "")).unwrap();
+    let back = eval_json(partial.to_str().unwrap());
     assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "alltoall");
     assert_eq!(back["training"]["moe_dispatch"]["routing"], "round-robin");
     let misspelt = dir.join("misspelt.yaml");
@@ -262,21 +232,7 @@ fn saved_plans_keep_the_dispatcher() {
     // compare names the setting two plan files disagree on.
     let other = dir.join("alltoall.yaml");
     let other = other.to_str().unwrap();
-    let r = run(&[
-        "plan",
-        "--model",
-        "qwen3-30b-a3b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "256",
-        "--ep",
-        "8",
-        "--save",
-        other,
-    ]);
+    let r = run(&with(QWEN3_PLAN, &["--save", other]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = run(&["compare", "--plan", other, "--plan", path]);
     assert_one_line_error(
