@@ -161,12 +161,16 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             ep_group.stride,
             link(ep_group.link)
         ));
-        legend.push(format!(
-            "expert DP: {} replicas of each expert (x = expert-DP index, stride {}) reduce expert gradients over {}",
-            expert_dp_group.size,
-            expert_dp_group.stride,
-            link(expert_dp_group.link)
-        ));
+        legend.push(if expert_dp_group.size > 1 {
+            format!(
+                "expert DP: {} replicas of each expert (x = expert-DP index, stride {}) reduce expert gradients over {}",
+                expert_dp_group.size,
+                expert_dp_group.stride,
+                link(expert_dp_group.link)
+            )
+        } else {
+            "expert DP: none (one copy of each expert; its gradients need no reduction)".to_string()
+        });
     }
     let legend_h = 20 * (legend.len() as i32 + i32::from(folded_note.is_some())) + 30;
     let width = (node_cols * (node_w + PAD) + 2 * PAD).max(if cp || ep { 1000 } else { 760 });
