@@ -7,9 +7,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "tpsim",
     version,
-    about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster",
-    long_about = "Plans 3D-parallel (tensor, pipeline, data) training of a transformer on a GPU cluster: \
-                  per-GPU memory, TP/PP/DP communication, pipeline bubble and step time for every plan.",
+    about = "Plans parallel training (tensor, context, pipeline, data, expert) of a transformer on a GPU cluster",
+    long_about = "Plans parallel training (tensor, context, pipeline, data with ZeRO/FSDP, and expert for \
+                  mixture-of-experts models) of a transformer on a GPU cluster: per-GPU memory, the traffic and \
+                  exposed time of every collective, pipeline bubble and step time for every plan.",
     after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --global-batch 1536\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim accuracy\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 16 --global-batch 512 --emit megatron\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh\n  tpsim sweep --params 175B --axis nodes --values 16,32,64 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim compare --params 512B --nodes 32\n  tpsim completions bash"
 )]
 pub struct Cli {

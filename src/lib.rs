@@ -1,4 +1,4 @@
-//! tpsim: plans 3D-parallel (tensor, pipeline, data) training of transformers on GPU clusters.
+//! tpsim: plans parallel training (tensor, context, pipeline, data, expert) of transformers on GPU clusters.
 //!
 //! Data flows one way: spec files (`specs`) → domain types (`model`, `cluster`, `plan`, `training`)
 //! → pure cost model (`cost`) → planner (`planner`) → renderers (`report`). The command-line edge

@@ -673,6 +673,13 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
                     precision: options.precision,
                     allow_uneven_pp: options.allow_uneven_pp,
                     stage_split: pins.stage_split.given(),
+                    // The first ZeRO stage the run's optimizer states can run at, so the rule
+                    // named is the split's, not the default stage's.
+                    zero: pins.zero.unwrap_or_else(|| {
+                        (0..=3)
+                            .find(|&z| training.optimizer_states.allows_zero(z))
+                            .unwrap_or(0)
+                    }),
                     ..crate::plan::PlanRequest::default()
                 };
                 match crate::plan::ParallelPlan::build(&request, &model, &cluster, &training) {
