@@ -539,8 +539,8 @@ pub struct EvalArgs {
     /// Megatron-LM's distributed optimizer (optimizer states sharded over dp): ZeRO-1.
     #[arg(long, conflicts_with_all = ["zero", "plan"])]
     pub use_distributed_optimizer: bool,
-    /// Megatron-LM's recompute method with --recompute full: uniform (with --recompute-num-layers
-    /// 1) recomputes every layer, block recomputes --recompute-num-layers of each model chunk;
+    /// Megatron-LM's recompute method with --recompute full: uniform (with
+    /// --recompute-num-layers 1) recomputes every layer, block recomputes --recompute-num-layers of each model chunk;
     /// uniform with more than one layer per chunk is refused.
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,

@@ -217,7 +217,7 @@ pub fn quote(text: &str) -> String {
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {
         if count == MAX_QUOTED_CHARS {
-            out.push_str("…");
+            out.push('…');
             break;
         }
         push_escaped(&mut out, c);
@@ -251,7 +251,7 @@ pub fn sanitize_message(message: &str) -> String {
                 if quoted <= MAX_QUOTED_CHARS {
                     push_escaped(&mut out, c);
                 } else if quoted == MAX_QUOTED_CHARS + 1 {
-                    out.push_str("…");
+                    out.push('…');
                 }
             }
             None => {

@@ -78,7 +78,7 @@ fn bf16_states_fit_the_moe_model_fsdp2_fp32_states_cannot() {
     let ratio = bf16.memory.optimizer_bytes.0 / fp32.memory.optimizer_bytes.0;
     assert!((ratio - 0.5).abs() < 1e-12, "optimizer ratio {ratio}");
     let ratio = bf16.memory.gradients_bytes.0 / fp32.memory.gradients_bytes.0;
-    assert!(ratio < 0.5 + 0.05 && ratio >= 0.5, "gradient ratio {ratio}");
+    assert!((0.5..0.5 + 0.05).contains(&ratio), "gradient ratio {ratio}");
     // The stored parameters: 2 bytes less per parameter of the shards; the gathered bf16 units
     // are the same.
     let shards = fp32.memory.optimizer_bytes.0 / 8.0;

@@ -295,7 +295,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                         Some(_) => precision_of_args(&args.training),
                         None => file.plan.precision,
                     },
-                    ..file.plan.clone()
+                    ..file.plan
                 };
                 let plan = ParallelPlan::build(
                     &request,

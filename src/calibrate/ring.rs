@@ -267,8 +267,8 @@ mod tests {
                 ring.all_reduce(rank, &mut buf);
                 *results[rank].lock().unwrap() = buf;
             });
-            for rank in 0..n {
-                let got = results[rank].lock().unwrap().clone();
+            for (rank, result) in results.iter().enumerate() {
+                let got = result.lock().unwrap().clone();
                 let want: Vec<f32> = (0..len)
                     .map(|i| (0..n).map(|r| (i + r) as f32).sum())
                     .collect();

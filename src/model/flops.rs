@@ -54,11 +54,7 @@ impl Model {
             w / s - 0.5 * (w / s) * (w / s)
         };
         let layers = f64::from(self.layers.max(1));
-        let full_layers = if window.full_every == 0 {
-            0.0
-        } else {
-            f64::from(self.layers / window.full_every)
-        };
+        let full_layers = f64::from(self.layers.checked_div(window.full_every).unwrap_or(0));
         (full_layers * FULL + (layers - full_layers) * local) / layers
     }
 

@@ -86,11 +86,7 @@ pub fn scenario_line(report: &Report) -> String {
     };
     let experts = match m.attention_window {
         Some(w) => {
-            let windowed = if w.full_every == 0 {
-                m.layers
-            } else {
-                m.layers - m.layers / w.full_every
-            };
+            let windowed = m.layers - m.layers.checked_div(w.full_every).unwrap_or(0);
             format!(
                 "{experts}, sliding window of {} token{} on {windowed} of {} layers",
                 w.tokens,
