@@ -355,7 +355,9 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
 /// - Megatron-Bridge 25.09's DeepSeek-V3 on H100 enables DeepEP with forced load balancing
 ///   (scripts/performance/run_script.py at 9a5e798: `enable_deepep = gpu in ["h100"]`,
 ///   `moe_router_force_load_balancing = True`), random routing;
-/// - everything else runs the all-to-all dispatcher.
+/// - everything else runs the all-to-all dispatcher. (AutoModel's DeepSeek-V3 and Kimi K2 rows,
+///   whose configs name DeepEP or HybridEP too, are not predicted: their layout and model are not
+///   expressible, so nothing is mapped for them.)
 fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
     let key = run.model_key.as_deref().unwrap_or("");
@@ -365,7 +367,10 @@ fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
             routing: MoeRouting::RoundRobin,
         };
     }
-    if run.id.starts_with("mbridge-25.09") && key == "deepseek_v3" && run.hardware.gpu == "H100" {
+    if run.id.starts_with("mbridge-25.09")
+        && key == "deepseek_v3"
+        && run.hardware.gpu.eq_ignore_ascii_case("H100")
+    {
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::Random,

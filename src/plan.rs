@@ -435,6 +435,10 @@ pub enum PlanError {
     )]
     EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
     #[error(
+        "--etp {etp} with --moe-dispatcher deepep: Megatron-Core's flex dispatcher then sends each token to every expert-TP rank over the tp x ep group, which tpsim does not model; use --etp 1, or --moe-dispatcher alltoall"
+    )]
+    DeepepWithExpertTp { etp: u32 },
+    #[error(
         "--precision {precision}: the {gpu} has no {precision} tensor cores ({why}); use {valid}"
     )]
     PrecisionGpu {
@@ -695,6 +699,14 @@ fn check_context_experts_precision(
                     etp: r.etp,
                     stage_gpus,
                 });
+            }
+            // MoEFlexTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
+            // DeepEP over the expert-TP x EP group with top-k x etp destinations and no separate
+            // expert-TP gather; tpsim's DeepEP copy count is the EP group's alone.
+            if r.etp > 1
+                && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep
+            {
+                return Err(PlanError::DeepepWithExpertTp { etp: r.etp });
             }
         }
         None => {}

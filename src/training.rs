@@ -65,6 +65,19 @@ impl MoeDispatcher {
             MoeDispatcher::Deepep => "deepep",
         }
     }
+
+    /// The dispatcher a launch configuration names for a plan with `ep` expert-parallel ranks:
+    /// this one, except DeepEP without expert parallelism, which Megatron-Core's flex dispatcher
+    /// refuses (`MoEFlexTokenDispatcher.__init__`: "Flex token dispatcher requires TPxEP > 1";
+    /// tpsim runs DeepEP at expert TP 1) and which moves no tokens anyway, so the all-to-all is
+    /// written, as the launch-line reader reads an ep-1 line back.
+    pub fn written_for(self, ep: u32) -> MoeDispatcher {
+        if ep > 1 {
+            self
+        } else {
+            MoeDispatcher::Alltoall
+        }
+    }
 }
 
 /// Which experts a token's top-k choices land on, for what a per-GPU dispatcher sends.

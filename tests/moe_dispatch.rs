@@ -180,6 +180,120 @@ fn launch_lines_carry_the_dispatcher() {
     }
 }
 
+/// What a review of the dispatcher found, each refused or written as Megatron-Core runs it:
+/// - `eval --emit` refuses the round-robin gate as `plan --emit` does;
+/// - DeepEP without expert parallelism is written as the all-to-all (the flex dispatcher asserts
+///   "TPxEP > 1") and reads back as what it is;
+/// - Megatron-Core 0.14's `--moe-enable-deepep` reads as DeepEP, and only beside the flex type;
+/// - a pasted `--moe-token-dispatcher-type alltoall` beside `--moe-dispatcher deepep` is refused;
+/// - DeepEP with expert TP (the flex dispatcher's tp x ep group, not modelled) is refused.
+#[test]
+fn dispatcher_edge_cases_are_written_or_refused_as_megatron_runs_them() {
+    let r = run(&with(
+        QWEN3_EVAL,
+        &[
+            "--moe-dispatcher",
+            "deepep",
+            "--moe-routing",
+            "round-robin",
+            "--emit",
+            "megatron",
+        ],
+    ));
+    assert_one_line_error(
+        &r,
+        &["--moe-routing round-robin", "random"],
+        &[],
+        "eval --emit",
+    );
+
+    let ep1 = [
+        "eval",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "3",
+        "--moe-dispatcher",
+        "deepep",
+    ];
+    let r = run(&with(&ep1, &["--emit", "megatron"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r.stdout.trim().to_string();
+    assert!(
+        line.contains("--moe-token-dispatcher-type alltoall"),
+        "{line}"
+    );
+    assert!(!line.contains("flex"), "{line}");
+    let back = json(&with(
+        EVAL_TWO_NODES,
+        &["--format", "json", "--megatron-args", &line],
+    ));
+    assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "alltoall");
+
+    let r = run(&with(
+        QWEN3_PLAN,
+        &["--moe-dispatcher", "deepep", "--emit", "megatron"],
+    ));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let flex = r.stdout.trim().to_string();
+    let old_spelling = flex.replace(
+        "--moe-flex-dispatcher-backend deepep",
+        "--moe-enable-deepep",
+    );
+    let back = json(&with(
+        EVAL_TWO_NODES,
+        &["--format", "json", "--megatron-args", &old_spelling],
+    ));
+    assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "deepep");
+    let without_flex = old_spelling.replace(
+        "--moe-token-dispatcher-type flex",
+        "--moe-token-dispatcher-type alltoall",
+    );
+    let r = run(&with(EVAL_TWO_NODES, &["--megatron-args", &without_flex]));
+    assert_one_line_error(
+        &r,
+        &["--moe-enable-deepep", "flex"],
+        &["panicked"],
+        "enable-deepep",
+    );
+
+    let r = run(&with(
+        QWEN3_EVAL,
+        &[
+            "--moe-token-dispatcher-type",
+            "alltoall",
+            "--moe-dispatcher",
+            "deepep",
+        ],
+    ));
+    assert_one_line_error(&r, &["--moe-dispatcher deepep", "alltoall"], &[], "pasted");
+
+    let mut etp2 = with(QWEN3_EVAL, &["--moe-dispatcher", "deepep", "--etp", "2"]);
+    let ep_value = etp2.iter().position(|a| *a == "--ep").unwrap() + 1;
+    etp2[ep_value] = "4";
+    let r = run(&etp2);
+    assert_one_line_error(
+        &r,
+        &["--etp 2", "deepep", "--etp 1"],
+        &[],
+        "deepep with etp",
+    );
+}
+
 /// A saved plan keeps its dispatcher and routing: `eval --plan` gives the step `plan` printed.
 #[test]
 fn saved_plans_keep_the_dispatcher() {

@@ -427,6 +427,16 @@ fn check_pasted_experts(args: &EvalArgs, model: &Model, plan: &ParallelPlan) -> 
             "--moe-flex-dispatcher-backend {backend} pasted on eval: give tpsim's --moe-dispatcher deepep instead of the flex dispatcher's flags, or read the whole line with --megatron-args"
         );
     }
+    if dispatcher == Some("alltoall")
+        && plan.ep > 1
+        && let Some(given) = args.training.moe_dispatcher.map(|arg| arg.dispatcher())
+        && given != crate::training::MoeDispatcher::Alltoall
+    {
+        bail!(
+            "--moe-dispatcher {} contradicts the pasted --moe-token-dispatcher-type alltoall; drop one of them",
+            given.as_str()
+        );
+    }
     match dispatcher {
         None | Some("alltoall") => Ok(()),
         Some(v) if !["allgather", "flex"].contains(&v) => bail!(

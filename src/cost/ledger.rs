@@ -16,10 +16,12 @@
 //!   layer in forward, each passing the rank's K/V chunk (`comm::cp_kv_chunk_bytes`) to the next CP
 //!   rank; backward passes K/V and the accumulated dK/dV around the ring; full recompute repeats the
 //!   forward ring.
-//! - EP: Megatron-Core's alltoall token dispatcher (`MoEAlltoAllTokenDispatcher`): per MoE layer a
-//!   dispatch all-to-all (routed token copies to their experts' GPUs) and a combine all-to-all (the
-//!   expert outputs back), their gradients in backward, the forward pair again under full
-//!   recompute; bytes and time from `moe::alltoall_bytes` and `moe::alltoall_s` (every pair talks).
+//! - EP: Megatron-Core's alltoall token dispatcher (`MoEAlltoAllTokenDispatcher`) or DeepEP (the
+//!   flex dispatcher): per MoE layer a dispatch all-to-all (routed token copies, or under DeepEP
+//!   one copy per GPU reached, to their experts' GPUs) and a combine all-to-all (the expert outputs
+//!   back), their gradients in backward, the forward pair again under full recompute; bytes and
+//!   time from `moe::alltoall_bytes`, `moe::alltoall_s` and `moe::ep_dispatch_speed` (every pair
+//!   talks; DeepEP forwards across NVLink domains).
 //! - PP: one activation send forward and one gradient send backward per micro-batch per model chunk
 //!   at each stage boundary, b·s·h/t bytes with Megatron's scatter/gather (Narayanan et al. 2021 §4.1).
 //! - DP: ZeRO (Rajbhandari et al. 2020 §7), in `comm::dp_traffic`'s shape: plain DP all-reduces
@@ -232,11 +234,24 @@ pub fn ledger(
     let m = u64::from(plan.num_microbatches);
     let max_layers = super::pipeline::max_stage_layers(model, plan);
     let mut entries = Vec::new();
+    // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
+    let ep_speed = moe::ep_dispatch_speed(
+        model,
+        cluster,
+        plan,
+        training.moe_dispatch,
+        groups.get(GroupKind::Ep),
+    );
     let mut push = |kind: GroupKind, op: Op, pass, site, scope, count, ranks, tensor: f64| {
         let group = groups.get(kind);
         if count == 0 {
             return;
         }
+        let speed = if kind == GroupKind::Ep {
+            ep_speed
+        } else {
+            group.speed
+        };
         entries.push(LedgerEntry {
             group: kind,
             op,
@@ -248,7 +263,7 @@ pub fn ledger(
             tensor_bytes: tensor,
             wire_bytes: op.wire_factor(ranks) * tensor,
             link: group.link,
-            time_s: op.time(tensor, ranks, group.speed),
+            time_s: op.time(tensor, ranks, speed),
         });
     };
 

@@ -258,7 +258,14 @@ pub(crate) fn unit_costs(
     // difference.
     let moe_share = moe::busiest_stage_moe_share(model, plan);
     if moe_share > 0.0 {
-        let moe_mlp = moe::moe_mlp_forward_s(model, cluster, plan, seq_len, training.moe_imbalance);
+        let moe_mlp = moe::moe_mlp_forward_s(
+            model,
+            cluster,
+            plan,
+            seq_len,
+            training.moe_imbalance,
+            training.moe_dispatch.dispatcher,
+        );
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;
         layer.backward += 2.0 * delta;
@@ -367,7 +374,14 @@ pub(crate) fn unit_costs(
             training.moe_imbalance,
             training.moe_dispatch,
         );
-        let alltoall = moe::alltoall_s(bytes, plan.ep, groups.get(GroupKind::Ep).speed);
+        let speed = moe::ep_dispatch_speed(
+            model,
+            cluster,
+            plan,
+            training.moe_dispatch,
+            groups.get(GroupKind::Ep),
+        );
+        let alltoall = moe::alltoall_s(bytes, plan.ep, speed);
         let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, training.moe_imbalance);
         let etp_speed = groups.get(GroupKind::ExpertTp).speed;
         let expert_tp = Collective::AllGather.time(gathered, plan.etp, etp_speed)

@@ -10,7 +10,10 @@
 //! and brings it back (dispatch and combine), in forward and again for the gradients in backward:
 //! bytes per GPU = routed tokens × top-k × hidden × 2 bytes × (ep − 1)/ep. Every pair of the EP
 //! group talks, so across nodes the time is set by each GPU's own NIC, not by a ring's bus
-//! bandwidth, for the share that leaves its NVLink domain (`alltoall_network_speed`).
+//! bandwidth, for the share that leaves its NVLink domain (`alltoall_network_speed`). DeepEP
+//! (`--moe-dispatcher deepep`) sends a token once per GPU holding any of its experts
+//! (`remote_copies_per_token`) and, across NVLink domains, once per other domain reached, which
+//! forwards it over NVLink (`deepep_network_speed`).
 //!
 //! Experts run as grouped GEMMs at the tokens each one actually gets (tokens × top-k × ep /
 //! experts, times the routing imbalance for the busiest GPU): few tokens per expert put the GEMMs on
@@ -88,6 +91,7 @@ pub fn moe_mlp_forward_s(
     plan: &ParallelPlan,
     seq_len: u32,
     imbalance: f64,
+    dispatcher: MoeDispatcher,
 ) -> f64 {
     let Some(moe) = model.moe else {
         return 0.0;
@@ -147,7 +151,7 @@ pub fn moe_mlp_forward_s(
     };
     // The activation reads the up projection and writes the expert's inner width.
     let routed = tokens * topk * imbalance * etp;
-    let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance);
+    let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance, dispatcher);
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
     let cast_bytes = cast_bytes_per_input_element(precision) * cast_elements;
@@ -157,19 +161,34 @@ pub fn moe_mlp_forward_s(
         / gpu.framework_efficiency
 }
 
-/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward: permute
-/// before the dispatch and unpermute after the combine read and write every routed copy once each;
-/// with more than one local expert the alltoall dispatcher also sorts the received copies by local
-/// expert after the dispatch and back before the combine ("Permutation 2", `sort_chunks_by_idxs`
-/// in `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/token_dispatcher.py), once more
-/// each way.
-pub fn permutation_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalance: f64) -> f64 {
+/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward, each
+/// counted as a read and a write of every routed copy, once forward (permute) and once back
+/// (unpermute):
+/// - the alltoall dispatcher permutes the tokens into routed copies before the dispatch and back
+///   after the combine; with more than one local expert it also sorts the received copies by
+///   local expert after the dispatch and back before the combine ("Permutation 2",
+///   `sort_chunks_by_idxs` in `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/
+///   token_dispatcher.py), once more each way;
+/// - DeepEP sends the tokens themselves, so the only permutation is the one after the dispatch,
+///   from the received tokens to routed copies grouped by local expert, and its inverse before
+///   the combine (`_DeepepManager.get_permuted_hidden_states_by_experts` /
+///   `get_restored_hidden_states_by_experts`, same file).
+pub fn permutation_bytes(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+    dispatcher: MoeDispatcher,
+) -> f64 {
     let Some(moe) = model.moe else {
         return 0.0;
     };
     let routed =
         local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * f64::from(plan.etp);
-    let permutations = if moe.experts > plan.ep { 2.0 } else { 1.0 };
+    let permutations = match dispatcher {
+        MoeDispatcher::Alltoall if moe.experts > plan.ep => 2.0,
+        MoeDispatcher::Alltoall | MoeDispatcher::Deepep => 1.0,
+    };
     permutations * 4.0 * routed * f64::from(model.hidden) * ACTIVATION_BYTES
 }
 
@@ -208,35 +227,128 @@ pub fn remote_copies_per_token(model: &Model, ep: u32, dispatch: MoeDispatch) ->
     if ep <= 1 {
         return 0.0;
     }
+    match dispatch.dispatcher {
+        MoeDispatcher::Alltoall => {
+            f64::from(moe.router_topk.min(moe.experts)) * f64::from(ep - 1) / f64::from(ep)
+        }
+        MoeDispatcher::Deepep => other_blocks_reached(model, ep, dispatch.routing),
+    }
+}
+
+/// Of `blocks` equal blocks of consecutive experts (the GPUs of an EP group, or its members in
+/// each NVLink domain), how many other than the token's own one token's top-k experts reach, on
+/// average over its tokens ([`remote_copies_per_token`] gives the formulas).
+fn other_blocks_reached(model: &Model, blocks: u32, routing: MoeRouting) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    if blocks <= 1 {
+        return 0.0;
+    }
     let (experts, topk) = (moe.experts, moe.router_topk.min(moe.experts));
-    let elsewhere = f64::from(ep - 1) / f64::from(ep);
-    match (dispatch.dispatcher, dispatch.routing) {
-        (MoeDispatcher::Alltoall, _) => f64::from(topk) * elsewhere,
-        (MoeDispatcher::Deepep, MoeRouting::Random) => {
-            let per_gpu = f64::from(experts / ep);
+    let elsewhere = f64::from(blocks - 1) / f64::from(blocks);
+    match routing {
+        MoeRouting::Random => {
+            let per_block = f64::from(experts / blocks);
             let all_miss = (0..topk)
                 .map(|i| {
                     let i = f64::from(i);
-                    ((f64::from(experts) - per_gpu - i) / (f64::from(experts) - i)).max(0.0)
+                    ((f64::from(experts) - per_block - i) / (f64::from(experts) - i)).max(0.0)
                 })
                 .product::<f64>();
-            f64::from(ep - 1) * (1.0 - all_miss)
+            f64::from(blocks - 1) * (1.0 - all_miss)
         }
-        (MoeDispatcher::Deepep, MoeRouting::RoundRobin) => {
-            let per_gpu = (experts / ep).max(1);
+        MoeRouting::RoundRobin => {
+            let (ep, per_gpu) = (blocks, (experts / blocks).max(1));
             // Token t starts at t·k mod E; the starts repeat after E / gcd(k, E) tokens.
             let period = experts / gcd(topk, experts);
             let mut gpus_reached = 0u64;
             for t in 0..period {
-                let start = (t * topk) % experts;
-                let gpu_of = |j: u32| ((start + j) % experts) / per_gpu;
-                // Consecutive experts sit on consecutive GPUs (cyclically): the GPUs reached are
-                // the changes of GPU index plus the first, at most all ep of them.
-                let changes = (1..topk).filter(|&j| gpu_of(j) != gpu_of(j - 1)).count() as u64;
-                gpus_reached += (changes + 1).min(u64::from(ep));
+                let start = (u64::from(t) * u64::from(topk) % u64::from(experts)) as u32;
+                // Experts start … start + k − 1 sit on consecutive GPUs, wrapping past the last
+                // expert to the first: count the GPUs each piece spans, at most all ep of them.
+                let end = start + topk - 1;
+                let spanned = if end < experts {
+                    end / per_gpu - start / per_gpu + 1
+                } else {
+                    (experts - 1) / per_gpu - start / per_gpu + 1 + (end - experts) / per_gpu + 1
+                };
+                gpus_reached += u64::from(spanned.min(ep));
             }
             gpus_reached as f64 / f64::from(period) * elsewhere
         }
+    }
+}
+
+/// Speed of one GPU's DeepEP dispatch or combine (per byte of [`alltoall_bytes`], which counts one
+/// copy per GPU reached) when its EP group spans NVLink domains. DeepEP's internode kernels send a
+/// token once to each other domain holding any of its experts, over RDMA to the GPU of the same
+/// local rank there, which forwards it over NVLink to the GPUs that need it (deepseek-ai/DeepEP
+/// README, "Normal kernels with NVLink and RDMA forwarding"; `get_dispatch_layout` returns
+/// `num_tokens_per_rdma_rank` beside `num_tokens_per_rank` for this), so the NIC carries one copy
+/// per other domain reached ([`other_blocks_reached`] over the group's domain blocks) while NVLink
+/// carries the copies to GPUs in the own domain and the forwarding: at most one copy per GPU
+/// reached, the bound taken here. Both run at once; the slower sets the time. DeepEP's README
+/// measures the RDMA side at 43–58 GB/s of a 50 GB/s CX7 NIC at EP 16–64, the NIC's achieved rate.
+/// A group whose domain blocks are unequal keeps the all-to-all's speed
+/// ([`alltoall_network_speed`]).
+pub fn deepep_network_speed(
+    model: &Model,
+    cluster: &Cluster,
+    stride: u32,
+    ep: u32,
+    routing: MoeRouting,
+) -> LinkSpeed {
+    let local = domain_members(cluster, stride, ep);
+    if local <= 1 || !ep.is_multiple_of(local) || local >= ep {
+        return alltoall_network_speed(cluster, stride, ep);
+    }
+    let dispatch = MoeDispatch {
+        dispatcher: MoeDispatcher::Deepep,
+        routing,
+    };
+    let gpu_copies = remote_copies_per_token(model, ep, dispatch);
+    let rdma_copies = other_blocks_reached(model, ep / local, routing);
+    if gpu_copies <= 0.0 {
+        return alltoall_network_speed(cluster, stride, ep);
+    }
+    let nic = cluster.link_speed(Link::Network);
+    let nvlink = cluster.link_speed(Link::Nvlink);
+    let per_byte =
+        (rdma_copies / nic.bandwidth.0).max(gpu_copies / nvlink.bandwidth.0) / gpu_copies;
+    LinkSpeed {
+        bandwidth: BytesPerSec(1.0 / per_byte),
+        latency: nic.latency,
+    }
+}
+
+/// The speed of the EP group's token all-to-alls on `plan`: the group's own (`groups::groups`:
+/// NVLink inside one domain, the hierarchical all-to-all across domains), or DeepEP's forwarding
+/// across domains ([`deepep_network_speed`]). The cost model and the ledger both take it from here.
+pub fn ep_dispatch_speed(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+    dispatch: MoeDispatch,
+    group: &super::groups::Group,
+) -> LinkSpeed {
+    if dispatch.dispatcher == MoeDispatcher::Deepep && group.link == Link::Network {
+        deepep_network_speed(model, cluster, group.stride, plan.ep, dispatch.routing)
+    } else {
+        group.speed
+    }
+}
+
+/// Members of an EP group (`ep` ranks at `stride`) in the NVLink domain of its worst-placed
+/// member: the members fill the domains in blocks of domain/stride (when the stride divides the
+/// domain), and the smallest block of any group sets the pace (synchronous training waits for it).
+fn domain_members(cluster: &Cluster, stride: u32, ep: u32) -> u32 {
+    let domain = cluster.nvlink_domain();
+    if stride > 0 && domain.is_multiple_of(stride) {
+        let groups = cluster.total_gpus() / (stride * ep).max(1);
+        super::groups::smallest_domain_block(ep, domain / stride, groups).clamp(1, ep.max(1))
+    } else {
+        1
     }
 }
 
@@ -376,16 +488,7 @@ pub fn alltoall_s(bytes: f64, ep: u32, link: LinkSpeed) -> f64 {
 pub fn alltoall_network_speed(cluster: &Cluster, stride: u32, ep: u32) -> LinkSpeed {
     let nic = cluster.link_speed(Link::Network);
     let nvlink = cluster.link_speed(Link::Nvlink);
-    let domain = cluster.nvlink_domain();
-    // Domain-local peers of the worst-placed member: the group's members at `stride` fill the
-    // domains in blocks of domain/stride (when the stride divides the domain), and the member in
-    // the smallest block of any group sets the pace (synchronous training waits for it).
-    let local = if stride > 0 && domain.is_multiple_of(stride) {
-        let groups = cluster.total_gpus() / (stride * ep).max(1);
-        super::groups::smallest_domain_block(ep, domain / stride, groups).clamp(1, ep.max(1))
-    } else {
-        1
-    };
+    let local = domain_members(cluster, stride, ep);
     let peers = f64::from(ep.saturating_sub(1).max(1));
     let remote = f64::from(ep.saturating_sub(local));
     let local_peers = f64::from(local - 1);
@@ -588,7 +691,10 @@ mod tests {
     fn hierarchical_alltoall_matches_deepep_logical_bandwidth() {
         // deepseek-ai/DeepEP README, "Performance" (SM90, CX7 400 Gb/s NICs): 90 GB/s dispatch at
         // EP 8x2 and 61 GB/s at EP 8x4, logical bandwidth including the NVLink-local share. Before
-        // the local share moved over NVLink, tpsim charged every byte to the NIC (47 GB/s).
+        // the local share moved over NVLink, tpsim charged every byte to the NIC (47 GB/s). These
+        // are DeepEP's numbers; its one-copy-per-node forwarding reproduces them as well (94 and
+        // 63 GB/s, `deepep_forwarding_reproduces_its_published_logical_bandwidth`), so they bound
+        // the NIC-plus-NVLink split rather than tell the two dispatchers apart.
         for (nodes, published_gb_per_s) in [(2, 90.0), (4, 61.0)] {
             let cluster = h100_nodes(nodes);
             let speed = alltoall_network_speed(&cluster, 1, 8 * nodes);
@@ -608,6 +714,58 @@ mod tests {
                 .0;
             assert!((speed / nic - 1.0).abs() < 1e-12, "stride {stride} ep {ep}");
         }
+    }
+
+    #[test]
+    fn deepep_forwarding_reproduces_its_published_logical_bandwidth() {
+        // DeepEP V2's README ("Performance", SM90 with CX7 400 Gb/s NICs, V3's configuration: 256
+        // experts, top-8, balanced gate): 90 GB/s dispatch at EP 8x2 and 61 GB/s at EP 8x4, logical
+        // bandwidth that "contains local rank traffic", i.e. every node a token reaches, its own
+        // included, over the time its RDMA sends to the other nodes take. With one RDMA copy per
+        // other node reached and the NIC at its achieved 47 GB/s: 94 and 63 GB/s.
+        let model = crate::specs::load_model("deepseek-v3").unwrap();
+        for (nodes, published_gb_per_s) in [(2u32, 90.0), (4, 61.0)] {
+            let cluster = h100_nodes(nodes);
+            let ep = 8 * nodes;
+            let speed = deepep_network_speed(&model, &cluster, 1, ep, MoeRouting::Random);
+            let gpu_copies = remote_copies_per_token(&model, ep, DEEPEP_RANDOM);
+            let other_nodes = other_blocks_reached(&model, nodes, MoeRouting::Random);
+            let nodes_reached = other_nodes * f64::from(nodes) / f64::from(nodes - 1);
+            // Seconds per token-byte of the dispatch, then the logical rate over the nodes reached.
+            let seconds = gpu_copies / speed.bandwidth.0;
+            let logical_gb_per_s = nodes_reached / seconds / 1e9;
+            assert!(
+                (logical_gb_per_s / published_gb_per_s - 1.0).abs() < 0.06,
+                "EP 8x{nodes}: {logical_gb_per_s:.1} GB/s vs DeepEP {published_gb_per_s}"
+            );
+            // The NIC sets the pace (one copy per node instead of one per GPU): several times the
+            // all-to-all's speed per GPU copy.
+            let alltoall = alltoall_network_speed(&cluster, 1, ep).bandwidth.0;
+            assert!(speed.bandwidth.0 > 2.0 * alltoall, "EP 8x{nodes}");
+        }
+        // Inside one NVLink domain the group's own NVLink speed applies (no forwarding).
+        let one_node = h100_nodes(1);
+        let groups = crate::cost::groups::groups(
+            &one_node,
+            &ParallelPlan::build(
+                &PlanRequest {
+                    dp: 8,
+                    ep: 8,
+                    ..PlanRequest::default()
+                },
+                &model,
+                &one_node,
+                &Training::with_framework(
+                    TrainingFramework::MegatronCore,
+                    4096,
+                    8,
+                    AttentionKernel::Flash,
+                ),
+            )
+            .unwrap(),
+        );
+        let group = groups.get(crate::cost::groups::GroupKind::Ep);
+        assert_eq!(group.link, Link::Nvlink);
     }
 
     #[test]
@@ -661,7 +819,7 @@ mod tests {
                 ..PlanRequest::default()
             };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-            moe_mlp_forward_s(&model, &cluster, &plan, 8192, 1.0)
+            moe_mlp_forward_s(&model, &cluster, &plan, 8192, 1.0, MoeDispatcher::Alltoall)
         };
         let (bf16, fp8) = (time(Precision::Bf16), time(Precision::Fp8));
         let gpu = &cluster.gpu;
@@ -685,7 +843,7 @@ mod tests {
             64,
             AttentionKernel::Flash,
         );
-        let bytes = |ep| {
+        let bytes_with = |ep, dispatcher| {
             let request = PlanRequest {
                 dp: 8,
                 ep,
@@ -693,9 +851,13 @@ mod tests {
                 ..PlanRequest::default()
             };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-            permutation_bytes(&model, &plan, 4096, 1.0)
+            permutation_bytes(&model, &plan, 4096, 1.0, dispatcher)
         };
+        let bytes = |ep| bytes_with(ep, MoeDispatcher::Alltoall);
         let (one, two) = (bytes(8), bytes(4));
+        // DeepEP sends tokens, not copies: one permutation after the dispatch at any ep.
+        assert_eq!(bytes_with(4, MoeDispatcher::Deepep), one);
+        assert_eq!(bytes_with(8, MoeDispatcher::Deepep), one);
         // 4 passes (permute and unpermute, read and write) of 4096 tokens x top-2 x 4096 x 2 bytes.
         assert!(
             (one / (4.0 * 4096.0 * 2.0 * 4096.0 * 2.0) - 1.0).abs() < 1e-12,

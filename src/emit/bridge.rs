@@ -257,7 +257,7 @@ fn bridge_expert_overrides(
     // planned (Megatron-Core `TransformerConfig.moe_expert_capacity_factor`, None: dropless), with
     // the tokens over capacity dropped and no padding to capacity (the default
     // `moe_pad_expert_input_to_capacity` False, written out), as tpsim models it.
-    let (dispatcher_type, backend) = match dispatcher {
+    let (dispatcher_type, backend) = match dispatcher.written_for(plan.ep) {
         crate::training::MoeDispatcher::Alltoall => ("alltoall", "null"),
         crate::training::MoeDispatcher::Deepep => ("flex", "deepep"),
     };

@@ -158,6 +158,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-flash-attn",
     "multi-latent-attention",
     "moe-grouped-gemm",
+    "moe-enable-deepep",
     "moe-shared-expert-gate",
     "qk-layernorm",
     "add-qkv-bias",

@@ -59,7 +59,7 @@ fn moe_refusal(flag: &str) -> String {
             "overlapping the shared expert with the token dispatch is not modelled yet; drop it".into()
         }
         _ => format!(
-            "--{flag} is a mixture-of-experts argument tpsim does not model (it models balanced, dropless routing with grouped GEMMs and an all-to-all dispatcher); drop it"
+            "--{flag} is a mixture-of-experts argument tpsim does not model (it models balanced, dropless routing with grouped GEMMs and the all-to-all or DeepEP dispatcher); drop it"
         ),
     }
 }
@@ -158,7 +158,26 @@ impl Parsed<'_> {
     /// the all-to-all and DeepEP; without expert parallelism every dispatcher moves nothing.
     pub(super) fn dispatcher(&self, ep: u32) -> Result<MoeDispatcher, MegatronArgsError> {
         const BACKEND: &str = "moe-flex-dispatcher-backend";
-        let backend = self.value(BACKEND);
+        // Megatron-Core 0.14 and earlier chose DeepEP with the switch `--moe-enable-deepep`
+        // beside `--moe-token-dispatcher-type flex` (later arguments.py: "DEPRECATED: Please use
+        // --moe-flex-dispatcher-backend=deepep instead").
+        let enable_deepep = self.switch("moe-enable-deepep");
+        if enable_deepep && self.value(BACKEND).is_some_and(|b| b != "deepep") {
+            return Err(MegatronArgsError::Refused {
+                given: format!(
+                    "--moe-enable-deepep with --{BACKEND} {}",
+                    self.value(BACKEND).unwrap_or("")
+                ),
+                why: "the two name different flex backends; keep one of them".into(),
+            });
+        }
+        if enable_deepep && self.value("moe-token-dispatcher-type") != Some("flex") {
+            return Err(MegatronArgsError::Refused {
+                given: "--moe-enable-deepep without --moe-token-dispatcher-type flex".into(),
+                why: "Megatron-Core runs DeepEP only in the flex dispatcher (\"DeepEP only works with flex token dispatcher\"); add --moe-token-dispatcher-type flex".into(),
+            });
+        }
+        let backend = self.value(BACKEND).or(enable_deepep.then_some("deepep"));
         if let Some(b) = backend
             && !["deepep", "hybridep"].contains(&b)
         {
@@ -413,7 +432,7 @@ pub fn megatron_expert_args(
     // are sequential expert GEMMs and the allgather dispatcher), so both are written out; DeepEP
     // is the flex dispatcher with its deepep backend.
     args.push(("moe-grouped-gemm", None));
-    match dispatcher {
+    match dispatcher.written_for(plan.ep) {
         MoeDispatcher::Alltoall => {
             args.push(("moe-token-dispatcher-type", Some("alltoall".into())));
         }

@@ -222,6 +222,9 @@ impl Framework {
             _ if self.optimizer_states_unsupported(training).is_some() => {
                 self.optimizer_states_unsupported(training)
             }
+            _ if model.moe.is_some() && self.moe_routing_unsupported(training).is_some() => {
+                self.moe_routing_unsupported(training)
+            }
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
