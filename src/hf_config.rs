@@ -1028,6 +1028,8 @@ impl Reader<'_> {
                 self.key_of("--kv-heads", family),
                 self.key_of("--heads", family)
             ),
+            // Only a flag over the config can ask for KV groups on latent attention.
+            ModelError::KvHeadsWithLatentAttention { .. } => e.to_string(),
             ModelError::TopkAboveExperts { topk, experts, .. } => format!(
                 "key \"{}\" {topk} is more than \"{}\" {experts}; a token is routed to at most every expert",
                 self.key_of("--moe-router-topk", family),

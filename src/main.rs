@@ -65,6 +65,35 @@ fn file_size_limit_is_an_error() {
     }
 }
 
+/// Clap's number-parsing messages in words a user can act on: Rust's "invalid digit found in
+/// string" means the flag takes a whole number, "invalid float literal" a number, and "N is not in
+/// 0..=4294967295" a number too large for it.
+fn plain_number_rules(line: &str) -> String {
+    let line = line
+        .replace(
+            "invalid digit found in string",
+            "expected a whole number such as 8 (digits only: no sign, decimal point, exponent or unit)",
+        )
+        .replace(
+            "invalid float literal",
+            "expected a number such as 0.5 or 2e-3",
+        )
+        .replace("cannot parse integer from empty string", "expected a whole number, got nothing");
+    match line.find(" is not in 0..=") {
+        Some(at) => {
+            let (head, tail) = line.split_at(at);
+            let max = tail.trim_start_matches(" is not in 0..=");
+            let value = head.rsplit(' ').next().unwrap_or("");
+            if value.starts_with('-') {
+                format!("{head} is negative; it takes a whole number up to {max}")
+            } else {
+                format!("{head} is larger than {max}, the most it takes")
+            }
+        }
+        None => line,
+    }
+}
+
 fn main() -> ExitCode {
     quiet_output_failures();
     file_size_limit_is_an_error();
@@ -88,7 +117,7 @@ fn main() -> ExitCode {
                 .collect();
             let line = lines.join(" ");
             let line = line.strip_prefix("error: ").unwrap_or(&line);
-            return fail(&format!("{line} (see --help)"));
+            return fail(&format!("{} (see --help)", plain_number_rules(line)));
         }
     };
     let outcome = app::run(cli.command);

@@ -274,6 +274,14 @@ pub enum ModelError {
         "--kv-heads {kv_heads} must divide --heads {heads} (grouped-query attention shares each KV head among heads/kv_heads query heads)"
     )]
     KvHeadsNotDivisor { kv_heads: u32, heads: u32 },
+    #[error(
+        "--kv-heads {kv_heads} with multi-head latent attention: every one of the {heads} heads gets its own K and V, expanded from the shared latent (--kv-lora-rank {kv_lora_rank}), so there are no KV groups to set; drop --kv-heads (or give --kv-heads {heads})"
+    )]
+    KvHeadsWithLatentAttention {
+        kv_heads: u32,
+        heads: u32,
+        kv_lora_rank: u32,
+    },
     #[error("{what} {value} is larger than {max}, beyond any model trained; check the value")]
     TooLarge {
         what: &'static str,

@@ -419,6 +419,14 @@ pub enum PlanError {
     )]
     CpWithWindow { cp: u32 },
     #[error(
+        "--cp {cp} with --attention unfused: context parallelism runs inside Transformer Engine's fused attention (the K/V ring of `AttnFuncWithCPAndKVP2P` calls the flash/cuDNN kernels), which tpsim models; use --attention flash, or --cp 1"
+    )]
+    CpWithUnfusedAttention { cp: u32 },
+    #[error(
+        "--precision {precision} with --framework megatron-lm-2021: the 2021 Megatron-LM trains in fp16/bf16 only (FP8 came with Transformer Engine, in Megatron-Core); use --framework megatron-core, or --precision bf16"
+    )]
+    LowPrecisionIn2021 { precision: &'static str },
+    #[error(
         "--ep {ep} / --etp {etp}: expert parallelism needs a mixture-of-experts model ({model} is dense); use --ep 1 --etp 1"
     )]
     ExpertsOnDense { ep: u32, etp: u32, model: String },
@@ -666,6 +674,10 @@ fn check_context_experts_precision(
             valid: list(valid),
         });
     }
+    if r.cp > 1 && training.attention == crate::training::AttentionKernel::Unfused {
+        return Err(PlanError::CpWithUnfusedAttention { cp: r.cp });
+    }
+    check_precision_framework(training.framework, r.precision)?;
     if r.cp > 1
         && model
             .attention_window
@@ -712,6 +724,22 @@ fn check_context_experts_precision(
         None => {}
     }
     check_precision(cluster, r.precision)
+}
+
+/// The framework can train at `precision`: the 2021 Megatron-LM has no low-precision GEMMs.
+/// `eval` meets it building the plan, `plan` before its search.
+pub fn check_precision_framework(
+    framework: crate::training::TrainingFramework,
+    precision: Precision,
+) -> Result<(), PlanError> {
+    if framework == crate::training::TrainingFramework::MegatronLm2021
+        && precision != Precision::Bf16
+    {
+        return Err(PlanError::LowPrecisionIn2021 {
+            precision: precision.as_str(),
+        });
+    }
+    Ok(())
 }
 
 /// The GPU has tensor cores for `precision` (`GpuProfile::supports`), or the error that names the

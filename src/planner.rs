@@ -174,7 +174,11 @@ pub fn enumerate(
     let gpus = cluster.total_gpus();
     let mut requests = Vec::new();
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
-        let cps = if training.framework.runs_context_parallelism() {
+        // Context parallelism runs inside the fused attention kernels (`PlanError::
+        // CpWithUnfusedAttention`), so unfused attention searches cp 1 only.
+        let cps = if training.framework.runs_context_parallelism()
+            && training.attention == crate::training::AttentionKernel::Flash
+        {
             cp_degrees(training.seq_len, gpus / tp)
         } else {
             vec![1]

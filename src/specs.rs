@@ -164,10 +164,13 @@ fn read_spec<T: DeserializeOwned>(
 
 /// Refuses shapes whose later checks would loop over a huge count (the suggestion for
 /// `hidden % heads != 0` counts down from `heads`): a head has at least one channel, so heads ≤
-/// hidden, and a KV head serves at least one query head, so kv_heads ≤ heads.
+/// hidden where the heads split the hidden size, and a KV head serves at least one query head, so
+/// kv_heads ≤ heads. A model with its own head width (`head_dim`, or latent attention's head
+/// dimensions) does not split the hidden size, as the flags over a bundled model do not either.
 /// `prefix` is "" for file keys, "--" for flags.
 pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> {
-    if file.heads > file.hidden {
+    let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
+    if heads_split_hidden && file.heads > file.hidden {
         return Err(format!(
             "{prefix}heads {} is more than {prefix}hidden {} (rule: each attention head has at least one channel); give heads dividing hidden, e.g. {prefix}heads {}",
             file.heads,

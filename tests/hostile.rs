@@ -1337,3 +1337,118 @@ fn recompute_flags_replace_a_saved_block_recompute() {
         titan.stderr
     );
 }
+
+/// A CLI sweep of 3,680 hostile calls (2026-12-01) found these; each is now refused with its rule
+/// or, for the saved plan, read back.
+#[test]
+fn a_sweep_of_hostile_flags_finds_each_refused_with_its_rule() {
+    // `plan --save` over a model with its own head width wrote a file `eval --plan` refused.
+    let dir = scratch("own-head-width");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "qwen3-30b-a3b",
+            "--nodes",
+            "32",
+            "--global-batch",
+            "256",
+            "--hidden",
+            "7",
+            "--save",
+            "q.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let back = run_in(&dir, &["eval", "--plan", "q.yaml"]);
+    assert!(back.code == 0 || back.code == 1, "{}", back.stderr);
+
+    let deepseek = [
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "32",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "256",
+    ];
+    let mut kv = deepseek.to_vec();
+    kv.extend(["--kv-heads", "64"]);
+    assert_one_line_error(
+        &run(&kv),
+        &["--kv-heads 64", "latent", "drop --kv-heads"],
+        "MLA kv",
+    );
+
+    let dense_plan = ["plan", "--model", "llama3-8b", "--nodes", "2"];
+    let mut a2a = dense_plan.to_vec();
+    a2a.extend(["--overlap-moe-expert-parallel-comm", "true"]);
+    assert_one_line_error(&run(&a2a), &["dense", "drop the flag"], "plan a2a overlap");
+    let mut tp1 = dense_plan.to_vec();
+    tp1.extend(["--tp-comm-overlap", "true", "--tp", "1"]);
+    assert_one_line_error(&run(&tp1), &["--tp 1", "--tp 2"], "plan tp overlap");
+    let mut tokens = dense_plan.to_vec();
+    tokens.extend(["--tokens", "1e-30"]);
+    assert_one_line_error(
+        &run(&tokens),
+        &["--tokens", "less than one token"],
+        "tokens",
+    );
+    let mut fp8 = dense_plan.to_vec();
+    fp8.extend(["--framework", "megatron-lm-2021", "--precision", "fp8"]);
+    assert_one_line_error(
+        &run(&fp8),
+        &["megatron-lm-2021", "--precision bf16"],
+        "2021 fp8",
+    );
+    let mut negative = dense_plan.to_vec();
+    negative[4] = "-1";
+    assert_one_line_error(&run(&negative), &["--nodes", "negative"], "negative nodes");
+
+    let sweep = [
+        "sweep",
+        "--model",
+        "llama3-8b",
+        "--global-batch",
+        "64",
+        "--axis",
+        "nodes",
+        "--values",
+        "2,02",
+    ];
+    assert_one_line_error(&run(&sweep), &["twice", "once"], "duplicate point");
+
+    let unfused_cp = [
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "4",
+        "--cp",
+        "2",
+        "--pp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8",
+        "--attention",
+        "unfused",
+    ];
+    assert_one_line_error(
+        &run(&unfused_cp),
+        &["--cp 2", "--attention flash"],
+        "unfused cp",
+    );
+}

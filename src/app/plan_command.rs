@@ -95,8 +95,23 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         pins: pins_of_args(&args.pins)?,
     };
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
+    // An overlap asked for that no plan of this search can use is refused, as `eval` refuses it
+    // for its one plan: the model has no experts, or the pins leave no tensor parallelism.
+    if args.training.overlap_moe_expert_parallel_comm == Some(true) && scenario.model.moe.is_none()
+    {
+        bail!(
+            "--overlap-moe-expert-parallel-comm: model {} is dense (no experts), so no plan has an expert all-to-all to overlap; drop the flag",
+            scenario.model.name
+        );
+    }
+    if args.training.tp_comm_overlap == Some(true) && options.pins.tp == Some(1) {
+        bail!(
+            "--tp-comm-overlap with --tp 1: it overlaps tensor-parallel communication, which a plan with tp 1 has none of; pin --tp 2 or more, or drop --tp-comm-overlap"
+        );
+    }
 
     crate::plan::check_precision(&scenario.cluster, options.precision)?;
+    crate::plan::check_precision_framework(scenario.training.framework, options.precision)?;
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
         Some(n) if n > MAX_THREADS => bail!(

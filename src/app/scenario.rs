@@ -307,6 +307,12 @@ pub(super) fn tokens_of(training_args: &TrainingArgs) -> Result<Option<f64>> {
         return Ok(None);
     };
     let count = parse_count("--tokens", text)?;
+    if count < 1.0 {
+        bail!(
+            "--tokens {}: {count:e} is less than one token; give the tokens to train on, e.g. --tokens 300B",
+            crate::input_file::quote(text)
+        );
+    }
     if count > MAX_TOKENS {
         bail!(
             "--tokens {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. --tokens 300B",

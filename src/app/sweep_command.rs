@@ -123,6 +123,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         }
     }
     let mut points = Vec::with_capacity(args.values.len());
+    let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
     for raw in &args.values {
         let value = raw.trim();
         if value.is_empty() {
@@ -166,6 +167,22 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                 ),
             }
         }
+        // A point given twice would be searched twice and printed as two rows of one answer.
+        let key = match axis {
+            sweep::Axis::Nodes => scenario.cluster.nodes.to_string(),
+            sweep::Axis::SeqLen => scenario.training.seq_len.to_string(),
+            sweep::Axis::GlobalBatch => scenario.training.global_batch.to_string(),
+            sweep::Axis::NetworkBandwidth => scenario.cluster.gpu.network_gb_per_s.to_string(),
+            sweep::Axis::Params | sweep::Axis::Gpu => value.to_string(),
+        };
+        if let Some(earlier) = keys.iter().position(|k| *k == key) {
+            bail!(
+                "--values lists the same point twice ({} and {}); give each point once",
+                input_file::quote(args.values[earlier].trim()),
+                input_file::quote(value)
+            );
+        }
+        keys.push(key);
         points.push(sweep::Point {
             value: value.to_string(),
             model: scenario.model,

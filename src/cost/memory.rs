@@ -821,7 +821,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training::with_framework(
-            crate::training::TrainingFramework::MegatronLm2021,
+            crate::training::TrainingFramework::MegatronCore,
             2048,
             256,
             AttentionKernel::Flash,

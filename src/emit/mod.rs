@@ -628,6 +628,17 @@ mod tests {
                 ..PlanRequest::default()
             },
         ] {
+            // FP8 plans as Megatron-Core runs them (the 2021 Megatron-LM has no FP8).
+            let training = if request.precision == crate::plan::Precision::Bf16 {
+                training.clone()
+            } else {
+                let core = crate::training::TrainingFramework::MegatronCore;
+                Training {
+                    framework: core,
+                    overlap: core.default_overlap(),
+                    ..training.clone()
+                }
+            };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
             let text = megatron_args(&model, &training, &plan);
             let launch = read_megatron_args(&text).unwrap();

@@ -219,6 +219,18 @@ impl Model {
             mla.qk_head_dim = o.qk_head_dim.unwrap_or(mla.qk_head_dim);
             mla.qk_pos_emb_head_dim = o.qk_pos_emb_head_dim.unwrap_or(mla.qk_pos_emb_head_dim);
             mla.v_head_dim = o.v_head_dim.unwrap_or(mla.v_head_dim);
+            // Latent attention has one K and V per head (Megatron-Core's MLASelfAttention
+            // ignores --num-query-groups); a grouping asked for would be dropped silently.
+            if let Some(kv_heads) = o.kv_heads
+                && kv_heads != m.heads
+            {
+                return Err(ModelError::KvHeadsWithLatentAttention {
+                    kv_heads,
+                    heads: m.heads,
+                    kv_lora_rank: mla.kv_lora_rank,
+                });
+            }
+            m.kv_heads = m.heads;
         }
         m.check()?;
         Ok(m)

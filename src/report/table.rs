@@ -57,10 +57,16 @@ pub fn scenario_line(report: &Report) -> String {
     let m = &report.model;
     let c = &report.cluster;
     let t = &report.training;
-    let gqa = if m.kv_heads != m.heads {
-        format!(", {} KV heads", m.kv_heads)
-    } else {
-        String::new()
+    let gqa = match &m.mla {
+        Some(mla) => format!(
+            ", latent attention (KV rank {}{})",
+            mla.kv_lora_rank,
+            mla.q_lora_rank
+                .map(|q| format!(", query rank {q}"))
+                .unwrap_or_default()
+        ),
+        None if m.kv_heads != m.heads => format!(", {} KV heads", m.kv_heads),
+        None => String::new(),
     };
     let gated = if m.gated_mlp { ", gated MLP" } else { "" };
     // Mixture of experts: what routes where, and the parameters one token uses.
