@@ -254,6 +254,13 @@ pub struct ModelArgs {
     /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
+    /// Group-limited routing: the experts split into this many groups (DeepSeek-V3: 8); give it
+    /// with --moe-router-group-topk. 0 = no group limit.
+    #[arg(long, value_name = "G")]
+    pub moe_router_num_groups: Option<u32>,
+    /// Groups a token's experts may come from under group-limited routing (DeepSeek-V3: 4).
+    #[arg(long, value_name = "T")]
+    pub moe_router_group_topk: Option<u32>,
     /// Sliding-window attention: each query sees itself and the TOKENS − 1 keys before it
     /// (Megatron `--window-size (TOKENS-1,0)`; HF `sliding_window`); 0 = full attention.
     #[arg(long, value_name = "TOKENS")]

@@ -751,6 +751,8 @@ impl Reader<'_> {
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: 0,
+                router_groups: 0,
+                router_group_topk: 0,
             }),
             // Qwen2MoeConfig(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
             // shared_expert_intermediate_size=5632, decoder_sparse_step=1), shared expert gated
@@ -778,6 +780,8 @@ impl Reader<'_> {
                     shared_expert_gate: qwen2,
                     layer_freq: 1,
                     first_dense_layers: self.mlp_only_layers()?,
+                    router_groups: 0,
+                    router_group_topk: 0,
                 })
             }
             _ => None,
@@ -881,6 +885,10 @@ impl Reader<'_> {
                 shared_expert_gate: false,
                 layer_freq: self.class_default("moe_layer_freq", 1)?,
                 first_dense_layers: self.count_or("first_k_dense_replace", 3)?,
+                // DeepseekV3Config: n_group 8, topk_group 4 (node-limited routing, report
+                // §2.1.2); DeepSeek-V2's config names them the same.
+                router_groups: self.class_default("n_group", 8)?,
+                router_group_topk: self.class_default("topk_group", 4)?,
             }),
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
             // DeepSeek provider maps it to `mtp_num_layers`).
@@ -929,6 +937,8 @@ impl Reader<'_> {
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: 0,
+                router_groups: 0,
+                router_group_topk: 0,
             }),
             mtp_layers: 0,
             // GptOssConfig (transformers `models/gpt_oss/configuration_gpt_oss.py`):
@@ -1030,6 +1040,15 @@ impl Reader<'_> {
             ),
             // Only a flag over the config can ask for KV groups on latent attention.
             ModelError::KvHeadsWithLatentAttention { .. } => e.to_string(),
+            ModelError::RouterGroups {
+                groups,
+                group_topk,
+                experts,
+                topk,
+                rule,
+            } => format!(
+                "keys \"n_group\" {groups} / \"topk_group\" {group_topk} with {experts} experts, top-{topk}: {rule}"
+            ),
             ModelError::TopkAboveExperts { topk, experts, .. } => format!(
                 "key \"{}\" {topk} is more than \"{}\" {experts}; a token is routed to at most every expert",
                 self.key_of("--moe-router-topk", family),

@@ -54,6 +54,51 @@ pub struct Moe {
     /// The first K layers keep a dense MLP (DeepSeek-V3: 3).
     #[serde(default)]
     pub first_dense_layers: u32,
+    /// Group-limited routing (DeepSeek-V3 §2.1.2 "node-limited routing"; Megatron-Core
+    /// `--moe-router-num-groups`, HF `n_group`): the experts split into this many groups of
+    /// consecutive experts, and a token's top-k come from `router_group_topk` of them. 0 = no limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub router_groups: u32,
+    /// Groups a token's experts may come from (Megatron-Core `--moe-router-group-topk`, HF
+    /// `topk_group`; DeepSeek-V3: 4 of 8).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub router_group_topk: u32,
+}
+
+/// Megatron-Core's rules for group-limited routing (`moe_utils.group_limited_topk`,
+/// transformer_config.py): both values or neither, the groups divide the experts, the token's
+/// groups are among them, and its top-k experts fit in the groups it may use.
+fn check_router_groups(moe: &Moe) -> Result<(), ModelError> {
+    let (groups, group_topk) = (moe.router_groups, moe.router_group_topk);
+    let fail = |rule| {
+        Err(ModelError::RouterGroups {
+            groups,
+            group_topk,
+            experts: moe.experts,
+            topk: moe.router_topk,
+            rule,
+        })
+    };
+    match (groups, group_topk) {
+        (0, 0) => Ok(()),
+        (0, _) | (_, 0) => fail(
+            "give both (group-limited routing needs the groups and how many a token uses) or neither",
+        ),
+        _ if !moe.experts.is_multiple_of(groups) => {
+            fail("the groups must divide the experts evenly; give a divisor of the expert count")
+        }
+        _ if group_topk > groups => fail(
+            "a token cannot use more groups than there are; give a group top-k up to the group count",
+        ),
+        _ if u64::from(moe.router_topk)
+            > u64::from(group_topk) * u64::from(moe.experts / groups) =>
+        {
+            fail(
+                "the token's top-k experts do not fit in the groups it may use; raise the group top-k",
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Multi-head latent attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1), in Megatron-Core's
@@ -287,6 +332,16 @@ pub enum ModelError {
         what: &'static str,
         value: u32,
         max: u32,
+    },
+    #[error(
+        "--moe-router-num-groups {groups} / --moe-router-group-topk {group_topk} with {experts} experts, top-{topk}: {rule}"
+    )]
+    RouterGroups {
+        groups: u32,
+        group_topk: u32,
+        experts: u32,
+        topk: u32,
+        rule: &'static str,
     },
     #[error(
         "--moe-router-topk {topk} is more than --num-experts {experts}; a token is routed to at most every expert (e.g. --moe-router-topk {suggest})"
@@ -559,6 +614,7 @@ impl Model {
                     suggest: moe.experts.min(2),
                 });
             }
+            check_router_groups(moe)?;
             if self.moe_layers() == 0 {
                 return Err(ModelError::NoMoeLayer {
                     first_dense: moe.first_dense_layers,

@@ -356,3 +356,90 @@ fn saved_plans_keep_the_dispatcher() {
         "compare",
     );
 }
+
+/// DeepSeek-V3's group-limited routing (4 of 8 groups) is part of the bundled model, goes through
+/// the Megatron launch line both ways, lowers what DeepEP sends across nodes, and can be lifted
+/// with `--moe-router-num-groups 0`; a group count that does not divide the experts is refused.
+#[test]
+fn group_limited_routing_travels_and_shrinks_deepep_traffic() {
+    let base = [
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "64",
+        "--tp",
+        "1",
+        "--pp",
+        "8",
+        "--ep",
+        "64",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "1024",
+        "--zero",
+        "1",
+        "--allow-uneven-pp",
+        "--moe-dispatcher",
+        "deepep",
+        "--format",
+        "json",
+    ];
+    let limited = json(&base);
+    assert_eq!(limited["model"]["moe"]["router_groups"], 8);
+    assert_eq!(limited["model"]["moe"]["router_group_topk"], 4);
+    let free = json(&with(&base, &["--moe-router-num-groups", "0"]));
+    assert!(free["model"]["moe"]["router_groups"].is_null());
+    let ep_s = |v: &serde_json::Value| v["plans"][0]["comm"]["ep"]["time_s"].as_f64().unwrap();
+    assert!(
+        ep_s(&limited) < 0.8 * ep_s(&free),
+        "{} vs {}",
+        ep_s(&limited),
+        ep_s(&free)
+    );
+
+    let plan = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "128",
+        "--global-batch",
+        "8192",
+        "--emit",
+        "megatron",
+    ];
+    let r = run(&plan);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r.stdout.trim().to_string();
+    assert!(
+        line.contains("--moe-router-num-groups 8 --moe-router-group-topk 4"),
+        "{line}"
+    );
+    let back = json(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "128",
+        "--format",
+        "json",
+        "--megatron-args",
+        &line,
+    ]);
+    assert_eq!(back["model"]["moe"]["router_groups"], 8);
+
+    let mut bad = base.to_vec();
+    bad.extend(["--moe-router-num-groups", "3"]);
+    assert_one_line_error(
+        &run(&bad),
+        &["--moe-router-num-groups 3", "divide"],
+        &[],
+        "groups",
+    );
+}

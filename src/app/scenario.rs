@@ -135,6 +135,8 @@ fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
         moe_shared_expert_ffn_hidden: args.moe_shared_expert_intermediate_size,
         moe_layer_freq: layer_freq,
         moe_first_dense_layers: args.moe_first_k_dense_replace.or(list_first_dense),
+        moe_router_groups: args.moe_router_num_groups,
+        moe_router_group_topk: args.moe_router_group_topk,
         q_lora_rank: args.q_lora_rank,
         kv_lora_rank: args.kv_lora_rank,
         qk_head_dim: args.qk_head_dim,

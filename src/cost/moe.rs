@@ -248,16 +248,7 @@ fn other_blocks_reached(model: &Model, blocks: u32, routing: MoeRouting) -> f64 
     let (experts, topk) = (moe.experts, moe.router_topk.min(moe.experts));
     let elsewhere = f64::from(blocks - 1) / f64::from(blocks);
     match routing {
-        MoeRouting::Random => {
-            let per_block = f64::from(experts / blocks);
-            let all_miss = (0..topk)
-                .map(|i| {
-                    let i = f64::from(i);
-                    ((f64::from(experts) - per_block - i) / (f64::from(experts) - i)).max(0.0)
-                })
-                .product::<f64>();
-            f64::from(blocks - 1) * (1.0 - all_miss)
-        }
+        MoeRouting::Random => f64::from(blocks - 1) * block_reach_probability(&moe, blocks),
         MoeRouting::RoundRobin => {
             let (ep, per_gpu) = (blocks, (experts / blocks).max(1));
             // Token t starts at t·k mod E; the starts repeat after E / gcd(k, E) tokens.
@@ -278,6 +269,65 @@ fn other_blocks_reached(model: &Model, blocks: u32, routing: MoeRouting) -> f64 
             gpus_reached as f64 / f64::from(period) * elsewhere
         }
     }
+}
+
+/// Chance that k draws without replacement from `pool` items all miss `kept_out` of them:
+/// C(pool − kept_out, k) / C(pool, k).
+fn all_miss(pool: f64, kept_out: f64, k: u32) -> f64 {
+    (0..k)
+        .map(|i| {
+            let i = f64::from(i);
+            ((pool - kept_out - i) / (pool - i)).max(0.0)
+        })
+        .product()
+}
+
+/// Chance that a token's top-k experts, routed at random, include one of a given block's E/blocks
+/// consecutive experts. Without group limits: 1 − C(E − E/blocks, k)/C(E, k). With group-limited
+/// routing (G groups of E/G consecutive experts, a token's experts from T of them: Megatron-Core
+/// `group_limited_topk`) the T groups are a uniform choice (random logits make the groups
+/// exchangeable) and the k experts are taken as uniform among the T·E/G experts of the chosen
+/// groups — an approximation: a group is chosen for its highest scores, so a token's experts
+/// spread over its groups a little more evenly than uniform draws. A block inside one group is
+/// reached when its group is chosen and a draw lands in it; a block of whole groups when any of
+/// its groups is chosen (hypergeometric over how many) and a draw lands in one. Blocks that cut
+/// across groups are counted without the limit.
+fn block_reach_probability(moe: &crate::model::Moe, blocks: u32) -> f64 {
+    let (experts, topk) = (moe.experts, moe.router_topk.min(moe.experts));
+    let per_block = experts / blocks.max(1);
+    let (groups, group_topk) = (moe.router_groups, moe.router_group_topk);
+    let ungrouped = 1.0 - all_miss(f64::from(experts), f64::from(per_block), topk);
+    if groups <= 1 || group_topk == 0 || group_topk >= groups || !experts.is_multiple_of(groups) {
+        return ungrouped;
+    }
+    let per_group = experts / groups;
+    let pool = f64::from(group_topk * per_group);
+    if per_group.is_multiple_of(per_block) {
+        // The block lies inside one group.
+        let chosen = f64::from(group_topk) / f64::from(groups);
+        return chosen * (1.0 - all_miss(pool, f64::from(per_block), topk));
+    }
+    if per_block.is_multiple_of(per_group) {
+        // The block is `whole` groups; j of them chosen with hypergeometric odds.
+        let whole = per_block / per_group;
+        let choose = |n: u32, r: u32| -> f64 {
+            if r > n {
+                return 0.0;
+            }
+            (0..r)
+                .map(|i| f64::from(n - i) / f64::from(i + 1))
+                .product()
+        };
+        let all_groups = choose(groups, group_topk);
+        let missed: f64 = (0..=whole.min(group_topk))
+            .map(|j| {
+                let odds = choose(whole, j) * choose(groups - whole, group_topk - j) / all_groups;
+                odds * all_miss(pool, f64::from(j * per_group), topk)
+            })
+            .sum();
+        return 1.0 - missed;
+    }
+    ungrouped
 }
 
 /// Speed of one GPU's DeepEP dispatch or combine (per byte of [`alltoall_bytes`], which counts one
@@ -593,6 +643,52 @@ mod tests {
         let alltoall = remote_copies_per_token(&model, 4, MoeDispatch::default());
         assert!((alltoall - 1.5).abs() < 1e-12);
         assert!(closed_form < alltoall);
+    }
+
+    #[test]
+    fn group_limited_routing_reaches_the_blocks_its_groups_hold() {
+        // 12 experts in 6 groups of 2, a token's top-3 from 2 of the groups: enumerate every
+        // pair of groups and every 3 of their 4 experts (the uniform draw the closed form
+        // assumes), and count the blocks other than block 0 each choice reaches, for blocks of 1
+        // expert (inside a group), 2 (one group), 4 (whole groups: 2) and 6 (3 groups).
+        let mut model = with_experts(12, 3);
+        let moe = model.moe.as_mut().unwrap();
+        moe.router_groups = 6;
+        moe.router_group_topk = 2;
+        for blocks in [12u32, 6, 3, 2] {
+            let per_block = 12 / blocks;
+            let (mut reached, mut draws) = (0u32, 0u32);
+            for g1 in 0..6u32 {
+                for g2 in g1 + 1..6 {
+                    let pool = [2 * g1, 2 * g1 + 1, 2 * g2, 2 * g2 + 1];
+                    for skip in 0..4 {
+                        let chosen: Vec<u32> =
+                            (0..4).filter(|i| *i != skip).map(|i| pool[i]).collect();
+                        let mut hit: Vec<u32> = chosen.iter().map(|e| e / per_block).collect();
+                        hit.sort_unstable();
+                        hit.dedup();
+                        reached += hit.iter().filter(|b| **b != 0).count() as u32;
+                        draws += 1;
+                    }
+                }
+            }
+            let enumerated = f64::from(reached) / f64::from(draws);
+            let closed_form = other_blocks_reached(&model, blocks, MoeRouting::Random);
+            assert!(
+                (closed_form - enumerated).abs() < 1e-12,
+                "{blocks} blocks: {closed_form} vs {enumerated}"
+            );
+        }
+        // DeepSeek-V3 on EP 64 over 8 nodes (a node holds one of its 8 groups): at most 4 nodes,
+        // fewer than the 4.63 other nodes its top-8 would reach without the limit.
+        let deepseek = crate::specs::load_model("deepseek-v3").unwrap();
+        let limited = other_blocks_reached(&deepseek, 8, MoeRouting::Random);
+        let mut free = deepseek.clone();
+        free.moe.as_mut().unwrap().router_groups = 0;
+        free.moe.as_mut().unwrap().router_group_topk = 0;
+        let unlimited = other_blocks_reached(&free, 8, MoeRouting::Random);
+        assert!(limited < 3.5 && limited > 2.5, "{limited}");
+        assert!((unlimited - 4.633).abs() < 0.01, "{unlimited}");
     }
 
     #[test]

@@ -226,6 +226,18 @@ fn bridge_expert_overrides(
     };
     out.push(("model.num_moe_experts", moe.experts.to_string()));
     out.push(("model.moe_router_topk", moe.router_topk.to_string()));
+    // Group-limited routing (Megatron-Core `moe_router_num_groups` / `moe_router_group_topk`,
+    // None without it), written out either way: the DeepSeek providers set 8 / 4 themselves.
+    let (groups, group_topk) = if moe.router_groups > 0 {
+        (
+            moe.router_groups.to_string(),
+            moe.router_group_topk.to_string(),
+        )
+    } else {
+        ("null".to_string(), "null".to_string())
+    };
+    out.push(("model.moe_router_num_groups", groups));
+    out.push(("model.moe_router_group_topk", group_topk));
     out.push(("model.moe_ffn_hidden_size", moe.ffn_hidden.to_string()));
     out.push((
         "model.moe_shared_expert_intermediate_size",

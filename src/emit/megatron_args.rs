@@ -100,6 +100,8 @@ pub(super) const VALUED: &[&str] = &[
     "expert-tensor-parallel-size",
     "num-experts",
     "moe-router-topk",
+    "moe-router-num-groups",
+    "moe-router-group-topk",
     "moe-ffn-hidden-size",
     "moe-shared-expert-intermediate-size",
     "moe-layer-freq",

@@ -38,8 +38,6 @@ const HARMLESS_MOE: &[&str] = &[
     "moe-router-topk-scaling-factor",
     "moe-router-pre-softmax",
     "moe-router-dtype",
-    "moe-router-num-groups",
-    "moe-router-group-topk",
     "moe-input-jitter-eps",
     "moe-per-layer-logging",
     "moe-permute-fusion",
@@ -105,6 +103,8 @@ impl Parsed<'_> {
                     "moe-expert-capacity-factor",
                     "moe-token-drop-policy",
                     "moe-router-topk",
+                    "moe-router-num-groups",
+                    "moe-router-group-topk",
                     "moe-ffn-hidden-size",
                     "moe-shared-expert-intermediate-size",
                     "moe-layer-freq",
@@ -313,6 +313,10 @@ impl Parsed<'_> {
             shared_expert_gate,
             layer_freq,
             first_dense_layers,
+            // arguments.py: --moe-router-num-groups and --moe-router-group-topk, default None
+            // (no group limit); Megatron-Core requires both or neither.
+            router_groups: self.number("moe-router-num-groups")?.unwrap_or(0),
+            router_group_topk: self.number("moe-router-group-topk")?.unwrap_or(0),
         })
     }
 
@@ -408,6 +412,13 @@ pub fn megatron_expert_args(
     };
     args.push(("num-experts", Some(moe.experts.to_string())));
     args.push(("moe-router-topk", Some(moe.router_topk.to_string())));
+    if moe.router_groups > 0 {
+        args.push(("moe-router-num-groups", Some(moe.router_groups.to_string())));
+        args.push((
+            "moe-router-group-topk",
+            Some(moe.router_group_topk.to_string()),
+        ));
+    }
     args.push(("moe-ffn-hidden-size", Some(moe.ffn_hidden.to_string())));
     if moe.shared_expert_ffn_hidden > 0 {
         args.push((

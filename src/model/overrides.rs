@@ -20,6 +20,8 @@ pub struct ShapeOverrides {
     pub moe_shared_expert_ffn_hidden: Option<u32>,
     pub moe_layer_freq: Option<u32>,
     pub moe_first_dense_layers: Option<u32>,
+    pub moe_router_groups: Option<u32>,
+    pub moe_router_group_topk: Option<u32>,
     pub q_lora_rank: Option<u32>,
     pub kv_lora_rank: Option<u32>,
     pub qk_head_dim: Option<u32>,
@@ -152,6 +154,8 @@ impl Model {
             ),
             ("--moe-layer-freq", o.moe_layer_freq),
             ("--moe-first-k-dense-replace", o.moe_first_dense_layers),
+            ("--moe-router-num-groups", o.moe_router_groups),
+            ("--moe-router-group-topk", o.moe_router_group_topk),
         ];
         m.moe = match (m.moe, o.num_experts) {
             (Some(moe), experts) => Some(Moe {
@@ -168,6 +172,8 @@ impl Model {
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: 0,
+                router_groups: 0,
+                router_group_topk: 0,
             }),
             (None, None) => {
                 if let Some((flag, _)) = moe_flags.iter().find(|(_, v)| v.is_some()) {
@@ -184,6 +190,14 @@ impl Model {
                 .unwrap_or(moe.shared_expert_ffn_hidden);
             moe.layer_freq = o.moe_layer_freq.unwrap_or(moe.layer_freq);
             moe.first_dense_layers = o.moe_first_dense_layers.unwrap_or(moe.first_dense_layers);
+            // --moe-router-num-groups 0 lifts the model's group limit (and its group top-k).
+            match (o.moe_router_groups, o.moe_router_group_topk) {
+                (Some(0), None) => (moe.router_groups, moe.router_group_topk) = (0, 0),
+                (groups, group_topk) => {
+                    moe.router_groups = groups.unwrap_or(moe.router_groups);
+                    moe.router_group_topk = group_topk.unwrap_or(moe.router_group_topk);
+                }
+            }
         }
 
         let mla_flags = [

@@ -72,9 +72,17 @@ pub fn scenario_line(report: &Report) -> String {
     // Mixture of experts: what routes where, and the parameters one token uses.
     let experts = match &m.moe {
         Some(moe) => format!(
-            ", {} experts (top-{}, ffn {}{}{}), {} active",
+            ", {} experts (top-{}{}, ffn {}{}{}), {} active",
             moe.experts,
             moe.router_topk,
+            if moe.router_groups > 0 {
+                format!(
+                    " from {} of {} groups",
+                    moe.router_group_topk, moe.router_groups
+                )
+            } else {
+                String::new()
+            },
             moe.ffn_hidden,
             if moe.shared_expert_ffn_hidden > 0 {
                 format!(", shared ffn {}", moe.shared_expert_ffn_hidden)
