@@ -169,6 +169,19 @@ fn read_spec<T: DeserializeOwned>(
 /// dimensions) does not split the hidden size, as the flags over a bundled model do not either.
 /// `prefix` is "" for file keys, "--" for flags.
 pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> {
+    // The published sizes only document the model, but a value there is still checked.
+    for (key, value) in [
+        ("published_params_b", file.published_params_b),
+        ("published_active_params_b", file.published_active_params_b),
+    ] {
+        if let Some(v) = value
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(format!(
+                "{key} {v} is not a positive number of billions (it records the size the model's source publishes); fix it or drop the key"
+            ));
+        }
+    }
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
     if heads_split_hidden && file.heads > file.hidden {
         return Err(format!(

@@ -1363,6 +1363,15 @@ fn a_sweep_of_hostile_flags_finds_each_refused_with_its_rule() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let back = run_in(&dir, &["eval", "--plan", "q.yaml"]);
     assert!(back.code == 0 || back.code == 1, "{}", back.stderr);
+    // A published size that is not a size is refused, though it only documents the model.
+    let text = set_key(
+        &bundled("models/llama3-8b.yaml"),
+        "published_params_b",
+        ".nan",
+    );
+    std::fs::write(dir.join("m.yaml"), text).unwrap();
+    let r = run_in(&dir, &["plan", "--model", "m.yaml", "--nodes", "1"]);
+    assert_one_line_error(&r, &["published_params_b", "positive"], "published size");
 
     let deepseek = [
         "eval",
