@@ -54,6 +54,14 @@ fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
+/// `base` with the value after `flag` replaced by `value`.
+fn set<'a>(base: &[&'a str], flag: &str, value: &'a str) -> Vec<&'a str> {
+    let mut args = base.to_vec();
+    let at = args.iter().position(|a| *a == flag).unwrap() + 1;
+    args[at] = value;
+    args
+}
+
 /// The estimate of [`QWEN3_EVAL`] with `extra` flags.
 fn qwen3_estimate(extra: &[&str]) -> serde_json::Value {
     json(&with(&with(QWEN3_EVAL, extra), &["--format", "json"]))["plans"][0].clone()
@@ -207,29 +215,11 @@ fn dispatcher_edge_cases_are_written_or_refused_as_megatron_runs_them() {
         "eval --emit",
     );
 
-    let ep1 = [
-        "eval",
-        "--model",
-        "qwen3-30b-a3b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "256",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--ep",
-        "1",
-        "--recompute",
-        "full",
-        "--zero",
-        "3",
-        "--moe-dispatcher",
-        "deepep",
-    ];
+    // EP 1 does not fit unsharded experts: ZeRO-3.
+    let ep1 = with(
+        &set(&set(QWEN3_EVAL, "--ep", "1"), "--zero", "3"),
+        &["--moe-dispatcher", "deepep"],
+    );
     let r = run(&with(&ep1, &["--emit", "megatron"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let line = r.stdout.trim().to_string();
@@ -282,9 +272,10 @@ fn dispatcher_edge_cases_are_written_or_refused_as_megatron_runs_them() {
     ));
     assert_one_line_error(&r, &["--moe-dispatcher deepep", "alltoall"], &[], "pasted");
 
-    let mut etp2 = with(QWEN3_EVAL, &["--moe-dispatcher", "deepep", "--etp", "2"]);
-    let ep_value = etp2.iter().position(|a| *a == "--ep").unwrap() + 1;
-    etp2[ep_value] = "4";
+    let etp2 = with(
+        &set(QWEN3_EVAL, "--ep", "4"),
+        &["--moe-dispatcher", "deepep", "--etp", "2"],
+    );
     let r = run(&etp2);
     assert_one_line_error(
         &r,
