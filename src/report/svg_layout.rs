@@ -181,8 +181,12 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             title += &format!(" x cp {}", plan.cp);
         }
         title += &format!(
-            " x pp {} x dp {} on {} nodes of {} GPUs",
-            plan.pp, plan.dp, cluster.nodes, gpn
+            " x pp {} x dp {} on {} node{} of {} GPUs",
+            plan.pp,
+            plan.dp,
+            cluster.nodes,
+            if cluster.nodes == 1 { "" } else { "s" },
+            gpn
         );
         if ep {
             title += &format!(
