@@ -302,12 +302,16 @@ fn push_pipeline_variants(
                 }
                 for recompute in Recompute::ALL {
                     // FlashAttention already recomputes the attention core in its backward, so
-                    // Megatron's selective recompute is the same plan as none (torchtitan's per-op
-                    // SAC is not: it recomputes matmuls and keeps less).
+                    // Megatron's selective recompute is the same plan as none, and Megatron-Core's
+                    // (the fused forward again) a slower one keeping as much (torchtitan's per-op
+                    // SAC is neither: it recomputes matmuls and keeps less).
                     if recompute == Recompute::Selective
                         && training.attention == AttentionKernel::Flash
-                        && training.framework.selective_recompute()
-                            == SelectiveRecompute::AttentionCore
+                        && matches!(
+                            training.framework.selective_recompute(),
+                            SelectiveRecompute::AttentionCore
+                                | SelectiveRecompute::CheckpointedAttention
+                        )
                     {
                         continue;
                     }

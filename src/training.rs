@@ -474,9 +474,10 @@ impl TrainingFramework {
     pub fn selective_recompute(self) -> SelectiveRecompute {
         match self {
             TrainingFramework::Torchtitan => SelectiveRecompute::AlternateMatmuls,
-            TrainingFramework::MegatronLm2021
-            | TrainingFramework::MegatronCore
-            | TrainingFramework::Deepspeed => SelectiveRecompute::AttentionCore,
+            TrainingFramework::MegatronCore => SelectiveRecompute::CheckpointedAttention,
+            TrainingFramework::MegatronLm2021 | TrainingFramework::Deepspeed => {
+                SelectiveRecompute::AttentionCore
+            }
         }
     }
 
@@ -563,8 +564,17 @@ impl TrainingFramework {
 pub enum SelectiveRecompute {
     /// Megatron's selective recompute: only the attention core (QKᵀ, softmax, dropout, AV) is
     /// recomputed (Korthikanti et al. 2022 §5); with FlashAttention that is what the kernel's
-    /// backward does anyway, so nothing extra runs.
+    /// backward does anyway, so nothing extra runs (Megatron-LM's flash path is not checkpointed:
+    /// `ParallelAttention` calls `core_attention_flash` directly).
     AttentionCore,
+    /// Megatron-Core's selective recompute (`--recompute-granularity selective`, default
+    /// `recompute_modules = ["core_attn"]`): the attention core is checkpointed through Transformer
+    /// Engine's `DotProductAttention(checkpoint_core_attention=True)`, which wraps the fused
+    /// (flash/cuDNN) kernel too (`_checkpointed_attention_forward(self.fused_attention, …)`), so
+    /// the fused attention forward runs again in backward, before its own backward kernel. It keeps
+    /// almost nothing more than no recompute does (the kernel's output and log-sum-exp), so the
+    /// search never proposes it with fused attention; `eval` prices it when asked.
+    CheckpointedAttention,
     /// torchtitan's per-op selective AC (`selective_ac_option = "op"`, the default of its Llama
     /// configs; torchtitan/distributed/activation_checkpoint.py `_get_custom_policy`): inside each
     /// block it saves the outputs of matmuls, SDPA and reduce-scatters "except every second mm",
@@ -579,6 +589,9 @@ impl SelectiveRecompute {
     pub fn describe(self) -> &'static str {
         match self {
             SelectiveRecompute::AttentionCore => "attention core only (Megatron selective)",
+            SelectiveRecompute::CheckpointedAttention => {
+                "attention core, its fused kernel's forward run again in backward (Megatron-Core selective)"
+            }
             SelectiveRecompute::AlternateMatmuls => {
                 "torchtitan per-op SAC: every second matmul, the norms and the TP all-gathers run again"
             }
@@ -590,7 +603,9 @@ impl SelectiveRecompute {
     /// the pair) or, without it, both all-reduces.
     pub fn tp_forward_share(self, sequence_parallel: bool) -> f64 {
         match (self, sequence_parallel) {
-            (SelectiveRecompute::AttentionCore, _) => 0.0,
+            (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
+                0.0
+            }
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,
         }

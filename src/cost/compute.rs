@@ -468,9 +468,17 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let recompute_time = match (recompute, selective, attention) {
         (Recompute::None, _, _)
         | (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Flash) => 0.0,
-        (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Unfused) => {
-            (attention_core_gemm_time + scores_time) / gpu.framework_efficiency
-        }
+        (
+            Recompute::Selective,
+            SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention,
+            AttentionKernel::Unfused,
+        ) => (attention_core_gemm_time + scores_time) / gpu.framework_efficiency,
+        // Transformer Engine re-runs the fused kernel's forward (`attention_forward` below).
+        (
+            Recompute::Selective,
+            SelectiveRecompute::CheckpointedAttention,
+            AttentionKernel::Flash,
+        ) => attention_core_gemm_time / gpu.framework_efficiency,
         (Recompute::Selective, SelectiveRecompute::AlternateMatmuls, _) => {
             // wk (the K share of the fused QKV GEMM), wo, and w3 (half the fused gated up
             // projection) or, without a gate, w2; plus every element-wise kernel but the scores.

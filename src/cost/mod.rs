@@ -668,9 +668,17 @@ pub fn evaluate(
     let recompute_flops = match (plan.recompute, selective, training.attention) {
         (Recompute::None, _, _)
         | (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Flash) => 0.0,
-        (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Unfused) => {
-            attention_core
-        }
+        (
+            Recompute::Selective,
+            SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention,
+            AttentionKernel::Unfused,
+        ) => attention_core,
+        // The fused kernel's forward again: the causal pairs (and windowed ones) it executes.
+        (
+            Recompute::Selective,
+            SelectiveRecompute::CheckpointedAttention,
+            AttentionKernel::Flash,
+        ) => attention_core,
         (Recompute::Selective, SelectiveRecompute::AlternateMatmuls, _) => {
             model
                 .alternate_matmul_recompute_flops(plan.global_batch, seq_len)

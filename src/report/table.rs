@@ -187,8 +187,10 @@ pub fn scenario_line(report: &Report) -> String {
         },
         overlap_words(&t.overlap, &report.plans, &report.model),
         match t.framework.selective_recompute() {
-            crate::training::SelectiveRecompute::AttentionCore => String::new(),
-            other => format!("; recompute selective = {}", other.describe()),
+            other @ crate::training::SelectiveRecompute::AlternateMatmuls => {
+                format!("; recompute selective = {}", other.describe())
+            }
+            _ => String::new(),
         },
         if t.moe_imbalance == 1.0 {
             String::new()
