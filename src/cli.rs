@@ -259,6 +259,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "G")]
     pub moe_router_num_groups: Option<u32>,
     /// Groups a token's experts may come from under group-limited routing (DeepSeek-V3: 4).
+    /// 0 = no group limit.
     #[arg(long, value_name = "T")]
     pub moe_router_group_topk: Option<u32>,
     /// Sliding-window attention: each query sees itself and the TOKENS − 1 keys before it

@@ -90,6 +90,9 @@ fn check_router_groups(moe: &Moe) -> Result<(), ModelError> {
         _ if group_topk > groups => fail(
             "a token cannot use more groups than there are; give a group top-k up to the group count",
         ),
+        _ if moe.router_topk < group_topk => fail(
+            "Megatron-Core scores a group by its best top-k / group-top-k experts, none when the top-k is smaller; give a group top-k up to the top-k",
+        ),
         _ if u64::from(moe.router_topk)
             > u64::from(group_topk) * u64::from(moe.experts / groups) =>
         {
@@ -378,6 +381,10 @@ pub enum ModelError {
 /// most experts in a published model are DeepSeek-V3's 256 and Kimi K2's 384.
 const MAX_LAYERS: u32 = 10_000;
 const MAX_WIDTH: u32 = 1 << 20;
+/// Attention heads: heads may pass hidden / head_dim when the head width is given (`--head-dim`,
+/// MLA), so they are bounded on their own; 65,536 is 512 times the most a bundled model has
+/// (DeepSeek-V3 and Llama 3 405B: 128; GPT-3 175B: 96).
+const MAX_HEADS: u32 = 1 << 16;
 const MAX_SEQ_LEN: u32 = 1 << 24;
 const MAX_EXPERTS: u32 = 1 << 14;
 /// DeepSeek-V3 and MiMo train with one MTP depth, and DeepSeek's ablations go to 2 (§4.5.1).
@@ -516,6 +523,7 @@ impl Model {
         let bounded = [
             ("--layers", self.layers, MAX_LAYERS),
             ("--hidden", self.hidden, MAX_WIDTH),
+            ("--heads", self.heads, MAX_HEADS),
             ("--ffn-hidden", self.ffn_hidden, 4 * MAX_WIDTH),
             ("--vocab", self.vocab, 4 * MAX_WIDTH),
             ("--seq-len", self.seq_len, MAX_SEQ_LEN),

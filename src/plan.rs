@@ -714,8 +714,10 @@ fn check_context_experts_precision(
             }
             // MoEFlexTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
             // DeepEP over the expert-TP x EP group with top-k x etp destinations and no separate
-            // expert-TP gather; tpsim's DeepEP copy count is the EP group's alone.
+            // expert-TP gather; tpsim's DeepEP copy count is the EP group's alone. At ep 1 the
+            // all-to-all dispatcher is what runs (`MoeDispatcher::written_for`), so it stands.
             if r.etp > 1
+                && r.ep > 1
                 && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep
             {
                 return Err(PlanError::DeepepWithExpertTp { etp: r.etp });

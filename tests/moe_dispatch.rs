@@ -194,6 +194,7 @@ fn launch_lines_carry_the_dispatcher() {
 ///   "TPxEP > 1") and reads back as what it is;
 /// - Megatron-Core 0.14's `--moe-enable-deepep` reads as DeepEP, and only beside the flex type;
 /// - a pasted `--moe-token-dispatcher-type alltoall` beside `--moe-dispatcher deepep` is refused;
+/// - DeepEP at EP 1 is costed as the all-to-all it is written as, expert TP beside it allowed;
 /// - DeepEP with expert TP (the flex dispatcher's tp x ep group, not modelled) is refused.
 #[test]
 fn dispatcher_edge_cases_are_written_or_refused_as_megatron_runs_them() {
@@ -233,6 +234,18 @@ fn dispatcher_edge_cases_are_written_or_refused_as_megatron_runs_them() {
         &["--format", "json", "--megatron-args", &line],
     ));
     assert_eq!(back["training"]["moe_dispatch"]["dispatcher"], "alltoall");
+    // What is written is what is costed: at EP 1 DeepEP's step is the all-to-all's (one token
+    // permutation each way when a GPU holds several experts, not DeepEP's one), and expert TP
+    // beside it is no flex dispatcher to refuse.
+    let step = |args: &[&str]| {
+        json(&with(args, &["--format", "json"]))["plans"][0]["time"]["step_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let ep1_alltoall = set(&set(QWEN3_EVAL, "--ep", "1"), "--zero", "3");
+    assert_eq!(step(&ep1), step(&ep1_alltoall));
+    let r = run(&with(&ep1, &["--etp", "2"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
 
     let r = run(&with(
         QWEN3_PLAN,
@@ -424,6 +437,45 @@ fn group_limited_routing_travels_and_shrinks_deepep_traffic() {
         &line,
     ]);
     assert_eq!(back["model"]["moe"]["router_groups"], 8);
+
+    // Megatron-Core limits the groups only when the group top-k is set: a line with the group
+    // count alone is read as unlimited routing, and says so.
+    let count_only = line.replace(" --moe-router-group-topk 4", "");
+    let r = run(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "128",
+        "--format",
+        "json",
+        "--megatron-args",
+        &count_only,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let back: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(back["model"]["moe"]["router_groups"].is_null());
+    assert!(
+        r.stderr
+            .contains("--moe-router-num-groups without --moe-router-group-topk"),
+        "{}",
+        r.stderr
+    );
+
+    // Either number 0, given alone, lifts the limit.
+    let free_by_topk = json(&with(&base, &["--moe-router-group-topk", "0"]));
+    assert!(free_by_topk["model"]["moe"]["router_groups"].is_null());
+    assert_eq!(ep_s(&free_by_topk), ep_s(&free));
+
+    // Megatron-Core scores a group by its best top-k / group-top-k experts: none below.
+    let mut few = base.to_vec();
+    few.extend(["--moe-router-topk", "2"]);
+    assert_one_line_error(
+        &run(&few),
+        &["--moe-router-group-topk 4", "top-k"],
+        &[],
+        "top-k below group top-k",
+    );
 
     let mut bad = base.to_vec();
     bad.extend(["--moe-router-num-groups", "3"]);

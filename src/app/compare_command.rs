@@ -69,6 +69,27 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
                 "model: {sa}, but {} against {} MTP layers (--mtp-layers)",
                 a.model.mtp_layers, b.model.mtp_layers
             )
+        } else if shape(&ma) == shape(&mb)
+            && let (Some(ea), Some(eb)) = (a.model.moe, b.model.moe)
+            && ea.router_topk != eb.router_topk
+        {
+            format!(
+                "model: {sa}, but top-{} against top-{} routing (--moe-router-topk)",
+                ea.router_topk, eb.router_topk
+            )
+        } else if shape(&ma) == shape(&mb)
+            && let (Some(ea), Some(eb)) = (a.model.moe, b.model.moe)
+            && (ea.router_groups, ea.router_group_topk) != (eb.router_groups, eb.router_group_topk)
+        {
+            let groups = |m: crate::model::Moe| match m.router_groups {
+                0 => "no group limit".to_string(),
+                g => format!("{} of {g} groups", m.router_group_topk),
+            };
+            format!(
+                "model: {sa}, but routing from {} against {} (--moe-router-num-groups, --moe-router-group-topk)",
+                groups(ea),
+                groups(eb)
+            )
         } else if shape(&ma) == shape(&mb) {
             format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
         } else {

@@ -264,7 +264,8 @@ pub(crate) fn unit_costs(
             plan,
             seq_len,
             training.moe_imbalance,
-            training.moe_dispatch.dispatcher,
+            // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
+            training.moe_dispatch.dispatcher.written_for(plan.ep),
         );
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;

@@ -303,6 +303,14 @@ impl Parsed<'_> {
                 why: "the gate scales the shared expert's output, and there is none; add --moe-shared-expert-intermediate-size N or drop it".into(),
             });
         }
+        // arguments.py: --moe-router-num-groups and --moe-router-group-topk, default None (no
+        // group limit). Megatron-Core's `topk_routing_with_score_function` limits the groups only
+        // `if group_topk:`, so the group count alone changes nothing (the reader notes it).
+        let router_group_topk = self.number("moe-router-group-topk")?.unwrap_or(0);
+        let router_groups = match self.number("moe-router-num-groups")? {
+            Some(groups) if router_group_topk > 0 => groups,
+            _ => 0,
+        };
         Ok(Moe {
             experts,
             // arguments.py: --moe-router-topk default 2; --moe-ffn-hidden-size defaults to
@@ -313,10 +321,8 @@ impl Parsed<'_> {
             shared_expert_gate,
             layer_freq,
             first_dense_layers,
-            // arguments.py: --moe-router-num-groups and --moe-router-group-topk, default None
-            // (no group limit); Megatron-Core requires both or neither.
-            router_groups: self.number("moe-router-num-groups")?.unwrap_or(0),
-            router_group_topk: self.number("moe-router-group-topk")?.unwrap_or(0),
+            router_groups,
+            router_group_topk,
         })
     }
 

@@ -221,6 +221,12 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let dense_ffn =
         ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
     let experts = p.experts(layers, tp, dense_ffn)?;
+    if experts.moe.is_some()
+        && p.value("moe-router-num-groups").is_some()
+        && p.value("moe-router-group-topk").is_none()
+    {
+        notes.push("--moe-router-num-groups without --moe-router-group-topk: Megatron-Core limits a token's groups only when the group top-k is set, so routing is read as unlimited".to_string());
+    }
     Ok(MegatronLaunch {
         layers,
         hidden,

@@ -190,9 +190,12 @@ impl Model {
                 .unwrap_or(moe.shared_expert_ffn_hidden);
             moe.layer_freq = o.moe_layer_freq.unwrap_or(moe.layer_freq);
             moe.first_dense_layers = o.moe_first_dense_layers.unwrap_or(moe.first_dense_layers);
-            // --moe-router-num-groups 0 lifts the model's group limit (and its group top-k).
+            // --moe-router-num-groups 0 or --moe-router-group-topk 0, given alone, lifts the
+            // model's group limit (both of its numbers).
             match (o.moe_router_groups, o.moe_router_group_topk) {
-                (Some(0), None) => (moe.router_groups, moe.router_group_topk) = (0, 0),
+                (Some(0), None) | (None, Some(0)) => {
+                    (moe.router_groups, moe.router_group_topk) = (0, 0)
+                }
                 (groups, group_topk) => {
                     moe.router_groups = groups.unwrap_or(moe.router_groups);
                     moe.router_group_topk = group_topk.unwrap_or(moe.router_group_topk);
