@@ -355,13 +355,18 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
 /// - Megatron-Bridge 25.09's DeepSeek-V3 on H100 enables DeepEP with forced load balancing
 ///   (scripts/performance/run_script.py at 9a5e798: `enable_deepep = gpu in ["h100"]`,
 ///   `moe_router_force_load_balancing = True`), random routing;
-/// - everything else runs the all-to-all dispatcher. (AutoModel's DeepSeek-V3 and Kimi K2 rows,
-///   whose configs name DeepEP or HybridEP too, are not predicted: their layout and model are not
-///   expressible, so nothing is mapped for them.)
+/// - AutoModel's DeepSeek-V3 configs (`examples/benchmark/configs/deepseek_v3_te_deepep.yaml` and
+///   `_1024.yaml`, read at 037e04a) set `enable_deepep: true` and `fake_balanced_gate: true`, with
+///   `activation_checkpointing: true` (which the search finds it needs: tpsim plans these rows with
+///   full recompute);
+/// - everything else runs the all-to-all dispatcher. (AutoModel's Kimi K2 row, whose config names
+///   DeepEP too, is not predicted: the model is not bundled.)
 fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
     let key = run.model_key.as_deref().unwrap_or("");
-    if run.id.starts_with("automodel") && matches!(key, "qwen3_30b_a3b" | "gpt_oss_20b") {
+    if run.id.starts_with("automodel")
+        && matches!(key, "qwen3_30b_a3b" | "gpt_oss_20b" | "deepseek_v3")
+    {
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::RoundRobin,

@@ -814,11 +814,16 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
     let stages = if model.layers.is_multiple_of(r.pp) {
         StageLayout::even(model.layers, r.pp)
     } else if r.allow_uneven_pp {
+        // Megatron-Bridge's DeepSeek-V3 table fills the chunks with layers where that works
+        // (pp 4 x vp 4, pp 8 x vp 2, with or without MTP) and counts the units where it does not
+        // (pp 8 x vp 4); without MTP, units that split evenly are counted first.
+        let units_even = unit_split.is_some_and(|u| u.last_chunk_units == u.per_chunk);
         match StageLayout::filled_chunks(model.layers, r.pp, r.vpp) {
-            // With MTP, Megatron-Bridge's DeepSeek-V3 table fills the chunks where that works
-            // (pp 4 x vp 4, pp 8 x vp 2) and counts the units where it does not (pp 8 x vp 4).
-            Some(filled) if r.vpp > 1 && (model.mtp_layers > 0 || unit_split.is_none()) => filled,
+            Some(filled) if r.vpp > 1 && (model.mtp_layers > 0 || !units_even) => filled,
             _ => match unit_split {
+                Some(units) if r.vpp > 1 && units.last_chunk_units != units.per_chunk => {
+                    units.stages(model.layers, r.pp, r.vpp, model.mtp_layers)
+                }
                 Some(UnitChunks {
                     mtp_counted: false, ..
                 }) if r.vpp > 1 => StageLayout::balanced_units(model.layers, r.pp, 0),
@@ -838,10 +843,41 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
 /// An interleaved uneven split with the embedding and the loss counted as a layer each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UnitChunks {
-    /// Units per model chunk.
+    /// Units per model chunk (every chunk but the last).
     pub per_chunk: u32,
+    /// Units of the last chunk: `per_chunk` when the units split evenly, fewer when the chunks
+    /// are filled front to back and the last takes the rest.
+    pub last_chunk_units: u32,
     /// Whether the MTP layers count as units of the last chunk (else they ride on top of it).
     pub mtp_counted: bool,
+}
+
+impl UnitChunks {
+    /// Transformer layers of the last chunk (beside its MTP layers and the loss).
+    pub fn last_chunk_layers(&self, mtp_layers: u32) -> u32 {
+        if self.mtp_counted {
+            self.last_chunk_units - 1 - mtp_layers
+        } else {
+            self.last_chunk_units - 1
+        }
+    }
+
+    /// The stage layout these chunks give on `pp` stages of `vpp` chunks each: the first stage
+    /// holds the embedding's unit, the last the last chunk.
+    fn stages(&self, layers: u32, pp: u32, vpp: u32, mtp_layers: u32) -> StageLayout {
+        let first = self.per_chunk * vpp - 1;
+        let last = self.per_chunk * (vpp - 1) + self.last_chunk_layers(mtp_layers);
+        let middle_max = if pp > 2 { self.per_chunk * vpp } else { 0 };
+        debug_assert_eq!(first + last + middle_max * pp.saturating_sub(2), layers);
+        StageLayout {
+            first,
+            middle_max,
+            last,
+            even: false,
+            chunk_layers: 0,
+            given: false,
+        }
+    }
 }
 
 /// Units per model chunk when an uneven split interleaves with the embedding and the loss counted
@@ -851,8 +887,12 @@ pub(crate) struct UnitChunks {
 /// layers counted as units too where they split so, as in the layout Megatron-Bridge gives
 /// DeepSeek-V3 on H100 at pp 8 x vp 4, 'Et|(tt|)*30mL' (61 layers + E + m + L = 64 units in 32
 /// chunks of 2; `perf_recipes/deepseek/h100/deepseek_v3.py`), else with the MTP layers on top of
-/// the last chunk ('Et|(tt|)*14tmL' for 30 layers + MTP on 16 chunks). None when neither splits,
-/// or the last chunk cannot hold its MTP layers and the loss.
+/// the last chunk ('Et|(tt|)*14tmL' for 30 layers + MTP on 16 chunks). Where neither splits
+/// evenly, the units fill the chunks front to back and the last chunk takes the rest, down to the
+/// loss alone: DeepSeek-V3 without MTP at pp 8 x vp 4 is 'Et|(tt|)*30L' (63 units: 31 chunks of
+/// 2, then the loss), the layout of Megatron-Core's DeepSeek-V3 GB200 guide ("the last stage is
+/// Loss") and of Megatron-Bridge's Kimi-K2 and DeepSeek-V3 performance configs. None when the
+/// last chunk cannot hold its MTP layers and the loss, or a chunk would hold no layer.
 pub(crate) fn unit_chunks(model: &Model, pp: u32, vpp: u32) -> Option<UnitChunks> {
     let chunks = pp.checked_mul(vpp).filter(|&c| c > 0)?;
     let counted = model.layers + 2 + model.mtp_layers;
@@ -860,13 +900,27 @@ pub(crate) fn unit_chunks(model: &Model, pp: u32, vpp: u32) -> Option<UnitChunks
     {
         return Some(UnitChunks {
             per_chunk: counted / chunks,
+            last_chunk_units: counted / chunks,
             mtp_counted: true,
         });
     }
     let units = model.layers + 2;
-    units.is_multiple_of(chunks).then_some(UnitChunks {
-        per_chunk: units / chunks,
-        mtp_counted: false,
+    if units.is_multiple_of(chunks) {
+        return Some(UnitChunks {
+            per_chunk: units / chunks,
+            last_chunk_units: units / chunks,
+            mtp_counted: false,
+        });
+    }
+    if vpp < 2 || pp < 2 {
+        return None;
+    }
+    let per_chunk = counted.div_ceil(chunks);
+    let last_chunk_units = counted.checked_sub(per_chunk * (chunks - 1))?;
+    (per_chunk >= 2 && last_chunk_units > model.mtp_layers).then_some(UnitChunks {
+        per_chunk,
+        last_chunk_units,
+        mtp_counted: true,
     })
 }
 

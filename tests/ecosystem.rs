@@ -3678,6 +3678,75 @@ fn a_plan_files_given_split_is_not_carried_to_another_pipeline() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// DeepSeek-V3 without MTP on 256 GB200s at pp 8 × vp 4 (Megatron-Core's DeepSeek-V3 GB200 guide and
+/// Megatron-Bridge's performance configs: 'Et|(tt|)*30L', "the last stage is Loss"): 61 layers +
+/// embedding + loss are 63 units, which fill 31 chunks of 2 and leave the loss alone in the last.
+/// tpsim plans it, writes it in that form, and reads Megatron-Core's spelling back to the same plan.
+#[test]
+fn deepseek_v3_layout_with_the_loss_alone_in_the_last_chunk_round_trips() {
+    let flags = [
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--gpus-per-node",
+        "4",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--etp",
+        "1",
+        "--pp",
+        "8",
+        "--vpp",
+        "4",
+        "--ep",
+        "32",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "4096",
+        "--zero",
+        "1",
+        "--allow-uneven-pp",
+    ];
+    let read_back = [
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--gpus-per-node",
+        "4",
+    ];
+    let line = megatron_round_trip(&flags, &read_back);
+    let layout = format!("'Et|{}L'", "t*2|".repeat(30));
+    assert!(
+        line.contains(&format!("--pipeline-model-parallel-layout {layout}")),
+        "{line}"
+    );
+    let mut direct_args = vec!["eval", "--format", "json"];
+    direct_args.extend(flags);
+    let direct = run_json(&direct_args);
+    let grouped = line.replace(&layout, "'Et|(tt|)*30L'");
+    let mut pasted_args = vec!["eval", "--format", "json", "--megatron-args", &grouped];
+    pasted_args.extend(read_back);
+    let pasted = run_json(&pasted_args);
+    assert_eq!(pasted["plans"][0]["stages"], direct["plans"][0]["stages"]);
+    assert_eq!(
+        pasted["plans"][0]["time"]["step_s"],
+        direct["plans"][0]["time"]["step_s"]
+    );
+    // Stage 0: the embedding and chunks of 1 + 2 + 2 + 2 layers; the middle stages 4 chunks of
+    // 2; the last 3 chunks of 2 and the loss.
+    let stages = &direct["plans"][0]["stages"];
+    assert_eq!(
+        (&stages["first"], &stages["middle_max"], &stages["last"]),
+        (&7.into(), &8.into(), &6.into())
+    );
+}
+
 /// Megatron-Bridge's DeepSeek-V3 recipe on 1,024 H100s (25.09 `run_script.py`: pp 8 × vp 4 with
 /// the layout 'Et|(tt|)*30mL' and the MoE all-to-all overlap): the layout counts the embedding,
 /// the MTP layer and the loss as a layer each, is written back in that form, and the overlap hides

@@ -18,7 +18,7 @@ pub enum MegatronSplit {
     /// stages sharing the rest equally.
     FirstLast { first: u32, last: u32 },
     /// Interleaved chunks filled front to back, the last one with the remainder
-    /// (`StageLayout::filled_chunks`): Megatron-Core's `--pipeline-model-parallel-layout`, one
+    /// (`StageLayout::filled_chunks`, or `plan::unit_chunks` with units): Megatron-Core's `--pipeline-model-parallel-layout`, one
     /// `|`-separated entry per model chunk in depth order, `E` the embedding, `t*N` N transformer
     /// layers, `L` the loss (megatron/core/transformer/pipeline_parallel_layer_layout.py), as
     /// Megatron-Bridge writes DeepSeek-V3's.
@@ -53,19 +53,16 @@ impl MegatronSplit {
             };
         }
         if plan.vpp > 1
-            && model.mtp_layers > 0
             && let Some(units) = crate::plan::unit_chunks(model, plan.pp, plan.vpp)
+            && (model.mtp_layers > 0 || units.last_chunk_units != units.per_chunk)
         {
-            // Units counted with MTP: Megatron-Core's `--account-for-*` switches say nothing of
-            // MTP layers, so say it as a layout, as Megatron-Bridge does ('Et|(tt|)*30mL'), with
-            // the MTP layers as units of the last chunk or on top of it.
+            // Units counted with MTP, or a last chunk lighter than the others: Megatron-Core's
+            // `--account-for-*` switches say neither, so say it as a layout, as Megatron-Bridge
+            // does ('Et|(tt|)*30mL', 'Et|(tt|)*30L'), with the MTP layers as units of the last
+            // chunk or on top of it.
             let chunks = plan.pp * plan.vpp;
             let per_chunk = units.per_chunk;
-            let last = if units.mtp_counted {
-                per_chunk - 1 - model.mtp_layers
-            } else {
-                per_chunk - 1
-            };
+            let last = units.last_chunk_layers(model.mtp_layers);
             let mut entries = vec![format!("E{}", decoder_entry(per_chunk - 1))];
             entries.extend((1..chunks - 1).map(|_| decoder_entry(per_chunk)));
             entries.push(format!(
