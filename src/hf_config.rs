@@ -22,6 +22,7 @@ pub const SUPPORTED: &[&str] = &[
     "qwen2_moe",
     "qwen3_moe",
     "deepseek_v3",
+    "kimi_k2",
     "gpt_oss",
 ];
 
@@ -114,7 +115,9 @@ fn family_of(model_type: &str) -> Option<Family> {
         "gpt_neox" => Some(Family::GptNeox),
         // Falcon's first Hub uploads used the remote-code names.
         "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(Family::Falcon),
-        "deepseek_v3" => Some(Family::DeepseekV3),
+        // Kimi K2 ships DeepSeek-V3's architecture under its own name (`architectures`
+        // DeepseekV3ForCausalLM, remote code `configuration_deepseek.py`).
+        "deepseek_v3" | "kimi_k2" => Some(Family::DeepseekV3),
         "gpt_oss" => Some(Family::GptOss),
         _ => None,
     }

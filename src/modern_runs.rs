@@ -174,6 +174,7 @@ pub fn hardware_profile(hardware: &RunHardware) -> Option<&'static str> {
 fn bundled_moe(key: &str) -> Option<&'static str> {
     Some(match key {
         "deepseek_v3" => "deepseek-v3",
+        "kimi_k2" => "kimi-k2",
         "qwen3_30b_a3b" => "qwen3-30b-a3b",
         "qwen3_235b_a22b" => "qwen3-235b-a22b",
         "gpt_oss_120b" => "gpt-oss-120b",
@@ -358,14 +359,18 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
 /// - AutoModel's DeepSeek-V3 configs (`examples/benchmark/configs/deepseek_v3_te_deepep.yaml` and
 ///   `_1024.yaml`, read at 037e04a) set `enable_deepep: true` and `fake_balanced_gate: true`, with
 ///   `activation_checkpointing: true` (which the search finds it needs: tpsim plans these rows with
-///   full recompute);
-/// - everything else runs the all-to-all dispatcher. (AutoModel's Kimi K2 row, whose config names
-///   DeepEP too, is not predicted: the model is not bundled.)
+///   full recompute); its Kimi K2 config (`examples/benchmark/configs/kimi_k2_te_deepep.yaml`,
+///   read at 080dca5: 32 nodes, GBS 512, LBS 8, pp 8, ep 32, interleaved 1F1B) sets the same
+///   `dispatcher: deepep`, `fake_balanced_gate: true` and `activation_checkpointing: true`;
+/// - everything else runs the all-to-all dispatcher.
 fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
     let key = run.model_key.as_deref().unwrap_or("");
     if run.id.starts_with("automodel")
-        && matches!(key, "qwen3_30b_a3b" | "gpt_oss_20b" | "deepseek_v3")
+        && matches!(
+            key,
+            "qwen3_30b_a3b" | "gpt_oss_20b" | "deepseek_v3" | "kimi_k2"
+        )
     {
         return MoeDispatch {
             dispatcher: deepep,

@@ -24,6 +24,7 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     ("gpt-oss-20b", include_str!("../models/gpt-oss-20b.yaml")),
     ("gpt3-175b", include_str!("../models/gpt3-175b.yaml")),
     ("grok-1", include_str!("../models/grok-1.yaml")),
+    ("kimi-k2", include_str!("../models/kimi-k2.yaml")),
     ("llama3-8b", include_str!("../models/llama3-8b.yaml")),
     ("llama3-70b", include_str!("../models/llama3-70b.yaml")),
     ("llama3-405b", include_str!("../models/llama3-405b.yaml")),

@@ -453,7 +453,9 @@ impl TrainingFramework {
     /// its authors measured "up to ~29% forward pass speedup and ~8% E2E speedup" on Llama 3 8B and
     /// 20%/8% on 70B (PyTorch dev-discuss, "Introducing Async Tensor Parallelism in PyTorch", 2024):
     /// with the forward about a third of the step, an 8% step gain is the forward's alone, so the
-    /// backward's collectives stay exposed.
+    /// backward's collectives stay exposed — and with them the recomputed forward's under
+    /// activation checkpointing, which runs inside the backward graph (torch.compile's AOTAutograd
+    /// partitioner puts the recomputed nodes in the backward graph).
     pub fn tp_overlap_in_backward(self) -> bool {
         !matches!(self, TrainingFramework::Torchtitan)
     }

@@ -71,11 +71,15 @@ fn assert_close(what: &str, ours: f64, published: f64, tolerance: f64) {
 #[test]
 fn bundled_moe_models_match_published_total_and_active_sizes() {
     // (model, published total, total tolerance, published active, active tolerance)
-    let rows: [(&str, f64, f64, f64, f64); 6] = [
+    let rows: [(&str, f64, f64, f64, f64); 7] = [
         // DeepSeek-V3: 671B (±0.07% rounding), 37B active (±1.35% rounding). The report does not
         // say whether the 0.93B input embedding counts as active; ours counts it (37.55B), so the
         // active tolerance is the rounding plus the embedding share (2.5%) at most: 2%.
         ("deepseek-v3", 671e9, 0.003, 37e9, 0.02),
+        // Kimi K2: the README's "1T" and "32B" are rounded to one and two figures; the config's
+        // shapes give 1.026T (as a third-party count of the checkpoint config does). 3% total. Active:
+        // 32B ±1.6% rounding plus the 1.17B input embedding ours counts (3.6%): 5%.
+        ("kimi-k2", 1000e9, 0.03, 32e9, 0.05),
         // Qwen3 model cards: 30.5B / 3.3B (±1.5% rounding), 235B / 22B (±2.3% rounding).
         ("qwen3-30b-a3b", 30.5e9, 0.003, 3.3e9, 0.017),
         ("qwen3-235b-a22b", 235e9, 0.003, 22e9, 0.025),
@@ -1155,4 +1159,48 @@ fn sliding_windows_refuse_what_tpsim_does_not_model() {
         );
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Kimi K2's config.json names its own `model_type` (`kimi_k2`) for DeepSeek-V3's architecture; the
+/// keys below are the ones tpsim reads, as public copies of Moonshot's config give them (no
+/// multi-token-prediction module, one expert group). Read through `--hf-config`, it must be the
+/// bundled model exactly.
+#[test]
+fn a_kimi_k2_hf_config_reads_as_the_bundled_kimi_k2() {
+    let dir = std::env::temp_dir().join(format!("tpsim-kimi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        r#"{"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+            "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+            "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 163840,
+            "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 384,
+            "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048,
+            "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1,
+            "num_nextn_predict_layers": 0, "tie_word_embeddings": false, "hidden_act": "silu",
+            "rms_norm_eps": 1e-06}"#,
+    )
+    .unwrap();
+    let from_hf = tpsim::hf_config::load(path.to_str().unwrap(), None)
+        .unwrap()
+        .model;
+    let spec = bundled("kimi-k2");
+    assert_eq!(from_hf.mtp_layers, 0);
+    assert_eq!(from_hf.params(), spec.params());
+    assert_eq!(from_hf.active_params(), spec.active_params());
+    assert_eq!(from_hf.mla, spec.mla);
+    let (hf_moe, spec_moe) = (from_hf.moe.unwrap(), spec.moe.unwrap());
+    assert_eq!(
+        (hf_moe.experts, hf_moe.router_topk, hf_moe.ffn_hidden),
+        (spec_moe.experts, spec_moe.router_topk, spec_moe.ffn_hidden)
+    );
+    assert_eq!(
+        (hf_moe.shared_expert_ffn_hidden, hf_moe.first_dense_layers),
+        (
+            spec_moe.shared_expert_ffn_hidden,
+            spec_moe.first_dense_layers
+        )
+    );
 }

