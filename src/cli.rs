@@ -320,6 +320,11 @@ pub struct TrainingArgs {
     /// Sequences per optimizer step across all replicas (default 1536, GPT-3's batch).
     #[arg(long, visible_alias = "global-batch-size")]
     pub global_batch: Option<u32>,
+    /// torchtitan's (and NeMo AutoModel's) local_batch_size: sequences per data-parallel rank in
+    /// one pipeline schedule; the step runs global-batch / (dp x local-batch) schedules one after
+    /// the other, each with its own fill and drain. Default: one schedule per step.
+    #[arg(long, value_name = "SEQUENCES", visible_alias = "local-batch-size")]
+    pub local_batch: Option<u32>,
     /// Gradient precision: bf16 (2 bytes) or fp32 (4 bytes, Megatron's main_grad). Default: the
     /// framework's (fp32 for megatron-core and torchtitan, bf16 for deepspeed and megatron-lm-2021).
     #[arg(long, value_enum)]

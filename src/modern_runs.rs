@@ -90,6 +90,10 @@ pub struct RunPlan {
     pub mbs: Option<u32>,
     #[serde(default)]
     pub gbs: Option<u32>,
+    /// Gradient-accumulation steps (local batches per optimizer step, as AutoModel's table
+    /// states them).
+    #[serde(default)]
+    pub ga: Option<u32>,
     #[serde(default)]
     pub precision: Option<String>,
     /// The precision as the source spells it ("float8 rowwise", "Float8 (torchao)", ...).
@@ -627,6 +631,13 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
     training.moe_dispatch = recipe_moe_dispatch(run);
+    // PyTorch's pipelining runs one schedule per gradient-accumulation step (torchtitan `train.py`,
+    // AutoModel `recipes/llm/benchmark.py`): a row that states GA > 1 with a pipeline runs its
+    // local batch, gbs / (dp x GA), per schedule.
+    let ga = p.ga.unwrap_or(1);
+    if framework == TrainingFramework::Torchtitan && pp > 1 && ga > 1 {
+        training.local_batch = Some(gbs / (dp * ga).max(1));
+    }
     if let Some((states, grads)) = recipe_optimizer_states(run) {
         training.optimizer_states = states;
         training.grad_dtype = grads;
@@ -707,7 +718,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
     let chosen = refined.plans[0];
     let note = format!(
-        "recompute {}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}",
+        "recompute {}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}{}",
         crate::report::recompute_label(&chosen.plan),
         chosen.plan.zero,
         chosen.plan.ep,
@@ -716,6 +727,11 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         chosen.plan.num_microbatches,
         if chosen.plan.vpp > 1 {
             format!(", vpp {}", chosen.plan.vpp)
+        } else {
+            String::new()
+        },
+        if chosen.plan.schedule_runs > 1 {
+            format!(", {} pipeline schedules", chosen.plan.schedule_runs)
         } else {
             String::new()
         }

@@ -303,6 +303,10 @@ pub struct ParallelPlan {
     pub vpp: u32,
     pub micro_batch: u32,
     pub num_microbatches: u32,
+    /// Pipeline schedules run one after the other per step, `num_microbatches / schedule_runs`
+    /// micro-batches each (torchtitan's gradient-accumulation steps, `Training::local_batch`); 1
+    /// where one schedule covers the step.
+    pub schedule_runs: u32,
     pub global_batch: u32,
     pub sequence_parallel: bool,
     pub recompute: Recompute,
@@ -396,6 +400,8 @@ pub enum PlanError {
         num_microbatches: u32,
         pp: u32,
     },
+    #[error("--local-batch {local_batch}: {rule}")]
+    LocalBatch { local_batch: u32, rule: String },
     #[error(
         "--global-batch {global_batch} is not divisible by --dp {dp} x --micro-batch {micro_batch} = {product}; valid micro-batches for this dp: {valid}"
     )]
@@ -509,7 +515,8 @@ impl ParallelPlan {
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout(r, model)?;
         let num_microbatches = micro_batches(r, training)?;
-        check_interleaving(r, model, &stages, num_microbatches)?;
+        let schedule_runs = schedule_runs(r, training, num_microbatches)?;
+        check_interleaving(r, model, &stages, num_microbatches / schedule_runs)?;
         Ok(ParallelPlan {
             tp: r.tp,
             pp: r.pp,
@@ -517,6 +524,7 @@ impl ParallelPlan {
             vpp: r.vpp,
             micro_batch: r.micro_batch,
             num_microbatches,
+            schedule_runs,
             global_batch: training.global_batch,
             sequence_parallel: r.sequence_parallel,
             recompute: r.recompute,
@@ -978,6 +986,44 @@ fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError>
     }
     let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;
     Ok(num_microbatches)
+}
+
+/// Pipeline schedules per step: one, or with a local batch (torchtitan) the replica's batch over
+/// it; the local batch must hold whole micro-batches and split the replica's batch evenly.
+fn schedule_runs(
+    r: &PlanRequest,
+    training: &Training,
+    num_microbatches: u32,
+) -> Result<u32, PlanError> {
+    let Some(local_batch) = training.local_batch else {
+        return Ok(1);
+    };
+    let replica_batch = num_microbatches * r.micro_batch;
+    if local_batch == 0 || !local_batch.is_multiple_of(r.micro_batch) {
+        return Err(PlanError::LocalBatch {
+            local_batch,
+            rule: format!(
+                "a pipeline schedule runs whole micro-batches, and --micro-batch {} does not divide it; use a multiple of {}",
+                r.micro_batch, r.micro_batch
+            ),
+        });
+    }
+    if !replica_batch.is_multiple_of(local_batch) {
+        return Err(PlanError::LocalBatch {
+            local_batch,
+            rule: format!(
+                "each data-parallel rank trains {replica_batch} sequences per step (--global-batch {} / --dp {}), which {local_batch} does not divide; valid: {}",
+                training.global_batch,
+                r.dp,
+                list(
+                    divisors(replica_batch)
+                        .into_iter()
+                        .filter(|d| d.is_multiple_of(r.micro_batch))
+                )
+            ),
+        });
+    }
+    Ok(replica_batch / local_batch)
 }
 
 /// Interleaving: pipeline parallelism, chunks of whole layers, micro-batches a multiple of pp.

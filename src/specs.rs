@@ -269,6 +269,10 @@ pub struct PlanFile {
     pub seq_len: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_batch: Option<u32>,
+    /// Sequences per data-parallel rank per pipeline schedule (`--local-batch`, torchtitan);
+    /// one schedule per step when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_dtype: Option<GradDtype>,
     /// How parameters and Adam's states were stored; the framework's default when absent.

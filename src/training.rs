@@ -682,6 +682,14 @@ pub struct Training {
     pub kernel_fusion: KernelFusion,
     /// The cross-entropy kernel (`TrainingFramework::default_loss_kernel`).
     pub loss: LossKernel,
+    /// Sequences per data-parallel rank in one pipeline schedule run (torchtitan's
+    /// `training.local_batch_size`, NeMo AutoModel's `step_scheduler.local_batch_size`;
+    /// `--local-batch`). PyTorch's pipelining runs one schedule per gradient-accumulation step
+    /// (torchtitan `train.py` and AutoModel `recipes/llm/benchmark.py` call `schedule.step` once
+    /// per local batch), each with its own fill and drain. `None`: one schedule over the whole
+    /// step, as Megatron-LM and DeepSpeed's pipeline engine run it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_batch: Option<u32>,
 }
 
 impl Training {
@@ -715,6 +723,7 @@ impl Training {
             fp8_param_gather: framework.fp8_param_gather(),
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
+            local_batch: None,
         }
     }
 }

@@ -238,6 +238,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -406,6 +407,7 @@ pub fn vtrain_cases(
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -34,6 +34,7 @@ fn training(global_batch: u32) -> Training {
         fp8_param_gather: false,
         kernel_fusion: tpsim::training::KernelFusion::Fused,
         loss: tpsim::training::LossKernel::VocabParallel,
+        local_batch: None,
     }
 }
 

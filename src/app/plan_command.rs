@@ -186,6 +186,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
+            local_batch: scenario.training.local_batch,
             grad_dtype: Some(scenario.training.grad_dtype),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),

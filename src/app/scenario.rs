@@ -634,6 +634,21 @@ pub(super) fn resolve_scenario(
             "--global-batch {global_batch} is more than {MAX_GLOBAL_BATCH} sequences per step; it counts sequences, not tokens (e.g. --global-batch 1536)"
         );
     }
+    let local_batch = training_args
+        .local_batch
+        .or(plan_file.and_then(|f| f.local_batch));
+    if let Some(local) = local_batch {
+        positive(
+            "--local-batch",
+            local,
+            "give sequences per data-parallel rank per pipeline schedule, e.g. --local-batch 8",
+        )?;
+        if local > global_batch {
+            bail!(
+                "--local-batch {local} is more than --global-batch {global_batch}: it counts one data-parallel rank's sequences per pipeline schedule; give at most {global_batch}"
+            );
+        }
+    }
     let tokens = tokens_of(training_args)?;
     // A saved plan keeps the framework and overlap it was evaluated with, unless --framework says
     // otherwise (then that framework's defaults, under the overlap flags given).
@@ -658,7 +673,14 @@ pub(super) fn resolve_scenario(
     let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
     let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, plan_file)?;
     let moe_dispatch = moe_dispatch_of(&model, training_args, plan_file)?;
+    if local_batch.is_some() && framework != TrainingFramework::Torchtitan {
+        bail!(
+            "--local-batch is torchtitan's local_batch_size (one pipeline schedule per gradient-accumulation step), but --framework {} runs every micro-batch of a step in one schedule; use --framework torchtitan or drop --local-batch",
+            framework.as_str()
+        );
+    }
     let training = Training {
+        local_batch,
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {

@@ -227,6 +227,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

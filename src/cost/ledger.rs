@@ -781,6 +781,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
+            local_batch: None,
         }
     }
 
@@ -1070,6 +1071,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -255,12 +255,13 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
 }
 
 /// Micro-batches whose activations a stage holds at the peak of 1F1B: min(m, p − rank) (Narayanan
-/// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3).
+/// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3);
+/// m of one pipeline schedule where the step runs several (`ParallelPlan::schedule_runs`).
 fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32) -> f64 {
     let (p, v, m) = (
         f64::from(plan.pp),
         f64::from(plan.vpp),
-        f64::from(plan.num_microbatches),
+        f64::from(plan.num_microbatches / plan.schedule_runs.max(1)),
     );
     let base = (p - f64::from(rank)).min(m);
     let scheduled = if plan.vpp > 1 {

@@ -561,10 +561,12 @@ pub fn evaluate(
         });
     }
 
-    // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2).
-    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.num_microbatches);
+    // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2),
+    // once per pipeline schedule the step runs (torchtitan's gradient-accumulation steps).
+    let runs = plan.schedule_runs.max(1);
+    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.num_microbatches / runs);
     let bubble_s = if plan.pp > 1 {
-        (p - 1.0) / v * mean_total
+        f64::from(runs) * (p - 1.0) / v * mean_total
     } else {
         0.0
     };

@@ -113,6 +113,36 @@ fn dependency(
     }
 }
 
+impl Schedule {
+    /// `runs` copies of this schedule back to back, as PyTorch's pipelining runs one schedule per
+    /// gradient-accumulation step (each fills and drains again): block times shifted by one run's
+    /// length and micro-batches numbered on, blocks still grouped by stage; the bubble ratio is one
+    /// run's.
+    pub fn repeated(&self, runs: u32, microbatches_per_run: u32) -> Schedule {
+        let runs = runs.max(1);
+        let p = self.busy_s.len().max(1);
+        let per_stage = self.blocks.len() / p;
+        let mut blocks = Vec::with_capacity(self.blocks.len() * runs as usize);
+        for stage_blocks in self.blocks.chunks(per_stage.max(1)) {
+            for run in 0..runs {
+                let shift = f64::from(run) * self.step_s;
+                blocks.extend(stage_blocks.iter().map(|b| Block {
+                    microbatch: b.microbatch + run * microbatches_per_run,
+                    start_s: b.start_s + shift,
+                    end_s: b.end_s + shift,
+                    ..*b
+                }));
+            }
+        }
+        Schedule {
+            blocks,
+            step_s: f64::from(runs) * self.step_s,
+            busy_s: self.busy_s.iter().map(|b| f64::from(runs) * b).collect(),
+            bubble_ratio: self.bubble_ratio,
+        }
+    }
+}
+
 /// Simulates one step: each stage runs its blocks strictly in [`stage_order`], one at a time; a block
 /// starts at max(stage free, dependency end + p2p_s), with p2p_s paid only when the dependency ran on
 /// another stage (a send between adjacent stages; none for a stage's own forward before the loss, or
@@ -364,6 +394,21 @@ mod tests {
     #[test]
     fn interleaved_needs_divisible_m() {
         assert!(simulate(&[EQUAL; 4], 2, 6, 0.0).is_err());
+        // Two schedules of 4 micro-batches back to back: twice the time of one (two fills and
+        // drains), so more than one schedule of 8.
+        let one = simulate(&[EQUAL; 4], 1, 4, 0.0).unwrap();
+        let twice = one.repeated(2, 4);
+        let eight = simulate(&[EQUAL; 4], 1, 8, 0.0).unwrap();
+        assert!((twice.step_s - 2.0 * one.step_s).abs() < 1e-12);
+        assert!(twice.step_s > eight.step_s + 1e-9);
+        assert_eq!(twice.blocks.len(), eight.blocks.len());
+        assert!((twice.busy_s[0] - eight.busy_s[0]).abs() < 1e-12);
+        // Grouped by stage, each stage's second run after its first.
+        let per_stage = twice.blocks.len() / 4;
+        let stage0 = &twice.blocks[..per_stage];
+        assert!(stage0.iter().all(|b| b.stage == 0));
+        assert!(stage0.windows(2).all(|w| w[0].start_s <= w[1].start_s));
+        assert_eq!(stage0.iter().map(|b| b.microbatch).max(), Some(7));
         assert!(simulate(&[EQUAL; 4], 1, 6, 0.0).is_ok());
     }
 }

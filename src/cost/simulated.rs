@@ -138,7 +138,10 @@ pub fn simulate_plan(
 ) -> Result<Simulated, String> {
     let closed = evaluate(model, cluster, training, plan);
     let stages = stage_costs(model, cluster, training, plan);
-    let schedule = simulate(&stages, plan.vpp, plan.num_microbatches, 0.0)?;
+    // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
+    let runs = plan.schedule_runs.max(1);
+    let per_run = plan.num_microbatches / runs;
+    let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(runs, per_run);
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
     let busy = closed.terms.pipeline_busy_s();
@@ -225,6 +228,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         (model, cluster, training)
     }

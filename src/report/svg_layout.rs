@@ -360,6 +360,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         let request = PlanRequest {
             tp: 2,

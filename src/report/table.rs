@@ -518,7 +518,7 @@ pub fn breakdown(e: &Estimate) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
+        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
         p.cp,
         p.pp,
@@ -536,6 +536,15 @@ pub fn breakdown(e: &Estimate) -> String {
         },
         p.micro_batch,
         p.num_microbatches,
+        if p.schedule_runs > 1 {
+            format!(
+                " in {} pipeline schedules of {} (the local batch: one schedule per gradient-accumulation step)",
+                p.schedule_runs,
+                p.num_microbatches / p.schedule_runs
+            )
+        } else {
+            String::new()
+        },
         p.global_batch,
         if p.sequence_parallel { "on" } else { "off" },
         recompute_label(p),
@@ -838,6 +847,7 @@ mod tests {
             fp8_param_gather: false,
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
+            local_batch: None,
         };
         let result = search(
             &model,

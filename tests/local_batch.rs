@@ -1,0 +1,155 @@
+//! torchtitan's local batch: one pipeline schedule per gradient-accumulation step, each with its
+//! own fill and drain (`--local-batch`, `Training::local_batch`, `ParallelPlan::schedule_runs`).
+
+mod common;
+use common::{assert_one_line_error, json, run, scratch};
+
+/// Llama 3 70B on 4 nodes, pp 4, dp 8, micro-batch 1, 64 sequences: 8 micro-batches per replica.
+fn eval(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "64",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+        "--framework",
+        "torchtitan",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    json(&args)["plans"][0].clone()
+}
+
+fn number(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn each_local_batch_fills_and_drains_the_pipeline_again() {
+    let one = eval(&[]);
+    let two = eval(&["--local-batch", "4"]);
+    let four = eval(&["--local-batch", "2"]);
+    assert_eq!(one["schedule_runs"], 1);
+    assert_eq!(two["schedule_runs"], 2);
+    assert_eq!(four["schedule_runs"], 4);
+    // Same work per step; the bubble is paid once per schedule.
+    let compute = |j: &serde_json::Value| number(&j["time"]["compute_s"]);
+    assert!((compute(&one) - compute(&two)).abs() < 1e-9 * compute(&one));
+    let bubble = |j: &serde_json::Value| number(&j["time"]["bubble_s"]);
+    assert!(bubble(&one) > 0.0);
+    let ratio = bubble(&two) / bubble(&one);
+    assert!((1.8..=2.2).contains(&ratio), "bubble ratio {ratio}");
+    let step = |j: &serde_json::Value| number(&j["time"]["step_s"]);
+    assert!(step(&one) < step(&two) && step(&two) < step(&four));
+    // The local batch is the whole replica batch: one schedule, the same step.
+    let whole = eval(&["--local-batch", "8"]);
+    assert_eq!(whole["schedule_runs"], 1);
+    assert!((step(&whole) - step(&one)).abs() < 1e-9 * step(&one));
+}
+
+#[test]
+fn a_local_batch_that_does_not_split_the_step_is_refused() {
+    let base = [
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--dp",
+        "8",
+        "--global-batch",
+        "64",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+    ];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    assert_one_line_error(
+        &with(&["--framework", "torchtitan", "--local-batch", "3"]),
+        &[
+            "--local-batch 3",
+            "8 sequences per step",
+            "valid: 1, 2, 4, 8",
+        ],
+        &["panicked"],
+        "local batch not dividing the replica batch",
+    );
+    assert_one_line_error(
+        &with(&[
+            "--framework",
+            "torchtitan",
+            "--micro-batch",
+            "2",
+            "--local-batch",
+            "1",
+        ]),
+        &["--local-batch 1", "--micro-batch 2"],
+        &["panicked"],
+        "local batch smaller than a micro-batch",
+    );
+    assert_one_line_error(
+        &with(&["--framework", "torchtitan", "--local-batch", "0"]),
+        &["--local-batch"],
+        &["panicked"],
+        "local batch 0",
+    );
+    assert_one_line_error(
+        &with(&["--framework", "megatron-core", "--local-batch", "4"]),
+        &["--local-batch", "megatron-core", "--framework torchtitan"],
+        &["panicked"],
+        "local batch outside torchtitan",
+    );
+}
+
+#[test]
+fn a_saved_plan_keeps_its_local_batch() {
+    let dir = scratch("local-batch", "saved");
+    let path = dir.join("plan.yaml");
+    let path = path.to_str().unwrap();
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--local-batch",
+        "4",
+        "--save",
+        path,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let saved = std::fs::read_to_string(path).unwrap();
+    assert!(saved.contains("local_batch: 4"), "{saved}");
+    let again = json(&["eval", "--plan", path, "--format", "json"]);
+    assert_eq!(again["training"]["local_batch"], 4);
+}
