@@ -4,34 +4,44 @@
 mod common;
 use common::{assert_one_line_error, json, run, scratch};
 
-/// Llama 3 70B on 4 nodes, pp 4, dp 8, micro-batch 1, 64 sequences: 8 micro-batches per replica.
+/// Llama 3 70B on 4 nodes, pp 4, dp 8, 64 sequences: 8 sequences per replica.
+const BASE: &[&str] = &[
+    "eval",
+    "--model",
+    "llama3-70b",
+    "--nodes",
+    "4",
+    "--tp",
+    "1",
+    "--pp",
+    "4",
+    "--dp",
+    "8",
+    "--global-batch",
+    "64",
+    "--zero",
+    "3",
+    "--recompute",
+    "full",
+];
+
+fn with(extra: &[&str]) -> Vec<String> {
+    BASE.iter().chain(extra).map(|a| a.to_string()).collect()
+}
+
+/// The evaluated plan (micro-batch 1: 8 micro-batches per replica) under torchtitan.
 fn eval(extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
-        "eval",
-        "--model",
-        "llama3-70b",
-        "--nodes",
-        "4",
-        "--tp",
-        "1",
-        "--pp",
-        "4",
-        "--dp",
-        "8",
         "--micro-batch",
         "1",
-        "--global-batch",
-        "64",
-        "--zero",
-        "3",
-        "--recompute",
-        "full",
         "--framework",
         "torchtitan",
         "--format",
         "json",
     ];
     args.extend_from_slice(extra);
+    let args = with(&args);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     json(&args)["plans"][0].clone()
 }
 
@@ -64,28 +74,9 @@ fn each_local_batch_fills_and_drains_the_pipeline_again() {
 
 #[test]
 fn a_local_batch_that_does_not_split_the_step_is_refused() {
-    let base = [
-        "eval",
-        "--model",
-        "llama3-70b",
-        "--nodes",
-        "4",
-        "--tp",
-        "1",
-        "--pp",
-        "4",
-        "--dp",
-        "8",
-        "--global-batch",
-        "64",
-        "--zero",
-        "3",
-        "--recompute",
-        "full",
-    ];
     let with = |extra: &[&str]| {
-        let mut args = base.to_vec();
-        args.extend_from_slice(extra);
+        let args = with(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         run(&args)
     };
     assert_one_line_error(
