@@ -435,11 +435,14 @@ mod tests {
         }
     }
 
-    fn run_ranks(spec: &LayerSpec) -> Vec<(layer::RankResult<f32>, u64)> {
+    /// One rank's layer result and the bytes it sent on the ring.
+    type RankOutput = (layer::RankResult<f32>, u64);
+
+    fn run_ranks(spec: &LayerSpec) -> Vec<RankOutput> {
         let weights = Weights::new(spec);
         let (x, dz) = layer::inputs(spec);
         let ring = Ring::new(spec.tp);
-        let outs: Vec<Mutex<Option<(layer::RankResult<f32>, u64)>>> =
+        let outs: Vec<Mutex<Option<RankOutput>>> =
             (0..spec.tp).map(|_| Mutex::new(None)).collect();
         rayon::ThreadPoolBuilder::new()
             .num_threads(spec.tp)

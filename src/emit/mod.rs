@@ -631,13 +631,13 @@ mod tests {
         ] {
             // FP8 plans as Megatron-Core runs them (the 2021 Megatron-LM has no FP8).
             let training = if request.precision == crate::plan::Precision::Bf16 {
-                training.clone()
+                training
             } else {
                 let core = crate::training::TrainingFramework::MegatronCore;
                 Training {
                     framework: core,
                     overlap: core.default_overlap(),
-                    ..training.clone()
+                    ..training
                 }
             };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();

@@ -244,6 +244,10 @@ pub(super) fn run_layer_schedule(
     })
 }
 
+/// The row-parallel check's largest relative error (none with one rank) and the named
+/// per-check errors it reports.
+type RowParallelCheck = (Option<f64>, Vec<(String, f64)>);
+
 /// Numerics of the row-parallel split: Σ_r A_r·W_r all-reduced over the ranks equals A·W, checked
 /// on the first rows against an f64 host reference (columns of A and rows of W split over ranks,
 /// as the MLP-down GEMM splits them).
@@ -251,7 +255,7 @@ fn check_row_parallel(
     timer: &mut CudaTimer,
     spec: &LayerSpec,
     ranks: usize,
-) -> Result<(Option<f64>, Vec<(String, f64)>), CalibrationError> {
+) -> Result<RowParallelCheck, CalibrationError> {
     if ranks < 2 {
         return Ok((None, Vec::new()));
     }
