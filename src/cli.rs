@@ -395,6 +395,19 @@ pub struct TrainingArgs {
     /// rotary embedding and activation as one kernel per operator with fp32 upcasts.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub torch_compile: Option<bool>,
+    /// How context parallelism exchanges K/V: kv-ring (Transformer Engine's point-to-point ring,
+    /// Megatron-Core's cp_comm_type p2p; also NeMo AutoModel's TE attention) or torch-all-gather
+    /// (PyTorch's context_parallel as torchtitan runs it: K/V repeated to every query head and
+    /// all-gathered, fp32 merges; torchtitan only). Default: the framework's.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub cp_exchange: Option<CpExchangeArg>,
+}
+
+/// `--cp-exchange` (`training::CpExchange`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CpExchangeArg {
+    KvRing,
+    TorchAllGather,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -631,6 +631,11 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
     training.moe_dispatch = recipe_moe_dispatch(run);
+    // NeMo AutoModel runs Transformer Engine's attention (its configs' `attn: te`, the tables'
+    // "TE"), whose context parallelism is TE's K/V ring, not PyTorch's context_parallel.
+    if run.id.starts_with("automodel") {
+        training.cp_exchange = crate::training::CpExchange::KvRing;
+    }
     // PyTorch's pipelining runs one schedule per gradient-accumulation step (torchtitan `train.py`,
     // AutoModel `recipes/llm/benchmark.py`): a row that states GA > 1 with a pipeline runs its
     // local batch, gbs / (dp x GA), per schedule.

@@ -273,6 +273,9 @@ pub struct PlanFile {
     /// one schedule per step when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_batch: Option<u32>,
+    /// How context parallelism exchanged K/V (`--cp-exchange`); the framework's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cp_exchange: Option<crate::training::CpExchange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_dtype: Option<GradDtype>,
     /// How parameters and Adam's states were stored; the framework's default when absent.

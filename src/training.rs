@@ -281,6 +281,28 @@ pub enum KernelFusion {
     Eager,
 }
 
+/// How context parallelism exchanges K/V between the ranks of a CP group (`--cp-exchange`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpExchange {
+    /// Transformer Engine's point-to-point ring (`AttnFuncWithCPAndKVP2P`, Megatron-Core's
+    /// `cp_comm_type = "p2p"`, and NeMo AutoModel's TE attention): each of cp − 1 steps passes this
+    /// rank's K/V chunk (the K/V heads, GQA's fewer) under that step's attention blocks.
+    KvRing,
+    /// PyTorch 2.6's `context_parallel`, as torchtitan runs it: K/V repeated to every query head and
+    /// all-gathered, fp32 dK/dV passed around the ring, eager fp32 merges (`cost::torch_ring`).
+    TorchAllGather,
+}
+
+impl CpExchange {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpExchange::KvRing => "kv-ring",
+            CpExchange::TorchAllGather => "torch-all-gather",
+        }
+    }
+}
+
 /// The cross-entropy kernel, which sets how many bytes per b·s·V/t logit element the loss holds at
 /// its peak (the start of the backward, with every activation still saved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -444,6 +466,14 @@ impl TrainingFramework {
     /// (ZeRO >= 1). Others keep bf16 weights and add the quantized copies.
     pub fn fp8_param_gather(self) -> bool {
         matches!(self, TrainingFramework::MegatronCore)
+    }
+
+    /// How context parallelism exchanges K/V in this framework (`CpExchange`).
+    pub fn default_cp_exchange(self) -> CpExchange {
+        match self {
+            TrainingFramework::Torchtitan => CpExchange::TorchAllGather,
+            _ => CpExchange::KvRing,
+        }
     }
 
     /// Whether TP-communication overlap also hides the backward pass's collectives. Megatron-Core's
@@ -690,6 +720,8 @@ pub struct Training {
     /// step, as Megatron-LM and DeepSpeed's pipeline engine run it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_batch: Option<u32>,
+    /// How context parallelism exchanges K/V (`--cp-exchange`; the framework's by default).
+    pub cp_exchange: CpExchange,
 }
 
 impl Training {
@@ -724,6 +756,7 @@ impl Training {
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
+            cp_exchange: framework.default_cp_exchange(),
         }
     }
 }

@@ -239,6 +239,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -408,6 +409,7 @@ pub fn vtrain_cases(
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         let p = &row.plan;
         let request = PlanRequest {

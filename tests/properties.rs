@@ -35,6 +35,7 @@ fn training(global_batch: u32) -> Training {
         kernel_fusion: tpsim::training::KernelFusion::Fused,
         loss: tpsim::training::LossKernel::VocabParallel,
         local_batch: None,
+        cp_exchange: tpsim::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
     }
 }
 

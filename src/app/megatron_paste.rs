@@ -276,6 +276,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         seq_len: Some(launch.seq_len),
         global_batch: launch.global_batch,
         local_batch: None,
+        cp_exchange: None,
         grad_dtype: Some(launch.grad_dtype),
         optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,

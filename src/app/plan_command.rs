@@ -187,6 +187,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
             local_batch: scenario.training.local_batch,
+            cp_exchange: Some(scenario.training.cp_exchange),
             grad_dtype: Some(scenario.training.grad_dtype),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),

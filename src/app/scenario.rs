@@ -5,12 +5,14 @@ use crate::cli::{FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
 use crate::model::ShapeOverrides;
 use crate::plan::{PlanError, Precision, Recompute};
 use crate::planner::Pins;
-use crate::training::{KernelFusion, Overlap, TrainingFramework};
+use crate::training::{CpExchange, KernelFusion, Overlap, TrainingFramework};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::calibration_commands;
 use super::megatron_paste::{megatron_learned_positions, megatron_norm};
-use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
+use crate::cli::{
+    AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
+};
 use crate::cluster::{Cluster, MAX_GPUS_PER_NODE};
 use crate::hf_config;
 use crate::input_file;
@@ -679,8 +681,22 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
+    let cp_exchange = match training_args.cp_exchange {
+        Some(CpExchangeArg::KvRing) => CpExchange::KvRing,
+        Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
+        None => saved
+            .and_then(|f| f.cp_exchange)
+            .unwrap_or(framework.default_cp_exchange()),
+    };
+    if cp_exchange == CpExchange::TorchAllGather && framework != TrainingFramework::Torchtitan {
+        bail!(
+            "--cp-exchange torch-all-gather is PyTorch's context_parallel as torchtitan runs it, but --framework {} runs Transformer Engine's ring; use --cp-exchange kv-ring or --framework torchtitan",
+            framework.as_str()
+        );
+    }
     let training = Training {
         local_batch,
+        cp_exchange,
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {

@@ -228,6 +228,7 @@ mod tests {
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

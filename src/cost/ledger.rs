@@ -129,6 +129,9 @@ pub enum Scope {
     PerLayerPerMicrobatch,
     /// Once per CP ring step (cp − 1 of them) per layer per micro-batch.
     PerRingStepPerLayerPerMicrobatch,
+    /// Once per CP rank (cp of them) per layer per micro-batch: PyTorch's ring passes the dK/dV
+    /// accumulators one hop per step, the last hop back to their owner.
+    PerCpRankPerLayerPerMicrobatch,
     /// Once per MoE layer per micro-batch.
     PerMoeLayerPerMicrobatch,
     /// Once per model chunk per micro-batch.
@@ -146,6 +149,7 @@ impl Scope {
             Scope::PerRingStepPerLayerPerMicrobatch => {
                 "per ring step (cp − 1) per layer per micro-batch"
             }
+            Scope::PerCpRankPerLayerPerMicrobatch => "per CP rank (cp) per layer per micro-batch",
             Scope::PerMoeLayerPerMicrobatch => "per MoE layer per micro-batch",
             Scope::PerChunkPerMicrobatch => "per chunk per micro-batch",
             Scope::PerMicrobatch => "per micro-batch",
@@ -376,8 +380,59 @@ pub fn ledger(
         }
     }
 
-    // CP, cp − 1 ring steps per layer per micro-batch.
-    if plan.cp > 1 {
+    // CP as PyTorch's context_parallel runs it: a K/V all-gather per layer in forward (again under
+    // full recompute) and backward, and the fp32 dK/dV accumulators one hop per CP rank.
+    if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::TorchAllGather {
+        let kv = super::torch_ring::repeated_kv_bytes(model, training, plan);
+        let count = u64::from(max_layers) * m;
+        let scope = Scope::PerLayerPerMicrobatch;
+        let c = plan.cp;
+        let gather = f64::from(c) * kv;
+        let forward_site = "attention: all-gather every rank's K/V, repeated to every query head";
+        push(
+            GroupKind::Cp,
+            Op::AllGather,
+            Pass::Forward,
+            forward_site,
+            scope,
+            count,
+            c,
+            gather,
+        );
+        if plan.recompute == Recompute::Full {
+            push(
+                GroupKind::Cp,
+                Op::AllGather,
+                Pass::Recompute,
+                forward_site,
+                scope,
+                recomputed(count, plan),
+                c,
+                gather,
+            );
+        }
+        push(
+            GroupKind::Cp,
+            Op::AllGather,
+            Pass::Backward,
+            "attention backward: all-gather every rank's K/V again",
+            scope,
+            count,
+            c,
+            gather,
+        );
+        push(
+            GroupKind::Cp,
+            Op::SendRecv,
+            Pass::Backward,
+            "attention backward: fp32 dK/dV accumulators to the next CP rank",
+            Scope::PerCpRankPerLayerPerMicrobatch,
+            count * u64::from(c),
+            2,
+            super::torch_ring::dkv_hop_bytes(kv),
+        );
+    } else if plan.cp > 1 {
+        // CP, cp − 1 ring steps per layer per micro-batch.
         let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
         let count = u64::from(plan.cp - 1) * u64::from(max_layers) * m;
         let scope = Scope::PerRingStepPerLayerPerMicrobatch;
@@ -782,6 +837,7 @@ mod tests {
             kernel_fusion: framework.default_kernel_fusion(),
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
+            cp_exchange: framework.default_cp_exchange(),
         }
     }
 
@@ -950,6 +1006,51 @@ mod tests {
     }
 
     #[test]
+    fn torch_context_parallel_ledger_lists_the_gathers_and_matches_the_estimate() {
+        let model = specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        let training = training(131072, 64, TrainingFramework::Torchtitan);
+        assert_eq!(
+            training.cp_exchange,
+            crate::training::CpExchange::TorchAllGather
+        );
+        for (tp, cp) in [(1, 2), (1, 8), (8, 4)] {
+            for recompute in [Recompute::None, Recompute::Full] {
+                let request = PlanRequest {
+                    tp,
+                    cp,
+                    dp: 32 / (tp * cp),
+                    sequence_parallel: tp > 1,
+                    recompute,
+                    zero: 3,
+                    ..PlanRequest::default()
+                };
+                let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+                let ring: Vec<_> = l
+                    .entries
+                    .iter()
+                    .filter(|e| e.group == GroupKind::Cp)
+                    .collect();
+                // Gathers in forward and backward (and the recompute), the dK/dV hops in backward.
+                let full = recompute == Recompute::Full;
+                assert_eq!(ring.len(), 3 + usize::from(full), "{request:?}");
+                let gathers = ring.iter().filter(|e| e.op == Op::AllGather).count();
+                assert_eq!(gathers, 2 + usize::from(full));
+                let hop = ring.iter().find(|e| e.op == Op::SendRecv).unwrap();
+                let gather = ring.iter().find(|e| e.op == Op::AllGather).unwrap();
+                assert_eq!(hop.count, gather.count * u64::from(cp));
+                // The hop carries fp32 accumulators: twice one rank's bf16 K/V, and each rank's
+                // K/V is 1/cp of the gathered tensor.
+                assert!((hop.tensor_bytes - 2.0 * gather.tensor_bytes / f64::from(cp)).abs() < 1.0);
+            }
+        }
+    }
+
+    #[test]
     fn moe_ledger_lists_the_all_to_alls_and_expert_gradients() {
         let model = specs::load_model("mixtral-8x7b").unwrap();
         let cluster = Cluster {
@@ -1072,6 +1173,7 @@ mod tests {
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -31,13 +31,14 @@ pub mod pipeline;
 pub mod schedule;
 pub mod simulated;
 pub mod terms;
+pub mod torch_ring;
 
 use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{AttentionKernel, SelectiveRecompute, Training};
+use crate::training::{AttentionKernel, CpExchange, SelectiveRecompute, Training};
 use crate::units::{Bytes, Seconds};
 use comm::{Collective, Comm, GroupComm};
 use compute::{LayerShard, LayerTime, layer_time_sharded, optimizer_time, output_layer_time};
@@ -157,7 +158,7 @@ impl StageTime {
 
 /// Exposed part of `comm_s` run under `window_s` of compute: what the window cannot cover, plus the
 /// slowdown the hidden part still causes.
-fn exposed_under(comm_s: f64, window_s: f64) -> f64 {
+pub(crate) fn exposed_under(comm_s: f64, window_s: f64) -> f64 {
     let not_hidden = (comm_s - window_s).max(0.0);
     not_hidden + OVERLAP_COMPUTE_PENALTY * (comm_s - not_hidden)
 }
@@ -350,7 +351,29 @@ pub(crate) fn unit_costs(
     // blocks; backward passes K/V and their gradients (twice the bytes) under the backward's
     // attention blocks (`compute::flash_backward_time_over_forward`); full recompute repeats the
     // forward ring.
-    let cp = if plan.cp > 1 {
+    let cp = if plan.cp > 1 && training.cp_exchange == CpExchange::TorchAllGather {
+        let step_attention = layer.attention_forward / f64::from(plan.cp);
+        let comm = torch_ring::pass_comm(
+            torch_ring::repeated_kv_bytes(model, training, plan),
+            plan.cp,
+            groups.get(GroupKind::Cp).speed,
+            step_attention,
+            compute::flash_backward_time_over_forward() * step_attention,
+            recompute_share,
+        );
+        // The eager fp32 merges and accumulators run on the compute stream.
+        let (merge_forward, merge_backward) = torch_ring::merge_times_s(
+            torch_ring::output_elements(model, training, plan),
+            plan.cp,
+            cluster.gpu.achieved_hbm_bandwidth().0,
+        );
+        layer.forward += merge_forward;
+        layer.backward += merge_backward;
+        if plan.recompute == Recompute::Full {
+            layer.recompute += recompute_share * merge_forward;
+        }
+        comm
+    } else if plan.cp > 1 {
         let steps = f64::from(plan.cp - 1);
         let cp_group = groups.get(GroupKind::Cp);
         let chunk = comm::cp_kv_chunk_bytes(model, training, plan);

@@ -361,6 +361,7 @@ mod tests {
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: framework.default_cp_exchange(),
         };
         let request = PlanRequest {
             tp: 2,

@@ -217,6 +217,7 @@ mod tests {
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         let options = SearchOptions {
             allow_uneven_pp: false,

@@ -141,7 +141,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}",
+         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -204,6 +204,22 @@ pub fn scenario_line(report: &Report) -> String {
             moe_dispatch_words(t.moe_dispatch)
         } else {
             String::new()
+        },
+        // Said where it is not Transformer Engine's ring that Megatron-Core runs.
+        if report.plans.iter().any(|e| e.plan.cp > 1)
+            && (t.cp_exchange != crate::training::CpExchange::KvRing
+                || t.framework.default_cp_exchange() != t.cp_exchange)
+        {
+            match t.cp_exchange {
+                crate::training::CpExchange::KvRing => {
+                    "; context parallelism: Transformer Engine's K/V ring"
+                }
+                crate::training::CpExchange::TorchAllGather => {
+                    "; context parallelism: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
+                }
+            }
+        } else {
+            ""
         },
     )
 }
@@ -635,7 +651,7 @@ pub fn breakdown(e: &Estimate) -> String {
         (
             "CP",
             &e.comm.cp,
-            "K/V chunks around the context-parallel ring (cp-1 steps per layer, fwd and bwd)",
+            "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd (how: the training line)",
         ),
         (
             "PP",
@@ -848,6 +864,7 @@ mod tests {
             kernel_fusion: crate::training::KernelFusion::Fused,
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
+            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         };
         let result = search(
             &model,
