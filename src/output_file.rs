@@ -83,6 +83,128 @@ pub enum OutputError {
         "{flag} {path}: a file with that name exists, and the report needs a directory; give another path or remove the file"
     )]
     ReportIsFile { flag: String, path: String },
+    #[error(
+        "{flag} {path}: the file there was not written by {writer}, and tpsim replaces only its own outputs; choose another path, or move that file away first"
+    )]
+    NotOurs {
+        flag: String,
+        path: String,
+        writer: &'static str,
+    },
+    #[error(
+        "{flag} {dir}: the report writes {file}, and the file there is not part of a report tpsim wrote; write the report to a new directory, or move that file away first"
+    )]
+    ReportReplacesUserFile {
+        flag: String,
+        dir: String,
+        file: String,
+    },
+}
+
+/// What tpsim writes to one file. A file already at the path is replaced only when it is an
+/// earlier output of the same kind (a plan tpsim saved, a profile it measured, a chart it drew) or
+/// empty; anything else is the user's, and the write is refused before any work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputKind {
+    /// `plan --save`: starts with the `# Written by \`tpsim plan\`` line.
+    Plan,
+    /// `calibrate --output`: starts with the `# Written by \`tpsim calibrate\`` line.
+    Profile,
+    /// `sweep --chart`: the SVG plotters draws, titled "Best plan ...".
+    Chart,
+    /// One file of a report directory: [`write_report_dir`] checks the directory as a whole.
+    ReportFile,
+}
+
+impl OutputKind {
+    fn writer(self) -> &'static str {
+        match self {
+            OutputKind::Plan => "`tpsim plan --save`",
+            OutputKind::Profile => "`tpsim calibrate`",
+            OutputKind::Chart => "`tpsim sweep --chart`",
+            OutputKind::ReportFile => "`tpsim report`",
+        }
+    }
+
+    /// Whether `head`, the start of an existing file, is this kind of tpsim output.
+    fn is_ours(self, head: &str) -> bool {
+        match self {
+            OutputKind::Plan => head.starts_with("# Written by `tpsim plan`"),
+            OutputKind::Profile => head.starts_with("# Written by `tpsim calibrate`"),
+            OutputKind::Chart => {
+                head.starts_with("<svg ")
+                    && head
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l.contains(SVG_NAMESPACE))
+                    && head.contains("\nBest plan ")
+            }
+            OutputKind::ReportFile => true,
+        }
+    }
+}
+
+const SVG_NAMESPACE: &str = "xmlns=\"http://www.w3.org/2000/svg\"";
+
+/// The first few KiB of the file at `path` (lossy), or `None` when it cannot be read.
+fn head_of(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Refuses to replace the existing, non-empty regular file at `path` unless it is `kind`'s output.
+fn refuse_foreign_file(flag: &str, path: &str, kind: OutputKind) -> Result<(), OutputError> {
+    let target = resolved(Path::new(path));
+    let Ok(metadata) = std::fs::metadata(&target) else {
+        return Ok(());
+    };
+    if !metadata.is_file() || metadata.len() == 0 {
+        return Ok(());
+    }
+    if head_of(&target).is_some_and(|head| kind.is_ours(&head)) {
+        return Ok(());
+    }
+    Err(OutputError::NotOurs {
+        flag: flag.to_string(),
+        path: quote(path),
+        writer: kind.writer(),
+    })
+}
+
+/// Refuses a report into the existing directory `dir` when one of the report's files `names` is
+/// already there and the directory is not a report tpsim wrote (its `index.html` says so): the
+/// user's `index.html` or `memory.svg` would be replaced.
+pub fn refuse_foreign_report_files<S: AsRef<str>>(
+    flag: &str,
+    dir: &str,
+    names: &[S],
+) -> Result<(), OutputError> {
+    let path = Path::new(dir);
+    if !path.is_dir() {
+        return Ok(());
+    }
+    let ours =
+        head_of(&path.join("index.html")).is_some_and(|head| head.contains("<title>tpsim report"));
+    if ours {
+        return Ok(());
+    }
+    for name in names {
+        let file = path.join(name.as_ref());
+        if std::fs::metadata(&file).is_ok_and(|m| !m.is_file() || m.len() > 0) {
+            return Err(OutputError::ReportReplacesUserFile {
+                flag: flag.to_string(),
+                dir: quote(dir),
+                file: quote(&file.display().to_string()),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn reason(err: &std::io::Error) -> String {
@@ -214,9 +336,15 @@ fn create_temp(folder: &Path, stem: &str) -> std::io::Result<(PathBuf, std::fs::
 }
 
 /// Checks, before any work, that `path` can be written by [`write_file`]: not empty, not a
-/// directory or other non-regular file, in an existing folder where a file can be created (tested
-/// with a temporary file of tpsim's own, removed at once). Leaves nothing behind.
-pub fn check_file(flag: &str, path: &str, example: &str) -> Result<(), OutputError> {
+/// directory or other non-regular file, not a file of the user's ([`OutputKind`]), in an existing
+/// folder where a file can be created (tested with a temporary file of tpsim's own, removed at
+/// once). Leaves nothing behind.
+pub fn check_file(
+    flag: &str,
+    path: &str,
+    example: &str,
+    kind: OutputKind,
+) -> Result<(), OutputError> {
     if path.trim().is_empty() {
         return Err(OutputError::Empty {
             flag: flag.to_string(),
@@ -237,6 +365,7 @@ pub fn check_file(flag: &str, path: &str, example: &str) -> Result<(), OutputErr
                 path: quote(path),
             });
         }
+        refuse_foreign_file(flag, path, kind)?;
     }
     let folder = folder_of(&resolved(target));
     if folder.exists() && !folder.is_dir() {
@@ -285,8 +414,13 @@ fn file_stem(path: &Path) -> String {
 /// Writes `bytes` to `path` atomically: a temporary file beside it, synced, then renamed over it.
 /// An existing file keeps its permissions. On failure nothing is left behind and the old file (if
 /// any) is untouched.
-pub fn write_file(flag: &str, path: &str, bytes: &[u8]) -> Result<(), OutputError> {
-    check_file(flag, path, "out.yaml")?;
+pub fn write_file(
+    flag: &str,
+    path: &str,
+    bytes: &[u8],
+    kind: OutputKind,
+) -> Result<(), OutputError> {
+    check_file(flag, path, "out.yaml", kind)?;
     let target = resolved(Path::new(path));
     let folder = folder_of(&target);
     let fail = |err: std::io::Error| OutputError::NotWritable {
@@ -391,9 +525,15 @@ pub fn write_report_dir(
         reason: reason(&err),
     };
     if path.is_dir() {
+        refuse_foreign_report_files(flag, dir, &names)?;
         for (name, text) in files {
             let file = path.join(name);
-            write_file(flag, &file.to_string_lossy(), text.as_bytes())?;
+            write_file(
+                flag,
+                &file.to_string_lossy(),
+                text.as_bytes(),
+                OutputKind::ReportFile,
+            )?;
         }
         return Ok(());
     }
@@ -487,7 +627,8 @@ mod tests {
         let dir = scratch("replace");
         let target = dir.join("old.yaml");
         std::fs::write(&target, "old").unwrap();
-        write_file("--save", target.to_str().unwrap(), b"new").unwrap();
+        std::fs::write(&target, "# Written by `tpsim plan`; old").unwrap();
+        write_file("--save", target.to_str().unwrap(), b"new", OutputKind::Plan).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
         assert_eq!(listing(&dir), vec!["old.yaml"]);
         let _ = std::fs::remove_dir_all(dir);
@@ -498,7 +639,13 @@ mod tests {
         let dir = scratch("probe");
         std::fs::write(dir.join(".tpsim-write-check"), "mine").unwrap();
         check_report_dir("--report", dir.to_str().unwrap()).unwrap();
-        check_file("--save", dir.join("x.yaml").to_str().unwrap(), "x.yaml").unwrap();
+        check_file(
+            "--save",
+            dir.join("x.yaml").to_str().unwrap(),
+            "x.yaml",
+            OutputKind::Plan,
+        )
+        .unwrap();
         assert_eq!(listing(&dir), vec![".tpsim-write-check"]);
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -672,8 +672,11 @@ fn check_context_experts_precision(
 ) -> Result<(), PlanError> {
     let gpus = cluster.total_gpus();
     if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
-        let valid = divisors(training.seq_len / 2)
+        // cp 1 always splits; a larger cp must split the sequence into 2·cp equal chunks (an odd
+        // length has no such cp, and divisors of seq_len / 2 alone would list some).
+        let valid = divisors((training.seq_len / 2).max(1))
             .into_iter()
+            .filter(|c| *c == 1 || training.seq_len.is_multiple_of(2 * c))
             .filter(|c| gpus.is_multiple_of(*c))
             .take_while(|c| *c <= 256);
         return Err(PlanError::CpSequence {

@@ -174,9 +174,31 @@ pub fn format_count(value: f64) -> String {
     }
 }
 
+/// A number the user typed, shown back in a message as short as it reads: plain decimals for
+/// everyday sizes, an exponent for tiny or huge ones (`1e-300`, not 300 digits; `1.2e29`, not
+/// 30), `NaN` and `inf` as such (`1e400` overflows to `inf` when read).
+pub fn show_number(value: f64) -> String {
+    let magnitude = value.abs();
+    if !value.is_finite() || value == 0.0 || (1e-4..1e15).contains(&magnitude) {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_shown_back_stay_short() {
+        assert_eq!(show_number(1.25), "1.25");
+        assert_eq!(show_number(-1.0), "-1");
+        assert_eq!(show_number(1e-300), "1e-300");
+        assert_eq!(show_number(1.2345e29), "1.2345e29");
+        assert_eq!(show_number(f64::NAN), "NaN");
+        assert_eq!(show_number(f64::INFINITY), "inf");
+    }
 
     #[test]
     fn parses_the_forms_users_type() {

@@ -79,11 +79,17 @@ fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<(Box<dyn KernelTim
 /// --output g.yaml` would replace the base profile). Leaves no file behind.
 fn check_output(args: &CalibrateArgs) -> Result<()> {
     let path = &args.output;
-    output_file::check_file("--output", path, "calibrated.yaml")?;
     let mut inputs: Vec<(&str, &str)> = vec![("--gpu", args.gpu.as_str())];
     inputs.extend(args.model.model.as_deref().map(|m| ("--model", m)));
     inputs.extend(args.model.hf_config.as_deref().map(|m| ("--hf-config", m)));
+    // An input named as the output is said as such, before the file there is checked.
     output_file::refuse_input_overlap("--output", path, &inputs)?;
+    output_file::check_file(
+        "--output",
+        path,
+        "calibrated.yaml",
+        output_file::OutputKind::Profile,
+    )?;
     Ok(())
 }
 
@@ -284,7 +290,12 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         args.output,
         yaml_serde::to_string(&profile)?
     );
-    output_file::write_file("--output", &args.output, text.as_bytes())?;
+    output_file::write_file(
+        "--output",
+        &args.output,
+        text.as_bytes(),
+        output_file::OutputKind::Profile,
+    )?;
     print_calibration(&profile, args.format)?;
     eprintln!("wrote the calibrated profile to {}", args.output);
     Ok(Outcome::Found)

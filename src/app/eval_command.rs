@@ -122,6 +122,12 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             let cp = args.cp.unwrap_or(1);
             let gpus = scenario.cluster.total_gpus();
             let model_parallel = u64::from(tp) * u64::from(pp) * u64::from(cp);
+            // A zero degree is named as such, not as a product that divides nothing.
+            for (what, degree) in [("--tp", tp), ("--cp", cp), ("--pp", pp)] {
+                if degree == 0 {
+                    return Err(PlanError::ZeroDegree { what }.into());
+                }
+            }
             let dp = match args.dp {
                 Some(dp) => dp,
                 None if model_parallel > 0 && u64::from(gpus) % model_parallel == 0 => {

@@ -85,6 +85,11 @@ pub(super) fn explain(
             },
         );
         if alone.ranked.is_empty() {
+            if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
+                && let Some(reason) = cp_pin_reason(cp, model, training)
+            {
+                return Some(reason);
+            }
             // An uneven split or TP across nodes may be all the pin needs.
             for (allowed, flag) in [
                 (options.allow_uneven_pp, "--allow-uneven-pp"),
@@ -139,6 +144,46 @@ pub(super) fn explain(
         "the pins {} each admit valid plans but not together; drop one of them, or check the split with `tpsim eval` and the same flags, which names the rule it breaks",
         flags.join(" ")
     ))
+}
+
+/// Why the search offers no `--cp` above 1 here when a setting of the training or the model rules
+/// it out (the search skips those degrees, `planner::enumerate`), in the words `eval` uses for the
+/// same plan; `None` when the cluster or the sequence split is the cause (the caller lists the
+/// degrees the search does offer).
+fn cp_pin_reason(cp: u32, model: &Model, training: &Training) -> Option<String> {
+    use crate::plan::PlanError;
+    use crate::planner::MIN_TOKENS_PER_CP_RANK;
+    if cp <= 1 {
+        return None;
+    }
+    if training.attention == crate::training::AttentionKernel::Unfused {
+        return Some(PlanError::CpWithUnfusedAttention { cp }.to_string());
+    }
+    if !training.framework.runs_context_parallelism() {
+        return Some(format!(
+            "--cp {cp} with --framework {}: it has no context-parallel scheme, so the search does not propose one (megatron-core and torchtitan do); use --framework megatron-core, or drop --cp (`tpsim eval` evaluates it as Megatron-Core's ring)",
+            training.framework.as_str()
+        ));
+    }
+    if model
+        .attention_window
+        .is_some_and(|w| w.windows_some_layer())
+    {
+        return Some(PlanError::CpWithWindow { cp }.to_string());
+    }
+    let per_rank = training.seq_len / cp;
+    if training.seq_len.is_multiple_of(2 * cp) && per_rank < MIN_TOKENS_PER_CP_RANK {
+        return Some(format!(
+            "--cp {cp} leaves {per_rank} tokens of the {}-token sequence per context-parallel rank, and the search keeps at least {MIN_TOKENS_PER_CP_RANK} (below that the K/V ring outweighs the shrunken GEMMs); give --seq-len {} or more, drop --cp (the search offers {}), or evaluate --cp {cp} with `tpsim eval`",
+            training.seq_len,
+            u64::from(cp) * u64::from(MIN_TOKENS_PER_CP_RANK),
+            match training.seq_len / MIN_TOKENS_PER_CP_RANK {
+                0 | 1 => "--cp 1 only".to_string(),
+                most => format!("--cp up to {most}"),
+            }
+        ));
+    }
+    None
 }
 
 /// When the pinned plans all miss memory but unpinned ones fit: the hint that the pins are the

@@ -70,11 +70,17 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         check_dir("--report", dir, &input_paths(&args.model, &args.cluster))?;
     }
     if let Some(path) = &args.save {
-        output_file::check_file("--save", path, "plans/mine.yaml")?;
+        // An input named as the output is said as such, before the file there is checked.
         output_file::refuse_input_overlap(
             "--save",
             path,
             &input_paths(&args.model, &args.cluster),
+        )?;
+        output_file::check_file(
+            "--save",
+            path,
+            "plans/mine.yaml",
+            output_file::OutputKind::Plan,
         )?;
         if let Some(dir) = &args.report {
             output_file::refuse_report_output_overlap(
@@ -214,7 +220,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
             yaml_serde::to_string(&file)?
         );
-        output_file::write_file("--save", path, text.as_bytes())?;
+        output_file::write_file(
+            "--save",
+            path,
+            text.as_bytes(),
+            output_file::OutputKind::Plan,
+        )?;
         eprintln!("saved the best plan to {path}");
     }
 

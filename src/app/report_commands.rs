@@ -17,11 +17,12 @@ use crate::training::Training;
 /// nothing: the directory appears only once the whole report is written (`output_file`).
 pub fn check_dir(flag: &str, dir: &str, inputs: &[(&str, &str)]) -> Result<()> {
     crate::output_file::check_report_dir(flag, dir)?;
-    Ok(crate::output_file::refuse_report_overlap(
+    // An input among the report's files is said as such, before the user's other files.
+    crate::output_file::refuse_report_overlap(flag, dir, &report::FILE_NAMES, inputs)?;
+    Ok(crate::output_file::refuse_foreign_report_files(
         flag,
         dir,
         &report::FILE_NAMES,
-        inputs,
     )?)
 }
 

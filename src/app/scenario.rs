@@ -88,6 +88,19 @@ pub(super) fn resolve_model(
             );
         }
     }
+    // Pasted dropout probabilities are read as Megatron-LM reads them (`--megatron-args` refuses
+    // the same values): one outside [0, 1] would silently turn dropout on or off.
+    for (flag, given) in [
+        ("--hidden-dropout", args.hidden_dropout),
+        ("--attention-dropout", args.attention_dropout),
+    ] {
+        if let Some(p) = given.filter(|p| !(0.0..=1.0).contains(p)) {
+            bail!(
+                "{flag} {} is not a probability between 0 and 1 (Megatron-LM reads it as a float and torch's dropout refuses any other); e.g. {flag} 0.1",
+                crate::units::show_number(p)
+            );
+        }
+    }
     let overrides = shape_overrides(args, &model)?;
     if overrides == ShapeOverrides::default() {
         return Ok((model, origin));
@@ -461,7 +474,8 @@ fn moe_routing_of(
         ];
         if let Some((flag, value)) = given.into_iter().flatten().next() {
             bail!(
-                "{flag} {value}: model {} is dense (no experts), so there is no routing to unbalance or cap; drop {flag} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
+                "{flag} {}: model {} is dense (no experts), so there is no routing to unbalance or cap; drop {flag} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
+                crate::units::show_number(value),
                 model.name
             );
         }
@@ -472,7 +486,8 @@ fn moe_routing_of(
         None => 1.0,
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(
-            "--moe-imbalance {f}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
+            "--moe-imbalance {}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
+            crate::units::show_number(f),
             moe.experts,
             moe.router_topk
         ),
@@ -480,8 +495,9 @@ fn moe_routing_of(
     Ok(match capacity_factor {
         None => (imbalance, None),
         Some(c) => {
-            crate::training::check_moe_capacity_factor(c)
-                .map_err(|rule| anyhow::anyhow!("{factor_flag} {c}: {rule}"))?;
+            crate::training::check_moe_capacity_factor(c).map_err(|rule| {
+                anyhow::anyhow!("{factor_flag} {}: {rule}", crate::units::show_number(c))
+            })?;
             (imbalance.min(c), Some(c))
         }
     })

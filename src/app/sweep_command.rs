@@ -103,13 +103,24 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         );
     }
     if let Some(path) = &args.chart {
-        output_file::check_file("--chart", path, "sweep.svg")?;
         // The chart must not replace a file the sweep reads: a spec, or a GPU file on --axis gpu.
         let mut inputs = input_paths(&args.model, &args.cluster);
         if axis == sweep::Axis::Gpu {
             inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
         }
         output_file::refuse_input_overlap("--chart", path, &inputs)?;
+        // The chart is SVG: a name ending .png or .pdf would hold something its name denies.
+        if let Some(ext) = std::path::Path::new(path)
+            .extension()
+            .map(|e| e.to_string_lossy())
+            .filter(|e| !e.eq_ignore_ascii_case("svg"))
+        {
+            bail!(
+                "--chart {}: the chart is an SVG image, but the name ends .{ext}; name it .svg (e.g. --chart sweep.svg)",
+                input_file::quote(path)
+            );
+        }
+        output_file::check_file("--chart", path, "sweep.svg", output_file::OutputKind::Chart)?;
         let parent = std::path::Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty());
@@ -173,7 +184,15 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             sweep::Axis::SeqLen => scenario.training.seq_len.to_string(),
             sweep::Axis::GlobalBatch => scenario.training.global_batch.to_string(),
             sweep::Axis::NetworkBandwidth => scenario.cluster.gpu.network_gb_per_s.to_string(),
-            sweep::Axis::Params | sweep::Axis::Gpu => value.to_string(),
+            // A count by its value ("512B", "512b", "512e9" and "0.512T" are one point)...
+            sweep::Axis::Params => crate::units::parse_count("--values", value)
+                .map_or_else(|_| value.to_string(), |count| format!("{count:.0}")),
+            // ...and a GPU file by the file it names ("g.yaml" and "./g.yaml" are one point).
+            sweep::Axis::Gpu => std::path::Path::new(value)
+                .canonicalize()
+                .ok()
+                .filter(|path| path.is_file())
+                .map_or_else(|| value.to_string(), |path| path.display().to_string()),
         };
         if let Some(earlier) = keys.iter().position(|k| *k == key) {
             bail!(
@@ -275,6 +294,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             "--chart",
             path,
             &drawn.with_context(|| format!("--chart {}", input_file::quote(path)))?,
+            output_file::OutputKind::Chart,
         )?;
         eprintln!("wrote the sweep chart to {path}");
     }
