@@ -442,8 +442,7 @@ mod tests {
         let weights = Weights::new(spec);
         let (x, dz) = layer::inputs(spec);
         let ring = Ring::new(spec.tp);
-        let outs: Vec<Mutex<Option<RankOutput>>> =
-            (0..spec.tp).map(|_| Mutex::new(None)).collect();
+        let outs: Vec<Mutex<Option<RankOutput>>> = (0..spec.tp).map(|_| Mutex::new(None)).collect();
         rayon::ThreadPoolBuilder::new()
             .num_threads(spec.tp)
             .build()
