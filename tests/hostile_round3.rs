@@ -442,3 +442,37 @@ fn calibrate_output_replaces_only_a_profile_it_wrote() {
     assert_eq!(read(&dir.join("gpu.yaml")), mine);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A launch script that is not there is quoted as the user wrote it, `@` and all.
+#[test]
+fn a_missing_launch_script_is_quoted_as_given() {
+    let r = run(&["eval", "--megatron-args", "@no-such-launch.sh"]);
+    assert_one_line_error(
+        &r,
+        &["--megatron-args @no-such-launch.sh: cannot read it"],
+        &["@ no-such", "panicked"],
+        "missing launch script",
+    );
+}
+
+/// The model line counts in words a reader would write: one dense layer, one group is no limit.
+#[test]
+fn the_model_line_says_first_layer_dense_and_no_single_group() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "kimi-k2",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "256",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let model = r.stdout.lines().next().unwrap();
+    assert!(model.contains("384 experts (top-8, ffn 2048"), "{model}");
+    assert!(model.contains("first layer dense"), "{model}");
+    assert!(
+        !model.contains("first 1 layers") && !model.contains("groups"),
+        "{model}"
+    );
+}

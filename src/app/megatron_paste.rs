@@ -41,7 +41,14 @@ pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
 /// including arguments tpsim does not model (listed on stderr).
 pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
     let line = match text.strip_prefix('@') {
-        Some(path) => input_file::read_text("--megatron-args @", path)?,
+        // Messages quote the argument as given: "--megatron-args @launch.sh: ...".
+        Some(path) => input_file::read_text("--megatron-args", path).map_err(|e| {
+            anyhow::anyhow!(
+                "{}",
+                e.to_string()
+                    .replacen("--megatron-args ", "--megatron-args @", 1)
+            )
+        })?,
         None => text.to_string(),
     };
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;

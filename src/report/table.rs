@@ -72,10 +72,12 @@ pub fn scenario_line(report: &Report) -> String {
     // Mixture of experts: what routes where, and the parameters one token uses.
     let experts = match &m.moe {
         Some(moe) => format!(
-            ", {} experts (top-{}{}, ffn {}{}{}), {} active",
+            ", {} expert{} (top-{}{}, ffn {}{}{}), {} active",
             moe.experts,
+            if moe.experts == 1 { "" } else { "s" },
             moe.router_topk,
-            if moe.router_groups > 0 {
+            // One group holding every expert limits nothing (Kimi K2's config: n_group 1).
+            if moe.router_groups > 1 {
                 format!(
                     " from {} of {} groups",
                     moe.router_group_topk, moe.router_groups
@@ -89,7 +91,9 @@ pub fn scenario_line(report: &Report) -> String {
             } else {
                 String::new()
             },
-            if moe.first_dense_layers > 0 {
+            if moe.first_dense_layers == 1 {
+                ", first layer dense".to_string()
+            } else if moe.first_dense_layers > 1 {
                 format!(", first {} layers dense", moe.first_dense_layers)
             } else {
                 String::new()
