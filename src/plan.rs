@@ -400,6 +400,16 @@ pub enum PlanError {
         num_microbatches: u32,
         pp: u32,
     },
+    #[error(
+        "--vpp {vpp}: each of the step's {runs} pipeline schedules (one per local batch) runs {per_schedule} micro-batches, not a multiple of --pp {pp} (tpsim's interleaved schedule requires it); give a --local-batch that is a multiple of --pp x --micro-batch = {multiple} sequences"
+    )]
+    VppScheduleMicrobatches {
+        vpp: u32,
+        per_schedule: u32,
+        runs: u32,
+        pp: u32,
+        multiple: u32,
+    },
     #[error("--local-batch {local_batch}: {rule}")]
     LocalBatch { local_batch: u32, rule: String },
     #[error(
@@ -516,7 +526,7 @@ impl ParallelPlan {
         let stages = stage_layout(r, model)?;
         let num_microbatches = micro_batches(r, training)?;
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
-        check_interleaving(r, model, &stages, num_microbatches / schedule_runs)?;
+        check_interleaving(r, model, &stages, num_microbatches, schedule_runs)?;
         Ok(ParallelPlan {
             tp: r.tp,
             pp: r.pp,
@@ -541,6 +551,25 @@ impl ParallelPlan {
             etp: r.etp,
             stages,
         })
+    }
+
+    /// Micro-batches one pipeline schedule runs (all of the step's but with a local batch).
+    pub fn microbatches_per_schedule(&self) -> u32 {
+        self.num_microbatches / self.schedule_runs.max(1)
+    }
+
+    /// The m of the bubble ratio (p − 1)/(v·m), in words: "m=8", or "m=2 per schedule x 4
+    /// schedules" where each gradient-accumulation step runs its own schedule.
+    pub fn schedule_m_words(&self) -> String {
+        if self.schedule_runs > 1 {
+            format!(
+                "m={} per schedule x {} schedules",
+                self.microbatches_per_schedule(),
+                self.schedule_runs
+            )
+        } else {
+            format!("m={}", self.num_microbatches)
+        }
     }
 
     /// Layers of one model chunk on the most loaded stage.
@@ -1035,6 +1064,7 @@ fn check_interleaving(
     model: &Model,
     stages: &StageLayout,
     num_microbatches: u32,
+    schedule_runs: u32,
 ) -> Result<(), PlanError> {
     if r.vpp > 1 {
         if r.pp == 1 {
@@ -1070,6 +1100,16 @@ fn check_interleaving(
                 vpp: r.vpp,
                 per_stage,
                 valid: list(divisors(per_stage)),
+            });
+        }
+        let per_schedule = num_microbatches / schedule_runs.max(1);
+        if schedule_runs > 1 && !per_schedule.is_multiple_of(r.pp) {
+            return Err(PlanError::VppScheduleMicrobatches {
+                vpp: r.vpp,
+                per_schedule,
+                runs: schedule_runs,
+                pp: r.pp,
+                multiple: r.pp * r.micro_batch,
             });
         }
         if !num_microbatches.is_multiple_of(r.pp) {

@@ -425,6 +425,11 @@ pub fn search(
                         _ => own,
                     })
                 }
+                // The local batch (torchtitan's schedules per step) gets its own count.
+                Err(
+                    crate::plan::PlanError::LocalBatch { .. }
+                    | crate::plan::PlanError::VppScheduleMicrobatches { .. },
+                ) => Err("local_batch_split"),
                 Err(_) => Err("invalid_plan"),
             }
         })

@@ -281,9 +281,10 @@ pub enum KernelFusion {
     Eager,
 }
 
-/// How context parallelism exchanges K/V between the ranks of a CP group (`--cp-exchange`).
+/// How context parallelism exchanges K/V between the ranks of a CP group (`--cp-exchange`; files
+/// and JSON spell it as the command line does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum CpExchange {
     /// Transformer Engine's point-to-point ring (`AttnFuncWithCPAndKVP2P`, Megatron-Core's
     /// `cp_comm_type = "p2p"`, and NeMo AutoModel's TE attention): each of cp − 1 steps passes this
@@ -718,7 +719,6 @@ pub struct Training {
     /// (torchtitan `train.py` and AutoModel `recipes/llm/benchmark.py` call `schedule.step` once
     /// per local batch), each with its own fill and drain. `None`: one schedule over the whole
     /// step, as Megatron-LM and DeepSpeed's pipeline engine run it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub local_batch: Option<u32>,
     /// How context parallelism exchanges K/V (`--cp-exchange`; the framework's by default).
     pub cp_exchange: CpExchange,

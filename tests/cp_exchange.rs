@@ -44,8 +44,8 @@ fn step_s(j: &serde_json::Value) -> f64 {
 fn torchtitan_runs_pytorchs_all_gather_by_default_and_it_costs_more() {
     let torch = eval(&["--framework", "torchtitan"]);
     let ring = eval(&["--framework", "torchtitan", "--cp-exchange", "kv-ring"]);
-    assert_eq!(torch["training"]["cp_exchange"], "torch_all_gather");
-    assert_eq!(ring["training"]["cp_exchange"], "kv_ring");
+    assert_eq!(torch["training"]["cp_exchange"], "torch-all-gather");
+    assert_eq!(ring["training"]["cp_exchange"], "kv-ring");
     // The same work; PyTorch's ring adds its fp32 merges and wider K/V.
     assert!(
         step_s(&torch) > step_s(&ring) * 1.02,
@@ -123,7 +123,7 @@ fn a_saved_plan_keeps_its_cp_exchange() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let saved = std::fs::read_to_string(path).unwrap();
-    assert!(saved.contains("cp_exchange: kv_ring"), "{saved}");
+    assert!(saved.contains("cp_exchange: kv-ring"), "{saved}");
     let again = json(&["eval", "--plan", path, "--format", "json"]);
-    assert_eq!(again["training"]["cp_exchange"], "kv_ring");
+    assert_eq!(again["training"]["cp_exchange"], "kv-ring");
 }

@@ -144,3 +144,85 @@ fn a_saved_plan_keeps_its_local_batch() {
     let again = json(&["eval", "--plan", path, "--format", "json"]);
     assert_eq!(again["training"]["local_batch"], 4);
 }
+
+#[test]
+fn the_local_batch_is_named_where_it_is_the_reason() {
+    // Interleaving needs a multiple of pp micro-batches in every schedule, not only in the step.
+    let vpp = with(&[
+        "--vpp",
+        "2",
+        "--micro-batch",
+        "1",
+        "--framework",
+        "torchtitan",
+        "--local-batch",
+        "2",
+    ]);
+    let vpp: Vec<&str> = vpp.iter().map(String::as_str).collect();
+    assert_one_line_error(
+        &run(&vpp),
+        &[
+            "--vpp 2",
+            "4 pipeline schedules",
+            "runs 2 micro-batches",
+            "--local-batch",
+        ],
+        &["Megatron-LM"],
+        "interleaving with a small local batch",
+    );
+    // `plan` says the local batch, not the global batch, is what rules every plan out.
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--local-batch",
+        "3",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--local-batch 3", "drop --local-batch"],
+        &["--global-batch 64)"],
+        "plan with a local batch nothing satisfies",
+    );
+    // Two plans of one scenario but for the local batch are not compared as plans.
+    let dir = scratch("local-batch", "compare");
+    let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+    for (path, extra) in [(&a, vec!["--local-batch", "4"]), (&b, vec![])] {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--pp",
+            "2",
+            "--global-batch",
+            "64",
+            "--framework",
+            "torchtitan",
+            "--save",
+            path.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    assert_one_line_error(
+        &run(&[
+            "compare",
+            "--plan",
+            a.to_str().unwrap(),
+            "--plan",
+            b.to_str().unwrap(),
+        ]),
+        &["different scenarios", "--local-batch"],
+        &["faster"],
+        "compare across local batches",
+    );
+}

@@ -221,6 +221,19 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         on(tb.fp8_param_gather),
         "the plan files' fp8_param_gather",
     );
+    let local = |l: Option<u32>| l.map_or("the whole step".to_string(), |l| l.to_string());
+    setting(
+        "local batch per pipeline schedule",
+        local(ta.local_batch),
+        local(tb.local_batch),
+        "--local-batch",
+    );
+    setting(
+        "context-parallel exchange",
+        ta.cp_exchange.as_str().to_string(),
+        tb.cp_exchange.as_str().to_string(),
+        "--cp-exchange",
+    );
     out
 }
 

@@ -35,6 +35,22 @@ pub(super) fn why_no_valid_plan(
     training: &Training,
     options: SearchOptions,
 ) -> String {
+    // A local batch rules plans out on its own: say so when the search finds plans without it.
+    if let Some(local) = training.local_batch {
+        let without = Training {
+            local_batch: None,
+            ..*training
+        };
+        if !crate::planner::search(model, cluster, &without, options)
+            .ranked
+            .is_empty()
+        {
+            return format!(
+                "--local-batch {local} admits none of the plans the search finds without it: a local batch must be a multiple of the micro-batch and divide each data-parallel rank's share of --global-batch {} (the global batch over dp), and with --vpp a multiple of --pp micro-batches; give one that does (e.g. --global-batch / dp for one schedule per step) or drop --local-batch",
+                training.global_batch
+            );
+        }
+    }
     if let Some(why) = super::pin_conflict::explain(model, cluster, training, options) {
         return why;
     }

@@ -652,9 +652,10 @@ pub(super) fn resolve_scenario(
             "--global-batch {global_batch} is more than {MAX_GLOBAL_BATCH} sequences per step; it counts sequences, not tokens (e.g. --global-batch 1536)"
         );
     }
-    let local_batch = training_args
-        .local_batch
-        .or(plan_file.and_then(|f| f.local_batch));
+    // A saved plan keeps its local batch unless --framework says otherwise (as its framework).
+    let local_batch = training_args.local_batch.or(plan_file
+        .filter(|_| training_args.framework.is_none())
+        .and_then(|f| f.local_batch));
     if let Some(local) = local_batch {
         positive(
             "--local-batch",
@@ -704,9 +705,20 @@ pub(super) fn resolve_scenario(
             .and_then(|f| f.cp_exchange)
             .unwrap_or(framework.default_cp_exchange()),
     };
+    if training_args.cp_exchange.is_none()
+        && let Some(file) = saved
+        && file.cp_exchange.is_none()
+        && file.plan.cp > 1
+        && framework == TrainingFramework::Torchtitan
+    {
+        eprintln!(
+            "note: the plan file states no cp_exchange: its context parallelism is evaluated as torchtitan runs it, {} (files written before 2026-12-02 were evaluated with kv-ring; give --cp-exchange kv-ring for that)",
+            cp_exchange.as_str()
+        );
+    }
     if cp_exchange == CpExchange::TorchAllGather && framework != TrainingFramework::Torchtitan {
         bail!(
-            "--cp-exchange torch-all-gather is PyTorch's context_parallel as torchtitan runs it, but --framework {} runs Transformer Engine's ring; use --cp-exchange kv-ring or --framework torchtitan",
+            "--cp-exchange torch-all-gather is PyTorch's context_parallel as torchtitan runs it, which --framework {} does not run; use --framework torchtitan or drop --cp-exchange",
             framework.as_str()
         );
     }

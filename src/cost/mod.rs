@@ -362,8 +362,10 @@ pub(crate) fn unit_costs(
             recompute_share,
         );
         // The eager fp32 merges and accumulators run on the compute stream.
+        let (query, output) = torch_ring::elements(model, training, plan);
         let (merge_forward, merge_backward) = torch_ring::merge_times_s(
-            torch_ring::output_elements(model, training, plan),
+            query,
+            output,
             plan.cp,
             cluster.gpu.achieved_hbm_bandwidth().0,
         );
@@ -562,7 +564,10 @@ pub fn evaluate(
     terms.set(layer_comm_term(
         TermKind::CpComm,
         &cp,
-        HiddenBy::AttentionBlocks,
+        match training.cp_exchange {
+            CpExchange::KvRing => HiddenBy::AttentionBlocks,
+            CpExchange::TorchAllGather => HiddenBy::DiagonalAttentionStep,
+        },
     ));
     terms.set(layer_comm_term(
         TermKind::EpComm,

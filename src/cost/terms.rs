@@ -96,6 +96,9 @@ pub enum HiddenBy {
     NeighbouringGemms,
     /// The attention blocks of the ring step it feeds (CP).
     AttentionBlocks,
+    /// The first (diagonal) ring step's attention for PyTorch's K/V all-gather, and each backward
+    /// step's for its dK/dV hops (CP as torchtitan runs it).
+    DiagonalAttentionStep,
     /// The backward pass (bucketed gradient reduction).
     Backward,
     /// The next forward pass (parameter all-gather prefetch).

@@ -25,21 +25,23 @@ use crate::training::Training;
 /// merges a full block (the last; the ring runs at its pace). `_SDPAMerger.step` casts the block
 /// output to fp32 (read 2, write 4) and `_merge_one` runs three eager element-wise ops over fp32
 /// tensors: `out - block_out` (read 4 + 4, write 4), `sigmoid(block_lse - lse) * that` (read 4,
-/// write 4; the lse terms are per row), `out - that` (read 4 + 4, write 4): 6 + 12 + 8 + 12 = 38;
-/// plus the `torch.cat` of K and V that every step makes (bf16, read 2 and write 2 per K and per V
-/// element, as many as output elements each): 8. Total 46.
-pub const MERGE_FORWARD_BYTES_PER_STEP: f64 = 46.0;
+/// write 4; the lse terms are per row), `out - that` (read 4 + 4, write 4): 6 + 12 + 8 + 12 = 38.
+pub const MERGE_FORWARD_BYTES_PER_OUTPUT: f64 = 38.0;
+/// Bytes per K or V element of the bf16 `torch.cat` of K and V that each step but the last makes
+/// for the next one (read 2, write 2), in forward and again in backward.
+pub const KV_CAT_BYTES_PER_ELEMENT: f64 = 4.0;
 /// Forward bytes per output element once per layer: the first step's output cast to fp32 (read 2,
 /// write 4) and the merged result cast back to bf16 (read 4, write 2).
 pub const MERGE_FORWARD_BYTES_FIXED: f64 = 12.0;
-/// Backward HBM bytes per output element per ring step (all cp of them): dQ added into its fp32
-/// accumulator (read 2 + 4, write 4 = 10), dK and dV each added into theirs (10 each) and
-/// concatenated in fp32 for the send (read 4, write 4 each): 10 + 2 x (10 + 8) = 46; plus the bf16
-/// `torch.cat` of K and V for the next step (8, as in forward). Total 54.
-pub const MERGE_BACKWARD_BYTES_PER_STEP: f64 = 54.0;
-/// Backward bytes per output element once per layer: dQ, dK and dV cast back to bf16 (read 4,
-/// write 2, three times).
-pub const MERGE_BACKWARD_BYTES_FIXED: f64 = 18.0;
+/// Backward bytes per element of an fp32 gradient accumulator per ring step (all cp of them): the
+/// step's bf16 gradient added into it (read 2 + 4, write 4).
+pub const ACCUMULATE_BYTES_PER_ELEMENT: f64 = 10.0;
+/// Backward bytes per dK or dV element per ring step: their fp32 accumulators concatenated for the
+/// hop to the next rank (read 4, write 4).
+pub const DKV_CAT_BYTES_PER_ELEMENT: f64 = 8.0;
+/// Backward bytes per gradient element once per layer: dQ, dK and dV cast back to bf16 (read 4,
+/// write 2).
+pub const GRAD_CAST_BYTES_PER_ELEMENT: f64 = 6.0;
 
 /// One rank's K and V after `repeat_kv`, for every local query head, in bf16.
 pub fn repeated_kv_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
@@ -50,12 +52,16 @@ pub fn repeated_kv_bytes(model: &Model, training: &Training, plan: &ParallelPlan
         * ACTIVATION_BYTES
 }
 
-/// Elements of one rank's attention output per layer per micro-batch.
-pub fn output_elements(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    f64::from(plan.micro_batch)
-        * f64::from(training.seq_len / plan.cp)
-        * model.attention_out_width()
-        / f64::from(plan.tp)
+/// Elements of one rank's Q (and, repeated, K) and of its attention output (and V) per layer per
+/// micro-batch: (query elements, output elements). They differ where the head dimensions of Q·K and
+/// V differ (multi-head latent attention).
+pub fn elements(model: &Model, training: &Training, plan: &ParallelPlan) -> (f64, f64) {
+    let tokens = f64::from(plan.micro_batch) * f64::from(training.seq_len / plan.cp);
+    let t = f64::from(plan.tp);
+    (
+        tokens * model.q_width() / t,
+        tokens * model.attention_out_width() / t,
+    )
 }
 
 /// The fp32 dK/dV accumulators one hop carries: twice the bf16 K/V bytes.
@@ -64,13 +70,18 @@ pub fn dkv_hop_bytes(kv_bytes: f64) -> f64 {
 }
 
 /// Merge and accumulate time per layer per micro-batch at the achieved HBM bandwidth: (forward,
-/// backward).
-pub fn merge_times_s(output_elements: f64, cp: u32, hbm_bytes_per_s: f64) -> (f64, f64) {
-    let cp = f64::from(cp);
-    let forward =
-        (MERGE_FORWARD_BYTES_PER_STEP * (cp - 1.0) + MERGE_FORWARD_BYTES_FIXED) * output_elements;
+/// backward). `query` and `output` are [`elements`]: K is query-shaped after `repeat_kv`, V
+/// output-shaped.
+pub fn merge_times_s(query: f64, output: f64, cp: u32, hbm_bytes_per_s: f64) -> (f64, f64) {
+    let (steps, hops) = (f64::from(cp), f64::from(cp - 1));
+    let kv_cat = KV_CAT_BYTES_PER_ELEMENT * (query + output);
+    let forward = hops * (MERGE_FORWARD_BYTES_PER_OUTPUT * output + kv_cat)
+        + MERGE_FORWARD_BYTES_FIXED * output;
+    // dQ and dK are query-shaped, dV output-shaped; dK and dV are concatenated for every hop.
+    let accumulate = ACCUMULATE_BYTES_PER_ELEMENT * (2.0 * query + output)
+        + DKV_CAT_BYTES_PER_ELEMENT * (query + output);
     let backward =
-        (MERGE_BACKWARD_BYTES_PER_STEP * cp + MERGE_BACKWARD_BYTES_FIXED) * output_elements;
+        steps * accumulate + hops * kv_cat + GRAD_CAST_BYTES_PER_ELEMENT * (2.0 * query + output);
     (forward / hbm_bytes_per_s, backward / hbm_bytes_per_s)
 }
 
@@ -111,13 +122,18 @@ mod tests {
 
     #[test]
     fn merges_grow_with_the_ring_steps() {
-        // Llama 3 8B at CP 4, 128K tokens: 32,768 tokens x 4,096 output columns on a rank.
-        let elements = 32768.0 * 4096.0;
-        let (f2, b2) = merge_times_s(elements, 2, 2.0e12);
-        let (f4, b4) = merge_times_s(elements, 4, 2.0e12);
-        assert!((f2 - (46.0 + 12.0) * elements / 2.0e12).abs() < 1e-12);
-        assert!((b4 - (54.0 * 4.0 + 18.0) * elements / 2.0e12).abs() < 1e-12);
+        // Llama 3 8B at CP 4, 128K tokens: 32,768 tokens x 4,096 query and output columns on a
+        // rank. Per element: forward 38 + 8 (the K/V cat) per step after the first, 12 once;
+        // backward 10 x 3 + 8 x 2 = 46 per step, 8 per step but the last, 18 once.
+        let e = 32768.0 * 4096.0;
+        let (f2, b2) = merge_times_s(e, e, 2, 2.0e12);
+        let (f4, b4) = merge_times_s(e, e, 4, 2.0e12);
+        assert!((f2 - (46.0 + 12.0) * e / 2.0e12).abs() < 1e-12);
+        assert!((b4 - (46.0 * 4.0 + 8.0 * 3.0 + 18.0) * e / 2.0e12).abs() < 1e-12);
         assert!(f4 > f2 && b4 > b2);
+        // Multi-head latent attention: wider Q·K heads (192) than V heads (128) move more.
+        let (f_mla, _) = merge_times_s(1.5 * e, e, 2, 2.0e12);
+        assert!(f_mla > f2);
     }
 
     #[test]

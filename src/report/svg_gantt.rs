@@ -106,14 +106,14 @@ pub(crate) fn gantt_svg(
     let panel_h = 90 + row_h * p;
     let height = 90 + panel_h * panels.len() as u32 + 40;
     let title = format!(
-        "Pipeline timeline of one step ({}; p = {}, m = {}{}): simulated",
+        "Pipeline timeline of one step ({}; p = {}, {}{}): simulated",
         if plan.vpp > 1 {
             "interleaved 1F1B"
         } else {
             "1F1B"
         },
         p,
-        plan.num_microbatches,
+        plan.schedule_m_words().replace('=', " = "),
         if plan.vpp > 1 {
             format!(", v = {}", plan.vpp)
         } else {

@@ -145,7 +145,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}",
+         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -208,6 +208,12 @@ pub fn scenario_line(report: &Report) -> String {
             moe_dispatch_words(t.moe_dispatch)
         } else {
             String::new()
+        },
+        match t.local_batch {
+            Some(local) => format!(
+                "; local batch {local}: one pipeline schedule per {local} sequences per data-parallel rank"
+            ),
+            None => String::new(),
         },
         // Said where it is not Transformer Engine's ring that Megatron-Core runs.
         if report.plans.iter().any(|e| e.plan.cp > 1)
@@ -430,6 +436,9 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
         HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
         HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
         HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
+        HiddenBy::DiagonalAttentionStep => {
+            "the diagonal step's attention (the K/V all-gather) and each backward step's (the dK/dV hops)"
+        }
         HiddenBy::Backward => "the backward pass (bucketed reduction)",
         HiddenBy::Forward => "the forward pass (prefetched gathers)",
         HiddenBy::PipelineCompute => "other chunks' compute (interleaved schedule)",
@@ -556,11 +565,17 @@ pub fn breakdown(e: &Estimate) -> String {
         },
         p.micro_batch,
         p.num_microbatches,
-        if p.schedule_runs > 1 {
+        if p.schedule_runs > 1 && p.pp > 1 {
             format!(
                 " in {} pipeline schedules of {} (the local batch: one schedule per gradient-accumulation step)",
                 p.schedule_runs,
-                p.num_microbatches / p.schedule_runs
+                p.microbatches_per_schedule()
+            )
+        } else if p.schedule_runs > 1 {
+            format!(
+                " in {} gradient-accumulation steps of {} (the local batch)",
+                p.schedule_runs,
+                p.microbatches_per_schedule()
             )
         } else {
             String::new()
@@ -788,7 +803,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, m={})",
+            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, {})",
             p.pp,
             e.comm
                 .pp
@@ -800,7 +815,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
             e.bubble_share * 100.0,
             e.bubble_ratio,
             p.vpp,
-            p.num_microbatches
+            p.schedule_m_words()
         );
         if p.stages.given {
             let _ = writeln!(
