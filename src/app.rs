@@ -15,8 +15,8 @@ pub enum Outcome {
 
 pub fn run(command: Command) -> Result<Outcome> {
     match command {
-        Command::Plan(args) => plan(args),
-        Command::Eval(args) => eval(args, false),
+        Command::Plan(args) => plan(*args),
+        Command::Eval(args) => eval(*args, false),
         Command::Report(args) => report_command(args),
         Command::Accuracy(args) => accuracy(args),
         Command::Sweep(args) => sweep_command(args),

@@ -25,13 +25,13 @@ pub enum Command {
         allow_negative_numbers = true,
         after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim plan --model llama3-405b --nodes 2048 --gpu h100-sxm-80g --global-batch 2048 --allow-uneven-pp\n  tpsim plan --params 70B --nodes 8 --top 5 --format json\n  tpsim plan --params 512B --nodes 32 --save plans/best.yaml\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 8 --global-batch 512\n  tpsim plan --params 175B --nodes 64 --emit megatron    # Megatron-LM arguments of the best plan it can run\n  tpsim plan --params 70B --nodes 8 --emit deepspeed > ds_config.json"
     )]
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Evaluate one plan and print its full breakdown (also when it does not fit).
     #[command(
         allow_negative_numbers = true,
         after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
     )]
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
     /// Write an HTML report with SVG figures for a saved plan (like `eval --plan FILE --report DIR`).
     #[command(
         allow_negative_numbers = true,

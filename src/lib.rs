@@ -7,6 +7,7 @@
 pub mod app;
 pub mod calibrate;
 pub mod cli;
+pub mod cli_errors;
 pub mod cluster;
 pub mod compare;
 pub mod cost;

@@ -246,7 +246,7 @@ pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
 #[serde(untagged)]
 pub enum ModelRef {
     Named(String),
-    Inline(ModelFile),
+    Inline(Box<ModelFile>),
 }
 
 /// A saved plan (`plans/*.yaml`): the scenario and the plan. `tpsim plan --save` writes it and

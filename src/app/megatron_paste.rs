@@ -275,7 +275,7 @@ fn grad_name(dtype: GradDtype) -> &'static str {
 pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
     let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
     Ok(PlanFile {
-        model: Some(ModelRef::Inline(model_file_of(&model))),
+        model: Some(ModelRef::Inline(Box::new(model_file_of(&model)))),
         params: None,
         gpu: None,
         nodes: launch.nodes,

@@ -201,7 +201,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
 
     if let (Some(path), Some(best)) = (&args.save, report.plans.first()) {
         let file = PlanFile {
-            model: Some(ModelRef::Inline(model_file_of(&scenario.model))),
+            model: Some(ModelRef::Inline(Box::new(model_file_of(&scenario.model)))),
             params: None,
             gpu: Some(scenario.gpu_reference.clone()),
             nodes: Some(scenario.cluster.nodes),

@@ -1,0 +1,136 @@
+//! Clap's usage errors as one line a user can act on: number-parsing messages in words, ranges
+//! said as the bound broken, and Megatron-LM switches pasted on tpsim's command line named with
+//! tpsim's spelling.
+
+/// The one-line message for a clap usage error (what `main` prints after `error: `).
+pub fn usage_error_line(err: &clap::Error) -> String {
+    if let Some(message) = megatron_spelling(err) {
+        return message;
+    }
+    // Clap's usage error, made one line: the message up to its "Usage:" block.
+    let rendered = err.render().to_string();
+    let lines: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = lines.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    format!("{} (see --help)", plain_number_rules(line))
+}
+
+/// Clap's number-parsing messages in words a user can act on: Rust's "invalid digit found in
+/// string" means the flag takes a whole number, "invalid float literal" a number, "number too
+/// large to fit in target type" a number too large for it, and "N is not in A..=B" (any range
+/// clap checks, not only those from 0) a number outside the range it takes.
+fn plain_number_rules(line: &str) -> String {
+    let line = line
+        .replace(
+            "invalid digit found in string",
+            "expected a whole number such as 8 (digits only: no sign, decimal point, exponent or unit)",
+        )
+        .replace(
+            "invalid float literal",
+            "expected a number such as 0.5 or 2e-3",
+        )
+        .replace(
+            "number too large to fit in target type",
+            "too large for this flag; give a smaller whole number",
+        )
+        .replace("cannot parse integer from empty string", "expected a whole number, got nothing");
+    match outside_range(&line) {
+        Some(plain) => plain,
+        None => line,
+    }
+}
+
+/// Clap's "VALUE is not in MIN..=MAX" (or "MIN..MAX") tail, said as which bound VALUE breaks;
+/// `None` when the line has no such range.
+fn outside_range(line: &str) -> Option<String> {
+    let at = line.find(" is not in ")?;
+    let (head, tail) = line.split_at(at);
+    let range = tail.trim_start_matches(" is not in ");
+    let range_end = range
+        .find(|c: char| c.is_whitespace())
+        .unwrap_or(range.len());
+    let (range, rest) = range.split_at(range_end);
+    let (min, max, inclusive) = match range.split_once("..=") {
+        Some((min, max)) => (min, max, true),
+        None => {
+            let (min, max) = range.split_once("..")?;
+            (min, max, false)
+        }
+    };
+    let value = head.rsplit(' ').next().unwrap_or("");
+    let below = match (value.parse::<i128>(), min.parse::<i128>()) {
+        (Ok(v), Ok(lo)) => v < lo,
+        _ => value.starts_with('-'),
+    };
+    let bound = |max: &str| {
+        if inclusive || max.is_empty() {
+            max.to_string()
+        } else {
+            max.parse::<i128>()
+                .map_or(max.to_string(), |m| (m - 1).to_string())
+        }
+    };
+    Some(if below && min == "0" {
+        format!(
+            "{head} is negative; it takes a whole number up to {}{rest}",
+            bound(max)
+        )
+    } else if below {
+        format!("{head} is less than {min}, the least it takes{rest}")
+    } else {
+        format!(
+            "{head} is larger than {}, the most it takes{rest}",
+            bound(max)
+        )
+    })
+}
+
+/// Megatron-LM switches someone pastes from a launch line that tpsim spells otherwise: clap's
+/// "unexpected argument" for them names tpsim's flag instead of a look-alike.
+const MEGATRON_SPELLINGS: &[(&str, &str)] = &[(
+    "--moe-enable-deepep",
+    "is Megatron-LM's switch for DeepEP dispatch; tpsim spells it --moe-dispatcher deepep (or read the whole launch line with `tpsim eval --megatron-args`)",
+)];
+
+fn megatron_spelling(err: &clap::Error) -> Option<String> {
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
+        clap::error::ContextValue::String(arg) => arg.clone(),
+        _ => return None,
+    };
+    let flag = arg.split('=').next().unwrap_or(&arg);
+    MEGATRON_SPELLINGS
+        .iter()
+        .find(|(megatron, _)| *megatron == flag)
+        .map(|(megatron, rule)| format!("{megatron} {rule}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_number_rules;
+
+    #[test]
+    fn every_range_clap_checks_is_said_in_words() {
+        let line = "invalid value '300' for '--zero <ZERO>': 300 is not in 0..=255";
+        assert!(plain_number_rules(line).ends_with("300 is larger than 255, the most it takes"));
+        let line = "invalid value '-1' for '--zero <ZERO>': -1 is not in 0..=255";
+        assert!(
+            plain_number_rules(line).contains("-1 is negative; it takes a whole number up to 255")
+        );
+        let line = "invalid value '0' for '--n <N>': 0 is not in 1..=64";
+        assert!(plain_number_rules(line).ends_with("0 is less than 1, the least it takes"));
+        let line = "invalid value '70' for '--n <N>': 70 is not in 1..=64";
+        assert!(plain_number_rules(line).ends_with("70 is larger than 64, the most it takes"));
+        let line = "invalid value '9' for '--n <N>': 9 is not in 2..9";
+        assert!(plain_number_rules(line).ends_with("9 is larger than 8, the most it takes"));
+        let line = "invalid value '99999999999999999999' for '--top <TOP>': number too large to fit in target type";
+        assert!(plain_number_rules(line).contains("too large for this flag"));
+    }
+}
