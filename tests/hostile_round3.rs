@@ -476,3 +476,17 @@ fn the_model_line_says_first_layer_dense_and_no_single_group() {
         "{model}"
     );
 }
+
+/// Comparing a plan with itself is allowed, and said: every difference is zero by construction.
+#[test]
+fn comparing_a_plan_with_itself_says_so() {
+    let r = run(&[
+        "compare",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("are the same plan"), "{}", r.stderr);
+}

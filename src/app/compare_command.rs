@@ -362,6 +362,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     };
     // The same step time plan, eval and sweep print: the simulated schedule where it applies.
     let ((a, a_schedule), (b, b_schedule)) = (a, b);
+    if a.plan == b.plan {
+        eprintln!(
+            "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"
+        );
+    }
     let mut comparison = compare::compare(&a, &b, "plan A", "plan B");
     comparison.a_schedule = a_schedule;
     comparison.b_schedule = b_schedule;
