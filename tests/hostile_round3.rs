@@ -490,3 +490,27 @@ fn comparing_a_plan_with_itself_says_so() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("are the same plan"), "{}", r.stderr);
 }
+
+/// A word after a flag tpsim reads that is no value of it is said, not dropped unseen; shell
+/// syntax (brackets, line continuations) is not.
+#[test]
+fn stray_words_in_a_launch_line_are_named() {
+    let dir = std::env::temp_dir().join(format!("tpsim-strays-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("launch.sh");
+    std::fs::write(
+        &script,
+        "ARGS=(\n  --num-layers 4 --hidden-size 512 --num-attention-heads 8\n  --seq-length 1024 --max-position-embeddings 1024\n  --micro-batch-size 1 --global-batch-size 8 --bf16\n)\ntorchrun pretrain_gpt.py ${ARGS[@]} --swiglu \\\n  $EXTRA stray\n",
+    )
+    .unwrap();
+    let at = format!("@{}", script.display());
+    let r = run(&["eval", "--nodes", "1", "--megatron-args", &at]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let note = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("skipped a word after a flag"))
+        .unwrap_or_else(|| panic!("no stray note: {}", r.stderr));
+    assert!(note.contains("\"$EXTRA\" after --swiglu"), "{note}");
+    assert!(!note.contains("\")\""), "{note}");
+}

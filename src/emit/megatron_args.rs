@@ -191,6 +191,8 @@ pub(super) struct Parsed<'a> {
     pub(super) load_balancing: Vec<&'a str>,
     launcher: HashMap<&'a str, &'a str>,
     pub(super) ignored: Vec<String>,
+    /// Words that follow a flag tpsim reads but are none of its values ("\"stray\" after --bf16").
+    pub(super) strays: Vec<String>,
 }
 
 /// One word of a launch line as the shell hands it to the program.
@@ -292,6 +294,7 @@ impl<'a> Parsed<'a> {
             load_balancing: Vec::new(),
             launcher: HashMap::new(),
             ignored: Vec::new(),
+            strays: Vec::new(),
         };
         let mut i = 0;
         // The known flag (with its value, if it takes one) the previous words completed: a number
@@ -308,7 +311,7 @@ impl<'a> Parsed<'a> {
                         why,
                     });
                 }
-                if let Some(previous) = previous
+                if let Some(previous) = &previous
                     && token.parse::<f64>().is_ok()
                 {
                     return Err(MegatronArgsError::Stray {
@@ -317,6 +320,13 @@ impl<'a> Parsed<'a> {
                             "follows {previous}, which takes no further value, and is no flag's value (Megatron-LM's argparse refuses it); drop it or add the flag it belongs to"
                         ),
                     });
+                }
+                // A word right after a flag tpsim reads is no value of it; unless it is shell
+                // syntax (a bracket, a line continuation), Megatron-LM's argparse would refuse it.
+                if let Some(previous) = previous
+                    && token.chars().any(|c| c.is_alphanumeric() || c == '$')
+                {
+                    parsed.strays.push(format!("{token:?} after {previous}"));
                 }
                 parsed.ignored.push(token.to_string());
                 continue;

@@ -277,7 +277,18 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         nodes,
         gpus_per_node,
         ignored: p.ignored,
-        notes,
+        notes: {
+            let mut notes = notes;
+            if !p.strays.is_empty() {
+                notes.push(format!(
+                    "skipped {} after a flag that {} no value of it (Megatron-LM's argparse would refuse it as written; a shell variable is not expanded here, paste the expanded line): {}",
+                    if p.strays.len() == 1 { "a word" } else { "words" },
+                    if p.strays.len() == 1 { "is" } else { "are" },
+                    p.strays.join(", ")
+                ));
+            }
+            notes
+        },
     })
 }
 
