@@ -358,13 +358,27 @@ fn operand_bytes(precision: Precision) -> f64 {
 }
 
 /// HBM bytes Transformer Engine moves per element of a low-precision GEMM's activation input before
-/// the GEMM (the cast of `layer_time_sharded`'s doc: read the bf16 input, 2 bytes, write its FP8
-/// copy, 1 byte); 0 in bf16. The dense layers and the MoE experts both charge it.
-pub(crate) fn cast_bytes_per_input_element(precision: Precision) -> f64 {
-    if precision == Precision::Bf16 {
-        0.0
-    } else {
-        3.0
+/// the GEMM: it reads the bf16 input (2 bytes) and writes the copies the forward GEMM and the
+/// weight-gradient GEMM read — the same copies `memory.rs` keeps of the weights (0 in bf16):
+/// - per-tensor FP8 on Hopper: the FP8 copy and its transpose (TE's fused `cast_transpose`), 2 + 1 + 1;
+/// - per-tensor FP8 on Blackwell, whose tensor cores read an FP8 tensor column-wise natively
+///   (TE `is_non_tn_fp8_gemm_supported()` on SM 10.x): the one copy, 2 + 1;
+/// - MXFP8: row-wise and column-wise 32-element blocks, each with its E8M0 scale (TE
+///   `MXFP8Quantizer` with both usages, OCP MX v1.0 §5): 2 + 2 × (1 + 1/32);
+/// - NVFP4: the same two copies at 4 bits with a scale per 16: 2 + 2 × (0.5 + 1/16).
+///
+/// The dense layers and the MoE experts both charge it; the backward pays twice the forward's
+/// element-wise traffic, which covers the gradient's own copies.
+pub(crate) fn cast_bytes_per_input_element(
+    precision: Precision,
+    gpu: &crate::cluster::GpuProfile,
+) -> f64 {
+    let read = ELEMENT_BYTES;
+    match precision {
+        Precision::Bf16 => 0.0,
+        Precision::Fp8 if gpu.microscaling => read + 1.0,
+        Precision::Fp8 => read + 2.0,
+        Precision::Mxfp8 | Precision::Nvfp4 => read + 2.0 * operand_bytes(precision),
     }
 }
 
@@ -448,8 +462,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         mlp_inside += tokens * mlp_side;
     }
     let scores = scores * f64::from(cp);
-    let cast_bytes =
-        cast_bytes_per_input_element(precision) * linear.iter().map(|g| g.m * g.k).sum::<f64>();
+    let cast_bytes = cast_bytes_per_input_element(precision, &cluster.gpu)
+        * linear.iter().map(|g| g.m * g.k).sum::<f64>();
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;

@@ -155,7 +155,7 @@ pub fn moe_mlp_forward_s(
     let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance, dispatcher);
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
-    let cast_bytes = cast_bytes_per_input_element(precision) * cast_elements;
+    let cast_bytes = cast_bytes_per_input_element(precision, &cluster.gpu) * cast_elements;
     let gpu = &cluster.gpu;
     let memory = (permute_bytes + activation_bytes + cast_bytes) / gpu.achieved_hbm_bandwidth().0;
     (linear(&up) + linear(&down) + router.time(cluster) + shared + memory)
