@@ -106,6 +106,10 @@ pub struct Sweep {
     /// The framework every point is evaluated as, and its kernels (as `plan`'s JSON `training`).
     pub framework: Option<crate::training::TrainingFramework>,
     pub kernel_fusion: Option<crate::training::KernelFusion>,
+    /// The local batch per pipeline schedule (`--local-batch`, torchtitan) and the CP exchange,
+    /// as `plan`'s JSON `training` says them.
+    pub local_batch: Option<u32>,
+    pub cp_exchange: Option<crate::training::CpExchange>,
     pub tokens: Option<f64>,
     pub price_per_gpu_hour: Option<f64>,
     pub rows: Vec<Row>,
@@ -134,6 +138,8 @@ pub fn run(
         axis,
         framework: points.first().map(|p| p.training.framework),
         kernel_fusion: points.first().map(|p| p.training.kernel_fusion),
+        local_batch: points.first().and_then(|p| p.training.local_batch),
+        cp_exchange: points.first().map(|p| p.training.cp_exchange),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
         rows,

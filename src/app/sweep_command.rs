@@ -316,7 +316,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     ),
                     (Some(framework), _) => format!(", as {} runs it", framework.as_str()),
                     _ => String::new(),
-                }
+                } + &result
+                    .local_batch
+                    .map(|local| format!(", local batch {local} per pipeline schedule"))
+                    .unwrap_or_default()
             );
             print!("{}", sweep::table(&result));
         }
