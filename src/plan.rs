@@ -555,7 +555,7 @@ impl ParallelPlan {
 
     /// Micro-batches one pipeline schedule runs (all of the step's but with a local batch).
     pub fn microbatches_per_schedule(&self) -> u32 {
-        self.num_microbatches / self.schedule_runs.max(1)
+        self.num_microbatches / self.schedule_runs
     }
 
     /// The m of the bubble ratio (p − 1)/(v·m), in words: "m=8", or "m=2 per schedule x 4
@@ -1102,7 +1102,7 @@ fn check_interleaving(
                 valid: list(divisors(per_stage)),
             });
         }
-        let per_schedule = num_microbatches / schedule_runs.max(1);
+        let per_schedule = num_microbatches / schedule_runs;
         if schedule_runs > 1 && !per_schedule.is_multiple_of(r.pp) {
             return Err(PlanError::VppScheduleMicrobatches {
                 vpp: r.vpp,

@@ -261,7 +261,7 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
     let (p, v, m) = (
         f64::from(plan.pp),
         f64::from(plan.vpp),
-        f64::from(plan.num_microbatches / plan.schedule_runs.max(1)),
+        f64::from(plan.microbatches_per_schedule()),
     );
     let base = (p - f64::from(rank)).min(m);
     let scheduled = if plan.vpp > 1 {

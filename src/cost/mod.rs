@@ -287,6 +287,8 @@ pub(crate) fn unit_costs(
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
     let tp_recompute_share = tp_recompute_share(training, plan);
+    // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
+    let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
     // torchtitan's functional collectives copy the full tensor around each all-gather and
     // reduce-scatter (`TrainingFramework::tp_collectives_copy_their_tensor`): a read and a write
     // per collective, two collectives per all-reduce equivalent. The copies are memory-bound
@@ -298,7 +300,7 @@ pub(crate) fn unit_costs(
         let pair = 2.0 * 2.0 * 2.0 * tp_tensor / cluster.gpu.achieved_hbm_bandwidth().0;
         if tp_overlap {
             // The recomputed forward runs in the backward graph, where the collectives stay vanilla.
-            let unfused_recompute = if training.framework.tp_overlap_in_backward() {
+            let unfused_recompute = if overlap_reaches_backward {
                 0.0
             } else {
                 tp_recompute_share
@@ -317,12 +319,12 @@ pub(crate) fn unit_costs(
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward —
             // where the overlap reaches the backward at all (Megatron-Core's userbuffers); where it
             // does not (torchtitan), the recompute pair runs in the backward and stays exposed.
-            let recompute_exposed = if training.framework.tp_overlap_in_backward() {
+            let recompute_exposed = if overlap_reaches_backward {
                 tp_recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward)
             } else {
                 recompute_pair
             };
-            let backward_exposed_s = if training.framework.tp_overlap_in_backward() {
+            let backward_exposed_s = if overlap_reaches_backward {
                 exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward)
             } else {
                 2.0 * one
@@ -591,10 +593,9 @@ pub fn evaluate(
 
     // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2),
     // once per pipeline schedule the step runs (torchtitan's gradient-accumulation steps).
-    let runs = plan.schedule_runs.max(1);
-    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.num_microbatches / runs);
+    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.microbatches_per_schedule());
     let bubble_s = if plan.pp > 1 {
-        f64::from(runs) * (p - 1.0) / v * mean_total
+        f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total
     } else {
         0.0
     };

@@ -139,9 +139,8 @@ pub fn simulate_plan(
     let closed = evaluate(model, cluster, training, plan);
     let stages = stage_costs(model, cluster, training, plan);
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
-    let runs = plan.schedule_runs.max(1);
-    let per_run = plan.num_microbatches / runs;
-    let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(runs, per_run);
+    let per_run = plan.microbatches_per_schedule();
+    let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(plan.schedule_runs, per_run);
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
     let busy = closed.terms.pipeline_busy_s();
