@@ -401,6 +401,13 @@ pub struct TrainingArgs {
     /// all-gathered, fp32 merges; torchtitan only). Default: the framework's.
     #[arg(long, value_enum, value_name = "KIND")]
     pub cp_exchange: Option<CpExchangeArg>,
+    /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
+    /// --recompute-granularity selective): one or more of core_attn, moe_act, layernorm,
+    /// mla_up_proj, mlp, moe, shared_experts, separated by spaces or commas. Default: core_attn.
+    /// `eval` then recomputes selectively unless --recompute says otherwise; `plan` searches
+    /// selective recompute as these modules.
+    #[arg(long, value_name = "MODULE", num_args = 1..)]
+    pub recompute_modules: Option<Vec<String>>,
 }
 
 /// `--cp-exchange` (`training::CpExchange`).

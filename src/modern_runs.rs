@@ -13,7 +13,7 @@ use crate::planner::{Pins, SearchOptions, StageSplitPin, refine_top, search};
 use crate::specs;
 use crate::training::{
     AttentionKernel, GradDtype, KernelFusion, LossKernel, MoeDispatch, MoeDispatcher, MoeRouting,
-    OptimizerStates, Training, TrainingFramework,
+    OptimizerStates, RecomputeModule, RecomputeModules, Training, TrainingFramework,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -329,6 +329,32 @@ fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
         };
     }
     false
+}
+
+/// The Megatron-Core modules a Megatron-Bridge recipe recomputes, where its configs at the run's
+/// version set `recompute_granularity = "selective"` (read in NVIDIA-NeMo/Megatron-Bridge's
+/// history, validation/FIT.md "Recompute modules"): DeepSeek-V3 only
+/// (`set_deepseek_v3_common_configs`: "selective"; Qwen3's set None, GPT-OSS's list modules but
+/// never set selective, so Megatron-Core ignores them):
+/// - 25.09 (r0.1.0 "Cherry pick perf 2509 (#959)", a288441, `scripts/performance/run_script.py`):
+///   `["mla_up_proj", "mlp"]` on H100, `["mla_up_proj"]` on B200 and GB200;
+/// - 25.11 (`scripts/performance/configs/deepseek/workload_base_configs.py`, v0.2.0 7af9601 and
+///   the 25.11 table's branch 4a82e16): `["mla_up_proj"]` on B200 and GB200, `["mlp",
+///   "moe_act"]` on GB300.
+fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
+    if !run.id.starts_with("mbridge") || run.model_key.as_deref() != Some("deepseek_v3") {
+        return None;
+    }
+    let gpu = run.hardware.gpu.to_ascii_uppercase();
+    let modules: &[RecomputeModule] = match gpu.as_str() {
+        "H100" => &[RecomputeModule::MlaUpProj, RecomputeModule::Mlp],
+        "B200" | "GB200" => &[RecomputeModule::MlaUpProj],
+        "GB300" if run.id.starts_with("mbridge-25.11") => {
+            &[RecomputeModule::Mlp, RecomputeModule::MoeAct]
+        }
+        _ => return None,
+    };
+    Some(RecomputeModules::of(modules))
 }
 
 /// The optimizer-state format and gradient dtype a run's recipe sets where it departs from its
@@ -647,6 +673,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
         training.optimizer_states = states;
         training.grad_dtype = grads;
     }
+    training.recompute_modules = recipe_recompute_modules(run);
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
@@ -663,7 +690,9 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             dp: Some(dp),
             vpp: Some(vpp),
             micro_batch,
-            recompute: stated_recompute(recompute),
+            // A recipe that recomputes modules runs selective granularity.
+            recompute: stated_recompute(recompute)
+                .or(training.recompute_modules.map(|_| Recompute::Selective)),
             zero: fsdp.then_some(3),
             sequence_parallel: None,
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).
@@ -724,7 +753,10 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     let chosen = refined.plans[0];
     let note = format!(
         "recompute {}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}{}",
-        crate::report::recompute_label(&chosen.plan),
+        match (chosen.plan.recompute, training.recompute_modules) {
+            (Recompute::Selective, Some(modules)) => format!("selective ({})", modules.describe()),
+            _ => crate::report::recompute_label(&chosen.plan),
+        },
         chosen.plan.zero,
         chosen.plan.ep,
         chosen.plan.etp,

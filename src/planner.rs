@@ -308,7 +308,7 @@ fn push_pipeline_variants(
                     if recompute == Recompute::Selective
                         && training.attention == AttentionKernel::Flash
                         && matches!(
-                            training.framework.selective_recompute(),
+                            training.selective_recompute(),
                             SelectiveRecompute::AttentionCore
                                 | SelectiveRecompute::CheckpointedAttention
                         )

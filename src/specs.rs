@@ -276,6 +276,10 @@ pub struct PlanFile {
     /// How context parallelism exchanged K/V (`--cp-exchange`); the framework's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cp_exchange: Option<crate::training::CpExchange>,
+    /// Megatron-Core's selective recompute modules (`--recompute-modules`); the attention core
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_modules: Option<crate::training::RecomputeModules>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_dtype: Option<GradDtype>,
     /// How parameters and Adam's states were stored; the framework's default when absent.

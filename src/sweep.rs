@@ -486,6 +486,7 @@ mod tests {
                 local_batch: None,
                 cp_exchange: crate::training::TrainingFramework::MegatronLm2021
                     .default_cp_exchange(),
+                recompute_modules: None,
             },
         }
     }

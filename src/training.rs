@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod recompute_modules;
+pub use recompute_modules::{RecomputeModule, RecomputeModules};
+
 /// Default sequences per step when `--global-batch` is not given: GPT-3 175B's 1536 sequences of
 /// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
 pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
@@ -616,17 +619,23 @@ pub enum SelectiveRecompute {
     /// norms, RoPE and the activation, and, under TP with sequence parallelism, the all-gathers
     /// (their outputs are not in the save list); the reduce-scatters are saved.
     AlternateMatmuls,
+    /// Megatron-Core's selective recompute of the modules the user lists (`--recompute-modules`,
+    /// `training::RecomputeModules`); what each keeps and runs again is `cost::module_recompute`.
+    Modules(RecomputeModules),
 }
 
 impl SelectiveRecompute {
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            SelectiveRecompute::AttentionCore => "attention core only (Megatron selective)",
+            SelectiveRecompute::AttentionCore => "attention core only (Megatron selective)".into(),
             SelectiveRecompute::CheckpointedAttention => {
-                "attention core, its fused kernel's forward run again in backward (Megatron-Core selective)"
+                "attention core, its fused kernel's forward run again in backward (Megatron-Core selective)".into()
             }
             SelectiveRecompute::AlternateMatmuls => {
-                "torchtitan per-op SAC: every second matmul, the norms and the TP all-gathers run again"
+                "torchtitan per-op SAC: every second matmul, the norms and the TP all-gathers run again".into()
+            }
+            SelectiveRecompute::Modules(modules) => {
+                format!("Megatron-Core modules {}", modules.describe())
             }
         }
     }
@@ -634,10 +643,19 @@ impl SelectiveRecompute {
     /// Share of one layer's forward TP collectives (the all-reduce-equivalent pair) that the
     /// recompute runs again: per-op SAC repeats the two all-gathers of sequence parallelism (half
     /// the pair) or, without it, both all-reduces.
-    pub fn tp_forward_share(self, sequence_parallel: bool) -> f64 {
+    /// Module recompute repeats the dense MLP's pair where `mlp` is listed
+    /// (`cost::module_recompute::tp_forward_share` says how much of the layer that is).
+    pub fn tp_forward_share(self, sequence_parallel: bool, dense_layer_share: f64) -> f64 {
         match (self, sequence_parallel) {
             (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
                 0.0
+            }
+            (SelectiveRecompute::Modules(modules), _) => {
+                if modules.contains(RecomputeModule::Mlp) {
+                    0.5 * dense_layer_share
+                } else {
+                    0.0
+                }
             }
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,
@@ -722,6 +740,10 @@ pub struct Training {
     pub local_batch: Option<u32>,
     /// How context parallelism exchanges K/V (`--cp-exchange`; the framework's by default).
     pub cp_exchange: CpExchange,
+    /// What selective recompute recomputes under Megatron-Core when the user lists modules
+    /// (`--recompute-modules`); `None`: the framework's own selective kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute_modules: Option<RecomputeModules>,
 }
 
 impl Training {
@@ -730,7 +752,16 @@ impl Training {
     /// treat apart from Megatron's attention-core recompute.
     pub fn per_op_sac(&self, recompute: crate::plan::Recompute) -> bool {
         recompute == crate::plan::Recompute::Selective
-            && self.framework.selective_recompute() == SelectiveRecompute::AlternateMatmuls
+            && self.selective_recompute() == SelectiveRecompute::AlternateMatmuls
+    }
+
+    /// What `--recompute selective` recomputes here: the listed modules, or the framework's own
+    /// kind. Only the attention core listed is Megatron-Core's default, `CheckpointedAttention`.
+    pub fn selective_recompute(&self) -> SelectiveRecompute {
+        match self.recompute_modules {
+            Some(modules) if !modules.is_core_attn_only() => SelectiveRecompute::Modules(modules),
+            _ => self.framework.selective_recompute(),
+        }
     }
 
     /// A training setup with the framework's own defaults for gradient dtype and overlap.
@@ -757,6 +788,7 @@ impl Training {
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            recompute_modules: None,
         }
     }
 }

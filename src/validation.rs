@@ -240,6 +240,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -410,6 +411,7 @@ pub fn vtrain_cases(
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -1389,6 +1389,10 @@ fn compare_labels_carry_cp_ep_etp_and_the_precision() {
         "512",
         "--precision",
         "fp8",
+        // Megatron-Core's default selective recompute (nothing with fused attention), so that the
+        // two best plans are the CP pair this test is about.
+        "--recompute-modules",
+        "core_attn",
     ];
     let (code, json) = run_json(&with_args(&scenario, &["--format", "json"]));
     assert_eq!(code, 0);
@@ -1598,7 +1602,7 @@ fn why_the_best_plan_names_recompute_as_the_table() {
         "--gpu",
         "gb200-nvl72",
         "--nodes",
-        "32",
+        "64",
         "--global-batch",
         "1024",
     ]);

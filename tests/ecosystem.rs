@@ -2207,9 +2207,10 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
             "--cpu-offloading-num-layers 4",
         ),
         ("--use-torch-fsdp2", "--use-torch-fsdp2"),
+        // Megatron-Core's own refusal of a name it does not know.
         (
-            "--recompute-granularity selective --recompute-modules core_attn mlp",
-            "--recompute-modules core_attn mlp",
+            "--recompute-granularity selective --recompute-modules core_attn attn_proj",
+            "'attn_proj' is not a module Megatron-Core recomputes",
         ),
         ("--optimizer sgd", "--optimizer sgd"),
         ("--exp-avg-dtype bf16", "--exp-avg-dtype bf16"),
@@ -3384,6 +3385,9 @@ fn deepseek_v3_pipeline_layout_round_trips() {
         "--zero",
         "2",
         "--allow-uneven-pp",
+        // As Megatron-Bridge's DeepSeek-V3 recipes recompute (`recompute_modules=["mla_up_proj"]`).
+        "--recompute-modules",
+        "mla_up_proj",
     ];
     let mut emit = eval.to_vec();
     emit.extend(["--emit", "megatron"]);

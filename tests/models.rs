@@ -799,6 +799,9 @@ fn mtp_layers_run_on_the_last_stage_and_flags_round_trip() {
         "1",
         "--mtp-layers",
         "1",
+        // As Megatron-Bridge's DeepSeek-V3 recipes recompute (`recompute_modules=["mla_up_proj"]`).
+        "--recompute-modules",
+        "mla_up_proj",
         "--emit",
         "megatron",
     ]);

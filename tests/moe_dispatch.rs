@@ -149,7 +149,9 @@ fn dispatch_flags_on_a_dense_model_are_refused() {
 /// every writer.
 #[test]
 fn launch_lines_carry_the_dispatcher() {
-    let plan = with(QWEN3_PLAN, &["--moe-dispatcher", "deepep"]);
+    // ZeRO-1 pinned: a Megatron-FSDP line would also carry --ckpt-format, which the read-back
+    // notes as skipped.
+    let plan = with(QWEN3_PLAN, &["--moe-dispatcher", "deepep", "--zero", "1"]);
     let r = run(&with(&plan, &["--emit", "megatron"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let line = r.stdout.trim().to_string();

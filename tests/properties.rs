@@ -36,6 +36,7 @@ fn training(global_batch: u32) -> Training {
         loss: tpsim::training::LossKernel::VocabParallel,
         local_batch: None,
         cp_exchange: tpsim::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+        recompute_modules: None,
     }
 }
 

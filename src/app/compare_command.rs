@@ -258,7 +258,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
     let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
-            let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+            let mut scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+            super::scenario::search_selective_modules(&mut scenario, None);
             crate::plan::check_precision(&scenario.cluster, precision_of_args(&args.training))?;
             let result = search(
                 &scenario.model,

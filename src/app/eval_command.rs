@@ -180,7 +180,15 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 vpp,
                 micro_batch: args.micro_batch.unwrap_or(1),
                 sequence_parallel: args.sequence_parallel,
-                recompute: match args.recompute.unwrap_or(RecomputeArg::None) {
+                // Listed modules are selective recompute (Megatron's --recompute-granularity
+                // selective), unless --recompute says otherwise (refused below).
+                recompute: match args.recompute.unwrap_or(
+                    if args.training.recompute_modules.is_some() {
+                        RecomputeArg::Selective
+                    } else {
+                        RecomputeArg::None
+                    },
+                ) {
                     RecomputeArg::None => Recompute::None,
                     RecomputeArg::Selective => Recompute::Selective,
                     RecomputeArg::Full => Recompute::Full,
@@ -242,6 +250,16 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "block recompute of {} layer(s) per chunk (--recompute-method block, or recompute_num_layers in the plan file) recomputes only some layers, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
             request.recompute_num_layers,
             framework.as_str()
+        );
+    }
+    // Modules are what selective recompute recomputes; with none or full they would do nothing.
+    if let (Some(words), Some(asked @ (RecomputeArg::None | RecomputeArg::Full))) =
+        (&args.training.recompute_modules, args.recompute)
+    {
+        bail!(
+            "--recompute-modules {} says what selective recompute recomputes, but --recompute {} is not selective; use --recompute selective or drop --recompute-modules",
+            words.join(" "),
+            recompute_arg_name(asked)
         );
     }
     // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
@@ -552,5 +570,14 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
             (None, None) => file.recompute_num_layers,
         },
         ..file
+    }
+}
+
+/// The command-line spelling of `--recompute`'s value.
+pub(super) fn recompute_arg_name(arg: RecomputeArg) -> &'static str {
+    match arg {
+        RecomputeArg::None => "none",
+        RecomputeArg::Selective => "selective",
+        RecomputeArg::Full => "full",
     }
 }

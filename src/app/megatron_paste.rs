@@ -284,6 +284,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         global_batch: launch.global_batch,
         local_batch: None,
         cp_exchange: None,
+        recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
         optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,

@@ -108,14 +108,15 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             )?;
         }
     }
-    let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+    let mut scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     super::scenario::note_window_without_effect(&scenario.model);
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
         precision: precision_of_args(&args.training),
-        pins: pins_of_args(&args.pins)?,
+        pins: pins_of_args(&args.pins, &args.training.recompute_modules)?,
     };
+    super::scenario::search_selective_modules(&mut scenario, options.pins.recompute);
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
     // An overlap asked for that no plan of this search can use is refused, as `eval` refuses it
     // for its one plan: the model has no experts, or the pins leave no tensor parallelism.
@@ -210,6 +211,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             global_batch: Some(scenario.training.global_batch),
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
+            recompute_modules: scenario.training.recompute_modules,
             grad_dtype: Some(scenario.training.grad_dtype),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),

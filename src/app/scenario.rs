@@ -5,7 +5,7 @@ use crate::cli::{FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
 use crate::model::ShapeOverrides;
 use crate::plan::{PlanError, Precision, Recompute};
 use crate::planner::Pins;
-use crate::training::{CpExchange, KernelFusion, Overlap, TrainingFramework};
+use crate::training::{CpExchange, KernelFusion, Overlap, RecomputeModules, TrainingFramework};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::calibration_commands;
@@ -395,7 +395,12 @@ fn overlap_over(args: &TrainingArgs, defaults: Overlap) -> Overlap {
 }
 
 /// The dimensions `plan` was pinned to, checked like `eval` checks them.
-pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
+/// The pins `plan` searches under; `recompute_modules` (`--recompute-modules`) must not contradict
+/// a pinned `--recompute`.
+pub(super) fn pins_of_args(
+    args: &PinArgs,
+    training_args_modules: &Option<Vec<String>>,
+) -> Result<Pins> {
     for (flag, value) in [
         ("--tp", args.tp),
         ("--pp", args.pp),
@@ -422,6 +427,15 @@ pub(super) fn pins_of_args(args: &PinArgs) -> Result<Pins> {
         && zero < 3
     {
         return Err(PlanError::ReshardWithoutZero3 { zero }.into());
+    }
+    if let (Some(words), Some(asked @ (RecomputeArg::None | RecomputeArg::Full))) =
+        (training_args_modules, args.recompute)
+    {
+        bail!(
+            "--recompute-modules {} says what selective recompute recomputes, but --recompute {} pins plans without it; pin --recompute selective or drop one of them",
+            words.join(" "),
+            super::eval_command::recompute_arg_name(asked)
+        );
     }
     Ok(Pins {
         tp: args.tp,
@@ -722,9 +736,11 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
+    let recompute_modules = recompute_modules_of(&model, framework, training_args, saved)?;
     let training = Training {
         local_batch,
         cp_exchange,
+        recompute_modules,
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {
@@ -918,4 +934,55 @@ pub(super) fn global_batch_advice(
         ));
     }
     lines
+}
+
+/// What `plan`, `sweep` and `compare` search selective recompute as under Megatron-Core when no
+/// `--recompute-modules` is given: the output-discarding modules the model has
+/// (`RecomputeModules::output_discarding_for`), instead of Megatron-Core's default `core_attn`,
+/// which with fused attention frees nothing and which the search therefore skips. `eval` keeps
+/// Megatron's default, as a launch line with `--recompute-granularity selective` alone runs it.
+/// Nothing changes when recompute is pinned to none or full.
+pub(super) fn search_selective_modules(scenario: &mut Scenario, pinned: Option<Recompute>) {
+    let training = &mut scenario.training;
+    if training.framework == TrainingFramework::MegatronCore
+        && training.recompute_modules.is_none()
+        && matches!(pinned, None | Some(Recompute::Selective))
+    {
+        training.recompute_modules = RecomputeModules::output_discarding_for(&scenario.model);
+    }
+}
+
+/// Megatron-Core's selective recompute modules: `--recompute-modules`, else a saved plan's (unless
+/// --framework says otherwise). Refused under another framework and for modules the model has
+/// nothing for (`RecomputeModules::check_model`).
+fn recompute_modules_of(
+    model: &Model,
+    framework: TrainingFramework,
+    training_args: &TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<Option<RecomputeModules>> {
+    let modules = match &training_args.recompute_modules {
+        Some(words) => Some(
+            RecomputeModules::parse(words)
+                .map_err(|why| anyhow!("--recompute-modules {}: {why}", words.join(" ")))?,
+        ),
+        None => saved.and_then(|f| f.recompute_modules),
+    };
+    let Some(modules) = modules else {
+        return Ok(None);
+    };
+    if framework != TrainingFramework::MegatronCore {
+        bail!(
+            "--recompute-modules {} is Megatron-Core's selective recompute, which --framework {} does not run; use --framework megatron-core or drop --recompute-modules",
+            modules.megatron_words(),
+            framework.as_str()
+        );
+    }
+    modules.check_model(model).map_err(|why| {
+        anyhow!(
+            "--recompute-modules {}: {why}; drop that module",
+            modules.megatron_words()
+        )
+    })?;
+    Ok(Some(modules))
 }

@@ -229,6 +229,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

@@ -493,6 +493,20 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
             SelectiveRecompute::CheckpointedAttention,
             AttentionKernel::Flash,
         ) => attention_core_gemm_time / gpu.framework_efficiency,
+        // Megatron-Core's module recompute: the attention core here when listed, as
+        // `CheckpointedAttention`; the other modules in `module_recompute`.
+        (Recompute::Selective, SelectiveRecompute::Modules(modules), attention) => {
+            if modules.contains(crate::training::RecomputeModule::CoreAttn) {
+                match attention {
+                    AttentionKernel::Flash => attention_core_gemm_time / gpu.framework_efficiency,
+                    AttentionKernel::Unfused => {
+                        (attention_core_gemm_time + scores_time) / gpu.framework_efficiency
+                    }
+                }
+            } else {
+                0.0
+            }
+        }
         (Recompute::Selective, SelectiveRecompute::AlternateMatmuls, _) => {
             // wk (the K share of the fused QKV GEMM), wo, and w3 (half the fused gated up
             // projection) or, without a gate, w2; plus every element-wise kernel but the scores.

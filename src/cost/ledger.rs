@@ -227,6 +227,14 @@ fn recomputed(count: u64, plan: &ParallelPlan) -> u64 {
     (count as f64 * plan.recompute_share()).round() as u64
 }
 
+/// How often an MoE layer's forward token collectives run again: full recompute's share, or every
+/// time under `--recompute-modules moe` (`module_recompute::moe_alltoall_repeats`).
+fn moe_recomputed(count: u64, training: &Training, plan: &ParallelPlan) -> u64 {
+    let repeats = plan.recompute_share()
+        + super::module_recompute::moe_alltoall_repeats(super::recomputed_modules(training, plan));
+    (count as f64 * repeats).round() as u64
+}
+
 /// Builds the ledger of `plan`.
 pub fn ledger(
     model: &Model,
@@ -330,6 +338,44 @@ pub fn ledger(
         forward_pair(Pass::Forward);
         if plan.recompute == Recompute::Full || per_op_sac {
             forward_pair(Pass::Recompute);
+        }
+        // `--recompute-modules mlp` runs the dense layers' MLP again, its collectives with it.
+        if super::recomputed_modules(training, plan)
+            .is_some_and(|m| m.contains(crate::training::RecomputeModule::Mlp))
+        {
+            let dense = 1.0 - moe::busiest_stage_moe_share(model, plan);
+            let mlp_count = (count as f64 * dense).round() as u64;
+            let sites: &[(Op, &str)] = if plan.sequence_parallel {
+                &[
+                    (
+                        Op::AllGather,
+                        "before MLP first GEMM (column split): gather the sequence-split input",
+                    ),
+                    (
+                        Op::ReduceScatter,
+                        "after MLP second GEMM (row split): sum partial outputs, split by sequence",
+                    ),
+                ]
+            } else {
+                &[(
+                    Op::AllReduce,
+                    "after MLP second GEMM (row split): sum partial outputs",
+                )]
+            };
+            if mlp_count > 0 {
+                for &(op, site) in sites {
+                    push(
+                        GroupKind::Tp,
+                        op,
+                        Pass::Recompute,
+                        site,
+                        scope,
+                        mlp_count,
+                        t,
+                        tensor,
+                    );
+                }
+            }
         }
         if plan.sequence_parallel {
             for (op, site) in [
@@ -517,8 +563,8 @@ pub fn ledger(
                 tensor,
             );
         }
-        if plan.recompute == Recompute::Full {
-            let recompute = recomputed(count, plan);
+        let recompute = moe_recomputed(count, training, plan);
+        if recompute > 0 {
             for site in forward {
                 push(
                     GroupKind::Ep,
@@ -566,8 +612,9 @@ pub fn ledger(
             "expert TP: expert outputs summed back to their dispatching rank",
         );
         let mut passes = vec![(Pass::Forward, count), (Pass::Backward, count)];
-        if plan.recompute == Recompute::Full {
-            passes.push((Pass::Recompute, recomputed(count, plan)));
+        let recompute = moe_recomputed(count, training, plan);
+        if recompute > 0 {
+            passes.push((Pass::Recompute, recompute));
         }
         for (pass, n) in passes {
             for (op, site) in [gather, scatter] {
@@ -838,6 +885,7 @@ mod tests {
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            recompute_modules: None,
         }
     }
 
@@ -1174,6 +1222,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -54,6 +54,13 @@ pub struct Memory {
 /// attention 11sbh + 5as²b, MLP 19sbh, two layernorms 4sbh. Our terms, per piece:
 /// - attention: QKV input 2sbh, Q 2sbh, K and V 4sb·kv_width, softmax output 2as²b, its dropout mask
 ///   as²b and output 2as²b, projection input 2sbh, dropout mask sbh ⇒ 7sbh + 4sb·kv_width + 5as²b;
+///   where the heads are not `hidden` wide (Qwen3, GPT-OSS, multi-head latent attention) Q is
+///   2sb·q_width and the projection input 2sb·(heads × v head dim) instead of 2sbh each;
+/// - multi-head latent attention also keeps its compressed query and key-value latents twice each,
+///   as the input and the normed output of the layer-norm-fused up projections (Megatron-Core
+///   `MLASelfAttention`: `linear_q_up_proj` / `linear_kv_up_proj` are `TELayerNormColumnParallelLinear`,
+///   which saves both), 4sb·(q_lora_rank + kv_lora_rank), not split over TP (the down projections
+///   are replicated);
 /// - MLP: input 2sbh, up-projection output 2sb·up_width, activation output 2sb·ffn, dropout mask sbh
 ///   (GeLU with ffn = 4h: 19sbh; SwiGLU keeps gate, up and their product);
 /// - layernorms: 4sbh.
@@ -86,7 +93,13 @@ pub fn layer_activation_bytes(
         return 2.0 * sbh / replicated_split;
     }
     let masks = if model.dropout { 1.0 } else { 0.0 };
-    let attention_split = 4.0 * sbh + 4.0 * s * b * model.kv_width();
+    let sb = s * b;
+    let attention_split = 2.0 * sb * model.q_width()
+        + 2.0 * sb * model.attention_out_width()
+        + 4.0 * sb * model.kv_width();
+    let latents = model.mla.map_or(0.0, |mla| {
+        4.0 * sb * f64::from(mla.q_lora_rank.unwrap_or(0) + mla.kv_lora_rank)
+    });
     let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
     let outside_tp = (8.0 + 2.0 * masks) * sbh;
     let scores = match (attention, recompute) {
@@ -94,7 +107,7 @@ pub fn layer_activation_bytes(
         (AttentionKernel::Unfused, Recompute::Selective) => 0.0,
         (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
-    outside_tp / replicated_split + (attention_split + mlp_split + scores) / t
+    outside_tp / replicated_split + latents + (attention_split + mlp_split + scores) / t
 }
 
 /// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
@@ -417,6 +430,13 @@ fn stage_memory(
     };
     let layers = stage_layers(plan, model, stage);
     let per_op_sac = training.per_op_sac(plan.recompute);
+    let modules = super::recomputed_modules(training, plan);
+    // Listed modules without the attention core keep what no recompute keeps, less what each
+    // module frees (below).
+    let layer_recompute = match modules {
+        Some(m) if !m.contains(crate::training::RecomputeModule::CoreAttn) => Recompute::None,
+        _ => plan.recompute,
+    };
     let per_layer = if per_op_sac {
         alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
     } else {
@@ -426,7 +446,7 @@ fn stage_memory(
             s,
             plan.tp,
             plan.sequence_parallel,
-            plan.recompute,
+            layer_recompute,
             training.attention,
         )
     };
@@ -481,6 +501,21 @@ fn stage_memory(
         per_layer + moe_share * (moe_mlp - dense_mlp)
     } else {
         per_layer
+    };
+    // Megatron-Core's listed modules free what they recompute (`module_recompute`).
+    let per_layer = match modules {
+        Some(m) => {
+            per_layer
+                - super::module_recompute::freed_bytes(
+                    model,
+                    plan,
+                    training.seq_len,
+                    m,
+                    training.moe_imbalance,
+                    moe_share,
+                )
+        }
+        None => per_layer,
     };
     // PyTorch eager keeps more than the fused kernels when nothing is recomputed
     // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
@@ -761,6 +796,49 @@ mod tests {
                 AttentionKernel::Unfused,
             ),
             4.0 * sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)),
+        );
+    }
+
+    #[test]
+    fn wide_heads_keep_q_and_the_projection_input_at_their_width() {
+        // Qwen3-30B-A3B: 32 heads × 128 = 4096 wide on a 2048 hidden; DeepSeek-V3's latent
+        // attention: Q 128 × 192, the projection input 128 × 128, and its latents (1536 + 512)
+        // twice each.
+        let (s, b, t) = (4096.0, 1.0, 2.0);
+        let kept = |m: &Model| {
+            layer_activation_bytes(
+                m,
+                1,
+                4096,
+                2,
+                false,
+                Recompute::None,
+                AttentionKernel::Flash,
+            )
+        };
+        let qwen = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let mut narrow = qwen.clone();
+        narrow.head_dim = 64;
+        narrow.kv_heads = 2;
+        narrow.heads = 32;
+        let extra = kept(&qwen) - kept(&narrow);
+        // Q and the projection input 4096 instead of 2048; K and V 4 × 128 instead of 2 × 64.
+        let expected = (2.0 * s * b * 2048.0 * 2.0 + 4.0 * s * b * (512.0 - 128.0)) / t;
+        assert!((extra - expected).abs() < 1.0, "{extra} vs {expected}");
+        let dsv3 = crate::specs::load_model("deepseek-v3").unwrap();
+        let mut no_latents = dsv3.clone();
+        no_latents.mla = None;
+        no_latents.head_dim = 192;
+        let with_latents = kept(&dsv3);
+        let latents = 4.0 * s * b * (1536.0 + 512.0);
+        let attention =
+            (2.0 * s * b * (24576.0 + 16384.0) + 4.0 * s * b * 128.0 * (192.0 + 128.0) / 2.0) / t;
+        let others = kept(&no_latents)
+            - (2.0 * s * b * (24576.0 + 24576.0) + 4.0 * s * b * 128.0 * 192.0) / t;
+        assert!(
+            (with_latents - (others + attention + latents)).abs() < 1.0,
+            "{with_latents} vs {}",
+            others + attention + latents
         );
     }
 

@@ -26,6 +26,7 @@ pub mod compute;
 pub mod groups;
 pub mod ledger;
 pub mod memory;
+pub mod module_recompute;
 pub mod moe;
 pub mod pipeline;
 pub mod schedule;
@@ -213,14 +214,25 @@ fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
 
 /// Share of a layer's forward TP collectives that its recompute runs again: the recomputed layers
 /// under full recompute, the framework's selective kind otherwise.
-pub(crate) fn tp_recompute_share(training: &Training, plan: &ParallelPlan) -> f64 {
+pub(crate) fn tp_recompute_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     match plan.recompute {
         Recompute::Full => plan.recompute_share(),
-        Recompute::Selective => training
-            .framework
-            .selective_recompute()
-            .tp_forward_share(plan.sequence_parallel),
+        Recompute::Selective => training.selective_recompute().tp_forward_share(
+            plan.sequence_parallel,
+            1.0 - moe::busiest_stage_moe_share(model, plan),
+        ),
         Recompute::None => 0.0,
+    }
+}
+
+/// The modules Megatron-Core recomputes in this plan, when the user listed them.
+pub(crate) fn recomputed_modules(
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Option<crate::training::RecomputeModules> {
+    match (plan.recompute, training.selective_recompute()) {
+        (Recompute::Selective, SelectiveRecompute::Modules(modules)) => Some(modules),
+        _ => None,
     }
 }
 
@@ -244,7 +256,7 @@ pub(crate) fn unit_costs(
             cp: plan.cp,
             sp: plan.sequence_parallel,
             recompute: plan.recompute,
-            selective: training.framework.selective_recompute(),
+            selective: training.selective_recompute(),
             attention: training.attention,
             precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
@@ -258,8 +270,8 @@ pub(crate) fn unit_costs(
     // experts (`moe.rs`); the busiest stage's average layer carries its MoE layers' share of the
     // difference.
     let moe_share = moe::busiest_stage_moe_share(model, plan);
-    if moe_share > 0.0 {
-        let moe_mlp = moe::moe_mlp_forward_s(
+    let moe_mlp = if moe_share > 0.0 {
+        moe::moe_mlp_forward_s(
             model,
             cluster,
             plan,
@@ -267,7 +279,25 @@ pub(crate) fn unit_costs(
             training.moe_imbalance,
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
+        )
+    } else {
+        0.0
+    };
+    // Megatron-Core's listed modules run again in backward (`module_recompute`).
+    if let Some(modules) = recomputed_modules(training, plan) {
+        layer.recompute += module_recompute::forward_s(
+            model,
+            cluster,
+            plan,
+            seq_len,
+            modules,
+            training.moe_imbalance,
+            moe_share,
+            layer.mlp_forward,
+            moe_mlp,
         );
+    }
+    if moe_share > 0.0 {
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;
         layer.backward += 2.0 * delta;
@@ -286,7 +316,7 @@ pub(crate) fn unit_costs(
     let tp_group = groups.get(GroupKind::Tp);
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
-    let tp_recompute_share = tp_recompute_share(training, plan);
+    let tp_recompute_share = tp_recompute_share(model, training, plan);
     // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
     // torchtitan's functional collectives copy the full tensor around each all-gather and
@@ -430,8 +460,11 @@ pub(crate) fn unit_costs(
             + Collective::ReduceScatter.wire_factor(plan.etp))
             * gathered;
         let one_pair = 2.0 * alltoall + expert_tp;
+        // Full recompute's share of the layers, or the whole MoE layer under `--recompute-modules moe`.
+        let moe_repeats = recompute_share
+            + module_recompute::moe_alltoall_repeats(recomputed_modules(training, plan));
         let forward_s = one_pair * moe_share;
-        let backward_s = (1.0 + recompute_share) * one_pair * moe_share;
+        let backward_s = (1.0 + moe_repeats) * one_pair * moe_share;
         let (forward_exposed_s, backward_exposed_s) = if training.overlap.moe_a2a
             && moe::alltoall_overlap_applies(model, plan)
         {
@@ -450,7 +483,7 @@ pub(crate) fn unit_costs(
             backward_s,
             forward_exposed_s,
             backward_exposed_s,
-            wire_bytes: (2.0 + recompute_share) * (2.0 * bytes + expert_tp_wire) * moe_share,
+            wire_bytes: (2.0 + moe_repeats) * (2.0 * bytes + expert_tp_wire) * moe_share,
         }
     } else {
         PassComm::default()
@@ -708,8 +741,19 @@ pub fn evaluate(
         .attention_core_forward_flops(plan.global_batch, seq_len)
         .0
         * all_layers;
-    let selective = training.framework.selective_recompute();
+    let selective = training.selective_recompute();
     let recompute_flops = match (plan.recompute, selective, training.attention) {
+        // The attention core where listed, and the other modules' GEMMs.
+        (Recompute::Selective, SelectiveRecompute::Modules(modules), _) => {
+            let core = if modules.contains(crate::training::RecomputeModule::CoreAttn) {
+                attention_core
+            } else {
+                0.0
+            };
+            core + module_recompute::forward_flops_per_token(model, modules)
+                * f64::from(plan.global_batch)
+                * f64::from(seq_len)
+        }
         (Recompute::None, _, _)
         | (Recompute::Selective, SelectiveRecompute::AttentionCore, AttentionKernel::Flash) => 0.0,
         (
@@ -842,7 +886,7 @@ mod tests {
                     cp: 1,
                     sp: true,
                     recompute: Recompute::None,
-                    selective: training.framework.selective_recompute(),
+                    selective: training.selective_recompute(),
                     attention: training.attention,
                     precision: plan.precision,
                     gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },

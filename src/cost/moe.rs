@@ -128,27 +128,12 @@ pub fn moe_mlp_forward_s(
         batch: 1.0,
     };
     let mut cast_elements = up.m * up.k * up.batch + down.m * down.k * down.batch;
-    let shared = if moe.shared_expert_ffn_hidden > 0 {
-        let t = f64::from(plan.tp);
-        let gated = if model.gated_mlp { 2.0 } else { 1.0 };
-        let width = f64::from(moe.shared_expert_ffn_hidden);
-        let rows = tokens * t;
-        let shared_up = Gemm {
-            m: rows,
-            k: h,
-            n: gated * width / t,
-            batch: 1.0,
-        };
-        let shared_down = Gemm {
-            m: rows,
-            k: width / t,
-            n: h,
-            batch: 1.0,
-        };
-        cast_elements += shared_up.m * shared_up.k + shared_down.m * shared_down.k;
-        linear(&shared_up) + linear(&shared_down)
-    } else {
-        0.0
+    let shared = match shared_expert_gemms(model, plan, seq_len) {
+        Some([shared_up, shared_down]) => {
+            cast_elements += shared_up.m * shared_up.k + shared_down.m * shared_down.k;
+            linear(&shared_up) + linear(&shared_down)
+        }
+        None => 0.0,
     };
     // The activation reads the up projection and writes the expert's inner width.
     let routed = tokens * topk * imbalance * etp;
@@ -160,6 +145,34 @@ pub fn moe_mlp_forward_s(
     let memory = (permute_bytes + activation_bytes + cast_bytes) / gpu.achieved_hbm_bandwidth().0;
     (linear(&up) + linear(&down) + router.time(cluster) + shared + memory)
         / gpu.framework_efficiency
+}
+
+/// The shared experts' two GEMMs on one TP rank (up, down), at the dense MLP's TP split; `None`
+/// without shared experts.
+pub fn shared_expert_gemms(model: &Model, plan: &ParallelPlan, seq_len: u32) -> Option<[Gemm; 2]> {
+    let moe = model.moe?;
+    if moe.shared_expert_ffn_hidden == 0 {
+        return None;
+    }
+    let h = f64::from(model.hidden);
+    let t = f64::from(plan.tp);
+    let gated = if model.gated_mlp { 2.0 } else { 1.0 };
+    let width = f64::from(moe.shared_expert_ffn_hidden);
+    let rows = local_tokens(plan, seq_len) * t;
+    Some([
+        Gemm {
+            m: rows,
+            k: h,
+            n: gated * width / t,
+            batch: 1.0,
+        },
+        Gemm {
+            m: rows,
+            k: width / t,
+            n: h,
+            batch: 1.0,
+        },
+    ])
 }
 
 /// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward, each
@@ -591,12 +604,20 @@ pub fn moe_mlp_activation_bytes(
         * (h + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
         * ACTIVATION_BYTES;
     let router = tokens * f64::from(moe.experts) * 4.0;
+    experts + router + shared_expert_activation_bytes(model, plan, seq_len)
+}
+
+/// Activation bytes the shared experts' MLP keeps per GPU and micro-batch, at the dense shape:
+/// the up projection's output and the activation's.
+pub fn shared_expert_activation_bytes(model: &Model, plan: &ParallelPlan, seq_len: u32) -> f64 {
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
     let gated = if model.gated_mlp { 2.0 } else { 1.0 };
-    let shared =
-        tokens * f64::from(plan.tp) * (gated + 1.0) * f64::from(moe.shared_expert_ffn_hidden)
-            / f64::from(plan.tp)
-            * ACTIVATION_BYTES;
-    experts + router + shared
+    local_tokens(plan, seq_len)
+        * (gated + 1.0)
+        * f64::from(moe.shared_expert_ffn_hidden)
+        * ACTIVATION_BYTES
 }
 
 #[cfg(test)]

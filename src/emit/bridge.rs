@@ -81,6 +81,15 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         Recompute::Full => ("full", "uniform", "1"),
     };
     set("model.recompute_granularity", granularity.into());
+    // `TransformerConfig.recompute_modules`, a list (Megatron-Core's default, core_attn, unsaid).
+    if plan.recompute == Recompute::Selective
+        && let Some(modules) = training
+            .recompute_modules
+            .filter(|m| !m.is_core_attn_only())
+    {
+        let names: Vec<&str> = modules.iter().map(|m| m.as_str()).collect();
+        set("model.recompute_modules", format!("[{}]", names.join(",")));
+    }
     set("model.recompute_method", method.into());
     set(
         "model.recompute_num_layers",

@@ -68,6 +68,9 @@ pub struct MegatronLaunch {
     pub recompute: Recompute,
     /// How full recompute checkpoints, when the line says (`None` for selective or none).
     pub full_recompute: Option<FullRecompute>,
+    /// `--recompute-modules` under selective granularity (Megatron-Core's default, the attention
+    /// core, when `None`).
+    pub recompute_modules: Option<crate::training::RecomputeModules>,
     /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
     pub zero: u8,
     /// GEMM precision (`--fp8-format`/`--fp8-recipe`, `--fp4-format`/`--fp4-recipe`) and whether
@@ -105,6 +108,25 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let grad_dtype = p.grad_dtype(&mut notes)?;
     let optimizer_states = p.optimizer_states()?;
     let (recompute, full_recompute) = p.recompute(&mut notes)?;
+    // Megatron-Core reads --recompute-modules only under selective granularity
+    // (`TransformerConfig.__post_init__`); its names are checked as it checks them.
+    let recompute_modules = match &p.recompute_modules {
+        Some(words) if recompute == Recompute::Selective => Some(
+            crate::training::RecomputeModules::parse(words).map_err(|why| {
+                MegatronArgsError::BadValue {
+                    message: format!("--recompute-modules {}: {why}", words.join(" ")),
+                }
+            })?,
+        ),
+        Some(words) => {
+            notes.push(format!(
+                "--recompute-modules {} is read by Megatron-LM only with --recompute-granularity selective, so it changes nothing here; add that or drop it",
+                words.join(" ")
+            ));
+            None
+        }
+        None => None,
+    };
     let attention = p.attention()?;
     if p.value("num-layers-per-virtual-pipeline-stage").is_some()
         && p.value("num-virtual-stages-per-pipeline-rank").is_some()
@@ -267,6 +289,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         sequence_parallel,
         recompute,
         full_recompute,
+        recompute_modules,
         zero,
         precision,
         overlap,

@@ -76,15 +76,6 @@ impl Parsed<'_> {
                 "tpsim models Adam's optimizer states (12 bytes per parameter, Rajbhandari et al. 2020 §3.1); use --optimizer adam",
             ));
         }
-        // Megatron-Core's default recompute_modules is ["core_attn"], tpsim's selective recompute.
-        if let Some(modules) = &self.recompute_modules
-            && modules.as_slice() != ["core_attn"]
-        {
-            return Err(not_modelled(
-                format!("--recompute-modules {}", modules.join(" ")),
-                "selective recompute of modules other than core_attn is not modelled yet; tpsim's selective recompute is the attention core (use --recompute-modules core_attn, or drop it)",
-            ));
-        }
         Ok(())
     }
 }

@@ -225,6 +225,17 @@ impl Framework {
             _ if model.moe.is_some() && self.moe_routing_unsupported(training).is_some() => {
                 self.moe_routing_unsupported(training)
             }
+            Framework::Nemo
+                if plan.recompute == Recompute::Selective
+                    && training
+                        .recompute_modules
+                        .is_some_and(|m| !m.is_core_attn_only()) =>
+            {
+                Some(format!(
+                    "--recompute-modules {} has no NeMo 1.x setting (its selective recompute is the attention core); use --emit megatron or --emit megatron-bridge",
+                    training.recompute_modules.map(|m| m.megatron_words()).unwrap_or_default()
+                ))
+            }
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
@@ -410,7 +421,17 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     }
     match plan.recompute {
         Recompute::None => {}
-        Recompute::Selective => push("recompute-granularity", Some("selective".into())),
+        Recompute::Selective => {
+            push("recompute-granularity", Some("selective".into()));
+            // nargs='*': the module names as separate words (Megatron-Core's default, core_attn,
+            // needs none).
+            if let Some(modules) = training
+                .recompute_modules
+                .filter(|m| !m.is_core_attn_only())
+            {
+                push("recompute-modules", Some(modules.megatron_words()));
+            }
+        }
         // Megatron-Core recompute.py: block recomputes the first N layers of each model chunk;
         // uniform with 1 recomputes every layer.
         Recompute::Full if plan.recompute_num_layers > 0 => {
@@ -580,6 +601,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         (model, cluster, training)
     }

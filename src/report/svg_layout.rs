@@ -362,6 +362,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            recompute_modules: None,
         };
         let request = PlanRequest {
             tp: 2,

@@ -218,6 +218,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         let options = SearchOptions {
             allow_uneven_pp: false,

@@ -190,8 +190,9 @@ pub fn scenario_line(report: &Report) -> String {
             }
         },
         overlap_words(&t.overlap, &report.plans, &report.model),
-        match t.framework.selective_recompute() {
-            other @ crate::training::SelectiveRecompute::AlternateMatmuls => {
+        match t.selective_recompute() {
+            other @ (crate::training::SelectiveRecompute::AlternateMatmuls
+            | crate::training::SelectiveRecompute::Modules(_)) => {
                 format!("; recompute selective = {}", other.describe())
             }
             _ => String::new(),
@@ -884,6 +885,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            recompute_modules: None,
         };
         let result = search(
             &model,

@@ -1,0 +1,339 @@
+//! What Megatron-Core's selective recompute by module (`--recompute-modules`,
+//! `training::RecomputeModules`) keeps and runs again, per layer, one micro-batch, one GPU.
+//!
+//! Megatron-Core megatron/core/transformer (transformer_layer.py, multi_latent_attention.py,
+//! moe/experts.py, moe/moe_layer.py):
+//! - `core_attn`: Transformer Engine checkpoints the fused attention, whose forward runs again
+//!   before its backward; it keeps what no recompute keeps (`compute::layer_time_sharded`,
+//!   `SelectiveRecompute::CheckpointedAttention`), so it is priced there, not here.
+//! - `layernorm`: `CheckpointWithoutOutput` around each norm that is its own module and
+//!   `discard_output_and_register_recompute` once the next module has used it: the norm's output
+//!   (the next GEMM's saved input) is freed and the norm runs again in backward. Transformer
+//!   Engine fuses the input norm into the QKV GEMM (`TELayerNormColumnParallelLinear`) and the
+//!   dense MLP's norm into its first GEMM, so the norms that are modules are the input norm of
+//!   multi-latent attention (its down projections are separate linears) and the pre-MLP norm of
+//!   MoE layers (router, experts and shared experts all read it).
+//! - `mla_up_proj`: the query and key-value up projections and the RoPE on their outputs, the
+//!   same output-discarding checkpoint: Q, K and V, which the attention kernel keeps, are freed and
+//!   the up projections run again before the attention backward.
+//! - `moe_act`: the experts' activation, output-discarding: the second expert GEMM's input is
+//!   freed, the activation runs again.
+//! - `mlp`: the dense MLP (dense layers only; MoE layers have `moe`), normal checkpointing: only
+//!   its input is kept, the MLP forward (and, with TP, its collectives) runs again.
+//! - `moe`: the whole MoE layer, normal checkpointing: only its input is kept; router, dispatch
+//!   and combine all-to-alls, experts and shared experts run again.
+//! - `shared_experts`: the shared experts' MLP, normal checkpointing.
+//!
+//! A module that is freed keeps nothing it would have saved; what the output-discarding modules'
+//! neighbours save (the latents before `mla_up_proj`, the expert up projection before `moe_act`)
+//! stays. Element sizes follow `memory.rs`: a GEMM input is saved quantized (1 byte) under
+//! low-precision training, an attention input in bf16.
+
+use super::comm::ACTIVATION_BYTES;
+use super::compute::{Gemm, linear_gemm_time};
+use super::moe;
+use crate::cluster::Cluster;
+use crate::model::Model;
+use crate::plan::{ParallelPlan, Precision};
+use crate::training::{RecomputeModule, RecomputeModules};
+
+/// Bytes per element a GEMM's input is saved in for its backward (`memory.rs`: Transformer
+/// Engine saves the quantized input under low precision).
+fn saved_gemm_input_bytes(precision: Precision) -> f64 {
+    match precision {
+        Precision::Bf16 => ACTIVATION_BYTES,
+        _ => 1.0,
+    }
+}
+
+/// Tokens of one micro-batch on one TP×CP rank's full sequence shard (before the SP split).
+fn rank_tokens(plan: &ParallelPlan, seq_len: u32) -> f64 {
+    f64::from(plan.micro_batch) * f64::from(seq_len) / f64::from(plan.cp)
+}
+
+/// Norms that are modules of their own, per layer: the input norm of multi-latent attention and
+/// the pre-MLP norm of the MoE layers (`moe_share` of the layers).
+fn separate_norms(model: &Model, moe_share: f64) -> f64 {
+    let input_norm = if model.mla.is_some() { 1.0 } else { 0.0 };
+    input_norm + moe_share
+}
+
+/// The up projections `mla_up_proj` runs again, on one TP rank: the key-value's (to K without
+/// RoPE and V) and, with a query LoRA rank, the query's, column-parallel. Their summed time.
+fn mla_up_projection_s(model: &Model, cluster: &Cluster, plan: &ParallelPlan, seq_len: u32) -> f64 {
+    let Some(mla) = model.mla else {
+        return 0.0;
+    };
+    let tokens = rank_tokens(plan, seq_len);
+    let t = f64::from(plan.tp);
+    let heads = f64::from(model.heads);
+    let kv = Gemm {
+        m: tokens,
+        k: f64::from(mla.kv_lora_rank),
+        n: heads * f64::from(mla.qk_head_dim + mla.v_head_dim) / t,
+        batch: 1.0,
+    };
+    let q = mla.q_lora_rank.map_or(0.0, |q_lora| {
+        let gemm = Gemm {
+            m: tokens,
+            k: f64::from(q_lora),
+            n: model.q_width() / t,
+            batch: 1.0,
+        };
+        linear_gemm_time(&gemm, cluster, plan.precision, 1)
+    });
+    linear_gemm_time(&kv, cluster, plan.precision, 1) + q
+}
+
+/// Routed copies one GPU's experts process per micro-batch (as `moe.rs` counts them).
+fn routed_copies(model: &Model, plan: &ParallelPlan, seq_len: u32, imbalance: f64) -> f64 {
+    model.moe.map_or(0.0, |m| {
+        moe::local_tokens(plan, seq_len)
+            * f64::from(m.router_topk)
+            * imbalance
+            * f64::from(plan.etp)
+    })
+}
+
+/// The MoE pieces a layer runs again under `modules`: the whole layer with `moe`, else the
+/// shared experts and the activation as listed.
+fn recomputes_moe(modules: RecomputeModules) -> bool {
+    modules.contains(RecomputeModule::Moe)
+}
+
+/// Forward time the listed modules (all but `core_attn`) run again in one average layer of the
+/// busiest stage, one micro-batch: `moe_share` of its layers are MoE layers, whose MLP forward
+/// takes `moe_mlp_forward_s`; `dense_mlp_forward_s` is a dense layer's MLP forward. Element-wise
+/// kernels at the achieved HBM bandwidth, GEMMs on the roofline, all over the framework
+/// efficiency as every kernel of the layer.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_s(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    modules: RecomputeModules,
+    imbalance: f64,
+    moe_share: f64,
+    dense_mlp_forward_s: f64,
+    moe_mlp_forward_s: f64,
+) -> f64 {
+    let gpu = &cluster.gpu;
+    let bandwidth = gpu.achieved_hbm_bandwidth().0;
+    let tokens = rank_tokens(plan, seq_len);
+    let sp_split = if plan.sequence_parallel {
+        f64::from(plan.tp)
+    } else {
+        1.0
+    };
+    let h = f64::from(model.hidden);
+    let mut seconds = 0.0;
+    if modules.contains(RecomputeModule::Layernorm) {
+        // Each norm reads its input and writes its output again.
+        let bytes =
+            separate_norms(model, moe_share) * 2.0 * ACTIVATION_BYTES * tokens * h / sp_split;
+        seconds += bytes / bandwidth / gpu.framework_efficiency;
+    }
+    if modules.contains(RecomputeModule::MlaUpProj) {
+        let gemms = mla_up_projection_s(model, cluster, plan, seq_len);
+        // RoPE reads and writes the rotary parts of Q (every head) and K (shared).
+        let rope = model.mla.map_or(0.0, |mla| {
+            2.0 * ACTIVATION_BYTES
+                * tokens
+                * f64::from(mla.qk_pos_emb_head_dim)
+                * (f64::from(model.heads) / f64::from(plan.tp) + 1.0)
+        });
+        seconds += (gemms + rope / bandwidth) / gpu.framework_efficiency;
+    }
+    if modules.contains(RecomputeModule::Mlp) {
+        seconds += (1.0 - moe_share) * dense_mlp_forward_s;
+    }
+    if recomputes_moe(modules) {
+        seconds += moe_share * moe_mlp_forward_s;
+    } else {
+        if modules.contains(RecomputeModule::SharedExperts)
+            && let Some(gemms) = moe::shared_expert_gemms(model, plan, seq_len)
+        {
+            let time: f64 = gemms
+                .iter()
+                .map(|g| linear_gemm_time(g, cluster, plan.precision, 1))
+                .sum();
+            seconds += moe_share * time / gpu.framework_efficiency;
+        }
+        if modules.contains(RecomputeModule::MoeAct)
+            && let Some(m) = model.moe
+        {
+            // The activation reads the expert up projection and writes the expert's inner width.
+            let bytes = routed_copies(model, plan, seq_len, imbalance)
+                * (model.expert_up_width() + f64::from(m.ffn_hidden))
+                / f64::from(plan.etp)
+                * ACTIVATION_BYTES;
+            seconds += moe_share * bytes / bandwidth / gpu.framework_efficiency;
+        }
+    }
+    seconds
+}
+
+/// Activation bytes the listed modules do not keep, per layer (the model-wide MoE share
+/// `moe_share`), one micro-batch, one GPU — what `memory.rs` subtracts from no recompute's count
+/// (with `core_attn` absent) or from Megatron-Core's selective count.
+pub fn freed_bytes(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    modules: RecomputeModules,
+    imbalance: f64,
+    moe_share: f64,
+) -> f64 {
+    let tokens = rank_tokens(plan, seq_len);
+    let t = f64::from(plan.tp);
+    let sp_split = if plan.sequence_parallel { t } else { 1.0 };
+    let h = f64::from(model.hidden);
+    let saved = saved_gemm_input_bytes(plan.precision);
+    let mut bytes = 0.0;
+    if modules.contains(RecomputeModule::Layernorm) {
+        bytes += separate_norms(model, moe_share) * saved * tokens * h / sp_split;
+    }
+    if modules.contains(RecomputeModule::MlaUpProj) {
+        bytes += ACTIVATION_BYTES * tokens * (model.q_width() + 2.0 * model.kv_width()) / t;
+    }
+    if modules.contains(RecomputeModule::Mlp) {
+        // The dense MLP keeps its normed input, the up projection's output and the activation's.
+        let ffn = f64::from(model.ffn_hidden);
+        bytes += (1.0 - moe_share)
+            * tokens
+            * (saved * h / sp_split + (ACTIVATION_BYTES * model.mlp_up_width() + saved * ffn) / t);
+    }
+    if recomputes_moe(modules) {
+        let all = moe::moe_mlp_activation_bytes(model, plan, seq_len, imbalance);
+        let quantized = if plan.precision == Precision::Bf16 {
+            0.0
+        } else {
+            moe::expert_gemm_input_elements(model, plan, seq_len, imbalance)
+        };
+        bytes += moe_share * (all - quantized);
+    } else {
+        if modules.contains(RecomputeModule::SharedExperts) {
+            bytes += moe_share * moe::shared_expert_activation_bytes(model, plan, seq_len);
+        }
+        if modules.contains(RecomputeModule::MoeAct)
+            && let Some(m) = model.moe
+        {
+            bytes += moe_share
+                * routed_copies(model, plan, seq_len, imbalance)
+                * f64::from(m.ffn_hidden)
+                / f64::from(plan.etp)
+                * saved;
+        }
+    }
+    bytes
+}
+
+/// Forward FLOPs per token the listed modules (all but `core_attn`) run again, summed over the
+/// model's layers: the MLA up projections, the dense MLPs of the dense layers, the MoE layers'
+/// active experts, router and shared experts (or the shared experts alone).
+pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 {
+    let layers = f64::from(model.layers);
+    let mut flops = 0.0;
+    if modules.contains(RecomputeModule::MlaUpProj)
+        && let Some(mla) = model.mla
+    {
+        let kv = f64::from(mla.kv_lora_rank)
+            * f64::from(model.heads)
+            * f64::from(mla.qk_head_dim + mla.v_head_dim);
+        let q = mla
+            .q_lora_rank
+            .map_or(0.0, |rank| f64::from(rank) * model.q_width());
+        flops += 2.0 * (kv + q) * layers;
+    }
+    if modules.contains(RecomputeModule::Mlp) {
+        flops += 2.0 * model.dense_mlp_params() * f64::from(model.dense_layers());
+    }
+    let moe_layers = f64::from(model.moe_layers());
+    if recomputes_moe(modules) {
+        let topk = model.moe.map_or(0.0, |m| f64::from(m.router_topk));
+        let active =
+            model.router_params() + topk * model.expert_params() + model.shared_expert_params();
+        flops += 2.0 * active * moe_layers;
+    } else if modules.contains(RecomputeModule::SharedExperts) {
+        flops += 2.0 * model.shared_expert_params() * moe_layers;
+    }
+    flops
+}
+
+/// How many times over the MoE layers' forward all-to-alls run again: once under `moe`.
+pub fn moe_alltoall_repeats(modules: Option<RecomputeModules>) -> f64 {
+    match modules {
+        Some(m) if recomputes_moe(m) => 1.0,
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanRequest, Recompute};
+    use crate::training::{AttentionKernel, Training, TrainingFramework};
+
+    fn deepseek_plan() -> (Model, ParallelPlan) {
+        let model = crate::specs::load_model("deepseek-v3").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("b200-sxm-180g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            2048,
+            AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 1,
+            pp: 16,
+            dp: 16,
+            ep: 8,
+            micro_batch: 1,
+            recompute: Recompute::Selective,
+            allow_uneven_pp: true,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        (model, plan)
+    }
+
+    #[test]
+    fn mla_up_proj_frees_q_k_and_v_and_reruns_the_up_projections() {
+        let (model, plan) = deepseek_plan();
+        let modules = RecomputeModules::of(&[RecomputeModule::MlaUpProj]);
+        // DeepSeek-V3: Q 128 × 192, K 128 × 192, V 128 × 128 per token, 2 bytes, 4096 tokens.
+        let freed = freed_bytes(&model, &plan, 4096, modules, 1.0, 0.0);
+        assert_eq!(freed, 2.0 * 4096.0 * (24576.0 + 24576.0 + 16384.0));
+        // 2 × (512 × 128 × 256 + 1536 × 24576) FLOPs per token per layer, 61 layers.
+        let flops = forward_flops_per_token(&model, modules);
+        assert_eq!(flops, 2.0 * (512.0 * 32768.0 + 1536.0 * 24576.0) * 61.0);
+    }
+
+    #[test]
+    fn moe_covers_its_parts_once() {
+        let (model, plan) = deepseek_plan();
+        let whole = RecomputeModules::of(&[RecomputeModule::Moe]);
+        let with_parts = RecomputeModules::of(&[
+            RecomputeModule::Moe,
+            RecomputeModule::MoeAct,
+            RecomputeModule::SharedExperts,
+        ]);
+        let share = moe::moe_layer_share(&model);
+        assert_eq!(
+            freed_bytes(&model, &plan, 4096, whole, 1.0, share),
+            freed_bytes(&model, &plan, 4096, with_parts, 1.0, share)
+        );
+        let act = RecomputeModules::of(&[RecomputeModule::MoeAct]);
+        assert!(
+            freed_bytes(&model, &plan, 4096, act, 1.0, share)
+                < freed_bytes(&model, &plan, 4096, whole, 1.0, share)
+        );
+        assert_eq!(moe_alltoall_repeats(Some(whole)), 1.0);
+        assert_eq!(moe_alltoall_repeats(Some(act)), 0.0);
+    }
+}
