@@ -744,6 +744,11 @@ pub struct AccuracyArgs {
     /// into tpsim).
     #[arg(long, value_name = "FILE")]
     pub runs: Option<String>,
+    /// One run of a current-stack runs file (its id): how tpsim planned it, in full — the
+    /// scenario, the plan with the settings the search chose, memory, traffic and step time —
+    /// beside the published tokens/s per GPU.
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }

@@ -25,6 +25,9 @@ pub struct ModernRunsFile {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModernRun {
     pub id: String,
+    /// Where the run was published.
+    #[serde(default)]
+    pub source: RunSource,
     pub task: String,
     #[serde(default)]
     pub model_key: Option<String>,
@@ -37,6 +40,33 @@ pub struct ModernRun {
     /// What the source says beside the table (settings read from the run's config, caveats).
     #[serde(default)]
     pub notes: Vec<String>,
+}
+
+/// The publication a run comes from, as the runs file cites it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunSource {
+    #[serde(rename = "ref", default)]
+    pub reference: Option<String>,
+    #[serde(default)]
+    pub table: Option<String>,
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl RunSource {
+    /// "reference, table, url" with what the file gives.
+    pub fn describe(&self) -> String {
+        let parts: Vec<&str> = [&self.reference, &self.table, &self.url]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        if parts.is_empty() {
+            "source not stated".into()
+        } else {
+            parts.join("; ")
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -619,6 +649,27 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
 }
 
 fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
+    let planned = plan_run(run)?;
+    Ok((
+        planned.estimate.tokens_per_s / f64::from(planned.cluster.total_gpus()),
+        planned.estimate.memory.total_bytes.0 / crate::units::GIB,
+        planned.note,
+    ))
+}
+
+/// A published run as tpsim plans it: the scenario the run describes and the estimate of its
+/// published plan with the unstated settings searched (`tpsim accuracy --run ID` prints it).
+pub struct PlannedRun {
+    pub model: Model,
+    pub cluster: Cluster,
+    pub training: Training,
+    pub estimate: crate::cost::Estimate,
+    /// The settings the search chose, as the accuracy table's last column says them.
+    pub note: String,
+}
+
+/// Plans `run` with its published plan pinned (see `predict`), or says why it cannot.
+pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     if let Some(why) = excluded(run) {
         return Err(why);
     }
@@ -773,11 +824,13 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
             String::new()
         }
     );
-    Ok((
-        chosen.tokens_per_s / f64::from(hw.num_gpus),
-        chosen.memory.total_bytes.0 / crate::units::GIB,
+    Ok(PlannedRun {
+        model,
+        cluster,
+        training,
+        estimate: chosen,
         note,
-    ))
+    })
 }
 
 /// Median and largest |memory error| and the count past `bound` of the predictions whose source

@@ -23,7 +23,16 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     // The current-stack format (`validation/modern_runs.yaml`: schema_version, model_catalog,
     // runs with results in tokens/s per GPU) is compared in tokens/s per GPU.
     if text.contains("\nmodel_catalog:") && text.contains("schema_version:") {
+        if let Some(id) = &args.run {
+            return modern_run(&text, &origin, id, args.format);
+        }
         return modern_accuracy(&text, &origin, args.format);
+    }
+    if let Some(id) = &args.run {
+        bail!(
+            "--run {}: {origin} is a published-runs file (step times), whose table already shows every run in full; --run reads current-stack runs files such as validation/modern_runs.yaml",
+            input_file::quote(id)
+        );
     }
     let rows = validation::accuracy(&text, &origin)?;
     if rows.is_empty() {
@@ -72,6 +81,90 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
                 worst * 100.0
             );
             let _ = format_count;
+        }
+    }
+    Ok(Outcome::Found)
+}
+
+/// `tpsim accuracy --runs modern_runs.yaml --run ID`: one run as tpsim plans it, in full, beside
+/// what the source published.
+fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outcome> {
+    use crate::modern_runs::{ModernRunsFile, plan_run, predict};
+    use crate::report::{ClusterSummary, ModelSummary, Report};
+    let file: ModernRunsFile = yaml_serde::from_str(text)
+        .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
+    let Some(run) = file.runs.iter().find(|r| r.id == id) else {
+        let close: Vec<&str> = file
+            .runs
+            .iter()
+            .map(|r| r.id.as_str())
+            .filter(|other| other.contains(id) || id.contains(*other))
+            .take(3)
+            .collect();
+        bail!(
+            "--run {}: no run of {origin} has that id; give one of its ids{}",
+            input_file::quote(id),
+            if close.is_empty() {
+                " (the first column of `tpsim accuracy --runs FILE`)".to_string()
+            } else {
+                format!(", e.g. {}", close.join(", "))
+            }
+        );
+    };
+    let prediction = predict(run);
+    let planned = match plan_run(run) {
+        Ok(planned) => planned,
+        Err(why) => {
+            eprintln!("run {id}: not predicted: {why}");
+            return Ok(Outcome::NothingFits);
+        }
+    };
+    let report = Report {
+        model: ModelSummary::new(&planned.model, "the run's model"),
+        cluster: ClusterSummary::new(&planned.cluster),
+        training: planned.training,
+        search: None,
+        plans: vec![planned.estimate],
+        details: Vec::new(),
+    };
+    let published = prediction.published_tokens_per_s_per_gpu;
+    let predicted = planned.estimate.tokens_per_s / f64::from(planned.cluster.total_gpus());
+    match format {
+        Format::Json | Format::Yaml => {
+            let body: serde_json::Value = serde_json::from_str(&crate::report::to_json(&report))?;
+            let out = serde_json::json!({ "run": prediction, "planned": body });
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
+                _ => print!("{}", yaml_serde::to_string(&out)?),
+            }
+        }
+        Format::Table => {
+            let tokens_per_step =
+                f64::from(planned.training.global_batch) * f64::from(planned.training.seq_len);
+            let gpus = f64::from(planned.cluster.total_gpus());
+            println!(
+                "run {id}: published {published:.0} tokens/s per GPU, {:.2} s per step ({}); tpsim {predicted:.0}, {:.2} s ({:+.1}%), its published plan pinned, the rest searched: {}",
+                tokens_per_step / gpus / published,
+                run.source.describe(),
+                planned.estimate.time.step_s.0,
+                100.0 * (predicted / published - 1.0),
+                planned.note
+            );
+            if let (Some(stated), Some(error)) = (
+                prediction.published_peak_memory_gib,
+                prediction.memory_error,
+            ) {
+                println!(
+                    "peak memory: published {stated:.1} GiB, tpsim {:.1} GiB ({:+.1}%)",
+                    planned.estimate.memory.total_bytes.0 / crate::units::GIB,
+                    100.0 * error
+                );
+            }
+            println!(
+                "{}\n\n{}",
+                crate::report::scenario_line(&report),
+                crate::report::breakdown(&report.plans[0])
+            );
         }
     }
     Ok(Outcome::Found)
