@@ -643,19 +643,16 @@ impl SelectiveRecompute {
     /// Share of one layer's forward TP collectives (the all-reduce-equivalent pair) that the
     /// recompute runs again: per-op SAC repeats the two all-gathers of sequence parallelism (half
     /// the pair) or, without it, both all-reduces.
-    /// Module recompute repeats the dense MLP's pair where `mlp` is listed
-    /// (`cost::module_recompute::tp_forward_share` says how much of the layer that is).
-    pub fn tp_forward_share(self, sequence_parallel: bool, dense_layer_share: f64) -> f64 {
+    /// Module recompute repeats the MLP's pair of the layers whose MLP it recomputes (`mlp`: the
+    /// dense layers, `moe`: the MoE layers, `moe_share` of them; `cost::module_recompute::
+    /// mlp_pair_repeats`).
+    pub fn tp_forward_share(self, sequence_parallel: bool, moe_share: f64) -> f64 {
         match (self, sequence_parallel) {
             (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
                 0.0
             }
             (SelectiveRecompute::Modules(modules), _) => {
-                if modules.contains(RecomputeModule::Mlp) {
-                    0.5 * dense_layer_share
-                } else {
-                    0.0
-                }
+                0.5 * crate::cost::module_recompute::mlp_pair_repeats(modules, moe_share)
             }
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,

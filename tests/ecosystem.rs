@@ -3189,7 +3189,7 @@ fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
         ),
         (
             "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-layer-recompute",
-            &["--moe-layer-recompute", "not modelled"][..],
+            &["--moe-layer-recompute", "--recompute-modules moe"][..],
         ),
         // Megatron's default dispatcher is allgather; tpsim models the all-to-all.
         (

@@ -57,7 +57,10 @@ fn plan_of(v: &serde_json::Value) -> &serde_json::Value {
 
 #[test]
 fn mla_up_proj_frees_q_k_v_for_its_up_projections() {
-    let none = json(&args(&with(DSV3_B200, &["--format", "json"])));
+    let none = json(&args(&with(
+        DSV3_B200,
+        &["--recompute", "none", "--format", "json"],
+    )));
     let up = json(&args(&with(
         DSV3_B200,
         &["--recompute-modules", "mla_up_proj", "--format", "json"],
@@ -68,11 +71,11 @@ fn mla_up_proj_frees_q_k_v_for_its_up_projections() {
         up["training"]["recompute_modules"],
         serde_json::json!(["mla_up_proj"])
     );
-    // Q (128 × 192), K (128 × 192) and V (128 × 128) per token, bf16, 4096 tokens, 4 layers on
-    // the first stage, 16 micro-batches in flight there (1F1B).
+    // Q (128 × 192), K (128 × 192) and V (128 × 128) per token and the normed latents (1536 +
+    // 512), bf16, 4096 tokens, 4 layers on the first stage, 16 micro-batches in flight there.
     let freed = a["memory"]["activations_bytes"].as_f64().unwrap()
         - b["memory"]["activations_bytes"].as_f64().unwrap();
-    let expected = 2.0 * 4096.0 * (24576.0 + 24576.0 + 16384.0) * 4.0 * 16.0;
+    let expected = 2.0 * 4096.0 * (24576.0 + 24576.0 + 16384.0 + 1536.0 + 512.0) * 4.0 * 16.0;
     assert!(
         (freed / expected - 1.0).abs() < 0.02,
         "freed {freed:.3e}, expected {expected:.3e}"
@@ -91,7 +94,7 @@ fn mla_up_proj_frees_q_k_v_for_its_up_projections() {
 #[test]
 fn the_moe_module_repeats_the_token_all_to_alls() {
     let base = with(DSV3_B200, &["--format", "json"]);
-    let none = json(&args(&base));
+    let none = json(&args(&with(&base, &["--recompute", "none"])));
     let moe = json(&args(&with(&base, &["--recompute-modules", "moe"])));
     let ep = |v: &serde_json::Value| plan_of(v)["comm"]["ep"]["wire_bytes"].as_f64().unwrap();
     // Dispatch and combine in forward and backward, and the forward pair again.
@@ -290,4 +293,177 @@ fn modules_that_cannot_apply_are_refused_with_one_line() {
         "moe_act",
     ]);
     assert_one_line_error(&r, &["--recompute none", "selective"], &[], "plan pin");
+}
+
+/// tpsim's own `--recompute selective` under Megatron-Core means the output-discarding modules the
+/// model has, in `eval` as in `plan`: one pinned plan, one answer. A launch line's selective
+/// recompute without modules is Megatron-Core's default, the attention core.
+#[test]
+fn plan_and_eval_mean_the_same_selective_recompute() {
+    let pins = [
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "4",
+        "--gpu",
+        "h100-sxm-80g",
+        "--global-batch",
+        "512",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--sequence-parallel",
+        "--ep",
+        "8",
+        "--etp",
+        "1",
+        "--micro-batch",
+        "4",
+        "--zero",
+        "1",
+        "--recompute",
+        "selective",
+        "--format",
+        "json",
+    ];
+    let planned = json(&args(&with(&["plan"], &pins)));
+    let evaluated = json(&args(&with(&["eval"], &pins)));
+    assert_eq!(
+        planned["training"]["recompute_modules"],
+        serde_json::json!(["moe_act", "layernorm"])
+    );
+    assert_eq!(
+        evaluated["training"]["recompute_modules"],
+        planned["training"]["recompute_modules"]
+    );
+    assert_eq!(
+        plan_of(&planned)["time"]["step_s"],
+        plan_of(&evaluated)["time"]["step_s"]
+    );
+    assert_eq!(
+        plan_of(&planned)["memory"]["total_bytes"],
+        plan_of(&evaluated)["memory"]["total_bytes"]
+    );
+    // The same plan as a Megatron-LM line that says only "selective": the attention core.
+    let line = run(&args(&with(
+        &with(&["eval"], &pins[..pins.len() - 2]),
+        &["--emit", "megatron"],
+    )));
+    assert_eq!(line.code, 0, "{}", line.stderr);
+    let bare = line
+        .stdout
+        .trim()
+        .replace(" --recompute-modules moe_act layernorm", "");
+    let pasted = json(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "4",
+        "--megatron-args",
+        &bare,
+        "--format",
+        "json",
+    ]);
+    assert!(pasted["training"].get("recompute_modules").is_none());
+    assert!(
+        plan_of(&pasted)["memory"]["activations_bytes"]
+            .as_f64()
+            .unwrap()
+            > plan_of(&evaluated)["memory"]["activations_bytes"]
+                .as_f64()
+                .unwrap()
+    );
+}
+
+#[test]
+fn what_megatron_core_refuses_of_the_modules_is_refused() {
+    let eval = with(DSV3_B200, &[]);
+    // The MoE all-to-all overlap cannot run while the MoE layer is recomputed.
+    let r = run(&args(&with(
+        &eval,
+        &[
+            "--recompute-modules",
+            "moe",
+            "--overlap-moe-expert-parallel-comm",
+        ],
+    )));
+    assert_one_line_error(
+        &r,
+        &["--overlap-moe-expert-parallel-comm", "moe"],
+        &[],
+        "a2a overlap",
+    );
+    // A plan file recomputing fully, given modules: selective with them, as without a file.
+    let dir = scratch("recompute_modules", "file");
+    let file = dir.join("full.yaml");
+    let r = run(&[
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--recompute",
+        "full",
+        "--top",
+        "1",
+        "--save",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let from_file = json(&[
+        "eval",
+        "--plan",
+        file.to_str().unwrap(),
+        "--recompute-modules",
+        "moe_act",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(plan_of(&from_file)["recompute"], "selective");
+    let _ = std::fs::remove_dir_all(&dir);
+    // Launch lines Megatron-LM refuses.
+    let r = run(&args(&with(
+        &eval,
+        &["--recompute-modules", "moe_act", "--emit", "megatron"],
+    )));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r.stdout.trim().to_string();
+    let pasted = |line: &str| {
+        run(&[
+            "eval",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "32",
+            "--megatron-args",
+            line,
+        ])
+    };
+    for (bad, needles) in [
+        (
+            line.replace("--moe-grouped-gemm", ""),
+            &["moe_act", "--moe-grouped-gemm"][..],
+        ),
+        (
+            line.replace(
+                "--recompute-modules moe_act",
+                "--recompute-modules moe_act,layernorm",
+            ),
+            &["separate words"][..],
+        ),
+        (
+            line.replace("--fp8-recipe tensorwise", "--fp8-recipe delayed"),
+            &["delayed scaling", "moe_act"][..],
+        ),
+    ] {
+        assert_ne!(bad, line, "the test's line changed: {line}");
+        let r = pasted(&bad);
+        assert_one_line_error(&r, needles, &["panicked"], &bad);
+    }
 }

@@ -234,6 +234,12 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         tb.cp_exchange.as_str().to_string(),
         "--cp-exchange",
     );
+    setting(
+        "selective recompute",
+        ta.selective_recompute().describe(),
+        tb.selective_recompute().describe(),
+        "--recompute-modules",
+    );
     out
 }
 
@@ -258,8 +264,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
     let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
-            let mut scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
-            super::scenario::search_selective_modules(&mut scenario, None);
+            let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             crate::plan::check_precision(&scenario.cluster, precision_of_args(&args.training))?;
             let result = search(
                 &scenario.model,

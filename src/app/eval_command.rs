@@ -253,13 +253,19 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         );
     }
     // Modules are what selective recompute recomputes; with none or full they would do nothing.
-    if let (Some(words), Some(asked @ (RecomputeArg::None | RecomputeArg::Full))) =
-        (&args.training.recompute_modules, args.recompute)
+    if let Some(words) = &args.training.recompute_modules
+        && request.recompute != Recompute::Selective
     {
+        let why = match args.recompute {
+            Some(asked) => format!("--recompute {}", recompute_arg_name(asked)),
+            None => format!(
+                "the pasted launch line's recompute ({})",
+                request.recompute.as_str()
+            ),
+        };
         bail!(
-            "--recompute-modules {} says what selective recompute recomputes, but --recompute {} is not selective; use --recompute selective or drop --recompute-modules",
-            words.join(" "),
-            recompute_arg_name(asked)
+            "--recompute-modules {} says what selective recompute recomputes, but {why} is not selective; use --recompute selective or drop --recompute-modules",
+            words.join(" ")
         );
     }
     // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
@@ -300,6 +306,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     check_moe_alltoall_overlap(
         args.training.overlap_moe_expert_parallel_comm,
         &scenario.model,
+        &scenario.training,
         &plan,
     )?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
@@ -327,6 +334,11 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             plan.vpp,
             framework.as_str()
         );
+    }
+    // Selective recompute's modules mean nothing to a plan that does not recompute selectively
+    // (a given list with such a plan was refused above): not said, as a launch line would not.
+    if plan.recompute != Recompute::Selective {
+        scenario.training.recompute_modules = None;
     }
     let simulated = simulate_plan(
         &scenario.model,
@@ -466,12 +478,13 @@ fn eval_inputs(args: &EvalArgs, quiet: bool) -> Vec<(&'static str, &str)> {
 fn check_moe_alltoall_overlap(
     given: Option<bool>,
     model: &crate::model::Model,
+    training: &crate::training::Training,
     plan: &ParallelPlan,
 ) -> Result<()> {
     if given != Some(true) {
         return Ok(());
     }
-    match crate::cost::moe::alltoall_overlap_refusal(model, plan) {
+    match crate::cost::moe::alltoall_overlap_refusal(model, training, plan) {
         Some(why) => bail!(
             "--overlap-moe-expert-parallel-comm: {why} (Megatron-Core transformer_config.py refuses it otherwise); change the plan or drop the flag"
         ),
@@ -552,6 +565,8 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
             Some(RecomputeArg::None) => Recompute::None,
             Some(RecomputeArg::Selective) => Recompute::Selective,
             Some(RecomputeArg::Full) => Recompute::Full,
+            // Listed modules are selective recompute, whatever the file's plan recomputed.
+            None if args.training.recompute_modules.is_some() => Recompute::Selective,
             None => file.recompute,
         },
         zero: args.zero.unwrap_or(file.zero),

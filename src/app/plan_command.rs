@@ -108,7 +108,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             )?;
         }
     }
-    let mut scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+    let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     super::scenario::note_window_without_effect(&scenario.model);
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
@@ -116,7 +116,6 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         pins: pins_of_args(&args.pins, &args.training.recompute_modules)?,
     };
-    super::scenario::search_selective_modules(&mut scenario, options.pins.recompute);
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
     // An overlap asked for that no plan of this search can use is refused, as `eval` refuses it
     // for its one plan: the model has no experts, or the pins leave no tensor parallelism.

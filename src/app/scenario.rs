@@ -736,7 +736,7 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
-    let recompute_modules = recompute_modules_of(&model, framework, training_args, saved)?;
+    let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let training = Training {
         local_batch,
         cp_exchange,
@@ -936,53 +936,55 @@ pub(super) fn global_batch_advice(
     lines
 }
 
-/// What `plan`, `sweep` and `compare` search selective recompute as under Megatron-Core when no
-/// `--recompute-modules` is given: the output-discarding modules the model has
-/// (`RecomputeModules::output_discarding_for`), instead of Megatron-Core's default `core_attn`,
-/// which with fused attention frees nothing and which the search therefore skips. `eval` keeps
-/// Megatron's default, as a launch line with `--recompute-granularity selective` alone runs it.
-/// Nothing changes when recompute is pinned to none or full.
-pub(super) fn search_selective_modules(scenario: &mut Scenario, pinned: Option<Recompute>) {
-    let training = &mut scenario.training;
-    if training.framework == TrainingFramework::MegatronCore
-        && training.recompute_modules.is_none()
-        && matches!(pinned, None | Some(Recompute::Selective))
-    {
-        training.recompute_modules = RecomputeModules::output_discarding_for(&scenario.model);
-    }
-}
-
-/// Megatron-Core's selective recompute modules: `--recompute-modules`, else a saved plan's (unless
-/// --framework says otherwise). Refused under another framework and for modules the model has
-/// nothing for (`RecomputeModules::check_model`).
+/// Megatron-Core's selective recompute modules: `--recompute-modules`; else what a plan file or
+/// launch line says (none said: Megatron-Core's default, the attention core); else, under
+/// Megatron-Core, the output-discarding modules the model has
+/// (`RecomputeModules::output_discarding_for`), which is what tpsim's own `--recompute
+/// selective` means there, in `plan`, `eval`, `sweep` and `compare` alike: Megatron-Core's
+/// default, `core_attn`, frees nothing with fused attention. Given modules are refused under
+/// another framework and where the model has nothing for them (`RecomputeModules::check_model`);
+/// a file's under another `--framework` are dropped with a note.
 fn recompute_modules_of(
     model: &Model,
     framework: TrainingFramework,
     training_args: &TrainingArgs,
-    saved: Option<&PlanFile>,
+    plan_file: Option<&PlanFile>,
 ) -> Result<Option<RecomputeModules>> {
-    let modules = match &training_args.recompute_modules {
-        Some(words) => Some(
+    let megatron_core = framework == TrainingFramework::MegatronCore;
+    let (modules, origin) = match (&training_args.recompute_modules, plan_file) {
+        (Some(words), _) => (
             RecomputeModules::parse(words)
                 .map_err(|why| anyhow!("--recompute-modules {}: {why}", words.join(" ")))?,
+            format!("--recompute-modules {}", words.join(" ")),
         ),
-        None => saved.and_then(|f| f.recompute_modules),
+        (None, Some(file)) => match file.recompute_modules {
+            Some(modules) if !megatron_core => {
+                eprintln!(
+                    "note: the plan's recompute_modules ({}) are Megatron-Core's; --framework {} recomputes selectively its own way, so they are not used",
+                    modules.describe(),
+                    framework.as_str()
+                );
+                return Ok(None);
+            }
+            Some(modules) => (
+                modules,
+                format!("the plan's recompute_modules ({})", modules.describe()),
+            ),
+            None => return Ok(None),
+        },
+        (None, None) if megatron_core => {
+            return Ok(RecomputeModules::output_discarding_for(model));
+        }
+        (None, None) => return Ok(None),
     };
-    let Some(modules) = modules else {
-        return Ok(None);
-    };
-    if framework != TrainingFramework::MegatronCore {
+    if !megatron_core {
         bail!(
-            "--recompute-modules {} is Megatron-Core's selective recompute, which --framework {} does not run; use --framework megatron-core or drop --recompute-modules",
-            modules.megatron_words(),
+            "{origin} is Megatron-Core's selective recompute, which --framework {} does not run; use --framework megatron-core or drop --recompute-modules",
             framework.as_str()
         );
     }
-    modules.check_model(model).map_err(|why| {
-        anyhow!(
-            "--recompute-modules {}: {why}; drop that module",
-            modules.megatron_words()
-        )
-    })?;
+    modules
+        .check_model(model)
+        .map_err(|why| anyhow!("{origin}: {why}; drop that module"))?;
     Ok(Some(modules))
 }

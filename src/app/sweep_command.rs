@@ -160,7 +160,6 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         }
         let mut scenario = resolve_scenario(&model, &cluster, &training, None)
             .with_context(|| format!("--axis {} at {value}", axis.name()))?;
-        super::scenario::search_selective_modules(&mut scenario, None);
         if axis == sweep::Axis::NetworkBandwidth {
             match value.parse::<f64>() {
                 Ok(gb) if crate::cluster::NETWORK_GB_PER_S.contains(gb) => {

@@ -339,12 +339,14 @@ pub fn ledger(
         if plan.recompute == Recompute::Full || per_op_sac {
             forward_pair(Pass::Recompute);
         }
-        // `--recompute-modules mlp` runs the dense layers' MLP again, its collectives with it.
-        if super::recomputed_modules(training, plan)
-            .is_some_and(|m| m.contains(crate::training::RecomputeModule::Mlp))
-        {
-            let dense = 1.0 - moe::busiest_stage_moe_share(model, plan);
-            let mlp_count = (count as f64 * dense).round() as u64;
+        // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
+        // collectives with it.
+        if let Some(modules) = super::recomputed_modules(training, plan) {
+            let repeats = super::module_recompute::mlp_pair_repeats(
+                modules,
+                moe::busiest_stage_moe_share(model, plan),
+            );
+            let mlp_count = (count as f64 * repeats).round() as u64;
             let sites: &[(Op, &str)] = if plan.sequence_parallel {
                 &[
                     (

@@ -59,8 +59,10 @@ pub struct Memory {
 /// - multi-head latent attention also keeps its compressed query and key-value latents twice each,
 ///   as the input and the normed output of the layer-norm-fused up projections (Megatron-Core
 ///   `MLASelfAttention`: `linear_q_up_proj` / `linear_kv_up_proj` are `TELayerNormColumnParallelLinear`,
-///   which saves both), 4sb·(q_lora_rank + kv_lora_rank), not split over TP (the down projections
-///   are replicated);
+///   which saves both), 4sb·(q_lora_rank + kv_lora_rank): the down projections are replicated over
+///   TP, so only sequence parallelism splits them (they run on the rank's sequence shard and the
+///   up projections gather it again in backward; multi_latent_attention.py: "q_compressed:
+///   [s / TP, b, q_lora_rank]");
 /// - MLP: input 2sbh, up-projection output 2sb·up_width, activation output 2sb·ffn, dropout mask sbh
 ///   (GeLU with ffn = 4h: 19sbh; SwiGLU keeps gate, up and their product);
 /// - layernorms: 4sbh.
@@ -107,7 +109,7 @@ pub fn layer_activation_bytes(
         (AttentionKernel::Unfused, Recompute::Selective) => 0.0,
         (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
-    outside_tp / replicated_split + latents + (attention_split + mlp_split + scores) / t
+    (outside_tp + latents) / replicated_split + (attention_split + mlp_split + scores) / t
 }
 
 /// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
@@ -285,12 +287,13 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
     // The MoE all-to-all overlap schedules one extra model chunk's forward before the 1F1B
     // stages (Megatron-Core `schedules.py`), and without a pipeline runs the next micro-batch's
     // forward while the current one's activations wait for their backward.
-    let overlap_extra =
-        if training.overlap.moe_a2a && super::moe::alltoall_overlap_applies(model, plan) {
-            1.0 / v
-        } else {
-            0.0
-        };
+    let overlap_extra = if training.overlap.moe_a2a
+        && super::moe::alltoall_overlap_applies(model, training, plan)
+    {
+        1.0 / v
+    } else {
+        0.0
+    };
     scheduled + overlap_extra.min((m - scheduled).max(0.0))
 }
 

@@ -219,7 +219,7 @@ pub(crate) fn tp_recompute_share(model: &Model, training: &Training, plan: &Para
         Recompute::Full => plan.recompute_share(),
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
-            1.0 - moe::busiest_stage_moe_share(model, plan),
+            moe::busiest_stage_moe_share(model, plan),
         ),
         Recompute::None => 0.0,
     }
@@ -466,7 +466,7 @@ pub(crate) fn unit_costs(
         let forward_s = one_pair * moe_share;
         let backward_s = (1.0 + moe_repeats) * one_pair * moe_share;
         let (forward_exposed_s, backward_exposed_s) = if training.overlap.moe_a2a
-            && moe::alltoall_overlap_applies(model, plan)
+            && moe::alltoall_overlap_applies(model, training, plan)
         {
             // Each forward's all-to-alls under the paired backward's compute and the other way
             // round; the warmup forwards and cooldown backwards have no partner.

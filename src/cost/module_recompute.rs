@@ -14,8 +14,9 @@
 //!   multi-latent attention (its down projections are separate linears) and the pre-MLP norm of
 //!   MoE layers (router, experts and shared experts all read it).
 //! - `mla_up_proj`: the query and key-value up projections and the RoPE on their outputs, the
-//!   same output-discarding checkpoint: Q, K and V, which the attention kernel keeps, are freed and
-//!   the up projections run again before the attention backward.
+//!   same output-discarding checkpoint: Q, K and V, which the attention kernel keeps, are freed,
+//!   and so are the normed latents the layer-norm-fused up projections would save (they run under
+//!   the checkpoint without saving); the up projections run again before the attention backward.
 //! - `moe_act`: the experts' activation, output-discarding: the second expert GEMM's input is
 //!   freed, the activation runs again.
 //! - `mlp`: the dense MLP (dense layers only; MoE layers have `moe`), normal checkpointing: only
@@ -25,8 +26,8 @@
 //! - `shared_experts`: the shared experts' MLP, normal checkpointing.
 //!
 //! A module that is freed keeps nothing it would have saved; what the output-discarding modules'
-//! neighbours save (the latents before `mla_up_proj`, the expert up projection before `moe_act`)
-//! stays. Element sizes follow `memory.rs`: a GEMM input is saved quantized (1 byte) under
+//! neighbours save (the raw latents before `mla_up_proj`, the expert up projection before
+//! `moe_act`) stays. Element sizes follow `memory.rs`: a GEMM input is saved quantized (1 byte) under
 //! low-precision training, an attention input in bf16.
 
 use super::comm::ACTIVATION_BYTES;
@@ -196,6 +197,14 @@ pub fn freed_bytes(
     }
     if modules.contains(RecomputeModule::MlaUpProj) {
         bytes += ACTIVATION_BYTES * tokens * (model.q_width() + 2.0 * model.kv_width()) / t;
+        // The up projections run inside the checkpoint without saving: their normed inputs
+        // (`memory::layer_activation_bytes`' second copy of the latents) go too.
+        if let Some(mla) = model.mla {
+            bytes += ACTIVATION_BYTES
+                * tokens
+                * f64::from(mla.q_lora_rank.unwrap_or(0) + mla.kv_lora_rank)
+                / sp_split;
+        }
     }
     if modules.contains(RecomputeModule::Mlp) {
         // The dense MLP keeps its normed input, the up projection's output and the activation's.
@@ -261,6 +270,23 @@ pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 
     flops
 }
 
+/// Share of a layer's MLP-side TP collective pair (the all-gather and reduce-scatter around the
+/// MLP, or its all-reduce) the listed modules run again: the dense layers' under `mlp`, the MoE
+/// layers' under `moe` (`moe_share` of the layers are MoE layers).
+pub fn mlp_pair_repeats(modules: RecomputeModules, moe_share: f64) -> f64 {
+    let dense = if modules.contains(RecomputeModule::Mlp) {
+        1.0 - moe_share
+    } else {
+        0.0
+    };
+    let moe = if recomputes_moe(modules) {
+        moe_share
+    } else {
+        0.0
+    };
+    dense + moe
+}
+
 /// How many times over the MoE layers' forward all-to-alls run again: once under `moe`.
 pub fn moe_alltoall_repeats(modules: Option<RecomputeModules>) -> f64 {
     match modules {
@@ -308,7 +334,11 @@ mod tests {
         let modules = RecomputeModules::of(&[RecomputeModule::MlaUpProj]);
         // DeepSeek-V3: Q 128 × 192, K 128 × 192, V 128 × 128 per token, 2 bytes, 4096 tokens.
         let freed = freed_bytes(&model, &plan, 4096, modules, 1.0, 0.0);
-        assert_eq!(freed, 2.0 * 4096.0 * (24576.0 + 24576.0 + 16384.0));
+        // Q, K and V, and the normed latents (1536 + 512).
+        assert_eq!(
+            freed,
+            2.0 * 4096.0 * (24576.0 + 24576.0 + 16384.0) + 2.0 * 4096.0 * (1536.0 + 512.0)
+        );
         // 2 × (512 × 128 × 256 + 1536 × 24576) FLOPs per token per layer, 61 layers.
         let flops = forward_flops_per_token(&model, modules);
         assert_eq!(flops, 2.0 * (512.0 * 32768.0 + 1536.0 * 24576.0) * 61.0);

@@ -456,10 +456,19 @@ pub fn expert_tp_gather_bytes(
 /// overlap_moe_expert_parallel_comm").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlltoallOverlapRefusal {
-    NoExpertParallelism { ep: u32 },
+    NoExpertParallelism {
+        ep: u32,
+    },
     FullRecompute,
-    PipelineWithoutVirtualStages { pp: u32 },
-    MtpLayers { mtp_layers: u32 },
+    PipelineWithoutVirtualStages {
+        pp: u32,
+    },
+    MtpLayers {
+        mtp_layers: u32,
+    },
+    /// `--recompute-modules moe`: "disable moe in recompute_modules when enabling
+    /// overlap_moe_expert_parallel_comm" (Megatron-Core transformer_config.py).
+    MoeModuleRecompute,
 }
 
 impl std::fmt::Display for AlltoallOverlapRefusal {
@@ -481,6 +490,10 @@ impl std::fmt::Display for AlltoallOverlapRefusal {
                 f,
                 "it supports at most 1 MTP layer, and the model has {mtp_layers}"
             ),
+            AlltoallOverlapRefusal::MoeModuleRecompute => write!(
+                f,
+                "it cannot run while the MoE layer is recomputed (--recompute-modules moe); drop moe from the modules"
+            ),
         }
     }
 }
@@ -488,22 +501,41 @@ impl std::fmt::Display for AlltoallOverlapRefusal {
 /// What Megatron-Core has against the MoE all-to-all overlap on `plan` ([`AlltoallOverlapRefusal`]).
 pub fn alltoall_overlap_refusal(
     model: &Model,
+    training: &crate::training::Training,
     plan: &ParallelPlan,
 ) -> Option<AlltoallOverlapRefusal> {
-    alltoall_overlap_refusal_of(model.moe.is_some(), model.mtp_layers, plan)
+    alltoall_overlap_refusal_of(
+        model.moe.is_some(),
+        model.mtp_layers,
+        recomputes_moe_layer(training.recompute_modules, plan),
+        plan,
+    )
+}
+
+/// Whether `plan` recomputes whole MoE layers by module (`--recompute-modules moe` with
+/// selective recompute).
+pub fn recomputes_moe_layer(
+    modules: Option<crate::training::RecomputeModules>,
+    plan: &ParallelPlan,
+) -> bool {
+    plan.recompute == Recompute::Selective
+        && modules.is_some_and(|m| m.contains(crate::training::RecomputeModule::Moe))
 }
 
 /// [`alltoall_overlap_refusal`] from what it reads of the model: whether it has experts, and its
-/// MTP layers.
+/// MTP layers; and whether the plan recomputes the MoE layers by module.
 pub fn alltoall_overlap_refusal_of(
     has_experts: bool,
     mtp_layers: u32,
+    moe_layer_recomputed: bool,
     plan: &ParallelPlan,
 ) -> Option<AlltoallOverlapRefusal> {
     if !has_experts || plan.ep <= 1 {
         Some(AlltoallOverlapRefusal::NoExpertParallelism { ep: plan.ep })
     } else if plan.recompute == Recompute::Full {
         Some(AlltoallOverlapRefusal::FullRecompute)
+    } else if moe_layer_recomputed {
+        Some(AlltoallOverlapRefusal::MoeModuleRecompute)
     } else if plan.pp > 1 && plan.vpp == 1 {
         Some(AlltoallOverlapRefusal::PipelineWithoutVirtualStages { pp: plan.pp })
     } else if mtp_layers > 1 {
@@ -514,8 +546,12 @@ pub fn alltoall_overlap_refusal_of(
 }
 
 /// Whether the combined 1F1B schedule applies ([`alltoall_overlap_refusal`] has nothing against).
-pub fn alltoall_overlap_applies(model: &Model, plan: &ParallelPlan) -> bool {
-    alltoall_overlap_refusal(model, plan).is_none()
+pub fn alltoall_overlap_applies(
+    model: &Model,
+    training: &crate::training::Training,
+    plan: &ParallelPlan,
+) -> bool {
+    alltoall_overlap_refusal(model, training, plan).is_none()
 }
 
 /// Share of a stage's forwards (and as many backwards) that the combined 1F1B schedule runs

@@ -51,7 +51,7 @@ fn moe_refusal(flag: &str) -> String {
             "padding every expert's input to its full capacity is not modelled (tpsim models a capacity factor as a cap on the busiest expert's tokens, --moe-expert-capacity-factor alone); drop it".into()
         }
         "moe-layer-recompute" => {
-            "recomputing the MoE layers is not modelled yet; drop it, or use --recompute-granularity".into()
+            "Megatron-LM deprecates it for --recompute-granularity selective --recompute-modules moe, which tpsim models; write that instead".into()
         }
         "moe-shared-expert-overlap" => {
             "overlapping the shared expert with the token dispatch is not modelled yet; drop it".into()

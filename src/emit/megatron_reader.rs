@@ -111,13 +111,23 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     // Megatron-Core reads --recompute-modules only under selective granularity
     // (`TransformerConfig.__post_init__`); its names are checked as it checks them.
     let recompute_modules = match &p.recompute_modules {
-        Some(words) if recompute == Recompute::Selective => Some(
-            crate::training::RecomputeModules::parse(words).map_err(|why| {
+        Some(words) if recompute == Recompute::Selective => {
+            // argparse's nargs='*' keeps "a,b" as one word, which Megatron-Core's check refuses.
+            if let Some(word) = words.iter().find(|w| w.contains(',')) {
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--recompute-modules {word:?}: Megatron-LM takes the module names as separate words (nargs='*'), so this is one unknown name; write them with spaces"
+                    ),
+                });
+            }
+            let modules = crate::training::RecomputeModules::parse(words).map_err(|why| {
                 MegatronArgsError::BadValue {
                     message: format!("--recompute-modules {}: {why}", words.join(" ")),
                 }
-            })?,
-        ),
+            })?;
+            check_recompute_modules(&p, modules)?;
+            Some(modules)
+        }
         Some(words) => {
             notes.push(format!(
                 "--recompute-modules {} is read by Megatron-LM only with --recompute-granularity selective, so it changes nothing here; add that or drop it",
@@ -495,6 +505,7 @@ impl MegatronLaunch {
             && let Some(why) = crate::cost::moe::alltoall_overlap_refusal_of(
                 self.experts.moe.is_some(),
                 self.mtp_layers,
+                crate::cost::moe::recomputes_moe_layer(self.recompute_modules, plan),
                 plan,
             )
         {
@@ -561,4 +572,35 @@ pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Resul
         s.first,
         s.last,
     ))
+}
+
+/// What Megatron-Core refuses of the listed modules (`TransformerConfig.__post_init__`): `moe_act`
+/// without grouped GEMMs ("moe_act in recompute_modules is only supported with moe_grouped_gemm"),
+/// and `moe_act` or `layernorm` under FP8 delayed scaling, the default `--fp8-recipe` ("Delayed
+/// scaling does not support moe_act and layernorm recompute for fp8").
+fn check_recompute_modules(
+    p: &Parsed<'_>,
+    modules: crate::training::RecomputeModules,
+) -> Result<(), MegatronArgsError> {
+    use crate::training::RecomputeModule;
+    let words = modules.megatron_words();
+    if modules.contains(RecomputeModule::MoeAct) && !p.switch("moe-grouped-gemm") {
+        return Err(MegatronArgsError::Refused {
+            given: format!("--recompute-modules {words} without --moe-grouped-gemm"),
+            why: "Megatron-Core recomputes moe_act only with grouped GEMMs; add --moe-grouped-gemm"
+                .into(),
+        });
+    }
+    let discards_in_fp8 =
+        modules.contains(RecomputeModule::MoeAct) || modules.contains(RecomputeModule::Layernorm);
+    if discards_in_fp8
+        && p.value("fp8-format").is_some()
+        && p.value("fp8-recipe").unwrap_or("delayed") == "delayed"
+    {
+        return Err(MegatronArgsError::Refused {
+            given: format!("--recompute-modules {words} with FP8 delayed scaling"),
+            why: "Megatron-Core refuses moe_act and layernorm recompute under delayed scaling (the default --fp8-recipe); use --fp8-recipe tensorwise (or mxfp8) or drop those modules".into(),
+        });
+    }
+    Ok(())
 }

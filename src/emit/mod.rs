@@ -546,7 +546,7 @@ pub(super) fn moe_alltoall_overlap(
     training: &Training,
     plan: &ParallelPlan,
 ) -> bool {
-    training.overlap.moe_a2a && crate::cost::moe::alltoall_overlap_applies(model, plan)
+    training.overlap.moe_a2a && crate::cost::moe::alltoall_overlap_applies(model, training, plan)
 }
 
 /// Megatron-LM's (`--fp8-format`|`--fp4-format`, `--fp8-recipe`|`--fp4-recipe`) for a precision;

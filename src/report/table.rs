@@ -189,10 +189,16 @@ pub fn scenario_line(report: &Report) -> String {
                 "eager, no torch.compile: norms, RoPE and activation unfused; "
             }
         },
-        overlap_words(&t.overlap, &report.plans, &report.model),
+        overlap_words(t, &report.plans, &report.model),
+        // What selective recompute means, where a plan shown uses it.
         match t.selective_recompute() {
             other @ (crate::training::SelectiveRecompute::AlternateMatmuls
-            | crate::training::SelectiveRecompute::Modules(_)) => {
+            | crate::training::SelectiveRecompute::Modules(_))
+                if report
+                    .plans
+                    .iter()
+                    .any(|e| e.plan.recompute == crate::plan::Recompute::Selective) =>
+            {
                 format!("; recompute selective = {}", other.describe())
             }
             _ => String::new(),
@@ -457,10 +463,11 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
 /// model's rule, `cost::tp_overlap_on`), so when no shown plan has both the line says so instead
 /// of claiming it.
 fn overlap_words(
-    o: &crate::training::Overlap,
+    training: &crate::training::Training,
     plans: &[Estimate],
     model: &super::ModelSummary,
 ) -> String {
+    let o = &training.overlap;
     let tp_overlap_applies = plans.is_empty()
         || plans
             .iter()
@@ -472,6 +479,7 @@ fn overlap_words(
         crate::cost::moe::alltoall_overlap_refusal_of(
             model.moe.is_some(),
             model.mtp_layers,
+            crate::cost::moe::recomputes_moe_layer(training.recompute_modules, &e.plan),
             &e.plan,
         )
     };
