@@ -110,6 +110,10 @@ pub struct Sweep {
     /// as `plan`'s JSON `training` says them.
     pub local_batch: Option<u32>,
     pub cp_exchange: Option<crate::training::CpExchange>,
+    /// What selective recompute recomputes under Megatron-Core (`--recompute-modules`, or the
+    /// output-discarding modules the model has), as `plan`'s JSON `training` says it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute_modules: Option<crate::training::RecomputeModules>,
     pub tokens: Option<f64>,
     pub price_per_gpu_hour: Option<f64>,
     pub rows: Vec<Row>,
@@ -140,6 +144,7 @@ pub fn run(
         kernel_fusion: points.first().map(|p| p.training.kernel_fusion),
         local_batch: points.first().and_then(|p| p.training.local_batch),
         cp_exchange: points.first().map(|p| p.training.cp_exchange),
+        recompute_modules: points.first().and_then(|p| p.training.recompute_modules),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
         rows,

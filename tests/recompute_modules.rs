@@ -210,6 +210,26 @@ fn the_search_recomputes_the_output_discarding_modules_and_saves_them() {
         plan_of(&evaluated)["time"]["step_s"],
         plan_of(&searched)["time"]["step_s"]
     );
+    // `sweep` says the same modules in its JSON.
+    let sweep = json(&[
+        "sweep",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--axis",
+        "nodes",
+        "--values",
+        "256",
+        "--global-batch",
+        "4096",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        sweep["recompute_modules"],
+        searched["training"]["recompute_modules"]
+    );
     // A dense Llama under Megatron-Core has no such module: selective stays the attention core,
     // which the search skips with fused attention.
     let dense = json(&[

@@ -320,6 +320,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     .local_batch
                     .map(|local| format!(", local batch {local} per pipeline schedule"))
                     .unwrap_or_default()
+                    + &result
+                        .recompute_modules
+                        .filter(|_| result
+                            .rows
+                            .iter()
+                            .any(|r| r.label.as_ref().is_some_and(|l| l.recompute == "selective")))
+                        .map(|m| format!(", selective recompute = modules {}", m.describe()))
+                        .unwrap_or_default()
             );
             print!("{}", sweep::table(&result));
         }
