@@ -863,7 +863,7 @@ mod tests {
     use crate::plan::Precision;
     use crate::shape::derive_shape;
     use crate::specs;
-    use crate::training::{GradDtype, TrainingFramework};
+    use crate::training::{GradDtype, RecomputeModule, RecomputeModules, TrainingFramework};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -995,6 +995,55 @@ mod tests {
         }
         // 24 plans with tp = 1, 72 with tp > 1, per framework.
         assert_eq!(checked, 192);
+    }
+
+    #[test]
+    fn module_recompute_ledger_matches_the_estimate() {
+        // Megatron-Core's module recompute on an all-MoE model and on DeepSeek-V3 (a dense
+        // prefix): `mlp` repeats the dense layers' MLP pair, `moe` the MoE layers' pair and the
+        // token all-to-alls. Layer counts and micro-batches chosen so every per-stage share is a
+        // whole number of layers (the ledger counts whole collectives).
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let mut checked = 0;
+        for (name, modules) in [
+            ("qwen3-30b-a3b", &[RecomputeModule::Moe][..]),
+            (
+                "qwen3-30b-a3b",
+                &[RecomputeModule::MoeAct, RecomputeModule::Layernorm][..],
+            ),
+            (
+                "deepseek-v3",
+                &[RecomputeModule::Mlp, RecomputeModule::Moe][..],
+            ),
+            (
+                "deepseek-v3",
+                &[RecomputeModule::MlaUpProj, RecomputeModule::Mlp][..],
+            ),
+        ] {
+            let model = specs::load_model(name).unwrap();
+            let mut training = training(4096, 64, TrainingFramework::MegatronCore);
+            training.recompute_modules = Some(RecomputeModules::of(modules));
+            for (tp, sequence_parallel) in [(1, false), (2, true), (4, true)] {
+                let request = PlanRequest {
+                    tp,
+                    pp: 1,
+                    dp: 64 / tp,
+                    ep: 8,
+                    micro_batch: 1,
+                    sequence_parallel,
+                    recompute: Recompute::Selective,
+                    zero: 1,
+                    ..PlanRequest::default()
+                };
+                assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 12);
     }
 
     #[test]
