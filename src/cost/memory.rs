@@ -455,9 +455,14 @@ fn stage_memory(
     };
     // Low-precision GEMMs save their quantized inputs for the backward instead of the bf16 ones
     // (Transformer Engine keeps the FP8 `inputmat`; its docs' worked example: "FP8 input saved"):
-    // the inputs of QKV, the output projection and the two MLP GEMMs drop from 2 to 1 byte (MXFP8
-    // and NVFP4 add their scales and keep about as much). Per-op SAC saves matmul outputs, not
-    // their inputs, so nothing changes there.
+    // the inputs of QKV and the two MLP GEMMs drop from 2 to 1 byte (MXFP8 and NVFP4 add their
+    // scales and keep about as much). The output projection's input does not: it is the fused
+    // attention's output O, which the attention keeps in bf16 for its own backward (FlashAttention-2
+    // Alg. 2 computes D = rowsum(dO ∘ O); Transformer Engine's fused attention saves `out`), and
+    // Megatron-Core has the projection save that same bf16 tensor rather than a second, quantized
+    // copy (attention.py / multi_latent_attention.py with non-delayed FP8 recipes; older
+    // Transformer Engine kept the FP8 copy too, one byte more, not modelled). Per-op SAC saves
+    // matmul outputs, not their inputs, so nothing changes there.
     let per_layer =
         if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full && !per_op_sac {
             let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
@@ -466,9 +471,7 @@ fn stage_memory(
             // The dense MLP's down-projection input exists in dense layers only; MoE layers save
             // their expert GEMM inputs in FP8 below.
             let dense_share = 1.0 - super::moe::moe_layer_share(model);
-            let sharded_inputs =
-                sf * bf * (model.attention_out_width() + dense_share * f64::from(model.ffn_hidden))
-                    / t;
+            let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
             per_layer - (norm_outputs + sharded_inputs)
         } else {
             per_layer
@@ -894,8 +897,9 @@ mod tests {
 
     #[test]
     fn fp8_saves_its_gemm_inputs_in_one_byte() {
-        // Transformer Engine saves the quantized inputs of QKV, the output projection and the two
-        // MLP GEMMs: one byte less per element of each than bf16, nothing else changes.
+        // Transformer Engine saves the quantized inputs of QKV and the two MLP GEMMs: one byte less
+        // per element of each than bf16; the output projection's input is the attention output,
+        // which the attention keeps in bf16; nothing else changes.
         let model = crate::model::tests::gpt3_175b();
         let cluster = Cluster {
             gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
@@ -923,7 +927,8 @@ mod tests {
         let bf16 = memory(&model, &cluster, &training, &plan(Precision::Bf16));
         let fp8 = memory(&model, &cluster, &training, &plan(Precision::Fp8));
         let (s, h, f, t) = (2048.0, 12288.0, 49152.0, 8.0);
-        let per_layer = (2.0 * s * h + s * h + s * f) / t;
+        // The two norm outputs (split by SP) and the MLP down projection's input.
+        let per_layer = (2.0 * s * h + s * f) / t;
         let layers_in_flight = 12.0 * 8.0; // 96/8 layers on the first stage, p = 8 micro-batches in flight
         let saved = bf16.activations_bytes.0 - fp8.activations_bytes.0;
         assert!(
