@@ -329,10 +329,10 @@ fn torchtitan_eager_loss_holds_three_fp32_logit_copies() {
     assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");
 }
 
-/// FP8 saves the GEMM inputs quantized: on Mixtral (every layer MoE) the QKV and MLP norm
-/// outputs, and the experts' FC1 and FC2 inputs for every routed copy — not the output
-/// projection's input, the attention output the attention keeps in bf16, and not a dense
-/// down-projection input the MoE layers do not have.
+/// FP8 saves the GEMM inputs quantized: on Mixtral (every layer MoE) the QKV norm output and the
+/// experts' FC1 and FC2 inputs for every routed copy — not the pre-MLP norm output, which the
+/// router keeps in bf16, not the output projection's input, the attention output the attention
+/// keeps in bf16, and not a dense down-projection input the MoE layers do not have.
 #[test]
 fn fp8_saves_the_expert_gemm_inputs_of_moe_layers() {
     let model = load_model("mixtral-8x7b").unwrap();
@@ -363,9 +363,9 @@ fn fp8_saves_the_expert_gemm_inputs_of_moe_layers() {
     };
     let saved =
         activations(tpsim::plan::Precision::Bf16) - activations(tpsim::plan::Precision::Fp8);
-    // Per layer: 2·s·h (two norm outputs) + s·top-2·(h + ffn).
+    // Per layer: s·h (the QKV norm output) + s·top-2·(h + ffn).
     let (s, h, ffn) = (4096.0, 4096.0, 14336.0);
-    let want = 32.0 * (2.0 * s * h + s * 2.0 * (h + ffn));
+    let want = 32.0 * (s * h + s * 2.0 * (h + ffn));
     assert!((saved / want - 1.0).abs() < 1e-9, "{saved} vs {want}");
 }
 

@@ -112,6 +112,22 @@ pub fn layer_activation_bytes(
     (outside_tp + latents) / replicated_split + (attention_split + mlp_split + scores) / t
 }
 
+/// Bytes per element of the two norm outputs (attention side, MLP side) low-precision training
+/// saves over bf16's two, per layer on average: one where the norm is fused into the GEMM that
+/// reads it (Transformer Engine's `LayerNormLinear` / `LayerNormMLP` keep only the quantized
+/// `ln_out`); none for multi-latent attention's input norm, whose output two separate down
+/// projections each quantize (two 1-byte copies); for an MoE layer's pre-MLP norm one byte less
+/// than nothing, or nothing without shared experts: the router keeps its bf16 input
+/// (`RouterGatingLinearFunction` saves `inp`, Megatron-Core moe/moe_utils.py) and the shared
+/// experts' first GEMM quantizes its own copy.
+pub fn norm_output_fp8_saving(model: &Model) -> f64 {
+    let attention_side = if model.mla.is_some() { 0.0 } else { 1.0 };
+    let moe_share = super::moe::moe_layer_share(model);
+    let shared = model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0);
+    let moe_side = if shared { -1.0 } else { 0.0 };
+    attention_side + (1.0 - moe_share) * 1.0 + moe_share * moe_side
+}
+
 /// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
 /// `layer_activation_bytes` counts for the fused kernels, per TP rank, when nothing is recomputed
 /// (torchtitan's Llama without `torch.compile`, torchtitan/models/norms.py and models/llama/model.py
@@ -466,8 +482,10 @@ fn stage_memory(
     let per_layer =
         if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full && !per_op_sac {
             let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
-            // The norm outputs feeding QKV and the first MLP GEMM are split over TP only with SP.
-            let norm_outputs = 2.0 * sf * bf * h / sp_split;
+            // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
+            // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
+            // (`norm_output_fp8_saving`).
+            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving(model);
             // The dense MLP's down-projection input exists in dense layers only; MoE layers save
             // their expert GEMM inputs in FP8 below.
             let dense_share = 1.0 - super::moe::moe_layer_share(model);
@@ -893,6 +911,18 @@ mod tests {
             AttentionKernel::Unfused,
         );
         assert!((bytes / 1e6 - 107.0).abs() < 0.5, "{bytes}");
+    }
+
+    #[test]
+    fn fp8_norm_outputs_save_a_byte_only_where_a_fused_gemm_quantizes_them() {
+        // Llama: both norms fused into their GEMMs. Qwen3-30B-A3B (every layer MoE, no shared
+        // experts): the router keeps the pre-MLP norm output in bf16. DeepSeek-V3: MLA's input
+        // norm feeds two quantizing down projections; 58 of 61 MoE layers whose shared experts add
+        // a quantized copy beside the router's bf16 one.
+        let saving = |name: &str| norm_output_fp8_saving(&crate::specs::load_model(name).unwrap());
+        assert_eq!(saving("llama3-8b"), 2.0);
+        assert_eq!(saving("qwen3-30b-a3b"), 1.0);
+        assert!((saving("deepseek-v3") - (3.0 - 58.0) / 61.0).abs() < 1e-12);
     }
 
     #[test]

@@ -193,7 +193,20 @@ pub fn freed_bytes(
     let saved = saved_gemm_input_bytes(plan.precision);
     let mut bytes = 0.0;
     if modules.contains(RecomputeModule::Layernorm) {
-        bytes += separate_norms(model, moe_share) * saved * tokens * h / sp_split;
+        // What each norm that is a module keeps (`memory::norm_output_fp8_saving`): MLA's input
+        // norm output, two bytes (bf16, or its two down projections' FP8 copies); an MoE pre-MLP
+        // norm output, the router's bf16 two bytes and, under low precision, the shared experts'
+        // quantized copy.
+        let input_norm = if model.mla.is_some() { 2.0 } else { 0.0 };
+        let shared_copy = if plan.precision != Precision::Bf16
+            && model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0)
+        {
+            1.0
+        } else {
+            0.0
+        };
+        let pre_mlp = moe_share * (ACTIVATION_BYTES + shared_copy);
+        bytes += (input_norm + pre_mlp) * tokens * h / sp_split;
     }
     if modules.contains(RecomputeModule::MlaUpProj) {
         bytes += ACTIVATION_BYTES * tokens * (model.q_width() + 2.0 * model.kv_width()) / t;
