@@ -725,6 +725,10 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
         training.grad_dtype = grads;
     }
     training.recompute_modules = recipe_recompute_modules(run);
+    // NeMo AutoModel's MoE models reshard and reduce-scatter once per step under a pipeline,
+    // not after every schedule (`MoEFSDPSyncMixin` patches the pipeline stage's backward:
+    // nemo_automodel/components/moe/fsdp_mixin.py).
+    training.fsdp_syncs_once_per_step = run.id.starts_with("automodel") && model.moe.is_some();
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");

@@ -492,6 +492,7 @@ mod tests {
                 cp_exchange: crate::training::TrainingFramework::MegatronLm2021
                     .default_cp_exchange(),
                 recompute_modules: None,
+                fsdp_syncs_once_per_step: false,
             },
         }
     }

@@ -741,6 +741,15 @@ pub struct Training {
     /// (`--recompute-modules`); `None`: the framework's own selective kind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recompute_modules: Option<RecomputeModules>,
+    /// With several pipeline schedules per step (`local_batch`), FSDP under PyTorch's pipelining
+    /// reshards and reduce-scatters at the end of every schedule (torch/distributed/pipelining/
+    /// stage.py `backward_maybe_with_nosync`: `set_reshard_after_backward(True)`,
+    /// `set_requires_gradient_sync(True)` on each schedule's last backward), as torchtitan runs
+    /// it; NeMo AutoModel's MoE models patch that method to do it once, before the optimizer
+    /// step (`nemo_automodel/components/moe/fsdp_mixin.py`, `MoEFSDPSyncMixin`): `true` here.
+    /// Not on the command line (tpsim has no AutoModel framework); the accuracy runner sets it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fsdp_syncs_once_per_step: bool,
 }
 
 impl Training {
@@ -786,6 +795,7 @@ impl Training {
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         }
     }
 }

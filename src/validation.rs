@@ -241,6 +241,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -412,6 +413,7 @@ pub fn vtrain_cases(
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -226,3 +226,37 @@ fn the_local_batch_is_named_where_it_is_the_reason() {
         "compare across local batches",
     );
 }
+
+/// Under PyTorch's pipelining FSDP reshards and reduce-scatters at the end of every schedule
+/// (torch/distributed/pipelining/stage.py): with the weights kept across a schedule's
+/// micro-batches, each schedule gathers them again and reduce-scatters its gradients, so the DP
+/// traffic of those two grows with the schedules per step, and the ledger lists as many.
+#[test]
+fn fsdp_gathers_and_reduces_once_per_schedule() {
+    let kept = ["--reshard-after-forward", "false"];
+    let one = eval(&kept);
+    let four = eval(&[kept[0], kept[1], "--local-batch", "2"]);
+    assert_eq!(four["schedule_runs"], 4);
+    let dp = |p: &serde_json::Value| number(&p["comm"]["dp"]["wire_bytes"]);
+    assert!(
+        (dp(&four) / dp(&one) - 4.0).abs() < 1e-9,
+        "{} vs {}",
+        dp(&four),
+        dp(&one)
+    );
+    let counts = |p: &serde_json::Value, op: &str| -> u64 {
+        p["ledger"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["group"] == "dp" && e["op"] == op)
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(counts(&one, "reduce_scatter"), 1);
+    assert_eq!(counts(&four, "reduce_scatter"), 4);
+    assert_eq!(counts(&four, "all_gather"), 4);
+    // More exposed DP time too: each schedule's reduce-scatter follows its last backward.
+    let exposed = |p: &serde_json::Value| number(&p["time"]["dp_comm_exposed_s"]);
+    assert!(exposed(&four) > exposed(&one));
+}

@@ -37,6 +37,7 @@ fn training(global_batch: u32) -> Training {
         local_batch: None,
         cp_exchange: tpsim::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
         recompute_modules: None,
+        fsdp_syncs_once_per_step: false,
     }
 }
 

@@ -741,6 +741,7 @@ pub(super) fn resolve_scenario(
         local_batch,
         cp_exchange,
         recompute_modules,
+        fsdp_syncs_once_per_step: false,
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {

@@ -216,6 +216,18 @@ pub fn reduces_after_pipeline_schedule(training: &Training, plan: &ParallelPlan)
     plan.pp > 1 && plan.zero >= 2 && training.framework.fsdp_reduces_after_pipeline_schedule()
 }
 
+/// How many times per step FSDP under PyTorch's pipelining reduce-scatters the gradients and
+/// gathers the parameters it keeps across micro-batches: once per pipeline schedule
+/// (`ParallelPlan::schedule_runs`), or once per step where the framework defers both to the
+/// last schedule (`Training::fsdp_syncs_once_per_step`). One rule for DP traffic and the ledger.
+pub fn fsdp_syncs_per_step(training: &Training, plan: &ParallelPlan) -> u32 {
+    if reduces_after_pipeline_schedule(training, plan) && !training.fsdp_syncs_once_per_step {
+        plan.schedule_runs.max(1)
+    } else {
+        1
+    }
+}
+
 /// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
 /// weights in one byte (the embedding and output layer stay bf16), averaged over the `params` of
 /// the stage with `max_layers` layers.
@@ -285,23 +297,28 @@ pub fn dp_traffic(
             // the schedule, which nothing overlaps; with the gathered weights kept, one all-gather
             // before the first micro-batch's forward. Resharded after each forward (and never after
             // the backward), they are gathered again once per micro-batch, under its compute.
+            // With several schedules per step each one reduce-scatters and, for ZeRO-3 keeping its
+            // weights, gathers again (`fsdp_syncs_per_step`); ZeRO-2's weights are gathered once,
+            // after the optimizer step.
             2 | 3 if after_schedule => {
                 let gathers_once = plan.zero == 2 || !plan.reshard_after_forward;
                 if plan.zero == 3 && !gathers_once {
                     forward_gather_per_mb_s = ag.time(weights, d, link);
                 }
+                let syncs = f64::from(fsdp_syncs_per_step(training, plan));
+                let gathers = if plan.zero == 3 { syncs } else { 1.0 };
                 (
-                    rs.wire_factor(d) * grads,
+                    rs.wire_factor(d) * grads * syncs,
                     rs.time(grads, d, link),
-                    1.0,
-                    rs.wire_factor(d) * weights * if gathers_once { 1.0 } else { m },
+                    syncs,
+                    rs.wire_factor(d) * weights * if gathers_once { gathers } else { m },
                     0.0,
                     if gathers_once {
-                        ag.time(weights, d, link)
+                        gathers * ag.time(weights, d, link)
                     } else {
                         0.0
                     },
-                    rs.time(grads, d, link),
+                    syncs * rs.time(grads, d, link),
                 )
             }
             0 => {

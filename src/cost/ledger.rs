@@ -702,9 +702,11 @@ pub fn ledger(
                 grads,
             ),
             2 | 3 if comm::reduces_after_pipeline_schedule(training, plan) => {
-                // PyTorch pipelining with FSDP: one reduce-scatter after the schedule; the weights
-                // gathered once per step when kept (ZeRO-2, or ZeRO-3 without resharding after
-                // the forward), else once per micro-batch.
+                // PyTorch pipelining with FSDP: one reduce-scatter after each pipeline schedule
+                // (`comm::fsdp_syncs_per_step` a step); the weights gathered once per schedule
+                // when kept (ZeRO-3 without resharding after the forward), once per step after
+                // the optimizer (ZeRO-2), else once per micro-batch.
+                let syncs = u64::from(comm::fsdp_syncs_per_step(training, plan));
                 push(
                     kind,
                     Op::ReduceScatter,
@@ -714,7 +716,7 @@ pub fn ledger(
                         "accumulated expert gradients after the pipeline schedule",
                     ),
                     Scope::PerStep,
-                    1,
+                    syncs,
                     d,
                     grads,
                 );
@@ -732,11 +734,11 @@ pub fn ledger(
                     (
                         Pass::Forward,
                         site(
-                            "sharded weights, kept gathered across micro-batches",
-                            "sharded expert weights, kept gathered across micro-batches",
+                            "sharded weights, kept gathered across a schedule's micro-batches",
+                            "sharded expert weights, kept gathered across a schedule's micro-batches",
                         ),
                         Scope::PerStep,
-                        1,
+                        syncs,
                     )
                 } else {
                     (
@@ -888,6 +890,7 @@ mod tests {
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         }
     }
 
@@ -1274,6 +1277,7 @@ mod tests {
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -230,6 +230,7 @@ mod tests {
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         };
         (model, cluster, training)
     }

@@ -363,6 +363,7 @@ mod tests {
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
             recompute_modules: None,
+            fsdp_syncs_once_per_step: false,
         };
         let request = PlanRequest {
             tp: 2,
