@@ -157,6 +157,31 @@ fn launch_lines_and_plan_files_carry_the_modules() {
         "{}",
         bridge.stdout
     );
+    // A flag that says other modules than the line contradicts it; the same ones agree.
+    let both = |modules: &str| {
+        run(&[
+            "eval",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "32",
+            "--megatron-args",
+            &line,
+            "--recompute-modules",
+            modules,
+        ])
+    };
+    assert_one_line_error(
+        &both("moe"),
+        &[
+            "--recompute-modules moe",
+            "contradicts",
+            "moe_act mla_up_proj",
+        ],
+        &[],
+        "flag against line",
+    );
+    assert_eq!(both("mla_up_proj,moe_act").code, 0);
     // A line with modules but no selective granularity: Megatron-LM ignores them, and says so.
     let ignored = line.replace("--recompute-granularity selective ", "");
     let r = run(&[

@@ -144,6 +144,17 @@ pub(super) fn check_megatron_training(
             "--moe-capacity-factor {given} contradicts the --megatron-args launch line, which sets --moe-expert-capacity-factor {line}; drop --moe-capacity-factor or change the line"
         );
     }
+    // The recompute modules, likewise: a line that lists other ones (under selective
+    // granularity) contradicts the flag; a line without any takes it.
+    if let (Some(words), Some(line)) = (&training.recompute_modules, launch.recompute_modules)
+        && crate::training::RecomputeModules::parse(words).is_ok_and(|given| given != line)
+    {
+        bail!(
+            "--recompute-modules {} contradicts the --megatron-args launch line, which sets --recompute-modules {}; drop --recompute-modules or change the line",
+            words.join(" "),
+            line.megatron_words()
+        );
+    }
     // The dispatcher, likewise (the line's --moe-token-dispatcher-type and flex backend).
     if let Some(given) = training.moe_dispatcher.map(|arg| arg.dispatcher())
         && launch.experts.moe.is_some()
