@@ -366,7 +366,7 @@ fn plan_and_eval_mean_the_same_selective_recompute() {
         "--etp",
         "1",
         "--micro-batch",
-        "4",
+        "2",
         "--zero",
         "1",
         "--recompute",

@@ -187,6 +187,18 @@ pub fn layer_elementwise_bytes(
     (norms + residuals, activation, scores)
 }
 
+/// HBM bytes of the per-head query and key norms' forward (Qwen3's, OLMo 2's QK-norm; Megatron-Core
+/// `--qk-layernorm`: `q_layernorm` / `k_layernorm` are Transformer Engine norms of their own, each
+/// reading its input and writing its output, 2 + 2 bytes per element), per TP rank before the
+/// split by t: Q and K are `q_width` and `kv_width` wide. 0 without QK-norm.
+pub fn qk_norm_bytes(model: &Model, micro_batch: u32, seq_len: u32) -> f64 {
+    if !model.qk_norm {
+        return 0.0;
+    }
+    let tokens = f64::from(micro_batch) * f64::from(seq_len);
+    2.0 * ELEMENT_BYTES * tokens * (model.q_width() + model.kv_width())
+}
+
 /// HBM bytes per element of PyTorch eager's RMSNorm forward (torchtitan/models/norms.py `RMSNorm`:
 /// `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight`): upcast 2 in + 4 out,
 /// pow 4 + 4, mean 4 in, multiply 4 + 4, downcast 4 + 2, weight 2 + 2 = 36, where a fused norm
@@ -454,6 +466,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let (mut outside, mut inside, scores) =
         layer_elementwise_bytes(model, micro_batch, local_seq.max(1), attention);
     let mut mlp_inside = inside;
+    // The QK-norm kernels, inside the TP region (Q and K are split by heads); not the MLP's.
+    inside += qk_norm_bytes(model, micro_batch, local_seq.max(1));
     if kernel_fusion == KernelFusion::Eager {
         let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
@@ -611,6 +625,45 @@ pub fn optimizer_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qk_norm_reads_and_writes_q_and_k_once_per_norm() {
+        // Qwen3-30B-A3B: Q 32 × 128, K 4 × 128 per token; one 4K sequence.
+        let model = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        assert_eq!(
+            qk_norm_bytes(&model, 1, 4096),
+            4.0 * 4096.0 * (4096.0 + 512.0)
+        );
+        let mut plain = model.clone();
+        plain.qk_norm = false;
+        assert_eq!(qk_norm_bytes(&plain, 1, 4096), 0.0);
+        // It is element-wise time inside the TP region: forward and backward grow with it.
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let time = |m: &Model| {
+            layer_time(
+                m,
+                &cluster,
+                1,
+                4096,
+                1,
+                false,
+                Recompute::None,
+                AttentionKernel::Flash,
+            )
+        };
+        let (with, without) = (time(&model), time(&plain));
+        let extra = qk_norm_bytes(&model, 1, 4096)
+            / cluster.gpu.achieved_hbm_bandwidth().0
+            / cluster.gpu.framework_efficiency;
+        assert!((with.forward - without.forward - extra).abs() < 1e-12);
+        assert!((with.backward - without.backward - 2.0 * extra).abs() < 1e-12);
+        // Not part of the dense MLP an MoE layer replaces.
+        assert_eq!(with.mlp_forward, without.mlp_forward);
+    }
     use crate::model::tests::gpt3_175b;
 
     #[test]

@@ -99,6 +99,14 @@ pub fn layer_activation_bytes(
     let attention_split = 2.0 * sb * model.q_width()
         + 2.0 * sb * model.attention_out_width()
         + 4.0 * sb * model.kv_width();
+    // QK-norm keeps its inputs, Q and K before the norm, for its backward (the normed copies are
+    // what RoPE and the attention keep, counted above).
+    let qk_norm_inputs = if model.qk_norm {
+        2.0 * sb * (model.q_width() + model.kv_width())
+    } else {
+        0.0
+    };
+    let attention_split = attention_split + qk_norm_inputs;
     let latents = model.mla.map_or(0.0, |mla| {
         4.0 * sb * f64::from(mla.q_lora_rank.unwrap_or(0) + mla.kv_lora_rank)
     });
@@ -846,8 +854,12 @@ mod tests {
         narrow.kv_heads = 2;
         narrow.heads = 32;
         let extra = kept(&qwen) - kept(&narrow);
-        // Q and the projection input 4096 instead of 2048; K and V 4 × 128 instead of 2 × 64.
-        let expected = (2.0 * s * b * 2048.0 * 2.0 + 4.0 * s * b * (512.0 - 128.0)) / t;
+        // Q and the projection input 4096 instead of 2048; K and V 4 × 128 instead of 2 × 64; and
+        // QK-norm's inputs, Q and K, at those widths.
+        let expected = (2.0 * s * b * 2048.0 * 2.0
+            + 4.0 * s * b * (512.0 - 128.0)
+            + 2.0 * s * b * ((4096.0 + 512.0) - (2048.0 + 128.0)))
+            / t;
         assert!((extra - expected).abs() < 1.0, "{extra} vs {expected}");
         let dsv3 = crate::specs::load_model("deepseek-v3").unwrap();
         let mut no_latents = dsv3.clone();
@@ -911,6 +923,21 @@ mod tests {
             AttentionKernel::Unfused,
         );
         assert!((bytes / 1e6 - 107.0).abs() < 0.5, "{bytes}");
+    }
+
+    #[test]
+    fn qk_norm_keeps_q_and_k_before_the_norm() {
+        let model = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let mut plain = model.clone();
+        plain.qk_norm = false;
+        let kept = |m: &Model| {
+            layer_activation_bytes(m, 1, 4096, 2, true, Recompute::None, AttentionKernel::Flash)
+        };
+        // Q (4096 wide) and K (512) in bf16, split over tp 2.
+        assert_eq!(
+            kept(&model) - kept(&plain),
+            2.0 * 4096.0 * (4096.0 + 512.0) / 2.0
+        );
     }
 
     #[test]
