@@ -673,6 +673,25 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     if let Some(why) = excluded(run) {
         return Err(why);
     }
+    // What the command line would refuse, refused here too: a run file is input like any other.
+    if run.hardware.num_gpus == 0 {
+        return Err("num_gpus is 0; a run needs at least one GPU".into());
+    }
+    if let Some(gbs) = run.plan.gbs
+        && !(1..=crate::training::MAX_GLOBAL_BATCH).contains(&gbs)
+    {
+        return Err(format!(
+            "global batch {gbs} is outside 1..={} sequences",
+            crate::training::MAX_GLOBAL_BATCH
+        ));
+    }
+    if !run
+        .results
+        .tokens_per_s_per_gpu
+        .is_some_and(|t| t.is_finite() && t > 0.0)
+    {
+        return Err("no positive published tokens/s per GPU to compare with".into());
+    }
     let model = model_of(run)?;
     let hw = &run.hardware;
     let gpu =

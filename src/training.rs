@@ -9,6 +9,10 @@ pub use recompute_modules::{RecomputeModule, RecomputeModules};
 /// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
 pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
 
+/// Largest global batch tpsim accepts, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens =
+/// 2048 × 8192): beyond it the input is a typo (tokens for sequences), not a batch.
+pub const MAX_GLOBAL_BATCH: u32 = 1 << 22;
+
 /// Bytes per parameter of the 16-bit working weights the forward and backward read, and that
 /// ZeRO-3 / FSDP all-gather (Rajbhandari et al. 2020 §3.1: 2Ψ fp16 weights, 2Ψ fp16 gradients,
 /// 12Ψ fp32 master weights, momentum and variance — the optimizer states of

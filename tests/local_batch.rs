@@ -256,6 +256,29 @@ fn fsdp_gathers_and_reduces_once_per_schedule() {
     assert_eq!(counts(&one, "reduce_scatter"), 1);
     assert_eq!(counts(&four, "reduce_scatter"), 4);
     assert_eq!(counts(&four, "all_gather"), 4);
+    // ZeRO-2 (FSDP2 without resharding after the forward) likewise.
+    let zero2 = |extra: &[&str]| {
+        let mut args: Vec<String> = BASE
+            .iter()
+            .map(|a| if *a == "3" { "2" } else { a }.to_string())
+            .collect();
+        args.extend(
+            [
+                "--micro-batch",
+                "1",
+                "--framework",
+                "torchtitan",
+                "--format",
+                "json",
+            ]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string()),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        json(&args)["plans"][0].clone()
+    };
+    assert!((dp(&zero2(&["--local-batch", "2"])) / dp(&zero2(&[])) - 4.0).abs() < 1e-9);
     // More exposed DP time too: each schedule's reduce-scatter follows its last backward.
     let exposed = |p: &serde_json::Value| number(&p["time"]["dp_comm_exposed_s"]);
     assert!(exposed(&four) > exposed(&one));

@@ -22,19 +22,20 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     };
     // The current-stack format (`validation/modern_runs.yaml`: schema_version, model_catalog,
     // runs with results in tokens/s per GPU) is compared in tokens/s per GPU.
-    if text.contains("\nmodel_catalog:") && text.contains("schema_version:") {
+    let top_level = |key: &str| text.lines().any(|line| line.starts_with(key));
+    if top_level("model_catalog:") && top_level("schema_version:") {
         if let Some(id) = &args.run {
             return modern_run(&text, &origin, id, args.format);
         }
         return modern_accuracy(&text, &origin, args.format);
     }
+    let rows = validation::accuracy(&text, &origin)?;
     if let Some(id) = &args.run {
         bail!(
             "--run {}: {origin} is a published-runs file (step times), whose table already shows every run in full; --run reads current-stack runs files such as validation/modern_runs.yaml",
             input_file::quote(id)
         );
     }
-    let rows = validation::accuracy(&text, &origin)?;
     if rows.is_empty() {
         bail!(
             "{origin}: no runs tpsim can evaluate (each needs completeness: full_plan, an A100 profile and a published step time); give a file with such runs"

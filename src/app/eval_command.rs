@@ -256,15 +256,21 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if let Some(words) = &args.training.recompute_modules
         && request.recompute != Recompute::Selective
     {
-        let why = match args.recompute {
-            Some(asked) => format!("--recompute {}", recompute_arg_name(asked)),
-            None => format!(
-                "the pasted launch line's recompute ({})",
-                request.recompute.as_str()
+        let (why, fix) = match args.recompute {
+            Some(asked) => (
+                format!("--recompute {}", recompute_arg_name(asked)),
+                "use --recompute selective",
+            ),
+            None => (
+                format!(
+                    "the pasted launch line's recompute ({})",
+                    request.recompute.as_str()
+                ),
+                "set --recompute-granularity selective in the line",
             ),
         };
         bail!(
-            "--recompute-modules {} says what selective recompute recomputes, but {why} is not selective; use --recompute selective or drop --recompute-modules",
+            "--recompute-modules {} says what selective recompute recomputes, but {why} is not selective; {fix} or drop --recompute-modules",
             words.join(" ")
         );
     }

@@ -26,8 +26,7 @@ use crate::units::parse_count;
 
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
 pub(super) const MAX_NODES: u32 = 131_072;
-/// Largest global batch we accept, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens = 2048 × 8192).
-pub(super) const MAX_GLOBAL_BATCH: u32 = 1 << 22;
+pub(super) use crate::training::MAX_GLOBAL_BATCH;
 /// Largest parameter count we derive a shape for.
 pub(super) const MAX_PARAMS: f64 = 1e14;
 /// Most tokens we accept for `--tokens`: 1e16, over 600 times the 15.6T tokens Llama 3 405B was

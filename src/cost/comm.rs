@@ -297,16 +297,16 @@ pub fn dp_traffic(
             // the schedule, which nothing overlaps; with the gathered weights kept, one all-gather
             // before the first micro-batch's forward. Resharded after each forward (and never after
             // the backward), they are gathered again once per micro-batch, under its compute.
-            // With several schedules per step each one reduce-scatters and, for ZeRO-3 keeping its
-            // weights, gathers again (`fsdp_syncs_per_step`); ZeRO-2's weights are gathered once,
-            // after the optimizer step.
+            // With several schedules per step each one reduce-scatters and gathers the weights it
+            // keeps again (`fsdp_syncs_per_step`): FSDP reshards at every schedule's end, for
+            // ZeRO-2 (FSDP2 without resharding after the forward) as for ZeRO-3 keeping them.
             2 | 3 if after_schedule => {
                 let gathers_once = plan.zero == 2 || !plan.reshard_after_forward;
                 if plan.zero == 3 && !gathers_once {
                     forward_gather_per_mb_s = ag.time(weights, d, link);
                 }
                 let syncs = f64::from(fsdp_syncs_per_step(training, plan));
-                let gathers = if plan.zero == 3 { syncs } else { 1.0 };
+                let gathers = syncs;
                 (
                     rs.wire_factor(d) * grads * syncs,
                     rs.time(grads, d, link),

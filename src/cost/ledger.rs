@@ -724,11 +724,11 @@ pub fn ledger(
                     (
                         Pass::OptimizerStep,
                         site(
-                            "updated weights to every replica",
-                            "updated expert weights to every expert replica",
+                            "updated weights to every replica, again after each schedule",
+                            "updated expert weights to every expert replica, again after each schedule",
                         ),
                         Scope::PerStep,
-                        1,
+                        syncs,
                     )
                 } else if !plan.reshard_after_forward {
                     (

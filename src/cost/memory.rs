@@ -484,9 +484,10 @@ fn stage_memory(
     // attention's output O, which the attention keeps in bf16 for its own backward (FlashAttention-2
     // Alg. 2 computes D = rowsum(dO ∘ O); Transformer Engine's fused attention saves `out`), and
     // Megatron-Core has the projection save that same bf16 tensor rather than a second, quantized
-    // copy (attention.py / multi_latent_attention.py with non-delayed FP8 recipes; older
-    // Transformer Engine kept the FP8 copy too, one byte more, not modelled). Per-op SAC saves
-    // matmul outputs, not their inputs, so nothing changes there.
+    // copy (attention.py / multi_latent_attention.py under current scaling, the recipe tpsim's fp8
+    // is written as, `--fp8-recipe tensorwise`; under delayed scaling the projection keeps an FP8
+    // copy too, one byte more, not modelled). Per-op SAC saves matmul outputs, not their inputs,
+    // so nothing changes there.
     let per_layer =
         if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full && !per_op_sac {
             let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));

@@ -694,13 +694,9 @@ pub fn evaluate(
     } else {
         forward_gathers_s
     };
-    // ZeRO-3 weights kept across micro-batches are gathered before each pipeline schedule's first
+    // Weights FSDP keeps across micro-batches are gathered before each pipeline schedule's first
     // forward (`comm::fsdp_syncs_per_step` of them a step), each under that forward.
-    let step_gathers = if plan.zero == 3 {
-        f64::from(comm::fsdp_syncs_per_step(training, plan))
-    } else {
-        1.0
-    };
+    let step_gathers = f64::from(comm::fsdp_syncs_per_step(training, plan));
     let step_gather_not_hidden = if overlap.param_gather {
         (dp.step_gather_s - step_gathers * slowest.forward).max(0.0)
     } else {

@@ -248,6 +248,17 @@ pub fn freed_bytes(
                 * saved;
         }
     }
+    // The shared experts' quantized copy of the pre-MLP norm output (`memory::
+    // norm_output_fp8_saving`) goes with them when they are recomputed and the norm is not.
+    let shared_recomputed =
+        recomputes_moe(modules) || modules.contains(RecomputeModule::SharedExperts);
+    if shared_recomputed
+        && !modules.contains(RecomputeModule::Layernorm)
+        && plan.precision != Precision::Bf16
+        && model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0)
+    {
+        bytes += moe_share * tokens * h / sp_split;
+    }
     bytes
 }
 
