@@ -456,139 +456,128 @@ fn stage_memory(
         Stage::Last => plan.pp - 1,
     };
     let layers = stage_layers(plan, model, stage);
-    let per_op_sac = training.per_op_sac(plan.recompute);
-    let modules = super::recomputed_modules(training, plan);
-    // Listed modules without the attention core keep what no recompute keeps, less what each
-    // module frees (below).
-    let layer_recompute = match modules {
-        Some(m) if !m.contains(crate::training::RecomputeModule::CoreAttn) => Recompute::None,
-        _ => plan.recompute,
-    };
-    let per_layer = if per_op_sac {
-        alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
-    } else {
-        layer_activation_bytes(
-            model,
-            b,
-            s,
-            plan.tp,
-            plan.sequence_parallel,
-            layer_recompute,
-            training.attention,
-        )
-    };
-    // Low-precision GEMMs save their quantized inputs for the backward instead of the bf16 ones
-    // (Transformer Engine keeps the FP8 `inputmat`; its docs' worked example: "FP8 input saved"):
-    // the inputs of QKV and the two MLP GEMMs drop from 2 to 1 byte (MXFP8 and NVFP4 add their
-    // scales and keep about as much). The output projection's input does not: it is the fused
-    // attention's output O, which the attention keeps in bf16 for its own backward (FlashAttention-2
-    // Alg. 2 computes D = rowsum(dO ∘ O); Transformer Engine's fused attention saves `out`), and
-    // Megatron-Core has the projection save that same bf16 tensor rather than a second, quantized
-    // copy (attention.py / multi_latent_attention.py under current scaling, the recipe tpsim's fp8
-    // is written as, `--fp8-recipe tensorwise`; under delayed scaling the projection keeps an FP8
-    // copy too, one byte more, not modelled). Per-op SAC saves matmul outputs, not their inputs,
-    // so nothing changes there.
-    let per_layer =
-        if plan.precision != Precision::Bf16 && plan.recompute != Recompute::Full && !per_op_sac {
-            let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
-            // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
-            // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
-            // (`norm_output_fp8_saving`).
-            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving(model);
-            // The dense MLP's down-projection input exists in dense layers only; MoE layers save
-            // their expert GEMM inputs in FP8 below.
-            let dense_share = 1.0 - super::moe::moe_layer_share(model);
-            let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
-            per_layer - (norm_outputs + sharded_inputs)
+    // One layer's activation bytes as `recompute` keeps them, with every adjustment below: the
+    // plan's own recompute, and no recompute for the layers Megatron's block method leaves alone
+    // and the one being recomputed.
+    let kept_per_layer = |recompute: Recompute| -> f64 {
+        let per_op_sac = training.per_op_sac(recompute);
+        let modules =
+            super::recomputed_modules(training, plan).filter(|_| recompute == plan.recompute);
+        // Listed modules without the attention core keep what no recompute keeps, less what each
+        // module frees (below).
+        let layer_recompute = match modules {
+            Some(m) if !m.contains(crate::training::RecomputeModule::CoreAttn) => Recompute::None,
+            _ => recompute,
+        };
+        let per_layer = if per_op_sac {
+            alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
+        } else {
+            layer_activation_bytes(
+                model,
+                b,
+                s,
+                plan.tp,
+                plan.sequence_parallel,
+                layer_recompute,
+                training.attention,
+            )
+        };
+        // Low-precision GEMMs save their quantized inputs for the backward instead of the bf16 ones
+        // (Transformer Engine keeps the FP8 `inputmat`; its docs' worked example: "FP8 input saved"):
+        // the inputs of QKV and the two MLP GEMMs drop from 2 to 1 byte (MXFP8 and NVFP4 add their
+        // scales and keep about as much). The output projection's input does not: it is the fused
+        // attention's output O, which the attention keeps in bf16 for its own backward (FlashAttention-2
+        // Alg. 2 computes D = rowsum(dO ∘ O); Transformer Engine's fused attention saves `out`), and
+        // Megatron-Core has the projection save that same bf16 tensor rather than a second, quantized
+        // copy (attention.py / multi_latent_attention.py under current scaling, the recipe tpsim's fp8
+        // is written as, `--fp8-recipe tensorwise`; under delayed scaling the projection keeps an FP8
+        // copy too, one byte more, not modelled). Per-op SAC saves matmul outputs, not their inputs,
+        // so nothing changes there.
+        let per_layer =
+            if plan.precision != Precision::Bf16 && recompute != Recompute::Full && !per_op_sac {
+                let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
+                // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
+                // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
+                // (`norm_output_fp8_saving`).
+                let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving(model);
+                // The dense MLP's down-projection input exists in dense layers only; MoE layers save
+                // their expert GEMM inputs in FP8 below.
+                let dense_share = 1.0 - super::moe::moe_layer_share(model);
+                let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
+                per_layer - (norm_outputs + sharded_inputs)
+            } else {
+                per_layer
+            };
+        // MoE layers keep their routed tokens' activations instead of the dense MLP's.
+        let moe_share = super::moe::moe_layer_share(model);
+        let per_layer = if moe_share > 0.0 && recompute != Recompute::Full {
+            let sb = f64::from(s) * f64::from(b);
+            let dense_mlp = if per_op_sac {
+                2.0 * sb * f64::from(model.ffn_hidden) / t
+                    + if model.gated_mlp { 2.0 * sb * h } else { 0.0 }
+            } else {
+                (2.0 * sb * model.mlp_up_width() + 2.0 * sb * f64::from(model.ffn_hidden)) / t
+            };
+            let moe_mlp = super::moe::moe_mlp_activation_bytes(
+                model,
+                plan,
+                training.seq_len,
+                training.moe_imbalance,
+            );
+            // Low-precision expert GEMMs save their inputs quantized too (one byte instead of two).
+            let moe_mlp = if plan.precision != Precision::Bf16 && !per_op_sac {
+                moe_mlp
+                    - super::moe::expert_gemm_input_elements(
+                        model,
+                        plan,
+                        training.seq_len,
+                        training.moe_imbalance,
+                    )
+            } else {
+                moe_mlp
+            };
+            per_layer + moe_share * (moe_mlp - dense_mlp)
         } else {
             per_layer
         };
-    // MoE layers keep their routed tokens' activations instead of the dense MLP's.
-    let moe_share = super::moe::moe_layer_share(model);
-    let per_layer = if moe_share > 0.0 && plan.recompute != Recompute::Full {
-        let sb = f64::from(s) * f64::from(b);
-        let dense_mlp = if per_op_sac {
-            2.0 * sb * f64::from(model.ffn_hidden) / t
-                + if model.gated_mlp { 2.0 * sb * h } else { 0.0 }
-        } else {
-            (2.0 * sb * model.mlp_up_width() + 2.0 * sb * f64::from(model.ffn_hidden)) / t
+        // Megatron-Core's listed modules free what they recompute (`module_recompute`).
+        let per_layer = match modules {
+            Some(m) => {
+                per_layer
+                    - super::module_recompute::freed_bytes(
+                        model,
+                        plan,
+                        training.seq_len,
+                        m,
+                        training.moe_imbalance,
+                        moe_share,
+                    )
+            }
+            None => per_layer,
         };
-        let moe_mlp = super::moe::moe_mlp_activation_bytes(
-            model,
-            plan,
-            training.seq_len,
-            training.moe_imbalance,
-        );
-        // Low-precision expert GEMMs save their inputs quantized too (one byte instead of two).
-        let moe_mlp = if plan.precision != Precision::Bf16 && !per_op_sac {
-            moe_mlp
-                - super::moe::expert_gemm_input_elements(
-                    model,
-                    plan,
-                    training.seq_len,
-                    training.moe_imbalance,
-                )
-        } else {
-            moe_mlp
-        };
-        per_layer + moe_share * (moe_mlp - dense_mlp)
-    } else {
-        per_layer
-    };
-    // Megatron-Core's listed modules free what they recompute (`module_recompute`).
-    let per_layer = match modules {
-        Some(m) => {
-            per_layer
-                - super::module_recompute::freed_bytes(
-                    model,
-                    plan,
-                    training.seq_len,
-                    m,
-                    training.moe_imbalance,
-                    moe_share,
-                )
-        }
-        None => per_layer,
-    };
-    // PyTorch eager keeps more than the fused kernels when nothing is recomputed
-    // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
-    let per_layer =
-        if training.kernel_fusion == KernelFusion::Eager && plan.recompute == Recompute::None {
+        // PyTorch eager keeps more than the fused kernels when nothing is recomputed
+        // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
+        if training.kernel_fusion == KernelFusion::Eager && recompute == Recompute::None {
             per_layer
                 + f64::from(s)
                     * f64::from(b)
                     * eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel)
         } else {
             per_layer
-        };
+        }
+    };
+    let per_layer = kept_per_layer(plan.recompute);
     // Megatron's block method recomputes only N layers of each chunk: the others keep everything.
     let share = plan.recompute_share();
     let per_layer = if plan.recompute == Recompute::Full && share < 1.0 {
-        let kept = layer_activation_bytes(
-            model,
-            b,
-            s,
-            plan.tp,
-            plan.sequence_parallel,
-            Recompute::None,
-            training.attention,
-        );
-        share * per_layer + (1.0 - share) * kept
+        share * per_layer + (1.0 - share) * kept_per_layer(Recompute::None)
     } else {
         per_layer
     };
     let mut activations = per_layer * f64::from(layers) * in_flight(model, training, plan, rank);
     if plan.recompute == Recompute::Full && layers > 0 {
         // The layer being recomputed holds its full activations during its backward.
-        activations += layer_activation_bytes(
-            model,
-            b,
-            s,
-            plan.tp,
-            plan.sequence_parallel,
-            Recompute::None,
-            training.attention,
-        );
+        activations += kept_per_layer(Recompute::None);
     }
     if matches!(stage, Stage::First | Stage::Only) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
