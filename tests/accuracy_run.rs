@@ -91,4 +91,21 @@ fn runs_it_cannot_find_or_predict_say_why() {
         "{}",
         r.stderr
     );
+    // In JSON, the table's row (whose note says why) and no plan.
+    let r = run(&[
+        "accuracy",
+        "--runs",
+        RUNS,
+        "--run",
+        "automodel-nemotron3_nano-h100-8g-bf16",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(v["planned"].is_null());
+    assert_eq!(v["run"]["note"], "model shape not stated");
+    // Nothing given suggests nothing.
+    let r = run(&["accuracy", "--runs", RUNS, "--run", ""]);
+    assert_one_line_error(&r, &["--run \"\"", "first column"], &["e.g."], "empty id");
 }

@@ -95,16 +95,22 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
     let file: ModernRunsFile = yaml_serde::from_str(text)
         .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
     let Some(run) = file.runs.iter().find(|r| r.id == id) else {
+        // Ids that contain what was given (three characters at least, so that "" or "-" suggest
+        // nothing), or that it contains.
         let close: Vec<&str> = file
             .runs
             .iter()
             .map(|r| r.id.as_str())
-            .filter(|other| other.contains(id) || id.contains(*other))
+            .filter(|other| (id.chars().count() >= 3 && other.contains(id)) || id.contains(*other))
             .take(3)
             .collect();
         bail!(
             "--run {}: no run of {origin} has that id; give one of its ids{}",
-            input_file::quote(id),
+            if id.is_empty() {
+                "\"\"".to_string()
+            } else {
+                input_file::quote(id)
+            },
             if close.is_empty() {
                 " (the first column of `tpsim accuracy --runs FILE`)".to_string()
             } else {
@@ -116,7 +122,25 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
     let planned = match plan_run(run) {
         Ok(planned) => planned,
         Err(why) => {
-            eprintln!("run {id}: not predicted: {why}");
+            // The table's row, whose note says why, for the machine-readable formats.
+            match format {
+                Format::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "run": prediction, "planned": null })
+                    )?
+                ),
+                Format::Yaml => print!(
+                    "{}",
+                    yaml_serde::to_string(
+                        &serde_json::json!({ "run": prediction, "planned": null })
+                    )?
+                ),
+                Format::Table => {}
+            }
+            eprintln!(
+                "run {id}: not predicted: {why} (tpsim accuracy --runs FILE lists which runs it predicts)"
+            );
             return Ok(Outcome::NothingFits);
         }
     };
