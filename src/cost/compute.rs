@@ -466,8 +466,14 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let (mut outside, mut inside, scores) =
         layer_elementwise_bytes(model, micro_batch, local_seq.max(1), attention);
     let mut mlp_inside = inside;
-    // The QK-norm kernels, inside the TP region (Q and K are split by heads); not the MLP's.
-    inside += qk_norm_bytes(model, micro_batch, local_seq.max(1));
+    // The QK-norm kernels, inside the TP region (Q and K are split by heads); not the MLP's. Under
+    // PyTorch eager each is torchtitan's unfused RMSNorm (`EAGER_RMSNORM_BYTES_PER_ELEMENT` where a
+    // fused norm moves 4).
+    let qk_norm_scale = match kernel_fusion {
+        KernelFusion::Eager => EAGER_RMSNORM_BYTES_PER_ELEMENT / (2.0 * ELEMENT_BYTES),
+        KernelFusion::Fused => 1.0,
+    };
+    inside += qk_norm_scale * qk_norm_bytes(model, micro_batch, local_seq.max(1));
     if kernel_fusion == KernelFusion::Eager {
         let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
@@ -663,6 +669,32 @@ mod tests {
         assert!((with.backward - without.backward - 2.0 * extra).abs() < 1e-12);
         // Not part of the dense MLP an MoE layer replaces.
         assert_eq!(with.mlp_forward, without.mlp_forward);
+        // Under PyTorch eager each norm is an unfused RMSNorm: 36 bytes per element, not 4.
+        let eager = |m: &Model| {
+            layer_time_sharded(
+                m,
+                &cluster,
+                &LayerShard {
+                    micro_batch: 1,
+                    seq_len: 4096,
+                    tp: 1,
+                    cp: 1,
+                    sp: false,
+                    recompute: Recompute::None,
+                    selective: SelectiveRecompute::AttentionCore,
+                    attention: AttentionKernel::Flash,
+                    precision: Precision::Bf16,
+                    gemm_chunks: 1,
+                    attention_efficiency: cluster.gpu.gemm_efficiency,
+                    kernel_fusion: KernelFusion::Eager,
+                },
+            )
+        };
+        let eager_extra = eager(&model).forward - eager(&plain).forward;
+        assert!(
+            (eager_extra / extra - 9.0).abs() < 1e-9,
+            "{eager_extra} vs {extra}"
+        );
     }
     use crate::model::tests::gpt3_175b;
 

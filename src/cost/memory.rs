@@ -146,7 +146,8 @@ pub fn norm_output_fp8_saving(model: &Model) -> f64 {
 /// - SDPA saves K and V as `repeat_kv` expanded them to every query head: 2 bytes × 2 × (q − kv
 ///   width) more under grouped-query attention;
 /// - SwiGLU's product saves silu's output beside w1's and w3's outputs: 2 bytes per ffn element more
-///   in dense layers (the experts of MoE layers are counted as Megatron's).
+///   in dense layers (the experts of MoE layers are counted as Megatron's);
+/// - with QK-norm, its two RMSNorms keep the fp32 upcasts of Q and K, 4 bytes per element.
 pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool) -> f64 {
     let t = f64::from(tp);
     let sp_split = if sp { t } else { 1.0 };
@@ -161,7 +162,13 @@ pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool) -> f64 {
     } else {
         0.0
     };
-    norms + expanded_kv + silu_output
+    // QK-norm's eager RMSNorms keep the fp32 upcast of Q and K as the block norms keep theirs.
+    let qk_norms = if model.qk_norm {
+        4.0 * (model.q_width() + model.kv_width()) / t
+    } else {
+        0.0
+    };
+    norms + expanded_kv + silu_output + qk_norms
 }
 
 /// Activation bytes one layer keeps under torchtitan's per-op selective AC
