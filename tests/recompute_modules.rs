@@ -471,6 +471,17 @@ fn what_megatron_core_refuses_of_the_modules_is_refused() {
         "json",
     ]);
     assert_eq!(plan_of(&from_file)["recompute"], "selective");
+    // A hand-edited plan file with a module Megatron-Core does not have: exit 2, naming the key.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited = dir.join("edited.yaml");
+    std::fs::write(&edited, text.replace("- moe_act", "- attn_proj")).unwrap();
+    let r = run(&["eval", "--plan", edited.to_str().unwrap()]);
+    assert_one_line_error(
+        &r,
+        &["recompute_modules", "'attn_proj'", "core_attn"],
+        &["panicked"],
+        "edited plan file",
+    );
     let _ = std::fs::remove_dir_all(&dir);
     // Launch lines Megatron-LM refuses.
     let r = run(&args(&with(

@@ -196,7 +196,8 @@ impl Serialize for RecomputeModules {
 impl<'de> Deserialize<'de> for RecomputeModules {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let names = Vec::<String>::deserialize(deserializer)?;
-        RecomputeModules::parse(&names).map_err(serde::de::Error::custom)
+        RecomputeModules::parse(&names)
+            .map_err(|why| serde::de::Error::custom(format!("recompute_modules: {why}")))
     }
 }
 
