@@ -90,6 +90,16 @@ pub enum RecomputeArg {
     Full,
 }
 
+impl From<RecomputeArg> for crate::plan::Recompute {
+    fn from(arg: RecomputeArg) -> Self {
+        match arg {
+            RecomputeArg::None => crate::plan::Recompute::None,
+            RecomputeArg::Selective => crate::plan::Recompute::Selective,
+            RecomputeArg::Full => crate::plan::Recompute::Full,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StyleArg {
     Gpt,

@@ -648,16 +648,14 @@ impl SelectiveRecompute {
     /// recompute runs again: per-op SAC repeats the two all-gathers of sequence parallelism (half
     /// the pair) or, without it, both all-reduces.
     /// Module recompute repeats the MLP's pair of the layers whose MLP it recomputes (`mlp`: the
-    /// dense layers, `moe`: the MoE layers, `moe_share` of them; `cost::module_recompute::
+    /// dense layers, `moe`: the MoE layers, `moe_share` of them; `RecomputeModules::
     /// mlp_pair_repeats`).
     pub fn tp_forward_share(self, sequence_parallel: bool, moe_share: f64) -> f64 {
         match (self, sequence_parallel) {
             (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
                 0.0
             }
-            (SelectiveRecompute::Modules(modules), _) => {
-                0.5 * crate::cost::module_recompute::mlp_pair_repeats(modules, moe_share)
-            }
+            (SelectiveRecompute::Modules(modules), _) => 0.5 * modules.mlp_pair_repeats(moe_share),
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,
         }

@@ -123,21 +123,7 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
         Ok(planned) => planned,
         Err(why) => {
             // The table's row, whose note says why, for the machine-readable formats.
-            match format {
-                Format::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "run": prediction, "planned": null })
-                    )?
-                ),
-                Format::Yaml => print!(
-                    "{}",
-                    yaml_serde::to_string(
-                        &serde_json::json!({ "run": prediction, "planned": null })
-                    )?
-                ),
-                Format::Table => {}
-            }
+            print_run(format, &prediction, serde_json::Value::Null)?;
             eprintln!(
                 "run {id}: not predicted: {why} (tpsim accuracy --runs FILE lists which runs it predicts)"
             );
@@ -157,11 +143,7 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
     match format {
         Format::Json | Format::Yaml => {
             let body: serde_json::Value = serde_json::from_str(&crate::report::to_json(&report))?;
-            let out = serde_json::json!({ "run": prediction, "planned": body });
-            match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
-                _ => print!("{}", yaml_serde::to_string(&out)?),
-            }
+            print_run(format, &prediction, body)?;
         }
         Format::Table => {
             let tokens_per_step =
@@ -193,6 +175,22 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
         }
     }
     Ok(Outcome::Found)
+}
+
+/// `--run`'s machine-readable answer: the table's row and the planned report (null where the run
+/// is not predicted); nothing in the table format, which prints its own lines.
+fn print_run(
+    format: Format,
+    prediction: &crate::modern_runs::ModernPrediction,
+    planned: serde_json::Value,
+) -> Result<()> {
+    let out = serde_json::json!({ "run": prediction, "planned": planned });
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&out)?),
+        Format::Yaml => print!("{}", yaml_serde::to_string(&out)?),
+        Format::Table => {}
+    }
+    Ok(())
 }
 
 /// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan

@@ -14,7 +14,7 @@ use super::scenario::{
     global_batch_advice, input_paths, precision_of_args, resolve_scenario, summaries,
 };
 use super::{Outcome, print_report};
-use crate::cli::{EvalArgs, Format, GradDtypeArg, RecomputeArg, ReportArgs};
+use crate::cli::{EvalArgs, Format, GradDtypeArg, ReportArgs};
 use crate::cost::simulated::simulate_plan;
 use crate::emit;
 use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
@@ -182,16 +182,10 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 sequence_parallel: args.sequence_parallel,
                 // Listed modules are selective recompute (Megatron's --recompute-granularity
                 // selective), unless --recompute says otherwise (refused below).
-                recompute: match args.recompute.unwrap_or(
-                    if args.training.recompute_modules.is_some() {
-                        RecomputeArg::Selective
-                    } else {
-                        RecomputeArg::None
-                    },
-                ) {
-                    RecomputeArg::None => Recompute::None,
-                    RecomputeArg::Selective => Recompute::Selective,
-                    RecomputeArg::Full => Recompute::Full,
+                recompute: match args.recompute {
+                    Some(asked) => asked.into(),
+                    None if args.training.recompute_modules.is_some() => Recompute::Selective,
+                    None => Recompute::None,
                 },
                 zero: match args.zero {
                     Some(zero) => zero,
@@ -258,7 +252,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     {
         let (why, fix) = match args.recompute {
             Some(asked) => (
-                format!("--recompute {}", recompute_arg_name(asked)),
+                format!("--recompute {}", Recompute::from(asked).as_str()),
                 "use --recompute selective",
             ),
             None => (
@@ -568,9 +562,7 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         micro_batch: args.micro_batch.unwrap_or(file.micro_batch),
         sequence_parallel: file.sequence_parallel || args.sequence_parallel,
         recompute: match args.recompute {
-            Some(RecomputeArg::None) => Recompute::None,
-            Some(RecomputeArg::Selective) => Recompute::Selective,
-            Some(RecomputeArg::Full) => Recompute::Full,
+            Some(asked) => asked.into(),
             // Listed modules are selective recompute, whatever the file's plan recomputed.
             None if args.training.recompute_modules.is_some() => Recompute::Selective,
             None => file.recompute,
@@ -591,14 +583,5 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
             (None, None) => file.recompute_num_layers,
         },
         ..file
-    }
-}
-
-/// The command-line spelling of `--recompute`'s value.
-pub(super) fn recompute_arg_name(arg: RecomputeArg) -> &'static str {
-    match arg {
-        RecomputeArg::None => "none",
-        RecomputeArg::Selective => "selective",
-        RecomputeArg::Full => "full",
     }
 }

@@ -433,7 +433,7 @@ pub(super) fn pins_of_args(
         bail!(
             "--recompute-modules {} says what selective recompute recomputes, but --recompute {} pins plans without it; pin --recompute selective or drop one of them",
             words.join(" "),
-            super::eval_command::recompute_arg_name(asked)
+            Recompute::from(asked).as_str()
         );
     }
     Ok(Pins {
@@ -443,11 +443,7 @@ pub(super) fn pins_of_args(
         dp: args.dp,
         vpp: args.vpp,
         micro_batch: args.micro_batch,
-        recompute: args.recompute.map(|r| match r {
-            RecomputeArg::None => Recompute::None,
-            RecomputeArg::Selective => Recompute::Selective,
-            RecomputeArg::Full => Recompute::Full,
-        }),
+        recompute: args.recompute.map(Recompute::from),
         zero: args.zero,
         sequence_parallel: args.sequence_parallel.then_some(true),
         ep: args.ep,

@@ -222,6 +222,9 @@ impl Ledger {
     }
 }
 
+/// A collective and where in the layer it runs.
+type Site = (Op, &'static str);
+
 /// `count` scaled by the recomputed share of the layers (Megatron's block recompute).
 fn recomputed(count: u64, plan: &ParallelPlan) -> u64 {
     (count as f64 * plan.recompute_share()).round() as u64
@@ -288,13 +291,12 @@ pub fn ledger(
         // torchtitan's per-op selective AC runs the all-gathers (or all-reduces) again, not the
         // reduce-scatters, whose outputs it saves (`SelectiveRecompute::AlternateMatmuls`).
         let per_op_sac = training.per_op_sac(plan.recompute);
-        let mut forward_pair = |pass: Pass| {
-            let count = match (pass, plan.recompute) {
-                (Pass::Recompute, Recompute::Full) => recomputed(count, plan),
-                _ => count,
-            };
-            if plan.sequence_parallel {
-                for (op, site) in [
+        // The forward pair's collectives, the attention's then the MLP's: with sequence
+        // parallelism an all-gather before each column-split GEMM and a reduce-scatter after each
+        // row-split one, without it an all-reduce after each row-split GEMM.
+        let (attention_sites, mlp_sites): (&[Site], &[Site]) = if plan.sequence_parallel {
+            (
+                &[
                     (
                         Op::AllGather,
                         "before attention QKV (column split): gather the sequence-split input",
@@ -303,51 +305,7 @@ pub fn ledger(
                         Op::ReduceScatter,
                         "after attention output projection (row split): sum partial outputs, split by sequence",
                     ),
-                    (
-                        Op::AllGather,
-                        "before MLP first GEMM (column split): gather the sequence-split input",
-                    ),
-                    (
-                        Op::ReduceScatter,
-                        "after MLP second GEMM (row split): sum partial outputs, split by sequence",
-                    ),
-                ] {
-                    if pass == Pass::Recompute && per_op_sac && op == Op::ReduceScatter {
-                        continue;
-                    }
-                    push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
-                }
-            } else {
-                for site in [
-                    "after attention output projection (row split): sum partial outputs",
-                    "after MLP second GEMM (row split): sum partial outputs",
-                ] {
-                    push(
-                        GroupKind::Tp,
-                        Op::AllReduce,
-                        pass,
-                        site,
-                        scope,
-                        count,
-                        t,
-                        tensor,
-                    );
-                }
-            }
-        };
-        forward_pair(Pass::Forward);
-        if plan.recompute == Recompute::Full || per_op_sac {
-            forward_pair(Pass::Recompute);
-        }
-        // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
-        // collectives with it.
-        if let Some(modules) = super::recomputed_modules(training, plan) {
-            let repeats = super::module_recompute::mlp_pair_repeats(
-                modules,
-                moe::busiest_stage_moe_share(model, plan),
-            );
-            let mlp_count = (count as f64 * repeats).round() as u64;
-            let sites: &[(Op, &str)] = if plan.sequence_parallel {
+                ],
                 &[
                     (
                         Op::AllGather,
@@ -357,15 +315,43 @@ pub fn ledger(
                         Op::ReduceScatter,
                         "after MLP second GEMM (row split): sum partial outputs, split by sequence",
                     ),
-                ]
-            } else {
+                ],
+            )
+        } else {
+            (
+                &[(
+                    Op::AllReduce,
+                    "after attention output projection (row split): sum partial outputs",
+                )],
                 &[(
                     Op::AllReduce,
                     "after MLP second GEMM (row split): sum partial outputs",
-                )]
+                )],
+            )
+        };
+        let mut forward_pair = |pass: Pass| {
+            let count = match (pass, plan.recompute) {
+                (Pass::Recompute, Recompute::Full) => recomputed(count, plan),
+                _ => count,
             };
+            for &(op, site) in attention_sites.iter().chain(mlp_sites) {
+                if pass == Pass::Recompute && per_op_sac && op == Op::ReduceScatter {
+                    continue;
+                }
+                push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
+            }
+        };
+        forward_pair(Pass::Forward);
+        if plan.recompute == Recompute::Full || per_op_sac {
+            forward_pair(Pass::Recompute);
+        }
+        // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
+        // collectives with it.
+        if let Some(modules) = super::recomputed_modules(training, plan) {
+            let repeats = modules.mlp_pair_repeats(moe::busiest_stage_moe_share(model, plan));
+            let mlp_count = (count as f64 * repeats).round() as u64;
             if mlp_count > 0 {
-                for &(op, site) in sites {
+                for &(op, site) in mlp_sites {
                     push(
                         GroupKind::Tp,
                         op,

@@ -120,20 +120,48 @@ pub fn layer_activation_bytes(
     (outside_tp + latents) / replicated_split + (attention_split + mlp_split + scores) / t
 }
 
+/// Bytes per element a layer keeps of each of its norm outputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormOutputBytes {
+    /// The attention side's (QKV input).
+    pub attention: f64,
+    /// A dense layer's MLP side.
+    pub dense_mlp: f64,
+    /// An MoE layer's MLP side (router, experts, shared experts).
+    pub moe_mlp: f64,
+}
+
+/// What a layer keeps of its norm outputs under `precision`: bf16, two bytes each. Under low
+/// precision one byte where the norm is fused into the GEMM that reads it (Transformer Engine's
+/// `LayerNormLinear` / `LayerNormMLP` keep only the quantized `ln_out`); two for multi-latent
+/// attention's input norm, whose output two separate down projections each quantize; for an MoE
+/// layer's pre-MLP norm the router's bf16 two (`RouterGatingLinearFunction` saves `inp`,
+/// Megatron-Core moe/moe_utils.py) and the shared experts' quantized copy beside them.
+pub fn norm_output_bytes(model: &Model, precision: Precision) -> NormOutputBytes {
+    const BF16: f64 = 2.0;
+    if precision == Precision::Bf16 {
+        return NormOutputBytes {
+            attention: BF16,
+            dense_mlp: BF16,
+            moe_mlp: BF16,
+        };
+    }
+    NormOutputBytes {
+        attention: if model.mla.is_some() { 2.0 } else { 1.0 },
+        dense_mlp: 1.0,
+        moe_mlp: BF16 + if model.has_shared_experts() { 1.0 } else { 0.0 },
+    }
+}
+
 /// Bytes per element of the two norm outputs (attention side, MLP side) low-precision training
-/// saves over bf16's two, per layer on average: one where the norm is fused into the GEMM that
-/// reads it (Transformer Engine's `LayerNormLinear` / `LayerNormMLP` keep only the quantized
-/// `ln_out`); none for multi-latent attention's input norm, whose output two separate down
-/// projections each quantize (two 1-byte copies); for an MoE layer's pre-MLP norm one byte less
-/// than nothing, or nothing without shared experts: the router keeps its bf16 input
-/// (`RouterGatingLinearFunction` saves `inp`, Megatron-Core moe/moe_utils.py) and the shared
-/// experts' first GEMM quantizes its own copy.
+/// saves over bf16's, per layer on average (`norm_output_bytes`; negative where it keeps more).
 pub fn norm_output_fp8_saving(model: &Model) -> f64 {
-    let attention_side = if model.mla.is_some() { 0.0 } else { 1.0 };
+    let kept = norm_output_bytes(model, Precision::Fp8);
     let moe_share = super::moe::moe_layer_share(model);
-    let shared = model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0);
-    let moe_side = if shared { -1.0 } else { 0.0 };
-    attention_side + (1.0 - moe_share) * 1.0 + moe_share * moe_side
+    let bf16 = 2.0;
+    (bf16 - kept.attention)
+        + (1.0 - moe_share) * (bf16 - kept.dense_mlp)
+        + moe_share * (bf16 - kept.moe_mlp)
 }
 
 /// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
@@ -574,17 +602,18 @@ fn stage_memory(
         }
     };
     let per_layer = kept_per_layer(plan.recompute);
-    // Megatron's block method recomputes only N layers of each chunk: the others keep everything.
+    // Under full recompute, what a layer keeps without it: Megatron's block method leaves all but
+    // N layers of each chunk alone, and the layer being recomputed holds that much meanwhile.
+    let unrecomputed = (plan.recompute == Recompute::Full).then(|| kept_per_layer(Recompute::None));
     let share = plan.recompute_share();
-    let per_layer = if plan.recompute == Recompute::Full && share < 1.0 {
-        share * per_layer + (1.0 - share) * kept_per_layer(Recompute::None)
-    } else {
-        per_layer
+    let per_layer = match unrecomputed {
+        Some(kept) if share < 1.0 => share * per_layer + (1.0 - share) * kept,
+        _ => per_layer,
     };
     let mut activations = per_layer * f64::from(layers) * in_flight(model, training, plan, rank);
-    if plan.recompute == Recompute::Full && layers > 0 {
+    if let Some(kept) = unrecomputed.filter(|_| layers > 0) {
         // The layer being recomputed holds its full activations during its backward.
-        activations += kept_per_layer(Recompute::None);
+        activations += kept;
     }
     if matches!(stage, Stage::First | Stage::Only) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).

@@ -192,21 +192,16 @@ pub fn freed_bytes(
     let h = f64::from(model.hidden);
     let saved = saved_gemm_input_bytes(plan.precision);
     let mut bytes = 0.0;
+    let norm_output = super::memory::norm_output_bytes(model, plan.precision);
     if modules.contains(RecomputeModule::Layernorm) {
-        // What each norm that is a module keeps (`memory::norm_output_fp8_saving`): MLA's input
-        // norm output, two bytes (bf16, or its two down projections' FP8 copies); an MoE pre-MLP
-        // norm output, the router's bf16 two bytes and, under low precision, the shared experts'
-        // quantized copy.
-        let input_norm = if model.mla.is_some() { 2.0 } else { 0.0 };
-        let shared_copy = if plan.precision != Precision::Bf16
-            && model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0)
-        {
-            1.0
+        // What each norm that is a module keeps of its output (`memory::norm_output_bytes`):
+        // MLA's input norm, and the MoE layers' pre-MLP norm.
+        let input_norm = if model.mla.is_some() {
+            norm_output.attention
         } else {
             0.0
         };
-        let pre_mlp = moe_share * (ACTIVATION_BYTES + shared_copy);
-        bytes += (input_norm + pre_mlp) * tokens * h / sp_split;
+        bytes += (input_norm + moe_share * norm_output.moe_mlp) * tokens * h / sp_split;
     }
     if modules.contains(RecomputeModule::MlaUpProj) {
         bytes += ACTIVATION_BYTES * tokens * (model.q_width() + 2.0 * model.kv_width()) / t;
@@ -248,16 +243,12 @@ pub fn freed_bytes(
                 * saved;
         }
     }
-    // The shared experts' quantized copy of the pre-MLP norm output (`memory::
-    // norm_output_fp8_saving`) goes with them when they are recomputed and the norm is not.
+    // The shared experts' own copy of the pre-MLP norm output (what `memory::norm_output_bytes`
+    // keeps beyond the router's bf16) goes with them when they are recomputed and the norm is not.
     let shared_recomputed =
         recomputes_moe(modules) || modules.contains(RecomputeModule::SharedExperts);
-    if shared_recomputed
-        && !modules.contains(RecomputeModule::Layernorm)
-        && plan.precision != Precision::Bf16
-        && model.moe.is_some_and(|m| m.shared_expert_ffn_hidden > 0)
-    {
-        bytes += moe_share * tokens * h / sp_split;
+    if shared_recomputed && !modules.contains(RecomputeModule::Layernorm) {
+        bytes += moe_share * (norm_output.moe_mlp - ACTIVATION_BYTES) * tokens * h / sp_split;
     }
     bytes
 }
@@ -292,23 +283,6 @@ pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 
         flops += 2.0 * model.shared_expert_params() * moe_layers;
     }
     flops
-}
-
-/// Share of a layer's MLP-side TP collective pair (the all-gather and reduce-scatter around the
-/// MLP, or its all-reduce) the listed modules run again: the dense layers' under `mlp`, the MoE
-/// layers' under `moe` (`moe_share` of the layers are MoE layers).
-pub fn mlp_pair_repeats(modules: RecomputeModules, moe_share: f64) -> f64 {
-    let dense = if modules.contains(RecomputeModule::Mlp) {
-        1.0 - moe_share
-    } else {
-        0.0
-    };
-    let moe = if recomputes_moe(modules) {
-        moe_share
-    } else {
-        0.0
-    };
-    dense + moe
 }
 
 /// How many times over the MoE layers' forward all-to-alls run again: once under `moe`.

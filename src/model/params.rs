@@ -89,6 +89,11 @@ impl Model {
             .map_or(0.0, |moe| self.mlp_params_of(moe.ffn_hidden))
     }
 
+    /// Whether the MoE layers have shared experts beside the routed ones.
+    pub fn has_shared_experts(&self) -> bool {
+        self.moe.is_some_and(|moe| moe.shared_expert_ffn_hidden > 0)
+    }
+
     /// Parameters of an MoE layer's shared experts (all of them, plus Qwen2-MoE's h → 1 gate).
     pub fn shared_expert_params(&self) -> f64 {
         match self.moe {

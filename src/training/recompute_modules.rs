@@ -135,6 +135,23 @@ impl RecomputeModules {
         Ok(RecomputeModules(bits))
     }
 
+    /// Share of a layer's MLP-side TP collective pair (the all-gather and reduce-scatter around the
+    /// MLP, or its all-reduce) these modules run again: the dense layers' under `mlp`, the MoE
+    /// layers' under `moe` (`moe_share` of the layers are MoE layers).
+    pub fn mlp_pair_repeats(self, moe_share: f64) -> f64 {
+        let dense = if self.contains(RecomputeModule::Mlp) {
+            1.0 - moe_share
+        } else {
+            0.0
+        };
+        let moe = if self.contains(RecomputeModule::Moe) {
+            moe_share
+        } else {
+            0.0
+        };
+        dense + moe
+    }
+
     /// The output-discarding modules this model has something for — `layernorm` where a norm is a
     /// module of its own (multi-latent attention's input norm, MoE layers' pre-MLP norm),
     /// `mla_up_proj` with multi-latent attention, `moe_act` with experts — or `None` (a dense
@@ -177,9 +194,8 @@ impl RecomputeModules {
             ));
         }
         if self.contains(RecomputeModule::SharedExperts)
-            && model
-                .moe
-                .is_some_and(|moe| moe.shared_expert_ffn_hidden == 0)
+            && model.moe.is_some()
+            && !model.has_shared_experts()
         {
             return Err("shared_experts recomputes the shared experts; this model has none".into());
         }
