@@ -213,6 +213,7 @@ pub fn enumerate(
                             stage_split: options.pins.stage_split.given(),
                             ..PlanRequest::default()
                         },
+                        options.pins.recompute == Some(Recompute::Selective),
                     );
                 }
             }
@@ -253,6 +254,7 @@ fn push_pipeline_variants(
     model: &Model,
     training: &Training,
     base: PlanRequest,
+    selective_pinned: bool,
 ) {
     let PlanRequest { tp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
@@ -304,8 +306,10 @@ fn push_pipeline_variants(
                     // FlashAttention already recomputes the attention core in its backward, so
                     // Megatron's selective recompute is the same plan as none, and Megatron-Core's
                     // (the fused forward again) a slower one keeping as much (torchtitan's per-op
-                    // SAC is neither: it recomputes matmuls and keeps less).
+                    // SAC is neither: it recomputes matmuls and keeps less). A user who pins
+                    // selective gets it evaluated all the same.
                     if recompute == Recompute::Selective
+                        && !selective_pinned
                         && training.attention == AttentionKernel::Flash
                         && matches!(
                             training.selective_recompute(),
