@@ -209,11 +209,11 @@ pub struct ModelArgs {
     #[arg(long, visible_alias = "vocab-size")]
     pub vocab: Option<u32>,
     /// Gated MLP (SwiGLU: gate, up and down matrices).
-    #[arg(long, visible_alias = "swiglu", requires = "layers")]
+    #[arg(long, visible_alias = "swiglu")]
     pub gated_mlp: bool,
     /// Block style for shape flags: gpt (biases, tied embeddings, learned positions, layernorm,
     /// dropout) or llama (none of those: RMSNorm, RoPE, untied output layer). Default: gpt.
-    #[arg(long, value_enum, requires = "layers")]
+    #[arg(long, value_enum)]
     pub style: Option<StyleArg>,
     /// A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox,
     /// falcon, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss). Default --seq-len: 4096, a
@@ -224,22 +224,22 @@ pub struct ModelArgs {
     #[arg(long, hide = true)]
     pub group_query_attention: bool,
     /// Megatron-LM: linear layers without biases (Llama-style).
-    #[arg(long, hide = true, requires = "layers")]
+    #[arg(long, hide = true)]
     pub disable_bias_linear: bool,
     /// Megatron-LM: output layer not tied to the input embedding.
-    #[arg(long, hide = true, requires = "layers")]
+    #[arg(long, hide = true)]
     pub untie_embeddings_and_output_weights: bool,
     /// Megatron-LM: LayerNorm or RMSNorm.
-    #[arg(long, hide = true, value_name = "NORM", requires = "layers")]
+    #[arg(long, hide = true, value_name = "NORM")]
     pub normalization: Option<String>,
     /// Megatron-LM: dropout after attention and MLP (0 = none; default 0.1).
-    #[arg(long, hide = true, value_name = "P", requires = "layers")]
+    #[arg(long, hide = true, value_name = "P")]
     pub hidden_dropout: Option<f64>,
     /// Megatron-LM: attention dropout (accepted with --hidden-dropout; tpsim models both as one switch).
-    #[arg(long, hide = true, value_name = "P", requires = "layers")]
+    #[arg(long, hide = true, value_name = "P")]
     pub attention_dropout: Option<f64>,
     /// Megatron-LM: learned_absolute (default) or rope.
-    #[arg(long, hide = true, value_name = "KIND", requires = "layers")]
+    #[arg(long, hide = true, value_name = "KIND")]
     pub position_embedding_type: Option<String>,
     // --- Head dimension, mixture of experts, multi-head latent attention (Megatron-LM names). ---
     /// Width of one attention head where heads x head_dim != hidden (Qwen3, Gemma); default

@@ -254,8 +254,10 @@ impl GpuProfile {
     pub fn nvlink_domain(&self) -> u32 {
         self.nvlink_domain_gpus.unwrap_or(self.gpus_per_node)
     }
+    /// HBM capacity in whole bytes (a profile's GiB with decimals, 277.55 on GB300, need not be
+    /// an integer number of bytes; every output prints this one number).
     pub fn memory_capacity(&self) -> Bytes {
-        Bytes(self.hbm_capacity_gib * GIB)
+        Bytes((self.hbm_capacity_gib * GIB).round())
     }
     /// HBM bandwidth a streaming kernel achieves.
     pub fn achieved_hbm_bandwidth(&self) -> BytesPerSec {

@@ -269,6 +269,10 @@ pub struct PlanFile {
     pub seq_len: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_batch: Option<u32>,
+    /// The token budget the plan was made for, as `--tokens` takes it (`300B`): the time to train
+    /// and, with a price, the cost. None when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<String>,
     /// Sequences per data-parallel rank per pipeline schedule (`--local-batch`, torchtitan);
     /// one schedule per step when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

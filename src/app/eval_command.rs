@@ -234,6 +234,15 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         },
         ..request
     };
+    // A layer count is what full recompute's block method recomputes; with none or selective it
+    // would be dropped without a word.
+    if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {
+        bail!(
+            "recompute_num_layers {} (in the plan file, or --recompute-num-layers) counts the layers full recompute's block method recomputes, but the plan's recompute is {}; set recompute: full, or drop recompute_num_layers",
+            request.recompute_num_layers,
+            request.recompute.as_str()
+        );
+    }
     // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
     let framework = scenario.training.framework;
     if request.recompute == Recompute::Full
@@ -335,6 +344,9 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
+    // The report's search runs the scenario as `plan` would, with the modules selective recompute
+    // means there (kept before they are dropped below for a plan that does not use them).
+    let searched_training = scenario.training;
     // Selective recompute's modules mean nothing to a plan that does not recompute selectively
     // (a given list with such a plan was refused above): not said, as a launch line would not.
     if plan.recompute != Recompute::Selective {
@@ -398,7 +410,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 dir,
                 inputs: &inputs,
             },
-            (&scenario.model, &scenario.cluster, &scenario.training),
+            (&scenario.model, &scenario.cluster, &searched_training),
             options,
             &report,
             &simulated,

@@ -293,6 +293,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         gpus_per_node: launch.gpus_per_node,
         seq_len: Some(launch.seq_len),
         global_batch: launch.global_batch,
+        tokens: None,
         local_batch: None,
         cp_exchange: None,
         recompute_modules: launch.recompute_modules,

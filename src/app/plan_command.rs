@@ -208,6 +208,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
+            tokens: args.training.tokens.clone(),
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
             recompute_modules: scenario.training.recompute_modules,

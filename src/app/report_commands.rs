@@ -103,7 +103,14 @@ pub fn details_of(
 
 /// What `eval` says about the simulated schedule.
 pub fn schedule_note(s: &ScheduleSummary) -> String {
-    if s.simulated_step_used {
+    if let Some(blocks) = s.not_simulated_blocks {
+        format!(
+            "pipeline schedule: not simulated ({blocks} forward and backward blocks, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio (p-1)/(v·m) = {:.3}",
+            crate::cost::schedule::MAX_SIMULATED_BLOCKS,
+            s.closed_form_step_s,
+            s.closed_form_bubble_ratio
+        )
+    } else if s.simulated_step_used {
         format!(
             "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
             s.simulated_step_s,

@@ -65,7 +65,7 @@ pub(super) fn resolve_model(
     // would be dropped without a word, so they are refused.
     if origin != "flags" {
         let style_flags = [
-            ("--gated-mlp", args.gated_mlp),
+            ("--gated-mlp (--swiglu)", args.gated_mlp),
             ("--style", args.style.is_some()),
             ("--disable-bias-linear", args.disable_bias_linear),
             (
@@ -319,19 +319,24 @@ pub(super) fn input_paths<'a>(
 
 /// `--tokens`, parsed and bounded by [`MAX_TOKENS`].
 pub(super) fn tokens_of(training_args: &TrainingArgs) -> Result<Option<f64>> {
-    let Some(text) = &training_args.tokens else {
-        return Ok(None);
-    };
-    let count = parse_count("--tokens", text)?;
+    match &training_args.tokens {
+        Some(text) => tokens_count("--tokens", text),
+        None => Ok(None),
+    }
+}
+
+/// A token budget as written (`300B`), named `flag` in errors (`--tokens`, or a plan file's key).
+fn tokens_count(flag: &'static str, text: &str) -> Result<Option<f64>> {
+    let count = parse_count(flag, text)?;
     if count < 1.0 {
         bail!(
-            "--tokens {}: {count:e} is less than one token; give the tokens to train on, e.g. --tokens 300B",
+            "{flag} {}: {count:e} is less than one token; give the tokens to train on, e.g. --tokens 300B",
             crate::input_file::quote(text)
         );
     }
     if count > MAX_TOKENS {
         bail!(
-            "--tokens {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. --tokens 300B",
+            "{flag} {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. --tokens 300B",
             crate::input_file::quote(text)
         );
     }
@@ -469,6 +474,11 @@ fn moe_routing_of(
         .and_then(|f| f.moe_imbalance)
         .filter(|_| args.moe_capacity_factor.is_none());
     let given_imbalance = args.moe_imbalance.or(saved);
+    let imbalance_flag = if args.moe_imbalance.is_some() {
+        "--moe-imbalance"
+    } else {
+        "moe_imbalance in the plan file"
+    };
     let (factor_flag, capacity_factor) = match args.moe_capacity_factor {
         Some(c) => ("--moe-capacity-factor", Some(c)),
         None => (
@@ -478,7 +488,7 @@ fn moe_routing_of(
     };
     let Some(moe) = model.moe else {
         let given = [
-            given_imbalance.map(|f| ("--moe-imbalance", f)),
+            given_imbalance.map(|f| (imbalance_flag, f)),
             capacity_factor.map(|c| (factor_flag, c)),
         ];
         if let Some((flag, value)) = given.into_iter().flatten().next() {
@@ -495,7 +505,7 @@ fn moe_routing_of(
         None => 1.0,
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(
-            "--moe-imbalance {}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
+            "{imbalance_flag} {}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
             crate::units::show_number(f),
             moe.experts,
             moe.router_topk
@@ -541,6 +551,40 @@ fn moe_dispatch_of(
         dispatcher: dispatcher.unwrap_or(saved.dispatcher),
         routing: routing.unwrap_or(saved.routing),
     })
+}
+
+/// Mixture-of-experts models under a framework that cannot run them the way asked: 2021 Megatron-LM
+/// has no MoE layers (they came with Megatron-Core), and DeepEP's dispatcher is Megatron-Core's
+/// flex dispatcher (`--moe-enable-deepep`) or NeMo AutoModel's (planned as torchtitan), not
+/// DeepSpeed-MoE's all-to-all (deepspeed/moe/sharded_moe.py `_AllToAll`).
+fn check_framework_runs_experts(
+    model: &Model,
+    framework: TrainingFramework,
+    dispatch: crate::training::MoeDispatch,
+    args: &TrainingArgs,
+) -> Result<()> {
+    if model.moe.is_none() {
+        return Ok(());
+    }
+    if framework == TrainingFramework::MegatronLm2021 {
+        bail!(
+            "--framework megatron-lm-2021: model {} has experts, and 2021 Megatron-LM has no mixture-of-experts layers (they came with Megatron-Core); use --framework megatron-core (or deepspeed)",
+            model.name
+        );
+    }
+    if framework == TrainingFramework::Deepspeed
+        && dispatch.dispatcher == crate::training::MoeDispatcher::Deepep
+    {
+        let from = if args.moe_dispatcher.is_some() {
+            "--moe-dispatcher deepep"
+        } else {
+            "moe_dispatch deepep (from the plan file)"
+        };
+        bail!(
+            "{from} with --framework deepspeed: DeepEP is Megatron-Core's flex dispatcher (and NeMo AutoModel's); DeepSpeed-MoE dispatches with its own all-to-all; use --moe-dispatcher alltoall, or --framework megatron-core"
+        );
+    }
+    Ok(())
 }
 
 /// A note on stderr when the model's sliding window changes nothing for the sequences it trains
@@ -641,6 +685,22 @@ pub(super) fn resolve_scenario(
             "--gpus-per-node {gpus_per_node} is more than {MAX_GPUS_PER_NODE} (an NVL72 rack); check the value"
         );
     }
+    // tpsim prices a node's GPUs as one NVLink domain (or whole nodes inside a rack's domain), so a
+    // node larger than the GPU's NVLink domain would put GPUs that do not share NVLink on it.
+    let domain = gpu.nvlink_domain();
+    if gpus_per_node > domain {
+        bail!(
+            "--gpus-per-node {gpus_per_node} is more than the {domain} GPUs that share NVLink on {} (one NVLink domain); tpsim counts a node's GPUs as one NVLink domain: give --gpus-per-node {domain} or fewer and count the nodes accordingly (e.g. twice the --nodes), or a GPU profile whose nvlink_domain_gpus is larger",
+            gpu.name
+        );
+    }
+    if gpu.nvlink_domain_gpus.is_some() && !domain.is_multiple_of(gpus_per_node) {
+        bail!(
+            "--gpus-per-node {gpus_per_node} does not divide the {domain}-GPU NVLink domain of {}: the domain holds whole nodes (trays); give a divisor of {domain}, e.g. --gpus-per-node {}",
+            gpu.name,
+            gpu.gpus_per_node
+        );
+    }
     let cluster = Cluster {
         gpu,
         nodes,
@@ -677,7 +737,14 @@ pub(super) fn resolve_scenario(
             );
         }
     }
-    let tokens = tokens_of(training_args)?;
+    // The flag, else the budget a saved plan was planned for (as written: `tokens: 300B`).
+    let tokens = match (
+        &training_args.tokens,
+        plan_file.and_then(|f| f.tokens.as_deref()),
+    ) {
+        (None, Some(text)) => tokens_count("tokens (in the plan file)", text)?,
+        _ => tokens_of(training_args)?,
+    };
     // A saved plan keeps the framework and overlap it was evaluated with, unless --framework says
     // otherwise (then that framework's defaults, under the overlap flags given).
     let saved = plan_file.filter(|_| training_args.framework.is_none());
@@ -701,6 +768,7 @@ pub(super) fn resolve_scenario(
     let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
     let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, plan_file)?;
     let moe_dispatch = moe_dispatch_of(&model, training_args, plan_file)?;
+    check_framework_runs_experts(&model, framework, moe_dispatch, training_args)?;
     if local_batch.is_some() && framework != TrainingFramework::Torchtitan {
         bail!(
             "--local-batch is torchtitan's local_batch_size (one pipeline schedule per gradient-accumulation step), but --framework {} runs every micro-batch of a step in one schedule; use --framework torchtitan or drop --local-batch",

@@ -143,6 +143,18 @@ impl Schedule {
     }
 }
 
+/// Most blocks (a forward or backward of one chunk and micro-batch on one stage) one step may hold
+/// for the simulation: about 4.2 million, some 250 MB of blocks and end times, a fraction of a
+/// second to run. Larger schedules (thousands of stages times thousands of micro-batches) keep the
+/// closed form's step time, (p − 1)/(v·m) of bubble, which the simulation equals for equal stages.
+pub const MAX_SIMULATED_BLOCKS: u64 = 1 << 22;
+
+/// Blocks of `runs` schedules of p stages, v chunks and m micro-batches: 2·p·v·m·runs, in u64
+/// (the product overflows u32 at sizes the command line accepts).
+pub fn schedule_blocks(p: u32, v: u32, m: u32, runs: u32) -> u64 {
+    2 * u64::from(p) * u64::from(v) * u64::from(m) * u64::from(runs)
+}
+
 /// Simulates one step: each stage runs its blocks strictly in [`stage_order`], one at a time; a block
 /// starts at max(stage free, dependency end + p2p_s), with p2p_s paid only when the dependency ran on
 /// another stage (a send between adjacent stages; none for a stage's own forward before the loss, or
@@ -155,6 +167,12 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
     if p == 0 || v == 0 || m == 0 {
         return Err(format!("need p, v, m ≥ 1 (p = {p}, v = {v}, m = {m})"));
     }
+    let blocks = schedule_blocks(p, v, m, 1);
+    if blocks > MAX_SIMULATED_BLOCKS {
+        return Err(format!(
+            "{blocks} blocks, more than the {MAX_SIMULATED_BLOCKS} simulated"
+        ));
+    }
     if v > 1 && !m.is_multiple_of(p) {
         return Err(format!(
             "interleaved schedule needs m divisible by p (m = {m}, p = {p})"
@@ -162,10 +180,12 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
     }
     let orders: Vec<_> = (0..p).map(|r| stage_order(r, p, v, m)).collect();
     // End time of each (stage, chunk, micro-batch, direction), NaN until it has run.
+    let (vu, mu) = (v as usize, m as usize);
     let index = |s: u32, c: u32, i: u32, d: Direction| {
-        (((s * v + c) * m + i) as usize) * 2 + usize::from(d == Direction::Backward)
+        ((s as usize * vu + c as usize) * mu + i as usize) * 2
+            + usize::from(d == Direction::Backward)
     };
-    let mut done = vec![f64::NAN; 2 * (p * v * m) as usize];
+    let mut done = vec![f64::NAN; blocks as usize];
     let mut next = vec![0usize; p as usize];
     let mut free = vec![0.0f64; p as usize];
     let mut per_stage: Vec<Vec<Block>> =

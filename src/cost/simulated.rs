@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use super::schedule::{Schedule, StageCost, simulate};
+use super::schedule::{MAX_SIMULATED_BLOCKS, Schedule, StageCost, schedule_blocks, simulate};
 use super::{Estimate, evaluate};
 use crate::cluster::Cluster;
 use crate::model::Model;
@@ -45,6 +45,9 @@ pub struct ScheduleSummary {
     /// MTP layers the last stage runs after its decoder layers.
     pub mtp_layers_on_last: u32,
     pub equal_stages: bool,
+    /// Blocks of a schedule too large to simulate ([`super::schedule::MAX_SIMULATED_BLOCKS`]):
+    /// the closed form's step time is kept and `schedule` is empty. None when simulated.
+    pub not_simulated_blocks: Option<u64>,
 }
 
 /// A plan refined by the schedule simulation.
@@ -140,6 +143,10 @@ pub fn simulate_plan(
     let stages = stage_costs(model, cluster, training, plan);
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
+    let blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
+    if blocks > MAX_SIMULATED_BLOCKS {
+        return Ok(closed_form_only(model, plan, closed, stages, blocks));
+    }
     let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(plan.schedule_runs, per_run);
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
@@ -188,6 +195,7 @@ pub fn simulate_plan(
             layers_per_stage_last: layers[layers.len() - 1],
             mtp_layers_on_last: model.mtp_layers,
             equal_stages: stages.windows(2).all(|w| w[0] == w[1]),
+            not_simulated_blocks: None,
         },
         estimate,
         schedule,
@@ -195,6 +203,44 @@ pub fn simulate_plan(
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
     })
+}
+
+/// A schedule of `blocks` blocks, too many to simulate: the closed form's estimate, an empty
+/// schedule, and a summary that says so.
+fn closed_form_only(
+    model: &Model,
+    plan: &ParallelPlan,
+    closed: Estimate,
+    stages: Vec<StageCost>,
+    blocks: u64,
+) -> Simulated {
+    let t = closed.time;
+    let layers = layers_per_stage(model, plan);
+    Simulated {
+        summary: ScheduleSummary {
+            simulated_step_used: false,
+            closed_form_step_s: t.step_s.0,
+            simulated_step_s: t.step_s.0,
+            closed_form_bubble_ratio: closed.bubble_ratio,
+            simulated_bubble_ratio: closed.bubble_ratio,
+            pipeline_idle_share: t.bubble_s.0 / t.step_s.0.max(f64::MIN_POSITIVE),
+            layers_per_stage_first: layers[0],
+            layers_per_stage_last: layers[layers.len() - 1],
+            mtp_layers_on_last: model.mtp_layers,
+            equal_stages: stages.windows(2).all(|w| w[0] == w[1]),
+            not_simulated_blocks: Some(blocks),
+        },
+        estimate: closed,
+        schedule: Schedule {
+            blocks: Vec::new(),
+            step_s: t.step_s.0 - t.dp_comm_exposed_s.0 - t.optimizer_s.0,
+            busy_s: Vec::new(),
+            bubble_ratio: closed.bubble_ratio,
+        },
+        stages,
+        tail_dp_s: t.dp_comm_exposed_s.0,
+        tail_optimizer_s: t.optimizer_s.0,
+    }
 }
 
 #[cfg(test)]

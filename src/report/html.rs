@@ -300,21 +300,25 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     let t = &chosen.estimate.time;
     let work = t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0;
     let tp_share = share(t.tp_comm_exposed_s.0, work);
-    figures.push((
-        "timeline.svg",
-        format!(
-            "One step of {} from the event-driven 1F1B schedule simulation.",
-            inputs.chosen_label
-        ),
-        gantt_svg(
-            chosen,
-            plan,
-            &TpShare {
-                forward: tp_share,
-                backward: tp_share,
-            },
-        )?,
-    ));
+    // A schedule too large to simulate has no blocks to draw (`ScheduleSummary::
+    // not_simulated_blocks`); the schedule line under the breakdown says so.
+    if chosen.summary.not_simulated_blocks.is_none() {
+        figures.push((
+            "timeline.svg",
+            format!(
+                "One step of {} from the event-driven 1F1B schedule simulation.",
+                inputs.chosen_label
+            ),
+            gantt_svg(
+                chosen,
+                plan,
+                &TpShare {
+                    forward: tp_share,
+                    backward: tp_share,
+                },
+            )?,
+        ));
+    }
 
     if let Some(warning) = &does_not_fit {
         for (_, _, svg) in &mut figures {

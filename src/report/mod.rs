@@ -117,8 +117,8 @@ impl ClusterSummary {
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
             total_gpus: cluster.total_gpus(),
-            // Whole bytes: a datasheet's GiB times a usable share need not be an integer.
-            gpu_memory_bytes: cluster.gpu.memory_capacity().0.round() as u64,
+            // Whole bytes already (`GpuProfile::memory_capacity`).
+            gpu_memory_bytes: cluster.gpu.memory_capacity().0 as u64,
             peak_flops: cluster.gpu.peak_flops().0,
             nvlink_domain_gpus: cluster.nvlink_domain(),
             rack_nvlink_gpus: cluster.gpu.nvlink_domain(),

@@ -193,6 +193,7 @@ pub fn scenario_line(report: &Report) -> String {
         // What selective recompute means, where a plan shown uses it.
         match t.selective_recompute() {
             other @ (crate::training::SelectiveRecompute::AlternateMatmuls
+            | crate::training::SelectiveRecompute::CheckpointedAttention
             | crate::training::SelectiveRecompute::Modules(_))
                 if report
                     .plans
