@@ -41,6 +41,9 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
         s.training.framework.as_str(),
         framework.name()
     );
+    if let Some(why) = framework.unsaid_moe_imbalance(&s.training) {
+        eprintln!("note: {why}");
+    }
     match framework {
         Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
         Framework::MegatronBridge => {

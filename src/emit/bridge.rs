@@ -4,7 +4,7 @@
 use super::{MegatronSplit, megatron_precision_args};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{GradDtype, OptimizerStates, Training};
+use crate::training::{GradDtype, OptimizerStates, RecomputeModule, RecomputeModules, Training};
 
 /// Megatron-Bridge `ConfigContainer` overrides (`KEY=VALUE`, one a line) for
 /// `scripts/training/run_recipe.py` on top of a recipe of the same model. Names from
@@ -81,12 +81,17 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         Recompute::Full => ("full", "uniform", "1"),
     };
     set("model.recompute_granularity", granularity.into());
-    // `TransformerConfig.recompute_modules`, a list (Megatron-Core's default, core_attn, unsaid).
-    if plan.recompute == Recompute::Selective
-        && let Some(modules) = training
+    // `TransformerConfig.recompute_modules`, a list, written under selective granularity even when
+    // it is Megatron-Core's default (core_attn; `None` here, as Megatron-Core runs it): the
+    // overrides apply on top of a recipe, and an absent key leaves the recipe's own modules (e.g.
+    // DeepSeek-V3's) in force. Under full or no recompute a recipe's leftover list does nothing:
+    // Megatron-Core checks and reads recompute_modules only when `recompute_granularity ==
+    // "selective"` (transformer_config.py `__post_init__`; attention.py `checkpoint_core_attention`,
+    // transformer_layer.py), so nothing is written.
+    if plan.recompute == Recompute::Selective {
+        let modules = training
             .recompute_modules
-            .filter(|m| !m.is_core_attn_only())
-    {
+            .unwrap_or(RecomputeModules::of(&[RecomputeModule::CoreAttn]));
         let names: Vec<&str> = modules.iter().map(|m| m.as_str()).collect();
         set("model.recompute_modules", format!("[{}]", names.join(",")));
     }

@@ -556,6 +556,13 @@ impl<'a> Parsed<'a> {
                 fix: "keep --accumulate-allreduce-grads-in-fp32 for fp32 gradients or --grad-reduce-in-bf16 for bf16 ones",
             });
         }
+        // arguments.py validate_args, "Parameters dtype": `if args.fp16: assert not args.bf16`.
+        if self.switch("bf16") && self.switch("fp16") {
+            return Err(MegatronArgsError::Refused {
+                given: "--bf16 and --fp16".into(),
+                why: "both are given, which Megatron-LM refuses (arguments.py validate_args asserts not both); keep one".into(),
+            });
+        }
         if !self.switch("bf16") && !self.switch("fp16") {
             notes.push(
                 "the arguments have neither --bf16 nor --fp16, so Megatron-LM would train in fp32; tpsim evaluates bf16 mixed precision with fp32 gradients (add --bf16 to the launch)".to_string(),

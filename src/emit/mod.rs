@@ -135,6 +135,37 @@ impl Framework {
         })
     }
 
+    /// What the configuration cannot carry of `training`'s routing imbalance (`--moe-imbalance`),
+    /// or `None` when routing is balanced: a tpsim planning assumption about the busiest expert's
+    /// load, not a framework setting. Megatron-LM has no argument for it (arguments.py
+    /// `_add_moe_args` says how the router balances the load, `--moe-router-load-balancing-type`,
+    /// `--moe-aux-loss-coeff`, `--moe-router-force-load-balancing`, never an imbalance to expect),
+    /// nor has Megatron-Bridge's `TransformerConfig`, so the written configuration, evaluated
+    /// again, is balanced unless `--moe-imbalance` is given with it. The value is the one the
+    /// plan was evaluated with (already capped at the capacity factor, which the configuration
+    /// carries).
+    pub fn unsaid_moe_imbalance(self, training: &Training) -> Option<String> {
+        let imbalance = training.moe_imbalance;
+        (imbalance != 1.0).then(|| {
+            let value = crate::units::show_number(imbalance);
+            let capped = if training.moe_capacity_factor == Some(imbalance) {
+                ", capped at the capacity factor"
+            } else {
+                ""
+            };
+            let again = match self {
+                Framework::Megatron => format!(
+                    "re-evaluate the line with `tpsim eval --megatron-args \"<line>\" --moe-imbalance {value}`"
+                ),
+                _ => format!("evaluate this plan again with --moe-imbalance {value}"),
+            };
+            format!(
+                "tpsim's step time and memory for this plan assume --moe-imbalance {value} (the busiest expert gets {value} x the balanced load{capped}), a tpsim planning assumption that the {name} configuration cannot carry ({name} has no routing-imbalance setting: the load is whatever its router produces); {again}",
+                name = self.name()
+            )
+        })
+    }
+
     /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
     /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
     /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).
