@@ -179,7 +179,7 @@ fn style_switches_over_a_named_model_name_the_conflict() {
 /// The GPU's capacity is one number in the cluster line, the memory line and the JSON.
 #[test]
 fn gpu_capacity_is_one_number_everywhere() {
-    let v = json(&[
+    let args = [
         "eval",
         "--model",
         "llama3-8b",
@@ -193,27 +193,12 @@ fn gpu_capacity_is_one_number_everywhere() {
         "1",
         "--global-batch",
         "64",
-        "--format",
-        "json",
-    ]);
+    ];
+    let v = json(&[&args[..], &["--format", "json"]].concat());
     let cluster = v["cluster"]["gpu_memory_bytes"].as_f64().unwrap();
     let capacity = v["plans"][0]["memory"]["capacity_bytes"].as_f64().unwrap();
     assert_eq!(cluster, capacity);
-    let r = run(&[
-        "eval",
-        "--model",
-        "llama3-8b",
-        "--gpu",
-        "gb300-nvl72",
-        "--nodes",
-        "2",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--global-batch",
-        "64",
-    ]);
+    let r = run(&args);
     let gib = format!("{:.1} GiB", capacity / f64::from(1u32 << 30));
     assert!(r.stdout.contains(&format!("GPUs ({gib},")), "{}", r.stdout);
     assert!(r.stdout.contains(&format!("of {gib}")), "{}", r.stdout);
