@@ -468,6 +468,10 @@ pub struct PinArgs {
     /// Pin activation recomputation.
     #[arg(long, value_enum)]
     pub recompute: Option<RecomputeArg>,
+    /// Pin full recompute of N layers of each model chunk (Megatron's --recompute-method block
+    /// --recompute-num-layers N; the table's `full N/L`); implies --recompute full.
+    #[arg(long, value_name = "N")]
+    pub recompute_num_layers: Option<u32>,
     /// Pin the ZeRO stage (3 = FSDP).
     #[arg(long)]
     pub zero: Option<u8>,

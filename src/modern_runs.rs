@@ -767,6 +767,8 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
             // A recipe that recomputes modules runs selective granularity.
             recompute: stated_recompute(recompute)
                 .or(training.recompute_modules.map(|_| Recompute::Selective)),
+            // No published row states a block-recompute layer count: searched.
+            recompute_num_layers: None,
             zero: fsdp.then_some(3),
             sequence_parallel: None,
             // Unstated expert parallelism is left to the search (a dense model only has ep 1).

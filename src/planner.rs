@@ -41,6 +41,9 @@ pub struct Pins {
     pub vpp: Option<u32>,
     pub micro_batch: Option<u32>,
     pub recompute: Option<Recompute>,
+    /// Full recompute's block method on this many layers of each chunk (`PlanRequest::
+    /// recompute_num_layers`; only full recompute plans have one).
+    pub recompute_num_layers: Option<u32>,
     pub zero: Option<u8>,
     pub sequence_parallel: Option<bool>,
     pub ep: Option<u32>,
@@ -90,6 +93,7 @@ impl Pins {
             && ok(self.vpp, r.vpp)
             && ok(self.micro_batch, r.micro_batch)
             && ok(self.recompute, r.recompute)
+            && ok(self.recompute_num_layers, r.recompute_num_layers)
             && ok(self.zero, r.zero)
             && ok(self.sequence_parallel, r.sequence_parallel)
             && ok(self.ep, r.ep)

@@ -355,3 +355,72 @@ fn a_layer_count_without_full_recompute_is_refused() {
         "num layers",
     );
 }
+
+/// A plan the table shows as `full N/L` can be pinned in `plan` as it can in `eval`.
+#[test]
+fn block_recompute_layers_can_be_pinned_in_plan() {
+    let scenario = [
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "256",
+    ];
+    let v = json(
+        &[
+            &["plan"][..],
+            &scenario[..],
+            &[
+                "--recompute-num-layers",
+                "3",
+                "--top",
+                "5",
+                "--format",
+                "json",
+            ],
+        ]
+        .concat(),
+    );
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    for p in plans {
+        assert_eq!(p["recompute"], "full");
+        assert_eq!(p["recompute_num_layers"], 3);
+    }
+    let r = run(&[
+        &["plan"][..],
+        &scenario[..],
+        &["--recompute-num-layers", "3", "--recompute", "selective"],
+    ]
+    .concat());
+    assert_one_line_error(
+        &r,
+        &["--recompute-num-layers 3", "--recompute selective"],
+        &[],
+        "contradiction",
+    );
+    let r = run(&[
+        &["plan"][..],
+        &scenario[..],
+        &["--recompute-num-layers", "0"],
+    ]
+    .concat());
+    assert_one_line_error(&r, &["--recompute-num-layers 0", "1 or more"], &[], "zero");
+    let r = run(&[
+        &["plan"][..],
+        &scenario[..],
+        &["--recompute-num-layers", "2", "--framework", "torchtitan"],
+    ]
+    .concat());
+    assert_one_line_error(
+        &r,
+        &[
+            "--recompute-num-layers 2",
+            "torchtitan",
+            "every transformer block",
+        ],
+        &[],
+        "torchtitan",
+    );
+}

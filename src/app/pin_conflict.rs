@@ -46,6 +46,8 @@ fn pins_given(pins: &Pins) -> Vec<Pin> {
     pin!(recompute, "--recompute", |v: crate::plan::Recompute| v
         .as_str()
         .to_string());
+    pin!(recompute_num_layers, "--recompute-num-layers", |v: u32| v
+        .to_string());
     pin!(sequence_parallel, "--sequence-parallel", |v: bool| v
         .to_string());
     pin!(

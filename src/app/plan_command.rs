@@ -117,6 +117,14 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         pins: pins_of_args(&args.pins, &args.training.recompute_modules)?,
     };
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
+    if let Some(n) = options.pins.recompute_num_layers
+        && !scenario.training.framework.recomputes_some_layers()
+    {
+        bail!(
+            "--recompute-num-layers {n} pins block recompute of some layers, but --framework {} checkpoints every transformer block under full recompute; pin --recompute full, or choose --framework megatron-core",
+            scenario.training.framework.as_str()
+        );
+    }
     // An overlap asked for that no plan of this search can use is refused, as `eval` refuses it
     // for its one plan: the model has no experts, or the pins leave no tensor parallelism.
     if args.training.overlap_moe_expert_parallel_comm == Some(true) && scenario.model.moe.is_none()

@@ -441,6 +441,22 @@ pub(super) fn pins_of_args(
             Recompute::from(asked).as_str()
         );
     }
+    // A block-recompute layer count is full recompute's: it pins --recompute full, and
+    // contradicts any other pinned recompute.
+    let recompute = match (
+        args.recompute_num_layers,
+        args.recompute.map(Recompute::from),
+    ) {
+        (Some(0), _) => bail!(
+            "--recompute-num-layers 0: it counts the layers of each model chunk that full recompute's block method recomputes; give 1 or more, or pin --recompute full for every layer"
+        ),
+        (Some(n), Some(other)) if other != Recompute::Full => bail!(
+            "--recompute-num-layers {n} pins full recompute of {n} layers per chunk, but --recompute {} pins another recompute; drop one of them",
+            other.as_str()
+        ),
+        (Some(_), _) => Some(Recompute::Full),
+        (None, pinned) => pinned,
+    };
     Ok(Pins {
         tp: args.tp,
         cp: args.cp,
@@ -448,7 +464,8 @@ pub(super) fn pins_of_args(
         dp: args.dp,
         vpp: args.vpp,
         micro_batch: args.micro_batch,
-        recompute: args.recompute.map(Recompute::from),
+        recompute,
+        recompute_num_layers: args.recompute_num_layers,
         zero: args.zero,
         sequence_parallel: args.sequence_parallel.then_some(true),
         ep: args.ep,
