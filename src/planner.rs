@@ -303,7 +303,8 @@ fn push_pipeline_variants(
                 continue;
             }
             for sequence_parallel in [false, true] {
-                if sequence_parallel && tp == 1 {
+                if sequence_parallel && (tp == 1 || !training.framework.runs_sequence_parallelism())
+                {
                     continue;
                 }
                 for recompute in Recompute::ALL {

@@ -571,6 +571,14 @@ impl TrainingFramework {
         )
     }
 
+    /// Whether the framework runs Megatron's sequence parallelism (the norm and dropout regions split
+    /// over the TP group, all-gather/reduce-scatter in place of each all-reduce): Korthikanti et al.
+    /// 2022 introduced it (Megatron-LM's `--sequence-parallel`, 2022), after the SC'21 code tpsim's
+    /// `megatron-lm-2021` models; Megatron-Core, Megatron-DeepSpeed and torchtitan's TP plans run it.
+    pub fn runs_sequence_parallelism(self) -> bool {
+        !matches!(self, TrainingFramework::MegatronLm2021)
+    }
+
     /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
     /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
     /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.

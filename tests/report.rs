@@ -384,13 +384,16 @@ fn bad_report_paths_exit_2_with_one_line() {
 #[test]
 fn plan_refines_the_shown_plans_and_says_when_the_order_changes() {
     // With uneven splits allowed, the simulated schedule reorders the 512B top ten (2021
-    // Megatron-LM: synchronous pipeline sends, so unequal stages show in the schedule).
+    // Megatron-LM: synchronous pipeline sends, so unequal stages show in the schedule; at 1,024
+    // sequences per step, where its search, without sequence parallelism, still reorders).
     let args = [
         "plan",
         "--params",
         "512B",
         "--nodes",
         "32",
+        "--global-batch",
+        "1024",
         "--allow-uneven-pp",
         "--framework",
         "megatron-lm-2021",

@@ -337,6 +337,12 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
+    if plan.sequence_parallel && !framework.runs_sequence_parallelism() {
+        eprintln!(
+            "note: --sequence-parallel is evaluated as asked, but --framework {} predates sequence parallelism (Korthikanti et al. 2022), so `tpsim plan` does not propose it; megatron-core, deepspeed and torchtitan run it",
+            framework.as_str()
+        );
+    }
     if plan.vpp > 1 && !framework.interleaves_pipeline() {
         eprintln!(
             "note: --vpp {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
