@@ -472,10 +472,10 @@ fn torchtitan_fsdp_with_pp_reduces_once_after_the_schedule() {
             .map(|e| (e.scope, e.count))
             .collect::<Vec<_>>()
     };
-    assert_eq!(reduce_scatters(&titan_ledger), vec![(Scope::PerStep, 1)]);
+    assert_eq!(reduce_scatters(&titan_ledger), vec![(Scope::PerStep, 1.0)]);
     assert_eq!(
         reduce_scatters(&mcore_ledger),
-        vec![(Scope::PerMicrobatch, u64::from(plan.num_microbatches))]
+        vec![(Scope::PerMicrobatch, f64::from(plan.num_microbatches))]
     );
     let grad = titan.terms.get(TermKind::DpGradReduce);
     assert!(grad.time_s.0 > 0.0);
@@ -669,14 +669,14 @@ fn busiest_stage_of_deepseek_v3_dispatches_in_every_layer() {
     };
     let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
     let layers = plan.stages.max_layers();
-    let dispatches: Vec<u64> = ledger(&model, &cluster, &training, &plan)
+    let dispatches: Vec<f64> = ledger(&model, &cluster, &training, &plan)
         .entries
         .iter()
         .filter(|e| e.op == Op::AllToAll)
         .map(|e| e.count)
         .collect();
     assert!(!dispatches.is_empty());
-    let want = u64::from(layers) * u64::from(plan.num_microbatches);
+    let want = f64::from(layers) * f64::from(plan.num_microbatches);
     assert!(
         dispatches.iter().all(|&c| c == want),
         "{dispatches:?} vs {want}"
