@@ -156,8 +156,12 @@ pub fn norm_output_bytes(model: &Model, precision: Precision) -> NormOutputBytes
 /// Bytes per element of the two norm outputs (attention side, MLP side) low-precision training
 /// saves over bf16's, per layer on average (`norm_output_bytes`; negative where it keeps more).
 pub fn norm_output_fp8_saving(model: &Model) -> f64 {
+    norm_output_fp8_saving_at(model, super::moe::moe_layer_share(model))
+}
+
+/// [`norm_output_fp8_saving`] for layers of which `moe_share` are MoE layers (one stage's).
+pub fn norm_output_fp8_saving_at(model: &Model, moe_share: f64) -> f64 {
     let kept = norm_output_bytes(model, Precision::Fp8);
-    let moe_share = super::moe::moe_layer_share(model);
     let bf16 = 2.0;
     (bf16 - kept.attention)
         + (1.0 - moe_share) * (bf16 - kept.dense_mlp)
@@ -176,7 +180,7 @@ pub fn norm_output_fp8_saving(model: &Model) -> f64 {
 /// - SwiGLU's product saves silu's output beside w1's and w3's outputs: 2 bytes per ffn element more
 ///   in dense layers (the experts of MoE layers are counted as Megatron's);
 /// - with QK-norm, its two RMSNorms keep the fp32 upcasts of Q and K, 4 bytes per element.
-pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool) -> f64 {
+pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool, moe_share: f64) -> f64 {
     let t = f64::from(tp);
     let sp_split = if sp { t } else { 1.0 };
     let norms = 2.0 * 4.0 * f64::from(model.hidden) / sp_split;
@@ -186,7 +190,7 @@ pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool) -> f64 {
         0.0
     };
     let silu_output = if model.gated_mlp {
-        (1.0 - super::moe::moe_layer_share(model)) * 2.0 * f64::from(model.ffn_hidden) / t
+        (1.0 - moe_share) * 2.0 * f64::from(model.ffn_hidden) / t
     } else {
         0.0
     };
@@ -239,7 +243,7 @@ pub fn alternate_matmul_activation_bytes(
 /// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
 fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
     let t = f64::from(plan.tp);
-    let (dense, expert) = layer_params_per_gpu(model, plan);
+    let (dense, expert) = layer_params_per_gpu_at(model, plan, stage_moe_share(model, plan, stage));
     let layer = dense + expert;
     let word_embedding = model.word_embedding_params() / t;
     let output = if model.tied_embeddings {
@@ -287,36 +291,108 @@ fn keeps_mtp_embedding_copy(model: &Model) -> bool {
 /// dense MLPs, router, shared experts, norms) and the routed experts' part (experts/ep experts,
 /// each over etp; `moe.rs`), which ZeRO shards over expert-DP instead of DP.
 pub fn layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
+    layer_params_per_gpu_at(model, plan, super::moe::moe_layer_share(model))
+}
+
+/// [`layer_params_per_gpu`] over layers of which `moe_share` are MoE layers (one stage's: the
+/// dense prefix of DeepSeek-V3 sits on the first stage): dense layers hold their dense MLP, MoE
+/// layers their router, shared experts and this GPU's routed experts.
+pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f64) -> (f64, f64) {
     let t = f64::from(plan.tp);
     let Some(moe) = model.moe else {
         return (model.layer_params() / t, 0.0);
     };
-    let layers = f64::from(model.layers.max(1));
-    let all_experts =
-        f64::from(model.moe_layers()) * f64::from(moe.experts) * model.expert_params();
-    let rest = (model.layer_params() * layers - all_experts) / layers / t;
-    let expert =
-        super::moe::moe_layer_share(model) * super::moe::expert_params_per_gpu(model, plan);
+    let moe_rest = model.moe_layer_params() - f64::from(moe.experts) * model.expert_params();
+    let rest = ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t;
+    let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
     (rest, expert)
 }
 
-/// Routed-expert parameters on the stage with the most layers (before ZeRO sharding).
-pub fn max_stage_expert_params(model: &Model, plan: &ParallelPlan) -> f64 {
-    let layers = super::pipeline::max_stage_layers(model, plan);
-    f64::from(layers) * layer_params_per_gpu(model, plan).1
+/// Transformer layers (MTP layers included) on `stage` and how many of them are MoE layers
+/// (`pipeline::stage_moe_layers`); for the middle stages, the one with the most MoE layers (its
+/// experts and routed tokens weigh most).
+fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u32) {
+    let layers = stage_layers(plan, model, stage);
+    let Some(moe) = model.moe else {
+        return (layers, 0);
+    };
+    let mtp_moe = if model.mtp_layer_is_moe() {
+        model.mtp_layers
+    } else {
+        0
+    };
+    // Every layer an MoE layer: no need to place them.
+    if moe.first_dense_layers == 0 && moe.layer_freq == 1 {
+        return (layers, layers);
+    }
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let on = |s: u32| layout.stage_mix(model, plan.pp, s).1;
+    let moe_layers = match stage {
+        Stage::Only => model.moe_layers() + mtp_moe,
+        Stage::First => on(0),
+        Stage::Last => on(plan.pp - 1) + mtp_moe,
+        Stage::Middle => {
+            // Most middle stages past a dense prefix are all MoE: stop at the first that is.
+            let mut most = 0;
+            for s in 1..plan.pp.saturating_sub(1) {
+                most = most.max(on(s));
+                if most >= layers {
+                    break;
+                }
+            }
+            most
+        }
+    };
+    (layers, moe_layers.min(layers))
 }
 
-/// The most parameters any GPU of the plan holds (before ZeRO sharding).
-pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> f64 {
+/// Share of `stage`'s transformer layers with an MoE MLP (0 for a dense model).
+pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
+    match stage_layer_mix(model, plan, stage) {
+        (0, _) => 0.0,
+        (layers, moe) => f64::from(moe) / f64::from(layers),
+    }
+}
+
+/// The stage whose GPUs hold the most parameters (before ZeRO sharding).
+fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> Stage {
     if plan.pp == 1 {
-        return stage_params(model, plan, Stage::Only);
+        return Stage::Only;
     }
-    let edges = stage_params(model, plan, Stage::First).max(stage_params(model, plan, Stage::Last));
-    if plan.pp > 2 {
-        edges.max(stage_params(model, plan, Stage::Middle))
+    let candidates = [Stage::First, Stage::Last, Stage::Middle];
+    let count = if plan.pp > 2 { 3 } else { 2 };
+    let mut best = (Stage::First, stage_params(model, plan, Stage::First));
+    for &stage in &candidates[1..count] {
+        let params = stage_params(model, plan, stage);
+        if params > best.1 {
+            best = (stage, params);
+        }
+    }
+    best.0
+}
+
+/// The most parameters any GPU of the plan holds (before ZeRO sharding), and the routed-expert
+/// parameters among them: those DP and expert-DP reduce and shard.
+pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> StageParams {
+    let stage = heaviest_stage(model, plan);
+    let (layers, moe) = stage_layer_mix(model, plan, stage);
+    let share = if layers == 0 {
+        0.0
     } else {
-        edges
+        f64::from(moe) / f64::from(layers)
+    };
+    StageParams {
+        total: stage_params(model, plan, stage),
+        expert: f64::from(layers) * layer_params_per_gpu_at(model, plan, share).1,
     }
+}
+
+/// Parameters of one GPU of a stage (before ZeRO sharding).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageParams {
+    pub total: f64,
+    /// The routed experts' part of `total`.
+    pub expert: f64,
 }
 
 /// Transformer layers on `stage`.
@@ -369,8 +445,10 @@ fn stage_memory(
     // over expert-DP.
     let shard_ranks = plan.dp * plan.cp;
     let dp = f64::from(shard_ranks);
-    // One layer as this GPU holds it: its TP share of the dense part and its own experts.
-    let (dense_layer, expert_layer) = layer_params_per_gpu(model, plan);
+    // One layer as this GPU holds it, on average over this stage's layers: its TP share of the
+    // dense part and its own experts.
+    let moe_share = stage_moe_share(model, plan, stage);
+    let (dense_layer, expert_layer) = layer_params_per_gpu_at(model, plan, moe_share);
     let layers = f64::from(stage_layers(plan, model, stage));
     let expert_params = layers * expert_layer;
     let after_schedule = super::comm::reduces_after_pipeline_schedule(training, plan);
@@ -534,17 +612,17 @@ fn stage_memory(
                 // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
                 // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
                 // (`norm_output_fp8_saving`).
-                let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving(model);
+                let norm_outputs =
+                    sf * bf * h / sp_split * norm_output_fp8_saving_at(model, moe_share);
                 // The dense MLP's down-projection input exists in dense layers only; MoE layers save
                 // their expert GEMM inputs in FP8 below.
-                let dense_share = 1.0 - super::moe::moe_layer_share(model);
+                let dense_share = 1.0 - moe_share;
                 let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
                 per_layer - (norm_outputs + sharded_inputs)
             } else {
                 per_layer
             };
         // MoE layers keep their routed tokens' activations instead of the dense MLP's.
-        let moe_share = super::moe::moe_layer_share(model);
         let per_layer = if moe_share > 0.0 && recompute != Recompute::Full {
             let sb = f64::from(s) * f64::from(b);
             let dense_mlp = if per_op_sac {
@@ -596,7 +674,7 @@ fn stage_memory(
             per_layer
                 + f64::from(s)
                     * f64::from(b)
-                    * eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel)
+                    * eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, moe_share)
         } else {
             per_layer
         }
@@ -690,6 +768,102 @@ pub fn zero_model_state_bytes(params: f64, dp: u32, zero: u8, grad_bytes: f64) -
 mod tests {
     use super::*;
     use crate::model::tests::gpt3_175b;
+
+    /// Each stage holds the layers the layout puts on it: DeepSeek-V3's first stage of 4 layers
+    /// holds the 3 dense layers (their dense MLPs, no experts) and 1 MoE layer; it was charged 4
+    /// layers at the model's average, 58/61 MoE, about 2.8 layers' worth of experts too many.
+    #[test]
+    fn stages_hold_their_own_dense_and_moe_layers() {
+        let model = crate::specs::load_model("deepseek-v3").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("b200-sxm-180g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            2048,
+            AttentionKernel::Flash,
+        );
+        let request = crate::plan::PlanRequest {
+            tp: 1,
+            pp: 16,
+            dp: 16,
+            ep: 8,
+            micro_batch: 1,
+            allow_uneven_pp: true,
+            stage_split: Some((4, 1)),
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        assert_eq!(stage_moe_share(&model, &plan, Stage::First), 0.25);
+        assert_eq!(stage_moe_share(&model, &plan, Stage::Middle), 1.0);
+        // The last stage: 1 decoder layer (and the MTP layers, when trained), all MoE.
+        assert_eq!(stage_moe_share(&model, &plan, Stage::Last), 1.0);
+        let experts = super::super::moe::expert_params_per_gpu(&model, &plan);
+        let moe_rest = model.moe_layer_params() - 256.0 * model.expert_params();
+        let first =
+            model.word_embedding_params() + 3.0 * model.dense_layer_params() + moe_rest + experts;
+        assert!((stage_params(&model, &plan, Stage::First) / first - 1.0).abs() < 1e-12);
+        let middle = 4.0 * (moe_rest + experts);
+        assert!((stage_params(&model, &plan, Stage::Middle) / middle - 1.0).abs() < 1e-12);
+        let heaviest = max_stage_params(&model, &plan);
+        assert!((heaviest.total / middle - 1.0).abs() < 1e-12);
+        assert!((heaviest.expert / (4.0 * experts) - 1.0).abs() < 1e-12);
+        // Every layer of the whole model on one stage: the model's own mix.
+        let whole = crate::plan::PlanRequest {
+            pp: 1,
+            dp: 256,
+            allow_uneven_pp: false,
+            stage_split: None,
+            ..request
+        };
+        let one = ParallelPlan::build(&whole, &model, &cluster, &training).unwrap();
+        let mtp = model.mtp_layers;
+        assert_eq!(
+            stage_moe_share(&model, &one, Stage::Only),
+            f64::from(58 + mtp) / f64::from(61 + mtp)
+        );
+    }
+
+    /// The busiest stage's MoE share counts its own layers: Mixtral with `--moe-layer-freq 2` on
+    /// 3 layers a stage has stages with 2 MoE layers and stages with 1; the step is paced by the
+    /// former (2/3), not the model's average (1/2).
+    #[test]
+    fn the_busiest_stage_runs_its_own_moe_layers() {
+        let mut model = crate::specs::load_model("mixtral-8x7b").unwrap();
+        model.layers = 48;
+        model.moe.as_mut().unwrap().layer_freq = 2;
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 16,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            256,
+            AttentionKernel::Flash,
+        );
+        let request = crate::plan::PlanRequest {
+            tp: 8,
+            pp: 16,
+            dp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        assert_eq!(
+            super::super::moe::busiest_stage_moe_share(&model, &plan),
+            2.0 / 3.0
+        );
+        assert_eq!(super::super::moe::moe_layer_share(&model), 0.5);
+        assert_eq!(stage_moe_share(&model, &plan, Stage::First), 2.0 / 3.0);
+        assert_eq!(stage_moe_share(&model, &plan, Stage::Last), 1.0 / 3.0);
+        assert_eq!(stage_moe_share(&model, &plan, Stage::Middle), 2.0 / 3.0);
+    }
 
     #[test]
     fn per_op_sac_keeps_the_saved_matmul_outputs() {
@@ -1058,7 +1232,7 @@ mod tests {
         // Llama 3 8B, one GPU: two norms' fp32 inputs (4 bytes × 4096 each), K and V expanded from
         // 1024 to 4096 wide (2 bytes × 2 × 3072), silu's output (2 bytes × 14336).
         let model = crate::specs::load_model("llama3-8b").unwrap();
-        let per_token = eager_saved_bytes_per_token(&model, 1, false);
+        let per_token = eager_saved_bytes_per_token(&model, 1, false, 0.0);
         assert_eq!(per_token, 2.0 * 4.0 * 4096.0 + 4.0 * 3072.0 + 2.0 * 14336.0);
         // In a plan: added per layer when nothing is recomputed, not under per-op SAC.
         let cluster = Cluster {

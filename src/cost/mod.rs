@@ -635,12 +635,14 @@ pub fn evaluate(
     terms.set(Term::exposed(TermKind::Bubble, 0.0, bubble_s));
 
     // DP (with CP) on the stage with the most parameters.
-    let params = memory::max_stage_params(model, plan);
+    let memory::StageParams {
+        total: params,
+        expert: expert_params,
+    } = memory::max_stage_params(model, plan);
     let dp_group = groups.get(GroupKind::Dp);
     let gather_bytes_per_param =
         comm::gather_bytes_per_param(model, training, plan, params, max_layers);
     // Expert parameters are reduced and sharded over expert-DP, the rest over DP×CP.
-    let expert_params = memory::max_stage_expert_params(model, plan);
     let expert_group = groups.get(GroupKind::ExpertDp);
     let dp = comm::dp_traffic(
         training,

@@ -58,21 +58,43 @@ pub fn moe_layer_share(model: &Model) -> f64 {
 }
 
 /// Share of MoE layers on the busiest pipeline stage, whose per-layer time the step is built
-/// from. Without a pipeline it is the model's share. With one, the dense prefix (DeepSeek-V3's
-/// first three layers, `--moe-first-k-dense-replace`) sits on the first stage, which the uneven
-/// split already lightens for the embedding; the stages that set the pace hold layers past it, so
-/// their share is the MoE pattern's own (every layer at `moe_layer_freq` 1, one in f at f).
+/// from: of the stages with the most transformer layers (MTP layers counted on the last), the one
+/// with the most MoE layers, counted layer by layer where the stage layout places them
+/// (`pipeline::stage_moe_layers`): the dense prefix (DeepSeek-V3's first three layers) sits on the
+/// first stage, and with `--moe-layer-freq` 2 on 3 layers per stage some stages hold two MoE
+/// layers and others one. Without a pipeline, or with every layer an MoE layer, the model's share.
 pub fn busiest_stage_moe_share(model: &Model, plan: &ParallelPlan) -> f64 {
-    match model.moe {
-        Some(moe) if plan.pp > 1 && moe.first_dense_layers > 0 && moe.layer_freq > 0 => {
-            let after_prefix = model.layers.saturating_sub(moe.first_dense_layers);
-            if after_prefix == 0 {
-                0.0
-            } else {
-                f64::from(model.moe_layers()) / f64::from(after_prefix)
-            }
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    if plan.pp <= 1 || (moe.first_dense_layers == 0 && moe.layer_freq == 1) {
+        return moe_layer_share(model);
+    }
+    let p = plan.pp;
+    let mtp_moe = if model.mtp_layer_is_moe() {
+        model.mtp_layers
+    } else {
+        0
+    };
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    // No stage holds more than this many layers, nor more MoE layers than layers: a stage with
+    // that many, all MoE, is the busiest, and the search can stop there.
+    let most_layers = super::pipeline::max_stage_layers(model, plan);
+    let mut busiest = (0, 0);
+    for stage in 0..p {
+        let (mut layers, mut moe_layers) = layout.stage_mix(model, p, stage);
+        if stage + 1 == p {
+            layers += model.mtp_layers;
+            moe_layers += mtp_moe;
         }
-        _ => moe_layer_share(model),
+        busiest = busiest.max((layers, moe_layers));
+        if busiest == (most_layers, most_layers) {
+            break;
+        }
+    }
+    match busiest {
+        (0, _) => 0.0,
+        (layers, moe_layers) => f64::from(moe_layers) / f64::from(layers),
     }
 }
 

@@ -24,6 +24,140 @@ pub fn max_stage_layers(model: &Model, plan: &ParallelPlan) -> u32 {
     }
 }
 
+/// How a plan's decoder layers fall into its pp·vpp model chunks (depth order; chunk c runs on
+/// stage c % pp), as the plan's stage layout places them (`plan::StageLayout`), worked out once
+/// so that each chunk's range is a few integer operations.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkLayout {
+    layers: u32,
+    chunks: u32,
+    kind: ChunkKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ChunkKind {
+    /// Every chunk `per` layers, the last the remainder: equal chunks, or chunks filled front to
+    /// back (`StageLayout::filled_chunks`).
+    FrontToBack { per: u32 },
+    /// Interleaved chunks of embedding-and-loss-counted units (`plan::unit_chunks`): the first
+    /// one layer lighter for the embedding, the last holding what remains.
+    Units { per: u32 },
+    /// One chunk per stage: the first and last as given (or tpsim's), the middle stages sharing
+    /// the rest, the extra layers on the earliest ones (`cost::simulated::layers_per_stage`).
+    Stages { first: u32, last: u32 },
+}
+
+impl ChunkLayout {
+    pub fn of(model: &Model, plan: &ParallelPlan) -> ChunkLayout {
+        let layers = model.layers;
+        let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
+        let chunks = p * v;
+        let s = &plan.stages;
+        let kind = if chunks == 1 || s.even {
+            ChunkKind::FrontToBack {
+                per: layers / chunks,
+            }
+        } else if s.chunk_layers > 0 {
+            ChunkKind::FrontToBack {
+                per: s.chunk_layers,
+            }
+        } else if v > 1 {
+            match crate::plan::unit_chunks(model, p, v) {
+                Some(units) => ChunkKind::Units {
+                    per: units.per_chunk,
+                },
+                None => ChunkKind::FrontToBack {
+                    per: layers.div_ceil(chunks),
+                },
+            }
+        } else {
+            ChunkKind::Stages {
+                first: s.first,
+                last: s.last,
+            }
+        };
+        ChunkLayout {
+            layers,
+            chunks,
+            kind,
+        }
+    }
+
+    /// Decoder layers [start, end) of model chunk `chunk` (MTP layers are not decoder layers: they
+    /// ride on the last stage, `last_stage_layers`).
+    pub fn range(&self, chunk: u32) -> (u32, u32) {
+        let (layers, chunks) = (self.layers, self.chunks);
+        let last = chunk + 1 == chunks;
+        match self.kind {
+            ChunkKind::FrontToBack { per } => {
+                let start = (chunk * per).min(layers);
+                let end = if last {
+                    layers
+                } else {
+                    ((chunk + 1) * per).min(layers)
+                };
+                (start, end)
+            }
+            ChunkKind::Units { per } => {
+                let start = if chunk == 0 {
+                    0
+                } else {
+                    (per - 1 + (chunk - 1) * per).min(layers)
+                };
+                let end = if last {
+                    layers
+                } else {
+                    (per - 1 + chunk * per).min(layers)
+                };
+                (start, end)
+            }
+            ChunkKind::Stages {
+                first,
+                last: last_layers,
+            } => {
+                if chunk == 0 {
+                    return (0, first.min(layers));
+                }
+                if last {
+                    return (layers.saturating_sub(last_layers), layers);
+                }
+                let middles = chunks - 2;
+                let rest = layers.saturating_sub(first + last_layers);
+                let (base, extra) = (rest / middles, rest % middles);
+                let i = chunk - 1;
+                let start = first + i * base + i.min(extra);
+                (start, start + base + u32::from(i < extra))
+            }
+        }
+    }
+
+    /// Decoder layers and MoE layers among them (`Model::moe_layers_between`) on pipeline stage
+    /// `stage` of `pp`, over all its model chunks.
+    pub fn stage_mix(&self, model: &Model, pp: u32, stage: u32) -> (u32, u32) {
+        let pp = pp.max(1);
+        (0..self.chunks / pp).fold((0, 0), |(layers, moe), round| {
+            let (start, end) = self.range(round * pp + stage);
+            (
+                layers + end - start,
+                moe + model.moe_layers_between(start, end),
+            )
+        })
+    }
+}
+
+/// Decoder layers [start, end) of model chunk `chunk` of `plan` ([`ChunkLayout::range`]).
+pub fn chunk_layer_range(model: &Model, plan: &ParallelPlan, chunk: u32) -> (u32, u32) {
+    ChunkLayout::of(model, plan).range(chunk)
+}
+
+/// MoE layers among the decoder layers of pipeline stage `stage` (0..pp), over all its model
+/// chunks; MTP layers excluded.
+pub fn stage_moe_layers(model: &Model, plan: &ParallelPlan, stage: u32) -> u32 {
+    ChunkLayout::of(model, plan)
+        .stage_mix(model, plan.pp, stage)
+        .1
+}
+
 /// Fraction of ideal compute time the pipeline sits idle: (p − 1)/(v·m), Narayanan et al. 2021 §2.2
 /// (1F1B: (p − 1)/m; interleaved with v model chunks per GPU: divided by v).
 pub fn bubble_ratio(pp: u32, vpp: u32, num_microbatches: u32) -> f64 {
@@ -36,6 +170,105 @@ pub fn bubble_ratio(pp: u32, vpp: u32, num_microbatches: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every layout the plans use: the chunks tile the layers in depth order, each stage's chunks
+    /// add up to the layout's stage sizes, and the MoE count per stage matches layer-by-layer.
+    #[test]
+    fn chunks_tile_the_layers_and_count_moe_layers_per_stage() {
+        use crate::cluster::Cluster;
+        use crate::plan::PlanRequest;
+        use crate::training::{AttentionKernel, Training, TrainingFramework};
+        let mut dsv3 = crate::specs::load_model("deepseek-v3").unwrap();
+        let mut freq3 = crate::specs::load_model("mixtral-8x7b").unwrap();
+        if let Some(moe) = freq3.moe.as_mut() {
+            moe.layer_freq = 3;
+            moe.first_dense_layers = 2;
+        }
+        let llama405 = crate::specs::load_model("llama3-405b").unwrap();
+        let no_mtp = {
+            dsv3.mtp_layers = 1;
+            let mut m = dsv3.clone();
+            m.mtp_layers = 0;
+            m
+        };
+        // (model, pp, vpp, first/last given)
+        let cases: Vec<(&crate::model::Model, u32, u32, Option<(u32, u32)>)> = vec![
+            (&dsv3, 16, 1, Some((4, 1))),
+            (&dsv3, 8, 4, None),
+            (&no_mtp, 8, 4, None),
+            (&dsv3, 4, 4, None),
+            (&dsv3, 16, 1, None),
+            (&freq3, 4, 2, None),
+            (&freq3, 8, 1, None),
+            (&freq3, 3, 1, None),
+            (&freq3, 1, 1, None),
+            (&llama405, 16, 1, None),
+            (&llama405, 8, 1, Some((15, 15))),
+        ];
+        for (model, pp, vpp, split) in cases {
+            let cluster = Cluster {
+                gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+                nodes: pp,
+                gpus_per_node: 8,
+            };
+            let training = Training::with_framework(
+                TrainingFramework::MegatronCore,
+                4096,
+                pp * 64,
+                AttentionKernel::Flash,
+            );
+            let request = PlanRequest {
+                tp: 8,
+                pp,
+                dp: 1,
+                vpp,
+                micro_batch: 1,
+                sequence_parallel: true,
+                allow_uneven_pp: true,
+                stage_split: split,
+                ..PlanRequest::default()
+            };
+            let Ok(plan) = crate::plan::ParallelPlan::build(&request, model, &cluster, &training)
+            else {
+                panic!("{} pp {pp} vpp {vpp} {split:?} does not build", model.name);
+            };
+            let what = format!("{} pp {pp} vpp {vpp} {split:?}", model.name);
+            let mut next = 0;
+            for chunk in 0..pp * vpp {
+                let (start, end) = chunk_layer_range(model, &plan, chunk);
+                assert_eq!(start, next, "{what}: chunk {chunk}");
+                assert!(end >= start, "{what}: chunk {chunk}");
+                next = end;
+            }
+            assert_eq!(next, model.layers, "{what}");
+            let per_stage = crate::cost::simulated::layers_per_stage(model, &plan);
+            for stage in 0..pp {
+                let (layers, moe): (u32, u32) = (0..vpp)
+                    .map(|round| chunk_layer_range(model, &plan, round * pp + stage))
+                    .map(|(a, b)| {
+                        (
+                            b - a,
+                            (a..b).filter(|&l| model.is_moe_layer(l)).count() as u32,
+                        )
+                    })
+                    .fold((0, 0), |acc, x| (acc.0 + x.0, acc.1 + x.1));
+                if vpp == 1 {
+                    assert_eq!(layers, per_stage[stage as usize], "{what}: stage {stage}");
+                } else if stage == 0 {
+                    assert_eq!(layers, plan.stages.first, "{what}");
+                } else if stage + 1 == pp {
+                    assert_eq!(layers, plan.stages.last, "{what}");
+                } else {
+                    assert!(layers <= plan.stages.middle_max, "{what}: stage {stage}");
+                }
+                assert_eq!(
+                    stage_moe_layers(model, &plan, stage),
+                    moe,
+                    "{what}: stage {stage}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn narayanan_bubble() {

@@ -135,6 +135,24 @@ impl Model {
         })
     }
 
+    /// MoE layers among the layers [start, end): those at or past the dense prefix whose offset
+    /// from it is a multiple of the frequency (`is_moe_layer`), counted in closed form.
+    pub fn moe_layers_between(&self, start: u32, end: u32) -> u32 {
+        match self.moe {
+            Some(moe) if moe.layer_freq > 0 => {
+                let (k, f) = (moe.first_dense_layers, moe.layer_freq);
+                let end = end.min(self.layers);
+                let start = start.max(k);
+                if end <= start {
+                    0
+                } else {
+                    (end - k).div_ceil(f) - (start - k).div_ceil(f)
+                }
+            }
+            _ => 0,
+        }
+    }
+
     /// Layers with an MoE MLP.
     pub fn moe_layers(&self) -> u32 {
         match self.moe {
