@@ -329,7 +329,7 @@ fn torchtitan_eager_loss_holds_three_fp32_logit_copies() {
     // The logit copies, and what eager autograd keeps beyond the fused kernels in the one layer
     // being recomputed (`eager_saved_bytes_per_token`).
     let eager_layer =
-        2.0 * 8192.0 * tpsim::cost::memory::eager_saved_bytes_per_token(&model, 2, true);
+        2.0 * 8192.0 * tpsim::cost::memory::eager_saved_bytes_per_token(&model, 2, true, 0.0);
     let want = 8.0 * 8192.0 * 2.0 * 128256.0 / 2.0 + eager_layer;
     assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");
 }

@@ -192,7 +192,8 @@ mod tests {
             m
         };
         // (model, pp, vpp, first/last given)
-        let cases: Vec<(&crate::model::Model, u32, u32, Option<(u32, u32)>)> = vec![
+        type Case<'a> = (&'a crate::model::Model, u32, u32, Option<(u32, u32)>);
+        let cases: Vec<Case> = vec![
             (&dsv3, 16, 1, Some((4, 1))),
             (&dsv3, 8, 4, None),
             (&no_mtp, 8, 4, None),
