@@ -30,13 +30,41 @@ pub struct Band {
     pub family: Option<String>,
     #[serde(default)]
     pub framework: Option<String>,
+    /// "dense" or "moe": tpsim misses mixture-of-experts runs several times more than dense ones,
+    /// so their bands are kept apart.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 struct BandFile {
     groups: Vec<Band>,
     families: Vec<Band>,
+    kinds: Vec<Band>,
     all: Band,
+}
+
+/// Dense models or mixture-of-experts models: the residual bands are kept per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Dense,
+    Moe,
+}
+
+impl ModelKind {
+    pub fn of(moe: bool) -> ModelKind {
+        if moe {
+            ModelKind::Moe
+        } else {
+            ModelKind::Dense
+        }
+    }
+    fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Dense => "dense",
+            ModelKind::Moe => "moe",
+        }
+    }
 }
 
 fn bands() -> &'static BandFile {
@@ -69,26 +97,35 @@ pub fn band_framework(framework: TrainingFramework) -> &'static str {
     }
 }
 
-/// The band that applies to plans of `framework` on this GPU profile: the framework's own runs on
-/// the GPU's family when there are enough, else every framework's runs on the family, else every run;
-/// and whether it was measured on the family.
-pub fn band_for(profile: &str, framework: TrainingFramework) -> (&'static Band, bool) {
+/// The band that applies to plans of a `kind` of model under `framework` on this GPU profile: the
+/// framework's own runs of that kind on the GPU's family when there are enough, else every
+/// framework's runs of that kind on the family, else every run of that kind; and whether it was
+/// measured on the family.
+pub fn band_for(
+    profile: &str,
+    framework: TrainingFramework,
+    kind: ModelKind,
+) -> (&'static Band, bool) {
     let family = hardware_family(profile);
     let file = bands();
     let name = band_framework(framework);
+    let kind = Some(kind.as_str());
+    if let Some(band) = file.groups.iter().find(|b| {
+        b.family.as_deref() == Some(family)
+            && b.framework.as_deref() == Some(name)
+            && b.kind.as_deref() == kind
+    }) {
+        return (band, true);
+    }
     if let Some(band) = file
-        .groups
+        .families
         .iter()
-        .find(|b| b.family.as_deref() == Some(family) && b.framework.as_deref() == Some(name))
+        .find(|b| b.family.as_deref() == Some(family) && b.kind.as_deref() == kind)
     {
         return (band, true);
     }
-    match file
-        .families
-        .iter()
-        .find(|b| b.family.as_deref() == Some(family))
-    {
-        Some(band) => (band, true),
+    match file.kinds.iter().find(|b| b.kind.as_deref() == kind) {
+        Some(band) => (band, false),
         None => (&file.all, false),
     }
 }
@@ -125,8 +162,9 @@ pub fn annotate(
     estimate: &Estimate,
     profile: &str,
     framework: TrainingFramework,
+    kind: ModelKind,
 ) {
-    let (band, measured) = band_for(profile, framework);
+    let (band, measured) = band_for(profile, framework, kind);
     let range = interval(estimate, band);
     let basis = if measured {
         format!("{} ({} runs)", band.basis, band.runs)
@@ -172,9 +210,10 @@ pub fn within_error_line(
     plans: &[Estimate],
     profile: &str,
     framework: TrainingFramework,
+    kind: ModelKind,
 ) -> Option<String> {
     let best = plans.first()?;
-    let (band, measured) = band_for(profile, framework);
+    let (band, measured) = band_for(profile, framework, kind);
     let range = interval(best, band);
     let close = within_error_of_best(plans, band);
     let ranks = if plans.len() == 1 {
@@ -261,18 +300,44 @@ mod tests {
 
     #[test]
     fn bundled_bands_are_ordered_and_cover_a100() {
-        let (band, measured) = band_for("a100-sxm-80g", TrainingFramework::MegatronLm2021);
+        let dense = ModelKind::Dense;
+        let (band, measured) = band_for("a100-sxm-80g", TrainingFramework::MegatronLm2021, dense);
         assert!(measured, "the A100 family has measured runs");
         assert!(band.runs >= 8);
         assert!(band.log_ratio_q05 < band.log_ratio_q95, "{band:?}");
         // Megatron-Core on H100 has its own band (the current-stack runs); an unmeasured family
-        // falls back to every run.
-        let (h100, measured) = band_for("h100-sxm-80g", TrainingFramework::MegatronCore);
+        // falls back to every run of the model's kind.
+        let (h100, measured) = band_for("h100-sxm-80g", TrainingFramework::MegatronCore, dense);
         assert!(measured);
         assert_eq!(h100.framework.as_deref(), Some("megatron-core"));
-        let (fallback, measured) = band_for("h800-sxm-80g", TrainingFramework::MegatronCore);
+        assert_eq!(h100.kind.as_deref(), Some("dense"));
+        let (fallback, measured) = band_for("h800-sxm-80g", TrainingFramework::MegatronCore, dense);
         assert!(!measured);
-        assert_eq!(fallback, &bands().all);
+        assert_eq!(fallback.kind.as_deref(), Some("dense"));
+        assert!(fallback.family.is_none());
+    }
+
+    /// A mixture-of-experts plan carries the band of MoE runs, which tpsim misses by much more than
+    /// dense ones; a dense plan is not widened by them (the review found a dense Llama 3 8B on B200
+    /// given +5…+78% from the B200 MoE rows, and Qwen3-30B-A3B on H100 ±10%).
+    #[test]
+    fn mixture_of_experts_plans_carry_their_own_band() {
+        for profile in [
+            "h100-sxm-80g",
+            "b200-sxm-180g",
+            "gb200-nvl72",
+            "h800-sxm-80g",
+        ] {
+            let f = TrainingFramework::MegatronCore;
+            let (dense, _) = band_for(profile, f, ModelKind::Dense);
+            let (moe, _) = band_for(profile, f, ModelKind::Moe);
+            assert_eq!(moe.kind.as_deref(), Some("moe"), "{profile}");
+            assert_eq!(dense.kind.as_deref(), Some("dense"), "{profile}");
+            assert!(
+                moe.log_ratio_q95 - moe.log_ratio_q05 > dense.log_ratio_q95 - dense.log_ratio_q05,
+                "{profile}: {moe:?} vs {dense:?}"
+            );
+        }
     }
 
     fn estimates(tps: &[u32]) -> Vec<Estimate> {
@@ -322,6 +387,7 @@ mod tests {
             log_ratio_q05: -0.1,
             log_ratio_q95: 0.2,
             family: None,
+            kind: None,
         };
         let i = interval(e, &band);
         let step = e.time.step_s.0;
@@ -344,6 +410,7 @@ mod tests {
             log_ratio_q05: 0.0,
             log_ratio_q95: width,
             family: None,
+            kind: None,
         };
         // A band narrower than the gap to #2 separates it; one wider than the gap to #3 does not.
         let gap2 = ratio(1).ln();

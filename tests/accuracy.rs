@@ -318,8 +318,9 @@ fn residual_bands_match_the_current_model() {
     };
     let (band, measured) = tpsim::uncertainty::band_for(
         "a100-sxm-80g",
-        // No Megatron-Core runs on A100: the band pooled over the A100 runs applies.
+        // No Megatron-Core runs on A100: the band pooled over the A100 (dense) runs applies.
         tpsim::training::TrainingFramework::MegatronCore,
+        tpsim::uncertainty::ModelKind::Dense,
     );
     assert!(measured);
     assert_eq!(band.runs as usize, logs.len());
@@ -410,8 +411,9 @@ fn plan_json_carries_the_step_time_range() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let (band, _) = tpsim::uncertainty::band_for(
         "a100-sxm-80g",
-        // No Megatron-Core runs on A100: the band pooled over the A100 runs applies.
+        // No Megatron-Core runs on A100: the band pooled over the A100 (dense) runs applies.
         tpsim::training::TrainingFramework::MegatronCore,
+        tpsim::uncertainty::ModelKind::Dense,
     );
     let plans = json["plans"].as_array().unwrap();
     assert_eq!(plans.len(), 3);

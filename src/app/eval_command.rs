@@ -434,7 +434,8 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 crate::uncertainty::within_error_line(
                     &r.plans,
                     &r.cluster.gpu,
-                    r.training.framework
+                    r.training.framework,
+                    crate::uncertainty::ModelKind::of(r.model.moe.is_some()),
                 )
                 .unwrap_or_default()
             )

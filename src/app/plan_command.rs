@@ -306,7 +306,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         for line in [
             report::mfu_note(&shown, r.cluster.peak_flops),
             crate::planner::folded_note(&folded),
-            crate::uncertainty::within_error_line(&shown, &r.cluster.gpu, r.training.framework),
+            crate::uncertainty::within_error_line(
+                &shown,
+                &r.cluster.gpu,
+                r.training.framework,
+                crate::uncertainty::ModelKind::of(r.model.moe.is_some()),
+            ),
         ]
         .into_iter()
         .flatten()

@@ -259,6 +259,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                 let (band, _) = crate::uncertainty::band_for(
                     &inputs.cluster.gpu.name,
                     inputs.report.training.framework,
+                    crate::uncertainty::ModelKind::of(inputs.report.model.moe.is_some()),
                 );
                 plans
                     .iter()

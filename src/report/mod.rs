@@ -176,6 +176,7 @@ impl Serialize for Report {
                         estimate,
                         &self.cluster.gpu,
                         self.training.framework,
+                        crate::uncertainty::ModelKind::of(self.model.moe.is_some()),
                     );
                     Ok(PlanOut {
                         estimate: value,
