@@ -424,3 +424,56 @@ fn block_recompute_layers_can_be_pinned_in_plan() {
         "torchtitan",
     );
 }
+
+/// A model whose layers split evenly over no pipeline of 2 to 16 stages (DeepSeek-V3's 61) gets a
+/// note naming --allow-uneven-pp; "nothing fits" names it too.
+#[test]
+fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "128",
+        "--global-batch",
+        "4096",
+        "--seq-len",
+        "4096",
+        "--top",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("61 layers split evenly over no pipeline of 2 to 16 stages")
+            && r.stdout.contains("--allow-uneven-pp"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&[
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "128",
+        "--global-batch",
+        "4096",
+        "--seq-len",
+        "4096",
+        "--top",
+        "1",
+        "--allow-uneven-pp",
+    ]);
+    assert!(
+        !r.stdout.contains("split evenly over no pipeline"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&["plan", "--params", "1T", "--nodes", "32"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("or add --allow-uneven-pp"),
+        "{}",
+        r.stderr
+    );
+}

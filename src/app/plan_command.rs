@@ -71,6 +71,28 @@ pub(super) fn why_no_valid_plan(
     )
 }
 
+/// Deepest pipeline worth naming when the even split leaves none: Megatron-Bridge's DeepSeek-V3
+/// recipes and DeepSeek's own run use 16 stages for its 61 layers.
+const UNEVEN_PP_HINT_DEPTH: u32 = 16;
+
+/// A note when the layers split evenly over no pipeline of 2 to 16 stages (DeepSeek-V3's 61) and
+/// the search was not told it may split them unevenly: the search then offers no pipeline at all,
+/// which for such models is usually far from the fastest plan.
+fn uneven_pp_note(model: &Model, cluster: &Cluster, options: SearchOptions) -> Option<String> {
+    let deepest = UNEVEN_PP_HINT_DEPTH.min(cluster.total_gpus());
+    if options.allow_uneven_pp
+        || options.pins.pp.is_some()
+        || deepest < 2
+        || (2..=deepest).any(|pp| model.layers.is_multiple_of(pp))
+    {
+        return None;
+    }
+    Some(format!(
+        "note: the {} layers split evenly over no pipeline of 2 to {deepest} stages, so the search tried none; add --allow-uneven-pp to let stages hold different layer counts (Megatron's --decoder-first/last-pipeline-num-layers, as DeepSeek-V3 trains its 61 layers on 16 stages)",
+        model.layers
+    ))
+}
+
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     if args.top == 0 {
@@ -192,6 +214,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         &refined.simulated,
     );
     let mut notes = Vec::new();
+    if let Some(note) = uneven_pp_note(&scenario.model, &scenario.cluster, options) {
+        notes.push(note);
+    }
     if refined.reordered {
         notes.push(format!(
             "note: the event-driven schedule simulation (unequal stages) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
@@ -332,7 +357,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
-                "closest: {} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len",
+                "closest: {} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len{}",
                 super::pin_conflict::degrees_words(&closest.plan),
                 closest.plan.micro_batch,
                 report::recompute_label(&closest.plan),
@@ -343,7 +368,15 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 },
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
-                (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB
+                (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB,
+                if options.allow_uneven_pp {
+                    String::new()
+                } else {
+                    format!(
+                        ", or add --allow-uneven-pp (deeper pipelines than the {} layers split evenly)",
+                        scenario.model.layers
+                    )
+                }
             ),
             None => unreachable!("an empty search returned an error above"),
         };

@@ -66,8 +66,9 @@ pub(crate) fn tp_colour(tp: u32) -> RGBColor {
     PALETTE[(tp.max(1).ilog2() as usize) % PALETTE.len()]
 }
 
-/// Colours of the stacked parts, in drawing order.
-pub(crate) const STACK: [RGBColor; 7] = [
+/// Colours of the stacked parts, in drawing order: Tableau 10, ten distinct hues (as many as the
+/// step's terms, `TermKind::ALL`, with one to spare).
+pub(crate) const STACK: [RGBColor; 10] = [
     RGBColor(0x4E, 0x79, 0xA7),
     RGBColor(0xF2, 0x8E, 0x2B),
     RGBColor(0xE1, 0x57, 0x59),
@@ -75,6 +76,9 @@ pub(crate) const STACK: [RGBColor; 7] = [
     RGBColor(0x59, 0xA1, 0x4F),
     RGBColor(0xED, 0xC9, 0x48),
     RGBColor(0xB0, 0x7A, 0xA1),
+    RGBColor(0xFF, 0x9D, 0xA7),
+    RGBColor(0x9C, 0x75, 0x5F),
+    RGBColor(0xBA, 0xB0, 0xAC),
 ];
 
 /// One colour per pipeline stage, light so labels stay readable: the first 10 from a light
@@ -128,6 +132,18 @@ pub(crate) struct StackedBars<'a> {
     /// Per plan: lines printed under its label (`plan_details`), so plans that share their degrees
     /// but differ in vpp, micro-batch or recompute tell apart.
     pub details: Vec<Vec<(String, RGBColor)>>,
+    /// Each part's colour (same order as `parts`), so a part keeps its colour whichever others a
+    /// figure shows; `STACK` in drawing order when None.
+    pub part_colours: Option<Vec<RGBColor>>,
+}
+
+impl StackedBars<'_> {
+    fn colour(&self, part: usize) -> RGBColor {
+        self.part_colours
+            .as_ref()
+            .and_then(|c| c.get(part).copied())
+            .unwrap_or(STACK[part % STACK.len()])
+    }
 }
 
 /// What tells apart plans with the same degrees, under each bar: "vpp 7 · mb 1 · ZeRO-1" (and the
@@ -202,7 +218,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             .label_style((FONT, 12))
             .draw()?;
         for (part, _) in spec.parts.iter().enumerate() {
-            let colour = STACK[part % STACK.len()];
+            let colour = spec.colour(part);
             let rects = spec.bars.iter().enumerate().map(|(i, (_, values, _))| {
                 let below: f64 = values[..part].iter().sum();
                 let i = i as u32;
@@ -291,7 +307,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             .iter()
             .enumerate()
             .rev()
-            .map(|(i, name)| (format!("■ {name}"), STACK[i % STACK.len()]))
+            .map(|(i, name)| (format!("■ {name}"), spec.colour(i)))
             .collect();
         if let Some((_, name)) = &spec.line {
             entries.push((format!("— {name}"), RED));

@@ -34,5 +34,6 @@ pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String
         details: plans.iter().map(plan_details).collect(),
         ranges: None,
         line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
+        part_colours: None,
     })
 }

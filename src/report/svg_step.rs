@@ -10,7 +10,7 @@ pub(crate) fn step_svg(
     labels: &[String],
     ranges: Vec<(f64, f64)>,
 ) -> Result<String, String> {
-    // Only the terms some shown plan spends time on, so every part keeps its own colour.
+    // Only the terms some shown plan spends time on; each keeps the colour of its kind.
     let kinds: Vec<TermKind> = TermKind::ALL
         .into_iter()
         .filter(|k| plans.iter().any(|e| e.terms.exposed(*k) > 0.0))
@@ -34,5 +34,15 @@ pub(crate) fn step_svg(
         details: plans.iter().map(plan_details).collect(),
         line: None,
         ranges: Some(ranges),
+        // Each term its colour by its place among all the terms, whichever are shown.
+        part_colours: Some(
+            kinds
+                .iter()
+                .map(|k| {
+                    let place = TermKind::ALL.iter().position(|a| a == k).unwrap_or(0);
+                    super::svg::STACK[place % super::svg::STACK.len()]
+                })
+                .collect(),
+        ),
     })
 }
