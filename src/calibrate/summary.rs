@@ -203,5 +203,30 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
         "{passed} of {} cases passed (numerics within tolerance and wire bytes equal to the model's)\n",
         rows.len()
     ));
+    // The times are compared, not judged: the verdict above is about what the layer computes and
+    // sends. Within 25% (the current-stack accuracy bound of tests/modern_accuracy.rs) is counted so
+    // a large miss is not read as validated.
+    let close = |e: f64| e.is_finite() && e.abs() <= TIMING_BOUND;
+    let layer_close = rows.iter().filter(|r| close(r.layer_error)).count();
+    let comm: Vec<f64> = rows
+        .iter()
+        .map(|r| r.comm_error)
+        .filter(|e| e.is_finite())
+        .collect();
+    out.push_str(&format!(
+        "timing (compared, not part of the verdict): layer time within {:.0}% of the prediction in {layer_close} of {} cases, communication in {} of {}{}\n",
+        100.0 * TIMING_BOUND,
+        rows.len(),
+        comm.iter().filter(|e| close(**e)).count(),
+        comm.len(),
+        if layer_close < rows.len() {
+            "; a miss means the profile behind the prediction does not describe the machine measured (calibrate it: tpsim calibrate)"
+        } else {
+            ""
+        }
+    ));
     out
 }
+
+/// How close a measured time must be to the prediction to count as agreeing in the timing line.
+const TIMING_BOUND: f64 = 0.25;
