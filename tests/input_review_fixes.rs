@@ -477,3 +477,34 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
         r.stderr
     );
 }
+
+/// The small-batch warning counts the context-parallel ranks a sequence is split over: 64
+/// sequences of 128K tokens with cp 4 on 32 nodes fill the GPUs (32 micro-batches); 64 sequences
+/// without context parallelism do not.
+#[test]
+fn the_small_batch_warning_counts_context_parallel_ranks() {
+    let base = [
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "32",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--sequence-parallel",
+    ];
+    let long = run(&[&base[..], &["--cp", "4", "--seq-len", "131072"]].concat());
+    assert!(!long.stderr.contains("is small for"), "{}", long.stderr);
+    let short = run(&base);
+    assert!(
+        short
+            .stderr
+            .contains("--global-batch 64 is small for 32 nodes"),
+        "{}",
+        short.stderr
+    );
+}

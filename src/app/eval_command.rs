@@ -319,6 +319,14 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &plan,
     )?;
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
+    // The plan's own cp says how many ranks share each sequence.
+    let batch_options = SearchOptions {
+        pins: crate::planner::Pins {
+            cp: Some(plan.cp),
+            ..crate::planner::Pins::default()
+        },
+        ..batch_options
+    };
     for line in global_batch_advice(&scenario, batch_given, batch_options) {
         eprintln!("{line}");
     }

@@ -1000,7 +1000,20 @@ pub(super) fn global_batch_advice(
         ));
     }
     let per_node = 4;
-    if u64::from(batch) < u64::from(per_node) * u64::from(nodes) {
+    // Context parallelism splits each sequence over cp ranks, so a long-context batch of few
+    // sequences still fills the GPUs: count each sequence as the most CP ranks it can take (the
+    // pinned cp, else the deepest the search tries, `planner::cp_degrees`).
+    let cp = match options.pins.cp {
+        Some(cp) => cp,
+        None if s.training.framework.runs_context_parallelism() => {
+            crate::planner::cp_degrees(s.training.seq_len, s.cluster.total_gpus())
+                .into_iter()
+                .max()
+                .unwrap_or(1)
+        }
+        None => 1,
+    };
+    if u64::from(batch) * u64::from(cp) < u64::from(per_node) * u64::from(nodes) {
         let suggestion = smallest_splittable_batch(
             &s.model,
             &s.cluster,
