@@ -341,10 +341,17 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         report.cluster.total_gpus,
         escape(&verdict)
     );
+    // The scenario as the drawn plan runs it (its overlaps, its recompute), as `eval` prints it:
+    // the other shown plans may use what it does not.
+    let inputs_report = Report {
+        plans: vec![inputs.chosen.estimate],
+        details: Vec::new(),
+        ..report.clone()
+    };
     let _ = writeln!(
         html,
         "<h2>Inputs</h2>\n<pre>{}</pre>",
-        escape(&scenario_line(report))
+        escape(&scenario_line(&inputs_report))
     );
     if let Some(stats) = &report.search {
         let _ = writeln!(
