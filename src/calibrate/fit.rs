@@ -163,7 +163,9 @@ pub fn alpha_beta(wire_bytes: &[f64], times_s: &[f64]) -> Result<LinearFit, FitE
 }
 
 /// The GEMM model t = latency + flops·c_f + bytes·c_b (see `cluster::calibration::GemmFit`). Drops the bytes
-/// term when it fits to zero or below (compute-bound sweeps), and returns whether it kept it.
+/// term when it fits to zero or below, or when its 95% interval includes zero (the sweep cannot
+/// tell its bandwidth from none: compute-bound sweeps; its reciprocal, the bandwidth, would have an
+/// interval running to infinity), and returns whether it kept it.
 pub fn gemm_curve(
     flops: &[f64],
     bytes: &[f64],
@@ -175,7 +177,7 @@ pub fn gemm_curve(
         .map(|(f, b)| vec![1.0, *f, *b])
         .collect();
     let full = relative_least_squares(&rows, times_s)?;
-    if full.coefficients[2].value > 0.0 && full.coefficients[1].value > 0.0 {
+    if full.coefficients[2].ci95_low > 0.0 && full.coefficients[1].value > 0.0 {
         return Ok((full, true));
     }
     let rows: Vec<Vec<f64>> = flops.iter().map(|f| vec![1.0, *f]).collect();

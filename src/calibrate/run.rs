@@ -121,6 +121,30 @@ fn estimated(e: Estimated, f: impl Fn(f64) -> f64) -> Estimated {
     }
 }
 
+/// A time per unit (latency, seconds per byte) as the rate or time it stands for, through `f`,
+/// with the physics the fit does not know: neither can be negative. A time fitted below zero is
+/// zero, and an interval reaching below zero keeps zero as its low end; a rate from a reciprocal whose interval reaches zero has
+/// no upper end (`UNBOUNDED`), not a negative one.
+fn estimated_nonnegative(e: Estimated, f: impl Fn(f64) -> f64, reciprocal: bool) -> Estimated {
+    if reciprocal && e.ci95_low <= 0.0 {
+        return Estimated {
+            value: f(e.value),
+            ci95_low: f(e.ci95_high),
+            ci95_high: UNBOUNDED,
+        };
+    }
+    let fitted = estimated(e, f);
+    Estimated {
+        value: fitted.value.max(0.0),
+        ci95_low: fitted.ci95_low.max(0.0),
+        ci95_high: fitted.ci95_high.max(0.0),
+    }
+}
+
+/// The upper end of an interval with none: finite, so calibration files stay readable, and printed
+/// as "unbounded" (`calibrate::summary`).
+pub const UNBOUNDED: f64 = f64::MAX;
+
 /// Runs the whole calibration and returns the calibrated profile.
 pub fn calibrate(
     timer: &mut dyn KernelTimer,
@@ -371,8 +395,8 @@ pub fn fit_collective(
     Ok(CollectiveFit {
         collective,
         ranks,
-        alpha_us: estimated(fit.coefficients[0], |v| v * 1e6),
-        bus_gb_per_s: estimated(fit.coefficients[1], |v| 1.0 / v / 1e9),
+        alpha_us: estimated_nonnegative(fit.coefficients[0], |v| v * 1e6, false),
+        bus_gb_per_s: estimated_nonnegative(fit.coefficients[1], |v| 1.0 / v / 1e9, true),
         r_squared: fit.r_squared,
         points,
     })

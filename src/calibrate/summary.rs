@@ -15,7 +15,11 @@ fn table(header: Vec<&str>) -> Table {
 }
 
 fn ci(value: f64, low: f64, high: f64) -> String {
-    format!("{value:.3} [{low:.3}, {high:.3}]")
+    if high >= super::run::UNBOUNDED {
+        format!("{value:.3} [{low:.3}, unbounded]")
+    } else {
+        format!("{value:.3} [{low:.3}, {high:.3}]")
+    }
 }
 
 /// What `tpsim calibrate` prints: GEMMs at shard shapes, the fitted curve, the copy, the
