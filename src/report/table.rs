@@ -72,7 +72,7 @@ pub fn scenario_line(report: &Report) -> String {
     // Mixture of experts: what routes where, and the parameters one token uses.
     let experts = match &m.moe {
         Some(moe) => format!(
-            ", {} expert{} (top-{}{}, ffn {}{}{}), {} active",
+            ", {} expert{} (top-{}{}, ffn {}{}{}), {} active (embeddings included)",
             moe.experts,
             if moe.experts == 1 { "" } else { "s" },
             moe.router_topk,
