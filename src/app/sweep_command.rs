@@ -220,6 +220,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     for point in &points {
         crate::plan::check_precision(&point.cluster, options.precision)?;
     }
+    if let Some(note) = unequal_gpus_note(axis, &points) {
+        eprintln!("{note}");
+    }
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(points.len() as u64),
         indicatif::ProgressDrawTarget::stderr(),
@@ -337,4 +340,67 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// A note when the points of a sweep that does not vary the node count run on different numbers
+/// of GPUs (`--axis gpu` over profiles with 8 and 4 GPUs a node: `--nodes 16` is 128 GPUs of one,
+/// 64 of the other), so a faster point is not read as a faster GPU when it only has more of them.
+/// It names the counts and a `--gpus-per-node`/`--nodes` pair that gives every point the largest.
+fn unequal_gpus_note(axis: sweep::Axis, points: &[sweep::Point]) -> Option<String> {
+    if axis == sweep::Axis::Nodes {
+        return None;
+    }
+    let mut counts: Vec<(u32, Vec<&str>)> = Vec::new();
+    for point in points {
+        let gpus = point.cluster.total_gpus();
+        match counts.iter_mut().find(|(n, _)| *n == gpus) {
+            Some((_, values)) => values.push(&point.value),
+            None => counts.push((gpus, vec![&point.value])),
+        }
+    }
+    if counts.len() < 2 {
+        return None;
+    }
+    counts.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
+    let listed = counts
+        .iter()
+        .map(|(n, values)| format!("{n} GPUs for {}", values.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut per_node: Vec<u32> = points.iter().map(|p| p.cluster.gpus_per_node).collect();
+    per_node.sort_unstable();
+    per_node.dedup();
+    let nodes: Vec<u32> = {
+        let mut v: Vec<u32> = points.iter().map(|p| p.cluster.nodes).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let target = counts[0].0;
+    let smallest = per_node[0];
+    let fix = if target.is_multiple_of(smallest) {
+        format!(
+            "; for equal counts give every point the same node size, e.g. --gpus-per-node {smallest} --nodes {} ({target} GPUs each)",
+            target / smallest
+        )
+    } else {
+        format!(
+            "; for equal counts give every point the same node size, e.g. --gpus-per-node {smallest}"
+        )
+    };
+    let why = match (per_node.as_slice(), nodes.as_slice()) {
+        ([_, _, ..], [n]) => format!(
+            " (the profiles hold {} GPUs a node; every point has {n} nodes)",
+            per_node
+                .iter()
+                .rev()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "note: the points run on different GPU counts: {listed}{why}{fix}"
+    ))
 }

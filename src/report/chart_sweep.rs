@@ -1,8 +1,10 @@
 //! The sweep as an SVG line chart (plotters, SVG backend, its naive built-in font: no system fonts
 //! are read). One panel per quantity — throughput, MFU, memory headroom, and, when `--tokens` is
 //! given, days and cost to train — against the sweep's points: at their values on a log axis when
-//! they are numbers (sweeps double: 16, 32, 64, 128), evenly spaced for GPU names. The title names
-//! the model by its parameter count and the values swept.
+//! they are numbers (sweeps double: 16, 32, 64, 128), evenly spaced for GPU names, each label
+//! wrapped after a '-' when it would reach its neighbour. The title (wrapped to the figure) names
+//! the model by its parameter count and the values swept, and the GPU count only when every point
+//! has it; otherwise each point's count is under its label.
 
 use plotters::prelude::*;
 
@@ -19,6 +21,15 @@ pub struct ChartError {
 }
 
 type Series = (&'static str, fn(&Row) -> Option<f64>);
+
+const WIDTH: u32 = 1100;
+/// Width of one panel's plot area: half the figure less margins (12 a side) and the y labels (70).
+const PLOT_W: f64 = (WIDTH / 2 - 2 * 12 - 70) as f64;
+/// Characters of the 20-pixel title that fit across the figure (about 9 pixels each).
+const TITLE_CHARS: usize = 110;
+/// Width of a character of the 12-pixel point labels, for wrapping them (a generous average).
+const LABEL_CHAR_PX: f64 = 6.0;
+const LABEL_LINE_PX: u32 = 14;
 
 /// Draws `sweep` into `path`.
 pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
@@ -38,28 +49,55 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         }
     }
     let rows = panels.len().div_ceil(2);
-    let title_px = 44;
-    let root = SVGBackend::new(path, (1100, 360 * rows as u32 + title_px)).into_drawing_area();
+    let title_lines = wrap(&chart_title(sweep), TITLE_CHARS);
+    let title_px = 20 + 26 * title_lines.len() as u32;
+    let root = SVGBackend::new(path, (WIDTH, 360 * rows as u32 + title_px)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
-    root.draw(&Text::new(
-        chart_title(sweep),
-        (16, 14),
-        ("sans-serif", 20).into_font().color(&BLACK),
-    ))
-    .map_err(|e| fail(&e))?;
+    for (i, line) in title_lines.iter().enumerate() {
+        root.draw(&Text::new(
+            line.clone(),
+            (16, 14 + 26 * i as i32),
+            ("sans-serif", 20).into_font().color(&BLACK),
+        ))
+        .map_err(|e| fail(&e))?;
+    }
     let (_, panels_area) = root.split_vertically(title_px);
-    let labels: Vec<String> = sweep.rows.iter().map(|r| r.value.clone()).collect();
-    let n = labels.len();
+    let values: Vec<String> = sweep.rows.iter().map(|r| r.value.clone()).collect();
+    let n = values.len();
     // Numeric axes (nodes, sizes, bandwidths, lengths, batches) are usually swept by doubling:
     // place the points at their values on a log axis. GPU names keep even spacing.
-    let positions: Vec<f64> = match numeric_values(&labels) {
-        Some(values) => values.iter().map(|v| v.log2()).collect(),
+    let positions: Vec<f64> = match numeric_values(&values) {
+        Some(numbers) => numbers.iter().map(|v| v.log2()).collect(),
         None => (0..n).map(|i| i as f64).collect(),
     };
-    let log_axis = numeric_values(&labels).is_some();
+    let log_axis = numeric_values(&values).is_some();
     let x_lo = positions.iter().copied().fold(f64::INFINITY, f64::min);
     let x_hi = positions.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let pad = ((x_hi - x_lo) * 0.08).max(0.5);
+    // The narrowest gap between neighbouring points, in pixels of a panel's plot area.
+    let span = x_hi - x_lo + 2.0 * pad;
+    let mut sorted = positions.clone();
+    sorted.sort_by(f64::total_cmp);
+    let gap_px = sorted
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / span * PLOT_W)
+        .fold(PLOT_W, f64::min);
+    // Each point's label, wrapped to its gap, and its GPU count when the points differ in it.
+    let counts_differ =
+        sweep.axis != Axis::Nodes && sweep.rows.iter().any(|r| r.gpus != sweep.rows[0].gpus);
+    let labels: Vec<Vec<String>> = sweep
+        .rows
+        .iter()
+        .map(|r| {
+            let mut lines =
+                wrap_label(&r.value, ((gap_px - 6.0) / LABEL_CHAR_PX).max(4.0) as usize);
+            if counts_differ {
+                lines.push(format!("{} GPUs", r.gpus));
+            }
+            lines
+        })
+        .collect();
+    let label_lines = labels.iter().map(Vec::len).max().unwrap_or(1) as u32;
     let x_desc = if log_axis {
         format!("{} (log scale)", sweep.axis.title())
     } else {
@@ -78,7 +116,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 18))
             .margin(12)
-            .x_label_area_size(36)
+            .x_label_area_size(22 + LABEL_LINE_PX * label_lines)
             .y_label_area_size(70)
             .build_cartesian_2d((x_lo - pad)..(x_hi + pad), min.min(0.0)..top)
             .map_err(|e| fail(&e))?;
@@ -91,20 +129,22 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .draw()
             .map_err(|e| fail(&e))?;
         // One label under each point, at its value (plotters would pick its own ticks).
-        for (label, &x) in labels.iter().zip(&positions) {
+        for (lines, &x) in labels.iter().zip(&positions) {
             let (px, py) = chart.backend_coord(&(x, min.min(0.0)));
-            area.draw(&Text::new(
-                label.clone(),
-                (
-                    px - area.get_base_pixel().0,
-                    py - area.get_base_pixel().1 + 6,
-                ),
-                ("sans-serif", 12)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Center, VPos::Top)),
-            ))
-            .map_err(|e| fail(&e))?;
+            for (i, line) in lines.iter().enumerate() {
+                area.draw(&Text::new(
+                    line.clone(),
+                    (
+                        px - area.get_base_pixel().0,
+                        py - area.get_base_pixel().1 + 6 + (LABEL_LINE_PX * i as u32) as i32,
+                    ),
+                    ("sans-serif", 12)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                ))
+                .map_err(|e| fail(&e))?;
+            }
         }
         chart
             .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
@@ -118,11 +158,19 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
 }
 
 /// The chart's title: what was swept, over which model (its parameter count, the one model fact a
-/// sweep row carries) and which cluster.
+/// sweep row carries) and which cluster. A GPU count is named only when every point has it; else
+/// each point's count is under its label.
 fn chart_title(sweep: &Sweep) -> String {
     let first = sweep.rows.first();
     let params = first.map(|r| format_count(r.params)).unwrap_or_default();
     let gpus = first.map(|r| r.gpus).unwrap_or(0);
+    let on_gpus = if sweep.rows.iter().all(|r| r.gpus == gpus) {
+        format!(" on {gpus} GPUs")
+    } else {
+        let lo = sweep.rows.iter().map(|r| r.gpus).min().unwrap_or(0);
+        let hi = sweep.rows.iter().map(|r| r.gpus).max().unwrap_or(0);
+        format!(" on {lo} to {hi} GPUs (each point's count under it)")
+    };
     let values = sweep
         .rows
         .iter()
@@ -130,13 +178,56 @@ fn chart_title(sweep: &Sweep) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     match sweep.axis {
-        Axis::Params => format!("Best plan per model size ({values} parameters) on {gpus} GPUs"),
+        Axis::Params => format!("Best plan per model size ({values} parameters){on_gpus}"),
         Axis::Nodes => format!("Best plan for the {params}-parameter model on {values} nodes"),
+        // The GPU names are under the points; listing them again only lengthens the title.
+        Axis::Gpu => format!("Best plan for the {params}-parameter model{on_gpus}, by GPU"),
         _ => format!(
-            "Best plan for the {params}-parameter model on {gpus} GPUs, by {} ({values})",
+            "Best plan for the {params}-parameter model{on_gpus}, by {} ({values})",
             sweep.axis.title()
         ),
     }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word keeps its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
+/// A point's label in lines of at most `width` characters, broken after a '-', '_' or '/' (GPU
+/// names: "h200-sxm-" / "141g"), so neighbouring labels do not overprint.
+fn wrap_label(label: &str, width: usize) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    let mut piece = String::new();
+    for c in label.chars() {
+        piece.push(c);
+        if matches!(c, '-' | '_' | '/') {
+            pieces.push(std::mem::take(&mut piece));
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for piece in pieces {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + piece.chars().count() <= width => {
+                line.push_str(&piece)
+            }
+            _ => lines.push(piece),
+        }
+    }
+    lines
 }
 
 /// The points' values when every one is a positive number ("16", "70B", "12.5"), else `None`.

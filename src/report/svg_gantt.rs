@@ -10,6 +10,7 @@
 //! and its time span printed.
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::svg::{FONT, svg};
 use crate::cost::schedule::{Block, Direction};
@@ -137,7 +138,61 @@ pub(crate) fn gantt_svg(
             String::new()
         }
     );
-    svg(1100, height, |root| {
+    // Each entry: its swatches (one per model chunk's shade with interleaving) and its text.
+    let chunks = plan.vpp.clamp(1, 4);
+    let repeat = if plan.vpp > 4 {
+        " (shades repeat every 4)"
+    } else {
+        ""
+    };
+    let shades = |direction| (0..chunks).map(|c| block_colour(direction, c)).collect();
+    let mut legend: Vec<(Vec<RGBColor>, String)> = vec![
+        (
+            shades(Direction::Forward),
+            if chunks > 1 {
+                format!("forward, model chunks 0 to {}{repeat}", plan.vpp - 1)
+            } else {
+                "forward".to_string()
+            },
+        ),
+        (
+            shades(Direction::Backward),
+            if chunks > 1 {
+                format!(
+                    "backward (incl. recompute), chunks 0 to {}{repeat}",
+                    plan.vpp - 1
+                )
+            } else {
+                "backward (incl. recompute)".to_string()
+            },
+        ),
+    ];
+    // Only when the stripe is drawn: TP collectives overlapped with compute leave none.
+    let tp_max = tp.forward.max(tp.backward);
+    if tp_max > 0.0 {
+        legend.push((
+            vec![TP_COLOUR],
+            format!(
+                "exposed TP collectives (dark strip at the lower edge, {:.1}% of each block)",
+                100.0 * tp_max
+            ),
+        ));
+    }
+    legend.push((vec![DP_COLOUR], "exposed DP communication".to_string()));
+    legend.push((vec![OPT_COLOUR], "optimizer step".to_string()));
+    // Entries flow left to right, wrapping to a new line before the figure's right edge.
+    let mut placed: Vec<(i32, i32, Vec<RGBColor>, String)> = Vec::new();
+    let (mut x, mut line) = (12, 0);
+    for (swatches, text) in legend {
+        let w = 11 * swatches.len() as i32 + 4 + (6.2 * text.chars().count() as f64) as i32;
+        if x > 12 && x + w > 1088 {
+            (x, line) = (12, line + 1);
+        }
+        placed.push((x, 58 + 18 * line, swatches, text));
+        x += w + 22;
+    }
+    let legend_extra = 18 * line;
+    svg(1100, height + legend_extra as u32, |root| {
         root.draw(&Text::new(
             title.clone(),
             (12, 8),
@@ -148,60 +203,59 @@ pub(crate) fn gantt_svg(
             (12, 36),
             (FONT, 13).into_font().color(&BLACK),
         ))?;
-        let legend = [
-            ("■ forward", block_colour(Direction::Forward, 0)),
-            (
-                "■ backward (incl. recompute)",
-                block_colour(Direction::Backward, 0),
-            ),
-            ("■ TP collectives inside the block", TP_COLOUR),
-            ("■ exposed DP communication", DP_COLOUR),
-            ("■ optimizer step", OPT_COLOUR),
-        ];
-        let mut x = 12;
-        for (text, colour) in legend {
+        for (x0, y0, swatches, text) in &placed {
+            let mut x = *x0;
+            // Swatches as glyphs, so that the figure's rectangles are its blocks only.
+            for colour in swatches {
+                root.draw(&Text::new(
+                    "■",
+                    (x, y0 - 2),
+                    (FONT, 14).into_font().color(colour),
+                ))?;
+                x += 11;
+            }
             root.draw(&Text::new(
-                text,
-                (x, 58),
-                (FONT, 12).into_font().color(&colour),
+                text.clone(),
+                (x + 4, y0 - 1),
+                (FONT, 12).into_font().color(&BLACK),
             ))?;
-            x += 14 + 7 * text.chars().count() as i32;
         }
-        let body = root.margin(80, 20, 0, 0);
+        // A right margin, so the last time label (centred on the axis end) is not clipped.
+        let body = root.margin(80 + legend_extra, 20, 0, 28);
         let areas = body.split_evenly((panels.len(), 1));
         for (panel, area) in panels.iter().zip(areas.iter()) {
             let mut chart = ChartBuilder::on(area)
                 .margin(8)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                // 0..p-1 segmented is p rows; with one stage that range is empty and plotters maps
-                // nothing, so a single stage gets a two-row axis with its row at the bottom.
-                .build_cartesian_2d(panel.x.0..panel.x.1, (0..(p - 1).max(1)).into_segmented())?;
+                // Row r (stage p-1-r) spans r..r+1; its label is drawn below, at its middle.
+                .build_cartesian_2d(panel.x.0..panel.x.1, 0.0..f64::from(p))?;
             chart
                 .configure_mesh()
                 .disable_y_mesh()
-                .y_labels(p as usize)
-                .y_label_formatter(&|y| match y {
-                    // At most ~24 labels, so they never overlap on deep pipelines.
-                    SegmentValue::CenterOf(row)
-                        if *row < p && (p - 1 - row).is_multiple_of(p.div_ceil(24)) =>
-                    {
-                        format!("stage {}", p - 1 - row)
-                    }
-                    _ => String::new(),
-                })
+                .y_labels(0)
                 .x_desc("time in the step (s)")
                 .y_desc("pipeline stage")
                 .label_style((FONT, 12))
                 .draw()?;
-            let row = |stage: u32| p - 1 - stage;
+            // At most ~24 labels, so they never overlap on deep pipelines.
+            for stage in (0..p).filter(|stage| stage.is_multiple_of(p.div_ceil(24))) {
+                let (px, py) = chart.backend_coord(&(panel.x.0, f64::from(p - 1 - stage) + 0.5));
+                let (ax, ay) = area.get_base_pixel();
+                area.draw(&Text::new(
+                    format!("stage {stage}"),
+                    (px - ax - 6, py - ay),
+                    (FONT, 12)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Right, VPos::Center)),
+                ))?;
+            }
+            let row = |stage: u32| f64::from(p - 1 - stage);
             // A row's band, with a pixel margin so neighbouring blocks stay apart.
             let band = |a: f64, z: f64, stage: u32, colour: RGBColor, top: u32, bottom: u32| {
                 let y = row(stage);
-                let mut r = Rectangle::new(
-                    [(a, SegmentValue::Exact(y)), (z, SegmentValue::Exact(y + 1))],
-                    colour.filled(),
-                );
+                let mut r = Rectangle::new([(a, y), (z, y + 1.0)], colour.filled());
                 r.set_margin(top, bottom, 0, 1);
                 r
             };

@@ -1,7 +1,9 @@
 //! Figure 4: where the GPUs are. Nodes are boxes of GPU cells; each cell is labelled with its
 //! (dp, pp, tp) coordinates — (dp, cp, pp, tp) with context parallelism — and coloured by pipeline
-//! stage; each TP group is outlined in black, each block of CP rings in blue and each EP group in
-//! red, and with expert parallelism a second line gives the cell's (expert-dp, ep) coordinates.
+//! stage; each TP group is outlined in black, each block of interleaved CP rings in blue and each
+//! block of interleaved EP groups in red (one group when etp = 1), with an arrowhead where a block
+//! goes on in the next cell row or node; with expert parallelism a second line gives the cell's
+//! (expert-dp, ep) coordinates.
 //! Ranks follow Megatron-Core's order tp → cp → dp → pp (`RankGenerator`, the strides of
 //! `cost::groups`): global rank r = tp_i + tp·(cp_i + cp·(dp_i + dp·pp_i)), node r / gpus_per_node.
 //! The experts fold over the same tp·cp·dp GPUs of a stage in the order etp → ep → expert-dp
@@ -21,6 +23,10 @@ use crate::plan::ParallelPlan;
 pub const MAX_NODES: u32 = 32;
 const CELL_W: i32 = 58;
 const CELL_H: i32 = 30;
+/// Cells with CP or EP outlines inside them: wider and taller, so the text sits clear of them.
+const WIDE_CELL_W: i32 = 66;
+const CP_CELL_H: i32 = 36;
+const EP_CELL_H: i32 = 44;
 const PAD: i32 = 8;
 const HEADER: i32 = 18;
 /// Outline colours of the CP-ring blocks and EP groups (TP groups are black).
@@ -96,10 +102,16 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         );
         (replica0, Some(note))
     };
+    let cell_w = if cp || ep { WIDE_CELL_W } else { CELL_W };
+    let cell_h = match (cp, ep) {
+        (_, true) => EP_CELL_H,
+        (true, false) => CP_CELL_H,
+        _ => CELL_H,
+    };
     let per_row = gpn.min(8) as i32;
     let rows_per_node = (gpn as i32 + per_row - 1) / per_row;
-    let node_w = per_row * CELL_W + 2 * PAD;
-    let node_h = rows_per_node * CELL_H + 2 * PAD + HEADER;
+    let node_w = per_row * cell_w + 2 * PAD;
+    let node_h = rows_per_node * cell_h + 2 * PAD + HEADER;
     let node_cols: i32 = if per_row >= 8 { 2 } else { 4 };
     let node_rows = (nodes.len() as i32 + node_cols - 1) / node_cols;
     let top = 70;
@@ -156,10 +168,19 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
     });
     if ep {
         legend.push(format!(
-            "EP groups ({} GPUs at stride {}, red outline; e = expert-parallel rank) exchange tokens all-to-all every MoE layer over {}",
+            "EP groups ({} GPUs at stride {}; e = expert-parallel rank) exchange tokens all-to-all every MoE layer over {}; red outline: {}",
             plan.ep,
             ep_group.stride,
-            link(ep_group.link)
+            link(ep_group.link),
+            if plan.etp > 1 {
+                format!(
+                    "the {} GPUs of {} interleaved EP groups",
+                    plan.etp * plan.ep,
+                    plan.etp
+                )
+            } else {
+                "one EP group".to_string()
+            }
         ));
         legend.push(if expert_dp_group.size > 1 {
             format!(
@@ -171,6 +192,11 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         } else {
             "expert DP: none (one copy of each expert; its gradients need no reduction)".to_string()
         });
+    }
+    if (cp && plan.tp * plan.cp > per_row as u32) || (ep && plan.etp * plan.ep > per_row as u32) {
+        legend.push(
+            "an outline with an arrowhead at one end goes on in the next row of cells or the next node".to_string(),
+        );
     }
     let legend_h = 20 * (legend.len() as i32 + i32::from(folded_note.is_some())) + 30;
     let width = (node_cols * (node_w + PAD) + 2 * PAD).max(if cp || ep { 1000 } else { 760 });
@@ -207,10 +233,14 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         let mut subtitle =
             format!("{coordinates_text}; colour: pipeline stage; black outline: one TP group");
         if cp {
-            subtitle += "; blue: CP rings";
+            subtitle += "; blue: a block of interleaved CP rings";
         }
         if ep {
-            subtitle += "; second line x·e: expert-DP and EP rank; red: one EP group";
+            subtitle += if plan.etp > 1 {
+                "; second line x·e: expert-DP and EP rank; red: a block of interleaved EP groups"
+            } else {
+                "; second line x·e: expert-DP and EP rank; red: one EP group"
+            };
         }
         root.draw(&Text::new(
             subtitle,
@@ -225,7 +255,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             let y0 = top + row * (node_h + PAD);
             let lc = local as i32 % per_row;
             let lr = local as i32 / per_row;
-            (x0 + PAD + lc * CELL_W, y0 + PAD + HEADER + lr * CELL_H)
+            (x0 + PAD + lc * cell_w, y0 + PAD + HEADER + lr * cell_h)
         };
         for (slot, &node) in nodes.iter().enumerate() {
             let col = slot as i32 % node_cols;
@@ -257,7 +287,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
                 let c = rank_coordinates(rank, plan);
                 let (x, y) = cell_pos(slot, local);
                 root.draw(&Rectangle::new(
-                    [(x + 1, y + 1), (x + CELL_W - 1, y + CELL_H - 1)],
+                    [(x + 1, y + 1), (x + cell_w - 1, y + cell_h - 1)],
                     stage_colour(c.pp).filled(),
                 ))?;
                 let label = if cp {
@@ -265,18 +295,25 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
                 } else {
                     format!("({},{},{})", c.dp, c.pp, c.tp)
                 };
-                let label_y = if ep { y + 4 } else { y + 9 };
-                root.draw(&Text::new(label, (x + 5, label_y), label_font.clone()))?;
+                // Inside the CP (inset 3) and EP (inset 6) outlines, clear of their strokes.
+                let (text_x, label_y) = match (cp, ep) {
+                    (_, true) => (x + 9, y + 9),
+                    (true, false) => (x + 7, y + 12),
+                    _ => (x + 5, y + 9),
+                };
+                root.draw(&Text::new(label, (text_x, label_y), label_font.clone()))?;
                 if ep {
                     root.draw(&Text::new(
                         format!("x{}·e{}", c.expert_dp, c.ep),
-                        (x + 5, y + 16),
+                        (text_x, y + 23),
                         label_font.clone(),
                     ))?;
                 }
             }
             // Group outlines: runs of consecutive local ranks in the same block of `span` ranks,
-            // one outline per run within a cell row, inset so nested outlines stay visible.
+            // one outline per run within a cell row, inset so nested outlines stay visible. A
+            // block that goes on past the run (onto the next cell row or node) gets an arrowhead
+            // on that side, so a block over two nodes reads as one block, not as two.
             let outline = |span: u32,
                            inset: i32,
                            colour: RGBColor|
@@ -293,13 +330,24 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
                     }
                     let (xa, ya) = cell_pos(slot, local);
                     let (xb, _) = cell_pos(slot, end - 1);
+                    let (left, right) = (xa + inset, xb + cell_w - inset);
                     root.draw(&Rectangle::new(
-                        [
-                            (xa + inset, ya + inset),
-                            (xb + CELL_W - inset, ya + CELL_H - inset),
-                        ],
+                        [(left, ya + inset), (right, ya + cell_h - inset)],
                         colour.stroke_width(2),
                     ))?;
+                    let mid = ya + cell_h / 2;
+                    if !(node * gpn + local).is_multiple_of(span) {
+                        root.draw(&Polygon::new(
+                            vec![(left - 5, mid), (left + 2, mid - 5), (left + 2, mid + 5)],
+                            colour.filled(),
+                        ))?;
+                    }
+                    if !(node * gpn + end).is_multiple_of(span) {
+                        root.draw(&Polygon::new(
+                            vec![(right + 5, mid), (right - 2, mid - 5), (right - 2, mid + 5)],
+                            colour.filled(),
+                        ))?;
+                    }
                     local = end;
                 }
                 Ok(())
@@ -314,15 +362,23 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             if ep {
                 // Each EP group's members stride etp: etp·ep consecutive ranks of a stage hold etp
                 // groups (one when etp = 1). Stages hold tp·cp·dp ranks, a multiple of etp·ep.
-                outline(plan.etp * plan.ep, 5, EP_OUTLINE)?;
+                outline(plan.etp * plan.ep, 6, EP_OUTLINE)?;
             }
         }
         let ly = top + node_rows * (node_h + PAD) + 10;
         for (i, line) in legend.iter().chain(folded_note.iter()).enumerate() {
+            // The CP and EP lines in their outline's colour, as a key to it.
+            let colour = if line.starts_with("CP groups") {
+                CP_OUTLINE
+            } else if line.starts_with("EP groups") {
+                EP_OUTLINE
+            } else {
+                BLACK
+            };
             root.draw(&Text::new(
                 line.clone(),
                 (PAD, ly + 20 * i as i32),
-                (FONT, 13).into_font().color(&BLACK),
+                (FONT, 13).into_font().color(&colour),
             ))?;
         }
         Ok(())
