@@ -284,8 +284,23 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     figures.push((
         "layout.svg",
         format!(
-            "Where the GPUs of {} sit: nodes, (dp, pp, tp) coordinates, TP groups.",
-            inputs.chosen_label
+            "Where the GPUs of {} sit: nodes, {} coordinates, TP groups{}{}.",
+            inputs.chosen_label,
+            if plan.cp > 1 {
+                "(dp, c, pp, tp)"
+            } else {
+                "(dp, pp, tp)"
+            },
+            if plan.cp > 1 {
+                ", blocks of interleaved CP rings (blue)"
+            } else {
+                ""
+            },
+            if plan.ep > 1 {
+                ", EP groups (red; second line: expert-DP and EP rank)"
+            } else {
+                ""
+            },
         ),
         layout_svg(inputs.cluster, plan)?,
     ));
