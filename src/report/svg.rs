@@ -312,6 +312,10 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         if let Some((_, name)) = &spec.line {
             entries.push((format!("— {name}"), RED));
         }
+        if spec.ranges.is_some() {
+            entries.push(("▯ range: 5th–95th percentile".to_string(), BLACK));
+            entries.push(("   of tpsim's measured error".to_string(), BLACK));
+        }
         for (i, (text, colour)) in entries.into_iter().enumerate() {
             legend.draw(&Text::new(
                 text,
