@@ -579,6 +579,27 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::MegatronLm2021)
     }
 
+    /// Whether sequence parallelism keeps the gathered, full-length inputs of the column-parallel
+    /// linears for the backward: torchtitan's DTensor plan does (its linears save what they were
+    /// given, the replicated input `PrepareModuleInput` gathered); Megatron-LM and Transformer
+    /// Engine save the sequence shard and all-gather it again for the weight gradient
+    /// (megatron/core/tensor_parallel/layers.py `LinearWithGradAccumulationAndAsyncCommunication`).
+    pub fn sp_keeps_gathered_inputs(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
+    /// Whether a stage boundary's replicated activation is split over the TP ranks for the send and
+    /// gathered after it when sequence parallelism does not split it already: 2021 Megatron-LM's
+    /// scatter/gather optimization (Narayanan et al. 2021 §4.1) and DeepSpeed's partitioned pipeline
+    /// messages (`pipe_partitioned`); Megatron-Core and torchtitan send it whole
+    /// (`comm::pp_message_bytes`).
+    pub fn scatters_pipeline_messages(self) -> bool {
+        matches!(
+            self,
+            TrainingFramework::MegatronLm2021 | TrainingFramework::Deepspeed
+        )
+    }
+
     /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
     /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
     /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.

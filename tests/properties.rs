@@ -327,10 +327,12 @@ fn torchtitan_eager_loss_holds_three_fp32_logit_copies() {
     let extra =
         activations(TrainingFramework::Torchtitan) - activations(TrainingFramework::MegatronCore);
     // The logit copies, and what eager autograd keeps beyond the fused kernels in the one layer
-    // being recomputed (`eager_saved_bytes_per_token`).
+    // being recomputed (`eager_saved_bytes_per_token`), with the full-length QKV and MLP inputs
+    // torchtitan's sequence parallelism keeps (2 × 2 bytes × s·b·h·(1 − 1/t)).
     let eager_layer =
         2.0 * 8192.0 * tpsim::cost::memory::eager_saved_bytes_per_token(&model, 2, true, 0.0);
-    let want = 8.0 * 8192.0 * 2.0 * 128256.0 / 2.0 + eager_layer;
+    let gathered_inputs = 2.0 * 2.0 * 8192.0 * 2.0 * 4096.0 * (1.0 - 1.0 / 2.0);
+    let want = 8.0 * 8192.0 * 2.0 * 128256.0 / 2.0 + eager_layer + gathered_inputs;
     assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");
 }
 

@@ -140,11 +140,16 @@ pub fn tp_tensor_bytes(model: &Model, training: &Training, plan: &ParallelPlan) 
 }
 
 /// Bytes a stage boundary carries per micro-batch per direction: b·s·h activations, divided by t
-/// when tp > 1 because Megatron scatters the (replicated) tensor over the TP ranks and all-gathers
-/// it after the transfer (Narayanan et al. 2021 §4.1, "scatter/gather optimization"); with sequence
-/// parallelism the tensor is already split.
+/// when each TP rank sends its share: with sequence parallelism the tensor is already split over
+/// the sequence (Megatron-Core `get_tensor_shapes`: `seq_length // tp` under SP; torchtitan's
+/// block output is `Shard(1)`); without it, 2021 Megatron-LM scatters the replicated tensor over
+/// the TP ranks and all-gathers it after the transfer (Narayanan et al. 2021 §4.1,
+/// "scatter/gather optimization") and DeepSpeed's pipeline engine partitions it
+/// (`pipe_partitioned`), while Megatron-Core dropped that optimization and torchtitan sends the
+/// replicated tensor: the whole b·s·h.
 pub fn pp_message_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    tp_tensor_bytes(model, training, plan) / f64::from(plan.tp)
+    let split = plan.sequence_parallel || training.framework.scatters_pipeline_messages();
+    tp_tensor_bytes(model, training, plan) / if split { f64::from(plan.tp) } else { 1.0 }
 }
 
 /// Bytes one CP ring step sends per layer forward: the K and V of the rank's s/cp tokens for its
@@ -247,6 +252,18 @@ pub fn gather_bytes_per_param(
     }
 }
 
+/// Whether ZeRO-3 gathers the weights once more for full recompute's forward, beside the gather
+/// before the backward. DeepSpeed's ZeRO-3 releases and re-fetches them around the recompute (its
+/// partitioned-parameter coordinator treats the recomputed forward as another forward); FSDP2 does
+/// not: its pre-forward hook returns at once in the backward, "the pre-backward hook is responsible
+/// for the unshard" (torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`, with
+/// `_post_forward` skipping the reshard likewise), so the recomputed forward runs on the weights the
+/// pre-backward hook gathered. Megatron-Core's FSDP is taken as DeepSpeed's (not checked).
+pub fn zero3_regathers_for_recompute(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.recompute == Recompute::Full
+        && training.framework != crate::training::TrainingFramework::Torchtitan
+}
+
 /// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters
 /// (megatron/core/distributed/distributed_data_parallel.py, `bucket_size`).
 pub fn grad_bucket_params(dp: u32) -> f64 {
@@ -345,7 +362,7 @@ pub fn dp_traffic(
             _ => {
                 let backward_gathers = if !plan.reshard_after_forward {
                     0.0
-                } else if plan.recompute == Recompute::Full {
+                } else if zero3_regathers_for_recompute(training, plan) {
                     2.0
                 } else {
                     1.0
@@ -381,6 +398,43 @@ pub fn dp_traffic(
 mod tests {
     use super::*;
     use crate::units::BytesPerSec;
+
+    /// A stage boundary carries b·s·h/t with sequence parallelism or the 2021 Megatron-LM and
+    /// DeepSpeed scatter; Megatron-Core and torchtitan without sequence parallelism send b·s·h.
+    #[test]
+    fn pipeline_messages_split_over_tp_only_where_something_splits_them() {
+        use crate::training::{AttentionKernel, TrainingFramework};
+        let model = crate::specs::load_model("llama3-70b").unwrap();
+        let cluster = crate::cluster::Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 2,
+            gpus_per_node: 8,
+        };
+        let full = 8192.0 * 8192.0 * ACTIVATION_BYTES;
+        for (framework, sp, want) in [
+            (TrainingFramework::MegatronCore, false, full),
+            (TrainingFramework::MegatronCore, true, full / 8.0),
+            (TrainingFramework::Torchtitan, false, full),
+            (TrainingFramework::MegatronLm2021, false, full / 8.0),
+            (TrainingFramework::Deepspeed, false, full / 8.0),
+        ] {
+            let training = Training::with_framework(framework, 8192, 16, AttentionKernel::Flash);
+            let request = crate::plan::PlanRequest {
+                tp: 8,
+                pp: 2,
+                dp: 1,
+                micro_batch: 1,
+                sequence_parallel: sp,
+                ..crate::plan::PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            assert_eq!(
+                pp_message_bytes(&model, &training, &plan),
+                want,
+                "{framework:?} sp {sp}"
+            );
+        }
+    }
 
     #[test]
     fn nccl_tests_bus_bandwidth_factors() {

@@ -886,7 +886,7 @@ pub fn ledger(
                             "sharded expert weights before the backward",
                         ),
                     ));
-                    if plan.recompute == Recompute::Full {
+                    if comm::zero3_regathers_for_recompute(training, plan) {
                         passes.push((
                             Pass::Recompute,
                             site(
@@ -1270,6 +1270,51 @@ mod tests {
                 assert_ep_matches(model, &cluster, &training, &request);
             }
         }
+    }
+
+    /// ZeRO-3 under full recompute: FSDP2 (torchtitan) recomputes on the weights its pre-backward
+    /// hook gathered, so a micro-batch gathers twice (forward, backward); DeepSpeed and
+    /// Megatron-Core gather once more for the recomputed forward. The ledger and `comm.dp` agree
+    /// either way.
+    #[test]
+    fn fsdp2_recomputes_on_the_weights_it_gathered_for_the_backward() {
+        let model = specs::load_model("llama3-70b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let request = PlanRequest {
+            tp: 8,
+            pp: 1,
+            dp: 8,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero: 3,
+            ..PlanRequest::default()
+        };
+        let gathers = |framework| {
+            let l = assert_ledger_matches_estimate(
+                &model,
+                &cluster,
+                &training(8192, 64, framework),
+                &request,
+            );
+            l.entries
+                .iter()
+                .filter(|x| x.group == GroupKind::Dp && x.op == Op::AllGather)
+                .map(|x| x.pass)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            gathers(TrainingFramework::Torchtitan),
+            vec![Pass::Forward, Pass::Backward]
+        );
+        assert_eq!(
+            gathers(TrainingFramework::MegatronCore),
+            vec![Pass::Forward, Pass::Backward, Pass::Recompute]
+        );
     }
 
     #[test]

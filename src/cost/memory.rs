@@ -595,6 +595,34 @@ fn stage_memory(
                 training.attention,
             )
         };
+        // torchtitan's sequence parallelism gathers the QKV and MLP inputs once (DTensor
+        // `PrepareModuleInput(Shard(1) -> Replicate())`) and its column-parallel linears save those
+        // gathered, full-length inputs for their weight gradients; Megatron's save the sequence
+        // shard and gather it again in the backward (`layer_activation_bytes`). Two inputs, each
+        // (1 - 1/t) of s·b·h more, at the bytes the linear saves them in (torchao's float8
+        // linears gather and keep the float8 cast).
+        let per_layer = if layer_recompute != Recompute::Full
+            && !per_op_sac
+            && plan.sequence_parallel
+            && plan.tp > 1
+            && training.framework.sp_keeps_gathered_inputs()
+        {
+            let bytes = if plan.precision == Precision::Bf16 {
+                2.0
+            } else {
+                1.0
+            };
+            let t = f64::from(plan.tp);
+            per_layer
+                + 2.0
+                    * bytes
+                    * f64::from(s)
+                    * f64::from(b)
+                    * f64::from(model.hidden)
+                    * (1.0 - 1.0 / t)
+        } else {
+            per_layer
+        };
         // Low-precision GEMMs save their quantized inputs for the backward instead of the bf16 ones
         // (Transformer Engine keeps the FP8 `inputmat`; its docs' worked example: "FP8 input saved"):
         // the inputs of QKV and the two MLP GEMMs drop from 2 to 1 byte (MXFP8 and NVFP4 add their
@@ -825,6 +853,42 @@ mod tests {
             stage_moe_share(&model, &one, Stage::Only),
             f64::from(58 + mtp) / f64::from(61 + mtp)
         );
+    }
+
+    /// torchtitan's sequence parallelism keeps the gathered, full-length QKV and MLP inputs for the
+    /// backward (DTensor's column-parallel linears save what they were given); Megatron keeps the
+    /// sequence shard and gathers it again. Same training in every other respect: 2 inputs × 2
+    /// bytes × s·b·h·(1 − 1/t) more per layer.
+    #[test]
+    fn torchtitan_sequence_parallelism_keeps_the_gathered_inputs() {
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let titan = Training::with_framework(
+            crate::training::TrainingFramework::Torchtitan,
+            8192,
+            8,
+            AttentionKernel::Flash,
+        );
+        let megatron_layout = Training {
+            framework: crate::training::TrainingFramework::MegatronCore,
+            ..titan
+        };
+        let request = crate::plan::PlanRequest {
+            tp: 8,
+            pp: 1,
+            dp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &titan).unwrap();
+        let acts = |t: &Training| memory(&model, &cluster, t, &plan).activations_bytes.0;
+        let want = 2.0 * 2.0 * 8192.0 * 4096.0 * (1.0 - 1.0 / 8.0) * 32.0;
+        assert!(((acts(&titan) - acts(&megatron_layout)) / want - 1.0).abs() < 1e-9);
     }
 
     /// The busiest stage's MoE share counts its own layers: Mixtral with `--moe-layer-freq 2` on
