@@ -354,10 +354,10 @@ pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 
     }
 }
 
-/// The stage whose GPUs hold the most parameters (before ZeRO sharding).
-fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> Stage {
+/// The stage whose GPUs hold the most parameters (before ZeRO sharding), and those parameters.
+fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> (Stage, f64) {
     if plan.pp == 1 {
-        return Stage::Only;
+        return (Stage::Only, stage_params(model, plan, Stage::Only));
     }
     let candidates = [Stage::First, Stage::Last, Stage::Middle];
     let count = if plan.pp > 2 { 3 } else { 2 };
@@ -368,13 +368,16 @@ fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> Stage {
             best = (stage, params);
         }
     }
-    best.0
+    best
 }
 
 /// The most parameters any GPU of the plan holds (before ZeRO sharding), and the routed-expert
 /// parameters among them: those DP and expert-DP reduce and shard.
 pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> StageParams {
-    let stage = heaviest_stage(model, plan);
+    let (stage, total) = heaviest_stage(model, plan);
+    if model.moe.is_none() {
+        return StageParams { total, expert: 0.0 };
+    }
     let (layers, moe) = stage_layer_mix(model, plan, stage);
     let share = if layers == 0 {
         0.0
@@ -382,7 +385,7 @@ pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> StageParams {
         f64::from(moe) / f64::from(layers)
     };
     StageParams {
-        total: stage_params(model, plan, stage),
+        total,
         expert: f64::from(layers) * layer_params_per_gpu_at(model, plan, share).1,
     }
 }
