@@ -600,6 +600,15 @@ impl TrainingFramework {
         )
     }
 
+    /// Whether an MoE layer takes the rank's sequence shard straight into its token dispatcher, so
+    /// that its MLP has no TP all-gather / reduce-scatter of its own (only its shared experts do):
+    /// Megatron-Core's (its dispatchers talk over the expert groups only, `moe/token_dispatcher.py`:
+    /// the dispatcher's TP group is expert TP, "not attention TP"; MoE with TP requires sequence
+    /// parallelism). Elsewhere tpsim keeps the dense layers' pair.
+    pub fn moe_takes_sequence_shard(self) -> bool {
+        matches!(self, TrainingFramework::MegatronCore)
+    }
+
     /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
     /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
     /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.
@@ -679,12 +688,14 @@ impl SelectiveRecompute {
     /// Module recompute repeats the MLP's pair of the layers whose MLP it recomputes (`mlp`: the
     /// dense layers, `moe`: the MoE layers, `moe_share` of them; `RecomputeModules::
     /// mlp_pair_repeats`).
-    pub fn tp_forward_share(self, sequence_parallel: bool, moe_share: f64) -> f64 {
+    pub fn tp_forward_share(self, sequence_parallel: bool, moe_share: f64, moe_pair: bool) -> f64 {
         match (self, sequence_parallel) {
             (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
                 0.0
             }
-            (SelectiveRecompute::Modules(modules), _) => 0.5 * modules.mlp_pair_repeats(moe_share),
+            (SelectiveRecompute::Modules(modules), _) => {
+                0.5 * modules.mlp_pair_repeats(moe_share, moe_pair)
+            }
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,
         }

@@ -351,7 +351,11 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             out.push_str(note);
             out.push('\n');
         }
-        out.push_str(&report::explain_best(&r.plans[0], &scenario.cluster));
+        out.push_str(&report::explain_best(
+            &r.plans[0],
+            &scenario.cluster,
+            crate::cost::tp_pairs_per_layer(&scenario.model, &scenario.training, &r.plans[0].plan),
+        ));
         out
     });
     if feasible.is_empty() {

@@ -408,16 +408,25 @@ pub fn ledger(
                 )],
             )
         };
+        // The MLP side's collectives run on the layers whose MLP has them (`moe::
+        // mlp_tp_pair_share`: Megatron-Core's MoE layers without shared experts have none).
+        let mlp_share = moe::mlp_tp_pair_share(model, training, plan);
         let mut forward_pair = |pass: Pass| {
             let count = match (pass, plan.recompute) {
                 (Pass::Recompute, Recompute::Full) => recomputed(count, plan),
                 _ => count,
             };
-            for &(op, site) in attention_sites.iter().chain(mlp_sites) {
+            let sites = attention_sites
+                .iter()
+                .map(|s| (s, count))
+                .chain(mlp_sites.iter().map(|s| (s, count * mlp_share)));
+            for (&(op, site), count) in sites {
                 if pass == Pass::Recompute && per_op_sac && op == Op::ReduceScatter {
                     continue;
                 }
-                push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
+                if count > 0.0 {
+                    push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
+                }
             }
         };
         forward_pair(Pass::Forward);
@@ -427,7 +436,10 @@ pub fn ledger(
         // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
         // collectives with it.
         if let Some(modules) = super::recomputed_modules(training, plan) {
-            let repeats = modules.mlp_pair_repeats(moe::busiest_stage_moe_share(model, plan));
+            let repeats = modules.mlp_pair_repeats(
+                moe::busiest_stage_moe_share(model, plan),
+                moe::moe_mlp_has_tp_pair(model, training),
+            );
             let mlp_count = count * repeats;
             if mlp_count > 0.0 {
                 for &(op, site) in mlp_sites {
@@ -444,51 +456,66 @@ pub fn ledger(
                 }
             }
         }
+        let mlp_count = count * mlp_share;
         if plan.sequence_parallel {
-            for (op, site) in [
+            for (op, site, count) in [
                 (
                     Op::ReduceScatter,
                     "attention QKV input gradient (conjugate of the all-gather)",
+                    count,
                 ),
                 (
                     Op::AllGather,
                     "attention output gradient (conjugate of the reduce-scatter)",
+                    count,
                 ),
                 (
                     Op::ReduceScatter,
                     "MLP first GEMM input gradient (conjugate of the all-gather)",
+                    mlp_count,
                 ),
                 (
                     Op::AllGather,
                     "MLP output gradient (conjugate of the reduce-scatter)",
+                    mlp_count,
                 ),
             ] {
-                push(
-                    GroupKind::Tp,
-                    op,
-                    Pass::Backward,
-                    site,
-                    scope,
-                    count,
-                    t,
-                    tensor,
-                );
+                if count > 0.0 {
+                    push(
+                        GroupKind::Tp,
+                        op,
+                        Pass::Backward,
+                        site,
+                        scope,
+                        count,
+                        t,
+                        tensor,
+                    );
+                }
             }
         } else {
-            for site in [
-                "attention QKV input gradient (column split, Megatron's f)",
-                "MLP first GEMM input gradient (column split, Megatron's f)",
-            ] {
-                push(
-                    GroupKind::Tp,
-                    Op::AllReduce,
-                    Pass::Backward,
-                    site,
-                    scope,
+            for (site, count) in [
+                (
+                    "attention QKV input gradient (column split, Megatron's f)",
                     count,
-                    t,
-                    tensor,
-                );
+                ),
+                (
+                    "MLP first GEMM input gradient (column split, Megatron's f)",
+                    mlp_count,
+                ),
+            ] {
+                if count > 0.0 {
+                    push(
+                        GroupKind::Tp,
+                        Op::AllReduce,
+                        Pass::Backward,
+                        site,
+                        scope,
+                        count,
+                        t,
+                        tensor,
+                    );
+                }
             }
         }
     }
@@ -1315,6 +1342,45 @@ mod tests {
             gathers(TrainingFramework::MegatronCore),
             vec![Pass::Forward, Pass::Backward, Pass::Recompute]
         );
+    }
+
+    /// Megatron-Core's MoE layers hand the sequence shard straight to the dispatcher: with every
+    /// layer an MoE layer and no shared experts (Qwen3-30B-A3B) only the attention's TP pair runs;
+    /// with shared experts (DeepSeek-V3's middle stages) the MLP side gathers and scatters too.
+    #[test]
+    fn moe_layers_without_shared_experts_run_only_the_attention_tp_pair() {
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 8,
+            gpus_per_node: 8,
+        };
+        let training = training(4096, 64, TrainingFramework::MegatronCore);
+        let forward_sites = |name: &str, ep: u32| {
+            let model = specs::load_model(name).unwrap();
+            let request = PlanRequest {
+                tp: 2,
+                pp: 1,
+                dp: 32,
+                ep,
+                micro_batch: 1,
+                sequence_parallel: true,
+                zero: 1,
+                ..PlanRequest::default()
+            };
+            let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+            l.entries
+                .iter()
+                .filter(|x| x.group == GroupKind::Tp && x.pass == Pass::Forward)
+                .map(|x| x.site)
+                .collect::<Vec<_>>()
+        };
+        let qwen = forward_sites("qwen3-30b-a3b", 8);
+        assert_eq!(qwen.len(), 2, "{qwen:?}");
+        assert!(qwen.iter().all(|s| s.contains("attention")), "{qwen:?}");
+        let mixtral = forward_sites("mixtral-8x7b", 8);
+        assert_eq!(mixtral.len(), 2, "{mixtral:?}");
+        let deepseek = forward_sites("deepseek-v3", 64);
+        assert_eq!(deepseek.len(), 4, "{deepseek:?}");
     }
 
     #[test]

@@ -212,14 +212,23 @@ fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
-/// Share of a layer's forward TP collectives that its recompute runs again: the recomputed layers
-/// under full recompute, the framework's selective kind otherwise.
+/// TP all-reduce equivalents of one layer's forward on the busiest stage: the attention's, and the
+/// MLP's on the layers whose MLP has one (`moe::mlp_tp_pair_share`; 2 for a dense layer, Shoeybi
+/// et al. 2019 §3).
+pub fn tp_pairs_per_layer(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    1.0 + moe::mlp_tp_pair_share(model, training, plan)
+}
+
+/// Share of a layer's forward TP collectives, counted in units of a dense layer's two all-reduce
+/// equivalents, that its recompute runs again: the recomputed layers' own collectives under full
+/// recompute, the framework's selective kind otherwise.
 pub(crate) fn tp_recompute_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     match plan.recompute {
-        Recompute::Full => plan.recompute_share(),
+        Recompute::Full => plan.recompute_share() * tp_pairs_per_layer(model, training, plan) / 2.0,
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
             moe::busiest_stage_moe_share(model, plan),
+            moe::moe_mlp_has_tp_pair(model, training),
         ),
         Recompute::None => 0.0,
     }
@@ -316,6 +325,9 @@ pub(crate) fn unit_costs(
     let tp_group = groups.get(GroupKind::Tp);
     let tp_tensor = comm::tp_tensor_bytes(model, training, plan);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
+    // The forward's all-reduce equivalents (2 for a dense layer; MoE layers without shared experts
+    // have only the attention's under Megatron-Core).
+    let pairs = tp_pairs_per_layer(model, training, plan);
     let tp_recompute_share = tp_recompute_share(model, training, plan);
     // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
@@ -343,24 +355,25 @@ pub(crate) fn unit_costs(
     }
     let recompute_pair = 2.0 * one * tp_recompute_share;
     let tp = if plan.tp > 1 {
-        let (forward_s, backward_s) = (2.0 * one, 2.0 * one + recompute_pair);
+        let (forward_s, backward_s) = (pairs * one, pairs * one + recompute_pair);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward —
             // where the overlap reaches the backward at all (Megatron-Core's userbuffers); where it
             // does not (torchtitan), the recompute pair runs in the backward and stays exposed.
             let recompute_exposed = if overlap_reaches_backward {
-                tp_recompute_share * exposed_under(2.0 * one, layer.linear_gemm_forward)
+                2.0 * tp_recompute_share / pairs
+                    * exposed_under(pairs * one, layer.linear_gemm_forward)
             } else {
                 recompute_pair
             };
             let backward_exposed_s = if overlap_reaches_backward {
-                exposed_under(2.0 * one, 2.0 * layer.linear_gemm_forward)
+                exposed_under(pairs * one, 2.0 * layer.linear_gemm_forward)
             } else {
-                2.0 * one
+                pairs * one
             };
             (
-                exposed_under(2.0 * one, layer.linear_gemm_forward),
+                exposed_under(pairs * one, layer.linear_gemm_forward),
                 backward_exposed_s + recompute_exposed,
             )
         } else {
@@ -371,7 +384,7 @@ pub(crate) fn unit_costs(
             backward_s,
             forward_exposed_s,
             backward_exposed_s,
-            wire_bytes: (4.0 + 2.0 * tp_recompute_share)
+            wire_bytes: (2.0 * pairs + 2.0 * tp_recompute_share)
                 * Collective::AllReduce.wire_factor(plan.tp)
                 * tp_tensor,
         }

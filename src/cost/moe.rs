@@ -24,7 +24,7 @@ use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{MoeDispatch, MoeDispatcher, MoeRouting};
+use crate::training::{MoeDispatch, MoeDispatcher, MoeRouting, Training};
 use crate::units::BytesPerSec;
 use statrs::function::factorial::ln_binomial;
 
@@ -55,6 +55,25 @@ pub fn expert_params_per_gpu(model: &Model, plan: &ParallelPlan) -> f64 {
 /// Share of the transformer layers that are MoE layers.
 pub fn moe_layer_share(model: &Model) -> f64 {
     f64::from(model.moe_layers()) / f64::from(model.layers.max(1))
+}
+
+/// Whether an MoE layer's MLP side has the TP all-gather / reduce-scatter pair the dense MLP has:
+/// with shared experts it does (Megatron-Core's `SharedExpertMLP` is a tensor-parallel MLP on the
+/// gathered sequence); without them, under a framework whose MoE layer takes the sequence shard
+/// straight into the dispatcher (`TrainingFramework::moe_takes_sequence_shard`), it does not.
+pub fn moe_mlp_has_tp_pair(model: &Model, training: &Training) -> bool {
+    model.has_shared_experts() || !training.framework.moe_takes_sequence_shard()
+}
+
+/// Share of the busiest stage's layers whose MLP side runs the TP pair: its dense layers, and its
+/// MoE layers where they have one (`moe_mlp_has_tp_pair`). 1 for a dense model.
+pub fn mlp_tp_pair_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    let moe_share = busiest_stage_moe_share(model, plan);
+    if moe_mlp_has_tp_pair(model, training) {
+        1.0
+    } else {
+        1.0 - moe_share
+    }
 }
 
 /// Share of MoE layers on the busiest pipeline stage, whose per-layer time the step is built

@@ -785,7 +785,9 @@ pub fn stats_line(stats: &SearchStats) -> String {
 
 /// Why the best plan looks the way it does, in the seeds' terms: TP inside a node, PP across
 /// nodes, DP last.
-pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
+/// `tp_pairs` is a layer's forward all-reduce equivalents on the busiest stage
+/// (`cost::tp_pairs_per_layer`: 2 for a dense layer, fewer where MoE layers have no MLP pair).
+pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
     let p = &e.plan;
     let t = &e.time;
     let step = t.step_s.0;
@@ -794,12 +796,21 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster) -> String {
     if p.tp > 1 {
         let _ = writeln!(
             out,
-            "  TP {}: {} — every layer all-reduces its b·s·h activations 4 times (plus what recompute repeats): {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  TP {}: {} — every {}: {:.1} GB per GPU per step, {:.1}% of the step exposed",
             p.tp,
             if p.tp <= cluster.gpus_per_node {
                 "inside one node, on NVLink"
             } else {
                 "ACROSS nodes, on the network"
+            },
+            if tp_pairs >= 2.0 {
+                "layer all-reduces its b·s·h activations 4 times (plus what recompute repeats)"
+                    .to_string()
+            } else {
+                format!(
+                    "layer all-reduces its b·s·h activations {:.1} times on average, plus what recompute repeats (MoE layers twice: their MLP hands the sequence shard straight to the expert dispatcher)",
+                    2.0 * tp_pairs
+                )
             },
             e.comm.tp.wire_bytes.gb(),
             share(t.tp_comm_exposed_s.0)

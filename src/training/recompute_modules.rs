@@ -137,14 +137,15 @@ impl RecomputeModules {
 
     /// Share of a layer's MLP-side TP collective pair (the all-gather and reduce-scatter around the
     /// MLP, or its all-reduce) these modules run again: the dense layers' under `mlp`, the MoE
-    /// layers' under `moe` (`moe_share` of the layers are MoE layers).
-    pub fn mlp_pair_repeats(self, moe_share: f64) -> f64 {
+    /// layers' under `moe` (`moe_share` of the layers are MoE layers, and `moe_pair` says whether
+    /// their MLP has such a pair at all: `cost::moe::moe_mlp_has_tp_pair`).
+    pub fn mlp_pair_repeats(self, moe_share: f64, moe_pair: bool) -> f64 {
         let dense = if self.contains(RecomputeModule::Mlp) {
             1.0 - moe_share
         } else {
             0.0
         };
-        let moe = if self.contains(RecomputeModule::Moe) {
+        let moe = if self.contains(RecomputeModule::Moe) && moe_pair {
             moe_share
         } else {
             0.0
