@@ -242,8 +242,13 @@ pub fn alternate_matmul_activation_bytes(
 /// embedding on the first stage, output layer on the last; with tied embeddings and pp > 1 the last
 /// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
 fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
+    stage_params_at(model, plan, stage, stage_moe_share(model, plan, stage))
+}
+
+/// [`stage_params`] with the stage's MoE share already known (`stage_moe_share`).
+fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, moe_share: f64) -> f64 {
     let t = f64::from(plan.tp);
-    let (dense, expert) = layer_params_per_gpu_at(model, plan, stage_moe_share(model, plan, stage));
+    let (dense, expert) = layer_params_per_gpu_at(model, plan, moe_share);
     let layer = dense + expert;
     let word_embedding = model.word_embedding_params() / t;
     let output = if model.tied_embeddings {
@@ -313,24 +318,18 @@ pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f6
 /// experts and routed tokens weigh most).
 fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u32) {
     let layers = stage_layers(plan, model, stage);
-    let Some(moe) = model.moe else {
+    if model.moe.is_none() {
         return (layers, 0);
-    };
-    let mtp_moe = if model.mtp_layer_is_moe() {
-        model.mtp_layers
-    } else {
-        0
-    };
+    }
     // Every layer an MoE layer: no need to place them.
-    if moe.first_dense_layers == 0 && moe.layer_freq == 1 {
+    if model.every_layer_moe() {
         return (layers, layers);
     }
     let layout = super::pipeline::ChunkLayout::of(model, plan);
-    let on = |s: u32| layout.stage_mix(model, plan.pp, s).1;
+    let on = |s: u32| layout.stage_mix_with_mtp(model, plan.pp, s).1;
     let moe_layers = match stage {
-        Stage::Only => model.moe_layers() + mtp_moe,
-        Stage::First => on(0),
-        Stage::Last => on(plan.pp - 1) + mtp_moe,
+        Stage::First | Stage::Only => on(0),
+        Stage::Last => on(plan.pp - 1),
         Stage::Middle => {
             // Most middle stages past a dense prefix are all MoE: stop at the first that is.
             let mut most = 0;
@@ -378,15 +377,11 @@ pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> StageParams {
     if model.moe.is_none() {
         return StageParams { total, expert: 0.0 };
     }
-    let (layers, moe) = stage_layer_mix(model, plan, stage);
-    let share = if layers == 0 {
-        0.0
-    } else {
-        f64::from(moe) / f64::from(layers)
-    };
+    let layers = f64::from(stage_layers(plan, model, stage));
+    let share = stage_moe_share(model, plan, stage);
     StageParams {
         total,
-        expert: f64::from(layers) * layer_params_per_gpu_at(model, plan, share).1,
+        expert: layers * layer_params_per_gpu_at(model, plan, share).1,
     }
 }
 
@@ -442,15 +437,15 @@ fn stage_memory(
     plan: &ParallelPlan,
     stage: Stage,
 ) -> Memory {
-    let params = stage_params(model, plan, stage);
+    // One layer as this GPU holds it, on average over this stage's layers: its TP share of the
+    // dense part and its own experts.
+    let moe_share = stage_moe_share(model, plan, stage);
+    let params = stage_params_at(model, plan, stage, moe_share);
     // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
     // distributed optimizer uses the data-parallel group with context parallelism); routed experts
     // over expert-DP.
     let shard_ranks = plan.dp * plan.cp;
     let dp = f64::from(shard_ranks);
-    // One layer as this GPU holds it, on average over this stage's layers: its TP share of the
-    // dense part and its own experts.
-    let moe_share = stage_moe_share(model, plan, stage);
     let (dense_layer, expert_layer) = layer_params_per_gpu_at(model, plan, moe_share);
     let layers = f64::from(stage_layers(plan, model, stage));
     let expert_params = layers * expert_layer;

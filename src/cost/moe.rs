@@ -68,11 +68,10 @@ pub fn moe_mlp_has_tp_pair(model: &Model, training: &Training) -> bool {
 /// Share of the busiest stage's layers whose MLP side runs the TP pair: its dense layers, and its
 /// MoE layers where they have one (`moe_mlp_has_tp_pair`). 1 for a dense model.
 pub fn mlp_tp_pair_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    let moe_share = busiest_stage_moe_share(model, plan);
     if moe_mlp_has_tp_pair(model, training) {
         1.0
     } else {
-        1.0 - moe_share
+        1.0 - busiest_stage_moe_share(model, plan)
     }
 }
 
@@ -83,30 +82,20 @@ pub fn mlp_tp_pair_share(model: &Model, training: &Training, plan: &ParallelPlan
 /// first stage, and with `--moe-layer-freq` 2 on 3 layers per stage some stages hold two MoE
 /// layers and others one. Without a pipeline, or with every layer an MoE layer, the model's share.
 pub fn busiest_stage_moe_share(model: &Model, plan: &ParallelPlan) -> f64 {
-    let Some(moe) = model.moe else {
+    if model.moe.is_none() {
         return 0.0;
-    };
-    if plan.pp <= 1 || (moe.first_dense_layers == 0 && moe.layer_freq == 1) {
+    }
+    if plan.pp <= 1 || model.every_layer_moe() {
         return moe_layer_share(model);
     }
     let p = plan.pp;
-    let mtp_moe = if model.mtp_layer_is_moe() {
-        model.mtp_layers
-    } else {
-        0
-    };
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     // No stage holds more than this many layers, nor more MoE layers than layers: a stage with
     // that many, all MoE, is the busiest, and the search can stop there.
     let most_layers = super::pipeline::max_stage_layers(model, plan);
     let mut busiest = (0, 0);
     for stage in 0..p {
-        let (mut layers, mut moe_layers) = layout.stage_mix(model, p, stage);
-        if stage + 1 == p {
-            layers += model.mtp_layers;
-            moe_layers += mtp_moe;
-        }
-        busiest = busiest.max((layers, moe_layers));
+        busiest = busiest.max(layout.stage_mix_with_mtp(model, p, stage));
         if busiest == (most_layers, most_layers) {
             break;
         }

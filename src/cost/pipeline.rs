@@ -143,6 +143,21 @@ impl ChunkLayout {
             )
         })
     }
+
+    /// [`ChunkLayout::stage_mix`] with the MTP layers the last stage runs after its decoder layers
+    /// (`last_stage_layers`), MoE layers where the last decoder layer is one.
+    pub fn stage_mix_with_mtp(&self, model: &Model, pp: u32, stage: u32) -> (u32, u32) {
+        let (layers, moe) = self.stage_mix(model, pp, stage);
+        if stage + 1 < pp.max(1) {
+            return (layers, moe);
+        }
+        let mtp_moe = if model.mtp_layer_is_moe() {
+            model.mtp_layers
+        } else {
+            0
+        };
+        (layers + model.mtp_layers, moe + mtp_moe)
+    }
 }
 
 /// Decoder layers [start, end) of model chunk `chunk` of `plan` ([`ChunkLayout::range`]).

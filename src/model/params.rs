@@ -135,6 +135,13 @@ impl Model {
         })
     }
 
+    /// Whether every layer (and so every MTP layer) is an MoE layer: no dense prefix, every layer
+    /// MoE; where no stage can differ from another in its mix.
+    pub fn every_layer_moe(&self) -> bool {
+        self.moe
+            .is_some_and(|moe| moe.first_dense_layers == 0 && moe.layer_freq == 1)
+    }
+
     /// MoE layers among the layers [start, end): those at or past the dense prefix whose offset
     /// from it is a multiple of the frequency (`is_moe_layer`), counted in closed form.
     pub fn moe_layers_between(&self, start: u32, end: u32) -> u32 {
