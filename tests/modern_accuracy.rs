@@ -170,7 +170,7 @@ const MOE_MEDIAN_BOUND: f64 = 0.1525;
 const MOE_PAST_30: usize = 12;
 // torchtitan peak memory (20 runs state it): today's values, not the 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
-const MEMORY_MEDIAN_BOUND: f64 = 0.06;
+const MEMORY_MEDIAN_BOUND: f64 = 0.05;
 const MEMORY_PAST_10: usize = 4;
 
 /// `tpsim accuracy --runs` reads this format too and reports the same predictions.

@@ -5,7 +5,9 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{AttentionKernel, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES};
+use crate::training::{
+    AttentionKernel, CpExchange, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES,
+};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -725,7 +727,9 @@ fn stage_memory(
             activations += sbh / sp_split * in_flight(model, training, plan, 0);
         }
     }
-    if matches!(stage, Stage::Last | Stage::Only) {
+    // Two transient peaks that never coincide: the loss on the last stage, and one layer's
+    // attention backward under PyTorch's context-parallel ring; the larger one counts.
+    let loss_peak = if matches!(stage, Stage::Last | Stage::Only) {
         // Final norm and output-layer input 4sbh/t, and the logits the loss kernel holds at its
         // peak (fp32 4sbV/t for Megatron's, §4.3; `LossKernel::bytes_per_logit`); one
         // micro-batch at a time on the last stage.
@@ -735,8 +739,20 @@ fn stage_memory(
             * f64::from(b)
             * f64::from(model.vocab)
             * f64::from(1 + model.mtp_layers);
-        activations += (4.0 * sbh + logits) / t;
-    }
+        (4.0 * sbh + logits) / t
+    } else {
+        0.0
+    };
+    // torchtitan's all-gather ring holds every rank's K/V chunk and fp32 gradient accumulators
+    // while a layer's attention runs (`torch_ring::backward_working_bytes`); Transformer Engine's
+    // point-to-point ring holds two chunks of the unrepeated K/V, left out.
+    let ring_peak =
+        if plan.cp > 1 && training.cp_exchange == CpExchange::TorchAllGather && layers > 0 {
+            super::torch_ring::backward_working_bytes(model, training, plan)
+        } else {
+            0.0
+        };
+    activations += loss_peak.max(ring_peak);
 
     let used = weights + gradients + optimizer + activations;
     let other = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * used;
@@ -887,6 +903,56 @@ mod tests {
         let acts = |t: &Training| memory(&model, &cluster, t, &plan).activations_bytes.0;
         let want = 2.0 * 2.0 * 8192.0 * 4096.0 * (1.0 - 1.0 / 8.0) * 32.0;
         assert!(((acts(&titan) - acts(&megatron_layout)) / want - 1.0).abs() < 1e-9);
+    }
+
+    /// torchtitan's all-gather ring holds every rank's K/V chunk (repeated to the query heads), the
+    /// fp32 dQ/dK/dV accumulators and two fp32 dK/dV hops while a layer's attention backward runs;
+    /// on a stage without the loss that adds to the kept activations, on the only stage of Llama 3
+    /// 8B the larger fp32 logits peak already covers it.
+    #[test]
+    fn torchtitan_cp_ring_working_set_is_a_transient_peak() {
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 2,
+            gpus_per_node: 8,
+        };
+        let titan = Training::with_framework(
+            crate::training::TrainingFramework::Torchtitan,
+            262_144,
+            8,
+            AttentionKernel::Flash,
+        );
+        assert_eq!(titan.cp_exchange, CpExchange::TorchAllGather);
+        let te_ring = Training {
+            cp_exchange: CpExchange::KvRing,
+            ..titan
+        };
+        let request = |pp: u32| crate::plan::PlanRequest {
+            tp: 1,
+            pp,
+            cp: 8,
+            dp: 2 / pp,
+            micro_batch: 1,
+            recompute: Recompute::Full,
+            ..crate::plan::PlanRequest::default()
+        };
+        let acts = |t: &Training, plan: &ParallelPlan, stage: Stage| {
+            stage_memory(&model, &cluster, t, plan, stage)
+                .activations_bytes
+                .0
+        };
+        // 32,768 tokens a rank, 4,096 query and output columns: K/V 32768 x 8192 x 2 bytes a chunk.
+        let kv = 32768.0 * 8192.0 * 2.0;
+        let want = 8.0 * kv + 4.0 * 32768.0 * 3.0 * 4096.0 + 2.0 * 2.0 * kv;
+        let piped = ParallelPlan::build(&request(2), &model, &cluster, &titan).unwrap();
+        let added = acts(&titan, &piped, Stage::First) - acts(&te_ring, &piped, Stage::First);
+        assert!((added / want - 1.0).abs() < 1e-9, "{added} vs {want}");
+        let single = ParallelPlan::build(&request(1), &model, &cluster, &titan).unwrap();
+        assert_eq!(
+            acts(&titan, &single, Stage::Only),
+            acts(&te_ring, &single, Stage::Only)
+        );
     }
 
     /// The busiest stage's MoE share counts its own layers: Mixtral with `--moe-layer-freq 2` on

@@ -21,6 +21,9 @@ use crate::model::Model;
 use crate::plan::ParallelPlan;
 use crate::training::Training;
 
+/// Bytes of an fp32 accumulator element.
+const FP32_BYTES: f64 = 4.0;
+
 /// Forward HBM bytes per output element per ring step after the first, on the rank whose every step
 /// merges a full block (the last; the ring runs at its pace). `_SDPAMerger.step` casts the block
 /// output to fp32 (read 2, write 4) and `_merge_one` runs three eager element-wise ops over fp32
@@ -66,7 +69,21 @@ pub fn elements(model: &Model, training: &Training, plan: &ParallelPlan) -> (f64
 
 /// The fp32 dK/dV accumulators one hop carries: twice the bf16 K/V bytes.
 pub fn dkv_hop_bytes(kv_bytes: f64) -> f64 {
-    2.0 * kv_bytes
+    FP32_BYTES / ACTIVATION_BYTES * kv_bytes
+}
+
+/// Bytes the ring holds on one rank while one layer's attention backward runs, on top of what the
+/// layers keep for the backward: every rank's K/V chunk gathered (the backward's all-gather, bf16,
+/// as wide as Q after `repeat_kv`), the fp32 dQ, dK and dV accumulators of the local chunk, and the
+/// fp32 dK/dV hop in flight twice (the concatenated buffer sent and the one received,
+/// `_AllToAllRotater`). The forward's working set is smaller (the same gathered K/V, one fp32 output
+/// accumulator), so this is the ring's peak. Transient: freed when the layer's backward ends.
+pub fn backward_working_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    let kv_bytes = repeated_kv_bytes(model, training, plan);
+    let (query, output) = elements(model, training, plan);
+    let gathered = f64::from(plan.cp) * kv_bytes;
+    let accumulators = FP32_BYTES * (2.0 * query + output);
+    gathered + accumulators + 2.0 * dkv_hop_bytes(kv_bytes)
 }
 
 /// Merge and accumulate time per layer per micro-batch at the achieved HBM bandwidth: (forward,
