@@ -210,9 +210,12 @@ def main():
     families = defaultdict(list)
     kinds = defaultdict(list)
     every = []
+    precisions = set()
     for row in rows:
         if row["source"] == "vtrain_single_node":
             continue
+        # The estimate's precision where the row carries one, else the run's stated precision.
+        precisions.add(row.get("precision") or row.get("estimate", {}).get("precision", "bf16"))
         r = math.log(row["measured_step_s"] / row["predicted_step_s"])
         fam = family(row["gpu_profile"])
         kind = "moe" if row.get("moe") else "dense"
@@ -229,6 +232,9 @@ def main():
         "families": [],
         "kinds": [],
         "all": band(every, "every run, all frameworks and GPUs"),
+        # The GEMM precisions the runs behind the bands train in: a plan at any other precision has
+        # no measured error, and says so.
+        "precisions": sorted(precisions),
     }
     words = {"dense": "dense", "moe": "mixture-of-experts"}
     for (framework, fam, kind), values in sorted(groups.items()):

@@ -379,9 +379,13 @@ impl Cluster {
         // Jobs of 128 GPUs and more on multi-node NVLink domains are allocated in segments of 16
         // trays inside one rack (NVIDIA's Slurm topology/block recommendation for GB200 NVL72:
         // "segment size 16 for large jobs (128+ GPUs)"), so consecutive ranks share NVLink in
-        // blocks of 16 nodes, not of the whole rack.
+        // blocks of 16 trays, not of the whole rack. A tray is the profile's node
+        // (`GpuProfile::gpus_per_node`, 4 on GB200); a `--gpus-per-node` of several trays keeps the
+        // same segment, in whole nodes.
         if domain > self.gpus_per_node && self.total_gpus() >= 128 {
-            domain.min(16 * self.gpus_per_node)
+            let segment = 16 * self.gpu.gpus_per_node;
+            let whole_nodes = (segment / self.gpus_per_node).max(1) * self.gpus_per_node;
+            domain.min(whole_nodes)
         } else {
             domain
         }

@@ -17,8 +17,13 @@ use crate::input_file::quote;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("{flag} '': needs a file name; e.g. {flag} {example}")]
-    Empty { flag: String, example: String },
+    #[error("{flag} '': needs a {what}; e.g. {flag} {example}")]
+    Empty {
+        flag: String,
+        /// "file name" or "directory".
+        what: &'static str,
+        example: String,
+    },
     #[error("{flag} {path}: is a directory, and the output is one file; name a file inside it")]
     IsDirectory { flag: String, path: String },
     #[error(
@@ -348,6 +353,7 @@ pub fn check_file(
     if path.trim().is_empty() {
         return Err(OutputError::Empty {
             flag: flag.to_string(),
+            what: "file name",
             example: example.to_string(),
         });
     }
@@ -466,6 +472,7 @@ pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
     if dir.is_empty() {
         return Err(OutputError::Empty {
             flag: flag.to_string(),
+            what: "directory",
             example: "reports/mine".to_string(),
         });
     }

@@ -10,6 +10,7 @@
 //! pooled over frameworks for the GPU's hardware family, and the band of every run when the family
 //! has no measured runs (the `basis` string then says so).
 
+use crate::plan::Precision;
 use crate::training::TrainingFramework;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -42,6 +43,27 @@ struct BandFile {
     families: Vec<Band>,
     kinds: Vec<Band>,
     all: Band,
+    /// The GEMM precisions the runs behind the bands train in (`Precision::as_str`).
+    precisions: Vec<String>,
+}
+
+/// Whether any run behind the bands trains at this precision: a plan at a precision none of them
+/// uses (NVFP4 today) carries a range measured on other precisions, and says it is unvalidated.
+pub fn precision_measured(precision: Precision) -> bool {
+    bands().precisions.iter().any(|p| p == precision.as_str())
+}
+
+/// What a range's basis adds for a plan at a precision no run behind the band uses.
+fn unvalidated_precision_note(precision: Precision) -> String {
+    if precision_measured(precision) {
+        String::new()
+    } else {
+        format!(
+            "; no {} run among them: the {} estimate is unvalidated",
+            precision.as_str(),
+            precision.as_str()
+        )
+    }
 }
 
 /// Dense models or mixture-of-experts models: the residual bands are kept per kind.
@@ -166,7 +188,7 @@ pub fn annotate(
 ) {
     let (band, measured) = band_for(profile, framework, kind);
     let range = interval(estimate, band);
-    let basis = if measured {
+    let mut basis = if measured {
         format!("{} ({} runs)", band.basis, band.runs)
     } else {
         format!(
@@ -176,6 +198,7 @@ pub fn annotate(
             hardware_family(profile)
         )
     };
+    basis.push_str(&unvalidated_precision_note(estimate.plan.precision));
     if let Some(time) = value.get_mut("time").and_then(|t| t.as_object_mut()) {
         time.insert("step_s_low".into(), range.step_s_low.into());
         time.insert("step_s_high".into(), range.step_s_high.into());
@@ -227,7 +250,7 @@ pub fn within_error_line(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let basis = if measured {
+    let mut basis = if measured {
         format!("{} runs, {}", band.runs, band.basis)
     } else {
         format!(
@@ -237,6 +260,7 @@ pub fn within_error_line(
             hardware_family(profile)
         )
     };
+    basis.push_str(&unvalidated_precision_note(best.plan.precision));
     let first = if plans.len() == 1 { "this plan" } else { "#1" };
     let mut line = format!(
         "range: {first} takes {:.2}–{:.2} s per step (5th–95th percentile of tpsim's error on {basis})",
@@ -288,6 +312,17 @@ mod tests {
         );
         let slow = one_sided_note(10.0, &range(7.0, 9.5)).unwrap();
         assert!(slow.contains("too slow"), "{slow}");
+    }
+
+    #[test]
+    fn nvfp4_has_no_measured_run_and_says_so() {
+        assert!(precision_measured(Precision::Bf16) && precision_measured(Precision::Fp8));
+        assert!(precision_measured(Precision::Mxfp8));
+        assert!(!precision_measured(Precision::Nvfp4));
+        assert!(
+            unvalidated_precision_note(Precision::Nvfp4).contains("nvfp4 estimate is unvalidated")
+        );
+        assert_eq!(unvalidated_precision_note(Precision::Fp8), "");
     }
 
     #[test]

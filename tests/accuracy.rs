@@ -486,7 +486,11 @@ fn dump_residuals() {
     // inverse throughput ratios; their hardware families (h100, b200, gb200, ...) get bands too.
     let text = std::fs::read_to_string("validation/modern_runs.yaml").unwrap();
     let file: tpsim::modern_runs::ModernRunsFile = yaml_serde::from_str(&text).unwrap();
-    for p in file.runs.iter().map(tpsim::modern_runs::predict) {
+    for (run, p) in file
+        .runs
+        .iter()
+        .map(|run| (run, tpsim::modern_runs::predict(run)))
+    {
         let (Some(predicted), Some(profile)) =
             (p.predicted_tokens_per_s_per_gpu, p.gpu_profile.as_deref())
         else {
@@ -504,6 +508,7 @@ fn dump_residuals() {
             "gpu_profile": profile,
             "measured_step_s": 1.0 / p.published_tokens_per_s_per_gpu,
             "predicted_step_s": 1.0 / predicted,
+            "precision": run.plan.precision.as_deref().unwrap_or("bf16"),
         });
         out.push_str(&line.to_string());
         out.push('\n');

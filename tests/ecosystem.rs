@@ -3169,7 +3169,7 @@ fn megatron_emit_writes_deepseek_layer_pattern_and_latent_attention() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     for needle in [
-        "--moe-layer-freq [0]*3+[1]*58 ",
+        "--moe-layer-freq '[0]*3+[1]*58' ",
         "--moe-shared-expert-intermediate-size 2048 ",
         "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 ",
     ] {

@@ -330,6 +330,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         out.push('\n');
         for line in [
             report::mfu_note(&shown, r.cluster.peak_flops),
+            report::zero_keep_note(&shown),
             crate::planner::folded_note(&folded),
             crate::uncertainty::within_error_line(
                 &shown,

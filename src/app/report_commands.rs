@@ -112,7 +112,7 @@ pub fn schedule_note(s: &ScheduleSummary) -> String {
         )
     } else if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages are unequal (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),

@@ -984,6 +984,9 @@ pub(super) fn smallest_splittable_batch(
 /// (p−1)/(v·m), Narayanan et al. 2021 §2.2; interleaving divides it by v at the cost of v times
 /// the PP traffic). Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
 /// 3.2M (Brown et al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
+/// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
+const GPT3_SEQ_LEN: u32 = 2048;
+
 pub(super) fn global_batch_advice(
     s: &Scenario,
     given: bool,
@@ -994,9 +997,19 @@ pub(super) fn global_batch_advice(
     let mut lines = Vec::new();
     if !given {
         lines.push(format!(
-            "note: --global-batch not given: {batch} sequences x {} tokens = {:.1}M tokens per step, GPT-3 175B's batch (Brown et al. 2020); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",
+            "note: --global-batch not given: {} x {} tokens = {:.1}M tokens per step ({}); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",
+            crate::report::sequences(batch),
             s.training.seq_len,
             f64::from(batch) * f64::from(s.training.seq_len) / 1e6,
+            if s.training.seq_len == GPT3_SEQ_LEN {
+                "GPT-3 175B's batch, Brown et al. 2020".to_string()
+            } else {
+                format!(
+                    "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
+                    s.training.seq_len,
+                    f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
+                )
+            }
         ));
     }
     let per_node = 4;

@@ -248,6 +248,9 @@ mod tests {
         assert_eq!(small.nvlink_domain(), 72);
         let c = cluster("gb200-nvl72", 32, 4);
         assert_eq!(c.nvlink_domain(), 64);
+        // The segment is 16 trays of the profile's 4 GPUs however the nodes are counted: the same
+        // 128 GPUs as 16 nodes of 8 sit in the same 64-GPU segments.
+        assert_eq!(cluster("gb200-nvl72", 16, 8).nvlink_domain(), 64);
         // DP 64 at stride 2 over two segments: 32 members in each, so 32 NICs carry the ring's
         // crossings (capped at NVLink) instead of the 2 members a 4-GPU tray holds.
         let dp = place(&c, 2, 64);

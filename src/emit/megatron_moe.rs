@@ -364,8 +364,7 @@ impl Parsed<'_> {
 /// Megatron-LM's `--moe-layer-freq` for K dense layers then an MoE layer every N-th layer of
 /// `layers`: the integer N when K = 0 (arguments.py: layer i is MoE when i % N == 0), else a
 /// Python list expression with one entry per layer (`moe_freq_type` evaluates it), written
-/// without spaces, quotes or parentheses so that it stays one shell word through `$(...)` and
-/// pasted by hand.
+/// without spaces or parentheses; the emitter quotes it for the shell.
 pub fn moe_layer_freq_arg(layers: u32, first_dense: u32, freq: u32) -> String {
     if first_dense == 0 {
         return freq.to_string();
@@ -436,14 +435,15 @@ pub fn megatron_expert_args(
         }
     }
     if moe.first_dense_layers > 0 || moe.layer_freq > 1 {
-        args.push((
-            "moe-layer-freq",
-            Some(moe_layer_freq_arg(
-                model.layers,
-                moe.first_dense_layers,
-                moe.layer_freq,
-            )),
-        ));
+        // A list expression is a glob pattern to the shell (zsh refuses it unmatched), so it is
+        // quoted as the pipeline layout is; a bare integer is not.
+        let freq = moe_layer_freq_arg(model.layers, moe.first_dense_layers, moe.layer_freq);
+        let freq = if freq.bytes().all(|b| b.is_ascii_digit()) {
+            freq
+        } else {
+            format!("'{freq}'")
+        };
+        args.push(("moe-layer-freq", Some(freq)));
     }
     // tpsim models grouped GEMMs and the all-to-all or DeepEP dispatch (Megatron-LM's defaults
     // are sequential expert GEMMs and the allgather dispatcher), so both are written out; DeepEP

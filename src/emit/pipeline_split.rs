@@ -23,7 +23,8 @@ pub enum MegatronSplit {
     /// layers, `L` the loss (megatron/core/transformer/pipeline_parallel_layer_layout.py), as
     /// Megatron-Bridge writes DeepSeek-V3's.
     Layout { layout: String },
-    /// Middle stages with different layer counts: Megatron's first/last arguments cannot say it.
+    /// Middle stages with different layer counts: Megatron's first/last arguments cannot say it, and a
+    /// per-stage layout would not be one of the forms tpsim reads back (`ChunkLayout`).
     Inexpressible { why: String },
 }
 
@@ -90,7 +91,7 @@ impl MegatronSplit {
         } else {
             MegatronSplit::Inexpressible {
                 why: format!(
-                    "its uneven split of {} layers on {} stages (first {}, middle up to {}, last {}) gives the middle stages different layer counts, which --decoder-first/last-pipeline-num-layers cannot express; use a --pp that divides {} or {} (layers + 2)",
+                    "its uneven split of {} layers on {} stages (first {}, middle up to {}, last {}) gives the middle stages different layer counts, which --decoder-first/last-pipeline-num-layers cannot express, and tpsim writes --pipeline-model-parallel-layout only in the filled-chunk forms it reads back and models; use a --pp that divides {} or {} (layers + 2)",
                     model.layers, plan.pp, s.first, s.middle_max, s.last, model.layers, units
                 ),
             }

@@ -30,7 +30,7 @@ pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
 pub use table::{
     breakdown, explain_best, mfu_note, plans_table, plans_table_fitted, recompute_label,
-    scenario_line, stats_line,
+    scenario_line, sequences, stats_line, zero_keep_note,
 };
 
 #[derive(Debug, Clone, Serialize)]

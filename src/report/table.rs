@@ -145,7 +145,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} sequences x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
+         training: {} x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -176,7 +176,7 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             format!("; NVLink across {}-GPU racks", c.nvlink_domain_gpus)
         },
-        t.global_batch,
+        sequences(t.global_batch),
         t.seq_len,
         t.grad_dtype.as_str(),
         t.optimizer_states.as_str(),
@@ -288,8 +288,16 @@ pub fn plans_table_fitted(
     // Columns of dimensions no shown plan uses stay out (a dense bf16 plan without CP reads as before).
     let unused: Vec<&str> = [
         ("cp", plans.iter().all(|e| e.plan.cp == 1)),
-        ("ep", plans.iter().all(|e| e.plan.ep == 1)),
-        ("etp", plans.iter().all(|e| e.plan.etp == 1)),
+        // ep and etp together: `eval --etp` defaults to tp (Megatron-Core's default), so a table that
+        // showed ep without etp would not say how to run its expert-parallel rows.
+        (
+            "ep",
+            plans.iter().all(|e| e.plan.ep == 1 && e.plan.etp == 1),
+        ),
+        (
+            "etp",
+            plans.iter().all(|e| e.plan.ep == 1 && e.plan.etp == 1),
+        ),
         // Layers per stage (first/middle/last) only when a shown plan has a chosen split.
         ("layers", plans.iter().all(|e| !e.plan.stages.given)),
         (
@@ -334,7 +342,7 @@ pub fn plans_table_fitted(
                 p.num_microbatches.to_string(),
                 if p.sequence_parallel { "yes" } else { "no" }.to_string(),
                 recompute_label(p),
-                p.zero.to_string(),
+                zero_label(p),
                 p.precision.as_str().to_string(),
                 format!(
                     "{}/{}",
@@ -403,6 +411,35 @@ pub fn plans_table_fitted(
         ));
     }
     text
+}
+
+/// "1 sequence", "1536 sequences".
+pub fn sequences(count: u32) -> String {
+    if count == 1 {
+        "1 sequence".to_string()
+    } else {
+        format!("{count} sequences")
+    }
+}
+
+/// The zero column: the stage, and "3 keep" where ZeRO-3 keeps the gathered parameters from the
+/// forward to the backward (FSDP2 `reshard_after_forward=False`), which changes memory and traffic.
+pub fn zero_label(p: &crate::plan::ParallelPlan) -> String {
+    if p.zero == 3 && !p.reshard_after_forward {
+        "3 keep".to_string()
+    } else {
+        p.zero.to_string()
+    }
+}
+
+/// The line under a plan table that says what "3 keep" means, when a shown plan has it.
+pub fn zero_keep_note(plans: &[Estimate]) -> Option<String> {
+    plans
+        .iter()
+        .any(|e| e.plan.zero == 3 && !e.plan.reshard_after_forward)
+        .then(|| {
+            "zero \"3 keep\": ZeRO-3 keeps the gathered parameters from the forward until the backward (FSDP2 reshard_after_forward=False; eval --zero 3 --reshard-after-forward false)".to_string()
+        })
 }
 
 /// The line under a plan table that says what MFU is measured against, when any shown plan runs
@@ -848,11 +885,22 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
     } else {
         let _ = writeln!(out, "  PP 1: no pipeline; no bubble");
     }
-    if p.dp > 1 {
+    if p.dp * p.cp > 1 {
+        // Gradients are reduced over DP and CP together (Megatron-Core's data-parallel group with
+        // context parallelism), so CP alone still reduces them.
+        let group = if p.cp > 1 {
+            format!(
+                "DP {} x CP {} ({} ranks reduce gradients)",
+                p.dp,
+                p.cp,
+                p.dp * p.cp
+            )
+        } else {
+            format!("DP {}", p.dp)
+        };
         let _ = writeln!(
             out,
-            "  DP {} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed after overlapping with backward",
-            p.dp,
+            "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed after overlapping with backward",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
             e.comm.dp.link.map_or("-", link_name),
