@@ -171,9 +171,12 @@ fn validate_json(args: &[&str]) -> Vec<Value> {
 }
 
 /// The cost model's TP bytes per rank for one layer: 4 all-reduce equivalents of b·s·h bf16
-/// values, each 2(t−1)/t of it on the wire (worked by hand here, not through the library).
-fn model_bytes(tp: u64, micro_batch: u64, seq: u64, hidden: u64) -> u64 {
-    4 * 2 * (tp - 1) * micro_batch * seq * hidden * 2 / tp
+/// values, each 2(t−1)/t of it on the wire, and under sequence parallelism the backward's 2
+/// all-gathers of the column-parallel inputs again, (t−1)/t each (worked by hand here, not
+/// through the library).
+fn model_bytes(tp: u64, micro_batch: u64, seq: u64, hidden: u64, sp: bool) -> u64 {
+    let all_gathers = if sp { 2 } else { 0 };
+    (4 * 2 + all_gathers) * (tp - 1) * micro_batch * seq * hidden * 2 / tp
 }
 
 #[test]
@@ -197,7 +200,7 @@ fn cpu_validation_passes_numerics_and_sends_the_modelled_bytes() {
         assert_eq!(row["ranks_run"].as_u64(), Some(t));
         assert_eq!(
             row["wire_bytes_per_rank"].as_u64(),
-            Some(model_bytes(t, mb, 64, 128))
+            Some(model_bytes(t, mb, 64, 128, sp))
         );
         assert_eq!(row["bytes_match"].as_bool(), Some(true));
         assert_eq!(row["numerics_ok"].as_bool(), Some(true));

@@ -482,8 +482,12 @@ mod tests {
         for sp in [false, true] {
             let s = spec(4, sp);
             let outs = run_ranks(&s);
-            // 4 all-reduce equivalents of b·s·h bf16 values, 2(t−1)/t of each on the wire.
-            let want = (4.0 * 2.0 * 3.0 / 4.0 * (2 * 16 * 64 * 2) as f64) as u64;
+            // 4 all-reduce equivalents of b·s·h bf16 values, 2(t−1)/t of each on the wire; with
+            // sequence parallelism the backward's two all-gathers of the column-parallel inputs
+            // again, (t−1)/t each.
+            let all_gathers = if sp { 2.0 } else { 0.0 };
+            let per_tensor = 3.0 / 4.0 * (2 * 16 * 64 * 2) as f64;
+            let want = ((4.0 * 2.0 + all_gathers) * per_tensor) as u64;
             assert!(outs.iter().all(|(_, sent)| *sent == want), "sp {sp}");
         }
     }

@@ -454,6 +454,9 @@ pub fn run_rank<T: Real>(
             }
         }
     }
+    // Megatron keeps the sequence shard of a column-parallel GEMM's input and gathers it again
+    // for the weight gradient (`cost::unit_costs`, `regathers`).
+    let yf = if sp { gather(&mut timed, &y_part) } else { yf };
     let mut d_up = vec![T::ZERO; h * ur];
     matmul(
         &mut d_up,
@@ -544,6 +547,7 @@ pub fn run_rank<T: Real>(
             );
         }
     }
+    let xf = if sp { gather(&mut timed, &x_part) } else { xf };
     let mut d_qkv = vec![T::ZERO; h * wq];
     matmul(
         &mut d_qkv,

@@ -104,13 +104,20 @@ pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationErr
 
 /// The cost model's TP wire bytes per rank for one layer's forward + backward (no recompute):
 /// `tp_collectives_per_layer` all-reduce equivalents of the b·s·h activation, each sending
-/// `wire_factor` of it (`cost::comm`).
+/// `wire_factor` of it (`cost::comm`), and with sequence parallelism the backward's two
+/// all-gathers of the column-parallel inputs again (`cost::unit_costs`, `regathers`).
 pub fn model_wire_bytes(model: &Model, case: Case) -> f64 {
     let tensor = f64::from(case.micro_batch)
         * f64::from(model.seq_len)
         * f64::from(model.hidden)
         * ACTIVATION_BYTES;
     tp_collectives_per_layer(Recompute::None) * Collective::AllReduce.wire_factor(case.tp) * tensor
+        + regathers(case) * Collective::AllGather.wire_factor(case.tp) * tensor
+}
+
+/// All-gathers the sequence-parallel backward runs again per layer: one per column-parallel GEMM.
+fn regathers(case: Case) -> f64 {
+    if case.sequence_parallel { 2.0 } else { 0.0 }
 }
 
 /// Predicted (layer compute, TP communication) seconds of one layer's forward + backward for the
@@ -140,8 +147,10 @@ pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
         * f64::from(model.seq_len)
         * f64::from(model.hidden)
         * ACTIVATION_BYTES;
+    let nvlink = cluster.link_speed(Link::Nvlink);
     let comm = tp_collectives_per_layer(Recompute::None)
-        * Collective::AllReduce.time(tensor, case.tp, cluster.link_speed(Link::Nvlink));
+        * Collective::AllReduce.time(tensor, case.tp, nvlink)
+        + regathers(case) * Collective::AllGather.time(tensor, case.tp, nvlink);
     (t.forward + t.backward, comm)
 }
 

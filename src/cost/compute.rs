@@ -314,6 +314,10 @@ pub struct LayerTime {
     pub recompute: f64,
     /// Forward time of the four linear-layer GEMMs (what TP communication overlap hides behind).
     pub linear_gemm_forward: f64,
+    /// Forward time of the two column-parallel GEMMs, QKV and MLP up: their input-gradient (dgrad)
+    /// GEMMs take as long, and Megatron's backward re-gathers their sequence-parallel inputs under
+    /// them.
+    pub column_gemm_forward: f64,
     /// Forward time of the attention core (what the CP ring exchange hides behind).
     pub attention_forward: f64,
     /// Forward time of the dense MLP (its two GEMMs and activation), which an MoE layer replaces.
@@ -546,6 +550,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         backward: 2.0 * forward + flash_extra,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
+        column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
         mlp_forward: (mlp_gemms + mlp_inside / t / bandwidth) / gpu.framework_efficiency,
     }
@@ -589,6 +594,7 @@ pub fn output_layer_time(
         backward: 2.0 * forward,
         recompute: 0.0,
         linear_gemm_forward: 0.0,
+        column_gemm_forward: 0.0,
         attention_forward: 0.0,
         mlp_forward: 0.0,
     }

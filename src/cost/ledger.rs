@@ -457,6 +457,11 @@ pub fn ledger(
             }
         }
         let mlp_count = count * mlp_share;
+        let regather_count = if training.framework.sp_keeps_gathered_inputs() {
+            0.0
+        } else {
+            count
+        };
         if plan.sequence_parallel {
             for (op, site, count) in [
                 (
@@ -478,6 +483,18 @@ pub fn ledger(
                     Op::AllGather,
                     "MLP output gradient (conjugate of the reduce-scatter)",
                     mlp_count,
+                ),
+                // Megatron re-gathers the column-parallel inputs it kept as sequence shards, for
+                // the weight gradients (`regathers` in `cost::unit_costs`); torchtitan kept them.
+                (
+                    Op::AllGather,
+                    "attention QKV input again, for its weight gradient (the forward kept the sequence shard)",
+                    regather_count,
+                ),
+                (
+                    Op::AllGather,
+                    "MLP first GEMM input again, for its weight gradient (the forward kept the sequence shard)",
+                    regather_count * mlp_share,
                 ),
             ] {
                 if count > 0.0 {
@@ -1641,8 +1658,11 @@ mod tests {
         request.sequence_parallel = true;
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         let sp = ledger(&model, &cluster, &training, &plan);
-        assert_eq!(sp.entries.len(), 12);
+        // Megatron's backward gathers the two column-parallel inputs again for the weight
+        // gradients: 14 collectives, the 12 of the same volume and two all-gathers (half an
+        // all-reduce's wire bytes each).
+        assert_eq!(sp.entries.len(), 14);
         assert!(sp.entries.iter().all(|e| e.op != Op::AllReduce));
-        assert!(close(sp.tp_wire_bytes, l.tp_wire_bytes));
+        assert!(close(sp.tp_wire_bytes, l.tp_wire_bytes * 14.0 / 12.0));
     }
 }

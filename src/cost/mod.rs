@@ -354,8 +354,22 @@ pub(crate) fn unit_costs(
         }
     }
     let recompute_pair = 2.0 * one * tp_recompute_share;
+    // Megatron's column-parallel linears under sequence parallelism keep only the sequence shard
+    // of their input and all-gather it again in the backward for the weight gradient, issued
+    // before the dgrad GEMM and waited after it (Megatron-Core `tensor_parallel/layers.py`
+    // `LinearWithGradAccumulationAndAsyncCommunication.backward`; Transformer Engine
+    // `linear.py`/`layernorm_linear.py`, with userbuffers `ub_bulk_dgrad`): one more all-gather
+    // per pair, under the column-parallel dgrad GEMMs. torchtitan keeps the gathered inputs
+    // instead (`TrainingFramework::sp_keeps_gathered_inputs`, counted in memory).
+    let regathers =
+        plan.tp > 1 && plan.sequence_parallel && !training.framework.sp_keeps_gathered_inputs();
+    let regather_s = if regathers {
+        pairs * Collective::AllGather.time(tp_tensor, plan.tp, tp_group.speed)
+    } else {
+        0.0
+    };
     let tp = if plan.tp > 1 {
-        let (forward_s, backward_s) = (pairs * one, pairs * one + recompute_pair);
+        let (forward_s, backward_s) = (pairs * one, pairs * one + recompute_pair + regather_s);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward —
@@ -368,16 +382,25 @@ pub(crate) fn unit_costs(
                 recompute_pair
             };
             let backward_exposed_s = if overlap_reaches_backward {
-                exposed_under(pairs * one, 2.0 * layer.linear_gemm_forward)
+                exposed_under(pairs * one + regather_s, 2.0 * layer.linear_gemm_forward)
             } else {
-                pairs * one
+                pairs * one + exposed_under(regather_s, layer.column_gemm_forward)
             };
             (
                 exposed_under(pairs * one, layer.linear_gemm_forward),
                 backward_exposed_s + recompute_exposed,
             )
         } else {
-            (forward_s, backward_s)
+            // Synchronous collectives, but for the re-gather under its dgrad GEMM.
+            (
+                forward_s,
+                backward_s - regather_s + exposed_under(regather_s, layer.column_gemm_forward),
+            )
+        };
+        let regather_wire = if regathers {
+            pairs * Collective::AllGather.wire_factor(plan.tp) * tp_tensor
+        } else {
+            0.0
         };
         PassComm {
             forward_s,
@@ -386,7 +409,8 @@ pub(crate) fn unit_costs(
             backward_exposed_s,
             wire_bytes: (2.0 * pairs + 2.0 * tp_recompute_share)
                 * Collective::AllReduce.wire_factor(plan.tp)
-                * tp_tensor,
+                * tp_tensor
+                + regather_wire,
         }
     } else {
         PassComm::default()

@@ -824,6 +824,30 @@ pub fn stats_line(stats: &SearchStats) -> String {
 /// nodes, DP last.
 /// `tp_pairs` is a layer's forward all-reduce equivalents on the busiest stage
 /// (`cost::tp_pairs_per_layer`: 2 for a dense layer, fewer where MoE layers have no MLP pair).
+/// Where the DP group's bytes go: a group across nodes with several members per node (or per
+/// NVLink segment on NVL72) runs one ring per member's NIC and keeps the ring's other hops on
+/// NVLink (`Cluster::group_speed`), so "on network" alone would read as every byte crossing a NIC.
+fn dp_link_words(e: &Estimate, cluster: &Cluster) -> String {
+    let Some(link) = e.comm.dp.link else {
+        return "-".to_string();
+    };
+    let groups = crate::cost::groups::groups(cluster, &e.plan);
+    let dp = groups.get(crate::cost::groups::GroupKind::Dp);
+    if link == Link::Network && dp.members_per_node > 1 {
+        let block = if cluster.nvlink_domain() > cluster.gpus_per_node {
+            "NVLink segment"
+        } else {
+            "node"
+        };
+        format!(
+            "network and NVLink ({} ranks per {block}, each with its own NIC; the ring's hops inside it stay on NVLink)",
+            dp.members_per_node
+        )
+    } else {
+        link_name(link).to_string()
+    }
+}
+
 pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
     let p = &e.plan;
     let t = &e.time;
@@ -903,7 +927,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
             "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed after overlapping with backward",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
-            e.comm.dp.link.map_or("-", link_name),
+            dp_link_words(e, cluster),
             share(t.dp_comm_exposed_s.0)
         );
     } else {

@@ -92,11 +92,14 @@ pub(super) fn run_layer_schedule(
     let sp = spec.sequence_parallel;
     // One TP reduction of the b·s·h activation held in `which` of every rank: all-reduce, or
     // reduce-scatter + all-gather with SP (same bytes, Korthikanti et al. 2022 §4.2.2).
+    // `gather_only`: the sequence-parallel backward's all-gather of a column-parallel GEMM's input
+    // again, for its weight gradient (Megatron keeps the shard; `cost::unit_costs`, `regathers`).
     let reduce = |timer: &CudaTimer,
                   bufs: &mut Vec<Bufs>,
-                  which: fn(&mut Bufs) -> (&mut CudaSlice<bf16>, &mut CudaSlice<bf16>)|
+                  which: fn(&mut Bufs) -> (&mut CudaSlice<bf16>, &mut CudaSlice<bf16>),
+                  gather_only: bool|
      -> Result<f64, CalibrationError> {
-        if ranks < 2 {
+        if ranks < 2 || (gather_only && !sp) {
             return Ok(0.0);
         }
         let comms = &timer.comms[&ranks];
@@ -104,7 +107,13 @@ pub(super) fn run_layer_schedule(
             .iter()
             .map(timed_event)
             .collect::<Result<Vec<_>, _>>()?;
-        let phases: &[bool] = if sp { &[true, false] } else { &[false] };
+        let phases: &[bool] = if gather_only {
+            &[false]
+        } else if sp {
+            &[true, false]
+        } else {
+            &[false]
+        };
         for &scatter in phases {
             cudarc::nccl::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
             let mut result = Ok(());
@@ -197,13 +206,15 @@ pub(super) fn run_layer_schedule(
             Ok::<(), CalibrationError>(())
         };
         gemms(timer, &mut bufs, false, 0)?;
-        comm += reduce(timer, &mut bufs, |bf| (&mut bf.o, &mut bf.part))?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.o, &mut bf.part), false)?;
         gemms(timer, &mut bufs, false, 1)?;
-        comm += reduce(timer, &mut bufs, |bf| (&mut bf.mlp, &mut bf.part))?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.mlp, &mut bf.part), false)?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.o, &mut bf.part), true)?;
         gemms(timer, &mut bufs, true, 1)?;
-        comm += reduce(timer, &mut bufs, |bf| (&mut bf.o, &mut bf.part))?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.o, &mut bf.part), false)?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.x, &mut bf.part), true)?;
         gemms(timer, &mut bufs, true, 0)?;
-        comm += reduce(timer, &mut bufs, |bf| (&mut bf.x, &mut bf.part))?;
+        comm += reduce(timer, &mut bufs, |bf| (&mut bf.x, &mut bf.part), false)?;
         let ends = streams
             .iter()
             .map(timed_event)
