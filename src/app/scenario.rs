@@ -1036,7 +1036,8 @@ pub(super) fn global_batch_advice(
         .map(|b| format!("; e.g. --global-batch {b}"))
         .unwrap_or_default();
         lines.push(format!(
-            "warning: --global-batch {batch} is small for {nodes} nodes: with TP inside a node every split has at least nodes/batch = {:.2} pipeline stages or replicas per micro-batch, so GPUs idle (bubble (p-1)/(v·m)) or no split exists; give at least {per_node} sequences per node{suggestion}",
+            "warning: --global-batch {batch} is small for {nodes} node{}: with TP inside a node every split has at least nodes/batch = {:.2} pipeline stages or replicas per micro-batch, so GPUs idle (bubble (p-1)/(v·m)) or no split exists; give at least {per_node} sequences per node{suggestion}",
+            if nodes == 1 { "" } else { "s" },
             f64::from(nodes) / f64::from(batch),
         ));
     }
