@@ -599,8 +599,10 @@ pub struct EvalArgs {
     /// uniform with more than one layer per chunk is refused.
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,
-    /// Megatron-LM's layers per recompute chunk (uniform) or recomputed layers per chunk (block).
-    #[arg(long, hide = true, value_name = "N")]
+    /// Full recompute of N layers of each model chunk (Megatron's block method; the table's
+    /// `full N/L`); implies --recompute full. With Megatron-LM's --recompute-method uniform, the
+    /// layers per recompute chunk.
+    #[arg(long, value_name = "N")]
     pub recompute_num_layers: Option<u32>,
     /// Megatron-LM's --max-position-embeddings: accepted; --seq-length sets the sequence.
     #[arg(long, hide = true, value_name = "N")]

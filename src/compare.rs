@@ -256,6 +256,22 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             s.micro_batch.to_string(),
         ),
         "compute" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
+        // The bubble follows (p−1)/(v·m) first; the layer split only where that ratio is equal.
+        "pipeline bubble"
+            if (f.pp, f.vpp, f.num_microbatches) != (s.pp, s.vpp, s.num_microbatches) =>
+        {
+            Some(format!(
+                "(p-1)/(v·m) = {:.3} (pp {} vpp {} m {}) against {:.3} (pp {} vpp {} m {})",
+                fast.bubble_ratio,
+                f.pp,
+                f.vpp,
+                f.num_microbatches,
+                slow.bubble_ratio,
+                s.pp,
+                s.vpp,
+                s.num_microbatches
+            ))
+        }
         // The slowest stage sets the pace: a different split of the layers over the stages.
         "compute" | "pipeline bubble"
             if (f.stages.first, f.stages.middle_max, f.stages.last)

@@ -215,3 +215,50 @@ fn the_default_batch_note_says_when_it_is_not_gpt3s_token_batch() {
         "{note}"
     );
 }
+
+/// `eval --recompute-num-layers N` alone pins full recompute of N layers per chunk, as `plan`
+/// reads the flag (it was dropped, and the plan evaluated without recompute).
+#[test]
+fn eval_reads_recompute_num_layers_as_plan_does() {
+    let base = [
+        "eval",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--micro-batch",
+        "2",
+        "--sequence-parallel",
+        "--zero",
+        "2",
+        "--format",
+        "json",
+    ];
+    let alone = json(&[&base[..], &["--recompute-num-layers", "1"][..]].concat());
+    let spelled = json(
+        &[
+            &base[..],
+            &[
+                "--recompute",
+                "full",
+                "--recompute-method",
+                "block",
+                "--recompute-num-layers",
+                "1",
+            ][..],
+        ]
+        .concat(),
+    );
+    let p = &alone["plans"][0];
+    assert_eq!(p["recompute"], "full");
+    assert_eq!(p["recompute_num_layers"], 1);
+    assert_eq!(p["time"]["step_s"], spelled["plans"][0]["time"]["step_s"]);
+    assert_eq!(
+        p["memory"]["total_bytes"],
+        spelled["plans"][0]["memory"]["total_bytes"]
+    );
+}

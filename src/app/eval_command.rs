@@ -185,6 +185,13 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 recompute: match args.recompute {
                     Some(asked) => asked.into(),
                     None if args.training.recompute_modules.is_some() => Recompute::Selective,
+                    // `--recompute-num-layers N` alone is tpsim's pin (as `plan` reads it): full
+                    // recompute of N layers per chunk.
+                    None if args.recompute_num_layers.is_some()
+                        && args.recompute_method.is_none() =>
+                    {
+                        Recompute::Full
+                    }
                     None => Recompute::None,
                 },
                 zero: match args.zero {
@@ -202,11 +209,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     .etp
                     .unwrap_or(if scenario.model.moe.is_some() { tp } else { 1 }),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
-                // Megatron-LM's block recompute pasted (`--recompute-num-layers` defaults to 1).
-                recompute_num_layers: match args.recompute_method.as_deref() {
-                    Some("block") => args.recompute_num_layers.unwrap_or(1),
-                    _ => 0,
-                },
+                recompute_num_layers: block_recompute_layers(&args),
                 // `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM
                 // places them, evaluated as given (other pasted splits must match tpsim's own:
                 // `check_pasted_megatron`).
@@ -464,6 +467,18 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     }
 }
 
+/// Layers per chunk that full recompute's block method recomputes: Megatron-LM's pasted
+/// `--recompute-method block --recompute-num-layers N` (N defaults to 1), or tpsim's own
+/// `--recompute-num-layers N` without a method (block, as `plan --recompute-num-layers` pins it);
+/// 0 (every layer) otherwise.
+fn block_recompute_layers(args: &EvalArgs) -> u32 {
+    match args.recompute_method.as_deref() {
+        Some("block") => args.recompute_num_layers.unwrap_or(1),
+        Some(_) => 0,
+        None => args.recompute_num_layers.unwrap_or(0),
+    }
+}
+
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as
 /// Megatron-LM refuses it ("Tensor parallel communication/GEMM overlap can happen only when
 /// sequence parallelism is enabled", arguments.py) and as a pasted launch line is refused; a
@@ -605,9 +620,8 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
             .unwrap_or(file.reshard_after_forward),
         // A recompute flag replaces the file's recompute, its block layer count included.
         recompute_num_layers: match (args.recompute_method.as_deref(), args.recompute) {
-            (Some("block"), _) => args.recompute_num_layers.unwrap_or(1),
-            (Some(_), _) | (None, Some(_)) => 0,
-            (None, None) => file.recompute_num_layers,
+            (None, None) if args.recompute_num_layers.is_none() => file.recompute_num_layers,
+            _ => block_recompute_layers(args),
         },
         ..file
     }

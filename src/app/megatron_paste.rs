@@ -628,13 +628,13 @@ pub(super) fn check_pasted_megatron(
     if split.any() {
         emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;
     }
-    let method = args.recompute_method.as_deref();
+    // `--recompute-num-layers N` without a method is tpsim's block pin (`plan` reads it so); a
+    // Megatron-LM launch line always names its method.
+    let method = args
+        .recompute_method
+        .as_deref()
+        .or(args.recompute_num_layers.map(|_| "block"));
     let Some(method) = method else {
-        if args.recompute_num_layers.is_some() && plan.recompute == Recompute::Full {
-            bail!(
-                "--recompute-num-layers needs --recompute-method uniform or block (Megatron-Core refuses it alone)"
-            );
-        }
         return Ok(());
     };
     let layers = args.recompute_num_layers.unwrap_or(1);

@@ -212,6 +212,13 @@ fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
+/// Whether the backward all-gathers the column-parallel inputs again for the weight gradients:
+/// Megatron's sequence parallelism keeps only the sequence shard (`unit_costs`); torchtitan keeps
+/// the gathered inputs.
+pub fn sp_regathers_in_backward(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.tp > 1 && plan.sequence_parallel && !training.framework.sp_keeps_gathered_inputs()
+}
+
 /// TP all-reduce equivalents of one layer's forward on the busiest stage: the attention's, and the
 /// MLP's on the layers whose MLP has one (`moe::mlp_tp_pair_share`; 2 for a dense layer, Shoeybi
 /// et al. 2019 §3).
@@ -361,8 +368,7 @@ pub(crate) fn unit_costs(
     // `linear.py`/`layernorm_linear.py`, with userbuffers `ub_bulk_dgrad`): one more all-gather
     // per pair, under the column-parallel dgrad GEMMs. torchtitan keeps the gathered inputs
     // instead (`TrainingFramework::sp_keeps_gathered_inputs`, counted in memory).
-    let regathers =
-        plan.tp > 1 && plan.sequence_parallel && !training.framework.sp_keeps_gathered_inputs();
+    let regathers = sp_regathers_in_backward(training, plan);
     let regather_s = if regathers {
         pairs * Collective::AllGather.time(tp_tensor, plan.tp, tp_group.speed)
     } else {

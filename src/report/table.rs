@@ -712,7 +712,7 @@ pub fn breakdown(e: &Estimate) -> String {
         (
             "TP",
             &e.comm.tp,
-            "all-reduces of b·s·h activations (2 fwd + 2 bwd per layer, plus what recompute repeats)",
+            "collectives on b·s·h activations in every layer, fwd and bwd: all-reduces, or under sequence parallelism all-gathers and reduce-scatters (the report's ledger lists each)",
         ),
         (
             "CP",
@@ -746,6 +746,10 @@ pub fn breakdown(e: &Estimate) -> String {
             let _ = writeln!(out, "  PP        none: pp 1, no stage boundaries");
             continue;
         }
+        if name == "TP" && p.tp == 1 {
+            let _ = writeln!(out, "  TP        none: tp 1, every layer whole on each GPU");
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
@@ -776,7 +780,7 @@ pub fn breakdown(e: &Estimate) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%{}), {} hardware TFLOP/s per GPU (with recompute); bubble {:.1}% of the step",
+        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
         e.tokens_per_s,
         tflops_fine(e.model_tflops_per_gpu),
         e.mfu * 100.0,
@@ -848,7 +852,10 @@ fn dp_link_words(e: &Estimate, cluster: &Cluster) -> String {
     }
 }
 
-pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
+/// `tp_pairs`: the TP all-reduce equivalents of a layer's forward (`cost::tp_pairs_per_layer`);
+/// `regathers`: whether the backward gathers the column-parallel inputs again
+/// (`cost::sp_regathers_in_backward`).
+pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: bool) -> String {
     let p = &e.plan;
     let t = &e.time;
     let step = t.step_s.0;
@@ -864,14 +871,22 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64) -> String {
             } else {
                 "ACROSS nodes, on the network"
             },
-            if tp_pairs >= 2.0 {
-                "layer all-reduces its b·s·h activations 4 times (plus what recompute repeats)"
-                    .to_string()
-            } else {
-                format!(
-                    "layer all-reduces its b·s·h activations {:.1} times on average, plus what recompute repeats (MoE layers twice: their MLP hands the sequence shard straight to the expert dispatcher)",
-                    2.0 * tp_pairs
-                )
+            {
+                let mut words = if tp_pairs >= 2.0 {
+                    "layer all-reduces its b·s·h activations 4 times".to_string()
+                } else {
+                    format!(
+                        "layer all-reduces its b·s·h activations {:.1} times on average (MoE layers twice: their MLP hands the sequence shard straight to the expert dispatcher)",
+                        2.0 * tp_pairs
+                    )
+                };
+                if regathers {
+                    words.push_str(
+                        " as all-gathers and reduce-scatters, and the backward gathers the column-split GEMMs' inputs again for their weight gradients",
+                    );
+                }
+                words.push_str(" (plus what recompute repeats)");
+                words
             },
             e.comm.tp.wire_bytes.gb(),
             share(t.tp_comm_exposed_s.0)
