@@ -709,6 +709,16 @@ pub struct EvalArgs {
     /// Megatron-LM's --moe-grouped-gemm: the grouped expert GEMMs tpsim models.
     #[arg(long, hide = true, conflicts_with = "megatron_args")]
     pub moe_grouped_gemm: bool,
+    /// Megatron-LM's --moe-router-padding-for-fp8 (alias --moe-router-padding-for-quantization):
+    /// each expert's rows padded to the low-precision GEMM alignment, which tpsim models for every
+    /// low-precision MoE plan (`cost::moe::padded_copies_factor`).
+    #[arg(
+        long,
+        hide = true,
+        alias = "moe-router-padding-for-quantization",
+        conflicts_with = "megatron_args"
+    )]
+    pub moe_router_padding_for_fp8: bool,
     /// Megatron-LM's --moe-token-dispatcher-type: tpsim models alltoall.
     #[arg(
         long,

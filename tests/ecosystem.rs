@@ -3789,6 +3789,13 @@ fn deepseek_v3_h100_layout_and_moe_alltoall_overlap_round_trip() {
         "1",
         "--allow-uneven-pp",
         "--overlap-moe-expert-parallel-comm",
+        // The recipe's selective recompute (without it the FP8 router padding's rows leave the
+        // plan 1.6 GiB short).
+        "--recompute",
+        "selective",
+        "--recompute-modules",
+        "mla_up_proj",
+        "mlp",
     ];
     // Read back both ways: as --megatron-args and pasted on eval.
     let line = megatron_round_trip(&flags, &["--gpu", "h100-sxm-80g", "--nodes", "128"]);

@@ -160,14 +160,19 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // Qwen3's QK-norm kernels (not counted before) to 14.96%, inside issue 9's 15%; Megatron-Core's MoE
 // layers then lost the MLP-side TP gather/scatter pair they do not run (no shared experts: the
 // dispatcher takes the sequence shard; moe/token_dispatcher.py), which took 10 rows 0.2-0.7 points
-// faster and the median to 15.24%: the bound holds that, not the issue's 15%, which is narrowly
-// unmet again. The other bounds stop the errors from growing; see validation/FIT.md for which runs
-// miss and why.
+// faster and the median to 15.24%. On 2026-12-03 an audit against Megatron-Core's code found the
+// token permutations counted about twice (the permute reads each token once and writes its copies;
+// the backward moves the same bytes, not twice) and the FP8/MXFP8 router padding not counted: both
+// fixed, as the code runs, which took the median to 16.1% and one more row past 30% (the Qwen3-30B
+// rows, whose permutations are as large as their expert GEMMs, moved 5-23 points faster). The
+// bounds hold that, not the issue's 15%/none past 30%, which are unmet: the double count had been
+// hiding what those rows still lack (FIT.md). The other bounds stop the errors from growing; see
+// validation/FIT.md for which runs miss and why.
 const DENSE_MEGATRON_PAST_25: usize = 1;
 const DENSE_ALL_PAST_25: usize = 4;
 const MOE_MIN_PREDICTED: usize = 41;
-const MOE_MEDIAN_BOUND: f64 = 0.1525;
-const MOE_PAST_30: usize = 12;
+const MOE_MEDIAN_BOUND: f64 = 0.1615;
+const MOE_PAST_30: usize = 13;
 // torchtitan peak memory (20 runs state it): today's values, not the issue's 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.05;

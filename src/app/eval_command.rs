@@ -584,6 +584,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         no_overlap_p2p_communication: false,
         ckpt_format: None,
         moe_grouped_gemm: false,
+        moe_router_padding_for_fp8: false,
         moe_token_dispatcher_type: None,
         moe_flex_dispatcher_backend: None,
         multi_latent_attention: false,

@@ -645,7 +645,7 @@ pub fn ledger(
         model,
         plan,
         training.seq_len,
-        training.moe_imbalance,
+        moe::routed_load(model, training, plan),
         training.moe_dispatch,
     );
     if plan.ep > 1 && bytes > 0.0 {
@@ -710,8 +710,12 @@ pub fn ledger(
     // Expert TP: the dispatched tokens all-gathered among the ranks that split each expert, the
     // expert outputs reduce-scattered back (`moe::expert_tp_gather_bytes`); the backward swaps the
     // two, full recompute repeats the forward pair.
-    let gathered =
-        moe::expert_tp_gather_bytes(model, plan, training.seq_len, training.moe_imbalance);
+    let gathered = moe::expert_tp_gather_bytes(
+        model,
+        plan,
+        training.seq_len,
+        moe::routed_load(model, training, plan),
+    );
     if plan.etp > 1 && gathered > 0.0 {
         let count = moe_count;
         let scope = Scope::PerMoeLayerPerMicrobatch;

@@ -663,7 +663,7 @@ fn stage_memory(
                 model,
                 plan,
                 training.seq_len,
-                training.moe_imbalance,
+                super::moe::routed_load(model, training, plan),
             );
             // Low-precision expert GEMMs save their inputs quantized too (one byte instead of two).
             let moe_mlp = if plan.precision != Precision::Bf16 && !per_op_sac {
@@ -672,7 +672,7 @@ fn stage_memory(
                         model,
                         plan,
                         training.seq_len,
-                        training.moe_imbalance,
+                        super::moe::routed_load(model, training, plan),
                     )
             } else {
                 moe_mlp
@@ -690,7 +690,7 @@ fn stage_memory(
                         plan,
                         training.seq_len,
                         m,
-                        training.moe_imbalance,
+                        super::moe::routed_load(model, training, plan),
                         moe_share,
                     )
             }

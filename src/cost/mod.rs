@@ -286,19 +286,20 @@ pub(crate) fn unit_costs(
     // experts (`moe.rs`); the busiest stage's average layer carries its MoE layers' share of the
     // difference.
     let moe_share = moe::busiest_stage_moe_share(model, plan);
-    let moe_mlp = if moe_share > 0.0 {
-        moe::moe_mlp_forward_s(
+    let moe_time = if moe_share > 0.0 {
+        moe::moe_mlp_time(
             model,
             cluster,
             plan,
             seq_len,
-            training.moe_imbalance,
+            moe::routed_load(model, training, plan),
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
         )
     } else {
-        0.0
+        moe::MoeMlpTime::default()
     };
+    let moe_mlp = moe_time.forward_s;
     // Megatron-Core's listed modules run again in backward (`module_recompute`).
     if let Some(modules) = recomputed_modules(training, plan) {
         layer.recompute += module_recompute::forward_s(
@@ -307,7 +308,7 @@ pub(crate) fn unit_costs(
             plan,
             seq_len,
             modules,
-            training.moe_imbalance,
+            moe::routed_load(model, training, plan),
             moe_share,
             layer.mlp_forward,
             moe_mlp,
@@ -316,7 +317,7 @@ pub(crate) fn unit_costs(
     if moe_share > 0.0 {
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;
-        layer.backward += 2.0 * delta;
+        layer.backward += moe_share * (moe_time.backward_s - 2.0 * layer.mlp_forward);
         if plan.recompute == Recompute::Full {
             layer.recompute += delta;
         }
@@ -484,7 +485,7 @@ pub(crate) fn unit_costs(
             model,
             plan,
             seq_len,
-            training.moe_imbalance,
+            moe::routed_load(model, training, plan),
             training.moe_dispatch,
         );
         let speed = moe::ep_dispatch_speed(
@@ -495,7 +496,12 @@ pub(crate) fn unit_costs(
             groups.get(GroupKind::Ep),
         );
         let alltoall = moe::alltoall_s(bytes, plan.ep, speed);
-        let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, training.moe_imbalance);
+        let gathered = moe::expert_tp_gather_bytes(
+            model,
+            plan,
+            seq_len,
+            moe::routed_load(model, training, plan),
+        );
         let etp_speed = groups.get(GroupKind::ExpertTp).speed;
         let expert_tp = Collective::AllGather.time(gathered, plan.etp, etp_speed)
             + Collective::ReduceScatter.time(gathered, plan.etp, etp_speed);

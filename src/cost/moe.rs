@@ -23,7 +23,7 @@ use super::comm::ACTIVATION_BYTES;
 use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
-use crate::plan::{ParallelPlan, Recompute};
+use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{MoeDispatch, MoeDispatcher, MoeRouting, Training};
 use crate::units::BytesPerSec;
 use statrs::function::factorial::ln_binomial;
@@ -42,6 +42,41 @@ pub fn expert_dp(plan: &ParallelPlan) -> u32 {
 /// (sequence parallelism, or Megatron's TP-sharded dispatch when etp = 1).
 pub fn local_tokens(plan: &ParallelPlan, seq_len: u32) -> f64 {
     f64::from(plan.micro_batch) * f64::from(seq_len) / f64::from(plan.cp) / f64::from(plan.tp)
+}
+
+/// Rows each expert's token count is padded to under low-precision expert GEMMs: Megatron-Core's
+/// `--moe-router-padding-for-fp8` (which NVIDIA's FP8 and MXFP8 MoE recipes set, and tpsim's
+/// `--emit megatron` writes) pads every expert's column of each rank's routing map to the GEMM's
+/// alignment before the dispatch (`moe_utils.pad_routing_map`): 16 for per-tensor FP8, 32 for MXFP8
+/// (`fp8_utils.get_fp8_align_size`), 32 for NVFP4 (`fp4_utils.get_fp4_align_size`'s derivation:
+/// 16 bytes of 4-bit values; a later Megatron-LM, 60e039626, returns 128 there). None in bf16.
+pub fn expert_row_alignment(precision: Precision) -> Option<f64> {
+    match precision {
+        Precision::Bf16 => None,
+        Precision::Fp8 => Some(16.0),
+        Precision::Mxfp8 | Precision::Nvfp4 => Some(32.0),
+    }
+}
+
+/// Routed copies per real one after each rank pads every expert's count to the alignment: with
+/// counts spread over several multiples, (a − 1)/2 padding rows per expert on average, the same on
+/// every rank; 1 in bf16. The padded rows travel the all-to-all, fill the grouped GEMMs and are
+/// saved for the backward like real ones.
+pub fn padded_copies_factor(model: &Model, plan: &ParallelPlan, seq_len: u32) -> f64 {
+    let (Some(moe), Some(align)) = (model.moe, expert_row_alignment(plan.precision)) else {
+        return 1.0;
+    };
+    let copies = local_tokens(plan, seq_len) * f64::from(moe.router_topk);
+    if copies <= 0.0 {
+        return 1.0;
+    }
+    1.0 + f64::from(moe.experts) * (align - 1.0) / 2.0 / copies
+}
+
+/// The load factor every routed-copy count of a plan carries: the user's routing imbalance (the
+/// busiest expert's load over the balanced one) times the low-precision padding.
+pub fn routed_load(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    training.moe_imbalance * padded_copies_factor(model, plan, training.seq_len)
 }
 
 /// Parameters of one MoE layer's routed experts one GPU holds (before ZeRO).
@@ -124,8 +159,31 @@ pub fn moe_mlp_forward_s(
     imbalance: f64,
     dispatcher: MoeDispatcher,
 ) -> f64 {
+    moe_mlp_time(model, cluster, plan, seq_len, imbalance, dispatcher).forward_s
+}
+
+/// One MoE layer's MLP part on one GPU for one micro-batch, forward and backward.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MoeMlpTime {
+    pub forward_s: f64,
+    /// Twice the forward's GEMMs and element-wise kernels (input and weight gradients), but the
+    /// token permutations once: the backward of a permutation is its inverse, the same bytes
+    /// (Transformer Engine's `_permute_kernel`/`_unpermute_kernel` swap in the backward;
+    /// `sort_chunks_by_idxs` runs the inverse sort).
+    pub backward_s: f64,
+}
+
+/// [`moe_mlp_forward_s`] with its backward.
+pub fn moe_mlp_time(
+    model: &Model,
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+    dispatcher: MoeDispatcher,
+) -> MoeMlpTime {
     let Some(moe) = model.moe else {
-        return 0.0;
+        return MoeMlpTime::default();
     };
     let h = f64::from(model.hidden);
     let tokens = local_tokens(plan, seq_len);
@@ -172,9 +230,18 @@ pub fn moe_mlp_forward_s(
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
     let cast_bytes = cast_bytes_per_input_element(precision, &cluster.gpu) * cast_elements;
     let gpu = &cluster.gpu;
-    let memory = (permute_bytes + activation_bytes + cast_bytes) / gpu.achieved_hbm_bandwidth().0;
-    (linear(&up) + linear(&down) + router.time(cluster) + shared + memory)
-        / gpu.framework_efficiency
+    let bandwidth = gpu.achieved_hbm_bandwidth().0;
+    let permute_s = permute_bytes / bandwidth / gpu.framework_efficiency;
+    let rest_s = (linear(&up)
+        + linear(&down)
+        + router.time(cluster)
+        + shared
+        + (activation_bytes + cast_bytes) / bandwidth)
+        / gpu.framework_efficiency;
+    MoeMlpTime {
+        forward_s: rest_s + permute_s,
+        backward_s: 2.0 * rest_s + permute_s,
+    }
 }
 
 /// The shared experts' two GEMMs on one TP rank (up, down), at the dense MLP's TP split; `None`
@@ -205,18 +272,22 @@ pub fn shared_expert_gemms(model: &Model, plan: &ParallelPlan, seq_len: u32) -> 
     ])
 }
 
-/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward, each
-/// counted as a read and a write of every routed copy, once forward (permute) and once back
-/// (unpermute):
-/// - the alltoall dispatcher permutes the tokens into routed copies before the dispatch and back
-///   after the combine; with more than one local expert it also sorts the received copies by
-///   local expert after the dispatch and back before the combine ("Permutation 2",
-///   `sort_chunks_by_idxs` in `MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/
-///   token_dispatcher.py), once more each way;
+/// HBM bytes of one MoE layer's token permutations on one GPU per micro-batch forward:
+/// - the alltoall dispatcher permutes the rank's own tokens into routed copies before the
+///   dispatch and back after the combine ("Permutation 1", `permute`/`unpermute` in
+///   megatron/core/transformer/moe/moe_utils.py, Transformer Engine's `_permute_kernel` and
+///   `_unpermute_kernel`: the permute reads each token once and writes its top-k copies, the
+///   unpermute reads the copies and writes one token), on the tokens before any expert-TP
+///   gather; with more than one local expert it also sorts the received copies by local expert
+///   after the dispatch and back before the combine ("Permutation 2", `sort_chunks_by_idxs` in
+///   `MoEAlltoAllTokenDispatcher`, token_dispatcher.py), a read and a write of every received
+///   copy each way;
 /// - DeepEP sends the tokens themselves, so the only permutation is the one after the dispatch,
 ///   from the received tokens to routed copies grouped by local expert, and its inverse before
 ///   the combine (`_DeepepManager.get_permuted_hidden_states_by_experts` /
-///   `get_restored_hidden_states_by_experts`, same file).
+///   `get_restored_hidden_states_by_experts`, same file), counted as a read and a write of every
+///   copy each way (its reads of the received tokens and the buffer copies DeepEP makes around
+///   them, about as many bytes).
 pub fn permutation_bytes(
     model: &Model,
     plan: &ParallelPlan,
@@ -227,13 +298,25 @@ pub fn permutation_bytes(
     let Some(moe) = model.moe else {
         return 0.0;
     };
-    let routed =
-        local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * f64::from(plan.etp);
-    let permutations = match dispatcher {
-        MoeDispatcher::Alltoall if moe.experts > plan.ep => 2.0,
-        MoeDispatcher::Alltoall | MoeDispatcher::Deepep => 1.0,
-    };
-    permutations * 4.0 * routed * f64::from(model.hidden) * ACTIVATION_BYTES
+    let tokens = local_tokens(plan, seq_len);
+    let topk = f64::from(moe.router_topk);
+    // Copies this GPU's experts receive (the busiest's load, every expert-TP rank's tokens).
+    let received = tokens * topk * imbalance * f64::from(plan.etp);
+    let row = f64::from(model.hidden) * ACTIVATION_BYTES;
+    match dispatcher {
+        MoeDispatcher::Alltoall => {
+            // Permute (read tokens, write copies) and unpermute (read copies, write tokens).
+            let own_copies = tokens * topk;
+            let first = 2.0 * (tokens + own_copies);
+            let second = if moe.experts > plan.ep {
+                4.0 * received
+            } else {
+                0.0
+            };
+            (first + second) * row
+        }
+        MoeDispatcher::Deepep => 4.0 * received * row,
+    }
 }
 
 /// Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch:
@@ -1139,14 +1222,46 @@ mod tests {
         };
         let bytes = |ep| bytes_with(ep, MoeDispatcher::Alltoall);
         let (one, two) = (bytes(8), bytes(4));
-        // DeepEP sends tokens, not copies: one permutation after the dispatch at any ep.
-        assert_eq!(bytes_with(4, MoeDispatcher::Deepep), one);
-        assert_eq!(bytes_with(8, MoeDispatcher::Deepep), one);
-        // 4 passes (permute and unpermute, read and write) of 4096 tokens x top-2 x 4096 x 2 bytes.
-        assert!(
-            (one / (4.0 * 4096.0 * 2.0 * 4096.0 * 2.0) - 1.0).abs() < 1e-12,
-            "{one}"
+        let row = 4096.0 * 2.0;
+        let (tokens, copies) = (4096.0, 2.0 * 4096.0);
+        // Permutation 1: the permute reads 4096 tokens and writes their top-2 copies, the
+        // unpermute reads the copies and writes the tokens.
+        let first = 2.0 * (tokens + copies) * row;
+        assert!((one / first - 1.0).abs() < 1e-12, "{one} vs {first}");
+        // Permutation 2 at ep 4 (two local experts): every received copy read and written each way.
+        let second = 4.0 * copies * row;
+        assert!((two / (first + second) - 1.0).abs() < 1e-12, "{two}");
+        // DeepEP sends tokens, not copies: one permutation after the dispatch at any ep, from the
+        // received tokens to copies and back.
+        assert_eq!(bytes_with(4, MoeDispatcher::Deepep), second);
+        assert_eq!(bytes_with(8, MoeDispatcher::Deepep), second);
+    }
+
+    /// The backward of a token permutation is its inverse, the same bytes: an MoE layer's
+    /// backward is twice its forward less the permutations once.
+    #[test]
+    fn permutations_cost_the_backward_once() {
+        let model = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let cluster = h100_nodes(1);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            64,
+            AttentionKernel::Flash,
         );
-        assert!((two / one - 2.0).abs() < 1e-12, "{two} vs {one}");
+        let request = PlanRequest {
+            dp: 8,
+            ep: 8,
+            micro_batch: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let t = moe_mlp_time(&model, &cluster, &plan, 4096, 1.0, MoeDispatcher::Alltoall);
+        let gpu = &cluster.gpu;
+        let permute_s = permutation_bytes(&model, &plan, 4096, 1.0, MoeDispatcher::Alltoall)
+            / gpu.achieved_hbm_bandwidth().0
+            / gpu.framework_efficiency;
+        assert!(permute_s > 0.0);
+        assert!((t.backward_s - (2.0 * t.forward_s - permute_s)).abs() < 1e-12 * t.forward_s);
     }
 }

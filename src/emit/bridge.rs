@@ -301,6 +301,13 @@ fn bridge_expert_overrides(
         "false".to_string(),
     ));
     out.push(("model.moe_shared_expert_overlap", "false".to_string()));
+    // Low-precision expert GEMMs with each expert's rows padded to their alignment in the routing
+    // map, as NVIDIA's FP8/MXFP8 MoE recipes run them and tpsim costs them
+    // (`cost::moe::padded_copies_factor`).
+    out.push((
+        "model.moe_router_padding_for_fp8",
+        (plan.precision != crate::plan::Precision::Bf16).to_string(),
+    ));
     out.push(("model.expert_model_parallel_size", plan.ep.to_string()));
     out.push(("model.expert_tensor_parallel_size", plan.etp.to_string()));
     out

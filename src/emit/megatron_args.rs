@@ -160,6 +160,9 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-flash-attn",
     "multi-latent-attention",
     "moe-grouped-gemm",
+    // Read as what tpsim models for every low-precision MoE plan (`cost::moe::padded_copies_factor`).
+    "moe-router-padding-for-fp8",
+    "moe-router-padding-for-quantization",
     "moe-enable-deepep",
     "moe-shared-expert-gate",
     "qk-layernorm",

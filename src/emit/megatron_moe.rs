@@ -467,6 +467,12 @@ pub fn megatron_expert_args(
     if let Some(factor) = capacity_factor {
         args.push(("moe-expert-capacity-factor", Some(factor.to_string())));
     }
+    // Low-precision expert GEMMs: each expert's rows padded to the GEMM alignment in the routing
+    // map (`cost::moe::padded_copies_factor`), as NVIDIA's FP8/MXFP8 MoE recipes set it; without
+    // the flag Megatron-Core pads and unpads inside the experts with two more copies each way.
+    if plan.precision != crate::plan::Precision::Bf16 {
+        args.push(("moe-router-padding-for-fp8", None));
+    }
     args.push(("expert-model-parallel-size", Some(plan.ep.to_string())));
     args.push(("expert-tensor-parallel-size", Some(plan.etp.to_string())));
     args
