@@ -224,7 +224,7 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
         comm.iter().filter(|e| close(**e)).count(),
         comm.len(),
         if layer_close < rows.len() {
-            "; a miss means the profile behind the prediction does not describe the machine measured (calibrate it: tpsim calibrate)"
+            "; a miss means the profile behind the prediction does not describe the machine measured (calibrate it: tpsim calibrate), or that the timings are noisy (rerun with more --reps; on the CPU backend, with no more ranks than cores, which the header line counts)"
         } else {
             ""
         }

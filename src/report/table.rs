@@ -750,6 +750,13 @@ pub fn breakdown(e: &Estimate) -> String {
             let _ = writeln!(out, "  TP        none: tp 1, every layer whole on each GPU");
             continue;
         }
+        if name == "DP" && group.link.is_none() && group.wire_bytes.0 == 0.0 {
+            let _ = writeln!(
+                out,
+                "  DP        none: one replica, nothing to reduce or gather"
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
