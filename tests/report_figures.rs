@@ -2,7 +2,9 @@
 //! in GPU count says so (stderr note, per-point counts in the chart, no single count in its title)
 //! and keeps its title and labels inside the figure; the search figure labels the memory axis where
 //! the feasible plans are and squeezes plans far past the capacity; the timeline keeps its last
-//! time label inside the figure; the layout's EP outline is keyed as what it outlines.
+//! time label inside the figure; the layout's EP outline is keyed as what it outlines; the bar
+//! figures' labels never overprint one another, however long; the timeline shows exposed MoE token
+//! traffic and CP exchange as it shows TP's; a sweep over GPU models draws no line between them.
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -336,4 +338,276 @@ fn the_layout_keys_the_ep_outline_as_the_block_it_outlines() {
         .count();
     assert_eq!(arrows, 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `<text>`'s estimated box (left, top, right, bottom) in pixels: its width at 0.6 em a character
+/// (DejaVu Sans, the `sans-serif` these figures render in, averages about 0.5 em on these labels),
+/// its height one em, placed by its anchor and its `dy` (plotters' VPos: 0.76em top, 0.5ex centre,
+/// -0.5ex bottom).
+struct TextBox {
+    text: String,
+    left: f64,
+    top: f64,
+    right: f64,
+    bottom: f64,
+}
+
+fn text_boxes(svg: &str) -> Vec<TextBox> {
+    let doc = roxmltree::Document::parse(svg).expect("SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("transform").is_none())
+        .map(|n| {
+            let num = |name: &str| n.attribute(name).and_then(|v| v.parse::<f64>().ok());
+            let (x, y) = (num("x").unwrap_or(0.0), num("y").unwrap_or(0.0));
+            let em = num("font-size").unwrap_or(12.0);
+            let text = n.text().unwrap_or("").trim().to_string();
+            let w = 0.6 * em * text.chars().count() as f64;
+            let left = match n.attribute("text-anchor").unwrap_or("start") {
+                "middle" => x - w / 2.0,
+                "end" => x - w,
+                _ => x,
+            };
+            let top = match n.attribute("dy").unwrap_or("") {
+                "0.76em" => y,
+                "0.5ex" => y - em / 2.0,
+                "-0.5ex" => y - em,
+                _ => y - 0.8 * em,
+            };
+            TextBox {
+                text,
+                left,
+                top,
+                right: left + w,
+                bottom: top + em,
+            }
+        })
+        .filter(|b| !b.text.is_empty())
+        .collect()
+}
+
+/// Pairs of texts of `svg` whose boxes overlap.
+fn overprinted(svg: &str) -> Vec<(String, String)> {
+    let boxes = text_boxes(svg);
+    let mut out = Vec::new();
+    for (i, a) in boxes.iter().enumerate() {
+        for b in &boxes[i + 1..] {
+            if a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom {
+                out.push((a.text.clone(), b.text.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn bar_labels_of_plans_with_cp_and_ep_degrees_do_not_overprint() {
+    // The review's case: a Mixtral plan with cp and ep degrees, whose first label reads
+    // "this plan (search #1) t2·c2·p4·d2·e8" beside "#2 t1·c4·p4·d2·e8".
+    let dir = scratch("labels-mixtral");
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("mx.yaml");
+    tpsim()
+        .args([
+            "plan",
+            "--model",
+            "mixtral-8x7b",
+            "--nodes",
+            "4",
+            "--ep",
+            "8",
+        ])
+        .arg("--save")
+        .arg(&plan)
+        .assert()
+        .success();
+    let out = dir.join("report");
+    tpsim()
+        .arg("report")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    for figure in ["step_time.svg", "memory.svg"] {
+        let svg = read(&out.join(figure));
+        // The long label is there, split before its degrees, and each plan's degrees are shown.
+        let texts: Vec<String> = labels(&svg).into_iter().map(|l| l.text).collect();
+        assert!(
+            texts.iter().any(|t| t.starts_with("this plan (search #")),
+            "{figure}: {texts:?}"
+        );
+        assert!(
+            texts.iter().filter(|t| t.contains("·e8")).count() >= 2,
+            "{figure}: {texts:?}"
+        );
+        let clashes = overprinted(&svg);
+        assert!(clashes.is_empty(), "{figure}: overprinted {clashes:?}");
+        let width = svg_width(&svg);
+        for b in text_boxes(&svg) {
+            assert!(b.right <= width, "{figure}: {} runs off the figure", b.text);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The exposed time of a term in the evaluated plan of a report (`report.json`, first plan).
+fn exposed_s(dir: &Path, field: &str) -> f64 {
+    let json: serde_json::Value = serde_json::from_str(&read(&dir.join("report.json"))).unwrap();
+    json["plans"][0]["time"][field].as_f64().unwrap()
+}
+
+/// The `<rect>`s of `svg` filled with `colour` ("#9467BD").
+fn rects_filled(svg: &str, colour: &str) -> Vec<f64> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(colour))
+        .map(|n| n.attribute("width").unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_timeline_shows_exposed_ep_and_cp_communication_like_tp() {
+    // gpt-oss-20b, tp 2 x pp 2 x ep 4, 4 micro-batches: a third of the step is MoE token traffic.
+    let dir = eval_report(
+        "gantt-ep",
+        &[
+            "--model",
+            "gpt-oss-20b",
+            "--nodes",
+            "2",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--ep",
+            "4",
+            "--global-batch",
+            "16",
+            "--seq-len",
+            "4096",
+        ],
+    );
+    assert!(exposed_s(&dir, "ep_comm_exposed_s") > 0.0);
+    let svg = read(&dir.join("timeline.svg"));
+    let texts: Vec<String> = labels(&svg).into_iter().map(|l| l.text).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t
+                .starts_with("exposed MoE token traffic, EP all-to-all (strip after the TP one")),
+        "{texts:?}"
+    );
+    // One strip per block: 2 stages x 4 micro-batches x (forward, backward), each visible.
+    let strips = rects_filled(&svg, "#9467BD");
+    assert_eq!(strips.len(), 16, "{strips:?}");
+    assert!(strips.iter().all(|w| *w >= 1.0), "{strips:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // llama3-8b, cp 4 at 32k tokens: the ring exchange has its own strip and legend entry.
+    let dir = eval_report(
+        "gantt-cp",
+        &[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--tp",
+            "2",
+            "--cp",
+            "4",
+            "--pp",
+            "2",
+            "--seq-len",
+            "32768",
+            "--global-batch",
+            "64",
+        ],
+    );
+    assert!(exposed_s(&dir, "cp_comm_exposed_s") > 0.0);
+    let svg = read(&dir.join("timeline.svg"));
+    let texts: Vec<String> = labels(&svg).into_iter().map(|l| l.text).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("exposed CP ring exchange (strip after the TP one")),
+        "{texts:?}"
+    );
+    assert!(!texts.iter().any(|t| t.starts_with("exposed MoE")));
+    assert!(!rects_filled(&svg, "#8C564B").is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn sweep_chart(axis: &str, values: &str, name: &str) -> String {
+    let dir = scratch(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let chart = dir.join("sweep.svg");
+    let mut cmd = tpsim();
+    cmd.args(["sweep", "--model", "llama3-8b"]);
+    if axis != "nodes" {
+        cmd.args(["--nodes", "2"]);
+    }
+    cmd.args(["--global-batch", "64", "--axis", axis, "--values", values])
+        .arg("--chart")
+        .arg(&chart)
+        .assert()
+        .success();
+    let svg = read(&chart);
+    let _ = std::fs::remove_dir_all(&dir);
+    svg
+}
+
+/// How many of the chart's point markers (circles) the most-connected polyline or path passes
+/// through: 0 or 1 when the points stand alone, the panel's point count when a line joins them.
+fn markers_joined(svg: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let centres: Vec<(f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("circle"))
+        .map(|n| {
+            let num = |a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+            (num("cx"), num("cy"))
+        })
+        .collect();
+    assert!(!centres.is_empty(), "no markers");
+    doc.descendants()
+        .filter_map(|n| {
+            if n.has_tag_name("polyline") {
+                n.attribute("points").map(str::to_string)
+            } else if n.has_tag_name("path") {
+                n.attribute("d").map(|d| d.replace(['M', 'L'], " "))
+            } else {
+                None
+            }
+        })
+        .map(|points| {
+            let vertices: Vec<(f64, f64)> = points
+                .split_whitespace()
+                .filter_map(|p| {
+                    let (x, y) = p.split_once(',')?;
+                    Some((x.parse().ok()?, y.parse().ok()?))
+                })
+                .collect();
+            centres
+                .iter()
+                .filter(|c| {
+                    vertices
+                        .iter()
+                        .any(|v| (v.0 - c.0).abs() <= 1.0 && (v.1 - c.1).abs() <= 1.0)
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_gpu_sweep_draws_unjoined_markers_and_a_numeric_sweep_keeps_its_line() {
+    let gpus = sweep_chart(
+        "gpu",
+        "a100-sxm-80g,h100-sxm-80g,h200-sxm-141g,b200-sxm-180g",
+        "categorical",
+    );
+    assert!(markers_joined(&gpus) <= 1, "a line joins the GPU models");
+    let nodes = sweep_chart("nodes", "1,2,4", "numeric");
+    assert_eq!(markers_joined(&nodes), 3, "the nodes sweep lost its line");
 }

@@ -1,7 +1,8 @@
-//! The sweep as an SVG line chart (plotters, SVG backend, its naive built-in font: no system fonts
+//! The sweep as an SVG chart (plotters, SVG backend, its naive built-in font: no system fonts
 //! are read). One panel per quantity — throughput, MFU, memory headroom, and, when `--tokens` is
-//! given, days and cost to train — against the sweep's points: at their values on a log axis when
-//! they are numbers (sweeps double: 16, 32, 64, 128), evenly spaced for GPU names, each label
+//! given, days and cost to train — against the sweep's points: at their values on a log axis, joined
+//! by a line, when they are numbers (sweeps double: 16, 32, 64, 128); evenly spaced and unjoined
+//! markers for GPU names (categories: nothing lies between two GPU models), each label
 //! wrapped after a '-' when it would reach its neighbour. The title (wrapped to the figure) names
 //! the model by its parameter count and the values swept, and the GPU count only when every point
 //! has it; otherwise each point's count is under its label.
@@ -65,12 +66,17 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let values: Vec<String> = sweep.rows.iter().map(|r| r.value.clone()).collect();
     let n = values.len();
     // Numeric axes (nodes, sizes, bandwidths, lengths, batches) are usually swept by doubling:
-    // place the points at their values on a log axis. GPU names keep even spacing.
-    let positions: Vec<f64> = match numeric_values(&values) {
+    // place the points at their values on a log axis. GPU names (and any values that are not all
+    // numbers) are categories: even spacing, and no line between points.
+    let numbers = match sweep.axis {
+        Axis::Gpu => None,
+        _ => numeric_values(&values),
+    };
+    let log_axis = numbers.is_some();
+    let positions: Vec<f64> = match &numbers {
         Some(numbers) => numbers.iter().map(|v| v.log2()).collect(),
         None => (0..n).map(|i| i as f64).collect(),
     };
-    let log_axis = numeric_values(&values).is_some();
     let x_lo = positions.iter().copied().fold(f64::INFINITY, f64::min);
     let x_hi = positions.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let pad = ((x_hi - x_lo) * 0.08).max(0.5);
@@ -146,11 +152,20 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
                 .map_err(|e| fail(&e))?;
             }
         }
+        // A line only where the axis is numeric: between two GPU models there is no point to
+        // interpolate, so their markers stand alone (and a little larger).
+        if log_axis {
+            chart
+                .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
+                .map_err(|e| fail(&e))?;
+        }
+        let radius = if log_axis { 4 } else { 6 };
         chart
-            .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
-            .map_err(|e| fail(&e))?;
-        chart
-            .draw_series(points.iter().map(|p| Circle::new(*p, 4, BLUE.filled())))
+            .draw_series(
+                points
+                    .iter()
+                    .map(|p| Circle::new(*p, radius, BLUE.filled())),
+            )
             .map_err(|e| fail(&e))?;
     }
     root.present().map_err(|e| fail(&e))?;

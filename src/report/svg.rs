@@ -178,6 +178,33 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
     lines
 }
 
+/// Estimated width in pixels of a figure text of plotters size `size`: plotters' SVG backend writes
+/// size s as s/1.24 px (its output: 12 → 9.68), and 0.62 em a character is DejaVu Sans's (the usual
+/// `sans-serif` face) average for these labels rounded up (its digits 0.64 em, lower case 0.55–0.63,
+/// '·' and space 0.32), so a label laid out by it does not reach what it estimates.
+fn text_width_px(text: &str, size: f64) -> f64 {
+    0.62 * size / 1.24 * text.chars().count() as f64
+}
+
+/// Size of the bar labels and of the detail lines under them.
+const LABEL_SIZE: f64 = 12.0;
+const DETAIL_SIZE: f64 = 11.0;
+/// Pixels between the lines under a bar, and the least room a bar is given (the old fixed spacing).
+const LINE_PX: i32 = 15;
+const MIN_SLOT_PX: f64 = 120.0;
+
+/// A bar's label on one line when it fits in `slot_px`, else on two: what comes before the
+/// degrees ("this plan (search #1)") over the degrees ("t2·c2·p4·d2·e8"), each whole, so a line
+/// never breaks inside a plan's name; the bar spacing then grows to the longer line.
+fn label_lines(label: &str, slot_px: f64) -> Vec<String> {
+    match label.rsplit_once(' ') {
+        Some((head, degrees)) if text_width_px(label, LABEL_SIZE) > slot_px => {
+            vec![head.to_string(), degrees.to_string()]
+        }
+        _ => vec![label.to_string()],
+    }
+}
+
 pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
     let n = spec.bars.len().max(1) as u32;
     let tallest = spec
@@ -194,23 +221,51 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 .fold(0.0, f64::max),
         );
     let y_max = if tallest > 0.0 { tallest * 1.18 } else { 1.0 };
+    // Each bar's room: at least the old 120 pixels, wider when a label line or a detail line under
+    // a bar would otherwise reach its neighbour's (4 pixels kept between them).
+    let gap_px = 4.0;
+    let labels: Vec<Vec<String>> = spec
+        .bars
+        .iter()
+        .map(|b| label_lines(&b.0, MIN_SLOT_PX - gap_px))
+        .collect();
+    let widest = labels
+        .iter()
+        .flatten()
+        .map(|l| text_width_px(l, LABEL_SIZE))
+        .chain(
+            spec.details
+                .iter()
+                .flatten()
+                .map(|(l, _)| text_width_px(l, DETAIL_SIZE)),
+        )
+        .fold(0.0, f64::max);
+    let slot_px = MIN_SLOT_PX.max((widest + gap_px).ceil()) as u32;
+    let extra_lines = labels.iter().map(Vec::len).max().unwrap_or(1) as i32 - 1;
+    let extra_px = (LINE_PX * extra_lines) as u32;
     let legend_w = 200;
-    let width = (120 + 120 * n).max(560) + legend_w;
-    svg(width, 520, |root| {
+    // 120 = the y labels (70), the margins (2 × 12) and a little more, so each bar gets `slot_px`.
+    let width = (120 + slot_px * n).max(560) + legend_w;
+    let height = 520 + extra_px;
+    svg(width, height, |root| {
         let (plot, legend) = root.split_horizontally(width - legend_w);
         let mut chart = ChartBuilder::on(&plot)
             .caption(spec.title, (FONT, 20))
             .margin(12)
-            .x_label_area_size(100)
+            .x_label_area_size(100 + extra_px)
             .y_label_area_size(70)
             .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)?;
-        let labels: Vec<String> = spec.bars.iter().map(|b| b.0.clone()).collect();
+        // Plotters writes each label's first line as its tick label; a second line is drawn below.
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(n as usize)
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                SegmentValue::CenterOf(i) => labels
+                    .get(*i as usize)
+                    .and_then(|l| l.first())
+                    .cloned()
+                    .unwrap_or_default(),
                 _ => String::new(),
             })
             .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, ZeRO, recompute)")
@@ -285,19 +340,33 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 RED.stroke_width(2),
             ))?;
         }
+        let top_centre = |text: String, at: (i32, i32), size: f64, colour: &RGBColor| {
+            Text::new(
+                text,
+                at,
+                (FONT, size)
+                    .into_font()
+                    .color(colour)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    )),
+            )
+        };
+        // A label's second line under its first (which plotters put 11 pixels under the axis),
+        // then the details, one line lower when some label has two.
+        for (i, lines) in labels.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i as u32), 0.0));
+            for (k, text) in lines.iter().enumerate().skip(1) {
+                let at = (x, y + 11 + LINE_PX * k as i32);
+                plot.draw(&top_centre(text.clone(), at, LABEL_SIZE, &BLACK))?;
+            }
+        }
         for (i, lines) in spec.details.iter().enumerate() {
             let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i as u32), 0.0));
             for (k, (text, colour)) in lines.iter().enumerate() {
-                plot.draw(&Text::new(
-                    text.clone(),
-                    (x, y + 26 + 15 * k as i32),
-                    (FONT, 11).into_font().color(colour).pos(
-                        plotters::style::text_anchor::Pos::new(
-                            plotters::style::text_anchor::HPos::Center,
-                            plotters::style::text_anchor::VPos::Top,
-                        ),
-                    ),
-                ))?;
+                let at = (x, y + 26 + LINE_PX * (k as i32 + extra_lines));
+                plot.draw(&top_centre(text.clone(), at, DETAIL_SIZE, colour))?;
             }
         }
         // The legend sits beside the plot, as coloured text, so it never covers a bar and adds no

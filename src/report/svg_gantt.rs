@@ -1,7 +1,8 @@
 //! Figure 5: the pipeline timeline of one step, straight from the event-driven schedule simulation
 //! (`cost::schedule`, 1F1B or interleaved 1F1B): one row per stage, a block per forward and backward
-//! of each micro-batch (and model chunk), idle time left blank, the TP collectives inside each block
-//! as a dark stripe of their share, then the exposed DP communication and the optimizer step.
+//! of each micro-batch (and model chunk), idle time left blank, the exposed TP, CP and EP (MoE token
+//! traffic) communication inside each block as strips of their shares at its lower edge, one after
+//! the other, then the exposed DP communication and the optimizer step.
 //!
 //! Up to `MAX_BLOCKS` blocks the whole step is drawn, one rectangle per block. Longer steps are drawn
 //! as two panels, each on its own time axis: the start, until the last stage has run its first
@@ -41,6 +42,9 @@ pub fn block_colour(direction: Direction, chunk: u32) -> RGBColor {
 }
 
 const TP_COLOUR: RGBColor = RGBColor(0x33, 0x33, 0x33);
+/// Category10's brown and purple: apart from the blocks' blues and greens and from the other strips.
+const CP_COLOUR: RGBColor = RGBColor(0x8C, 0x56, 0x4B);
+const EP_COLOUR: RGBColor = RGBColor(0x94, 0x67, 0xBD);
 const DP_COLOUR: RGBColor = RGBColor(0xD6, 0x27, 0x28);
 const OPT_COLOUR: RGBColor = RGBColor(0xFF, 0xBF, 0x00);
 
@@ -63,6 +67,19 @@ pub(crate) fn gantt_svg(
 ) -> Result<String, String> {
     let s = &sim.schedule;
     let p = plan.pp;
+    // `stage_costs` puts each layer's exposed CP and EP communication into its forward and backward
+    // blocks, beside the TP collectives; their share of a block is their exposed time over all the
+    // blocks hold (compute, TP, CP, EP and PP: `StepTerms::pipeline_busy_s`).
+    let busy_s = sim.estimate.terms.pipeline_busy_s();
+    let share_of_blocks = |exposed_s: f64| {
+        if busy_s > 0.0 {
+            (exposed_s / busy_s).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    };
+    let cp_share = share_of_blocks(sim.estimate.time.cp_comm_exposed_s.0);
+    let ep_share = share_of_blocks(sim.estimate.time.ep_comm_exposed_s.0);
     let pipeline_end = s.step_s;
     let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
     let whole = || {
@@ -178,6 +195,30 @@ pub(crate) fn gantt_svg(
             ),
         ));
     }
+    // Each in the order drawn, after the TP strip.
+    if cp_share > 0.0 {
+        legend.push((
+            vec![CP_COLOUR],
+            format!(
+                "exposed CP ring exchange (strip after the TP one, {:.1}% of each block)",
+                100.0 * cp_share
+            ),
+        ));
+    }
+    if ep_share > 0.0 {
+        legend.push((
+            vec![EP_COLOUR],
+            format!(
+                "exposed MoE token traffic, EP all-to-all ({}{:.1}% of each block)",
+                if cp_share > 0.0 {
+                    "strip after the CP one, "
+                } else {
+                    "strip after the TP one, "
+                },
+                100.0 * ep_share
+            ),
+        ));
+    }
     legend.push((vec![DP_COLOUR], "exposed DP communication".to_string()));
     legend.push((vec![OPT_COLOUR], "optimizer step".to_string()));
     // Entries flow left to right, wrapping to a new line before the figure's right edge.
@@ -274,6 +315,25 @@ pub(crate) fn gantt_svg(
                 let (a, z) = clip(b.start_s, b.start_s + share * (b.end_s - b.start_s));
                 band(a, z.max(a), b.stage, TP_COLOUR, row_h - row_h / 4, gap)
             }))?;
+            // The CP and EP strips follow the TP one, at the same lower edge: each block's exposed
+            // communication reads as one run of strips from its start.
+            let strips = [(cp_share, CP_COLOUR), (ep_share, EP_COLOUR)];
+            for (k, &(share, colour)) in strips.iter().enumerate() {
+                if share <= 0.0 {
+                    continue;
+                }
+                let before: f64 = strips[..k].iter().map(|s| s.0).sum();
+                chart.draw_series(panel.blocks.iter().map(|b| {
+                    let tp_share = match b.direction {
+                        Direction::Forward => tp.forward,
+                        Direction::Backward => tp.backward,
+                    };
+                    let d = b.end_s - b.start_s;
+                    let from = b.start_s + ((tp_share + before) * d).min(d);
+                    let (a, z) = clip(from, (from + share * d).min(b.end_s));
+                    band(a, z.max(a), b.stage, colour, row_h - row_h / 4, gap)
+                }))?;
+            }
             if panel.tail {
                 let dp_end = pipeline_end + sim.tail_dp_s;
                 for stage in 0..p {
