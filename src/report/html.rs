@@ -311,10 +311,11 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
             0.0
         }
     };
-    // TP share of a block: the slowest stage's TP time over its compute + TP + PP, per direction
-    // alike (evaluate charges TP per layer in proportion to its collectives).
+    // TP share of a block: the slowest stage's TP time over everything its blocks hold (compute
+    // and the exposed TP, CP, PP and EP time: `StepTerms::pipeline_busy_s`), per direction alike
+    // (evaluate charges TP per layer in proportion to its collectives).
     let t = &chosen.estimate.time;
-    let work = t.compute_s.0 + t.tp_comm_exposed_s.0 + t.pp_comm_exposed_s.0;
+    let work = chosen.estimate.terms.pipeline_busy_s();
     let tp_share = share(t.tp_comm_exposed_s.0, work);
     // A schedule too large to simulate has no blocks to draw (`ScheduleSummary::
     // not_simulated_blocks`); the schedule line under the breakdown says so.
