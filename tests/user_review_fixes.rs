@@ -262,3 +262,27 @@ fn eval_reads_recompute_num_layers_as_plan_does() {
         spelled["plans"][0]["memory"]["total_bytes"]
     );
 }
+
+/// Block recompute of 0 layers is refused on `eval` as on `plan` (it read as every layer).
+#[test]
+fn eval_refuses_zero_recompute_layers() {
+    let r = run(&[
+        "eval",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--recompute-num-layers",
+        "0",
+    ]);
+    common::assert_one_line_error(
+        &r,
+        &["--recompute-num-layers 0", "at least 1"],
+        &[],
+        "block recompute of no layers",
+    );
+}

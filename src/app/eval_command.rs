@@ -26,6 +26,15 @@ use crate::units::GIB;
 pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     check_pasted_stage_layers(&args)?;
+    // Block recompute of 0 layers would read as every layer (Megatron's uniform method counts
+    // chunk sizes, where 0 is no chunk either): refused as `plan` refuses it.
+    if let Some(layers) = args.recompute_num_layers {
+        super::scenario::positive(
+            "--recompute-num-layers",
+            layers,
+            "give the layers of each model chunk to recompute, or drop the flag for no block recompute",
+        )?;
+    }
     let inputs = eval_inputs(&args, quiet);
     if let Some(dir) = &args.report {
         check_dir(if quiet { "--out" } else { "--report" }, dir, &inputs)?;
@@ -608,6 +617,10 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
             Some(asked) => asked.into(),
             // Listed modules are selective recompute, whatever the file's plan recomputed.
             None if args.training.recompute_modules.is_some() => Recompute::Selective,
+            // `--recompute-num-layers N` alone pins full block recompute, as without `--plan`.
+            None if args.recompute_num_layers.is_some() && args.recompute_method.is_none() => {
+                Recompute::Full
+            }
             None => file.recompute,
         },
         zero: args.zero.unwrap_or(file.zero),

@@ -111,13 +111,21 @@ pub fn model_wire_bytes(model: &Model, case: Case) -> f64 {
         * f64::from(model.seq_len)
         * f64::from(model.hidden)
         * ACTIVATION_BYTES;
-    tp_collectives_per_layer(Recompute::None) * Collective::AllReduce.wire_factor(case.tp) * tensor
-        + regathers(case) * Collective::AllGather.wire_factor(case.tp) * tensor
+    layer_wire_bytes(tensor, case.tp, case.sequence_parallel)
+}
+
+/// TP wire bytes per rank of one layer's forward + backward on `ranks` ranks, for a b·s·h
+/// activation of `tensor_bytes`: what both calibration layers (CPU twin and CUDA) send.
+pub fn layer_wire_bytes(tensor_bytes: f64, ranks: u32, sequence_parallel: bool) -> f64 {
+    tp_collectives_per_layer(Recompute::None)
+        * Collective::AllReduce.wire_factor(ranks)
+        * tensor_bytes
+        + regathers(sequence_parallel) * Collective::AllGather.wire_factor(ranks) * tensor_bytes
 }
 
 /// All-gathers the sequence-parallel backward runs again per layer: one per column-parallel GEMM.
-fn regathers(case: Case) -> f64 {
-    if case.sequence_parallel { 2.0 } else { 0.0 }
+fn regathers(sequence_parallel: bool) -> f64 {
+    if sequence_parallel { 2.0 } else { 0.0 }
 }
 
 /// Predicted (layer compute, TP communication) seconds of one layer's forward + backward for the
@@ -150,7 +158,7 @@ pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
     let nvlink = cluster.link_speed(Link::Nvlink);
     let comm = tp_collectives_per_layer(Recompute::None)
         * Collective::AllReduce.time(tensor, case.tp, nvlink)
-        + regathers(case) * Collective::AllGather.time(tensor, case.tp, nvlink);
+        + regathers(case.sequence_parallel) * Collective::AllGather.time(tensor, case.tp, nvlink);
     (t.forward + t.backward, comm)
 }
 

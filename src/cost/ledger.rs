@@ -645,7 +645,7 @@ pub fn ledger(
         model,
         plan,
         training.seq_len,
-        moe::routed_load(model, training, plan),
+        moe::wire_load(model, training, plan),
         training.moe_dispatch,
     );
     if plan.ep > 1 && bytes > 0.0 {

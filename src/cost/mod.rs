@@ -485,7 +485,7 @@ pub(crate) fn unit_costs(
             model,
             plan,
             seq_len,
-            moe::routed_load(model, training, plan),
+            moe::wire_load(model, training, plan),
             training.moe_dispatch,
         );
         let speed = moe::ep_dispatch_speed(

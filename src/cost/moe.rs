@@ -58,11 +58,18 @@ pub fn expert_row_alignment(precision: Precision) -> Option<f64> {
     }
 }
 
-/// Routed copies per real one after each rank pads every expert's count to the alignment: with
-/// counts spread over several multiples, (a − 1)/2 padding rows per expert on average, the same on
-/// every rank; 1 in bf16. The padded rows travel the all-to-all, fill the grouped GEMMs and are
-/// saved for the backward like real ones.
-pub fn padded_copies_factor(model: &Model, plan: &ParallelPlan, seq_len: u32) -> f64 {
+/// Routed copies per real one after each expert's count is padded to the alignment: with counts
+/// spread over several multiples, (a − 1)/2 padding rows per expert on average; 1 in bf16. The
+/// all-to-all dispatcher pads the sending rank's routing map for every expert before the dispatch
+/// (`pad_routing_map` in `dispatch_preprocess`), so the rows travel the all-to-all; DeepEP pads after
+/// it, on the receiving GPU's own experts (`_DeepepManager`), so only its local experts' counts grow.
+/// Either way the padded rows fill the grouped GEMMs and are saved for the backward like real ones.
+pub fn padded_copies_factor(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    dispatcher: MoeDispatcher,
+) -> f64 {
     let (Some(moe), Some(align)) = (model.moe, expert_row_alignment(plan.precision)) else {
         return 1.0;
     };
@@ -70,13 +77,32 @@ pub fn padded_copies_factor(model: &Model, plan: &ParallelPlan, seq_len: u32) ->
     if copies <= 0.0 {
         return 1.0;
     }
-    1.0 + f64::from(moe.experts) * (align - 1.0) / 2.0 / copies
+    let padded_experts = match dispatcher.written_for(plan.ep) {
+        MoeDispatcher::Alltoall => f64::from(moe.experts),
+        MoeDispatcher::Deepep => f64::from(moe.experts) / f64::from(plan.ep),
+    };
+    1.0 + padded_experts * (align - 1.0) / 2.0 / copies
 }
 
-/// The load factor every routed-copy count of a plan carries: the user's routing imbalance (the
-/// busiest expert's load over the balanced one) times the low-precision padding.
+/// The load factor every routed-copy count a GPU computes and keeps carries: the user's routing
+/// imbalance (the busiest expert's load over the balanced one) times the low-precision padding.
 pub fn routed_load(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    training.moe_imbalance * padded_copies_factor(model, plan, training.seq_len)
+    training.moe_imbalance
+        * padded_copies_factor(
+            model,
+            plan,
+            training.seq_len,
+            training.moe_dispatch.dispatcher,
+        )
+}
+
+/// The load factor of the copies the all-to-all carries: the imbalance, and the padding where it
+/// is added before the dispatch (the all-to-all dispatcher; DeepEP pads after it).
+pub fn wire_load(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    match training.moe_dispatch.dispatcher.written_for(plan.ep) {
+        MoeDispatcher::Alltoall => routed_load(model, training, plan),
+        MoeDispatcher::Deepep => training.moe_imbalance,
+    }
 }
 
 /// Parameters of one MoE layer's routed experts one GPU holds (before ZeRO).
@@ -1235,6 +1261,59 @@ mod tests {
         // received tokens to copies and back.
         assert_eq!(bytes_with(4, MoeDispatcher::Deepep), second);
         assert_eq!(bytes_with(8, MoeDispatcher::Deepep), second);
+    }
+
+    /// FP8 pads each expert's rows to 16: the all-to-all dispatcher pads every expert's count on
+    /// the sending rank, before the dispatch; DeepEP pads its own experts after it, off the wire.
+    #[test]
+    fn fp8_padding_rides_the_all_to_all_only_before_deepep_would_send() {
+        let model = crate::specs::load_model("qwen3-30b-a3b").unwrap();
+        let cluster = h100_nodes(2);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            64,
+            AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            dp: 16,
+            ep: 16,
+            micro_batch: 1,
+            precision: Precision::Fp8,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        // 4,096 tokens x top-8 copies a rank; 128 experts x 7.5 padding rows, or 8 local ones.
+        let copies = 4096.0 * 8.0;
+        let alltoall = padded_copies_factor(&model, &plan, 4096, MoeDispatcher::Alltoall);
+        assert!((alltoall - (1.0 + 128.0 * 7.5 / copies)).abs() < 1e-12);
+        let deepep = padded_copies_factor(&model, &plan, 4096, MoeDispatcher::Deepep);
+        assert!((deepep - (1.0 + 8.0 * 7.5 / copies)).abs() < 1e-12);
+        let with = |dispatcher| Training {
+            moe_dispatch: MoeDispatch {
+                dispatcher,
+                ..training.moe_dispatch
+            },
+            ..training
+        };
+        assert_eq!(
+            wire_load(&model, &with(MoeDispatcher::Alltoall), &plan),
+            alltoall
+        );
+        assert_eq!(wire_load(&model, &with(MoeDispatcher::Deepep), &plan), 1.0);
+        assert_eq!(
+            routed_load(&model, &with(MoeDispatcher::Deepep), &plan),
+            deepep
+        );
+        // bf16 pads nothing.
+        let bf16 = ParallelPlan {
+            precision: Precision::Bf16,
+            ..plan
+        };
+        assert_eq!(
+            padded_copies_factor(&model, &bf16, 4096, MoeDispatcher::Alltoall),
+            1.0
+        );
     }
 
     /// The backward of a token permutation is its inverse, the same bytes: an MoE layer's

@@ -234,8 +234,10 @@ pub(super) fn run_layer_schedule(
             comm_samples.push(comm * scale);
         }
     }
+    // Four all-reduce equivalents, and under sequence parallelism the backward's two all-gathers
+    // of the column-parallel inputs (the `gather_only` calls above).
     let bytes_per_rank = if ranks >= 2 {
-        (4.0 * Collective::AllReduce.wire_factor(ranks as u32) * (tok * h * 2) as f64) as u64
+        crate::calibrate::validate::layer_wire_bytes((tok * h * 2) as f64, ranks as u32, sp) as u64
     } else {
         0
     };
