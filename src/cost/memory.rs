@@ -442,6 +442,8 @@ fn stage_memory(
     // One layer as this GPU holds it, on average over this stage's layers: its TP share of the
     // dense part and its own experts.
     let moe_share = stage_moe_share(model, plan, stage);
+    // Routed copies per balanced one (imbalance and low-precision padding).
+    let routed_load = super::moe::routed_load(model, training, plan);
     let params = stage_params_at(model, plan, stage, moe_share);
     // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
     // distributed optimizer uses the data-parallel group with context parallelism); routed experts
@@ -659,12 +661,8 @@ fn stage_memory(
             } else {
                 (2.0 * sb * model.mlp_up_width() + 2.0 * sb * f64::from(model.ffn_hidden)) / t
             };
-            let moe_mlp = super::moe::moe_mlp_activation_bytes(
-                model,
-                plan,
-                training.seq_len,
-                super::moe::routed_load(model, training, plan),
-            );
+            let moe_mlp =
+                super::moe::moe_mlp_activation_bytes(model, plan, training.seq_len, routed_load);
             // Low-precision expert GEMMs save their inputs quantized too (one byte instead of two).
             let moe_mlp = if plan.precision != Precision::Bf16 && !per_op_sac {
                 moe_mlp
@@ -672,7 +670,7 @@ fn stage_memory(
                         model,
                         plan,
                         training.seq_len,
-                        super::moe::routed_load(model, training, plan),
+                        routed_load,
                     )
             } else {
                 moe_mlp
@@ -690,7 +688,7 @@ fn stage_memory(
                         plan,
                         training.seq_len,
                         m,
-                        super::moe::routed_load(model, training, plan),
+                        routed_load,
                         moe_share,
                     )
             }

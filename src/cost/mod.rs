@@ -286,13 +286,15 @@ pub(crate) fn unit_costs(
     // experts (`moe.rs`); the busiest stage's average layer carries its MoE layers' share of the
     // difference.
     let moe_share = moe::busiest_stage_moe_share(model, plan);
+    // Routed copies per balanced one (imbalance and low-precision padding), once per evaluation.
+    let routed_load = moe::routed_load(model, training, plan);
     let moe_time = if moe_share > 0.0 {
         moe::moe_mlp_time(
             model,
             cluster,
             plan,
             seq_len,
-            moe::routed_load(model, training, plan),
+            routed_load,
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
         )
@@ -308,7 +310,7 @@ pub(crate) fn unit_costs(
             plan,
             seq_len,
             modules,
-            moe::routed_load(model, training, plan),
+            routed_load,
             moe_share,
             layer.mlp_forward,
             moe_mlp,
@@ -375,6 +377,8 @@ pub(crate) fn unit_costs(
     } else {
         0.0
     };
+    // Without userbuffers the re-gather still hides under its own dgrad GEMMs (async in both paths).
+    let regather_exposed_s = exposed_under(regather_s, layer.column_gemm_forward);
     let tp = if plan.tp > 1 {
         let (forward_s, backward_s) = (pairs * one, pairs * one + recompute_pair + regather_s);
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
@@ -391,7 +395,7 @@ pub(crate) fn unit_costs(
             let backward_exposed_s = if overlap_reaches_backward {
                 exposed_under(pairs * one + regather_s, 2.0 * layer.linear_gemm_forward)
             } else {
-                pairs * one + exposed_under(regather_s, layer.column_gemm_forward)
+                pairs * one + regather_exposed_s
             };
             (
                 exposed_under(pairs * one, layer.linear_gemm_forward),
@@ -399,10 +403,7 @@ pub(crate) fn unit_costs(
             )
         } else {
             // Synchronous collectives, but for the re-gather under its dgrad GEMM.
-            (
-                forward_s,
-                backward_s - regather_s + exposed_under(regather_s, layer.column_gemm_forward),
-            )
+            (forward_s, pairs * one + recompute_pair + regather_exposed_s)
         };
         let regather_wire = if regathers {
             pairs * Collective::AllGather.wire_factor(plan.tp) * tp_tensor
@@ -496,12 +497,7 @@ pub(crate) fn unit_costs(
             groups.get(GroupKind::Ep),
         );
         let alltoall = moe::alltoall_s(bytes, plan.ep, speed);
-        let gathered = moe::expert_tp_gather_bytes(
-            model,
-            plan,
-            seq_len,
-            moe::routed_load(model, training, plan),
-        );
+        let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, routed_load);
         let etp_speed = groups.get(GroupKind::ExpertTp).speed;
         let expert_tp = Collective::AllGather.time(gathered, plan.etp, etp_speed)
             + Collective::ReduceScatter.time(gathered, plan.etp, etp_speed);
