@@ -605,23 +605,31 @@ pub fn evaluate(
         }
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
-    let (slowest, mean_total, max_layers) = if plan.pp == 1 {
+    // The slowest stage, with its transformer layers: its layers' communication is what the step
+    // pays, whichever stage holds the most layers (a last stage with few layers but the output
+    // layer can be the slowest).
+    let (slowest, slowest_layers, mean_total, max_layers) = if plan.pp == 1 {
         let only = stage_time(last_layers, true);
-        (only, only.total(), last_layers)
+        (only, last_layers, only.total(), last_layers)
     } else {
         let first = stage_time(plan.stages.first, false);
         let last = stage_time(last_layers, true);
         let middle = stage_time(plan.stages.middle_max, false);
-        let mut slowest = first;
-        for candidate in [middle, last] {
+        let (mut slowest, mut slowest_layers) = (first, plan.stages.first);
+        for (candidate, layers) in [(middle, plan.stages.middle_max), (last, last_layers)] {
             if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
-                slowest = candidate;
+                (slowest, slowest_layers) = (candidate, layers);
             }
         }
         let mean = (first.total() + (p - 2.0) * middle.total() + last.total()) / p;
-        (slowest, mean, pipeline::max_stage_layers(model, plan))
+        (
+            slowest,
+            slowest_layers,
+            mean,
+            pipeline::max_stage_layers(model, plan),
+        )
     };
-    let layers_on_slowest = f64::from(max_layers);
+    let layers_on_slowest = f64::from(slowest_layers);
 
     let mut terms = StepTerms::default();
     terms.set(Term::exposed(TermKind::Compute, 0.0, m * slowest.compute));

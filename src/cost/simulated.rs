@@ -411,6 +411,53 @@ mod tests {
     }
 
     #[test]
+    fn closed_form_busy_time_is_the_slowest_stages_own() {
+        // DeepSeek-V3 on pp 16 with the recipe's 4-layer first stage and 1-layer last stage (plus
+        // its MTP layer and two output passes): the last stage is the slowest though it holds the
+        // fewest layers. The closed form once charged that stage's compute with the all-to-alls of
+        // a 4-layer stage; its busy time must be the slowest simulated stage's m blocks.
+        let mut model = specs::load_model("deepseek-v3").unwrap();
+        model.mtp_layers = 1;
+        let cluster = Cluster {
+            gpu: specs::load_gpu("b200-sxm-180g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            2048,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 1,
+            pp: 16,
+            dp: 16,
+            ep: 8,
+            micro_batch: 1,
+            zero: 1,
+            allow_uneven_pp: true,
+            stage_split: Some((4, 1)),
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        let per = |c: &StageCost| c.forward_s + c.backward_s;
+        let last = per(s.stages.last().unwrap());
+        assert!(s.stages.iter().all(|c| per(c) <= last), "{:?}", s.stages);
+        assert!(s.estimate.time.ep_comm_exposed_s.0 > 0.0);
+        let m = f64::from(plan.num_microbatches);
+        let busy = evaluate(&model, &cluster, &training, &plan)
+            .terms
+            .pipeline_busy_s();
+        assert!(
+            (busy / (m * last) - 1.0).abs() < 1e-9,
+            "{busy} vs {}",
+            m * last
+        );
+    }
+
+    #[test]
     fn unequal_stages_idle_more_than_the_closed_form() {
         // Uneven split: 20B's layers + embedding + output balanced over 3 stages puts the most
         // layers on the middle stage; the others wait for it every micro-batch, so the pipeline's
