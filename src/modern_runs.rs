@@ -4,6 +4,7 @@
 //! (recompute, ZeRO, expert TP) left to the search, and compared in tokens/s per GPU, which does not
 //! depend on how a source counts FLOPs (modern_runs.md, caveat 1).
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
@@ -16,13 +17,29 @@ use crate::training::{
     OptimizerStates, RecomputeModule, RecomputeModules, Training, TrainingFramework,
 };
 
+// Every struct below refuses keys it does not know (a typo such as `num_gpu:` would otherwise be
+// dropped and the run planned on a default), as every other input file does. Keys the file
+// carries for people and that tpsim does not read are listed as `IgnoredAny`: known, so
+// accepted, and never read.
+
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModernRunsFile {
     pub schema_version: u32,
     pub runs: Vec<ModernRun>,
+    #[serde(default)]
+    pub generated: IgnoredAny,
+    #[serde(default)]
+    pub description: IgnoredAny,
+    #[serde(default)]
+    pub conventions: IgnoredAny,
+    /// The models the runs come from; each run carries its own shape, which is what tpsim reads.
+    #[serde(default)]
+    pub model_catalog: IgnoredAny,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModernRun {
     pub id: String,
     /// Where the run was published.
@@ -40,10 +57,92 @@ pub struct ModernRun {
     /// What the source says beside the table (settings read from the run's config, caveats).
     #[serde(default)]
     pub notes: Vec<String>,
+    #[serde(default)]
+    pub model_source: IgnoredAny,
+}
+
+/// Why a runs file is refused: its YAML (at file:line:column, as every input file's), or a run id
+/// given twice.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsFileError {
+    #[error(transparent)]
+    Yaml(#[from] specs::SpecError),
+    #[error(
+        "{at}: run id {id} is given twice (first at line {first}); each run needs its own id (a run given twice counts twice in the summary): rename or remove one of them"
+    )]
+    DuplicateId {
+        /// `file:line` of the second run with the id.
+        at: String,
+        id: String,
+        first: usize,
+    },
+}
+
+/// Parses a current-stack runs file (`validation/modern_runs.yaml`'s format): unknown keys and
+/// repeated run ids are refused.
+pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsFileError> {
+    crate::input_file::check_depth(origin, text).map_err(specs::SpecError::from)?;
+    let file: ModernRunsFile =
+        yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, &err))?;
+    check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
+    Ok(file)
+}
+
+/// Refuses a run id given twice in the runs file `text` (either format: each run is a mapping with
+/// an `id:` key), naming the line of each.
+pub fn check_unique_ids<'a>(
+    text: &str,
+    origin: &str,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(), RunsFileError> {
+    let mut seen = std::collections::HashSet::new();
+    for id in ids {
+        if seen.insert(id) {
+            continue;
+        }
+        let lines = id_lines(text, id);
+        let first = lines.first().copied().unwrap_or(0);
+        let at = match lines.get(1) {
+            Some(line) => format!("{origin}:{line}"),
+            None => origin.to_string(),
+        };
+        return Err(RunsFileError::DuplicateId {
+            at,
+            id: crate::input_file::quote(id),
+            first,
+        });
+    }
+    Ok(())
+}
+
+/// The 1-based lines of `text` whose key is `id:` (after any `- ` sequence markers) and whose
+/// value, unquoted, is `id`.
+fn id_lines(text: &str, id: &str) -> Vec<usize> {
+    let unquote = |v: &str| {
+        let v = v.trim();
+        for q in ['"', '\''] {
+            if let Some(inner) = v.strip_prefix(q).and_then(|v| v.strip_suffix(q)) {
+                return inner.to_string();
+            }
+        }
+        v.split(" #").next().unwrap_or(v).trim_end().to_string()
+    };
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let mut key = line.trim_start();
+            while let Some(rest) = key.strip_prefix("- ") {
+                key = rest.trim_start();
+            }
+            let value = key.strip_prefix("id:")?;
+            (unquote(value) == id).then_some(i + 1)
+        })
+        .collect()
 }
 
 /// The publication a run comes from, as the runs file cites it.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunSource {
     #[serde(rename = "ref", default)]
     pub reference: Option<String>,
@@ -51,6 +150,12 @@ pub struct RunSource {
     pub table: Option<String>,
     #[serde(default)]
     pub url: Option<String>,
+    #[serde(default)]
+    pub repo: IgnoredAny,
+    #[serde(default)]
+    pub path: IgnoredAny,
+    #[serde(default)]
+    pub commit_or_version: IgnoredAny,
 }
 
 impl RunSource {
@@ -70,6 +175,7 @@ impl RunSource {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunModel {
     pub name: String,
     #[serde(default)]
@@ -88,9 +194,16 @@ pub struct RunModel {
     pub moe: Option<serde_json::Value>,
     #[serde(default)]
     pub seq_len: Option<u32>,
+    #[serde(default)]
+    pub params_b: IgnoredAny,
+    #[serde(default)]
+    pub active_params_b: IgnoredAny,
+    #[serde(default)]
+    pub head_dim: IgnoredAny,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunHardware {
     pub gpu: String,
     /// The host as the source describes it ("Grand Teton, 8x H100 96GB HBM2e per host, 500W power limit, ...").
@@ -101,6 +214,7 @@ pub struct RunHardware {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunPlan {
     #[serde(default)]
     pub tp: Option<u32>,
@@ -136,9 +250,18 @@ pub struct RunPlan {
     /// Overlap and compile settings the source states ("torch.compile, async TP", ...).
     #[serde(default)]
     pub overlap: Option<String>,
+    #[serde(default)]
+    pub dp_derived: IgnoredAny,
+    #[serde(default)]
+    pub ga_derived: IgnoredAny,
+    #[serde(default)]
+    pub fsdp_raw: IgnoredAny,
+    #[serde(default)]
+    pub zero: IgnoredAny,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunResults {
     #[serde(default)]
     pub tokens_per_s_per_gpu: Option<f64>,
@@ -149,6 +272,22 @@ pub struct RunResults {
     /// Model FLOPs per token by the source's own count (its TFLOP/s over its tokens/s).
     #[serde(default)]
     pub implied_model_flops_per_token: Option<f64>,
+    #[serde(default)]
+    pub tokens_per_s_total: IgnoredAny,
+    #[serde(default)]
+    pub model_tflops_per_gpu: IgnoredAny,
+    #[serde(default)]
+    pub mfu: IgnoredAny,
+    #[serde(default)]
+    pub mfu_peak_tflops: IgnoredAny,
+    #[serde(default)]
+    pub step_time_s: IgnoredAny,
+    #[serde(default)]
+    pub peak_memory_gb: IgnoredAny,
+    #[serde(default)]
+    pub flop_accounting: IgnoredAny,
+    #[serde(default)]
+    pub derived_fields: IgnoredAny,
 }
 
 /// One run's prediction, or why tpsim cannot express it.
@@ -668,6 +807,49 @@ pub struct PlannedRun {
     pub note: String,
 }
 
+/// The run's GPU count against its plan and its nodes, said in the runs file's own keys (a
+/// command-line message would name `--dp` and a cluster size the file never gave).
+fn check_gpu_count(run: &ModernRun) -> Result<(), String> {
+    let hw = &run.hardware;
+    let p = &run.plan;
+    let degrees = [
+        ("plan.tp", p.tp.unwrap_or(1)),
+        ("plan.cp", p.cp.unwrap_or(1)),
+        ("plan.pp", p.pp.unwrap_or(1)),
+        ("plan.dp", p.dp.unwrap_or(1)),
+    ];
+    if let Some((key, _)) = degrees.iter().find(|(_, d)| *d == 0) {
+        return Err(format!(
+            "{key} is 0; a parallel degree is at least 1: give the published value"
+        ));
+    }
+    let product: u64 = degrees.iter().map(|(_, d)| u64::from(*d)).product();
+    if product != u64::from(hw.num_gpus) {
+        let terms: Vec<String> = degrees.iter().map(|(k, d)| format!("{k} {d}")).collect();
+        let model_parallel = product / u64::from(p.dp.unwrap_or(1));
+        let dp_fix = if u64::from(hw.num_gpus).is_multiple_of(model_parallel) {
+            format!(
+                ", or plan.dp to {} if the GPU count is right",
+                u64::from(hw.num_gpus) / model_parallel
+            )
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "hardware.num_gpus {} is not {} = {product} GPUs; change hardware.num_gpus to {product}{dp_fix}",
+            hw.num_gpus,
+            terms.join(" x ")
+        ));
+    }
+    if hw.gpus_per_node == 0 || !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
+        return Err(format!(
+            "hardware.num_gpus {} is not whole nodes of hardware.gpus_per_node {}; change hardware.gpus_per_node to the GPUs in one node of the run (8 on DGX H100/B200, 4 on GB200/GB300 trays)",
+            hw.num_gpus, hw.gpus_per_node
+        ));
+    }
+    Ok(())
+}
+
 /// Plans `run` with its published plan pinned (see `predict`), or says why it cannot.
 pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     if let Some(why) = excluded(run) {
@@ -696,12 +878,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     let hw = &run.hardware;
     let gpu =
         specs::load_gpu(hardware_profile(hw).unwrap_or_default()).map_err(|e| e.to_string())?;
-    if hw.gpus_per_node == 0 || !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
-        return Err(format!(
-            "{} GPUs are not whole nodes of {}",
-            hw.num_gpus, hw.gpus_per_node
-        ));
-    }
+    check_gpu_count(run)?;
     let cluster = Cluster {
         gpu,
         nodes: hw.num_gpus / hw.gpus_per_node,

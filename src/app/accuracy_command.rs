@@ -30,6 +30,11 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
         return modern_accuracy(&text, &origin, args.format);
     }
     let rows = validation::accuracy(&text, &origin)?;
+    // A run given twice would count twice in the summary. The file parsed above, so its runs
+    // each have an id.
+    if let Ok(runs) = yaml_serde::from_str::<Vec<RunId>>(&text) {
+        crate::modern_runs::check_unique_ids(&text, &origin, runs.iter().map(|r| r.id.as_str()))?;
+    }
     if let Some(id) = &args.run {
         bail!(
             "--run {}: {origin} is a published-runs file (step times), whose table already shows every run in full; --run reads current-stack runs files such as validation/modern_runs.yaml",
@@ -88,13 +93,18 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     Ok(Outcome::Found)
 }
 
+/// The id of a run in a published-runs file (the rest of the run is `validation::accuracy`'s).
+#[derive(serde::Deserialize)]
+struct RunId {
+    id: String,
+}
+
 /// `tpsim accuracy --runs modern_runs.yaml --run ID`: one run as tpsim plans it, in full, beside
 /// what the source published.
 fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outcome> {
-    use crate::modern_runs::{ModernRunsFile, plan_run, predict};
+    use crate::modern_runs::{parse_runs_file, plan_run, predict};
     use crate::report::{ClusterSummary, ModelSummary, Report};
-    let file: ModernRunsFile = yaml_serde::from_str(text)
-        .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
+    let file = parse_runs_file(text, origin)?;
     let Some(run) = file.runs.iter().find(|r| r.id == id) else {
         // Ids that contain what was given (three characters at least, so that "" or "-" suggest
         // nothing), or that it contains.
@@ -197,9 +207,8 @@ fn print_run(
 /// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan
 /// pinned, predicted against the published tokens/s per GPU.
 fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> {
-    use crate::modern_runs::{ModernRunsFile, memory_summary, predict, summary};
-    let file: ModernRunsFile = yaml_serde::from_str(text)
-        .map_err(|e| anyhow::anyhow!("{origin}: not a current-stack runs file: {e}"))?;
+    use crate::modern_runs::{memory_summary, parse_runs_file, predict, summary};
+    let file = parse_runs_file(text, origin)?;
     let rows: Vec<_> = file.runs.iter().map(predict).collect();
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),

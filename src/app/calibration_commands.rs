@@ -29,6 +29,24 @@ pub(super) fn load_calibrated(path: &str) -> Result<GpuProfile> {
             "--calibration {path}: the profile has no `calibration:` section, so it holds datasheet numbers; pass it with --gpu {path}, or write one with `tpsim calibrate`"
         );
     }
+    // tpsim calibrate no longer keeps the datasheet's low-precision peaks (it measures bf16
+    // only); a CPU twin written before that carries an H100's FP8 peak beside its measured CPU
+    // one, which would time FP8 GEMMs thousands of times faster than anything it measured.
+    if let Some(calibration) = &profile.calibration
+        && calibration.backend == "cpu"
+        && let Some((key, value)) = [
+            ("peak_fp8_tflops", profile.peak_fp8_tflops),
+            ("peak_fp4_tflops", profile.peak_fp4_tflops),
+        ]
+        .into_iter()
+        .find_map(|(key, value)| value.map(|v| (key, v)))
+    {
+        bail!(
+            "--calibration {}: this CPU-twin profile gives {key} {value}, a GPU datasheet peak that was never measured (its measured peak_bf16_tflops is {}); delete its peak_fp8_tflops, peak_fp4_tflops and fp8_gemm_efficiency lines, or write it again with tpsim calibrate",
+            crate::input_file::quote(path),
+            crate::cluster::show_number(profile.peak_bf16_tflops)
+        );
+    }
     Ok(profile)
 }
 
@@ -416,6 +434,22 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
         cases.push(run);
         if cases.len() == top {
             break;
+        }
+    }
+    // A layer runs one rank per TP shard: fewer --ranks than its TP degree cannot run it, and
+    // running it on more ranks than were asked for would override the flag without a word.
+    if let Some(ranks) = args.measure.ranks
+        && let Some(case) = cases.iter().find(|c| c.tp as usize > ranks)
+    {
+        match args.tp {
+            Some(tp) => bail!(
+                "--ranks {ranks} is fewer than --tp {tp}: validate runs a TP layer on one rank per shard, so --tp {tp} needs {tp} ranks; give --ranks {tp}, or drop --ranks"
+            ),
+            None => bail!(
+                "--ranks {ranks} is fewer than tp {}, the split of a plan the search picked to validate: validate runs a TP layer on one rank per shard; give --ranks {}, pass a --tp of at most {ranks} to validate a smaller split, or drop --ranks",
+                case.tp,
+                case.tp
+            ),
         }
     }
     for case in &cases {

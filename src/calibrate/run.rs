@@ -265,6 +265,13 @@ pub fn calibrate(
     } else {
         best_tflops
     };
+    if best_tflops > peak {
+        return Err(CalibrationError::Input(format!(
+            "--gpu {}: the best GEMM measured, {best_tflops:.1} TFLOP/s, is above its datasheet peak_bf16_tflops {peak}, so it is not the GPU measured ({}); give the --gpu profile of this GPU",
+            opts.base_reference,
+            timer.device_name()
+        )));
+    }
     for g in gemm_shapes.iter_mut().chain(gemm_sweep.iter_mut()) {
         g.efficiency = g.tflops / peak;
     }
@@ -286,6 +293,18 @@ pub fn calibrate(
     ));
     profile.peak_bf16_tflops = peak;
     profile.gemm_efficiency = (best_tflops / peak).min(1.0);
+    // Only bf16 GEMMs (f32 on the CPU twin) are measured. A datasheet FP8 or FP4 peak kept beside
+    // them would time low-precision GEMMs on the datasheet while every bf16 GEMM is measured, on
+    // the CPU twin at 20,000x its measured speed (MFU over 200%). Without them, `--precision
+    // fp8|mxfp8|nvfp4` on this profile is refused, naming bf16.
+    let unmeasured: Vec<String> = [
+        ("peak_fp8_tflops", profile.peak_fp8_tflops.take()),
+        ("peak_fp4_tflops", profile.peak_fp4_tflops.take()),
+        ("fp8_gemm_efficiency", profile.fp8_gemm_efficiency.take()),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|v| format!("{key} {v}")))
+    .collect();
     profile.hbm_bandwidth_gb_per_s = copy.gb_per_s;
     profile.hbm_efficiency = 1.0;
     profile.gpus_per_node = devices as u32;
@@ -338,6 +357,15 @@ pub fn calibrate(
         "framework_efficiency {} and layer_overhead_us {} kept (fitted on vTrain, validation/FIT.md); they describe a training framework, not kernels",
         profile.framework_efficiency, profile.layer_overhead_us
     ));
+    if !unmeasured.is_empty() {
+        notes.push(format!(
+            "{} of {} not kept: only {} GEMMs were measured, so this profile evaluates --precision bf16 only; evaluate low precision with the datasheet profile (--gpu {})",
+            unmeasured.join(", "),
+            opts.base_reference,
+            timer.gemm_dtype(),
+            opts.base_reference
+        ));
+    }
     if !is_gpu {
         notes.push(
             "CPU twin: GEMMs in f32 on one thread per rank, collectives through shared memory; these numbers describe this CPU, not a GPU".into(),
@@ -357,7 +385,22 @@ pub fn calibrate(
         collectives,
         notes,
     });
-    profile.check().map_err(|m| {
+    // `validate`'s quick calibration (no TP degrees) measures no shard shapes: it times whole
+    // layers, and its profile is never written, so only its numbers are checked.
+    let checked = if opts.tp_degrees.is_empty() {
+        let calibration = profile.calibration.take();
+        let checked = profile.check().and_then(|()| {
+            calibration
+                .as_ref()
+                .map_or(Ok(()), |c| c.check_measurements())
+                .map_err(|m| format!("calibration: {m}"))
+        });
+        profile.calibration = calibration;
+        checked
+    } else {
+        profile.check()
+    };
+    checked.map_err(|m| {
         CalibrationError::Input(format!("the calibrated profile is not valid: {m}"))
     })?;
     Ok(profile)

@@ -44,7 +44,17 @@ const THROUGHPUT_TFLOPS: Range = Range::new(
 );
 /// Bytes per element: 1 (fp8) to 8 (f64).
 const ELEMENT_BYTES: Range = Range::new("element_bytes", 1.0, 8.0, "bytes", "rule: fp8 to f64");
-/// A derived figure (achieved TFLOP/s, efficiency, GB/s): finite and not negative.
+/// A measured GEMM's achieved / peak throughput: a share of the peak, so 0 to 1.
+const GEMM_EFFICIENCY: Range = Range::new(
+    "efficiency",
+    0.0,
+    1.0,
+    "",
+    "rule: achieved TFLOP/s over the profile's peak_bf16_tflops, at most 1",
+);
+/// The backends `tpsim calibrate` measures with (`calibrate::BackendKind`).
+pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
+/// A derived figure (achieved TFLOP/s, GB/s): finite and not negative.
 const fn derived(key: &'static str) -> Range {
     Range::new(key, 0.0, 1e12, "", "rule: finite, zero or positive")
 }
@@ -100,9 +110,32 @@ fn check_estimated(key: &'static str, e: &Estimated, range: Range) -> Result<(),
 }
 
 impl Calibration {
-    /// Every number the cost model or a summary reads, in its range. A profile `tpsim calibrate`
-    /// writes always passes (it is checked before it is written).
+    /// A calibration section as a profile file holds it: [`Calibration::check_measurements`],
+    /// a backend `tpsim calibrate` has, and GEMMs measured at the model's shard shapes (what
+    /// makes the profile calibrated for that model; without them every GEMM falls back to the
+    /// fitted curve). A profile `tpsim calibrate` writes always passes (it is checked before it
+    /// is written).
     pub fn check(&self) -> Result<(), String> {
+        if !BACKENDS.contains(&self.backend.as_str()) {
+            return Err(format!(
+                "backend: {} is not a calibration backend (rule: {}, the backends tpsim calibrate measures with); give the backend that measured the profile, or write it again with tpsim calibrate",
+                crate::input_file::quote(&self.backend),
+                BACKENDS.join(" or ")
+            ));
+        }
+        if self.gemm_shapes.is_empty() {
+            return Err(
+                "gemm_shapes: is empty (rule: a calibrated profile holds the GEMMs measured at the model's shard shapes); write the profile again with tpsim calibrate, or give the datasheet profile with --gpu"
+                    .into(),
+            );
+        }
+        self.check_measurements()
+    }
+
+    /// Every number the cost model or a summary reads, in its range. `validate`'s quick
+    /// calibration, which times whole layers instead of shard shapes and is never written, is
+    /// checked with this alone.
+    pub fn check_measurements(&self) -> Result<(), String> {
         if self.devices == 0 {
             return Err(
                 "devices: 0 must be at least 1 (rule: something was measured); give the device count"
@@ -142,7 +175,7 @@ impl GemmMeasurement {
             return Err("reps: 0 must be at least 1 (rule: a median needs a sample)".into());
         }
         derived("tflops").check(self.tflops)?;
-        derived("efficiency").check(self.efficiency)
+        GEMM_EFFICIENCY.check(self.efficiency)
     }
 }
 
