@@ -648,11 +648,14 @@ pub struct EvalArgs {
     /// Megatron-LM: the loss counts as a layer in the pipeline split.
     #[arg(long, hide = true, conflicts_with = "plan")]
     pub account_for_loss_in_pipeline_split: bool,
-    /// Megatron-LM: layers on the first pipeline stage (must be tpsim's uneven split).
-    #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
+    /// Transformer layers on the first pipeline stage, the middle stages sharing the rest
+    /// (Megatron-LM's flag; with --decoder-last-pipeline-num-layers, the split a `plan` row's
+    /// `layers` column and its "layers per stage" line show).
+    #[arg(long, value_name = "N", conflicts_with = "plan")]
     pub decoder_first_pipeline_num_layers: Option<u32>,
-    /// Megatron-LM: layers on the last pipeline stage (must be tpsim's uneven split).
-    #[arg(long, hide = true, value_name = "N", conflicts_with = "plan")]
+    /// Transformer layers on the last pipeline stage (Megatron-LM's flag; see
+    /// --decoder-first-pipeline-num-layers).
+    #[arg(long, value_name = "N", conflicts_with = "plan")]
     pub decoder_last_pipeline_num_layers: Option<u32>,
     /// Megatron-Core: the layers of each model chunk, e.g. 'Et*4|t*4|t*1mL' (its chunks over
     /// --pp set the virtual stages).

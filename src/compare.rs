@@ -48,10 +48,10 @@ fn time_terms(e: &Estimate) -> Vec<(&'static str, &'static str, f64)> {
         .map(|&kind| {
             let words = match kind {
                 TermKind::Compute => "compute",
-                TermKind::TpComm => "TP traffic",
-                TermKind::CpComm => "CP traffic",
-                TermKind::PpComm => "PP traffic",
-                TermKind::EpComm => "MoE token traffic",
+                TermKind::TpComm => "TP comm",
+                TermKind::CpComm => "CP comm",
+                TermKind::PpComm => "PP comm",
+                TermKind::EpComm => "EP comm",
                 TermKind::DpGradReduce => "DP gradient reduction",
                 TermKind::DpParamGather => "DP parameter gathers",
                 TermKind::Bubble => "pipeline bubble",
@@ -189,7 +189,12 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
         } else {
             format!("{a_label} needs {:.1} GiB less memory per GPU", -dm)
         };
-        return format!("{a_label} and {b_label} are equally fast ({sa:.2} s per step); {memory}");
+        let steps = if format!("{sa:.2}") == format!("{sb:.2}") {
+            format!("{sa:.2} s per step")
+        } else {
+            format!("{sa:.2} and {sb:.2} s per step, within 0.05%")
+        };
+        return format!("{a_label} and {b_label} are equally fast ({steps}); {memory}");
     }
     // Points of the slower plan's step: positive = the faster plan spends less there.
     let diffs: Vec<(&str, f64)> = time_terms(slow)
@@ -285,22 +290,22 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             };
             pair("layers per stage (first/middle/last)", split(f), split(s))
         }
-        "compute" | "TP traffic" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
-        "TP traffic" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
+        "compute" | "TP comm" if f.tp != s.tp => pair("tp", f.tp.to_string(), s.tp.to_string()),
+        "TP comm" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
         // The ring passes K/V chunks of the rank's TP share of the KV heads
         // (`cost::comm::cp_kv_chunk_bytes`), so tp moves it too; the CP degree is named either way.
-        "CP traffic" if f.cp != s.cp => pair("cp", f.cp.to_string(), s.cp.to_string()),
-        "CP traffic" if f.tp != s.tp => {
+        "CP comm" if f.cp != s.cp => pair("cp", f.cp.to_string(), s.cp.to_string()),
+        "CP comm" if f.tp != s.tp => {
             Some(format!("tp {} against {}, cp {} in both", f.tp, s.tp, f.cp))
         }
-        "CP traffic" => Some(format!("cp {} in both", f.cp)),
-        "MoE token traffic" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
-        "MoE token traffic" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
-        "MoE token traffic" => Some(format!("ep {} etp {} in both", f.ep, f.etp)),
-        "pipeline bubble" | "PP traffic" if f.vpp != s.vpp => {
+        "CP comm" => Some(format!("cp {} in both", f.cp)),
+        "EP comm" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
+        "EP comm" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
+        "EP comm" => Some(format!("ep {} etp {} in both", f.ep, f.etp)),
+        "pipeline bubble" | "PP comm" if f.vpp != s.vpp => {
             pair("vpp", f.vpp.to_string(), s.vpp.to_string())
         }
-        "pipeline bubble" | "PP traffic" if f.pp != s.pp => {
+        "pipeline bubble" | "PP comm" if f.pp != s.pp => {
             pair("pp", f.pp.to_string(), s.pp.to_string())
         }
         "pipeline bubble" if f.micro_batch != s.micro_batch => pair(

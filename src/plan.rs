@@ -289,6 +289,20 @@ impl StageLayout {
     pub fn max_layers(&self) -> u32 {
         self.first.max(self.middle_max).max(self.last)
     }
+
+    /// Whether some stage of `pp` would hold no transformer layer: the first or the last (counting
+    /// the embedding and the output layer as layers can leave them only those), or a middle one
+    /// (the middle stages share what the end stages leave, `cost::simulated::layers_per_stage`).
+    /// Megatron-Core builds such a stage, but no launch line tpsim writes places it, and a stage
+    /// of nothing but the embedding is a pipeline one stage shorter.
+    pub fn leaves_a_stage_empty(&self, layers: u32, pp: u32) -> bool {
+        if self.even || pp < 2 {
+            return false;
+        }
+        let middles = pp - 2;
+        let rest = layers.saturating_sub(self.first + self.last);
+        self.first == 0 || self.last == 0 || (self.chunk_layers == 0 && rest < middles)
+    }
 }
 
 /// A checked plan. Built only through [`ParallelPlan::build`].
@@ -340,6 +354,15 @@ pub enum PlanError {
     #[error("--tp {tp} does not divide {heads} attention heads; valid: {valid}")]
     TpHeads { tp: u32, heads: u32, valid: String },
     #[error(
+        "{tp}-way tensor parallelism does not divide the {what} {ffn} (Megatron splits it over the ranks and refuses a remainder); valid: {valid}"
+    )]
+    TpFfn {
+        tp: u32,
+        what: &'static str,
+        ffn: u32,
+        valid: String,
+    },
+    #[error(
         "--tp {tp} neither divides nor is a multiple of the {kv_heads} KV heads (Megatron replicates KV heads only when tp is a multiple); valid: {valid}"
     )]
     TpKvHeads {
@@ -367,6 +390,10 @@ pub enum PlanError {
         "--pp {pp} does not split {layers} layers evenly; pass --allow-uneven-pp or use one of: {valid}"
     )]
     PpUneven { pp: u32, layers: u32, valid: String },
+    #[error(
+        "--pp {pp} leaves a stage of {layers} layers without a transformer layer once the embedding and the output layer are counted as layers; use a smaller --pp"
+    )]
+    EmptyStage { pp: u32, layers: u32 },
     #[error(
         "a first/last stage split (--decoder-first/last-pipeline-num-layers) needs --pp 2 or more and --vpp 1 (here --pp {pp}, --vpp {vpp}); drop the split or the interleaving"
     )]
@@ -689,6 +716,32 @@ fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), 
             valid: list(valid),
         });
     }
+    // Megatron's column-parallel MLP splits its width over the TP ranks (`divide(output_size,
+    // world_size)` in `ColumnParallelLinear` asserts it divides), and the grouped experts theirs
+    // over the expert-TP ranks.
+    if model.dense_layers() > 0 && !model.ffn_hidden.is_multiple_of(r.tp) {
+        return Err(PlanError::TpFfn {
+            tp: r.tp,
+            what: "MLP width",
+            ffn: model.ffn_hidden,
+            valid: list(
+                divisors(model.ffn_hidden)
+                    .into_iter()
+                    .filter(|d| model.heads.is_multiple_of(*d) && *d <= cluster.nvlink_domain()),
+            ),
+        });
+    }
+    if let Some(moe) = model.moe {
+        let etp = r.etp.max(1);
+        if !moe.ffn_hidden.is_multiple_of(etp) {
+            return Err(PlanError::TpFfn {
+                tp: etp,
+                what: "expert MLP width (split by --etp)",
+                ffn: moe.ffn_hidden,
+                valid: list(divisors(moe.ffn_hidden).into_iter().filter(|d| *d <= 64)),
+            });
+        }
+    }
     Ok(())
 }
 
@@ -877,6 +930,12 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
             valid: list(divisors(model.layers)),
         });
     };
+    if stages.leaves_a_stage_empty(model.layers, r.pp) {
+        return Err(PlanError::EmptyStage {
+            pp: r.pp,
+            layers: model.layers,
+        });
+    }
     Ok(stages)
 }
 

@@ -91,6 +91,14 @@ pub enum SpecError {
         name: String,
         known: String,
     },
+    #[error(
+        "{flag} {name}: names both the bundled {kind} and the file {name} in this folder; write ./{name} to read the file, or move the file to use the bundled {kind}"
+    )]
+    Ambiguous {
+        flag: String,
+        kind: &'static str,
+        name: String,
+    },
     #[error(transparent)]
     Read(#[from] InputError),
     #[error("{origin}:{line}:{column}: {message}")]
@@ -145,6 +153,14 @@ fn read_spec<T: DeserializeOwned>(
     // A bare name that is also a folder (a Hub snapshot `llama3-8b/`) still means the bundled
     // spec; any other existing entry is read as a file (and refused if it is not a regular one).
     let is_entry = std::fs::metadata(Path::new(name_or_path)).is_ok_and(|m| !m.is_dir());
+    // A bare bundled name that is also a file here could mean either: say so rather than pick one.
+    if !looks_like_path && is_entry && bundled.iter().any(|(name, _)| *name == name_or_path) {
+        return Err(SpecError::Ambiguous {
+            flag: flag.to_string(),
+            kind,
+            name: quote(name_or_path),
+        });
+    }
     if looks_like_path || is_entry {
         let text = read_spec_text(flag, name_or_path)?;
         return Ok((quote(name_or_path), parse_yaml(name_or_path, &text)?));

@@ -1430,8 +1430,8 @@ fn compare_labels_carry_cp_ep_etp_and_the_precision() {
         .find(|l| l.contains(" faster than "))
         .unwrap_or_else(|| panic!("no verdict:\n{stdout}"));
     let (_, after) = verdict
-        .split_once("CP traffic")
-        .unwrap_or_else(|| panic!("the test needs a verdict that weighs CP traffic: {verdict}"));
+        .split_once("CP comm")
+        .unwrap_or_else(|| panic!("the test needs a verdict that weighs CP comm: {verdict}"));
     let cause = after.split(')').next().unwrap();
     assert!(
         cause.contains("cp "),

@@ -744,8 +744,9 @@ fn sweep_over_nodes_exports_json_and_csv() {
     let tps = |r: &Value| r["tokens_per_s"].as_f64().unwrap();
     assert!(tps(&rows[1]) > 3.0 * tps(&rows[0]), "4x the GPUs");
     for r in rows {
-        // cost = tokens / (tokens/s) / 3600 × GPUs × price
-        let hours = 300e9 / tps(r) / 3600.0;
+        // cost = whole steps × step time / 3600 × GPUs × price (GPT-3's 1536 × 2048 tokens a step)
+        let steps = (300e9_f64 / (1536.0 * 2048.0)).ceil();
+        let hours = steps * r["step_time_s"].as_f64().unwrap() / 3600.0;
         let expected = hours * r["gpus"].as_f64().unwrap() * 2.5;
         let cost = r["cost_to_train"].as_f64().unwrap();
         assert!((cost / expected - 1.0).abs() < 1e-9, "{cost} vs {expected}");

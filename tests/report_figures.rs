@@ -493,8 +493,7 @@ fn the_timeline_shows_exposed_ep_and_cp_communication_like_tp() {
     assert!(
         texts
             .iter()
-            .any(|t| t
-                .starts_with("exposed MoE token traffic, EP all-to-all (strip after the TP one")),
+            .any(|t| t.starts_with("exposed EP comm, the MoE all-to-alls (strip after the TP one")),
         "{texts:?}"
     );
     // One strip per block: 2 stages x 4 micro-batches x (forward, backward), each visible.
@@ -529,7 +528,7 @@ fn the_timeline_shows_exposed_ep_and_cp_communication_like_tp() {
     assert!(
         texts
             .iter()
-            .any(|t| t.starts_with("exposed CP ring exchange (strip after the TP one")),
+            .any(|t| t.starts_with("exposed CP comm, the K/V exchange (strip after the TP one")),
         "{texts:?}"
     );
     assert!(!texts.iter().any(|t| t.starts_with("exposed MoE")));

@@ -86,6 +86,8 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     )?;
     if let Some(launch) = &megatron {
         apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
+        // A launch line names no GPU: the default is the command's, not a plan file's omission.
+        scenario.gpu_note = None;
     }
     super::scenario::note_window_without_effect(&scenario.model);
     let batch_given = training_args.global_batch.is_some()
@@ -309,6 +311,18 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ),
         Err(e) => return Err(e.into()),
     };
+    // Megatron-Core refuses block recompute of more layers than a model chunk holds
+    // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
+    if plan.recompute_num_layers > plan.layers_per_chunk() {
+        bail!(
+            "--recompute-num-layers {} is more than the {} layers of each model chunk (pp {}, vpp {}); give 1 to {} (the chunk's layers recompute all of them), or pin --recompute full",
+            plan.recompute_num_layers,
+            plan.layers_per_chunk(),
+            plan.pp,
+            plan.vpp,
+            plan.layers_per_chunk()
+        );
+    }
     // Block recompute over a whole chunk is every layer recomputed: the same plan as uniform.
     let plan = match emit::block_recompute_layers(plan.recompute_num_layers, &plan) {
         n if n != plan.recompute_num_layers => ParallelPlan::build(

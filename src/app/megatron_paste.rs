@@ -422,6 +422,15 @@ pub(super) fn megatron_request(
         launch
             .check_plan(&plan)
             .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+        // Megatron-Core refuses block recompute of more layers than a model chunk holds.
+        if request.recompute_num_layers > plan.layers_per_chunk() {
+            bail!(
+                "--megatron-args: --recompute-num-layers {} is more than the {} layers of each model chunk, which Megatron-LM refuses; give 1 to {}",
+                request.recompute_num_layers,
+                plan.layers_per_chunk(),
+                plan.layers_per_chunk()
+            );
+        }
         return Ok(PlanRequest {
             recompute_num_layers: emit::block_recompute_layers(request.recompute_num_layers, &plan),
             ..request

@@ -121,10 +121,13 @@ pub(super) fn explain(
                     ));
                 }
             }
+            // recompute_num_layers 0 is how a plan says "every layer", which the flag refuses:
+            // offer only the counts the flag takes.
             let valid: BTreeSet<String> = unpinned
                 .ranked
                 .iter()
                 .map(|e| (pin.of_plan)(&e.plan))
+                .filter(|v| !(pin.flag == "--recompute-num-layers" && v == "0"))
                 .collect();
             let mut valid: Vec<String> = valid.into_iter().collect();
             valid.sort_by_key(|v| (v.len(), v.clone()));

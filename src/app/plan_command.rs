@@ -14,12 +14,13 @@ use super::scenario::{
 use super::{Outcome, print_report};
 use crate::cli::PlanArgs;
 use crate::cluster::Cluster;
+use crate::cost::Estimate;
 use crate::model::Model;
 use crate::plan::PlanRequest;
 use crate::planner::{SearchOptions, refine_top, search};
 use crate::report::{self, Report, plan_label};
 use crate::specs::{ModelRef, PlanFile};
-use crate::training::Training;
+use crate::training::{Training, TrainingFramework};
 use crate::units::GIB;
 
 /// Most worker threads we start for a search.
@@ -74,6 +75,38 @@ pub(super) fn why_no_valid_plan(
 /// Deepest pipeline worth naming when the even split leaves none: Megatron-Bridge's DeepSeek-V3
 /// recipes and DeepSeek's own run use 16 stages for its 61 layers.
 const UNEVEN_PP_HINT_DEPTH: u32 = 16;
+
+/// A note when the best shown plan is one the framework's launch configuration cannot carry
+/// (`--emit` would write a later row instead, and says why): the table ranks what tpsim models,
+/// and a user copying row 1 into a launch script should know before `--emit` tells them.
+fn emit_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) -> Option<String> {
+    let framework = match scenario.training.framework {
+        TrainingFramework::MegatronCore => crate::emit::Framework::Megatron,
+        TrainingFramework::Deepspeed => crate::emit::Framework::DeepSpeed,
+        TrainingFramework::MegatronLm2021 | TrainingFramework::Torchtitan => return None,
+    };
+    let (model, training) = (&scenario.model, &scenario.training);
+    let best = shown.first()?;
+    let why = framework.unsupported(model, training, &best.plan)?;
+    let runnable = shown
+        .iter()
+        .enumerate()
+        .find(|(_, e)| framework.unsupported(model, training, &e.plan).is_none());
+    let flag = match framework {
+        crate::emit::Framework::DeepSpeed => "deepspeed",
+        _ => "megatron",
+    };
+    Some(match runnable {
+        Some((i, e)) => format!(
+            "note: --emit {flag} cannot write #1 ({why}); it writes #{} ({:.2} s per step), the fastest shown row it can",
+            i + 1,
+            e.time.step_s.0
+        ),
+        None => format!(
+            "note: --emit {flag} cannot write #1 ({why}), nor any other shown row; it writes the fastest plan of the search it can, which `--emit {flag}` prints with its step time"
+        ),
+    })
+}
 
 /// A note when the layers split evenly over no pipeline of 2 to 16 stages (DeepSeek-V3's 61) and
 /// the search was not told it may split them unevenly: the search then offers no pipeline at all,
@@ -215,6 +248,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     );
     let mut notes = Vec::new();
     if let Some(note) = uneven_pp_note(&scenario.model, &scenario.cluster, options) {
+        notes.push(note);
+    }
+    if let Some(note) = emit_note(&scenario, &refined.plans) {
         notes.push(note);
     }
     if refined.reordered {
@@ -363,8 +399,18 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
-                "closest: {} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len{}",
+                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len{}",
                 super::pin_conflict::degrees_words(&closest.plan),
+                if closest.plan.vpp > 1 {
+                    format!(" vpp {}", closest.plan.vpp)
+                } else {
+                    String::new()
+                },
+                if closest.plan.sequence_parallel {
+                    " sequence-parallel"
+                } else {
+                    ""
+                },
                 closest.plan.micro_batch,
                 report::recompute_label(&closest.plan),
                 closest.plan.zero,

@@ -44,6 +44,8 @@ pub(super) struct Scenario {
     pub(super) cluster: Cluster,
     pub(super) gpu_reference: String,
     pub(super) training: Training,
+    /// Said with the other notes once the input is known to be valid (`global_batch_advice`).
+    pub(super) gpu_note: Option<String>,
 }
 
 pub(super) fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
@@ -264,6 +266,11 @@ fn resolve_base_model(
         return Ok((model, "flags".to_string()));
     }
     if let Some((file, path)) = file {
+        if let (Some(_), Some(text)) = (&file.model, &file.params) {
+            bail!(
+                "{path}: gives both model and params ({text}); a plan describes one model, so keep model (the shape it was planned with) and delete the params line"
+            );
+        }
         if let Some(reference) = &file.model {
             let model = specs::resolve_model_ref(reference, path)?;
             return Ok((model, format!("from {path}")));
@@ -669,6 +676,14 @@ pub(super) fn resolve_scenario(
         .clone()
         .or(plan_file.and_then(|f| f.gpu.clone()))
         .unwrap_or_else(|| "h100-sxm-80g".to_string());
+    let gpu_note = (cluster_args.gpu.is_none()
+        && cluster_args.calibration.is_none()
+        && plan_file.is_some_and(|f| f.gpu.is_none()))
+    .then(|| {
+        format!(
+            "note: the plan file gives no gpu:, so it is evaluated on {gpu_reference} (the default GPU); add gpu: to the file or pass --gpu"
+        )
+    });
     let gpu = match &cluster_args.gpu {
         Some(_) => specs::load_gpu(&gpu_reference)?,
         None => specs::load_gpu_as("the plan file's gpu:", &gpu_reference)?,
@@ -873,6 +888,7 @@ pub(super) fn resolve_scenario(
         cluster,
         gpu_reference,
         training,
+        gpu_note,
     })
 }
 
@@ -994,7 +1010,7 @@ pub(super) fn global_batch_advice(
 ) -> Vec<String> {
     let batch = s.training.global_batch;
     let nodes = s.cluster.nodes;
-    let mut lines = Vec::new();
+    let mut lines: Vec<String> = s.gpu_note.iter().cloned().collect();
     if !given {
         lines.push(format!(
             "note: --global-batch not given: {} x {} tokens = {:.1}M tokens per step ({}); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",

@@ -327,6 +327,9 @@ pub fn ledger(
     let groups = groups::groups(cluster, plan);
     let m = f64::from(plan.num_microbatches);
     let max_layers = super::pipeline::max_stage_layers(model, plan);
+    // Per-layer collectives are counted on the stage whose time sets the step, as `evaluate`'s
+    // terms count them.
+    let slowest_layers = super::slowest_stage_layers(model, cluster, training, plan);
     let mut entries = Vec::new();
     // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
     let ep_speed = moe::ep_dispatch_speed(
@@ -364,7 +367,7 @@ pub fn ledger(
     // TP, per layer per micro-batch, on the stage with the most layers.
     if plan.tp > 1 {
         let tensor = comm::tp_tensor_bytes(model, training, plan);
-        let count = f64::from(max_layers) * m;
+        let count = f64::from(slowest_layers) * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let t = plan.tp;
         // torchtitan's per-op selective AC runs the all-gathers (or all-reduces) again, not the
@@ -541,7 +544,7 @@ pub fn ledger(
     // full recompute) and backward, and the fp32 dK/dV accumulators one hop per CP rank.
     if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::TorchAllGather {
         let kv = super::torch_ring::repeated_kv_bytes(model, training, plan);
-        let count = f64::from(max_layers) * m;
+        let count = f64::from(slowest_layers) * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let c = plan.cp;
         let gather = f64::from(c) * kv;
@@ -591,7 +594,7 @@ pub fn ledger(
     } else if plan.cp > 1 {
         // CP, cp − 1 ring steps per layer per micro-batch.
         let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
-        let count = f64::from(plan.cp - 1) * f64::from(max_layers) * m;
+        let count = f64::from(plan.cp - 1) * f64::from(slowest_layers) * m;
         let scope = Scope::PerRingStepPerLayerPerMicrobatch;
         let c = plan.cp;
         let forward_site = "attention: this rank's K/V chunk to the next CP rank";
@@ -638,7 +641,7 @@ pub fn ledger(
     // MoE layers on the busiest stage times micro-batches: how often each token collective runs,
     // on `evaluate`'s average share of MoE layers (fractional where the layers per stage are not a
     // whole number of MoE-pattern periods).
-    let moe_count = moe::busiest_stage_moe_share(model, plan) * f64::from(max_layers) * m;
+    let moe_count = moe::busiest_stage_moe_share(model, plan) * f64::from(slowest_layers) * m;
 
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
     let bytes = moe::alltoall_bytes(

@@ -130,6 +130,9 @@ pub struct Estimate {
     pub tokens_per_s: f64,
     pub time_to_train_s: Option<f64>,
     pub infeasible: Option<Infeasible>,
+    /// Transformer layers of the stage whose time sets the step: the per-layer communication in
+    /// `comm` and the terms is this stage's (with pp 1, every layer).
+    pub slowest_stage_layers: u32,
 }
 
 impl Estimate {
@@ -564,29 +567,32 @@ pub(crate) fn unit_costs(
     }
 }
 
-/// Evaluates one plan.
-pub fn evaluate(
-    model: &Model,
-    cluster: &Cluster,
-    training: &Training,
-    plan: &ParallelPlan,
-) -> Estimate {
-    let seq_len = training.seq_len;
-    let memory = memory::memory(model, cluster, training, plan);
+/// The pipeline stages' per-micro-batch times as the closed form sees them.
+struct StageTimes {
+    /// The stage with the longest per-micro-batch time (compute and exposed communication).
+    slowest: StageTime,
+    /// Its transformer layers (MTP layers included on the last stage): its layers' communication
+    /// is what the step pays, whichever stage holds the most layers (a last stage with few layers
+    /// but the output layer can be the slowest).
+    slowest_layers: u32,
+    /// The mean stage's per-micro-batch time (the bubble's unit).
+    mean_total: f64,
+    /// Transformer layers of the stage that holds the most.
+    max_layers: u32,
+}
+
+fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTimes {
     let UnitCosts {
         layer,
         output,
         tp,
         cp,
         ep,
-        pp_send_s,
         pp_send_exposed_s,
-        groups,
-    } = unit_costs(model, cluster, training, plan);
-    let m = f64::from(plan.num_microbatches);
+        ..
+    } = *costs;
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
-
     let stage_time = |layers: u32, with_output: bool| {
         let n = f64::from(layers);
         let out = if with_output {
@@ -605,30 +611,71 @@ pub fn evaluate(
         }
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
-    // The slowest stage, with its transformer layers: its layers' communication is what the step
-    // pays, whichever stage holds the most layers (a last stage with few layers but the output
-    // layer can be the slowest).
-    let (slowest, slowest_layers, mean_total, max_layers) = if plan.pp == 1 {
+    if plan.pp == 1 {
         let only = stage_time(last_layers, true);
-        (only, last_layers, only.total(), last_layers)
-    } else {
-        let first = stage_time(plan.stages.first, false);
-        let last = stage_time(last_layers, true);
-        let middle = stage_time(plan.stages.middle_max, false);
-        let (mut slowest, mut slowest_layers) = (first, plan.stages.first);
-        for (candidate, layers) in [(middle, plan.stages.middle_max), (last, last_layers)] {
-            if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
-                (slowest, slowest_layers) = (candidate, layers);
-            }
+        return StageTimes {
+            slowest: only,
+            slowest_layers: last_layers,
+            mean_total: only.total(),
+            max_layers: last_layers,
+        };
+    }
+    let first = stage_time(plan.stages.first, false);
+    let last = stage_time(last_layers, true);
+    let middle = stage_time(plan.stages.middle_max, false);
+    let (mut slowest, mut slowest_layers) = (first, plan.stages.first);
+    for (candidate, layers) in [(middle, plan.stages.middle_max), (last, last_layers)] {
+        if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
+            (slowest, slowest_layers) = (candidate, layers);
         }
-        let mean = (first.total() + (p - 2.0) * middle.total() + last.total()) / p;
-        (
-            slowest,
-            slowest_layers,
-            mean,
-            pipeline::max_stage_layers(model, plan),
-        )
-    };
+    }
+    StageTimes {
+        slowest,
+        slowest_layers,
+        mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
+        max_layers: pipeline::max_stage_layers(model, plan),
+    }
+}
+
+/// Transformer layers of the stage whose per-micro-batch time sets the step (`evaluate`'s slowest
+/// stage): the layers whose communication the step's terms, and the ledger, count.
+pub fn slowest_stage_layers(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> u32 {
+    stage_times(model, plan, &unit_costs(model, cluster, training, plan)).slowest_layers
+}
+
+/// Evaluates one plan.
+pub fn evaluate(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Estimate {
+    let seq_len = training.seq_len;
+    let memory = memory::memory(model, cluster, training, plan);
+    let costs = unit_costs(model, cluster, training, plan);
+    let StageTimes {
+        slowest,
+        slowest_layers,
+        mean_total,
+        max_layers,
+    } = stage_times(model, plan, &costs);
+    let UnitCosts {
+        tp,
+        cp,
+        ep,
+        pp_send_s,
+        pp_send_exposed_s,
+        groups,
+        ..
+    } = costs;
+    let m = f64::from(plan.num_microbatches);
+    let v = f64::from(plan.vpp);
+    let p = f64::from(plan.pp);
     let layers_on_slowest = f64::from(slowest_layers);
 
     let mut terms = StepTerms::default();
@@ -890,7 +937,12 @@ pub fn evaluate(
         hardware_tflops_per_gpu: (model_flops + recompute_flops) / step_s / gpus / 1e12,
         mfu: model_flops / (step_s * gpus * peak),
         tokens_per_s,
-        time_to_train_s: training.tokens.map(|tokens| tokens / tokens_per_s),
+        // Training runs whole steps: a token budget that is not a multiple of the step's tokens
+        // takes one more step (and a budget below one step, one step).
+        time_to_train_s: training.tokens.map(|tokens| {
+            let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
+            (tokens / tokens_per_step).ceil() * step_s
+        }),
         infeasible: if memory.fits {
             None
         } else {
@@ -899,6 +951,7 @@ pub fn evaluate(
                 have_bytes: memory.capacity_bytes,
             })
         },
+        slowest_stage_layers: slowest_layers,
     }
 }
 

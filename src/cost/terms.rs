@@ -77,7 +77,7 @@ impl TermKind {
             TermKind::TpComm => "TP comm",
             TermKind::CpComm => "CP comm",
             TermKind::PpComm => "PP comm",
-            TermKind::EpComm => "MoE token traffic",
+            TermKind::EpComm => "EP comm",
             TermKind::DpGradReduce => "DP grad reduce",
             TermKind::DpParamGather => "DP param gather",
             TermKind::Bubble => "bubble",

@@ -749,6 +749,12 @@ impl<'a> Parsed<'a> {
                 ));
                 (Recompute::None, None)
             }
+            (Recompute::None, None, None) if self.value("recompute-num-layers").is_some() => {
+                notes.push(
+                    "--recompute-num-layers is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)".to_string(),
+                );
+                (Recompute::None, None)
+            }
             (r, None, None) => (r, None),
         };
         if let Some(FullRecompute::Uniform(n)) = method

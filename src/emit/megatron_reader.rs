@@ -249,6 +249,18 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "Megatron-LM refuses them together; use --num-virtual-stages-per-pipeline-rank, or --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".into(),
         });
     }
+    // arguments.py: --position-embedding-type chooses among these; tpsim counts a learned table
+    // for learned_absolute only (the rotary kinds and none have no parameters).
+    let learned_position_embeddings = match p.value("position-embedding-type") {
+        None | Some("learned_absolute") => true,
+        Some("rope" | "mrope" | "yarn" | "none") => false,
+        Some(other) => {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--position-embedding-type {other}"),
+                why: "Megatron-LM takes learned_absolute, rope, mrope, yarn or none; give one of those".into(),
+            });
+        }
+    };
     let ffn_hidden = p.number("ffn-hidden-size")?;
     let dense_ffn =
         ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
@@ -275,9 +287,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         qkv_bias: p.switch("add-qkv-bias"),
         qk_norm: p.switch("qk-layernorm"),
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
-        learned_position_embeddings: p
-            .value("position-embedding-type")
-            .is_none_or(|v| v == "learned_absolute"),
+        learned_position_embeddings,
         norm,
         // arguments.py: --hidden-dropout and --attention-dropout default 0.1.
         dropout: [

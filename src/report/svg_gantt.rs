@@ -200,7 +200,7 @@ pub(crate) fn gantt_svg(
         legend.push((
             vec![CP_COLOUR],
             format!(
-                "exposed CP ring exchange (strip after the TP one, {:.1}% of each block)",
+                "exposed CP comm, the K/V exchange (strip after the TP one, {:.1}% of each block)",
                 100.0 * cp_share
             ),
         ));
@@ -209,7 +209,7 @@ pub(crate) fn gantt_svg(
         legend.push((
             vec![EP_COLOUR],
             format!(
-                "exposed MoE token traffic, EP all-to-all ({}{:.1}% of each block)",
+                "exposed EP comm, the MoE all-to-alls ({}{:.1}% of each block)",
                 if cp_share > 0.0 {
                     "strip after the CP one, "
                 } else {

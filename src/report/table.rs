@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::Report;
 use crate::cluster::{Cluster, Link};
 use crate::cost::Estimate;
+use crate::cost::terms::TermKind;
 use crate::planner::SearchStats;
 use crate::units::format_count;
 
@@ -707,7 +708,15 @@ pub fn breakdown(e: &Estimate) -> String {
         gib(mem.capacity_bytes.0)
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "communication per GPU per step:");
+    if p.pp > 1 {
+        let _ = writeln!(
+            out,
+            "communication per GPU per step (a GPU of the slowest stage, whose {} transformer layers set the step; the ledger counts the same):",
+            e.slowest_stage_layers
+        );
+    } else {
+        let _ = writeln!(out, "communication per GPU per step:");
+    }
     for (name, group, what) in [
         (
             "TP",
@@ -904,6 +913,31 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
             "  TP 1: no tensor parallelism; each GPU holds whole layers"
         );
     }
+    if p.cp > 1 {
+        let _ = writeln!(
+            out,
+            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            p.cp,
+            e.comm.cp.link.map_or("-", link_name),
+            e.comm.cp.wire_bytes.gb(),
+            share(t.cp_comm_exposed_s.0)
+        );
+    }
+    if p.ep > 1 || p.etp > 1 {
+        let _ = writeln!(
+            out,
+            "  EP {}{}: on {} — every MoE layer sends its routed tokens to their experts and back with all-to-alls, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            p.ep,
+            if p.etp > 1 {
+                format!(" x ETP {}", p.etp)
+            } else {
+                String::new()
+            },
+            e.comm.ep.link.map_or("-", link_name),
+            e.comm.ep.wire_bytes.gb(),
+            share(t.ep_comm_exposed_s.0)
+        );
+    }
     if p.pp > 1 {
         let _ = writeln!(
             out,
@@ -946,11 +980,28 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
         };
         let _ = writeln!(
             out,
-            "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed after overlapping with backward",
+            "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed{}",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
             dp_link_words(e, cluster),
-            share(t.dp_comm_exposed_s.0)
+            share(t.dp_comm_exposed_s.0),
+            {
+                let hides = |kind: TermKind| {
+                    let term = e.terms.get(kind);
+                    term.exposed_s.0 < term.time_s.0
+                };
+                match (
+                    hides(TermKind::DpGradReduce),
+                    hides(TermKind::DpParamGather),
+                ) {
+                    (true, true) => {
+                        " after overlapping with the backward (gradients) and the forward (parameter gathers)"
+                    }
+                    (true, false) => " after overlapping with the backward",
+                    (false, true) => " after overlapping the parameter gathers with the forward",
+                    (false, false) => " (nothing hides it)",
+                }
+            }
         );
     } else {
         let _ = writeln!(out, "  DP 1: a single replica; no gradient traffic");
