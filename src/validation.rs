@@ -6,6 +6,7 @@
 //! The hardware maps to a bundled profile by what the run names: Jean Zay → `jean-zay-a100-80g`,
 //! other A100 80GB runs → `a100-sxm-80g` (Selene is DGX A100).
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
@@ -18,7 +19,13 @@ use crate::training::{AttentionKernel, GradDtype, Training};
 /// validation/published_runs.yaml, built in so `tpsim accuracy` works from any directory.
 pub const BUNDLED_PUBLISHED_RUNS: &str = include_str!("../validation/published_runs.yaml");
 
+// Every struct below refuses keys it does not know (a typo such as `num_gpu:` would otherwise be
+// dropped and the run planned on a default), as every other input file does. Keys the file
+// carries for people (sources, provenance, figures tpsim does not compare) are listed as
+// `IgnoredAny` (named with a leading `_`): known, so accepted, and never read.
+
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunModel {
     arch: String,
     layers: u32,
@@ -29,39 +36,100 @@ struct RunModel {
     vocab: u32,
     vocab_padded: Option<u32>,
     seq_len: u32,
+    #[serde(default, rename = "params_b")]
+    _params_b: IgnoredAny,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunHardware {
     gpu: String,
     gpus_per_node: u32,
     num_gpus: u32,
+    #[serde(default, rename = "gpu_memory_gb")]
+    _gpu_memory_gb: IgnoredAny,
+    #[serde(default, rename = "peak_tflops_16bit")]
+    _peak_tflops_16bit: IgnoredAny,
+    #[serde(default, rename = "interconnect")]
+    _interconnect: IgnoredAny,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunPlan {
     tp: u32,
     pp: u32,
     dp: u32,
+    /// Context parallelism: these runs have none (null or 1); read so that a run with some is
+    /// refused rather than planned without it.
+    #[serde(default)]
+    cp: Option<u32>,
     virtual_pipeline_stages: Option<u32>,
     sequence_parallel: Option<bool>,
     recompute: Option<String>,
     zero_stage: Option<u8>,
     micro_batch_size: u32,
     global_batch_size: u32,
+    #[serde(default, rename = "layers_per_virtual_stage")]
+    _layers_per_virtual_stage: IgnoredAny,
+    #[serde(default, rename = "pp_partition")]
+    _pp_partition: IgnoredAny,
+    #[serde(default, rename = "precision")]
+    _precision: IgnoredAny,
+    #[serde(default, rename = "ddp_impl")]
+    _ddp_impl: IgnoredAny,
+    #[serde(default, rename = "distributed_optimizer")]
+    _distributed_optimizer: IgnoredAny,
+    #[serde(default, rename = "batch_rampup")]
+    _batch_rampup: IgnoredAny,
+    #[serde(default, rename = "zero_note")]
+    _zero_note: IgnoredAny,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunResults {
     iteration_time_s: Option<f64>,
+    #[serde(default, rename = "tflops_per_gpu")]
+    _tflops_per_gpu: IgnoredAny,
+    #[serde(default, rename = "percent_of_peak")]
+    _percent_of_peak: IgnoredAny,
+    #[serde(default, rename = "aggregate_pflops")]
+    _aggregate_pflops: IgnoredAny,
+    #[serde(default, rename = "samples_per_s")]
+    _samples_per_s: IgnoredAny,
+    #[serde(default, rename = "tokens_per_s")]
+    _tokens_per_s: IgnoredAny,
+    #[serde(default, rename = "mfu")]
+    _mfu: IgnoredAny,
+    #[serde(default, rename = "hfu")]
+    _hfu: IgnoredAny,
+    #[serde(default, rename = "peak_memory_gb")]
+    _peak_memory_gb: IgnoredAny,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RunDerived {
     iteration_time_s_from_eq3: Option<f64>,
+    #[serde(default, rename = "dp")]
+    _dp: IgnoredAny,
+    #[serde(default, rename = "num_microbatches_per_replica")]
+    _num_microbatches_per_replica: IgnoredAny,
+    #[serde(default, rename = "tokens_per_s")]
+    _tokens_per_s: IgnoredAny,
+    #[serde(default, rename = "tokens_per_s_from_eq3")]
+    _tokens_per_s_from_eq3: IgnoredAny,
+    #[serde(default, rename = "percent_of_peak_hw_flops")]
+    _percent_of_peak_hw_flops: IgnoredAny,
+    #[serde(default, rename = "approx_model_flops_utilization_pct")]
+    _approx_model_flops_utilization_pct: IgnoredAny,
+    #[serde(default, rename = "note")]
+    _note: IgnoredAny,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PublishedRun {
     id: String,
     completeness: Option<String>,
@@ -70,6 +138,16 @@ struct PublishedRun {
     plan: RunPlan,
     results: RunResults,
     derived: Option<RunDerived>,
+    #[serde(default, rename = "name")]
+    _name: IgnoredAny,
+    #[serde(default, rename = "group")]
+    _group: IgnoredAny,
+    #[serde(default, rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default, rename = "source")]
+    _source: IgnoredAny,
+    #[serde(default, rename = "notes")]
+    _notes: IgnoredAny,
 }
 
 /// One published run against tpsim's prediction.
@@ -150,6 +228,7 @@ fn check_run_numbers(run: &PublishedRun, published_step_s: f64) -> Result<(), St
             ));
         }
     }
+    check_gpu_count(run)?;
     let key = if run.results.iteration_time_s.is_some() {
         "results.iteration_time_s"
     } else {
@@ -163,6 +242,53 @@ fn check_run_numbers(run: &PublishedRun, published_step_s: f64) -> Result<(), St
         "rule: a step takes positive time, at most an hour",
     )
     .check(published_step_s)
+}
+
+/// The run's GPU count against its plan and its nodes, said in the runs file's own keys (the plan
+/// builder's message names `--dp` and a cluster of whole nodes the file never gave).
+fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
+    let hw = &run.hardware;
+    let p = &run.plan;
+    if let Some(cp) = p.cp.filter(|&cp| cp != 1) {
+        return Err(format!(
+            "plan.cp: {cp} is not supported in a published-runs file (rule: its runs are planned without context parallelism, cp null or 1); give cp: null, or write the run in the current-stack format (validation/modern_runs.yaml)"
+        ));
+    }
+    let degrees = [("plan.tp", p.tp), ("plan.pp", p.pp), ("plan.dp", p.dp)];
+    // Three u32 degrees multiply within u128 whatever their values.
+    let product: u128 = degrees.iter().map(|(_, d)| u128::from(*d)).product();
+    let gpus = u128::from(hw.num_gpus);
+    if product != gpus {
+        let terms: Vec<String> = degrees.iter().map(|(k, d)| format!("{k} {d}")).collect();
+        let model_parallel = product / u128::from(p.dp);
+        let dp_fix = if gpus.is_multiple_of(model_parallel) {
+            format!(
+                ", or plan.dp to {} if the GPU count is right",
+                gpus / model_parallel
+            )
+        } else {
+            format!(
+                ", or plan.tp and plan.pp to degrees whose product divides {gpus} if the GPU count is right (no plan.dp works: {gpus} is not a multiple of plan.tp x plan.pp = {model_parallel})"
+            )
+        };
+        return Err(format!(
+            "hardware.num_gpus {} is not {} = {product} GPUs (rule: every GPU holds one shard of the plan); change hardware.num_gpus to {product}{dp_fix}",
+            hw.num_gpus,
+            terms.join(" x ")
+        ));
+    }
+    if !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
+        // The most GPUs per node that divides both: what a run on part of each node used.
+        let (mut a, mut b) = (hw.num_gpus, hw.gpus_per_node);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        return Err(format!(
+            "hardware.num_gpus {} is not whole nodes of hardware.gpus_per_node {} (rule: a run uses whole nodes); change hardware.gpus_per_node to the GPUs the run used in each node, a divisor of {} such as {a}",
+            hw.num_gpus, hw.gpus_per_node, hw.num_gpus
+        ));
+    }
+    Ok(())
 }
 
 /// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
@@ -220,7 +346,8 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
         let hw = &run.hardware;
         let cluster = Cluster {
             gpu,
-            nodes: hw.num_gpus.div_ceil(hw.gpus_per_node),
+            // Whole nodes: `check_run_numbers` refused any other count.
+            nodes: hw.num_gpus / hw.gpus_per_node,
             gpus_per_node: hw.gpus_per_node,
         };
         let training = Training {

@@ -353,3 +353,149 @@ fn b3_calibration_sections_are_checked_for_backend_efficiency_and_shapes() {
         assert_one_line_error(&r, &needles, &[], needles[0]);
     }
 }
+
+/// The bundled published-runs file (step times, `validation/published_runs.yaml`) cut to its
+/// header and first run: Megatron SC'21's 1.7B GPT, tp 1 x pp 1 x dp 32 on 32 GPUs of 8 a node.
+fn one_published_run() -> String {
+    let all =
+        std::fs::read_to_string(Path::new(ROOT).join("validation/published_runs.yaml")).unwrap();
+    let first = all.find("\n- id: ").unwrap() + 1;
+    let end = all[first..]
+        .find("\n- id: ")
+        .map_or(all.len(), |e| first + e + 1);
+    let text = all[..end].to_string();
+    for line in [
+        "    gpus_per_node: 8\n",
+        "    num_gpus: 32\n",
+        "    tp: 1\n",
+        "    pp: 1\n",
+        "    dp: 32\n",
+        "    cp: null\n",
+    ] {
+        assert!(
+            text.contains(line),
+            "no {line:?} in the first published run"
+        );
+    }
+    text
+}
+
+/// B1 in the published-runs format: a run whose num_gpus is not tp x pp x dp was told "the
+/// cluster has 40" (its GPUs rounded up to whole nodes) and `--dp 40`, a flag `accuracy` does not
+/// have; it must name the file's keys and values, and the key to change.
+#[test]
+fn b1_published_runs_gpu_count_against_the_plan_names_the_file_keys() {
+    let file = one_published_run();
+    let dir = scratch(SUITE, "b1-published");
+    let cases: [(String, Vec<&str>); 3] = [
+        // The hostile report's acc/gpus33.yaml.
+        (
+            file.replacen("    num_gpus: 32\n", "    num_gpus: 33\n", 1),
+            vec![
+                "hardware.num_gpus 33 is not plan.tp 1 x plan.pp 1 x plan.dp 32 = 32 GPUs",
+                "change hardware.num_gpus to 32",
+                "or plan.dp to 33",
+            ],
+        ),
+        // No plan.dp gives 32 GPUs with tp 3: the fix names tp and pp instead.
+        (
+            file.replacen("    tp: 1\n", "    tp: 3\n", 1),
+            vec![
+                "hardware.num_gpus 32 is not plan.tp 3 x plan.pp 1 x plan.dp 32 = 96 GPUs",
+                "change hardware.num_gpus to 96",
+                "plan.tp and plan.pp",
+            ],
+        ),
+        // 4 GPUs of a node of 8: not whole nodes (it was planned on a cluster of 8).
+        (
+            file.replacen("    num_gpus: 32\n", "    num_gpus: 4\n", 1)
+                .replacen("    dp: 32\n", "    dp: 4\n", 1),
+            vec![
+                "hardware.num_gpus 4 is not whole nodes of hardware.gpus_per_node 8",
+                "change hardware.gpus_per_node",
+                "such as 4",
+            ],
+        ),
+    ];
+    for (text, needles) in cases {
+        std::fs::write(dir.join("runs.yaml"), text).unwrap();
+        let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
+        assert_one_line_error(
+            &r,
+            &[&["run megatron-sc21-t1-1.7b: "][..], &needles[..]].concat(),
+            &["--dp", "--tp", "cluster has"],
+            needles[0],
+        );
+    }
+    // The fix the message gives is one the file accepts.
+    let fixed = file
+        .replacen("    num_gpus: 32\n", "    num_gpus: 4\n", 1)
+        .replacen("    dp: 32\n", "    dp: 4\n", 1)
+        .replacen("    gpus_per_node: 8\n", "    gpus_per_node: 4\n", 1);
+    std::fs::write(dir.join("runs.yaml"), fixed).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// B2 in the published-runs format: unknown keys, at any level, were dropped without a word
+/// (a typo such as `num_gpu:` left the run on the published value silently); they are refused at
+/// file:line:column like every other input file's.
+#[test]
+fn b2_published_runs_files_refuse_unknown_keys_at_their_line() {
+    let file = one_published_run();
+    let dir = scratch(SUITE, "b2-published");
+    for (after, key) in [
+        ("  completeness: full_plan\n", "zzz"),
+        ("    num_gpus: 32\n", "num_gpu"),
+        ("    dp: 32\n", "data_parallel"),
+        ("    tflops_per_gpu: 137\n", "iteration_time"),
+    ] {
+        assert!(file.contains(after), "no {after:?}");
+        let indent = &after[..after.len() - after.trim_start().len()];
+        let text = file.replacen(after, &format!("{after}{indent}{key}: 1\n"), 1);
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with(&format!("{key}:")))
+            .unwrap()
+            + 1;
+        std::fs::write(dir.join("extra.yaml"), text).unwrap();
+        let r = run_in(&dir, &["accuracy", "--runs", "extra.yaml"]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("extra.yaml:{line}:"),
+                &format!("unknown field `{key}`"),
+            ],
+            &[],
+            key,
+        );
+    }
+    // A context-parallel degree was read as a key and dropped: the run was planned without it.
+    let text = file.replacen("    cp: null\n", "    cp: 2\n", 1);
+    std::fs::write(dir.join("cp.yaml"), text).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "cp.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["plan.cp: 2", "cp null or 1", "modern_runs.yaml"],
+        &[],
+        "cp 2",
+    );
+    // cp 1 is no context parallelism: accepted, and the same prediction as null.
+    let plain = write_scratch("b2-published-cp1", "runs.yaml", &file);
+    let r = run_in(
+        &plain,
+        &["accuracy", "--runs", "runs.yaml", "--format", "json"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(
+        plain.join("runs.yaml"),
+        file.replacen("    cp: null\n", "    cp: 1\n", 1),
+    )
+    .unwrap();
+    let one = run_in(
+        &plain,
+        &["accuracy", "--runs", "runs.yaml", "--format", "json"],
+    );
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    assert_eq!(one.stdout, r.stdout);
+}
