@@ -354,9 +354,10 @@ pub enum PlanError {
     #[error("--tp {tp} does not divide {heads} attention heads; valid: {valid}")]
     TpHeads { tp: u32, heads: u32, valid: String },
     #[error(
-        "{tp}-way tensor parallelism does not divide the {what} {ffn} (Megatron splits it over the ranks and refuses a remainder); valid: {valid}"
+        "{flag} {tp} does not divide the {what} {ffn} (Megatron and DeepSpeed split it evenly over the ranks, and tpsim models even splits); valid: {valid}"
     )]
     TpFfn {
+        flag: &'static str,
         tp: u32,
         what: &'static str,
         ffn: u32,
@@ -391,7 +392,7 @@ pub enum PlanError {
     )]
     PpUneven { pp: u32, layers: u32, valid: String },
     #[error(
-        "--pp {pp} leaves a stage of {layers} layers without a transformer layer once the embedding and the output layer are counted as layers; use a smaller --pp"
+        "--pp {pp} leaves a stage without a transformer layer: the model's {layers} layers, with the embedding and the output layer counted as one each, spread over {pp} stages give one of them nothing but the embedding or the output layer; use a smaller --pp"
     )]
     EmptyStage { pp: u32, layers: u32 },
     #[error(
@@ -721,6 +722,7 @@ fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), 
     // over the expert-TP ranks.
     if model.dense_layers() > 0 && !model.ffn_hidden.is_multiple_of(r.tp) {
         return Err(PlanError::TpFfn {
+            flag: "--tp",
             tp: r.tp,
             what: "MLP width",
             ffn: model.ffn_hidden,
@@ -735,10 +737,29 @@ fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), 
         let etp = r.etp.max(1);
         if !moe.ffn_hidden.is_multiple_of(etp) {
             return Err(PlanError::TpFfn {
+                flag: "--etp",
                 tp: etp,
-                what: "expert MLP width (split by --etp)",
+                what: "expert MLP width",
                 ffn: moe.ffn_hidden,
-                valid: list(divisors(moe.ffn_hidden).into_iter().filter(|d| *d <= 64)),
+                valid: list(divisors(moe.ffn_hidden).into_iter().filter(|d| {
+                    *d <= cluster.nvlink_domain() && (r.tp * r.cp * r.dp).is_multiple_of(*d)
+                })),
+            });
+        }
+        // The shared experts are a dense MLP split over the TP ranks.
+        if moe.shared_expert_ffn_hidden > 0 && !moe.shared_expert_ffn_hidden.is_multiple_of(r.tp) {
+            return Err(PlanError::TpFfn {
+                flag: "--tp",
+                tp: r.tp,
+                what: "shared-expert MLP width",
+                ffn: moe.shared_expert_ffn_hidden,
+                valid: list(
+                    divisors(moe.shared_expert_ffn_hidden)
+                        .into_iter()
+                        .filter(|d| {
+                            model.heads.is_multiple_of(*d) && *d <= cluster.nvlink_domain()
+                        }),
+                ),
             });
         }
     }

@@ -257,6 +257,28 @@ pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
     load_gpu_as("--gpu", name_or_path)
 }
 
+/// The bundled GPU profile `name`, whatever files the working folder holds: the default GPU of a
+/// command that names none is tpsim's, never a file that happens to share its name.
+pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
+    let Some((name, text)) = BUNDLED_GPUS.iter().find(|(n, _)| *n == name) else {
+        return Err(SpecError::UnknownName {
+            kind: "GPU",
+            name: quote(name),
+            known: BUNDLED_GPUS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let profile: GpuProfile = parse_yaml(name, text)?;
+    profile.check().map_err(|message| SpecError::Invalid {
+        origin: format!("bundled GPU {name}"),
+        message,
+    })?;
+    Ok(profile)
+}
+
 /// The model a plan file refers to: a bundled name or path, or the whole shape inline.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]

@@ -1,7 +1,8 @@
 //! What-if sweeps: the planner run once per point of one axis (nodes, model size, GPU, network
 //! bandwidth, sequence length, global batch), points in parallel (rayon; each search is itself
 //! parallel and deterministic, and `collect` keeps the points' order), one row per point with the
-//! best plan. Time to train = tokens / (tokens per second); cost = time × GPUs × price per GPU-hour.
+//! best plan. Time to train = whole steps (tokens over tokens per step, rounded up) × step time; cost =
+//! time × GPUs × price per GPU-hour.
 
 use serde::Serialize;
 

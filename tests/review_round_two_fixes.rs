@@ -164,7 +164,7 @@ fn an_mlp_width_tp_does_not_divide_is_refused() {
         "8",
     ];
     let r = run(&[&["eval"][..], &shape[..], &["--tp", "8"][..]].concat());
-    assert_one_line_error(&r, &["MLP width 1001", "8-way"], &[], "eval tp 8");
+    assert_one_line_error(&r, &["--tp 8", "MLP width 1001"], &[], "eval tp 8");
     let planned = json(
         &[
             &["plan"][..],
@@ -253,8 +253,9 @@ fn breakdown_and_ledger_count_the_same_stage() {
     let text = run(&args);
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
-        text.stdout
-            .contains("a GPU of the slowest stage, whose 2 transformer layers set the step"),
+        text.stdout.contains(
+            "TP, CP, EP: a GPU of the slowest stage, whose 2 transformer layers set the step"
+        ),
         "{}",
         text.stdout
     );

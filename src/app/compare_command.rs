@@ -352,6 +352,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 );
                 estimates.push(with_schedule(scenario, &closed));
             }
+            // Said once both plans are known to be valid, as `eval` says it.
+            for ((_, scenario), path) in loaded.iter().zip(&args.plan) {
+                if let Some(note) = &scenario.gpu_note {
+                    eprintln!("{note} (--plan {path})");
+                }
+            }
             (
                 estimates[0],
                 estimates[1],

@@ -315,7 +315,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
     if plan.recompute_num_layers > plan.layers_per_chunk() {
         bail!(
-            "--recompute-num-layers {} is more than the {} layers of each model chunk (pp {}, vpp {}); give 1 to {} (the chunk's layers recompute all of them), or pin --recompute full",
+            "--recompute-num-layers {} is more than the {} layers of each model chunk (pp {}, vpp {}); give 1 to {} (the chunk's layers recompute all of them), or drop --recompute-num-layers and pin --recompute full (every layer)",
             plan.recompute_num_layers,
             plan.layers_per_chunk(),
             plan.pp,

@@ -76,36 +76,35 @@ pub(super) fn why_no_valid_plan(
 /// recipes and DeepSeek's own run use 16 stages for its 61 layers.
 const UNEVEN_PP_HINT_DEPTH: u32 = 16;
 
-/// A note when the best shown plan is one the framework's launch configuration cannot carry
-/// (`--emit` would write a later row instead, and says why): the table ranks what tpsim models,
-/// and a user copying row 1 into a launch script should know before `--emit` tells them.
+/// A note when the best shown plan is one the framework's launch configuration cannot carry:
+/// the table ranks what tpsim models, and a user copying row 1 into a launch script should know
+/// before `--emit` tells them. `--emit` then writes the fastest plan it can (and names it) or,
+/// where the configuration cannot describe the model at all, refuses; the note says which.
 fn emit_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) -> Option<String> {
+    use crate::emit::Framework;
     let framework = match scenario.training.framework {
-        TrainingFramework::MegatronCore => crate::emit::Framework::Megatron,
-        TrainingFramework::Deepspeed => crate::emit::Framework::DeepSpeed,
+        TrainingFramework::MegatronCore => Framework::Megatron,
+        TrainingFramework::Deepspeed => Framework::DeepSpeed,
         TrainingFramework::MegatronLm2021 | TrainingFramework::Torchtitan => return None,
     };
-    let (model, training) = (&scenario.model, &scenario.training);
-    let best = shown.first()?;
-    let why = framework.unsupported(model, training, &best.plan)?;
-    let runnable = shown
-        .iter()
-        .enumerate()
-        .find(|(_, e)| framework.unsupported(model, training, &e.plan).is_none());
     let flag = match framework {
-        crate::emit::Framework::DeepSpeed => "deepspeed",
+        Framework::DeepSpeed => "deepspeed",
         _ => "megatron",
     };
-    Some(match runnable {
-        Some((i, e)) => format!(
-            "note: --emit {flag} cannot write #1 ({why}); it writes #{} ({:.2} s per step), the fastest shown row it can",
-            i + 1,
-            e.time.step_s.0
-        ),
-        None => format!(
-            "note: --emit {flag} cannot write #1 ({why}), nor any other shown row; it writes the fastest plan of the search it can, which `--emit {flag}` prints with its step time"
-        ),
-    })
+    let (model, training) = (&scenario.model, &scenario.training);
+    let whole = framework
+        .model_unsupported(model)
+        .or_else(|| framework.optimizer_states_unsupported(training))
+        .or_else(|| framework.moe_routing_unsupported(training));
+    if let Some(why) = whole {
+        return Some(format!(
+            "note: --emit {flag} cannot write this run for any plan ({why})"
+        ));
+    }
+    let why = framework.unsupported(model, training, &shown.first()?.plan)?;
+    Some(format!(
+        "note: --emit {flag} cannot write #1 ({why}); it writes the fastest plan of the search it can, and names it"
+    ))
 }
 
 /// A note when the layers split evenly over no pipeline of 2 to 16 stages (DeepSeek-V3's 61) and

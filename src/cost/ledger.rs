@@ -32,14 +32,13 @@
 //!   parameters are reduced over the DP×CP group; an MoE model's expert parameters over expert-DP
 //!   (Megatron-Core parallel folding, `moe.rs`).
 //!
-//! Counts are per GPU of the stage `evaluate` reports on: TP, CP and EP rows repeat once per layer
-//! of the stage with the most layers and per micro-batch (EP on that stage's average share of MoE
-//! layers, as `evaluate` counts it); DP rows cover the stage with the most parameters. A count
-//! follows `evaluate`'s shares without rounding, so it is fractional where a share is: the MoE
-//! layers of the busiest stage (`moe::busiest_stage_moe_share`: whole on one stage, but a share of
-//! its layers times layers and micro-batches), the recomputed layers (`ParallelPlan::
-//! recompute_share`) and the MLPs `--recompute-modules` runs again; each group's step total is
-//! then exactly `Estimate::comm`'s.
+//! Counts are per GPU of the stage `evaluate` reports on: TP and CP rows repeat once per layer of
+//! the slowest stage (the one whose time sets the step, `cost::slowest_stage_layers`) and per
+//! micro-batch, EP rows once per MoE layer of that stage; DP rows cover the stage with the most
+//! parameters. A count follows `evaluate`'s shares without rounding, so it is fractional where a
+//! share is: the recomputed layers (`ParallelPlan::recompute_share`), the MLPs
+//! `--recompute-modules` runs again, and the TP pairs of MoE layers at the busiest stage's MoE share
+//! (`moe::mlp_tp_pair_share`); each group's step total is then exactly `Estimate::comm`'s.
 
 use serde::Serialize;
 
@@ -329,7 +328,10 @@ pub fn ledger(
     let max_layers = super::pipeline::max_stage_layers(model, plan);
     // Per-layer collectives are counted on the stage whose time sets the step, as `evaluate`'s
     // terms count them.
-    let slowest_layers = super::slowest_stage_layers(model, cluster, training, plan);
+    let super::SlowestStage {
+        layers: slowest_layers,
+        moe_layers: slowest_moe_layers,
+    } = super::slowest_stage_layers(model, cluster, training, plan);
     let mut entries = Vec::new();
     // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
     let ep_speed = moe::ep_dispatch_speed(
@@ -364,7 +366,7 @@ pub fn ledger(
         });
     };
 
-    // TP, per layer per micro-batch, on the stage with the most layers.
+    // TP, per layer per micro-batch, on the slowest stage.
     if plan.tp > 1 {
         let tensor = comm::tp_tensor_bytes(model, training, plan);
         let count = f64::from(slowest_layers) * m;
@@ -641,7 +643,7 @@ pub fn ledger(
     // MoE layers on the busiest stage times micro-batches: how often each token collective runs,
     // on `evaluate`'s average share of MoE layers (fractional where the layers per stage are not a
     // whole number of MoE-pattern periods).
-    let moe_count = moe::busiest_stage_moe_share(model, plan) * f64::from(slowest_layers) * m;
+    let moe_count = f64::from(slowest_moe_layers) * m;
 
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
     let bytes = moe::alltoall_bytes(
@@ -1195,7 +1197,8 @@ mod tests {
         let plan = ParallelPlan::build(request, model, cluster, training).unwrap();
         let e = evaluate(model, cluster, training, &plan);
         let (bytes, time_s) = (e.comm.ep.wire_bytes.0, e.comm.ep.time_s.0);
-        assert!(bytes > 0.0, "{request:?}");
+        // The slowest stage pays its own MoE layers' all-to-alls: none if it holds none.
+        assert_eq!(bytes > 0.0, e.slowest_stage_moe_layers > 0, "{request:?}");
         assert!(close(l.ep_wire_bytes, bytes), "{request:?}");
         assert!(close(l.comm_time_s(GroupKind::Ep), time_s), "{request:?}");
         l
@@ -1232,16 +1235,22 @@ mod tests {
                         zero: 1,
                         ..PlanRequest::default()
                     };
-                    let l = assert_ep_matches(&mixtral, &cluster, &training_of(2 * dp), &request);
-                    if freq == 8 {
-                        // 2 micro-batches × the busiest stage's 1 MoE layer (layers 0, 8, 16
-                        // and 24 are MoE, one on each of stages 0, 4, 8 and 12).
-                        let forward = l
-                            .entries
-                            .iter()
-                            .find(|x| comm_group(x.group) == GroupKind::Ep)
-                            .unwrap();
-                        assert!(close(forward.count, 2.0), "{request:?}");
+                    let training = training_of(2 * dp);
+                    let l = assert_ep_matches(&mixtral, &cluster, &training, &request);
+                    // Whole counts: 2 micro-batches × the slowest stage's own MoE layers (at
+                    // freq 8 layers 0, 8, 16 and 24 are MoE, one on each of stages 0, 4, 8 and
+                    // 12; the last stage, slowest with the output layer, holds none).
+                    let plan =
+                        ParallelPlan::build(&request, &mixtral, &cluster, &training).unwrap();
+                    let slowest =
+                        crate::cost::slowest_stage_layers(&mixtral, &cluster, &training, &plan);
+                    for entry in l
+                        .entries
+                        .iter()
+                        .filter(|x| comm_group(x.group) == GroupKind::Ep)
+                    {
+                        assert_eq!(entry.count.fract(), 0.0, "{request:?}");
+                        assert!(entry.count <= 2.0 * 2.0 * f64::from(slowest.moe_layers) + 1e-9);
                     }
                     checked += 1;
                 }

@@ -133,6 +133,8 @@ pub struct Estimate {
     /// Transformer layers of the stage whose time sets the step: the per-layer communication in
     /// `comm` and the terms is this stage's (with pp 1, every layer).
     pub slowest_stage_layers: u32,
+    /// The MoE layers among them: the ones whose all-to-alls the EP term counts.
+    pub slowest_stage_moe_layers: u32,
 }
 
 impl Estimate {
@@ -200,8 +202,12 @@ pub(crate) struct UnitCosts {
     pub tp: PassComm,
     /// CP ring exchange of one layer.
     pub cp: PassComm,
-    /// EP all-to-alls of the average layer (the MoE layers' share).
+    /// EP all-to-alls of the average layer of the busiest stage (its MoE layers' share,
+    /// `moe_share`); a stage with k MoE layers pays `ep` × k / `moe_share` ([`UnitCosts::ep_layers`]).
     pub ep: PassComm,
+    /// The busiest stage's MoE layer share the average layer is built at
+    /// (`moe::busiest_stage_moe_share`).
+    pub moe_share: f64,
     /// One stage-boundary send of a micro-batch's activations, and what of it is exposed (0
     /// without pipeline parallelism).
     pub pp_send_s: f64,
@@ -561,10 +567,35 @@ pub(crate) fn unit_costs(
         tp,
         cp,
         ep,
+        moe_share,
         pp_send_s,
         pp_send_exposed_s,
         groups,
     }
+}
+
+impl UnitCosts {
+    /// Average layers' worth of `ep` that `moe_layers` MoE layers pay: the all-to-alls are the
+    /// MoE layers' own, so a stage pays for the MoE layers it holds, not for its layer count at
+    /// the busiest stage's share.
+    pub fn ep_layers(&self, moe_layers: u32) -> f64 {
+        if self.moe_share > 0.0 {
+            f64::from(moe_layers) / self.moe_share
+        } else {
+            0.0
+        }
+    }
+}
+
+/// MoE layers of pipeline stage `stage` over all its model chunks, the last stage's MTP layers
+/// included where they are MoE layers (`pipeline::ChunkLayout::stage_mix_with_mtp`).
+pub(crate) fn stage_moe_layers(model: &Model, plan: &ParallelPlan, stage: u32) -> u32 {
+    if model.moe.is_none() {
+        return 0;
+    }
+    pipeline::ChunkLayout::of(model, plan)
+        .stage_mix_with_mtp(model, plan.pp.max(1), stage)
+        .1
 }
 
 /// The pipeline stages' per-micro-batch times as the closed form sees them.
@@ -577,6 +608,8 @@ struct StageTimes {
     slowest_layers: u32,
     /// The mean stage's per-micro-batch time (the bubble's unit).
     mean_total: f64,
+    /// Its MoE layers: the ones whose all-to-alls it pays.
+    slowest_moe_layers: u32,
     /// Transformer layers of the stage that holds the most.
     max_layers: u32,
 }
@@ -593,7 +626,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
     } = *costs;
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
-    let stage_time = |layers: u32, with_output: bool| {
+    let stage_time = |layers: u32, moe_layers: u32, with_output: bool| {
         let n = f64::from(layers);
         let out = if with_output {
             output
@@ -606,32 +639,51 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
             backward: n * (layer.backward + layer.recompute) + out.backward,
             tp: n * tp.exposed_s(),
             cp: n * cp.exposed_s(),
-            ep: n * ep.exposed_s(),
+            ep: costs.ep_layers(moe_layers) * ep.exposed_s(),
             pp: 2.0 * v * pp_send_exposed_s,
         }
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
+    let last_stage = plan.pp.max(1) - 1;
+    let last_moe = stage_moe_layers(model, plan, last_stage);
     if plan.pp == 1 {
-        let only = stage_time(last_layers, true);
+        let only = stage_time(last_layers, last_moe, true);
         return StageTimes {
             slowest: only,
             slowest_layers: last_layers,
+            slowest_moe_layers: last_moe,
             mean_total: only.total(),
             max_layers: last_layers,
         };
     }
-    let first = stage_time(plan.stages.first, false);
-    let last = stage_time(last_layers, true);
-    let middle = stage_time(plan.stages.middle_max, false);
-    let (mut slowest, mut slowest_layers) = (first, plan.stages.first);
-    for (candidate, layers) in [(middle, plan.stages.middle_max), (last, last_layers)] {
+    // The middle stage with the most layers, and of those the most MoE layers.
+    let middle_moe = if plan.pp > 2 && model.moe.is_some() {
+        let layout = pipeline::ChunkLayout::of(model, plan);
+        (1..last_stage)
+            .map(|stage| layout.stage_mix(model, plan.pp, stage))
+            .max()
+            .map_or(0, |(_, moe)| moe)
+    } else {
+        0
+    };
+    let first_moe = stage_moe_layers(model, plan, 0);
+    let first = stage_time(plan.stages.first, first_moe, false);
+    let last = stage_time(last_layers, last_moe, true);
+    let middle = stage_time(plan.stages.middle_max, middle_moe, false);
+    let (mut slowest, mut slowest_layers, mut slowest_moe_layers) =
+        (first, plan.stages.first, first_moe);
+    for (candidate, layers, moe_layers) in [
+        (middle, plan.stages.middle_max, middle_moe),
+        (last, last_layers, last_moe),
+    ] {
         if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
-            (slowest, slowest_layers) = (candidate, layers);
+            (slowest, slowest_layers, slowest_moe_layers) = (candidate, layers, moe_layers);
         }
     }
     StageTimes {
         slowest,
         slowest_layers,
+        slowest_moe_layers,
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
         max_layers: pipeline::max_stage_layers(model, plan),
     }
@@ -644,8 +696,19 @@ pub fn slowest_stage_layers(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
-) -> u32 {
-    stage_times(model, plan, &unit_costs(model, cluster, training, plan)).slowest_layers
+) -> SlowestStage {
+    let times = stage_times(model, plan, &unit_costs(model, cluster, training, plan));
+    SlowestStage {
+        layers: times.slowest_layers,
+        moe_layers: times.slowest_moe_layers,
+    }
+}
+
+/// The transformer layers, and the MoE layers among them, of the stage that sets the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowestStage {
+    pub layers: u32,
+    pub moe_layers: u32,
 }
 
 /// Evaluates one plan.
@@ -661,9 +724,11 @@ pub fn evaluate(
     let StageTimes {
         slowest,
         slowest_layers,
+        slowest_moe_layers,
         mean_total,
         max_layers,
     } = stage_times(model, plan, &costs);
+    let ep_layers_on_slowest = costs.ep_layers(slowest_moe_layers);
     let UnitCosts {
         tp,
         cp,
@@ -680,16 +745,23 @@ pub fn evaluate(
 
     let mut terms = StepTerms::default();
     terms.set(Term::exposed(TermKind::Compute, 0.0, m * slowest.compute));
-    let layer_comm_term = |kind: TermKind, per_layer: &PassComm, hidden_by: HiddenBy| Term {
-        wire_bytes: Bytes(per_layer.wire_bytes * layers_on_slowest * m),
-        time_s: Seconds(per_layer.total_s() * layers_on_slowest * m),
-        exposed_s: Seconds(per_layer.exposed_s() * layers_on_slowest * m),
-        hidden_by: if per_layer.exposed_s() < per_layer.total_s() {
-            hidden_by
+    let layer_comm_term = |kind: TermKind, per_layer: &PassComm, hidden_by: HiddenBy| {
+        let layers = if kind == TermKind::EpComm {
+            ep_layers_on_slowest
         } else {
-            HiddenBy::Nothing
-        },
-        ..Term::new(kind)
+            layers_on_slowest
+        };
+        Term {
+            wire_bytes: Bytes(per_layer.wire_bytes * layers * m),
+            time_s: Seconds(per_layer.total_s() * layers * m),
+            exposed_s: Seconds(per_layer.exposed_s() * layers * m),
+            hidden_by: if per_layer.exposed_s() < per_layer.total_s() {
+                hidden_by
+            } else {
+                HiddenBy::Nothing
+            },
+            ..Term::new(kind)
+        }
     };
     terms.set(layer_comm_term(
         TermKind::TpComm,
@@ -952,6 +1024,7 @@ pub fn evaluate(
             })
         },
         slowest_stage_layers: slowest_layers,
+        slowest_stage_moe_layers: slowest_moe_layers,
     }
 }
 

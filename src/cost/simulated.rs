@@ -94,6 +94,7 @@ pub fn stage_costs(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<StageCost> {
+    let costs = super::unit_costs(model, cluster, training, plan);
     let super::UnitCosts {
         layer,
         output,
@@ -102,11 +103,12 @@ pub fn stage_costs(
         ep,
         pp_send_exposed_s: send,
         ..
-    } = super::unit_costs(model, cluster, training, plan);
+    } = costs;
     // A layer's forward block carries its exposed forward TP and CP communication; its backward
-    // block the backward's (with the recompute forward's, which runs just before it).
-    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s + ep.forward_exposed_s;
-    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s + ep.backward_exposed_s;
+    // block the backward's (with the recompute forward's, which runs just before it). The EP
+    // all-to-alls are the stage's MoE layers' own (`UnitCosts::ep_layers`).
+    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
+    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
@@ -116,14 +118,22 @@ pub fn stage_costs(
         .map(|(s, &n)| {
             // The last stage also runs the MTP layers (`pipeline::last_stage_layers`).
             let n = f64::from(if s == last { n + model.mtp_layers } else { n });
+            let ep_layers = costs.ep_layers(super::stage_moe_layers(model, plan, s as u32));
             let (out_f, out_b) = if s == last {
                 (output.forward, output.backward + output.recompute)
             } else {
                 (0.0, 0.0)
             };
             StageCost {
-                forward_s: (n * (layer.forward + comm_forward) + out_f) / v + send,
-                backward_s: (n * (layer.backward + layer.recompute + comm_backward) + out_b) / v
+                forward_s: (n * (layer.forward + comm_forward)
+                    + ep_layers * ep.forward_exposed_s
+                    + out_f)
+                    / v
+                    + send,
+                backward_s: (n * (layer.backward + layer.recompute + comm_backward)
+                    + ep_layers * ep.backward_exposed_s
+                    + out_b)
+                    / v
                     + send,
             }
         })

@@ -749,11 +749,13 @@ impl<'a> Parsed<'a> {
                 ));
                 (Recompute::None, None)
             }
-            (Recompute::None, None, None) if self.value("recompute-num-layers").is_some() => {
+            (r @ (Recompute::None | Recompute::Selective), None, None)
+                if self.value("recompute-num-layers").is_some() =>
+            {
                 notes.push(
-                    "--recompute-num-layers is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)".to_string(),
+                    "--recompute-num-layers is ignored without --recompute-granularity full (it counts the layers full recompute covers)".to_string(),
                 );
-                (Recompute::None, None)
+                (r, None)
             }
             (r, None, None) => (r, None),
         };

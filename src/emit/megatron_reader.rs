@@ -254,10 +254,16 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let learned_position_embeddings = match p.value("position-embedding-type") {
         None | Some("learned_absolute") => true,
         Some("rope" | "mrope" | "yarn" | "none") => false,
+        Some("relative") => {
+            return Err(MegatronArgsError::Refused {
+                given: "--position-embedding-type relative".into(),
+                why: "relative position buckets are T5's, not a GPT model's; give learned_absolute, rope or none".into(),
+            });
+        }
         Some(other) => {
             return Err(MegatronArgsError::Refused {
                 given: format!("--position-embedding-type {other}"),
-                why: "Megatron-LM takes learned_absolute, rope, mrope, yarn or none; give one of those".into(),
+                why: "Megatron-LM takes learned_absolute, rope, mrope or none (and yarn in recent releases); give one of those".into(),
             });
         }
     };

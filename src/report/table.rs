@@ -711,7 +711,7 @@ pub fn breakdown(e: &Estimate) -> String {
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "communication per GPU per step (a GPU of the slowest stage, whose {} transformer layers set the step; the ledger counts the same):",
+            "communication per GPU per step (TP, CP, EP: a GPU of the slowest stage, whose {} transformer layers set the step; DP: the stage with the most parameters; the ledger counts the same):",
             e.slowest_stage_layers
         );
     } else {
@@ -926,7 +926,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
     if p.ep > 1 || p.etp > 1 {
         let _ = writeln!(
             out,
-            "  EP {}{}: on {} — every MoE layer sends its routed tokens to their experts and back with all-to-alls, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
             p.ep,
             if p.etp > 1 {
                 format!(" x ETP {}", p.etp)
@@ -934,6 +934,14 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
                 String::new()
             },
             e.comm.ep.link.map_or("-", link_name),
+            match (p.ep > 1, p.etp > 1) {
+                (true, true) =>
+                    "sends its routed tokens to their experts and back with all-to-alls, and gathers and reduce-scatters them over the expert-TP ranks",
+                (true, false) =>
+                    "sends its routed tokens to their experts and back with all-to-alls",
+                _ =>
+                    "gathers its routed tokens over the expert-TP ranks and reduce-scatters the experts' outputs",
+            },
             e.comm.ep.wire_bytes.gb(),
             share(t.ep_comm_exposed_s.0)
         );
