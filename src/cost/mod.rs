@@ -656,8 +656,16 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
             max_layers: last_layers,
         };
     }
-    // The middle stage with the most layers, and of those the most MoE layers.
-    let middle_moe = if plan.pp > 2 && model.moe.is_some() {
+    // The middle stage with the most layers, and of those the most MoE layers: all of them when
+    // every layer is MoE, or when the dense prefix ends on the first stage of a pipeline without
+    // interleaving (DeepSeek-V3's three dense layers); else counted stage by stage.
+    let middle_all_moe = model.every_layer_moe()
+        || model.moe.is_some_and(|moe| {
+            moe.layer_freq == 1 && plan.vpp == 1 && moe.first_dense_layers <= plan.stages.first
+        });
+    let middle_moe = if middle_all_moe {
+        plan.stages.middle_max
+    } else if plan.pp > 2 && model.moe.is_some() {
         let layout = pipeline::ChunkLayout::of(model, plan);
         (1..last_stage)
             .map(|stage| layout.stage_mix(model, plan.pp, stage))
