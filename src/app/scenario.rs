@@ -1044,7 +1044,8 @@ pub(super) fn global_batch_advice(
         }
         None => 1,
     };
-    if u64::from(batch) * u64::from(cp) < u64::from(per_node) * u64::from(nodes) {
+    // One node can take the whole model with TP inside it: no pipeline, no replica left idle.
+    if nodes > 1 && u64::from(batch) * u64::from(cp) < u64::from(per_node) * u64::from(nodes) {
         let suggestion = smallest_splittable_batch(
             &s.model,
             &s.cluster,

@@ -144,9 +144,9 @@ pub fn scenario_line(report: &Report) -> String {
     ]
     .join(", ");
     format!(
-        "model {} ({}, {}): {} params, {} layers, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
-         cluster: {} node{} x {} {} = {} GPUs ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} x {} tokens per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
+        "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
+         cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}\n\
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -155,7 +155,7 @@ pub fn scenario_line(report: &Report) -> String {
             "as given"
         },
         format_count(m.params),
-        m.layers,
+        counted(m.layers, "layer"),
         m.hidden,
         m.heads,
         m.ffn_hidden,
@@ -164,7 +164,7 @@ pub fn scenario_line(report: &Report) -> String {
         if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
         c.gpu,
-        c.total_gpus,
+        counted(c.total_gpus, "GPU"),
         gib(c.gpu_memory_bytes as f64),
         tflops(c.peak_flops),
         if c.nvlink_domain_gpus <= c.gpus_per_node {
@@ -178,7 +178,7 @@ pub fn scenario_line(report: &Report) -> String {
             format!("; NVLink across {}-GPU racks", c.nvlink_domain_gpus)
         },
         sequences(t.global_batch),
-        t.seq_len,
+        counted(t.seq_len, "token"),
         t.grad_dtype.as_str(),
         t.optimizer_states.as_str(),
         t.optimizer_states.param_bytes() + t.optimizer_states.optimizer_bytes(),
@@ -416,10 +416,15 @@ pub fn plans_table_fitted(
 
 /// "1 sequence", "1536 sequences".
 pub fn sequences(count: u32) -> String {
+    counted(count, "sequence")
+}
+
+/// `count` `noun`s: "1 layer", "80 layers".
+pub fn counted(count: u32, noun: &str) -> String {
     if count == 1 {
-        "1 sequence".to_string()
+        format!("1 {noun}")
     } else {
-        format!("{count} sequences")
+        format!("{count} {noun}s")
     }
 }
 
