@@ -643,7 +643,14 @@ pub fn ledger(
     // MoE layers on the busiest stage times micro-batches: how often each token collective runs,
     // on `evaluate`'s average share of MoE layers (fractional where the layers per stage are not a
     // whole number of MoE-pattern periods).
-    let moe_count = f64::from(slowest_moe_layers) * m;
+    // `evaluate` builds the all-to-alls' cost at the busiest stage's MoE share: with none there,
+    // it charges none, and the ledger lists what it charges (a known gap: a slower stage's own
+    // MoE layers then go uncounted in both).
+    let moe_count = if moe::busiest_stage_moe_share(model, plan) > 0.0 {
+        f64::from(slowest_moe_layers) * m
+    } else {
+        0.0
+    };
 
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
     let bytes = moe::alltoall_bytes(
