@@ -33,7 +33,7 @@
 //!   (Megatron-Core parallel folding, `moe.rs`).
 //!
 //! Counts are per GPU of the stage `evaluate` reports on: TP and CP rows repeat once per layer of
-//! the slowest stage (the one whose time sets the step, `cost::slowest_stage_layers`) and per
+//! the slowest stage (the one whose time sets the step, `cost::slowest_stage`) and per
 //! micro-batch, EP rows once per MoE layer of that stage; DP rows cover the stage with the most
 //! parameters. A count follows `evaluate`'s shares without rounding, so it is fractional where a
 //! share is: the recomputed layers (`ParallelPlan::recompute_share`), the MLPs
@@ -331,7 +331,7 @@ pub fn ledger(
     let super::SlowestStage {
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
-    } = super::slowest_stage_layers(model, cluster, training, plan);
+    } = super::slowest_stage(model, cluster, training, plan);
     let mut entries = Vec::new();
     // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
     let ep_speed = moe::ep_dispatch_speed(
@@ -1249,8 +1249,7 @@ mod tests {
                     // 12; the last stage, slowest with the output layer, holds none).
                     let plan =
                         ParallelPlan::build(&request, &mixtral, &cluster, &training).unwrap();
-                    let slowest =
-                        crate::cost::slowest_stage_layers(&mixtral, &cluster, &training, &plan);
+                    let slowest = crate::cost::slowest_stage(&mixtral, &cluster, &training, &plan);
                     for entry in l
                         .entries
                         .iter()

@@ -645,7 +645,11 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
     let last_stage = plan.pp.max(1) - 1;
-    let last_moe = stage_moe_layers(model, plan, last_stage);
+    // One layout for every stage's MoE count (dense models need none).
+    let layout = model.moe.map(|_| pipeline::ChunkLayout::of(model, plan));
+    let moe_of =
+        |stage: u32| layout.map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1);
+    let last_moe = moe_of(last_stage);
     if plan.pp == 1 {
         let only = stage_time(last_layers, last_moe, true);
         return StageTimes {
@@ -665,8 +669,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
         });
     let middle_moe = if middle_all_moe {
         plan.stages.middle_max
-    } else if plan.pp > 2 && model.moe.is_some() {
-        let layout = pipeline::ChunkLayout::of(model, plan);
+    } else if let (true, Some(layout)) = (plan.pp > 2, layout) {
         (1..last_stage)
             .map(|stage| layout.stage_mix(model, plan.pp, stage))
             .max()
@@ -674,7 +677,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
     } else {
         0
     };
-    let first_moe = stage_moe_layers(model, plan, 0);
+    let first_moe = moe_of(0);
     let first = stage_time(plan.stages.first, first_moe, false);
     let last = stage_time(last_layers, last_moe, true);
     let middle = stage_time(plan.stages.middle_max, middle_moe, false);
@@ -699,7 +702,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
 
 /// Transformer layers of the stage whose per-micro-batch time sets the step (`evaluate`'s slowest
 /// stage): the layers whose communication the step's terms, and the ledger, count.
-pub fn slowest_stage_layers(
+pub fn slowest_stage(
     model: &Model,
     cluster: &Cluster,
     training: &Training,
