@@ -362,6 +362,12 @@ pub struct TrainingArgs {
     /// norms and element-wise kernels stay bf16. Default: bf16.
     #[arg(long, value_enum)]
     pub precision: Option<PrecisionArg>,
+    /// How --precision fp8 scales its tensors: current (each tensor's own amax, computed before the
+    /// cast: Transformer Engine's Float8CurrentScaling, Megatron-LM --fp8-recipe tensorwise,
+    /// torchao) or delayed (the amax history of earlier steps: Megatron-LM --fp8-recipe delayed,
+    /// NeMo 2's FP8 recipes). Changes the casts' memory traffic. Default: current.
+    #[arg(long, value_enum, value_name = "RECIPE")]
+    pub fp8_scaling: Option<Fp8ScalingArg>,
     /// TP communication overlap (Megatron-Core userbuffers / torchtitan async TP; needs
     /// --sequence-parallel). Default: the framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -419,6 +425,13 @@ pub struct TrainingArgs {
     /// selective recompute as these modules.
     #[arg(long, value_name = "MODULE", num_args = 1..)]
     pub recompute_modules: Option<Vec<String>>,
+}
+
+/// `--fp8-scaling` (`training::Fp8Scaling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fp8ScalingArg {
+    Delayed,
+    Current,
 }
 
 /// `--cp-exchange` (`training::CpExchange`).

@@ -657,6 +657,24 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     None
 }
 
+/// Per-tensor FP8's scaling recipe of a run, from the scripts that ran it:
+/// - NVIDIA's DGX Cloud recipes (dgxc, NeMo 24.09-25.04) and NeMo 24.07's tables ran NeMo 2's
+///   performance scripts, whose `--fp8_recipe` defaults to "ds", per-tensor delayed scaling
+///   (NVIDIA/NeMo `scripts/performance/argument_parser.py`); before current scaling existed, NeMo's
+///   FP8 was delayed scaling only;
+/// - Megatron-Bridge's tables say "FP8-CS" (25.11), current scaling; its 25.09 FP8 rows are taken
+///   as the same recipe: the 25.09 scripts special-case `fp8_recipe == "cs"` for exactly these
+///   runs (`scripts/performance/setup_experiment.py` at a288441), and the 25.09 and 25.11 values of
+///   the same H100 plans agree within 1-3% (Llama 3 70B 1,619 and 1,602 tokens/s per GPU);
+/// - torchtitan's float8 is torchao's tensorwise dynamic scaling, current scaling.
+fn recipe_fp8_scaling(run: &ModernRun) -> crate::training::Fp8Scaling {
+    if run.id.starts_with("dgxc") || run.id.starts_with("nemo-") {
+        crate::training::Fp8Scaling::Delayed
+    } else {
+        crate::training::Fp8Scaling::Current
+    }
+}
+
 /// The framework a run is planned as: torchtitan for torchtitan's and NeMo AutoModel's (FSDP2)
 /// rows, Megatron-Core for the rest.
 fn framework_of(run: &ModernRun) -> TrainingFramework {
@@ -904,6 +922,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
     training.moe_dispatch = recipe_moe_dispatch(run);
+    training.fp8_scaling = recipe_fp8_scaling(run);
     // NeMo AutoModel runs Transformer Engine's attention (its configs' `attn: te`, the tables'
     // "TE"), whose context parallelism is TE's K/V ring, not PyTorch's context_parallel.
     if run.id.starts_with("automodel") {

@@ -318,6 +318,9 @@ pub struct PlanFile {
     /// How context parallelism exchanged K/V (`--cp-exchange`); the framework's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cp_exchange: Option<crate::training::CpExchange>,
+    /// Per-tensor FP8's scaling recipe (`--fp8-scaling`); the framework's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_scaling: Option<crate::training::Fp8Scaling>,
     /// Megatron-Core's selective recompute modules (`--recompute-modules`); the attention core
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

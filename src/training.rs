@@ -311,6 +311,30 @@ impl CpExchange {
     }
 }
 
+/// How per-tensor FP8 finds its scale (`--fp8-scaling`; files and JSON spell it as the command
+/// line does). It changes the cast's traffic (`cost::cast`), not the GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8Scaling {
+    /// The scale of earlier steps' amax history; the cast records this tensor's amax as it goes
+    /// (Transformer Engine's `DelayedScaling`, Megatron-LM `--fp8-recipe delayed`, NeMo 2's
+    /// `bf16_with_fp8_mixed`).
+    Delayed,
+    /// This tensor's own amax, computed before the cast (Transformer Engine's
+    /// `Float8CurrentScaling`, Megatron-LM `--fp8-recipe tensorwise`, Megatron-Bridge's
+    /// `bf16_with_fp8_current_scaling_mixed`; torchao's tensorwise float8).
+    Current,
+}
+
+impl Fp8Scaling {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fp8Scaling::Delayed => "delayed",
+            Fp8Scaling::Current => "current",
+        }
+    }
+}
+
 /// The cross-entropy kernel, which sets how many bytes per b·s·V/t logit element the loss holds at
 /// its peak (the start of the backward, with every activation still saved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,6 +498,29 @@ impl TrainingFramework {
     /// (ZeRO >= 1). Others keep bf16 weights and add the quantized copies.
     pub fn fp8_param_gather(self) -> bool {
         matches!(self, TrainingFramework::MegatronCore)
+    }
+
+    /// The per-tensor FP8 scaling the framework runs unless told otherwise: current scaling for
+    /// Megatron-Core, as tpsim's emitters write it (`--fp8-recipe tensorwise`) and as NVIDIA's
+    /// Megatron-Bridge performance recipes publish their FP8 runs ("FP8-CS"), although
+    /// Megatron-Core's own `TransformerConfig.fp8_recipe` defaults to delayed; torchao's
+    /// tensorwise float8, torchtitan's, has no delayed scaling left (deprecated in torchao 0.9, deleted
+    /// in 0.10: pytorch/ao#1680, #1753).
+    /// DeepSpeed and the 2021 baseline train no FP8 here.
+    pub fn default_fp8_scaling(self) -> Fp8Scaling {
+        Fp8Scaling::Current
+    }
+
+    /// Whether the framework's norm kernel quantizes the norm-fed linears' inputs (QKV, MLP up):
+    /// Megatron-Core's Transformer Engine layer spec builds them as `TELayerNormColumnParallelLinear`
+    /// (`cost::cast`); torchtitan casts with torchao after its own norm.
+    pub fn quantizes_in_the_norm(self) -> bool {
+        matches!(self, TrainingFramework::MegatronCore)
+    }
+
+    /// Whether the framework can run delayed FP8 scaling: not torchtitan (torchao deleted it, pytorch/ao#1753).
+    pub fn runs_delayed_fp8_scaling(self) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan)
     }
 
     /// How context parallelism exchanges K/V in this framework (`CpExchange`).
@@ -779,6 +826,8 @@ pub struct Training {
     pub local_batch: Option<u32>,
     /// How context parallelism exchanges K/V (`--cp-exchange`; the framework's by default).
     pub cp_exchange: CpExchange,
+    /// Per-tensor FP8's scaling recipe (`--fp8-scaling`; the framework's by default).
+    pub fp8_scaling: Fp8Scaling,
     /// What selective recompute recomputes under Megatron-Core when the user lists modules
     /// (`--recompute-modules`); `None`: the framework's own selective kind.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -836,6 +885,7 @@ impl Training {
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         }

@@ -36,6 +36,7 @@ fn training(global_batch: u32) -> Training {
         loss: tpsim::training::LossKernel::VocabParallel,
         local_batch: None,
         cp_exchange: tpsim::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+        fp8_scaling: tpsim::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
         recompute_modules: None,
         fsdp_syncs_once_per_step: false,
     }

@@ -229,21 +229,30 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             }
         }
     };
+    if let (Some(_), Some(recipe)) = (args.training.precision, &args.fp8_recipe) {
+        anyhow::bail!(
+            "--fp8-recipe {recipe} is Megatron-LM's, read with --fp8-format; beside --precision give tpsim's --fp8-scaling current|delayed instead"
+        );
+    }
     let pasted = match args.training.precision {
         Some(_) => None,
         None => pasted_precision(&args, request.zero, &scenario.training)?,
     };
     // Pasted low-precision flags carry the parameter gather with them: without
-    // --fp8-param-gather/--fp4-param-gather the bf16 weights stay the parameters.
-    if let Some(precision) = pasted
-        && precision != crate::plan::Precision::Bf16
+    // --fp8-param-gather/--fp4-param-gather the bf16 weights stay the parameters; and per-tensor
+    // FP8's recipe its scaling.
+    if let Some(pasted) = pasted
+        && pasted.precision != crate::plan::Precision::Bf16
     {
         scenario.training.fp8_param_gather = args.fp8_param_gather || args.fp4_param_gather;
+        if let Some(scaling) = pasted.fp8_scaling {
+            scenario.training.fp8_scaling = scaling;
+        }
     }
     let request = PlanRequest {
         precision: match (args.training.precision, pasted) {
             (Some(_), _) => precision_of_args(&args.training),
-            (None, Some(precision)) => precision,
+            (None, Some(pasted)) => pasted.precision,
             (None, None) => request.precision,
         },
         ..request

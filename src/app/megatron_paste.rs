@@ -207,6 +207,24 @@ fn check_megatron_precision_and_overlap(
     source: &str,
 ) -> Result<()> {
     let framework = framework_of_args(training);
+    if let (Some(given), Some(line)) = (training.fp8_scaling, precision.fp8_scaling) {
+        let given = match given {
+            crate::cli::Fp8ScalingArg::Delayed => crate::training::Fp8Scaling::Delayed,
+            crate::cli::Fp8ScalingArg::Current => crate::training::Fp8Scaling::Current,
+        };
+        if given != line {
+            bail!(
+                "--fp8-scaling {} contradicts {source}, whose --fp8-recipe is {} ({} scaling); drop --fp8-scaling or change the line",
+                given.as_str(),
+                if line == crate::training::Fp8Scaling::Current {
+                    "tensorwise"
+                } else {
+                    "delayed"
+                },
+                line.as_str()
+            );
+        }
+    }
     if training.precision.is_some() {
         let given = precision_of_args(training);
         if given != precision.precision {
@@ -296,6 +314,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         tokens: None,
         local_batch: None,
         cp_exchange: None,
+        fp8_scaling: launch.precision.fp8_scaling,
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
         optimizer_states: Some(launch.optimizer_states),
@@ -384,6 +403,9 @@ pub(super) fn apply_megatron_launch(
     // setting has nothing to act on and keeps the framework's default.
     if launch.precision.precision != Precision::Bf16 {
         scenario.training.fp8_param_gather = launch.precision.param_gather;
+    }
+    if let Some(scaling) = launch.precision.fp8_scaling {
+        scenario.training.fp8_scaling = scaling;
     }
     if launch.global_batch.is_none()
         && training_args.global_batch.is_none()
@@ -583,7 +605,7 @@ pub(super) fn pasted_precision(
     args: &EvalArgs,
     zero: u8,
     training: &Training,
-) -> Result<Option<Precision>> {
+) -> Result<Option<emit::MegatronPrecision>> {
     if args.fp8_format.is_none()
         && args.fp8_recipe.is_none()
         && args.fp4_format.is_none()
@@ -615,7 +637,7 @@ pub(super) fn pasted_precision(
         &args.training,
         "the pasted Megatron-LM arguments",
     )?;
-    Ok(Some(precision.precision))
+    Ok(Some(precision))
 }
 
 /// Megatron-LM's split and recompute arguments pasted on `eval`, checked on the built plan the

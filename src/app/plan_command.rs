@@ -279,6 +279,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             tokens: args.training.tokens.clone(),
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
+            fp8_scaling: Some(scenario.training.fp8_scaling),
             recompute_modules: scenario.training.recompute_modules,
             grad_dtype: Some(scenario.training.grad_dtype),
             optimizer_states: Some(scenario.training.optimizer_states),

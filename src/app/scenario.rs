@@ -1,11 +1,13 @@
 //! From flags (and a plan file) to one validated scenario: model, cluster and training settings.
 //! Every command that evaluates plans starts here.
 
-use crate::cli::{FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
+use crate::cli::{Fp8ScalingArg, FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
 use crate::model::ShapeOverrides;
 use crate::plan::{PlanError, Precision, Recompute};
 use crate::planner::Pins;
-use crate::training::{CpExchange, KernelFusion, Overlap, RecomputeModules, TrainingFramework};
+use crate::training::{
+    CpExchange, Fp8Scaling, KernelFusion, Overlap, RecomputeModules, TrainingFramework,
+};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::calibration_commands;
@@ -629,12 +631,46 @@ pub(super) fn framework_for_emit(
     emit: Option<crate::cli::EmitTarget>,
     training: &mut TrainingArgs,
 ) {
+    // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
+    if emit == Some(crate::cli::EmitTarget::Nemo)
+        && training.precision == Some(PrecisionArg::Fp8)
+        && training.fp8_scaling.is_none()
+    {
+        training.fp8_scaling = Some(Fp8ScalingArg::Delayed);
+        eprintln!(
+            "note: --emit nemo plans fp8 as NeMo 1.x runs it, with delayed scaling; give --fp8-scaling to choose"
+        );
+    }
     if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
         training.framework = Some(FrameworkArg::Deepspeed);
         eprintln!(
             "note: --emit deepspeed plans as --framework deepspeed runs it (no context parallelism, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
         );
     }
+}
+
+/// Per-tensor FP8's scaling: `--fp8-scaling`, else the saved plan's, else the framework's. Delayed
+/// scaling under torchtitan is refused (torchao deleted it, pytorch/ao#1753).
+fn fp8_scaling_of(
+    framework: TrainingFramework,
+    args: &TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<Fp8Scaling> {
+    let (scaling, from) = match args.fp8_scaling {
+        Some(Fp8ScalingArg::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
+        Some(Fp8ScalingArg::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
+        None => match saved.and_then(|f| f.fp8_scaling) {
+            Some(s) => (s, "the plan file's fp8_scaling: delayed"),
+            None => (framework.default_fp8_scaling(), ""),
+        },
+    };
+    if scaling == Fp8Scaling::Delayed && !framework.runs_delayed_fp8_scaling() {
+        bail!(
+            "{from} with --framework {}: torchao, torchtitan's float8, has only current (tensorwise) scaling since it deleted delayed scaling (pytorch/ao#1753); use --fp8-scaling current or --framework megatron-core",
+            framework.as_str()
+        );
+    }
+    Ok(scaling)
 }
 
 /// The GEMM precision `--precision` names (default bf16).
@@ -833,8 +869,10 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
+    let fp8_scaling = fp8_scaling_of(framework, training_args, saved)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let training = Training {
+        fp8_scaling,
         local_batch,
         cp_exchange,
         recompute_modules,

@@ -246,6 +246,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         };

@@ -139,6 +139,60 @@ pub fn tp_tensor_bytes(model: &Model, training: &Training, plan: &ParallelPlan) 
         * ACTIVATION_BYTES
 }
 
+/// What a sequence-parallel all-gather carries per byte of the bf16 activation it would carry in
+/// bf16 training: low-precision training gathers quantized copies. Transformer Engine quantizes a
+/// column-parallel linear's sequence shard and all-gathers the row-wise copy in the forward
+/// (`layernorm_linear.py`/`linear.py`, `gather_along_first_dim(..., quantizer=...)`), the
+/// column-wise copy again for the weight gradient, and in the backward of a row-parallel linear
+/// the quantized output gradient with both copies (`base.py` `grad_output_preprocess`; per-tensor
+/// FP8 gathers the row-wise copy only and transposes after, `distributed.py` `_all_gather_fp8`,
+/// `_all_gather_mxfp8`); torchao's float8 TP classes do the same for tensorwise FP8
+/// (`Float8ColwiseParallel` casts before its gather, `Float8RowwiseParallel` casts the output
+/// gradient before the backward's gather). The reduce-scatters stay bf16 (their inputs are GEMM
+/// outputs). 1 everywhere for bf16, without sequence parallelism, and where the framework gathers
+/// in bf16 (torchtitan's block-scaled formats are not established here).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpGatherScale {
+    /// The forward's all-gather of a column-parallel input.
+    pub forward: f64,
+    /// The backward's all-gather of a row-parallel linear's output gradient.
+    pub grad: f64,
+    /// The backward's all-gather of a column-parallel input again, for its weight gradient.
+    pub regather: f64,
+}
+
+impl SpGatherScale {
+    pub const BF16: SpGatherScale = SpGatherScale {
+        forward: 1.0,
+        grad: 1.0,
+        regather: 1.0,
+    };
+}
+
+pub fn sp_gather_scale(training: &Training, plan: &ParallelPlan) -> SpGatherScale {
+    use crate::plan::Precision;
+    use crate::training::TrainingFramework;
+    if !plan.sequence_parallel || plan.tp <= 1 {
+        return SpGatherScale::BF16;
+    }
+    let operand = super::cast::operand_bytes(plan.precision) / ACTIVATION_BYTES;
+    match (training.framework, plan.precision) {
+        (_, Precision::Bf16) => SpGatherScale::BF16,
+        (TrainingFramework::MegatronCore, Precision::Fp8)
+        | (TrainingFramework::Torchtitan, Precision::Fp8) => SpGatherScale {
+            forward: operand,
+            grad: operand,
+            regather: operand,
+        },
+        (TrainingFramework::MegatronCore, Precision::Mxfp8 | Precision::Nvfp4) => SpGatherScale {
+            forward: operand,
+            grad: 2.0 * operand,
+            regather: operand,
+        },
+        _ => SpGatherScale::BF16,
+    }
+}
+
 /// Bytes a stage boundary carries per micro-batch per direction: b·s·h activations, divided by t
 /// when each TP rank sends its share: with sequence parallelism the tensor is already split over
 /// the sequence (Megatron-Core `get_tensor_shapes`: `seq_length // tp` under SP; torchtitan's

@@ -9,7 +9,9 @@
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{Precision, Recompute};
-use crate::training::{AttentionKernel, KernelFusion, SelectiveRecompute};
+use crate::training::{AttentionKernel, Fp8Scaling, KernelFusion, SelectiveRecompute};
+
+use super::cast::{self, CastSetting, LinearInput};
 use crate::units::Seconds;
 
 /// Bytes per element of GEMM operands and activations (bf16).
@@ -72,6 +74,10 @@ pub struct LayerShard {
     pub attention_efficiency: f64,
     /// Fused or eager element-wise kernels.
     pub kernel_fusion: KernelFusion,
+    /// Per-tensor FP8's scaling recipe (`cost::cast`).
+    pub fp8_scaling: Fp8Scaling,
+    /// Whether the norm kernel quantizes the norm-fed linears' inputs (Transformer Engine).
+    pub quantizes_in_the_norm: bool,
 }
 
 /// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
@@ -358,44 +364,10 @@ pub fn layer_time(
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
+            fp8_scaling: Fp8Scaling::Current,
+            quantizes_in_the_norm: false,
         },
     )
-}
-
-/// Bytes per element of a GEMM operand in `precision` (the scales of the microscaling formats
-/// add one byte per 32 or 16 elements: OCP MX v1.0 §5, NVIDIA NVFP4).
-fn operand_bytes(precision: Precision) -> f64 {
-    match precision {
-        Precision::Bf16 => ELEMENT_BYTES,
-        Precision::Fp8 => 1.0,
-        Precision::Mxfp8 => 1.0 + 1.0 / 32.0,
-        Precision::Nvfp4 => 0.5 + 1.0 / 16.0,
-    }
-}
-
-/// HBM bytes Transformer Engine moves per element of a low-precision GEMM's activation input before
-/// the GEMM: it reads the bf16 input (2 bytes) and writes the copies the forward GEMM and the
-/// weight-gradient GEMM read — the same copies `memory.rs` keeps of the weights (0 in bf16):
-/// - per-tensor FP8 on Hopper: the FP8 copy and its transpose (TE's fused `cast_transpose`), 2 + 1 + 1;
-/// - per-tensor FP8 on Blackwell, whose tensor cores read an FP8 tensor column-wise natively
-///   (TE `is_non_tn_fp8_gemm_supported()` on SM 10.x): the one copy, 2 + 1;
-/// - MXFP8: row-wise and column-wise 32-element blocks, each with its E8M0 scale (TE
-///   `MXFP8Quantizer` with both usages, OCP MX v1.0 §5): 2 + 2 × (1 + 1/32);
-/// - NVFP4: the same two copies at 4 bits with a scale per 16: 2 + 2 × (0.5 + 1/16).
-///
-/// The dense layers and the MoE experts both charge it; the backward pays twice the forward's
-/// element-wise traffic, which covers the gradient's own copies.
-pub(crate) fn cast_bytes_per_input_element(
-    precision: Precision,
-    gpu: &crate::cluster::GpuProfile,
-) -> f64 {
-    let read = ELEMENT_BYTES;
-    match precision {
-        Precision::Bf16 => 0.0,
-        Precision::Fp8 if gpu.microscaling => read + 1.0,
-        Precision::Fp8 => read + 2.0,
-        Precision::Mxfp8 | Precision::Nvfp4 => read + 2.0 * operand_bytes(precision),
-    }
 }
 
 /// Time of a linear-layer GEMM at `precision`, cut into `chunks` pieces along its rows: the roofline
@@ -417,7 +389,7 @@ pub(crate) fn linear_gemm_time(
     }
     let gpu = &cluster.gpu;
     let compute = piece.flops() / gpu.linear_gemm_flops(precision).0;
-    let operands = operand_bytes(precision) * (piece.m * piece.k + piece.k * piece.n)
+    let operands = cast::operand_bytes(precision) * (piece.m * piece.k + piece.k * piece.n)
         + ELEMENT_BYTES * piece.m * piece.n;
     let memory = operands * piece.batch / gpu.achieved_hbm_bandwidth().0;
     pieces * compute.max(memory)
@@ -445,6 +417,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         gemm_chunks,
         attention_efficiency,
         kernel_fusion,
+        fp8_scaling,
+        quantizes_in_the_norm,
     } = *shard;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
@@ -486,8 +460,23 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         mlp_inside += tokens * mlp_side;
     }
     let scores = scores * f64::from(cp);
-    let cast_bytes = cast_bytes_per_input_element(precision, &cluster.gpu)
-        * linear.iter().map(|g| g.m * g.k).sum::<f64>();
+    // The low-precision casts of the four linear inputs (`cost::cast`): the norm-fed QKV and MLP up
+    // quantize their sequence shard under sequence parallelism; the MLP's are the dense MLP's, which
+    // an MoE layer replaces with its own (`moe::moe_mlp_time`).
+    let setting = CastSetting {
+        precision,
+        fp8_scaling,
+        quantizes_in_the_norm,
+    };
+    let gathered_from = if sp { tp } else { 1 };
+    let cast_of = |gemm: &Gemm, input: LinearInput, gathered: u32| {
+        cast::input_cast_bytes(setting, &cluster.gpu, input, gathered) * gemm.m * gemm.k
+    };
+    let mlp_cast_bytes = cast_of(&gemms[4], LinearInput::NormOutput, gathered_from)
+        + cast_of(&gemms[5], LinearInput::Other, 1);
+    let cast_bytes = cast_of(&gemms[0], LinearInput::NormOutput, gathered_from)
+        + cast_of(&gemms[3], LinearInput::Other, 1)
+        + mlp_cast_bytes;
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;
@@ -552,7 +541,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
-        mlp_forward: (mlp_gemms + mlp_inside / t / bandwidth) / gpu.framework_efficiency,
+        mlp_forward: (mlp_gemms + (mlp_inside / t + mlp_cast_bytes) / bandwidth)
+            / gpu.framework_efficiency,
     }
 }
 
@@ -693,6 +683,8 @@ mod tests {
                     gemm_chunks: 1,
                     attention_efficiency: cluster.gpu.gemm_efficiency,
                     kernel_fusion: KernelFusion::Eager,
+                    fp8_scaling: Fp8Scaling::Current,
+                    quantizes_in_the_norm: false,
                 },
             )
         };
@@ -738,6 +730,8 @@ mod tests {
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion,
+            fp8_scaling: Fp8Scaling::Current,
+            quantizes_in_the_norm: false,
         };
         let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused));
         let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager));
@@ -785,6 +779,8 @@ mod tests {
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
+            fp8_scaling: Fp8Scaling::Current,
+            quantizes_in_the_norm: false,
         };
         let sac = layer_time_sharded(
             &m,

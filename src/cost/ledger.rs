@@ -416,6 +416,16 @@ pub fn ledger(
         // The MLP side's collectives run on the layers whose MLP has them (`moe::
         // mlp_tp_pair_share`: Megatron-Core's MoE layers without shared experts have none).
         let mlp_share = moe::mlp_tp_pair_share(model, training, plan);
+        // Low-precision training all-gathers quantized copies under sequence parallelism
+        // (`comm::sp_gather_scale`); the reduce-scatters carry bf16.
+        let gather_scale = comm::sp_gather_scale(training, plan);
+        let forward_tensor = |op: Op| {
+            if op == Op::AllGather {
+                gather_scale.forward * tensor
+            } else {
+                tensor
+            }
+        };
         let mut forward_pair = |pass: Pass| {
             let count = match (pass, plan.recompute) {
                 (Pass::Recompute, Recompute::Full) => recomputed(count, plan),
@@ -430,7 +440,16 @@ pub fn ledger(
                     continue;
                 }
                 if count > 0.0 {
-                    push(GroupKind::Tp, op, pass, site, scope, count, t, tensor);
+                    push(
+                        GroupKind::Tp,
+                        op,
+                        pass,
+                        site,
+                        scope,
+                        count,
+                        t,
+                        forward_tensor(op),
+                    );
                 }
             }
         };
@@ -456,7 +475,7 @@ pub fn ledger(
                         scope,
                         mlp_count,
                         t,
-                        tensor,
+                        forward_tensor(op),
                     );
                 }
             }
@@ -468,26 +487,30 @@ pub fn ledger(
             count
         };
         if plan.sequence_parallel {
-            for (op, site, count) in [
+            for (op, site, count, scale) in [
                 (
                     Op::ReduceScatter,
                     "attention QKV input gradient (conjugate of the all-gather)",
                     count,
+                    1.0,
                 ),
                 (
                     Op::AllGather,
                     "attention output gradient (conjugate of the reduce-scatter)",
                     count,
+                    gather_scale.grad,
                 ),
                 (
                     Op::ReduceScatter,
                     "MLP first GEMM input gradient (conjugate of the all-gather)",
                     mlp_count,
+                    1.0,
                 ),
                 (
                     Op::AllGather,
                     "MLP output gradient (conjugate of the reduce-scatter)",
                     mlp_count,
+                    gather_scale.grad,
                 ),
                 // Megatron re-gathers the column-parallel inputs it kept as sequence shards, for
                 // the weight gradients (`regathers` in `cost::unit_costs`); torchtitan kept them.
@@ -495,11 +518,13 @@ pub fn ledger(
                     Op::AllGather,
                     "attention QKV input again, for its weight gradient (the forward kept the sequence shard)",
                     regather_count,
+                    gather_scale.regather,
                 ),
                 (
                     Op::AllGather,
                     "MLP first GEMM input again, for its weight gradient (the forward kept the sequence shard)",
                     regather_count * mlp_share,
+                    gather_scale.regather,
                 ),
             ] {
                 if count > 0.0 {
@@ -511,7 +536,7 @@ pub fn ledger(
                         scope,
                         count,
                         t,
-                        tensor,
+                        scale * tensor,
                     );
                 }
             }
@@ -1015,6 +1040,7 @@ mod tests {
             loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         }
@@ -1649,6 +1675,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         };
@@ -1686,5 +1713,75 @@ mod tests {
         assert_eq!(sp.entries.len(), 14);
         assert!(sp.entries.iter().all(|e| e.op != Op::AllReduce));
         assert!(close(sp.tp_wire_bytes, l.tp_wire_bytes * 14.0 / 12.0));
+    }
+    #[test]
+    fn low_precision_sequence_parallelism_gathers_quantized_copies() {
+        // Llama-shaped 20B, tp 8 with sequence parallelism, full recompute, Megatron-Core: every
+        // all-gather carries the quantized copy (FP8: half the bf16 bytes; MXFP8 on Blackwell: the
+        // row-wise copy forward and for the weight gradient, both copies of the output gradient),
+        // every reduce-scatter bf16; the ledger and the estimate agree row by row.
+        let model = derive_shape(20e9, 2048).unwrap();
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            2048,
+            8,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = |precision| PlanRequest {
+            tp: 8,
+            dp: 1,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            precision,
+            ..PlanRequest::default()
+        };
+        let gathers = |gpu: &str, precision| {
+            let cluster = Cluster {
+                gpu: specs::load_gpu(gpu).unwrap(),
+                nodes: 1,
+                gpus_per_node: 8,
+            };
+            let l =
+                assert_ledger_matches_estimate(&model, &cluster, &training, &request(precision));
+            let bf16 = ledger(
+                &model,
+                &cluster,
+                &training,
+                &ParallelPlan::build(&request(Precision::Bf16), &model, &cluster, &training)
+                    .unwrap(),
+            );
+            // Rows pair up in order: same site, same count; bytes per row over bf16's.
+            assert_eq!(l.entries.len(), bf16.entries.len());
+            l.entries
+                .iter()
+                .zip(&bf16.entries)
+                .map(|(low, high)| {
+                    assert_eq!(
+                        (low.op, low.pass, low.site),
+                        (high.op, high.pass, high.site)
+                    );
+                    (
+                        low.op,
+                        low.pass,
+                        low.site,
+                        low.tensor_bytes / high.tensor_bytes,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        for (op, pass, site, ratio) in gathers("h100-sxm-80g", Precision::Fp8) {
+            let want = if op == Op::AllGather { 0.5 } else { 1.0 };
+            assert!(close(ratio, want), "{pass:?} {site}: {ratio}");
+        }
+        let mx = 1.0 + 1.0 / 32.0;
+        for (op, pass, site, ratio) in gathers("b200-sxm-180g", Precision::Mxfp8) {
+            let want = match (op, pass) {
+                (Op::AllGather, Pass::Backward) if site.contains("output gradient") => mx,
+                (Op::AllGather, _) => mx / 2.0,
+                _ => 1.0,
+            };
+            assert!(close(ratio, want), "{pass:?} {site}: {ratio}");
+        }
     }
 }

@@ -21,6 +21,7 @@
 //! - Hidden communication still costs 15% of its time ([`OVERLAP_COMPUTE_PENALTY`]).
 //! - The optimizer step runs after all of that.
 
+pub mod cast;
 pub mod comm;
 pub mod compute;
 pub mod groups;
@@ -287,6 +288,8 @@ pub(crate) fn unit_costs(
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
             attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
             kernel_fusion: training.kernel_fusion,
+            fp8_scaling: training.fp8_scaling,
+            quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
         },
     );
     let recompute_share = plan.recompute_share();
@@ -306,6 +309,7 @@ pub(crate) fn unit_costs(
             routed_load,
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
+            cast::CastSetting::of(training, plan),
         )
     } else {
         moe::MoeMlpTime::default()
@@ -372,7 +376,21 @@ pub(crate) fn unit_costs(
             layer.backward += pair * (1.0 + tp_recompute_share);
         }
     }
-    let recompute_pair = 2.0 * one * tp_recompute_share;
+    // A forward pair and a backward pair in one all-reduce's time; under sequence parallelism
+    // with low-precision training the all-gathers carry the quantized copies
+    // (`comm::sp_gather_scale`), the reduce-scatters bf16.
+    let gather_scale = comm::sp_gather_scale(training, plan);
+    let gather_and_scatter = |gather_scale: f64| {
+        if gather_scale == 1.0 {
+            one
+        } else {
+            Collective::AllGather.time(gather_scale * tp_tensor, plan.tp, tp_group.speed)
+                + Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
+        }
+    };
+    let forward_one = gather_and_scatter(gather_scale.forward);
+    let backward_one = gather_and_scatter(gather_scale.grad);
+    let recompute_pair = 2.0 * forward_one * tp_recompute_share;
     // Megatron's column-parallel linears under sequence parallelism keep only the sequence shard
     // of their input and all-gather it again in the backward for the weight gradient, issued
     // before the dgrad GEMM and waited after it (Megatron-Core `tensor_parallel/layers.py`
@@ -382,14 +400,18 @@ pub(crate) fn unit_costs(
     // instead (`TrainingFramework::sp_keeps_gathered_inputs`, counted in memory).
     let regathers = sp_regathers_in_backward(training, plan);
     let regather_s = if regathers {
-        pairs * Collective::AllGather.time(tp_tensor, plan.tp, tp_group.speed)
+        pairs
+            * Collective::AllGather.time(gather_scale.regather * tp_tensor, plan.tp, tp_group.speed)
     } else {
         0.0
     };
     // Without userbuffers the re-gather still hides under its own dgrad GEMMs (async in both paths).
     let regather_exposed_s = exposed_under(regather_s, layer.column_gemm_forward);
     let tp = if plan.tp > 1 {
-        let (forward_s, backward_s) = (pairs * one, pairs * one + recompute_pair + regather_s);
+        let (forward_s, backward_s) = (
+            pairs * forward_one,
+            pairs * backward_one + recompute_pair + regather_s,
+        );
         let (forward_exposed_s, backward_exposed_s) = if tp_overlap {
             // Forward collectives under the forward linear GEMMs; backward ones under the dgrad and
             // wgrad GEMMs (twice the forward FLOPs), the recompute pair under its own forward —
@@ -397,36 +419,45 @@ pub(crate) fn unit_costs(
             // does not (torchtitan), the recompute pair runs in the backward and stays exposed.
             let recompute_exposed = if overlap_reaches_backward {
                 2.0 * tp_recompute_share / pairs
-                    * exposed_under(pairs * one, layer.linear_gemm_forward)
+                    * exposed_under(pairs * forward_one, layer.linear_gemm_forward)
             } else {
                 recompute_pair
             };
             let backward_exposed_s = if overlap_reaches_backward {
-                exposed_under(pairs * one + regather_s, 2.0 * layer.linear_gemm_forward)
+                exposed_under(
+                    pairs * backward_one + regather_s,
+                    2.0 * layer.linear_gemm_forward,
+                )
             } else {
-                pairs * one + regather_exposed_s
+                pairs * backward_one + regather_exposed_s
             };
             (
-                exposed_under(pairs * one, layer.linear_gemm_forward),
+                exposed_under(pairs * forward_one, layer.linear_gemm_forward),
                 backward_exposed_s + recompute_exposed,
             )
         } else {
             // Synchronous collectives, but for the re-gather under its dgrad GEMM.
-            (forward_s, pairs * one + recompute_pair + regather_exposed_s)
+            (
+                forward_s,
+                pairs * backward_one + recompute_pair + regather_exposed_s,
+            )
         };
+        let gather_wire = Collective::AllGather.wire_factor(plan.tp) * tp_tensor;
         let regather_wire = if regathers {
-            pairs * Collective::AllGather.wire_factor(plan.tp) * tp_tensor
+            pairs * gather_scale.regather * gather_wire
         } else {
             0.0
         };
+        // An all-gather and a reduce-scatter per forward pair (each half an all-reduce's wire).
+        let forward_wire = (gather_scale.forward + 1.0) * gather_wire;
+        let backward_wire = (1.0 + gather_scale.grad) * gather_wire;
         PassComm {
             forward_s,
             backward_s,
             forward_exposed_s,
             backward_exposed_s,
-            wire_bytes: (2.0 * pairs + 2.0 * tp_recompute_share)
-                * Collective::AllReduce.wire_factor(plan.tp)
-                * tp_tensor
+            wire_bytes: (pairs + 2.0 * tp_recompute_share) * forward_wire
+                + pairs * backward_wire
                 + regather_wire,
         }
     } else {
@@ -1087,6 +1118,8 @@ mod tests {
                     gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },
                     attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
                     kernel_fusion: training.kernel_fusion,
+                    fp8_scaling: training.fp8_scaling,
+                    quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
                 },
             );
             (

@@ -19,8 +19,9 @@
 //! experts, times the routing imbalance for the busiest GPU): few tokens per expert put the GEMMs on
 //! the memory roof (the expert weights are read for a handful of rows).
 
+use super::cast::{self, CastSetting, LinearInput};
 use super::comm::ACTIVATION_BYTES;
-use super::compute::{Gemm, cast_bytes_per_input_element, linear_gemm_time};
+use super::compute::{Gemm, linear_gemm_time};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
@@ -176,7 +177,7 @@ pub fn busiest_stage_moe_share(model: &Model, plan: &ParallelPlan) -> f64 {
 /// inside the same FP8 autocast as the dense linears, which is why FP8 MoE training pads each
 /// expert's tokens to the FP8 GEMM alignment (`--moe-router-padding-for-fp8`, Megatron-Core
 /// moe/README.md "FP8 Training"). Their inputs pay the same cast traffic as the dense linears
-/// (`compute::cast_bytes_per_input_element`). The router stays in bf16 (its GEMM is not a TE linear).
+/// (`cost::cast`). The router stays in bf16 (its GEMM is not a TE linear).
 pub fn moe_mlp_forward_s(
     model: &Model,
     cluster: &Cluster,
@@ -184,8 +185,9 @@ pub fn moe_mlp_forward_s(
     seq_len: u32,
     imbalance: f64,
     dispatcher: MoeDispatcher,
+    cast: CastSetting,
 ) -> f64 {
-    moe_mlp_time(model, cluster, plan, seq_len, imbalance, dispatcher).forward_s
+    moe_mlp_time(model, cluster, plan, seq_len, imbalance, dispatcher, cast).forward_s
 }
 
 /// One MoE layer's MLP part on one GPU for one micro-batch, forward and backward.
@@ -207,6 +209,7 @@ pub fn moe_mlp_time(
     seq_len: u32,
     imbalance: f64,
     dispatcher: MoeDispatcher,
+    cast: CastSetting,
 ) -> MoeMlpTime {
     let Some(moe) = model.moe else {
         return MoeMlpTime::default();
@@ -241,10 +244,18 @@ pub fn moe_mlp_time(
         n: experts,
         batch: 1.0,
     };
-    let mut cast_elements = up.m * up.k * up.batch + down.m * down.k * down.batch;
+    // Expert inputs are dispatched tokens and activations, cast whole (`cost::cast`); the shared
+    // expert's up projection is a column-parallel linear that quantizes its sequence shard under
+    // sequence parallelism.
+    let cast_per_element =
+        |gathered: u32| cast::input_cast_bytes(cast, &cluster.gpu, LinearInput::Other, gathered);
+    let mut cast_bytes =
+        cast_per_element(1) * (up.m * up.k * up.batch + down.m * down.k * down.batch);
     let shared = match shared_expert_gemms(model, plan, seq_len) {
         Some([shared_up, shared_down]) => {
-            cast_elements += shared_up.m * shared_up.k + shared_down.m * shared_down.k;
+            let gathered = if plan.sequence_parallel { plan.tp } else { 1 };
+            cast_bytes += cast_per_element(gathered) * shared_up.m * shared_up.k
+                + cast_per_element(1) * shared_down.m * shared_down.k;
             linear(&shared_up) + linear(&shared_down)
         }
         None => 0.0,
@@ -254,7 +265,6 @@ pub fn moe_mlp_time(
     let permute_bytes = permutation_bytes(model, plan, seq_len, imbalance, dispatcher);
     let activation_bytes =
         routed * (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp * ACTIVATION_BYTES;
-    let cast_bytes = cast_bytes_per_input_element(precision, &cluster.gpu) * cast_elements;
     let gpu = &cluster.gpu;
     let bandwidth = gpu.achieved_hbm_bandwidth().0;
     let permute_s = permute_bytes / bandwidth / gpu.framework_efficiency;
@@ -1212,7 +1222,15 @@ mod tests {
                 ..PlanRequest::default()
             };
             let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-            moe_mlp_forward_s(&model, &cluster, &plan, 8192, 1.0, MoeDispatcher::Alltoall)
+            moe_mlp_forward_s(
+                &model,
+                &cluster,
+                &plan,
+                8192,
+                1.0,
+                MoeDispatcher::Alltoall,
+                CastSetting::of(&training, &plan),
+            )
         };
         let (bf16, fp8) = (time(Precision::Bf16), time(Precision::Fp8));
         let gpu = &cluster.gpu;
@@ -1335,7 +1353,15 @@ mod tests {
             ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-        let t = moe_mlp_time(&model, &cluster, &plan, 4096, 1.0, MoeDispatcher::Alltoall);
+        let t = moe_mlp_time(
+            &model,
+            &cluster,
+            &plan,
+            4096,
+            1.0,
+            MoeDispatcher::Alltoall,
+            CastSetting::BF16,
+        );
         let gpu = &cluster.gpu;
         let permute_s = permutation_bytes(&model, &plan, 4096, 1.0, MoeDispatcher::Alltoall)
             / gpu.achieved_hbm_bandwidth().0

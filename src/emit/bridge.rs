@@ -132,7 +132,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
     // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
     // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.
-    let (format, recipe) = megatron_precision_args(plan.precision);
+    let (format, recipe) = megatron_precision_args(plan.precision, training.fp8_scaling);
     let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
     let fp4 = plan.precision == Precision::Nvfp4;
     let gather = plan.precision != Precision::Bf16 && training.fp8_param_gather;

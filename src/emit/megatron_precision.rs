@@ -4,7 +4,7 @@
 
 use super::megatron_args::{MegatronArgsError, Parsed};
 use crate::plan::Precision;
-use crate::training::Overlap;
+use crate::training::{Fp8Scaling, Overlap};
 
 /// A precision and whether the low-precision weights are the parameters that the data-parallel
 /// all-gather moves (`--fp8-param-gather` / `--fp4-param-gather`).
@@ -12,6 +12,9 @@ use crate::training::Overlap;
 pub struct MegatronPrecision {
     pub precision: Precision,
     pub param_gather: bool,
+    /// Per-tensor FP8's scaling: `--fp8-recipe tensorwise` is current scaling, `delayed` (the
+    /// default) delayed; `None` for the other formats.
+    pub fp8_scaling: Option<Fp8Scaling>,
 }
 
 /// Megatron-LM's Transformer Engine precision arguments, as given.
@@ -55,7 +58,7 @@ pub fn megatron_precision(
             fix: "Megatron-LM refuses FP8 and FP4 together; keep one",
         });
     }
-    let (precision, param_gather) = match (fp8_format, fp4_format) {
+    let (precision, param_gather, fp8_scaling) = match (fp8_format, fp4_format) {
         (Some(format), None) => {
             if format != "e4m3" && format != "hybrid" {
                 return Err(MegatronArgsError::BadChoice {
@@ -64,10 +67,11 @@ pub fn megatron_precision(
                     valid: "e4m3, hybrid",
                 });
             }
-            let precision = match fp8_recipe.unwrap_or("delayed") {
-                // Per-tensor scaling, delayed or current: tpsim's fp8.
-                "tensorwise" | "delayed" => Precision::Fp8,
-                "mxfp8" => Precision::Mxfp8,
+            let (precision, scaling) = match fp8_recipe.unwrap_or("delayed") {
+                // Per-tensor scaling, current or delayed: tpsim's fp8 with its --fp8-scaling.
+                "tensorwise" => (Precision::Fp8, Some(Fp8Scaling::Current)),
+                "delayed" => (Precision::Fp8, Some(Fp8Scaling::Delayed)),
+                "mxfp8" => (Precision::Mxfp8, None),
                 v @ ("blockwise" | "custom") => {
                     return Err(not_modelled(
                         format!("--fp8-recipe {v}"),
@@ -82,7 +86,7 @@ pub fn megatron_precision(
                     });
                 }
             };
-            (precision, fp8_param_gather)
+            (precision, fp8_param_gather, scaling)
         }
         (None, Some(format)) => {
             if format != "e2m1" {
@@ -115,7 +119,7 @@ pub fn megatron_precision(
                     fix: "FP4 weights are gathered with --fp4-param-gather; use that",
                 });
             }
-            (Precision::Nvfp4, fp4_param_gather)
+            (Precision::Nvfp4, fp4_param_gather, None)
         }
         (None, None) => {
             for (recipe, flag, format) in [
@@ -138,7 +142,7 @@ pub fn megatron_precision(
                     why: "Megatron-LM keeps low-precision parameters only while training in that precision; add the format or drop the flag".into(),
                 });
             }
-            (Precision::Bf16, false)
+            (Precision::Bf16, false, None)
         }
         (Some(_), Some(_)) => unreachable!("refused above"),
     };
@@ -155,6 +159,7 @@ pub fn megatron_precision(
     Ok(MegatronPrecision {
         precision,
         param_gather,
+        fp8_scaling,
     })
 }
 

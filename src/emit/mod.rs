@@ -272,6 +272,17 @@ impl Framework {
             ),
             // NeMo 1.x's megatron_gpt_config.yaml has `fp8`/`fp8_hybrid`/`fp8_params` (per-tensor
             // delayed scaling) and no MXFP8 or NVFP4 recipe.
+            // ... and its FP8 is delayed scaling (Transformer Engine's DelayedScaling with the
+            // config's amax history): current scaling has no NeMo 1.x setting.
+            Framework::Nemo
+                if plan.precision == Precision::Fp8
+                    && training.fp8_scaling == crate::training::Fp8Scaling::Current =>
+            {
+                Some(
+                    "FP8 current scaling has no NeMo 1.x setting (its fp8 is delayed scaling); use --fp8-scaling delayed, or --emit megatron-bridge or --emit megatron"
+                        .into(),
+                )
+            }
             Framework::Nemo if matches!(plan.precision, Precision::Mxfp8 | Precision::Nvfp4) => {
                 Some(format!(
                     "--precision {} has no NeMo 1.x setting (its config has per-tensor FP8 only); use --emit megatron-bridge or --emit megatron",
@@ -524,10 +535,11 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         GradDtype::Fp32 => push("accumulate-allreduce-grads-in-fp32", None),
     }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,
-    // `fp4_recipe`): tpsim's fp8 is per-tensor current scaling (`tensorwise`, as Megatron-Bridge's
-    // bf16_with_fp8_current_scaling_mixed), mxfp8 and nvfp4 as Megatron-Bridge's
-    // bf16_with_mxfp8_mixed (format e4m3) and bf16_with_nvfp4_mixed write them.
-    let (format, recipe) = megatron_precision_args(plan.precision);
+    // `fp4_recipe`): tpsim's fp8 is per-tensor scaling, current (`tensorwise`, as Megatron-Bridge's
+    // bf16_with_fp8_current_scaling_mixed) or delayed (`delayed`) as --fp8-scaling says; mxfp8 and
+    // nvfp4 as Megatron-Bridge's bf16_with_mxfp8_mixed (format e4m3) and bf16_with_nvfp4_mixed
+    // write them.
+    let (format, recipe) = megatron_precision_args(plan.precision, training.fp8_scaling);
     if let (Some((format_flag, format)), Some((recipe_flag, recipe))) = (format, recipe) {
         push(format_flag, Some(format.into()));
         push(recipe_flag, Some(recipe.into()));
@@ -585,6 +597,7 @@ pub(super) fn moe_alltoall_overlap(
 #[allow(clippy::type_complexity)]
 pub(super) fn megatron_precision_args(
     precision: Precision,
+    fp8_scaling: crate::training::Fp8Scaling,
 ) -> (
     Option<(&'static str, &'static str)>,
     Option<(&'static str, &'static str)>,
@@ -593,7 +606,13 @@ pub(super) fn megatron_precision_args(
         Precision::Bf16 => (None, None),
         Precision::Fp8 => (
             Some(("fp8-format", "hybrid")),
-            Some(("fp8-recipe", "tensorwise")),
+            Some((
+                "fp8-recipe",
+                match fp8_scaling {
+                    crate::training::Fp8Scaling::Current => "tensorwise",
+                    crate::training::Fp8Scaling::Delayed => "delayed",
+                },
+            )),
         ),
         Precision::Mxfp8 => (Some(("fp8-format", "e4m3")), Some(("fp8-recipe", "mxfp8"))),
         Precision::Nvfp4 => (Some(("fp4-format", "e2m1")), Some(("fp4-recipe", "nvfp4"))),
@@ -632,6 +651,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         };
@@ -723,17 +743,29 @@ mod tests {
             };
             megatron_precision(args, 1, &mut Vec::new())
         };
-        for (format, recipe, want) in [
-            ("hybrid", None, Precision::Fp8),
-            ("hybrid", Some("tensorwise"), Precision::Fp8),
-            ("e4m3", Some("delayed"), Precision::Fp8),
-            ("e4m3", Some("mxfp8"), Precision::Mxfp8),
+        use crate::training::Fp8Scaling;
+        for (format, recipe, want, scaling) in [
+            ("hybrid", None, Precision::Fp8, Some(Fp8Scaling::Delayed)),
+            (
+                "hybrid",
+                Some("tensorwise"),
+                Precision::Fp8,
+                Some(Fp8Scaling::Current),
+            ),
+            (
+                "e4m3",
+                Some("delayed"),
+                Precision::Fp8,
+                Some(Fp8Scaling::Delayed),
+            ),
+            ("e4m3", Some("mxfp8"), Precision::Mxfp8, None),
         ] {
             assert_eq!(
                 read(Some(format), recipe, None, true).unwrap(),
                 MegatronPrecision {
                     precision: want,
-                    param_gather: true
+                    param_gather: true,
+                    fp8_scaling: scaling,
                 }
             );
         }

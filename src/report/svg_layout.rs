@@ -418,6 +418,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: framework.default_cp_exchange(),
+            fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         };

@@ -146,7 +146,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}\n\
-         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}",
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -236,6 +236,21 @@ pub fn scenario_line(report: &Report) -> String {
                 crate::training::CpExchange::TorchAllGather => {
                     "; context parallelism: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
                 }
+            }
+        } else {
+            ""
+        },
+        // Per-tensor FP8's scaling, where a plan shown trains in it (it sets the casts' traffic).
+        if report
+            .plans
+            .iter()
+            .any(|e| e.plan.precision == crate::plan::Precision::Fp8)
+        {
+            match t.fp8_scaling {
+                crate::training::Fp8Scaling::Current => {
+                    "; fp8 with current scaling (amax before each cast)"
+                }
+                crate::training::Fp8Scaling::Delayed => "; fp8 with delayed scaling (amax history)",
             }
         } else {
             ""
@@ -1063,6 +1078,7 @@ mod tests {
             loss: crate::training::LossKernel::VocabParallel,
             local_batch: None,
             cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
+            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
         };

@@ -1,0 +1,210 @@
+//! Per-tensor FP8's scaling recipe (`--fp8-scaling`): what it changes in time, how the launch
+//! configurations write it and read it back, and what is refused.
+
+mod common;
+
+use common::{assert_one_line_error, json, run};
+
+const EVAL: &[&str] = &[
+    "eval",
+    "--model",
+    "llama3-8b",
+    "--gpu",
+    "h100-sxm-80g",
+    "--nodes",
+    "1",
+    "--tp",
+    "2",
+    "--pp",
+    "1",
+    "--micro-batch",
+    "1",
+    "--sequence-parallel",
+    "--precision",
+    "fp8",
+    "--recompute",
+    "selective",
+    "--zero",
+    "1",
+    "--global-batch",
+    "64",
+];
+
+fn with(extra: &[&str]) -> Vec<&'static str> {
+    let mut args: Vec<&'static str> = EVAL.to_vec();
+    for e in extra {
+        args.push(Box::leak(e.to_string().into_boxed_str()));
+    }
+    args
+}
+
+fn step_s(extra: &[&str]) -> (f64, String) {
+    let mut args = with(extra);
+    args.extend(["--format", "json"]);
+    let v = json(&args);
+    (
+        v["plans"][0]["time"]["step_s"].as_f64().unwrap(),
+        v["training"]["fp8_scaling"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn delayed_scaling_casts_inside_the_norm_and_skips_the_amax_pass() {
+    // Current scaling (the default) reads every input once more for its amax before the cast;
+    // delayed scaling takes the scale from history and lets Transformer Engine's norm write the FP8
+    // copy itself. Same plan, same GEMMs: delayed must be faster, bf16 slower than both.
+    let (current, current_name) = step_s(&[]);
+    let (delayed, delayed_name) = step_s(&["--fp8-scaling", "delayed"]);
+    assert_eq!(current_name, "current");
+    assert_eq!(delayed_name, "delayed");
+    assert!(delayed < current, "delayed {delayed} vs current {current}");
+    // A few percent of the step, not a different GEMM rate.
+    assert!(current / delayed < 1.10, "{current} vs {delayed}");
+    let mut bf16 = with(&[]);
+    let at = bf16.iter().position(|a| *a == "fp8").unwrap();
+    bf16[at] = "bf16";
+    bf16.extend(["--format", "json"]);
+    let bf16_s = json(&bf16)["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert!(bf16_s > current, "bf16 {bf16_s} vs fp8 {current}");
+}
+
+#[test]
+fn the_megatron_line_writes_the_recipe_and_reads_it_back() {
+    for (scaling, recipe) in [("delayed", "delayed"), ("current", "tensorwise")] {
+        let r = run(&with(&["--fp8-scaling", scaling, "--emit", "megatron"]));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(
+            r.stdout.contains(&format!("--fp8-recipe {recipe}")),
+            "{scaling}: {}",
+            r.stdout
+        );
+        // The written line, read back, evaluates with the same scaling.
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains("--fp8-recipe"))
+            .unwrap()
+            .to_string();
+        let v = json(&[
+            "eval",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &line,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(v["training"]["fp8_scaling"], scaling, "{line}");
+    }
+    // Megatron-LM's default recipe is delayed: a line with --fp8-format alone reads so.
+    let r = run(&with(&["--emit", "megatron"]));
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("--fp8-recipe"))
+        .unwrap()
+        .replace("--fp8-recipe tensorwise", "");
+    let v = json(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &line,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["training"]["fp8_scaling"], "delayed");
+}
+
+#[test]
+fn a_saved_plan_keeps_its_scaling() {
+    let dir = common::scratch("fp8-scaling", "save");
+    let path = dir.join("plan.yaml");
+    let path = path.to_str().unwrap();
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--precision",
+        "fp8",
+        "--fp8-scaling",
+        "delayed",
+        "--global-batch",
+        "64",
+        "--save",
+        path,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        std::fs::read_to_string(path)
+            .unwrap()
+            .contains("fp8_scaling: delayed")
+    );
+    let v = json(&["eval", "--plan", path, "--format", "json"]);
+    assert_eq!(v["training"]["fp8_scaling"], "delayed");
+}
+
+#[test]
+fn what_cannot_run_a_recipe_is_refused_and_nemo_plans_as_it_runs() {
+    // torchao has no delayed scaling left.
+    let r = run(&with(&["--framework", "torchtitan", "--fp8-scaling", "delayed"]));
+    assert_one_line_error(
+        &r,
+        &["--fp8-scaling delayed", "torchtitan", "--fp8-scaling current"],
+        &[],
+        "torchtitan delayed",
+    );
+    // Megatron-LM's recipe flag beside tpsim's --precision would be silently dropped.
+    let r = run(&with(&["--fp8-recipe", "delayed"]));
+    assert_one_line_error(
+        &r,
+        &["--fp8-recipe delayed", "--fp8-scaling"],
+        &[],
+        "fp8-recipe beside --precision",
+    );
+    // A launch line and a flag that disagree.
+    let r = run(&with(&["--emit", "megatron"]));
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("--fp8-recipe"))
+        .unwrap()
+        .to_string();
+    let r = run(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &line,
+        "--fp8-scaling",
+        "delayed",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--fp8-scaling delayed", "tensorwise"],
+        &[],
+        "line vs flag",
+    );
+    // NeMo 1.x's FP8 is delayed scaling: --emit nemo plans so, and says it; asked for current
+    // scaling it refuses.
+    let r = run(&with(&["--emit", "nemo"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("delayed scaling"), "{}", r.stderr);
+    let r = run(&with(&["--emit", "nemo", "--fp8-scaling", "current"]));
+    assert_one_line_error(
+        &r,
+        &["current scaling", "--fp8-scaling delayed"],
+        &[],
+        "nemo current",
+    );
+}
