@@ -38,6 +38,34 @@ fn with(extra: &[&str]) -> Vec<&'static str> {
     args
 }
 
+/// The Megatron-LM line `--emit megatron` writes for the plan with `extra` flags.
+fn emitted_line(extra: &[&str]) -> String {
+    let mut args = extra.to_vec();
+    args.extend(["--emit", "megatron"]);
+    let r = run(&with(&args));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+        .lines()
+        .find(|l| l.contains("--fp8-recipe"))
+        .unwrap()
+        .to_string()
+}
+
+/// `eval --megatron-args LINE` on one H100 node, with `extra` flags.
+fn eval_line(line: &str, extra: &[&str]) -> common::Run {
+    let mut args = vec![
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        line,
+    ];
+    args.extend(extra);
+    run(&args)
+}
+
 fn step_s(extra: &[&str]) -> (f64, String) {
     let mut args = with(extra);
     args.extend(["--format", "json"]);
@@ -70,54 +98,24 @@ fn delayed_scaling_casts_inside_the_norm_and_skips_the_amax_pass() {
 
 #[test]
 fn the_megatron_line_writes_the_recipe_and_reads_it_back() {
+    let scaling_of = |line: &str| {
+        let r = eval_line(line, &["--format", "json"]);
+        assert_eq!(r.code, 0, "{line}: {}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        v["training"]["fp8_scaling"].as_str().unwrap().to_string()
+    };
     for (scaling, recipe) in [("delayed", "delayed"), ("current", "tensorwise")] {
-        let r = run(&with(&["--fp8-scaling", scaling, "--emit", "megatron"]));
-        assert_eq!(r.code, 0, "{}", r.stderr);
+        let line = emitted_line(&["--fp8-scaling", scaling]);
         assert!(
-            r.stdout.contains(&format!("--fp8-recipe {recipe}")),
-            "{scaling}: {}",
-            r.stdout
+            line.contains(&format!("--fp8-recipe {recipe}")),
+            "{scaling}: {line}"
         );
         // The written line, read back, evaluates with the same scaling.
-        let line = r
-            .stdout
-            .lines()
-            .find(|l| l.contains("--fp8-recipe"))
-            .unwrap()
-            .to_string();
-        let v = json(&[
-            "eval",
-            "--gpu",
-            "h100-sxm-80g",
-            "--nodes",
-            "1",
-            "--megatron-args",
-            &line,
-            "--format",
-            "json",
-        ]);
-        assert_eq!(v["training"]["fp8_scaling"], scaling, "{line}");
+        assert_eq!(scaling_of(&line), scaling, "{line}");
     }
     // Megatron-LM's default recipe is delayed: a line with --fp8-format alone reads so.
-    let r = run(&with(&["--emit", "megatron"]));
-    let line = r
-        .stdout
-        .lines()
-        .find(|l| l.contains("--fp8-recipe"))
-        .unwrap()
-        .replace("--fp8-recipe tensorwise", "");
-    let v = json(&[
-        "eval",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "1",
-        "--megatron-args",
-        &line,
-        "--format",
-        "json",
-    ]);
-    assert_eq!(v["training"]["fp8_scaling"], "delayed");
+    let line = emitted_line(&[]).replace("--fp8-recipe tensorwise", "");
+    assert_eq!(scaling_of(&line), "delayed");
 }
 
 #[test]
@@ -155,10 +153,19 @@ fn a_saved_plan_keeps_its_scaling() {
 #[test]
 fn what_cannot_run_a_recipe_is_refused_and_nemo_plans_as_it_runs() {
     // torchao has no delayed scaling left.
-    let r = run(&with(&["--framework", "torchtitan", "--fp8-scaling", "delayed"]));
+    let r = run(&with(&[
+        "--framework",
+        "torchtitan",
+        "--fp8-scaling",
+        "delayed",
+    ]));
     assert_one_line_error(
         &r,
-        &["--fp8-scaling delayed", "torchtitan", "--fp8-scaling current"],
+        &[
+            "--fp8-scaling delayed",
+            "torchtitan",
+            "--fp8-scaling current",
+        ],
         &[],
         "torchtitan delayed",
     );
@@ -171,24 +178,7 @@ fn what_cannot_run_a_recipe_is_refused_and_nemo_plans_as_it_runs() {
         "fp8-recipe beside --precision",
     );
     // A launch line and a flag that disagree.
-    let r = run(&with(&["--emit", "megatron"]));
-    let line = r
-        .stdout
-        .lines()
-        .find(|l| l.contains("--fp8-recipe"))
-        .unwrap()
-        .to_string();
-    let r = run(&[
-        "eval",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "1",
-        "--megatron-args",
-        &line,
-        "--fp8-scaling",
-        "delayed",
-    ]);
+    let r = eval_line(&emitted_line(&[]), &["--fp8-scaling", "delayed"]);
     assert_one_line_error(
         &r,
         &["--fp8-scaling delayed", "tensorwise"],
