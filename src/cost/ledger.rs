@@ -37,8 +37,8 @@
 //! micro-batch, EP rows once per MoE layer of that stage; DP rows cover the stage with the most
 //! parameters. A count follows `evaluate`'s shares without rounding, so it is fractional where a
 //! share is: the recomputed layers (`ParallelPlan::recompute_share`), the MLPs
-//! `--recompute-modules` runs again, and the TP pairs of MoE layers at the busiest stage's MoE share
-//! (`moe::mlp_tp_pair_share`); each group's step total is then exactly `Estimate::comm`'s.
+//! `--recompute-modules` runs again, and the TP pairs of MoE layers at the slowest stage's own MoE
+//! share (`moe::mlp_tp_pair_share_at`); each group's step total is then exactly `Estimate::comm`'s.
 
 use serde::Serialize;
 
@@ -332,6 +332,12 @@ pub fn ledger(
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
     } = super::slowest_stage(model, cluster, training, plan);
+    // Its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
+    let slowest_moe_share = if model.moe.is_some() && slowest_layers > 0 {
+        f64::from(slowest_moe_layers) / f64::from(slowest_layers)
+    } else {
+        0.0
+    };
     let mut entries = Vec::new();
     // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
     let ep_speed = moe::ep_dispatch_speed(
@@ -415,7 +421,7 @@ pub fn ledger(
         };
         // The MLP side's collectives run on the layers whose MLP has them (`moe::
         // mlp_tp_pair_share`: Megatron-Core's MoE layers without shared experts have none).
-        let mlp_share = moe::mlp_tp_pair_share(model, training, plan);
+        let mlp_share = moe::mlp_tp_pair_share_at(model, training, slowest_moe_share);
         // Low-precision training all-gathers quantized copies under sequence parallelism
         // (`comm::sp_gather_scale`); the reduce-scatters carry bf16.
         let gather_scale = comm::sp_gather_scale(training, plan);
@@ -460,10 +466,8 @@ pub fn ledger(
         // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
         // collectives with it.
         if let Some(modules) = super::recomputed_modules(training, plan) {
-            let repeats = modules.mlp_pair_repeats(
-                moe::busiest_stage_moe_share(model, plan),
-                moe::moe_mlp_has_tp_pair(model, training),
-            );
+            let repeats = modules
+                .mlp_pair_repeats(slowest_moe_share, moe::moe_mlp_has_tp_pair(model, training));
             let mlp_count = count * repeats;
             if mlp_count > 0.0 {
                 for &(op, site) in mlp_sites {
@@ -665,17 +669,8 @@ pub fn ledger(
         }
     }
 
-    // MoE layers on the busiest stage times micro-batches: how often each token collective runs,
-    // on `evaluate`'s average share of MoE layers (fractional where the layers per stage are not a
-    // whole number of MoE-pattern periods).
-    // `evaluate` builds the all-to-alls' cost at the busiest stage's MoE share: with none there,
-    // it charges none, and the ledger lists what it charges (a known gap: a slower stage's own
-    // MoE layers then go uncounted in both).
-    let moe_count = if moe::busiest_stage_moe_share(model, plan) > 0.0 {
-        f64::from(slowest_moe_layers) * m
-    } else {
-        0.0
-    };
+    // MoE layers on the slowest stage times micro-batches: how often each token collective runs.
+    let moe_count = f64::from(slowest_moe_layers) * m;
 
     // EP, a dispatch and a combine all-to-all per MoE layer per micro-batch.
     let bytes = moe::alltoall_bytes(

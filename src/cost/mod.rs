@@ -239,12 +239,21 @@ pub fn tp_pairs_per_layer(model: &Model, training: &Training, plan: &ParallelPla
 /// Share of a layer's forward TP collectives, counted in units of a dense layer's two all-reduce
 /// equivalents, that its recompute runs again: the recomputed layers' own collectives under full
 /// recompute, the framework's selective kind otherwise.
-pub(crate) fn tp_recompute_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+/// Layers of which `moe_share` are MoE layers (one stage's).
+pub(crate) fn tp_recompute_share(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    moe_share: f64,
+) -> f64 {
     match plan.recompute {
-        Recompute::Full => plan.recompute_share() * tp_pairs_per_layer(model, training, plan) / 2.0,
+        Recompute::Full => {
+            plan.recompute_share() * (1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share))
+                / 2.0
+        }
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
-            moe::busiest_stage_moe_share(model, plan),
+            moe_share,
             moe::moe_mlp_has_tp_pair(model, training),
         ),
         Recompute::None => 0.0,
@@ -262,12 +271,34 @@ pub(crate) fn recomputed_modules(
     }
 }
 
-#[inline]
+/// [`unit_costs_at`] for the average layer of the busiest stage (`moe::busiest_stage_moe_share`).
+#[cfg(test)]
 pub(crate) fn unit_costs(
     model: &Model,
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
+) -> UnitCosts {
+    unit_costs_at(
+        model,
+        cluster,
+        training,
+        plan,
+        moe::busiest_stage_moe_share(model, plan),
+    )
+}
+
+/// The per-micro-batch costs of the average layer of a stage whose layers are `moe_share` MoE
+/// layers (0 for a dense model or an all-dense stage, 1 for an all-MoE one): a stage pays its own
+/// mix, so a stage of DeepSeek-V3's three dense layers and one MoE layer is costed as that, not as
+/// four MoE layers.
+#[inline]
+pub(crate) fn unit_costs_at(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    moe_share: f64,
 ) -> UnitCosts {
     let seq_len = training.seq_len;
     let groups = groups::groups(cluster, plan);
@@ -295,9 +326,8 @@ pub(crate) fn unit_costs(
     let recompute_share = plan.recompute_share();
     let mut layer = layer;
     // MoE layers replace the dense MLP by router, permutation, grouped expert GEMMs and shared
-    // experts (`moe.rs`); the busiest stage's average layer carries its MoE layers' share of the
+    // experts (`moe.rs`); the stage's average layer carries its MoE layers' share of the
     // difference.
-    let moe_share = moe::busiest_stage_moe_share(model, plan);
     // Routed copies per balanced one (imbalance and low-precision padding), once per evaluation.
     let routed_load = moe::routed_load(model, training, plan);
     let moe_time = if moe_share > 0.0 {
@@ -350,8 +380,8 @@ pub(crate) fn unit_costs(
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
     // The forward's all-reduce equivalents (2 for a dense layer; MoE layers without shared experts
     // have only the attention's under Megatron-Core).
-    let pairs = tp_pairs_per_layer(model, training, plan);
-    let tp_recompute_share = tp_recompute_share(model, training, plan);
+    let pairs = 1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share);
+    let tp_recompute_share = tp_recompute_share(model, training, plan, moe_share);
     // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
     // torchtitan's functional collectives copy the full tensor around each all-gather and
@@ -629,6 +659,49 @@ pub(crate) fn stage_moe_layers(model: &Model, plan: &ParallelPlan, stage: u32) -
         .1
 }
 
+/// Unit costs at each mix of dense and MoE layers the plan's stages hold, each computed once (a
+/// dense model, or one whose stages are all MoE layers, has one mix).
+pub(crate) struct MixCosts<'a> {
+    model: &'a Model,
+    cluster: &'a Cluster,
+    training: &'a Training,
+    plan: &'a ParallelPlan,
+    cached: Vec<(f64, UnitCosts)>,
+}
+
+impl<'a> MixCosts<'a> {
+    pub(crate) fn new(
+        model: &'a Model,
+        cluster: &'a Cluster,
+        training: &'a Training,
+        plan: &'a ParallelPlan,
+    ) -> MixCosts<'a> {
+        MixCosts {
+            model,
+            cluster,
+            training,
+            plan,
+            cached: Vec::with_capacity(2),
+        }
+    }
+
+    /// The average layer's costs on a stage of `layers` transformer layers, `moe_layers` of them
+    /// MoE layers.
+    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32) -> UnitCosts {
+        let share = if self.model.moe.is_none() || layers == 0 {
+            0.0
+        } else {
+            f64::from(moe_layers.min(layers)) / f64::from(layers)
+        };
+        if let Some((_, costs)) = self.cached.iter().find(|(s, _)| *s == share) {
+            return *costs;
+        }
+        let costs = unit_costs_at(self.model, self.cluster, self.training, self.plan, share);
+        self.cached.push((share, costs));
+        costs
+    }
+}
+
 /// The pipeline stages' per-micro-batch times as the closed form sees them.
 struct StageTimes {
     /// The stage with the longest per-micro-batch time (compute and exposed communication).
@@ -641,30 +714,34 @@ struct StageTimes {
     mean_total: f64,
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
+    /// The unit costs of its layer mix.
+    slowest_costs: UnitCosts,
     /// Transformer layers of the stage that holds the most.
     max_layers: u32,
 }
 
-fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTimes {
-    let UnitCosts {
-        layer,
-        output,
-        tp,
-        cp,
-        ep,
-        pp_send_exposed_s,
-        ..
-    } = *costs;
+fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageTimes {
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
-    let stage_time = |layers: u32, moe_layers: u32, with_output: bool| {
+    // A stage's time at its own layer mix: its layers' compute and exposed TP, CP and EP.
+    let mut stage_time = |layers: u32, moe_layers: u32, with_output: bool| {
+        let costs = mix.stage(layers, moe_layers);
+        let UnitCosts {
+            layer,
+            output,
+            tp,
+            cp,
+            ep,
+            pp_send_exposed_s,
+            ..
+        } = costs;
         let n = f64::from(layers);
         let out = if with_output {
             output
         } else {
             LayerTime::default()
         };
-        StageTime {
+        let time = StageTime {
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
             backward: n * (layer.backward + layer.recompute) + out.backward,
@@ -672,7 +749,8 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
             cp: n * cp.exposed_s(),
             ep: costs.ep_layers(moe_layers) * ep.exposed_s(),
             pp: 2.0 * v * pp_send_exposed_s,
-        }
+        };
+        (time, costs)
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
     let last_stage = plan.pp.max(1) - 1;
@@ -682,11 +760,12 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
         |stage: u32| layout.map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1);
     let last_moe = moe_of(last_stage);
     if plan.pp == 1 {
-        let only = stage_time(last_layers, last_moe, true);
+        let (only, costs) = stage_time(last_layers, last_moe, true);
         return StageTimes {
             slowest: only,
             slowest_layers: last_layers,
             slowest_moe_layers: last_moe,
+            slowest_costs: costs,
             mean_total: only.total(),
             max_layers: last_layers,
         };
@@ -712,21 +791,23 @@ fn stage_times(model: &Model, plan: &ParallelPlan, costs: &UnitCosts) -> StageTi
     let first = stage_time(plan.stages.first, first_moe, false);
     let last = stage_time(last_layers, last_moe, true);
     let middle = stage_time(plan.stages.middle_max, middle_moe, false);
-    let (mut slowest, mut slowest_layers, mut slowest_moe_layers) =
+    let ((mut slowest, mut slowest_costs), mut slowest_layers, mut slowest_moe_layers) =
         (first, plan.stages.first, first_moe);
     for (candidate, layers, moe_layers) in [
         (middle, plan.stages.middle_max, middle_moe),
         (last, last_layers, last_moe),
     ] {
-        if (plan.pp > 2 || candidate == last) && candidate.total() > slowest.total() {
-            (slowest, slowest_layers, slowest_moe_layers) = (candidate, layers, moe_layers);
+        if (plan.pp > 2 || candidate == last) && candidate.0.total() > slowest.total() {
+            ((slowest, slowest_costs), slowest_layers, slowest_moe_layers) =
+                (candidate, layers, moe_layers);
         }
     }
     StageTimes {
         slowest,
         slowest_layers,
         slowest_moe_layers,
-        mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
+        slowest_costs,
+        mean_total: (first.0.total() + (p - 2.0) * middle.0.total() + last.0.total()) / p,
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -739,7 +820,11 @@ pub fn slowest_stage(
     training: &Training,
     plan: &ParallelPlan,
 ) -> SlowestStage {
-    let times = stage_times(model, plan, &unit_costs(model, cluster, training, plan));
+    let times = stage_times(
+        model,
+        plan,
+        &mut MixCosts::new(model, cluster, training, plan),
+    );
     SlowestStage {
         layers: times.slowest_layers,
         moe_layers: times.slowest_moe_layers,
@@ -762,14 +847,18 @@ pub fn evaluate(
 ) -> Estimate {
     let seq_len = training.seq_len;
     let memory = memory::memory(model, cluster, training, plan);
-    let costs = unit_costs(model, cluster, training, plan);
     let StageTimes {
         slowest,
         slowest_layers,
         slowest_moe_layers,
+        slowest_costs: costs,
         mean_total,
         max_layers,
-    } = stage_times(model, plan, &costs);
+    } = stage_times(
+        model,
+        plan,
+        &mut MixCosts::new(model, cluster, training, plan),
+    );
     let ep_layers_on_slowest = costs.ep_layers(slowest_moe_layers);
     let UnitCosts {
         tp,

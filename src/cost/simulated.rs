@@ -94,21 +94,8 @@ pub fn stage_costs(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<StageCost> {
-    let costs = super::unit_costs(model, cluster, training, plan);
-    let super::UnitCosts {
-        layer,
-        output,
-        tp,
-        cp,
-        ep,
-        pp_send_exposed_s: send,
-        ..
-    } = costs;
-    // A layer's forward block carries its exposed forward TP and CP communication; its backward
-    // block the backward's (with the recompute forward's, which runs just before it). The EP
-    // all-to-alls are the stage's MoE layers' own (`UnitCosts::ep_layers`).
-    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
-    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
+    // Each stage at its own mix of dense and MoE layers (`MixCosts`).
+    let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
@@ -117,8 +104,25 @@ pub fn stage_costs(
         .enumerate()
         .map(|(s, &n)| {
             // The last stage also runs the MTP layers (`pipeline::last_stage_layers`).
-            let n = f64::from(if s == last { n + model.mtp_layers } else { n });
-            let ep_layers = costs.ep_layers(super::stage_moe_layers(model, plan, s as u32));
+            let n = if s == last { n + model.mtp_layers } else { n };
+            let moe_layers = super::stage_moe_layers(model, plan, s as u32);
+            let costs = mix.stage(n, moe_layers);
+            let super::UnitCosts {
+                layer,
+                output,
+                tp,
+                cp,
+                ep,
+                pp_send_exposed_s: send,
+                ..
+            } = costs;
+            // A layer's forward block carries its exposed forward TP and CP communication; its
+            // backward block the backward's (with the recompute forward's, which runs just before
+            // it). The EP all-to-alls are the stage's MoE layers' own (`UnitCosts::ep_layers`).
+            let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
+            let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
+            let n = f64::from(n);
+            let ep_layers = costs.ep_layers(moe_layers);
             let (out_f, out_b) = if s == last {
                 (output.forward, output.backward + output.recompute)
             } else {
@@ -466,6 +470,63 @@ mod tests {
             "{busy} vs {}",
             m * last
         );
+    }
+
+    #[test]
+    fn a_stage_is_costed_at_its_own_mix_of_dense_and_moe_layers() {
+        // DeepSeek-V3's first three layers are dense; on pp 16 with a 4-layer first stage, that
+        // stage holds 3 dense layers and 1 MoE layer, the middle ones 4 MoE layers each. Each
+        // stage's blocks are its own layers': the first stage's forward is 3 dense layers' and one
+        // MoE layer's, not 4 MoE layers' (what the busiest stage's mix once gave every stage).
+        let model = specs::load_model("deepseek-v3").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 32,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            2048,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 1,
+            pp: 16,
+            dp: 16,
+            ep: 8,
+            micro_batch: 1,
+            zero: 1,
+            allow_uneven_pp: true,
+            stage_split: Some((4, 1)),
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        assert_eq!(super::super::stage_moe_layers(&model, &plan, 0), 1);
+        assert_eq!(super::super::stage_moe_layers(&model, &plan, 1), 4);
+        let stages = stage_costs(&model, &cluster, &training, &plan);
+        let dense = super::super::unit_costs_at(&model, &cluster, &training, &plan, 0.0);
+        let moe = super::super::unit_costs_at(&model, &cluster, &training, &plan, 1.0);
+        let forward = |c: &super::super::UnitCosts, layers: f64, moe_layers: f64| {
+            layers * (c.layer.forward + c.tp.forward_exposed_s + c.cp.forward_exposed_s)
+                + c.ep_layers(moe_layers as u32) * c.ep.forward_exposed_s
+                + c.pp_send_exposed_s
+        };
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-9;
+        // The middle stages: 4 MoE layers.
+        assert!(close(stages[1].forward_s, forward(&moe, 4.0, 4.0)));
+        // The first: the average of its own mix, i.e. 3 dense layers and 1 MoE layer.
+        let first_mix = super::super::unit_costs_at(&model, &cluster, &training, &plan, 0.25);
+        assert!(close(stages[0].forward_s, forward(&first_mix, 4.0, 1.0)));
+        let by_kind = 3.0 * dense.layer.forward + moe.layer.forward;
+        assert!(
+            (4.0 * first_mix.layer.forward / by_kind - 1.0).abs() < 1e-9,
+            "{} vs {by_kind}",
+            4.0 * first_mix.layer.forward
+        );
+        // And it is lighter than four MoE layers (DeepSeek-V3's dense MLP, 18,432 wide, costs
+        // less than its MoE layer's experts, shared expert and all-to-alls at EP 8).
+        assert!(stages[0].forward_s < forward(&moe, 4.0, 4.0));
     }
 
     #[test]
