@@ -169,6 +169,16 @@ fn what_cannot_run_a_recipe_is_refused_and_nemo_plans_as_it_runs() {
         &[],
         "torchtitan delayed",
     );
+    // A recipe for a run that is not per-tensor FP8 would change nothing.
+    let mut bf16 = with(&["--fp8-scaling", "delayed"]);
+    let at = bf16.iter().position(|a| *a == "fp8").unwrap();
+    bf16[at] = "bf16";
+    assert_one_line_error(
+        &run(&bf16),
+        &["--fp8-scaling delayed", "bf16", "--precision fp8"],
+        &[],
+        "bf16 with a scaling",
+    );
     // Megatron-LM's recipe flag beside tpsim's --precision would be silently dropped.
     let r = run(&with(&["--fp8-recipe", "delayed"]));
     assert_one_line_error(

@@ -257,6 +257,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         },
         ..request
     };
+    super::scenario::check_fp8_scaling_applies(&args.training, request.precision)?;
     // A layer count is what full recompute's block method recomputes; with none or selective it
     // would be dropped without a word.
     if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {

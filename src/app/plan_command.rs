@@ -195,6 +195,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     }
 
     crate::plan::check_precision(&scenario.cluster, options.precision)?;
+    super::scenario::check_fp8_scaling_applies(&args.training, options.precision)?;
     crate::plan::check_precision_framework(scenario.training.framework, options.precision)?;
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),

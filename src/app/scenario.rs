@@ -673,6 +673,24 @@ fn fp8_scaling_of(
     Ok(scaling)
 }
 
+/// `--fp8-scaling` sets how per-tensor FP8 scales; given for a run in another precision it would
+/// change nothing, so it is refused (as `--tp-comm-overlap` is with `--tp 1`).
+pub(super) fn check_fp8_scaling_applies(args: &TrainingArgs, precision: Precision) -> Result<()> {
+    if let Some(scaling) = args.fp8_scaling
+        && precision != Precision::Fp8
+    {
+        let name = match scaling {
+            Fp8ScalingArg::Delayed => "delayed",
+            Fp8ScalingArg::Current => "current",
+        };
+        bail!(
+            "--fp8-scaling {name} sets how per-tensor FP8 scales its tensors, but this run's GEMMs are {} (mxfp8 and nvfp4 scale per block); give --precision fp8, or drop --fp8-scaling",
+            precision.as_str()
+        );
+    }
+    Ok(())
+}
+
 /// The GEMM precision `--precision` names (default bf16).
 pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
     match args.precision {
