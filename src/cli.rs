@@ -938,9 +938,9 @@ pub struct CalibrateArgs {
     /// TP degrees whose shard shapes to measure, e.g. 1,2,4,8 (default: powers of two dividing the heads, up to 8).
     #[arg(long, value_delimiter = ',')]
     pub tp: Vec<u32>,
-    /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs).
-    #[arg(long, value_name = "NAME|FILE", default_value = "h100-sxm-80g")]
-    pub gpu: String,
+    /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs). Default: the bundled h100-sxm-80g.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub gpu: Option<String>,
     /// Edge lengths of the GEMM sweep, e.g. 256,1024,4096 (default: cuda 256,1024,4096,8192,16384; cpu 32,64,128,256).
     #[arg(long, value_delimiter = ',')]
     pub sweep: Vec<usize>,

@@ -257,6 +257,24 @@ pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
     load_gpu_as("--gpu", name_or_path)
 }
 
+/// The bundled model `name`, whatever files the working folder holds: a model tpsim names itself
+/// (a published run's bundled model) is tpsim's, never a file that happens to share its name.
+pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
+    let Some((name, text)) = BUNDLED_MODELS.iter().find(|(n, _)| *n == name) else {
+        return Err(SpecError::UnknownName {
+            kind: "model",
+            name: quote(name),
+            known: BUNDLED_MODELS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let file: ModelFile = parse_yaml(name, text)?;
+    model_of_file(&file, &format!("bundled model {name}"))
+}
+
 /// The bundled GPU profile `name`, whatever files the working folder holds: the default GPU of a
 /// command that names none is tpsim's, never a file that happens to share its name.
 pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
