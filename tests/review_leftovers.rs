@@ -106,3 +106,152 @@ fn calibrate_without_gpu_uses_the_bundled_base_whatever_files_the_folder_holds()
     );
     assert!(!dir.join("out2.yaml").exists());
 }
+
+// ---- 2. the --emit note under the table points only to commands that work -----------------
+
+fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
+
+fn emit_note(r: &Run) -> String {
+    r.stdout
+        .lines()
+        .chain(r.stderr.lines())
+        .find(|l| l.starts_with("note: --emit "))
+        .unwrap_or_else(|| panic!("no --emit note:\n{}", lines_of(r)))
+        .to_string()
+}
+
+#[test]
+fn emit_note_for_an_moe_model_under_deepspeed_names_a_command_that_writes_it() {
+    let base = [
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "512",
+    ];
+    let r = run(&with(&base, &["--framework", "deepspeed", "--top", "3"]));
+    assert_eq!(r.code, 0, "{}", lines_of(&r));
+    let note = emit_note(&r);
+    assert!(
+        note.contains("--emit deepspeed writes no plan of this run"),
+        "{note}"
+    );
+    assert!(
+        note.contains("use --framework megatron-core with --emit megatron"),
+        "{note}"
+    );
+    // What the note says --emit deepspeed does, it does.
+    let refused = run(&with(
+        &base,
+        &["--framework", "deepspeed", "--emit", "deepspeed"],
+    ));
+    assert_one_line_error(&refused, &["mixture-of-experts"], &[], "--emit deepspeed");
+    // And the command it points to writes the model.
+    let written = run(&with(
+        &base,
+        &["--framework", "megatron-core", "--emit", "megatron"],
+    ));
+    assert_eq!(written.code, 0, "{}", lines_of(&written));
+    assert!(
+        written.stdout.contains("--num-experts 8"),
+        "{}",
+        written.stdout
+    );
+}
+
+#[test]
+fn emit_note_for_fp8_under_deepspeed_says_no_plan_can_be_written() {
+    let base = [
+        "plan",
+        "--params",
+        "70B",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--precision",
+        "fp8",
+        "--framework",
+        "deepspeed",
+    ];
+    let r = run(&with(&base, &["--top", "3"]));
+    assert_eq!(r.code, 0, "{}", lines_of(&r));
+    let note = emit_note(&r);
+    assert!(!note.contains("it writes the fastest plan"), "{note}");
+    let feasible = json(&with(&base, &["--top", "1", "--format", "json"]))["search"]["feasible"]
+        .as_u64()
+        .unwrap();
+    let words = format!("--emit deepspeed can write none of the {feasible} plans that fit");
+    assert!(note.contains(&words), "{note}");
+    assert!(note.contains("use --precision bf16"), "{note}");
+    let emitted = run(&with(&base, &["--emit", "deepspeed"]));
+    assert_eq!(emitted.code, 1, "{}", lines_of(&emitted));
+    assert!(
+        emitted.stderr.contains(&format!(
+            "none of the {feasible} plans that fit can run in DeepSpeed"
+        )),
+        "{}",
+        emitted.stderr
+    );
+    assert!(emitted.stdout.is_empty(), "{}", emitted.stdout);
+}
+
+#[test]
+fn emit_note_names_the_plan_emit_writes_and_the_top_that_shows_it() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--framework",
+        "deepspeed",
+        "--tp-comm-overlap",
+        "true",
+    ];
+    let r = run(&with(&base, &["--top", "5"]));
+    assert_eq!(r.code, 0, "{}", lines_of(&r));
+    let note = emit_note(&r);
+    assert!(
+        note.contains("cannot write #1 (TP communication overlap"),
+        "{note}"
+    );
+    let (_, after) = note
+        .split_once("it writes the fastest plan it can: ")
+        .unwrap_or_else(|| panic!("{note}"));
+    let (words, place) = after.split_once(", #").unwrap();
+    let rank: usize = place.split_once(' ').unwrap().0.parse().unwrap();
+    assert!(
+        place.contains(&format!("(--top {rank} shows it)")),
+        "{note}"
+    );
+    // --emit writes that very plan, by that rank.
+    let emitted = run(&with(&base, &["--emit", "deepspeed"]));
+    assert_eq!(emitted.code, 0, "{}", lines_of(&emitted));
+    assert!(
+        emitted.stderr.contains(&format!("emitting plan #{rank} ")),
+        "{}",
+        emitted.stderr
+    );
+    // "tp 1 pp 1 dp 64 mb 2 ..." is written as "tp 1 x cp 1 x pp 1 x dp 64".
+    let w: Vec<&str> = words.split(' ').collect();
+    assert_eq!((w[0], w[2], w[4]), ("tp", "pp", "dp"), "{words}");
+    let written = format!("tp {} x cp 1 x pp {} x dp {}", w[1], w[3], w[5]);
+    assert!(
+        emitted
+            .stderr
+            .contains(&format!("configuration for {written} ")),
+        "{written}: {}",
+        emitted.stderr
+    );
+    // The --top it names shows it, and the note then says so.
+    let shown = run(&with(&base, &["--top", &rank.to_string()]));
+    let note = emit_note(&shown);
+    assert!(note.ends_with(&format!("{words}, in the table")), "{note}");
+}
