@@ -548,7 +548,7 @@ impl ParallelPlan {
                 states: training.optimizer_states.as_str(),
             });
         }
-        check_heads(r, model, cluster)?;
+        check_heads(r, model, cluster, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout(r, model)?;
@@ -693,8 +693,37 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// The expert-TP degrees the rest of `r` accepts, for an `--etp` that does not divide the expert
+/// MLP width: dividing it, within a node, folding with `--ep` into the tp x cp x dp GPUs of a
+/// stage (`EpFolding`), and 1 alone where DeepEP runs over experts (`DeepepWithExpertTp`). None at
+/// all when `--ep` itself does not fold, which is then what to change.
+fn valid_etp(r: &PlanRequest, expert_ffn: u32, cluster: &Cluster, training: &Training) -> String {
+    let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
+    let deepep =
+        r.ep > 1 && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep;
+    let valid: Vec<u32> = divisors(expert_ffn)
+        .into_iter()
+        .filter(|d| *d <= cluster.nvlink_domain())
+        .filter(|d| stage_gpus.is_multiple_of(u64::from(r.ep) * u64::from(*d)))
+        .filter(|d| !deepep || *d == 1)
+        .collect();
+    if valid.is_empty() {
+        format!(
+            "none with --ep {} (ep x etp must divide the {stage_gpus} GPUs of a pipeline stage, tp x cp x dp, and --ep {} alone does not); change --ep",
+            r.ep, r.ep
+        )
+    } else {
+        list(valid)
+    }
+}
+
 /// TP divides the attention heads, and divides or is a multiple of the KV heads.
-fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), PlanError> {
+fn check_heads(
+    r: &PlanRequest,
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+) -> Result<(), PlanError> {
     if !model.heads.is_multiple_of(r.tp) {
         let valid = divisors(model.heads)
             .into_iter()
@@ -741,9 +770,7 @@ fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), 
                 tp: etp,
                 what: "expert MLP width",
                 ffn: moe.ffn_hidden,
-                valid: list(divisors(moe.ffn_hidden).into_iter().filter(|d| {
-                    *d <= cluster.nvlink_domain() && (r.tp * r.cp * r.dp).is_multiple_of(*d)
-                })),
+                valid: valid_etp(r, moe.ffn_hidden, cluster, training),
             });
         }
         // The shared experts are a dense MLP split over the TP ranks.

@@ -255,3 +255,122 @@ fn emit_note_names_the_plan_emit_writes_and_the_top_that_shows_it() {
     let note = emit_note(&shown);
     assert!(note.ends_with(&format!("{words}, in the table")), "{note}");
 }
+
+// ---- 3. the values an --etp error lists are values the command accepts ----------------------
+
+/// The comma-separated values after `marker` in `line`, up to the first character that is not
+/// a digit, a comma or a space.
+fn listed_after(line: &str, marker: &str) -> Vec<String> {
+    let (_, rest) = line
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("no {marker:?} in: {line}"));
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == ',' || c == ' '))
+        .unwrap_or(rest.len());
+    rest[..end]
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+fn replace_value<'a>(args: &[&'a str], flag: &str, value: &'a str) -> Vec<&'a str> {
+    let mut out = args.to_vec();
+    let at = out.iter().position(|a| *a == flag).unwrap();
+    out[at + 1] = value;
+    out
+}
+
+#[test]
+fn eval_etp_error_lists_only_values_that_fold_with_ep() {
+    let base = [
+        "eval",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--etp",
+        "3",
+        "--global-batch",
+        "512",
+    ];
+    let r = run(&base);
+    assert_one_line_error(&r, &["--etp 3", "expert MLP width 14336"], &[], "etp 3");
+    let valid = listed_after(&r.stderr, "valid: ");
+    // ep 8 x etp must divide the 16 GPUs of the stage: 4 and 8 divide the width but not that.
+    assert_eq!(valid, ["1", "2"], "{}", r.stderr);
+    for v in &valid {
+        let ok = run(&replace_value(&base, "--etp", v));
+        assert!(ok.code == 0 || ok.code == 1, "--etp {v}: {}", lines_of(&ok));
+    }
+    for v in ["4", "8"] {
+        let refused = run(&replace_value(&base, "--etp", v));
+        assert_eq!(refused.code, 2, "--etp {v}: {}", lines_of(&refused));
+    }
+    // DeepEP takes no expert TP with EP: 1 alone.
+    let deepep = run(&with(&base, &["--moe-dispatcher", "deepep"]));
+    assert_eq!(
+        listed_after(&deepep.stderr, "valid: "),
+        ["1"],
+        "{}",
+        deepep.stderr
+    );
+}
+
+#[test]
+fn plan_etp_pin_error_lists_only_values_the_other_pins_accept() {
+    let base = [
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--ep",
+        "8",
+        "--etp",
+        "3",
+        "--global-batch",
+        "512",
+        "--top",
+        "1",
+    ];
+    let r = run(&base);
+    assert_one_line_error(
+        &r,
+        &["--etp 3", "with --ep 8 the search offers"],
+        &[],
+        "pin",
+    );
+    let valid = listed_after(&r.stderr, "offers --etp ");
+    assert_eq!(valid, ["1", "2"], "{}", r.stderr);
+    for v in &valid {
+        let ok = run(&replace_value(&base, "--etp", v));
+        assert_eq!(ok.code, 0, "--etp {v}: {}", lines_of(&ok));
+    }
+    let refused = run(&replace_value(&base, "--etp", "4"));
+    assert_eq!(refused.code, 2, "--etp 4: {}", lines_of(&refused));
+    // Without another pin the list is the search's own.
+    let alone = run(&[
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--etp",
+        "3",
+        "--global-batch",
+        "512",
+    ]);
+    assert_one_line_error(
+        &alone,
+        &["(the search offers --etp 1, 2, 4, 8)"],
+        &[],
+        "alone",
+    );
+}
