@@ -374,3 +374,73 @@ fn plan_etp_pin_error_lists_only_values_the_other_pins_accept() {
         "alone",
     );
 }
+
+// ---- 4. an expert-TP error names --tp when --etp was never typed ----------------------------
+
+#[test]
+fn expert_width_error_names_the_tp_the_user_typed() {
+    let base = [
+        "eval",
+        "--model",
+        "grok-1",
+        "--nodes",
+        "6",
+        "--tp",
+        "24",
+        "--pp",
+        "1",
+        "--global-batch",
+        "512",
+        "--allow-cross-node-tp",
+    ];
+    let r = run(&base);
+    assert_one_line_error(
+        &r,
+        &[
+            "--tp 24 does not divide the expert MLP width 32768",
+            "--etp defaults to --tp",
+        ],
+        &["--etp 24"],
+        "tp 24",
+    );
+    let valid = listed_after(&r.stderr, "give --etp, valid: ");
+    assert_eq!(valid, ["1", "2", "4", "8"], "{}", r.stderr);
+    // The fix it names runs: --tp 24 kept, --etp given.
+    for v in &valid {
+        let ok = run(&with(&base, &["--etp", v]));
+        assert!(ok.code == 0 || ok.code == 1, "--etp {v}: {}", lines_of(&ok));
+    }
+    // Typed, --etp is named.
+    let typed = run(&with(&base, &["--etp", "24"]));
+    assert_one_line_error(
+        &typed,
+        &["--etp 24 does not divide"],
+        &["--tp 24"],
+        "etp 24",
+    );
+}
+
+#[test]
+fn expert_folding_error_names_the_tp_the_user_typed() {
+    let r = run(&[
+        "eval",
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--tp",
+        "4",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "512",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--ep 8 x --tp 4 does not divide the 16 GPUs", "give --etp"],
+        &["--etp 4"],
+        "folding",
+    );
+}

@@ -295,6 +295,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
     }
+    let etp_follows_tp = plan_file.is_none() && args.etp.is_none() && scenario.model.moe.is_some();
     let plan = match ParallelPlan::build(
         &request,
         &scenario.model,
@@ -309,6 +310,10 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
             global_batch.div_ceil(dp) * dp
         ),
+        // The expert TP follows --tp when the user gave no --etp (and no file or line set it).
+        Err(e) if etp_follows_tp => {
+            return Err(super::plan_error_words::with_etp_from_tp(e, request.tp));
+        }
         Err(e) => return Err(e.into()),
     };
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
