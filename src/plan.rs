@@ -392,9 +392,9 @@ pub enum PlanError {
     )]
     PpUneven { pp: u32, layers: u32, valid: String },
     #[error(
-        "--pp {pp} leaves a stage without a transformer layer: the model's {layers} layers, with the embedding and the output layer counted as one each, spread over {pp} stages give one of them nothing but the embedding or the output layer; use a smaller --pp"
+        "--pp {pp} leaves a stage without a transformer layer: the model's {layers} layers, with the embedding and the output layer counted as one each, spread over {pp} stages give one of them nothing but the embedding or the output layer; use a smaller --pp, valid here: {valid}"
     )]
-    EmptyStage { pp: u32, layers: u32 },
+    EmptyStage { pp: u32, layers: u32, valid: String },
     #[error(
         "a first/last stage split (--decoder-first/last-pipeline-num-layers) needs --pp 2 or more and --vpp 1 (here --pp {pp}, --vpp {vpp}); drop the split or the interleaving"
     )]
@@ -551,7 +551,7 @@ impl ParallelPlan {
         check_heads(r, model, cluster, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;
-        let stages = stage_layout(r, model)?;
+        let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
         check_interleaving(r, model, &stages, num_microbatches, schedule_runs)?;
@@ -982,9 +982,46 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
         return Err(PlanError::EmptyStage {
             pp: r.pp,
             layers: model.layers,
+            valid: String::new(),
         });
     }
     Ok(stages)
+}
+
+/// [`stage_layout`], with the pipeline depths that would lay out where one leaves a stage empty.
+fn stage_layout_or_valid(
+    r: &PlanRequest,
+    model: &Model,
+    cluster: &Cluster,
+) -> Result<StageLayout, PlanError> {
+    match stage_layout(r, model) {
+        Err(PlanError::EmptyStage { pp, layers, .. }) => Err(PlanError::EmptyStage {
+            pp,
+            layers,
+            valid: valid_pp(r, model, cluster),
+        }),
+        other => other,
+    }
+}
+
+/// The pipeline depths that give every stage a transformer layer with the rest of `r` kept (its
+/// tp, cp, vpp and uneven split; dp taking the GPUs left), as `--pp` values: each leaves whole
+/// data-parallel replicas (tp x cp x pp divides the GPUs) and lays the layers out.
+fn valid_pp(r: &PlanRequest, model: &Model, cluster: &Cluster) -> String {
+    let model_parallel = u64::from(r.tp) * u64::from(r.cp);
+    let gpus = u64::from(cluster.total_gpus());
+    let per_pipeline = u32::try_from(gpus / model_parallel.max(1)).unwrap_or(u32::MAX);
+    let valid = (1..=per_pipeline.min(model.layers))
+        .filter(|pp| per_pipeline.is_multiple_of(*pp))
+        .filter(|pp| {
+            let request = PlanRequest {
+                pp: *pp,
+                dp: per_pipeline / pp,
+                ..*r
+            };
+            stage_layout(&request, model).is_ok()
+        });
+    list(valid)
 }
 
 /// An interleaved uneven split with the embedding and the loss counted as a layer each.

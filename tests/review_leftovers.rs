@@ -444,3 +444,43 @@ fn expert_folding_error_names_the_tp_the_user_typed() {
         "folding",
     );
 }
+
+// ---- 5. the empty-stage error lists the pipeline depths that work ---------------------------
+
+#[test]
+fn empty_stage_error_lists_the_pp_values_that_give_every_stage_a_layer() {
+    let base = [
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "64",
+        "--tp",
+        "1",
+        "--pp",
+        "32",
+        "--ep",
+        "8",
+        "--allow-uneven-pp",
+        "--global-batch",
+        "4096",
+    ];
+    let r = run(&base);
+    assert_one_line_error(
+        &r,
+        &[
+            "--pp 32 leaves a stage without a transformer layer",
+            "valid here: ",
+        ],
+        &[],
+        "pp 32",
+    );
+    let valid = listed_after(&r.stderr, "valid here: ");
+    assert_eq!(valid, ["1", "2", "4", "8", "16"], "{}", r.stderr);
+    for pp in &valid {
+        let ok = run(&replace_value(&base, "--pp", pp));
+        assert!(ok.code == 0 || ok.code == 1, "--pp {pp}: {}", lines_of(&ok));
+    }
+}
