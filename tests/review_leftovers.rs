@@ -484,3 +484,113 @@ fn empty_stage_error_lists_the_pp_values_that_give_every_stage_a_layer() {
         assert!(ok.code == 0 || ok.code == 1, "--pp {pp}: {}", lines_of(&ok));
     }
 }
+
+// ---- 6. a slow calibrated profile prints its numbers; an edited one is refused --------------
+
+/// A CPU-twin profile measured here, written to `dir/name`.
+fn cpu_profile(dir: &Path, name: &str) -> String {
+    let mut args = TINY_CALIBRATION.to_vec();
+    args.extend(["--output", name]);
+    let r = run_in(dir, &args);
+    assert_eq!(r.code, 0, "{}", lines_of(&r));
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
+
+/// `text` with every value of the keys in `keys` multiplied by `factor`.
+fn scaled(text: &str, keys: &[&str], factor: f64) -> String {
+    text.lines()
+        .map(|line| {
+            let key = line.trim_start().trim_start_matches("- ");
+            for k in keys {
+                if let Some(v) = key.strip_prefix(&format!("{k}: "))
+                    && let Ok(v) = v.parse::<f64>()
+                {
+                    let indent = &line[..line.len() - key.len()];
+                    return format!("{indent}{k}: {}", v * factor);
+                }
+            }
+            line.to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const TINY_EVAL: [&str; 18] = [
+    "eval",
+    "--layers",
+    "2",
+    "--hidden",
+    "256",
+    "--heads",
+    "8",
+    "--seq-len",
+    "128",
+    "--nodes",
+    "1",
+    "--gpus-per-node",
+    "2",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--global-batch=8",
+];
+
+#[test]
+fn a_slow_but_consistent_profile_prints_its_peak_not_zero() {
+    let dir = scratch("leftovers", "slow-profile");
+    let text = cpu_profile(&dir, "cpu.yaml");
+    let peak: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_bf16_tflops: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A device a thousand times slower: every throughput scaled together.
+    let slow = scaled(&text, &["peak_bf16_tflops", "tflops"], 1e-3);
+    std::fs::write(dir.join("slow.yaml"), slow).unwrap();
+    let r = run_in(&dir, &with(&TINY_EVAL, &["--calibration", "slow.yaml"]));
+    assert!(r.code == 0 || r.code == 1, "{}", lines_of(&r));
+    let header = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("cluster: "))
+        .unwrap();
+    let shown: f64 = header
+        .split(", ")
+        .nth(1)
+        .and_then(|t| t.strip_suffix(" TFLOP/s bf16 each)"))
+        .unwrap_or_else(|| panic!("{header}"))
+        .parse()
+        .unwrap();
+    let want = peak * 1e-3;
+    assert!(
+        (shown - want).abs() <= 0.005 * want,
+        "{header}: want {want} TFLOP/s"
+    );
+}
+
+#[test]
+fn a_profile_whose_peak_was_edited_below_its_measured_gemms_is_refused() {
+    let dir = scratch("leftovers", "edited-profile");
+    let text = cpu_profile(&dir, "cpu.yaml");
+    std::fs::write(
+        dir.join("edited.yaml"),
+        scaled(&text, &["peak_bf16_tflops"], 1e-4),
+    )
+    .unwrap();
+    let r = run_in(&dir, &with(&TINY_EVAL, &["--calibration", "edited.yaml"]));
+    assert_one_line_error(
+        &r,
+        &[
+            "edited.yaml",
+            "gemm_shapes[0].tflops",
+            "above the profile's peak_bf16_tflops",
+        ],
+        &[],
+        "edited peak",
+    );
+    // The profile as written loads.
+    let ok = run_in(&dir, &with(&TINY_EVAL, &["--calibration", "cpu.yaml"]));
+    assert!(ok.code == 0 || ok.code == 1, "{}", lines_of(&ok));
+}
