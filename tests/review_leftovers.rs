@@ -594,3 +594,73 @@ fn a_profile_whose_peak_was_edited_below_its_measured_gemms_is_refused() {
     let ok = run_in(&dir, &with(&TINY_EVAL, &["--calibration", "cpu.yaml"]));
     assert!(ok.code == 0 || ok.code == 1, "{}", lines_of(&ok));
 }
+
+// ---- 7. an error about a plan file's value names the file's key and the file ---------------
+
+/// The bundled seed plan with `from` replaced by `to`, written to `dir/name`; its path.
+fn edited_plan(dir: &Path, name: &str, from: &str, to: &str) -> String {
+    let text =
+        std::fs::read_to_string(Path::new(ROOT).join("plans/best-512b-32nodes.yaml")).unwrap();
+    assert!(text.contains(from), "{from}");
+    let path = dir.join(name);
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn plan_file_values_are_named_by_key_and_file() {
+    let dir = scratch("leftovers", "file-keys");
+    let vpp = edited_plan(&dir, "vpp.yaml", "\n  vpp: 7\n", "\n  vpp: 5\n");
+    let r = run(&["eval", "--plan", &vpp]);
+    assert_one_line_error(
+        &r,
+        &[&format!("vpp: 5 in {vpp} does not divide"), "valid: 1, 7"],
+        &["--vpp 5"],
+        "vpp in file",
+    );
+    let nodes = edited_plan(&dir, "nodes.yaml", "\nnodes: 32\n", "\nnodes: 0\n");
+    let r = run(&["eval", "--plan", &nodes]);
+    assert_one_line_error(
+        &r,
+        &[&format!("nodes: 0 in {nodes} must be at least 1")],
+        &["--nodes 0"],
+        "nodes in file",
+    );
+    // Several of the file's values: the file named once, in front; the fix keeps its flags.
+    let tp = edited_plan(&dir, "tp.yaml", "\n  tp: 8\n", "\n  tp: 3\n");
+    let r = run(&["eval", "--plan", &tp]);
+    assert_one_line_error(
+        &r,
+        &[
+            &format!("error: {tp}: tp: 3 x cp: 1 x pp: 16 x dp: 2 = 96 GPUs"),
+            "change --tp, --cp or --pp",
+        ],
+        &["--tp 3"],
+        "degrees in file",
+    );
+    // A flag over the file is named as the flag.
+    let r = run(&["eval", "--plan", &tp, "--tp", "3", "--pp", "16"]);
+    assert_one_line_error(
+        &r,
+        &["--tp 3 x cp: 1 x --pp 16 x dp: 2 = 96 GPUs"],
+        &["tp: 3"],
+        "flag over file",
+    );
+    // compare and report read plan files too.
+    let seed = Path::new(ROOT).join("plans/best-512b-32nodes.yaml");
+    let r = run(&["compare", "--plan", seed.to_str().unwrap(), "--plan", &vpp]);
+    assert_one_line_error(
+        &r,
+        &[&format!("vpp: 5 in {vpp} does not divide")],
+        &["--vpp 5"],
+        "compare",
+    );
+    let out = dir.join("report");
+    let r = run(&["report", &vpp, "--out", out.to_str().unwrap()]);
+    assert_one_line_error(
+        &r,
+        &[&format!("vpp: 5 in {vpp} does not divide")],
+        &["--vpp 5"],
+        "report",
+    );
+}

@@ -23,7 +23,39 @@ use crate::report::{self, Report, detail_for};
 use crate::specs;
 use crate::units::GIB;
 
-pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
+/// `eval` (and `report`, `quiet`): an error about a value the plan file gave names the file's
+/// key and the file (`tp: 3 in plans/x.yaml`), not a flag the user never typed.
+pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    let Some(path) = args.plan.clone() else {
+        return eval_given(args, quiet);
+    };
+    let mut given: Vec<&str> = [
+        ("--tp", args.tp.is_some()),
+        ("--pp", args.pp.is_some()),
+        ("--dp", args.dp.is_some()),
+        ("--vpp", args.vpp.is_some()),
+        ("--micro-batch", args.micro_batch.is_some()),
+        ("--cp", args.cp.is_some()),
+        ("--ep", args.ep.is_some()),
+        ("--etp", args.etp.is_some()),
+        ("--zero", args.zero.is_some()),
+        (
+            "--recompute-num-layers",
+            args.recompute_num_layers.is_some() || args.recompute.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, typed)| typed.then_some(flag))
+    .collect();
+    given.extend(super::plan_error_words::scenario_flags_given(
+        &args.cluster,
+        &args.training,
+    ));
+    eval_given(args, quiet)
+        .map_err(|err| super::plan_error_words::with_file_words(err, &path, &given))
+}
+
+fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     check_pasted_stage_layers(&args)?;
     // Block recompute of 0 layers would read as every layer (Megatron's uniform method counts
