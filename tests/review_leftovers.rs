@@ -664,3 +664,141 @@ fn plan_file_values_are_named_by_key_and_file() {
         "report",
     );
 }
+
+// ---- 8. a plan file's relative paths are read from the plan file's folder ------------------
+
+const SMALL_PLAN: &str =
+    "nodes: 1\nglobal_batch: 64\nplan:\n  tp: 8\n  pp: 1\n  dp: 1\n  micro_batch: 1\n";
+
+/// The step time `eval --format json` reports.
+fn step_s(r: &Run) -> f64 {
+    assert!(r.code == 0 || r.code == 1, "{}", lines_of(r));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    v["plans"][0]["time"]["step_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{}", r.stdout))
+}
+
+#[test]
+fn a_plan_files_relative_model_and_gpu_are_read_beside_it_from_any_folder() {
+    let dir = scratch("leftovers", "plan-folder");
+    let specs = dir.join("specs");
+    std::fs::create_dir_all(specs.join("gpus")).unwrap();
+    std::fs::copy(
+        Path::new(ROOT).join("models/llama3-8b.yaml"),
+        specs.join("m.yaml"),
+    )
+    .unwrap();
+    // A GPU of its own, so that reading the bundled one instead would show.
+    let gpu = std::fs::read_to_string(Path::new(ROOT).join("clusters/h100-sxm-80g.yaml"))
+        .unwrap()
+        .replacen("name: h100-sxm-80g", "name: my-gpu", 1);
+    assert!(gpu.contains("name: my-gpu"));
+    std::fs::write(specs.join("gpus/g.yaml"), &gpu).unwrap();
+    std::fs::write(
+        specs.join("plan.yaml"),
+        format!("model: m.yaml\ngpu: gpus/g.yaml\n{SMALL_PLAN}"),
+    )
+    .unwrap();
+    let plan = specs.join("plan.yaml");
+    for (cwd, path) in [
+        (dir.as_path(), "specs/plan.yaml"),
+        (specs.as_path(), "plan.yaml"),
+        (Path::new("/"), plan.to_str().unwrap()),
+    ] {
+        let r = run_in(cwd, &["eval", "--plan", path]);
+        assert!(r.code == 0 || r.code == 1, "from {cwd:?}: {}", lines_of(&r));
+        assert!(
+            r.stdout.contains("1 node x 8 my-gpu = 8 GPUs"),
+            "from {cwd:?}: {}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("32 layers, hidden 4096"), "{}", r.stdout);
+    }
+    // A missing one is said with the plan file, the key and the path looked at.
+    std::fs::write(
+        specs.join("missing.yaml"),
+        format!("model: nope.yaml\n{SMALL_PLAN}"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "specs/missing.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "specs/missing.yaml",
+            "model:",
+            "specs/nope.yaml",
+            "cannot read it",
+        ],
+        &["--model"],
+        "missing model",
+    );
+}
+
+#[test]
+fn a_plan_files_bundled_names_stay_bundled_whatever_the_folders_hold() {
+    let dir = scratch("leftovers", "plan-bundled");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(
+        dir.join("sub/plan.yaml"),
+        format!("model: llama3-8b\ngpu: h100-sxm-80g\n{SMALL_PLAN}"),
+    )
+    .unwrap();
+    let args = ["eval", "--plan", "sub/plan.yaml", "--format", "json"];
+    let clean = step_s(&run_in(&dir, &args));
+    // Files of those names in the current folder change nothing.
+    shadow(&dir, &["llama3-8b", "h100-sxm-80g"]);
+    assert_eq!(step_s(&run_in(&dir, &args)), clean);
+    // Beside the plan file, a file of a bundled name could be either: refused, naming the fix.
+    shadow(&dir.join("sub"), &["h100-sxm-80g"]);
+    let r = run_in(&dir, &args[..3]);
+    assert_one_line_error(
+        &r,
+        &[
+            "sub/plan.yaml: gpu: h100-sxm-80g",
+            "beside the plan file",
+            "./h100-sxm-80g",
+        ],
+        &[],
+        "ambiguous beside the plan",
+    );
+}
+
+#[test]
+fn plan_save_writes_a_gpu_file_as_its_path_from_the_plan_folder() {
+    let dir = scratch("leftovers", "save-gpu-path");
+    std::fs::create_dir_all(dir.join("gpus")).unwrap();
+    std::fs::create_dir_all(dir.join("plans")).unwrap();
+    std::fs::copy(
+        Path::new(ROOT).join("clusters/h100-sxm-80g.yaml"),
+        dir.join("gpus/g.yaml"),
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--gpu",
+            "gpus/g.yaml",
+            "--save",
+            "plans/best.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", lines_of(&r));
+    let saved = std::fs::read_to_string(dir.join("plans/best.yaml")).unwrap();
+    assert!(saved.contains("\ngpu: ../gpus/g.yaml\n"), "{saved}");
+    // Read back from the folder it was saved in and from the plan's own folder.
+    for (cwd, path) in [
+        (dir.clone(), "plans/best.yaml"),
+        (dir.join("plans"), "best.yaml"),
+    ] {
+        let r = run_in(&cwd, &["eval", "--plan", path]);
+        assert!(r.code == 0 || r.code == 1, "from {cwd:?}: {}", lines_of(&r));
+    }
+}

@@ -312,7 +312,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         let file = PlanFile {
             model: Some(ModelRef::Inline(Box::new(model_file_of(&scenario.model)))),
             params: None,
-            gpu: Some(scenario.gpu_reference.clone()),
+            // A profile file is written as its path from the plan's folder, where `eval --plan`
+            // reads it from.
+            gpu: Some(crate::specs::reference_for_plan(
+                path,
+                &scenario.gpu_reference,
+            )),
             nodes: Some(scenario.cluster.nodes),
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
             seq_len: Some(scenario.training.seq_len),
