@@ -802,3 +802,39 @@ fn plan_save_writes_a_gpu_file_as_its_path_from_the_plan_folder() {
         assert!(r.code == 0 || r.code == 1, "from {cwd:?}: {}", lines_of(&r));
     }
 }
+
+// ---- 9. an argument that is not UTF-8 is named, with exit 2 --------------------------------
+
+#[test]
+fn a_non_utf8_argument_is_one_line_naming_its_flag_and_value() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    for (args, flag) in [
+        (vec![&b"plan"[..], b"--params", b"\xff"], "--params \\xff"),
+        (
+            vec![&b"plan"[..], b"--nodes", b"1", b"--model=a\xffb"],
+            "--model a\\xffb",
+        ),
+        (
+            vec![&b"eval"[..], b"--plan", b"\xff.yaml"],
+            "--plan \\xff.yaml",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+            .args(args.iter().map(|a| OsString::from_vec(a.to_vec())))
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let r = Run {
+            code: out.status.code().unwrap(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        assert_one_line_error(
+            &r,
+            &[flag, "is not valid UTF-8", "retype it"],
+            &["panicked", "one or more arguments"],
+            flag,
+        );
+    }
+}
