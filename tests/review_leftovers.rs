@@ -838,3 +838,51 @@ fn a_non_utf8_argument_is_one_line_naming_its_flag_and_value() {
         );
     }
 }
+
+// ---- 10. sweep's exit codes are plan's: 0 found, 1 nothing fits, 2 bad input ---------------
+
+#[test]
+fn sweep_exits_0_1_2_as_plan_does() {
+    let sweep = |extra: &[&str]| run(&with(&["sweep", "--format", "csv"], extra));
+    let found = sweep(&["--params", "70B", "--axis", "nodes", "--values", "1,4"]);
+    assert_eq!(found.code, 0, "{}", lines_of(&found));
+    // Valid points, none fitting (one with no valid split at all): exit 1, the rows printed.
+    let none = sweep(&[
+        "--params",
+        "1T",
+        "--axis",
+        "nodes",
+        "--values",
+        "20,1",
+        "--global-batch",
+        "1536",
+    ]);
+    assert_eq!(none.code, 1, "{}", lines_of(&none));
+    assert_eq!(none.stdout.lines().count(), 3, "{}", none.stdout);
+    assert!(
+        none.stderr.contains("nothing fits at any point"),
+        "{}",
+        none.stderr
+    );
+    // One point's value bad: exit 2, one line naming it, nothing on stdout.
+    let bad = sweep(&["--params", "70B", "--axis", "nodes", "--values", "1,0,4"]);
+    assert_one_line_error(&bad, &["\"0\"", "--axis nodes"], &[], "nodes 0");
+    assert!(bad.stdout.is_empty(), "{}", bad.stdout);
+    let bad = sweep(&[
+        "--params",
+        "70B",
+        "--nodes",
+        "2",
+        "--axis",
+        "gpu",
+        "--values",
+        "h100-sxm-80g,nope",
+    ]);
+    assert_one_line_error(
+        &bad,
+        &["--axis gpu at nope", "unknown GPU"],
+        &[],
+        "gpu nope",
+    );
+    assert!(bad.stdout.is_empty(), "{}", bad.stdout);
+}
