@@ -476,9 +476,9 @@ pub struct PinArgs {
     /// Pin the ZeRO stage (3 = FSDP).
     #[arg(long)]
     pub zero: Option<u8>,
-    /// Pin sequence parallelism on.
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Pin sequence parallelism on (`--sequence-parallel`, or `true`) or off (`false`).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub sequence_parallel: Option<bool>,
     /// Pin the expert-parallel degree (MoE models).
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
@@ -568,9 +568,10 @@ pub struct EvalArgs {
     /// Sequences per micro-batch.
     #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
-    /// Sequence parallelism (needs --tp > 1).
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Sequence parallelism (needs --tp > 1): `--sequence-parallel` or `true` on, `false` off
+    /// (over a plan file's). Default: off.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub sequence_parallel: Option<bool>,
     /// Activation recomputation.
     #[arg(long, visible_alias = "recompute-granularity", value_enum)]
     pub recompute: Option<RecomputeArg>,

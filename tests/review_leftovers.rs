@@ -886,3 +886,79 @@ fn sweep_exits_0_1_2_as_plan_does() {
     );
     assert!(bad.stdout.is_empty(), "{}", bad.stdout);
 }
+
+// ---- 11. sequence parallelism can be pinned off ---------------------------------------------
+
+/// The `sequence_parallel` of every plan `plan --format json` shows.
+fn sp_of_plans(extra: &[&str]) -> Vec<bool> {
+    let v = json(&with(
+        &[
+            "plan",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "8",
+            "--global-batch",
+            "512",
+            "--top",
+            "20",
+            "--format",
+            "json",
+        ],
+        extra,
+    ));
+    v["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["sequence_parallel"].as_bool().unwrap())
+        .collect()
+}
+
+#[test]
+fn sequence_parallelism_pins_on_and_off_in_plan_and_eval() {
+    // Unpinned, the best plans use it; pinned off, none does; pinned on (bare or true), all do.
+    assert!(sp_of_plans(&[]).contains(&true));
+    let off = sp_of_plans(&["--sequence-parallel", "false"]);
+    assert!(!off.is_empty() && off.iter().all(|sp| !sp), "{off:?}");
+    for on in [
+        &["--sequence-parallel"][..],
+        &["--sequence-parallel", "true"],
+    ] {
+        let plans = sp_of_plans(on);
+        assert!(
+            !plans.is_empty() && plans.iter().all(|sp| *sp),
+            "{on:?}: {plans:?}"
+        );
+    }
+    let bad = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--sequence-parallel",
+        "maybe",
+    ]);
+    assert_one_line_error(
+        &bad,
+        &["'maybe'", "--sequence-parallel", "true, false"],
+        &[],
+        "maybe",
+    );
+    // eval takes the same form, and false turns a plan file's sequence parallelism off.
+    let seed = Path::new(ROOT).join("plans/best-512b-32nodes.yaml");
+    let seed = seed.to_str().unwrap();
+    let line = |extra: &[&str]| {
+        let r = run(&with(&["eval", "--plan", seed], extra));
+        assert!(r.code == 0 || r.code == 1, "{}", lines_of(&r));
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with("plan: "))
+            .unwrap()
+            .to_string()
+    };
+    assert!(line(&[]).contains("sequence parallel on"));
+    assert!(line(&["--sequence-parallel", "false"]).contains("sequence parallel off"));
+    assert!(line(&["--sequence-parallel"]).contains("sequence parallel on"));
+}

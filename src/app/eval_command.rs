@@ -222,7 +222,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 dp,
                 vpp,
                 micro_batch: args.micro_batch.unwrap_or(1),
-                sequence_parallel: args.sequence_parallel,
+                sequence_parallel: args.sequence_parallel.unwrap_or(false),
                 // Listed modules are selective recompute (Megatron's --recompute-granularity
                 // selective), unless --recompute says otherwise (refused below).
                 recompute: match args.recompute {
@@ -610,7 +610,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         dp: None,
         vpp: None,
         micro_batch: None,
-        sequence_parallel: false,
+        sequence_parallel: None,
         recompute: None,
         zero: None,
         allow_uneven_pp: false,
@@ -655,7 +655,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
 }
 
 /// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help
-/// says (`--sequence-parallel` can only turn sequence parallelism on; the allow flags add to the file's).
+/// says (`--sequence-parallel true|false` sets sequence parallelism either way; the allow flags add to the file's).
 fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
     PlanRequest {
         tp: args.tp.unwrap_or(file.tp),
@@ -663,7 +663,7 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         dp: args.dp.unwrap_or(file.dp),
         vpp: args.vpp.unwrap_or(file.vpp),
         micro_batch: args.micro_batch.unwrap_or(file.micro_batch),
-        sequence_parallel: file.sequence_parallel || args.sequence_parallel,
+        sequence_parallel: args.sequence_parallel.unwrap_or(file.sequence_parallel),
         recompute: match args.recompute {
             Some(asked) => asked.into(),
             // Listed modules are selective recompute, whatever the file's plan recomputed.

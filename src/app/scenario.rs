@@ -474,7 +474,7 @@ pub(super) fn pins_of_args(
         recompute,
         recompute_num_layers: args.recompute_num_layers,
         zero: args.zero,
-        sequence_parallel: args.sequence_parallel.then_some(true),
+        sequence_parallel: args.sequence_parallel,
         ep: args.ep,
         etp: args.etp,
         reshard_after_forward: args.reshard_after_forward,
