@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use serde_json::Value;
 use std::path::Path;
 
 fn lines_of(r: &Run) -> String {
@@ -961,4 +962,97 @@ fn sequence_parallelism_pins_on_and_off_in_plan_and_eval() {
     assert!(line(&[]).contains("sequence parallel on"));
     assert!(line(&["--sequence-parallel", "false"]).contains("sequence parallel off"));
     assert!(line(&["--sequence-parallel"]).contains("sequence parallel on"));
+}
+
+// ---- 12. the ledger agrees with the breakdown to rounding, count by count ------------------
+
+/// Mixtral with a MoE layer every `freq` layers on 16 stages (the ledger once rounded the
+/// busiest stage's MoE share where `evaluate` kept the model's average): every expert-parallel
+/// ledger row runs exactly once per micro-batch per MoE layer of the slowest stage (the check in
+/// `cost::ledger`'s tests allows twice that), the rows add up to `comm.ep` to 1e-9, and to the
+/// GB the printed breakdown shows, to its two decimals.
+#[test]
+fn ledger_rows_count_and_total_exactly_what_the_breakdown_shows() {
+    let mut checked = 0;
+    for freq in ["3", "8"] {
+        for (tp, ep, etp, dp) in [
+            ("1", "2", "1", "2"),
+            ("1", "1", "2", "2"),
+            ("2", "1", "2", "1"),
+        ] {
+            for recompute in ["none", "full"] {
+                let global_batch = (2 * dp.parse::<u32>().unwrap()).to_string();
+                let args = [
+                    "eval",
+                    "--model",
+                    "mixtral-8x7b",
+                    "--moe-layer-freq",
+                    freq,
+                    "--nodes",
+                    "4",
+                    "--tp",
+                    tp,
+                    "--pp",
+                    "16",
+                    "--ep",
+                    ep,
+                    "--etp",
+                    etp,
+                    "--micro-batch",
+                    "1",
+                    "--global-batch",
+                    &global_batch,
+                    "--seq-len",
+                    "4096",
+                    "--recompute",
+                    recompute,
+                    "--zero",
+                    "1",
+                ];
+                let what = args.join(" ");
+                let v = json(&with(&args, &["--format", "json"]));
+                let p = &v["plans"][0];
+                let per_row = p["num_microbatches"].as_f64().unwrap()
+                    * p["slowest_stage_moe_layers"].as_f64().unwrap();
+                let rows: Vec<&Value> = p["ledger"]["entries"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|e| e["group"] == "ep" || e["group"] == "expert_tp")
+                    .collect();
+                for row in &rows {
+                    assert_eq!(row["count"].as_f64().unwrap(), per_row, "{what}: {row}");
+                }
+                let ledger: f64 = rows
+                    .iter()
+                    .map(|e| e["count"].as_f64().unwrap() * e["wire_bytes"].as_f64().unwrap())
+                    .sum();
+                let comm = p["comm"]["ep"]["wire_bytes"].as_f64().unwrap();
+                assert!(
+                    (ledger - comm).abs() <= 1e-9 * comm.max(1.0),
+                    "{what}: ledger {ledger} B vs comm.ep {comm} B"
+                );
+                assert_eq!(rows.is_empty(), comm == 0.0, "{what}");
+                // The breakdown eval prints: "EP   0.40 GB on NVLink ...".
+                let text = run(&args);
+                assert!(text.code == 0 || text.code == 1, "{}", lines_of(&text));
+                let shown = text
+                    .stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("  EP "))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|gb| gb.parse::<f64>().ok());
+                match shown {
+                    Some(gb) => assert!(
+                        (gb - ledger / 1e9).abs() <= 0.005 + 1e-12,
+                        "{what}: breakdown {gb} GB vs ledger {} GB",
+                        ledger / 1e9
+                    ),
+                    None => assert_eq!(ledger, 0.0, "{what}: no EP line, ledger {ledger} B"),
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 12);
 }
