@@ -44,6 +44,8 @@ mod megatron_paste;
 /// `tpsim plan`.
 mod pin_conflict;
 mod plan_command;
+/// Plan errors in the words of the input: flag, flag default or plan-file key.
+mod plan_error_words;
 /// Writing the report directory of `plan --report` and `eval --report`.
 mod report_commands;
 /// Flags → validated model, cluster and training settings.

@@ -489,9 +489,9 @@ pub struct PinArgs {
     /// Pin the ZeRO stage (3 = FSDP).
     #[arg(long)]
     pub zero: Option<u8>,
-    /// Pin sequence parallelism on.
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Pin sequence parallelism on (`--sequence-parallel`, or `true`) or off (`false`).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub sequence_parallel: Option<bool>,
     /// Pin the expert-parallel degree (MoE models).
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
@@ -581,9 +581,10 @@ pub struct EvalArgs {
     /// Sequences per micro-batch.
     #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
-    /// Sequence parallelism (needs --tp > 1).
-    #[arg(long)]
-    pub sequence_parallel: bool,
+    /// Sequence parallelism (needs --tp > 1): `--sequence-parallel` or `true` on, `false` off
+    /// (over a plan file's). Default: off.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub sequence_parallel: Option<bool>,
     /// Activation recomputation.
     #[arg(long, visible_alias = "recompute-granularity", value_enum)]
     pub recompute: Option<RecomputeArg>,
@@ -951,9 +952,9 @@ pub struct CalibrateArgs {
     /// TP degrees whose shard shapes to measure, e.g. 1,2,4,8 (default: powers of two dividing the heads, up to 8).
     #[arg(long, value_delimiter = ',')]
     pub tp: Vec<u32>,
-    /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs).
-    #[arg(long, value_name = "NAME|FILE", default_value = "h100-sxm-80g")]
-    pub gpu: String,
+    /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs). Default: the bundled h100-sxm-80g.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub gpu: Option<String>,
     /// Edge lengths of the GEMM sweep, e.g. 256,1024,4096 (default: cuda 256,1024,4096,8192,16384; cpu 32,64,128,256).
     #[arg(long, value_delimiter = ',')]
     pub sweep: Vec<usize>,

@@ -7,6 +7,12 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = megatron_spelling(err) {
         return message;
     }
+    // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
+    if err.kind() == clap::error::ErrorKind::InvalidUtf8
+        && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
+    {
+        return message;
+    }
     // Clap's usage error, made one line: the message up to its "Usage:" block.
     let rendered = err.render().to_string();
     let lines: Vec<&str> = rendered
@@ -112,9 +118,68 @@ fn megatron_spelling(err: &clap::Error) -> Option<String> {
         .map(|(megatron, rule)| format!("{megatron} {rule}"))
 }
 
+/// The bytes of `arg` as text, each byte that is not UTF-8 written `\xNN`.
+fn escaped(arg: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in arg.as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out
+}
+
+/// The first argument that is not UTF-8, said with the flag it belongs to: `--params \xff` (a
+/// value after its flag), `--model=\xff` (a value joined to it) or a word on its own.
+fn invalid_utf8_line(args: &[std::ffi::OsString]) -> Option<String> {
+    let at = args.iter().position(|a| a.to_str().is_none())?;
+    let bad = escaped(&args[at]);
+    let rule = "tpsim reads every argument as UTF-8 text";
+    let fix = "retype it, or give a path by a UTF-8 name (rename or link the file)";
+    if let Some((flag, value)) = bad.split_once('=').filter(|(f, _)| f.starts_with("--")) {
+        return Some(format!(
+            "{flag} {value}: the value is not valid UTF-8 ({rule}); {fix}"
+        ));
+    }
+    let flag = at
+        .checked_sub(1)
+        .and_then(|i| args[i].to_str())
+        .filter(|prev| prev.starts_with('-') && !bad.starts_with('-'));
+    Some(match flag {
+        Some(flag) => format!("{flag} {bad}: the value is not valid UTF-8 ({rule}); {fix}"),
+        None => format!("argument {bad} is not valid UTF-8 ({rule}); {fix}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::plain_number_rules;
+
+    #[test]
+    fn a_non_utf8_argument_is_named_with_its_flag() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let args = |list: &[&[u8]]| -> Vec<OsString> {
+            list.iter()
+                .map(|a| OsString::from_vec(a.to_vec()))
+                .collect()
+        };
+        let line = super::invalid_utf8_line(&args(&[b"plan", b"--params", b"7\xffB"])).unwrap();
+        assert!(
+            line.starts_with("--params 7\\xffB: the value is not valid UTF-8"),
+            "{line}"
+        );
+        let line = super::invalid_utf8_line(&args(&[b"plan", b"--model=a\xfe"])).unwrap();
+        assert!(line.starts_with("--model a\\xfe: the value"), "{line}");
+        let line = super::invalid_utf8_line(&args(&[b"\xff"])).unwrap();
+        assert!(
+            line.starts_with("argument \\xff is not valid UTF-8"),
+            "{line}"
+        );
+        assert!(super::invalid_utf8_line(&args(&[b"plan"])).is_none());
+    }
 
     #[test]
     fn every_range_clap_checks_is_said_in_words() {

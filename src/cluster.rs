@@ -305,6 +305,9 @@ impl GpuProfile {
             calibration
                 .check()
                 .map_err(|m| format!("calibration: {m}"))?;
+            calibration
+                .check_below_peak(self.peak_bf16_tflops)
+                .map_err(|m| format!("calibration: {m}"))?;
         }
         for (key, value) in [
             ("peak_fp8_tflops", self.peak_fp8_tflops),

@@ -366,7 +366,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
         let key = run.model_key.as_deref().unwrap_or("");
         let name = bundled_moe(key).ok_or_else(|| format!("MoE model {key} is not bundled"))?;
-        let model = specs::load_model(name).map_err(|e| e.to_string())?;
+        let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
         let layers = m.layers.unwrap_or(model.layers);
         let overrides = ShapeOverrides {
             layers: (layers != model.layers).then_some(layers),
@@ -894,8 +894,8 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     }
     let model = model_of(run)?;
     let hw = &run.hardware;
-    let gpu =
-        specs::load_gpu(hardware_profile(hw).unwrap_or_default()).map_err(|e| e.to_string())?;
+    let gpu = specs::load_bundled_gpu(hardware_profile(hw).unwrap_or_default())
+        .map_err(|e| e.to_string())?;
     check_gpu_count(run)?;
     let cluster = Cluster {
         gpu,

@@ -392,9 +392,9 @@ pub enum PlanError {
     )]
     PpUneven { pp: u32, layers: u32, valid: String },
     #[error(
-        "--pp {pp} leaves a stage without a transformer layer: the model's {layers} layers, with the embedding and the output layer counted as one each, spread over {pp} stages give one of them nothing but the embedding or the output layer; use a smaller --pp"
+        "--pp {pp} leaves a stage without a transformer layer: the model's {layers} layers, with the embedding and the output layer counted as one each, spread over {pp} stages give one of them nothing but the embedding or the output layer; use a smaller --pp, valid here: {valid}"
     )]
-    EmptyStage { pp: u32, layers: u32 },
+    EmptyStage { pp: u32, layers: u32, valid: String },
     #[error(
         "a first/last stage split (--decoder-first/last-pipeline-num-layers) needs --pp 2 or more and --vpp 1 (here --pp {pp}, --vpp {vpp}); drop the split or the interleaving"
     )]
@@ -548,10 +548,10 @@ impl ParallelPlan {
                 states: training.optimizer_states.as_str(),
             });
         }
-        check_heads(r, model, cluster)?;
+        check_heads(r, model, cluster, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;
-        let stages = stage_layout(r, model)?;
+        let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
         check_interleaving(r, model, &stages, num_microbatches, schedule_runs)?;
@@ -693,8 +693,37 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// The expert-TP degrees the rest of `r` accepts, for an `--etp` that does not divide the expert
+/// MLP width: dividing it, within a node, folding with `--ep` into the tp x cp x dp GPUs of a
+/// stage (`EpFolding`), and 1 alone where DeepEP runs over experts (`DeepepWithExpertTp`). None at
+/// all when `--ep` itself does not fold, which is then what to change.
+fn valid_etp(r: &PlanRequest, expert_ffn: u32, cluster: &Cluster, training: &Training) -> String {
+    let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
+    let deepep =
+        r.ep > 1 && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep;
+    let valid: Vec<u32> = divisors(expert_ffn)
+        .into_iter()
+        .filter(|d| *d <= cluster.nvlink_domain())
+        .filter(|d| stage_gpus.is_multiple_of(u64::from(r.ep) * u64::from(*d)))
+        .filter(|d| !deepep || *d == 1)
+        .collect();
+    if valid.is_empty() {
+        format!(
+            "none with --ep {} (ep x etp must divide the {stage_gpus} GPUs of a pipeline stage, tp x cp x dp, and --ep {} alone does not); change --ep",
+            r.ep, r.ep
+        )
+    } else {
+        list(valid)
+    }
+}
+
 /// TP divides the attention heads, and divides or is a multiple of the KV heads.
-fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), PlanError> {
+fn check_heads(
+    r: &PlanRequest,
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+) -> Result<(), PlanError> {
     if !model.heads.is_multiple_of(r.tp) {
         let valid = divisors(model.heads)
             .into_iter()
@@ -741,9 +770,7 @@ fn check_heads(r: &PlanRequest, model: &Model, cluster: &Cluster) -> Result<(), 
                 tp: etp,
                 what: "expert MLP width",
                 ffn: moe.ffn_hidden,
-                valid: list(divisors(moe.ffn_hidden).into_iter().filter(|d| {
-                    *d <= cluster.nvlink_domain() && (r.tp * r.cp * r.dp).is_multiple_of(*d)
-                })),
+                valid: valid_etp(r, moe.ffn_hidden, cluster, training),
             });
         }
         // The shared experts are a dense MLP split over the TP ranks.
@@ -955,9 +982,46 @@ fn stage_layout(r: &PlanRequest, model: &Model) -> Result<StageLayout, PlanError
         return Err(PlanError::EmptyStage {
             pp: r.pp,
             layers: model.layers,
+            valid: String::new(),
         });
     }
     Ok(stages)
+}
+
+/// [`stage_layout`], with the pipeline depths that would lay out where one leaves a stage empty.
+fn stage_layout_or_valid(
+    r: &PlanRequest,
+    model: &Model,
+    cluster: &Cluster,
+) -> Result<StageLayout, PlanError> {
+    match stage_layout(r, model) {
+        Err(PlanError::EmptyStage { pp, layers, .. }) => Err(PlanError::EmptyStage {
+            pp,
+            layers,
+            valid: valid_pp(r, model, cluster),
+        }),
+        other => other,
+    }
+}
+
+/// The pipeline depths that give every stage a transformer layer with the rest of `r` kept (its
+/// tp, cp, vpp and uneven split; dp taking the GPUs left), as `--pp` values: each leaves whole
+/// data-parallel replicas (tp x cp x pp divides the GPUs) and lays the layers out.
+fn valid_pp(r: &PlanRequest, model: &Model, cluster: &Cluster) -> String {
+    let model_parallel = u64::from(r.tp) * u64::from(r.cp);
+    let gpus = u64::from(cluster.total_gpus());
+    let per_pipeline = u32::try_from(gpus / model_parallel.max(1)).unwrap_or(u32::MAX);
+    let valid = (1..=per_pipeline.min(model.layers))
+        .filter(|pp| per_pipeline.is_multiple_of(*pp))
+        .filter(|pp| {
+            let request = PlanRequest {
+                pp: *pp,
+                dp: per_pipeline / pp,
+                ..*r
+            };
+            stage_layout(&request, model).is_ok()
+        });
+    list(valid)
 }
 
 /// An interleaved uneven split with the embedding and the loss counted as a layer each.

@@ -99,6 +99,15 @@ pub enum SpecError {
         kind: &'static str,
         name: String,
     },
+    #[error(
+        "{plan}: {key} {name} names both the bundled {kind} and the file {name} beside the plan file; write ./{name} to read the file, or move it to use the bundled {kind}"
+    )]
+    AmbiguousInPlan {
+        plan: String,
+        key: &'static str,
+        kind: &'static str,
+        name: String,
+    },
     #[error(transparent)]
     Read(#[from] InputError),
     #[error("{origin}:{line}:{column}: {message}")]
@@ -255,6 +264,24 @@ pub fn load_gpu_as(flag: &str, name_or_path: &str) -> Result<GpuProfile, SpecErr
 
 pub fn load_gpu(name_or_path: &str) -> Result<GpuProfile, SpecError> {
     load_gpu_as("--gpu", name_or_path)
+}
+
+/// The bundled model `name`, whatever files the working folder holds: a model tpsim names itself
+/// (a published run's bundled model) is tpsim's, never a file that happens to share its name.
+pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
+    let Some((name, text)) = BUNDLED_MODELS.iter().find(|(n, _)| *n == name) else {
+        return Err(SpecError::UnknownName {
+            kind: "model",
+            name: quote(name),
+            known: BUNDLED_MODELS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let file: ModelFile = parse_yaml(name, text)?;
+    model_of_file(&file, &format!("bundled model {name}"))
 }
 
 /// The bundled GPU profile `name`, whatever files the working folder holds: the default GPU of a
@@ -416,9 +443,128 @@ pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
 
 pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, SpecError> {
     match reference {
-        ModelRef::Named(name) => load_model(name),
+        ModelRef::Named(name) => {
+            match in_plan_folder(origin, "model:", "model", BUNDLED_MODELS, name)? {
+                PlanReference::Bundled(name) => load_bundled_model(&name),
+                PlanReference::File(path) => {
+                    let flag = format!("{}: model:", quote(origin));
+                    let (origin, file): (String, ModelFile) =
+                        read_spec(&flag, "model", &[], &path)?;
+                    model_of_file(&file, &origin)
+                }
+            }
+        }
         ModelRef::Inline(file) => model_of_file(file, &quote(origin)),
     }
+}
+
+/// What a plan file's `model:` or `gpu:` names: a bundled spec, or a file (its path from here).
+#[derive(Debug, PartialEq)]
+pub enum PlanReference {
+    Bundled(String),
+    File(String),
+}
+
+impl PlanReference {
+    /// How the scenario names it: the bundled name, or the path read.
+    pub fn shown(&self) -> &str {
+        match self {
+            PlanReference::Bundled(name) | PlanReference::File(name) => name,
+        }
+    }
+}
+
+/// Resolves `reference`, a plan file's `key` (`model:`, `gpu:`), as every tool that reads a config
+/// file does: a relative path is relative to the plan file's folder, not to wherever tpsim runs,
+/// so a plan and the specs beside it move together. A bare name is a file beside the plan when
+/// one is there (refused as ambiguous when it is also a bundled name), else the bundled spec,
+/// whatever files the current folder holds.
+pub fn in_plan_folder(
+    plan_path: &str,
+    key: &'static str,
+    kind: &'static str,
+    bundled: &[(&str, &str)],
+    reference: &str,
+) -> Result<PlanReference, SpecError> {
+    let folder = Path::new(plan_path).parent().unwrap_or(Path::new(""));
+    let from_plan = || folder.join(reference).to_string_lossy().into_owned();
+    let looks_like_path =
+        reference.contains('/') || reference.ends_with(".yaml") || reference.ends_with(".yml");
+    if Path::new(reference).is_absolute() {
+        return Ok(PlanReference::File(reference.to_string()));
+    }
+    if looks_like_path {
+        return Ok(PlanReference::File(from_plan()));
+    }
+    let beside = std::fs::metadata(folder.join(reference)).is_ok_and(|m| !m.is_dir());
+    match (beside, bundled.iter().any(|(name, _)| *name == reference)) {
+        (true, true) => Err(SpecError::AmbiguousInPlan {
+            plan: quote(plan_path),
+            key,
+            kind,
+            name: quote(reference),
+        }),
+        (true, false) => Ok(PlanReference::File(from_plan())),
+        (false, _) => Ok(PlanReference::Bundled(reference.to_string())),
+    }
+}
+
+/// The GPU profile a plan file's `gpu:` names ([`in_plan_folder`]), and how to name it.
+pub fn load_plan_gpu(plan_path: &str, reference: &str) -> Result<(GpuProfile, String), SpecError> {
+    let resolved = in_plan_folder(plan_path, "gpu:", "GPU", BUNDLED_GPUS, reference)?;
+    let profile = match &resolved {
+        PlanReference::Bundled(name) => load_bundled_gpu(name)?,
+        PlanReference::File(path) => {
+            let flag = format!("{}: gpu:", quote(plan_path));
+            let (origin, profile): (String, GpuProfile) = read_spec(&flag, "GPU", &[], path)?;
+            profile
+                .check()
+                .map_err(|message| SpecError::Invalid { origin, message })?;
+            profile
+        }
+    };
+    Ok((profile, resolved.shown().to_string()))
+}
+
+/// What a plan saved at `plan_path` writes for the spec the user named `reference` from the
+/// current folder: a bundled name as it is; a file as its path from the plan's folder, which is
+/// how [`in_plan_folder`] reads it back (from any folder).
+pub fn reference_for_plan(plan_path: &str, reference: &str) -> String {
+    let looks_like_path =
+        reference.contains('/') || reference.ends_with(".yaml") || reference.ends_with(".yml");
+    let is_file = std::fs::metadata(reference).is_ok_and(|m| !m.is_dir());
+    if !(looks_like_path || is_file) {
+        return reference.to_string();
+    }
+    // Both exist here (the profile was read, --save checked the folder): their canonical
+    // paths, without `..` or links, give the shortest way from one to the other.
+    let folder = Path::new(plan_path)
+        .parent()
+        .filter(|f| !f.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let (Ok(target), Ok(folder)) = (
+        std::fs::canonicalize(reference),
+        std::fs::canonicalize(folder),
+    ) else {
+        return reference.to_string();
+    };
+    relative_path(&target, &folder)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `target` from `folder`, both absolute: up to their common ancestor, then down.
+fn relative_path(target: &Path, folder: &Path) -> std::path::PathBuf {
+    let (t, f): (Vec<_>, Vec<_>) = (target.components().collect(), folder.components().collect());
+    let common = t.iter().zip(&f).take_while(|(a, b)| a == b).count();
+    let mut out = std::path::PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for part in &t[common..] {
+        out.push(part);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -186,9 +186,37 @@ pub fn show_number(value: f64) -> String {
     }
 }
 
+/// A measured quantity printed with `decimals` places, or, where those would round a positive
+/// value to zero (a slow CPU twin's 0.0003 TFLOP/s as "0.000"), with three significant digits: a
+/// number tpsim accepts is never shown as nothing.
+pub fn show_measured(value: f64, decimals: usize) -> String {
+    let magnitude = value.abs();
+    let shown_as_zero = magnitude < 0.5 * 10f64.powi(-(decimals as i32));
+    if value == 0.0 || !value.is_finite() || !shown_as_zero {
+        return format!("{value:.decimals$}");
+    }
+    // Three significant digits: the first at 10^floor(log10 |v|).
+    let first = magnitude.log10().floor() as i32;
+    let places = usize::try_from(2 - first).unwrap_or(0);
+    format!("{value:.places$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_values_never_print_as_zero() {
+        assert_eq!(show_measured(0.076, 3), "0.076");
+        assert_eq!(show_measured(19.54, 1), "19.5");
+        assert_eq!(show_measured(0.0003, 3), "0.000300");
+        assert_eq!(show_measured(0.00001234, 3), "0.0000123");
+        assert_eq!(show_measured(1e-9, 3), "0.00000000100");
+        assert_eq!(show_measured(0.0004, 1), "0.000400");
+        assert_eq!(show_measured(0.0, 3), "0.000");
+        // Where the decimals show it, they are kept.
+        assert_eq!(show_measured(0.0006, 3), "0.001");
+    }
 
     #[test]
     fn numbers_shown_back_stay_short() {

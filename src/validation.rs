@@ -342,7 +342,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             attention_window: None,
         };
         model.check().map_err(|e| fail(e.to_string()))?;
-        let gpu = specs::load_gpu(profile)?;
+        let gpu = specs::load_bundled_gpu(profile)?;
         let hw = &run.hardware;
         let cluster = Cluster {
             gpu,

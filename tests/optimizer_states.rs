@@ -351,7 +351,13 @@ fn no_command_drops_or_bypasses_the_states() {
         "--optimizer-states",
         "bf16-moments",
     ]);
-    assert_one_line_error(&r, &["--zero 3", "bf16-moments"], &[], "compare");
+    // The plan file's ZeRO stage, named by its key and the file.
+    assert_one_line_error(
+        &r,
+        &[&format!("zero: 3 in {saved}"), "bf16-moments"],
+        &["--zero 3"],
+        "compare",
+    );
 }
 
 /// The precision-aware optimizer's master is 16-bit remainders only beside bf16 parameters: with

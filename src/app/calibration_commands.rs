@@ -97,7 +97,8 @@ fn backend(measure: &MeasureArgs, min_ranks: usize) -> Result<(Box<dyn KernelTim
 /// --output g.yaml` would replace the base profile). Leaves no file behind.
 fn check_output(args: &CalibrateArgs) -> Result<()> {
     let path = &args.output;
-    let mut inputs: Vec<(&str, &str)> = vec![("--gpu", args.gpu.as_str())];
+    let mut inputs: Vec<(&str, &str)> = Vec::new();
+    inputs.extend(args.gpu.as_deref().map(|g| ("--gpu", g)));
     inputs.extend(args.model.model.as_deref().map(|m| ("--model", m)));
     inputs.extend(args.model.hf_config.as_deref().map(|m| ("--hf-config", m)));
     // An input named as the output is said as such, before the file there is checked.
@@ -232,6 +233,9 @@ fn print_calibration(profile: &GpuProfile, format: Format) -> Result<()> {
     Ok(())
 }
 
+/// The datasheet profile under a calibration when `--gpu` names none.
+const DEFAULT_BASE_GPU: &str = "h100-sxm-80g";
+
 #[allow(clippy::too_many_arguments)]
 fn options(
     model: &Model,
@@ -239,10 +243,14 @@ fn options(
     tp_degrees: Vec<u32>,
     sizes: Sizes,
     reps: Reps,
-    base_reference: &str,
+    base_reference: Option<&str>,
     timer: &dyn KernelTimer,
 ) -> Result<CalibrateOptions> {
-    let base = specs::load_gpu(base_reference)?;
+    // The default base is tpsim's own profile, never a file here that shares its name.
+    let (base, base_reference) = match base_reference {
+        Some(reference) => (specs::load_gpu(reference)?, reference),
+        None => (specs::load_bundled_gpu(DEFAULT_BASE_GPU)?, DEFAULT_BASE_GPU),
+    };
     Ok(CalibrateOptions {
         model: model.clone(),
         micro_batch,
@@ -298,7 +306,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         tp,
         sizes,
         reps,
-        &args.gpu,
+        args.gpu.as_deref(),
         timer.as_ref(),
     )?;
     eprintln!("{why}");
@@ -486,15 +494,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             warmup: 1,
             timed: 3,
         };
-        let opts = options(
-            model,
-            1,
-            Vec::new(),
-            sizes,
-            quick,
-            "h100-sxm-80g",
-            timer.as_ref(),
-        )?;
+        let opts = options(model, 1, Vec::new(), sizes, quick, None, timer.as_ref())?;
         run_calibration(timer.as_mut(), &opts)?
     } else {
         eprintln!(

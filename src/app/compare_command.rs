@@ -1,10 +1,10 @@
 //! `tpsim compare`: two plans side by side, the two best layouts of a search or two plan files of
 //! one scenario, each with the simulated schedule's step time.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use super::Outcome;
 use super::scenario::{Scenario, precision_of_args, resolve_scenario};
+use super::{Outcome, plan_error_words};
 use crate::cli::{CompareArgs, CompareFormat};
 use crate::compare;
 use crate::cost::simulated::simulate_plan;
@@ -306,6 +306,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
         }
         2 => {
             let mut loaded = Vec::new();
+            // An error about a file's value names its key and the file (`tp: 3 in a.yaml`).
+            let given = plan_error_words::scenario_flags_given(&args.cluster, &args.training);
             for path in &args.plan {
                 let file = specs::load_plan(path)?;
                 let scenario = resolve_scenario(
@@ -313,7 +315,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &args.cluster,
                     &args.training,
                     Some((&file, path)),
-                )?;
+                )
+                .map_err(|err| plan_error_words::with_file_words(err, path, &given))?;
                 loaded.push((file, scenario));
             }
             // Step times of different models, clusters or batches say nothing about the plans.
@@ -343,7 +346,13 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &scenario.cluster,
                     &scenario.training,
                 )
-                .with_context(|| format!("--plan {path}"))?;
+                .map_err(|err| {
+                    let message = err.to_string();
+                    match plan_error_words::in_file_words(&message, path, file, &given) {
+                        worded if worded != message => anyhow::anyhow!(worded),
+                        _ => anyhow::anyhow!("--plan {path}: {message}"),
+                    }
+                })?;
                 let closed = evaluate(
                     &scenario.model,
                     &scenario.cluster,

@@ -23,7 +23,39 @@ use crate::report::{self, Report, detail_for};
 use crate::specs;
 use crate::units::GIB;
 
-pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
+/// `eval` (and `report`, `quiet`): an error about a value the plan file gave names the file's
+/// key and the file (`tp: 3 in plans/x.yaml`), not a flag the user never typed.
+pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
+    let Some(path) = args.plan.clone() else {
+        return eval_given(args, quiet);
+    };
+    let mut given: Vec<&str> = [
+        ("--tp", args.tp.is_some()),
+        ("--pp", args.pp.is_some()),
+        ("--dp", args.dp.is_some()),
+        ("--vpp", args.vpp.is_some()),
+        ("--micro-batch", args.micro_batch.is_some()),
+        ("--cp", args.cp.is_some()),
+        ("--ep", args.ep.is_some()),
+        ("--etp", args.etp.is_some()),
+        ("--zero", args.zero.is_some()),
+        (
+            "--recompute-num-layers",
+            args.recompute_num_layers.is_some() || args.recompute.is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, typed)| typed.then_some(flag))
+    .collect();
+    given.extend(super::plan_error_words::scenario_flags_given(
+        &args.cluster,
+        &args.training,
+    ));
+    eval_given(args, quiet)
+        .map_err(|err| super::plan_error_words::with_file_words(err, &path, &given))
+}
+
+fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     check_pasted_stage_layers(&args)?;
     // Block recompute of 0 layers would read as every layer (Megatron's uniform method counts
@@ -190,7 +222,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 dp,
                 vpp,
                 micro_batch: args.micro_batch.unwrap_or(1),
-                sequence_parallel: args.sequence_parallel,
+                sequence_parallel: args.sequence_parallel.unwrap_or(false),
                 // Listed modules are selective recompute (Megatron's --recompute-granularity
                 // selective), unless --recompute says otherwise (refused below).
                 recompute: match args.recompute {
@@ -305,6 +337,7 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
     }
+    let etp_follows_tp = plan_file.is_none() && args.etp.is_none() && scenario.model.moe.is_some();
     let plan = match ParallelPlan::build(
         &request,
         &scenario.model,
@@ -319,6 +352,10 @@ pub(super) fn eval(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
             global_batch.div_ceil(dp) * dp
         ),
+        // The expert TP follows --tp when the user gave no --etp (and no file or line set it).
+        Err(e) if etp_follows_tp => {
+            return Err(super::plan_error_words::with_etp_from_tp(e, request.tp));
+        }
         Err(e) => return Err(e.into()),
     };
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
@@ -583,7 +620,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         dp: None,
         vpp: None,
         micro_batch: None,
-        sequence_parallel: false,
+        sequence_parallel: None,
         recompute: None,
         zero: None,
         allow_uneven_pp: false,
@@ -628,7 +665,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
 }
 
 /// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help
-/// says (`--sequence-parallel` can only turn sequence parallelism on; the allow flags add to the file's).
+/// says (`--sequence-parallel true|false` sets sequence parallelism either way; the allow flags add to the file's).
 fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
     PlanRequest {
         tp: args.tp.unwrap_or(file.tp),
@@ -636,7 +673,7 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         dp: args.dp.unwrap_or(file.dp),
         vpp: args.vpp.unwrap_or(file.vpp),
         micro_batch: args.micro_batch.unwrap_or(file.micro_batch),
-        sequence_parallel: file.sequence_parallel || args.sequence_parallel,
+        sequence_parallel: args.sequence_parallel.unwrap_or(file.sequence_parallel),
         recompute: match args.recompute {
             Some(asked) => asked.into(),
             // Listed modules are selective recompute, whatever the file's plan recomputed.

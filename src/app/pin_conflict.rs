@@ -13,6 +13,8 @@ struct Pin {
     flag: &'static str,
     value: String,
     alone: Pins,
+    /// The other pins, this one dropped: what a replacement value must agree with.
+    others: Pins,
     of_plan: fn(&ParallelPlan) -> String,
 }
 
@@ -28,6 +30,10 @@ fn pins_given(pins: &Pins) -> Vec<Pin> {
                     alone: Pins {
                         $field: Some(v),
                         ..none
+                    },
+                    others: Pins {
+                        $field: None,
+                        ..*pins
                     },
                     of_plan: |p: &ParallelPlan| $show(p.$field),
                 });
@@ -121,23 +127,60 @@ pub(super) fn explain(
                     ));
                 }
             }
-            // recompute_num_layers 0 is how a plan says "every layer", which the flag refuses:
-            // offer only the counts the flag takes.
-            let valid: BTreeSet<String> = unpinned
-                .ranked
+            // The values to offer are those the other pins accept too (--etp with --ep 8 folds
+            // into fewer GPUs than --etp alone): the search with this pin dropped. Where the other
+            // pins admit no plan with any value, the unpinned search's values are offered, and
+            // said to be so.
+            let others: Vec<String> = given
                 .iter()
-                .map(|e| (pin.of_plan)(&e.plan))
-                .filter(|v| !(pin.flag == "--recompute-num-layers" && v == "0"))
+                .filter(|p| p.flag != pin.flag)
+                .map(|p| format!("{} {}", p.flag, p.value))
                 .collect();
-            let mut valid: Vec<String> = valid.into_iter().collect();
-            valid.sort_by_key(|v| (v.len(), v.clone()));
+            let with_others = if others.is_empty() {
+                None
+            } else {
+                Some(search(
+                    model,
+                    cluster,
+                    training,
+                    SearchOptions {
+                        pins: pin.others,
+                        ..options
+                    },
+                ))
+            };
+            let offered = |result: &crate::planner::SearchResult| {
+                // recompute_num_layers 0 is how a plan says "every layer", which the flag
+                // refuses: offer only the counts the flag takes.
+                let valid: BTreeSet<String> = result
+                    .ranked
+                    .iter()
+                    .map(|e| (pin.of_plan)(&e.plan))
+                    .filter(|v| !(pin.flag == "--recompute-num-layers" && v == "0"))
+                    .collect();
+                let mut valid: Vec<String> = valid.into_iter().collect();
+                valid.sort_by_key(|v| (v.len(), v.clone()));
+                valid.join(", ")
+            };
+            let offer = match &with_others {
+                None => format!("the search offers {} {}", pin.flag, offered(&unpinned)),
+                Some(result) if !result.ranked.is_empty() => format!(
+                    "with {} the search offers {} {}",
+                    others.join(" "),
+                    pin.flag,
+                    offered(result)
+                ),
+                Some(_) => format!(
+                    "the search offers {} {} without the other pins, and {} admit no plan with any {}",
+                    pin.flag,
+                    offered(&unpinned),
+                    others.join(" "),
+                    pin.flag
+                ),
+            };
             return Some(format!(
-                "{} {} admits no valid plan for this model and cluster (the search offers {} {}); pin one of those or drop {}",
-                pin.flag,
-                pin.value,
-                pin.flag,
-                valid.join(", "),
-                pin.flag
+                "{} {} admits no valid plan for this model and cluster ({offer}); pin one of those or drop {}",
+                pin.flag, pin.value, pin.flag
             ));
         }
     }

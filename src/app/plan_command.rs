@@ -78,9 +78,16 @@ const UNEVEN_PP_HINT_DEPTH: u32 = 16;
 
 /// A note when the best shown plan is one the framework's launch configuration cannot carry:
 /// the table ranks what tpsim models, and a user copying row 1 into a launch script should know
-/// before `--emit` tells them. `--emit` then writes the fastest plan it can (and names it) or,
-/// where the configuration cannot describe the model at all, refuses; the note says which.
-fn emit_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) -> Option<String> {
+/// before `--emit` tells them. It says what `--emit` on the same command then does, and nothing
+/// else: refuse (a model or setting no plan of the run can be written with), write no plan (none
+/// of those that fit can be written, e.g. every plan in FP8 for DeepSpeed), or write the fastest
+/// plan it can, named by its row when the table shows it. `feasible` is the search's ranking,
+/// the one `--emit` walks.
+fn emit_note(
+    scenario: &super::scenario::Scenario,
+    shown: &[Estimate],
+    feasible: &[Estimate],
+) -> Option<String> {
     use crate::emit::Framework;
     let framework = match scenario.training.framework {
         TrainingFramework::MegatronCore => Framework::Megatron,
@@ -98,12 +105,46 @@ fn emit_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) -> Option
         .or_else(|| framework.moe_routing_unsupported(training));
     if let Some(why) = whole {
         return Some(format!(
-            "note: --emit {flag} cannot write this run for any plan ({why})"
+            "note: --emit {flag} writes no plan of this run, whatever the plan: {why}"
         ));
     }
     let why = framework.unsupported(model, training, &shown.first()?.plan)?;
+    let writable = feasible
+        .iter()
+        .enumerate()
+        .find(|(_, e)| framework.unsupported(model, training, &e.plan).is_none());
+    let Some((rank, writable)) = writable else {
+        return Some(format!(
+            "note: --emit {flag} can write none of the {} plans that fit: {why}",
+            feasible.len()
+        ));
+    };
+    let p = &writable.plan;
+    let words = format!(
+        "{}{} mb {} recompute {} ZeRO-{}{}",
+        super::pin_conflict::degrees_words(p),
+        if p.vpp > 1 {
+            format!(" vpp {}", p.vpp)
+        } else {
+            String::new()
+        },
+        p.micro_batch,
+        report::recompute_label(p),
+        p.zero,
+        if p.sequence_parallel { " sp" } else { "" }
+    );
+    // The shown rows may fold it with a twin of the same time and memory, so it is named by its
+    // settings; one below the table by the `--top` that shows it (`--emit` names it by that rank).
+    let rank = rank + 1;
+    let place = if shown.iter().any(|e| e.plan == *p) {
+        "in the table".to_string()
+    } else if rank <= MAX_TOP {
+        format!("#{rank} of the search, below the table (--top {rank} shows it)")
+    } else {
+        format!("#{rank} of the search, below the table")
+    };
     Some(format!(
-        "note: --emit {flag} cannot write #1 ({why}); it writes the fastest plan of the search it can, and names it"
+        "note: --emit {flag} cannot write #1 ({why}); it writes the fastest plan it can: {words}, {place}"
     ))
 }
 
@@ -250,7 +291,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if let Some(note) = uneven_pp_note(&scenario.model, &scenario.cluster, options) {
         notes.push(note);
     }
-    if let Some(note) = emit_note(&scenario, &refined.plans) {
+    if let Some(note) = emit_note(&scenario, &refined.plans, feasible) {
         notes.push(note);
     }
     if refined.reordered {
@@ -272,7 +313,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         let file = PlanFile {
             model: Some(ModelRef::Inline(Box::new(model_file_of(&scenario.model)))),
             params: None,
-            gpu: Some(scenario.gpu_reference.clone()),
+            // A profile file is written as its path from the plan's folder, where `eval --plan`
+            // reads it from.
+            gpu: Some(crate::specs::reference_for_plan(
+                path,
+                &scenario.gpu_reference,
+            )),
             nodes: Some(scenario.cluster.nodes),
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
             seq_len: Some(scenario.training.seq_len),

@@ -476,7 +476,7 @@ pub(super) fn pins_of_args(
         recompute,
         recompute_num_layers: args.recompute_num_layers,
         zero: args.zero,
-        sequence_parallel: args.sequence_parallel.then_some(true),
+        sequence_parallel: args.sequence_parallel,
         ep: args.ep,
         etp: args.etp,
         reshard_after_forward: args.reshard_after_forward,
@@ -738,11 +738,12 @@ pub(super) fn resolve_scenario(
             "note: the plan file gives no gpu:, so it is evaluated on {gpu_reference} (the default GPU); add gpu: to the file or pass --gpu"
         )
     });
-    let file_gpu = plan_file.and_then(|f| f.gpu.as_ref());
-    let gpu = match (&cluster_args.gpu, file_gpu) {
-        (Some(_), _) => specs::load_gpu(&gpu_reference)?,
-        (None, Some(_)) => specs::load_gpu_as("the plan file's gpu:", &gpu_reference)?,
-        (None, None) => specs::load_bundled_gpu(&gpu_reference)?,
+    let file_gpu = file.and_then(|(f, path)| f.gpu.as_ref().map(|_| path));
+    let (gpu, gpu_reference) = match (&cluster_args.gpu, file_gpu) {
+        (Some(_), _) => (specs::load_gpu(&gpu_reference)?, gpu_reference),
+        // A plan file's gpu: is read from the plan's folder, as its model: is.
+        (None, Some(plan_path)) => specs::load_plan_gpu(plan_path, &gpu_reference)?,
+        (None, None) => (specs::load_bundled_gpu(&gpu_reference)?, gpu_reference),
     };
     let (gpu, gpu_reference) = match &cluster_args.calibration {
         Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),

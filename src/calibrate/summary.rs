@@ -6,6 +6,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use super::validate::ValidationRow;
 use crate::cluster::GpuProfile;
 use crate::cluster::calibration::Calibration;
+use crate::units::show_measured;
 
 fn table(header: Vec<&str>) -> Table {
     let mut t = Table::new();
@@ -14,11 +15,16 @@ fn table(header: Vec<&str>) -> Table {
     t
 }
 
+/// Three decimals, or three significant digits where three decimals would print 0.
+fn fine(value: f64) -> String {
+    show_measured(value, 3)
+}
+
 fn ci(value: f64, low: f64, high: f64) -> String {
     if high >= super::run::UNBOUNDED {
-        format!("{value:.3} [{low:.3}, unbounded]")
+        format!("{} [{}, unbounded]", fine(value), fine(low))
     } else {
-        format!("{value:.3} [{low:.3}, {high:.3}]")
+        format!("{} [{}, {}]", fine(value), fine(low), fine(high))
     }
 }
 
@@ -26,11 +32,11 @@ fn ci(value: f64, low: f64, high: f64) -> String {
 /// collectives with their α-β fits, and the notes.
 pub fn calibration_summary(profile: &GpuProfile, calibration: &Calibration) -> String {
     let mut out = format!(
-        "calibrated on {} ({} backend, GEMMs in {}); peak {:.3} TFLOP/s{}\n\n",
+        "calibrated on {} ({} backend, GEMMs in {}); peak {} TFLOP/s{}\n\n",
         calibration.device,
         calibration.backend,
         calibration.gemm_dtype,
-        profile.peak_bf16_tflops,
+        fine(profile.peak_bf16_tflops),
         if calibration.backend == "cpu" {
             " (best measured: the CPU has no datasheet peak)"
         } else {
@@ -51,8 +57,8 @@ pub fn calibration_summary(profile: &GpuProfile, calibration: &Calibration) -> S
             format!("{} x {} x {}", g.m, g.n, g.k),
             format!("{:.1}", g.median_us),
             format!("{:.1}-{:.1}", g.min_us, g.max_us),
-            format!("{:.3}", g.tflops),
-            format!("{:.1}", g.efficiency * 100.0),
+            fine(g.tflops),
+            show_measured(g.efficiency * 100.0, 1),
         ]);
     }
     out.push_str(&format!("{gemms}\n"));
@@ -72,12 +78,12 @@ pub fn calibration_summary(profile: &GpuProfile, calibration: &Calibration) -> S
     ));
     let c = &calibration.copy;
     out.push_str(&format!(
-        "copy: {} MiB in {:.1} us (min {:.1}, max {:.1}): {:.1} GB/s (2 x bytes / time)\n\n",
+        "copy: {} MiB in {:.1} us (min {:.1}, max {:.1}): {} GB/s (2 x bytes / time)\n\n",
         c.bytes >> 20,
         c.median_us,
         c.min_us,
         c.max_us,
-        c.gb_per_s
+        show_measured(c.gb_per_s, 1)
     ));
     if calibration.collectives.is_empty() {
         out.push_str("collectives: not measured (one device)\n");
@@ -112,18 +118,18 @@ pub fn calibration_summary(profile: &GpuProfile, calibration: &Calibration) -> S
                     fit.bus_gb_per_s.ci95_high,
                 ),
                 format!("{:.4}", fit.r_squared),
-                last.map_or("-".into(), |p| format!("{:.2}", p.busbw_gb_per_s)),
+                last.map_or("-".into(), |p| show_measured(p.busbw_gb_per_s, 2)),
                 format!("{:.1}", worst * 100.0),
             ]);
         }
         out.push_str(&format!("{coll}\n"));
     }
     out.push_str(&format!(
-        "profile: hbm {:.1} GB/s, intra-node link {:.2} GB/s bus bandwidth, latency {:.2} us per ring step, gemm_efficiency {:.3}\n",
-        profile.hbm_bandwidth_gb_per_s,
-        profile.nvlink_gb_per_s * profile.nvlink_efficiency,
+        "profile: hbm {} GB/s, intra-node link {} GB/s bus bandwidth, latency {:.2} us per ring step, gemm_efficiency {}\n",
+        show_measured(profile.hbm_bandwidth_gb_per_s, 1),
+        show_measured(profile.nvlink_gb_per_s * profile.nvlink_efficiency, 2),
         profile.nvlink_latency_us,
-        profile.gemm_efficiency
+        fine(profile.gemm_efficiency)
     ));
     for note in &calibration.notes {
         out.push_str(&format!("note: {note}\n"));

@@ -132,6 +132,29 @@ impl Calibration {
         self.check_measurements()
     }
 
+    /// No GEMM measured faster than the profile's peak: `tpsim calibrate` sets the peak to the
+    /// datasheet's (refusing a GEMM above it) or, on the CPU twin, to the best GEMM measured, so a
+    /// GEMM above it means the peak was edited apart from the measurements, and every MFU and
+    /// "of peak" share read off it would be past 100%.
+    pub fn check_below_peak(&self, peak_tflops: f64) -> Result<(), String> {
+        for (what, list) in [
+            ("gemm_shapes", &self.gemm_shapes),
+            ("gemm_sweep", &self.gemm_sweep),
+        ] {
+            for (i, g) in list.iter().enumerate() {
+                // A relative 1e-9 for the decimal round trip of the written numbers.
+                if g.tflops > peak_tflops * (1.0 + 1e-9) {
+                    return Err(format!(
+                        "{what}[{i}].tflops: {} is above the profile's peak_bf16_tflops {} (rule: a GEMM measured on the device is at most its peak; tpsim calibrate writes them so); restore peak_bf16_tflops, or write the profile again with tpsim calibrate",
+                        show_number(g.tflops),
+                        show_number(peak_tflops)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every number the cost model or a summary reads, in its range. `validate`'s quick
     /// calibration, which times whole layers instead of shard shapes and is never written, is
     /// checked with this alone.

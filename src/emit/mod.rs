@@ -99,17 +99,17 @@ impl Framework {
         let name = self.name();
         if model.moe.is_some() {
             return Some(format!(
-                "mixture-of-experts models are not written for {name} yet; use --emit megatron or --emit megatron-bridge"
+                "mixture-of-experts models are not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"
             ));
         }
         if model.mla.is_some() {
             return Some(format!(
-                "multi-latent attention is not written for {name} yet; use --emit megatron or --emit megatron-bridge"
+                "multi-latent attention is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"
             ));
         }
         if model.mtp_layers > 0 {
             return Some(format!(
-                "multi-token prediction (--mtp-layers {}) is not written for {name} yet; use --emit megatron or --emit megatron-bridge",
+                "multi-token prediction (--mtp-layers {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 model.mtp_layers
             ));
         }
@@ -117,7 +117,7 @@ impl Framework {
         // attention, which these configurations write; the plan says so in a note.
         if let Some(window) = model.effective_attention_window() {
             return Some(format!(
-                "sliding-window attention (--attention-window {}) is not written for {name} yet; use --emit megatron or --emit megatron-bridge",
+                "sliding-window attention (--attention-window {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 window.tokens
             ));
         }
@@ -199,7 +199,7 @@ impl Framework {
         // far; the others would write a dense model with a different parameter count.
         if !megatron_family && (model.moe.is_some() || plan.ep > 1 || plan.etp > 1) {
             return Some(format!(
-                "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --emit megatron or --emit megatron-bridge",
+                "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 plan.ep,
                 plan.etp,
                 self.name()
@@ -263,7 +263,7 @@ impl Framework {
                         .is_some_and(|m| !m.is_core_attn_only()) =>
             {
                 Some(format!(
-                    "--recompute-modules {} has no NeMo 1.x setting (its selective recompute is the attention core); use --emit megatron or --emit megatron-bridge",
+                    "--recompute-modules {} has no NeMo 1.x setting (its selective recompute is the attention core); use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                     training.recompute_modules.map(|m| m.megatron_words()).unwrap_or_default()
                 ))
             }

@@ -24,16 +24,17 @@ pub(crate) fn tflops(flops_per_s: f64) -> String {
     } else if t >= 1.0 {
         format!("{t:.1}")
     } else {
-        format!("{t:.3}")
+        crate::units::show_measured(t, 3)
     }
 }
 
-/// A per-GPU throughput already in TFLOP/s, to 0.1 and, below 1 (a CPU profile), to 0.001.
+/// A per-GPU throughput already in TFLOP/s, to 0.1 and, below 1 (a CPU profile), to 0.001 or
+/// three significant digits where 0.001 would print it as 0.
 pub(crate) fn tflops_fine(tflops: f64) -> String {
     if tflops >= 1.0 {
         format!("{tflops:.1}")
     } else {
-        format!("{tflops:.3}")
+        crate::units::show_measured(tflops, 3)
     }
 }
 

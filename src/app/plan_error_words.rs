@@ -1,0 +1,218 @@
+//! A plan error said in the words of the input that caused it: `eval` builds its plan from flags,
+//! a flag's default (the expert TP follows `--tp`), a plan file, or a Megatron-LM launch line, and
+//! the core's `PlanError` knows only the degrees. This module names what the user gave.
+
+use anyhow::{Error, anyhow};
+
+use crate::plan::PlanError;
+use crate::specs::PlanFile;
+
+/// `err` of a plan whose expert-TP degree the user never gave: Megatron-Core's
+/// `--expert-tensor-parallel-size` defaults to the tensor-parallel size, so an expert MLP width or
+/// a stage the expert TP does not fit is the user's `--tp` (`TpFfn` and `EpFolding` name `--etp`).
+pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
+    match err {
+        PlanError::TpFfn {
+            flag: "--etp",
+            tp: etp,
+            ffn,
+            valid,
+            ..
+        } if etp == tp => anyhow!(
+            "--tp {tp} does not divide the expert MLP width {ffn}, which the expert TP splits too (--etp defaults to --tp, as in Megatron-Core; Megatron and DeepSpeed split it evenly over the ranks, and tpsim models even splits); keep --tp {tp} and give --etp, valid: {valid}"
+        ),
+        PlanError::EpFolding {
+            ep,
+            etp,
+            stage_gpus,
+        } if etp == tp => anyhow!(
+            "--ep {ep} x --tp {tp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts (--etp defaults to --tp, as in Megatron-Core); give --etp with ep x etp dividing {stage_gpus}, or another --ep"
+        ),
+        other => other.into(),
+    }
+}
+
+/// A value the plan file gave and no flag overrode: its flag, the file's key, the value as the
+/// messages print it.
+struct FileValue {
+    flag: &'static str,
+    key: &'static str,
+    value: String,
+}
+
+/// The counts and degrees of `file` that no flag in `given` replaced.
+fn file_values(file: &PlanFile, given: &[&str]) -> Vec<FileValue> {
+    let p = &file.plan;
+    let plan = [
+        ("--tp", "tp", Some(p.tp)),
+        ("--pp", "pp", Some(p.pp)),
+        ("--dp", "dp", Some(p.dp)),
+        ("--vpp", "vpp", Some(p.vpp)),
+        ("--micro-batch", "micro_batch", Some(p.micro_batch)),
+        ("--cp", "cp", Some(p.cp)),
+        ("--ep", "ep", Some(p.ep)),
+        ("--etp", "etp", Some(p.etp)),
+        ("--zero", "zero", Some(u32::from(p.zero))),
+        (
+            "--recompute-num-layers",
+            "recompute_num_layers",
+            Some(p.recompute_num_layers),
+        ),
+        ("--nodes", "nodes", file.nodes),
+        ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
+        ("--seq-len", "seq_len", file.seq_len),
+        ("--global-batch", "global_batch", file.global_batch),
+        ("--local-batch", "local_batch", file.local_batch),
+    ];
+    plan.into_iter()
+        .filter(|(flag, _, _)| !given.contains(flag))
+        .filter_map(|(flag, key, value)| {
+            value.map(|v| FileValue {
+                flag,
+                key,
+                value: v.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Where `pattern` stands in `text` as a whole token quoting the input: not inside a longer flag
+/// or number, and before the fix (a message is "value and rule; fix", and "use --ep 1 --etp 1"
+/// or "e.g. --dp 2" offers a value, it does not quote one).
+fn token_starts(text: &str, pattern: &str) -> Vec<usize> {
+    let quoted = text.find("; ").unwrap_or(text.len());
+    text.match_indices(pattern)
+        .map(|(at, _)| at)
+        .filter(|&at| at < quoted)
+        .filter(|&at| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + pattern.len()..].chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '-')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '.')
+                && !text[..at].ends_with("e.g. ")
+        })
+        .collect()
+}
+
+/// `message` with each value it quotes as a flag (`--tp 3`) that came from the plan file at
+/// `path` said as the file's key (`tp: 3`), and the file named: after the key where one value is
+/// the file's (`tp: 3 in plans/x.yaml does not divide ...`), in front where several are. Values
+/// the user gave as flags keep their flags.
+pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &[&str]) -> String {
+    let mut text = message.to_string();
+    let mut replaced: Vec<(usize, usize)> = Vec::new();
+    for v in file_values(file, given) {
+        for pattern in [
+            format!("{} {}", v.flag, v.value),
+            format!("{} = {}", v.flag, v.value),
+        ] {
+            let with = format!("{}: {}", v.key, v.value);
+            for at in token_starts(&text, &pattern).into_iter().rev() {
+                text.replace_range(at..at + pattern.len(), &with);
+                // Earlier marks after this one shift by the length change.
+                let shift = with.len() as isize - pattern.len() as isize;
+                for mark in &mut replaced {
+                    if mark.0 > at {
+                        mark.0 = (mark.0 as isize + shift) as usize;
+                    }
+                }
+                replaced.push((at, with.len()));
+            }
+        }
+    }
+    match replaced.as_slice() {
+        [] => text,
+        [(at, len)] => {
+            text.insert_str(at + len, &format!(" in {path}"));
+            text
+        }
+        _ => format!("{path}: {text}"),
+    }
+}
+
+/// The flags of the scenario (cluster and batch) the user typed: these override a plan file's
+/// keys, so an error quoting them quotes the flag.
+pub(super) fn scenario_flags_given(
+    cluster: &crate::cli::ClusterArgs,
+    training: &crate::cli::TrainingArgs,
+) -> Vec<&'static str> {
+    [
+        ("--nodes", cluster.nodes.is_some()),
+        ("--gpus-per-node", cluster.gpus_per_node.is_some()),
+        ("--seq-len", training.seq_len.is_some()),
+        ("--global-batch", training.global_batch.is_some()),
+        ("--local-batch", training.local_batch.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, typed)| typed.then_some(flag))
+    .collect()
+}
+
+/// [`in_file_words`] for an error of a command that read the plan file at `path`; an error that
+/// quotes none of the file's values (or a file that cannot be read again) is kept as it is.
+pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
+    let Ok(file) = crate::specs::load_plan(path) else {
+        return err;
+    };
+    let message = format!("{err:#}");
+    let worded = in_file_words(&message, path, &file, given);
+    if worded == message {
+        err
+    } else {
+        anyhow!(worded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> PlanFile {
+        crate::specs::parse_plan(
+            "x.yaml",
+            "params: 7B\nnodes: 2\nglobal_batch: 64\nplan:\n  tp: 3\n  pp: 1\n  dp: 2\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_file_value_is_named_by_its_key_and_the_file() {
+        let words = in_file_words(
+            "--tp 3 does not divide 32 heads; valid: 1, 2",
+            "x.yaml",
+            &file(),
+            &[],
+        );
+        assert_eq!(
+            words,
+            "tp: 3 in x.yaml does not divide 32 heads; valid: 1, 2"
+        );
+    }
+
+    #[test]
+    fn several_file_values_name_the_file_once_in_front() {
+        let words = in_file_words(
+            "--tp 3 x --cp 1 x --pp 1 x --dp 2 = 6 GPUs, but the cluster has 16; e.g. --dp 2",
+            "x.yaml",
+            &file(),
+            &["--cp"],
+        );
+        assert_eq!(
+            words,
+            "x.yaml: tp: 3 x --cp 1 x pp: 1 x dp: 2 = 6 GPUs, but the cluster has 16; e.g. --dp 2"
+        );
+    }
+
+    #[test]
+    fn flags_the_user_gave_and_longer_tokens_keep_their_words() {
+        let message = "--tp 3 does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere";
+        assert_eq!(
+            in_file_words(message, "x.yaml", &file(), &["--tp"]),
+            message
+        );
+        assert_eq!(
+            in_file_words(message, "x.yaml", &file(), &[]),
+            "tp: 3 in x.yaml does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere"
+        );
+    }
+}
