@@ -292,7 +292,9 @@ pub(crate) fn unit_costs(
 /// layers (0 for a dense model or an all-dense stage, 1 for an all-MoE one): a stage pays its own
 /// mix, so a stage of DeepSeek-V3's three dense layers and one MoE layer is costed as that, not as
 /// four MoE layers.
-#[inline]
+// Inlined into `MixCosts::stage`, its one caller in the hot path: out of line, an evaluation ran
+// 30% slower (criterion `evaluate/512b_tp8_pp16_dp2`, 2026-12-03).
+#[inline(always)]
 pub(crate) fn unit_costs_at(
     model: &Model,
     cluster: &Cluster,
@@ -666,8 +668,16 @@ pub(crate) struct MixCosts<'a> {
     cluster: &'a Cluster,
     training: &'a Training,
     plan: &'a ParallelPlan,
-    cached: Vec<(f64, UnitCosts)>,
+    /// The mixes met so far, by share of MoE layers (a fixed array: evaluation allocates
+    /// nothing, and the costs are lent, not copied). Past `MIXES` distinct mixes, which only a
+    /// long `--moe-layer-freq` pattern over many stages meets, the last slot is recomputed.
+    shares: [f64; MIXES],
+    costs: [Option<UnitCosts>; MIXES],
+    filled: usize,
 }
+
+/// Distinct stage mixes `MixCosts` keeps: the closed form needs three (first, middle, last).
+const MIXES: usize = 4;
 
 impl<'a> MixCosts<'a> {
     pub(crate) fn new(
@@ -681,24 +691,40 @@ impl<'a> MixCosts<'a> {
             cluster,
             training,
             plan,
-            cached: Vec::with_capacity(2),
+            shares: [f64::NAN; MIXES],
+            costs: [None; MIXES],
+            filled: 0,
         }
     }
 
-    /// The average layer's costs on a stage of `layers` transformer layers, `moe_layers` of them
-    /// MoE layers.
-    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32) -> UnitCosts {
+    /// Where the average layer's costs of a stage of `layers` transformer layers, `moe_layers` of
+    /// them MoE layers, are kept ([`MixCosts::costs`]); valid until `MIXES` other mixes are asked.
+    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32) -> usize {
         let share = if self.model.moe.is_none() || layers == 0 {
             0.0
         } else {
             f64::from(moe_layers.min(layers)) / f64::from(layers)
         };
-        if let Some((_, costs)) = self.cached.iter().find(|(s, _)| *s == share) {
-            return *costs;
+        if let Some(at) = self.shares[..self.filled].iter().position(|s| *s == share) {
+            return at;
         }
-        let costs = unit_costs_at(self.model, self.cluster, self.training, self.plan, share);
-        self.cached.push((share, costs));
-        costs
+        let at = self.filled.min(MIXES - 1);
+        self.filled = (self.filled + 1).min(MIXES);
+        self.shares[at] = share;
+        self.costs[at] = Some(unit_costs_at(
+            self.model,
+            self.cluster,
+            self.training,
+            self.plan,
+            share,
+        ));
+        at
+    }
+
+    pub(crate) fn costs(&self, at: usize) -> &UnitCosts {
+        self.costs[at]
+            .as_ref()
+            .expect("MixCosts::stage fills the slot it returns")
     }
 }
 
@@ -714,8 +740,8 @@ struct StageTimes {
     mean_total: f64,
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
-    /// The unit costs of its layer mix.
-    slowest_costs: UnitCosts,
+    /// Where [`MixCosts`] keeps the unit costs of its layer mix.
+    slowest_costs: usize,
     /// Transformer layers of the stage that holds the most.
     max_layers: u32,
 }
@@ -724,33 +750,23 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
     // A stage's time at its own layer mix: its layers' compute and exposed TP, CP and EP.
-    let mut stage_time = |layers: u32, moe_layers: u32, with_output: bool| {
-        let costs = mix.stage(layers, moe_layers);
-        let UnitCosts {
-            layer,
-            output,
-            tp,
-            cp,
-            ep,
-            pp_send_exposed_s,
-            ..
-        } = costs;
+    let stage_time = |costs: &UnitCosts, layers: u32, moe_layers: u32, with_output: bool| {
         let n = f64::from(layers);
         let out = if with_output {
-            output
+            costs.output
         } else {
             LayerTime::default()
         };
-        let time = StageTime {
+        let layer = costs.layer;
+        StageTime {
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
             backward: n * (layer.backward + layer.recompute) + out.backward,
-            tp: n * tp.exposed_s(),
-            cp: n * cp.exposed_s(),
-            ep: costs.ep_layers(moe_layers) * ep.exposed_s(),
-            pp: 2.0 * v * pp_send_exposed_s,
-        };
-        (time, costs)
+            tp: n * costs.tp.exposed_s(),
+            cp: n * costs.cp.exposed_s(),
+            ep: costs.ep_layers(moe_layers) * costs.ep.exposed_s(),
+            pp: 2.0 * v * costs.pp_send_exposed_s,
+        }
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
     let last_stage = plan.pp.max(1) - 1;
@@ -760,12 +776,13 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         |stage: u32| layout.map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1);
     let last_moe = moe_of(last_stage);
     if plan.pp == 1 {
-        let (only, costs) = stage_time(last_layers, last_moe, true);
+        let at = mix.stage(last_layers, last_moe);
+        let only = stage_time(mix.costs(at), last_layers, last_moe, true);
         return StageTimes {
             slowest: only,
             slowest_layers: last_layers,
             slowest_moe_layers: last_moe,
-            slowest_costs: costs,
+            slowest_costs: at,
             mean_total: only.total(),
             max_layers: last_layers,
         };
@@ -788,26 +805,29 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         0
     };
     let first_moe = moe_of(0);
-    let first = stage_time(plan.stages.first, first_moe, false);
-    let last = stage_time(last_layers, last_moe, true);
-    let middle = stage_time(plan.stages.middle_max, middle_moe, false);
-    let ((mut slowest, mut slowest_costs), mut slowest_layers, mut slowest_moe_layers) =
-        (first, plan.stages.first, first_moe);
-    for (candidate, layers, moe_layers) in [
-        (middle, plan.stages.middle_max, middle_moe),
-        (last, last_layers, last_moe),
-    ] {
-        if (plan.pp > 2 || candidate == last) && candidate.0.total() > slowest.total() {
-            ((slowest, slowest_costs), slowest_layers, slowest_moe_layers) =
-                (candidate, layers, moe_layers);
+    let stages = [
+        (plan.stages.first, first_moe, false),
+        (plan.stages.middle_max, middle_moe, false),
+        (last_layers, last_moe, true),
+    ];
+    let at = stages.map(|(layers, moe_layers, _)| mix.stage(layers, moe_layers));
+    let [first, middle, last] = [0, 1, 2].map(|i| {
+        let (layers, moe_layers, with_output) = stages[i];
+        stage_time(mix.costs(at[i]), layers, moe_layers, with_output)
+    });
+    let mut slowest = 0;
+    let times = [first, middle, last];
+    for candidate in [1, 2] {
+        if (plan.pp > 2 || candidate == 2) && times[candidate].total() > times[slowest].total() {
+            slowest = candidate;
         }
     }
     StageTimes {
-        slowest,
-        slowest_layers,
-        slowest_moe_layers,
-        slowest_costs,
-        mean_total: (first.0.total() + (p - 2.0) * middle.0.total() + last.0.total()) / p,
+        slowest: times[slowest],
+        slowest_layers: stages[slowest].0,
+        slowest_moe_layers: stages[slowest].1,
+        slowest_costs: at[slowest],
+        mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -847,18 +867,16 @@ pub fn evaluate(
 ) -> Estimate {
     let seq_len = training.seq_len;
     let memory = memory::memory(model, cluster, training, plan);
+    let mut mix = MixCosts::new(model, cluster, training, plan);
     let StageTimes {
         slowest,
         slowest_layers,
         slowest_moe_layers,
-        slowest_costs: costs,
+        slowest_costs,
         mean_total,
         max_layers,
-    } = stage_times(
-        model,
-        plan,
-        &mut MixCosts::new(model, cluster, training, plan),
-    );
+    } = stage_times(model, plan, &mut mix);
+    let costs = mix.costs(slowest_costs);
     let ep_layers_on_slowest = costs.ep_layers(slowest_moe_layers);
     let UnitCosts {
         tp,
@@ -868,7 +886,7 @@ pub fn evaluate(
         pp_send_exposed_s,
         groups,
         ..
-    } = costs;
+    } = *costs;
     let m = f64::from(plan.num_microbatches);
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);

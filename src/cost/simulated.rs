@@ -106,7 +106,8 @@ pub fn stage_costs(
             // The last stage also runs the MTP layers (`pipeline::last_stage_layers`).
             let n = if s == last { n + model.mtp_layers } else { n };
             let moe_layers = super::stage_moe_layers(model, plan, s as u32);
-            let costs = mix.stage(n, moe_layers);
+            let at = mix.stage(n, moe_layers);
+            let costs = mix.costs(at);
             let super::UnitCosts {
                 layer,
                 output,
@@ -115,7 +116,7 @@ pub fn stage_costs(
                 ep,
                 pp_send_exposed_s: send,
                 ..
-            } = costs;
+            } = *costs;
             // A layer's forward block carries its exposed forward TP and CP communication; its
             // backward block the backward's (with the recompute forward's, which runs just before
             // it). The EP all-to-alls are the stage's MoE layers' own (`UnitCosts::ep_layers`).
