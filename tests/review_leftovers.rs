@@ -1056,3 +1056,26 @@ fn ledger_rows_count_and_total_exactly_what_the_breakdown_shows() {
     }
     assert_eq!(checked, 12);
 }
+
+#[test]
+fn compare_offers_the_files_keys_not_flags_it_does_not_take() {
+    // `compare --plan` has no --tp/--pp/--dp: a plan file whose degrees do not fill the cluster is
+    // told to change the file's keys.
+    let dir = scratch("review-leftovers", "compare-keys");
+    let good =
+        std::fs::read_to_string(Path::new(ROOT).join("plans/best-512b-32nodes.yaml")).unwrap();
+    let bad = good.replace("\n  dp: 2\n", "\n  dp: 3\n");
+    assert_ne!(good, bad);
+    std::fs::write(dir.join("good.yaml"), &good).unwrap();
+    std::fs::write(dir.join("bad.yaml"), &bad).unwrap();
+    let r = run_in(
+        &dir,
+        &["compare", "--plan", "good.yaml", "--plan", "bad.yaml"],
+    );
+    assert_one_line_error(
+        &r,
+        &["bad.yaml: ", "dp: 3 = 384 GPUs", "e.g. dp: 2"],
+        &["--dp"],
+        "compare with a file whose degrees do not fill the cluster",
+    );
+}

@@ -316,7 +316,10 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &args.training,
                     Some((&file, path)),
                 )
-                .map_err(|err| plan_error_words::with_file_words(err, path, &given))?;
+                .map_err(|err| {
+                    let err = plan_error_words::with_file_words(err, path, &given);
+                    anyhow::anyhow!(plan_error_words::fix_in_file_keys(&format!("{err:#}")))
+                })?;
                 loaded.push((file, scenario));
             }
             // Step times of different models, clusters or batches say nothing about the plans.
@@ -349,8 +352,13 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 .map_err(|err| {
                     let message = err.to_string();
                     match plan_error_words::in_file_words(&message, path, file, &given) {
-                        worded if worded != message => anyhow::anyhow!(worded),
-                        _ => anyhow::anyhow!("--plan {path}: {message}"),
+                        worded if worded != message => {
+                            anyhow::anyhow!(plan_error_words::fix_in_file_keys(&worded))
+                        }
+                        _ => anyhow::anyhow!(
+                            "--plan {path}: {}",
+                            plan_error_words::fix_in_file_keys(&message)
+                        ),
                     }
                 })?;
                 let closed = evaluate(

@@ -130,6 +130,50 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
     }
 }
 
+/// `message` for a command that takes a plan's degrees only from its files (`compare --plan`):
+/// the fix it offers names the files' keys, not the `eval` flags it has none of ("e.g. --dp 2"
+/// becomes "e.g. dp: 2", "change --tp, --cp or --pp" becomes "change tp, cp or pp").
+pub(super) fn fix_in_file_keys(message: &str) -> String {
+    let Some(at) = message.find("; ") else {
+        return message.to_string();
+    };
+    let (rule, fix) = message.split_at(at);
+    let mut fix = fix.to_string();
+    for (flag, key) in [
+        ("--recompute-num-layers", "recompute_num_layers"),
+        ("--micro-batch", "micro_batch"),
+        ("--vpp", "vpp"),
+        ("--etp", "etp"),
+        ("--tp", "tp"),
+        ("--cp", "cp"),
+        ("--pp", "pp"),
+        ("--dp", "dp"),
+        ("--ep", "ep"),
+        ("--zero", "zero"),
+    ] {
+        let mut out = String::with_capacity(fix.len());
+        let mut rest = fix.as_str();
+        while let Some(i) = rest.find(flag) {
+            let after = &rest[i + flag.len()..];
+            // A whole flag only (`--tp` in `--tp-comm-overlap` is another flag).
+            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') {
+                out.push_str(&rest[..i + flag.len()]);
+                rest = after;
+                continue;
+            }
+            out.push_str(&rest[..i]);
+            out.push_str(key);
+            if after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit()) {
+                out.push(':');
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        fix = out;
+    }
+    format!("{rule}{fix}")
+}
+
 /// The flags of the scenario (cluster and batch) the user typed: these override a plan file's
 /// keys, so an error quoting them quotes the flag.
 pub(super) fn scenario_flags_given(
@@ -213,6 +257,22 @@ mod tests {
         assert_eq!(
             in_file_words(message, "x.yaml", &file(), &[]),
             "tp: 3 in x.yaml does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere"
+        );
+    }
+
+    #[test]
+    fn a_fix_for_files_names_their_keys() {
+        assert_eq!(
+            fix_in_file_keys(
+                "x.yaml: tp: 8 x cp: 1 x pp: 5 x dp: 2 = 80 GPUs, but the cluster has 256; choose degrees whose product is 256 (no --dp works: 256 is not a multiple of tp x cp x pp = 40; change --tp, --cp or --pp)"
+            ),
+            "x.yaml: tp: 8 x cp: 1 x pp: 5 x dp: 2 = 80 GPUs, but the cluster has 256; choose degrees whose product is 256 (no dp works: 256 is not a multiple of tp x cp x pp = 40; change tp, cp or pp)"
+        );
+        assert_eq!(
+            fix_in_file_keys(
+                "dp: 3 in x.yaml gives 384 GPUs; e.g. --dp 2, or --tp-comm-overlap false"
+            ),
+            "dp: 3 in x.yaml gives 384 GPUs; e.g. dp: 2, or --tp-comm-overlap false"
         );
     }
 }
