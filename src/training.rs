@@ -518,6 +518,24 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::MegatronCore)
     }
 
+    /// Whether low-precision training keeps quantized copies of the weights between uses
+    /// (Transformer Engine's `Float8Tensor` with its transpose, counted in `memory.rs`). torchao's
+    /// `Float8Linear`, torchtitan's, casts the weight in every forward and backward and saves the
+    /// high-precision one (`matmul_with_hp_or_float8_args`: `ctx.save_for_backward(input_hp,
+    /// weight_hp_t)`): no copy outlives the GEMM.
+    pub fn keeps_quantized_weight_copies(self) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan)
+    }
+
+    /// Whether low-precision GEMMs save their inputs quantized for the backward. Transformer Engine
+    /// does (`inputmat` in FP8). torchao's `Float8Linear` saves what it is given: the bf16 input,
+    /// unless torchtitan's float8 tensor-parallel classes cast it before the linear
+    /// (`Float8ColwiseParallel`/`PrepareFloat8ModuleInput` before the all-gather,
+    /// `Float8RowwiseParallel` before the row-split GEMM), i.e. only with TP.
+    pub fn saves_quantized_inputs(self, tp: u32) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan) || tp > 1
+    }
+
     /// Whether the framework can run delayed FP8 scaling: not torchtitan (torchao deleted it, pytorch/ao#1753).
     pub fn runs_delayed_fp8_scaling(self) -> bool {
         !matches!(self, TrainingFramework::Torchtitan)

@@ -539,6 +539,8 @@ fn stage_memory(
     // column-wise scaled copies instead): two copies of the layer weights at the format's size.
     let quantized_copies = match plan.precision {
         Precision::Bf16 => 0.0,
+        // torchao casts per use (`TrainingFramework::keeps_quantized_weight_copies`).
+        _ if !training.framework.keeps_quantized_weight_copies() => 0.0,
         // Blackwell reads a per-tensor FP8 tensor column-wise natively, so no transpose is kept
         // (TE `is_non_tn_fp8_gemm_supported()` true on SM 10.x, `Float8TensorStorage.update_usage`).
         Precision::Fp8 if cluster.gpu.microscaling => 1.0,
@@ -636,22 +638,24 @@ fn stage_memory(
         // is written as, `--fp8-recipe tensorwise`; under delayed scaling the projection keeps an FP8
         // copy too, one byte more, not modelled). Per-op SAC saves matmul outputs, not their inputs,
         // so nothing changes there.
-        let per_layer =
-            if plan.precision != Precision::Bf16 && recompute != Recompute::Full && !per_op_sac {
-                let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
-                // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
-                // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
-                // (`norm_output_fp8_saving`).
-                let norm_outputs =
-                    sf * bf * h / sp_split * norm_output_fp8_saving_at(model, moe_share);
-                // The dense MLP's down-projection input exists in dense layers only; MoE layers save
-                // their expert GEMM inputs in FP8 below.
-                let dense_share = 1.0 - moe_share;
-                let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
-                per_layer - (norm_outputs + sharded_inputs)
-            } else {
-                per_layer
-            };
+        let per_layer = if plan.precision != Precision::Bf16
+            && recompute != Recompute::Full
+            && !per_op_sac
+            && training.framework.saves_quantized_inputs(plan.tp)
+        {
+            let (sf, bf, h) = (f64::from(s), f64::from(b), f64::from(model.hidden));
+            // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
+            // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
+            // (`norm_output_fp8_saving`).
+            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, moe_share);
+            // The dense MLP's down-projection input exists in dense layers only; MoE layers save
+            // their expert GEMM inputs in FP8 below.
+            let dense_share = 1.0 - moe_share;
+            let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
+            per_layer - (norm_outputs + sharded_inputs)
+        } else {
+            per_layer
+        };
         // MoE layers keep their routed tokens' activations instead of the dense MLP's.
         let per_layer = if moe_share > 0.0 && recompute != Recompute::Full {
             let sb = f64::from(s) * f64::from(b);
