@@ -148,6 +148,18 @@ fn a_saved_plan_keeps_its_scaling() {
     );
     let v = json(&["eval", "--plan", path, "--format", "json"]);
     assert_eq!(v["training"]["fp8_scaling"], "delayed");
+    // Naming the file's own framework keeps the file's recipe (it was once dropped for the
+    // framework's default).
+    let v = json(&[
+        "eval",
+        "--plan",
+        path,
+        "--framework",
+        "megatron-core",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["training"]["fp8_scaling"], "delayed");
 }
 
 #[test]
@@ -178,6 +190,66 @@ fn what_cannot_run_a_recipe_is_refused_and_nemo_plans_as_it_runs() {
         &["--fp8-scaling delayed", "bf16", "--precision fp8"],
         &[],
         "bf16 with a scaling",
+    );
+    // The same for compare and sweep.
+    let r = run(&[
+        "compare",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--fp8-scaling",
+        "delayed",
+    ]);
+    assert_one_line_error(&r, &["--fp8-scaling delayed", "bf16"], &[], "compare");
+    let r = run(&[
+        "sweep",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--global-batch",
+        "64",
+        "--axis",
+        "nodes",
+        "--values",
+        "1,2",
+        "--fp8-scaling",
+        "delayed",
+    ]);
+    assert_one_line_error(&r, &["--fp8-scaling delayed", "bf16"], &[], "sweep");
+    // Pasted Megatron-LM precision flags cannot bring delayed scaling to torchtitan either.
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--sequence-parallel",
+        "--global-batch",
+        "64",
+        "--zero",
+        "1",
+        "--fp8-format",
+        "hybrid",
+        "--framework",
+        "torchtitan",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--fp8-recipe", "torchtitan", "tensorwise"],
+        &[],
+        "pasted delayed",
     );
     // Megatron-LM's recipe flag beside tpsim's --precision would be silently dropped.
     let r = run(&with(&["--fp8-recipe", "delayed"]));

@@ -266,6 +266,10 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             crate::plan::check_precision(&scenario.cluster, precision_of_args(&args.training))?;
+            super::scenario::check_fp8_scaling_applies(
+                &args.training,
+                precision_of_args(&args.training),
+            )?;
             let result = search(
                 &scenario.model,
                 &scenario.cluster,
@@ -343,6 +347,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     },
                     ..file.plan
                 };
+                super::scenario::check_fp8_scaling_applies(&args.training, request.precision)
+                    .map_err(|err| anyhow::anyhow!("--plan {path}: {err:#}"))?;
                 let plan = ParallelPlan::build(
                     &request,
                     &scenario.model,

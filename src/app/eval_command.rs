@@ -117,7 +117,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
     if let Some(launch) = &megatron {
-        apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario);
+        apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario)?;
         // A launch line names no GPU: the default is the command's, not a plan file's omission.
         scenario.gpu_note = None;
     }
@@ -278,6 +278,11 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     {
         scenario.training.fp8_param_gather = args.fp8_param_gather || args.fp4_param_gather;
         if let Some(scaling) = pasted.fp8_scaling {
+            super::scenario::check_framework_runs_fp8_scaling(
+                scenario.training.framework,
+                scaling,
+                "the pasted --fp8-recipe",
+            )?;
             scenario.training.fp8_scaling = scaling;
         }
     }

@@ -357,7 +357,7 @@ pub(super) fn apply_megatron_launch(
     cluster_args: &ClusterArgs,
     training_args: &TrainingArgs,
     scenario: &mut Scenario,
-) {
+) -> Result<()> {
     for (flag, given, script, what) in [
         ("--nodes", cluster_args.nodes, launch.nodes, "--nnodes"),
         (
@@ -405,6 +405,11 @@ pub(super) fn apply_megatron_launch(
         scenario.training.fp8_param_gather = launch.precision.param_gather;
     }
     if let Some(scaling) = launch.precision.fp8_scaling {
+        super::scenario::check_framework_runs_fp8_scaling(
+            scenario.training.framework,
+            scaling,
+            "the --megatron-args line's --fp8-recipe",
+        )?;
         scenario.training.fp8_scaling = scaling;
     }
     if launch.global_batch.is_none()
@@ -419,6 +424,7 @@ pub(super) fn apply_megatron_launch(
         );
         scenario.training.global_batch = batch;
     }
+    Ok(())
 }
 
 /// The plan a Megatron launch line runs on the scenario's cluster, checked against what

@@ -660,17 +660,28 @@ fn fp8_scaling_of(
         Some(Fp8ScalingArg::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
         Some(Fp8ScalingArg::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
         None => match saved.and_then(|f| f.fp8_scaling) {
-            Some(s) => (s, "the plan file's fp8_scaling: delayed"),
+            Some(s) => (s, "fp8_scaling: delayed in the plan file"),
             None => (framework.default_fp8_scaling(), ""),
         },
     };
+    check_framework_runs_fp8_scaling(framework, scaling, from)?;
+    Ok(scaling)
+}
+
+/// Delayed scaling under a framework without it (torchtitan's torchao deleted it) is refused,
+/// `from` naming where the recipe came from.
+pub(super) fn check_framework_runs_fp8_scaling(
+    framework: TrainingFramework,
+    scaling: Fp8Scaling,
+    from: &str,
+) -> Result<()> {
     if scaling == Fp8Scaling::Delayed && !framework.runs_delayed_fp8_scaling() {
         bail!(
-            "{from} with --framework {}: torchao, torchtitan's float8, has only current (tensorwise) scaling since it deleted delayed scaling (pytorch/ao#1753); use --fp8-scaling current or --framework megatron-core",
+            "{from} (delayed scaling) with --framework {}: torchao, torchtitan's float8, has only current (tensorwise) scaling since it deleted delayed scaling (pytorch/ao#1753); use current scaling (--fp8-scaling current, --fp8-recipe tensorwise) or --framework megatron-core",
             framework.as_str()
         );
     }
-    Ok(scaling)
+    Ok(())
 }
 
 /// `--fp8-scaling` sets how per-tensor FP8 scales; given for a run in another precision it would
@@ -888,7 +899,9 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
-    let fp8_scaling = fp8_scaling_of(framework, training_args, saved)?;
+    // The file's recipe is the file's whatever --framework says (a framework that cannot run it
+    // refuses it below).
+    let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let training = Training {
         fp8_scaling,

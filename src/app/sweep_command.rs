@@ -216,6 +216,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         ..SearchOptions::default()
     };
+    super::scenario::check_fp8_scaling_applies(&args.training, options.precision)?;
     // Every point's GPU must have tensor cores for that precision (the GPU axis varies it).
     for point in &points {
         crate::plan::check_precision(&point.cluster, options.precision)?;

@@ -17,7 +17,8 @@
 //!   writes the FP8 output itself (`FULLY_FUSED`, one byte per element instead of the bf16 output's
 //!   two, no separate cast); under current scaling the norm also emits the amax and the cast reads
 //!   its bf16 output once (`FUSED_NORM_AMAX_FP8`); MXFP8 runs the norm, then the cast (`UNFUSED`);
-//!   NVFP4 takes the amax from the norm (`FUSED_NORM_AMAX_NVFP4`). torchtitan's norms are not
+//!   NVFP4 with its default Hadamard transform runs the norm, then its own amax pass and cast.
+//!   torchtitan's norms are not
 //!   fused with torchao's cast: its amax pass and cast run as for any other input.
 //! - **Under sequence parallelism** a column-parallel linear quantizes its sequence shard and
 //!   all-gathers the low-precision copy (`layernorm_linear.py`/`linear.py`: `gather_along_first_dim
@@ -127,9 +128,13 @@ pub fn input_cast_bytes(
             (amax + BF16_BYTES + 1.0) * shard + transpose
         }
         Precision::Mxfp8 => (BF16_BYTES + 2.0 * operand_bytes(Precision::Mxfp8)) * shard,
+        // NVFP4's default recipe applies a random Hadamard transform to the inputs and takes the
+        // amax after it (`NVFP4BlockScaling`: `random_hadamard_transform=not disable_rht`,
+        // `with_post_rht_amax`), so the norm cannot supply it (`normalization.cpp` runs `UNFUSED`,
+        // "Amax is handled within NVFP4 quantizer") and the quantizer reads the input once more
+        // (`nvte_hadamard_transform_amax`), in the norm-fed linears too.
         Precision::Nvfp4 => {
-            let amax = if in_the_norm { 0.0 } else { BF16_BYTES };
-            (amax + BF16_BYTES + 2.0 * operand_bytes(Precision::Nvfp4)) * shard
+            (BF16_BYTES + BF16_BYTES + 2.0 * operand_bytes(Precision::Nvfp4)) * shard
         }
     }
 }
@@ -189,6 +194,14 @@ mod tests {
         assert_eq!(
             input_cast_bytes(current, &h100, LinearInput::NormOutput, 1),
             4.0
+        );
+        // NVFP4's Hadamard-transformed amax is its quantizer's own pass, in the norm-fed linears
+        // too.
+        let nvfp4 = setting(Precision::Nvfp4, Fp8Scaling::Current, true);
+        let b200 = gpu("b200-sxm-180g");
+        assert_eq!(
+            input_cast_bytes(nvfp4, &b200, LinearInput::NormOutput, 1),
+            2.0 + 2.0 + 2.0 * (0.5 + 1.0 / 16.0)
         );
         // torchao's cast is not in the norm: the amax pass stays.
         let torchao = setting(Precision::Fp8, Fp8Scaling::Current, false);

@@ -78,6 +78,9 @@ pub struct LayerShard {
     pub fp8_scaling: Fp8Scaling,
     /// Whether the norm kernel quantizes the norm-fed linears' inputs (Transformer Engine).
     pub quantizes_in_the_norm: bool,
+    /// Whether sequence parallelism's all-gathers carry the quantized copy, so the column-parallel
+    /// inputs are cast on the sequence shard (`comm::sp_gather_scale`); else on the gathered input.
+    pub casts_before_gather: bool,
 }
 
 /// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
@@ -366,6 +369,7 @@ pub fn layer_time(
             kernel_fusion: KernelFusion::Fused,
             fp8_scaling: Fp8Scaling::Current,
             quantizes_in_the_norm: false,
+            casts_before_gather: false,
         },
     )
 }
@@ -419,6 +423,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         kernel_fusion,
         fp8_scaling,
         quantizes_in_the_norm,
+        casts_before_gather,
     } = *shard;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
@@ -468,7 +473,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         fp8_scaling,
         quantizes_in_the_norm,
     };
-    let gathered_from = if sp { tp } else { 1 };
+    let gathered_from = if sp && casts_before_gather { tp } else { 1 };
     let cast_of = |gemm: &Gemm, input: LinearInput, gathered: u32| {
         cast::input_cast_bytes(setting, &cluster.gpu, input, gathered) * gemm.m * gemm.k
     };
@@ -685,6 +690,7 @@ mod tests {
                     kernel_fusion: KernelFusion::Eager,
                     fp8_scaling: Fp8Scaling::Current,
                     quantizes_in_the_norm: false,
+                    casts_before_gather: false,
                 },
             )
         };
@@ -732,6 +738,7 @@ mod tests {
             kernel_fusion,
             fp8_scaling: Fp8Scaling::Current,
             quantizes_in_the_norm: false,
+            casts_before_gather: false,
         };
         let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused));
         let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager));
@@ -781,6 +788,7 @@ mod tests {
             kernel_fusion: KernelFusion::Fused,
             fp8_scaling: Fp8Scaling::Current,
             quantizes_in_the_norm: false,
+            casts_before_gather: false,
         };
         let sac = layer_time_sharded(
             &m,

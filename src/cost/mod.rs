@@ -323,6 +323,7 @@ pub(crate) fn unit_costs_at(
             kernel_fusion: training.kernel_fusion,
             fp8_scaling: training.fp8_scaling,
             quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
+            casts_before_gather: comm::sp_gather_scale(training, plan).forward != 1.0,
         },
     );
     let recompute_share = plan.recompute_share();
@@ -1227,6 +1228,7 @@ mod tests {
                     kernel_fusion: training.kernel_fusion,
                     fp8_scaling: training.fp8_scaling,
                     quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
+                    casts_before_gather: comm::sp_gather_scale(training, &plan).forward != 1.0,
                 },
             );
             (
