@@ -677,7 +677,8 @@ pub(crate) struct MixCosts<'a> {
     filled: usize,
 }
 
-/// Distinct stage mixes `MixCosts` keeps: the closed form needs three (first, middle, last).
+/// Distinct stage mixes `MixCosts` keeps: the closed form needs four (first, the middle stages'
+/// most- and fewest-MoE mixes, last).
 const MIXES: usize = 4;
 
 impl<'a> MixCosts<'a> {
@@ -699,7 +700,8 @@ impl<'a> MixCosts<'a> {
     }
 
     /// Where the average layer's costs of a stage of `layers` transformer layers, `moe_layers` of
-    /// them MoE layers, are kept ([`MixCosts::costs`]); valid until `MIXES` other mixes are asked.
+    /// them MoE layers, are kept ([`MixCosts::costs`]): valid while at most `MIXES` distinct
+    /// mixes have been asked (after that the last slot is reused by every new mix).
     pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32) -> usize {
         let share = if self.model.moe.is_none() || layers == 0 {
             0.0
@@ -795,30 +797,40 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         || model.moe.is_some_and(|moe| {
             moe.layer_freq == 1 && plan.vpp == 1 && moe.first_dense_layers <= plan.stages.first
         });
-    let middle_moe = if middle_all_moe {
-        plan.stages.middle_max
+    // Of the middle stages with the most layers, the one with the most MoE layers and the one
+    // with the fewest: which is slower depends on whether a model's MoE layers cost more than
+    // its dense ones (small experts can cost less).
+    let (middle_most_moe, middle_fewest_moe) = if middle_all_moe {
+        (plan.stages.middle_max, plan.stages.middle_max)
     } else if let (true, Some(layout)) = (plan.pp > 2, layout) {
-        (1..last_stage)
-            .map(|stage| layout.stage_mix(model, plan.pp, stage))
-            .max()
-            .map_or(0, |(_, moe)| moe)
+        let mixes = (1..last_stage).map(|stage| layout.stage_mix(model, plan.pp, stage));
+        let most = mixes.clone().max().map_or(0, |(_, moe)| moe);
+        let fewest = mixes
+            .filter(|(layers, _)| *layers == plan.stages.middle_max)
+            .map(|(_, moe)| moe)
+            .min()
+            .unwrap_or(most);
+        (most, fewest)
     } else {
-        0
+        (0, 0)
     };
     let first_moe = moe_of(0);
     let stages = [
         (plan.stages.first, first_moe, false),
-        (plan.stages.middle_max, middle_moe, false),
+        (plan.stages.middle_max, middle_most_moe, false),
         (last_layers, last_moe, true),
+        (plan.stages.middle_max, middle_fewest_moe, false),
     ];
     let at = stages.map(|(layers, moe_layers, _)| mix.stage(layers, moe_layers));
-    let [first, middle, last] = [0, 1, 2].map(|i| {
+    let [first, most, last, fewest] = [0, 1, 2, 3].map(|i| {
         let (layers, moe_layers, with_output) = stages[i];
         stage_time(mix.costs(at[i]), layers, moe_layers, with_output)
     });
+    let middle_at = if fewest.total() > most.total() { 3 } else { 1 };
+    let middle = if middle_at == 3 { fewest } else { most };
     let mut slowest = 0;
-    let times = [first, middle, last];
-    for candidate in [1, 2] {
+    let times = [first, most, last, fewest];
+    for candidate in [middle_at, 2] {
         if (plan.pp > 2 || candidate == 2) && times[candidate].total() > times[slowest].total() {
             slowest = candidate;
         }

@@ -531,6 +531,55 @@ mod tests {
     }
 
     #[test]
+    fn the_closed_form_finds_a_middle_stage_slowed_by_its_dense_layers() {
+        // A review's case: Mixtral-shaped with tiny experts (ffn 256), an MoE layer every third
+        // layer, 40 layers on pp 5: the middle stages hold 3, 2 and 3 MoE layers of 8, and here a
+        // dense layer costs more than an MoE one, so the middle stage with the fewest MoE layers
+        // is the slowest. The closed form once costed only the one with the most.
+        let mut model = specs::load_model("mixtral-8x7b").unwrap();
+        model.layers = 40;
+        model.vocab = 1024;
+        let moe = model.moe.as_mut().unwrap();
+        moe.ffn_hidden = 256;
+        moe.layer_freq = 3;
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 5,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            64,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 2,
+            pp: 5,
+            dp: 4,
+            ep: 4,
+            micro_batch: 1,
+            sequence_parallel: true,
+            zero: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        let per = |c: &StageCost| c.forward_s + c.backward_s;
+        let slowest = s.stages.iter().map(per).fold(0.0, f64::max);
+        let m = f64::from(plan.num_microbatches);
+        let busy = evaluate(&model, &cluster, &training, &plan)
+            .terms
+            .pipeline_busy_s();
+        assert!(
+            (busy / (m * slowest) - 1.0).abs() < 1e-9,
+            "{busy} vs {} ({:?})",
+            m * slowest,
+            s.stages
+        );
+    }
+
+    #[test]
     fn unequal_stages_idle_more_than_the_closed_form() {
         // Uneven split: 20B's layers + embedding + output balanced over 3 stages puts the most
         // layers on the middle stage; the others wait for it every micro-batch, so the pipeline's
