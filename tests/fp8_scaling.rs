@@ -148,6 +148,34 @@ fn a_saved_plan_keeps_its_scaling() {
     );
     let v = json(&["eval", "--plan", path, "--format", "json"]);
     assert_eq!(v["training"]["fp8_scaling"], "delayed");
+    // compare does not put an FP8 plan under one recipe against one under the other as if only
+    // the plans differed; with --fp8-scaling both run under the one given.
+    let current = dir.join("current.yaml");
+    let current = current.to_str().unwrap();
+    std::fs::write(
+        current,
+        std::fs::read_to_string(path)
+            .unwrap()
+            .replace("fp8_scaling: delayed", "fp8_scaling: current"),
+    )
+    .unwrap();
+    let r = run(&["compare", "--plan", path, "--plan", current]);
+    assert_one_line_error(
+        &r,
+        &["FP8 scaling: delayed against current", "--fp8-scaling"],
+        &[],
+        "compare recipes",
+    );
+    let r = run(&[
+        "compare",
+        "--plan",
+        path,
+        "--plan",
+        current,
+        "--fp8-scaling",
+        "delayed",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
     // Naming the file's own framework keeps the file's recipe (it was once dropped for the
     // framework's default).
     let v = json(&[

@@ -327,7 +327,21 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 loaded.push((file, scenario));
             }
             // Step times of different models, clusters or batches say nothing about the plans.
-            let differences = scenario_differences(&loaded[0].1, &loaded[1].1);
+            let mut differences = scenario_differences(&loaded[0].1, &loaded[1].1);
+            // Per-tensor FP8's recipe changes the casts' traffic: two FP8 plans under different
+            // recipes are not compared on their plans alone.
+            let fp8 = |file: &specs::PlanFile| match args.training.precision {
+                Some(_) => precision_of_args(&args.training),
+                None => file.plan.precision,
+            } == crate::plan::Precision::Fp8;
+            let (ta, tb) = (&loaded[0].1.training, &loaded[1].1.training);
+            if fp8(&loaded[0].0) && fp8(&loaded[1].0) && ta.fp8_scaling != tb.fp8_scaling {
+                differences.push(format!(
+                    "FP8 scaling: {} against {} (--fp8-scaling)",
+                    ta.fp8_scaling.as_str(),
+                    tb.fp8_scaling.as_str()
+                ));
+            }
             if !differences.is_empty() {
                 bail!(
                     "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it",

@@ -635,6 +635,7 @@ pub(super) fn framework_for_emit(
     if emit == Some(crate::cli::EmitTarget::Nemo)
         && training.precision == Some(PrecisionArg::Fp8)
         && training.fp8_scaling.is_none()
+        && matches!(training.framework, None | Some(FrameworkArg::MegatronCore))
     {
         training.fp8_scaling = Some(Fp8ScalingArg::Delayed);
         eprintln!(
