@@ -506,7 +506,8 @@ impl TrainingFramework {
     /// Megatron-Core's own `TransformerConfig.fp8_recipe` defaults to delayed; torchao's
     /// tensorwise float8, torchtitan's, has no delayed scaling left (deprecated in torchao 0.9, deleted
     /// in 0.10: pytorch/ao#1680, #1753).
-    /// DeepSpeed and the 2021 baseline train no FP8 here.
+    /// DeepSpeed's FP8 comes from the model code's Transformer Engine layers (its config has no FP8
+    /// key), with the same default here; its norms are not assumed fused with the cast.
     pub fn default_fp8_scaling(self) -> Fp8Scaling {
         Fp8Scaling::Current
     }
