@@ -661,7 +661,18 @@ fn fp8_scaling_of(
         Some(Fp8ScalingArg::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
         Some(Fp8ScalingArg::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
         None => match saved.and_then(|f| f.fp8_scaling) {
-            Some(s) => (s, "fp8_scaling: delayed in the plan file"),
+            // A file's recipe matters only to an FP8 run (a bf16 file may carry one it never
+            // used: it is kept, not refused).
+            Some(s) => {
+                let precision = match args.precision {
+                    Some(_) => precision_of_args(args),
+                    None => saved.map_or(Precision::Bf16, |f| f.plan.precision),
+                };
+                if precision != Precision::Fp8 {
+                    return Ok(s);
+                }
+                (s, "fp8_scaling: delayed in the plan file")
+            }
             None => (framework.default_fp8_scaling(), ""),
         },
     };
