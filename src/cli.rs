@@ -434,6 +434,15 @@ pub enum Fp8ScalingArg {
     Current,
 }
 
+impl Fp8ScalingArg {
+    pub fn scaling(self) -> crate::training::Fp8Scaling {
+        match self {
+            Fp8ScalingArg::Delayed => crate::training::Fp8Scaling::Delayed,
+            Fp8ScalingArg::Current => crate::training::Fp8Scaling::Current,
+        }
+    }
+}
+
 /// `--cp-exchange` (`training::CpExchange`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CpExchangeArg {

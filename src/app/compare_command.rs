@@ -3,7 +3,7 @@
 
 use anyhow::{Result, bail};
 
-use super::scenario::{Scenario, precision_of_args, resolve_scenario};
+use super::scenario::{Scenario, precision_of_args, precision_over_file, resolve_scenario};
 use super::{Outcome, plan_error_words};
 use crate::cli::{CompareArgs, CompareFormat};
 use crate::compare;
@@ -330,10 +330,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             let mut differences = scenario_differences(&loaded[0].1, &loaded[1].1);
             // Per-tensor FP8's recipe changes the casts' traffic: two FP8 plans under different
             // recipes are not compared on their plans alone.
-            let fp8 = |file: &specs::PlanFile| match args.training.precision {
-                Some(_) => precision_of_args(&args.training),
-                None => file.plan.precision,
-            } == crate::plan::Precision::Fp8;
+            let fp8 = |file: &specs::PlanFile| {
+                precision_over_file(&args.training, Some(file)) == crate::plan::Precision::Fp8
+            };
             let (ta, tb) = (&loaded[0].1.training, &loaded[1].1.training);
             if fp8(&loaded[0].0) && fp8(&loaded[1].0) && ta.fp8_scaling != tb.fp8_scaling {
                 differences.push(format!(
@@ -355,10 +354,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 // A flag overrides both files, as the scenario's flags do (and as `eval --plan`
                 // takes --precision over the file's).
                 let request = crate::plan::PlanRequest {
-                    precision: match args.training.precision {
-                        Some(_) => precision_of_args(&args.training),
-                        None => file.plan.precision,
-                    },
+                    precision: precision_over_file(&args.training, Some(file)),
                     ..file.plan
                 };
                 super::scenario::check_fp8_scaling_applies(&args.training, request.precision)

@@ -208,10 +208,7 @@ fn check_megatron_precision_and_overlap(
 ) -> Result<()> {
     let framework = framework_of_args(training);
     if let (Some(given), Some(line)) = (training.fp8_scaling, precision.fp8_scaling) {
-        let given = match given {
-            crate::cli::Fp8ScalingArg::Delayed => crate::training::Fp8Scaling::Delayed,
-            crate::cli::Fp8ScalingArg::Current => crate::training::Fp8Scaling::Current,
-        };
+        let given = given.scaling();
         if given != line {
             bail!(
                 "--fp8-scaling {} contradicts {source}, whose --fp8-recipe is {} ({} scaling); drop --fp8-scaling or change the line",

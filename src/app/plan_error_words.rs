@@ -40,32 +40,50 @@ struct FileValue {
     value: String,
 }
 
+/// A plan's degrees and counts: the `eval` flag that sets each, and its key in a plan file.
+const PLAN_KEYS: [(&str, &str); 10] = [
+    ("--tp", "tp"),
+    ("--pp", "pp"),
+    ("--dp", "dp"),
+    ("--vpp", "vpp"),
+    ("--micro-batch", "micro_batch"),
+    ("--cp", "cp"),
+    ("--ep", "ep"),
+    ("--etp", "etp"),
+    ("--zero", "zero"),
+    ("--recompute-num-layers", "recompute_num_layers"),
+];
+
+/// The value of a [`PLAN_KEYS`] key in `plan`.
+fn plan_value(plan: &crate::plan::PlanRequest, key: &str) -> u32 {
+    match key {
+        "tp" => plan.tp,
+        "pp" => plan.pp,
+        "dp" => plan.dp,
+        "vpp" => plan.vpp,
+        "micro_batch" => plan.micro_batch,
+        "cp" => plan.cp,
+        "ep" => plan.ep,
+        "etp" => plan.etp,
+        "zero" => u32::from(plan.zero),
+        _ => plan.recompute_num_layers,
+    }
+}
+
 /// The counts and degrees of `file` that no flag in `given` replaced.
 fn file_values(file: &PlanFile, given: &[&str]) -> Vec<FileValue> {
-    let p = &file.plan;
-    let plan = [
-        ("--tp", "tp", Some(p.tp)),
-        ("--pp", "pp", Some(p.pp)),
-        ("--dp", "dp", Some(p.dp)),
-        ("--vpp", "vpp", Some(p.vpp)),
-        ("--micro-batch", "micro_batch", Some(p.micro_batch)),
-        ("--cp", "cp", Some(p.cp)),
-        ("--ep", "ep", Some(p.ep)),
-        ("--etp", "etp", Some(p.etp)),
-        ("--zero", "zero", Some(u32::from(p.zero))),
-        (
-            "--recompute-num-layers",
-            "recompute_num_layers",
-            Some(p.recompute_num_layers),
-        ),
+    let scenario = [
         ("--nodes", "nodes", file.nodes),
         ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
         ("--seq-len", "seq_len", file.seq_len),
         ("--global-batch", "global_batch", file.global_batch),
         ("--local-batch", "local_batch", file.local_batch),
     ];
-    plan.into_iter()
-        .filter(|(flag, _, _)| !given.contains(flag))
+    let plan = PLAN_KEYS
+        .into_iter()
+        .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
+        .chain(scenario);
+    plan.filter(|(flag, _, _)| !given.contains(flag))
         .filter_map(|(flag, key, value)| {
             value.map(|v| FileValue {
                 flag,
@@ -139,18 +157,7 @@ pub(super) fn fix_in_file_keys(message: &str) -> String {
     };
     let (rule, fix) = message.split_at(at);
     let mut fix = fix.to_string();
-    for (flag, key) in [
-        ("--recompute-num-layers", "recompute_num_layers"),
-        ("--micro-batch", "micro_batch"),
-        ("--vpp", "vpp"),
-        ("--etp", "etp"),
-        ("--tp", "tp"),
-        ("--cp", "cp"),
-        ("--pp", "pp"),
-        ("--dp", "dp"),
-        ("--ep", "ep"),
-        ("--zero", "zero"),
-    ] {
+    for (flag, key) in PLAN_KEYS {
         let mut out = String::with_capacity(fix.len());
         let mut rest = fix.as_str();
         while let Some(i) = rest.find(flag) {

@@ -657,18 +657,14 @@ fn fp8_scaling_of(
     args: &TrainingArgs,
     saved: Option<&PlanFile>,
 ) -> Result<Fp8Scaling> {
-    let (scaling, from) = match args.fp8_scaling {
-        Some(Fp8ScalingArg::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
-        Some(Fp8ScalingArg::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
+    let (scaling, from) = match args.fp8_scaling.map(Fp8ScalingArg::scaling) {
+        Some(Fp8Scaling::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
+        Some(Fp8Scaling::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
         None => match saved.and_then(|f| f.fp8_scaling) {
             // A file's recipe matters only to an FP8 run (a bf16 file may carry one it never
             // used: it is kept, not refused).
             Some(s) => {
-                let precision = match args.precision {
-                    Some(_) => precision_of_args(args),
-                    None => saved.map_or(Precision::Bf16, |f| f.plan.precision),
-                };
-                if precision != Precision::Fp8 {
+                if precision_over_file(args, saved) != Precision::Fp8 {
                     return Ok(s);
                 }
                 (s, "fp8_scaling: delayed in the plan file")
@@ -702,16 +698,22 @@ pub(super) fn check_fp8_scaling_applies(args: &TrainingArgs, precision: Precisio
     if let Some(scaling) = args.fp8_scaling
         && precision != Precision::Fp8
     {
-        let name = match scaling {
-            Fp8ScalingArg::Delayed => "delayed",
-            Fp8ScalingArg::Current => "current",
-        };
         bail!(
-            "--fp8-scaling {name} sets how per-tensor FP8 scales its tensors, but this run's GEMMs are {} (mxfp8 and nvfp4 scale per block); give --precision fp8, or drop --fp8-scaling",
+            "--fp8-scaling {} sets how per-tensor FP8 scales its tensors, but this run's GEMMs are {} (mxfp8 and nvfp4 scale per block); give --precision fp8, or drop --fp8-scaling",
+            scaling.scaling().as_str(),
             precision.as_str()
         );
     }
     Ok(())
+}
+
+/// The GEMM precision of a run from a plan file: `--precision` over the file's (bf16 without
+/// either).
+pub(crate) fn precision_over_file(args: &TrainingArgs, file: Option<&PlanFile>) -> Precision {
+    match (args.precision, file) {
+        (None, Some(file)) => file.plan.precision,
+        _ => precision_of_args(args),
+    }
 }
 
 /// The GEMM precision `--precision` names (default bf16).

@@ -167,6 +167,12 @@ impl SpGatherScale {
         grad: 1.0,
         regather: 1.0,
     };
+
+    /// Whether the gathers carry the quantized copy, so the inputs are cast on the sequence shard
+    /// before them.
+    pub fn carries_quantized_copies(&self) -> bool {
+        self.forward != 1.0
+    }
 }
 
 pub fn sp_gather_scale(training: &Training, plan: &ParallelPlan) -> SpGatherScale {

@@ -305,6 +305,9 @@ pub(crate) fn unit_costs_at(
     let seq_len = training.seq_len;
     let groups = groups::groups(cluster, plan);
     let tp_overlap = tp_overlap_on(training, plan);
+    // Under sequence parallelism with low-precision training the all-gathers carry the quantized
+    // copies (`comm::sp_gather_scale`), cast on the sequence shard; the reduce-scatters bf16.
+    let gather_scale = comm::sp_gather_scale(training, plan);
     let layer = layer_time_sharded(
         model,
         cluster,
@@ -323,7 +326,7 @@ pub(crate) fn unit_costs_at(
             kernel_fusion: training.kernel_fusion,
             fp8_scaling: training.fp8_scaling,
             quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
-            casts_before_gather: comm::sp_gather_scale(training, plan).forward != 1.0,
+            casts_before_gather: gather_scale.carries_quantized_copies(),
         },
     );
     let recompute_share = plan.recompute_share();
@@ -409,10 +412,7 @@ pub(crate) fn unit_costs_at(
             layer.backward += pair * (1.0 + tp_recompute_share);
         }
     }
-    // A forward pair and a backward pair in one all-reduce's time; under sequence parallelism
-    // with low-precision training the all-gathers carry the quantized copies
-    // (`comm::sp_gather_scale`), the reduce-scatters bf16.
-    let gather_scale = comm::sp_gather_scale(training, plan);
+    // A forward pair and a backward pair in one all-reduce's time, at `gather_scale`.
     let gather_and_scatter = |gather_scale: f64| {
         if gather_scale == 1.0 {
             one
@@ -1240,7 +1240,8 @@ mod tests {
                     kernel_fusion: training.kernel_fusion,
                     fp8_scaling: training.fp8_scaling,
                     quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
-                    casts_before_gather: comm::sp_gather_scale(training, &plan).forward != 1.0,
+                    casts_before_gather: comm::sp_gather_scale(training, &plan)
+                        .carries_quantized_copies(),
                 },
             );
             (

@@ -426,16 +426,13 @@ mod tests {
         assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
     }
 
-    #[test]
-    fn closed_form_busy_time_is_the_slowest_stages_own() {
-        // DeepSeek-V3 on pp 16 with the recipe's 4-layer first stage and 1-layer last stage (plus
-        // its MTP layer and two output passes): the last stage is the slowest though it holds the
-        // fewest layers. The closed form once charged that stage's compute with the all-to-alls of
-        // a 4-layer stage; its busy time must be the slowest simulated stage's m blocks.
+    /// DeepSeek-V3 on 256 GPUs of `gpu` as Megatron-Bridge's recipe splits it: tp 1, pp 16 with a
+    /// 4-layer first and 1-layer last stage, ep 8, with `mtp` MTP layers.
+    fn deepseek_v3_recipe_pp16(gpu: &str, mtp: u32) -> (Model, Cluster, Training, ParallelPlan) {
         let mut model = specs::load_model("deepseek-v3").unwrap();
-        model.mtp_layers = 1;
+        model.mtp_layers = mtp;
         let cluster = Cluster {
-            gpu: specs::load_gpu("b200-sxm-180g").unwrap(),
+            gpu: specs::load_gpu(gpu).unwrap(),
             nodes: 32,
             gpus_per_node: 8,
         };
@@ -457,6 +454,16 @@ mod tests {
             ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        (model, cluster, training, plan)
+    }
+
+    #[test]
+    fn closed_form_busy_time_is_the_slowest_stages_own() {
+        // DeepSeek-V3 on pp 16 with the recipe's 4-layer first stage and 1-layer last stage (plus
+        // its MTP layer and two output passes): the last stage is the slowest though it holds the
+        // fewest layers. The closed form once charged that stage's compute with the all-to-alls of
+        // a 4-layer stage; its busy time must be the slowest simulated stage's m blocks.
+        let (model, cluster, training, plan) = deepseek_v3_recipe_pp16("b200-sxm-180g", 1);
         let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
         let per = |c: &StageCost| c.forward_s + c.backward_s;
         let last = per(s.stages.last().unwrap());
@@ -479,30 +486,7 @@ mod tests {
         // stage holds 3 dense layers and 1 MoE layer, the middle ones 4 MoE layers each. Each
         // stage's blocks are its own layers': the first stage's forward is 3 dense layers' and one
         // MoE layer's, not 4 MoE layers' (what the busiest stage's mix once gave every stage).
-        let model = specs::load_model("deepseek-v3").unwrap();
-        let cluster = Cluster {
-            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 32,
-            gpus_per_node: 8,
-        };
-        let training = Training::with_framework(
-            crate::training::TrainingFramework::MegatronCore,
-            4096,
-            2048,
-            crate::training::AttentionKernel::Flash,
-        );
-        let request = PlanRequest {
-            tp: 1,
-            pp: 16,
-            dp: 16,
-            ep: 8,
-            micro_batch: 1,
-            zero: 1,
-            allow_uneven_pp: true,
-            stage_split: Some((4, 1)),
-            ..PlanRequest::default()
-        };
-        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let (model, cluster, training, plan) = deepseek_v3_recipe_pp16("h100-sxm-80g", 0);
         assert_eq!(super::super::stage_moe_layers(&model, &plan, 0), 1);
         assert_eq!(super::super::stage_moe_layers(&model, &plan, 1), 4);
         let stages = stage_costs(&model, &cluster, &training, &plan);
