@@ -25,14 +25,18 @@
 //!   (..., quantizer=...)`; `distributed.py` `_all_gather_fp8`, `_all_gather_mxfp8`; torchao's
 //!   `Float8ColwiseParallel` casts before its all-gather too), so the cast touches 1/t of the
 //!   gathered input. Per-tensor FP8 gathers the row-wise copy only
-//!   (`Float8Quantizer.supports_only_rowwise_all_gather`), and on Hopper the transpose the weight
-//!   gradient reads is then made from the gathered tensor, a read and a write of it (`out.
-//!   _create_transpose()`; Blackwell's tensor cores read FP8 column-wise and need none, TE
-//!   `is_non_tn_fp8_gemm_supported`); the block-scaled formats quantize both copies on the shard.
+//!   (`Float8Quantizer.supports_only_rowwise_all_gather`: the forward's quantizer is set to
+//!   row-wise usage only when it gathers), and on Hopper the transpose the weight gradient reads
+//!   is then made in the backward, from the tensor the backward gathers again, a read and a write
+//!   of it, once (`update_usage(columnwise_usage=True)` on the re-gathered input, which calls
+//!   `_create_transpose()`; Blackwell's tensor cores read FP8 column-wise and need none, TE
+//!   `is_non_tn_fp8_gemm_supported`): [`backward_transpose_bytes`]. The block-scaled formats
+//!   quantize both copies on the shard.
 //!
 //! Counts are per element of the GEMM's input as the GEMM sees it (gathered under sequence
 //! parallelism). The backward's gradient casts are covered by the backward's 2× of the forward's
-//! element-wise traffic (`compute::layer_time_sharded`).
+//! element-wise traffic (`compute::layer_time_sharded`); the gathered input's transpose is the
+//! backward's alone and is charged there once, outside that 2×.
 
 use crate::cluster::GpuProfile;
 use crate::plan::Precision;
@@ -109,16 +113,23 @@ pub fn input_cast_bytes(
         Precision::Bf16 => 0.0,
         Precision::Fp8 => {
             // Hopper's FP8 GEMMs read only the TN layout: the weight gradient needs a transposed
-            // copy, written beside the row-wise one by a whole-tensor cast (TE's cast_transpose),
-            // or made from the gathered tensor after a sequence-parallel gather (read + write).
-            let transpose = match (gpu.microscaling, gathered) {
-                (true, _) => 0.0,
-                (false, false) => 1.0,
-                (false, true) => 2.0,
+            // copy, written beside the row-wise one by a whole-tensor cast (TE's cast_transpose);
+            // after a sequence-parallel gather it is made in the backward instead
+            // (`backward_transpose_bytes`).
+            let transpose = if gpu.microscaling || gathered {
+                0.0
+            } else {
+                1.0
             };
             if in_the_norm && setting.fp8_scaling == Fp8Scaling::Delayed {
-                // The norm writes 1 byte per element in place of its 2-byte bf16 output.
-                let transpose = if gpu.microscaling { 0.0 } else { 2.0 };
+                // The norm writes 1 byte per element in place of its 2-byte bf16 output, row-wise
+                // only; on Hopper a transpose kernel then reads and writes it (read + write), in
+                // the forward unless the input is gathered.
+                let transpose = if gpu.microscaling || gathered {
+                    0.0
+                } else {
+                    2.0
+                };
                 return -(BF16_BYTES - 1.0) * shard + transpose;
             }
             let amax = match setting.fp8_scaling {
@@ -136,6 +147,20 @@ pub fn input_cast_bytes(
         Precision::Nvfp4 => {
             (BF16_BYTES + BF16_BYTES + 2.0 * operand_bytes(Precision::Nvfp4)) * shard
         }
+    }
+}
+
+/// HBM bytes per element of a gathered linear input that the backward alone moves, once: on
+/// Hopper, per-tensor FP8 gathers the row-wise copy only, so the weight gradient's transposed copy
+/// is made from the re-gathered input (a read and a write of one byte). Zero without a gather, on
+/// GPUs whose tensor cores read FP8 column-wise, and for the block-scaled formats, which gather
+/// both copies.
+pub fn backward_transpose_bytes(setting: CastSetting, gpu: &GpuProfile, gathered_from: u32) -> f64 {
+    let per_tensor_fp8_on_hopper = setting.precision == Precision::Fp8 && !gpu.microscaling;
+    if per_tensor_fp8_on_hopper && gathered_from > 1 {
+        2.0
+    } else {
+        0.0
     }
 }
 
@@ -216,20 +241,26 @@ mod tests {
         let h100 = gpu("h100-sxm-80g");
         let b200 = gpu("b200-sxm-180g");
         let current = setting(Precision::Fp8, Fp8Scaling::Current, true);
-        // Shard cast (read 2, write 1) over 4 shards, then a read and write of the gathered copy.
+        // Shard cast (read 2, write 1) over 4 shards in the forward; the transposed copy is made
+        // in the backward from the gathered input, a read and a write of it, once.
         assert_eq!(
             input_cast_bytes(current, &h100, LinearInput::NormOutput, 4),
-            3.0 / 4.0 + 2.0
+            3.0 / 4.0
         );
+        assert_eq!(backward_transpose_bytes(current, &h100, 4), 2.0);
         assert_eq!(
             input_cast_bytes(current, &b200, LinearInput::NormOutput, 4),
             3.0 / 4.0
         );
+        assert_eq!(backward_transpose_bytes(current, &b200, 4), 0.0);
         let delayed = setting(Precision::Fp8, Fp8Scaling::Delayed, true);
         assert_eq!(
             input_cast_bytes(delayed, &h100, LinearInput::NormOutput, 4),
-            -1.0 / 4.0 + 2.0
+            -1.0 / 4.0
         );
+        assert_eq!(backward_transpose_bytes(delayed, &h100, 4), 2.0);
+        // Without a gather the forward's cast writes the transposed copy; the backward adds none.
+        assert_eq!(backward_transpose_bytes(current, &h100, 1), 0.0);
         let mx = setting(Precision::Mxfp8, Fp8Scaling::Current, true);
         assert!(
             (input_cast_bytes(mx, &b200, LinearInput::NormOutput, 8)
@@ -237,5 +268,6 @@ mod tests {
                 .abs()
                 < 1e-12
         );
+        assert_eq!(backward_transpose_bytes(mx, &b200, 8), 0.0);
     }
 }

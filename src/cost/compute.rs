@@ -331,6 +331,9 @@ pub struct LayerTime {
     pub attention_forward: f64,
     /// Forward time of the dense MLP (its two GEMMs and activation), which an MoE layer replaces.
     pub mlp_forward: f64,
+    /// Backward time of the dense MLP: twice its forward, plus the transposed copy of its
+    /// re-gathered input (`cast::backward_transpose_bytes`).
+    pub mlp_backward: f64,
 }
 
 impl LayerTime {
@@ -482,6 +485,12 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let cast_bytes = cast_of(&gemms[0], LinearInput::NormOutput, gathered_from)
         + cast_of(&gemms[3], LinearInput::Other, 1)
         + mlp_cast_bytes;
+    // The transposed copies the backward makes once from the re-gathered QKV and MLP-up inputs.
+    let transpose_of = |gemm: &Gemm| {
+        cast::backward_transpose_bytes(setting, &cluster.gpu, gathered_from) * gemm.m * gemm.k
+    };
+    let mlp_backward_transpose_bytes = transpose_of(&gemms[4]);
+    let backward_transpose_bytes = transpose_of(&gemms[0]) + mlp_backward_transpose_bytes;
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;
@@ -539,15 +548,20 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         }
         (Recompute::Full, _, _) => forward,
     };
+    let mlp_forward =
+        (mlp_gemms + (mlp_inside / t + mlp_cast_bytes) / bandwidth) / gpu.framework_efficiency;
     LayerTime {
         forward,
-        backward: 2.0 * forward + flash_extra,
+        backward: 2.0 * forward
+            + flash_extra
+            + backward_transpose_bytes / bandwidth / gpu.framework_efficiency,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
-        mlp_forward: (mlp_gemms + (mlp_inside / t + mlp_cast_bytes) / bandwidth)
-            / gpu.framework_efficiency,
+        mlp_forward,
+        mlp_backward: 2.0 * mlp_forward
+            + mlp_backward_transpose_bytes / bandwidth / gpu.framework_efficiency,
     }
 }
 
@@ -592,6 +606,7 @@ pub fn output_layer_time(
         column_gemm_forward: 0.0,
         attention_forward: 0.0,
         mlp_forward: 0.0,
+        mlp_backward: 0.0,
     }
 }
 
@@ -759,6 +774,63 @@ mod tests {
             2.0 * (eager.forward - fused.forward)
         ));
         assert_eq!(eager.linear_gemm_forward, fused.linear_gemm_forward);
+    }
+
+    #[test]
+    fn hoppers_transpose_of_a_gathered_fp8_input_is_paid_once_in_the_backward() {
+        // Llama 3 70B at TP 8 under sequence parallelism: per-tensor FP8 gathers the row-wise
+        // copy, and the backward makes the transposed one from the re-gathered QKV and MLP-up
+        // inputs (b·s × h each), a read and a write of a byte, once; not in the forward, not
+        // under full recompute. Blackwell reads FP8 column-wise and pays nothing.
+        let m = crate::specs::load_model("llama3-70b").unwrap();
+        let run = |gpu: &str, recompute| {
+            let cluster = Cluster {
+                gpu: crate::specs::load_gpu(gpu).unwrap(),
+                nodes: 1,
+                gpus_per_node: 8,
+            };
+            let shard = LayerShard {
+                micro_batch: 1,
+                seq_len: 8192,
+                tp: 8,
+                cp: 1,
+                sp: true,
+                recompute,
+                selective: SelectiveRecompute::AttentionCore,
+                attention: AttentionKernel::Flash,
+                precision: Precision::Fp8,
+                gemm_chunks: 1,
+                attention_efficiency: cluster.gpu.gemm_efficiency,
+                kernel_fusion: KernelFusion::Fused,
+                fp8_scaling: Fp8Scaling::Current,
+                quantizes_in_the_norm: true,
+                casts_before_gather: true,
+            };
+            let per_byte =
+                1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+            (layer_time_sharded(&m, &cluster, &shard), per_byte)
+        };
+        let transposed_bytes = 2.0 * 2.0 * 8192.0 * 8192.0;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        for recompute in [Recompute::None, Recompute::Full] {
+            let (h100, per_byte) = run("h100-sxm-80g", recompute);
+            let extra = h100.backward - 2.0 * h100.forward - flash_backward_extra(&h100);
+            assert!(close(extra, transposed_bytes * per_byte), "{extra}");
+            assert!(close(
+                h100.mlp_backward - 2.0 * h100.mlp_forward,
+                transposed_bytes / 2.0 * per_byte
+            ));
+            if recompute == Recompute::Full {
+                assert_eq!(h100.recompute, h100.forward);
+            }
+            let (b200, _) = run("b200-sxm-180g", recompute);
+            assert_eq!(b200.mlp_backward, 2.0 * b200.mlp_forward);
+        }
+    }
+
+    /// The flash-attention backward's time beyond twice its forward.
+    fn flash_backward_extra(layer: &LayerTime) -> f64 {
+        (flash_backward_time_over_forward() - 2.0) * layer.attention_forward
     }
 
     #[test]

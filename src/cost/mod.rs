@@ -368,7 +368,7 @@ pub(crate) fn unit_costs_at(
     if moe_share > 0.0 {
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;
-        layer.backward += moe_share * (moe_time.backward_s - 2.0 * layer.mlp_forward);
+        layer.backward += moe_share * (moe_time.backward_s - layer.mlp_backward);
         if plan.recompute == Recompute::Full {
             layer.recompute += delta;
         }
@@ -392,13 +392,20 @@ pub(crate) fn unit_costs_at(
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
     // torchtitan's functional collectives copy the full tensor around each all-gather and
     // reduce-scatter (`TrainingFramework::tp_collectives_copy_their_tensor`): a read and a write
-    // per collective, two collectives per all-reduce equivalent. The copies are memory-bound
-    // kernels on the compute stream, so they are compute time, not communication. Async TP fuses
-    // the forward's into its matmuls; the backward's stay vanilla (`tp_overlap_in_backward`), and
-    // so do the recomputed forward's: under activation checkpointing the recomputation is part of
-    // the backward graph (AOTAutograd's partitioner places recomputed nodes there).
+    // per collective, two collectives per all-reduce equivalent and two equivalents per layer
+    // pass. Each copy is the size of what its collective carries: under float8 the all-gathers
+    // move torchao's FP8 copies (`gather_scale`), the reduce-scatters bf16. The copies are
+    // memory-bound kernels on the compute stream, so they are compute time, not communication.
+    // Async TP fuses the forward's into its matmuls; the backward's stay vanilla
+    // (`tp_overlap_in_backward`), and so do the recomputed forward's: under activation
+    // checkpointing the recomputation is part of the backward graph (AOTAutograd's partitioner
+    // places recomputed nodes there).
     if plan.tp > 1 && training.framework.tp_collectives_copy_their_tensor() {
-        let pair = 2.0 * 2.0 * 2.0 * tp_tensor / cluster.gpu.achieved_hbm_bandwidth().0;
+        let copies = |gathered_scale: f64| {
+            2.0 * 2.0 * (gathered_scale + 1.0) * tp_tensor / cluster.gpu.achieved_hbm_bandwidth().0
+        };
+        let (forward_copies, backward_copies) =
+            (copies(gather_scale.forward), copies(gather_scale.grad));
         if tp_overlap {
             // The recomputed forward runs in the backward graph, where the collectives stay vanilla.
             let unfused_recompute = if overlap_reaches_backward {
@@ -406,10 +413,10 @@ pub(crate) fn unit_costs_at(
             } else {
                 tp_recompute_share
             };
-            layer.backward += pair * (1.0 + unfused_recompute);
+            layer.backward += backward_copies + forward_copies * unfused_recompute;
         } else {
-            layer.forward += pair;
-            layer.backward += pair * (1.0 + tp_recompute_share);
+            layer.forward += forward_copies;
+            layer.backward += backward_copies + forward_copies * tp_recompute_share;
         }
     }
     // A forward pair and a backward pair in one all-reduce's time, at `gather_scale`.
