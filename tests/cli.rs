@@ -808,24 +808,22 @@ fn the_default_global_batch_is_stated_and_a_batch_too_small_for_the_cluster_is_f
     ]);
     assert!(!stderr.contains("--global-batch not given"), "{stderr}");
 
-    // 512 nodes and 1536 sequences: every split idles; the warning's suggestion plans cleanly.
+    // 512 nodes and 1536 sequences: TP in a node and DP over the nodes gives every replica three
+    // micro-batches and no pipeline, so no warning (Llama 3 405B trained 2 sequences per node).
     let (_, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "512", "--top", "1"]);
+    assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
+    // 1,024 nodes and 512 sequences without context parallelism: every split pipelines more
+    // stages than it has micro-batches; the warning's suggestion plans cleanly.
+    let small = [
+        "plan", "--params", "7B", "--nodes", "1024", "--cp", "1", "--top", "1",
+    ];
+    let (_, _, stderr) = run(&[&small[..], &["--global-batch", "512"]].concat());
     let warning = stderr
         .lines()
-        .find(|l| l.starts_with("warning: --global-batch 1536 is small for 512 nodes"))
+        .find(|l| l.starts_with("warning: --global-batch 512 is small for 1024 nodes"))
         .unwrap_or_else(|| panic!("{stderr}"));
     let batch = suggested_batch(warning);
-    let (code, _, stderr) = run(&[
-        "plan",
-        "--params",
-        "7B",
-        "--nodes",
-        "512",
-        "--top",
-        "1",
-        "--global-batch",
-        &batch,
-    ]);
+    let (code, _, stderr) = run(&[&small[..], &["--global-batch", &batch]].concat());
     assert_ne!(code, 2, "{stderr}");
     assert!(!stderr.contains("warning: --global-batch"), "{stderr}");
 }

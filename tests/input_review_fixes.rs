@@ -478,9 +478,9 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
     );
 }
 
-/// The small-batch warning counts the context-parallel ranks a sequence is split over: 64
-/// sequences of 128K tokens with cp 4 on 32 nodes fill the GPUs (32 micro-batches); 64 sequences
-/// without context parallelism do not.
+/// The small-batch warning counts the context-parallel ranks a sequence is split over: 16
+/// sequences of 128K tokens with cp 4 on 32 nodes fill the GPUs (8 micro-batches on 4 stages); 16
+/// sequences without context parallelism do not (fewer sequences than nodes).
 #[test]
 fn the_small_batch_warning_counts_context_parallel_ranks() {
     let base = [
@@ -494,7 +494,7 @@ fn the_small_batch_warning_counts_context_parallel_ranks() {
         "--pp",
         "4",
         "--global-batch",
-        "64",
+        "16",
         "--sequence-parallel",
     ];
     let long = run(&[&base[..], &["--cp", "4", "--seq-len", "131072"]].concat());
@@ -503,7 +503,7 @@ fn the_small_batch_warning_counts_context_parallel_ranks() {
     assert!(
         short
             .stderr
-            .contains("--global-batch 64 is small for 32 nodes"),
+            .contains("--global-batch 16 is small for 32 nodes"),
         "{}",
         short.stderr
     );

@@ -1081,10 +1081,13 @@ pub(super) fn smallest_splittable_batch(
 /// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
 ///
 /// With TP inside a node (tp ≤ GPUs per node), pp × dp ≥ nodes, and a step has m = global batch /
-/// dp micro-batches of at least one sequence, so pp / m ≥ nodes / global batch: below 4 sequences
-/// per node every split keeps the pipeline idle for at least a quarter of its work (the bubble is
-/// (p−1)/(v·m), Narayanan et al. 2021 §2.2; interleaving divides it by v at the cost of v times
-/// the PP traffic). Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
+/// dp micro-batches of at least one sequence, so pp / m ≥ nodes / global batch: with fewer
+/// sequences than nodes every split runs more pipeline stages than micro-batches and idles (the
+/// bubble is (p−1)/(v·m), Narayanan et al. 2021 §2.2, at least (1 − 1/p)/v there; interleaving
+/// divides it by v at the cost of v times the PP traffic). At a sequence per node or more a split
+/// without that exists (TP in the node, DP over the nodes, a pipeline only as deep as memory
+/// needs, interleaved): Llama 3 405B trained 2,048 sequences on 1,024 nodes at 43% MFU (Dubey et
+/// al. 2024 Table 4), so a higher threshold would warn about a batch that works. Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
 /// 3.2M (Brown et al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
 /// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
 const GPT3_SEQ_LEN: u32 = 2048;
@@ -1114,7 +1117,6 @@ pub(super) fn global_batch_advice(
             }
         ));
     }
-    let per_node = 4;
     // Context parallelism splits each sequence over cp ranks, so a long-context batch of few
     // sequences still fills the GPUs: count each sequence as the most CP ranks it can take (the
     // pinned cp, else the deepest the search tries, `planner::cp_degrees`).
@@ -1129,19 +1131,30 @@ pub(super) fn global_batch_advice(
         None => 1,
     };
     // One node can take the whole model with TP inside it: no pipeline, no replica left idle.
-    if nodes > 1 && u64::from(batch) * u64::from(cp) < u64::from(per_node) * u64::from(nodes) {
-        let suggestion = smallest_splittable_batch(
-            &s.model,
-            &s.cluster,
-            options,
-            nodes.saturating_mul(per_node),
-        )
-        .map(|b| format!("; e.g. --global-batch {b}"))
-        .unwrap_or_default();
+    if nodes > 1 && u64::from(batch) * u64::from(cp) < u64::from(nodes) {
+        let suggestion =
+            smallest_splittable_batch(&s.model, &s.cluster, options, nodes.div_ceil(cp))
+                .map(|b| format!("; e.g. --global-batch {b}"))
+                .unwrap_or_default();
         lines.push(format!(
-            "warning: --global-batch {batch} is small for {nodes} node{}: with TP inside a node every split has at least nodes/batch = {:.2} pipeline stages or replicas per micro-batch, so GPUs idle (bubble (p-1)/(v·m)) or no split exists; give at least {per_node} sequences per node{suggestion}",
+            "warning: --global-batch {batch} is small for {nodes} node{}: fewer sequences than nodes{}, so with TP inside a node every split has at least {} = {:.2} pipeline stages per micro-batch and the pipeline idles (bubble (p-1)/(v·m)), or no split exists; give at least {}{suggestion}",
             if nodes == 1 { "" } else { "s" },
-            f64::from(nodes) / f64::from(batch),
+            if cp > 1 {
+                format!(" even with each sequence over cp {cp} ranks")
+            } else {
+                String::new()
+            },
+            if cp > 1 {
+                "nodes/(batch·cp)"
+            } else {
+                "nodes/batch"
+            },
+            f64::from(nodes) / (f64::from(batch) * f64::from(cp)),
+            if cp > 1 {
+                format!("one sequence per {cp} nodes")
+            } else {
+                "one sequence per node".to_string()
+            },
         ));
     }
     lines
