@@ -420,7 +420,7 @@ pub fn ledger(
             )
         };
         // The MLP side's collectives run on the layers whose MLP has them (`moe::
-        // mlp_tp_pair_share`: Megatron-Core's MoE layers without shared experts have none).
+        // mlp_tp_pair_share_at`: Megatron-Core's MoE layers without shared experts have none).
         let mlp_share = moe::mlp_tp_pair_share_at(model, training, slowest_moe_share);
         // Low-precision training all-gathers quantized copies under sequence parallelism
         // (`comm::sp_gather_scale`); the reduce-scatters carry bf16.

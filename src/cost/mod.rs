@@ -229,11 +229,16 @@ pub fn sp_regathers_in_backward(training: &Training, plan: &ParallelPlan) -> boo
     plan.tp > 1 && plan.sequence_parallel && !training.framework.sp_keeps_gathered_inputs()
 }
 
-/// TP all-reduce equivalents of one layer's forward on the busiest stage: the attention's, and the
-/// MLP's on the layers whose MLP has one (`moe::mlp_tp_pair_share`; 2 for a dense layer, Shoeybi
-/// et al. 2019 §3).
-pub fn tp_pairs_per_layer(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    1.0 + moe::mlp_tp_pair_share(model, training, plan)
+/// TP all-reduce equivalents of one layer's forward on the stage that sets the step (the one the
+/// estimate's TP traffic and the ledger count): the attention's, and the MLP's on the layers whose
+/// MLP has one (`moe::mlp_tp_pair_share_at`; 2 for a dense layer, Shoeybi et al. 2019 §3).
+pub fn tp_pairs_per_layer(model: &Model, training: &Training, estimate: &Estimate) -> f64 {
+    let moe_share = if estimate.slowest_stage_layers == 0 {
+        0.0
+    } else {
+        f64::from(estimate.slowest_stage_moe_layers) / f64::from(estimate.slowest_stage_layers)
+    };
+    1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share)
 }
 
 /// Share of a layer's forward TP collectives, counted in units of a dense layer's two all-reduce

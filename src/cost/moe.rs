@@ -127,13 +127,9 @@ pub fn moe_mlp_has_tp_pair(model: &Model, training: &Training) -> bool {
     model.has_shared_experts() || !training.framework.moe_takes_sequence_shard()
 }
 
-/// Share of the busiest stage's layers whose MLP side runs the TP pair: its dense layers, and its
-/// MoE layers where they have one (`moe_mlp_has_tp_pair`). 1 for a dense model.
-pub fn mlp_tp_pair_share(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    mlp_tp_pair_share_at(model, training, busiest_stage_moe_share(model, plan))
-}
-
-/// [`mlp_tp_pair_share`] for layers of which `moe_share` are MoE layers (one stage's).
+/// Share of a stage's layers, of which `moe_share` are MoE layers, whose MLP side runs the TP
+/// pair: its dense layers, and its MoE layers where they have one (`moe_mlp_has_tp_pair`). 1 for
+/// a dense model.
 pub fn mlp_tp_pair_share_at(model: &Model, training: &Training, moe_share: f64) -> f64 {
     if moe_mlp_has_tp_pair(model, training) {
         1.0
