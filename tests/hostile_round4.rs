@@ -1,0 +1,64 @@
+//! Hostile input, round 4: defects an adversarial audit of the built binary found (misspelt
+//! launch-line flags, wrong hints, locations that point nowhere, flags named by a value the user
+//! never typed), one regression test each. Every error case checks exit 2, one line and the words
+//! that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+const LAUNCH: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --global-batch-size 64 --micro-batch-size 1 --bf16";
+
+fn eval_launch(extra: &str) -> Run {
+    let line = format!("{LAUNCH} {extra}");
+    run(&["eval", "--nodes", "1", "--megatron-args", &line])
+}
+
+/// A misspelt Megatron-LM flag, or another program's name for one tpsim reads, was skipped with a
+/// note that it "does not change memory or time": `--tensor-model-paralel-size 8` evaluated tp 1,
+/// where Megatron-LM's argparse (allow_abbrev=False) refuses the line.
+#[test]
+fn misspelt_or_foreign_launch_flags_are_refused_with_the_megatron_spelling() {
+    for (extra, fix) in [
+        (
+            "--tensor-model-paralel-size 8",
+            "did you mean --tensor-model-parallel-size?",
+        ),
+        ("--num-layer 16", "did you mean --num-layers?"),
+        ("--sequence-paralel", "did you mean --sequence-parallel?"),
+        (
+            "--tensor-parallel-size 8",
+            "write --tensor-model-parallel-size",
+        ),
+        ("--tp=8", "write --tensor-model-parallel-size"),
+        ("--micro-batch 2", "write --micro-batch-size"),
+        (
+            "--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2",
+            "write --num-virtual-stages-per-pipeline-rank",
+        ),
+        (
+            "--model-parallel-size 8",
+            "write --tensor-model-parallel-size",
+        ),
+    ] {
+        let r = eval_launch(extra);
+        let flag = extra
+            .split_whitespace()
+            .last()
+            .filter(|w| w.starts_with("--"))
+            .unwrap_or_else(|| extra.split_whitespace().rev().nth(1).unwrap());
+        assert_one_line_error(&r, &[flag, "Megatron-LM", fix], &[], extra);
+        assert!(!r.stdout.contains("plan: tp"), "{extra}: evaluated anyway");
+    }
+    // Megatron-LM arguments tpsim does not model are still skipped, a real one close to a flag
+    // tpsim reads (--vocab-file, two edits from --vocab-size) among them.
+    for extra in [
+        "--vocab-file gpt2-vocab.json",
+        "--lr 1e-4",
+        "--data-path /data/x",
+    ] {
+        let r = eval_launch(extra);
+        assert!(r.code == 0 || r.code == 1, "{extra}: {}", r.stderr);
+        assert!(r.stderr.contains("were skipped"), "{extra}: {}", r.stderr);
+    }
+}
