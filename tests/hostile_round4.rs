@@ -62,3 +62,70 @@ fn misspelt_or_foreign_launch_flags_are_refused_with_the_megatron_spelling() {
         assert!(r.stderr.contains("were skipped"), "{extra}: {}", r.stderr);
     }
 }
+
+/// Virtual stages without a pipeline were refused as "--vpp 16 needs pipeline parallelism; use
+/// --vpp 1": a flag and a value the user never typed, and a fix that is no Megatron-LM argument.
+#[test]
+fn virtual_stages_without_a_pipeline_name_the_flag_given() {
+    let tp8 = "--tensor-model-parallel-size 8";
+    for (extra, given) in [
+        (
+            "--num-layers-per-virtual-pipeline-stage 2",
+            "--num-layers-per-virtual-pipeline-stage 2 makes 16 virtual stages",
+        ),
+        (
+            "--num-virtual-stages-per-pipeline-rank 2",
+            "--num-virtual-stages-per-pipeline-rank 2 makes 2 virtual stages",
+        ),
+    ] {
+        let r = eval_launch(&format!("{tp8} {extra}"));
+        assert_one_line_error(
+            &r,
+            &[given, "no pipeline", "pipeline size of 2 or more"],
+            &["--vpp"],
+            extra,
+        );
+    }
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--num-layers-per-virtual-pipeline-stage",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--num-layers-per-virtual-pipeline-stage 2", "no pipeline"],
+        &["--vpp 17"],
+        "eval --num-layers-per-virtual-pipeline-stage on pp 1",
+    );
+    // One virtual stage is no interleaving, which Megatron-LM accepts on any pipeline.
+    let r = eval_launch(&format!("{tp8} --num-virtual-stages-per-pipeline-rank 1"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// Megatron-LM refuses the interleaved schedule on two pipeline ranks without p2p overlap
+/// ("pipeline-model-parallel size should be greater than 2"); the pasted line was evaluated.
+#[test]
+fn interleaving_two_ranks_without_p2p_overlap_is_refused_as_megatron_does() {
+    let line = "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+    let r = eval_launch(&format!("{line} --no-overlap-p2p-communication"));
+    assert_one_line_error(
+        &r,
+        &[
+            "--no-overlap-p2p-communication",
+            "--pipeline-model-parallel-size 2",
+            "greater than 2",
+            "pipeline size of 3 or more",
+        ],
+        &[],
+        "pp 2 vpp 2 without p2p overlap",
+    );
+    assert_eq!(eval_launch(line).code, 0, "with p2p overlap it runs");
+}
