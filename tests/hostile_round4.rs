@@ -129,3 +129,79 @@ fn interleaving_two_ranks_without_p2p_overlap_is_refused_as_megatron_does() {
     );
     assert_eq!(eval_launch(line).code, 0, "with p2p overlap it runs");
 }
+
+/// `validate --backend cpu` on a 7B model at --seq-len 128 said "use a shorter --seq-len ..., e.g.
+/// --seq-len 128": the value already given, for a layer whose weights alone are over the cap.
+#[test]
+fn a_cpu_layer_too_wide_for_memory_names_the_width_not_the_sequence() {
+    let r = run(&[
+        "validate",
+        "--params",
+        "7B",
+        "--backend",
+        "cpu",
+        "--seq-len",
+        "128",
+        "--tp",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "hidden 4096",
+            "weights and their gradients alone",
+            "narrower model",
+            "--hidden 256",
+        ],
+        &["shorter --seq-len"],
+        "validate a 7B layer on the CPU",
+    );
+    // A narrow layer with a long sequence still gets the sequence hint.
+    let r = run(&[
+        "validate",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--heads",
+        "8",
+        "--backend",
+        "cpu",
+        "--seq-len",
+        "100000",
+        "--tp",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["100000 tokens", "seq_len^2", "shorter --seq-len"],
+        &["narrower model"],
+        "validate a long sequence on the CPU",
+    );
+}
+
+/// A YAML input of two documents (a `---` line) was refused at "f.yaml:0:0:", a location that
+/// points nowhere, with no fix.
+#[test]
+fn a_yaml_input_of_two_documents_is_named_without_a_made_up_location() {
+    let dir = scratch("round4", "two-documents");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/seed-512b-32nodes.yaml")).unwrap();
+    std::fs::write(dir.join("two.yaml"), format!("{plan}---\n{plan}")).unwrap();
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    std::fs::write(dir.join("gpu.yaml"), format!("{gpu}\n---\n{gpu}")).unwrap();
+    for args in [
+        vec!["eval", "--plan", "two.yaml", "--format", "json"],
+        vec![
+            "plan", "--params", "7B", "--nodes", "1", "--gpu", "gpu.yaml",
+        ],
+    ] {
+        let r = run_in(&dir, &args);
+        assert_one_line_error(
+            &r,
+            &["more than one YAML document", "`---`", "keep one document"],
+            &[":0:0"],
+            &format!("{args:?}"),
+        );
+        assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+    }
+}
