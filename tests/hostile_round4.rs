@@ -205,3 +205,21 @@ fn a_yaml_input_of_two_documents_is_named_without_a_made_up_location() {
         assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
     }
 }
+
+/// A config.json saved with a UTF-8 byte-order mark (Windows editors) was refused as "expected
+/// value at line 1 column 1", which names neither the mark nor the fix.
+#[test]
+fn an_hf_config_with_a_byte_order_mark_says_so() {
+    let dir = scratch("round4", "bom");
+    let config = format!("{{{HF_SHAPE}, \"model_type\": \"llama\"}}");
+    let r = eval_hf(&dir, "bom.json", &format!("\u{feff}{config}"));
+    assert_one_line_error(
+        &r,
+        &["bom.json", "byte-order mark", "without BOM"],
+        &["line 1 column 1"],
+        "config.json with a BOM",
+    );
+    // The same text without the mark is read.
+    let r = eval_hf(&dir, "plain.json", &config);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
