@@ -284,7 +284,12 @@ pub fn parse_with_note(
 ) -> Result<HfModel, HfConfigError> {
     let value: Value = serde_json::from_str(text).map_err(|e| HfConfigError::Json {
         path: path.to_string(),
-        message: e.to_string(),
+        // Python's json module refuses a byte-order mark too ("Unexpected UTF-8 BOM").
+        message: if text.starts_with('\u{feff}') {
+            "it starts with a UTF-8 byte-order mark, which JSON does not allow and transformers' json.load refuses; save it as UTF-8 without BOM".to_string()
+        } else {
+            e.to_string()
+        },
     })?;
     if let Err(e) = serde_json::from_str::<UniqueKeys>(text) {
         return Err(HfConfigError::Unsupported {

@@ -124,11 +124,19 @@ pub enum SpecError {
 /// A parser's error as a [`SpecError::Yaml`]: location in front, the message made safe to print
 /// (quotes cut, control characters escaped).
 pub fn yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
-    let (line, column) = err
-        .location()
-        .map(|l| (l.line(), l.column()))
-        .unwrap_or((0, 0));
     let message = err.to_string();
+    // An error of the whole text (two documents) has no location: none is made up ("f.yaml:0:0").
+    let Some((line, column)) = err.location().map(|l| (l.line(), l.column())) else {
+        let message = if message.contains("more than one document") {
+            "holds more than one YAML document (a `---` line starts another); keep one document per file".to_string()
+        } else {
+            sanitize_message(&message)
+        };
+        return SpecError::Invalid {
+            origin: quote(origin),
+            message,
+        };
+    };
     // yaml_serde appends " at line L column C"; the location is already in front.
     let message = match message.rfind(" at line ") {
         Some(i) if line > 0 => &message[..i],

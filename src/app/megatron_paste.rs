@@ -52,6 +52,10 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
         None => text.to_string(),
     };
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
+    // The virtual stages need no cluster: a line that cannot have them is refused before any note.
+    launch
+        .vpp()
+        .map_err(|message| anyhow!("--megatron-args: {message}"))?;
     let flags: Vec<&str> = launch
         .ignored
         .iter()

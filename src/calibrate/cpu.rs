@@ -260,8 +260,23 @@ impl KernelTimer for CpuTimer {
         let needed = layer_memory_bytes(spec);
         if needed > MAX_CPU_LAYER_BYTES {
             let gib = crate::units::GIB;
+            // The weights and their gradients alone (one token) may be over the cap: no shorter
+            // sequence helps then, only a narrower model.
+            let weights_alone = layer_memory_bytes(&LayerSpec {
+                micro_batch: 1,
+                seq_len: 1,
+                ..*spec
+            });
+            let fix = if weights_alone > MAX_CPU_LAYER_BYTES {
+                format!(
+                    "its weights and their gradients alone need {:.1} GiB, whatever the sequence; use a narrower model, e.g. --layers 2 --hidden 256 --heads 8 --seq-len 128",
+                    weights_alone / gib
+                )
+            } else {
+                "attention grows with seq_len^2; use a shorter --seq-len or --micro-batch, e.g. --seq-len 128".to_string()
+            };
             return Err(CalibrationError::Input(format!(
-                "a layer of {} sequences x {} tokens (hidden {}, {} heads) needs about {:.1} GiB on the CPU backend, over its cap of {:.0} GiB (attention grows with seq_len^2); use a shorter --seq-len or --micro-batch, e.g. --seq-len 128",
+                "a layer of {} sequences x {} tokens (hidden {}, {} heads) needs about {:.1} GiB on the CPU backend, over its cap of {:.0} GiB: {fix}",
                 spec.micro_batch,
                 spec.seq_len,
                 spec.hidden,

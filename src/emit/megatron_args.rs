@@ -6,7 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::megatron_words::{example_value, is_lookalike_dash, mistyped_flag, not_a_count};
+use super::megatron_words::{
+    example_value, is_lookalike_dash, misnamed_flag, mistyped_flag, not_a_count,
+};
 
 use crate::plan::Recompute;
 use crate::training::{AttentionKernel, GradDtype, OptimizerStates};
@@ -407,6 +409,12 @@ impl<'a> Parsed<'a> {
                     });
                 }
             } else {
+                if let Some(why) = misnamed_flag(flag) {
+                    return Err(MegatronArgsError::Stray {
+                        token: token.to_string(),
+                        why,
+                    });
+                }
                 parsed.ignored.push(token.to_string());
                 // An unknown flag's value (if any) is not a flag: skip it with the flag, unless it
                 // is a flag written with a look-alike dash.

@@ -367,7 +367,24 @@ pub fn vpp_from_layers_per_virtual_stage(
             valid.join(", ")
         ));
     }
-    Ok(per_stage / per_virtual_stage)
+    let vpp = per_stage / per_virtual_stage;
+    if vpp > 1 && pp < 2 {
+        return Err(no_pipeline_to_interleave(
+            &format!("--num-layers-per-virtual-pipeline-stage {per_virtual_stage}"),
+            vpp,
+        ));
+    }
+    Ok(vpp)
+}
+
+/// A flag that makes `vpp` > 1 virtual stages on a plan without a pipeline, named as given (not as
+/// the --vpp it becomes). Megatron-LM arguments.py: "When interleaved schedule is used,
+/// pipeline-model-parallel size should be greater than 1".
+fn no_pipeline_to_interleave(given: &str, vpp: u32) -> String {
+    format!(
+        "{given} makes {vpp} virtual stages per pipeline rank, but the plan has no pipeline (pipeline size 1), and the interleaved schedule needs one (Megatron-LM refuses it); give a pipeline size of 2 or more, or drop {}",
+        given.split(' ').next().unwrap_or(given)
+    )
 }
 
 impl MegatronLaunch {
@@ -414,6 +431,18 @@ impl MegatronLaunch {
 
     /// Virtual stages per pipeline rank, as Megatron-LM derives them.
     pub fn vpp(&self) -> Result<u32, String> {
+        let vpp = self.virtual_stages_of_line()?;
+        // arguments.py: "When interleaved schedule is used and p2p communication overlap is
+        // disabled, pipeline-model-parallel size should be greater than 2".
+        if vpp > 1 && self.pp == 2 && !self.overlap.p2p {
+            return Err(format!(
+                "--no-overlap-p2p-communication with {vpp} virtual stages on --pipeline-model-parallel-size 2: Megatron-LM refuses the interleaved schedule without p2p overlap on two pipeline ranks (\"pipeline-model-parallel size should be greater than 2\"); drop --no-overlap-p2p-communication, or use a pipeline size of 3 or more"
+            ));
+        }
+        Ok(vpp)
+    }
+
+    fn virtual_stages_of_line(&self) -> Result<u32, String> {
         if let Some(layout) = self.split.layout {
             if self.pp < 2 {
                 return Err(format!(
@@ -429,6 +458,10 @@ impl MegatronLaunch {
                 self.pp,
                 n,
             ),
+            (None, Some(v)) if v > 1 && self.pp < 2 => Err(no_pipeline_to_interleave(
+                &format!("--num-virtual-stages-per-pipeline-rank {v}"),
+                v,
+            )),
             (None, Some(v)) => Ok(v),
             (None, None) => Ok(1),
         }

@@ -104,3 +104,83 @@ pub(super) fn mistyped_flag(token: &str) -> Option<String> {
     }
     None
 }
+
+/// Other spellings of a Megatron-LM argument tpsim reads: tpsim's own flag names and the names
+/// of other launchers (NeMo's config keys, vLLM), which Megatron-LM's argparse refuses
+/// (`allow_abbrev=False`), and the Megatron-LM spelling to write instead.
+const OTHER_SPELLINGS: &[(&str, &str)] = &[
+    ("tp", "--tensor-model-parallel-size"),
+    ("tensor-parallel-size", "--tensor-model-parallel-size"),
+    ("pp", "--pipeline-model-parallel-size"),
+    ("pipeline-parallel-size", "--pipeline-model-parallel-size"),
+    ("cp", "--context-parallel-size"),
+    ("ep", "--expert-model-parallel-size"),
+    ("expert-parallel-size", "--expert-model-parallel-size"),
+    ("etp", "--expert-tensor-parallel-size"),
+    ("vpp", "--num-virtual-stages-per-pipeline-rank"),
+    (
+        "virtual-pipeline-model-parallel-size",
+        "--num-virtual-stages-per-pipeline-rank",
+    ),
+    ("micro-batch", "--micro-batch-size"),
+    ("global-batch", "--global-batch-size"),
+    ("seq-len", "--seq-length"),
+    ("layers", "--num-layers"),
+    ("hidden", "--hidden-size"),
+    ("heads", "--num-attention-heads"),
+    ("kv-heads", "--num-query-groups"),
+    ("ffn-hidden", "--ffn-hidden-size"),
+    ("vocab", "--vocab-size"),
+];
+
+/// Optimal string alignment distance (edits, with adjacent swaps) between two flag names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    d[0] = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// Why `--name`, an argument tpsim does not read, is a misspelling of one it reads (one edit
+/// away, two for long names: no Megatron-LM argument is that close to another tpsim reads) or
+/// another program's name for one, or Megatron-LM's retired `--model-parallel-size`; `None` for
+/// an argument tpsim may skip (`--lr`, `--data-path`, a launcher's `--nodes`). Skipping a
+/// misspelt `--tensor-model-paralel-size 8` would evaluate tp 1 where Megatron-LM refuses the line.
+pub(super) fn misnamed_flag(name: &str) -> Option<String> {
+    if let Some((_, megatron)) = OTHER_SPELLINGS.iter().find(|(other, _)| *other == name) {
+        return Some(format!(
+            "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it); write {megatron}"
+        ));
+    }
+    if name == "model-parallel-size" {
+        return Some(
+            "is Megatron-LM's retired name, which its arguments.py refuses (\"--model-parallel-size is no longer valid\"); write --tensor-model-parallel-size".to_string(),
+        );
+    }
+    let reach = if name.chars().count() <= 10 { 1 } else { 2 };
+    let nearest = VALUED
+        .iter()
+        .chain(SWITCHES)
+        .chain(&["recompute-modules", "moe-router-load-balancing-type"])
+        .map(|known| (edit_distance(name, known), *known))
+        .filter(|(distance, _)| (1..=reach).contains(distance))
+        .min()?;
+    Some(format!(
+        "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it); did you mean --{}?",
+        nearest.1
+    ))
+}

@@ -1,0 +1,225 @@
+//! Hostile input, round 4: defects an adversarial audit of the built binary found (misspelt
+//! launch-line flags, wrong hints, locations that point nowhere, flags named by a value the user
+//! never typed), one regression test each. Every error case checks exit 2, one line and the words
+//! that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+const LAUNCH: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --global-batch-size 64 --micro-batch-size 1 --bf16";
+
+fn eval_launch(extra: &str) -> Run {
+    let line = format!("{LAUNCH} {extra}");
+    run(&["eval", "--nodes", "1", "--megatron-args", &line])
+}
+
+/// A misspelt Megatron-LM flag, or another program's name for one tpsim reads, was skipped with a
+/// note that it "does not change memory or time": `--tensor-model-paralel-size 8` evaluated tp 1,
+/// where Megatron-LM's argparse (allow_abbrev=False) refuses the line.
+#[test]
+fn misspelt_or_foreign_launch_flags_are_refused_with_the_megatron_spelling() {
+    for (extra, fix) in [
+        (
+            "--tensor-model-paralel-size 8",
+            "did you mean --tensor-model-parallel-size?",
+        ),
+        ("--num-layer 16", "did you mean --num-layers?"),
+        ("--sequence-paralel", "did you mean --sequence-parallel?"),
+        (
+            "--tensor-parallel-size 8",
+            "write --tensor-model-parallel-size",
+        ),
+        ("--tp=8", "write --tensor-model-parallel-size"),
+        ("--micro-batch 2", "write --micro-batch-size"),
+        (
+            "--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2",
+            "write --num-virtual-stages-per-pipeline-rank",
+        ),
+        (
+            "--model-parallel-size 8",
+            "write --tensor-model-parallel-size",
+        ),
+    ] {
+        let r = eval_launch(extra);
+        let flag = extra
+            .split_whitespace()
+            .last()
+            .filter(|w| w.starts_with("--"))
+            .unwrap_or_else(|| extra.split_whitespace().rev().nth(1).unwrap());
+        assert_one_line_error(&r, &[flag, "Megatron-LM", fix], &[], extra);
+        assert!(!r.stdout.contains("plan: tp"), "{extra}: evaluated anyway");
+    }
+    // Megatron-LM arguments tpsim does not model are still skipped, a real one close to a flag
+    // tpsim reads (--vocab-file, two edits from --vocab-size) among them.
+    for extra in [
+        "--vocab-file gpt2-vocab.json",
+        "--lr 1e-4",
+        "--data-path /data/x",
+    ] {
+        let r = eval_launch(extra);
+        assert!(r.code == 0 || r.code == 1, "{extra}: {}", r.stderr);
+        assert!(r.stderr.contains("were skipped"), "{extra}: {}", r.stderr);
+    }
+}
+
+/// Virtual stages without a pipeline were refused as "--vpp 16 needs pipeline parallelism; use
+/// --vpp 1": a flag and a value the user never typed, and a fix that is no Megatron-LM argument.
+#[test]
+fn virtual_stages_without_a_pipeline_name_the_flag_given() {
+    let tp8 = "--tensor-model-parallel-size 8";
+    for (extra, given) in [
+        (
+            "--num-layers-per-virtual-pipeline-stage 2",
+            "--num-layers-per-virtual-pipeline-stage 2 makes 16 virtual stages",
+        ),
+        (
+            "--num-virtual-stages-per-pipeline-rank 2",
+            "--num-virtual-stages-per-pipeline-rank 2 makes 2 virtual stages",
+        ),
+    ] {
+        let r = eval_launch(&format!("{tp8} {extra}"));
+        assert_one_line_error(
+            &r,
+            &[given, "no pipeline", "pipeline size of 2 or more"],
+            &["--vpp"],
+            extra,
+        );
+    }
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--num-layers-per-virtual-pipeline-stage",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--num-layers-per-virtual-pipeline-stage 2", "no pipeline"],
+        &["--vpp 17"],
+        "eval --num-layers-per-virtual-pipeline-stage on pp 1",
+    );
+    // One virtual stage is no interleaving, which Megatron-LM accepts on any pipeline.
+    let r = eval_launch(&format!("{tp8} --num-virtual-stages-per-pipeline-rank 1"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// Megatron-LM refuses the interleaved schedule on two pipeline ranks without p2p overlap
+/// ("pipeline-model-parallel size should be greater than 2"); the pasted line was evaluated.
+#[test]
+fn interleaving_two_ranks_without_p2p_overlap_is_refused_as_megatron_does() {
+    let line = "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+    let r = eval_launch(&format!("{line} --no-overlap-p2p-communication"));
+    assert_one_line_error(
+        &r,
+        &[
+            "--no-overlap-p2p-communication",
+            "--pipeline-model-parallel-size 2",
+            "greater than 2",
+            "pipeline size of 3 or more",
+        ],
+        &[],
+        "pp 2 vpp 2 without p2p overlap",
+    );
+    assert_eq!(eval_launch(line).code, 0, "with p2p overlap it runs");
+}
+
+/// `validate --backend cpu` on a 7B model at --seq-len 128 said "use a shorter --seq-len ..., e.g.
+/// --seq-len 128": the value already given, for a layer whose weights alone are over the cap.
+#[test]
+fn a_cpu_layer_too_wide_for_memory_names_the_width_not_the_sequence() {
+    let r = run(&[
+        "validate",
+        "--params",
+        "7B",
+        "--backend",
+        "cpu",
+        "--seq-len",
+        "128",
+        "--tp",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "hidden 4096",
+            "weights and their gradients alone",
+            "narrower model",
+            "--hidden 256",
+        ],
+        &["shorter --seq-len"],
+        "validate a 7B layer on the CPU",
+    );
+    // A narrow layer with a long sequence still gets the sequence hint.
+    let r = run(&[
+        "validate",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--heads",
+        "8",
+        "--backend",
+        "cpu",
+        "--seq-len",
+        "100000",
+        "--tp",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["100000 tokens", "seq_len^2", "shorter --seq-len"],
+        &["narrower model"],
+        "validate a long sequence on the CPU",
+    );
+}
+
+/// A YAML input of two documents (a `---` line) was refused at "f.yaml:0:0:", a location that
+/// points nowhere, with no fix.
+#[test]
+fn a_yaml_input_of_two_documents_is_named_without_a_made_up_location() {
+    let dir = scratch("round4", "two-documents");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/seed-512b-32nodes.yaml")).unwrap();
+    std::fs::write(dir.join("two.yaml"), format!("{plan}---\n{plan}")).unwrap();
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    std::fs::write(dir.join("gpu.yaml"), format!("{gpu}\n---\n{gpu}")).unwrap();
+    for args in [
+        vec!["eval", "--plan", "two.yaml", "--format", "json"],
+        vec![
+            "plan", "--params", "7B", "--nodes", "1", "--gpu", "gpu.yaml",
+        ],
+    ] {
+        let r = run_in(&dir, &args);
+        assert_one_line_error(
+            &r,
+            &["more than one YAML document", "`---`", "keep one document"],
+            &[":0:0"],
+            &format!("{args:?}"),
+        );
+        assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+    }
+}
+
+/// A config.json saved with a UTF-8 byte-order mark (Windows editors) was refused as "expected
+/// value at line 1 column 1", which names neither the mark nor the fix.
+#[test]
+fn an_hf_config_with_a_byte_order_mark_says_so() {
+    let dir = scratch("round4", "bom");
+    let config = format!("{{{HF_SHAPE}, \"model_type\": \"llama\"}}");
+    let r = eval_hf(&dir, "bom.json", &format!("\u{feff}{config}"));
+    assert_one_line_error(
+        &r,
+        &["bom.json", "byte-order mark", "without BOM"],
+        &["line 1 column 1"],
+        "config.json with a BOM",
+    );
+    // The same text without the mark is read.
+    let r = eval_hf(&dir, "plain.json", &config);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
