@@ -27,6 +27,18 @@ pub enum OutputError {
     #[error("{flag} {path}: is a directory, and the output is one file; name a file inside it")]
     IsDirectory { flag: String, path: String },
     #[error(
+        "{flag} {path}: tpsim writes {format} there, but the name ends .{extension}; name it .{expected} (e.g. {flag} {example})"
+    )]
+    WrongExtension {
+        flag: String,
+        path: String,
+        /// What the file holds ("a YAML plan file").
+        format: &'static str,
+        extension: String,
+        expected: &'static str,
+        example: String,
+    },
+    #[error(
         "{flag} {path}: exists and is not a regular file; tpsim only replaces regular files (choose another path)"
     )]
     NotRegular { flag: String, path: String },
@@ -122,6 +134,17 @@ pub enum OutputKind {
 }
 
 impl OutputKind {
+    /// What the file holds and the extensions that say so (a name without an extension is
+    /// accepted); `None` where the name is tpsim's own (a report's files).
+    fn format(self) -> Option<(&'static str, &'static [&'static str])> {
+        match self {
+            OutputKind::Plan => Some(("a YAML plan file", &["yaml", "yml"])),
+            OutputKind::Profile => Some(("a YAML GPU profile", &["yaml", "yml"])),
+            OutputKind::Chart => Some(("an SVG image", &["svg"])),
+            OutputKind::ReportFile => None,
+        }
+    }
+
     fn writer(self) -> &'static str {
         match self {
             OutputKind::Plan => "`tpsim plan --save`",
@@ -358,6 +381,22 @@ pub fn check_file(
         });
     }
     let target = Path::new(path);
+    // A name whose extension says another format would hold something its name denies
+    // (`--save out.json` getting YAML).
+    if let (Some((format, expected)), Some(extension)) = (
+        kind.format(),
+        target.extension().map(|e| e.to_string_lossy().into_owned()),
+    ) && !expected.iter().any(|e| extension.eq_ignore_ascii_case(e))
+    {
+        return Err(OutputError::WrongExtension {
+            flag: flag.to_string(),
+            path: quote(path),
+            format,
+            extension,
+            expected: expected[0],
+            example: example.to_string(),
+        });
+    }
     if let Ok(metadata) = std::fs::metadata(target) {
         if metadata.is_dir() {
             return Err(OutputError::IsDirectory {

@@ -223,3 +223,58 @@ fn an_hf_config_with_a_byte_order_mark_says_so() {
     let r = eval_hf(&dir, "plain.json", &config);
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
 }
+
+/// `plan --save out.json` wrote YAML into a file whose name says JSON; now refused before any
+/// work, as `sweep --chart x.png` is, and nothing is written. A name without an extension is kept.
+#[test]
+fn a_saved_plan_file_named_for_another_format_is_refused() {
+    let dir = scratch("hostile_round4", "save_extension");
+    let plan = ["plan", "--params", "7B", "--nodes", "1", "--top", "1"];
+    let r = run_in(&dir, &[&plan[..], &["--save", "out.json"]].concat());
+    assert_one_line_error(
+        &r,
+        &[
+            "--save out.json",
+            "YAML plan file",
+            ".json",
+            "name it .yaml",
+        ],
+        &[],
+        "json",
+    );
+    assert!(!dir.join("out.json").exists());
+    let r = run_in(&dir, &[&plan[..], &["--save", "mine"]].concat());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(dir.join("mine").exists());
+}
+
+/// `--overlap-param-gather` with ZeRO-0 was echoed as "overlaps ... param gather" although a
+/// ZeRO-0 plan gathers no parameters; the header now says the overlap is unused, and says it
+/// is in effect where the distributed optimizer gathers.
+#[test]
+fn the_header_does_not_claim_a_parameter_gather_a_zero_0_plan_lacks() {
+    let eval = [
+        "eval", "--params", "7B", "--nodes", "1", "--tp", "1", "--dp", "8",
+    ];
+    let header = |zero: &str| {
+        let r = run(&[&eval[..], &["--zero", zero, "--overlap-param-gather"]].concat());
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with("training:"))
+            .unwrap()
+            .to_string()
+    };
+    let zero0 = header("0");
+    assert!(
+        !zero0.contains("overlaps grad reduce, param gather"),
+        "{zero0}"
+    );
+    assert!(
+        zero0.contains("param gather overlap unused: with ZeRO-0 or dp 1"),
+        "{zero0}"
+    );
+    let zero1 = header("1");
+    assert!(zero1.contains("param gather"), "{zero1}");
+    assert!(!zero1.contains("param gather overlap unused"), "{zero1}");
+}

@@ -109,17 +109,6 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
         }
         output_file::refuse_input_overlap("--chart", path, &inputs)?;
-        // The chart is SVG: a name ending .png or .pdf would hold something its name denies.
-        if let Some(ext) = std::path::Path::new(path)
-            .extension()
-            .map(|e| e.to_string_lossy())
-            .filter(|e| !e.eq_ignore_ascii_case("svg"))
-        {
-            bail!(
-                "--chart {}: the chart is an SVG image, but the name ends .{ext}; name it .svg (e.g. --chart sweep.svg)",
-                input_file::quote(path)
-            );
-        }
         output_file::check_file("--chart", path, "sweep.svg", output_file::OutputKind::Chart)?;
         let parent = std::path::Path::new(path)
             .parent()

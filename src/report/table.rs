@@ -545,11 +545,24 @@ fn overlap_words(
     };
     let moe_overlap_moot =
         o.moe_a2a && !plans.is_empty() && plans.iter().all(|e| moe_refusal(e).is_some());
+    // The distributed optimizer's parameter all-gather exists only where parameters or optimizer
+    // states are sharded over more than one data-parallel rank (ZeRO ≥ 1, dp > 1).
+    let param_gather_moot = o.param_gather
+        && !plans.is_empty()
+        && plans.iter().all(|e| e.plan.zero == 0 || e.plan.dp <= 1);
     let words = overlapped_words(&crate::training::Overlap {
         tp_comm: o.tp_comm && tp_overlap_applies,
         moe_a2a: o.moe_a2a && !moe_overlap_moot,
+        param_gather: o.param_gather && !param_gather_moot,
         ..*o
     });
+    let words = if param_gather_moot {
+        format!(
+            "{words}; param gather overlap unused: with ZeRO-0 or dp 1 no parameters are gathered"
+        )
+    } else {
+        words
+    };
     let words = match plans {
         [only] if moe_overlap_moot => format!(
             "{words}; MoE all-to-all overlap unused: {}",
