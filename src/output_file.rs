@@ -27,15 +27,15 @@ pub enum OutputError {
     #[error("{flag} {path}: is a directory, and the output is one file; name a file inside it")]
     IsDirectory { flag: String, path: String },
     #[error(
-        "{flag} {path}: tpsim writes {format} there, but the name ends .{extension}; name it .{expected} (e.g. {flag} {example})"
+        "{flag} {path}: tpsim writes {} there, but the name ends .{extension}; name it .{} (e.g. {flag} {example})",
+        .kind.format().map_or("", |(format, _)| format),
+        .kind.format().map_or("", |(_, extensions)| extensions[0])
     )]
     WrongExtension {
         flag: String,
         path: String,
-        /// What the file holds ("a YAML plan file").
-        format: &'static str,
+        kind: OutputKind,
         extension: String,
-        expected: &'static str,
         example: String,
     },
     #[error(
@@ -383,7 +383,7 @@ pub fn check_file(
     let target = Path::new(path);
     // A name whose extension says another format would hold something its name denies
     // (`--save out.json` getting YAML).
-    if let (Some((format, expected)), Some(extension)) = (
+    if let (Some((_, expected)), Some(extension)) = (
         kind.format(),
         target.extension().map(|e| e.to_string_lossy().into_owned()),
     ) && !expected.iter().any(|e| extension.eq_ignore_ascii_case(e))
@@ -391,9 +391,8 @@ pub fn check_file(
         return Err(OutputError::WrongExtension {
             flag: flag.to_string(),
             path: quote(path),
-            format,
+            kind,
             extension,
-            expected: expected[0],
             example: example.to_string(),
         });
     }

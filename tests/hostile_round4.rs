@@ -254,7 +254,7 @@ fn a_saved_plan_file_named_for_another_format_is_refused() {
 #[test]
 fn the_header_does_not_claim_a_parameter_gather_a_zero_0_plan_lacks() {
     let eval = [
-        "eval", "--params", "7B", "--nodes", "1", "--tp", "1", "--dp", "8",
+        "eval", "--params", "2B", "--nodes", "1", "--tp", "1", "--dp", "8",
     ];
     let header = |zero: &str| {
         let r = run(&[&eval[..], &["--zero", zero, "--overlap-param-gather"]].concat());
