@@ -519,6 +519,17 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::MegatronCore)
     }
 
+    /// Whether the framework's FP8 GEMMs read a column-wise operand where the GPU allows it, so no
+    /// transposed copy is made on Blackwell: Transformer Engine (Megatron-Core, and DeepSpeed's
+    /// FP8, which is Transformer Engine's layers) runs non-TN FP8 GEMMs there
+    /// (`is_non_tn_fp8_gemm_supported`). torchao calls `torch._scaled_mm`, which wants its second
+    /// operand column-major on every GPU ("mat2 must be col_major"), so `float8_mm` makes the
+    /// contiguous transposed copies in the backward on Blackwell too (torchao `float8_ops.py`,
+    /// `preprocess_addmm`).
+    pub fn reads_columnwise_fp8_where_supported(self) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// Whether low-precision training keeps quantized copies of the weights between uses
     /// (Transformer Engine's `Float8Tensor` with its transpose, counted in `memory.rs`). torchao's
     /// `Float8Linear`, torchtitan's, casts the weight in every forward and backward and saves the

@@ -45,14 +45,19 @@ use crate::training::Fp8Scaling;
 /// Bytes of a bf16 element.
 const BF16_BYTES: f64 = 2.0;
 
-/// How a plan quantizes its linear inputs: the format, per-tensor FP8's scaling recipe, and
-/// whether the norm kernel does the norm-fed linears' quantization (Transformer Engine's
-/// `LayerNormLinear`).
+/// How a plan quantizes its linear inputs: the format, per-tensor FP8's scaling recipe, whether
+/// the norm kernel does the norm-fed linears' quantization (Transformer Engine's
+/// `LayerNormLinear`), whether sequence parallelism's all-gathers carry the quantized copy (so the
+/// column-parallel inputs are cast on the sequence shard, `comm::sp_gather_scale`), and whether the
+/// framework's FP8 GEMMs read column-wise operands where the GPU can
+/// (`TrainingFramework::reads_columnwise_fp8_where_supported`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CastSetting {
     pub precision: Precision,
     pub fp8_scaling: Fp8Scaling,
     pub quantizes_in_the_norm: bool,
+    pub casts_before_gather: bool,
+    pub reads_columnwise_fp8_where_supported: bool,
 }
 
 impl CastSetting {
@@ -65,6 +70,11 @@ impl CastSetting {
             precision: plan.precision,
             fp8_scaling: training.fp8_scaling,
             quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
+            casts_before_gather: super::comm::sp_gather_scale(training, plan)
+                .carries_quantized_copies(),
+            reads_columnwise_fp8_where_supported: training
+                .framework
+                .reads_columnwise_fp8_where_supported(),
         }
     }
 
@@ -73,6 +83,8 @@ impl CastSetting {
         precision: Precision::Bf16,
         fp8_scaling: Fp8Scaling::Current,
         quantizes_in_the_norm: false,
+        casts_before_gather: false,
+        reads_columnwise_fp8_where_supported: true,
     };
 }
 
@@ -178,6 +190,8 @@ mod tests {
             precision,
             fp8_scaling,
             quantizes_in_the_norm: in_norm,
+            casts_before_gather: true,
+            reads_columnwise_fp8_where_supported: true,
         }
     }
 

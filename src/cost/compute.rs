@@ -9,7 +9,7 @@
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{Precision, Recompute};
-use crate::training::{AttentionKernel, Fp8Scaling, KernelFusion, SelectiveRecompute};
+use crate::training::{AttentionKernel, KernelFusion, SelectiveRecompute};
 
 use super::cast::{self, CastSetting, LinearInput};
 use crate::units::Seconds;
@@ -66,7 +66,6 @@ pub struct LayerShard {
     /// What `Recompute::Selective` runs again (the framework's kind of selective recompute).
     pub selective: SelectiveRecompute,
     pub attention: AttentionKernel,
-    pub precision: Precision,
     /// Pieces each linear GEMM is cut into so TP communication can overlap it (1: not cut).
     /// Megatron-Core's userbuffers ring-exchange overlap runs one GEMM per TP rank's chunk.
     pub gemm_chunks: u32,
@@ -74,13 +73,8 @@ pub struct LayerShard {
     pub attention_efficiency: f64,
     /// Fused or eager element-wise kernels.
     pub kernel_fusion: KernelFusion,
-    /// Per-tensor FP8's scaling recipe (`cost::cast`).
-    pub fp8_scaling: Fp8Scaling,
-    /// Whether the norm kernel quantizes the norm-fed linears' inputs (Transformer Engine).
-    pub quantizes_in_the_norm: bool,
-    /// Whether sequence parallelism's all-gathers carry the quantized copy, so the column-parallel
-    /// inputs are cast on the sequence shard (`comm::sp_gather_scale`); else on the gathered input.
-    pub casts_before_gather: bool,
+    /// The linear GEMMs' precision and how their inputs are quantized (`cost::cast`).
+    pub cast: CastSetting,
 }
 
 /// K/V width one TP rank holds: kv_heads·head_dim/t, or one whole group when t exceeds the KV heads
@@ -366,13 +360,10 @@ pub fn layer_time(
             recompute,
             selective: SelectiveRecompute::AttentionCore,
             attention,
-            precision: Precision::Bf16,
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
-            fp8_scaling: Fp8Scaling::Current,
-            quantizes_in_the_norm: false,
-            casts_before_gather: false,
+            cast: CastSetting::BF16,
         },
     )
 }
@@ -420,14 +411,12 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         recompute,
         selective,
         attention,
-        precision,
         gemm_chunks,
         attention_efficiency,
         kernel_fusion,
-        fp8_scaling,
-        quantizes_in_the_norm,
-        casts_before_gather,
+        cast: setting,
     } = *shard;
+    let precision = setting.precision;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
         AttentionKernel::Unfused => gemms[1].time(cluster) + gemms[2].time(cluster),
@@ -471,12 +460,11 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     // The low-precision casts of the four linear inputs (`cost::cast`): the norm-fed QKV and MLP up
     // quantize their sequence shard under sequence parallelism; the MLP's are the dense MLP's, which
     // an MoE layer replaces with its own (`moe::moe_mlp_time`).
-    let setting = CastSetting {
-        precision,
-        fp8_scaling,
-        quantizes_in_the_norm,
+    let gathered_from = if sp && setting.casts_before_gather {
+        tp
+    } else {
+        1
     };
-    let gathered_from = if sp && casts_before_gather { tp } else { 1 };
     let cast_of = |gemm: &Gemm, input: LinearInput, gathered: u32| {
         cast::input_cast_bytes(setting, &cluster.gpu, input, gathered) * gemm.m * gemm.k
     };
@@ -699,13 +687,10 @@ mod tests {
                     recompute: Recompute::None,
                     selective: SelectiveRecompute::AttentionCore,
                     attention: AttentionKernel::Flash,
-                    precision: Precision::Bf16,
                     gemm_chunks: 1,
                     attention_efficiency: cluster.gpu.gemm_efficiency,
                     kernel_fusion: KernelFusion::Eager,
-                    fp8_scaling: Fp8Scaling::Current,
-                    quantizes_in_the_norm: false,
-                    casts_before_gather: false,
+                    cast: CastSetting::BF16,
                 },
             )
         };
@@ -747,13 +732,10 @@ mod tests {
             recompute: Recompute::None,
             selective: SelectiveRecompute::AttentionCore,
             attention: AttentionKernel::Flash,
-            precision: Precision::Bf16,
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion,
-            fp8_scaling: Fp8Scaling::Current,
-            quantizes_in_the_norm: false,
-            casts_before_gather: false,
+            cast: CastSetting::BF16,
         };
         let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused));
         let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager));
@@ -798,13 +780,16 @@ mod tests {
                 recompute,
                 selective: SelectiveRecompute::AttentionCore,
                 attention: AttentionKernel::Flash,
-                precision: Precision::Fp8,
                 gemm_chunks: 1,
                 attention_efficiency: cluster.gpu.gemm_efficiency,
                 kernel_fusion: KernelFusion::Fused,
-                fp8_scaling: Fp8Scaling::Current,
-                quantizes_in_the_norm: true,
-                casts_before_gather: true,
+                cast: CastSetting {
+                    precision: Precision::Fp8,
+                    fp8_scaling: crate::training::Fp8Scaling::Current,
+                    quantizes_in_the_norm: true,
+                    casts_before_gather: true,
+                    reads_columnwise_fp8_where_supported: true,
+                },
             };
             let per_byte =
                 1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
@@ -854,13 +839,10 @@ mod tests {
             recompute,
             selective,
             attention: AttentionKernel::Flash,
-            precision: Precision::Bf16,
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
-            fp8_scaling: Fp8Scaling::Current,
-            quantizes_in_the_norm: false,
-            casts_before_gather: false,
+            cast: CastSetting::BF16,
         };
         let sac = layer_time_sharded(
             &m,

@@ -325,13 +325,10 @@ pub(crate) fn unit_costs_at(
             recompute: plan.recompute,
             selective: training.selective_recompute(),
             attention: training.attention,
-            precision: plan.precision,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
             attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
             kernel_fusion: training.kernel_fusion,
-            fp8_scaling: training.fp8_scaling,
-            quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
-            casts_before_gather: gather_scale.carries_quantized_copies(),
+            cast: cast::CastSetting::of(training, plan),
         },
     );
     let recompute_share = plan.recompute_share();
@@ -1246,14 +1243,10 @@ mod tests {
                     recompute: Recompute::None,
                     selective: training.selective_recompute(),
                     attention: training.attention,
-                    precision: plan.precision,
                     gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },
                     attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
                     kernel_fusion: training.kernel_fusion,
-                    fp8_scaling: training.fp8_scaling,
-                    quantizes_in_the_norm: training.framework.quantizes_in_the_norm(),
-                    casts_before_gather: comm::sp_gather_scale(training, &plan)
-                        .carries_quantized_copies(),
+                    cast: cast::CastSetting::of(training, &plan),
                 },
             );
             (
