@@ -1077,6 +1077,9 @@ pub(super) fn smallest_splittable_batch(
         .min()
 }
 
+/// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
+const GPT3_SEQ_LEN: u32 = 2048;
+
 /// What `plan` and `eval` say about the global batch on stderr: where the default comes from when
 /// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
 ///
@@ -1087,11 +1090,9 @@ pub(super) fn smallest_splittable_batch(
 /// divides it by v at the cost of v times the PP traffic). At a sequence per node or more a split
 /// without that exists (TP in the node, DP over the nodes, a pipeline only as deep as memory
 /// needs, interleaved): Llama 3 405B trained 2,048 sequences on 1,024 nodes at 43% MFU (Dubey et
-/// al. 2024 Table 4), so a higher threshold would warn about a batch that works. Tokens per step is the knob training runs scale with the cluster: GPT-3 175B
-/// 3.2M (Brown et al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
-/// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
-const GPT3_SEQ_LEN: u32 = 2048;
-
+/// al. 2024 Table 4), so a threshold of 3 or more per node would warn about a batch that works.
+/// Tokens per step is the knob training runs scale with the cluster: GPT-3 175B 3.2M (Brown et
+/// al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
 pub(super) fn global_batch_advice(
     s: &Scenario,
     given: bool,
@@ -1137,8 +1138,7 @@ pub(super) fn global_batch_advice(
                 .map(|b| format!("; e.g. --global-batch {b}"))
                 .unwrap_or_default();
         lines.push(format!(
-            "warning: --global-batch {batch} is small for {nodes} node{}: fewer sequences than nodes{}, so with TP inside a node every split has at least {} = {:.2} pipeline stages per micro-batch and the pipeline idles (bubble (p-1)/(v·m)), or no split exists; give at least {}{suggestion}",
-            if nodes == 1 { "" } else { "s" },
+            "warning: --global-batch {batch} is small for {nodes} nodes: fewer sequences than nodes{}, so with TP inside a node every split has at least {} = {:.2} pipeline stages per micro-batch and the pipeline idles (bubble (p-1)/(v·m)), or no split exists; give at least {}{suggestion}",
             if cp > 1 {
                 format!(" even with each sequence over cp {cp} ranks")
             } else {

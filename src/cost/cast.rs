@@ -128,7 +128,7 @@ pub fn input_cast_bytes(
             // copy, written beside the row-wise one by a whole-tensor cast (TE's cast_transpose);
             // after a sequence-parallel gather it is made in the backward instead
             // (`backward_transpose_bytes`).
-            let transpose = if gpu.microscaling || gathered {
+            let transpose = if !makes_transposed_copy(setting, gpu) || gathered {
                 0.0
             } else {
                 1.0
@@ -137,7 +137,7 @@ pub fn input_cast_bytes(
                 // The norm writes 1 byte per element in place of its 2-byte bf16 output, row-wise
                 // only; on Hopper a transpose kernel then reads and writes it (read + write), in
                 // the forward unless the input is gathered.
-                let transpose = if gpu.microscaling || gathered {
+                let transpose = if !makes_transposed_copy(setting, gpu) || gathered {
                     0.0
                 } else {
                     2.0
@@ -162,14 +162,24 @@ pub fn input_cast_bytes(
     }
 }
 
-/// HBM bytes per element of a gathered linear input that the backward alone moves, once: on
-/// Hopper, per-tensor FP8 gathers the row-wise copy only, so the weight gradient's transposed copy
-/// is made from the re-gathered input (a read and a write of one byte). Zero without a gather, on
-/// GPUs whose tensor cores read FP8 column-wise, and for the block-scaled formats, which gather
-/// both copies.
+/// Whether per-tensor FP8 GEMMs need a transposed copy of an operand for the weight gradient:
+/// on Hopper always (TN layout only); on Blackwell, whose tensor cores read FP8 column-wise, only
+/// where the framework's GEMM call still wants the TN layout (torchao's `torch._scaled_mm`,
+/// `TrainingFramework::reads_columnwise_fp8_where_supported`).
+fn makes_transposed_copy(setting: CastSetting, gpu: &GpuProfile) -> bool {
+    !(gpu.microscaling && setting.reads_columnwise_fp8_where_supported)
+}
+
+/// HBM bytes per element of a sequence-gathered tensor that a weight gradient reads in FP8 and the
+/// backward alone transposes, once: a column-parallel linear's re-gathered input, and a
+/// row-parallel linear's gathered output gradient. Per-tensor FP8 gathers the row-wise copy only,
+/// so where the GEMMs want a transposed copy (`makes_transposed_copy`) it is made from the gathered
+/// tensor (a read and a write of one byte; Transformer Engine `update_usage(columnwise_usage=True)`
+/// on the input, `grad_output_preprocess` on the gradient; torchao `preprocess_addmm`). Zero
+/// without a gather and for the block-scaled formats, which gather both copies.
 pub fn backward_transpose_bytes(setting: CastSetting, gpu: &GpuProfile, gathered_from: u32) -> f64 {
-    let per_tensor_fp8_on_hopper = setting.precision == Precision::Fp8 && !gpu.microscaling;
-    if per_tensor_fp8_on_hopper && gathered_from > 1 {
+    let per_tensor_fp8 = setting.precision == Precision::Fp8;
+    if per_tensor_fp8 && makes_transposed_copy(setting, gpu) && gathered_from > 1 {
         2.0
     } else {
         0.0
@@ -202,8 +212,14 @@ mod tests {
         let delayed = setting(Precision::Fp8, Fp8Scaling::Delayed, true);
         // cast_transpose: read 2, write the row-wise and the transposed byte.
         assert_eq!(input_cast_bytes(delayed, &h100, LinearInput::Other, 1), 4.0);
-        // Blackwell keeps one copy.
+        // Blackwell keeps one copy under Transformer Engine; torchao's `torch._scaled_mm` wants
+        // the transposed one there too.
         assert_eq!(input_cast_bytes(delayed, &b200, LinearInput::Other, 1), 3.0);
+        let torchao = CastSetting {
+            reads_columnwise_fp8_where_supported: false,
+            ..delayed
+        };
+        assert_eq!(input_cast_bytes(torchao, &b200, LinearInput::Other, 1), 4.0);
         // Current scaling reads the input once more for its amax.
         let current = setting(Precision::Fp8, Fp8Scaling::Current, true);
         assert_eq!(input_cast_bytes(current, &h100, LinearInput::Other, 1), 6.0);

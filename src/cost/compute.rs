@@ -325,8 +325,8 @@ pub struct LayerTime {
     pub attention_forward: f64,
     /// Forward time of the dense MLP (its two GEMMs and activation), which an MoE layer replaces.
     pub mlp_forward: f64,
-    /// Backward time of the dense MLP: twice its forward, plus the transposed copy of its
-    /// re-gathered input (`cast::backward_transpose_bytes`).
+    /// Backward time of the dense MLP: twice its forward, plus the transposed copies of its
+    /// re-gathered input and gathered output gradient (`cast::backward_transpose_bytes`).
     pub mlp_backward: f64,
 }
 
@@ -473,12 +473,13 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let cast_bytes = cast_of(&gemms[0], LinearInput::NormOutput, gathered_from)
         + cast_of(&gemms[3], LinearInput::Other, 1)
         + mlp_cast_bytes;
-    // The transposed copies the backward makes once from the re-gathered QKV and MLP-up inputs.
-    let transpose_of = |gemm: &Gemm| {
-        cast::backward_transpose_bytes(setting, &cluster.gpu, gathered_from) * gemm.m * gemm.k
-    };
-    let mlp_backward_transpose_bytes = transpose_of(&gemms[4]);
-    let backward_transpose_bytes = transpose_of(&gemms[0]) + mlp_backward_transpose_bytes;
+    // The transposed copies the backward makes once of gathered tensors: the re-gathered QKV and
+    // MLP-up inputs (m × k) and the gathered output gradients of the output projection and the MLP
+    // down projection (m × n).
+    let per_element = cast::backward_transpose_bytes(setting, &cluster.gpu, gathered_from);
+    let mlp_transposed_bytes = per_element * (gemms[4].m * gemms[4].k + gemms[5].m * gemms[5].n);
+    let transposed_bytes =
+        per_element * (gemms[0].m * gemms[0].k + gemms[3].m * gemms[3].n) + mlp_transposed_bytes;
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;
@@ -542,14 +543,14 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         forward,
         backward: 2.0 * forward
             + flash_extra
-            + backward_transpose_bytes / bandwidth / gpu.framework_efficiency,
+            + transposed_bytes / bandwidth / gpu.framework_efficiency,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
         mlp_forward,
         mlp_backward: 2.0 * mlp_forward
-            + mlp_backward_transpose_bytes / bandwidth / gpu.framework_efficiency,
+            + mlp_transposed_bytes / bandwidth / gpu.framework_efficiency,
     }
 }
 
@@ -759,13 +760,15 @@ mod tests {
     }
 
     #[test]
-    fn hoppers_transpose_of_a_gathered_fp8_input_is_paid_once_in_the_backward() {
-        // Llama 3 70B at TP 8 under sequence parallelism: per-tensor FP8 gathers the row-wise
-        // copy, and the backward makes the transposed one from the re-gathered QKV and MLP-up
-        // inputs (b·s × h each), a read and a write of a byte, once; not in the forward, not
-        // under full recompute. Blackwell reads FP8 column-wise and pays nothing.
+    fn the_transposes_of_gathered_fp8_tensors_are_paid_once_in_the_backward() {
+        // Llama 3 70B at TP 8 under sequence parallelism: per-tensor FP8 gathers row-wise copies,
+        // and the backward makes the transposed ones, a read and a write of a byte each, once: of
+        // the re-gathered QKV and MLP-up inputs and of the gathered output gradients of the output
+        // projection and the MLP down projection (b·s × h each); not in the forward, not under
+        // full recompute. On Blackwell Transformer Engine reads FP8 column-wise and pays nothing;
+        // torchao's `torch._scaled_mm` wants the TN layout there too.
         let m = crate::specs::load_model("llama3-70b").unwrap();
-        let run = |gpu: &str, recompute| {
+        let run = |gpu: &str, recompute, reads_columnwise_fp8_where_supported| {
             let cluster = Cluster {
                 gpu: crate::specs::load_gpu(gpu).unwrap(),
                 nodes: 1,
@@ -788,28 +791,34 @@ mod tests {
                     fp8_scaling: crate::training::Fp8Scaling::Current,
                     quantizes_in_the_norm: true,
                     casts_before_gather: true,
-                    reads_columnwise_fp8_where_supported: true,
+                    reads_columnwise_fp8_where_supported,
                 },
             };
             let per_byte =
                 1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
             (layer_time_sharded(&m, &cluster, &shard), per_byte)
         };
-        let transposed_bytes = 2.0 * 2.0 * 8192.0 * 8192.0;
+        let b_s_h = 8192.0 * 8192.0;
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        let backward_extra = |layer: &LayerTime| {
+            (
+                layer.backward - 2.0 * layer.forward - flash_backward_extra(layer),
+                layer.mlp_backward - 2.0 * layer.mlp_forward,
+            )
+        };
         for recompute in [Recompute::None, Recompute::Full] {
-            let (h100, per_byte) = run("h100-sxm-80g", recompute);
-            let extra = h100.backward - 2.0 * h100.forward - flash_backward_extra(&h100);
-            assert!(close(extra, transposed_bytes * per_byte), "{extra}");
-            assert!(close(
-                h100.mlp_backward - 2.0 * h100.mlp_forward,
-                transposed_bytes / 2.0 * per_byte
-            ));
+            let (h100, per_byte) = run("h100-sxm-80g", recompute, true);
+            let (layer, mlp) = backward_extra(&h100);
+            assert!(close(layer, 4.0 * 2.0 * b_s_h * per_byte), "{layer}");
+            assert!(close(mlp, 2.0 * 2.0 * b_s_h * per_byte), "{mlp}");
             if recompute == Recompute::Full {
                 assert_eq!(h100.recompute, h100.forward);
             }
-            let (b200, _) = run("b200-sxm-180g", recompute);
-            assert_eq!(b200.mlp_backward, 2.0 * b200.mlp_forward);
+            let (b200, _) = run("b200-sxm-180g", recompute, true);
+            assert_eq!(backward_extra(&b200).1, 0.0);
+            let (torchao_b200, per_byte) = run("b200-sxm-180g", recompute, false);
+            let (layer, _) = backward_extra(&torchao_b200);
+            assert!(close(layer, 4.0 * 2.0 * b_s_h * per_byte), "{layer}");
         }
     }
 

@@ -252,16 +252,22 @@ pub fn moe_mlp_time(
         |gathered: u32| cast::input_cast_bytes(cast, &cluster.gpu, LinearInput::Other, gathered);
     let mut cast_bytes =
         cast_per_element(1) * (up.m * up.k * up.batch + down.m * down.k * down.batch);
-    // The transposed copy the backward makes once from the shared expert's re-gathered input.
-    let mut backward_transpose_bytes = 0.0;
+    // The transposed copies the backward makes once of the shared expert's gathered tensors: its
+    // re-gathered input and its down projection's gathered output gradient.
+    let mut transposed_bytes = 0.0;
     let shared = match shared_expert_gemms(model, plan, seq_len) {
         Some([shared_up, shared_down]) => {
-            let gathered = if plan.sequence_parallel { plan.tp } else { 1 };
+            // Cast on the sequence shard where the gather carries the quantized copy, as the
+            // dense linears (`compute::layer_time_sharded`).
+            let gathered = if plan.sequence_parallel && cast.casts_before_gather {
+                plan.tp
+            } else {
+                1
+            };
             cast_bytes += cast_per_element(gathered) * shared_up.m * shared_up.k
                 + cast_per_element(1) * shared_down.m * shared_down.k;
-            backward_transpose_bytes = cast::backward_transpose_bytes(cast, &cluster.gpu, gathered)
-                * shared_up.m
-                * shared_up.k;
+            transposed_bytes = cast::backward_transpose_bytes(cast, &cluster.gpu, gathered)
+                * (shared_up.m * shared_up.k + shared_down.m * shared_down.n);
             linear(&shared_up) + linear(&shared_down)
         }
         None => 0.0,
@@ -284,7 +290,7 @@ pub fn moe_mlp_time(
         forward_s: rest_s + permute_s,
         backward_s: 2.0 * rest_s
             + permute_s
-            + backward_transpose_bytes / bandwidth / gpu.framework_efficiency,
+            + transposed_bytes / bandwidth / gpu.framework_efficiency,
     }
 }
 
