@@ -119,10 +119,12 @@ fn a_saved_plan_the_report_would_overwrite_is_refused() {
         ("rep3/report.json", "rep3"),
         ("./rep3/../rep3/index.html", "rep3/"),
     ] {
+        // The report writes no YAML, so a plan file named as one of its files is refused for
+        // its extension first (`--save out.json` would hold YAML), before the overlap is checked.
         let r = plan(save, report);
         assert_one_line_error(
             &r,
-            &[&format!("--save {save}"), "--report", "another file name"],
+            &[&format!("--save {save}"), "YAML plan file", "name it .yaml"],
             &[],
             save,
         );
