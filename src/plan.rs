@@ -421,12 +421,15 @@ pub enum PlanError {
     )]
     VppUneven { vpp: u32, valid: String },
     #[error(
-        "--vpp {vpp}: {num_microbatches} micro-batches are not a multiple of --pp {pp} (Megatron-LM's interleaved schedule requires it); change --global-batch or --micro-batch"
+        "--vpp {vpp}: {num_microbatches} micro-batches are not a multiple of --pp {pp} (Megatron-Core's interleaved schedule requires it with its default --microbatch-group-size-per-virtual-pipeline-stage, pp, the schedule tpsim simulates); give a --global-batch that is a multiple of pp x dp x micro-batch = {multiple} sequences (e.g. {examples}), or another --micro-batch"
     )]
     VppMicrobatches {
         vpp: u32,
         num_microbatches: u32,
         pp: u32,
+        multiple: u64,
+        /// The nearest global batches that work, below and above.
+        examples: String,
     },
     #[error(
         "--vpp {vpp}: each of the step's {runs} pipeline schedules (one per local batch) runs {per_schedule} micro-batches, not a multiple of --pp {pp} (tpsim's interleaved schedule requires it); give a --local-batch that is a multiple of --pp x --micro-batch = {multiple} sequences"
@@ -1257,10 +1260,25 @@ fn check_interleaving(
             });
         }
         if !num_microbatches.is_multiple_of(r.pp) {
+            // Megatron-Core (`forward_backward_pipelining_with_interleaving`): the micro-batches
+            // run in groups of `microbatch_group_size_per_vp_stage` (default pp) per model chunk,
+            // and a last group shorter than pp is refused.
+            let replica = u64::from(r.dp) * u64::from(r.micro_batch);
+            let multiple = replica * u64::from(r.pp);
+            let global_batch = u64::from(num_microbatches) * replica;
+            let below = global_batch / multiple * multiple;
+            let above = below + multiple;
+            let examples = if below > 0 {
+                format!("--global-batch {below} or {above}")
+            } else {
+                format!("--global-batch {above}")
+            };
             return Err(PlanError::VppMicrobatches {
                 vpp: r.vpp,
                 num_microbatches,
                 pp: r.pp,
+                multiple,
+                examples,
             });
         }
     }

@@ -278,3 +278,45 @@ fn the_header_does_not_claim_a_parameter_gather_a_zero_0_plan_lacks() {
     assert!(zero1.contains("param gather"), "{zero1}");
     assert!(!zero1.contains("param gather overlap unused"), "{zero1}");
 }
+
+/// Interleaving with micro-batches that are not a multiple of pp said only "change --global-batch
+/// or --micro-batch"; it now names the multiple (pp x dp x micro-batch), the nearest global batches
+/// that work, and Megatron-Core's group-size option behind the rule, and the batch it suggests plans.
+#[test]
+fn interleaving_names_the_global_batches_that_work() {
+    let eval = |batch: &str| {
+        run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--vpp",
+            "2",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            batch,
+        ])
+    };
+    let r = eval("6");
+    assert_one_line_error(
+        &r,
+        &[
+            "--vpp 2: 3 micro-batches are not a multiple of --pp 2",
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            "multiple of pp x dp x micro-batch = 4 sequences",
+            "--global-batch 4 or 8",
+        ],
+        &[],
+        "vpp",
+    );
+    for batch in ["4", "8"] {
+        let r = eval(batch);
+        assert!(r.code == 0 || r.code == 1, "{batch}: {}", r.stderr);
+    }
+}
