@@ -357,11 +357,20 @@ pub enum LossKernel {
 }
 
 impl LossKernel {
-    /// Bytes per logit element the loss holds at its peak.
-    pub fn bytes_per_logit(self) -> f64 {
+    /// Bytes per logit element the loss holds at its peak; `loss_parallel`: the logits are
+    /// sharded over the vocabulary by PyTorch's `loss_parallel()` (torchtitan under TP,
+    /// `TrainingFramework::runs_loss_parallel`). There the eager fp32 loss runs PyTorch's own
+    /// decomposition (torch/distributed/tensor/parallel/loss.py): its fused backward
+    /// `_nll_loss_and_log_softmax_backward` computes `(grad_input + torch.exp(x)) * grad_output`
+    /// with `grad_input = torch.zeros_like(x)`, so the saved log-softmax output, that zeroed
+    /// gradient, the exponential and the sum (or, a step later, the product) are four fp32
+    /// tensors at once: 16 bytes where the single-GPU kernel holds 12. (Its forward, `_log_softmax`,
+    /// holds the upcast input, `shifted`, `exp(shifted)` and the bf16 logits: 14.)
+    pub fn bytes_per_logit(self, loss_parallel: bool) -> f64 {
         match self {
             LossKernel::VocabParallel | LossKernel::Compiled => 4.0,
             LossKernel::EagerBf16 => 6.0,
+            LossKernel::EagerFp32 if loss_parallel => 16.0,
             LossKernel::EagerFp32 => 12.0,
         }
     }
@@ -573,6 +582,15 @@ impl TrainingFramework {
     /// partitioner puts the recomputed nodes in the backward graph).
     pub fn tp_overlap_in_backward(self) -> bool {
         !matches!(self, TrainingFramework::Torchtitan)
+    }
+
+    /// Whether the framework shards the logits over the vocabulary with PyTorch's
+    /// `loss_parallel()` when tensor parallelism is on: torchtitan's output layer is
+    /// `ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)` and its loss runs under
+    /// `loss_parallel()` unless `disable_loss_parallel` (default off; `parallelize_llama.py`,
+    /// `ParallelDims.loss_parallel_enabled = tp > 1 and not disable_loss_parallel`).
+    pub fn runs_loss_parallel(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
     }
 
     /// The loss kernel the framework runs with these element-wise kernels: Megatron's

@@ -736,7 +736,8 @@ fn stage_memory(
         // peak (fp32 4sbV/t for Megatron's, §4.3; `LossKernel::bytes_per_logit`); one
         // micro-batch at a time on the last stage.
         // Each MTP depth computes its own logits and loss (`process_mtp_loss`) after the main one.
-        let logits = training.loss.bytes_per_logit()
+        let loss_parallel = plan.tp > 1 && training.framework.runs_loss_parallel();
+        let logits = training.loss.bytes_per_logit(loss_parallel)
             * f64::from(s)
             * f64::from(b)
             * f64::from(model.vocab)
@@ -883,12 +884,17 @@ mod tests {
             nodes: 1,
             gpus_per_node: 8,
         };
-        let titan = Training::with_framework(
-            crate::training::TrainingFramework::Torchtitan,
-            8192,
-            8,
-            AttentionKernel::Flash,
-        );
+        // One loss kernel for both, whose bytes loss_parallel does not change, so that only the
+        // kept inputs differ.
+        let titan = Training {
+            loss: crate::training::LossKernel::Compiled,
+            ..Training::with_framework(
+                crate::training::TrainingFramework::Torchtitan,
+                8192,
+                8,
+                AttentionKernel::Flash,
+            )
+        };
         let megatron_layout = Training {
             framework: crate::training::TrainingFramework::MegatronCore,
             ..titan
@@ -1355,6 +1361,24 @@ mod tests {
         let freed = eager.activations_bytes.0 - compiled.activations_bytes.0;
         assert!((freed / (8.0 * logits) - 1.0).abs() < 1e-9, "{freed}");
         assert_eq!(eager.weights_bytes, compiled.weights_bytes);
+        // Under TP torchtitan shards the logits with `loss_parallel()`, whose eager backward holds
+        // four fp32 tensors per logit of the TP shard (16 bytes), not the kernel's three.
+        let tp_request = crate::plan::PlanRequest {
+            tp: 8,
+            dp: 1,
+            sequence_parallel: true,
+            ..request
+        };
+        let tp_plan = ParallelPlan::build(&tp_request, &model, &cluster, &training).unwrap();
+        training.loss = crate::training::LossKernel::EagerFp32;
+        let eager_tp = memory(&model, &cluster, &training, &tp_plan);
+        training.loss = crate::training::LossKernel::Compiled;
+        let compiled_tp = memory(&model, &cluster, &training, &tp_plan);
+        let freed = eager_tp.activations_bytes.0 - compiled_tp.activations_bytes.0;
+        assert!(
+            (freed / (12.0 * logits / 8.0) - 1.0).abs() < 1e-9,
+            "{freed}"
+        );
     }
 
     #[test]
