@@ -271,7 +271,7 @@ fn the_header_does_not_claim_a_parameter_gather_a_zero_0_plan_lacks() {
         "{zero0}"
     );
     assert!(
-        zero0.contains("param gather overlap unused: with ZeRO-0 or dp 1"),
+        zero0.contains("param gather overlap unused: with ZeRO-0 or one data-parallel rank"),
         "{zero0}"
     );
     let zero1 = header("1");
@@ -319,4 +319,34 @@ fn interleaving_names_the_global_batches_that_work() {
         let r = eval(batch);
         assert!(r.code == 0 || r.code == 1, "{batch}: {}", r.stderr);
     }
+}
+
+/// The JSON's `training.overlap` echoed what was asked for (`tp_comm: true` for a plan without
+/// sequence parallelism, `param_gather: true` under ZeRO-0) with nothing saying what took effect;
+/// each plan now carries `overlap_applied`, by the estimate's own rules, and the header lists no
+/// p2p overlap for a plan without a pipeline.
+#[test]
+fn each_plan_says_which_overlap_takes_effect() {
+    let eval = [
+        "eval", "--params", "2B", "--nodes", "1", "--tp", "2", "--dp", "4", "--zero",
+    ];
+    let out = json(&[&eval[..], &["0", "--format", "json"]].concat());
+    assert_eq!(out["training"]["overlap"]["tp_comm"], true, "{out}");
+    let applied = &out["plans"][0]["overlap_applied"];
+    assert_eq!(applied["tp_comm"], false, "{applied}");
+    assert_eq!(applied["param_gather"], false, "{applied}");
+    assert_eq!(applied["p2p"], false, "{applied}");
+    assert_eq!(applied["grad_reduce"], true, "{applied}");
+    let sp = json(&[&eval[..], &["1", "--sequence-parallel", "--format", "json"]].concat());
+    let applied = &sp["plans"][0]["overlap_applied"];
+    assert_eq!(applied["tp_comm"], true, "{applied}");
+    assert_eq!(applied["param_gather"], true, "{applied}");
+    let r = run(&[&eval[..], &["0"]].concat());
+    let header = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("training:"))
+        .unwrap();
+    assert!(!header.contains("interleaved p2p"), "{header}");
+    assert!(header.contains("overlaps grad reduce"), "{header}");
 }

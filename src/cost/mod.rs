@@ -222,6 +222,40 @@ fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
+/// The overlap switches that take effect for `plan`, by the rules the estimate follows: TP comm
+/// overlap needs tp > 1 with sequence parallelism (`tp_overlap_on`); gradients are reduced, and
+/// the distributed optimizer gathers parameters (ZeRO ≥ 1), only over more than one data-parallel
+/// rank (dp × cp); pipeline sends overlap only in the interleaved schedule; the MoE all-to-all
+/// overlap only where Megatron-Core's combined 1F1B schedule can pair micro-batches
+/// (`moe::alltoall_overlap_applies`). What `training.overlap` asks for and this gives can differ:
+/// the report's header and JSON (`overlap_applied`) say which.
+/// The model enters by whether it has experts and how many MTP layers it has, which is all the
+/// MoE rule reads (so a report's model summary serves as well as the model).
+pub fn overlap_applied(
+    has_experts: bool,
+    mtp_layers: u32,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> crate::training::Overlap {
+    let o = training.overlap;
+    let data_ranks = plan.dp * plan.cp;
+    let moe_layer_recomputed = moe::recomputes_moe_layer(training.recompute_modules, plan);
+    crate::training::Overlap {
+        tp_comm: tp_overlap_on(training, plan),
+        grad_reduce: o.grad_reduce && data_ranks > 1,
+        param_gather: o.param_gather && plan.zero >= 1 && data_ranks > 1,
+        p2p: o.p2p && plan.pp > 1 && plan.vpp > 1,
+        moe_a2a: o.moe_a2a
+            && moe::alltoall_overlap_refusal_of(
+                has_experts,
+                mtp_layers,
+                moe_layer_recomputed,
+                plan,
+            )
+            .is_none(),
+    }
+}
+
 /// Whether the backward all-gathers the column-parallel inputs again for the weight gradients:
 /// Megatron's sequence parallelism keeps only the sequence shard (`unit_costs`); torchtitan keeps
 /// the gathered inputs.

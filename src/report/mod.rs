@@ -178,6 +178,15 @@ impl Serialize for Report {
                         self.training.framework,
                         crate::uncertainty::ModelKind::of(self.model.moe.is_some()),
                     );
+                    // What of `training.overlap` takes effect for this plan, as the estimate
+                    // counts it (the header says the same in words).
+                    value["overlap_applied"] = serde_json::to_value(crate::cost::overlap_applied(
+                        self.model.moe.is_some(),
+                        self.model.mtp_layers,
+                        &self.training,
+                        &estimate.plan,
+                    ))
+                    .map_err(<S::Error as serde::ser::Error>::custom)?;
                     Ok(PlanOut {
                         estimate: value,
                         detail: self.details.get(i),

@@ -528,13 +528,17 @@ fn overlap_words(
     model: &super::ModelSummary,
 ) -> String {
     let o = &training.overlap;
-    let tp_overlap_applies = plans.is_empty()
-        || plans
-            .iter()
-            .any(|e| e.plan.tp > 1 && e.plan.sequence_parallel);
-    let tp_overlap_moot = o.tp_comm && !tp_overlap_applies;
-    // Megatron-Core's MoE all-to-all overlap likewise needs ep > 1, no full recompute, virtual
-    // stages with a pipeline and at most one MTP layer (`cost::moe::alltoall_overlap_refusal`).
+    // What takes effect for at least one shown plan (`cost::overlap_applied`, the estimate's
+    // rules); with no plan shown, what was asked for.
+    let applied = |e: &Estimate| {
+        crate::cost::overlap_applied(model.moe.is_some(), model.mtp_layers, training, &e.plan)
+    };
+    let any = |switch: fn(&crate::training::Overlap) -> bool| {
+        plans.is_empty() || plans.iter().any(|e| switch(&applied(e)))
+    };
+    let tp_overlap_moot = o.tp_comm && !any(|a| a.tp_comm);
+    // Megatron-Core's MoE all-to-all overlap needs ep > 1, no full recompute, virtual stages with
+    // a pipeline and at most one MTP layer (`cost::moe::alltoall_overlap_refusal`).
     let moe_refusal = |e: &Estimate| {
         crate::cost::moe::alltoall_overlap_refusal_of(
             model.moe.is_some(),
@@ -543,22 +547,22 @@ fn overlap_words(
             &e.plan,
         )
     };
-    let moe_overlap_moot =
-        o.moe_a2a && !plans.is_empty() && plans.iter().all(|e| moe_refusal(e).is_some());
+    let moe_overlap_moot = o.moe_a2a && !any(|a| a.moe_a2a);
     // The distributed optimizer's parameter all-gather exists only where parameters or optimizer
-    // states are sharded over more than one data-parallel rank (ZeRO ≥ 1, dp > 1).
-    let param_gather_moot = o.param_gather
-        && !plans.is_empty()
-        && plans.iter().all(|e| e.plan.zero == 0 || e.plan.dp <= 1);
+    // states are sharded over more than one data-parallel rank (ZeRO ≥ 1, dp × cp > 1).
+    let param_gather_moot = o.param_gather && !any(|a| a.param_gather);
+    // Gradient reduction over one data-parallel rank and pipeline sends without interleaving are
+    // not there to overlap: left out of the list without a word.
     let words = overlapped_words(&crate::training::Overlap {
-        tp_comm: o.tp_comm && tp_overlap_applies,
-        moe_a2a: o.moe_a2a && !moe_overlap_moot,
+        tp_comm: o.tp_comm && !tp_overlap_moot,
+        grad_reduce: o.grad_reduce && any(|a| a.grad_reduce),
         param_gather: o.param_gather && !param_gather_moot,
-        ..*o
+        p2p: o.p2p && any(|a| a.p2p),
+        moe_a2a: o.moe_a2a && !moe_overlap_moot,
     });
     let words = if param_gather_moot {
         format!(
-            "{words}; param gather overlap unused: with ZeRO-0 or dp 1 no parameters are gathered"
+            "{words}; param gather overlap unused: with ZeRO-0 or one data-parallel rank no parameters are gathered"
         )
     } else {
         words
