@@ -78,6 +78,17 @@ impl CastSetting {
         }
     }
 
+    /// The number of sequence shards a column-parallel linear casts before its input is gathered:
+    /// the TP degree where sequence parallelism's all-gather carries the quantized copy, else 1
+    /// (the whole gathered input is cast).
+    pub fn gathered_from(self, sequence_parallel: bool, tp: u32) -> u32 {
+        if sequence_parallel && self.casts_before_gather {
+            tp
+        } else {
+            1
+        }
+    }
+
     /// bf16 training: nothing is cast.
     pub const BF16: CastSetting = CastSetting {
         precision: Precision::Bf16,

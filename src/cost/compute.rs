@@ -460,11 +460,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     // The low-precision casts of the four linear inputs (`cost::cast`): the norm-fed QKV and MLP up
     // quantize their sequence shard under sequence parallelism; the MLP's are the dense MLP's, which
     // an MoE layer replaces with its own (`moe::moe_mlp_time`).
-    let gathered_from = if sp && setting.casts_before_gather {
-        tp
-    } else {
-        1
-    };
+    let gathered_from = setting.gathered_from(sp, tp);
     let cast_of = |gemm: &Gemm, input: LinearInput, gathered: u32| {
         cast::input_cast_bytes(setting, &cluster.gpu, input, gathered) * gemm.m * gemm.k
     };

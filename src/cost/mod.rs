@@ -347,6 +347,8 @@ pub(crate) fn unit_costs_at(
     // Under sequence parallelism with low-precision training the all-gathers carry the quantized
     // copies (`comm::sp_gather_scale`), cast on the sequence shard; the reduce-scatters bf16.
     let gather_scale = comm::sp_gather_scale(training, plan);
+    // How the linear inputs are quantized, for the dense layer and the MoE MLP alike.
+    let cast_setting = cast::CastSetting::of(training, plan);
     let layer = layer_time_sharded(
         model,
         cluster,
@@ -362,7 +364,7 @@ pub(crate) fn unit_costs_at(
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
             attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
             kernel_fusion: training.kernel_fusion,
-            cast: cast::CastSetting::of(training, plan),
+            cast: cast_setting,
         },
     );
     let recompute_share = plan.recompute_share();
@@ -381,7 +383,7 @@ pub(crate) fn unit_costs_at(
             routed_load,
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
-            cast::CastSetting::of(training, plan),
+            cast_setting,
         )
     } else {
         moe::MoeMlpTime::default()

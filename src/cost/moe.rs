@@ -259,11 +259,7 @@ pub fn moe_mlp_time(
         Some([shared_up, shared_down]) => {
             // Cast on the sequence shard where the gather carries the quantized copy, as the
             // dense linears (`compute::layer_time_sharded`).
-            let gathered = if plan.sequence_parallel && cast.casts_before_gather {
-                plan.tp
-            } else {
-                1
-            };
+            let gathered = cast.gathered_from(plan.sequence_parallel, plan.tp);
             cast_bytes += cast_per_element(gathered) * shared_up.m * shared_up.k
                 + cast_per_element(1) * shared_down.m * shared_down.k;
             transposed_bytes = cast::backward_transpose_bytes(cast, &cluster.gpu, gathered)
