@@ -539,6 +539,20 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether the weight-gradient GEMMs accumulate in place into the gradient buffer (cuBLAS
+    /// with beta = 1: the buffer read and written in its dtype) instead of writing a fresh bf16
+    /// gradient: Megatron-Core's gradient-accumulation fusion, on by default
+    /// (`TransformerConfig.gradient_accumulation_fusion`; Megatron-Bridge's providers enable it
+    /// wherever the fused kernel is installed, `fusions.can_enable_gradient_accumulation_fusion`),
+    /// which Transformer Engine's linears and grouped linears run as `general_gemm(...,
+    /// out=weight.main_grad, accumulate=accumulate_wgrad_into_param_main_grad)` when
+    /// `fuse_wgrad_accumulation` is set (`module/linear.py`, `grouped_linear.py`). torchtitan's
+    /// FSDP2 and DeepSpeed take the gradient from autograd. Megatron-LM 2021 stays as fitted
+    /// (vTrain's and SC'21's A100 GEMMs are compute-bound either way).
+    pub fn fuses_wgrad_accumulation(self) -> bool {
+        matches!(self, TrainingFramework::MegatronCore)
+    }
+
     /// Whether low-precision training keeps quantized copies of the weights between uses
     /// (Transformer Engine's `Float8Tensor` with its transpose, counted in `memory.rs`). torchao's
     /// `Float8Linear`, torchtitan's, casts the weight in every forward and backward and saves the

@@ -40,7 +40,7 @@
 
 use crate::cluster::GpuProfile;
 use crate::plan::Precision;
-use crate::training::Fp8Scaling;
+use crate::training::{Fp8Scaling, GradDtype};
 
 /// Bytes of a bf16 element.
 const BF16_BYTES: f64 = 2.0;
@@ -50,7 +50,8 @@ const BF16_BYTES: f64 = 2.0;
 /// `LayerNormLinear`), whether sequence parallelism's all-gathers carry the quantized copy (so the
 /// column-parallel inputs are cast on the sequence shard, `comm::sp_gather_scale`), and whether the
 /// framework's FP8 GEMMs read column-wise operands where the GPU can
-/// (`TrainingFramework::reads_columnwise_fp8_where_supported`).
+/// (`TrainingFramework::reads_columnwise_fp8_where_supported`); and the format of the
+/// weight-gradient GEMMs' output (`wgrad_accumulates_into`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CastSetting {
     pub precision: Precision,
@@ -58,6 +59,10 @@ pub struct CastSetting {
     pub quantizes_in_the_norm: bool,
     pub casts_before_gather: bool,
     pub reads_columnwise_fp8_where_supported: bool,
+    /// The gradient buffer the weight-gradient GEMMs accumulate into in place, read and written
+    /// in its dtype (`TrainingFramework::fuses_wgrad_accumulation`); `None` where they write a
+    /// fresh bf16 gradient (`compute::wgrad_accumulation_s`).
+    pub wgrad_accumulates_into: Option<GradDtype>,
 }
 
 impl CastSetting {
@@ -75,6 +80,10 @@ impl CastSetting {
             reads_columnwise_fp8_where_supported: training
                 .framework
                 .reads_columnwise_fp8_where_supported(),
+            wgrad_accumulates_into: training
+                .framework
+                .fuses_wgrad_accumulation()
+                .then_some(training.grad_dtype),
         }
     }
 
@@ -96,6 +105,7 @@ impl CastSetting {
         quantizes_in_the_norm: false,
         casts_before_gather: false,
         reads_columnwise_fp8_where_supported: true,
+        wgrad_accumulates_into: None,
     };
 }
 
@@ -213,6 +223,7 @@ mod tests {
             quantizes_in_the_norm: in_norm,
             casts_before_gather: true,
             reads_columnwise_fp8_where_supported: true,
+            wgrad_accumulates_into: None,
         }
     }
 

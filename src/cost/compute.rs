@@ -393,6 +393,25 @@ pub(crate) fn linear_gemm_time(
     pieces * compute.max(memory)
 }
 
+/// Time a linear's weight-gradient GEMM takes beyond the forward GEMM's, which the backward's 2×
+/// already charges for it. Where the GEMM accumulates in place into the gradient buffer
+/// (`CastSetting::wgrad_accumulates_into`, Megatron-Core's gradient-accumulation fusion) it reads
+/// and writes that buffer's k × n elements in its dtype, 8 bytes per weight in fp32, where the
+/// forward writes a bf16 m × n result. Same FLOPs (Narayanan et al. 2021 §3.1); with few rows,
+/// as an expert's tokens, the buffer's traffic puts it on the memory roof (`linear_gemm_time`'s
+/// roofline, with the operands at the plan's precision as Transformer Engine's wgrad reads them).
+pub(crate) fn wgrad_accumulation_s(gemm: &Gemm, cluster: &Cluster, setting: CastSetting) -> f64 {
+    let Some(buffer) = setting.wgrad_accumulates_into else {
+        return 0.0;
+    };
+    let gpu = &cluster.gpu;
+    let compute = gemm.flops() / gpu.linear_gemm_flops(setting.precision).0;
+    let operands = cast::operand_bytes(setting.precision) * (gemm.m * gemm.k + gemm.m * gemm.n);
+    let buffer_read_and_write = 2.0 * buffer.bytes() * gemm.k * gemm.n;
+    let memory = (operands + buffer_read_and_write) * gemm.batch / gpu.achieved_hbm_bandwidth().0;
+    (compute.max(memory) - linear_gemm_time(gemm, cluster, setting.precision, 1)).max(0.0)
+}
+
 /// Times one layer on one TP×CP rank. Backward costs twice the forward in GEMMs and in element-wise
 /// traffic (each backward kernel reads the saved input and the incoming gradient and writes the
 /// outgoing one); FlashAttention's backward costs 2.5× its forward's FLOPs (5 matmuls to 2, Dao 2023
@@ -435,6 +454,10 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let linear_times = linear.map(|g| linear_gemm_time(&g, cluster, precision, gemm_chunks));
     let linear_time: f64 = linear_times.iter().sum();
     let mlp_gemms = linear_times[2] + linear_times[3];
+    // What the weight-gradient GEMMs take beyond their forward's time (in-place accumulation).
+    let wgrad_extras = linear.map(|g| wgrad_accumulation_s(&g, cluster, setting));
+    let mlp_wgrad_extra = wgrad_extras[2] + wgrad_extras[3];
+    let wgrad_extra: f64 = wgrad_extras.iter().sum();
     let gemm_time = linear_time + attention_core_gemm_time;
     let t = f64::from(tp);
     let local_seq = seq_len / cp.max(1);
@@ -539,14 +562,14 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         forward,
         backward: 2.0 * forward
             + flash_extra
-            + transposed_bytes / bandwidth / gpu.framework_efficiency,
+            + (wgrad_extra + transposed_bytes / bandwidth) / gpu.framework_efficiency,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
         mlp_forward,
         mlp_backward: 2.0 * mlp_forward
-            + mlp_transposed_bytes / bandwidth / gpu.framework_efficiency,
+            + (mlp_wgrad_extra + mlp_transposed_bytes / bandwidth) / gpu.framework_efficiency,
     }
 }
 
@@ -632,6 +655,55 @@ pub fn optimizer_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accumulating_weight_gradients_read_and_write_the_buffer_where_rows_are_few() {
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let fused = |buffer| CastSetting {
+            wgrad_accumulates_into: Some(buffer),
+            ..CastSetting::BF16
+        };
+        // An expert's few rows: 512 tokens through a 4096 × 4096 weight, bf16.
+        let expert = Gemm {
+            m: 512.0,
+            k: 4096.0,
+            n: 4096.0,
+            batch: 4.0,
+        };
+        let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
+        let by_hand = |buffer_bytes: f64| {
+            let bytes = (2.0 * 2.0 * 512.0 * 4096.0 + 2.0 * buffer_bytes * 4096.0 * 4096.0) * 4.0;
+            (bytes / bandwidth - linear_gemm_time(&expert, &cluster, Precision::Bf16, 1)).max(0.0)
+        };
+        let fp32 = wgrad_accumulation_s(&expert, &cluster, fused(crate::training::GradDtype::Fp32));
+        assert!(
+            fp32 > 0.0,
+            "an fp32 buffer puts 512 rows on the memory roof"
+        );
+        assert!((fp32 - by_hand(4.0)).abs() < 1e-12 * fp32.max(1e-9));
+        let bf16 = wgrad_accumulation_s(&expert, &cluster, fused(crate::training::GradDtype::Bf16));
+        assert!((bf16 - by_hand(2.0)).abs() < 1e-12 * fp32);
+        assert!(bf16 < fp32);
+        // A fresh gradient (torchtitan, DeepSpeed) costs what the forward does.
+        assert_eq!(
+            wgrad_accumulation_s(&expert, &cluster, CastSetting::BF16),
+            0.0
+        );
+        // A dense layer's 8K tokens keep it compute-bound: nothing beyond the forward's time.
+        let dense = Gemm {
+            m: 8192.0,
+            batch: 1.0,
+            ..expert
+        };
+        assert_eq!(
+            wgrad_accumulation_s(&dense, &cluster, fused(crate::training::GradDtype::Fp32)),
+            0.0
+        );
+    }
 
     #[test]
     fn qk_norm_reads_and_writes_q_and_k_once_per_norm() {
@@ -788,6 +860,7 @@ mod tests {
                     quantizes_in_the_norm: true,
                     casts_before_gather: true,
                     reads_columnwise_fp8_where_supported,
+                    wgrad_accumulates_into: None,
                 },
             };
             let per_byte =

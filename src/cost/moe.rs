@@ -21,7 +21,7 @@
 
 use super::cast::{self, CastSetting, LinearInput};
 use super::comm::ACTIVATION_BYTES;
-use super::compute::{Gemm, linear_gemm_time};
+use super::compute::{Gemm, linear_gemm_time, wgrad_accumulation_s};
 use crate::cluster::{Cluster, Link, LinkSpeed};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
@@ -255,6 +255,11 @@ pub fn moe_mlp_time(
     // The transposed copies the backward makes once of the shared expert's gathered tensors: its
     // re-gathered input and its down projection's gathered output gradient.
     let mut transposed_bytes = 0.0;
+    // The weight-gradient GEMMs' in-place accumulation (TE's `GroupedLinear` and the shared
+    // expert's linears fuse it as the dense linears do): an expert's few rows make it
+    // memory-bound on its fp32 gradient buffer.
+    let mut wgrad_extra_s =
+        wgrad_accumulation_s(&up, cluster, cast) + wgrad_accumulation_s(&down, cluster, cast);
     let shared = match shared_expert_gemms(model, plan, seq_len) {
         Some([shared_up, shared_down]) => {
             // Cast on the sequence shard where the gather carries the quantized copy, as the
@@ -264,6 +269,8 @@ pub fn moe_mlp_time(
                 + cast_per_element(1) * shared_down.m * shared_down.k;
             transposed_bytes = cast::backward_transpose_bytes(cast, &cluster.gpu, gathered)
                 * (shared_up.m * shared_up.k + shared_down.m * shared_down.n);
+            wgrad_extra_s += wgrad_accumulation_s(&shared_up, cluster, cast)
+                + wgrad_accumulation_s(&shared_down, cluster, cast);
             linear(&shared_up) + linear(&shared_down)
         }
         None => 0.0,
@@ -286,7 +293,7 @@ pub fn moe_mlp_time(
         forward_s: rest_s + permute_s,
         backward_s: 2.0 * rest_s
             + permute_s
-            + transposed_bytes / bandwidth / gpu.framework_efficiency,
+            + (wgrad_extra_s + transposed_bytes / bandwidth) / gpu.framework_efficiency,
     }
 }
 
