@@ -57,9 +57,12 @@ fn each_local_batch_fills_and_drains_the_pipeline_again() {
     assert_eq!(one["schedule_runs"], 1);
     assert_eq!(two["schedule_runs"], 2);
     assert_eq!(four["schedule_runs"], 4);
-    // Same work per step; the bubble is paid once per schedule.
+    // The same work per step but for FSDP2's unsharded gradient accumulation, whose first
+    // micro-batch of each schedule upcasts (6 bytes per parameter) where later ones add (10): a
+    // second schedule makes one more micro-batch a first one. The bubble is paid once per schedule.
     let compute = |j: &serde_json::Value| number(&j["time"]["compute_s"]);
-    assert!((compute(&one) - compute(&two)).abs() < 1e-9 * compute(&one));
+    assert!(compute(&two) < compute(&one));
+    assert!(compute(&one) - compute(&two) < 0.01 * compute(&one));
     let bubble = |j: &serde_json::Value| number(&j["time"]["bubble_s"]);
     assert!(bubble(&one) > 0.0);
     let ratio = bubble(&two) / bubble(&one);

@@ -412,6 +412,28 @@ pub(crate) fn wgrad_accumulation_s(gemm: &Gemm, cluster: &Cluster, setting: Cast
     (compute.max(memory) - linear_gemm_time(gemm, cluster, setting.precision, 1)).max(0.0)
 }
 
+/// HBM bytes per parameter and micro-batch of accumulating gradients unsharded across a pipeline
+/// schedule's micro-batches (PyTorch's pipelining under FSDP2, `comm::reduces_after_pipeline_schedule`).
+/// Autograd hands each micro-batch a fresh bf16 gradient; FSDP2 upcasts the first to the reduce
+/// dtype (read 2, write `reduce` bytes; nothing where the dtypes agree) and adds each later one
+/// into it (read both, write the sum: `FSDPParam.to_accumulated_grad_if_needed` and
+/// `accumulate_unsharded_grad_if_needed`, torch/distributed/fsdp/_fully_shard/_fsdp_param.py),
+/// averaged over the schedule's `micro_batches`.
+pub fn unsharded_grad_accumulation_bytes(
+    reduce: crate::training::GradDtype,
+    micro_batches: u32,
+) -> f64 {
+    let reduce_bytes = reduce.bytes();
+    let first = if reduce_bytes == ELEMENT_BYTES {
+        0.0
+    } else {
+        ELEMENT_BYTES + reduce_bytes
+    };
+    let later = 2.0 * reduce_bytes + ELEMENT_BYTES;
+    let micro_batches = f64::from(micro_batches.max(1));
+    (first + later * (micro_batches - 1.0)) / micro_batches
+}
+
 /// Times one layer on one TP×CP rank. Backward costs twice the forward in GEMMs and in element-wise
 /// traffic (each backward kernel reads the saved input and the incoming gradient and writes the
 /// outgoing one); FlashAttention's backward costs 2.5× its forward's FLOPs (5 matmuls to 2, Dao 2023
@@ -655,6 +677,23 @@ pub fn optimizer_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsharded_accumulation_upcasts_the_first_gradient_and_adds_the_rest() {
+        use crate::training::GradDtype;
+        // fp32 reduce: the first micro-batch reads 2 and writes 4, later ones read 4 + 2, write 4.
+        assert_eq!(unsharded_grad_accumulation_bytes(GradDtype::Fp32, 1), 6.0);
+        assert_eq!(
+            unsharded_grad_accumulation_bytes(GradDtype::Fp32, 4),
+            (6.0 + 30.0) / 4.0
+        );
+        // bf16 reduce: autograd keeps the first gradient as it is; later ones read 2 + 2, write 2.
+        assert_eq!(unsharded_grad_accumulation_bytes(GradDtype::Bf16, 1), 0.0);
+        assert_eq!(
+            unsharded_grad_accumulation_bytes(GradDtype::Bf16, 3),
+            12.0 / 3.0
+        );
+    }
 
     #[test]
     fn accumulating_weight_gradients_read_and_write_the_buffer_where_rows_are_few() {

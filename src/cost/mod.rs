@@ -411,6 +411,19 @@ pub(crate) fn unit_costs_at(
             layer.recompute += delta;
         }
     }
+    // Under PyTorch's pipelining FSDP2 accumulates each micro-batch's gradients unsharded until
+    // the schedule's last backward: an element-wise pass over the stage's parameters after every
+    // micro-batch's backward (`compute::unsharded_grad_accumulation_bytes`).
+    if comm::reduces_after_pipeline_schedule(training, plan) {
+        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
+        let bytes = (rest + expert)
+            * compute::unsharded_grad_accumulation_bytes(
+                training.grad_dtype,
+                plan.microbatches_per_schedule(),
+            );
+        layer.backward +=
+            bytes / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+    }
     layer.recompute *= if plan.recompute == Recompute::Full {
         recompute_share
     } else {
@@ -1317,5 +1330,47 @@ mod tests {
             AttentionKernel::Flash,
         );
         assert_eq!(layer_of(&megatron), (0.0, 0.0));
+    }
+
+    #[test]
+    fn pipelined_fsdp_pays_an_accumulation_pass_over_the_stage_per_micro_batch() {
+        // Llama 3 8B, tp 2 × pp 2 × FSDP 2 (ZeRO-3) under torchtitan: the unsharded fp32
+        // accumulators take every micro-batch's bf16 gradient (8 micro-batches in one schedule).
+        // ZeRO-1 accumulates nothing unsharded across the schedule; the rest of the layer is the same.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let titan = Training::with_framework(
+            TrainingFramework::Torchtitan,
+            8192,
+            32,
+            AttentionKernel::Flash,
+        );
+        let backward_at = |zero: u8| {
+            let request = crate::plan::PlanRequest {
+                tp: 2,
+                pp: 2,
+                dp: 2,
+                micro_batch: 2,
+                zero,
+                recompute: Recompute::None,
+                ..crate::plan::PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &titan).unwrap();
+            assert_eq!(plan.microbatches_per_schedule(), 8);
+            unit_costs(&model, &cluster, &titan, &plan).layer.backward
+        };
+        let bytes_per_param = (6.0 + 7.0 * 10.0) / 8.0;
+        let expected = model.layer_params() / 2.0 * bytes_per_param
+            / cluster.gpu.achieved_hbm_bandwidth().0
+            / cluster.gpu.framework_efficiency;
+        let extra = backward_at(3) - backward_at(1);
+        assert!(
+            (extra - expected).abs() < 1e-9 * expected,
+            "{extra} vs {expected}"
+        );
     }
 }
