@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::cluster::GpuProfile;
 use crate::input_file::{
-    InputError, check_depth, quote, read_spec_text, read_structured, sanitize_message,
+    InputError, check_depth, escape, quote, read_spec_text, read_structured, sanitize_message,
 };
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
@@ -186,7 +186,7 @@ fn read_spec<T: DeserializeOwned>(
         Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
         None => Err(SpecError::UnknownName {
             kind,
-            name: quote(name_or_path),
+            name: escape(name_or_path),
             known: bundled
                 .iter()
                 .map(|(n, _)| *n)
@@ -280,7 +280,7 @@ pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
     let Some((name, text)) = BUNDLED_MODELS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "model",
-            name: quote(name),
+            name: escape(name),
             known: BUNDLED_MODELS
                 .iter()
                 .map(|(n, _)| *n)
@@ -298,7 +298,7 @@ pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
     let Some((name, text)) = BUNDLED_GPUS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "GPU",
-            name: quote(name),
+            name: escape(name),
             known: BUNDLED_GPUS
                 .iter()
                 .map(|(n, _)| *n)
