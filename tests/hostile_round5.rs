@@ -18,6 +18,111 @@ fn plan_with(extra: &[&str]) -> Run {
     run(&args)
 }
 
+/// `--params "7 B"` planned a 7B model and `--max-message "8 KiB"` measured 8 KiB: a space inside
+/// a size was dropped, though `7B 13B` (two values) was refused only as "not a number". Every size
+/// parser now reads one word: spaces around it (a shell quote's) are trimmed, a space inside is
+/// refused as possibly two values.
+#[test]
+fn a_size_with_a_space_inside_is_refused_as_possibly_two_values() {
+    for (flag, value) in [
+        ("--params", "7 B"),
+        ("--params", "7B 13B"),
+        ("--params", "7.5 T"),
+        ("--params", "1 000"),
+        ("--params", "7\tB"),
+        ("--tokens", "300 B"),
+        ("--tokens", "300B 1T"),
+    ] {
+        let mut extra = vec![flag, value];
+        if flag == "--tokens" {
+            extra.extend(["--params", "7B"]);
+        }
+        let r = plan_with(&extra);
+        assert_one_line_error(
+            &r,
+            &[
+                flag,
+                &format!("{value:?}"),
+                "has a space inside",
+                "one value or two",
+                "512B, not 512 B",
+            ],
+            &["panicked", "not a number"],
+            &format!("{flag} {value:?}"),
+        );
+    }
+    // The same rule on a sweep's points.
+    let r = run(&[
+        "sweep", "--nodes", "1", "--axis", "params", "--values", "7B,13 B",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--axis params at \"13 B\"", "has a space inside"],
+        &["panicked"],
+        "sweep --values 7B,13 B",
+    );
+    // Spaces around one value, as a shell quote leaves them, are harmless.
+    let r = plan_with(&["--params", " 7B "]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = plan_with(&["--params", "7B", "--tokens", " 300B"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// `calibrate --max-message "8 KiB"` read 8 KiB, `1000.5` was rounded down to 1000 bytes, and a
+/// count past 2^64 was clamped to 16 EiB: the byte sizes follow the same one-word rule, and
+/// neither drop part of a byte nor clamp.
+#[test]
+fn a_byte_size_is_one_word_of_whole_bytes_that_fits_its_count() {
+    let dir = scratch("hostile5", "bytes");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    for (flag, value, words) in [
+        (
+            "--max-message",
+            "8 KiB",
+            &["\"8 KiB\"", "has a space inside", "8KiB, not 8 KiB"][..],
+        ),
+        (
+            "--min-message",
+            "8KiB 16KiB",
+            &["\"8KiB 16KiB\"", "has a space inside"][..],
+        ),
+        (
+            "--max-message",
+            "1000.5",
+            &[
+                "1000.5",
+                "not a whole number of bytes",
+                "e.g. --max-message 8KiB",
+            ][..],
+        ),
+        (
+            "--copy-bytes",
+            "99999999999999999999999",
+            &["99999999999999999999999", "64-bit", "--copy-bytes 1GiB"][..],
+        ),
+    ] {
+        let r = run(&[
+            "calibrate",
+            "--params",
+            "7B",
+            "--backend",
+            "cpu",
+            flag,
+            value,
+            "-o",
+            out,
+        ]);
+        let mut needles = vec![flag];
+        needles.extend_from_slice(words);
+        assert_one_line_error(&r, &needles, &["panicked"], &format!("{flag} {value:?}"));
+        assert!(
+            !Path::new(out).exists(),
+            "{flag} {value:?}: wrote a profile"
+        );
+    }
+}
+
 /// `--run "x y"` was quoted back as `--run x y: no run ...`, which reads as the id `x` and a
 /// stray `y`; an empty value was handled in one message only. A value that is empty or holds a
 /// space is now put in double quotes in every message that quotes it.
