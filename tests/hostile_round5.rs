@@ -174,3 +174,80 @@ fn values_with_spaces_are_quoted_in_errors_so_their_ends_show() {
         "--model \"a b\"",
     );
 }
+
+/// `layers: "80"` in a spec said `invalid type: string "80", expected u32`: serde's words, with no
+/// fix. A quoted number stays refused (YAML reads it as text, and tpsim does not turn text into a
+/// number silently), now said as such with the unquoted line to write; serde's type names are said
+/// in words.
+#[test]
+fn a_quoted_number_in_a_spec_is_named_with_the_line_to_write() {
+    let dir = scratch("hostile5", "quoted");
+    let spec = std::fs::read_to_string(Path::new(ROOT).join("models/llama3-8b.yaml")).unwrap();
+    let with_layers = |value: &str| {
+        let text: String = spec
+            .lines()
+            .map(|l| {
+                if l.starts_with("layers:") {
+                    format!("layers: {value}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(dir.join("m.yaml"), text).unwrap();
+        run_in(
+            &dir,
+            &[
+                "plan",
+                "--model",
+                "./m.yaml",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+            ],
+        )
+    };
+    for quoted in ["\"32\"", "'32'", "\" 32 \""] {
+        let r = with_layers(quoted);
+        assert_one_line_error(
+            &r,
+            &[
+                "m.yaml:6:",
+                "layers:",
+                "a whole number from 0 to 4294967295",
+                "in quotes",
+                "write it without quotes (layers: 32)",
+            ],
+            &["expected u32", "panicked"],
+            quoted,
+        );
+    }
+    // Text that is no number is not called a quoted number.
+    let r = with_layers("\"32x\"");
+    assert_one_line_error(
+        &r,
+        &["layers:", "\"32x\"", "expected a whole number"],
+        &["in quotes", "expected u32"],
+        "32x",
+    );
+    let r = with_layers("~");
+    assert_one_line_error(
+        &r,
+        &[
+            "layers:",
+            "an empty value (null)",
+            "expected a whole number",
+        ],
+        &["unit value"],
+        "null",
+    );
+    std::fs::write(dir.join("list.yaml"), "[]\n").unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "list.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["list.yaml:1:1:", "expected a mapping of keys"],
+        &["struct PlanFile"],
+        "a list as a plan",
+    );
+}
