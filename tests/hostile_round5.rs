@@ -251,3 +251,39 @@ fn a_quoted_number_in_a_spec_is_named_with_the_line_to_write() {
         "a list as a plan",
     );
 }
+
+/// `plan --save p.yaml --report p.yaml` saved the plan, then failed on the report (exit 2 with a
+/// file written); `--report p.yaml/sub` too. Both are now refused before any work, nothing written.
+#[test]
+fn a_saved_plan_where_the_report_needs_a_folder_is_refused_before_any_work() {
+    let dir = scratch("hostile5", "save-report");
+    for (save, report) in [("p.yaml", "p.yaml"), ("p.yaml", "p.yaml/sub")] {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--save",
+                save,
+                "--report",
+                report,
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--save {save}"),
+                &format!("--report {report}"),
+                "give the file and the report different paths",
+            ],
+            &["panicked"],
+            &format!("--save {save} --report {report}"),
+        );
+        assert!(!dir.join(save).exists(), "{save}: written anyway");
+    }
+}
