@@ -45,7 +45,10 @@ pub enum InputError {
         max = MAX_INPUT_BYTES
     )]
     TooLarge { flag: String, path: String },
-    #[error("{flag} {path}: is not UTF-8 text; give a YAML or JSON file")]
+    #[error(
+        "{flag} {path}: is not UTF-8 text; give {}",
+        if flag == "--megatron-args" { "the launch line or script as text" } else { "a YAML or JSON file" }
+    )]
     NotText { flag: String, path: String },
     #[error(
         "{origin}:{line}: nesting is deeper than {max} levels, the limit for an input file (tpsim's files nest at most 5 deep); check the file",

@@ -287,3 +287,24 @@ fn a_saved_plan_where_the_report_needs_a_folder_is_refused_before_any_work() {
         assert!(!dir.join(save).exists(), "{save}: written anyway");
     }
 }
+
+/// `--megatron-args @script` that is not UTF-8 said "give a YAML or JSON file" of a launch script.
+#[test]
+fn a_binary_launch_script_is_asked_for_as_text() {
+    let dir = scratch("hostile5", "binary-launch");
+    std::fs::write(dir.join("launch.sh"), b"\xff\xfe--num-layers 2").unwrap();
+    let r = run_in(
+        &dir,
+        &["eval", "--nodes", "1", "--megatron-args", "@launch.sh"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--megatron-args @launch.sh",
+            "not UTF-8",
+            "launch line or script",
+        ],
+        &["YAML or JSON"],
+        "binary launch script",
+    );
+}
