@@ -308,3 +308,21 @@ fn a_binary_launch_script_is_asked_for_as_text() {
         "binary launch script",
     );
 }
+
+/// `tpsim plan --help | head -1` printed "error: writing the output: the help text could not be
+/// written to stdout" and exited 2, where a closed pipe is the reader's choice for every other
+/// output (exit 0, nothing said).
+#[test]
+fn help_into_a_closed_pipe_exits_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .args(["plan", "--help"])
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
