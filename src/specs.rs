@@ -185,7 +185,7 @@ fn plain_words(message: &str) -> String {
         .split_once(": invalid type: string \"")
         .and_then(|(key, rest)| Some((key, rest.split_once("\", expected a ")?)))
         .filter(|(_, (text, expected))| {
-            expected.contains("number") && text.trim().parse::<f64>().is_ok()
+            expected.contains("number") && text.trim().parse::<f64>().is_ok_and(f64::is_finite)
         })
         .map(|(path, (text, _))| {
             // `plan.tp` or `runs[0].layers`: the key as the file writes it.
@@ -195,7 +195,7 @@ fn plain_words(message: &str) -> String {
     if let Some((key, text)) = quoted_number {
         out.push_str(&format!(
             "; the number is in quotes, so YAML reads it as text: write it without quotes ({key}: {})",
-            text.trim()
+            escape(text.trim())
         ));
     }
     out
