@@ -45,7 +45,10 @@ pub enum InputError {
         max = MAX_INPUT_BYTES
     )]
     TooLarge { flag: String, path: String },
-    #[error("{flag} {path}: is not UTF-8 text; give a YAML or JSON file")]
+    #[error(
+        "{flag} {path}: is not UTF-8 text; give {}",
+        if flag == "--megatron-args" { "the launch line or script as text" } else { "a YAML or JSON file" }
+    )]
     NotText { flag: String, path: String },
     #[error(
         "{origin}:{line}: nesting is deeper than {max} levels, the limit for an input file (tpsim's files nest at most 5 deep); check the file",
@@ -212,8 +215,41 @@ pub fn check_depth(origin: &str, text: &str) -> Result<(), InputError> {
 }
 
 /// User input as it may appear in an error message: control characters escaped (a raw ESC, BEL or
-/// NUL would reach the terminal) and at most [`MAX_QUOTED_CHARS`] characters, the cut marked.
+/// NUL would reach the terminal), at most [`MAX_QUOTED_CHARS`] characters, the cut marked, and
+/// put in double quotes when it is empty or holds a space or a quote, so that where it starts and
+/// ends is plain (`--run "x y": ...`, not `--run x y: ...`; `--run "": ...`). A plain word or
+/// path is shown as typed.
 pub fn quote(text: &str) -> String {
+    let ambiguous = text.is_empty()
+        || text
+            .chars()
+            .take(MAX_QUOTED_CHARS)
+            .any(|c| c.is_whitespace() || c == '"' || c == '\'');
+    if !ambiguous {
+        return escape(text);
+    }
+    let mut out = String::from('"');
+    for (count, c) in text.chars().enumerate() {
+        if count == MAX_QUOTED_CHARS {
+            out.push('…');
+            break;
+        }
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => push_escaped(&mut out, c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// User input as it may appear in a name tpsim shows (not only in errors): control characters and
+/// spaces other than a plain one escaped, at most [`MAX_QUOTED_CHARS`] characters, the cut marked,
+/// never put in quotes.
+pub fn escape(text: &str) -> String {
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {
         if count == MAX_QUOTED_CHARS {
@@ -225,8 +261,12 @@ pub fn quote(text: &str) -> String {
     out
 }
 
+/// Pushes `c`, escaped when it is a control character or a space other than U+0020 (a
+/// no-break or zero-width space reads as a plain one, or as nothing).
 fn push_escaped(out: &mut String, c: char) {
-    if c.is_control() {
+    let invisible = c.is_whitespace() && c != ' '
+        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}');
+    if c.is_control() || invisible {
         out.extend(c.escape_default());
     } else {
         out.push(c);
@@ -316,6 +356,15 @@ mod tests {
     #[test]
     fn quotes_are_short_and_escaped() {
         assert_eq!(quote("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        // Where a value starts and ends is plain: one with a space, or none, is put in quotes.
+        assert_eq!(quote("plans/a.yaml"), "plans/a.yaml");
+        assert_eq!(quote("x y"), "\"x y\"");
+        assert_eq!(quote(""), "\"\"");
+        assert_eq!(quote(" x"), "\" x\"");
+        assert_eq!(quote("a\"b"), "\"a\\\"b\"");
+        assert_eq!(quote("x\u{a0}y"), "\"x\\u{a0}y\"");
+        assert_eq!(quote("x\u{200b}"), "x\\u{200b}");
+        assert_eq!(escape("x y"), "x y");
         assert_eq!(
             quote(&"x".repeat(1000)).chars().count(),
             MAX_QUOTED_CHARS + 1

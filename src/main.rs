@@ -72,7 +72,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => {
             // --help and --version print to stdout and succeed, unless stdout cannot take them.
-            if err.print().is_err() || flush_stdout().is_err() {
+            // A closed pipe (`tpsim --help | head`) is the reader's choice, as for any output.
+            let printed = match err.print() {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e),
+                _ => Ok(()),
+            };
+            if printed.is_err() || flush_stdout().is_err() {
                 return fail("writing the output: the help text could not be written to stdout");
             }
             return ExitCode::from(0);

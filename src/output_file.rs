@@ -89,6 +89,15 @@ pub enum OutputError {
         example: String,
     },
     #[error(
+        "{flag} {path}: is a folder that {report} needs, so the file written there would block the report; give the file and the report different paths"
+    )]
+    FileIsReportDir {
+        flag: String,
+        path: String,
+        /// The report's flag and directory, as given (`--report rep`).
+        report: String,
+    },
+    #[error(
         "{flag} {path}: cannot create the report directory: {folder} is a file, not a folder; choose another path"
     )]
     CannotCreate {
@@ -325,6 +334,18 @@ pub fn refuse_report_output_overlap<S: AsRef<str>>(
     dir: &str,
     names: &[S],
 ) -> Result<(), OutputError> {
+    // `--save x --report x` (or `--report x/sub`): the file takes the name the directory needs.
+    if let (Ok(file), Ok(report_dir)) = (
+        std::path::absolute(Path::new(path)),
+        std::path::absolute(Path::new(dir)),
+    ) && report_dir.starts_with(&file)
+    {
+        return Err(OutputError::FileIsReportDir {
+            flag: flag.to_string(),
+            path: quote(path),
+            report: format!("{report_flag} {}", quote(dir)),
+        });
+    }
     let Some(output) = identity(Path::new(path)) else {
         return Ok(());
     };

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::cluster::GpuProfile;
 use crate::input_file::{
-    InputError, check_depth, quote, read_spec_text, read_structured, sanitize_message,
+    InputError, check_depth, escape, quote, read_spec_text, read_structured, sanitize_message,
 };
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
@@ -146,8 +146,59 @@ pub fn yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
         origin: quote(origin),
         line,
         column,
-        message: sanitize_message(message),
+        message: sanitize_message(&plain_words(message)),
     }
+}
+
+/// Serde's type words said as a user reads them (`expected u32` is "a whole number from 0 to
+/// 4294967295", `unit value` an empty value), and a number written in quotes named as such: YAML
+/// reads `layers: "80"` as text, and tpsim does not turn text into a number behind the user's back.
+fn plain_words(message: &str) -> String {
+    let mut out = message.to_string();
+    for (rust, words) in [
+        ("u8", "a whole number from 0 to 255"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u64", "a whole number from 0 to 18446744073709551615"),
+        ("usize", "a whole number from 0 to 18446744073709551615"),
+        ("i32", "a whole number"),
+        ("i64", "a whole number"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ] {
+        let from = format!("expected {rust}");
+        if let Some(at) = out.find(&from)
+            && out[at + from.len()..].is_empty()
+        {
+            out.replace_range(at.., &format!("expected {words}"));
+        }
+    }
+    out = out.replace(
+        "invalid type: unit value",
+        "invalid type: an empty value (null)",
+    );
+    if let Some(at) = out.find("expected struct ") {
+        out.replace_range(at.., "expected a mapping of keys (key: value lines)");
+    }
+    // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix.
+    let quoted_number = out
+        .split_once(": invalid type: string \"")
+        .and_then(|(key, rest)| Some((key, rest.split_once("\", expected a ")?)))
+        .filter(|(_, (text, expected))| {
+            expected.contains("number") && text.trim().parse::<f64>().is_ok_and(f64::is_finite)
+        })
+        .map(|(path, (text, _))| {
+            // `plan.tp` or `runs[0].layers`: the key as the file writes it.
+            let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+            (key.to_string(), text.to_string())
+        });
+    if let Some((key, text)) = quoted_number {
+        out.push_str(&format!(
+            "; the number is in quotes, so YAML reads it as text: write it without quotes ({key}: {})",
+            escape(text.trim())
+        ));
+    }
+    out
 }
 
 /// Parses the text of a spec after checking its nesting depth (see `input_file`).
@@ -186,7 +237,7 @@ fn read_spec<T: DeserializeOwned>(
         Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
         None => Err(SpecError::UnknownName {
             kind,
-            name: quote(name_or_path),
+            name: escape(name_or_path),
             known: bundled
                 .iter()
                 .map(|(n, _)| *n)
@@ -280,7 +331,7 @@ pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
     let Some((name, text)) = BUNDLED_MODELS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "model",
-            name: quote(name),
+            name: escape(name),
             known: BUNDLED_MODELS
                 .iter()
                 .map(|(n, _)| *n)
@@ -298,7 +349,7 @@ pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
     let Some((name, text)) = BUNDLED_GPUS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "GPU",
-            name: quote(name),
+            name: escape(name),
             known: BUNDLED_GPUS
                 .iter()
                 .map(|(n, _)| *n)

@@ -111,6 +111,20 @@ pub struct ParseCountError {
     pub rule: String,
 }
 
+/// The rule a size with a space inside breaks: `7 B` or `7B 13B` could be one value or two, so
+/// neither is guessed at (spaces around it, as a shell quote leaves them, are harmless and trimmed).
+pub const INNER_SPACE_RULE: &str = "has a space inside, so it could be one value or two; write one value, its unit joined to the number";
+
+/// `text` without the spaces around it, refused (`Err` with [`INNER_SPACE_RULE`]) when a space
+/// is left inside: every size parser reads one word.
+pub fn one_word(text: &str) -> Result<&str, &'static str> {
+    let trimmed = text.trim();
+    if trimmed.contains(char::is_whitespace) {
+        return Err(INNER_SPACE_RULE);
+    }
+    Ok(trimmed)
+}
+
 /// Parses a parameter count: `512B`, `1.5T`, `70000M`, `175e9`, `7.5b`, `350k`.
 /// Suffixes are decimal (K=1e3, M=1e6, B/G=1e9, T=1e12), as model sizes are quoted in papers.
 pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountError> {
@@ -125,6 +139,7 @@ pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountErro
             "is empty; give a count such as 512B, 1.5T, 70000M or 175e9",
         ));
     }
+    let trimmed = one_word(text).map_err(|rule| fail(&format!("{rule} (e.g. 512B, not 512 B)")))?;
     // Rust's float parser reads nan, inf and infinity, whose last letter is no suffix.
     if trimmed.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
         return Err(fail(
@@ -243,6 +258,12 @@ mod tests {
             let err = parse_count("--params", bad).unwrap_err();
             assert!(err.to_string().contains("--params"), "{err}");
         }
+        for two in ["7 B", "7B 13B", "7\tB", "1 000", "7.5 T"] {
+            let err = parse_count("--params", two).unwrap_err();
+            assert!(err.rule.starts_with(INNER_SPACE_RULE), "{two}");
+        }
+        // Spaces a shell quote leaves around one value are no second value.
+        assert_eq!(parse_count("--params", " 7B ").unwrap(), 7e9);
         assert!(
             parse_count("--params", "-5B")
                 .unwrap_err()

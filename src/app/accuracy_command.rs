@@ -117,11 +117,7 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
             .collect();
         bail!(
             "--run {}: no run of {origin} has that id; give one of its ids{}",
-            if id.is_empty() {
-                "\"\"".to_string()
-            } else {
-                input_file::quote(id)
-            },
+            input_file::quote(id),
             if close.is_empty() {
                 " (the first column of `tpsim accuracy --runs FILE`)".to_string()
             } else {

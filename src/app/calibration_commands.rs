@@ -15,6 +15,7 @@ use crate::calibrate::{
 use crate::cli::{BackendArg, CalibrateArgs, ClusterArgs, Format, MeasureArgs, ValidateArgs};
 use crate::cluster::GpuProfile;
 use crate::cluster::calibration::Calibration;
+use crate::input_file::quote;
 use crate::model::Model;
 use crate::output_file;
 use crate::planner::{SearchOptions, search};
@@ -182,13 +183,13 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
             format!("{} (the {} default)", format_bytes(bytes), kind.as_str()),
         )
     };
-    let min_message = parse_bytes("--min-message", &args.min_message)?;
+    let min_message = byte_size("--min-message", &args.min_message)?;
     let (max_message, max_text) = match &args.max_message {
-        Some(text) => (parse_bytes("--max-message", text)?, text.clone()),
+        Some(text) => (byte_size("--max-message", text)?, text.clone()),
         None => default(1 << 30, 4 << 20),
     };
     let (copy_bytes, copy_text) = match &args.copy_bytes {
-        Some(text) => (parse_bytes("--copy-bytes", text)?, text.clone()),
+        Some(text) => (byte_size("--copy-bytes", text)?, text.clone()),
         None => default(1 << 30, 64 << 20),
     };
     if !gpu {
@@ -218,6 +219,31 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
         max_message,
         copy_bytes,
     })
+}
+
+/// A byte-size flag read as [`parse_bytes`] reads it, with the rules every size tpsim reads keeps:
+/// one word (`8 KiB` could be two values; spaces around it are trimmed), and no part of a byte
+/// dropped (`1000.5` is not rounded down to 1000 bytes).
+fn byte_size(flag: &str, text: &str) -> Result<u64> {
+    let word = crate::units::one_word(text)
+        .map_err(|rule| anyhow::anyhow!("{flag} {}: {rule} (e.g. 8KiB, not 8 KiB)", quote(text)))?;
+    let bytes = parse_bytes(flag, word)?;
+    let count = word.strip_suffix('B').unwrap_or(word);
+    if let Ok(value) = count.parse::<f64>()
+        && value.fract() != 0.0
+    {
+        bail!(
+            "{flag} {}: is not a whole number of bytes; give whole bytes or a binary unit, e.g. {flag} 8KiB",
+            quote(text)
+        );
+    }
+    if bytes == u64::MAX {
+        bail!(
+            "{flag} {}: is more bytes than a 64-bit count holds; give a message size such as {flag} 1GiB",
+            quote(text)
+        );
+    }
+    Ok(bytes)
 }
 
 fn print_calibration(profile: &GpuProfile, format: Format) -> Result<()> {

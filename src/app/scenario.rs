@@ -310,7 +310,7 @@ fn hf_model_name(path: &str) -> String {
     } else {
         stem
     };
-    input_file::quote(name)
+    input_file::escape(name)
 }
 
 /// The input files a command names (for refusing an output that would replace one).

@@ -148,7 +148,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             sweep::Axis::NetworkBandwidth => {}
         }
         let mut scenario = resolve_scenario(&model, &cluster, &training, None)
-            .with_context(|| format!("--axis {} at {value}", axis.name()))?;
+            .with_context(|| format!("--axis {} at {}", axis.name(), input_file::quote(value)))?;
         if axis == sweep::Axis::NetworkBandwidth {
             match value.parse::<f64>() {
                 Ok(gb) if crate::cluster::NETWORK_GB_PER_S.contains(gb) => {

@@ -1,0 +1,328 @@
+//! Hostile input, round 5: defects an adversarial audit of the built binary found (sizes with a
+//! space inside read as one value, values in errors whose ends were not visible, quoted numbers in
+//! YAML said in serde's words with no fix, a plan saved where the report needed its directory),
+//! one regression test each. Every error case checks exit 2, one line (so no panic or backtrace)
+//! and the words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+const ONE_NODE: &[&str] = &["--nodes", "1", "--global-batch", "64", "--top", "1"];
+
+fn plan_with(extra: &[&str]) -> Run {
+    let mut args = vec!["plan"];
+    args.extend_from_slice(ONE_NODE);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// `--params "7 B"` planned a 7B model and `--max-message "8 KiB"` measured 8 KiB: a space inside
+/// a size was dropped, though `7B 13B` (two values) was refused only as "not a number". Every size
+/// parser now reads one word: spaces around it (a shell quote's) are trimmed, a space inside is
+/// refused as possibly two values.
+#[test]
+fn a_size_with_a_space_inside_is_refused_as_possibly_two_values() {
+    for (flag, value) in [
+        ("--params", "7 B"),
+        ("--params", "7B 13B"),
+        ("--params", "7.5 T"),
+        ("--params", "1 000"),
+        ("--params", "7\tB"),
+        ("--tokens", "300 B"),
+        ("--tokens", "300B 1T"),
+    ] {
+        let mut extra = vec![flag, value];
+        if flag == "--tokens" {
+            extra.extend(["--params", "7B"]);
+        }
+        let r = plan_with(&extra);
+        assert_one_line_error(
+            &r,
+            &[
+                flag,
+                &format!("{value:?}"),
+                "has a space inside",
+                "one value or two",
+                "512B, not 512 B",
+            ],
+            &["panicked", "not a number"],
+            &format!("{flag} {value:?}"),
+        );
+    }
+    // The same rule on a sweep's points.
+    let r = run(&[
+        "sweep", "--nodes", "1", "--axis", "params", "--values", "7B,13 B",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--axis params at \"13 B\"", "has a space inside"],
+        &["panicked"],
+        "sweep --values 7B,13 B",
+    );
+    // Spaces around one value, as a shell quote leaves them, are harmless.
+    let r = plan_with(&["--params", " 7B "]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = plan_with(&["--params", "7B", "--tokens", " 300B"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// `calibrate --max-message "8 KiB"` read 8 KiB, `1000.5` was rounded down to 1000 bytes, and a
+/// count past 2^64 was clamped to 16 EiB: the byte sizes follow the same one-word rule, and
+/// neither drop part of a byte nor clamp.
+#[test]
+fn a_byte_size_is_one_word_of_whole_bytes_that_fits_its_count() {
+    let dir = scratch("hostile5", "bytes");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    for (flag, value, words) in [
+        (
+            "--max-message",
+            "8 KiB",
+            &["\"8 KiB\"", "has a space inside", "8KiB, not 8 KiB"][..],
+        ),
+        (
+            "--min-message",
+            "8KiB 16KiB",
+            &["\"8KiB 16KiB\"", "has a space inside"][..],
+        ),
+        (
+            "--max-message",
+            "1000.5",
+            &[
+                "1000.5",
+                "not a whole number of bytes",
+                "e.g. --max-message 8KiB",
+            ][..],
+        ),
+        (
+            "--copy-bytes",
+            "99999999999999999999999",
+            &["99999999999999999999999", "64-bit", "--copy-bytes 1GiB"][..],
+        ),
+    ] {
+        let r = run(&[
+            "calibrate",
+            "--params",
+            "7B",
+            "--backend",
+            "cpu",
+            flag,
+            value,
+            "-o",
+            out,
+        ]);
+        let mut needles = vec![flag];
+        needles.extend_from_slice(words);
+        assert_one_line_error(&r, &needles, &["panicked"], &format!("{flag} {value:?}"));
+        assert!(
+            !Path::new(out).exists(),
+            "{flag} {value:?}: wrote a profile"
+        );
+    }
+}
+
+/// `--run "x y"` was quoted back as `--run x y: no run ...`, which reads as the id `x` and a
+/// stray `y`; an empty value was handled in one message only. A value that is empty or holds a
+/// space is now put in double quotes in every message that quotes it.
+#[test]
+fn values_with_spaces_are_quoted_in_errors_so_their_ends_show() {
+    let r = run(&[
+        "accuracy",
+        "--runs",
+        "validation/modern_runs.yaml",
+        "--run",
+        "x y",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--run \"x y\": no run of", "give one of its ids"],
+        &["--run x y"],
+        "--run \"x y\"",
+    );
+    let r = run(&["accuracy", "--run", "x y"]);
+    assert_one_line_error(
+        &r,
+        &["--run \"x y\":", "published-runs file"],
+        &["--run x y"],
+        "--run \"x y\" on the bundled runs",
+    );
+    let r = run(&["plan", "--nodes", "1", "--model", "my model.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--model \"my model.yaml\": cannot read it",
+            "check the path",
+        ],
+        &[],
+        "--model \"my model.yaml\"",
+    );
+    // A plain name or path is shown as typed, and an unknown name is quoted once.
+    let r = run(&["plan", "--nodes", "1", "--model", "no-such-model"]);
+    assert_one_line_error(
+        &r,
+        &["unknown model \"no-such-model\"; known:"],
+        &["\\\""],
+        "--model no-such-model",
+    );
+    let r = run(&["plan", "--nodes", "1", "--model", "a b"]);
+    assert_one_line_error(
+        &r,
+        &["unknown model \"a b\";"],
+        &["\\\""],
+        "--model \"a b\"",
+    );
+}
+
+/// `layers: "80"` in a spec said `invalid type: string "80", expected u32`: serde's words, with no
+/// fix. A quoted number stays refused (YAML reads it as text, and tpsim does not turn text into a
+/// number silently), now said as such with the unquoted line to write; serde's type names are said
+/// in words.
+#[test]
+fn a_quoted_number_in_a_spec_is_named_with_the_line_to_write() {
+    let dir = scratch("hostile5", "quoted");
+    let spec = std::fs::read_to_string(Path::new(ROOT).join("models/llama3-8b.yaml")).unwrap();
+    let with_layers = |value: &str| {
+        let text: String = spec
+            .lines()
+            .map(|l| {
+                if l.starts_with("layers:") {
+                    format!("layers: {value}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(dir.join("m.yaml"), text).unwrap();
+        run_in(
+            &dir,
+            &[
+                "plan",
+                "--model",
+                "./m.yaml",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+            ],
+        )
+    };
+    for quoted in ["\"32\"", "'32'", "\" 32 \""] {
+        let r = with_layers(quoted);
+        assert_one_line_error(
+            &r,
+            &[
+                "m.yaml:6:",
+                "layers:",
+                "a whole number from 0 to 4294967295",
+                "in quotes",
+                "write it without quotes (layers: 32)",
+            ],
+            &["expected u32", "panicked"],
+            quoted,
+        );
+    }
+    // Text that is no number is not called a quoted number.
+    let r = with_layers("\"32x\"");
+    assert_one_line_error(
+        &r,
+        &["layers:", "\"32x\"", "expected a whole number"],
+        &["in quotes", "expected u32"],
+        "32x",
+    );
+    let r = with_layers("~");
+    assert_one_line_error(
+        &r,
+        &[
+            "layers:",
+            "an empty value (null)",
+            "expected a whole number",
+        ],
+        &["unit value"],
+        "null",
+    );
+    std::fs::write(dir.join("list.yaml"), "[]\n").unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "list.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["list.yaml:1:1:", "expected a mapping of keys"],
+        &["struct PlanFile"],
+        "a list as a plan",
+    );
+}
+
+/// `plan --save p.yaml --report p.yaml` saved the plan, then failed on the report (exit 2 with a
+/// file written); `--report p.yaml/sub` too. Both are now refused before any work, nothing written.
+#[test]
+fn a_saved_plan_where_the_report_needs_a_folder_is_refused_before_any_work() {
+    let dir = scratch("hostile5", "save-report");
+    for (save, report) in [("p.yaml", "p.yaml"), ("p.yaml", "p.yaml/sub")] {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--save",
+                save,
+                "--report",
+                report,
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--save {save}"),
+                &format!("--report {report}"),
+                "give the file and the report different paths",
+            ],
+            &["panicked"],
+            &format!("--save {save} --report {report}"),
+        );
+        assert!(!dir.join(save).exists(), "{save}: written anyway");
+    }
+}
+
+/// `--megatron-args @script` that is not UTF-8 said "give a YAML or JSON file" of a launch script.
+#[test]
+fn a_binary_launch_script_is_asked_for_as_text() {
+    let dir = scratch("hostile5", "binary-launch");
+    std::fs::write(dir.join("launch.sh"), b"\xff\xfe--num-layers 2").unwrap();
+    let r = run_in(
+        &dir,
+        &["eval", "--nodes", "1", "--megatron-args", "@launch.sh"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--megatron-args @launch.sh",
+            "not UTF-8",
+            "launch line or script",
+        ],
+        &["YAML or JSON"],
+        "binary launch script",
+    );
+}
+
+/// `tpsim plan --help | head -1` printed "error: writing the output: the help text could not be
+/// written to stdout" and exited 2, where a closed pipe is the reader's choice for every other
+/// output (exit 0, nothing said).
+#[test]
+fn help_into_a_closed_pipe_exits_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .args(["plan", "--help"])
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
