@@ -325,7 +325,9 @@ fn push_pipeline_variants(
                         continue;
                     }
                     for zero in 0..=max_zero {
-                        if !training.optimizer_states.allows_zero(zero) {
+                        if !training.optimizer_states.allows_zero(zero)
+                            || !training.framework.runs_zero_stage(zero)
+                        {
                             continue;
                         }
                         // Resharding after forward only means something for ZeRO-3 with more than

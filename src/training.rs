@@ -718,6 +718,22 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::MegatronCore)
     }
 
+    /// Whether the framework has a configuration for ZeRO stage `zero`. torchtitan replicates
+    /// (`data_parallel_replicate_degree`, DDP: ZeRO-0) or shards parameters, gradients and optimizer
+    /// states with FSDP2 (`data_parallel_shard_degree`: ZeRO-3, whose `fsdp_reshard_after_forward =
+    /// "never"` keeps the gathered parameters through the backward, tpsim's
+    /// `reshard_after_forward: false`, close to ZeRO-2 in memory and traffic); it has no stage that
+    /// shards the optimizer states or gradients alone (torchtitan `config/job_config.py`,
+    /// `Parallelism`). Megatron-Core has all four (distributed optimizer; Megatron-FSDP's
+    /// `optim`, `optim_grads`, `optim_grads_params`), DeepSpeed too (ZeRO 1–3), Megatron-LM 2021
+    /// 0–1 (its search stops there, `max_zero_with_pp` aside, by the flags it had).
+    pub fn runs_zero_stage(self, zero: u8) -> bool {
+        match self {
+            TrainingFramework::Torchtitan => matches!(zero, 0 | 3),
+            _ => true,
+        }
+    }
+
     /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
     /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
     /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.

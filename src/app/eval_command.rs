@@ -416,6 +416,13 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             scenario.training.framework.max_zero_with_pp()
         );
     }
+    if !framework.runs_zero_stage(plan.zero) {
+        eprintln!(
+            "note: ZeRO-{} is evaluated as asked, but --framework {} has no such stage: it replicates (--zero 0) or shards parameters, gradients and optimizer states with FSDP2 (--zero 3; --reshard-after-forward false keeps the gathered parameters through the backward, close to ZeRO-2), so `tpsim plan` does not propose it",
+            plan.zero,
+            framework.as_str()
+        );
+    }
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
             "note: --cp {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
