@@ -25,7 +25,7 @@ fn stages_shown(framework: &str) -> Vec<u64> {
         .as_array()
         .expect("plans")
         .iter()
-        .map(|p| p["plan"]["zero"].as_u64().expect("zero"))
+        .map(|p| p["zero"].as_u64().expect("zero"))
         .collect()
 }
 
