@@ -413,6 +413,9 @@ pub struct PlanFile {
     pub recompute_modules: Option<crate::training::RecomputeModules>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_dtype: Option<GradDtype>,
+    /// Megatron-Core's gradient-accumulation fusion; on when absent (written only when off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gradient_accumulation_fusion: Option<bool>,
     /// How parameters and Adam's states were stored; the framework's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_states: Option<crate::training::OptimizerStates>,

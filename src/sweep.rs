@@ -496,6 +496,7 @@ mod tests {
                     .default_fp8_scaling(),
                 recompute_modules: None,
                 fsdp_syncs_once_per_step: false,
+                gradient_accumulation_fusion: true,
             },
         }
     }

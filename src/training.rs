@@ -541,9 +541,10 @@ impl TrainingFramework {
 
     /// Whether the weight-gradient GEMMs accumulate in place into the gradient buffer (cuBLAS
     /// with beta = 1: the buffer read and written in its dtype) instead of writing a fresh bf16
-    /// gradient: Megatron-Core's gradient-accumulation fusion, on by default
-    /// (`TransformerConfig.gradient_accumulation_fusion`; Megatron-Bridge's providers enable it
-    /// wherever the fused kernel is installed, `fusions.can_enable_gradient_accumulation_fusion`),
+    /// gradient: Megatron-Core's gradient-accumulation fusion, which Megatron-LM's arguments turn on
+    /// by default (`--no-gradient-accumulation-fusion` turns it off; the bare `ModelParallelConfig`
+    /// field defaults to False) and Megatron-Bridge's providers enable wherever the fused kernel is
+    /// installed (`fusions.can_enable_gradient_accumulation_fusion`),
     /// which Transformer Engine's linears and grouped linears run as `general_gemm(...,
     /// out=weight.main_grad, accumulate=accumulate_wgrad_into_param_main_grad)` when
     /// `fuse_wgrad_accumulation` is set (`module/linear.py`, `grouped_linear.py`). torchtitan's
@@ -919,6 +920,11 @@ pub struct Training {
     /// Not on the command line (tpsim has no AutoModel framework); the accuracy runner sets it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fsdp_syncs_once_per_step: bool,
+    /// Megatron-Core's gradient-accumulation fusion (on unless a launch line or plan file says
+    /// `--no-gradient-accumulation-fusion`): the weight-gradient GEMMs accumulate into the
+    /// gradient buffer (`TrainingFramework::fuses_wgrad_accumulation`); off, a separate add per
+    /// micro-batch does. Other frameworks take their gradients from autograd either way.
+    pub gradient_accumulation_fusion: bool,
 }
 
 impl Training {
@@ -966,6 +972,7 @@ impl Training {
             fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            gradient_accumulation_fusion: true,
         }
     }
 }

@@ -370,6 +370,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            gradient_accumulation_fusion: true,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -543,6 +544,7 @@ pub fn vtrain_cases(
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            gradient_accumulation_fusion: true,
         };
         let p = &row.plan;
         let request = PlanRequest {

@@ -318,6 +318,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         fp8_scaling: launch.precision.fp8_scaling,
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
+        gradient_accumulation_fusion: (!launch.gradient_accumulation_fusion).then_some(false),
         optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,
         framework: None,

@@ -329,6 +329,8 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             fp8_scaling: Some(scenario.training.fp8_scaling),
             recompute_modules: scenario.training.recompute_modules,
             grad_dtype: Some(scenario.training.grad_dtype),
+            gradient_accumulation_fusion: (!scenario.training.gradient_accumulation_fusion)
+                .then_some(false),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),
             framework: Some(scenario.training.framework),

@@ -398,18 +398,24 @@ pub(crate) fn linear_gemm_time(
 /// (`CastSetting::wgrad_accumulates_into`, Megatron-Core's gradient-accumulation fusion) it reads
 /// and writes that buffer's k × n elements in its dtype, 8 bytes per weight in fp32, where the
 /// forward writes a bf16 m × n result. Same FLOPs (Narayanan et al. 2021 §3.1); with few rows,
-/// as an expert's tokens, the buffer's traffic puts it on the memory roof (`linear_gemm_time`'s
-/// roofline, with the operands at the plan's precision as Transformer Engine's wgrad reads them).
+/// as an expert's tokens, the buffer's traffic puts it on the memory roof. Both GEMMs are put on
+/// the same roofline (`linear_gemm_time`'s, uncalibrated, with the operands at the plan's
+/// precision as Transformer Engine's wgrad reads them), so a calibrated forward time does not
+/// hide the buffer's traffic.
 pub(crate) fn wgrad_accumulation_s(gemm: &Gemm, cluster: &Cluster, setting: CastSetting) -> f64 {
     let Some(buffer) = setting.wgrad_accumulates_into else {
         return 0.0;
     };
     let gpu = &cluster.gpu;
     let compute = gemm.flops() / gpu.linear_gemm_flops(setting.precision).0;
-    let operands = cast::operand_bytes(setting.precision) * (gemm.m * gemm.k + gemm.m * gemm.n);
-    let buffer_read_and_write = 2.0 * buffer.bytes() * gemm.k * gemm.n;
-    let memory = (operands + buffer_read_and_write) * gemm.batch / gpu.achieved_hbm_bandwidth().0;
-    (compute.max(memory) - linear_gemm_time(gemm, cluster, setting.precision, 1)).max(0.0)
+    let inputs = cast::operand_bytes(setting.precision) * gemm.m * gemm.k;
+    let weight_or_gradient = cast::operand_bytes(setting.precision);
+    let forward_bytes =
+        inputs + weight_or_gradient * gemm.k * gemm.n + ELEMENT_BYTES * gemm.m * gemm.n;
+    let wgrad_bytes =
+        inputs + weight_or_gradient * gemm.m * gemm.n + 2.0 * buffer.bytes() * gemm.k * gemm.n;
+    let on_roof = |bytes: f64| compute.max(bytes * gemm.batch / gpu.achieved_hbm_bandwidth().0);
+    (on_roof(wgrad_bytes) - on_roof(forward_bytes)).max(0.0)
 }
 
 /// HBM bytes per parameter and micro-batch of accumulating gradients unsharded across a pipeline
@@ -429,9 +435,16 @@ pub fn unsharded_grad_accumulation_bytes(
     } else {
         ELEMENT_BYTES + reduce_bytes
     };
-    let later = 2.0 * reduce_bytes + ELEMENT_BYTES;
     let micro_batches = f64::from(micro_batches.max(1));
-    (first + later * (micro_batches - 1.0)) / micro_batches
+    (first + gradient_add_bytes(reduce) * (micro_batches - 1.0)) / micro_batches
+}
+
+/// HBM bytes per parameter of adding a fresh bf16 gradient into an accumulator of dtype `into`:
+/// both read, the accumulator written. FSDP2's later micro-batches; Megatron-Core's backward hook
+/// without gradient-accumulation fusion, `param.main_grad.add_(param.grad.data)` every
+/// micro-batch (`distributed_data_parallel.py`, `_make_backward_post_hook`).
+pub fn gradient_add_bytes(into: crate::training::GradDtype) -> f64 {
+    2.0 * into.bytes() + ELEMENT_BYTES
 }
 
 /// Times one layer on one TP×CP rank. Backward costs twice the forward in GEMMs and in element-wise
@@ -477,9 +490,9 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     let linear_time: f64 = linear_times.iter().sum();
     let mlp_gemms = linear_times[2] + linear_times[3];
     // What the weight-gradient GEMMs take beyond their forward's time (in-place accumulation).
-    let wgrad_extras = linear.map(|g| wgrad_accumulation_s(&g, cluster, setting));
-    let mlp_wgrad_extra = wgrad_extras[2] + wgrad_extras[3];
-    let wgrad_extra: f64 = wgrad_extras.iter().sum();
+    let wgrad_extras_s = linear.map(|g| wgrad_accumulation_s(&g, cluster, setting));
+    let mlp_wgrad_extra_s = wgrad_extras_s[2] + wgrad_extras_s[3];
+    let wgrad_extra_s: f64 = wgrad_extras_s.iter().sum();
     let gemm_time = linear_time + attention_core_gemm_time;
     let t = f64::from(tp);
     let local_seq = seq_len / cp.max(1);
@@ -584,14 +597,14 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         forward,
         backward: 2.0 * forward
             + flash_extra
-            + (wgrad_extra + transposed_bytes / bandwidth) / gpu.framework_efficiency,
+            + (wgrad_extra_s + transposed_bytes / bandwidth) / gpu.framework_efficiency,
         recompute: recompute_time,
         linear_gemm_forward: linear_time / gpu.framework_efficiency,
         column_gemm_forward: (linear_times[0] + linear_times[2]) / gpu.framework_efficiency,
         attention_forward: attention_core_gemm_time / gpu.framework_efficiency,
         mlp_forward,
         mlp_backward: 2.0 * mlp_forward
-            + (mlp_wgrad_extra + mlp_transposed_bytes / bandwidth) / gpu.framework_efficiency,
+            + (mlp_wgrad_extra_s + mlp_transposed_bytes / bandwidth) / gpu.framework_efficiency,
     }
 }
 
@@ -677,6 +690,49 @@ pub fn optimizer_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layers_backward_carries_its_linears_weight_gradient_extras_and_the_mlp_its_own() {
+        // Llama 3 8B on tp 8 with 512 tokens per micro-batch: the fp32 buffers put the
+        // weight-gradient GEMMs on the memory roof. The backward grows by the four linears' extras,
+        // the dense MLP's backward (what an MoE layer replaces) by its two; the forward not at all.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let shard = |wgrad_accumulates_into| LayerShard {
+            micro_batch: 1,
+            seq_len: 512,
+            tp: 8,
+            cp: 1,
+            sp: true,
+            recompute: Recompute::None,
+            selective: SelectiveRecompute::AttentionCore,
+            attention: AttentionKernel::Flash,
+            gemm_chunks: 1,
+            attention_efficiency: cluster.gpu.gemm_efficiency,
+            kernel_fusion: KernelFusion::Fused,
+            cast: CastSetting {
+                wgrad_accumulates_into,
+                ..CastSetting::BF16
+            },
+        };
+        let fused_shard = shard(Some(crate::training::GradDtype::Fp32));
+        let with = layer_time_sharded(&model, &cluster, &fused_shard);
+        let without = layer_time_sharded(&model, &cluster, &shard(None));
+        assert_eq!(with.forward, without.forward);
+        let gemms = layer_gemms_sharded(&model, 1, 512, 8, 1);
+        let extra = |i: usize| wgrad_accumulation_s(&gemms[i], &cluster, fused_shard.cast);
+        let efficiency = cluster.gpu.framework_efficiency;
+        let layer_extra = (extra(0) + extra(3) + extra(4) + extra(5)) / efficiency;
+        let mlp_extra = (extra(4) + extra(5)) / efficiency;
+        assert!(mlp_extra > 0.0);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12 + 1e-9 * b;
+        assert!(close(with.backward - without.backward, layer_extra));
+        assert!(close(with.mlp_backward - without.mlp_backward, mlp_extra));
+    }
 
     #[test]
     fn unsharded_accumulation_upcasts_the_first_gradient_and_adds_the_rest() {

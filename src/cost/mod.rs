@@ -327,6 +327,28 @@ pub(crate) fn unit_costs(
     )
 }
 
+/// HBM bytes per parameter and micro-batch of accumulating gradients outside the weight-gradient
+/// GEMMs: under PyTorch's pipelining FSDP2 accumulates them unsharded across a schedule
+/// (`comm::reduces_after_pipeline_schedule`; across the whole step where the framework syncs once
+/// per step, `Training::fsdp_syncs_once_per_step`), and Megatron-Core without its
+/// gradient-accumulation fusion adds each into `main_grad` in a backward hook. Nothing where the
+/// GEMM accumulates (`compute::wgrad_accumulation_s`) or the framework's pass is not modelled
+/// (DeepSpeed, 2021 Megatron-LM: their A100 fit holds it).
+fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f64 {
+    if comm::reduces_after_pipeline_schedule(training, plan) {
+        let micro_batches = if training.fsdp_syncs_once_per_step {
+            plan.num_microbatches
+        } else {
+            plan.microbatches_per_schedule()
+        };
+        return compute::unsharded_grad_accumulation_bytes(training.grad_dtype, micro_batches);
+    }
+    if training.framework.fuses_wgrad_accumulation() && !training.gradient_accumulation_fusion {
+        return compute::gradient_add_bytes(training.grad_dtype);
+    }
+    0.0
+}
+
 /// The per-micro-batch costs of the average layer of a stage whose layers are `moe_share` MoE
 /// layers (0 for a dense model or an all-dense stage, 1 for an all-MoE one): a stage pays its own
 /// mix, so a stage of DeepSeek-V3's three dense layers and one MoE layer is costed as that, not as
@@ -411,18 +433,14 @@ pub(crate) fn unit_costs_at(
             layer.recompute += delta;
         }
     }
-    // Under PyTorch's pipelining FSDP2 accumulates each micro-batch's gradients unsharded until
-    // the schedule's last backward: an element-wise pass over the stage's parameters after every
-    // micro-batch's backward (`compute::unsharded_grad_accumulation_bytes`).
-    if comm::reduces_after_pipeline_schedule(training, plan) {
+    // Gradients accumulated outside the GEMMs: an element-wise pass over the layer's parameters
+    // after every micro-batch's backward (`gradient_pass_bytes_per_param`).
+    let pass_bytes = gradient_pass_bytes_per_param(training, plan);
+    if pass_bytes > 0.0 {
         let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
-        let bytes = (rest + expert)
-            * compute::unsharded_grad_accumulation_bytes(
-                training.grad_dtype,
-                plan.microbatches_per_schedule(),
-            );
-        layer.backward +=
-            bytes / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+        layer.backward += (rest + expert) * pass_bytes
+            / cluster.gpu.achieved_hbm_bandwidth().0
+            / cluster.gpu.framework_efficiency;
     }
     layer.recompute *= if plan.recompute == Recompute::Full {
         recompute_share

@@ -1214,6 +1214,82 @@ mod tests {
     }
 
     #[test]
+    fn experts_and_shared_experts_pay_their_weight_gradient_buffers_in_the_backward() {
+        // DeepSeek-V3 at ep 8, one 4K sequence: 32 local experts see 1,024 tokens each. With the
+        // fused accumulation the backward grows by the routed and shared experts' wgrad extras
+        // and nothing else; the forward does not move.
+        let model = crate::specs::load_model("deepseek-v3").unwrap();
+        let cluster = h100_nodes(1);
+        let training = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            4096,
+            64,
+            AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 1,
+            dp: 8,
+            ep: 8,
+            micro_batch: 1,
+            allow_uneven_pp: true,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let fused = CastSetting::of(&training, &plan);
+        assert_eq!(
+            fused.wgrad_accumulates_into,
+            Some(crate::training::GradDtype::Fp32)
+        );
+        let fresh = CastSetting {
+            wgrad_accumulates_into: None,
+            ..fused
+        };
+        let time = |cast| {
+            moe_mlp_time(
+                &model,
+                &cluster,
+                &plan,
+                4096,
+                1.0,
+                MoeDispatcher::Alltoall,
+                cast,
+            )
+        };
+        let (with, without) = (time(fused), time(fresh));
+        assert_eq!(with.forward_s, without.forward_s);
+        let moe = model.moe.unwrap();
+        let h = f64::from(model.hidden);
+        let per_expert = 4096.0 * 8.0 * 8.0 / 256.0;
+        let up = Gemm {
+            m: per_expert,
+            k: h,
+            n: model.expert_up_width(),
+            batch: 32.0,
+        };
+        let down = Gemm {
+            m: per_expert,
+            k: f64::from(moe.ffn_hidden),
+            n: h,
+            batch: 32.0,
+        };
+        let [shared_up, shared_down] = shared_expert_gemms(&model, &plan, 4096).unwrap();
+        let extras: f64 = [up, down, shared_up, shared_down]
+            .iter()
+            .map(|g| wgrad_accumulation_s(g, &cluster, fused))
+            .sum();
+        assert!(
+            extras > 0.0,
+            "1,024 tokens against an fp32 buffer reach the memory roof"
+        );
+        let grown = with.backward_s - without.backward_s;
+        let expected = extras / cluster.gpu.framework_efficiency;
+        assert!(
+            (grown - expected).abs() < 1e-12 + 1e-9 * expected,
+            "{grown} vs {expected}"
+        );
+    }
+
+    #[test]
     fn fp8_expert_gemms_run_at_the_fp8_rate() {
         // Megatron-Core's TEGroupedMLP runs the experts inside the FP8 autocast: Grok-1's large
         // experts (16K tokens x 6144 x 65536) must come out faster in FP8 than in bf16, by the

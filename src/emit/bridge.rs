@@ -116,6 +116,10 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();
     set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
     set("ddp.grad_reduce_in_fp32", fp32_grads);
+    // The providers turn it on wherever the fused kernel is installed; said only when off.
+    if !training.gradient_accumulation_fusion {
+        set("model.gradient_accumulation_fusion", "false".to_string());
+    }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
     // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a
     // string that `omegaconf_utils.apply_overrides` turns back into a torch dtype.

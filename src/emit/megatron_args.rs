@@ -155,6 +155,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "fp32",
     "grad-reduce-in-bf16",
     "accumulate-allreduce-grads-in-fp32",
+    "no-gradient-accumulation-fusion",
     "recompute-activations",
     "checkpoint-activations",
     "account-for-embedding-in-pipeline-split",

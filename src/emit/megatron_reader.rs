@@ -82,6 +82,8 @@ pub struct MegatronLaunch {
     pub microbatch_group: Option<u32>,
     /// The gradient precision Megatron-LM keeps and reduces in.
     pub grad_dtype: GradDtype,
+    /// `--no-gradient-accumulation-fusion` absent (Megatron-LM's default: fused).
+    pub gradient_accumulation_fusion: bool,
     /// How the optimizer stores its states (`--use-precision-aware-optimizer` and its dtypes).
     pub optimizer_states: crate::training::OptimizerStates,
     /// `--attention-backend` / `--use-flash-attn` (`None` when the line is silent).
@@ -321,6 +323,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
         grad_dtype,
+        gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion"),
         optimizer_states,
         attention,
         nodes,

@@ -534,6 +534,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         GradDtype::Bf16 => push("grad-reduce-in-bf16", None),
         GradDtype::Fp32 => push("accumulate-allreduce-grads-in-fp32", None),
     }
+    // Megatron-LM fuses the gradient accumulation into the weight-gradient GEMMs by default.
+    if !training.gradient_accumulation_fusion {
+        push("no-gradient-accumulation-fusion", None);
+    }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,
     // `fp4_recipe`): tpsim's fp8 is per-tensor scaling, current (`tensorwise`, as Megatron-Bridge's
     // bf16_with_fp8_current_scaling_mixed) or delayed (`delayed`) as --fp8-scaling says; mxfp8 and
@@ -654,6 +658,7 @@ mod tests {
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            gradient_accumulation_fusion: true,
         };
         (model, cluster, training)
     }

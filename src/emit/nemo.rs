@@ -56,6 +56,9 @@ struct NemoModel {
     activations_checkpoint_granularity: Option<&'static str>,
     activations_checkpoint_method: Option<&'static str>,
     activations_checkpoint_num_layers: Option<u32>,
+    /// Written out: tpsim evaluates Megatron-Core's fused weight-gradient accumulation unless told
+    /// otherwise, and NeMo 1.x's YAML defaults it to False.
+    gradient_accumulation_fusion: bool,
     optim: NemoOptim,
 }
 
@@ -135,6 +138,7 @@ pub fn nemo_yaml(
             },
             activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
                 .then_some(plan.recompute_num_layers.max(1)),
+            gradient_accumulation_fusion: training.gradient_accumulation_fusion,
             optim: NemoOptim {
                 name: match plan.zero {
                     0 => "fused_adam",

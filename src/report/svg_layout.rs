@@ -421,6 +421,7 @@ mod tests {
             fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            gradient_accumulation_fusion: true,
         };
         let request = PlanRequest {
             tp: 2,

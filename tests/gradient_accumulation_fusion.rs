@@ -1,0 +1,54 @@
+//! Megatron-Core's gradient-accumulation fusion read from a launch line and written back: with
+//! `--no-gradient-accumulation-fusion` the weight gradients are added into `main_grad` by a
+//! separate pass each micro-batch, which the estimate charges (`cost::gradient_pass_bytes_per_param`).
+
+mod common;
+use common::run;
+
+/// A small MoE launch line (64 experts, ep 8, 4K tokens) on one H100 node, with `extra`.
+fn line(extra: &str) -> String {
+    format!(
+        "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 \
+         --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 \
+         --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 1024 \
+         --expert-model-parallel-size 8 --bf16 --moe-grouped-gemm \
+         --moe-token-dispatcher-type alltoall {extra}"
+    )
+}
+
+fn eval(extra: &str, output: &[&str]) -> common::Run {
+    let line = line(extra);
+    let mut args = vec!["eval", "--nodes", "1", "--megatron-args", &line];
+    args.extend_from_slice(output);
+    run(&args)
+}
+
+fn compute_s(extra: &str) -> f64 {
+    let r = eval(extra, &["--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("skipped: --no-gradient-accumulation-fusion"),
+        "the flag changes time, so it is read, not skipped: {}",
+        r.stderr
+    );
+    let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    json["plans"][0]["time"]["compute_s"].as_f64().unwrap()
+}
+
+#[test]
+fn without_the_fusion_a_separate_add_per_micro_batch_costs_time() {
+    let fused = compute_s("");
+    let unfused = compute_s("--no-gradient-accumulation-fusion");
+    assert!(unfused > fused, "{unfused} vs {fused}");
+}
+
+#[test]
+fn the_emitted_line_keeps_what_was_read() {
+    let flag = "--no-gradient-accumulation-fusion";
+    let unfused = eval(flag, &["--emit", "megatron"]);
+    assert_eq!(unfused.code, 0, "{}", unfused.stderr);
+    assert!(unfused.stdout.contains(flag), "{}", unfused.stdout);
+    let fused = eval("", &["--emit", "megatron"]);
+    assert_eq!(fused.code, 0, "{}", fused.stderr);
+    assert!(!fused.stdout.contains(flag), "{}", fused.stdout);
+}
