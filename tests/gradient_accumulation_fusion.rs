@@ -27,7 +27,8 @@ fn compute_s(extra: &str) -> f64 {
     let r = eval(extra, &["--format", "json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
-        !r.stderr.contains("skipped: --no-gradient-accumulation-fusion"),
+        !r.stderr
+            .contains("skipped: --no-gradient-accumulation-fusion"),
         "the flag changes time, so it is read, not skipped: {}",
         r.stderr
     );

@@ -350,3 +350,23 @@ fn each_plan_says_which_overlap_takes_effect() {
     assert!(!header.contains("interleaved p2p"), "{header}");
     assert!(header.contains("overlaps grad reduce"), "{header}");
 }
+
+/// A flag tpsim reads, given twice with different values: Megatron-LM's argparse keeps the last,
+/// so tpsim does too, and says so instead of changing the value without a word.
+#[test]
+fn a_launch_flag_given_twice_is_named_with_both_values() {
+    let r = eval_launch("--num-layers 40");
+    // 0, or 1 when 40 layers do not fit on the node: either way the line was read.
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("given twice with different values; the last is used")
+            && r.stderr.contains("then 40"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("40 layers"), "{}", r.stdout);
+    // The same value twice changes nothing and is not worth a note.
+    let same = eval_launch("");
+    assert!(!same.stderr.contains("given twice"), "{}", same.stderr);
+}

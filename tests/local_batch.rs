@@ -70,7 +70,10 @@ fn each_local_batch_fills_and_drains_the_pipeline_again() {
         / gpu.achieved_hbm_bandwidth().0
         / gpu.framework_efficiency;
     let saved = compute(&one) - compute(&two);
-    assert!((saved - expected).abs() < 1e-6 * expected, "{saved} vs {expected}");
+    assert!(
+        (saved - expected).abs() < 1e-6 * expected,
+        "{saved} vs {expected}"
+    );
     let bubble = |j: &serde_json::Value| number(&j["time"]["bubble_s"]);
     assert!(bubble(&one) > 0.0);
     let ratio = bubble(&two) / bubble(&one);

@@ -199,6 +199,9 @@ pub(super) struct Parsed<'a> {
     pub(super) ignored: Vec<String>,
     /// Words that follow a flag tpsim reads but are none of its values ("\"stray\" after --bf16").
     pub(super) strays: Vec<String>,
+    /// Flags tpsim reads given twice with different values ("--num-layers 80, then 40"): the last
+    /// is kept, as Megatron-LM's argparse keeps it.
+    pub(super) repeated: Vec<String>,
 }
 
 /// One word of a launch line as the shell hands it to the program.
@@ -301,6 +304,7 @@ impl<'a> Parsed<'a> {
             launcher: HashMap::new(),
             ignored: Vec::new(),
             strays: Vec::new(),
+            repeated: Vec::new(),
         };
         let mut i = 0;
         // The known flag (with its value, if it takes one) the previous words completed: a number
@@ -365,7 +369,15 @@ impl<'a> Parsed<'a> {
                     flag: flag.to_string(),
                     example: example_value(flag),
                 })?;
-                parsed.values.insert(flag, value);
+                if let Some(earlier) = parsed.values.insert(flag, value)
+                    && earlier != value
+                {
+                    parsed.repeated.push(format!(
+                        "--{flag} {}, then {}",
+                        crate::input_file::quote(earlier),
+                        crate::input_file::quote(value)
+                    ));
+                }
                 after_known = Some(match inline {
                     Some(_) => token.to_string(),
                     None => format!("{token} {value}"),

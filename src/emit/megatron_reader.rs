@@ -331,6 +331,13 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         ignored: p.ignored,
         notes: {
             let mut notes = notes;
+            if !p.repeated.is_empty() {
+                notes.push(format!(
+                    "{} given twice with different values; the last is used, as Megatron-LM's argparse uses it: {}",
+                    if p.repeated.len() == 1 { "a flag is" } else { "flags are" },
+                    p.repeated.join("; ")
+                ));
+            }
             if !p.strays.is_empty() {
                 notes.push(format!(
                     "skipped {} after a flag that {} no value of it (Megatron-LM's argparse would refuse it as written; a shell variable is not expanded here, paste the expanded line): {}",
