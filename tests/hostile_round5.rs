@@ -326,3 +326,98 @@ fn help_into_a_closed_pipe_exits_quietly() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// `global_batch: "-5"` in a plan file said "the number is in quotes ... write it without quotes
+/// (global_batch: -5)", a fix refused again once taken; so did `"1e3"` and `"99999999999"` for a
+/// u32, `seq_len: "2048.5"` and `zero: "300"` (0 to 255). The hint is now given only when the
+/// unquoted text is a value of the type (a whole number in its range; a finite number for a
+/// float), and the rest keep the type error alone.
+#[test]
+fn a_quoted_number_is_told_to_lose_its_quotes_only_when_that_would_be_read() {
+    let dir = scratch("hostile5", "quoted-in-range");
+    let plan =
+        std::fs::read_to_string(Path::new(ROOT).join("plans/best-512b-32nodes.yaml")).unwrap();
+    let gpu = std::fs::read_to_string(Path::new(ROOT).join("clusters/h100-sxm-80g.yaml")).unwrap();
+    // `text` with the line starting `key:` (after its indent) set to `key: value`.
+    let with = |text: &str, key: &str, value: &str| -> String {
+        text.lines()
+            .map(|l| {
+                let indent = l.len() - l.trim_start().len();
+                if l.trim_start().starts_with(&format!("{key}:")) {
+                    format!("{}{key}: {value}\n", &l[..indent])
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect()
+    };
+    let eval_plan = |key: &str, value: &str| {
+        std::fs::write(dir.join("p.yaml"), with(&plan, key, value)).unwrap();
+        run_in(&dir, &["eval", "--plan", "p.yaml"])
+    };
+    for (key, value, words) in [
+        ("global_batch", "\"-5\"", "from 0 to 4294967295"),
+        ("global_batch", "\"1e3\"", "from 0 to 4294967295"),
+        ("global_batch", "\"99999999999\"", "from 0 to 4294967295"),
+        ("seq_len", "\"2048.5\"", "from 0 to 4294967295"),
+        ("zero", "\"300\"", "from 0 to 255"),
+    ] {
+        let r = eval_plan(key, value);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{key}: invalid type: string {value}"),
+                &format!("expected a whole number {words}"),
+            ],
+            &["in quotes", "without quotes", "panicked"],
+            &format!("{key}: {value}"),
+        );
+    }
+    // A value the type holds keeps the hint.
+    for (key, value, fix) in [
+        ("global_batch", "\"1536\"", "(global_batch: 1536)"),
+        ("zero", "\"1\"", "(zero: 1)"),
+    ] {
+        let r = eval_plan(key, value);
+        assert_one_line_error(
+            &r,
+            &["in quotes", &format!("write it without quotes {fix}")],
+            &["panicked"],
+            &format!("{key}: {value}"),
+        );
+    }
+    // A float field: a finite number gets the hint, an infinite one does not.
+    let plan_gpu = |value: &str| {
+        std::fs::write(dir.join("g.yaml"), with(&gpu, "hbm_capacity_gib", value)).unwrap();
+        run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--gpu",
+                "./g.yaml",
+            ],
+        )
+    };
+    let r = plan_gpu("\"79.65\"");
+    assert_one_line_error(
+        &r,
+        &["write it without quotes (hbm_capacity_gib: 79.65)"],
+        &["panicked"],
+        "hbm_capacity_gib: \"79.65\"",
+    );
+    for value in ["\"1e400\"", "\"inf\""] {
+        let r = plan_gpu(value);
+        assert_one_line_error(
+            &r,
+            &["hbm_capacity_gib:", "expected a number"],
+            &["in quotes", "panicked"],
+            value,
+        );
+    }
+}
