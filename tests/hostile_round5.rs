@@ -421,3 +421,72 @@ fn a_quoted_number_is_told_to_lose_its_quotes_only_when_that_would_be_read() {
         );
     }
 }
+
+/// `plan --save p.yaml --report sub/../p.yaml` (and `--report link/p.yaml`, `link` pointing to
+/// the folder itself) saved p.yaml, then failed on the report with a second error line: the
+/// paths were compared as written. They are now compared as the file system resolves them, and
+/// refused before any work, nothing written.
+#[cfg(unix)]
+#[test]
+fn a_saved_plan_where_the_report_needs_a_folder_is_refused_however_the_path_is_spelled() {
+    let dir = scratch("hostile5", "save-report-resolved");
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(".", dir.join("link")).unwrap();
+    for (save, report) in [
+        ("p.yaml", "sub/../p.yaml"),
+        ("p.yaml", "link/p.yaml"),
+        ("p.yaml", "./link/sub/../p.yaml/rep"),
+        ("link/p.yaml", "p.yaml"),
+        ("sub/../p.yaml", "no-such-dir/../p.yaml"),
+    ] {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--save",
+                save,
+                "--report",
+                report,
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--save {save}"),
+                &format!("--report {report}"),
+                "give the file and the report different paths",
+            ],
+            &["panicked"],
+            &format!("--save {save} --report {report}"),
+        );
+        assert!(
+            !dir.join("p.yaml").exists(),
+            "--save {save} --report {report}: written anyway"
+        );
+    }
+    // Different files, however spelled, still both get written.
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--save",
+            "link/p.yaml",
+            "--report",
+            "sub/../rep",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(dir.join("p.yaml").is_file() && dir.join("rep").is_dir());
+}
