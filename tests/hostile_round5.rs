@@ -490,3 +490,41 @@ fn a_saved_plan_where_the_report_needs_a_folder_is_refused_however_the_path_is_s
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(dir.join("p.yaml").is_file() && dir.join("rep").is_dir());
 }
+
+/// `calibrate --max-message 1.0001MiB` measured 1048680 bytes and `--copy-bytes 1.2345KB` 1234:
+/// the whole-bytes check read only plain numbers, and a unit's share of a byte was cut off. The
+/// size after its unit is now checked, the value shown in bytes.
+#[test]
+fn a_byte_size_with_a_unit_keeps_every_part_of_a_byte() {
+    let dir = scratch("hostile5", "bytes-unit");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    for (flag, value, bytes) in [
+        ("--max-message", "1.0001MiB", "(1048680.8576)"),
+        ("--max-message", "1.0001KiB", "(1024.1024)"),
+        ("--copy-bytes", "1.2345KB", "(1234.5)"),
+        ("--min-message", "8.0001KiB", "(8192.1024)"),
+    ] {
+        let r = run(&[
+            "calibrate",
+            "--params",
+            "7B",
+            "--backend",
+            "cpu",
+            flag,
+            value,
+            "-o",
+            out,
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{flag} {value}: is not a whole number of bytes {bytes}"),
+                &format!("e.g. {flag} 8KiB"),
+            ],
+            &["panicked", "must be at least 4"],
+            &format!("{flag} {value}"),
+        );
+        assert!(!Path::new(out).exists(), "{flag} {value}: wrote a profile");
+    }
+}
