@@ -528,3 +528,50 @@ fn a_byte_size_with_a_unit_keeps_every_part_of_a_byte() {
         assert!(!Path::new(out).exists(), "{flag} {value}: wrote a profile");
     }
 }
+
+/// `--max-message "7B "` said `--max-message 7B  must be at least ...` and `--max-message ""`
+/// said `--max-message : not a byte size`, the ends of the value out of sight. Every size error
+/// now shows the value as the rest of tpsim does: in double quotes when it is empty or holds a
+/// space, as typed otherwise.
+#[test]
+fn a_size_in_an_error_is_quoted_as_every_other_value_is() {
+    let dir = scratch("hostile5", "bytes-quoted");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    let calibrate = |flags: &[&str]| {
+        let mut args = vec!["calibrate", "--params", "7B", "--backend", "cpu", "-o", out];
+        args.extend_from_slice(flags);
+        run(&args)
+    };
+    for (flags, needle, absent) in [
+        (
+            &["--max-message", "7B "][..],
+            "--max-message \"7B \" must be at least 4 x --min-message 8KiB",
+            "--max-message 7B ",
+        ),
+        (
+            &["--max-message", ""][..],
+            "--max-message \"\": not a byte size",
+            "--max-message :",
+        ),
+        (
+            &["--min-message", " 8KiB", "--max-message", "9KiB"][..],
+            "--max-message 9KiB must be at least 4 x --min-message \" 8KiB\"",
+            "--min-message  8KiB",
+        ),
+        (
+            &["--copy-bytes", "0.5 "][..],
+            "--copy-bytes \"0.5 \": must be at least 1 byte",
+            "--copy-bytes 0.5",
+        ),
+        (
+            &["--copy-bytes", "2GiB "][..],
+            "--copy-bytes \"2GiB \" is over the CPU backend's limit",
+            "--copy-bytes 2GiB",
+        ),
+    ] {
+        let r = calibrate(flags);
+        assert_one_line_error(&r, &[needle], &[absent, "panicked"], needle);
+        assert!(!Path::new(out).exists(), "{flags:?}: wrote a profile");
+    }
+}

@@ -185,16 +185,21 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     };
     let min_message = byte_size("--min-message", &args.min_message)?;
     let (max_message, max_text) = match &args.max_message {
-        Some(text) => (byte_size("--max-message", text)?, text.clone()),
+        Some(text) => (byte_size("--max-message", text)?, quote(text)),
         None => default(1 << 30, 4 << 20),
     };
     let (copy_bytes, copy_text) = match &args.copy_bytes {
-        Some(text) => (byte_size("--copy-bytes", text)?, text.clone()),
+        Some(text) => (byte_size("--copy-bytes", text)?, quote(text)),
         None => default(1 << 30, 64 << 20),
     };
     if !gpu {
         for (flag, text, bytes, example) in [
-            ("--min-message", &args.min_message, min_message, "8KiB"),
+            (
+                "--min-message",
+                &quote(&args.min_message),
+                min_message,
+                "8KiB",
+            ),
             ("--max-message", &max_text, max_message, "4MiB"),
             ("--copy-bytes", &copy_text, copy_bytes, "64MiB"),
         ] {
@@ -209,7 +214,7 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     if max_message < min_message.saturating_mul(4) {
         bail!(
             "--max-message {max_text} must be at least 4 x --min-message {} so the alpha-beta fit has 3+ sizes; e.g. --max-message {}",
-            args.min_message,
+            quote(&args.min_message),
             format_bytes(min_message.saturating_mul(4))
         );
     }

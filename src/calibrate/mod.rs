@@ -17,6 +17,7 @@ pub mod summary;
 pub mod validate;
 
 use crate::cost::comm::Collective;
+use crate::input_file::quote;
 
 /// Why a calibration or validation could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -223,7 +224,7 @@ pub fn open_backend(
 /// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1TiB`, `1GB`. Text
 /// that is no byte size says so; a size of 0 bytes (or less) says that it must be more; no part
 /// of a byte is dropped (`1000.5` or `1.0001KiB`, 1024.1 bytes, are not rounded down), nor is a
-/// count past 2^64 clamped.
+/// count past 2^64 clamped. `text` is shown as [`quote`] shows user input.
 pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
@@ -240,7 +241,7 @@ pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
         "TB" => 1e12,
         _ => f64::NAN,
     };
-    let shown = text;
+    let shown = quote(text);
     let bytes = match number.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && multiplier.is_finite() => v * multiplier,
         _ => {
@@ -317,6 +318,8 @@ mod tests {
         }
         let err = parse_bytes("--x", "16777216TiB").unwrap_err().to_string();
         assert!(err.contains("64-bit"), "{err}");
+        let err = parse_bytes("--x", "").unwrap_err().to_string();
+        assert!(err.starts_with("--x \"\": not a byte size"), "{err}");
     }
 
     #[test]
