@@ -530,9 +530,9 @@ fn a_byte_size_with_a_unit_keeps_every_part_of_a_byte() {
 }
 
 /// `--max-message "7B "` said `--max-message 7B  must be at least ...` and `--max-message ""`
-/// said `--max-message : not a byte size`, the ends of the value out of sight. Every size error
-/// now shows the value as the rest of tpsim does: in double quotes when it is empty or holds a
-/// space, as typed otherwise.
+/// said `--max-message : not a byte size`, the ends of the value out of sight; `--params 7x` said
+/// `--params "7x"` in Rust's debug quoting. Every size error now shows the value as the rest of
+/// tpsim does: in double quotes when it is empty or holds a space, as typed otherwise.
 #[test]
 fn a_size_in_an_error_is_quoted_as_every_other_value_is() {
     let dir = scratch("hostile5", "bytes-quoted");
@@ -573,5 +573,14 @@ fn a_size_in_an_error_is_quoted_as_every_other_value_is() {
         let r = calibrate(flags);
         assert_one_line_error(&r, &[needle], &[absent, "panicked"], needle);
         assert!(!Path::new(out).exists(), "{flags:?}: wrote a profile");
+    }
+    // A count: shown as typed when it is one plain word, in quotes when empty.
+    for (value, needle) in [
+        ("7x", "--params 7x has an unknown suffix"),
+        ("", "--params \"\" is empty"),
+        ("-5B", "--params -5B must be greater than zero"),
+    ] {
+        let r = plan_with(&["--params", value]);
+        assert_one_line_error(&r, &[needle], &["\"7x\"", "\"-5B\"", "panicked"], value);
     }
 }
