@@ -260,14 +260,28 @@ fn folder_of(path: &Path) -> PathBuf {
     }
 }
 
-/// A path to compare with others: canonical when the file exists, else its canonical folder
-/// joined with its name; `None` when even the folder is missing.
+/// A path to compare with others, as the file system will resolve it when the file is written:
+/// its longest existing ancestor canonical (symlinks followed, `..` as the folders have it), the
+/// rest, which does not exist yet, joined with `.` and `..` resolved by name (`sub/../p.yaml` and
+/// `link/p.yaml`, `link` pointing to `.`, are both `./p.yaml`). `None` when the working directory
+/// cannot be read.
 fn identity(path: &Path) -> Option<PathBuf> {
-    if let Ok(canonical) = path.canonicalize() {
-        return Some(canonical);
+    let absolute = std::path::absolute(path).ok()?;
+    let (existing, rest) = absolute.ancestors().find_map(|ancestor| {
+        let canonical = ancestor.canonicalize().ok()?;
+        Some((canonical, absolute.strip_prefix(ancestor).ok()?))
+    })?;
+    let mut out = existing;
+    for part in rest.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(name) => out.push(name),
+            _ => {}
+        }
     }
-    let folder = folder_of(path).canonicalize().ok()?;
-    Some(folder.join(path.file_name()?))
+    Some(out)
 }
 
 /// The flag of the first of `inputs` (flag, path, or `@path` as `--megatron-args` takes it) that
@@ -325,8 +339,7 @@ pub fn refuse_report_overlap<S: AsRef<str>>(
 /// Refuses an output file `path` (given with `flag`) that is one of the files `names` a report
 /// written into `dir` (given with `report_flag`) writes (`plan --save rep/report.json --report
 /// rep`): the second write would replace the first. Compared as [`refuse_input_overlap`] compares,
-/// canonical folder and name, since neither file need exist yet; a report directory that does not
-/// exist yet holds no existing folder `path` can be in.
+/// as resolved paths (see [`identity`]), since neither file need exist yet.
 pub fn refuse_report_output_overlap<S: AsRef<str>>(
     flag: &str,
     path: &str,
@@ -334,11 +347,10 @@ pub fn refuse_report_output_overlap<S: AsRef<str>>(
     dir: &str,
     names: &[S],
 ) -> Result<(), OutputError> {
-    // `--save x --report x` (or `--report x/sub`): the file takes the name the directory needs.
-    if let (Ok(file), Ok(report_dir)) = (
-        std::path::absolute(Path::new(path)),
-        std::path::absolute(Path::new(dir)),
-    ) && report_dir.starts_with(&file)
+    // `--save x --report x` (or `--report x/sub`, `sub/../x`, `link-to-here/x`): the file takes
+    // the name the directory needs.
+    if let (Some(file), Some(report_dir)) = (identity(Path::new(path)), identity(Path::new(dir)))
+        && report_dir.starts_with(&file)
     {
         return Err(OutputError::FileIsReportDir {
             flag: flag.to_string(),

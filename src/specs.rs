@@ -155,6 +155,8 @@ pub fn yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
 /// reads `layers: "80"` as text, and tpsim does not turn text into a number behind the user's back.
 fn plain_words(message: &str) -> String {
     let mut out = message.to_string();
+    // The type serde expected, kept to tell whether the quoted text would be read unquoted.
+    let mut expected_type = None;
     for (rust, words) in [
         ("u8", "a whole number from 0 to 255"),
         ("u16", "a whole number from 0 to 65535"),
@@ -171,6 +173,7 @@ fn plain_words(message: &str) -> String {
             && out[at + from.len()..].is_empty()
         {
             out.replace_range(at.., &format!("expected {words}"));
+            expected_type = Some(rust);
         }
     }
     out = out.replace(
@@ -180,13 +183,13 @@ fn plain_words(message: &str) -> String {
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
-    // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix.
+    // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix, when the fix
+    // works (`"-5"` for a count, `"1e3"` for a whole number or `"300"` for 0 to 255 would only be
+    // refused again unquoted, so those keep the type error alone).
     let quoted_number = out
         .split_once(": invalid type: string \"")
         .and_then(|(key, rest)| Some((key, rest.split_once("\", expected a ")?)))
-        .filter(|(_, (text, expected))| {
-            expected.contains("number") && text.trim().parse::<f64>().is_ok_and(f64::is_finite)
-        })
+        .filter(|(_, (text, _))| expected_type.is_some_and(|rust| reads_unquoted(rust, text)))
         .map(|(path, (text, _))| {
             // `plan.tp` or `runs[0].layers`: the key as the file writes it.
             let key = path.rsplit([' ', '.']).next().unwrap_or(path);
@@ -199,6 +202,23 @@ fn plain_words(message: &str) -> String {
         ));
     }
     out
+}
+
+/// Whether `text`, written without quotes, is a value of the Rust number type `rust`: a whole
+/// number within the type's range, or a finite number for a float.
+fn reads_unquoted(rust: &str, text: &str) -> bool {
+    let text = text.trim();
+    match rust {
+        "u8" => text.parse::<u8>().is_ok(),
+        "u16" => text.parse::<u16>().is_ok(),
+        "u32" => text.parse::<u32>().is_ok(),
+        "u64" | "usize" => text.parse::<u64>().is_ok(),
+        "i32" => text.parse::<i32>().is_ok(),
+        "i64" => text.parse::<i64>().is_ok(),
+        "f32" => text.parse::<f32>().is_ok_and(f32::is_finite),
+        "f64" => text.parse::<f64>().is_ok_and(f64::is_finite),
+        _ => false,
+    }
 }
 
 /// Parses the text of a spec after checking its nesting depth (see `input_file`).

@@ -102,9 +102,10 @@ impl Bytes {
     }
 }
 
-/// Why a count such as `512B` could not be read.
+/// Why a count such as `512B` could not be read; the text is shown as [`crate::input_file::quote`]
+/// shows user input (`--params 7x`, `--params ""`, `--params "7 B"`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{flag} {original:?} {rule}")]
+#[error("{flag} {} {rule}", crate::input_file::quote(.original))]
 pub struct ParseCountError {
     pub flag: &'static str,
     pub original: String,
@@ -262,6 +263,19 @@ mod tests {
             let err = parse_count("--params", two).unwrap_err();
             assert!(err.rule.starts_with(INNER_SPACE_RULE), "{two}");
         }
+        // The value is shown as every error shows one: in quotes only when empty or spaced.
+        assert!(
+            parse_count("--params", "7x")
+                .unwrap_err()
+                .to_string()
+                .starts_with("--params 7x has an unknown suffix")
+        );
+        assert!(
+            parse_count("--params", "")
+                .unwrap_err()
+                .to_string()
+                .starts_with("--params \"\" is empty")
+        );
         // Spaces a shell quote leaves around one value are no second value.
         assert_eq!(parse_count("--params", " 7B ").unwrap(), 7e9);
         assert!(

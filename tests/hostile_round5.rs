@@ -326,3 +326,261 @@ fn help_into_a_closed_pipe_exits_quietly() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// `global_batch: "-5"` in a plan file said "the number is in quotes ... write it without quotes
+/// (global_batch: -5)", a fix refused again once taken; so did `"1e3"` and `"99999999999"` for a
+/// u32, `seq_len: "2048.5"` and `zero: "300"` (0 to 255). The hint is now given only when the
+/// unquoted text is a value of the type (a whole number in its range; a finite number for a
+/// float), and the rest keep the type error alone.
+#[test]
+fn a_quoted_number_is_told_to_lose_its_quotes_only_when_that_would_be_read() {
+    let dir = scratch("hostile5", "quoted-in-range");
+    let plan =
+        std::fs::read_to_string(Path::new(ROOT).join("plans/best-512b-32nodes.yaml")).unwrap();
+    let gpu = std::fs::read_to_string(Path::new(ROOT).join("clusters/h100-sxm-80g.yaml")).unwrap();
+    // `text` with the line starting `key:` (after its indent) set to `key: value`.
+    let with = |text: &str, key: &str, value: &str| -> String {
+        text.lines()
+            .map(|l| {
+                let indent = l.len() - l.trim_start().len();
+                if l.trim_start().starts_with(&format!("{key}:")) {
+                    format!("{}{key}: {value}\n", &l[..indent])
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect()
+    };
+    let eval_plan = |key: &str, value: &str| {
+        std::fs::write(dir.join("p.yaml"), with(&plan, key, value)).unwrap();
+        run_in(&dir, &["eval", "--plan", "p.yaml"])
+    };
+    for (key, value, words) in [
+        ("global_batch", "\"-5\"", "from 0 to 4294967295"),
+        ("global_batch", "\"1e3\"", "from 0 to 4294967295"),
+        ("global_batch", "\"99999999999\"", "from 0 to 4294967295"),
+        ("seq_len", "\"2048.5\"", "from 0 to 4294967295"),
+        ("zero", "\"300\"", "from 0 to 255"),
+    ] {
+        let r = eval_plan(key, value);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{key}: invalid type: string {value}"),
+                &format!("expected a whole number {words}"),
+            ],
+            &["in quotes", "without quotes", "panicked"],
+            &format!("{key}: {value}"),
+        );
+    }
+    // A value the type holds keeps the hint.
+    for (key, value, fix) in [
+        ("global_batch", "\"1536\"", "(global_batch: 1536)"),
+        ("zero", "\"1\"", "(zero: 1)"),
+    ] {
+        let r = eval_plan(key, value);
+        assert_one_line_error(
+            &r,
+            &["in quotes", &format!("write it without quotes {fix}")],
+            &["panicked"],
+            &format!("{key}: {value}"),
+        );
+    }
+    // A float field: a finite number gets the hint, an infinite one does not.
+    let plan_gpu = |value: &str| {
+        std::fs::write(dir.join("g.yaml"), with(&gpu, "hbm_capacity_gib", value)).unwrap();
+        run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--gpu",
+                "./g.yaml",
+            ],
+        )
+    };
+    let r = plan_gpu("\"79.65\"");
+    assert_one_line_error(
+        &r,
+        &["write it without quotes (hbm_capacity_gib: 79.65)"],
+        &["panicked"],
+        "hbm_capacity_gib: \"79.65\"",
+    );
+    for value in ["\"1e400\"", "\"inf\""] {
+        let r = plan_gpu(value);
+        assert_one_line_error(
+            &r,
+            &["hbm_capacity_gib:", "expected a number"],
+            &["in quotes", "panicked"],
+            value,
+        );
+    }
+}
+
+/// `plan --save p.yaml --report sub/../p.yaml` (and `--report link/p.yaml`, `link` pointing to
+/// the folder itself) saved p.yaml, then failed on the report with a second error line: the
+/// paths were compared as written. They are now compared as the file system resolves them, and
+/// refused before any work, nothing written.
+#[cfg(unix)]
+#[test]
+fn a_saved_plan_where_the_report_needs_a_folder_is_refused_however_the_path_is_spelled() {
+    let dir = scratch("hostile5", "save-report-resolved");
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(".", dir.join("link")).unwrap();
+    for (save, report) in [
+        ("p.yaml", "sub/../p.yaml"),
+        ("p.yaml", "link/p.yaml"),
+        ("p.yaml", "./link/sub/../p.yaml/rep"),
+        ("link/p.yaml", "p.yaml"),
+        ("sub/../p.yaml", "no-such-dir/../p.yaml"),
+    ] {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--save",
+                save,
+                "--report",
+                report,
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--save {save}"),
+                &format!("--report {report}"),
+                "give the file and the report different paths",
+            ],
+            &["panicked"],
+            &format!("--save {save} --report {report}"),
+        );
+        assert!(
+            !dir.join("p.yaml").exists(),
+            "--save {save} --report {report}: written anyway"
+        );
+    }
+    // Different files, however spelled, still both get written.
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--save",
+            "link/p.yaml",
+            "--report",
+            "sub/../rep",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(dir.join("p.yaml").is_file() && dir.join("rep").is_dir());
+}
+
+/// `calibrate --max-message 1.0001MiB` measured 1048680 bytes and `--copy-bytes 1.2345KB` 1234:
+/// the whole-bytes check read only plain numbers, and a unit's share of a byte was cut off. The
+/// size after its unit is now checked, the value shown in bytes.
+#[test]
+fn a_byte_size_with_a_unit_keeps_every_part_of_a_byte() {
+    let dir = scratch("hostile5", "bytes-unit");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    for (flag, value, bytes) in [
+        ("--max-message", "1.0001MiB", "(1048680.8576)"),
+        ("--max-message", "1.0001KiB", "(1024.1024)"),
+        ("--copy-bytes", "1.2345KB", "(1234.5)"),
+        ("--min-message", "8.0001KiB", "(8192.1024)"),
+    ] {
+        let r = run(&[
+            "calibrate",
+            "--params",
+            "7B",
+            "--backend",
+            "cpu",
+            flag,
+            value,
+            "-o",
+            out,
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{flag} {value}: is not a whole number of bytes {bytes}"),
+                &format!("e.g. {flag} 8KiB"),
+            ],
+            &["panicked", "must be at least 4"],
+            &format!("{flag} {value}"),
+        );
+        assert!(!Path::new(out).exists(), "{flag} {value}: wrote a profile");
+    }
+}
+
+/// `--max-message "7B "` said `--max-message 7B  must be at least ...` and `--max-message ""`
+/// said `--max-message : not a byte size`, the ends of the value out of sight; `--params 7x` said
+/// `--params "7x"` in Rust's debug quoting. Every size error now shows the value as the rest of
+/// tpsim does: in double quotes when it is empty or holds a space, as typed otherwise.
+#[test]
+fn a_size_in_an_error_is_quoted_as_every_other_value_is() {
+    let dir = scratch("hostile5", "bytes-quoted");
+    let out = dir.join("profile.yaml");
+    let out = out.to_str().unwrap();
+    let calibrate = |flags: &[&str]| {
+        let mut args = vec!["calibrate", "--params", "7B", "--backend", "cpu", "-o", out];
+        args.extend_from_slice(flags);
+        run(&args)
+    };
+    for (flags, needle, absent) in [
+        (
+            &["--max-message", "7B "][..],
+            "--max-message \"7B \" must be at least 4 x --min-message 8KiB",
+            "--max-message 7B ",
+        ),
+        (
+            &["--max-message", ""][..],
+            "--max-message \"\": not a byte size",
+            "--max-message :",
+        ),
+        (
+            &["--min-message", " 8KiB", "--max-message", "9KiB"][..],
+            "--max-message 9KiB must be at least 4 x --min-message \" 8KiB\"",
+            "--min-message  8KiB",
+        ),
+        (
+            &["--copy-bytes", "0.5 "][..],
+            "--copy-bytes \"0.5 \": must be at least 1 byte",
+            "--copy-bytes 0.5",
+        ),
+        (
+            &["--copy-bytes", "2GiB "][..],
+            "--copy-bytes \"2GiB \" is over the CPU backend's limit",
+            "--copy-bytes 2GiB",
+        ),
+    ] {
+        let r = calibrate(flags);
+        assert_one_line_error(&r, &[needle], &[absent, "panicked"], needle);
+        assert!(!Path::new(out).exists(), "{flags:?}: wrote a profile");
+    }
+    // A count: shown as typed when it is one plain word, in quotes when empty.
+    for (value, needle) in [
+        ("7x", "--params 7x has an unknown suffix"),
+        ("", "--params \"\" is empty"),
+        ("-5B", "--params -5B must be greater than zero"),
+    ] {
+        let r = plan_with(&["--params", value]);
+        assert_one_line_error(&r, &[needle], &["\"7x\"", "\"-5B\"", "panicked"], value);
+    }
+}

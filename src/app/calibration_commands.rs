@@ -185,16 +185,21 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     };
     let min_message = byte_size("--min-message", &args.min_message)?;
     let (max_message, max_text) = match &args.max_message {
-        Some(text) => (byte_size("--max-message", text)?, text.clone()),
+        Some(text) => (byte_size("--max-message", text)?, quote(text)),
         None => default(1 << 30, 4 << 20),
     };
     let (copy_bytes, copy_text) = match &args.copy_bytes {
-        Some(text) => (byte_size("--copy-bytes", text)?, text.clone()),
+        Some(text) => (byte_size("--copy-bytes", text)?, quote(text)),
         None => default(1 << 30, 64 << 20),
     };
     if !gpu {
         for (flag, text, bytes, example) in [
-            ("--min-message", &args.min_message, min_message, "8KiB"),
+            (
+                "--min-message",
+                &quote(&args.min_message),
+                min_message,
+                "8KiB",
+            ),
             ("--max-message", &max_text, max_message, "4MiB"),
             ("--copy-bytes", &copy_text, copy_bytes, "64MiB"),
         ] {
@@ -209,7 +214,7 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     if max_message < min_message.saturating_mul(4) {
         bail!(
             "--max-message {max_text} must be at least 4 x --min-message {} so the alpha-beta fit has 3+ sizes; e.g. --max-message {}",
-            args.min_message,
+            quote(&args.min_message),
             format_bytes(min_message.saturating_mul(4))
         );
     }
@@ -221,29 +226,13 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     })
 }
 
-/// A byte-size flag read as [`parse_bytes`] reads it, with the rules every size tpsim reads keeps:
-/// one word (`8 KiB` could be two values; spaces around it are trimmed), and no part of a byte
-/// dropped (`1000.5` is not rounded down to 1000 bytes).
+/// A byte-size flag read as [`parse_bytes`] reads it (whole bytes, shown back as typed), with the
+/// rule every size tpsim reads keeps: one word (`8 KiB` could be two values; spaces around it are
+/// trimmed).
 fn byte_size(flag: &str, text: &str) -> Result<u64> {
-    let word = crate::units::one_word(text)
+    crate::units::one_word(text)
         .map_err(|rule| anyhow::anyhow!("{flag} {}: {rule} (e.g. 8KiB, not 8 KiB)", quote(text)))?;
-    let bytes = parse_bytes(flag, word)?;
-    let count = word.strip_suffix('B').unwrap_or(word);
-    if let Ok(value) = count.parse::<f64>()
-        && value.fract() != 0.0
-    {
-        bail!(
-            "{flag} {}: is not a whole number of bytes; give whole bytes or a binary unit, e.g. {flag} 8KiB",
-            quote(text)
-        );
-    }
-    if bytes == u64::MAX {
-        bail!(
-            "{flag} {}: is more bytes than a 64-bit count holds; give a message size such as {flag} 1GiB",
-            quote(text)
-        );
-    }
-    Ok(bytes)
+    Ok(parse_bytes(flag, text)?)
 }
 
 fn print_calibration(profile: &GpuProfile, format: Format) -> Result<()> {

@@ -17,6 +17,7 @@ pub mod summary;
 pub mod validate;
 
 use crate::cost::comm::Collective;
+use crate::input_file::quote;
 
 /// Why a calibration or validation could not run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -221,7 +222,9 @@ pub fn open_backend(
 }
 
 /// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1TiB`, `1GB`. Text
-/// that is no byte size says so; a size of 0 bytes (or less) says that it must be more.
+/// that is no byte size says so; a size of 0 bytes (or less) says that it must be more; no part
+/// of a byte is dropped (`1000.5` or `1.0001KiB`, 1024.1 bytes, are not rounded down), nor is a
+/// count past 2^64 clamped. `text` is shown as [`quote`] shows user input.
 pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
@@ -238,21 +241,36 @@ pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
         "TB" => 1e12,
         _ => f64::NAN,
     };
-    match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && multiplier.is_finite() => {
-            let bytes = v * multiplier;
-            if bytes < 1.0 {
-                Err(CalibrationError::Input(format!(
-                    "{flag} {text}: must be at least 1 byte; e.g. {flag} 8KiB"
-                )))
-            } else {
-                Ok(bytes as u64)
-            }
+    let shown = quote(text);
+    let bytes = match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && multiplier.is_finite() => v * multiplier,
+        _ => {
+            return Err(CalibrationError::Input(format!(
+                "{flag} {shown}: not a byte size; write e.g. 8KiB, 4MiB, 1GiB or 65536"
+            )));
         }
-        _ => Err(CalibrationError::Input(format!(
-            "{flag} {text}: not a byte size; write e.g. 8KiB, 4MiB, 1GiB or 65536"
-        ))),
+    };
+    if bytes < 1.0 {
+        return Err(CalibrationError::Input(format!(
+            "{flag} {shown}: must be at least 1 byte; e.g. {flag} 8KiB"
+        )));
     }
+    // 2^64: the first count a u64 does not hold (`as u64` would clamp it to 2^64 - 1).
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(CalibrationError::Input(format!(
+            "{flag} {shown}: is more bytes than a 64-bit count holds; give a message size such as {flag} 1GiB"
+        )));
+    }
+    // Whole within what reading the number and scaling it can be off by (a few units in the last
+    // place): `1.005KB` is 1005 bytes, though 1.005 x 1000 is 1004.9999999999999 in binary.
+    let whole = bytes.round();
+    if (bytes - whole).abs() > whole * 4.0 * f64::EPSILON {
+        return Err(CalibrationError::Input(format!(
+            "{flag} {shown}: is not a whole number of bytes ({}); give whole bytes or a binary unit, e.g. {flag} 8KiB",
+            crate::units::show_number(bytes)
+        )));
+    }
+    Ok(whole as u64)
 }
 
 /// A byte count in the largest binary unit that holds it exactly (`4MiB`, `1GiB`, `65536B`).
@@ -286,6 +304,22 @@ mod tests {
             let err = parse_bytes("--max-message", bad).unwrap_err().to_string();
             assert!(err.contains("not a byte size"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_byte_size_is_whole_after_its_unit() {
+        // 1.005 x 1000 is 1004.9999999999999 in binary floating point: still 1005 bytes.
+        assert_eq!(parse_bytes("--x", "1.005KB").unwrap(), 1005);
+        assert_eq!(parse_bytes("--x", "1.5KiB").unwrap(), 1536);
+        assert_eq!(parse_bytes("--x", "0.1MB").unwrap(), 100_000);
+        for bad in ["1000.5", "1.0001KiB", "1.2345KB", "1.0000001GiB"] {
+            let err = parse_bytes("--x", bad).unwrap_err().to_string();
+            assert!(err.contains("not a whole number of bytes"), "{bad}: {err}");
+        }
+        let err = parse_bytes("--x", "16777216TiB").unwrap_err().to_string();
+        assert!(err.contains("64-bit"), "{err}");
+        let err = parse_bytes("--x", "").unwrap_err().to_string();
+        assert!(err.starts_with("--x \"\": not a byte size"), "{err}");
     }
 
     #[test]
