@@ -284,7 +284,7 @@ fn a_negative_price_or_nan_tokens_names_the_flag_and_the_rule() {
         assert_one_line_error(
             &r,
             &[
-                &format!("--tokens \"{tokens}\""),
+                &format!("--tokens {tokens} is"),
                 "not a finite number",
                 "512B",
             ],
@@ -295,7 +295,7 @@ fn a_negative_price_or_nan_tokens_names_the_flag_and_the_rule() {
     let r = run(&["plan", "--params", "7B", "--nodes", "1", "--tokens", "-5"]);
     assert_one_line_error(
         &r,
-        &["--tokens \"-5\"", "greater than zero"],
+        &["--tokens -5 must be greater than zero"],
         &["unexpected argument"],
         "negative tokens",
     );
