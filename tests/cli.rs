@@ -400,11 +400,14 @@ fn bad_counts_and_cluster_sizes() {
         args.extend_from_slice(extra);
         args
     };
-    assert_bad_input(&plan(&["--params", "abc", "--nodes", "32"]), &["\"abc\""]);
+    assert_bad_input(
+        &plan(&["--params", "abc", "--nodes", "32"]),
+        &["--params abc has an unknown suffix"],
+    );
     assert_bad_input(&plan(&["--params", "-5B", "--nodes", "32"]), &["-5B"]);
     assert_bad_input(
         &plan(&["--params", "0", "--nodes", "32"]),
-        &["\"0\"", "greater than zero"],
+        &["--params 0 must be greater than zero"],
     );
     assert_bad_input(&plan(&["--params", "512B", "--nodes", "0"]), &["--nodes 0"]);
     assert_bad_input(

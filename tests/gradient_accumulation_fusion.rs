@@ -41,6 +41,11 @@ fn without_the_fusion_a_separate_add_per_micro_batch_costs_time() {
     let fused = compute_s("");
     let unfused = compute_s("--no-gradient-accumulation-fusion");
     assert!(unfused > fused, "{unfused} vs {fused}");
+    // The header says what was evaluated.
+    let header = |extra: &str| eval(extra, &[]).stdout;
+    let words = "no gradient-accumulation fusion: weight gradients added to main_grad";
+    assert!(header("--no-gradient-accumulation-fusion").contains(words));
+    assert!(!header("").contains(words));
 }
 
 #[test]

@@ -185,12 +185,20 @@ pub fn scenario_line(report: &Report) -> String {
         t.optimizer_states.param_bytes() + t.optimizer_states.optimizer_bytes(),
         t.attention.as_str(),
         t.framework.as_str(),
-        match t.kernel_fusion {
-            crate::training::KernelFusion::Fused => "",
-            crate::training::KernelFusion::Eager => {
-                "eager, no torch.compile: norms, RoPE and activation unfused; "
+        format!(
+            "{}{}",
+            match t.kernel_fusion {
+                crate::training::KernelFusion::Fused => "",
+                crate::training::KernelFusion::Eager => {
+                    "eager, no torch.compile: norms, RoPE and activation unfused; "
+                }
+            },
+            if t.framework.fuses_wgrad_accumulation() && !t.gradient_accumulation_fusion {
+                "no gradient-accumulation fusion: weight gradients added to main_grad after each micro-batch; "
+            } else {
+                ""
             }
-        },
+        ),
         overlap_words(t, &report.plans, &report.model),
         // What selective recompute means, where a plan shown uses it.
         match t.selective_recompute() {
