@@ -325,6 +325,10 @@ pub struct ClusterArgs {
 /// How to train.
 #[derive(Debug, Clone, Args)]
 pub struct TrainingArgs {
+    /// Megatron-Core's gradient-accumulation fusion as a pasted Megatron flag set it (`eval
+    /// --no-gradient-accumulation-fusion`); not a flag of its own.
+    #[arg(skip)]
+    pub gradient_accumulation_fusion: Option<bool>,
     /// Tokens per sequence (default: the model's training length; 2048 for --params and shape flags).
     #[arg(long, visible_alias = "seq-length")]
     pub seq_len: Option<u32>,
@@ -688,6 +692,11 @@ pub struct EvalArgs {
     /// with --overlap-moe-expert-parallel-comm, which it requires).
     #[arg(long, hide = true, conflicts_with = "plan")]
     pub delay_wgrad_compute: bool,
+    /// Megatron-LM's --no-gradient-accumulation-fusion: the weight gradients are added into
+    /// main_grad by a backward hook instead of inside the GEMMs (what `--emit megatron` writes;
+    /// Megatron-FSDP lines carry it, as its user guide requires, and run unfused either way).
+    #[arg(long, hide = true, conflicts_with = "plan")]
+    pub no_gradient_accumulation_fusion: bool,
     // ---- Megatron-LM precision and overlap arguments pasted on eval (what `--emit megatron`
     // writes); read like the --megatron-args reader reads them.
     /// Megatron-LM's --fp8-format (e4m3|hybrid): FP8 GEMMs, recipe from --fp8-recipe.

@@ -539,19 +539,22 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
-    /// Whether the weight-gradient GEMMs accumulate in place into the gradient buffer (cuBLAS
-    /// with beta = 1: the buffer read and written in its dtype) instead of writing a fresh bf16
-    /// gradient: Megatron-Core's gradient-accumulation fusion, which Megatron-LM's arguments turn on
-    /// by default (`--no-gradient-accumulation-fusion` turns it off; the bare `ModelParallelConfig`
+    /// Whether the weight-gradient GEMMs of a plan at ZeRO stage `zero` accumulate in place into
+    /// the gradient buffer (cuBLAS with beta = 1: the buffer read and written in its dtype) instead
+    /// of writing a fresh bf16 gradient that a backward hook then adds (`param.main_grad.add_`).
+    /// Megatron-Core's gradient-accumulation fusion, which Megatron-LM's arguments turn on by
+    /// default (`--no-gradient-accumulation-fusion` turns it off; the bare `ModelParallelConfig`
     /// field defaults to False) and Megatron-Bridge's providers enable wherever the fused kernel is
-    /// installed (`fusions.can_enable_gradient_accumulation_fusion`),
-    /// which Transformer Engine's linears and grouped linears run as `general_gemm(...,
-    /// out=weight.main_grad, accumulate=accumulate_wgrad_into_param_main_grad)` when
-    /// `fuse_wgrad_accumulation` is set (`module/linear.py`, `grouped_linear.py`). torchtitan's
-    /// FSDP2 and DeepSpeed take the gradient from autograd. Megatron-LM 2021 stays as fitted
-    /// (vTrain's and SC'21's A100 GEMMs are compute-bound either way).
-    pub fn fuses_wgrad_accumulation(self) -> bool {
-        matches!(self, TrainingFramework::MegatronCore)
+    /// installed (`fusions.can_enable_gradient_accumulation_fusion`); Transformer Engine's linears
+    /// and grouped linears run it as `general_gemm(..., out=weight.main_grad,
+    /// accumulate=accumulate_wgrad_into_param_main_grad)` when `fuse_wgrad_accumulation` is set
+    /// (`module/linear.py`, `grouped_linear.py`). Not under Megatron-FSDP (ZeRO-2/3 here): its user
+    /// guide lists `--no-gradient-accumulation-fusion` among the required flags
+    /// (docs/discussions/megatron-fsdp-user-guide). torchtitan's FSDP2 and DeepSpeed take the
+    /// gradient from autograd. Megatron-LM 2021 stays as fitted (vTrain's and SC'21's A100 GEMMs
+    /// are compute-bound either way).
+    pub fn fuses_wgrad_accumulation(self, zero: u8) -> bool {
+        matches!(self, TrainingFramework::MegatronCore) && zero < 2
     }
 
     /// Whether low-precision training keeps quantized copies of the weights between uses

@@ -57,4 +57,46 @@ fn the_emitted_line_keeps_what_was_read() {
     let fused = eval("", &["--emit", "megatron"]);
     assert_eq!(fused.code, 0, "{}", fused.stderr);
     assert!(!fused.stdout.contains(flag), "{}", fused.stdout);
+    // The emitted words, given to `eval` as flags, evaluate the same unfused plan.
+    let mut args = vec!["eval", "--nodes", "1", "--format", "json"];
+    args.extend(unfused.stdout.split_whitespace());
+    let again = run(&args);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let json: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(json["training"]["gradient_accumulation_fusion"], false);
+    let compute = json["plans"][0]["time"]["compute_s"].as_f64().unwrap();
+    let expected = compute_s(flag);
+    assert!((compute - expected).abs() < 1e-9 * expected, "{compute} vs {expected}");
+}
+
+/// Megatron-FSDP (ZeRO-2/3 under Megatron-Core) runs without the fusion, as its user guide
+/// requires and Megatron-Bridge's FSDP recipes set: the line says so, and the estimate pays the
+/// separate add that a ZeRO-1 plan's fused GEMMs avoid.
+#[test]
+fn megatron_fsdp_plans_run_unfused() {
+    let emit = |zero: &str| {
+        let r = run(&[
+            "eval",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--dp",
+            "8",
+            "--zero",
+            zero,
+            "--global-batch",
+            "64",
+            "--emit",
+            "megatron",
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let flag = "--no-gradient-accumulation-fusion";
+    assert!(emit("3").contains(flag));
+    assert!(emit("2").contains(flag));
+    assert!(!emit("1").contains(flag));
 }

@@ -99,6 +99,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     } else if args.bf16 && training_args.grad_dtype.is_none() {
         training_args.grad_dtype = Some(GradDtypeArg::Fp32);
     }
+    // Megatron-FSDP requires the flag and runs unfused whatever it says (`fuses_wgrad_accumulation`).
+    if args.no_gradient_accumulation_fusion && !args.use_megatron_fsdp {
+        training_args.gradient_accumulation_fusion = Some(false);
+    }
     // Megatron-LM overlaps only what its arguments turn on (p2p unless
     // --no-overlap-p2p-communication): a pasted Megatron line (--bf16) means its defaults.
     if args.no_overlap_p2p_communication {
@@ -657,6 +661,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         decoder_last_pipeline_num_layers: None,
         pipeline_model_parallel_layout: None,
         delay_wgrad_compute: false,
+        no_gradient_accumulation_fusion: false,
         fp8_format: None,
         fp8_recipe: None,
         fp8_param_gather: false,

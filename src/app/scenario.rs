@@ -923,8 +923,9 @@ pub(super) fn resolve_scenario(
         cp_exchange,
         recompute_modules,
         fsdp_syncs_once_per_step: false,
-        gradient_accumulation_fusion: plan_file
-            .and_then(|f| f.gradient_accumulation_fusion)
+        gradient_accumulation_fusion: training_args
+            .gradient_accumulation_fusion
+            .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))
             .unwrap_or(true),
         seq_len: model.seq_len,
         global_batch,

@@ -80,7 +80,7 @@ impl CastSetting {
             reads_columnwise_fp8_where_supported: training
                 .framework
                 .reads_columnwise_fp8_where_supported(),
-            wgrad_accumulates_into: (training.framework.fuses_wgrad_accumulation()
+            wgrad_accumulates_into: (training.framework.fuses_wgrad_accumulation(plan.zero)
                 && training.gradient_accumulation_fusion)
                 .then_some(training.grad_dtype),
         }

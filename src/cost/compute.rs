@@ -439,6 +439,13 @@ pub fn unsharded_grad_accumulation_bytes(
     (first + gradient_add_bytes(reduce) * (micro_batches - 1.0)) / micro_batches
 }
 
+/// HBM bytes per parameter of copying a fresh bf16 gradient into a buffer of dtype `into` (read 2,
+/// write `into`): Megatron-FSDP without gradient-accumulation fusion, whose gradient buckets are
+/// reduce-scattered every micro-batch.
+pub fn gradient_copy_bytes(into: crate::training::GradDtype) -> f64 {
+    ELEMENT_BYTES + into.bytes()
+}
+
 /// HBM bytes per parameter of adding a fresh bf16 gradient into an accumulator of dtype `into`:
 /// both read, the accumulator written. FSDP2's later micro-batches; Megatron-Core's backward hook
 /// without gradient-accumulation fusion, `param.main_grad.add_(param.grad.data)` every

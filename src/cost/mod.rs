@@ -331,7 +331,8 @@ pub(crate) fn unit_costs(
 /// GEMMs: under PyTorch's pipelining FSDP2 accumulates them unsharded across a schedule
 /// (`comm::reduces_after_pipeline_schedule`; across the whole step where the framework syncs once
 /// per step, `Training::fsdp_syncs_once_per_step`), and Megatron-Core without its
-/// gradient-accumulation fusion adds each into `main_grad` in a backward hook. Nothing where the
+/// gradient-accumulation fusion adds each into `main_grad` in a backward hook (Megatron-FSDP,
+/// which runs unfused, copies each into the bucket it reduce-scatters). Nothing where the
 /// GEMM accumulates (`compute::wgrad_accumulation_s`) or the framework's pass is not modelled
 /// (DeepSpeed, 2021 Megatron-LM: their A100 fit holds it).
 fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f64 {
@@ -343,7 +344,17 @@ fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f6
         };
         return compute::unsharded_grad_accumulation_bytes(training.grad_dtype, micro_batches);
     }
-    if training.framework.fuses_wgrad_accumulation() && !training.gradient_accumulation_fusion {
+    if training.framework != crate::training::TrainingFramework::MegatronCore {
+        return 0.0;
+    }
+    // Megatron-FSDP (unfused, as its guide requires) copies each micro-batch's bf16 gradient
+    // into its unsharded gradient bucket, which the micro-batch's reduce-scatter then empties.
+    if plan.zero >= 2 {
+        return compute::gradient_copy_bytes(training.grad_dtype);
+    }
+    // The distributed optimizer's `main_grad` accumulates across micro-batches: without the
+    // fusion a backward hook adds each gradient into it.
+    if !training.gradient_accumulation_fusion {
         return compute::gradient_add_bytes(training.grad_dtype);
     }
     0.0
@@ -1348,6 +1359,46 @@ mod tests {
             AttentionKernel::Flash,
         );
         assert_eq!(layer_of(&megatron), (0.0, 0.0));
+    }
+
+    #[test]
+    fn megatron_fsdp_copies_each_gradient_into_its_bucket_outside_the_gemms() {
+        // Llama 3 8B, tp 2 × dp 4 under Megatron-Core, 8K tokens (the fused weight-gradient GEMMs
+        // stay compute-bound, so ZeRO-1 pays nothing beyond them). Megatron-FSDP runs unfused: a
+        // backward hook copies each bf16 gradient into its fp32 bucket, 6 bytes per parameter.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let core = Training::with_framework(
+            TrainingFramework::MegatronCore,
+            8192,
+            32,
+            AttentionKernel::Flash,
+        );
+        let backward_at = |zero: u8| {
+            let request = crate::plan::PlanRequest {
+                tp: 2,
+                pp: 1,
+                dp: 4,
+                micro_batch: 1,
+                zero,
+                recompute: Recompute::None,
+                ..crate::plan::PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &core).unwrap();
+            unit_costs(&model, &cluster, &core, &plan).layer.backward
+        };
+        let expected = model.layer_params() / 2.0 * 6.0
+            / cluster.gpu.achieved_hbm_bandwidth().0
+            / cluster.gpu.framework_efficiency;
+        let extra = backward_at(3) - backward_at(1);
+        assert!(
+            (extra - expected).abs() < 1e-9 * expected,
+            "{extra} vs {expected}"
+        );
     }
 
     #[test]

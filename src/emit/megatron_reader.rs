@@ -82,7 +82,8 @@ pub struct MegatronLaunch {
     pub microbatch_group: Option<u32>,
     /// The gradient precision Megatron-LM keeps and reduces in.
     pub grad_dtype: GradDtype,
-    /// `--no-gradient-accumulation-fusion` absent (Megatron-LM's default: fused).
+    /// `--no-gradient-accumulation-fusion` absent (Megatron-LM's default: fused), or a
+    /// Megatron-FSDP line, which carries it as required.
     pub gradient_accumulation_fusion: bool,
     /// How the optimizer stores its states (`--use-precision-aware-optimizer` and its dtypes).
     pub optimizer_states: crate::training::OptimizerStates,
@@ -323,7 +324,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
         grad_dtype,
-        gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion"),
+        // Megatron-FSDP requires the flag and runs unfused whatever it says
+        // (`TrainingFramework::fuses_wgrad_accumulation`): there it changes nothing.
+        gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion")
+            || p.switch("use-megatron-fsdp"),
         optimizer_states,
         attention,
         nodes,

@@ -534,8 +534,9 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         GradDtype::Bf16 => push("grad-reduce-in-bf16", None),
         GradDtype::Fp32 => push("accumulate-allreduce-grads-in-fp32", None),
     }
-    // Megatron-LM fuses the gradient accumulation into the weight-gradient GEMMs by default.
-    if !training.gradient_accumulation_fusion {
+    // Megatron-LM fuses the gradient accumulation into the weight-gradient GEMMs by default;
+    // Megatron-FSDP's user guide requires it off.
+    if !training.gradient_accumulation_fusion || plan.zero >= 2 {
         push("no-gradient-accumulation-fusion", None);
     }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,

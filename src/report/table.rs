@@ -144,6 +144,23 @@ pub fn scenario_line(report: &Report) -> String {
         if m.dropout { "dropout" } else { "no dropout" },
     ]
     .join(", ");
+    // How the kernels run, where that departs from the framework's fused default.
+    let kernel_words = [
+        match t.kernel_fusion {
+            crate::training::KernelFusion::Fused => "",
+            crate::training::KernelFusion::Eager => {
+                "eager, no torch.compile: norms, RoPE and activation unfused; "
+            }
+        },
+        if t.framework == crate::training::TrainingFramework::MegatronCore
+            && !t.gradient_accumulation_fusion
+        {
+            "no gradient-accumulation fusion: weight gradients added to main_grad after each micro-batch; "
+        } else {
+            ""
+        },
+    ]
+    .concat();
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}\n\
@@ -185,20 +202,7 @@ pub fn scenario_line(report: &Report) -> String {
         t.optimizer_states.param_bytes() + t.optimizer_states.optimizer_bytes(),
         t.attention.as_str(),
         t.framework.as_str(),
-        format!(
-            "{}{}",
-            match t.kernel_fusion {
-                crate::training::KernelFusion::Fused => "",
-                crate::training::KernelFusion::Eager => {
-                    "eager, no torch.compile: norms, RoPE and activation unfused; "
-                }
-            },
-            if t.framework.fuses_wgrad_accumulation() && !t.gradient_accumulation_fusion {
-                "no gradient-accumulation fusion: weight gradients added to main_grad after each micro-batch; "
-            } else {
-                ""
-            }
-        ),
+        kernel_words,
         overlap_words(t, &report.plans, &report.model),
         // What selective recompute means, where a plan shown uses it.
         match t.selective_recompute() {
