@@ -69,3 +69,29 @@ fn eval_prices_a_stage_torchtitan_lacks_and_says_so() {
     );
     assert!(r.stderr.contains("--zero 3"), "{}", r.stderr);
 }
+
+#[test]
+fn a_pinned_stage_torchtitan_lacks_is_named_as_the_frameworks() {
+    let r = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--zero",
+        "2",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--framework torchtitan has no ZeRO-2")
+            && r.stderr.contains("--zero 0")
+            && r.stderr.contains("--zero 3"),
+        "{}",
+        r.stderr
+    );
+}

@@ -66,7 +66,10 @@ fn the_emitted_line_keeps_what_was_read() {
     assert_eq!(json["training"]["gradient_accumulation_fusion"], false);
     let compute = json["plans"][0]["time"]["compute_s"].as_f64().unwrap();
     let expected = compute_s(flag);
-    assert!((compute - expected).abs() < 1e-9 * expected, "{compute} vs {expected}");
+    assert!(
+        (compute - expected).abs() < 1e-9 * expected,
+        "{compute} vs {expected}"
+    );
 }
 
 /// Megatron-FSDP (ZeRO-2/3 under Megatron-Core) runs without the fusion, as its user guide

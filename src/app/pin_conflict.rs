@@ -98,6 +98,15 @@ pub(super) fn explain(
             {
                 return Some(reason);
             }
+            // A stage the framework has no configuration for (`runs_zero_stage`).
+            if let Some(zero) = options.pins.zero.filter(|_| pin.flag == "--zero")
+                && !training.framework.runs_zero_stage(zero)
+            {
+                return Some(format!(
+                    "--zero {zero}: --framework {} has no ZeRO-{zero}: it replicates (--zero 0) or shards parameters, gradients and optimizer states with FSDP2 (--zero 3; --reshard-after-forward false keeps the gathered parameters through the backward, close to ZeRO-2); pin one of those, or price ZeRO-{zero} as asked with `tpsim eval`",
+                    training.framework.as_str()
+                ));
+            }
             // An uneven split or TP across nodes may be all the pin needs.
             for (allowed, flag) in [
                 (options.allow_uneven_pp, "--allow-uneven-pp"),
