@@ -738,6 +738,17 @@ impl TrainingFramework {
         }
     }
 
+    /// What a framework lacking some ZeRO stages (`runs_zero_stage`) offers instead, in the words
+    /// `eval`'s note and `plan`'s pin error both use.
+    pub fn zero_stages_it_has(self) -> &'static str {
+        match self {
+            TrainingFramework::Torchtitan => {
+                "it replicates (--zero 0) or shards parameters, gradients and optimizer states with FSDP2 (--zero 3; --reshard-after-forward false keeps the gathered parameters through the backward, close to ZeRO-2)"
+            }
+            _ => "it has ZeRO 0 to 3",
+        }
+    }
+
     /// Whether the pipeline schedule interleaves model chunks: Megatron-LM's interleaved 1F1B
     /// (Narayanan et al. 2021 §2.2, `--num-layers-per-virtual-pipeline-stage`) and torchtitan's
     /// `Interleaved1F1B` do; DeepSpeed's `PipelineEngine` runs one chunk per stage.
@@ -931,6 +942,13 @@ pub struct Training {
 }
 
 impl Training {
+    /// Whether the weight-gradient GEMMs of a plan at ZeRO stage `zero` accumulate in place: the
+    /// framework's rule (`TrainingFramework::fuses_wgrad_accumulation`) and the launch line's
+    /// `--no-gradient-accumulation-fusion`. One rule for the time, the extra pass and the emitters.
+    pub fn wgrad_accumulation_fused(&self, zero: u8) -> bool {
+        self.gradient_accumulation_fusion && self.framework.fuses_wgrad_accumulation(zero)
+    }
+
     /// Whether `recompute` is torchtitan's per-op selective AC here (the framework's selective
     /// kind is `SelectiveRecompute::AlternateMatmuls`), which memory, the ledger and the emitters
     /// treat apart from Megatron's attention-core recompute.

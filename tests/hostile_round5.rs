@@ -258,34 +258,43 @@ fn a_quoted_number_in_a_spec_is_named_with_the_line_to_write() {
 fn a_saved_plan_where_the_report_needs_a_folder_is_refused_before_any_work() {
     let dir = scratch("hostile5", "save-report");
     for (save, report) in [("p.yaml", "p.yaml"), ("p.yaml", "p.yaml/sub")] {
-        let r = run_in(
-            &dir,
-            &[
-                "plan",
-                "--params",
-                "7B",
-                "--nodes",
-                "1",
-                "--global-batch",
-                "64",
-                "--save",
-                save,
-                "--report",
-                report,
-            ],
-        );
-        assert_one_line_error(
-            &r,
-            &[
-                &format!("--save {save}"),
-                &format!("--report {report}"),
-                "give the file and the report different paths",
-            ],
-            &["panicked"],
-            &format!("--save {save} --report {report}"),
-        );
-        assert!(!dir.join(save).exists(), "{save}: written anyway");
+        assert_save_and_report_refused(&dir, save, report, save);
     }
+}
+
+/// `plan --save SAVE --report REPORT` in `dir` exits 2 with one line naming both and writes
+/// nothing at `written` (the file as the folder resolves it).
+fn assert_save_and_report_refused(dir: &std::path::Path, save: &str, report: &str, written: &str) {
+    let r = run_in(
+        dir,
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--save",
+            save,
+            "--report",
+            report,
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            &format!("--save {save}"),
+            &format!("--report {report}"),
+            "give the file and the report different paths",
+        ],
+        &["panicked"],
+        &format!("--save {save} --report {report}"),
+    );
+    assert!(
+        !dir.join(written).exists(),
+        "--save {save} --report {report}: written anyway"
+    );
 }
 
 /// `--megatron-args @script` that is not UTF-8 said "give a YAML or JSON file" of a launch script.
@@ -439,36 +448,7 @@ fn a_saved_plan_where_the_report_needs_a_folder_is_refused_however_the_path_is_s
         ("link/p.yaml", "p.yaml"),
         ("sub/../p.yaml", "no-such-dir/../p.yaml"),
     ] {
-        let r = run_in(
-            &dir,
-            &[
-                "plan",
-                "--params",
-                "7B",
-                "--nodes",
-                "1",
-                "--global-batch",
-                "64",
-                "--save",
-                save,
-                "--report",
-                report,
-            ],
-        );
-        assert_one_line_error(
-            &r,
-            &[
-                &format!("--save {save}"),
-                &format!("--report {report}"),
-                "give the file and the report different paths",
-            ],
-            &["panicked"],
-            &format!("--save {save} --report {report}"),
-        );
-        assert!(
-            !dir.join("p.yaml").exists(),
-            "--save {save} --report {report}: written anyway"
-        );
+        assert_save_and_report_refused(&dir, save, report, "p.yaml");
     }
     // Different files, however spelled, still both get written.
     let r = run_in(

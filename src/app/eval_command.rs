@@ -422,9 +422,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     }
     if !framework.runs_zero_stage(plan.zero) {
         eprintln!(
-            "note: ZeRO-{} is evaluated as asked, but --framework {} has no such stage: it replicates (--zero 0) or shards parameters, gradients and optimizer states with FSDP2 (--zero 3; --reshard-after-forward false keeps the gathered parameters through the backward, close to ZeRO-2), so `tpsim plan` does not propose it",
+            "note: ZeRO-{} is evaluated as asked, but --framework {} has no such stage: {}, so `tpsim plan` does not propose it",
             plan.zero,
-            framework.as_str()
+            framework.as_str(),
+            framework.zero_stages_it_has()
         );
     }
     if plan.cp > 1 && !framework.runs_context_parallelism() {

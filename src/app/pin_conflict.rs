@@ -103,8 +103,9 @@ pub(super) fn explain(
                 && !training.framework.runs_zero_stage(zero)
             {
                 return Some(format!(
-                    "--zero {zero}: --framework {} has no ZeRO-{zero}: it replicates (--zero 0) or shards parameters, gradients and optimizer states with FSDP2 (--zero 3; --reshard-after-forward false keeps the gathered parameters through the backward, close to ZeRO-2); pin one of those, or price ZeRO-{zero} as asked with `tpsim eval`",
-                    training.framework.as_str()
+                    "--zero {zero}: --framework {} has no ZeRO-{zero}: {}; pin one of those, or price ZeRO-{zero} as asked with `tpsim eval`",
+                    training.framework.as_str(),
+                    training.framework.zero_stages_it_has()
                 ));
             }
             // An uneven split or TP across nodes may be all the pin needs.

@@ -80,8 +80,8 @@ impl CastSetting {
             reads_columnwise_fp8_where_supported: training
                 .framework
                 .reads_columnwise_fp8_where_supported(),
-            wgrad_accumulates_into: (training.framework.fuses_wgrad_accumulation(plan.zero)
-                && training.gradient_accumulation_fusion)
+            wgrad_accumulates_into: training
+                .wgrad_accumulation_fused(plan.zero)
                 .then_some(training.grad_dtype),
         }
     }

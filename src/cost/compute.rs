@@ -385,12 +385,23 @@ pub(crate) fn linear_gemm_time(
     if precision == Precision::Bf16 {
         return pieces * piece.time(cluster);
     }
+    pieces * on_the_roof(&piece, cluster, precision, forward_bytes(&piece, precision))
+}
+
+/// HBM bytes of one batch entry of a linear's forward GEMM at `precision`: the input and weight
+/// at the format's size, the bf16 result.
+fn forward_bytes(gemm: &Gemm, precision: Precision) -> f64 {
+    cast::operand_bytes(precision) * (gemm.m * gemm.k + gemm.k * gemm.n)
+        + ELEMENT_BYTES * gemm.m * gemm.n
+}
+
+/// Roofline time of a linear GEMM at `precision` moving `bytes` per batch entry (uncalibrated):
+/// compute at the format's achievable rate, or the traffic at the achieved HBM bandwidth.
+fn on_the_roof(gemm: &Gemm, cluster: &Cluster, precision: Precision, bytes: f64) -> f64 {
     let gpu = &cluster.gpu;
-    let compute = piece.flops() / gpu.linear_gemm_flops(precision).0;
-    let operands = cast::operand_bytes(precision) * (piece.m * piece.k + piece.k * piece.n)
-        + ELEMENT_BYTES * piece.m * piece.n;
-    let memory = operands * piece.batch / gpu.achieved_hbm_bandwidth().0;
-    pieces * compute.max(memory)
+    let compute = gemm.flops() / gpu.linear_gemm_flops(precision).0;
+    let memory = bytes * gemm.batch / gpu.achieved_hbm_bandwidth().0;
+    compute.max(memory)
 }
 
 /// Time a linear's weight-gradient GEMM takes beyond the forward GEMM's, which the backward's 2×
@@ -406,16 +417,13 @@ pub(crate) fn wgrad_accumulation_s(gemm: &Gemm, cluster: &Cluster, setting: Cast
     let Some(buffer) = setting.wgrad_accumulates_into else {
         return 0.0;
     };
-    let gpu = &cluster.gpu;
-    let compute = gemm.flops() / gpu.linear_gemm_flops(setting.precision).0;
-    let inputs = cast::operand_bytes(setting.precision) * gemm.m * gemm.k;
-    let weight_or_gradient = cast::operand_bytes(setting.precision);
-    let forward_bytes =
-        inputs + weight_or_gradient * gemm.k * gemm.n + ELEMENT_BYTES * gemm.m * gemm.n;
-    let wgrad_bytes =
-        inputs + weight_or_gradient * gemm.m * gemm.n + 2.0 * buffer.bytes() * gemm.k * gemm.n;
-    let on_roof = |bytes: f64| compute.max(bytes * gemm.batch / gpu.achieved_hbm_bandwidth().0);
-    (on_roof(wgrad_bytes) - on_roof(forward_bytes)).max(0.0)
+    let precision = setting.precision;
+    // The input and the output gradient at the format's size; the buffer read and written.
+    let wgrad_bytes = cast::operand_bytes(precision) * (gemm.m * gemm.k + gemm.m * gemm.n)
+        + 2.0 * buffer.bytes() * gemm.k * gemm.n;
+    let wgrad = on_the_roof(gemm, cluster, precision, wgrad_bytes);
+    let forward = on_the_roof(gemm, cluster, precision, forward_bytes(gemm, precision));
+    (wgrad - forward).max(0.0)
 }
 
 /// HBM bytes per parameter and micro-batch of accumulating gradients unsharded across a pipeline

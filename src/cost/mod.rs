@@ -354,7 +354,7 @@ fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f6
     }
     // The distributed optimizer's `main_grad` accumulates across micro-batches: without the
     // fusion a backward hook adds each gradient into it.
-    if !training.gradient_accumulation_fusion {
+    if !training.wgrad_accumulation_fused(plan.zero) {
         return compute::gradient_add_bytes(training.grad_dtype);
     }
     0.0
@@ -1361,40 +1361,54 @@ mod tests {
         assert_eq!(layer_of(&megatron), (0.0, 0.0));
     }
 
-    #[test]
-    fn megatron_fsdp_copies_each_gradient_into_its_bucket_outside_the_gemms() {
-        // Llama 3 8B, tp 2 × dp 4 under Megatron-Core, 8K tokens (the fused weight-gradient GEMMs
-        // stay compute-bound, so ZeRO-1 pays nothing beyond them). Megatron-FSDP runs unfused: a
-        // backward hook copies each bf16 gradient into its fp32 bucket, 6 bytes per parameter.
+    /// How much a Llama 3 8B layer's backward (tp 2 on one H100 node, 8K tokens, nothing
+    /// recomputed) grows from ZeRO-1 to ZeRO-3 under `framework` at `pp` × `dp` and `micro_batch`,
+    /// against `bytes_per_param` moved over the layer's TP-split parameters; with the micro-batches
+    /// each pipeline schedule runs.
+    fn zero3_backward_growth(
+        framework: TrainingFramework,
+        pp: u32,
+        dp: u32,
+        micro_batch: u32,
+        bytes_per_param: f64,
+    ) -> (f64, f64, u32) {
         let model = crate::specs::load_model("llama3-8b").unwrap();
         let cluster = Cluster {
             gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
             nodes: 1,
             gpus_per_node: 8,
         };
-        let core = Training::with_framework(
-            TrainingFramework::MegatronCore,
-            8192,
-            32,
-            AttentionKernel::Flash,
-        );
+        let training = Training::with_framework(framework, 8192, 32, AttentionKernel::Flash);
         let backward_at = |zero: u8| {
             let request = crate::plan::PlanRequest {
                 tp: 2,
-                pp: 1,
-                dp: 4,
-                micro_batch: 1,
+                pp,
+                dp,
+                micro_batch,
                 zero,
                 recompute: Recompute::None,
                 ..crate::plan::PlanRequest::default()
             };
-            let plan = ParallelPlan::build(&request, &model, &cluster, &core).unwrap();
-            unit_costs(&model, &cluster, &core, &plan).layer.backward
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            let backward = unit_costs(&model, &cluster, &training, &plan)
+                .layer
+                .backward;
+            (backward, plan.microbatches_per_schedule())
         };
-        let expected = model.layer_params() / 2.0 * 6.0
+        let expected = model.layer_params() / 2.0 * bytes_per_param
             / cluster.gpu.achieved_hbm_bandwidth().0
             / cluster.gpu.framework_efficiency;
-        let extra = backward_at(3) - backward_at(1);
+        let ((sharded, micro_batches), (replicated, _)) = (backward_at(3), backward_at(1));
+        (sharded - replicated, expected, micro_batches)
+    }
+
+    #[test]
+    fn megatron_fsdp_copies_each_gradient_into_its_bucket_outside_the_gemms() {
+        // tp 2 × dp 4 under Megatron-Core (the fused weight-gradient GEMMs stay compute-bound at
+        // 8K tokens, so ZeRO-1 pays nothing beyond them). Megatron-FSDP runs unfused: each bf16
+        // gradient is copied into its fp32 bucket, 6 bytes per parameter.
+        let (extra, expected, _) =
+            zero3_backward_growth(TrainingFramework::MegatronCore, 1, 4, 1, 6.0);
         assert!(
             (extra - expected).abs() < 1e-9 * expected,
             "{extra} vs {expected}"
@@ -1403,40 +1417,18 @@ mod tests {
 
     #[test]
     fn pipelined_fsdp_pays_an_accumulation_pass_over_the_stage_per_micro_batch() {
-        // Llama 3 8B, tp 2 × pp 2 × FSDP 2 (ZeRO-3) under torchtitan: the unsharded fp32
-        // accumulators take every micro-batch's bf16 gradient (8 micro-batches in one schedule).
-        // ZeRO-1 accumulates nothing unsharded across the schedule; the rest of the layer is the same.
-        let model = crate::specs::load_model("llama3-8b").unwrap();
-        let cluster = Cluster {
-            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 1,
-            gpus_per_node: 8,
-        };
-        let titan = Training::with_framework(
+        // tp 2 × pp 2 × FSDP 2 (ZeRO-3) under torchtitan, 32 sequences of 2: 8 micro-batches in
+        // one schedule, whose unsharded fp32 accumulators take every micro-batch's bf16 gradient
+        // (6 bytes for the first, 10 for each later one). ZeRO-1 accumulates nothing unsharded
+        // across the schedule; the rest of the layer is the same.
+        let (extra, expected, micro_batches) = zero3_backward_growth(
             TrainingFramework::Torchtitan,
-            8192,
-            32,
-            AttentionKernel::Flash,
+            2,
+            2,
+            2,
+            (6.0 + 7.0 * 10.0) / 8.0,
         );
-        let backward_at = |zero: u8| {
-            let request = crate::plan::PlanRequest {
-                tp: 2,
-                pp: 2,
-                dp: 2,
-                micro_batch: 2,
-                zero,
-                recompute: Recompute::None,
-                ..crate::plan::PlanRequest::default()
-            };
-            let plan = ParallelPlan::build(&request, &model, &cluster, &titan).unwrap();
-            assert_eq!(plan.microbatches_per_schedule(), 8);
-            unit_costs(&model, &cluster, &titan, &plan).layer.backward
-        };
-        let bytes_per_param = (6.0 + 7.0 * 10.0) / 8.0;
-        let expected = model.layer_params() / 2.0 * bytes_per_param
-            / cluster.gpu.achieved_hbm_bandwidth().0
-            / cluster.gpu.framework_efficiency;
-        let extra = backward_at(3) - backward_at(1);
+        assert_eq!(micro_batches, 8);
         assert!(
             (extra - expected).abs() < 1e-9 * expected,
             "{extra} vs {expected}"

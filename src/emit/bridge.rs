@@ -117,7 +117,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     set("mixed_precision.grad_reduce_in_fp32", fp32_grads.clone());
     set("ddp.grad_reduce_in_fp32", fp32_grads);
     // The providers turn it on wherever the fused kernel is installed; said only when off.
-    if !training.gradient_accumulation_fusion || plan.zero >= 2 {
+    if super::runs_unfused_in_megatron(training, plan) {
         set("model.gradient_accumulation_fusion", "false".to_string());
     }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and

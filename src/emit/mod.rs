@@ -338,6 +338,14 @@ impl Framework {
     }
 }
 
+/// Whether the plan runs without gradient-accumulation fusion as Megatron-Core runs it (the flag
+/// given, or Megatron-FSDP, whose user guide requires it off: `fuses_wgrad_accumulation`), which
+/// the Megatron line and Megatron-Bridge's overrides then say.
+pub(super) fn runs_unfused_in_megatron(training: &Training, plan: &ParallelPlan) -> bool {
+    !(training.gradient_accumulation_fusion
+        && TrainingFramework::MegatronCore.fuses_wgrad_accumulation(plan.zero))
+}
+
 /// Megatron-FSDP's `--data-parallel-sharding-strategy` for a ZeRO stage (arguments.py choices:
 /// no_shard, optim, optim_grads, optim_grads_params).
 pub fn sharding_strategy(zero: u8) -> &'static str {
@@ -534,9 +542,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         GradDtype::Bf16 => push("grad-reduce-in-bf16", None),
         GradDtype::Fp32 => push("accumulate-allreduce-grads-in-fp32", None),
     }
-    // Megatron-LM fuses the gradient accumulation into the weight-gradient GEMMs by default;
-    // Megatron-FSDP's user guide requires it off.
-    if !training.gradient_accumulation_fusion || plan.zero >= 2 {
+    if runs_unfused_in_megatron(training, plan) {
         push("no-gradient-accumulation-fusion", None);
     }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,
