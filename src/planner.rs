@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use rayon::iter::Either;
 use rayon::prelude::*;
 
 use crate::cluster::Cluster;
@@ -376,8 +377,7 @@ fn recompute_layer_choices(
 }
 
 /// A total order on plans for tie-breaking: smaller degrees and simpler settings first.
-#[allow(clippy::type_complexity)]
-fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool, u32) {
+fn plan_key(plan: &ParallelPlan) -> PlanKey {
     (
         plan.tp,
         plan.cp,
@@ -397,18 +397,59 @@ fn plan_key(plan: &ParallelPlan) -> (u32, u32, u32, u32, u32, u32, bool, Recompu
 /// (lowest first); infeasible by memory (lowest first); then by the plan key. `total_cmp` keeps it a
 /// total order.
 fn rank(a: &Estimate, b: &Estimate) -> std::cmp::Ordering {
-    b.fits()
-        .cmp(&a.fits())
-        .then_with(|| {
-            if a.fits() {
-                b.tokens_per_s
-                    .total_cmp(&a.tokens_per_s)
-                    .then_with(|| a.memory.total_bytes.0.total_cmp(&b.memory.total_bytes.0))
-            } else {
-                a.memory.total_bytes.0.total_cmp(&b.memory.total_bytes.0)
-            }
-        })
-        .then_with(|| plan_key(&a.plan).cmp(&plan_key(&b.plan)))
+    RankKey::of(a).cmp(&RankKey::of(b))
+}
+
+/// What [`rank`] compares, small enough to sort hundreds of thousands of plans by without touching
+/// their estimates again.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct RankKey {
+    infeasible: bool,
+    /// Feasible: throughput, negated so that the highest comes first; infeasible: memory.
+    first: TotalOrder,
+    /// Feasible: memory; infeasible: nothing (0).
+    second: TotalOrder,
+    plan: PlanKey,
+}
+
+type PlanKey = (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool, u32);
+
+impl RankKey {
+    fn of(estimate: &Estimate) -> Self {
+        let memory_bytes = estimate.memory.total_bytes.0;
+        let (first, second) = if estimate.fits() {
+            (-estimate.tokens_per_s, memory_bytes)
+        } else {
+            (memory_bytes, 0.0)
+        };
+        RankKey {
+            infeasible: !estimate.fits(),
+            first: TotalOrder(first),
+            second: TotalOrder(second),
+            plan: plan_key(&estimate.plan),
+        }
+    }
+}
+
+/// An `f64` ordered by `total_cmp`.
+#[derive(Debug, Clone, Copy)]
+struct TotalOrder(f64);
+
+impl PartialEq for TotalOrder {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for TotalOrder {}
+impl PartialOrd for TotalOrder {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TotalOrder {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 /// Runs the search.
@@ -420,16 +461,19 @@ pub fn search(
 ) -> SearchResult {
     let started = Instant::now();
     let requests = enumerate(model, cluster, training, options);
-    let outcomes: Vec<Result<Estimate, &'static str>> = requests
+    // Estimates are large (hundreds of bytes) and a wide search keeps hundreds of thousands of
+    // them: they are collected once, in enumeration order, and ranked by sorting their indices and
+    // permuting in place, so no estimate is moved more than once or held twice.
+    let (mut ranked, refused): (Vec<Estimate>, Vec<&'static str>) = requests
         .par_iter()
         .map(|request| {
             if !options.pins.admit(request) {
-                return Err("ruled_out_by_pins");
+                return Either::Right("ruled_out_by_pins");
             }
             match ParallelPlan::build(request, model, cluster, training) {
                 Ok(plan) => {
                     let own = evaluate(model, cluster, training, &plan);
-                    Ok(match options.pins.stage_split {
+                    Either::Left(match options.pins.stage_split {
                         StageSplitPin::Searched if options.allow_uneven_pp => {
                             fastest_split(model, cluster, training, request, &plan, own)
                         }
@@ -440,27 +484,21 @@ pub fn search(
                 Err(
                     crate::plan::PlanError::LocalBatch { .. }
                     | crate::plan::PlanError::VppScheduleMicrobatches { .. },
-                ) => Err("local_batch_split"),
-                Err(_) => Err("invalid_plan"),
+                ) => Either::Right("local_batch_split"),
+                Err(_) => Either::Right("invalid_plan"),
             }
         })
-        .collect();
+        .partition_map(|outcome| outcome);
     let mut infeasible_by_reason = BTreeMap::new();
-    let mut ranked = Vec::with_capacity(outcomes.len());
-    for outcome in outcomes {
-        match outcome {
-            Ok(estimate) => {
-                if let Some(reason) = estimate.infeasible {
-                    *infeasible_by_reason
-                        .entry(reason.key().to_string())
-                        .or_insert(0) += 1;
-                }
-                ranked.push(estimate);
-            }
-            Err(reason) => *infeasible_by_reason.entry(reason.to_string()).or_insert(0) += 1,
-        }
+    let infeasible_reasons = ranked
+        .iter()
+        .filter_map(|estimate| estimate.infeasible.map(|reason| reason.key()));
+    for reason in infeasible_reasons.chain(refused) {
+        *infeasible_by_reason.entry(reason.to_string()).or_insert(0) += 1;
     }
-    ranked.par_sort_by(rank);
+    let mut order: Vec<usize> = (0..ranked.len()).collect();
+    order.par_sort_by_cached_key(|&index| RankKey::of(&ranked[index]));
+    permute_in_place(&mut ranked, order);
     let feasible = ranked.iter().filter(|e| e.fits()).count() as u64;
     SearchResult {
         stats: SearchStats {
@@ -471,6 +509,24 @@ pub fn search(
             threads: rayon::current_num_threads(),
         },
         ranked,
+    }
+}
+
+/// Reorders `items` so that the k-th becomes the old `order[k]`-th (`order` a permutation of the
+/// indices), following each cycle with swaps.
+fn permute_in_place<T>(items: &mut [T], mut order: Vec<usize>) {
+    const DONE: usize = usize::MAX;
+    for start in 0..items.len() {
+        let mut slot = start;
+        while order[slot] != DONE {
+            let source = order[slot];
+            order[slot] = DONE;
+            if source == start {
+                break;
+            }
+            items.swap(slot, source);
+            slot = source;
+        }
     }
 }
 
@@ -682,6 +738,14 @@ mod fold_tests {
                 evaluate(&model, &cluster, &training, &plan)
             })
             .collect()
+    }
+
+    #[test]
+    fn permuting_in_place_puts_each_item_where_the_order_says() {
+        let mut items = vec!['a', 'b', 'c', 'd', 'e', 'f'];
+        // Two cycles (0 -> 3 -> 1, 2 -> 5) and a fixed point (4).
+        permute_in_place(&mut items, vec![3, 0, 5, 1, 4, 2]);
+        assert_eq!(items, vec!['d', 'a', 'f', 'b', 'e', 'c']);
     }
 
     #[test]

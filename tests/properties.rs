@@ -174,6 +174,38 @@ fn ranking_is_identical_on_one_and_many_threads() {
     assert_eq!(one.ranked, many.ranked);
 }
 
+/// The ranking the search documents: every feasible plan before every infeasible one, feasible
+/// plans by throughput (highest first, ties by memory), infeasible ones by memory (lowest first);
+/// and the infeasibility counts add up to the candidates that do not fit.
+#[test]
+fn search_ranks_feasible_by_throughput_then_infeasible_by_memory() {
+    let model = load_model("gpt3-175b").unwrap();
+    let c = cluster(16);
+    let t = training(512);
+    let options = SearchOptions {
+        allow_uneven_pp: true,
+        ..SearchOptions::default()
+    };
+    let result = search(&model, &c, &t, options);
+    let feasible = result.stats.feasible as usize;
+    assert!(feasible > 0 && feasible < result.ranked.len());
+    assert!(result.ranked[..feasible].iter().all(|e| e.fits()));
+    assert!(result.ranked[feasible..].iter().all(|e| !e.fits()));
+    for pair in result.ranked[..feasible].windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(
+            a.tokens_per_s > b.tokens_per_s
+                || (a.tokens_per_s == b.tokens_per_s
+                    && a.memory.total_bytes.0 <= b.memory.total_bytes.0)
+        );
+    }
+    for pair in result.ranked[feasible..].windows(2) {
+        assert!(pair[0].memory.total_bytes.0 <= pair[1].memory.total_bytes.0);
+    }
+    let counted: u64 = result.stats.infeasible_by_reason.values().sum();
+    assert_eq!(counted + result.stats.feasible, result.stats.candidates);
+}
+
 #[test]
 fn search_never_proposes_zero_2_or_3_with_pipeline_parallelism() {
     let model = load_model("gpt3-175b").unwrap();
