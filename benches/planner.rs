@@ -108,6 +108,16 @@ fn current_stack_searches(c: &mut Criterion) {
             false,
         ),
         (
+            "deepseek_v3_2048_h100_uneven_pp",
+            "deepseek-v3",
+            "h100-sxm-80g",
+            256,
+            8,
+            4096,
+            4096,
+            true,
+        ),
+        (
             "qwen3_235b_256_gb200",
             "qwen3-235b-a22b",
             "gb200-nvl72",
