@@ -93,3 +93,30 @@ fn published_numbers_of_a_current_stack_run_are_in_range() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("84.9 / "), "{}", r.stdout);
 }
+
+/// `report PLAN --nodes 64` on a plan for 32 nodes answered "(e.g. --dp 4)", a flag `report`
+/// does not take (it reads the degrees from the file only, and refuses `--dp` as an unexpected
+/// argument). Its fix now names the file's key, as `compare --plan` does.
+#[test]
+fn report_offers_the_plan_files_keys_not_flags_it_lacks() {
+    let plan = format!("{ROOT}/plans/best-512b-32nodes.yaml");
+    let dir = scratch("round6", "report-fix");
+    for (nodes, fix) in [("64", "(e.g. dp: 4)"), ("1", "change tp, cp or pp")] {
+        let r = run_in(&dir, &["report", &plan, "--out", "r", "--nodes", nodes]);
+        assert_one_line_error(
+            &r,
+            &["but the cluster has", fix],
+            &["--dp", "--tp", "--pp"],
+            &format!("report --nodes {nodes}"),
+        );
+        assert!(!dir.join("r").exists(), "no report written");
+    }
+    // `report` has no --dp, which is why the fix must not offer it.
+    let r = run_in(&dir, &["report", &plan, "--out", "r", "--dp", "4"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("unexpected argument '--dp'"),
+        "{}",
+        r.stderr
+    );
+}
