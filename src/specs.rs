@@ -180,6 +180,8 @@ fn plain_words(message: &str) -> String {
         "invalid type: unit value",
         "invalid type: an empty value (null)",
     );
+    // A whole number past 128 bits is named with serde's type (`99999999999999999999 as u128`).
+    out = out.replace("` as u128,", "`,").replace("` as i128,", "`,");
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
@@ -200,8 +202,28 @@ fn plain_words(message: &str) -> String {
             "; the number is in quotes, so YAML reads it as text: write it without quotes ({key}: {})",
             escape(text.trim())
         ));
+    } else if let Some(text) = out
+        .split_once(": invalid type: string \"")
+        .and_then(|(_, rest)| rest.split_once("\", expected a "))
+        .map(|(text, _)| text.trim())
+        .filter(|text| overflows_every_number(text))
+    {
+        // `nodes: 1e400`, unquoted: past f64, so YAML reads it as text, and serde calls it a
+        // string the user never wrote.
+        out.push_str(&format!(
+            "; {} is too large for any number, so YAML reads it as text: give a value in range",
+            escape(text)
+        ));
     }
     out
+}
+
+/// Whether `text` is written as a number (`1e400`, `-1e400`) too large for any number type:
+/// Rust reads it as an infinite f64, YAML as text. `inf` and `.inf` are not such numbers.
+fn overflows_every_number(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_digit() || b"+-.eE_".contains(&b))
+        && text.parse::<f64>().is_ok_and(f64::is_infinite)
 }
 
 /// Whether `text`, written without quotes, is a value of the Rust number type `rust`: a whole

@@ -120,3 +120,83 @@ fn report_offers_the_plan_files_keys_not_flags_it_lacks() {
         r.stderr
     );
 }
+
+/// `nodes: 1e400` in a plan file (or `layers: 1e400` in a model file) was refused as
+/// `invalid type: string "1e400"`, a string the user never wrote: the number is past f64, so the
+/// YAML parser keeps it as text. The message now says so. A whole number past 128 bits was named
+/// with serde's Rust type (`99999999999999999999 as u128`), which it no longer is.
+#[test]
+fn a_number_too_large_for_yaml_is_called_that_not_a_string() {
+    let dir = scratch("round6", "yaml-overflow");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let model = std::fs::read_to_string(format!("{ROOT}/models/llama3-8b.yaml")).unwrap();
+    let model_layers = model
+        .lines()
+        .find(|l| l.starts_with("layers:"))
+        .unwrap()
+        .to_string();
+    for (file, text, key) in [
+        (
+            "p.yaml",
+            plan.replacen("\nnodes: 32\n", "\nnodes: 1e400\n", 1),
+            "nodes",
+        ),
+        (
+            "p.yaml",
+            plan.replacen("\nnodes: 32\n", "\nnodes: -1e400\n", 1),
+            "nodes",
+        ),
+        (
+            "m.yaml",
+            model.replacen(&model_layers, "layers: 1e400", 1),
+            "layers",
+        ),
+    ] {
+        std::fs::write(dir.join(file), &text).unwrap();
+        let args: &[&str] = if file == "p.yaml" {
+            &["eval", "--plan", "p.yaml"]
+        } else {
+            &[
+                "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+            ]
+        };
+        let r = run_in(&dir, args);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{key}: invalid type"),
+                "1e400 is too large for any number, so YAML reads it as text",
+                "give a value in range",
+            ],
+            &["in quotes", "panicked"],
+            &format!("{file} {key}"),
+        );
+    }
+    std::fs::write(
+        dir.join("p.yaml"),
+        plan.replacen("\nnodes: 32\n", "\nnodes: 99999999999999999999\n", 1),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "nodes: invalid type: integer `99999999999999999999`, expected a whole number from 0 to 4294967295",
+        ],
+        &["u128", "panicked"],
+        "nodes past 128 bits",
+    );
+    // `inf` written as a word is not a number too large: no such claim.
+    std::fs::write(
+        dir.join("p.yaml"),
+        plan.replacen("\nnodes: 32\n", "\nnodes: inf\n", 1),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["nodes: invalid type: string \"inf\""],
+        &["too large", "panicked"],
+        "nodes: inf",
+    );
+}
