@@ -549,7 +549,9 @@ pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, Sp
     match reference {
         ModelRef::Named(name) => {
             match in_plan_folder(origin, "model:", "model", BUNDLED_MODELS, name)? {
-                PlanReference::Bundled(name) => load_bundled_model(&name),
+                PlanReference::Bundled(name) => {
+                    load_bundled_model(&name).map_err(|e| unknown_in_plan(e, origin, "model"))
+                }
                 PlanReference::File(path) => {
                     let flag = format!("{}: model:", quote(origin));
                     let (origin, file): (String, ModelFile) =
@@ -559,6 +561,18 @@ pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, Sp
             }
         }
         ModelRef::Inline(file) => model_of_file(file, &quote(origin)),
+    }
+}
+
+/// An unknown bundled name read from a plan file's `key` (`gpu: h100`), said with the file and
+/// key it came from (`plans/x.yaml: gpu: unknown GPU ...`), as a path there that cannot be read is.
+fn unknown_in_plan(err: SpecError, plan_path: &str, key: &str) -> SpecError {
+    match err {
+        SpecError::UnknownName { .. } => SpecError::Invalid {
+            origin: format!("{}: {key}", quote(plan_path)),
+            message: err.to_string(),
+        },
+        other => other,
     }
 }
 
@@ -617,7 +631,9 @@ pub fn in_plan_folder(
 pub fn load_plan_gpu(plan_path: &str, reference: &str) -> Result<(GpuProfile, String), SpecError> {
     let resolved = in_plan_folder(plan_path, "gpu:", "GPU", BUNDLED_GPUS, reference)?;
     let profile = match &resolved {
-        PlanReference::Bundled(name) => load_bundled_gpu(name)?,
+        PlanReference::Bundled(name) => {
+            load_bundled_gpu(name).map_err(|e| unknown_in_plan(e, plan_path, "gpu"))?
+        }
         PlanReference::File(path) => {
             let flag = format!("{}: gpu:", quote(plan_path));
             let (origin, profile): (String, GpuProfile) = read_spec(&flag, "GPU", &[], path)?;

@@ -200,3 +200,34 @@ fn a_number_too_large_for_yaml_is_called_that_not_a_string() {
         "nodes: inf",
     );
 }
+
+/// `eval --plan p.yaml` with `gpu: nonexist` (or `model: nonexist`) in the file answered
+/// "unknown GPU "nonexist"", not saying the name came from the file, though a path there that
+/// cannot be read is named as `p.yaml: gpu: ...`. An unknown name is now named the same way.
+#[test]
+fn an_unknown_name_in_a_plan_file_is_named_with_the_file_and_key() {
+    let dir = scratch("round6", "plan-unknown-name");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let model_at = plan.find("\nmodel:\n").unwrap() + 1;
+    let gpu_at = plan.find("\ngpu: ").unwrap() + 1;
+    for (text, words) in [
+        (
+            plan.replacen("\ngpu: h100-sxm-80g\n", "\ngpu: nonexist\n", 1),
+            "p.yaml: gpu: unknown GPU \"nonexist\"; known: a100-sxm-80g",
+        ),
+        (
+            format!("{}model: nonexist\n{}", &plan[..model_at], &plan[gpu_at..]),
+            "p.yaml: model: unknown model \"nonexist\"; known: bloom-176b",
+        ),
+    ] {
+        std::fs::write(dir.join("p.yaml"), &text).unwrap();
+        for args in [
+            &["eval", "--plan", "p.yaml"][..],
+            &["report", "p.yaml", "--out", "r"][..],
+            &["compare", "--plan", "p.yaml", "--plan", "p.yaml"][..],
+        ] {
+            let r = run_in(&dir, args);
+            assert_one_line_error(&r, &[words], &["panicked"], &format!("{args:?}"));
+        }
+    }
+}
