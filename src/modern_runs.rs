@@ -76,7 +76,30 @@ pub enum RunsFileError {
         id: String,
         first: usize,
     },
+    #[error("{origin}: run {id}: {message}")]
+    Number {
+        origin: String,
+        id: String,
+        message: String,
+    },
 }
+
+/// The published numbers a prediction is divided by, each in its range: a tiny one would make
+/// the error infinite (`+inf`, `inf%`), a NaN would print as `NaN`.
+const PUBLISHED_TOKENS_PER_S_PER_GPU: crate::cluster::Range = crate::cluster::Range::new(
+    "results.tokens_per_s_per_gpu",
+    1e-3,
+    1e8,
+    "tokens/s",
+    "rule: a GPU trains a positive number of tokens a second, at most 100 million",
+);
+const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::new(
+    "results.peak_memory_gib",
+    1e-3,
+    1e5,
+    "GiB",
+    "rule: a GPU's peak memory is positive, at most 100000 GiB; null when the source does not state it",
+);
 
 /// Parses a current-stack runs file (`validation/modern_runs.yaml`'s format): unknown keys and
 /// repeated run ids are refused.
@@ -85,6 +108,21 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
     let file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, &err))?;
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
+    for run in &file.runs {
+        let results = &run.results;
+        [
+            (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
+            (PUBLISHED_PEAK_MEMORY_GIB, results.peak_memory_gib),
+        ]
+        .into_iter()
+        .filter_map(|(range, value)| Some(range.check(value?)))
+        .collect::<Result<(), String>>()
+        .map_err(|message| RunsFileError::Number {
+            origin: origin.to_string(),
+            id: crate::input_file::quote(&run.id),
+            message,
+        })?;
+    }
     Ok(file)
 }
 

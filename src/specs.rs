@@ -180,6 +180,8 @@ fn plain_words(message: &str) -> String {
         "invalid type: unit value",
         "invalid type: an empty value (null)",
     );
+    // A whole number past 128 bits is named with serde's type (`99999999999999999999 as u128`).
+    out = out.replace("` as u128,", "`,").replace("` as i128,", "`,");
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
@@ -200,8 +202,28 @@ fn plain_words(message: &str) -> String {
             "; the number is in quotes, so YAML reads it as text: write it without quotes ({key}: {})",
             escape(text.trim())
         ));
+    } else if let Some(text) = out
+        .split_once(": invalid type: string \"")
+        .and_then(|(_, rest)| rest.split_once("\", expected a "))
+        .map(|(text, _)| text.trim())
+        .filter(|text| overflows_every_number(text))
+    {
+        // `nodes: 1e400`, unquoted: past f64, so YAML reads it as text, and serde calls it a
+        // string the user never wrote.
+        out.push_str(&format!(
+            "; {} is too large for any number, so YAML reads it as text: give a value in range",
+            escape(text)
+        ));
     }
     out
+}
+
+/// Whether `text` is written as a number (`1e400`, `-1e400`) too large for any number type:
+/// Rust reads it as an infinite f64, YAML as text. `inf` and `.inf` are not such numbers.
+fn overflows_every_number(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_digit() || b"+-.eE_".contains(&b))
+        && text.parse::<f64>().is_ok_and(f64::is_infinite)
 }
 
 /// Whether `text`, written without quotes, is a value of the Rust number type `rust`: a whole
@@ -527,7 +549,9 @@ pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, Sp
     match reference {
         ModelRef::Named(name) => {
             match in_plan_folder(origin, "model:", "model", BUNDLED_MODELS, name)? {
-                PlanReference::Bundled(name) => load_bundled_model(&name),
+                PlanReference::Bundled(name) => {
+                    load_bundled_model(&name).map_err(|e| unknown_in_plan(e, origin, "model"))
+                }
                 PlanReference::File(path) => {
                     let flag = format!("{}: model:", quote(origin));
                     let (origin, file): (String, ModelFile) =
@@ -537,6 +561,18 @@ pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, Sp
             }
         }
         ModelRef::Inline(file) => model_of_file(file, &quote(origin)),
+    }
+}
+
+/// An unknown bundled name read from a plan file's `key` (`gpu: h100`), said with the file and
+/// key it came from (`plans/x.yaml: gpu: unknown GPU ...`), as a path there that cannot be read is.
+fn unknown_in_plan(err: SpecError, plan_path: &str, key: &str) -> SpecError {
+    match err {
+        SpecError::UnknownName { .. } => SpecError::Invalid {
+            origin: format!("{}: {key}", quote(plan_path)),
+            message: err.to_string(),
+        },
+        other => other,
     }
 }
 
@@ -595,7 +631,9 @@ pub fn in_plan_folder(
 pub fn load_plan_gpu(plan_path: &str, reference: &str) -> Result<(GpuProfile, String), SpecError> {
     let resolved = in_plan_folder(plan_path, "gpu:", "GPU", BUNDLED_GPUS, reference)?;
     let profile = match &resolved {
-        PlanReference::Bundled(name) => load_bundled_gpu(name)?,
+        PlanReference::Bundled(name) => {
+            load_bundled_gpu(name).map_err(|e| unknown_in_plan(e, plan_path, "gpu"))?
+        }
         PlanReference::File(path) => {
             let flag = format!("{}: gpu:", quote(plan_path));
             let (origin, profile): (String, GpuProfile) = read_spec(&flag, "GPU", &[], path)?;

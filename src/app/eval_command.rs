@@ -679,7 +679,13 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         emit: None,
         megatron_args: None,
     };
-    eval(eval_args, true)
+    // `report` takes the plan's degrees only from the file: a fix that offers `--dp 4` offers a
+    // flag it does not have, so the fix names the file's keys (`dp: 4`), as `compare --plan` does.
+    eval(eval_args, true).map_err(|err| {
+        anyhow::anyhow!(super::plan_error_words::fix_in_file_keys(&format!(
+            "{err:#}"
+        )))
+    })
 }
 
 /// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help
