@@ -34,7 +34,7 @@ fn plain_number_rules(line: &str) -> String {
     let line = line
         .replace(
             "invalid digit found in string",
-            "expected a whole number such as 8 (digits only: no sign, decimal point, exponent or unit)",
+            "expected a whole number such as 8 (digits only: no decimal point, exponent or unit)",
         )
         .replace(
             "invalid float literal",
@@ -44,7 +44,10 @@ fn plain_number_rules(line: &str) -> String {
             "number too large to fit in target type",
             "too large for this flag; give a smaller whole number",
         )
-        .replace("cannot parse integer from empty string", "expected a whole number, got nothing");
+        .replace(
+            "cannot parse integer from empty string",
+            "expected a whole number, got nothing",
+        );
     match outside_range(&line) {
         Some(plain) => plain,
         None => line,

@@ -474,12 +474,30 @@ pub fn check_file(
     }
 }
 
-/// The file a symlink points to (so that writing keeps the link), or the path itself.
+/// The file a symlink points to (so that writing keeps the link), or the path itself. A link to a
+/// file that does not exist yet is followed by hand, as a shell's `>` follows it: the file is
+/// created where the link points and the link stays.
 fn resolved(path: &Path) -> PathBuf {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => path.canonicalize().unwrap_or(path.to_path_buf()),
-        _ => path.to_path_buf(),
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link(path) {
+        return path.to_path_buf();
     }
+    if let Ok(target) = path.canonicalize() {
+        return target;
+    }
+    // Dangling: follow each link (relative targets from the link's own folder), at most as many
+    // hops as Linux allows (`MAXSYMLINKS`, 40).
+    let mut current = path.to_path_buf();
+    for _ in 0..40 {
+        if !is_link(&current) {
+            return current;
+        }
+        let Ok(next) = std::fs::read_link(&current) else {
+            break;
+        };
+        current = folder_of(&current).join(next);
+    }
+    path.to_path_buf()
 }
 
 fn file_stem(path: &Path) -> String {
@@ -709,6 +727,26 @@ mod tests {
         write_file("--save", target.to_str().unwrap(), b"new", OutputKind::Plan).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
         assert_eq!(listing(&dir), vec!["old.yaml"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_write_through_a_dangling_link_creates_its_target_and_keeps_the_link() {
+        let dir = scratch("dangling");
+        let link = dir.join("plan.yaml");
+        std::os::unix::fs::symlink("real/plan.yaml", &link).unwrap();
+        std::fs::create_dir(dir.join("real")).unwrap();
+        write_file("--save", link.to_str().unwrap(), b"new", OutputKind::Plan).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("real/plan.yaml")).unwrap(),
+            "new"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -231,3 +231,56 @@ fn an_unknown_name_in_a_plan_file_is_named_with_the_file_and_key() {
         }
     }
 }
+
+/// `plan --save link.yaml`, `link.yaml` a symlink to a file not written yet, replaced the link
+/// with a regular file: the link the user made was lost. The plan is now written where the link
+/// points, as a shell's `>` would write it, and the link stays.
+#[test]
+fn saving_through_a_dangling_link_keeps_the_link() {
+    let dir = scratch("round6", "dangling-save");
+    std::fs::create_dir_all(dir.join("plans")).unwrap();
+    let link = dir.join("latest.yaml");
+    std::os::unix::fs::symlink("plans/p.yaml", &link).unwrap();
+    let r = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--top",
+        "1",
+        "--save",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link was replaced"
+    );
+    let saved = std::fs::read_to_string(dir.join("plans/p.yaml")).unwrap();
+    assert!(saved.starts_with("# Written by `tpsim plan`"), "{saved}");
+}
+
+/// A launch flag given twice as `--num-layers 32 ... --num-layers=+32` was noted as "given twice
+/// with different values", though Megatron-LM's argparse reads both as 32.
+#[test]
+fn a_launch_flag_repeated_with_the_same_number_gets_no_note() {
+    let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 \
+                --global-batch-size 64 --micro-batch-size 1 --bf16 --num-layers=+32";
+    let r = run(&["eval", "--nodes", "1", "--megatron-args", line]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(!r.stderr.contains("given twice"), "{}", r.stderr);
+    let differs = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &line.replace("=+32", "=40"),
+    ]);
+    assert!(differs.stderr.contains("given twice"), "{}", differs.stderr);
+}

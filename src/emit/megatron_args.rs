@@ -370,7 +370,7 @@ impl<'a> Parsed<'a> {
                     example: example_value(flag),
                 })?;
                 if let Some(earlier) = parsed.values.insert(flag, value)
-                    && earlier != value
+                    && !same_value(earlier, value)
                 {
                     parsed.repeated.push(format!(
                         "--{flag} {}, then {}",
@@ -915,4 +915,14 @@ pub fn megatron_zero(
         }
     };
     Ok(zero)
+}
+
+/// Whether two spellings of a flag's value are the same value to Megatron-LM's argparse: the same
+/// text, or numbers `int()`/`float()` read alike (`32` and `+32`, `1e-4` and `0.0001`).
+fn same_value(a: &str, b: &str) -> bool {
+    a == b
+        || matches!(
+            (a.trim().parse::<f64>(), b.trim().parse::<f64>()),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
