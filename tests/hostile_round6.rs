@@ -284,3 +284,40 @@ fn a_launch_flag_repeated_with_the_same_number_gets_no_note() {
     ]);
     assert!(differs.stderr.contains("given twice"), "{}", differs.stderr);
 }
+
+/// A pasted launch line whose plan does not build was refused with tpsim's flag names
+/// (`--cp 2 does not split the 4095-token sequence`, `--global-batch 64 is not divisible by --dp 8
+/// x --micro-batch 128`), flags the user never typed. The error now speaks the line's words.
+#[test]
+fn a_launch_line_plan_error_names_the_megatron_flags() {
+    let base =
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --global-batch-size 64 --bf16";
+    for (extra, want, not) in [
+        (
+            "--seq-length 4095 --micro-batch-size 1 --context-parallel-size 2",
+            "--context-parallel-size 2 does not split the 4095-token sequence",
+            "--cp 2",
+        ),
+        (
+            "--seq-length 4096 --micro-batch-size 128",
+            "--global-batch-size 64 is not divisible by data-parallel size 8 x --micro-batch-size 128",
+            "--dp 8",
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{base} {extra}"),
+        ]);
+        // The line's overlap note comes first; the error is the last line.
+        assert_eq!(r.code, 2, "{extra}: {}", r.stderr);
+        let error = r.stderr.lines().last().unwrap_or_default();
+        assert!(
+            error.starts_with("error: --megatron-args: ") && error.contains(want),
+            "{extra}: {error}"
+        );
+        assert!(!error.contains(not), "{extra}: {error}");
+    }
+}

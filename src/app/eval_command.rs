@@ -347,26 +347,29 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
     }
     let etp_follows_tp = plan_file.is_none() && args.etp.is_none() && scenario.model.moe.is_some();
-    let plan = match ParallelPlan::build(
+    let built = match ParallelPlan::build(
         &request,
         &scenario.model,
         &scenario.cluster,
         &scenario.training,
     ) {
-        Ok(plan) => plan,
+        Ok(plan) => Ok(plan),
         // dp itself does not divide the batch: no micro-batch can help, so say what can.
         Err(PlanError::BatchSplit {
             global_batch, dp, ..
-        }) if !global_batch.is_multiple_of(dp) => bail!(
+        }) if !global_batch.is_multiple_of(dp) => Err(anyhow!(
             "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
             global_batch.div_ceil(dp) * dp
-        ),
+        )),
         // The expert TP follows --tp when the user gave no --etp (and no file or line set it).
-        Err(e) if etp_follows_tp => {
-            return Err(super::plan_error_words::with_etp_from_tp(e, request.tp));
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) if etp_follows_tp => Err(super::plan_error_words::with_etp_from_tp(e, request.tp)),
+        Err(e) => Err(e.into()),
     };
+    // A plan read from a launch line is refused in that line's words.
+    let plan = built.map_err(|e| match &megatron {
+        Some(_) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
+        None => e,
+    })?;
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
     if plan.recompute_num_layers > plan.layers_per_chunk() {

@@ -429,6 +429,44 @@ pub(super) fn apply_megatron_launch(
     Ok(())
 }
 
+/// tpsim's plan flags and the Megatron-LM flags (or, for dp, the quantity) a launch line sets them
+/// with.
+const MEGATRON_NAMES: [(&str, &str); 11] = [
+    ("--tp", "--tensor-model-parallel-size"),
+    ("--pp", "--pipeline-model-parallel-size"),
+    ("--cp", "--context-parallel-size"),
+    ("--ep", "--expert-model-parallel-size"),
+    ("--etp", "--expert-tensor-parallel-size"),
+    ("--vpp", "--num-virtual-stages-per-pipeline-rank"),
+    ("--micro-batch", "--micro-batch-size"),
+    ("--global-batch", "--global-batch-size"),
+    ("--seq-len", "--seq-length"),
+    ("--layers", "--num-layers"),
+    ("--dp", "data-parallel size"),
+];
+
+/// A plan error about a pasted launch line, in the line's words: each of tpsim's plan flags the
+/// message names becomes the Megatron-LM flag that sets it (`--cp 2` → `--context-parallel-size
+/// 2`), so the fix points at what the user wrote.
+pub(super) fn in_megatron_words(message: &str) -> String {
+    let renamed: Vec<String> = message
+        .split(' ')
+        .map(|word| {
+            let start = word.len() - word.trim_start_matches('(').len();
+            let end = word.trim_end_matches([',', ';', ':', ')', '.']).len();
+            if start >= end {
+                return word.to_string();
+            }
+            let core = &word[start..end];
+            match MEGATRON_NAMES.iter().find(|(ours, _)| *ours == core) {
+                Some((_, theirs)) => format!("{}{theirs}{}", &word[..start], &word[end..]),
+                None => word.to_string(),
+            }
+        })
+        .collect();
+    format!("--megatron-args: {}", renamed.join(" "))
+}
+
 /// The plan a Megatron launch line runs on the scenario's cluster, checked against what
 /// Megatron-LM would do with the same line.
 pub(super) fn megatron_request(
