@@ -24,6 +24,7 @@ pub const SUPPORTED: &[&str] = &[
     "deepseek_v3",
     "kimi_k2",
     "gpt_oss",
+    "glm4_moe",
 ];
 
 /// The training sequence length tpsim uses when `--seq-len` is not given: 4,096 tokens, the
@@ -60,6 +61,10 @@ pub enum Family {
     /// (`GptOssConfig`, `attention_bias` true), and the 128-token sliding window of every other
     /// layer. The per-head attention sinks (64 numbers per layer) are left out.
     GptOss,
+    /// GLM-4.5 / GLM-4.6 (`Glm4MoeConfig`): grouped-query attention with q/k/v biases and, in
+    /// GLM-4.5, per-head q/k norms; DeepSeek-V3's MoE block (routed and shared experts after
+    /// `first_k_dense_replace` dense layers) and its multi-token-prediction layers.
+    Glm4Moe,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +124,7 @@ fn family_of(model_type: &str) -> Option<Family> {
         // DeepseekV3ForCausalLM, remote code `configuration_deepseek.py`).
         "deepseek_v3" | "kimi_k2" => Some(Family::DeepseekV3),
         "gpt_oss" => Some(Family::GptOss),
+        "glm4_moe" => Some(Family::Glm4Moe),
         _ => None,
     }
 }
@@ -139,6 +145,7 @@ fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
         "Qwen3MoeForCausalLM" => "qwen3_moe",
         "DeepseekV3ForCausalLM" => "deepseek_v3",
         "GptOssForCausalLM" => "gpt_oss",
+        "Glm4MoeForCausalLM" => "glm4_moe",
         _ => return None,
     })
 }
@@ -351,6 +358,7 @@ pub fn parse_with_note(
         }
         Family::DeepseekV3 => reader.deepseek_v3(name, training_seq_len)?,
         Family::GptOss => reader.gpt_oss(name, training_seq_len)?,
+        Family::Glm4Moe => reader.glm4_moe(name, training_seq_len)?,
         Family::Gpt2 => {
             let hidden = reader.required_any(&["n_embd", "hidden_size"], "768")?;
             let heads = reader.required_any(&["n_head", "num_attention_heads"], "12")?;
@@ -471,6 +479,7 @@ fn family_name(family: Family) -> &'static str {
         Family::Falcon => "Falcon",
         Family::DeepseekV3 => "DeepSeek-V3",
         Family::GptOss => "GPT-OSS",
+        Family::Glm4Moe => "GLM-4.5",
     }
 }
 
@@ -1021,6 +1030,68 @@ impl Reader<'_> {
         })
     }
 
+    /// GLM-4.5 / GLM-4.6 (transformers `models/glm4_moe`, `Glm4MoeForCausalLM`). Attention is
+    /// Glm4's: `num_key_value_heads` K/V heads of `head_dim` (GLM-4.5: 96 heads of 128 over a hidden
+    /// of 5,120, so the key is needed), q/k/v biases under `attention_bias` and no output-projection
+    /// bias, per-head q/k RMSNorm under `use_qk_norm`. The MLP is DeepSeek-V3's
+    /// (`Glm4MoeSparseMoeBlock` routes with `DeepseekV3TopkRouter`): `n_routed_experts` experts of
+    /// `moe_intermediate_size` and `n_shared_experts` shared ones in every layer from
+    /// `first_k_dense_replace` on, dense layers of `intermediate_size` before, and
+    /// `num_nextn_predict_layers` MTP layers. The first port of the class named the routed experts
+    /// `num_experts` and had other defaults, so the shape keys are required, not defaulted;
+    /// `n_group` 1 (both published configs) is no group-limited routing.
+    fn glm4_moe(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
+        let hidden = self.required("hidden_size", "5120")?;
+        let heads = self.required("num_attention_heads", "96")?;
+        let layers = self.required("num_hidden_layers", "92")?;
+        let moe_ffn = self.required("moe_intermediate_size", "1536")?;
+        let experts = match self.optional("n_routed_experts")? {
+            Some(n) => n,
+            None => self
+                .optional("num_experts")?
+                .ok_or_else(|| self.missing("n_routed_experts", "160"))?,
+        };
+        let groups = self.count_or("n_group", 1)?;
+        Ok(Model {
+            name: name.to_string(),
+            layers,
+            hidden,
+            heads,
+            kv_heads: self.kv_heads(Some(8), heads, false)?,
+            head_dim: self.head_dim(None, true, hidden, heads)?,
+            ffn_hidden: self.required("intermediate_size", "12288")?,
+            vocab: self.required("vocab_size", "151552")?,
+            seq_len,
+            gated_mlp: true,
+            linear_bias: false,
+            qkv_bias: self.flag("attention_bias")?.unwrap_or(false),
+            qk_norm: self.flag("use_qk_norm")?.unwrap_or(false),
+            shared_layer_norm: false,
+            tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
+            learned_position_embeddings: false,
+            norm: Norm::Rmsnorm,
+            dropout: false,
+            mla: None,
+            moe: Some(Moe {
+                experts,
+                router_topk: self.required("num_experts_per_tok", "8")?,
+                ffn_hidden: moe_ffn,
+                shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
+                shared_expert_gate: false,
+                layer_freq: 1,
+                first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
+                router_groups: if groups > 1 { groups } else { 0 },
+                router_group_topk: if groups > 1 {
+                    self.count_or("topk_group", 1)?
+                } else {
+                    0
+                },
+            }),
+            mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
+            attention_window: None,
+        })
+    }
+
     fn missing(&self, key: &'static str, example: &'static str) -> HfConfigError {
         HfConfigError::MissingKey {
             path: self.path.to_string(),
@@ -1049,6 +1120,7 @@ impl Reader<'_> {
             ("--vocab", _) => &["vocab_size"],
             ("--head-dim", _) => &["head_dim"],
             ("--num-experts", Family::DeepseekV3) => &["n_routed_experts"],
+            ("--num-experts", Family::Glm4Moe) => &["n_routed_experts", "num_experts"],
             ("--num-experts", _) => &["num_experts", "num_local_experts"],
             ("--moe-router-topk", _) => &["num_experts_per_tok"],
             ("--moe-ffn-hidden-size", Family::LlamaLike | Family::GptOss) => {

@@ -263,6 +263,36 @@ fn hf_moe_configs_load_and_match_the_bundled_models() {
     assert_close("qwen1.5-moe active", qwen2_moe.active_params(), 2.7e9, 0.02);
 }
 
+/// GLM-4.5-Air (`glm4_moe`, zai-org/GLM-4.5-Air config.json): "106 billion total parameters and
+/// 12 billion active parameters" (Z.ai's GLM-4.5 model cards and announcement), both without the
+/// MTP layer the config carries (`num_nextn_predict_layers: 1`, kept as Megatron-Bridge keeps
+/// DeepSeek-V3's) and the active count without the embedding and output layers; grouped-query
+/// attention with q/k/v biases and 128-wide heads over a hidden of 4,096, one dense layer first.
+#[test]
+fn glm_4_5_air_config_gives_the_published_sizes() {
+    let mut glm = hf("glm-4.5-air.json");
+    assert_eq!(glm.mtp_layers, 1);
+    assert!(glm.qkv_bias && !glm.linear_bias && !glm.qk_norm);
+    assert_eq!((glm.heads, glm.kv_heads, glm.head_dim), (96, 8, 128));
+    let moe = glm.moe.expect("an MoE model");
+    assert_eq!(
+        (moe.experts, moe.router_topk, moe.ffn_hidden),
+        (128, 8, 1408)
+    );
+    assert_eq!(
+        (moe.shared_expert_ffn_hidden, moe.first_dense_layers),
+        (1408, 1)
+    );
+    assert_eq!(
+        moe.router_groups, 0,
+        "n_group 1 is no group-limited routing"
+    );
+    glm.mtp_layers = 0;
+    assert_close("GLM-4.5-Air total", glm.params(), 106e9, 0.01);
+    let active = glm.active_params() - glm.embedding_params() - glm.output_params();
+    assert_close("GLM-4.5-Air active", active, 12e9, 0.03);
+}
+
 #[test]
 fn hf_configs_use_each_model_types_defaults_and_biases() {
     let write = |name: &str, text: &str| {

@@ -48,6 +48,12 @@ pub struct ModelSummary {
     pub seq_len: u32,
     pub gated_mlp: bool,
     pub linear_bias: bool,
+    /// Biases on the Q, K and V projections only (Qwen2, GLM-4.5); absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qkv_bias: bool,
+    /// A norm over each query and key head (Qwen3, GLM-4.5); absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm: bool,
     pub tied_embeddings: bool,
     pub learned_position_embeddings: bool,
     pub norm: crate::model::Norm,
@@ -82,6 +88,8 @@ impl ModelSummary {
             seq_len: model.seq_len,
             gated_mlp: model.gated_mlp,
             linear_bias: model.linear_bias,
+            qkv_bias: model.qkv_bias,
+            qk_norm: model.qk_norm,
             tied_embeddings: model.tied_embeddings,
             learned_position_embeddings: model.learned_position_embeddings,
             norm: model.norm,

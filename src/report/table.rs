@@ -126,7 +126,11 @@ pub fn scenario_line(report: &Report) -> String {
         experts
     };
     let traits = [
-        if m.linear_bias { "biases" } else { "no biases" },
+        match (m.linear_bias, m.qkv_bias) {
+            (true, _) => "biases",
+            (false, true) => "q/k/v biases only",
+            (false, false) => "no biases",
+        },
         if m.tied_embeddings {
             "tied embeddings"
         } else {
@@ -137,9 +141,11 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             "no learned positions"
         },
-        match m.norm {
-            crate::model::Norm::Layernorm => "layernorm",
-            crate::model::Norm::Rmsnorm => "RMSNorm",
+        match (m.norm, m.qk_norm) {
+            (crate::model::Norm::Layernorm, false) => "layernorm",
+            (crate::model::Norm::Layernorm, true) => "layernorm (and on each query and key head)",
+            (crate::model::Norm::Rmsnorm, false) => "RMSNorm",
+            (crate::model::Norm::Rmsnorm, true) => "RMSNorm (and on each query and key head)",
         },
         if m.dropout { "dropout" } else { "no dropout" },
     ]
