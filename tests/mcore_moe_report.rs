@@ -1,0 +1,176 @@
+//! Out-of-sample accuracy on the Megatron-Core MoE report (NVIDIA, arXiv 2603.07685): its EP
+//! dispatch latencies (Table 7) and its end-to-end throughput (Table 11 with Table 20's plans and
+//! Appendix B.2's settings), from `validation/mcore_moe_report.yaml`. Nothing in tpsim was fitted
+//! to these numbers; the bounds are today's errors, rounded up, so the tests fail when a change
+//! moves tpsim away from them. validation/FIT.md ("The Megatron-Core MoE report") discusses them.
+
+mod common;
+
+use common::{ROOT, json};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Report {
+    dispatch_latency: Vec<DispatchLatency>,
+    runs: Vec<ReportRun>,
+}
+
+/// One row of Table 7: the forward dispatch and combine latency at one EP size.
+#[derive(Deserialize)]
+struct DispatchLatency {
+    gpu: String,
+    ep: u32,
+    alltoall_dispatch_us: f64,
+    alltoall_combine_us: f64,
+}
+
+/// One row of Table 11 and the tpsim command that expresses it.
+#[derive(Deserialize)]
+struct ReportRun {
+    id: String,
+    published_tokens_per_s_per_gpu: f64,
+    args: Vec<String>,
+}
+
+fn report() -> Report {
+    let path = format!("{ROOT}/validation/mcore_moe_report.yaml");
+    let text = std::fs::read_to_string(&path).expect("the report's data file");
+    yaml_serde::from_str(&text).expect("validation/mcore_moe_report.yaml parses")
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        0.5 * (values[n / 2 - 1] + values[n / 2])
+    }
+}
+
+/// The ledger's forward all-to-all times (dispatch, combine) in µs for DeepSeek-V3 with one
+/// 4,096-token sequence per GPU, all GPUs in one EP group.
+fn alltoall_forward_us(gpu: &str, ep: u32) -> (f64, f64) {
+    let (profile, gpus_per_node) = match gpu {
+        "gb200" => ("gb200-nvl72", 4),
+        "h100" => ("h100-sxm-80g", 8),
+        other => panic!("no profile for {other}"),
+    };
+    let nodes = (ep / gpus_per_node).to_string();
+    let ep_text = ep.to_string();
+    let per_node = gpus_per_node.to_string();
+    let out = json(&[
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        profile,
+        "--nodes",
+        &nodes,
+        "--gpus-per-node",
+        &per_node,
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        &ep_text,
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        &ep_text,
+        "--seq-len",
+        "4096",
+        "--moe-dispatcher",
+        "alltoall",
+        "--format",
+        "json",
+    ]);
+    let entries = out["plans"][0]["ledger"]["entries"]
+        .as_array()
+        .expect("a ledger");
+    let forward_us = |site: &str| {
+        entries
+            .iter()
+            .find(|e| {
+                e["group"] == "ep"
+                    && e["pass"] == "forward"
+                    && e["site"].as_str().is_some_and(|s| s.starts_with(site))
+            })
+            .and_then(|e| e["time_s"].as_f64())
+            .unwrap_or_else(|| panic!("no forward {site} in the ledger"))
+            * 1e6
+    };
+    (forward_us("MoE dispatch"), forward_us("MoE combine"))
+}
+
+/// Table 7's all-to-all latencies on GB200 (EP 8–64 inside one NVL72 domain) and H100 (EP 8 on
+/// NVLink, 16–64 across 2–8 nodes' NICs), against the α-β all-to-all tpsim times every MoE layer
+/// with. Today: median |error| 11%, worst 23% (GB200 EP 8, tpsim fast), all GB200 rows fast.
+#[test]
+fn alltoall_latency_matches_the_reports_table_7() {
+    let mut errors = Vec::new();
+    let mut lines = Vec::new();
+    for row in report().dispatch_latency {
+        let (dispatch, combine) = alltoall_forward_us(&row.gpu, row.ep);
+        for (what, predicted, published) in [
+            ("dispatch", dispatch, row.alltoall_dispatch_us),
+            ("combine", combine, row.alltoall_combine_us),
+        ] {
+            let error = predicted / published - 1.0;
+            lines.push(format!(
+                "{} ep {} {what}: published {published} µs, tpsim {predicted:.0} µs ({:+.1}%)",
+                row.gpu,
+                row.ep,
+                100.0 * error
+            ));
+            errors.push(error.abs());
+        }
+    }
+    let table = lines.join("\n");
+    eprintln!("{table}");
+    assert_eq!(errors.len(), 16, "{table}");
+    let worst = errors.iter().copied().fold(0.0, f64::max);
+    let middle = median(errors);
+    assert!(middle <= 0.13, "median |error| {middle:.3} > 0.13\n{table}");
+    assert!(worst <= 0.25, "worst |error| {worst:.3} > 0.25\n{table}");
+}
+
+/// Table 11's nine runs (DeepSeek-V3 and Qwen3-235B-A22B on GB300, GB200 and H100, 4K and 128K
+/// tokens), each with its stated plan and settings: tokens/s per GPU. Today: median |error| 13%,
+/// worst +25% (Qwen3-235B MXFP8 on 256 GB200, which tpsim cannot fit without the report's
+/// offloading), every run predicted fast — issue 9's bounds are median 15%, none past 30%.
+#[test]
+fn end_to_end_throughput_matches_the_reports_table_11() {
+    let mut errors = Vec::new();
+    let mut lines = Vec::new();
+    for run in report().runs {
+        let args: Vec<&str> = run
+            .args
+            .iter()
+            .map(String::as_str)
+            .chain(["--format", "json"])
+            .collect();
+        let out = json(&args);
+        let gpus = out["cluster"]["total_gpus"].as_f64().expect("total_gpus");
+        let tokens = out["plans"][0]["tokens_per_s"]
+            .as_f64()
+            .expect("tokens_per_s");
+        let error = tokens / gpus / run.published_tokens_per_s_per_gpu - 1.0;
+        lines.push(format!(
+            "{}: published {} tokens/s per GPU, tpsim {:.0} ({:+.1}%)",
+            run.id,
+            run.published_tokens_per_s_per_gpu,
+            tokens / gpus,
+            100.0 * error
+        ));
+        errors.push(error.abs());
+    }
+    let table = lines.join("\n");
+    eprintln!("{table}");
+    assert_eq!(errors.len(), 9, "{table}");
+    let worst = errors.iter().copied().fold(0.0, f64::max);
+    let middle = median(errors);
+    assert!(middle <= 0.14, "median |error| {middle:.3} > 0.14\n{table}");
+    assert!(worst <= 0.26, "worst |error| {worst:.3} > 0.26\n{table}");
+}
