@@ -535,7 +535,21 @@ fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
             _ => false,
         };
     }
+    // The Megatron-Core MoE report's Appendix B.2: "1F1B overlap: ON for GB300 and H100; OFF for
+    // GB200" (DeepSeek-V3), "OFF for GB300; ON for GB200 and H100" (Qwen3-235B).
+    if from_moe_report(run) {
+        return match model {
+            "deepseek_v3" => gpu == "GB300" || gpu == "H100",
+            "qwen3_235b_a22b" => gpu == "GB200" || gpu == "H100",
+            _ => false,
+        };
+    }
     false
+}
+
+/// A run of NVIDIA's Megatron-Core MoE report (arXiv 2603.07685, `validation/mcore_moe_report.yaml`).
+fn from_moe_report(run: &ModernRun) -> bool {
+    run.id.starts_with("mcore-moe-report")
 }
 
 /// The Megatron-Core modules a Megatron-Bridge recipe recomputes, where its configs at the run's
@@ -548,7 +562,14 @@ fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
 /// - 25.11 (`scripts/performance/configs/deepseek/workload_base_configs.py`, v0.2.0 7af9601 and
 ///   the 25.11 table's branch 4a82e16): `["mla_up_proj"]` on B200 and GB200, `["mlp",
 ///   "moe_act"]` on GB300.
+///
+/// The Megatron-Core MoE report's runs (Appendix B.2, "Recompute"): DeepSeek-V3 `mlp` on GB200 and,
+/// on H100, Table 17's `mlp, mla_up_proj, moe_act, layernorm` (the row's own table, over B.2's
+/// shorter list); Qwen3-235B `moe_act, layernorm` on GB200 and H100; none on GB300.
 fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
+    if from_moe_report(run) {
+        return report_recompute_modules(run);
+    }
     if !run.id.starts_with("mbridge") || run.model_key.as_deref() != Some("deepseek_v3") {
         return None;
     }
@@ -559,6 +580,19 @@ fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
         "GB300" if run.id.starts_with("mbridge-25.11") => {
             &[RecomputeModule::Mlp, RecomputeModule::MoeAct]
         }
+        _ => return None,
+    };
+    Some(RecomputeModules::of(modules))
+}
+
+/// [`recipe_recompute_modules`] for a run of the Megatron-Core MoE report.
+fn report_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
+    use RecomputeModule::{Layernorm, MlaUpProj, Mlp, MoeAct};
+    let gpu = run.hardware.gpu.to_ascii_uppercase();
+    let modules: &[RecomputeModule] = match (run.model_key.as_deref()?, gpu.as_str()) {
+        ("deepseek_v3", "GB200") => &[Mlp],
+        ("deepseek_v3", "H100") => &[Mlp, MlaUpProj, MoeAct, Layernorm],
+        ("qwen3_235b_a22b", "GB200" | "H100") => &[MoeAct, Layernorm],
         _ => return None,
     };
     Some(RecomputeModules::of(modules))
@@ -578,7 +612,10 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
     if run.id.starts_with("automodel") {
         return Some((OptimizerStates::Bf16, GradDtype::Bf16));
     }
-    if run.id.starts_with("mbridge") && run.model_key.as_deref() == Some("deepseek_v3") {
+    // The Megatron-Core MoE report lists "low-precision (BF16) optimizer states" for DeepSeek-V3
+    // (Table 18) and names Megatron-Bridge's recipes for reproduction (Appendix B.3): the same.
+    let bridge_or_report = run.id.starts_with("mbridge") || from_moe_report(run);
+    if bridge_or_report && run.model_key.as_deref() == Some("deepseek_v3") {
         return Some((OptimizerStates::Bf16Moments, GradDtype::Bf16));
     }
     None
@@ -618,6 +655,15 @@ fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
         && key == "deepseek_v3"
         && run.hardware.gpu.eq_ignore_ascii_case("H100")
     {
+        return MoeDispatch {
+            dispatcher: deepep,
+            routing: MoeRouting::Random,
+        };
+    }
+    // The Megatron-Core MoE report (§8.1): "HybridEP on GB200/GB300 NVL systems ... DeepEP on
+    // H100", "force-balanced routing". HybridEP sends a token once to each node holding one of
+    // its experts and forwards it there (§4.2.2), DeepEP's scheme, which tpsim models.
+    if from_moe_report(run) {
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::Random,
@@ -768,12 +814,14 @@ pub fn loss_kernel_of(run: &ModernRun, model: &Model, kernel_fusion: KernelFusio
     }
 }
 
-/// The recompute a source states: "full AC" is full recompute; torchtitan's "selective AC" /
+/// The recompute a source states: "none" is none; "full AC" is full recompute; torchtitan's "selective AC" /
 /// "per-op selective AC" is its per-op SAC, which `Recompute::Selective` means under the
 /// torchtitan framework. Unstated (most rows) is left to the search.
 fn stated_recompute(text: &str) -> Option<Recompute> {
     let text = text.to_ascii_lowercase();
-    if text.starts_with("full") {
+    if text == "none" {
+        Some(Recompute::None)
+    } else if text.starts_with("full") {
         Some(Recompute::Full)
     } else if text.contains("selective") {
         Some(Recompute::Selective)

@@ -219,6 +219,7 @@ pub fn enumerate(
                             ..PlanRequest::default()
                         },
                         options.pins.recompute == Some(Recompute::Selective),
+                        options.pins.vpp,
                     );
                 }
             }
@@ -260,6 +261,7 @@ fn push_pipeline_variants(
     training: &Training,
     base: PlanRequest,
     selective_pinned: bool,
+    vpp_pinned: Option<u32>,
 ) {
     let PlanRequest { tp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
@@ -271,12 +273,12 @@ fn push_pipeline_variants(
         // Uneven: with the embedding, the loss and the MTP layers counted as layers where these
         // units split evenly (`plan::unit_chunks`), else with the model chunks filled front to
         // back and the remainder last (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3
-        // layouts), both up to `MAX_UNEVEN_VPP` virtual stages.
+        // layouts), both up to `MAX_UNEVEN_VPP` virtual stages, or to a deeper --vpp the user pinned
+        // (the Megatron-Core MoE report runs Qwen3-235B's 94 layers at pp 4 x vpp 12).
+        let deepest = vpp_pinned.map_or(MAX_UNEVEN_VPP, |v| v.max(MAX_UNEVEN_VPP));
         let mut vpps = vec![1];
-        vpps.extend(
-            (2..=MAX_UNEVEN_VPP).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()),
-        );
-        let filled: Vec<u32> = (2..=MAX_UNEVEN_VPP)
+        vpps.extend((2..=deepest).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()));
+        let filled: Vec<u32> = (2..=deepest)
             .filter(|&v| {
                 let chunks = pp * v;
                 let per_chunk = model.layers.div_ceil(chunks);

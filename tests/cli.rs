@@ -1171,6 +1171,50 @@ fn plan_pins_resharding_after_forward() {
     }
 }
 
+/// A pinned --vpp deeper than the search's own range of uneven interleavings is searched when the
+/// layers split that way (Qwen3-235B's 94 layers at pp 4 x vpp 12: 96 units of layers, embedding
+/// and loss in 48 chunks of 2, as the Megatron-Core MoE report runs it). `plan` said "no valid
+/// plan exists" while `eval` took the same plan.
+#[test]
+fn plan_searches_a_pinned_vpp_past_its_uneven_range() {
+    let args = [
+        "--model",
+        "qwen3-235b-a22b",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--gpus-per-node",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--vpp",
+        "12",
+        "--ep",
+        "32",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "8192",
+        "--allow-uneven-pp",
+        "--format",
+        "json",
+    ];
+    let (code, doc) = run_json(&[&["plan"], &args[..]].concat());
+    assert_eq!(code, 0, "{doc}");
+    let best = &doc["plans"][0];
+    assert_eq!(
+        (best["pp"].as_u64(), best["vpp"].as_u64()),
+        (Some(4), Some(12))
+    );
+    // The same pins through `eval` evaluate the same layout.
+    let (code, evaluated) = run_json(&[&["eval"], &args[..]].concat());
+    assert_eq!(code, 0, "{evaluated}");
+    assert_eq!(evaluated["plans"][0]["vpp"], 12);
+}
+
 /// Resharding after forward is a ZeRO-3 setting: asking for it without ZeRO-3 is an error, not a
 /// silently ignored flag.
 #[test]
