@@ -482,12 +482,19 @@ fn dump_residuals() {
         out.push_str(&line.to_string());
         out.push('\n');
     }
-    // Current-stack runs (validation/modern_runs.yaml, tokens/s per GPU): step ratios are the
-    // inverse throughput ratios; their hardware families (h100, b200, gb200, ...) get bands too.
-    let text = std::fs::read_to_string("validation/modern_runs.yaml").unwrap();
-    let file: tpsim::modern_runs::ModernRunsFile = yaml_serde::from_str(&text).unwrap();
-    for (run, p) in file
-        .runs
+    // Current-stack runs (validation/modern_runs.yaml, and the Megatron-Core MoE report's runs in
+    // its format; tokens/s per GPU): step ratios are the inverse throughput ratios; their hardware
+    // families (h100, b200, gb200, ...) get bands too.
+    let mut runs = Vec::new();
+    for path in [
+        "validation/modern_runs.yaml",
+        "validation/mcore_moe_report.yaml",
+    ] {
+        let text = std::fs::read_to_string(path).unwrap();
+        let file: tpsim::modern_runs::ModernRunsFile = yaml_serde::from_str(&text).unwrap();
+        runs.extend(file.runs);
+    }
+    for (run, p) in runs
         .iter()
         .map(|run| (run, tpsim::modern_runs::predict(run)))
     {
