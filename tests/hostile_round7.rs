@@ -286,3 +286,33 @@ fn plan_file_keys_are_named_with_the_file_and_value() {
         "--local-batch",
     );
 }
+
+/// A pasted launch line whose shape is no model was refused with tpsim's shape flags
+/// (`--megatron-args: --kv-heads 5 must divide --heads 32`), flags the user never typed. The
+/// error now speaks the line's words, as its plan errors do since round 6.
+#[test]
+fn a_launch_line_shape_error_names_the_megatron_flags() {
+    let base = "--num-layers 32 --num-attention-heads 32 --seq-length 2048 \
+                --global-batch-size 64 --micro-batch-size 1 --bf16";
+    for (extra, want, not) in [
+        (
+            "--hidden-size 4096 --group-query-attention --num-query-groups 5",
+            "--megatron-args: --num-query-groups 5 must divide --num-attention-heads 32",
+            "--kv-heads",
+        ),
+        (
+            "--hidden-size 4097",
+            "--megatron-args: --hidden-size 4097 is not divisible by --num-attention-heads 32",
+            "--heads ",
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{base} {extra}"),
+        ]);
+        assert_one_line_error(&r, &[want], &[not, "panicked"], extra);
+    }
+}
