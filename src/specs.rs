@@ -182,6 +182,14 @@ fn plain_words(message: &str) -> String {
     );
     // A whole number past 128 bits is named with serde's type (`99999999999999999999 as u128`).
     out = out.replace("` as u128,", "`,").replace("` as i128,", "`,");
+    // `<<: *defaults` is YAML 1.1's merge key, which the parser leaves as a key named `<<`; a
+    // spec names every key it reads, so it is refused as such, with the fix.
+    if let Some(at) = out.find("unknown field `<<`") {
+        out.replace_range(
+            at..,
+            "`<<` is a YAML merge key, which tpsim does not expand; write the merged keys out in full in this mapping",
+        );
+    }
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
@@ -337,20 +345,26 @@ pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> 
     Ok(())
 }
 
-fn model_of_file(file: &ModelFile, origin: &str) -> Result<Model, SpecError> {
+/// The model a spec describes; a shape error names the spec's keys under `key_prefix` (`""` for
+/// a model file, `"model."` for a plan file's inline model), not the shape flags.
+fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Model, SpecError> {
     let invalid = |message: String| SpecError::Invalid {
         origin: origin.to_string(),
         message,
     };
     check_model_counts(file, "").map_err(invalid)?;
-    Model::from_file(file).map_err(|err| invalid(sanitize_message(&err.to_string())))
+    Model::from_file(file).map_err(|err| {
+        invalid(sanitize_message(
+            &crate::model_file_words::in_model_file_words(&err.to_string(), key_prefix),
+        ))
+    })
 }
 
 /// Loads a model by bundled name or path, given with `--model` (named in errors).
 pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
     let (origin, file): (String, ModelFile) =
         read_spec("--model", "model", BUNDLED_MODELS, name_or_path)?;
-    model_of_file(&file, &origin)
+    model_of_file(&file, &origin, "")
 }
 
 /// Loads a GPU profile by bundled name or path, given with `flag` (`--gpu`, `--calibration`).
@@ -382,7 +396,7 @@ pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
         });
     };
     let file: ModelFile = parse_yaml(name, text)?;
-    model_of_file(&file, &format!("bundled model {name}"))
+    model_of_file(&file, &format!("bundled model {name}"), "")
 }
 
 /// The bundled GPU profile `name`, whatever files the working folder holds: the default GPU of a
@@ -556,11 +570,11 @@ pub fn resolve_model_ref(reference: &ModelRef, origin: &str) -> Result<Model, Sp
                     let flag = format!("{}: model:", quote(origin));
                     let (origin, file): (String, ModelFile) =
                         read_spec(&flag, "model", &[], &path)?;
-                    model_of_file(&file, &origin)
+                    model_of_file(&file, &origin, "")
                 }
             }
         }
-        ModelRef::Inline(file) => model_of_file(file, &quote(origin)),
+        ModelRef::Inline(file) => model_of_file(file, &quote(origin), "model."),
     }
 }
 

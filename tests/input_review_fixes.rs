@@ -350,7 +350,7 @@ fn a_layer_count_without_full_recompute_is_refused() {
     let r = run(&["eval", "--plan", path.to_str().unwrap()]);
     assert_one_line_error(
         &r,
-        &["recompute_num_layers 3", "selective", "recompute: full"],
+        &["recompute_num_layers: 3 in", "selective", "recompute: full"],
         &[],
         "num layers",
     );

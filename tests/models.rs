@@ -704,7 +704,7 @@ fn moe_spec_files_are_checked_like_flags() {
     );
     assert_error(
         &["plan", "--model", &too_many, "--nodes", "1"],
-        &["topk.yaml", "--moe-router-topk 9", "--num-experts 8"],
+        &["topk.yaml", "moe.router_topk: 9", "moe.experts: 8"],
     );
     let typo = write(
         "typo.yaml",

@@ -302,11 +302,16 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     // A layer count is what full recompute's block method recomputes; with none or selective it
     // would be dropped without a word.
     if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {
-        bail!(
-            "recompute_num_layers {} (in the plan file, or --recompute-num-layers) counts the layers full recompute's block method recomputes, but the plan's recompute is {}; set recompute: full, or drop recompute_num_layers",
-            request.recompute_num_layers,
-            request.recompute.as_str()
-        );
+        let layers = request.recompute_num_layers;
+        let recompute = request.recompute.as_str();
+        match (&args.plan, args.recompute_num_layers) {
+            (Some(path), None) => bail!(
+                "recompute_num_layers: {layers} in {path} counts the layers full recompute's block method recomputes, but the file's recompute is {recompute}; set recompute: full, or delete the recompute_num_layers line"
+            ),
+            _ => bail!(
+                "--recompute-num-layers {layers} counts the layers full recompute's block method recomputes, but the plan's recompute is {recompute}; add --recompute full, or drop --recompute-num-layers"
+            ),
+        }
     }
     // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
     let framework = scenario.training.framework;

@@ -303,7 +303,10 @@ fn grad_name(dtype: GradDtype) -> &'static str {
 /// the cluster, hence dp, is known). torchrun's `--nnodes`/`--nproc_per_node` give the cluster
 /// unless `--nodes`/`--gpus-per-node` are given.
 pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFile> {
-    let model = launch.model(DEFAULT_VOCAB).context("--megatron-args")?;
+    // A shape the line gives that is no model is refused in the line's words.
+    let model = launch
+        .model(DEFAULT_VOCAB)
+        .map_err(|err| anyhow!(in_megatron_words(&err.to_string())))?;
     Ok(PlanFile {
         model: Some(ModelRef::Inline(Box::new(model_file_of(&model)))),
         params: None,
@@ -431,7 +434,7 @@ pub(super) fn apply_megatron_launch(
 
 /// tpsim's plan flags and the Megatron-LM flags (or, for dp, the quantity) a launch line sets them
 /// with.
-const MEGATRON_NAMES: [(&str, &str); 11] = [
+const MEGATRON_NAMES: [(&str, &str); 17] = [
     ("--tp", "--tensor-model-parallel-size"),
     ("--pp", "--pipeline-model-parallel-size"),
     ("--cp", "--context-parallel-size"),
@@ -443,10 +446,17 @@ const MEGATRON_NAMES: [(&str, &str); 11] = [
     ("--seq-len", "--seq-length"),
     ("--layers", "--num-layers"),
     ("--dp", "data-parallel size"),
+    // The shape flags a model check names.
+    ("--hidden", "--hidden-size"),
+    ("--heads", "--num-attention-heads"),
+    ("--kv-heads", "--num-query-groups"),
+    ("--head-dim", "--kv-channels"),
+    ("--ffn-hidden", "--ffn-hidden-size"),
+    ("--vocab", "--vocab-size"),
 ];
 
-/// A plan error about a pasted launch line, in the line's words: each of tpsim's plan flags the
-/// message names becomes the Megatron-LM flag that sets it (`--cp 2` → `--context-parallel-size
+/// A plan (or model shape) error about a pasted launch line, in the line's words: each of tpsim's
+/// plan and shape flags the message names becomes the Megatron-LM flag that sets it (`--cp 2` → `--context-parallel-size
 /// 2`), so the fix points at what the user wrote.
 pub(super) fn in_megatron_words(message: &str) -> String {
     let renamed: Vec<String> = message

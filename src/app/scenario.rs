@@ -493,8 +493,19 @@ pub(super) fn pins_of_args(
 fn moe_routing_of(
     model: &Model,
     args: &TrainingArgs,
-    plan_file: Option<&PlanFile>,
+    file: Option<(&PlanFile, &str)>,
 ) -> Result<(f64, Option<f64>)> {
+    let plan_file = file.map(|(f, _)| f);
+    let path = file.map_or("the plan file", |(_, path)| path);
+    // A value is quoted as the user wrote it: the flag, or the file's key and the file.
+    let quoted = |flag: &str, key: &str, value: f64| {
+        let value = crate::units::show_number(value);
+        if flag.starts_with("--") {
+            format!("{flag} {value}")
+        } else {
+            format!("{key}: {value} in {path}")
+        }
+    };
     // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
     let saved = plan_file
         .and_then(|f| f.moe_imbalance)
@@ -503,12 +514,12 @@ fn moe_routing_of(
     let imbalance_flag = if args.moe_imbalance.is_some() {
         "--moe-imbalance"
     } else {
-        "moe_imbalance in the plan file"
+        "moe_imbalance"
     };
     let (factor_flag, capacity_factor) = match args.moe_capacity_factor {
         Some(c) => ("--moe-capacity-factor", Some(c)),
         None => (
-            "moe_capacity_factor in the plan file",
+            "moe_capacity_factor",
             plan_file.and_then(|f| f.moe_capacity_factor),
         ),
     };
@@ -518,9 +529,14 @@ fn moe_routing_of(
             capacity_factor.map(|c| (factor_flag, c)),
         ];
         if let Some((flag, value)) = given.into_iter().flatten().next() {
+            let drop = if flag.starts_with("--") {
+                format!("drop {flag}")
+            } else {
+                format!("delete the {flag} line from {path}")
+            };
             bail!(
-                "{flag} {}: model {} is dense (no experts), so there is no routing to unbalance or cap; drop {flag} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
-                crate::units::show_number(value),
+                "{}: model {} is dense (no experts), so there is no routing to unbalance or cap; {drop} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
+                quoted(flag, flag, value),
                 model.name
             );
         }
@@ -531,17 +547,22 @@ fn moe_routing_of(
         None => 1.0,
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(
-            "{imbalance_flag} {}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. --moe-imbalance 1.2",
-            crate::units::show_number(f),
+            "{}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. {}",
+            quoted(imbalance_flag, imbalance_flag, f),
             moe.experts,
-            moe.router_topk
+            moe.router_topk,
+            if imbalance_flag.starts_with("--") {
+                "--moe-imbalance 1.2"
+            } else {
+                "moe_imbalance: 1.2"
+            }
         ),
     };
     Ok(match capacity_factor {
         None => (imbalance, None),
         Some(c) => {
             crate::training::check_moe_capacity_factor(c).map_err(|rule| {
-                anyhow::anyhow!("{factor_flag} {}: {rule}", crate::units::show_number(c))
+                anyhow::anyhow!("{}: {rule}", quoted(factor_flag, factor_flag, c))
             })?;
             (imbalance.min(c), Some(c))
         }
@@ -856,7 +877,10 @@ pub(super) fn resolve_scenario(
         &training_args.tokens,
         plan_file.and_then(|f| f.tokens.as_deref()),
     ) {
-        (None, Some(text)) => tokens_count("tokens (in the plan file)", text)?,
+        (None, Some(text)) => {
+            let path = file.map_or("the plan file", |(_, path)| path);
+            tokens_count("tokens:", text).map_err(|err| anyhow!("{path}: {err:#}"))?
+        }
         _ => tokens_of(training_args)?,
     };
     // A saved plan keeps the framework and overlap it was evaluated with, unless --framework says
@@ -880,13 +904,27 @@ pub(super) fn resolve_scenario(
             .unwrap_or(framework.default_overlap()),
     );
     let kernel_fusion = kernel_fusion_of(framework, training_args, plan_file)?;
-    let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, plan_file)?;
+    let (moe_imbalance, moe_capacity_factor) = moe_routing_of(&model, training_args, file)?;
     let moe_dispatch = moe_dispatch_of(&model, training_args, plan_file)?;
     check_framework_runs_experts(&model, framework, moe_dispatch, training_args)?;
-    if local_batch.is_some() && framework != TrainingFramework::Torchtitan {
+    if let Some(local) = local_batch
+        && framework != TrainingFramework::Torchtitan
+    {
+        // Said in the words of where the value came from: the flag, or the plan file's key.
+        let (quoted, framework_words, fix) = match (training_args.local_batch, file) {
+            (None, Some((_, path))) => (
+                format!("local_batch: {local} in {path}"),
+                format!("the plan's framework ({})", framework.as_str()),
+                "set framework: torchtitan or delete the local_batch line",
+            ),
+            _ => (
+                "--local-batch".to_string(),
+                format!("--framework {}", framework.as_str()),
+                "use --framework torchtitan or drop --local-batch",
+            ),
+        };
         bail!(
-            "--local-batch is torchtitan's local_batch_size (one pipeline schedule per gradient-accumulation step), but --framework {} runs every micro-batch of a step in one schedule; use --framework torchtitan or drop --local-batch",
-            framework.as_str()
+            "{quoted} is torchtitan's local_batch_size (one pipeline schedule per gradient-accumulation step), but {framework_words} runs every micro-batch of a step in one schedule; {fix}"
         );
     }
     let cp_exchange = match training_args.cp_exchange {

@@ -176,14 +176,18 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             // A count by its value ("512B", "512b", "512e9" and "0.512T" are one point)...
             sweep::Axis::Params => crate::units::parse_count("--values", value)
                 .map_or_else(|_| value.to_string(), |count| format!("{count:.0}")),
-            // ...and a GPU file by the file it names ("g.yaml" and "./g.yaml" are one point).
-            sweep::Axis::Gpu => std::path::Path::new(value)
-                .canonicalize()
-                .ok()
-                .filter(|path| path.is_file())
-                .map_or_else(|| value.to_string(), |path| path.display().to_string()),
+            // ...and a GPU by its numbers: a bundled name and a profile file of that GPU (or
+            // "g.yaml" and "./g.yaml") are one point, whatever the name, description and sources.
+            sweep::Axis::Gpu => same_gpu_key(&scenario.cluster.gpu),
         };
         if let Some(earlier) = keys.iter().position(|k| *k == key) {
+            if axis == sweep::Axis::Gpu && args.values[earlier].trim() != value {
+                bail!(
+                    "--values lists the same point twice ({} and {} are one GPU profile, every number equal, and would print two identical rows); give each GPU once",
+                    input_file::quote(args.values[earlier].trim()),
+                    input_file::quote(value)
+                );
+            }
             bail!(
                 "--values lists the same point twice ({} and {}); give each point once",
                 input_file::quote(args.values[earlier].trim()),
@@ -393,4 +397,16 @@ fn unequal_gpus_note(axis: sweep::Axis, points: &[sweep::Point]) -> Option<Strin
     Some(format!(
         "note: the points run on different GPU counts: {listed}{why}{fix}"
     ))
+}
+
+/// What tells two GPU points apart: every number of the profile, not its name, description or
+/// sources (text the cost model never reads).
+fn same_gpu_key(gpu: &crate::cluster::GpuProfile) -> String {
+    let numbers = crate::cluster::GpuProfile {
+        name: String::new(),
+        description: None,
+        sources: Vec::new(),
+        ..gpu.clone()
+    };
+    serde_json::to_string(&numbers).unwrap_or_else(|_| gpu.name.clone())
 }
