@@ -316,3 +316,63 @@ fn a_launch_line_shape_error_names_the_megatron_flags() {
         assert_one_line_error(&r, &[want], &[not, "panicked"], extra);
     }
 }
+
+/// A pasted launch line asking for a low-precision format the GPU lacks named tpsim's
+/// `--precision nvfp4` and offered `use bf16, fp8`, words the line never had. It now names the
+/// switch the line set and the switches that would work on this GPU.
+#[test]
+fn a_launch_line_precision_error_names_the_megatron_switches() {
+    let base = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 \
+                --micro-batch-size 1 --global-batch-size 8 --bf16";
+    for (extra, want) in [
+        (
+            "--fp4-format e2m1",
+            "--megatron-args: --fp4-format e2m1: the h100-sxm-80g has no nvfp4 tensor cores",
+        ),
+        (
+            "--fp8-format e4m3 --fp8-recipe mxfp8",
+            "--megatron-args: --fp8-recipe mxfp8: the h100-sxm-80g has no mxfp8 tensor cores",
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{base} {extra}"),
+        ]);
+        assert_one_line_error(
+            &r,
+            &[want, "use --bf16 alone, --fp8-format e4m3"],
+            &["--precision", "panicked"],
+            extra,
+        );
+    }
+}
+
+/// `--tokens 1` (far less than one step's 3.1M tokens) printed `time to train: 0.0 h`, a
+/// rounded zero with no word on why. A budget below one step takes that one step, and the line
+/// now says so, in seconds; short budgets read in minutes, not as 0.0 h.
+#[test]
+fn a_token_budget_below_one_step_says_it_takes_one_step() {
+    let eval = |tokens: &str| {
+        run(&[
+            "eval", "--params", "7B", "--nodes", "1", "--tp", "1", "--pp", "1", "--tokens", tokens,
+        ])
+    };
+    let r = eval("1");
+    // Exit 1: this plan does not fit on one node; `eval` still prints its breakdown.
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("time to train:"))
+        .expect("a time-to-train line");
+    assert!(
+        line.ends_with(" s (one step: the token budget is no more than a step's 3.1M tokens)"),
+        "{line}"
+    );
+    assert!(!line.contains("0.0 h"), "{line}");
+    let r = eval("10M");
+    assert!(r.stdout.contains("time to train: 3 min\n"), "{}", r.stdout);
+}

@@ -375,6 +375,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(_) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
         None => e,
     })?;
+    super::megatron_paste::print_deferred_notes();
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
     if plan.recompute_num_layers > plan.layers_per_chunk() {

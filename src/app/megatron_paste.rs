@@ -37,6 +37,24 @@ pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
     }
 }
 
+thread_local! {
+    /// What reading and applying a launch line has to say about what it used and skipped, held
+    /// until its plan is known to build (`print_deferred_notes`): a line that is refused for its
+    /// plan gets its one-line error, not these notes before it.
+    static DEFERRED_NOTES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn defer_note(line: String) {
+    DEFERRED_NOTES.with(|notes| notes.borrow_mut().push(line));
+}
+
+/// Prints the launch line's notes, once its plan has been built.
+pub(super) fn print_deferred_notes() {
+    for line in DEFERRED_NOTES.with(|notes| std::mem::take(&mut *notes.borrow_mut())) {
+        eprintln!("{line}");
+    }
+}
+
 /// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
 /// including arguments tpsim does not model (listed on stderr).
 pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
@@ -63,13 +81,14 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
         .filter(|t| t.starts_with("--"))
         .collect();
     if !flags.is_empty() {
-        eprintln!(
+        defer_note(format!(
             "note: --megatron-args: {} argument(s) do not change memory or time in tpsim's model and were skipped: {}",
             flags.len(),
             flags.join(" ")
-        );
+        ));
     }
     for note in &launch.notes {
+        // What the reader could not take (`--nnodes $NNODES`) explains the errors that follow.
         eprintln!("note: --megatron-args: {note}");
     }
     Ok(launch)
@@ -375,16 +394,16 @@ pub(super) fn apply_megatron_launch(
         if let (Some(given), Some(script)) = (given, script)
             && given != script
         {
-            eprintln!(
+            defer_note(format!(
                 "note: --megatron-args: {flag} {given} overrides the launch line's torchrun {what} {script}"
-            );
+            ));
         }
     }
     // Megatron-LM overlaps what the line says (its defaults: p2p only), whatever the framework's
     // defaults are; check_megatron_training refused tpsim flags that say otherwise.
     let defaults = scenario.training.framework.default_overlap();
     if launch.overlap != scenario.training.overlap && scenario.training.overlap == defaults {
-        eprintln!(
+        defer_note(format!(
             "note: --megatron-args: the line's overlap switches are used (tp comm {}, grad reduce {}, param gather {}, p2p {}{}), not --framework {}'s defaults; Megatron-LM overlaps only what {} turn on",
             on_off(launch.overlap.tp_comm),
             on_off(launch.overlap.grad_reduce),
@@ -401,7 +420,7 @@ pub(super) fn apply_megatron_launch(
             } else {
                 "--tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather"
             }
-        );
+        ));
     }
     scenario.training.overlap = launch.overlap;
     // A low-precision line says whether its quantized weights are the parameters; in bf16 the
@@ -422,11 +441,11 @@ pub(super) fn apply_megatron_launch(
         && let Some(batch) = launch.global_batch_on(scenario.cluster.total_gpus())
         && batch > 0
     {
-        eprintln!(
+        defer_note(format!(
             "note: --megatron-args: no --global-batch-size, so Megatron-LM's default applies: micro-batch {} x dp {} = {batch} sequences per step",
             launch.micro_batch,
             batch / launch.micro_batch
-        );
+        ));
         scenario.training.global_batch = batch;
     }
     Ok(())
@@ -459,6 +478,7 @@ const MEGATRON_NAMES: [(&str, &str); 17] = [
 /// plan and shape flags the message names becomes the Megatron-LM flag that sets it (`--cp 2` → `--context-parallel-size
 /// 2`), so the fix points at what the user wrote.
 pub(super) fn in_megatron_words(message: &str) -> String {
+    let message = precision_in_megatron_words(message);
     let renamed: Vec<String> = message
         .split(' ')
         .map(|word| {
@@ -475,6 +495,41 @@ pub(super) fn in_megatron_words(message: &str) -> String {
         })
         .collect();
     format!("--megatron-args: {}", renamed.join(" "))
+}
+
+/// The Megatron-LM switches that select each of tpsim's precisions (`emit::megatron_args`
+/// writes them, `emit::megatron_reader` reads them).
+const MEGATRON_PRECISIONS: [(&str, &str); 4] = [
+    ("bf16", "--bf16 alone"),
+    ("fp8", "--fp8-format e4m3"),
+    ("mxfp8", "--fp8-recipe mxfp8"),
+    ("nvfp4", "--fp4-format e2m1"),
+];
+
+/// A precision error (`--precision nvfp4: ...; use bf16, fp8`) in the switches the launch line
+/// set and could set instead (`--fp4-format e2m1: ...; use --bf16 alone, --fp8-format e4m3`).
+/// Other messages pass unchanged.
+fn precision_in_megatron_words(message: &str) -> String {
+    let switch = |name: &str| {
+        MEGATRON_PRECISIONS
+            .iter()
+            .find(|(ours, _)| *ours == name)
+            .map_or(name.to_string(), |(_, theirs)| theirs.to_string())
+    };
+    let Some(rest) = message.strip_prefix("--precision ") else {
+        return message.to_string();
+    };
+    let Some((precision, why)) = rest.split_once(": ") else {
+        return message.to_string();
+    };
+    let why = match why.rsplit_once("; use ") {
+        Some((rule, valid)) => {
+            let valid: Vec<String> = valid.split(", ").map(switch).collect();
+            format!("{rule}; use {}", valid.join(", "))
+        }
+        None => why.to_string(),
+    };
+    format!("{}: {why}", switch(precision))
 }
 
 /// The plan a Megatron launch line runs on the scenario's cluster, checked against what

@@ -42,8 +42,12 @@ pub(crate) fn duration(seconds: f64) -> String {
     let days = seconds / 86400.0;
     if days >= 1.0 {
         format!("{days:.1} days")
-    } else {
+    } else if seconds >= 360.0 {
         format!("{:.1} h", seconds / 3600.0)
+    } else if seconds >= 60.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{seconds:.1} s")
     }
 }
 
@@ -870,7 +874,21 @@ pub fn breakdown(e: &Estimate) -> String {
         e.bubble_share * 100.0
     );
     if let Some(seconds) = e.time_to_train_s {
-        let _ = writeln!(out, "time to train: {}", duration(seconds));
+        // A budget of at most one step's tokens still takes that one step (`cost::evaluate`).
+        let one_step = seconds <= e.time.step_s.0 * 1.000_001;
+        let _ = writeln!(
+            out,
+            "time to train: {}{}",
+            duration(seconds),
+            if one_step {
+                format!(
+                    " (one step: the token budget is no more than a step's {:.1}M tokens)",
+                    e.tokens_per_s * e.time.step_s.0 / 1e6
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     out
 }
