@@ -302,8 +302,9 @@ fn read_spec<T: DeserializeOwned>(
 /// hidden where the heads split the hidden size, and a KV head serves at least one query head, so
 /// kv_heads ≤ heads. A model with its own head width (`head_dim`, or latent attention's head
 /// dimensions) does not split the hidden size, as the flags over a bundled model do not either.
-/// `prefix` is "" for file keys, "--" for flags.
-pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> {
+/// Messages name the shape flags; a model file's reader says them in its keys
+/// (`model_file_words`).
+pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
     // The published sizes only document the model, but a value there is still checked.
     for (key, value) in [
         ("published_params_b", file.published_params_b),
@@ -320,7 +321,7 @@ pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> 
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
     if heads_split_hidden && file.heads > file.hidden {
         return Err(format!(
-            "{prefix}heads {} is more than {prefix}hidden {} (rule: each attention head has at least one channel); give heads dividing hidden, e.g. {prefix}heads {}",
+            "--heads {} is more than --hidden {} (rule: each attention head has at least one channel); give --heads dividing --hidden, e.g. --heads {}",
             file.heads,
             file.hidden,
             [128, 64, 32, 16, 8, 4, 2, 1]
@@ -329,16 +330,11 @@ pub fn check_model_counts(file: &ModelFile, prefix: &str) -> Result<(), String> 
                 .unwrap_or(1)
         ));
     }
-    let kv_key = if prefix.is_empty() {
-        "kv_heads"
-    } else {
-        "kv-heads"
-    };
     if let Some(kv) = file.kv_heads
         && kv > file.heads
     {
         return Err(format!(
-            "{prefix}{kv_key} {kv} is more than {prefix}heads {} (rule: each KV head serves at least one query head); give {kv_key} dividing heads",
+            "--kv-heads {kv} is more than --heads {} (rule: each KV head serves at least one query head); give --kv-heads dividing --heads",
             file.heads
         ));
     }
@@ -352,12 +348,13 @@ fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Mod
         origin: origin.to_string(),
         message,
     };
-    check_model_counts(file, "").map_err(invalid)?;
-    Model::from_file(file).map_err(|err| {
-        invalid(sanitize_message(
-            &crate::model_file_words::in_model_file_words(&err.to_string(), key_prefix),
+    let in_file_words = |message: &str| {
+        sanitize_message(&crate::model_file_words::in_model_file_words(
+            message, key_prefix,
         ))
-    })
+    };
+    check_model_counts(file).map_err(|m| invalid(in_file_words(&m)))?;
+    Model::from_file(file).map_err(|err| invalid(in_file_words(&err.to_string())))
 }
 
 /// Loads a model by bundled name or path, given with `--model` (named in errors).

@@ -167,6 +167,13 @@ fn a_model_count_in_a_file_is_named_by_its_key() {
             "  seq_len: 99999999",
             "p.yaml: model.seq_len: 99999999 is larger than 16777216",
         ),
+        // The counts checked before the model is built say the same keys (they said
+        // `kv_heads 200 is more than heads 152`, another wording in the same file).
+        (
+            "  kv_heads: 152",
+            "  kv_heads: 200",
+            "p.yaml: model.kv_heads: 200 is more than model.heads: 152",
+        ),
     ] {
         std::fs::write(dir.join("p.yaml"), plan_with(from, to)).unwrap();
         let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
@@ -319,32 +326,46 @@ fn a_launch_line_shape_error_names_the_megatron_flags() {
 
 /// A pasted launch line asking for a low-precision format the GPU lacks named tpsim's
 /// `--precision nvfp4` and offered `use bf16, fp8`, words the line never had. It now names the
-/// switch the line set and the switches that would work on this GPU.
+/// switch that chose the format and, for each format the GPU has, the switches that train at it
+/// as `--emit megatron` writes them.
 #[test]
 fn a_launch_line_precision_error_names_the_megatron_switches() {
     let base = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 \
                 --micro-batch-size 1 --global-batch-size 8 --bf16";
-    for (extra, want) in [
+    let h100_fix = "use --bf16 alone, or --fp8-format hybrid --fp8-recipe tensorwise";
+    for (gpu, extra, want, fix) in [
         (
+            "h100-sxm-80g",
             "--fp4-format e2m1",
-            "--megatron-args: --fp4-format e2m1: the h100-sxm-80g has no nvfp4 tensor cores",
+            "--megatron-args: --fp4-format (nvfp4): the h100-sxm-80g has no nvfp4 tensor cores",
+            h100_fix,
         ),
         (
+            "h100-sxm-80g",
             "--fp8-format e4m3 --fp8-recipe mxfp8",
-            "--megatron-args: --fp8-recipe mxfp8: the h100-sxm-80g has no mxfp8 tensor cores",
+            "--megatron-args: --fp8-recipe mxfp8 (mxfp8): the h100-sxm-80g has no mxfp8 tensor cores",
+            h100_fix,
+        ),
+        (
+            "a100-sxm-80g",
+            "--fp8-format hybrid --fp8-recipe tensorwise",
+            "--megatron-args: --fp8-format (fp8): the a100-sxm-80g has no fp8 tensor cores",
+            "use --bf16 alone",
         ),
     ] {
         let r = run(&[
             "eval",
             "--nodes",
             "1",
+            "--gpu",
+            gpu,
             "--megatron-args",
             &format!("{base} {extra}"),
         ]);
         assert_one_line_error(
             &r,
-            &[want, "use --bf16 alone, --fp8-format e4m3"],
-            &["--precision", "panicked"],
+            &[want, fix],
+            &["--precision", "e4m3:", "panicked"],
             extra,
         );
     }

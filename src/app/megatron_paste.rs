@@ -497,39 +497,58 @@ pub(super) fn in_megatron_words(message: &str) -> String {
     format!("--megatron-args: {}", renamed.join(" "))
 }
 
-/// The Megatron-LM switches that select each of tpsim's precisions (`emit::megatron_args`
-/// writes them, `emit::megatron_reader` reads them).
-const MEGATRON_PRECISIONS: [(&str, &str); 4] = [
-    ("bf16", "--bf16 alone"),
-    ("fp8", "--fp8-format e4m3"),
-    ("mxfp8", "--fp8-recipe mxfp8"),
-    ("nvfp4", "--fp4-format e2m1"),
-];
+/// The switch of a launch line that selected a precision, whatever value it gave it: FP8 from
+/// `--fp8-format`, MXFP8 from `--fp8-recipe mxfp8`, NVFP4 from `--fp4-format` (Megatron-LM's
+/// arguments, as `emit::megatron_reader` reads them).
+fn switch_that_chose(precision: Precision) -> &'static str {
+    match precision {
+        Precision::Bf16 => "--bf16",
+        Precision::Fp8 => "--fp8-format",
+        Precision::Mxfp8 => "--fp8-recipe mxfp8",
+        Precision::Nvfp4 => "--fp4-format",
+    }
+}
 
-/// A precision error (`--precision nvfp4: ...; use bf16, fp8`) in the switches the launch line
-/// set and could set instead (`--fp4-format e2m1: ...; use --bf16 alone, --fp8-format e4m3`).
-/// Other messages pass unchanged.
+/// The switches that train at `precision`, as `--emit megatron` writes them
+/// (`emit::megatron_precision_args`; FP8 with current scaling).
+fn switches_for(precision: Precision) -> String {
+    let args =
+        crate::emit::megatron_precision_args(precision, crate::training::Fp8Scaling::Current);
+    match args {
+        (None, _) => "--bf16 alone".to_string(),
+        (Some((format, value)), Some((recipe, recipe_value))) => {
+            format!("--{format} {value} --{recipe} {recipe_value}")
+        }
+        (Some((format, value)), None) => format!("--{format} {value}"),
+    }
+}
+
+/// A precision error (`--precision nvfp4: ...; use bf16, fp8`) in the launch line's switches:
+/// the one that chose the refused format, and the switches of the formats the GPU has
+/// (`--fp4-format: ...; use --bf16 alone, --fp8-format hybrid --fp8-recipe tensorwise`). Other
+/// messages pass unchanged.
 fn precision_in_megatron_words(message: &str) -> String {
-    let switch = |name: &str| {
-        MEGATRON_PRECISIONS
-            .iter()
-            .find(|(ours, _)| *ours == name)
-            .map_or(name.to_string(), |(_, theirs)| theirs.to_string())
-    };
+    let of_name = |name: &str| Precision::ALL.into_iter().find(|p| p.as_str() == name);
     let Some(rest) = message.strip_prefix("--precision ") else {
         return message.to_string();
     };
-    let Some((precision, why)) = rest.split_once(": ") else {
+    let Some((name, why)) = rest.split_once(": ") else {
+        return message.to_string();
+    };
+    let Some(refused) = of_name(name) else {
         return message.to_string();
     };
     let why = match why.rsplit_once("; use ") {
         Some((rule, valid)) => {
-            let valid: Vec<String> = valid.split(", ").map(switch).collect();
-            format!("{rule}; use {}", valid.join(", "))
+            let valid: Vec<String> = valid
+                .split(", ")
+                .map(|v| of_name(v).map_or(v.to_string(), switches_for))
+                .collect();
+            format!("{rule}; use {}", valid.join(", or "))
         }
         None => why.to_string(),
     };
-    format!("{}: {why}", switch(precision))
+    format!("{} ({name}): {why}", switch_that_chose(refused))
 }
 
 /// The plan a Megatron launch line runs on the scenario's cluster, checked against what

@@ -263,7 +263,7 @@ fn resolve_base_model(
             mtp_layers: 0,
             attention_window: None,
         };
-        specs::check_model_counts(&file, "--").map_err(|m| anyhow!(m))?;
+        specs::check_model_counts(&file).map_err(|m| anyhow!(m))?;
         let model = Model::from_file(&file)?;
         return Ok((model, "flags".to_string()));
     }

@@ -606,7 +606,7 @@ pub(super) fn moe_alltoall_overlap(
 /// Megatron-LM's (`--fp8-format`|`--fp4-format`, `--fp8-recipe`|`--fp4-recipe`) for a precision;
 /// `None` for bf16.
 #[allow(clippy::type_complexity)]
-pub(super) fn megatron_precision_args(
+pub(crate) fn megatron_precision_args(
     precision: Precision,
     fp8_scaling: crate::training::Fp8Scaling,
 ) -> (
