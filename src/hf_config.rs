@@ -1038,8 +1038,11 @@ impl Reader<'_> {
     /// `moe_intermediate_size` and `n_shared_experts` shared ones in every layer from
     /// `first_k_dense_replace` on, dense layers of `intermediate_size` before, and
     /// `num_nextn_predict_layers` MTP layers. The first port of the class named the routed experts
-    /// `num_experts` and had other defaults, so the shape keys are required, not defaulted;
-    /// `n_group` 1 (both published configs) is no group-limited routing.
+    /// `num_experts` and had other defaults, so the sizes (hidden, heads, layers, the MLP and expert
+    /// widths, experts, top-k, vocabulary) are required, not defaulted; the counts both published
+    /// configs state take `Glm4MoeConfig`'s defaults when missing (8 K/V heads, 1 shared expert,
+    /// 1 dense layer first, no MTP); `n_group` 1 (both published configs) is no group-limited
+    /// routing.
     fn glm4_moe(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
         let hidden = self.required("hidden_size", "5120")?;
         let heads = self.required("num_attention_heads", "96")?;

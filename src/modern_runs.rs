@@ -625,8 +625,10 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
 /// - NeMo AutoModel's benchmark configs at the table's commit (36044ad,
 ///   examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml, gpt_oss/gptoss_20b_te_deepep.yaml)
 ///   set `dispatcher: deepep` with `fake_balanced_gate: true` (round-robin experts). Its GPT-OSS
-///   120B config sets `dispatcher: hybridep`, whose dispatch tpsim does not model, so that row
-///   keeps the all-to-all;
+///   120B config sets `dispatcher: hybridep` with the same gate (`gptoss_120b_te_deepep.yaml`,
+///   read at 05de44f): HybridEP sends a token once to each node holding one of its experts and
+///   forwards it inside the node, DeepEP's scheme (the Megatron-Core MoE report, arXiv 2603.07685
+///   §4.2.2), so it is planned as DeepEP, as the report's HybridEP runs are;
 /// - Megatron-Bridge 25.09's DeepSeek-V3 on H100 enables DeepEP with forced load balancing
 ///   (scripts/performance/run_script.py at 9a5e798: `enable_deepep = gpu in ["h100"]`,
 ///   `moe_router_force_load_balancing = True`), random routing;
@@ -636,6 +638,7 @@ fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerStates, GradDtyp
 ///   full recompute); its Kimi K2 config (`examples/benchmark/configs/kimi_k2_te_deepep.yaml`,
 ///   read at 080dca5: 32 nodes, GBS 512, LBS 8, pp 8, ep 32, interleaved 1F1B) sets the same
 ///   `dispatcher: deepep`, `fake_balanced_gate: true` and `activation_checkpointing: true`;
+/// - the Megatron-Core MoE report's runs run HybridEP or DeepEP (below);
 /// - everything else runs the all-to-all dispatcher.
 fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
@@ -643,7 +646,7 @@ fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     if run.id.starts_with("automodel")
         && matches!(
             key,
-            "qwen3_30b_a3b" | "gpt_oss_20b" | "deepseek_v3" | "kimi_k2"
+            "qwen3_30b_a3b" | "gpt_oss_20b" | "gpt_oss_120b" | "deepseek_v3" | "kimi_k2"
         )
     {
         return MoeDispatch {

@@ -273,19 +273,23 @@ fn push_pipeline_variants(
         // Uneven: with the embedding, the loss and the MTP layers counted as layers where these
         // units split evenly (`plan::unit_chunks`), else with the model chunks filled front to
         // back and the remainder last (`StageLayout::filled_chunks`, Megatron-Bridge's DeepSeek-V3
-        // layouts), both up to `MAX_UNEVEN_VPP` virtual stages, or to a deeper --vpp the user pinned
-        // (the Megatron-Core MoE report runs Qwen3-235B's 94 layers at pp 4 x vpp 12).
-        let deepest = vpp_pinned.map_or(MAX_UNEVEN_VPP, |v| v.max(MAX_UNEVEN_VPP));
+        // layouts), both up to `MAX_UNEVEN_VPP` virtual stages, and a deeper --vpp the user pinned
+        // where it splits so (the Megatron-Core MoE report runs Qwen3-235B's 94 layers at pp 4 x
+        // vpp 12).
+        let fills = |v: u32| {
+            let chunks = pp * v;
+            model.layers > model.layers.div_ceil(chunks) * (chunks - 1)
+        };
+        let splits = |v: u32| crate::plan::unit_chunks(model, pp, v).is_some() || fills(v);
         let mut vpps = vec![1];
-        vpps.extend((2..=deepest).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()));
-        let filled: Vec<u32> = (2..=deepest)
-            .filter(|&v| {
-                let chunks = pp * v;
-                let per_chunk = model.layers.div_ceil(chunks);
-                !vpps.contains(&v) && model.layers > per_chunk * (chunks - 1)
-            })
+        vpps.extend(
+            (2..=MAX_UNEVEN_VPP).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()),
+        );
+        let filled: Vec<u32> = (2..=MAX_UNEVEN_VPP)
+            .filter(|&v| !vpps.contains(&v) && fills(v))
             .collect();
         vpps.extend(filled);
+        vpps.extend(vpp_pinned.filter(|&v| v > MAX_UNEVEN_VPP && splits(v)));
         vpps
     } else {
         vec![1]

@@ -395,5 +395,9 @@ fn a_token_budget_below_one_step_says_it_takes_one_step() {
     );
     assert!(!line.contains("0.0 h"), "{line}");
     let r = eval("10M");
-    assert!(r.stdout.contains("time to train: 3 min\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("time to train: 2.6 min\n"),
+        "{}",
+        r.stdout
+    );
 }

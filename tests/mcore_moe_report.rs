@@ -9,6 +9,7 @@ mod common;
 
 use common::{ROOT, json};
 use serde::Deserialize;
+use tpsim::calibrate::fit::median;
 
 /// Table 7 of the report (`validation/mcore_moe_dispatch_latency.yaml`).
 #[derive(Deserialize)]
@@ -32,14 +33,21 @@ fn dispatch_latency() -> Vec<DispatchLatency> {
     file.rows
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        0.5 * (values[n / 2 - 1] + values[n / 2])
-    }
+/// Fails when the median or the worst of `errors` (|error| fractions) passes its bound; prints
+/// the per-entry `lines` either way (`--nocapture`).
+fn assert_within(errors: &[f64], lines: &[String], median_bound: f64, worst_bound: f64) {
+    let table = lines.join("\n");
+    eprintln!("{table}");
+    let worst = errors.iter().copied().fold(0.0, f64::max);
+    let middle = median(errors);
+    assert!(
+        middle <= median_bound,
+        "median |error| {middle:.3} > {median_bound}\n{table}"
+    );
+    assert!(
+        worst <= worst_bound,
+        "worst |error| {worst:.3} > {worst_bound}\n{table}"
+    );
 }
 
 /// The ledger's forward all-to-all times (dispatch, combine) in µs for DeepSeek-V3 with one
@@ -121,22 +129,62 @@ fn alltoall_latency_matches_the_reports_table_7() {
             errors.push(error.abs());
         }
     }
-    let table = lines.join("\n");
-    eprintln!("{table}");
-    assert_eq!(errors.len(), 16, "{table}");
-    let worst = errors.iter().copied().fold(0.0, f64::max);
-    let middle = median(errors);
-    assert!(middle <= 0.13, "median |error| {middle:.3} > 0.13\n{table}");
-    assert!(worst <= 0.25, "worst |error| {worst:.3} > 0.25\n{table}");
+    assert_eq!(errors.len(), 16, "{lines:?}");
+    assert_within(&errors, &lines, 0.13, 0.25);
 }
+
+/// The ninth run, as `eval` prices it with its stated plan and settings whatever its memory:
+/// Qwen3-235B MXFP8 on 256 GB200 at three sequences per micro-batch (Table 20; Appendix B.2:
+/// recompute moe_act and layernorm, 1F1B overlap on). The report ran it with activation
+/// offloading, which tpsim does not model, so `accuracy` leaves it out as not fitting.
+const QWEN3_GB200_MXFP8_EVAL: &[&str] = &[
+    "eval",
+    "--model",
+    "qwen3-235b-a22b",
+    "--gpu",
+    "gb200-nvl72",
+    "--nodes",
+    "64",
+    "--gpus-per-node",
+    "4",
+    "--tp",
+    "1",
+    "--pp",
+    "4",
+    "--vpp",
+    "6",
+    "--ep",
+    "64",
+    "--etp",
+    "1",
+    "--micro-batch",
+    "3",
+    "--global-batch",
+    "3072",
+    "--seq-len",
+    "4096",
+    "--allow-uneven-pp",
+    "--precision",
+    "mxfp8",
+    "--recompute-modules",
+    "moe_act",
+    "layernorm",
+    "--moe-dispatcher",
+    "deepep",
+    "--overlap-moe-expert-parallel-comm",
+    "--zero",
+    "1",
+    "--format",
+    "json",
+];
 
 /// Table 11's nine runs (DeepSeek-V3 and Qwen3-235B-A22B on GB300, GB200 and H100, 4K and 128K
 /// tokens) as `tpsim accuracy --runs validation/mcore_moe_report.yaml` plans them: each with its
-/// Table 20 plan pinned and its Appendix B.2 settings (`modern_runs`'s `mcore-moe-report` source).
-/// Today: eight predicted, median |error| 10.8%, worst +20.0% (DeepSeek-V3 on 256 GB300), every
-/// one fast; issue 9's bounds are median 15%, none past 30%. The ninth, Qwen3-235B MXFP8 on 256
-/// GB200 at three sequences per micro-batch, ran with activation offloading, which tpsim does not
-/// model: its memory does not fit.
+/// published plan pinned (Table 20's; Table 17's PP 8 for DeepSeek-V3 on H100) and its Appendix
+/// B.2 settings (`modern_runs`'s `mcore-moe-report` source). Today: eight predicted, median
+/// |error| 10.8%, worst +20.0% (DeepSeek-V3 on 256 GB300); the ninth, which tpsim cannot fit
+/// without the report's offloading, priced anyway by `eval` at +25.0%; over all nine, median
+/// 13.1%, worst +25.0%, every one fast. Issue 9's bounds are median 15%, none past 30%.
 #[test]
 fn end_to_end_throughput_matches_the_reports_table_11() {
     let out = json(&[
@@ -167,11 +215,19 @@ fn end_to_end_throughput_matches_the_reports_table_11() {
             }
         }
     }
-    let table = lines.join("\n");
-    eprintln!("{table}");
-    assert_eq!(errors.len(), 8, "{table}");
-    let worst = errors.iter().copied().fold(0.0, f64::max);
-    let middle = median(errors);
-    assert!(middle <= 0.12, "median |error| {middle:.3} > 0.12\n{table}");
-    assert!(worst <= 0.21, "worst |error| {worst:.3} > 0.21\n{table}");
+    assert_eq!(errors.len(), 8, "{lines:?}");
+    assert_within(&errors, &lines, 0.12, 0.21);
+    // All nine, the one that does not fit priced as `eval` prices it.
+    let ninth = json(QWEN3_GB200_MXFP8_EVAL);
+    let gpus = ninth["cluster"]["total_gpus"].as_f64().expect("total_gpus");
+    let tokens = ninth["plans"][0]["tokens_per_s"]
+        .as_f64()
+        .expect("tokens/s");
+    let error = tokens / gpus / 6212.0 - 1.0;
+    lines.push(format!(
+        "mcore-moe-report-qwen3_235b_a22b-gb200-256g-mxfp8 (eval, does not fit): {:+.1}%",
+        100.0 * error
+    ));
+    errors.push(error.abs());
+    assert_within(&errors, &lines, 0.14, 0.26);
 }

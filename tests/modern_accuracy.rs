@@ -177,12 +177,17 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // and the gathered output gradients) were charged once, in the backward where Transformer Engine
 // and torchao make them, and torchtitan's collective copies sized to the FP8 all-gathers: dense
 // median 5.9% -> 6.5% (the Megatron family 5.5% -> 5.5%), the float8/bf16 speedups of
-// torchtitan's paired rows closer to the published ones (FIT.md).
+// torchtitan's paired rows closer to the published ones (FIT.md). On 2026-12-05 AutoModel's
+// GPT-OSS-120B row, whose config runs HybridEP, was planned with DeepEP's traffic as the Megatron-Core
+// MoE report's HybridEP runs are (it had kept the all-to-all, which sends 2-4 times as much): -5.6%
+// -> +43.9%, beside the other GPT-OSS rows (+49...+61%, a gap FIT.md describes). Crossing from
+// below the median to above it, it moved the median of this sparse distribution from 15.7% to the
+// next value, 22.3%, and one more row past 30%.
 const DENSE_MEGATRON_PAST_25: usize = 3;
 const DENSE_ALL_PAST_25: usize = 6;
 const MOE_MIN_PREDICTED: usize = 41;
-const MOE_MEDIAN_BOUND: f64 = 0.1575;
-const MOE_PAST_30: usize = 13;
+const MOE_MEDIAN_BOUND: f64 = 0.2235;
+const MOE_PAST_30: usize = 14;
 // torchtitan peak memory (20 runs state it): today's values, not the 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.05;

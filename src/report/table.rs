@@ -45,7 +45,7 @@ pub(crate) fn duration(seconds: f64) -> String {
     } else if seconds >= 360.0 {
         format!("{:.1} h", seconds / 3600.0)
     } else if seconds >= 60.0 {
-        format!("{:.0} min", seconds / 60.0)
+        format!("{:.1} min", seconds / 60.0)
     } else {
         format!("{seconds:.1} s")
     }
