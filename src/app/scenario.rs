@@ -337,15 +337,17 @@ pub(super) fn tokens_of(training_args: &TrainingArgs) -> Result<Option<f64>> {
 /// A token budget as written (`300B`), named `flag` in errors (`--tokens`, or a plan file's key).
 fn tokens_count(flag: &'static str, text: &str) -> Result<Option<f64>> {
     let count = parse_count(flag, text)?;
+    // The example in the same words: `--tokens 300B` on the command line, `tokens: 300B` in a file.
+    let example = format!("{flag} 300B");
     if count < 1.0 {
         bail!(
-            "{flag} {}: {count:e} is less than one token; give the tokens to train on, e.g. --tokens 300B",
+            "{flag} {}: {count:e} is less than one token; give the tokens to train on, e.g. {example}",
             crate::input_file::quote(text)
         );
     }
     if count > MAX_TOKENS {
         bail!(
-            "{flag} {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. --tokens 300B",
+            "{flag} {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. {example}",
             crate::input_file::quote(text)
         );
     }
