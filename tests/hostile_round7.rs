@@ -401,3 +401,28 @@ fn a_token_budget_below_one_step_says_it_takes_one_step() {
         r.stdout
     );
 }
+
+/// A plan file's `recompute_modules: [bogus]` was reported at the file's first key (`p.yaml:7:1`),
+/// lines away from the entry, because the list was checked only once read whole. Each entry is
+/// now checked as it is read: the error points at the list's own line.
+#[test]
+fn a_bad_recompute_module_is_reported_at_its_line() {
+    let dir = scratch("round7", "module-line");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let line = plan.lines().count() + 1;
+    std::fs::write(
+        dir.join("p.yaml"),
+        format!("{plan}recompute_modules: [moe_act, bogus]\n"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            &format!("p.yaml:{line}:"),
+            "recompute_modules: 'bogus' is not a module Megatron-Core recomputes",
+        ],
+        &["recompute_modules: recompute_modules"],
+        "recompute_modules: [moe_act, bogus]",
+    );
+}

@@ -210,9 +210,23 @@ impl Serialize for RecomputeModules {
     }
 }
 
+/// One entry of a file's `recompute_modules` list, checked as it is read, so that a name no
+/// module has is reported at its own line of the file, not at the file's first key.
+struct ModuleEntry(String);
+
+impl<'de> Deserialize<'de> for ModuleEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let entry = String::deserialize(deserializer)?;
+        // The reader names the key and the position (`p.yaml:21:20: recompute_modules: ...`).
+        RecomputeModules::parse(std::slice::from_ref(&entry)).map_err(serde::de::Error::custom)?;
+        Ok(ModuleEntry(entry))
+    }
+}
+
 impl<'de> Deserialize<'de> for RecomputeModules {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let names = Vec::<String>::deserialize(deserializer)?;
+        let entries = Vec::<ModuleEntry>::deserialize(deserializer)?;
+        let names: Vec<String> = entries.into_iter().map(|ModuleEntry(name)| name).collect();
         RecomputeModules::parse(&names)
             .map_err(|why| serde::de::Error::custom(format!("recompute_modules: {why}")))
     }
