@@ -1329,9 +1329,8 @@ fn recompute_flags_replace_a_saved_block_recompute() {
     );
     assert_eq!(titan.code, 2, "{}", titan.stderr);
     assert!(
-        titan
-            .stderr
-            .contains("recompute_num_layers in the plan file")
+        titan.stderr.contains("recompute_num_layers: ")
+            && titan.stderr.contains(" in blk.yaml")
             && titan.stderr.contains("--recompute-method uniform"),
         "{}",
         titan.stderr

@@ -319,9 +319,16 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         && request.recompute_num_layers > 0
         && !framework.recomputes_some_layers()
     {
+        // Named where it was given: the flag, or the plan file's key.
+        let given = match (&args.plan, args.recompute_num_layers) {
+            (Some(path), None) => format!(
+                "recompute_num_layers: {} in {path}",
+                request.recompute_num_layers
+            ),
+            _ => format!("--recompute-num-layers {}", request.recompute_num_layers),
+        };
         bail!(
-            "block recompute of {} layer(s) per chunk (--recompute-method block, or recompute_num_layers in the plan file) recomputes only some layers, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
-            request.recompute_num_layers,
+            "block recompute ({given}) recomputes only some layers of each chunk, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
             framework.as_str()
         );
     }
