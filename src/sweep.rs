@@ -207,6 +207,18 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
 }
 
+/// Days to train in the table: one decimal, and under a tenth of a day two significant digits
+/// (a 10M-token budget reads 0.0011, not 0.0), as `eval`'s time to train reads it in minutes.
+fn days_cell(days: Option<f64>) -> String {
+    match days {
+        Some(d) if d > 0.0 && d < 0.1 => {
+            let decimals = (-d.log10().floor()) as usize + 1;
+            format!("{d:.decimals$}")
+        }
+        other => fixed(other, 1),
+    }
+}
+
 /// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
 fn csv_cell(text: &str) -> String {
     if text.contains([',', '"', '\n']) {
@@ -396,7 +408,7 @@ pub fn table(sweep: &Sweep) -> String {
             fixed(r.memory_headroom_gib, 1),
         ];
         if sweep.tokens.is_some() {
-            row.push(fixed(r.time_to_train_days, 1));
+            row.push(days_cell(r.time_to_train_days));
             if sweep.price_per_gpu_hour.is_some() {
                 row.push(
                     r.cost_to_train
@@ -464,6 +476,15 @@ mod tests {
     use crate::shape::derive_shape;
     use crate::specs;
     use crate::training::GradDtype;
+
+    #[test]
+    fn short_trainings_keep_two_significant_digits_of_days() {
+        assert_eq!(days_cell(Some(50.24)), "50.2");
+        assert_eq!(days_cell(Some(0.1)), "0.1");
+        assert_eq!(days_cell(Some(0.0014)), "0.0014");
+        assert_eq!(days_cell(Some(0.00071)), "0.00071");
+        assert_eq!(days_cell(None), "");
+    }
 
     fn point(nodes: u32) -> Point {
         Point {
