@@ -172,13 +172,14 @@ pub struct GpuProfile {
     /// Whether the tensor cores run the OCP microscaling formats (MXFP8, NVFP4): Blackwell and later.
     #[serde(default)]
     pub microscaling: bool,
-    /// Share of the bf16 peak a current fused attention kernel reaches on this GPU: cuDNN fused
-    /// attention / FlashAttention-3 on Hopper, what Transformer Engine runs (absent:
-    /// `gemm_efficiency`).
+    /// Share of the bf16 peak a current fused attention kernel reaches on this GPU at head width
+    /// 128: cuDNN fused attention / FlashAttention-3 on Hopper, what Transformer Engine runs
+    /// (absent: `gemm_efficiency`). Other widths scale it
+    /// (`TrainingFramework::attention_head_width_factor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused_attention_efficiency: Option<f64>,
-    /// Share of the bf16 peak FlashAttention-2 reaches on this GPU, what PyTorch SDPA's flash
-    /// backend runs (absent: `gemm_efficiency`; FA2 was written for Ampere).
+    /// Share of the bf16 peak FlashAttention-2 reaches on this GPU at head width 128, what PyTorch
+    /// SDPA's flash backend runs (absent: `gemm_efficiency`; FA2 was written for Ampere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fa2_attention_efficiency: Option<f64>,
     /// GPUs that share one NVLink domain (NVSwitch fabric): 8 in an HGX/DGX node, 72 in a GB200/GB300

@@ -499,6 +499,43 @@ impl TrainingFramework {
         }
     }
 
+    /// The framework's fused attention kernel at the model's query/key head width, relative to its
+    /// rate at 128 (the width every profile's `fused_attention_efficiency` and
+    /// `fa2_attention_efficiency` was measured at). FlashAttention-3's paper charts each kernel's
+    /// forward on H100 SXM5 at head dimensions 64, 128 and 256 (Shah et al. 2024, Figure 5, bf16,
+    /// no causal mask; the bar labels averaged over 4K, 8K and 16K tokens):
+    /// - cuDNN, which Transformer Engine runs for Megatron-Core: 411, 601 and 496 TFLOP/s, so
+    ///   0.683, 1 and 0.825;
+    /// - FlashAttention-2, PyTorch SDPA's flash kernel in torchtitan and DeepSpeed: 322, 369 and
+    ///   296 TFLOP/s, so 0.873, 1 and 0.801.
+    ///
+    /// Linear between those widths and flat beyond them (MLA's 192-wide queries and keys take the
+    /// midpoint of 128 and 256). Measured on Hopper only and taken for every GPU. The 2021
+    /// Megatron-LM baseline keeps its validated GEMM efficiency at every width.
+    pub fn attention_head_width_factor(self, qk_head_dim: f64) -> f64 {
+        const CUDNN: [(f64, f64); 3] = [(64.0, 0.683), (128.0, 1.0), (256.0, 0.825)];
+        const FLASH_ATTENTION_2: [(f64, f64); 3] = [(64.0, 0.873), (128.0, 1.0), (256.0, 0.801)];
+        let points = match self {
+            TrainingFramework::MegatronLm2021 => return 1.0,
+            TrainingFramework::MegatronCore => CUDNN,
+            TrainingFramework::Torchtitan | TrainingFramework::Deepspeed => FLASH_ATTENTION_2,
+        };
+        let (first, last) = (points[0], points[points.len() - 1]);
+        if qk_head_dim <= first.0 {
+            return first.1;
+        }
+        if qk_head_dim >= last.0 {
+            return last.1;
+        }
+        points
+            .windows(2)
+            .find(|pair| qk_head_dim <= pair[1].0)
+            .map_or(1.0, |pair| {
+                let ((w0, f0), (w1, f1)) = (pair[0], pair[1]);
+                f0 + (f1 - f0) * (qk_head_dim - w0) / (w1 - w0)
+            })
+    }
+
     /// Whether FP8 training keeps the quantized weights as the model's parameters and all-gathers
     /// them in FP8 (Megatron-Core `--fp8-param-gather`, which NVIDIA's performance recipes set:
     /// Megatron-Bridge docs "When training in fp8 computing precision, setting
@@ -1001,6 +1038,23 @@ impl Training {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fused_attention_rate_follows_the_head_width() {
+        let core = TrainingFramework::MegatronCore;
+        assert_eq!(core.attention_head_width_factor(128.0), 1.0);
+        assert_eq!(core.attention_head_width_factor(64.0), 0.683);
+        assert_eq!(core.attention_head_width_factor(32.0), 0.683);
+        assert_eq!(core.attention_head_width_factor(256.0), 0.825);
+        // MLA's 192-wide queries and keys: halfway between 128 and 256.
+        assert!((core.attention_head_width_factor(192.0) - 0.9125).abs() < 1e-12);
+        let titan = TrainingFramework::Torchtitan;
+        assert!((titan.attention_head_width_factor(96.0) - 0.9365).abs() < 1e-12);
+        assert_eq!(
+            TrainingFramework::MegatronLm2021.attention_head_width_factor(64.0),
+            1.0
+        );
+    }
 
     #[test]
     fn files_spell_each_framework_as_the_command_line_does() {

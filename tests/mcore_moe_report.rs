@@ -182,7 +182,7 @@ const QWEN3_GB200_MXFP8_EVAL: &[&str] = &[
 /// tokens) as `tpsim accuracy --runs validation/mcore_moe_report.yaml` plans them: each with its
 /// published plan pinned (Table 20's; Table 17's PP 8 for DeepSeek-V3 on H100) and its Appendix
 /// B.2 settings (`modern_runs`'s `mcore-moe-report` source). Today: eight predicted, median
-/// |error| 10.8%, worst +20.0% (DeepSeek-V3 on 256 GB300); the ninth, which tpsim cannot fit
+/// |error| 10.8%, worst +18.6% (DeepSeek-V3 on 256 GB300); the ninth, which tpsim cannot fit
 /// without the report's offloading, priced anyway by `eval` at +25.0%; over all nine, median
 /// 13.1%, worst +25.0%, every one fast. Issue 9's bounds are median 15%, none past 30%.
 #[test]

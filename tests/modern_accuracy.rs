@@ -182,12 +182,15 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // MoE report's HybridEP runs are (it had kept the all-to-all, which sends 2-4 times as much): -5.6%
 // -> +43.9%, beside the other GPT-OSS rows (+49...+61%, a gap FIT.md describes). Crossing from
 // below the median to above it, it moved the median of this sparse distribution from 15.7% to the
-// next value, 22.3%, and one more row past 30%.
+// next value, 22.3%, and one more row past 30%. The same day the fused attention kernels' rate
+// was made to follow the head width (FlashAttention-3's paper charts cuDNN at 0.68 of its
+// head-dim-128 rate at 64 and 0.83 at 256): 37 of the 41 rows it moved came closer (GPT-OSS's
+// 64-wide heads 5-6 points, DeepSeek-V3's 192-wide MLA 1-3), MoE median 22.3% -> 20.8%, 13 past 30%.
 const DENSE_MEGATRON_PAST_25: usize = 3;
 const DENSE_ALL_PAST_25: usize = 6;
 const MOE_MIN_PREDICTED: usize = 41;
-const MOE_MEDIAN_BOUND: f64 = 0.2235;
-const MOE_PAST_30: usize = 14;
+const MOE_MEDIAN_BOUND: f64 = 0.209;
+const MOE_PAST_30: usize = 13;
 // torchtitan peak memory (20 runs state it): today's values, not the 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.05;

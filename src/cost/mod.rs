@@ -48,6 +48,16 @@ use groups::{GroupKind, Groups};
 use memory::Memory;
 use terms::{HiddenBy, StepTerms, Term, TermKind};
 
+/// Share of the bf16 peak the framework's fused attention kernel reaches on this model's heads:
+/// the profile's rate at head width 128 (`TrainingFramework::attention_efficiency`) times the
+/// kernel's rate at the model's query/key width relative to 128
+/// (`TrainingFramework::attention_head_width_factor`).
+fn attention_efficiency(model: &Model, cluster: &Cluster, training: &Training) -> f64 {
+    let framework = training.framework;
+    framework.attention_efficiency(&cluster.gpu)
+        * framework.attention_head_width_factor(model.attention_head_dims().0)
+}
+
 /// Fraction of overlapped communication time that still lands on the step (see `evaluate`).
 pub const OVERLAP_COMPUTE_PENALTY: f64 = 0.15;
 
@@ -395,7 +405,7 @@ pub(crate) fn unit_costs_at(
             selective: training.selective_recompute(),
             attention: training.attention,
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
-            attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
+            attention_efficiency: attention_efficiency(model, cluster, training),
             kernel_fusion: training.kernel_fusion,
             cast: cast_setting,
         },
@@ -1322,7 +1332,7 @@ mod tests {
                     selective: training.selective_recompute(),
                     attention: training.attention,
                     gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },
-                    attention_efficiency: training.framework.attention_efficiency(&cluster.gpu),
+                    attention_efficiency: attention_efficiency(&model, &cluster, training),
                     kernel_fusion: training.kernel_fusion,
                     cast: cast::CastSetting::of(training, &plan),
                 },
