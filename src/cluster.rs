@@ -174,7 +174,7 @@ pub struct GpuProfile {
     pub microscaling: bool,
     /// Share of the bf16 peak a current fused attention kernel reaches on this GPU at head width
     /// 128: cuDNN fused attention / FlashAttention-3 on Hopper, what Transformer Engine runs
-    /// (absent: `gemm_efficiency`). Other widths scale it
+    /// (absent: `gemm_efficiency`). Other widths scale it, the `gemm_efficiency` fallback too
     /// (`TrainingFramework::attention_head_width_factor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused_attention_efficiency: Option<f64>,

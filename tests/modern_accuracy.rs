@@ -184,8 +184,9 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // below the median to above it, it moved the median of this sparse distribution from 15.7% to the
 // next value, 22.3%, and one more row past 30%. The same day the fused attention kernels' rate
 // was made to follow the head width (FlashAttention-3's paper charts cuDNN at 0.68 of its
-// head-dim-128 rate at 64 and 0.83 at 256): 37 of the 41 rows it moved came closer (GPT-OSS's
-// 64-wide heads 5-6 points, DeepSeek-V3's 192-wide MLA 1-3), MoE median 22.3% -> 20.8%, 13 past 30%.
+// head-dim-128 rate at 64 and 0.83 at 256): 37 of the 43 rows it moved came closer (GPT-OSS's
+// 64-wide heads 1-6 points, DeepSeek-V3's 192-wide MLA 1-3; six Nemotron-4 H100 rows already slow
+// 0.1-0.3 points further), MoE median 22.3% -> 20.8%, 13 past 30%.
 const DENSE_MEGATRON_PAST_25: usize = 3;
 const DENSE_ALL_PAST_25: usize = 6;
 const MOE_MIN_PREDICTED: usize = 41;
