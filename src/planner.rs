@@ -280,11 +280,10 @@ fn push_pipeline_variants(
             let chunks = pp * v;
             model.layers > model.layers.div_ceil(chunks) * (chunks - 1)
         };
-        let splits = |v: u32| crate::plan::unit_chunks(model, pp, v).is_some() || fills(v);
+        let counts_units = |v: u32| crate::plan::unit_chunks(model, pp, v).is_some();
+        let splits = |v: u32| counts_units(v) || fills(v);
         let mut vpps = vec![1];
-        vpps.extend(
-            (2..=MAX_UNEVEN_VPP).filter(|&v| crate::plan::unit_chunks(model, pp, v).is_some()),
-        );
+        vpps.extend((2..=MAX_UNEVEN_VPP).filter(|&v| counts_units(v)));
         let filled: Vec<u32> = (2..=MAX_UNEVEN_VPP)
             .filter(|&v| !vpps.contains(&v) && fills(v))
             .collect();

@@ -302,16 +302,18 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     // A layer count is what full recompute's block method recomputes; with none or selective it
     // would be dropped without a word.
     if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {
-        let layers = request.recompute_num_layers;
         let recompute = request.recompute.as_str();
-        match (&args.plan, args.recompute_num_layers) {
-            (Some(path), None) => bail!(
-                "recompute_num_layers: {layers} in {path} counts the layers full recompute's block method recomputes, but the file's recompute is {recompute}; set recompute: full, or delete the recompute_num_layers line"
-            ),
-            _ => bail!(
-                "--recompute-num-layers {layers} counts the layers full recompute's block method recomputes, but the plan's recompute is {recompute}; add --recompute full, or drop --recompute-num-layers"
-            ),
+        let given = recompute_layers_given(&args, request.recompute_num_layers);
+        if given.from_file {
+            bail!(
+                "{} counts the layers full recompute's block method recomputes, but the file's recompute is {recompute}; set recompute: full, or delete the recompute_num_layers line",
+                given.words
+            );
         }
+        bail!(
+            "{} counts the layers full recompute's block method recomputes, but the plan's recompute is {recompute}; add --recompute full, or drop --recompute-num-layers",
+            given.words
+        );
     }
     // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
     let framework = scenario.training.framework;
@@ -319,16 +321,9 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         && request.recompute_num_layers > 0
         && !framework.recomputes_some_layers()
     {
-        // Named where it was given: the flag, or the plan file's key.
-        let given = match (&args.plan, args.recompute_num_layers) {
-            (Some(path), None) => format!(
-                "recompute_num_layers: {} in {path}",
-                request.recompute_num_layers
-            ),
-            _ => format!("--recompute-num-layers {}", request.recompute_num_layers),
-        };
         bail!(
-            "block recompute ({given}) recomputes only some layers of each chunk, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
+            "block recompute ({}) recomputes only some layers of each chunk, but --framework {} checkpoints every transformer block under full recompute; pass --recompute full --recompute-method uniform, or choose --framework megatron-core",
+            recompute_layers_given(&args, request.recompute_num_layers).words,
             framework.as_str()
         );
     }
@@ -574,6 +569,27 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
 /// `--recompute-method block --recompute-num-layers N` (N defaults to 1), or tpsim's own
 /// `--recompute-num-layers N` without a method (block, as `plan --recompute-num-layers` pins it);
 /// 0 (every layer) otherwise.
+/// Where a block-recompute layer count came from, said in that source's words.
+struct RecomputeLayersGiven {
+    /// `--recompute-num-layers 5`, or `recompute_num_layers: 5 in p.yaml`.
+    words: String,
+    from_file: bool,
+}
+
+/// The flag when the command line gave the count, else the plan file's key.
+fn recompute_layers_given(args: &EvalArgs, layers: u32) -> RecomputeLayersGiven {
+    match (&args.plan, args.recompute_num_layers) {
+        (Some(path), None) => RecomputeLayersGiven {
+            words: format!("recompute_num_layers: {layers} in {path}"),
+            from_file: true,
+        },
+        _ => RecomputeLayersGiven {
+            words: format!("--recompute-num-layers {layers}"),
+            from_file: false,
+        },
+    }
+}
+
 fn block_recompute_layers(args: &EvalArgs) -> u32 {
     match args.recompute_method.as_deref() {
         Some("block") => args.recompute_num_layers.unwrap_or(1),

@@ -500,12 +500,12 @@ fn moe_routing_of(
     let plan_file = file.map(|(f, _)| f);
     let path = file.map_or("the plan file", |(_, path)| path);
     // A value is quoted as the user wrote it: the flag, or the file's key and the file.
-    let quoted = |flag: &str, key: &str, value: f64| {
+    let quoted = |name: &str, value: f64| {
         let value = crate::units::show_number(value);
-        if flag.starts_with("--") {
-            format!("{flag} {value}")
+        if name.starts_with("--") {
+            format!("{name} {value}")
         } else {
-            format!("{key}: {value} in {path}")
+            format!("{name}: {value} in {path}")
         }
     };
     // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
@@ -538,7 +538,7 @@ fn moe_routing_of(
             };
             bail!(
                 "{}: model {} is dense (no experts), so there is no routing to unbalance or cap; {drop} or give a mixture-of-experts model (e.g. --model mixtral-8x7b, or --num-experts with --moe-router-topk)",
-                quoted(flag, flag, value),
+                quoted(flag, value),
                 model.name
             );
         }
@@ -550,7 +550,7 @@ fn moe_routing_of(
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(
             "{}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. {}",
-            quoted(imbalance_flag, imbalance_flag, f),
+            quoted(imbalance_flag, f),
             moe.experts,
             moe.router_topk,
             if imbalance_flag.starts_with("--") {
@@ -563,9 +563,8 @@ fn moe_routing_of(
     Ok(match capacity_factor {
         None => (imbalance, None),
         Some(c) => {
-            crate::training::check_moe_capacity_factor(c).map_err(|rule| {
-                anyhow::anyhow!("{}: {rule}", quoted(factor_flag, factor_flag, c))
-            })?;
+            crate::training::check_moe_capacity_factor(c)
+                .map_err(|rule| anyhow::anyhow!("{}: {rule}", quoted(factor_flag, c)))?;
             (imbalance.min(c), Some(c))
         }
     })
