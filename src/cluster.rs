@@ -169,6 +169,14 @@ pub struct GpuProfile {
     /// Best large-GEMM FP8 throughput / FP8 peak (absent: `gemm_efficiency` is used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_gemm_efficiency: Option<f64>,
+    /// Share of its burst matmul rate (MAMF, the boost clock: what `gemm_efficiency` and the
+    /// attention efficiencies were measured at) the GPU holds under sustained full load at its power
+    /// cap (MSMF, the saturated clock), as stas00's `mamf-finder.py` measures both on one node
+    /// with every GPU busy. Tensor-core kernels run at the sustained clock in training; the
+    /// memory-bound ones do not depend on it. Absent: the reference share
+    /// ([`REFERENCE_SUSTAINED_MATMUL_FRACTION`]), no correction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_matmul_fraction: Option<f64>,
     /// Whether the tensor cores run the OCP microscaling formats (MXFP8, NVFP4): Blackwell and later.
     #[serde(default)]
     pub microscaling: bool,
@@ -195,6 +203,17 @@ pub struct GpuProfile {
     pub calibration: Option<calibration::Calibration>,
 }
 
+/// The sustained share of the burst matmul rate that [`DEFAULT_FRAMEWORK_EFFICIENCY`] already holds.
+/// That efficiency was fitted on A100 runs timed against the A100's burst (MAMF) rate, so it took
+/// in the A100's own loss to its sustained clock. The A100's MSMF is not published; it is taken
+/// as H200's, measured on a busy 8-GPU node: 755.5 of 852.1 TFLOP/s bf16 = 0.887 (stas00/
+/// ml-engineering `compute/accelerator/benchmarks/README.md`, "What was measured: alone vs all-8
+/// concurrent", all 8 GPUs x 5 rounds; a version after 744d01e). Supporting the A100 side: Horace
+/// He measured random-input matmuls on an A100 at 257 TFLOP/s against 295 with zero inputs, the gap
+/// being the power limit pulling the clock down ("Strangely, Matrix Multiplications on GPUs Run
+/// Faster When Given 'Predictable' Data", thonking.ai, 2024): 0.87 of the unthrottled rate.
+pub const REFERENCE_SUSTAINED_MATMUL_FRACTION: f64 = 0.887;
+
 /// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published
 /// runs tpsim is validated on); see `validation/FIT.md` and the test that re-derives it.
 pub const DEFAULT_FRAMEWORK_EFFICIENCY: f64 = 0.90;
@@ -211,6 +230,18 @@ fn default_layer_overhead_us() -> f64 {
 impl GpuProfile {
     pub fn peak_flops(&self) -> FlopsPerSec {
         FlopsPerSec(self.peak_bf16_tflops * 1e12)
+    }
+    /// How much slower this GPU's tensor-core kernels run in training than its burst-rate
+    /// efficiencies say, beyond what the fitted framework efficiency already holds: its sustained
+    /// share over the reference share (1 for a profile without one, and for Hopper).
+    pub fn sustained_clock_factor(&self) -> f64 {
+        self.sustained_matmul_fraction
+            .map_or(1.0, |share| share / REFERENCE_SUSTAINED_MATMUL_FRACTION)
+    }
+    /// Compute roof of a tensor-core kernel that reaches `efficiency` of the bf16 peak at the burst
+    /// clock, at the sustained clock.
+    pub fn sustained_matmul_flops(&self, efficiency: f64) -> FlopsPerSec {
+        FlopsPerSec(self.peak_flops().0 * efficiency * self.sustained_clock_factor())
     }
     /// Whether GEMMs can run at `precision` on this GPU, and why not.
     pub fn supports(&self, precision: Precision) -> Result<(), &'static str> {
@@ -233,8 +264,10 @@ impl GpuProfile {
         }
     }
     /// Achievable throughput of a large linear-layer GEMM at `precision`: that format's dense peak
-    /// times its measured large-GEMM efficiency (MAMF). Unsupported formats fall back to bf16;
-    /// `ParallelPlan::build` refuses them before this is reached.
+    /// times its measured large-GEMM efficiency (MAMF), at the sustained clock
+    /// ([`GpuProfile::sustained_clock_factor`], the bf16 measurement taken for every format).
+    /// Unsupported formats fall back to bf16; `ParallelPlan::build` refuses them before this is
+    /// reached.
     pub fn linear_gemm_flops(&self, precision: Precision) -> FlopsPerSec {
         let bf16 = self.peak_bf16_tflops * self.gemm_efficiency;
         let fp8_efficiency = self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency);
@@ -249,7 +282,7 @@ impl GpuProfile {
                 .peak_fp4_tflops
                 .map_or(bf16, |peak| peak * fp8_efficiency),
         };
-        FlopsPerSec(tflops * 1e12)
+        FlopsPerSec(tflops * 1e12 * self.sustained_clock_factor())
     }
     /// GPUs in one NVLink domain.
     pub fn nvlink_domain(&self) -> u32 {
@@ -327,11 +360,14 @@ impl GpuProfile {
                 self.fused_attention_efficiency,
             ),
             ("fa2_attention_efficiency", self.fa2_attention_efficiency),
+            ("sustained_matmul_fraction", self.sustained_matmul_fraction),
         ] {
             if let Some(value) = value
                 && !(value > 0.0 && value <= 1.0)
             {
-                return Err(format!("{key}: {value} must be a fraction in (0, 1]"));
+                return Err(format!(
+                    "{key}: {value} must be a fraction in (0, 1] (a share of a peak rate); give the measured share, e.g. 0.75, or delete the line to use the profile's default"
+                ));
             }
         }
         if let Some(domain) = self.nvlink_domain_gpus

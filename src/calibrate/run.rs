@@ -293,6 +293,11 @@ pub fn calibrate(
     ));
     profile.peak_bf16_tflops = peak;
     profile.gemm_efficiency = (best_tflops / peak).min(1.0);
+    // A GPU's short calibration runs are burst-clock rates, as the datasheet profile's MAMF is, so
+    // its sustained share still applies; a CPU has no boost clock to fall from.
+    if !is_gpu {
+        profile.sustained_matmul_fraction = None;
+    }
     // Only bf16 GEMMs (f32 on the CPU twin) are measured. A datasheet FP8 or FP4 peak kept beside
     // them would time low-precision GEMMs on the datasheet while every bf16 GEMM is measured, on
     // the CPU twin at 20,000x its measured speed (MFU over 200%). Without them, `--precision

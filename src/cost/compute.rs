@@ -36,8 +36,9 @@ impl Gemm {
     pub fn bytes(&self) -> f64 {
         ELEMENT_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n) * self.batch
     }
-    /// Roofline time: the larger of compute at the achievable GEMM throughput and memory traffic at
-    /// the achieved HBM bandwidth. Small or skinny shards (high TP, small micro-batch) fall onto the
+    /// Roofline time: the larger of compute at the achievable GEMM throughput (at the sustained
+    /// clock, `GpuProfile::sustained_matmul_flops`) and memory traffic at the achieved HBM
+    /// bandwidth. Small or skinny shards (high TP, small micro-batch) fall onto the
     /// memory roof; this is the default efficiency curve that calibration replaces: a calibrated
     /// profile gives the measured time of the exact shard shape, or its fitted curve.
     pub fn time(&self, cluster: &Cluster) -> f64 {
@@ -45,9 +46,10 @@ impl Gemm {
         if let Some(measured) = crate::cluster::calibration::calibrated_gemm_time(
             gpu, self.m, self.n, self.k, self.batch,
         ) {
-            return measured;
+            // Calibration times short runs, at the burst clock as `gemm_efficiency` is.
+            return measured / gpu.sustained_clock_factor();
         }
-        let compute = self.flops() / (gpu.peak_flops().0 * gpu.gemm_efficiency);
+        let compute = self.flops() / gpu.sustained_matmul_flops(gpu.gemm_efficiency).0;
         let memory = self.bytes() / cluster.gpu.achieved_hbm_bandwidth().0;
         compute.max(memory)
     }
@@ -290,7 +292,7 @@ pub fn flash_attention_time_sharded(
     let k_and_v = 2.0 * b * s * kv_width_per_rank(model, tp);
     let bytes = ELEMENT_BYTES * (q_and_o + k_and_v);
     let gpu = &cluster.gpu;
-    (flops / (gpu.peak_flops().0 * efficiency)).max(bytes / gpu.achieved_hbm_bandwidth().0)
+    (flops / gpu.sustained_matmul_flops(efficiency).0).max(bytes / gpu.achieved_hbm_bandwidth().0)
 }
 
 /// FlashAttention's backward relative to its forward: 5 matmuls to 2 (Dao 2023, FlashAttention-2
