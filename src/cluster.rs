@@ -80,14 +80,14 @@ impl Range {
     }
 }
 
-/// Peak compute: from 1 MFLOP/s (a CPU twin measuring itself) to 100,000 TFLOP/s (40× a B200's
+/// Peak compute: from 1 MFLOP/s (a CPU twin measuring itself) to 100,000 TFLOP/s (about 44× a B200's
 /// dense bf16 2,250 TFLOP/s, NVIDIA B200 datasheet).
 pub const PEAK_TFLOPS: Range = Range::new(
     "peak_bf16_tflops",
     1e-6,
     1e5,
     "TFLOP/s",
-    "rule: positive, at most 40x a B200",
+    "rule: positive, at most about 44x a B200",
 );
 /// Device memory: from 1 MiB to 100 TiB (a B200 has 180 GiB).
 pub const HBM_CAPACITY_GIB: Range = Range::new(
@@ -276,8 +276,8 @@ impl GpuProfile {
             Precision::Fp8 | Precision::Mxfp8 => self
                 .peak_fp8_tflops
                 .map_or(bf16, |peak| peak * fp8_efficiency),
-            // NVFP4 GEMMs reach about the FP8 efficiency on twice the peak (no FP4 MAMF table is
-            // published yet); see clusters/README.md.
+            // Assumption: NVFP4 GEMMs reach the FP8 efficiency of the FP4 peak (2x the FP8 peak on
+            // B200/GB200, 3x on B300/GB300); no FP4 MAMF or MSMF is published yet.
             Precision::Nvfp4 => self
                 .peak_fp4_tflops
                 .map_or(bf16, |peak| peak * fp8_efficiency),
@@ -417,8 +417,9 @@ impl Cluster {
     pub fn nvlink_domain(&self) -> u32 {
         let domain = self.gpu.nvlink_domain_gpus.unwrap_or(self.gpus_per_node);
         // Jobs of 128 GPUs and more on multi-node NVLink domains are allocated in segments of 16
-        // trays inside one rack (NVIDIA's Slurm topology/block recommendation for GB200 NVL72:
-        // "segment size 16 for large jobs (128+ GPUs)"), so consecutive ranks share NVLink in
+        // trays inside one rack (NVIDIA technical blog, "Unlock exascale performance on NVIDIA
+        // GB200 NVL72 with Slurm topology-aware job scheduling", 2026: "segment size 16 for large
+        // jobs (128+ GPUs)"), so consecutive ranks share NVLink in
         // blocks of 16 trays, not of the whole rack. A tray is the profile's node
         // (`GpuProfile::gpus_per_node`, 4 on GB200); a `--gpus-per-node` of several trays keeps the
         // same segment, in whole nodes.

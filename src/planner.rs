@@ -106,8 +106,10 @@ impl Pins {
 }
 
 /// Shortest sequence share a context-parallel rank is given in the search: below it the rank's
-/// GEMMs shrink and the ring exchange dominates (Megatron-Core's and NeMo's long-context recipes
-/// keep at least 4K tokens per CP rank; 2K leaves margin). `eval` takes any cp.
+/// GEMMs shrink and the ring exchange dominates. Assumption, a search bound and not a cost: NeMo's
+/// long-context tables (the `nemo-longctx-` rows of validation/modern_runs.yaml) never give a CP
+/// rank fewer than 16K tokens nor a GPU fewer than 4K (sequence / cp·tp); 2K per CP rank keeps
+/// every such plan in the search and prunes only far shorter shares. `eval` takes any cp.
 pub const MIN_TOKENS_PER_CP_RANK: u32 = 2048;
 
 /// Context-parallel degrees the search tries: 1, and every cp that splits the sequence into 2·cp

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 mod recompute_modules;
 pub use recompute_modules::{RecomputeModule, RecomputeModules};
 
-/// Default sequences per step when `--global-batch` is not given: GPT-3 175B's 1536 sequences of
-/// 2048 tokens (Brown et al. 2020 Table 2.1 lists 3.2M tokens), the batch Megatron SC'21 used too.
+/// Default sequences per step when `--global-batch` is not given: 1536 sequences of 2048 tokens,
+/// 3.1M tokens, the batch Narayanan et al. 2021 (SC'21, Table 1) trained GPT-3 175B with; Brown
+/// et al. 2020 Table 2.1 gives GPT-3 175B 3.2M tokens.
 pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
 
 /// Largest global batch tpsim accepts, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens =
@@ -503,7 +504,8 @@ impl TrainingFramework {
     /// rate at 128 (the width every profile's `fused_attention_efficiency` and
     /// `fa2_attention_efficiency` was measured at). FlashAttention-3's paper charts each kernel's
     /// forward on H100 SXM5 at head dimensions 64, 128 and 256 (Shah et al. 2024, Figure 5, bf16,
-    /// no causal mask; the bar labels averaged over 4K, 8K and 16K tokens):
+    /// no causal mask; the bar labels averaged over 4K, 8K and 16K tokens, as a third-party
+    /// reading of the figure gives them, not yet checked against the paper's own labels):
     /// - cuDNN, which Transformer Engine runs for Megatron-Core: 411, 601 and 496 TFLOP/s, so
     ///   0.683, 1 and 0.825;
     /// - FlashAttention-2, PyTorch SDPA's flash kernel in torchtitan and DeepSpeed: 322, 369 and

@@ -40,7 +40,7 @@ const THROUGHPUT_TFLOPS: Range = Range::new(
     1e-6,
     1e5,
     "TFLOP/s",
-    "rule: positive, at most 40x a B200",
+    "rule: positive, at most about 44x a B200",
 );
 /// Bytes per element: 1 (fp8) to 8 (f64).
 const ELEMENT_BYTES: Range = Range::new("element_bytes", 1.0, 8.0, "bytes", "rule: fp8 to f64");

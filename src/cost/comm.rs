@@ -325,7 +325,10 @@ pub fn zero3_regathers_for_recompute(training: &Training, plan: &ParallelPlan) -
 }
 
 /// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters
-/// (megatron/core/distributed/distributed_data_parallel.py, `bucket_size`).
+/// (megatron/core/distributed/distributed_data_parallel.py, `bucket_size`). Assumption: taken for
+/// every framework's exposed last bucket (DeepSpeed's default `reduce_bucket_size` is 5e8 elements,
+/// PyTorch DDP's 25 MiB, FSDP reduces per wrapped block); the last bucket is a small share of a
+/// step's gradient traffic in each.
 pub fn grad_bucket_params(dp: u32) -> f64 {
     40e6_f64.max(1e6 * f64::from(dp))
 }

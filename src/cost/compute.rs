@@ -301,7 +301,9 @@ pub fn flash_attention_time_sharded(
 /// 322 / 370, cuDNN 516 / 595, FlashAttention-3 561 / 648 (Shah et al. 2024, FlashAttention-3,
 /// §4.1's "Attention forward speed" and "Attention backward speed" charts, head dimension 128,
 /// no causal mask, which count the backward as 2.5× the forward's FLOPs). Measured on Hopper only;
-/// taken for every GPU.
+/// taken for every GPU. The Megatron-Core MoE report's Table 9 gives cuDNN's backward 0.76–0.82
+/// of its forward on DeepSeek-V3's 192-wide MLA heads (validation/FIT.md); 0.87 is kept as the
+/// one ratio measured for every kernel at the width most models use.
 pub const FLASH_BACKWARD_FLOPS_OVER_FORWARD: f64 = 2.5;
 pub const FLASH_BACKWARD_RATE_OVER_FORWARD: f64 = 0.87;
 
@@ -471,7 +473,7 @@ pub fn gradient_add_bytes(into: crate::training::GradDtype) -> f64 {
 /// attention core (QKᵀ, softmax, dropout, AV), Korthikanti et al. 2022 §5 — which FlashAttention
 /// already does inside its backward. Low-precision GEMMs also cast their inputs: Transformer Engine
 /// reads each bf16 input and writes its FP8 copy (and the transpose for the weight gradient) before
-/// the GEMM, 3 bytes per element of every linear GEMM's activation input.
+/// the GEMM, the bytes per element `cast::input_cast_bytes` counts for the recipe and the GPU.
 pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) -> LayerTime {
     let LayerShard {
         micro_batch,
@@ -626,8 +628,10 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
 }
 
 /// Forward and backward time of the output layer (logits GEMM, vocabulary split over t, on the
-/// rank's s/cp tokens) plus the fp32 cross-entropy: the loss reads and writes the b·s·V/t logits
-/// about three times (upcast, softmax, gradient); once more per MTP depth, with that depth's
+/// rank's s/cp tokens) plus the fp32 cross-entropy: three fp32 passes over the b·s·V/t logits
+/// (upcast, softmax, gradient), 12 bytes per logit, an estimate beside the output GEMM it follows
+/// (a tenth of its time at a 128K vocabulary); the backward is charged twice the forward as every
+/// layer's is; once more per MTP depth, with that depth's
 /// projection (its transformer layer is counted with the stage's layers). Never recomputed; kept
 /// in bf16 under FP8 training (Transformer Engine's FP8 autocast covers the transformer layers
 /// only).

@@ -732,9 +732,10 @@ fn stage_memory(
     // Two transient peaks that never coincide: the loss on the last stage, and one layer's
     // attention backward under PyTorch's context-parallel ring; the larger one counts.
     let loss_peak = if matches!(stage, Stage::Last | Stage::Only) {
-        // Final norm and output-layer input 4sbh/t, and the logits the loss kernel holds at its
-        // peak (fp32 4sbV/t for Megatron's, §4.3; `LossKernel::bytes_per_logit`); one
-        // micro-batch at a time on the last stage.
+        // Final norm and output-layer input 4sbh (Korthikanti et al. 2022 §4.3, whose 4sbh/t
+        // assumes sequence parallelism: without it every TP rank holds the whole s·b·h), and the
+        // logits the loss kernel holds at its peak (fp32 4sbV/t for Megatron's, §4.3;
+        // `LossKernel::bytes_per_logit`); one micro-batch at a time on the last stage.
         // Each MTP depth computes its own logits and loss (`process_mtp_loss`) after the main one.
         let loss_parallel = plan.tp > 1 && training.framework.runs_loss_parallel();
         let logits = training.loss.bytes_per_logit(loss_parallel)
@@ -742,7 +743,7 @@ fn stage_memory(
             * f64::from(b)
             * f64::from(model.vocab)
             * f64::from(1 + model.mtp_layers);
-        (4.0 * sbh + logits) / t
+        4.0 * sbh / sp_split + logits / t
     } else {
         0.0
     };

@@ -58,7 +58,14 @@ fn attention_efficiency(model: &Model, cluster: &Cluster, training: &Training) -
         * framework.attention_head_width_factor(model.attention_head_dims().0)
 }
 
-/// Fraction of overlapped communication time that still lands on the step (see `evaluate`).
+/// Fraction of overlapped communication time that still lands on the step (see `evaluate`):
+/// communication kernels take SMs from the compute they hide under. Calculon (Isaev et al. 2023,
+/// `systems/a100_80g.json`) gives `processor_usage` 0.15 for NVLink and 0.02 for InfiniBand, the
+/// share of the processor a transfer occupies; tpsim charges 0.15 on every link, because NCCL's
+/// network collectives also run on SMs (the reduction and the copies into the proxy's buffers)
+/// and the MoE report measures DeepEP, whose traffic is mostly on the NIC, taking about 20% of
+/// the GEMMs' rate while it runs ("Scalable Training of MoE Models with Megatron Core", 2026,
+/// §4.2.3: 20 SMs). Not fitted.
 pub const OVERLAP_COMPUTE_PENALTY: f64 = 0.15;
 
 /// Where the time of one step goes; the parts add up to `step_s`. Each field is the exposed time of

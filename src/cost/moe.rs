@@ -50,7 +50,8 @@ pub fn local_tokens(plan: &ParallelPlan, seq_len: u32) -> f64 {
 /// `--emit megatron` writes) pads every expert's column of each rank's routing map to the GEMM's
 /// alignment before the dispatch (`moe_utils.pad_routing_map`): 16 for per-tensor FP8, 32 for MXFP8
 /// (`fp8_utils.get_fp8_align_size`), 32 for NVFP4 (`fp4_utils.get_fp4_align_size`'s derivation:
-/// 16 bytes of 4-bit values; a later Megatron-LM, 60e039626, returns 128 there). None in bf16.
+/// 16 bytes of 4-bit values; a later Megatron-LM, 60e039626, returns 128 there: 32 is kept as the
+/// Megatron-Core the published NVFP4-era recipes pin). None in bf16.
 pub fn expert_row_alignment(precision: Precision) -> Option<f64> {
     match precision {
         Precision::Bf16 => None,
@@ -514,8 +515,9 @@ fn block_reach_probability(moe: &crate::model::Moe, blocks: u32) -> f64 {
 /// `num_tokens_per_rdma_rank` beside `num_tokens_per_rank` for this), so the NIC carries one copy
 /// per other domain reached ([`other_blocks_reached`] over the group's domain blocks) while NVLink
 /// carries the copies to GPUs in the own domain and the forwarding: at most one copy per GPU
-/// reached, the bound taken here. Both run at once; the slower sets the time. DeepEP's README
-/// measures the RDMA side at 43–58 GB/s of a 50 GB/s CX7 NIC at EP 16–64, the NIC's achieved rate.
+/// reached, the bound taken here. Both run at once; the slower sets the time. DeepEP's first
+/// README (now `docs/legacy.md`) measured the RDMA side at 43–58 GB/s of a 50 GB/s CX7 NIC at
+/// EP 16–64, the NIC's achieved rate.
 /// The forwarding is costed only where every domain holds the same number of the group's members
 /// (whole domains' worth each: the stride divides the domain and that share divides ep); a group
 /// whose domain blocks are unequal keeps the all-to-all's speed ([`alltoall_network_speed`]).
@@ -805,6 +807,8 @@ pub fn moe_mlp_activation_bytes(
     let experts = routed
         * (h + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
         * ACTIVATION_BYTES;
+    // The router's scores over every expert, kept in fp32 for the softmax/sigmoid and top-k
+    // (Megatron-Core `TopKRouter`, `moe_router_dtype` fp32 in NVIDIA's MoE recipes).
     let router = tokens * f64::from(moe.experts) * 4.0;
     experts + router + shared_expert_activation_bytes(model, plan, seq_len)
 }
