@@ -193,6 +193,12 @@ fn plain_words(message: &str) -> String {
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
+    // `tp: -1`: the rule is the key's (a degree is at least 1), not the machine type's range.
+    if expected_type.is_some_and(|rust| rust.starts_with('u'))
+        && let Some(worded) = negative_count(&out)
+    {
+        return worded;
+    }
     // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix, when the fix
     // works (`"-5"` for a count, `"1e3"` for a whole number or `"300"` for 0 to 255 would only be
     // refused again unquoted, so those keep the type error alone).
@@ -224,6 +230,61 @@ fn plain_words(message: &str) -> String {
         ));
     }
     out
+}
+
+/// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
+/// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
+/// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
+const POSITIVE_KEYS: [&str; 26] = [
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "cp",
+    "ep",
+    "etp",
+    "nodes",
+    "gpus_per_node",
+    "nvlink_domain_gpus",
+    "seq_len",
+    "global_batch",
+    "local_batch",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn_hidden",
+    "vocab",
+    "experts",
+    "router_topk",
+    "layer_freq",
+    "kv_lora_rank",
+    "v_head_dim",
+];
+
+/// `PATH: invalid type: integer `-1`, expected a whole number from 0 to 4294967295` (a negative
+/// number where a count goes) said as the key's rule and a fix: `plan.tp: -1 is negative; tp
+/// must be a positive whole number (1 or more), e.g. tp: 1`.
+fn negative_count(message: &str) -> Option<String> {
+    let (path, rest) = message
+        .split_once(": invalid type: integer `-")
+        .or_else(|| message.split_once(": invalid value: integer `-"))?;
+    let (digits, _) = rest.split_once('`')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // `plan.tp` or `runs[0].layers`: the key as the file writes it.
+    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let rule = if key == "zero" {
+        "zero is a ZeRO stage: use 0, 1, 2 or 3".to_string()
+    } else if POSITIVE_KEYS.contains(&key) {
+        format!("{key} must be a positive whole number (1 or more), e.g. {key}: 1")
+    } else {
+        format!("{key} must be a whole number, 0 or more (e.g. {key}: 0)")
+    };
+    Some(format!("{path}: -{digits} is negative; {rule}"))
 }
 
 /// Whether `text` is written as a number (`1e400`, `-1e400`) too large for any number type:

@@ -712,11 +712,15 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         megatron_args: None,
     };
     // `report` takes the plan's degrees only from the file: a fix that offers `--dp 4` offers a
-    // flag it does not have, so the fix names the file's keys (`dp: 4`), as `compare --plan` does.
+    // flag it does not have, so the fix names the file's keys (`dp: 4`), as `compare --plan` does
+    // (a scenario flag typed over the file keeps its flag).
+    let given =
+        super::plan_error_words::scenario_flags_given(&eval_args.cluster, &eval_args.training);
     eval(eval_args, true).map_err(|err| {
-        anyhow::anyhow!(super::plan_error_words::fix_in_file_keys(&format!(
-            "{err:#}"
-        )))
+        anyhow::anyhow!(super::plan_error_words::fix_in_file_keys(
+            &format!("{err:#}"),
+            &given
+        ))
     })
 }
 
