@@ -190,6 +190,17 @@ fn plain_words(message: &str) -> String {
             "`<<` is a YAML merge key, which tpsim does not expand; write the merged keys out in full in this mapping",
         );
     }
+    // `plan: missing field `pp``: which mapping lacks which key, and the line to add.
+    if let Some(at) = out.find("missing field `")
+        && let Some((key, _)) = out[at + 15..].split_once('`')
+    {
+        let under = out[..at]
+            .strip_suffix(": ")
+            .map(|path| format!(" under {path}:"))
+            .unwrap_or_default();
+        let words = format!("missing key {key}, which has no default; add a {key}: line{under}");
+        out.replace_range(at.., &words);
+    }
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }
@@ -315,6 +326,17 @@ fn reads_unquoted(rust: &str, text: &str) -> bool {
 /// Parses the text of a spec after checking its nesting depth (see `input_file`).
 fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
     check_depth(&quote(origin), text)?;
+    // Every key would be "missing" at line 1: the file is what is wrong.
+    let blank = text
+        .trim_start_matches('\u{feff}')
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+    if blank {
+        return Err(SpecError::Invalid {
+            origin: quote(origin),
+            message: "is empty (blank lines and comments only), so it gives none of its keys; check that this is the right file".into(),
+        });
+    }
     yaml_serde::from_str(text).map_err(|err| yaml_error(origin, &err))
 }
 

@@ -138,3 +138,151 @@ fn a_plan_file_errors_fix_names_the_files_keys() {
         "--global-batch over the file",
     );
 }
+
+/// A Hugging Face config whose `hidden_act` is no string (`5`, `["silu"]`) was read as if the key
+/// were absent: the activation check looked only at strings, so the value was lost without a
+/// word. It is now refused, naming the key and its value.
+#[test]
+fn an_activation_that_is_no_string_is_refused() {
+    let dir = scratch("round8", "hf-act");
+    for value in ["5", "[\"silu\"]", "true"] {
+        let config = format!(r#"{{"model_type": "llama", {HF_SHAPE}, "hidden_act": {value}}}"#);
+        let r = eval_hf(&dir, "c.json", &config);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("key \"hidden_act\" is {value}"),
+                "which is not a string naming the activation",
+                "correct it in the config",
+            ],
+            &["panicked"],
+            value,
+        );
+    }
+    // null is the config class's None, as before.
+    let config = format!(r#"{{"model_type": "llama", {HF_SHAPE}, "hidden_act": null}}"#);
+    let r = eval_hf(&dir, "c.json", &config);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
+
+/// `--plan` and `--hf-config` given a symbolic link that loops, or one to a missing file, said
+/// "no such file", though the path is there: a link. Every input now says what the link is and
+/// where it points.
+#[cfg(unix)]
+#[test]
+fn a_link_that_loops_or_points_nowhere_is_named_as_a_link() {
+    let dir = scratch("round8", "links");
+    std::os::unix::fs::symlink("b.yaml", dir.join("a.yaml")).unwrap();
+    std::os::unix::fs::symlink("a.yaml", dir.join("b.yaml")).unwrap();
+    std::os::unix::fs::symlink("gone.yaml", dir.join("dangling.yaml")).unwrap();
+    let one = ["--nodes", "1", "--tp", "8", "--pp", "1"];
+    for (path, words) in [
+        (
+            "a.yaml",
+            "cannot read it: it is a symbolic link to b.yaml that loops",
+        ),
+        (
+            "dangling.yaml",
+            "cannot read it: it is a symbolic link to gone.yaml, which does not exist",
+        ),
+    ] {
+        for (flag, args) in [
+            ("--plan", vec!["eval", "--plan", path]),
+            (
+                "--hf-config",
+                [&["eval", "--hf-config", path][..], &one].concat(),
+            ),
+            ("--model", [&["eval", "--model", path][..], &one].concat()),
+        ] {
+            let r = run_in(&dir, &args);
+            assert_one_line_error(
+                &r,
+                &[&format!("{flag} {path}: {words}"), "check the path"],
+                &["no such file", "No such file", "Too many levels"],
+                &format!("{flag} {path}"),
+            );
+        }
+    }
+    // A path with nothing there is still "no such file".
+    let r = run_in(&dir, &["eval", "--plan", "none.yaml"]);
+    assert_one_line_error(&r, &["none.yaml: no such file"], &["link"], "absent");
+}
+
+/// A plan file without a model or without nodes was refused with the flags' words ("no model
+/// given: pass --params 512B, --model ...", "--nodes is required ... (e.g. --nodes 32)"), as if no
+/// file had been given. The message now names the file and the line to add, the flag as the
+/// alternative.
+#[test]
+fn a_plan_file_short_of_a_model_or_nodes_names_the_line_to_add() {
+    let dir = scratch("round8", "plan-short");
+    for (text, words) in [
+        (
+            "nodes: 1\nplan: {tp: 8, pp: 1, dp: 1}\n",
+            "p.yaml gives no model (no model or params key); add one, e.g. params: 512B or model: gpt3-175b",
+        ),
+        (
+            "params: 7B\nplan: {tp: 8, pp: 1, dp: 1}\n",
+            "p.yaml gives no nodes: how many nodes of 8 GPUs the cluster has; add a line such as nodes: 32, or pass --nodes",
+        ),
+    ] {
+        std::fs::write(dir.join("p.yaml"), text).unwrap();
+        for args in [
+            &["eval", "--plan", "p.yaml"][..],
+            &["report", "p.yaml", "--out", "r"],
+            &["compare", "--plan", "p.yaml", "--plan", "p.yaml"],
+        ] {
+            let r = run_in(&dir, args);
+            assert_one_line_error(
+                &r,
+                &[words],
+                &["no model given", "--nodes is required", "pass nodes"],
+                &format!("{text:?} {args:?}"),
+            );
+        }
+    }
+}
+
+/// An empty spec file (or one of comments only) was refused as "f.yaml:1:1: missing field
+/// `plan`" (`name` for a model or GPU file), and a key left out as serde's "missing field `pp`",
+/// neither with a fix. The empty file is now named as empty, and a missing key with the line to
+/// add and the mapping it goes under.
+#[test]
+fn an_empty_spec_or_a_missing_key_names_the_fix() {
+    let dir = scratch("round8", "empty-spec");
+    std::fs::write(dir.join("e.yaml"), "\n# nothing yet\n").unwrap();
+    for args in [
+        &["eval", "--plan", "e.yaml"][..],
+        &[
+            "eval", "--model", "e.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+        ],
+        &[
+            "eval", "--params", "7B", "--gpu", "e.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+        ],
+    ] {
+        let r = run_in(&dir, args);
+        assert_one_line_error(
+            &r,
+            &[
+                "e.yaml: is empty (blank lines and comments only)",
+                "check that this is the right file",
+            ],
+            &["missing field", ":1:1:"],
+            &format!("{args:?}"),
+        );
+    }
+    std::fs::write(
+        dir.join("p.yaml"),
+        plan_with("  pp: 16", "").replacen("\n\n", "\n", 1),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml:",
+            "plan: missing key pp, which has no default; add a pp: line under plan:",
+        ],
+        &["missing field"],
+        "no pp",
+    );
+}

@@ -76,7 +76,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         None => None,
     };
     let plan_file = match (&args.plan, &megatron) {
-        (Some(path), _) if !std::path::Path::new(path).exists() => bail!(
+        (Some(path), _) if crate::input_file::is_absent(path) => bail!(
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
         ),
         (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),

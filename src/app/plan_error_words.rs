@@ -161,28 +161,39 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
 /// `message` about a plan file's values: the fix it offers names the file's keys, the lines the
 /// user edits, not flags ("e.g. --dp 2" becomes "e.g. dp: 2", "change --tp, --cp or --pp"
 /// becomes "change tp, cp or pp", "e.g. --global-batch 10" "e.g. global_batch: 10"). The flags
-/// in `given`, which the user typed over the file's keys, keep their flags.
+/// in `given`, which the user typed over the file's keys, keep their flags, and a scenario flag
+/// offered without a value ("or pass --nodes") stays the flag it offers.
 pub(super) fn fix_in_file_keys(message: &str, given: &[&str]) -> String {
     let Some(at) = message.find("; ") else {
         return message.to_string();
     };
     let (rule, fix) = message.split_at(at);
     let mut fix = fix.to_string();
-    let keys = PLAN_KEYS.into_iter().chain(SCENARIO_KEYS);
-    for (flag, key) in keys.filter(|(flag, _)| !given.contains(flag)) {
+    let keys = PLAN_KEYS
+        .into_iter()
+        .map(|(flag, key)| (flag, key, true))
+        .chain(
+            SCENARIO_KEYS
+                .into_iter()
+                .map(|(flag, key)| (flag, key, false)),
+        );
+    for (flag, key, bare_too) in keys.filter(|(flag, _, _)| !given.contains(flag)) {
         let mut out = String::with_capacity(fix.len());
         let mut rest = fix.as_str();
         while let Some(i) = rest.find(flag) {
             let after = &rest[i + flag.len()..];
+            let valued =
+                after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit());
             // A whole flag only (`--tp` in `--tp-comm-overlap` is another flag).
-            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') {
+            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') || !(valued || bare_too)
+            {
                 out.push_str(&rest[..i + flag.len()]);
                 rest = after;
                 continue;
             }
             out.push_str(&rest[..i]);
             out.push_str(key);
-            if after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit()) {
+            if valued {
                 out.push(':');
             }
             rest = after;
@@ -303,6 +314,10 @@ mod tests {
                 &["--dp"]
             ),
             "global_batch: 9 in x.yaml is not divisible by dp: 2; e.g. global_batch: 10 or --dp 1"
+        );
+        assert_eq!(
+            fix_in_file_keys("x.yaml gives no nodes; add nodes: 32, or pass --nodes", &[]),
+            "x.yaml gives no nodes; add nodes: 32, or pass --nodes"
         );
     }
 }

@@ -187,7 +187,7 @@ fn resolve_base_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
-        if !std::path::Path::new(path).exists() {
+        if input_file::is_absent(path) {
             bail!(
                 "--hf-config {path}: cannot read it: no such file; give the path of a Hugging Face config.json (e.g. models/hf/llama-3-70b.json)"
             );
@@ -282,6 +282,13 @@ fn resolve_base_model(
             let model = derive_shape(params, seq_len_for_derived)
                 .with_context(|| format!("params {text} in {path}"))?;
             return Ok((model, format!("derived from params {text} in {path}")));
+        }
+        if args.hidden.is_none() && args.heads.is_none() && args.num_experts.is_none() {
+            // The file is what is short of a model: the fix is its line, a flag only as an
+            // alternative.
+            bail!(
+                "{path} gives no model (no model or params key); add one, e.g. params: 512B or model: gpt3-175b (a bundled name, a model file, or the shape inline), or pass --params/--model"
+            );
         }
     }
     if args.hidden.is_some() || args.heads.is_some() || args.num_experts.is_some() {
@@ -799,11 +806,16 @@ pub(super) fn resolve_scenario(
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))
-        .ok_or_else(|| {
-            anyhow!(
+        .ok_or_else(|| match file {
+            // The file is short of the key: its line is the fix, the flag an alternative.
+            Some((_, path)) => anyhow!(
+                "{path} gives no nodes: how many nodes of {} GPUs the cluster has; add a line such as nodes: 32, or pass --nodes",
+                gpu.gpus_per_node
+            ),
+            None => anyhow!(
                 "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
                 gpu.gpus_per_node
-            )
+            ),
         })?;
     positive("--nodes", nodes, "a cluster has at least one node")?;
     if nodes > MAX_NODES {
