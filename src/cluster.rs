@@ -331,14 +331,16 @@ impl GpuProfile {
             if let Some(value) = value
                 && !(value > 0.0 && value <= 1.0)
             {
-                return Err(format!("{key}: {value} must be a fraction in (0, 1]"));
+                return Err(format!(
+                    "{key}: {value} must be a fraction in (0, 1] (a share of the peak); give the measured share, or delete the line for the default"
+                ));
             }
         }
         if let Some(domain) = self.nvlink_domain_gpus
             && (domain == 0 || !domain.is_multiple_of(self.gpus_per_node))
         {
             return Err(format!(
-                "nvlink_domain_gpus: {domain} must be a positive multiple of gpus_per_node ({})",
+                "nvlink_domain_gpus: {domain} must be a positive multiple of gpus_per_node ({0}) (an NVLink domain spans whole nodes); give e.g. nvlink_domain_gpus: {0}, or delete the line for one node",
                 self.gpus_per_node
             ));
         }

@@ -190,6 +190,15 @@ fn plain_words(message: &str) -> String {
             "`<<` is a YAML merge key, which tpsim does not expand; write the merged keys out in full in this mapping",
         );
     }
+    // `duplicate field `nodes``: the parser stops at the second; which one is meant is unclear.
+    if let Some(at) = out.find("duplicate field `")
+        && let Some((key, _)) = out[at + 17..].split_once('`')
+    {
+        let words = format!(
+            "{key} is given twice in this mapping, so which value is meant is unclear; keep one {key}: line"
+        );
+        out.replace_range(at.., &words);
+    }
     // `plan: missing field `pp``: which mapping lacks which key, and the line to add.
     if let Some(at) = out.find("missing field `")
         && let Some((key, _)) = out[at + 15..].split_once('`')

@@ -286,3 +286,63 @@ fn an_empty_spec_or_a_missing_key_names_the_fix() {
         "no pp",
     );
 }
+
+/// A key given twice in a spec was refused as serde's "duplicate field `gpus_per_node`", and a
+/// GPU profile's `nvlink_domain_gpus: 3` and `fa2_attention_efficiency: 0` with their rule but no
+/// fix. Each now says what to write.
+#[test]
+fn a_repeated_key_and_a_gpu_profiles_domain_and_shares_name_the_fix() {
+    let dir = scratch("round8", "gpu-profile");
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let fa2 = gpu
+        .lines()
+        .find(|l| l.starts_with("fa2_attention_efficiency:"))
+        .unwrap();
+    for (text, words) in [
+        (
+            gpu.replacen(
+                "\ngpus_per_node: 8",
+                "\ngpus_per_node: 8\ngpus_per_node: 4",
+                1,
+            ),
+            "gpus_per_node is given twice in this mapping, so which value is meant is unclear; keep one gpus_per_node: line",
+        ),
+        (
+            gpu.replacen(
+                "\ngpus_per_node: 8",
+                "\ngpus_per_node: 8\nnvlink_domain_gpus: 3",
+                1,
+            ),
+            "nvlink_domain_gpus: 3 must be a positive multiple of gpus_per_node (8) (an NVLink domain spans whole nodes); give e.g. nvlink_domain_gpus: 8, or delete the line",
+        ),
+        (
+            gpu.replacen(fa2, "fa2_attention_efficiency: 0", 1),
+            "fa2_attention_efficiency: 0 must be a fraction in (0, 1] (a share of the peak); give the measured share, or delete the line",
+        ),
+    ] {
+        std::fs::write(dir.join("g.yaml"), &text).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "2",
+                "--gpu",
+                "./g.yaml",
+                "--global-batch",
+                "64",
+            ],
+        );
+        assert_one_line_error(&r, &["g.yaml", words], &["duplicate field"], words);
+    }
+    std::fs::write(dir.join("p.yaml"), plan_with("  tp: 8", "  tp: 8\n  tp: 4")).unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["p.yaml:", "plan: tp is given twice", "keep one tp: line"],
+        &["duplicate field"],
+        "tp twice",
+    );
+}
