@@ -346,3 +346,58 @@ fn a_repeated_key_and_a_gpu_profiles_domain_and_shares_name_the_fix() {
         "tp twice",
     );
 }
+
+/// A plan file's `params: 1e30` skipped the 100T bound `--params 1e30` meets, and was refused as
+/// a shape too coarse to derive, with the fix "give the shape instead (--layers --hidden
+/// --heads)", flags of another input; its other count errors read "in q.yaml: params 0 ...". Both
+/// inputs now meet the same bounds, and the file's errors name its key and the file.
+#[test]
+fn a_plan_files_params_meets_the_flags_bounds_in_its_own_words() {
+    let dir = scratch("round8", "plan-params");
+    let plan = |params: &str| {
+        std::fs::write(
+            dir.join("q.yaml"),
+            format!(
+                "params: {params}\nnodes: 1\nglobal_batch: 64\nplan: {{tp: 8, pp: 1, dp: 1}}\n"
+            ),
+        )
+        .unwrap();
+        run_in(&dir, &["eval", "--plan", "q.yaml"])
+    };
+    let r = plan("1e30");
+    assert_one_line_error(
+        &r,
+        &[
+            "q.yaml: params: 1e30 is more than 100T parameters",
+            "check the value",
+        ],
+        &["no GPT-style shape", "--layers"],
+        "params: 1e30",
+    );
+    let flag = run(&[
+        "eval", "--params", "1e30", "--nodes", "1", "--tp", "8", "--pp", "1",
+    ]);
+    assert_one_line_error(
+        &flag,
+        &["--params 1e30 is more than 100T parameters"],
+        &[],
+        "--params 1e30",
+    );
+    let r = plan("7");
+    assert_one_line_error(
+        &r,
+        &[
+            "params: 7 in q.yaml: no GPT-style shape",
+            "give the shape instead (model.layers model.hidden model.heads)",
+        ],
+        &["--layers", "--params"],
+        "params: 7",
+    );
+    let r = plan("-7B");
+    assert_one_line_error(
+        &r,
+        &["q.yaml: params: -7B must be greater than zero; give a count such as 512B"],
+        &["in q.yaml"],
+        "params: -7B",
+    );
+}

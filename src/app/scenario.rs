@@ -172,13 +172,18 @@ fn resolve_base_model(
     seq_len_flag: Option<u32>,
 ) -> Result<(Model, String)> {
     let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
-    let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
+    // A bare count, `--params` or a plan file's `params:` (`flag` names it in errors).
+    let count_of = |text: &str, flag: &'static str| -> Result<f64> {
         let params = parse_count(flag, text)?;
         if params > MAX_PARAMS {
             bail!(
                 "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
             );
         }
+        Ok(params)
+    };
+    let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
+        let params = count_of(text, flag)?;
         let model =
             derive_shape(params, seq_len_for_derived).with_context(|| format!("{flag} {text}"))?;
         Ok((model, format!("derived from --params {text}")))
@@ -278,9 +283,15 @@ fn resolve_base_model(
             return Ok((model, format!("from {path}")));
         }
         if let Some(text) = &file.params {
-            let params = parse_count("params", text).with_context(|| format!("in {path}"))?;
-            let model = derive_shape(params, seq_len_for_derived)
-                .with_context(|| format!("params {text} in {path}"))?;
+            // The same bounds as --params, said in the file's words: its key, and the inline
+            // model's keys for the shape to give instead.
+            let params = count_of(text, "params:").map_err(|err| anyhow!("{path}: {err:#}"))?;
+            let model = derive_shape(params, seq_len_for_derived).map_err(|err| {
+                anyhow!(
+                    "params: {text} in {path}: {}",
+                    crate::model_file_words::in_model_file_words(&err.to_string(), "model.")
+                )
+            })?;
             return Ok((model, format!("derived from params {text} in {path}")));
         }
         if args.hidden.is_none() && args.heads.is_none() && args.num_experts.is_none() {
