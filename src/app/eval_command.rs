@@ -80,7 +80,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
         ),
         (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
-        (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
+        (None, Some(launch)) => Some((
+            megatron_plan_file(launch)?,
+            super::megatron_paste::LAUNCH_LINE_ORIGIN.to_string(),
+        )),
         (None, None) => None,
     };
     if let Some(launch) = &megatron {

@@ -294,7 +294,11 @@ fn resolve_base_model(
             })?;
             return Ok((model, format!("derived from params {text} in {path}")));
         }
-        if args.hidden.is_none() && args.heads.is_none() && args.num_experts.is_none() {
+        if args.hidden.is_none()
+            && args.heads.is_none()
+            && args.num_experts.is_none()
+            && path != super::megatron_paste::LAUNCH_LINE_ORIGIN
+        {
             // The file is what is short of a model: the fix is its line, a flag only as an
             // alternative.
             bail!(
@@ -818,12 +822,13 @@ pub(super) fn resolve_scenario(
         .nodes
         .or(plan_file.and_then(|f| f.nodes))
         .ok_or_else(|| match file {
-            // The file is short of the key: its line is the fix, the flag an alternative.
-            Some((_, path)) => anyhow!(
+            // The file is short of the key: its line is the fix, the flag an alternative (a
+            // launch line has no such line: its torchrun sizes or the flag give the nodes).
+            Some((_, path)) if path != super::megatron_paste::LAUNCH_LINE_ORIGIN => anyhow!(
                 "{path} gives no nodes: how many nodes of {} GPUs the cluster has; add a line such as nodes: 32, or pass --nodes",
                 gpu.gpus_per_node
             ),
-            None => anyhow!(
+            _ => anyhow!(
                 "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
                 gpu.gpus_per_node
             ),
