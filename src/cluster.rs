@@ -374,7 +374,7 @@ impl GpuProfile {
             && (domain == 0 || !domain.is_multiple_of(self.gpus_per_node))
         {
             return Err(format!(
-                "nvlink_domain_gpus: {domain} must be a positive multiple of gpus_per_node ({})",
+                "nvlink_domain_gpus: {domain} must be a positive multiple of gpus_per_node ({0}) (an NVLink domain spans whole nodes); give e.g. nvlink_domain_gpus: {0}, or delete the line for one node",
                 self.gpus_per_node
             ));
         }

@@ -1229,9 +1229,16 @@ impl Reader<'_> {
             "relu",
         ];
         for key in ["hidden_act", "hidden_activation", "activation_function"] {
-            if let Some(act) = self.obj.get(key).and_then(Value::as_str)
-                && !KNOWN.contains(&act)
-            {
+            // A value that names no function (`5`, `["silu"]`) builds no model in transformers
+            // (`ACT2FN[config.hidden_act]`): refused, not skipped. `null` is the class's None
+            // (GemmaConfig's `hidden_activation`: its legacy default).
+            let Some(value) = self.obj.get(key).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let Some(act) = value.as_str() else {
+                return Err(self.bad(key, value, "a string naming the activation (e.g. \"silu\")"));
+            };
+            if !KNOWN.contains(&act) {
                 return Err(HfConfigError::Unsupported {
                     path: self.path.to_string(),
                     message: format!(

@@ -87,7 +87,7 @@ fn read_text_inner(flag: &str, path: &str, bundled_hint: bool) -> Result<String,
     let read_error = |err: std::io::Error| InputError::Read {
         flag: flag.to_string(),
         path: shown.clone(),
-        reason: io_reason(&err),
+        reason: link_reason(path).unwrap_or_else(|| io_reason(&err)),
         bundled_hint,
     };
     // Follows symlinks, and does not open the file: opening a FIFO blocks until a writer comes.
@@ -135,6 +135,37 @@ pub fn read_structured(flag: &str, path: &str) -> Result<String, InputError> {
     let text = read_text(flag, path)?;
     check_depth(&quote(path), &text)?;
     Ok(text)
+}
+
+/// Whether nothing at all is at `path`: not a file, and not a link either (a link that loops or
+/// points nowhere is there, and [`read_text`] says what is wrong with it).
+pub fn is_absent(path: &str) -> bool {
+    std::fs::symlink_metadata(Path::new(path)).is_err()
+}
+
+/// Why the symbolic link at `path` leads to no file, in words: it loops, or what it points to is
+/// missing. None when `path` is no link, or one that leads somewhere.
+fn link_reason(path: &str) -> Option<String> {
+    let path = Path::new(path);
+    if !std::fs::symlink_metadata(path)
+        .ok()?
+        .file_type()
+        .is_symlink()
+    {
+        return None;
+    }
+    let err = std::fs::metadata(path).err()?;
+    let target = std::fs::read_link(path).ok()?;
+    let target = quote(&target.to_string_lossy());
+    Some(if err.raw_os_error() == Some(libc::ELOOP) {
+        format!(
+            "it is a symbolic link to {target} that loops (the links point back to each other), so it leads to no file"
+        )
+    } else if err.kind() == std::io::ErrorKind::NotFound {
+        format!("it is a symbolic link to {target}, which does not exist")
+    } else {
+        format!("it is a symbolic link to {target}: {}", io_reason(&err))
+    })
 }
 
 /// The OS error without Rust's " (os error N)" suffix.

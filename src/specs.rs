@@ -190,8 +190,34 @@ fn plain_words(message: &str) -> String {
             "`<<` is a YAML merge key, which tpsim does not expand; write the merged keys out in full in this mapping",
         );
     }
+    // `duplicate field `nodes``: the parser stops at the second; which one is meant is unclear.
+    if let Some(at) = out.find("duplicate field `")
+        && let Some((key, _)) = out[at + 17..].split_once('`')
+    {
+        let words = format!(
+            "{key} is given twice in this mapping, so which value is meant is unclear; keep one {key}: line"
+        );
+        out.replace_range(at.., &words);
+    }
+    // `plan: missing field `pp``: which mapping lacks which key, and the line to add.
+    if let Some(at) = out.find("missing field `")
+        && let Some((key, _)) = out[at + 15..].split_once('`')
+    {
+        let under = out[..at]
+            .strip_suffix(": ")
+            .map(|path| format!(" under {path}:"))
+            .unwrap_or_default();
+        let words = format!("missing key {key}, which has no default; add a {key}: line{under}");
+        out.replace_range(at.., &words);
+    }
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
+    }
+    // `tp: -1`: the rule is the key's (a degree is at least 1), not the machine type's range.
+    if expected_type.is_some_and(|rust| rust.starts_with('u'))
+        && let Some(worded) = negative_count(&out)
+    {
+        return worded;
     }
     // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix, when the fix
     // works (`"-5"` for a count, `"1e3"` for a whole number or `"300"` for 0 to 255 would only be
@@ -226,6 +252,61 @@ fn plain_words(message: &str) -> String {
     out
 }
 
+/// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
+/// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
+/// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
+const POSITIVE_KEYS: [&str; 26] = [
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "cp",
+    "ep",
+    "etp",
+    "nodes",
+    "gpus_per_node",
+    "nvlink_domain_gpus",
+    "seq_len",
+    "global_batch",
+    "local_batch",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn_hidden",
+    "vocab",
+    "experts",
+    "router_topk",
+    "layer_freq",
+    "kv_lora_rank",
+    "v_head_dim",
+];
+
+/// `PATH: invalid type: integer `-1`, expected a whole number from 0 to 4294967295` (a negative
+/// number where a count goes) said as the key's rule and a fix: `plan.tp: -1 is negative; tp
+/// must be a positive whole number (1 or more), e.g. tp: 1`.
+fn negative_count(message: &str) -> Option<String> {
+    let (path, rest) = message
+        .split_once(": invalid type: integer `-")
+        .or_else(|| message.split_once(": invalid value: integer `-"))?;
+    let (digits, _) = rest.split_once('`')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // `plan.tp` or `runs[0].layers`: the key as the file writes it.
+    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let rule = if key == "zero" {
+        "zero is a ZeRO stage: use 0, 1, 2 or 3".to_string()
+    } else if POSITIVE_KEYS.contains(&key) {
+        format!("{key} must be a positive whole number (1 or more), e.g. {key}: 1")
+    } else {
+        format!("{key} must be a whole number, 0 or more (e.g. {key}: 0)")
+    };
+    Some(format!("{path}: -{digits} is negative; {rule}"))
+}
+
 /// Whether `text` is written as a number (`1e400`, `-1e400`) too large for any number type:
 /// Rust reads it as an infinite f64, YAML as text. `inf` and `.inf` are not such numbers.
 fn overflows_every_number(text: &str) -> bool {
@@ -254,6 +335,17 @@ fn reads_unquoted(rust: &str, text: &str) -> bool {
 /// Parses the text of a spec after checking its nesting depth (see `input_file`).
 fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
     check_depth(&quote(origin), text)?;
+    // Every key would be "missing" at line 1: the file is what is wrong.
+    let blank = text
+        .trim_start_matches('\u{feff}')
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+    if blank {
+        return Err(SpecError::Invalid {
+            origin: quote(origin),
+            message: "is empty (blank lines and comments only), so it gives none of its keys; check that this is the right file".into(),
+        });
+    }
     yaml_serde::from_str(text).map_err(|err| yaml_error(origin, &err))
 }
 

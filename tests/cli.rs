@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Runs `tpsim ARGS` in the crate root; returns (exit code, stdout, stderr).
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -866,11 +866,24 @@ fn plan_flags_override_a_plan_file_and_the_advice_leads_somewhere() {
     let seed = "plans/seed-512b-32nodes.yaml";
     let (code, _, stderr) = run(&["eval", "--plan", seed, "--nodes", "64"]);
     assert_eq!(code, 2);
-    let at = stderr.rfind("--dp ").unwrap_or_else(|| panic!("{stderr}"));
-    let dp: String = stderr[at + 5..]
+    // The dp is the file's, so the advice names its key (`e.g. dp: 4`): the file edited so.
+    let at = stderr
+        .rfind("e.g. dp: ")
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let dp: String = stderr[at + 9..]
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
+    let dir = temp_dir("advice");
+    let edited = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(seed))
+        .unwrap()
+        .replacen("\n  dp: 2\n", &format!("\n  dp: {dp}\n"), 1);
+    let plan = dir.join("p.yaml");
+    std::fs::write(&plan, edited).unwrap();
+    let (code, stdout, stderr) = run(&["eval", "--plan", plan.to_str().unwrap(), "--nodes", "64"]);
+    assert_ne!(code, 2, "{stderr}");
+    assert!(stdout.contains(&format!(" x dp {dp} ")), "{stdout}");
+    // The flag over the file says the same.
     let (code, stdout, stderr) = run(&["eval", "--plan", seed, "--nodes", "64", "--dp", &dp]);
     assert_ne!(code, 2, "{stderr}");
     assert!(stdout.contains(&format!(" x dp {dp} ")), "{stdout}");

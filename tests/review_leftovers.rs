@@ -627,16 +627,17 @@ fn plan_file_values_are_named_by_key_and_file() {
         &["--nodes 0"],
         "nodes in file",
     );
-    // Several of the file's values: the file named once, in front; the fix keeps its flags.
+    // Several of the file's values: the file named once, in front; the fix names the file's
+    // keys (round 8: the lines to edit, not flags).
     let tp = edited_plan(&dir, "tp.yaml", "\n  tp: 8\n", "\n  tp: 3\n");
     let r = run(&["eval", "--plan", &tp]);
     assert_one_line_error(
         &r,
         &[
             &format!("error: {tp}: tp: 3 x cp: 1 x pp: 16 x dp: 2 = 96 GPUs"),
-            "change --tp, --cp or --pp",
+            "change tp, cp or pp",
         ],
-        &["--tp 3"],
+        &["--tp 3", "--tp,"],
         "degrees in file",
     );
     // A flag over the file is named as the flag.

@@ -322,7 +322,10 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 )
                 .map_err(|err| {
                     let err = plan_error_words::with_file_words(err, path, &given);
-                    anyhow::anyhow!(plan_error_words::fix_in_file_keys(&format!("{err:#}")))
+                    anyhow::anyhow!(plan_error_words::fix_in_file_keys(
+                        &format!("{err:#}"),
+                        &given,
+                    ))
                 })?;
                 loaded.push((file, scenario));
             }
@@ -369,11 +372,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     let message = err.to_string();
                     match plan_error_words::in_file_words(&message, path, file, &given) {
                         worded if worded != message => {
-                            anyhow::anyhow!(plan_error_words::fix_in_file_keys(&worded))
+                            anyhow::anyhow!(plan_error_words::fix_in_file_keys(&worded, &given))
                         }
                         _ => anyhow::anyhow!(
                             "--plan {path}: {}",
-                            plan_error_words::fix_in_file_keys(&message)
+                            plan_error_words::fix_in_file_keys(&message, &given)
                         ),
                     }
                 })?;

@@ -76,11 +76,14 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         None => None,
     };
     let plan_file = match (&args.plan, &megatron) {
-        (Some(path), _) if !std::path::Path::new(path).exists() => bail!(
+        (Some(path), _) if crate::input_file::is_absent(path) => bail!(
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
         ),
         (Some(path), _) => Some((specs::load_plan(path)?, path.clone())),
-        (None, Some(launch)) => Some((megatron_plan_file(launch)?, "--megatron-args".to_string())),
+        (None, Some(launch)) => Some((
+            megatron_plan_file(launch)?,
+            super::megatron_paste::LAUNCH_LINE_ORIGIN.to_string(),
+        )),
         (None, None) => None,
     };
     if let Some(launch) = &megatron {
@@ -712,11 +715,15 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         megatron_args: None,
     };
     // `report` takes the plan's degrees only from the file: a fix that offers `--dp 4` offers a
-    // flag it does not have, so the fix names the file's keys (`dp: 4`), as `compare --plan` does.
+    // flag it does not have, so the fix names the file's keys (`dp: 4`), as `compare --plan` does
+    // (a scenario flag typed over the file keeps its flag).
+    let given =
+        super::plan_error_words::scenario_flags_given(&eval_args.cluster, &eval_args.training);
     eval(eval_args, true).map_err(|err| {
-        anyhow::anyhow!(super::plan_error_words::fix_in_file_keys(&format!(
-            "{err:#}"
-        )))
+        anyhow::anyhow!(super::plan_error_words::fix_in_file_keys(
+            &format!("{err:#}"),
+            &given
+        ))
     })
 }
 

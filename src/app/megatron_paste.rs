@@ -318,6 +318,10 @@ fn grad_name(dtype: GradDtype) -> &'static str {
     }
 }
 
+/// How a launch line read as a plan file ([`megatron_plan_file`]) is named where a plan file's
+/// path would be: the flag, so that a key the line lacks is asked of the flags, not of a file.
+pub(super) const LAUNCH_LINE_ORIGIN: &str = "--megatron-args";
+
 /// The scenario a Megatron launch line describes, as a plan file (the plan itself is rebuilt once
 /// the cluster, hence dp, is known). torchrun's `--nnodes`/`--nproc_per_node` give the cluster
 /// unless `--nodes`/`--gpus-per-node` are given.

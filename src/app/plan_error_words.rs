@@ -54,6 +54,15 @@ const PLAN_KEYS: [(&str, &str); 10] = [
     ("--recompute-num-layers", "recompute_num_layers"),
 ];
 
+/// The scenario's counts: the flag that sets each (over a plan file's key), and the file's key.
+const SCENARIO_KEYS: [(&str, &str); 5] = [
+    ("--nodes", "nodes"),
+    ("--gpus-per-node", "gpus_per_node"),
+    ("--seq-len", "seq_len"),
+    ("--global-batch", "global_batch"),
+    ("--local-batch", "local_batch"),
+];
+
 /// The value of a [`PLAN_KEYS`] key in `plan`.
 fn plan_value(plan: &crate::plan::PlanRequest, key: &str) -> u32 {
     match key {
@@ -72,13 +81,14 @@ fn plan_value(plan: &crate::plan::PlanRequest, key: &str) -> u32 {
 
 /// The counts and degrees of `file` that no flag in `given` replaced.
 fn file_values(file: &PlanFile, given: &[&str]) -> Vec<FileValue> {
-    let scenario = [
-        ("--nodes", "nodes", file.nodes),
-        ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
-        ("--seq-len", "seq_len", file.seq_len),
-        ("--global-batch", "global_batch", file.global_batch),
-        ("--local-batch", "local_batch", file.local_batch),
-    ];
+    let scenario = SCENARIO_KEYS.into_iter().zip([
+        file.nodes,
+        file.gpus_per_node,
+        file.seq_len,
+        file.global_batch,
+        file.local_batch,
+    ]);
+    let scenario = scenario.map(|((flag, key), value)| (flag, key, value));
     let plan = PLAN_KEYS
         .into_iter()
         .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
@@ -148,29 +158,42 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
     }
 }
 
-/// `message` for a command that takes a plan's degrees only from its files (`compare --plan`):
-/// the fix it offers names the files' keys, not the `eval` flags it has none of ("e.g. --dp 2"
-/// becomes "e.g. dp: 2", "change --tp, --cp or --pp" becomes "change tp, cp or pp").
-pub(super) fn fix_in_file_keys(message: &str) -> String {
+/// `message` about a plan file's values: the fix it offers names the file's keys, the lines the
+/// user edits, not flags ("e.g. --dp 2" becomes "e.g. dp: 2", "change --tp, --cp or --pp"
+/// becomes "change tp, cp or pp", "e.g. --global-batch 10" "e.g. global_batch: 10"). The flags
+/// in `given`, which the user typed over the file's keys, keep their flags, and a scenario flag
+/// offered without a value ("or pass --nodes") stays the flag it offers.
+pub(super) fn fix_in_file_keys(message: &str, given: &[&str]) -> String {
     let Some(at) = message.find("; ") else {
         return message.to_string();
     };
     let (rule, fix) = message.split_at(at);
     let mut fix = fix.to_string();
-    for (flag, key) in PLAN_KEYS {
+    let keys = PLAN_KEYS
+        .into_iter()
+        .map(|(flag, key)| (flag, key, true))
+        .chain(
+            SCENARIO_KEYS
+                .into_iter()
+                .map(|(flag, key)| (flag, key, false)),
+        );
+    for (flag, key, bare_too) in keys.filter(|(flag, _, _)| !given.contains(flag)) {
         let mut out = String::with_capacity(fix.len());
         let mut rest = fix.as_str();
         while let Some(i) = rest.find(flag) {
             let after = &rest[i + flag.len()..];
+            let valued =
+                after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit());
             // A whole flag only (`--tp` in `--tp-comm-overlap` is another flag).
-            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') {
+            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') || !(valued || bare_too)
+            {
                 out.push_str(&rest[..i + flag.len()]);
                 rest = after;
                 continue;
             }
             out.push_str(&rest[..i]);
             out.push_str(key);
-            if after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit()) {
+            if valued {
                 out.push(':');
             }
             rest = after;
@@ -199,8 +222,9 @@ pub(super) fn scenario_flags_given(
     .collect()
 }
 
-/// [`in_file_words`] for an error of a command that read the plan file at `path`; an error that
-/// quotes none of the file's values (or a file that cannot be read again) is kept as it is.
+/// [`in_file_words`] for an error of a command that read the plan file at `path`, its fix in
+/// the file's keys ([`fix_in_file_keys`]); an error that quotes none of the file's values (or a
+/// file that cannot be read again) is kept as it is.
 pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
     let Ok(file) = crate::specs::load_plan(path) else {
         return err;
@@ -210,7 +234,7 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
     if worded == message {
         err
     } else {
-        anyhow!(worded)
+        anyhow!(fix_in_file_keys(&worded, given))
     }
 }
 
@@ -271,15 +295,29 @@ mod tests {
     fn a_fix_for_files_names_their_keys() {
         assert_eq!(
             fix_in_file_keys(
-                "x.yaml: tp: 8 x cp: 1 x pp: 5 x dp: 2 = 80 GPUs, but the cluster has 256; choose degrees whose product is 256 (no --dp works: 256 is not a multiple of tp x cp x pp = 40; change --tp, --cp or --pp)"
+                "x.yaml: tp: 8 x cp: 1 x pp: 5 x dp: 2 = 80 GPUs, but the cluster has 256; choose degrees whose product is 256 (no --dp works: 256 is not a multiple of tp x cp x pp = 40; change --tp, --cp or --pp)",
+                &[]
             ),
             "x.yaml: tp: 8 x cp: 1 x pp: 5 x dp: 2 = 80 GPUs, but the cluster has 256; choose degrees whose product is 256 (no dp works: 256 is not a multiple of tp x cp x pp = 40; change tp, cp or pp)"
         );
         assert_eq!(
             fix_in_file_keys(
-                "dp: 3 in x.yaml gives 384 GPUs; e.g. --dp 2, or --tp-comm-overlap false"
+                "dp: 3 in x.yaml gives 384 GPUs; e.g. --dp 2, or --tp-comm-overlap false",
+                &[]
             ),
             "dp: 3 in x.yaml gives 384 GPUs; e.g. dp: 2, or --tp-comm-overlap false"
+        );
+        // A flag the user typed over the file keeps its flag; a scenario count is a key too.
+        assert_eq!(
+            fix_in_file_keys(
+                "global_batch: 9 in x.yaml is not divisible by dp: 2; e.g. --global-batch 10 or --dp 1",
+                &["--dp"]
+            ),
+            "global_batch: 9 in x.yaml is not divisible by dp: 2; e.g. global_batch: 10 or --dp 1"
+        );
+        assert_eq!(
+            fix_in_file_keys("x.yaml gives no nodes; add nodes: 32, or pass --nodes", &[]),
+            "x.yaml gives no nodes; add nodes: 32, or pass --nodes"
         );
     }
 }

@@ -172,13 +172,18 @@ fn resolve_base_model(
     seq_len_flag: Option<u32>,
 ) -> Result<(Model, String)> {
     let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
-    let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
+    // A bare count, `--params` or a plan file's `params:` (`flag` names it in errors).
+    let count_of = |text: &str, flag: &'static str| -> Result<f64> {
         let params = parse_count(flag, text)?;
         if params > MAX_PARAMS {
             bail!(
                 "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
             );
         }
+        Ok(params)
+    };
+    let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
+        let params = count_of(text, flag)?;
         let model =
             derive_shape(params, seq_len_for_derived).with_context(|| format!("{flag} {text}"))?;
         Ok((model, format!("derived from --params {text}")))
@@ -187,7 +192,7 @@ fn resolve_base_model(
         return from_count(text, "--params");
     }
     if let Some(path) = &args.hf_config {
-        if !std::path::Path::new(path).exists() {
+        if input_file::is_absent(path) {
             bail!(
                 "--hf-config {path}: cannot read it: no such file; give the path of a Hugging Face config.json (e.g. models/hf/llama-3-70b.json)"
             );
@@ -278,10 +283,27 @@ fn resolve_base_model(
             return Ok((model, format!("from {path}")));
         }
         if let Some(text) = &file.params {
-            let params = parse_count("params", text).with_context(|| format!("in {path}"))?;
-            let model = derive_shape(params, seq_len_for_derived)
-                .with_context(|| format!("params {text} in {path}"))?;
+            // The same bounds as --params, said in the file's words: its key, and the inline
+            // model's keys for the shape to give instead.
+            let params = count_of(text, "params:").map_err(|err| anyhow!("{path}: {err:#}"))?;
+            let model = derive_shape(params, seq_len_for_derived).map_err(|err| {
+                anyhow!(
+                    "params: {text} in {path}: {}",
+                    crate::model_file_words::in_model_file_words(&err.to_string(), "model.")
+                )
+            })?;
             return Ok((model, format!("derived from params {text} in {path}")));
+        }
+        if args.hidden.is_none()
+            && args.heads.is_none()
+            && args.num_experts.is_none()
+            && path != super::megatron_paste::LAUNCH_LINE_ORIGIN
+        {
+            // The file is what is short of a model: the fix is its line, a flag only as an
+            // alternative.
+            bail!(
+                "{path} gives no model (no model or params key); add one, e.g. params: 512B or model: gpt3-175b (a bundled name, a model file, or the shape inline), or pass --params/--model"
+            );
         }
     }
     if args.hidden.is_some() || args.heads.is_some() || args.num_experts.is_some() {
@@ -799,11 +821,17 @@ pub(super) fn resolve_scenario(
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))
-        .ok_or_else(|| {
-            anyhow!(
+        .ok_or_else(|| match file {
+            // The file is short of the key: its line is the fix, the flag an alternative (a
+            // launch line has no such line: its torchrun sizes or the flag give the nodes).
+            Some((_, path)) if path != super::megatron_paste::LAUNCH_LINE_ORIGIN => anyhow!(
+                "{path} gives no nodes: how many nodes of {} GPUs the cluster has; add a line such as nodes: 32, or pass --nodes",
+                gpu.gpus_per_node
+            ),
+            _ => anyhow!(
                 "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
                 gpu.gpus_per_node
-            )
+            ),
         })?;
     positive("--nodes", nodes, "a cluster has at least one node")?;
     if nodes > MAX_NODES {
