@@ -7,16 +7,6 @@ mod common;
 
 use common::*;
 
-/// The bundled 512B plan with its first line matching `from` (a whole line) replaced by `to`.
-fn plan_with(from: &str, to: &str) -> String {
-    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
-    let at = plan
-        .find(&format!("\n{from}\n"))
-        .unwrap_or_else(|| panic!("the plan has the line {from:?}"))
-        + 1;
-    format!("{}{to}{}", &plan[..at], &plan[at + from.len()..])
-}
-
 /// `sweep --axis gpu --values h100-sxm-80g,clusters/h100-sxm-80g.yaml` searched the one GPU twice
 /// and printed two identical rows under two labels. A GPU given twice (by name and by a profile
 /// file with the same numbers) is now refused as one point given twice, naming both.
@@ -95,12 +85,12 @@ fn a_yaml_merge_key_is_named_as_one() {
     let cases: [(&str, String, &[&str]); 4] = [
         (
             "p.yaml",
-            plan_with("  tp: 8", "  <<: {tp: 8}"),
+            bundled_plan_with("  tp: 8", "  <<: {tp: 8}"),
             &["eval", "--plan", "p.yaml"],
         ),
         (
             "p.yaml",
-            plan_with("gpu: h100-sxm-80g", "gpu: &g h100-sxm-80g").replacen(
+            bundled_plan_with("gpu: h100-sxm-80g", "gpu: &g h100-sxm-80g").replacen(
                 "\nplan:\n",
                 "\nplan:\n  <<: {}\n",
                 1,
@@ -175,7 +165,7 @@ fn a_model_count_in_a_file_is_named_by_its_key() {
             "p.yaml: model.kv_heads: 200 is more than model.heads: 152",
         ),
     ] {
-        std::fs::write(dir.join("p.yaml"), plan_with(from, to)).unwrap();
+        std::fs::write(dir.join("p.yaml"), bundled_plan_with(from, to)).unwrap();
         let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
         assert_one_line_error(&r, &[words], &["--seq-len", "--layers", "--kv-heads"], to);
     }
@@ -215,7 +205,8 @@ fn a_model_count_in_a_file_is_named_by_its_key() {
 #[test]
 fn plan_file_keys_are_named_with_the_file_and_value() {
     let dir = scratch("round7", "plan-key-words");
-    let top = |key_line: &str| plan_with("seq_len: 2048", &format!("seq_len: 2048\n{key_line}"));
+    let top =
+        |key_line: &str| bundled_plan_with("seq_len: 2048", &format!("seq_len: 2048\n{key_line}"));
     for (text, words, absent) in [
         (
             top("tokens: 0"),
@@ -256,7 +247,7 @@ fn plan_file_keys_are_named_with_the_file_and_value() {
             &["--local-batch", "--framework"][..],
         ),
         (
-            plan_with(
+            bundled_plan_with(
                 "  allow_uneven_pp: false",
                 "  allow_uneven_pp: false\n  recompute_num_layers: 5",
             ),

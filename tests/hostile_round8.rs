@@ -7,16 +7,6 @@ mod common;
 
 use common::*;
 
-/// The bundled 512B plan with its first line matching `from` (a whole line) replaced by `to`.
-fn plan_with(from: &str, to: &str) -> String {
-    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
-    let at = plan
-        .find(&format!("\n{from}\n"))
-        .unwrap_or_else(|| panic!("the plan has the line {from:?}"))
-        + 1;
-    format!("{}{to}{}", &plan[..at], &plan[at + from.len()..])
-}
-
 /// `tp: -1` in a plan file was refused as "invalid type: integer `-1`, expected a whole number
 /// from 0 to 4294967295": the machine type's range, which even offers 0, not tp's rule. A
 /// negative count in any spec file (plan, model, GPU profile) now names the key's rule and a fix.
@@ -50,7 +40,7 @@ fn a_negative_count_in_a_spec_file_names_the_keys_rule() {
             "plan.zero: -1 is negative; zero is a ZeRO stage: use 0, 1, 2 or 3",
         ),
     ] {
-        std::fs::write(dir.join("p.yaml"), plan_with(from, to)).unwrap();
+        std::fs::write(dir.join("p.yaml"), bundled_plan_with(from, to)).unwrap();
         let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
         assert_one_line_error(
             &r,
@@ -112,7 +102,7 @@ fn a_plan_file_errors_fix_names_the_files_keys() {
             &["--dp", "--tp"][..],
         ),
     ] {
-        std::fs::write(dir.join("p.yaml"), plan_with(from, to)).unwrap();
+        std::fs::write(dir.join("p.yaml"), bundled_plan_with(from, to)).unwrap();
         for command in [
             &["eval", "--plan", "p.yaml"][..],
             &["report", "p.yaml", "--out", "r"],
@@ -124,7 +114,7 @@ fn a_plan_file_errors_fix_names_the_files_keys() {
     // `--dp 2` typed over the file is the user's flag: the fix may name it.
     std::fs::write(
         dir.join("p.yaml"),
-        plan_with("global_batch: 1536", "global_batch: 9"),
+        bundled_plan_with("global_batch: 1536", "global_batch: 9"),
     )
     .unwrap();
     let r = run_in(&dir, &["eval", "--plan", "p.yaml", "--global-batch", "9"]);
@@ -272,7 +262,7 @@ fn an_empty_spec_or_a_missing_key_names_the_fix() {
     }
     std::fs::write(
         dir.join("p.yaml"),
-        plan_with("  pp: 16", "").replacen("\n\n", "\n", 1),
+        bundled_plan_with("  pp: 16", "").replacen("\n\n", "\n", 1),
     )
     .unwrap();
     let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
@@ -337,7 +327,11 @@ fn a_repeated_key_and_a_gpu_profiles_domain_and_shares_name_the_fix() {
         );
         assert_one_line_error(&r, &["g.yaml", words], &["duplicate field"], words);
     }
-    std::fs::write(dir.join("p.yaml"), plan_with("  tp: 8", "  tp: 8\n  tp: 4")).unwrap();
+    std::fs::write(
+        dir.join("p.yaml"),
+        bundled_plan_with("  tp: 8", "  tp: 8\n  tp: 4"),
+    )
+    .unwrap();
     let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
     assert_one_line_error(
         &r,

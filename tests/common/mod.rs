@@ -108,3 +108,13 @@ pub fn hf_model(r: &Run) -> Value {
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     serde_json::from_str::<Value>(&r.stdout).unwrap()["model"].clone()
 }
+
+/// The bundled 512B plan with its first line matching `from` (a whole line) replaced by `to`.
+pub fn bundled_plan_with(from: &str, to: &str) -> String {
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let at = plan
+        .find(&format!("\n{from}\n"))
+        .unwrap_or_else(|| panic!("the plan has the line {from:?}"))
+        + 1;
+    format!("{}{to}{}", &plan[..at], &plan[at + from.len()..])
+}
