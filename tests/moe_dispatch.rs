@@ -488,3 +488,48 @@ fn group_limited_routing_travels_and_shrinks_deepep_traffic() {
         "groups",
     );
 }
+
+/// A Megatron-Core plan whose best plan leaves more than a tenth of its step in exposed MoE
+/// all-to-alls says the combined 1F1B schedule would hide them and names the flag; with the flag
+/// given, or for a dense model, it says nothing of it.
+#[test]
+fn exposed_alltoalls_point_to_the_overlap_flag() {
+    let dsv3 = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "256",
+        "--global-batch",
+        "4096",
+        "--top",
+        "1",
+    ];
+    let note = |r: &common::Run| {
+        r.stdout
+            .lines()
+            .find(|l| l.contains("exposed MoE all-to-alls"))
+            .map(str::to_owned)
+    };
+    let r = run(&dsv3);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = note(&r).expect("a note on the exposed all-to-alls");
+    assert!(
+        line.starts_with("note: #1 spends ") && line.contains("--overlap-moe-expert-parallel-comm"),
+        "{line}"
+    );
+    let share: f64 = line["note: #1 spends ".len()..]
+        .split('%')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(share > 10.0, "{line}");
+    let r = run(&[&dsv3[..], &["--overlap-moe-expert-parallel-comm"]].concat());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(note(&r), None, "{}", r.stderr);
+    let r = run(&["plan", "--params", "70B", "--nodes", "8", "--top", "1"]);
+    assert_eq!(note(&r), None, "{}", r.stderr);
+}

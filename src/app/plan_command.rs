@@ -166,6 +166,36 @@ fn uneven_pp_note(model: &Model, cluster: &Cluster, options: SearchOptions) -> O
     ))
 }
 
+/// Share of the best plan's step left in exposed MoE all-to-alls above which `plan` says the
+/// combined 1F1B schedule would hide them: a tenth of the step is where NVIDIA's MoE report starts
+/// to overlap ("Scalable Training of MoE Models with Megatron Core", 2026, §4.2.3: EP takes 20-60%
+/// of a step before overlap, under 5% after). A threshold for a hint, not a cost.
+const EXPOSED_ALLTOALL_NOTE_SHARE: f64 = 0.10;
+
+/// A note when Megatron-Core's MoE all-to-all overlap is off and the best plan leaves much of its
+/// step in exposed all-to-alls: the search did not try the schedule NVIDIA's MoE recipes run.
+fn alltoall_overlap_note(
+    scenario: &super::scenario::Scenario,
+    shown: &[Estimate],
+) -> Option<String> {
+    let training = &scenario.training;
+    let best = shown.first()?;
+    if training.framework != TrainingFramework::MegatronCore
+        || training.overlap.moe_a2a
+        || scenario.model.moe.is_none()
+        || best.plan.ep <= 1
+    {
+        return None;
+    }
+    let share = best.time.ep_comm_exposed_s.0 / best.time.step_s.0;
+    (share > EXPOSED_ALLTOALL_NOTE_SHARE).then(|| {
+        format!(
+            "note: #1 spends {:.0}% of its step in exposed MoE all-to-alls; Megatron-Core's combined 1F1B schedule hides them under another micro-batch's compute (off by default; NVIDIA's Megatron-Bridge recipes turn it on for DeepSeek-V3 and Qwen3 on H100 and B200): add --overlap-moe-expert-parallel-comm to search with it (it needs --vpp > 1 when there is a pipeline, and no full recompute)",
+            100.0 * share
+        )
+    })
+}
+
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     if args.top == 0 {
@@ -292,6 +322,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         notes.push(note);
     }
     if let Some(note) = emit_note(&scenario, &refined.plans, feasible) {
+        notes.push(note);
+    }
+    if let Some(note) = alltoall_overlap_note(&scenario, &refined.plans) {
         notes.push(note);
     }
     if refined.reordered {
