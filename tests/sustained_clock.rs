@@ -109,3 +109,40 @@ fn a_share_outside_zero_to_one_is_refused() {
         );
     }
 }
+
+/// The header says when a GPU's tensor cores run below their burst rate, and the JSON carries the
+/// factor; a Hopper plan says nothing of it.
+#[test]
+fn the_header_and_the_json_say_the_sustained_share() {
+    let args = |gpu: &'static str| {
+        vec![
+            "eval",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--gpu",
+            gpu,
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+        ]
+    };
+    let r = run(&args("b200-sxm-180g"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("tensor-core kernels at 93% of their burst rate")
+            && r.stdout.contains("0.823 against Hopper's 0.887"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&args("h100-sxm-80g"));
+    assert!(!r.stdout.contains("burst rate"), "{}", r.stdout);
+    let out = json(&[&args("b200-sxm-180g")[..], &["--format", "json"]].concat());
+    let factor = out["cluster"]["sustained_clock_factor"].as_f64().unwrap();
+    assert!((factor - 0.823 / 0.887).abs() < 1e-9, "{factor}");
+}

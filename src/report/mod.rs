@@ -116,6 +116,9 @@ pub struct ClusterSummary {
     pub nvlink_domain_gpus: u32,
     /// The profile's NVLink domain (72 on NVL72 racks), before job placement.
     pub rack_nvlink_gpus: u32,
+    /// Share of their burst rate the GPU's tensor-core kernels run at in training, beyond what the
+    /// fitted framework efficiency holds (`GpuProfile::sustained_clock_factor`; 1 on Hopper).
+    pub sustained_clock_factor: f64,
 }
 
 impl ClusterSummary {
@@ -130,6 +133,7 @@ impl ClusterSummary {
             peak_flops: cluster.gpu.peak_flops().0,
             nvlink_domain_gpus: cluster.nvlink_domain(),
             rack_nvlink_gpus: cluster.gpu.nvlink_domain(),
+            sustained_clock_factor: cluster.gpu.sustained_clock_factor(),
         }
     }
 }

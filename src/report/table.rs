@@ -173,7 +173,7 @@ pub fn scenario_line(report: &Report) -> String {
     .concat();
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
-         cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}\n\
+         cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}{}\n\
          training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}",
         m.name,
         m.origin,
@@ -204,6 +204,16 @@ pub fn scenario_line(report: &Report) -> String {
             )
         } else {
             format!("; NVLink across {}-GPU racks", c.nvlink_domain_gpus)
+        },
+        if c.sustained_clock_factor < 1.0 {
+            format!(
+                "; tensor-core kernels at {:.0}% of their burst rate, the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against Hopper's {:.3})",
+                100.0 * c.sustained_clock_factor,
+                c.sustained_clock_factor * crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION,
+                crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION
+            )
+        } else {
+            String::new()
         },
         sequences(t.global_batch),
         counted(t.seq_len, "token"),
