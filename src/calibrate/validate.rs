@@ -130,11 +130,13 @@ fn regathers(sequence_parallel: bool) -> f64 {
 
 /// Predicted (layer compute, TP communication) seconds of one layer's forward + backward for the
 /// bare kernels: the profile's framework efficiency set to 1 and its per-layer overhead to 0, since
-/// the validation runs kernels, not a training framework.
+/// the validation runs kernels, not a training framework; and its tensor cores at their burst rate
+/// (no `sustained_matmul_fraction`), since a validation's few iterations are a burst.
 pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
     let mut bare = profile.clone();
     bare.framework_efficiency = 1.0;
     bare.layer_overhead_us = 0.0;
+    bare.sustained_matmul_fraction = None;
     let cluster = Cluster {
         gpus_per_node: bare.gpus_per_node,
         gpu: bare,
