@@ -786,9 +786,16 @@ pub struct EvalArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// A saved plan (plans/*.yaml).
-    #[arg(value_name = "PLAN_FILE")]
-    pub plan: String,
+    /// A saved plan (plans/*.yaml); `--plan FILE`, as `eval` takes it, works too.
+    #[arg(
+        value_name = "PLAN_FILE",
+        required_unless_present = "plan_flag",
+        conflicts_with = "plan_flag"
+    )]
+    pub plan: Option<String>,
+    /// The saved plan given as `eval` takes it (`report --plan FILE --out DIR`).
+    #[arg(long = "plan", id = "plan_flag", value_name = "PLAN_FILE", hide = true)]
+    pub plan_flag: Option<String>,
     /// Directory to write index.html and the SVG figures into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: String,

@@ -662,7 +662,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         model: args.model,
         cluster: args.cluster,
         training: args.training,
-        plan: Some(args.plan),
+        plan: args.plan.or(args.plan_flag),
         tp: None,
         pp: None,
         cp: None,
