@@ -99,6 +99,42 @@ fn outside_range(line: &str) -> Option<String> {
     })
 }
 
+/// `--nodes -0`: clap reads a whole-number flag through a signed parser, so a minus sign on zero
+/// is read as 0, and every later message would quote `--nodes 0`, which the user never wrote (a
+/// negative count is refused by clap itself). `Some` is the one-line error, quoting the value as
+/// typed; `command` is the one `matches` came from.
+pub fn minus_zero_line(command: &clap::Command, matches: &clap::ArgMatches) -> Option<String> {
+    fn is_whole_number(matches: &clap::ArgMatches, id: &str) -> bool {
+        matches.try_get_many::<u32>(id).is_ok()
+            || matches.try_get_many::<u64>(id).is_ok()
+            || matches.try_get_many::<usize>(id).is_ok()
+            || matches.try_get_many::<u16>(id).is_ok()
+            || matches.try_get_many::<u8>(id).is_ok()
+    }
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        let Ok(Some(raw)) = matches.try_get_raw(id) else {
+            continue;
+        };
+        for value in raw {
+            let text = value.to_string_lossy();
+            let minus_zero = text
+                .strip_prefix('-')
+                .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b == b'0'));
+            if minus_zero && is_whole_number(matches, id) {
+                let flag = arg
+                    .get_long()
+                    .map_or_else(|| id.to_string(), |long| format!("--{long}"));
+                return Some(format!(
+                    "{flag} {text} has a minus sign, which a whole number does not take; write the number without it (digits only)"
+                ));
+            }
+        }
+    }
+    let (name, sub) = matches.subcommand()?;
+    minus_zero_line(command.find_subcommand(name)?, sub)
+}
+
 /// Megatron-LM switches someone pastes from a launch line that tpsim spells otherwise: clap's
 /// "unexpected argument" for them names tpsim's flag instead of a look-alike.
 const MEGATRON_SPELLINGS: &[(&str, &str)] = &[(

@@ -9,6 +9,7 @@ use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_o
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
+use crate::units::list_item;
 use crate::{input_file, output_file, sweep};
 
 /// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
@@ -106,7 +107,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         // The chart must not replace a file the sweep reads: a spec, or a GPU file on --axis gpu.
         let mut inputs = input_paths(&args.model, &args.cluster);
         if axis == sweep::Axis::Gpu {
-            inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
+            inputs.extend(args.values.iter().map(|v| ("--values", list_item(v))));
         }
         output_file::refuse_input_overlap("--chart", path, &inputs)?;
         output_file::check_file("--chart", path, "sweep.svg", output_file::OutputKind::Chart)?;
@@ -125,7 +126,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let mut points = Vec::with_capacity(args.values.len());
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
     for raw in &args.values {
-        let value = raw.trim();
+        let value = list_item(raw);
         if value.is_empty() {
             bail!(
                 "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
@@ -139,7 +140,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         );
         match axis {
             sweep::Axis::Nodes => cluster.nodes = Some(sweep_u32(axis, value, "16,32,64")?),
-            sweep::Axis::Params => model.params = Some(value.to_string()),
+            sweep::Axis::Params => {
+                super::scenario::check_sweep_params_point(value, args.training.seq_len)?;
+                model.params = Some(value.to_string())
+            }
             sweep::Axis::Gpu => cluster.gpu = Some(value.to_string()),
             sweep::Axis::SeqLen => training.seq_len = Some(sweep_u32(axis, value, "2048,4096")?),
             sweep::Axis::GlobalBatch => {
@@ -181,16 +185,16 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             sweep::Axis::Gpu => same_gpu_key(&scenario.cluster.gpu),
         };
         if let Some(earlier) = keys.iter().position(|k| *k == key) {
-            if axis == sweep::Axis::Gpu && args.values[earlier].trim() != value {
+            if axis == sweep::Axis::Gpu && list_item(&args.values[earlier]) != value {
                 bail!(
                     "--values lists the same point twice ({} and {} are one GPU profile, every number equal, and would print two identical rows); give each GPU once",
-                    input_file::quote(args.values[earlier].trim()),
+                    input_file::quote(list_item(&args.values[earlier])),
                     input_file::quote(value)
                 );
             }
             bail!(
                 "--values lists the same point twice ({} and {}); give each point once",
-                input_file::quote(args.values[earlier].trim()),
+                input_file::quote(list_item(&args.values[earlier])),
                 input_file::quote(value)
             );
         }

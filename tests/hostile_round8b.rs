@@ -1,0 +1,385 @@
+//! Hostile input, round 8b: the leftovers round 8 found (a sweep point blamed on a flag never
+//! typed, comma lists read two ways, a capacity printed as 0.0 GiB, `-0` echoed as 0, a plan
+//! file's note offering a flag, a flag's three values said as two pairs, a duplicate key placed
+//! at its mapping), and what a further audit of `sweep`, `compare` and `report` found. Every
+//! error case checks exit 2, one line (so no panic or backtrace) and the words that name the
+//! value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// `sweep --axis params --values 7B,7` blamed `--params 7`, which the user never typed, and
+/// offered shape flags the sweep itself refuses. Every bad params point is now named as the
+/// `--values` item it is, and a count too small to shape is offered the size with a unit.
+#[test]
+fn a_params_sweep_point_is_named_as_the_values_item() {
+    for (values, words) in [
+        (
+            "7B,7",
+            &[
+                "--values 7: no GPT-style shape",
+                "--axis params derives a shape at each point, so give a larger size with a unit, e.g. 7B in place of 7",
+            ][..],
+        ),
+        (
+            "7B, 0.1",
+            &[
+                "--values 0.1: no GPT-style shape",
+                "e.g. 1B in place of 0.1",
+            ][..],
+        ),
+        ("-7B", &["--values -7B must be greater than zero"][..]),
+        (
+            "7B,1e30",
+            &["--values 1e30 is more than 100T parameters"][..],
+        ),
+        ("7B,abc", &["--values abc has an unknown suffix"][..]),
+    ] {
+        let r = run(&[
+            "sweep", "--nodes", "1", "--axis", "params", "--values", values,
+        ]);
+        assert_one_line_error(&r, words, &["--params", "--layers"], values);
+    }
+}
+
+/// `calibrate --sweep "64, 128"` was refused for the space (`invalid value ' 128'`) while
+/// `sweep --values "1, 2"` took it. Every comma list now reads its items by one rule.
+#[test]
+fn comma_lists_take_spaces_around_items_everywhere() {
+    let dir = scratch("round8b", "lists");
+    let r = run_in(
+        &dir,
+        &[
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--ranks",
+            "1",
+            "--layers",
+            "2",
+            "--hidden",
+            "256",
+            "--heads",
+            "8",
+            "--seq-len",
+            "64",
+            "--tp",
+            "1, 2",
+            "--sweep",
+            "16, 32",
+            "--max-message",
+            "64KiB",
+            "--copy-bytes",
+            "1MiB",
+            "--warmup",
+            "0",
+            "--reps",
+            "2",
+            "--output",
+            "c.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let profile = std::fs::read_to_string(dir.join("c.yaml")).unwrap();
+    let sweep = &profile[profile.find("gemm_sweep:").expect("a GEMM sweep")..];
+    for edge in ["16", "32"] {
+        assert!(
+            sweep.contains(&format!("label: sweep\n    m: {edge}\n")),
+            "the sweep's edge {edge} is measured: {sweep}"
+        );
+    }
+    // A bad item is still refused, quoted as typed.
+    let r = run_in(
+        &dir,
+        &["calibrate", "--sweep", "16, x", "--output", "c.yaml"],
+    );
+    assert_one_line_error(
+        &r,
+        &["' x'", "--sweep", "expected a whole number"],
+        &[],
+        "--sweep 16, x",
+    );
+    // And the sweep's list reads the same way.
+    let r = run(&[
+        "sweep", "--params", "7B", "--axis", "nodes", "--values", "1, 2", "--format", "json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// A GPU profile with `hbm_capacity_gib: 0.001` was accepted, then every message said
+/// `needs 10.2 GiB of 0.0 GiB`. Capacity now starts at 1 GiB (no model tpsim plans fits in less),
+/// said with the rule.
+#[test]
+fn a_capacity_under_one_gib_is_refused_with_its_rule() {
+    let dir = scratch("round8b", "capacity");
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let line = gpu
+        .lines()
+        .find(|l| l.starts_with("hbm_capacity_gib:"))
+        .unwrap();
+    for value in ["0.001", "0.5"] {
+        std::fs::write(
+            dir.join("g.yaml"),
+            gpu.replacen(line, &format!("hbm_capacity_gib: {value}"), 1),
+        )
+        .unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval", "--params", "7B", "--nodes", "1", "--gpu", "./g.yaml", "--tp", "8", "--pp",
+                "1",
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("hbm_capacity_gib: {value} is outside 1 to 102400 GiB"),
+                "give a value in that range",
+            ],
+            &["0.0 GiB"],
+            value,
+        );
+    }
+    // 1 GiB is taken, and its shortfall printed against 1.0 GiB.
+    std::fs::write(
+        dir.join("g.yaml"),
+        gpu.replacen(line, "hbm_capacity_gib: 1", 1),
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--params", "7B", "--nodes", "1", "--gpu", "./g.yaml", "--tp", "8", "--pp", "1",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.contains("of 1.0 GiB"), "{}", r.stdout);
+    // clusters/README.md states the range the code checks.
+    let readme = std::fs::read_to_string(format!("{ROOT}/clusters/README.md")).unwrap();
+    assert!(
+        readme.contains("| `hbm_capacity_gib` | 1 to 102,400 (100 TiB) GiB"),
+        "clusters/README.md"
+    );
+}
+
+/// `--nodes -0` was echoed back as `--nodes 0`: clap reads whole numbers through a signed parser,
+/// so the minus sign was gone before any message. A minus sign on a whole number is now refused
+/// as written, for every whole-number flag.
+#[test]
+fn a_minus_zero_is_quoted_as_typed() {
+    let base = ["eval", "--params", "7B", "--tp", "8", "--pp", "1"];
+    for (flag, value) in [
+        ("--nodes", "-0"),
+        ("--nodes", "-00"),
+        ("--micro-batch", "-0"),
+        ("--global-batch", "-0"),
+    ] {
+        let mut args = base.to_vec();
+        if flag != "--nodes" {
+            args.extend(["--nodes", "1"]);
+        }
+        let joined = format!("{flag}={value}");
+        for tail in [vec![flag, value], vec![joined.as_str()]] {
+            let r = run(&[&args[..], &tail[..]].concat());
+            assert_one_line_error(
+                &r,
+                &[
+                    &format!("{flag} {value} has a minus sign"),
+                    "write the number without it",
+                ],
+                &[&format!("{flag} 0 "), "= 0"],
+                &format!("{tail:?}"),
+            );
+        }
+    }
+    // A zero without the sign still meets the flag's own rule.
+    let r = run(&[
+        "eval", "--params", "7B", "--nodes", "0", "--tp", "8", "--pp", "1",
+    ]);
+    assert_one_line_error(&r, &["--nodes 0 must be at least 1"], &[], "--nodes 0");
+}
+
+/// `eval --plan FILE` without `global_batch:` said `--global-batch not given` and offered only the
+/// flag. It now names the file and its key, the flag as the alternative; a launch line without
+/// --global-batch-size said GPT-3's batch was used where Megatron-LM's default is (and "0.0M
+/// tokens"), and now leaves it to the launch line's own note.
+#[test]
+fn the_default_batch_note_names_where_the_batch_goes() {
+    let dir = scratch("round8b", "batch-note");
+    std::fs::write(
+        dir.join("q.yaml"),
+        "params: 7B\nnodes: 1\nplan: {tp: 8, pp: 1, dp: 1}\n",
+    )
+    .unwrap();
+    for args in [
+        &["eval", "--plan", "q.yaml"][..],
+        &["report", "q.yaml", "--out", "r"],
+    ] {
+        let r = run_in(&dir, args);
+        assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("note: q.yaml gives no global_batch: 1536 sequences x 2048 tokens")
+                && r.stderr.contains(
+                    "give the tokens per step you train with as a line global_batch: SEQUENCES in the file, or pass --global-batch SEQUENCES"
+                )
+                && !r.stderr.contains("--global-batch not given"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        "--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 --bf16",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("no --global-batch-size, so Megatron-LM's default applies")
+            && !r.stderr.contains("--global-batch not given")
+            && !r.stderr.contains("GPT-3"),
+        "{}",
+        r.stderr
+    );
+    // A small default batch is said in thousands of tokens, not "0.0M".
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--seq-len",
+        "16",
+    ]);
+    assert!(
+        r.stderr.contains("= 24.6K tokens per step") && !r.stderr.contains("0.0M"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A launch-line flag given three times was noted as `2048, then 4096; 4096, then 2048`: two
+/// pairs, the middle value twice. Each flag is now said once, its values in order.
+#[test]
+fn a_flag_given_three_times_is_said_once_in_order() {
+    let line = "--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 --bf16 --global-batch-size 2048 --global-batch-size 4096 --global-batch-size 2048";
+    let r = run(&["eval", "--nodes", "2", "--megatron-args", line]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "a flag is given more than once with different values; the last is used, as Megatron-LM's argparse uses it: --global-batch-size 2048, then 4096, then 2048\n"
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &line.replace(" --global-batch-size 2048 --global-batch-size 4096", ""),
+    ]);
+    assert!(
+        !r.stderr.contains("given twice") && !r.stderr.contains("more than once"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A key given twice was placed at the start of its mapping (`d.yaml:37:3` for a `tp:` repeated on
+/// line 38; `g.yaml:3:1`, the profile's first key, for a top-level one). The message now points at
+/// the second copy and names both lines.
+#[test]
+fn a_repeated_key_points_at_its_second_copy() {
+    let dir = scratch("round8b", "dup-key");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let tp_line = plan.lines().position(|l| l == "  tp: 8").unwrap() + 1;
+    // `tp: 4` two lines below `tp: 8`, after `pp: 16`.
+    std::fs::write(
+        dir.join("p.yaml"),
+        plan.replacen("\n  pp: 16\n", "\n  pp: 16\n  tp: 4\n", 1),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[&format!(
+            "p.yaml:{}:3: plan: tp is given twice in this mapping, so which value is meant is unclear; keep one tp: line (lines {tp_line} and {} both give it)",
+            tp_line + 2,
+            tp_line + 2
+        )],
+        &[&format!("p.yaml:{tp_line}:")],
+        "tp twice",
+    );
+    // A top-level key in a GPU profile, and a flow mapping.
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let at = gpu
+        .lines()
+        .position(|l| l.starts_with("gpus_per_node:"))
+        .unwrap()
+        + 1;
+    std::fs::write(
+        dir.join("g.yaml"),
+        gpu.replacen(
+            "\ngpus_per_node: 8",
+            "\ngpus_per_node: 8\ngpus_per_node: 4",
+            1,
+        ),
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--params", "7B", "--nodes", "1", "--gpu", "./g.yaml", "--tp", "8", "--pp", "1",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[&format!(
+            "g.yaml:{}:1: gpus_per_node is given twice in this mapping, so which value is meant is unclear; keep one gpus_per_node: line (lines {at} and {} both give it)",
+            at + 1,
+            at + 1
+        )],
+        &[":1:1:", ":3:1:"],
+        "gpus_per_node twice",
+    );
+    std::fs::write(
+        dir.join("f.yaml"),
+        "params: 7B\nnodes: 1\nplan: {tp: 8, pp: 1, dp: 1, tp: 2}\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "f.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "f.yaml:3:29: plan: tp is given twice",
+            "(line 3 gives it twice)",
+        ],
+        &["3:7:"],
+        "flow",
+    );
+    // A copy the scan cannot read (YAML's `? key` form) gives no location rather than the
+    // mapping's start.
+    std::fs::write(
+        dir.join("k.yaml"),
+        "params: 7B\nnodes: 1\nplan:\n  tp: 8\n  pp: 1\n  ? tp\n  : 2\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "k.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "error: k.yaml: plan: tp is given twice in this mapping",
+            "keep one tp: line",
+        ],
+        &["k.yaml:4:", "k.yaml:6:"],
+        "? key",
+    );
+}
