@@ -383,3 +383,212 @@ fn a_repeated_key_points_at_its_second_copy() {
         "? key",
     );
 }
+
+/// A sweep point past its axis's bound was blamed on the axis's flag, which the user never typed
+/// and may not add (`--axis nodes at 100000000: --nodes 100000000 is more than 131072`; a point no
+/// split fits offered `change --nodes, --global-batch (e.g. --global-batch 2)` on --axis
+/// global-batch). Every message about a point now names `--values`.
+#[test]
+fn a_sweep_points_bound_and_fix_name_values() {
+    for (axis, values, words, absent) in [
+        (
+            "nodes",
+            "100000000",
+            &["--axis nodes at 100000000: --values 100000000 is more than 131072"][..],
+            &["--nodes"][..],
+        ),
+        (
+            "seq-len",
+            "2048,100000000",
+            &["--axis seq-len at 100000000: --values 100000000 is larger than 16777216"][..],
+            &["--seq-len"][..],
+        ),
+        (
+            "global-batch",
+            "100000000",
+            &[
+                "--values 100000000 is more than 4194304 sequences per step",
+                "(e.g. --values 1536)",
+            ][..],
+            &["--global-batch"][..],
+        ),
+    ] {
+        let mut args = vec![
+            "sweep", "--params", "7B", "--axis", axis, "--values", values,
+        ];
+        if axis != "nodes" {
+            args.extend(["--nodes", "1"]);
+        }
+        let r = run(&args);
+        assert_one_line_error(&r, words, absent, &format!("{axis} {values}"));
+    }
+    // Every point without a valid split: the fix names the points, not the axis's flag.
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--nodes",
+        "4",
+        "--axis",
+        "global-batch",
+        "--values",
+        "1,3",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["dp dividing --values 1", "(e.g. --values 2)"],
+        &["--global-batch"],
+        "global-batch 1,3",
+    );
+    // One such point among others is a row of the table saying the same.
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--nodes",
+        "4",
+        "--axis",
+        "global-batch",
+        "--values",
+        "1,64",
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("dp dividing --values 1") && !r.stdout.contains("--global-batch"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// `--values 4294967296` on a count axis was "not a positive whole number" (it is one, too
+/// large), and `--axis network-bandwidth --values 1e400` was quoted as `inf`. Both now quote the
+/// value as typed with the rule it breaks.
+#[test]
+fn a_sweep_value_too_large_is_quoted_as_typed() {
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--axis",
+        "global-batch",
+        "--values",
+        "4294967296",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--values 4294967296 is a whole number far too large for --axis global-batch"],
+        &["not a positive whole number"],
+        "4294967296",
+    );
+    for value in ["1e400", "0", "1e-9"] {
+        let r = run(&[
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "network-bandwidth",
+            "--values",
+            value,
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!(
+                    "--values {value} for --axis network-bandwidth (each point's network_gb_per_s) is outside 0.001 to 1000000 GB/s"
+                ),
+                "e.g. --values 12.5,25,50",
+            ],
+            &["inf", "network_gb_per_s:", "--network"],
+            value,
+        );
+    }
+}
+
+/// `compare` and `sweep` used the default global batch (1536 sequences) without a word, where
+/// `plan`, `eval` and `report` say it; `compare --plan a.yaml --plan a.yaml` said each note
+/// twice, and one `--plan` was "given 1 time(s)".
+#[test]
+fn compare_and_sweep_say_the_default_batch() {
+    let dir = scratch("round8b", "compare-batch");
+    std::fs::write(
+        dir.join("q.yaml"),
+        "params: 7B\nnodes: 1\nplan: {tp: 8, pp: 1, dp: 1}\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["compare", "--plan", "q.yaml", "--plan", "q.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stderr
+            .matches("note: q.yaml gives no global_batch: 1536 sequences")
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.matches("gives no gpu:").count(), 1, "{}", r.stderr);
+    for args in [
+        &["compare", "--params", "7B", "--nodes", "1"][..],
+        &[
+            "sweep", "--params", "7B", "--axis", "nodes", "--values", "1",
+        ],
+        &[
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "seq-len",
+            "--values",
+            "1024,2048",
+        ],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("note: --global-batch not given: 1536 sequences"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    // Given, or swept, the batch is no default.
+    for args in [
+        &[
+            "compare",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+        ][..],
+        &[
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "global-batch",
+            "--values",
+            "64",
+        ],
+    ] {
+        let r = run(args);
+        assert!(!r.stderr.contains("not given"), "{args:?}: {}", r.stderr);
+    }
+    let r = run_in(&dir, &["compare", "--plan", "q.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["--plan given once; compare takes two"],
+        &["time(s)"],
+        "once",
+    );
+}

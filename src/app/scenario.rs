@@ -1189,6 +1189,38 @@ fn tokens_in_words(tokens: f64) -> String {
 /// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
 const GPT3_SEQ_LEN: u32 = 2048;
 
+/// The note for a global batch no input gave: what the default is, and where to give the batch
+/// (`file`: the plan file it would be a line of; otherwise the flag). `plan`, `eval`, `report`,
+/// `compare` and `sweep` all say it, so no command uses the default silently.
+pub(super) fn default_batch_note(training: &Training, file: Option<&str>) -> String {
+    let batch = training.global_batch;
+    let (missing, fix) = match file {
+        Some(path) => (
+            format!("{} gives no global_batch", input_file::quote(path)),
+            "as a line global_batch: SEQUENCES in the file, or pass --global-batch SEQUENCES",
+        ),
+        None => (
+            "--global-batch not given".to_string(),
+            "as --global-batch SEQUENCES",
+        ),
+    };
+    format!(
+        "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 405B: 16M tokens on 16K GPUs)",
+        crate::report::sequences(batch),
+        training.seq_len,
+        tokens_in_words(f64::from(batch) * f64::from(training.seq_len)),
+        if training.seq_len == GPT3_SEQ_LEN {
+            "GPT-3 175B's batch, Brown et al. 2020".to_string()
+        } else {
+            format!(
+                "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
+                training.seq_len,
+                f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
+            )
+        }
+    )
+}
+
 /// What `plan` and `eval` say about the global batch on stderr: where the default comes from when
 /// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
 ///
@@ -1214,31 +1246,7 @@ pub(super) fn global_batch_advice(
     let nodes = s.cluster.nodes;
     let mut lines: Vec<String> = s.gpu_note.iter().cloned().collect();
     if !given {
-        let (missing, fix) = match file {
-            Some(path) => (
-                format!("{} gives no global_batch", input_file::quote(path)),
-                "as a line global_batch: SEQUENCES in the file, or pass --global-batch SEQUENCES",
-            ),
-            None => (
-                "--global-batch not given".to_string(),
-                "as --global-batch SEQUENCES",
-            ),
-        };
-        lines.push(format!(
-            "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 405B: 16M tokens on 16K GPUs)",
-            crate::report::sequences(batch),
-            s.training.seq_len,
-            tokens_in_words(f64::from(batch) * f64::from(s.training.seq_len)),
-            if s.training.seq_len == GPT3_SEQ_LEN {
-                "GPT-3 175B's batch, Brown et al. 2020".to_string()
-            } else {
-                format!(
-                    "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
-                    s.training.seq_len,
-                    f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
-                )
-            }
-        ));
+        lines.push(default_batch_note(&s.training, file));
     }
     // Context parallelism splits each sequence over cp ranks, so a long-context batch of few
     // sequences still fills the GPUs: count each sequence as the most CP ranks it can take (the
