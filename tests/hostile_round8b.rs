@@ -592,3 +592,53 @@ fn compare_and_sweep_say_the_default_batch() {
         "once",
     );
 }
+
+/// `sweep --tp 8`, `compare --tp 8` and `report FILE --micro-batch 4` were refused as unexpected
+/// arguments with clap's look-alike tip (`a similar argument exists: '--mtp-layers'`), another
+/// flag entirely. Each now says why the command takes no degree and which command does.
+#[test]
+fn a_plan_degree_given_to_sweep_compare_or_report_names_the_command_that_takes_it() {
+    for (args, words) in [
+        (
+            &[
+                "sweep", "--params", "7B", "--axis", "nodes", "--values", "1", "--tp", "8",
+            ][..],
+            "sweep searches every plan at each point, so it takes no --tp; to pin it, search one point with tpsim plan ... --tp N",
+        ),
+        (
+            &["compare", "--params", "7B", "--nodes", "1", "--pp=2"],
+            "compare takes no --pp: it compares two saved plans",
+        ),
+        (
+            &[
+                "report",
+                "plans/best-512b-32nodes.yaml",
+                "--out",
+                "r",
+                "--micro-batch",
+                "4",
+            ],
+            "report takes no --micro-batch: it reports the plan file's own degrees; change the file's micro_batch: line, or report other degrees with tpsim eval --plan FILE --micro-batch N --report DIR",
+        ),
+    ] {
+        let r = run(args);
+        assert_one_line_error(&r, &[words], &["similar argument", "--mtp-layers"], words);
+    }
+    // `eval --plan FILE --micro-batch N --report DIR`, the fix offered, runs.
+    let dir = scratch("round8b", "report-degree");
+    let plan = format!("{ROOT}/plans/best-512b-32nodes.yaml");
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--plan",
+            &plan,
+            "--micro-batch",
+            "2",
+            "--report",
+            "r",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(dir.join("r/index.html").is_file());
+}
