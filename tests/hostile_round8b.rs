@@ -642,3 +642,39 @@ fn a_plan_degree_given_to_sweep_compare_or_report_names_the_command_that_takes_i
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     assert!(dir.join("r/index.html").is_file());
 }
+
+/// A path with a double quote in it (`we"ird.yaml`) cut the rest of the message: the one-line
+/// sanitizer read the quote's escape (`\"`) as the end of the quoted path, then the rest of the
+/// line as an unclosed quote, and shortened it (`...replace that input; wri…`), fix and all.
+#[cfg(unix)]
+#[test]
+fn a_path_with_a_quote_keeps_the_whole_message() {
+    let dir = scratch("round8b", "quote-path");
+    let gpu = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    std::fs::write(dir.join("we\"ird.yaml"), gpu).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "gpu",
+            "--values",
+            "we\"ird.yaml",
+            "--chart",
+            "we\"ird.yaml",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--chart \"we\\\"ird.yaml\": is the input given with --values",
+            "write to another path",
+        ],
+        &["…"],
+        "quote in a path",
+    );
+}
