@@ -975,13 +975,13 @@ pub struct CalibrateArgs {
     #[arg(long, default_value_t = 1)]
     pub micro_batch: u32,
     /// TP degrees whose shard shapes to measure, e.g. 1,2,4,8 (default: powers of two dividing the heads, up to 8).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_list_item::<u32>)]
     pub tp: Vec<u32>,
     /// Datasheet profile for what cannot be measured here (network, framework constants; the peak on GPUs). Default: the bundled h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]
     pub gpu: Option<String>,
     /// Edge lengths of the GEMM sweep, e.g. 256,1024,4096 (default: cuda 256,1024,4096,8192,16384; cpu 32,64,128,256).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_list_item::<usize>)]
     pub sweep: Vec<usize>,
     /// Smallest collective message.
     #[arg(long, default_value = "8KiB")]

@@ -7,6 +7,14 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = megatron_spelling(err) {
         return message;
     }
+    // args_os: `args` panics on an argument that is not UTF-8.
+    let command = std::env::args_os()
+        .nth(1)
+        .and_then(|c| c.into_string().ok())
+        .unwrap_or_default();
+    if let Some(message) = plan_degree_elsewhere(err, &command) {
+        return message;
+    }
     // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
     if err.kind() == clap::error::ErrorKind::InvalidUtf8
         && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
@@ -97,6 +105,86 @@ fn outside_range(line: &str) -> Option<String> {
             bound(max)
         )
     })
+}
+
+/// `--nodes -0`: clap reads a whole-number flag through a signed parser, so a minus sign on zero
+/// is read as 0, and every later message would quote `--nodes 0`, which the user never wrote (a
+/// negative count is refused by clap itself). `Some` is the one-line error, quoting the value as
+/// typed; `command` is the one `matches` came from.
+pub fn minus_zero_line(command: &clap::Command, matches: &clap::ArgMatches) -> Option<String> {
+    fn is_whole_number(matches: &clap::ArgMatches, id: &str) -> bool {
+        matches.try_get_many::<u32>(id).is_ok()
+            || matches.try_get_many::<u64>(id).is_ok()
+            || matches.try_get_many::<usize>(id).is_ok()
+            || matches.try_get_many::<u16>(id).is_ok()
+            || matches.try_get_many::<u8>(id).is_ok()
+    }
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        let Ok(Some(raw)) = matches.try_get_raw(id) else {
+            continue;
+        };
+        for value in raw {
+            let text = value.to_string_lossy();
+            let minus_zero = text
+                .strip_prefix('-')
+                .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b == b'0'));
+            if minus_zero && is_whole_number(matches, id) {
+                let flag = arg
+                    .get_long()
+                    .map_or_else(|| id.to_string(), |long| format!("--{long}"));
+                return Some(format!(
+                    "{flag} {text} has a minus sign, which a whole number does not take; write the number without it (digits only)"
+                ));
+            }
+        }
+    }
+    let (name, sub) = matches.subcommand()?;
+    minus_zero_line(command.find_subcommand(name)?, sub)
+}
+
+/// The degrees `plan` pins and `eval` sets; `sweep`, `compare` and `report` take none of them.
+const PLAN_DEGREE_FLAGS: [&str; 9] = [
+    "--tp",
+    "--pp",
+    "--dp",
+    "--cp",
+    "--ep",
+    "--etp",
+    "--vpp",
+    "--micro-batch",
+    "--zero",
+];
+
+/// `sweep --tp 8` (or `compare`, `report`): clap's "unexpected argument" offered a look-alike
+/// (`--mtp-layers`), another flag entirely. The message says why the command takes no degree and
+/// which command does.
+fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
+        clap::error::ContextValue::String(arg) => arg.clone(),
+        _ => return None,
+    };
+    let flag = arg.split('=').next().unwrap_or(&arg);
+    if !PLAN_DEGREE_FLAGS.contains(&flag) {
+        return None;
+    }
+    let why = match command {
+        "sweep" => format!(
+            "sweep searches every plan at each point, so it takes no {flag}; to pin it, search one point with tpsim plan ... {flag} N (or evaluate one plan with tpsim eval)"
+        ),
+        "compare" => format!(
+            "compare takes no {flag}: it compares two saved plans (--plan a.yaml --plan b.yaml) or the two best plans of a search; save a plan with that degree with tpsim plan ... {flag} N --save a.yaml"
+        ),
+        "report" => format!(
+            "report takes no {flag}: it reports the plan file's own degrees; change the file's {}: line, or report other degrees with tpsim eval --plan FILE {flag} N --report DIR",
+            flag.trim_start_matches("--").replace('-', "_")
+        ),
+        _ => return None,
+    };
+    Some(why)
 }
 
 /// Megatron-LM switches someone pastes from a launch line that tpsim spells otherwise: clap's

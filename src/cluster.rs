@@ -89,13 +89,15 @@ pub const PEAK_TFLOPS: Range = Range::new(
     "TFLOP/s",
     "rule: positive, at most about 44x a B200",
 );
-/// Device memory: from 1 MiB to 100 TiB (a B200 has 180 GiB).
+/// Device memory: from 1 GiB to 100 TiB (a B200 has 180 GiB). Below 1 GiB no model tpsim plans
+/// fits (a 1B model's bf16 weights alone are 1.9 GiB), and memory is said in GiB to one decimal
+/// everywhere: 1 MiB accepted would print as "needs 10.2 GiB of 0.0 GiB".
 pub const HBM_CAPACITY_GIB: Range = Range::new(
     "hbm_capacity_gib",
-    1.0 / 1024.0,
+    1.0,
     102_400.0,
     "GiB",
-    "rule: 1 MiB to 100 TiB per device",
+    "rule: 1 GiB to 100 TiB per device, as nvidia-smi's MiB / 1024",
 );
 /// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
 pub const fn bandwidth_range(key: &'static str) -> Range {

@@ -311,13 +311,18 @@ pub fn sanitize_message(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(1024));
     let mut open: Option<char> = None;
     let mut quoted = 0usize;
+    // After a backslash inside a quote: `"we\"ird.yaml"` (a path with a quote, as `quote`
+    // writes it) is one quoted stretch, not one closed early and another left open to the end of
+    // the line, which would cut the fix after it.
+    let mut escaped = false;
     for c in message.chars() {
         match open {
-            Some(q) if c == q => {
+            Some(q) if c == q && !escaped => {
                 open = None;
                 out.push(c);
             }
             Some(_) => {
+                escaped = !escaped && c == '\\';
                 quoted += 1;
                 if quoted <= MAX_QUOTED_CHARS {
                     push_escaped(&mut out, c);
@@ -329,6 +334,7 @@ pub fn sanitize_message(message: &str) -> String {
                 if c == '"' || c == '`' {
                     open = Some(c);
                     quoted = 0;
+                    escaped = false;
                     out.push(c);
                 } else {
                     push_escaped(&mut out, c);

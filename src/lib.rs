@@ -28,3 +28,4 @@ pub mod training;
 pub mod uncertainty;
 pub mod units;
 pub mod validation;
+pub mod yaml_keys;

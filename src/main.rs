@@ -1,7 +1,7 @@
 //! Entry point: parse flags, run the command, map the outcome to an exit code
 //! (0 plans found, 1 valid input but nothing fits, 2 error).
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -68,8 +68,16 @@ fn file_size_limit_is_an_error() {
 fn main() -> ExitCode {
     quiet_output_failures();
     file_size_limit_is_an_error();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let command = Cli::command();
+    let parsed = command.clone().try_get_matches().and_then(|matches| {
+        if let Some(line) = tpsim::cli_errors::minus_zero_line(&command, &matches) {
+            return Ok(Err(line));
+        }
+        Cli::from_arg_matches(&matches).map(Ok)
+    });
+    let cli = match parsed {
+        Ok(Ok(cli)) => cli,
+        Ok(Err(line)) => return fail(&line),
         Err(err) if !err.use_stderr() => {
             // --help and --version print to stdout and succeed, unless stdout cannot take them.
             // A closed pipe (`tpsim --help | head`) is the reader's choice, as for any output.

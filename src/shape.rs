@@ -27,11 +27,20 @@ pub fn target_aspect_ratio() -> f64 {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "no GPT-style shape of {requested:.3e} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse); give the shape instead (--layers --hidden --heads)"
-)]
+#[error("{}; give the shape instead (--layers --hidden --heads)", self.rule())]
 pub struct ShapeError {
     pub requested: f64,
+}
+
+impl ShapeError {
+    /// What has no shape, and why, without the fix (which depends on where the count came from:
+    /// `--params` takes shape flags instead, `sweep --axis params` only a larger size).
+    pub fn rule(&self) -> String {
+        format!(
+            "no GPT-style shape of {:.3e} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse)",
+            self.requested
+        )
+    }
 }
 
 fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {

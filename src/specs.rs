@@ -122,8 +122,52 @@ pub enum SpecError {
 }
 
 /// A parser's error as a [`SpecError::Yaml`]: location in front, the message made safe to print
-/// (quotes cut, control characters escaped).
-pub fn yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
+/// (quotes cut, control characters escaped). `text` is what was parsed: a key given twice is
+/// reported at the start of its mapping, so its copies are found in the text (`yaml_keys`), and
+/// without them the message gives no location rather than one that points at neither.
+pub fn yaml_error(origin: &str, text: &str, err: &yaml_serde::Error) -> SpecError {
+    let error = located_yaml_error(origin, err);
+    let SpecError::Yaml {
+        origin,
+        line,
+        column,
+        message,
+    } = error
+    else {
+        return error;
+    };
+    let raw = err.to_string();
+    let Some(key) = raw
+        .split_once("duplicate field `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(key, _)| key)
+    else {
+        return SpecError::Yaml {
+            origin,
+            line,
+            column,
+            message,
+        };
+    };
+    match crate::yaml_keys::repeated_key(text, line, column, key) {
+        Some(at) => SpecError::Yaml {
+            origin,
+            line: at.line,
+            column: at.column,
+            message: format!(
+                "{message} ({})",
+                if at.first_line == at.line {
+                    format!("line {} gives it twice", at.line)
+                } else {
+                    format!("lines {} and {} both give it", at.first_line, at.line)
+                }
+            ),
+        },
+        None => SpecError::Invalid { origin, message },
+    }
+}
+
+fn located_yaml_error(origin: &str, err: &yaml_serde::Error) -> SpecError {
     let message = err.to_string();
     // An error of the whole text (two documents) has no location: none is made up ("f.yaml:0:0").
     let Some((line, column)) = err.location().map(|l| (l.line(), l.column())) else {
@@ -346,7 +390,7 @@ fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecEr
             message: "is empty (blank lines and comments only), so it gives none of its keys; check that this is the right file".into(),
         });
     }
-    yaml_serde::from_str(text).map_err(|err| yaml_error(origin, &err))
+    yaml_serde::from_str(text).map_err(|err| yaml_error(origin, text, &err))
 }
 
 /// Reads a spec named `name_or_path`: a bundled name, or a file path (anything with a path
@@ -617,25 +661,31 @@ pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
         Err(SpecError::Yaml { message, .. }) if message.contains("untagged enum ModelRef") => {
             match yaml_serde::from_str::<InlineModelOnly>(text) {
                 Err(err) => {
-                    let SpecError::Yaml {
-                        origin,
-                        line,
-                        column,
-                        message,
-                    } = yaml_error(path, &err)
-                    else {
-                        unreachable!("yaml_error builds SpecError::Yaml")
-                    };
-                    Err(SpecError::Yaml {
-                        origin,
-                        line,
-                        column,
-                        // yaml_serde names the path (`model.hidden: ...`); add it when it did not.
-                        message: if message.starts_with("model") {
+                    // yaml_serde names the path (`model.hidden: ...`); add it when it did not.
+                    let under_model = |message: String| {
+                        if message.starts_with("model") {
                             message
                         } else {
                             format!("model: {message}")
+                        }
+                    };
+                    Err(match yaml_error(path, text, &err) {
+                        SpecError::Yaml {
+                            origin,
+                            line,
+                            column,
+                            message,
+                        } => SpecError::Yaml {
+                            origin,
+                            line,
+                            column,
+                            message: under_model(message),
                         },
+                        SpecError::Invalid { origin, message } => SpecError::Invalid {
+                            origin,
+                            message: under_model(message),
+                        },
+                        other => other,
                     })
                 }
                 Ok(_) => Err(SpecError::Invalid {

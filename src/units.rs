@@ -116,6 +116,19 @@ pub struct ParseCountError {
 /// neither is guessed at (spaces around it, as a shell quote leaves them, are harmless and trimmed).
 pub const INNER_SPACE_RULE: &str = "has a space inside, so it could be one value or two; write one value, its unit joined to the number";
 
+/// One item of a comma-separated list, as every list flag reads it (`sweep --values "7B, 13B"`,
+/// `calibrate --sweep "64, 128"`, `--recompute-modules "core_attn, mlp"`): the spaces around the
+/// item are no part of it. The one rule, so that no list takes spaces another refuses.
+pub fn list_item(item: &str) -> &str {
+    item.trim()
+}
+
+/// A list item parsed as `T` by [`list_item`]'s rule: clap's value parser for the flags that split
+/// at commas (`value_delimiter = ','`), so `--sweep "64, 128"` reads as `--values "1, 2"` does.
+pub fn parse_list_item<T: std::str::FromStr>(item: &str) -> Result<T, T::Err> {
+    list_item(item).parse()
+}
+
 /// `text` without the spaces around it, refused (`Err` with [`INNER_SPACE_RULE`]) when a space
 /// is left inside: every size parser reads one word.
 pub fn one_word(text: &str) -> Result<&str, &'static str> {

@@ -295,7 +295,7 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
 pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
     crate::input_file::check_depth(origin, runs_yaml).map_err(SpecError::from)?;
     let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml)
-        .map_err(|err| AccuracyError::Spec(specs::yaml_error(origin, &err)))?;
+        .map_err(|err| AccuracyError::Spec(specs::yaml_error(origin, runs_yaml, &err)))?;
     let mut rows = Vec::new();
     for run in runs {
         if run.completeness.as_deref() != Some("full_plan") {

@@ -1043,7 +1043,7 @@ fn compare_two_saved_plans() {
 
     assert_error(
         &["compare", "--plan", "plans/seed-512b-32nodes.yaml"],
-        &["--plan given 1 time", "compare takes two"],
+        &["--plan given once", "compare takes two"],
     );
 }
 

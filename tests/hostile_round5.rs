@@ -57,7 +57,7 @@ fn a_size_with_a_space_inside_is_refused_as_possibly_two_values() {
     ]);
     assert_one_line_error(
         &r,
-        &["--axis params at \"13 B\"", "has a space inside"],
+        &["--values \"13 B\" has a space inside"],
         &["panicked"],
         "sweep --values 7B,13 B",
     );

@@ -114,8 +114,10 @@ fn report_offers_the_plan_files_keys_not_flags_it_lacks() {
     // `report` has no --dp, which is why the fix must not offer it.
     let r = run_in(&dir, &["report", &plan, "--out", "r", "--dp", "4"]);
     assert_eq!(r.code, 2);
+    // Said as such since round 8b (was clap's "unexpected argument '--dp'").
     assert!(
-        r.stderr.contains("unexpected argument '--dp'"),
+        r.stderr.contains("report takes no --dp")
+            && r.stderr.contains("change the file's dp: line"),
         "{}",
         r.stderr
     );

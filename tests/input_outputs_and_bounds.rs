@@ -293,7 +293,12 @@ fn a_sweep_point_with_no_valid_plan_says_why_as_plan_does() {
         .stderr
         .trim()
         .trim_start_matches("error: no valid plan exists: ");
-    assert_eq!(rows["rows"][1]["no_valid_plan"], reason);
+    // In the sweep's words: the point's nodes came from --values, not --nodes (round 8b).
+    assert_eq!(
+        rows["rows"][1]["no_valid_plan"],
+        reason.replace("change --nodes,", "change --values,")
+    );
+    assert!(reason.contains("change --nodes,"), "{reason}");
     assert!(rows["rows"][1]["tp"].is_null());
     assert!(rows["rows"][0]["tp"].is_u64());
 }

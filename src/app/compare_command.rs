@@ -282,6 +282,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     ..SearchOptions::default()
                 },
             );
+            if args.training.global_batch.is_none() {
+                eprintln!(
+                    "{}",
+                    super::scenario::default_batch_note(&scenario.training, None)
+                );
+            }
             let feasible = result.feasible();
             let Some(best) = feasible.first() else {
                 eprintln!(
@@ -389,9 +395,20 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 estimates.push(with_schedule(scenario, &closed));
             }
             // Said once both plans are known to be valid, as `eval` says it.
-            for ((_, scenario), path) in loaded.iter().zip(&args.plan) {
+            for (at, ((file, scenario), path)) in loaded.iter().zip(&args.plan).enumerate() {
+                // One file given twice is said once.
+                if args.plan[..at].contains(path) {
+                    continue;
+                }
                 if let Some(note) = &scenario.gpu_note {
                     eprintln!("{note} (--plan {path})");
+                }
+                // A file without global_batch is evaluated on the default, said as `eval` says it.
+                if args.training.global_batch.is_none() && file.global_batch.is_none() {
+                    eprintln!(
+                        "{}",
+                        super::scenario::default_batch_note(&scenario.training, Some(path))
+                    );
                 }
             }
             (
@@ -405,7 +422,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             )
         }
         n => bail!(
-            "--plan given {n} time(s); compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search"
+            "--plan given {}; compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search",
+            if n == 1 {
+                "once".to_string()
+            } else {
+                format!("{n} times")
+            }
         ),
     };
     // The same step time plan, eval and sweep print: the simulated schedule where it applies.

@@ -5,7 +5,7 @@ use anyhow::{Result, anyhow, bail};
 
 use super::emit_commands::{emitted, framework_of, target_name};
 use super::megatron_paste::{
-    apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
+    LaunchBatch, apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
     check_pasted_megatron, check_pasted_stage_layers, layout_vpp, megatron_plan_file,
     megatron_request, pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
 };
@@ -123,16 +123,23 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &training_args,
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
+    let mut launch_batch = LaunchBatch::Unchanged;
     if let Some(launch) = &megatron {
-        apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario)?;
+        launch_batch = apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario)?;
         // A launch line names no GPU: the default is the command's, not a plan file's omission.
         scenario.gpu_note = None;
     }
     super::scenario::note_window_without_effect(&scenario.model);
     let batch_given = training_args.global_batch.is_some()
+        || launch_batch == LaunchBatch::MegatronDefault
         || plan_file
             .as_ref()
             .is_some_and(|(f, _)| f.global_batch.is_some());
+    // The file the default batch is a missing line of (a launch line is no file).
+    let batch_file = plan_file
+        .as_ref()
+        .map(|(_, path)| path.as_str())
+        .filter(|path| *path != super::megatron_paste::LAUNCH_LINE_ORIGIN);
     let batch_options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,
@@ -423,7 +430,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         },
         ..batch_options
     };
-    for line in global_batch_advice(&scenario, batch_given, batch_options) {
+    for line in global_batch_advice(&scenario, batch_given, batch_file, batch_options) {
         eprintln!("{line}");
     }
     if plan.zero >= 2 && plan.pp > 1 && plan.zero > scenario.training.framework.max_zero_with_pp() {

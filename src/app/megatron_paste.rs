@@ -385,7 +385,7 @@ pub(super) fn apply_megatron_launch(
     cluster_args: &ClusterArgs,
     training_args: &TrainingArgs,
     scenario: &mut Scenario,
-) -> Result<()> {
+) -> Result<LaunchBatch> {
     for (flag, given, script, what) in [
         ("--nodes", cluster_args.nodes, launch.nodes, "--nnodes"),
         (
@@ -451,8 +451,17 @@ pub(super) fn apply_megatron_launch(
             batch / launch.micro_batch
         ));
         scenario.training.global_batch = batch;
+        return Ok(LaunchBatch::MegatronDefault);
     }
-    Ok(())
+    Ok(LaunchBatch::Unchanged)
+}
+
+/// Whether [`apply_megatron_launch`] set the global batch to Megatron-LM's default (its own note
+/// says so, so tpsim's default-batch note would name a batch the run does not use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LaunchBatch {
+    MegatronDefault,
+    Unchanged,
 }
 
 /// tpsim's plan flags and the Megatron-LM flags (or, for dp, the quantity) a launch line sets them

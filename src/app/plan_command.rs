@@ -304,7 +304,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         );
     }
     // Said once the input is known to be valid, so a bad flag still gets a one-line error.
-    for line in global_batch_advice(&scenario, args.training.global_batch.is_some(), options) {
+    for line in global_batch_advice(
+        &scenario,
+        args.training.global_batch.is_some(),
+        None,
+        options,
+    ) {
         eprintln!("{line}");
     }
     let (model, cluster) = summaries(&scenario);

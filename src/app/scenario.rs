@@ -166,22 +166,48 @@ fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
     })
 }
 
+/// A bare count, `--params`, a plan file's `params:` or a `sweep --axis params` point (`flag`
+/// names it in errors), within the 100T bound.
+fn count_of(text: &str, flag: &'static str) -> Result<f64> {
+    let params = parse_count(flag, text)?;
+    if params > MAX_PARAMS {
+        bail!(
+            "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
+        );
+    }
+    Ok(params)
+}
+
+/// Checks one point of `sweep --axis params` in the sweep's words: the value is an item of
+/// `--values`, and the fix for a count too small to shape is a larger size, not shape flags (the
+/// sweep derives every point's shape and refuses them). `--params` would meet the same bounds.
+pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -> Result<()> {
+    let params = count_of(value, "--values")?;
+    derive_shape(params, seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN)).map_err(|err| {
+        // `7` meant as 7B: offer the same digits with the unit when that size has a shape.
+        let with_unit = format!("{value}B");
+        let example = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && parse_count("--values", &with_unit).is_ok_and(|p| {
+                p <= MAX_PARAMS && derive_shape(p, seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN)).is_ok()
+            }) {
+            with_unit
+        } else {
+            "1B".to_string()
+        };
+        anyhow!(
+            "--values {value}: {}; --axis params derives a shape at each point, so give a larger size with a unit, e.g. {example} in place of {value}",
+            err.rule()
+        )
+    })?;
+    Ok(())
+}
+
 fn resolve_base_model(
     args: &ModelArgs,
     file: Option<(&PlanFile, &str)>,
     seq_len_flag: Option<u32>,
 ) -> Result<(Model, String)> {
     let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
-    // A bare count, `--params` or a plan file's `params:` (`flag` names it in errors).
-    let count_of = |text: &str, flag: &'static str| -> Result<f64> {
-        let params = parse_count(flag, text)?;
-        if params > MAX_PARAMS {
-            bail!(
-                "{flag} {text} is more than 100T parameters, far beyond any trained model; check the value (B = 1e9, T = 1e12)"
-            );
-        }
-        Ok(params)
-    };
     let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
         let params = count_of(text, flag)?;
         let model =
@@ -1148,8 +1174,52 @@ pub(super) fn smallest_splittable_batch(
         .min()
 }
 
+/// Tokens per step, in millions to one decimal (3.1M) down to 0.1M, thousands below it: a small
+/// batch read "0.0M tokens".
+fn tokens_in_words(tokens: f64) -> String {
+    if tokens >= 0.1e6 {
+        format!("{:.1}M", tokens / 1e6)
+    } else if tokens >= 1e3 {
+        format!("{:.1}K", tokens / 1e3)
+    } else {
+        format!("{tokens:.0}")
+    }
+}
+
 /// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
 const GPT3_SEQ_LEN: u32 = 2048;
+
+/// The note for a global batch no input gave: what the default is, and where to give the batch
+/// (`file`: the plan file it would be a line of; otherwise the flag). `plan`, `eval`, `report`,
+/// `compare` and `sweep` all say it, so no command uses the default silently.
+pub(super) fn default_batch_note(training: &Training, file: Option<&str>) -> String {
+    let batch = training.global_batch;
+    let (missing, fix) = match file {
+        Some(path) => (
+            format!("{} gives no global_batch", input_file::quote(path)),
+            "as a line global_batch: SEQUENCES in the file, or pass --global-batch SEQUENCES",
+        ),
+        None => (
+            "--global-batch not given".to_string(),
+            "as --global-batch SEQUENCES",
+        ),
+    };
+    format!(
+        "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 405B: 16M tokens on 16K GPUs)",
+        crate::report::sequences(batch),
+        training.seq_len,
+        tokens_in_words(f64::from(batch) * f64::from(training.seq_len)),
+        if training.seq_len == GPT3_SEQ_LEN {
+            "GPT-3 175B's batch, Brown et al. 2020".to_string()
+        } else {
+            format!(
+                "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
+                training.seq_len,
+                f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
+            )
+        }
+    )
+}
 
 /// What `plan` and `eval` say about the global batch on stderr: where the default comes from when
 /// `--global-batch` was not given, and a warning when the batch is too small for the cluster.
@@ -1164,30 +1234,19 @@ const GPT3_SEQ_LEN: u32 = 2048;
 /// al. 2024 Table 4), so a threshold of 3 or more per node would warn about a batch that works.
 /// Tokens per step is the knob training runs scale with the cluster: GPT-3 175B 3.2M (Brown et
 /// al. 2020 Table 2.1), Llama 3 405B 16M on 16K GPUs (Dubey et al. 2024 §3.4).
+/// `file` is the plan file the batch would be a line of: the note then offers its key, the flag
+/// as the alternative.
 pub(super) fn global_batch_advice(
     s: &Scenario,
     given: bool,
+    file: Option<&str>,
     options: SearchOptions,
 ) -> Vec<String> {
     let batch = s.training.global_batch;
     let nodes = s.cluster.nodes;
     let mut lines: Vec<String> = s.gpu_note.iter().cloned().collect();
     if !given {
-        lines.push(format!(
-            "note: --global-batch not given: {} x {} tokens = {:.1}M tokens per step ({}); give the tokens per step you train with as --global-batch SEQUENCES (Llama 3 405B: 16M tokens on 16K GPUs)",
-            crate::report::sequences(batch),
-            s.training.seq_len,
-            f64::from(batch) * f64::from(s.training.seq_len) / 1e6,
-            if s.training.seq_len == GPT3_SEQ_LEN {
-                "GPT-3 175B's batch, Brown et al. 2020".to_string()
-            } else {
-                format!(
-                    "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
-                    s.training.seq_len,
-                    f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
-                )
-            }
-        ));
+        lines.push(default_batch_note(&s.training, file));
     }
     // Context parallelism splits each sequence over cp ranks, so a long-context batch of few
     // sequences still fills the GPUs: count each sequence as the most CP ranks it can take (the

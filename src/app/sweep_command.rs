@@ -9,6 +9,7 @@ use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_o
 use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
+use crate::units::list_item;
 use crate::{input_file, output_file, sweep};
 
 /// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
@@ -30,11 +31,55 @@ pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
 pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
     match value.parse::<u32>() {
         Ok(n) if n > 0 => Ok(n),
+        // All digits, past u32: a whole number, far past the axis's own bound.
+        Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => bail!(
+            "--values {value} is a whole number far too large for --axis {}; check the value, e.g. --values {example}",
+            axis.name()
+        ),
         _ => bail!(
             "--values {value:?} is not a positive whole number, which --axis {} needs; e.g. --values {example}",
             axis.name()
         ),
     }
+}
+
+/// The flag whose value each point of `axis` sets (never given with it: `sweep_command` refuses
+/// that), `None` for the network bandwidth, which no flag sets.
+fn axis_flag(axis: sweep::Axis) -> Option<&'static str> {
+    match axis {
+        sweep::Axis::Nodes => Some("--nodes"),
+        sweep::Axis::Params => Some("--params"),
+        sweep::Axis::Gpu => Some("--gpu"),
+        sweep::Axis::SeqLen => Some("--seq-len"),
+        sweep::Axis::GlobalBatch => Some("--global-batch"),
+        sweep::Axis::NetworkBandwidth => None,
+    }
+}
+
+/// A message about one point said in the sweep's words: the point's value came from `--values`,
+/// so the axis's flag, which the user did not type and may not add, reads `--values`
+/// (`--nodes 100000000 is more than ...` is `--values 100000000 ...`; `change --nodes` is
+/// `change --values`).
+pub(super) fn in_sweep_words(message: &str, axis: sweep::Axis) -> String {
+    let Some(flag) = axis_flag(axis) else {
+        return message.to_string();
+    };
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(flag) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + flag.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        if before.is_none_or(|c| !is_word(c)) && after.is_none_or(|c| !is_word(c)) {
+            out.push_str("--values");
+        } else {
+            out.push_str(flag);
+        }
+        rest = &rest[at + flag.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
@@ -106,7 +151,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         // The chart must not replace a file the sweep reads: a spec, or a GPU file on --axis gpu.
         let mut inputs = input_paths(&args.model, &args.cluster);
         if axis == sweep::Axis::Gpu {
-            inputs.extend(args.values.iter().map(|v| ("--values", v.trim())));
+            inputs.extend(args.values.iter().map(|v| ("--values", list_item(v))));
         }
         output_file::refuse_input_overlap("--chart", path, &inputs)?;
         output_file::check_file("--chart", path, "sweep.svg", output_file::OutputKind::Chart)?;
@@ -125,7 +170,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let mut points = Vec::with_capacity(args.values.len());
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
     for raw in &args.values {
-        let value = raw.trim();
+        let value = list_item(raw);
         if value.is_empty() {
             bail!(
                 "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
@@ -139,7 +184,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         );
         match axis {
             sweep::Axis::Nodes => cluster.nodes = Some(sweep_u32(axis, value, "16,32,64")?),
-            sweep::Axis::Params => model.params = Some(value.to_string()),
+            sweep::Axis::Params => {
+                super::scenario::check_sweep_params_point(value, args.training.seq_len)?;
+                model.params = Some(value.to_string())
+            }
             sweep::Axis::Gpu => cluster.gpu = Some(value.to_string()),
             sweep::Axis::SeqLen => training.seq_len = Some(sweep_u32(axis, value, "2048,4096")?),
             sweep::Axis::GlobalBatch => {
@@ -147,20 +195,27 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             }
             sweep::Axis::NetworkBandwidth => {}
         }
-        let mut scenario = resolve_scenario(&model, &cluster, &training, None)
-            .with_context(|| format!("--axis {} at {}", axis.name(), input_file::quote(value)))?;
+        let mut scenario = resolve_scenario(&model, &cluster, &training, None).map_err(|err| {
+            anyhow::anyhow!(
+                "--axis {} at {}: {}",
+                axis.name(),
+                input_file::quote(value),
+                in_sweep_words(&format!("{err:#}"), axis)
+            )
+        })?;
         if axis == sweep::Axis::NetworkBandwidth {
+            let range = crate::cluster::NETWORK_GB_PER_S;
             match value.parse::<f64>() {
-                Ok(gb) if crate::cluster::NETWORK_GB_PER_S.contains(gb) => {
-                    scenario.cluster.gpu.network_gb_per_s = gb
-                }
-                Ok(gb) => bail!(
-                    "--values {} for --axis network-bandwidth: {}",
+                Ok(gb) if range.contains(gb) => scenario.cluster.gpu.network_gb_per_s = gb,
+                // The value as typed (`1e400`, not the `inf` it parses to), and the range.
+                Ok(_) => bail!(
+                    "--values {} for --axis network-bandwidth (each point's {}) is outside {} to {} {} ({}); give GB/s per GPU in that range, e.g. --values 12.5,25,50",
                     input_file::quote(value),
-                    crate::cluster::NETWORK_GB_PER_S
-                        .check(gb)
-                        .err()
-                        .unwrap_or_default()
+                    range.key,
+                    crate::cluster::show_number(range.min),
+                    crate::cluster::show_number(range.max),
+                    range.unit,
+                    range.rule
                 ),
                 Err(_) => bail!(
                     "--values {value:?} is not a positive bandwidth in GB/s per GPU, which --axis network-bandwidth needs; e.g. --values 12.5,25,50 (a 400 Gb/s NIC per GPU is 50)"
@@ -181,16 +236,16 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             sweep::Axis::Gpu => same_gpu_key(&scenario.cluster.gpu),
         };
         if let Some(earlier) = keys.iter().position(|k| *k == key) {
-            if axis == sweep::Axis::Gpu && args.values[earlier].trim() != value {
+            if axis == sweep::Axis::Gpu && list_item(&args.values[earlier]) != value {
                 bail!(
                     "--values lists the same point twice ({} and {} are one GPU profile, every number equal, and would print two identical rows); give each GPU once",
-                    input_file::quote(args.values[earlier].trim()),
+                    input_file::quote(list_item(&args.values[earlier])),
                     input_file::quote(value)
                 );
             }
             bail!(
                 "--values lists the same point twice ({} and {}); give each point once",
-                input_file::quote(args.values[earlier].trim()),
+                input_file::quote(list_item(&args.values[earlier])),
                 input_file::quote(value)
             );
         }
@@ -246,11 +301,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     // memory is a row where nothing fits (exit 1 when every point is so).
     for (point, row) in points.iter().zip(&mut result.rows) {
         if row.candidates == 0 {
-            row.no_valid_plan = Some(why_no_valid_plan(
-                &point.model,
-                &point.cluster,
-                &point.training,
-                options,
+            row.no_valid_plan = Some(in_sweep_words(
+                &why_no_valid_plan(&point.model, &point.cluster, &point.training, options),
+                axis,
             ));
         }
     }
@@ -263,6 +316,21 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             input_file::quote(&point.value),
             row.no_valid_plan.as_deref().unwrap_or_default()
         );
+    }
+    // Said once the sweep is known to be valid input, as `plan` says it (every point takes it); on --axis seq-len the
+    // tokens per step differ from point to point, so only the sequences are.
+    if args.training.global_batch.is_none() && axis != sweep::Axis::GlobalBatch {
+        match (axis, points.first()) {
+            (sweep::Axis::SeqLen, Some(point)) => eprintln!(
+                "note: --global-batch not given: {} per step at every point (GPT-3 175B's batch, Brown et al. 2020); give the sequences per step you train with as --global-batch SEQUENCES",
+                crate::report::sequences(point.training.global_batch)
+            ),
+            (_, Some(point)) => eprintln!(
+                "{}",
+                super::scenario::default_batch_note(&point.training, None)
+            ),
+            (_, None) => {}
+        }
     }
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(path) = &args.chart {

@@ -199,9 +199,10 @@ pub(super) struct Parsed<'a> {
     pub(super) ignored: Vec<String>,
     /// Words that follow a flag tpsim reads but are none of its values ("\"stray\" after --bf16").
     pub(super) strays: Vec<String>,
-    /// Flags tpsim reads given twice with different values ("--num-layers 80, then 40"): the last
-    /// is kept, as Megatron-LM's argparse keeps it.
-    pub(super) repeated: Vec<String>,
+    /// Flags tpsim reads given more than once with different values, each with its values in the
+    /// order given (`--num-layers 80, then 40`; a value equal to the one before is not repeated):
+    /// the last is kept, as Megatron-LM's argparse keeps it.
+    pub(super) repeated: Vec<(&'a str, Vec<&'a str>)>,
 }
 
 /// One word of a launch line as the shell hands it to the program.
@@ -372,11 +373,10 @@ impl<'a> Parsed<'a> {
                 if let Some(earlier) = parsed.values.insert(flag, value)
                     && !same_value(earlier, value)
                 {
-                    parsed.repeated.push(format!(
-                        "--{flag} {}, then {}",
-                        crate::input_file::quote(earlier),
-                        crate::input_file::quote(value)
-                    ));
+                    match parsed.repeated.iter_mut().find(|(f, _)| *f == flag) {
+                        Some((_, values)) => values.push(value),
+                        None => parsed.repeated.push((flag, vec![earlier, value])),
+                    }
                 }
                 after_known = Some(match inline {
                     Some(_) => token.to_string(),
@@ -512,7 +512,10 @@ impl<'a> Parsed<'a> {
             .trim_matches(|c| c == '\'' || c == '"')
             .trim_start_matches('(')
             .trim_end_matches(')');
-        let parts: Vec<Option<u32>> = inner.split(',').map(|x| x.trim().parse().ok()).collect();
+        let parts: Vec<Option<u32>> = inner
+            .split(',')
+            .map(|x| crate::units::parse_list_item(x).ok())
+            .collect();
         // The model's own bound on sequences (tpsim refuses longer ones as typos).
         const MAX_WINDOW: u32 = 1 << 24;
         match parts.as_slice() {

@@ -336,10 +336,26 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         notes: {
             let mut notes = notes;
             if !p.repeated.is_empty() {
+                // Each flag once, its values in the order given: `--global-batch-size 2048, then
+                // 4096, then 2048`.
+                let flags: Vec<String> = p
+                    .repeated
+                    .iter()
+                    .map(|(flag, values)| {
+                        let values: Vec<String> =
+                            values.iter().map(|v| crate::input_file::quote(v)).collect();
+                        format!("--{flag} {}", values.join(", then "))
+                    })
+                    .collect();
                 notes.push(format!(
-                    "{} given twice with different values; the last is used, as Megatron-LM's argparse uses it: {}",
-                    if p.repeated.len() == 1 { "a flag is" } else { "flags are" },
-                    p.repeated.join("; ")
+                    "{} given {} with different values; the last is used, as Megatron-LM's argparse uses it: {}",
+                    if flags.len() == 1 { "a flag is" } else { "flags are" },
+                    if p.repeated.iter().all(|(_, values)| values.len() == 2) {
+                        "twice"
+                    } else {
+                        "more than once"
+                    },
+                    flags.join("; ")
                 ));
             }
             if !p.strays.is_empty() {

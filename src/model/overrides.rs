@@ -73,8 +73,9 @@ pub fn parse_moe_layer_freq(text: &str) -> Result<(u32, u32, Option<u32>), Strin
             .ok_or_else(fail)?;
         let items: Vec<bool> = inner
             .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| match s.trim() {
+            .map(crate::units::list_item)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s {
                 "0" => Ok(false),
                 "1" => Ok(true),
                 _ => Err(fail()),

@@ -118,7 +118,7 @@ impl RecomputeModules {
             for name in word
                 .as_ref()
                 .split(',')
-                .map(str::trim)
+                .map(crate::units::list_item)
                 .filter(|n| !n.is_empty())
             {
                 let module = RecomputeModule::from_name(name).ok_or_else(|| {
