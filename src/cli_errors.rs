@@ -15,6 +15,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = plan_degree_elsewhere(err, &command) {
         return message;
     }
+    if let Some(message) = flag_of_other_commands(err, &command) {
+        return message;
+    }
     // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
     if err.kind() == clap::error::ErrorKind::InvalidUtf8
         && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
@@ -185,6 +188,41 @@ fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
         _ => return None,
     };
     Some(why)
+}
+
+/// `report FILE --format json`: clap's "unexpected argument" offered a look-alike of report's own
+/// (`--normalization`), another flag entirely. A flag that other tpsim commands take is named as
+/// theirs, with where to find this command's flags.
+fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
+    use clap::CommandFactory;
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
+        clap::error::ContextValue::String(arg) => arg.clone(),
+        _ => return None,
+    };
+    let long = arg.split('=').next()?.strip_prefix("--")?;
+    let cli = crate::cli::Cli::command();
+    let takes = |sub: &clap::Command| {
+        sub.get_arguments()
+            .any(|a| !a.is_hide_set() && a.get_long() == Some(long))
+    };
+    let current = cli.find_subcommand(command)?;
+    if takes(current) {
+        return None;
+    }
+    let others: Vec<&str> = cli
+        .get_subcommands()
+        .filter(|sub| takes(sub))
+        .map(|sub| sub.get_name())
+        .collect();
+    (!others.is_empty()).then(|| {
+        format!(
+            "{command} takes no --{long}: it is a flag of tpsim {}; `tpsim {command} --help` lists the flags {command} takes",
+            others.join(", tpsim ")
+        )
+    })
 }
 
 /// Megatron-LM switches someone pastes from a launch line that tpsim spells otherwise: clap's

@@ -1740,3 +1740,35 @@ fn expert_tensor_parallelism_defaults_to_tp_as_in_megatron() {
     let plan_line = stdout.lines().find(|l| l.starts_with("plan:")).unwrap();
     assert!(plan_line.contains("ep 8 x etp 2"), "{plan_line}");
 }
+
+/// A flag another command takes, given to one that does not (`report FILE --format json`), is
+/// named as the other commands' flag, not matched to a look-alike of this command's
+/// (`--normalization`); a misspelling of this command's own flag keeps clap's suggestion.
+#[test]
+fn a_flag_of_another_command_is_named_as_theirs() {
+    assert_bad_input(
+        &[
+            "report",
+            "plans/seed-512b-32nodes.yaml",
+            "--out",
+            "target/unused-report",
+            "--format",
+            "json",
+        ],
+        &[
+            "report takes no --format",
+            "tpsim plan",
+            "tpsim report --help",
+        ],
+    );
+    assert_bad_input(
+        &[
+            "sweep", "--params", "7B", "--nodes", "1", "--axis", "nodes", "--values", "1,2",
+            "--save", "x.yaml",
+        ],
+        &["sweep takes no --save", "tpsim plan"],
+    );
+    let (code, _, stderr) = run(&["plan", "--params", "7B", "--nodes", "1", "--formt", "json"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("'--format'"), "{stderr}");
+}
