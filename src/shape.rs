@@ -37,8 +37,13 @@ impl ShapeError {
     /// `--params` takes shape flags instead, `sweep --axis params` only a larger size).
     pub fn rule(&self) -> String {
         format!(
-            "no GPT-style shape of {:.3e} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse)",
-            self.requested
+            "no GPT-style shape of {} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse)",
+            // As a count is quoted (300M, 1.5B); below a million, as typed (7, 0.5).
+            if self.requested >= 1e6 {
+                crate::units::format_count(self.requested)
+            } else {
+                crate::units::show_number(self.requested)
+            }
         )
     }
 }

@@ -1772,3 +1772,15 @@ fn a_flag_of_another_command_is_named_as_theirs() {
     assert_eq!(code, 2);
     assert!(stderr.contains("'--format'"), "{stderr}");
 }
+
+/// A count with no GPT-style shape is quoted as counts are (7, 300M), not in Rust's exponent form
+/// (`7.000e0`).
+#[test]
+fn a_count_without_a_shape_is_quoted_as_typed() {
+    for (params, words) in [
+        ("7", "shape of 7 parameters"),
+        ("300M", "shape of 300M parameters"),
+    ] {
+        assert_bad_input(&["plan", "--params", params, "--nodes", "1"], &[words]);
+    }
+}
