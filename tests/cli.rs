@@ -1784,3 +1784,34 @@ fn a_count_without_a_shape_is_quoted_as_typed() {
         assert_bad_input(&["plan", "--params", params, "--nodes", "1"], &[words]);
     }
 }
+
+/// A plan file's degrees against a cluster the user's --nodes resized: the message says the
+/// cluster came from --nodes over the file's nodes: and offers dropping the flag.
+#[test]
+fn a_cluster_resized_by_a_flag_is_named_with_it() {
+    for command in [
+        vec![
+            "eval",
+            "--plan",
+            "plans/seed-512b-32nodes.yaml",
+            "--nodes",
+            "1",
+        ],
+        vec![
+            "report",
+            "plans/seed-512b-32nodes.yaml",
+            "--out",
+            "target/unused-report-nodes",
+            "--nodes",
+            "1",
+        ],
+    ] {
+        assert_bad_input(
+            &command,
+            &[
+                "but the cluster has 8 (set by --nodes over the file's nodes: 32)",
+                "or drop --nodes to plan on the file's cluster",
+            ],
+        );
+    }
+}

@@ -234,8 +234,52 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
     if worded == message {
         err
     } else {
-        anyhow!(fix_in_file_keys(&worded, given))
+        anyhow!(cluster_size_overridden(
+            &fix_in_file_keys(&worded, given),
+            &file,
+            given
+        ))
     }
+}
+
+/// A GPU-count mismatch whose cluster size the user's --nodes or --gpus-per-node set over the
+/// plan file's: the message says so and offers dropping the flag (`report PLAN --nodes 1` said
+/// only "the cluster has 8", and its fixes were all degree changes).
+fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&str]) -> String {
+    const HAS: &str = "but the cluster has ";
+    let Some(at) = message.find(HAS) else {
+        return message.to_string();
+    };
+    let overrides: Vec<String> = [
+        ("--nodes", "nodes", file.nodes),
+        ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
+    ]
+    .into_iter()
+    .filter(|(flag, _, _)| given.contains(flag))
+    .map(|(flag, key, value)| match value {
+        Some(value) => format!("{flag} over the file's {key}: {value}"),
+        None => flag.to_string(),
+    })
+    .collect();
+    if overrides.is_empty() {
+        return message.to_string();
+    }
+    let count_end = at
+        + HAS.len()
+        + message[at + HAS.len()..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(message.len() - at - HAS.len());
+    format!(
+        "{} (set by {}){}; or drop {} to plan on the file's cluster",
+        &message[..count_end],
+        overrides.join(" and "),
+        &message[count_end..],
+        overrides
+            .iter()
+            .map(|o| o.split(' ').next().unwrap_or(o))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    )
 }
 
 #[cfg(test)]
