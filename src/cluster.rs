@@ -242,8 +242,9 @@ impl GpuProfile {
     }
     /// Compute roof of a tensor-core kernel that reaches `efficiency` of the bf16 peak at the burst
     /// clock, at the sustained clock.
+    /// A share above the reference cannot take the roof past the peak.
     pub fn sustained_matmul_flops(&self, efficiency: f64) -> FlopsPerSec {
-        FlopsPerSec(self.peak_flops().0 * efficiency * self.sustained_clock_factor())
+        FlopsPerSec(self.peak_flops().0 * (efficiency * self.sustained_clock_factor()).min(1.0))
     }
     /// Whether GEMMs can run at `precision` on this GPU, and why not.
     pub fn supports(&self, precision: Precision) -> Result<(), &'static str> {
@@ -271,8 +272,10 @@ impl GpuProfile {
     /// Unsupported formats fall back to bf16; `ParallelPlan::build` refuses them before this is
     /// reached.
     pub fn linear_gemm_flops(&self, precision: Precision) -> FlopsPerSec {
-        let bf16 = self.peak_bf16_tflops * self.gemm_efficiency;
-        let fp8_efficiency = self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency);
+        // The sustained clock scales each format's efficiency, never past its peak.
+        let sustained = |efficiency: f64| (efficiency * self.sustained_clock_factor()).min(1.0);
+        let bf16 = self.peak_bf16_tflops * sustained(self.gemm_efficiency);
+        let fp8_efficiency = sustained(self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency));
         let tflops = match precision {
             Precision::Bf16 => bf16,
             Precision::Fp8 | Precision::Mxfp8 => self
@@ -284,7 +287,7 @@ impl GpuProfile {
                 .peak_fp4_tflops
                 .map_or(bf16, |peak| peak * fp8_efficiency),
         };
-        FlopsPerSec(tflops * 1e12 * self.sustained_clock_factor())
+        FlopsPerSec(tflops * 1e12)
     }
     /// GPUs in one NVLink domain.
     pub fn nvlink_domain(&self) -> u32 {

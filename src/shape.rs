@@ -38,14 +38,24 @@ impl ShapeError {
     pub fn rule(&self) -> String {
         format!(
             "no GPT-style shape of {} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse)",
-            // As a count is quoted (300M, 1.5B); below a million, as typed (7, 0.5).
-            if self.requested >= 1e6 {
-                crate::units::format_count(self.requested)
-            } else {
-                crate::units::show_number(self.requested)
-            }
+            quoted_count(self.requested)
         )
     }
+}
+
+/// A count as counts are quoted, to three decimals of its unit (1.5M, 300M, 7B); below a million,
+/// as typed (7, 0.5).
+fn quoted_count(value: f64) -> String {
+    for (unit, scale) in [("T", 1e12), ("B", 1e9), ("M", 1e6)] {
+        if value >= scale {
+            let digits = format!("{:.3}", value / scale);
+            return format!(
+                "{}{unit}",
+                digits.trim_end_matches('0').trim_end_matches('.')
+            );
+        }
+    }
+    crate::units::show_number(value)
 }
 
 fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {

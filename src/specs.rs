@@ -380,9 +380,10 @@ fn reads_unquoted(rust: &str, text: &str) -> bool {
 fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
     check_depth(&quote(origin), text)?;
     // Every key would be "missing" at line 1: the file is what is wrong.
+    // Lines as YAML breaks them: a lone CR ends a line too (`str::lines` would not split it).
     let blank = text
         .trim_start_matches('\u{feff}')
-        .lines()
+        .split(['\n', '\r'])
         .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
     if blank {
         return Err(SpecError::Invalid {

@@ -1815,3 +1815,30 @@ fn a_cluster_resized_by_a_flag_is_named_with_it() {
         );
     }
 }
+
+/// `compare` of two plan files on a cluster --nodes resized says so too, and a plan file whose
+/// lines end in a lone CR (old Mac line ends) is read, not called empty.
+#[test]
+fn compare_names_a_resized_cluster_and_cr_files_are_read() {
+    assert_bad_input(
+        &[
+            "compare",
+            "--plan",
+            "plans/seed-512b-32nodes.yaml",
+            "--plan",
+            "plans/seed-512b-32nodes.yaml",
+            "--nodes",
+            "1",
+        ],
+        &[
+            "(set by --nodes over the file's nodes: 32)",
+            "or drop --nodes",
+        ],
+    );
+    let dir = temp_dir("cr-plan");
+    let text = std::fs::read_to_string("plans/seed-512b-32nodes.yaml").unwrap();
+    let cr = dir.join("cr.yaml");
+    std::fs::write(&cr, text.replace('\n', "\r")).unwrap();
+    let (code, _, stderr) = run(&["eval", "--plan", cr.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+}

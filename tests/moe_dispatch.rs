@@ -532,4 +532,8 @@ fn exposed_alltoalls_point_to_the_overlap_flag() {
     assert_eq!(note(&r), None, "{}", r.stderr);
     let r = run(&["plan", "--params", "70B", "--nodes", "8", "--top", "1"]);
     assert_eq!(note(&r), None, "{}", r.stderr);
+    // Where the schedule cannot run on the best plan (full recompute), no note points to it.
+    let r = run(&[&dsv3[..], &["--recompute", "full"]].concat());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(note(&r), None, "{}", r.stdout);
 }

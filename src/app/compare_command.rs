@@ -378,7 +378,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     let message = err.to_string();
                     match plan_error_words::in_file_words(&message, path, file, &given) {
                         worded if worded != message => {
-                            anyhow::anyhow!(plan_error_words::fix_in_file_keys(&worded, &given))
+                            anyhow::anyhow!(plan_error_words::cluster_size_overridden(
+                                &plan_error_words::fix_in_file_keys(&worded, &given),
+                                file,
+                                &given
+                            ))
                         }
                         _ => anyhow::anyhow!(
                             "--plan {path}: {}",

@@ -178,19 +178,22 @@ fn alltoall_overlap_note(
     scenario: &super::scenario::Scenario,
     shown: &[Estimate],
 ) -> Option<String> {
+    use crate::cost::moe::{AlltoallOverlapRefusal, alltoall_overlap_refusal};
     let training = &scenario.training;
     let best = shown.first()?;
-    if training.framework != TrainingFramework::MegatronCore
-        || training.overlap.moe_a2a
-        || scenario.model.moe.is_none()
-        || best.plan.ep <= 1
-    {
+    if training.framework != TrainingFramework::MegatronCore || training.overlap.moe_a2a {
         return None;
+    }
+    // Only where the schedule could run on the best plan's layout: interleaving is the one thing
+    // the search can add; full recompute, recomputed MoE modules or several MTP layers rule it out.
+    match alltoall_overlap_refusal(&scenario.model, training, &best.plan) {
+        None | Some(AlltoallOverlapRefusal::PipelineWithoutVirtualStages { .. }) => {}
+        Some(_) => return None,
     }
     let share = best.time.ep_comm_exposed_s.0 / best.time.step_s.0;
     (share > EXPOSED_ALLTOALL_NOTE_SHARE).then(|| {
         format!(
-            "note: #1 spends {:.0}% of its step in exposed MoE all-to-alls; Megatron-Core's combined 1F1B schedule hides them under another micro-batch's compute (off by default; NVIDIA's Megatron-Bridge recipes turn it on for DeepSeek-V3 and Qwen3 on H100 and B200): add --overlap-moe-expert-parallel-comm to search with it (it needs --vpp > 1 when there is a pipeline, and no full recompute)",
+            "note: #1 spends {:.0}% of its step in exposed MoE all-to-alls; Megatron-Core's combined 1F1B schedule hides them under another micro-batch's compute (off by default; NVIDIA's Megatron-Bridge recipes turn it on for DeepSeek-V3 and Qwen3 on H100 and for Qwen3-235B on B200): add --overlap-moe-expert-parallel-comm to search with it (it needs --vpp > 1 when there is a pipeline)",
             100.0 * share
         )
     })

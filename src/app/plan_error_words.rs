@@ -245,7 +245,7 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
 /// A GPU-count mismatch whose cluster size the user's --nodes or --gpus-per-node set over the
 /// plan file's: the message says so and offers dropping the flag (`report PLAN --nodes 1` said
 /// only "the cluster has 8", and its fixes were all degree changes).
-fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&str]) -> String {
+pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&str]) -> String {
     const HAS: &str = "but the cluster has ";
     let Some(at) = message.find(HAS) else {
         return message.to_string();

@@ -46,8 +46,16 @@ impl Gemm {
         if let Some(measured) = crate::cluster::calibration::calibrated_gemm_time(
             gpu, self.m, self.n, self.k, self.batch,
         ) {
-            // Calibration times short runs, at the burst clock as `gemm_efficiency` is.
-            return measured / gpu.sustained_clock_factor();
+            // Calibration times short runs, at the burst clock as `gemm_efficiency` is: a shape the
+            // roofline puts on its compute roof runs at the sustained clock, one on the HBM roof
+            // does not depend on it.
+            let burst = self.flops() / (gpu.peak_flops().0 * gpu.gemm_efficiency);
+            let memory = self.bytes() / gpu.achieved_hbm_bandwidth().0;
+            return if burst >= memory {
+                measured / gpu.sustained_clock_factor()
+            } else {
+                measured
+            };
         }
         let compute = self.flops() / gpu.sustained_matmul_flops(gpu.gemm_efficiency).0;
         let memory = self.bytes() / cluster.gpu.achieved_hbm_bandwidth().0;

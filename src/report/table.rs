@@ -207,8 +207,8 @@ pub fn scenario_line(report: &Report) -> String {
         },
         if c.sustained_clock_factor < 1.0 {
             format!(
-                "; tensor-core kernels at {:.0}% of their burst rate, the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against Hopper's {:.3})",
-                100.0 * c.sustained_clock_factor,
+                "; tensor-core kernels {:.0}% slower than the fitted efficiencies give: the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against the reference {:.3}, Hopper's)",
+                100.0 * (1.0 - c.sustained_clock_factor),
                 c.sustained_clock_factor * crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION,
                 crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION
             )
