@@ -170,19 +170,31 @@ fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
         clap::error::ContextValue::String(arg) => arg.clone(),
         _ => return None,
     };
-    let flag = arg.split('=').next().unwrap_or(&arg);
+    let typed = arg.split('=').next().unwrap_or(&arg);
+    // A Megatron-style alias (`--tensor-model-parallel-size`) is the degree flag it names.
+    let primary = typed
+        .strip_prefix("--")
+        .and_then(primary_long)
+        .map(|long| format!("--{long}"));
+    let flag = primary.as_deref().unwrap_or(typed);
     if !PLAN_DEGREE_FLAGS.contains(&flag) {
         return None;
     }
+    // What the user typed, with tpsim's name for it when that was an alias.
+    let shown = if flag == typed {
+        flag.to_string()
+    } else {
+        format!("{typed} ({flag})")
+    };
     let why = match command {
         "sweep" => format!(
-            "sweep searches every plan at each point, so it takes no {flag}; to pin it, search one point with tpsim plan ... {flag} N (or evaluate one plan with tpsim eval)"
+            "sweep searches every plan at each point, so it takes no {shown}; to pin it, search one point with tpsim plan ... {flag} N (or evaluate one plan with tpsim eval)"
         ),
         "compare" => format!(
-            "compare takes no {flag}: it compares two saved plans (--plan a.yaml --plan b.yaml) or the two best plans of a search; save a plan with that degree with tpsim plan ... {flag} N --save a.yaml"
+            "compare takes no {shown}: it compares two saved plans (--plan a.yaml --plan b.yaml) or the two best plans of a search; save a plan with that degree with tpsim plan ... {flag} N --save a.yaml"
         ),
         "report" => format!(
-            "report takes no {flag}: it reports the plan file's own degrees; change the file's {}: line, or report other degrees with tpsim eval --plan FILE {flag} N --report DIR",
+            "report takes no {shown}: it reports the plan file's own degrees; change the file's {}: line, or report other degrees with tpsim eval --plan FILE {flag} N --report DIR",
             flag.trim_start_matches("--").replace('-', "_")
         ),
         _ => return None,
@@ -202,7 +214,9 @@ fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
         clap::error::ContextValue::String(arg) => arg.clone(),
         _ => return None,
     };
-    let long = arg.split('=').next()?.strip_prefix("--")?;
+    let typed = arg.split('=').next()?.strip_prefix("--")?;
+    let long = primary_long(typed).unwrap_or_else(|| typed.to_string());
+    let long = long.as_str();
     let cli = crate::cli::Cli::command();
     let takes = |sub: &clap::Command| {
         sub.get_arguments()
@@ -217,12 +231,31 @@ fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
         .filter(|sub| takes(sub))
         .map(|sub| sub.get_name())
         .collect();
+    let named = if long == typed {
+        format!("--{long}")
+    } else {
+        format!("--{typed} (--{long})")
+    };
     (!others.is_empty()).then(|| {
         format!(
-            "{command} takes no --{long}: it is a flag of tpsim {}; `tpsim {command} --help` lists the flags {command} takes",
+            "{command} takes no {named}: it is a flag of tpsim {}; `tpsim {command} --help` lists the flags {command} takes",
             others.join(", tpsim ")
         )
     })
+}
+
+/// The long name of the tpsim flag that `long` is an alias of (`tensor-model-parallel-size` is
+/// `tp`), in any command; `None` when no flag has that alias.
+fn primary_long(long: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let cli = crate::cli::Cli::command();
+    cli.get_subcommands()
+        .flat_map(|sub| sub.get_arguments())
+        .find(|a| {
+            a.get_all_aliases()
+                .is_some_and(|aliases| aliases.contains(&long))
+        })
+        .and_then(|a| a.get_long().map(str::to_string))
 }
 
 /// Megatron-LM switches someone pastes from a launch line that tpsim spells otherwise: clap's

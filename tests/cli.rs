@@ -1842,3 +1842,42 @@ fn compare_names_a_resized_cluster_and_cr_files_are_read() {
     let (code, _, stderr) = run(&["eval", "--plan", cr.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// A Megatron-style alias of a plan degree given to a command that takes none is named as the
+/// degree it is, not matched to a look-alike (`--micro-batch-size` was offered
+/// `--local-batch-size`).
+#[test]
+fn an_alias_of_a_degree_is_named_as_the_degree() {
+    assert_bad_input(
+        &[
+            "report",
+            "plans/seed-512b-32nodes.yaml",
+            "--out",
+            "target/unused-report-alias",
+            "--micro-batch-size",
+            "2",
+        ],
+        &[
+            "report takes no --micro-batch-size (--micro-batch)",
+            "micro_batch: line",
+        ],
+    );
+    assert_bad_input(
+        &[
+            "sweep",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--axis",
+            "nodes",
+            "--values",
+            "1,2",
+            "--tensor-model-parallel-size=8",
+        ],
+        &[
+            "takes no --tensor-model-parallel-size (--tp)",
+            "tpsim plan ... --tp N",
+        ],
+    );
+}
