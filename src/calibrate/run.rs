@@ -242,6 +242,19 @@ pub fn calibrate(
             source,
         })?;
     let c = &curve.coefficients;
+    // Seconds per FLOP must be positive: a sweep whose larger GEMMs did not take longer measured
+    // noise, and its fitted throughput would be negative or infinite.
+    if c[1].value.is_nan() || c[1].value <= 0.0 {
+        return Err(CalibrationError::Input(format!(
+            "the GEMM sweep's times do not grow with its FLOPs (--sweep {}: the fitted time per FLOP is {:e} s), so they measured noise, not the device; give larger or more --sweep edges (e.g. --sweep 256,512,1024) or more --reps",
+            sweep
+                .iter()
+                .map(|s| format!("{}", s.m))
+                .collect::<Vec<_>>()
+                .join(","),
+            c[1].value
+        )));
+    }
     // A least-squares intercept can come out below zero on a noisy sweep; a fixed cost per GEMM
     // cannot, and a negative one would make small GEMMs take negative time. Clamp it at zero.
     let latency_clamped = c[0].value < 0.0;
