@@ -163,29 +163,12 @@ const PLAN_DEGREE_FLAGS: [&str; 9] = [
 /// (`--mtp-layers`), another flag entirely. The message says why the command takes no degree and
 /// which command does.
 fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
-    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+    let typed = unknown_flag(err)?;
+    let flag = tpsim_flag(&typed);
+    if !PLAN_DEGREE_FLAGS.contains(&flag.as_str()) {
         return None;
     }
-    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
-        clap::error::ContextValue::String(arg) => arg.clone(),
-        _ => return None,
-    };
-    let typed = arg.split('=').next().unwrap_or(&arg);
-    // A Megatron-style alias (`--tensor-model-parallel-size`) is the degree flag it names.
-    let primary = typed
-        .strip_prefix("--")
-        .and_then(primary_long)
-        .map(|long| format!("--{long}"));
-    let flag = primary.as_deref().unwrap_or(typed);
-    if !PLAN_DEGREE_FLAGS.contains(&flag) {
-        return None;
-    }
-    // What the user typed, with tpsim's name for it when that was an alias.
-    let shown = if flag == typed {
-        flag.to_string()
-    } else {
-        format!("{typed} ({flag})")
-    };
+    let shown = shown_flag(&typed, &flag);
     let why = match command {
         "sweep" => format!(
             "sweep searches every plan at each point, so it takes no {shown}; to pin it, search one point with tpsim plan ... {flag} N (or evaluate one plan with tpsim eval)"
@@ -207,16 +190,9 @@ fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
 /// theirs, with where to find this command's flags.
 fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
     use clap::CommandFactory;
-    if err.kind() != clap::error::ErrorKind::UnknownArgument {
-        return None;
-    }
-    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
-        clap::error::ContextValue::String(arg) => arg.clone(),
-        _ => return None,
-    };
-    let typed = arg.split('=').next()?.strip_prefix("--")?;
-    let long = primary_long(typed).unwrap_or_else(|| typed.to_string());
-    let long = long.as_str();
+    let typed = unknown_flag(err)?;
+    let flag = tpsim_flag(&typed);
+    let long = flag.strip_prefix("--")?;
     let cli = crate::cli::Cli::command();
     let takes = |sub: &clap::Command| {
         sub.get_arguments()
@@ -231,17 +207,44 @@ fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
         .filter(|sub| takes(sub))
         .map(|sub| sub.get_name())
         .collect();
-    let named = if long == typed {
-        format!("--{long}")
-    } else {
-        format!("--{typed} (--{long})")
-    };
+    let named = shown_flag(&typed, &flag);
     (!others.is_empty()).then(|| {
         format!(
             "{command} takes no {named}: it is a flag of tpsim {}; `tpsim {command} --help` lists the flags {command} takes",
             others.join(", tpsim ")
         )
     })
+}
+
+/// The flag (`--name`, without a `=value`) of a clap "unexpected argument" error.
+fn unknown_flag(err: &clap::Error) -> Option<String> {
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    match err.get(clap::error::ContextKind::InvalidArg)? {
+        clap::error::ContextValue::String(arg) => {
+            Some(arg.split('=').next().unwrap_or(arg).to_string())
+        }
+        _ => None,
+    }
+}
+
+/// tpsim's name for a flag the user typed: a Megatron-style alias (`--tensor-model-parallel-size`)
+/// is the flag it names (`--tp`); any other flag is itself.
+fn tpsim_flag(typed: &str) -> String {
+    typed
+        .strip_prefix("--")
+        .and_then(primary_long)
+        .map_or_else(|| typed.to_string(), |long| format!("--{long}"))
+}
+
+/// A flag as the user typed it, with tpsim's name for it when that was an alias.
+fn shown_flag(typed: &str, flag: &str) -> String {
+    if flag == typed {
+        flag.to_string()
+    } else {
+        format!("{typed} ({flag})")
+    }
 }
 
 /// The long name of the tpsim flag that `long` is an alias of (`tensor-model-parallel-size` is
@@ -266,14 +269,7 @@ const MEGATRON_SPELLINGS: &[(&str, &str)] = &[(
 )];
 
 fn megatron_spelling(err: &clap::Error) -> Option<String> {
-    if err.kind() != clap::error::ErrorKind::UnknownArgument {
-        return None;
-    }
-    let arg = match err.get(clap::error::ContextKind::InvalidArg)? {
-        clap::error::ContextValue::String(arg) => arg.clone(),
-        _ => return None,
-    };
-    let flag = arg.split('=').next().unwrap_or(&arg);
+    let flag = unknown_flag(err)?;
     MEGATRON_SPELLINGS
         .iter()
         .find(|(megatron, _)| *megatron == flag)

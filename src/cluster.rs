@@ -242,9 +242,13 @@ impl GpuProfile {
     }
     /// Compute roof of a tensor-core kernel that reaches `efficiency` of the bf16 peak at the burst
     /// clock, at the sustained clock.
-    /// A share above the reference cannot take the roof past the peak.
     pub fn sustained_matmul_flops(&self, efficiency: f64) -> FlopsPerSec {
-        FlopsPerSec(self.peak_flops().0 * (efficiency * self.sustained_clock_factor()).min(1.0))
+        FlopsPerSec(self.peak_flops().0 * self.sustained_share(efficiency))
+    }
+    /// A burst-clock `efficiency` (share of a format's peak) at the sustained clock; a share above
+    /// the reference cannot take it past the peak.
+    fn sustained_share(&self, efficiency: f64) -> f64 {
+        (efficiency * self.sustained_clock_factor()).min(1.0)
     }
     /// Whether GEMMs can run at `precision` on this GPU, and why not.
     pub fn supports(&self, precision: Precision) -> Result<(), &'static str> {
@@ -272,10 +276,9 @@ impl GpuProfile {
     /// Unsupported formats fall back to bf16; `ParallelPlan::build` refuses them before this is
     /// reached.
     pub fn linear_gemm_flops(&self, precision: Precision) -> FlopsPerSec {
-        // The sustained clock scales each format's efficiency, never past its peak.
-        let sustained = |efficiency: f64| (efficiency * self.sustained_clock_factor()).min(1.0);
-        let bf16 = self.peak_bf16_tflops * sustained(self.gemm_efficiency);
-        let fp8_efficiency = sustained(self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency));
+        let bf16 = self.peak_bf16_tflops * self.sustained_share(self.gemm_efficiency);
+        let fp8_efficiency =
+            self.sustained_share(self.fp8_gemm_efficiency.unwrap_or(self.gemm_efficiency));
         let tflops = match precision {
             Precision::Bf16 => bf16,
             Precision::Fp8 | Precision::Mxfp8 => self

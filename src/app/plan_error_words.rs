@@ -250,18 +250,18 @@ pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&
     let Some(at) = message.find(HAS) else {
         return message.to_string();
     };
-    let overrides: Vec<String> = [
+    let (flags, overrides): (Vec<&str>, Vec<String>) = [
         ("--nodes", "nodes", file.nodes),
         ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
     ]
     .into_iter()
     .filter(|(flag, _, _)| given.contains(flag))
     .map(|(flag, key, value)| match value {
-        Some(value) => format!("{flag} over the file's {key}: {value}"),
-        None => flag.to_string(),
+        Some(value) => (flag, format!("{flag} over the file's {key}: {value}")),
+        None => (flag, flag.to_string()),
     })
-    .collect();
-    if overrides.is_empty() {
+    .unzip();
+    if flags.is_empty() {
         return message.to_string();
     }
     let count_end = at
@@ -274,11 +274,7 @@ pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&
         &message[..count_end],
         overrides.join(" and "),
         &message[count_end..],
-        overrides
-            .iter()
-            .map(|o| o.split(' ').next().unwrap_or(o))
-            .collect::<Vec<_>>()
-            .join(" and ")
+        flags.join(" and ")
     )
 }
 
