@@ -1029,10 +1029,16 @@ pub fn evaluate(
             ..Term::new(kind)
         }
     };
+    // Without TP comm overlap only the backward's asynchronous re-gather of the sequence-parallel
+    // inputs hides (under its dgrad GEMMs), so the term names that, not the overlap that is off.
     terms.set(layer_comm_term(
         TermKind::TpComm,
         &tp,
-        HiddenBy::NeighbouringGemms,
+        if tp_overlap_on(training, plan) {
+            HiddenBy::NeighbouringGemms
+        } else {
+            HiddenBy::DgradGemms
+        },
     ));
     terms.set(layer_comm_term(
         TermKind::CpComm,
