@@ -113,3 +113,139 @@ fn why_the_best_plan_names_the_link_the_cost_model_used_for_tp() {
     assert!(!pp.contains("share a node"), "{pp}");
     assert!(pp.contains("NVLink domain"), "{pp}");
 }
+
+/// The step time `json` gives plan #1 (or the evaluated plan), rounded as the README's prose
+/// writes it.
+fn step_words(value: &serde_json::Value) -> String {
+    format!(
+        "{:.1} s",
+        value["plans"][0]["time"]["step_s"].as_f64().unwrap()
+    )
+}
+
+/// The README's prose under the Megatron-LM launch line said "The script's plan takes 35.0 s per
+/// step; the fastest plan Megatron-LM can run for the same job, found below, takes 28.8 s", while
+/// the block above it printed 36.533 s and the plan "below" was another job (4,096 tokens, not
+/// the script's 8,192). Each number the paragraph quotes is what the command it names prints.
+#[test]
+fn readme_prose_under_the_launch_line_quotes_what_the_commands_print() {
+    let readme = std::fs::read_to_string(format!("{}/README.md", common::ROOT)).unwrap();
+    let prose = readme
+        .split("The script's plan takes")
+        .nth(1)
+        .and_then(|rest| rest.split("### Configs out").next())
+        .expect("the paragraph after the launch-line example");
+    let prose = prose.split_whitespace().collect::<Vec<_>>().join(" ");
+    let script = json(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        prose.starts_with(&format!("{} per step", step_words(&script))),
+        "README: {prose}"
+    );
+    let job = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "512",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ];
+    assert!(
+        prose.contains("`tpsim plan --model llama3-70b --nodes 16 --global-batch 512`"),
+        "README: {prose}"
+    );
+    let best = json(&job);
+    // The same job: the script's model shape, sequence and batch.
+    assert_eq!(
+        best["training"]["seq_len"], script["training"]["seq_len"],
+        "{prose}"
+    );
+    assert_eq!(best["model"]["params"], script["model"]["params"]);
+    assert!(
+        prose.contains(&format!(
+            "takes {} per step with Megatron-Core's overlaps on",
+            step_words(&best)
+        )),
+        "README: {prose}"
+    );
+    let off = json(
+        &[
+            &job[..],
+            &[
+                "--tp-comm-overlap",
+                "false",
+                "--overlap-grad-reduce",
+                "false",
+                "--overlap-param-gather",
+                "false",
+            ][..],
+        ]
+        .concat(),
+    );
+    assert!(
+        prose.contains(&format!(
+            "and {} with the script's overlaps",
+            step_words(&off)
+        )),
+        "README: {prose}"
+    );
+}
+
+/// The README said DeepSeek-V3's uneven pipeline puts "the three dense layers on the first"
+/// stage; the plan it shows puts two layers there (the embedding counts as one), so the third
+/// dense layer sits on the second stage.
+#[test]
+fn readme_says_where_deepseek_v3_dense_layers_sit_as_eval_prints_it() {
+    let readme = std::fs::read_to_string(format!("{}/README.md", common::ROOT)).unwrap();
+    let flat = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        !flat.contains("mix of layers — the three dense layers on the first"),
+        "README still says so"
+    );
+    let r = run(&[
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "256",
+        "--global-batch",
+        "4096",
+        "--allow-uneven-pp",
+        "--tp",
+        "2",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("layers per stage: first 2, middle 4, last 3"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        flat.contains("two of the three dense layers on the first (2 layers), the third dense layer and three MoE layers on the second"),
+        "README"
+    );
+}
