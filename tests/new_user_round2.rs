@@ -249,3 +249,65 @@ fn readme_says_where_deepseek_v3_dense_layers_sit_as_eval_prints_it() {
         "README"
     );
 }
+
+/// The "why the best plan" TP line said "(plus what recompute repeats)" for a plan with recompute
+/// none (the README's 512B example), and under torchtitan with sequence parallelism it dropped
+/// "as all-gathers and reduce-scatters" because torchtitan does not gather the inputs again.
+#[test]
+fn why_the_best_plan_tp_words_follow_the_plan() {
+    let tp_line = |args: &[&str]| {
+        let r = run(args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("TP ") && l.contains("every layer"))
+            .expect("a TP line")
+            .to_string()
+    };
+    let none = tp_line(&[
+        "plan",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--top",
+        "1",
+        "--recompute",
+        "none",
+    ]);
+    assert!(!none.contains("recompute repeats"), "{none}");
+    let full = tp_line(&[
+        "plan",
+        "--params",
+        "512B",
+        "--nodes",
+        "32",
+        "--top",
+        "1",
+        "--recompute",
+        "full",
+    ]);
+    assert!(full.contains("(plus what recompute repeats)"), "{full}");
+    let titan = tp_line(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "512",
+        "--framework",
+        "torchtitan",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "true",
+        "--top",
+        "1",
+    ]);
+    assert!(
+        titan.contains("as all-gathers and reduce-scatters")
+            && !titan.contains("gathers the column-split GEMMs' inputs again"),
+        "{titan}"
+    );
+}

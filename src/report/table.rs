@@ -968,8 +968,15 @@ fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
 
 /// `tp_pairs`: the TP all-reduce equivalents of a layer's forward (`cost::tp_pairs_per_layer`);
 /// `regathers`: whether the backward gathers the column-parallel inputs again
-/// (`cost::sp_regathers_in_backward`).
-pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: bool) -> String {
+/// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
+/// again (`cost::tp_recompute_repeats_collectives`).
+pub fn explain_best(
+    e: &Estimate,
+    cluster: &Cluster,
+    tp_pairs: f64,
+    regathers: bool,
+    recompute_repeats: bool,
+) -> String {
     let p = &e.plan;
     let t = &e.time;
     let step = t.step_s.0;
@@ -990,12 +997,20 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
                         2.0 * tp_pairs
                     )
                 };
+                // Sequence parallelism turns each all-reduce into an all-gather and a
+                // reduce-scatter whether or not the backward gathers the inputs again (torchtitan
+                // keeps them, `cost::sp_regathers_in_backward`).
+                if p.sequence_parallel {
+                    words.push_str(" as all-gathers and reduce-scatters");
+                }
                 if regathers {
                     words.push_str(
-                        " as all-gathers and reduce-scatters, and the backward gathers the column-split GEMMs' inputs again for their weight gradients",
+                        ", and the backward gathers the column-split GEMMs' inputs again for their weight gradients",
                     );
                 }
-                words.push_str(" (plus what recompute repeats)");
+                if recompute_repeats {
+                    words.push_str(" (plus what recompute repeats)");
+                }
                 words
             },
             e.comm.tp.wire_bytes.gb(),
