@@ -483,6 +483,11 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             &scenario.cluster,
             crate::cost::tp_pairs_per_layer(&scenario.model, &scenario.training, &r.plans[0]),
             crate::cost::sp_regathers_in_backward(&scenario.training, &r.plans[0].plan),
+            crate::cost::tp_recompute_repeats_collectives(
+                &scenario.model,
+                &scenario.training,
+                &r.plans[0],
+            ),
         ));
         out
     });

@@ -292,6 +292,21 @@ pub fn tp_pairs_per_layer(model: &Model, training: &Training, estimate: &Estimat
     1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share)
 }
 
+/// Whether the plan's recompute runs any TP collective again on the stage that sets the step
+/// (`tp_recompute_share` above zero), so a reading of the TP traffic can say it includes them.
+pub fn tp_recompute_repeats_collectives(
+    model: &Model,
+    training: &Training,
+    estimate: &Estimate,
+) -> bool {
+    let moe_share = if estimate.slowest_stage_layers == 0 {
+        0.0
+    } else {
+        f64::from(estimate.slowest_stage_moe_layers) / f64::from(estimate.slowest_stage_layers)
+    };
+    tp_recompute_share(model, training, &estimate.plan, moe_share) > 0.0
+}
+
 /// Share of a layer's forward TP collectives, counted in units of a dense layer's two all-reduce
 /// equivalents, that its recompute runs again: the recomputed layers' own collectives under full
 /// recompute, the framework's selective kind otherwise.
@@ -1029,10 +1044,16 @@ pub fn evaluate(
             ..Term::new(kind)
         }
     };
+    // Without TP comm overlap only the backward's asynchronous re-gather of the sequence-parallel
+    // inputs hides (under its dgrad GEMMs), so the term names that, not the overlap that is off.
     terms.set(layer_comm_term(
         TermKind::TpComm,
         &tp,
-        HiddenBy::NeighbouringGemms,
+        if tp_overlap_on(training, plan) {
+            HiddenBy::NeighbouringGemms
+        } else {
+            HiddenBy::DgradGemms
+        },
     ));
     terms.set(layer_comm_term(
         TermKind::CpComm,

@@ -94,6 +94,11 @@ pub enum HiddenBy {
     Nothing,
     /// The linear-layer GEMMs next to it (TP communication overlap in chunks).
     NeighbouringGemms,
+    /// The column-parallel dgrad GEMMs of the backward, under which Megatron issues the re-gather of
+    /// the sequence-parallel inputs asynchronously whether or not TP communication overlap is on
+    /// (Megatron-Core `tensor_parallel/layers.py`
+    /// `LinearWithGradAccumulationAndAsyncCommunication.backward`).
+    DgradGemms,
     /// The attention blocks of the ring step it feeds (CP).
     AttentionBlocks,
     /// The first (diagonal) ring step's attention for PyTorch's K/V all-gather, and each backward

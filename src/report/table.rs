@@ -534,6 +534,9 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
     let by = match term.hidden_by {
         HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
         HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
+        HiddenBy::DgradGemms => {
+            "the backward's dgrad GEMMs (the sequence-parallel inputs' re-gather, issued asynchronously; TP comm overlap is off)"
+        }
         HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
         HiddenBy::DiagonalAttentionStep => {
             "the diagonal step's attention (the K/V all-gather) and each backward step's (the dK/dV hops)"
@@ -952,10 +955,28 @@ fn dp_link_words(e: &Estimate, cluster: &Cluster) -> String {
     }
 }
 
+/// Where the TP group runs, from the link the cost model gave it (`Estimate::comm`): a group wider
+/// than a node stays on NVLink inside a multi-node NVLink domain (NVL72's trays), so the node count
+/// alone cannot say "on the network".
+fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
+    match (e.comm.tp.link, e.plan.tp <= cluster.gpus_per_node) {
+        (Some(Link::Network), _) => "ACROSS nodes, on the network",
+        (_, true) => "inside one node, on NVLink",
+        (_, false) => "across nodes inside one NVLink domain, on NVLink",
+    }
+}
+
 /// `tp_pairs`: the TP all-reduce equivalents of a layer's forward (`cost::tp_pairs_per_layer`);
 /// `regathers`: whether the backward gathers the column-parallel inputs again
-/// (`cost::sp_regathers_in_backward`).
-pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: bool) -> String {
+/// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
+/// again (`cost::tp_recompute_repeats_collectives`).
+pub fn explain_best(
+    e: &Estimate,
+    cluster: &Cluster,
+    tp_pairs: f64,
+    regathers: bool,
+    recompute_repeats: bool,
+) -> String {
     let p = &e.plan;
     let t = &e.time;
     let step = t.step_s.0;
@@ -966,11 +987,7 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
             out,
             "  TP {}: {} — every {}: {:.1} GB per GPU per step, {:.1}% of the step exposed",
             p.tp,
-            if p.tp <= cluster.gpus_per_node {
-                "inside one node, on NVLink"
-            } else {
-                "ACROSS nodes, on the network"
-            },
+            tp_place_words(e, cluster),
             {
                 let mut words = if tp_pairs >= 2.0 {
                     "layer all-reduces its b·s·h activations 4 times".to_string()
@@ -980,12 +997,20 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
                         2.0 * tp_pairs
                     )
                 };
+                // Sequence parallelism turns each all-reduce into an all-gather and a
+                // reduce-scatter whether or not the backward gathers the inputs again (torchtitan
+                // keeps them, `cost::sp_regathers_in_backward`).
+                if p.sequence_parallel {
+                    words.push_str(" as all-gathers and reduce-scatters");
+                }
                 if regathers {
                     words.push_str(
-                        " as all-gathers and reduce-scatters, and the backward gathers the column-split GEMMs' inputs again for their weight gradients",
+                        ", and the backward gathers the column-split GEMMs' inputs again for their weight gradients",
                     );
                 }
-                words.push_str(" (plus what recompute repeats)");
+                if recompute_repeats {
+                    words.push_str(" (plus what recompute repeats)");
+                }
                 words
             },
             e.comm.tp.wire_bytes.gb(),
@@ -1040,7 +1065,14 @@ pub fn explain_best(e: &Estimate, cluster: &Cluster, tp_pairs: f64, regathers: b
                 .link
                 .map_or("-", link_name)
                 .replace("network", "stages on different nodes, over the network")
-                .replace("NVLink", "stages share a node, NVLink"),
+                .replace(
+                    "NVLink",
+                    if cluster.nvlink_domain() > cluster.gpus_per_node {
+                        "stages in one NVLink domain, on NVLink"
+                    } else {
+                        "stages share a node, NVLink"
+                    },
+                ),
             e.comm.pp.wire_bytes.gb(),
             e.bubble_share * 100.0,
             e.bubble_ratio,
