@@ -350,7 +350,12 @@ pub fn table(c: &Comparison) -> String {
         String::new(),
     ]);
     for t in &c.terms {
-        let digits = if t.unit == "tokens/s" { 0 } else { 2 };
+        // Seconds to the millisecond, so a difference the verdict calls 0.1% does not read 0.00.
+        let digits = match t.unit {
+            "tokens/s" => 0,
+            "s" => 3,
+            _ => 2,
+        };
         let mut row = vec![
             t.group.to_string(),
             t.name.to_string(),
@@ -360,8 +365,12 @@ pub fn table(c: &Comparison) -> String {
             format!("{:+.*}", digits, t.b - t.a),
         ];
         for cell in row.iter_mut().skip(3) {
-            if cell == "-0.00" || cell == "+0.00" {
-                *cell = "0.00".into();
+            if cell
+                .trim_start_matches(['+', '-'])
+                .chars()
+                .all(|c| c == '0' || c == '.')
+            {
+                *cell = format!("{:.*}", digits, 0.0);
             }
         }
         table.add_row(row);

@@ -311,3 +311,98 @@ fn why_the_best_plan_tp_words_follow_the_plan() {
         "{titan}"
     );
 }
+
+/// A plan without a pipeline printed "pipeline schedule: the simulated 1F1B step equals the closed
+/// form (...; bubble ratio (p-1)/(v·m) = 0.000)", a schedule it does not run; and the most loaded
+/// GPU was named with Rust's variant name mid-sentence ("Only stage").
+#[test]
+fn a_plan_without_a_pipeline_says_it_has_no_schedule() {
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "16",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let schedule = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pipeline schedule:"))
+        .expect("a schedule line");
+    assert!(schedule.contains("none (pp 1"), "{schedule}");
+    assert!(!schedule.contains("(p-1)/(v·m)"), "{schedule}");
+    assert!(
+        r.stdout
+            .contains("memory per GPU (most loaded: the only stage,"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("Only stage"), "{}", r.stdout);
+}
+
+/// A bubble ratio below 0.0005 printed as 0.000 next to a bubble the table shows as non-zero.
+#[test]
+fn a_small_bubble_ratio_keeps_its_digits() {
+    let r = run(&[
+        "eval",
+        "--params",
+        "13B",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "2048",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+        "--vpp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "none",
+        "--zero",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let schedule = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("pipeline schedule:"))
+        .expect("a schedule line");
+    // (p-1)/(v·m) = 1/(4·1024) = 2.4e-4.
+    assert!(schedule.contains("(p-1)/(v·m) = 2.4e-4"), "{schedule}");
+}
+
+/// `compare` printed step-time differences to the hundredth of a second, so a 5 ms difference the
+/// verdict calls 0.1% read "0.00".
+#[test]
+fn compare_prints_seconds_to_the_millisecond() {
+    let r = run(&["compare", "--params", "512B", "--nodes", "32"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let step = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("time per step") && l.contains(" step "))
+        .expect("a step row");
+    let cells: Vec<&str> = step.split('┆').map(str::trim).collect();
+    let a = cells[3];
+    assert_eq!(
+        a.split('.').nth(1).map(str::len),
+        Some(3),
+        "step seconds to three decimals: {step}"
+    );
+}

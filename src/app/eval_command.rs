@@ -520,7 +520,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         plans: vec![estimate],
         details: vec![detail],
     };
-    let schedule_line = schedule_note(&simulated.summary);
+    let schedule_line = schedule_note(&simulated.summary, plan.pp);
     if let Some(dir) = &args.report {
         let flag = if quiet { "--out" } else { "--report" };
         let options = SearchOptions {

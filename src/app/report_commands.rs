@@ -101,18 +101,31 @@ pub fn details_of(
         .collect()
 }
 
-/// What `eval` says about the simulated schedule.
-pub fn schedule_note(s: &ScheduleSummary) -> String {
+/// A bubble ratio as the schedule line prints it: three decimals, or two significant digits where
+/// three decimals would print a non-zero ratio as 0.000 (pp 2 over 2,048 virtual micro-batches).
+fn ratio_text(ratio: f64) -> String {
+    if ratio > 0.0 && ratio < 0.000_5 {
+        format!("{ratio:.1e}")
+    } else {
+        format!("{ratio:.3}")
+    }
+}
+
+/// What `eval` says about the simulated schedule; a plan without a pipeline (pp 1) has none.
+pub fn schedule_note(s: &ScheduleSummary, pp: u32) -> String {
+    if pp == 1 {
+        return "pipeline schedule: none (pp 1: one stage runs every layer, no bubble)".to_string();
+    }
     if let Some(blocks) = s.not_simulated_blocks {
         format!(
-            "pipeline schedule: not simulated ({blocks} forward and backward blocks, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio (p-1)/(v·m) = {:.3}",
+            "pipeline schedule: not simulated ({blocks} forward and backward blocks, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio (p-1)/(v·m) = {}",
             crate::cost::schedule::MAX_SIMULATED_BLOCKS,
             s.closed_form_step_s,
-            s.closed_form_bubble_ratio
+            ratio_text(s.closed_form_bubble_ratio)
         )
     } else if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
+            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs (p-1)/(v·m) = {}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
@@ -123,14 +136,15 @@ pub fn schedule_note(s: &ScheduleSummary) -> String {
                 1 => "the MTP layer, ".to_string(),
                 n => format!("{n} MTP layers, "),
             },
-            s.simulated_bubble_ratio,
-            s.closed_form_bubble_ratio,
+            ratio_text(s.simulated_bubble_ratio),
+            ratio_text(s.closed_form_bubble_ratio),
             s.pipeline_idle_share * 100.0,
         )
     } else {
         format!(
-            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble ratio (p-1)/(v·m) = {:.3})",
-            s.closed_form_step_s, s.closed_form_bubble_ratio
+            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble ratio (p-1)/(v·m) = {})",
+            s.closed_form_step_s,
+            ratio_text(s.closed_form_bubble_ratio)
         )
     }
 }

@@ -30,6 +30,19 @@ pub enum Stage {
     Only,
 }
 
+impl Stage {
+    /// The stage in words, as the breakdowns print it: "first stage", "a middle stage", "last
+    /// stage", "the only stage".
+    pub fn words(self) -> &'static str {
+        match self {
+            Stage::First => "first stage",
+            Stage::Middle => "a middle stage",
+            Stage::Last => "last stage",
+            Stage::Only => "the only stage",
+        }
+    }
+}
+
 /// Memory of the most loaded GPU, broken down.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Memory {

@@ -749,8 +749,8 @@ pub fn breakdown(e: &Estimate) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "memory per GPU (most loaded: {:?} stage, {} params before ZeRO):",
-        mem.stage,
+        "memory per GPU (most loaded: {}, {} params before ZeRO):",
+        mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
     for (name, bytes) in [
@@ -1132,10 +1132,10 @@ pub fn explain_best(
     }
     let _ = writeln!(
         out,
-        "  memory: {} of {} GiB on the most loaded GPU ({:?} stage); recompute {}, micro-batch {}",
+        "  memory: {} of {} GiB on the most loaded GPU ({}); recompute {}, micro-batch {}",
         gib(e.memory.total_bytes.0),
         gib(e.memory.capacity_bytes.0),
-        e.memory.stage,
+        e.memory.stage.words(),
         recompute_label(p),
         p.micro_batch
     );
