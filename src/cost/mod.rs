@@ -454,6 +454,12 @@ pub(crate) fn unit_costs_at(
         moe::MoeMlpTime::default()
     };
     let moe_mlp = moe_time.forward_s;
+    // What an MoE layer keeps of the dense layer: attention, norms, residuals and the rest that
+    // Megatron-Core's fine-grained schedule runs as its "attn" node (`moe::PairedLayerCompute`).
+    let attention_side = moe::AttentionSide {
+        forward_s: layer.forward - layer.mlp_forward,
+        backward_s: layer.backward - layer.mlp_backward,
+    };
     // Megatron-Core's listed modules run again in backward (`module_recompute`).
     if let Some(modules) = recomputed_modules(training, plan) {
         layer.recompute += module_recompute::forward_s(
@@ -702,19 +708,26 @@ pub(crate) fn unit_costs_at(
             + module_recompute::moe_alltoall_repeats(recomputed_modules(training, plan));
         let forward_s = one_pair * moe_share;
         let backward_s = (1.0 + moe_repeats) * one_pair * moe_share;
-        let (forward_exposed_s, backward_exposed_s) = if training.overlap.moe_a2a
-            && moe::alltoall_overlap_applies(model, training, plan)
-        {
-            // Each forward's all-to-alls under the paired backward's compute and the other way
-            // round; the warmup forwards and cooldown backwards have no partner.
-            let unpaired = moe::unpaired_share(plan);
-            (
-                unpaired * forward_s + (1.0 - unpaired) * exposed_under(forward_s, layer.backward),
-                unpaired * backward_s + (1.0 - unpaired) * exposed_under(backward_s, layer.forward),
-            )
-        } else {
-            (forward_s, backward_s)
-        };
+        let (forward_exposed_s, backward_exposed_s) =
+            if training.overlap.moe_a2a && moe::alltoall_overlap_applies(model, training, plan) {
+                // A paired MoE layer runs its four all-to-alls beside the compute Megatron-Core's
+                // fine-grained schedule puts next to each (`moe::paired_layer_exposed_s`); the warmup
+                // forwards and cooldown backwards have no partner.
+                let unpaired = moe::unpaired_share(plan);
+                let paired_exposed = moe_share
+                    * moe::paired_layer_exposed_s(
+                        one_pair / 2.0,
+                        attention_side,
+                        moe_time,
+                        OVERLAP_COMPUTE_PENALTY,
+                    );
+                (
+                    unpaired * forward_s + (1.0 - unpaired) * paired_exposed / 2.0,
+                    unpaired * backward_s + (1.0 - unpaired) * paired_exposed / 2.0,
+                )
+            } else {
+                (forward_s, backward_s)
+            };
         PassComm {
             forward_s,
             backward_s,

@@ -722,6 +722,51 @@ pub fn alltoall_overlap_applies(
     alltoall_overlap_refusal(model, training, plan).is_none()
 }
 
+/// Compute of an MoE layer outside its MoE MLP: what Megatron-Core's fine-grained schedule runs
+/// as the layer's "attn" node (attention, its norms and residual, the router), forward and
+/// backward.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AttentionSide {
+    pub forward_s: f64,
+    pub backward_s: f64,
+}
+
+/// Exposed all-to-all time of one MoE layer run as a pair under Megatron-Core's combined 1F1B
+/// schedule: the forward of one micro-batch beside the backward of another
+/// (`TransformerLayerSchedulePlan.run`, megatron/core/models/common/model_chunk_schedule_plan.py,
+/// `--overlap-moe-expert-parallel-comm`). The layer runs in three phases, each on a compute and a
+/// communication stream, joined by events:
+///
+/// ```text
+/// comm:    combine_bwd | dispatch_fwd -> dispatch_bwd        | combine_fwd
+/// compute: attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd     | attn_bwd
+/// ```
+///
+/// so each combine hides only behind the other pass's attention side, and the two dispatches
+/// behind the three MLP pieces, where `dispatch_bwd` waits for `mlp_bwd` and `mlp_fwd` for
+/// `dispatch_fwd`. `one_s` is one all-to-all with its expert-TP gather or scatter; the MLP's
+/// backward is split evenly between its input-gradient and weight-gradient halves. The hidden
+/// part still costs `penalty` of its time, as every overlap does (`exposed_under`).
+pub fn paired_layer_exposed_s(
+    one_s: f64,
+    attention: AttentionSide,
+    mlp: MoeMlpTime,
+    penalty: f64,
+) -> f64 {
+    let (a_f, a_b) = (attention.forward_s.max(0.0), attention.backward_s.max(0.0));
+    let (m_f, m_b) = (mlp.forward_s, mlp.backward_s);
+    let (dgrad, wgrad) = (m_b / 2.0, m_b / 2.0);
+    let first = one_s.max(a_f);
+    let dispatch_bwd_end = one_s.max(dgrad) + one_s;
+    let mlp_fwd_end = (dgrad + wgrad).max(one_s) + m_f;
+    let second = dispatch_bwd_end.max(mlp_fwd_end);
+    let third = one_s.max(a_b);
+    let compute = a_f + a_b + m_f + m_b;
+    let comm = 4.0 * one_s;
+    let not_hidden = (first + second + third - compute).clamp(0.0, comm);
+    not_hidden + penalty * (comm - not_hidden)
+}
+
 /// Share of a stage's forwards (and as many backwards) that the combined 1F1B schedule runs
 /// without a partner: the warmup forwards before the first backward and the cooldown backwards
 /// after the last forward. Without a pipeline that is one micro-batch of m; with the interleaved
@@ -1465,5 +1510,36 @@ mod tests {
             / gpu.framework_efficiency;
         assert!(permute_s > 0.0);
         assert!((t.backward_s - (2.0 * t.forward_s - permute_s)).abs() < 1e-12 * t.forward_s);
+    }
+
+    #[test]
+    fn paired_all_to_alls_hide_only_behind_the_compute_beside_them() {
+        let mlp = MoeMlpTime {
+            forward_s: 4.0,
+            backward_s: 8.0,
+        };
+        let wide = AttentionSide {
+            forward_s: 3.0,
+            backward_s: 6.0,
+        };
+        // Every all-to-all shorter than the compute beside it: only the overlap's cost remains.
+        let hidden = paired_layer_exposed_s(2.0, wide, mlp, 0.15);
+        assert!((hidden - 0.15 * 8.0).abs() < 1e-12, "{hidden}");
+        // A narrow attention side leaves the combines exposed although the layer's whole backward
+        // (14 s) would cover the forward's two all-to-alls (4 s): the combine of the backward waits
+        // beside the forward's attention alone (1 s), the forward's beside the backward's (2 s).
+        let narrow = AttentionSide {
+            forward_s: 1.0,
+            backward_s: 2.0,
+        };
+        let exposed = paired_layer_exposed_s(2.0, narrow, mlp, 0.0);
+        assert!((exposed - 1.0).abs() < 1e-12, "{exposed}");
+        // All-to-alls longer than everything: the three phases run at the communication's pace.
+        let slow = paired_layer_exposed_s(20.0, narrow, mlp, 0.0);
+        let phases = 20.0 + (20.0_f64 + 20.0).max(20.0 + 4.0) + 20.0;
+        assert!(
+            (slow - (phases - (1.0 + 2.0 + 4.0 + 8.0))).abs() < 1e-9,
+            "{slow}"
+        );
     }
 }
