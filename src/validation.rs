@@ -294,6 +294,7 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
 /// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
 pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
     crate::input_file::check_depth(origin, runs_yaml).map_err(SpecError::from)?;
+    specs::check_number_spellings(origin, runs_yaml)?;
     let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml)
         .map_err(|err| AccuracyError::Spec(specs::yaml_error(origin, runs_yaml, &err)))?;
     let mut rows = Vec::new();

@@ -1,0 +1,166 @@
+//! Hostile input, round 9: round 8's leftovers (whole numbers written `+8` or `007` read as 8
+//! and 7 without a word, on the command line and in files; a flag equal to the plan file's value
+//! blamed for a GPU-count mismatch; an escaped quote ending a string in the duplicate-key scan),
+//! and what a further audit found. Every error case checks exit 2, one line (so no panic or
+//! backtrace) and the words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// `--tp +8` and `--tp 007` were read as 8 and 7 and every later line echoed those, not what was
+/// typed. A whole number written with a plus sign or leading zeros is now refused as typed, with
+/// the plain digits to write, for every whole-number flag and every `sweep --values` point.
+#[test]
+fn a_whole_number_flag_takes_plain_digits_only() {
+    for (flag, value, plain) in [
+        ("--tp", "+8", "8"),
+        ("--tp", "008", "8"),
+        ("--nodes", "+1", "1"),
+        ("--nodes", "01", "1"),
+        ("--global-batch", "064", "64"),
+        ("--seq-len", "+2048", "2048"),
+    ] {
+        let mut args = vec!["eval", "--params", "7B"];
+        for (f, v) in [("--nodes", "1"), ("--tp", "8")] {
+            if f != flag {
+                args.extend([f, v]);
+            }
+        }
+        args.extend([flag, value]);
+        let r = run(&args);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{flag} {value} is not written in plain digits"),
+                &format!("write {flag} {plain}"),
+            ],
+            &["panicked"],
+            &format!("{flag} {value}"),
+        );
+    }
+    for (axis, values, bad, plain) in [
+        ("nodes", "1,02", "02", "2"),
+        ("seq-len", "+2048", "+2048", "2048"),
+        ("global-batch", "0512", "0512", "512"),
+    ] {
+        let mut args = vec![
+            "sweep", "--params", "7B", "--axis", axis, "--values", values,
+        ];
+        if axis != "nodes" {
+            args.extend(["--nodes", "1"]);
+        }
+        let r = run(&args);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--values {bad} is not written in plain digits"),
+                &format!("write {plain} in its place"),
+            ],
+            &[],
+            values,
+        );
+    }
+    // Plain digits still work.
+    let r = run(&["eval", "--params", "7B", "--nodes", "1", "--tp", "8"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// A plan file's `tp: +8`, `tp: 0x8` or `tp: 0b1000` was read as 8 without a word, `tp: -0` said
+/// "invalid type: integer `0`, expected a whole number from 0 ...", and `tp: 007` (unquoted) was
+/// said to be "in quotes". Each is now refused at its line with the digits to write; the same
+/// reader serves model and GPU files.
+#[test]
+fn a_whole_number_in_a_file_takes_plain_digits_only() {
+    let dir = scratch("round9", "file-digits");
+    for (value, words) in [
+        (
+            "+8",
+            &["p.yaml:", ":7: tp: +8 has a plus sign", "write tp: 8"][..],
+        ),
+        (
+            "0x8",
+            &["tp: 0x8 is written in hexadecimal", "write tp: 8"][..],
+        ),
+        (
+            "0b1000",
+            &["tp: 0b1000 is written in binary", "write tp: 8"][..],
+        ),
+        ("0o10", &["tp: 0o10 is written in octal", "write tp: 8"][..]),
+        ("-0", &["tp: -0 has a minus sign", "write tp: 0"][..]),
+        (
+            "007",
+            &[
+                "007 has leading zeros, so YAML reads it as text",
+                "write tp: 7",
+            ][..],
+        ),
+        (
+            "\"007\"",
+            &["the number is in quotes", "write it without quotes (tp: 7)"][..],
+        ),
+    ] {
+        std::fs::write(
+            dir.join("p.yaml"),
+            bundled_plan_with("  tp: 8", &format!("  tp: {value}")),
+        )
+        .unwrap();
+        let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+        assert_one_line_error(
+            &r,
+            words,
+            &["is in quotes, so YAML reads it as text: write it without quotes (tp: 007)"],
+            value,
+        );
+        if value == "007" {
+            assert!(!r.stderr.contains("in quotes"), "{}", r.stderr);
+        }
+    }
+    std::fs::write(
+        dir.join("m.yaml"),
+        "name: m\nlayers: +2\nhidden: 64\nheads: 2\nffn_hidden: 256\nvocab: 100\nseq_len: 128\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--model", "m.yaml", "--nodes", "1"]);
+    assert_one_line_error(
+        &r,
+        &["m.yaml:2:9: layers: +2 has a plus sign", "write layers: 2"],
+        &[],
+        "model file",
+    );
+    // A text key keeps leading zeros as written (a commit id), and a quoted +8 is text.
+    std::fs::write(
+        dir.join("m.yaml"),
+        "name: '+8'\nlayers: 2\nhidden: 64\nheads: 2\nffn_hidden: 256\nvocab: 100\nseq_len: 128\n",
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &["eval", "--model", "m.yaml", "--nodes", "1", "--tp", "1"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// `{name: "x\"y", layers: 2, layers: 3}`: the duplicate-key scan ended the string at the escaped
+/// quote, read the rest of the line as a string, found one `layers` and gave no location. Both
+/// copies are now found past the escape.
+#[test]
+fn a_duplicate_key_is_placed_past_an_escaped_quote() {
+    let dir = scratch("round9", "escaped-quote");
+    std::fs::write(
+        dir.join("m.yaml"),
+        "{name: \"x\\\"y\", layers: 2, hidden: 64, heads: 2, layers: 3, ffn_hidden: 256, vocab: 100}\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--model", "m.yaml", "--nodes", "1"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "m.yaml:1:49: layers is given twice",
+            "keep one layers: line",
+            "(line 1 gives it twice)",
+        ],
+        &[],
+        "escaped quote",
+    );
+}
