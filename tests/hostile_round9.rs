@@ -164,3 +164,45 @@ fn a_duplicate_key_is_placed_past_an_escaped_quote() {
         "escaped quote",
     );
 }
+
+/// `eval --plan FILE --tp 8` where the file says `tp: 8` named the degree `--tp 8`, as if the flag
+/// had set it over the file, and `--nodes 32` where the file says `nodes: 32` was said to have
+/// resized the cluster ("set by --nodes over the file's nodes: 32"), with "drop --nodes" offered
+/// as a fix that changes nothing. A flag equal to the file's value is now named after the file's
+/// key, and only a flag that changed the cluster is blamed for its size.
+#[test]
+fn a_flag_equal_to_the_plan_file_is_not_named_as_an_override() {
+    let plan = "plans/seed-512b-32nodes.yaml";
+    let r = run(&["eval", "--plan", plan, "--tp", "8", "--nodes", "16"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "tp: 8 (also --tp 8) x cp: 1 x pp: 16 x dp: 2 = 256 GPUs",
+            "but the cluster has 128 (set by --nodes over the file's nodes: 32)",
+            "or drop --nodes",
+        ],
+        &["--tp 8 x"],
+        "--tp equal to the file",
+    );
+    let r = run(&["eval", "--plan", plan, "--tp", "4", "--nodes", "32"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--tp 4 x cp: 1 x pp: 16 x dp: 2 = 128 GPUs, but the cluster has 256; choose degrees whose product is 256",
+        ],
+        &["set by --nodes", "drop --nodes"],
+        "--nodes equal to the file",
+    );
+    let r = run(&[
+        "eval", "--plan", plan, "--pp", "16", "--dp", "2", "--nodes", "16",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "pp: 16 (also --pp 16) x dp: 2 (also --dp 2) = 256 GPUs",
+            "(e.g. --dp 1)",
+        ],
+        &["x --pp 16", "x --dp 2"],
+        "two flags equal to the file",
+    );
+}
