@@ -206,3 +206,49 @@ fn a_flag_equal_to_the_plan_file_is_not_named_as_an_override() {
         "two flags equal to the file",
     );
 }
+
+/// `--moe-imbalance nan` was quoted back as `--moe-imbalance NaN`, and `--moe-capacity-factor
+/// 1e400` or `--price-per-gpu-hour 1e400` as `inf`: Rust reads those spellings as numbers, and
+/// the message quoted the number, not what was typed. Every plain-number flag now refuses a value
+/// that is not finite as typed.
+#[test]
+fn a_number_flag_refuses_nan_and_infinity_as_typed() {
+    for flag in ["--moe-imbalance", "--moe-capacity-factor"] {
+        for value in ["nan", "1e400", "-inf", "Infinity"] {
+            let arg = format!("{flag}={value}");
+            let r = run(&["plan", "--model", "mixtral-8x7b", "--nodes", "1", &arg]);
+            assert_one_line_error(
+                &r,
+                &[
+                    &format!("invalid value '{value}' for '{flag} <F>'"),
+                    "is not a finite number",
+                    "give a number such as 1.25",
+                ],
+                &["NaN", " inf:"],
+                &arg,
+            );
+        }
+    }
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--axis",
+        "nodes",
+        "--values",
+        "1",
+        "--tokens",
+        "1T",
+        "--price-per-gpu-hour",
+        "1e400",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "invalid value '1e400' for '--price-per-gpu-hour <PRICE>'",
+            "is not a finite number",
+        ],
+        &["inf must"],
+        "price",
+    );
+}
