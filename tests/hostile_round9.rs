@@ -252,3 +252,31 @@ fn a_number_flag_refuses_nan_and_infinity_as_typed() {
         "price",
     );
 }
+
+/// `accuracy --runs PLAN.yaml` (a plan file, or any file that is no list) said only
+/// `s.yaml:1:1: invalid type: map, expected a sequence`, with no fix. It now says the file is not
+/// a runs file and names the two kinds `accuracy` reads.
+#[test]
+fn accuracy_names_a_file_that_is_no_runs_file() {
+    let dir = scratch("round9", "runs-kind");
+    std::fs::copy(
+        format!("{ROOT}/plans/seed-512b-32nodes.yaml"),
+        dir.join("s.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("t.yaml"), "hello\n").unwrap();
+    for file in ["s.yaml", "t.yaml"] {
+        let r = run_in(&dir, &["accuracy", "--runs", file]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{file}: is not a runs file"),
+                "a list of runs",
+                "validation/modern_runs.yaml",
+                "give --runs one of those",
+            ],
+            &["expected a sequence"],
+            file,
+        );
+    }
+}
