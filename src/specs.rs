@@ -9,9 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use crate::cluster::GpuProfile;
-use crate::input_file::{
-    InputError, check_depth, escape, quote, read_spec_text, read_structured, sanitize_message,
-};
+use crate::input_file::{InputError, check_depth, escape, quote, read_spec_text, sanitize_message};
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
 use crate::training::{AttentionKernel, GradDtype};
@@ -707,7 +705,7 @@ struct InlineModelOnly {
 }
 
 pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
-    let text = read_structured("--plan", path)?;
+    let text = crate::input_file::read_yaml("--plan", path)?;
     parse_plan(path, &text)
 }
 

@@ -280,3 +280,36 @@ fn accuracy_names_a_file_that_is_no_runs_file() {
         );
     }
 }
+
+/// A plan, model or runs file saved with a UTF-8 byte-order mark (Windows editors) was misread:
+/// `BOM nodes: 1 / params: 7B / plan: {...}` said "missing key plan, which has no default" of a
+/// file that has it. YAML allows the mark at the start of a file; it is now skipped. (A
+/// config.json keeps its refusal, round 4: JSON does not allow one.)
+#[test]
+fn a_yaml_file_with_a_byte_order_mark_is_read() {
+    let dir = scratch("round9", "bom");
+    std::fs::write(
+        dir.join("p.yaml"),
+        "\u{feff}nodes: 1\nparams: 7B\nplan: {tp: 8, pp: 1, dp: 1}\n",
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml", "--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("missing key"), "{}", r.stderr);
+    std::fs::write(
+        dir.join("m.yaml"),
+        "\u{feff}name: m\nlayers: 2\nhidden: 64\nheads: 2\nffn_hidden: 256\nvocab: 100\nseq_len: 128\n",
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "1", "--pp", "1",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let runs = std::fs::read_to_string(format!("{ROOT}/validation/modern_runs.yaml")).unwrap();
+    std::fs::write(dir.join("r.yaml"), format!("\u{feff}{runs}")).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "r.yaml", "--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
