@@ -135,6 +135,7 @@ pub fn yaml_error(origin: &str, text: &str, err: &yaml_serde::Error) -> SpecErro
         return error;
     };
     let message = unquoted_leading_zeros(text, line, column, message);
+    let message = tab_indentation(text, line, column, message);
     let raw = err.to_string();
     let Some(key) = raw
         .split_once("duplicate field `")
@@ -175,12 +176,7 @@ fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: Strin
     let Some(at) = message.find(QUOTED) else {
         return message;
     };
-    // Lines as YAML breaks them (a lone CR too), the column counted in characters.
-    let value_start = text
-        .replace("\r\n", "\n")
-        .split(['\n', '\r'])
-        .nth(line.saturating_sub(1))
-        .and_then(|l| l.chars().nth(column.saturating_sub(1)));
+    let value_start = char_at(text, line, column);
     let (head, fix) = message.split_at(at);
     let Some((key, value)) = fix[QUOTED.len()..]
         .strip_suffix(')')
@@ -198,6 +194,30 @@ fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: Strin
         Some(_) => format!(
             "{head}; {value} has leading zeros, so YAML reads it as text, not the number {plain}; a whole number is digits only, so write {key}: {plain}"
         ),
+    }
+}
+
+/// The character at the parser's 1-based `line` and `column`: lines as YAML breaks them (a lone
+/// CR too), the column counted in characters.
+fn char_at(text: &str, line: usize, column: usize) -> Option<char> {
+    text.replace("\r\n", "\n")
+        .split(['\n', '\r'])
+        .nth(line.checked_sub(1)?)
+        .and_then(|l| l.chars().nth(column.checked_sub(1)?))
+}
+
+/// A tab where YAML wants indentation: the parser says "found character that cannot start any
+/// token" or "found a tab character that violates indentation", neither naming the fix.
+fn tab_indentation(text: &str, line: usize, column: usize, message: String) -> String {
+    let tab_here = char_at(text, line, column) == Some('\t');
+    if message.contains("tab character")
+        || (tab_here && message.starts_with("found character that cannot start any token"))
+    {
+        format!(
+            "line {line} is indented with a tab, and YAML indents with spaces only; replace the tab with spaces"
+        )
+    } else {
+        message
     }
 }
 

@@ -313,3 +313,34 @@ fn a_yaml_file_with_a_byte_order_mark_is_read() {
     let r = run_in(&dir, &["accuracy", "--runs", "r.yaml", "--format", "json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// A plan indented with tabs said only "found character that cannot start any token" (or "found
+/// a tab character that violates indentation ... while scanning a plain scalar"), naming no fix.
+/// Both now say the line is indented with a tab and to use spaces.
+#[test]
+fn a_tab_indented_line_is_named_with_the_fix() {
+    let dir = scratch("round9", "tabs");
+    for (text, line) in [
+        (
+            "params: 7B\nnodes: 1\nplan:\n\ttp: 8\n\tpp: 1\n\tdp: 1\n",
+            4,
+        ),
+        (
+            "params: 7B\nnodes: 1\nplan:\n  tp: 8\n \tpp: 1\n  dp: 1\n",
+            5,
+        ),
+    ] {
+        std::fs::write(dir.join("p.yaml"), text).unwrap();
+        let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("p.yaml:{line}:"),
+                &format!("line {line} is indented with a tab"),
+                "replace the tab with spaces",
+            ],
+            &["cannot start any token", "while scanning"],
+            text,
+        );
+    }
+}
