@@ -234,10 +234,10 @@ pub struct ModelArgs {
     #[arg(long, hide = true, value_name = "NORM")]
     pub normalization: Option<String>,
     /// Megatron-LM: dropout after attention and MLP (0 = none; default 0.1).
-    #[arg(long, hide = true, value_name = "P")]
+    #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "P")]
     pub hidden_dropout: Option<f64>,
     /// Megatron-LM: attention dropout (accepted with --hidden-dropout; tpsim models both as one switch).
-    #[arg(long, hide = true, value_name = "P")]
+    #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "P")]
     pub attention_dropout: Option<f64>,
     /// Megatron-LM: learned_absolute (default) or rope.
     #[arg(long, hide = true, value_name = "KIND")]
@@ -385,12 +385,12 @@ pub struct TrainingArgs {
     pub overlap_param_gather: Option<bool>,
     /// MoE routing imbalance: tokens of the busiest expert over the balanced share (>= 1; default
     /// 1.0, balanced, as the published MoE benchmarks force).
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "F")]
     pub moe_imbalance: Option<f64>,
     /// MoE expert capacity factor (Megatron `--moe-expert-capacity-factor`): tokens over
     /// F x the balanced share of an expert are dropped, so the busiest expert's load is capped at F.
     /// Default: none (dropless).
-    #[arg(long, value_name = "F", visible_alias = "moe-expert-capacity-factor")]
+    #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "F", visible_alias = "moe-expert-capacity-factor")]
     pub moe_capacity_factor: Option<f64>,
     /// MoE token dispatcher: alltoall (one copy per routed token and expert; Megatron-Core's
     /// alltoall dispatcher) or deepep (one copy per destination GPU; Megatron-Core's flex
@@ -882,7 +882,7 @@ pub struct SweepArgs {
     /// Price of one GPU-hour, for the cost to train --tokens (e.g. 2.5 for $2.50).
     // A negative price reaches the range check in `sweep_command`, rather than clap's
     // "unexpected argument".
-    #[arg(long, value_name = "PRICE", allow_negative_numbers = true)]
+    #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "PRICE", allow_negative_numbers = true)]
     pub price_per_gpu_hour: Option<f64>,
     /// Write an SVG line chart (throughput, MFU, memory headroom, time and cost to train).
     #[arg(long, value_name = "FILE.svg")]

@@ -110,11 +110,15 @@ fn outside_range(line: &str) -> Option<String> {
     })
 }
 
-/// `--nodes -0`: clap reads a whole-number flag through a signed parser, so a minus sign on zero
-/// is read as 0, and every later message would quote `--nodes 0`, which the user never wrote (a
-/// negative count is refused by clap itself). `Some` is the one-line error, quoting the value as
-/// typed; `command` is the one `matches` came from.
-pub fn minus_zero_line(command: &clap::Command, matches: &clap::ArgMatches) -> Option<String> {
+/// A whole number spelled other than in plain digits, which clap's parsers read without a word:
+/// `--nodes -0` is read as 0 (clap reads a whole-number flag through a signed parser), `--tp +8`
+/// as 8 and `--tp 007` as 7, so every later message would quote a value the user never wrote.
+/// `Some` is the one-line error, quoting the value as typed and the plain digits to write;
+/// `command` is the one `matches` came from. List items are checked one by one.
+pub fn whole_number_spelling_line(
+    command: &clap::Command,
+    matches: &clap::ArgMatches,
+) -> Option<String> {
     fn is_whole_number(matches: &clap::ArgMatches, id: &str) -> bool {
         matches.try_get_many::<u32>(id).is_ok()
             || matches.try_get_many::<u64>(id).is_ok()
@@ -128,22 +132,30 @@ pub fn minus_zero_line(command: &clap::Command, matches: &clap::ArgMatches) -> O
             continue;
         };
         for value in raw {
-            let text = value.to_string_lossy();
-            let minus_zero = text
-                .strip_prefix('-')
-                .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b == b'0'));
-            if minus_zero && is_whole_number(matches, id) {
-                let flag = arg
-                    .get_long()
-                    .map_or_else(|| id.to_string(), |long| format!("--{long}"));
-                return Some(format!(
-                    "{flag} {text} has a minus sign, which a whole number does not take; write the number without it (digits only)"
-                ));
+            let lossy = value.to_string_lossy();
+            let text = crate::units::list_item(&lossy);
+            let Some(plain) = crate::units::plain_digits_for(text) else {
+                continue;
+            };
+            if !is_whole_number(matches, id) {
+                continue;
             }
+            let flag = arg
+                .get_long()
+                .map_or_else(|| id.to_string(), |long| format!("--{long}"));
+            return Some(if text.starts_with('-') {
+                format!(
+                    "{flag} {text} has a minus sign, which a whole number does not take; write the number without it (digits only)"
+                )
+            } else {
+                format!(
+                    "{flag} {text} is not written in plain digits (a plus sign or leading zeros); a whole number is digits only, so write {flag} {plain}"
+                )
+            });
         }
     }
     let (name, sub) = matches.subcommand()?;
-    minus_zero_line(command.find_subcommand(name)?, sub)
+    whole_number_spelling_line(command.find_subcommand(name)?, sub)
 }
 
 /// The degrees `plan` pins and `eval` sets; `sweep`, `compare` and `report` take none of them.

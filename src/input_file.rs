@@ -125,9 +125,26 @@ fn read_text_inner(flag: &str, path: &str, bundled_hint: bool) -> Result<String,
     })
 }
 
-/// [`read_text`] for a spec given by name or path (the error suggests a bundled name).
+/// [`read_text`] for a YAML spec given by name or path (the error suggests a bundled name),
+/// without a leading byte-order mark ([`without_bom`]).
 pub fn read_spec_text(flag: &str, path: &str) -> Result<String, InputError> {
-    read_text_inner(flag, path, true)
+    read_text_inner(flag, path, true).map(without_bom)
+}
+
+/// [`read_structured`] for a YAML file (a plan, a runs file), without a leading byte-order mark.
+pub fn read_yaml(flag: &str, path: &str) -> Result<String, InputError> {
+    read_structured(flag, path).map(without_bom)
+}
+
+/// `text` without the UTF-8 byte-order mark Windows editors put at the start of a file. YAML
+/// allows one there (YAML 1.2 §5.2), but the parser read `BOM nodes: 1 ... plan: ...` as a
+/// mapping without `plan` ("missing key plan"). JSON does not allow one, so Hugging Face configs
+/// keep theirs and are refused, as transformers refuses them.
+fn without_bom(text: String) -> String {
+    match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }
 
 /// [`read_text`] then [`check_depth`]: the text of a YAML or JSON input, safe to parse.

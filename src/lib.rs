@@ -29,3 +29,4 @@ pub mod uncertainty;
 pub mod units;
 pub mod validation;
 pub mod yaml_keys;
+pub mod yaml_numbers;

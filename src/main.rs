@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     file_size_limit_is_an_error();
     let command = Cli::command();
     let parsed = command.clone().try_get_matches().and_then(|matches| {
-        if let Some(line) = tpsim::cli_errors::minus_zero_line(&command, &matches) {
+        if let Some(line) = tpsim::cli_errors::whole_number_spelling_line(&command, &matches) {
             return Ok(Err(line));
         }
         Cli::from_arg_matches(&matches).map(Ok)

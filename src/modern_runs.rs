@@ -110,6 +110,7 @@ const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::
 /// repeated run ids are refused.
 pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsFileError> {
     crate::input_file::check_depth(origin, text).map_err(specs::SpecError::from)?;
+    specs::check_number_spellings(origin, text)?;
     let file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, text, &err))?;
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;

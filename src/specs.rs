@@ -9,9 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use crate::cluster::GpuProfile;
-use crate::input_file::{
-    InputError, check_depth, escape, quote, read_spec_text, read_structured, sanitize_message,
-};
+use crate::input_file::{InputError, check_depth, escape, quote, read_spec_text, sanitize_message};
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
 use crate::training::{AttentionKernel, GradDtype};
@@ -136,6 +134,8 @@ pub fn yaml_error(origin: &str, text: &str, err: &yaml_serde::Error) -> SpecErro
     else {
         return error;
     };
+    let message = unquoted_leading_zeros(text, line, column, message);
+    let message = tab_indentation(text, line, column, message);
     let raw = err.to_string();
     let Some(key) = raw
         .split_once("duplicate field `")
@@ -164,6 +164,60 @@ pub fn yaml_error(origin: &str, text: &str, err: &yaml_serde::Error) -> SpecErro
             ),
         },
         None => SpecError::Invalid { origin, message },
+    }
+}
+
+/// `tp: 007`, unquoted: YAML reads it as the text "007", and [`plain_words`] says the number is
+/// in quotes, which it is not. Said as what it is, leading zeros, with the digits to write (and
+/// `tp: "007"` is offered `tp: 7`, not the zeros again).
+fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: String) -> String {
+    const QUOTED: &str =
+        "; the number is in quotes, so YAML reads it as text: write it without quotes (";
+    let Some(at) = message.find(QUOTED) else {
+        return message;
+    };
+    let value_start = char_at(text, line, column);
+    let (head, fix) = message.split_at(at);
+    let Some((key, value)) = fix[QUOTED.len()..]
+        .strip_suffix(')')
+        .and_then(|f| f.split_once(": "))
+    else {
+        return message;
+    };
+    let Some(plain) = crate::units::plain_digits_for(value) else {
+        return message;
+    };
+    match value_start {
+        // `tp: "007"`: unquoted it would still have its zeros.
+        Some('"' | '\'') => format!("{head}{QUOTED}{key}: {plain})"),
+        None => message,
+        Some(_) => format!(
+            "{head}; {value} has leading zeros, so YAML reads it as text, not the number {plain}; a whole number is digits only, so write {key}: {plain}"
+        ),
+    }
+}
+
+/// The character at the parser's 1-based `line` and `column`: lines as YAML breaks them (a lone
+/// CR too), the column counted in characters.
+fn char_at(text: &str, line: usize, column: usize) -> Option<char> {
+    text.replace("\r\n", "\n")
+        .split(['\n', '\r'])
+        .nth(line.checked_sub(1)?)
+        .and_then(|l| l.chars().nth(column.checked_sub(1)?))
+}
+
+/// A tab where YAML wants indentation: the parser says "found character that cannot start any
+/// token" or "found a tab character that violates indentation", neither naming the fix.
+fn tab_indentation(text: &str, line: usize, column: usize, message: String) -> String {
+    let tab_here = char_at(text, line, column) == Some('\t');
+    if message.contains("tab character")
+        || (tab_here && message.starts_with("found character that cannot start any token"))
+    {
+        format!(
+            "line {line} is indented with a tab, and YAML indents with spaces only; replace the tab with spaces"
+        )
+    } else {
+        message
     }
 }
 
@@ -376,7 +430,26 @@ fn reads_unquoted(rust: &str, text: &str) -> bool {
     }
 }
 
-/// Parses the text of a spec after checking its nesting depth (see `input_file`).
+/// Refuses a whole number written with a sign, leading zeros or a base prefix (`tp: +8`,
+/// `tp: 007`, `tp: 0x8`), which the parser would read as another spelling without a word (see
+/// `yaml_numbers`).
+pub fn check_number_spellings(origin: &str, text: &str) -> Result<(), SpecError> {
+    match crate::yaml_numbers::odd_whole_number(text) {
+        None => Ok(()),
+        Some(odd) => Err(SpecError::Yaml {
+            origin: quote(origin),
+            line: odd.line,
+            column: odd.column,
+            message: match odd.key {
+                Some(key) => format!("{}: {} {}", escape(&key), escape(&odd.text), odd.rule),
+                None => format!("{} {}", escape(&odd.text), odd.rule),
+            },
+        }),
+    }
+}
+
+/// Parses the text of a spec after checking its nesting depth (see `input_file`) and how its
+/// whole numbers are written.
 fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecError> {
     check_depth(&quote(origin), text)?;
     // Every key would be "missing" at line 1: the file is what is wrong.
@@ -391,6 +464,7 @@ fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecEr
             message: "is empty (blank lines and comments only), so it gives none of its keys; check that this is the right file".into(),
         });
     }
+    check_number_spellings(origin, text)?;
     yaml_serde::from_str(text).map_err(|err| yaml_error(origin, text, &err))
 }
 
@@ -651,7 +725,7 @@ struct InlineModelOnly {
 }
 
 pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
-    let text = read_structured("--plan", path)?;
+    let text = crate::input_file::read_yaml("--plan", path)?;
     parse_plan(path, &text)
 }
 

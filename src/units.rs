@@ -123,6 +123,41 @@ pub fn list_item(item: &str) -> &str {
     item.trim()
 }
 
+/// `+8`, `007`, `-0`: a whole number written with a sign or leading zeros, which Rust's parsers
+/// (and YAML's, for `+8`) read as 8, 7 and 0 without a word, so the value echoed back is not the
+/// one typed. `Some` is the plain digits to write instead; `None` for plain digits, a negative
+/// number (refused as negative where it is read) and anything that is not a whole number.
+pub fn plain_digits_for(text: &str) -> Option<String> {
+    let (signed, digits) = match text.strip_prefix(['+', '-']) {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let plain = match digits.trim_start_matches('0') {
+        "" => "0",
+        rest => rest,
+    };
+    if text.starts_with('-') && plain != "0" {
+        return None;
+    }
+    (signed || plain.len() != digits.len()).then(|| plain.to_string())
+}
+
+/// clap's value parser for a plain number flag (`--moe-imbalance 1.2`): Rust reads `nan`, `inf`
+/// and `1e400` (as infinity) as numbers, and a later message would quote `NaN` or `inf`, which
+/// the user did not type; they are refused here, where the text is still the user's.
+pub fn parse_finite_f64(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() => Ok(value),
+        Ok(_) => Err(
+            "is not a finite number (nan, inf and numbers past 1.8e308 are refused); give a number such as 1.25".to_string(),
+        ),
+        Err(_) => Err("expected a number such as 0.5 or 2e-3".to_string()),
+    }
+}
+
 /// A list item parsed as `T` by [`list_item`]'s rule: clap's value parser for the flags that split
 /// at commas (`value_delimiter = ','`), so `--sweep "64, 128"` reads as `--values "1, 2"` does.
 pub fn parse_list_item<T: std::str::FromStr>(item: &str) -> Result<T, T::Err> {

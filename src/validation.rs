@@ -294,8 +294,19 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
 /// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
 pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
     crate::input_file::check_depth(origin, runs_yaml).map_err(SpecError::from)?;
-    let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml)
-        .map_err(|err| AccuracyError::Spec(specs::yaml_error(origin, runs_yaml, &err)))?;
+    specs::check_number_spellings(origin, runs_yaml)?;
+    let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml).map_err(|err| {
+        // The whole file is no list (a plan or model file, a mapping): said as the wrong kind of
+        // file, with the two kinds `accuracy` reads, not as a bare type error.
+        let raw = err.to_string();
+        if raw.starts_with("invalid type: ") && raw.contains(", expected a sequence") {
+            return AccuracyError::Spec(SpecError::Invalid {
+                origin: origin.to_string(),
+                message: "is not a runs file: a published-runs file is a list of runs (- id: ... lines, as validation/published_runs.yaml), and a current-stack runs file has top-level schema_version: and model_catalog: keys (as validation/modern_runs.yaml); give --runs one of those".into(),
+            });
+        }
+        AccuracyError::Spec(specs::yaml_error(origin, runs_yaml, &err))
+    })?;
     let mut rows = Vec::new();
     for run in runs {
         if run.completeness.as_deref() != Some("full_plan") {

@@ -84,13 +84,20 @@ fn key_of(body: &str) -> Option<&str> {
 fn flow_mapping(lines: &[&str], from: usize, indent: usize, key: &str) -> Option<Repeated> {
     let mut depth = 0usize;
     let mut quote: Option<char> = None;
+    // Inside double quotes a backslash escapes the next character (`"x\"y"` is one string);
+    // single quotes escape only by doubling (`'it''s'`), which closing and reopening reads right.
+    let mut escaped = false;
     let mut expect_key = false;
     let mut found: Vec<(usize, usize)> = Vec::new();
     for (at, text) in lines.iter().enumerate().skip(from) {
         let skip = if at == from { indent } else { 0 };
         for (i, c) in text.char_indices().skip_while(|&(i, _)| i < skip) {
             if let Some(q) = quote {
-                if c == q {
+                if escaped {
+                    escaped = false;
+                } else if q == '"' && c == '\\' {
+                    escaped = true;
+                } else if c == q {
                     quote = None;
                 }
                 continue;
@@ -169,6 +176,16 @@ mod tests {
                 first_line: 2,
                 line: 4,
                 column: 3
+            })
+        );
+        // An escaped quote inside a double-quoted value does not end it.
+        let escaped = "{name: \"x\\\"y, tp: 1\", layers: 2, 'a''b': 1, layers: 3}\n";
+        assert_eq!(
+            repeated_key(escaped, 1, 1, "layers"),
+            Some(Repeated {
+                first_line: 1,
+                line: 1,
+                column: 45
             })
         );
         // A key the scan cannot find (an anchor, say) gives no location rather than a wrong one.

@@ -1431,9 +1431,17 @@ fn a_sweep_of_hostile_flags_finds_each_refused_with_its_rule() {
         "--axis",
         "nodes",
         "--values",
-        "2,02",
+        "2,2",
     ];
     assert_one_line_error(&run(&sweep), &["twice", "once"], "duplicate point");
+    // `02` is no second spelling of 2: leading zeros are refused as typed (round 9).
+    let mut zeros = sweep;
+    zeros[8] = "2,02";
+    assert_one_line_error(
+        &run(&zeros),
+        &["--values 02 is not written in plain digits", "write 2"],
+        "leading zeros",
+    );
 
     let unfused_cp = [
         "eval",

@@ -111,10 +111,11 @@ fn a_plan_file_errors_fix_names_the_files_keys() {
             assert_one_line_error(&r, words, absent, &format!("{to}: {command:?}"));
         }
     }
-    // `--dp 2` typed over the file is the user's flag: the fix may name it.
+    // `--dp 2` typed over the file is the user's flag: the fix may name it. (The file's own
+    // value differs: a flag equal to it is named with the file's key, round 9.)
     std::fs::write(
         dir.join("p.yaml"),
-        bundled_plan_with("global_batch: 1536", "global_batch: 9"),
+        bundled_plan_with("global_batch: 1536", "global_batch: 8"),
     )
     .unwrap();
     let r = run_in(&dir, &["eval", "--plan", "p.yaml", "--global-batch", "9"]);

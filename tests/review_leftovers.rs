@@ -640,12 +640,13 @@ fn plan_file_values_are_named_by_key_and_file() {
         &["--tp 3", "--tp,"],
         "degrees in file",
     );
-    // A flag over the file is named as the flag.
-    let r = run(&["eval", "--plan", &tp, "--tp", "3", "--pp", "16"]);
+    // A flag over the file is named as the flag; one equal to the file's value changed nothing,
+    // so it is named with the file's key (round 9).
+    let r = run(&["eval", "--plan", &tp, "--tp", "4", "--pp", "16"]);
     assert_one_line_error(
         &r,
-        &["--tp 3 x cp: 1 x --pp 16 x dp: 2 = 96 GPUs"],
-        &["tp: 3"],
+        &["--tp 4 x cp: 1 x pp: 16 (also --pp 16) x dp: 2 = 128 GPUs"],
+        &["tp: 3", "x --pp 16"],
         "flag over file",
     );
     // compare and report read plan files too.

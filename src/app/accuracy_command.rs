@@ -12,7 +12,7 @@ use crate::validation;
 pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     let (text, origin) = match &args.runs {
         Some(path) => (
-            input_file::read_structured("--runs", path)?,
+            input_file::read_yaml("--runs", path)?,
             input_file::quote(path),
         ),
         None => (

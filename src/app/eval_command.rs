@@ -29,23 +29,26 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let Some(path) = args.plan.clone() else {
         return eval_given(args, quiet);
     };
-    let mut given: Vec<&str> = [
-        ("--tp", args.tp.is_some()),
-        ("--pp", args.pp.is_some()),
-        ("--dp", args.dp.is_some()),
-        ("--vpp", args.vpp.is_some()),
-        ("--micro-batch", args.micro_batch.is_some()),
-        ("--cp", args.cp.is_some()),
-        ("--ep", args.ep.is_some()),
-        ("--etp", args.etp.is_some()),
-        ("--zero", args.zero.is_some()),
-        (
-            "--recompute-num-layers",
-            args.recompute_num_layers.is_some() || args.recompute.is_some(),
-        ),
+    // Each plan flag typed, with its value (`--recompute` sets the block layers too, to none).
+    let recompute_layers = match (args.recompute_num_layers, args.recompute) {
+        (Some(layers), _) => Some(Some(layers)),
+        (None, Some(_)) => Some(None),
+        (None, None) => None,
+    };
+    let mut given: Vec<super::plan_error_words::Typed> = [
+        ("--tp", args.tp.map(Some)),
+        ("--pp", args.pp.map(Some)),
+        ("--dp", args.dp.map(Some)),
+        ("--vpp", args.vpp.map(Some)),
+        ("--micro-batch", args.micro_batch.map(Some)),
+        ("--cp", args.cp.map(Some)),
+        ("--ep", args.ep.map(Some)),
+        ("--etp", args.etp.map(Some)),
+        ("--zero", args.zero.map(|z| Some(u32::from(z)))),
+        ("--recompute-num-layers", recompute_layers),
     ]
     .into_iter()
-    .filter_map(|(flag, typed)| typed.then_some(flag))
+    .filter_map(|(flag, value)| value.map(|v| (flag, v)))
     .collect();
     given.extend(super::plan_error_words::scenario_flags_given(
         &args.cluster,

@@ -32,6 +32,17 @@ pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
     }
 }
 
+/// A flag the user typed next to a plan file, with its value where it is a count (`--tp 8`):
+/// such a flag sets its value over the file's key, and one equal to the file's value changes
+/// nothing, so a message names it with the file's key (`tp: 8 (also --tp 8)`) and offers no
+/// dropping it.
+pub(super) type Typed = (&'static str, Option<u32>);
+
+/// Whether `flag` is among the flags the user typed.
+fn typed(given: &[Typed], flag: &str) -> bool {
+    given.iter().any(|(f, _)| *f == flag)
+}
+
 /// A value the plan file gave and no flag overrode: its flag, the file's key, the value as the
 /// messages print it.
 struct FileValue {
@@ -79,8 +90,9 @@ fn plan_value(plan: &crate::plan::PlanRequest, key: &str) -> u32 {
     }
 }
 
-/// The counts and degrees of `file` that no flag in `given` replaced.
-fn file_values(file: &PlanFile, given: &[&str]) -> Vec<FileValue> {
+/// The counts and degrees of `file` that no flag in `given` replaced with another value, each
+/// with the flag when one was typed with the file's own value.
+fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'static str>)> {
     let scenario = SCENARIO_KEYS.into_iter().zip([
         file.nodes,
         file.gpus_per_node,
@@ -93,15 +105,23 @@ fn file_values(file: &PlanFile, given: &[&str]) -> Vec<FileValue> {
         .into_iter()
         .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
         .chain(scenario);
-    plan.filter(|(flag, _, _)| !given.contains(flag))
-        .filter_map(|(flag, key, value)| {
-            value.map(|v| FileValue {
+    plan.filter_map(|(flag, key, value)| {
+        let value = value?;
+        let echo = match given.iter().find(|(f, _)| *f == flag) {
+            None => None,
+            Some((_, typed)) if *typed == Some(value) => Some(flag),
+            Some(_) => return None,
+        };
+        Some((
+            FileValue {
                 flag,
                 key,
-                value: v.to_string(),
-            })
-        })
-        .collect()
+                value: value.to_string(),
+            },
+            echo,
+        ))
+    })
+    .collect()
 }
 
 /// Where `pattern` stands in `text` as a whole token quoting the input: not inside a longer flag
@@ -125,16 +145,20 @@ fn token_starts(text: &str, pattern: &str) -> Vec<usize> {
 /// `message` with each value it quotes as a flag (`--tp 3`) that came from the plan file at
 /// `path` said as the file's key (`tp: 3`), and the file named: after the key where one value is
 /// the file's (`tp: 3 in plans/x.yaml does not divide ...`), in front where several are. Values
-/// the user gave as flags keep their flags.
-pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &[&str]) -> String {
+/// the user gave as flags keep their flags; a flag typed with the file's own value is named after
+/// the key (`tp: 8 (also --tp 8)`), as it overrode nothing.
+pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &[Typed]) -> String {
     let mut text = message.to_string();
     let mut replaced: Vec<(usize, usize)> = Vec::new();
-    for v in file_values(file, given) {
+    for (v, echo) in file_values(file, given) {
         for pattern in [
             format!("{} {}", v.flag, v.value),
             format!("{} = {}", v.flag, v.value),
         ] {
-            let with = format!("{}: {}", v.key, v.value);
+            let with = match echo {
+                Some(flag) => format!("{}: {} (also {flag} {})", v.key, v.value, v.value),
+                None => format!("{}: {}", v.key, v.value),
+            };
             for at in token_starts(&text, &pattern).into_iter().rev() {
                 text.replace_range(at..at + pattern.len(), &with);
                 // Earlier marks after this one shift by the length change.
@@ -144,7 +168,8 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
                         mark.0 = (mark.0 as isize + shift) as usize;
                     }
                 }
-                replaced.push((at, with.len()));
+                // The file is named right after the key and value, before `(also --tp 8)`.
+                replaced.push((at, format!("{}: {}", v.key, v.value).len()));
             }
         }
     }
@@ -163,7 +188,7 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
 /// becomes "change tp, cp or pp", "e.g. --global-batch 10" "e.g. global_batch: 10"). The flags
 /// in `given`, which the user typed over the file's keys, keep their flags, and a scenario flag
 /// offered without a value ("or pass --nodes") stays the flag it offers.
-pub(super) fn fix_in_file_keys(message: &str, given: &[&str]) -> String {
+pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
     let Some(at) = message.find("; ") else {
         return message.to_string();
     };
@@ -177,7 +202,7 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[&str]) -> String {
                 .into_iter()
                 .map(|(flag, key)| (flag, key, false)),
         );
-    for (flag, key, bare_too) in keys.filter(|(flag, _, _)| !given.contains(flag)) {
+    for (flag, key, bare_too) in keys.filter(|(flag, _, _)| !typed(given, flag)) {
         let mut out = String::with_capacity(fix.len());
         let mut rest = fix.as_str();
         while let Some(i) = rest.find(flag) {
@@ -204,28 +229,28 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[&str]) -> String {
     format!("{rule}{fix}")
 }
 
-/// The flags of the scenario (cluster and batch) the user typed: these override a plan file's
-/// keys, so an error quoting them quotes the flag.
+/// The flags of the scenario (cluster and batch) the user typed, with their values: these
+/// override a plan file's keys, so an error quoting them quotes the flag.
 pub(super) fn scenario_flags_given(
     cluster: &crate::cli::ClusterArgs,
     training: &crate::cli::TrainingArgs,
-) -> Vec<&'static str> {
+) -> Vec<Typed> {
     [
-        ("--nodes", cluster.nodes.is_some()),
-        ("--gpus-per-node", cluster.gpus_per_node.is_some()),
-        ("--seq-len", training.seq_len.is_some()),
-        ("--global-batch", training.global_batch.is_some()),
-        ("--local-batch", training.local_batch.is_some()),
+        ("--nodes", cluster.nodes),
+        ("--gpus-per-node", cluster.gpus_per_node),
+        ("--seq-len", training.seq_len),
+        ("--global-batch", training.global_batch),
+        ("--local-batch", training.local_batch),
     ]
     .into_iter()
-    .filter_map(|(flag, typed)| typed.then_some(flag))
+    .filter(|(_, value)| value.is_some())
     .collect()
 }
 
 /// [`in_file_words`] for an error of a command that read the plan file at `path`, its fix in
 /// the file's keys ([`fix_in_file_keys`]); an error that quotes none of the file's values (or a
 /// file that cannot be read again) is kept as it is.
-pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
+pub(super) fn with_file_words(err: Error, path: &str, given: &[Typed]) -> Error {
     let Ok(file) = crate::specs::load_plan(path) else {
         return err;
     };
@@ -244,8 +269,9 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[&str]) -> Error {
 
 /// A GPU-count mismatch whose cluster size the user's --nodes or --gpus-per-node set over the
 /// plan file's: the message says so and offers dropping the flag (`report PLAN --nodes 1` said
-/// only "the cluster has 8", and its fixes were all degree changes).
-pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&str]) -> String {
+/// only "the cluster has 8", and its fixes were all degree changes). A flag equal to the file's
+/// value set nothing over it, so it is not named (dropping it would change nothing).
+pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[Typed]) -> String {
     const HAS: &str = "but the cluster has ";
     let Some(at) = message.find(HAS) else {
         return message.to_string();
@@ -255,7 +281,11 @@ pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[&
         ("--gpus-per-node", "gpus_per_node", file.gpus_per_node),
     ]
     .into_iter()
-    .filter(|(flag, _, _)| given.contains(flag))
+    .filter(|&(flag, _, value)| {
+        given
+            .iter()
+            .any(|&(f, typed)| f == flag && (value.is_none() || typed != value))
+    })
     .map(|(flag, key, value)| match value {
         Some(value) => (flag, format!("{flag} over the file's {key}: {value}")),
         None => (flag, flag.to_string()),
@@ -310,7 +340,7 @@ mod tests {
             "--tp 3 x --cp 1 x --pp 1 x --dp 2 = 6 GPUs, but the cluster has 16; e.g. --dp 2",
             "x.yaml",
             &file(),
-            &["--cp"],
+            &[("--cp", None)],
         );
         assert_eq!(
             words,
@@ -322,7 +352,7 @@ mod tests {
     fn flags_the_user_gave_and_longer_tokens_keep_their_words() {
         let message = "--tp 3 does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere";
         assert_eq!(
-            in_file_words(message, "x.yaml", &file(), &["--tp"]),
+            in_file_words(message, "x.yaml", &file(), &[("--tp", Some(4))]),
             message
         );
         assert_eq!(
@@ -351,7 +381,7 @@ mod tests {
         assert_eq!(
             fix_in_file_keys(
                 "global_batch: 9 in x.yaml is not divisible by dp: 2; e.g. --global-batch 10 or --dp 1",
-                &["--dp"]
+                &[("--dp", Some(1))]
             ),
             "global_batch: 9 in x.yaml is not divisible by dp: 2; e.g. global_batch: 10 or --dp 1"
         );

@@ -29,6 +29,13 @@ pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
 }
 
 pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
+    // `+8` or `016` would be read as 8 and 16 and echoed so: the table would not show the value
+    // typed.
+    if let Some(plain) = crate::units::plain_digits_for(value).filter(|_| !value.starts_with('-')) {
+        bail!(
+            "--values {value} is not written in plain digits (a plus sign or leading zeros); a whole number is digits only, so write {plain} in its place"
+        );
+    }
     match value.parse::<u32>() {
         Ok(n) if n > 0 => Ok(n),
         // All digits, past u32: a whole number, far past the axis's own bound.

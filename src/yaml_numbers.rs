@@ -1,0 +1,230 @@
+//! Whole numbers a YAML file spells other than in decimal digits. The parser reads `tp: +8`,
+//! `tp: 0x8`, `tp: 0o10` and `tp: 0b1000` all as 8 and `tp: -0` as 0 without a word, so the value
+//! tpsim echoes back would not be the one written. This finds the first such plain scalar in a
+//! file, so the reader can refuse it with the digits to write instead. (`tp: 007` is read as the
+//! text "007", which a text key keeps as written, such as a commit id, and a number key refuses.)
+//!
+//! The scan is line by line and deliberately simple: it skips comments, quoted strings (also over
+//! several lines) and block scalars (`|`, `>`), and reads every other value between YAML's
+//! separators (`: `, `- `, and `, [ ] { }` in flow collections). Keys are not checked.
+
+/// A whole number spelled other than in decimal digits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OddNumber {
+    /// 1-based line and column of the value.
+    pub line: usize,
+    pub column: usize,
+    /// The key the value is given for on its line (`tp`), when there is one.
+    pub key: Option<String>,
+    /// The value as written.
+    pub text: String,
+    /// Why it is refused and what to write instead (without the key and value in front).
+    pub rule: String,
+}
+
+/// The first whole number in `text` spelled with a sign or a base prefix.
+pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let normalized = text.replace("\r\n", "\n");
+    let mut flow_depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    // Inside a block scalar: the indentation of the line that opened it.
+    let mut block_parent: Option<usize> = None;
+    for (index, line) in normalized.split(['\n', '\r']).enumerate() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(parent) = block_parent {
+            if line.trim().is_empty() || indent > parent {
+                continue;
+            }
+            block_parent = None;
+        }
+        let mut segment_start: Option<usize> = None;
+        let mut key: Option<String> = None;
+        let mut end = line.len();
+        let chars: Vec<(usize, char)> = line.char_indices().collect();
+        for (i, &(at, c)) in chars.iter().enumerate() {
+            if let Some(q) = quote {
+                if escaped {
+                    escaped = false;
+                } else if q == '"' && c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+                continue;
+            }
+            let next = chars.get(i + 1).map(|&(_, c)| c);
+            let starts_segment = segment_start.is_none_or(|s| line[s..at].trim().is_empty());
+            match c {
+                '"' | '\'' if starts_segment => {
+                    quote = Some(c);
+                    segment_start = None;
+                }
+                '#' if at == 0 || line[..at].ends_with(char::is_whitespace) => {
+                    end = at;
+                    break;
+                }
+                ':' if next.is_none_or(char::is_whitespace)
+                    || (flow_depth > 0 && matches!(next, Some(',' | ']' | '}'))) =>
+                {
+                    key = segment_start.map(|s| line[s..at].trim().to_string());
+                    segment_start = None;
+                }
+                '-' | '?' if starts_segment && next.is_none_or(char::is_whitespace) => {
+                    segment_start = None;
+                }
+                '[' | '{' if starts_segment => {
+                    flow_depth += 1;
+                    segment_start = None;
+                    key = None;
+                }
+                ',' | ']' | '}' if flow_depth > 0 => {
+                    if let Some(found) = check_value(line, index, segment_start, at, &key) {
+                        return Some(found);
+                    }
+                    if c != ',' {
+                        flow_depth -= 1;
+                    }
+                    segment_start = None;
+                    key = None;
+                }
+                _ if segment_start.is_none() && !c.is_whitespace() => segment_start = Some(at),
+                _ => {}
+            }
+        }
+        if quote.is_some() {
+            continue;
+        }
+        if let Some(start) = segment_start {
+            let value = line[start..end].trim();
+            // `doc: |` or `- >-`: the lines below, indented deeper, are text.
+            if flow_depth == 0
+                && (value.starts_with('|') || value.starts_with('>'))
+                && value[1..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'+' || b == b'-')
+            {
+                block_parent = Some(indent);
+                continue;
+            }
+        }
+        if let Some(found) = check_value(line, index, segment_start, end, &key) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// The value `line[start..end]` (line `index`, 0-based) as an [`OddNumber`] when it is one.
+fn check_value(
+    line: &str,
+    index: usize,
+    start: Option<usize>,
+    end: usize,
+    key: &Option<String>,
+) -> Option<OddNumber> {
+    let start = start?;
+    let value = line[start..end].trim();
+    let rule = odd_spelling(value, key.as_deref())?;
+    let column = line[..start].chars().count() + 1;
+    Some(OddNumber {
+        line: index + 1,
+        column,
+        key: key.clone(),
+        text: value.to_string(),
+        rule,
+    })
+}
+
+/// Why `value` is refused, with what to write; `None` for anything that is not a whole number
+/// spelled oddly (plain digits, a negative number, a float, text).
+fn odd_spelling(value: &str, key: Option<&str>) -> Option<String> {
+    let write = |digits: &str| match key {
+        Some(key) => format!("write {key}: {digits}"),
+        None => format!("write {digits}"),
+    };
+    let (sign, body) = match value.strip_prefix(['+', '-']) {
+        Some(rest) => (&value[..1], rest),
+        None => ("", value),
+    };
+    let based =
+        [
+            ("0x", 16, "hexadecimal"),
+            ("0o", 8, "octal"),
+            ("0b", 2, "binary"),
+        ]
+        .into_iter()
+        .find_map(|(prefix, radix, name)| {
+            let digits = body
+                .get(..2)
+                .filter(|p| p.eq_ignore_ascii_case(prefix))
+                .map(|_| &body[2..])?;
+            (!digits.is_empty() && digits.chars().all(|c| c == '_' || c.is_digit(radix)))
+                .then_some((digits.replace('_', ""), radix, name))
+        });
+    if let Some((digits, radix, name)) = based {
+        let fix = match u128::from_str_radix(&digits, radix) {
+            Ok(n) if sign != "-" || n == 0 => write(&n.to_string()),
+            _ => "write the number in decimal digits".to_string(),
+        };
+        return Some(format!(
+            "is written in {name}, which tpsim does not read (YAML would take it without a word); a whole number is decimal digits only, so {fix}"
+        ));
+    }
+    // `007` unsigned is read as the text "007", so a string key keeps it as written and a number
+    // key is refused by its type (`specs::yaml_error` words that); only a sign is lost silently.
+    if sign.is_empty() {
+        return None;
+    }
+    let plain = crate::units::plain_digits_for(value)?;
+    Some(if sign == "-" {
+        format!(
+            "has a minus sign, which a whole number does not take (YAML would read 0 without a word); {}",
+            write(&plain)
+        )
+    } else {
+        format!(
+            "has a plus sign, which YAML drops without a word; a whole number is digits only, so {}",
+            write(&plain)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(text: &str) -> Option<(usize, usize, Option<String>, String)> {
+        odd_whole_number(text).map(|o| (o.line, o.column, o.key, o.text))
+    }
+
+    #[test]
+    fn finds_signs_and_bases() {
+        let some = |line, column, key: &str, text: &str| {
+            Some((line, column, Some(key.to_string()), text.to_string()))
+        };
+        assert_eq!(found("a: 1\nplan:\n  tp: +8\n"), some(3, 7, "tp", "+8"));
+        assert_eq!(found("tp: +007 # seven\n"), some(1, 5, "tp", "+007"));
+        assert_eq!(found("plan: {pp: 1, tp: 0x8}\n"), some(1, 19, "tp", "0x8"));
+        assert_eq!(found("tp: 0b1000\r\n"), some(1, 5, "tp", "0b1000"));
+        assert_eq!(found("tp: -0\n"), some(1, 5, "tp", "-0"));
+        assert_eq!(found("l: [1, +2]\n"), Some((1, 8, None, "+2".to_string())));
+        assert_eq!(found("- +08\n").map(|f| f.3), Some("+08".to_string()));
+    }
+
+    #[test]
+    fn leaves_plain_numbers_text_and_comments_alone() {
+        for text in [
+            "tp: 8\npp: 0\nlr: 0.5\nx: -3\nname: a+8\ncommit: 0612345\n",
+            "name: \"007\"\nother: '+8'\n",
+            "note: \"x\\\" 007\"\n",
+            "# tp: +8\ntp: 8 # not +8\n",
+            "doc: |\n  tp: +8\n  007\ntp: 8\n",
+            "eps: 1e-05\nlr: +0.5\ndate: 2024-01-02\nv: 0.05\n",
+            "x: \"a\n  +8 b\"\n",
+        ] {
+            assert_eq!(found(text), None, "{text:?}");
+        }
+    }
+}
