@@ -83,23 +83,13 @@ fn key_of(body: &str) -> Option<&str> {
 /// `{tp: 8, pp: 1, tp: 2}`, possibly over several lines: the keys at its first level.
 fn flow_mapping(lines: &[&str], from: usize, indent: usize, key: &str) -> Option<Repeated> {
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    // Inside double quotes a backslash escapes the next character (`"x\"y"` is one string);
-    // single quotes escape only by doubling (`'it''s'`), which closing and reopening reads right.
-    let mut escaped = false;
+    let mut quoted = QuotedScalar::default();
     let mut expect_key = false;
     let mut found: Vec<(usize, usize)> = Vec::new();
     for (at, text) in lines.iter().enumerate().skip(from) {
         let skip = if at == from { indent } else { 0 };
         for (i, c) in text.char_indices().skip_while(|&(i, _)| i < skip) {
-            if let Some(q) = quote {
-                if escaped {
-                    escaped = false;
-                } else if q == '"' && c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
+            if quoted.consume(c) {
                 continue;
             }
             if expect_key && depth == 1 && !c.is_whitespace() {
@@ -116,7 +106,7 @@ fn flow_mapping(lines: &[&str], from: usize, indent: usize, key: &str) -> Option
                 }
             }
             match c {
-                '"' | '\'' => quote = Some(c),
+                '"' | '\'' => quoted.open(c),
                 '#' if text[..i].ends_with(char::is_whitespace) => break,
                 '{' | '[' => {
                     depth += 1;
@@ -134,6 +124,44 @@ fn flow_mapping(lines: &[&str], from: usize, indent: usize, key: &str) -> Option
         }
     }
     None
+}
+
+/// Where a line-by-line scan stands inside a quoted YAML scalar. Inside double quotes a
+/// backslash escapes the next character (`"x\"y"` is one string); single quotes escape only by
+/// doubling (`'it''s'`), which closing and reopening reads right.
+#[derive(Debug, Default)]
+pub(crate) struct QuotedScalar {
+    quote: Option<char>,
+    escaped: bool,
+}
+
+impl QuotedScalar {
+    /// A scalar opens at `quote`.
+    pub(crate) fn open(&mut self, quote: char) {
+        self.quote = Some(quote);
+        self.escaped = false;
+    }
+
+    /// Whether a quoted scalar is open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.quote.is_some()
+    }
+
+    /// Takes `c` when a quoted scalar is open (closing it at its unescaped quote) and says so;
+    /// outside quotes it takes nothing.
+    pub(crate) fn consume(&mut self, c: char) -> bool {
+        let Some(quote) = self.quote else {
+            return false;
+        };
+        if self.escaped {
+            self.escaped = false;
+        } else if quote == '"' && c == '\\' {
+            self.escaped = true;
+        } else if c == quote {
+            self.quote = None;
+        }
+        true
+    }
 }
 
 #[cfg(test)]

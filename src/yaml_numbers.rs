@@ -8,6 +8,8 @@
 //! several lines) and block scalars (`|`, `>`), and reads every other value between YAML's
 //! separators (`: `, `- `, and `, [ ] { }` in flow collections). Keys are not checked.
 
+use crate::yaml_keys::QuotedScalar;
+
 /// A whole number spelled other than in decimal digits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OddNumber {
@@ -27,8 +29,7 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let normalized = text.replace("\r\n", "\n");
     let mut flow_depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
+    let mut quoted = QuotedScalar::default();
     // Inside a block scalar: the indentation of the line that opened it.
     let mut block_parent: Option<usize> = None;
     for (index, line) in normalized.split(['\n', '\r']).enumerate() {
@@ -44,21 +45,14 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
         let mut end = line.len();
         let chars: Vec<(usize, char)> = line.char_indices().collect();
         for (i, &(at, c)) in chars.iter().enumerate() {
-            if let Some(q) = quote {
-                if escaped {
-                    escaped = false;
-                } else if q == '"' && c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
+            if quoted.consume(c) {
                 continue;
             }
             let next = chars.get(i + 1).map(|&(_, c)| c);
             let starts_segment = segment_start.is_none_or(|s| line[s..at].trim().is_empty());
             match c {
                 '"' | '\'' if starts_segment => {
-                    quote = Some(c);
+                    quoted.open(c);
                     segment_start = None;
                 }
                 '#' if at == 0 || line[..at].ends_with(char::is_whitespace) => {
@@ -93,7 +87,7 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
                 _ => {}
             }
         }
-        if quote.is_some() {
+        if quoted.is_open() {
             continue;
         }
         if let Some(start) = segment_start {
