@@ -94,7 +94,7 @@ pub(super) fn explain(
         );
         if alone.ranked.is_empty() {
             if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
-                && let Some(reason) = cp_pin_reason(cp, model, training)
+                && let Some(reason) = cp_pin_reason(cp, model, cluster, training)
             {
                 return Some(reason);
             }
@@ -208,7 +208,7 @@ pub(super) fn explain(
 /// it out (the search skips those degrees, `planner::enumerate`), in the words `eval` uses for the
 /// same plan; `None` when the cluster or the sequence split is the cause (the caller lists the
 /// degrees the search does offer).
-fn cp_pin_reason(cp: u32, model: &Model, training: &Training) -> Option<String> {
+fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training) -> Option<String> {
     use crate::plan::PlanError;
     use crate::planner::MIN_TOKENS_PER_CP_RANK;
     if cp <= 1 {
@@ -229,8 +229,18 @@ fn cp_pin_reason(cp: u32, model: &Model, training: &Training) -> Option<String> 
     {
         return Some(PlanError::CpWithWindow { cp }.to_string());
     }
+    if !training.seq_len.is_multiple_of(2 * cp) {
+        return Some(
+            PlanError::cp_sequence(
+                cp,
+                training.seq_len,
+                crate::plan::cp_degrees_splitting(training.seq_len, cluster.total_gpus()),
+            )
+            .to_string(),
+        );
+    }
     let per_rank = training.seq_len / cp;
-    if training.seq_len.is_multiple_of(2 * cp) && per_rank < MIN_TOKENS_PER_CP_RANK {
+    if per_rank < MIN_TOKENS_PER_CP_RANK {
         return Some(format!(
             "--cp {cp} leaves {per_rank} tokens of the {}-token sequence per context-parallel rank, and the search keeps at least {MIN_TOKENS_PER_CP_RANK} (below that the K/V ring outweighs the shrunken GEMMs); give --seq-len {} or more, drop --cp (the search offers {}), or evaluate --cp {cp} with `tpsim eval`",
             training.seq_len,

@@ -1,0 +1,167 @@
+//! Hostile input, round 10b: degenerate but valid clusters and models, MoE and context-parallel
+//! edge cases, pins and the closest-miss line of `plan`, and spec files. Every error case checks
+//! exit 2, one line (so no panic or backtrace) and the words that name the value, the rule and
+//! the fix.
+
+mod common;
+
+use common::*;
+
+/// `plan --cp 2 --seq-len 4097` said only "--cp 2 admits no valid plan (the search offers --cp 1)",
+/// without the rule `eval` names: the sequence must split into 2·cp equal chunks. Both commands now
+/// name the rule and the fix (a --seq-len that splits).
+#[test]
+fn a_cp_pin_that_cannot_split_the_sequence_names_the_rule_in_plan() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--cp",
+        "2",
+        "--seq-len",
+        "4097",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--cp 2 does not split the 4097-token sequence into 2 x cp equal chunks",
+            "valid: 1",
+            "a multiple of 4 (e.g. --seq-len 4100)",
+        ],
+        &["admits no valid plan"],
+        "plan --cp 2 --seq-len 4097",
+    );
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "1",
+        "--cp",
+        "2",
+        "--seq-len",
+        "4098",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["4098-token sequence", "(e.g. --seq-len 4100)"],
+        &[],
+        "eval --cp 2 --seq-len 4098",
+    );
+}
+
+/// `plan --tp 2 --etp 4` on an MoE model said the two pins "each admit valid plans but not
+/// together" and sent the user to `eval`, which evaluates that very plan (Megatron-Core folds
+/// ep x etp into the stage's GPUs, whatever tp is). The search tried etp 1 and etp = tp only; a
+/// pinned etp is now searched too.
+#[test]
+fn a_pinned_expert_tp_other_than_tp_is_searched() {
+    let moe = [
+        "--layers",
+        "8",
+        "--hidden",
+        "2048",
+        "--heads",
+        "16",
+        "--num-experts",
+        "8",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ];
+    for (tp, etp) in [("2", "4"), ("1", "2")] {
+        let mut args = vec!["plan"];
+        args.extend(moe);
+        args.extend(["--tp", tp, "--etp", etp]);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "--tp {tp} --etp {etp}: {}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        let plans = v["plans"].as_array().unwrap();
+        assert!(!plans.is_empty());
+        for p in plans {
+            assert_eq!(p["tp"].to_string(), tp, "{p}");
+            assert_eq!(p["etp"].to_string(), etp, "{p}");
+        }
+    }
+}
+
+/// When nothing fits, the closest-miss line offered "or add --allow-uneven-pp (deeper pipelines
+/// than the 32 layers split evenly)" on 8 GPUs and 32 layers (and on 1 GPU), where every pipeline
+/// the GPUs allow already splits the layers evenly: the flag changes nothing. It is now offered
+/// only where it lets a plan fit or miss by less.
+#[test]
+fn the_closest_miss_offers_uneven_pipelines_only_where_they_help() {
+    for args in [
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--seq-len",
+            "1048576",
+            "--global-batch",
+            "1",
+        ][..],
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "1",
+            "--global-batch",
+            "1",
+        ][..],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("nothing fits: closest:"), "{}", r.stderr);
+        assert!(!r.stderr.contains("--allow-uneven-pp"), "{}", r.stderr);
+    }
+    // 7 layers on 16 GPUs: pp 2 splits them 4 + 3 and misses by far less than pp 1.
+    let shape = [
+        "plan",
+        "--layers",
+        "7",
+        "--hidden",
+        "32768",
+        "--heads",
+        "128",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "8192",
+        "--zero",
+        "0",
+    ];
+    let r = run(&shape);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("or add --allow-uneven-pp (deeper pipelines than the 7 layers"),
+        "{}",
+        r.stderr
+    );
+    let mut widened = shape.to_vec();
+    widened.push("--allow-uneven-pp");
+    let r = run(&widened);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("pp 2"), "{}", r.stderr);
+}
