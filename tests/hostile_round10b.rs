@@ -165,3 +165,45 @@ fn the_closest_miss_offers_uneven_pipelines_only_where_they_help() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("pp 2"), "{}", r.stderr);
 }
+
+/// Two pins that break one of the plan's own rules together (`--vpp 2 --pp 1`, `--sequence-parallel
+/// --tp 1`, `--framework deepspeed --zero 3 --pp 2`) got "the pins ... each admit valid plans but
+/// not together" and a pointer to `eval`: no rule, no fix. The rule and the fix are now named.
+#[test]
+fn two_pins_that_break_a_rule_together_name_it() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "64",
+    ];
+    for (pins, words) in [
+        (
+            &["--vpp", "2", "--pp", "1"][..],
+            &["--vpp 2 with --pp 1", "pin --pp 2 or more, or drop --vpp"][..],
+        ),
+        (
+            &["--sequence-parallel", "--tp", "1"][..],
+            &[
+                "--sequence-parallel with --tp 1",
+                "pin --tp 2 or more, or drop --sequence-parallel",
+            ][..],
+        ),
+        (
+            &["--framework", "deepspeed", "--zero", "3", "--pp", "2"][..],
+            &[
+                "--zero 3 with --pp 2",
+                "deepspeed runs at most ZeRO-1 with pipelines",
+                "pin --zero 1 or --pp 1",
+            ][..],
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(pins);
+        let r = run(&args);
+        assert_one_line_error(&r, words, &["not together"], &pins.join(" "));
+    }
+}

@@ -194,6 +194,9 @@ pub(super) fn explain(
             ));
         }
     }
+    if let Some(rule) = pair_rule(training, &options.pins) {
+        return Some(rule);
+    }
     let flags: Vec<String> = given
         .iter()
         .map(|p| format!("{} {}", p.flag, p.value))
@@ -202,6 +205,30 @@ pub(super) fn explain(
         "the pins {} each admit valid plans but not together; drop one of them, or check the split with `tpsim eval` and the same flags, which names the rule it breaks",
         flags.join(" ")
     ))
+}
+
+/// The rule two pins break together, where it is one of the plan's own rules: `eval` names it
+/// for one plan, and `plan` said only that the pins "each admit valid plans but not together".
+fn pair_rule(training: &Training, pins: &Pins) -> Option<String> {
+    if let (Some(vpp), Some(1)) = (pins.vpp.filter(|v| *v > 1), pins.pp) {
+        return Some(format!(
+            "--vpp {vpp} with --pp 1: virtual pipeline stages interleave the chunks of a pipeline, and pp 1 has none; pin --pp 2 or more, or drop --vpp"
+        ));
+    }
+    if let (Some(true), Some(1)) = (pins.sequence_parallel, pins.tp) {
+        return Some(
+            "--sequence-parallel with --tp 1: sequence parallelism splits the tensor-parallel region's norms and dropouts over the TP group, and tp 1 has none; pin --tp 2 or more, or drop --sequence-parallel"
+                .to_string(),
+        );
+    }
+    let most = training.framework.max_zero_with_pp();
+    if let (Some(zero), Some(pp)) = (pins.zero.filter(|z| *z > most), pins.pp.filter(|p| *p > 1)) {
+        return Some(format!(
+            "--zero {zero} with --pp {pp}: --framework {} runs at most ZeRO-{most} with pipelines, so the search does not propose it (megatron-core and torchtitan shard everything with pipelines); pin --zero {most} or --pp 1, or price it as asked with `tpsim eval`",
+            training.framework.as_str()
+        ));
+    }
+    None
 }
 
 /// Why the search offers no `--cp` above 1 here when a setting of the training or the model rules
