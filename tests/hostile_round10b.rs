@@ -207,3 +207,87 @@ fn two_pins_that_break_a_rule_together_name_it() {
         assert_one_line_error(&r, words, &["not together"], &pins.join(" "));
     }
 }
+
+/// `plan --tp 8 --pp 2` on 8 GPUs said the pins "each admit valid plans but not together"; the
+/// rule they break is the GPU count, which is now named with the product.
+#[test]
+fn pinned_degrees_whose_product_misses_the_gpu_count_name_it() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+    ];
+    for (pins, words) in [
+        (
+            &["--tp", "8", "--pp", "2"][..],
+            &[
+                "--tp 8 x --pp 2 make 16 GPUs, which does not divide the 8 GPUs",
+                "tp x cp x pp x dp = GPUs",
+                "or change --nodes",
+            ][..],
+        ),
+        (
+            &["--tp", "2", "--cp", "1", "--pp", "2", "--dp", "1"][..],
+            &["make 4 GPUs, which is not the 8 GPUs"][..],
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(pins);
+        let r = run(&args);
+        assert_one_line_error(&r, words, &["not together"], &pins.join(" "));
+    }
+}
+
+/// A whole-number key written with a decimal point or an exponent (`layers: 4.5`, `layers: 4.0`,
+/// `tp: 2.0` in a plan file, `hidden: 1e20`) got serde's type error alone: no fix. The whole
+/// number to write is now named (or that the value is past the key's range).
+#[test]
+fn a_whole_number_key_with_a_decimal_point_names_the_number_to_write() {
+    let dir = scratch("round10b", "fractional");
+    let shape = "name: m\nlayers: 4\nhidden: 1024\nheads: 8\nffn_hidden: 4096\nvocab: 32000\nseq_len: 2048\n";
+    for (from, to, words) in [
+        (
+            "layers: 4",
+            "layers: 4.5",
+            &[
+                "layers: invalid type: floating point `4.5`",
+                "write layers: 4 or layers: 5",
+            ][..],
+        ),
+        (
+            "layers: 4",
+            "layers: 4.0",
+            &["without a decimal point or exponent (layers: 4)"][..],
+        ),
+        (
+            "layers: 4",
+            "layers: 0.5",
+            &["layers takes a whole number, 1 or more: write layers: 1"][..],
+        ),
+        (
+            "hidden: 1024",
+            "hidden: 1e20",
+            &["1e20 is past the largest whole number hidden takes"][..],
+        ),
+    ] {
+        std::fs::write(dir.join("m.yaml"), shape.replace(from, to)).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+            ],
+        );
+        assert_one_line_error(&r, words, &[], to);
+    }
+    std::fs::write(
+        dir.join("p.yaml"),
+        bundled_plan_with("  tp: 8", "  tp: 8.0"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(&r, &["(tp: 8)"], &[], "tp: 8.0");
+}

@@ -194,7 +194,7 @@ pub(super) fn explain(
             ));
         }
     }
-    if let Some(rule) = pair_rule(training, &options.pins) {
+    if let Some(rule) = pair_rule(cluster, training, &options.pins) {
         return Some(rule);
     }
     let flags: Vec<String> = given
@@ -209,7 +209,36 @@ pub(super) fn explain(
 
 /// The rule two pins break together, where it is one of the plan's own rules: `eval` names it
 /// for one plan, and `plan` said only that the pins "each admit valid plans but not together".
-fn pair_rule(training: &Training, pins: &Pins) -> Option<String> {
+fn pair_rule(cluster: &Cluster, training: &Training, pins: &Pins) -> Option<String> {
+    let gpus = u64::from(cluster.total_gpus());
+    let degrees: Vec<(&str, u32)> = [
+        ("--tp", pins.tp),
+        ("--cp", pins.cp),
+        ("--pp", pins.pp),
+        ("--dp", pins.dp),
+    ]
+    .into_iter()
+    .filter_map(|(flag, pin)| Some((flag, pin?)))
+    .collect();
+    let product: u64 = degrees.iter().map(|(_, d)| u64::from(*d)).product();
+    let all_four = degrees.len() == 4;
+    if degrees.len() > 1 && (!gpus.is_multiple_of(product) || (all_four && product != gpus)) {
+        let words: Vec<String> = degrees.iter().map(|(f, d)| format!("{f} {d}")).collect();
+        return Some(format!(
+            "{} make {product} GPUs, which {} the {gpus} GPUs of the cluster (rule: tp x cp x pp x dp = GPUs); pin degrees whose product {}, or change --nodes",
+            words.join(" x "),
+            if all_four {
+                "is not"
+            } else {
+                "does not divide"
+            },
+            if all_four {
+                "is the GPU count"
+            } else {
+                "divides the GPU count"
+            },
+        ));
+    }
     if let (Some(vpp), Some(1)) = (pins.vpp.filter(|v| *v > 1), pins.pp) {
         return Some(format!(
             "--vpp {vpp} with --pp 1: virtual pipeline stages interleave the chunks of a pipeline, and pp 1 has none; pin --pp 2 or more, or drop --vpp"
