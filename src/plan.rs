@@ -384,7 +384,7 @@ pub enum PlanError {
     )]
     TpCrossNode { tp: u32, gpus_per_node: u32 },
     #[error(
-        "--pp {pp} is larger than the model's {layers} layers; a stage needs at least one layer"
+        "--pp {pp} is larger than the model's {layers} layers; a stage needs at least one layer: give --pp {layers} or fewer (and more --dp for the GPUs it frees)"
     )]
     PpLayers { pp: u32, layers: u32 },
     #[error(

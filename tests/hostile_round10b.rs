@@ -291,3 +291,69 @@ fn a_whole_number_key_with_a_decimal_point_names_the_number_to_write() {
     let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
     assert_one_line_error(&r, &["(tp: 8)"], &[], "tp: 8.0");
 }
+
+/// `--kv-heads 3` over 32 heads and `--pp 64` over 32 layers named the value and the rule but no
+/// fix; each now names the value to give.
+#[test]
+fn kv_heads_and_pipeline_depth_errors_name_a_value_to_give() {
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--kv-heads",
+        "3",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--kv-heads 3 must divide --heads 32",
+            "give a divisor of 32, e.g. --kv-heads 2",
+        ],
+        &[],
+        "--kv-heads 3",
+    );
+    let dir = scratch("round10b", "kv-heads");
+    std::fs::write(
+        dir.join("m.yaml"),
+        "name: m\nlayers: 4\nhidden: 1024\nheads: 8\nkv_heads: 3\nffn_hidden: 4096\nvocab: 32000\nseq_len: 2048\n",
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &["kv_heads: 3", "e.g. kv_heads: 2"],
+        &["--kv-heads"],
+        "file",
+    );
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "64",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--pp 64 is larger than the model's 32 layers",
+            "give --pp 32 or fewer",
+        ],
+        &[],
+        "--pp 64",
+    );
+}
