@@ -356,6 +356,15 @@ pub enum ModelError {
         suggest: u32,
     },
     #[error(
+        "--num-experts {experts} is fewer than {whose} --moe-router-topk {topk}; a token is routed to at most every expert: give --moe-router-topk {experts} or less with it, or more experts"
+    )]
+    ExpertsBelowTopk {
+        experts: u32,
+        topk: u32,
+        /// Where the top-k came from: Megatron's default or the model's own.
+        whose: &'static str,
+    },
+    #[error(
         "--moe-first-k-dense-replace {first_dense} leaves no MoE layer among the {layers} layers (with --moe-layer-freq {freq}); use fewer dense layers, or drop --num-experts for a dense model"
     )]
     NoMoeLayer {

@@ -357,3 +357,59 @@ fn kv_heads_and_pipeline_depth_errors_name_a_value_to_give() {
         "--pp 64",
     );
 }
+
+/// `--num-experts 1` on a dense shape said "--moe-router-topk 2 is more than --num-experts 1",
+/// a flag the user never typed (Megatron's default top-k), and `--num-experts 4` over Qwen3's
+/// top-8 named the model's top-k as a flag too. The top-k is now said to be the default or the
+/// model's, with the fix.
+#[test]
+fn fewer_experts_than_a_top_k_not_given_names_where_it_came_from() {
+    let dense = [
+        "plan",
+        "--layers",
+        "8",
+        "--hidden",
+        "2048",
+        "--heads",
+        "16",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--num-experts",
+        "1",
+    ];
+    let r = run(&dense);
+    assert_one_line_error(
+        &r,
+        &[
+            "--num-experts 1 is fewer than Megatron's default --moe-router-topk 2",
+            "give --moe-router-topk 1 or less with it",
+        ],
+        &["--moe-router-topk 2 is more than"],
+        "--num-experts 1",
+    );
+    let mut with_topk = dense.to_vec();
+    with_topk.extend(["--moe-router-topk", "1", "--top", "1"]);
+    assert_eq!(run(&with_topk).code, 0);
+    let r = run(&[
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--num-experts",
+        "4",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "fewer than the model's --moe-router-topk 8",
+            "--moe-router-topk 4 or less",
+        ],
+        &[],
+        "--num-experts 4 over top-8",
+    );
+}
