@@ -186,7 +186,9 @@ impl Model {
         };
         if let (Some(moe), Some(experts), None) = (m.moe, o.num_experts, o.moe_router_topk)
             && moe.router_topk > experts
+            && experts > 0
         {
+            // (0 experts is refused as a count, below.)
             // The top-k the user did not give is named as such, not as a flag they typed.
             return Err(ModelError::ExpertsBelowTopk {
                 experts,
