@@ -1206,6 +1206,7 @@ impl Reader<'_> {
             ),
             // Only flags raise these; a config never does.
             ModelError::MoeFlagWithoutExperts { .. }
+            | ModelError::ExpertsBelowTopk { .. }
             | ModelError::MlaFlagWithoutKvLoraRank { .. }
             | ModelError::WindowFlagWithoutWindow => e.to_string(),
         };

@@ -319,7 +319,8 @@ pub enum ModelError {
         suggest: u32,
     },
     #[error(
-        "--kv-heads {kv_heads} must divide --heads {heads} (grouped-query attention shares each KV head among heads/kv_heads query heads)"
+        "--kv-heads {kv_heads} must divide --heads {heads} (grouped-query attention shares each KV head among heads/kv_heads query heads); give a divisor of {heads}, e.g. --kv-heads {}",
+        divisor_at_most(.heads, .kv_heads)
     )]
     KvHeadsNotDivisor { kv_heads: u32, heads: u32 },
     #[error(
@@ -355,6 +356,15 @@ pub enum ModelError {
         suggest: u32,
     },
     #[error(
+        "--num-experts {experts} is fewer than {whose} --moe-router-topk {topk}; a token is routed to at most every expert: give --moe-router-topk {experts} or less with it, or more experts"
+    )]
+    ExpertsBelowTopk {
+        experts: u32,
+        topk: u32,
+        /// Where the top-k came from: Megatron's default or the model's own.
+        whose: &'static str,
+    },
+    #[error(
         "--moe-first-k-dense-replace {first_dense} leaves no MoE layer among the {layers} layers (with --moe-layer-freq {freq}); use fewer dense layers, or drop --num-experts for a dense model"
     )]
     NoMoeLayer {
@@ -374,6 +384,15 @@ pub enum ModelError {
         "--window-attn-skip-freq is given without a sliding window; add --attention-window TOKENS (GPT-OSS: 128) or drop it"
     )]
     WindowFlagWithoutWindow,
+}
+
+/// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
+/// count to offer for one that does not divide the heads.
+fn divisor_at_most(n: &u32, most: &u32) -> u32 {
+    (1..=(*most).min(*n))
+        .rev()
+        .find(|d| n.is_multiple_of(*d))
+        .unwrap_or(1)
 }
 
 /// Upper bounds that catch typos (and keep the search's divisor loops short). The largest published

@@ -384,7 +384,7 @@ pub enum PlanError {
     )]
     TpCrossNode { tp: u32, gpus_per_node: u32 },
     #[error(
-        "--pp {pp} is larger than the model's {layers} layers; a stage needs at least one layer"
+        "--pp {pp} is larger than the model's {layers} layers; a stage needs at least one layer: give --pp {layers} or fewer (and more --dp for the GPUs it frees)"
     )]
     PpLayers { pp: u32, layers: u32 },
     #[error(
@@ -454,12 +454,16 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--cp {cp} does not split the {seq_len}-token sequence into 2 x cp equal chunks (Megatron-Core's causal load balancing gives each rank chunks i and 2cp-1-i); valid: {valid}"
+        "--cp {cp} does not split the {seq_len}-token sequence into 2 x cp equal chunks (Megatron-Core's causal load balancing gives each rank chunks i and 2cp-1-i); valid: {valid}; pin one of those, or give a --seq-len that is a multiple of {chunks} (e.g. --seq-len {longer})"
     )]
     CpSequence {
         cp: u32,
         seq_len: u32,
         valid: String,
+        /// 2·cp, the multiple the sequence must be.
+        chunks: u64,
+        /// The next sequence length that `cp` splits.
+        longer: u64,
     },
     #[error(
         "--cp {cp} with sliding-window attention: tpsim models context parallelism as Megatron-Core's point-to-point K/V ring, which Transformer Engine refuses for sliding windows (its all-gather variant is not modelled yet); use --cp 1, or --attention-window 0 for full attention"
@@ -516,6 +520,33 @@ pub enum PlanError {
         "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
     )]
     SpWithoutTp,
+}
+
+impl PlanError {
+    /// `cp` does not split a `seq_len`-token sequence into 2·cp equal chunks; `valid` lists the
+    /// degrees that do.
+    pub fn cp_sequence(cp: u32, seq_len: u32, valid: String) -> Self {
+        let chunks = 2 * u64::from(cp);
+        PlanError::CpSequence {
+            cp,
+            seq_len,
+            valid,
+            chunks,
+            longer: u64::from(seq_len).div_ceil(chunks) * chunks,
+        }
+    }
+}
+
+/// The context-parallel degrees, listed for a message, that split a `seq_len`-token sequence into
+/// 2·cp equal chunks on `gpus` GPUs. cp 1 always splits; an odd length has no larger such cp, and
+/// divisors of seq_len / 2 alone would list some.
+pub fn cp_degrees_splitting(seq_len: u32, gpus: u32) -> String {
+    let valid = divisors((seq_len / 2).max(1))
+        .into_iter()
+        .filter(|c| *c == 1 || seq_len.is_multiple_of(2 * c))
+        .filter(|c| gpus.is_multiple_of(*c))
+        .take_while(|c| *c <= 256);
+    list(valid)
 }
 
 pub fn divisors(n: u32) -> Vec<u32> {
@@ -805,18 +836,11 @@ fn check_context_experts_precision(
 ) -> Result<(), PlanError> {
     let gpus = cluster.total_gpus();
     if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
-        // cp 1 always splits; a larger cp must split the sequence into 2·cp equal chunks (an odd
-        // length has no such cp, and divisors of seq_len / 2 alone would list some).
-        let valid = divisors((training.seq_len / 2).max(1))
-            .into_iter()
-            .filter(|c| *c == 1 || training.seq_len.is_multiple_of(2 * c))
-            .filter(|c| gpus.is_multiple_of(*c))
-            .take_while(|c| *c <= 256);
-        return Err(PlanError::CpSequence {
-            cp: r.cp,
-            seq_len: training.seq_len,
-            valid: list(valid),
-        });
+        return Err(PlanError::cp_sequence(
+            r.cp,
+            training.seq_len,
+            cp_degrees_splitting(training.seq_len, gpus),
+        ));
     }
     if r.cp > 1 && training.attention == crate::training::AttentionKernel::Unfused {
         return Err(PlanError::CpWithUnfusedAttention { cp: r.cp });

@@ -202,7 +202,7 @@ pub fn enumerate(
                 if !training.global_batch.is_multiple_of(dp) {
                     continue;
                 }
-                for (ep, etp) in expert_degrees(model, tp, tp * cp * dp) {
+                for (ep, etp) in expert_degrees(model, tp, tp * cp * dp, options.pins.etp) {
                     push_pipeline_variants(
                         &mut requests,
                         model,
@@ -232,13 +232,22 @@ pub fn enumerate(
 
 /// Expert-parallel layouts worth trying for an MoE model on a stage of `stage_gpus` GPUs (tp·cp·dp):
 /// ep over the divisors of the experts that fold into the stage, and etp 1 (Megatron-Core's default,
-/// experts not split) or etp = tp (experts split like the dense MLP). Dense models: (1, 1).
-pub fn expert_degrees(model: &Model, tp: u32, stage_gpus: u32) -> Vec<(u32, u32)> {
+/// experts not split) or etp = tp (experts split like the dense MLP), and a pinned etp too (Megatron-Core
+/// runs any etp with ep x etp dividing the stage, as `tpsim eval` does). Dense models: (1, 1).
+pub fn expert_degrees(
+    model: &Model,
+    tp: u32,
+    stage_gpus: u32,
+    pinned_etp: Option<u32>,
+) -> Vec<(u32, u32)> {
     let Some(moe) = model.moe else {
         return vec![(1, 1)];
     };
     let mut out = Vec::new();
-    for etp in [1, tp] {
+    for etp in [1, tp].into_iter().chain(pinned_etp) {
+        if etp == 0 {
+            continue;
+        }
         if etp > 1 && !moe.ffn_hidden.is_multiple_of(etp) {
             continue;
         }

@@ -317,6 +317,11 @@ fn plain_words(message: &str) -> String {
     {
         return worded;
     }
+    // `layers: 4.5` or `layers: 4.0`: serde names the type only; the fix is the whole number.
+    if let Some(fix) = fractional_count(&out, expected_type) {
+        out.push_str(&fix);
+        return out;
+    }
     // `KEY: invalid type: string "80", expected a ... number`: say why, and the fix, when the fix
     // works (`"-5"` for a count, `"1e3"` for a whole number or `"300"` for 0 to 255 would only be
     // refused again unquoted, so those keep the type error alone).
@@ -403,6 +408,40 @@ fn negative_count(message: &str) -> Option<String> {
         format!("{key} must be a whole number, 0 or more (e.g. {key}: 0)")
     };
     Some(format!("{path}: -{digits} is negative; {rule}"))
+}
+
+/// The fix for a whole-number key given a number with a decimal point or an exponent
+/// (`layers: 4.5`, `layers: 4.0`, `hidden: 1e20`): the whole number to write, or the two nearest,
+/// or that it is past the key's range. None for any other message.
+fn fractional_count(message: &str, expected_type: Option<&str>) -> Option<String> {
+    let most = match expected_type? {
+        "u8" => f64::from(u8::MAX),
+        "u16" => f64::from(u16::MAX),
+        "u32" => f64::from(u32::MAX),
+        "u64" | "usize" => u64::MAX as f64,
+        _ => return None,
+    };
+    let (path, rest) = message.split_once(": invalid type: floating point `")?;
+    let value: f64 = rest.split_once('`')?.0.parse().ok()?;
+    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    if !value.is_finite() || value < 0.0 {
+        return None;
+    }
+    Some(if value > most {
+        format!("; {value:e} is past the largest whole number {key} takes: check the value")
+    } else if value.fract() == 0.0 {
+        format!(
+            "; {key} takes a whole number: write it without a decimal point or exponent ({key}: {value:.0})"
+        )
+    } else if value < 1.0 && POSITIVE_KEYS.contains(&key) {
+        format!("; {key} takes a whole number, 1 or more: write {key}: 1")
+    } else {
+        format!(
+            "; {key} takes a whole number: write {key}: {:.0} or {key}: {:.0}",
+            value.floor(),
+            value.ceil()
+        )
+    })
 }
 
 /// Whether `text` is written as a number (`1e400`, `-1e400`) too large for any number type:

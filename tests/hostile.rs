@@ -1125,7 +1125,7 @@ fn plan_names_the_pin_that_rules_out_every_plan() {
     ]);
     assert_eq!(together.code, 2, "{}", together.stderr);
     assert!(
-        together.stderr.contains("--pp 2 --zero 3"),
+        together.stderr.contains("--zero 3 with --pp 2"),
         "{}",
         together.stderr
     );

@@ -94,7 +94,7 @@ pub(super) fn explain(
         );
         if alone.ranked.is_empty() {
             if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
-                && let Some(reason) = cp_pin_reason(cp, model, training)
+                && let Some(reason) = cp_pin_reason(cp, model, cluster, training)
             {
                 return Some(reason);
             }
@@ -194,6 +194,9 @@ pub(super) fn explain(
             ));
         }
     }
+    if let Some(rule) = pair_rule(cluster, training, &options.pins) {
+        return Some(rule);
+    }
     let flags: Vec<String> = given
         .iter()
         .map(|p| format!("{} {}", p.flag, p.value))
@@ -204,11 +207,64 @@ pub(super) fn explain(
     ))
 }
 
+/// The rule two pins break together, where it is one of the plan's own rules: `eval` names it
+/// for one plan, and `plan` said only that the pins "each admit valid plans but not together".
+fn pair_rule(cluster: &Cluster, training: &Training, pins: &Pins) -> Option<String> {
+    let gpus = u64::from(cluster.total_gpus());
+    let degrees: Vec<(&str, u32)> = [
+        ("--tp", pins.tp),
+        ("--cp", pins.cp),
+        ("--pp", pins.pp),
+        ("--dp", pins.dp),
+    ]
+    .into_iter()
+    .filter_map(|(flag, pin)| Some((flag, pin?)))
+    .collect();
+    let product: u64 = degrees.iter().map(|(_, d)| u64::from(*d)).product();
+    let all_four = degrees.len() == 4;
+    if degrees.len() > 1 && (!gpus.is_multiple_of(product) || (all_four && product != gpus)) {
+        let words: Vec<String> = degrees.iter().map(|(f, d)| format!("{f} {d}")).collect();
+        return Some(format!(
+            "{} make {product} GPUs, which {} the {gpus} GPUs of the cluster (rule: tp x cp x pp x dp = GPUs); pin degrees whose product {}, or change --nodes",
+            words.join(" x "),
+            if all_four {
+                "is not"
+            } else {
+                "does not divide"
+            },
+            if all_four {
+                "is the GPU count"
+            } else {
+                "divides the GPU count"
+            },
+        ));
+    }
+    if let (Some(vpp), Some(1)) = (pins.vpp.filter(|v| *v > 1), pins.pp) {
+        return Some(format!(
+            "--vpp {vpp} with --pp 1: virtual pipeline stages interleave the chunks of a pipeline, and pp 1 has none; pin --pp 2 or more, or drop --vpp"
+        ));
+    }
+    if let (Some(true), Some(1)) = (pins.sequence_parallel, pins.tp) {
+        return Some(
+            "--sequence-parallel with --tp 1: sequence parallelism splits the tensor-parallel region's norms and dropouts over the TP group, and tp 1 has none; pin --tp 2 or more, or drop --sequence-parallel"
+                .to_string(),
+        );
+    }
+    let most = training.framework.max_zero_with_pp();
+    if let (Some(zero), Some(pp)) = (pins.zero.filter(|z| *z > most), pins.pp.filter(|p| *p > 1)) {
+        return Some(format!(
+            "--zero {zero} with --pp {pp}: --framework {} runs at most ZeRO-{most} with pipelines, so the search does not propose it (megatron-core and torchtitan shard everything with pipelines); pin --zero {most} or --pp 1, or price it as asked with `tpsim eval`",
+            training.framework.as_str()
+        ));
+    }
+    None
+}
+
 /// Why the search offers no `--cp` above 1 here when a setting of the training or the model rules
 /// it out (the search skips those degrees, `planner::enumerate`), in the words `eval` uses for the
 /// same plan; `None` when the cluster or the sequence split is the cause (the caller lists the
 /// degrees the search does offer).
-fn cp_pin_reason(cp: u32, model: &Model, training: &Training) -> Option<String> {
+fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training) -> Option<String> {
     use crate::plan::PlanError;
     use crate::planner::MIN_TOKENS_PER_CP_RANK;
     if cp <= 1 {
@@ -229,8 +285,18 @@ fn cp_pin_reason(cp: u32, model: &Model, training: &Training) -> Option<String> 
     {
         return Some(PlanError::CpWithWindow { cp }.to_string());
     }
+    if !training.seq_len.is_multiple_of(2 * cp) {
+        return Some(
+            PlanError::cp_sequence(
+                cp,
+                training.seq_len,
+                crate::plan::cp_degrees_splitting(training.seq_len, cluster.total_gpus()),
+            )
+            .to_string(),
+        );
+    }
     let per_rank = training.seq_len / cp;
-    if training.seq_len.is_multiple_of(2 * cp) && per_rank < MIN_TOKENS_PER_CP_RANK {
+    if per_rank < MIN_TOKENS_PER_CP_RANK {
         return Some(format!(
             "--cp {cp} leaves {per_rank} tokens of the {}-token sequence per context-parallel rank, and the search keeps at least {MIN_TOKENS_PER_CP_RANK} (below that the K/V ring outweighs the shrunken GEMMs); give --seq-len {} or more, drop --cp (the search offers {}), or evaluate --cp {cp} with `tpsim eval`",
             training.seq_len,

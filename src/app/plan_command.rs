@@ -516,13 +516,13 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
                 (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB,
-                if options.allow_uneven_pp {
-                    String::new()
-                } else {
+                if uneven_pp_comes_closer(&scenario, options, closest.memory.total_bytes.0) {
                     format!(
                         ", or add --allow-uneven-pp (deeper pipelines than the {} layers split evenly)",
                         scenario.model.layers
                     )
+                } else {
+                    String::new()
                 }
             ),
             None => unreachable!("an empty search returned an error above"),
@@ -539,6 +539,39 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// Whether `--allow-uneven-pp`, not given, would let a plan fit or miss by less than the closest
+/// miss's `need_bytes`: only then is it a fix to offer. With 8 GPUs and 32 layers every pipeline
+/// depth the GPUs allow already splits the layers evenly, and the flag adds no plan.
+fn uneven_pp_comes_closer(
+    scenario: &super::scenario::Scenario,
+    options: SearchOptions,
+    need_bytes: f64,
+) -> bool {
+    let (model, cluster) = (&scenario.model, &scenario.cluster);
+    let gpus = cluster.total_gpus();
+    let adds_depth = (2..=model.layers.min(gpus)).any(|pp| {
+        gpus.is_multiple_of(pp)
+            && !model.layers.is_multiple_of(pp)
+            && options.pins.pp.is_none_or(|pin| pin == pp)
+    });
+    if options.allow_uneven_pp || !adds_depth {
+        return false;
+    }
+    let widened = search(
+        model,
+        cluster,
+        &scenario.training,
+        SearchOptions {
+            allow_uneven_pp: true,
+            ..options
+        },
+    );
+    !widened.feasible().is_empty()
+        || widened
+            .closest_miss()
+            .is_some_and(|e| e.memory.total_bytes.0 < need_bytes)
 }
 
 /// The terminal's width when stdout is one (comfy-table asks the terminal), so the plan table can

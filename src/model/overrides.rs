@@ -158,6 +158,7 @@ impl Model {
             ("--moe-router-num-groups", o.moe_router_groups),
             ("--moe-router-group-topk", o.moe_router_group_topk),
         ];
+        let had_experts = m.moe.is_some();
         m.moe = match (m.moe, o.num_experts) {
             (Some(moe), experts) => Some(Moe {
                 experts: experts.unwrap_or(moe.experts),
@@ -183,6 +184,22 @@ impl Model {
                 None
             }
         };
+        if let (Some(moe), Some(experts), None) = (m.moe, o.num_experts, o.moe_router_topk)
+            && moe.router_topk > experts
+            && experts > 0
+        {
+            // (0 experts is refused as a count, below.)
+            // The top-k the user did not give is named as such, not as a flag they typed.
+            return Err(ModelError::ExpertsBelowTopk {
+                experts,
+                topk: moe.router_topk,
+                whose: if had_experts {
+                    "the model's"
+                } else {
+                    "Megatron's default"
+                },
+            });
+        }
         if let Some(moe) = m.moe.as_mut() {
             moe.router_topk = o.moe_router_topk.unwrap_or(moe.router_topk);
             moe.ffn_hidden = o.moe_ffn_hidden.unwrap_or(moe.ffn_hidden);
