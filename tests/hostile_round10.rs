@@ -1,0 +1,152 @@
+//! Hostile input, round 10: round 9's leftovers (a `--gpus-per-node` equal to the GPU's default
+//! blamed for a plan file's cluster size; Hugging Face config numbers quoted as serde renders
+//! them, not as written; a plan file's `+8` named by its bare key), and what an audit of
+//! `report`, `sweep`, `compare`, `calibrate`, `--emit`, `--megatron-args` and `accuracy` found.
+//! Every error case checks exit 2, one line (so no panic or backtrace) and the words that name
+//! the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// A plan file without `gpus_per_node:` runs on its GPU's node size (8 on an H100), so
+/// `--gpus-per-node 8` sets nothing over it; the mismatch message still said "(set by
+/// --nodes ... and --gpus-per-node)" and offered dropping `--gpus-per-node`, which changes
+/// nothing.
+#[test]
+fn a_gpus_per_node_flag_equal_to_the_gpu_default_is_not_named_as_an_override() {
+    let dir = scratch("round10", "gpn-default");
+    let plan = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    let plan: String = plan
+        .lines()
+        .filter(|l| !l.starts_with("gpus_per_node:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("p.yaml"), plan).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--plan",
+            "p.yaml",
+            "--gpus-per-node",
+            "8",
+            "--nodes",
+            "16",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "but the cluster has 128 (set by --nodes over the file's nodes: 32)",
+            "or drop --nodes to plan on the file's cluster",
+        ],
+        &["--gpus-per-node"],
+        "--gpus-per-node 8 on an H100 plan",
+    );
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", "p.yaml", "--gpus-per-node", "8", "--tp", "4"],
+    );
+    assert_one_line_error(
+        &r,
+        &["but the cluster has 256; choose degrees whose product is 256"],
+        &["--gpus-per-node", "drop"],
+        "--gpus-per-node 8 and --tp 4",
+    );
+    // A node size that differs from the GPU's is still named, with the fix of dropping it.
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml", "--gpus-per-node", "4"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "(set by --gpus-per-node)",
+            "or drop --gpus-per-node to plan on the file's cluster",
+        ],
+        &[],
+        "--gpus-per-node 4",
+    );
+}
+
+/// A Hugging Face config's number was quoted as serde renders it (`"sliding_window": 1e30` as
+/// `1e+30`, `1E3` as `1000.0`, `-1.50` as `-1.5`); the message now quotes the config's text.
+#[test]
+fn an_hf_config_number_is_quoted_as_written() {
+    let dir = scratch("round10", "hf-written");
+    for (entry, shown, rule) in [
+        (
+            "\"sliding_window\": 1e30",
+            "key \"sliding_window\" is 1e30,",
+            "not a positive integer",
+        ),
+        (
+            "\"sliding_window\":1E3",
+            "key \"sliding_window\" is 1E3,",
+            "not a positive integer",
+        ),
+        (
+            "\"sliding_window\" : -1.50",
+            "key \"sliding_window\" is -1.50,",
+            "not a positive integer",
+        ),
+        (
+            "\"num_key_value_heads\": 8.0E0",
+            "key \"num_key_value_heads\" is 8.0E0,",
+            "not a positive integer",
+        ),
+        (
+            "\"sliding_window\": 5000000000",
+            "key \"sliding_window\" is 5000000000,",
+            "too large",
+        ),
+    ] {
+        let config = format!("{{\"model_type\": \"mistral\", {HF_SHAPE}, {entry}}}");
+        let r = eval_hf(&dir, "c.json", &config);
+        assert_one_line_error(&r, &[shown, rule, "c.json"], &["e+30", "1000.0"], entry);
+    }
+    let r = eval_hf(&dir, "c.json", "{\"model_type\": 1e30}");
+    assert_one_line_error(
+        &r,
+        &["\"model_type\": 1e30 must be a string"],
+        &["1e+30"],
+        "model_type 1e30",
+    );
+}
+
+/// A plan file's `tp: +8`, `tp: -0` or `tp: 0x8` was named by the bare key (`tp: +8 has a plus
+/// sign`) where the parser's other messages name the path (`plan.tp: invalid type ...`); the
+/// message now gives the path the user would search for, and the line to write.
+#[test]
+fn an_odd_whole_number_in_a_file_is_named_by_its_path() {
+    let dir = scratch("round10", "odd-path");
+    for (from, to, words) in [
+        (
+            "  tp: 8",
+            "  tp: +8",
+            &[":37:7: plan.tp: +8 has a plus sign", "write tp: 8"][..],
+        ),
+        (
+            "  tp: 8",
+            "  tp: -0",
+            &["plan.tp: -0 has a minus sign", "write tp: 0"][..],
+        ),
+        (
+            "  tp: 8",
+            "  tp: 0x8",
+            &["plan.tp: 0x8 is written in hexadecimal", "write tp: 8"][..],
+        ),
+        (
+            "  layers: 112",
+            "  layers: 0x70",
+            &["model.layers: 0x70 is written in hexadecimal", "write layers: 112"][..],
+        ),
+        (
+            "nodes: 32",
+            "nodes: +32",
+            &[":21:8: nodes: +32 has a plus sign", "write nodes: 32"][..],
+        ),
+    ] {
+        std::fs::write(dir.join("p.yaml"), bundled_plan_with(from, to)).unwrap();
+        let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+        assert_one_line_error(&r, words, &[": tp: +8"], to);
+    }
+}
