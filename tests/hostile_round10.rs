@@ -150,3 +150,52 @@ fn an_odd_whole_number_in_a_file_is_named_by_its_path() {
         assert_one_line_error(&r, words, &[": tp: +8"], to);
     }
 }
+
+/// `--params 7B --seq-len 10000000` said "no GPT-style shape of 7B parameters ... (below ~1B
+/// parameters the steps are too coarse)": the count is fine, the sequence is what leaves no
+/// shape (the derived shape's learned position table outweighs 7B). The message now names the
+/// sequence and offers a shorter one; `sweep --axis params` no longer offers 1B in place of 7B.
+#[test]
+fn a_sequence_too_long_for_a_derived_shape_is_named() {
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--seq-len",
+        "10000000",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--params 7B",
+            "fits a sequence of 10000000 tokens",
+            "one position embedding per token",
+            "give a shorter --seq-len (e.g. 2048)",
+        ],
+        &["below ~1B", "too coarse"],
+        "--seq-len 10000000",
+    );
+    let r = run(&[
+        "sweep",
+        "--seq-len",
+        "10000000",
+        "--nodes",
+        "1",
+        "--axis",
+        "params",
+        "--values",
+        "7B",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--values 7B",
+            "fits a sequence of 10000000 tokens",
+            "give a shorter --seq-len",
+        ],
+        &["1B in place of 7B", "too coarse"],
+        "sweep --axis params at 10M tokens",
+    );
+}

@@ -184,6 +184,9 @@ fn count_of(text: &str, flag: &'static str) -> Result<f64> {
 pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -> Result<()> {
     let params = count_of(value, "--values")?;
     derive_shape(params, seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN)).map_err(|err| {
+        if err.too_long_seq_len.is_some() {
+            return anyhow!("--values {value}: {}", err.rule());
+        }
         // `7` meant as 7B: offer the same digits with the unit when that size has a shape.
         let with_unit = format!("{value}B");
         let example = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
