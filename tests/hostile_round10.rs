@@ -199,3 +199,45 @@ fn a_sequence_too_long_for_a_derived_shape_is_named() {
         "sweep --axis params at 10M tokens",
     );
 }
+
+/// A hand-made published-runs file whose run names a GPU without an A100 profile (or is not a
+/// full plan) lost that run without a word: the table and summary counted the other runs only.
+/// Each skipped run is now named on stderr with why, and a file of skipped runs only says why.
+#[test]
+fn accuracy_names_every_run_it_skips() {
+    let dir = scratch("round10", "accuracy-skips");
+    let bundled = std::fs::read_to_string(format!("{ROOT}/validation/published_runs.yaml")).unwrap();
+    let first = bundled.find("\n- id:").unwrap() + 1;
+    let second = first + 1 + bundled[first + 1..].find("\n- id:").unwrap() + 1;
+    let third = second + 1 + bundled[second + 1..].find("\n- id:").unwrap() + 1;
+    let run_a = &bundled[first..second];
+    let run_b = &bundled[second..third];
+    assert!(run_a.contains("gpu: NVIDIA A100 (DGX A100, Selene)"));
+    let odd_gpu = run_a.replacen(
+        "gpu: NVIDIA A100 (DGX A100, Selene)",
+        "gpu: NVIDIA Z9000",
+        1,
+    );
+    std::fs::write(dir.join("runs.yaml"), format!("{odd_gpu}{run_b}")).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("1 runs:"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("skipped run megatron-sc21-t1-1.7b: hardware.gpu \"NVIDIA Z9000\"")
+            && r.stderr.contains("validation/modern_runs.yaml"),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(dir.join("one.yaml"), &odd_gpu).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "one.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "one.yaml: no runs tpsim can evaluate: run megatron-sc21-t1-1.7b",
+            "\"NVIDIA Z9000\"",
+            "an A100",
+        ],
+        &["panicked"],
+        "a run on an unknown GPU",
+    );
+}
