@@ -291,10 +291,16 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
     Ok(())
 }
 
-/// Evaluates every full-plan run in the YAML text; a run that is not a full plan, is on hardware
-/// without a profile or has no published step time is skipped, and said so in the second list
-/// (`run ID: why`), so no run of the user's file is dropped without a word.
-pub fn accuracy(
+/// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped
+/// ([`accuracy_with_skips`] says which and why).
+pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
+    accuracy_with_skips(runs_yaml, origin).map(|(rows, _)| rows)
+}
+
+/// [`accuracy`], with the runs it skipped: a run that is not a full plan, is on hardware without
+/// a profile or has no published step time is said in the second list (`run ID: why`), so no run
+/// of the user's file is dropped without a word.
+pub fn accuracy_with_skips(
     runs_yaml: &str,
     origin: &str,
 ) -> Result<(Vec<AccuracyRow>, Vec<String>), AccuracyError> {

@@ -29,7 +29,7 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
         }
         return modern_accuracy(&text, &origin, args.format);
     }
-    let (rows, skipped) = validation::accuracy(&text, &origin)?;
+    let (rows, skipped) = validation::accuracy_with_skips(&text, &origin)?;
     // A run given twice would count twice in the summary. The file parsed above, so its runs
     // each have an id.
     if let Ok(runs) = yaml_serde::from_str::<Vec<RunId>>(&text) {
