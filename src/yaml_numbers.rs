@@ -273,10 +273,7 @@ mod tests {
             path("plan:\n  tp: 8\n# c\n\nnodes: -0\n").as_deref(),
             Some("nodes")
         );
-        assert_eq!(
-            path("plan: {pp: 1, tp: 0x8}\n").as_deref(),
-            Some("plan.tp")
-        );
+        assert_eq!(path("plan: {pp: 1, tp: 0x8}\n").as_deref(), Some("plan.tp"));
         assert_eq!(path("runs:\n  - name: a\n    gpus: +8\n"), None);
         assert_eq!(path("l: [1, +2]\n"), None);
     }

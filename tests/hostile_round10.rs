@@ -46,7 +46,15 @@ fn a_gpus_per_node_flag_equal_to_the_gpu_default_is_not_named_as_an_override() {
     );
     let r = run_in(
         &dir,
-        &["eval", "--plan", "p.yaml", "--gpus-per-node", "8", "--tp", "4"],
+        &[
+            "eval",
+            "--plan",
+            "p.yaml",
+            "--gpus-per-node",
+            "8",
+            "--tp",
+            "4",
+        ],
     );
     assert_one_line_error(
         &r,
@@ -137,7 +145,10 @@ fn an_odd_whole_number_in_a_file_is_named_by_its_path() {
         (
             "  layers: 112",
             "  layers: 0x70",
-            &["model.layers: 0x70 is written in hexadecimal", "write layers: 112"][..],
+            &[
+                "model.layers: 0x70 is written in hexadecimal",
+                "write layers: 112",
+            ][..],
         ),
         (
             "nodes: 32",
@@ -206,7 +217,8 @@ fn a_sequence_too_long_for_a_derived_shape_is_named() {
 #[test]
 fn accuracy_names_every_run_it_skips() {
     let dir = scratch("round10", "accuracy-skips");
-    let bundled = std::fs::read_to_string(format!("{ROOT}/validation/published_runs.yaml")).unwrap();
+    let bundled =
+        std::fs::read_to_string(format!("{ROOT}/validation/published_runs.yaml")).unwrap();
     let first = bundled.find("\n- id:").unwrap() + 1;
     let second = first + 1 + bundled[first + 1..].find("\n- id:").unwrap() + 1;
     let third = second + 1 + bundled[second + 1..].find("\n- id:").unwrap() + 1;
@@ -223,7 +235,8 @@ fn accuracy_names_every_run_it_skips() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("1 runs:"), "{}", r.stdout);
     assert!(
-        r.stderr.contains("skipped run megatron-sc21-t1-1.7b: hardware.gpu \"NVIDIA Z9000\"")
+        r.stderr
+            .contains("skipped run megatron-sc21-t1-1.7b: hardware.gpu \"NVIDIA Z9000\"")
             && r.stderr.contains("validation/modern_runs.yaml"),
         "{}",
         r.stderr
