@@ -319,7 +319,10 @@ pub fn parse_with_note(
         .unwrap_or("");
     // A model_type that is there but not a string is an error, not a missing key.
     if let Some(other) = obj.get("model_type").filter(|v| !v.is_string()) {
-        let shown: String = other.to_string().chars().take(80).collect();
+        let shown: String = written(text, "model_type", other)
+            .chars()
+            .take(80)
+            .collect();
         return Err(HfConfigError::Unsupported {
             path: path.to_string(),
             message: format!(
@@ -348,6 +351,7 @@ pub fn parse_with_note(
     let family = family_of(&model_type).ok_or_else(unknown)?;
     let reader = Reader {
         obj,
+        text,
         path,
         family: family_name(family),
     };
@@ -483,8 +487,35 @@ fn family_name(family: Family) -> &'static str {
     }
 }
 
+/// The number under the key `key` as the config's text writes it (`1e30`, `1E3`), so a message
+/// quotes what the user wrote rather than serde's rendering of it (`1e+30`, `1000.0`); anything
+/// else, or a number not found as written, is rendered by serde.
+fn written(text: &str, key: &str, v: &Value) -> String {
+    if v.is_number() {
+        let quoted = format!("\"{key}\"");
+        let mut rest = text;
+        while let Some(at) = rest.find(&quoted) {
+            rest = &rest[at + quoted.len()..];
+            let Some(value) = rest.trim_start().strip_prefix(':') else {
+                continue;
+            };
+            let value = value.trim_start();
+            let end = value
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+                .unwrap_or(value.len());
+            let token = &value[..end];
+            if serde_json::from_str::<Value>(token).ok().as_ref() == Some(v) {
+                return token.to_string();
+            }
+        }
+    }
+    v.to_string()
+}
+
 struct Reader<'a> {
     obj: &'a Map<String, Value>,
+    /// The config as written, for quoting its numbers ([`written`]).
+    text: &'a str,
     path: &'a str,
     family: &'static str,
 }
@@ -494,7 +525,7 @@ impl Reader<'_> {
         HfConfigError::BadValue {
             path: self.path.to_string(),
             key,
-            found: v.to_string(),
+            found: written(self.text, key, v),
             rule,
         }
     }
@@ -513,7 +544,8 @@ impl Reader<'_> {
     /// A count past what tpsim reads (u32), named as too large rather than as not a count.
     fn too_large(&self, key: &'static str, v: &Value) -> HfConfigError {
         self.unsupported(format!(
-            "key \"{key}\" is {v}, which is too large: tpsim reads counts up to {} (and no model trained comes near that); check the config",
+            "key \"{key}\" is {}, which is too large: tpsim reads counts up to {} (and no model trained comes near that); check the config",
+            written(self.text, key, v),
             u32::MAX
         ))
     }
@@ -724,7 +756,8 @@ impl Reader<'_> {
                     _ if given.is_some() => None,
                     _ => {
                         return Err(self.unsupported(format!(
-                            "key \"{KEY}\" is {v}, which is not a positive integer; pass --seq-len (e.g. --seq-len 4096) or correct it in the config"
+                            "key \"{KEY}\" is {}, which is not a positive integer; pass --seq-len (e.g. --seq-len 4096) or correct it in the config",
+                            written(self.text, KEY, v)
                         )));
                     }
                 },

@@ -27,15 +27,27 @@ pub fn target_aspect_ratio() -> f64 {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}; give the shape instead (--layers --hidden --heads)", self.rule())]
+#[error("{}; {}give the shape instead (--layers --hidden --heads)", self.rule(), if self.too_long_seq_len.is_some() { "or " } else { "" })]
 pub struct ShapeError {
     pub requested: f64,
+    /// The sequence length when it is what leaves no shape: the derived shape learns one position
+    /// embedding per token, and at this length that table outweighs the count (a shape exists
+    /// at the default 2048 tokens).
+    pub too_long_seq_len: Option<u32>,
 }
 
 impl ShapeError {
     /// What has no shape, and why, without the fix (which depends on where the count came from:
     /// `--params` takes shape flags instead, `sweep --axis params` only a larger size).
     pub fn rule(&self) -> String {
+        if let Some(seq_len) = self.too_long_seq_len {
+            let table = gpt_shape(1, HIDDEN_MULTIPLE, seq_len).position_embedding_params();
+            return format!(
+                "no GPT-style shape of {} parameters fits a sequence of {seq_len} tokens: the derived shape learns one position embedding per token, and that table alone holds {} parameters at the smallest hidden size ({HIDDEN_MULTIPLE}); give a shorter --seq-len (e.g. 2048)",
+                quoted_count(self.requested),
+                quoted_count(table)
+            );
+        }
         format!(
             "no GPT-style shape of {} parameters with hidden a multiple of 1024 and head dimension 128 lands within 2% of it (below ~1B parameters the steps are too coarse)",
             quoted_count(self.requested)
@@ -130,7 +142,10 @@ pub fn derive_shape(params: f64, seq_len: u32) -> Result<Model, ShapeError> {
             }
         }
     }
-    let (_, _, mut model) = best.ok_or(ShapeError { requested: params })?;
+    let (_, _, mut model) = best.ok_or_else(|| ShapeError {
+        requested: params,
+        too_long_seq_len: (seq_len > 2048 && derive_shape(params, 2048).is_ok()).then_some(seq_len),
+    })?;
     model.name = format!(
         "derived-{}",
         crate::units::format_count(params).to_lowercase()

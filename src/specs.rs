@@ -479,7 +479,7 @@ pub fn check_number_spellings(origin: &str, text: &str) -> Result<(), SpecError>
             origin: quote(origin),
             line: odd.line,
             column: odd.column,
-            message: match odd.key {
+            message: match odd.path.or(odd.key) {
                 Some(key) => format!("{}: {} {}", escape(&key), escape(&odd.text), odd.rule),
                 None => format!("{} {}", escape(&odd.text), odd.rule),
             },

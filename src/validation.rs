@@ -291,8 +291,19 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
     Ok(())
 }
 
-/// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped.
+/// Evaluates every full-plan run in the YAML text; runs on hardware without a profile are skipped
+/// ([`accuracy_with_skips`] says which and why).
 pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, AccuracyError> {
+    accuracy_with_skips(runs_yaml, origin).map(|(rows, _)| rows)
+}
+
+/// [`accuracy`], with the runs it skipped: a run that is not a full plan, is on hardware without
+/// a profile or has no published step time is said in the second list (`run ID: why`), so no run
+/// of the user's file is dropped without a word.
+pub fn accuracy_with_skips(
+    runs_yaml: &str,
+    origin: &str,
+) -> Result<(Vec<AccuracyRow>, Vec<String>), AccuracyError> {
     crate::input_file::check_depth(origin, runs_yaml).map_err(SpecError::from)?;
     specs::check_number_spellings(origin, runs_yaml)?;
     let runs: Vec<PublishedRun> = yaml_serde::from_str(runs_yaml).map_err(|err| {
@@ -308,11 +319,23 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
         AccuracyError::Spec(specs::yaml_error(origin, runs_yaml, &err))
     })?;
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     for run in runs {
+        let id = crate::input_file::quote(&run.id);
         if run.completeness.as_deref() != Some("full_plan") {
+            skipped.push(format!(
+                "run {id}: completeness: {} is not full_plan, so the plan is not known in full (write completeness: full_plan once every degree is given)",
+                run.completeness
+                    .as_deref()
+                    .map_or("(none)".to_string(), crate::input_file::quote)
+            ));
             continue;
         }
         let Some(profile) = gpu_profile_for(&run.hardware.gpu) else {
+            skipped.push(format!(
+                "run {id}: hardware.gpu {:?} is no GPU this file's runs are evaluated on (an A100: a name with A100 or Jean Zay in it); for other GPUs give a current-stack runs file such as validation/modern_runs.yaml",
+                run.hardware.gpu
+            ));
             continue;
         };
         let published = run.results.iteration_time_s.or(run
@@ -320,6 +343,9 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             .as_ref()
             .and_then(|d| d.iteration_time_s_from_eq3));
         let Some(published_step_s) = published else {
+            skipped.push(format!(
+                "run {id}: no published step time (results.iteration_time_s or derived.iteration_time_s_from_eq3); add one"
+            ));
             continue;
         };
         let fail = |message: String| AccuracyError::Run {
@@ -424,7 +450,7 @@ pub fn accuracy(runs_yaml: &str, origin: &str) -> Result<Vec<AccuracyRow>, Accur
             estimate,
         });
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }
 
 /// One measured vTrain run (`validation/vtrain_ground_truth.json`), the subset of fields we use.

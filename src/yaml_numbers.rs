@@ -18,6 +18,9 @@ pub struct OddNumber {
     pub column: usize,
     /// The key the value is given for on its line (`tp`), when there is one.
     pub key: Option<String>,
+    /// The key's path from the top of the file (`plan.tp`), as the parser's messages name it;
+    /// None where a list is on the way (or the key is inside nested flow collections).
+    pub path: Option<String>,
     /// The value as written.
     pub text: String,
     /// Why it is refused and what to write instead (without the key and value in front).
@@ -32,6 +35,9 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
     let mut quoted = QuotedScalar::default();
     // Inside a block scalar: the indentation of the line that opened it.
     let mut block_parent: Option<usize> = None;
+    // The block keys (column, key) that the line at hand may be nested under; None for a list
+    // item (`- `).
+    let mut parents: Vec<(usize, Option<String>)> = Vec::new();
     for (index, line) in normalized.split(['\n', '\r']).enumerate() {
         let indent = line.len() - line.trim_start_matches(' ').len();
         if let Some(parent) = block_parent {
@@ -40,8 +46,14 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
             }
             block_parent = None;
         }
+        let starts_in_block = quote.is_none() && flow_depth == 0;
+        if starts_in_block && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            parents.retain(|&(column, _)| column < indent);
+        }
         let mut segment_start: Option<usize> = None;
         let mut key: Option<String> = None;
+        // The block key of this line (its column and text), before any flow collection.
+        let mut block_key: Option<(usize, String)> = None;
         let mut end = line.len();
         let chars: Vec<(usize, char)> = line.char_indices().collect();
         for (i, &(at, c)) in chars.iter().enumerate() {
@@ -63,9 +75,15 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
                     || (flow_depth > 0 && matches!(next, Some(',' | ']' | '}'))) =>
                 {
                     key = segment_start.map(|s| line[s..at].trim().to_string());
+                    if flow_depth == 0 {
+                        block_key = segment_start.zip(key.clone());
+                    }
                     segment_start = None;
                 }
                 '-' | '?' if starts_segment && next.is_none_or(char::is_whitespace) => {
+                    if flow_depth == 0 {
+                        parents.push((at, None));
+                    }
                     segment_start = None;
                 }
                 '[' | '{' if starts_segment => {
@@ -75,7 +93,10 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
                 }
                 ',' | ']' | '}' if flow_depth > 0 => {
                     if let Some(found) = check_value(line, index, segment_start, at, &key) {
-                        return Some(found);
+                        let path = (flow_depth == 1)
+                            .then(|| key_path(&parents, block_key.as_ref(), key.as_deref()))
+                            .flatten();
+                        return Some(OddNumber { path, ..found });
                     }
                     if c != ',' {
                         flow_depth -= 1;
@@ -104,10 +125,36 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
             }
         }
         if let Some(found) = check_value(line, index, segment_start, end, &key) {
-            return Some(found);
+            let path = match flow_depth {
+                0 => key_path(&parents, None, key.as_deref()),
+                _ => None,
+            };
+            return Some(OddNumber { path, ..found });
+        }
+        // `plan:` with nothing after it: the lines below, indented deeper, are its keys.
+        if let (0, None, Some((column, key))) = (flow_depth, segment_start, block_key) {
+            parents.push((column, Some(key)));
         }
     }
     None
+}
+
+/// `plan.tp` for the key `tp` under the block keys `parents` (and `flow_key`, the key of the flow
+/// collection it is in); None where a list is on the way or there is no key.
+fn key_path(
+    parents: &[(usize, Option<String>)],
+    flow_key: Option<&(usize, String)>,
+    key: Option<&str>,
+) -> Option<String> {
+    let mut path = Vec::new();
+    for (_, parent) in parents {
+        path.push(parent.as_deref()?);
+    }
+    if let Some((_, flow_key)) = flow_key {
+        path.push(flow_key);
+    }
+    path.push(key?);
+    Some(path.join("."))
 }
 
 /// The value `line[start..end]` (line `index`, 0-based) as an [`OddNumber`] when it is one.
@@ -126,6 +173,7 @@ fn check_value(
         line: index + 1,
         column,
         key: key.clone(),
+        path: None,
         text: value.to_string(),
         rule,
     })
@@ -205,6 +253,23 @@ mod tests {
         assert_eq!(found("tp: -0\n"), some(1, 5, "tp", "-0"));
         assert_eq!(found("l: [1, +2]\n"), Some((1, 8, None, "+2".to_string())));
         assert_eq!(found("- +08\n").map(|f| f.3), Some("+08".to_string()));
+    }
+
+    #[test]
+    fn names_the_path_of_the_key() {
+        let path = |text| odd_whole_number(text).and_then(|o| o.path);
+        assert_eq!(path("a: 1\nplan:\n  tp: +8\n").as_deref(), Some("plan.tp"));
+        assert_eq!(
+            path("model:\n  layers: 2\n  moe:\n    experts: 0x8\nplan:\n  tp: 8\n").as_deref(),
+            Some("model.moe.experts")
+        );
+        assert_eq!(
+            path("plan:\n  tp: 8\n# c\n\nnodes: -0\n").as_deref(),
+            Some("nodes")
+        );
+        assert_eq!(path("plan: {pp: 1, tp: 0x8}\n").as_deref(), Some("plan.tp"));
+        assert_eq!(path("runs:\n  - name: a\n    gpus: +8\n"), None);
+        assert_eq!(path("l: [1, +2]\n"), None);
     }
 
     #[test]

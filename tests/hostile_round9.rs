@@ -76,7 +76,7 @@ fn a_whole_number_in_a_file_takes_plain_digits_only() {
     for (value, words) in [
         (
             "+8",
-            &["p.yaml:", ":7: tp: +8 has a plus sign", "write tp: 8"][..],
+            &["p.yaml:", ":7: plan.tp: +8 has a plus sign", "write tp: 8"][..],
         ),
         (
             "0x8",

@@ -29,7 +29,7 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
         }
         return modern_accuracy(&text, &origin, args.format);
     }
-    let rows = validation::accuracy(&text, &origin)?;
+    let (rows, skipped) = validation::accuracy_with_skips(&text, &origin)?;
     // A run given twice would count twice in the summary. The file parsed above, so its runs
     // each have an id.
     if let Ok(runs) = yaml_serde::from_str::<Vec<RunId>>(&text) {
@@ -42,9 +42,17 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
         );
     }
     if rows.is_empty() {
+        let why = match skipped.as_slice() {
+            [] => String::new(),
+            [one] => format!(": {one}"),
+            [first, rest @ ..] => format!(": {first} (and {} more runs skipped)", rest.len()),
+        };
         bail!(
-            "{origin}: no runs tpsim can evaluate (each needs completeness: full_plan, an A100 profile and a published step time); give a file with such runs"
+            "{origin}: no runs tpsim can evaluate{why}; each needs completeness: full_plan, an A100 profile and a published step time; give a file with such runs"
         );
+    }
+    for why in &skipped {
+        eprintln!("note: {origin}: skipped {why}");
     }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),

@@ -327,7 +327,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     Some((&file, path)),
                 )
                 .map_err(|err| {
-                    let err = plan_error_words::with_file_words(err, path, &given);
+                    let err = plan_error_words::with_file_words(err, path, &given, &args.cluster);
                     anyhow::anyhow!(plan_error_words::fix_in_file_keys(
                         &format!("{err:#}"),
                         &given,
@@ -381,7 +381,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                             anyhow::anyhow!(plan_error_words::cluster_size_overridden(
                                 &plan_error_words::fix_in_file_keys(&worded, &given),
                                 file,
-                                &given
+                                &given,
+                                super::scenario::file_gpus_per_node(&args.cluster, file, path),
                             ))
                         }
                         _ => anyhow::anyhow!(

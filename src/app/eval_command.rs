@@ -54,8 +54,9 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &args.cluster,
         &args.training,
     ));
+    let cluster = args.cluster.clone();
     eval_given(args, quiet)
-        .map_err(|err| super::plan_error_words::with_file_words(err, &path, &given))
+        .map_err(|err| super::plan_error_words::with_file_words(err, &path, &given, &cluster))
 }
 
 fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {

@@ -250,7 +250,12 @@ pub(super) fn scenario_flags_given(
 /// [`in_file_words`] for an error of a command that read the plan file at `path`, its fix in
 /// the file's keys ([`fix_in_file_keys`]); an error that quotes none of the file's values (or a
 /// file that cannot be read again) is kept as it is.
-pub(super) fn with_file_words(err: Error, path: &str, given: &[Typed]) -> Error {
+pub(super) fn with_file_words(
+    err: Error,
+    path: &str,
+    given: &[Typed],
+    cluster: &crate::cli::ClusterArgs,
+) -> Error {
     let Ok(file) = crate::specs::load_plan(path) else {
         return err;
     };
@@ -262,7 +267,8 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[Typed]) -> Error 
         anyhow!(cluster_size_overridden(
             &fix_in_file_keys(&worded, given),
             &file,
-            given
+            given,
+            super::scenario::file_gpus_per_node(cluster, &file, path),
         ))
     }
 }
@@ -270,8 +276,15 @@ pub(super) fn with_file_words(err: Error, path: &str, given: &[Typed]) -> Error 
 /// A GPU-count mismatch whose cluster size the user's --nodes or --gpus-per-node set over the
 /// plan file's: the message says so and offers dropping the flag (`report PLAN --nodes 1` said
 /// only "the cluster has 8", and its fixes were all degree changes). A flag equal to the file's
-/// value set nothing over it, so it is not named (dropping it would change nothing).
-pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[Typed]) -> String {
+/// value set nothing over it, so it is not named (dropping it would change nothing); a file
+/// without `gpus_per_node:` has the node size of its GPU (`gpus_per_node`, from
+/// [`super::scenario::file_gpus_per_node`]).
+pub(super) fn cluster_size_overridden(
+    message: &str,
+    file: &PlanFile,
+    given: &[Typed],
+    gpus_per_node: Option<u32>,
+) -> String {
     const HAS: &str = "but the cluster has ";
     let Some(at) = message.find(HAS) else {
         return message.to_string();
@@ -282,9 +295,13 @@ pub(super) fn cluster_size_overridden(message: &str, file: &PlanFile, given: &[T
     ]
     .into_iter()
     .filter(|&(flag, _, value)| {
+        let default = match flag {
+            "--gpus-per-node" => value.or(gpus_per_node),
+            _ => value,
+        };
         given
             .iter()
-            .any(|&(f, typed)| f == flag && (value.is_none() || typed != value))
+            .any(|&(f, typed)| f == flag && (default.is_none() || typed != default))
     })
     .map(|(flag, key, value)| match value {
         Some(value) => (flag, format!("{flag} over the file's {key}: {value}")),

@@ -15,7 +15,7 @@ use super::megatron_paste::{megatron_learned_positions, megatron_norm};
 use crate::cli::{
     AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
 };
-use crate::cluster::{Cluster, MAX_GPUS_PER_NODE};
+use crate::cluster::{Cluster, GpuProfile, MAX_GPUS_PER_NODE};
 use crate::hf_config;
 use crate::input_file;
 use crate::model::{Model, ModelFile, Norm};
@@ -184,6 +184,9 @@ fn count_of(text: &str, flag: &'static str) -> Result<f64> {
 pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -> Result<()> {
     let params = count_of(value, "--values")?;
     derive_shape(params, seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN)).map_err(|err| {
+        if err.too_long_seq_len.is_some() {
+            return anyhow!("--values {value}: {}", err.rule());
+        }
         // `7` meant as 7B: offer the same digits with the unit when that size has a shape.
         let with_unit = format!("{value}B");
         let example = if value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
@@ -796,6 +799,45 @@ pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
     }
 }
 
+/// The GPU profile a run is evaluated on, and how it was named: `--calibration` over `--gpu`
+/// over the plan file's `gpu:` (read from the plan's folder, as its model: is) over `reference`.
+fn resolve_gpu(
+    cluster_args: &ClusterArgs,
+    file: Option<(&PlanFile, &str)>,
+    reference: String,
+) -> Result<(GpuProfile, String)> {
+    let file_gpu = file.and_then(|(f, path)| f.gpu.as_ref().map(|_| path));
+    let named = match (&cluster_args.gpu, file_gpu) {
+        (Some(_), _) => (specs::load_gpu(&reference)?, reference),
+        (None, Some(plan_path)) => specs::load_plan_gpu(plan_path, &reference)?,
+        (None, None) => (specs::load_bundled_gpu(&reference)?, reference),
+    };
+    Ok(match &cluster_args.calibration {
+        Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
+        None => named,
+    })
+}
+
+/// The GPUs per node of the plan file's cluster as a run without `--gpus-per-node` sees it: the
+/// file's `gpus_per_node:`, else the node size of the GPU the run uses (None if that GPU cannot
+/// be read). Dropping a `--gpus-per-node` equal to it changes nothing.
+pub(super) fn file_gpus_per_node(
+    cluster_args: &ClusterArgs,
+    file: &PlanFile,
+    path: &str,
+) -> Option<u32> {
+    file.gpus_per_node.or_else(|| {
+        let reference = cluster_args
+            .gpu
+            .clone()
+            .or(file.gpu.clone())
+            .unwrap_or_else(|| "h100-sxm-80g".to_string());
+        resolve_gpu(cluster_args, Some((file, path)), reference)
+            .ok()
+            .map(|(gpu, _)| gpu.gpus_per_node)
+    })
+}
+
 pub(super) fn resolve_scenario(
     model_args: &ModelArgs,
     cluster_args: &ClusterArgs,
@@ -833,17 +875,7 @@ pub(super) fn resolve_scenario(
             "note: the plan file gives no gpu:, so it is evaluated on {gpu_reference} (the default GPU); add gpu: to the file or pass --gpu"
         )
     });
-    let file_gpu = file.and_then(|(f, path)| f.gpu.as_ref().map(|_| path));
-    let (gpu, gpu_reference) = match (&cluster_args.gpu, file_gpu) {
-        (Some(_), _) => (specs::load_gpu(&gpu_reference)?, gpu_reference),
-        // A plan file's gpu: is read from the plan's folder, as its model: is.
-        (None, Some(plan_path)) => specs::load_plan_gpu(plan_path, &gpu_reference)?,
-        (None, None) => (specs::load_bundled_gpu(&gpu_reference)?, gpu_reference),
-    };
-    let (gpu, gpu_reference) = match &cluster_args.calibration {
-        Some(path) => (calibration_commands::load_calibrated(path)?, path.clone()),
-        None => (gpu, gpu_reference),
-    };
+    let (gpu, gpu_reference) = resolve_gpu(cluster_args, file, gpu_reference)?;
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))
