@@ -46,7 +46,7 @@ pub fn odd_whole_number(text: &str) -> Option<OddNumber> {
             }
             block_parent = None;
         }
-        let starts_in_block = quote.is_none() && flow_depth == 0;
+        let starts_in_block = !quoted.is_open() && flow_depth == 0;
         if starts_in_block && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
             parents.retain(|&(column, _)| column < indent);
         }
