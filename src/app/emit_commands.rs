@@ -99,13 +99,11 @@ pub(super) fn emit_best(
             .unsupported(&s.model, &s.training, &e.plan)
             .is_none()
     }) else {
-        let reason = framework
-            .unsupported(&s.model, &s.training, &feasible[0].plan)
-            .unwrap_or_default();
         eprintln!(
-            "none of the {} plans that fit can run in {}: {reason}",
+            "none of the {} plans that fit can run in {}: {}",
             feasible.len(),
-            framework.name()
+            framework.name(),
+            framework.why_none_can_run(&s.model, &s.training, feasible.iter().map(|e| &e.plan))
         );
         return Ok(Outcome::NothingFits);
     };

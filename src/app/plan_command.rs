@@ -115,8 +115,9 @@ fn emit_note(
         .find(|(_, e)| framework.unsupported(model, training, &e.plan).is_none());
     let Some((rank, writable)) = writable else {
         return Some(format!(
-            "note: --emit {flag} can write none of the {} plans that fit: {why}",
-            feasible.len()
+            "note: --emit {flag} can write none of the {} plans that fit: {}",
+            feasible.len(),
+            framework.why_none_can_run(model, training, feasible.iter().map(|e| &e.plan))
         ));
     };
     let p = &writable.plan;

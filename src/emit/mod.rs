@@ -209,6 +209,27 @@ impl Framework {
             return Some(why);
         }
         match self {
+            // A precision NeMo 1.x cannot write fails every plan of the search alike, so it is
+            // said before what a plan's ZeRO stage or schedule could change.
+            // NeMo 1.x's megatron_gpt_config.yaml has `fp8`/`fp8_hybrid`/`fp8_params` (per-tensor
+            // delayed scaling) and no MXFP8 or NVFP4 recipe.
+            // ... and its FP8 is delayed scaling (Transformer Engine's DelayedScaling with the
+            // config's amax history): current scaling has no NeMo 1.x setting.
+            Framework::Nemo
+                if plan.precision == Precision::Fp8
+                    && training.fp8_scaling == crate::training::Fp8Scaling::Current =>
+            {
+                Some(
+                    "FP8 current scaling has no NeMo 1.x setting (its fp8 is delayed scaling); use --fp8-scaling delayed, or --emit megatron-bridge or --emit megatron"
+                        .into(),
+                )
+            }
+            Framework::Nemo if matches!(plan.precision, Precision::Mxfp8 | Precision::Nvfp4) => {
+                Some(format!(
+                    "--precision {} has no NeMo 1.x setting (its config has per-tensor FP8 only); use --emit megatron-bridge or --emit megatron",
+                    plan.precision.as_str()
+                ))
+            }
             // Megatron-FSDP releases the gathered parameters after each module's forward and
             // gathers them again for its backward (megatron_fsdp.py `_post_forward`): FSDP2's
             // reshard_after_forward=True, always.
@@ -270,25 +291,6 @@ impl Framework {
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
-            // NeMo 1.x's megatron_gpt_config.yaml has `fp8`/`fp8_hybrid`/`fp8_params` (per-tensor
-            // delayed scaling) and no MXFP8 or NVFP4 recipe.
-            // ... and its FP8 is delayed scaling (Transformer Engine's DelayedScaling with the
-            // config's amax history): current scaling has no NeMo 1.x setting.
-            Framework::Nemo
-                if plan.precision == Precision::Fp8
-                    && training.fp8_scaling == crate::training::Fp8Scaling::Current =>
-            {
-                Some(
-                    "FP8 current scaling has no NeMo 1.x setting (its fp8 is delayed scaling); use --fp8-scaling delayed, or --emit megatron-bridge or --emit megatron"
-                        .into(),
-                )
-            }
-            Framework::Nemo if matches!(plan.precision, Precision::Mxfp8 | Precision::Nvfp4) => {
-                Some(format!(
-                    "--precision {} has no NeMo 1.x setting (its config has per-tensor FP8 only); use --emit megatron-bridge or --emit megatron",
-                    plan.precision.as_str()
-                ))
-            }
             _ if megatron_family => match MegatronSplit::of(model, plan) {
                 MegatronSplit::Inexpressible { why } => Some(why),
                 _ => None,
@@ -334,6 +336,33 @@ impl Framework {
                 ))
             }
             _ => None,
+        }
+    }
+}
+
+impl Framework {
+    /// Why none of `plans` (fastest first) can run in this framework: every distinct reason, the
+    /// fastest plan's first. The fastest plan's reason alone sent the reader to a fix (say
+    /// `--zero 2`) under which the other plans still fail for another reason.
+    pub fn why_none_can_run<'a>(
+        self,
+        model: &Model,
+        training: &Training,
+        plans: impl IntoIterator<Item = &'a ParallelPlan>,
+    ) -> String {
+        let mut reasons: Vec<String> = Vec::new();
+        for plan in plans {
+            let why = self.unsupported(model, training, plan).unwrap_or_default();
+            if !reasons.contains(&why) {
+                reasons.push(why);
+            }
+        }
+        match reasons.len() {
+            0 | 1 => reasons.pop().unwrap_or_default(),
+            n => format!(
+                "each for one of these {n} reasons: {}",
+                reasons.join("; and ")
+            ),
         }
     }
 }

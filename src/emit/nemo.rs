@@ -57,7 +57,9 @@ struct NemoModel {
     activations_checkpoint_method: Option<&'static str>,
     activations_checkpoint_num_layers: Option<u32>,
     /// Written out: tpsim evaluates Megatron-Core's fused weight-gradient accumulation unless told
-    /// otherwise, and NeMo 1.x's YAML defaults it to False.
+    /// otherwise or the plan shards gradients (ZeRO-2/3, which the cost model runs unfused:
+    /// `Training::wgrad_accumulation_fused`, the rule the Megatron-LM line's
+    /// `--no-gradient-accumulation-fusion` follows), and NeMo 1.x's YAML defaults it to False.
     gradient_accumulation_fusion: bool,
     optim: NemoOptim,
 }
@@ -138,7 +140,7 @@ pub fn nemo_yaml(
             },
             activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
                 .then_some(plan.recompute_num_layers.max(1)),
-            gradient_accumulation_fusion: training.gradient_accumulation_fusion,
+            gradient_accumulation_fusion: !super::runs_unfused_in_megatron(training, plan),
             optim: NemoOptim {
                 name: match plan.zero {
                     0 => "fused_adam",

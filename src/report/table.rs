@@ -658,8 +658,9 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
     }
 }
 
-/// The full breakdown of one plan.
-pub fn breakdown(e: &Estimate) -> String {
+/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
+/// line names.
+pub fn breakdown(e: &Estimate, cp_exchange: crate::training::CpExchange) -> String {
     let p = &e.plan;
     let mem = &e.memory;
     let t = &e.time;
@@ -799,7 +800,16 @@ pub fn breakdown(e: &Estimate) -> String {
         (
             "CP",
             &e.comm.cp,
-            "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd (how: the training line)",
+            // Named here: the training line names the exchange only where it departs from the
+            // framework's default, so it cannot be what this line points to.
+            match cp_exchange {
+                crate::training::CpExchange::KvRing => {
+                    "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: Transformer Engine's K/V ring (cp − 1 point-to-point steps)"
+                }
+                crate::training::CpExchange::TorchAllGather => {
+                    "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 dK/dV around the ring)"
+                }
+            },
         ),
         (
             "PP",

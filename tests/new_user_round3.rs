@@ -1,0 +1,149 @@
+//! Regressions from the third review of valid usage by a new user planning a long-context run
+//! (context parallelism), an MoE run and an FP8/MXFP8 run: where a line pointed at another that
+//! says nothing, or an emitted configuration ran another plan than the one priced (each test
+//! names the finding it guards).
+
+mod common;
+use common::run;
+
+/// Llama 3 8B at 128K tokens with tp 4 x cp 4, as `plan` picks it.
+const LONG_CONTEXT: [&str; 22] = [
+    "eval",
+    "--model",
+    "llama3-8b",
+    "--nodes",
+    "8",
+    "--seq-len",
+    "131072",
+    "--global-batch",
+    "64",
+    "--tp",
+    "4",
+    "--cp",
+    "4",
+    "--pp",
+    "1",
+    "--micro-batch",
+    "1",
+    "--recompute",
+    "none",
+    "--zero",
+    "1",
+    "--sequence-parallel",
+];
+
+fn cp_line(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("CP ") && l.contains(" GB on "))
+        .expect("a CP communication line")
+        .to_string()
+}
+
+/// `eval`'s CP line said how K/V move "(how: the training line)", but under Megatron-Core's
+/// default K/V ring the training line says nothing about context parallelism: the pointer led
+/// nowhere. The line now names the exchange itself, and the one `--cp-exchange` chose.
+#[test]
+fn cp_line_names_the_exchange_instead_of_pointing_at_a_silent_training_line() {
+    let r = run(&LONG_CONTEXT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let training = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("training:"))
+        .expect("a training line");
+    assert!(!training.contains("context parallelism"), "{training}");
+    let line = cp_line(&r.stdout);
+    assert!(!line.contains("the training line"), "{line}");
+    assert!(line.contains("Transformer Engine's K/V ring"), "{line}");
+
+    // torchtitan fits it with FSDP2 and full activation checkpointing.
+    let mut torch = LONG_CONTEXT.to_vec();
+    for (flag, value) in [("--recompute", "full"), ("--zero", "3")] {
+        let at = torch.iter().position(|a| *a == flag).unwrap();
+        torch[at + 1] = value;
+    }
+    torch.extend([
+        "--framework",
+        "torchtitan",
+        "--cp-exchange",
+        "torch-all-gather",
+    ]);
+    let r = run(&torch);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = cp_line(&r.stdout);
+    assert!(line.contains("PyTorch's context_parallel"), "{line}");
+    assert!(!line.contains("K/V ring"), "{line}");
+}
+
+/// A ZeRO-2 plan is priced without gradient-accumulation fusion (Megatron-FSDP runs it off), and
+/// `--emit megatron` writes `--no-gradient-accumulation-fusion`, but `--emit nemo` wrote
+/// `gradient_accumulation_fusion: true`: a faster plan than the one printed above it.
+#[test]
+fn nemo_writes_the_gradient_accumulation_fusion_the_plan_was_priced_with() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "512",
+    ];
+    let emit = |zero: &str, target: &str| {
+        let r = run(&[&base[..], &["--zero", zero, "--emit", target][..]].concat());
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let nemo = emit("2", "nemo");
+    assert!(
+        nemo.contains("gradient_accumulation_fusion: false"),
+        "{nemo}"
+    );
+    assert!(
+        emit("2", "megatron").contains("--no-gradient-accumulation-fusion"),
+        "the Megatron-LM line of the same plan runs unfused"
+    );
+    // ZeRO-1 keeps the fusion, in both.
+    let nemo = emit("1", "nemo");
+    assert!(
+        nemo.contains("gradient_accumulation_fusion: true"),
+        "{nemo}"
+    );
+    assert!(!emit("1", "megatron").contains("--no-gradient-accumulation-fusion"));
+}
+
+/// MXFP8 on B200: `--emit nemo` said no plan can run in NeMo because "ZeRO-3 has no NeMo 1.x
+/// optimizer; use --zero 0, 1 or 2" (the fastest plan's first reason), yet with --zero 1 it still
+/// refused, for the precision. The reason every plan shares is now the one given.
+#[test]
+fn nemo_refusal_names_the_reason_that_holds_for_every_plan() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "8",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "512",
+        "--precision",
+        "mxfp8",
+        "--emit",
+        "nemo",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("--precision mxfp8 has no NeMo 1.x setting"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("use --zero"), "{}", r.stderr);
+}
