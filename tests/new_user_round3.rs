@@ -147,3 +147,63 @@ fn nemo_refusal_names_the_reason_that_holds_for_every_plan() {
     );
     assert!(!r.stderr.contains("use --zero"), "{}", r.stderr);
 }
+
+/// Qwen3-235B on 32 GB200 NVL72 trays (4 GPUs each): the layout figure's legend said the 16-GPU EP
+/// groups and the 32-rank DP groups exchange "over NVLink (inside a node)", though each spans
+/// four or more trays; they stay on NVLink because the rack's NVLink domain holds them.
+#[test]
+fn layout_legend_does_not_put_a_group_spanning_trays_inside_a_node() {
+    let dir = common::scratch("new_user_round3", "layout_nvl72");
+    let out = dir.to_str().unwrap();
+    let r = run(&[
+        "eval",
+        "--model",
+        "qwen3-235b-a22b",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "32",
+        "--global-batch",
+        "1024",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--vpp",
+        "47",
+        "--ep",
+        "16",
+        "--etp",
+        "1",
+        "--micro-batch",
+        "4",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "3",
+        "--report",
+        out,
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let svg = std::fs::read_to_string(dir.join("layout.svg")).unwrap();
+    let legend = |start: &str| {
+        svg.split(['<', '>'])
+            .map(str::trim)
+            .find(|t| t.starts_with(start))
+            .unwrap_or_else(|| panic!("a legend line starting {start:?}"))
+            .to_string()
+    };
+    // TP 2 stays on one tray; EP 16 and DP 32 span trays on the rack's NVLink.
+    assert!(legend("TP groups").contains("NVLink (inside a node)"));
+    for start in ["EP groups", "DP: replicas", "expert DP:"] {
+        let line = legend(start);
+        assert!(!line.contains("inside a node"), "{line}");
+        assert!(
+            line.contains("NVLink (across nodes of one NVLink domain)"),
+            "{line}"
+        );
+    }
+}

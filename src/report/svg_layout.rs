@@ -17,7 +17,7 @@ use plotters::prelude::*;
 
 use super::svg::{FONT, stage_colour, svg};
 use crate::cluster::{Cluster, Link};
-use crate::cost::groups::{GroupKind, groups};
+use crate::cost::groups::{Group, GroupKind, groups};
 use crate::plan::ParallelPlan;
 
 pub const MAX_NODES: u32 = 32;
@@ -66,10 +66,15 @@ pub fn coordinates(rank: u32, plan: &ParallelPlan) -> (u32, u32, u32) {
     (c.dp, c.pp, c.tp)
 }
 
-fn link(l: Link) -> &'static str {
-    match l {
-        Link::Nvlink => "NVLink (inside a node)",
-        Link::Network => "the network (across nodes)",
+/// Where a group's traffic goes, from the link the cost model gave it (`cost::groups`) and whether
+/// one copy of it spans nodes: on NVL72 a group wider than a tray stays on NVLink across trays,
+/// which "inside a node" would misplace.
+fn link(g: &Group, gpus_per_node: u32) -> &'static str {
+    let across_nodes = g.size > 1 && (g.size - 1) * g.stride >= gpus_per_node;
+    match (g.link, across_nodes) {
+        (Link::Nvlink, false) => "NVLink (inside a node)",
+        (Link::Nvlink, true) => "NVLink (across nodes of one NVLink domain)",
+        (Link::Network, _) => "the network (across nodes)",
     }
 }
 
@@ -126,7 +131,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         format!(
             "TP groups ({} GPUs, black outline) all-reduce every layer over {}",
             plan.tp,
-            link(tp_group.link)
+            link(tp_group, gpn)
         )
     } else {
         "TP: none (tp 1: each GPU holds whole layers)".to_string()
@@ -136,7 +141,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             "CP groups: rings of {} GPUs at stride {} pass K/V every layer over {}; blue outline: the {} GPUs of {} interleaved rings (c = ring position)",
             plan.cp,
             cp_group.stride,
-            link(cp_group.link),
+            link(cp_group, gpn),
             plan.tp * plan.cp,
             plan.tp
         ));
@@ -145,7 +150,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         format!(
             "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
             pp_group.stride,
-            link(pp_group.link)
+            link(pp_group, gpn)
         )
     } else {
         "PP: none (pp 1: no stage boundaries)".to_string()
@@ -157,13 +162,13 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             plan.dp,
             plan.cp,
             dp_group.stride,
-            link(dp_group.link)
+            link(dp_group, gpn)
         )
     } else {
         format!(
             "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
             dp_group.stride,
-            link(dp_group.link)
+            link(dp_group, gpn)
         )
     });
     if ep {
@@ -171,7 +176,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             "EP groups ({} GPUs at stride {}; e = expert-parallel rank) exchange tokens all-to-all every MoE layer over {}; red outline: {}",
             plan.ep,
             ep_group.stride,
-            link(ep_group.link),
+            link(ep_group, gpn),
             if plan.etp > 1 {
                 format!(
                     "the {} GPUs of {} interleaved EP groups",
@@ -187,7 +192,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
                 "expert DP: {} replicas of each expert (x = expert-DP index, stride {}) reduce expert gradients over {}",
                 expert_dp_group.size,
                 expert_dp_group.stride,
-                link(expert_dp_group.link)
+                link(expert_dp_group, gpn)
             )
         } else {
             "expert DP: none (one copy of each expert; its gradients need no reduction)".to_string()
