@@ -86,6 +86,10 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         });
     }
     for ((name, _, x), (_, _, y)) in time_terms(a).into_iter().zip(time_terms(b)) {
+        // CP and EP only where either plan has them, as in the traffic rows below.
+        if matches!(name, "CP comm" | "EP comm") && x == 0.0 && y == 0.0 {
+            continue;
+        }
         terms.push(Term {
             group: "time per step",
             name,
@@ -104,8 +108,8 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
     for (name, x, y) in [
         ("TP", a.comm.tp.wire_bytes.0, b.comm.tp.wire_bytes.0),
         ("CP", a.comm.cp.wire_bytes.0, b.comm.cp.wire_bytes.0),
-        ("EP", a.comm.ep.wire_bytes.0, b.comm.ep.wire_bytes.0),
         ("PP", a.comm.pp.wire_bytes.0, b.comm.pp.wire_bytes.0),
+        ("EP", a.comm.ep.wire_bytes.0, b.comm.ep.wire_bytes.0),
         ("DP", a.comm.dp.wire_bytes.0, b.comm.dp.wire_bytes.0),
     ] {
         // CP and EP only where either plan has them.

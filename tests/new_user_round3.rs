@@ -207,3 +207,43 @@ fn layout_legend_does_not_put_a_group_spanning_trays_inside_a_node() {
         );
     }
 }
+
+/// `compare` printed CP and EP time rows of 0.000 for two plans that use neither, while it hid
+/// their traffic rows, and listed traffic as TP/CP/EP/PP against the time rows' TP/CP/PP/EP.
+#[test]
+fn compare_lists_cp_and_ep_rows_together_and_in_one_order() {
+    let r = run(&["compare", "--params", "512B", "--nodes", "32"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("EP comm"), "{}", r.stdout);
+    assert!(!r.stdout.contains("CP comm"), "{}", r.stdout);
+    let order: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("traffic per GPU per step"))
+        .map(|l| l.split('┆').nth(1).unwrap_or("").trim())
+        .collect();
+    assert_eq!(order, ["TP", "PP", "DP"], "{}", r.stdout);
+}
+
+/// `--emit megatron-bridge` wrote `comm_overlap.overlap_p2p_comm=true` for a plan with no
+/// pipeline, where p2p overlap does not exist (the NeMo writer and the cost model say false).
+#[test]
+fn bridge_overlaps_p2p_only_in_an_interleaved_pipeline() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--pp",
+        "1",
+        "--emit",
+        "megatron-bridge",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("comm_overlap.overlap_p2p_comm=false"),
+        "{}",
+        r.stdout
+    );
+}

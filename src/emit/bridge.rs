@@ -169,7 +169,11 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let overlap = &training.overlap;
     let tp_overlap = overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
     set("comm_overlap.tp_comm_overlap", tp_overlap.to_string());
-    set("comm_overlap.overlap_p2p_comm", overlap.p2p.to_string());
+    // p2p overlap exists only in the interleaved schedule (as the NeMo writer and the cost model read it).
+    set(
+        "comm_overlap.overlap_p2p_comm",
+        (overlap.p2p && plan.vpp > 1).to_string(),
+    );
     let moe_overlap = super::moe_alltoall_overlap(model, training, plan);
     set(
         "comm_overlap.overlap_moe_expert_parallel_comm",
