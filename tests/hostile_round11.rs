@@ -267,3 +267,39 @@ fn zero_counts_are_quoted_as_typed() {
         assert_one_line_error(&r, &[&format!("{flag} 0 ")], &[" = 0"], flag);
     }
 }
+
+/// Probing `--hf-config` files: a GLM-4.5 config's `"n_group": 0` was read as "no groups" and
+/// its `"topk_group"` skipped unread (so `"x"` passed), though `Glm4MoeTopkRouter` uses both on
+/// every token; a DeepSeek-V3 config's `"num_key_value_heads": "x"` passed unread. Each is now
+/// checked as the count it is.
+#[test]
+fn hf_config_counts_tpsim_does_not_price_are_still_checked() {
+    let dir = scratch("round11", "hf-counts");
+    for (file, key, value, words) in [
+        (
+            "glm-4.5-air.json",
+            "n_group",
+            "0",
+            &["key \"n_group\" is 0, which is not a positive integer"][..],
+        ),
+        (
+            "glm-4.5-air.json",
+            "topk_group",
+            "\"x\"",
+            &["key \"topk_group\" is \"x\", which is not a positive integer"][..],
+        ),
+        (
+            "deepseek-v3.json",
+            "num_key_value_heads",
+            "-1",
+            &["key \"num_key_value_heads\" is -1, which is not a positive integer"][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(format!("{ROOT}/models/hf/{file}")).unwrap();
+        let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(config.get(key).is_some(), "{file} has {key}");
+        config[key] = serde_json::from_str(value).unwrap();
+        let r = eval_hf(&dir, "c.json", &config.to_string());
+        assert_one_line_error(&r, words, &[], &format!("{file} {key}: {value}"));
+    }
+}
