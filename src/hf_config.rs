@@ -953,6 +953,9 @@ impl Reader<'_> {
         let hidden = self.required("hidden_size", "7168")?;
         let heads = self.required("num_attention_heads", "128")?;
         let moe_ffn = self.class_default("moe_intermediate_size", 2048)?;
+        // MLA gives every head its own K/V (tpsim's `kv_heads` is the heads), so the count is not
+        // used; a value that is not a count is still refused, not passed over.
+        self.optional("num_key_value_heads")?;
         let q_lora_rank = match self.obj.get("q_lora_rank") {
             // DeepSeek-V2-Lite: "q_lora_rank": null, a plain query projection.
             Some(Value::Null) => None,
@@ -1087,7 +1090,10 @@ impl Reader<'_> {
                 .optional("num_experts")?
                 .ok_or_else(|| self.missing("n_routed_experts", "160"))?,
         };
-        let groups = self.count_or("n_group", 1)?;
+        // Glm4MoeTopkRouter views the experts as n_group groups and keeps topk_group of them on
+        // every token, even with one group: both are positive counts, read whatever n_group is.
+        let groups = self.class_default("n_group", 1)?;
+        let group_topk = self.class_default("topk_group", 1)?;
         Ok(Model {
             name: name.to_string(),
             layers,
@@ -1117,11 +1123,7 @@ impl Reader<'_> {
                 layer_freq: 1,
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
                 router_groups: if groups > 1 { groups } else { 0 },
-                router_group_topk: if groups > 1 {
-                    self.count_or("topk_group", 1)?
-                } else {
-                    0
-                },
+                router_group_topk: if groups > 1 { group_topk } else { 0 },
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

@@ -304,7 +304,7 @@ pub struct Model {
 /// Why a model shape is not usable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
-    #[error("{what} = {value} must be at least 1; {fix}")]
+    #[error("{what} {value} must be at least 1; {fix}")]
     Zero {
         what: &'static str,
         value: u32,

@@ -1,5 +1,5 @@
 //! A model check's message said in a model file's words. `Model::check` names each count by the
-//! flag that sets it (`--seq-len = 0 must be at least 1; ... e.g. --seq-len 2048`), which is right
+//! flag that sets it (`--seq-len 0 must be at least 1; ... e.g. --seq-len 2048`), which is right
 //! for shape flags; for a model file (or a plan file's inline `model:`) it names the file's key
 //! (`seq_len: 0`), the key the user has to change.
 
@@ -86,7 +86,7 @@ mod tests {
     fn flags_become_keys_with_their_values() {
         assert_eq!(
             in_model_file_words(
-                "--seq-len = 0 must be at least 1; give the sequence length, e.g. --seq-len 2048",
+                "--seq-len 0 must be at least 1; give the sequence length, e.g. --seq-len 2048",
                 ""
             ),
             "seq_len: 0 must be at least 1; give the sequence length, e.g. seq_len: 2048"

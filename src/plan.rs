@@ -336,7 +336,7 @@ pub struct ParallelPlan {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
     #[error(
-        "{what} = 0 is not a degree; every parallel degree and the micro-batch must be at least 1"
+        "{what} 0 is not a degree; every parallel degree and the micro-batch must be at least 1, so give {what} 1 or more"
     )]
     ZeroDegree { what: &'static str },
     #[error(

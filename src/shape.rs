@@ -27,25 +27,45 @@ pub fn target_aspect_ratio() -> f64 {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}; {}give the shape instead (--layers --hidden --heads)", self.rule(), if self.too_long_seq_len.is_some() { "or " } else { "" })]
+#[error("{}; {}give the shape instead (--layers --hidden --heads)", self.rule(), if self.too_long.is_some() { "or " } else { "" })]
 pub struct ShapeError {
     pub requested: f64,
-    /// The sequence length when it is what leaves no shape: the derived shape learns one position
-    /// embedding per token, and at this length that table outweighs the count (a shape exists
-    /// at the default 2048 tokens).
-    pub too_long_seq_len: Option<u32>,
+    /// Set when the sequence length is what leaves no shape: the derived shape learns one
+    /// position embedding per token, and at this length that table outweighs the count (a shape
+    /// exists at the default 2048 tokens).
+    pub too_long: Option<TooLongSequence>,
+}
+
+/// A sequence too long for a derived shape of the count, and the longest that has one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TooLongSequence {
+    pub seq_len: u32,
+    /// The longest multiple of 1024 tokens (at least 2048) with a shape of the count; every
+    /// multiple of 1024 from 2048 up to it has one.
+    pub longest: u32,
 }
 
 impl ShapeError {
-    /// What has no shape, and why, without the fix (which depends on where the count came from:
-    /// `--params` takes shape flags instead, `sweep --axis params` only a larger size).
+    /// What has no shape, and why, with the fix for a `--seq-len` too long (other fixes depend on
+    /// where the count came from: `--params` takes shape flags instead, `sweep --axis params` only
+    /// a larger size).
     pub fn rule(&self) -> String {
-        if let Some(seq_len) = self.too_long_seq_len {
-            let table = gpt_shape(1, HIDDEN_MULTIPLE, seq_len).position_embedding_params();
+        self.rule_with(|longest| {
+            format!("give a shorter --seq-len, at most {longest} (e.g. --seq-len 2048)")
+        })
+    }
+
+    /// [`Self::rule`] with the fix for a too-long sequence said by `fix`, given the longest
+    /// sequence with a shape: a plan file's `seq_len:` key, or a sweep's `--values` point.
+    pub fn rule_with(&self, fix: impl FnOnce(u32) -> String) -> String {
+        if let Some(too_long) = self.too_long {
+            let table = gpt_shape(1, HIDDEN_MULTIPLE, too_long.seq_len).position_embedding_params();
             return format!(
-                "no GPT-style shape of {} parameters fits a sequence of {seq_len} tokens: the derived shape learns one position embedding per token, and that table alone holds {} parameters at the smallest hidden size ({HIDDEN_MULTIPLE}); give a shorter --seq-len (e.g. 2048)",
+                "no GPT-style shape of {} parameters fits a sequence of {} tokens: the derived shape learns one position embedding per token, and that table alone holds {} parameters at the smallest hidden size ({HIDDEN_MULTIPLE}); {}",
                 quoted_count(self.requested),
-                quoted_count(table)
+                too_long.seq_len,
+                quoted_count(table),
+                fix(too_long.longest)
             );
         }
         format!(
@@ -99,6 +119,39 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
 
 /// Derives a shape for `params` parameters at sequence length `seq_len`.
 pub fn derive_shape(params: f64, seq_len: u32) -> Result<Model, ShapeError> {
+    let mut model = best_shape(params, seq_len).ok_or_else(|| ShapeError {
+        requested: params,
+        too_long: (seq_len > 2048 && best_shape(params, 2048).is_some()).then(|| TooLongSequence {
+            seq_len,
+            longest: longest_seq_len(params, seq_len),
+        }),
+    })?;
+    model.name = format!(
+        "derived-{}",
+        crate::units::format_count(params).to_lowercase()
+    );
+    Ok(model)
+}
+
+/// The longest multiple of 1024 tokens below `too_long` at which `params` has a shape, given one
+/// at 2048: a bisection, as a longer sequence only grows the position table (and so leaves fewer
+/// layers to the count).
+fn longest_seq_len(params: f64, too_long: u32) -> u32 {
+    let (mut fits, mut fails) = (2u32, too_long.div_ceil(1024));
+    while fails - fits > 1 {
+        let mid = fits + (fails - fits) / 2;
+        if best_shape(params, mid * 1024).is_some() {
+            fits = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    fits * 1024
+}
+
+/// The best-scoring shape of `params` parameters at `seq_len` tokens (see the module comment),
+/// unnamed; None when no shape lands within 2%.
+fn best_shape(params: f64, seq_len: u32) -> Option<Model> {
     let target = target_aspect_ratio().ln();
     let mut best: Option<(f64, f64, Model)> = None;
     for hidden in (1..=128u32).map(|i| i * HIDDEN_MULTIPLE) {
@@ -142,15 +195,7 @@ pub fn derive_shape(params: f64, seq_len: u32) -> Result<Model, ShapeError> {
             }
         }
     }
-    let (_, _, mut model) = best.ok_or_else(|| ShapeError {
-        requested: params,
-        too_long_seq_len: (seq_len > 2048 && derive_shape(params, 2048).is_ok()).then_some(seq_len),
-    })?;
-    model.name = format!(
-        "derived-{}",
-        crate::units::format_count(params).to_lowercase()
-    );
-    Ok(model)
+    best.map(|(_, _, model)| model)
 }
 
 #[cfg(test)]
@@ -178,6 +223,23 @@ mod tests {
         let m = derive_shape(512e9, 2048).unwrap();
         assert_eq!(m.layers % 16, 0, "{m:?}");
         assert_eq!(m.heads % 8, 0, "{m:?}");
+    }
+
+    /// The longest sequence a too-long error offers has a shape, and so does every multiple of
+    /// 1024 below it (the message says "at most"), while the one after it has none.
+    #[test]
+    fn the_longest_sequence_offered_has_a_shape_and_so_do_shorter_ones() {
+        for params in [1.3e9, 2e9, 7e9, 13e9] {
+            let err = derive_shape(params, 16_777_216).unwrap_err();
+            let longest = err.too_long.unwrap().longest;
+            assert!(derive_shape(params, longest + 1024).is_err(), "{params}");
+            for seq_len in (2048..=longest).step_by(1024) {
+                assert!(
+                    derive_shape(params, seq_len).is_ok(),
+                    "{params} at {seq_len}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -135,6 +135,7 @@ pub fn yaml_error(origin: &str, text: &str, err: &yaml_serde::Error) -> SpecErro
         return error;
     };
     let message = unquoted_leading_zeros(text, line, column, message);
+    let message = too_large_count(text, line, column, message);
     let message = tab_indentation(text, line, column, message);
     let raw = err.to_string();
     let Some(key) = raw
@@ -195,6 +196,80 @@ fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: Strin
             "{head}; {value} has leading zeros, so YAML reads it as text, not the number {plain}; a whole number is digits only, so write {key}: {plain}"
         ),
     }
+}
+
+/// `num_gpus: 1e12` or `tp: 99999999999`: past the largest value of the key's whole-number
+/// type, where serde names the type's range and the value as it read it (`1000000000000.0`),
+/// with no fix. Said with the value as written, the largest the key takes and the fix.
+fn too_large_count(text: &str, line: usize, column: usize, message: String) -> String {
+    const EXPECTED: &str = ", expected a whole number from 0 to ";
+    // A whole number past 128 bits where the parser reads any value first (a plan file's inline
+    // model): serde says only that it "expected any value".
+    if let Some((path, _)) = message
+        .strip_suffix("`, expected any value")
+        .and_then(|head| head.split_once(": invalid type: integer `"))
+        && let Some(written) = scalar_at(text, line, column)
+    {
+        let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+        return format!(
+            "{path}: {written} is past the largest whole number {key} takes; check the value"
+        );
+    }
+    let Some((head, tail)) = message.split_once(EXPECTED) else {
+        return message;
+    };
+    let most: String = tail.chars().take_while(char::is_ascii_digit).collect();
+    let Some((path, read)) = [
+        ": invalid value: integer `",
+        ": invalid type: integer `",
+        ": invalid type: floating point `",
+    ]
+    .into_iter()
+    .find_map(|form| head.split_once(form)) else {
+        return message;
+    };
+    // `tp: -1e300` or `tp: -1.5`: negative, which `negative_count` says of whole numbers only.
+    if read.starts_with('-')
+        && let Some(written) = scalar_at(text, line, column).filter(|w| w.starts_with('-'))
+    {
+        return format!("{path}: {written} is negative; {}", negative_rule(path));
+    }
+    // The value as written (`1e300` is cut short in serde's message, `1000000000000.0` spelled
+    // otherwise), and only when it is past the range: a fractional number within it is said by
+    // `fractional_count`.
+    let Some(written) = scalar_at(text, line, column).filter(|w| {
+        w.parse::<f64>()
+            .is_ok_and(|v| most.parse::<f64>().is_ok_and(|m| v > m))
+    }) else {
+        return message;
+    };
+    // `plan.tp` or `runs[0].hardware.num_gpus`: the key as the file writes it.
+    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let fix = match key {
+        "num_gpus" => "give the run's GPU count, e.g. num_gpus: 8 for one DGX node".to_string(),
+        "nodes" => "give the cluster's node count, e.g. nodes: 32".to_string(),
+        "tp" | "pp" | "cp" | "ep" | "etp" | "dp" | "vpp" | "vp" => {
+            format!("give a parallel degree that divides the GPUs, e.g. {key}: 8")
+        }
+        _ => "check the value".to_string(),
+    };
+    format!("{path}: {written} is more than {most}, the largest whole number {key} takes; {fix}")
+}
+
+/// The plain scalar that starts at the parser's 1-based `line` and `column`, as written (up to a
+/// space, comment, comma or closing bracket).
+fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let line = text
+        .replace("\r\n", "\n")
+        .split(['\n', '\r'])
+        .nth(line.checked_sub(1)?)?
+        .to_string();
+    let written: String = line
+        .chars()
+        .skip(column.checked_sub(1)?)
+        .take_while(|c| !c.is_whitespace() && !matches!(c, '#' | ',' | ']' | '}'))
+        .collect();
+    (!written.is_empty()).then_some(written)
 }
 
 /// The character at the parser's 1-based `line` and `column`: lines as YAML breaks them (a lone
@@ -358,7 +433,13 @@ fn plain_words(message: &str) -> String {
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-const POSITIVE_KEYS: [&str; 26] = [
+const POSITIVE_KEYS: [&str; 31] = [
+    // A published-runs file's plan and hardware (validation/modern_runs.yaml).
+    "num_gpus",
+    "vp",
+    "mbs",
+    "gbs",
+    "ga",
     "tp",
     "pp",
     "dp",
@@ -399,15 +480,22 @@ fn negative_count(message: &str) -> Option<String> {
         return None;
     }
     // `plan.tp` or `runs[0].layers`: the key as the file writes it.
+    Some(format!(
+        "{path}: -{digits} is negative; {}",
+        negative_rule(path)
+    ))
+}
+
+/// The rule and fix for a negative number given to the whole-number key at `path`.
+fn negative_rule(path: &str) -> String {
     let key = path.rsplit([' ', '.']).next().unwrap_or(path);
-    let rule = if key == "zero" {
+    if key == "zero" {
         "zero is a ZeRO stage: use 0, 1, 2 or 3".to_string()
     } else if POSITIVE_KEYS.contains(&key) {
         format!("{key} must be a positive whole number (1 or more), e.g. {key}: 1")
     } else {
         format!("{key} must be a whole number, 0 or more (e.g. {key}: 0)")
-    };
-    Some(format!("{path}: -{digits} is negative; {rule}"))
+    }
 }
 
 /// The fix for a whole-number key given a number with a decimal point or an exponent

@@ -183,7 +183,7 @@ fn a_sequence_too_long_for_a_derived_shape_is_named() {
             "--params 7B",
             "fits a sequence of 10000000 tokens",
             "one position embedding per token",
-            "give a shorter --seq-len (e.g. 2048)",
+            "give a shorter --seq-len, at most 6771712 (e.g. --seq-len 2048)",
         ],
         &["below ~1B", "too coarse"],
         "--seq-len 10000000",

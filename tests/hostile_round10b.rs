@@ -271,7 +271,7 @@ fn a_whole_number_key_with_a_decimal_point_names_the_number_to_write() {
         (
             "hidden: 1024",
             "hidden: 1e20",
-            &["1e20 is past the largest whole number hidden takes"][..],
+            &["1e20 is more than 4294967295, the largest whole number hidden takes"][..],
         ),
     ] {
         std::fs::write(dir.join("m.yaml"), shape.replace(from, to)).unwrap();

@@ -183,7 +183,8 @@ fn a_number_too_large_for_yaml_is_called_that_not_a_string() {
     assert_one_line_error(
         &r,
         &[
-            "nodes: invalid type: integer `99999999999999999999`, expected a whole number from 0 to 4294967295",
+            "nodes: 99999999999999999999 is more than 4294967295, the largest whole number nodes takes",
+            "e.g. nodes: 32",
         ],
         &["u128", "panicked"],
         "nodes past 128 bits",

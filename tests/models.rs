@@ -670,7 +670,7 @@ fn bad_moe_input_is_a_one_line_error() {
             "--nodes",
             "1",
         ],
-        &["--num-experts = 0"],
+        &["--num-experts 0 "],
     );
     // Block-style switches apply to shape-flag models only; over a bundled model they are refused,
     // not dropped.

@@ -286,7 +286,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     if let Some(seq_len) = args.seq_len {
         check_seq_len(seq_len)?;
     }
-    let (mut model, _) = resolve_model(&args.model, None, args.seq_len)?;
+    let (mut model, _) = resolve_model(&args.model, None, args.seq_len.map(|s| (s, "--seq-len")))?;
     if let Some(seq_len) = args.seq_len {
         model.seq_len = seq_len;
         model.check()?;

@@ -93,6 +93,25 @@ pub(super) fn explain(
             },
         );
         if alone.ranked.is_empty() {
+            // A dense model has no experts to split: said as `eval` says it, not as a search
+            // that happens to offer --ep 1.
+            if model.moe.is_none() && (pin.flag == "--ep" || pin.flag == "--etp") {
+                let expert_pins: Vec<_> = given
+                    .iter()
+                    .filter(|p| (p.flag == "--ep" || p.flag == "--etp") && p.value != "1")
+                    .collect();
+                let typed: Vec<String> = expert_pins
+                    .iter()
+                    .map(|p| format!("{} {}", p.flag, p.value))
+                    .collect();
+                let flags: Vec<&str> = expert_pins.iter().map(|p| p.flag).collect();
+                return Some(format!(
+                    "{}: expert parallelism needs a mixture-of-experts model ({} is dense, so every plan has ep 1 and etp 1); drop {}",
+                    typed.join(" "),
+                    model.name,
+                    flags.join(" and ")
+                ));
+            }
             if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
                 && let Some(reason) = cp_pin_reason(cp, model, cluster, training)
             {

@@ -8,7 +8,7 @@ use crate::planner::Pins;
 use crate::training::{
     CpExchange, Fp8Scaling, KernelFusion, Overlap, RecomputeModules, TrainingFramework,
 };
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 
 use super::calibration_commands;
 use super::megatron_paste::{megatron_learned_positions, megatron_norm};
@@ -59,12 +59,14 @@ pub(super) fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
 
 /// The model of the command line: from a source (--params, --hf-config, --model, shape flags or a
 /// plan file), then the shape flags given over it (`--model grok-1 --layers 8`).
+/// `seq_len` is the sequence length given, if any, with its name as the user wrote it
+/// (`--seq-len`, or a plan file's `seq_len:`), which an error about it names.
 pub(super) fn resolve_model(
     args: &ModelArgs,
     file: Option<(&PlanFile, &str)>,
-    seq_len_flag: Option<u32>,
+    seq_len: Option<(u32, &'static str)>,
 ) -> Result<(Model, String)> {
-    let (model, origin) = resolve_base_model(args, file, seq_len_flag)?;
+    let (model, origin) = resolve_base_model(args, file, seq_len)?;
     // The block-style switches describe a model built from shape flags; over a named model they
     // would be dropped without a word, so they are refused.
     if origin != "flags" {
@@ -184,7 +186,7 @@ fn count_of(text: &str, flag: &'static str) -> Result<f64> {
 pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -> Result<()> {
     let params = count_of(value, "--values")?;
     derive_shape(params, seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN)).map_err(|err| {
-        if err.too_long_seq_len.is_some() {
+        if err.too_long.is_some() {
             return anyhow!("--values {value}: {}", err.rule());
         }
         // `7` meant as 7B: offer the same digits with the unit when that size has a shape.
@@ -205,16 +207,55 @@ pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -
     Ok(())
 }
 
+/// Checks one point of `sweep --axis seq-len` over a `--params` count: a point too long for the
+/// derived shape is named, with the points that have one (`resolve_scenario` would say "give a
+/// shorter --seq-len", a flag the sweep refuses beside the axis).
+pub(super) fn check_sweep_seq_len_point(
+    params: Option<&str>,
+    value: &str,
+    seq_len: u32,
+) -> Result<()> {
+    // A point past any sequence is said by `resolve_scenario`, as for any model.
+    let Some(text) = params.filter(|_| check_seq_len(seq_len).is_ok()) else {
+        return Ok(());
+    };
+    // A count that is bad in itself is said by `resolve_scenario`, as for any point.
+    let Ok(count) = count_of(text, "--params") else {
+        return Ok(());
+    };
+    match derive_shape(count, seq_len) {
+        Err(err) if err.too_long.is_some() => bail!(
+            "--axis seq-len at {value}: --params {text}: {}; or give the shape instead (--layers --hidden --heads)",
+            err.rule_with(|longest| format!(
+                "replace {value} in --values with a point of at most {longest} tokens (e.g. --values 2048,{longest})"
+            ))
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn resolve_base_model(
     args: &ModelArgs,
     file: Option<(&PlanFile, &str)>,
-    seq_len_flag: Option<u32>,
+    seq_len: Option<(u32, &'static str)>,
 ) -> Result<(Model, String)> {
-    let seq_len_for_derived = seq_len_flag.unwrap_or(DEFAULT_SEQ_LEN);
+    let seq_len_for_derived = seq_len.map_or(DEFAULT_SEQ_LEN, |(s, _)| s);
+    // A sequence too long for the count is named as given: `--seq-len`, or the file's `seq_len:`.
+    let seq_len_name = seq_len.map_or("--seq-len", |(_, name)| name);
+    let shorter = |longest: u32| {
+        let name = seq_len_name.trim_end_matches(':');
+        format!("give a shorter {name}, at most {longest} (e.g. {seq_len_name} 2048)")
+    };
     let from_count = |text: &str, flag: &'static str| -> Result<(Model, String)> {
         let params = count_of(text, flag)?;
         let model =
-            derive_shape(params, seq_len_for_derived).with_context(|| format!("{flag} {text}"))?;
+            derive_shape(params, seq_len_for_derived).map_err(|err| match err.too_long {
+                Some(_) => anyhow!(
+                    "{flag} {text}: {}; or give the shape instead (--layers --hidden --heads)",
+                    err.rule_with(shorter)
+                ),
+                None => anyhow!("{flag} {text}: {err}"),
+            })?;
         Ok((model, format!("derived from --params {text}")))
     };
     if let Some(text) = &args.params {
@@ -231,7 +272,7 @@ fn resolve_base_model(
             &text,
             &input_file::quote(path),
             &hf_model_name(path),
-            seq_len_flag,
+            seq_len.map(|(s, _)| s),
         )?;
         let origin = match &loaded.seq_len_note {
             Some(note) => format!("from Hugging Face config {path}; {note}"),
@@ -315,11 +356,16 @@ fn resolve_base_model(
             // The same bounds as --params, said in the file's words: its key, and the inline
             // model's keys for the shape to give instead.
             let params = count_of(text, "params:").map_err(|err| anyhow!("{path}: {err:#}"))?;
-            let model = derive_shape(params, seq_len_for_derived).map_err(|err| {
-                anyhow!(
+            let model = derive_shape(params, seq_len_for_derived).map_err(|err| match err.too_long {
+                // The rule names no key; the fix names the sequence length as given.
+                Some(_) => anyhow!(
+                    "params: {text} in {path}: {}; or give the shape instead (model.layers model.hidden model.heads)",
+                    err.rule_with(shorter)
+                ),
+                None => anyhow!(
                     "params: {text} in {path}: {}",
                     crate::model_file_words::in_model_file_words(&err.to_string(), "model.")
-                )
+                ),
             })?;
             return Ok((model, format!("derived from params {text} in {path}")));
         }
@@ -392,13 +438,13 @@ fn tokens_count(flag: &'static str, text: &str) -> Result<Option<f64>> {
     let example = format!("{flag} 300B");
     if count < 1.0 {
         bail!(
-            "{flag} {}: {count:e} is less than one token; give the tokens to train on, e.g. {example}",
+            "{flag} {} is less than one token; give the tokens to train on, e.g. {example}",
             crate::input_file::quote(text)
         );
     }
     if count > MAX_TOKENS {
         bail!(
-            "{flag} {}: {count:e} tokens is more than {MAX_TOKENS:e} (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. {example}",
+            "{flag} {} is more than {MAX_TOKENS:e} tokens (over 600 times Llama 3's 15.6T); give the tokens to train on, e.g. {example}",
             crate::input_file::quote(text)
         );
     }
@@ -856,7 +902,13 @@ pub(super) fn resolve_scenario(
     if let Some(seq_len) = seq_len_flag {
         check_seq_len(seq_len)?;
     }
-    let (mut model, model_origin) = resolve_model(model_args, file, seq_len_flag)?;
+    let seq_len_name = if training_args.seq_len.is_some() {
+        "--seq-len"
+    } else {
+        "seq_len:"
+    };
+    let (mut model, model_origin) =
+        resolve_model(model_args, file, seq_len_flag.map(|s| (s, seq_len_name)))?;
     if let Some(seq_len) = seq_len_flag {
         model.seq_len = seq_len;
         model.check()?;

@@ -196,7 +196,15 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                 model.params = Some(value.to_string())
             }
             sweep::Axis::Gpu => cluster.gpu = Some(value.to_string()),
-            sweep::Axis::SeqLen => training.seq_len = Some(sweep_u32(axis, value, "2048,4096")?),
+            sweep::Axis::SeqLen => {
+                let seq_len = sweep_u32(axis, value, "2048,4096")?;
+                super::scenario::check_sweep_seq_len_point(
+                    args.model.params.as_deref(),
+                    &input_file::quote(value),
+                    seq_len,
+                )?;
+                training.seq_len = Some(seq_len)
+            }
             sweep::Axis::GlobalBatch => {
                 training.global_batch = Some(sweep_u32(axis, value, "512,1024,2048")?)
             }

@@ -89,10 +89,22 @@ pub fn parse_moe_layer_freq(text: &str) -> Result<(u32, u32, Option<u32>), Strin
             pattern.extend_from_slice(&items);
         }
     }
+    if pattern.is_empty() {
+        return Err(fail());
+    }
     let first_dense = pattern.iter().take_while(|moe| !**moe).count();
     let rest = &pattern[first_dense..];
     if rest.is_empty() {
-        return Err(fail());
+        // Every entry 0: the list is readable, but it makes the MoE model dense.
+        let layers = pattern.len();
+        let first_dense = if layers > 1 {
+            format!(" or \"[0]*1+[1]*{}\" (the first dense)", layers - 1)
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "--moe-layer-freq {text:?} leaves no MoE layer: all {layers} entries are 0 (dense); mark the MoE layers with 1, e.g. \"[1]*{layers}\" (every layer){first_dense}, or drop --num-experts for a dense model"
+        ));
     }
     // The smallest N for which the rest is "MoE every N-th layer".
     let freq = (1..=rest.len())
@@ -288,6 +300,8 @@ mod tests {
             let err = parse_moe_layer_freq(bad).unwrap_err();
             assert!(err.starts_with("--moe-layer-freq"), "{bad}: {err}");
         }
+        let all_dense = parse_moe_layer_freq("[0]*4").unwrap_err();
+        assert!(all_dense.contains("leaves no MoE layer"), "{all_dense}");
     }
 
     #[test]
