@@ -455,7 +455,7 @@ pub(crate) fn unit_costs_at(
     };
     let moe_mlp = moe_time.forward_s;
     // What an MoE layer keeps of the dense layer: attention, norms, residuals and the rest that
-    // Megatron-Core's fine-grained schedule runs as its "attn" node (`moe::PairedLayerCompute`).
+    // Megatron-Core's fine-grained schedule runs as its "attn" node (`moe::AttentionSide`).
     let attention_side = moe::AttentionSide {
         forward_s: layer.forward - layer.mlp_forward,
         backward_s: layer.backward - layer.mlp_backward,
