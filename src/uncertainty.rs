@@ -263,8 +263,9 @@ pub fn within_error_line(
     basis.push_str(&unvalidated_precision_note(best.plan.precision));
     let first = if plans.len() == 1 { "this plan" } else { "#1" };
     let mut line = format!(
-        "range: {first} takes {:.2}–{:.2} s per step (5th–95th percentile of tpsim's error on {basis})",
-        range.step_s_low, range.step_s_high
+        "range: {first} takes {}–{} s per step (5th–95th percentile of tpsim's error on {basis})",
+        crate::units::show_step_s(range.step_s_low),
+        crate::units::show_step_s(range.step_s_high)
     );
     if let Some(note) = one_sided_note(best.time.step_s.0, &range) {
         line.push_str(&note);
@@ -281,11 +282,13 @@ pub fn within_error_line(
 fn one_sided_note(step_s: f64, range: &Interval) -> Option<String> {
     if step_s < range.step_s_low {
         Some(format!(
-            " — above the {step_s:.2} s estimate: on these runs tpsim's step time has been too fast"
+            " — above the {} s estimate: on these runs tpsim's step time has been too fast",
+            crate::units::show_step_s(step_s)
         ))
     } else if step_s > range.step_s_high {
         Some(format!(
-            " — below the {step_s:.2} s estimate: on these runs tpsim's step time has been too slow"
+            " — below the {} s estimate: on these runs tpsim's step time has been too slow",
+            crate::units::show_step_s(step_s)
         ))
     } else {
         None

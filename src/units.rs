@@ -265,9 +265,30 @@ pub fn show_measured(value: f64, decimals: usize) -> String {
     format!("{value:.places$}")
 }
 
+/// A step time in seconds as the tables and range lines print it: two decimals from 0.1 s up,
+/// three significant digits below, so a small model's 12 ms step reads 0.0123, not 0.01 (and its
+/// range not "0.01–0.01").
+pub fn show_step_s(seconds: f64) -> String {
+    if seconds >= 0.1 || seconds <= 0.0 || !seconds.is_finite() {
+        return format!("{seconds:.2}");
+    }
+    let first = seconds.log10().floor() as i32;
+    let places = usize::try_from(2 - first).unwrap_or(2);
+    format!("{seconds:.places$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_seconds_keep_three_digits_below_a_tenth() {
+        assert_eq!(show_step_s(72.374), "72.37");
+        assert_eq!(show_step_s(0.1), "0.10");
+        assert_eq!(show_step_s(0.012_34), "0.0123");
+        assert_eq!(show_step_s(0.004_567), "0.00457");
+        assert_eq!(show_step_s(0.0), "0.00");
+    }
 
     #[test]
     fn measured_values_never_print_as_zero() {

@@ -247,3 +247,38 @@ fn bridge_overlaps_p2p_only_in_an_interleaved_pipeline() {
         r.stdout
     );
 }
+
+/// A small model's 8.7 ms step printed as 0.01 s in the table and its range as "0.01–0.01 s".
+#[test]
+fn sub_tenth_second_steps_keep_three_significant_digits() {
+    let r = run(&[
+        "plan",
+        "--layers",
+        "4",
+        "--hidden",
+        "1024",
+        "--heads",
+        "8",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "512",
+        "--top",
+        "2",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let range = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("range:"))
+        .expect("a range line");
+    let (low, high) = range
+        .split_once(" takes ")
+        .and_then(|(_, rest)| rest.split_once(" s per step"))
+        .and_then(|(span, _)| span.split_once('–'))
+        .expect("a low–high span");
+    assert_ne!(low, high, "{range}");
+    assert!(low.starts_with("0.00") && low.len() >= 6, "{range}");
+}

@@ -398,7 +398,7 @@ pub fn plans_table_fitted(
                     gib(e.memory.total_bytes.0),
                     gib(e.memory.capacity_bytes.0)
                 ),
-                format!("{:.2}", t.step_s.0),
+                crate::units::show_step_s(t.step_s.0),
                 format!("{:.0}", e.tokens_per_s),
                 format!("{:.1}", e.mfu * 100.0),
                 format!("{:.1}", e.bubble_share * 100.0),
@@ -1220,7 +1220,7 @@ mod tests {
         assert!(note.contains("left out to fit 100 columns: DP s"), "{note}");
         // Each shown row is one line and keeps its step time and memory whole.
         for (rank, e) in plans.iter().enumerate() {
-            let step = format!("{:.2}", e.time.step_s.0);
+            let step = crate::units::show_step_s(e.time.step_s.0);
             let line = table
                 .lines()
                 .find(|l| l.starts_with(&format!("│ {} ", rank + 1)))
