@@ -86,7 +86,13 @@ pub struct Row {
     /// recompute is not full), as `plan --format json` writes it.
     pub recompute_num_layers: Option<u32>,
     pub step_time_s: Option<f64>,
+    /// The range of tpsim's own error on runs like it (`uncertainty::interval`), as `plan` prints
+    /// beside every step time.
+    pub step_time_s_low: Option<f64>,
+    pub step_time_s_high: Option<f64>,
     pub tokens_per_s: Option<f64>,
+    pub tokens_per_s_low: Option<f64>,
+    pub tokens_per_s_high: Option<f64>,
     pub mfu: Option<f64>,
     pub memory_gib: Option<f64>,
     pub capacity_gib: f64,
@@ -163,6 +169,12 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
     let best = refined.plans.first();
     let capacity_gib = point.cluster.gpu.memory_capacity().0 / GIB;
     let time_to_train_s = best.and_then(|e| e.time_to_train_s);
+    let range = best.map(|e| {
+        let kind = crate::uncertainty::ModelKind::of(point.model.moe.is_some());
+        let (band, _) =
+            crate::uncertainty::band_for(&point.cluster.gpu.name, point.training.framework, kind);
+        crate::uncertainty::interval(e, band)
+    });
     Row {
         value: point.value.clone(),
         gpus,
@@ -184,7 +196,11 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
         label: best.map(|e| PlanLabel::of(&e.plan)),
         step_time_s: best.map(|e| e.time.step_s.0),
+        step_time_s_low: range.map(|r| r.step_s_low),
+        step_time_s_high: range.map(|r| r.step_s_high),
         tokens_per_s: best.map(|e| e.tokens_per_s),
+        tokens_per_s_low: range.map(|r| r.tokens_per_s_low),
+        tokens_per_s_high: range.map(|r| r.tokens_per_s_high),
         mfu: best.map(|e| e.mfu),
         memory_gib: best.map(|e| e.memory.total_bytes.0 / GIB),
         capacity_gib,
@@ -233,7 +249,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,tokens_per_s,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,step_time_s_low,step_time_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -257,7 +273,11 @@ pub fn to_csv(sweep: &Sweep) -> String {
             opt(r.zero),
             opt(r.precision),
             fixed(r.step_time_s, 4),
+            fixed(r.step_time_s_low, 4),
+            fixed(r.step_time_s_high, 4),
             fixed(r.tokens_per_s, 1),
+            fixed(r.tokens_per_s_low, 1),
+            fixed(r.tokens_per_s_high, 1),
             fixed(r.mfu, 4),
             fixed(r.memory_gib, 2),
             format!("{:.2}", r.capacity_gib),
@@ -376,6 +396,7 @@ pub fn table(sweep: &Sweep) -> String {
         "params".into(),
         "best plan".into(),
         "step s".into(),
+        "range s".into(),
         "tokens/s".into(),
         "MFU %".into(),
         "headroom GiB".into(),
@@ -403,6 +424,14 @@ pub fn table(sweep: &Sweep) -> String {
             crate::units::format_count(r.params),
             plan,
             fixed(r.step_time_s, 2),
+            match (r.step_time_s_low, r.step_time_s_high) {
+                (Some(low), Some(high)) => format!(
+                    "{}–{}",
+                    crate::units::show_step_s(low),
+                    crate::units::show_step_s(high)
+                ),
+                _ => String::new(),
+            },
             fixed(r.tokens_per_s, 0),
             fixed(r.mfu.map(|m| 100.0 * m), 1),
             fixed(r.memory_headroom_gib, 1),

@@ -282,3 +282,41 @@ fn sub_tenth_second_steps_keep_three_significant_digits() {
     assert_ne!(low, high, "{range}");
     assert!(low.starts_with("0.00") && low.len() >= 6, "{range}");
 }
+
+/// `sweep` printed each point's step time without the range `plan` prints beside the same plan;
+/// its table, CSV and JSON now carry it, and it is `plan`'s range.
+#[test]
+fn sweep_points_carry_the_range_plan_prints() {
+    let r = run(&[
+        "sweep",
+        "--model",
+        "llama3-8b",
+        "--axis",
+        "nodes",
+        "--values",
+        "1,2",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let sweep: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let first = &sweep["rows"][0];
+    let (low, high) = (
+        first["step_time_s_low"].as_f64().expect("a low step"),
+        first["step_time_s_high"].as_f64().expect("a high step"),
+    );
+    assert!(low < high && low.is_finite() && high.is_finite(), "{first}");
+    assert!(
+        first["tokens_per_s_low"].as_f64().unwrap() < first["tokens_per_s_high"].as_f64().unwrap()
+    );
+    let plan = run(&["plan", "--model", "llama3-8b", "--nodes", "1"]);
+    let range = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("range:"))
+        .expect("a range line");
+    assert!(
+        range.contains(&format!("{low:.2}–{high:.2} s per step")),
+        "{range} against {low:.2}–{high:.2}"
+    );
+}
