@@ -320,3 +320,53 @@ fn sweep_points_carry_the_range_plan_prints() {
         "{range} against {low:.2}–{high:.2}"
     );
 }
+
+/// The sweep chart drew each point's throughput without the range its table prints: the
+/// throughput panel now draws a bar (and two caps) from low to high at every point.
+#[test]
+fn the_sweep_chart_draws_each_points_range() {
+    let dir = std::env::temp_dir().join(format!("tpsim-sweep-range-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sweep.svg");
+    let path_str = path.to_str().unwrap();
+    let with_range = |chart: &str| {
+        run(&[
+            "sweep", "--params", "175B", "--axis", "nodes", "--values", "16,32,64", "--chart",
+            chart,
+        ])
+    };
+    let r = with_range(path_str);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        svg.contains("bars: range of tpsim&apos;s error")
+            || svg.contains("bars: range of tpsim's error")
+    );
+    // Three points, three strokes each (the bar and its two caps), drawn half-transparent.
+    let bars = svg
+        .matches("<polyline")
+        .zip(svg.split("<polyline").skip(1))
+        .filter(|(_, rest)| {
+            rest.split('>')
+                .next()
+                .is_some_and(|tag| tag.contains("opacity=\"0.55\""))
+        })
+        .count();
+    let sweep: serde_json::Value = serde_json::from_str(
+        &run(&[
+            "sweep", "--params", "175B", "--axis", "nodes", "--values", "16,32,64", "--format",
+            "json",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        sweep["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["tokens_per_s_low"].is_f64())
+    );
+    assert_eq!(bars, 9, "{bars} range strokes");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

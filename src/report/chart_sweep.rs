@@ -33,13 +33,16 @@ const LABEL_CHAR_PX: f64 = 6.0;
 const LABEL_LINE_PX: u32 = 14;
 
 /// Draws `sweep` into `path`.
+/// The throughput panel's title, which also marks the panel that draws ranges.
+const THROUGHPUT: &str = "throughput (tokens/s), bars: range of tpsim's error";
+
 pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let fail = |e: &dyn std::fmt::Display| ChartError {
         path: path.to_string(),
         message: e.to_string(),
     };
     let mut panels: Vec<Series> = vec![
-        ("throughput (tokens/s)", |r| r.tokens_per_s),
+        (THROUGHPUT, |r| r.tokens_per_s),
         ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
         ("memory headroom (GiB)", |r| r.memory_headroom_gib),
     ];
@@ -116,7 +119,23 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .zip(&positions)
             .filter_map(|(r, &x)| value(r).map(|v| (x, v)))
             .collect();
-        let max = points.iter().map(|p| p.1).fold(0.0_f64, f64::max);
+        // The throughput panel carries each point's range of tpsim's error (the `range s` column,
+        // `uncertainty::interval`), drawn as a bar from low to high.
+        let ranges: Vec<(f64, f64, f64)> = if title == THROUGHPUT {
+            sweep
+                .rows
+                .iter()
+                .zip(&positions)
+                .filter_map(|(r, &x)| Some((x, r.tokens_per_s_low?, r.tokens_per_s_high?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let max = points
+            .iter()
+            .map(|p| p.1)
+            .chain(ranges.iter().map(|r| r.2))
+            .fold(0.0_f64, f64::max);
         let min = points.iter().map(|p| p.1).fold(0.0_f64, f64::min);
         let top = if max > 0.0 { max * 1.1 } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
@@ -157,6 +176,17 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         if log_axis {
             chart
                 .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
+                .map_err(|e| fail(&e))?;
+        }
+        let cap = span * 0.012;
+        for &(x, low, high) in &ranges {
+            let bar = BLUE.mix(0.55).stroke_width(2);
+            chart
+                .draw_series([
+                    PathElement::new(vec![(x, low), (x, high)], bar),
+                    PathElement::new(vec![(x - cap, low), (x + cap, low)], bar),
+                    PathElement::new(vec![(x - cap, high), (x + cap, high)], bar),
+                ])
                 .map_err(|e| fail(&e))?;
         }
         let radius = if log_axis { 4 } else { 6 };
