@@ -1122,8 +1122,19 @@ impl Reader<'_> {
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
-                router_groups: if groups > 1 { groups } else { 0 },
-                router_group_topk: if groups > 1 { group_topk } else { 0 },
+                // One group is no limit, unless the config asks a token for more groups than
+                // that (which the router's topk over one group refuses): kept, so the model's
+                // group check names both keys.
+                router_groups: if groups > 1 || group_topk > groups {
+                    groups
+                } else {
+                    0
+                },
+                router_group_topk: if groups > 1 || group_topk > groups {
+                    group_topk
+                } else {
+                    0
+                },
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

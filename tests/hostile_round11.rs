@@ -303,3 +303,24 @@ fn hf_config_counts_tpsim_does_not_price_are_still_checked() {
         assert_one_line_error(&r, words, &[], &format!("{file} {key}: {value}"));
     }
 }
+
+/// A GLM config asking a token for more router groups than it has (`n_group` 1, `topk_group` 2,
+/// which the router's top-k over one group refuses) was read as no group limit.
+#[test]
+fn hf_config_group_topk_above_one_group_is_refused() {
+    let dir = scratch("round11", "hf-groups");
+    let text = std::fs::read_to_string(format!("{ROOT}/models/hf/glm-4.5-air.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["n_group"] = serde_json::json!(1);
+    config["topk_group"] = serde_json::json!(2);
+    let r = eval_hf(&dir, "c.json", &config.to_string());
+    assert_one_line_error(
+        &r,
+        &[
+            "\"n_group\" 1 / \"topk_group\" 2",
+            "a token cannot use more groups than there are",
+        ],
+        &[],
+        "n_group 1, topk_group 2",
+    );
+}
