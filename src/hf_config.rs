@@ -1094,6 +1094,14 @@ impl Reader<'_> {
         // every token, even with one group: both are positive counts, read whatever n_group is.
         let groups = self.class_default("n_group", 1)?;
         let group_topk = self.class_default("topk_group", 1)?;
+        // One group is no limit, unless the config asks a token for more groups than that (which
+        // the router's topk over one group refuses): kept, so the model's group check names both
+        // keys.
+        let (router_groups, router_group_topk) = if groups > 1 || group_topk > groups {
+            (groups, group_topk)
+        } else {
+            (0, 0)
+        };
         Ok(Model {
             name: name.to_string(),
             layers,
@@ -1122,19 +1130,8 @@ impl Reader<'_> {
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
-                // One group is no limit, unless the config asks a token for more groups than
-                // that (which the router's topk over one group refuses): kept, so the model's
-                // group check names both keys.
-                router_groups: if groups > 1 || group_topk > groups {
-                    groups
-                } else {
-                    0
-                },
-                router_group_topk: if groups > 1 || group_topk > groups {
-                    group_topk
-                } else {
-                    0
-                },
+                router_groups,
+                router_group_topk,
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

@@ -210,7 +210,7 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
         .and_then(|head| head.split_once(": invalid type: integer `"))
         && let Some(written) = scalar_at(text, line, column)
     {
-        let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+        let key = key_of_path(path);
         return format!(
             "{path}: {written} is past the largest whole number {key} takes; check the value"
         );
@@ -244,7 +244,7 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
         return message;
     };
     // `plan.tp` or `runs[0].hardware.num_gpus`: the key as the file writes it.
-    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let key = key_of_path(path);
     let fix = match key {
         "num_gpus" => "give the run's GPU count, e.g. num_gpus: 8 for one DGX node".to_string(),
         "nodes" => "give the cluster's node count, e.g. nodes: 32".to_string(),
@@ -256,29 +256,38 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
     format!("{path}: {written} is more than {most}, the largest whole number {key} takes; {fix}")
 }
 
-/// The plain scalar that starts at the parser's 1-based `line` and `column`, as written (up to a
-/// space, comment, comma or closing bracket).
-fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
+/// The key a serde path ends in (`plan.tp` → `tp`, `runs[0].hardware.num_gpus` → `num_gpus`),
+/// as the file writes it.
+fn key_of_path(path: &str) -> &str {
+    path.rsplit([' ', '.']).next().unwrap_or(path)
+}
+
+/// The characters from the parser's 1-based `line` and `column` to the end of that line: lines
+/// as YAML breaks them (a lone CR too), the column counted in characters.
+fn chars_from(text: &str, line: usize, column: usize) -> Option<Vec<char>> {
     let line = text
         .replace("\r\n", "\n")
         .split(['\n', '\r'])
         .nth(line.checked_sub(1)?)?
-        .to_string();
-    let written: String = line
         .chars()
         .skip(column.checked_sub(1)?)
+        .collect();
+    Some(line)
+}
+
+/// The plain scalar that starts at the parser's 1-based `line` and `column`, as written (up to a
+/// space, comment, comma or closing bracket).
+fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let written: String = chars_from(text, line, column)?
+        .into_iter()
         .take_while(|c| !c.is_whitespace() && !matches!(c, '#' | ',' | ']' | '}'))
         .collect();
     (!written.is_empty()).then_some(written)
 }
 
-/// The character at the parser's 1-based `line` and `column`: lines as YAML breaks them (a lone
-/// CR too), the column counted in characters.
+/// The character at the parser's 1-based `line` and `column`.
 fn char_at(text: &str, line: usize, column: usize) -> Option<char> {
-    text.replace("\r\n", "\n")
-        .split(['\n', '\r'])
-        .nth(line.checked_sub(1)?)
-        .and_then(|l| l.chars().nth(column.checked_sub(1)?))
+    chars_from(text, line, column)?.first().copied()
 }
 
 /// A tab where YAML wants indentation: the parser says "found character that cannot start any
@@ -406,7 +415,7 @@ fn plain_words(message: &str) -> String {
         .filter(|(_, (text, _))| expected_type.is_some_and(|rust| reads_unquoted(rust, text)))
         .map(|(path, (text, _))| {
             // `plan.tp` or `runs[0].layers`: the key as the file writes it.
-            let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+            let key = key_of_path(path);
             (key.to_string(), text.to_string())
         });
     if let Some((key, text)) = quoted_number {
@@ -488,7 +497,7 @@ fn negative_count(message: &str) -> Option<String> {
 
 /// The rule and fix for a negative number given to the whole-number key at `path`.
 fn negative_rule(path: &str) -> String {
-    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let key = key_of_path(path);
     if key == "zero" {
         "zero is a ZeRO stage: use 0, 1, 2 or 3".to_string()
     } else if POSITIVE_KEYS.contains(&key) {
@@ -511,7 +520,7 @@ fn fractional_count(message: &str, expected_type: Option<&str>) -> Option<String
     };
     let (path, rest) = message.split_once(": invalid type: floating point `")?;
     let value: f64 = rest.split_once('`')?.0.parse().ok()?;
-    let key = path.rsplit([' ', '.']).next().unwrap_or(path);
+    let key = key_of_path(path);
     if !value.is_finite() || value < 0.0 {
         return None;
     }
