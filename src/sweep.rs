@@ -546,6 +546,7 @@ mod tests {
                     .default_fp8_scaling(),
                 recompute_modules: None,
                 fsdp_syncs_once_per_step: false,
+                pipeline_keeps_outputs: false,
                 gradient_accumulation_fusion: true,
             },
         }

@@ -712,6 +712,19 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether the framework's pipeline keeps a boundary tensor per micro-batch beyond the layers'
+    /// own activations, as PyTorch's pipelining (torchtitan's) does (torch/distributed/pipelining/
+    /// stage.py): each stage keeps every in-flight micro-batch's output for its backward
+    /// (`fwd_cache[mb] = (output_tuple, ...)`, used by `torch.autograd.backward(stage_output,
+    /// grad_tensors=...)`), where Megatron-Core frees the output's data once sent
+    /// (`deallocate_output_tensor`), and it allocates a receive buffer per micro-batch for the
+    /// activations (`_prepare_forward_infra`: `args_recv_info[chunk_id]`) and for the gradients
+    /// (`_prepare_backward_infra`: `grad_recv_info[mb_index]`, `_make_tensor_from_meta`), kept for
+    /// the run.
+    pub fn keeps_pipeline_buffers_per_microbatch(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// Whether the framework runs ring context parallelism: Megatron-Core's
     /// `--context-parallel-size` and torchtitan's `context_parallel_degree` do; DeepSpeed's
     /// sequence parallelism (Ulysses) is an all-to-all over heads, a different scheme, and 2021
@@ -973,6 +986,16 @@ pub struct Training {
     /// Not on the command line (tpsim has no AutoModel framework); the accuracy runner sets it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fsdp_syncs_once_per_step: bool,
+    /// PyTorch's pipelining keeps every micro-batch's output on the last stage until the step
+    /// ends, to merge and return them (torch/distributed/pipelining/stage.py `forward_one_chunk`:
+    /// "Output chunks is only used for the last stage", `output_chunks.append(output)`, cleared by
+    /// the next `step`), and the model's output there is its logits. PyTorch PR #165822 let a
+    /// caller skip that (`step(return_outputs=False)`), which torchtitan passes since its commit
+    /// e5ef99a (2025-10-22, "Update PP to release memory earlier"): `true` for torchtitan runs
+    /// before it. Not on the command line (`--framework torchtitan` is today's torchtitan); the
+    /// accuracy runner sets it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pipeline_keeps_outputs: bool,
     /// Megatron-Core's gradient-accumulation fusion (on unless a launch line or plan file says
     /// `--no-gradient-accumulation-fusion`): the weight-gradient GEMMs accumulate into the
     /// gradient buffer (`TrainingFramework::fuses_wgrad_accumulation`); off, a separate add per
@@ -1032,6 +1055,7 @@ impl Training {
             fp8_scaling: framework.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            pipeline_keeps_outputs: false,
             gradient_accumulation_fusion: true,
         }
     }

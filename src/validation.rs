@@ -407,6 +407,7 @@ pub fn accuracy_with_skips(
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            pipeline_keeps_outputs: false,
             gradient_accumulation_fusion: true,
         };
         let p = &run.plan;
@@ -581,6 +582,7 @@ pub fn vtrain_cases(
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            pipeline_keeps_outputs: false,
             gradient_accumulation_fusion: true,
         };
         let p = &row.plan;

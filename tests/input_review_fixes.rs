@@ -469,7 +469,7 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
         "{}",
         r.stdout
     );
-    let r = run(&["plan", "--params", "1T", "--nodes", "32"]);
+    let r = run(&["plan", "--model", "megatron-1t", "--nodes", "12"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
         r.stderr.contains("or add --allow-uneven-pp"),

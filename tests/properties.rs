@@ -39,6 +39,7 @@ fn training(global_batch: u32) -> Training {
         fp8_scaling: tpsim::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
         recompute_modules: None,
         fsdp_syncs_once_per_step: false,
+        pipeline_keeps_outputs: false,
         gradient_accumulation_fusion: true,
     }
 }

@@ -1100,6 +1100,7 @@ pub(super) fn resolve_scenario(
         cp_exchange,
         recompute_modules,
         fsdp_syncs_once_per_step: false,
+        pipeline_keeps_outputs: false,
         gradient_accumulation_fusion: training_args
             .gradient_accumulation_fusion
             .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))

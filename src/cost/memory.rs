@@ -417,21 +417,28 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
     }
 }
 
-/// Micro-batches whose activations a stage holds at the peak of 1F1B: min(m, p − rank) (Narayanan
-/// et al. 2021 §2.2.1), times 1 + (p − 1)/(p·v) when interleaved (Korthikanti et al. 2022 §4.2.3);
-/// m of one pipeline schedule where the step runs several (`ParallelPlan::schedule_runs`).
+/// Micro-batches' worth of activations a stage holds at the peak of its schedule: the warm-up
+/// forwards plus the first steady-state one, each a model chunk of 1/v of the stage's layers.
+/// Megatron-Core's `get_pp_rank_microbatches` (schedules.py) warms up 2·(p − rank − 1) +
+/// (v − 1)·p chunks when interleaved (`microbatch_group_size_per_vp_stage` defaults to p; PyTorch's
+/// `ScheduleInterleaved1F1B._get_warmup_ops` counts the same with m a multiple of p) and p − rank − 1
+/// micro-batches otherwise, both at most every chunk of the m micro-batches: min(m, p − rank) for
+/// 1F1B (Narayanan et al. 2021 §2.2.1) and, on the first stage, p + (p − 1)/v when interleaved
+/// (Korthikanti et al. 2022 §4.2.3's factor 1 + (p − 1)/(p·v) times p), never more than m. m is
+/// one pipeline schedule's where the step runs several (`ParallelPlan::schedule_runs`).
 fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32) -> f64 {
     let (p, v, m) = (
         f64::from(plan.pp),
         f64::from(plan.vpp),
         f64::from(plan.microbatches_per_schedule()),
     );
-    let base = (p - f64::from(rank)).min(m);
-    let scheduled = if plan.vpp > 1 {
-        base * (1.0 + (p - 1.0) / (p * v))
+    let behind = p - f64::from(rank) - 1.0;
+    let warmup_chunks = if plan.vpp > 1 {
+        2.0 * behind + (v - 1.0) * p
     } else {
-        base
+        behind
     };
+    let scheduled = ((warmup_chunks + 1.0) / v).min(m);
     // The MoE all-to-all overlap schedules one extra model chunk's forward before the 1F1B
     // stages (Megatron-Core `schedules.py`), and without a pipeline runs the next micro-batch's
     // forward while the current one's activations wait for their backward.
@@ -443,6 +450,39 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
         0.0
     };
     scheduled + overlap_extra.min((m - scheduled).max(0.0))
+}
+
+/// Boundary tensors PyTorch's pipelining keeps on one stage beyond its layers' activations
+/// (`TrainingFramework::keeps_pipeline_buffers_per_microbatch`): the output of every in-flight
+/// model chunk that sends one (all but the model's last chunk), a receive buffer per micro-batch
+/// for each chunk that receives activations (all but the model's first; an in-flight chunk's is
+/// its first layer's saved input, already counted) and one per micro-batch for each chunk that
+/// receives gradients (the chunks that send).
+fn pipeline_buffer_bytes(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    rank: u32,
+    stage: Stage,
+) -> f64 {
+    let v = f64::from(plan.vpp);
+    let m = f64::from(plan.microbatches_per_schedule());
+    let in_flight = in_flight(model, training, plan, rank);
+    let sending_chunks = v - if matches!(stage, Stage::Last) {
+        1.0
+    } else {
+        0.0
+    };
+    let receiving_chunks = v - if matches!(stage, Stage::First) {
+        1.0
+    } else {
+        0.0
+    };
+    let held_outputs = in_flight * sending_chunks;
+    let idle_activation_buffers = (m - in_flight).max(0.0) * receiving_chunks;
+    let gradient_buffers = m * sending_chunks;
+    super::comm::pp_message_bytes(model, training, plan)
+        * (held_outputs + idle_activation_buffers + gradient_buffers)
 }
 
 fn stage_memory(
@@ -522,21 +562,25 @@ fn stage_memory(
     // The stage's parameters that data parallelism shards at all (as `layer_unit` counts them).
     let sharded_params = (if dense_sharded { dense_params } else { 0.0 })
         + (if expert_dp > 1.0 { expert_params } else { 0.0 });
+    // Memory allocated and freed within a step (`FRAGMENTATION_FRACTION`), beyond the activations.
+    let mut transient = 0.0;
     if plan.zero >= 3 && sharded_params > 0.0 {
         // Under PyTorch's pipelining the backward never reshards (`set_reshard_after_backward(
         // False)`, `comm::reduces_after_pipeline_schedule`): after the first micro-batch's backward
         // the whole stage is gathered whether or not the forward reshards.
         if plan.reshard_after_forward && !after_schedule {
             // ZeRO-3 gathers each unit's parameters before use and keeps the next one prefetched.
-            weights += two_units * WEIGHT_BYTES;
+            transient += two_units * WEIGHT_BYTES;
         } else {
             // FSDP2 `reshard_after_forward=False`: the stage's gathered parameters stay from the
             // forward until the backward has used them.
-            weights += sharded_params * WEIGHT_BYTES;
+            transient += sharded_params * WEIGHT_BYTES;
         }
     }
+    weights += transient;
     // With sharded gradients (ZeRO-2 and 3) a unit's full gradient exists until it is
     // reduce-scattered (DeepSpeed's `reduce_bucket_size`, FSDP's per-unit reduce-scatter).
+    let gradients_at_rest = gradients;
     if plan.zero >= 2 && !after_schedule {
         gradients += largest_unit * training.grad_dtype.bytes();
     }
@@ -544,9 +588,25 @@ fn stage_memory(
         // Under PyTorch's pipelining every micro-batch's gradients accumulate unsharded, in the
         // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth of
         // what is sharded (the sharded gradients they become are counted too, a 1/dp
-        // overestimate).
-        gradients += sharded_params * training.grad_dtype.bytes();
+        // overestimate). Each model chunk reduce-scatters and frees its own after its last
+        // backward (stage.py `backward_maybe_with_nosync(last_backward=True)` runs FSDP's
+        // `post_backward` for that stage's module). An interleaved schedule with a single round
+        // of micro-batches (m ≤ p) runs every backward of one chunk before the next chunk's first
+        // (`ScheduleInterleaved1F1B`'s backward order by rounds of p), so one chunk's worth lives
+        // at the peak; with more rounds the chunks alternate and all of them live. NeMo
+        // AutoModel's MoE models defer every chunk's reduce-scatter to the step's end
+        // (`fsdp_syncs_once_per_step`).
+        let one_chunk_at_a_time = plan.vpp > 1
+            && plan.microbatches_per_schedule() <= plan.pp
+            && !training.fsdp_syncs_once_per_step;
+        let live_share = if one_chunk_at_a_time {
+            1.0 / f64::from(plan.vpp)
+        } else {
+            1.0
+        };
+        gradients += live_share * sharded_params * training.grad_dtype.bytes();
     }
+    transient += gradients - gradients_at_rest;
     // Low-precision GEMMs keep a quantized copy of every linear weight and, for the weight-gradient
     // GEMM, its transpose (Transformer Engine `Float8Tensor` with `_transpose`; MXFP8 keeps row- and
     // column-wise scaled copies instead): two copies of the layer weights at the format's size.
@@ -742,6 +802,9 @@ fn stage_memory(
             activations += sbh / sp_split * in_flight(model, training, plan, 0);
         }
     }
+    if plan.pp > 1 && training.framework.keeps_pipeline_buffers_per_microbatch() {
+        activations += pipeline_buffer_bytes(model, training, plan, rank, stage);
+    }
     // Two transient peaks that never coincide: the loss on the last stage, and one layer's
     // attention backward under PyTorch's context-parallel ring; the larger one counts.
     let loss_peak = if matches!(stage, Stage::Last | Stage::Only) {
@@ -756,7 +819,20 @@ fn stage_memory(
             * f64::from(b)
             * f64::from(model.vocab)
             * f64::from(1 + model.mtp_layers);
-        4.0 * sbh / sp_split + logits / t
+        // PyTorch's pipelining before `return_outputs=False` keeps the other micro-batches'
+        // outputs, the model's 16-bit logits, until the step ends (`pipeline_keeps_outputs`).
+        let kept_outputs = if training.pipeline_keeps_outputs && plan.pp > 1 {
+            let vocab_split = if loss_parallel { t } else { 1.0 };
+            f64::from(plan.microbatches_per_schedule().saturating_sub(1))
+                * WEIGHT_BYTES
+                * f64::from(s)
+                * f64::from(b)
+                * f64::from(model.vocab)
+                / vocab_split
+        } else {
+            0.0
+        };
+        4.0 * sbh / sp_split + logits / t + kept_outputs
     } else {
         0.0
     };
@@ -772,7 +848,7 @@ fn stage_memory(
     activations += loss_peak.max(ring_peak);
 
     let used = weights + gradients + optimizer + activations;
-    let other = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * used;
+    let other = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * (activations + transient);
     let total = used + other;
     let capacity = cluster.gpu.memory_capacity();
     Memory {
@@ -1342,6 +1418,123 @@ mod tests {
             (saved / (per_layer * layers_in_flight) - 1.0).abs() < 1e-9,
             "{saved}"
         );
+    }
+
+    /// GPT-3 175B on 16 nodes, TP 8 x PP 8 x DP 2, one sequence per micro-batch, under
+    /// `framework`: `global_batch` / 2 micro-batches per step.
+    fn gpt3_pp8(
+        framework: crate::training::TrainingFramework,
+        vpp: u32,
+        global_batch: u32,
+        zero: u8,
+    ) -> (Model, Cluster, Training, ParallelPlan) {
+        let model = gpt3_175b();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 16,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(framework, 2048, global_batch, AttentionKernel::Flash);
+        let request = crate::plan::PlanRequest {
+            tp: 8,
+            pp: 8,
+            dp: 2,
+            vpp,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero,
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        (model, cluster, training, plan)
+    }
+
+    #[test]
+    fn stages_hold_the_warm_up_megatron_schedules_and_never_more_than_every_micro_batch() {
+        let core = crate::training::TrainingFramework::MegatronCore;
+        // 1F1B with 64 micro-batches: p − rank (Narayanan et al. 2021 §2.2.1).
+        let (model, _, training, plan) = gpt3_pp8(core, 1, 128, 1);
+        assert_eq!(in_flight(&model, &training, &plan, 0), 8.0);
+        assert_eq!(in_flight(&model, &training, &plan, 1), 7.0);
+        assert_eq!(in_flight(&model, &training, &plan, 7), 1.0);
+        // Interleaved (v = 2) with 64: (2(p − rank − 1) + (v − 1)p + 1) / v chunks' worth, which on
+        // the first stage is Korthikanti's p(1 + (p − 1)/(p·v)) = 11.5.
+        let (model, _, training, plan) = gpt3_pp8(core, 2, 128, 1);
+        assert_eq!(in_flight(&model, &training, &plan, 0), 11.5);
+        assert_eq!(in_flight(&model, &training, &plan, 1), 10.5);
+        assert_eq!(in_flight(&model, &training, &plan, 7), 4.5);
+        // With m = p = 8 the warm-up is every chunk of every micro-batch: 8, not 11.5.
+        let (model, _, training, plan) = gpt3_pp8(core, 2, 16, 1);
+        assert_eq!(in_flight(&model, &training, &plan, 0), 8.0);
+        assert_eq!(in_flight(&model, &training, &plan, 7), 4.5);
+    }
+
+    #[test]
+    fn torch_pipelining_keeps_boundary_tensors_per_micro_batch() {
+        // 1F1B, 8 micro-batches on 8 stages: the first stage holds its 8 in-flight outputs and 8
+        // gradient receive buffers; the last stage its 7 idle activation receive buffers (the
+        // in-flight one is its first layer's input) and no output buffers (it outputs logits).
+        let titan = crate::training::TrainingFramework::Torchtitan;
+        let (model, _, training, plan) = gpt3_pp8(titan, 1, 16, 3);
+        let message = super::super::comm::pp_message_bytes(&model, &training, &plan);
+        let first = pipeline_buffer_bytes(&model, &training, &plan, 0, Stage::First);
+        let last = pipeline_buffer_bytes(&model, &training, &plan, 7, Stage::Last);
+        assert!((first / message - 16.0).abs() < 1e-9, "{}", first / message);
+        assert!((last / message - 7.0).abs() < 1e-9, "{}", last / message);
+        // Megatron-Core frees what it sends and receives into fresh tensors: no such term.
+        let core = crate::training::TrainingFramework::MegatronCore;
+        assert!(!core.keeps_pipeline_buffers_per_microbatch());
+    }
+
+    #[test]
+    fn torch_pipelining_frees_each_chunks_gradients_after_its_last_backward() {
+        // torchtitan, ZeRO-3 with PP 8 and two chunks per rank: with one round of micro-batches
+        // (m = p = 8) one chunk's unsharded gradients live at a time; with two rounds (m = 16)
+        // the chunks alternate and both live.
+        let titan = crate::training::TrainingFramework::Torchtitan;
+        let (model, cluster, training, one_round) = gpt3_pp8(titan, 2, 16, 3);
+        let (_, _, _, two_rounds) = gpt3_pp8(titan, 2, 32, 3);
+        let grads = |plan: &ParallelPlan| {
+            stage_memory(&model, &cluster, &training, plan, Stage::Middle)
+                .gradients_bytes
+                .0
+        };
+        let params = stage_params_at(&model, &one_round, Stage::Middle, 0.0);
+        let unsharded = params * training.grad_dtype.bytes();
+        let sharded = unsharded / 2.0;
+        assert!((grads(&two_rounds) - (sharded + unsharded)).abs() < 1e-6 * unsharded);
+        assert!((grads(&one_round) - (sharded + unsharded / 2.0)).abs() < 1e-6 * unsharded);
+    }
+
+    #[test]
+    fn torchtitan_before_return_outputs_keeps_every_micro_batchs_logits() {
+        // The last stage of 8 micro-batches keeps the other 7's bf16 logits (split over TP by
+        // the loss-parallel output layer) until the step ends; only the activations and the
+        // fragmentation that scales with them move.
+        let titan = crate::training::TrainingFramework::Torchtitan;
+        let (model, cluster, mut training, plan) = gpt3_pp8(titan, 1, 16, 3);
+        let without = stage_memory(&model, &cluster, &training, &plan, Stage::Last);
+        training.pipeline_keeps_outputs = true;
+        let with = stage_memory(&model, &cluster, &training, &plan, Stage::Last);
+        let logits = 7.0 * 2.0 * 2048.0 * f64::from(model.vocab) / 8.0;
+        let kept = with.activations_bytes.0 - without.activations_bytes.0;
+        assert!((kept / logits - 1.0).abs() < 1e-9, "{kept} vs {logits}");
+        let total = with.total_bytes.0 - without.total_bytes.0;
+        assert!((total / (logits * (1.0 + FRAGMENTATION_FRACTION)) - 1.0).abs() < 1e-9);
+        assert_eq!(with.weights_bytes, without.weights_bytes);
+        assert_eq!(with.gradients_bytes, without.gradients_bytes);
+    }
+
+    #[test]
+    fn fragmentation_grows_with_what_a_step_allocates_and_frees() {
+        // Megatron-Core ZeRO-1 keeps its parameters, gradient buffer and optimizer states from the
+        // start: only the activations fragment.
+        let core = crate::training::TrainingFramework::MegatronCore;
+        let (model, cluster, training, plan) = gpt3_pp8(core, 1, 128, 1);
+        let m = stage_memory(&model, &cluster, &training, &plan, Stage::First);
+        let want = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * m.activations_bytes.0;
+        assert!((m.other_bytes.0 / want - 1.0).abs() < 1e-12);
     }
 
     #[test]

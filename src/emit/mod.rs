@@ -694,6 +694,7 @@ mod tests {
             fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
+            pipeline_keeps_outputs: false,
             gradient_accumulation_fusion: true,
         };
         (model, cluster, training)

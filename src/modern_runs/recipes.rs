@@ -329,6 +329,21 @@ pub(super) fn loss_kernel_of(
     }
 }
 
+/// Whether a run's pipeline keeps every micro-batch's output on its last stage until the step
+/// ends (`Training::pipeline_keeps_outputs`): torchtitan before e5ef99a (2025-10-22), which is
+/// every torchtitan row of the file: the 2024-08 and 2024-12 benchmark commits, the 2025-06
+/// async-TP runs and Trainy's June 2025 runs (torchtitan e7c0cae).
+pub(super) fn pipeline_keeps_outputs_of(run: &ModernRun) -> bool {
+    [
+        "torchtitan-202408",
+        "torchtitan-202412",
+        "torchtitan-202506",
+        "torchtitan-trainy",
+    ]
+    .iter()
+    .any(|prefix| run.id.starts_with(prefix))
+}
+
 /// The recompute a source states: "none" is none; "full AC" is full recompute; torchtitan's "selective AC" /
 /// "per-op selective AC" is its per-op SAC, which `Recompute::Selective` means under the
 /// torchtitan framework. Unstated (most rows) is left to the search.
