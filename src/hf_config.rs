@@ -863,6 +863,7 @@ impl Reader<'_> {
                 first_dense_layers: 0,
                 router_groups: 0,
                 router_group_topk: 0,
+                clamped_glu: false,
             }),
             // Qwen2MoeConfig(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
             // shared_expert_intermediate_size=5632, decoder_sparse_step=1), shared expert gated
@@ -892,6 +893,7 @@ impl Reader<'_> {
                     first_dense_layers: self.mlp_only_layers()?,
                     router_groups: 0,
                     router_group_topk: 0,
+                    clamped_glu: false,
                 })
             }
             _ => None,
@@ -1002,6 +1004,7 @@ impl Reader<'_> {
                 // §2.1.2); DeepSeek-V2's config names them the same.
                 router_groups: self.class_default("n_group", 8)?,
                 router_group_topk: self.class_default("topk_group", 4)?,
+                clamped_glu: false,
             }),
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
             // DeepSeek provider maps it to `mtp_num_layers`).
@@ -1052,6 +1055,9 @@ impl Reader<'_> {
                 first_dense_layers: 0,
                 router_groups: 0,
                 router_group_topk: 0,
+                // `GptOssExperts` clamps both halves of the gated activation at `swiglu_limit`
+                // (transformers `modeling_gpt_oss.py`; the config's default 7.0).
+                clamped_glu: true,
             }),
             mtp_layers: 0,
             // GptOssConfig (transformers `models/gpt_oss/configuration_gpt_oss.py`):
@@ -1132,6 +1138,7 @@ impl Reader<'_> {
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
                 router_groups,
                 router_group_topk,
+                clamped_glu: false,
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

@@ -63,6 +63,12 @@ pub struct Moe {
     /// `topk_group`; DeepSeek-V3: 4 of 8).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub router_group_topk: u32,
+    /// The experts' gated activation clamps its two halves before combining them (GPT-OSS:
+    /// transformers `GptOssExperts`, `gate.clamp(max=limit)`, `up.clamp(-limit, limit)` with
+    /// `swiglu_limit` 7.0; Megatron-Core `activation_func_clamp_value`). Only the kernels that
+    /// run it cost anything (`cost::moe::ExpertEpilogue`); the FLOP count does not move.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clamped_glu: bool,
 }
 
 /// Megatron-Core's rules for group-limited routing (`moe_utils.group_limited_topk`,

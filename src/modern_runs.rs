@@ -690,6 +690,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     // nemo_automodel/components/moe/fsdp_mixin.py).
     training.fsdp_syncs_once_per_step = run.id.starts_with("automodel") && model.moe.is_some();
     training.pipeline_keeps_outputs = recipes::pipeline_keeps_outputs_of(run);
+    training.eager_glu_clamp = recipes::eager_glu_clamp_of(framework);
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");

@@ -996,6 +996,12 @@ pub struct Training {
     /// accuracy runner sets it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pipeline_keeps_outputs: bool,
+    /// Megatron-Core before Megatron-LM #5940 (2026-08-13) clamps a clamped GLU's halves with
+    /// kernels of their own before the fused activation (`cost::moe::ExpertEpilogue`); today's
+    /// fuses the clamp. Not on the command line (`--framework megatron-core` is today's); the
+    /// accuracy runner sets it for the releases its runs used.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub eager_glu_clamp: bool,
     /// Megatron-Core's gradient-accumulation fusion (on unless a launch line or plan file says
     /// `--no-gradient-accumulation-fusion`): the weight-gradient GEMMs accumulate into the
     /// gradient buffer (`TrainingFramework::fuses_wgrad_accumulation`); off, a separate add per
@@ -1056,6 +1062,7 @@ impl Training {
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
+            eager_glu_clamp: false,
             gradient_accumulation_fusion: true,
         }
     }

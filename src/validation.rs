@@ -408,6 +408,7 @@ pub fn accuracy_with_skips(
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
+            eager_glu_clamp: false,
             gradient_accumulation_fusion: true,
         };
         let p = &run.plan;
@@ -583,6 +584,7 @@ pub fn vtrain_cases(
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
+            eager_glu_clamp: false,
             gradient_accumulation_fusion: true,
         };
         let p = &row.plan;

@@ -40,6 +40,7 @@ fn training(global_batch: u32) -> Training {
         recompute_modules: None,
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
+        eager_glu_clamp: false,
         gradient_accumulation_fusion: true,
     }
 }

@@ -1101,6 +1101,7 @@ pub(super) fn resolve_scenario(
         recompute_modules,
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
+        eager_glu_clamp: false,
         gradient_accumulation_fusion: training_args
             .gradient_accumulation_fusion
             .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))

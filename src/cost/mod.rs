@@ -449,6 +449,7 @@ pub(crate) fn unit_costs_at(
             // At ep 1 DeepEP is written (and run) as the all-to-all dispatcher: cost what runs.
             training.moe_dispatch.dispatcher.written_for(plan.ep),
             cast_setting,
+            moe::ExpertEpilogue::of(model, training),
         )
     } else {
         moe::MoeMlpTime::default()

@@ -180,6 +180,7 @@ pub fn busiest_stage_moe_share(model: &Model, plan: &ParallelPlan) -> f64 {
 /// expert's tokens to the FP8 GEMM alignment (`--moe-router-padding-for-fp8`, Megatron-Core
 /// moe/README.md "FP8 Training"). Their inputs pay the same cast traffic as the dense linears
 /// (`cost::cast`). The router stays in bf16 (its GEMM is not a TE linear).
+#[allow(clippy::too_many_arguments)]
 pub fn moe_mlp_forward_s(
     model: &Model,
     cluster: &Cluster,
@@ -188,8 +189,65 @@ pub fn moe_mlp_forward_s(
     imbalance: f64,
     dispatcher: MoeDispatcher,
     cast: CastSetting,
+    epilogue: ExpertEpilogue,
 ) -> f64 {
-    moe_mlp_time(model, cluster, plan, seq_len, imbalance, dispatcher, cast).forward_s
+    moe_mlp_time(
+        model, cluster, plan, seq_len, imbalance, dispatcher, cast, epilogue,
+    )
+    .forward_s
+}
+
+/// Eager kernels the framework runs around the routed experts' grouped GEMMs that a generic MoE
+/// of the same shape does not, read from Megatron-Core's `TEGroupedMLP` (moe/experts.py,
+/// core_v0.15.0 and after). Other frameworks: none modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpertEpilogue {
+    /// Experts with biases (`--add-bias-linear`): the second GEMM returns its bias apart
+    /// (`skip_bias_add`) and `_apply_bias` adds it weighted by the routing probability, expert by
+    /// expert: `torch.cat([t + b * p for t, b, p in zip(torch.split(output, tokens_per_expert), ...)])`.
+    pub eager_output_bias: bool,
+    /// A clamped GLU (`Moe::clamped_glu`) clamps as kernels of its own before the fused activation
+    /// (`weighted_bias_quick_geglu_impl`: `input.chunk(2, -1)`, two `clamp`s and `torch.cat`)
+    /// until Megatron-LM #5940 (2026-08-13) folded the clamp into the fused kernel
+    /// (`Training::eager_glu_clamp`).
+    pub eager_glu_clamp: bool,
+}
+
+impl ExpertEpilogue {
+    /// What `training`'s framework runs for `model`'s experts.
+    pub fn of(model: &Model, training: &Training) -> ExpertEpilogue {
+        let Some(moe) = model.moe else {
+            return ExpertEpilogue::default();
+        };
+        let megatron_core = training.framework == crate::training::TrainingFramework::MegatronCore;
+        ExpertEpilogue {
+            eager_output_bias: megatron_core && model.linear_bias,
+            eager_glu_clamp: megatron_core && moe.clamped_glu && training.eager_glu_clamp,
+        }
+    }
+
+    /// HBM bytes per routed token copy, (forward, backward), for an expert whose GLU half is
+    /// `inner` wide and whose output is `hidden` wide (bf16 elements, each read or written once
+    /// per kernel):
+    /// - the bias: `b * p` writes h, the add reads 2h and writes h, `torch.cat` reads and writes h
+    ///   (6h); backward, the gradients of `b` and `p` each multiply (read h, write h) and sum
+    ///   (read h) (6h);
+    /// - the clamp: two clamps read and write a half each, `torch.cat` reads and writes both
+    ///   (8 × inner); backward, each clamp's gradient reads the gradient and the input and writes
+    ///   one half (6 × inner); the cat's gradient is two views.
+    pub fn bytes_per_routed_copy(self, inner: f64, hidden: f64) -> (f64, f64) {
+        let mut forward = 0.0;
+        let mut backward = 0.0;
+        if self.eager_output_bias {
+            forward += 6.0 * hidden;
+            backward += 6.0 * hidden;
+        }
+        if self.eager_glu_clamp {
+            forward += 8.0 * inner;
+            backward += 6.0 * inner;
+        }
+        (forward * ACTIVATION_BYTES, backward * ACTIVATION_BYTES)
+    }
 }
 
 /// One MoE layer's MLP part on one GPU for one micro-batch, forward and backward.
@@ -204,6 +262,7 @@ pub struct MoeMlpTime {
 }
 
 /// [`moe_mlp_forward_s`] with its backward.
+#[allow(clippy::too_many_arguments)]
 pub fn moe_mlp_time(
     model: &Model,
     cluster: &Cluster,
@@ -212,6 +271,7 @@ pub fn moe_mlp_time(
     imbalance: f64,
     dispatcher: MoeDispatcher,
     cast: CastSetting,
+    epilogue: ExpertEpilogue,
 ) -> MoeMlpTime {
     let Some(moe) = model.moe else {
         return MoeMlpTime::default();
@@ -284,6 +344,10 @@ pub fn moe_mlp_time(
     let gpu = &cluster.gpu;
     let bandwidth = gpu.achieved_hbm_bandwidth().0;
     let permute_s = permute_bytes / bandwidth / gpu.framework_efficiency;
+    let (epilogue_forward, epilogue_backward) =
+        epilogue.bytes_per_routed_copy(f64::from(moe.ffn_hidden) / etp, h / etp);
+    let epilogue_forward_s = routed * epilogue_forward / bandwidth / gpu.framework_efficiency;
+    let epilogue_backward_s = routed * epilogue_backward / bandwidth / gpu.framework_efficiency;
     let rest_s = (linear(&up)
         + linear(&down)
         + router.time(cluster)
@@ -291,9 +355,10 @@ pub fn moe_mlp_time(
         + (activation_bytes + cast_bytes) / bandwidth)
         / gpu.framework_efficiency;
     MoeMlpTime {
-        forward_s: rest_s + permute_s,
+        forward_s: rest_s + permute_s + epilogue_forward_s,
         backward_s: 2.0 * rest_s
             + permute_s
+            + epilogue_backward_s
             + (wgrad_extra_s + transposed_bytes / bandwidth) / gpu.framework_efficiency,
     }
 }
@@ -1302,6 +1367,7 @@ mod tests {
                 1.0,
                 MoeDispatcher::Alltoall,
                 cast,
+                ExpertEpilogue::default(),
             )
         };
         let (with, without) = (time(fused), time(fresh));
@@ -1372,6 +1438,7 @@ mod tests {
                 1.0,
                 MoeDispatcher::Alltoall,
                 CastSetting::of(&training, &plan),
+                ExpertEpilogue::default(),
             )
         };
         let (bf16, fp8) = (time(Precision::Bf16), time(Precision::Fp8));
@@ -1503,6 +1570,7 @@ mod tests {
             1.0,
             MoeDispatcher::Alltoall,
             CastSetting::BF16,
+            ExpertEpilogue::default(),
         );
         let gpu = &cluster.gpu;
         let permute_s = permutation_bytes(&model, &plan, 4096, 1.0, MoeDispatcher::Alltoall)
@@ -1510,6 +1578,77 @@ mod tests {
             / gpu.framework_efficiency;
         assert!(permute_s > 0.0);
         assert!((t.backward_s - (2.0 * t.forward_s - permute_s)).abs() < 1e-12 * t.forward_s);
+    }
+
+    #[test]
+    fn megatron_core_pays_the_biased_and_clamped_experts_eager_epilogues() {
+        // GPT-OSS-120B (biased experts, clamped GLU) under Megatron-Core: the output bias costs
+        // 6h elements each way per routed copy; the 25.11 release's clamp 8 and 6 inner widths.
+        let model = crate::specs::load_model("gpt-oss-120b").unwrap();
+        let core = crate::training::TrainingFramework::MegatronCore;
+        let mut training =
+            Training::with_framework(core, 4096, 64, crate::training::AttentionKernel::Flash);
+        let today = ExpertEpilogue::of(&model, &training);
+        assert!(today.eager_output_bias && !today.eager_glu_clamp);
+        training.eager_glu_clamp = true;
+        let release_25_11 = ExpertEpilogue::of(&model, &training);
+        assert!(release_25_11.eager_output_bias && release_25_11.eager_glu_clamp);
+        let (h, f) = (2880.0, 2880.0);
+        assert_eq!(today.bytes_per_routed_copy(f, h), (12.0 * h, 12.0 * h));
+        assert_eq!(
+            release_25_11.bytes_per_routed_copy(f, h),
+            (12.0 * h + 16.0 * f, 12.0 * h + 12.0 * f)
+        );
+        // No biases (DeepSeek-V3), or a framework whose kernels tpsim does not list: nothing.
+        let deepseek = crate::specs::load_model("deepseek-v3").unwrap();
+        assert_eq!(
+            ExpertEpilogue::of(&deepseek, &training),
+            ExpertEpilogue::default()
+        );
+        let titan = Training::with_framework(
+            crate::training::TrainingFramework::Torchtitan,
+            4096,
+            64,
+            crate::training::AttentionKernel::Flash,
+        );
+        assert_eq!(
+            ExpertEpilogue::of(&model, &titan),
+            ExpertEpilogue::default()
+        );
+        // The bytes land on the layer: the same plan is slower by them at the achieved bandwidth.
+        let cluster = h100_nodes(8);
+        let request = crate::plan::PlanRequest {
+            tp: 1,
+            pp: 1,
+            dp: 64,
+            ep: 64,
+            micro_batch: 1,
+            ..crate::plan::PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let time = |epilogue| {
+            moe_mlp_time(
+                &model,
+                &cluster,
+                &plan,
+                4096,
+                1.0,
+                MoeDispatcher::Alltoall,
+                CastSetting::BF16,
+                epilogue,
+            )
+        };
+        let (plain, with) = (time(ExpertEpilogue::default()), time(release_25_11));
+        let routed = 4096.0 * 4.0;
+        let per_byte =
+            1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+        let (fwd, bwd) = release_25_11.bytes_per_routed_copy(f, h);
+        assert!(
+            ((with.forward_s - plain.forward_s) / (routed * fwd * per_byte) - 1.0).abs() < 1e-9
+        );
+        assert!(
+            ((with.backward_s - plain.backward_s) / (routed * bwd * per_byte) - 1.0).abs() < 1e-9
+        );
     }
 
     #[test]

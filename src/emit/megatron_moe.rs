@@ -323,6 +323,9 @@ impl Parsed<'_> {
             first_dense_layers,
             router_groups,
             router_group_topk,
+            // `--activation-func-clamp-value` is not read: the clamp costs nothing apart in
+            // today's Megatron-Core (`cost::moe::ExpertEpilogue`).
+            clamped_glu: false,
         })
     }
 

@@ -329,6 +329,14 @@ pub(super) fn loss_kernel_of(
     }
 }
 
+/// Whether a run's Megatron-Core clamps a clamped GLU with kernels of its own
+/// (`Training::eager_glu_clamp`): every Megatron-Core release of the file (NeMo 24.07, the DGX
+/// recipes of 2025, Megatron-Bridge 25.09 and 25.11, whose container has Megatron-Core 0.15)
+/// predates Megatron-LM #5940 (2026-08-13), which fused the clamp.
+pub(super) fn eager_glu_clamp_of(framework: TrainingFramework) -> bool {
+    framework == TrainingFramework::MegatronCore
+}
+
 /// Whether a run's pipeline keeps every micro-batch's output on its last stage until the step
 /// ends (`Training::pipeline_keeps_outputs`): torchtitan before e5ef99a (2025-10-22), which is
 /// every torchtitan row of the file: the 2024-08 and 2024-12 benchmark commits, the 2025-06

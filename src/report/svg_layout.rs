@@ -427,6 +427,7 @@ mod tests {
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
+            eager_glu_clamp: false,
             gradient_accumulation_fusion: true,
         };
         let request = PlanRequest {
