@@ -238,3 +238,61 @@ fn readme_accuracy_prose_quotes_what_accuracy_prints() {
         assert!(text.contains(&words), "want {words:?} in: {text}");
     }
 }
+
+/// The DP line of the eval breakdown.
+fn dp_line(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("DP ") && l.contains(" GB on "))
+        .unwrap_or_else(|| panic!("no DP traffic line in:\n{stdout}"))
+        .to_string()
+}
+
+/// `eval` of the README's own flag example (GPT-3 175B, ZeRO-0) described its DP traffic as
+/// "gradient reduction and parameter all-gather (ZeRO)": a ZeRO-0 plan gathers no parameters
+/// (its time lines have no "DP param gather", and the ledger one all-reduce). The line now names
+/// the collectives the plan's ZeRO stage runs.
+#[test]
+fn eval_dp_line_names_the_collectives_of_the_plans_zero_stage() {
+    let base = [
+        "eval",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "a100-sxm-80g",
+        "--nodes",
+        "128",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--global-batch",
+        "1536",
+    ];
+    let zero0 = run(&base);
+    assert_eq!(zero0.code, 0, "{}", zero0.stderr);
+    assert!(
+        !zero0.stdout.contains("DP param gather"),
+        "{}",
+        zero0.stdout
+    );
+    let line = dp_line(&zero0.stdout);
+    assert!(line.contains("all-reduce"), "{line}");
+    assert!(!line.contains("parameter all-gather"), "{line}");
+    for (zero, words) in [
+        (
+            "1",
+            "reduce-scatter and all-gather of the updated weights (ZeRO-1)",
+        ),
+        ("3", "all-gathers of the sharded weights (ZeRO-3)"),
+    ] {
+        let r = run(&[&base[..], &["--zero", zero]].concat());
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let line = dp_line(&r.stdout);
+        assert!(line.contains(words), "ZeRO-{zero}: {line}");
+    }
+}
