@@ -296,3 +296,94 @@ fn eval_dp_line_names_the_collectives_of_the_plans_zero_stage() {
         assert!(line.contains(words), "ZeRO-{zero}: {line}");
     }
 }
+
+/// (step seconds, parameters, bytes on the most loaded GPU) of a `--format json` run's plan #1.
+fn step_params_memory(v: &Value) -> (f64, f64, f64) {
+    let p = &v["plans"][0];
+    (
+        p["time"]["step_s"].as_f64().unwrap(),
+        v["model"]["params"].as_f64().unwrap(),
+        p["memory"]["total_bytes"].as_f64().unwrap(),
+    )
+}
+
+/// The README reads an emitted Megatron-LM line back by pasting it on `eval`
+/// (`tpsim eval --nodes 16 $(tpsim plan ... --emit megatron)`), but for GPT-OSS and Mistral the
+/// line's `--window-size '(127,0)'`, for Qwen3 its `--qk-layernorm`, for Qwen2.5 and GLM-4.5 its
+/// `--add-qkv-bias` and for Qwen1.5-MoE its `--moe-shared-expert-gate` made `eval` exit 2
+/// ("unexpected argument"). Each line now pastes and reads back to the plan it was written for.
+#[test]
+fn emitted_megatron_lines_paste_back_on_eval() {
+    for model in [
+        ["--model", "gpt-oss-20b"],
+        ["--model", "qwen3-30b-a3b"],
+        ["--hf-config", "models/hf/qwen2.5-7b.json"],
+        ["--hf-config", "models/hf/qwen1.5-moe-a2.7b.json"],
+    ] {
+        let job = [
+            &["plan"][..],
+            &model[..],
+            &["--nodes", "4", "--global-batch", "256"],
+        ]
+        .concat();
+        let emitted = run(&[&job[..], &["--emit", "megatron"]].concat());
+        assert_eq!(emitted.code, 0, "{model:?}: {}", emitted.stderr);
+        let line = emitted.stdout.trim();
+        let mut pasted = vec!["eval", "--nodes", "4", "--format", "json"];
+        // As the shell's $(...) splits it: the single quotes stay on the words they wrap.
+        pasted.extend(line.split_whitespace());
+        let back = run(&pasted);
+        assert_eq!(back.code, 0, "{model:?}: {line}\n{}", back.stderr);
+        let back: Value = serde_json::from_str(&back.stdout).unwrap();
+        let planned = json(&[&job[..], &["--top", "1", "--format", "json"]].concat());
+        let (a, b) = (step_params_memory(&planned), step_params_memory(&back));
+        for (what, x, y) in [
+            ("step", a.0, b.0),
+            ("params", a.1, b.1),
+            ("memory", a.2, b.2),
+        ] {
+            assert!(
+                (x - y).abs() <= 1e-9 * x.abs(),
+                "{model:?}: {what} {x} planned, {y} read back from {line}"
+            );
+        }
+    }
+}
+
+/// `--window-size` and `--moe-shared-expert-gate` pasted on `eval` are read as
+/// `--megatron-args` reads them: a non-causal window is refused, a gate needs shared experts.
+#[test]
+fn pasted_megatron_model_switches_are_checked_as_launch_lines_are() {
+    let base = [
+        "eval",
+        "--nodes",
+        "1",
+        "--layers",
+        "4",
+        "--hidden",
+        "1024",
+        "--heads",
+        "8",
+        "--global-batch",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+    ];
+    let r = run(&[&base[..], &["--window-size", "(127,4)"]].concat());
+    common::assert_one_line_error(&r, &["--window-size (127,4)", "not causal"], &[], "window");
+    let r = run(&[
+        &base[..],
+        &["--window-size", "'(127,0)'", "--format", "json"],
+    ]
+    .concat());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run(&[&base[..], &["--moe-shared-expert-gate"]].concat());
+    common::assert_one_line_error(
+        &r,
+        &["--moe-shared-expert-gate", "no shared experts"],
+        &[],
+        "gate",
+    );
+}
