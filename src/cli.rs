@@ -233,6 +233,12 @@ pub struct ModelArgs {
     /// Megatron-LM: LayerNorm or RMSNorm.
     #[arg(long, hide = true, value_name = "NORM")]
     pub normalization: Option<String>,
+    /// Megatron-LM: a norm over each query and key head (Qwen3).
+    #[arg(long, hide = true)]
+    pub qk_layernorm: bool,
+    /// Megatron-LM: biases on the query/key/value projection with --disable-bias-linear (Qwen2).
+    #[arg(long, hide = true)]
+    pub add_qkv_bias: bool,
     /// Megatron-LM: dropout after attention and MLP (0 = none; default 0.1).
     #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "P")]
     pub hidden_dropout: Option<f64>,
@@ -262,6 +268,9 @@ pub struct ModelArgs {
     /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58".
     #[arg(long, value_name = "N|LIST")]
     pub moe_layer_freq: Option<String>,
+    /// Megatron-LM: a sigmoid gate on the shared experts' output (Qwen1.5-MoE, Qwen2-MoE).
+    #[arg(long, hide = true)]
+    pub moe_shared_expert_gate: bool,
     /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
@@ -277,6 +286,15 @@ pub struct ModelArgs {
     /// (Megatron `--window-size (TOKENS-1,0)`; HF `sliding_window`); 0 = full attention.
     #[arg(long, value_name = "TOKENS")]
     pub attention_window: Option<u32>,
+    /// Megatron-LM's spelling of the sliding window, "(TOKENS-1,0)" (accepted so an emitted
+    /// launch line pastes; --attention-window is tpsim's).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "(LEFT,0)",
+        conflicts_with = "attention_window"
+    )]
+    pub window_size: Option<String>,
     /// With a sliding window, every N-th layer keeps full attention (Megatron's name; GPT-OSS: 2);
     /// 0 = every layer is local.
     #[arg(long, value_name = "N")]

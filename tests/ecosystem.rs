@@ -3071,7 +3071,7 @@ fn megatron_args_round_trip_moe_models_and_expert_parallelism() {
         // Latent attention, shared experts and three dense layers first (--moe-layer-freq list).
         (vec!["--model", "deepseek-v3"], "64", true),
         // A head width other than hidden / heads and a norm over each query/key head.
-        (vec!["--model", "qwen3-30b-a3b"], "8", false),
+        (vec!["--model", "qwen3-30b-a3b"], "8", true),
     ] {
         let mut plan_args = vec!["plan"];
         plan_args.extend(&model_flags);

@@ -66,6 +66,26 @@ pub(super) fn resolve_model(
     file: Option<(&PlanFile, &str)>,
     seq_len: Option<(u32, &'static str)>,
 ) -> Result<(Model, String)> {
+    let (mut model, origin) = resolve_shaped_model(args, file, seq_len)?;
+    // Megatron-LM's switch, as an emitted launch line pastes it (`--megatron-args` reads it too).
+    if args.moe_shared_expert_gate {
+        match model.moe.as_mut() {
+            Some(moe) if moe.shared_expert_ffn_hidden > 0 => moe.shared_expert_gate = true,
+            _ => bail!(
+                "--moe-shared-expert-gate gates the shared experts' output, and the model {} has no shared experts; give --moe-shared-expert-intermediate-size or drop it",
+                model.name
+            ),
+        }
+    }
+    Ok((model, origin))
+}
+
+/// [`resolve_model`] before the switches that only add to a model's MoE layers.
+fn resolve_shaped_model(
+    args: &ModelArgs,
+    file: Option<(&PlanFile, &str)>,
+    seq_len: Option<(u32, &'static str)>,
+) -> Result<(Model, String)> {
     let (model, origin) = resolve_base_model(args, file, seq_len)?;
     // The block-style switches describe a model built from shape flags; over a named model they
     // would be dropped without a word, so they are refused.
@@ -79,6 +99,8 @@ pub(super) fn resolve_model(
                 args.untie_embeddings_and_output_weights,
             ),
             ("--normalization", args.normalization.is_some()),
+            ("--qk-layernorm", args.qk_layernorm),
+            ("--add-qkv-bias", args.add_qkv_bias),
             ("--hidden-dropout", args.hidden_dropout.is_some()),
             ("--attention-dropout", args.attention_dropout.is_some()),
             (
@@ -163,7 +185,13 @@ fn shape_overrides(args: &ModelArgs, base: &Model) -> Result<ShapeOverrides> {
         qk_pos_emb_head_dim: args.qk_pos_emb_head_dim,
         v_head_dim: args.v_head_dim,
         mtp_layers: args.mtp_layers,
-        attention_window: args.attention_window,
+        attention_window: match &args.window_size {
+            // Megatron-Core's window counts the keys before the query; tpsim's tokens include it.
+            Some(text) => Some(
+                crate::emit::window_size_keys_before(text).map_err(|e| anyhow!(e.to_string()))? + 1,
+            ),
+            None => args.attention_window,
+        },
         window_attn_skip_freq: args.window_attn_skip_freq,
     })
 }
@@ -330,8 +358,8 @@ fn resolve_base_model(
             dropout: !llama
                 && args.hidden_dropout.is_none_or(|p| p > 0.0)
                 && args.attention_dropout.is_none_or(|p| p > 0.0),
-            qkv_bias: false,
-            qk_norm: false,
+            qkv_bias: args.add_qkv_bias,
+            qk_norm: args.qk_layernorm,
             shared_layer_norm: false,
             mla: None,
             moe: None,

@@ -507,39 +507,10 @@ impl<'a> Parsed<'a> {
                 None => Ok(None),
             };
         };
-        let inner = text
-            .trim()
-            .trim_matches(|c| c == '\'' || c == '"')
-            .trim_start_matches('(')
-            .trim_end_matches(')');
-        let parts: Vec<Option<u32>> = inner
-            .split(',')
-            .map(|x| crate::units::parse_list_item(x).ok())
-            .collect();
-        // The model's own bound on sequences (tpsim refuses longer ones as typos).
-        const MAX_WINDOW: u32 = 1 << 24;
-        match parts.as_slice() {
-            [Some(left), Some(0)] if *left >= MAX_WINDOW => Err(MegatronArgsError::BadValue {
-                message: format!(
-                    "--window-size {text}: a window of {left} tokens is longer than any sequence tpsim plans ({MAX_WINDOW}); check the value"
-                ),
-            }),
-            [Some(left), Some(0)] => Ok(Some(crate::model::AttentionWindow {
-                tokens: left + 1,
-                full_every: full_every.unwrap_or(0),
-            })),
-            [Some(_), Some(right)] => Err(MegatronArgsError::Refused {
-                given: format!("--window-size {text}"),
-                why: format!(
-                    "a window that looks {right} tokens ahead is not causal; tpsim models causal windows \"(LEFT,0)\""
-                ),
-            }),
-            _ => Err(MegatronArgsError::BadValue {
-                message: format!(
-                    "--window-size {text} is not a pair of non-negative integers; write it as Megatron-LM does, e.g. --window-size \"(127,0)\""
-                ),
-            }),
-        }
+        Ok(Some(crate::model::AttentionWindow {
+            tokens: window_size_keys_before(text)? + 1,
+            full_every: full_every.unwrap_or(0),
+        }))
     }
 
     pub(super) fn required(
@@ -928,4 +899,40 @@ fn same_value(a: &str, b: &str) -> bool {
             (a.trim().parse::<f64>(), b.trim().parse::<f64>()),
             (Ok(x), Ok(y)) if x == y
         )
+}
+
+/// Megatron-Core's `--window-size "(LEFT,RIGHT)"` (arguments.py `tuple_type`; a query sees LEFT
+/// keys before it and RIGHT after), quotes and all as `$(tpsim plan --emit megatron)` pastes it:
+/// LEFT, for the causal windows tpsim models (RIGHT = 0).
+pub fn window_size_keys_before(text: &str) -> Result<u32, MegatronArgsError> {
+    let inner = text
+        .trim()
+        .trim_matches(|c| c == '\'' || c == '"')
+        .trim_start_matches('(')
+        .trim_end_matches(')');
+    let parts: Vec<Option<u32>> = inner
+        .split(',')
+        .map(|x| crate::units::parse_list_item(x).ok())
+        .collect();
+    // The model's own bound on sequences (tpsim refuses longer ones as typos).
+    const MAX_WINDOW: u32 = 1 << 24;
+    match parts.as_slice() {
+        [Some(left), Some(0)] if *left >= MAX_WINDOW => Err(MegatronArgsError::BadValue {
+            message: format!(
+                "--window-size {text}: a window of {left} tokens is longer than any sequence tpsim plans ({MAX_WINDOW}); check the value"
+            ),
+        }),
+        [Some(left), Some(0)] => Ok(*left),
+        [Some(_), Some(right)] => Err(MegatronArgsError::Refused {
+            given: format!("--window-size {text}"),
+            why: format!(
+                "a window that looks {right} tokens ahead is not causal; tpsim models causal windows \"(LEFT,0)\""
+            ),
+        }),
+        _ => Err(MegatronArgsError::BadValue {
+            message: format!(
+                "--window-size {text} is not a pair of non-negative integers; write it as Megatron-LM does, e.g. --window-size \"(127,0)\""
+            ),
+        }),
+    }
 }

@@ -21,6 +21,7 @@ pub use bridge::bridge_overrides;
 pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
 pub use nemo::nemo_yaml;
 
+pub use megatron_args::window_size_keys_before;
 pub use megatron_moe::{ExpertArgs, megatron_expert_args, moe_layer_freq_arg};
 pub use megatron_reader::{
     FullRecompute, MegatronArgsError, MegatronLaunch, MegatronPrecision, PrecisionArgs,

@@ -828,7 +828,14 @@ pub fn breakdown(e: &Estimate, cp_exchange: crate::training::CpExchange) -> Stri
         (
             "DP",
             &e.comm.dp,
-            "gradient reduction and parameter all-gather (ZeRO)",
+            // What the ledger counts for the plan's ZeRO stage (`cost::ledger`): plain data
+            // parallelism all-reduces and gathers nothing.
+            match p.zero {
+                0 => "gradient all-reduce (ZeRO-0: weights not sharded, nothing gathered)",
+                1 => "gradient reduce-scatter and all-gather of the updated weights (ZeRO-1)",
+                2 => "gradient reduce-scatters and all-gather of the updated weights (ZeRO-2)",
+                _ => "gradient reduce-scatters and all-gathers of the sharded weights (ZeRO-3)",
+            },
         ),
     ] {
         if (name == "CP" && p.cp == 1) || (name == "EP" && p.ep == 1 && p.etp == 1) {
