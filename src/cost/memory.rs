@@ -1434,7 +1434,8 @@ mod tests {
             nodes: 16,
             gpus_per_node: 8,
         };
-        let training = Training::with_framework(framework, 2048, global_batch, AttentionKernel::Flash);
+        let training =
+            Training::with_framework(framework, 2048, global_batch, AttentionKernel::Flash);
         let request = crate::plan::PlanRequest {
             tp: 8,
             pp: 8,

@@ -1,0 +1,145 @@
+//! Hostile input, round 12: what probing `accuracy --runs` files, sweeps with odd points and
+//! `eval`/`plan` at the edge of valid shapes found. Every error case checks exit 2, one line (so
+//! no panic or backtrace) and the words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// A one-run published-runs file, every number in range: the base the tests below spoil one key
+/// of at a time.
+const RUN: &str = "- id: r1
+  completeness: full_plan
+  model: {arch: GPT, layers: 24, hidden: 2304, heads: 24, kv_heads: null, ffn_hidden: 9216, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: A100, gpus_per_node: 8, num_gpus: 32}
+  plan: {tp: 1, pp: 1, dp: 32, micro_batch_size: 16, global_batch_size: 512, recompute: full, virtual_pipeline_stages: null, sequence_parallel: null, zero_stage: null}
+  results: {iteration_time_s: 3.5}
+";
+
+/// `tpsim accuracy --runs` on [`RUN`] with `from` replaced by `to`.
+fn accuracy_with(name: &str, from: &str, to: &str) -> Run {
+    assert!(RUN.contains(from), "the run has {from:?}");
+    let dir = scratch("round12", name);
+    std::fs::write(dir.join("runs.yaml"), RUN.replacen(from, to, 1)).unwrap();
+    run_in(&dir, &["accuracy", "--runs", "runs.yaml"])
+}
+
+/// The base run evaluates (so the tests below fail on the key they spoil, nothing else).
+#[test]
+fn the_base_run_evaluates() {
+    let r = accuracy_with("base", "recompute: full", "recompute: full");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("full zero0"), "{}", r.stdout);
+}
+
+/// `recompute: bogus` (or `5`, or a cut-short `ful`) was read as no recompute
+/// and the run evaluated without a word: a silently changed value, the step time off by the
+/// recompute forward.
+#[test]
+fn an_unknown_recompute_in_a_runs_file_is_refused() {
+    for value in ["bogus", "5", "ful"] {
+        let r = accuracy_with(
+            &format!("recompute-{value}"),
+            "recompute: full",
+            &format!("recompute: {value}"),
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("plan.recompute: {value} is not a recompute method"),
+                "full, selective or none",
+                "e.g. recompute: full",
+            ],
+            &[],
+            value,
+        );
+    }
+    // What the bundled file writes, and null, still read.
+    for value in [
+        "full (--activations-checkpoint-method uniform)",
+        "selective",
+        "none",
+        "null",
+    ] {
+        let r = accuracy_with(
+            "recompute-ok",
+            "recompute: full",
+            &format!("recompute: {value}"),
+        );
+        assert_eq!(r.code, 0, "{value}: {}", r.stderr);
+    }
+}
+
+/// `hidden: 1073741824` with `ffn_hidden: null` made the default MLP width 4 x hidden wrap to 0
+/// in a u32, and the run was refused as "--ffn-hidden 0 must be at least 1; omit it", a value the
+/// file never gave and a fix it had already taken.
+#[test]
+fn a_huge_hidden_size_with_the_default_mlp_width_is_named_as_given() {
+    let r = accuracy_with(
+        "huge-hidden",
+        "hidden: 2304, heads: 24, kv_heads: null, ffn_hidden: 9216",
+        "hidden: 1073741824, heads: 1, kv_heads: null, ffn_hidden: null",
+    );
+    assert_one_line_error(
+        &r,
+        &["run r1", "model.hidden: 1073741824 is larger than 1048576"],
+        &["ffn_hidden: 0", "--ffn-hidden", "--hidden"],
+        "hidden 2^30",
+    );
+}
+
+/// A runs file's model and plan errors named the flags of `eval` (`--heads 7`, `--vpp 0`,
+/// `--global-batch 512`), which a runs file does not have; they now name the file's keys.
+#[test]
+fn a_runs_file_error_names_the_files_keys() {
+    let r = accuracy_with("heads-7", "heads: 24", "heads: 7");
+    assert_one_line_error(
+        &r,
+        &[
+            "run r1",
+            "model.hidden: 2304 is not divisible by model.heads: 7",
+        ],
+        &["--heads", "--hidden"],
+        "heads 7",
+    );
+    let r = accuracy_with(
+        "vpp-0",
+        "virtual_pipeline_stages: null",
+        "virtual_pipeline_stages: 0",
+    );
+    assert_one_line_error(
+        &r,
+        &["plan.virtual_pipeline_stages: 0 is not a degree"],
+        &["--vpp"],
+        "vpp 0",
+    );
+    let r = accuracy_with("mb-17", "micro_batch_size: 16", "micro_batch_size: 17");
+    assert_one_line_error(
+        &r,
+        &[
+            "plan.global_batch_size: 512 is not divisible by plan.dp: 32 x plan.micro_batch_size: 17",
+            "valid micro-batches",
+        ],
+        &["--global-batch", "--micro-batch", "--dp"],
+        "micro-batch 17",
+    );
+    let r = accuracy_with("kv-5", "kv_heads: null", "kv_heads: 5");
+    assert_one_line_error(
+        &r,
+        &["model.kv_heads: 5 must divide model.heads: 24"],
+        &["--kv-heads", "--heads"],
+        "kv_heads 5",
+    );
+    // A padded vocabulary is the key tpsim reads the count from.
+    let r = accuracy_with(
+        "vocab-padded-0",
+        "vocab: 51200",
+        "vocab: 51200, vocab_padded: 0",
+    );
+    assert_one_line_error(
+        &r,
+        &["model.vocab_padded: 0 must be at least 1"],
+        &["--vocab", "model.vocab:"],
+        "vocab_padded 0",
+    );
+}
