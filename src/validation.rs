@@ -46,8 +46,10 @@ struct RunHardware {
     gpu: String,
     gpus_per_node: u32,
     num_gpus: u32,
-    #[serde(default, rename = "gpu_memory_gb")]
-    _gpu_memory_gb: IgnoredAny,
+    /// The GPU's memory: the runs are evaluated on 80 GB A100 profiles, so a run on another
+    /// size is skipped rather than checked against 80 GB.
+    #[serde(default)]
+    gpu_memory_gb: Option<f64>,
     #[serde(default, rename = "peak_tflops_16bit")]
     _peak_tflops_16bit: IgnoredAny,
     #[serde(default, rename = "interconnect")]
@@ -371,6 +373,22 @@ pub fn accuracy_with_skips(
             ));
             continue;
         };
+        // An A100 40GB (said by the key, or by the name where the key is absent) is not the
+        // 80 GB profile: its memory would be checked against twice what it has.
+        let memory_gb = run.hardware.gpu_memory_gb.or_else(|| {
+            let name = run.hardware.gpu.replace(' ', "");
+            name.contains("40GB").then_some(40.0)
+        });
+        if let Some(gb) = memory_gb.filter(|gb| *gb != 80.0) {
+            let said = match run.hardware.gpu_memory_gb {
+                Some(_) => format!("hardware.gpu_memory_gb {gb}"),
+                None => format!("hardware.gpu {:?}", run.hardware.gpu),
+            };
+            skipped.push(format!(
+                "run {id}: {said} is not the 80 GB of the A100 profile ({profile}) this file's runs are evaluated on, so its memory would be checked against 80 GB; give runs on 80 GB A100s, or a current-stack runs file with its own GPU profile (validation/modern_runs.yaml)"
+            ));
+            continue;
+        }
         let published = run.results.iteration_time_s.or(run
             .derived
             .as_ref()
