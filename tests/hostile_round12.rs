@@ -166,3 +166,117 @@ fn a_run_on_a_40_gb_a100_is_not_evaluated_on_the_80_gb_profile() {
     let r = accuracy_with("a100-80", "gpu: A100,", "gpu: A100, gpu_memory_gb: 80,");
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// Sequence parallelism splits each sequence (each CP rank's share of it) into tp equal shards
+/// (Megatron-Core's `_split_along_first_dim` asserts the first dimension divides by the TP size):
+/// `eval --seq-len 1 --tp 8 --sequence-parallel` was evaluated as if eight GPUs held an eighth of
+/// one token each, and `sweep --axis seq-len --values 1,2` picked `tp8 ... sp` at one token.
+#[test]
+fn sequence_parallelism_needs_whole_shards_of_the_sequence() {
+    let eval = |seq: &str, extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--seq-len",
+            seq,
+            "--sequence-parallel",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    assert_one_line_error(
+        &eval("1", &[]),
+        &[
+            "--sequence-parallel with --tp 8",
+            "1-token sequence",
+            "not a multiple of 8",
+            "--seq-len 8",
+            "--sequence-parallel false",
+        ],
+        &[],
+        "seq 1, tp 8",
+    );
+    assert_one_line_error(
+        &eval("2052", &[]),
+        &["2052-token sequence", "e.g. --seq-len 2056"],
+        &[],
+        "seq 2052, tp 8",
+    );
+    // Under CP each rank's share is split: 4096 / cp 2 = 2048 tokens, whole over tp 8.
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "2",
+        "--tp",
+        "8",
+        "--cp",
+        "2",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+        "--seq-len",
+        "4096",
+        "--sequence-parallel",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    // The search keeps sequence parallelism off where the shards would not be whole.
+    let sweep = json(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--axis",
+        "seq-len",
+        "--values",
+        "1,2,4",
+        "--format",
+        "json",
+    ]);
+    for row in sweep["rows"].as_array().unwrap() {
+        let seq: u64 = row["value"].as_str().unwrap().parse().unwrap();
+        if row["sequence_parallel"] == true {
+            let tp = row["tp"].as_u64().unwrap();
+            let cp = row["cp"].as_u64().unwrap();
+            assert_eq!(seq / cp % tp, 0, "{row}");
+        }
+    }
+}
+
+/// The same rule said in a Megatron-LM launch line's words: its flags, and its way of turning
+/// the switch off (leaving it out).
+#[test]
+fn sequence_parallel_shards_in_a_launch_line() {
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 100 --max-position-embeddings 2048 --tensor-model-parallel-size 8 --sequence-parallel --global-batch-size 64 --micro-batch-size 1 --bf16",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--sequence-parallel with --tensor-model-parallel-size 8",
+            "100-token sequence",
+            "e.g. --seq-length 104",
+            "or drop --sequence-parallel",
+        ],
+        &["--tp ", "--seq-len ", "--sequence-parallel false"],
+        "seq-length 100, tp 8",
+    );
+}
