@@ -280,3 +280,55 @@ fn sequence_parallel_shards_in_a_launch_line() {
         "seq-length 100, tp 8",
     );
 }
+
+/// A sweep point where valid plans exist but none fits was a JSON/CSV row of nulls and empty
+/// cells beside `feasible: 0`, and a table cell "nothing fits (N candidates)": nothing said why,
+/// or by how much. Each such row now carries the memory of the plan that misses by least
+/// (`plan`'s "closest"), a finite number above the capacity.
+#[test]
+fn a_sweep_point_where_nothing_fits_says_by_how_much() {
+    let args = |format: &'static str| {
+        vec![
+            "sweep",
+            "--params",
+            "175B",
+            "--global-batch",
+            "1536",
+            "--axis",
+            "nodes",
+            "--values",
+            "1,64",
+            "--format",
+            format,
+        ]
+    };
+    let sweep = json(&args("json"));
+    let rows = sweep["rows"].as_array().unwrap();
+    let (short, fits) = (&rows[0], &rows[1]);
+    assert_eq!(short["feasible"], 0, "{short}");
+    let need = short["closest_memory_gib"].as_f64().expect("a number");
+    let have = short["capacity_gib"].as_f64().unwrap();
+    assert!(need.is_finite() && need > have, "{need} of {have}");
+    assert!(fits["closest_memory_gib"].is_null(), "{fits}");
+    // CSV: a column of its own, empty where a plan fits.
+    let r = run(&args("csv"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let column = lines[0]
+        .split(',')
+        .position(|c| c == "closest_memory_gib")
+        .expect("a closest_memory_gib column");
+    let cell = |line: &str| line.split(',').nth(column).unwrap().to_string();
+    assert_eq!(cell(lines[1]), format!("{need:.2}"));
+    assert_eq!(cell(lines[2]), "");
+    // Table: the cell says it.
+    let r = run(&args("table"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "nothing fits: the closest needs {need:.1} of {have:.1} GiB"
+        )),
+        "{}",
+        r.stdout
+    );
+}
