@@ -38,13 +38,19 @@ const FLAG_KEYS: [(&str, &str); 24] = [
 /// `"model."` for a plan file's inline model): `--seq-len = 0` and `--seq-len 0` become
 /// `seq_len: 0`, a flag alone (`drop --kv-heads`) its key.
 pub fn in_model_file_words(message: &str, prefix: &str) -> String {
+    in_file_keys(message, prefix, &FLAG_KEYS)
+}
+
+/// `message` with every flag of `keys` said as its key under `prefix`, as
+/// [`in_model_file_words`] says the shape flags (a runs file names its plan's keys so too).
+pub fn in_file_keys(message: &str, prefix: &str, keys: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
     while let Some(at) = rest.find("--") {
         out.push_str(&rest[..at]);
         let tail = &rest[at..];
         // The longest flag that ends where a word ends (`--heads` is not `--head-dim`'s start).
-        let found = FLAG_KEYS
+        let found = keys
             .iter()
             .filter(|(flag, _)| {
                 tail.starts_with(flag)

@@ -520,6 +520,20 @@ pub enum PlanError {
         "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
     )]
     SpWithoutTp,
+    #[error(
+        "--sequence-parallel with --tp {tp} splits each {shard_of}{local}-token sequence{per_rank} into {tp} equal shards, and {local} is not a multiple of {tp} (Megatron-Core splits the sequence dimension evenly over the tensor-parallel ranks); give a --seq-len that is a multiple of {multiple} (e.g. --seq-len {longer}), or --sequence-parallel false"
+    )]
+    SpSequence {
+        tp: u32,
+        /// Tokens of a sequence on one CP rank (the whole sequence without CP).
+        local: u32,
+        /// "" without CP; else the words that say the share is one CP rank's.
+        shard_of: &'static str,
+        per_rank: String,
+        /// What the sequence must be a multiple of, and the next such length.
+        multiple: u64,
+        longer: u64,
+    },
 }
 
 impl PlanError {
@@ -535,6 +549,47 @@ impl PlanError {
             longer: u64::from(seq_len).div_ceil(chunks) * chunks,
         }
     }
+}
+
+/// Whether sequence parallelism at `tp` (under `cp`) splits each rank's share of the sequence
+/// into whole shards: Megatron-Core's `_split_along_first_dim` asserts the sequence dimension
+/// divides by the TP size. torchtitan's DTensor shards unevenly, so it has no such rule.
+pub fn sp_splits_sequence(tp: u32, cp: u32, training: &Training) -> bool {
+    training.framework == crate::training::TrainingFramework::Torchtitan
+        || (training.seq_len / cp.max(1)).is_multiple_of(tp.max(1))
+}
+
+/// [`PlanError::SpSequence`] where sequence parallelism does not split the sequence evenly.
+fn sp_sequence_error(tp: u32, cp: u32, sp: bool, training: &Training) -> Option<PlanError> {
+    if !sp || tp < 2 || sp_splits_sequence(tp, cp, training) {
+        return None;
+    }
+    let cp = cp.max(1);
+    let local = training.seq_len / cp;
+    // A multiple of tp x cp, and of 2cp (CP's load-balancing chunks) under CP.
+    let whole = u64::from(tp) * u64::from(cp);
+    let multiple = if cp > 1 {
+        let chunks = 2 * u64::from(cp);
+        let (mut a, mut b) = (whole, chunks);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        whole / a * chunks
+    } else {
+        whole
+    };
+    Some(PlanError::SpSequence {
+        tp,
+        local,
+        shard_of: if cp > 1 { "CP rank's " } else { "" },
+        per_rank: if cp > 1 {
+            format!(" (the {}-token sequence over --cp {cp})", training.seq_len)
+        } else {
+            String::new()
+        },
+        multiple,
+        longer: u64::from(training.seq_len).div_ceil(multiple) * multiple,
+    })
 }
 
 /// The context-parallel degrees, listed for a message, that split a `seq_len`-token sequence into
@@ -841,6 +896,9 @@ fn check_context_experts_precision(
             training.seq_len,
             cp_degrees_splitting(training.seq_len, gpus),
         ));
+    }
+    if let Some(err) = sp_sequence_error(r.tp, r.cp, r.sequence_parallel, training) {
+        return Err(err);
     }
     if r.cp > 1 && training.attention == crate::training::AttentionKernel::Unfused {
         return Err(PlanError::CpWithUnfusedAttention { cp: r.cp });

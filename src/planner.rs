@@ -274,7 +274,7 @@ fn push_pipeline_variants(
     selective_pinned: bool,
     vpp_pinned: Option<u32>,
 ) {
-    let PlanRequest { tp, pp, dp, .. } = base;
+    let PlanRequest { tp, cp, pp, dp, .. } = base;
     let replica_batch = training.global_batch / dp;
     let vpps: Vec<u32> = if !training.framework.interleaves_pipeline() {
         vec![1]
@@ -320,7 +320,10 @@ fn push_pipeline_variants(
                 continue;
             }
             for sequence_parallel in [false, true] {
-                if sequence_parallel && (tp == 1 || !training.framework.runs_sequence_parallelism())
+                if sequence_parallel
+                    && (tp == 1
+                        || !training.framework.runs_sequence_parallelism()
+                        || !crate::plan::sp_splits_sequence(tp, cp, training))
                 {
                     continue;
                 }

@@ -97,6 +97,9 @@ pub struct Row {
     pub memory_gib: Option<f64>,
     pub capacity_gib: f64,
     pub memory_headroom_gib: Option<f64>,
+    /// Where valid plans exist but none fits: the memory per GPU of the one that misses by least
+    /// (`plan`'s "closest"), so the row says why nothing fits and by how much.
+    pub closest_memory_gib: Option<f64>,
     pub time_to_train_days: Option<f64>,
     pub cost_to_train: Option<f64>,
     /// Why no split of this point is valid at all (`plan`'s "no valid plan exists" reason), when
@@ -205,6 +208,10 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         memory_gib: best.map(|e| e.memory.total_bytes.0 / GIB),
         capacity_gib,
         memory_headroom_gib: best.map(|e| capacity_gib - e.memory.total_bytes.0 / GIB),
+        closest_memory_gib: match best {
+            Some(_) => None,
+            None => result.closest_miss().map(|e| e.memory.total_bytes.0 / GIB),
+        },
         time_to_train_days: time_to_train_s.map(|s| s / 86400.0),
         cost_to_train: match (time_to_train_s, price) {
             (Some(s), Some(p)) => Some(s / 3600.0 * f64::from(gpus) * p),
@@ -249,7 +256,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,step_time_s_low,step_time_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory_gib,capacity_gib,memory_headroom_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,step_time_s_low,step_time_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory_gib,capacity_gib,memory_headroom_gib,closest_memory_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -282,6 +289,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.memory_gib, 2),
             format!("{:.2}", r.capacity_gib),
             fixed(r.memory_headroom_gib, 2),
+            fixed(r.closest_memory_gib, 2),
             fixed(r.time_to_train_days, 3),
             fixed(r.cost_to_train, 0),
             csv_cell(r.no_valid_plan.as_deref().unwrap_or_default()),
@@ -416,7 +424,13 @@ pub fn table(sweep: &Sweep) -> String {
         let plan = match (&r.label, &r.no_valid_plan) {
             (Some(label), _) => plan_label(label, dims),
             (None, Some(_)) => "no valid plan (see below)".to_string(),
-            (None, None) => format!("nothing fits ({} candidates)", r.candidates),
+            (None, None) => match r.closest_memory_gib {
+                Some(need) => format!(
+                    "nothing fits: the closest needs {need:.1} of {:.1} GiB ({} candidates)",
+                    r.capacity_gib, r.candidates
+                ),
+                None => format!("nothing fits ({} candidates)", r.candidates),
+            },
         };
         let mut row = vec![
             r.value.clone(),

@@ -46,8 +46,10 @@ struct RunHardware {
     gpu: String,
     gpus_per_node: u32,
     num_gpus: u32,
-    #[serde(default, rename = "gpu_memory_gb")]
-    _gpu_memory_gb: IgnoredAny,
+    /// The GPU's memory: the runs are evaluated on 80 GB A100 profiles, so a run on another
+    /// size is skipped rather than checked against 80 GB.
+    #[serde(default)]
+    gpu_memory_gb: Option<f64>,
     #[serde(default, rename = "peak_tflops_16bit")]
     _peak_tflops_16bit: IgnoredAny,
     #[serde(default, rename = "interconnect")]
@@ -185,11 +187,44 @@ fn gpu_profile_for(hardware: &str) -> Option<&'static str> {
     }
 }
 
-fn recompute_of(text: Option<&str>) -> Recompute {
+/// The run's `plan.recompute`: text that starts with full, selective or none (the bundled file
+/// writes `full (--activations-checkpoint-method uniform)`), null for none. Anything else is
+/// refused: read as none, it would drop the recompute forward from the step without a word.
+fn recompute_of(text: Option<&str>) -> Result<Recompute, String> {
     match text {
-        Some(t) if t.starts_with("full") => Recompute::Full,
-        Some(t) if t.starts_with("selective") => Recompute::Selective,
-        _ => Recompute::None,
+        None => Ok(Recompute::None),
+        Some(t) if t.starts_with("full") => Ok(Recompute::Full),
+        Some(t) if t.starts_with("selective") => Ok(Recompute::Selective),
+        Some(t) if t.starts_with("none") => Ok(Recompute::None),
+        Some(t) => Err(format!(
+            "plan.recompute: {} is not a recompute method (rule: it starts with full, selective or none, as Megatron-LM's --recompute-granularity); write the run's method, e.g. recompute: full, or null for none",
+            crate::input_file::quote(t)
+        )),
+    }
+}
+
+/// The `eval` flags that plan and model errors name, and the runs file's keys for them (under
+/// `plan.`; the model's under `model.` are `model_file_words`'s).
+const RUN_PLAN_KEYS: [(&str, &str); 7] = [
+    ("--tp", "tp"),
+    ("--pp", "pp"),
+    ("--dp", "dp"),
+    ("--vpp", "virtual_pipeline_stages"),
+    ("--micro-batch", "micro_batch_size"),
+    ("--global-batch", "global_batch_size"),
+    ("--zero", "zero_stage"),
+];
+
+/// A model or plan error said in a runs file's words: `--heads 7` is `model.heads: 7`, `--vpp 0`
+/// is `plan.virtual_pipeline_stages: 0` (the keys the user has to change; a runs file has no
+/// flags). The vocabulary is `model.vocab_padded` where the run gives one, as tpsim reads it.
+fn in_runs_file_words(message: &str, vocab_padded: bool) -> String {
+    let said = crate::model_file_words::in_file_keys(message, "plan.", &RUN_PLAN_KEYS);
+    let said = crate::model_file_words::in_model_file_words(&said, "model.");
+    if vocab_padded {
+        said.replace("model.vocab", "model.vocab_padded")
+    } else {
+        said
     }
 }
 
@@ -338,6 +373,22 @@ pub fn accuracy_with_skips(
             ));
             continue;
         };
+        // An A100 40GB (said by the key, or by the name where the key is absent) is not the
+        // 80 GB profile: its memory would be checked against twice what it has.
+        let memory_gb = run.hardware.gpu_memory_gb.or_else(|| {
+            let name = run.hardware.gpu.replace(' ', "");
+            name.contains("40GB").then_some(40.0)
+        });
+        if let Some(gb) = memory_gb.filter(|gb| *gb != 80.0) {
+            let said = match run.hardware.gpu_memory_gb {
+                Some(_) => format!("hardware.gpu_memory_gb {gb}"),
+                None => format!("hardware.gpu {:?}", run.hardware.gpu),
+            };
+            skipped.push(format!(
+                "run {id}: {said} is not the 80 GB of the A100 profile ({profile}) this file's runs are evaluated on, so its memory would be checked against 80 GB; give runs on 80 GB A100s, or a current-stack runs file with its own GPU profile (validation/modern_runs.yaml)"
+            ));
+            continue;
+        }
         let published = run.results.iteration_time_s.or(run
             .derived
             .as_ref()
@@ -361,7 +412,9 @@ pub fn accuracy_with_skips(
             heads: m.heads,
             kv_heads: m.kv_heads.unwrap_or(m.heads),
             head_dim: m.hidden.checked_div(m.heads).unwrap_or(0),
-            ffn_hidden: m.ffn_hidden.unwrap_or(4 * m.hidden),
+            // Saturating: a hidden size past u32 / 4 is refused by `check` as the run gives it,
+            // not as the 0 that 4 x hidden wraps to.
+            ffn_hidden: m.ffn_hidden.unwrap_or(m.hidden.saturating_mul(4)),
             vocab: m.vocab_padded.unwrap_or(m.vocab),
             seq_len: m.seq_len,
             gated_mlp: false,
@@ -378,7 +431,11 @@ pub fn accuracy_with_skips(
             mtp_layers: 0,
             attention_window: None,
         };
-        model.check().map_err(|e| fail(e.to_string()))?;
+        let in_file_words =
+            |message: String| in_runs_file_words(&message, m.vocab_padded.is_some());
+        model
+            .check()
+            .map_err(|e| fail(in_file_words(e.to_string())))?;
         let gpu = specs::load_bundled_gpu(profile)?;
         let hw = &run.hardware;
         let cluster = Cluster {
@@ -419,14 +476,14 @@ pub fn accuracy_with_skips(
             vpp: p.virtual_pipeline_stages.unwrap_or(1),
             micro_batch: p.micro_batch_size,
             sequence_parallel: p.sequence_parallel.unwrap_or(false),
-            recompute: recompute_of(p.recompute.as_deref()),
+            recompute: recompute_of(p.recompute.as_deref()).map_err(fail)?,
             zero: p.zero_stage.unwrap_or(0),
             allow_uneven_pp: true,
             allow_cross_node_tp: false,
             ..PlanRequest::default()
         };
         let plan = ParallelPlan::build(&request, &model, &cluster, &training)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(in_file_words(e.to_string())))?;
         let estimate = evaluate(&model, &cluster, &training, &plan);
         let predicted_step_s = estimate.time.step_s.0;
         rows.push(AccuracyRow {

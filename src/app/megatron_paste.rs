@@ -491,7 +491,11 @@ const MEGATRON_NAMES: [(&str, &str); 17] = [
 /// plan and shape flags the message names becomes the Megatron-LM flag that sets it (`--cp 2` → `--context-parallel-size
 /// 2`), so the fix points at what the user wrote.
 pub(super) fn in_megatron_words(message: &str) -> String {
-    let message = precision_in_megatron_words(message);
+    // A launch line turns a switch off by leaving it out.
+    let message = precision_in_megatron_words(message).replace(
+        "or --sequence-parallel false",
+        "or drop --sequence-parallel",
+    );
     let renamed: Vec<String> = message
         .split(' ')
         .map(|word| {
