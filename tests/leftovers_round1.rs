@@ -72,3 +72,67 @@ fn hf_config_hidden_not_divisible_by_heads_gets_a_head_count() {
         "hidden 4100 over 32 heads",
     );
 }
+
+/// A published-runs file's model with a hidden size its heads do not divide: the fix offered
+/// `model.head_dim`, a key the file refuses; it now offers only the head count.
+#[test]
+fn a_published_run_with_indivisible_heads_is_not_offered_head_dim() {
+    let run = "- id: r1
+  completeness: full_plan
+  model: {arch: GPT, layers: 24, hidden: 2300, heads: 24, kv_heads: null, ffn_hidden: 9216, vocab: 51200, seq_len: 2048}
+  hardware: {gpu: A100, gpus_per_node: 8, num_gpus: 32}
+  plan: {tp: 1, pp: 1, dp: 32, micro_batch_size: 16, global_batch_size: 512, recompute: full, virtual_pipeline_stages: null, sequence_parallel: null, zero_stage: null}
+  results: {iteration_time_s: 3.5}
+";
+    let dir = scratch("leftovers1", "published");
+    std::fs::write(dir.join("runs.yaml"), run).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "model.hidden: 2300",
+            "model.heads: 24",
+            "e.g. model.heads: 23",
+        ],
+        &["head_dim", "--head-dim", "--hidden"],
+        "published run hidden 2300 / 24 heads",
+    );
+    // The key the fix names is one the file takes: the run with it evaluates.
+    std::fs::write(
+        dir.join("runs.yaml"),
+        run.replace("hidden: 2300, heads: 24", "hidden: 2300, heads: 23"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// The same in a current-stack runs file (validation/modern_runs.yaml's format), whose
+/// `model.head_dim` is carried for people and never read: the run's why-not names the file's
+/// keys, not `--hidden`/`--heads`/`--head-dim`.
+#[test]
+fn a_modern_run_with_indivisible_heads_says_the_files_keys() {
+    const ID: &str = "mbridge-25.11-pretrain-llama31_405b-gb300-256g-fp8-gbs1536";
+    let text = std::fs::read_to_string(format!("{ROOT}/validation/modern_runs.yaml")).unwrap();
+    let at = text
+        .find(&format!("- id: {ID}"))
+        .expect("the run is in the file");
+    let hidden = at + text[at..].find("    hidden: 16384").unwrap();
+    let spoiled = format!(
+        "{}    hidden: 16380{}",
+        &text[..hidden],
+        &text[hidden + "    hidden: 16384".len()..]
+    );
+    let dir = scratch("leftovers1", "modern");
+    std::fs::write(dir.join("runs.yaml"), spoiled).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml", "--run", ID]);
+    assert!(
+        r.stderr
+            .contains("model.hidden: 16380 is not divisible by model.heads: 128")
+            && r.stderr.contains("e.g. model.heads: 126")
+            && !r.stderr.contains("head_dim")
+            && !r.stderr.contains("--head"),
+        "{}",
+        r.stderr
+    );
+}
