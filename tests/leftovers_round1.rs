@@ -136,3 +136,62 @@ fn a_modern_run_with_indivisible_heads_says_the_files_keys() {
         r.stderr
     );
 }
+
+/// The bundled plan file with its sequence length made 2044, which tp 8 under sequence
+/// parallelism does not split into whole shards.
+fn sp_plan(dir: &std::path::Path) -> String {
+    let text = bundled_plan_with("seq_len: 2048", "seq_len: 2044")
+        .replace("  seq_len: 2048", "  seq_len: 2044");
+    assert!(text.contains("sequence_parallel: true") && text.contains("tp: 8"));
+    std::fs::write(dir.join("plan.yaml"), text).unwrap();
+    "plan.yaml".to_string()
+}
+
+/// A plan file under the sequence-parallel whole-shard rule: the fix said
+/// `--sequence-parallel false`; it now names the file's key, as the file's other errors do.
+#[test]
+fn a_plan_files_sequence_parallel_rule_names_its_key() {
+    let dir = scratch("leftovers1", "sp");
+    let plan = sp_plan(&dir);
+    let r = run_in(&dir, &["eval", "--plan", &plan]);
+    assert_one_line_error(
+        &r,
+        &[
+            "sequence_parallel: true with tp: 8",
+            "2044",
+            "e.g. seq_len: 2048",
+            "or sequence_parallel: false",
+        ],
+        &["--sequence-parallel"],
+        "eval --plan with sp and seq 2044",
+    );
+    // A --sequence-parallel typed next to the file sets it over the file's key: that flag stays.
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", &plan, "--sequence-parallel", "true"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "(also --sequence-parallel true)",
+            "or --sequence-parallel false",
+        ],
+        &["or sequence_parallel: false"],
+        "eval --plan --sequence-parallel true",
+    );
+    // `report` and `compare` read plan files too.
+    let r = run_in(&dir, &["report", &plan, "--out", "report"]);
+    assert_one_line_error(
+        &r,
+        &["sequence_parallel: true", "or sequence_parallel: false"],
+        &["--sequence-parallel"],
+        "report of the plan",
+    );
+    let r = run_in(&dir, &["compare", "--plan", &plan, "--plan", &plan]);
+    assert_one_line_error(
+        &r,
+        &["sequence_parallel: true", "or sequence_parallel: false"],
+        &["--sequence-parallel"],
+        "compare of the plan",
+    );
+}

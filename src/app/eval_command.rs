@@ -46,6 +46,10 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ("--etp", args.etp.map(Some)),
         ("--zero", args.zero.map(|z| Some(u32::from(z)))),
         ("--recompute-num-layers", recompute_layers),
+        (
+            "--sequence-parallel",
+            args.sequence_parallel.map(|on| Some(u32::from(on))),
+        ),
     ]
     .into_iter()
     .filter_map(|(flag, value)| value.map(|v| (flag, v)))
