@@ -195,3 +195,72 @@ fn a_plan_files_sequence_parallel_rule_names_its_key() {
         "compare of the plan",
     );
 }
+
+/// `plan`'s "why the best plan" says DP traffic runs "on network and NVLink (4 ranks per node,
+/// ...)"; `eval` of the saved plan said "on network". Both now say the same.
+#[test]
+fn eval_names_the_dp_link_as_plan_does() {
+    let dir = scratch("leftovers1", "dp");
+    let shape = [
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "256",
+        "--global-batch",
+        "4096",
+        "--seq-len",
+        "4096",
+    ];
+    let mut args = vec!["plan"];
+    args.extend(shape);
+    args.extend(["--top", "1", "--save", "best.yaml"]);
+    let planned = run_in(&dir, &args);
+    assert_eq!(planned.code, 0, "{}", planned.stderr);
+    const WORDS: &str = "network and NVLink";
+    const DETAIL: &str =
+        "4 ranks per node, each with its own NIC; the ring's hops inside it stay on NVLink";
+    let why = planned
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("DP "))
+        .expect("a DP line in why the best plan");
+    assert!(
+        why.contains(&format!("on {WORDS} ({DETAIL})")),
+        "{}",
+        planned.stdout
+    );
+    let evaluated = run_in(&dir, &["eval", "--plan", "best.yaml"]);
+    assert_eq!(evaluated.code, 0, "{}", evaluated.stderr);
+    let lines: Vec<&str> = evaluated.stdout.lines().collect();
+    let dp = lines
+        .iter()
+        .find(|l| l.starts_with("  DP "))
+        .expect("a DP line in the communication breakdown");
+    assert!(
+        dp.contains(&format!("on {WORDS} ")) && dp.ends_with(&format!("; {DETAIL}")),
+        "{dp}"
+    );
+    // The columns still line up: every link is padded to the widest, so each line's time
+    // ("x.xxx s") starts where the DP line's does.
+    let time_at = |line: &str| line.find(" s   ").expect("a time column");
+    let column = time_at(dp);
+    for line in lines
+        .iter()
+        .filter(|l| l.starts_with("  ") && l.contains(" GB on "))
+    {
+        assert_eq!(time_at(line), column, "{line}\n{dp}");
+    }
+    // The JSON keeps its link field's name and value.
+    let v = json(&[
+        "eval",
+        "--plan",
+        &format!("{}", dir.join("best.yaml").display()),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        v["plans"][0]["comm"]["dp"]["link"], "network",
+        "{}",
+        v["plans"][0]["comm"]["dp"]
+    );
+}

@@ -556,7 +556,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             format!(
                 "{}\n\n{}\n{}\n{}\n",
                 report::scenario_line(r),
-                report::breakdown(&r.plans[0], r.training.cp_exchange),
+                report::breakdown(&r.plans[0], &scenario.cluster, r.training.cp_exchange),
                 schedule_line,
                 crate::uncertainty::within_error_line(
                     &r.plans,
