@@ -264,3 +264,70 @@ fn eval_names_the_dp_link_as_plan_does() {
         v["plans"][0]["comm"]["dp"]
     );
 }
+
+/// Falcon-7B's attention and MLP share one input norm, which no Megatron-LM argument sets: the
+/// emitted line, read back, counted 290,816 more parameters than the plan without a word. The
+/// emitter now says so, with the count the read-back shows.
+#[test]
+fn falcon_emitted_for_megatron_names_the_shared_norm_it_cannot_carry() {
+    let flags = [
+        "--hf-config",
+        "models/hf/falcon-7b.json",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+    ];
+    let mut args = vec!["eval"];
+    args.extend(flags);
+    args.extend(["--emit", "megatron"]);
+    let emitted = run(&args);
+    assert!(emitted.code == 0 || emitted.code == 1, "{}", emitted.stderr);
+    let note = emitted
+        .stderr
+        .lines()
+        .find(|l| l.contains("share one input norm"))
+        .unwrap_or_else(|| panic!("no shared-norm note: {}", emitted.stderr));
+    assert!(
+        note.starts_with("note: ")
+            && note.contains("Megatron-LM has no argument for")
+            && note.contains("290,816 more parameters (32 layers x 9,088)"),
+        "{note}"
+    );
+    let line = emitted.stdout.trim();
+    let mut planned = vec!["eval"];
+    planned.extend(flags);
+    planned.extend(["--format", "json"]);
+    let planned = json(&planned)["model"]["params"].as_f64().unwrap();
+    let back = json(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--format",
+        "json",
+        "--megatron-args",
+        line,
+    ])["model"]["params"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(back - planned, 290_816.0);
+    // A model without a shared norm gets no such note.
+    let llama = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--emit",
+        "megatron",
+    ]);
+    assert!(!llama.stderr.contains("input norm"), "{}", llama.stderr);
+}
