@@ -1221,16 +1221,25 @@ impl Reader<'_> {
                 "key \"{}\" is 0; it must be a positive integer",
                 self.key_of(what, family)
             ),
-            ModelError::HiddenNotDivisibleByHeads { hidden, heads, .. } => format!(
-                "key \"{}\" {hidden} is not divisible by \"{}\" {heads}; the head dimension must be whole",
-                self.key_of("--hidden", family),
-                self.key_of("--heads", family)
-            ),
-            ModelError::KvHeadsNotDivisor { kv_heads, heads } => format!(
-                "key \"{}\" {kv_heads} must divide \"{}\" {heads} (grouped-query attention shares each key/value head among heads/kv_heads query heads)",
-                self.key_of("--kv-heads", family),
-                self.key_of("--heads", family)
-            ),
+            ModelError::HiddenNotDivisibleByHeads {
+                hidden,
+                heads,
+                suggest,
+            } => {
+                let key = self.key_of("--heads", family);
+                format!(
+                    "key \"{}\" {hidden} is not divisible by \"{key}\" {heads}; the head dimension must be whole (e.g. \"{key}\": {suggest})",
+                    self.key_of("--hidden", family),
+                )
+            }
+            ModelError::KvHeadsNotDivisor { kv_heads, heads } => {
+                let key = self.key_of("--kv-heads", family);
+                format!(
+                    "key \"{key}\" {kv_heads} must divide \"{}\" {heads} (grouped-query attention shares each key/value head among heads/kv_heads query heads); give a divisor of {heads}, e.g. \"{key}\": {}",
+                    self.key_of("--heads", family),
+                    crate::model::divisor_at_most(&heads, &kv_heads)
+                )
+            }
             // Only a flag over the config can ask for KV groups on latent attention.
             ModelError::KvHeadsWithLatentAttention { .. } => e.to_string(),
             ModelError::RouterGroups {

@@ -394,7 +394,7 @@ pub enum ModelError {
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
 /// count to offer for one that does not divide the heads.
-fn divisor_at_most(n: &u32, most: &u32) -> u32 {
+pub(crate) fn divisor_at_most(n: &u32, most: &u32) -> u32 {
     (1..=(*most).min(*n))
         .rev()
         .find(|d| n.is_multiple_of(*d))

@@ -421,7 +421,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         } else {
             model
                 .with_overrides(&overrides)
-                .map_err(|e| e.to_string())?
+                .map_err(|e| crate::model_file_words::in_runs_file_model_words(&e.to_string()))?
         };
         model.seq_len = m.seq_len.unwrap_or(model.seq_len);
         model.mtp_layers = mtp_layers_of(run, &model);
@@ -464,7 +464,8 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         mtp_layers: 0,
         attention_window: None,
     };
-    Model::from_file(&file).map_err(|e| e.to_string())
+    Model::from_file(&file)
+        .map_err(|e| crate::model_file_words::in_runs_file_model_words(&e.to_string()))
 }
 
 fn precision_of(text: &str) -> Result<Precision, String> {

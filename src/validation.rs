@@ -220,7 +220,7 @@ const RUN_PLAN_KEYS: [(&str, &str); 7] = [
 /// flags). The vocabulary is `model.vocab_padded` where the run gives one, as tpsim reads it.
 fn in_runs_file_words(message: &str, vocab_padded: bool) -> String {
     let said = crate::model_file_words::in_file_keys(message, "plan.", &RUN_PLAN_KEYS);
-    let said = crate::model_file_words::in_model_file_words(&said, "model.");
+    let said = crate::model_file_words::in_runs_file_model_words(&said);
     if vocab_padded {
         said.replace("model.vocab", "model.vocab_padded")
     } else {

@@ -46,6 +46,10 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ("--etp", args.etp.map(Some)),
         ("--zero", args.zero.map(|z| Some(u32::from(z)))),
         ("--recompute-num-layers", recompute_layers),
+        (
+            "--sequence-parallel",
+            args.sequence_parallel.map(|on| Some(u32::from(on))),
+        ),
     ]
     .into_iter()
     .filter_map(|(flag, value)| value.map(|v| (flag, v)))
@@ -552,7 +556,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             format!(
                 "{}\n\n{}\n{}\n{}\n",
                 report::scenario_line(r),
-                report::breakdown(&r.plans[0], r.training.cp_exchange),
+                report::breakdown(&r.plans[0], &scenario.cluster, r.training.cp_exchange),
                 schedule_line,
                 crate::uncertainty::within_error_line(
                     &r.plans,

@@ -105,24 +105,48 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
         .into_iter()
         .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
         .chain(scenario);
-    plan.filter_map(|(flag, key, value)| {
-        let value = value?;
-        let echo = match given.iter().find(|(f, _)| *f == flag) {
+    let mut values: Vec<_> = plan
+        .filter_map(|(flag, key, value)| {
+            let value = value?;
+            let echo = match given.iter().find(|(f, _)| *f == flag) {
+                None => None,
+                Some((_, typed)) if *typed == Some(value) => Some(flag),
+                Some(_) => return None,
+            };
+            Some((
+                FileValue {
+                    flag,
+                    key,
+                    value: value.to_string(),
+                },
+                echo,
+            ))
+        })
+        .collect();
+    // The one switch a plan error quotes: `--sequence-parallel with --tp 8 splits ...` is the
+    // file's `sequence_parallel: true` (quoted bare, as the flag is typed), unless a flag set it.
+    if file.plan.sequence_parallel {
+        let echo = match given.iter().find(|(f, _)| *f == SP_FLAG) {
             None => None,
-            Some((_, typed)) if *typed == Some(value) => Some(flag),
-            Some(_) => return None,
+            Some((_, Some(1))) => Some(SP_FLAG),
+            Some(_) => return values,
         };
-        Some((
+        values.push((
             FileValue {
-                flag,
-                key,
-                value: value.to_string(),
+                flag: SP_FLAG,
+                key: SP_KEY,
+                value: "true".into(),
             },
             echo,
-        ))
-    })
-    .collect()
+        ));
+    }
+    values
 }
+
+/// Sequence parallelism's flag (`--sequence-parallel true|false`, typed next to `--plan` as
+/// `Some(1)` or `Some(0)`) and its plan-file key.
+const SP_FLAG: &str = "--sequence-parallel";
+const SP_KEY: &str = "sequence_parallel";
 
 /// Where `pattern` stands in `text` as a whole token quoting the input: not inside a longer flag
 /// or number, and before the fix (a message is "value and rule; fix", and "use --ep 1 --etp 1"
@@ -151,10 +175,15 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
     let mut text = message.to_string();
     let mut replaced: Vec<(usize, usize)> = Vec::new();
     for (v, echo) in file_values(file, given) {
-        for pattern in [
-            format!("{} {}", v.flag, v.value),
-            format!("{} = {}", v.flag, v.value),
-        ] {
+        let patterns = if v.flag == SP_FLAG {
+            vec![SP_FLAG.to_string()]
+        } else {
+            vec![
+                format!("{} {}", v.flag, v.value),
+                format!("{} = {}", v.flag, v.value),
+            ]
+        };
+        for pattern in patterns {
             let with = match echo {
                 Some(flag) => format!("{}: {} (also {flag} {})", v.key, v.value, v.value),
                 None => format!("{}: {}", v.key, v.value),
@@ -225,6 +254,12 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
         }
         out.push_str(rest);
         fix = out;
+    }
+    // "or --sequence-parallel false" offers the file's switch, unless a flag set it.
+    if !typed(given, SP_FLAG) {
+        for value in ["true", "false"] {
+            fix = fix.replace(&format!("{SP_FLAG} {value}"), &format!("{SP_KEY}: {value}"));
+        }
     }
     format!("{rule}{fix}")
 }

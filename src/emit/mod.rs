@@ -167,6 +167,23 @@ impl Framework {
         })
     }
 
+    /// What a Megatron-LM line cannot carry of `model`'s block, or `None`: attention and MLP
+    /// reading one shared input norm (Falcon-7B's parallel block, `shared_layer_norm`) has no
+    /// Megatron-LM argument (arguments.py and Megatron-Core's `TransformerConfig` have none;
+    /// `TransformerLayer` runs the MLP after the attention's residual, behind its own
+    /// `pre_mlp_layernorm`), so the line, read back, prices one more norm per layer.
+    pub fn unsaid_model(self, model: &Model) -> Option<String> {
+        (self == Framework::Megatron && model.shared_layer_norm).then(|| {
+            let per_layer = model.layer_norm_params();
+            format!(
+                "the model's attention and MLP share one input norm (Falcon-7B's parallel block), which Megatron-LM has no argument for (Megatron-Core's TransformerLayer gives the MLP its own norm after the attention's residual); the line below, read back, prices a separate norm for each: {} more parameters ({} layers x {}) than this plan",
+                crate::sweep::thousands(f64::from(model.layers) * per_layer),
+                model.layers,
+                crate::sweep::thousands(per_layer)
+            )
+        })
+    }
+
     /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
     /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
     /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).

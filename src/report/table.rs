@@ -660,7 +660,11 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
 
 /// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
 /// line names.
-pub fn breakdown(e: &Estimate, cp_exchange: crate::training::CpExchange) -> String {
+pub fn breakdown(
+    e: &Estimate,
+    cluster: &Cluster,
+    cp_exchange: crate::training::CpExchange,
+) -> String {
     let p = &e.plan;
     let mem = &e.memory;
     let t = &e.time;
@@ -791,6 +795,29 @@ pub fn breakdown(e: &Estimate, cp_exchange: crate::training::CpExchange) -> Stri
     } else {
         let _ = writeln!(out, "communication per GPU per step:");
     }
+    // The DP line names its link as "why the best plan" does ("network and NVLink" where the group
+    // has several ranks on each node, how they share it after the line's words); the link column
+    // widens to the longest link named.
+    let (dp_link, dp_detail) = dp_link_parts(e, cluster);
+    let link_of = |name: &str, group: &crate::cost::comm::GroupComm| {
+        if name == "DP" {
+            dp_link.clone()
+        } else {
+            group.link.map_or("-", link_name).to_string()
+        }
+    };
+    let link_width = [
+        ("DP", &e.comm.dp),
+        ("TP", &e.comm.tp),
+        ("CP", &e.comm.cp),
+        ("PP", &e.comm.pp),
+        ("EP", &e.comm.ep),
+    ]
+    .iter()
+    .map(|(name, group)| link_of(name, group).len())
+    .max()
+    .unwrap_or(0)
+    .max(8);
     for (name, group, what) in [
         (
             "TP",
@@ -856,11 +883,15 @@ pub fn breakdown(e: &Estimate, cp_exchange: crate::training::CpExchange) -> Stri
             );
             continue;
         }
+        let detail = match (name, &dp_detail) {
+            ("DP", Some(detail)) => format!("; {detail}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  {name}  {:>10.2} GB on {:<8} {:>8.3} s   {what}",
+            "  {name}  {:>10.2} GB on {:<link_width$} {:>8.3} s   {what}{detail}",
             group.wire_bytes.gb(),
-            group.link.map_or("-", link_name),
+            link_of(name, group),
             group.time_s.0
         );
     }
@@ -952,8 +983,18 @@ pub fn stats_line(stats: &SearchStats) -> String {
 /// NVLink segment on NVL72) runs one ring per member's NIC and keeps the ring's other hops on
 /// NVLink (`Cluster::group_speed`), so "on network" alone would read as every byte crossing a NIC.
 fn dp_link_words(e: &Estimate, cluster: &Cluster) -> String {
+    match dp_link_parts(e, cluster) {
+        (link, Some(detail)) => format!("{link} ({detail})"),
+        (link, None) => link,
+    }
+}
+
+/// Where the DP group's traffic runs, as "why the best plan" and `eval`'s communication lines
+/// both say it: the link, and where a group crossing nodes has several ranks on each, how those
+/// ranks share it ("4 ranks per node, each with its own NIC; ...").
+fn dp_link_parts(e: &Estimate, cluster: &Cluster) -> (String, Option<String>) {
     let Some(link) = e.comm.dp.link else {
-        return "-".to_string();
+        return ("-".to_string(), None);
     };
     let groups = crate::cost::groups::groups(cluster, &e.plan);
     let dp = groups.get(crate::cost::groups::GroupKind::Dp);
@@ -963,12 +1004,15 @@ fn dp_link_words(e: &Estimate, cluster: &Cluster) -> String {
         } else {
             "node"
         };
-        format!(
-            "network and NVLink ({} ranks per {block}, each with its own NIC; the ring's hops inside it stay on NVLink)",
-            dp.members_per_node
+        (
+            "network and NVLink".to_string(),
+            Some(format!(
+                "{} ranks per {block}, each with its own NIC; the ring's hops inside it stay on NVLink",
+                dp.members_per_node
+            )),
         )
     } else {
-        link_name(link).to_string()
+        (link_name(link).to_string(), None)
     }
 }
 
