@@ -130,6 +130,11 @@ pub struct Sweep {
     /// Whether any point's model has experts: its labels then show ep and etp (`LabelDims`).
     #[serde(skip)]
     pub experts: bool,
+    /// The model's name when every point plans one named model (bundled, a model file or a
+    /// Hugging Face config), for the chart's title; `None` for a shape derived from a parameter
+    /// count or given by shape flags, which has no name worth printing.
+    #[serde(skip)]
+    pub model_name: Option<String>,
 }
 
 /// Plans every point; `tick` is called once per finished point (the progress bar).
@@ -159,6 +164,7 @@ pub fn run(
         price_per_gpu_hour,
         rows,
         experts: points.iter().any(|p| p.model.moe.is_some()),
+        model_name: None,
     }
 }
 

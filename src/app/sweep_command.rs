@@ -176,6 +176,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     }
     let mut points = Vec::with_capacity(args.values.len());
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
+    // The model's name at each point where it has one (the chart's title names it).
+    let mut named: Vec<String> = Vec::new();
     for raw in &args.values {
         let value = list_item(raw);
         if value.is_empty() {
@@ -265,6 +267,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             );
         }
         keys.push(key);
+        if !(scenario.model_origin.starts_with("derived") || scenario.model_origin == "flags") {
+            named.push(scenario.model.name.clone());
+        }
         points.push(sweep::Point {
             value: value.to_string(),
             model: scenario.model,
@@ -311,6 +316,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
     };
     bar.finish_and_clear();
+    if named.len() == points.len() && named.iter().all(|n| *n == named[0]) {
+        result.model_name = named.first().cloned();
+    }
     // A point where no split is valid at all is a row saying why, as `plan` says it; only a sweep
     // where no point has a valid split is bad input (exit 2). A point whose valid plans only miss
     // memory is a row where nothing fits (exit 1 when every point is so).

@@ -57,6 +57,9 @@ pub struct Simulated {
     pub schedule: Schedule,
     /// Stage costs the schedule ran with (per model chunk, per micro-batch).
     pub stages: Vec<StageCost>,
+    /// Of each stage's forward and backward block, the exposed EP all-to-all seconds (its own MoE
+    /// layers'; 0 on a stage of dense layers), as `stages` counts them.
+    pub stage_ep_exposed_s: Vec<(f64, f64)>,
     pub summary: ScheduleSummary,
     /// Exposed DP communication and optimizer time after the pipeline drains.
     pub tail_dp_s: f64,
@@ -94,6 +97,20 @@ pub fn stage_costs(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<StageCost> {
+    stage_costs_and_ep(model, cluster, training, plan)
+        .into_iter()
+        .map(|(cost, _)| cost)
+        .collect()
+}
+
+/// [`stage_costs`], each stage with the exposed EP all-to-all time its forward and backward blocks
+/// hold (its own MoE layers': none on a stage of dense layers), for the timeline's strips.
+fn stage_costs_and_ep(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<(StageCost, (f64, f64))> {
     // Each stage at its own mix of dense and MoE layers (`MixCosts`).
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let v = f64::from(plan.vpp);
@@ -129,18 +146,24 @@ pub fn stage_costs(
             } else {
                 (0.0, 0.0)
             };
-            StageCost {
-                forward_s: (n * (layer.forward + comm_forward)
-                    + ep_layers * ep.forward_exposed_s
-                    + out_f)
-                    / v
-                    + send,
-                backward_s: (n * (layer.backward + layer.recompute + comm_backward)
-                    + ep_layers * ep.backward_exposed_s
-                    + out_b)
-                    / v
-                    + send,
-            }
+            (
+                StageCost {
+                    forward_s: (n * (layer.forward + comm_forward)
+                        + ep_layers * ep.forward_exposed_s
+                        + out_f)
+                        / v
+                        + send,
+                    backward_s: (n * (layer.backward + layer.recompute + comm_backward)
+                        + ep_layers * ep.backward_exposed_s
+                        + out_b)
+                        / v
+                        + send,
+                },
+                (
+                    ep_layers * ep.forward_exposed_s / v,
+                    ep_layers * ep.backward_exposed_s / v,
+                ),
+            )
         })
         .collect()
 }
@@ -155,12 +178,22 @@ pub fn simulate_plan(
     plan: &ParallelPlan,
 ) -> Result<Simulated, String> {
     let closed = evaluate(model, cluster, training, plan);
-    let stages = stage_costs(model, cluster, training, plan);
+    let (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>) =
+        stage_costs_and_ep(model, cluster, training, plan)
+            .into_iter()
+            .unzip();
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
     let blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
     if blocks > MAX_SIMULATED_BLOCKS {
-        return Ok(closed_form_only(model, plan, closed, stages, blocks));
+        return Ok(closed_form_only(
+            model,
+            plan,
+            closed,
+            stages,
+            stage_ep_exposed_s,
+            blocks,
+        ));
     }
     let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(plan.schedule_runs, per_run);
     let t = closed.time;
@@ -215,6 +248,7 @@ pub fn simulate_plan(
         estimate,
         schedule,
         stages,
+        stage_ep_exposed_s,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
     })
@@ -227,6 +261,7 @@ fn closed_form_only(
     plan: &ParallelPlan,
     closed: Estimate,
     stages: Vec<StageCost>,
+    stage_ep_exposed_s: Vec<(f64, f64)>,
     blocks: u64,
 ) -> Simulated {
     let t = closed.time;
@@ -253,6 +288,7 @@ fn closed_form_only(
             bubble_ratio: closed.bubble_ratio,
         },
         stages,
+        stage_ep_exposed_s,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
     }

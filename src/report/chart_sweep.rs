@@ -4,7 +4,7 @@
 //! by a line, when they are numbers (sweeps double: 16, 32, 64, 128); evenly spaced and unjoined
 //! markers for GPU names (categories: nothing lies between two GPU models), each label
 //! wrapped after a '-' when it would reach its neighbour. The title (wrapped to the figure) names
-//! the model by its parameter count and the values swept, and the GPU count only when every point
+//! the model (by name where it has one, and parameter count) and the values swept, and the GPU count only when every point
 //! has it; otherwise each point's count is under its label.
 
 use plotters::prelude::*;
@@ -148,7 +148,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         chart
             .configure_mesh()
             .x_labels(0)
-            .y_label_formatter(&|y| compact(*y))
+            .y_label_formatter(&|y| compact(*y, top))
             .x_desc(x_desc.as_str())
             .disable_x_mesh()
             .draw()
@@ -202,8 +202,8 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     Ok(())
 }
 
-/// The chart's title: what was swept, over which model (its parameter count, the one model fact a
-/// sweep row carries) and which cluster. A GPU count is named only when every point has it; else
+/// The chart's title: what was swept, over which model (its name where it has one, and its
+/// parameter count) and which cluster. A GPU count is named only when every point has it; else
 /// each point's count is under its label.
 fn chart_title(sweep: &Sweep) -> String {
     let first = sweep.rows.first();
@@ -222,13 +222,19 @@ fn chart_title(sweep: &Sweep) -> String {
         .map(|r| r.value.as_str())
         .collect::<Vec<_>>()
         .join(", ");
+    // A named model by its name and size ("llama3-70b (70.6B parameters)"); a derived shape by
+    // its size, the one thing it is.
+    let model = match &sweep.model_name {
+        Some(name) => format!("{name} ({params} parameters)"),
+        None => format!("the {params}-parameter model"),
+    };
     match sweep.axis {
         Axis::Params => format!("Best plan per model size ({values} parameters){on_gpus}"),
-        Axis::Nodes => format!("Best plan for the {params}-parameter model on {values} nodes"),
+        Axis::Nodes => format!("Best plan for {model} on {values} nodes"),
         // The GPU names are under the points; listing them again only lengthens the title.
-        Axis::Gpu => format!("Best plan for the {params}-parameter model{on_gpus}, by GPU"),
+        Axis::Gpu => format!("Best plan for {model}{on_gpus}, by GPU"),
         _ => format!(
-            "Best plan for the {params}-parameter model{on_gpus}, by {} ({values})",
+            "Best plan for {model}{on_gpus}, by {} ({values})",
             sweep.axis.title()
         ),
     }
@@ -283,8 +289,10 @@ fn numeric_values(labels: &[String]) -> Option<Vec<f64>> {
         .collect()
 }
 
-/// Axis numbers short enough for a narrow label area: 412000 → "412k", 1.5e6 → "1.5M".
-fn compact(y: f64) -> String {
+/// Axis numbers short enough for a narrow label area: 412000 → "412k", 1.5e6 → "1.5M". Below 100,
+/// as many decimals as the axis's top needs for its ticks to read apart (an axis to 0.44 GiB ticks
+/// every 0.05: "0.05", "0.10", not "0.1", "0.1").
+fn compact(y: f64, top: f64) -> String {
     let a = y.abs();
     if a >= 1e6 {
         format!("{:.1}M", y / 1e6)
@@ -293,6 +301,11 @@ fn compact(y: f64) -> String {
     } else if a >= 100.0 {
         format!("{y:.0}")
     } else {
-        format!("{y:.1}")
+        let decimals = if top > 0.0 {
+            (1.0 - top.log10().floor()).clamp(1.0, 6.0) as usize
+        } else {
+            1
+        };
+        format!("{y:.decimals$}")
     }
 }

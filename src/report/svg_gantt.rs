@@ -79,7 +79,36 @@ pub(crate) fn gantt_svg(
         }
     };
     let cp_share = share_of_blocks(sim.estimate.time.cp_comm_exposed_s.0);
-    let ep_share = share_of_blocks(sim.estimate.time.ep_comm_exposed_s.0);
+    // The EP all-to-alls are each stage's own MoE layers' (`Simulated::stage_ep_exposed_s`): a
+    // stage of dense layers (DeepSeek-V3's first three) has none, a stage with more MoE layers more.
+    let ep_fraction = |stage: u32, direction: Direction| -> f64 {
+        let (Some(&(ep_f, ep_b)), Some(cost)) = (
+            sim.stage_ep_exposed_s.get(stage as usize),
+            sim.stages.get(stage as usize),
+        ) else {
+            return 0.0;
+        };
+        let (ep, block) = match direction {
+            Direction::Forward => (ep_f, cost.forward_s),
+            Direction::Backward => (ep_b, cost.backward_s),
+        };
+        if block > 0.0 {
+            (ep / block).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    };
+    let ep_fractions: Vec<f64> = (0..sim.stages.len() as u32)
+        .flat_map(|st| {
+            [
+                ep_fraction(st, Direction::Forward),
+                ep_fraction(st, Direction::Backward),
+            ]
+        })
+        .collect();
+    let ep_share = ep_fractions.iter().copied().fold(0.0, f64::max);
+    let ep_uneven = ep_fractions.iter().any(|f| (f - ep_share).abs() > 0.0005);
+    let ep_none_somewhere = ep_share > 0.0 && ep_fractions.contains(&0.0);
     let pipeline_end = s.step_s;
     let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
     let whole = || {
@@ -209,13 +238,20 @@ pub(crate) fn gantt_svg(
         legend.push((
             vec![EP_COLOUR],
             format!(
-                "exposed EP comm, the MoE all-to-alls ({}{:.1}% of each block)",
+                "exposed EP comm, the MoE all-to-alls ({}{}{:.1}% of {}{})",
                 if cp_share > 0.0 {
                     "strip after the CP one, "
                 } else {
                     "strip after the TP one, "
                 },
-                100.0 * ep_share
+                if ep_uneven { "up to " } else { "" },
+                100.0 * ep_share,
+                if ep_uneven { "a block" } else { "each block" },
+                if ep_none_somewhere {
+                    "; none on stages of dense layers"
+                } else {
+                    ""
+                }
             ),
         ));
     }
@@ -317,20 +353,24 @@ pub(crate) fn gantt_svg(
             }))?;
             // The CP and EP strips follow the TP one, at the same lower edge: each block's exposed
             // communication reads as one run of strips from its start.
-            let strips = [(cp_share, CP_COLOUR), (ep_share, EP_COLOUR)];
-            for (k, &(share, colour)) in strips.iter().enumerate() {
-                if share <= 0.0 {
-                    continue;
-                }
-                let before: f64 = strips[..k].iter().map(|s| s.0).sum();
-                chart.draw_series(panel.blocks.iter().map(|b| {
+            // A block's CP share is the slowest stage's; its EP share its own stage's.
+            for k in 0..2 {
+                let share_of = |b: &Block| match k {
+                    0 => cp_share,
+                    _ => ep_fraction(b.stage, b.direction),
+                };
+                let (before, colour) = match k {
+                    0 => (0.0, CP_COLOUR),
+                    _ => (cp_share, EP_COLOUR),
+                };
+                chart.draw_series(panel.blocks.iter().filter(|b| share_of(b) > 0.0).map(|b| {
                     let tp_share = match b.direction {
                         Direction::Forward => tp.forward,
                         Direction::Backward => tp.backward,
                     };
                     let d = b.end_s - b.start_s;
                     let from = b.start_s + ((tp_share + before) * d).min(d);
-                    let (a, z) = clip(from, (from + share * d).min(b.end_s));
+                    let (a, z) = clip(from, (from + share_of(b) * d).min(b.end_s));
                     band(a, z.max(a), b.stage, colour, row_h - row_h / 4, gap)
                 }))?;
             }

@@ -93,16 +93,21 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         replica0.dedup();
         let total = replica0.len() as u32;
         replica0.truncate(MAX_NODES as usize);
+        // Past MAX_NODES, replica 0's own later nodes are undrawn too: the rest of the cluster is
+        // those and the other replicas, each counted.
         let note = format!(
             "{} of {} nodes drawn: those holding data-parallel replica 0{}; the other {} nodes hold replicas 1..{} in the same layout",
             replica0.len(),
             cluster.nodes,
             if total > MAX_NODES {
-                format!(" (its first {MAX_NODES} of {total})")
+                format!(
+                    " (its first {MAX_NODES} of {total}; its other {} hold the rest of its stages)",
+                    total - MAX_NODES
+                )
             } else {
                 String::new()
             },
-            cluster.nodes - replica0.len() as u32,
+            cluster.nodes - total,
             plan.dp.saturating_sub(1)
         );
         (replica0, Some(note))

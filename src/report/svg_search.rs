@@ -239,7 +239,13 @@ pub(crate) fn search_svg(
         * 1.08;
     let frontier = pareto_frontier(plans);
     let drawn = thin(plans, &frontier, x, (axis.lo, axis.hi), (0.0, y_hi));
-    let mut tps: Vec<u32> = drawn.iter().map(|&i| plans[i].plan.tp).collect();
+    // The TP degrees of the coloured points: an infeasible plan is drawn grey, so a degree none of
+    // whose plans fits has no colour in the figure and no entry in its legend.
+    let mut tps: Vec<u32> = drawn
+        .iter()
+        .filter(|&&i| plans[i].fits())
+        .map(|&i| plans[i].plan.tp)
+        .collect();
     tps.sort_unstable();
     tps.dedup();
     let subtitle = if drawn.len() == plans.len() {
