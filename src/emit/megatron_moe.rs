@@ -111,7 +111,16 @@ impl Parsed<'_> {
                     "moe-token-dispatcher-type",
                     "moe-flex-dispatcher-backend",
                 ];
-                if let Some(flag) = moe_flags.iter().find(|f| self.value(f).is_some()) {
+                // `--moe-shared-expert-gate` is a switch (no value): a gate on shared experts
+                // that a dense model does not have.
+                let switch = ["moe-shared-expert-gate"]
+                    .into_iter()
+                    .find(|f| self.switch(f));
+                if let Some(flag) = moe_flags
+                    .into_iter()
+                    .find(|f| self.value(f).is_some())
+                    .or(switch)
+                {
                     return Err(MegatronArgsError::Refused {
                         given: format!("--{flag} without --num-experts"),
                         why: "a dense model has no experts; add --num-experts N or drop it".into(),
