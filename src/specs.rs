@@ -688,6 +688,25 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
     Ok(())
 }
 
+/// The MoE switches of a model file against the parts they act on (the flags and launch lines
+/// refuse the same): a gate needs shared experts to gate, a clamped GLU a gated MLP to clamp.
+fn check_moe_switches(file: &ModelFile, key_prefix: &str) -> Result<(), String> {
+    let Some(moe) = &file.moe else {
+        return Ok(());
+    };
+    if moe.shared_expert_gate && moe.shared_expert_ffn_hidden == 0 {
+        return Err(format!(
+            "{key_prefix}moe.shared_expert_gate: true gates the shared experts' output, and the model has no shared experts ({key_prefix}moe.shared_expert_ffn_hidden is 0 or not given); give the shared experts' width as moe.shared_expert_ffn_hidden (Qwen1.5-MoE-A2.7B: 5632), or drop shared_expert_gate"
+        ));
+    }
+    if moe.clamped_glu && !file.gated_mlp {
+        return Err(format!(
+            "{key_prefix}moe.clamped_glu: true clamps the two halves of a gated MLP's activation (GPT-OSS's SwiGLU), and {key_prefix}gated_mlp: false gives the experts no such halves; set gated_mlp: true, or drop clamped_glu"
+        ));
+    }
+    Ok(())
+}
+
 /// The model a spec describes; a shape error names the spec's keys under `key_prefix` (`""` for
 /// a model file, `"model."` for a plan file's inline model), not the shape flags.
 fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Model, SpecError> {
@@ -701,6 +720,7 @@ fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Mod
         ))
     };
     check_model_counts(file).map_err(|m| invalid(in_file_words(&m)))?;
+    check_moe_switches(file, key_prefix).map_err(invalid)?;
     Model::from_file(file).map_err(|err| invalid(in_file_words(&err.to_string())))
 }
 
