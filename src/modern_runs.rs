@@ -123,6 +123,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
         .into_iter()
         .filter_map(|(range, value)| Some(range.check(value?)))
         .collect::<Result<(), String>>()
+        .and_then(|()| check_run_moe(run))
         .map_err(|message| RunsFileError::Number {
             origin: origin.to_string(),
             id: crate::input_file::quote(&run.id),
@@ -130,6 +131,67 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
         })?;
     }
     Ok(file)
+}
+
+/// The keys of a run's `model.moe` (`validation/modern_runs.yaml`'s catalog writes each).
+const RUN_MOE_KEYS: [&str; 5] = [
+    "experts",
+    "topk",
+    "expert_ffn_hidden",
+    "shared_experts",
+    "moe_layers",
+];
+
+/// A run's `model.moe` against the bundled model tpsim prices the run with ([`bundled_moe`]):
+/// its keys are [`RUN_MOE_KEYS`], and each number given is the bundled model's (a run whose
+/// `model_key` has no bundled model is said not predicted, in its row).
+fn check_run_moe(run: &ModernRun) -> Result<(), String> {
+    let Some(moe) = run.model.moe.as_ref().filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let bundled = run.model_key.as_deref().and_then(bundled_moe);
+    let Some(map) = moe.as_object() else {
+        return Err(format!(
+            "model.moe: {moe} is not a mapping (rule: an MoE run lists {}; a dense run has moe: null); write the run's MoE numbers, or moe: null",
+            RUN_MOE_KEYS.join(", ")
+        ));
+    };
+    if let Some(key) = map.keys().find(|k| !RUN_MOE_KEYS.contains(&k.as_str())) {
+        let file = bundled.map_or(String::new(), |name| format!(" (models/{name}.yaml)"));
+        return Err(format!(
+            "model.moe.{key} is not a key of a run's moe (rule: it lists {}; the model's other MoE settings, such as clamped_glu, are its bundled model file's{file}); remove it",
+            RUN_MOE_KEYS.join(", ")
+        ));
+    }
+    let Some(name) = bundled else {
+        return Ok(());
+    };
+    let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+    let Some(ours) = model.moe else {
+        return Ok(());
+    };
+    let shared_experts = ours
+        .shared_expert_ffn_hidden
+        .checked_div(ours.ffn_hidden)
+        .unwrap_or(0);
+    for (key, value, what) in [
+        ("experts", ours.experts, "routed experts"),
+        ("topk", ours.router_topk, "experts per token"),
+        ("expert_ffn_hidden", ours.ffn_hidden, "expert MLP width"),
+        ("shared_experts", shared_experts, "shared experts"),
+        ("moe_layers", model.moe_layers(), "MoE layers"),
+    ] {
+        let Some(given) = map.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if given.as_u64() != Some(u64::from(value)) {
+            return Err(format!(
+                "model.moe.{key}: {given} is not the {value} {what} of the bundled {name} that tpsim prices model_key {} with (rule: a current-stack MoE run is priced as its bundled model, models/{name}.yaml); write the bundled value, e.g. {key}: {value}, or null",
+                run.model_key.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a run id given twice in the runs file `text` (either format: each run is a mapping with
@@ -614,6 +676,27 @@ fn check_gpu_count(run: &ModernRun) -> Result<(), String> {
     Ok(())
 }
 
+/// The `eval` flags a plan error names, and the current-stack runs file's keys for them (under
+/// `plan.`; the model's, `--seq-len` among them, are `model_file_words`'s under `model.`).
+const RUN_PLAN_KEYS: [(&str, &str); 9] = [
+    ("--tp", "tp"),
+    ("--pp", "pp"),
+    ("--dp", "dp"),
+    ("--cp", "cp"),
+    ("--vpp", "vp"),
+    ("--micro-batch", "mbs"),
+    ("--global-batch", "gbs"),
+    ("--ep", "ep"),
+    ("--etp", "etp"),
+];
+
+/// A plan error said in the runs file's keys (`--tp 3 does not divide ...` is `plan.tp: 3 does
+/// not divide ...`): a runs file has no flags.
+fn in_runs_file_words(message: &str) -> String {
+    let said = crate::model_file_words::in_file_keys(message, "plan.", &RUN_PLAN_KEYS);
+    crate::model_file_words::in_runs_file_model_words(&said)
+}
+
 /// Plans `run` with its published plan pinned (see `predict`), or says why it cannot.
 pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     if let Some(why) = excluded(run) {
@@ -763,7 +846,10 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
                     ..crate::plan::PlanRequest::default()
                 };
                 match crate::plan::ParallelPlan::build(&request, &model, &cluster, &training) {
-                    Err(why) => format!("the published plan is not a valid plan for tpsim: {why}"),
+                    Err(why) => format!(
+                        "the published plan is not a valid plan for tpsim: {}",
+                        in_runs_file_words(&why.to_string())
+                    ),
                     Ok(_) => "the published plan is not a valid plan for tpsim".into(),
                 }
             }
