@@ -410,7 +410,7 @@ const MAX_WIDTH: u32 = 1 << 20;
 /// MLA), so they are bounded on their own; 65,536 is 512 times the most a bundled model has
 /// (DeepSeek-V3 and Llama 3 405B: 128; GPT-3 175B: 96).
 const MAX_HEADS: u32 = 1 << 16;
-const MAX_SEQ_LEN: u32 = 1 << 24;
+pub(crate) const MAX_SEQ_LEN: u32 = 1 << 24;
 const MAX_EXPERTS: u32 = 1 << 14;
 /// DeepSeek-V3 and MiMo train with one MTP depth, and DeepSeek's ablations go to 2 (§4.5.1).
 const MAX_MTP_LAYERS: u32 = 16;

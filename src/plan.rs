@@ -546,8 +546,20 @@ impl PlanError {
             seq_len,
             valid,
             chunks,
-            longer: u64::from(seq_len).div_ceil(chunks) * chunks,
+            longer: seq_len_multiple_near(seq_len, chunks),
         }
+    }
+}
+
+/// The sequence length a fix offers as a multiple of `multiple`: the next one after `seq_len`,
+/// or the one before where the next is past the longest sequence tpsim accepts (which would be
+/// refused in turn).
+fn seq_len_multiple_near(seq_len: u32, multiple: u64) -> u64 {
+    let longer = u64::from(seq_len).div_ceil(multiple) * multiple;
+    if longer <= u64::from(crate::model::MAX_SEQ_LEN) {
+        longer
+    } else {
+        (u64::from(seq_len) / multiple * multiple).max(multiple)
     }
 }
 
@@ -588,7 +600,7 @@ fn sp_sequence_error(tp: u32, cp: u32, sp: bool, training: &Training) -> Option<
             String::new()
         },
         multiple,
-        longer: u64::from(training.seq_len).div_ceil(multiple) * multiple,
+        longer: seq_len_multiple_near(training.seq_len, multiple),
     })
 }
 
