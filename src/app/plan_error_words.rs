@@ -238,8 +238,12 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
             let after = &rest[i + flag.len()..];
             let valued =
                 after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit());
+            // "give a --seq-len that is a multiple of 8" asks for a value of the key, as a
+            // valued flag does ("or pass --nodes" offers the flag itself).
+            let asks_value = rest[..i].ends_with(" a ");
             // A whole flag only (`--tp` in `--tp-comm-overlap` is another flag).
-            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-') || !(valued || bare_too)
+            if after.starts_with(|c: char| c.is_alphanumeric() || c == '-')
+                || !(valued || bare_too || asks_value)
             {
                 out.push_str(&rest[..i + flag.len()]);
                 rest = after;
