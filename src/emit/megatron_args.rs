@@ -923,6 +923,20 @@ pub fn window_size_keys_before(text: &str) -> Result<u32, MegatronArgsError> {
             ),
         }),
         [Some(left), Some(0)] => Ok(*left),
+        // A LEFT past u32 is a whole number still: the same bound, not "not a pair".
+        [None, Some(0)]
+            if inner.split(',').next().is_some_and(|left| {
+                let digits = left.trim().trim_start_matches('+');
+                !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+            }) =>
+        {
+            Err(MegatronArgsError::BadValue {
+                message: format!(
+                    "--window-size {text}: a window of {} tokens is longer than any sequence tpsim plans ({MAX_WINDOW}); check the value",
+                    inner.split(',').next().unwrap_or_default().trim()
+                ),
+            })
+        }
         [Some(_), Some(right)] => Err(MegatronArgsError::Refused {
             given: format!("--window-size {text}"),
             why: format!(
