@@ -43,6 +43,29 @@ fn report(args: &[&str], name: &str) -> (PathBuf, String) {
     (dir, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+struct Text {
+    y: f64,
+    dy: String,
+    size: f64,
+    text: String,
+}
+
+fn texts(svg: &str) -> Vec<Text> {
+    let doc = roxmltree::Document::parse(svg).expect("SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| Text {
+            y: n.attribute("y").and_then(|v| v.parse().ok()).unwrap_or(0.0),
+            dy: n.attribute("dy").unwrap_or("").to_string(),
+            size: n
+                .attribute("font-size")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0),
+            text: n.text().unwrap_or("").trim().to_string(),
+        })
+        .collect()
+}
+
 /// The points of every `<polyline>` of `stroke` and `width`.
 fn polylines(svg: &str, stroke: &str, width: &str) -> Vec<Vec<(f64, f64)>> {
     let doc = roxmltree::Document::parse(svg).unwrap();
@@ -95,3 +118,59 @@ fn search_frontier_is_a_staircase() {
     }
 }
 
+
+/// DeepSeek-V3 on 256 H100 nodes: plans using 75.3 GiB of 79.7 had their value label lifted above
+/// the capacity line ("75.3 GiB" drawn over the red line), which reads as if the bar reached the
+/// capacity. A label of a plan under capacity now lies wholly under the line.
+#[test]
+fn memory_labels_under_capacity_stay_under_the_line() {
+    let (dir, _) = report(
+        &["plan", "--model", "deepseek-v3", "--nodes", "256"],
+        "memory",
+    );
+    let svg = read(&dir.join("memory.svg"));
+    let capacity_lines = polylines(&svg, "#FF0000", "2");
+    assert_eq!(capacity_lines.len(), 1, "{capacity_lines:?}");
+    let line_y = capacity_lines[0][0].1;
+    let capacity: f64 = texts(&svg)
+        .iter()
+        .find_map(|t| {
+            t.text
+                .strip_prefix("— GPU capacity ")?
+                .strip_suffix(" GiB")?
+                .parse()
+                .ok()
+        })
+        .expect("a capacity legend entry");
+    let mut near = 0;
+    for t in texts(&svg) {
+        let Some(value) = t
+            .text
+            .strip_suffix(" GiB")
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        if value >= capacity {
+            continue;
+        }
+        // plotters' SVG text: the baseline at y + dy ("0.76em" top-anchored, "-0.5ex"
+        // bottom-anchored); the glyphs rise about 0.76 em above it.
+        let dy = match t.dy.as_str() {
+            "0.76em" => 0.76 * t.size,
+            "-0.5ex" => -0.25 * t.size,
+            "0.5ex" => 0.25 * t.size,
+            other => panic!("unexpected dy {other}"),
+        };
+        let glyph_top = t.y + dy - 0.76 * t.size;
+        if value > capacity * 0.9 {
+            near += 1;
+        }
+        assert!(
+            glyph_top > line_y + 1.0,
+            "'{}' (under capacity {capacity} GiB) reaches y {glyph_top:.1}, above the capacity line at {line_y}",
+            t.text
+        );
+    }
+    assert!(near >= 2, "no bar near the capacity line");
+}
