@@ -66,6 +66,22 @@ fn texts(svg: &str) -> Vec<Text> {
         .collect()
 }
 
+/// (fill, y, height) of every `<rect>`.
+fn rects(svg: &str) -> Vec<(String, f64, f64)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .map(|n| {
+            let num = |a: &str| n.attribute(a).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            (
+                n.attribute("fill").unwrap_or("").to_string(),
+                num("y"),
+                num("height"),
+            )
+        })
+        .collect()
+}
+
 /// The points of every `<polyline>` of `stroke` and `width`.
 fn polylines(svg: &str, stroke: &str, width: &str) -> Vec<Vec<(f64, f64)>> {
     let doc = roxmltree::Document::parse(svg).unwrap();
@@ -115,6 +131,64 @@ fn search_frontier_is_a_staircase() {
         );
         // More memory, more throughput (SVG y grows downwards).
         assert!(x1 >= x0 && y1 <= y0, "{:?} -> {:?}", w[0], w[1]);
+    }
+}
+
+
+/// A 7B model on one node at tp 8 (p = 1): the timeline's title said "Pipeline timeline of one
+/// step (1F1B; p = 1, ...)" and its subtitle compared bubble ratios, for a plan with no pipeline
+/// and no schedule. Its exposed-TP strips, sized from a nominal 26-pixel row, filled about 70% of
+/// the ~70-pixel row drawn, where the legend says "strip at the lower edge". The title says "no
+/// pipeline" now, and each strip is the lower quarter of its block.
+#[test]
+fn timeline_without_a_pipeline_has_no_1f1b_and_low_strips() {
+    let (dir, _) = report(
+        &["eval", "--params", "7B", "--nodes", "1", "--tp", "8"],
+        "timeline",
+    );
+    let svg = read(&dir.join("timeline.svg"));
+    let t = texts(&svg);
+    let title = &t
+        .iter()
+        .find(|t| t.text.contains("of one step"))
+        .expect("a title")
+        .text;
+    assert!(!title.contains("1F1B"), "{title}");
+    assert!(title.contains("no pipeline"), "{title}");
+    assert!(!t.iter().any(|t| t.text.contains("bubble ratio")));
+    let legend = &t
+        .iter()
+        .find(|t| t.text.starts_with("exposed TP collectives"))
+        .expect("a TP legend entry")
+        .text;
+    assert!(legend.contains("strip at the lower edge"), "{legend}");
+
+    let all = rects(&svg);
+    let blocks: Vec<&(String, f64, f64)> = all
+        .iter()
+        .filter(|(fill, _, _)| fill == "#1F77B4" || fill == "#31A354")
+        .collect();
+    let strips: Vec<&(String, f64, f64)> = all
+        .iter()
+        .filter(|(fill, _, _)| fill == "#333333")
+        .collect();
+    assert!(!blocks.is_empty() && !strips.is_empty());
+    for (_, y, h) in strips {
+        // The block row (of either panel) the strip lies in.
+        let &&(_, block_top, block_h) = blocks
+            .iter()
+            .find(|(_, top, height)| *top <= y + h / 2.0 && y + h / 2.0 <= top + height)
+            .expect("a block around the strip");
+        let block_bottom = block_top + block_h;
+        assert!(
+            *h <= 0.3 * block_h,
+            "a strip {h} px tall in a {block_h}-pixel block"
+        );
+        assert!(
+            (y + h - block_bottom).abs() <= 1.0,
+            "a strip from {y} to {} in a block from {block_top} to {block_bottom}",
+            y + h
+        );
     }
 }
 
