@@ -193,6 +193,55 @@ fn timeline_without_a_pipeline_has_no_1f1b_and_low_strips() {
 }
 
 
+/// Qwen3-235B on 64 GB200 trays of 4 (NVL72, 64-GPU segments): `plan` says DP runs "on network
+/// and NVLink (16 ranks per NVLink segment, each with its own NIC; ...)", the layout figure said
+/// "over the network (across nodes)", as if every byte crossed a NIC. Its TP line said "all-reduce
+/// every layer" for a plan with sequence parallelism, which runs all-gathers and reduce-scatters.
+/// The layout now uses `plan`'s words for the DP (and expert-DP) ring and names SP's collectives.
+#[test]
+fn layout_names_the_dp_link_and_sp_collectives_as_plan_does() {
+    let (dir, stdout) = report(
+        &[
+            "plan",
+            "--model",
+            "qwen3-235b-a22b",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "64",
+            "--gpus-per-node",
+            "4",
+        ],
+        "layout",
+    );
+    let words = "network and NVLink (16 ranks per NVLink segment, each with its own NIC; the ring's hops inside it stay on NVLink)";
+    assert!(stdout.contains(words), "{stdout}");
+    let svg = read(&dir.join("layout.svg"));
+    let t = texts(&svg);
+    let dp = &t
+        .iter()
+        .find(|t| t.text.starts_with("DP: "))
+        .expect("a DP line")
+        .text;
+    assert!(dp.contains(words), "{dp}");
+    assert!(!dp.contains("across nodes"), "{dp}");
+    let expert_dp = &t
+        .iter()
+        .find(|t| t.text.starts_with("expert DP: "))
+        .expect("an expert-DP line")
+        .text;
+    assert!(expert_dp.contains("network and NVLink ("), "{expert_dp}");
+    // The best plan runs tp 4 with sequence parallelism (sp yes in the table).
+    let tp = &t
+        .iter()
+        .find(|t| t.text.starts_with("TP groups"))
+        .expect("a TP line")
+        .text;
+    assert!(tp.contains("all-gather and reduce-scatter"), "{tp}");
+    assert!(!tp.contains("all-reduce"), "{tp}");
+}
+
+
 /// DeepSeek-V3 on 256 H100 nodes: plans using 75.3 GiB of 79.7 had their value label lifted above
 /// the capacity line ("75.3 GiB" drawn over the red line), which reads as if the bar reached the
 /// capacity. A label of a plan under capacity now lies wholly under the line.

@@ -182,7 +182,7 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
 /// size s as s/1.24 px (its output: 12 → 9.68), and 0.62 em a character is DejaVu Sans's (the usual
 /// `sans-serif` face) average for these labels rounded up (its digits 0.64 em, lower case 0.55–0.63,
 /// '·' and space 0.32), so a label laid out by it does not reach what it estimates.
-fn text_width_px(text: &str, size: f64) -> f64 {
+pub(crate) fn text_width_px(text: &str, size: f64) -> f64 {
     0.62 * size / 1.24 * text.chars().count() as f64
 }
 
