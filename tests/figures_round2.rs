@@ -104,7 +104,6 @@ fn polylines(svg: &str, stroke: &str, width: &str) -> Vec<Vec<(f64, f64)>> {
         .collect()
 }
 
-
 /// The seed 512B plan's search figure joined its frontier plans with straight segments, as if
 /// plans between two of them traded memory for throughput along the line. No plan lies there: the
 /// best throughput within a memory budget holds until the next frontier plan's memory. The
@@ -133,7 +132,6 @@ fn search_frontier_is_a_staircase() {
         assert!(x1 >= x0 && y1 <= y0, "{:?} -> {:?}", w[0], w[1]);
     }
 }
-
 
 /// A 7B model on one node at tp 8 (p = 1): the timeline's title said "Pipeline timeline of one
 /// step (1F1B; p = 1, ...)" and its subtitle compared bubble ratios, for a plan with no pipeline
@@ -192,7 +190,6 @@ fn timeline_without_a_pipeline_has_no_1f1b_and_low_strips() {
     }
 }
 
-
 /// Qwen3-235B on 64 GB200 trays of 4 (NVL72, 64-GPU segments): `plan` says DP runs "on network
 /// and NVLink (16 ranks per NVLink segment, each with its own NIC; ...)", the layout figure said
 /// "over the network (across nodes)", as if every byte crossed a NIC. Its TP line said "all-reduce
@@ -240,7 +237,6 @@ fn layout_names_the_dp_link_and_sp_collectives_as_plan_does() {
     assert!(tp.contains("all-gather and reduce-scatter"), "{tp}");
     assert!(!tp.contains("all-reduce"), "{tp}");
 }
-
 
 /// DeepSeek-V3 on 256 H100 nodes: plans using 75.3 GiB of 79.7 had their value label lifted above
 /// the capacity line ("75.3 GiB" drawn over the red line), which reads as if the bar reached the
