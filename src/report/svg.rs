@@ -182,7 +182,7 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
 /// size s as s/1.24 px (its output: 12 → 9.68), and 0.62 em a character is DejaVu Sans's (the usual
 /// `sans-serif` face) average for these labels rounded up (its digits 0.64 em, lower case 0.55–0.63,
 /// '·' and space 0.32), so a label laid out by it does not reach what it estimates.
-fn text_width_px(text: &str, size: f64) -> f64 {
+pub(crate) fn text_width_px(text: &str, size: f64) -> f64 {
     0.62 * size / 1.24 * text.chars().count() as f64
 }
 
@@ -303,11 +303,9 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 chart.draw_series(std::iter::once(bar))?;
             }
         }
-        // A value label that would sit on the capacity line goes just above it instead.
-        let label_base = |top: f64| match &spec.line {
-            Some((line, _)) if top <= *line && *line - top < y_max * 0.06 => *line,
-            _ => top,
-        };
+        // A value label that would sit on the line (the GPU's capacity) goes inside the bar's top
+        // instead: lifted above the line, a bar short of capacity would read as reaching it.
+        let under_line = |top: f64| matches!(&spec.line, Some((line, _)) if top <= *line && *line - top < y_max * 0.06);
         chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, values, text))| {
             let stack: f64 = values.iter().sum();
             let range_top = spec
@@ -316,18 +314,23 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 .and_then(|r| r.get(i))
                 .map_or(0.0, |r| r.1);
             let top = stack.max(range_top);
+            let (y, v) = if under_line(top) {
+                (top - y_max * 0.01, plotters::style::text_anchor::VPos::Top)
+            } else {
+                (
+                    top + y_max * 0.01,
+                    plotters::style::text_anchor::VPos::Bottom,
+                )
+            };
             Text::new(
                 text.clone(),
-                (
-                    SegmentValue::CenterOf(i as u32),
-                    label_base(top) + y_max * 0.01,
-                ),
+                (SegmentValue::CenterOf(i as u32), y),
                 (FONT, 12)
                     .into_font()
                     .color(&BLACK)
                     .pos(plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Center,
-                        plotters::style::text_anchor::VPos::Bottom,
+                        v,
                     )),
             )
         }))?;

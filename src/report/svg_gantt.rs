@@ -152,12 +152,20 @@ pub(crate) fn gantt_svg(
     let row_h = 26u32.min(520 / p.max(1)).max(6);
     let panel_h = 90 + row_h * p;
     let height = 90 + panel_h * panels.len() as u32 + 40;
+    // Without a pipeline there is no 1F1B schedule: one stage runs the micro-batches in turn.
     let title = format!(
-        "Pipeline timeline of one step ({}; p = {}, {}{}): simulated",
+        "{} of one step ({}; p = {}, {}{}): simulated",
+        if p > 1 {
+            "Pipeline timeline"
+        } else {
+            "Timeline"
+        },
         if plan.vpp > 1 {
             "interleaved 1F1B"
-        } else {
+        } else if p > 1 {
             "1F1B"
+        } else {
+            "no pipeline"
         },
         p,
         plan.schedule_m_words().replace('=', " = "),
@@ -168,10 +176,17 @@ pub(crate) fn gantt_svg(
         }
     );
     let subtitle = format!(
-        "bubble ratio {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time; step {:.3} s{}",
-        sim.summary.simulated_bubble_ratio,
-        sim.summary.closed_form_bubble_ratio,
-        sim.summary.pipeline_idle_share * 100.0,
+        "{}; step {:.3} s{}",
+        if p > 1 {
+            format!(
+                "bubble ratio {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
+                sim.summary.simulated_bubble_ratio,
+                sim.summary.closed_form_bubble_ratio,
+                sim.summary.pipeline_idle_share * 100.0,
+            )
+        } else {
+            "one stage runs every layer, no bubble".to_string()
+        },
         sim.estimate.time.step_s.0,
         if panels.len() > 1 {
             format!(
@@ -339,6 +354,14 @@ pub(crate) fn gantt_svg(
             let (lo, hi) = panel.x;
             let clip = |a: f64, b: f64| (a.max(lo), b.min(hi));
             let gap = (row_h / 8).max(1);
+            // The exposed-communication strips take the lower quarter of the row as drawn, which is
+            // taller than `row_h` when the pipeline is shallow (p = 1 draws one row of ~75 px).
+            let drawn_row = {
+                let (_, y0) = chart.backend_coord(&(lo, 0.0));
+                let (_, y1) = chart.backend_coord(&(lo, 1.0));
+                (y0 - y1).unsigned_abs().max(row_h)
+            };
+            let strip_top = drawn_row - drawn_row / 4;
             chart.draw_series(panel.blocks.iter().map(|b| {
                 let (a, z) = clip(b.start_s, b.end_s);
                 band(a, z, b.stage, block_colour(b.direction, b.chunk), gap, gap)
@@ -349,7 +372,7 @@ pub(crate) fn gantt_svg(
                     Direction::Backward => tp.backward,
                 };
                 let (a, z) = clip(b.start_s, b.start_s + share * (b.end_s - b.start_s));
-                band(a, z.max(a), b.stage, TP_COLOUR, row_h - row_h / 4, gap)
+                band(a, z.max(a), b.stage, TP_COLOUR, strip_top, gap)
             }))?;
             // The CP and EP strips follow the TP one, at the same lower edge: each block's exposed
             // communication reads as one run of strips from its start.
@@ -371,7 +394,7 @@ pub(crate) fn gantt_svg(
                     let d = b.end_s - b.start_s;
                     let from = b.start_s + ((tp_share + before) * d).min(d);
                     let (a, z) = clip(from, (from + share_of(b) * d).min(b.end_s));
-                    band(a, z.max(a), b.stage, colour, row_h - row_h / 4, gap)
+                    band(a, z.max(a), b.stage, colour, strip_top, gap)
                 }))?;
             }
             if panel.tail {

@@ -78,6 +78,15 @@ fn link(g: &Group, gpus_per_node: u32) -> &'static str {
     }
 }
 
+/// A gradient ring's link: where several of its ranks share a node (or an NVL72 NVLink segment),
+/// in `plan`'s words ("network and NVLink (4 ranks per node, each with its own NIC; ...)").
+fn ring_link(g: &Group, cluster: &Cluster) -> String {
+    match super::table::shared_nic_ring_words(g.link, g.members_per_node, cluster) {
+        Some((link, detail)) => format!("{link} ({detail})"),
+        None => link(g, cluster.gpus_per_node).to_string(),
+    }
+}
+
 pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<String, String> {
     let gpn = cluster.gpus_per_node;
     let g = groups(cluster, plan);
@@ -134,8 +143,13 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
     let expert_dp_group = g.get(GroupKind::ExpertDp);
     let mut legend = vec![if plan.tp > 1 {
         format!(
-            "TP groups ({} GPUs, black outline) all-reduce every layer over {}",
+            "TP groups ({} GPUs, black outline) {} every layer over {}",
             plan.tp,
+            if plan.sequence_parallel {
+                "all-gather and reduce-scatter"
+            } else {
+                "all-reduce"
+            },
             link(tp_group, gpn)
         )
     } else {
@@ -167,13 +181,13 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
             plan.dp,
             plan.cp,
             dp_group.stride,
-            link(dp_group, gpn)
+            ring_link(dp_group, cluster)
         )
     } else {
         format!(
             "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
             dp_group.stride,
-            link(dp_group, gpn)
+            ring_link(dp_group, cluster)
         )
     });
     if ep {
@@ -197,7 +211,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
                 "expert DP: {} replicas of each expert (x = expert-DP index, stride {}) reduce expert gradients over {}",
                 expert_dp_group.size,
                 expert_dp_group.stride,
-                link(expert_dp_group, gpn)
+                ring_link(expert_dp_group, cluster)
             )
         } else {
             "expert DP: none (one copy of each expert; its gradients need no reduction)".to_string()
@@ -209,7 +223,16 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         );
     }
     let legend_h = 20 * (legend.len() as i32 + i32::from(folded_note.is_some())) + 30;
-    let width = (node_cols * (node_w + PAD) + 2 * PAD).max(if cp || ep { 1000 } else { 760 });
+    // Wide enough for the longest legend line (a ring's link words can run long).
+    let longest = legend
+        .iter()
+        .chain(folded_note.iter())
+        .map(|l| super::svg::text_width_px(l, 13.0).ceil() as i32 + 2 * PAD)
+        .max()
+        .unwrap_or(0);
+    let width = (node_cols * (node_w + PAD) + 2 * PAD)
+        .max(if cp || ep { 1000 } else { 760 })
+        .max(longest);
     let height = top + node_rows * (node_h + PAD) + legend_h;
     svg(width as u32, height as u32, |root| {
         let mut title = format!("Where the GPUs are: tp {}", plan.tp);

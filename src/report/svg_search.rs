@@ -1,6 +1,7 @@
 //! Figure 3: the whole search. Every evaluated plan is a point (memory per GPU against
 //! throughput), coloured by TP degree; infeasible plans are grey and lie right of the capacity line;
-//! the Pareto frontier (no other feasible plan needs less memory and runs faster) is drawn exactly.
+//! the Pareto frontier (no other feasible plan needs less memory and runs faster) is drawn exactly, as
+//! steps (no plan lies between two of its points).
 //! The memory axis is labelled at 1, 2 and 5 of each decade, and plans needing more than about 4x
 //! the capacity are squeezed into a shaded band at its right end (`MemoryAxis`).
 //!
@@ -311,12 +312,17 @@ pub(crate) fn search_svg(
                     }),
             )?;
         }
-        chart.draw_series(LineSeries::new(
-            frontier
-                .iter()
-                .map(|&i| (x(&plans[i]), plans[i].tokens_per_s)),
-            BLACK.stroke_width(2),
-        ))?;
+        // A staircase: no plan lies between two frontier points, so the best throughput within a
+        // memory budget holds until the next point's memory, then steps up to it.
+        let mut steps: Vec<(f64, f64)> = Vec::new();
+        for &i in &frontier {
+            let point = (x(&plans[i]), plans[i].tokens_per_s);
+            if let Some(&(_, held)) = steps.last() {
+                steps.push((point.0, held));
+            }
+            steps.push(point);
+        }
+        chart.draw_series(LineSeries::new(steps, BLACK.stroke_width(2)))?;
         entries.push(("— Pareto frontier".to_string(), BLACK));
         chart.draw_series(LineSeries::new(
             [(capacity, 0.0), (capacity, y_hi)],

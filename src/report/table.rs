@@ -998,22 +998,34 @@ fn dp_link_parts(e: &Estimate, cluster: &Cluster) -> (String, Option<String>) {
     };
     let groups = crate::cost::groups::groups(cluster, &e.plan);
     let dp = groups.get(crate::cost::groups::GroupKind::Dp);
-    if link == Link::Network && dp.members_per_node > 1 {
-        let block = if cluster.nvlink_domain() > cluster.gpus_per_node {
-            "NVLink segment"
-        } else {
-            "node"
-        };
-        (
-            "network and NVLink".to_string(),
-            Some(format!(
-                "{} ranks per {block}, each with its own NIC; the ring's hops inside it stay on NVLink",
-                dp.members_per_node
-            )),
-        )
-    } else {
-        (link_name(link).to_string(), None)
+    match shared_nic_ring_words(link, dp.members_per_node, cluster) {
+        Some((link, detail)) => (link.to_string(), Some(detail)),
+        None => (link_name(link).to_string(), None),
     }
+}
+
+/// A ring across the network with several ranks on each node (or NVLink segment on NVL72): its
+/// link ("network and NVLink") and how those ranks share it; `None` for any other group. The
+/// layout figure names the DP and expert-DP rings' links with the same words.
+pub(crate) fn shared_nic_ring_words(
+    link: Link,
+    members_per_node: u32,
+    cluster: &Cluster,
+) -> Option<(&'static str, String)> {
+    if link != Link::Network || members_per_node <= 1 {
+        return None;
+    }
+    let block = if cluster.nvlink_domain() > cluster.gpus_per_node {
+        "NVLink segment"
+    } else {
+        "node"
+    };
+    Some((
+        "network and NVLink",
+        format!(
+            "{members_per_node} ranks per {block}, each with its own NIC; the ring's hops inside it stay on NVLink"
+        ),
+    ))
 }
 
 /// Where the TP group runs, from the link the cost model gave it (`Estimate::comm`): a group wider
