@@ -183,10 +183,21 @@ pub fn enumerate(
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
         // Context parallelism runs inside the fused attention kernels (`PlanError::
         // CpWithUnfusedAttention`), so unfused attention searches cp 1 only.
+        // A pinned cp is tried whatever share of the sequence it leaves each rank: the floor of
+        // `cp_degrees` prunes the search, it does not overrule a degree the user (or a published
+        // run) chose; `ParallelPlan::build` still checks that it splits the sequence.
         let cps = if training.framework.runs_context_parallelism()
             && training.attention == crate::training::AttentionKernel::Flash
         {
-            cp_degrees(training.seq_len, gpus / tp)
+            let mut cps = cp_degrees(training.seq_len, gpus / tp);
+            if let Some(cp) = options
+                .pins
+                .cp
+                .filter(|&cp| cp > 1 && !cps.contains(&cp) && (gpus / tp).is_multiple_of(cp))
+            {
+                cps.push(cp);
+            }
+            cps
         } else {
             vec![1]
         };

@@ -156,19 +156,11 @@ fn a_pinned_cp_the_search_never_offers_names_the_reason() {
         &["admits no valid plan"],
         "deepspeed",
     );
-    let r = run(&with(&plan, &["--seq-len", "2048"]));
-    assert_one_line_error(
-        &r,
-        &[
-            "--cp 2",
-            "1024 tokens",
-            "2048",
-            "--seq-len 4096",
-            "--cp 1 only",
-        ],
-        &["admits no valid plan"],
-        "short sequence",
-    );
+    // A short sequence used to be refused here (the search keeps 2,048 tokens per CP rank); since
+    // 2026-12-05 a pinned cp is searched below that floor (tests/leftovers_round1.rs).
+    let r = run(&with(&plan, &["--seq-len", "2048", "--top", "1"]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("search:"), "{}", r.stdout);
 }
 
 #[test]

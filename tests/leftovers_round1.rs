@@ -331,3 +331,38 @@ fn falcon_emitted_for_megatron_names_the_shared_norm_it_cannot_carry() {
     ]);
     assert!(!llama.stderr.contains("input norm"), "{}", llama.stderr);
 }
+
+/// A pinned `--cp` is searched whatever share of the sequence it leaves each rank: `plan --cp 8`
+/// on an 8K sequence (1,024 tokens per rank, below the search's own 2,048 floor) refused and sent
+/// the user to `eval`; the floor prunes the search, it does not overrule a degree the user chose.
+#[test]
+fn a_pinned_cp_below_the_search_floor_is_searched() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--cp",
+        "8",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "8",
+        "--top",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(json["plans"][0]["cp"], 8, "{}", r.stdout);
+    // The other degrees are enumerated and counted as ruled out by the pin, as before.
+    assert!(
+        json["search"]["infeasible_by_reason"]["ruled_out_by_pins"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{}",
+        r.stdout
+    );
+}

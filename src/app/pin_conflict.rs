@@ -285,7 +285,6 @@ fn pair_rule(cluster: &Cluster, training: &Training, pins: &Pins) -> Option<Stri
 /// degrees the search does offer).
 fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training) -> Option<String> {
     use crate::plan::PlanError;
-    use crate::planner::MIN_TOKENS_PER_CP_RANK;
     if cp <= 1 {
         return None;
     }
@@ -313,18 +312,6 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
             )
             .to_string(),
         );
-    }
-    let per_rank = training.seq_len / cp;
-    if per_rank < MIN_TOKENS_PER_CP_RANK {
-        return Some(format!(
-            "--cp {cp} leaves {per_rank} tokens of the {}-token sequence per context-parallel rank, and the search keeps at least {MIN_TOKENS_PER_CP_RANK} (below that the K/V ring outweighs the shrunken GEMMs); give --seq-len {} or more, drop --cp (the search offers {}), or evaluate --cp {cp} with `tpsim eval`",
-            training.seq_len,
-            u64::from(cp) * u64::from(MIN_TOKENS_PER_CP_RANK),
-            match training.seq_len / MIN_TOKENS_PER_CP_RANK {
-                0 | 1 => "--cp 1 only".to_string(),
-                most => format!("--cp up to {most}"),
-            }
-        ));
     }
     None
 }
