@@ -14,6 +14,7 @@ pub mod cost;
 pub mod emit;
 pub mod hf_config;
 pub mod input_file;
+pub mod integer;
 pub mod model;
 pub mod model_file_words;
 pub mod modern_runs;

@@ -582,11 +582,7 @@ fn sp_sequence_error(tp: u32, cp: u32, sp: bool, training: &Training) -> Option<
     let whole = u64::from(tp) * u64::from(cp);
     let multiple = if cp > 1 {
         let chunks = 2 * u64::from(cp);
-        let (mut a, mut b) = (whole, chunks);
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        whole / a * chunks
+        whole / crate::integer::gcd(whole, chunks) * chunks
     } else {
         whole
     };

@@ -314,10 +314,7 @@ fn check_gpu_count(run: &PublishedRun) -> Result<(), String> {
     }
     if !hw.num_gpus.is_multiple_of(hw.gpus_per_node) {
         // The most GPUs per node that divides both: what a run on part of each node used.
-        let (mut a, mut b) = (hw.num_gpus, hw.gpus_per_node);
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
+        let a = crate::integer::gcd(u64::from(hw.num_gpus), u64::from(hw.gpus_per_node));
         return Err(format!(
             "hardware.num_gpus {} is not whole nodes of hardware.gpus_per_node {} (rule: a run uses whole nodes); change hardware.gpus_per_node to the GPUs the run used in each node, a divisor of {} such as {a}",
             hw.num_gpus, hw.gpus_per_node, hw.num_gpus

@@ -151,11 +151,8 @@ pub(crate) fn smallest_domain_block(members: u32, per_domain: u32, groups: u32) 
         return 1;
     }
     let mut smallest = members.min(per_domain);
-    let (mut a, mut b) = (members, per_domain);
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    let period = (per_domain / a).min(groups.max(1));
+    let common = crate::integer::gcd(u64::from(members), u64::from(per_domain)) as u32;
+    let period = (per_domain / common).min(groups.max(1));
     for group in 0..period {
         let start = u64::from(group) * u64::from(members) % u64::from(per_domain);
         let first = (u64::from(per_domain) - start).min(u64::from(members)) as u32;

@@ -457,17 +457,16 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
 /// model chunk that sends one (all but the model's last chunk), a receive buffer per micro-batch
 /// for each chunk that receives activations (all but the model's first; an in-flight chunk's is
 /// its first layer's saved input, already counted) and one per micro-batch for each chunk that
-/// receives gradients (the chunks that send).
+/// receives gradients (the chunks that send). `in_flight` is the stage's [`in_flight`].
 fn pipeline_buffer_bytes(
     model: &Model,
     training: &Training,
     plan: &ParallelPlan,
-    rank: u32,
+    in_flight: f64,
     stage: Stage,
 ) -> f64 {
     let v = f64::from(plan.vpp);
     let m = f64::from(plan.microbatches_per_schedule());
-    let in_flight = in_flight(model, training, plan, rank);
     let sending_chunks = v - if matches!(stage, Stage::Last) {
         1.0
     } else {
@@ -791,7 +790,9 @@ fn stage_memory(
         Some(kept) if share < 1.0 => share * per_layer + (1.0 - share) * kept,
         _ => per_layer,
     };
-    let mut activations = per_layer * f64::from(layers) * in_flight(model, training, plan, rank);
+    // Micro-batches' worth the stage holds (rank 0 on the first and only stage).
+    let held = in_flight(model, training, plan, rank);
+    let mut activations = per_layer * f64::from(layers) * held;
     if let Some(kept) = unrecomputed.filter(|_| layers > 0) {
         // The layer being recomputed holds its full activations during its backward.
         activations += kept;
@@ -799,11 +800,11 @@ fn stage_memory(
     if matches!(stage, Stage::First | Stage::Only) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
         if model.dropout {
-            activations += sbh / sp_split * in_flight(model, training, plan, 0);
+            activations += sbh / sp_split * held;
         }
     }
     if plan.pp > 1 && training.framework.keeps_pipeline_buffers_per_microbatch() {
-        activations += pipeline_buffer_bytes(model, training, plan, rank, stage);
+        activations += pipeline_buffer_bytes(model, training, plan, held, stage);
     }
     // Two transient peaks that never coincide: the loss on the last stage, and one layer's
     // attention backward under PyTorch's context-parallel ring; the larger one counts.
@@ -1479,8 +1480,9 @@ mod tests {
         let titan = crate::training::TrainingFramework::Torchtitan;
         let (model, _, training, plan) = gpt3_pp8(titan, 1, 16, 3);
         let message = super::super::comm::pp_message_bytes(&model, &training, &plan);
-        let first = pipeline_buffer_bytes(&model, &training, &plan, 0, Stage::First);
-        let last = pipeline_buffer_bytes(&model, &training, &plan, 7, Stage::Last);
+        let held = |rank| in_flight(&model, &training, &plan, rank);
+        let first = pipeline_buffer_bytes(&model, &training, &plan, held(0), Stage::First);
+        let last = pipeline_buffer_bytes(&model, &training, &plan, held(7), Stage::Last);
         assert!((first / message - 16.0).abs() < 1e-9, "{}", first / message);
         assert!((last / message - 7.0).abs() < 1e-9, "{}", last / message);
         // Megatron-Core frees what it sends and receives into fresh tensors: no such term.

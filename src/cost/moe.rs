@@ -498,7 +498,8 @@ fn other_blocks_reached(model: &Model, blocks: u32, routing: MoeRouting) -> f64 
         MoeRouting::RoundRobin => {
             let (ep, per_gpu) = (blocks, (experts / blocks).max(1));
             // Token t starts at t·k mod E; the starts repeat after E / gcd(k, E) tokens.
-            let period = experts / gcd(topk, experts);
+            let period =
+                experts / (crate::integer::gcd(u64::from(topk), u64::from(experts)) as u32).max(1);
             let mut gpus_reached = 0u64;
             for t in 0..period {
                 let start = (u64::from(t) * u64::from(topk) % u64::from(experts)) as u32;
@@ -649,10 +650,6 @@ fn domain_members(cluster: &Cluster, stride: u32, ep: u32) -> u32 {
     } else {
         1
     }
-}
-
-fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 { a.max(1) } else { gcd(b, a % b) }
 }
 
 /// Bytes of the token tensor the expert-TP group all-gathers in one MoE layer's dispatch and

@@ -113,9 +113,9 @@ impl Parsed<'_> {
                 ];
                 // `--moe-shared-expert-gate` is a switch (no value): a gate on shared experts
                 // that a dense model does not have.
-                let switch = ["moe-shared-expert-gate"]
-                    .into_iter()
-                    .find(|f| self.switch(f));
+                let switch = self
+                    .switch("moe-shared-expert-gate")
+                    .then_some("moe-shared-expert-gate");
                 if let Some(flag) = moe_flags
                     .into_iter()
                     .find(|f| self.value(f).is_some())
