@@ -333,6 +333,57 @@ pub fn grad_bucket_params(dp: u32) -> f64 {
     40e6_f64.max(1e6 * f64::from(dp))
 }
 
+/// How many times per step sharded data parallelism (ZeRO >= 1) reduce-scatters the gradients and
+/// gathers the parameters, each a whole stage's worth: the counts behind [`dp_traffic`]'s bytes,
+/// and behind the copies FSDP2 makes around each (`compute::fsdp2_copy_bytes_per_param`). One rule
+/// for both.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardedCollectives {
+    /// Gradient reduce-scatters.
+    pub reduce_scatters: f64,
+    /// Parameter gathers before (or for) a forward pass, and the distributed optimizer's gather
+    /// of the updated parameters.
+    pub forward_gathers: f64,
+    /// Parameter gathers before a backward pass (ZeRO-3 resharded after the forward; once more
+    /// for the recompute forward where the framework re-fetches).
+    pub backward_gathers: f64,
+}
+
+/// [`ShardedCollectives`] of the plan (zero for ZeRO-0, which all-reduces instead). ZeRO-1 reduces
+/// and gathers once per step; ZeRO-2 reduce-scatters every micro-batch and gathers once; ZeRO-3
+/// gathers before every micro-batch's forward and (unless the gathered weights are kept, FSDP2
+/// `reshard_after_forward=False`) its backward, and reduce-scatters every micro-batch. Under
+/// PyTorch's pipelining FSDP syncs once per schedule (`fsdp_syncs_per_step`), gathering once
+/// there too unless ZeRO-3 reshards after each forward.
+pub fn sharded_collectives(training: &Training, plan: &ParallelPlan) -> ShardedCollectives {
+    let m = f64::from(plan.num_microbatches);
+    let (reduce_scatters, forward_gathers, backward_gathers) = match plan.zero {
+        0 => (0.0, 0.0, 0.0),
+        2 | 3 if reduces_after_pipeline_schedule(training, plan) => {
+            let syncs = f64::from(fsdp_syncs_per_step(training, plan));
+            let gathers_once = plan.zero == 2 || !plan.reshard_after_forward;
+            (syncs, if gathers_once { syncs } else { m }, 0.0)
+        }
+        1 => (1.0, 1.0, 0.0),
+        2 => (m, 1.0, 0.0),
+        _ => {
+            let backward_gathers = if !plan.reshard_after_forward {
+                0.0
+            } else if zero3_regathers_for_recompute(training, plan) {
+                2.0
+            } else {
+                1.0
+            };
+            (m, m, m * backward_gathers)
+        }
+    };
+    ShardedCollectives {
+        reduce_scatters,
+        forward_gathers,
+        backward_gathers,
+    }
+}
+
 /// DP traffic (Rajbhandari et al. 2020 §7) over the `ranks` of the DP×CP group: plain DP
 /// all-reduces gradients (2Ψ·(d−1)/d); ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16
 /// parameters (same volume); ZeRO-3 also all-gathers parameters before each forward and backward (3
@@ -368,80 +419,49 @@ pub fn dp_traffic(
     let m = f64::from(plan.num_microbatches);
     let rs = Collective::ReduceScatter;
     let ag = Collective::AllGather;
-    let mut forward_gather_per_mb_s = 0.0;
     let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
-    let after_schedule = reduces_after_pipeline_schedule(training, plan);
-    let (grad_wire, grad_s, windows, gather_wire, backward_gathers_s, step_gather_s, last_bucket_s) =
-        match plan.zero {
-            // PyTorch pipelining with FSDP: one reduce-scatter of the accumulated gradients after
-            // the schedule, which nothing overlaps; with the gathered weights kept, one all-gather
-            // before the first micro-batch's forward. Resharded after each forward (and never after
-            // the backward), they are gathered again once per micro-batch, under its compute.
-            // With several schedules per step each one reduce-scatters and gathers the weights it
-            // keeps again (`fsdp_syncs_per_step`): FSDP reshards at every schedule's end, for
-            // ZeRO-2 (FSDP2 without resharding after the forward) as for ZeRO-3 keeping them.
-            2 | 3 if after_schedule => {
-                let gathers_once = plan.zero == 2 || !plan.reshard_after_forward;
-                if plan.zero == 3 && !gathers_once {
-                    forward_gather_per_mb_s = ag.time(weights, d, link);
-                }
-                let syncs = f64::from(fsdp_syncs_per_step(training, plan));
-                let gathers = syncs;
-                (
-                    rs.wire_factor(d) * grads * syncs,
-                    rs.time(grads, d, link),
-                    syncs,
-                    rs.wire_factor(d) * weights * if gathers_once { gathers } else { m },
-                    0.0,
-                    if gathers_once {
-                        gathers * ag.time(weights, d, link)
-                    } else {
-                        0.0
-                    },
-                    syncs * rs.time(grads, d, link),
-                )
-            }
-            0 => {
-                let ar = Collective::AllReduce;
-                (
-                    ar.wire_factor(d) * grads,
-                    ar.time(grads, d, link),
-                    1.0,
-                    0.0,
-                    0.0,
-                    0.0,
-                    ar.time(bucket, d, link),
-                )
-            }
-            1 | 2 => (
-                rs.wire_factor(d) * grads * if plan.zero == 2 { m } else { 1.0 },
-                rs.time(grads, d, link),
-                if plan.zero == 2 { m } else { 1.0 },
-                rs.wire_factor(d) * weights,
-                0.0,
-                ag.time(weights, d, link),
-                rs.time(bucket, d, link),
-            ),
-            _ => {
-                let backward_gathers = if !plan.reshard_after_forward {
-                    0.0
-                } else if zero3_regathers_for_recompute(training, plan) {
-                    2.0
-                } else {
-                    1.0
-                };
-                forward_gather_per_mb_s = ag.time(weights, d, link);
-                (
-                    rs.wire_factor(d) * m * grads,
-                    rs.time(grads, d, link),
-                    m,
-                    rs.wire_factor(d) * m * (1.0 + backward_gathers) * weights,
-                    backward_gathers * ag.time(weights, d, link),
-                    0.0,
-                    rs.time(bucket, d, link),
-                )
-            }
-        };
+    let counts = sharded_collectives(training, plan);
+    let (grad_wire, grad_s, windows, gather_wire) = if plan.zero == 0 {
+        let ar = Collective::AllReduce;
+        (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
+    } else {
+        (
+            rs.wire_factor(d) * grads * counts.reduce_scatters,
+            rs.time(grads, d, link),
+            counts.reduce_scatters,
+            rs.wire_factor(d) * weights * (counts.forward_gathers + counts.backward_gathers),
+        )
+    };
+    // Where each gather's time goes: the backward-side gathers share each reduction's backward
+    // window; forward gathers made every micro-batch hide behind its forward; the rest happen
+    // once (or once per pipeline schedule) per step.
+    let backward_gathers_s = if counts.backward_gathers > 0.0 {
+        counts.backward_gathers / windows * ag.time(weights, d, link)
+    } else {
+        0.0
+    };
+    // Under PyTorch's pipelining a ZeRO-3 that keeps its gathered weights gathers once per schedule.
+    let gathers_every_micro_batch = plan.zero == 3
+        && (plan.reshard_after_forward || !reduces_after_pipeline_schedule(training, plan));
+    let forward_gather_per_mb_s = if gathers_every_micro_batch {
+        ag.time(weights, d, link)
+    } else {
+        0.0
+    };
+    let step_gather_s = if plan.zero == 0 || gathers_every_micro_batch {
+        0.0
+    } else {
+        counts.forward_gathers * ag.time(weights, d, link)
+    };
+    // PyTorch pipelining's reduce-scatters after each schedule are exposed whole; elsewhere only
+    // the last bucket of the overlapped reduction is.
+    let last_bucket_s = if plan.zero == 0 {
+        Collective::AllReduce.time(bucket, d, link)
+    } else if plan.zero >= 2 && reduces_after_pipeline_schedule(training, plan) {
+        counts.reduce_scatters * rs.time(grads, d, link)
+    } else {
+        rs.time(bucket, d, link)
+    };
     DpTraffic {
         wire_bytes: grad_wire + gather_wire,
         reduce_per_overlap_window_s: grad_s + backward_gathers_s,
