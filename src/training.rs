@@ -700,6 +700,22 @@ impl TrainingFramework {
         }
     }
 
+    /// Whether the framework's sharded data parallelism copies every gathered parameter and every
+    /// reduced gradient once more on the compute stream. FSDP2 (torchtitan's, and NeMo AutoModel's)
+    /// shards each parameter on its own and gathers a whole block's shards into one flat buffer, so
+    /// after each all-gather `foreach_all_gather_copy_out` splits the buffer into the parameters
+    /// (`split_with_sizes_copy`, after `current_stream().wait_event(all_gather_event)`), and before
+    /// each reduce-scatter `foreach_reduce` interleaves the unsharded gradients into its input
+    /// (`foreach_reduce_scatter_copy_in`, `chunk_cat`, casting to the reduce dtype) on the current
+    /// stream before handing it to the reduce-scatter stream
+    /// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). The copy into the all-gather
+    /// input runs on its own stream and moves only the local shard. Megatron-Core's buffers and
+    /// Megatron-FSDP hold parameters and gradients as views of the buffers the collectives use;
+    /// DeepSpeed's ZeRO-3 is not modelled here (not checked).
+    pub fn fsdp_copies_around_collectives(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// Whether FSDP under pipeline parallelism reduces gradients once per step, after the whole
     /// schedule, from unsharded gradients accumulated over the micro-batches. PyTorch's pipelining
     /// (which torchtitan uses) runs every micro-batch's backward with FSDP's gradient sync and

@@ -519,6 +519,56 @@ mod tests {
         }
     }
 
+    /// The collectives each ZeRO stage runs per step, counted by hand from the frameworks' rules:
+    /// with 4 micro-batches ZeRO-1 reduces and gathers once; ZeRO-2 reduce-scatters every
+    /// micro-batch and gathers once; ZeRO-3 gathers before every forward and backward (and again
+    /// for the recompute forward where the framework re-fetches, not under FSDP2), or before the
+    /// forward only when the gathered weights are kept; PyTorch's pipelining syncs once per
+    /// schedule, gathering every micro-batch only when resharding after each forward.
+    #[test]
+    fn sharded_collectives_count_each_zero_stages_gathers_and_reductions() {
+        use crate::training::{AttentionKernel, TrainingFramework};
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = crate::cluster::Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let count = |framework, pp: u32, zero: u8, reshard: bool, recompute: Recompute| {
+            let training =
+                Training::with_framework(framework, 4096, 8 * 4 / pp, AttentionKernel::Flash);
+            let request = crate::plan::PlanRequest {
+                tp: 1,
+                pp,
+                dp: 8 / pp,
+                micro_batch: 1,
+                ..crate::plan::PlanRequest::default()
+            };
+            let mut plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            assert_eq!(plan.num_microbatches, 4);
+            plan.zero = zero;
+            plan.reshard_after_forward = reshard;
+            plan.recompute = recompute;
+            let c = sharded_collectives(&training, &plan);
+            (c.reduce_scatters, c.forward_gathers, c.backward_gathers)
+        };
+        let (mcore, titan) = (
+            TrainingFramework::MegatronCore,
+            TrainingFramework::Torchtitan,
+        );
+        let none = Recompute::None;
+        assert_eq!(count(mcore, 1, 0, true, none), (0.0, 0.0, 0.0));
+        assert_eq!(count(mcore, 1, 1, true, none), (1.0, 1.0, 0.0));
+        assert_eq!(count(mcore, 1, 2, true, none), (4.0, 1.0, 0.0));
+        assert_eq!(count(mcore, 1, 3, true, none), (4.0, 4.0, 4.0));
+        assert_eq!(count(mcore, 1, 3, true, Recompute::Full), (4.0, 4.0, 8.0));
+        assert_eq!(count(titan, 1, 3, true, Recompute::Full), (4.0, 4.0, 4.0));
+        assert_eq!(count(titan, 1, 3, false, none), (4.0, 4.0, 0.0));
+        assert_eq!(count(titan, 2, 3, true, none), (1.0, 4.0, 0.0));
+        assert_eq!(count(titan, 2, 3, false, none), (1.0, 1.0, 0.0));
+        assert_eq!(count(titan, 2, 2, true, none), (1.0, 1.0, 0.0));
+    }
+
     #[test]
     fn nccl_tests_bus_bandwidth_factors() {
         // nccl-tests doc/PERFORMANCE.md: AllReduce 2(n-1)/n, ReduceScatter and AllGather (n-1)/n.

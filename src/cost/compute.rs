@@ -8,7 +8,7 @@
 
 use crate::cluster::Cluster;
 use crate::model::Model;
-use crate::plan::{Precision, Recompute};
+use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{AttentionKernel, KernelFusion, SelectiveRecompute};
 
 use super::cast::{self, CastSetting, LinearInput};
@@ -459,6 +459,41 @@ pub fn unsharded_grad_accumulation_bytes(
     (first + gradient_add_bytes(reduce) * (micro_batches - 1.0)) / micro_batches
 }
 
+/// HBM bytes per parameter and micro-batch that FSDP2 copies on the compute stream around its
+/// collectives (`TrainingFramework::fsdp_copies_around_collectives`), for the forward and the
+/// backward: each gather's copy-out reads and writes the gathered parameters (`gathered_bytes`
+/// each: bf16, or torchao's one-byte float8 all-gather), each reduce-scatter's copy-in reads the
+/// gradient (a fresh bf16 one, or the schedule's accumulated one in the reduce dtype under
+/// PyTorch's pipelining) and writes it in the reduce dtype. The gathers and reduce-scatters are
+/// `comm::sharded_collectives`' counts, spread over the step's micro-batches; forward gathers
+/// copy before a forward, backward gathers and reductions in the backward.
+pub fn fsdp2_copy_bytes_per_param(
+    training: &crate::training::Training,
+    plan: &ParallelPlan,
+    gathered_bytes: f64,
+) -> (f64, f64) {
+    if !training.framework.fsdp_copies_around_collectives()
+        || plan.zero < 2
+        || plan.dp * plan.cp <= 1
+    {
+        return (0.0, 0.0);
+    }
+    let counts = super::comm::sharded_collectives(training, plan);
+    let m = f64::from(plan.num_microbatches.max(1));
+    let reduce = training.grad_dtype.bytes();
+    let gradient_read = if super::comm::reduces_after_pipeline_schedule(training, plan) {
+        reduce
+    } else {
+        ELEMENT_BYTES
+    };
+    let copy_out = 2.0 * gathered_bytes;
+    (
+        counts.forward_gathers / m * copy_out,
+        (counts.backward_gathers * copy_out + counts.reduce_scatters * (gradient_read + reduce))
+            / m,
+    )
+}
+
 /// HBM bytes per parameter of copying a fresh bf16 gradient into a buffer of dtype `into` (read 2,
 /// write `into`): Megatron-FSDP without gradient-accumulation fusion, whose gradient buckets are
 /// reduce-scattered every micro-batch.
@@ -719,6 +754,53 @@ pub fn optimizer_time(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// FSDP2's copies per parameter and micro-batch: ZeRO-3 without a pipeline copies the bf16
+    /// weights out after the forward's and the backward's gathers (2 + 2 bytes each) and the bf16
+    /// gradient into the fp32 reduce-scatter input (2 + 4); torchao's float8 all-gather halves the
+    /// copy-outs; under PyTorch's pipelining the schedule's accumulated fp32 gradient is copied in
+    /// once per schedule (4 + 4 over 4 micro-batches). Megatron-Core's buffers copy nothing, nor
+    /// does a group of one.
+    #[test]
+    fn fsdp2_copies_each_gathered_parameter_and_reduced_gradient_once_more() {
+        use crate::training::{AttentionKernel, Training, TrainingFramework};
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let copies = |framework, pp: u32, dp: u32, zero: u8, gathered: f64| {
+            let training =
+                Training::with_framework(framework, 4096, dp * 4, AttentionKernel::Flash);
+            let request = crate::plan::PlanRequest {
+                tp: 8 / (pp * dp),
+                pp,
+                dp,
+                micro_batch: 1,
+                ..crate::plan::PlanRequest::default()
+            };
+            let mut plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            assert_eq!(plan.num_microbatches, 4);
+            plan.zero = zero;
+            assert_eq!(
+                training.grad_dtype.bytes(),
+                4.0,
+                "{framework:?} reduces in fp32"
+            );
+            fsdp2_copy_bytes_per_param(&training, &plan, gathered)
+        };
+        let titan = TrainingFramework::Torchtitan;
+        assert_eq!(copies(titan, 1, 8, 3, 2.0), (4.0, 4.0 + 6.0));
+        assert_eq!(copies(titan, 1, 8, 3, 1.0), (2.0, 2.0 + 6.0));
+        assert_eq!(copies(titan, 2, 4, 3, 2.0), (4.0, 8.0 / 4.0));
+        assert_eq!(copies(titan, 1, 8, 1, 2.0), (0.0, 0.0));
+        assert_eq!(copies(titan, 1, 1, 3, 2.0), (0.0, 0.0));
+        assert_eq!(
+            copies(TrainingFramework::MegatronCore, 1, 8, 3, 2.0),
+            (0.0, 0.0)
+        );
+    }
 
     #[test]
     fn a_layers_backward_carries_its_linears_weight_gradient_extras_and_the_mlp_its_own() {

@@ -492,6 +492,22 @@ pub(crate) fn unit_costs_at(
             / cluster.gpu.achieved_hbm_bandwidth().0
             / cluster.gpu.framework_efficiency;
     }
+    // FSDP2's copies around its gathers and reduce-scatters, on the compute stream
+    // (`compute::fsdp2_copy_bytes_per_param`).
+    let gathered_bytes = if comm::fp8_parameter_gather(training, plan) {
+        1.0
+    } else {
+        crate::training::WEIGHT_BYTES
+    };
+    let (copy_forward, copy_backward) =
+        compute::fsdp2_copy_bytes_per_param(training, plan, gathered_bytes);
+    let copy_s_per_byte =
+        1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
+    if copy_forward + copy_backward > 0.0 {
+        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
+        layer.forward += (rest + expert) * copy_forward * copy_s_per_byte;
+        layer.backward += (rest + expert) * copy_backward * copy_s_per_byte;
+    }
     layer.recompute *= if plan.recompute == Recompute::Full {
         recompute_share
     } else {
@@ -758,9 +774,23 @@ pub(crate) fn unit_costs_at(
     } else {
         (0.0, 0.0)
     };
+    // The output layer is an FSDP unit of its own (and, on a pipeline's only stage, so is the
+    // token embedding unless the two are tied): its copies go with its time.
+    let mut output =
+        output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp);
+    if copy_forward + copy_backward > 0.0 {
+        let table = f64::from(model.vocab) * f64::from(model.hidden) / f64::from(plan.tp);
+        let tables = if plan.pp == 1 && !model.tied_embeddings {
+            2.0
+        } else {
+            1.0
+        };
+        output.forward += tables * table * copy_forward * copy_s_per_byte;
+        output.backward += tables * table * copy_backward * copy_s_per_byte;
+    }
     UnitCosts {
         layer,
-        output: output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp),
+        output,
         tp,
         cp,
         ep,
@@ -1471,14 +1501,15 @@ mod tests {
     fn pipelined_fsdp_pays_an_accumulation_pass_over_the_stage_per_micro_batch() {
         // tp 2 × pp 2 × FSDP 2 (ZeRO-3) under torchtitan, 32 sequences of 2: 8 micro-batches in
         // one schedule, whose unsharded fp32 accumulators take every micro-batch's bf16 gradient
-        // (6 bytes for the first, 10 for each later one). ZeRO-1 accumulates nothing unsharded
-        // across the schedule; the rest of the layer is the same.
+        // (6 bytes for the first, 10 for each later one), and whose one reduce-scatter copies the
+        // accumulated fp32 gradients into its input (4 + 4 bytes over the 8 micro-batches). ZeRO-1
+        // accumulates nothing unsharded across the schedule; the rest of the layer is the same.
         let (extra, expected, micro_batches) = zero3_backward_growth(
             TrainingFramework::Torchtitan,
             2,
             2,
             2,
-            (6.0 + 7.0 * 10.0) / 8.0,
+            (6.0 + 7.0 * 10.0) / 8.0 + (4.0 + 4.0) / 8.0,
         );
         assert_eq!(micro_batches, 8);
         assert!(
