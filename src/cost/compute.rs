@@ -466,16 +466,14 @@ pub fn unsharded_grad_accumulation_bytes(
 /// gradient (a fresh bf16 one, or the schedule's accumulated one in the reduce dtype under
 /// PyTorch's pipelining) and writes it in the reduce dtype. The gathers and reduce-scatters are
 /// `comm::sharded_collectives`' counts, spread over the step's micro-batches; forward gathers
-/// copy before a forward, backward gathers and reductions in the backward.
+/// copy before a forward, backward gathers and reductions in the backward. Per parameter of a
+/// group that shards (`fsdp2_copied_params`).
 pub fn fsdp2_copy_bytes_per_param(
     training: &crate::training::Training,
     plan: &ParallelPlan,
     gathered_bytes: f64,
 ) -> (f64, f64) {
-    if !training.framework.fsdp_copies_around_collectives()
-        || plan.zero < 2
-        || plan.dp * plan.cp <= 1
-    {
+    if !training.framework.fsdp_copies_around_collectives() || plan.zero < 2 {
         return (0.0, 0.0);
     }
     let counts = super::comm::sharded_collectives(training, plan);
@@ -492,6 +490,15 @@ pub fn fsdp2_copy_bytes_per_param(
         (counts.backward_gathers * copy_out + counts.reduce_scatters * (gradient_read + reduce))
             / m,
     )
+}
+
+/// Of a layer's `dense` and routed-`expert` parameters per GPU, those FSDP2 gathers and
+/// reduce-scatters, and so copies: the dense ones where the DP×CP group has more than one member,
+/// the experts' where the expert-DP group does (`moe::expert_dp`). A group of one runs no
+/// collective in tpsim's DP traffic, and no copy here.
+pub fn fsdp2_copied_params(plan: &ParallelPlan, dense: f64, expert: f64) -> f64 {
+    let sharded = |ranks: u32, params: f64| if ranks > 1 { params } else { 0.0 };
+    sharded(plan.dp * plan.cp, dense) + sharded(super::moe::expert_dp(plan), expert)
 }
 
 /// HBM bytes per parameter of copying a fresh bf16 gradient into a buffer of dtype `into` (read 2,
@@ -795,11 +802,27 @@ mod tests {
         assert_eq!(copies(titan, 1, 8, 3, 1.0), (2.0, 2.0 + 6.0));
         assert_eq!(copies(titan, 2, 4, 3, 2.0), (4.0, 8.0 / 4.0));
         assert_eq!(copies(titan, 1, 8, 1, 2.0), (0.0, 0.0));
-        assert_eq!(copies(titan, 1, 1, 3, 2.0), (0.0, 0.0));
         assert_eq!(
             copies(TrainingFramework::MegatronCore, 1, 8, 3, 2.0),
             (0.0, 0.0)
         );
+        // Only a group of more than one shards: with ep 8 on 8 GPUs the experts are whole on
+        // each (expert-DP 1) and only the dense parameters are copied; with no DP, nothing is.
+        let plan_with = |dp: u32, ep: u32| {
+            let training = Training::with_framework(titan, 4096, dp * 4, AttentionKernel::Flash);
+            let request = crate::plan::PlanRequest {
+                tp: 8 / dp,
+                dp,
+                ..crate::plan::PlanRequest::default()
+            };
+            let mut plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            plan.ep = ep;
+            plan.etp = plan.tp;
+            plan
+        };
+        assert_eq!(fsdp2_copied_params(&plan_with(8, 8), 3.0, 5.0), 3.0);
+        assert_eq!(fsdp2_copied_params(&plan_with(8, 4), 3.0, 5.0), 8.0);
+        assert_eq!(fsdp2_copied_params(&plan_with(1, 1), 3.0, 5.0), 0.0);
     }
 
     #[test]

@@ -505,8 +505,9 @@ pub(crate) fn unit_costs_at(
         1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
     if copy_forward + copy_backward > 0.0 {
         let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
-        layer.forward += (rest + expert) * copy_forward * copy_s_per_byte;
-        layer.backward += (rest + expert) * copy_backward * copy_s_per_byte;
+        let copied = compute::fsdp2_copied_params(plan, rest, expert);
+        layer.forward += copied * copy_forward * copy_s_per_byte;
+        layer.backward += copied * copy_backward * copy_s_per_byte;
     }
     layer.recompute *= if plan.recompute == Recompute::Full {
         recompute_share
@@ -779,7 +780,11 @@ pub(crate) fn unit_costs_at(
     let mut output =
         output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp);
     if copy_forward + copy_backward > 0.0 {
-        let table = f64::from(model.vocab) * f64::from(model.hidden) / f64::from(plan.tp);
+        let table = compute::fsdp2_copied_params(
+            plan,
+            f64::from(model.vocab) * f64::from(model.hidden) / f64::from(plan.tp),
+            0.0,
+        );
         let tables = if plan.pp == 1 && !model.tied_embeddings {
             2.0
         } else {
