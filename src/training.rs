@@ -398,6 +398,16 @@ pub enum TrainingFramework {
     Deepspeed,
 }
 
+/// The copies a framework's sharded data parallelism makes around its collectives
+/// (`TrainingFramework::sharded_dp_copies`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardedDpCopies {
+    /// Every gathered parameter read and written once more after its all-gather.
+    pub gathered_parameters: bool,
+    /// Every gradient read and written (in the reduce dtype) into the reduce-scatter's input.
+    pub reduced_gradients: bool,
+}
+
 impl TrainingFramework {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -700,20 +710,38 @@ impl TrainingFramework {
         }
     }
 
-    /// Whether the framework's sharded data parallelism copies every gathered parameter and every
-    /// reduced gradient once more on the compute stream. FSDP2 (torchtitan's, and NeMo AutoModel's)
-    /// shards each parameter on its own and gathers a whole block's shards into one flat buffer, so
-    /// after each all-gather `foreach_all_gather_copy_out` splits the buffer into the parameters
-    /// (`split_with_sizes_copy`, after `current_stream().wait_event(all_gather_event)`), and before
-    /// each reduce-scatter `foreach_reduce` interleaves the unsharded gradients into its input
-    /// (`foreach_reduce_scatter_copy_in`, `chunk_cat`, casting to the reduce dtype) on the current
-    /// stream before handing it to the reduce-scatter stream
-    /// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). The copy into the all-gather
-    /// input runs on its own stream and moves only the local shard. Megatron-Core's buffers and
-    /// Megatron-FSDP hold parameters and gradients as views of the buffers the collectives use;
-    /// DeepSpeed's ZeRO-3 is not modelled here (not checked).
-    pub fn fsdp_copies_around_collectives(self) -> bool {
-        matches!(self, TrainingFramework::Torchtitan)
+    /// What the framework's sharded data parallelism at ZeRO stage `zero` copies once more on the
+    /// compute stream's path around its collectives.
+    /// - FSDP2 (torchtitan's, and NeMo AutoModel's) shards each parameter on its own and gathers a
+    ///   whole block's shards into one flat buffer, so after each all-gather
+    ///   `foreach_all_gather_copy_out` splits the buffer into the parameters
+    ///   (`split_with_sizes_copy`, after `current_stream().wait_event(all_gather_event)`), and
+    ///   before each reduce-scatter `foreach_reduce` interleaves the unsharded gradients into its
+    ///   input (`foreach_reduce_scatter_copy_in`, `chunk_cat`, casting to the reduce dtype) on the
+    ///   current stream before handing it to the reduce-scatter stream
+    ///   (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). The copy into the all-gather
+    ///   input runs on its own stream and moves only the local shard.
+    /// - DeepSpeed's ZeRO-3 concatenates each gathered parameter out of the coalesced buffer
+    ///   (`AllGatherCoalescedHandle.wait`: `param.data = torch.cat(partitions)`,
+    ///   deepspeed/runtime/zero/partition_parameters.py) when the module is fetched, on the
+    ///   all-gather stream that the compute stream then waits for
+    ///   (`PartitionedParameterCoordinator.fetch_sub_module`: `wait()` inside
+    ///   `stream(self.__allgather_stream)`, then `current_stream().wait_stream(...)`). Its gradient
+    ///   bucketing was not read: not counted.
+    /// - Megatron-Core's buffers and Megatron-FSDP hold parameters and gradients as views of the
+    ///   buffers the collectives use; DeepSpeed's ZeRO-1/2 likewise (flat bit16 groups).
+    pub fn sharded_dp_copies(self, zero: u8) -> ShardedDpCopies {
+        match self {
+            TrainingFramework::Torchtitan if zero >= 2 => ShardedDpCopies {
+                gathered_parameters: true,
+                reduced_gradients: true,
+            },
+            TrainingFramework::Deepspeed if zero == 3 => ShardedDpCopies {
+                gathered_parameters: true,
+                reduced_gradients: false,
+            },
+            _ => ShardedDpCopies::default(),
+        }
     }
 
     /// Whether FSDP under pipeline parallelism reduces gradients once per step, after the whole

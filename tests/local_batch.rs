@@ -61,7 +61,7 @@ fn each_local_batch_fills_and_drains_the_pipeline_again() {
     // micro-batch of each schedule upcasts (6 bytes per parameter) where later ones add (10): a
     // second schedule makes one more micro-batch a first one. And each schedule reduce-scatters
     // once, copying the accumulated fp32 gradients into the reduce-scatter input (4 + 4 bytes per
-    // parameter, `compute::fsdp2_copy_bytes_per_param`). The bubble is paid once per schedule.
+    // parameter, `compute::sharded_dp_copy_bytes_per_param`). The bubble is paid once per schedule.
     let compute = |j: &serde_json::Value| number(&j["time"]["compute_s"]);
     // 8 micro-batches in one schedule average (6 + 7 x 10) / 8 = 9.5 bytes per parameter, two
     // schedules of 4 (6 + 3 x 10) / 4 = 9: 0.5 bytes x 8 micro-batches = 4 bytes per parameter

@@ -335,8 +335,8 @@ pub fn grad_bucket_params(dp: u32) -> f64 {
 
 /// How many times per step sharded data parallelism (ZeRO >= 1) reduce-scatters the gradients and
 /// gathers the parameters, each a whole stage's worth: the counts behind [`dp_traffic`]'s bytes,
-/// and behind the copies FSDP2 makes around each (`compute::fsdp2_copy_bytes_per_param`). One rule
-/// for both.
+/// and behind the copies sharded DP makes around each (`compute::sharded_dp_copy_bytes_per_param`).
+/// One rule for both.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShardedCollectives {
     /// Gradient reduce-scatters.

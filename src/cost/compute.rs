@@ -459,44 +459,50 @@ pub fn unsharded_grad_accumulation_bytes(
     (first + gradient_add_bytes(reduce) * (micro_batches - 1.0)) / micro_batches
 }
 
-/// HBM bytes per parameter and micro-batch that FSDP2 copies on the compute stream around its
-/// collectives (`TrainingFramework::fsdp_copies_around_collectives`), for the forward and the
-/// backward: each gather's copy-out reads and writes the gathered parameters (`gathered_bytes`
-/// each: bf16, or torchao's one-byte float8 all-gather), each reduce-scatter's copy-in reads the
-/// gradient (a fresh bf16 one, or the schedule's accumulated one in the reduce dtype under
-/// PyTorch's pipelining) and writes it in the reduce dtype. The gathers and reduce-scatters are
-/// `comm::sharded_collectives`' counts, spread over the step's micro-batches; forward gathers
-/// copy before a forward, backward gathers and reductions in the backward. Per parameter of a
-/// group that shards (`fsdp2_copied_params`).
-pub fn fsdp2_copy_bytes_per_param(
+/// HBM bytes per parameter and micro-batch that sharded data parallelism copies on the compute
+/// stream's path around its collectives (`TrainingFramework::sharded_dp_copies`: FSDP2 both,
+/// DeepSpeed's ZeRO-3 the gathers), for the forward and the backward: each gather's copy-out reads
+/// and writes the gathered parameters (`gathered_bytes` each: bf16, or torchao's one-byte float8
+/// all-gather), each reduce-scatter's copy-in reads the gradient (a fresh bf16 one, or the
+/// schedule's accumulated one in the reduce dtype under PyTorch's pipelining) and writes it in the
+/// reduce dtype. The gathers and reduce-scatters are `comm::sharded_collectives`' counts, spread
+/// over the step's micro-batches; forward gathers copy before a forward, backward gathers and
+/// reductions in the backward. Per parameter of a group that shards (`sharded_dp_copied_params`).
+pub fn sharded_dp_copy_bytes_per_param(
     training: &crate::training::Training,
     plan: &ParallelPlan,
     gathered_bytes: f64,
 ) -> (f64, f64) {
-    if !training.framework.fsdp_copies_around_collectives() || plan.zero < 2 {
-        return (0.0, 0.0);
-    }
+    let copies = training.framework.sharded_dp_copies(plan.zero);
     let counts = super::comm::sharded_collectives(training, plan);
     let m = f64::from(plan.num_microbatches.max(1));
-    let reduce = training.grad_dtype.bytes();
-    let gradient_read = if super::comm::reduces_after_pipeline_schedule(training, plan) {
-        reduce
+    let copy_out = if copies.gathered_parameters {
+        2.0 * gathered_bytes
     } else {
-        ELEMENT_BYTES
+        0.0
     };
-    let copy_out = 2.0 * gathered_bytes;
+    let copy_in = if copies.reduced_gradients {
+        let reduce = training.grad_dtype.bytes();
+        let gradient_read = if super::comm::reduces_after_pipeline_schedule(training, plan) {
+            reduce
+        } else {
+            ELEMENT_BYTES
+        };
+        gradient_read + reduce
+    } else {
+        0.0
+    };
     (
         counts.forward_gathers / m * copy_out,
-        (counts.backward_gathers * copy_out + counts.reduce_scatters * (gradient_read + reduce))
-            / m,
+        (counts.backward_gathers * copy_out + counts.reduce_scatters * copy_in) / m,
     )
 }
 
-/// Of a layer's `dense` and routed-`expert` parameters per GPU, those FSDP2 gathers and
+/// Of a layer's `dense` and routed-`expert` parameters per GPU, those sharded DP gathers and
 /// reduce-scatters, and so copies: the dense ones where the DP×CP group has more than one member,
 /// the experts' where the expert-DP group does (`moe::expert_dp`). A group of one runs no
 /// collective in tpsim's DP traffic, and no copy here.
-pub fn fsdp2_copied_params(plan: &ParallelPlan, dense: f64, expert: f64) -> f64 {
+pub fn sharded_dp_copied_params(plan: &ParallelPlan, dense: f64, expert: f64) -> f64 {
     let sharded = |ranks: u32, params: f64| if ranks > 1 { params } else { 0.0 };
     sharded(plan.dp * plan.cp, dense) + sharded(super::moe::expert_dp(plan), expert)
 }
@@ -762,14 +768,14 @@ pub fn optimizer_time(
 mod tests {
     use super::*;
 
-    /// FSDP2's copies per parameter and micro-batch: ZeRO-3 without a pipeline copies the bf16
-    /// weights out after the forward's and the backward's gathers (2 + 2 bytes each) and the bf16
+    /// FSDP2's copies per parameter and micro-batch (torchtitan reduces in fp32): ZeRO-3 without
+    /// a pipeline copies the bf16 weights out after the forward's and the backward's gathers (2 + 2 bytes each) and the bf16
     /// gradient into the fp32 reduce-scatter input (2 + 4); torchao's float8 all-gather halves the
     /// copy-outs; under PyTorch's pipelining the schedule's accumulated fp32 gradient is copied in
     /// once per schedule (4 + 4 over 4 micro-batches). Megatron-Core's buffers copy nothing, nor
     /// does a group of one.
     #[test]
-    fn fsdp2_copies_each_gathered_parameter_and_reduced_gradient_once_more() {
+    fn sharded_dp_copies_each_gathered_parameter_and_reduced_gradient_once_more() {
         use crate::training::{AttentionKernel, Training, TrainingFramework};
         let model = crate::specs::load_model("llama3-8b").unwrap();
         let cluster = Cluster {
@@ -790,12 +796,7 @@ mod tests {
             let mut plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
             assert_eq!(plan.num_microbatches, 4);
             plan.zero = zero;
-            assert_eq!(
-                training.grad_dtype.bytes(),
-                4.0,
-                "{framework:?} reduces in fp32"
-            );
-            fsdp2_copy_bytes_per_param(&training, &plan, gathered)
+            sharded_dp_copy_bytes_per_param(&training, &plan, gathered)
         };
         let titan = TrainingFramework::Torchtitan;
         assert_eq!(copies(titan, 1, 8, 3, 2.0), (4.0, 4.0 + 6.0));
@@ -806,6 +807,11 @@ mod tests {
             copies(TrainingFramework::MegatronCore, 1, 8, 3, 2.0),
             (0.0, 0.0)
         );
+        // DeepSpeed's ZeRO-3 concatenates the gathered parameters before the forward and the
+        // backward (its gradient path is not counted); its ZeRO-2 copies nothing.
+        let deepspeed = TrainingFramework::Deepspeed;
+        assert_eq!(copies(deepspeed, 1, 8, 3, 2.0), (4.0, 4.0));
+        assert_eq!(copies(deepspeed, 1, 8, 2, 2.0), (0.0, 0.0));
         // Only a group of more than one shards: with ep 8 on 8 GPUs the experts are whole on
         // each (expert-DP 1) and only the dense parameters are copied; with no DP, nothing is.
         let plan_with = |dp: u32, ep: u32| {
@@ -820,9 +826,9 @@ mod tests {
             plan.etp = plan.tp;
             plan
         };
-        assert_eq!(fsdp2_copied_params(&plan_with(8, 8), 3.0, 5.0), 3.0);
-        assert_eq!(fsdp2_copied_params(&plan_with(8, 4), 3.0, 5.0), 8.0);
-        assert_eq!(fsdp2_copied_params(&plan_with(1, 1), 3.0, 5.0), 0.0);
+        assert_eq!(sharded_dp_copied_params(&plan_with(8, 8), 3.0, 5.0), 3.0);
+        assert_eq!(sharded_dp_copied_params(&plan_with(8, 4), 3.0, 5.0), 8.0);
+        assert_eq!(sharded_dp_copied_params(&plan_with(1, 1), 3.0, 5.0), 0.0);
     }
 
     #[test]

@@ -492,20 +492,20 @@ pub(crate) fn unit_costs_at(
             / cluster.gpu.achieved_hbm_bandwidth().0
             / cluster.gpu.framework_efficiency;
     }
-    // FSDP2's copies around its gathers and reduce-scatters, on the compute stream
-    // (`compute::fsdp2_copy_bytes_per_param`).
+    // Sharded DP's copies around its gathers and reduce-scatters on the compute stream's path
+    // (FSDP2's both, DeepSpeed ZeRO-3's gathers: `compute::sharded_dp_copy_bytes_per_param`).
     let gathered_bytes = if comm::fp8_parameter_gather(training, plan) {
         1.0
     } else {
         crate::training::WEIGHT_BYTES
     };
     let (copy_forward, copy_backward) =
-        compute::fsdp2_copy_bytes_per_param(training, plan, gathered_bytes);
+        compute::sharded_dp_copy_bytes_per_param(training, plan, gathered_bytes);
     let copy_s_per_byte =
         1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
     if copy_forward + copy_backward > 0.0 {
         let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
-        let copied = compute::fsdp2_copied_params(plan, rest, expert);
+        let copied = compute::sharded_dp_copied_params(plan, rest, expert);
         layer.forward += copied * copy_forward * copy_s_per_byte;
         layer.backward += copied * copy_backward * copy_s_per_byte;
     }
@@ -780,7 +780,7 @@ pub(crate) fn unit_costs_at(
     let mut output =
         output_layer_time(model, cluster, plan.micro_batch, seq_len / plan.cp, plan.tp);
     if copy_forward + copy_backward > 0.0 {
-        let table = compute::fsdp2_copied_params(
+        let table = compute::sharded_dp_copied_params(
             plan,
             f64::from(model.vocab) * f64::from(model.hidden) / f64::from(plan.tp),
             0.0,
