@@ -44,10 +44,10 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let mut panels: Vec<Series> = vec![
         (THROUGHPUT, |r| r.tokens_per_s),
         ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
-        ("memory headroom (GiB)", |r| r.memory_headroom_gib),
+        ("memory headroom (GiB)", |r| r.memory.headroom_gib()),
     ];
     if sweep.tokens.is_some() {
-        panels.push(("days to train", |r| r.time_to_train_days));
+        panels.push(("days to train", |r| r.time_to_train_days()));
         if sweep.price_per_gpu_hour.is_some() {
             panels.push(("cost to train ($)", |r| r.cost_to_train));
         }
