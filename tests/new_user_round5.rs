@@ -382,3 +382,46 @@ fn eval_help_names_the_plan_defaults_eval_uses() {
         "{plan}"
     );
 }
+
+/// `compare` printed the best plan's MFU as 52.95 and its memory as 69.40 GiB where `plan`, `eval`
+/// and the report print 52.9 and 69.4: the same quantity, two numbers a reader cannot reconcile
+/// (52.95 rounds to 53.0). GiB and % are now printed to one decimal, as everywhere else.
+#[test]
+fn compare_prints_memory_and_mfu_as_plan_does() {
+    let scenario = ["--params", "512B", "--nodes", "32"];
+    let mut plan_args = vec!["plan", "--top", "2", "--format", "json"];
+    plan_args.extend(scenario);
+    let plan = json(&plan_args);
+    let mut compare_args = vec!["compare"];
+    compare_args.extend(scenario);
+    let r = run(&compare_args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = |group: &str, term: &str| -> Vec<String> {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| {
+                let cells: Vec<&str> = l.split('┆').map(|c| c.trim_matches([' ', '│'])).collect();
+                cells.len() > 4 && cells[0] == group && cells[1] == term
+            })
+            .unwrap_or_else(|| panic!("no {group} {term} row in {}", r.stdout));
+        line.split('┆')
+            .map(|c| c.trim_matches([' ', '│']).to_string())
+            .collect()
+    };
+    let plans = plan["plans"].as_array().unwrap();
+    let mfu = row("throughput", "MFU");
+    let total = row("memory per GPU", "total");
+    for (i, p) in plans.iter().enumerate() {
+        let want = format!("{:.1}", 100.0 * p["mfu"].as_f64().unwrap());
+        assert_eq!(mfu[3 + i], want, "MFU of plan {i}: {mfu:?}");
+        let gib = p["memory"]["total_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
+        assert_eq!(
+            total[3 + i],
+            format!("{gib:.1}"),
+            "memory of plan {i}: {total:?}"
+        );
+    }
+    assert_eq!(mfu[3], "52.9", "{mfu:?}");
+    assert_eq!(total[3], "69.4", "{total:?}");
+}
