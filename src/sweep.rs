@@ -67,6 +67,12 @@ pub struct Row {
     pub value: String,
     pub gpus: u32,
     pub params: f64,
+    /// The GPU, sequence length and global batch of this point, as `plan`'s JSON names them
+    /// (`cluster.gpu`, `training.seq_len`, `training.global_batch`): a default the user did not
+    /// give is in the export, not only in the note on stderr.
+    pub gpu: String,
+    pub seq_len: u32,
+    pub global_batch: u32,
     /// The search at this point, named as `plan`'s JSON `search` names it.
     pub search: RowSearch,
     pub tp: Option<u32>,
@@ -226,6 +232,9 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         value: point.value.clone(),
         gpus,
         params: point.model.params(),
+        gpu: point.cluster.gpu.name.clone(),
+        seq_len: point.training.seq_len,
+        global_batch: point.training.global_batch,
         search: RowSearch {
             candidates: result.stats.candidates,
             feasible: result.stats.feasible,
@@ -306,7 +315,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.headroom_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.headroom_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -314,6 +323,9 @@ pub fn to_csv(sweep: &Sweep) -> String {
             csv_cell(&r.value),
             r.gpus.to_string(),
             format!("{:.0}", r.params),
+            csv_cell(&r.gpu),
+            r.seq_len.to_string(),
+            r.global_batch.to_string(),
             r.search.candidates.to_string(),
             r.search.feasible.to_string(),
             opt(r.tp),

@@ -425,3 +425,63 @@ fn compare_prints_memory_and_mfu_as_plan_does() {
     assert_eq!(mfu[3], "52.9", "{mfu:?}");
     assert_eq!(total[3], "69.4", "{total:?}");
 }
+
+/// A sweep exported as JSON or CSV, or drawn as a chart, did not say which GPU, sequence length
+/// or global batch it was planned for: with `--params 175B --axis nodes` all three are defaults
+/// (h100-sxm-80g, 2048 tokens, 1536 sequences), named only in a note on stderr. Each row now
+/// carries them under `plan`'s JSON names, and the chart's title names them.
+#[test]
+fn sweep_exports_and_chart_name_the_gpu_and_batch_they_were_planned_for() {
+    let dir = scratch("new-user-5", "chart");
+    let chart = dir.join("c.svg");
+    let r = run(&[
+        "sweep",
+        "--params",
+        "175B",
+        "--axis",
+        "nodes",
+        "--values",
+        "16",
+        "--format",
+        "json",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = &serde_json::from_str::<Value>(&r.stdout).unwrap()["rows"][0];
+    let plan = json(&[
+        "plan", "--params", "175B", "--nodes", "16", "--top", "1", "--format", "json",
+    ]);
+    assert_eq!(row["gpu"], plan["cluster"]["gpu"], "{row}");
+    assert_eq!(row["gpu"], "h100-sxm-80g");
+    assert_eq!(row["seq_len"], plan["training"]["seq_len"]);
+    assert_eq!(row["global_batch"], plan["training"]["global_batch"]);
+    assert_eq!(row["global_batch"], 1536);
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let title: String = svg
+        .split("<text")
+        .take(3)
+        .filter_map(|t| t.split('>').nth(1))
+        .map(|t| t.split('<').next().unwrap().trim().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        title.contains("on 16 nodes of 8 h100-sxm-80g; 1536 sequences x 2048 tokens per step"),
+        "{title}"
+    );
+    let r = run(&[
+        "sweep", "--params", "175B", "--axis", "nodes", "--values", "16", "--format", "csv",
+    ]);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("axis,value,gpus,params,gpu,seq_len,global_batch,"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("nodes,16,128,"), "{}", lines[1]);
+    assert!(
+        lines[1].contains(",h100-sxm-80g,2048,1536,"),
+        "{}",
+        lines[1]
+    );
+}
