@@ -134,12 +134,18 @@ fn current_stack_searches(c: &mut Criterion) {
             nodes,
             gpus_per_node,
         };
-        let training = Training::with_framework(
-            TrainingFramework::MegatronCore,
-            seq_len,
-            batch,
-            AttentionKernel::Flash,
-        );
+        // As `tpsim plan` sets it: Megatron-Core's selective recompute is the output-discarding
+        // modules the model has (`--recompute-modules`' default), which the search tries as a
+        // plan of its own, so the bench searches the candidates the command prints.
+        let training = Training {
+            recompute_modules: tpsim::training::RecomputeModules::output_discarding_for(&model),
+            ..Training::with_framework(
+                TrainingFramework::MegatronCore,
+                seq_len,
+                batch,
+                AttentionKernel::Flash,
+            )
+        };
         let options = SearchOptions {
             allow_uneven_pp: uneven,
             ..SearchOptions::default()

@@ -583,16 +583,16 @@ pub struct EvalArgs {
     /// and plan (--tp, --pp, --dp, --vpp, --micro-batch, --sequence-parallel, --recompute, --zero) alike.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<String>,
-    /// Tensor-parallel degree.
+    /// Tensor-parallel degree. Default: 1 (give at least one of --tp, --pp and --dp, or --plan).
     #[arg(long, visible_alias = "tensor-model-parallel-size")]
     pub tp: Option<u32>,
-    /// Pipeline-parallel degree.
+    /// Pipeline-parallel degree. Default: 1 (give at least one of --tp, --pp and --dp, or --plan).
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
-    /// Context-parallel degree: the sequence split over cp ranks (ring attention).
+    /// Context-parallel degree: the sequence split over cp ranks (ring attention). Default: 1.
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,
-    /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage.
+    /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage. Default: 1.
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
     /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs. Default: the
@@ -606,20 +606,21 @@ pub struct EvalArgs {
     /// Data-parallel degree (default: GPUs / (tp x cp x pp)).
     #[arg(long)]
     pub dp: Option<u32>,
-    /// Virtual pipeline stages per GPU (interleaved 1F1B).
+    /// Virtual pipeline stages per GPU (interleaved 1F1B). Default: 1 (no interleaving).
     #[arg(long)]
     pub vpp: Option<u32>,
-    /// Sequences per micro-batch.
+    /// Sequences per micro-batch. Default: 1.
     #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
     /// Sequence parallelism (needs --tp > 1): `--sequence-parallel` or `true` on, `false` off
     /// (over a plan file's). Default: off.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub sequence_parallel: Option<bool>,
-    /// Activation recomputation.
+    /// Activation recomputation. Default: none (selective with --recompute-modules, full with
+    /// --recompute-num-layers), as Megatron-LM without --recompute-granularity.
     #[arg(long, visible_alias = "recompute-granularity", value_enum)]
     pub recompute: Option<RecomputeArg>,
-    /// ZeRO stage 0-3.
+    /// ZeRO stage 0-3. Default: 0 (1 with --use-distributed-optimizer), as Megatron-LM.
     #[arg(long)]
     pub zero: Option<u8>,
     /// Allow unequal layers per pipeline stage.

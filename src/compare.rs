@@ -355,9 +355,12 @@ pub fn table(c: &Comparison) -> String {
     ]);
     for t in &c.terms {
         // Seconds to the millisecond, so a difference the verdict calls 0.1% does not read 0.00.
+        // GiB and % to one decimal, as `plan`, `eval` and the report print memory and MFU: at two,
+        // a value `plan` prints as 52.9 read 52.95 here.
         let digits = match t.unit {
             "tokens/s" => 0,
             "s" => 3,
+            "GiB" | "%" => 1,
             _ => 2,
         };
         let mut row = vec![

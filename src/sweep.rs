@@ -67,8 +67,14 @@ pub struct Row {
     pub value: String,
     pub gpus: u32,
     pub params: f64,
-    pub candidates: u64,
-    pub feasible: u64,
+    /// The GPU, sequence length and global batch of this point, as `plan`'s JSON names them
+    /// (`cluster.gpu`, `training.seq_len`, `training.global_batch`): a default the user did not
+    /// give is in the export, not only in the note on stderr.
+    pub gpu: String,
+    pub seq_len: u32,
+    pub global_batch: u32,
+    /// The search at this point, named as `plan`'s JSON `search` names it.
+    pub search: RowSearch,
     pub tp: Option<u32>,
     pub cp: Option<u32>,
     pub pp: Option<u32>,
@@ -85,22 +91,17 @@ pub struct Row {
     /// Layers of each chunk recomputed whole under Megatron's block method (0: every layer, or
     /// recompute is not full), as `plan --format json` writes it.
     pub recompute_num_layers: Option<u32>,
-    pub step_time_s: Option<f64>,
-    /// The range of tpsim's own error on runs like it (`uncertainty::interval`), as `plan` prints
-    /// beside every step time.
-    pub step_time_s_low: Option<f64>,
-    pub step_time_s_high: Option<f64>,
+    /// The best plan's step time and its range, named as `plan`'s and `eval`'s JSON `time` names
+    /// them (`time.step_s`, `time.step_s_low`, `time.step_s_high`).
+    pub time: RowTime,
     pub tokens_per_s: Option<f64>,
     pub tokens_per_s_low: Option<f64>,
     pub tokens_per_s_high: Option<f64>,
     pub mfu: Option<f64>,
-    pub memory_gib: Option<f64>,
-    pub capacity_gib: f64,
-    pub memory_headroom_gib: Option<f64>,
-    /// Where valid plans exist but none fits: the memory per GPU of the one that misses by least
-    /// (`plan`'s "closest"), so the row says why nothing fits and by how much.
-    pub closest_memory_gib: Option<f64>,
-    pub time_to_train_days: Option<f64>,
+    /// The best plan's memory per GPU, named as `plan`'s JSON `memory` names it (bytes).
+    pub memory: RowMemory,
+    /// Seconds to train on `--tokens`, as `plan`'s JSON `time_to_train_s` (the table prints days).
+    pub time_to_train_s: Option<f64>,
     pub cost_to_train: Option<f64>,
     /// Why no split of this point is valid at all (`plan`'s "no valid plan exists" reason), when
     /// none is; the plan fields are then empty. A point whose valid plans miss memory has none.
@@ -108,6 +109,35 @@ pub struct Row {
     /// The best plan as the table's cell reads it (the fields above, with the recompute label).
     #[serde(skip)]
     pub label: Option<PlanLabel>,
+}
+
+/// A point's search, as `plan`'s JSON `search` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RowSearch {
+    pub candidates: u64,
+    pub feasible: u64,
+}
+
+/// The best plan's step time, as `plan`'s JSON `time` says it; empty where nothing fits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RowTime {
+    pub step_s: Option<f64>,
+    /// The range of tpsim's own error on runs like it (`uncertainty::interval`), as `plan` prints
+    /// beside every step time.
+    pub step_s_low: Option<f64>,
+    pub step_s_high: Option<f64>,
+}
+
+/// The best plan's memory on its most loaded GPU, as `plan`'s JSON `memory` says it (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RowMemory {
+    pub total_bytes: Option<f64>,
+    pub capacity_bytes: f64,
+    /// Capacity less total: what the table prints as headroom GiB.
+    pub headroom_bytes: Option<f64>,
+    /// Where valid plans exist but none fits: the memory per GPU of the one that misses by least
+    /// (`plan`'s "closest"), so the row says why nothing fits and by how much.
+    pub closest_miss_bytes: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -135,6 +165,20 @@ pub struct Sweep {
     /// count or given by shape flags, which has no name worth printing.
     #[serde(skip)]
     pub model_name: Option<String>,
+}
+
+impl RowMemory {
+    /// The headroom in GiB, as the table and the chart print it.
+    pub fn headroom_gib(&self) -> Option<f64> {
+        self.headroom_bytes.map(|b| b / GIB)
+    }
+}
+
+impl Row {
+    /// The time to train in days, as the table and the chart print it.
+    pub fn time_to_train_days(&self) -> Option<f64> {
+        self.time_to_train_s.map(|s| s / 86400.0)
+    }
 }
 
 /// Plans every point; `tick` is called once per finished point (the progress bar).
@@ -176,7 +220,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
     let top: Vec<_> = result.feasible().iter().take(10).copied().collect();
     let refined = crate::planner::refine_top(&point.model, &point.cluster, &point.training, &top);
     let best = refined.plans.first();
-    let capacity_gib = point.cluster.gpu.memory_capacity().0 / GIB;
+    let capacity_bytes = point.cluster.gpu.memory_capacity().0;
     let time_to_train_s = best.and_then(|e| e.time_to_train_s);
     let range = best.map(|e| {
         let kind = crate::uncertainty::ModelKind::of(point.model.moe.is_some());
@@ -188,8 +232,13 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         value: point.value.clone(),
         gpus,
         params: point.model.params(),
-        candidates: result.stats.candidates,
-        feasible: result.stats.feasible,
+        gpu: point.cluster.gpu.name.clone(),
+        seq_len: point.training.seq_len,
+        global_batch: point.training.global_batch,
+        search: RowSearch {
+            candidates: result.stats.candidates,
+            feasible: result.stats.feasible,
+        },
         tp: best.map(|e| e.plan.tp),
         cp: best.map(|e| e.plan.cp),
         pp: best.map(|e| e.plan.pp),
@@ -204,21 +253,25 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         precision: best.map(|e| e.plan.precision.as_str()),
         recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
         label: best.map(|e| PlanLabel::of(&e.plan)),
-        step_time_s: best.map(|e| e.time.step_s.0),
-        step_time_s_low: range.map(|r| r.step_s_low),
-        step_time_s_high: range.map(|r| r.step_s_high),
+        time: RowTime {
+            step_s: best.map(|e| e.time.step_s.0),
+            step_s_low: range.map(|r| r.step_s_low),
+            step_s_high: range.map(|r| r.step_s_high),
+        },
         tokens_per_s: best.map(|e| e.tokens_per_s),
         tokens_per_s_low: range.map(|r| r.tokens_per_s_low),
         tokens_per_s_high: range.map(|r| r.tokens_per_s_high),
         mfu: best.map(|e| e.mfu),
-        memory_gib: best.map(|e| e.memory.total_bytes.0 / GIB),
-        capacity_gib,
-        memory_headroom_gib: best.map(|e| capacity_gib - e.memory.total_bytes.0 / GIB),
-        closest_memory_gib: match best {
-            Some(_) => None,
-            None => result.closest_miss().map(|e| e.memory.total_bytes.0 / GIB),
+        memory: RowMemory {
+            total_bytes: best.map(|e| e.memory.total_bytes.0),
+            capacity_bytes,
+            headroom_bytes: best.map(|e| capacity_bytes - e.memory.total_bytes.0),
+            closest_miss_bytes: match best {
+                Some(_) => None,
+                None => result.closest_miss().map(|e| e.memory.total_bytes.0),
+            },
         },
-        time_to_train_days: time_to_train_s.map(|s| s / 86400.0),
+        time_to_train_s,
         cost_to_train: match (time_to_train_s, price) {
             (Some(s), Some(p)) => Some(s / 3600.0 * f64::from(gpus) * p),
             _ => None,
@@ -262,7 +315,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,candidates,feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,step_time_s,step_time_s_low,step_time_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory_gib,capacity_gib,memory_headroom_gib,closest_memory_gib,time_to_train_days,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.headroom_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -270,8 +323,11 @@ pub fn to_csv(sweep: &Sweep) -> String {
             csv_cell(&r.value),
             r.gpus.to_string(),
             format!("{:.0}", r.params),
-            r.candidates.to_string(),
-            r.feasible.to_string(),
+            csv_cell(&r.gpu),
+            r.seq_len.to_string(),
+            r.global_batch.to_string(),
+            r.search.candidates.to_string(),
+            r.search.feasible.to_string(),
             opt(r.tp),
             opt(r.cp),
             opt(r.pp),
@@ -285,18 +341,18 @@ pub fn to_csv(sweep: &Sweep) -> String {
             opt(r.recompute_num_layers),
             opt(r.zero),
             opt(r.precision),
-            fixed(r.step_time_s, 4),
-            fixed(r.step_time_s_low, 4),
-            fixed(r.step_time_s_high, 4),
+            fixed(r.time.step_s, 4),
+            fixed(r.time.step_s_low, 4),
+            fixed(r.time.step_s_high, 4),
             fixed(r.tokens_per_s, 1),
             fixed(r.tokens_per_s_low, 1),
             fixed(r.tokens_per_s_high, 1),
             fixed(r.mfu, 4),
-            fixed(r.memory_gib, 2),
-            format!("{:.2}", r.capacity_gib),
-            fixed(r.memory_headroom_gib, 2),
-            fixed(r.closest_memory_gib, 2),
-            fixed(r.time_to_train_days, 3),
+            fixed(r.memory.total_bytes, 0),
+            format!("{:.0}", r.memory.capacity_bytes),
+            fixed(r.memory.headroom_bytes, 0),
+            fixed(r.memory.closest_miss_bytes, 0),
+            fixed(r.time_to_train_s, 0),
             fixed(r.cost_to_train, 0),
             csv_cell(r.no_valid_plan.as_deref().unwrap_or_default()),
         ];
@@ -430,12 +486,14 @@ pub fn table(sweep: &Sweep) -> String {
         let plan = match (&r.label, &r.no_valid_plan) {
             (Some(label), _) => plan_label(label, dims),
             (None, Some(_)) => "no valid plan (see below)".to_string(),
-            (None, None) => match r.closest_memory_gib {
+            (None, None) => match r.memory.closest_miss_bytes {
                 Some(need) => format!(
-                    "nothing fits: the closest needs {need:.1} of {:.1} GiB ({} candidates)",
-                    r.capacity_gib, r.candidates
+                    "nothing fits: the closest needs {:.1} of {:.1} GiB ({} candidates)",
+                    need / GIB,
+                    r.memory.capacity_bytes / GIB,
+                    r.search.candidates
                 ),
-                None => format!("nothing fits ({} candidates)", r.candidates),
+                None => format!("nothing fits ({} candidates)", r.search.candidates),
             },
         };
         let mut row = vec![
@@ -443,8 +501,8 @@ pub fn table(sweep: &Sweep) -> String {
             r.gpus.to_string(),
             crate::units::format_count(r.params),
             plan,
-            fixed(r.step_time_s, 2),
-            match (r.step_time_s_low, r.step_time_s_high) {
+            fixed(r.time.step_s, 2),
+            match (r.time.step_s_low, r.time.step_s_high) {
                 (Some(low), Some(high)) => format!(
                     "{}–{}",
                     crate::units::show_step_s(low),
@@ -454,10 +512,10 @@ pub fn table(sweep: &Sweep) -> String {
             },
             fixed(r.tokens_per_s, 0),
             fixed(r.mfu.map(|m| 100.0 * m), 1),
-            fixed(r.memory_headroom_gib, 1),
+            fixed(r.memory.headroom_gib(), 1),
         ];
         if sweep.tokens.is_some() {
-            row.push(days_cell(r.time_to_train_days));
+            row.push(days_cell(r.time_to_train_days()));
             if sweep.price_per_gpu_hour.is_some() {
                 row.push(
                     r.cost_to_train
@@ -591,7 +649,7 @@ mod tests {
         assert!(large.tokens_per_s.unwrap() > small.tokens_per_s.unwrap());
         for r in &sweep.rows {
             // cost = days × 24 × GPUs × price
-            let expected = r.time_to_train_days.unwrap() * 24.0 * f64::from(r.gpus) * 2.0;
+            let expected = r.time_to_train_days().unwrap() * 24.0 * f64::from(r.gpus) * 2.0;
             assert!((r.cost_to_train.unwrap() / expected - 1.0).abs() < 1e-9);
         }
         let csv = to_csv(&sweep);

@@ -746,12 +746,12 @@ fn sweep_over_nodes_exports_json_and_csv() {
     for r in rows {
         // cost = whole steps × step time / 3600 × GPUs × price (GPT-3's 1536 × 2048 tokens a step)
         let steps = (300e9_f64 / (1536.0 * 2048.0)).ceil();
-        let hours = steps * r["step_time_s"].as_f64().unwrap() / 3600.0;
+        let hours = steps * r["time"]["step_s"].as_f64().unwrap() / 3600.0;
         let expected = hours * r["gpus"].as_f64().unwrap() * 2.5;
         let cost = r["cost_to_train"].as_f64().unwrap();
         assert!((cost / expected - 1.0).abs() < 1e-9, "{cost} vs {expected}");
-        let headroom = r["memory_headroom_gib"].as_f64().unwrap();
-        assert!(headroom >= 0.0 && headroom < r["capacity_gib"].as_f64().unwrap());
+        let headroom = r["memory"]["headroom_bytes"].as_f64().unwrap();
+        assert!(headroom >= 0.0 && headroom < r["memory"]["capacity_bytes"].as_f64().unwrap());
     }
 
     let (code, csv, stderr) = run(&[
@@ -830,7 +830,7 @@ fn sweep_over_bandwidth_sequence_and_batch() {
         "--format",
         "json",
     ]);
-    let step = |r: &Value| r["step_time_s"].as_f64().unwrap();
+    let step = |r: &Value| r["time"]["step_s"].as_f64().unwrap();
     assert!(
         step(&gb[1]) > step(&gb[0]),
         "4x the batch takes longer per step"
@@ -1277,7 +1277,7 @@ fn sweep_points_agree_with_plan_and_do_not_depend_on_threads() {
     for key in ["tp", "pp", "dp", "vpp", "micro_batch", "zero"] {
         assert_eq!(row[key], best[key], "{key}");
     }
-    assert_eq!(row["step_time_s"], best["time"]["step_s"]);
+    assert_eq!(row["time"]["step_s"], best["time"]["step_s"]);
 }
 
 /// Megatron flags that change memory or time are modelled, or refused when tpsim cannot model

@@ -240,7 +240,10 @@ fn layout_names_the_dp_link_and_sp_collectives_as_plan_does() {
 
 /// DeepSeek-V3 on 256 H100 nodes: plans using 75.3 GiB of 79.7 had their value label lifted above
 /// the capacity line ("75.3 GiB" drawn over the red line), which reads as if the bar reached the
-/// capacity. A label of a plan under capacity now lies wholly under the line.
+/// capacity. The fix put such labels inside their bar's top while the others stayed above their
+/// bars (new_user_round5: two placements on one figure); every total now sits in one row at the
+/// top of the plot, wholly above the capacity line and clear of it, so none is drawn over the
+/// line or at a height that reads as its bar's.
 #[test]
 fn memory_labels_under_capacity_stay_under_the_line() {
     let (dir, _) = report(
@@ -262,6 +265,7 @@ fn memory_labels_under_capacity_stay_under_the_line() {
         })
         .expect("a capacity legend entry");
     let mut near = 0;
+    let mut rows = Vec::new();
     for t in texts(&svg) {
         let Some(value) = t
             .text
@@ -281,15 +285,22 @@ fn memory_labels_under_capacity_stay_under_the_line() {
             "0.5ex" => 0.25 * t.size,
             other => panic!("unexpected dy {other}"),
         };
-        let glyph_top = t.y + dy - 0.76 * t.size;
+        let baseline = t.y + dy;
         if value > capacity * 0.9 {
             near += 1;
         }
+        // The glyphs' descent reaches about 0.24 em under the baseline.
         assert!(
-            glyph_top > line_y + 1.0,
-            "'{}' (under capacity {capacity} GiB) reaches y {glyph_top:.1}, above the capacity line at {line_y}",
-            t.text
+            baseline + 0.24 * t.size < line_y - 1.0,
+            "'{}' (under capacity {capacity} GiB) reaches y {:.1}, on or under the capacity line at {line_y}",
+            t.text,
+            baseline + 0.24 * t.size
         );
+        rows.push(baseline);
     }
     assert!(near >= 2, "no bar near the capacity line");
+    assert!(
+        rows.iter().all(|y| *y == rows[0]),
+        "totals in more than one row: {rows:?}"
+    );
 }

@@ -17,6 +17,8 @@ const RUN: &str = "- id: r1
 ";
 
 /// `tpsim accuracy --runs` on [`RUN`] with `from` replaced by `to`.
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
 fn accuracy_with(name: &str, from: &str, to: &str) -> Run {
     assert!(RUN.contains(from), "the run has {from:?}");
     let dir = scratch("round12", name);
@@ -305,28 +307,32 @@ fn a_sweep_point_where_nothing_fits_says_by_how_much() {
     let sweep = json(&args("json"));
     let rows = sweep["rows"].as_array().unwrap();
     let (short, fits) = (&rows[0], &rows[1]);
-    assert_eq!(short["feasible"], 0, "{short}");
-    let need = short["closest_memory_gib"].as_f64().expect("a number");
-    let have = short["capacity_gib"].as_f64().unwrap();
+    assert_eq!(short["search"]["feasible"], 0, "{short}");
+    let need = short["memory"]["closest_miss_bytes"]
+        .as_f64()
+        .expect("a number");
+    let have = short["memory"]["capacity_bytes"].as_f64().unwrap();
     assert!(need.is_finite() && need > have, "{need} of {have}");
-    assert!(fits["closest_memory_gib"].is_null(), "{fits}");
+    assert!(fits["memory"]["closest_miss_bytes"].is_null(), "{fits}");
     // CSV: a column of its own, empty where a plan fits.
     let r = run(&args("csv"));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
     let column = lines[0]
         .split(',')
-        .position(|c| c == "closest_memory_gib")
-        .expect("a closest_memory_gib column");
+        .position(|c| c == "memory.closest_miss_bytes")
+        .expect("a memory.closest_miss_bytes column");
     let cell = |line: &str| line.split(',').nth(column).unwrap().to_string();
-    assert_eq!(cell(lines[1]), format!("{need:.2}"));
+    assert_eq!(cell(lines[1]), format!("{need:.0}"));
     assert_eq!(cell(lines[2]), "");
     // Table: the cell says it.
     let r = run(&args("table"));
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stdout.contains(&format!(
-            "nothing fits: the closest needs {need:.1} of {have:.1} GiB"
+            "nothing fits: the closest needs {:.1} of {:.1} GiB",
+            need / GIB,
+            have / GIB
         )),
         "{}",
         r.stdout

@@ -186,7 +186,7 @@ fn price_and_tokens_past_their_bounds_are_refused_and_the_bounds_give_finite_cos
     assert_eq!(r.code, 0, "{}", r.stderr);
     let json: Value = serde_json::from_str(&r.stdout).unwrap();
     let row = &json["rows"][0];
-    for key in ["cost_to_train", "time_to_train_days"] {
+    for key in ["cost_to_train", "time_to_train_s"] {
         let x = row[key].as_f64().unwrap_or_else(|| panic!("{key}: {row}"));
         assert!(x.is_finite() && x > 0.0, "{key} = {x}");
     }

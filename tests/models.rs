@@ -927,7 +927,7 @@ fn the_split_search_finds_megatron_bridges_deepseek_v3_layout() {
         &[],
     );
     let best = json_of(&plan_args)["plans"][0]["time"]["step_s"].clone();
-    let swept = json_of(&sweep_args)["rows"][0]["step_time_s"].clone();
+    let swept = json_of(&sweep_args)["rows"][0]["time"]["step_s"].clone();
     assert_eq!(best, swept);
     // With three MTP layers (more than a stage's share of units) tpsim's own split leaves the
     // last stage one decoder layer.

@@ -302,8 +302,8 @@ fn sweep_points_carry_the_range_plan_prints() {
     let sweep: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
     let first = &sweep["rows"][0];
     let (low, high) = (
-        first["step_time_s_low"].as_f64().expect("a low step"),
-        first["step_time_s_high"].as_f64().expect("a high step"),
+        first["time"]["step_s_low"].as_f64().expect("a low step"),
+        first["time"]["step_s_high"].as_f64().expect("a high step"),
     );
     assert!(low < high && low.is_finite() && high.is_finite(), "{first}");
     assert!(

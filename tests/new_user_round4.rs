@@ -49,7 +49,8 @@ fn readme_sweep_paragraph_quotes_the_sweep_above_it() {
     let rows = sweep["rows"].as_array().unwrap();
     let (first, last) = (&rows[0], &rows[rows.len() - 1]);
     let num = |row: &Value, key: &str| row[key].as_f64().unwrap();
-    let (s0, s1) = (num(first, "step_time_s"), num(last, "step_time_s"));
+    let step = |row: &Value| row["time"]["step_s"].as_f64().unwrap();
+    let (s0, s1) = (step(first), step(last));
     let speedup = format!(
         "{:.1}× faster here ({s0:.2} s to {s1:.2} s per step)",
         s0 / s1

@@ -103,7 +103,7 @@ fn examples(readme: &str) -> Vec<Example> {
 }
 
 /// Replaces run-to-run timings with `<time>`: the search line's "— 16.7 ms on 2 threads" and
-/// the sweep's "evaluated in 0.05 s".
+/// the sweep's "searched in 0.05 s".
 fn normalize(line: &str) -> String {
     let mut line = line.trim_end().to_string();
     if let Some(start) = line.find(" — ")
@@ -118,8 +118,8 @@ fn normalize(line: &str) -> String {
             line = format!("{} — <time>", &line[..start]);
         }
     }
-    if let Some(start) = line.find(" evaluated in ") {
-        let after = start + " evaluated in ".len();
+    if let Some(start) = line.find(" searched in ") {
+        let after = start + " searched in ".len();
         if let Some(end) = line[after..].find(" s)") {
             line = format!("{}<time>{}", &line[..after], &line[after + end..]);
         }
@@ -295,9 +295,9 @@ fn normalize_hides_timings_only() {
     );
     assert_eq!(
         normalize(
-            "sweep over nodes: best plan at each of 4 points (26128 plans evaluated in 0.05 s)"
+            "sweep over nodes: best plan at each of 4 points (26128 candidates searched in 0.05 s)"
         ),
-        "sweep over nodes: best plan at each of 4 points (26128 plans evaluated in <time> s)"
+        "sweep over nodes: best plan at each of 4 points (26128 candidates searched in <time> s)"
     );
     assert_eq!(
         normalize("TP 8 — inside one node"),

@@ -99,7 +99,7 @@ fn plan_report_figures_show_what_they_must() {
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
     assert!(
         t.iter().any(|s| s
-            == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, ZeRO, recompute)")
+            == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(
@@ -887,7 +887,7 @@ fn the_plans_table_names_cp_ep_and_precision() {
             .collect()
     };
     let header = cells(section.split("</thead>").next().unwrap(), "th");
-    for column in ["cp", "ep", "precision", "CP s", "EP s"] {
+    for column in ["cp", "ep", "prec", "CP s", "EP s"] {
         assert!(
             header.iter().any(|h| h == column),
             "no {column}: {header:?}"
@@ -918,7 +918,7 @@ fn the_plans_table_names_cp_ep_and_precision() {
         }
         assert!(label.contains(&want), "{label} lacks {want}");
     }
-    assert_eq!(rows[0][at("precision")], "fp8");
+    assert_eq!(rows[0][at("prec")], "fp8");
     assert!(
         rows[0][0].starts_with("this plan") && rows[0][0].contains(" t2·c2·p4·d2·e4"),
         "{:?}",

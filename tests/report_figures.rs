@@ -284,14 +284,16 @@ fn a_single_stage_timeline_keeps_its_labels_inside_and_has_one_row() {
             label.text
         );
     }
-    // One stage, one row label; the legend keys only what is drawn.
+    // One stage, one row label, which names the row as every GPU (not a pipeline stage); the
+    // legend keys only what is drawn.
     assert_eq!(
         labels
             .iter()
-            .filter(|l| l.text.starts_with("stage "))
+            .filter(|l| l.text.starts_with("stage ") || l.text == "every GPU")
             .count(),
         1
     );
+    assert!(labels.iter().any(|l| l.text == "every GPU"));
     assert!(labels.iter().any(|l| l.text == "forward"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -323,7 +323,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     // where no point has a valid split is bad input (exit 2). A point whose valid plans only miss
     // memory is a row where nothing fits (exit 1 when every point is so).
     for (point, row) in points.iter().zip(&mut result.rows) {
-        if row.candidates == 0 {
+        if row.search.candidates == 0 {
             row.no_valid_plan = Some(in_sweep_words(
                 &why_no_valid_plan(&point.model, &point.cluster, &point.training, options),
                 axis,
@@ -390,9 +390,11 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         SweepFormat::Json => println!("{}", serde_json::to_string_pretty(&result)?),
         SweepFormat::Csv => print!("{}", sweep::to_csv(&result)),
         SweepFormat::Table => {
-            let candidates: u64 = result.rows.iter().map(|r| r.candidates).sum();
+            // Named as `plan`'s search line names them: the candidates include the splits found
+            // invalid (`invalid_plan`), which are counted but not evaluated.
+            let candidates: u64 = result.rows.iter().map(|r| r.search.candidates).sum();
             println!(
-                "sweep over {}: best plan at each of {} points ({} plans evaluated in {:.2} s){}",
+                "sweep over {}: best plan at each of {} points ({} candidates searched in {:.2} s){}",
                 axis.title(),
                 result.rows.len(),
                 candidates,

@@ -44,10 +44,10 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let mut panels: Vec<Series> = vec![
         (THROUGHPUT, |r| r.tokens_per_s),
         ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
-        ("memory headroom (GiB)", |r| r.memory_headroom_gib),
+        ("memory headroom (GiB)", |r| r.memory.headroom_gib()),
     ];
     if sweep.tokens.is_some() {
-        panels.push(("days to train", |r| r.time_to_train_days));
+        panels.push(("days to train", |r| r.time_to_train_days()));
         if sweep.price_per_gpu_hour.is_some() {
             panels.push(("cost to train ($)", |r| r.cost_to_train));
         }
@@ -209,12 +209,18 @@ fn chart_title(sweep: &Sweep) -> String {
     let first = sweep.rows.first();
     let params = first.map(|r| format_count(r.params)).unwrap_or_default();
     let gpus = first.map(|r| r.gpus).unwrap_or(0);
+    // The GPU and the batch, unless the axis varies them: a chart read apart from the command
+    // that drew it says what it was drawn for (either may be a default the user did not give).
+    let gpu = match sweep.axis {
+        Axis::Gpu => "GPUs".to_string(),
+        _ => first.map_or("GPUs".to_string(), |r| r.gpu.clone()),
+    };
     let on_gpus = if sweep.rows.iter().all(|r| r.gpus == gpus) {
-        format!(" on {gpus} GPUs")
+        format!(" on {gpus} {gpu}")
     } else {
         let lo = sweep.rows.iter().map(|r| r.gpus).min().unwrap_or(0);
         let hi = sweep.rows.iter().map(|r| r.gpus).max().unwrap_or(0);
-        format!(" on {lo} to {hi} GPUs (each point's count under it)")
+        format!(" on {lo} to {hi} {gpu} (each point's count under it)")
     };
     let values = sweep
         .rows
@@ -228,14 +234,24 @@ fn chart_title(sweep: &Sweep) -> String {
         Some(name) => format!("{name} ({params} parameters)"),
         None => format!("the {params}-parameter model"),
     };
-    match sweep.axis {
+    let title = match sweep.axis {
         Axis::Params => format!("Best plan per model size ({values} parameters){on_gpus}"),
-        Axis::Nodes => format!("Best plan for {model} on {values} nodes"),
+        Axis::Nodes => {
+            let per_node = first.map_or(0, |r| r.gpus / r.value.parse::<u32>().unwrap_or(1).max(1));
+            format!("Best plan for {model} on {values} nodes of {per_node} {gpu}")
+        }
         // The GPU names are under the points; listing them again only lengthens the title.
         Axis::Gpu => format!("Best plan for {model}{on_gpus}, by GPU"),
         _ => format!(
             "Best plan for {model}{on_gpus}, by {} ({values})",
             sweep.axis.title()
+        ),
+    };
+    match (sweep.axis, first) {
+        (Axis::SeqLen | Axis::GlobalBatch, _) | (_, None) => title,
+        (_, Some(r)) => format!(
+            "{title}; {} sequences x {} tokens per step",
+            r.global_batch, r.seq_len
         ),
     }
 }

@@ -70,12 +70,16 @@ pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}
 fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     let any = |f: &dyn Fn(&Estimate) -> bool| plans.iter().any(f);
     let show_cp = any(&|e| e.plan.cp > 1);
-    let show_ep = any(&|e| e.plan.ep > 1);
-    let show_etp = any(&|e| e.plan.etp > 1);
+    // ep and etp together, as `plan`'s table shows them (`eval --etp` defaults to tp, so ep alone
+    // would not say how to run an expert-parallel row).
+    let show_ep = any(&|e| e.plan.ep > 1 || e.plan.etp > 1);
+    let show_etp = show_ep;
+    // Layers per stage (first/middle/last), as `plan`'s table: only when a plan has a chosen split.
+    let show_layers = any(&|e| e.plan.stages.given);
     let show_precision = any(&|e| e.plan.precision != crate::plan::Precision::Bf16);
     // (header, shown, cell of one plan, numeric)
     type Cell = fn(&Estimate) -> String;
-    let columns: [(&str, bool, Cell, bool); 23] = [
+    let columns: [(&str, bool, Cell, bool); 24] = [
         ("tp", true, |e| e.plan.tp.to_string(), true),
         ("cp", show_cp, |e| e.plan.cp.to_string(), true),
         ("pp", true, |e| e.plan.pp.to_string(), true),
@@ -83,6 +87,22 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
         ("ep", show_ep, |e| e.plan.ep.to_string(), true),
         ("etp", show_etp, |e| e.plan.etp.to_string(), true),
         ("vpp", true, |e| e.plan.vpp.to_string(), true),
+        (
+            "layers",
+            show_layers,
+            |e| {
+                let p = &e.plan;
+                if p.pp == 1 {
+                    "-".to_string()
+                } else {
+                    format!(
+                        "{}/{}/{}",
+                        p.stages.first, p.stages.middle_max, p.stages.last
+                    )
+                }
+            },
+            true,
+        ),
         ("mb", true, |e| e.plan.micro_batch.to_string(), true),
         ("m", true, |e| e.plan.num_microbatches.to_string(), true),
         (
@@ -98,16 +118,17 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             },
             false,
         ),
-        ("recompute", true, |e| recompute_label(&e.plan), false),
-        ("ZeRO", true, |e| e.plan.zero.to_string(), true),
+        ("recomp", true, |e| recompute_label(&e.plan), false),
+        // "3 keep" where ZeRO-3 keeps the gathered parameters, as `plan`'s table writes it.
+        ("zero", true, |e| super::table::zero_label(&e.plan), true),
         (
-            "precision",
+            "prec",
             show_precision,
             |e| e.plan.precision.as_str().to_string(),
             false,
         ),
         (
-            "memory GiB",
+            "mem GiB",
             true,
             |e| {
                 format!(

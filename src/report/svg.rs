@@ -130,7 +130,7 @@ pub(crate) struct StackedBars<'a> {
     /// Per plan: a (low, high) range drawn as an error bar over the stack.
     pub ranges: Option<Vec<(f64, f64)>>,
     /// Per plan: lines printed under its label (`plan_details`), so plans that share their degrees
-    /// but differ in vpp, micro-batch or recompute tell apart.
+    /// but differ in vpp, micro-batch, sequence parallelism, ZeRO or recompute tell apart.
     pub details: Vec<Vec<(String, RGBColor)>>,
     /// Each part's colour (same order as `parts`), so a part keeps its colour whichever others a
     /// figure shows; `STACK` in drawing order when None.
@@ -154,10 +154,17 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
     let mut lines = vec![
         (
             format!(
-                "vpp {} · mb {} · ZeRO-{}{}",
+                "vpp {} · mb {}{} · ZeRO-{}{}",
                 e.plan.vpp,
                 e.plan.micro_batch,
-                e.plan.zero,
+                // Sequence parallelism, as the sweep's plan cell says it: two plans of the same
+                // degrees, micro-batch and ZeRO stage differ by gigabytes with it and without.
+                if e.plan.sequence_parallel {
+                    " · sp"
+                } else {
+                    ""
+                },
+                super::table::zero_label(&e.plan),
                 // The number format, where it is not the default bf16.
                 if e.plan.precision == crate::plan::Precision::Bf16 {
                     String::new()
@@ -268,7 +275,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                     .unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, ZeRO, recompute)")
+            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
             .y_desc(spec.y_desc)
             .label_style((FONT, 12))
             .draw()?;
@@ -303,25 +310,12 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 chart.draw_series(std::iter::once(bar))?;
             }
         }
-        // A value label that would sit on the line (the GPU's capacity) goes inside the bar's top
-        // instead: lifted above the line, a bar short of capacity would read as reaching it.
-        let under_line = |top: f64| matches!(&spec.line, Some((line, _)) if top <= *line && *line - top < y_max * 0.06);
-        chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, values, text))| {
-            let stack: f64 = values.iter().sum();
-            let range_top = spec
-                .ranges
-                .as_ref()
-                .and_then(|r| r.get(i))
-                .map_or(0.0, |r| r.1);
-            let top = stack.max(range_top);
-            let (y, v) = if under_line(top) {
-                (top - y_max * 0.01, plotters::style::text_anchor::VPos::Top)
-            } else {
-                (
-                    top + y_max * 0.01,
-                    plotters::style::text_anchor::VPos::Bottom,
-                )
-            };
+        // Every value label sits in one row at the top of the plot, above the tallest bar, range
+        // and capacity line, so none is drawn on a bar, over the line or at a height that could
+        // read as the bar's own.
+        let label_y = y_max * 0.985;
+        chart.draw_series(spec.bars.iter().enumerate().map(|(i, (_, _, text))| {
+            let (y, v) = (label_y, plotters::style::text_anchor::VPos::Top);
             Text::new(
                 text.clone(),
                 (SegmentValue::CenterOf(i as u32), y),

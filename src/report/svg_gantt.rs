@@ -185,7 +185,10 @@ pub(crate) fn gantt_svg(
                 sim.summary.pipeline_idle_share * 100.0,
             )
         } else {
-            "one stage runs every layer, no bubble".to_string()
+            format!(
+                "no pipeline: every GPU runs all {} layers, no bubble",
+                plan.stages.max_layers()
+            )
         },
         sim.estimate.time.step_s.0,
         if panels.len() > 1 {
@@ -327,15 +330,22 @@ pub(crate) fn gantt_svg(
                 .disable_y_mesh()
                 .y_labels(0)
                 .x_desc("time in the step (s)")
-                .y_desc("pipeline stage")
+                // One row without a pipeline: its label says what it is, and an axis title would
+                // be longer than the row is tall.
+                .y_desc(if p > 1 { "pipeline stage" } else { "" })
                 .label_style((FONT, 12))
                 .draw()?;
             // At most ~24 labels, so they never overlap on deep pipelines.
             for stage in (0..p).filter(|stage| stage.is_multiple_of(p.div_ceil(24))) {
                 let (px, py) = chart.backend_coord(&(panel.x.0, f64::from(p - 1 - stage) + 0.5));
                 let (ax, ay) = area.get_base_pixel();
+                // Without a pipeline the one row is every GPU running every layer, not a stage.
                 area.draw(&Text::new(
-                    format!("stage {stage}"),
+                    if p > 1 {
+                        format!("stage {stage}")
+                    } else {
+                        "every GPU".to_string()
+                    },
                     (px - ax - 6, py - ay),
                     (FONT, 12)
                         .into_font()
