@@ -10,7 +10,7 @@ use super::svg_layout::layout_svg;
 use super::svg_memory::memory_svg;
 use super::svg_search::search_svg;
 use super::svg_step::step_svg;
-use super::table::{gib, mfu_note, recompute_label, scenario_line, stats_line};
+use super::table::{gib, mfu_note, recompute_label, scenario_line, stage_layers_label, stats_line};
 use super::{Report, to_json};
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
@@ -87,22 +87,7 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
         ("ep", show_ep, |e| e.plan.ep.to_string(), true),
         ("etp", show_etp, |e| e.plan.etp.to_string(), true),
         ("vpp", true, |e| e.plan.vpp.to_string(), true),
-        (
-            "layers",
-            show_layers,
-            |e| {
-                let p = &e.plan;
-                if p.pp == 1 {
-                    "-".to_string()
-                } else {
-                    format!(
-                        "{}/{}/{}",
-                        p.stages.first, p.stages.middle_max, p.stages.last
-                    )
-                }
-            },
-            true,
-        ),
+        ("layers", show_layers, |e| stage_layers_label(&e.plan), true),
         ("mb", true, |e| e.plan.micro_batch.to_string(), true),
         ("m", true, |e| e.plan.num_microbatches.to_string(), true),
         (

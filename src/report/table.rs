@@ -379,14 +379,7 @@ pub fn plans_table_fitted(
                 p.ep.to_string(),
                 p.etp.to_string(),
                 p.vpp.to_string(),
-                if p.pp == 1 {
-                    "-".to_string()
-                } else {
-                    format!(
-                        "{}/{}/{}",
-                        p.stages.first, p.stages.middle_max, p.stages.last
-                    )
-                },
+                stage_layers_label(p),
                 p.micro_batch.to_string(),
                 p.num_microbatches.to_string(),
                 if p.sequence_parallel { "yes" } else { "no" }.to_string(),
@@ -473,6 +466,18 @@ pub fn counted(count: u32, noun: &str) -> String {
         format!("1 {noun}")
     } else {
         format!("{count} {noun}s")
+    }
+}
+
+/// The layers column: first/middle/last stage's transformer layers, "-" without a pipeline.
+pub fn stage_layers_label(p: &crate::plan::ParallelPlan) -> String {
+    if p.pp == 1 {
+        "-".to_string()
+    } else {
+        format!(
+            "{}/{}/{}",
+            p.stages.first, p.stages.middle_max, p.stages.last
+        )
     }
 }
 
