@@ -64,6 +64,11 @@ pub struct ModernRun {
     pub notes: Vec<String>,
     #[serde(default)]
     pub model_source: IgnoredAny,
+    /// The bundled MoE model of `model_key`, loaded once by [`parse_runs_file`]'s check of
+    /// `model.moe` and priced by [`plan_run`] (`None` for a dense run, or a run read otherwise:
+    /// [`plan_run`] loads it then).
+    #[serde(skip)]
+    bundled_moe_model: Option<Model>,
 }
 
 /// Why a runs file is refused: its YAML (at file:line:column, as every input file's), or a run id
@@ -111,10 +116,10 @@ const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::
 pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsFileError> {
     crate::input_file::check_depth(origin, text).map_err(specs::SpecError::from)?;
     specs::check_number_spellings(origin, text)?;
-    let file: ModernRunsFile =
+    let mut file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, text, &err))?;
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
-    for run in &file.runs {
+    for run in &mut file.runs {
         let results = &run.results;
         [
             (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
@@ -128,7 +133,8 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
             origin: origin.to_string(),
             id: crate::input_file::quote(&run.id),
             message,
-        })?;
+        })
+        .map(|model| run.bundled_moe_model = model)?;
     }
     Ok(file)
 }
@@ -144,10 +150,11 @@ const RUN_MOE_KEYS: [&str; 5] = [
 
 /// A run's `model.moe` against the bundled model tpsim prices the run with ([`bundled_moe`]):
 /// its keys are [`RUN_MOE_KEYS`], and each number given is the bundled model's (a run whose
-/// `model_key` has no bundled model is said not predicted, in its row).
-fn check_run_moe(run: &ModernRun) -> Result<(), String> {
+/// `model_key` has no bundled model is said not predicted, in its row). Gives the bundled model
+/// it loaded, for [`plan_run`] to price the run with.
+fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
     let Some(moe) = run.model.moe.as_ref().filter(|v| !v.is_null()) else {
-        return Ok(());
+        return Ok(None);
     };
     let bundled = run.model_key.as_deref().and_then(bundled_moe);
     let Some(map) = moe.as_object() else {
@@ -164,11 +171,11 @@ fn check_run_moe(run: &ModernRun) -> Result<(), String> {
         ));
     }
     let Some(name) = bundled else {
-        return Ok(());
+        return Ok(None);
     };
     let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
     let Some(ours) = model.moe else {
-        return Ok(());
+        return Ok(Some(model));
     };
     let shared_experts = ours
         .shared_expert_ffn_hidden
@@ -191,7 +198,7 @@ fn check_run_moe(run: &ModernRun) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(Some(model))
 }
 
 /// Refuses a run id given twice in the runs file `text` (either format: each run is a mapping with
@@ -472,7 +479,10 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
         let key = run.model_key.as_deref().unwrap_or("");
         let name = bundled_moe(key).ok_or_else(|| format!("MoE model {key} is not bundled"))?;
-        let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+        let model = match &run.bundled_moe_model {
+            Some(model) => model.clone(),
+            None => specs::load_bundled_model(name).map_err(|e| e.to_string())?,
+        };
         let layers = m.layers.unwrap_or(model.layers);
         let overrides = ShapeOverrides {
             layers: (layers != model.layers).then_some(layers),
