@@ -1,0 +1,253 @@
+//! Hostile input, round 14: what probing every command and input channel again found. Every error
+//! case checks exit 2, one line (so no panic or backtrace) and the words that name the value, the
+//! rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// A GPT-OSS-shaped Megatron-LM launch line (128 experts, SwiGLU), all-to-all dispatch.
+const GPT_OSS_LINE: &str = "--num-layers 36 --hidden-size 2880 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --kv-channels 64 --ffn-hidden-size 2880 --num-experts 128 --moe-router-topk 4 --moe-ffn-hidden-size 2880 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --swiglu --normalization RMSNorm --position-embedding-type rope --vocab-size 201088 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --expert-model-parallel-size 8 --bf16";
+
+fn eval_line(line: &str) -> Run {
+    run(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        line,
+        "--format",
+        "json",
+    ])
+}
+
+/// `--activation-func-clamp-value` (Megatron-Core's clamped GLU, GPT-OSS's `swiglu_limit`) was
+/// skipped without a word: the model was evaluated without `clamped_glu`, which the bundled
+/// GPT-OSS file and its Hugging Face config both set. It is now read as `moe.clamped_glu`, and a
+/// limit that is no positive number, or one with nothing gated to clamp, is refused.
+#[test]
+fn a_launch_lines_glu_clamp_is_read_or_refused() {
+    let r = eval_line(&format!("{GPT_OSS_LINE} --activation-func-clamp-value 7.0"));
+    assert_eq!(hf_model(&r)["moe"]["clamped_glu"], true, "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("activation-func-clamp-value"),
+        "read, so not listed as skipped: {}",
+        r.stderr
+    );
+    let r = eval_line(GPT_OSS_LINE);
+    assert!(
+        hf_model(&r)["moe"].get("clamped_glu").is_none(),
+        "{}",
+        r.stdout
+    );
+    for bad in ["nan", "inf", "-7", "0", "seven"] {
+        let r = eval_line(&format!(
+            "{GPT_OSS_LINE} --activation-func-clamp-value {bad}"
+        ));
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--activation-func-clamp-value \"{bad}\""),
+                "not a positive, finite number",
+                "e.g. --activation-func-clamp-value 7.0",
+            ],
+            &[],
+            &format!("clamp {bad}"),
+        );
+    }
+    let ungated = GPT_OSS_LINE.replace(" --swiglu", "");
+    let r = eval_line(&format!("{ungated} --activation-func-clamp-value 7"));
+    assert_one_line_error(
+        &r,
+        &[
+            "--activation-func-clamp-value 7 without --swiglu or --quick-geglu",
+            "not gated",
+            "add --swiglu or drop it",
+        ],
+        &[],
+        "clamp without a gated MLP",
+    );
+    let dense = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 4096 --swiglu --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 16 --bf16 --activation-func-clamp-value 7";
+    let r = run(&["eval", "--nodes", "1", "--megatron-args", dense]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--activation-func-clamp-value 7 without --num-experts",
+            "mixture-of-experts layers only",
+            "drop it for a dense model",
+        ],
+        &[],
+        "clamp on a dense line",
+    );
+}
+
+/// The bundled H100 profile with the line starting `key:` replaced by `key: value`.
+fn h100_with(key: &str, value: &str) -> String {
+    let text = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let at = text
+        .find(&format!("\n{key}:"))
+        .unwrap_or_else(|| panic!("the profile has {key}"))
+        + 1;
+    let end = at + text[at..].find('\n').unwrap();
+    format!("{}{key}: {value}{}", &text[..at], &text[end..])
+}
+
+/// A GPU profile's optional numbers had no range beyond "positive": `peak_fp8_tflops: 1e-300` or
+/// `sustained_matmul_fraction: 1e-300` priced a step of a 300-digit number of seconds and
+/// "throughput: 0 tokens/s" (and `1e300` a free FP8 GEMM), where the required peaks and
+/// efficiencies have bounds. They now meet the same bounds as their required kin.
+#[test]
+fn a_gpu_profiles_optional_peaks_and_shares_have_ranges() {
+    let dir = scratch("round14", "gpu-ranges");
+    for (key, value, range) in [
+        (
+            "peak_fp8_tflops",
+            "1e-300",
+            "outside 1e-6 to 100000 TFLOP/s",
+        ),
+        ("peak_fp8_tflops", "1e300", "outside 1e-6 to 100000 TFLOP/s"),
+        ("fp8_gemm_efficiency", "1e-300", "outside 0.001 to 1"),
+        ("fused_attention_efficiency", "1e-7", "outside 0.001 to 1"),
+        ("fa2_attention_efficiency", "1e-9", "outside 0.001 to 1"),
+        ("sustained_matmul_fraction", "1e-300", "outside 0.001 to 1"),
+    ] {
+        std::fs::write(dir.join("g.yaml"), h100_with(key, value)).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "g.yaml",
+                "--nodes",
+                "1",
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+                "--precision",
+                "fp8",
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                "g.yaml",
+                &format!("{key}: {value} is {range}"),
+                "rule:",
+                "give a value in that range",
+            ],
+            &[],
+            &format!("{key}: {value}"),
+        );
+    }
+    // A B300's dense FP4 and the bundled profiles stay inside.
+    std::fs::write(dir.join("g.yaml"), h100_with("peak_fp8_tflops", "14000")).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--gpu",
+            "g.yaml",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--precision",
+            "fp8",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
+
+/// A config whose `model_type` names another architecture than its `architectures` was read as
+/// `model_type` says without a word: `"model_type": "llama"` over `["MixtralForCausalLM"]` was a
+/// dense Llama, its eight experts dropped. It is now refused, naming both and the fix.
+#[test]
+fn an_hf_config_whose_model_type_and_architecture_disagree_is_refused() {
+    let dir = scratch("round14", "hf-arch");
+    let mixtral = std::fs::read_to_string(format!("{ROOT}/models/hf/mixtral-8x7b-v0.1.json"))
+        .unwrap()
+        .replace("\"model_type\": \"mixtral\"", "\"model_type\": \"llama\"");
+    let r = eval_hf(&dir, "c.json", &mixtral);
+    assert_one_line_error(
+        &r,
+        &[
+            "\"model_type\": \"llama\"",
+            "\"architectures\": [\"MixtralForCausalLM\"]",
+            "MixtralForCausalLM is model_type \"mixtral\"",
+            "correct one of them so they agree",
+        ],
+        &[],
+        "llama over Mixtral",
+    );
+    // Names of one architecture still agree: Kimi K2 ships DeepseekV3ForCausalLM.
+    let kimi = std::fs::read_to_string(format!("{ROOT}/models/hf/deepseek-v3.json"))
+        .unwrap()
+        .replace(
+            "\"model_type\": \"deepseek_v3\"",
+            "\"model_type\": \"kimi_k2\"",
+        );
+    let r = eval_hf(&dir, "k.json", &kimi);
+    assert_eq!(hf_model(&r)["moe"]["experts"], 256, "{}", r.stderr);
+}
+
+/// A dense launch line for torch FSDP2 that Megatron-LM runs (no pipeline, untied, bf16).
+const FSDP2_LINE: &str = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 4096 --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 16 --untie-embeddings-and-output-weights --no-gradient-accumulation-fusion --use-torch-fsdp2";
+
+/// `--use-torch-fsdp2` beside `--use-distributed-optimizer`, `--fp16` or expert parallelism was
+/// priced as ZeRO-3, where Megatron-LM's `validate_args` refuses each; now refused as it does.
+#[test]
+fn torch_fsdp2_lines_megatron_refuses_are_refused() {
+    let ok = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &format!("{FSDP2_LINE} --bf16"),
+        "--format",
+        "json",
+    ]);
+    assert!(ok.code == 0 || ok.code == 1, "{}", ok.stderr);
+    let moe = "--num-experts 8 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2";
+    for (extra, needles) in [
+        (
+            "--bf16 --use-distributed-optimizer",
+            [
+                "--use-torch-fsdp2 with --use-distributed-optimizer",
+                "Megatron-LM refuses torch FSDP2 with its own distributed optimizer",
+                "drop --use-distributed-optimizer",
+            ],
+        ),
+        (
+            "--fp16",
+            [
+                "--use-torch-fsdp2 with --fp16",
+                "does not support torch FSDP2 with fp16",
+                "use --bf16",
+            ],
+        ),
+        (
+            &format!("--bf16 {moe}"),
+            [
+                "--use-torch-fsdp2 with --expert-model-parallel-size 2",
+                "refuses torch FSDP2 with expert parallelism",
+                "use --expert-model-parallel-size 1",
+            ],
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{FSDP2_LINE} {extra}"),
+        ]);
+        assert_one_line_error(&r, &needles, &[], extra);
+    }
+}
