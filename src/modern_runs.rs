@@ -128,6 +128,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
         .into_iter()
         .filter_map(|(range, value)| Some(range.check(value?)))
         .collect::<Result<(), String>>()
+        .and_then(|()| check_run_recompute(run))
         .and_then(|()| check_run_moe(run))
         .map_err(|message| RunsFileError::Number {
             origin: origin.to_string(),
@@ -137,6 +138,19 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
         .map(|model| run.bundled_moe_model = model)?;
     }
     Ok(file)
+}
+
+/// A run's `plan.recompute`, when given, is one [`recipes::stated_recompute`] reads: text it
+/// does not ("ful AC", "bogus") would be left to the search as if unstated, pricing another
+/// recompute than the source's without a word (the published runs file refuses it too).
+fn check_run_recompute(run: &ModernRun) -> Result<(), String> {
+    match run.plan.recompute.as_deref() {
+        Some(text) if stated_recompute(text).is_none() => Err(format!(
+            "plan.recompute: {} is not a recompute tpsim reads (rule: none, text starting with full, or text naming selective; null when the source does not say, which leaves it to the search); write e.g. recompute: full AC, recompute: selective AC, or null",
+            crate::input_file::quote(text)
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The keys of a run's `model.moe` (`validation/modern_runs.yaml`'s catalog writes each).
@@ -174,6 +188,16 @@ fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
         return Ok(None);
     };
     let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+    if let Some(given) = run.model.head_dim
+        && given != model.head_dim
+    {
+        return Err(format!(
+            "model.head_dim: {given} is not the {} of the bundled {name} that tpsim prices model_key {} with (rule: a current-stack MoE run is priced as its bundled model, models/{name}.yaml); write the bundled value, e.g. head_dim: {}, or null",
+            model.head_dim,
+            run.model_key.as_deref().unwrap_or_default(),
+            model.head_dim
+        ));
+    }
     let Some(ours) = model.moe else {
         return Ok(Some(model));
     };
@@ -311,8 +335,10 @@ pub struct RunModel {
     pub params_b: IgnoredAny,
     #[serde(default)]
     pub active_params_b: IgnoredAny,
+    /// The width of one attention head (null: hidden / heads); a dense run is built with it, an
+    /// MoE run's must be its bundled model's.
     #[serde(default)]
-    pub head_dim: IgnoredAny,
+    pub head_dim: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -514,7 +540,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         hidden: m.hidden.unwrap_or(0),
         heads: m.heads.unwrap_or(0),
         kv_heads: m.kv_heads,
-        head_dim: None,
+        head_dim: m.head_dim,
         ffn_hidden: m.ffn_hidden,
         vocab: m.vocab.unwrap_or(256_000),
         seq_len: m.seq_len.unwrap_or(0),

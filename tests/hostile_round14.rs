@@ -251,3 +251,106 @@ fn torch_fsdp2_lines_megatron_refuses_are_refused() {
         assert_one_line_error(&r, &needles, &[], extra);
     }
 }
+
+/// The bundled current-stack runs file cut down to its run `id`, each `(from, to)` replaced once.
+fn modern_run(id: &str, edits: &[(&str, &str)]) -> String {
+    let text = std::fs::read_to_string(format!("{ROOT}/validation/modern_runs.yaml")).unwrap();
+    let runs_at = text.find("\nruns:\n").expect("a runs: key") + "\nruns:\n".len();
+    let start = runs_at
+        + text[runs_at..]
+            .find(&format!("- id: {id}\n"))
+            .unwrap_or_else(|| panic!("a run {id}"));
+    let end = text[start + 2..]
+        .find("\n- id:")
+        .map_or(text.len(), |i| start + 2 + i + 1);
+    let mut run = text[start..end].to_string();
+    for (from, to) in edits {
+        assert!(run.contains(from), "{id} has {from:?}");
+        run = run.replacen(from, to, 1);
+    }
+    format!("{}{run}", &text[..runs_at])
+}
+
+const LLAMA_RUN: &str = "mbridge-25.11-pretrain-llama3_8b-gb300-8g-mxfp8-alt-gbs128";
+const GPT_OSS_RUN: &str = "mbridge-25.11-pretrain-gpt_oss_120b-gb300-64g-bf16-gbs1280";
+
+fn accuracy_of(name: &str, text: &str, extra: &[&str]) -> Run {
+    let dir = scratch("round14", name);
+    std::fs::write(dir.join("runs.yaml"), text).unwrap();
+    let mut args = vec!["accuracy", "--runs", "runs.yaml"];
+    args.extend_from_slice(extra);
+    run_in(&dir, &args)
+}
+
+/// A current-stack run's `plan.recompute` that tpsim's reading does not recognise ("ful AC",
+/// "bogus") was taken as unstated and left to the search, which priced another recompute than
+/// the source's without a word (the published runs file refuses it). Now refused.
+#[test]
+fn a_current_stack_runs_unread_recompute_is_refused() {
+    for value in ["ful AC", "bogus", "5"] {
+        let text = modern_run(
+            LLAMA_RUN,
+            &[("    recompute: null", &format!("    recompute: {value}"))],
+        );
+        let r = accuracy_of("recompute", &text, &[]);
+        assert_one_line_error(
+            &r,
+            &[
+                "runs.yaml: run mbridge-25.11-pretrain-llama3_8b",
+                &format!("plan.recompute: {}", tpsim_quote(value)),
+                "is not a recompute tpsim reads",
+                "null when the source does not say",
+                "e.g. recompute: full AC",
+            ],
+            &[],
+            value,
+        );
+    }
+    for value in ["full AC", "selective AC", "none", "null"] {
+        let text = modern_run(
+            LLAMA_RUN,
+            &[("    recompute: null", &format!("    recompute: {value}"))],
+        );
+        let r = accuracy_of("recompute-ok", &text, &[]);
+        assert_eq!(r.code, 0, "{value}: {}", r.stderr);
+    }
+}
+
+/// How tpsim quotes a value with a space (in double quotes) or without (bare).
+fn tpsim_quote(value: &str) -> String {
+    if value.contains(' ') {
+        format!("{value:?}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// A current-stack run's `model.head_dim` was never read: a dense run was built with hidden /
+/// heads whatever the file said (head_dim: 64 for Llama 3 8B priced as 128), and an MoE run's
+/// could contradict its bundled model. A dense run now takes it; an MoE run's must be the
+/// bundled model's.
+#[test]
+fn a_current_stack_runs_head_dim_is_read_or_refused() {
+    let planned_head_dim = |text: &str| {
+        let r = accuracy_of("head-dim", text, &["--run", LLAMA_RUN, "--format", "json"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        json["planned"]["model"]["head_dim"].clone()
+    };
+    let plain = modern_run(LLAMA_RUN, &[]);
+    assert_eq!(planned_head_dim(&plain), 128);
+    let narrow = modern_run(LLAMA_RUN, &[("    head_dim: null", "    head_dim: 64")]);
+    assert_eq!(planned_head_dim(&narrow), 64);
+    let text = modern_run(GPT_OSS_RUN, &[("    head_dim: 64", "    head_dim: 128")]);
+    let r = accuracy_of("head-dim-moe", &text, &[]);
+    assert_one_line_error(
+        &r,
+        &[
+            "model.head_dim: 128 is not the 64 of the bundled gpt-oss-120b",
+            "models/gpt-oss-120b.yaml",
+            "e.g. head_dim: 64, or null",
+        ],
+        &[],
+        "MoE head_dim",
+    );
+}
