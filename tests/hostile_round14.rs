@@ -354,3 +354,75 @@ fn a_current_stack_runs_head_dim_is_read_or_refused() {
         "MoE head_dim",
     );
 }
+
+/// The bundled 512B plan with `from` (a whole line) replaced by `to`, evaluated with `extra`.
+fn eval_plan_with(name: &str, from: &str, to: &str, extra: &[&str]) -> Run {
+    let dir = scratch("round14", name);
+    std::fs::write(dir.join("p.yaml"), bundled_plan_with(from, to)).unwrap();
+    let mut args = vec!["eval", "--plan", "p.yaml"];
+    args.extend_from_slice(extra);
+    run_in(&dir, &args)
+}
+
+/// A plan file's `reshard_after_forward: false` under ZeRO-1 was refused with the flags'
+/// message, "--reshard-after-forward needs --zero 3 ...; use --zero 3 or drop
+/// --reshard-after-forward", naming a flag the user never typed and no file; and the same for a
+/// file's `optimizer_states: bf16` under its Megatron-Core framework. Both are now said in the
+/// file's keys, with the file named and an edit of it as the fix.
+#[test]
+fn plan_file_reshard_and_optimizer_states_errors_name_the_files_keys() {
+    let r = eval_plan_with(
+        "reshard",
+        "  reshard_after_forward: true",
+        "  reshard_after_forward: false",
+        &[],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml: reshard_after_forward: false needs zero: 3",
+            "the file has zero: 1",
+            "set zero: 3, or delete the reshard_after_forward line",
+        ],
+        &["--reshard-after-forward", "--zero"],
+        "reshard in the file",
+    );
+    let r = eval_plan_with(
+        "reshard-zero",
+        "  reshard_after_forward: true",
+        "  reshard_after_forward: false",
+        &["--zero", "2"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--zero 2 with p.yaml's reshard_after_forward: false",
+            "give --zero 3, or delete the file's reshard_after_forward line",
+        ],
+        &["--reshard-after-forward"],
+        "--zero over the file's reshard",
+    );
+    let r = eval_plan_with(
+        "reshard-ok",
+        "  reshard_after_forward: true",
+        "  reshard_after_forward: false",
+        &["--zero", "3", "--format", "json"],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let r = eval_plan_with(
+        "states",
+        "optimizer_states: fp32",
+        "optimizer_states: bf16",
+        &[],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml: optimizer_states: bf16 is not how framework: megatron-core stores its optimizer",
+            "FSDP2 formats",
+            "set framework: torchtitan or optimizer_states: fp32",
+        ],
+        &["--optimizer-states", "--framework"],
+        "optimizer states in the file",
+    );
+}
