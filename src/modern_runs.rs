@@ -153,6 +153,35 @@ fn check_run_recompute(run: &ModernRun) -> Result<(), String> {
     }
 }
 
+/// A run's `model.moe` as JSON, refusing a non-finite number in it: read straight into a JSON
+/// value, `.nan` and `.inf` became null, so `moe: .inf` priced the run as dense and
+/// `experts: .nan` was taken as not given, without a word.
+fn finite_moe<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    fn non_finite(value: &yaml_serde::Value) -> Option<f64> {
+        match value {
+            yaml_serde::Value::Number(n) => n.as_f64().filter(|f| !f.is_finite()),
+            yaml_serde::Value::Sequence(items) => items.iter().find_map(non_finite),
+            yaml_serde::Value::Mapping(map) => map.values().find_map(non_finite),
+            yaml_serde::Value::Tagged(tagged) => non_finite(&tagged.value),
+            _ => None,
+        }
+    }
+    let Some(value) = Option::<yaml_serde::Value>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    if let Some(bad) = non_finite(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "moe holds {}, which is not a number (rule: an MoE run lists whole counts; a dense run has moe: null); write the run's MoE numbers, or moe: null",
+            crate::cluster::show_number(bad)
+        )));
+    }
+    serde_json::to_value(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 /// The keys of a run's `model.moe` (`validation/modern_runs.yaml`'s catalog writes each).
 const RUN_MOE_KEYS: [&str; 5] = [
     "experts",
@@ -327,7 +356,7 @@ pub struct RunModel {
     pub ffn_hidden: Option<u32>,
     #[serde(default)]
     pub vocab: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "finite_moe")]
     pub moe: Option<serde_json::Value>,
     #[serde(default)]
     pub seq_len: Option<u32>,
@@ -384,8 +413,10 @@ pub struct RunPlan {
     pub precision_raw: Option<String>,
     #[serde(default)]
     pub recompute: Option<String>,
+    /// Whether the run shards with FSDP (ZeRO-3); null when the source does not say. A boolean:
+    /// read as any value, `fsdp: yes` or `fsdp: 1` was silently no FSDP.
     #[serde(default)]
-    pub fsdp: Option<serde_json::Value>,
+    pub fsdp: Option<bool>,
     /// Overlap and compile settings the source states ("torch.compile, async TP", ...).
     #[serde(default)]
     pub overlap: Option<String>,
@@ -814,7 +845,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
-    let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
+    let fsdp = p.fsdp == Some(true);
     let (vpp, micro_batch) = pipeline_defaults(run, framework);
     let options = SearchOptions {
         allow_uneven_pp: !model.layers.is_multiple_of(pp),

@@ -426,3 +426,63 @@ fn plan_file_reshard_and_optimizer_states_errors_name_the_files_keys() {
         "optimizer states in the file",
     );
 }
+
+/// A current-stack run's `model.moe` was read into a JSON value, where YAML's `.inf` and `.nan`
+/// became null: `moe: .inf` priced the run as dense and `experts: .nan` was taken as not given,
+/// both without a word. Now refused at their line.
+#[test]
+fn a_non_finite_number_in_a_runs_moe_is_refused() {
+    for (name, text, shown) in [
+        (
+            "moe-inf",
+            modern_run(LLAMA_RUN, &[("    moe: null", "    moe: .inf")]),
+            "inf",
+        ),
+        (
+            "experts-nan",
+            modern_run(
+                GPT_OSS_RUN,
+                &[("      experts: 128", "      experts: .nan")],
+            ),
+            "NaN",
+        ),
+    ] {
+        let r = accuracy_of(name, &text, &[]);
+        assert_one_line_error(
+            &r,
+            &[
+                "runs.yaml:",
+                &format!("moe holds {shown}, which is not a number"),
+                "a dense run has moe: null",
+                "or moe: null",
+            ],
+            &[],
+            name,
+        );
+    }
+}
+
+/// A current-stack run's `plan.fsdp` was read as any value and only `true` counted: `fsdp: yes`,
+/// `fsdp: "true"` or `fsdp: 1` planned the run without FSDP, without a word. It is a boolean now.
+#[test]
+fn a_runs_fsdp_that_is_no_boolean_is_refused() {
+    for value in ["yes", "\"true\"", "1"] {
+        let text = modern_run(
+            LLAMA_RUN,
+            &[("    fsdp: false", &format!("    fsdp: {value}"))],
+        );
+        let r = accuracy_of("fsdp", &text, &[]);
+        assert_one_line_error(
+            &r,
+            &[
+                "runs.yaml:",
+                "plan.fsdp: invalid type",
+                "expected a boolean",
+            ],
+            &[],
+            value,
+        );
+    }
+    let text = modern_run(LLAMA_RUN, &[("    fsdp: false", "    fsdp: null")]);
+    assert_eq!(accuracy_of("fsdp-null", &text, &[]).code, 0);
+}
