@@ -318,6 +318,7 @@ impl GpuProfile {
     }
     /// Every numeric key in its [`Range`], and the calibration section (if any) checked too.
     pub fn check(&self) -> Result<(), String> {
+        crate::input_file::check_spec_name("name", &self.name, "my-gpu")?;
         let checks = [
             (PEAK_TFLOPS, self.peak_bf16_tflops),
             (HBM_CAPACITY_GIB, self.hbm_capacity_gib),
