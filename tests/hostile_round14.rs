@@ -486,3 +486,156 @@ fn a_runs_fsdp_that_is_no_boolean_is_refused() {
     let text = modern_run(LLAMA_RUN, &[("    fsdp: false", "    fsdp: null")]);
     assert_eq!(accuracy_of("fsdp-null", &text, &[]).code, 0);
 }
+
+/// A spec's `name` was taken whatever it was: `name: ""` printed "1 node x 8  = 8 GPUs" and a
+/// name with a NUL or an escape sequence went to the terminal and the reports as it was. Empty,
+/// blank and control-character names are now refused, for GPU profiles, model files and a plan
+/// file's inline model.
+#[test]
+fn an_empty_or_control_character_spec_name_is_refused() {
+    let dir = scratch("round14", "names");
+    for (value, words) in [
+        ("\"\"", "name: \"\" is empty"),
+        ("\"   \"", "name: \"   \" is empty"),
+        ("\"h100\\u0000x\"", "holds a control character"),
+        ("\"h100\\e[31mred\"", "holds a control character"),
+    ] {
+        std::fs::write(dir.join("g.yaml"), h100_with("name", value)).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "g.yaml",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--pp",
+                "1",
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                "g.yaml: ",
+                words,
+                "rule: the name is shown",
+                "e.g. name: my-gpu",
+            ],
+            &[],
+            value,
+        );
+    }
+    let model = std::fs::read_to_string(format!("{ROOT}/models/llama3-8b.yaml"))
+        .unwrap()
+        .replacen("name: llama3-8b", "name: \"\"", 1);
+    std::fs::write(dir.join("m.yaml"), model).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &["m.yaml: name: \"\" is empty", "e.g. name: my-model"],
+        &[],
+        "model file",
+    );
+    let r = eval_plan_with("inline-name", "  name: derived-512.0b", "  name: \"\"", &[]);
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml: model.name: \"\" is empty",
+            "e.g. model.name: my-model",
+        ],
+        &[],
+        "inline model",
+    );
+    // A name with spaces or other visible characters is a name.
+    std::fs::write(dir.join("g.yaml"), h100_with("name", "my h100 (custom)")).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--gpu",
+            "g.yaml",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
+
+/// A YAML tag in a spec was dropped without a word: `peak_bf16_tflops: !!str 989` (text, as
+/// YAML says) was read as the number 989, and `description: !important note` as "note". A
+/// tagged value is now refused at its line, with the untagged value to write.
+#[test]
+fn a_yaml_tag_in_a_spec_is_refused() {
+    let dir = scratch("round14", "tags");
+    for (key, value, tag, write) in [
+        (
+            "peak_bf16_tflops",
+            "!!str 989",
+            "!!str",
+            "write peak_bf16_tflops: 989",
+        ),
+        (
+            "description",
+            "!important note",
+            "!important",
+            "write description: note",
+        ),
+    ] {
+        std::fs::write(dir.join("g.yaml"), h100_with(key, value)).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval",
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "g.yaml",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--pp",
+                "1",
+            ],
+        );
+        assert_one_line_error(
+            &r,
+            &[
+                "g.yaml:",
+                &format!("{key}: {value} carries the YAML tag {tag}"),
+                "tpsim does not read",
+                write,
+            ],
+            &[],
+            value,
+        );
+    }
+    let text = bundled_plan_with("  tp: 8", "  tp: !!int 8");
+    std::fs::write(dir.join("p.yaml"), text).unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml:",
+            "plan.tp: !!int 8 carries the YAML tag !!int",
+            "write tp: 8",
+        ],
+        &[],
+        "plan file",
+    );
+}
