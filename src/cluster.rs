@@ -99,6 +99,17 @@ pub const HBM_CAPACITY_GIB: Range = Range::new(
     "GiB",
     "rule: 1 GiB to 100 TiB per device, as nvidia-smi's MiB / 1024",
 );
+/// A low-precision tensor-core peak (`peak_fp8_tflops`, `peak_fp4_tflops`): the bf16 peak's floor,
+/// and at most 100,000 TFLOP/s (about 7x a B300's dense FP4, 14,000 TFLOP/s, clusters/b300-sxm-288g.yaml).
+pub const fn low_precision_peak_range(key: &'static str) -> Range {
+    Range::new(
+        key,
+        1e-6,
+        1e5,
+        "TFLOP/s",
+        "rule: positive, at most about 7x a B300's dense FP4",
+    )
+}
 /// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
 pub const fn bandwidth_range(key: &'static str) -> Range {
     Range::new(key, 1e-3, 1e6, "GB/s", "rule: 1 MB/s to 1 PB/s per GPU")
@@ -307,6 +318,7 @@ impl GpuProfile {
     }
     /// Every numeric key in its [`Range`], and the calibration section (if any) checked too.
     pub fn check(&self) -> Result<(), String> {
+        crate::input_file::check_spec_name("name", &self.name, "my-gpu")?;
         let checks = [
             (PEAK_TFLOPS, self.peak_bf16_tflops),
             (HBM_CAPACITY_GIB, self.hbm_capacity_gib),
@@ -355,10 +367,11 @@ impl GpuProfile {
             ("peak_fp8_tflops", self.peak_fp8_tflops),
             ("peak_fp4_tflops", self.peak_fp4_tflops),
         ] {
-            if let Some(value) = value
-                && !(value.is_finite() && value > 0.0)
-            {
-                return Err(format!("{key}: {value} must be a positive number"));
+            if let Some(value) = value {
+                if !(value.is_finite() && value > 0.0) {
+                    return Err(format!("{key}: {value} must be a positive number"));
+                }
+                low_precision_peak_range(key).check(value)?;
             }
         }
         for (key, value) in [
@@ -376,6 +389,10 @@ impl GpuProfile {
                 return Err(format!(
                     "{key}: {value} must be a fraction in (0, 1] (a share of a peak rate); give the measured share, e.g. 0.75, or delete the line to use the profile's default"
                 ));
+            }
+            // The required efficiencies' floor too: a share of 1e-300 priced 300-digit steps.
+            if let Some(value) = value {
+                efficiency_range(key).check(value)?;
             }
         }
         if let Some(domain) = self.nvlink_domain_gpus

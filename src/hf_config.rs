@@ -150,6 +150,36 @@ fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
     })
 }
 
+/// A config whose `architectures[0]` is another supported model type than its `model_type`
+/// (`"model_type": "llama"` over `["MixtralForCausalLM"]`) is refused: the keys are read as
+/// `model_type` says (transformers' `AutoConfig` does too), so the other architecture's keys (the
+/// experts, a sliding window) would be dropped without a word. Names of one architecture agree
+/// (Kimi K2's `kimi_k2` is DeepseekV3ForCausalLM; Falcon's remote-code names are falcon).
+fn check_architecture_agrees(
+    path: &str,
+    architecture: &str,
+    model_type: Option<&String>,
+) -> Result<(), HfConfigError> {
+    let (Some(model_type), Some(named)) = (model_type, model_type_of_architecture(architecture))
+    else {
+        return Ok(());
+    };
+    let agree = named == model_type.as_str()
+        || matches!(
+            (named, model_type.as_str()),
+            ("deepseek_v3", "kimi_k2") | ("falcon", "RefinedWeb" | "RefinedWebModel")
+        );
+    if agree {
+        return Ok(());
+    }
+    Err(HfConfigError::Unsupported {
+        path: path.to_string(),
+        message: format!(
+            "\"model_type\": {model_type:?} and \"architectures\": [{architecture:?}] name different models ({architecture} is model_type {named:?}), and tpsim would read the keys as {model_type:?} and drop what only {named:?} has; correct one of them so they agree"
+        ),
+    })
+}
+
 /// A model read from a `config.json`, with a note on where its training length came from when
 /// `--seq-len` was not given (printed with the model's origin).
 #[derive(Debug, Clone, PartialEq)]
@@ -349,6 +379,11 @@ pub fn parse_with_note(
         supported: SUPPORTED.join(", "),
     };
     let family = family_of(&model_type).ok_or_else(unknown)?;
+    check_architecture_agrees(
+        path,
+        architecture,
+        obj.get("model_type").and(Some(&model_type)),
+    )?;
     let reader = Reader {
         obj,
         text,

@@ -297,6 +297,25 @@ pub fn quote(text: &str) -> String {
 /// User input as it may appear in a name tpsim shows (not only in errors): control characters and
 /// spaces other than a plain one escaped, at most [`MAX_QUOTED_CHARS`] characters, the cut marked,
 /// never put in quotes.
+/// A spec file's `name` (`key`: `name`, `model.name`), which every table, report and saved plan
+/// shows: refused when empty or blank (the tables printed "1 node x 8  = 8 GPUs") or when it
+/// holds a control character (a NUL or an escape sequence went to the terminal as it was).
+pub fn check_spec_name(key: &str, name: &str, example: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err(format!(
+            "{key}: {} is empty (rule: the name is shown in every table, report and saved plan); give it a name, e.g. {key}: {example}",
+            quote(name)
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "{key}: {} holds a control character (rule: the name is shown in every table, report and saved plan, where it would garble the output); write it with visible characters only, e.g. {key}: {example}",
+            quote(name)
+        ));
+    }
+    Ok(())
+}
+
 pub fn escape(text: &str) -> String {
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {

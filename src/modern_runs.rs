@@ -64,6 +64,11 @@ pub struct ModernRun {
     pub notes: Vec<String>,
     #[serde(default)]
     pub model_source: IgnoredAny,
+    /// The bundled MoE model of `model_key`, loaded once by [`parse_runs_file`]'s check of
+    /// `model.moe` and priced by [`plan_run`] (`None` for a dense run, or a run read otherwise:
+    /// [`plan_run`] loads it then).
+    #[serde(skip)]
+    bundled_moe_model: Option<Model>,
 }
 
 /// Why a runs file is refused: its YAML (at file:line:column, as every input file's), or a run id
@@ -111,10 +116,10 @@ const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::
 pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsFileError> {
     crate::input_file::check_depth(origin, text).map_err(specs::SpecError::from)?;
     specs::check_number_spellings(origin, text)?;
-    let file: ModernRunsFile =
+    let mut file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, text, &err))?;
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
-    for run in &file.runs {
+    for run in &mut file.runs {
         let results = &run.results;
         [
             (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
@@ -123,14 +128,58 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
         .into_iter()
         .filter_map(|(range, value)| Some(range.check(value?)))
         .collect::<Result<(), String>>()
+        .and_then(|()| check_run_recompute(run))
         .and_then(|()| check_run_moe(run))
         .map_err(|message| RunsFileError::Number {
             origin: origin.to_string(),
             id: crate::input_file::quote(&run.id),
             message,
-        })?;
+        })
+        .map(|model| run.bundled_moe_model = model)?;
     }
     Ok(file)
+}
+
+/// A run's `plan.recompute`, when given, is one [`recipes::stated_recompute`] reads: text it
+/// does not ("ful AC", "bogus") would be left to the search as if unstated, pricing another
+/// recompute than the source's without a word (the published runs file refuses it too).
+fn check_run_recompute(run: &ModernRun) -> Result<(), String> {
+    match run.plan.recompute.as_deref() {
+        Some(text) if stated_recompute(text).is_none() => Err(format!(
+            "plan.recompute: {} is not a recompute tpsim reads (rule: none, text starting with full, or text naming selective; null when the source does not say, which leaves it to the search); write e.g. recompute: full AC, recompute: selective AC, or null",
+            crate::input_file::quote(text)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A run's `model.moe` as JSON, refusing a non-finite number in it: read straight into a JSON
+/// value, `.nan` and `.inf` became null, so `moe: .inf` priced the run as dense and
+/// `experts: .nan` was taken as not given, without a word.
+fn finite_moe<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    fn non_finite(value: &yaml_serde::Value) -> Option<f64> {
+        match value {
+            yaml_serde::Value::Number(n) => n.as_f64().filter(|f| !f.is_finite()),
+            yaml_serde::Value::Sequence(items) => items.iter().find_map(non_finite),
+            yaml_serde::Value::Mapping(map) => map.values().find_map(non_finite),
+            yaml_serde::Value::Tagged(tagged) => non_finite(&tagged.value),
+            _ => None,
+        }
+    }
+    let Some(value) = Option::<yaml_serde::Value>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    if let Some(bad) = non_finite(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "moe holds {}, which is not a number (rule: an MoE run lists whole counts; a dense run has moe: null); write the run's MoE numbers, or moe: null",
+            crate::cluster::show_number(bad)
+        )));
+    }
+    serde_json::to_value(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// The keys of a run's `model.moe` (`validation/modern_runs.yaml`'s catalog writes each).
@@ -144,10 +193,11 @@ const RUN_MOE_KEYS: [&str; 5] = [
 
 /// A run's `model.moe` against the bundled model tpsim prices the run with ([`bundled_moe`]):
 /// its keys are [`RUN_MOE_KEYS`], and each number given is the bundled model's (a run whose
-/// `model_key` has no bundled model is said not predicted, in its row).
-fn check_run_moe(run: &ModernRun) -> Result<(), String> {
+/// `model_key` has no bundled model is said not predicted, in its row). Gives the bundled model
+/// it loaded, for [`plan_run`] to price the run with.
+fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
     let Some(moe) = run.model.moe.as_ref().filter(|v| !v.is_null()) else {
-        return Ok(());
+        return Ok(None);
     };
     let bundled = run.model_key.as_deref().and_then(bundled_moe);
     let Some(map) = moe.as_object() else {
@@ -164,11 +214,21 @@ fn check_run_moe(run: &ModernRun) -> Result<(), String> {
         ));
     }
     let Some(name) = bundled else {
-        return Ok(());
+        return Ok(None);
     };
     let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+    if let Some(given) = run.model.head_dim
+        && given != model.head_dim
+    {
+        return Err(format!(
+            "model.head_dim: {given} is not the {} of the bundled {name} that tpsim prices model_key {} with (rule: a current-stack MoE run is priced as its bundled model, models/{name}.yaml); write the bundled value, e.g. head_dim: {}, or null",
+            model.head_dim,
+            run.model_key.as_deref().unwrap_or_default(),
+            model.head_dim
+        ));
+    }
     let Some(ours) = model.moe else {
-        return Ok(());
+        return Ok(Some(model));
     };
     let shared_experts = ours
         .shared_expert_ffn_hidden
@@ -191,7 +251,7 @@ fn check_run_moe(run: &ModernRun) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(Some(model))
 }
 
 /// Refuses a run id given twice in the runs file `text` (either format: each run is a mapping with
@@ -296,7 +356,7 @@ pub struct RunModel {
     pub ffn_hidden: Option<u32>,
     #[serde(default)]
     pub vocab: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "finite_moe")]
     pub moe: Option<serde_json::Value>,
     #[serde(default)]
     pub seq_len: Option<u32>,
@@ -304,8 +364,10 @@ pub struct RunModel {
     pub params_b: IgnoredAny,
     #[serde(default)]
     pub active_params_b: IgnoredAny,
+    /// The width of one attention head (null: hidden / heads); a dense run is built with it, an
+    /// MoE run's must be its bundled model's.
     #[serde(default)]
-    pub head_dim: IgnoredAny,
+    pub head_dim: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -351,8 +413,10 @@ pub struct RunPlan {
     pub precision_raw: Option<String>,
     #[serde(default)]
     pub recompute: Option<String>,
+    /// Whether the run shards with FSDP (ZeRO-3); null when the source does not say. A boolean:
+    /// read as any value, `fsdp: yes` or `fsdp: 1` was silently no FSDP.
     #[serde(default)]
-    pub fsdp: Option<serde_json::Value>,
+    pub fsdp: Option<bool>,
     /// Overlap and compile settings the source states ("torch.compile, async TP", ...).
     #[serde(default)]
     pub overlap: Option<String>,
@@ -472,7 +536,10 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
         let key = run.model_key.as_deref().unwrap_or("");
         let name = bundled_moe(key).ok_or_else(|| format!("MoE model {key} is not bundled"))?;
-        let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+        let model = match &run.bundled_moe_model {
+            Some(model) => model.clone(),
+            None => specs::load_bundled_model(name).map_err(|e| e.to_string())?,
+        };
         let layers = m.layers.unwrap_or(model.layers);
         let overrides = ShapeOverrides {
             layers: (layers != model.layers).then_some(layers),
@@ -504,7 +571,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         hidden: m.hidden.unwrap_or(0),
         heads: m.heads.unwrap_or(0),
         kv_heads: m.kv_heads,
-        head_dim: None,
+        head_dim: m.head_dim,
         ffn_hidden: m.ffn_hidden,
         vocab: m.vocab.unwrap_or(256_000),
         seq_len: m.seq_len.unwrap_or(0),
@@ -778,7 +845,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     training.kernel_fusion = kernel_fusion_of(run);
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
-    let fsdp = p.fsdp.as_ref().is_some_and(|v| v.as_bool() == Some(true));
+    let fsdp = p.fsdp == Some(true);
     let (vpp, micro_batch) = pipeline_defaults(run, framework);
     let options = SearchOptions {
         allow_uneven_pp: !model.layers.is_multiple_of(pp),

@@ -719,6 +719,8 @@ fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Mod
             message, key_prefix,
         ))
     };
+    crate::input_file::check_spec_name(&format!("{key_prefix}name"), &file.name, "my-model")
+        .map_err(invalid)?;
     check_model_counts(file).map_err(|m| invalid(in_file_words(&m)))?;
     check_moe_switches(file, key_prefix).map_err(invalid)?;
     Model::from_file(file).map_err(|err| invalid(in_file_words(&err.to_string())))

@@ -1,4 +1,5 @@
-//! Whole numbers a YAML file spells other than in decimal digits. The parser reads `tp: +8`,
+//! Whole numbers a YAML file spells other than in decimal digits, and values with a YAML tag
+//! (`!!str 989`, which the parser reads as the number 989). The parser reads `tp: +8`,
 //! `tp: 0x8`, `tp: 0o10` and `tp: 0b1000` all as 8 and `tp: -0` as 0 without a word, so the value
 //! tpsim echoes back would not be the one written. This finds the first such plain scalar in a
 //! file, so the reader can refuse it with the digits to write instead. (`tp: 007` is read as the
@@ -186,6 +187,25 @@ fn odd_spelling(value: &str, key: Option<&str>) -> Option<String> {
         Some(key) => format!("write {key}: {digits}"),
         None => format!("write {digits}"),
     };
+    // A tag (`!!str 989`, `!note text`): the parser reads the value after it as if untagged, so
+    // `!!str 989` was the number 989 and `!important note` the text "note", without a word.
+    if let Some(tagged) = value.strip_prefix('!') {
+        let (tag, rest) = tagged
+            .split_once(char::is_whitespace)
+            .unwrap_or((tagged, ""));
+        let rest = rest.trim();
+        let fix = if rest.is_empty() {
+            "drop the tag".to_string()
+        } else {
+            format!(
+                "drop the tag ({}), or quote the whole value as text",
+                write(rest)
+            )
+        };
+        return Some(format!(
+            "carries the YAML tag !{tag}, which tpsim does not read (the value after it would be taken as untagged without a word); {fix}"
+        ));
+    }
     let (sign, body) = match value.strip_prefix(['+', '-']) {
         Some(rest) => (&value[..1], rest),
         None => ("", value),

@@ -157,7 +157,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(_) if megatron.is_some() => {
             megatron_request(megatron.as_ref().expect("checked above"), &scenario)?
         }
-        Some((file, _)) => {
+        Some((file, path)) => {
+            check_file_reshard(&file.plan, path, &args)?;
             let changes_stages = args.pp.is_some_and(|pp| pp != file.plan.pp)
                 || args.vpp.is_some_and(|vpp| vpp != file.plan.vpp);
             if let (Some((first, last)), true) = (file.plan.stage_split, changes_stages) {
@@ -740,6 +741,25 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
             &given
         ))
     })
+}
+
+/// A plan file's `reshard_after_forward: false` under a ZeRO stage below 3 (the file's own, or
+/// `--zero` over it) is refused in the file's words: the plan builder's message names
+/// `--reshard-after-forward`, a flag the user never typed, and offers to drop it.
+fn check_file_reshard(file: &PlanRequest, path: &str, args: &EvalArgs) -> Result<()> {
+    if file.reshard_after_forward || args.reshard_after_forward.is_some() {
+        return Ok(());
+    }
+    match args.zero {
+        None if file.zero < 3 => bail!(
+            "{path}: reshard_after_forward: false needs zero: 3 (only FSDP/ZeRO-3 gathers parameters, so only it can keep them gathered until the backward), and the file has zero: {}; set zero: 3, or delete the reshard_after_forward line",
+            file.zero
+        ),
+        Some(zero) if zero < 3 => bail!(
+            "--zero {zero} with {path}'s reshard_after_forward: false: only FSDP/ZeRO-3 gathers parameters, so only it can keep them gathered until the backward; give --zero 3, or delete the file's reshard_after_forward line"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// A plan file's plan with the plan flags given next to `--plan` in their place, as `--plan`'s help

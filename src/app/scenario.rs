@@ -1173,6 +1173,25 @@ pub(super) fn resolve_scenario(
         },
     };
     if let Some(why) = training.optimizer_states.unsupported_by(framework) {
+        // Both from the plan file: said in its keys, the fix an edit of it (the flags' message
+        // named --optimizer-states and --framework, which the user never typed).
+        if let (Some((_, path)), None, None) = (
+            file,
+            &training_args.optimizer_states,
+            training_args.framework,
+        ) && plan_file.is_some_and(|f| f.optimizer_states.is_some())
+        {
+            bail!(
+                "{path}: optimizer_states: {} is not how framework: {} stores its optimizer: {}; set framework: {} or optimizer_states: fp32",
+                training.optimizer_states.as_str(),
+                framework.as_str(),
+                why.split_once(';').map_or(why, |(rule, _)| rule),
+                match training.optimizer_states {
+                    crate::training::OptimizerStates::Bf16Moments => "megatron-core",
+                    _ => "torchtitan",
+                },
+            );
+        }
         bail!(
             "--optimizer-states {} is not how --framework {} stores its optimizer: {why}",
             training.optimizer_states.as_str(),

@@ -136,6 +136,7 @@ pub(super) const VALUED: &[&str] = &[
     "optimizer",
     "encoder-num-layers",
     "decoder-num-layers",
+    "activation-func-clamp-value",
 ];
 
 /// Switches (no value).
@@ -806,6 +807,9 @@ impl<'a> Parsed<'a> {
                 "--data-parallel-sharding-strategy {s} is ignored without --use-megatron-fsdp (Megatron-LM ignores it too)"
             ));
         }
+        if self.switch("use-torch-fsdp2") {
+            self.check_torch_fsdp2()?;
+        }
         megatron_zero(
             self.switch("use-distributed-optimizer"),
             self.switch("use-megatron-fsdp"),
@@ -813,6 +817,35 @@ impl<'a> Parsed<'a> {
             strategy,
             pp,
         )
+    }
+
+    /// What Megatron-LM's `validate_args` asserts of a `--use-torch-fsdp2` line (arguments.py:
+    /// "--use-torch-fsdp2 is not supported with expert parallelism", "... not supported with fp16
+    /// yet"); the pipeline and distributed-optimizer rules are [`megatron_zero`]'s.
+    /// A line Megatron-LM refuses is refused, not priced. (Its gradient-accumulation-fusion and
+    /// untied-embeddings asserts are not repeated: tpsim has read such lines as ZeRO-3 all along.)
+    fn check_torch_fsdp2(&self) -> Result<(), MegatronArgsError> {
+        let refused = |given: String, why: &str| {
+            Err(MegatronArgsError::Refused {
+                given,
+                why: why.to_string(),
+            })
+        };
+        if let Some(ep) = self.number("expert-model-parallel-size")?
+            && ep > 1
+        {
+            return refused(
+                format!("--use-torch-fsdp2 with --expert-model-parallel-size {ep}"),
+                "Megatron-LM refuses torch FSDP2 with expert parallelism; use --expert-model-parallel-size 1, or --use-megatron-fsdp",
+            );
+        }
+        if self.switch("fp16") {
+            return refused(
+                "--use-torch-fsdp2 with --fp16".into(),
+                "Megatron-LM does not support torch FSDP2 with fp16; use --bf16",
+            );
+        }
+        Ok(())
     }
 
     /// torchrun's `--nnodes` / `--nproc_per_node`: a number is read, anything else (a shell
@@ -864,6 +897,13 @@ pub fn megatron_zero(
     pp: u32,
 ) -> Result<u8, MegatronArgsError> {
     if torch_fsdp2 {
+        if distributed_optimizer {
+            // arguments.py: "--use-torch-fsdp2 is not supported with MCore's distributed optimizer".
+            return Err(MegatronArgsError::Refused {
+                given: "--use-torch-fsdp2 with --use-distributed-optimizer".into(),
+                why: "Megatron-LM refuses torch FSDP2 with its own distributed optimizer (FSDP2 shards the optimizer states itself); drop --use-distributed-optimizer".into(),
+            });
+        }
         if pp > 1 {
             return Err(MegatronArgsError::Refused {
                 given: format!("--use-torch-fsdp2 with --pipeline-model-parallel-size {pp}"),

@@ -126,6 +126,14 @@ impl Parsed<'_> {
                         why: "a dense model has no experts; add --num-experts N or drop it".into(),
                     });
                 }
+                if let Some(limit) = self.value("activation-func-clamp-value") {
+                    // Megatron-Core clamps a dense gated MLP too, but tpsim's model of the clamp
+                    // (`Moe::clamped_glu`) is the experts' (GPT-OSS), so it is not dropped unsaid.
+                    return Err(MegatronArgsError::NotModelled {
+                        given: format!("--activation-func-clamp-value {limit} without --num-experts"),
+                        why: "tpsim models a clamped gated activation on mixture-of-experts layers only (GPT-OSS); drop it for a dense model, or add --num-experts N".into(),
+                    });
+                }
                 for (flag, n) in [
                     ("expert-model-parallel-size", ep),
                     ("expert-tensor-parallel-size", etp),
@@ -332,10 +340,36 @@ impl Parsed<'_> {
             first_dense_layers,
             router_groups,
             router_group_topk,
-            // `--activation-func-clamp-value` is not read: the clamp costs nothing apart in
-            // today's Megatron-Core (`cost::moe::ExpertEpilogue`).
-            clamped_glu: false,
+            clamped_glu: self.clamped_glu()?,
         })
+    }
+
+    /// `--activation-func-clamp-value X` (Megatron-Core `activation_func_clamp_value`, a float;
+    /// GPT-OSS: 7.0) clamps the two halves of the gated activation: tpsim's `Moe::clamped_glu`.
+    /// The limit itself changes no memory or time, but it must be a positive, finite number, and
+    /// the activation must be gated (`--swiglu` or `--quick-geglu`) for it to clamp anything.
+    fn clamped_glu(&self) -> Result<bool, MegatronArgsError> {
+        const FLAG: &str = "activation-func-clamp-value";
+        let Some(text) = self.value(FLAG) else {
+            return Ok(false);
+        };
+        match text.parse::<f64>() {
+            Ok(limit) if limit.is_finite() && limit > 0.0 => {}
+            _ => {
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--{FLAG} {text:?} is not a positive, finite number (the gate is clamped from above and the linear half to [-X, X]); e.g. --{FLAG} 7.0 (GPT-OSS), or drop it"
+                    ),
+                });
+            }
+        }
+        if !self.switch("swiglu") && !self.switch("quick-geglu") {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--{FLAG} {text} without --swiglu or --quick-geglu"),
+                why: "the clamp acts on the two halves of a gated activation, and this line's MLP is not gated; add --swiglu or drop it".into(),
+            });
+        }
+        Ok(true)
     }
 
     /// `--multi-latent-attention` with its widths (arguments.py defaults: --q-lora-rank None,

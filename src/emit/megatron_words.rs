@@ -34,6 +34,7 @@ pub(super) fn example_value(flag: &str) -> &'static str {
         "moe-layer-freq" => "'[0]*3+[1]*58'",
         "hidden-dropout" | "attention-dropout" => "0.0",
         "moe-expert-capacity-factor" => "1.25",
+        "activation-func-clamp-value" => "7.0",
         "moe-token-drop-policy" => "probs",
         "moe-token-dispatcher-type" => "alltoall",
         "recompute-granularity" => "selective",
