@@ -658,22 +658,11 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
     }
 }
 
-/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
-/// line names.
-pub fn breakdown(
-    e: &Estimate,
-    cluster: &Cluster,
-    cp_exchange: crate::training::CpExchange,
-) -> String {
-    let p = &e.plan;
-    let mem = &e.memory;
-    let t = &e.time;
-    let step = t.step_s.0;
-    let pct = |x: f64| 100.0 * x / step;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
+/// The plan as `eval`'s "plan:" line describes it (degrees, micro-batches, sequence parallelism,
+/// recompute, ZeRO, GEMM precision); `--emit`'s header names the plan it writes with the same words.
+pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
+    format!(
+        "tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
         p.cp,
         p.pp,
@@ -716,7 +705,23 @@ pub fn breakdown(
             ""
         },
         p.precision.as_str()
-    );
+    )
+}
+
+/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
+/// line names.
+pub fn breakdown(
+    e: &Estimate,
+    cluster: &Cluster,
+    cp_exchange: crate::training::CpExchange,
+) -> String {
+    let p = &e.plan;
+    let mem = &e.memory;
+    let t = &e.time;
+    let step = t.step_s.0;
+    let pct = |x: f64| 100.0 * x / step;
+    let mut out = String::new();
+    let _ = writeln!(out, "plan: {}", plan_words(p));
     if p.pp == 1 {
         let _ = writeln!(
             out,
