@@ -52,3 +52,72 @@ fn emit_header_names_the_plan_as_eval_does() {
         assert!(header.contains(" GEMMs: "), "{header}");
     }
 }
+
+/// The GB figure before `word` in `line` ("3748.70 GB ...").
+fn gb_before(line: &str, word: &str) -> String {
+    let (before, _) = line
+        .split_once(word)
+        .unwrap_or_else(|| panic!("no {word:?} in {line}"));
+    before.rsplit([' ', '(']).next().unwrap().to_string()
+}
+
+/// `plan`'s "why the best plan" lines printed TP's and DP's traffic to 1 decimal ("3748.7 GB",
+/// "12.4 GB") and PP's to 2 ("107.11 GB"); eval's communication table prints all of them to 2
+/// ("3748.70 GB", "12.42 GB"). Each line now prints eval's number.
+#[test]
+fn why_lines_print_traffic_as_evals_communication_table() {
+    let plan = run(&with(&["plan"], &SCENARIO));
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let eval = run(&with(
+        &["eval"],
+        &with(
+            &SCENARIO,
+            &[
+                "--tp",
+                "8",
+                "--pp",
+                "16",
+                "--dp",
+                "2",
+                "--vpp",
+                "7",
+                "--micro-batch",
+                "1",
+                "--sequence-parallel",
+                "--recompute",
+                "none",
+                "--zero",
+                "1",
+            ],
+        ),
+    ));
+    assert_eq!(eval.code, 0, "{}", eval.stderr);
+    // The test's plan is the search's best.
+    assert!(
+        plan.stdout.contains("TP 8: ")
+            && plan.stdout.contains("PP 16: ")
+            && plan.stdout.contains("DP 2 with ZeRO-1: "),
+        "{}",
+        plan.stdout
+    );
+    for (why, table) in [
+        ("TP 8: ", "TP "),
+        ("PP 16: ", "PP "),
+        ("DP 2 with ZeRO-1: ", "DP "),
+    ] {
+        let why_gb = gb_before(line_after(&plan.stdout, why), " GB per GPU per step");
+        let table_line = eval
+            .stdout
+            .lines()
+            .map(str::trim_start)
+            .find(|l| l.starts_with(table) && l.contains(" GB on "))
+            .unwrap_or_else(|| panic!("no {table:?} row in {}", eval.stdout));
+        let table_gb = gb_before(table_line, " GB on ");
+        assert_eq!(why_gb, table_gb, "{why}vs {table_line}");
+        assert_eq!(
+            why_gb.split_once('.').map(|(_, d)| d.len()),
+            Some(2),
+            "{why_gb}"
+        );
+    }
+}

@@ -1063,7 +1063,7 @@ pub fn explain_best(
     if p.tp > 1 {
         let _ = writeln!(
             out,
-            "  TP {}: {} — every {}: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  TP {}: {} — every {}: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.tp,
             tp_place_words(e, cluster),
             {
@@ -1103,7 +1103,7 @@ pub fn explain_best(
     if p.cp > 1 {
         let _ = writeln!(
             out,
-            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.cp,
             e.comm.cp.link.map_or("-", link_name),
             e.comm.cp.wire_bytes.gb(),
@@ -1113,7 +1113,7 @@ pub fn explain_best(
     if p.ep > 1 || p.etp > 1 {
         let _ = writeln!(
             out,
-            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.ep,
             if p.etp > 1 {
                 format!(" x ETP {}", p.etp)
@@ -1182,7 +1182,7 @@ pub fn explain_best(
         };
         let _ = writeln!(
             out,
-            "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed{}",
+            "  {group} with ZeRO-{}: {:.2} GB per GPU per step on {}, {:.1}% of the step exposed{}",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
             dp_link_words(e, cluster),
