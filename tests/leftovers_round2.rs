@@ -121,3 +121,16 @@ fn why_lines_print_traffic_as_evals_communication_table() {
         );
     }
 }
+
+/// The sweep table's header said "best plan at each of 1 points" for a single point.
+#[test]
+fn sweep_header_counts_one_point_in_the_singular() {
+    let r = run(&with(
+        &["sweep", "--axis", "nodes", "--values", "32"],
+        &SCENARIO[..2],
+    ));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let header = line_after(&r.stdout, "sweep over nodes: ");
+    assert!(header.starts_with("best plan at 1 point ("), "{header}");
+    assert!(!r.stdout.contains("1 points"), "{}", r.stdout);
+}
