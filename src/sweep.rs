@@ -363,9 +363,9 @@ pub fn to_csv(sweep: &Sweep) -> String {
 }
 
 /// A plan in one cell, in `plan`'s column order: `tp4 cp2 pp1 dp8 ep8 etp1 vpp1 mb1 sp
-/// recompute=none zero1 fp8`. The recompute mode is keyed, so that "sp" (sequence parallelism on)
-/// is never read as "sp none" (off); a block recompute of some layers reads `recompute=full 1/4`,
-/// as the table's column. cp, ep, etp and the precision show as [`LabelDims`] says.
+/// recompute none zero1 fp8`. The recompute mode follows its name, so that "sp" (sequence
+/// parallelism on) is never read as "sp none" (off); its value is the plan table's
+/// (`report::recompute_label`), as `eval` and `accuracy` write it: `recompute full 1/4`. cp, ep, etp and the precision show as [`LabelDims`] says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanLabel {
     pub tp: u32,
@@ -442,7 +442,7 @@ pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
         out += &format!(" etp{}", l.etp);
     }
     out += &format!(
-        " vpp{} mb{} {}recompute={} zero{}",
+        " vpp{} mb{} {}recompute {} zero{}",
         l.vpp,
         l.micro_batch,
         if l.sequence_parallel { "sp " } else { "" },
@@ -681,12 +681,12 @@ mod tests {
         };
         let dense = LabelDims::of([&label], false);
         let on = plan_label(&label, dense);
-        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1");
+        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute none zero1");
         assert!(!on.contains("sp none"), "{on}");
         label.sequence_parallel = false;
         label.recompute = "selective".into();
         let off = plan_label(&label, dense);
-        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute=selective zero1");
+        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute selective zero1");
     }
 
     #[test]
@@ -708,7 +708,7 @@ mod tests {
         let text = plan_label(&label, LabelDims::of([&label], false));
         assert_eq!(
             text,
-            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute=full 1/4 zero1 fp8"
+            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute full 1/4 zero1 fp8"
         );
         // A model with experts shows ep and etp even at 1.
         let one = PlanLabel {
@@ -719,7 +719,7 @@ mod tests {
         };
         assert_eq!(
             plan_label(&one, LabelDims::of([&one], true)),
-            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute=full 1/4 zero1"
+            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 zero1"
         );
     }
 }

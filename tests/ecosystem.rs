@@ -1576,7 +1576,7 @@ fn sweep_table_plan_label_keys_recompute() {
         "sweep", "--params", "70B", "--axis", "nodes", "--values", "8",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("recompute="), "{stdout}");
+    assert!(stdout.contains(" recompute "), "{stdout}");
     assert!(!stdout.contains("sp none"), "{stdout}");
 }
 

@@ -3,7 +3,7 @@
 //! what was printed before).
 
 mod common;
-use common::run;
+use common::{run, scratch};
 
 const SCENARIO: [&str; 4] = ["--params", "512B", "--nodes", "32"];
 
@@ -133,4 +133,58 @@ fn sweep_header_counts_one_point_in_the_singular() {
     let header = line_after(&r.stdout, "sweep over nodes: ");
     assert!(header.starts_with("best plan at 1 point ("), "{header}");
     assert!(!r.stdout.contains("1 points"), "{}", r.stdout);
+}
+
+/// The sweep and compare labels wrote the recompute as "recompute=full 3/7" and
+/// "recompute=none" where plan's table, eval and accuracy write "full 3/7" after "recompute".
+/// The label now writes "recompute full 3/7", the plan table's value after eval's name.
+#[test]
+fn plan_labels_write_recompute_as_eval_does() {
+    let dir = scratch("leftovers2", "labels");
+    let seed =
+        std::fs::read_to_string(format!("{}/plans/seed-512b-32nodes.yaml", common::ROOT)).unwrap();
+    let full = seed.replace(
+        "recompute: selective",
+        "recompute: full\n  recompute_num_layers: 3",
+    );
+    assert_ne!(full, seed);
+    let file = dir.join("full3.yaml");
+    std::fs::write(&file, full).unwrap();
+    let file = file.to_str().unwrap();
+    let eval = run(&["eval", "--plan", file]);
+    assert_eq!(eval.code, 0, "{}", eval.stderr);
+    let recompute = line_after(&eval.stdout, "plan: ")
+        .split(", ")
+        .find_map(|w| w.strip_prefix("recompute "))
+        .expect("recompute in the plan line")
+        .to_string();
+    assert_eq!(recompute, "full 3/7");
+    let compare = run(&[
+        "compare",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+        "--plan",
+        file,
+    ]);
+    assert_eq!(compare.code, 0, "{}", compare.stderr);
+    assert!(
+        compare
+            .stdout
+            .contains(&format!(" sp recompute {recompute} zero1 ")),
+        "{}",
+        compare.stdout
+    );
+    assert!(!compare.stdout.contains("recompute="), "{}", compare.stdout);
+    // The sweep's best plan: plan's table says "none" in its recomp column.
+    let sweep = run(&with(
+        &["sweep", "--axis", "nodes", "--values", "32"],
+        &SCENARIO[..2],
+    ));
+    assert_eq!(sweep.code, 0, "{}", sweep.stderr);
+    assert!(
+        sweep.stdout.contains(" sp recompute none zero1 "),
+        "{}",
+        sweep.stdout
+    );
+    assert!(!sweep.stdout.contains("recompute="), "{}", sweep.stdout);
 }
