@@ -175,7 +175,7 @@ impl RowMemory {
 }
 
 impl Row {
-    /// The time to train in days, as the table and the chart print it.
+    /// The time to train in days, as the chart draws it.
     pub fn time_to_train_days(&self) -> Option<f64> {
         self.time_to_train_s.map(|s| s / 86400.0)
     }
@@ -287,18 +287,6 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
-}
-
-/// Days to train in the table: one decimal, and under a tenth of a day two significant digits
-/// (a 10M-token budget reads 0.0011, not 0.0), as `eval`'s time to train reads it in minutes.
-fn days_cell(days: Option<f64>) -> String {
-    match days {
-        Some(d) if d > 0.0 && d < 0.1 => {
-            let decimals = (-d.log10().floor()) as usize + 1;
-            format!("{d:.decimals$}")
-        }
-        other => fixed(other, 1),
-    }
 }
 
 /// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
@@ -472,7 +460,8 @@ pub fn table(sweep: &Sweep) -> String {
         "headroom GiB".into(),
     ];
     if sweep.tokens.is_some() {
-        header.push("days to train".into());
+        // `plan`'s column: its name and its cells (`report::duration`, as eval's time to train).
+        header.push("train".into());
         if sweep.price_per_gpu_hour.is_some() {
             header.push("cost".into());
         }
@@ -515,7 +504,11 @@ pub fn table(sweep: &Sweep) -> String {
             fixed(r.memory.headroom_gib(), 1),
         ];
         if sweep.tokens.is_some() {
-            row.push(days_cell(r.time_to_train_days()));
+            row.push(
+                r.time_to_train_s
+                    .map(crate::report::duration)
+                    .unwrap_or_default(),
+            );
             if sweep.price_per_gpu_hour.is_some() {
                 row.push(
                     r.cost_to_train
@@ -583,15 +576,6 @@ mod tests {
     use crate::shape::derive_shape;
     use crate::specs;
     use crate::training::GradDtype;
-
-    #[test]
-    fn short_trainings_keep_two_significant_digits_of_days() {
-        assert_eq!(days_cell(Some(50.24)), "50.2");
-        assert_eq!(days_cell(Some(0.1)), "0.1");
-        assert_eq!(days_cell(Some(0.0014)), "0.0014");
-        assert_eq!(days_cell(Some(0.00071)), "0.00071");
-        assert_eq!(days_cell(None), "");
-    }
 
     fn point(nodes: u32) -> Point {
         Point {

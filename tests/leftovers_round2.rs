@@ -188,3 +188,55 @@ fn plan_labels_write_recompute_as_eval_does() {
     );
     assert!(!sweep.stdout.contains("recompute="), "{}", sweep.stdout);
 }
+
+/// The cells of each row of a comfy-table (`│ a ┆ b │`), header first.
+fn table_rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('│'))
+        .map(|l| {
+            l.trim_matches(|c| c == '│' || c == ' ')
+                .split('┆')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The cell under `column` in the first row after the header.
+fn first_row_cell(stdout: &str, column: &str) -> String {
+    let rows = table_rows(stdout);
+    let i = rows[0]
+        .iter()
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no {column:?} column in {stdout}"));
+    rows[1][i].clone()
+}
+
+/// The sweep printed the time to train as "days to train" to one decimal (0.1 for a 2.7-hour
+/// run, "0.056" beside it), where plan's table says "2.7 h" under "train" and eval "time to
+/// train: 2.7 h". The sweep now prints plan's column and cell.
+#[test]
+fn sweep_prints_time_to_train_as_plan_does() {
+    let scenario = ["--params", "7B", "--tokens", "1B"];
+    let plan = run(&with(&["plan", "--nodes", "1", "--top", "1"], &scenario));
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let sweep = run(&with(
+        &["sweep", "--axis", "nodes", "--values", "1"],
+        &scenario,
+    ));
+    assert_eq!(sweep.code, 0, "{}", sweep.stderr);
+    let planned = first_row_cell(&plan.stdout, "train");
+    assert_eq!(planned, "2.7 h");
+    assert_eq!(first_row_cell(&sweep.stdout, "train"), planned);
+    assert!(!sweep.stdout.contains("days to train"), "{}", sweep.stdout);
+    // Long runs read in days in both.
+    let long = ["--params", "512B", "--tokens", "300B"];
+    let plan = run(&with(&["plan", "--nodes", "32", "--top", "1"], &long));
+    let sweep = run(&with(
+        &["sweep", "--axis", "nodes", "--values", "32"],
+        &long,
+    ));
+    assert_eq!(first_row_cell(&plan.stdout, "train"), "79.9 days");
+    assert_eq!(first_row_cell(&sweep.stdout, "train"), "79.9 days");
+}
