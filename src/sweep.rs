@@ -353,7 +353,8 @@ pub fn to_csv(sweep: &Sweep) -> String {
 /// A plan in one cell, in `plan`'s column order: `tp4 cp2 pp1 dp8 ep8 etp1 vpp1 mb1 sp
 /// recompute none zero1 fp8`. The recompute mode follows its name, so that "sp" (sequence
 /// parallelism on) is never read as "sp none" (off); its value is the plan table's
-/// (`report::recompute_label`), as `eval` and `accuracy` write it: `recompute full 1/4`. cp, ep, etp and the precision show as [`LabelDims`] says.
+/// (`report::recompute_label`), as `eval` and `accuracy` write it: `recompute full 1/4`. cp, ep,
+/// etp and the precision show as [`LabelDims`] says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanLabel {
     pub tp: u32,

@@ -240,3 +240,17 @@ fn sweep_prints_time_to_train_as_plan_does() {
     assert_eq!(first_row_cell(&plan.stdout, "train"), "79.9 days");
     assert_eq!(first_row_cell(&sweep.stdout, "train"), "79.9 days");
 }
+
+/// `accuracy`'s table labelled its plans "tp1 pp1 dp32 vpp1 mb16 gbs512 full zero0" (the
+/// recompute unnamed, sequence parallelism never shown) where sweep and compare write "... mb16
+/// recompute full zero0" for the same plan. It now writes their label, with the run's batch.
+#[test]
+fn accuracy_labels_plans_as_sweep_and_compare_do() {
+    let r = run(&["accuracy"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = table_rows(&r.stdout)
+        .into_iter()
+        .find(|cells| cells[0] == "megatron-sc21-t1-1.7b")
+        .unwrap_or_else(|| panic!("no run row in {}", r.stdout));
+    assert_eq!(row[3], "tp1 pp1 dp32 vpp1 mb16 recompute full zero0 gbs512");
+}
