@@ -254,3 +254,43 @@ fn accuracy_labels_plans_as_sweep_and_compare_do() {
         .unwrap_or_else(|| panic!("no run row in {}", r.stdout));
     assert_eq!(row[3], "tp1 pp1 dp32 vpp1 mb16 recompute full zero0 gbs512");
 }
+
+/// `compare`'s verdict gave the bubble ratio's m as the step's micro-batches, "(p-1)/(v·m) =
+/// 0.234 (pp 16 vpp 1 m 768)" (15/768 is 0.020), where the ratio and plan's "why" line use one
+/// schedule's: "0.234 with v=1, m=64 per schedule x 12 schedules". It now writes plan's m.
+#[test]
+fn compare_names_the_bubble_ratios_m_as_plan_does() {
+    let scenario = [
+        "--params",
+        "175B",
+        "--nodes",
+        "16",
+        "--local-batch",
+        "64",
+        "--framework",
+        "torchtitan",
+    ];
+    let plan = run(&with(&["plan", "--top", "2"], &scenario));
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    let why = line_after(&plan.stdout, "PP 16: ");
+    let m_words = why
+        .split_once(" with v=1, ")
+        .unwrap_or_else(|| panic!("no v=1 in {why}"))
+        .1
+        .trim_end_matches(')');
+    assert_eq!(m_words, "m=64 per schedule x 12 schedules");
+    let compare = run(&with(&["compare"], &scenario));
+    assert_eq!(compare.code, 0, "{}", compare.stderr);
+    let verdict = compare
+        .stdout
+        .lines()
+        .find(|l| l.contains(" faster than "))
+        .unwrap_or_else(|| panic!("no verdict in {}", compare.stdout));
+    assert!(
+        verdict.contains(&format!(
+            "(p-1)/(v·m) = 0.234 with p=16, v=1, {m_words} against "
+        )),
+        "{verdict}"
+    );
+    assert!(!verdict.contains(" m 768"), "{verdict}");
+}
