@@ -294,3 +294,41 @@ fn compare_names_the_bubble_ratios_m_as_plan_does() {
     );
     assert!(!verdict.contains(" m 768"), "{verdict}");
 }
+
+/// The NeMo fragment's comment line said it was "written by tpsim for a plan evaluated as
+/// --framework megatron-core runs it", naming no plan (and, under `eval --emit`, nothing else
+/// does). It now names the plan in eval's words.
+#[test]
+fn nemo_comment_names_the_plan_as_eval_does() {
+    let plan = [
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--dp",
+        "2",
+        "--vpp",
+        "7",
+        "--micro-batch",
+        "1",
+        "--sequence-parallel",
+        "--recompute",
+        "none",
+        "--zero",
+        "1",
+    ];
+    let eval = run(&with(&["eval"], &with(&SCENARIO, &plan)));
+    assert_eq!(eval.code, 0, "{}", eval.stderr);
+    let words = line_after(&eval.stdout, "plan: ");
+    let emitted = run(&with(
+        &["eval"],
+        &with(&SCENARIO, &with(&plan, &["--emit", "nemo"])),
+    ));
+    assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+    let comment = emitted.stdout.lines().next().unwrap();
+    assert!(comment.starts_with("# "), "{comment}");
+    assert!(
+        comment.contains(&format!(" written by tpsim for {words}, evaluated as ")),
+        "{comment}\nvs {words}"
+    );
+}
