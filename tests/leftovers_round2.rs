@@ -257,7 +257,8 @@ fn accuracy_labels_plans_as_sweep_and_compare_do() {
 
 /// `compare`'s verdict gave the bubble ratio's m as the step's micro-batches, "(p-1)/(v·m) =
 /// 0.234 (pp 16 vpp 1 m 768)" (15/768 is 0.020), where the ratio and plan's "why" line use one
-/// schedule's: "0.234 with v=1, m=64 per schedule x 12 schedules". It now writes plan's m.
+/// schedule's: "0.234 with v=1, m=64 per schedule x 12 schedules". It now writes plan's p, v and m:
+/// "(p=16 v=1 m=64 per schedule x 12 schedules)".
 #[test]
 fn compare_names_the_bubble_ratios_m_as_plan_does() {
     let scenario = [
@@ -288,7 +289,7 @@ fn compare_names_the_bubble_ratios_m_as_plan_does() {
         .unwrap_or_else(|| panic!("no verdict in {}", compare.stdout));
     assert!(
         verdict.contains(&format!(
-            "(p-1)/(v·m) = 0.234 with p=16, v=1, {m_words} against "
+            "(p-1)/(v·m) = 0.234 (p=16 v=1 {m_words}) against "
         )),
         "{verdict}"
     );
