@@ -266,19 +266,23 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
         ),
         "compute" if f_recompute != s_recompute => pair("recompute", f_recompute, s_recompute),
         // The bubble follows (p−1)/(v·m) first; the layer split only where that ratio is equal.
+        // m is the micro-batches of one schedule (`ParallelPlan::schedule_m_words`, as plan's
+        // "why" line writes it): a step of several schedules runs each with its own bubble. No
+        // comma inside: the verdict's terms are separated by commas.
         "pipeline bubble"
-            if (f.pp, f.vpp, f.num_microbatches) != (s.pp, s.vpp, s.num_microbatches) =>
+            if (f.pp, f.vpp, f.microbatches_per_schedule())
+                != (s.pp, s.vpp, s.microbatches_per_schedule()) =>
         {
             Some(format!(
-                "(p-1)/(v·m) = {:.3} (pp {} vpp {} m {}) against {:.3} (pp {} vpp {} m {})",
+                "(p-1)/(v·m) = {:.3} (p={} v={} {}) against {:.3} (p={} v={} {})",
                 fast.bubble_ratio,
                 f.pp,
                 f.vpp,
-                f.num_microbatches,
+                f.schedule_m_words(),
                 slow.bubble_ratio,
                 s.pp,
                 s.vpp,
-                s.num_microbatches
+                s.schedule_m_words()
             ))
         }
         // The slowest stage sets the pace: a different split of the layers over the stages.

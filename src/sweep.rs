@@ -175,7 +175,7 @@ impl RowMemory {
 }
 
 impl Row {
-    /// The time to train in days, as the table and the chart print it.
+    /// The time to train in days, as the chart draws it.
     pub fn time_to_train_days(&self) -> Option<f64> {
         self.time_to_train_s.map(|s| s / 86400.0)
     }
@@ -289,18 +289,6 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
 }
 
-/// Days to train in the table: one decimal, and under a tenth of a day two significant digits
-/// (a 10M-token budget reads 0.0011, not 0.0), as `eval`'s time to train reads it in minutes.
-fn days_cell(days: Option<f64>) -> String {
-    match days {
-        Some(d) if d > 0.0 && d < 0.1 => {
-            let decimals = (-d.log10().floor()) as usize + 1;
-            format!("{d:.decimals$}")
-        }
-        other => fixed(other, 1),
-    }
-}
-
 /// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
 fn csv_cell(text: &str) -> String {
     if text.contains([',', '"', '\n']) {
@@ -363,9 +351,10 @@ pub fn to_csv(sweep: &Sweep) -> String {
 }
 
 /// A plan in one cell, in `plan`'s column order: `tp4 cp2 pp1 dp8 ep8 etp1 vpp1 mb1 sp
-/// recompute=none zero1 fp8`. The recompute mode is keyed, so that "sp" (sequence parallelism on)
-/// is never read as "sp none" (off); a block recompute of some layers reads `recompute=full 1/4`,
-/// as the table's column. cp, ep, etp and the precision show as [`LabelDims`] says.
+/// recompute none zero1 fp8`. The recompute mode follows its name, so that "sp" (sequence
+/// parallelism on) is never read as "sp none" (off); its value is the plan table's
+/// (`report::recompute_label`), as `eval` and `accuracy` write it: `recompute full 1/4`. cp, ep,
+/// etp and the precision show as [`LabelDims`] says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanLabel {
     pub tp: u32,
@@ -442,7 +431,7 @@ pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
         out += &format!(" etp{}", l.etp);
     }
     out += &format!(
-        " vpp{} mb{} {}recompute={} zero{}",
+        " vpp{} mb{} {}recompute {} zero{}",
         l.vpp,
         l.micro_batch,
         if l.sequence_parallel { "sp " } else { "" },
@@ -472,7 +461,8 @@ pub fn table(sweep: &Sweep) -> String {
         "headroom GiB".into(),
     ];
     if sweep.tokens.is_some() {
-        header.push("days to train".into());
+        // `plan`'s column: its name and its cells (`report::duration`, as eval's time to train).
+        header.push("train".into());
         if sweep.price_per_gpu_hour.is_some() {
             header.push("cost".into());
         }
@@ -515,7 +505,11 @@ pub fn table(sweep: &Sweep) -> String {
             fixed(r.memory.headroom_gib(), 1),
         ];
         if sweep.tokens.is_some() {
-            row.push(days_cell(r.time_to_train_days()));
+            row.push(
+                r.time_to_train_s
+                    .map(crate::report::duration)
+                    .unwrap_or_default(),
+            );
             if sweep.price_per_gpu_hour.is_some() {
                 row.push(
                     r.cost_to_train
@@ -583,15 +577,6 @@ mod tests {
     use crate::shape::derive_shape;
     use crate::specs;
     use crate::training::GradDtype;
-
-    #[test]
-    fn short_trainings_keep_two_significant_digits_of_days() {
-        assert_eq!(days_cell(Some(50.24)), "50.2");
-        assert_eq!(days_cell(Some(0.1)), "0.1");
-        assert_eq!(days_cell(Some(0.0014)), "0.0014");
-        assert_eq!(days_cell(Some(0.00071)), "0.00071");
-        assert_eq!(days_cell(None), "");
-    }
 
     fn point(nodes: u32) -> Point {
         Point {
@@ -681,12 +666,12 @@ mod tests {
         };
         let dense = LabelDims::of([&label], false);
         let on = plan_label(&label, dense);
-        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute=none zero1");
+        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute none zero1");
         assert!(!on.contains("sp none"), "{on}");
         label.sequence_parallel = false;
         label.recompute = "selective".into();
         let off = plan_label(&label, dense);
-        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute=selective zero1");
+        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute selective zero1");
     }
 
     #[test]
@@ -708,7 +693,7 @@ mod tests {
         let text = plan_label(&label, LabelDims::of([&label], false));
         assert_eq!(
             text,
-            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute=full 1/4 zero1 fp8"
+            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute full 1/4 zero1 fp8"
         );
         // A model with experts shows ep and etp even at 1.
         let one = PlanLabel {
@@ -719,7 +704,7 @@ mod tests {
         };
         assert_eq!(
             plan_label(&one, LabelDims::of([&one], true)),
-            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute=full 1/4 zero1"
+            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 zero1"
         );
     }
 }

@@ -487,17 +487,17 @@ pub fn accuracy_with_skips(
             id: run.id.clone(),
             gpu_profile: profile.to_string(),
             gpus: hw.num_gpus,
-            plan: format!(
-                "tp{} pp{} dp{} vpp{} mb{} gbs{} {} zero{}",
-                plan.tp,
-                plan.pp,
-                plan.dp,
-                plan.vpp,
-                plan.micro_batch,
-                plan.global_batch,
-                plan.recompute.as_str(),
-                plan.zero
-            ),
+            // The label sweep and compare write (`sweep::plan_label`: sequence parallelism, the
+            // recompute as plan's table writes it), and the run's global batch, which differs
+            // from run to run.
+            plan: {
+                let label = crate::sweep::PlanLabel::of(&plan);
+                format!(
+                    "{} gbs{}",
+                    crate::sweep::plan_label(&label, crate::sweep::LabelDims::of([&label], false)),
+                    plan.global_batch
+                )
+            },
             published_step_s,
             predicted_step_s,
             error: predicted_step_s / published_step_s - 1.0,

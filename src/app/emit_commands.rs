@@ -7,10 +7,8 @@ use super::Outcome;
 use super::scenario::Scenario;
 use crate::cli::EmitTarget;
 use crate::cost::Estimate;
-use crate::cost::moe::expert_dp;
 use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
-use crate::plan::ParallelPlan;
 use crate::units::GIB;
 
 pub(super) fn framework_of(target: EmitTarget) -> Framework {
@@ -129,25 +127,12 @@ pub(super) fn emit_best(
             chosen.time.step_s.0
         );
     }
-    let p = &chosen.plan;
+    // The plan in `eval`'s words (`plan_words`), so the header and `eval`'s plan line of the
+    // configuration read back describe one plan.
     eprintln!(
-        "{} configuration for tp {} x cp {} x pp {} x dp {}{} (vpp {}, micro-batch {}, recompute {}{}, ZeRO-{}, {}): {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        "{} configuration for {}: {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
         framework.name(),
-        p.tp,
-        p.cp,
-        p.pp,
-        p.dp,
-        experts_words(s, p),
-        p.vpp,
-        p.micro_batch,
-        p.recompute.as_str(),
-        if p.recompute_num_layers > 0 {
-            format!(" of {} layers per chunk", p.recompute_num_layers)
-        } else {
-            String::new()
-        },
-        p.zero,
-        p.precision.as_str(),
+        crate::report::plan_words(&chosen.plan),
         chosen.time.step_s.0,
         chosen.tokens_per_s,
         chosen.memory.total_bytes.0 / GIB,
@@ -155,19 +140,4 @@ pub(super) fn emit_best(
     );
     print!("{}", emitted(framework, s, chosen));
     Ok(Outcome::Found)
-}
-
-/// How an MoE plan folds its experts over each stage's tp·cp·dp GPUs, as `eval`'s plan line says
-/// it: ep × etp × expert-dp = tp × cp × dp (Megatron-Core's expert rank order etp-ep-dp,
-/// parallel_state.py). Empty for a dense model.
-fn experts_words(s: &Scenario, p: &ParallelPlan) -> String {
-    if s.model.moe.is_none() && p.ep == 1 && p.etp == 1 {
-        return String::new();
-    }
-    format!(
-        ", experts: ep {} x etp {} x expert-dp {}",
-        p.ep,
-        p.etp,
-        expert_dp(p)
-    )
 }

@@ -157,7 +157,9 @@ pub fn nemo_yaml(
         },
     };
     format!(
-        "# NeMo megatron_gpt_config.yaml fragment written by tpsim for a plan evaluated as --framework {} runs it; merge into your config.\n{}",
+        "# NeMo megatron_gpt_config.yaml fragment written by tpsim for {}, evaluated as --framework {} runs it; merge into your config.\n{}",
+        // The plan in eval's words, as `--emit`'s header names it (`report::plan_words`).
+        crate::report::plan_words(plan),
         training.framework.as_str(),
         yaml_serde::to_string(&config).expect("the NeMo fragment serializes to YAML")
     )

@@ -28,9 +28,10 @@ pub use svg::{degrees_label, plan_label};
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
+pub(crate) use table::duration;
 pub use table::{
-    breakdown, explain_best, mfu_note, plans_table, plans_table_fitted, recompute_label,
-    scenario_line, sequences, stats_line, zero_keep_note,
+    breakdown, explain_best, mfu_note, plan_words, plans_table, plans_table_fitted,
+    recompute_label, scenario_line, sequences, stats_line, zero_keep_note,
 };
 
 #[derive(Debug, Clone, Serialize)]

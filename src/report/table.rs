@@ -663,22 +663,11 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
     }
 }
 
-/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
-/// line names.
-pub fn breakdown(
-    e: &Estimate,
-    cluster: &Cluster,
-    cp_exchange: crate::training::CpExchange,
-) -> String {
-    let p = &e.plan;
-    let mem = &e.memory;
-    let t = &e.time;
-    let step = t.step_s.0;
-    let pct = |x: f64| 100.0 * x / step;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "plan: tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
+/// The plan as `eval`'s "plan:" line describes it (degrees, micro-batches, sequence parallelism,
+/// recompute, ZeRO, GEMM precision); `--emit`'s header names the plan it writes with the same words.
+pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
+    format!(
+        "tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
         p.cp,
         p.pp,
@@ -721,7 +710,23 @@ pub fn breakdown(
             ""
         },
         p.precision.as_str()
-    );
+    )
+}
+
+/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
+/// line names.
+pub fn breakdown(
+    e: &Estimate,
+    cluster: &Cluster,
+    cp_exchange: crate::training::CpExchange,
+) -> String {
+    let p = &e.plan;
+    let mem = &e.memory;
+    let t = &e.time;
+    let step = t.step_s.0;
+    let pct = |x: f64| 100.0 * x / step;
+    let mut out = String::new();
+    let _ = writeln!(out, "plan: {}", plan_words(p));
     if p.pp == 1 {
         let _ = writeln!(
             out,
@@ -1063,7 +1068,7 @@ pub fn explain_best(
     if p.tp > 1 {
         let _ = writeln!(
             out,
-            "  TP {}: {} — every {}: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  TP {}: {} — every {}: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.tp,
             tp_place_words(e, cluster),
             {
@@ -1103,7 +1108,7 @@ pub fn explain_best(
     if p.cp > 1 {
         let _ = writeln!(
             out,
-            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.cp,
             e.comm.cp.link.map_or("-", link_name),
             e.comm.cp.wire_bytes.gb(),
@@ -1113,7 +1118,7 @@ pub fn explain_best(
     if p.ep > 1 || p.etp > 1 {
         let _ = writeln!(
             out,
-            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.1} GB per GPU per step, {:.1}% of the step exposed",
+            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.ep,
             if p.etp > 1 {
                 format!(" x ETP {}", p.etp)
@@ -1182,7 +1187,7 @@ pub fn explain_best(
         };
         let _ = writeln!(
             out,
-            "  {group} with ZeRO-{}: {:.1} GB per GPU per step on {}, {:.1}% of the step exposed{}",
+            "  {group} with ZeRO-{}: {:.2} GB per GPU per step on {}, {:.1}% of the step exposed{}",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
             dp_link_words(e, cluster),
