@@ -1,0 +1,165 @@
+//! Review leftovers, round 3: a launch line that lost GPT-OSS's clamp limit, a torch FSDP2 line
+//! Megatron-LM refuses, a routing flag with no effect said nowhere, and three model-input
+//! messages (a divide-by-zero step, a window note in flag words, published sizes that disagree).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// `plan --model NAME --nodes 8 --emit megatron`: the launch line (stdout) and the notes.
+fn emit_megatron(model: &str, dir: &std::path::Path) -> Run {
+    let r = run_in(
+        dir,
+        &[
+            "plan", "--model", model, "--nodes", "8", "--emit", "megatron",
+        ],
+    );
+    assert!(r.code == 0, "{model}: {}", r.stderr);
+    r
+}
+
+/// The `model` of `eval --megatron-args LINE --nodes 8 --format json`.
+fn model_of_line(line: &str) -> Value {
+    let r = run(&[
+        "eval",
+        "--megatron-args",
+        line,
+        "--nodes",
+        "8",
+        "--format",
+        "json",
+    ]);
+    hf_model(&r)
+}
+
+/// The `model` of `eval --model NAME` on the plan the launch line carries.
+fn model_of(model: &str, dir: &std::path::Path) -> Value {
+    let r = run_in(
+        dir,
+        &[
+            "eval", "--model", model, "--nodes", "8", "--tp", "1", "--pp", "1", "--format", "json",
+        ],
+    );
+    hf_model(&r)
+}
+
+/// GPT-OSS's clamped GLU was stored as `clamped_glu: true` with no limit, so `--emit megatron`
+/// wrote no `--activation-func-clamp-value` and the line, pasted back, described a model without
+/// the clamp. The limit is now kept (`moe.glu_clamp_limit`), written, and read back as given; the
+/// GPT-OSS details tpsim does not model are named in a note.
+#[test]
+fn gpt_oss_clamp_limit_survives_the_launch_line() {
+    let dir = scratch("leftovers3", "clamp");
+    let r = emit_megatron("gpt-oss-120b", &dir);
+    let line = r.stdout.trim();
+    assert!(
+        line.contains("--swiglu --activation-func-clamp-value 7.0 "),
+        "{line}"
+    );
+    for detail in [
+        "--glu-linear-offset 1.0",
+        "--quick-geglu",
+        "--softmax-type learnable",
+        "--position-embedding-type yarn",
+    ] {
+        assert!(
+            r.stderr.contains(detail),
+            "note names {detail}: {}",
+            r.stderr
+        );
+    }
+    let back = model_of_line(line);
+    let bundled = model_of("gpt-oss-120b", &dir);
+    assert_eq!(back["moe"], bundled["moe"], "{line}");
+    assert_eq!(back["moe"]["glu_clamp_limit"], 7.0);
+    assert_eq!(back["params"], bundled["params"]);
+    // Another limit goes out and back as written.
+    let text = std::fs::read_to_string(format!("{ROOT}/models/gpt-oss-20b.yaml")).unwrap();
+    std::fs::write(
+        dir.join("m.yaml"),
+        text.replace("glu_clamp_limit: 7.0 ", "glu_clamp_limit: 6.5 "),
+    )
+    .unwrap();
+    let r = emit_megatron("m.yaml", &dir);
+    assert!(
+        r.stdout.contains("--activation-func-clamp-value 6.5 "),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        model_of_line(r.stdout.trim())["moe"]["glu_clamp_limit"],
+        6.5
+    );
+    // A dense model's line carries no clamp and no GPT-OSS note.
+    let r = emit_megatron("llama3-8b", &dir);
+    assert!(!r.stdout.contains("clamp"), "{}", r.stdout);
+    assert!(!r.stderr.contains("GPT-OSS"), "{}", r.stderr);
+}
+
+/// A model file of the old form (`clamped_glu: true`, no limit) is refused at its line with the
+/// key to write instead; a limit that is no positive number is refused too.
+#[test]
+fn an_old_clamped_glu_key_is_refused_with_its_replacement() {
+    let text = std::fs::read_to_string(format!("{ROOT}/models/gpt-oss-20b.yaml")).unwrap();
+    let dir = scratch("leftovers3", "old-clamp");
+    for (to, needles) in [
+        (
+            "clamped_glu: true     ",
+            &[
+                "m.yaml:",
+                "clamped_glu",
+                "glu_clamp_limit: 7.0",
+                "swiglu_limit",
+            ][..],
+        ),
+        (
+            "glu_clamp_limit: -7.0 ",
+            &[
+                "m.yaml:",
+                "glu_clamp_limit: -7",
+                "positive, finite",
+                "e.g. glu_clamp_limit: 7.0",
+            ][..],
+        ),
+    ] {
+        std::fs::write(
+            dir.join("m.yaml"),
+            text.replace("glu_clamp_limit: 7.0 ", to),
+        )
+        .unwrap();
+        let r = run_in(&dir, &["plan", "--model", "m.yaml", "--nodes", "1"]);
+        assert_one_line_error(&r, needles, &[], to);
+    }
+}
+
+/// The Hugging Face reader takes GPT-OSS's `swiglu_limit` (7.0 when absent, GptOssConfig's
+/// default); `null` is refused, since transformers' GptOssExperts clamps without a condition.
+#[test]
+fn an_hf_gpt_oss_swiglu_limit_is_read() {
+    let text = std::fs::read_to_string(format!("{ROOT}/models/hf/gpt-oss-20b.json")).unwrap();
+    let with = |limit: &str| text.replacen('{', &format!("{{\"swiglu_limit\": {limit}, "), 1);
+    let dir = scratch("leftovers3", "hf-limit");
+    let r = eval_hf(&dir, "c.json", &with("5.5"));
+    assert_eq!(hf_model(&r)["moe"]["glu_clamp_limit"], 5.5, "{}", r.stderr);
+    let r = eval_hf(&dir, "c.json", &text);
+    assert_eq!(hf_model(&r)["moe"]["glu_clamp_limit"], 7.0, "{}", r.stderr);
+    let r = eval_hf(&dir, "c.json", &with("null"));
+    assert_one_line_error(
+        &r,
+        &[
+            "c.json",
+            "\"swiglu_limit\" is null",
+            "\"swiglu_limit\": 7.0",
+        ],
+        &[],
+        "null swiglu_limit",
+    );
+    let r = eval_hf(&dir, "c.json", &with("0"));
+    assert_one_line_error(
+        &r,
+        &["\"swiglu_limit\" is 0", "positive, finite"],
+        &[],
+        "zero swiglu_limit",
+    );
+}
