@@ -163,3 +163,53 @@ fn an_hf_gpt_oss_swiglu_limit_is_read() {
         "zero swiglu_limit",
     );
 }
+
+/// A bare `--use-torch-fsdp2` line was priced as ZeRO-3, though Megatron-LM's `validate_args`
+/// asserts `--no-gradient-accumulation-fusion` and `--untie-embeddings-and-output-weights` with
+/// it (and sets neither). Each missing flag is now refused by name.
+#[test]
+fn a_torch_fsdp2_line_without_its_companions_is_refused() {
+    const BASE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --bf16 --use-torch-fsdp2";
+    for (extra, missing) in [
+        (
+            " --untie-embeddings-and-output-weights",
+            "--no-gradient-accumulation-fusion",
+        ),
+        (
+            " --no-gradient-accumulation-fusion",
+            "--untie-embeddings-and-output-weights",
+        ),
+    ] {
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "4",
+            "--megatron-args",
+            &format!("{BASE}{extra}"),
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--use-torch-fsdp2 without {missing}"),
+                "arguments.py",
+                &format!("add {missing}"),
+            ],
+            &[],
+            missing,
+        );
+    }
+    let line =
+        format!("{BASE} --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights");
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--megatron-args",
+        &line,
+        "--format",
+        "json",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let json: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(json["plans"][0]["zero"], 3, "{}", r.stderr);
+}
