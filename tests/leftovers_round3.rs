@@ -213,3 +213,92 @@ fn a_torch_fsdp2_line_without_its_companions_is_refused() {
     let json: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(json["plans"][0]["zero"], 3, "{}", r.stderr);
 }
+
+/// `--moe-routing round-robin` with the all-to-all dispatcher gave the numbers of random routing
+/// and said nothing: the routing only changes what DeepEP sends. It is now said on stderr.
+#[test]
+fn routing_that_changes_nothing_is_said() {
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "qwen3-30b-a3b",
+            "--nodes",
+            "2",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--ep",
+            "8",
+            "--global-batch",
+            "256",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let r = run(&args);
+        assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+        r
+    };
+    let random = eval(&[]);
+    let round_robin = eval(&["--moe-routing", "round-robin"]);
+    let plans = |r: &Run| serde_json::from_str::<Value>(&r.stdout).unwrap()["plans"].clone();
+    assert_eq!(plans(&random), plans(&round_robin));
+    assert!(
+        round_robin
+            .stderr
+            .contains("--moe-routing round-robin changes only what DeepEP")
+            && round_robin.stderr.contains("--moe-dispatcher deepep"),
+        "{}",
+        round_robin.stderr
+    );
+    assert!(!random.stderr.contains("DeepEP"), "{}", random.stderr);
+    // With DeepEP the routing is priced, and no note says otherwise.
+    let deepep = eval(&["--moe-routing", "round-robin", "--moe-dispatcher", "deepep"]);
+    assert!(!deepep.stderr.contains("changes only"), "{}", deepep.stderr);
+}
+
+/// A model file's `full_every: 1` note named `--window-attn-skip-freq 1`, a flag the user never
+/// gave; it now names the file and its key.
+#[test]
+fn a_model_files_window_note_names_its_key() {
+    let text = std::fs::read_to_string(format!("{ROOT}/models/gpt-oss-20b.yaml")).unwrap();
+    let dir = scratch("leftovers3", "window");
+    std::fs::write(
+        dir.join("m.yaml"),
+        text.replace("full_every: 2 ", "full_every: 1 "),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["plan", "--model", "m.yaml", "--nodes", "1"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let note = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("keeps full attention on every layer"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        note.contains("m.yaml") && note.contains("attention_window.full_every: 1"),
+        "{note}"
+    );
+    assert!(!note.contains("--window-attn-skip-freq"), "{note}");
+    // The flag over the file is named as the flag.
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "m.yaml",
+            "--nodes",
+            "1",
+            "--window-attn-skip-freq",
+            "1",
+        ],
+    );
+    assert!(
+        r.stderr
+            .contains("--window-attn-skip-freq 1 keeps full attention"),
+        "{}",
+        r.stderr
+    );
+}

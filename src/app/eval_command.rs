@@ -137,7 +137,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         // A launch line names no GPU: the default is the command's, not a plan file's omission.
         scenario.gpu_note = None;
     }
-    super::scenario::note_window_without_effect(&scenario.model);
+    super::scenario::note_window_without_effect(&scenario, &args.model);
+    super::scenario::note_routing_without_effect(&scenario.training);
     let batch_given = training_args.global_batch.is_some()
         || launch_batch == LaunchBatch::MegatronDefault
         || plan_file
