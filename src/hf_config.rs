@@ -932,6 +932,16 @@ impl Reader<'_> {
             "qwen2_moe" | "qwen3_moe" => {
                 let qwen2 = model_type == "qwen2_moe";
                 let step = self.count_or("decoder_sparse_step", 1)?;
+                if step == 0 {
+                    // modeling_qwen2_moe.py / modeling_qwen3_moe.py: an MoE layer where
+                    // `(layer_idx + 1) % config.decoder_sparse_step == 0`, a modulo by zero.
+                    let zero = Value::from(0);
+                    return Err(self.bad(
+                        "decoder_sparse_step",
+                        self.obj.get("decoder_sparse_step").unwrap_or(&zero),
+                        "a step of 1 or more: transformers places an MoE layer where (layer_idx + 1) % decoder_sparse_step == 0, which with 0 divides by zero (Python's ZeroDivisionError), so the config builds no model; write 1 for experts on every layer, as Qwen1.5-MoE and Qwen3-MoE ship it",
+                    ));
+                }
                 if step != 1 {
                     return Err(self.unsupported(format!(
                         "\"decoder_sparse_step\" {step}: Qwen-MoE places MoE layers where (i+1) % step == 0, which tpsim's Megatron-style layer frequency does not express; describe the shape with flags (--moe-layer-freq)"

@@ -302,3 +302,20 @@ fn a_model_files_window_note_names_its_key() {
         r.stderr
     );
 }
+
+/// `"decoder_sparse_step": 0` was called "not expressible": transformers takes
+/// `(layer_idx + 1) % decoder_sparse_step`, a division by zero, so the config is invalid.
+#[test]
+fn a_zero_decoder_sparse_step_is_invalid() {
+    let text = std::fs::read_to_string(format!("{ROOT}/models/hf/qwen1.5-moe-a2.7b.json")).unwrap();
+    let config = text.replace("\"decoder_sparse_step\": 1,", "\"decoder_sparse_step\": 0,");
+    assert_ne!(config, text);
+    let dir = scratch("leftovers3", "sparse-step");
+    let r = eval_hf(&dir, "c.json", &config);
+    assert_one_line_error(
+        &r,
+        &["\"decoder_sparse_step\" is 0", "divides by zero", "write 1"],
+        &["express"],
+        "decoder_sparse_step 0",
+    );
+}
