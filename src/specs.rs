@@ -673,6 +673,14 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
             ));
         }
     }
+    // The active parameters are a part of all of them (a token touches some of the weights).
+    if let (Some(all), Some(active)) = (file.published_params_b, file.published_active_params_b)
+        && active > all
+    {
+        return Err(format!(
+            "published_active_params_b {active} is more than published_params_b {all} (rule: the parameters one token touches are a part of all the model's parameters); check both against the model's source, e.g. GPT-OSS-120B publishes 116.83 in all and 5.13 active"
+        ));
+    }
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
     if heads_split_hidden && file.heads > file.hidden {
         return Err(format!(

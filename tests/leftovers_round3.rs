@@ -319,3 +319,30 @@ fn a_zero_decoder_sparse_step_is_invalid() {
         "decoder_sparse_step 0",
     );
 }
+
+/// A model file whose published active parameters exceed its published total was accepted.
+#[test]
+fn published_active_params_above_the_total_are_refused() {
+    let text = std::fs::read_to_string(format!("{ROOT}/models/gpt-oss-120b.yaml")).unwrap();
+    let dir = scratch("leftovers3", "published");
+    std::fs::write(
+        dir.join("m.yaml"),
+        text.replace(
+            "published_active_params_b: 5.13 ",
+            "published_active_params_b: 200  ",
+        ),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["plan", "--model", "m.yaml", "--nodes", "8"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "m.yaml",
+            "published_active_params_b 200",
+            "published_params_b 116.83",
+            "rule:",
+        ],
+        &[],
+        "active above total",
+    );
+}
