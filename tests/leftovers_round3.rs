@@ -214,6 +214,63 @@ fn a_torch_fsdp2_line_without_its_companions_is_refused() {
     assert_eq!(json["plans"][0]["zero"], 3, "{}", r.stderr);
 }
 
+/// The same rules for Megatron-LM's flags pasted on `eval` (`--use-torch-fsdp2` without
+/// `--megatron-args`), where the model says whether its embeddings are tied.
+#[test]
+fn pasted_torch_fsdp2_flags_follow_the_same_rules() {
+    let eval = |model: &str, nodes: &str, tp: &str, extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            model,
+            "--nodes",
+            nodes,
+            "--tp",
+            tp,
+            "--pp",
+            "1",
+            "--global-batch",
+            "512",
+            "--use-torch-fsdp2",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let r = eval("llama3-8b", "4", "2", &[]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--use-torch-fsdp2 without --no-gradient-accumulation-fusion",
+            "add --no-gradient-accumulation-fusion",
+        ],
+        &[],
+        "pasted fsdp2 with fusion",
+    );
+    let r = eval(
+        "gpt3-175b",
+        "16",
+        "8",
+        &["--no-gradient-accumulation-fusion"],
+    );
+    assert_one_line_error(
+        &r,
+        &["gpt3-175b", "tied", "--untie-embeddings-and-output-weights"],
+        &[],
+        "pasted fsdp2 on a tied model",
+    );
+    let r = eval(
+        "llama3-8b",
+        "4",
+        "2",
+        &["--no-gradient-accumulation-fusion"],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let json: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(json["plans"][0]["zero"], 3, "{}", r.stderr);
+}
+
 /// `--moe-routing round-robin` with the all-to-all dispatcher gave the numbers of random routing
 /// and said nothing: the routing only changes what DeepEP sends. It is now said on stderr.
 #[test]

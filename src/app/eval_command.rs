@@ -263,7 +263,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 },
                 zero: match args.zero {
                     Some(zero) => zero,
-                    None => pasted_zero(&args, pp)?,
+                    None => pasted_zero(&args, pp, &scenario.model)?,
                 },
                 allow_uneven_pp: args.allow_uneven_pp || split.any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,
