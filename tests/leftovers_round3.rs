@@ -91,6 +91,13 @@ fn gpt_oss_clamp_limit_survives_the_launch_line() {
         model_of_line(r.stdout.trim())["moe"]["glu_clamp_limit"],
         6.5
     );
+    // The same line pasted as eval's own flags (as the shell splits `$(...)`) keeps the limit.
+    let mut pasted = vec!["eval", "--nodes", "8", "--format", "json"];
+    pasted.extend(r.stdout.split_whitespace());
+    assert_eq!(
+        hf_model(&run_in(&dir, &pasted))["moe"]["glu_clamp_limit"],
+        6.5
+    );
     // A dense model's line carries no clamp and no GPT-OSS note.
     let r = emit_megatron("llama3-8b", &dir);
     assert!(!r.stdout.contains("clamp"), "{}", r.stdout);

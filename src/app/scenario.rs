@@ -77,6 +77,32 @@ pub(super) fn resolve_model(
             ),
         }
     }
+    // The clamp as `--megatron-args` reads it (`emit::megatron_moe`), over any model with a
+    // gated MLP in its experts: a limit given replaces the model's.
+    if let Some(limit) = args.activation_func_clamp_value {
+        const FLAG: &str = "--activation-func-clamp-value";
+        let Some(limit) = crate::model::GluClampLimit::new(limit) else {
+            bail!(
+                "{FLAG} {} is not a positive, finite number (the gate is clamped from above and the linear half to [-X, X]); e.g. {FLAG} 7.0 (GPT-OSS), or drop it",
+                crate::units::show_number(limit)
+            );
+        };
+        if !model.gated_mlp {
+            bail!(
+                "{FLAG} {}: the model {} has no gated MLP, and the clamp acts on the two halves of a gated activation; drop it",
+                limit.arg(),
+                model.name
+            );
+        }
+        match model.moe.as_mut() {
+            Some(moe) => moe.glu_clamp_limit = Some(limit),
+            None => bail!(
+                "{FLAG} {}: the model {} is dense, and tpsim models a clamped gated activation on mixture-of-experts layers only (GPT-OSS); drop it, or give a mixture-of-experts model",
+                limit.arg(),
+                model.name
+            ),
+        }
+    }
     Ok((model, origin))
 }
 
