@@ -271,6 +271,10 @@ pub struct ModelArgs {
     /// Megatron-LM: a sigmoid gate on the shared experts' output (Qwen1.5-MoE, Qwen2-MoE).
     #[arg(long, hide = true)]
     pub moe_shared_expert_gate: bool,
+    /// Megatron-LM: the experts' gated activation clamped at this limit (GPT-OSS: 7.0), as an
+    /// emitted launch line pastes it.
+    #[arg(long, hide = true, value_name = "LIMIT", allow_hyphen_values = true)]
+    pub activation_func_clamp_value: Option<f64>,
     /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,

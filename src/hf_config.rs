@@ -670,6 +670,31 @@ impl Reader<'_> {
         }
     }
 
+    /// GPT-OSS's clamp limit, `swiglu_limit` (`GptOssConfig` default 7.0 when the key is absent).
+    /// transformers' `GptOssExperts` clamps without a condition (`gate.clamp(min=None,
+    /// max=self.limit)`, `up.clamp(min=-self.limit, max=self.limit)`; releases that hard-code
+    /// `self.limit = 7.0` ignore the key), so `null` is no "no clamp": torch refuses a clamp with
+    /// neither bound, and it is refused here with the value to write.
+    fn swiglu_limit(&self) -> Result<crate::model::GluClampLimit, HfConfigError> {
+        const KEY: &str = "swiglu_limit";
+        match self.obj.get(KEY) {
+            None => Ok(crate::model::GluClampLimit::GPT_OSS),
+            Some(Value::Null) => Err(self.unsupported(format!(
+                "key \"{KEY}\" is null, and transformers' GptOssExperts clamps every expert's gate and linear half at this limit without a condition (torch's clamp refuses a null bound), so null gives no model to read; write the limit, \"{KEY}\": 7.0 as gpt-oss-20b and gpt-oss-120b ship it, or remove the key for that default"
+            ))),
+            Some(v) => v
+                .as_f64()
+                .and_then(crate::model::GluClampLimit::new)
+                .ok_or_else(|| {
+                    self.bad(
+                        KEY,
+                        v,
+                        "a positive, finite number (the gate is clamped from above and the linear half to [-limit, limit]; gpt-oss ships 7.0)",
+                    )
+                }),
+        }
+    }
+
     /// A dropout probability in [0, 1].
     fn probability(&self, key: &'static str) -> Result<Option<f64>, HfConfigError> {
         match self.obj.get(key) {
@@ -898,7 +923,7 @@ impl Reader<'_> {
                 first_dense_layers: 0,
                 router_groups: 0,
                 router_group_topk: 0,
-                clamped_glu: false,
+                glu_clamp_limit: None,
             }),
             // Qwen2MoeConfig(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
             // shared_expert_intermediate_size=5632, decoder_sparse_step=1), shared expert gated
@@ -907,6 +932,16 @@ impl Reader<'_> {
             "qwen2_moe" | "qwen3_moe" => {
                 let qwen2 = model_type == "qwen2_moe";
                 let step = self.count_or("decoder_sparse_step", 1)?;
+                if step == 0 {
+                    // modeling_qwen2_moe.py / modeling_qwen3_moe.py: an MoE layer where
+                    // `(layer_idx + 1) % config.decoder_sparse_step == 0`, a modulo by zero.
+                    let zero = Value::from(0);
+                    return Err(self.bad(
+                        "decoder_sparse_step",
+                        self.obj.get("decoder_sparse_step").unwrap_or(&zero),
+                        "a step of 1 or more: transformers places an MoE layer where (layer_idx + 1) % decoder_sparse_step == 0, which with 0 divides by zero (Python's ZeroDivisionError), so the config builds no model; write 1 for experts on every layer, as Qwen1.5-MoE and Qwen3-MoE ship it",
+                    ));
+                }
                 if step != 1 {
                     return Err(self.unsupported(format!(
                         "\"decoder_sparse_step\" {step}: Qwen-MoE places MoE layers where (i+1) % step == 0, which tpsim's Megatron-style layer frequency does not express; describe the shape with flags (--moe-layer-freq)"
@@ -928,7 +963,7 @@ impl Reader<'_> {
                     first_dense_layers: self.mlp_only_layers()?,
                     router_groups: 0,
                     router_group_topk: 0,
-                    clamped_glu: false,
+                    glu_clamp_limit: None,
                 })
             }
             _ => None,
@@ -1039,7 +1074,7 @@ impl Reader<'_> {
                 // §2.1.2); DeepSeek-V2's config names them the same.
                 router_groups: self.class_default("n_group", 8)?,
                 router_group_topk: self.class_default("topk_group", 4)?,
-                clamped_glu: false,
+                glu_clamp_limit: None,
             }),
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
             // DeepSeek provider maps it to `mtp_num_layers`).
@@ -1092,7 +1127,7 @@ impl Reader<'_> {
                 router_group_topk: 0,
                 // `GptOssExperts` clamps both halves of the gated activation at `swiglu_limit`
                 // (transformers `modeling_gpt_oss.py`; the config's default 7.0).
-                clamped_glu: true,
+                glu_clamp_limit: Some(self.swiglu_limit()?),
             }),
             mtp_layers: 0,
             // GptOssConfig (transformers `models/gpt_oss/configuration_gpt_oss.py`):
@@ -1173,7 +1208,7 @@ impl Reader<'_> {
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,
                 router_groups,
                 router_group_topk,
-                clamped_glu: false,
+                glu_clamp_limit: None,
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

@@ -63,12 +63,61 @@ pub struct Moe {
     /// `topk_group`; DeepSeek-V3: 4 of 8).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub router_group_topk: u32,
-    /// The experts' gated activation clamps its two halves before combining them (GPT-OSS:
-    /// transformers `GptOssExperts`, `gate.clamp(max=limit)`, `up.clamp(-limit, limit)` with
-    /// `swiglu_limit` 7.0; Megatron-Core `activation_func_clamp_value`). Only the kernels that
-    /// run it cost anything (`cost::moe::ExpertEpilogue`); the FLOP count does not move.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub clamped_glu: bool,
+    /// The limit at which the experts' gated activation clamps its two halves before combining
+    /// them, none when it does not (GPT-OSS: transformers `GptOssExperts`,
+    /// `gate.clamp(max=limit)`, `up.clamp(-limit, limit)` with `swiglu_limit` 7.0; Megatron-Core
+    /// `activation_func_clamp_value`). Only the kernels that run it cost anything
+    /// (`cost::moe::ExpertEpilogue`); the FLOP count does not move. The limit is kept so that a
+    /// written launch line (`--activation-func-clamp-value`) gives the same model back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glu_clamp_limit: Option<GluClampLimit>,
+}
+
+/// A clamped GLU's limit (Megatron-Core `activation_func_clamp_value`, transformers
+/// `swiglu_limit`): a positive, finite number, as Megatron-Core's `TransformerConfig` requires
+/// ("must be finite and greater than zero"), so equality between two limits is an equivalence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct GluClampLimit(f64);
+
+impl Eq for GluClampLimit {}
+
+impl GluClampLimit {
+    /// GPT-OSS's limit (config.json `swiglu_limit`, `GptOssConfig` default).
+    pub const GPT_OSS: GluClampLimit = GluClampLimit(7.0);
+
+    pub fn new(limit: f64) -> Option<GluClampLimit> {
+        (limit.is_finite() && limit > 0.0).then_some(GluClampLimit(limit))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The limit as Megatron-LM's `--activation-func-clamp-value` takes it: Rust's shortest
+    /// text that reads back as the same number (`7.0`, `6.5`).
+    pub fn arg(self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+impl TryFrom<f64> for GluClampLimit {
+    type Error = String;
+
+    fn try_from(limit: f64) -> Result<GluClampLimit, String> {
+        GluClampLimit::new(limit).ok_or_else(|| {
+            format!(
+                "glu_clamp_limit: {} is not a positive, finite clamp limit (the gate is clamped from above and the linear half to [-limit, limit]); e.g. glu_clamp_limit: 7.0 (GPT-OSS's swiglu_limit), or drop the key for no clamp",
+                crate::units::show_number(limit)
+            )
+        })
+    }
+}
+
+impl From<GluClampLimit> for f64 {
+    fn from(limit: GluClampLimit) -> f64 {
+        limit.0
+    }
 }
 
 /// Megatron-Core's rules for group-limited routing (`moe_utils.group_limited_topk`,

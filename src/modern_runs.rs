@@ -209,7 +209,7 @@ fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
     if let Some(key) = map.keys().find(|k| !RUN_MOE_KEYS.contains(&k.as_str())) {
         let file = bundled.map_or(String::new(), |name| format!(" (models/{name}.yaml)"));
         return Err(format!(
-            "model.moe.{key} is not a key of a run's moe (rule: it lists {}; the model's other MoE settings, such as clamped_glu, are its bundled model file's{file}); remove it",
+            "model.moe.{key} is not a key of a run's moe (rule: it lists {}; the model's other MoE settings, such as glu_clamp_limit, are its bundled model file's{file}); remove it",
             RUN_MOE_KEYS.join(", ")
         ));
     }

@@ -372,6 +372,14 @@ fn plain_words(message: &str) -> String {
             "`<<` is a YAML merge key, which tpsim does not expand; write the merged keys out in full in this mapping",
         );
     }
+    // tpsim before the clamp's limit was kept wrote `moe: clamped_glu: true`, which left the limit
+    // out of every launch line it wrote; the key is refused with the one that replaces it.
+    if let Some(at) = out.find("unknown field `clamped_glu`") {
+        out.replace_range(
+            at..,
+            "clamped_glu (an older tpsim key) is no longer read, as it kept no limit for the clamp; write the limit instead, glu_clamp_limit: 7.0 for GPT-OSS (its config.json swiglu_limit), or drop the line for no clamp",
+        );
+    }
     // `duplicate field `nodes``: the parser stops at the second; which one is meant is unclear.
     if let Some(at) = out.find("duplicate field `")
         && let Some((key, _)) = out[at + 17..].split_once('`')
@@ -665,6 +673,14 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
             ));
         }
     }
+    // The active parameters are a part of all of them (a token touches some of the weights).
+    if let (Some(all), Some(active)) = (file.published_params_b, file.published_active_params_b)
+        && active > all
+    {
+        return Err(format!(
+            "published_active_params_b {active} is more than published_params_b {all} (rule: the parameters one token touches are a part of all the model's parameters); check both against the model's source, e.g. GPT-OSS-120B publishes 116.83 in all and 5.13 active"
+        ));
+    }
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
     if heads_split_hidden && file.heads > file.hidden {
         return Err(format!(
@@ -699,9 +715,12 @@ fn check_moe_switches(file: &ModelFile, key_prefix: &str) -> Result<(), String> 
             "{key_prefix}moe.shared_expert_gate: true gates the shared experts' output, and the model has no shared experts ({key_prefix}moe.shared_expert_ffn_hidden is 0 or not given); give the shared experts' width as moe.shared_expert_ffn_hidden (Qwen1.5-MoE-A2.7B: 5632), or drop shared_expert_gate"
         ));
     }
-    if moe.clamped_glu && !file.gated_mlp {
+    if let Some(limit) = moe.glu_clamp_limit
+        && !file.gated_mlp
+    {
         return Err(format!(
-            "{key_prefix}moe.clamped_glu: true clamps the two halves of a gated MLP's activation (GPT-OSS's SwiGLU), and {key_prefix}gated_mlp: false gives the experts no such halves; set gated_mlp: true, or drop clamped_glu"
+            "{key_prefix}moe.glu_clamp_limit: {} clamps the two halves of a gated MLP's activation (GPT-OSS's SwiGLU), and {key_prefix}gated_mlp: false gives the experts no such halves; set gated_mlp: true, or drop glu_clamp_limit",
+            limit.arg()
         ));
     }
     Ok(())

@@ -2256,7 +2256,11 @@ fn megatron_flags_that_change_the_answer_are_modelled_or_refused() {
     // Megatron-FSDP and torch FSDP2 without pipelines are ZeRO stages tpsim models.
     const PP1: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 512 --tensor-model-parallel-size 2 --bf16";
     for (extra, zero) in [
-        ("--use-torch-fsdp2", 3),
+        // Megatron-LM asserts both companions of torch FSDP2 (arguments.py `validate_args`).
+        (
+            "--use-torch-fsdp2 --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights",
+            3,
+        ),
         ("--use-megatron-fsdp", 3),
         (
             "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",

@@ -69,8 +69,8 @@ fn eval_gpt_oss_with(name: &str, from: &str, to: &str) -> Run {
 fn a_model_file_gate_without_shared_experts_is_refused() {
     let r = eval_gpt_oss_with(
         "gate-no-shared",
-        "  clamped_glu: true",
-        "  clamped_glu: true\n  shared_expert_gate: true",
+        "  glu_clamp_limit: 7.0",
+        "  glu_clamp_limit: 7.0\n  shared_expert_gate: true",
     );
     assert_one_line_error(
         &r,
@@ -85,7 +85,7 @@ fn a_model_file_gate_without_shared_experts_is_refused() {
     );
 }
 
-/// A model file's `moe: clamped_glu: true` with `gated_mlp: false` priced the clamp of a gated
+/// A model file's `moe: glu_clamp_limit` with `gated_mlp: false` priced the clamp of a gated
 /// activation's two halves on experts that have no such halves.
 #[test]
 fn a_model_file_clamped_glu_without_a_gated_mlp_is_refused() {
@@ -94,7 +94,7 @@ fn a_model_file_clamped_glu_without_a_gated_mlp_is_refused() {
         &r,
         &[
             "m.yaml",
-            "moe.clamped_glu",
+            "moe.glu_clamp_limit",
             "gated_mlp: false",
             "gated_mlp: true",
         ],

@@ -22,13 +22,13 @@ fn eval_line(line: &str) -> Run {
 }
 
 /// `--activation-func-clamp-value` (Megatron-Core's clamped GLU, GPT-OSS's `swiglu_limit`) was
-/// skipped without a word: the model was evaluated without `clamped_glu`, which the bundled
-/// GPT-OSS file and its Hugging Face config both set. It is now read as `moe.clamped_glu`, and a
+/// skipped without a word: the model was evaluated without the clamp, which the bundled
+/// GPT-OSS file and its Hugging Face config both set. It is now read as `moe.glu_clamp_limit`, and a
 /// limit that is no positive number, or one with nothing gated to clamp, is refused.
 #[test]
 fn a_launch_lines_glu_clamp_is_read_or_refused() {
     let r = eval_line(&format!("{GPT_OSS_LINE} --activation-func-clamp-value 7.0"));
-    assert_eq!(hf_model(&r)["moe"]["clamped_glu"], true, "{}", r.stderr);
+    assert_eq!(hf_model(&r)["moe"]["glu_clamp_limit"], 7.0, "{}", r.stderr);
     assert!(
         !r.stderr.contains("activation-func-clamp-value"),
         "read, so not listed as skipped: {}",
@@ -36,7 +36,7 @@ fn a_launch_lines_glu_clamp_is_read_or_refused() {
     );
     let r = eval_line(GPT_OSS_LINE);
     assert!(
-        hf_model(&r)["moe"].get("clamped_glu").is_none(),
+        hf_model(&r)["moe"].get("glu_clamp_limit").is_none(),
         "{}",
         r.stdout
     );

@@ -137,7 +137,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         // A launch line names no GPU: the default is the command's, not a plan file's omission.
         scenario.gpu_note = None;
     }
-    super::scenario::note_window_without_effect(&scenario.model);
+    super::scenario::note_window_without_effect(&scenario, &args.model);
+    super::scenario::note_routing_without_effect(&scenario.training);
     let batch_given = training_args.global_batch.is_some()
         || launch_batch == LaunchBatch::MegatronDefault
         || plan_file
@@ -262,7 +263,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 },
                 zero: match args.zero {
                     Some(zero) => zero,
-                    None => pasted_zero(&args, pp)?,
+                    None => pasted_zero(&args, pp, &scenario.model)?,
                 },
                 allow_uneven_pp: args.allow_uneven_pp || split.any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,

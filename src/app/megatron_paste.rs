@@ -734,15 +734,29 @@ pub(super) fn layout_vpp(
     Ok(Some(from_layout))
 }
 
-/// The ZeRO stage of Megatron-LM's data-parallel arguments pasted on `eval`.
-pub(super) fn pasted_zero(args: &EvalArgs, pp: u32) -> Result<u8> {
-    Ok(emit::megatron_zero(
+/// The ZeRO stage of Megatron-LM's data-parallel arguments pasted on `eval`. Torch FSDP2 is
+/// refused as `--megatron-args` refuses it where Megatron-LM's `validate_args` asserts what the
+/// flags leave out: gradient-accumulation fusion off, and an output layer of its own.
+pub(super) fn pasted_zero(args: &EvalArgs, pp: u32, model: &crate::model::Model) -> Result<u8> {
+    let zero = emit::megatron_zero(
         args.use_distributed_optimizer,
         args.use_megatron_fsdp,
         args.use_torch_fsdp2,
         args.data_parallel_sharding_strategy.as_deref(),
         pp,
-    )?)
+    )?;
+    if args.use_torch_fsdp2 && !args.no_gradient_accumulation_fusion {
+        bail!(
+            "--use-torch-fsdp2 without --no-gradient-accumulation-fusion: Megatron-LM asserts torch FSDP2 runs without gradient-accumulation fusion (arguments.py), which is on unless turned off; add --no-gradient-accumulation-fusion"
+        );
+    }
+    if args.use_torch_fsdp2 && model.tied_embeddings {
+        bail!(
+            "--use-torch-fsdp2 with model {}, whose input and output embeddings are tied: Megatron-LM asserts --untie-embeddings-and-output-weights with torch FSDP2 (arguments.py); use a model with its own output layer, or --use-megatron-fsdp",
+            model.name
+        );
+    }
+    Ok(zero)
 }
 
 /// Megatron-LM's precision arguments pasted on `eval` (`--fp8-format`, `--fp8-recipe`,

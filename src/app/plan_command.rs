@@ -238,7 +238,8 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         }
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
-    super::scenario::note_window_without_effect(&scenario.model);
+    super::scenario::note_window_without_effect(&scenario, &args.model);
+    super::scenario::note_routing_without_effect(&scenario.training);
     let options = SearchOptions {
         allow_uneven_pp: args.allow_uneven_pp,
         allow_cross_node_tp: args.allow_cross_node_tp,

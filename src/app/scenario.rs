@@ -77,6 +77,32 @@ pub(super) fn resolve_model(
             ),
         }
     }
+    // The clamp as `--megatron-args` reads it (`emit::megatron_moe`), over any model with a
+    // gated MLP in its experts: a limit given replaces the model's.
+    if let Some(limit) = args.activation_func_clamp_value {
+        const FLAG: &str = "--activation-func-clamp-value";
+        let Some(limit) = crate::model::GluClampLimit::new(limit) else {
+            bail!(
+                "{FLAG} {} is not a positive, finite number (the gate is clamped from above and the linear half to [-X, X]); e.g. {FLAG} 7.0 (GPT-OSS), or drop it",
+                crate::units::show_number(limit)
+            );
+        };
+        if !model.gated_mlp {
+            bail!(
+                "{FLAG} {}: the model {} has no gated MLP, and the clamp acts on the two halves of a gated activation; drop it",
+                limit.arg(),
+                model.name
+            );
+        }
+        match model.moe.as_mut() {
+            Some(moe) => moe.glu_clamp_limit = Some(limit),
+            None => bail!(
+                "{FLAG} {}: the model {} is dense, and tpsim models a clamped gated activation on mixture-of-experts layers only (GPT-OSS); drop it, or give a mixture-of-experts model",
+                limit.arg(),
+                model.name
+            ),
+        }
+    }
     Ok((model, origin))
 }
 
@@ -762,13 +788,42 @@ fn check_framework_runs_experts(
 
 /// A note on stderr when the model's sliding window changes nothing for the sequences it trains
 /// on ([`crate::model::AttentionWindow::no_effect`]): the table would otherwise show the window
-/// with no hint that it equals full attention.
-pub(super) fn note_window_without_effect(model: &Model) {
-    if let Some(why) = model
-        .attention_window
-        .and_then(|w| w.no_effect(model.seq_len))
-    {
-        eprintln!("note: {why}");
+/// with no hint that it equals full attention. A model file's `full_every: 1` (with no
+/// `--window-attn-skip-freq` over it) is named by the file's key, the line the user has to change.
+pub(super) fn note_window_without_effect(scenario: &Scenario, args: &ModelArgs) {
+    let model = &scenario.model;
+    let Some(window) = model.attention_window else {
+        return;
+    };
+    let Some(why) = window.no_effect(model.seq_len) else {
+        return;
+    };
+    let from_model_file = matches!(scenario.model_origin.as_str(), "file" | "bundled");
+    if window.full_every == 1 && from_model_file && args.window_attn_skip_freq.is_none() {
+        let why = crate::model_file_words::in_model_file_words(&why, "");
+        match args.model.as_deref() {
+            Some(path) if scenario.model_origin == "file" => {
+                eprintln!("note: {}: {why}", crate::input_file::quote(path));
+            }
+            _ => eprintln!("note: {why}"),
+        }
+        return;
+    }
+    eprintln!("note: {why}");
+}
+
+/// A note on stderr when `--moe-routing` (or a plan file's routing) changes nothing: the routing
+/// pattern only moves what DeepEP's dispatcher sends (one copy per GPU reached,
+/// `cost::moe::remote_copies_per_token`); the all-to-all dispatcher sends every routed copy
+/// wherever its expert lives, so the plan's numbers are those of random routing.
+pub(super) fn note_routing_without_effect(training: &Training) {
+    use crate::training::{MoeDispatcher, MoeRouting};
+    let dispatch = training.moe_dispatch;
+    if dispatch.routing != MoeRouting::Random && dispatch.dispatcher == MoeDispatcher::Alltoall {
+        eprintln!(
+            "note: --moe-routing {} changes only what DeepEP's dispatcher sends (one copy per GPU a token's experts sit on, and neighbouring experts share GPUs); the all-to-all dispatcher sends every routed copy whichever experts it goes to, so this plan's numbers are the same as with --moe-routing random; add --moe-dispatcher deepep to price the routing",
+            dispatch.routing.as_str()
+        );
     }
 }
 

@@ -206,7 +206,7 @@ pub struct ExpertEpilogue {
     /// (`skip_bias_add`) and `_apply_bias` adds it weighted by the routing probability, expert by
     /// expert: `torch.cat([t + b * p for t, b, p in zip(torch.split(output, tokens_per_expert), ...)])`.
     pub eager_output_bias: bool,
-    /// A clamped GLU (`Moe::clamped_glu`) clamps as kernels of its own before the fused activation
+    /// A clamped GLU (`Moe::glu_clamp_limit`) clamps as kernels of its own before the fused activation
     /// (`weighted_bias_quick_geglu_impl`: `input.chunk(2, -1)`, two `clamp`s and `torch.cat`)
     /// until Megatron-LM #5940 (2026-08-13) folded the clamp into the fused kernel
     /// (`Training::eager_glu_clamp`).
@@ -222,7 +222,9 @@ impl ExpertEpilogue {
         let megatron_core = training.framework == crate::training::TrainingFramework::MegatronCore;
         ExpertEpilogue {
             eager_output_bias: megatron_core && model.linear_bias,
-            eager_glu_clamp: megatron_core && moe.clamped_glu && training.eager_glu_clamp,
+            eager_glu_clamp: megatron_core
+                && moe.glu_clamp_limit.is_some()
+                && training.eager_glu_clamp,
         }
     }
 

@@ -248,6 +248,14 @@ fn bridge_expert_overrides(
     };
     out.push(("model.num_moe_experts", moe.experts.to_string()));
     out.push(("model.moe_router_topk", moe.router_topk.to_string()));
+    // Megatron-Core `activation_func_clamp_value`, written out either way: Megatron-Bridge's
+    // GPT-OSS provider sets 7.0 itself (gpt_oss_bridge.py), which a model without the clamp
+    // must not inherit.
+    out.push((
+        "model.activation_func_clamp_value",
+        moe.glu_clamp_limit
+            .map_or("null".to_string(), |limit| limit.arg()),
+    ));
     // Group-limited routing (Megatron-Core `moe_router_num_groups` / `moe_router_group_topk`,
     // None without it), written out either way: the DeepSeek providers set 8 / 4 themselves.
     let (groups, group_topk) = if moe.router_groups > 0 {

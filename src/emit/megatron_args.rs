@@ -807,23 +807,27 @@ impl<'a> Parsed<'a> {
                 "--data-parallel-sharding-strategy {s} is ignored without --use-megatron-fsdp (Megatron-LM ignores it too)"
             ));
         }
-        if self.switch("use-torch-fsdp2") {
-            self.check_torch_fsdp2()?;
-        }
-        megatron_zero(
+        // The pipeline and distributed-optimizer rules first: the flags the rest ask for would
+        // not make such a line run.
+        let zero = megatron_zero(
             self.switch("use-distributed-optimizer"),
             self.switch("use-megatron-fsdp"),
             self.switch("use-torch-fsdp2"),
             strategy,
             pp,
-        )
+        )?;
+        if self.switch("use-torch-fsdp2") {
+            self.check_torch_fsdp2()?;
+        }
+        Ok(zero)
     }
 
     /// What Megatron-LM's `validate_args` asserts of a `--use-torch-fsdp2` line (arguments.py:
-    /// "--use-torch-fsdp2 is not supported with expert parallelism", "... not supported with fp16
-    /// yet"); the pipeline and distributed-optimizer rules are [`megatron_zero`]'s.
-    /// A line Megatron-LM refuses is refused, not priced. (Its gradient-accumulation-fusion and
-    /// untied-embeddings asserts are not repeated: tpsim has read such lines as ZeRO-3 all along.)
+    /// "--use-torch-fsdp2 is not supported with expert parallelism", "... is not supported with
+    /// gradient accumulation fusion", "... requires --untie-embeddings-and-output-weights", "...
+    /// not supported with fp16 yet"); the pipeline and distributed-optimizer rules are
+    /// [`megatron_zero`]'s. Megatron-LM sets none of these for the user: it stops with an
+    /// AssertionError, so a line it refuses is refused here too, naming the flag to change.
     fn check_torch_fsdp2(&self) -> Result<(), MegatronArgsError> {
         let refused = |given: String, why: &str| {
             Err(MegatronArgsError::Refused {
@@ -837,6 +841,20 @@ impl<'a> Parsed<'a> {
             return refused(
                 format!("--use-torch-fsdp2 with --expert-model-parallel-size {ep}"),
                 "Megatron-LM refuses torch FSDP2 with expert parallelism; use --expert-model-parallel-size 1, or --use-megatron-fsdp",
+            );
+        }
+        // `--no-gradient-accumulation-fusion` is a store_false switch: fusion is on unless it
+        // is given.
+        if !self.switch("no-gradient-accumulation-fusion") {
+            return refused(
+                "--use-torch-fsdp2 without --no-gradient-accumulation-fusion".into(),
+                "Megatron-LM asserts torch FSDP2 runs without gradient-accumulation fusion (arguments.py: \"--use-torch-fsdp2 is not supported with gradient accumulation fusion\"), which is on unless turned off; add --no-gradient-accumulation-fusion",
+            );
+        }
+        if !self.switch("untie-embeddings-and-output-weights") {
+            return refused(
+                "--use-torch-fsdp2 without --untie-embeddings-and-output-weights".into(),
+                "Megatron-LM asserts torch FSDP2 runs with separate input and output embeddings (arguments.py: \"--use-torch-fsdp2 requires --untie-embeddings-and-output-weights\"), and this line ties them; add --untie-embeddings-and-output-weights (a model with its own output layer), or use --use-megatron-fsdp",
             );
         }
         if self.switch("fp16") {

@@ -4,7 +4,7 @@
 //! MoE arguments that change memory or time in ways tpsim does not model are refused by name.
 
 use super::megatron_args::{MegatronArgsError, Parsed};
-use crate::model::{Mla, Model, Moe};
+use crate::model::{GluClampLimit, Mla, Model, Moe};
 use crate::plan::ParallelPlan;
 use crate::training::MoeDispatcher;
 
@@ -128,7 +128,7 @@ impl Parsed<'_> {
                 }
                 if let Some(limit) = self.value("activation-func-clamp-value") {
                     // Megatron-Core clamps a dense gated MLP too, but tpsim's model of the clamp
-                    // (`Moe::clamped_glu`) is the experts' (GPT-OSS), so it is not dropped unsaid.
+                    // (`Moe::glu_clamp_limit`) is the experts' (GPT-OSS), so it is not dropped unsaid.
                     return Err(MegatronArgsError::NotModelled {
                         given: format!("--activation-func-clamp-value {limit} without --num-experts"),
                         why: "tpsim models a clamped gated activation on mixture-of-experts layers only (GPT-OSS); drop it for a dense model, or add --num-experts N".into(),
@@ -340,36 +340,37 @@ impl Parsed<'_> {
             first_dense_layers,
             router_groups,
             router_group_topk,
-            clamped_glu: self.clamped_glu()?,
+            glu_clamp_limit: self.glu_clamp_limit()?,
         })
     }
 
     /// `--activation-func-clamp-value X` (Megatron-Core `activation_func_clamp_value`, a float;
-    /// GPT-OSS: 7.0) clamps the two halves of the gated activation: tpsim's `Moe::clamped_glu`.
-    /// The limit itself changes no memory or time, but it must be a positive, finite number, and
-    /// the activation must be gated (`--swiglu` or `--quick-geglu`) for it to clamp anything.
-    fn clamped_glu(&self) -> Result<bool, MegatronArgsError> {
+    /// GPT-OSS: 7.0) clamps the two halves of the gated activation: tpsim's
+    /// `Moe::glu_clamp_limit`, kept as given so that the line tpsim writes back carries it. The
+    /// limit itself changes no memory or time, but it must be a positive, finite number, and the
+    /// activation must be gated (`--swiglu` or `--quick-geglu`) for it to clamp anything.
+    fn glu_clamp_limit(&self) -> Result<Option<GluClampLimit>, MegatronArgsError> {
         const FLAG: &str = "activation-func-clamp-value";
         let Some(text) = self.value(FLAG) else {
-            return Ok(false);
+            return Ok(None);
         };
-        match text.parse::<f64>() {
-            Ok(limit) if limit.is_finite() && limit > 0.0 => {}
-            _ => {
+        let limit = match text.parse::<f64>().ok().and_then(GluClampLimit::new) {
+            Some(limit) => limit,
+            None => {
                 return Err(MegatronArgsError::BadValue {
                     message: format!(
                         "--{FLAG} {text:?} is not a positive, finite number (the gate is clamped from above and the linear half to [-X, X]); e.g. --{FLAG} 7.0 (GPT-OSS), or drop it"
                     ),
                 });
             }
-        }
+        };
         if !self.switch("swiglu") && !self.switch("quick-geglu") {
             return Err(MegatronArgsError::Refused {
                 given: format!("--{FLAG} {text} without --swiglu or --quick-geglu"),
                 why: "the clamp acts on the two halves of a gated activation, and this line's MLP is not gated; add --swiglu or drop it".into(),
             });
         }
-        Ok(true)
+        Ok(Some(limit))
     }
 
     /// `--multi-latent-attention` with its widths (arguments.py defaults: --q-lora-rank None,

@@ -184,6 +184,23 @@ impl Framework {
         })
     }
 
+    /// What a Megatron-LM line leaves out of a model whose experts clamp their GLU as GPT-OSS's
+    /// do, or `None`: Megatron-Bridge's GPT-OSS provider (gpt_oss_bridge.py `provider_bridge`)
+    /// also sets `activation_func = quick_gelu` with `glu_linear_offset = 1.0` (transformers'
+    /// `(up + 1) * gate * sigmoid(1.702 * gate)`), `softmax_type = "learnable"` (the attention
+    /// sinks) and `position_embedding_type = "yarn"` (factor 32 over 4096 positions). tpsim's
+    /// model carries none of them (a gated MLP is `--swiglu`, positions are rope), so the line
+    /// cannot write them; said rather than dropped. Megatron-Bridge's recipe sets them itself.
+    pub fn unsaid_gpt_oss_details(self, model: &Model) -> Option<String> {
+        let limit = model.moe.and_then(|moe| moe.glu_clamp_limit)?;
+        (self == Framework::Megatron).then(|| {
+            format!(
+                "the model clamps its experts' GLU as GPT-OSS does (--activation-func-clamp-value {}), and the line below leaves out GPT-OSS's other architecture details, which tpsim's model does not carry: its quick-GELU gate with a +1 on the linear half (--quick-geglu --glu-linear-offset 1.0 in place of --swiglu), its learnable attention sinks (--softmax-type learnable) and its YaRN rope (--position-embedding-type yarn, factor 32 over 4096 positions), as Megatron-Bridge's GPT-OSS provider sets them; add them to train GPT-OSS itself (tpsim prices the plan without them)",
+                limit.arg()
+            )
+        })
+    }
+
     /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
     /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
     /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).
@@ -450,6 +467,11 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     }
     if model.gated_mlp {
         push("swiglu", None);
+    }
+    // Megatron-Core `activation_func_clamp_value` (a `TransformerConfig` field, so arguments.py's
+    // generated `--activation-func-clamp-value`): the experts' clamped GLU, with its limit.
+    if let Some(limit) = model.moe.and_then(|moe| moe.glu_clamp_limit) {
+        push("activation-func-clamp-value", Some(limit.arg()));
     }
     if !model.linear_bias {
         push("disable-bias-linear", None);

@@ -188,7 +188,7 @@ impl Model {
                 first_dense_layers: 0,
                 router_groups: 0,
                 router_group_topk: 0,
-                clamped_glu: false,
+                glu_clamp_limit: None,
             }),
             (None, None) => {
                 if let Some((flag, _)) = moe_flags.iter().find(|(_, v)| v.is_some()) {
