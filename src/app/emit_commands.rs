@@ -42,6 +42,9 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     if let Some(why) = framework.unsaid_moe_imbalance(&s.training) {
         eprintln!("note: {why}");
     }
+    if let Some(why) = framework.unsaid_overlap(&s.model, &s.training, plan) {
+        eprintln!("note: {why}");
+    }
     if let Some(why) = framework.unsaid_model(&s.model) {
         eprintln!("note: {why}");
     }

@@ -167,6 +167,50 @@ impl Framework {
         })
     }
 
+    /// The overlaps `training` asks for that a Megatron-LM line leaves off because this plan has
+    /// nothing for them, or `None`: Megatron-LM refuses `--tp-comm-overlap` without tensor and
+    /// sequence parallelism, `--overlap-param-gather` without a sharded optimizer, and the MoE
+    /// all-to-all overlap where transformer_config.py does (`cost::moe::alltoall_overlap_refusal`).
+    /// The line read back says them off; the plan uses none of them, so its step time is the same.
+    pub fn unsaid_overlap(
+        self,
+        model: &Model,
+        training: &Training,
+        plan: &ParallelPlan,
+    ) -> Option<String> {
+        if self != Framework::Megatron {
+            return None;
+        }
+        let overlap = &training.overlap;
+        let mut left_off = Vec::new();
+        if overlap.tp_comm && !(plan.tp > 1 && plan.sequence_parallel) {
+            left_off.push(format!(
+                "--tp-comm-overlap (Megatron-LM needs tensor parallelism with --sequence-parallel; this plan has tp {}, sequence parallel {})",
+                plan.tp,
+                if plan.sequence_parallel { "on" } else { "off" }
+            ));
+        }
+        if overlap.param_gather && plan.zero == 0 {
+            left_off.push(
+                "--overlap-param-gather (Megatron-LM needs --use-distributed-optimizer; this plan is ZeRO-0)"
+                    .into(),
+            );
+        }
+        if overlap.moe_a2a && model.moe.is_some() && !moe_alltoall_overlap(model, training, plan) {
+            left_off.push(
+                "--overlap-moe-expert-parallel-comm (Megatron-Core refuses it on this plan)".into(),
+            );
+        }
+        (!left_off.is_empty()).then(|| {
+            format!(
+                "the line below leaves off {}: this plan has nothing for {}, so `tpsim eval --megatron-args` reads {} back as off with the same step time",
+                left_off.join(" and "),
+                if left_off.len() == 1 { "it" } else { "them" },
+                if left_off.len() == 1 { "it" } else { "them" }
+            )
+        })
+    }
+
     /// What a Megatron-LM line cannot carry of `model`'s block, or `None`: attention and MLP
     /// reading one shared input norm (Falcon-7B's parallel block, `shared_layer_norm`) has no
     /// Megatron-LM argument (arguments.py and Megatron-Core's `TransformerConfig` have none;
@@ -439,8 +483,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("num-query-groups", n(model.kv_heads));
     }
     // arguments.py: `--kv-channels` defaults to hidden / heads; another head width (Qwen3) is
-    // written out. MLA's widths are its own arguments.
-    if model.mla.is_none() && model.heads > 0 && model.head_dim != model.hidden / model.heads {
+    // written out. MLA's query/key/value widths are its own arguments, but the model's head width
+    // is written too (NeMo's DeepSeekV3Config sets kv_channels 128), so the line read back keeps
+    // it rather than falling to hidden / heads.
+    if model.heads > 0 && model.head_dim != model.hidden / model.heads {
         push("kv-channels", n(model.head_dim));
     }
     push("ffn-hidden-size", n(model.ffn_hidden));
