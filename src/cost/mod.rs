@@ -790,8 +790,12 @@ pub(crate) fn unit_costs_at(
         } else {
             1.0
         };
-        output.forward += tables * table * copy_forward * copy_s_per_byte;
-        output.backward += tables * table * copy_backward * copy_s_per_byte;
+        // The embedding and output layer are gathered in bf16 even under FP8 parameter gather
+        // (`comm::gather_bytes_per_param`): their copy-outs move two bytes a parameter.
+        let (table_forward, table_backward) =
+            compute::sharded_dp_copy_bytes_per_param(training, plan, crate::training::WEIGHT_BYTES);
+        output.forward += tables * table * table_forward * copy_s_per_byte;
+        output.backward += tables * table * table_backward * copy_s_per_byte;
     }
     UnitCosts {
         layer,
@@ -1487,6 +1491,42 @@ mod tests {
             / cluster.gpu.framework_efficiency;
         let ((sharded, micro_batches), (replicated, _)) = (backward_at(3), backward_at(1));
         (sharded - replicated, expected, micro_batches)
+    }
+
+    #[test]
+    fn fp8_parameter_gather_leaves_the_output_layers_copies_in_bf16() {
+        // torchtitan ZeRO-3 in FP8 on tp 2 x dp 4: with the FP8 parameter gather the layers'
+        // copy-outs move one byte a parameter, but the embedding and output layer are gathered in
+        // bf16 either way (`comm::gather_bytes_per_param`), so their copies do not shrink.
+        let model = crate::specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 1,
+            gpus_per_node: 8,
+        };
+        let request = crate::plan::PlanRequest {
+            tp: 2,
+            dp: 4,
+            zero: 3,
+            precision: crate::plan::Precision::Fp8,
+            ..crate::plan::PlanRequest::default()
+        };
+        let costs = |fp8_param_gather: bool| {
+            let mut training = Training::with_framework(
+                TrainingFramework::Torchtitan,
+                8192,
+                32,
+                AttentionKernel::Flash,
+            );
+            training.fp8_param_gather = fp8_param_gather;
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+            assert!(comm::fp8_parameter_gather(&training, &plan) == fp8_param_gather);
+            unit_costs(&model, &cluster, &training, &plan)
+        };
+        let (bf16, fp8) = (costs(false), costs(true));
+        assert!(fp8.layer.forward < bf16.layer.forward);
+        assert_eq!(fp8.output.forward, bf16.output.forward);
+        assert_eq!(fp8.output.backward, bf16.output.backward);
     }
 
     #[test]
