@@ -294,9 +294,6 @@ pub fn quote(text: &str) -> String {
     out
 }
 
-/// User input as it may appear in a name tpsim shows (not only in errors): control characters and
-/// spaces other than a plain one escaped, at most [`MAX_QUOTED_CHARS`] characters, the cut marked,
-/// never put in quotes.
 /// A spec file's `name` (`key`: `name`, `model.name`), which every table, report and saved plan
 /// shows: refused when empty or blank (the tables printed "1 node x 8  = 8 GPUs") or when it
 /// holds a control character (a NUL or an escape sequence went to the terminal as it was).
@@ -316,6 +313,9 @@ pub fn check_spec_name(key: &str, name: &str, example: &str) -> Result<(), Strin
     Ok(())
 }
 
+/// User input as it may appear in a name tpsim shows (not only in errors): control characters and
+/// spaces other than a plain one escaped, at most [`MAX_QUOTED_CHARS`] characters, the cut marked,
+/// never put in quotes.
 pub fn escape(text: &str) -> String {
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {
