@@ -678,7 +678,7 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
                 ", experts: ep {} x etp {} x expert-dp {}",
                 p.ep,
                 p.etp,
-                p.tp * p.cp * p.dp / (p.ep * p.etp)
+                crate::cost::moe::expert_dp(p)
             )
         } else {
             String::new()
