@@ -300,8 +300,9 @@ pub fn quote(text: &str) -> String {
 pub fn check_spec_name(key: &str, name: &str, example: &str) -> Result<(), String> {
     if name.trim().is_empty() {
         return Err(format!(
-            "{key}: {} is empty (rule: the name is shown in every table, report and saved plan); give it a name, e.g. {key}: {example}",
-            quote(name)
+            "{key}: {} is {} (rule: the name is shown in every table, report and saved plan); give it a name, e.g. {key}: {example}",
+            quote(name),
+            if name.is_empty() { "empty" } else { "blank" }
         ));
     }
     if name.chars().any(char::is_control) {

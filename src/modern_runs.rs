@@ -173,7 +173,7 @@ fn finite_moe<'de, D: serde::Deserializer<'de>>(
     };
     if let Some(bad) = non_finite(&value) {
         return Err(serde::de::Error::custom(format!(
-            "moe holds {}, which is not a number (rule: an MoE run lists whole counts; a dense run has moe: null); write the run's MoE numbers, or moe: null",
+            "moe holds {}, which is not a finite number (rule: an MoE run lists whole counts; a dense run has moe: null); write the run's MoE numbers, or moe: null",
             crate::cluster::show_number(bad)
         )));
     }

@@ -452,7 +452,7 @@ fn a_non_finite_number_in_a_runs_moe_is_refused() {
             &r,
             &[
                 "runs.yaml:",
-                &format!("moe holds {shown}, which is not a number"),
+                &format!("moe holds {shown}, which is not a finite number"),
                 "a dense run has moe: null",
                 "or moe: null",
             ],
@@ -496,7 +496,7 @@ fn an_empty_or_control_character_spec_name_is_refused() {
     let dir = scratch("round14", "names");
     for (value, words) in [
         ("\"\"", "name: \"\" is empty"),
-        ("\"   \"", "name: \"   \" is empty"),
+        ("\"   \"", "name: \"   \" is blank"),
         ("\"h100\\u0000x\"", "holds a control character"),
         ("\"h100\\e[31mred\"", "holds a control character"),
     ] {
