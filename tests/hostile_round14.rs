@@ -425,6 +425,26 @@ fn plan_file_reshard_and_optimizer_states_errors_name_the_files_keys() {
         &["--optimizer-states", "--framework"],
         "optimizer states in the file",
     );
+    // A file that sets no framework runs as the default one, and the message says so rather
+    // than quoting a `framework:` line the file does not have.
+    let dir = scratch("round14", "states-no-framework");
+    let plan = bundled_plan_with("optimizer_states: fp32", "optimizer_states: bf16")
+        .replace("framework: megatron-core\n", "");
+    assert!(
+        !plan.contains("\nframework:"),
+        "the test file still sets a framework"
+    );
+    std::fs::write(dir.join("p.yaml"), plan).unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "p.yaml: optimizer_states: bf16 is not how framework: megatron-core (the default; the file sets no framework) stores its optimizer",
+            "set framework: torchtitan or optimizer_states: fp32",
+        ],
+        &["--optimizer-states", "--framework"],
+        "optimizer states in a file without a framework",
+    );
 }
 
 /// A current-stack run's `model.moe` was read into a JSON value, where YAML's `.inf` and `.nan`

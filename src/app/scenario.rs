@@ -1236,10 +1236,18 @@ pub(super) fn resolve_scenario(
             training_args.framework,
         ) && plan_file.is_some_and(|f| f.optimizer_states.is_some())
         {
+            // The file may leave the framework out: then it is the default, and said so.
+            let framework_words = if plan_file.is_some_and(|f| f.framework.is_some()) {
+                format!("framework: {}", framework.as_str())
+            } else {
+                format!(
+                    "framework: {} (the default; the file sets no framework)",
+                    framework.as_str()
+                )
+            };
             bail!(
-                "{path}: optimizer_states: {} is not how framework: {} stores its optimizer: {}; set framework: {} or optimizer_states: fp32",
+                "{path}: optimizer_states: {} is not how {framework_words} stores its optimizer: {}; set framework: {} or optimizer_states: fp32",
                 training.optimizer_states.as_str(),
-                framework.as_str(),
                 why.split_once(';').map_or(why, |(rule, _)| rule),
                 match training.optimizer_states {
                     crate::training::OptimizerStates::Bf16Moments => "megatron-core",
