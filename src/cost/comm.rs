@@ -421,6 +421,7 @@ pub fn dp_traffic(
     let ag = Collective::AllGather;
     let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
     let counts = sharded_collectives(training, plan);
+    let after_schedule = reduces_after_pipeline_schedule(training, plan);
     let (grad_wire, grad_s, windows, gather_wire) = if plan.zero == 0 {
         let ar = Collective::AllReduce;
         (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
@@ -441,8 +442,8 @@ pub fn dp_traffic(
         0.0
     };
     // Under PyTorch's pipelining a ZeRO-3 that keeps its gathered weights gathers once per schedule.
-    let gathers_every_micro_batch = plan.zero == 3
-        && (plan.reshard_after_forward || !reduces_after_pipeline_schedule(training, plan));
+    let gathers_every_micro_batch =
+        plan.zero == 3 && (plan.reshard_after_forward || !after_schedule);
     let forward_gather_per_mb_s = if gathers_every_micro_batch {
         ag.time(weights, d, link)
     } else {
@@ -457,7 +458,7 @@ pub fn dp_traffic(
     // the last bucket of the overlapped reduction is.
     let last_bucket_s = if plan.zero == 0 {
         Collective::AllReduce.time(bucket, d, link)
-    } else if plan.zero >= 2 && reduces_after_pipeline_schedule(training, plan) {
+    } else if after_schedule {
         counts.reduce_scatters * rs.time(grads, d, link)
     } else {
         rs.time(bucket, d, link)

@@ -474,6 +474,9 @@ pub fn sharded_dp_copy_bytes_per_param(
     gathered_bytes: f64,
 ) -> (f64, f64) {
     let copies = training.framework.sharded_dp_copies(plan.zero);
+    if copies == crate::training::ShardedDpCopies::default() {
+        return (0.0, 0.0);
+    }
     let counts = super::comm::sharded_collectives(training, plan);
     let m = f64::from(plan.num_microbatches.max(1));
     let copy_out = if copies.gathered_parameters {
