@@ -727,7 +727,11 @@ impl TrainingFramework {
     ///   all-gather stream that the compute stream then waits for
     ///   (`PartitionedParameterCoordinator.fetch_sub_module`: `wait()` inside
     ///   `stream(self.__allgather_stream)`, then `current_stream().wait_stream(...)`). Its gradient
-    ///   bucketing was not read: not counted.
+    ///   copies (each gradient into the contiguous bucket, `__add_grad_to_ipg_bucket`; the reduced
+    ///   partition into its fp32 buffer, `partition_grads`) run on `reduce_and_partition_stream`,
+    ///   which waits for the compute stream but is not waited on until the backward ends
+    ///   (`independent_gradient_partition_epilogue`; deepspeed/runtime/zero/stage3.py): they ride
+    ///   beside the backward with the reduce-scatter itself, so they are not charged to it.
     /// - Megatron-Core's buffers and Megatron-FSDP hold parameters and gradients as views of the
     ///   buffers the collectives use; DeepSpeed's ZeRO-1/2 likewise (flat bit16 groups).
     pub fn sharded_dp_copies(self, zero: u8) -> ShardedDpCopies {
