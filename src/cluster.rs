@@ -149,6 +149,10 @@ pub struct GpuProfile {
     pub peak_bf16_tflops: f64,
     /// Usable device memory, as `nvidia-smi` reports it.
     pub hbm_capacity_gib: f64,
+    /// The most memory a plan may use per GPU when the user holds plans below the device's
+    /// (`--max-memory-gib`): a setting of the run, never a key of a profile file.
+    #[serde(skip)]
+    pub memory_limit_gib: Option<f64>,
     pub hbm_bandwidth_gb_per_s: f64,
     /// NVLink bandwidth per GPU per direction (half the bidirectional datasheet figure).
     pub nvlink_gb_per_s: f64,
@@ -307,9 +311,18 @@ impl GpuProfile {
     pub fn nvlink_domain(&self) -> u32 {
         self.nvlink_domain_gpus.unwrap_or(self.gpus_per_node)
     }
-    /// HBM capacity in whole bytes (a profile's GiB with decimals, 277.55 on GB300, need not be
-    /// an integer number of bytes; every output prints this one number).
+    /// The memory a plan may use per GPU, in whole bytes: the device's HBM, or less where the
+    /// user holds plans below it (`memory_limit_gib`). A profile's GiB with decimals (277.55 on
+    /// GB300) need not be an integer number of bytes; every output prints this one number.
     pub fn memory_capacity(&self) -> Bytes {
+        let gib = match self.memory_limit_gib {
+            Some(limit) => limit.min(self.hbm_capacity_gib),
+            None => self.hbm_capacity_gib,
+        };
+        Bytes((gib * GIB).round())
+    }
+    /// The device's HBM in whole bytes, whatever limit the run sets (`memory_capacity`).
+    pub fn device_memory(&self) -> Bytes {
         Bytes((self.hbm_capacity_gib * GIB).round())
     }
     /// HBM bandwidth a streaming kernel achieves.

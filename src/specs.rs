@@ -830,6 +830,10 @@ pub struct PlanFile {
     pub nodes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_node: Option<u32>,
+    /// The most memory per GPU the plan was held to (`--max-memory-gib`), in GiB; the GPU's whole
+    /// memory when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_gib: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq_len: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -336,6 +336,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         gpu: None,
         nodes: launch.nodes,
         gpus_per_node: launch.gpus_per_node,
+        max_memory_gib: None,
         seq_len: Some(launch.seq_len),
         global_batch: launch.global_batch,
         tokens: None,

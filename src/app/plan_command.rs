@@ -364,6 +364,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             )),
             nodes: Some(scenario.cluster.nodes),
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
+            max_memory_gib: scenario.cluster.gpu.memory_limit_gib,
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
             tokens: args.training.tokens.clone(),
@@ -496,7 +497,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
-                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); add nodes, use a larger-memory GPU, or shorten --seq-len{}",
+                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
                 super::pin_conflict::degrees_words(&closest.plan),
                 if closest.plan.vpp > 1 {
                     format!(" vpp {}", closest.plan.vpp)
@@ -518,6 +519,13 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
                 (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB,
+                match scenario.cluster.gpu.memory_limit_gib {
+                    Some(_) => format!(
+                        "raise --max-memory-gib (the GPU has {:.1} GiB), ",
+                        scenario.cluster.gpu.device_memory().0 / GIB
+                    ),
+                    None => String::new(),
+                },
                 if uneven_pp_comes_closer(&scenario, options, closest.memory.total_bytes.0) {
                     format!(
                         ", or add --allow-uneven-pp (deeper pipelines than the {} layers split evenly)",

@@ -421,6 +421,13 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                             .any(|r| r.label.as_ref().is_some_and(|l| l.recompute == "selective")))
                         .map(|m| format!(", selective recompute = modules {}", m.describe()))
                         .unwrap_or_default()
+                    + &args
+                        .cluster
+                        .max_memory_gib
+                        .map(|limit| format!(
+                            ", plans held below {limit} GiB per GPU by --max-memory-gib"
+                        ))
+                        .unwrap_or_default()
             );
             print!("{}", sweep::table(&result));
         }

@@ -111,7 +111,12 @@ pub struct ClusterSummary {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub total_gpus: u32,
+    /// The device's memory (`GpuProfile::device_memory`).
     pub gpu_memory_bytes: u64,
+    /// The memory per GPU the plans were held to where the user set one below the device's
+    /// (`--max-memory-gib`); each plan's `memory.capacity_bytes` is this, else the device's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
     pub peak_flops: f64,
     /// GPUs that share NVLink as this job is placed (`Cluster::nvlink_domain`).
     pub nvlink_domain_gpus: u32,
@@ -129,8 +134,12 @@ impl ClusterSummary {
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
             total_gpus: cluster.total_gpus(),
-            // Whole bytes already (`GpuProfile::memory_capacity`).
-            gpu_memory_bytes: cluster.gpu.memory_capacity().0 as u64,
+            // Whole bytes already (`GpuProfile::device_memory`, `memory_capacity`).
+            gpu_memory_bytes: cluster.gpu.device_memory().0 as u64,
+            max_memory_bytes: cluster
+                .gpu
+                .memory_limit_gib
+                .map(|_| cluster.gpu.memory_capacity().0 as u64),
             peak_flops: cluster.gpu.peak_flops().0,
             nvlink_domain_gpus: cluster.nvlink_domain(),
             rack_nvlink_gpus: cluster.gpu.nvlink_domain(),

@@ -173,7 +173,7 @@ pub fn scenario_line(report: &Report) -> String {
     .concat();
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
-         cluster: {} node{} x {} {} = {} ({} GiB, {} TFLOP/s bf16 each){}{}\n\
+         cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
          training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}",
         m.name,
         m.origin,
@@ -194,6 +194,13 @@ pub fn scenario_line(report: &Report) -> String {
         c.gpu,
         counted(c.total_gpus, "GPU"),
         gib(c.gpu_memory_bytes as f64),
+        match c.max_memory_bytes {
+            Some(limit) => format!(
+                ", plans held below {} GiB by --max-memory-gib",
+                gib(limit as f64)
+            ),
+            None => String::new(),
+        },
         tflops(c.peak_flops),
         if c.nvlink_domain_gpus <= c.gpus_per_node {
             String::new()
