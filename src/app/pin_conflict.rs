@@ -335,11 +335,11 @@ pub(super) fn fit_hint(
         .map(|p| format!("{} {}", p.flag, p.value))
         .collect();
     Some(format!(
-        "the pins {} rule out every plan that fits: without them {} plans fit, the fastest {} ({:.2} s per step)",
+        "the pins {} rule out every plan that fits: without them {} plans fit, the fastest {} ({} s per step)",
         flags.join(" "),
         unpinned.stats.feasible,
         degrees_words(&best.plan),
-        best.time.step_s.0
+        crate::units::show_step_s(best.time.step_s.0)
     ))
 }
 
