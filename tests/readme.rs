@@ -121,7 +121,11 @@ fn normalize(line: &str) -> String {
     if let Some(start) = line.find(" searched in ") {
         let after = start + " searched in ".len();
         if let Some(end) = line[after..].find(" ms)") {
-            line = format!("{}<time>{}", &line[..after], &line[after + end + " ms".len()..]);
+            line = format!(
+                "{}<time>{}",
+                &line[..after],
+                &line[after + end + " ms".len()..]
+            );
         }
     }
     line
