@@ -912,7 +912,7 @@ pub struct SweepArgs {
     // "unexpected argument".
     #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "PRICE", allow_negative_numbers = true)]
     pub price_per_gpu_hour: Option<f64>,
-    /// Write an SVG line chart (throughput, MFU, memory headroom, time and cost to train).
+    /// Write an SVG line chart (throughput, MFU, free memory, time and cost to train).
     #[arg(long, value_name = "FILE.svg")]
     pub chart: Option<String>,
     /// Also consider pipeline splits with unequal layers per stage.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::cost::Estimate;
 use crate::cost::simulated::ScheduleSummary;
 use crate::cost::terms::TermKind;
-use crate::units::GIB;
+use crate::units::{GIB, show_step_s};
 
 /// One compared quantity.
 #[derive(Debug, Clone, Serialize)]
@@ -193,10 +193,11 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
         } else {
             format!("{a_label} needs {:.1} GiB less memory per GPU", -dm)
         };
-        let steps = if format!("{sa:.2}") == format!("{sb:.2}") {
-            format!("{sa:.2} s per step")
+        let (shown_a, shown_b) = (show_step_s(sa), show_step_s(sb));
+        let steps = if shown_a == shown_b {
+            format!("{shown_a} s per step")
         } else {
-            format!("{sa:.2} and {sb:.2} s per step, within 0.05%")
+            format!("{shown_a} and {shown_b} s per step, within 0.05%")
         };
         return format!("{a_label} and {b_label} are equally fast ({steps}); {memory}");
     }

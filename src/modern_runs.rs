@@ -476,10 +476,12 @@ pub struct ModernPrediction {
     pub error: Option<f64>,
     /// The chosen plan's settings the source left open, or why nothing was predicted.
     pub note: String,
-    /// Peak memory per GPU the source reports (GiB), where it does.
-    pub published_peak_memory_gib: Option<f64>,
-    /// tpsim's memory on the most loaded GPU of the predicted plan (GiB).
-    pub predicted_memory_gib: Option<f64>,
+    /// Peak memory per GPU the source reports, in bytes (the runs file's `peak_memory_gib` ×
+    /// 2^30), where it does; in bytes as `plan`'s JSON says memory (`memory.total_bytes`).
+    pub published_peak_memory_bytes: Option<f64>,
+    /// tpsim's memory on the most loaded GPU of the predicted plan: `plan`'s
+    /// `memory.total_bytes` for it.
+    pub predicted_memory_bytes: Option<f64>,
     /// predicted / published − 1 for the memory, where both exist.
     pub memory_error: Option<f64>,
 }
@@ -659,20 +661,22 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         predicted_tokens_per_s_per_gpu: None,
         error: None,
         note: String::new(),
-        published_peak_memory_gib: run.results.peak_memory_gib,
-        predicted_memory_gib: None,
+        published_peak_memory_bytes: run
+            .results
+            .peak_memory_gib
+            .map(|gib| gib * crate::units::GIB),
+        predicted_memory_bytes: None,
         memory_error: None,
     };
     match predict_tokens(run) {
-        Ok((tokens, memory_gib, note)) => {
+        Ok((tokens, memory_bytes, note)) => {
             out.predicted_tokens_per_s_per_gpu = Some(tokens);
             out.error = Some(tokens / published - 1.0);
-            out.predicted_memory_gib = Some(memory_gib);
-            out.memory_error = run
-                .results
-                .peak_memory_gib
+            out.predicted_memory_bytes = Some(memory_bytes);
+            out.memory_error = out
+                .published_peak_memory_bytes
                 .filter(|m| *m > 0.0)
-                .map(|m| memory_gib / m - 1.0);
+                .map(|m| memory_bytes / m - 1.0);
             out.note = note;
         }
         Err(why) => out.note = why,
@@ -684,7 +688,7 @@ fn predict_tokens(run: &ModernRun) -> Result<(f64, f64, String), String> {
     let planned = plan_run(run)?;
     Ok((
         planned.estimate.tokens_per_s / f64::from(planned.cluster.total_gpus()),
-        planned.estimate.memory.total_bytes.0 / crate::units::GIB,
+        planned.estimate.memory.total_bytes.0,
         planned.note,
     ))
 }

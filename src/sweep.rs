@@ -133,8 +133,8 @@ pub struct RowTime {
 pub struct RowMemory {
     pub total_bytes: Option<f64>,
     pub capacity_bytes: f64,
-    /// Capacity less total: what the table prints as headroom GiB.
-    pub headroom_bytes: Option<f64>,
+    /// Capacity less total: what `eval` prints as "GiB free" and the table as `free GiB`.
+    pub free_bytes: Option<f64>,
     /// Where valid plans exist but none fits: the memory per GPU of the one that misses by least
     /// (`plan`'s "closest"), so the row says why nothing fits and by how much.
     pub closest_miss_bytes: Option<f64>,
@@ -168,9 +168,9 @@ pub struct Sweep {
 }
 
 impl RowMemory {
-    /// The headroom in GiB, as the table and the chart print it.
-    pub fn headroom_gib(&self) -> Option<f64> {
-        self.headroom_bytes.map(|b| b / GIB)
+    /// The free memory in GiB, as the table and the chart print it.
+    pub fn free_gib(&self) -> Option<f64> {
+        self.free_bytes.map(|b| b / GIB)
     }
 }
 
@@ -265,7 +265,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         memory: RowMemory {
             total_bytes: best.map(|e| e.memory.total_bytes.0),
             capacity_bytes,
-            headroom_bytes: best.map(|e| capacity_bytes - e.memory.total_bytes.0),
+            free_bytes: best.map(|e| capacity_bytes - e.memory.total_bytes.0),
             closest_miss_bytes: match best {
                 Some(_) => None,
                 None => result.closest_miss().map(|e| e.memory.total_bytes.0),
@@ -303,7 +303,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.headroom_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -338,7 +338,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.mfu, 4),
             fixed(r.memory.total_bytes, 0),
             format!("{:.0}", r.memory.capacity_bytes),
-            fixed(r.memory.headroom_bytes, 0),
+            fixed(r.memory.free_bytes, 0),
             fixed(r.memory.closest_miss_bytes, 0),
             fixed(r.time_to_train_s, 0),
             fixed(r.cost_to_train, 0),
@@ -458,7 +458,7 @@ pub fn table(sweep: &Sweep) -> String {
         "range s".into(),
         "tokens/s".into(),
         "MFU %".into(),
-        "headroom GiB".into(),
+        "free GiB".into(),
     ];
     if sweep.tokens.is_some() {
         // `plan`'s column: its name and its cells (`report::duration`, as eval's time to train).
@@ -478,7 +478,7 @@ pub fn table(sweep: &Sweep) -> String {
             (None, Some(_)) => "no valid plan (see below)".to_string(),
             (None, None) => match r.memory.closest_miss_bytes {
                 Some(need) => format!(
-                    "nothing fits: the closest needs {:.1} of {:.1} GiB ({} candidates)",
+                    "nothing fits: the closest needs {:.1} GiB of {:.1} GiB ({} candidates)",
                     need / GIB,
                     r.memory.capacity_bytes / GIB,
                     r.search.candidates
@@ -491,7 +491,10 @@ pub fn table(sweep: &Sweep) -> String {
             r.gpus.to_string(),
             crate::units::format_count(r.params),
             plan,
-            fixed(r.time.step_s, 2),
+            r.time
+                .step_s
+                .map(crate::units::show_step_s)
+                .unwrap_or_default(),
             match (r.time.step_s_low, r.time.step_s_high) {
                 (Some(low), Some(high)) => format!(
                     "{}–{}",
@@ -502,7 +505,7 @@ pub fn table(sweep: &Sweep) -> String {
             },
             fixed(r.tokens_per_s, 0),
             fixed(r.mfu.map(|m| 100.0 * m), 1),
-            fixed(r.memory.headroom_gib(), 1),
+            fixed(r.memory.free_gib(), 1),
         ];
         if sweep.tokens.is_some() {
             row.push(

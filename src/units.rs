@@ -265,6 +265,13 @@ pub fn show_measured(value: f64, decimals: usize) -> String {
     format!("{value:.places$}")
 }
 
+/// A search's wall time as every text output prints it (`plan`'s `search:` line, `sweep`'s
+/// header, the README's Speed table): milliseconds, one decimal, whatever its size, so two
+/// searches read in one unit. JSON says it in seconds (`search.elapsed_s`).
+pub fn show_search_time(seconds: f64) -> String {
+    format!("{:.1} ms", seconds * 1e3)
+}
+
 /// A step time in seconds as the tables and range lines print it: two decimals from 0.1 s up,
 /// three significant digits below, so a small model's 12 ms step reads 0.0123, not 0.01 (and its
 /// range not "0.01–0.01").
@@ -280,6 +287,12 @@ pub fn show_step_s(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn search_times_read_in_milliseconds_at_any_size() {
+        assert_eq!(show_search_time(0.0729), "72.9 ms");
+        assert_eq!(show_search_time(1.5), "1500.0 ms");
+    }
 
     #[test]
     fn step_seconds_keep_three_digits_below_a_tenth() {

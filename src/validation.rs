@@ -164,7 +164,8 @@ pub struct AccuracyRow {
     /// (predicted − published) / published.
     pub error: f64,
     pub fits: bool,
-    pub predicted_memory_gib: f64,
+    /// The plan's memory on its most loaded GPU, as `plan`'s JSON `memory.total_bytes`.
+    pub predicted_memory_bytes: f64,
     #[serde(skip)]
     pub estimate: Estimate,
 }
@@ -502,7 +503,7 @@ pub fn accuracy_with_skips(
             predicted_step_s,
             error: predicted_step_s / published_step_s - 1.0,
             fits: estimate.memory.fits,
-            predicted_memory_gib: estimate.memory.total_bytes.gib(),
+            predicted_memory_bytes: estimate.memory.total_bytes.0,
             estimate,
         });
     }

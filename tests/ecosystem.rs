@@ -751,8 +751,8 @@ fn sweep_over_nodes_exports_json_and_csv() {
         let expected = hours * r["gpus"].as_f64().unwrap() * 2.5;
         let cost = r["cost_to_train"].as_f64().unwrap();
         assert!((cost / expected - 1.0).abs() < 1e-9, "{cost} vs {expected}");
-        let headroom = r["memory"]["headroom_bytes"].as_f64().unwrap();
-        assert!(headroom >= 0.0 && headroom < r["memory"]["capacity_bytes"].as_f64().unwrap());
+        let free = r["memory"]["free_bytes"].as_f64().unwrap();
+        assert!(free >= 0.0 && free < r["memory"]["capacity_bytes"].as_f64().unwrap());
     }
 
     let (code, csv, stderr) = run(&[
@@ -872,7 +872,7 @@ fn sweep_chart_is_an_svg_with_every_panel() {
     for title in [
         "throughput (tokens/s)",
         "MFU (%)",
-        "memory headroom (GiB)",
+        "free memory (GiB)",
         "days to train",
         "cost to train ($)",
     ] {

@@ -330,7 +330,7 @@ fn a_sweep_point_where_nothing_fits_says_by_how_much() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stdout.contains(&format!(
-            "nothing fits: the closest needs {:.1} of {:.1} GiB",
+            "nothing fits: the closest needs {:.1} GiB of {:.1} GiB",
             need / GIB,
             have / GIB
         )),

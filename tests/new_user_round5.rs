@@ -62,10 +62,10 @@ fn sweep_names_each_quantity_as_plan_json_does() {
     assert_eq!(row["search"]["candidates"], 25340);
     assert_eq!(row["search"]["feasible"], plan["search"]["feasible"]);
     assert_eq!(row["time_to_train_s"], best["time_to_train_s"]);
-    let headroom = row["memory"]["headroom_bytes"].as_f64().unwrap();
+    let free = row["memory"]["free_bytes"].as_f64().unwrap();
     let want = best["memory"]["capacity_bytes"].as_f64().unwrap()
         - best["memory"]["total_bytes"].as_f64().unwrap();
-    assert!((headroom - want).abs() < 1.0, "{headroom} vs {want}");
+    assert!((free - want).abs() < 1.0, "{free} vs {want}");
     for old in [
         "step_time_s",
         "step_time_s_low",

@@ -11,7 +11,7 @@
 //! `tpsim` is the binary under test (it is put first on `PATH`, so `$(tpsim ...)` and pipes work);
 //! `cargo run --release --` in a command means `tpsim`. Commands run in a scratch directory holding
 //! copies of `plans/`, `models/`, `examples/`, `clusters/` and an empty `reports/`, so files they
-//! write never touch the checkout. Search timings ("— 16.7 ms on 2 threads", "in 0.05 s") vary and
+//! write never touch the checkout. Search timings ("— 16.7 ms on 2 threads", "in 50.3 ms") vary and
 //! are compared as `<time>`. A line `...` (or `│  ...`) in a block stands for one or more lines: the
 //! lines above it must be the output's first lines and the lines below it its last ones.
 //!
@@ -103,7 +103,7 @@ fn examples(readme: &str) -> Vec<Example> {
 }
 
 /// Replaces run-to-run timings with `<time>`: the search line's "— 16.7 ms on 2 threads" and
-/// the sweep's "searched in 0.05 s".
+/// the sweep's "searched in 50.3 ms".
 fn normalize(line: &str) -> String {
     let mut line = line.trim_end().to_string();
     if let Some(start) = line.find(" — ")
@@ -120,8 +120,12 @@ fn normalize(line: &str) -> String {
     }
     if let Some(start) = line.find(" searched in ") {
         let after = start + " searched in ".len();
-        if let Some(end) = line[after..].find(" s)") {
-            line = format!("{}<time>{}", &line[..after], &line[after + end..]);
+        if let Some(end) = line[after..].find(" ms)") {
+            line = format!(
+                "{}<time>{}",
+                &line[..after],
+                &line[after + end + " ms".len()..]
+            );
         }
     }
     line
@@ -295,9 +299,9 @@ fn normalize_hides_timings_only() {
     );
     assert_eq!(
         normalize(
-            "sweep over nodes: best plan at each of 4 points (26128 candidates searched in 0.05 s)"
+            "sweep over nodes: best plan at each of 4 points (26128 candidates searched in 50.3 ms)"
         ),
-        "sweep over nodes: best plan at each of 4 points (26128 candidates searched in <time> s)"
+        "sweep over nodes: best plan at each of 4 points (26128 candidates searched in <time>)"
     );
     assert_eq!(
         normalize("TP 8 — inside one node"),

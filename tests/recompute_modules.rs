@@ -475,9 +475,11 @@ fn what_megatron_core_refuses_of_the_modules_is_refused() {
     ]);
     assert_eq!(plan_of(&from_file)["recompute"], "selective");
     // A hand-edited plan file with a module Megatron-Core does not have: exit 2, naming the key.
+    // (`plan --save` writes no modules for this full-recompute plan; the edit adds them.)
     let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("\nrecompute_modules:"), "{text}");
     let edited = dir.join("edited.yaml");
-    std::fs::write(&edited, text.replace("- moe_act", "- attn_proj")).unwrap();
+    std::fs::write(&edited, format!("recompute_modules:\n- attn_proj\n{text}")).unwrap();
     let r = run(&["eval", "--plan", edited.to_str().unwrap()]);
     assert_one_line_error(
         &r,

@@ -6,7 +6,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use super::Outcome;
 use crate::cli::{AccuracyArgs, Format};
-use crate::units::format_count;
+use crate::units::{GIB, format_count, show_step_s};
 use crate::validation;
 
 pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
@@ -77,11 +77,11 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
                     row.gpus.to_string(),
                     row.gpu_profile.clone(),
                     row.plan.clone(),
-                    format!("{:.2}", row.published_step_s),
-                    format!("{:.2}", row.predicted_step_s),
+                    show_step_s(row.published_step_s),
+                    show_step_s(row.predicted_step_s),
                     format!("{:+.1}", row.error * 100.0),
                     if row.fits { "yes" } else { "NO" }.to_string(),
-                    format!("{:.1}", row.predicted_memory_gib),
+                    format!("{:.1}", row.predicted_memory_bytes / GIB),
                 ]);
             }
             println!("{table}");
@@ -165,19 +165,20 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
                 f64::from(planned.training.global_batch) * f64::from(planned.training.seq_len);
             let gpus = f64::from(planned.cluster.total_gpus());
             println!(
-                "run {id}: published {published:.0} tokens/s per GPU, {:.2} s per step ({}); tpsim {predicted:.0}, {:.2} s ({:+.1}%), its published plan pinned, the rest searched: {}",
-                tokens_per_step / gpus / published,
+                "run {id}: published {published:.0} tokens/s per GPU, {} s per step ({}); tpsim {predicted:.0}, {} s ({:+.1}%), its published plan pinned, the rest searched: {}",
+                show_step_s(tokens_per_step / gpus / published),
                 run.source.describe(),
-                planned.estimate.time.step_s.0,
+                show_step_s(planned.estimate.time.step_s.0),
                 100.0 * (predicted / published - 1.0),
                 planned.note
             );
             if let (Some(stated), Some(error)) = (
-                prediction.published_peak_memory_gib,
+                prediction.published_peak_memory_bytes,
                 prediction.memory_error,
             ) {
                 println!(
-                    "peak memory: published {stated:.1} GiB, tpsim {:.1} GiB ({:+.1}%)",
+                    "peak memory: published {:.1} GiB, tpsim {:.1} GiB ({:+.1}%)",
+                    stated / GIB,
                     planned.estimate.memory.total_bytes.0 / crate::units::GIB,
                     100.0 * error
                 );
@@ -244,11 +245,11 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                     r.error
                         .map(|e| format!("{:+.1}", 100.0 * e))
                         .unwrap_or_else(|| "-".into()),
-                    match (r.published_peak_memory_gib, r.predicted_memory_gib) {
+                    match (r.published_peak_memory_bytes, r.predicted_memory_bytes) {
                         (Some(published), Some(predicted)) => {
-                            format!("{published:.1} / {predicted:.1}")
+                            format!("{:.1} / {:.1}", published / GIB, predicted / GIB)
                         }
-                        (Some(published), None) => format!("{published:.1} / -"),
+                        (Some(published), None) => format!("{:.1} / -", published / GIB),
                         _ => String::new(),
                     },
                     r.note.clone(),

@@ -320,6 +320,14 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             let given = plan_error_words::scenario_flags_given(&args.cluster, &args.training);
             for path in &args.plan {
                 let file = specs::load_plan(path)?;
+                if args.training.recompute_modules.is_none() {
+                    super::scenario::check_file_modules_apply(
+                        &file,
+                        path,
+                        file.plan.recompute,
+                        None,
+                    )?;
+                }
                 let scenario = resolve_scenario(
                     &args.model,
                     &args.cluster,

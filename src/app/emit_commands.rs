@@ -9,7 +9,7 @@ use crate::cli::EmitTarget;
 use crate::cost::Estimate;
 use crate::cost::simulated::simulate_plan;
 use crate::emit::{self, Framework};
-use crate::units::GIB;
+use crate::units::{GIB, show_step_s};
 
 pub(super) fn framework_of(target: EmitTarget) -> Framework {
     match target {
@@ -123,23 +123,23 @@ pub(super) fn emit_best(
     let chosen = &simulated(chosen);
     if rank > 0 {
         eprintln!(
-            "note: the fastest plan ({:.2} s per step) cannot run in {} ({}); emitting plan #{} ({:.2} s per step), the fastest that can",
-            simulated(&feasible[0]).time.step_s.0,
+            "note: the fastest plan ({} s per step) cannot run in {} ({}); emitting plan #{} ({} s per step), the fastest that can",
+            show_step_s(simulated(&feasible[0]).time.step_s.0),
             framework.name(),
             framework
                 .unsupported(&s.model, &s.training, &feasible[0].plan)
                 .unwrap_or_default(),
             rank + 1,
-            chosen.time.step_s.0
+            show_step_s(chosen.time.step_s.0)
         );
     }
     // The plan in `eval`'s words (`plan_words`), so the header and `eval`'s plan line of the
     // configuration read back describe one plan.
     eprintln!(
-        "{} configuration for {}: {:.2} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        "{} configuration for {}: {} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
         framework.name(),
         crate::report::plan_words(&chosen.plan),
-        chosen.time.step_s.0,
+        show_step_s(chosen.time.step_s.0),
         chosen.tokens_per_s,
         chosen.memory.total_bytes.0 / GIB,
         chosen.memory.capacity_bytes.0 / GIB

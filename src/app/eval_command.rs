@@ -369,6 +369,18 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             words.join(" ")
         );
     }
+    // A plan file's modules, the same rule (a launch line's are said in `megatron_paste`).
+    if let Some((file, path)) = &plan_file
+        && megatron.is_none()
+        && args.training.recompute_modules.is_none()
+    {
+        super::scenario::check_file_modules_apply(
+            file,
+            path,
+            request.recompute,
+            args.recompute.map(|_| "--recompute"),
+        )?;
+    }
     // Resharding is a ZeRO-3 setting: asked for with a lower stage, it would be silently moot.
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());

@@ -329,17 +329,21 @@ pub(super) fn fit_hint(
         return None;
     }
     let unpinned = unpinned_search(model, cluster, training, options);
-    let best = unpinned.feasible().first()?;
+    // The plan `plan` without the pins prints first, at the time it prints: the top 10 (its
+    // default --top) with their pipeline schedules simulated, as `sweep` takes its best.
+    let top: Vec<_> = unpinned.feasible().iter().take(10).copied().collect();
+    let refined = crate::planner::refine_top(model, cluster, training, &top);
+    let best = refined.plans.first()?;
     let flags: Vec<String> = given
         .iter()
         .map(|p| format!("{} {}", p.flag, p.value))
         .collect();
     Some(format!(
-        "the pins {} rule out every plan that fits: without them {} plans fit, the fastest {} ({:.2} s per step)",
+        "the pins {} rule out every plan that fits: without them {} plans fit, the fastest {} ({} s per step)",
         flags.join(" "),
         unpinned.stats.feasible,
         degrees_words(&best.plan),
-        best.time.step_s.0
+        crate::units::show_step_s(best.time.step_s.0)
     ))
 }
 

@@ -371,7 +371,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
             fp8_scaling: Some(scenario.training.fp8_scaling),
-            recompute_modules: scenario.training.recompute_modules,
+            // Written only for a plan that recomputes selectively, the one kind they describe:
+            // `eval --plan` refuses modules beside another recompute, as a value it would drop.
+            recompute_modules: scenario
+                .training
+                .recompute_modules
+                .filter(|_| best.plan.recompute == crate::plan::Recompute::Selective),
             grad_dtype: Some(scenario.training.grad_dtype),
             gradient_accumulation_fusion: (!scenario.training.gradient_accumulation_fusion)
                 .then_some(false),

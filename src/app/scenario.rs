@@ -263,6 +263,38 @@ pub(super) fn check_sweep_params_point(value: &str, seq_len_flag: Option<u32>) -
     Ok(())
 }
 
+/// A plan file's `recompute_modules` beside a recompute that is not selective: refused, as the
+/// flag is, since the plan would drop them unsaid (`plan --save` writes them only for a selective
+/// plan). `recompute` is the plan's after any flag; `flag` the flag that set it, if one did.
+pub(super) fn check_file_modules_apply(
+    file: &PlanFile,
+    path: &str,
+    recompute: Recompute,
+    flag: Option<&str>,
+) -> Result<()> {
+    let Some(modules) = file.recompute_modules else {
+        return Ok(());
+    };
+    if recompute == Recompute::Selective {
+        return Ok(());
+    }
+    let (why, fix) = match flag {
+        Some(flag) => (
+            format!("{flag} {}", recompute.as_str()),
+            format!("use {flag} selective"),
+        ),
+        None => (
+            format!("its recompute: {}", recompute.as_str()),
+            "set recompute: selective".to_string(),
+        ),
+    };
+    bail!(
+        "{}: recompute_modules ({}) say what selective recompute recomputes, but {why} is not selective; {fix} or drop recompute_modules from the file",
+        crate::input_file::quote(path),
+        modules.describe()
+    )
+}
+
 /// Checks one point of `sweep --axis seq-len` over a `--params` count: a point too long for the
 /// derived shape is named, with the points that have one (`resolve_scenario` would say "give a
 /// shorter --seq-len", a flag the sweep refuses beside the axis).
@@ -1561,6 +1593,11 @@ fn recompute_modules_of(
                 modules,
                 format!("the plan's recompute_modules ({})", modules.describe()),
             ),
+            // `plan --save` writes the modules only for a selective plan; for another, what
+            // selective recompute means (in `eval --report`'s search) is what `plan` searched.
+            None if megatron_core && file.plan.recompute != Recompute::Selective => {
+                return Ok(RecomputeModules::output_discarding_for(model));
+            }
             None => return Ok(None),
         },
         (None, None) if megatron_core => {

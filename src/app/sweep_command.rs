@@ -394,14 +394,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             // invalid (`invalid_plan`), which are counted but not evaluated.
             let candidates: u64 = result.rows.iter().map(|r| r.search.candidates).sum();
             println!(
-                "sweep over {}: best plan at {} ({} candidates searched in {:.2} s){}",
+                "sweep over {}: best plan at {} ({} candidates searched in {}){}",
                 axis.title(),
                 match result.rows.len() {
                     1 => "1 point".to_string(),
                     n => format!("each of {n} points"),
                 },
                 candidates,
-                elapsed,
+                crate::units::show_search_time(elapsed),
                 match (result.framework, result.kernel_fusion) {
                     (Some(framework), Some(crate::training::KernelFusion::Eager)) => format!(
                         ", as {} runs it (eager, no torch.compile)",

@@ -1,5 +1,5 @@
 //! The sweep as an SVG chart (plotters, SVG backend, its naive built-in font: no system fonts
-//! are read). One panel per quantity — throughput, MFU, memory headroom, and, when `--tokens` is
+//! are read). One panel per quantity — throughput, MFU, free memory, and, when `--tokens` is
 //! given, days and cost to train — against the sweep's points: at their values on a log axis, joined
 //! by a line, when they are numbers (sweeps double: 16, 32, 64, 128); evenly spaced and unjoined
 //! markers for GPU names (categories: nothing lies between two GPU models), each label
@@ -44,7 +44,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let mut panels: Vec<Series> = vec![
         (THROUGHPUT, |r| r.tokens_per_s),
         ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
-        ("memory headroom (GiB)", |r| r.memory.headroom_gib()),
+        ("free memory (GiB)", |r| r.memory.free_gib()),
     ];
     if sweep.tokens.is_some() {
         panels.push(("days to train", |r| r.time_to_train_days()));

@@ -124,7 +124,12 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             },
             true,
         ),
-        ("step s", true, |e| format!("{:.2}", e.time.step_s.0), true),
+        (
+            "step s",
+            true,
+            |e| crate::units::show_step_s(e.time.step_s.0),
+            true,
+        ),
         ("tokens/s", true, |e| format!("{:.0}", e.tokens_per_s), true),
         ("MFU %", true, |e| format!("{:.1}", e.mfu * 100.0), true),
         (

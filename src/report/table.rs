@@ -791,7 +791,7 @@ pub fn breakdown(
         )
     } else {
         format!(
-            "DOES NOT FIT: short by {} GiB",
+            "DOES NOT FIT: misses by {} GiB",
             gib(mem.total_bytes.0 - mem.capacity_bytes.0)
         )
     };
@@ -979,7 +979,7 @@ pub fn stats_line(stats: &SearchStats) -> String {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     format!(
-        "search: {} candidates, {} feasible, infeasible: {} — {:.1} ms on {} threads",
+        "search: {} candidates, {} feasible, infeasible: {} — {} on {} threads",
         stats.candidates,
         stats.feasible,
         if reasons.is_empty() {
@@ -987,7 +987,7 @@ pub fn stats_line(stats: &SearchStats) -> String {
         } else {
             reasons.join(", ")
         },
-        stats.elapsed_s * 1e3,
+        crate::units::show_search_time(stats.elapsed_s),
         stats.threads
     )
 }
