@@ -15,6 +15,9 @@ MIN_RUNS runs get no band of their own (their runs still count in the pooled fam
 vTrain's single-node runs (0.2-1.3B models on one node) are left out: tpsim does not plan for
 that regime and their error is dominated by a fixed per-layer overhead.
 
+Peak memory gets the same treatment where a source publishes it: quantiles of
+ln(measured / predicted memory) per framework ("memory") and pooled ("memory_all").
+
 Also prints, with --analysis, the per-model ranking numbers of issue 11 (Spearman, favourite's
 regret, median |error|) and the residual by tensor-parallel degree, for validation/FIT.md.
 Standard library only.
@@ -237,6 +240,26 @@ def main():
         # no measured error, and says so.
         "precisions": sorted(precisions),
     }
+    # Peak memory per GPU, where a source publishes it (torchtitan's benchmark tables): the same
+    # quantiles of ln(measured / predicted) memory, per framework, and pooled.
+    memory = defaultdict(list)
+    for row in rows:
+        if "measured_memory_bytes" in row:
+            memory[row["framework"]].append(
+                math.log(row["measured_memory_bytes"] / row["predicted_memory_bytes"])
+            )
+    result["memory"] = []
+    for framework, values in sorted(memory.items()):
+        if len(values) >= MIN_RUNS:
+            entry = band(values, f"published {framework} runs")
+            entry["framework"] = framework
+            result["memory"].append(entry)
+    pooled = [v for values in memory.values() for v in values]
+    if pooled:
+        result["memory_all"] = band(
+            pooled,
+            "published runs that state their peak (%s)" % ", ".join(sorted(memory)),
+        )
     words = {"dense": "dense", "moe": "mixture-of-experts"}
     for (framework, fam, kind), values in sorted(groups.items()):
         if len(values) >= MIN_RUNS:

@@ -15,6 +15,7 @@ pub mod emit;
 pub mod hf_config;
 pub mod input_file;
 pub mod integer;
+pub mod memory_margin;
 pub mod model;
 pub mod model_file_words;
 pub mod modern_runs;

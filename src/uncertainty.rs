@@ -45,6 +45,28 @@ struct BandFile {
     all: Band,
     /// The GEMM precisions the runs behind the bands train in (`Precision::as_str`).
     precisions: Vec<String>,
+    /// Peak memory per GPU: quantiles of ln(measured / predicted memory) per framework, where
+    /// its published runs state their peak memory (`memory_margin`).
+    #[serde(default)]
+    memory: Vec<Band>,
+    /// The same over every run that states its peak memory.
+    #[serde(default)]
+    memory_all: Option<Band>,
+}
+
+/// The peak-memory band for plans under `framework`: its own published runs' where they state
+/// their peak memory (true), else the band of every run that does (false); None when no run does.
+pub fn memory_band_for(framework: TrainingFramework) -> Option<(&'static Band, bool)> {
+    let file = bands();
+    let name = band_framework(framework);
+    match file
+        .memory
+        .iter()
+        .find(|b| b.framework.as_deref() == Some(name))
+    {
+        Some(band) => Some((band, true)),
+        None => file.memory_all.as_ref().map(|band| (band, false)),
+    }
 }
 
 /// Whether any run behind the bands trains at this precision: a plan at a precision none of them

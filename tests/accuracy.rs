@@ -505,7 +505,7 @@ fn dump_residuals() {
             "torchtitan" | "automodel" => "torchtitan",
             _ => "megatron-core",
         };
-        let line = serde_json::json!({
+        let mut line = serde_json::json!({
             "source": format!("modern_{}", p.source),
             "id": p.id,
             "framework": framework,
@@ -515,6 +515,13 @@ fn dump_residuals() {
             "predicted_step_s": 1.0 / predicted,
             "precision": run.plan.precision.as_deref().unwrap_or("bf16"),
         });
+        // Peak memory where the source publishes it: the memory bands.
+        if let (Some(measured), Some(predicted)) =
+            (p.published_peak_memory_bytes, p.predicted_memory_bytes)
+        {
+            line["measured_memory_bytes"] = measured.into();
+            line["predicted_memory_bytes"] = predicted.into();
+        }
         out.push_str(&line.to_string());
         out.push('\n');
     }

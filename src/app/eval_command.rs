@@ -568,7 +568,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if !quiet {
         print_report(&report, args.format, |r| {
             format!(
-                "{}\n\n{}\n{}\n{}\n",
+                "{}\n\n{}\n{}\n{}\n{}",
                 report::scenario_line(r),
                 report::breakdown(&r.plans[0], &scenario.cluster, r.training.cp_exchange),
                 schedule_line,
@@ -578,6 +578,14 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     r.training.framework,
                     crate::uncertainty::ModelKind::of(r.model.moe.is_some()),
                 )
+                .unwrap_or_default(),
+                crate::memory_margin::margin_line(
+                    &r.plans[0],
+                    r.cluster.gpu_memory_bytes as f64,
+                    r.training.framework,
+                    "this plan",
+                )
+                .map(|line| line + "\n")
                 .unwrap_or_default()
             )
         });

@@ -472,6 +472,14 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 r.training.framework,
                 crate::uncertainty::ModelKind::of(r.model.moe.is_some()),
             ),
+            shown.first().and_then(|best| {
+                crate::memory_margin::margin_line(
+                    best,
+                    r.cluster.gpu_memory_bytes as f64,
+                    r.training.framework,
+                    if shown.len() == 1 { "this plan" } else { "#1" },
+                )
+            }),
         ]
         .into_iter()
         .flatten()

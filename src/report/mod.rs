@@ -200,6 +200,7 @@ impl Serialize for Report {
                         self.training.framework,
                         crate::uncertainty::ModelKind::of(self.model.moe.is_some()),
                     );
+                    crate::memory_margin::annotate(&mut value, estimate, self.training.framework);
                     // What of `training.overlap` takes effect for this plan, as the estimate
                     // counts it (the header says the same in words).
                     value["overlap_applied"] = serde_json::to_value(crate::cost::overlap_applied(

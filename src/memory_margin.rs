@@ -1,0 +1,81 @@
+//! How far off a plan's peak memory can be, and whether the plan still fits at that: tpsim's own
+//! memory residuals on the published runs that state their peak memory (the `memory` bands of
+//! validation/residual_bands.json, `uncertainty::memory_band_for`). A plan whose memory, raised
+//! by the 95th percentile of those residuals, passes the GPU's memory is one that may not run as
+//! planned; the margin is said with the `--max-memory-gib` that keeps it.
+
+use crate::cost::Estimate;
+use crate::training::TrainingFramework;
+use crate::uncertainty::{Band, band_framework, memory_band_for};
+use crate::units::GIB;
+
+/// A plan's memory at the high end of tpsim's memory error: the 95th percentile of
+/// ln(measured / predicted) peak memory over the band's runs.
+pub fn total_bytes_high(estimate: &Estimate, band: &Band) -> f64 {
+    estimate.memory.total_bytes.0 * band.log_ratio_q95.exp()
+}
+
+/// What the band rests on, in words: its runs, and when they are another framework's, that no
+/// run of this one states its peak memory.
+fn basis_words(band: &Band, own: bool, framework: TrainingFramework) -> String {
+    if own {
+        format!("{} {}", band.runs, band.basis)
+    } else {
+        format!(
+            "{} {}, none of them {}",
+            band.runs,
+            band.basis,
+            band_framework(framework)
+        )
+    }
+}
+
+/// The line under a plan table or breakdown when `first` (the best plan, `#1` or `this plan`)
+/// would not fit in the GPU's `device_memory_bytes` at the high end of tpsim's memory error: what
+/// it would need, on which runs, and the `--max-memory-gib` that keeps the margin. None when it
+/// fits with the margin, when the plan does not fit at all (said elsewhere), or when no run
+/// states its peak memory.
+pub fn margin_line(
+    estimate: &Estimate,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+    first: &str,
+) -> Option<String> {
+    let (band, own) = memory_band_for(framework)?;
+    let high = total_bytes_high(estimate, band);
+    if !estimate.fits() || high <= device_memory_bytes {
+        return None;
+    }
+    // Rounded down to a tenth: a limit that keeps the margin, not one a rounding lets past it.
+    let keep_gib = (device_memory_bytes * (-band.log_ratio_q95).exp() / GIB * 10.0).floor() / 10.0;
+    Some(format!(
+        "memory range: {first} needs {:.1} of {:.1} GiB; on {}, measured peaks ran up to {:.0}% above tpsim's (95th percentile), {:.1} GiB here: --max-memory-gib {keep_gib:.1} keeps that margin",
+        estimate.memory.total_bytes.0 / GIB,
+        device_memory_bytes / GIB,
+        basis_words(band, own, framework),
+        100.0 * (band.log_ratio_q95.exp() - 1.0),
+        high / GIB,
+    ))
+}
+
+/// Writes a plan's memory range into its JSON object beside `memory.total_bytes`:
+/// `memory.total_bytes_high` and `memory.total_bytes_range_basis`, where a band exists.
+pub fn annotate(value: &mut serde_json::Value, estimate: &Estimate, framework: TrainingFramework) {
+    let Some((band, own)) = memory_band_for(framework) else {
+        return;
+    };
+    if let Some(memory) = value.get_mut("memory").and_then(|m| m.as_object_mut()) {
+        memory.insert(
+            "total_bytes_high".into(),
+            total_bytes_high(estimate, band).into(),
+        );
+        memory.insert(
+            "total_bytes_range_basis".into(),
+            format!(
+                "95th percentile of tpsim's peak-memory error on {}",
+                basis_words(band, own, framework)
+            )
+            .into(),
+        );
+    }
+}
