@@ -283,9 +283,9 @@ pub enum KernelFusion {
     /// PyTorch eager, as torchtitan's Llama runs without `compile`: `RMSNorm` upcasts to fp32 and
     /// runs pow, mean, rsqrt, two multiplies and a downcast as separate kernels
     /// (torchtitan/models/norms.py); `apply_rotary_emb` upcasts Q and K to fp32 complex and back;
-    /// `repeat_kv` copies K and V out to every query head; the attention output is transposed into a
-    /// contiguous copy; SwiGLU runs silu and the product as two kernels (torchtitan/models/llama/
-    /// model.py). `compute::eager_extra_bytes` counts their traffic.
+    /// `repeat_kv` copies K and V out to every query head; SwiGLU runs silu and the product as two
+    /// kernels (torchtitan/models/llama/model.py). `compute::eager_extra_bytes_per_token` counts
+    /// their traffic.
     Eager,
 }
 

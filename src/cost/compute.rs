@@ -230,7 +230,11 @@ const EAGER_ROPE_BYTES_PER_ELEMENT: f64 = 20.0;
 ///   counted for fused kernels either);
 /// - `repeat_kv` (grouped-query attention only): expand and reshape copy K and V out to every
 ///   query head, reading the K/V width and writing the query width, 2 bytes each;
-/// - the attention output's `transpose(1, 2).contiguous()`, a read and a write;
+/// - not the attention output's `transpose(1, 2).contiguous()`: SDPA's flash and
+///   memory-efficient kernels write their output as [batch, sequence, heads, head_dim] and return
+///   it transposed (`_scaled_dot_product_flash_attention_cuda`: `empty_like` of the transposed
+///   query, returned `.transpose(1, 2)`; aten/src/ATen/native/transformers/cuda/attention.cu), so
+///   transposing it back is already contiguous and copies nothing;
 /// - SwiGLU's `silu(w1(x)) * w3(x)` as two kernels (silu 2 + 2, product 2 + 2 + 2 bytes per ffn
 ///   element) where the fused activation reads 4 and writes 2: 4 more per ffn element.
 ///
@@ -246,13 +250,12 @@ pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
     } else {
         0.0
     };
-    let output_copy = 2.0 * ELEMENT_BYTES * model.attention_out_width();
     let swiglu = if model.gated_mlp {
         2.0 * ELEMENT_BYTES * f64::from(model.ffn_hidden)
     } else {
         0.0
     };
-    (norms, rope + repeat_kv + output_copy, swiglu)
+    (norms, rope + repeat_kv, swiglu)
 }
 
 /// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs of the pairs
@@ -1014,13 +1017,14 @@ mod tests {
         // Llama 3 8B (h 4096, 32 query and 8 KV heads of 128, ffn 14336), counted by hand from
         // torchtitan's eager code: two RMSNorms at 36 − 4 bytes per element; RoPE on Q and K at 20;
         // repeat_kv reading K/V (1024 wide) and writing 4096 wide, 2 bytes each, for K and V;
-        // the attention output's contiguous copy 2 + 2; SwiGLU's two kernels 4 more per ffn element.
+        // no copy of the attention output (SDPA's output transposed back is already contiguous);
+        // SwiGLU's two kernels 4 more per ffn element.
         let m = crate::specs::load_model("llama3-8b").unwrap();
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(&m);
         assert_eq!(norms, 2.0 * 32.0 * 4096.0);
         assert_eq!(
             attention_side,
-            20.0 * (4096.0 + 1024.0) + 2.0 * 2.0 * (1024.0 + 4096.0) + 4.0 * 4096.0
+            20.0 * (4096.0 + 1024.0) + 2.0 * 2.0 * (1024.0 + 4096.0)
         );
         assert_eq!(mlp_side, 4.0 * 14336.0);
         // In a layer's time: the forward grows by those bytes over the achieved HBM bandwidth,
