@@ -14,6 +14,16 @@ pub enum Outcome {
 }
 
 pub fn run(command: Command) -> Result<Outcome> {
+    let outcome = run_command(command);
+    // A command that fails says its one-line error alone; one that succeeds says what it held.
+    match &outcome {
+        Ok(_) => held_notes::print_held(),
+        Err(_) => held_notes::drop_held(),
+    }
+    outcome
+}
+
+fn run_command(command: Command) -> Result<Outcome> {
     match command {
         Command::Plan(args) => plan(*args),
         Command::Eval(args) => eval(*args, false),
@@ -39,6 +49,8 @@ mod completions_command;
 mod emit_commands;
 /// `tpsim eval` and `tpsim report`.
 mod eval_command;
+/// Notes held until the input is known to be valid.
+mod held_notes;
 /// Megatron-LM launch lines and arguments in.
 mod megatron_paste;
 /// `tpsim plan`.

@@ -397,7 +397,6 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(_) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
         None => e,
     })?;
-    super::megatron_paste::print_deferred_notes();
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
     if plan.recompute_num_layers > plan.layers_per_chunk() {
@@ -431,7 +430,15 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.training,
         &plan,
     )?;
+    // A plan the launch configuration cannot describe is refused before any note is said.
+    if let Some(target) = args.emit
+        && let Some(reason) =
+            framework_of(target).unsupported(&scenario.model, &scenario.training, &plan)
+    {
+        bail!("--emit {}: {reason}", target_name(target));
+    }
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
+    super::held_notes::print_held();
     // The plan's own cp says how many ranks share each sequence.
     let batch_options = SearchOptions {
         pins: crate::planner::Pins {
@@ -497,9 +504,6 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
-        if let Some(reason) = framework.unsupported(&scenario.model, &scenario.training, &plan) {
-            bail!("--emit {}: {reason}", target_name(target));
-        }
         if !estimate.fits() {
             eprintln!(
                 "warning: this plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU",

@@ -1,0 +1,249 @@
+//! Hostile input, round 15: what probing every command and input channel again found. Every error
+//! case checks exit 2, one line on stderr (so no note before it, no panic, no backtrace) and the
+//! words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+const MIXTRAL: [&str; 4] = ["--model", "mixtral-8x7b", "--nodes", "4"];
+
+fn with(base: &[&str], extra: &[&str]) -> Vec<String> {
+    base.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn run_owned(args: &[String]) -> Run {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&args)
+}
+
+/// `plan --emit deepspeed --framework torchtitan --save FILE` searched, wrote the best plan to FILE
+/// ("saved the best plan to ...") and only then refused the emit (exit 2): a failed run left an
+/// output file behind. The emit's input checks now run before the search, so nothing is written.
+#[test]
+fn a_refused_emit_writes_no_saved_plan() {
+    let dir = scratch("hostile15", "emit-save");
+    for (args, words) in [
+        (
+            vec![
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--framework",
+                "torchtitan",
+                "--emit",
+                "deepspeed",
+                "--save",
+                "best.yaml",
+            ],
+            [
+                "--emit deepspeed",
+                "--framework torchtitan",
+                "use --framework deepspeed",
+            ],
+        ),
+        (
+            vec![
+                "plan",
+                "--model",
+                "mixtral-8x7b",
+                "--nodes",
+                "4",
+                "--global-batch",
+                "256",
+                "--emit",
+                "nemo",
+                "--save",
+                "best.yaml",
+            ],
+            ["--emit nemo", "mixture-of-experts", "--emit megatron"],
+        ),
+    ] {
+        let r = run_in(&dir, &args);
+        assert_one_line_error(&r, &words, &["saved the best plan"], &args.join(" "));
+        assert!(
+            !dir.join("best.yaml").exists(),
+            "{args:?}: a refused run wrote its --save file"
+        );
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+}
+
+/// Notes about the input (a routing or window that changes nothing, the framework `--emit`
+/// plans for, the default batch, a launch line's skipped flags) were printed as soon as they were
+/// known, so input refused a moment later got them before its error: two to four lines on stderr
+/// for one error. They are now held until the input is known to be valid, and dropped when it is
+/// refused.
+#[test]
+fn a_refused_input_gets_its_error_without_the_notes_before_it() {
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (
+            with(
+                &["plan"],
+                &[
+                    &MIXTRAL[..],
+                    &[
+                        "--global-batch",
+                        "256",
+                        "--moe-routing",
+                        "round-robin",
+                        "--tp",
+                        "3",
+                    ],
+                ]
+                .concat(),
+            ),
+            vec!["--tp 3", "admits no valid plan", "--tp 1, 2, 4, 8"],
+        ),
+        (
+            with(
+                &["plan"],
+                &[
+                    &MIXTRAL[..],
+                    &[
+                        "--global-batch",
+                        "256",
+                        "--attention-window",
+                        "999999",
+                        "--precision",
+                        "nvfp4",
+                    ],
+                ]
+                .concat(),
+            ),
+            vec!["--precision nvfp4", "h100-sxm-80g"],
+        ),
+        (
+            with(
+                &["eval"],
+                &[
+                    &MIXTRAL[..],
+                    &[
+                        "--tp",
+                        "2",
+                        "--pp",
+                        "1",
+                        "--ep",
+                        "8",
+                        "--global-batch",
+                        "256",
+                    ],
+                    &["--moe-routing", "round-robin", "--tp-comm-overlap", "true"],
+                    &["--sequence-parallel", "false"],
+                ]
+                .concat(),
+            ),
+            vec!["--tp-comm-overlap", "--sequence-parallel"],
+        ),
+        // The default batch's note and `--emit deepspeed`'s choice of framework came first.
+        (
+            with(
+                &["eval"],
+                &[
+                    &MIXTRAL[..],
+                    &["--tp", "2", "--pp", "1", "--ep", "8", "--emit", "deepspeed"],
+                ]
+                .concat(),
+            ),
+            vec!["--emit deepspeed", "mixture-of-experts", "--emit megatron"],
+        ),
+        (
+            with(
+                &["eval"],
+                &[
+                    "--params",
+                    "7B",
+                    "--nodes",
+                    "1",
+                    "--tp",
+                    "8",
+                    "--framework",
+                    "torchtitan",
+                    "--emit",
+                    "deepspeed",
+                ],
+            ),
+            vec![
+                "--emit deepspeed",
+                "--framework torchtitan",
+                "use --framework deepspeed",
+            ],
+        ),
+        (
+            with(
+                &["sweep"],
+                &[
+                    "--params",
+                    "7B",
+                    "--nodes",
+                    "1",
+                    "--axis",
+                    "gpu",
+                    "--values",
+                    "h100-sxm-80g,gb200-nvl72",
+                    "--threads",
+                    "0",
+                ],
+            ),
+            vec!["--threads 0", "at least one thread"],
+        ),
+    ];
+    for (args, words) in cases {
+        let r = run_owned(&args);
+        assert_one_line_error(&r, &words, &["note:"], &args.join(" "));
+    }
+}
+
+/// The held notes still reach stderr when the input is valid.
+#[test]
+fn held_notes_are_said_when_the_input_is_valid() {
+    let args = with(
+        &["plan"],
+        &[
+            &MIXTRAL[..],
+            &[
+                "--global-batch",
+                "256",
+                "--moe-routing",
+                "round-robin",
+                "--top",
+                "1",
+            ],
+        ]
+        .concat(),
+    );
+    let r = run_owned(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("note: --moe-routing round-robin changes only")),
+        "{}",
+        r.stderr
+    );
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--global-batch",
+        "64",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("note: --emit deepspeed plans as --framework deepspeed")),
+        "{}",
+        r.stderr
+    );
+}
