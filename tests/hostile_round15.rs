@@ -247,3 +247,49 @@ fn held_notes_are_said_when_the_input_is_valid() {
         r.stderr
     );
 }
+
+/// `eval --plan FILE --framework deepspeed` said "note: --cp 2 is evaluated as asked" of a cp the
+/// plan file set, naming a flag nobody gave. A degree the file sets is now named by its key and
+/// the file; one given as a flag still by the flag.
+#[test]
+fn a_framework_note_names_the_plan_files_key_not_a_flag_never_given() {
+    let dir = scratch("hostile15", "framework-note");
+    let plan = bundled_plan_with("  cp: 1", "  cp: 2").replace("  dp: 2\n", "  dp: 1\n");
+    std::fs::write(dir.join("cp.yaml"), plan).unwrap();
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", "cp.yaml", "--framework", "deepspeed"],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    for words in [
+        "note: cp: 2 in cp.yaml is evaluated as asked",
+        "note: vpp: 7 in cp.yaml is evaluated as asked",
+    ] {
+        assert!(
+            r.stderr.lines().any(|l| l.starts_with(words)),
+            "{words}: {}",
+            r.stderr
+        );
+    }
+    assert!(!r.stderr.contains("--cp 2"), "{}", r.stderr);
+    assert!(!r.stderr.contains("--vpp 7"), "{}", r.stderr);
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--plan",
+            "cp.yaml",
+            "--framework",
+            "deepspeed",
+            "--cp",
+            "2",
+        ],
+    );
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("note: --cp 2 is evaluated as asked")),
+        "{}",
+        r.stderr
+    );
+}

@@ -466,23 +466,42 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.zero_stages_it_has()
         );
     }
+    // A degree the plan file set is named by its key, not by a flag the user never gave.
+    let asked = |flag: &str, key: &str, value: String, flag_given: bool| match batch_file {
+        Some(path) if !flag_given => {
+            format!("{key}: {value} in {}", crate::input_file::quote(path))
+        }
+        _ if value.is_empty() => flag.to_string(),
+        _ => format!("{flag} {value}"),
+    };
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
-            "note: --cp {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
-            plan.cp,
+            "note: {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
+            asked("--cp", "cp", plan.cp.to_string(), args.cp.is_some()),
             framework.as_str()
         );
     }
     if plan.sequence_parallel && !framework.runs_sequence_parallelism() {
+        let value = if args.sequence_parallel.is_some() {
+            String::new()
+        } else {
+            "true".to_string()
+        };
         eprintln!(
-            "note: --sequence-parallel is evaluated as asked, but --framework {} predates sequence parallelism (Korthikanti et al. 2022), so `tpsim plan` does not propose it; megatron-core, deepspeed and torchtitan run it",
+            "note: {} is evaluated as asked, but --framework {} predates sequence parallelism (Korthikanti et al. 2022), so `tpsim plan` does not propose it; megatron-core, deepspeed and torchtitan run it",
+            asked(
+                "--sequence-parallel",
+                "sequence_parallel",
+                value,
+                args.sequence_parallel.is_some()
+            ),
             framework.as_str()
         );
     }
     if plan.vpp > 1 && !framework.interleaves_pipeline() {
         eprintln!(
-            "note: --vpp {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
-            plan.vpp,
+            "note: {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
+            asked("--vpp", "vpp", plan.vpp.to_string(), args.vpp.is_some()),
             framework.as_str()
         );
     }
