@@ -293,3 +293,97 @@ fn a_framework_note_names_the_plan_files_key_not_a_flag_never_given() {
         r.stderr
     );
 }
+
+/// `plan --save` and `calibrate --output` wrote the output path into the file's first comment as
+/// typed: a path with a line break (`$'x\ny.yaml'`) ended the comment early, the rest of the path
+/// became a YAML line, and the file tpsim had just written (exit 0) could not be read back
+/// (`invalid type: string "y.yaml\`. model"`). The path is now quoted with its line break escaped.
+#[test]
+fn an_output_path_with_a_line_break_leaves_a_file_tpsim_reads_back() {
+    let dir = scratch("hostile15", "newline-path");
+    let saved = "best\nplan.yaml";
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--top",
+            "1",
+            "--save",
+            saved,
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(dir.join(saved)).unwrap();
+    assert!(
+        text.starts_with("# Written by `tpsim plan`; read it back with `tpsim eval --plan \"best\\nplan.yaml\"`.\n"),
+        "{text}"
+    );
+    let r = run_in(&dir, &["eval", "--plan", saved, "--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let profile = "cal\nprofile.yaml";
+    let r = run_in(
+        &dir,
+        &[
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--layers",
+            "1",
+            "--hidden",
+            "64",
+            "--heads",
+            "4",
+            "--seq-len",
+            "32",
+            "--ranks",
+            "2",
+            "--tp",
+            "1,2",
+            "--sweep",
+            "16,32",
+            "--max-message",
+            "64KiB",
+            "--copy-bytes",
+            "1MiB",
+            "--warmup",
+            "0",
+            "--reps",
+            "1",
+            "--output",
+            profile,
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--layers",
+            "1",
+            "--hidden",
+            "64",
+            "--heads",
+            "4",
+            "--seq-len",
+            "32",
+            "--nodes",
+            "1",
+            "--tp",
+            "2",
+            "--global-batch",
+            "2",
+            "--calibration",
+            profile,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(!r.stdout.contains("NaN"), "{}", r.stdout);
+}

@@ -328,7 +328,8 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     let profile = run_calibration(timer.as_mut(), &opts)?;
     let text = format!(
         "# Written by `tpsim calibrate`; use it with `tpsim plan --calibration {}`.\n# Measured values replace the datasheet ones; see `calibration:` for every measurement and fit.\n{}",
-        args.output,
+        // Quoted, so a path with a line break or a quote stays inside the comment line.
+        crate::input_file::quote(&args.output),
         yaml_serde::to_string(&profile)?
     );
     output_file::write_file(

@@ -400,7 +400,10 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             },
         };
         let text = format!(
-            "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
+            "# Written by `tpsim plan`; read it back with `tpsim eval --plan {}`.\n{}",
+            // Quoted, so a path with a line break stays inside the comment line (it broke the
+            // file: the rest of the path was read as YAML).
+            crate::input_file::quote(path),
             yaml_serde::to_string(&file)?
         );
         output_file::write_file(
