@@ -387,3 +387,53 @@ fn an_output_path_with_a_line_break_leaves_a_file_tpsim_reads_back() {
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     assert!(!r.stdout.contains("NaN"), "{}", r.stdout);
 }
+
+/// `calibrate --backend cpu --micro-batch 4294967295` said "backend: cpu (--backend cpu)" and only
+/// then refused the shard GEMMs as too large for the CPU backend: two lines for one error, and the
+/// error never named the flag that made the GEMMs that large. The GEMMs are now checked before the
+/// backend is named, and the error names the tokens per micro-batch that set their size.
+#[test]
+fn a_calibration_too_large_for_the_cpu_is_refused_before_it_starts() {
+    let dir = scratch("hostile15", "calibrate-huge");
+    let r = run_in(
+        &dir,
+        &[
+            "calibrate",
+            "--backend",
+            "cpu",
+            "--layers",
+            "1",
+            "--hidden",
+            "64",
+            "--heads",
+            "4",
+            "--seq-len",
+            "32",
+            "--ranks",
+            "2",
+            "--tp",
+            "1,2",
+            "--sweep",
+            "16,32",
+            "--warmup",
+            "0",
+            "--reps",
+            "1",
+            "--micro-batch",
+            "4294967295",
+            "--output",
+            "cal.yaml",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--seq-len 32 x --micro-batch 4294967295",
+            "too large for the CPU backend",
+            "use a small model",
+        ],
+        &["backend: cpu"],
+        "huge micro-batch",
+    );
+    assert!(!dir.join("cal.yaml").exists());
+}
