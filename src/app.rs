@@ -24,6 +24,10 @@ pub fn run(command: Command) -> Result<Outcome> {
 }
 
 fn run_command(command: Command) -> Result<Outcome> {
+    // Every command but `completions` may search on the global worker pool.
+    if !matches!(command, Command::Completions(_)) {
+        thread_env::check_thread_env()?;
+    }
     match command {
         Command::Plan(args) => plan(*args),
         Command::Eval(args) => eval(*args, false),
@@ -64,6 +68,8 @@ mod report_commands;
 mod scenario;
 /// `tpsim sweep`.
 mod sweep_command;
+/// The worker-pool size the environment asks for.
+mod thread_env;
 use accuracy_command::accuracy;
 use compare_command::compare_command;
 use completions_command::completions;

@@ -437,3 +437,44 @@ fn a_calibration_too_large_for_the_cpu_is_refused_before_it_starts() {
     );
     assert!(!dir.join("cal.yaml").exists());
 }
+
+/// `RAYON_NUM_THREADS=100000 tpsim plan ...` started 100,000 worker threads for a search of a tenth
+/// of a second (5,000 threads took 34 s): the environment bypassed the bound `--threads` has. It is
+/// now refused with that bound; a value within it still runs.
+#[test]
+fn a_thread_count_from_the_environment_has_the_flags_bound() {
+    let search = [
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--top",
+        "1",
+    ];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .args(search)
+        .env("RAYON_NUM_THREADS", "100000")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let r = Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_one_line_error(
+        &r,
+        &["RAYON_NUM_THREADS=100000", "more than 1024", "unset it"],
+        &[],
+        "huge RAYON_NUM_THREADS",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tpsim"))
+        .args(search)
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
