@@ -478,3 +478,42 @@ fn a_thread_count_from_the_environment_has_the_flags_bound() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// A DeepSeek config's MoE layers are those at i >= first_k_dense_replace with
+/// i % moe_layer_freq == 0; tpsim counted every moe_layer_freq-th layer from first_k_dense_replace
+/// itself, so `moe_layer_freq` 7 (with DeepSeek-V3's 3 dense layers of 61) gave 9 MoE layers where
+/// the config has 8 (7, 14, ..., 56), and 100 gave one where it has none: a different model,
+/// without a word. The first MoE layer is now the first multiple of the frequency past the dense
+/// ones, and a config left with no MoE layer is refused.
+#[test]
+fn a_deepseek_layer_frequency_places_the_configs_moe_layers() {
+    let dir = scratch("hostile15", "deepseek-freq");
+    let config = |freq: u32| {
+        let text = std::fs::read_to_string(format!("{ROOT}/models/hf/deepseek-v3.json")).unwrap();
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value["moe_layer_freq"] = freq.into();
+        value.to_string()
+    };
+    for (freq, first_moe) in [(1, 3), (2, 4), (7, 7)] {
+        let r = eval_hf(&dir, &format!("freq{freq}.json"), &config(freq));
+        let model = hf_model(&r);
+        assert_eq!(model["moe"]["layer_freq"], freq, "{}", r.stderr);
+        assert_eq!(
+            model["moe"]["first_dense_layers"], first_moe,
+            "{}",
+            r.stderr
+        );
+    }
+    let r = eval_hf(&dir, "freq100.json", &config(100));
+    assert_one_line_error(
+        &r,
+        &[
+            "\"moe_layer_freq\" 100",
+            "\"first_k_dense_replace\" 3",
+            "none of the 61 layers",
+            "check both keys",
+        ],
+        &[],
+        "freq 100",
+    );
+}
