@@ -517,3 +517,47 @@ fn a_deepseek_layer_frequency_places_the_configs_moe_layers() {
         "freq 100",
     );
 }
+
+/// `compare --plan a.yaml --plan b.yaml --global-batch 7` (dp 2) ended "valid micro-batches for
+/// this dp: none: --global-batch 7 is not divisible by dp: 2" with no fix, where `eval` names a
+/// multiple to give. The shared rule now carries that fix, in the file's words where the file set
+/// the batch.
+#[test]
+fn a_batch_no_micro_batch_splits_names_a_multiple_to_give_in_compare() {
+    let plan = format!("{ROOT}/plans/best-512b-32nodes.yaml");
+    let seed = format!("{ROOT}/plans/seed-512b-32nodes.yaml");
+    let r = run(&[
+        "compare",
+        "--plan",
+        &plan,
+        "--plan",
+        &seed,
+        "--global-batch",
+        "7",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--global-batch 7 is not divisible by dp: 2",
+            "give a multiple of 2 (e.g. --global-batch 8)",
+        ],
+        &[],
+        "compare --global-batch 7",
+    );
+    let dir = scratch("hostile15", "compare-batch");
+    std::fs::write(
+        dir.join("b7.yaml"),
+        bundled_plan_with("global_batch: 1536", "global_batch: 7"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["compare", "--plan", "b7.yaml", "--plan", "b7.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "global_batch: 7 is not divisible by dp: 2",
+            "give a multiple of 2 (e.g. global_batch: 8)",
+        ],
+        &["--global-batch"],
+        "compare file batch 7",
+    );
+}
