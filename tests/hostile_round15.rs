@@ -561,3 +561,50 @@ fn a_batch_no_micro_batch_splits_names_a_multiple_to_give_in_compare() {
         "compare file batch 7",
     );
 }
+
+/// A GPU profile whose sustained matmul fraction is 0.001 (the range allows it) printed
+/// "tensor-core kernels 100% slower", no speed at all, and one a hair under the reference
+/// "0% slower" beside the note that it is slower. The share now keeps the decimals that hold it
+/// off both ends.
+#[test]
+fn a_slower_clock_is_never_shown_as_0_or_100_percent_slower() {
+    let dir = scratch("hostile15", "clock-share");
+    let h100 = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    for (fraction, shown) in [("0.001", "99.9% slower"), ("0.8869", "0.01% slower")] {
+        let profile: String = h100
+            .lines()
+            .map(|line| {
+                if line.starts_with("sustained_matmul_fraction:") {
+                    format!("sustained_matmul_fraction: {fraction}\n")
+                } else if line.starts_with("name:") {
+                    format!("name: clock-{fraction}\n")
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        std::fs::write(dir.join("gpu.yaml"), profile).unwrap();
+        let r = run_in(
+            &dir,
+            &[
+                "eval",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--global-batch",
+                "64",
+                "--gpu",
+                "gpu.yaml",
+            ],
+        );
+        assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+        assert!(
+            r.stdout.contains(&format!("tensor-core kernels {shown}")),
+            "{fraction}: {}",
+            r.stdout
+        );
+    }
+}

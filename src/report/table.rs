@@ -207,8 +207,8 @@ pub fn scenario_line(report: &Report) -> String {
         },
         if c.sustained_clock_factor < 1.0 {
             format!(
-                "; tensor-core kernels {:.0}% slower than the fitted efficiencies give: the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against the reference {:.3}, Hopper's)",
-                100.0 * (1.0 - c.sustained_clock_factor),
+                "; tensor-core kernels {}% slower than the fitted efficiencies give: the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against the reference {:.3}, Hopper's)",
+                percent_off_the_ends(100.0 * (1.0 - c.sustained_clock_factor)),
                 c.sustained_clock_factor * crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION,
                 crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION
             )
@@ -1223,6 +1223,20 @@ pub fn explain_best(
         p.micro_batch
     );
     out
+}
+
+/// A percentage strictly between 0 and 100 shown with the decimals that keep it off both ends: a
+/// profile whose sustained clock is 0.1% of the reference said "100% slower" (no speed at all),
+/// and one a hair under it "0% slower" beside a note that it is slower.
+fn percent_off_the_ends(percent: f64) -> String {
+    for decimals in 0..4 {
+        let shown = format!("{percent:.decimals$}");
+        let value: f64 = shown.parse().unwrap_or(percent);
+        if value > 0.0 && value < 100.0 {
+            return shown;
+        }
+    }
+    format!("{percent:.4}")
 }
 
 #[cfg(test)]
