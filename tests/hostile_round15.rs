@@ -608,3 +608,57 @@ fn a_slower_clock_is_never_shown_as_0_or_100_percent_slower() {
         );
     }
 }
+
+/// A GPU profile at the slow ends of its ranges (peak 0.000001 TFLOP/s, efficiencies 0.001)
+/// printed "throughput: 0 tokens/s, ... (MFU 0.0%)" for a plan that does train: a positive rate
+/// shown as none. Both are now shown to three significant digits when rounding would print 0.
+#[test]
+fn a_slow_profiles_throughput_is_never_shown_as_zero() {
+    let dir = scratch("hostile15", "slow-rate");
+    let h100 = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let profile: String = h100
+        .lines()
+        .map(|line| {
+            // Top-level keys only: the `sources:` list quotes them too.
+            let key = match line.starts_with(' ') {
+                true => "",
+                false => line.split(':').next().unwrap_or(""),
+            };
+            if key == "peak_bf16_tflops" || key == "peak_fp8_tflops" {
+                format!("{key}: 0.000001\n")
+            } else if key.ends_with("_efficiency") {
+                format!("{key}: 0.001\n")
+            } else if key == "name" {
+                "name: slow\n".to_string()
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    std::fs::write(dir.join("slow.yaml"), profile).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--global-batch",
+            "64",
+            "--gpu",
+            "slow.yaml",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("throughput: "))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(!line.starts_with("throughput: 0 tokens/s"), "{line}");
+    assert!(!line.contains("MFU 0.0%"), "{line}");
+    assert!(!line.contains("NaN") && !line.contains("inf"), "{line}");
+}
