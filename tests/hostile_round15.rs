@@ -662,3 +662,33 @@ fn a_slow_profiles_throughput_is_never_shown_as_zero() {
     assert!(!line.contains("MFU 0.0%"), "{line}");
     assert!(!line.contains("NaN") && !line.contains("inf"), "{line}");
 }
+
+/// `plan --save FILE` where nothing fits exited 1 and wrote no file without a word about it, where
+/// `--report DIR` says "no report written to DIR: no plan fits". It now says the same of the file.
+#[test]
+fn a_save_where_nothing_fits_says_no_plan_was_saved() {
+    let dir = scratch("hostile15", "save-nothing-fits");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "1T",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--save",
+            "best.yaml",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l == "no plan saved to best.yaml: no plan fits"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dir.join("best.yaml").exists());
+}

@@ -413,6 +413,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             output_file::OutputKind::Plan,
         )?;
         eprintln!("saved the best plan to {path}");
+    } else if let Some(path) = &args.save {
+        // Said as `--report` says it: the file asked for was not written.
+        eprintln!(
+            "no plan saved to {}: no plan fits",
+            crate::input_file::quote(path)
+        );
     }
 
     if let Some(target) = args.emit {
