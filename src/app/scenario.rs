@@ -841,15 +841,17 @@ pub(super) fn framework_for_emit(
         && matches!(training.framework, None | Some(FrameworkArg::MegatronCore))
     {
         training.fp8_scaling = Some(Fp8ScalingArg::Delayed);
-        held_notes::hold(format!(
+        held_notes::hold(
             "note: --emit nemo plans fp8 as NeMo 1.x runs it, with delayed scaling; give --fp8-scaling to choose"
-        ));
+                .to_string(),
+        );
     }
     if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
         training.framework = Some(FrameworkArg::Deepspeed);
-        held_notes::hold(format!(
+        held_notes::hold(
             "note: --emit deepspeed plans as --framework deepspeed runs it (no context parallelism, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
-        ));
+                .to_string(),
+        );
     }
 }
 
