@@ -14,6 +14,20 @@ pub enum Outcome {
 }
 
 pub fn run(command: Command) -> Result<Outcome> {
+    let outcome = run_command(command);
+    // A command that fails says its one-line error alone; one that succeeds says what it held.
+    match &outcome {
+        Ok(_) => held_notes::print_held(),
+        Err(_) => held_notes::drop_held(),
+    }
+    outcome
+}
+
+fn run_command(command: Command) -> Result<Outcome> {
+    // Every command but `completions` may search on the global worker pool.
+    if !matches!(command, Command::Completions(_)) {
+        thread_env::check_thread_env()?;
+    }
     match command {
         Command::Plan(args) => plan(*args),
         Command::Eval(args) => eval(*args, false),
@@ -39,6 +53,8 @@ mod completions_command;
 mod emit_commands;
 /// `tpsim eval` and `tpsim report`.
 mod eval_command;
+/// Notes held until the input is known to be valid.
+mod held_notes;
 /// Megatron-LM launch lines and arguments in.
 mod megatron_paste;
 /// `tpsim plan`.
@@ -52,6 +68,8 @@ mod report_commands;
 mod scenario;
 /// `tpsim sweep`.
 mod sweep_command;
+/// The worker-pool size the environment asks for.
+mod thread_env;
 use accuracy_command::accuracy;
 use compare_command::compare_command;
 use completions_command::completions;

@@ -1016,11 +1016,31 @@ impl Reader<'_> {
         })
     }
 
+    /// DeepSeek's MoE layers as tpsim counts them (every `layer_freq`-th layer from the first MoE
+    /// layer): the config's are i ≥ first_k_dense_replace with i % moe_layer_freq == 0, so the
+    /// first is the first multiple of the frequency at or past first_k_dense_replace. Counted
+    /// from first_k_dense_replace itself (as before), `moe_layer_freq` 7 with 3 dense layers gave
+    /// 9 MoE layers of 61 where the config has 8, and 100 gave one where it has none.
+    fn deepseek_moe_layers(&self, layers: u32) -> Result<(u32, u32), HfConfigError> {
+        let freq = self.class_default("moe_layer_freq", 1)?;
+        let first_dense = self.count_or("first_k_dense_replace", 3)?;
+        // `class_default` refuses 0, a modulo by zero in DeepSeek's code.
+        let first_moe = u64::from(first_dense).div_ceil(u64::from(freq)) * u64::from(freq);
+        if first_moe >= u64::from(layers) {
+            return Err(self.unsupported(format!(
+                "\"moe_layer_freq\" {freq} with \"first_k_dense_replace\" {first_dense}: DeepSeek places MoE layers at i >= {first_dense} with i % {freq} == 0, and none of the {layers} layers is one, so the config has no experts in use; check both keys (DeepSeek-V3: 1 and 3)"
+            )));
+        }
+        Ok((freq, first_moe as u32))
+    }
+
     /// DeepSeek-V3 (`DeepseekV3Config` defaults: n_routed_experts 256, num_experts_per_tok 8,
     /// moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace 3, q_lora_rank 1536,
     /// kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128). MoE layers
     /// sit at i ≥ first_k_dense_replace with i % moe_layer_freq == 0 (`DeepseekV3DecoderLayer`);
-    /// tpsim counts every moe_layer_freq-th layer from the first MoE layer, the same for freq 1.
+    /// tpsim counts every layer_freq-th layer from its first MoE layer, so that first layer is
+    /// the first multiple of the frequency at or past first_k_dense_replace
+    /// (`deepseek_moe_layers`).
     fn deepseek_v3(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
         let hidden = self.required("hidden_size", "7168")?;
         let heads = self.required("num_attention_heads", "128")?;
@@ -1035,9 +1055,11 @@ impl Reader<'_> {
             Some(_) => self.optional("q_lora_rank")?,
         };
         let v_head_dim = self.class_default("v_head_dim", 128)?;
+        let layers = self.required("num_hidden_layers", "61")?;
+        let (layer_freq, first_dense_layers) = self.deepseek_moe_layers(layers)?;
         Ok(Model {
             name: name.to_string(),
-            layers: self.required("num_hidden_layers", "61")?,
+            layers,
             hidden,
             heads,
             kv_heads: heads,
@@ -1068,8 +1090,8 @@ impl Reader<'_> {
                 ffn_hidden: moe_ffn,
                 shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
                 shared_expert_gate: false,
-                layer_freq: self.class_default("moe_layer_freq", 1)?,
-                first_dense_layers: self.count_or("first_k_dense_replace", 3)?,
+                layer_freq,
+                first_dense_layers,
                 // DeepseekV3Config: n_group 8, topk_group 4 (node-limited routing, report
                 // §2.1.2); DeepSeek-V2's config names them the same.
                 router_groups: self.class_default("n_group", 8)?,

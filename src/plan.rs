@@ -1240,9 +1240,14 @@ fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError>
         let valid = if training.global_batch.is_multiple_of(r.dp) {
             list(divisors(training.global_batch / r.dp))
         } else {
+            // With the fix `eval` gives this case, for every caller that shows this error as is.
             format!(
-                "none: --global-batch {} is not divisible by --dp {}",
-                training.global_batch, r.dp
+                "none: --global-batch {} is not divisible by --dp {}; give a multiple of {} (e.g. --global-batch {}) or degrees whose dp divides {}",
+                training.global_batch,
+                r.dp,
+                r.dp,
+                u64::from(training.global_batch).div_ceil(u64::from(r.dp)) * u64::from(r.dp),
+                training.global_batch
             )
         };
         return Err(PlanError::BatchSplit {

@@ -5,7 +5,9 @@ use anyhow::{Context, Result, bail};
 
 use super::{Outcome, check_seq_len, resolve_model, resolve_scenario};
 use crate::calibrate::cpu::{MAX_CPU_BYTES, MAX_CPU_GEMM_FLOPS};
-use crate::calibrate::run::{CalibrateOptions, calibrate as run_calibration, message_sizes};
+use crate::calibrate::run::{
+    CalibrateOptions, calibrate as run_calibration, check_runnable, message_sizes,
+};
 use crate::calibrate::summary::{calibration_summary, validation_summary};
 use crate::calibrate::validate::{Case, ValidationRow, layer_spec, validate_case};
 use crate::calibrate::{
@@ -324,11 +326,19 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         args.gpu.as_deref(),
         timer.as_ref(),
     )?;
+    // The shard shapes are the model's tokens per micro-batch: name the flags that set them.
+    check_runnable(timer.as_ref(), &opts).with_context(|| {
+        format!(
+            "the shard GEMMs of {} at --seq-len {} x --micro-batch {} tokens",
+            model.name, model.seq_len, args.micro_batch
+        )
+    })?;
     eprintln!("{why}");
     let profile = run_calibration(timer.as_mut(), &opts)?;
     let text = format!(
         "# Written by `tpsim calibrate`; use it with `tpsim plan --calibration {}`.\n# Measured values replace the datasheet ones; see `calibration:` for every measurement and fit.\n{}",
-        args.output,
+        // Quoted, so a path with a line break or a quote stays inside the comment line.
+        crate::input_file::quote(&args.output),
         yaml_serde::to_string(&profile)?
     );
     output_file::write_file(

@@ -445,6 +445,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     };
     // The same step time plan, eval and sweep print: the simulated schedule where it applies.
     let ((a, a_schedule), (b, b_schedule)) = (a, b);
+    // Both plans are valid: what reading them had to say is said now.
+    super::held_notes::print_held();
     if a.plan == b.plan {
         eprintln!(
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"

@@ -72,12 +72,9 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     }
 }
 
-/// `plan --emit`: the fastest feasible plan the framework can run.
-pub(super) fn emit_best(
-    target: EmitTarget,
-    s: &Scenario,
-    feasible: &[Estimate],
-) -> Result<Outcome> {
+/// `plan --emit`: what makes every plan of the search unwritable is an input error, said before
+/// the search (and before `--save` writes anything or a note is said).
+pub(super) fn check_emit_input(target: EmitTarget, s: &Scenario) -> Result<()> {
     let framework = framework_of(target);
     // A plan searched for another framework is refused whatever fits: the header's time and
     // memory would be that framework's, not those of the one the configuration runs on.
@@ -95,6 +92,16 @@ pub(super) fn emit_best(
     if let Some(why) = framework.moe_routing_unsupported(&s.training) {
         bail!("--emit {}: {why}", target_name(target));
     }
+    Ok(())
+}
+
+/// `plan --emit`: the fastest feasible plan the framework can run (`check_emit_input` first).
+pub(super) fn emit_best(
+    target: EmitTarget,
+    s: &Scenario,
+    feasible: &[Estimate],
+) -> Result<Outcome> {
+    let framework = framework_of(target);
     if feasible.is_empty() {
         eprintln!(
             "nothing fits, so there is nothing to emit; run without --emit to see the closest miss"

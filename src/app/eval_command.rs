@@ -409,7 +409,6 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(_) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
         None => e,
     })?;
-    super::megatron_paste::print_deferred_notes();
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).
     if plan.recompute_num_layers > plan.layers_per_chunk() {
@@ -443,7 +442,15 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.training,
         &plan,
     )?;
+    // A plan the launch configuration cannot describe is refused before any note is said.
+    if let Some(target) = args.emit
+        && let Some(reason) =
+            framework_of(target).unsupported(&scenario.model, &scenario.training, &plan)
+    {
+        bail!("--emit {}: {reason}", target_name(target));
+    }
     // Said once the plan is known to be valid, so a bad flag still gets a one-line error.
+    super::held_notes::print_held();
     // The plan's own cp says how many ranks share each sequence.
     let batch_options = SearchOptions {
         pins: crate::planner::Pins {
@@ -471,23 +478,42 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.zero_stages_it_has()
         );
     }
+    // A degree the plan file set is named by its key, not by a flag the user never gave.
+    let asked = |flag: &str, key: &str, value: String, flag_given: bool| match batch_file {
+        Some(path) if !flag_given => {
+            format!("{key}: {value} in {}", crate::input_file::quote(path))
+        }
+        _ if value.is_empty() => flag.to_string(),
+        _ => format!("{flag} {value}"),
+    };
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
-            "note: --cp {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
-            plan.cp,
+            "note: {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
+            asked("--cp", "cp", plan.cp.to_string(), args.cp.is_some()),
             framework.as_str()
         );
     }
     if plan.sequence_parallel && !framework.runs_sequence_parallelism() {
+        let value = if args.sequence_parallel.is_some() {
+            String::new()
+        } else {
+            "true".to_string()
+        };
         eprintln!(
-            "note: --sequence-parallel is evaluated as asked, but --framework {} predates sequence parallelism (Korthikanti et al. 2022), so `tpsim plan` does not propose it; megatron-core, deepspeed and torchtitan run it",
+            "note: {} is evaluated as asked, but --framework {} predates sequence parallelism (Korthikanti et al. 2022), so `tpsim plan` does not propose it; megatron-core, deepspeed and torchtitan run it",
+            asked(
+                "--sequence-parallel",
+                "sequence_parallel",
+                value,
+                args.sequence_parallel.is_some()
+            ),
             framework.as_str()
         );
     }
     if plan.vpp > 1 && !framework.interleaves_pipeline() {
         eprintln!(
-            "note: --vpp {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
-            plan.vpp,
+            "note: {} is evaluated as asked (interleaved 1F1B), but --framework {}'s pipeline engine runs one chunk per stage, so `tpsim plan` does not propose it",
+            asked("--vpp", "vpp", plan.vpp.to_string(), args.vpp.is_some()),
             framework.as_str()
         );
     }
@@ -509,9 +535,6 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     let estimate = simulated.estimate;
     if let Some(target) = args.emit {
         let framework = framework_of(target);
-        if let Some(reason) = framework.unsupported(&scenario.model, &scenario.training, &plan) {
-            bail!("--emit {}: {reason}", target_name(target));
-        }
         if !estimate.fits() {
             eprintln!(
                 "warning: this plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU",

@@ -37,22 +37,11 @@ pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
     }
 }
 
-thread_local! {
-    /// What reading and applying a launch line has to say about what it used and skipped, held
-    /// until its plan is known to build (`print_deferred_notes`): a line that is refused for its
-    /// plan gets its one-line error, not these notes before it.
-    static DEFERRED_NOTES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
+/// What reading and applying a launch line has to say about what it used and skipped, held
+/// until its plan is known to build (`held_notes`): a line that is refused for its plan gets its
+/// one-line error, not these notes before it.
 fn defer_note(line: String) {
-    DEFERRED_NOTES.with(|notes| notes.borrow_mut().push(line));
-}
-
-/// Prints the launch line's notes, once its plan has been built.
-pub(super) fn print_deferred_notes() {
-    for line in DEFERRED_NOTES.with(|notes| std::mem::take(&mut *notes.borrow_mut())) {
-        eprintln!("{line}");
-    }
+    super::held_notes::hold(line);
 }
 
 /// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
@@ -791,7 +780,7 @@ pub(super) fn pasted_precision(
         &mut notes,
     )?;
     for note in notes {
-        eprintln!("note: {note}");
+        defer_note(format!("note: {note}"));
     }
     check_megatron_precision_and_overlap(
         precision,
@@ -847,9 +836,9 @@ pub(super) fn check_pasted_megatron(
         ),
         // Megatron-Core reads the method only under full granularity, as the reader does.
         Recompute::None => {
-            eprintln!(
+            defer_note(format!(
                 "note: --recompute-method {method} is ignored without --recompute-granularity full (Megatron-Core recomputes nothing then)"
-            );
+            ));
             return Ok(());
         }
     }

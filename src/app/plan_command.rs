@@ -5,7 +5,7 @@ use super::scenario::input_paths;
 use crate::output_file;
 use anyhow::{Context, Result, bail};
 
-use super::emit_commands::emit_best;
+use super::emit_commands::{check_emit_input, emit_best};
 use super::report_commands::{Written, check_dir, details_of, write_report};
 use super::scenario::{
     global_batch_advice, model_file_of, pins_of_args, precision_of_args, resolve_scenario,
@@ -238,6 +238,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         }
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
+    if let Some(target) = args.emit {
+        check_emit_input(target, &scenario)?;
+    }
     super::scenario::note_window_without_effect(&scenario, &args.model);
     super::scenario::note_routing_without_effect(&scenario.training);
     let options = SearchOptions {
@@ -309,6 +312,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         );
     }
     // Said once the input is known to be valid, so a bad flag still gets a one-line error.
+    super::held_notes::print_held();
     for line in global_batch_advice(
         &scenario,
         args.training.global_batch.is_some(),
@@ -402,7 +406,10 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             },
         };
         let text = format!(
-            "# Written by `tpsim plan`; read it back with `tpsim eval --plan {path}`.\n{}",
+            "# Written by `tpsim plan`; read it back with `tpsim eval --plan {}`.\n{}",
+            // Quoted, so a path with a line break stays inside the comment line (it broke the
+            // file: the rest of the path was read as YAML).
+            crate::input_file::quote(path),
             yaml_serde::to_string(&file)?
         );
         output_file::write_file(
@@ -412,6 +419,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             output_file::OutputKind::Plan,
         )?;
         eprintln!("saved the best plan to {path}");
+    } else if let Some(path) = &args.save {
+        // Said as `--report` says it: the file asked for was not written.
+        eprintln!(
+            "no plan saved to {}: no plan fits",
+            crate::input_file::quote(path)
+        );
     }
 
     if let Some(target) = args.emit {

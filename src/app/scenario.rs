@@ -11,6 +11,7 @@ use crate::training::{
 use anyhow::{Result, anyhow, bail};
 
 use super::calibration_commands;
+use super::held_notes;
 use super::megatron_paste::{megatron_learned_positions, megatron_norm};
 use crate::cli::{
     AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
@@ -837,13 +838,13 @@ pub(super) fn note_window_without_effect(scenario: &Scenario, args: &ModelArgs) 
         let why = crate::model_file_words::in_model_file_words(&why, "");
         match args.model.as_deref() {
             Some(path) if scenario.model_origin == "file" => {
-                eprintln!("note: {}: {why}", crate::input_file::quote(path));
+                held_notes::hold(format!("note: {}: {why}", crate::input_file::quote(path)));
             }
-            _ => eprintln!("note: {why}"),
+            _ => held_notes::hold(format!("note: {why}")),
         }
         return;
     }
-    eprintln!("note: {why}");
+    held_notes::hold(format!("note: {why}"));
 }
 
 /// A note on stderr when `--moe-routing` (or a plan file's routing) changes nothing: the routing
@@ -854,10 +855,10 @@ pub(super) fn note_routing_without_effect(training: &Training) {
     use crate::training::{MoeDispatcher, MoeRouting};
     let dispatch = training.moe_dispatch;
     if dispatch.routing != MoeRouting::Random && dispatch.dispatcher == MoeDispatcher::Alltoall {
-        eprintln!(
+        held_notes::hold(format!(
             "note: --moe-routing {} changes only what DeepEP's dispatcher sends (one copy per GPU a token's experts sit on, and neighbouring experts share GPUs); the all-to-all dispatcher sends every routed copy whichever experts it goes to, so this plan's numbers are the same as with --moe-routing random; add --moe-dispatcher deepep to price the routing",
             dispatch.routing.as_str()
-        );
+        ));
     }
 }
 
@@ -874,14 +875,16 @@ pub(super) fn framework_for_emit(
         && matches!(training.framework, None | Some(FrameworkArg::MegatronCore))
     {
         training.fp8_scaling = Some(Fp8ScalingArg::Delayed);
-        eprintln!(
+        held_notes::hold(
             "note: --emit nemo plans fp8 as NeMo 1.x runs it, with delayed scaling; give --fp8-scaling to choose"
+                .to_string(),
         );
     }
     if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
         training.framework = Some(FrameworkArg::Deepspeed);
-        eprintln!(
+        held_notes::hold(
             "note: --emit deepspeed plans as --framework deepspeed runs it (no context parallelism, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
+                .to_string(),
         );
     }
 }
@@ -1201,10 +1204,10 @@ pub(super) fn resolve_scenario(
         && file.plan.cp > 1
         && framework == TrainingFramework::Torchtitan
     {
-        eprintln!(
+        held_notes::hold(format!(
             "note: the plan file states no cp_exchange: its context parallelism is evaluated as torchtitan runs it, {} (files written before 2026-12-02 were evaluated with kv-ring; give --cp-exchange kv-ring for that)",
             cp_exchange.as_str()
-        );
+        ));
     }
     if cp_exchange == CpExchange::TorchAllGather && framework != TrainingFramework::Torchtitan {
         bail!(
@@ -1582,11 +1585,11 @@ fn recompute_modules_of(
         ),
         (None, Some(file)) => match file.recompute_modules {
             Some(modules) if !megatron_core => {
-                eprintln!(
+                held_notes::hold(format!(
                     "note: the plan's recompute_modules ({}) are Megatron-Core's; --framework {} recomputes selectively its own way, so they are not used",
                     modules.describe(),
                     framework.as_str()
-                );
+                ));
                 return Ok(None);
             }
             Some(modules) => (

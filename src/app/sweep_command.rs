@@ -290,7 +290,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         crate::plan::check_precision(&point.cluster, options.precision)?;
     }
     if let Some(note) = unequal_gpus_note(axis, &points) {
-        eprintln!("{note}");
+        super::held_notes::hold(note);
     }
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(points.len() as u64),
@@ -340,6 +340,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             row.no_valid_plan.as_deref().unwrap_or_default()
         );
     }
+    super::held_notes::print_held();
     // Said once the sweep is known to be valid input, as `plan` says it (every point takes it); on --axis seq-len the
     // tokens per step differ from point to point, so only the sequences are.
     if args.training.global_batch.is_none() && axis != sweep::Axis::GlobalBatch {

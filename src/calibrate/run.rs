@@ -145,18 +145,15 @@ fn estimated_nonnegative(e: Estimated, f: impl Fn(f64) -> f64, reciprocal: bool)
 /// as "unbounded" (`calibrate::summary`).
 pub const UNBOUNDED: f64 = f64::MAX;
 
-/// Runs the whole calibration and returns the calibrated profile.
-pub fn calibrate(
-    timer: &mut dyn KernelTimer,
-    opts: &CalibrateOptions,
-) -> Result<GpuProfile, CalibrationError> {
-    let devices = timer.devices();
-    let shapes: Vec<(String, GemmShape)> = opts
+/// The GEMMs a calibration times: the model's shard shapes at each TP degree (labelled), and the
+/// square-ish size sweep.
+fn gemms_to_time(opts: &CalibrateOptions) -> (Vec<(String, GemmShape)>, Vec<GemmShape>) {
+    let shapes = opts
         .tp_degrees
         .iter()
         .flat_map(|&t| shard_gemms(&opts.model, opts.micro_batch, t))
         .collect();
-    let sweep: Vec<GemmShape> = opts
+    let sweep = opts
         .sweep
         .iter()
         .flat_map(|&m| {
@@ -168,6 +165,29 @@ pub fn calibrate(
             })
         })
         .collect();
+    (shapes, sweep)
+}
+
+/// Refuses a GEMM this backend cannot run, before anything is measured or said (the command
+/// calls it before it names the backend, so such input gets its one-line error alone).
+pub fn check_runnable(
+    timer: &dyn KernelTimer,
+    opts: &CalibrateOptions,
+) -> Result<(), CalibrationError> {
+    let (shapes, sweep) = gemms_to_time(opts);
+    for shape in shapes.iter().map(|(_, shape)| shape).chain(&sweep) {
+        timer.check_gemm(*shape)?;
+    }
+    Ok(())
+}
+
+/// Runs the whole calibration and returns the calibrated profile.
+pub fn calibrate(
+    timer: &mut dyn KernelTimer,
+    opts: &CalibrateOptions,
+) -> Result<GpuProfile, CalibrationError> {
+    let devices = timer.devices();
+    let (shapes, sweep) = gemms_to_time(opts);
     let mut collective_runs: Vec<(Collective, usize)> = Vec::new();
     for ranks in 2..=devices {
         for c in [
@@ -182,12 +202,7 @@ pub fn calibrate(
         collective_runs.push((Collective::SendRecv, 2));
     }
     // Refuse what this backend cannot run before measuring anything.
-    for (_, shape) in &shapes {
-        timer.check_gemm(*shape)?;
-    }
-    for shape in &sweep {
-        timer.check_gemm(*shape)?;
-    }
+    check_runnable(timer, opts)?;
     let total = shapes.len() + sweep.len() + 1 + collective_runs.len() * opts.messages.len();
     let bar = progress(total as u64);
 

@@ -214,8 +214,8 @@ pub fn scenario_line(report: &Report) -> String {
         },
         if c.sustained_clock_factor < 1.0 {
             format!(
-                "; tensor-core kernels {:.0}% slower than the fitted efficiencies give: the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against the reference {:.3}, Hopper's)",
-                100.0 * (1.0 - c.sustained_clock_factor),
+                "; tensor-core kernels {}% slower than the fitted efficiencies give: the clock a busy GPU holds at its power cap (sustained/burst matmul {:.3} against the reference {:.3}, Hopper's)",
+                percent_off_the_ends(100.0 * (1.0 - c.sustained_clock_factor)),
                 c.sustained_clock_factor * crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION,
                 crate::cluster::REFERENCE_SUSTAINED_MATMUL_FRACTION
             )
@@ -934,10 +934,12 @@ pub fn breakdown(
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {:.0} tokens/s, {} model TFLOP/s per GPU (MFU {:.1}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
-        e.tokens_per_s,
+        "throughput: {} tokens/s, {} model TFLOP/s per GPU (MFU {}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
+        // A positive rate is never shown as 0 (a profile at the ranges' slow ends ran at 1e-12
+        // tokens/s and printed "0 tokens/s, ... MFU 0.0%").
+        crate::units::show_measured(e.tokens_per_s, 0),
         tflops_fine(e.model_tflops_per_gpu),
-        e.mfu * 100.0,
+        crate::units::show_measured(e.mfu * 100.0, 1),
         // MFU is always over the bf16 peak (`cost::evaluate`, the peak the scenario line prints),
         // so a plan whose GEMMs run at a lower precision can pass 100%.
         if p.precision == crate::plan::Precision::Bf16 {
@@ -1230,6 +1232,20 @@ pub fn explain_best(
         p.micro_batch
     );
     out
+}
+
+/// A percentage strictly between 0 and 100 shown with the decimals that keep it off both ends: a
+/// profile whose sustained clock is 0.1% of the reference said "100% slower" (no speed at all),
+/// and one a hair under it "0% slower" beside a note that it is slower.
+fn percent_off_the_ends(percent: f64) -> String {
+    for decimals in 0..4 {
+        let shown = format!("{percent:.decimals$}");
+        let value: f64 = shown.parse().unwrap_or(percent);
+        if value > 0.0 && value < 100.0 {
+            return shown;
+        }
+    }
+    format!("{percent:.4}")
 }
 
 #[cfg(test)]
