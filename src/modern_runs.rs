@@ -847,6 +847,9 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     training.pipeline_keeps_outputs = recipes::pipeline_keeps_outputs_of(run);
     training.eager_glu_clamp = recipes::eager_glu_clamp_of(framework);
     training.kernel_fusion = kernel_fusion_of(run);
+    // torchtitan's Llama expands K and V with `repeat_kv` before SDPA; NeMo AutoModel's rows run
+    // Transformer Engine's attention, which takes grouped K and V as they are.
+    training.sdpa_repeats_kv = run.id.starts_with("torchtitan");
     training.loss = loss_kernel_of(run, &model, training.kernel_fusion);
     let recompute = p.recompute.as_deref().unwrap_or("");
     let fsdp = p.fsdp == Some(true);

@@ -769,6 +769,14 @@ impl TrainingFramework {
     /// activations (`_prepare_forward_infra`: `args_recv_info[chunk_id]`) and for the gradients
     /// (`_prepare_backward_infra`: `grad_recv_info[mb_index]`, `_make_tensor_from_meta`), kept for
     /// the run.
+    /// Whether the framework's models expand K and V to every query head before attention
+    /// (`Training::sdpa_repeats_kv`): torchtitan's do (`repeat_kv`, then PyTorch's SDPA,
+    /// torchtitan/models/llama3/model.py); Megatron's and DeepSpeed's hand grouped K and V to
+    /// their fused attention.
+    pub fn sdpa_repeats_kv(self) -> bool {
+        matches!(self, TrainingFramework::Torchtitan)
+    }
+
     pub fn keeps_pipeline_buffers_per_microbatch(self) -> bool {
         matches!(self, TrainingFramework::Torchtitan)
     }
@@ -1050,6 +1058,13 @@ pub struct Training {
     /// accuracy runner sets it for the releases its runs used.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub eager_glu_clamp: bool,
+    /// The model code expands K and V to every query head before calling attention, as
+    /// torchtitan's models do (`repeat_kv`, then PyTorch's SDPA), where Megatron-Core's and
+    /// Transformer Engine's fused attention take grouped-query K and V as they are: a copy of K and
+    /// V at the query width in every layer, compiled or not (`torch.compile` cannot hand an
+    /// expanded view to SDPA's kernel). On for `--framework torchtitan`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sdpa_repeats_kv: bool,
     /// Megatron-Core's gradient-accumulation fusion (on unless a launch line or plan file says
     /// `--no-gradient-accumulation-fusion`): the weight-gradient GEMMs accumulate into the
     /// gradient buffer (`TrainingFramework::fuses_wgrad_accumulation`); off, a separate add per
@@ -1111,6 +1126,7 @@ impl Training {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
         }
     }

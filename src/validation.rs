@@ -464,6 +464,7 @@ pub fn accuracy_with_skips(
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
         };
         let p = &run.plan;
@@ -640,6 +641,7 @@ pub fn vtrain_cases(
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
         };
         let p = &row.plan;

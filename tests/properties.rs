@@ -41,6 +41,7 @@ fn training(global_batch: u32) -> Training {
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
         eager_glu_clamp: false,
+        sdpa_repeats_kv: false,
         gradient_accumulation_fusion: true,
     }
 }
@@ -364,10 +365,13 @@ fn torchtitan_eager_loss_parallel_holds_four_fp32_logit_copies() {
     let extra =
         activations(TrainingFramework::Torchtitan) - activations(TrainingFramework::MegatronCore);
     // The logit copies, and what eager autograd keeps beyond the fused kernels in the one layer
-    // being recomputed (`eager_saved_bytes_per_token`), with the full-length QKV and MLP inputs
+    // being recomputed (`eager_saved_bytes_per_token`, and the K and V `repeat_kv` expands for
+    // SDPA, `expanded_kv_saved_bytes_per_token`), with the full-length QKV and MLP inputs
     // torchtitan's sequence parallelism keeps (2 × 2 bytes × s·b·h·(1 − 1/t)).
-    let eager_layer =
-        2.0 * 8192.0 * tpsim::cost::memory::eager_saved_bytes_per_token(&model, 2, true, 0.0);
+    let eager_layer = 2.0
+        * 8192.0
+        * (tpsim::cost::memory::eager_saved_bytes_per_token(&model, 2, true, 0.0)
+            + tpsim::cost::memory::expanded_kv_saved_bytes_per_token(&model, 2));
     let gathered_inputs = 2.0 * 2.0 * 8192.0 * 2.0 * 4096.0 * (1.0 - 1.0 / 2.0);
     let want = 12.0 * 8192.0 * 2.0 * 128256.0 / 2.0 + eager_layer + gathered_inputs;
     assert!((extra / want - 1.0).abs() < 1e-9, "{extra} vs {want}");

@@ -1227,6 +1227,7 @@ pub(super) fn resolve_scenario(
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
         eager_glu_clamp: false,
+        sdpa_repeats_kv: framework.sdpa_repeats_kv(),
         gradient_accumulation_fusion: training_args
             .gradient_accumulation_fusion
             .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))

@@ -83,6 +83,8 @@ pub struct LayerShard {
     pub attention_efficiency: f64,
     /// Fused or eager element-wise kernels.
     pub kernel_fusion: KernelFusion,
+    /// K and V expanded to every query head before attention (`Training::sdpa_repeats_kv`).
+    pub sdpa_repeats_kv: bool,
     /// The linear GEMMs' precision and how their inputs are quantized (`cost::cast`).
     pub cast: CastSetting,
 }
@@ -228,8 +230,7 @@ const EAGER_ROPE_BYTES_PER_ELEMENT: f64 = 20.0;
 /// - two RMSNorms at 36 bytes per element instead of 4;
 /// - rotary embedding of Q and K at 20 bytes per element (a fused kernel's read and write are not
 ///   counted for fused kernels either);
-/// - `repeat_kv` (grouped-query attention only): expand and reshape copy K and V out to every
-///   query head, reading the K/V width and writing the query width, 2 bytes each;
+/// - not `repeat_kv`, which is counted compiled or not (`repeat_kv_bytes_per_token`);
 /// - not the attention output's `transpose(1, 2).contiguous()`: SDPA's flash and
 ///   memory-efficient kernels write their output as [batch, sequence, heads, head_dim] and return
 ///   it transposed (`_scaled_dot_product_flash_attention_cuda`: `empty_like` of the transposed
@@ -245,17 +246,27 @@ pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
     let kv = model.kv_width();
     let norms = 2.0 * (EAGER_RMSNORM_BYTES_PER_ELEMENT - 2.0 * ELEMENT_BYTES) * h;
     let rope = EAGER_ROPE_BYTES_PER_ELEMENT * (q + kv);
-    let repeat_kv = if model.kv_heads < model.heads {
-        2.0 * ELEMENT_BYTES * (kv + q)
-    } else {
-        0.0
-    };
     let swiglu = if model.gated_mlp {
         2.0 * ELEMENT_BYTES * f64::from(model.ffn_hidden)
     } else {
         0.0
     };
-    (norms, rope + repeat_kv, swiglu)
+    (norms, rope, swiglu)
+}
+
+/// HBM bytes per token of one layer's forward that expanding K and V to every query head before
+/// attention takes (torchtitan's `repeat_kv`: `unsqueeze`, `expand`, `reshape`,
+/// torchtitan/models/llama3/model.py; grouped-query attention only): a read of the K/V width and
+/// a write of the query width, 2 bytes each, for K and V (inside the TP region). Eager or
+/// compiled alike: SDPA's kernels need the expanded tensors in memory, so Inductor materialises
+/// the reshape as eager does. The backward sums the copies back, as much again twice over (the
+/// backward's 2× of every element-wise kernel).
+pub fn repeat_kv_bytes_per_token(model: &Model) -> f64 {
+    if model.kv_heads < model.heads {
+        2.0 * ELEMENT_BYTES * (model.kv_width() + model.q_width())
+    } else {
+        0.0
+    }
 }
 
 /// Forward time of FlashAttention's fused kernel on one TP rank: the QKᵀ and AV FLOPs of the pairs
@@ -378,6 +389,7 @@ pub fn layer_time(
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
+            sdpa_repeats_kv: false,
             cast: CastSetting::BF16,
         },
     )
@@ -549,6 +561,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         gemm_chunks,
         attention_efficiency,
         kernel_fusion,
+        sdpa_repeats_kv,
         cast: setting,
     } = *shard;
     let precision = setting.precision;
@@ -588,12 +601,15 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         KernelFusion::Fused => 1.0,
     };
     inside += qk_norm_scale * qk_norm_bytes(model, micro_batch, local_seq.max(1));
+    let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
     if kernel_fusion == KernelFusion::Eager {
-        let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
         outside += tokens * norms;
         inside += tokens * (attention_side + mlp_side);
         mlp_inside += tokens * mlp_side;
+    }
+    if sdpa_repeats_kv {
+        inside += tokens * repeat_kv_bytes_per_token(model);
     }
     let scores = scores * f64::from(cp);
     // The low-precision casts of the four linear inputs (`cost::cast`): the norm-fed QKV and MLP up
@@ -860,6 +876,7 @@ mod tests {
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
+            sdpa_repeats_kv: false,
             cast: CastSetting {
                 wgrad_accumulates_into,
                 ..CastSetting::BF16
@@ -1000,6 +1017,7 @@ mod tests {
                     gemm_chunks: 1,
                     attention_efficiency: cluster.gpu.gemm_efficiency,
                     kernel_fusion: KernelFusion::Eager,
+                    sdpa_repeats_kv: false,
                     cast: CastSetting::BF16,
                 },
             )
@@ -1016,17 +1034,16 @@ mod tests {
     fn eager_kernels_add_their_counted_traffic_and_nothing_else() {
         // Llama 3 8B (h 4096, 32 query and 8 KV heads of 128, ffn 14336), counted by hand from
         // torchtitan's eager code: two RMSNorms at 36 − 4 bytes per element; RoPE on Q and K at 20;
-        // repeat_kv reading K/V (1024 wide) and writing 4096 wide, 2 bytes each, for K and V;
         // no copy of the attention output (SDPA's output transposed back is already contiguous);
-        // SwiGLU's two kernels 4 more per ffn element.
+        // SwiGLU's two kernels 4 more per ffn element. repeat_kv, eager or compiled, reads K/V
+        // (1024 wide) and writes 4096 wide, 2 bytes each, for K and V.
         let m = crate::specs::load_model("llama3-8b").unwrap();
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(&m);
         assert_eq!(norms, 2.0 * 32.0 * 4096.0);
-        assert_eq!(
-            attention_side,
-            20.0 * (4096.0 + 1024.0) + 2.0 * 2.0 * (1024.0 + 4096.0)
-        );
+        assert_eq!(attention_side, 20.0 * (4096.0 + 1024.0));
         assert_eq!(mlp_side, 4.0 * 14336.0);
+        let repeat_kv = repeat_kv_bytes_per_token(&m);
+        assert_eq!(repeat_kv, 2.0 * 2.0 * (1024.0 + 4096.0));
         // In a layer's time: the forward grows by those bytes over the achieved HBM bandwidth,
         // the MLP part (which an MoE layer replaces) by the SwiGLU share only; the GEMMs do not move.
         let cluster = Cluster {
@@ -1034,7 +1051,7 @@ mod tests {
             nodes: 1,
             gpus_per_node: 8,
         };
-        let shard = |kernel_fusion| LayerShard {
+        let shard = |kernel_fusion, sdpa_repeats_kv| LayerShard {
             micro_batch: 2,
             seq_len: 8192,
             tp: 1,
@@ -1046,10 +1063,11 @@ mod tests {
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion,
+            sdpa_repeats_kv,
             cast: CastSetting::BF16,
         };
-        let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused));
-        let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager));
+        let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused, false));
+        let eager = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Eager, false));
         let per_byte =
             1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
         let tokens = 2.0 * 8192.0;
@@ -1067,6 +1085,16 @@ mod tests {
             2.0 * (eager.forward - fused.forward)
         ));
         assert_eq!(eager.linear_gemm_forward, fused.linear_gemm_forward);
+        // The K/V expansion costs the same compiled or eager, on the attention side only.
+        for fusion in [KernelFusion::Fused, KernelFusion::Eager] {
+            let with = layer_time_sharded(&m, &cluster, &shard(fusion, true));
+            let without = layer_time_sharded(&m, &cluster, &shard(fusion, false));
+            assert!(close(
+                with.forward - without.forward,
+                tokens * repeat_kv * per_byte
+            ));
+            assert_eq!(with.mlp_forward, without.mlp_forward);
+        }
     }
 
     #[test]
@@ -1096,6 +1124,7 @@ mod tests {
                 gemm_chunks: 1,
                 attention_efficiency: cluster.gpu.gemm_efficiency,
                 kernel_fusion: KernelFusion::Fused,
+                sdpa_repeats_kv: false,
                 cast: CastSetting {
                     precision: Precision::Fp8,
                     fp8_scaling: crate::training::Fp8Scaling::Current,
@@ -1162,6 +1191,7 @@ mod tests {
             gemm_chunks: 1,
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
+            sdpa_repeats_kv: false,
             cast: CastSetting::BF16,
         };
         let sac = layer_time_sharded(

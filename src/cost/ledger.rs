@@ -1040,6 +1040,7 @@ mod tests {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
         }
     }
@@ -1686,6 +1687,7 @@ mod tests {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
         };
         let mut request = PlanRequest {

@@ -190,8 +190,6 @@ pub fn norm_output_fp8_saving_at(model: &Model, moe_share: f64) -> f64 {
 /// - each `RMSNorm` keeps the fp32 upcast of its input (`pow` and the multiply save it) beside the
 ///   bf16 normalized output the weight multiply saves, where a fused norm keeps its bf16 input:
 ///   4 bytes per element more, for both norms (outside the TP region, split by SP);
-/// - SDPA saves K and V as `repeat_kv` expanded them to every query head: 2 bytes × 2 × (q − kv
-///   width) more under grouped-query attention;
 /// - SwiGLU's product saves silu's output beside w1's and w3's outputs: 2 bytes per ffn element more
 ///   in dense layers (the experts of MoE layers are counted as Megatron's);
 /// - with QK-norm, its two RMSNorms keep the fp32 upcasts of Q and K, 4 bytes per element.
@@ -199,11 +197,6 @@ pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool, moe_share: 
     let t = f64::from(tp);
     let sp_split = if sp { t } else { 1.0 };
     let norms = 2.0 * 4.0 * f64::from(model.hidden) / sp_split;
-    let expanded_kv = if model.kv_heads < model.heads {
-        2.0 * 2.0 * (model.q_width() - model.kv_width()) / t
-    } else {
-        0.0
-    };
     let silu_output = if model.gated_mlp {
         (1.0 - moe_share) * 2.0 * f64::from(model.ffn_hidden) / t
     } else {
@@ -215,7 +208,19 @@ pub fn eager_saved_bytes_per_token(model: &Model, tp: u32, sp: bool, moe_share: 
     } else {
         0.0
     };
-    norms + expanded_kv + silu_output + qk_norms
+    norms + silu_output + qk_norms
+}
+
+/// Activation bytes per token one layer keeps, per TP rank, when K and V are expanded to every
+/// query head before attention (`Training::sdpa_repeats_kv`) and nothing is recomputed: SDPA
+/// saves K and V as `repeat_kv` expanded them, 2 bytes × 2 × (q − kv width) more under
+/// grouped-query attention, eager or compiled (the expanded tensors are SDPA's inputs).
+pub fn expanded_kv_saved_bytes_per_token(model: &Model, tp: u32) -> f64 {
+    if model.kv_heads < model.heads {
+        2.0 * 2.0 * (model.q_width() - model.kv_width()) / f64::from(tp)
+    } else {
+        0.0
+    }
 }
 
 /// Activation bytes one layer keeps under torchtitan's per-op selective AC
@@ -772,11 +777,18 @@ fn stage_memory(
         };
         // PyTorch eager keeps more than the fused kernels when nothing is recomputed
         // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
-        if training.kernel_fusion == KernelFusion::Eager && recompute == Recompute::None {
-            per_layer
-                + f64::from(s)
-                    * f64::from(b)
-                    * eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, moe_share)
+        let eager = if training.kernel_fusion == KernelFusion::Eager {
+            eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, moe_share)
+        } else {
+            0.0
+        };
+        let expanded_kv = if training.sdpa_repeats_kv {
+            expanded_kv_saved_bytes_per_token(model, plan.tp)
+        } else {
+            0.0
+        };
+        if recompute == Recompute::None {
+            per_layer + f64::from(s) * f64::from(b) * (eager + expanded_kv)
         } else {
             per_layer
         }
@@ -1593,11 +1605,15 @@ mod tests {
 
     #[test]
     fn eager_kernels_keep_the_upcast_norm_inputs_expanded_kv_and_silu_output() {
-        // Llama 3 8B, one GPU: two norms' fp32 inputs (4 bytes × 4096 each), K and V expanded from
-        // 1024 to 4096 wide (2 bytes × 2 × 3072), silu's output (2 bytes × 14336).
+        // Llama 3 8B, one GPU: two norms' fp32 inputs (4 bytes × 4096 each), silu's output (2 bytes
+        // × 14336); and, compiled or eager, K and V expanded from 1024 to 4096 wide (2 bytes × 2 ×
+        // 3072).
         let model = crate::specs::load_model("llama3-8b").unwrap();
-        let per_token = eager_saved_bytes_per_token(&model, 1, false, 0.0);
-        assert_eq!(per_token, 2.0 * 4.0 * 4096.0 + 4.0 * 3072.0 + 2.0 * 14336.0);
+        let eager_only = eager_saved_bytes_per_token(&model, 1, false, 0.0);
+        assert_eq!(eager_only, 2.0 * 4.0 * 4096.0 + 2.0 * 14336.0);
+        let expanded_kv = expanded_kv_saved_bytes_per_token(&model, 1);
+        assert_eq!(expanded_kv, 4.0 * 3072.0);
+        let per_token = eager_only + expanded_kv;
         // In a plan: added per layer when nothing is recomputed, not under per-op SAC.
         let cluster = Cluster {
             gpu: crate::specs::load_gpu("h100-sxm-96g-500w").unwrap(),
@@ -1625,10 +1641,18 @@ mod tests {
                 .activations_bytes
                 .0
         };
-        let extra = kept(&eager, Recompute::None) - kept(&fused, Recompute::None);
+        let mut megatron_kernels = fused;
+        megatron_kernels.sdpa_repeats_kv = false;
+        let extra = kept(&eager, Recompute::None) - kept(&megatron_kernels, Recompute::None);
         assert!(
             (extra / (8192.0 * 32.0 * per_token) - 1.0).abs() < 1e-9,
             "{extra}"
+        );
+        // Compiled torchtitan still keeps the expanded K and V.
+        let compiled = kept(&fused, Recompute::None) - kept(&megatron_kernels, Recompute::None);
+        assert!(
+            (compiled / (8192.0 * 32.0 * expanded_kv) - 1.0).abs() < 1e-9,
+            "{compiled}"
         );
         assert_eq!(
             kept(&eager, Recompute::Selective),

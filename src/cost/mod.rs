@@ -429,6 +429,7 @@ pub(crate) fn unit_costs_at(
             gemm_chunks: if tp_overlap { plan.tp } else { 1 },
             attention_efficiency: attention_efficiency(model, cluster, training),
             kernel_fusion: training.kernel_fusion,
+            sdpa_repeats_kv: training.sdpa_repeats_kv,
             cast: cast_setting,
         },
     );
@@ -1415,6 +1416,7 @@ mod tests {
                     gemm_chunks: if tp_overlap_on(training, &plan) { 8 } else { 1 },
                     attention_efficiency: attention_efficiency(&model, &cluster, training),
                     kernel_fusion: training.kernel_fusion,
+                    sdpa_repeats_kv: training.sdpa_repeats_kv,
                     cast: cast::CastSetting::of(training, &plan),
                 },
             );

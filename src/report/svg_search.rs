@@ -427,6 +427,7 @@ mod tests {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
         };
         let options = SearchOptions {
