@@ -49,8 +49,6 @@ pub(super) struct Scenario {
     pub(super) training: Training,
     /// Said with the other notes once the input is known to be valid (`global_batch_advice`).
     pub(super) gpu_note: Option<String>,
-    /// A `--max-memory-gib` that does not hold the plans below the GPU's memory, said with them.
-    pub(super) memory_limit_note: Option<String>,
 }
 
 pub(super) fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
@@ -1048,7 +1046,7 @@ pub(super) fn resolve_scenario(
         )
     });
     let (mut gpu, gpu_reference) = resolve_gpu(cluster_args, file, gpu_reference)?;
-    let memory_limit_note = apply_memory_limit(
+    apply_memory_limit(
         &mut gpu,
         cluster_args.max_memory_gib,
         plan_file.and_then(|f| f.max_memory_gib),
@@ -1311,21 +1309,20 @@ pub(super) fn resolve_scenario(
         gpu_reference,
         training,
         gpu_note,
-        memory_limit_note,
     })
 }
 
 /// Holds plans below `--max-memory-gib` (or a plan file's `max_memory_gib:`; the flag wins) on
-/// this GPU. A limit at or above the GPU's memory changes nothing and is said so in a note.
+/// this GPU. A limit at or above the GPU's memory changes nothing and is said so in a held note.
 fn apply_memory_limit(
     gpu: &mut crate::cluster::GpuProfile,
     flag: Option<f64>,
     file: Option<f64>,
-) -> Result<Option<String>> {
+) -> Result<()> {
     let (limit, name) = match (flag, file) {
         (Some(limit), _) => (limit, "--max-memory-gib"),
         (None, Some(limit)) => (limit, "max_memory_gib:"),
-        (None, None) => return Ok(None),
+        (None, None) => return Ok(()),
     };
     if !(limit.is_finite() && limit > 0.0) {
         bail!(
@@ -1334,13 +1331,14 @@ fn apply_memory_limit(
         );
     }
     if limit >= gpu.hbm_capacity_gib {
-        return Ok(Some(format!(
+        held_notes::hold(format!(
             "note: {name} {limit} is not below the {:.1} GiB of {}, so plans use the GPU's whole memory; give less to keep room free",
             gpu.hbm_capacity_gib, gpu.name
-        )));
+        ));
+        return Ok(());
     }
     gpu.memory_limit_gib = Some(limit);
-    Ok(None)
+    Ok(())
 }
 
 /// Refuses a pinned ZeRO stage the optimizer-state format cannot run at, with the error
@@ -1512,12 +1510,7 @@ pub(super) fn global_batch_advice(
 ) -> Vec<String> {
     let batch = s.training.global_batch;
     let nodes = s.cluster.nodes;
-    let mut lines: Vec<String> = s
-        .gpu_note
-        .iter()
-        .chain(s.memory_limit_note.iter())
-        .cloned()
-        .collect();
+    let mut lines: Vec<String> = s.gpu_note.iter().cloned().collect();
     if !given {
         lines.push(default_batch_note(&s.training, file));
     }

@@ -777,6 +777,9 @@ fn stage_memory(
         };
         // PyTorch eager keeps more than the fused kernels when nothing is recomputed
         // (`eager_saved_bytes_per_token`); per-op SAC and full AC recompute those tensors instead.
+        if recompute != Recompute::None {
+            return per_layer;
+        }
         let eager = if training.kernel_fusion == KernelFusion::Eager {
             eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, moe_share)
         } else {
@@ -787,11 +790,7 @@ fn stage_memory(
         } else {
             0.0
         };
-        if recompute == Recompute::None {
-            per_layer + f64::from(s) * f64::from(b) * (eager + expanded_kv)
-        } else {
-            per_layer
-        }
+        per_layer + f64::from(s) * f64::from(b) * (eager + expanded_kv)
     };
     let per_layer = kept_per_layer(plan.recompute);
     // Under full recompute, what a layer keeps without it: Megatron's block method leaves all but
