@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{Mla, Model, ModelError, Moe, Norm};
+use crate::model::{Mla, Model, ModelError, Moe, Norm, PositionEmbedding};
 
 /// `model_type` values we read, in the order the error message lists them.
 pub const SUPPORTED: &[&str] = &[
@@ -417,7 +417,7 @@ pub fn parse_with_note(
                 qk_norm: false,
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
-                learned_position_embeddings: true,
+                position_embedding: PositionEmbedding::LearnedAbsolute,
                 norm: Norm::Layernorm,
                 // GPT-2 config: resid_pdrop / attn_pdrop 0.1.
                 dropout: true,
@@ -446,7 +446,7 @@ pub fn parse_with_note(
                 qk_norm: false,
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
-                learned_position_embeddings: false,
+                position_embedding: PositionEmbedding::Rope,
                 norm: Norm::Layernorm,
                 // GPT-NeoX configs: hidden_dropout / attention_dropout 0 unless set.
                 dropout: reader
@@ -488,7 +488,12 @@ pub fn parse_with_note(
                 qk_norm: false,
                 shared_layer_norm: parallel && !new_architecture,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
-                learned_position_embeddings: false,
+                // FalconConfig `alibi` (default false): ALiBi biases instead of rotary embeddings.
+                position_embedding: if reader.flag("alibi")?.unwrap_or(false) {
+                    PositionEmbedding::Alibi
+                } else {
+                    PositionEmbedding::Rope
+                },
                 norm: Norm::Layernorm,
                 // Falcon configs: hidden_dropout 0.0, attention_dropout 0.0.
                 dropout: false,
@@ -993,7 +998,7 @@ impl Reader<'_> {
             qk_norm: matches!(model_type, "qwen3" | "qwen3_moe"),
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(tie_default),
-            learned_position_embeddings: false,
+            position_embedding: PositionEmbedding::Rope,
             norm: Norm::Rmsnorm,
             // Llama-family configs set attention_dropout 0.0 and have no hidden dropout.
             dropout: false,
@@ -1074,7 +1079,7 @@ impl Reader<'_> {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            learned_position_embeddings: false,
+            position_embedding: PositionEmbedding::Rope,
             norm: Norm::Rmsnorm,
             dropout: false,
             mla: Some(Mla {
@@ -1130,7 +1135,7 @@ impl Reader<'_> {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            learned_position_embeddings: false,
+            position_embedding: PositionEmbedding::Rope,
             norm: Norm::Rmsnorm,
             dropout: false,
             mla: None,
@@ -1216,7 +1221,7 @@ impl Reader<'_> {
             qk_norm: self.flag("use_qk_norm")?.unwrap_or(false),
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            learned_position_embeddings: false,
+            position_embedding: PositionEmbedding::Rope,
             norm: Norm::Rmsnorm,
             dropout: false,
             mla: None,
@@ -1355,11 +1360,12 @@ impl Reader<'_> {
             } => format!(
                 "{first_dense} dense layers (\"first_k_dense_replace\" / \"mlp_only_layers\") leave no MoE layer among the {layers} layers; check the config"
             ),
-            // Only flags raise these; a config never does.
+            // Only flags and model files raise these; a config never does.
             ModelError::MoeFlagWithoutExperts { .. }
             | ModelError::ExpertsBelowTopk { .. }
             | ModelError::MlaFlagWithoutKvLoraRank { .. }
-            | ModelError::WindowFlagWithoutWindow => e.to_string(),
+            | ModelError::WindowFlagWithoutWindow
+            | ModelError::PositionKeysDisagree { .. } => e.to_string(),
         };
         HfConfigError::Unsupported {
             path: self.path.to_string(),

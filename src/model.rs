@@ -26,6 +26,60 @@ pub enum Norm {
     Rmsnorm,
 }
 
+/// How a model tells positions apart (Megatron-LM's `--position-embedding-type` names). Only learned
+/// positions carry parameters (an s·h table); only rotary embeddings run a kernel of their own in
+/// every layer (`cost::compute::rope_bytes_per_token`); ALiBi's bias is added inside the fused
+/// attention kernel and moves no extra bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PositionEmbedding {
+    /// A learned s·h table added to the token embeddings (GPT-2/GPT-3, Megatron `learned_absolute`).
+    LearnedAbsolute,
+    /// Rotary embeddings applied to each layer's queries and keys (Su et al. 2021; Llama, Qwen,
+    /// DeepSeek, GPT-NeoX; Megatron `rope`, and its `yarn`/`mrope` variants).
+    Rope,
+    /// Attention-score biases by distance (Press et al. 2022; BLOOM, MPT, Falcon with `alibi`).
+    Alibi,
+    /// No position signal at all (Megatron `none`).
+    None,
+}
+
+impl PositionEmbedding {
+    /// The spelling of model files, JSON and Megatron-LM's flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PositionEmbedding::LearnedAbsolute => "learned_absolute",
+            PositionEmbedding::Rope => "rope",
+            PositionEmbedding::Alibi => "alibi",
+            PositionEmbedding::None => "none",
+        }
+    }
+
+    /// A `--position-embedding-type` value: Megatron-LM's (arguments.py: learned_absolute, rope,
+    /// mrope, yarn, none; the rotary variants differ in their frequencies, not their cost) and
+    /// `alibi`, which BigScience's Megatron-DeepSpeed takes for BLOOM
+    /// (bigscience-workshop/Megatron-DeepSpeed `PositionEmbeddingType.alibi`); `None` for others.
+    pub fn from_megatron(value: &str) -> Option<PositionEmbedding> {
+        match value {
+            "learned_absolute" => Some(PositionEmbedding::LearnedAbsolute),
+            "rope" | "mrope" | "yarn" => Some(PositionEmbedding::Rope),
+            "alibi" => Some(PositionEmbedding::Alibi),
+            "none" => Some(PositionEmbedding::None),
+            _ => None,
+        }
+    }
+
+    /// The words the model line prints.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PositionEmbedding::LearnedAbsolute => "learned positions",
+            PositionEmbedding::Rope => "rotary positions",
+            PositionEmbedding::Alibi => "ALiBi positions",
+            PositionEmbedding::None => "no position embedding",
+        }
+    }
+}
+
 /// Mixture-of-experts layers, in Megatron-LM's terms (`megatron/training/arguments.py`,
 /// `_add_moe_args`): `--num-experts`, `--moe-router-topk`, `--moe-ffn-hidden-size`,
 /// `--moe-shared-expert-intermediate-size`, `--moe-layer-freq`; the dense layers in front are
@@ -277,9 +331,15 @@ pub struct ModelFile {
     /// Output layer shares the input embedding matrix. Default: true (GPT-3, BLOOM).
     #[serde(default = "default_true")]
     pub tied_embeddings: bool,
-    /// Learned absolute position embeddings (GPT-3: yes; RoPE/ALiBi models: no). Default: false.
-    #[serde(default)]
-    pub learned_position_embeddings: bool,
+    /// How positions are encoded: `learned_absolute` (GPT-3), `rope` (Llama and most models since),
+    /// `alibi` (BLOOM) or `none`. Default: `learned_absolute` when `learned_position_embeddings`
+    /// is true, else `rope`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_embedding_type: Option<PositionEmbedding>,
+    /// The older key: true means `position_embedding_type: learned_absolute`. Both may be given
+    /// when they agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_position_embeddings: Option<bool>,
     /// Default: layernorm.
     #[serde(default)]
     pub norm: Option<Norm>,
@@ -342,7 +402,7 @@ pub struct Model {
     pub qk_norm: bool,
     pub shared_layer_norm: bool,
     pub tied_embeddings: bool,
-    pub learned_position_embeddings: bool,
+    pub position_embedding: PositionEmbedding,
     pub norm: Norm,
     pub dropout: bool,
     pub mla: Option<Mla>,
@@ -439,6 +499,10 @@ pub enum ModelError {
         "--window-attn-skip-freq is given without a sliding window; add --attention-window TOKENS (GPT-OSS: 128) or drop it"
     )]
     WindowFlagWithoutWindow,
+    #[error(
+        "position_embedding_type: {kind} and learned_position_embeddings: {learned} disagree (learned positions are position_embedding_type: learned_absolute); drop learned_position_embeddings, or make them agree"
+    )]
+    PositionKeysDisagree { kind: &'static str, learned: bool },
 }
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
@@ -464,7 +528,36 @@ const MAX_EXPERTS: u32 = 1 << 14;
 /// DeepSeek-V3 and MiMo train with one MTP depth, and DeepSeek's ablations go to 2 (§4.5.1).
 const MAX_MTP_LAYERS: u32 = 16;
 
+impl ModelFile {
+    /// The position encoding the file's two keys give: `position_embedding_type` when set (the
+    /// older `learned_position_embeddings` must then agree with it), learned positions when only
+    /// `learned_position_embeddings: true` is set, and rotary embeddings otherwise.
+    pub fn position_embedding(&self) -> Result<PositionEmbedding, ModelError> {
+        match (
+            self.position_embedding_type,
+            self.learned_position_embeddings,
+        ) {
+            (Some(kind), Some(learned))
+                if learned != (kind == PositionEmbedding::LearnedAbsolute) =>
+            {
+                Err(ModelError::PositionKeysDisagree {
+                    kind: kind.as_str(),
+                    learned,
+                })
+            }
+            (Some(kind), _) => Ok(kind),
+            (None, Some(true)) => Ok(PositionEmbedding::LearnedAbsolute),
+            (None, _) => Ok(PositionEmbedding::Rope),
+        }
+    }
+}
+
 impl Model {
+    /// Whether the model carries a learned position table (s·h parameters on the first stage).
+    pub fn learned_position_embeddings(&self) -> bool {
+        self.position_embedding == PositionEmbedding::LearnedAbsolute
+    }
+
     /// The sliding window when it changes attention at the model's sequence length
     /// ([`AttentionWindow::has_effect`]); `None` without a window or with one that is full
     /// attention in effect, which a configuration without the window runs the same.
@@ -495,7 +588,7 @@ impl Model {
             qk_norm: file.qk_norm,
             shared_layer_norm: file.shared_layer_norm,
             tied_embeddings: file.tied_embeddings,
-            learned_position_embeddings: file.learned_position_embeddings,
+            position_embedding: file.position_embedding()?,
             norm: file.norm.unwrap_or(Norm::Layernorm),
             dropout: file.dropout,
             mla: file.mla,
@@ -531,7 +624,8 @@ impl Model {
             qk_norm: self.qk_norm,
             shared_layer_norm: self.shared_layer_norm,
             tied_embeddings: self.tied_embeddings,
-            learned_position_embeddings: self.learned_position_embeddings,
+            position_embedding_type: Some(self.position_embedding),
+            learned_position_embeddings: None,
             norm: Some(self.norm),
             dropout: self.dropout,
             mla: self.mla,
@@ -820,7 +914,7 @@ pub(crate) mod tests {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: true,
-            learned_position_embeddings: true,
+            position_embedding: PositionEmbedding::LearnedAbsolute,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,
@@ -865,7 +959,7 @@ pub(crate) mod tests {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: false,
-            learned_position_embeddings: false,
+            position_embedding: PositionEmbedding::Rope,
             norm: Norm::Rmsnorm,
             dropout: false,
             mla: None,

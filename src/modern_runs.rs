@@ -583,7 +583,12 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         qk_norm: false,
         shared_layer_norm: false,
         tied_embeddings: gpt,
-        learned_position_embeddings: gpt,
+        position_embedding_type: Some(if gpt {
+            crate::model::PositionEmbedding::LearnedAbsolute
+        } else {
+            crate::model::PositionEmbedding::Rope
+        }),
+        learned_position_embeddings: None,
         norm: Some(if llama {
             crate::model::Norm::Rmsnorm
         } else {

@@ -107,7 +107,7 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         qk_norm: false,
         shared_layer_norm: false,
         tied_embeddings: true,
-        learned_position_embeddings: true,
+        position_embedding: crate::model::PositionEmbedding::LearnedAbsolute,
         norm: Norm::Layernorm,
         dropout: true,
         mla: None,

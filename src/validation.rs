@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::cost::{Estimate, evaluate};
-use crate::model::{Model, Norm};
+use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::specs::{self, SpecError};
 use crate::training::{AttentionKernel, GradDtype, Training};
@@ -421,7 +421,11 @@ pub fn accuracy_with_skips(
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: true,
-            learned_position_embeddings: !m.arch.contains("ALiBi"),
+            position_embedding: if m.arch.contains("ALiBi") {
+                PositionEmbedding::Alibi
+            } else {
+                PositionEmbedding::LearnedAbsolute
+            },
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,
@@ -602,7 +606,7 @@ pub fn vtrain_cases(
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: true,
-            learned_position_embeddings: true,
+            position_embedding: PositionEmbedding::LearnedAbsolute,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,

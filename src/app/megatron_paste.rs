@@ -10,7 +10,7 @@ use super::scenario::{
 use crate::cli::{AttentionArg, ClusterArgs, EvalArgs, GradDtypeArg, TrainingArgs};
 use crate::emit;
 use crate::input_file;
-use crate::model::{Model, Norm};
+use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, PlanRequest, Precision, Recompute};
 use crate::specs::{ModelRef, PlanFile};
 use crate::training::{AttentionKernel, GradDtype, Overlap, Training};
@@ -26,13 +26,12 @@ pub(super) fn megatron_norm(value: Option<&str>) -> Result<Norm> {
     }
 }
 
-/// Megatron-LM's `--position-embedding-type` (default learned_absolute).
-pub(super) fn megatron_learned_positions(value: Option<&str>) -> Result<bool> {
-    match value {
-        None | Some("learned_absolute") => Ok(true),
-        Some("rope") | Some("none") => Ok(false),
-        Some(other) => bail!(
-            "--position-embedding-type {other} is not one tpsim models; use learned_absolute, rope or none"
+/// Megatron-LM's `--position-embedding-type`, given on its own (default learned_absolute).
+pub(super) fn megatron_position_embedding(value: &str) -> Result<PositionEmbedding> {
+    match PositionEmbedding::from_megatron(value) {
+        Some(kind) => Ok(kind),
+        None => bail!(
+            "--position-embedding-type {value} is not one tpsim models; use learned_absolute, rope (or its mrope/yarn variants), alibi or none"
         ),
     }
 }

@@ -2,7 +2,7 @@
 //! Every command that evaluates plans starts here.
 
 use crate::cli::{Fp8ScalingArg, FrameworkArg, PinArgs, PrecisionArg, RecomputeArg};
-use crate::model::ShapeOverrides;
+use crate::model::{PositionEmbedding, ShapeOverrides};
 use crate::plan::{PlanError, Precision, Recompute};
 use crate::planner::Pins;
 use crate::training::{
@@ -12,7 +12,7 @@ use anyhow::{Result, anyhow, bail};
 
 use super::calibration_commands;
 use super::held_notes;
-use super::megatron_paste::{megatron_learned_positions, megatron_norm};
+use super::megatron_paste::{megatron_norm, megatron_position_embedding};
 use crate::cli::{
     AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
 };
@@ -405,10 +405,12 @@ fn resolve_base_model(
             gated_mlp: args.gated_mlp,
             linear_bias: !(llama || args.disable_bias_linear),
             tied_embeddings: !(llama || args.untie_embeddings_and_output_weights),
-            learned_position_embeddings: match args.position_embedding_type.as_deref() {
-                Some(kind) => megatron_learned_positions(Some(kind))?,
-                None => !llama,
-            },
+            position_embedding_type: Some(match args.position_embedding_type.as_deref() {
+                Some(kind) => megatron_position_embedding(kind)?,
+                None if llama => PositionEmbedding::Rope,
+                None => PositionEmbedding::LearnedAbsolute,
+            }),
+            learned_position_embeddings: None,
             norm: Some(match args.normalization.as_deref() {
                 Some(norm) => megatron_norm(Some(norm))?,
                 None if llama => Norm::Rmsnorm,
@@ -558,7 +560,7 @@ pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
         qk_norm: false,
         shared_layer_norm: false,
         tied_embeddings: true,
-        learned_position_embeddings: false,
+        position_embedding: crate::model::PositionEmbedding::Rope,
         norm: Norm::Layernorm,
         dropout: false,
         mla: None,

@@ -13,7 +13,7 @@ pub use super::megatron_precision::{
     MegatronPrecision, PrecisionArgs, megatron_overlap, megatron_precision,
 };
 use super::pipeline_split::{ChunkLayout, SplitArgs};
-use crate::model::{Model, Norm};
+use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::training::{AttentionKernel, GradDtype, Overlap};
 
@@ -42,7 +42,7 @@ pub struct MegatronLaunch {
     /// `--qk-layernorm`: a norm over each query and key head (Qwen3, OLMo 2).
     pub qk_norm: bool,
     pub tied_embeddings: bool,
-    pub learned_position_embeddings: bool,
+    pub position_embedding: PositionEmbedding,
     pub norm: Norm,
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
@@ -252,23 +252,21 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "Megatron-LM refuses them together; use --num-virtual-stages-per-pipeline-rank, or --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split".into(),
         });
     }
-    // arguments.py: --position-embedding-type chooses among these; tpsim counts a learned table
-    // for learned_absolute only (the rotary kinds and none have no parameters).
-    let learned_position_embeddings = match p.value("position-embedding-type") {
-        None | Some("learned_absolute") => true,
-        Some("rope" | "mrope" | "yarn" | "none") => false,
+    // arguments.py: --position-embedding-type chooses among these (default learned_absolute).
+    let position_embedding = match p.value("position-embedding-type") {
+        None => PositionEmbedding::LearnedAbsolute,
         Some("relative") => {
             return Err(MegatronArgsError::Refused {
                 given: "--position-embedding-type relative".into(),
                 why: "relative position buckets are T5's, not a GPT model's; give learned_absolute, rope or none".into(),
             });
         }
-        Some(other) => {
-            return Err(MegatronArgsError::Refused {
-                given: format!("--position-embedding-type {other}"),
-                why: "Megatron-LM takes learned_absolute, rope, mrope or none (and yarn in recent releases); give one of those".into(),
-            });
-        }
+        Some(kind) => PositionEmbedding::from_megatron(kind).ok_or_else(|| {
+            MegatronArgsError::Refused {
+                given: format!("--position-embedding-type {kind}"),
+                why: "Megatron-LM takes learned_absolute, rope, mrope or none (and yarn in recent releases), BigScience's Megatron-DeepSpeed alibi; give one of those".into(),
+            }
+        })?,
     };
     let ffn_hidden = p.number("ffn-hidden-size")?;
     let dense_ffn =
@@ -296,7 +294,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         qkv_bias: p.switch("add-qkv-bias"),
         qk_norm: p.switch("qk-layernorm"),
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
-        learned_position_embeddings,
+        position_embedding,
         norm,
         // arguments.py: --hidden-dropout and --attention-dropout default 0.1.
         dropout: [
@@ -447,7 +445,7 @@ impl MegatronLaunch {
             qk_norm: self.qk_norm,
             shared_layer_norm: false,
             tied_embeddings: self.tied_embeddings,
-            learned_position_embeddings: self.learned_position_embeddings,
+            position_embedding: self.position_embedding,
             norm: self.norm,
             dropout: self.dropout,
             mla: self.experts.mla,

@@ -536,8 +536,13 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if model.norm == Norm::Rmsnorm {
         push("normalization", Some("RMSNorm".into()));
     }
-    if !model.learned_position_embeddings {
-        push("position-embedding-type", Some("rope".into()));
+    // learned_absolute is Megatron-LM's default; alibi is BigScience's Megatron-DeepSpeed value
+    // (BLOOM's), which Megatron-LM itself refuses rather than training another model.
+    if !model.learned_position_embeddings() {
+        push(
+            "position-embedding-type",
+            Some(model.position_embedding.as_str().into()),
+        );
     }
     if !model.dropout {
         push("hidden-dropout", Some("0".into()));

@@ -120,11 +120,7 @@ pub fn nemo_yaml(
                 Norm::Rmsnorm => "rmsnorm",
             },
             bias: model.linear_bias,
-            position_embedding_type: if model.learned_position_embeddings {
-                "learned_absolute"
-            } else {
-                "rope"
-            },
+            position_embedding_type: model.position_embedding.as_str(),
             share_embeddings_and_output_weights: model.tied_embeddings,
             hidden_dropout: dropout,
             attention_dropout: dropout,

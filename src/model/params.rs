@@ -233,7 +233,7 @@ impl Model {
     /// Learned absolute positions, s·h: a plain embedding replicated on every TP rank (Megatron-LM
     /// `language_model.py` `position_embeddings`).
     pub fn position_embedding_params(&self) -> f64 {
-        if self.learned_position_embeddings {
+        if self.learned_position_embeddings() {
             f64::from(self.seq_len) * f64::from(self.hidden)
         } else {
             0.0

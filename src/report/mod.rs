@@ -57,6 +57,8 @@ pub struct ModelSummary {
     pub qk_norm: bool,
     pub tied_embeddings: bool,
     pub learned_position_embeddings: bool,
+    /// learned_absolute, rope, alibi or none (`model::PositionEmbedding`).
+    pub position_embedding_type: crate::model::PositionEmbedding,
     pub norm: crate::model::Norm,
     pub dropout: bool,
     /// Width of one attention head.
@@ -92,7 +94,8 @@ impl ModelSummary {
             qkv_bias: model.qkv_bias,
             qk_norm: model.qk_norm,
             tied_embeddings: model.tied_embeddings,
-            learned_position_embeddings: model.learned_position_embeddings,
+            learned_position_embeddings: model.learned_position_embeddings(),
+            position_embedding_type: model.position_embedding,
             norm: model.norm,
             dropout: model.dropout,
             head_dim: model.head_dim,

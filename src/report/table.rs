@@ -140,11 +140,7 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             "untied output layer"
         },
-        if m.learned_position_embeddings {
-            "learned positions"
-        } else {
-            "no learned positions"
-        },
+        m.position_embedding_type.describe(),
         match (m.norm, m.qk_norm) {
             (crate::model::Norm::Layernorm, false) => "layernorm",
             (crate::model::Norm::Layernorm, true) => "layernorm (and on each query and key head)",
