@@ -182,11 +182,11 @@ const QWEN3_GB200_MXFP8_EVAL: &[&str] = &[
 /// tokens) as `tpsim accuracy --runs validation/mcore_moe_report.yaml` plans them: each with its
 /// published plan pinned (Table 20's; Table 17's PP 8 for DeepSeek-V3 on H100) and its Appendix
 /// B.2 settings (`modern_runs`'s `mcore-moe-report` source). Today: eight predicted, median
-/// |error| 8.3%, worst +16.0% (DeepSeek-V3 on 1,024 H100); the ninth, which tpsim cannot fit
-/// without the report's offloading, priced anyway by `eval` at +20.1%; over all nine, median
-/// 8.5%, worst +20.1%. Issue 9's bounds are median 15%, none past 30%. (Before Blackwell's
-/// tensor-core kernels ran at the sustained clock, 2026-12-05: 10.8% and +18.6%, nine 13.1% and
-/// +25.0%.)
+/// |error| 6.9%, worst +15.5% (DeepSeek-V3 on 1,024 H100); the ninth, which tpsim cannot fit
+/// without the report's offloading, priced anyway by `eval` at +18.7%; over all nine, median
+/// 7.2%, worst +18.7%. Issue 9's bounds are median 15%, none past 30%. (Before the fused RoPE
+/// kernels were counted, 2026-12-05: 8.3% and +16.0%, nine 8.5% and +20.1%; before Blackwell's
+/// tensor-core kernels ran at the sustained clock: 10.8% and +18.6%, nine 13.1% and +25.0%.)
 #[test]
 fn end_to_end_throughput_matches_the_reports_table_11() {
     let out = json(&[

@@ -196,11 +196,15 @@ fn torchtitan_pipeline_rows_use_torchtitans_schedule_defaults() {
 // 2026-12-05, fourth session: Megatron-Core's eager expert epilogues (the biased experts' output
 // bias, the clamped GLU's clamp in 25.11) took GPT-OSS-120B on 64 GB200/GB300 from +37/+39% to
 // +28%: 12 -> 10 past 30%.
+// 2026-12-05, seventh session: the fused rotary-embedding kernels (Q and K read and written; MLA's
+// in-place query rotation and K/V split) counted for every RoPE model: MoE median 16.0% -> 13.3%
+// (the DeepSeek-V3 rows 2-3 points slower, the one at the median among them), 10 -> 9 past 30%
+// (Kimi K2 +31.0 -> +29.4%). The median bound is now issue 9's 15%; the count past 30% is not met.
 const DENSE_MEGATRON_PAST_25: usize = 1;
 const DENSE_ALL_PAST_25: usize = 4;
 const MOE_MIN_PREDICTED: usize = 41;
-const MOE_MEDIAN_BOUND: f64 = 0.161;
-const MOE_PAST_30: usize = 10;
+const MOE_MEDIAN_BOUND: f64 = 0.15;
+const MOE_PAST_30: usize = 9;
 // torchtitan peak memory (20 runs state it): today's values, not the issue's 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.05;

@@ -222,14 +222,58 @@ const EAGER_RMSNORM_BYTES_PER_ELEMENT: f64 = 36.0;
 /// HBM bytes per element of Q and K in torchtitan's eager `apply_rotary_emb`: upcast 2 + 4, complex
 /// multiply 4 + 4, downcast 4 + 2.
 const EAGER_ROPE_BYTES_PER_ELEMENT: f64 = 20.0;
+/// HBM bytes per element of a fused rotary-embedding kernel that reads a bf16 tensor and writes it
+/// rotated: 2 + 2.
+const FUSED_ROPE_BYTES_PER_ELEMENT: f64 = 2.0 * ELEMENT_BYTES;
+
+/// HBM bytes per token of one layer's forward rotary embedding, run as one fused kernel, before
+/// the split over TP ranks (Q and K are split by heads, so all of it is inside the TP region); 0
+/// for a model without rotary embeddings (learned positions, ALiBi, none).
+/// - Standard and grouped-query attention: Transformer Engine's `fused_apply_rotary_pos_emb`
+///   (Megatron-Core `rope_utils.apply_rotary_pos_emb` with `apply_rope_fusion`, called on the
+///   query and on the key in `Attention.forward`, megatron/core/transformer/attention.py) reads
+///   each and writes a rotated copy: 2 + 2 bytes per element of Q and K. Inductor's kernel for
+///   torchtitan's `apply_rotary_emb` under `torch.compile` reads and writes the same tensors.
+///   A partial rotary (`rotary_percent` < 1) copies the unrotated part through, so the whole
+///   width counts.
+/// - Multi-head latent attention: Megatron-Core's `fused_mla_rope_inplace` rotates the trailing
+///   `qk_pos_emb_head_dim` of every query head in place, and `fused_mla_rope_kv_split` reads the
+///   up-projected K/V (heads·(qk_head_dim + v_head_dim)) and writes K with the shared rotary key
+///   appended (heads·(qk_head_dim + qk_pos_emb_head_dim)) and V (heads·v_head_dim)
+///   (megatron/core/fusions/fused_mla_yarn_rope_apply.py).
+///
+/// The backward follows the forward, as for every element-wise kernel here (twice the forward):
+/// the inverse rotation of dQ and dK, and the concatenation of dQ, dK and dV that the backward of
+/// the QKV split makes when Q and K were rotated into tensors of their own (Megatron-Core without
+/// `fused_single_qkv_rope`).
+pub fn rope_bytes_per_token(model: &Model) -> f64 {
+    if model.position_embedding != crate::model::PositionEmbedding::Rope {
+        return 0.0;
+    }
+    match model.mla {
+        None => FUSED_ROPE_BYTES_PER_ELEMENT * (model.q_width() + model.kv_width()),
+        Some(mla) => {
+            let heads = f64::from(model.heads);
+            let (qk, rope, v) = (
+                f64::from(mla.qk_head_dim),
+                f64::from(mla.qk_pos_emb_head_dim),
+                f64::from(mla.v_head_dim),
+            );
+            let query_in_place = FUSED_ROPE_BYTES_PER_ELEMENT * heads * rope;
+            let kv_split =
+                ELEMENT_BYTES * heads * (qk + v) + ELEMENT_BYTES * heads * (qk + rope + v);
+            query_in_place + kv_split
+        }
+    }
+}
 
 /// HBM bytes per token of one layer's forward that PyTorch eager adds over the fused kernels
 /// `layer_elementwise_bytes` counts, split as that function splits (outside the TP region, the
 /// attention side inside it, the MLP side inside it); read from torchtitan's Llama
 /// (torchtitan/models/llama/model.py, norms.py at the 2024-12 benchmark commit):
 /// - two RMSNorms at 36 bytes per element instead of 4;
-/// - rotary embedding of Q and K at 20 bytes per element (a fused kernel's read and write are not
-///   counted for fused kernels either);
+/// - rotary embedding of Q and K at 20 bytes per element, of which the fused kernel's read and
+///   write (`rope_bytes_per_token`, counted for every framework) are 4: 16 more;
 /// - not `repeat_kv`, which is counted compiled or not (`repeat_kv_bytes_per_token`);
 /// - not the attention output's `transpose(1, 2).contiguous()`: SDPA's flash and
 ///   memory-efficient kernels write their output as [batch, sequence, heads, head_dim] and return
@@ -245,7 +289,11 @@ pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
     let q = model.q_width();
     let kv = model.kv_width();
     let norms = 2.0 * (EAGER_RMSNORM_BYTES_PER_ELEMENT - 2.0 * ELEMENT_BYTES) * h;
-    let rope = EAGER_ROPE_BYTES_PER_ELEMENT * (q + kv);
+    let rope = if model.position_embedding == crate::model::PositionEmbedding::Rope {
+        (EAGER_ROPE_BYTES_PER_ELEMENT - FUSED_ROPE_BYTES_PER_ELEMENT) * (q + kv)
+    } else {
+        0.0
+    };
     let swiglu = if model.gated_mlp {
         2.0 * ELEMENT_BYTES * f64::from(model.ffn_hidden)
     } else {
@@ -602,6 +650,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     };
     inside += qk_norm_scale * qk_norm_bytes(model, micro_batch, local_seq.max(1));
     let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
+    inside += tokens * rope_bytes_per_token(model);
     if kernel_fusion == KernelFusion::Eager {
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
         outside += tokens * norms;
@@ -1040,7 +1089,8 @@ mod tests {
         let m = crate::specs::load_model("llama3-8b").unwrap();
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(&m);
         assert_eq!(norms, 2.0 * 32.0 * 4096.0);
-        assert_eq!(attention_side, 20.0 * (4096.0 + 1024.0));
+        assert_eq!(attention_side, (20.0 - 4.0) * (4096.0 + 1024.0));
+        assert_eq!(rope_bytes_per_token(&m), 4.0 * (4096.0 + 1024.0));
         assert_eq!(mlp_side, 4.0 * 14336.0);
         let repeat_kv = repeat_kv_bytes_per_token(&m);
         assert_eq!(repeat_kv, 2.0 * 2.0 * (1024.0 + 4096.0));
@@ -1215,7 +1265,9 @@ mod tests {
         let matmul_flops = 2.0 * 2.0 * 8192.0 * 4096.0 * (1024.0 + 4096.0 + 14336.0);
         let matmuls = matmul_flops / (gpu.peak_flops().0 * gpu.gemm_efficiency);
         let (outside, inside, _) = layer_elementwise_bytes(&m, 2, 8192, AttentionKernel::Flash);
-        let elementwise = (outside + inside) / gpu.achieved_hbm_bandwidth().0;
+        // The element-wise kernels include the fused RoPE on Q and K.
+        let rope = 2.0 * 8192.0 * rope_bytes_per_token(&m);
+        let elementwise = (outside + inside + rope) / gpu.achieved_hbm_bandwidth().0;
         let want = (matmuls + elementwise) / gpu.framework_efficiency;
         assert!(
             (sac.recompute / want - 1.0).abs() < 1e-9,

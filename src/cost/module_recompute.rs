@@ -137,12 +137,9 @@ pub fn forward_s(
     }
     if modules.contains(RecomputeModule::MlaUpProj) {
         let gemms = mla_up_projection_s(model, cluster, plan, seq_len);
-        // RoPE reads and writes the rotary parts of Q (every head) and K (shared).
-        let rope = model.mla.map_or(0.0, |mla| {
-            2.0 * ACTIVATION_BYTES
-                * tokens
-                * f64::from(mla.qk_pos_emb_head_dim)
-                * (f64::from(model.heads) / f64::from(plan.tp) + 1.0)
+        // The RoPE kernels on the up projections' outputs run again (`rope_bytes_per_token`).
+        let rope = model.mla.map_or(0.0, |_| {
+            tokens * super::compute::rope_bytes_per_token(model) / f64::from(plan.tp)
         });
         seconds += (gemms + rope / bandwidth) / gpu.framework_efficiency;
     }
