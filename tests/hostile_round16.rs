@@ -1,0 +1,136 @@
+//! Hostile input and new-user reading, round 16: what probing every command again found. Every
+//! error case checks exit 2, one line on stderr (no note before it, no panic, no backtrace) and
+//! the words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+/// The bundled H100 profile at the slow ends of its ranges (peaks 0.000001 TFLOP/s, efficiencies
+/// 0.001), written to `dir/slow.yaml`: a plan on it trains at 1.6e-7 tokens/s.
+fn write_slow_profile(dir: &Path) {
+    let h100 = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    let profile: String = h100
+        .lines()
+        .map(|line| {
+            // Top-level keys only: the `sources:` list quotes them too.
+            let key = match line.starts_with(' ') {
+                true => "",
+                false => line.split(':').next().unwrap_or(""),
+            };
+            if key == "peak_bf16_tflops" || key == "peak_fp8_tflops" {
+                format!("{key}: 0.000001\n")
+            } else if key.ends_with("_efficiency") {
+                format!("{key}: 0.001\n")
+            } else if key == "name" {
+                "name: slow\n".to_string()
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    std::fs::write(dir.join("slow.yaml"), profile).unwrap();
+}
+
+/// The cells of the table row whose first cell is `first`.
+fn row_cells(table: &str, first: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(|l| {
+            l.trim_matches(|c| c == '│' || c == ' ')
+                .split(['┆', '│'])
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells.first().map(String::as_str) == Some(first))
+        .unwrap_or_else(|| panic!("no row {first:?} in:\n{table}"))
+}
+
+/// The cell of `row` under the header cell `column` of `table`.
+fn cell(table: &str, row: &[String], column: &str) -> String {
+    let header = table
+        .lines()
+        .map(|l| {
+            l.trim_matches(|c| c == '│' || c == ' ')
+                .split(['┆', '│'])
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells.iter().any(|c| c == column))
+        .unwrap_or_else(|| panic!("no column {column:?} in:\n{table}"));
+    let at = header.iter().position(|c| c == column).unwrap();
+    row[at].clone()
+}
+
+/// Round 15 made `eval` print a positive throughput with three significant digits where rounding
+/// would print 0 ("0.000000162 tokens/s"), but `plan`'s and `sweep`'s tables, `compare`'s
+/// throughput row and `--emit`'s header still printed the same plan's rate as "0" tokens/s: two
+/// commands, two numbers for one quantity, one of them "no training at all". They now print
+/// what `eval` prints.
+#[test]
+fn a_slow_plans_throughput_reads_the_same_in_every_command() {
+    let dir = scratch("hostile16", "slow-rate-tables");
+    write_slow_profile(&dir);
+    let scenario = [
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--gpu",
+        "slow.yaml",
+    ];
+    let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
+        head.iter()
+            .chain(&scenario)
+            .chain(tail)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let go = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run_in(&dir, &args);
+        assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+        r
+    };
+    let plan = go(with(&["plan"], &["--top", "1", "--save", "best.yaml"]));
+    let eval = go(vec!["eval".into(), "--plan".into(), "best.yaml".into()]);
+    let line = eval
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("throughput: "))
+        .unwrap_or_else(|| panic!("{}", eval.stdout));
+    let eval_rate = line["throughput: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_ne!(eval_rate, "0", "{line}");
+
+    let row = row_cells(&plan.stdout, "1");
+    assert_eq!(cell(&plan.stdout, &row, "tokens/s"), eval_rate, "plan");
+
+    let sweep = go(with(&["sweep"], &["--axis", "seq-len", "--values", "2048"]));
+    let row = row_cells(&sweep.stdout, "2048");
+    assert_eq!(cell(&sweep.stdout, &row, "tokens/s"), eval_rate, "sweep");
+
+    let compare = go(vec![
+        "compare".into(),
+        "--plan".into(),
+        "best.yaml".into(),
+        "--plan".into(),
+        "best.yaml".into(),
+    ]);
+    let row = row_cells(&compare.stdout, "throughput");
+    assert_eq!(row[3], eval_rate, "compare plan A: {row:?}");
+    assert_eq!(row[4], eval_rate, "compare plan B: {row:?}");
+
+    let emit = go(with(&["plan"], &["--emit", "megatron"]));
+    assert!(
+        emit.stderr.contains(&format!(" {eval_rate} tokens/s")),
+        "--emit header: {}",
+        emit.stderr
+    );
+}
