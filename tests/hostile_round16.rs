@@ -134,3 +134,51 @@ fn a_slow_plans_throughput_reads_the_same_in_every_command() {
         emit.stderr
     );
 }
+
+/// `eval --recompute-method block` without `--recompute` or `--recompute-num-layers` was refused
+/// with "--recompute-num-layers 1 counts the layers ... or drop --recompute-num-layers": a flag
+/// and a value nobody typed (the count is Megatron-LM's default), and a fix that drops a flag
+/// that is not there. The error now names the flag given and drops that one.
+#[test]
+fn a_block_method_alone_is_named_as_typed() {
+    let args = [
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--tp",
+        "2",
+        "--recompute-method",
+        "block",
+    ];
+    let r = run(&args);
+    assert_one_line_error(
+        &r,
+        &[
+            "--recompute-method block",
+            "default of 1 layer",
+            "add --recompute full",
+            "drop --recompute-method",
+        ],
+        &[
+            "--recompute-num-layers 1 counts",
+            "drop --recompute-num-layers",
+        ],
+        "eval --recompute-method block",
+    );
+    // Typed, the count is still named as typed.
+    let mut typed = args.to_vec();
+    typed.extend(["--recompute-num-layers", "2"]);
+    assert_one_line_error(
+        &run(&typed),
+        &[
+            "--recompute-num-layers 2 counts",
+            "drop --recompute-num-layers",
+        ],
+        &["default of"],
+        "eval --recompute-method block --recompute-num-layers 2",
+    );
+}
