@@ -182,3 +182,52 @@ fn a_block_method_alone_is_named_as_typed() {
         "eval --recompute-method block --recompute-num-layers 2",
     );
 }
+
+/// `calibrate --tp 2,2` measured the TP-2 shard shapes twice and wrote each twice into the
+/// profile, and `--sweep 32,64,32` timed an edge twice and fitted the GEMM curve with it weighed
+/// double, where `sweep --values 1,1` is refused ("lists the same point twice"). Both lists are
+/// now refused the same way, before anything is measured or written.
+#[test]
+fn calibrate_refuses_a_degree_or_edge_listed_twice() {
+    let dir = scratch("hostile16", "calibrate-twice");
+    let base = [
+        "calibrate",
+        "--backend",
+        "cpu",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--heads",
+        "8",
+        "--seq-len",
+        "128",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--ranks",
+        "2",
+        "--output",
+        "cal.yaml",
+    ];
+    for (extra, words) in [
+        (
+            ["--tp", "2,2"],
+            ["--tp 2,2", "lists 2 twice", "give each TP degree once"],
+        ),
+        (
+            ["--sweep", "32,64,32"],
+            [
+                "--sweep 32,64,32",
+                "lists 32 twice",
+                "give each edge length once",
+            ],
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(&extra).copied().collect();
+        let r = run_in(&dir, &args);
+        assert_one_line_error(&r, &words, &[], &extra.join(" "));
+        assert!(!dir.join("cal.yaml").exists(), "{extra:?} wrote a profile");
+    }
+}
