@@ -231,3 +231,56 @@ fn calibrate_refuses_a_degree_or_edge_listed_twice() {
         assert!(!dir.join("cal.yaml").exists(), "{extra:?} wrote a profile");
     }
 }
+
+/// A GPU profile giving `peak_fp4_tflops` without `microscaling: true` was accepted with the
+/// peak never read; `--precision nvfp4` then said the GPU "has no nvfp4 tensor cores
+/// (microscaling formats need Blackwell tensor cores)", blaming hardware the file describes as
+/// having an FP4 peak, with no word on the key to set. The profile is now refused, naming both
+/// keys and the fix.
+#[test]
+fn an_fp4_peak_without_microscaling_is_refused() {
+    let dir = scratch("hostile16", "fp4-peak");
+    let h100 = std::fs::read_to_string(format!("{ROOT}/clusters/h100-sxm-80g.yaml")).unwrap();
+    assert!(!h100.contains("microscaling: true"));
+    std::fs::write(
+        dir.join("fp4.yaml"),
+        format!("{h100}\npeak_fp4_tflops: 3958\n"),
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+        ],
+        vec![
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--precision",
+            "nvfp4",
+        ],
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--gpu", "fp4.yaml"]).collect();
+        assert_one_line_error(
+            &run_in(&dir, &args),
+            &[
+                "fp4.yaml",
+                "peak_fp4_tflops: 3958",
+                "microscaling",
+                "add microscaling: true",
+                "delete the peak_fp4_tflops line",
+            ],
+            &["has no nvfp4 tensor cores"],
+            &args.join(" "),
+        );
+    }
+}
