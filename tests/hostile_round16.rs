@@ -284,3 +284,74 @@ fn an_fp4_peak_without_microscaling_is_refused() {
         );
     }
 }
+
+/// `--max-memory-gib 0.04` (above 0, so accepted) held plans "below 0.0 GiB" in the cluster line
+/// and ended "needs 17.1 GiB of 0.0 GiB (misses by 17.0 GiB)": the user's limit printed as
+/// nothing, and a difference that does not match the two numbers beside it. A limit below the
+/// 1 GiB floor of any GPU profile's memory is now refused, from the flag and from a plan file.
+#[test]
+fn a_memory_limit_below_any_gpus_memory_is_refused() {
+    let r = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--max-memory-gib",
+        "0.04",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--max-memory-gib 0.04",
+            "below 1 GiB",
+            "--max-memory-gib 71",
+        ],
+        &["0.0 GiB"],
+        "plan --max-memory-gib 0.04",
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+
+    let dir = scratch("hostile16", "memory-floor");
+    let saved = run_in(
+        &dir,
+        &[
+            "plan",
+            "--params",
+            "7B",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--top",
+            "1",
+            "--save",
+            "p.yaml",
+        ],
+    );
+    assert_eq!(saved.code, 0, "{}", saved.stderr);
+    let text = std::fs::read_to_string(dir.join("p.yaml")).unwrap();
+    std::fs::write(dir.join("p.yaml"), format!("{text}max_memory_gib: 0.5\n")).unwrap();
+    assert_one_line_error(
+        &run_in(&dir, &["eval", "--plan", "p.yaml"]),
+        &["max_memory_gib: 0.5", "below 1 GiB", "max_memory_gib: 71"],
+        &[],
+        "eval --plan with max_memory_gib: 0.5",
+    );
+    // The floor itself is a limit.
+    let r = run(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--max-memory-gib",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("of 1.0 GiB"), "{}", r.stderr);
+}
