@@ -344,7 +344,8 @@ pub struct ClusterArgs {
     pub calibration: Option<String>,
     /// Hold every plan below this much memory per GPU, in GiB: room for what runs beside the
     /// training (a profiler, CUDA graphs, another process) or for tpsim's memory error. Plans are
-    /// checked, and memory is printed, against it. Default: the GPU's capacity.
+    /// checked, and memory is printed, against it; at least 1 (the least a GPU profile has).
+    /// Default: the GPU's capacity.
     #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "GIB", allow_negative_numbers = true)]
     pub max_memory_gib: Option<f64>,
 }

@@ -408,6 +408,15 @@ impl GpuProfile {
                 efficiency_range(key).check(value)?;
             }
         }
+        // NVFP4 runs only on microscaling tensor cores (`supports`): an FP4 peak on a profile
+        // without them would never be read, and `--precision nvfp4` would blame the hardware.
+        if let Some(fp4) = self.peak_fp4_tflops
+            && !self.microscaling
+        {
+            return Err(format!(
+                "peak_fp4_tflops: {fp4} is given, but microscaling is false (or absent), so the profile's tensor cores run no NVFP4 and the peak would never be used; add microscaling: true (data-centre Blackwell), or delete the peak_fp4_tflops line"
+            ));
+        }
         if let Some(domain) = self.nvlink_domain_gpus
             && (domain == 0 || !domain.is_multiple_of(self.gpus_per_node))
         {

@@ -368,13 +368,20 @@ pub fn table(c: &Comparison) -> String {
             "GiB" | "%" => 1,
             _ => 2,
         };
+        // Rates as `eval`'s throughput line shows them: a positive one is never shown as 0, and
+        // their difference to the places the larger of the two is shown with.
+        let places = |v: f64| match t.unit {
+            "tokens/s" | "%" => crate::units::measured_places(v, digits),
+            _ => digits,
+        };
+        let diff_places = places(t.a.abs().max(t.b.abs()));
         let mut row = vec![
             t.group.to_string(),
             t.name.to_string(),
             t.unit.to_string(),
-            format!("{:.*}", digits, t.a),
-            format!("{:.*}", digits, t.b),
-            format!("{:+.*}", digits, t.b - t.a),
+            format!("{:.*}", places(t.a), t.a),
+            format!("{:.*}", places(t.b), t.b),
+            format!("{:+.*}", diff_places, t.b - t.a),
         ];
         for cell in row.iter_mut().skip(3) {
             if cell

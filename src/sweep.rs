@@ -289,6 +289,13 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_default()
 }
 
+/// A rate as [`fixed`] prints it, except that a positive one that would round to 0 keeps three
+/// significant digits (`units::show_measured`), as `eval`'s throughput line shows it.
+fn measured(v: Option<f64>, digits: usize) -> String {
+    v.map(|x| crate::units::show_measured(x, digits))
+        .unwrap_or_default()
+}
+
 /// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
 fn csv_cell(text: &str) -> String {
     if text.contains([',', '"', '\n']) {
@@ -332,10 +339,10 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
             fixed(r.time.step_s_high, 4),
-            fixed(r.tokens_per_s, 1),
-            fixed(r.tokens_per_s_low, 1),
-            fixed(r.tokens_per_s_high, 1),
-            fixed(r.mfu, 4),
+            measured(r.tokens_per_s, 1),
+            measured(r.tokens_per_s_low, 1),
+            measured(r.tokens_per_s_high, 1),
+            measured(r.mfu, 4),
             fixed(r.memory.total_bytes, 0),
             format!("{:.0}", r.memory.capacity_bytes),
             fixed(r.memory.free_bytes, 0),
@@ -503,8 +510,9 @@ pub fn table(sweep: &Sweep) -> String {
                 ),
                 _ => String::new(),
             },
-            fixed(r.tokens_per_s, 0),
-            fixed(r.mfu.map(|m| 100.0 * m), 1),
+            // As `eval`'s throughput line: a positive rate is never shown as 0.
+            measured(r.tokens_per_s, 0),
+            measured(r.mfu.map(|m| 100.0 * m), 1),
             fixed(r.memory.free_gib(), 1),
         ];
         if sweep.tokens.is_some() {

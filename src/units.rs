@@ -254,15 +254,21 @@ pub fn show_number(value: f64) -> String {
 /// value to zero (a slow CPU twin's 0.0003 TFLOP/s as "0.000"), with three significant digits: a
 /// number tpsim accepts is never shown as nothing.
 pub fn show_measured(value: f64, decimals: usize) -> String {
+    let places = measured_places(value, decimals);
+    format!("{value:.places$}")
+}
+
+/// The decimal places [`show_measured`] prints `value` with: `decimals`, or more where those
+/// would round a positive value to zero.
+pub fn measured_places(value: f64, decimals: usize) -> usize {
     let magnitude = value.abs();
     let shown_as_zero = magnitude < 0.5 * 10f64.powi(-(decimals as i32));
     if value == 0.0 || !value.is_finite() || !shown_as_zero {
-        return format!("{value:.decimals$}");
+        return decimals;
     }
     // Three significant digits: the first at 10^floor(log10 |v|).
     let first = magnitude.log10().floor() as i32;
-    let places = usize::try_from(2 - first).unwrap_or(0);
-    format!("{value:.places$}")
+    usize::try_from(2 - first).unwrap_or(0)
 }
 
 /// A search's wall time as every text output prints it (`plan`'s `search:` line, `sweep`'s

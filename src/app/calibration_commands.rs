@@ -121,6 +121,14 @@ fn unix_time() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The first value a list gives more than once.
+fn listed_twice<T: PartialEq + Copy>(list: &[T]) -> Option<T> {
+    list.iter()
+        .enumerate()
+        .find(|(i, v)| list[..*i].contains(v))
+        .map(|(_, v)| *v)
+}
+
 fn default_tp(model: &Model) -> Vec<u32> {
     [1, 2, 4, 8]
         .into_iter()
@@ -161,6 +169,14 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
     let mut distinct = sweep.clone();
     distinct.sort_unstable();
     distinct.dedup();
+    // An edge listed twice would be timed twice and weigh double in the curve fit.
+    if distinct.len() >= 2
+        && let Some(twice) = listed_twice(&sweep)
+    {
+        bail!(
+            "--sweep {sweep_text} lists {twice} twice; give each edge length once, e.g. --sweep 64,128,256"
+        );
+    }
     if distinct.len() < 2 {
         bail!(
             "--sweep {sweep_text}: the GEMM curve fit needs at least two different edge lengths; e.g. --sweep 64,128,256"
@@ -301,6 +317,11 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     } else {
         args.tp.clone()
     };
+    // A degree listed twice would be measured twice and written twice into the profile.
+    if let Some(twice) = listed_twice(&tp) {
+        let given = tp.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        bail!("--tp {given} lists {twice} twice; give each TP degree once, e.g. --tp 1,2,4");
+    }
     for &t in &tp {
         if t == 0 {
             bail!("--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 1,2,4");

@@ -143,11 +143,11 @@ pub(super) fn emit_best(
     // The plan in `eval`'s words (`plan_words`), so the header and `eval`'s plan line of the
     // configuration read back describe one plan.
     eprintln!(
-        "{} configuration for {}: {} s per step, {:.0} tokens/s, {:.1} of {:.1} GiB",
+        "{} configuration for {}: {} s per step, {} tokens/s, {:.1} of {:.1} GiB",
         framework.name(),
         crate::report::plan_words(&chosen.plan),
         show_step_s(chosen.time.step_s.0),
-        chosen.tokens_per_s,
+        crate::units::show_measured(chosen.tokens_per_s, 0),
         chosen.memory.total_bytes.0 / GIB,
         chosen.memory.capacity_bytes.0 / GIB
     );

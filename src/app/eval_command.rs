@@ -331,8 +331,9 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             );
         }
         bail!(
-            "{} counts the layers full recompute's block method recomputes, but the plan's recompute is {recompute}; add --recompute full, or drop --recompute-num-layers",
-            given.words
+            "{} counts the layers full recompute's block method recomputes, but the plan's recompute is {recompute}; add --recompute full, or drop {}",
+            given.words,
+            given.flag
         );
     }
     // Block recompute of N layers is Megatron's; torchtitan's full AC wraps every block.
@@ -628,31 +629,49 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     }
 }
 
-/// Layers per chunk that full recompute's block method recomputes: Megatron-LM's pasted
-/// `--recompute-method block --recompute-num-layers N` (N defaults to 1), or tpsim's own
-/// `--recompute-num-layers N` without a method (block, as `plan --recompute-num-layers` pins it);
-/// 0 (every layer) otherwise.
 /// Where a block-recompute layer count came from, said in that source's words.
 struct RecomputeLayersGiven {
-    /// `--recompute-num-layers 5`, or `recompute_num_layers: 5 in p.yaml`.
+    /// `--recompute-num-layers 5`, `--recompute-method block with ...` or
+    /// `recompute_num_layers: 5 in p.yaml`.
     words: String,
+    /// The flag that set it, for a fix that drops it.
+    flag: &'static str,
     from_file: bool,
 }
 
-/// The flag when the command line gave the count, else the plan file's key.
+/// The flag when the command line gave the count; `--recompute-method block` when it stood alone
+/// (the count is Megatron-LM's default, which nobody typed); else the plan file's key.
 fn recompute_layers_given(args: &EvalArgs, layers: u32) -> RecomputeLayersGiven {
-    match (&args.plan, args.recompute_num_layers) {
-        (Some(path), None) => RecomputeLayersGiven {
+    match (
+        &args.plan,
+        args.recompute_num_layers,
+        &args.recompute_method,
+    ) {
+        (_, None, Some(method)) => RecomputeLayersGiven {
+            words: format!(
+                "--recompute-method {method} with Megatron-LM's default of {layers} layer{}",
+                if layers == 1 { "" } else { "s" }
+            ),
+            flag: "--recompute-method",
+            from_file: false,
+        },
+        (Some(path), None, None) => RecomputeLayersGiven {
             words: format!("recompute_num_layers: {layers} in {path}"),
+            flag: "--recompute-num-layers",
             from_file: true,
         },
         _ => RecomputeLayersGiven {
             words: format!("--recompute-num-layers {layers}"),
+            flag: "--recompute-num-layers",
             from_file: false,
         },
     }
 }
 
+/// Layers per chunk that full recompute's block method recomputes: Megatron-LM's pasted
+/// `--recompute-method block --recompute-num-layers N` (N defaults to 1), or tpsim's own
+/// `--recompute-num-layers N` without a method (block, as `plan --recompute-num-layers` pins it);
+/// 0 (every layer) otherwise.
 fn block_recompute_layers(args: &EvalArgs) -> u32 {
     match args.recompute_method.as_deref() {
         Some("block") => args.recompute_num_layers.unwrap_or(1),

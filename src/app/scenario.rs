@@ -1332,6 +1332,15 @@ fn apply_memory_limit(
             (gpu.hbm_capacity_gib * 0.9).floor()
         );
     }
+    // Below the floor of a profile's memory no plan fits (every plan holds the CUDA context and
+    // workspaces), and the limit would print as "0.0 GiB" beside what plans need.
+    let floor = crate::cluster::HBM_CAPACITY_GIB.min;
+    if limit < floor {
+        bail!(
+            "{name} {limit} is below {floor} GiB, the least memory per GPU tpsim models (a GPU profile's hbm_capacity_gib is at least {floor}); give the GiB each GPU may use, e.g. {name} {:.0}",
+            (gpu.hbm_capacity_gib * 0.9).floor()
+        );
+    }
     if limit >= gpu.hbm_capacity_gib {
         held_notes::hold(format!(
             "note: {name} {limit} is not below the {:.1} GiB of {}, so plans use the GPU's whole memory; give less to keep room free",

@@ -130,8 +130,18 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             |e| crate::units::show_step_s(e.time.step_s.0),
             true,
         ),
-        ("tokens/s", true, |e| format!("{:.0}", e.tokens_per_s), true),
-        ("MFU %", true, |e| format!("{:.1}", e.mfu * 100.0), true),
+        (
+            "tokens/s",
+            true,
+            |e| crate::units::show_measured(e.tokens_per_s, 0),
+            true,
+        ),
+        (
+            "MFU %",
+            true,
+            |e| crate::units::show_measured(e.mfu * 100.0, 1),
+            true,
+        ),
         (
             "bubble %",
             true,

@@ -22,7 +22,7 @@ pub(crate) fn step_svg(
             (
                 label.clone(),
                 kinds.iter().map(|k| e.terms.exposed(*k)).collect(),
-                format!("MFU {:.1}%", e.mfu * 100.0),
+                format!("MFU {}%", crate::units::show_measured(e.mfu * 100.0, 1)),
             )
         })
         .collect();

@@ -395,8 +395,9 @@ pub fn plans_table_fitted(
                     gib(e.memory.capacity_bytes.0)
                 ),
                 crate::units::show_step_s(t.step_s.0),
-                format!("{:.0}", e.tokens_per_s),
-                format!("{:.1}", e.mfu * 100.0),
+                // As `eval`'s throughput line: a positive rate is never shown as 0.
+                crate::units::show_measured(e.tokens_per_s, 0),
+                crate::units::show_measured(e.mfu * 100.0, 1),
                 format!("{:.1}", e.bubble_share * 100.0),
                 format!("{:.2}", t.tp_comm_exposed_s.0),
                 format!("{:.2}", t.cp_comm_exposed_s.0),
