@@ -245,7 +245,7 @@ pub struct ModelArgs {
     /// Megatron-LM: attention dropout (accepted with --hidden-dropout; tpsim models both as one switch).
     #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "P")]
     pub attention_dropout: Option<f64>,
-    /// Megatron-LM: learned_absolute (default; --llama: rope), rope (mrope, yarn), none, or
+    /// Megatron-LM: learned_absolute (default; --style llama: rope), rope (mrope, yarn), none, or
     /// BigScience's alibi. RoPE runs a kernel on Q and K in every layer; the others cost nothing.
     #[arg(long, hide = true, value_name = "KIND")]
     pub position_embedding_type: Option<String>,
