@@ -358,6 +358,10 @@ pub struct TrainingArgs {
     /// --no-gradient-accumulation-fusion`); not a flag of its own.
     #[arg(skip)]
     pub gradient_accumulation_fusion: Option<bool>,
+    /// Megatron-Core's RoPE fusion as a pasted Megatron flag set it (`eval --no-rope-fusion`); not
+    /// a flag of its own.
+    #[arg(skip)]
+    pub rope_fusion: Option<bool>,
     /// Tokens per sequence (default: the model's training length; 2048 for --params and shape flags).
     #[arg(long, visible_alias = "seq-length")]
     pub seq_len: Option<u32>,
@@ -727,6 +731,10 @@ pub struct EvalArgs {
     /// Megatron-FSDP lines carry it, as its user guide requires, and run unfused either way).
     #[arg(long, hide = true, conflicts_with = "plan")]
     pub no_gradient_accumulation_fusion: bool,
+    /// Megatron-LM's --no-rope-fusion: rotary embeddings by separate PyTorch operators instead of
+    /// Transformer Engine's fused kernel (what `--emit megatron` writes when the plan runs so).
+    #[arg(long, hide = true, conflicts_with = "plan")]
+    pub no_rope_fusion: bool,
     // ---- Megatron-LM precision and overlap arguments pasted on eval (what `--emit megatron`
     // writes); read like the --megatron-args reader reads them.
     /// Megatron-LM's --fp8-format (e4m3|hybrid): FP8 GEMMs, recipe from --fp8-recipe.

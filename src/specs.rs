@@ -861,6 +861,10 @@ pub struct PlanFile {
     /// Megatron-Core's gradient-accumulation fusion; on when absent (written only when off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_accumulation_fusion: Option<bool>,
+    /// Rotary embeddings as one fused kernel (Megatron-Core `apply_rope_fusion`); on when absent
+    /// (written only when off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_fusion: Option<bool>,
     /// How parameters and Adam's states were stored; the framework's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_states: Option<crate::training::OptimizerStates>,

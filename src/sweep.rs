@@ -624,6 +624,7 @@ mod tests {
                 eager_glu_clamp: false,
                 sdpa_repeats_kv: false,
                 gradient_accumulation_fusion: true,
+                rope_fusion: true,
             },
         }
     }

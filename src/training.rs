@@ -1070,6 +1070,11 @@ pub struct Training {
     /// gradient buffer (`TrainingFramework::fuses_wgrad_accumulation`); off, a separate add per
     /// micro-batch does. Other frameworks take their gradients from autograd either way.
     pub gradient_accumulation_fusion: bool,
+    /// Rotary embeddings as one fused kernel: Megatron-Core's `apply_rope_fusion` (on unless a
+    /// launch line says `--no-rope-fusion` or a plan file `rope_fusion: false`), and the kernel
+    /// `torch.compile` makes of torchtitan's. Off, Megatron-Core rotates Q and K with separate
+    /// PyTorch operators, about six times the bytes (`cost::compute::rope_bytes_per_token`).
+    pub rope_fusion: bool,
 }
 
 impl Training {
@@ -1128,6 +1133,7 @@ impl Training {
             eager_glu_clamp: false,
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         }
     }
 }

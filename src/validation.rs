@@ -470,6 +470,7 @@ pub fn accuracy_with_skips(
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         let p = &run.plan;
         let request = PlanRequest {
@@ -647,6 +648,7 @@ pub fn vtrain_cases(
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         let p = &row.plan;
         let request = PlanRequest {

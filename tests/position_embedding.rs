@@ -95,7 +95,8 @@ fn the_older_key_alone_still_reads_as_before() {
     let (old, new) = (read("old.yaml"), read("new.yaml"));
     assert_eq!(old["model"]["position_embedding_type"], "learned_absolute");
     assert_eq!(old["model"]["params"], new["model"]["params"]);
-    assert_eq!(old["time"]["step_s"], new["time"]["step_s"]);
+    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert_eq!(step(&old), step(&new));
 }
 
 #[test]
@@ -168,4 +169,134 @@ fn the_launch_line_names_the_encoding_and_reads_back() {
         "json",
     ]);
     assert_eq!(back["model"]["position_embedding_type"], "alibi");
+}
+
+/// A Llama 3 70B line as `--emit megatron` writes it for 8 nodes (a plan that fits).
+fn llama_line() -> String {
+    let r = common::run(&[
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--global-batch",
+        "256",
+        "--sequence-parallel",
+        "--zero",
+        "1",
+        "--emit",
+        "megatron",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+        .lines()
+        .rfind(|l| l.contains("--num-layers"))
+        .expect("a launch line")
+        .to_string()
+}
+
+fn eval_line(line: &str) -> serde_json::Value {
+    json(&[
+        "eval",
+        "--nodes",
+        "8",
+        "--megatron-args",
+        line,
+        "--format",
+        "json",
+    ])
+}
+
+/// `--no-rope-fusion` was listed among the arguments that "do not change memory or time" once
+/// tpsim counted the RoPE kernel: Megatron-Core then rotates Q and K with separate PyTorch
+/// operators (`_apply_rotary_pos_emb_bshd`), 24 bytes per element where the fused kernel moves 4.
+#[test]
+fn no_rope_fusion_is_priced_and_written_back() {
+    let line = llama_line();
+    let fused = eval_line(&line);
+    let unfused_line = format!("{line} --no-rope-fusion");
+    let unfused = eval_line(&unfused_line);
+    assert_eq!(fused["training"]["rope_fusion"], true);
+    assert_eq!(unfused["training"]["rope_fusion"], false);
+    let (a, b) = (
+        fused["plans"][0]["time"]["step_s"].as_f64().unwrap(),
+        unfused["plans"][0]["time"]["step_s"].as_f64().unwrap(),
+    );
+    assert!(b > a * 1.002 && b < a * 1.05, "fused {a} s, unfused {b} s");
+    // Not among the skipped arguments any more.
+    let r = common::run(&["eval", "--nodes", "8", "--megatron-args", &unfused_line]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("skipped: --no-rope-fusion"),
+        "{}",
+        r.stderr
+    );
+    // Written back by both emitters, and read back to the same time.
+    let emitted = common::run(&[
+        "eval",
+        "--nodes",
+        "8",
+        "--megatron-args",
+        &unfused_line,
+        "--emit",
+        "megatron",
+    ]);
+    assert!(
+        emitted.stdout.contains("--no-rope-fusion"),
+        "{}",
+        emitted.stdout
+    );
+    let again = emitted
+        .stdout
+        .lines()
+        .rfind(|l| l.contains("--num-layers"))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        eval_line(&again)["plans"][0]["time"]["step_s"],
+        unfused["plans"][0]["time"]["step_s"]
+    );
+    let bridge = common::run(&[
+        "eval",
+        "--nodes",
+        "8",
+        "--megatron-args",
+        &unfused_line,
+        "--emit",
+        "megatron-bridge",
+    ]);
+    assert!(
+        bridge.stdout.contains("model.apply_rope_fusion=false"),
+        "{}",
+        bridge.stdout
+    );
+}
+
+/// Megatron-LM turns the fusion off for the rotary variants (arguments.py: `if
+/// args.position_embedding_type != 'rope': args.apply_rope_fusion = False`).
+#[test]
+fn yarn_and_mrope_lines_run_unfused() {
+    let line = llama_line();
+    assert!(line.contains("--position-embedding-type rope"), "{line}");
+    let yarn = eval_line(&line.replace(
+        "--position-embedding-type rope",
+        "--position-embedding-type yarn",
+    ));
+    assert_eq!(yarn["training"]["rope_fusion"], false);
+    assert_eq!(yarn["model"]["position_embedding_type"], "rope");
+}
+
+/// Models without rotary embeddings run no rotation: the switch changes nothing for them.
+#[test]
+fn the_fusion_switch_changes_nothing_without_rope() {
+    let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 8 --bf16";
+    let with = eval_line(base);
+    let without = eval_line(&format!("{base} --no-rope-fusion"));
+    assert_eq!(with["model"]["position_embedding_type"], "learned_absolute");
+    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert_eq!(step(&with), step(&without));
 }

@@ -43,6 +43,7 @@ fn training(global_batch: u32) -> Training {
         eager_glu_clamp: false,
         sdpa_repeats_kv: false,
         gradient_accumulation_fusion: true,
+        rope_fusion: true,
     }
 }
 

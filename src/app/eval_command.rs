@@ -114,6 +114,9 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if args.no_gradient_accumulation_fusion && !args.use_megatron_fsdp {
         training_args.gradient_accumulation_fusion = Some(false);
     }
+    if args.no_rope_fusion {
+        training_args.rope_fusion = Some(false);
+    }
     // Megatron-LM overlaps only what its arguments turn on (p2p unless
     // --no-overlap-p2p-communication): a pasted Megatron line (--bf16) means its defaults.
     if args.no_overlap_p2p_communication {
@@ -777,6 +780,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         pipeline_model_parallel_layout: None,
         delay_wgrad_compute: false,
         no_gradient_accumulation_fusion: false,
+        no_rope_fusion: false,
         fp8_format: None,
         fp8_recipe: None,
         fp8_param_gather: false,

@@ -334,6 +334,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
         gradient_accumulation_fusion: (!launch.gradient_accumulation_fusion).then_some(false),
+        rope_fusion: (!launch.rope_fusion).then_some(false),
         optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,
         framework: None,

@@ -1232,6 +1232,10 @@ pub(super) fn resolve_scenario(
             .gradient_accumulation_fusion
             .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))
             .unwrap_or(true),
+        rope_fusion: training_args
+            .rope_fusion
+            .or(plan_file.and_then(|f| f.rope_fusion))
+            .unwrap_or(true),
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {

@@ -255,6 +255,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {

@@ -85,6 +85,9 @@ pub struct LayerShard {
     pub kernel_fusion: KernelFusion,
     /// K and V expanded to every query head before attention (`Training::sdpa_repeats_kv`).
     pub sdpa_repeats_kv: bool,
+    /// Rotary embeddings as one fused kernel (`Training::rope_fusion`); eager PyTorch counts its
+    /// own (`eager_extra_bytes_per_token`).
+    pub rope_fusion: bool,
     /// The linear GEMMs' precision and how their inputs are quantized (`cost::cast`).
     pub cast: CastSetting,
 }
@@ -226,32 +229,48 @@ const EAGER_ROPE_BYTES_PER_ELEMENT: f64 = 20.0;
 /// rotated: 2 + 2.
 const FUSED_ROPE_BYTES_PER_ELEMENT: f64 = 2.0 * ELEMENT_BYTES;
 
-/// HBM bytes per token of one layer's forward rotary embedding, run as one fused kernel, before
-/// the split over TP ranks (Q and K are split by heads, so all of it is inside the TP region); 0
-/// for a model without rotary embeddings (learned positions, ALiBi, none).
-/// - Standard and grouped-query attention: Transformer Engine's `fused_apply_rotary_pos_emb`
+/// HBM bytes per element of Megatron-Core's unfused rotary embedding (`rope_utils.
+/// _apply_rotary_pos_emb_bshd`, run when `apply_rope_fusion` is off): `_rotate_half` negates one
+/// half (2 + 2 per half element: 2) and concatenates the halves (2 + 2: 4); `t * cos` (2 + 2),
+/// `rotate_half(t) * sin` (2 + 2), their sum (2 + 2 + 2) and the final `torch.cat` with the
+/// unrotated part (2 + 2): 6 + 4 + 4 + 6 + 4 = 24, where the fused kernel moves 4.
+const UNFUSED_ROPE_BYTES_PER_ELEMENT: f64 = 12.0 * ELEMENT_BYTES;
+
+/// HBM bytes per token of one layer's forward rotary embedding, before the split over TP ranks
+/// (Q and K are split by heads, so all of it is inside the TP region); 0 for a model without
+/// rotary embeddings (learned positions, ALiBi, none). `fused` is Megatron-Core's
+/// `apply_rope_fusion` (`Training::rope_fusion`), on in every stack's benchmark recipes.
+/// - Standard and grouped-query attention, fused: Transformer Engine's `fused_apply_rotary_pos_emb`
 ///   (Megatron-Core `rope_utils.apply_rotary_pos_emb` with `apply_rope_fusion`, called on the
 ///   query and on the key in `Attention.forward`, megatron/core/transformer/attention.py) reads
 ///   each and writes a rotated copy: 2 + 2 bytes per element of Q and K. Inductor's kernel for
 ///   torchtitan's `apply_rotary_emb` under `torch.compile` reads and writes the same tensors.
 ///   A partial rotary (`rotary_percent` < 1) copies the unrotated part through, so the whole
-///   width counts.
-/// - Multi-head latent attention: Megatron-Core's `fused_mla_rope_inplace` rotates the trailing
-///   `qk_pos_emb_head_dim` of every query head in place, and `fused_mla_rope_kv_split` reads the
-///   up-projected K/V (heads·(qk_head_dim + v_head_dim)) and writes K with the shared rotary key
-///   appended (heads·(qk_head_dim + qk_pos_emb_head_dim)) and V (heads·v_head_dim)
-///   (megatron/core/fusions/fused_mla_yarn_rope_apply.py).
+///   width counts. Unfused: `UNFUSED_ROPE_BYTES_PER_ELEMENT` of Q and K.
+/// - Multi-head latent attention, fused: Megatron-Core's `fused_mla_rope_inplace` rotates the
+///   trailing `qk_pos_emb_head_dim` of every query head in place, and `fused_mla_rope_kv_split`
+///   reads the up-projected K/V (heads·(qk_head_dim + v_head_dim)) and writes K with the shared
+///   rotary key appended (heads·(qk_head_dim + qk_pos_emb_head_dim)) and V (heads·v_head_dim)
+///   (megatron/core/fusions/fused_mla_yarn_rope_apply.py). Unfused (`MLASelfAttention`,
+///   multi_latent_attention.py): the unfused rotation of every head's rotary part and of the
+///   shared rotary key, then `torch.cat` builds Q and K (2 + 2 per element of each), and V is
+///   made contiguous out of the K/V split (2 + 2).
 ///
 /// The backward follows the forward, as for every element-wise kernel here (twice the forward):
 /// the inverse rotation of dQ and dK, and the concatenation of dQ, dK and dV that the backward of
 /// the QKV split makes when Q and K were rotated into tensors of their own (Megatron-Core without
 /// `fused_single_qkv_rope`).
-pub fn rope_bytes_per_token(model: &Model) -> f64 {
+pub fn rope_bytes_per_token(model: &Model, fused: bool) -> f64 {
     if model.position_embedding != crate::model::PositionEmbedding::Rope {
         return 0.0;
     }
+    let per_element = if fused {
+        FUSED_ROPE_BYTES_PER_ELEMENT
+    } else {
+        UNFUSED_ROPE_BYTES_PER_ELEMENT
+    };
     match model.mla {
-        None => FUSED_ROPE_BYTES_PER_ELEMENT * (model.q_width() + model.kv_width()),
+        None => per_element * (model.q_width() + model.kv_width()),
         Some(mla) => {
             let heads = f64::from(model.heads);
             let (qk, rope, v) = (
@@ -259,10 +278,17 @@ pub fn rope_bytes_per_token(model: &Model) -> f64 {
                 f64::from(mla.qk_pos_emb_head_dim),
                 f64::from(mla.v_head_dim),
             );
-            let query_in_place = FUSED_ROPE_BYTES_PER_ELEMENT * heads * rope;
-            let kv_split =
-                ELEMENT_BYTES * heads * (qk + v) + ELEMENT_BYTES * heads * (qk + rope + v);
-            query_in_place + kv_split
+            if fused {
+                let query_in_place = per_element * heads * rope;
+                let kv_split =
+                    ELEMENT_BYTES * heads * (qk + v) + ELEMENT_BYTES * heads * (qk + rope + v);
+                query_in_place + kv_split
+            } else {
+                let rotations = per_element * (heads * rope + rope);
+                let concatenations = 2.0 * ELEMENT_BYTES * 2.0 * heads * (qk + rope);
+                let value_copy = 2.0 * ELEMENT_BYTES * heads * v;
+                rotations + concatenations + value_copy
+            }
         }
     }
 }
@@ -438,6 +464,7 @@ pub fn layer_time(
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
             sdpa_repeats_kv: false,
+            rope_fusion: true,
             cast: CastSetting::BF16,
         },
     )
@@ -610,6 +637,7 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         attention_efficiency,
         kernel_fusion,
         sdpa_repeats_kv,
+        rope_fusion,
         cast: setting,
     } = *shard;
     let precision = setting.precision;
@@ -650,7 +678,9 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     };
     inside += qk_norm_scale * qk_norm_bytes(model, micro_batch, local_seq.max(1));
     let tokens = f64::from(micro_batch) * f64::from(local_seq.max(1));
-    inside += tokens * rope_bytes_per_token(model);
+    // Eager PyTorch's rotation is the fused kernel's bytes plus its own extra (below).
+    let fused_rope = rope_fusion || kernel_fusion == KernelFusion::Eager;
+    inside += tokens * rope_bytes_per_token(model, fused_rope);
     if kernel_fusion == KernelFusion::Eager {
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(model);
         outside += tokens * norms;
@@ -926,6 +956,7 @@ mod tests {
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
             sdpa_repeats_kv: false,
+            rope_fusion: true,
             cast: CastSetting {
                 wgrad_accumulates_into,
                 ..CastSetting::BF16
@@ -1067,6 +1098,7 @@ mod tests {
                     attention_efficiency: cluster.gpu.gemm_efficiency,
                     kernel_fusion: KernelFusion::Eager,
                     sdpa_repeats_kv: false,
+                    rope_fusion: true,
                     cast: CastSetting::BF16,
                 },
             )
@@ -1090,7 +1122,8 @@ mod tests {
         let (norms, attention_side, mlp_side) = eager_extra_bytes_per_token(&m);
         assert_eq!(norms, 2.0 * 32.0 * 4096.0);
         assert_eq!(attention_side, (20.0 - 4.0) * (4096.0 + 1024.0));
-        assert_eq!(rope_bytes_per_token(&m), 4.0 * (4096.0 + 1024.0));
+        assert_eq!(rope_bytes_per_token(&m, true), 4.0 * (4096.0 + 1024.0));
+        assert_eq!(rope_bytes_per_token(&m, false), 24.0 * (4096.0 + 1024.0));
         assert_eq!(mlp_side, 4.0 * 14336.0);
         let repeat_kv = repeat_kv_bytes_per_token(&m);
         assert_eq!(repeat_kv, 2.0 * 2.0 * (1024.0 + 4096.0));
@@ -1114,6 +1147,7 @@ mod tests {
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion,
             sdpa_repeats_kv,
+            rope_fusion: true,
             cast: CastSetting::BF16,
         };
         let fused = layer_time_sharded(&m, &cluster, &shard(KernelFusion::Fused, false));
@@ -1175,6 +1209,7 @@ mod tests {
                 attention_efficiency: cluster.gpu.gemm_efficiency,
                 kernel_fusion: KernelFusion::Fused,
                 sdpa_repeats_kv: false,
+                rope_fusion: true,
                 cast: CastSetting {
                     precision: Precision::Fp8,
                     fp8_scaling: crate::training::Fp8Scaling::Current,
@@ -1242,6 +1277,7 @@ mod tests {
             attention_efficiency: cluster.gpu.gemm_efficiency,
             kernel_fusion: KernelFusion::Fused,
             sdpa_repeats_kv: false,
+            rope_fusion: true,
             cast: CastSetting::BF16,
         };
         let sac = layer_time_sharded(
@@ -1266,7 +1302,7 @@ mod tests {
         let matmuls = matmul_flops / (gpu.peak_flops().0 * gpu.gemm_efficiency);
         let (outside, inside, _) = layer_elementwise_bytes(&m, 2, 8192, AttentionKernel::Flash);
         // The element-wise kernels include the fused RoPE on Q and K.
-        let rope = 2.0 * 8192.0 * rope_bytes_per_token(&m);
+        let rope = 2.0 * 8192.0 * rope_bytes_per_token(&m, true);
         let elementwise = (outside + inside + rope) / gpu.achieved_hbm_bandwidth().0;
         let want = (matmuls + elementwise) / gpu.framework_efficiency;
         assert!(

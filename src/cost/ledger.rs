@@ -1042,6 +1042,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         }
     }
 
@@ -1689,6 +1690,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         let mut request = PlanRequest {
             tp: 8,

@@ -430,6 +430,7 @@ pub(crate) fn unit_costs_at(
             attention_efficiency: attention_efficiency(model, cluster, training),
             kernel_fusion: training.kernel_fusion,
             sdpa_repeats_kv: training.sdpa_repeats_kv,
+            rope_fusion: training.rope_fusion,
             cast: cast_setting,
         },
     );
@@ -474,6 +475,7 @@ pub(crate) fn unit_costs_at(
             moe_share,
             layer.mlp_forward,
             moe_mlp,
+            training.rope_fusion,
         );
     }
     if moe_share > 0.0 {
@@ -1417,6 +1419,7 @@ mod tests {
                     attention_efficiency: attention_efficiency(&model, &cluster, training),
                     kernel_fusion: training.kernel_fusion,
                     sdpa_repeats_kv: training.sdpa_repeats_kv,
+                    rope_fusion: training.rope_fusion,
                     cast: cast::CastSetting::of(training, &plan),
                 },
             );

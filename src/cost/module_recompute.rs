@@ -118,6 +118,7 @@ pub fn forward_s(
     moe_share: f64,
     dense_mlp_forward_s: f64,
     moe_mlp_forward_s: f64,
+    rope_fusion: bool,
 ) -> f64 {
     let gpu = &cluster.gpu;
     let bandwidth = gpu.achieved_hbm_bandwidth().0;
@@ -139,7 +140,7 @@ pub fn forward_s(
         let gemms = mla_up_projection_s(model, cluster, plan, seq_len);
         // The RoPE kernels on the up projections' outputs run again (`rope_bytes_per_token`).
         let rope = model.mla.map_or(0.0, |_| {
-            tokens * super::compute::rope_bytes_per_token(model) / f64::from(plan.tp)
+            tokens * super::compute::rope_bytes_per_token(model, rope_fusion) / f64::from(plan.tp)
         });
         seconds += (gemms + rope / bandwidth) / gpu.framework_efficiency;
     }

@@ -120,6 +120,11 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     if super::runs_unfused_in_megatron(training, plan) {
         set("model.gradient_accumulation_fusion", "false".to_string());
     }
+    // Written out either way for rotary models: the benchmark recipes turn it on
+    // (perf_recipes/_common.py), some providers off (deepseek_v3_bridge.py).
+    if model.position_embedding == crate::model::PositionEmbedding::Rope {
+        set("model.apply_rope_fusion", training.rope_fusion.to_string());
+    }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
     // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a
     // string that `omegaconf_utils.apply_overrides` turns back into a torch dtype.

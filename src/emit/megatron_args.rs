@@ -157,6 +157,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "grad-reduce-in-bf16",
     "accumulate-allreduce-grads-in-fp32",
     "no-gradient-accumulation-fusion",
+    "no-rope-fusion",
     "recompute-activations",
     "checkpoint-activations",
     "account-for-embedding-in-pipeline-split",

@@ -85,6 +85,8 @@ pub struct MegatronLaunch {
     /// `--no-gradient-accumulation-fusion` absent (Megatron-LM's default: fused), or a
     /// Megatron-FSDP line, which carries it as required.
     pub gradient_accumulation_fusion: bool,
+    /// `--no-rope-fusion` absent (Megatron-LM's default: Transformer Engine's fused RoPE).
+    pub rope_fusion: bool,
     /// How the optimizer stores its states (`--use-precision-aware-optimizer` and its dtypes).
     pub optimizer_states: crate::training::OptimizerStates,
     /// `--attention-backend` / `--use-flash-attn` (`None` when the line is silent).
@@ -324,6 +326,11 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         grad_dtype,
         // Megatron-FSDP requires the flag and runs unfused whatever it says
         // (`TrainingFramework::fuses_wgrad_accumulation`): there it changes nothing.
+        // arguments.py turns the fusion off for every position type but `rope` ("Legacy RoPE
+        // arguments": `if args.position_embedding_type != 'rope': args.apply_rope_fusion = False`),
+        // which matters for the rotary variants (mrope, yarn): the others run no rotation.
+        rope_fusion: !p.switch("no-rope-fusion")
+            && !matches!(p.value("position-embedding-type"), Some("mrope" | "yarn")),
         gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion")
             || p.switch("use-megatron-fsdp"),
         optimizer_states,

@@ -665,6 +665,9 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if runs_unfused_in_megatron(training, plan) {
         push("no-gradient-accumulation-fusion", None);
     }
+    if model.position_embedding == crate::model::PositionEmbedding::Rope && !training.rope_fusion {
+        push("no-rope-fusion", None);
+    }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,
     // `fp4_recipe`): tpsim's fp8 is per-tensor scaling, current (`tensorwise`, as Megatron-Bridge's
     // bf16_with_fp8_current_scaling_mixed) or delayed (`delayed`) as --fp8-scaling says; mxfp8 and
@@ -789,6 +792,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         (model, cluster, training)
     }

@@ -429,6 +429,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         let options = SearchOptions {
             allow_uneven_pp: false,

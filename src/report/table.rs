@@ -1284,6 +1284,7 @@ mod tests {
             eager_glu_clamp: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
+            rope_fusion: true,
         };
         let result = search(
             &model,
