@@ -319,6 +319,19 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ..request
     };
     super::scenario::check_fp8_scaling_applies(&args.training, request.precision)?;
+    // Megatron-LM's uniform method reads its layer count only under full recompute; with none or
+    // selective the typed count would be dropped without a word (`--recompute-num-layers` implies
+    // full recompute only without a method, as `--help` says).
+    if let (Some("uniform"), Some(layers), false) = (
+        args.recompute_method.as_deref(),
+        args.recompute_num_layers,
+        request.recompute == Recompute::Full,
+    ) {
+        bail!(
+            "--recompute-method uniform --recompute-num-layers {layers} sets the layers per chunk of full recompute, but the plan's recompute is {}; add --recompute full (Megatron-LM's --recompute-granularity full), or drop --recompute-num-layers and --recompute-method",
+            request.recompute.as_str()
+        );
+    }
     // A layer count is what full recompute's block method recomputes; with none or selective it
     // would be dropped without a word.
     if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {
@@ -659,6 +672,12 @@ fn recompute_layers_given(args: &EvalArgs, layers: u32) -> RecomputeLayersGiven 
             words: format!("recompute_num_layers: {layers} in {path}"),
             flag: "--recompute-num-layers",
             from_file: true,
+        },
+        // Both typed: dropping the count alone would leave the method, refused the same way.
+        (_, Some(_), Some(method)) => RecomputeLayersGiven {
+            words: format!("--recompute-method {method} --recompute-num-layers {layers}"),
+            flag: "--recompute-num-layers and --recompute-method",
+            from_file: false,
         },
         _ => RecomputeLayersGiven {
             words: format!("--recompute-num-layers {layers}"),

@@ -1,0 +1,108 @@
+//! Hostile input and new-user reading, round 17: what round 16 left, and what probing every
+//! command again found. Every error case checks exit 2, one line on stderr (no note before it, no
+//! panic, no backtrace) and the words that name the value, the rule and the fix.
+
+mod common;
+
+use common::*;
+
+/// A 7B model on one node, with the plan flags `extra` after it.
+fn eval_7b(extra: &[&str]) -> Run {
+    let mut args = vec![
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+    ];
+    args.extend(extra);
+    run(&args)
+}
+
+/// `eval --recompute-method uniform --recompute-num-layers 1` without `--recompute` said only
+/// "note: --recompute-method uniform is ignored" and evaluated "recompute none": the typed count
+/// vanished, where `--help` says `--recompute-num-layers` implies full recompute, and
+/// `--recompute-method block --recompute-num-layers 2` is refused. Both methods now refuse a count
+/// without full recompute, naming both flags; the fix drops both (dropping the count alone left a
+/// method refused the same way), and `--help` says a method makes the count imply nothing.
+#[test]
+fn a_recompute_count_beside_a_method_is_never_dropped() {
+    let r = eval_7b(&[
+        "--tp",
+        "8",
+        "--recompute-method",
+        "uniform",
+        "--recompute-num-layers",
+        "1",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--recompute-method uniform --recompute-num-layers 1",
+            "recompute is none",
+            "add --recompute full",
+            "drop --recompute-num-layers and --recompute-method",
+        ],
+        &["note:"],
+        "eval --recompute-method uniform --recompute-num-layers 1",
+    );
+    // Selective is no home for a count either.
+    let r = eval_7b(&[
+        "--tp",
+        "8",
+        "--recompute-method",
+        "uniform",
+        "--recompute-num-layers",
+        "1",
+        "--recompute",
+        "selective",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // The block method's fix drops both flags too.
+    let r = eval_7b(&[
+        "--tp",
+        "8",
+        "--recompute-method",
+        "block",
+        "--recompute-num-layers",
+        "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--recompute-method block --recompute-num-layers 2",
+            "drop --recompute-num-layers and --recompute-method",
+        ],
+        &[],
+        "eval --recompute-method block --recompute-num-layers 2",
+    );
+    // With --recompute full the pair is evaluated as full recompute.
+    let r = eval_7b(&[
+        "--tp",
+        "8",
+        "--recompute-method",
+        "uniform",
+        "--recompute-num-layers",
+        "1",
+        "--recompute",
+        "full",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("recompute full"), "{}", r.stdout);
+    // The count alone still implies full recompute, as --help says; and --help says when not.
+    let r = eval_7b(&["--tp", "8", "--recompute-num-layers", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("recompute full 2/34"), "{}", r.stdout);
+    let help = run(&["eval", "--help"]).stdout.replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("implies --recompute full. With Megatron-LM's --recompute-method"),
+        "{help}"
+    );
+    assert!(
+        help.contains("it implies nothing, as in Megatron-LM: give --recompute full too"),
+        "{help}"
+    );
+}
