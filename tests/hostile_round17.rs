@@ -106,3 +106,92 @@ fn a_recompute_count_beside_a_method_is_never_dropped() {
         "{help}"
     );
 }
+
+/// A plan file's `fp8_param_gather: true` on a bf16 plan was read and ignored, where the pasted
+/// `--fp8-param-gather` without `--fp8-format` is refused; and `--fp8-param-gather` beside
+/// `--precision` was dropped without a word (under torchtitan the JSON said
+/// `"fp8_param_gather": false`). Both are now refused, in the words of where they came from;
+/// the file's key on an FP8 plan still works.
+#[test]
+fn an_fp8_param_gather_with_nothing_to_gather_is_refused() {
+    let dir = scratch("hostile17", "fp8-param-gather");
+    let bundled = std::fs::read_to_string(format!("{ROOT}/plans/best-512b-32nodes.yaml")).unwrap();
+    std::fs::write(
+        dir.join("bf16.yaml"),
+        format!("{bundled}fp8_param_gather: true\n"),
+    )
+    .unwrap();
+    let fp8 = bundled.replace("  precision: bf16\n", "  precision: fp8\n");
+    assert_ne!(fp8, bundled);
+    std::fs::write(
+        dir.join("fp8.yaml"),
+        format!("{fp8}fp8_param_gather: true\n"),
+    )
+    .unwrap();
+
+    let r = run_in(&dir, &["eval", "--plan", "bf16.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "fp8_param_gather: true in bf16.yaml",
+            "the file's precision is bf16",
+            "set precision: fp8",
+            "delete the fp8_param_gather line",
+        ],
+        &[],
+        "eval --plan bf16.yaml",
+    );
+    // compare reads plan files the same way.
+    let r = run_in(
+        &dir,
+        &["compare", "--plan", "bf16.yaml", "--plan", "fp8.yaml"],
+    );
+    assert_one_line_error(
+        &r,
+        &["fp8_param_gather: true in bf16.yaml", "precision is bf16"],
+        &[],
+        "compare --plan bf16.yaml",
+    );
+    // --precision bf16 over an FP8 file leaves the gather nothing to gather.
+    let r = run_in(&dir, &["eval", "--plan", "fp8.yaml", "--precision", "bf16"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "fp8_param_gather: true in fp8.yaml",
+            "--precision bf16",
+            "delete the file's fp8_param_gather line",
+        ],
+        &[],
+        "eval --plan fp8.yaml --precision bf16",
+    );
+    // On FP8, or with --precision fp8 over the bf16 file, the key applies.
+    for args in [
+        vec!["eval", "--plan", "fp8.yaml"],
+        vec!["eval", "--plan", "bf16.yaml", "--precision", "fp8"],
+    ] {
+        let r = run_in(&dir, &args);
+        assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+    }
+    // The Megatron-LM flag beside --precision.
+    for precision in ["bf16", "fp8"] {
+        let r = eval_7b(&[
+            "--tp",
+            "8",
+            "--precision",
+            precision,
+            "--fp8-param-gather",
+            "--framework",
+            "torchtitan",
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                "--fp8-param-gather is Megatron-LM's",
+                "beside --precision",
+                "drop --fp8-param-gather",
+            ],
+            &[],
+            "eval --precision --fp8-param-gather",
+        );
+    }
+}

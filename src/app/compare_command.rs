@@ -320,6 +320,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             let given = plan_error_words::scenario_flags_given(&args.cluster, &args.training);
             for path in &args.plan {
                 let file = specs::load_plan(path)?;
+                super::scenario::check_file_param_gather(
+                    &file,
+                    path,
+                    &args.training,
+                    precision_over_file(&args.training, Some(&file)),
+                )?;
                 if args.training.recompute_modules.is_none() {
                     super::scenario::check_file_modules_apply(
                         &file,

@@ -290,6 +290,21 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "--fp8-recipe {recipe} is Megatron-LM's, read with --fp8-format; beside --precision give tpsim's --fp8-scaling current|delayed instead"
         );
     }
+    // Megatron-LM's parameter-gather switches are read with its --fp8-format/--fp4-format;
+    // beside tpsim's --precision they would be dropped without a word.
+    if let (Some(_), Some(flag)) = (
+        args.training.precision,
+        [
+            (args.fp8_param_gather, "--fp8-param-gather"),
+            (args.fp4_param_gather, "--fp4-param-gather"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag)),
+    ) {
+        anyhow::bail!(
+            "{flag} is Megatron-LM's, read with --fp8-format/--fp4-format; beside --precision it would be ignored (--framework megatron-core gathers low-precision weights by default); drop {flag}, or give Megatron-LM's format flag instead of --precision"
+        );
+    }
     let pasted = match args.training.precision {
         Some(_) => None,
         None => pasted_precision(&args, request.zero, &scenario.training)?,
@@ -319,6 +334,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ..request
     };
     super::scenario::check_fp8_scaling_applies(&args.training, request.precision)?;
+    // Pasted precision flags set the gather themselves, whatever the file said.
+    if let (None, Some((file, path))) = (pasted, &plan_file) {
+        super::scenario::check_file_param_gather(file, path, &training_args, request.precision)?;
+    }
     // Megatron-LM's uniform method reads its layer count only under full recompute; with none or
     // selective the typed count would be dropped without a word (`--recompute-num-layers` implies
     // full recompute only without a method, as `--help` says).
