@@ -195,3 +195,61 @@ fn an_fp8_param_gather_with_nothing_to_gather_is_refused() {
         );
     }
 }
+
+/// Headers said "1 heads", "1 KV heads" and "1 x 1 micro-batches = 1 sequences"; `compare`'s
+/// scenario difference said "1 heads" too.
+#[test]
+fn one_of_a_thing_is_said_in_the_singular() {
+    let r = run(&[
+        "eval",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("2 heads, 1 KV head, ffn"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("micro-batch 1 x 1 micro-batch = 1 sequence, sequence parallel"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&[
+        "eval",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "1",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        "2",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("hidden 64, 1 head, ffn"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("micro-batch 1 x 2 micro-batches = 2 sequences"),
+        "{}",
+        r.stdout
+    );
+}

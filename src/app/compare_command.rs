@@ -35,11 +35,11 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     let mut out = Vec::new();
     let shape = |m: &Model| {
         format!(
-            "{} params, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}",
+            "{} params, {}, hidden {}, {} ({} kv), ffn {}, vocab {}",
             format_count(m.params()),
-            m.layers,
+            crate::report::counted(m.layers, "layer"),
             m.hidden,
-            m.heads,
+            crate::report::counted(m.heads, "head"),
             m.kv_heads,
             m.ffn_hidden,
             m.vocab
