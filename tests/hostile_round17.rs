@@ -253,3 +253,19 @@ fn one_of_a_thing_is_said_in_the_singular() {
         r.stdout
     );
 }
+
+/// `eval` with no plan said "pass --plan FILE, or --tp and --pp", though `--tp` alone (or `--pp`,
+/// or `--dp`) is a plan, as `--help` says.
+#[test]
+fn no_plan_names_every_degree_that_makes_one() {
+    let r = eval_7b(&[]);
+    assert_one_line_error(
+        &r,
+        &["no plan given", "at least one of --tp, --pp and --dp"],
+        &["--tp and --pp ("],
+        "eval without a plan",
+    );
+    // What it says works, works.
+    let r = eval_7b(&["--tp", "8"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

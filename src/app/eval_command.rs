@@ -181,7 +181,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
                 bail!(
-                    "no plan given: pass --plan FILE, or --tp and --pp (e.g. --tp 8 --pp 16); `tpsim plan` finds the best one"
+                    "no plan given: pass --plan FILE, or at least one of --tp, --pp and --dp (e.g. --tp 8, or --tp 8 --pp 16; the others default to 1, dp to the GPUs left); `tpsim plan` finds the best one"
                 );
             }
             let tp = args.tp.unwrap_or(1);
