@@ -269,3 +269,71 @@ fn no_plan_names_every_degree_that_makes_one() {
     let r = eval_7b(&["--tp", "8"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// `sweep --axis global-batch --values 64,128` without `--nodes` said "--axis global-batch at 64:
+/// --nodes is required", as if the first point were at fault; so were a missing model and an
+/// unknown GPU. An input no point changes is now checked before the points and its error said
+/// without one; an error of the point itself keeps it.
+#[test]
+fn a_sweep_error_names_a_point_only_when_the_point_is_at_fault() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--params",
+                "7B",
+                "--axis",
+                "global-batch",
+                "--values",
+                "64,128",
+            ],
+            "--nodes is required",
+        ),
+        (
+            &[
+                "--params",
+                "7B",
+                "--axis",
+                "gpu",
+                "--values",
+                "h100-sxm-80g,a100-sxm-80g",
+            ],
+            "--nodes is required",
+        ),
+        (&["--axis", "nodes", "--values", "1,2"], "no model given"),
+        (
+            &[
+                "--params", "7B", "--axis", "nodes", "--values", "1,2", "--gpu", "nosuch",
+            ],
+            "unknown GPU \"nosuch\"",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["sweep"];
+        args.extend(extra);
+        let r = run(&args);
+        assert_one_line_error(
+            &r,
+            &[needle],
+            &["--axis", "at 64:", "at h100-sxm-80g:", "at 1:"],
+            &format!("{args:?}"),
+        );
+    }
+    // A point at fault is still named.
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--axis",
+        "gpu",
+        "--values",
+        "h100-sxm-80g,nosuch",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--axis gpu at nosuch", "unknown GPU"],
+        &[],
+        "sweep --axis gpu --values h100-sxm-80g,nosuch",
+    );
+}
