@@ -337,3 +337,43 @@ fn a_sweep_error_names_a_point_only_when_the_point_is_at_fault() {
         "sweep --axis gpu --values h100-sxm-80g,nosuch",
     );
 }
+
+/// `calibrate --heads 3 --tp 2` was refused with "e.g. --tp 1,2,4": a fix that lists 2 and 4,
+/// neither of which divides 3 heads (so did `--tp 0` and `--tp 3,3`). The fixes now list the
+/// degrees that split the model's heads and MLP.
+#[test]
+fn calibrates_tp_fixes_are_degrees_the_model_takes() {
+    let dir = scratch("hostile17", "calibrate-tp-example");
+    let base = [
+        "calibrate",
+        "--backend",
+        "cpu",
+        "--layers",
+        "2",
+        "--hidden",
+        "96",
+        "--heads",
+        "3",
+        "--output",
+        "cal.yaml",
+        "--tp",
+    ];
+    for (tp, needles) in [
+        (
+            "2",
+            &[
+                "--tp 2 must divide the 3 heads",
+                "valid: 1, 3",
+                "e.g. --tp 1,3",
+            ][..],
+        ),
+        ("0", &["--tp 0 must be at least 1", "e.g. --tp 1,3"][..]),
+        ("3,3", &["--tp 3,3 lists 3 twice", "e.g. --tp 1,3"][..]),
+    ] {
+        let mut args = base.to_vec();
+        args.push(tp);
+        let r = run_in(&dir, &args);
+        assert_one_line_error(&r, needles, &["1,2,4"], &format!("calibrate --tp {tp}"));
+    }
+    assert!(!dir.join("cal.yaml").exists());
+}
