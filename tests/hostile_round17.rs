@@ -377,3 +377,44 @@ fn calibrates_tp_fixes_are_degrees_the_model_takes() {
     }
     assert!(!dir.join("cal.yaml").exists());
 }
+
+/// A pasted launch line that is refused printed the reader's notes before its error ("note: ...
+/// neither --bf16 nor --fp16 ..." above "error: --global-batch-size 8 is not divisible ..."),
+/// where every other refused input gets its one-line error alone. The notes are now held until
+/// the line is known to be valid; a launcher value the reader could not take (`--nnodes
+/// $NNODES`) is still said at once, since it explains the error that follows.
+#[test]
+fn a_refused_launch_line_gets_its_error_without_the_readers_notes() {
+    let line = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --global-batch-size 8 --tensor-model-parallel-size 2 --num-layers 4";
+    let refused = format!("{line} --micro-batch-size 3");
+    let r = run(&["eval", "--nodes", "1", "--megatron-args", &refused]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--global-batch-size 8 is not divisible",
+            "valid micro-batches",
+        ],
+        &["note"],
+        "a refused launch line",
+    );
+    // Accepted, the same notes are said.
+    let r = run(&["eval", "--nodes", "1", "--megatron-args", line]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("neither --bf16 nor --fp16"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("given twice"), "{}", r.stderr);
+    let r = run(&[
+        "eval",
+        "--megatron-args",
+        "torchrun --nnodes $NNODES pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --bf16",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--nnodes $NNODES") && r.stderr.contains("--nodes is required"),
+        "{}",
+        r.stderr
+    );
+}
