@@ -661,8 +661,8 @@ pub struct EvalArgs {
     #[arg(long, hide = true, value_name = "METHOD")]
     pub recompute_method: Option<String>,
     /// Full recompute of N layers of each model chunk (Megatron's block method; the table's
-    /// `full N/L`); implies --recompute full. With Megatron-LM's --recompute-method uniform, the
-    /// layers per recompute chunk.
+    /// `full N/L`); implies --recompute full. With Megatron-LM's --recompute-method (uniform: the
+    /// layers per recompute chunk) it implies nothing, as in Megatron-LM: give --recompute full too.
     #[arg(long, value_name = "N")]
     pub recompute_num_layers: Option<u32>,
     /// Megatron-LM's --max-position-embeddings: accepted; --seq-length sets the sequence.

@@ -317,21 +317,30 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
     } else {
         args.tp.clone()
     };
+    // The degrees that split this model's heads and MLP, for the fixes below: "--tp 1,2,4" is no
+    // fix for a model of 3 heads.
+    let valid: Vec<String> = crate::plan::divisors(model.heads)
+        .into_iter()
+        .filter(|d| model.ffn_hidden.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect();
+    let example = valid.iter().take(3).cloned().collect::<Vec<_>>().join(",");
     // A degree listed twice would be measured twice and written twice into the profile.
     if let Some(twice) = listed_twice(&tp) {
         let given = tp.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        bail!("--tp {given} lists {twice} twice; give each TP degree once, e.g. --tp 1,2,4");
+        bail!("--tp {given} lists {twice} twice; give each TP degree once, e.g. --tp {example}");
     }
     for &t in &tp {
         if t == 0 {
-            bail!("--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 1,2,4");
+            bail!("--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp {example}");
         }
         if model.heads % t != 0 || model.ffn_hidden % t != 0 {
             bail!(
-                "--tp {t} must divide the {} heads and the MLP width {} of {}; e.g. --tp 1,2,4",
-                model.heads,
+                "--tp {t} must divide the {} and the MLP width {} of {}; valid: {} (e.g. --tp {example})",
+                crate::report::counted(model.heads, "head"),
                 model.ffn_hidden,
-                model.name
+                model.name,
+                valid.join(", ")
             );
         }
     }

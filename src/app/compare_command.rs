@@ -35,11 +35,11 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     let mut out = Vec::new();
     let shape = |m: &Model| {
         format!(
-            "{} params, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}",
+            "{} params, {}, hidden {}, {} ({} kv), ffn {}, vocab {}",
             format_count(m.params()),
-            m.layers,
+            crate::report::counted(m.layers, "layer"),
             m.hidden,
-            m.heads,
+            crate::report::counted(m.heads, "head"),
             m.kv_heads,
             m.ffn_hidden,
             m.vocab
@@ -320,6 +320,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             let given = plan_error_words::scenario_flags_given(&args.cluster, &args.training);
             for path in &args.plan {
                 let file = specs::load_plan(path)?;
+                super::scenario::check_file_param_gather(
+                    &file,
+                    path,
+                    &args.training,
+                    precision_over_file(&args.training, Some(&file)),
+                )?;
                 if args.training.recompute_modules.is_none() {
                     super::scenario::check_file_modules_apply(
                         &file,

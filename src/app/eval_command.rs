@@ -184,7 +184,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         None => {
             if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
                 bail!(
-                    "no plan given: pass --plan FILE, or --tp and --pp (e.g. --tp 8 --pp 16); `tpsim plan` finds the best one"
+                    "no plan given: pass --plan FILE, or at least one of --tp, --pp and --dp (e.g. --tp 8, or --tp 8 --pp 16; the others default to 1, dp to the GPUs left); `tpsim plan` finds the best one"
                 );
             }
             let tp = args.tp.unwrap_or(1);
@@ -293,6 +293,21 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "--fp8-recipe {recipe} is Megatron-LM's, read with --fp8-format; beside --precision give tpsim's --fp8-scaling current|delayed instead"
         );
     }
+    // Megatron-LM's parameter-gather switches are read with its --fp8-format/--fp4-format;
+    // beside tpsim's --precision they would be dropped without a word.
+    if let (Some(_), Some(flag)) = (
+        args.training.precision,
+        [
+            (args.fp8_param_gather, "--fp8-param-gather"),
+            (args.fp4_param_gather, "--fp4-param-gather"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag)),
+    ) {
+        anyhow::bail!(
+            "{flag} is Megatron-LM's, read with --fp8-format/--fp4-format; beside --precision it would be ignored (--framework megatron-core gathers low-precision weights by default); drop {flag}, or give Megatron-LM's format flag instead of --precision"
+        );
+    }
     let pasted = match args.training.precision {
         Some(_) => None,
         None => pasted_precision(&args, request.zero, &scenario.training)?,
@@ -322,6 +337,23 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ..request
     };
     super::scenario::check_fp8_scaling_applies(&args.training, request.precision)?;
+    // Pasted precision flags set the gather themselves, whatever the file said.
+    if let (None, Some((file, path))) = (pasted, &plan_file) {
+        super::scenario::check_file_param_gather(file, path, &training_args, request.precision)?;
+    }
+    // Megatron-LM's uniform method reads its layer count only under full recompute; with none or
+    // selective the typed count would be dropped without a word (`--recompute-num-layers` implies
+    // full recompute only without a method, as `--help` says).
+    if let (Some("uniform"), Some(layers), false) = (
+        args.recompute_method.as_deref(),
+        args.recompute_num_layers,
+        request.recompute == Recompute::Full,
+    ) {
+        bail!(
+            "--recompute-method uniform --recompute-num-layers {layers} sets the layers per chunk of full recompute, but the plan's recompute is {}; add --recompute full (Megatron-LM's --recompute-granularity full), or drop --recompute-num-layers and --recompute-method",
+            request.recompute.as_str()
+        );
+    }
     // A layer count is what full recompute's block method recomputes; with none or selective it
     // would be dropped without a word.
     if request.recompute != Recompute::Full && request.recompute_num_layers > 0 {
@@ -662,6 +694,12 @@ fn recompute_layers_given(args: &EvalArgs, layers: u32) -> RecomputeLayersGiven 
             words: format!("recompute_num_layers: {layers} in {path}"),
             flag: "--recompute-num-layers",
             from_file: true,
+        },
+        // Both typed: dropping the count alone would leave the method, refused the same way.
+        (_, Some(_), Some(method)) => RecomputeLayersGiven {
+            words: format!("--recompute-method {method} --recompute-num-layers {layers}"),
+            flag: "--recompute-num-layers and --recompute-method",
+            from_file: false,
         },
         _ => RecomputeLayersGiven {
             words: format!("--recompute-num-layers {layers}"),

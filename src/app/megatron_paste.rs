@@ -75,9 +75,13 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
             flags.join(" ")
         ));
     }
-    for note in &launch.notes {
-        // What the reader could not take (`--nnodes $NNODES`) explains the errors that follow.
+    // What the reader could not take (`--nnodes $NNODES`) explains the errors that follow; the
+    // rest is said once the line is known to be valid, so a refused line gets its error alone.
+    for note in &launch.unread {
         eprintln!("note: --megatron-args: {note}");
+    }
+    for note in &launch.notes {
+        defer_note(format!("note: --megatron-args: {note}"));
     }
     Ok(launch)
 }

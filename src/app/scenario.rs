@@ -946,6 +946,31 @@ pub(super) fn check_fp8_scaling_applies(args: &TrainingArgs, precision: Precisio
     Ok(())
 }
 
+/// A plan file's `fp8_param_gather: true` on a bf16 run has no low-precision weights to gather:
+/// refused, as Megatron-LM refuses `--fp8-param-gather` without `--fp8-format` (and as the pasted
+/// flag is), rather than read and ignored. With `--framework` the file's value is not used.
+pub(super) fn check_file_param_gather(
+    file: &PlanFile,
+    path: &str,
+    args: &TrainingArgs,
+    precision: Precision,
+) -> Result<()> {
+    if file.fp8_param_gather != Some(true)
+        || args.framework.is_some()
+        || precision != Precision::Bf16
+    {
+        return Ok(());
+    }
+    match args.precision {
+        Some(_) => bail!(
+            "fp8_param_gather: true in {path} all-gathers low-precision weights as the parameters, but --precision bf16 runs bf16 GEMMs, which have none (Megatron-LM refuses --fp8-param-gather without --fp8-format); give --precision fp8, mxfp8 or nvfp4, or delete the file's fp8_param_gather line"
+        ),
+        None => bail!(
+            "fp8_param_gather: true in {path} all-gathers low-precision weights as the parameters, but the file's precision is bf16, which has none (Megatron-LM refuses --fp8-param-gather without --fp8-format); set precision: fp8 (or give --precision fp8), or delete the fp8_param_gather line"
+        ),
+    }
+}
+
 /// The GEMM precision of a run from a plan file: `--precision` over the file's (bf16 without
 /// either).
 pub(crate) fn precision_over_file(args: &TrainingArgs, file: Option<&PlanFile>) -> Precision {
@@ -967,7 +992,7 @@ pub(crate) fn precision_of_args(args: &TrainingArgs) -> Precision {
 
 /// The GPU profile a run is evaluated on, and how it was named: `--calibration` over `--gpu`
 /// over the plan file's `gpu:` (read from the plan's folder, as its model: is) over `reference`.
-fn resolve_gpu(
+pub(super) fn resolve_gpu(
     cluster_args: &ClusterArgs,
     file: Option<(&PlanFile, &str)>,
     reference: String,

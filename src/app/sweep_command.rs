@@ -89,6 +89,44 @@ pub(super) fn in_sweep_words(message: &str, axis: sweep::Axis) -> String {
     out
 }
 
+/// The inputs no point of the axis changes (the model off `--axis params`, the GPU off `--axis gpu`,
+/// `--nodes` off `--axis nodes`), checked once before the points: an error in one of them is said
+/// without a point, not as the first point's ("--axis global-batch at 64: --nodes is required").
+fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
+    if axis != sweep::Axis::Params {
+        let seq_len = args
+            .training
+            .seq_len
+            .filter(|_| axis != sweep::Axis::SeqLen)
+            .map(|s| (s, "--seq-len"));
+        super::scenario::resolve_model(&args.model, None, seq_len)?;
+    }
+    if axis == sweep::Axis::Gpu {
+        if args.cluster.nodes.is_none() {
+            bail!(
+                "--nodes is required: how many nodes the cluster has at each GPU of --values (e.g. --nodes 32)"
+            );
+        }
+        return Ok(());
+    }
+    let gpu = super::scenario::resolve_gpu(
+        &args.cluster,
+        None,
+        args.cluster
+            .gpu
+            .clone()
+            .unwrap_or_else(|| "h100-sxm-80g".to_string()),
+    )?
+    .0;
+    if args.cluster.nodes.is_none() && axis != sweep::Axis::Nodes {
+        bail!(
+            "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
+            args.cluster.gpus_per_node.unwrap_or(gpu.gpus_per_node)
+        );
+    }
+    Ok(())
+}
+
 pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let axis = sweep_axis(args.axis);
     // Checked once here, so that the error is not said to be one point's.
@@ -174,6 +212,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             );
         }
     }
+    check_outside_the_axis(&args, axis)?;
     let mut points = Vec::with_capacity(args.values.len());
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
     // The model's name at each point where it has one (the chart's title names it).

@@ -96,8 +96,12 @@ pub struct MegatronLaunch {
     pub gpus_per_node: Option<u32>,
     /// Arguments the reader does not model (learning rate, data paths, ...), in order.
     pub ignored: Vec<String>,
-    /// What the reader did with arguments that Megatron-LM itself ignores or overrides (stderr).
+    /// What the reader did with arguments that Megatron-LM itself ignores or overrides (stderr,
+    /// once the input is known to be valid).
     pub notes: Vec<String>,
+    /// Launcher values the reader could not take (`torchrun --nnodes $NNODES`): said at once, as
+    /// they explain the error that follows ("--nodes is required").
+    pub unread: Vec<String>,
 }
 
 /// Reads Megatron-LM arguments (whitespace-separated, `\` line continuations allowed). Flags that
@@ -206,7 +210,8 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     let cp = p.number("context-parallel-size")?.unwrap_or(1);
-    let (nodes, gpus_per_node) = p.launcher(&mut notes);
+    let mut unread = Vec::new();
+    let (nodes, gpus_per_node) = p.launcher(&mut unread);
     let split = SplitArgs {
         embedding_counted: p.switch("account-for-embedding-in-pipeline-split"),
         loss_counted: p.switch("account-for-loss-in-pipeline-split"),
@@ -338,6 +343,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         nodes,
         gpus_per_node,
         ignored: p.ignored,
+        unread,
         notes: {
             let mut notes = notes;
             if !p.repeated.is_empty() {

@@ -28,11 +28,11 @@ pub use svg::{degrees_label, plan_label};
 pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
-pub(crate) use table::duration;
 pub use table::{
     breakdown, explain_best, mfu_note, plan_words, plans_table, plans_table_fitted,
     recompute_label, scenario_line, sequences, stats_line, zero_keep_note,
 };
+pub(crate) use table::{counted, duration};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSummary {

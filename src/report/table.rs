@@ -71,7 +71,7 @@ pub fn scenario_line(report: &Report) -> String {
                 .map(|q| format!(", query rank {q}"))
                 .unwrap_or_default()
         ),
-        None if m.kv_heads != m.heads => format!(", {} KV heads", m.kv_heads),
+        None if m.kv_heads != m.heads => format!(", {}", counted(m.kv_heads, "KV head")),
         None => String::new(),
     };
     let gated = if m.gated_mlp { ", gated MLP" } else { "" };
@@ -168,7 +168,7 @@ pub fn scenario_line(report: &Report) -> String {
     ]
     .concat();
     format!(
-        "model {} ({}, {}): {} params, {}, hidden {}, {} heads{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
+        "model {} ({}, {}): {} params, {}, hidden {}, {}{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
          training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}",
         m.name,
@@ -181,7 +181,7 @@ pub fn scenario_line(report: &Report) -> String {
         format_count(m.params),
         counted(m.layers, "layer"),
         m.hidden,
-        m.heads,
+        counted(m.heads, "head"),
         m.ffn_hidden,
         m.vocab,
         c.nodes,
@@ -464,10 +464,12 @@ pub fn sequences(count: u32) -> String {
     counted(count, "sequence")
 }
 
-/// `count` `noun`s: "1 layer", "80 layers".
+/// `count` `noun`s: "1 layer", "80 layers", "1 micro-batch", "64 micro-batches".
 pub fn counted(count: u32, noun: &str) -> String {
     if count == 1 {
         format!("1 {noun}")
+    } else if noun.ends_with("ch") || noun.ends_with('s') || noun.ends_with('x') {
+        format!("{count} {noun}es")
     } else {
         format!("{count} {noun}s")
     }
@@ -671,7 +673,7 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
 /// recompute, ZeRO, GEMM precision); `--emit`'s header names the plan it writes with the same words.
 pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
     format!(
-        "tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {} micro-batches{} = {} sequences, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
+        "tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {}{} = {}, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
         p.cp,
         p.pp,
@@ -688,7 +690,7 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
             String::new()
         },
         p.micro_batch,
-        p.num_microbatches,
+        counted(p.num_microbatches, "micro-batch"),
         if p.schedule_runs > 1 && p.pp > 1 {
             format!(
                 " in {} pipeline schedules of {} (the local batch: one schedule per gradient-accumulation step)",
@@ -704,7 +706,7 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
         } else {
             String::new()
         },
-        p.global_batch,
+        counted(p.global_batch, "sequence"),
         if p.sequence_parallel { "on" } else { "off" },
         recompute_label(p),
         p.zero,
