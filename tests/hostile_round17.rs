@@ -418,3 +418,42 @@ fn a_refused_launch_line_gets_its_error_without_the_readers_notes() {
         r.stderr
     );
 }
+
+/// `validate --tp 2` on a 3-head model said "choose a common divisor" without naming one, where
+/// `calibrate` lists the degrees the model takes.
+#[test]
+fn validate_names_the_tensor_parallel_degrees_the_model_takes() {
+    let r = run(&[
+        "validate", "--layers", "2", "--hidden", "192", "--heads", "3", "--tp", "2",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--tp 2", "3 attention heads", "valid: 1, 3"],
+        &[],
+        "validate --tp 2",
+    );
+}
+
+/// plan's "no valid plan" line said "tp dividing the 1 heads" for a one-head model.
+#[test]
+fn no_valid_plan_counts_one_head_in_the_singular() {
+    let r = run(&[
+        "plan",
+        "--layers",
+        "3",
+        "--hidden",
+        "64",
+        "--heads",
+        "1",
+        "--nodes",
+        "3",
+        "--global-batch",
+        "7",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["tp dividing the 1 head and a node", "the 3 layers"],
+        &["1 heads"],
+        "one head",
+    );
+}

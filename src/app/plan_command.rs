@@ -59,10 +59,10 @@ pub(super) fn why_no_valid_plan(
         .map(|b| format!(" (e.g. --global-batch {b})"))
         .unwrap_or_default();
     format!(
-        "{} GPUs cannot be split into tp x pp x dp with tp dividing the {} heads and a node, pp splitting the {} layers{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
+        "{} GPUs cannot be split into tp x pp x dp with tp dividing the {} and a node, pp splitting the {}{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
         cluster.total_gpus(),
-        model.heads,
-        model.layers,
+        crate::report::counted(model.heads, "head"),
+        crate::report::counted(model.layers, "layer"),
         if options.allow_uneven_pp {
             ""
         } else {

@@ -62,8 +62,14 @@ pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationErr
         ));
     }
     if !model.heads.is_multiple_of(t) || !model.kv_heads.is_multiple_of(t) {
+        let common = crate::integer::gcd(u64::from(model.heads), u64::from(model.kv_heads));
+        let valid = crate::plan::divisors(u32::try_from(common).unwrap_or(1))
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
         return Err(CalibrationError::Input(format!(
-            "--tp {t} must divide the {} attention heads and {} KV heads of {}; choose a common divisor",
+            "--tp {t} must divide the {} attention heads and {} KV heads of {}; choose a common divisor (valid: {valid})",
             model.heads, model.kv_heads, model.name
         )));
     }
