@@ -245,8 +245,10 @@ pub struct ModelArgs {
     /// Megatron-LM: attention dropout (accepted with --hidden-dropout; tpsim models both as one switch).
     #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "P")]
     pub attention_dropout: Option<f64>,
-    /// Megatron-LM: learned_absolute (default; --style llama: rope), rope (mrope, yarn), none, or
-    /// BigScience's alibi. RoPE runs a kernel on Q and K in every layer; the others cost nothing.
+    /// Megatron-LM: learned_absolute (default; --style llama: rope), rope, yarn, mrope, none, or
+    /// BigScience's alibi. The rotary kinds run a kernel on Q and K in every layer (yarn and mrope
+    /// unfused, as Megatron-LM runs them); learned_absolute adds an s·h table; alibi and none cost
+    /// nothing.
     #[arg(long, hide = true, value_name = "KIND")]
     pub position_embedding_type: Option<String>,
     // --- Head dimension, mixture of experts, multi-head latent attention (Megatron-LM names). ---

@@ -1365,7 +1365,8 @@ impl Reader<'_> {
             | ModelError::ExpertsBelowTopk { .. }
             | ModelError::MlaFlagWithoutKvLoraRank { .. }
             | ModelError::WindowFlagWithoutWindow
-            | ModelError::PositionKeysDisagree { .. } => e.to_string(),
+            | ModelError::PositionKeysDisagree { .. }
+            | ModelError::PositionUnsaid => e.to_string(),
         };
         HfConfigError::Unsupported {
             path: self.path.to_string(),

@@ -36,8 +36,13 @@ pub enum PositionEmbedding {
     /// A learned s·h table added to the token embeddings (GPT-2/GPT-3, Megatron `learned_absolute`).
     LearnedAbsolute,
     /// Rotary embeddings applied to each layer's queries and keys (Su et al. 2021; Llama, Qwen,
-    /// DeepSeek, GPT-NeoX; Megatron `rope`, and its `yarn`/`mrope` variants).
+    /// DeepSeek, GPT-NeoX; Megatron `rope`).
     Rope,
+    /// Rotary embeddings with YaRN's frequencies (Megatron `yarn`; GPT-OSS in Megatron-Bridge):
+    /// the same kernels as `rope`.
+    Yarn,
+    /// Multimodal rotary embeddings (Megatron `mrope`, Qwen2-VL): the same kernels as `rope`.
+    Mrope,
     /// Attention-score biases by distance (Press et al. 2022; BLOOM, MPT, Falcon with `alibi`).
     Alibi,
     /// No position signal at all (Megatron `none`).
@@ -50,23 +55,41 @@ impl PositionEmbedding {
         match self {
             PositionEmbedding::LearnedAbsolute => "learned_absolute",
             PositionEmbedding::Rope => "rope",
+            PositionEmbedding::Yarn => "yarn",
+            PositionEmbedding::Mrope => "mrope",
             PositionEmbedding::Alibi => "alibi",
             PositionEmbedding::None => "none",
         }
     }
 
+    /// Whether each layer rotates its queries and keys (rope and its variants).
+    pub fn is_rotary(self) -> bool {
+        matches!(
+            self,
+            PositionEmbedding::Rope | PositionEmbedding::Yarn | PositionEmbedding::Mrope
+        )
+    }
+
     /// A `--position-embedding-type` value: Megatron-LM's (arguments.py: learned_absolute, rope,
-    /// mrope, yarn, none; the rotary variants differ in their frequencies, not their cost) and
-    /// `alibi`, which BigScience's Megatron-DeepSpeed takes for BLOOM
+    /// mrope, yarn, none) and `alibi`, which BigScience's Megatron-DeepSpeed takes for BLOOM
     /// (bigscience-workshop/Megatron-DeepSpeed `PositionEmbeddingType.alibi`); `None` for others.
     pub fn from_megatron(value: &str) -> Option<PositionEmbedding> {
         match value {
             "learned_absolute" => Some(PositionEmbedding::LearnedAbsolute),
-            "rope" | "mrope" | "yarn" => Some(PositionEmbedding::Rope),
+            "rope" => Some(PositionEmbedding::Rope),
+            "yarn" => Some(PositionEmbedding::Yarn),
+            "mrope" => Some(PositionEmbedding::Mrope),
             "alibi" => Some(PositionEmbedding::Alibi),
             "none" => Some(PositionEmbedding::None),
             _ => None,
         }
+    }
+
+    /// Whether a Megatron-LM launch line with this type can run Transformer Engine's fused RoPE:
+    /// arguments.py turns `apply_rope_fusion` off for every type but `rope` ("Legacy RoPE
+    /// arguments": `if args.position_embedding_type != 'rope': args.apply_rope_fusion = False`).
+    pub fn megatron_lm_fuses_rope(self) -> bool {
+        self == PositionEmbedding::Rope
     }
 
     /// The words the model line prints.
@@ -74,6 +97,8 @@ impl PositionEmbedding {
         match self {
             PositionEmbedding::LearnedAbsolute => "learned positions",
             PositionEmbedding::Rope => "rotary positions",
+            PositionEmbedding::Yarn => "rotary positions (YaRN)",
+            PositionEmbedding::Mrope => "rotary positions (M-RoPE)",
             PositionEmbedding::Alibi => "ALiBi positions",
             PositionEmbedding::None => "no position embedding",
         }
@@ -503,6 +528,10 @@ pub enum ModelError {
         "position_embedding_type: {kind} and learned_position_embeddings: {learned} disagree (learned positions are position_embedding_type: learned_absolute); drop learned_position_embeddings, or make them agree"
     )]
     PositionKeysDisagree { kind: &'static str, learned: bool },
+    #[error(
+        "learned_position_embeddings: false does not say how the model encodes positions, and rotary embeddings (a kernel on Q and K in every layer) cost what ALiBi and none do not; replace it with position_embedding_type: rope (or alibi, or none)"
+    )]
+    PositionUnsaid,
 }
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
@@ -531,7 +560,8 @@ const MAX_MTP_LAYERS: u32 = 16;
 impl ModelFile {
     /// The position encoding the file's two keys give: `position_embedding_type` when set (the
     /// older `learned_position_embeddings` must then agree with it), learned positions when only
-    /// `learned_position_embeddings: true` is set, and rotary embeddings otherwise.
+    /// `learned_position_embeddings: true` is set, rotary embeddings when neither is; an error for
+    /// `learned_position_embeddings: false` alone, which said "rotary or ALiBi".
     pub fn position_embedding(&self) -> Result<PositionEmbedding, ModelError> {
         match (
             self.position_embedding_type,
@@ -547,7 +577,9 @@ impl ModelFile {
             }
             (Some(kind), _) => Ok(kind),
             (None, Some(true)) => Ok(PositionEmbedding::LearnedAbsolute),
-            (None, _) => Ok(PositionEmbedding::Rope),
+            // It used to mean "rotary or ALiBi", which now cost differently: not guessed.
+            (None, Some(false)) => Err(ModelError::PositionUnsaid),
+            (None, None) => Ok(PositionEmbedding::Rope),
         }
     }
 }

@@ -277,17 +277,198 @@ fn no_rope_fusion_is_priced_and_written_back() {
 }
 
 /// Megatron-LM turns the fusion off for the rotary variants (arguments.py: `if
-/// args.position_embedding_type != 'rope': args.apply_rope_fusion = False`).
+/// args.position_embedding_type != 'rope': args.apply_rope_fusion = False`); the variant is kept,
+/// and shape flags with the same type get the pasted line's price.
 #[test]
 fn yarn_and_mrope_lines_run_unfused() {
     let line = llama_line();
     assert!(line.contains("--position-embedding-type rope"), "{line}");
-    let yarn = eval_line(&line.replace(
+    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    let rope = eval_line(&line);
+    for kind in ["yarn", "mrope"] {
+        let variant = eval_line(&line.replace(
+            "--position-embedding-type rope",
+            &format!("--position-embedding-type {kind}"),
+        ));
+        assert_eq!(variant["training"]["rope_fusion"], false, "{kind}");
+        assert_eq!(variant["model"]["position_embedding_type"], kind);
+        assert!(step(&variant) > step(&rope), "{kind}: unfused is slower");
+    }
+    // Shape flags with the same type: one price with the pasted line.
+    let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --normalization RMSNorm --position-embedding-type yarn --bf16 --tensor-model-parallel-size 1";
+    let pasted = json(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        base,
+        "--format",
+        "json",
+    ]);
+    let mut flags = vec!["eval", "--nodes", "1", "--format", "json"];
+    flags.extend(base.split(' '));
+    let typed = json(&flags);
+    assert_eq!(typed["training"]["rope_fusion"], false);
+    assert_eq!(step(&typed), step(&pasted));
+    // The emitted line keeps the variant and says it runs unfused by itself.
+    let r = common::run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        base,
+        "--emit",
+        "megatron",
+    ]);
+    assert!(
+        r.stdout.contains("--position-embedding-type yarn")
+            && !r.stdout.contains("--no-rope-fusion"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// Megatron-LM's legacy `--use-rotary-position-embeddings` sets the type to rope (arguments.py
+/// "Legacy RoPE arguments"); it was skipped as changing nothing, leaving a learned table.
+#[test]
+fn the_legacy_rotary_switch_reads_as_rope() {
+    let line = llama_line().replace(
         "--position-embedding-type rope",
-        "--position-embedding-type yarn",
-    ));
-    assert_eq!(yarn["training"]["rope_fusion"], false);
-    assert_eq!(yarn["model"]["position_embedding_type"], "rope");
+        "--use-rotary-position-embeddings",
+    );
+    let out = eval_line(&line);
+    assert_eq!(out["model"]["position_embedding_type"], "rope");
+    assert_eq!(
+        out["model"]["params"],
+        eval_line(&llama_line())["model"]["params"]
+    );
+}
+
+/// `rope_fusion: false` is Megatron-Core's switch; under torchtitan it is refused, not priced
+/// with Megatron's operators.
+#[test]
+fn rope_fusion_off_outside_megatron_core_is_refused() {
+    let dir = scratch("position", "torchtitan");
+    let saved = dir.join("p.yaml");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--framework",
+            "torchtitan",
+            "--top",
+            "1",
+            "--save",
+            "p.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&saved).unwrap();
+    std::fs::write(&saved, format!("{text}rope_fusion: false\n")).unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
+    assert_one_line_error(
+        &r,
+        &["rope_fusion: false", "--framework torchtitan", "drop it"],
+        &[],
+        "torchtitan rope_fusion",
+    );
+}
+
+/// A plan file's `rope_fusion: false` is read, printed in the training line, and kept by
+/// `plan --save`; `compare` refuses two plans that differ only in it.
+#[test]
+fn a_plan_files_rope_fusion_is_read_kept_and_compared() {
+    let dir = scratch("position", "planfile");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--top",
+            "1",
+            "--save",
+            "fused.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let fused = std::fs::read_to_string(dir.join("fused.yaml")).unwrap();
+    assert!(
+        !fused.contains("rope_fusion"),
+        "the default is not written: {fused}"
+    );
+    std::fs::write(
+        dir.join("unfused.yaml"),
+        format!("{fused}rope_fusion: false\n"),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "unfused.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("unfused RoPE"), "{}", r.stdout);
+    let read = |name: &str| {
+        let r = run_in(&dir, &["eval", "--plan", name, "--format", "json"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()
+    };
+    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    let (a, b) = (read("fused.yaml"), read("unfused.yaml"));
+    assert_eq!(b["training"]["rope_fusion"], false);
+    assert!(step(&b) > step(&a));
+    let r = run_in(
+        &dir,
+        &["compare", "--plan", "fused.yaml", "--plan", "unfused.yaml"],
+    );
+    assert_one_line_error(&r, &["RoPE fusion: on against off"], &[], "compare");
+}
+
+/// `learned_position_embeddings: false` alone said "rotary or ALiBi", which now cost differently.
+#[test]
+fn the_older_key_saying_false_alone_is_refused() {
+    let dir = scratch("position", "oldfalse");
+    let llama = std::fs::read_to_string(format!("{}/models/llama3-8b.yaml", common::ROOT)).unwrap();
+    let old = llama.replace(
+        "position_embedding_type: rope",
+        "learned_position_embeddings: false",
+    );
+    assert_ne!(old, llama);
+    std::fs::write(dir.join("m.yaml"), old).unwrap();
+    let r = run_in(
+        &dir,
+        &[
+            "eval", "--model", "m.yaml", "--nodes", "1", "--tp", "8", "--pp", "1",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "learned_position_embeddings: false",
+            "position_embedding_type: rope",
+        ],
+        &[],
+        "old false",
+    );
+}
+
+/// ALiBi and no position signal run no rotation: the same step.
+#[test]
+fn alibi_and_none_cost_the_same() {
+    let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --bf16 --position-embedding-type";
+    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    let alibi = eval_line(&format!("{base} alibi"));
+    let none = eval_line(&format!("{base} none"));
+    let rope = eval_line(&format!("{base} rope"));
+    assert_eq!(step(&alibi), step(&none));
+    assert!(step(&rope) > step(&none));
 }
 
 /// Models without rotary embeddings run no rotation: the switch changes nothing for them.

@@ -216,6 +216,18 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         "--moe-routing",
     );
     setting(
+        "gradient-accumulation fusion",
+        on(ta.gradient_accumulation_fusion),
+        on(tb.gradient_accumulation_fusion),
+        "--no-gradient-accumulation-fusion / the plan files' gradient_accumulation_fusion",
+    );
+    setting(
+        "RoPE fusion",
+        on(ta.rope_fusion),
+        on(tb.rope_fusion),
+        "--no-rope-fusion / the plan files' rope_fusion",
+    );
+    setting(
         "FP8 parameter gather",
         on(ta.fp8_param_gather),
         on(tb.fp8_param_gather),

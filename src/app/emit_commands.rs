@@ -51,6 +51,9 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     if let Some(why) = framework.unsaid_gpt_oss_details(&s.model) {
         eprintln!("note: {why}");
     }
+    if let Some(why) = framework.unsaid_positions(&s.model, &s.training) {
+        eprintln!("note: {why}");
+    }
     match framework {
         Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
         Framework::MegatronBridge => {

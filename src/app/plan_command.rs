@@ -384,7 +384,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             grad_dtype: Some(scenario.training.grad_dtype),
             gradient_accumulation_fusion: (!scenario.training.gradient_accumulation_fusion)
                 .then_some(false),
-            rope_fusion: (!scenario.training.rope_fusion).then_some(false),
+            rope_fusion: (scenario.training.rope_fusion
+                != super::scenario::default_rope_fusion(
+                    scenario.model.position_embedding,
+                    scenario.training.framework,
+                ))
+            .then_some(scenario.training.rope_fusion),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),
             framework: Some(scenario.training.framework),

@@ -1257,10 +1257,7 @@ pub(super) fn resolve_scenario(
             .gradient_accumulation_fusion
             .or(plan_file.and_then(|f| f.gradient_accumulation_fusion))
             .unwrap_or(true),
-        rope_fusion: training_args
-            .rope_fusion
-            .or(plan_file.and_then(|f| f.rope_fusion))
-            .unwrap_or(true),
+        rope_fusion: rope_fusion_of(&model, framework, training_args, plan_file)?,
         seq_len: model.seq_len,
         global_batch,
         grad_dtype: match training_args.grad_dtype {
@@ -1402,6 +1399,40 @@ pub(super) fn check_zero_pin_for_optimizer_states(
 /// evaluated as the same framework says, else the framework's default. Other frameworks ship fused
 /// kernels, so the flag, or a plan file saying `kernel_fusion: eager` for one, is refused rather than
 /// ignored.
+/// Whether rotary embeddings run as one fused kernel (`Training::rope_fusion`): as a launch line
+/// (`--no-rope-fusion`) or plan file (`rope_fusion`) says, else on, except where Megatron-LM's
+/// arguments turn Megatron-Core's fusion off, for the rotary variants (yarn, mrope:
+/// `PositionEmbedding::megatron_lm_fuses_rope`), so that shape flags and a pasted line with the
+/// same `--position-embedding-type` get one price. Turning it off is Megatron-Core's switch:
+/// torchtitan's rotation is Inductor's kernel under `torch.compile` and eager operators without
+/// it (`--torch-compile`), DeepSpeed's and 2021 Megatron-LM's are not modelled apart.
+fn rope_fusion_of(
+    model: &Model,
+    framework: TrainingFramework,
+    args: &TrainingArgs,
+    file: Option<&PlanFile>,
+) -> Result<bool> {
+    let given = args.rope_fusion.or(file.and_then(|f| f.rope_fusion));
+    if given == Some(false) && framework != TrainingFramework::MegatronCore {
+        bail!(
+            "rope_fusion: false (Megatron-LM's --no-rope-fusion) is Megatron-Core's switch, and --framework {} runs its rotary embedding its own way; drop it, or use --framework megatron-core",
+            framework.as_str()
+        );
+    }
+    Ok(given.unwrap_or(default_rope_fusion(model.position_embedding, framework)))
+}
+
+/// `rope_fusion` when nothing says otherwise (`rope_fusion_of`); what a saved plan file need not
+/// write.
+pub(super) fn default_rope_fusion(
+    position: crate::model::PositionEmbedding,
+    framework: TrainingFramework,
+) -> bool {
+    !(framework == TrainingFramework::MegatronCore
+        && position.is_rotary()
+        && !position.megatron_lm_fuses_rope())
+}
+
 fn kernel_fusion_of(
     framework: TrainingFramework,
     args: &TrainingArgs,

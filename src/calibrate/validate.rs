@@ -148,6 +148,12 @@ pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
         gpu: bare,
         nodes: 1,
     };
+    // The measured layer (`calibrate::layer`) rotates nothing: priced without the RoPE kernel.
+    let unrotated = Model {
+        position_embedding: crate::model::PositionEmbedding::None,
+        ..model.clone()
+    };
+    let model = &unrotated;
     let t = layer_time(
         model,
         &cluster,

@@ -252,16 +252,20 @@ const UNFUSED_ROPE_BYTES_PER_ELEMENT: f64 = 12.0 * ELEMENT_BYTES;
 ///   reads the up-projected K/V (heads·(qk_head_dim + v_head_dim)) and writes K with the shared
 ///   rotary key appended (heads·(qk_head_dim + qk_pos_emb_head_dim)) and V (heads·v_head_dim)
 ///   (megatron/core/fusions/fused_mla_yarn_rope_apply.py). Unfused (`MLASelfAttention`,
-///   multi_latent_attention.py): the unfused rotation of every head's rotary part and of the
-///   shared rotary key, then `torch.cat` builds Q and K (2 + 2 per element of each), and V is
-///   made contiguous out of the K/V split (2 + 2).
+///   multi_latent_attention.py): the unfused rotation, after a de-interleaving `torch.cat`
+///   (`mla_rotary_interleaved`), of every head's rotary part and of the shared rotary key; then
+///   `torch.cat` builds Q (2 + 2 per element) and K (the shared key read once, broadcast), and V
+///   is made contiguous out of the K/V split (2 + 2).
+/// - A partial rotary (`rotary_percent` < 1, GPT-NeoX, GLM) pays the unfused operators on its
+///   rotated part only, the passed-through rest 4 bytes; tpsim keeps no rotary fraction and
+///   charges the whole width, an overstatement for those models when unfused.
 ///
 /// The backward follows the forward, as for every element-wise kernel here (twice the forward):
-/// the inverse rotation of dQ and dK, and the concatenation of dQ, dK and dV that the backward of
-/// the QKV split makes when Q and K were rotated into tensors of their own (Megatron-Core without
-/// `fused_single_qkv_rope`).
+/// the inverse rotation of dQ and dK. (The concatenation of dQ, dK and dV that Transformer
+/// Engine's `SplitAlongDim.backward` makes whenever they are not one buffer is there with or
+/// without rotary embeddings, and is not counted for either.)
 pub fn rope_bytes_per_token(model: &Model, fused: bool) -> f64 {
-    if model.position_embedding != crate::model::PositionEmbedding::Rope {
+    if !model.position_embedding.is_rotary() {
         return 0.0;
     }
     let per_element = if fused {
@@ -284,10 +288,15 @@ pub fn rope_bytes_per_token(model: &Model, fused: bool) -> f64 {
                     ELEMENT_BYTES * heads * (qk + v) + ELEMENT_BYTES * heads * (qk + rope + v);
                 query_in_place + kv_split
             } else {
-                let rotations = per_element * (heads * rope + rope);
-                let concatenations = 2.0 * ELEMENT_BYTES * 2.0 * heads * (qk + rope);
+                // MLA's rotation de-interleaves first (`mla_rotary_interleaved`: one more
+                // `torch.cat`, 2 + 2 per element).
+                let rotations = (per_element + 2.0 * ELEMENT_BYTES) * (heads * rope + rope);
+                let query_cat = 2.0 * ELEMENT_BYTES * heads * (qk + rope);
+                // The shared rotary key is read once, broadcast over the heads.
+                let key_cat =
+                    ELEMENT_BYTES * (heads * qk + rope) + ELEMENT_BYTES * heads * (qk + rope);
                 let value_copy = 2.0 * ELEMENT_BYTES * heads * v;
-                rotations + concatenations + value_copy
+                rotations + query_cat + key_cat + value_copy
             }
         }
     }
@@ -315,7 +324,7 @@ pub fn eager_extra_bytes_per_token(model: &Model) -> (f64, f64, f64) {
     let q = model.q_width();
     let kv = model.kv_width();
     let norms = 2.0 * (EAGER_RMSNORM_BYTES_PER_ELEMENT - 2.0 * ELEMENT_BYTES) * h;
-    let rope = if model.position_embedding == crate::model::PositionEmbedding::Rope {
+    let rope = if model.position_embedding.is_rotary() {
         (EAGER_ROPE_BYTES_PER_ELEMENT - FUSED_ROPE_BYTES_PER_ELEMENT) * (q + kv)
     } else {
         0.0

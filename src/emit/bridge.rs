@@ -122,7 +122,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     }
     // Written out either way for rotary models: the benchmark recipes turn it on
     // (perf_recipes/_common.py), some providers off (deepseek_v3_bridge.py).
-    if model.position_embedding == crate::model::PositionEmbedding::Rope {
+    if model.position_embedding.is_rotary() {
         set("model.apply_rope_fusion", training.rope_fusion.to_string());
     }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and

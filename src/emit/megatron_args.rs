@@ -158,6 +158,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "accumulate-allreduce-grads-in-fp32",
     "no-gradient-accumulation-fusion",
     "no-rope-fusion",
+    "use-rotary-position-embeddings",
     "recompute-activations",
     "checkpoint-activations",
     "account-for-embedding-in-pipeline-split",

@@ -260,7 +260,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     // arguments.py: --position-embedding-type chooses among these (default learned_absolute).
+    // arguments.py's "Legacy RoPE arguments": `--use-rotary-position-embeddings` sets the type
+    // to rope whatever else the line says.
     let position_embedding = match p.value("position-embedding-type") {
+        _ if p.switch("use-rotary-position-embeddings") => PositionEmbedding::Rope,
         None => PositionEmbedding::LearnedAbsolute,
         Some("relative") => {
             return Err(MegatronArgsError::Refused {
@@ -331,11 +334,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         grad_dtype,
         // Megatron-FSDP requires the flag and runs unfused whatever it says
         // (`TrainingFramework::fuses_wgrad_accumulation`): there it changes nothing.
-        // arguments.py turns the fusion off for every position type but `rope` ("Legacy RoPE
-        // arguments": `if args.position_embedding_type != 'rope': args.apply_rope_fusion = False`),
-        // which matters for the rotary variants (mrope, yarn): the others run no rotation.
+        // arguments.py turns the fusion off for every position type but `rope`, which matters for
+        // the rotary variants (mrope, yarn): the others run no rotation.
         rope_fusion: !p.switch("no-rope-fusion")
-            && !matches!(p.value("position-embedding-type"), Some("mrope" | "yarn")),
+            && (position_embedding.megatron_lm_fuses_rope() || !position_embedding.is_rotary()),
         gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion")
             || p.switch("use-megatron-fsdp"),
         optimizer_states,

@@ -245,6 +245,27 @@ impl Framework {
         })
     }
 
+    /// What a Megatron-LM line says of the model's positions that Megatron-LM itself runs
+    /// otherwise, or `None`: BLOOM's `alibi` is BigScience's Megatron-DeepSpeed value, which
+    /// Megatron-LM's arguments refuse; a rotary variant (yarn, mrope) that the plan runs fused
+    /// runs unfused under Megatron-LM's arguments (`PositionEmbedding::megatron_lm_fuses_rope`),
+    /// where Megatron-Bridge's `model.apply_rope_fusion` keeps it fused.
+    pub fn unsaid_positions(self, model: &Model, training: &Training) -> Option<String> {
+        if self != Framework::Megatron {
+            return None;
+        }
+        let kind = model.position_embedding;
+        if kind == crate::model::PositionEmbedding::Alibi {
+            return Some("the line below says --position-embedding-type alibi, BigScience's Megatron-DeepSpeed value (BLOOM's); Megatron-LM's own arguments take learned_absolute, rope, yarn, mrope or none and refuse it".to_string());
+        }
+        (kind.is_rotary() && !kind.megatron_lm_fuses_rope() && training.rope_fusion).then(|| {
+            format!(
+                "tpsim priced this plan with fused RoPE, but Megatron-LM's arguments run --position-embedding-type {} unfused (arguments.py turns apply_rope_fusion off for every type but rope), so the line below runs slower than priced; --emit megatron-bridge keeps it fused (model.apply_rope_fusion=true)",
+                kind.as_str()
+            )
+        })
+    }
+
     /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
     /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
     /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).
@@ -665,7 +686,8 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if runs_unfused_in_megatron(training, plan) {
         push("no-gradient-accumulation-fusion", None);
     }
-    if model.position_embedding == crate::model::PositionEmbedding::Rope && !training.rope_fusion {
+    // The rotary variants run unfused under Megatron-LM's arguments whatever the line says.
+    if model.position_embedding.megatron_lm_fuses_rope() && !training.rope_fusion {
         push("no-rope-fusion", None);
     }
     // Transformer Engine recipes (Megatron-Core transformer_config.py `fp8`, `fp8_recipe`, `fp4`,

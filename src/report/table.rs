@@ -165,6 +165,14 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             ""
         },
+        if t.framework == crate::training::TrainingFramework::MegatronCore
+            && !t.rope_fusion
+            && m.position_embedding_type.is_rotary()
+        {
+            "unfused RoPE: Q and K rotated by separate PyTorch operators; "
+        } else {
+            ""
+        },
     ]
     .concat();
     format!(
