@@ -96,10 +96,29 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
             format!("model: {sa} against {sb}")
         });
     }
-    if a.cluster.gpu != b.cluster.gpu {
+    // `--max-memory-gib` (a plan file's `max_memory_gib`) rides on the GPU profile; it is said
+    // on its own line, so that two files on one GPU are not told apart by its name alone.
+    let unlimited = |gpu: &crate::cluster::GpuProfile| crate::cluster::GpuProfile {
+        memory_limit_gib: None,
+        ..gpu.clone()
+    };
+    if unlimited(&a.cluster.gpu) != unlimited(&b.cluster.gpu) {
         out.push(format!(
             "GPU: {} against {} (--gpu)",
             a.gpu_reference, b.gpu_reference
+        ));
+    }
+    let (la, lb) = (
+        a.cluster.gpu.memory_limit_gib,
+        b.cluster.gpu.memory_limit_gib,
+    );
+    if la != lb {
+        let limit =
+            |l: Option<f64>| l.map_or("the GPU's whole memory".to_string(), |l| format!("{l} GiB"));
+        out.push(format!(
+            "memory per GPU held below: {} against {} (--max-memory-gib)",
+            limit(la),
+            limit(lb)
         ));
     }
     let mut number = |what: &str, flag: &str, x: u32, y: u32| {
