@@ -368,7 +368,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             )),
             nodes: Some(scenario.cluster.nodes),
             gpus_per_node: Some(scenario.cluster.gpus_per_node),
-            max_memory_gib: scenario.cluster.gpu.memory_limit_gib,
+            // The value given, also one at or above this GPU's memory (which holds nothing here,
+            // but does on a GPU with more that `eval --plan FILE --gpu` may name).
+            max_memory_gib: args
+                .cluster
+                .max_memory_gib
+                .or(scenario.cluster.gpu.memory_limit_gib),
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
             tokens: args.training.tokens.clone(),
