@@ -61,6 +61,11 @@ struct NemoModel {
     /// `Training::wgrad_accumulation_fused`, the rule the Megatron-LM line's
     /// `--no-gradient-accumulation-fusion` follows), and NeMo 1.x's YAML defaults it to False.
     gradient_accumulation_fusion: bool,
+    /// Written for rotary models only: NeMo 1.x reads `cfg.get('apply_rope_fusion', False)`
+    /// (megatron_base_model.py `build_transformer_config`), so a fragment without it runs the
+    /// rotation unfused where tpsim priced the fused kernel (`Training::rope_fusion`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    apply_rope_fusion: Option<bool>,
     optim: NemoOptim,
 }
 
@@ -137,6 +142,10 @@ pub fn nemo_yaml(
             activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
                 .then_some(plan.recompute_num_layers.max(1)),
             gradient_accumulation_fusion: !super::runs_unfused_in_megatron(training, plan),
+            apply_rope_fusion: model
+                .position_embedding
+                .is_rotary()
+                .then_some(training.rope_fusion),
             optim: NemoOptim {
                 name: match plan.zero {
                     0 => "fused_adam",
