@@ -1329,6 +1329,17 @@ impl Reader<'_> {
                     self.key_of("--hidden", family),
                 )
             }
+            // An absent key is the config class's default, not a value the config gives.
+            ModelError::KvHeadsNotDivisor { kv_heads, heads }
+                if !self.obj.contains_key(self.key_of("--kv-heads", family)) =>
+            {
+                let key = self.key_of("--kv-heads", family);
+                format!(
+                    "the config has no \"{key}\", and transformers' config class then uses its default of {kv_heads}, which does not divide \"{}\" {heads} (grouped-query attention shares each key/value head among heads/kv_heads query heads); add \"{key}\" with a divisor of {heads}, e.g. \"{key}\": {}",
+                    self.key_of("--heads", family),
+                    crate::model::divisor_at_most(&heads, &kv_heads)
+                )
+            }
             ModelError::KvHeadsNotDivisor { kv_heads, heads } => {
                 let key = self.key_of("--kv-heads", family);
                 format!(

@@ -170,3 +170,30 @@ fn a_limit_above_this_gpu_is_saved_and_holds_on_a_larger_one() {
         100.0 * 1024.0 * 1024.0 * 1024.0
     );
 }
+
+/// A Gemma config without "num_key_value_heads" (GemmaConfig's default: 16) over 8 heads was
+/// refused as `key "num_key_value_heads" 16 must divide ...`, quoting a key the config does not
+/// have. The error now says the key is absent and the 16 is the class's default.
+#[test]
+fn an_absent_kv_head_key_is_not_quoted_as_given() {
+    let dir = scratch("round18", "gemma-kv");
+    let gemma =
+        std::fs::read_to_string(format!("{}/models/hf/gemma-2b.json", common::ROOT)).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&gemma).unwrap();
+    config
+        .as_object_mut()
+        .unwrap()
+        .remove("num_key_value_heads")
+        .expect("the bundled config names its KV heads");
+    let r = eval_hf(&dir, "gemma.json", &config.to_string());
+    assert_one_line_error(
+        &r,
+        &[
+            "has no \"num_key_value_heads\"",
+            "default of 16",
+            "\"num_key_value_heads\": 8",
+        ],
+        &["key \"num_key_value_heads\" 16"],
+        "absent kv heads",
+    );
+}
