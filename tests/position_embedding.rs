@@ -481,3 +481,64 @@ fn the_fusion_switch_changes_nothing_without_rope() {
     let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
     assert_eq!(step(&with), step(&without));
 }
+
+/// Megatron-LM's deprecated `--no-position-embedding` raises unless the type is rope
+/// (arguments.py); it was skipped as changing nothing while the learned table stayed.
+#[test]
+fn no_position_embedding_is_refused_as_megatron_refuses_it() {
+    let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --bf16 --no-position-embedding";
+    let r = common::run(&["eval", "--nodes", "1", "--megatron-args", base]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--no-position-embedding",
+            "learned_absolute",
+            "--position-embedding-type none",
+        ],
+        &[],
+        "no position embedding",
+    );
+    let rope = eval_line(&format!("{base} --position-embedding-type rope"));
+    assert_eq!(rope["model"]["position_embedding_type"], "rope");
+}
+
+/// `compare` named two models that differ only in their position encoding "a different block
+/// style (norm, biases, gating, positions, …)"; it now names the two encodings.
+#[test]
+fn compare_names_two_position_encodings() {
+    let dir = scratch("position", "compare");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--top",
+            "1",
+            "--save",
+            "a.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let a = std::fs::read_to_string(dir.join("a.yaml")).unwrap();
+    let b = a.replace(
+        "position_embedding_type: rope",
+        "position_embedding_type: alibi",
+    );
+    assert_ne!(a, b);
+    std::fs::write(dir.join("b.yaml"), b).unwrap();
+    let r = run_in(&dir, &["compare", "--plan", "a.yaml", "--plan", "b.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "rotary positions against ALiBi positions",
+            "model.position_embedding_type",
+        ],
+        &["block style"],
+        "compare positions",
+    );
+}

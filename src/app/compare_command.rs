@@ -90,6 +90,12 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
                 groups(ea),
                 groups(eb)
             )
+        } else if shape(&ma) == shape(&mb) && ma.position_embedding != mb.position_embedding {
+            format!(
+                "model: {sa}, but {} against {} (the plan files' model.position_embedding_type)",
+                a.model.position_embedding.describe(),
+                b.model.position_embedding.describe()
+            )
         } else if shape(&ma) == shape(&mb) {
             format!("model: {sa}, but a different block style (norm, biases, gating, positions, embeddings or dropout)")
         } else {

@@ -159,6 +159,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "no-gradient-accumulation-fusion",
     "no-rope-fusion",
     "use-rotary-position-embeddings",
+    "no-position-embedding",
     "recompute-activations",
     "checkpoint-activations",
     "account-for-embedding-in-pipeline-split",

@@ -278,6 +278,17 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             }
         })?,
     };
+    // arguments.py: "--no-position-embedding is deprecated, use --position-embedding-type",
+    // raised unless the type is rope (which has no table to leave out).
+    if p.switch("no-position-embedding") && position_embedding != PositionEmbedding::Rope {
+        return Err(MegatronArgsError::Refused {
+            given: "--no-position-embedding".into(),
+            why: format!(
+                "Megatron-LM raises '--no-position-embedding is deprecated, use --position-embedding-type' with --position-embedding-type {}; give --position-embedding-type none (or rope) instead",
+                position_embedding.as_str()
+            ),
+        });
+    }
     let ffn_hidden = p.number("ffn-hidden-size")?;
     let dense_ffn =
         ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
