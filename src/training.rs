@@ -588,6 +588,16 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether rotary embeddings run as one fused kernel unless a run says otherwise
+    /// (`Training::rope_fusion`): everywhere but Megatron-Core on a rotary variant (yarn, mrope),
+    /// which Megatron-LM's arguments run unfused (`PositionEmbedding::megatron_lm_fuses_rope`).
+    /// The one rule for the scenario, the launch-line reader and what a saved plan writes.
+    pub fn fuses_rope_by_default(self, position: crate::model::PositionEmbedding) -> bool {
+        !(self == TrainingFramework::MegatronCore
+            && position.is_rotary()
+            && !position.megatron_lm_fuses_rope())
+    }
+
     /// Whether the weight-gradient GEMMs of a plan at ZeRO stage `zero` accumulate in place into
     /// the gradient buffer (cuBLAS with beta = 1: the buffer read and written in its dtype) instead
     /// of writing a fresh bf16 gradient that a backward hook then adds (`param.main_grad.add_`).

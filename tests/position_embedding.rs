@@ -26,6 +26,28 @@ fn eval_json(extra: &[&str]) -> serde_json::Value {
     json(&args)
 }
 
+/// The step time of the first plan in a command's JSON.
+fn step_s(v: &serde_json::Value) -> f64 {
+    v["plans"][0]["time"]["step_s"].as_f64().unwrap()
+}
+
+/// `plan --save NAME` of Llama 3 8B on one node, with `extra` flags, in `dir`.
+fn saved_llama_plan(dir: &std::path::Path, name: &str, extra: &[&str]) {
+    let mut args = vec![
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--top", "1", "--save", name]);
+    let r = run_in(dir, &args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
 #[test]
 fn bundled_models_say_how_they_encode_positions() {
     for (model, kind, learned) in [
@@ -95,8 +117,7 @@ fn the_older_key_alone_still_reads_as_before() {
     let (old, new) = (read("old.yaml"), read("new.yaml"));
     assert_eq!(old["model"]["position_embedding_type"], "learned_absolute");
     assert_eq!(old["model"]["params"], new["model"]["params"]);
-    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
-    assert_eq!(step(&old), step(&new));
+    assert_eq!(step_s(&old), step_s(&new));
 }
 
 #[test]
@@ -283,7 +304,6 @@ fn no_rope_fusion_is_priced_and_written_back() {
 fn yarn_and_mrope_lines_run_unfused() {
     let line = llama_line();
     assert!(line.contains("--position-embedding-type rope"), "{line}");
-    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
     let rope = eval_line(&line);
     for kind in ["yarn", "mrope"] {
         let variant = eval_line(&line.replace(
@@ -292,7 +312,10 @@ fn yarn_and_mrope_lines_run_unfused() {
         ));
         assert_eq!(variant["training"]["rope_fusion"], false, "{kind}");
         assert_eq!(variant["model"]["position_embedding_type"], kind);
-        assert!(step(&variant) > step(&rope), "{kind}: unfused is slower");
+        assert!(
+            step_s(&variant) > step_s(&rope),
+            "{kind}: unfused is slower"
+        );
     }
     // Shape flags with the same type: one price with the pasted line.
     let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --normalization RMSNorm --position-embedding-type yarn --bf16 --tensor-model-parallel-size 1";
@@ -309,7 +332,7 @@ fn yarn_and_mrope_lines_run_unfused() {
     flags.extend(base.split(' '));
     let typed = json(&flags);
     assert_eq!(typed["training"]["rope_fusion"], false);
-    assert_eq!(step(&typed), step(&pasted));
+    assert_eq!(step_s(&typed), step_s(&pasted));
     // The emitted line keeps the variant and says it runs unfused by itself.
     let r = common::run(&[
         "eval",
@@ -350,25 +373,7 @@ fn the_legacy_rotary_switch_reads_as_rope() {
 fn rope_fusion_off_outside_megatron_core_is_refused() {
     let dir = scratch("position", "torchtitan");
     let saved = dir.join("p.yaml");
-    let r = run_in(
-        &dir,
-        &[
-            "plan",
-            "--model",
-            "llama3-8b",
-            "--nodes",
-            "1",
-            "--global-batch",
-            "64",
-            "--framework",
-            "torchtitan",
-            "--top",
-            "1",
-            "--save",
-            "p.yaml",
-        ],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    saved_llama_plan(&dir, "p.yaml", &["--framework", "torchtitan"]);
     let text = std::fs::read_to_string(&saved).unwrap();
     std::fs::write(&saved, format!("{text}rope_fusion: false\n")).unwrap();
     let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
@@ -385,23 +390,7 @@ fn rope_fusion_off_outside_megatron_core_is_refused() {
 #[test]
 fn a_plan_files_rope_fusion_is_read_kept_and_compared() {
     let dir = scratch("position", "planfile");
-    let r = run_in(
-        &dir,
-        &[
-            "plan",
-            "--model",
-            "llama3-8b",
-            "--nodes",
-            "1",
-            "--global-batch",
-            "64",
-            "--top",
-            "1",
-            "--save",
-            "fused.yaml",
-        ],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    saved_llama_plan(&dir, "fused.yaml", &[]);
     let fused = std::fs::read_to_string(dir.join("fused.yaml")).unwrap();
     assert!(
         !fused.contains("rope_fusion"),
@@ -420,10 +409,9 @@ fn a_plan_files_rope_fusion_is_read_kept_and_compared() {
         assert_eq!(r.code, 0, "{}", r.stderr);
         serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()
     };
-    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
     let (a, b) = (read("fused.yaml"), read("unfused.yaml"));
     assert_eq!(b["training"]["rope_fusion"], false);
-    assert!(step(&b) > step(&a));
+    assert!(step_s(&b) > step_s(&a));
     let r = run_in(
         &dir,
         &["compare", "--plan", "fused.yaml", "--plan", "unfused.yaml"],
@@ -463,12 +451,11 @@ fn the_older_key_saying_false_alone_is_refused() {
 #[test]
 fn alibi_and_none_cost_the_same() {
     let base = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64 --bf16 --position-embedding-type";
-    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
     let alibi = eval_line(&format!("{base} alibi"));
     let none = eval_line(&format!("{base} none"));
     let rope = eval_line(&format!("{base} rope"));
-    assert_eq!(step(&alibi), step(&none));
-    assert!(step(&rope) > step(&none));
+    assert_eq!(step_s(&alibi), step_s(&none));
+    assert!(step_s(&rope) > step_s(&none));
 }
 
 /// Models without rotary embeddings run no rotation: the switch changes nothing for them.
@@ -478,8 +465,7 @@ fn the_fusion_switch_changes_nothing_without_rope() {
     let with = eval_line(base);
     let without = eval_line(&format!("{base} --no-rope-fusion"));
     assert_eq!(with["model"]["position_embedding_type"], "learned_absolute");
-    let step = |v: &serde_json::Value| v["plans"][0]["time"]["step_s"].as_f64().unwrap();
-    assert_eq!(step(&with), step(&without));
+    assert_eq!(step_s(&with), step_s(&without));
 }
 
 /// Megatron-LM's deprecated `--no-position-embedding` raises unless the type is rope
@@ -507,23 +493,7 @@ fn no_position_embedding_is_refused_as_megatron_refuses_it() {
 #[test]
 fn compare_names_two_position_encodings() {
     let dir = scratch("position", "compare");
-    let r = run_in(
-        &dir,
-        &[
-            "plan",
-            "--model",
-            "llama3-8b",
-            "--nodes",
-            "1",
-            "--global-batch",
-            "64",
-            "--top",
-            "1",
-            "--save",
-            "a.yaml",
-        ],
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    saved_llama_plan(&dir, "a.yaml", &[]);
     let a = std::fs::read_to_string(dir.join("a.yaml")).unwrap();
     let b = a.replace(
         "position_embedding_type: rope",

@@ -340,10 +340,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         gradient_accumulation_fusion: (!launch.gradient_accumulation_fusion).then_some(false),
         // Said only where it departs from what Megatron-LM's arguments give this position type.
         rope_fusion: (launch.rope_fusion
-            != super::scenario::default_rope_fusion(
-                launch.position_embedding,
-                crate::training::TrainingFramework::MegatronCore,
-            ))
+            != crate::training::TrainingFramework::MegatronCore
+                .fuses_rope_by_default(launch.position_embedding))
         .then_some(launch.rope_fusion),
         optimizer_states: Some(launch.optimizer_states),
         attention: launch.attention,

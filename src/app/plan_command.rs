@@ -390,10 +390,10 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             gradient_accumulation_fusion: (!scenario.training.gradient_accumulation_fusion)
                 .then_some(false),
             rope_fusion: (scenario.training.rope_fusion
-                != super::scenario::default_rope_fusion(
-                    scenario.model.position_embedding,
-                    scenario.training.framework,
-                ))
+                != scenario
+                    .training
+                    .framework
+                    .fuses_rope_by_default(scenario.model.position_embedding))
             .then_some(scenario.training.rope_fusion),
             optimizer_states: Some(scenario.training.optimizer_states),
             attention: Some(scenario.training.attention),

@@ -51,6 +51,9 @@ pub(super) struct Scenario {
     pub(super) gpu_note: Option<String>,
 }
 
+/// The GPU profile a command uses when neither `--gpu` nor a plan file names one.
+pub(super) const DEFAULT_GPU: &str = "h100-sxm-80g";
+
 pub(super) fn positive(flag: &str, value: u32, fix: &str) -> Result<u32> {
     if value == 0 {
         bail!("{flag} 0 must be at least 1; {fix}");
@@ -1022,7 +1025,7 @@ pub(super) fn file_gpus_per_node(
             .gpu
             .clone()
             .or(file.gpu.clone())
-            .unwrap_or_else(|| "h100-sxm-80g".to_string());
+            .unwrap_or_else(|| DEFAULT_GPU.to_string());
         resolve_gpu(cluster_args, Some((file, path)), reference)
             .ok()
             .map(|(gpu, _)| gpu.gpus_per_node)
@@ -1063,7 +1066,7 @@ pub(super) fn resolve_scenario(
         .gpu
         .clone()
         .or(plan_file.and_then(|f| f.gpu.clone()))
-        .unwrap_or_else(|| "h100-sxm-80g".to_string());
+        .unwrap_or_else(|| DEFAULT_GPU.to_string());
     let gpu_note = (cluster_args.gpu.is_none()
         && cluster_args.calibration.is_none()
         && plan_file.is_some_and(|f| f.gpu.is_none()))
@@ -1395,14 +1398,9 @@ pub(super) fn check_zero_pin_for_optimizer_states(
     }
 }
 
-/// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan
-/// evaluated as the same framework says, else the framework's default. Other frameworks ship fused
-/// kernels, so the flag, or a plan file saying `kernel_fusion: eager` for one, is refused rather than
-/// ignored.
 /// Whether rotary embeddings run as one fused kernel (`Training::rope_fusion`): as a launch line
-/// (`--no-rope-fusion`) or plan file (`rope_fusion`) says, else on, except where Megatron-LM's
-/// arguments turn Megatron-Core's fusion off, for the rotary variants (yarn, mrope:
-/// `PositionEmbedding::megatron_lm_fuses_rope`), so that shape flags and a pasted line with the
+/// (`--no-rope-fusion`) or plan file (`rope_fusion`) says, else the framework's default
+/// (`TrainingFramework::fuses_rope_by_default`), so that shape flags and a pasted line with the
 /// same `--position-embedding-type` get one price. Turning it off is Megatron-Core's switch:
 /// torchtitan's rotation is Inductor's kernel under `torch.compile` and eager operators without
 /// it (`--torch-compile`), DeepSpeed's and 2021 Megatron-LM's are not modelled apart.
@@ -1419,20 +1417,13 @@ fn rope_fusion_of(
             framework.as_str()
         );
     }
-    Ok(given.unwrap_or(default_rope_fusion(model.position_embedding, framework)))
+    Ok(given.unwrap_or(framework.fuses_rope_by_default(model.position_embedding)))
 }
 
-/// `rope_fusion` when nothing says otherwise (`rope_fusion_of`); what a saved plan file need not
-/// write.
-pub(super) fn default_rope_fusion(
-    position: crate::model::PositionEmbedding,
-    framework: TrainingFramework,
-) -> bool {
-    !(framework == TrainingFramework::MegatronCore
-        && position.is_rotary()
-        && !position.megatron_lm_fuses_rope())
-}
-
+/// Fused or eager element-wise kernels: `--torch-compile` under torchtitan, else what a saved plan
+/// evaluated as the same framework says, else the framework's default. Other frameworks ship fused
+/// kernels, so the flag, or a plan file saying `kernel_fusion: eager` for one, is refused rather than
+/// ignored.
 fn kernel_fusion_of(
     framework: TrainingFramework,
     args: &TrainingArgs,

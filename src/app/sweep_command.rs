@@ -115,7 +115,7 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
         args.cluster
             .gpu
             .clone()
-            .unwrap_or_else(|| "h100-sxm-80g".to_string()),
+            .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     )?
     .0;
     if args.cluster.nodes.is_none() && axis != sweep::Axis::Nodes {

@@ -345,10 +345,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         grad_dtype,
         // Megatron-FSDP requires the flag and runs unfused whatever it says
         // (`TrainingFramework::fuses_wgrad_accumulation`): there it changes nothing.
-        // arguments.py turns the fusion off for every position type but `rope`, which matters for
-        // the rotary variants (mrope, yarn): the others run no rotation.
+        // arguments.py turns the fusion off for every position type but `rope`.
         rope_fusion: !p.switch("no-rope-fusion")
-            && (position_embedding.megatron_lm_fuses_rope() || !position_embedding.is_rotary()),
+            && crate::training::TrainingFramework::MegatronCore
+                .fuses_rope_by_default(position_embedding),
         gradient_accumulation_fusion: !p.switch("no-gradient-accumulation-fusion")
             || p.switch("use-megatron-fsdp"),
         optimizer_states,

@@ -258,7 +258,7 @@ impl Framework {
         if kind == crate::model::PositionEmbedding::Alibi {
             return Some("the line below says --position-embedding-type alibi, BigScience's Megatron-DeepSpeed value (BLOOM's); Megatron-LM's own arguments take learned_absolute, rope, yarn, mrope or none and refuse it".to_string());
         }
-        (kind.is_rotary() && !kind.megatron_lm_fuses_rope() && training.rope_fusion).then(|| {
+        (training.rope_fusion && !TrainingFramework::MegatronCore.fuses_rope_by_default(kind)).then(|| {
             format!(
                 "tpsim priced this plan with fused RoPE, but Megatron-LM's arguments run --position-embedding-type {} unfused (arguments.py turns apply_rope_fusion off for every type but rope), so the line below runs slower than priced; --emit megatron-bridge keeps it fused (model.apply_rope_fusion=true)",
                 kind.as_str()
