@@ -310,6 +310,28 @@ impl CpExchange {
             CpExchange::TorchAllGather => "torch-all-gather",
         }
     }
+
+    /// How the training line names the exchange (where it is not the framework's default).
+    pub fn training_words(self) -> &'static str {
+        match self {
+            CpExchange::KvRing => "Transformer Engine's K/V ring",
+            CpExchange::TorchAllGather => {
+                "PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
+            }
+        }
+    }
+
+    /// What the CP line of the breakdown says moves.
+    pub fn comm_words(self) -> &'static str {
+        match self {
+            CpExchange::KvRing => {
+                "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: Transformer Engine's K/V ring (cp − 1 point-to-point steps)"
+            }
+            CpExchange::TorchAllGather => {
+                "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 dK/dV around the ring)"
+            }
+        }
+    }
 }
 
 /// How per-tensor FP8 finds its scale (`--fp8-scaling`; files and JSON spell it as the command

@@ -58,6 +58,17 @@ impl Collective {
     }
 }
 
+/// Time of one all-to-all among `ranks` in which each GPU sends `bytes` (its share for the other
+/// members): every member to every other at its own link speed (no ring: the per-GPU bandwidth,
+/// not the aggregate of a node's NICs), one latency per peer. Used for MoE token dispatch and for
+/// Ulysses-style context parallelism.
+pub fn alltoall_s(bytes: f64, ranks: u32, link: LinkSpeed) -> f64 {
+    if ranks <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    f64::from(ranks - 1) * link.latency.0 + bytes / link.bandwidth.0
+}
+
 /// One group's traffic per GPU per step.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct GroupComm {

@@ -20,7 +20,7 @@
 //!   flex dispatcher): per MoE layer a dispatch all-to-all (routed token copies, or under DeepEP
 //!   one copy per GPU reached, to their experts' GPUs) and a combine all-to-all (the expert outputs
 //!   back), their gradients in backward, the forward pair again under full recompute; bytes and
-//!   time from `moe::alltoall_bytes`, `moe::alltoall_s` and `moe::ep_dispatch_speed` (every pair
+//!   time from `moe::alltoall_bytes`, `comm::alltoall_s` and `moe::ep_dispatch_speed` (every pair
 //!   talks; DeepEP forwards across NVLink domains).
 //! - PP: one activation send forward and one gradient send backward per micro-batch per model chunk
 //!   at each stage boundary, b·s·h/t bytes with Megatron's scatter/gather (Narayanan et al. 2021 §4.1).
@@ -99,7 +99,7 @@ impl Op {
     pub fn time(self, tensor_bytes: f64, ranks: u32, speed: LinkSpeed) -> f64 {
         match self.collective() {
             Some(c) => c.time(tensor_bytes, ranks, speed),
-            None => moe::alltoall_s(self.wire_factor(ranks) * tensor_bytes, ranks, speed),
+            None => comm::alltoall_s(self.wire_factor(ranks) * tensor_bytes, ranks, speed),
         }
     }
 }
@@ -185,7 +185,7 @@ pub struct LedgerEntry {
     pub wire_bytes: f64,
     pub link: Link,
     /// Time of one occurrence on that link (α-β model of `comm::Collective::time`,
-    /// `moe::alltoall_s` for the all-to-all).
+    /// `comm::alltoall_s` for the all-to-all).
     pub time_s: f64,
 }
 

@@ -24,6 +24,7 @@
 pub mod cast;
 pub mod comm;
 pub mod compute;
+pub mod context_parallel;
 pub mod groups;
 pub mod ledger;
 pub mod memory;
@@ -672,25 +673,15 @@ pub(crate) fn unit_costs_at(
         }
         comm
     } else if plan.cp > 1 {
-        let steps = f64::from(plan.cp - 1);
-        let cp_group = groups.get(GroupKind::Cp);
-        let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
-        let send = Collective::SendRecv.time(chunk, 2, cp_group.speed);
         let step_attention = layer.attention_forward / f64::from(plan.cp);
-        let forward_exposed = steps * exposed_under(send, step_attention);
-        let backward_exposed = steps
-            * exposed_under(
-                2.0 * send,
-                compute::flash_backward_time_over_forward() * step_attention,
-            );
-        let recompute = recompute_share;
-        PassComm {
-            forward_s: steps * send,
-            backward_s: steps * (2.0 + recompute) * send,
-            forward_exposed_s: forward_exposed,
-            backward_exposed_s: backward_exposed + recompute * forward_exposed,
-            wire_bytes: steps * (3.0 + recompute) * chunk,
-        }
+        context_parallel::kv_ring_pass_comm(
+            comm::cp_kv_chunk_bytes(model, training, plan),
+            plan.cp,
+            groups.get(GroupKind::Cp).speed,
+            step_attention,
+            compute::flash_backward_time_over_forward() * step_attention,
+            recompute_share,
+        )
     } else {
         PassComm::default()
     };
@@ -715,7 +706,7 @@ pub(crate) fn unit_costs_at(
             training.moe_dispatch,
             groups.get(GroupKind::Ep),
         );
-        let alltoall = moe::alltoall_s(bytes, plan.ep, speed);
+        let alltoall = comm::alltoall_s(bytes, plan.ep, speed);
         let gathered = moe::expert_tp_gather_bytes(model, plan, seq_len, routed_load);
         let etp_speed = groups.get(GroupKind::ExpertTp).speed;
         let expert_tp = Collective::AllGather.time(gathered, plan.etp, etp_speed)

@@ -848,15 +848,6 @@ pub fn unpaired_share(plan: &ParallelPlan) -> f64 {
     (warmup / (m * vpp)).min(1.0)
 }
 
-/// Time of one all-to-all: each GPU sends its share to every other member at its own link speed
-/// (no ring: the per-GPU bandwidth, not the aggregate of a node's NICs), one latency per peer.
-pub fn alltoall_s(bytes: f64, ep: u32, link: LinkSpeed) -> f64 {
-    if ep <= 1 || bytes <= 0.0 {
-        return 0.0;
-    }
-    f64::from(ep - 1) * link.latency.0 + bytes / link.bandwidth.0
-}
-
 /// Speed of one GPU's all-to-all when its EP group (`ep` ranks at `stride`) spans NVLink domains:
 /// the share for the members inside its own domain moves over NVLink while the rest leaves through
 /// the GPU's NIC, at the same time, so the whole (ep − 1)/ep of the bytes takes

@@ -273,16 +273,9 @@ pub fn scenario_line(report: &Report) -> String {
             && (t.cp_exchange != crate::training::CpExchange::KvRing
                 || t.framework.default_cp_exchange() != t.cp_exchange)
         {
-            match t.cp_exchange {
-                crate::training::CpExchange::KvRing => {
-                    "; context parallelism: Transformer Engine's K/V ring"
-                }
-                crate::training::CpExchange::TorchAllGather => {
-                    "; context parallelism: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
-                }
-            }
+            format!("; context parallelism: {}", t.cp_exchange.training_words())
         } else {
-            ""
+            String::new()
         },
         // Per-tensor FP8's scaling, where a plan shown trains in it (it sets the casts' traffic).
         if report
@@ -853,14 +846,7 @@ pub fn breakdown(
             &e.comm.cp,
             // Named here: the training line names the exchange only where it departs from the
             // framework's default, so it cannot be what this line points to.
-            match cp_exchange {
-                crate::training::CpExchange::KvRing => {
-                    "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: Transformer Engine's K/V ring (cp − 1 point-to-point steps)"
-                }
-                crate::training::CpExchange::TorchAllGather => {
-                    "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 dK/dV around the ring)"
-                }
-            },
+            cp_exchange.comm_words(),
         ),
         (
             "PP",
