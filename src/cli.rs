@@ -452,9 +452,12 @@ pub struct TrainingArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub torch_compile: Option<bool>,
     /// How context parallelism exchanges K/V: kv-ring (Transformer Engine's point-to-point ring,
-    /// Megatron-Core's cp_comm_type p2p; also NeMo AutoModel's TE attention) or torch-all-gather
-    /// (PyTorch's context_parallel as torchtitan runs it: K/V repeated to every query head and
-    /// all-gathered, fp32 merges; torchtitan only). Default: the framework's.
+    /// Megatron-Core's cp_comm_type p2p; also NeMo AutoModel's TE attention), kv-all-gather
+    /// (cp_comm_type all_gather: K/V gathered, exposed; runs sliding windows), head-all-to-all
+    /// (cp_comm_type a2a, Ulysses: heads split over the CP ranks, which must divide each TP rank's
+    /// query and K/V heads), or torch-all-gather (PyTorch's context_parallel as torchtitan runs it:
+    /// K/V repeated to every query head and all-gathered, fp32 merges; torchtitan only). Default:
+    /// the framework's.
     #[arg(long, value_enum, value_name = "KIND")]
     pub cp_exchange: Option<CpExchangeArg>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
@@ -487,6 +490,8 @@ impl Fp8ScalingArg {
 pub enum CpExchangeArg {
     KvRing,
     TorchAllGather,
+    KvAllGather,
+    HeadAllToAll,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

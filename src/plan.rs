@@ -466,9 +466,19 @@ pub enum PlanError {
         longer: u64,
     },
     #[error(
-        "--cp {cp} with sliding-window attention: tpsim models context parallelism as Megatron-Core's point-to-point K/V ring, which Transformer Engine refuses for sliding windows (its all-gather variant is not modelled yet); use --cp 1, or --attention-window 0 for full attention"
+        "--cp {cp} with sliding-window attention: the {exchange} exchange does not run sliding windows (Transformer Engine refuses them on its point-to-point ring, and PyTorch's ring takes none); use --cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a, which run them), --cp 1, or --attention-window 0 for full attention"
     )]
-    CpWithWindow { cp: u32 },
+    CpWithWindow { cp: u32, exchange: &'static str },
+    #[error(
+        "--cp {cp} with --cp-exchange head-all-to-all (Megatron-Core's --cp-comm-type a2a) splits each TP rank's heads over the CP ranks, but tp {tp} leaves {query_heads} query and {kv_heads} K/V heads per rank, not both multiples of {cp} (Transformer Engine's AttnFuncWithCPAndQKVOA2A requires it); valid cp: {valid}; or use --cp-exchange kv-ring"
+    )]
+    CpHeads {
+        cp: u32,
+        tp: u32,
+        query_heads: u32,
+        kv_heads: u32,
+        valid: String,
+    },
     #[error(
         "--cp {cp} with --attention unfused: context parallelism runs inside Transformer Engine's fused attention (the K/V ring of `AttnFuncWithCPAndKVP2P` calls the flash/cuDNN kernels), which tpsim models; use --attention flash, or --cp 1"
     )]
@@ -890,6 +900,29 @@ fn check_heads(
     Ok(())
 }
 
+/// The all-to-all exchange splits each TP rank's query and K/V heads over the CP ranks
+/// (`context_parallel::heads_per_tp_rank`); None where it does or another exchange runs.
+pub fn cp_heads_error(cp: u32, tp: u32, model: &Model, training: &Training) -> Option<PlanError> {
+    if cp <= 1 || training.cp_exchange != crate::training::CpExchange::HeadAllToAll {
+        return None;
+    }
+    let (query_heads, kv_heads) = crate::cost::context_parallel::heads_per_tp_rank(model, tp);
+    if query_heads.is_multiple_of(cp) && kv_heads.is_multiple_of(cp) {
+        return None;
+    }
+    Some(PlanError::CpHeads {
+        cp,
+        tp,
+        query_heads,
+        kv_heads,
+        valid: list(
+            divisors(kv_heads)
+                .into_iter()
+                .filter(|d| query_heads.is_multiple_of(*d)),
+        ),
+    })
+}
+
 /// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.
 fn check_context_experts_precision(
     r: &PlanRequest,
@@ -913,11 +946,18 @@ fn check_context_experts_precision(
     }
     check_precision_framework(training.framework, r.precision)?;
     if r.cp > 1
+        && !training.cp_exchange.runs_sliding_windows()
         && model
             .attention_window
             .is_some_and(|w| w.windows_some_layer())
     {
-        return Err(PlanError::CpWithWindow { cp: r.cp });
+        return Err(PlanError::CpWithWindow {
+            cp: r.cp,
+            exchange: training.cp_exchange.as_str(),
+        });
+    }
+    if let Some(err) = cp_heads_error(r.cp, r.tp, model, training) {
+        return Err(err);
     }
     match model.moe {
         None if r.ep > 1 || r.etp > 1 => {

@@ -202,6 +202,10 @@ pub fn enumerate(
             vec![1]
         };
         for cp in cps {
+            // The all-to-all exchange needs cp to split this tp's heads; no other cp is proposed.
+            if crate::plan::cp_heads_error(cp, tp, model, training).is_some() {
+                continue;
+            }
             let per_pipeline = gpus / (tp * cp);
             for pp in 1..=model.layers.min(per_pipeline) {
                 if !per_pipeline.is_multiple_of(pp)

@@ -301,6 +301,18 @@ pub enum CpExchange {
     /// PyTorch 2.6's `context_parallel`, as torchtitan runs it: K/V repeated to every query head and
     /// all-gathered, fp32 dK/dV passed around the ring, eager fp32 merges (`cost::torch_ring`).
     TorchAllGather,
+    /// Transformer Engine's K/V all-gather (`AttnFuncWithCPAndKVAllGather`, Megatron-Core's
+    /// `cp_comm_type = "all_gather"`; the Llama 3 paper's §3.3.2 scheme): every rank's K/V
+    /// all-gathered before the attention and again in backward, dK/dV reduce-scattered back, all
+    /// exposed ("KV all-gather between CP ranks is exposed", its docstring); runs sliding windows,
+    /// which the ring refuses (`cost::context_parallel`).
+    KvAllGather,
+    /// Transformer Engine's all-to-all over heads (`AttnFuncWithCPAndQKVOA2A`, Megatron-Core's
+    /// `cp_comm_type = "a2a"`; DeepSpeed-Ulysses, Jacobs et al. 2023): Q, K and V trade sequence
+    /// shards for head shards before the attention and the output trades back, the gradients
+    /// mirrored in backward, all on the critical path; each TP rank's query and K/V heads must
+    /// split over the CP ranks (`cost::context_parallel`).
+    HeadAllToAll,
 }
 
 impl CpExchange {
@@ -308,7 +320,40 @@ impl CpExchange {
         match self {
             CpExchange::KvRing => "kv-ring",
             CpExchange::TorchAllGather => "torch-all-gather",
+            CpExchange::KvAllGather => "kv-all-gather",
+            CpExchange::HeadAllToAll => "head-all-to-all",
         }
+    }
+
+    /// Megatron-Core's `--cp-comm-type` for this exchange, as Transformer Engine spells it
+    /// (`attn_forward_func_with_cp`: "p2p", "all_gather", "a2a"); None for PyTorch's ring, which
+    /// Megatron-Core does not run.
+    pub fn megatron_cp_comm_type(self) -> Option<&'static str> {
+        match self {
+            CpExchange::KvRing => Some("p2p"),
+            CpExchange::KvAllGather => Some("all_gather"),
+            CpExchange::HeadAllToAll => Some("a2a"),
+            CpExchange::TorchAllGather => None,
+        }
+    }
+
+    /// The exchange a Megatron-Core `--cp-comm-type` value names, if tpsim models it.
+    pub fn from_megatron_cp_comm_type(value: &str) -> Option<CpExchange> {
+        [
+            CpExchange::KvRing,
+            CpExchange::KvAllGather,
+            CpExchange::HeadAllToAll,
+        ]
+        .into_iter()
+        .find(|e| e.megatron_cp_comm_type() == Some(value))
+    }
+
+    /// Whether the exchange runs attention with a sliding window: Transformer Engine refuses
+    /// windows on its point-to-point ring ("Context parallelism does not support sliding window
+    /// attention with cp_comm_type='p2p'", `attn_forward_func_with_cp`) and supports them for
+    /// all_gather and a2a; PyTorch's ring takes no window.
+    pub fn runs_sliding_windows(self) -> bool {
+        matches!(self, CpExchange::KvAllGather | CpExchange::HeadAllToAll)
     }
 
     /// How the training line names the exchange (where it is not the framework's default).
@@ -317,6 +362,12 @@ impl CpExchange {
             CpExchange::KvRing => "Transformer Engine's K/V ring",
             CpExchange::TorchAllGather => {
                 "PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
+            }
+            CpExchange::KvAllGather => {
+                "Transformer Engine's K/V all-gather (Megatron-Core's --cp-comm-type all_gather: gathers exposed, dK/dV reduce-scattered)"
+            }
+            CpExchange::HeadAllToAll => {
+                "Transformer Engine's all-to-all over heads (Megatron-Core's --cp-comm-type a2a, Ulysses: Q, K, V and the output trade sequence for heads, exposed)"
             }
         }
     }
@@ -329,6 +380,12 @@ impl CpExchange {
             }
             CpExchange::TorchAllGather => {
                 "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 dK/dV around the ring)"
+            }
+            CpExchange::KvAllGather => {
+                "K/V all-gathered among the context-parallel ranks in every layer, fwd and again bwd, dK/dV reduce-scattered: Transformer Engine's all_gather, on the critical path"
+            }
+            CpExchange::HeadAllToAll => {
+                "Q, K, V and the attention output all-to-all among the context-parallel ranks in every layer (sequence shards for head shards), their gradients in bwd: Transformer Engine's a2a, on the critical path"
             }
         }
     }

@@ -333,7 +333,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         global_batch: launch.global_batch,
         tokens: None,
         local_batch: None,
-        cp_exchange: None,
+        cp_exchange: launch.cp_exchange,
         fp8_scaling: launch.precision.fp8_scaling,
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),

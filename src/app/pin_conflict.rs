@@ -297,11 +297,18 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
             training.framework.as_str()
         ));
     }
-    if model
-        .attention_window
-        .is_some_and(|w| w.windows_some_layer())
+    if !training.cp_exchange.runs_sliding_windows()
+        && model
+            .attention_window
+            .is_some_and(|w| w.windows_some_layer())
     {
-        return Some(PlanError::CpWithWindow { cp }.to_string());
+        return Some(
+            PlanError::CpWithWindow {
+                cp,
+                exchange: training.cp_exchange.as_str(),
+            }
+            .to_string(),
+        );
     }
     if !training.seq_len.is_multiple_of(2 * cp) {
         return Some(

@@ -1222,6 +1222,8 @@ pub(super) fn resolve_scenario(
     let cp_exchange = match training_args.cp_exchange {
         Some(CpExchangeArg::KvRing) => CpExchange::KvRing,
         Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
+        Some(CpExchangeArg::KvAllGather) => CpExchange::KvAllGather,
+        Some(CpExchangeArg::HeadAllToAll) => CpExchange::HeadAllToAll,
         None => saved
             .and_then(|f| f.cp_exchange)
             .unwrap_or(framework.default_cp_exchange()),
@@ -1236,6 +1238,18 @@ pub(super) fn resolve_scenario(
             "note: the plan file states no cp_exchange: its context parallelism is evaluated as torchtitan runs it, {} (files written before 2026-12-02 were evaluated with kv-ring; give --cp-exchange kv-ring for that)",
             cp_exchange.as_str()
         ));
+    }
+    if matches!(
+        cp_exchange,
+        CpExchange::KvAllGather | CpExchange::HeadAllToAll
+    ) && framework != TrainingFramework::MegatronCore
+    {
+        bail!(
+            "--cp-exchange {} is Transformer Engine's context parallelism under Megatron-Core (--cp-comm-type {}), which --framework {} does not run; use --framework megatron-core, or drop --cp-exchange",
+            cp_exchange.as_str(),
+            cp_exchange.megatron_cp_comm_type().unwrap_or("p2p"),
+            framework.as_str()
+        );
     }
     if cp_exchange == CpExchange::TorchAllGather && framework != TrainingFramework::Torchtitan {
         bail!(

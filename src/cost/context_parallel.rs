@@ -8,10 +8,23 @@
 //!   rank's K/V chunk (the K/V heads, GQA's fewer) to the next rank under the attention blocks of
 //!   the step it feeds; the backward passes K/V and the accumulated dK/dV (twice the bytes) under
 //!   the backward's blocks.
+//! - `all_gather` (`AttnFuncWithCPAndKVAllGather`): each layer all-gathers every rank's K and V
+//!   (`gather_along_first_dim`, synchronous) and puts the chunks back in sequence order
+//!   (`torch.index_select`), runs the rank's two query chunks against their causal K/V prefixes,
+//!   and in backward gathers K and V again, accumulates dK/dV at full length and reduce-scatters
+//!   them to their owners: all of it on the critical path.
+//! - `a2a` (`AttnFuncWithCPAndQKVOA2A`, `flash_attn_a2a_communicate`): Q, K and V each go through an
+//!   all-to-all that trades this rank's sequence shard of every head for the whole sequence of
+//!   heads/cp heads (a contiguous head-split copy before, a chunk reorder after), the attention runs
+//!   on the whole sequence, and the output trades back; backward mirrors it (dO in, dQ/dK/dV out).
+//!   The attention waits for the inputs and the output projection for the output, so nothing hides.
 
-use super::comm::Collective;
+use super::comm::{ACTIVATION_BYTES, Collective, alltoall_s, cp_kv_chunk_bytes};
 use super::{PassComm, exposed_under};
 use crate::cluster::LinkSpeed;
+use crate::model::Model;
+use crate::plan::ParallelPlan;
+use crate::training::{CpExchange, Training};
 
 /// One layer's forward and backward communication under the point-to-point K/V ring, per
 /// micro-batch: `chunk` is one rank's K and V (`comm::cp_kv_chunk_bytes`), `step_attention_*_s`
@@ -36,4 +49,145 @@ pub(crate) fn kv_ring_pass_comm(
         backward_exposed_s: backward_exposed + recompute_share * forward_exposed,
         wire_bytes: steps * (3.0 + recompute_share) * chunk,
     }
+}
+
+/// HBM bytes per gathered K/V byte of the all-gather exchange's forward copies: the gathered
+/// chunks reordered into sequence order (`torch.index_select`: read + write).
+pub const ALL_GATHER_FORWARD_COPY_BYTES_PER_GATHERED_BYTE: f64 = 2.0;
+/// Backward: the gathered K/V reordered again (2), dK and dV zero-filled at full length (1), the
+/// two query chunks' dK/dV added into their prefixes (read both, write: 3, over about the full
+/// length), and dK/dV reordered before the reduce-scatter (2).
+pub const ALL_GATHER_BACKWARD_COPY_BYTES_PER_GATHERED_BYTE: f64 = 8.0;
+/// HBM bytes per byte of a tensor the all-to-all exchange carries: the head-split
+/// `movedim(..).contiguous()` before the all-to-all (read + write) and the sequence-chunk reorder
+/// after it (read + write).
+pub const ALL_TO_ALL_COPY_BYTES_PER_TENSOR_BYTE: f64 = 4.0;
+
+/// One layer's communication per micro-batch under the K/V all-gather: `chunk` is one rank's K and V
+/// (`comm::cp_kv_chunk_bytes`), gathered from all cp ranks in forward, again in backward (beside
+/// the reduce-scatter of dK/dV at full length), and again in full recompute's forward.
+pub(crate) fn kv_all_gather_pass_comm(
+    chunk: f64,
+    cp: u32,
+    speed: LinkSpeed,
+    recompute_share: f64,
+) -> PassComm {
+    let gathered = f64::from(cp) * chunk;
+    let gather = Collective::AllGather.time(gathered, cp, speed);
+    let scatter = Collective::ReduceScatter.time(gathered, cp, speed);
+    let forward_s = gather;
+    let backward_s = (1.0 + recompute_share) * gather + scatter;
+    let wire = Collective::AllGather.wire_factor(cp) * gathered;
+    PassComm {
+        forward_s,
+        backward_s,
+        forward_exposed_s: forward_s,
+        backward_exposed_s: backward_s,
+        wire_bytes: (3.0 + recompute_share) * wire,
+    }
+}
+
+/// One rank's tensors the all-to-all exchange carries per layer per micro-batch, in bytes: (Q, K
+/// and V together; the attention output). K and V are `comm::cp_kv_chunk_bytes`; Q and the output
+/// are the rank's s/cp tokens of its heads.
+pub fn all_to_all_tensor_bytes(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> (f64, f64) {
+    let tokens = f64::from(plan.micro_batch) * f64::from(training.seq_len / plan.cp);
+    let t = f64::from(plan.tp);
+    let query = tokens * model.q_width() / t * ACTIVATION_BYTES;
+    let output = tokens * model.attention_out_width() / t * ACTIVATION_BYTES;
+    (query + cp_kv_chunk_bytes(model, training, plan), output)
+}
+
+/// One all-to-all of a rank's `tensor_bytes` among cp ranks: it keeps 1/cp and sends the rest.
+fn all_to_all_s(tensor_bytes: f64, cp: u32, speed: LinkSpeed) -> f64 {
+    let n = f64::from(cp);
+    alltoall_s((n - 1.0) / n * tensor_bytes, cp, speed)
+}
+
+/// One layer's communication per micro-batch under the all-to-all exchange: Q/K/V in and the
+/// output back in forward (again in full recompute), dO in and dQ/dK/dV back in backward.
+pub(crate) fn head_all_to_all_pass_comm(
+    qkv_bytes: f64,
+    output_bytes: f64,
+    cp: u32,
+    speed: LinkSpeed,
+    recompute_share: f64,
+) -> PassComm {
+    let one_pass = all_to_all_s(qkv_bytes, cp, speed) + all_to_all_s(output_bytes, cp, speed);
+    let n = f64::from(cp);
+    PassComm {
+        forward_s: one_pass,
+        backward_s: (1.0 + recompute_share) * one_pass,
+        forward_exposed_s: one_pass,
+        backward_exposed_s: (1.0 + recompute_share) * one_pass,
+        wire_bytes: (2.0 + recompute_share) * (n - 1.0) / n * (qkv_bytes + output_bytes),
+    }
+}
+
+/// Time of the copies around the exchange per layer per micro-batch at the achieved HBM bandwidth:
+/// (forward, backward). Zero for the point-to-point ring (Transformer Engine receives into its
+/// buffers and attends in place) and for PyTorch's (`torch_ring::merge_times_s`).
+pub fn copy_times_s(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    hbm_bytes_per_s: f64,
+) -> (f64, f64) {
+    if plan.cp <= 1 {
+        return (0.0, 0.0);
+    }
+    match training.cp_exchange {
+        CpExchange::KvAllGather => {
+            let gathered = f64::from(plan.cp) * cp_kv_chunk_bytes(model, training, plan);
+            (
+                ALL_GATHER_FORWARD_COPY_BYTES_PER_GATHERED_BYTE * gathered / hbm_bytes_per_s,
+                ALL_GATHER_BACKWARD_COPY_BYTES_PER_GATHERED_BYTE * gathered / hbm_bytes_per_s,
+            )
+        }
+        CpExchange::HeadAllToAll => {
+            let (qkv, output) = all_to_all_tensor_bytes(model, training, plan);
+            let copies = ALL_TO_ALL_COPY_BYTES_PER_TENSOR_BYTE * (qkv + output) / hbm_bytes_per_s;
+            (copies, copies)
+        }
+        CpExchange::KvRing | CpExchange::TorchAllGather => (0.0, 0.0),
+    }
+}
+
+/// Bytes the exchange holds on one rank while a layer's attention runs, on top of what the layers
+/// keep for the backward (transient, freed when the layer's attention ends):
+/// - PyTorch's ring: every rank's repeated K/V and the fp32 accumulators
+///   (`torch_ring::backward_working_bytes`);
+/// - the K/V all-gather: every rank's K/V, and dK/dV at full length in backward (twice the gathered
+///   K/V);
+/// - the all-to-all: the head-split Q, K and V beside the sequence-split ones they came from;
+/// - the point-to-point ring: two chunks of the rank's own K/V size, left out.
+pub fn working_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    if plan.cp <= 1 {
+        return 0.0;
+    }
+    match training.cp_exchange {
+        CpExchange::TorchAllGather => {
+            super::torch_ring::backward_working_bytes(model, training, plan)
+        }
+        CpExchange::KvAllGather => {
+            2.0 * f64::from(plan.cp) * cp_kv_chunk_bytes(model, training, plan)
+        }
+        CpExchange::HeadAllToAll => all_to_all_tensor_bytes(model, training, plan).0,
+        CpExchange::KvRing => 0.0,
+    }
+}
+
+/// Query and K/V heads one TP rank holds (K/V heads replicated to one per rank where there are fewer
+/// than TP ranks, as Megatron-Core does): what the all-to-all exchange splits over the CP ranks.
+pub fn heads_per_tp_rank(model: &Model, tp: u32) -> (u32, u32) {
+    let kv_heads = if model.mla.is_some() {
+        model.heads
+    } else {
+        model.kv_heads
+    };
+    (model.heads / tp.max(1), (kv_heads / tp.max(1)).max(1))
 }

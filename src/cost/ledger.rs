@@ -622,6 +622,118 @@ pub fn ledger(
             2,
             super::torch_ring::dkv_hop_bytes(kv),
         );
+    } else if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::KvAllGather {
+        // CP as Transformer Engine's all_gather: every rank's K/V gathered in forward (again under
+        // full recompute) and backward, dK/dV reduce-scattered back (`context_parallel`).
+        let gathered = f64::from(plan.cp) * comm::cp_kv_chunk_bytes(model, training, plan);
+        let count = f64::from(slowest_layers) * m;
+        let scope = Scope::PerLayerPerMicrobatch;
+        let c = plan.cp;
+        let forward_site = "attention: all-gather every rank's K and V";
+        push(
+            GroupKind::Cp,
+            Op::AllGather,
+            Pass::Forward,
+            forward_site,
+            scope,
+            count,
+            c,
+            gathered,
+        );
+        if plan.recompute == Recompute::Full {
+            push(
+                GroupKind::Cp,
+                Op::AllGather,
+                Pass::Recompute,
+                forward_site,
+                scope,
+                recomputed(count, plan),
+                c,
+                gathered,
+            );
+        }
+        push(
+            GroupKind::Cp,
+            Op::AllGather,
+            Pass::Backward,
+            "attention backward: all-gather every rank's K and V again",
+            scope,
+            count,
+            c,
+            gathered,
+        );
+        push(
+            GroupKind::Cp,
+            Op::ReduceScatter,
+            Pass::Backward,
+            "attention backward: dK and dV reduce-scattered to their owners",
+            scope,
+            count,
+            c,
+            gathered,
+        );
+    } else if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::HeadAllToAll {
+        // CP as Transformer Engine's a2a (Ulysses): Q/K/V in and the output back per layer per
+        // micro-batch, their gradients in backward (`context_parallel`).
+        let (qkv, output) = super::context_parallel::all_to_all_tensor_bytes(model, training, plan);
+        let count = f64::from(slowest_layers) * m;
+        let scope = Scope::PerLayerPerMicrobatch;
+        let c = plan.cp;
+        let forward = [
+            (
+                "attention: Q, K and V, sequence shards for head shards",
+                qkv,
+            ),
+            (
+                "attention: output, head shards back to sequence shards",
+                output,
+            ),
+        ];
+        for (site, tensor) in forward {
+            push(
+                GroupKind::Cp,
+                Op::AllToAll,
+                Pass::Forward,
+                site,
+                scope,
+                count,
+                c,
+                tensor,
+            );
+            if plan.recompute == Recompute::Full {
+                push(
+                    GroupKind::Cp,
+                    Op::AllToAll,
+                    Pass::Recompute,
+                    site,
+                    scope,
+                    recomputed(count, plan),
+                    c,
+                    tensor,
+                );
+            }
+        }
+        for (site, tensor) in [
+            (
+                "attention backward: output gradient, sequence shards for head shards",
+                output,
+            ),
+            (
+                "attention backward: dQ, dK and dV, head shards back to sequence shards",
+                qkv,
+            ),
+        ] {
+            push(
+                GroupKind::Cp,
+                Op::AllToAll,
+                Pass::Backward,
+                site,
+                scope,
+                count,
+                c,
+                tensor,
+            );
+        }
     } else if plan.cp > 1 {
         // CP, cp − 1 ring steps per layer per micro-batch.
         let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
@@ -1555,6 +1667,58 @@ mod tests {
                 // The hop carries fp32 accumulators: twice one rank's bf16 K/V, and each rank's
                 // K/V is 1/cp of the gathered tensor.
                 assert!((hop.tensor_bytes - 2.0 * gather.tensor_bytes / f64::from(cp)).abs() < 1.0);
+            }
+        }
+    }
+
+    #[test]
+    fn transformer_engine_all_gather_and_all_to_all_ledgers_match_the_estimate() {
+        use crate::training::CpExchange;
+        let model = specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        for exchange in [CpExchange::KvAllGather, CpExchange::HeadAllToAll] {
+            let training = Training {
+                cp_exchange: exchange,
+                ..training(131072, 64, TrainingFramework::MegatronCore)
+            };
+            // Llama 3 8B has 8 K/V heads: tp 2 leaves 4 per rank, which cp 2 and 4 split.
+            for (tp, cp) in [(1, 2), (1, 8), (2, 4)] {
+                for recompute in [Recompute::None, Recompute::Full] {
+                    let request = PlanRequest {
+                        tp,
+                        cp,
+                        dp: 32 / (tp * cp),
+                        sequence_parallel: tp > 1,
+                        recompute,
+                        zero: 1,
+                        ..PlanRequest::default()
+                    };
+                    let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+                    let rows: Vec<_> = l
+                        .entries
+                        .iter()
+                        .filter(|e| e.group == GroupKind::Cp)
+                        .collect();
+                    let full = usize::from(recompute == Recompute::Full);
+                    match exchange {
+                        // Gathers in forward, backward (and the recompute), one reduce-scatter.
+                        CpExchange::KvAllGather => {
+                            assert_eq!(rows.len(), 3 + full, "{request:?}");
+                            let scatter = rows.iter().filter(|e| e.op == Op::ReduceScatter).count();
+                            assert_eq!(scatter, 1);
+                        }
+                        // Q/K/V and the output in forward (and the recompute), their gradients
+                        // in backward, every row an all-to-all.
+                        _ => {
+                            assert_eq!(rows.len(), 4 + 2 * full, "{request:?}");
+                            assert!(rows.iter().all(|e| e.op == Op::AllToAll));
+                        }
+                    }
+                }
             }
         }
     }

@@ -5,9 +5,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{
-    AttentionKernel, CpExchange, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES,
-};
+use crate::training::{AttentionKernel, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
@@ -848,15 +846,14 @@ fn stage_memory(
     } else {
         0.0
     };
-    // torchtitan's all-gather ring holds every rank's K/V chunk and fp32 gradient accumulators
-    // while a layer's attention runs (`torch_ring::backward_working_bytes`); Transformer Engine's
-    // point-to-point ring holds two chunks of the unrepeated K/V, left out.
-    let ring_peak =
-        if plan.cp > 1 && training.cp_exchange == CpExchange::TorchAllGather && layers > 0 {
-            super::torch_ring::backward_working_bytes(model, training, plan)
-        } else {
-            0.0
-        };
+    // What the context-parallel exchange holds while a layer's attention runs
+    // (`context_parallel::working_bytes`: PyTorch's gathered ring, Transformer Engine's all-gather
+    // and all-to-all; its point-to-point ring's two chunks are left out).
+    let ring_peak = if layers > 0 {
+        super::context_parallel::working_bytes(model, training, plan)
+    } else {
+        0.0
+    };
     activations += loss_peak.max(ring_peak);
 
     let used = weights + gradients + optimizer + activations;
@@ -915,6 +912,7 @@ pub fn zero_model_state_bytes(params: f64, dp: u32, zero: u8, grad_bytes: f64) -
 mod tests {
     use super::*;
     use crate::model::tests::gpt3_175b;
+    use crate::training::CpExchange;
 
     /// Each stage holds the layers the layout puts on it: DeepSeek-V3's first stage of 4 layers
     /// holds the 3 dense layers (their dense MLPs, no experts) and 1 MoE layer; it was charged 4

@@ -672,6 +672,38 @@ pub(crate) fn unit_costs_at(
             layer.recompute += recompute_share * merge_forward;
         }
         comm
+    } else if plan.cp > 1 && training.cp_exchange != CpExchange::KvRing {
+        // Transformer Engine's all-gather and all-to-all exchanges: their copies run on the
+        // compute stream, their collectives on the critical path.
+        let (copy_forward, copy_backward) = context_parallel::copy_times_s(
+            model,
+            training,
+            plan,
+            cluster.gpu.achieved_hbm_bandwidth().0,
+        );
+        layer.forward += copy_forward;
+        layer.backward += copy_backward;
+        if plan.recompute == Recompute::Full {
+            layer.recompute += recompute_share * copy_forward;
+        }
+        let speed = groups.get(GroupKind::Cp).speed;
+        if training.cp_exchange == CpExchange::KvAllGather {
+            context_parallel::kv_all_gather_pass_comm(
+                comm::cp_kv_chunk_bytes(model, training, plan),
+                plan.cp,
+                speed,
+                recompute_share,
+            )
+        } else {
+            let (qkv, output) = context_parallel::all_to_all_tensor_bytes(model, training, plan);
+            context_parallel::head_all_to_all_pass_comm(
+                qkv,
+                output,
+                plan.cp,
+                speed,
+                recompute_share,
+            )
+        }
     } else if plan.cp > 1 {
         let step_attention = layer.attention_forward / f64::from(plan.cp);
         context_parallel::kv_ring_pass_comm(
@@ -1108,6 +1140,7 @@ pub fn evaluate(
         match training.cp_exchange {
             CpExchange::KvRing => HiddenBy::AttentionBlocks,
             CpExchange::TorchAllGather => HiddenBy::DiagonalAttentionStep,
+            CpExchange::KvAllGather | CpExchange::HeadAllToAll => HiddenBy::Nothing,
         },
     ));
     terms.set(layer_comm_term(

@@ -37,6 +37,12 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     }
     set("model.tensor_model_parallel_size", plan.tp.to_string());
     set("model.context_parallel_size", plan.cp.to_string());
+    // Megatron-Core's TransformerConfig.cp_comm_type (None runs p2p), written where CP runs.
+    if plan.cp > 1
+        && let Some(kind) = training.cp_exchange.megatron_cp_comm_type()
+    {
+        set("model.cp_comm_type", kind.to_string());
+    }
     set("model.pipeline_model_parallel_size", plan.pp.to_string());
     set(
         "model.virtual_pipeline_model_parallel_size",

@@ -11,7 +11,7 @@ use super::megatron_words::{
 };
 
 use crate::plan::Recompute;
-use crate::training::{AttentionKernel, GradDtype, OptimizerStates};
+use crate::training::{AttentionKernel, CpExchange, GradDtype, OptimizerStates};
 
 /// How `--recompute-granularity full` checkpoints the layers (`--recompute-method` with
 /// `--recompute-num-layers`; the 2021 `--activations-checkpoint-method` with
@@ -196,6 +196,8 @@ pub(super) struct Parsed<'a> {
     switches: HashSet<&'a str>,
     /// `--recompute-modules a b c` (nargs='*').
     pub(super) recompute_modules: Option<Vec<&'a str>>,
+    /// `--cp-comm-type a [b ...]` (nargs='+': one type for every layer, or one per layer).
+    cp_comm_types: Option<Vec<&'a str>>,
     /// `--moe-router-load-balancing-type a [b ...]` (nargs='+' in current Megatron-LM, one type per
     /// MoE layer group; it changes no memory or time, but a capacity factor needs each of them).
     pub(super) load_balancing: Vec<&'a str>,
@@ -305,6 +307,7 @@ impl<'a> Parsed<'a> {
             values: HashMap::new(),
             switches: HashSet::new(),
             recompute_modules: None,
+            cp_comm_types: None,
             load_balancing: Vec::new(),
             launcher: HashMap::new(),
             ignored: Vec::new(),
@@ -400,6 +403,14 @@ impl<'a> Parsed<'a> {
                     i += 1;
                 }
                 parsed.recompute_modules = Some(modules);
+            } else if flag == "cp-comm-type" {
+                let mut types: Vec<&str> = inline.into_iter().collect();
+                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                    types.push(v);
+                    i += 1;
+                }
+                parsed.cp_comm_types = Some(types);
+                after_known = Some(token.to_string());
             } else if flag == "moe-router-load-balancing-type" {
                 // argparse: nargs='+' takes the words up to the next one starting with '-', the
                 // last occurrence of the flag wins, and at least one value is needed.
@@ -797,6 +808,48 @@ impl<'a> Parsed<'a> {
             (Some(kernel), _) => Ok(Some(kernel)),
             (None, true) => Ok(Some(AttentionKernel::Flash)),
             (None, false) => Ok(None),
+        }
+    }
+
+    /// `--cp-comm-type` (Megatron-LM's default p2p when absent): the context-parallel exchange,
+    /// passed to Transformer Engine as written (Megatron-Core `TEDotProductAttention`), whose
+    /// `attn_forward_func_with_cp` takes p2p, all_gather, a2a and a2a+p2p. One type per layer is
+    /// read when every layer's is the same; hierarchical a2a+p2p is refused as not modelled.
+    pub(super) fn cp_exchange(&self) -> Result<Option<CpExchange>, MegatronArgsError> {
+        let Some(types) = &self.cp_comm_types else {
+            return Ok(None);
+        };
+        let Some(first) = types.first() else {
+            return Err(MegatronArgsError::MissingValue {
+                flag: "cp-comm-type".into(),
+                example: "p2p",
+            });
+        };
+        if let Some(other) = types.iter().find(|t| *t != first) {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--cp-comm-type {}", types.join(" ")),
+                why: format!(
+                    "a communication type per layer ({first}, {other}, ...) is not modelled: tpsim prices every layer with one exchange; give one of p2p, all_gather, a2a"
+                ),
+            });
+        }
+        match *first {
+            "allgather" => Err(MegatronArgsError::Refused {
+                given: "--cp-comm-type allgather".into(),
+                why: "Transformer Engine spells it all_gather and raises \"Unsupported communication type\" for allgather (Megatron-LM passes the value through as written, whatever its help text says); write --cp-comm-type all_gather".into(),
+            }),
+            "a2a+p2p" => Err(MegatronArgsError::Refused {
+                given: "--cp-comm-type a2a+p2p".into(),
+                why: "hierarchical context parallelism (a2a inside --hierarchical-context-parallel-sizes groups, p2p across them) is not modelled; use p2p, all_gather or a2a".into(),
+            }),
+            value => match CpExchange::from_megatron_cp_comm_type(value) {
+                Some(exchange) => Ok(Some(exchange)),
+                None => Err(MegatronArgsError::BadChoice {
+                    flag: "cp-comm-type".into(),
+                    value: value.to_string(),
+                    valid: "p2p, all_gather, a2a, a2a+p2p",
+                }),
+            },
         }
     }
 

@@ -56,6 +56,8 @@ pub struct MegatronLaunch {
     pub experts: ExpertArgs,
     /// `--context-parallel-size` (default 1).
     pub cp: u32,
+    /// `--cp-comm-type` (`None` when the line is silent: Megatron-LM's p2p ring).
+    pub cp_exchange: Option<crate::training::CpExchange>,
     pub pp: u32,
     pub layers_per_virtual_stage: Option<u32>,
     /// `--num-virtual-stages-per-pipeline-rank N`: tpsim's vpp directly.
@@ -210,6 +212,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     let cp = p.number("context-parallel-size")?.unwrap_or(1);
+    let cp_exchange = p.cp_exchange()?;
     let mut unread = Vec::new();
     let (nodes, gpus_per_node) = p.launcher(&mut unread);
     let split = SplitArgs {
@@ -329,6 +332,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         tp,
         experts,
         cp,
+        cp_exchange,
         pp,
         layers_per_virtual_stage: p.number("num-layers-per-virtual-pipeline-stage")?,
         virtual_stages: p.number("num-virtual-stages-per-pipeline-rank")?,

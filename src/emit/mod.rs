@@ -388,6 +388,17 @@ impl Framework {
                     training.recompute_modules.map(|m| m.megatron_words()).unwrap_or_default()
                 ))
             }
+            // NeMo 1.x's model config carries no context-parallel communication type tpsim can
+            // vouch for, and its fragment would run the default p2p ring instead.
+            Framework::Nemo
+                if plan.cp > 1
+                    && !matches!(training.cp_exchange, crate::training::CpExchange::KvRing) =>
+            {
+                Some(format!(
+                    "--cp-exchange {} has no NeMo 1.x model-config setting tpsim can vouch for (the fragment would run Megatron-Core's p2p ring); use --emit megatron (--cp-comm-type) or --emit megatron-bridge (model.cp_comm_type)",
+                    training.cp_exchange.as_str()
+                ))
+            }
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
@@ -575,6 +586,15 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     push("tensor-model-parallel-size", n(plan.tp));
     if plan.cp > 1 {
         push("context-parallel-size", n(plan.cp));
+        // Megatron-LM's default is p2p; the other exchanges are written as Transformer Engine
+        // spells them (`CpExchange::megatron_cp_comm_type`).
+        if let Some(kind) = training
+            .cp_exchange
+            .megatron_cp_comm_type()
+            .filter(|kind| *kind != "p2p")
+        {
+            push("cp-comm-type", Some(kind.to_string()));
+        }
     }
     push("pipeline-model-parallel-size", n(plan.pp));
     match MegatronSplit::of(model, plan) {

@@ -1,0 +1,352 @@
+//! Megatron-Core's other context-parallel exchanges (`--cp-exchange kv-all-gather|head-all-to-all`,
+//! its `--cp-comm-type all_gather|a2a`): priced, read from launch lines, written back, refused
+//! where Transformer Engine refuses them.
+
+mod common;
+use common::{assert_one_line_error, json, run, scratch};
+
+/// Llama 3 8B, 64K tokens over 8 CP ranks on one H100 node, every layer recomputed.
+const EVAL: &[&str] = &[
+    "eval",
+    "--model",
+    "llama3-8b",
+    "--nodes",
+    "1",
+    "--tp",
+    "1",
+    "--cp",
+    "8",
+    "--dp",
+    "1",
+    "--micro-batch",
+    "1",
+    "--global-batch",
+    "8",
+    "--seq-len",
+    "65536",
+    "--zero",
+    "1",
+    "--recompute",
+    "full",
+];
+
+fn eval_json(exchange: &str) -> serde_json::Value {
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args.extend(["--cp-exchange", exchange, "--format", "json"]);
+    json(&args)
+}
+
+fn step_s(j: &serde_json::Value) -> f64 {
+    j["plans"][0]["time"]["step_s"].as_f64().unwrap()
+}
+
+fn cp_comm(j: &serde_json::Value) -> (f64, f64, f64) {
+    let p = &j["plans"][0];
+    (
+        p["comm"]["cp"]["wire_bytes"].as_f64().unwrap(),
+        p["comm"]["cp"]["time_s"].as_f64().unwrap(),
+        p["time"]["cp_comm_exposed_s"].as_f64().unwrap(),
+    )
+}
+
+#[test]
+fn all_gather_moves_the_rings_bytes_but_hides_none_of_them() {
+    let ring = eval_json("kv-ring");
+    let gather = eval_json("kv-all-gather");
+    assert_eq!(gather["training"]["cp_exchange"], "kv-all-gather");
+    let (ring_bytes, _, ring_exposed) = cp_comm(&ring);
+    let (gather_bytes, gather_s, gather_exposed) = cp_comm(&gather);
+    // Each rank's K/V reaches the other cp − 1 ranks once per pass either way, and dK/dV return.
+    assert!(
+        (gather_bytes - ring_bytes).abs() < 1e-6 * ring_bytes,
+        "{gather_bytes} vs {ring_bytes}"
+    );
+    // Transformer Engine's all-gather is synchronous: the whole of it is on the critical path.
+    assert!((gather_exposed - gather_s).abs() < 1e-12);
+    assert!(gather_exposed > 2.0 * ring_exposed);
+    assert!(step_s(&gather) > step_s(&ring));
+}
+
+#[test]
+fn all_to_all_carries_q_k_v_and_the_output_once_per_pass() {
+    // Per layer and micro-batch, 8,192 tokens on a rank: Q and the output 4,096 columns each,
+    // K and V 1,024 each, bf16; (cp − 1)/cp of each leaves the rank in forward, in backward and
+    // in full recompute's second forward.
+    let tokens = 65536.0 / 8.0;
+    let tensors = tokens * (4096.0 + 1024.0 + 1024.0 + 4096.0) * 2.0;
+    let per_pass = 7.0 / 8.0 * tensors * 32.0 * 8.0;
+    let j = eval_json("head-all-to-all");
+    let (bytes, time_s, exposed) = cp_comm(&j);
+    assert!(
+        (bytes - 3.0 * per_pass).abs() < 1.0,
+        "{bytes} vs {}",
+        3.0 * per_pass
+    );
+    assert!((exposed - time_s).abs() < 1e-12);
+    // Without recompute (it does not fit, exit 1, but is priced): forward and backward only.
+    let mut args: Vec<&str> = EVAL.to_vec();
+    let at = args.iter().position(|a| *a == "full").unwrap();
+    args[at] = "none";
+    args.extend(["--cp-exchange", "head-all-to-all", "--format", "json"]);
+    let (none_bytes, _, _) = cp_comm(&json(&args));
+    assert!((none_bytes - 2.0 * per_pass).abs() < 1.0, "{none_bytes}");
+    // The table names the exchange and says nothing hides it.
+    let mut text: Vec<&str> = EVAL.to_vec();
+    text.extend(["--cp-exchange", "head-all-to-all"]);
+    let r = run(&text);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("--cp-comm-type a2a"), "{}", r.stdout);
+    assert!(r.stdout.contains("CP comm") && r.stdout.contains("nothing hides it"));
+}
+
+#[test]
+fn all_to_all_needs_cp_to_split_each_tp_ranks_heads() {
+    // Llama 3 70B: 64 query and 8 K/V heads; tp 8 leaves one K/V head per rank.
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--tp",
+        "8",
+        "--cp",
+        "4",
+        "--dp",
+        "1",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "131072",
+        "--cp-exchange",
+        "head-all-to-all",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--cp 4",
+            "8 query and 1 K/V heads",
+            "valid cp: 1",
+            "kv-ring",
+        ],
+        &["panicked"],
+        "a2a with too few heads",
+    );
+    // The search proposes no such plan: every cp > 1 it keeps splits the heads.
+    let j = json(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "16",
+        "--seq-len",
+        "131072",
+        "--cp-exchange",
+        "head-all-to-all",
+        "--top",
+        "50",
+        "--format",
+        "json",
+    ]);
+    let plans = j["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    let mut with_cp = 0;
+    for p in plans {
+        let (tp, cp) = (
+            p["plan"]["tp"]
+                .as_u64()
+                .unwrap_or(p["tp"].as_u64().unwrap_or(0)),
+            p["plan"]["cp"]
+                .as_u64()
+                .unwrap_or(p["cp"].as_u64().unwrap_or(0)),
+        );
+        if cp > 1 {
+            with_cp += 1;
+            assert!((64 / tp) % cp == 0 && (8 / tp).max(1) % cp == 0, "{p}");
+        }
+    }
+    assert!(with_cp > 0, "the search kept some CP plans");
+}
+
+#[test]
+fn launch_lines_read_and_write_the_cp_comm_type() {
+    let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type rope --seq-length 65536 --max-position-embeddings 65536 --micro-batch-size 1 --global-batch-size 8 --context-parallel-size 8 --bf16 --use-distributed-optimizer --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+    let eval_line = |extra: &str| {
+        run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &format!("{line} {extra}"),
+            "--format",
+            "json",
+        ])
+    };
+    for (value, exchange) in [
+        ("p2p", "kv-ring"),
+        ("all_gather", "kv-all-gather"),
+        ("a2a", "head-all-to-all"),
+        ("a2a a2a", "head-all-to-all"),
+    ] {
+        let r = eval_line(&format!("--cp-comm-type {value}"));
+        assert_eq!(r.code, 0, "{value}: {}", r.stderr);
+        let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(j["training"]["cp_exchange"], exchange, "{value}");
+    }
+    for (value, needles) in [
+        (
+            "allgather",
+            &["all_gather", "Unsupported communication type"][..],
+        ),
+        (
+            "a2a+p2p",
+            &["a2a+p2p", "not modelled", "p2p, all_gather or a2a"][..],
+        ),
+        ("p2p a2a", &["per layer", "one of p2p, all_gather, a2a"][..]),
+        ("ring", &["\"ring\"", "p2p, all_gather, a2a"][..]),
+    ] {
+        let r = eval_line(&format!("--cp-comm-type {value}"));
+        assert_one_line_error(&r, needles, &["panicked"], value);
+    }
+    // What --emit megatron writes reads back as the same plan at the same step time.
+    let dir = scratch("cp-comm-types", "round-trip");
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args.extend(["--cp-exchange", "head-all-to-all", "--emit", "megatron"]);
+    let emitted = run(&args);
+    assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+    assert!(
+        emitted.stdout.contains("--cp-comm-type a2a"),
+        "{}",
+        emitted.stdout
+    );
+    let file = dir.join("line.sh");
+    std::fs::write(&file, &emitted.stdout).unwrap();
+    let back = json(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &format!("@{}", file.display()),
+        "--format",
+        "json",
+    ]);
+    let direct = eval_json("head-all-to-all");
+    assert_eq!(back["training"]["cp_exchange"], "head-all-to-all");
+    assert!(
+        (step_s(&back) - step_s(&direct)).abs() < 1e-9 * step_s(&direct),
+        "{} vs {}",
+        step_s(&back),
+        step_s(&direct)
+    );
+}
+
+#[test]
+fn sliding_windows_need_the_all_gather_or_the_all_to_all() {
+    // GPT-OSS-20B attends over 128-token windows on every other layer.
+    let base = [
+        "eval",
+        "--model",
+        "gpt-oss-20b",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--cp",
+        "2",
+        "--dp",
+        "4",
+        "--ep",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "16384",
+    ];
+    let r = run(&base);
+    assert_one_line_error(
+        &r,
+        &["--cp 2", "sliding", "kv-all-gather or head-all-to-all"],
+        &["panicked"],
+        "ring with windows",
+    );
+    for exchange in ["kv-all-gather", "head-all-to-all"] {
+        let mut args = base.to_vec();
+        args.extend(["--cp-exchange", exchange]);
+        let r = run(&args);
+        assert!(r.code == 0 || r.code == 1, "{exchange}: {}", r.stderr);
+        assert!(r.stdout.contains("CP comm"), "{exchange}: {}", r.stdout);
+    }
+}
+
+#[test]
+fn only_megatron_core_runs_them_and_nemo_cannot_write_them() {
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args.extend([
+        "--framework",
+        "torchtitan",
+        "--cp-exchange",
+        "kv-all-gather",
+    ]);
+    assert_one_line_error(
+        &run(&args),
+        &[
+            "kv-all-gather",
+            "--cp-comm-type all_gather",
+            "--framework megatron-core",
+        ],
+        &["panicked"],
+        "torchtitan with TE's all-gather",
+    );
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args.extend(["--cp-exchange", "kv-all-gather", "--emit", "nemo"]);
+    assert_one_line_error(
+        &run(&args),
+        &["NeMo 1.x", "--emit megatron-bridge"],
+        &["panicked"],
+        "NeMo fragment",
+    );
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args.extend([
+        "--cp-exchange",
+        "kv-all-gather",
+        "--emit",
+        "megatron-bridge",
+    ]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("model.cp_comm_type=all_gather"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_saved_plan_keeps_its_exchange() {
+    let dir = scratch("cp-comm-types", "saved");
+    let file = dir.join("plan.yaml");
+    let file_s = file.display().to_string();
+    let mut args: Vec<&str> = EVAL.to_vec();
+    args[0] = "plan";
+    // plan takes the pins; --save writes the best plan with its exchange.
+    args.extend(["--cp-exchange", "kv-all-gather", "--save", &file_s]);
+    let r = run(&args);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("cp_exchange: kv-all-gather"), "{text}");
+    let back = json(&["eval", "--plan", &file_s, "--format", "json"]);
+    assert_eq!(back["training"]["cp_exchange"], "kv-all-gather");
+    // The saved best plan, evaluated, takes what the search gave it.
+    let mut searched: Vec<&str> = EVAL.to_vec();
+    searched[0] = "plan";
+    searched.extend(["--cp-exchange", "kv-all-gather", "--format", "json"]);
+    let best = json(&searched);
+    assert!(
+        (step_s(&back) - step_s(&best)).abs() < 1e-9 * step_s(&best),
+        "{} vs {}",
+        step_s(&back),
+        step_s(&best)
+    );
+}
