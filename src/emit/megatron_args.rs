@@ -199,6 +199,9 @@ pub(super) struct Parsed<'a> {
     /// `--moe-router-load-balancing-type a [b ...]` (nargs='+' in current Megatron-LM, one type per
     /// MoE layer group; it changes no memory or time, but a capacity factor needs each of them).
     pub(super) load_balancing: Vec<&'a str>,
+    /// `--cp-comm-type a [b ...]` (nargs='+': one type, or one per layer), how context
+    /// parallelism exchanges K/V ([`Parsed::refuse_unmodelled`] reads it).
+    pub(super) cp_comm_type: Vec<&'a str>,
     launcher: HashMap<&'a str, &'a str>,
     pub(super) ignored: Vec<String>,
     /// Words that follow a flag tpsim reads but are none of its values ("\"stray\" after --bf16").
@@ -306,6 +309,7 @@ impl<'a> Parsed<'a> {
             switches: HashSet::new(),
             recompute_modules: None,
             load_balancing: Vec::new(),
+            cp_comm_type: Vec::new(),
             launcher: HashMap::new(),
             ignored: Vec::new(),
             strays: Vec::new(),
@@ -400,12 +404,17 @@ impl<'a> Parsed<'a> {
                     i += 1;
                 }
                 parsed.recompute_modules = Some(modules);
-            } else if flag == "moe-router-load-balancing-type" {
+            } else if flag == "moe-router-load-balancing-type" || flag == "cp-comm-type" {
                 // argparse: nargs='+' takes the words up to the next one starting with '-', the
                 // last occurrence of the flag wins, and at least one value is needed.
                 parsed.ignored.push(token.to_string());
-                parsed.load_balancing.clear();
-                parsed.load_balancing.extend(inline);
+                let (values, example) = if flag == "cp-comm-type" {
+                    (&mut parsed.cp_comm_type, "p2p")
+                } else {
+                    (&mut parsed.load_balancing, "aux_loss")
+                };
+                values.clear();
+                values.extend(inline);
                 while let Some(v) = tokens
                     .get(i)
                     .filter(|v| !v.starts_with('-') && !v.starts_with(is_lookalike_dash))
@@ -416,13 +425,13 @@ impl<'a> Parsed<'a> {
                             why,
                         });
                     }
-                    parsed.load_balancing.push(v);
+                    values.push(v);
                     i += 1;
                 }
-                if parsed.load_balancing.is_empty() {
+                if values.is_empty() {
                     return Err(MegatronArgsError::MissingValue {
                         flag: flag.to_string(),
-                        example: "aux_loss",
+                        example,
                     });
                 }
             } else {

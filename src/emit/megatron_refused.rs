@@ -68,6 +68,20 @@ impl Parsed<'_> {
             }
         }
         self.refuse_unknown_moe()?;
+        // Megatron-Core's `cp_comm_type` (TransformerConfig; arguments.py `--cp-comm-type`,
+        // default ["p2p"]): p2p is Transformer Engine's K/V ring, what tpsim models
+        // (`CpExchange::KvRing`); all_gather, a2a (Ulysses) and a2a+p2p move other tensors over
+        // other groups. Without context parallelism none of them runs.
+        if self.number("context-parallel-size")?.unwrap_or(1) > 1
+            && let Some(other) = self.cp_comm_type.iter().find(|t| **t != "p2p")
+        {
+            return Err(not_modelled(
+                format!("--cp-comm-type {}", self.cp_comm_type.join(" ")),
+                &format!(
+                    "context parallelism exchanging K/V by {other} is not modelled; tpsim models Transformer Engine's point-to-point ring, --cp-comm-type p2p (Megatron-LM's default)"
+                ),
+            ));
+        }
         if let Some(v) = self.value("optimizer")
             && v != "adam"
         {
