@@ -419,8 +419,16 @@ pub fn parse_with_note(
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 position_embedding: PositionEmbedding::LearnedAbsolute,
                 norm: Norm::Layernorm,
-                // GPT-2 config: resid_pdrop / attn_pdrop 0.1.
-                dropout: true,
+                // GPT2Config: resid_pdrop (after attention and MLP), embd_pdrop and attn_pdrop,
+                // 0.1 each by default.
+                dropout: reader.dropout(
+                    &[
+                        ("resid_pdrop", 0.1),
+                        ("embd_pdrop", 0.1),
+                        ("attn_pdrop", 0.1),
+                    ],
+                    false,
+                )?,
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
@@ -446,12 +454,13 @@ pub fn parse_with_note(
                 qk_norm: false,
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
-                position_embedding: PositionEmbedding::Rope,
+                position_embedding: reader.rope(false)?,
                 norm: Norm::Layernorm,
-                // GPT-NeoX configs: hidden_dropout / attention_dropout 0 unless set.
-                dropout: reader
-                    .probability("hidden_dropout")?
-                    .is_some_and(|p| p > 0.0),
+                // GPTNeoXConfig: hidden_dropout / attention_dropout 0.0 unless set.
+                dropout: reader.dropout(
+                    &[("hidden_dropout", 0.0), ("attention_dropout", 0.0)],
+                    false,
+                )?,
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
@@ -492,11 +501,14 @@ pub fn parse_with_note(
                 position_embedding: if reader.flag("alibi")?.unwrap_or(false) {
                     PositionEmbedding::Alibi
                 } else {
-                    PositionEmbedding::Rope
+                    reader.rope(false)?
                 },
                 norm: Norm::Layernorm,
-                // Falcon configs: hidden_dropout 0.0, attention_dropout 0.0.
-                dropout: false,
+                // FalconConfig: hidden_dropout 0.0, attention_dropout 0.0.
+                dropout: reader.dropout(
+                    &[("hidden_dropout", 0.0), ("attention_dropout", 0.0)],
+                    false,
+                )?,
                 mla: None,
                 moe: None,
                 mtp_layers: 0,
@@ -708,6 +720,112 @@ impl Reader<'_> {
                 Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
                 _ => Err(self.bad(key, v, "a probability between 0 and 1")),
             },
+        }
+    }
+
+    /// Dropout as tpsim models it: one switch for the dropout after attention and MLP and the
+    /// attention dropout together (Megatron's `--hidden-dropout` and `--attention-dropout`;
+    /// `Model::dropout`, which keeps the masks and runs the kernels), from the config's
+    /// probabilities `keys`, each with its `*Config` class default when absent (or null). On when
+    /// every one is positive, off when every one is 0; a mix is refused, since either reading
+    /// prices, and an emitted configuration trains, another model than the config's. A family
+    /// whose blocks have no hidden dropout (the Llama-style `*Config` classes read only
+    /// `attention_dropout`, default 0.0, in their attention) passes `no_hidden_dropout`: there
+    /// any positive value is such a mix.
+    fn dropout(
+        &self,
+        keys: &[(&'static str, f64)],
+        no_hidden_dropout: bool,
+    ) -> Result<bool, HfConfigError> {
+        let mut read = Vec::with_capacity(keys.len());
+        for &(key, default) in keys {
+            read.push((key, self.probability(key)?.unwrap_or(default)));
+        }
+        let on = read.iter().filter(|(_, p)| *p > 0.0).count();
+        if on == 0 {
+            return Ok(false);
+        }
+        if on == read.len() && !no_hidden_dropout {
+            return Ok(true);
+        }
+        let said: Vec<String> = read
+            .iter()
+            .map(
+                |(key, p)| match self.obj.get(*key).filter(|v| !v.is_null()) {
+                    Some(v) => format!("\"{key}\" {}", written(self.text, key, v)),
+                    None => format!("\"{key}\" {p} (the class default)"),
+                },
+            )
+            .collect();
+        let rule = if no_hidden_dropout {
+            format!(
+                "the {} blocks have no other dropout (none after attention and MLP), and tpsim models dropout as one switch for the hidden and attention dropouts together (Megatron's --hidden-dropout and --attention-dropout)",
+                self.family
+            )
+        } else {
+            "tpsim models dropout as one switch for all of them (Megatron's --hidden-dropout and --attention-dropout together)".to_string()
+        };
+        let said = match said.split_last() {
+            Some((last, rest)) if !rest.is_empty() => {
+                format!("{} and {last} differ", rest.join(", "))
+            }
+            _ => said.join(""),
+        };
+        Err(self.unsupported(format!(
+            "{said}: {rule}, so it would price, and an emitted configuration would train, other dropout than the config's; set {} to 0.0{}",
+            if read.len() == 1 { "it" } else { "them all" },
+            if no_hidden_dropout {
+                ""
+            } else {
+                " or all above 0"
+            }
+        )))
+    }
+
+    /// The rotary embedding as the config's `rope_scaling` (transformers' key; `rope_parameters`
+    /// in transformers 5) says it runs. The scaling types transformers knows
+    /// (`modeling_rope_utils.ROPE_INIT_FUNCTIONS`: default, linear, dynamic, yarn, longrope,
+    /// llama3) change only the frequencies, so each is `rope` to the kernels, except YaRN:
+    /// Megatron-Bridge builds a GPT model whose config says `"rope_type": "yarn"` with
+    /// `position_embedding_type = "yarn"` (`model_bridge.py`, "For GPT providers:
+    /// rope_type=="yarn" → "yarn""), which it, like Megatron-LM's arguments, runs without RoPE
+    /// fusion (`fusions.validate_rope_fusion_compatibility`). `yarn_kept_as_rope` is for the
+    /// families whose YaRN tpsim prices as `rope`: latent attention (Megatron-Bridge keeps MLA
+    /// models on "rope" and passes the YaRN factors to MLA's own rotary embedding) and GPT-OSS
+    /// (priced as its bundled model, without its YaRN; `--emit megatron` says so). A
+    /// `rope_scaling` that is not an object, or names no type or one transformers does not
+    /// know, builds no model in transformers and is refused.
+    fn rope(&self, yarn_kept_as_rope: bool) -> Result<PositionEmbedding, HfConfigError> {
+        let (key, value) = match (
+            self.obj.get("rope_scaling"),
+            self.obj.get("rope_parameters"),
+        ) {
+            (Some(v), _) if !v.is_null() => ("rope_scaling", v),
+            (_, Some(v)) if !v.is_null() => ("rope_parameters", v),
+            _ => return Ok(PositionEmbedding::Rope),
+        };
+        let Some(fields) = value.as_object() else {
+            return Err(self.unsupported(format!(
+                "key \"{key}\" is {}, which is not an object; write it as transformers does, e.g. \"{key}\": {{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}}, or remove it for plain RoPE",
+                value.to_string().chars().take(80).collect::<String>()
+            )));
+        };
+        if fields.is_empty() {
+            return Ok(PositionEmbedding::Rope);
+        }
+        const KNOWN: &[&str] = &["default", "linear", "dynamic", "yarn", "longrope", "llama3"];
+        let kind = fields.get("rope_type").or_else(|| fields.get("type"));
+        match kind.and_then(Value::as_str) {
+            Some("yarn") if !yarn_kept_as_rope => Ok(PositionEmbedding::Yarn),
+            Some(known) if KNOWN.contains(&known) => Ok(PositionEmbedding::Rope),
+            _ => Err(self.unsupported(format!(
+                "key \"{key}\" has {}, which is not a RoPE scaling type transformers knows; give \"rope_type\" one of {} (e.g. \"rope_type\": \"yarn\"), or remove \"{key}\" for plain RoPE",
+                match kind {
+                    Some(k) => format!("\"rope_type\" {}", k.to_string().chars().take(80).collect::<String>()),
+                    None => "no \"rope_type\" (nor \"type\")".to_string(),
+                },
+                KNOWN.join(", ")
+            ))),
         }
     }
 
@@ -998,10 +1116,10 @@ impl Reader<'_> {
             qk_norm: matches!(model_type, "qwen3" | "qwen3_moe"),
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(tie_default),
-            position_embedding: PositionEmbedding::Rope,
+            position_embedding: self.rope(false)?,
             norm: Norm::Rmsnorm,
             // Llama-family configs set attention_dropout 0.0 and have no hidden dropout.
-            dropout: false,
+            dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
             mla: None,
             moe,
             mtp_layers: 0,
@@ -1079,9 +1197,10 @@ impl Reader<'_> {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            position_embedding: PositionEmbedding::Rope,
+            position_embedding: self.rope(true)?,
             norm: Norm::Rmsnorm,
-            dropout: false,
+            // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
+            dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
             mla: Some(Mla {
                 q_lora_rank,
                 kv_lora_rank: self.class_default("kv_lora_rank", 512)?,
@@ -1135,9 +1254,10 @@ impl Reader<'_> {
             qk_norm: false,
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            position_embedding: PositionEmbedding::Rope,
+            position_embedding: self.rope(true)?,
             norm: Norm::Rmsnorm,
-            dropout: false,
+            // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
+            dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
             mla: None,
             moe: Some(Moe {
                 experts: self.class_default("num_local_experts", 128)?,
@@ -1221,9 +1341,10 @@ impl Reader<'_> {
             qk_norm: self.flag("use_qk_norm")?.unwrap_or(false),
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
-            position_embedding: PositionEmbedding::Rope,
+            position_embedding: self.rope(false)?,
             norm: Norm::Rmsnorm,
-            dropout: false,
+            // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
+            dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
             mla: None,
             moe: Some(Moe {
                 experts,

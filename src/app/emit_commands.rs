@@ -39,6 +39,16 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
         s.training.framework.as_str(),
         framework.name()
     );
+    // `--tokens` is no setting of the configuration; its answer, said by `plan` and `eval`'s
+    // breakdown, would otherwise be lost beside a launch configuration.
+    if let (Some(tokens), Some(seconds)) = (s.training.tokens, e.time_to_train_s) {
+        eprintln!(
+            "note: --tokens {}: {} to train at {} s per step",
+            crate::units::format_count(tokens),
+            crate::report::duration(seconds),
+            show_step_s(e.time.step_s.0)
+        );
+    }
     if let Some(why) = framework.unsaid_moe_imbalance(&s.training) {
         eprintln!("note: {why}");
     }

@@ -20,6 +20,11 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     set("model.ffn_hidden_size", model.ffn_hidden.to_string());
     set("model.num_attention_heads", model.heads.to_string());
     set("model.num_query_groups", model.kv_heads.to_string());
+    // Megatron-Core `TransformerConfig.kv_channels` (Megatron-Bridge maps HF `head_dim` to it):
+    // written out, since a recipe whose provider leaves it None gets hidden_size //
+    // num_attention_heads at `finalize()` (transformer_config.py `__post_init__`), another width
+    // where the model's heads are not hidden / heads wide.
+    set("model.kv_channels", model.head_dim.to_string());
     // run_recipe.py: "The selected dataset owns the sequence length"; the runner copies it to
     // model.seq_length, which is written too so both agree.
     set("dataset.seq_length", training.seq_len.to_string());

@@ -302,6 +302,25 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     {
         notes.push("--moe-router-num-groups without --moe-router-group-topk: Megatron-Core limits a token's groups only when the group top-k is set, so routing is read as unlimited".to_string());
     }
+    // arguments.py: --hidden-dropout and --attention-dropout default 0.1. tpsim's model has one
+    // dropout switch for both (the masks of `cost::memory`), on when both are.
+    let (hidden_dropout, attention_dropout) = (
+        p.probability("hidden-dropout")?,
+        p.probability("attention-dropout")?,
+    );
+    let on = |given: Option<f64>| given.is_none_or(|x| x > 0.0);
+    let dropout = on(hidden_dropout) && on(attention_dropout);
+    if on(hidden_dropout) != on(attention_dropout) {
+        let said = |flag: &str, given: Option<f64>| match given {
+            Some(x) => format!("--{flag} {x}"),
+            None => format!("--{flag} 0.1 (Megatron-LM's default)"),
+        };
+        notes.push(format!(
+            "{} with {}: tpsim models dropout as one switch for both, so the line is read as no dropout (no masks kept, no dropout kernels), and an emitted line writes both as 0; give both the same",
+            said("hidden-dropout", hidden_dropout),
+            said("attention-dropout", attention_dropout)
+        ));
+    }
     Ok(MegatronLaunch {
         layers,
         hidden,
@@ -320,13 +339,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
         position_embedding,
         norm,
-        // arguments.py: --hidden-dropout and --attention-dropout default 0.1.
-        dropout: [
-            p.probability("hidden-dropout")?,
-            p.probability("attention-dropout")?,
-        ]
-        .iter()
-        .all(|given| given.is_none_or(|x| x > 0.0)),
+        dropout,
         mtp_layers,
         attention_window: p.attention_window()?,
         tp,

@@ -167,6 +167,20 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
             "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it); write {megatron}"
         ));
     }
+    // `--no-sequence-parallel`: the switches tpsim reads are argparse `store_true` flags (the
+    // `--no-*` / `--disable-*` forms exist only for `store_false` ones: Megatron-LM
+    // `argument_utils.py` ArgumentGroupFactory, and the hand-written flags in arguments.py), so
+    // Megatron-LM refuses the negation, and skipping it would keep the switch on where the line
+    // asks for it off.
+    if let Some(switch) = ["no-", "disable-"]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+        .filter(|rest| SWITCHES.contains(rest))
+    {
+        return Some(format!(
+            "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it and read --{switch} as the rest of the line says); Megatron-LM turns --{switch} off by leaving it out: drop both"
+        ));
+    }
     if name == "model-parallel-size" {
         return Some(
             "is Megatron-LM's retired name, which its arguments.py refuses (\"--model-parallel-size is no longer valid\"); write --tensor-model-parallel-size".to_string(),

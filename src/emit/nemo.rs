@@ -45,6 +45,10 @@ struct NemoModel {
     ffn_hidden_size: u32,
     num_attention_heads: u32,
     num_query_groups: u32,
+    /// One attention head's width, written out: megatron_gpt_config.yaml has `kv_channels: null`
+    /// ("Set to hidden_size // num_attention_heads if null"), which a merge would otherwise keep
+    /// for a model whose heads are wider or narrower than that (Gemma-7B, Qwen3-MoE).
+    kv_channels: u32,
     activation: &'static str,
     normalization: &'static str,
     bias: bool,
@@ -115,6 +119,7 @@ pub fn nemo_yaml(
             ffn_hidden_size: model.ffn_hidden,
             num_attention_heads: model.heads,
             num_query_groups: model.kv_heads,
+            kv_channels: model.head_dim,
             activation: if model.gated_mlp {
                 "fast-swiglu"
             } else {
