@@ -440,3 +440,28 @@ fn emit_says_the_time_to_train_tokens() {
         assert!(!r.stdout.contains("tokens"), "{}", r.stdout);
     }
 }
+
+/// `--transformer-impl local` was skipped as "does not change memory or time" while the line was
+/// priced with Transformer Engine's fused kernels, FP8 and TP overlap it cannot run; it is refused
+/// by name now, and Megatron-LM's default is still read.
+#[test]
+fn a_non_transformer_engine_implementation_is_refused() {
+    for value in ["local", "inference_optimized"] {
+        let r = launch(&format!(
+            "--hidden-dropout 0 --attention-dropout 0 --transformer-impl {value}"
+        ));
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--transformer-impl {value}"),
+                "not modelled",
+                "transformer_engine",
+            ],
+            &["skipped"],
+            value,
+        );
+    }
+    let r =
+        launch("--hidden-dropout 0 --attention-dropout 0 --transformer-impl transformer_engine");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

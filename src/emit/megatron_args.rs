@@ -69,6 +69,7 @@ pub enum MegatronArgsError {
 
 /// Arguments that take a value.
 pub(super) const VALUED: &[&str] = &[
+    "transformer-impl",
     "num-layers",
     "hidden-size",
     "num-attention-heads",

@@ -67,6 +67,25 @@ impl Parsed<'_> {
                 return Err(not_modelled(format!("--{flag} {v}"), why));
             }
         }
+        // Megatron-Core's `transformer_impl` (TransformerConfig, default "transformer_engine"):
+        // "local" builds the layers from Megatron-Core's own modules (gpt_builders.py: `use_te`
+        // false), without Transformer Engine's fused attention, FP8 or userbuffers TP overlap,
+        // which is not what tpsim prices; "inference_optimized" is for inference.
+        if let Some(v) = self.value("transformer-impl")
+            && v != "transformer_engine"
+        {
+            let built = if v == "local" {
+                "Megatron-Core's own modules, with other kernels"
+            } else {
+                "other layers"
+            };
+            return Err(not_modelled(
+                format!("--transformer-impl {v}"),
+                &format!(
+                    "tpsim prices Transformer Engine's layers (--transformer-impl transformer_engine, Megatron-LM's default); {v} builds {built}, not modelled; drop it or use transformer_engine"
+                ),
+            ));
+        }
         self.refuse_unknown_moe()?;
         if let Some(v) = self.value("optimizer")
             && v != "adam"
