@@ -418,6 +418,7 @@ pub fn parse_with_note(
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 position_embedding: PositionEmbedding::LearnedAbsolute,
+                rotary_percent: None,
                 norm: Norm::Layernorm,
                 // GPT2Config: resid_pdrop (after attention and MLP), embd_pdrop and attn_pdrop,
                 // 0.1 each by default.
@@ -455,6 +456,8 @@ pub fn parse_with_note(
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
                 position_embedding: reader.rope(false)?,
+                // GPTNeoXConfig: rotary_pct=0.25 by default.
+                rotary_percent: reader.rotary_share("rotary_pct", 0.25)?,
                 norm: Norm::Layernorm,
                 // GPTNeoXConfig: hidden_dropout / attention_dropout 0.0 unless set.
                 dropout: reader.dropout(
@@ -503,6 +506,7 @@ pub fn parse_with_note(
                 } else {
                     reader.rope(false)?
                 },
+                rotary_percent: None,
                 norm: Norm::Layernorm,
                 // FalconConfig: hidden_dropout 0.0, attention_dropout 0.0.
                 dropout: reader.dropout(
@@ -710,6 +714,26 @@ impl Reader<'_> {
                     )
                 }),
         }
+    }
+
+    /// The share of each head the rotary embedding rotates, from `key` (`partial_rotary_factor`;
+    /// GPT-NeoX's `rotary_pct`), or the config class's `default` when absent or null; `None` for
+    /// the whole head (`Model::rotary_percent`).
+    fn rotary_share(&self, key: &'static str, default: f64) -> Result<Option<f64>, HfConfigError> {
+        let share = match self.obj.get(key) {
+            None | Some(Value::Null) => default,
+            Some(v) => match v.as_f64() {
+                Some(p) if p > 0.0 && p <= 1.0 => p,
+                _ => {
+                    return Err(self.bad(
+                        key,
+                        v,
+                        "a share of each head in (0, 1] (the rotary embedding rotates that part of every query and key head; GPT-NeoX ships 0.25, GLM 0.5)",
+                    ));
+                }
+            },
+        };
+        Ok((share < 1.0).then_some(share))
     }
 
     /// A dropout probability in [0, 1].
@@ -1117,6 +1141,8 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(tie_default),
             position_embedding: self.rope(false)?,
+            // transformers' rope setup reads partial_rotary_factor where a config has it (1.0 else).
+            rotary_percent: self.rotary_share("partial_rotary_factor", 1.0)?,
             norm: Norm::Rmsnorm,
             // Llama-family configs set attention_dropout 0.0 and have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
@@ -1198,6 +1224,7 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
             position_embedding: self.rope(true)?,
+            rotary_percent: None,
             norm: Norm::Rmsnorm,
             // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
@@ -1255,6 +1282,7 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
             position_embedding: self.rope(true)?,
+            rotary_percent: None,
             norm: Norm::Rmsnorm,
             // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
@@ -1342,6 +1370,8 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
             position_embedding: self.rope(false)?,
+            // Glm4MoeConfig: kwargs.setdefault("partial_rotary_factor", 0.5).
+            rotary_percent: self.rotary_share("partial_rotary_factor", 0.5)?,
             norm: Norm::Rmsnorm,
             // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
@@ -1471,6 +1501,10 @@ impl Reader<'_> {
             }
             // Only a flag over the config can ask for KV groups on latent attention.
             ModelError::KvHeadsWithLatentAttention { .. } => e.to_string(),
+            // The reader checks partial_rotary_factor / rotary_pct itself, in the config's words.
+            ModelError::RotaryPercentRange { .. }
+            | ModelError::RotaryPercentWithoutRope { .. }
+            | ModelError::RotaryPercentWithLatentAttention { .. } => e.to_string(),
             ModelError::RouterGroups {
                 groups,
                 group_topk,

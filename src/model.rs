@@ -85,6 +85,26 @@ impl PositionEmbedding {
         }
     }
 
+    /// The words the model line prints, with the rotated share of each head where it is partial.
+    pub fn describe_with(self, rotary_percent: Option<f64>) -> String {
+        match rotary_percent {
+            Some(p) if self.is_rotary() => {
+                let percent = 100.0 * p;
+                let places = if (percent - percent.round()).abs() < 1e-9 {
+                    0
+                } else {
+                    1
+                };
+                format!(
+                    "{} on {}% of each head",
+                    self.describe(),
+                    crate::units::show_measured(percent, places)
+                )
+            }
+            _ => self.describe().to_string(),
+        }
+    }
+
     /// Whether a Megatron-LM launch line with this type can run Transformer Engine's fused RoPE:
     /// arguments.py turns `apply_rope_fusion` off for every type but `rope` ("Legacy RoPE
     /// arguments": `if args.position_embedding_type != 'rope': args.apply_rope_fusion = False`).
@@ -365,6 +385,11 @@ pub struct ModelFile {
     /// when they agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_position_embeddings: Option<bool>,
+    /// Share of each head's dimensions the rotary embedding rotates (Megatron-LM
+    /// `--rotary-percent`; HF `partial_rotary_factor`, GPT-NeoX `rotary_pct`), in (0, 1]; the rest
+    /// passes through unrotated. Rotary position types only. Default: 1, the whole head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_percent: Option<f64>,
     /// Default: layernorm.
     #[serde(default)]
     pub norm: Option<Norm>,
@@ -428,6 +453,8 @@ pub struct Model {
     pub shared_layer_norm: bool,
     pub tied_embeddings: bool,
     pub position_embedding: PositionEmbedding,
+    /// Share of each head the rotary embedding rotates (`ModelFile::rotary_percent`); None: all.
+    pub rotary_percent: Option<f64>,
     pub norm: Norm,
     pub dropout: bool,
     pub mla: Option<Mla>,
@@ -532,6 +559,18 @@ pub enum ModelError {
         "learned_position_embeddings: false does not say how the model encodes positions, and rotary embeddings (a kernel on Q and K in every layer) cost what ALiBi and none do not; replace it with position_embedding_type: rope (or alibi, or none)"
     )]
     PositionUnsaid,
+    #[error(
+        "rotary_percent {value} must be a share of each head in (0, 1] (Megatron-LM --rotary-percent, HF partial_rotary_factor: 0.25 for GPT-NeoX, 0.5 for GLM); give one, or drop it to rotate the whole head"
+    )]
+    RotaryPercentRange { value: f64 },
+    #[error(
+        "rotary_percent {value} is given for {kind}, which rotates nothing; drop it, or use position_embedding_type: rope"
+    )]
+    RotaryPercentWithoutRope { value: f64, kind: &'static str },
+    #[error(
+        "rotary_percent {value} with latent attention: its heads already rotate only their qk_pos_emb_head_dim part (--qk-pos-emb-head-dim); drop rotary_percent"
+    )]
+    RotaryPercentWithLatentAttention { value: f64 },
 }
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
@@ -621,6 +660,8 @@ impl Model {
             shared_layer_norm: file.shared_layer_norm,
             tied_embeddings: file.tied_embeddings,
             position_embedding: file.position_embedding()?,
+            // A whole-head rotary is the default, said as nothing.
+            rotary_percent: file.rotary_percent.filter(|p| *p != 1.0),
             norm: file.norm.unwrap_or(Norm::Layernorm),
             dropout: file.dropout,
             mla: file.mla,
@@ -658,6 +699,7 @@ impl Model {
             tied_embeddings: self.tied_embeddings,
             position_embedding_type: Some(self.position_embedding),
             learned_position_embeddings: None,
+            rotary_percent: self.rotary_percent,
             norm: Some(self.norm),
             dropout: self.dropout,
             mla: self.mla,
@@ -709,6 +751,20 @@ impl Model {
         for (what, value, fix) in positive {
             if value == 0 {
                 return Err(ModelError::Zero { what, value, fix });
+            }
+        }
+        if let Some(value) = self.rotary_percent {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(ModelError::RotaryPercentRange { value });
+            }
+            if !self.position_embedding.is_rotary() {
+                return Err(ModelError::RotaryPercentWithoutRope {
+                    value,
+                    kind: self.position_embedding.describe(),
+                });
+            }
+            if self.mla.is_some() {
+                return Err(ModelError::RotaryPercentWithLatentAttention { value });
             }
         }
         if let Some(window) = self.attention_window
@@ -947,6 +1003,7 @@ pub(crate) mod tests {
             shared_layer_norm: false,
             tied_embeddings: true,
             position_embedding: PositionEmbedding::LearnedAbsolute,
+            rotary_percent: None,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,
@@ -992,6 +1049,7 @@ pub(crate) mod tests {
             shared_layer_norm: false,
             tied_embeddings: false,
             position_embedding: PositionEmbedding::Rope,
+            rotary_percent: None,
             norm: Norm::Rmsnorm,
             dropout: false,
             mla: None,

@@ -589,6 +589,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
             crate::model::PositionEmbedding::Rope
         }),
         learned_position_embeddings: None,
+        rotary_percent: None,
         norm: Some(if llama {
             crate::model::Norm::Rmsnorm
         } else {

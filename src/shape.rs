@@ -108,6 +108,7 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         shared_layer_norm: false,
         tied_embeddings: true,
         position_embedding: crate::model::PositionEmbedding::LearnedAbsolute,
+        rotary_percent: None,
         norm: Norm::Layernorm,
         dropout: true,
         mla: None,

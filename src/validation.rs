@@ -426,6 +426,7 @@ pub fn accuracy_with_skips(
             } else {
                 PositionEmbedding::LearnedAbsolute
             },
+            rotary_percent: None,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,
@@ -608,6 +609,7 @@ pub fn vtrain_cases(
             shared_layer_norm: false,
             tied_embeddings: true,
             position_embedding: PositionEmbedding::LearnedAbsolute,
+            rotary_percent: None,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,

@@ -414,6 +414,7 @@ fn resolve_base_model(
                 None => PositionEmbedding::LearnedAbsolute,
             }),
             learned_position_embeddings: None,
+            rotary_percent: None,
             norm: Some(match args.normalization.as_deref() {
                 Some(norm) => megatron_norm(Some(norm))?,
                 None if llama => Norm::Rmsnorm,
@@ -564,6 +565,7 @@ pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
         shared_layer_norm: false,
         tied_embeddings: true,
         position_embedding: crate::model::PositionEmbedding::Rope,
+        rotary_percent: None,
         norm: Norm::Layernorm,
         dropout: false,
         mla: None,

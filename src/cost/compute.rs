@@ -233,8 +233,11 @@ const FUSED_ROPE_BYTES_PER_ELEMENT: f64 = 2.0 * ELEMENT_BYTES;
 /// _apply_rotary_pos_emb_bshd`, run when `apply_rope_fusion` is off): `_rotate_half` negates one
 /// half (2 + 2 per half element: 2) and concatenates the halves (2 + 2: 4); `t * cos` (2 + 2),
 /// `rotate_half(t) * sin` (2 + 2), their sum (2 + 2 + 2) and the final `torch.cat` with the
-/// unrotated part (2 + 2): 6 + 4 + 4 + 6 + 4 = 24, where the fused kernel moves 4.
+/// unrotated part (2 + 2): 6 + 4 + 4 + 6 + 4 = 24, where the fused kernel moves 4. The first 20
+/// are per rotated element (`t[..., :rot_dim]`), the cat's 4 per element of the whole head.
 const UNFUSED_ROPE_BYTES_PER_ELEMENT: f64 = 12.0 * ELEMENT_BYTES;
+/// Of those, the final `torch.cat`'s bytes per element of the whole head (read 2, write 2).
+const UNFUSED_ROPE_CAT_BYTES_PER_ELEMENT: f64 = 2.0 * ELEMENT_BYTES;
 
 /// HBM bytes per token of one layer's forward rotary embedding, before the split over TP ranks
 /// (Q and K are split by heads, so all of it is inside the TP region); 0 for a model without
@@ -256,9 +259,9 @@ const UNFUSED_ROPE_BYTES_PER_ELEMENT: f64 = 12.0 * ELEMENT_BYTES;
 ///   (`mla_rotary_interleaved`), of every head's rotary part and of the shared rotary key; then
 ///   `torch.cat` builds Q (2 + 2 per element) and K (the shared key read once, broadcast), and V
 ///   is made contiguous out of the K/V split (2 + 2).
-/// - A partial rotary (`rotary_percent` < 1, GPT-NeoX, GLM) pays the unfused operators on its
-///   rotated part only, the passed-through rest 4 bytes; tpsim keeps no rotary fraction and
-///   charges the whole width, an overstatement for those models when unfused.
+/// - A partial rotary (`Model::rotary_percent` < 1, GPT-NeoX, GLM) pays the unfused operators on
+///   its rotated part only (`t[..., :rot_dim]`) and the final `torch.cat` over the whole head:
+///   20 bytes per rotated element and 4 per element; fused, the whole width as above.
 ///
 /// The backward follows the forward, as for every element-wise kernel here (twice the forward):
 /// the inverse rotation of dQ and dK. (The concatenation of dQ, dK and dV that Transformer
@@ -274,6 +277,12 @@ pub fn rope_bytes_per_token(model: &Model, fused: bool) -> f64 {
         UNFUSED_ROPE_BYTES_PER_ELEMENT
     };
     match model.mla {
+        None if !fused => {
+            let rotated = model.rotary_percent.unwrap_or(1.0);
+            let rotation = UNFUSED_ROPE_BYTES_PER_ELEMENT - UNFUSED_ROPE_CAT_BYTES_PER_ELEMENT;
+            (rotation * rotated + UNFUSED_ROPE_CAT_BYTES_PER_ELEMENT)
+                * (model.q_width() + model.kv_width())
+        }
         None => per_element * (model.q_width() + model.kv_width()),
         Some(mla) => {
             let heads = f64::from(model.heads);

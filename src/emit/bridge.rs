@@ -134,6 +134,12 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     // Written out either way for rotary models: the benchmark recipes turn it on
     // (perf_recipes/_common.py), some providers off (deepseek_v3_bridge.py).
     if model.position_embedding.is_rotary() {
+        // GPTModelProvider.rotary_percent (default 1.0; model_bridge.py maps HF
+        // partial_rotary_factor onto it).
+        set(
+            "model.rotary_percent",
+            model.rotary_percent.unwrap_or(1.0).to_string(),
+        );
         set("model.apply_rope_fusion", training.rope_fusion.to_string());
     }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and

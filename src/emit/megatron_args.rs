@@ -70,6 +70,7 @@ pub enum MegatronArgsError {
 /// Arguments that take a value.
 pub(super) const VALUED: &[&str] = &[
     "transformer-impl",
+    "rotary-percent",
     "num-layers",
     "hidden-size",
     "num-attention-heads",

@@ -43,6 +43,8 @@ pub struct MegatronLaunch {
     pub qk_norm: bool,
     pub tied_embeddings: bool,
     pub position_embedding: PositionEmbedding,
+    /// `--rotary-percent` below 1 under a rotary position type (`None`: the whole head).
+    pub rotary_percent: Option<f64>,
     pub norm: Norm,
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
@@ -292,6 +294,30 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             ),
         });
     }
+    // `--rotary-percent` (arguments.py: float, default 1.0): the rotated share of each head,
+    // read by the rotary position types only; Megatron-Core's `RotaryEmbedding` takes
+    // `rotary_percent` of `kv_channels`.
+    let rotary_percent = match p.value("rotary-percent") {
+        None => None,
+        Some(text) => match text.parse::<f64>() {
+            Ok(value) if value > 0.0 && value <= 1.0 => {
+                if !position_embedding.is_rotary() {
+                    notes.push(format!(
+                        "--rotary-percent {text}: Megatron-LM reads it for rotary positions only, and this line's are {}; it changes nothing",
+                        position_embedding.as_str()
+                    ));
+                }
+                (position_embedding.is_rotary() && value < 1.0).then_some(value)
+            }
+            _ => {
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--rotary-percent {text:?} is not a share of each head in (0, 1] (Megatron-Core rotates rotary_percent x kv_channels dimensions); e.g. --rotary-percent 0.5"
+                    ),
+                });
+            }
+        },
+    };
     let ffn_hidden = p.number("ffn-hidden-size")?;
     let dense_ffn =
         ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
@@ -338,6 +364,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         qk_norm: p.switch("qk-layernorm"),
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
         position_embedding,
+        rotary_percent,
         norm,
         dropout,
         mtp_layers,
@@ -489,6 +516,7 @@ impl MegatronLaunch {
             shared_layer_norm: false,
             tied_embeddings: self.tied_embeddings,
             position_embedding: self.position_embedding,
+            rotary_percent: self.rotary_percent,
             norm: self.norm,
             dropout: self.dropout,
             mla: self.experts.mla,

@@ -576,6 +576,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             Some(model.position_embedding.as_str().into()),
         );
     }
+    // Megatron-LM's default rotates the whole head.
+    if let Some(share) = model.rotary_percent {
+        push("rotary-percent", Some(share.to_string()));
+    }
     if !model.dropout {
         push("hidden-dropout", Some("0".into()));
         push("attention-dropout", Some("0".into()));

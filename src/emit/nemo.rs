@@ -53,6 +53,10 @@ struct NemoModel {
     normalization: &'static str,
     bias: bool,
     position_embedding_type: &'static str,
+    /// NeMo 1.x megatron_gpt_config.yaml `rotary_percentage` (default 1.0: "the per head dim is
+    /// multiplied by this"), written for rotary models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rotary_percentage: Option<f64>,
     share_embeddings_and_output_weights: bool,
     /// Written out: the YAML's default is 0.1, which a merge would otherwise keep.
     hidden_dropout: f64,
@@ -131,6 +135,10 @@ pub fn nemo_yaml(
             },
             bias: model.linear_bias,
             position_embedding_type: model.position_embedding.as_str(),
+            rotary_percentage: model
+                .position_embedding
+                .is_rotary()
+                .then(|| model.rotary_percent.unwrap_or(1.0)),
             share_embeddings_and_output_weights: model.tied_embeddings,
             hidden_dropout: dropout,
             attention_dropout: dropout,

@@ -59,6 +59,9 @@ pub struct ModelSummary {
     pub learned_position_embeddings: bool,
     /// learned_absolute, rope, alibi or none (`model::PositionEmbedding`).
     pub position_embedding_type: crate::model::PositionEmbedding,
+    /// Share of each head the rotary embedding rotates, where it is not the whole head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotary_percent: Option<f64>,
     pub norm: crate::model::Norm,
     pub dropout: bool,
     /// Width of one attention head.
@@ -96,6 +99,7 @@ impl ModelSummary {
             tied_embeddings: model.tied_embeddings,
             learned_position_embeddings: model.learned_position_embeddings(),
             position_embedding_type: model.position_embedding,
+            rotary_percent: model.rotary_percent,
             norm: model.norm,
             dropout: model.dropout,
             head_dim: model.head_dim,

@@ -129,6 +129,7 @@ pub fn scenario_line(report: &Report) -> String {
     } else {
         experts
     };
+    let positions = m.position_embedding_type.describe_with(m.rotary_percent);
     let traits = [
         match (m.linear_bias, m.qkv_bias) {
             (true, _) => "biases",
@@ -140,7 +141,7 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             "untied output layer"
         },
-        m.position_embedding_type.describe(),
+        &positions,
         match (m.norm, m.qk_norm) {
             (crate::model::Norm::Layernorm, false) => "layernorm",
             (crate::model::Norm::Layernorm, true) => "layernorm (and on each query and key head)",
