@@ -136,6 +136,24 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
             b: y,
         });
     }
+    // With `--tokens`, the time to train on them, as `plan`'s `train` column and `eval`'s "time
+    // to train" line give it, in the unit `report::duration` picks for the longer of the two
+    // (`time_to_train_s` in the JSON).
+    if let (Some(x), Some(y)) = (a.time_to_train_s, b.time_to_train_s) {
+        let (unit, scale) = match x.max(y) {
+            s if s >= 86400.0 => ("days", 86400.0),
+            s if s >= 360.0 => ("h", 3600.0),
+            s if s >= 60.0 => ("min", 60.0),
+            _ => ("s", 1.0),
+        };
+        terms.push(Term {
+            group: "throughput",
+            name: "time to train",
+            unit,
+            a: x / scale,
+            b: y / scale,
+        });
+    }
     Comparison {
         a_label: a_label.to_string(),
         b_label: b_label.to_string(),
@@ -365,13 +383,13 @@ pub fn table(c: &Comparison) -> String {
         let digits = match t.unit {
             "tokens/s" => 0,
             "s" => 3,
-            "GiB" | "%" => 1,
+            "GiB" | "%" | "days" | "h" | "min" => 1,
             _ => 2,
         };
         // Rates as `eval`'s throughput line shows them: a positive one is never shown as 0, and
         // their difference to the places the larger of the two is shown with.
         let places = |v: f64| match t.unit {
-            "tokens/s" | "%" => crate::units::measured_places(v, digits),
+            "tokens/s" | "%" | "days" | "h" | "min" => crate::units::measured_places(v, digits),
             _ => digits,
         };
         let diff_places = places(t.a.abs().max(t.b.abs()));

@@ -86,6 +86,9 @@ pub struct Row {
     pub sequence_parallel: Option<bool>,
     pub recompute: Option<&'static str>,
     pub zero: Option<u8>,
+    /// Whether ZeRO-3 regathers the parameters for the backward (`false`: kept from the
+    /// forward, the table's `zero3 keep`), as `plan --format json` writes it.
+    pub reshard_after_forward: Option<bool>,
     /// Number format of the GEMMs (`plan --format json`'s `precision`).
     pub precision: Option<&'static str>,
     /// Layers of each chunk recomputed whole under Megatron's block method (0: every layer, or
@@ -250,6 +253,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         sequence_parallel: best.map(|e| e.plan.sequence_parallel),
         recompute: best.map(|e| e.plan.recompute.as_str()),
         zero: best.map(|e| e.plan.zero),
+        reshard_after_forward: best.map(|e| e.plan.reshard_after_forward),
         precision: best.map(|e| e.plan.precision.as_str()),
         recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
         label: best.map(|e| PlanLabel::of(&e.plan)),
@@ -310,7 +314,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -335,6 +339,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             opt(r.recompute),
             opt(r.recompute_num_layers),
             opt(r.zero),
+            opt(r.reshard_after_forward),
             opt(r.precision),
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
@@ -375,6 +380,9 @@ pub struct PlanLabel {
     pub sequence_parallel: bool,
     pub recompute: String,
     pub zero: u8,
+    /// ZeRO-3 resharding after forward (FSDP2 `reshard_after_forward`); `false` reads
+    /// `zero3 keep`, as `plan`'s table writes `3 keep`.
+    pub reshard_after_forward: bool,
     pub precision: Precision,
 }
 
@@ -392,6 +400,7 @@ impl PlanLabel {
             sequence_parallel: p.sequence_parallel,
             recompute: crate::report::recompute_label(p),
             zero: p.zero,
+            reshard_after_forward: p.reshard_after_forward,
             precision: p.precision,
         }
     }
@@ -438,12 +447,17 @@ pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
         out += &format!(" etp{}", l.etp);
     }
     out += &format!(
-        " vpp{} mb{} {}recompute {} zero{}",
+        " vpp{} mb{} {}recompute {} zero{}{}",
         l.vpp,
         l.micro_batch,
         if l.sequence_parallel { "sp " } else { "" },
         l.recompute,
-        l.zero
+        l.zero,
+        if l.zero == 3 && !l.reshard_after_forward {
+            " keep"
+        } else {
+            ""
+        }
     );
     if dims.precision {
         out += &format!(" {}", l.precision.as_str());
@@ -675,6 +689,7 @@ mod tests {
             sequence_parallel: true,
             recompute: "none".into(),
             zero: 1,
+            reshard_after_forward: true,
             precision: Precision::Bf16,
         };
         let dense = LabelDims::of([&label], false);
@@ -685,6 +700,17 @@ mod tests {
         label.recompute = "selective".into();
         let off = plan_label(&label, dense);
         assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute selective zero1");
+        // ZeRO-3 keeping the gathered parameters reads as `plan`'s `3 keep`.
+        label.zero = 3;
+        assert_eq!(
+            plan_label(&label, dense),
+            "tp4 pp16 dp2 vpp1 mb2 recompute selective zero3"
+        );
+        label.reshard_after_forward = false;
+        assert_eq!(
+            plan_label(&label, dense),
+            "tp4 pp16 dp2 vpp1 mb2 recompute selective zero3 keep"
+        );
     }
 
     #[test]
@@ -701,6 +727,7 @@ mod tests {
             sequence_parallel: true,
             recompute: "full 1/4".into(),
             zero: 1,
+            reshard_after_forward: true,
             precision: Precision::Fp8,
         };
         let text = plan_label(&label, LabelDims::of([&label], false));

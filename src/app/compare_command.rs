@@ -302,11 +302,15 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
-            crate::plan::check_precision(&scenario.cluster, precision_of_args(&args.training))?;
-            super::scenario::check_fp8_scaling_applies(
+            // What `plan` refuses or notes before the same search.
+            super::plan_command::check_search_input(
                 &args.training,
-                precision_of_args(&args.training),
+                &scenario.model,
+                &scenario.cluster,
+                scenario.training.framework,
             )?;
+            super::scenario::note_window_without_effect(&scenario, &args.model);
+            super::scenario::note_routing_without_effect(&scenario.training);
             let result = search(
                 &scenario.model,
                 &scenario.cluster,

@@ -768,6 +768,14 @@ fn check_moe_alltoall_overlap(
     if given != Some(true) {
         return Ok(());
     }
+    // No plan of a dense model has an all-to-all, so the fix is not another plan (as `plan`
+    // says it, `plan_command::check_search_input`).
+    if model.moe.is_none() {
+        bail!(
+            "--overlap-moe-expert-parallel-comm: model {} is dense (no experts), so no plan has an expert all-to-all to overlap; drop the flag",
+            model.name
+        );
+    }
     match crate::cost::moe::alltoall_overlap_refusal(model, training, plan) {
         Some(why) => bail!(
             "--overlap-moe-expert-parallel-comm: {why} (Megatron-Core transformer_config.py refuses it otherwise); change the plan or drop the flag"

@@ -200,6 +200,29 @@ fn alltoall_overlap_note(
     })
 }
 
+/// What a search (`plan`, `sweep` at each point, and `compare` without plan files) refuses before it starts, so that
+/// input no plan can take is said as an error (exit 2) and not as an empty search: an expert
+/// all-to-all overlap for a model with no experts (as `eval` refuses it for its one plan), and a
+/// precision the GPU or the framework has not.
+pub(super) fn check_search_input(
+    training: &crate::cli::TrainingArgs,
+    model: &crate::model::Model,
+    cluster: &crate::cluster::Cluster,
+    framework: TrainingFramework,
+) -> Result<()> {
+    if training.overlap_moe_expert_parallel_comm == Some(true) && model.moe.is_none() {
+        bail!(
+            "--overlap-moe-expert-parallel-comm: model {} is dense (no experts), so no plan has an expert all-to-all to overlap; drop the flag",
+            model.name
+        );
+    }
+    let precision = precision_of_args(training);
+    crate::plan::check_precision(cluster, precision)?;
+    super::scenario::check_fp8_scaling_applies(training, precision)?;
+    crate::plan::check_precision_framework(framework, precision)?;
+    Ok(())
+}
+
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     super::scenario::framework_for_emit(args.emit, &mut args.training);
     if args.top == 0 {
@@ -259,23 +282,19 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         );
     }
     // An overlap asked for that no plan of this search can use is refused, as `eval` refuses it
-    // for its one plan: the model has no experts, or the pins leave no tensor parallelism.
-    if args.training.overlap_moe_expert_parallel_comm == Some(true) && scenario.model.moe.is_none()
-    {
-        bail!(
-            "--overlap-moe-expert-parallel-comm: model {} is dense (no experts), so no plan has an expert all-to-all to overlap; drop the flag",
-            scenario.model.name
-        );
-    }
+    // for its one plan: the pins leave no tensor parallelism (or the model has no experts,
+    // `check_search_input`).
     if args.training.tp_comm_overlap == Some(true) && options.pins.tp == Some(1) {
         bail!(
             "--tp-comm-overlap with --tp 1: it overlaps tensor-parallel communication, which a plan with tp 1 has none of; pin --tp 2 or more, or drop --tp-comm-overlap"
         );
     }
-
-    crate::plan::check_precision(&scenario.cluster, options.precision)?;
-    super::scenario::check_fp8_scaling_applies(&args.training, options.precision)?;
-    crate::plan::check_precision_framework(scenario.training.framework, options.precision)?;
+    check_search_input(
+        &args.training,
+        &scenario.model,
+        &scenario.cluster,
+        scenario.training.framework,
+    )?;
     let result = match args.threads {
         Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
         Some(n) if n > MAX_THREADS => bail!(
@@ -399,8 +418,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             attention: Some(scenario.training.attention),
             framework: Some(scenario.training.framework),
             overlap: Some(scenario.training.overlap),
-            moe_imbalance: (scenario.training.moe_imbalance != 1.0)
-                .then_some(scenario.training.moe_imbalance),
+            // The imbalance given, not the one the capacity factor caps it to (saved beside it),
+            // so that `eval --plan FILE --moe-capacity-factor F` caps the user's value at F.
+            moe_imbalance: args.training.moe_imbalance.filter(|&i| i != 1.0),
             moe_capacity_factor: scenario.training.moe_capacity_factor,
             moe_dispatch: (scenario.training.moe_dispatch
                 != crate::training::MoeDispatch::default())

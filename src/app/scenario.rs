@@ -699,10 +699,10 @@ fn moe_routing_of(
             format!("{name}: {value} in {path}")
         }
     };
-    // A saved plan keeps the routing it was evaluated with unless the flags say otherwise.
-    let saved = plan_file
-        .and_then(|f| f.moe_imbalance)
-        .filter(|_| args.moe_capacity_factor.is_none());
+    // A saved plan keeps the routing it was evaluated with unless the flags say otherwise: the
+    // imbalance as given (`plan --save` writes it before the capacity factor caps it), under the
+    // flag's capacity factor where one is given.
+    let saved = plan_file.and_then(|f| f.moe_imbalance);
     let given_imbalance = args.moe_imbalance.or(saved);
     let imbalance_flag = if args.moe_imbalance.is_some() {
         "--moe-imbalance"
@@ -754,8 +754,15 @@ fn moe_routing_of(
     Ok(match capacity_factor {
         None => (imbalance, None),
         Some(c) => {
-            crate::training::check_moe_capacity_factor(c)
-                .map_err(|rule| anyhow::anyhow!("{}: {rule}", quoted(factor_flag, c)))?;
+            crate::training::check_moe_capacity_factor(c).map_err(|rule| {
+                // The fix in the words of where the value came from, as the imbalance's says it.
+                let rule = if factor_flag.starts_with("--") {
+                    rule.to_string()
+                } else {
+                    rule.replace("--moe-capacity-factor ", "moe_capacity_factor: ")
+                };
+                anyhow::anyhow!("{}: {rule}", quoted(factor_flag, c))
+            })?;
             (imbalance.min(c), Some(c))
         }
     })
@@ -1371,9 +1378,11 @@ fn apply_memory_limit(
         (None, Some(limit)) => (limit, "max_memory_gib:"),
         (None, None) => return Ok(()),
     };
+    // The value as typed, short: `1e308`, not 309 digits (`units::show_number`).
+    let shown = crate::units::show_number(limit);
     if !(limit.is_finite() && limit > 0.0) {
         bail!(
-            "{name} {limit} is not a memory size: a plan needs a finite number of GiB above 0 per GPU; give the GiB each GPU may use, e.g. {name} {:.0}",
+            "{name} {shown} is not a memory size: a plan needs a finite number of GiB above 0 per GPU; give the GiB each GPU may use, e.g. {name} {:.0}",
             (gpu.hbm_capacity_gib * 0.9).floor()
         );
     }
@@ -1382,13 +1391,13 @@ fn apply_memory_limit(
     let floor = crate::cluster::HBM_CAPACITY_GIB.min;
     if limit < floor {
         bail!(
-            "{name} {limit} is below {floor} GiB, the least memory per GPU tpsim models (a GPU profile's hbm_capacity_gib is at least {floor}); give the GiB each GPU may use, e.g. {name} {:.0}",
+            "{name} {shown} is below {floor} GiB, the least memory per GPU tpsim models (a GPU profile's hbm_capacity_gib is at least {floor}); give the GiB each GPU may use, e.g. {name} {:.0}",
             (gpu.hbm_capacity_gib * 0.9).floor()
         );
     }
     if limit >= gpu.hbm_capacity_gib {
         held_notes::hold(format!(
-            "note: {name} {limit} is not below the {:.1} GiB of {}, so plans use the GPU's whole memory; give less to keep room free",
+            "note: {name} {shown} is not below the {:.1} GiB of {}, so plans use the GPU's whole memory; give less to keep room free",
             gpu.hbm_capacity_gib, gpu.name
         ));
         return Ok(());

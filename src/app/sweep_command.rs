@@ -5,8 +5,9 @@ use anyhow::{Context, Result, bail};
 
 use super::Outcome;
 use super::plan_command::{MAX_THREADS, why_no_valid_plan};
+use super::scenario::Scenario;
 use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_of};
-use crate::cli::{SweepArgs, SweepAxis, SweepFormat};
+use crate::cli::{ClusterArgs, ModelArgs, SweepArgs, SweepAxis, SweepFormat, TrainingArgs};
 use crate::planner::SearchOptions;
 use crate::report::chart_sweep;
 use crate::units::list_item;
@@ -132,18 +133,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     // Checked once here, so that the error is not said to be one point's.
     tokens_of(&args.training)?;
     if let Some(price) = args.price_per_gpu_hour {
+        // -1e308 and 1e308 as written, not as 309 digits (`units::show_number`).
+        let shown = crate::units::show_number(price);
         if !(price.is_finite() && price > 0.0) {
             bail!(
-                "--price-per-gpu-hour {price} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+                "--price-per-gpu-hour {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
             );
         }
         if price > MAX_PRICE_PER_GPU_HOUR {
-            // 1e308 as written, not as 309 digits.
-            let shown = if price < 1e9 {
-                price.to_string()
-            } else {
-                format!("{price:e}")
-            };
             bail!(
                 "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
             );
@@ -217,14 +214,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
     // The model's name at each point where it has one (the chart's title names it).
     let mut named: Vec<String> = Vec::new();
-    for raw in &args.values {
-        let value = list_item(raw);
-        if value.is_empty() {
-            bail!(
-                "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
-                args.values.join(",")
-            );
-        }
+    // The flags at one point: the axis's value set over the others.
+    let flags_at = |value: &str| -> Result<(ModelArgs, ClusterArgs, TrainingArgs)> {
         let (mut model, mut cluster, mut training) = (
             args.model.clone(),
             args.cluster.clone(),
@@ -251,14 +242,44 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             }
             sweep::Axis::NetworkBandwidth => {}
         }
-        let mut scenario = resolve_scenario(&model, &cluster, &training, None).map_err(|err| {
-            anyhow::anyhow!(
-                "--axis {} at {}: {}",
-                axis.name(),
-                input_file::quote(value),
-                in_sweep_words(&format!("{err:#}"), axis)
-            )
-        })?;
+        Ok((model, cluster, training))
+    };
+    let scenario_at = |value: &str| -> Result<Scenario> {
+        let (model, cluster, training) = flags_at(value)?;
+        resolve_scenario(&model, &cluster, &training, None)
+    };
+    for raw in &args.values {
+        let value = list_item(raw);
+        if value.is_empty() {
+            bail!(
+                "--values {:?} has an empty item; give comma-separated points, e.g. --values 16,32,64",
+                args.values.join(",")
+            );
+        }
+        // A value the axis cannot take is that point's error, said as it is.
+        flags_at(value)?;
+        let mut scenario = match scenario_at(value) {
+            Ok(scenario) => scenario,
+            Err(err) => {
+                let message = in_sweep_words(&format!("{err:#}"), axis);
+                // An error every point gives alike (a flag the model or framework refuses,
+                // whatever the point) is no point's: it is said once, without one. A single
+                // point is the one at fault.
+                let every_point = args.values.len() > 1
+                    && args.values.iter().map(|raw| list_item(raw)).all(|v| {
+                        scenario_at(v)
+                            .is_err_and(|e| in_sweep_words(&format!("{e:#}"), axis) == message)
+                    });
+                if every_point {
+                    bail!("{message}");
+                }
+                bail!(
+                    "--axis {} at {}: {message}",
+                    axis.name(),
+                    input_file::quote(value)
+                );
+            }
+        };
         if axis == sweep::Axis::NetworkBandwidth {
             let range = crate::cluster::NETWORK_GB_PER_S;
             match value.parse::<f64>() {
@@ -323,10 +344,17 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         precision: precision_of_args(&args.training),
         ..SearchOptions::default()
     };
-    super::scenario::check_fp8_scaling_applies(&args.training, options.precision)?;
-    // Every point's GPU must have tensor cores for that precision (the GPU axis varies it).
+    // What `plan` refuses before its search, at every point: the GPU must have tensor cores for
+    // the precision (the GPU axis varies it), the framework must run it, and an expert all-to-all
+    // overlap needs a model with experts. A precision the framework has not was searched and said
+    // as "nothing fits" at every point.
     for point in &points {
-        crate::plan::check_precision(&point.cluster, options.precision)?;
+        super::plan_command::check_search_input(
+            &args.training,
+            &point.model,
+            &point.cluster,
+            point.training.framework,
+        )?;
     }
     if let Some(note) = unequal_gpus_note(axis, &points) {
         super::held_notes::hold(note);

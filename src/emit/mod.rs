@@ -406,6 +406,14 @@ impl Framework {
                 MegatronSplit::Inexpressible { why } => Some(why),
                 _ => None,
             },
+            // DeepSpeed's ZeRO-3 releases a module's gathered parameters after its forward and
+            // gathers them again for its backward, unless they are reused within
+            // `stage3_max_reuse_distance` parameters (DeepSpeed config docs, "ZeRO Optimizations";
+            // deepspeed/runtime/zero/partitioned_param_coordinator.py `release_sub_module`): a
+            // config of `stage: 3` does not keep them from forward to backward as the plan does.
+            Framework::DeepSpeed if plan.zero == 3 && !plan.reshard_after_forward => Some(
+                "ZeRO-3 keeping the gathered parameters from forward to backward (reshard_after_forward false) has no DeepSpeed config setting (DeepSpeed's ZeRO-3 releases them after each module's forward, keeping only those reused within stage3_max_reuse_distance parameters); use --reshard-after-forward true".into(),
+            ),
             // A first/last split (given or searched) is a Megatron-LM argument; DeepSpeed's
             // pipeline engine partitions by its own method (`partition_method`).
             Framework::DeepSpeed if plan.stages.given => Some(format!(

@@ -68,6 +68,10 @@ pub struct ModelSummary {
     pub head_dim: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe: Option<crate::model::Moe>,
+    /// Layers with an MoE MLP (`Model::moe_layers`), for the header; the JSON has `moe.layer_freq`
+    /// and `moe.first_dense_layers` it follows from.
+    #[serde(skip)]
+    pub moe_layers: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mla: Option<crate::model::Mla>,
     /// Multi-token prediction depths after the last layer, on the last stage (0 = none).
@@ -104,6 +108,7 @@ impl ModelSummary {
             dropout: model.dropout,
             head_dim: model.head_dim,
             moe: model.moe,
+            moe_layers: model.moe_layers(),
             mla: model.mla,
             mtp_layers: model.mtp_layers,
             attention_window: model.attention_window,

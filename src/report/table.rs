@@ -58,6 +58,37 @@ pub(crate) fn link_name(link: Link) -> &'static str {
     }
 }
 
+/// Which layers have experts, where not all: the dense prefix (DeepSeek's
+/// `first_k_dense_replace`) and, under Megatron's `--moe-layer-freq N`, every N-th layer after it
+/// (`Model::is_moe_layer`), with the count (`Model::moe_layers`), so a model with experts on 24 of its 48 layers does
+/// not read as one with experts everywhere.
+fn moe_layers_words(m: &super::ModelSummary, moe: &crate::model::Moe) -> String {
+    let dense = match moe.first_dense_layers {
+        0 => String::new(),
+        1 => ", first layer dense".to_string(),
+        k => format!(", first {k} layers dense"),
+    };
+    if moe.layer_freq <= 1 {
+        return dense;
+    }
+    let f = moe.layer_freq;
+    let ordinal = match (f % 10, f % 100) {
+        (1, r) if r != 11 => "st",
+        (2, r) if r != 12 => "nd",
+        (3, r) if r != 13 => "rd",
+        _ => "th",
+    };
+    let (then, from) = if dense.is_empty() {
+        (",", " from the first")
+    } else {
+        (", then", "")
+    };
+    format!(
+        "{dense}{then} MoE on every {f}{ordinal} layer{from}: {} of {} layers",
+        m.moe_layers, m.layers
+    )
+}
+
 /// One-line description of the scenario.
 pub fn scenario_line(report: &Report) -> String {
     let m = &report.model;
@@ -97,13 +128,7 @@ pub fn scenario_line(report: &Report) -> String {
             } else {
                 String::new()
             },
-            if moe.first_dense_layers == 1 {
-                ", first layer dense".to_string()
-            } else if moe.first_dense_layers > 1 {
-                format!(", first {} layers dense", moe.first_dense_layers)
-            } else {
-                String::new()
-            },
+            moe_layers_words(m, moe),
             format_count(m.active_params)
         ),
         None => String::new(),
@@ -122,9 +147,9 @@ pub fn scenario_line(report: &Report) -> String {
     };
     let experts = if m.mtp_layers > 0 {
         format!(
-            "{experts}, {} MTP layer{} (on the last stage, each with its own output-layer pass and loss)",
-            m.mtp_layers,
-            if m.mtp_layers == 1 { "" } else { "s" }
+            "{experts}, {} (on the last stage, {}with its own output-layer pass and loss)",
+            counted(m.mtp_layers, "MTP layer"),
+            if m.mtp_layers == 1 { "" } else { "each " }
         )
     } else {
         experts
@@ -179,7 +204,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {}{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
-         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}",
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -257,6 +282,15 @@ pub fn scenario_line(report: &Report) -> String {
                 "; MoE routing: the busiest expert gets {} x the balanced load",
                 t.moe_imbalance
             )
+        },
+        // The capacity factor given: what it caps the load at is in the routing above.
+        match t.moe_capacity_factor {
+            Some(c) => format!(
+                "; MoE capacity factor {}: tokens past {} x an expert's balanced share are dropped",
+                crate::units::show_number(c),
+                crate::units::show_number(c)
+            ),
+            None => String::new(),
         },
         if m.moe.is_some() {
             moe_dispatch_words(t.moe_dispatch)
