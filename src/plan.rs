@@ -470,7 +470,7 @@ pub enum PlanError {
     )]
     CpWithWindow { cp: u32, exchange: &'static str },
     #[error(
-        "--cp {cp} with --cp-exchange head-all-to-all (Megatron-Core's --cp-comm-type a2a) splits each TP rank's heads over the CP ranks, but tp {tp} leaves {query_heads} query and {kv_heads} K/V heads per rank, not both multiples of {cp} (Transformer Engine's AttnFuncWithCPAndQKVOA2A requires it); valid cp: {valid}; or use --cp-exchange kv-ring"
+        "--cp {cp} with --cp-exchange head-all-to-all (Megatron-Core's --cp-comm-type a2a) splits each TP rank's heads over the CP ranks, but tp {tp} leaves {query_heads} query and {kv_heads} K/V heads per rank, not both multiples of {cp} (Transformer Engine's AttnFuncWithCPAndQKVOA2A requires it); valid cp: {valid}; or use --cp-exchange {other}"
     )]
     CpHeads {
         cp: u32,
@@ -478,6 +478,9 @@ pub enum PlanError {
         query_heads: u32,
         kv_heads: u32,
         valid: String,
+        /// The exchanges without the rule that run this model: not the ring where it has
+        /// sliding windows (`CpWithWindow`).
+        other: &'static str,
     },
     #[error(
         "--cp {cp} with --attention unfused: context parallelism runs inside Transformer Engine's fused attention (the K/V ring of `AttnFuncWithCPAndKVP2P` calls the flash/cuDNN kernels), which tpsim models; use --attention flash, or --cp 1"
@@ -920,6 +923,14 @@ pub fn cp_heads_error(cp: u32, tp: u32, model: &Model, training: &Training) -> O
                 .into_iter()
                 .filter(|d| query_heads.is_multiple_of(*d)),
         ),
+        other: if model
+            .attention_window
+            .is_some_and(|w| w.windows_some_layer())
+        {
+            "kv-all-gather"
+        } else {
+            "kv-ring or kv-all-gather"
+        },
     })
 }
 

@@ -184,13 +184,19 @@ fn launch_lines_read_and_write_the_cp_comm_type() {
             "json",
         ])
     };
+    // One type per layer, the same for all 32, reads as that type.
+    let per_layer = ["a2a"; 32].join(" ");
     for (value, exchange) in [
         ("p2p", "kv-ring"),
         ("all_gather", "kv-all-gather"),
         ("a2a", "head-all-to-all"),
-        ("a2a a2a", "head-all-to-all"),
+        (per_layer.as_str(), "head-all-to-all"),
+        ("=a2a", "head-all-to-all"),
     ] {
-        let r = eval_line(&format!("--cp-comm-type {value}"));
+        let r = eval_line(&format!(
+            "--cp-comm-type{}{value}",
+            if value.starts_with('=') { "" } else { " " }
+        ));
         assert_eq!(r.code, 0, "{value}: {}", r.stderr);
         let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
         assert_eq!(j["training"]["cp_exchange"], exchange, "{value}");
@@ -204,7 +210,14 @@ fn launch_lines_read_and_write_the_cp_comm_type() {
             "a2a+p2p",
             &["a2a+p2p", "not modelled", "p2p, all_gather or a2a"][..],
         ),
-        ("p2p a2a", &["per layer", "one of p2p, all_gather, a2a"][..]),
+        (
+            "p2p a2a",
+            &[
+                "2 types for 32 layers",
+                "--num-layers (32)",
+                "one of p2p, all_gather, a2a",
+            ][..],
+        ),
         ("ring", &["\"ring\"", "p2p, all_gather, a2a"][..]),
     ] {
         let r = eval_line(&format!("--cp-comm-type {value}"));
@@ -349,4 +362,226 @@ fn a_saved_plan_keeps_its_exchange() {
         step_s(&back),
         step_s(&best)
     );
+}
+
+/// A Llama-3-8B-shaped launch line of 32 layers, `cp` CP ranks, without `--cp-comm-type`.
+fn launch_line(cp: u32, extra: &str) -> common::Run {
+    run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        &format!(
+            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type rope --seq-length 65536 --max-position-embeddings 65536 --micro-batch-size 1 --global-batch-size 8 --context-parallel-size {cp} --bf16 --use-distributed-optimizer --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --hidden-dropout 0 --attention-dropout 0 {extra}"
+        ),
+        "--format",
+        "json",
+    ])
+}
+
+/// `--cp-comm-type a2a a2a` on 32 layers was read as a2a, though Megatron-Core's
+/// TransformerConfig asserts a list has one type per layer; `--cp-comm-type=a2a a2a` took the
+/// second word as a type, where argparse takes none after `=`; and without CP (which Megatron-Core
+/// neither checks nor passes on) a per-layer list or `allgather` was refused. Now: the list's
+/// length is checked, the `=` form takes its one value, and cp 1 reads what it can.
+#[test]
+fn a_cp_comm_type_list_is_one_type_per_layer_and_cp_1_refuses_none() {
+    assert_one_line_error(
+        &launch_line(8, "--cp-comm-type a2a a2a"),
+        &[
+            "--cp-comm-type a2a a2a",
+            "2 types for 32 layers",
+            "--num-layers (32)",
+        ],
+        &["panicked"],
+        "a list of 2 on 32 layers",
+    );
+    let r = launch_line(8, "--cp-comm-type=a2a a2a");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("\"a2a\" after --cp-comm-type=a2a"),
+        "{}",
+        r.stderr
+    );
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["training"]["cp_exchange"], "head-all-to-all");
+    for value in ["allgather", "p2p a2a", "ring"] {
+        let r = launch_line(1, &format!("--cp-comm-type {value}"));
+        assert!(r.code == 0 || r.code == 1, "{value}: {}", r.stderr);
+        assert!(!r.stderr.contains("error"), "{value}: {}", r.stderr);
+    }
+    // a2a+p2p needs --hierarchical-context-parallel-sizes whatever the CP size (arguments.py).
+    assert_one_line_error(
+        &launch_line(1, "--cp-comm-type a2a+p2p"),
+        &["a2a+p2p", "not modelled"],
+        &["panicked"],
+        "a2a+p2p without CP",
+    );
+}
+
+/// The a2a heads error offered `--cp-exchange kv-ring`, which a model with sliding windows
+/// refuses (GPT-OSS): it now offers the all-gather there. A pinned `plan` said only that the pins
+/// "each admit valid plans but not together" (or listed cp values without the rule): it now says
+/// the heads rule, as `eval` does.
+#[test]
+fn the_heads_rule_offers_an_exchange_the_model_runs_and_plan_pins_name_it() {
+    let r = run(&[
+        "eval",
+        "--model",
+        "gpt-oss-120b",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--cp",
+        "8",
+        "--dp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "65536",
+        "--cp-exchange",
+        "head-all-to-all",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "32 query and 4 K/V heads",
+            "valid cp: 1, 2, 4",
+            "kv-all-gather",
+        ],
+        &["kv-ring", "panicked"],
+        "GPT-OSS a2a heads",
+    );
+    let plan = |pins: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "131072",
+            "--cp-exchange",
+            "head-all-to-all",
+        ];
+        args.extend(pins);
+        run(&args)
+    };
+    assert_one_line_error(
+        &plan(&["--tp", "8", "--cp", "4"]),
+        &[
+            "--cp 4",
+            "tp 8 leaves 8 query and 1 K/V heads",
+            "valid cp: 1",
+            "kv-ring or kv-all-gather",
+        ],
+        &["not together", "panicked"],
+        "pinned tp and cp",
+    );
+    assert_one_line_error(
+        &plan(&["--cp", "16"]),
+        &[
+            "--cp 16",
+            "64 query and 8 K/V heads",
+            "valid cp: 1, 2, 4, 8",
+        ],
+        &["panicked"],
+        "pinned cp",
+    );
+}
+
+/// GPT-OSS's attention sinks (`softmax_type = "learnable"`, which Megatron-Bridge's GPT-OSS
+/// provider sets and tpsim's model leaves out) run under Transformer Engine's context parallelism
+/// only with a2a (`attn_forward_func_with_cp`). Megatron-Bridge overrides with
+/// `model.cp_comm_type=all_gather` on a GPT-OSS recipe failed at start; they are refused now, and
+/// the Megatron-LM line's note no longer tells the user to add the sinks beside all_gather.
+#[test]
+fn gpt_oss_sinks_need_the_all_to_all_in_emitted_configs() {
+    let emit = |exchange: &str, target: &str| {
+        run(&[
+            "eval",
+            "--model",
+            "gpt-oss-20b",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--cp",
+            "2",
+            "--dp",
+            "4",
+            "--ep",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "16384",
+            "--cp-exchange",
+            exchange,
+            "--emit",
+            target,
+        ])
+    };
+    assert_one_line_error(
+        &emit("kv-all-gather", "megatron-bridge"),
+        &[
+            "--cp-exchange kv-all-gather",
+            "softmax_type learnable",
+            "only with cp_comm_type a2a",
+            "--cp-exchange head-all-to-all",
+        ],
+        &["panicked"],
+        "bridge GPT-OSS all_gather",
+    );
+    let r = emit("head-all-to-all", "megatron-bridge");
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(r.stdout.contains("model.cp_comm_type=a2a"), "{}", r.stdout);
+    let r = emit("kv-all-gather", "megatron");
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("--cp-comm-type all_gather"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr
+            .contains("but not --softmax-type learnable beside --context-parallel-size 2"),
+        "{}",
+        r.stderr
+    );
+    let r = emit("head-all-to-all", "megatron");
+    assert!(!r.stderr.contains("but not --softmax-type"), "{}", r.stderr);
+}
+
+/// The layout figure said every CP group is a ring passing K/V; under the all-gather and the
+/// all-to-all it says what they move.
+#[test]
+fn the_layout_figure_names_what_the_cp_groups_move() {
+    let dir = scratch("cp-comm-types", "layout");
+    for (exchange, words) in [
+        ("kv-ring", "rings of 8 GPUs at stride 1 pass K/V"),
+        (
+            "kv-all-gather",
+            "groups of 8 GPUs at stride 1 all-gather K/V",
+        ),
+        (
+            "head-all-to-all",
+            "groups of 8 GPUs at stride 1 trade Q, K, V and the attention output",
+        ),
+    ] {
+        let out = dir.join(exchange);
+        let mut args: Vec<&str> = EVAL.to_vec();
+        let out_s = out.display().to_string();
+        args.extend(["--cp-exchange", exchange, "--report", &out_s]);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{exchange}: {}", r.stderr);
+        let svg = std::fs::read_to_string(out.join("layout.svg")).unwrap();
+        assert!(svg.contains(words), "{exchange}: {svg}");
+    }
 }

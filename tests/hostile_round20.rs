@@ -81,9 +81,11 @@ fn a_context_parallel_exchange_is_read_not_skipped() {
         assert!(r.stdout.contains(words), "{types}: {}", r.stdout);
         assert!(!r.stderr.contains("skipped"), "{types}: {}", r.stderr);
     }
-    let r = launch(
-        "--hidden-dropout 0 --attention-dropout 0 --context-parallel-size 2 --cp-comm-type p2p a2a",
-    );
+    // One type per layer (the line's 32; tests/cp_comm_types.rs for a list of another length).
+    let mixed = format!("p2p {}", ["a2a"; 31].join(" "));
+    let r = launch(&format!(
+        "--hidden-dropout 0 --attention-dropout 0 --context-parallel-size 2 --cp-comm-type {mixed}"
+    ));
     assert_one_line_error(
         &r,
         &["--cp-comm-type p2p a2a", "per layer", "not modelled"],

@@ -58,7 +58,7 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     if let Some(why) = framework.unsaid_model(&s.model) {
         eprintln!("note: {why}");
     }
-    if let Some(why) = framework.unsaid_gpt_oss_details(&s.model) {
+    if let Some(why) = framework.unsaid_gpt_oss_details(&s.model, &s.training, plan) {
         eprintln!("note: {why}");
     }
     if let Some(why) = framework.unsaid_positions(&s.model, &s.training) {

@@ -213,7 +213,7 @@ pub(super) fn explain(
             ));
         }
     }
-    if let Some(rule) = pair_rule(cluster, training, &options.pins) {
+    if let Some(rule) = pair_rule(model, cluster, training, &options.pins) {
         return Some(rule);
     }
     let flags: Vec<String> = given
@@ -228,7 +228,7 @@ pub(super) fn explain(
 
 /// The rule two pins break together, where it is one of the plan's own rules: `eval` names it
 /// for one plan, and `plan` said only that the pins "each admit valid plans but not together".
-fn pair_rule(cluster: &Cluster, training: &Training, pins: &Pins) -> Option<String> {
+fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins) -> Option<String> {
     let gpus = u64::from(cluster.total_gpus());
     let degrees: Vec<(&str, u32)> = [
         ("--tp", pins.tp),
@@ -257,6 +257,12 @@ fn pair_rule(cluster: &Cluster, training: &Training, pins: &Pins) -> Option<Stri
                 "divides the GPU count"
             },
         ));
+    }
+    // The all-to-all exchange's heads rule, which the search applies (`planner::enumerate`).
+    if let (Some(tp), Some(cp)) = (pins.tp, pins.cp)
+        && let Some(err) = crate::plan::cp_heads_error(cp, tp, model, training)
+    {
+        return Some(err.to_string());
     }
     if let (Some(vpp), Some(1)) = (pins.vpp.filter(|v| *v > 1), pins.pp) {
         return Some(format!(
@@ -309,6 +315,12 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
             }
             .to_string(),
         );
+    }
+    // The all-to-all exchange splits each TP rank's heads over cp: tp 1 leaves the most heads
+    // per rank (any split of a larger tp divides them), so where cp splits none there, it splits
+    // none at any tp.
+    if let Some(err) = crate::plan::cp_heads_error(cp, 1, model, training) {
+        return Some(err.to_string());
     }
     if !training.seq_len.is_multiple_of(2 * cp) {
         return Some(

@@ -406,8 +406,13 @@ impl<'a> Parsed<'a> {
                 }
                 parsed.recompute_modules = Some(modules);
             } else if flag == "cp-comm-type" {
+                // argparse (nargs='+'): `--cp-comm-type=a2a` is the one value (a word after it is
+                // a stray), `--cp-comm-type a b` takes the words up to the next one starting
+                // with '-'; the last occurrence wins.
                 let mut types: Vec<&str> = inline.into_iter().collect();
-                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                while let Some(v) = tokens.get(i).filter(|v| {
+                    inline.is_none() && !v.starts_with('-') && !v.starts_with(is_lookalike_dash)
+                }) {
                     types.push(v);
                     i += 1;
                 }
@@ -817,7 +822,16 @@ impl<'a> Parsed<'a> {
     /// passed to Transformer Engine as written (Megatron-Core `TEDotProductAttention`), whose
     /// `attn_forward_func_with_cp` takes p2p, all_gather, a2a and a2a+p2p. One type per layer is
     /// read when every layer's is the same; hierarchical a2a+p2p is refused as not modelled.
-    pub(super) fn cp_exchange(&self) -> Result<Option<CpExchange>, MegatronArgsError> {
+    /// Without context parallelism (`cp` 1) Megatron-Core neither checks the value
+    /// (`TransformerConfig.__post_init__` looks at it only with `context_parallel_size > 1`) nor
+    /// hands it to Transformer Engine, so only a2a+p2p (whose `--hierarchical-context-parallel-sizes`
+    /// arguments.py asserts whatever the CP size) is refused there. With it, a list is one type per
+    /// layer: `TransformerConfig` asserts its length equals `--num-layers` (`layers`).
+    pub(super) fn cp_exchange(
+        &self,
+        cp: u32,
+        layers: u32,
+    ) -> Result<Option<CpExchange>, MegatronArgsError> {
         let Some(types) = &self.cp_comm_types else {
             return Ok(None);
         };
@@ -827,6 +841,22 @@ impl<'a> Parsed<'a> {
                 example: "p2p",
             });
         };
+        if cp <= 1 && !types.contains(&"a2a+p2p") {
+            return Ok(types
+                .iter()
+                .all(|t| t == first)
+                .then(|| CpExchange::from_megatron_cp_comm_type(first))
+                .flatten());
+        }
+        if types.len() > 1 && types.len() != layers as usize {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--cp-comm-type {}", types.join(" ")),
+                why: format!(
+                    "{} types for {layers} layers: Megatron-Core takes one type for every layer or one per layer, and TransformerConfig asserts that a list's length equals --num-layers ({layers}); give one of p2p, all_gather, a2a",
+                    types.len()
+                ),
+            });
+        }
         if let Some(other) = types.iter().find(|t| *t != first) {
             return Err(MegatronArgsError::Refused {
                 given: format!("--cp-comm-type {}", types.join(" ")),

@@ -214,7 +214,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     let cp = p.number("context-parallel-size")?.unwrap_or(1);
-    let cp_exchange = p.cp_exchange()?;
+    let cp_exchange = p.cp_exchange(cp, layers)?;
     let mut unread = Vec::new();
     let (nodes, gpus_per_node) = p.launcher(&mut unread);
     let split = SplitArgs {

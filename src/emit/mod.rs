@@ -235,12 +235,28 @@ impl Framework {
     /// sinks) and `position_embedding_type = "yarn"` (factor 32 over 4096 positions). tpsim's
     /// model carries none of them (a gated MLP is `--swiglu`, positions are rope), so the line
     /// cannot write them; said rather than dropped. Megatron-Bridge's recipe sets them itself.
-    pub fn unsaid_gpt_oss_details(self, model: &Model) -> Option<String> {
+    /// With context parallelism other than a2a the sinks cannot be added
+    /// (`gpt_oss_sinks_refuse`), which the note says.
+    pub fn unsaid_gpt_oss_details(
+        self,
+        model: &Model,
+        training: &Training,
+        plan: &ParallelPlan,
+    ) -> Option<String> {
         let limit = model.moe.and_then(|moe| moe.glu_clamp_limit)?;
         (self == Framework::Megatron).then(|| {
             format!(
-                "the model clamps its experts' GLU as GPT-OSS does (--activation-func-clamp-value {}), and the line below leaves out GPT-OSS's other architecture details, which tpsim's model does not carry: its quick-GELU gate with a +1 on the linear half (--quick-geglu --glu-linear-offset 1.0 in place of --swiglu), its learnable attention sinks (--softmax-type learnable) and its YaRN rope (--position-embedding-type yarn, factor 32 over 4096 positions), as Megatron-Bridge's GPT-OSS provider sets them; add them to train GPT-OSS itself (tpsim prices the plan without them)",
-                limit.arg()
+                "the model clamps its experts' GLU as GPT-OSS does (--activation-func-clamp-value {}), and the line below leaves out GPT-OSS's other architecture details, which tpsim's model does not carry: its quick-GELU gate with a +1 on the linear half (--quick-geglu --glu-linear-offset 1.0 in place of --swiglu), its learnable attention sinks (--softmax-type learnable) and its YaRN rope (--position-embedding-type yarn, factor 32 over 4096 positions), as Megatron-Bridge's GPT-OSS provider sets them; add them to train GPT-OSS itself (tpsim prices the plan without them){}",
+                limit.arg(),
+                if plan.cp > 1 && gpt_oss_sinks_refuse(model, training.cp_exchange) {
+                    format!(
+                        "; but not --softmax-type learnable beside --context-parallel-size {} with this exchange ({}): Transformer Engine runs learnable sinks under context parallelism only with --cp-comm-type a2a (attn_forward_func_with_cp), so plan with --cp-exchange head-all-to-all to add them",
+                        plan.cp,
+                        training.cp_exchange.as_str()
+                    )
+                } else {
+                    String::new()
+                }
             )
         })
     }
@@ -388,6 +404,20 @@ impl Framework {
                     training.recompute_modules.map(|m| m.megatron_words()).unwrap_or_default()
                 ))
             }
+            // Megatron-Bridge's GPT-OSS provider turns the attention sinks on itself
+            // (gpt_oss_bridge.py: `softmax_type = "learnable"`), which Transformer Engine runs
+            // under context parallelism only with a2a (`attn_forward_func_with_cp`: "Context
+            // parallelism only supports softmax_type=... with cp_comm_type = 'a2a'"); its GPT-OSS
+            // recipes set `cp_comm_type = "a2a"`.
+            Framework::MegatronBridge
+                if plan.cp > 1 && gpt_oss_sinks_refuse(model, training.cp_exchange) =>
+            {
+                Some(format!(
+                    "--cp {} with --cp-exchange {} on a GPT-OSS model: Megatron-Bridge's GPT-OSS provider turns its learnable attention sinks on (softmax_type learnable), which Transformer Engine runs under context parallelism only with cp_comm_type a2a; use --cp-exchange head-all-to-all (as its GPT-OSS recipes do), or --cp 1",
+                    plan.cp,
+                    training.cp_exchange.as_str()
+                ))
+            }
             // NeMo 1.x's model config carries no context-parallel communication type tpsim can
             // vouch for, and its fragment would run the default p2p ring instead.
             Framework::Nemo
@@ -506,6 +536,15 @@ pub fn sharding_strategy(zero: u8) -> &'static str {
 }
 
 /// Megatron-LM `pretrain_gpt.py` arguments for the plan, on one line (so `$(...)` pastes it).
+/// Whether GPT-OSS's learnable attention sinks (which tpsim's model leaves out; a model that
+/// clamps its experts' GLU is GPT-OSS's, as `Framework::unsaid_gpt_oss_details` reads it) cannot
+/// run with this context-parallel exchange: Transformer Engine's `attn_forward_func_with_cp`
+/// asserts `softmax_type == "vanilla" or cp_comm_type == "a2a"`.
+fn gpt_oss_sinks_refuse(model: &Model, exchange: crate::training::CpExchange) -> bool {
+    model.moe.is_some_and(|moe| moe.glu_clamp_limit.is_some())
+        && exchange != crate::training::CpExchange::HeadAllToAll
+}
+
 pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
     let mut args: Vec<String> = Vec::new();
     let mut push = |flag: &str, value: Option<String>| {

@@ -313,7 +313,13 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                 "(dp, pp, tp)"
             },
             if plan.cp > 1 {
-                ", blocks of interleaved CP rings (blue)"
+                match inputs.report.training.cp_exchange {
+                    crate::training::CpExchange::KvAllGather
+                    | crate::training::CpExchange::HeadAllToAll => {
+                        ", blocks of interleaved CP groups (blue)"
+                    }
+                    _ => ", blocks of interleaved CP rings (blue)",
+                }
             } else {
                 ""
             },
@@ -323,7 +329,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                 ""
             },
         ),
-        layout_svg(inputs.cluster, plan)?,
+        layout_svg(inputs.cluster, plan, inputs.report.training.cp_exchange)?,
     ));
     let share = |compute: f64, block: f64| {
         if block > 0.0 {

@@ -19,6 +19,7 @@ use super::svg::{FONT, stage_colour, svg};
 use crate::cluster::{Cluster, Link};
 use crate::cost::groups::{Group, GroupKind, groups};
 use crate::plan::ParallelPlan;
+use crate::training::CpExchange;
 
 pub const MAX_NODES: u32 = 32;
 const CELL_W: i32 = 58;
@@ -87,7 +88,24 @@ fn ring_link(g: &Group, cluster: &Cluster) -> String {
     }
 }
 
-pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<String, String> {
+/// The subtitle's words for the blue outline: rings where the exchange is one.
+fn cp_block_words(cp_exchange: CpExchange) -> &'static str {
+    match cp_exchange {
+        CpExchange::KvRing | CpExchange::TorchAllGather => {
+            "; blue: a block of interleaved CP rings"
+        }
+        CpExchange::KvAllGather | CpExchange::HeadAllToAll => {
+            "; blue: a block of interleaved CP groups"
+        }
+    }
+}
+
+/// `cp_exchange` names what the CP groups move (`--cp-exchange`): only the rings pass K/V around.
+pub(crate) fn layout_svg(
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+    cp_exchange: CpExchange,
+) -> Result<String, String> {
     let gpn = cluster.gpus_per_node;
     let g = groups(cluster, plan);
     let (cp, ep) = (plan.cp > 1, plan.ep > 1);
@@ -156,8 +174,19 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         "TP: none (tp 1: each GPU holds whole layers)".to_string()
     }];
     if cp {
+        let (groups, moves, group) = match cp_exchange {
+            CpExchange::KvRing | CpExchange::TorchAllGather => ("rings", "pass K/V", "ring"),
+            CpExchange::KvAllGather => {
+                ("groups", "all-gather K/V and reduce-scatter dK/dV", "group")
+            }
+            CpExchange::HeadAllToAll => (
+                "groups",
+                "trade Q, K, V and the attention output all-to-all",
+                "group",
+            ),
+        };
         legend.push(format!(
-            "CP groups: rings of {} GPUs at stride {} pass K/V every layer over {}; blue outline: the {} GPUs of {} interleaved rings (c = ring position)",
+            "CP groups: {groups} of {} GPUs at stride {} {moves} every layer over {}; blue outline: the {} GPUs of {} interleaved {groups} (c = {group} position)",
             plan.cp,
             cp_group.stride,
             link(cp_group, gpn),
@@ -266,7 +295,7 @@ pub(crate) fn layout_svg(cluster: &Cluster, plan: &ParallelPlan) -> Result<Strin
         let mut subtitle =
             format!("{coordinates_text}; colour: pipeline stage; black outline: one TP group");
         if cp {
-            subtitle += "; blue: a block of interleaved CP rings";
+            subtitle += cp_block_words(cp_exchange);
         }
         if ep {
             subtitle += if plan.etp > 1 {
@@ -492,7 +521,7 @@ mod tests {
         // 32 GPUs per stage over etp 2 x ep 4: 4 expert-DP replicas.
         assert_eq!(rank_coordinates(31, &plan).expert_dp, 3);
         assert_eq!(rank_coordinates(31, &plan).dp, 7);
-        let svg = layout_svg(&cluster, &plan).unwrap();
+        let svg = layout_svg(&cluster, &plan, CpExchange::KvRing).unwrap();
         assert!(svg.contains("CP groups: rings of 2 GPUs at stride 2"));
         assert!(svg.contains("EP groups (4 GPUs at stride 2"));
     }
