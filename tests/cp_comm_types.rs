@@ -585,3 +585,40 @@ fn the_layout_figure_names_what_the_cp_groups_move() {
         assert!(svg.contains(words), "{exchange}: {svg}");
     }
 }
+
+/// Megatron-Core's selective recompute (`core_attn`) re-runs Transformer Engine's attention with
+/// its CP exchange inside, as full recompute does; torchtitan's per-op SAC keeps the attention
+/// output and exchanges nothing again.
+#[test]
+fn selective_recompute_repeats_the_forward_exchange_under_megatron_core() {
+    let bytes = |exchange: &str, recompute: &str, framework: &str| {
+        let mut args: Vec<&str> = EVAL.to_vec();
+        let at = args.iter().position(|a| *a == "full").unwrap();
+        args[at] = recompute;
+        args.extend([
+            "--cp-exchange",
+            exchange,
+            "--framework",
+            framework,
+            "--format",
+            "json",
+        ]);
+        cp_comm(&json(&args)).0
+    };
+    for exchange in ["kv-ring", "kv-all-gather", "head-all-to-all"] {
+        let none = bytes(exchange, "none", "megatron-core");
+        let selective = bytes(exchange, "selective", "megatron-core");
+        let full = bytes(exchange, "full", "megatron-core");
+        assert!(selective > none * 1.2, "{exchange}: {selective} vs {none}");
+        assert!(
+            (selective - full).abs() < 1e-6 * full,
+            "{exchange}: {selective} vs {full}"
+        );
+    }
+    let none = bytes("torch-all-gather", "none", "torchtitan");
+    let selective = bytes("torch-all-gather", "selective", "torchtitan");
+    assert!(
+        (selective - none).abs() < 1e-6 * none,
+        "{selective} vs {none}"
+    );
+}

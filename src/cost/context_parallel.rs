@@ -23,8 +23,8 @@ use super::comm::{ACTIVATION_BYTES, Collective, alltoall_s, cp_kv_chunk_bytes};
 use super::{PassComm, exposed_under};
 use crate::cluster::LinkSpeed;
 use crate::model::Model;
-use crate::plan::ParallelPlan;
-use crate::training::{CpExchange, Training};
+use crate::plan::{ParallelPlan, Recompute};
+use crate::training::{AttentionKernel, CpExchange, RecomputeModule, SelectiveRecompute, Training};
 
 /// One layer's forward and backward communication under the point-to-point K/V ring, per
 /// micro-batch: `chunk` is one rank's K and V (`comm::cp_kv_chunk_bytes`), `step_attention_*_s`
@@ -190,4 +190,27 @@ pub fn heads_per_tp_rank(model: &Model, tp: u32) -> (u32, u32) {
         model.kv_heads
     };
     (model.heads / tp.max(1), (kv_heads / tp.max(1)).max(1))
+}
+
+/// How many times per micro-batch one layer's exchange runs again before its backward: full
+/// recompute's share of the layers, or once per layer where selective recompute re-runs the fused
+/// attention. Transformer Engine's `checkpoint_core_attention` checkpoints the whole fused
+/// attention call, and under context parallelism that call is `attn_forward_func_with_cp`, the
+/// exchange inside it (`DotProductAttention.forward` → `FusedAttention`/`FlashAttention` →
+/// `attn_forward_func_with_cp`), so Megatron-Core's `core_attn` recompute repeats the forward
+/// exchange as full recompute does. Megatron-LM 2021's selective recompute and torchtitan's
+/// per-op SAC keep the attention output and run no exchange again.
+pub fn exchange_repeats(training: &Training, plan: &ParallelPlan) -> f64 {
+    let core_attention_reruns = plan.recompute == Recompute::Selective
+        && training.attention == AttentionKernel::Flash
+        && match training.selective_recompute() {
+            SelectiveRecompute::CheckpointedAttention => true,
+            SelectiveRecompute::Modules(modules) => modules.contains(RecomputeModule::CoreAttn),
+            SelectiveRecompute::AttentionCore | SelectiveRecompute::AlternateMatmuls => false,
+        };
+    if core_attention_reruns {
+        1.0
+    } else {
+        plan.recompute_share()
+    }
 }

@@ -571,6 +571,9 @@ pub fn ledger(
         }
     }
 
+    // How often each layer's forward exchange runs again: full recompute's share, or every layer
+    // where selective recompute re-runs Transformer Engine's attention with its exchange.
+    let cp_repeats = super::context_parallel::exchange_repeats(training, plan);
     // CP as PyTorch's context_parallel runs it: a K/V all-gather per layer in forward (again under
     // full recompute) and backward, and the fp32 dK/dV accumulators one hop per CP rank.
     if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::TorchAllGather {
@@ -590,14 +593,14 @@ pub fn ledger(
             c,
             gather,
         );
-        if plan.recompute == Recompute::Full {
+        if cp_repeats > 0.0 {
             push(
                 GroupKind::Cp,
                 Op::AllGather,
                 Pass::Recompute,
                 forward_site,
                 scope,
-                recomputed(count, plan),
+                count * cp_repeats,
                 c,
                 gather,
             );
@@ -640,14 +643,14 @@ pub fn ledger(
             c,
             gathered,
         );
-        if plan.recompute == Recompute::Full {
+        if cp_repeats > 0.0 {
             push(
                 GroupKind::Cp,
                 Op::AllGather,
                 Pass::Recompute,
                 forward_site,
                 scope,
-                recomputed(count, plan),
+                count * cp_repeats,
                 c,
                 gathered,
             );
@@ -700,14 +703,14 @@ pub fn ledger(
                 c,
                 tensor,
             );
-            if plan.recompute == Recompute::Full {
+            if cp_repeats > 0.0 {
                 push(
                     GroupKind::Cp,
                     Op::AllToAll,
                     Pass::Recompute,
                     site,
                     scope,
-                    recomputed(count, plan),
+                    count * cp_repeats,
                     c,
                     tensor,
                 );
@@ -751,8 +754,8 @@ pub fn ledger(
             c,
             chunk,
         );
-        if plan.recompute == Recompute::Full {
-            let recompute = recomputed(count, plan);
+        if cp_repeats > 0.0 {
+            let recompute = count * cp_repeats;
             push(
                 GroupKind::Cp,
                 Op::SendRecv,
@@ -1610,8 +1613,10 @@ mod tests {
                                 .filter(|e| e.group == GroupKind::Cp)
                                 .collect();
                             // One forward K/V send, K/V and dK/dV in backward, the forward again
-                            // under full recompute; cp − 1 ring steps per layer per micro-batch.
-                            let full = recompute == Recompute::Full;
+                            // under full recompute and under selective recompute, which re-runs
+                            // Transformer Engine's attention with its ring; cp − 1 ring steps per
+                            // layer per micro-batch.
+                            let full = recompute != Recompute::None;
                             assert_eq!(ring.len(), 3 + usize::from(full), "{request:?}");
                             assert!(ring.iter().all(|e| e.op == Op::SendRecv && e.ranks == cp));
                             let forward = ring.iter().find(|e| e.pass == Pass::Forward).unwrap();
@@ -1672,7 +1677,7 @@ mod tests {
     }
 
     #[test]
-    fn transformer_engine_all_gather_and_all_to_all_ledgers_match_the_estimate() {
+    fn transformer_engine_exchanges_ledgers_match_the_estimate_under_each_recompute() {
         use crate::training::CpExchange;
         let model = specs::load_model("llama3-8b").unwrap();
         let cluster = Cluster {
@@ -1680,14 +1685,19 @@ mod tests {
             nodes: 4,
             gpus_per_node: 8,
         };
-        for exchange in [CpExchange::KvAllGather, CpExchange::HeadAllToAll] {
+        for exchange in [
+            CpExchange::KvRing,
+            CpExchange::KvAllGather,
+            CpExchange::HeadAllToAll,
+        ] {
             let training = Training {
                 cp_exchange: exchange,
                 ..training(131072, 64, TrainingFramework::MegatronCore)
             };
             // Llama 3 8B has 8 K/V heads: tp 2 leaves 4 per rank, which cp 2 and 4 split.
             for (tp, cp) in [(1, 2), (1, 8), (2, 4)] {
-                for recompute in [Recompute::None, Recompute::Full] {
+                // Selective recompute re-runs Transformer Engine's attention, exchange included.
+                for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
                     let request = PlanRequest {
                         tp,
                         cp,
@@ -1703,13 +1713,18 @@ mod tests {
                         .iter()
                         .filter(|e| e.group == GroupKind::Cp)
                         .collect();
-                    let full = usize::from(recompute == Recompute::Full);
+                    let full = usize::from(recompute != Recompute::None);
                     match exchange {
                         // Gathers in forward, backward (and the recompute), one reduce-scatter.
                         CpExchange::KvAllGather => {
                             assert_eq!(rows.len(), 3 + full, "{request:?}");
                             let scatter = rows.iter().filter(|e| e.op == Op::ReduceScatter).count();
                             assert_eq!(scatter, 1);
+                        }
+                        // The ring: K/V in forward (and the recompute), K/V and dK/dV in backward.
+                        CpExchange::KvRing => {
+                            assert_eq!(rows.len(), 3 + full, "{request:?}");
+                            assert!(rows.iter().all(|e| e.op == Op::SendRecv));
                         }
                         // Q/K/V and the output in forward (and the recompute), their gradients
                         // in backward, every row an all-to-all.

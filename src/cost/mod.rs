@@ -648,6 +648,9 @@ pub(crate) fn unit_costs_at(
     // blocks; backward passes K/V and their gradients (twice the bytes) under the backward's
     // attention blocks (`compute::flash_backward_time_over_forward`); full recompute repeats the
     // forward ring.
+    // Full recompute's share of the layers, or every layer where selective recompute re-runs
+    // Transformer Engine's attention with its exchange (`context_parallel::exchange_repeats`).
+    let cp_repeats = context_parallel::exchange_repeats(training, plan);
     let cp = if plan.cp > 1 && training.cp_exchange == CpExchange::TorchAllGather {
         let step_attention = layer.attention_forward / f64::from(plan.cp);
         let comm = torch_ring::pass_comm(
@@ -656,7 +659,7 @@ pub(crate) fn unit_costs_at(
             groups.get(GroupKind::Cp).speed,
             step_attention,
             compute::flash_backward_time_over_forward() * step_attention,
-            recompute_share,
+            cp_repeats,
         );
         // The eager fp32 merges and accumulators run on the compute stream.
         let (query, output) = torch_ring::elements(model, training, plan);
@@ -668,9 +671,7 @@ pub(crate) fn unit_costs_at(
         );
         layer.forward += merge_forward;
         layer.backward += merge_backward;
-        if plan.recompute == Recompute::Full {
-            layer.recompute += recompute_share * merge_forward;
-        }
+        layer.recompute += cp_repeats * merge_forward;
         comm
     } else if plan.cp > 1 && training.cp_exchange != CpExchange::KvRing {
         // Transformer Engine's all-gather and all-to-all exchanges: their copies run on the
@@ -683,26 +684,18 @@ pub(crate) fn unit_costs_at(
         );
         layer.forward += copy_forward;
         layer.backward += copy_backward;
-        if plan.recompute == Recompute::Full {
-            layer.recompute += recompute_share * copy_forward;
-        }
+        layer.recompute += cp_repeats * copy_forward;
         let speed = groups.get(GroupKind::Cp).speed;
         if training.cp_exchange == CpExchange::KvAllGather {
             context_parallel::kv_all_gather_pass_comm(
                 comm::cp_kv_chunk_bytes(model, training, plan),
                 plan.cp,
                 speed,
-                recompute_share,
+                cp_repeats,
             )
         } else {
             let (qkv, output) = context_parallel::all_to_all_tensor_bytes(model, training, plan);
-            context_parallel::head_all_to_all_pass_comm(
-                qkv,
-                output,
-                plan.cp,
-                speed,
-                recompute_share,
-            )
+            context_parallel::head_all_to_all_pass_comm(qkv, output, plan.cp, speed, cp_repeats)
         }
     } else if plan.cp > 1 {
         let step_attention = layer.attention_forward / f64::from(plan.cp);
@@ -712,7 +705,7 @@ pub(crate) fn unit_costs_at(
             groups.get(GroupKind::Cp).speed,
             step_attention,
             compute::flash_backward_time_over_forward() * step_attention,
-            recompute_share,
+            cp_repeats,
         )
     } else {
         PassComm::default()
