@@ -605,10 +605,10 @@ pub struct EvalArgs {
     /// and plan (--tp, --pp, --dp, --vpp, --micro-batch, --sequence-parallel, --recompute, --zero) alike.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<String>,
-    /// Tensor-parallel degree. Default: 1 (give at least one of --tp, --pp and --dp, or --plan).
+    /// Tensor-parallel degree. Default: 1 (give at least one of --tp, --pp, --dp, --cp and --ep, or --plan).
     #[arg(long, visible_alias = "tensor-model-parallel-size")]
     pub tp: Option<u32>,
-    /// Pipeline-parallel degree. Default: 1 (give at least one of --tp, --pp and --dp, or --plan).
+    /// Pipeline-parallel degree. Default: 1 (give at least one of --tp, --pp, --dp, --cp and --ep, or --plan).
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
     /// Context-parallel degree: the sequence split over cp ranks (ring attention). Default: 1.

@@ -261,13 +261,20 @@ fn no_plan_names_every_degree_that_makes_one() {
     let r = eval_7b(&[]);
     assert_one_line_error(
         &r,
-        &["no plan given", "at least one of --tp, --pp and --dp"],
+        &[
+            "no plan given",
+            "at least one of --tp, --pp, --dp, --cp and --ep",
+        ],
         &["--tp and --pp ("],
         "eval without a plan",
     );
     // What it says works, works.
     let r = eval_7b(&["--tp", "8"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // --cp alone is a plan too (it was answered "no plan given" and dropped).
+    let r = eval_7b(&["--cp", "2"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(r.stdout.contains("x cp 2 x"), "{}", r.stdout);
 }
 
 /// `sweep --axis global-batch --values 64,128` without `--nodes` said "--axis global-batch at 64:

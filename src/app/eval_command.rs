@@ -182,9 +182,16 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             with_plan_flags(file.plan, &args)
         }
         None => {
-            if args.tp.is_none() && args.pp.is_none() && args.dp.is_none() {
+            // Any parallel degree says a plan: the others default (`--cp 4` alone is tp 1, pp 1,
+            // dp the GPUs left), where it was answered "no plan given" and the --cp dropped.
+            if args.tp.is_none()
+                && args.pp.is_none()
+                && args.dp.is_none()
+                && args.cp.is_none()
+                && args.ep.is_none()
+            {
                 bail!(
-                    "no plan given: pass --plan FILE, or at least one of --tp, --pp and --dp (e.g. --tp 8, or --tp 8 --pp 16; the others default to 1, dp to the GPUs left); `tpsim plan` finds the best one"
+                    "no plan given: pass --plan FILE, or at least one of --tp, --pp, --dp, --cp and --ep (e.g. --tp 8, or --tp 8 --pp 16; the others default to 1, dp to the GPUs left); `tpsim plan` finds the best one"
                 );
             }
             let tp = args.tp.unwrap_or(1);
