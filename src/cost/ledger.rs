@@ -1132,6 +1132,14 @@ mod tests {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
     }
 
+    /// The ledger's context-parallel rows.
+    fn cp_rows(l: &Ledger) -> Vec<&LedgerEntry> {
+        l.entries
+            .iter()
+            .filter(|e| e.group == GroupKind::Cp)
+            .collect()
+    }
+
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
             seq_len,
@@ -1607,11 +1615,7 @@ mod tests {
                             let l = assert_ledger_matches_estimate(
                                 &model, &cluster, &training, &request,
                             );
-                            let ring: Vec<_> = l
-                                .entries
-                                .iter()
-                                .filter(|e| e.group == GroupKind::Cp)
-                                .collect();
+                            let ring = cp_rows(&l);
                             // One forward K/V send, K/V and dK/dV in backward, the forward again
                             // under full recompute and under selective recompute, which re-runs
                             // Transformer Engine's attention with its ring; cp − 1 ring steps per
@@ -1656,11 +1660,7 @@ mod tests {
                     ..PlanRequest::default()
                 };
                 let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
-                let ring: Vec<_> = l
-                    .entries
-                    .iter()
-                    .filter(|e| e.group == GroupKind::Cp)
-                    .collect();
+                let ring = cp_rows(&l);
                 // Gathers in forward and backward (and the recompute), the dK/dV hops in backward.
                 let full = recompute == Recompute::Full;
                 assert_eq!(ring.len(), 3 + usize::from(full), "{request:?}");
@@ -1677,7 +1677,7 @@ mod tests {
     }
 
     #[test]
-    fn transformer_engine_exchanges_ledgers_match_the_estimate_under_each_recompute() {
+    fn transformer_engine_all_gather_and_all_to_all_ledgers_match_the_estimate() {
         use crate::training::CpExchange;
         let model = specs::load_model("llama3-8b").unwrap();
         let cluster = Cluster {
@@ -1685,11 +1685,8 @@ mod tests {
             nodes: 4,
             gpus_per_node: 8,
         };
-        for exchange in [
-            CpExchange::KvRing,
-            CpExchange::KvAllGather,
-            CpExchange::HeadAllToAll,
-        ] {
+        // The ring under every recompute: `context_parallel_ledger_lists_the_kv_ring_...`.
+        for exchange in [CpExchange::KvAllGather, CpExchange::HeadAllToAll] {
             let training = Training {
                 cp_exchange: exchange,
                 ..training(131072, 64, TrainingFramework::MegatronCore)
@@ -1708,11 +1705,7 @@ mod tests {
                         ..PlanRequest::default()
                     };
                     let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
-                    let rows: Vec<_> = l
-                        .entries
-                        .iter()
-                        .filter(|e| e.group == GroupKind::Cp)
-                        .collect();
+                    let rows = cp_rows(&l);
                     let full = usize::from(recompute != Recompute::None);
                     match exchange {
                         // Gathers in forward, backward (and the recompute), one reduce-scatter.
@@ -1720,11 +1713,6 @@ mod tests {
                             assert_eq!(rows.len(), 3 + full, "{request:?}");
                             let scatter = rows.iter().filter(|e| e.op == Op::ReduceScatter).count();
                             assert_eq!(scatter, 1);
-                        }
-                        // The ring: K/V in forward (and the recompute), K/V and dK/dV in backward.
-                        CpExchange::KvRing => {
-                            assert_eq!(rows.len(), 3 + full, "{request:?}");
-                            assert!(rows.iter().all(|e| e.op == Op::SendRecv));
                         }
                         // Q/K/V and the output in forward (and the recompute), their gradients
                         // in backward, every row an all-to-all.
