@@ -611,7 +611,8 @@ pub struct EvalArgs {
     /// Pipeline-parallel degree. Default: 1 (give at least one of --tp, --pp, --dp, --cp and --ep, or --plan).
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
-    /// Context-parallel degree: the sequence split over cp ranks (exchanging K/V as --cp-exchange says). Default: 1.
+    /// Context-parallel degree: the sequence split over cp ranks. Default: 1 (how they exchange K/V:
+    /// --cp-exchange).
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,
     /// Expert-parallel degree (MoE models): experts spread over ep GPUs of a stage. Default: 1.
