@@ -538,7 +538,7 @@ pub fn table(sweep: &Sweep) -> String {
             if sweep.price_per_gpu_hour.is_some() {
                 row.push(
                     r.cost_to_train
-                        .map(|c| format!("${}", thousands(c)))
+                        .map(|c| format!("${}", cost_text(c)))
                         .unwrap_or_default(),
                 );
             }
@@ -584,6 +584,16 @@ pub fn table(sweep: &Sweep) -> String {
 }
 
 /// 1234567.8 → "1,234,568".
+/// A cost in dollars as the table prints it: whole dollars with thousands separators, or, below
+/// ten dollars, cents (three significant digits where cents would show nothing).
+pub fn cost_text(dollars: f64) -> String {
+    if dollars.abs() < 10.0 {
+        crate::units::show_measured(dollars, 2)
+    } else {
+        thousands(dollars)
+    }
+}
+
 pub fn thousands(x: f64) -> String {
     let digits = format!("{:.0}", x.abs());
     let mut out = String::new();

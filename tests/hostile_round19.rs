@@ -505,3 +505,51 @@ fn numbers_and_counts_read_as_written() {
         "{two}"
     );
 }
+
+/// `sweep --price-per-gpu-hour 1e-20` was accepted and printed every cost as "$0"; a price below a
+/// tenth of a cent is refused now, and a cost under ten dollars prints its cents (or three
+/// significant digits), never nothing.
+#[test]
+fn a_price_too_small_to_show_is_refused_and_small_costs_show() {
+    let sweep = |price: &str, tokens: &str| {
+        run(&[
+            "sweep",
+            "--model",
+            "llama3-8b",
+            "--axis",
+            "nodes",
+            "--values",
+            "1",
+            "--global-batch",
+            "64",
+            "--price-per-gpu-hour",
+            price,
+            "--tokens",
+            tokens,
+        ])
+    };
+    assert_one_line_error(
+        &sweep("1e-20", "1T"),
+        &[
+            "--price-per-gpu-hour 1e-20",
+            "0.001",
+            "e.g. --price-per-gpu-hour 2.5",
+        ],
+        &[],
+        "tiny price",
+    );
+    let r = sweep("0.002", "1M");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let cost = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("tp2") || l.contains("tp1") || l.contains("tp4") || l.contains("tp8"))
+        .and_then(|l| l.split('┆').last())
+        .map(|c| c.trim().trim_end_matches('│').trim().to_string())
+        .unwrap_or_default();
+    assert!(
+        cost.starts_with('$') && cost != "$0",
+        "{cost:?}\n{}",
+        r.stdout
+    );
+}

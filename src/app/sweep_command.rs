@@ -17,6 +17,9 @@ use crate::{input_file, output_file, sweep};
 /// price (an H100 rents for a few dollars an hour); beyond it the input is a typo, and the cost to
 /// train stays finite.
 const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
+/// Least `--price-per-gpu-hour` we accept: a tenth of a cent per GPU-hour, thousands of times below
+/// any rent; below it the input is a typo (1e-20 printed every cost as "$0").
+const MIN_PRICE_PER_GPU_HOUR: f64 = 1e-3;
 
 pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
     match axis {
@@ -138,6 +141,11 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         if !(price.is_finite() && price > 0.0) {
             bail!(
                 "--price-per-gpu-hour {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            );
+        }
+        if price < MIN_PRICE_PER_GPU_HOUR {
+            bail!(
+                "--price-per-gpu-hour {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
             );
         }
         if price > MAX_PRICE_PER_GPU_HOUR {
