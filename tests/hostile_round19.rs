@@ -544,7 +544,7 @@ fn a_price_too_small_to_show_is_refused_and_small_costs_show() {
         .stdout
         .lines()
         .find(|l| l.contains("tp2") || l.contains("tp1") || l.contains("tp4") || l.contains("tp8"))
-        .and_then(|l| l.split('┆').last())
+        .and_then(|l| l.split('┆').next_back())
         .map(|c| c.trim().trim_end_matches('│').trim().to_string())
         .unwrap_or_default();
     assert!(
