@@ -418,7 +418,9 @@ pub fn parse_with_note(
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 position_embedding: PositionEmbedding::LearnedAbsolute,
-                rotary_percent: None,
+                rotary_percent: reader.no_rotary_share(
+                    "1 or absent: GPT-2 learns absolute positions and rotates nothing",
+                )?,
                 norm: Norm::Layernorm,
                 // GPT2Config: resid_pdrop (after attention and MLP), embd_pdrop and attn_pdrop,
                 // 0.1 each by default.
@@ -456,8 +458,26 @@ pub fn parse_with_note(
                 shared_layer_norm: false,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(false),
                 position_embedding: reader.rope(false)?,
-                // GPTNeoXConfig: rotary_pct=0.25 by default.
-                rotary_percent: reader.rotary_share("rotary_pct", 0.25)?,
+                // GPTNeoXConfig: rotary_pct=0.25 by default; configs saved by later transformers
+                // carry it as partial_rotary_factor (read where rotary_pct is absent; refused where
+                // the two disagree, so that neither is dropped).
+                rotary_percent: match (
+                    reader.obj.get("rotary_pct").filter(|v| !v.is_null()),
+                    reader
+                        .obj
+                        .get("partial_rotary_factor")
+                        .filter(|v| !v.is_null()),
+                ) {
+                    (None, Some(_)) => reader.rotary_share("partial_rotary_factor", 0.25)?,
+                    (Some(pct), Some(factor)) if pct.as_f64() != factor.as_f64() => {
+                        return Err(reader.bad(
+                            "partial_rotary_factor",
+                            factor,
+                            "the share \"rotary_pct\" gives (GPT-NeoX rotates one share of each head), or absent",
+                        ));
+                    }
+                    _ => reader.rotary_share("rotary_pct", 0.25)?,
+                },
                 norm: Norm::Layernorm,
                 // GPTNeoXConfig: hidden_dropout / attention_dropout 0.0 unless set.
                 dropout: reader.dropout(
@@ -484,6 +504,7 @@ pub fn parse_with_note(
             // FalconDecoderLayer: the parallel block without the new architecture reads one
             // `input_layernorm`; the new architecture has `ln_attn` and `ln_mlp`.
             let parallel = reader.flag("parallel_attn")?.unwrap_or(true);
+            let alibi = reader.flag("alibi")?.unwrap_or(false);
             Model {
                 name: name.to_string(),
                 layers: reader.required_any(&["num_hidden_layers", "n_layer"], "32")?,
@@ -501,12 +522,19 @@ pub fn parse_with_note(
                 shared_layer_norm: parallel && !new_architecture,
                 tied_embeddings: reader.flag("tie_word_embeddings")?.unwrap_or(true),
                 // FalconConfig `alibi` (default false): ALiBi biases instead of rotary embeddings.
-                position_embedding: if reader.flag("alibi")?.unwrap_or(false) {
+                position_embedding: if alibi {
                     PositionEmbedding::Alibi
                 } else {
                     reader.rope(false)?
                 },
-                rotary_percent: None,
+                // transformers' rope setup reads partial_rotary_factor where a config has it.
+                rotary_percent: if alibi {
+                    reader.no_rotary_share(
+                        "1 or absent: with \"alibi\": true Falcon biases attention scores and rotates nothing",
+                    )?
+                } else {
+                    reader.rotary_share("partial_rotary_factor", 1.0)?
+                },
                 norm: Norm::Layernorm,
                 // FalconConfig: hidden_dropout 0.0, attention_dropout 0.0.
                 dropout: reader.dropout(
@@ -734,6 +762,17 @@ impl Reader<'_> {
             },
         };
         Ok((share < 1.0).then_some(share))
+    }
+
+    /// A `partial_rotary_factor` in a config whose model rotates no share of its heads that the
+    /// key could set (`rule` says why): refused unless absent, null or 1, never dropped.
+    fn no_rotary_share(&self, rule: &'static str) -> Result<Option<f64>, HfConfigError> {
+        let key = "partial_rotary_factor";
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) if v.as_f64() == Some(1.0) => Ok(None),
+            Some(v) => Err(self.bad(key, v, rule)),
+        }
     }
 
     /// A dropout probability in [0, 1].
@@ -1224,7 +1263,10 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
             position_embedding: self.rope(true)?,
-            rotary_percent: None,
+            // Latent attention rotates only qk_rope_head_dim of each head (read above).
+            rotary_percent: self.no_rotary_share(
+                "1 or absent: latent attention rotates only each head's qk_rope_head_dim part, which already says the rotated share",
+            )?,
             norm: Norm::Rmsnorm,
             // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,
@@ -1282,7 +1324,8 @@ impl Reader<'_> {
             shared_layer_norm: false,
             tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
             position_embedding: self.rope(true)?,
-            rotary_percent: None,
+            // transformers' rope setup reads partial_rotary_factor where a config has it.
+            rotary_percent: self.rotary_share("partial_rotary_factor", 1.0)?,
             norm: Norm::Rmsnorm,
             // `*Config` attention_dropout (0.0 by default); the blocks have no hidden dropout.
             dropout: self.dropout(&[("attention_dropout", 0.0)], true)?,

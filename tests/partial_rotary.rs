@@ -233,3 +233,114 @@ fn model_files_and_configs_refuse_a_share_that_means_nothing() {
     let text = std::fs::read_to_string(&saved).unwrap();
     assert!(text.contains("rotary_percent: 0.25"), "{text}");
 }
+
+/// A `partial_rotary_factor` in a config of a family that read no share was dropped (DeepSeek-V3,
+/// GPT-OSS, GPT-2, Falcon): read where the positions are rotary, refused where nothing rotates
+/// or latent attention's own split says the share; GPT-NeoX's later spelling is read, and a
+/// disagreement with `rotary_pct` refused.
+#[test]
+fn every_config_family_reads_or_refuses_a_partial_rotary_factor() {
+    let dir = scratch("partial-rotary", "families");
+    let with = |file: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        edit(&mut config);
+        let path = dir.join(file.rsplit('/').next().unwrap());
+        std::fs::write(&path, config.to_string()).unwrap();
+        run(&[
+            "eval",
+            "--hf-config",
+            path.to_str().unwrap(),
+            "--nodes",
+            "8",
+            "--tp",
+            "1",
+            "--global-batch",
+            "64",
+        ])
+    };
+    let half = |c: &mut serde_json::Value| c["partial_rotary_factor"] = 0.5.into();
+    for file in ["models/hf/gpt-oss-20b.json", "models/hf/falcon-7b.json"] {
+        let r = with(file, &half);
+        assert!(r.code == 0 || r.code == 1, "{file}: {}", r.stderr);
+        assert!(
+            r.stdout.contains("on 50% of each head"),
+            "{file}: {}",
+            r.stdout
+        );
+    }
+    for (file, words) in [
+        ("models/hf/deepseek-v3.json", "qk_rope_head_dim"),
+        ("models/hf/gpt2.json", "rotates nothing"),
+    ] {
+        assert_one_line_error(
+            &with(file, &half),
+            &["\"partial_rotary_factor\"", "0.5", words],
+            &["panicked"],
+            file,
+        );
+    }
+    let neox = "models/hf/gpt-neox-20b.json";
+    let r = with(neox, &|c| {
+        c.as_object_mut().unwrap().remove("rotary_pct");
+        c["partial_rotary_factor"] = 0.5.into();
+    });
+    assert!(r.stdout.contains("on 50% of each head"), "{}", r.stderr);
+    assert_one_line_error(
+        &with(neox, &half),
+        &["\"partial_rotary_factor\"", "\"rotary_pct\""],
+        &["panicked"],
+        "neox disagreeing",
+    );
+}
+
+/// Two plan files that differ only in the rotated share were told apart as "a different block
+/// style"; the comparison names the share now.
+#[test]
+fn compare_names_a_different_rotated_share() {
+    let dir = scratch("partial-rotary", "compare");
+    let save = |share: &str, name: &str| {
+        let model = dir.join(format!("{name}.model.yaml"));
+        std::fs::write(
+            &model,
+            format!(
+                "name: m\nlayers: 4\nhidden: 1024\nheads: 8\nvocab: 32000\nseq_len: 2048\ngated_mlp: true\nlinear_bias: false\ndropout: false\nposition_embedding_type: rope\n{share}"
+            ),
+        )
+        .unwrap();
+        let plan = dir.join(format!("{name}.yaml"));
+        let r = run(&[
+            "plan",
+            "--model",
+            model.to_str().unwrap(),
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--save",
+            plan.to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        plan
+    };
+    let (half, whole) = (save("rotary_percent: 0.5\n", "half"), save("", "whole"));
+    let r = run(&[
+        "compare",
+        "--plan",
+        half.to_str().unwrap(),
+        "--plan",
+        whole.to_str().unwrap(),
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "rotary positions on 50% of each head against rotary positions on the whole head",
+            "model.rotary_percent",
+        ],
+        &["block style"],
+        "compare",
+    );
+    // The saved share reads back.
+    let back = json(&["eval", "--plan", half.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(back["model"]["rotary_percent"].as_f64(), Some(0.5));
+}

@@ -90,6 +90,23 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
                 groups(ea),
                 groups(eb)
             )
+        } else if shape(&ma) == shape(&mb)
+            && ma.position_embedding == mb.position_embedding
+            && ma.rotary_percent != mb.rotary_percent
+        {
+            let positions = |m: &Model| {
+                let words = m.position_embedding.describe_with(m.rotary_percent);
+                if m.rotary_percent.is_none() {
+                    format!("{words} on the whole head")
+                } else {
+                    words
+                }
+            };
+            format!(
+                "model: {sa}, but {} against {} (the plan files' model.rotary_percent)",
+                positions(&a.model),
+                positions(&b.model)
+            )
         } else if shape(&ma) == shape(&mb) && ma.position_embedding != mb.position_embedding {
             format!(
                 "model: {sa}, but {} against {} (the plan files' model.position_embedding_type)",
