@@ -1132,6 +1132,17 @@ mod tests {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
     }
 
+    /// Llama 3 8B on 4 nodes of 8 H100s: the context-parallel ledger tests' setup.
+    fn llama3_8b_on_32_h100() -> (Model, Cluster) {
+        let model = specs::load_model("llama3-8b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        (model, cluster)
+    }
+
     /// The ledger's context-parallel rows.
     fn cp_rows(l: &Ledger) -> Vec<&LedgerEntry> {
         l.entries
@@ -1581,12 +1592,7 @@ mod tests {
 
     #[test]
     fn context_parallel_ledger_lists_the_kv_ring_and_matches_the_estimate() {
-        let model = specs::load_model("llama3-8b").unwrap();
-        let cluster = Cluster {
-            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 4,
-            gpus_per_node: 8,
-        };
+        let (model, cluster) = llama3_8b_on_32_h100();
         let training = training(131072, 64, TrainingFramework::MegatronCore);
         let mut checked = 0;
         for (tp, cp, pp) in [(8, 2, 2), (4, 4, 1), (2, 8, 2), (1, 2, 1)] {
@@ -1637,12 +1643,7 @@ mod tests {
 
     #[test]
     fn torch_context_parallel_ledger_lists_the_gathers_and_matches_the_estimate() {
-        let model = specs::load_model("llama3-8b").unwrap();
-        let cluster = Cluster {
-            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 4,
-            gpus_per_node: 8,
-        };
+        let (model, cluster) = llama3_8b_on_32_h100();
         let training = training(131072, 64, TrainingFramework::Torchtitan);
         assert_eq!(
             training.cp_exchange,
@@ -1679,12 +1680,7 @@ mod tests {
     #[test]
     fn transformer_engine_all_gather_and_all_to_all_ledgers_match_the_estimate() {
         use crate::training::CpExchange;
-        let model = specs::load_model("llama3-8b").unwrap();
-        let cluster = Cluster {
-            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
-            nodes: 4,
-            gpus_per_node: 8,
-        };
+        let (model, cluster) = llama3_8b_on_32_h100();
         // The ring under every recompute: `context_parallel_ledger_lists_the_kv_ring_...`.
         for exchange in [CpExchange::KvAllGather, CpExchange::HeadAllToAll] {
             let training = Training {
