@@ -455,9 +455,10 @@ pub struct TrainingArgs {
     /// Megatron-Core's cp_comm_type p2p; also NeMo AutoModel's TE attention), kv-all-gather
     /// (cp_comm_type all_gather: K/V gathered, exposed; runs sliding windows), head-all-to-all
     /// (cp_comm_type a2a, Ulysses: heads split over the CP ranks, which must divide each TP rank's
-    /// query and K/V heads), or torch-all-gather (PyTorch's context_parallel as torchtitan runs it:
-    /// K/V repeated to every query head and all-gathered, fp32 merges; torchtitan only). Default:
-    /// the framework's.
+    /// query and K/V heads; DeepSpeed's only exchange, its Ulysses repeating K/V heads where there
+    /// are fewer than CP ranks), or torch-all-gather (PyTorch's context_parallel as torchtitan runs
+    /// it: K/V repeated to every query head and all-gathered, fp32 merges; torchtitan only).
+    /// Default: the framework's.
     #[arg(long, value_enum, value_name = "KIND")]
     pub cp_exchange: Option<CpExchangeArg>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
@@ -611,7 +612,8 @@ pub struct EvalArgs {
     /// Pipeline-parallel degree. Default: 1 (give at least one of --tp, --pp, --dp, --cp and --ep, or --plan).
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
-    /// Context-parallel degree: the sequence split over cp ranks. Default: 1 (how they exchange K/V:
+    /// Context-parallel degree: the sequence split over cp ranks (DeepSpeed-Ulysses's
+    /// sequence_parallel_size in the deepspeed framework). Default: 1 (how they exchange K/V:
     /// --cp-exchange).
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,

@@ -487,6 +487,20 @@ pub enum PlanError {
     )]
     CpWithUnfusedAttention { cp: u32 },
     #[error(
+        "--cp {cp} with --framework deepspeed (DeepSpeed-Ulysses, sequence_parallel_size {cp}) splits each TP rank's heads over the sequence-parallel ranks, but tp {tp} leaves {query_heads} query and {kv_heads} K/V heads per rank: the query heads must be a multiple of {cp}, and the K/V heads a multiple or a divisor of it (UlyssesSPAttentionHF repeats K/V heads up to {cp}); valid cp: {valid}"
+    )]
+    UlyssesHeads {
+        cp: u32,
+        tp: u32,
+        query_heads: u32,
+        kv_heads: u32,
+        valid: String,
+    },
+    #[error(
+        "--cp {cp} with --sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"); drop --sequence-parallel (give --sequence-parallel false), or use --cp 1"
+    )]
+    UlyssesWithSequenceParallel { cp: u32 },
+    #[error(
         "--precision {precision} with --framework megatron-lm-2021: the 2021 Megatron-LM trains in fp16/bf16 only (FP8 came with Transformer Engine, in Megatron-Core); use --framework megatron-core, or --precision bf16"
     )]
     LowPrecisionIn2021 { precision: &'static str },
@@ -910,6 +924,19 @@ pub fn cp_heads_error(cp: u32, tp: u32, model: &Model, training: &Training) -> O
         return None;
     }
     let (query_heads, kv_heads) = crate::cost::context_parallel::heads_per_tp_rank(model, tp);
+    if training.framework.replicates_kv_heads_over_cp() {
+        let splits = |cp: u32| {
+            query_heads.is_multiple_of(cp)
+                && (kv_heads.is_multiple_of(cp) || cp.is_multiple_of(kv_heads))
+        };
+        return (!splits(cp)).then(|| PlanError::UlyssesHeads {
+            cp,
+            tp,
+            query_heads,
+            kv_heads,
+            valid: list(divisors(query_heads).into_iter().filter(|&d| splits(d))),
+        });
+    }
     if query_heads.is_multiple_of(cp) && kv_heads.is_multiple_of(cp) {
         return None;
     }
@@ -969,6 +996,13 @@ fn check_context_experts_precision(
     }
     if let Some(err) = cp_heads_error(r.cp, r.tp, model, training) {
         return Err(err);
+    }
+    if r.cp > 1
+        && r.tp > 1
+        && r.sequence_parallel
+        && !training.framework.runs_sequence_parallelism_beside_cp()
+    {
+        return Err(PlanError::UlyssesWithSequenceParallel { cp: r.cp });
     }
     match model.moe {
         None if r.ep > 1 || r.etp > 1 => {

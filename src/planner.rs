@@ -338,7 +338,8 @@ fn push_pipeline_variants(
                 if sequence_parallel
                     && (tp == 1
                         || !training.framework.runs_sequence_parallelism()
-                        || !crate::plan::sp_splits_sequence(tp, cp, training))
+                        || !crate::plan::sp_splits_sequence(tp, cp, training)
+                        || (cp > 1 && !training.framework.runs_sequence_parallelism_beside_cp()))
                 {
                     continue;
                 }

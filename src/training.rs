@@ -356,9 +356,13 @@ impl CpExchange {
         matches!(self, CpExchange::KvAllGather | CpExchange::HeadAllToAll)
     }
 
-    /// How the training line names the exchange (where it is not the framework's default).
-    pub fn training_words(self) -> &'static str {
+    /// How the training line names the exchange (where it is not Megatron-Core's ring), as
+    /// `framework` runs it.
+    pub fn training_words(self, framework: TrainingFramework) -> &'static str {
         match self {
+            CpExchange::HeadAllToAll if framework == TrainingFramework::Deepspeed => {
+                "DeepSpeed-Ulysses (sequence_parallel_size: Q, K, V and the output trade sequence for heads, exposed; no Megatron sequence parallelism beside it)"
+            }
             CpExchange::KvRing => "Transformer Engine's K/V ring",
             CpExchange::TorchAllGather => {
                 "PyTorch's context_parallel (K/V repeated to every query head and all-gathered, fp32 merges)"
@@ -372,9 +376,12 @@ impl CpExchange {
         }
     }
 
-    /// What the CP line of the breakdown says moves.
-    pub fn comm_words(self) -> &'static str {
+    /// What the CP line of the breakdown says moves, as `framework` runs it.
+    pub fn comm_words(self, framework: TrainingFramework) -> &'static str {
         match self {
+            CpExchange::HeadAllToAll if framework == TrainingFramework::Deepspeed => {
+                "Q, K, V and the attention output all-to-all among the sequence-parallel ranks in every layer (sequence shards for head shards), their gradients in bwd: DeepSpeed-Ulysses, on the critical path"
+            }
             CpExchange::KvRing => {
                 "K/V exchanged among the context-parallel ranks in every layer, fwd and bwd: Transformer Engine's K/V ring (cp − 1 point-to-point steps)"
             }
@@ -718,12 +725,45 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Torchtitan)
     }
 
-    /// How context parallelism exchanges K/V in this framework (`CpExchange`).
+    /// How context parallelism exchanges K/V in this framework (`CpExchange`): DeepSpeed's is
+    /// Ulysses, the all-to-all over heads (`sequence_parallel_size`).
     pub fn default_cp_exchange(self) -> CpExchange {
         match self {
             TrainingFramework::Torchtitan => CpExchange::TorchAllGather,
+            TrainingFramework::Deepspeed => CpExchange::HeadAllToAll,
             _ => CpExchange::KvRing,
         }
+    }
+
+    /// The context-parallel exchanges the framework runs: Megatron-Core's three
+    /// (`--cp-comm-type p2p|all_gather|a2a`), torchtitan's PyTorch ring, DeepSpeed's Ulysses
+    /// all-to-all; none in 2021 Megatron-LM.
+    pub fn runs_cp_exchange(self, exchange: CpExchange) -> bool {
+        match self {
+            TrainingFramework::MegatronCore => exchange != CpExchange::TorchAllGather,
+            TrainingFramework::Torchtitan => exchange == CpExchange::TorchAllGather,
+            TrainingFramework::Deepspeed => exchange == CpExchange::HeadAllToAll,
+            TrainingFramework::MegatronLm2021 => false,
+        }
+    }
+
+    /// Whether the all-to-all exchange repeats K/V heads where there are fewer than CP ranks:
+    /// DeepSpeed's Ulysses does ("if we have 4 kv heads and sp 8, we need to replicate kv heads
+    /// 2x", `kv_replication_factor` and `repeat_interleave` in
+    /// deepspeed/runtime/sequence_parallel/ulysses_sp.py `UlyssesSPAttentionHF`), so cp needs only
+    /// to divide the K/V heads or be a multiple of them; Transformer Engine's a2a requires both
+    /// head counts to split (`AttnFuncWithCPAndQKVOA2A`).
+    pub fn replicates_kv_heads_over_cp(self) -> bool {
+        matches!(self, TrainingFramework::Deepspeed)
+    }
+
+    /// Whether Megatron's sequence parallelism can run beside context parallelism:
+    /// Megatron-DeepSpeed refuses `--sequence-parallel` with `--ds-sequence-parallel-size` above 1
+    /// ("DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence
+    /// parallel. Remove --sequence_parallel", megatron/initialize.py); Megatron-Core and torchtitan
+    /// run both.
+    pub fn runs_sequence_parallelism_beside_cp(self) -> bool {
+        !matches!(self, TrainingFramework::Deepspeed)
     }
 
     /// Whether TP-communication overlap also hides the backward pass's collectives. Megatron-Core's
@@ -870,15 +910,12 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Torchtitan)
     }
 
-    /// Whether the framework runs ring context parallelism: Megatron-Core's
-    /// `--context-parallel-size` and torchtitan's `context_parallel_degree` do; DeepSpeed's
-    /// sequence parallelism (Ulysses) is an all-to-all over heads, a different scheme, and 2021
-    /// Megatron-LM predates context parallelism.
+    /// Whether the framework splits the sequence over GPUs: Megatron-Core's
+    /// `--context-parallel-size` and torchtitan's `context_parallel_degree` (rings), DeepSpeed's
+    /// sequence parallelism (Ulysses, `sequence_parallel_size`: an all-to-all over heads; Jacobs et
+    /// al. 2023, arXiv 2309.14509); 2021 Megatron-LM predates it.
     pub fn runs_context_parallelism(self) -> bool {
-        matches!(
-            self,
-            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan
-        )
+        !matches!(self, TrainingFramework::MegatronLm2021)
     }
 
     /// Whether the framework runs Megatron's sequence parallelism (the norm and dropout regions split

@@ -2509,27 +2509,32 @@ fn context_parallelism_is_written_and_read_back() {
         &["--nodes", "4"],
     );
     assert!(line.contains("--context-parallel-size 4 "), "{line}");
-    // DeepSpeed has no ring context parallelism: refused, and `plan --emit deepspeed` takes a
-    // cp 1 plan.
-    assert_error(
-        &[
-            "eval",
-            "--model",
-            "llama3-8b",
-            "--nodes",
-            "4",
-            "--tp",
-            "2",
-            "--cp",
-            "2",
-            "--global-batch",
-            "64",
-            "--framework",
-            "deepspeed",
-            "--emit",
-            "deepspeed",
-        ],
-        &["--emit deepspeed", "--cp 2", "--cp 1"],
+    // DeepSpeed's context parallelism is Ulysses: its degree is written in the config and in the
+    // Megatron-DeepSpeed arguments beside it.
+    let (code, stdout, stderr) = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--cp",
+        "2",
+        "--global-batch",
+        "64",
+        "--framework",
+        "deepspeed",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let config: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(config["sequence_parallel_size"], 2, "{stdout}");
+    assert!(
+        stderr.contains("--ds-sequence-parallel-size 2")
+            && stderr.contains("tp x pp x sequence_parallel_size"),
+        "{stderr}"
     );
     let bridge = run(&[
         "eval",

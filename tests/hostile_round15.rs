@@ -256,14 +256,21 @@ fn a_framework_note_names_the_plan_files_key_not_a_flag_never_given() {
     let dir = scratch("hostile15", "framework-note");
     let plan = bundled_plan_with("  cp: 1", "  cp: 2").replace("  dp: 2\n", "  dp: 1\n");
     std::fs::write(dir.join("cp.yaml"), plan).unwrap();
+    // 2021 Megatron-LM has no context parallelism (DeepSpeed's is Ulysses since 2026-12-05).
     let r = run_in(
         &dir,
-        &["eval", "--plan", "cp.yaml", "--framework", "deepspeed"],
+        &[
+            "eval",
+            "--plan",
+            "cp.yaml",
+            "--framework",
+            "megatron-lm-2021",
+        ],
     );
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     for words in [
         "note: cp: 2 in cp.yaml is evaluated as asked",
-        "note: vpp: 7 in cp.yaml is evaluated as asked",
+        "note: sequence_parallel: true in cp.yaml is evaluated as asked",
     ] {
         assert!(
             r.stderr.lines().any(|l| l.starts_with(words)),
@@ -272,6 +279,24 @@ fn a_framework_note_names_the_plan_files_key_not_a_flag_never_given() {
         );
     }
     assert!(!r.stderr.contains("--cp 2"), "{}", r.stderr);
+    // DeepSpeed's pipeline engine has no interleaving.
+    std::fs::write(
+        dir.join("vpp.yaml"),
+        bundled_plan_with("  cp: 1", "  cp: 1"),
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", "vpp.yaml", "--framework", "deepspeed"],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.starts_with("note: vpp: 7 in vpp.yaml is evaluated as asked")),
+        "{}",
+        r.stderr
+    );
     assert!(!r.stderr.contains("--vpp 7"), "{}", r.stderr);
     let r = run_in(
         &dir,
@@ -280,7 +305,7 @@ fn a_framework_note_names_the_plan_files_key_not_a_flag_never_given() {
             "--plan",
             "cp.yaml",
             "--framework",
-            "deepspeed",
+            "megatron-lm-2021",
             "--cp",
             "2",
         ],

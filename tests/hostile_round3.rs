@@ -144,17 +144,17 @@ fn a_pinned_cp_the_search_never_offers_names_the_reason() {
         &["admits no valid plan"],
         "unfused",
     );
-    let r = run(&with(&plan, &["--framework", "deepspeed"]));
+    let r = run(&with(&plan, &["--framework", "megatron-lm-2021"]));
     assert_one_line_error(
         &r,
         &[
             "--cp 2",
-            "--framework deepspeed",
+            "--framework megatron-lm-2021",
             "context-parallel",
             "tpsim eval",
         ],
         &["admits no valid plan"],
-        "deepspeed",
+        "megatron-lm-2021",
     );
     // A short sequence used to be refused here (the search keeps 2,048 tokens per CP rank); since
     // 2026-12-05 a pinned cp is searched below that floor (tests/leftovers_round1.rs).

@@ -240,10 +240,26 @@ fn emit_note_names_the_plan_emit_writes_and_the_top_that_shows_it() {
         "{}",
         emitted.stderr
     );
-    // "tp 1 pp 1 dp 64 mb 2 ..." is written as "tp 1 x cp 1 x pp 1 x dp 64".
+    // "tp 1 pp 1 dp 64 mb 2 ..." (or "tp 2 cp 4 pp 4 dp 2 ...") is written as
+    // "tp 1 x cp 1 x pp 1 x dp 64".
     let w: Vec<&str> = words.split(' ').collect();
-    assert_eq!((w[0], w[2], w[4]), ("tp", "pp", "dp"), "{words}");
-    let written = format!("tp {} x cp 1 x pp {} x dp {}", w[1], w[3], w[5]);
+    let degree = |name: &str| {
+        w.windows(2)
+            .find(|pair| pair[0] == name)
+            .map(|pair| pair[1])
+    };
+    assert_eq!(
+        (w[0], degree("pp").is_some(), degree("dp").is_some()),
+        ("tp", true, true),
+        "{words}"
+    );
+    let written = format!(
+        "tp {} x cp {} x pp {} x dp {}",
+        w[1],
+        degree("cp").unwrap_or("1"),
+        degree("pp").unwrap(),
+        degree("dp").unwrap()
+    );
     assert!(
         emitted
             .stderr

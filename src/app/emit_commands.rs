@@ -76,8 +76,13 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
         Framework::Nemo => emit::nemo_yaml(&s.model, &s.cluster, &s.training, plan),
         Framework::DeepSpeed => {
             eprintln!(
-                "note: DeepSpeed derives dp = {} GPUs / (tp x pp); give Megatron-DeepSpeed {}",
+                "note: DeepSpeed derives dp = {} GPUs / (tp x pp{}); give Megatron-DeepSpeed {}",
                 s.cluster.total_gpus(),
+                if plan.cp > 1 {
+                    " x sequence_parallel_size"
+                } else {
+                    ""
+                },
                 emit::megatron_deepspeed_args(plan)
             );
             format!("{}\n", emit::deepspeed_json(&s.training, plan))

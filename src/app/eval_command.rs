@@ -531,7 +531,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
-            "note: {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core and torchtitan do",
+            "note: {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core, torchtitan and deepspeed do",
             asked("--cp", "cp", plan.cp.to_string(), args.cp.is_some()),
             framework.as_str()
         );
@@ -636,7 +636,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             format!(
                 "{}\n\n{}\n{}\n{}\n{}",
                 report::scenario_line(r),
-                report::breakdown(&r.plans[0], &scenario.cluster, r.training.cp_exchange),
+                report::breakdown(&r.plans[0], &scenario.cluster, &r.training),
                 schedule_line,
                 crate::uncertainty::within_error_line(
                     &r.plans,

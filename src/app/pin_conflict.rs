@@ -299,7 +299,7 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
     }
     if !training.framework.runs_context_parallelism() {
         return Some(format!(
-            "--cp {cp} with --framework {}: it has no context-parallel scheme, so the search does not propose one (megatron-core and torchtitan do); use --framework megatron-core, or drop --cp (`tpsim eval` evaluates it as Megatron-Core's ring)",
+            "--cp {cp} with --framework {}: it has no context-parallel scheme, so the search does not propose one (megatron-core, torchtitan and deepspeed do); use --framework megatron-core, or drop --cp (`tpsim eval` evaluates it as Megatron-Core's ring)",
             training.framework.as_str()
         ));
     }

@@ -895,7 +895,7 @@ pub(super) fn framework_for_emit(
     if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
         training.framework = Some(FrameworkArg::Deepspeed);
         held_notes::hold(
-            "note: --emit deepspeed plans as --framework deepspeed runs it (no context parallelism, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
+            "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses without Megatron sequence parallelism beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
                 .to_string(),
         );
     }
@@ -1248,10 +1248,20 @@ pub(super) fn resolve_scenario(
             cp_exchange.as_str()
         ));
     }
+    if framework == TrainingFramework::Deepspeed && !framework.runs_cp_exchange(cp_exchange) {
+        let given = if training_args.cp_exchange.is_some() {
+            format!("--cp-exchange {}", cp_exchange.as_str())
+        } else {
+            format!("cp_exchange: {} in the plan file", cp_exchange.as_str())
+        };
+        bail!(
+            "{given} with --framework deepspeed: DeepSpeed's sequence parallelism is Ulysses, the all-to-all over heads (head-all-to-all); its rings are Megatron-Core's and torchtitan's; use --cp-exchange head-all-to-all, or --framework megatron-core"
+        );
+    }
     if matches!(
         cp_exchange,
         CpExchange::KvAllGather | CpExchange::HeadAllToAll
-    ) && framework != TrainingFramework::MegatronCore
+    ) && !framework.runs_cp_exchange(cp_exchange)
     {
         bail!(
             "--cp-exchange {} is Transformer Engine's context parallelism under Megatron-Core (--cp-comm-type {}), which --framework {} does not run; use --framework megatron-core, or drop --cp-exchange",

@@ -18,6 +18,9 @@
 //!   heads/cp heads (a contiguous head-split copy before, a chunk reorder after), the attention runs
 //!   on the whole sequence, and the output trades back; backward mirrors it (dO in, dQ/dK/dV out).
 //!   The attention waits for the inputs and the output projection for the output, so nothing hides.
+//!   DeepSpeed-Ulysses (`sequence_parallel_size`, deepspeed/runtime/sequence_parallel/ulysses_sp.py)
+//!   is the same exchange, with K/V heads repeated up to cp where there are fewer
+//!   (`kv_head_replication`).
 
 use super::comm::{ACTIVATION_BYTES, Collective, alltoall_s, cp_kv_chunk_bytes};
 use super::{PassComm, exposed_under};
@@ -60,7 +63,10 @@ pub const ALL_GATHER_FORWARD_COPY_BYTES_PER_GATHERED_BYTE: f64 = 2.0;
 pub const ALL_GATHER_BACKWARD_COPY_BYTES_PER_GATHERED_BYTE: f64 = 8.0;
 /// HBM bytes per byte of a tensor the all-to-all exchange carries: the head-split
 /// `movedim(..).contiguous()` before the all-to-all (read + write) and the sequence-chunk reorder
-/// after it (read + write).
+/// after it (read + write). DeepSpeed-Ulysses makes as many: `rearrange(..).contiguous()` of Q,
+/// K and V into rank order before the all-to-all and the attention layout after it; the output
+/// `reshape(..).contiguous()` before and `rearrange` + `reshape(..).contiguous()` after
+/// (`UlyssesSPAttentionHF._combine_local_sequences`, `_partition_global_sequence`).
 pub const ALL_TO_ALL_COPY_BYTES_PER_TENSOR_BYTE: f64 = 4.0;
 
 /// One layer's communication per micro-batch under the K/V all-gather: `chunk` is one rank's K and V
@@ -87,9 +93,22 @@ pub(crate) fn kv_all_gather_pass_comm(
     }
 }
 
+/// How many copies of each K/V head the all-to-all exchange sends: DeepSpeed-Ulysses repeats a TP
+/// rank's K/V heads up to cp where there are fewer (`kv_replication_factor = sp // kv_heads`,
+/// `repeat_interleave` before the all-to-all, deepspeed/runtime/sequence_parallel/ulysses_sp.py),
+/// so every rank receives one; 1 otherwise (Transformer Engine's a2a needs the heads to split).
+pub fn kv_head_replication(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
+    let (_, kv_heads) = heads_per_tp_rank(model, plan.tp);
+    if training.framework.replicates_kv_heads_over_cp() && plan.cp > kv_heads {
+        f64::from(plan.cp / kv_heads)
+    } else {
+        1.0
+    }
+}
+
 /// One rank's tensors the all-to-all exchange carries per layer per micro-batch, in bytes: (Q, K
-/// and V together; the attention output). K and V are `comm::cp_kv_chunk_bytes`; Q and the output
-/// are the rank's s/cp tokens of its heads.
+/// and V together; the attention output). K and V are `comm::cp_kv_chunk_bytes`, times
+/// `kv_head_replication`; Q and the output are the rank's s/cp tokens of its heads.
 pub fn all_to_all_tensor_bytes(
     model: &Model,
     training: &Training,
@@ -99,7 +118,8 @@ pub fn all_to_all_tensor_bytes(
     let t = f64::from(plan.tp);
     let query = tokens * model.q_width() / t * ACTIVATION_BYTES;
     let output = tokens * model.attention_out_width() / t * ACTIVATION_BYTES;
-    (query + cp_kv_chunk_bytes(model, training, plan), output)
+    let kv = kv_head_replication(model, training, plan) * cp_kv_chunk_bytes(model, training, plan);
+    (query + kv, output)
 }
 
 /// One all-to-all of a rank's `tensor_bytes` among cp ranks: it keeps 1/cp and sends the rest.
@@ -150,8 +170,16 @@ pub fn copy_times_s(
         }
         CpExchange::HeadAllToAll => {
             let (qkv, output) = all_to_all_tensor_bytes(model, training, plan);
-            let copies = ALL_TO_ALL_COPY_BYTES_PER_TENSOR_BYTE * (qkv + output) / hbm_bytes_per_s;
-            (copies, copies)
+            // Ulysses's K/V repeat: read the K/V, write r copies (forward); the backward sums the
+            // r gradients back (read r, write one).
+            let replication = kv_head_replication(model, training, plan);
+            let repeat = if replication > 1.0 {
+                (1.0 + replication) * cp_kv_chunk_bytes(model, training, plan)
+            } else {
+                0.0
+            };
+            let copies = ALL_TO_ALL_COPY_BYTES_PER_TENSOR_BYTE * (qkv + output) + repeat;
+            (copies / hbm_bytes_per_s, copies / hbm_bytes_per_s)
         }
         CpExchange::KvRing | CpExchange::TorchAllGather => (0.0, 0.0),
     }

@@ -8,12 +8,17 @@ use crate::plan::{ParallelPlan, Recompute};
 use crate::training::{GradDtype, Training};
 
 /// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it: the model-parallel
-/// degrees, sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's names).
+/// degrees, DeepSpeed-Ulysses's degree (`--ds-sequence-parallel-size`, Megatron-DeepSpeed's
+/// arguments.py), sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's
+/// names).
 pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
     let mut args = format!(
         "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
         plan.tp, plan.pp
     );
+    if plan.cp > 1 {
+        args.push_str(&format!(" --ds-sequence-parallel-size {}", plan.cp));
+    }
     if plan.sequence_parallel {
         args.push_str(" --sequence-parallel");
     }
@@ -39,6 +44,11 @@ struct DeepSpeedConfig {
     bf16: Enabled,
     data_types: DataTypes,
     zero_optimization: ZeroOptimization,
+    /// DeepSpeed-Ulysses's degree (the ALST tutorial's `"sequence_parallel_size"`,
+    /// docs/_tutorials/ulysses-alst-sequence-parallelism.md; deepspeed/runtime/config.py reads it
+    /// for the data-parallel world size); absent without context parallelism.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_parallel_size: Option<u32>,
 }
 
 /// DeepSpeed's `data_types.grad_accum_dtype` (fp32, fp16 or bf16): the gradient precision.
@@ -77,6 +87,7 @@ pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
             stage: plan.zero,
             overlap_comm: training.overlap.grad_reduce,
         },
+        sequence_parallel_size: (plan.cp > 1).then_some(plan.cp),
     };
     serde_json::to_string_pretty(&config).expect("the DeepSpeed config serializes to JSON")
 }

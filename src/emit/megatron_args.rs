@@ -139,6 +139,7 @@ pub(super) const VALUED: &[&str] = &[
     "encoder-num-layers",
     "decoder-num-layers",
     "activation-func-clamp-value",
+    "ds-sequence-parallel-size",
 ];
 
 /// Switches (no value).

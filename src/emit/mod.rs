@@ -450,12 +450,19 @@ impl Framework {
                 "the first/last stage split {}/{}/{} has no DeepSpeed config setting (its pipeline engine partitions layers itself); use --emit megatron, or a plan without it",
                 plan.stages.first, plan.stages.middle_max, plan.stages.last
             )),
-            // DeepSpeed's sequence parallelism (Ulysses) is an all-to-all over heads, not
-            // Megatron-Core's ring context parallelism that tpsim models.
-            Framework::DeepSpeed if plan.cp > 1 => Some(format!(
-                "--cp {}: DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism is a different scheme); use --cp 1",
-                plan.cp
-            )),
+            // DeepSpeed's context parallelism is Ulysses, the all-to-all over heads
+            // (`sequence_parallel_size`); the scenario refuses any other exchange under
+            // --framework deepspeed, so this guards a plan evaluated elsewhere.
+            Framework::DeepSpeed
+                if plan.cp > 1
+                    && training.cp_exchange != crate::training::CpExchange::HeadAllToAll =>
+            {
+                Some(format!(
+                    "--cp {} with --cp-exchange {}: DeepSpeed's sequence parallelism is Ulysses, the all-to-all over heads; use --cp-exchange head-all-to-all, or --cp 1",
+                    plan.cp,
+                    training.cp_exchange.as_str()
+                ))
+            }
             // The DeepSpeed config has no FP8/FP4 training key (Transformer Engine is wired in by
             // the model code, not by ds_config).
             Framework::DeepSpeed if low_precision => Some(format!(

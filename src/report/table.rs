@@ -308,7 +308,10 @@ pub fn scenario_line(report: &Report) -> String {
             && (t.cp_exchange != crate::training::CpExchange::KvRing
                 || t.framework.default_cp_exchange() != t.cp_exchange)
         {
-            format!("; context parallelism: {}", t.cp_exchange.training_words())
+            format!(
+                "; context parallelism: {}",
+                t.cp_exchange.training_words(t.framework)
+            )
         } else {
             String::new()
         },
@@ -755,13 +758,9 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
     )
 }
 
-/// The full breakdown of one plan; `cp_exchange` is the training's (`--cp-exchange`), which the CP
-/// line names.
-pub fn breakdown(
-    e: &Estimate,
-    cluster: &Cluster,
-    cp_exchange: crate::training::CpExchange,
-) -> String {
+/// The full breakdown of one plan; the CP line names the training's exchange (`--cp-exchange`) as
+/// its framework runs it.
+pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Training) -> String {
     let p = &e.plan;
     let mem = &e.memory;
     let t = &e.time;
@@ -881,7 +880,7 @@ pub fn breakdown(
             &e.comm.cp,
             // Named here: the training line names the exchange only where it departs from the
             // framework's default, so it cannot be what this line points to.
-            cp_exchange.comm_words(),
+            training.cp_exchange.comm_words(training.framework),
         ),
         (
             "PP",
