@@ -171,9 +171,12 @@ pub struct Sweep {
 }
 
 impl RowMemory {
-    /// The free memory in GiB, as the table and the chart print it.
+    /// The free memory in GiB, as the table and the chart print it: as `eval` prints it, the
+    /// printed capacity less the printed total (`units::shown_gib_left`).
     pub fn free_gib(&self) -> Option<f64> {
-        self.free_bytes.map(|b| b / GIB)
+        self.total_bytes
+            .filter(|_| self.free_bytes.is_some())
+            .map(|total| crate::units::shown_gib_left(self.capacity_bytes, total))
     }
 }
 

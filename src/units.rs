@@ -93,6 +93,14 @@ impl Div<Seconds> for Flops {
     }
 }
 
+/// The GiB left between `total_bytes` and `capacity_bytes` as the two print to 0.1 GiB: the
+/// difference of the printed numbers, so "X of Y GiB, Z free" always adds up (negative: missed
+/// by). Rounding each number alone can leave the printed parts 0.1 apart.
+pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
+    let tenths = |bytes: f64| (bytes / GIB * 10.0).round();
+    (tenths(capacity_bytes) - tenths(total_bytes)) / 10.0
+}
+
 impl Bytes {
     pub fn gib(self) -> f64 {
         self.0 / GIB

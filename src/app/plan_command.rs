@@ -575,7 +575,11 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 },
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
-                (closest.memory.total_bytes.0 - closest.memory.capacity_bytes.0) / GIB,
+                // As printed, so the three numbers add up (`units::shown_gib_left`).
+                -crate::units::shown_gib_left(
+                    closest.memory.capacity_bytes.0,
+                    closest.memory.total_bytes.0
+                ),
                 match scenario.cluster.gpu.memory_limit_gib {
                     Some(_) => format!(
                         "raise --max-memory-gib (the GPU has {:.1} GiB), ",

@@ -818,16 +818,20 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
     ] {
         let _ = writeln!(out, "  {name:<12} {:>8} GiB", gib(bytes));
     }
+    // The difference of the two printed numbers, so the line adds up; where they print alike,
+    // "under 0.1".
+    let left_gib = crate::units::shown_gib_left(mem.capacity_bytes.0, mem.total_bytes.0);
+    let amount = |gib: f64| {
+        if gib < 0.05 {
+            "under 0.1".to_string()
+        } else {
+            format!("{gib:.1}")
+        }
+    };
     let verdict = if mem.fits {
-        format!(
-            "fits, {} GiB free",
-            gib(mem.capacity_bytes.0 - mem.total_bytes.0)
-        )
+        format!("fits, {} GiB free", amount(left_gib))
     } else {
-        format!(
-            "DOES NOT FIT: misses by {} GiB",
-            gib(mem.total_bytes.0 - mem.capacity_bytes.0)
-        )
+        format!("DOES NOT FIT: misses by {} GiB", amount(-left_gib))
     };
     let _ = writeln!(
         out,
