@@ -224,7 +224,7 @@ pub(super) fn check_search_input(
 }
 
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
-    super::scenario::framework_for_emit(args.emit, &mut args.training);
+    super::scenario::framework_for_emit(args.emit, &mut args.training, false);
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }

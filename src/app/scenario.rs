@@ -875,11 +875,17 @@ pub(super) fn note_routing_without_effect(training: &Training) {
 }
 
 /// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
-/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr.
+/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr. A saved
+/// plan (`plan_file`) keeps its own framework and FP8 recipe: the emit then refuses a framework
+/// the configuration does not run on, rather than evaluating the file as another one.
 pub(super) fn framework_for_emit(
     emit: Option<crate::cli::EmitTarget>,
     training: &mut TrainingArgs,
+    plan_file: bool,
 ) {
+    if plan_file {
+        return;
+    }
     // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
     if emit == Some(crate::cli::EmitTarget::Nemo)
         && training.precision == Some(PrecisionArg::Fp8)
