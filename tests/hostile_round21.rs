@@ -384,3 +384,66 @@ fn plan_says_why_a_windowed_model_gets_no_context_parallelism() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stdout.contains("tried no context parallelism"));
 }
+
+/// `plan --save -` (and `--report -`, `sweep --chart -`, `calibrate --output -`), the usual
+/// spelling of standard output, wrote a file (or created a directory) named `-` in the working
+/// directory, said "saved the best plan to -" and printed nothing more. It is refused now, before
+/// any work, with a name to give.
+#[test]
+fn a_dash_for_an_output_is_refused() {
+    let dir = scratch("round21", "dash");
+    let base = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--top",
+        "1",
+    ];
+    for (flag, what, example) in [
+        ("--save", "a file", "--save plans/"),
+        ("--report", "a directory", "--report reports/"),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain([flag, "-"]).collect();
+        let r = run_in(&dir, &args);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{flag} -:"),
+                &format!("writes {what} here, not standard output"),
+                example,
+            ],
+            &[],
+            flag,
+        );
+    }
+    let r = run_in(
+        &dir,
+        &[
+            "sweep",
+            "--model",
+            "llama3-8b",
+            "--global-batch",
+            "64",
+            "--axis",
+            "nodes",
+            "--values",
+            "1,2",
+            "--chart",
+            "-",
+        ],
+    );
+    assert_one_line_error(
+        &r,
+        &["--chart -:", "not standard output", "--chart sweep.svg"],
+        &[],
+        "--chart",
+    );
+    assert!(
+        !dir.join("-").exists(),
+        "a file or directory named - was written"
+    );
+}
