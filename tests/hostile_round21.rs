@@ -447,3 +447,69 @@ fn a_dash_for_an_output_is_refused() {
         "a file or directory named - was written"
     );
 }
+
+/// A plan file whose `cp_exchange:` its `framework:` does not run (`head-all-to-all` under
+/// torchtitan, `torch-all-gather` under megatron-core) was refused as "--cp-exchange
+/// head-all-to-all ... which --framework torchtitan does not run; ... drop --cp-exchange": flags
+/// the user never gave. The error now names the file's two keys and the fix in them.
+#[test]
+fn a_plan_files_exchange_and_framework_are_said_in_its_keys() {
+    let dir = scratch("round21", "file-exchange");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "8",
+            "--seq-len",
+            "65536",
+            "--cp-exchange",
+            "head-all-to-all",
+            "--top",
+            "1",
+            "--save",
+            "a2a.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let saved = std::fs::read_to_string(dir.join("a2a.yaml")).unwrap();
+    assert!(
+        saved.contains("\ncp_exchange: head-all-to-all\n"),
+        "{saved}"
+    );
+    assert!(saved.contains("\nframework: megatron-core\n"), "{saved}");
+    for (from, to, words) in [
+        (
+            "framework: megatron-core",
+            "framework: torchtitan",
+            [
+                "t.yaml: cp_exchange: head-all-to-all runs under framework: megatron-core",
+                "the file says framework: torchtitan",
+                "set cp_exchange: torch-all-gather",
+            ],
+        ),
+        (
+            "cp_exchange: head-all-to-all",
+            "cp_exchange: torch-all-gather",
+            [
+                "t.yaml: cp_exchange: torch-all-gather runs under framework: torchtitan",
+                "the file says framework: megatron-core",
+                "set cp_exchange: kv-ring",
+            ],
+        ),
+    ] {
+        std::fs::write(dir.join("t.yaml"), saved.replacen(from, to, 1)).unwrap();
+        let r = run_in(&dir, &["eval", "--plan", "t.yaml"]);
+        assert_one_line_error(&r, &words, &["--cp-exchange", "--framework"], to);
+    }
+    // A flag over the file still decides.
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", "t.yaml", "--cp-exchange", "kv-ring"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

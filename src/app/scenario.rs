@@ -1254,6 +1254,33 @@ pub(super) fn resolve_scenario(
             cp_exchange.as_str()
         ));
     }
+    // An exchange and a framework both read from the plan file are said in its keys: the user
+    // gave neither flag.
+    if training_args.cp_exchange.is_none()
+        && saved.is_some_and(|f| f.cp_exchange.is_some() && f.framework.is_some())
+    {
+        let path = file.map_or("the plan file", |(_, path)| path);
+        let (runs_on, other) = match cp_exchange {
+            CpExchange::KvAllGather | CpExchange::HeadAllToAll => {
+                (TrainingFramework::MegatronCore, "kv-ring")
+            }
+            CpExchange::TorchAllGather => (TrainingFramework::Torchtitan, "kv-ring"),
+            CpExchange::KvRing => (framework, ""),
+        };
+        if runs_on != framework {
+            let fallback = match framework {
+                TrainingFramework::Torchtitan => "torch-all-gather",
+                _ => other,
+            };
+            bail!(
+                "{path}: cp_exchange: {} runs under framework: {}, and the file says framework: {}; set cp_exchange: {fallback} (or drop it for the framework's own), or framework: {}",
+                cp_exchange.as_str(),
+                runs_on.as_str(),
+                framework.as_str(),
+                runs_on.as_str()
+            );
+        }
+    }
     if matches!(
         cp_exchange,
         CpExchange::KvAllGather | CpExchange::HeadAllToAll
