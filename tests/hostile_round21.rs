@@ -513,3 +513,32 @@ fn a_plan_files_exchange_and_framework_are_said_in_its_keys() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// `accuracy --runs` on a file of one run said "1 runs: mean |error| ...", and `--emit
+/// megatron-bridge` on one node "run on 1 nodes x 8 GPUs".
+#[test]
+fn one_run_and_one_node_are_said_in_the_singular() {
+    let dir = scratch("round21", "singular");
+    let text = std::fs::read_to_string(format!("{ROOT}/validation/published_runs.yaml")).unwrap();
+    let first = text.find("\n- id:").expect("a run");
+    let second = text[first + 6..].find("\n- id:").expect("a second run") + first + 6;
+    std::fs::write(dir.join("one.yaml"), &text[..second + 1]).unwrap();
+    let r = run_in(&dir, &["accuracy", "--runs", "one.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\n1 run: mean |error|"), "{}", r.stdout);
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--global-batch",
+        "64",
+        "--emit",
+        "megatron-bridge",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("run on 1 node x 8 GPUs"), "{}", r.stderr);
+}
