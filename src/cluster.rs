@@ -382,7 +382,10 @@ impl GpuProfile {
         ] {
             if let Some(value) = value {
                 if !(value.is_finite() && value > 0.0) {
-                    return Err(format!("{key}: {value} must be a positive number"));
+                    return Err(format!(
+                        "{key}: {} must be a positive number",
+                        crate::units::show_number(value)
+                    ));
                 }
                 low_precision_peak_range(key).check(value)?;
             }
@@ -400,7 +403,8 @@ impl GpuProfile {
                 && !(value > 0.0 && value <= 1.0)
             {
                 return Err(format!(
-                    "{key}: {value} must be a fraction in (0, 1] (a share of a peak rate); give the measured share, e.g. 0.75, or delete the line to use the profile's default"
+                    "{key}: {} must be a fraction in (0, 1] (a share of a peak rate); give the measured share, e.g. 0.75, or delete the line to use the profile's default",
+                    crate::units::show_number(value)
                 ));
             }
             // The required efficiencies' floor too: a share of 1e-300 priced 300-digit steps.
@@ -414,7 +418,8 @@ impl GpuProfile {
             && !self.microscaling
         {
             return Err(format!(
-                "peak_fp4_tflops: {fp4} is given, but microscaling is false (or absent), so the profile's tensor cores run no NVFP4 and the peak would never be used; add microscaling: true (data-centre Blackwell), or delete the peak_fp4_tflops line"
+                "peak_fp4_tflops: {} is given, but microscaling is false (or absent), so the profile's tensor cores run no NVFP4 and the peak would never be used; add microscaling: true (data-centre Blackwell), or delete the peak_fp4_tflops line",
+                crate::units::show_number(fp4)
             ));
         }
         if let Some(domain) = self.nvlink_domain_gpus

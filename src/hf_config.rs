@@ -1548,6 +1548,21 @@ impl Reader<'_> {
             ModelError::RotaryPercentRange { .. }
             | ModelError::RotaryPercentWithoutRope { .. }
             | ModelError::RotaryPercentWithLatentAttention { .. } => e.to_string(),
+            ModelError::RotaryPercentBelowOnePair {
+                value,
+                rotated,
+                head_dim,
+            } => {
+                let key = ["partial_rotary_factor", "rotary_pct"]
+                    .into_iter()
+                    .find(|k| self.obj.contains_key(*k))
+                    .unwrap_or("partial_rotary_factor");
+                format!(
+                    "key \"{key}\" is {}, which rotates {rotated} of the {head_dim} dimensions of each head (transformers rotates int({key} x head_dim) of them, in pairs); give at least {}, or drop it to rotate the whole head",
+                    crate::units::show_number(value),
+                    crate::units::show_number(2.0 / f64::from(head_dim))
+                )
+            }
             ModelError::RouterGroups {
                 groups,
                 group_topk,

@@ -560,15 +560,28 @@ pub enum ModelError {
     )]
     PositionUnsaid,
     #[error(
-        "rotary_percent {value} must be a share of each head in (0, 1] (Megatron-LM --rotary-percent, HF partial_rotary_factor: 0.25 for GPT-NeoX, 0.5 for GLM); give one, or drop it to rotate the whole head"
+        "rotary_percent {} must be a share of each head in (0, 1] (Megatron-LM --rotary-percent, HF partial_rotary_factor: 0.25 for GPT-NeoX, 0.5 for GLM); give one, or drop it to rotate the whole head",
+        crate::units::show_number(*value)
     )]
     RotaryPercentRange { value: f64 },
     #[error(
-        "rotary_percent {value} is given for {kind}, which rotates nothing; drop it, or use position_embedding_type: rope"
+        "rotary_percent {} rotates {rotated} of the {head_dim} dimensions of each head, and a rotary embedding turns them in pairs (Megatron-Core and Hugging Face rotate int(rotary_percent x head width) of them); give at least {}, or drop it to rotate the whole head",
+        crate::units::show_number(*value),
+        crate::units::show_number(2.0 / f64::from(*head_dim))
+    )]
+    RotaryPercentBelowOnePair {
+        value: f64,
+        rotated: u64,
+        head_dim: u32,
+    },
+    #[error(
+        "rotary_percent {} is given for {kind}, which rotates nothing; drop it, or use position_embedding_type: rope",
+        crate::units::show_number(*value)
     )]
     RotaryPercentWithoutRope { value: f64, kind: &'static str },
     #[error(
-        "rotary_percent {value} with latent attention: its heads already rotate only their qk_pos_emb_head_dim part (--qk-pos-emb-head-dim); drop rotary_percent"
+        "rotary_percent {} with latent attention: its heads already rotate only their qk_pos_emb_head_dim part (--qk-pos-emb-head-dim); drop rotary_percent",
+        crate::units::show_number(*value)
     )]
     RotaryPercentWithLatentAttention { value: f64 },
 }
@@ -765,6 +778,17 @@ impl Model {
             }
             if self.mla.is_some() {
                 return Err(ModelError::RotaryPercentWithLatentAttention { value });
+            }
+            // Megatron-Core RotaryEmbedding: `dim = int(kv_channels * rotary_percent)`, frequencies
+            // over `arange(0, dim, 2)`; HF `rotary_ndims = int(head_dim * partial_rotary_factor)`.
+            // Fewer than two dimensions is no rotation at all.
+            let rotated = (value * f64::from(self.head_dim)).floor() as u64;
+            if rotated < 2 && self.head_dim > 0 {
+                return Err(ModelError::RotaryPercentBelowOnePair {
+                    value,
+                    rotated,
+                    head_dim: self.head_dim,
+                });
             }
         }
         if let Some(window) = self.attention_window

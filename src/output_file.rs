@@ -24,6 +24,17 @@ pub enum OutputError {
         what: &'static str,
         example: String,
     },
+    /// `-`, which many tools read as standard output: tpsim would write a file (or a directory)
+    /// named `-` and print nothing more.
+    #[error(
+        "{flag} -: tpsim writes a {what} here, not standard output, and would create a {what} named '-'; give a name, e.g. {flag} {example}"
+    )]
+    Dash {
+        flag: String,
+        /// "file" or "directory".
+        what: &'static str,
+        example: String,
+    },
     #[error("{flag} {path}: is a directory, and the output is one file; name a file inside it")]
     IsDirectory { flag: String, path: String },
     #[error(
@@ -413,6 +424,13 @@ pub fn check_file(
             example: example.to_string(),
         });
     }
+    if path == "-" {
+        return Err(OutputError::Dash {
+            flag: flag.to_string(),
+            what: "file",
+            example: example.to_string(),
+        });
+    }
     let target = Path::new(path);
     // A name whose extension says another format would hold something its name denies
     // (`--save out.json` getting YAML).
@@ -560,6 +578,13 @@ fn existing_ancestor(path: &Path) -> PathBuf {
 pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
     if dir.is_empty() {
         return Err(OutputError::Empty {
+            flag: flag.to_string(),
+            what: "directory",
+            example: "reports/mine".to_string(),
+        });
+    }
+    if dir == "-" {
+        return Err(OutputError::Dash {
             flag: flag.to_string(),
             what: "directory",
             example: "reports/mine".to_string(),

@@ -411,6 +411,7 @@ fn plain_words(message: &str) -> String {
     }
     // `layers: 4.5` or `layers: 4.0`: serde names the type only; the fix is the whole number.
     if let Some(fix) = fractional_count(&out, expected_type) {
+        let mut out = short_float(&out);
         out.push_str(&fix);
         return out;
     }
@@ -512,6 +513,22 @@ fn negative_rule(path: &str) -> String {
         format!("{key} must be a positive whole number (1 or more), e.g. {key}: 1")
     } else {
         format!("{key} must be a whole number, 0 or more (e.g. {key}: 0)")
+    }
+}
+
+/// Serde's `invalid type: floating point `0.000…01``, where it spells a tiny number (`1e-300`) in
+/// full, with the number as short as it reads (`1e-300`).
+fn short_float(message: &str) -> String {
+    const FORM: &str = ": invalid type: floating point `";
+    let Some((head, rest)) = message.split_once(FORM) else {
+        return message.to_string();
+    };
+    let Some((read, tail)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    match read.parse::<f64>() {
+        Ok(value) => format!("{head}{FORM}{}`{tail}", crate::units::show_number(value)),
+        Err(_) => message.to_string(),
     }
 }
 
@@ -669,7 +686,8 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
             && !(v.is_finite() && v > 0.0)
         {
             return Err(format!(
-                "{key} {v} is not a positive number of billions (it records the size the model's source publishes); fix it or drop the key"
+                "{key} {} is not a positive number of billions (it records the size the model's source publishes); fix it or drop the key",
+                crate::units::show_number(v)
             ));
         }
     }
@@ -678,7 +696,9 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
         && active > all
     {
         return Err(format!(
-            "published_active_params_b {active} is more than published_params_b {all} (rule: the parameters one token touches are a part of all the model's parameters); check both against the model's source, e.g. GPT-OSS-120B publishes 116.83 in all and 5.13 active"
+            "published_active_params_b {} is more than published_params_b {} (rule: the parameters one token touches are a part of all the model's parameters); check both against the model's source, e.g. GPT-OSS-120B publishes 116.83 in all and 5.13 active",
+            crate::units::show_number(active),
+            crate::units::show_number(all)
         ));
     }
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();

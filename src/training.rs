@@ -735,15 +735,18 @@ impl TrainingFramework {
         }
     }
 
-    /// The context-parallel exchanges the framework runs: Megatron-Core's three
-    /// (`--cp-comm-type p2p|all_gather|a2a`), torchtitan's PyTorch ring, DeepSpeed's Ulysses
-    /// all-to-all; none in 2021 Megatron-LM.
+    /// The context-parallel exchanges tpsim evaluates under the framework: Megatron-Core's three
+    /// (`--cp-comm-type p2p|all_gather|a2a`); torchtitan's PyTorch ring, and Transformer Engine's
+    /// ring as NeMo AutoModel's TE attention runs it on the same FSDP2 stack; DeepSpeed's Ulysses
+    /// all-to-all; and for 2021 Megatron-LM, which has none, the ring `eval` prices as asked.
     pub fn runs_cp_exchange(self, exchange: CpExchange) -> bool {
         match self {
             TrainingFramework::MegatronCore => exchange != CpExchange::TorchAllGather,
-            TrainingFramework::Torchtitan => exchange == CpExchange::TorchAllGather,
+            TrainingFramework::Torchtitan => {
+                matches!(exchange, CpExchange::TorchAllGather | CpExchange::KvRing)
+            }
             TrainingFramework::Deepspeed => exchange == CpExchange::HeadAllToAll,
-            TrainingFramework::MegatronLm2021 => false,
+            TrainingFramework::MegatronLm2021 => exchange == CpExchange::KvRing,
         }
     }
 

@@ -379,7 +379,7 @@ pub fn accuracy_with_skips(
         });
         if let Some(gb) = memory_gb.filter(|gb| *gb != 80.0) {
             let said = match run.hardware.gpu_memory_gb {
-                Some(_) => format!("hardware.gpu_memory_gb {gb}"),
+                Some(_) => format!("hardware.gpu_memory_gb {}", crate::units::show_number(gb)),
                 None => format!("hardware.gpu {:?}", run.hardware.gpu),
             };
             skipped.push(format!(

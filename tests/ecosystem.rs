@@ -3685,9 +3685,18 @@ fn a_plan_files_given_split_is_not_carried_to_another_pipeline() {
         &["eval", "--plan", file, "--layers", "34"],
         &["stage_split", "--layers/--mtp-layers"],
     );
-    // DeepSpeed's config has no such split: refused rather than dropped.
+    // DeepSpeed's config has no such split: refused rather than dropped (the file's framework,
+    // megatron-core, is refused by --emit deepspeed first; tests/hostile_round21.rs).
     assert_error(
-        &["eval", "--plan", file, "--emit", "deepspeed"],
+        &[
+            "eval",
+            "--plan",
+            file,
+            "--emit",
+            "deepspeed",
+            "--framework",
+            "deepspeed",
+        ],
         &["first/last stage split", "--emit megatron"],
     );
     std::fs::remove_dir_all(&dir).ok();

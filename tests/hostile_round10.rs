@@ -233,7 +233,7 @@ fn accuracy_names_every_run_it_skips() {
     std::fs::write(dir.join("runs.yaml"), format!("{odd_gpu}{run_b}")).unwrap();
     let r = run_in(&dir, &["accuracy", "--runs", "runs.yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("1 runs:"), "{}", r.stdout);
+    assert!(r.stdout.contains("1 run:"), "{}", r.stdout);
     assert!(
         r.stderr
             .contains("skipped run megatron-sc21-t1-1.7b: hardware.gpu \"NVIDIA Z9000\"")

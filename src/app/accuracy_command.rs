@@ -90,8 +90,9 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
             let worst = abs.iter().copied().fold(0.0, f64::max);
             let faster = rows.iter().filter(|r| r.error < 0.0).count();
             println!(
-                "{} runs: mean |error| {:.1}%, worst {:.1}% (step time); tpsim predicts {faster} of them faster than published. Current stacks (H100 to GB300, dense and MoE): tpsim accuracy --runs validation/modern_runs.yaml",
+                "{} {}: mean |error| {:.1}%, worst {:.1}% (step time); tpsim predicts {faster} of them faster than published. Current stacks (H100 to GB300, dense and MoE): tpsim accuracy --runs validation/modern_runs.yaml",
                 rows.len(),
+                if rows.len() == 1 { "run" } else { "runs" },
                 mean * 100.0,
                 worst * 100.0
             );

@@ -68,8 +68,15 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
         Framework::Megatron => format!("{}\n", emit::megatron_args(&s.model, &s.training, plan)),
         Framework::MegatronBridge => {
             eprintln!(
-                "note: Megatron-Bridge overrides for scripts/training/run_recipe.py on a recipe of this model; run on {} nodes x {} GPUs (dp = {})",
-                s.cluster.nodes, s.cluster.gpus_per_node, plan.dp
+                "note: Megatron-Bridge overrides for scripts/training/run_recipe.py on a recipe of this model; run on {} {} x {} GPUs (dp = {})",
+                s.cluster.nodes,
+                if s.cluster.nodes == 1 {
+                    "node"
+                } else {
+                    "nodes"
+                },
+                s.cluster.gpus_per_node,
+                plan.dp
             );
             format!("{}\n", emit::bridge_overrides(&s.model, &s.training, plan))
         }

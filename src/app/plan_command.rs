@@ -167,6 +167,32 @@ fn uneven_pp_note(model: &Model, cluster: &Cluster, options: SearchOptions) -> O
     ))
 }
 
+/// A note when a sliding-window model is searched under Megatron-Core's default K/V ring, which
+/// Transformer Engine refuses windows on (`PlanError::CpWithWindow`): every context-parallel
+/// candidate is then invalid, and the search offers none without saying why, where the
+/// all_gather and a2a exchanges run them.
+fn windowed_cp_note(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> Option<String> {
+    let window = model.attention_window?;
+    if !window.windows_some_layer()
+        || training.framework != TrainingFramework::MegatronCore
+        || training.cp_exchange.runs_sliding_windows()
+        || options.pins.cp.is_some()
+        || cluster.total_gpus() < 2
+    {
+        return None;
+    }
+    Some(format!(
+        "note: the search tried no context parallelism: the model's {}-token sliding window does not run on the {} exchange (Transformer Engine refuses windows on its point-to-point ring); add --cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a) to search it",
+        window.tokens,
+        training.cp_exchange.as_str()
+    ))
+}
+
 /// Share of the best plan's step left in exposed MoE all-to-alls above which `plan` says the
 /// combined 1F1B schedule would hide them: a tenth of the step is where NVIDIA's MoE report starts
 /// to overlap ("Scalable Training of MoE Models with Megatron Core", 2026, §4.2.3: EP takes 20-60%
@@ -224,7 +250,7 @@ pub(super) fn check_search_input(
 }
 
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
-    super::scenario::framework_for_emit(args.emit, &mut args.training);
+    super::scenario::framework_for_emit(args.emit, &mut args.training, false);
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }
@@ -352,6 +378,14 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     );
     let mut notes = Vec::new();
     if let Some(note) = uneven_pp_note(&scenario.model, &scenario.cluster, options) {
+        notes.push(note);
+    }
+    if let Some(note) = windowed_cp_note(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        options,
+    ) {
         notes.push(note);
     }
     if let Some(note) = emit_note(&scenario, &refined.plans, feasible) {

@@ -875,11 +875,17 @@ pub(super) fn note_routing_without_effect(training: &Training) {
 }
 
 /// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
-/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr.
+/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr. A saved
+/// plan (`plan_file`) keeps its own framework and FP8 recipe: the emit then refuses a framework
+/// the configuration does not run on, rather than evaluating the file as another one.
 pub(super) fn framework_for_emit(
     emit: Option<crate::cli::EmitTarget>,
     training: &mut TrainingArgs,
+    plan_file: bool,
 ) {
+    if plan_file {
+        return;
+    }
     // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
     if emit == Some(crate::cli::EmitTarget::Nemo)
         && training.precision == Some(PrecisionArg::Fp8)
@@ -1233,9 +1239,13 @@ pub(super) fn resolve_scenario(
         Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
         Some(CpExchangeArg::KvAllGather) => CpExchange::KvAllGather,
         Some(CpExchangeArg::HeadAllToAll) => CpExchange::HeadAllToAll,
-        None => saved
-            .and_then(|f| f.cp_exchange)
-            .unwrap_or(framework.default_cp_exchange()),
+        // A file's exchange, unless the file has no context parallelism and its framework no
+        // longer runs that exchange (DeepSpeed's files from before Ulysses, 2026-12-05, say
+        // kv-ring): with cp 1 nothing is exchanged and no number depends on it.
+        None => match saved.and_then(|f| f.cp_exchange.map(|e| (e, f.plan.cp))) {
+            Some((exchange, cp)) if cp > 1 || framework.runs_cp_exchange(exchange) => exchange,
+            _ => framework.default_cp_exchange(),
+        },
     };
     if training_args.cp_exchange.is_none()
         && let Some(file) = saved
@@ -1247,6 +1257,26 @@ pub(super) fn resolve_scenario(
             "note: the plan file states no cp_exchange: its context parallelism is evaluated as torchtitan runs it, {} (files written before 2026-12-02 were evaluated with kv-ring; give --cp-exchange kv-ring for that)",
             cp_exchange.as_str()
         ));
+    }
+    // An exchange and a framework both read from the plan file are said in its keys: the user
+    // gave neither flag.
+    if training_args.cp_exchange.is_none()
+        && saved.is_some_and(|f| f.cp_exchange.is_some() && f.framework.is_some())
+        && !framework.runs_cp_exchange(cp_exchange)
+    {
+        let path = file.map_or("the plan file", |(_, path)| path);
+        let runs_on = match cp_exchange {
+            CpExchange::TorchAllGather => TrainingFramework::Torchtitan,
+            _ => TrainingFramework::MegatronCore,
+        };
+        bail!(
+            "{path}: cp_exchange: {} runs under framework: {}, and the file says framework: {}; set cp_exchange: {} (or drop it for the framework's own), or framework: {}",
+            cp_exchange.as_str(),
+            runs_on.as_str(),
+            framework.as_str(),
+            framework.default_cp_exchange().as_str(),
+            runs_on.as_str()
+        );
     }
     if framework == TrainingFramework::Deepspeed && !framework.runs_cp_exchange(cp_exchange) {
         let given = if training_args.cp_exchange.is_some() {

@@ -307,6 +307,21 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
                         position_embedding.as_str()
                     ));
                 }
+                // RotaryEmbedding rotates `int(kv_channels * rotary_percent)` dimensions, in
+                // pairs: fewer than two rotates nothing.
+                let kv_channels = p.number("kv-channels")?.unwrap_or(hidden / heads.max(1));
+                if position_embedding.is_rotary()
+                    && kv_channels > 0
+                    && (value * f64::from(kv_channels)).floor() < 2.0
+                {
+                    return Err(MegatronArgsError::BadValue {
+                        message: format!(
+                            "--rotary-percent {text} rotates {} of the {kv_channels} dimensions of each head (Megatron-Core's RotaryEmbedding rotates int(rotary_percent x kv_channels) of them, in pairs); give at least --rotary-percent {}, or drop it to rotate the whole head",
+                            (value * f64::from(kv_channels)).floor(),
+                            crate::units::show_number(2.0 / f64::from(kv_channels))
+                        ),
+                    });
+                }
                 (position_embedding.is_rotary() && value < 1.0).then_some(value)
             }
             _ => {
