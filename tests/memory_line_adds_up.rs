@@ -66,3 +66,29 @@ fn total_and_free_add_up_to_the_capacity_as_printed() {
         );
     }
 }
+
+/// `compare`'s last column is the subtraction of the two printed values: 20.1 and 17.8 GiB of
+/// activations read "-2.4" (the unrounded difference).
+#[test]
+fn compare_differences_are_the_printed_values_subtracted() {
+    let r = run(&["compare", "--params", "512B", "--nodes", "32"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut checked = 0;
+    for line in r.stdout.lines().filter(|l| l.contains('┆')) {
+        let cells: Vec<&str> = line
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split('┆')
+            .map(str::trim)
+            .collect();
+        let [_, _, unit, a, b, diff] = cells[..] else {
+            continue;
+        };
+        let (Ok(a), Ok(b), Ok(diff)) = (a.parse::<f64>(), b.parse::<f64>(), diff.parse::<f64>())
+        else {
+            continue;
+        };
+        assert!((b - a - diff).abs() < 1e-6, "{unit}: {line}");
+        checked += 1;
+    }
+    assert!(checked >= 15, "{}", r.stdout);
+}
