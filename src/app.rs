@@ -49,6 +49,8 @@ mod calibration_commands;
 mod compare_command;
 /// `tpsim completions`.
 mod completions_command;
+/// `--cp-exchange` beside a plan with cp 1.
+mod cp_exchange_note;
 /// `--emit`: framework launch configurations out.
 mod emit_commands;
 /// `tpsim eval` and `tpsim report`.

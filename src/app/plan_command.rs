@@ -358,6 +358,16 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     }
     // Said once the input is known to be valid, so a bad flag still gets a one-line error.
     super::held_notes::print_held();
+    if let Some(cp) = options.pins.cp
+        && let Some(note) = super::cp_exchange_note::unused_with_cp_1(
+            &args.training,
+            cp,
+            "--cp 1 pins plans without context parallelism",
+            "pin --cp 2 or more, or drop --cp, to search with it",
+        )
+    {
+        eprintln!("{note}");
+    }
     for line in global_batch_advice(
         &scenario,
         args.training.global_batch.is_some(),
