@@ -55,6 +55,8 @@ mod cp_exchange_note;
 mod emit_commands;
 /// `tpsim eval` and `tpsim report`.
 mod eval_command;
+/// The plan file's settings `--framework` replaces with its own.
+mod framework_over_file;
 /// Notes held until the input is known to be valid.
 mod held_notes;
 /// Megatron-LM launch lines and arguments in.
