@@ -49,10 +49,14 @@ mod calibration_commands;
 mod compare_command;
 /// `tpsim completions`.
 mod completions_command;
+/// `--cp-exchange` beside a plan with cp 1.
+mod cp_exchange_note;
 /// `--emit`: framework launch configurations out.
 mod emit_commands;
 /// `tpsim eval` and `tpsim report`.
 mod eval_command;
+/// The plan file's settings `--framework` replaces with its own.
+mod framework_over_file;
 /// Notes held until the input is known to be valid.
 mod held_notes;
 /// Megatron-LM launch lines and arguments in.

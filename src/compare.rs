@@ -376,7 +376,31 @@ pub fn table(c: &Comparison) -> String {
         plan(1),
         String::new(),
     ]);
+    // The memory parts as they add up to each plan's printed total, as `eval`'s breakdown prints
+    // them (largest-remainder rounding; the JSON keeps the exact values).
+    let shown_parts = |e: &Estimate| {
+        let m = &e.memory;
+        let parts = [
+            m.weights_bytes.0,
+            m.gradients_bytes.0,
+            m.optimizer_bytes.0,
+            m.activations_bytes.0,
+            m.other_bytes.0,
+        ];
+        ["weights", "gradients", "optimizer", "activations", "other"]
+            .into_iter()
+            .zip(crate::units::shown_gib_parts(&parts, m.total_bytes.0))
+            .collect::<Vec<_>>()
+    };
+    let (parts_a, parts_b) = (shown_parts(&c.a), shown_parts(&c.b));
     for t in &c.terms {
+        let shown = |parts: &[(&str, f64)], exact: f64| {
+            parts
+                .iter()
+                .find(|(name, _)| t.group == "memory per GPU" && *name == t.name)
+                .map_or(exact, |&(_, gib)| gib)
+        };
+        let (a, b) = (shown(&parts_a, t.a), shown(&parts_b, t.b));
         // Seconds to the millisecond, so a difference the verdict calls 0.1% does not read 0.00.
         // GiB and % to one decimal, as `plan`, `eval` and the report print memory and MFU: at two,
         // a value `plan` prints as 52.9 read 52.95 here.
@@ -392,7 +416,7 @@ pub fn table(c: &Comparison) -> String {
             "tokens/s" | "%" | "days" | "h" | "min" => crate::units::measured_places(v, digits),
             _ => digits,
         };
-        let diff_places = places(t.a.abs().max(t.b.abs()));
+        let diff_places = places(a.abs().max(b.abs()));
         // The difference of the two values as printed, so the row reads as a subtraction (20.1 and
         // 17.8 GiB of activations differ by 2.3 here, not by the 2.4 of the unrounded values).
         let rounded = |v: f64| {
@@ -403,9 +427,9 @@ pub fn table(c: &Comparison) -> String {
             t.group.to_string(),
             t.name.to_string(),
             t.unit.to_string(),
-            format!("{:.*}", places(t.a), t.a),
-            format!("{:.*}", places(t.b), t.b),
-            format!("{:+.*}", diff_places, rounded(t.b) - rounded(t.a)),
+            format!("{:.*}", places(a), a),
+            format!("{:.*}", places(b), b),
+            format!("{:+.*}", diff_places, rounded(b) - rounded(a)),
         ];
         for cell in row.iter_mut().skip(3) {
             if cell

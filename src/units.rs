@@ -101,6 +101,26 @@ pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
     (tenths(capacity_bytes) - tenths(total_bytes)) / 10.0
 }
 
+/// Parts of a total (`parts_bytes`, bytes) in GiB to 0.1 GiB, rounded so that they add up to
+/// the total as it prints to 0.1 GiB: each part rounded down to a tenth, then the tenths still
+/// missing given to the parts with the largest remainders (largest-remainder rounding; a tie
+/// goes to the earlier part). Rounding each part alone can leave the printed parts 0.1-0.2 GiB
+/// from the printed total.
+pub fn shown_gib_parts(parts_bytes: &[f64], total_bytes: f64) -> Vec<f64> {
+    let tenths: Vec<f64> = parts_bytes.iter().map(|b| b / GIB * 10.0).collect();
+    let mut shown: Vec<f64> = tenths.iter().map(|t| t.floor()).collect();
+    let missing = (total_bytes / GIB * 10.0).round() - shown.iter().sum::<f64>();
+    let mut by_remainder: Vec<usize> = (0..tenths.len()).collect();
+    by_remainder.sort_by(|&a, &b| (tenths[b] - shown[b]).total_cmp(&(tenths[a] - shown[a])));
+    // The parts add up to the total, so 0 to one tenth per part is missing; clamped in case a
+    // caller's total is not their sum.
+    let missing = missing.clamp(0.0, tenths.len() as f64) as usize;
+    for &at in by_remainder.iter().take(missing) {
+        shown[at] += 1.0;
+    }
+    shown.iter().map(|t| t / 10.0).collect()
+}
+
 impl Bytes {
     pub fn gib(self) -> f64 {
         self.0 / GIB
@@ -301,6 +321,21 @@ pub fn show_step_s(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_parts_add_up_to_the_printed_total() {
+        // 7.46 + 14.99 + 11.22 + 38.08 + 3.85 = 75.6: rounded alone, 7.5 + 15.0 + 11.2 + 38.1 +
+        // 3.8 or 3.9 = 75.6 or 75.7; the largest remainders (.9, .8, .6) get the 3 tenths missing.
+        let parts: Vec<f64> = [7.46, 14.99, 11.22, 38.08, 3.85]
+            .iter()
+            .map(|g| g * GIB)
+            .collect();
+        let total: f64 = parts.iter().sum();
+        let shown = shown_gib_parts(&parts, total);
+        let tenths: Vec<i64> = shown.iter().map(|g| (g * 10.0).round() as i64).collect();
+        assert_eq!(tenths, [75, 150, 112, 381, 38]);
+        assert_eq!(tenths.iter().sum::<i64>(), 756);
+    }
 
     #[test]
     fn search_times_read_in_milliseconds_at_any_size() {

@@ -560,6 +560,14 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
+    if let Some(note) = super::cp_exchange_note::unused_with_cp_1(
+        &args.training,
+        plan.cp,
+        "this plan has cp 1",
+        "give --cp 2 or more to use it",
+    ) {
+        eprintln!("{note}");
+    }
     // The report's search runs the scenario as `plan` would, with the modules selective recompute
     // means there (kept before they are dropped below for a plan that does not use them).
     let searched_training = scenario.training;

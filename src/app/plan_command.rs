@@ -358,6 +358,16 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     }
     // Said once the input is known to be valid, so a bad flag still gets a one-line error.
     super::held_notes::print_held();
+    if let Some(cp) = options.pins.cp
+        && let Some(note) = super::cp_exchange_note::unused_with_cp_1(
+            &args.training,
+            cp,
+            "--cp 1 pins plans without context parallelism",
+            "pin --cp 2 or more, or drop --cp, to search with it",
+        )
+    {
+        eprintln!("{note}");
+    }
     for line in global_batch_advice(
         &scenario,
         args.training.global_batch.is_some(),
@@ -588,7 +598,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
             Some(closest) => format!(
-                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {:.1} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
+                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
                 super::pin_conflict::degrees_words(&closest.plan),
                 if closest.plan.vpp > 1 {
                     format!(" vpp {}", closest.plan.vpp)
@@ -609,11 +619,15 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 },
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
-                // As printed, so the three numbers add up (`units::shown_gib_left`).
-                -crate::units::shown_gib_left(
+                // As printed, so the three numbers add up (`units::shown_gib_left`); where the two
+                // print alike, "under 0.1", as `eval` says it.
+                match -crate::units::shown_gib_left(
                     closest.memory.capacity_bytes.0,
-                    closest.memory.total_bytes.0
-                ),
+                    closest.memory.total_bytes.0,
+                ) {
+                    miss_gib if miss_gib < 0.05 => "under 0.1".to_string(),
+                    miss_gib => format!("{miss_gib:.1}"),
+                },
                 match scenario.cluster.gpu.memory_limit_gib {
                     Some(_) => format!(
                         "raise --max-memory-gib (the GPU has {:.1} GiB), ",

@@ -1396,6 +1396,13 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
+    if let Some((file, path)) = file
+        && path != super::megatron_paste::LAUNCH_LINE_ORIGIN
+        && let Some(note) =
+            super::framework_over_file::replaced_settings_note(file, path, training_args, &training)
+    {
+        held_notes::hold(note);
+    }
     Ok(Scenario {
         model,
         model_origin,

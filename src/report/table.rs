@@ -809,14 +809,21 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
-    for (name, bytes) in [
-        ("weights", mem.weights_bytes.0),
-        ("gradients", mem.gradients_bytes.0),
-        ("optimizer", mem.optimizer_bytes.0),
-        ("activations", mem.activations_bytes.0),
-        ("other", mem.other_bytes.0),
-    ] {
-        let _ = writeln!(out, "  {name:<12} {:>8} GiB", gib(bytes));
+    // The parts as they add up to the printed total (largest-remainder rounding; the JSON keeps
+    // the bytes).
+    let names = ["weights", "gradients", "optimizer", "activations", "other"];
+    let shown = crate::units::shown_gib_parts(
+        &[
+            mem.weights_bytes.0,
+            mem.gradients_bytes.0,
+            mem.optimizer_bytes.0,
+            mem.activations_bytes.0,
+            mem.other_bytes.0,
+        ],
+        mem.total_bytes.0,
+    );
+    for (name, part_gib) in names.iter().zip(shown) {
+        let _ = writeln!(out, "  {name:<12} {:>8} GiB", format!("{part_gib:.1}"));
     }
     // The difference of the two printed numbers, so the line adds up; where they print alike,
     // "under 0.1".
