@@ -466,6 +466,16 @@ pub enum PlanError {
         longer: u64,
     },
     #[error(
+        "--cp {cp} does not split the {seq_len}-token sequence into cp equal shards (DeepSpeed-Ulysses gives each sequence-parallel rank seq/cp contiguous tokens: Megatron-DeepSpeed's get_batch asserts seq_length % sequence_parallel_size == 0); valid: {valid}; pin one of those, or give a --seq-len that is a multiple of {cp} (e.g. --seq-len {longer})"
+    )]
+    UlyssesSequence {
+        cp: u32,
+        seq_len: u32,
+        valid: String,
+        /// The next sequence length that `cp` splits.
+        longer: u64,
+    },
+    #[error(
         "--cp {cp} with sliding-window attention: the {exchange} exchange does not run sliding windows (Transformer Engine refuses them on its point-to-point ring, and PyTorch's ring takes none); use --cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a, which run them), --cp 1, or --attention-window 0 for full attention"
     )]
     CpWithWindow { cp: u32, exchange: &'static str },
@@ -500,6 +510,16 @@ pub enum PlanError {
         "--cp {cp} with --sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"); drop --sequence-parallel (give --sequence-parallel false), or use --cp 1"
     )]
     UlyssesWithSequenceParallel { cp: u32 },
+    #[error(
+        "--cp {cp} with {degrees} under --framework deepspeed: DeepSpeed-Ulysses runs without tensor or pipeline parallelism (Megatron-DeepSpeed's initialize_model_parallel asserts tp 1 and pp 1 when sequence_parallel_size > 1: \"does not work with tensor parallel or pipeline parallel\"; ALST's UlyssesSPAttentionHF wraps a Hugging Face model with neither); use {fix}, or --cp 1"
+    )]
+    UlyssesWithModelParallelism {
+        cp: u32,
+        /// "--tp 2", "--pp 4" or "--tp 2 and --pp 4".
+        degrees: String,
+        /// "--tp 1", "--pp 1" or "--tp 1 --pp 1".
+        fix: String,
+    },
     #[error(
         "--precision {precision} with --framework megatron-lm-2021: the 2021 Megatron-LM trains in fp16/bf16 only (FP8 came with Transformer Engine, in Megatron-Core); use --framework megatron-core, or --precision bf16"
     )]
@@ -566,8 +586,23 @@ pub enum PlanError {
 impl PlanError {
     /// `cp` does not split a `seq_len`-token sequence into 2·cp equal chunks; `valid` lists the
     /// degrees that do.
-    pub fn cp_sequence(cp: u32, seq_len: u32, valid: String) -> Self {
-        let chunks = 2 * u64::from(cp);
+    /// The error for a sequence `cp` does not split as `framework` splits it
+    /// (`cp_sequence_multiple`); `valid` lists the degrees that do.
+    pub fn cp_sequence(
+        cp: u32,
+        seq_len: u32,
+        valid: String,
+        framework: crate::training::TrainingFramework,
+    ) -> Self {
+        let chunks = cp_sequence_multiple(cp, framework);
+        if !framework.cp_balances_causal_chunks() {
+            return PlanError::UlyssesSequence {
+                cp,
+                seq_len,
+                valid,
+                longer: seq_len_multiple_near(seq_len, chunks),
+            };
+        }
         PlanError::CpSequence {
             cp,
             seq_len,
@@ -627,15 +662,38 @@ fn sp_sequence_error(tp: u32, cp: u32, sp: bool, training: &Training) -> Option<
     })
 }
 
-/// The context-parallel degrees, listed for a message, that split a `seq_len`-token sequence into
-/// 2·cp equal chunks on `gpus` GPUs. cp 1 always splits; an odd length has no larger such cp, and
-/// divisors of seq_len / 2 alone would list some.
-pub fn cp_degrees_splitting(seq_len: u32, gpus: u32) -> String {
-    let valid = divisors((seq_len / 2).max(1))
-        .into_iter()
-        .filter(|c| *c == 1 || seq_len.is_multiple_of(2 * c))
-        .filter(|c| gpus.is_multiple_of(*c))
-        .take_while(|c| *c <= 256);
+/// The multiple of the sequence length context parallelism at `cp` needs under `framework`: 2·cp
+/// where it balances the causal mask over 2·cp chunks, cp under DeepSpeed-Ulysses
+/// (`TrainingFramework::cp_balances_causal_chunks`).
+pub fn cp_sequence_multiple(cp: u32, framework: crate::training::TrainingFramework) -> u64 {
+    if framework.cp_balances_causal_chunks() {
+        2 * u64::from(cp)
+    } else {
+        u64::from(cp)
+    }
+}
+
+/// Whether `cp` splits a `seq_len`-token sequence as `framework` splits it (`cp_sequence_multiple`).
+pub fn cp_splits_sequence(
+    cp: u32,
+    seq_len: u32,
+    framework: crate::training::TrainingFramework,
+) -> bool {
+    cp <= 1 || u64::from(seq_len).is_multiple_of(cp_sequence_multiple(cp, framework))
+}
+
+/// The context-parallel degrees, listed for a message, that split a `seq_len`-token sequence as
+/// `framework` splits it (2·cp equal chunks, or cp shards under DeepSpeed-Ulysses) on `gpus` GPUs.
+/// cp 1 always splits; an odd length has no larger 2·cp-chunked cp, and divisors of seq_len / 2
+/// alone would list some.
+pub fn cp_degrees_splitting(
+    seq_len: u32,
+    gpus: u32,
+    framework: crate::training::TrainingFramework,
+) -> String {
+    let valid = (1..=seq_len.clamp(1, 256))
+        .filter(|c| cp_splits_sequence(*c, seq_len, framework))
+        .filter(|c| gpus.is_multiple_of(*c));
     list(valid)
 }
 
@@ -961,6 +1019,30 @@ pub fn cp_heads_error(cp: u32, tp: u32, model: &Model, training: &Training) -> O
     })
 }
 
+/// [`PlanError::UlyssesWithModelParallelism`] where the framework runs context parallelism only
+/// without tensor and pipeline parallelism (`TrainingFramework::runs_cp_beside_tp_or_pp`) and the
+/// plan has either beside cp.
+pub fn ulysses_model_parallel_error(
+    cp: u32,
+    tp: u32,
+    pp: u32,
+    training: &Training,
+) -> Option<PlanError> {
+    if cp <= 1 || training.framework.runs_cp_beside_tp_or_pp() || (tp <= 1 && pp <= 1) {
+        return None;
+    }
+    let (degrees, fix) = match (tp > 1, pp > 1) {
+        (true, true) => (format!("--tp {tp} and --pp {pp}"), "--tp 1 --pp 1"),
+        (true, false) => (format!("--tp {tp}"), "--tp 1"),
+        _ => (format!("--pp {pp}"), "--pp 1"),
+    };
+    Some(PlanError::UlyssesWithModelParallelism {
+        cp,
+        degrees,
+        fix: fix.to_string(),
+    })
+}
+
 /// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.
 fn check_context_experts_precision(
     r: &PlanRequest,
@@ -969,11 +1051,24 @@ fn check_context_experts_precision(
     training: &Training,
 ) -> Result<(), PlanError> {
     let gpus = cluster.total_gpus();
-    if r.cp > 1 && !training.seq_len.is_multiple_of(2 * r.cp) {
+    // Megatron-DeepSpeed refuses Megatron's sequence parallelism beside Ulysses first
+    // (megatron/initialize.py), then tensor and pipeline parallelism (parallel_state.py).
+    if r.cp > 1
+        && r.tp > 1
+        && r.sequence_parallel
+        && !training.framework.runs_sequence_parallelism_beside_cp()
+    {
+        return Err(PlanError::UlyssesWithSequenceParallel { cp: r.cp });
+    }
+    if let Some(err) = ulysses_model_parallel_error(r.cp, r.tp, r.pp, training) {
+        return Err(err);
+    }
+    if !cp_splits_sequence(r.cp, training.seq_len, training.framework) {
         return Err(PlanError::cp_sequence(
             r.cp,
             training.seq_len,
-            cp_degrees_splitting(training.seq_len, gpus),
+            cp_degrees_splitting(training.seq_len, gpus, training.framework),
+            training.framework,
         ));
     }
     if let Some(err) = sp_sequence_error(r.tp, r.cp, r.sequence_parallel, training) {
@@ -996,13 +1091,6 @@ fn check_context_experts_precision(
     }
     if let Some(err) = cp_heads_error(r.cp, r.tp, model, training) {
         return Err(err);
-    }
-    if r.cp > 1
-        && r.tp > 1
-        && r.sequence_parallel
-        && !training.framework.runs_sequence_parallelism_beside_cp()
-    {
-        return Err(PlanError::UlyssesWithSequenceParallel { cp: r.cp });
     }
     match model.moe {
         None if r.ep > 1 || r.etp > 1 => {

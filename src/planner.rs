@@ -112,12 +112,20 @@ impl Pins {
 /// every such plan in the search and prunes only far shorter shares. `eval` takes any cp.
 pub const MIN_TOKENS_PER_CP_RANK: u32 = 2048;
 
-/// Context-parallel degrees the search tries: 1, and every cp that splits the sequence into 2·cp
-/// equal chunks (causal load balancing) with at least `MIN_TOKENS_PER_CP_RANK` tokens per rank.
-pub fn cp_degrees(seq_len: u32, model_parallel_gpus: u32) -> Vec<u32> {
+/// Context-parallel degrees the search tries: 1, and every cp that splits the sequence as the
+/// framework splits it (2·cp equal chunks for causal load balancing, cp shards under
+/// DeepSpeed-Ulysses: `plan::cp_splits_sequence`) with at least `MIN_TOKENS_PER_CP_RANK` tokens per
+/// rank.
+pub fn cp_degrees(
+    seq_len: u32,
+    model_parallel_gpus: u32,
+    framework: crate::training::TrainingFramework,
+) -> Vec<u32> {
     (1..=(seq_len / MIN_TOKENS_PER_CP_RANK).max(1))
         .filter(|&cp| {
-            cp == 1 || (seq_len.is_multiple_of(2 * cp) && model_parallel_gpus.is_multiple_of(cp))
+            cp == 1
+                || (crate::plan::cp_splits_sequence(cp, seq_len, framework)
+                    && model_parallel_gpus.is_multiple_of(cp))
         })
         .collect()
 }
@@ -189,7 +197,7 @@ pub fn enumerate(
         let cps = if training.framework.runs_context_parallelism()
             && training.attention == crate::training::AttentionKernel::Flash
         {
-            let mut cps = cp_degrees(training.seq_len, gpus / tp);
+            let mut cps = cp_degrees(training.seq_len, gpus / tp, training.framework);
             if let Some(cp) = options
                 .pins
                 .cp
@@ -208,6 +216,10 @@ pub fn enumerate(
             }
             let per_pipeline = gpus / (tp * cp);
             for pp in 1..=model.layers.min(per_pipeline) {
+                // DeepSpeed-Ulysses runs with neither TP nor PP beside it.
+                if crate::plan::ulysses_model_parallel_error(cp, tp, pp, training).is_some() {
+                    continue;
+                }
                 if !per_pipeline.is_multiple_of(pp)
                     || (!model.layers.is_multiple_of(pp) && !options.allow_uneven_pp)
                 {

@@ -361,7 +361,7 @@ impl CpExchange {
     pub fn training_words(self, framework: TrainingFramework) -> &'static str {
         match self {
             CpExchange::HeadAllToAll if framework == TrainingFramework::Deepspeed => {
-                "DeepSpeed-Ulysses (sequence_parallel_size: Q, K, V and the output trade sequence for heads, exposed; no Megatron sequence parallelism beside it)"
+                "DeepSpeed-Ulysses (sequence_parallel_size: Q, K, V and the output trade sequence for heads, exposed; no TP or PP beside it)"
             }
             CpExchange::KvRing => "Transformer Engine's K/V ring",
             CpExchange::TorchAllGather => {
@@ -766,6 +766,29 @@ impl TrainingFramework {
     /// parallel. Remove --sequence_parallel", megatron/initialize.py); Megatron-Core and torchtitan
     /// run both.
     pub fn runs_sequence_parallelism_beside_cp(self) -> bool {
+        !matches!(self, TrainingFramework::Deepspeed)
+    }
+
+    /// Whether context parallelism runs beside tensor or pipeline parallelism. DeepSpeed-Ulysses
+    /// does not: Megatron-DeepSpeed asserts "DeepSpeed's sequence parallel does not work with tensor
+    /// parallel or pipeline parallel" (`initialize_model_parallel`, megatron/core/parallel_state.py
+    /// of deepspeedai/Megatron-DeepSpeed), its tutorial says the same (docs/_tutorials/ds-sequence.md:
+    /// "incompatible with Megatron-LM's tensor or pipeline parallelism"), and ALST's
+    /// `UlyssesSPAttentionHF` (deepspeed/runtime/sequence_parallel/ulysses_sp.py) wraps a Hugging
+    /// Face model's attention with neither. Megatron-Core and torchtitan run all three together.
+    pub fn runs_cp_beside_tp_or_pp(self) -> bool {
+        !matches!(self, TrainingFramework::Deepspeed)
+    }
+
+    /// Whether context parallelism splits the sequence into 2·cp chunks for causal load balancing
+    /// (Megatron-Core's and Transformer Engine's rings give rank i chunks i and 2cp−1−i; torchtitan's
+    /// `context_parallel` load-balances the same way), so the sequence must be a multiple of 2·cp.
+    /// DeepSpeed-Ulysses gives each rank one contiguous seq/cp shard and runs the whole causal
+    /// attention on its heads, balanced by construction: it needs only seq % cp == 0
+    /// (Megatron-DeepSpeed pretrain_gpt.py `get_batch`: `assert seq_length %
+    /// seq_parallel_world_size == 0`; ALST's `UlyssesSPDataLoaderAdapter`, ulysses_sp.py: "batch's
+    /// seqlen isn't divisible by sp-size").
+    pub fn cp_balances_causal_chunks(self) -> bool {
         !matches!(self, TrainingFramework::Deepspeed)
     }
 

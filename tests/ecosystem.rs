@@ -2510,7 +2510,7 @@ fn context_parallelism_is_written_and_read_back() {
     );
     assert!(line.contains("--context-parallel-size 4 "), "{line}");
     // DeepSpeed's context parallelism is Ulysses: its degree is written in the config and in the
-    // Megatron-DeepSpeed arguments beside it.
+    // Megatron-DeepSpeed arguments beside it (at tp 1: Megatron-DeepSpeed asserts no TP beside it).
     let (code, stdout, stderr) = run(&[
         "eval",
         "--model",
@@ -2518,11 +2518,15 @@ fn context_parallelism_is_written_and_read_back() {
         "--nodes",
         "4",
         "--tp",
-        "2",
+        "1",
         "--cp",
         "2",
         "--global-batch",
         "64",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
         "--framework",
         "deepspeed",
         "--emit",

@@ -886,6 +886,12 @@ fn the_search_proposes_only_what_the_framework_runs() {
             .iter()
             .all(|e| e.plan.cp == 1 || !e.plan.sequence_parallel)
     );
+    // Megatron-DeepSpeed asserts tp 1 and pp 1 beside Ulysses (megatron/core/parallel_state.py).
+    assert!(
+        deepspeed
+            .iter()
+            .all(|e| e.plan.cp == 1 || (e.plan.tp == 1 && e.plan.pp == 1))
+    );
     let megatron_2021 = plans(TrainingFramework::MegatronLm2021);
     assert!(megatron_2021.iter().all(|e| e.plan.cp == 1));
     assert!(megatron_2021.iter().any(|e| e.plan.vpp > 1));

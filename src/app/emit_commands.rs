@@ -92,6 +92,17 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
                 },
                 emit::megatron_deepspeed_args(plan)
             );
+            // Megatron-DeepSpeed's Ulysses splits K and V as it splits Q: ParallelAttention asserts
+            // `projection_size == kv_projection_size` under DeepSpeed's sequence parallelism
+            // (megatron/model/transformer.py), so grouped-query models run it as ALST's
+            // UlyssesSPAttentionHF (deepspeed/runtime/sequence_parallel/ulysses_sp.py), which
+            // repeats K/V heads and reads the config's sequence_parallel_size.
+            if plan.cp > 1 && s.model.kv_heads != s.model.heads {
+                eprintln!(
+                    "note: Megatron-DeepSpeed's Ulysses takes only as many K/V heads as query heads (ParallelAttention asserts it), and {} has {} K/V heads for {} query heads: run sequence_parallel_size {} as ALST's UlyssesSPAttentionHF on the Hugging Face model (docs/_tutorials/ulysses-alst-sequence-parallelism.md), which repeats K/V heads up to it",
+                    s.model.name, s.model.kv_heads, s.model.heads, plan.cp
+                );
+            }
             format!("{}\n", emit::deepspeed_json(&s.training, plan))
         }
     }

@@ -258,6 +258,23 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
             },
         ));
     }
+    // DeepSpeed-Ulysses beside Megatron's sequence parallelism, TP or PP, which the search never
+    // proposes (`planner::enumerate`, `push_pipeline_variants`).
+    if let Some(cp) = pins.cp.filter(|&cp| cp > 1) {
+        if pins.sequence_parallel == Some(true)
+            && !training.framework.runs_sequence_parallelism_beside_cp()
+        {
+            return Some(crate::plan::PlanError::UlyssesWithSequenceParallel { cp }.to_string());
+        }
+        if let Some(err) = crate::plan::ulysses_model_parallel_error(
+            cp,
+            pins.tp.unwrap_or(1),
+            pins.pp.unwrap_or(1),
+            training,
+        ) {
+            return Some(err.to_string());
+        }
+    }
     // The all-to-all exchange's heads rule, which the search applies (`planner::enumerate`).
     if let (Some(tp), Some(cp)) = (pins.tp, pins.cp)
         && let Some(err) = crate::plan::cp_heads_error(cp, tp, model, training)
@@ -322,12 +339,17 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
     if let Some(err) = crate::plan::cp_heads_error(cp, 1, model, training) {
         return Some(err.to_string());
     }
-    if !training.seq_len.is_multiple_of(2 * cp) {
+    if !crate::plan::cp_splits_sequence(cp, training.seq_len, training.framework) {
         return Some(
             PlanError::cp_sequence(
                 cp,
                 training.seq_len,
-                crate::plan::cp_degrees_splitting(training.seq_len, cluster.total_gpus()),
+                crate::plan::cp_degrees_splitting(
+                    training.seq_len,
+                    cluster.total_gpus(),
+                    training.framework,
+                ),
+                training.framework,
             )
             .to_string(),
         );

@@ -592,6 +592,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 &scenario.training,
                 &r.plans[0],
             ),
+            &scenario.training,
         ));
         out
     });

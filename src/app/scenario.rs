@@ -901,7 +901,7 @@ pub(super) fn framework_for_emit(
     if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
         training.framework = Some(FrameworkArg::Deepspeed);
         held_notes::hold(
-            "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses without Megatron sequence parallelism beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
+            "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses with no TP or PP beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
                 .to_string(),
         );
     }
@@ -1653,12 +1653,14 @@ pub(super) fn global_batch_advice(
     // pinned cp, else the deepest the search tries, `planner::cp_degrees`).
     let cp = match options.pins.cp {
         Some(cp) => cp,
-        None if s.training.framework.runs_context_parallelism() => {
-            crate::planner::cp_degrees(s.training.seq_len, s.cluster.total_gpus())
-                .into_iter()
-                .max()
-                .unwrap_or(1)
-        }
+        None if s.training.framework.runs_context_parallelism() => crate::planner::cp_degrees(
+            s.training.seq_len,
+            s.cluster.total_gpus(),
+            s.training.framework,
+        )
+        .into_iter()
+        .max()
+        .unwrap_or(1),
         None => 1,
     };
     // One node can take the whole model with TP inside it: no pipeline, no replica left idle.

@@ -731,6 +731,18 @@ fn stage_memory(
         } else {
             per_layer
         };
+        // DeepSpeed-Ulysses repeats a rank's K/V heads up to cp before the all-to-all
+        // (`kv_replication_factor`, `repeat_interleave`, UlyssesSPAttentionHF in
+        // deepspeed/runtime/sequence_parallel/ulysses_sp.py), so the attention saves K and V at r
+        // times their size: the whole sequence of one repeated head where the layer count has s/cp
+        // tokens of every K/V head, 4·s·b·kv_width·(r − 1)/t bytes more.
+        let replication = super::context_parallel::kv_head_replication(model, training, plan);
+        let per_layer = if replication > 1.0 && recompute != Recompute::Full {
+            per_layer
+                + 4.0 * f64::from(s) * f64::from(b) * model.kv_width() * (replication - 1.0) / t
+        } else {
+            per_layer
+        };
         // MoE layers keep their routed tokens' activations instead of the dense MLP's.
         let per_layer = if moe_share > 0.0 && recompute != Recompute::Full {
             let sb = f64::from(s) * f64::from(b);

@@ -49,6 +49,15 @@ struct DeepSpeedConfig {
     /// for the data-parallel world size); absent without context parallelism.
     #[serde(skip_serializing_if = "Option::is_none")]
     sequence_parallel_size: Option<u32>,
+    /// The dtype DeepSpeed reduces gradients in under Ulysses: with a sequence-parallel size above
+    /// 1 the engine takes its communication dtype from `"seq_parallel_communication_data_type"`
+    /// (deepspeed/runtime/engine.py, `_configure_distributed_model`), which defaults to "fp32"
+    /// (deepspeed/runtime/constants.py `SEQ_PARALLEL_COMMUNICATION_DATA_TYPE_DEFAULT`), and ZeRO-1/2
+    /// casts every gradient to it before the reduce (stage_1_and_2.py
+    /// `gradient_reduction_w_predivide`); written as the gradient dtype tpsim prices the reduction
+    /// in, so the run does not send twice the bytes. Absent without context parallelism.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq_parallel_communication_data_type: Option<&'static str>,
 }
 
 /// DeepSpeed's `data_types.grad_accum_dtype` (fp32, fp16 or bf16): the gradient precision.
@@ -72,22 +81,24 @@ struct ZeroOptimization {
 /// DeepSpeed config JSON. DeepSpeed checks `train_batch_size = micro × accumulation × dp`; tp and
 /// pp are Megatron-DeepSpeed launcher arguments, not config keys.
 pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
+    let grad_dtype = match training.grad_dtype {
+        GradDtype::Fp32 => "fp32",
+        GradDtype::Bf16 => "bf16",
+    };
     let config = DeepSpeedConfig {
         train_batch_size: plan.global_batch,
         train_micro_batch_size_per_gpu: plan.micro_batch,
         gradient_accumulation_steps: plan.num_microbatches,
         bf16: Enabled { enabled: true },
         data_types: DataTypes {
-            grad_accum_dtype: match training.grad_dtype {
-                GradDtype::Fp32 => "fp32",
-                GradDtype::Bf16 => "bf16",
-            },
+            grad_accum_dtype: grad_dtype,
         },
         zero_optimization: ZeroOptimization {
             stage: plan.zero,
             overlap_comm: training.overlap.grad_reduce,
         },
         sequence_parallel_size: (plan.cp > 1).then_some(plan.cp),
+        seq_parallel_communication_data_type: (plan.cp > 1).then_some(grad_dtype),
     };
     serde_json::to_string_pretty(&config).expect("the DeepSpeed config serializes to JSON")
 }

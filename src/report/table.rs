@@ -1106,6 +1106,7 @@ pub fn explain_best(
     tp_pairs: f64,
     regathers: bool,
     recompute_repeats: bool,
+    training: &crate::training::Training,
 ) -> String {
     let p = &e.plan;
     let t = &e.time;
@@ -1155,9 +1156,14 @@ pub fn explain_best(
     if p.cp > 1 {
         let _ = writeln!(
             out,
-            "  CP {}: on {} — every layer exchanges its keys and values among the context-parallel ranks, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
+            "  CP {}: on {} — every layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.cp,
             e.comm.cp.link.map_or("-", link_name),
+            if training.framework == crate::training::TrainingFramework::Deepspeed {
+                "trades Q, K, V and the attention output between sequence shards and head shards among the sequence-parallel ranks (DeepSpeed-Ulysses's all-to-all)"
+            } else {
+                "exchanges its keys and values among the context-parallel ranks"
+            },
             e.comm.cp.wire_bytes.gb(),
             share(t.cp_comm_exposed_s.0)
         );
