@@ -144,10 +144,18 @@ fn framework_over_a_plan_file_names_the_settings_it_replaces() {
     );
     assert!(!note.contains("cp_exchange"), "{note}");
 
-    // DeepSpeed runs no ring: said so, with no flag to keep it.
+    // DeepSpeed runs no ring: said so, with no flag to keep it (Ulysses runs without TP: the
+    // file's tp 4 x cp 2 made tp 1 x cp 2 x dp 4).
+    assert!(
+        saved.contains("  tp: 4\n") && saved.contains("  dp: 1\n"),
+        "{saved}"
+    );
     std::fs::write(
         dir.join("q.yaml"),
-        saved.replace("sequence_parallel: true", "sequence_parallel: false"),
+        saved
+            .replace("sequence_parallel: true", "sequence_parallel: false")
+            .replace("  tp: 4\n", "  tp: 1\n")
+            .replace("  dp: 1\n", "  dp: 4\n"),
     )
     .unwrap();
     let r = eval("q.yaml", &["--framework", "deepspeed"]);
