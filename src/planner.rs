@@ -375,6 +375,11 @@ fn push_pipeline_variants(
                     for zero in 0..=max_zero {
                         if !training.optimizer_states.allows_zero(zero)
                             || !training.framework.runs_zero_stage(zero)
+                            || (zero == 3
+                                && model.moe.is_some()
+                                && !training
+                                    .framework
+                                    .runs_zero3_with_experts(tp, base.cp, base.etp))
                         {
                             continue;
                         }

@@ -760,6 +760,18 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Deepspeed)
     }
 
+    /// Whether the framework shards a mixture-of-experts model with ZeRO-3 at these degrees.
+    /// DeepSpeed's native MoE layers refuse ZeRO-3 ("Native DeepSpeed MoE is not supported with
+    /// ZeRO Stage 3. Use AutoEP or choose ZeRO stage 1/2"), and AutoEP's layers run it without
+    /// tensor parallelism, sequence parallelism or expert TP ("AutoEP with ZeRO Stage 3 does not
+    /// support AutoTP yet", "... sequence parallelism yet", "only supports
+    /// expert_tensor_parallel_size 1": deepspeed/runtime/engine.py
+    /// `_validate_zero3_moe_compatibility`). Megatron-Core (Megatron-FSDP) and torchtitan/AutoModel
+    /// (FSDP2 beside EP) shard experts at any degree.
+    pub fn runs_zero3_with_experts(self, tp: u32, cp: u32, etp: u32) -> bool {
+        !matches!(self, TrainingFramework::Deepspeed) || (tp <= 1 && cp <= 1 && etp <= 1)
+    }
+
     /// Whether Megatron's sequence parallelism can run beside context parallelism:
     /// Megatron-DeepSpeed refuses `--sequence-parallel` with `--ds-sequence-parallel-size` above 1
     /// ("DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence

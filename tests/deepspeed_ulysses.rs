@@ -493,3 +493,59 @@ fn a_ulysses_plan_reads_the_same_everywhere() {
         "sweep"
     );
 }
+
+/// DeepSpeed runs ZeRO-3 on experts only through AutoEP, which takes no sequence, tensor or
+/// expert-tensor parallelism (deepspeed/runtime/engine.py `_validate_zero3_moe_compatibility`):
+/// the search proposed ZeRO-3 with Ulysses on Mixtral, which DeepSpeed refuses at start-up.
+#[test]
+fn deepspeed_zero3_on_experts_runs_only_without_cp_tp_or_etp() {
+    let base = [
+        "--model",
+        "mixtral-8x7b",
+        "--nodes",
+        "2",
+        "--framework",
+        "deepspeed",
+        "--seq-len",
+        "65536",
+        "--global-batch",
+        "32",
+    ];
+    let mut args = vec!["plan"];
+    args.extend(base);
+    args.extend(["--format", "json", "--top", "200"]);
+    let doc = json(&args);
+    let plans = doc["plans"].as_array().unwrap();
+    assert!(plans.iter().any(|p| p["cp"].as_u64() > Some(1)));
+    for p in plans {
+        if p["zero"] == 3 {
+            assert!(
+                p["cp"] == 1 && p["tp"] == 1 && p["etp"] == 1,
+                "ZeRO-3 beside cp/tp/etp: {p}"
+            );
+        }
+    }
+    let mut eval = vec!["eval"];
+    eval.extend(base);
+    eval.extend([
+        "--cp",
+        "16",
+        "--ep",
+        "8",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+    ]);
+    let r = run(&eval);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stderr.lines().any(
+            |l| l.starts_with("note: ZeRO-3 on a mixture-of-experts model")
+                && l.contains("AutoEP")
+                && l.contains("--zero 2")
+        ),
+        "{}",
+        r.stderr
+    );
+}

@@ -513,6 +513,18 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             scenario.training.framework.max_zero_with_pp()
         );
     }
+    if plan.zero == 3
+        && scenario.model.moe.is_some()
+        && !framework.runs_zero3_with_experts(plan.tp, plan.cp, plan.etp)
+    {
+        eprintln!(
+            "note: ZeRO-3 on a mixture-of-experts model with tp {}, cp {}, etp {} is evaluated as asked, but --framework {} runs ZeRO-3 with experts only through AutoEP, without tensor, sequence or expert-tensor parallelism (its engine refuses native MoE layers under ZeRO-3 and AutoEP beside them), so `tpsim plan` does not propose it; give --zero 2, or tp, cp and etp 1",
+            plan.tp,
+            plan.cp,
+            plan.etp,
+            framework.as_str()
+        );
+    }
     if !framework.runs_zero_stage(plan.zero) {
         eprintln!(
             "note: ZeRO-{} is evaluated as asked, but --framework {} has no such stage: {}, so `tpsim plan` does not propose it",
