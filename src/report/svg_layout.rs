@@ -89,14 +89,14 @@ fn ring_link(g: &Group, cluster: &Cluster) -> String {
 }
 
 /// The subtitle's words for the blue outline: rings where the exchange is one.
-fn cp_block_words(cp_exchange: CpExchange) -> &'static str {
-    match cp_exchange {
-        CpExchange::KvRing | CpExchange::TorchAllGather => {
-            "; blue: a block of interleaved CP rings"
-        }
-        CpExchange::KvAllGather | CpExchange::HeadAllToAll => {
-            "; blue: a block of interleaved CP groups"
-        }
+/// With tp 1 a block holds one group, and nothing is interleaved.
+fn cp_block_words(cp_exchange: CpExchange, tp: u32) -> &'static str {
+    let ring = matches!(cp_exchange, CpExchange::KvRing | CpExchange::TorchAllGather);
+    match (ring, tp > 1) {
+        (true, true) => "; blue: a block of interleaved CP rings",
+        (true, false) => "; blue: one CP ring",
+        (false, true) => "; blue: a block of interleaved CP groups",
+        (false, false) => "; blue: one CP group",
     }
 }
 
@@ -185,13 +185,21 @@ pub(crate) fn layout_svg(
                 "group",
             ),
         };
+        // With tp 1 the outline holds one group: nothing is interleaved.
+        let outline = if plan.tp > 1 {
+            format!(
+                "the {} GPUs of {} interleaved {groups}",
+                plan.tp * plan.cp,
+                plan.tp
+            )
+        } else {
+            format!("the {} GPUs of one {group}", plan.cp)
+        };
         legend.push(format!(
-            "CP groups: {groups} of {} GPUs at stride {} {moves} every layer over {}; blue outline: the {} GPUs of {} interleaved {groups} (c = {group} position)",
+            "CP groups: {groups} of {} GPUs at stride {} {moves} every layer over {}; blue outline: {outline} (c = {group} position)",
             plan.cp,
             cp_group.stride,
             link(cp_group, gpn),
-            plan.tp * plan.cp,
-            plan.tp
         ));
     }
     legend.push(if plan.pp > 1 {
@@ -295,7 +303,7 @@ pub(crate) fn layout_svg(
         let mut subtitle =
             format!("{coordinates_text}; colour: pipeline stage; black outline: one TP group");
         if cp {
-            subtitle += cp_block_words(cp_exchange);
+            subtitle += cp_block_words(cp_exchange, plan.tp);
         }
         if ep {
             subtitle += if plan.etp > 1 {
