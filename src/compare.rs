@@ -377,7 +377,8 @@ pub fn table(c: &Comparison) -> String {
         String::new(),
     ]);
     // The memory parts as they add up to each plan's printed total, as `eval`'s breakdown prints
-    // them (largest-remainder rounding; the JSON keeps the exact values).
+    // them (each rounded alone, "other" the rest: `units::shown_gib_parts`; the JSON keeps the
+    // exact values).
     let shown_parts = |e: &Estimate| {
         let m = &e.memory;
         let parts = [

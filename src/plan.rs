@@ -507,9 +507,17 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--cp {cp} with --sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"); drop --sequence-parallel (give --sequence-parallel false), or use --cp 1"
+        "--cp {cp} with {with_tp}--sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"){tp_rule}; {fix}drop --sequence-parallel (give --sequence-parallel false), or use --cp 1"
     )]
-    UlyssesWithSequenceParallel { cp: u32 },
+    UlyssesWithSequenceParallel {
+        cp: u32,
+        /// "--tp 2 and " where a tp above 1 is given, else empty.
+        with_tp: String,
+        /// Why that tp goes too, else empty.
+        tp_rule: String,
+        /// "use --tp 1 and " where a tp above 1 is given, else empty.
+        fix: String,
+    },
     #[error(
         "--cp {cp} with {degrees} under --framework deepspeed: DeepSpeed-Ulysses runs without tensor or pipeline parallelism (Megatron-DeepSpeed's initialize_model_parallel asserts tp 1 and pp 1 when sequence_parallel_size > 1: \"does not work with tensor parallel or pipeline parallel\"; ALST's UlyssesSPAttentionHF wraps a Hugging Face model with neither); use {fix}, or --cp 1"
     )]
@@ -584,6 +592,27 @@ pub enum PlanError {
 }
 
 impl PlanError {
+    /// [`PlanError::UlyssesWithSequenceParallel`] for `cp` beside Megatron's sequence parallelism,
+    /// with the `tp` given (if any): a tp above 1 is named with its own rule and fix, since
+    /// dropping sequence parallelism alone leaves it refused
+    /// ([`PlanError::UlyssesWithModelParallelism`]).
+    pub fn ulysses_with_sequence_parallel(cp: u32, tp: Option<u32>) -> Self {
+        match tp.filter(|&tp| tp > 1) {
+            Some(tp) => PlanError::UlyssesWithSequenceParallel {
+                cp,
+                with_tp: format!("--tp {tp} and "),
+                tp_rule: ", and DeepSpeed-Ulysses runs without tensor parallelism (Megatron-DeepSpeed's initialize_model_parallel asserts tp 1)".to_string(),
+                fix: "use --tp 1 and ".to_string(),
+            },
+            None => PlanError::UlyssesWithSequenceParallel {
+                cp,
+                with_tp: String::new(),
+                tp_rule: String::new(),
+                fix: String::new(),
+            },
+        }
+    }
+
     /// `cp` does not split a `seq_len`-token sequence into 2·cp equal chunks; `valid` lists the
     /// degrees that do.
     /// The error for a sequence `cp` does not split as `framework` splits it
@@ -1058,7 +1087,7 @@ fn check_context_experts_precision(
         && r.sequence_parallel
         && !training.framework.runs_sequence_parallelism_beside_cp()
     {
-        return Err(PlanError::UlyssesWithSequenceParallel { cp: r.cp });
+        return Err(PlanError::ulysses_with_sequence_parallel(r.cp, Some(r.tp)));
     }
     if let Some(err) = ulysses_model_parallel_error(r.cp, r.tp, r.pp, training) {
         return Err(err);

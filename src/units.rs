@@ -101,23 +101,22 @@ pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
     (tenths(capacity_bytes) - tenths(total_bytes)) / 10.0
 }
 
-/// Parts of a total (`parts_bytes`, bytes) in GiB to 0.1 GiB, rounded so that they add up to
-/// the total as it prints to 0.1 GiB: each part rounded down to a tenth, then the tenths still
-/// missing given to the parts with the largest remainders (largest-remainder rounding; a tie
-/// goes to the earlier part). Rounding each part alone can leave the printed parts 0.1-0.2 GiB
-/// from the printed total.
+/// Parts of a total (`parts_bytes`, bytes) in GiB to 0.1 GiB, so that they add up to the total
+/// as it prints to 0.1 GiB: every part but the last rounded alone, as it prints anywhere else (the
+/// same bytes print the same in every row and every plan), and the last part (the breakdown's
+/// "other", the rest of the total) taking the difference of the printed total and those. Rounding
+/// each part alone can leave the printed parts 0.1-0.2 GiB from the printed total; giving the
+/// missing tenths to the largest remainders printed equal parts apart (14.9 GiB of gradients
+/// beside 15.0 GiB of weights of the same bytes). The last part is clamped at 0 in case a caller's
+/// last part is smaller than the rounding (tpsim's "other" holds at least 2 GiB).
 pub fn shown_gib_parts(parts_bytes: &[f64], total_bytes: f64) -> Vec<f64> {
-    let tenths: Vec<f64> = parts_bytes.iter().map(|b| b / GIB * 10.0).collect();
-    let mut shown: Vec<f64> = tenths.iter().map(|t| t.floor()).collect();
-    let missing = (total_bytes / GIB * 10.0).round() - shown.iter().sum::<f64>();
-    let mut by_remainder: Vec<usize> = (0..tenths.len()).collect();
-    by_remainder.sort_by(|&a, &b| (tenths[b] - shown[b]).total_cmp(&(tenths[a] - shown[a])));
-    // The parts add up to the total, so 0 to one tenth per part is missing; clamped in case a
-    // caller's total is not their sum.
-    let missing = missing.clamp(0.0, tenths.len() as f64) as usize;
-    for &at in by_remainder.iter().take(missing) {
-        shown[at] += 1.0;
-    }
+    let tenths = |bytes: f64| (bytes / GIB * 10.0).round();
+    let Some((_, named)) = parts_bytes.split_last() else {
+        return Vec::new();
+    };
+    let mut shown: Vec<f64> = named.iter().map(|&b| tenths(b)).collect();
+    let rest = tenths(total_bytes) - shown.iter().sum::<f64>();
+    shown.push(rest.max(0.0));
     shown.iter().map(|t| t / 10.0).collect()
 }
 
@@ -325,7 +324,7 @@ mod tests {
     #[test]
     fn memory_parts_add_up_to_the_printed_total() {
         // 7.46 + 14.99 + 11.22 + 38.08 + 3.85 = 75.6: rounded alone, 7.5 + 15.0 + 11.2 + 38.1 +
-        // 3.8 or 3.9 = 75.6 or 75.7; the largest remainders (.9, .8, .6) get the 3 tenths missing.
+        // 3.8 or 3.9 = 75.6 or 75.7; the last part takes the rest, 75.6 - 71.8 = 3.8.
         let parts: Vec<f64> = [7.46, 14.99, 11.22, 38.08, 3.85]
             .iter()
             .map(|g| g * GIB)
@@ -335,6 +334,20 @@ mod tests {
         let tenths: Vec<i64> = shown.iter().map(|g| (g * 10.0).round() as i64).collect();
         assert_eq!(tenths, [75, 150, 112, 381, 38]);
         assert_eq!(tenths.iter().sum::<i64>(), 756);
+        // Equal parts print alike, whatever their remainders against the others.
+        let twins = [
+            14.957 * GIB,
+            14.957 * GIB,
+            5.6 * GIB,
+            38.07 * GIB,
+            3.9 * GIB,
+        ];
+        let shown = shown_gib_parts(&twins, twins.iter().sum());
+        assert_eq!(shown[0], shown[1], "{shown:?}");
+        // No parts, a zero total, a last part smaller than the rounding: no panic, nothing below 0.
+        assert!(shown_gib_parts(&[], 0.0).is_empty());
+        assert_eq!(shown_gib_parts(&[0.0, 0.0], 0.0), [0.0, 0.0]);
+        assert_eq!(shown_gib_parts(&[0.06 * GIB, 0.0], 0.06 * GIB), [0.1, 0.0]);
     }
 
     #[test]

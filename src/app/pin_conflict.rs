@@ -264,7 +264,9 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
         if pins.sequence_parallel == Some(true)
             && !training.framework.runs_sequence_parallelism_beside_cp()
         {
-            return Some(crate::plan::PlanError::UlyssesWithSequenceParallel { cp }.to_string());
+            return Some(
+                crate::plan::PlanError::ulysses_with_sequence_parallel(cp, pins.tp).to_string(),
+            );
         }
         if let Some(err) = crate::plan::ulysses_model_parallel_error(
             cp,

@@ -809,8 +809,8 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
-    // The parts as they add up to the printed total (largest-remainder rounding; the JSON keeps
-    // the bytes).
+    // The parts as they add up to the printed total (each rounded alone, "other" the rest:
+    // `units::shown_gib_parts`; the JSON keeps the bytes).
     let names = ["weights", "gradients", "optimizer", "activations", "other"];
     let shown = crate::units::shown_gib_parts(
         &[
