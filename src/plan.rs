@@ -507,7 +507,7 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--cp {cp} with {with_tp}--sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"){tp_rule}; {fix}drop --sequence-parallel (give --sequence-parallel false), or use --cp 1"
+        "--cp {cp} with {with_tp}--sequence-parallel under --framework deepspeed: Megatron-DeepSpeed refuses Megatron's sequence parallelism beside DeepSpeed's (\"not compatible with Megatron-LM's sequence parallel\"){tp_rule}; use {fix}--sequence-parallel false, or --cp 1"
     )]
     UlyssesWithSequenceParallel {
         cp: u32,
@@ -602,7 +602,7 @@ impl PlanError {
                 cp,
                 with_tp: format!("--tp {tp} and "),
                 tp_rule: ", and DeepSpeed-Ulysses runs without tensor parallelism (Megatron-DeepSpeed's initialize_model_parallel asserts tp 1)".to_string(),
-                fix: "use --tp 1 and ".to_string(),
+                fix: "--tp 1 with ".to_string(),
             },
             None => PlanError::UlyssesWithSequenceParallel {
                 cp,

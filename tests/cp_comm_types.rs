@@ -585,7 +585,11 @@ fn the_layout_figure_names_what_the_cp_groups_move() {
         assert!(svg.contains(words), "{exchange}: {svg}");
         // tp 1: the blue outline holds one group, nothing interleaved ("of 1 interleaved
         // groups" before).
-        let group = if exchange == "kv-ring" { "ring" } else { "group" };
+        let group = if exchange == "kv-ring" {
+            "ring"
+        } else {
+            "group"
+        };
         assert!(
             svg.contains(&format!("blue: one CP {group}"))
                 && svg.contains(&format!("the 8 GPUs of one {group}"))

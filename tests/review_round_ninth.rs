@@ -189,7 +189,7 @@ fn ulysses_beside_sequence_parallelism_names_the_tp_and_a_fix_that_runs() {
         &run(&args),
         &[
             "--cp 2 with --tp 2 and --sequence-parallel",
-            "use --tp 1 and drop --sequence-parallel",
+            "use --tp 1 with --sequence-parallel false, or --cp 1",
         ],
         &[],
         "Ulysses with TP and sequence parallelism",
