@@ -377,23 +377,11 @@ pub fn table(c: &Comparison) -> String {
         String::new(),
     ]);
     // The memory parts as they add up to each plan's printed total, as `eval`'s breakdown prints
-    // them (each rounded alone, "other" the rest: `units::shown_gib_parts`; the JSON keeps the
-    // exact values).
-    let shown_parts = |e: &Estimate| {
-        let m = &e.memory;
-        let parts = [
-            m.weights_bytes.0,
-            m.gradients_bytes.0,
-            m.optimizer_bytes.0,
-            m.activations_bytes.0,
-            m.other_bytes.0,
-        ];
-        ["weights", "gradients", "optimizer", "activations", "other"]
-            .into_iter()
-            .zip(crate::units::shown_gib_parts(&parts, m.total_bytes.0))
-            .collect::<Vec<_>>()
-    };
-    let (parts_a, parts_b) = (shown_parts(&c.a), shown_parts(&c.b));
+    // them (the JSON keeps the exact values).
+    let (parts_a, parts_b) = (
+        crate::report::shown_memory_parts(&c.a.memory),
+        crate::report::shown_memory_parts(&c.b.memory),
+    );
     for t in &c.terms {
         let shown = |parts: &[(&str, f64)], exact: f64| {
             parts

@@ -613,8 +613,6 @@ impl PlanError {
         }
     }
 
-    /// `cp` does not split a `seq_len`-token sequence into 2·cp equal chunks; `valid` lists the
-    /// degrees that do.
     /// The error for a sequence `cp` does not split as `framework` splits it
     /// (`cp_sequence_multiple`); `valid` lists the degrees that do.
     pub fn cp_sequence(
@@ -1048,6 +1046,13 @@ pub fn cp_heads_error(cp: u32, tp: u32, model: &Model, training: &Training) -> O
     })
 }
 
+/// Whether the framework runs context parallelism only without tensor and pipeline parallelism
+/// (`TrainingFramework::runs_cp_beside_tp_or_pp`) and the plan has either beside cp: the search's
+/// question, without the message.
+pub fn ulysses_refuses_model_parallelism(cp: u32, tp: u32, pp: u32, training: &Training) -> bool {
+    cp > 1 && !training.framework.runs_cp_beside_tp_or_pp() && (tp > 1 || pp > 1)
+}
+
 /// [`PlanError::UlyssesWithModelParallelism`] where the framework runs context parallelism only
 /// without tensor and pipeline parallelism (`TrainingFramework::runs_cp_beside_tp_or_pp`) and the
 /// plan has either beside cp.
@@ -1057,7 +1062,7 @@ pub fn ulysses_model_parallel_error(
     pp: u32,
     training: &Training,
 ) -> Option<PlanError> {
-    if cp <= 1 || training.framework.runs_cp_beside_tp_or_pp() || (tp <= 1 && pp <= 1) {
+    if !ulysses_refuses_model_parallelism(cp, tp, pp, training) {
         return None;
     }
     let (degrees, fix) = match (tp > 1, pp > 1) {

@@ -217,7 +217,7 @@ pub fn enumerate(
             let per_pipeline = gpus / (tp * cp);
             for pp in 1..=model.layers.min(per_pipeline) {
                 // DeepSpeed-Ulysses runs with neither TP nor PP beside it.
-                if crate::plan::ulysses_model_parallel_error(cp, tp, pp, training).is_some() {
+                if crate::plan::ulysses_refuses_model_parallelism(cp, tp, pp, training) {
                     continue;
                 }
                 if !per_pipeline.is_multiple_of(pp)
@@ -350,8 +350,7 @@ fn push_pipeline_variants(
                 if sequence_parallel
                     && (tp == 1
                         || !training.framework.runs_sequence_parallelism()
-                        || !crate::plan::sp_splits_sequence(tp, cp, training)
-                        || (cp > 1 && !training.framework.runs_sequence_parallelism_beside_cp()))
+                        || !crate::plan::sp_splits_sequence(tp, cp, training))
                 {
                     continue;
                 }

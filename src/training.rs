@@ -289,6 +289,16 @@ pub enum KernelFusion {
     Eager,
 }
 
+impl KernelFusion {
+    /// The name plan files write (`kernel_fusion:`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelFusion::Fused => "fused",
+            KernelFusion::Eager => "eager",
+        }
+    }
+}
+
 /// How context parallelism exchanges K/V between the ranks of a CP group (`--cp-exchange`; files
 /// and JSON spell it as the command line does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,8 +97,12 @@ impl Div<Seconds> for Flops {
 /// difference of the printed numbers, so "X of Y GiB, Z free" always adds up (negative: missed
 /// by). Rounding each number alone can leave the printed parts 0.1 apart.
 pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
-    let tenths = |bytes: f64| (bytes / GIB * 10.0).round();
-    (tenths(capacity_bytes) - tenths(total_bytes)) / 10.0
+    (gib_tenths(capacity_bytes) - gib_tenths(total_bytes)) / 10.0
+}
+
+/// Bytes as the whole tenths of a GiB they print as.
+fn gib_tenths(bytes: f64) -> f64 {
+    (bytes / GIB * 10.0).round()
 }
 
 /// Parts of a total (`parts_bytes`, bytes) in GiB to 0.1 GiB, so that they add up to the total
@@ -110,12 +114,11 @@ pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
 /// beside 15.0 GiB of weights of the same bytes). The last part is clamped at 0 in case a caller's
 /// last part is smaller than the rounding (tpsim's "other" holds at least 2 GiB).
 pub fn shown_gib_parts(parts_bytes: &[f64], total_bytes: f64) -> Vec<f64> {
-    let tenths = |bytes: f64| (bytes / GIB * 10.0).round();
     let Some((_, named)) = parts_bytes.split_last() else {
         return Vec::new();
     };
-    let mut shown: Vec<f64> = named.iter().map(|&b| tenths(b)).collect();
-    let rest = tenths(total_bytes) - shown.iter().sum::<f64>();
+    let mut shown: Vec<f64> = named.iter().map(|&b| gib_tenths(b)).collect();
+    let rest = gib_tenths(total_bytes) - shown.iter().sum::<f64>();
     shown.push(rest.max(0.0));
     shown.iter().map(|t| t / 10.0).collect()
 }

@@ -111,10 +111,6 @@ pub(super) fn replaced_settings_note(
         && args.torch_compile.is_none()
         && fusion != training.kernel_fusion
     {
-        let words = |k: KernelFusion| match k {
-            KernelFusion::Fused => "fused",
-            KernelFusion::Eager => "eager",
-        };
         let keep = if framework == TrainingFramework::Torchtitan {
             format!(
                 "--torch-compile {} keeps the file's",
@@ -125,8 +121,8 @@ pub(super) fn replaced_settings_note(
         };
         replaced.push(format!(
             "kernel_fusion: {} is now {} ({keep})",
-            words(fusion),
-            words(training.kernel_fusion)
+            fusion.as_str(),
+            training.kernel_fusion.as_str()
         ));
     }
     if replaced.is_empty() {

@@ -1278,33 +1278,29 @@ pub(super) fn resolve_scenario(
             runs_on.as_str()
         );
     }
-    if framework == TrainingFramework::Deepspeed && !framework.runs_cp_exchange(cp_exchange) {
-        let given = if training_args.cp_exchange.is_some() {
-            format!("--cp-exchange {}", cp_exchange.as_str())
-        } else {
-            format!("cp_exchange: {} in the plan file", cp_exchange.as_str())
-        };
-        bail!(
-            "{given} with --framework deepspeed: DeepSpeed's sequence parallelism is Ulysses, the all-to-all over heads (head-all-to-all); its rings are Megatron-Core's and torchtitan's; use --cp-exchange head-all-to-all, or --framework megatron-core"
-        );
-    }
-    if matches!(
-        cp_exchange,
-        CpExchange::KvAllGather | CpExchange::HeadAllToAll
-    ) && !framework.runs_cp_exchange(cp_exchange)
-    {
-        bail!(
-            "--cp-exchange {} is Transformer Engine's context parallelism under Megatron-Core (--cp-comm-type {}), which --framework {} does not run; use --framework megatron-core, or drop --cp-exchange",
-            cp_exchange.as_str(),
-            cp_exchange.megatron_cp_comm_type().unwrap_or("p2p"),
-            framework.as_str()
-        );
-    }
-    if cp_exchange == CpExchange::TorchAllGather && framework != TrainingFramework::Torchtitan {
-        bail!(
-            "--cp-exchange torch-all-gather is PyTorch's context_parallel as torchtitan runs it, which --framework {} does not run; use --framework torchtitan or drop --cp-exchange",
-            framework.as_str()
-        );
+    if !framework.runs_cp_exchange(cp_exchange) {
+        match (framework, cp_exchange) {
+            (TrainingFramework::Deepspeed, _) => {
+                let given = if training_args.cp_exchange.is_some() {
+                    format!("--cp-exchange {}", cp_exchange.as_str())
+                } else {
+                    format!("cp_exchange: {} in the plan file", cp_exchange.as_str())
+                };
+                bail!(
+                    "{given} with --framework deepspeed: DeepSpeed's sequence parallelism is Ulysses, the all-to-all over heads (head-all-to-all); its rings are Megatron-Core's and torchtitan's; use --cp-exchange head-all-to-all, or --framework megatron-core"
+                );
+            }
+            (_, CpExchange::TorchAllGather) => bail!(
+                "--cp-exchange torch-all-gather is PyTorch's context_parallel as torchtitan runs it, which --framework {} does not run; use --framework torchtitan or drop --cp-exchange",
+                framework.as_str()
+            ),
+            _ => bail!(
+                "--cp-exchange {} is Transformer Engine's context parallelism under Megatron-Core (--cp-comm-type {}), which --framework {} does not run; use --framework megatron-core, or drop --cp-exchange",
+                cp_exchange.as_str(),
+                cp_exchange.megatron_cp_comm_type().unwrap_or("p2p"),
+                framework.as_str()
+            ),
+        }
     }
     // The file's recipe is the file's whatever --framework says (a framework that cannot run it
     // refuses it below).

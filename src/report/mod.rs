@@ -32,7 +32,7 @@ pub use table::{
     breakdown, explain_best, mfu_note, plan_words, plans_table, plans_table_fitted,
     recompute_label, scenario_line, sequences, stats_line, zero_keep_note,
 };
-pub(crate) use table::{counted, duration};
+pub(crate) use table::{counted, duration, shown_memory_parts};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSummary {

@@ -758,6 +758,23 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
     )
 }
 
+/// The memory parts of a plan in GiB as `eval` and `compare` print them, adding up to the printed
+/// total (each rounded alone, "other" the rest: `units::shown_gib_parts`; the JSON keeps the
+/// bytes).
+pub(crate) fn shown_memory_parts(mem: &crate::cost::memory::Memory) -> Vec<(&'static str, f64)> {
+    let parts = [
+        mem.weights_bytes.0,
+        mem.gradients_bytes.0,
+        mem.optimizer_bytes.0,
+        mem.activations_bytes.0,
+        mem.other_bytes.0,
+    ];
+    ["weights", "gradients", "optimizer", "activations", "other"]
+        .into_iter()
+        .zip(crate::units::shown_gib_parts(&parts, mem.total_bytes.0))
+        .collect()
+}
+
 /// The full breakdown of one plan; the CP line names the training's exchange (`--cp-exchange`) as
 /// its framework runs it.
 pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Training) -> String {
@@ -809,20 +826,7 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
-    // The parts as they add up to the printed total (each rounded alone, "other" the rest:
-    // `units::shown_gib_parts`; the JSON keeps the bytes).
-    let names = ["weights", "gradients", "optimizer", "activations", "other"];
-    let shown = crate::units::shown_gib_parts(
-        &[
-            mem.weights_bytes.0,
-            mem.gradients_bytes.0,
-            mem.optimizer_bytes.0,
-            mem.activations_bytes.0,
-            mem.other_bytes.0,
-        ],
-        mem.total_bytes.0,
-    );
-    for (name, part_gib) in names.iter().zip(shown) {
+    for (name, part_gib) in shown_memory_parts(mem) {
         let _ = writeln!(out, "  {name:<12} {:>8} GiB", format!("{part_gib:.1}"));
     }
     // The difference of the two printed numbers, so the line adds up; where they print alike,
