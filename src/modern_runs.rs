@@ -7,7 +7,10 @@
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+mod pair_order;
 mod recipes;
+
+pub use pair_order::{PUBLISHED_GAP, PairOrder, pair_order};
 
 use recipes::{
     automodel_config_ep, framework_of, kernel_fusion_of, loss_kernel_of, mtp_layers_of,
@@ -318,10 +321,12 @@ pub struct RunSource {
     pub url: Option<String>,
     #[serde(default)]
     pub repo: IgnoredAny,
+    /// The file in `repo` the table is in, and the version it was read at: with `ref`, what names
+    /// one published document (`pair_order` compares runs of one document). Any YAML value.
     #[serde(default)]
-    pub path: IgnoredAny,
+    pub path: Option<serde_json::Value>,
     #[serde(default)]
-    pub commit_or_version: IgnoredAny,
+    pub commit_or_version: Option<serde_json::Value>,
 }
 
 impl RunSource {

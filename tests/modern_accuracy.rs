@@ -5,9 +5,15 @@
 //! validation/FIT.md with their suspected mechanisms), the bound is today's value, so any growth
 //! fails CI. Set TPSIM_MODERN_PRINT=1 to print every run.
 
-use tpsim::modern_runs::{ModernPrediction, ModernRunsFile, memory_summary, predict, summary};
+use tpsim::modern_runs::{
+    ModernPrediction, ModernRun, ModernRunsFile, memory_summary, pair_order, predict, summary,
+};
 
 fn predictions() -> Vec<ModernPrediction> {
+    runs_and_predictions().1
+}
+
+fn runs_and_predictions() -> (Vec<ModernRun>, Vec<ModernPrediction>) {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/validation/modern_runs.yaml"
@@ -31,7 +37,7 @@ fn predictions() -> Vec<ModernPrediction> {
             }
         }
     }
-    out
+    (file.runs, out)
 }
 
 fn report(name: &str, set: &[&ModernPrediction], bound: f64) -> (usize, f64, f64, usize) {
@@ -49,7 +55,7 @@ fn report(name: &str, set: &[&ModernPrediction], bound: f64) -> (usize, f64, f64
 
 #[test]
 fn current_stack_runs_within_the_bounds() {
-    let all = predictions();
+    let (runs, all) = runs_and_predictions();
     let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe).collect();
     let megatron: Vec<&ModernPrediction> = dense
         .iter()
@@ -94,6 +100,23 @@ fn current_stack_runs_within_the_bounds() {
         "memory median |error| {median:.3}"
     );
     assert!(past <= MEMORY_PAST_10, "{past} runs' memory past 10%");
+
+    // The order of published variants (issue 11 asked of the current stacks): pairs of runs of
+    // one model on the same GPUs in one published table, more than 2% apart. Today's counts
+    // (2026-12-06): 9 of 9 at one precision (plan or settings differ: torch.compile, async TP,
+    // interleaving), 91 of 98 across precisions (the misses: FP8 current scaling against MXFP8 on
+    // Blackwell, where tpsim puts them level and the sources 2-6% apart, see validation/FIT.md
+    // "MXFP8 against FP8 current scaling"). Any pair that turns fails.
+    let order = pair_order(&runs, &all);
+    eprintln!("pair order: {order:?}");
+    assert!(
+        order.same_precision_pairs >= 9 && order.same_precision_ordered >= 9,
+        "{order:?}"
+    );
+    assert!(
+        order.precision_pairs >= 98 && order.precision_ordered >= 91,
+        "{order:?}"
+    );
 }
 
 /// What the source states is what tpsim runs: torchtitan's async-TP rows overlap TP

@@ -272,6 +272,19 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                     100.0 * max
                 );
             }
+            let order = crate::modern_runs::pair_order(&file.runs, &rows);
+            if order.pairs() > 0 {
+                println!(
+                    "order: {} pairs of runs (one model on the same GPUs in one published table) published more than {:.0}% apart; tpsim puts the faster first in {}: {} of {} at one precision (plan or settings differ), {} of {} across precisions",
+                    order.pairs(),
+                    100.0 * crate::modern_runs::PUBLISHED_GAP,
+                    order.ordered(),
+                    order.same_precision_ordered,
+                    order.same_precision_pairs,
+                    order.precision_ordered,
+                    order.precision_pairs
+                );
+            }
             println!(
                 "{} of {} runs not predicted (see the last column)",
                 rows.iter().filter(|r| r.error.is_none()).count(),
