@@ -556,6 +556,15 @@ pub struct PinArgs {
     /// implies --zero 3.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reshard_after_forward: Option<bool>,
+    /// Pin the copies of the ZeRO-sharded states (hybrid sharding: each copy sharded over
+    /// dp x cp / N ranks, the copies all-reducing their gradient shards); Megatron-Core's
+    /// --num-distributed-optimizer-instances, torchtitan's HSDP replicate degree. Default: searched.
+    #[arg(
+        long,
+        value_name = "N",
+        visible_alias = "num-distributed-optimizer-instances"
+    )]
+    pub dp_replicas: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -628,6 +637,16 @@ pub struct EvalArgs {
     /// backward (FSDP2 reshard_after_forward). Default: true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reshard_after_forward: Option<bool>,
+    /// Copies of the ZeRO-sharded states (hybrid sharding): each copy sharded over dp x cp / N
+    /// ranks, the copies all-reducing their gradient shards (Megatron-Core's
+    /// --num-distributed-optimizer-instances, torchtitan's HSDP data_parallel_replicate_degree).
+    /// Needs --zero 1, 2 or 3. Default: 1.
+    #[arg(
+        long,
+        value_name = "N",
+        visible_alias = "num-distributed-optimizer-instances"
+    )]
+    pub dp_replicas: Option<u32>,
     /// Data-parallel degree (default: GPUs / (tp x cp x pp)).
     #[arg(long)]
     pub dp: Option<u32>,

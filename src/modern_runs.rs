@@ -895,6 +895,9 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
             // `apply_fsdp`); with PP it keeps the gathered weights across micro-batches.
             reshard_after_forward: (framework == TrainingFramework::Torchtitan && fsdp)
                 .then_some(pp == 1),
+            // No published row states copies of the sharded states (HSDP, partial distributed
+            // optimizer): one copy, as the recipes' defaults have it.
+            dp_replicas: Some(1),
         },
     };
     let result = search(&model, &cluster, &training, options);

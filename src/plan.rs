@@ -79,10 +79,20 @@ pub struct PlanRequest {
     /// none = tpsim's own split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_split: Option<(u32, u32)>,
+    /// Copies of the ZeRO-sharded states across the data-parallel ranks: each copy is sharded over
+    /// dp·cp / dp_replicas ranks and the copies reduce their gradient shards with one all-reduce
+    /// (hybrid sharding: Megatron-Core's `--num-distributed-optimizer-instances`, torchtitan's
+    /// `data_parallel_replicate_degree` under HSDP); 1 = one copy sharded over every rank.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub dp_replicas: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Default for PlanRequest {
@@ -106,6 +116,7 @@ impl Default for PlanRequest {
             reshard_after_forward: true,
             recompute_num_layers: 0,
             stage_split: None,
+            dp_replicas: 1,
         }
     }
 }
@@ -330,6 +341,8 @@ pub struct ParallelPlan {
     /// Layers of each model chunk recomputed under full recompute (0 = all).
     pub recompute_num_layers: u32,
     pub stages: StageLayout,
+    /// Copies of the sharded states (`PlanRequest::dp_replicas`); 1 without ZeRO.
+    pub dp_replicas: u32,
 }
 
 /// Why a requested plan is not a plan.
@@ -564,6 +577,41 @@ pub enum PlanError {
     #[error("--zero {zero} is not a ZeRO stage; use 0, 1, 2 or 3")]
     ZeroStage { zero: u8 },
     #[error(
+        "--dp-replicas {replicas} with --zero 0: without ZeRO every data-parallel rank already holds a whole copy of the parameters, gradients and optimizer states, so there is nothing to keep in fewer copies; give --zero 1, 2 or 3, or drop --dp-replicas"
+    )]
+    DpReplicasWithoutZero { replicas: u32 },
+    #[error(
+        "--dp-replicas {replicas} does not divide --dp {dp}: each copy of the sharded states is sharded over the same number of data-parallel ranks (with all the CP ranks of each); valid: {valid}"
+    )]
+    DpReplicasDp {
+        replicas: u32,
+        dp: u32,
+        valid: String,
+    },
+    #[error(
+        "--dp-replicas {replicas} leaves each copy of the sharded states on one rank ({what} = {ranks}): that is plain data parallelism, --zero 0; give a --dp-replicas of at most {ranks} / 2"
+    )]
+    DpReplicasSingleRank {
+        replicas: u32,
+        what: &'static str,
+        ranks: u64,
+    },
+    #[error(
+        "--dp-replicas {replicas} does not divide the {expert_dp} expert data-parallel ranks (GPUs of a stage / (ep x etp)) that shard the experts' states: Megatron-Core splits them into the same number of copies (parallel_state.py asserts expert_data_parallel_size % num_distributed_optimizer_instances == 0); valid: {valid}"
+    )]
+    DpReplicasExpertDp {
+        replicas: u32,
+        expert_dp: u32,
+        valid: String,
+    },
+    #[error("--dp-replicas {replicas}: {framework} {rule}; give --dp-replicas 1{fix}")]
+    DpReplicasFramework {
+        replicas: u32,
+        framework: &'static str,
+        rule: &'static str,
+        fix: &'static str,
+    },
+    #[error(
         "--reshard-after-forward needs --zero 3 (only FSDP/ZeRO-3 gathers parameters to reshard), but the plan has ZeRO-{zero}; use --zero 3 or drop --reshard-after-forward"
     )]
     ReshardWithoutZero3 { zero: u8 },
@@ -758,6 +806,7 @@ impl ParallelPlan {
             });
         }
         check_heads(r, model, cluster, training)?;
+        check_dp_replicas(r, model, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout_or_valid(r, model, cluster)?;
@@ -787,7 +836,14 @@ impl ParallelPlan {
             ep: r.ep,
             etp: r.etp,
             stages,
+            dp_replicas: r.dp_replicas,
         })
+    }
+
+    /// Ranks over which one copy of the ZeRO-sharded dense states is sharded: the DP×CP ranks, or
+    /// their share in each of `dp_replicas` copies.
+    pub fn zero_shard_ranks(&self) -> u32 {
+        self.dp * self.cp / self.dp_replicas.max(1)
     }
 
     /// Micro-batches one pipeline schedule runs (all of the step's but with a local batch).
@@ -852,8 +908,50 @@ impl ParallelPlan {
                 .stages
                 .given
                 .then_some((self.stages.first, self.stages.last)),
+            dp_replicas: self.dp_replicas,
         }
     }
+}
+
+/// Several copies of the sharded states (`PlanRequest::dp_replicas`) where the framework keeps
+/// them at this ZeRO stage, and, for an MoE model, as many copies of the experts' states, which
+/// must split the expert data-parallel ranks too.
+fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Result<(), PlanError> {
+    if r.dp_replicas <= 1 {
+        return Ok(());
+    }
+    if let Some((rule, fix)) = training.framework.dp_replicas_refusal(r.zero) {
+        return Err(PlanError::DpReplicasFramework {
+            replicas: r.dp_replicas,
+            framework: training.framework.as_str(),
+            rule,
+            fix,
+        });
+    }
+    if model.moe.is_some() {
+        let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
+        let expert_group = u64::from(r.ep) * u64::from(r.etp);
+        if expert_group > 0 && stage_gpus.is_multiple_of(expert_group) {
+            let expert_dp = (stage_gpus / expert_group) as u32;
+            if expert_dp / r.dp_replicas < 2 && expert_dp.is_multiple_of(r.dp_replicas) {
+                return Err(PlanError::DpReplicasSingleRank {
+                    replicas: r.dp_replicas,
+                    what: "expert data-parallel ranks (GPUs of a stage / (ep x etp))",
+                    ranks: u64::from(expert_dp),
+                });
+            }
+            if !expert_dp.is_multiple_of(r.dp_replicas) {
+                return Err(PlanError::DpReplicasExpertDp {
+                    replicas: r.dp_replicas,
+                    expert_dp,
+                    valid: list(divisors(
+                        crate::integer::gcd(u64::from(expert_dp), u64::from(r.dp)) as u32,
+                    )),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every degree at least 1, a real ZeRO stage, and degrees whose product is the cluster.
@@ -877,6 +975,31 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
     }
     if !r.reshard_after_forward && r.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: r.zero });
+    }
+    if r.dp_replicas == 0 {
+        return Err(PlanError::ZeroDegree {
+            what: "--dp-replicas",
+        });
+    }
+    if r.dp_replicas > 1 && r.zero == 0 {
+        return Err(PlanError::DpReplicasWithoutZero {
+            replicas: r.dp_replicas,
+        });
+    }
+    if !r.dp.is_multiple_of(r.dp_replicas) {
+        return Err(PlanError::DpReplicasDp {
+            replicas: r.dp_replicas,
+            dp: r.dp,
+            valid: list(divisors(r.dp)),
+        });
+    }
+    let data_ranks = u64::from(r.dp) * u64::from(r.cp);
+    if r.dp_replicas > 1 && data_ranks / u64::from(r.dp_replicas) < 2 {
+        return Err(PlanError::DpReplicasSingleRank {
+            replicas: r.dp_replicas,
+            what: "dp x cp",
+            ranks: data_ranks,
+        });
     }
     let gpus = cluster.total_gpus();
     let product = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.pp) * u64::from(r.dp);

@@ -50,6 +50,8 @@ pub struct Pins {
     pub ep: Option<u32>,
     pub etp: Option<u32>,
     pub reshard_after_forward: Option<bool>,
+    /// Copies of the ZeRO-sharded states (`PlanRequest::dp_replicas`).
+    pub dp_replicas: Option<u32>,
     /// How layers are placed on the stages of an uneven pipeline ([`StageSplitPin`]).
     pub stage_split: StageSplitPin,
 }
@@ -102,6 +104,7 @@ impl Pins {
             && self
                 .reshard_after_forward
                 .is_none_or(|pin| r.zero == 3 && r.reshard_after_forward == pin)
+            && ok(self.dp_replicas, r.dp_replicas)
     }
 }
 
@@ -229,11 +232,23 @@ pub fn enumerate(
                 if !training.global_batch.is_multiple_of(dp) {
                     continue;
                 }
+                let replicas = dp_replica_choices(cluster, tp, cp, dp, options.pins.dp_replicas);
                 for (ep, etp) in expert_degrees(model, tp, tp * cp * dp, options.pins.etp) {
+                    // Experts' states split into as many copies, each of two ranks or more.
+                    let expert_dp = tp * cp * dp / (ep * etp).max(1);
+                    let replicas: Vec<u32> = replicas
+                        .iter()
+                        .copied()
+                        .filter(|&r| {
+                            model.moe.is_none()
+                                || (expert_dp.is_multiple_of(r) && (r == 1 || expert_dp / r >= 2))
+                        })
+                        .collect();
                     push_pipeline_variants(
                         &mut requests,
                         model,
                         training,
+                        &replicas,
                         PlanRequest {
                             tp,
                             cp,
@@ -287,6 +302,42 @@ pub fn expert_degrees(
     out
 }
 
+/// Copies of the ZeRO-sharded states the search tries for a (tp, cp, dp) layout: one (every
+/// DP×CP rank shards the same copy), and the count that keeps each copy inside one NVLink domain,
+/// where its gathers and reduce-scatters stay on NVLink and only the all-reduce of the reduced
+/// shards crosses the network (Megatron-Bridge's performance guide proposes the partial
+/// distributed optimizer for "slow DP communication at large scaling training"), and a pinned
+/// count. Counts that leave a copy one rank, or do not divide dp, are not offered.
+pub fn dp_replica_choices(
+    cluster: &Cluster,
+    tp: u32,
+    cp: u32,
+    dp: u32,
+    pinned: Option<u32>,
+) -> Vec<u32> {
+    let mut out = vec![1];
+    let data_ranks = dp * cp;
+    // DP×CP ranks stride tp, so an NVLink domain holds domain / tp of one group's ranks.
+    let domain = cluster.nvlink_domain();
+    let per_domain = if domain.is_multiple_of(tp) {
+        domain / tp
+    } else {
+        0
+    };
+    if per_domain >= 2 && data_ranks > per_domain && data_ranks.is_multiple_of(per_domain) {
+        let replicas = data_ranks / per_domain;
+        if dp.is_multiple_of(replicas) {
+            out.push(replicas);
+        }
+    }
+    if let Some(replicas) = pinned
+        .filter(|&r| r > 1 && !out.contains(&r) && dp.is_multiple_of(r) && data_ranks / r >= 2)
+    {
+        out.push(replicas);
+    }
+    out
+}
+
 /// Most virtual stages offered for an uneven split (Megatron-Bridge's published uneven layouts go
 /// to vp 4; interleaving deeper multiplies the pipeline messages for a bubble already below
 /// 1/(8·m) of the step).
@@ -297,6 +348,7 @@ fn push_pipeline_variants(
     requests: &mut Vec<PlanRequest>,
     model: &Model,
     training: &Training,
+    replica_choices: &[u32],
     base: PlanRequest,
     selective_pinned: bool,
     vpp_pinned: Option<u32>,
@@ -389,20 +441,32 @@ fn push_pipeline_variants(
                         } else {
                             &[true]
                         };
-                        for &reshard_after_forward in reshard_choices {
-                            for recompute_num_layers in
-                                recompute_layer_choices(training.framework, recompute, chunk)
-                            {
-                                requests.push(PlanRequest {
-                                    vpp,
-                                    micro_batch,
-                                    sequence_parallel,
-                                    recompute,
-                                    zero,
-                                    reshard_after_forward,
-                                    recompute_num_layers,
-                                    ..base
-                                });
+                        // Copies of the sharded states where the framework keeps several at this
+                        // stage (`TrainingFramework::dp_replicas_refusal`).
+                        let replicas: &[u32] = if zero >= 1
+                            && training.framework.dp_replicas_refusal(zero).is_none()
+                        {
+                            replica_choices
+                        } else {
+                            &[1]
+                        };
+                        for &dp_replicas in replicas {
+                            for &reshard_after_forward in reshard_choices {
+                                for recompute_num_layers in
+                                    recompute_layer_choices(training.framework, recompute, chunk)
+                                {
+                                    requests.push(PlanRequest {
+                                        vpp,
+                                        micro_batch,
+                                        sequence_parallel,
+                                        recompute,
+                                        zero,
+                                        reshard_after_forward,
+                                        recompute_num_layers,
+                                        dp_replicas,
+                                        ..base
+                                    });
+                                }
                             }
                         }
                     }
@@ -441,6 +505,7 @@ fn plan_key(plan: &ParallelPlan) -> PlanKey {
         plan.zero,
         !plan.reshard_after_forward,
         plan.recompute_num_layers,
+        plan.dp_replicas,
     )
 }
 
@@ -463,7 +528,20 @@ struct RankKey {
     plan: PlanKey,
 }
 
-type PlanKey = (u32, u32, u32, u32, u32, u32, bool, Recompute, u8, bool, u32);
+type PlanKey = (
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    bool,
+    Recompute,
+    u8,
+    bool,
+    u32,
+    u32,
+);
 
 impl RankKey {
     fn of(estimate: &Estimate) -> Self {
@@ -717,6 +795,9 @@ pub fn fold_equivalent(plans: &[Estimate]) -> Vec<FoldedRow> {
                 }
                 if q.precision != p.precision {
                     diff.push(format!("precision {}", p.precision.as_str()));
+                }
+                if q.dp_replicas != p.dp_replicas {
+                    diff.push(format!("dp replicas {}", p.dp_replicas));
                 }
                 row.alternatives.push(diff.join(" "));
             }

@@ -89,6 +89,8 @@ pub struct Row {
     /// Whether ZeRO-3 regathers the parameters for the backward (`false`: kept from the
     /// forward, the table's `zero3 keep`), as `plan --format json` writes it.
     pub reshard_after_forward: Option<bool>,
+    /// Copies of the ZeRO-sharded states (`plan --format json`'s `dp_replicas`).
+    pub dp_replicas: Option<u32>,
     /// Number format of the GEMMs (`plan --format json`'s `precision`).
     pub precision: Option<&'static str>,
     /// Layers of each chunk recomputed whole under Megatron's block method (0: every layer, or
@@ -257,6 +259,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         recompute: best.map(|e| e.plan.recompute.as_str()),
         zero: best.map(|e| e.plan.zero),
         reshard_after_forward: best.map(|e| e.plan.reshard_after_forward),
+        dp_replicas: best.map(|e| e.plan.dp_replicas),
         precision: best.map(|e| e.plan.precision.as_str()),
         recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
         label: best.map(|e| PlanLabel::of(&e.plan)),
@@ -317,7 +320,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -346,6 +349,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             opt(r.recompute_num_layers),
             opt(r.zero),
             opt(r.reshard_after_forward),
+            opt(r.dp_replicas),
             opt(r.precision),
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
@@ -389,6 +393,8 @@ pub struct PlanLabel {
     /// ZeRO-3 resharding after forward (FSDP2 `reshard_after_forward`); `false` reads
     /// `zero3 keep`, as `plan`'s table writes `3 keep`.
     pub reshard_after_forward: bool,
+    /// Copies of the sharded states; above 1 the label reads `xN`, as `plan`'s table does.
+    pub dp_replicas: u32,
     pub precision: Precision,
 }
 
@@ -407,6 +413,7 @@ impl PlanLabel {
             recompute: crate::report::recompute_label(p),
             zero: p.zero,
             reshard_after_forward: p.reshard_after_forward,
+            dp_replicas: p.dp_replicas,
             precision: p.precision,
         }
     }
@@ -465,6 +472,9 @@ pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
             ""
         }
     );
+    if l.dp_replicas > 1 {
+        out += &format!(" x{}", l.dp_replicas);
+    }
     if dims.precision {
         out += &format!(" {}", l.precision.as_str());
     }
@@ -706,6 +716,7 @@ mod tests {
             recompute: "none".into(),
             zero: 1,
             reshard_after_forward: true,
+            dp_replicas: 1,
             precision: Precision::Bf16,
         };
         let dense = LabelDims::of([&label], false);
@@ -744,6 +755,7 @@ mod tests {
             recompute: "full 1/4".into(),
             zero: 1,
             reshard_after_forward: true,
+            dp_replicas: 1,
             precision: Precision::Fp8,
         };
         let text = plan_label(&label, LabelDims::of([&label], false));

@@ -1020,6 +1020,35 @@ impl TrainingFramework {
         }
     }
 
+    /// Why the framework cannot keep its ZeRO-sharded states in several copies (hybrid sharding,
+    /// `ParallelPlan::dp_replicas`) at ZeRO stage `zero`, and what to give instead; None where it
+    /// can. Megatron-Core splits its distributed optimizer and Megatron-FSDP into partial instances
+    /// (`--num-distributed-optimizer-instances`: megatron/core/parallel_state.py builds the
+    /// intra-instance groups from consecutive ranks of the dp-cp group;
+    /// distributed/param_and_grad_buffer.py reduce-scatters inside an instance, then all-reduces
+    /// each shard across instances; distributed/fsdp/mcore_fsdp_adapter.py `enable_hsdp`).
+    /// torchtitan runs it for FSDP only (HSDP: `data_parallel_replicate_degree` x
+    /// `data_parallel_shard_degree`). DeepSpeed's partial sharding is MiCS (`mics_shard_size`, ZeRO-3),
+    /// whose hierarchical gathers tpsim does not model; 2021 Megatron-LM had none.
+    pub fn dp_replicas_refusal(self, zero: u8) -> Option<(&'static str, &'static str)> {
+        match self {
+            TrainingFramework::MegatronCore => None,
+            TrainingFramework::Torchtitan if zero == 3 => None,
+            TrainingFramework::Torchtitan => Some((
+                "keeps several copies only of FSDP's sharded states (HSDP, --zero 3)",
+                ", or --zero 3",
+            )),
+            TrainingFramework::Deepspeed => Some((
+                "shards states in groups only through MiCS (mics_shard_size), which tpsim does not model",
+                ", or --framework megatron-core (--num-distributed-optimizer-instances)",
+            )),
+            TrainingFramework::MegatronLm2021 => Some((
+                "had no partial distributed optimizer",
+                ", or --framework megatron-core (--num-distributed-optimizer-instances)",
+            )),
+        }
+    }
+
     /// What a framework lacking some ZeRO stages (`runs_zero_stage`) offers instead, in the words
     /// `eval`'s note and `plan`'s pin error both use.
     pub fn zero_stages_it_has(self) -> &'static str {

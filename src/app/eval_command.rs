@@ -286,6 +286,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     .etp
                     .unwrap_or(if scenario.model.moe.is_some() { tp } else { 1 }),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
+                dp_replicas: args.dp_replicas.unwrap_or(1),
                 recompute_num_layers: block_recompute_layers(&args),
                 // `--decoder-first/last-pipeline-num-layers` without interleaving, as Megatron-LM
                 // places them, evaluated as given (other pasted splits must match tpsim's own:
@@ -824,6 +825,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         ep: None,
         etp: None,
         reshard_after_forward: None,
+        dp_replicas: None,
         dp: None,
         vpp: None,
         micro_batch: None,
@@ -931,6 +933,7 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         reshard_after_forward: args
             .reshard_after_forward
             .unwrap_or(file.reshard_after_forward),
+        dp_replicas: args.dp_replicas.unwrap_or(file.dp_replicas),
         // A recompute flag replaces the file's recompute, its block layer count included.
         recompute_num_layers: match (args.recompute_method.as_deref(), args.recompute) {
             (None, None) if args.recompute_num_layers.is_none() => file.recompute_num_layers,

@@ -371,6 +371,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             ep: launch.experts.ep,
             etp: launch.experts.etp,
             precision: launch.precision.precision,
+            dp_replicas: launch.dp_replicas,
             ..PlanRequest::default()
         },
     })
@@ -464,7 +465,7 @@ pub(super) enum LaunchBatch {
 
 /// tpsim's plan flags and the Megatron-LM flags (or, for dp, the quantity) a launch line sets them
 /// with.
-const MEGATRON_NAMES: [(&str, &str); 17] = [
+const MEGATRON_NAMES: [(&str, &str); 18] = [
     ("--tp", "--tensor-model-parallel-size"),
     ("--pp", "--pipeline-model-parallel-size"),
     ("--cp", "--context-parallel-size"),
@@ -476,6 +477,7 @@ const MEGATRON_NAMES: [(&str, &str); 17] = [
     ("--seq-len", "--seq-length"),
     ("--layers", "--num-layers"),
     ("--dp", "data-parallel size"),
+    ("--dp-replicas", "--num-distributed-optimizer-instances"),
     // The shape flags a model check names.
     ("--hidden", "--hidden-size"),
     ("--heads", "--num-attention-heads"),
@@ -490,10 +492,20 @@ const MEGATRON_NAMES: [(&str, &str); 17] = [
 /// 2`), so the fix points at what the user wrote.
 pub(super) fn in_megatron_words(message: &str) -> String {
     // A launch line turns a switch off by leaving it out.
-    let message = precision_in_megatron_words(message).replace(
-        "or --sequence-parallel false",
-        "or drop --sequence-parallel",
-    );
+    let message = precision_in_megatron_words(message)
+        .replace(
+            "or --sequence-parallel false",
+            "or drop --sequence-parallel",
+        )
+        // A launch line has no ZeRO stage flag: the distributed optimizer is ZeRO-1.
+        .replace(
+            "with --zero 0: without ZeRO",
+            "without --use-distributed-optimizer (or Megatron-FSDP):",
+        )
+        .replace(
+            "give --zero 1, 2 or 3, or drop --dp-replicas",
+            "add --use-distributed-optimizer, or drop --dp-replicas",
+        );
     let renamed: Vec<String> = message
         .split(' ')
         .map(|word| {

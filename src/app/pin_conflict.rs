@@ -61,6 +61,7 @@ fn pins_given(pins: &Pins) -> Vec<Pin> {
         "--reshard-after-forward",
         |v: bool| v.to_string()
     );
+    pin!(dp_replicas, "--dp-replicas", |v: u32| v.to_string());
     out
 }
 

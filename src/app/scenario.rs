@@ -634,6 +634,18 @@ pub(super) fn pins_of_args(
     {
         return Err(PlanError::ReshardWithoutZero3 { zero }.into());
     }
+    // Copies of the sharded states need sharded states: a pinned count above 1 contradicts ZeRO-0.
+    if args.dp_replicas == Some(0) {
+        return Err(PlanError::ZeroDegree {
+            what: "--dp-replicas",
+        }
+        .into());
+    }
+    if let (Some(0), Some(replicas)) = (args.zero, args.dp_replicas)
+        && replicas > 1
+    {
+        return Err(PlanError::DpReplicasWithoutZero { replicas }.into());
+    }
     if let (Some(words), Some(asked @ (RecomputeArg::None | RecomputeArg::Full))) =
         (training_args_modules, args.recompute)
     {
@@ -673,6 +685,7 @@ pub(super) fn pins_of_args(
         ep: args.ep,
         etp: args.etp,
         reshard_after_forward: args.reshard_after_forward,
+        dp_replicas: args.dp_replicas,
         stage_split: crate::planner::StageSplitPin::Searched,
     })
 }

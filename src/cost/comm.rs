@@ -402,16 +402,29 @@ pub fn sharded_collectives(training: &Training, plan: &ParallelPlan) -> ShardedC
 /// recompute — or only before the forward when the gathered parameters are kept until the backward
 /// (FSDP2 `reshard_after_forward=False`); the backward-side gathers share the gradient reduction's
 /// backward window, the forward gather hides behind the forward.
+///
+/// With several copies of the sharded states (hybrid sharding, `ParallelPlan::dp_replicas`) the
+/// `ranks` are one copy's: the reduce-scatters and gathers stay among them, and each reduction is
+/// followed by an all-reduce of the reduced shard (1/ranks of the gradients) across the
+/// `replicas` copies on `replica_link`, in the same overlap window (Megatron-Core's
+/// param_and_grad_buffer.py runs it on its communication stream after the reduce-scatter;
+/// Megatron-Bridge's performance guide: "gradient ReduceScatters occur within the distributed
+/// domain, followed by AllReduce in the non-distributed domain. Parameter AllGathers are
+/// performed only within the distributed domain").
+#[allow(clippy::too_many_arguments)]
 pub fn dp_traffic(
     training: &Training,
     plan: &ParallelPlan,
     params_per_gpu: f64,
     ranks: u32,
     link: LinkSpeed,
+    replicas: u32,
+    replica_link: LinkSpeed,
     gather_bytes_per_param: f64,
 ) -> DpTraffic {
     let d = ranks;
-    if d <= 1 || params_per_gpu <= 0.0 {
+    let replicas = if plan.zero == 0 { 1 } else { replicas.max(1) };
+    if (d <= 1 && replicas <= 1) || params_per_gpu <= 0.0 {
         return DpTraffic {
             wire_bytes: 0.0,
             reduce_per_overlap_window_s: 0.0,
@@ -433,15 +446,23 @@ pub fn dp_traffic(
     let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
     let counts = sharded_collectives(training, plan);
     let after_schedule = reduces_after_pipeline_schedule(training, plan);
+    // The all-reduce of each reduced shard across the copies (none with one copy).
+    let ar = Collective::AllReduce;
+    let replica_wire = |tensor: f64| ar.wire_factor(replicas) * tensor / f64::from(d.max(1));
+    let replica_s = |tensor: f64| ar.time(tensor / f64::from(d.max(1)), replicas, replica_link);
     let (grad_wire, grad_s, windows, gather_wire) = if plan.zero == 0 {
-        let ar = Collective::AllReduce;
         (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
     } else {
+        let gather_wire = if d > 1 {
+            rs.wire_factor(d) * weights * (counts.forward_gathers + counts.backward_gathers)
+        } else {
+            0.0
+        };
         (
-            rs.wire_factor(d) * grads * counts.reduce_scatters,
-            rs.time(grads, d, link),
+            (rs.wire_factor(d) * grads + replica_wire(grads)) * counts.reduce_scatters,
+            rs.time(grads, d, link) + replica_s(grads),
             counts.reduce_scatters,
-            rs.wire_factor(d) * weights * (counts.forward_gathers + counts.backward_gathers),
+            gather_wire,
         )
     };
     // Where each gather's time goes: the backward-side gathers share each reduction's backward
@@ -470,9 +491,9 @@ pub fn dp_traffic(
     let last_bucket_s = if plan.zero == 0 {
         Collective::AllReduce.time(bucket, d, link)
     } else if after_schedule {
-        counts.reduce_scatters * rs.time(grads, d, link)
+        counts.reduce_scatters * (rs.time(grads, d, link) + replica_s(grads))
     } else {
-        rs.time(bucket, d, link)
+        rs.time(bucket, d, link) + replica_s(bucket)
     };
     DpTraffic {
         wire_bytes: grad_wire + gather_wire,

@@ -615,7 +615,7 @@ pub fn sharded_dp_copy_bytes_per_param(
 /// collective in tpsim's DP traffic, and no copy here.
 pub fn sharded_dp_copied_params(plan: &ParallelPlan, dense: f64, expert: f64) -> f64 {
     let sharded = |ranks: u32, params: f64| if ranks > 1 { params } else { 0.0 };
-    sharded(plan.dp * plan.cp, dense) + sharded(super::moe::expert_dp(plan), expert)
+    sharded(plan.zero_shard_ranks(), dense) + sharded(super::moe::expert_shard_ranks(plan), expert)
 }
 
 /// HBM bytes per parameter of copying a fresh bf16 gradient into a buffer of dtype `into` (read 2,

@@ -22,27 +22,37 @@ pub enum GroupKind {
     Tp,
     /// Context parallelism: the sequence split, K/V exchanged around a ring.
     Cp,
-    /// Gradient reduction and ZeRO sharding: the DP replicas together with the CP ranks.
+    /// Gradient reduction and ZeRO sharding: the DP replicas together with the CP ranks (with
+    /// several copies of the sharded states, `ParallelPlan::dp_replicas`, the ranks of one copy).
     Dp,
+    /// The copies of the ZeRO-sharded states (hybrid sharding): ranks holding the same shard in
+    /// different copies, which all-reduce their gradient shard (stride tp·dp·cp / dp_replicas;
+    /// size 1 with one copy). Megatron-Core's inter-instance group.
+    DpReplica,
     /// Pipeline neighbours.
     Pp,
     /// Expert parallelism: the MoE token all-to-all (stride etp inside a stage's tp·cp·dp GPUs).
     Ep,
-    /// Expert data parallelism: the expert gradients' reduction (stride etp·ep).
+    /// Expert data parallelism: the expert gradients' reduction (stride etp·ep; the ranks of one
+    /// copy of the sharded expert states).
     ExpertDp,
+    /// The copies of the sharded expert states, as `DpReplica` for the dense ones.
+    ExpertDpReplica,
     /// Expert tensor parallelism: the ranks that split each expert's weights (stride 1); the
     /// dispatched tokens are all-gathered among them and the expert outputs reduce-scattered.
     ExpertTp,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 7] = [
+    pub const ALL: [GroupKind; 9] = [
         GroupKind::Tp,
         GroupKind::Cp,
         GroupKind::Dp,
+        GroupKind::DpReplica,
         GroupKind::Pp,
         GroupKind::Ep,
         GroupKind::ExpertDp,
+        GroupKind::ExpertDpReplica,
         GroupKind::ExpertTp,
     ];
     pub const COUNT: usize = GroupKind::ALL.len();
@@ -51,9 +61,11 @@ impl GroupKind {
             GroupKind::Tp => "TP",
             GroupKind::Cp => "CP",
             GroupKind::Dp => "DP",
+            GroupKind::DpReplica => "DP replicas",
             GroupKind::Pp => "PP",
             GroupKind::Ep => "EP",
             GroupKind::ExpertDp => "expert DP",
+            GroupKind::ExpertDpReplica => "expert DP replicas",
             GroupKind::ExpertTp => "expert TP",
         }
     }
@@ -191,17 +203,26 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
         expert_ep.members_per_node = 1;
         expert_ep.speed = super::moe::alltoall_network_speed(cluster, etp, ep);
     }
+    // Several copies of the sharded states: one copy's ranks are consecutive in the DP×CP (or
+    // expert-DP) order, the copies stride past them (Megatron-Core's intra- and inter-instance
+    // groups, parallel_state.py).
+    let replicas = plan.dp_replicas.max(1);
+    let shard = plan.zero_shard_ranks();
+    let expert_dp = super::moe::expert_dp(plan);
+    let expert_shard = super::moe::expert_shard_ranks(plan);
     Groups {
         items: [
             make(GroupKind::Tp, 1, tp, false),
             make(GroupKind::Cp, tp, cp, true),
-            make(GroupKind::Dp, tp, dp * cp, false),
+            make(GroupKind::Dp, tp, shard, false),
+            make(GroupKind::DpReplica, tp * shard, replicas, false),
             make(GroupKind::Pp, tp * cp * dp, plan.pp, true),
             expert_ep,
+            make(GroupKind::ExpertDp, etp * ep, expert_shard, false),
             make(
-                GroupKind::ExpertDp,
-                etp * ep,
-                super::moe::expert_dp(plan),
+                GroupKind::ExpertDpReplica,
+                etp * ep * expert_shard,
+                if expert_dp > 1 { replicas } else { 1 },
                 false,
             ),
             make(GroupKind::ExpertTp, 1, etp, false),

@@ -284,7 +284,7 @@ const COMM_GROUPS: [GroupKind; 5] = [
 pub fn comm_group(kind: GroupKind) -> GroupKind {
     match kind {
         GroupKind::ExpertTp => GroupKind::Ep,
-        GroupKind::ExpertDp => GroupKind::Dp,
+        GroupKind::ExpertDp | GroupKind::DpReplica | GroupKind::ExpertDpReplica => GroupKind::Dp,
         kind => kind,
     }
 }
@@ -929,13 +929,43 @@ pub fn ledger(
         expert: expert_params,
     } = super::memory::max_stage_params(model, plan);
     let gather_bytes = comm::gather_bytes_per_param(model, training, plan, params, max_layers);
-    for (kind, share) in [
-        (GroupKind::Dp, params - expert_params),
-        (GroupKind::ExpertDp, expert_params),
+    for (kind, replica_kind, share) in [
+        (GroupKind::Dp, GroupKind::DpReplica, params - expert_params),
+        (
+            GroupKind::ExpertDp,
+            GroupKind::ExpertDpReplica,
+            expert_params,
+        ),
     ] {
         let d = groups.get(kind).size;
         if d <= 1 || share <= 0.0 {
             continue;
+        }
+        // Several copies of the sharded states: each reduce-scatter's shard is all-reduced across
+        // the copies (`comm::dp_traffic`).
+        let replicas = groups.get(replica_kind).size;
+        if plan.zero >= 1 && replicas > 1 {
+            let reductions = comm::sharded_collectives(training, plan).reduce_scatters;
+            let per_micro_batch =
+                plan.zero >= 2 && !comm::reduces_after_pipeline_schedule(training, plan) && m > 1.0;
+            push(
+                replica_kind,
+                Op::AllReduce,
+                Pass::Backward,
+                if kind == GroupKind::ExpertDp {
+                    "each reduced expert gradient shard across the copies of the sharded states"
+                } else {
+                    "each reduced gradient shard across the copies of the sharded states"
+                },
+                if per_micro_batch {
+                    Scope::PerMicrobatch
+                } else {
+                    Scope::PerStep
+                },
+                reductions,
+                replicas,
+                share * training.grad_dtype.bytes() / f64::from(d),
+            );
         }
         let grads = share * training.grad_dtype.bytes();
         let weights = share * gather_bytes;
@@ -1639,6 +1669,64 @@ mod tests {
             }
         }
         assert_eq!(checked, 4 * 4 * 4);
+    }
+
+    /// Copies of the sharded states: the ledger lists one all-reduce of each reduced shard across
+    /// the copies per reduce-scatter, over as many ranks as there are copies, at the shard's size,
+    /// and its DP total still equals the estimate's (dense and MoE, ZeRO 1 to 3, pipelined or not).
+    #[test]
+    fn dp_replica_ledger_lists_the_shard_all_reduces_and_matches_the_estimate() {
+        let (model, cluster) = llama3_8b_on_32_h100();
+        let mixtral = crate::specs::load_model("mixtral-8x7b").unwrap();
+        for (name, model, framework) in [
+            ("llama3-8b", &model, TrainingFramework::MegatronCore),
+            ("llama3-8b", &model, TrainingFramework::Torchtitan),
+            ("mixtral-8x7b", &mixtral, TrainingFramework::MegatronCore),
+        ] {
+            let training = training(8192, 64, framework);
+            for (tp, pp, ep) in [(1, 1, 1), (2, 2, 1), (1, 2, 2)] {
+                if ep > 1 && model.moe.is_none() {
+                    continue;
+                }
+                for zero in [1u8, 2, 3] {
+                    if framework.dp_replicas_refusal(zero).is_some() {
+                        continue;
+                    }
+                    let dp = 32 / (tp * pp);
+                    for replicas in [1, 2, 4] {
+                        let request = PlanRequest {
+                            tp,
+                            pp,
+                            dp,
+                            ep,
+                            zero,
+                            sequence_parallel: tp > 1,
+                            dp_replicas: replicas,
+                            ..PlanRequest::default()
+                        };
+                        let l =
+                            assert_ledger_matches_estimate(model, &cluster, &training, &request);
+                        let rows: Vec<_> = l
+                            .entries
+                            .iter()
+                            .filter(|e| {
+                                matches!(e.group, GroupKind::DpReplica | GroupKind::ExpertDpReplica)
+                            })
+                            .collect();
+                        if replicas == 1 {
+                            assert!(rows.is_empty(), "{name} {request:?}");
+                            continue;
+                        }
+                        assert!(!rows.is_empty(), "{name} {request:?}");
+                        assert!(
+                            rows.iter()
+                                .all(|e| e.op == Op::AllReduce && e.ranks == replicas),
+                            "{name} {request:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

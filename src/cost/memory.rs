@@ -503,14 +503,14 @@ fn stage_memory(
     // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
     // distributed optimizer uses the data-parallel group with context parallelism); routed experts
     // over expert-DP.
-    let shard_ranks = plan.dp * plan.cp;
+    let shard_ranks = plan.zero_shard_ranks();
     let dp = f64::from(shard_ranks);
     let (dense_layer, expert_layer) = layer_params_per_gpu_at(model, plan, moe_share);
     let layers = f64::from(stage_layers(plan, model, stage));
     let expert_params = layers * expert_layer;
     let after_schedule = super::comm::reduces_after_pipeline_schedule(training, plan);
     let dense_params = params - expert_params;
-    let expert_dp = f64::from(super::moe::expert_dp(plan));
+    let expert_dp = f64::from(super::moe::expert_shard_ranks(plan));
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
     let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
     let expert_shard = |from_stage: u8| {

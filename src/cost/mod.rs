@@ -38,7 +38,7 @@ pub mod torch_ring;
 
 use serde::Serialize;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Link};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
 use crate::training::{AttentionKernel, CpExchange, SelectiveRecompute, Training};
@@ -1176,12 +1176,16 @@ pub fn evaluate(
         comm::gather_bytes_per_param(model, training, plan, params, max_layers);
     // Expert parameters are reduced and sharded over expert-DP, the rest over DP×CP.
     let expert_group = groups.get(GroupKind::ExpertDp);
+    let dp_replicas = groups.get(GroupKind::DpReplica);
+    let expert_replicas = groups.get(GroupKind::ExpertDpReplica);
     let dp = comm::dp_traffic(
         training,
         plan,
         params - expert_params,
         dp_group.size,
         dp_group.speed,
+        dp_replicas.size,
+        dp_replicas.speed,
         gather_bytes_per_param,
     )
     .plus(&comm::dp_traffic(
@@ -1190,6 +1194,8 @@ pub fn evaluate(
         expert_params,
         expert_group.size,
         expert_group.speed,
+        expert_replicas.size,
+        expert_replicas.speed,
         gather_bytes_per_param,
     ));
     let overlap = training.overlap;
@@ -1355,7 +1361,21 @@ pub fn evaluate(
                 ..group_comm(&[TermKind::EpComm])
             },
             pp: group_comm(&[TermKind::PpComm]),
-            dp: group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]),
+            // With several copies of the sharded states the all-reduce across them may leave the
+            // NVLink domain one copy sits in: the traffic's link is the slower of the two.
+            dp: {
+                let dp = group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]);
+                let replicas = groups.get(GroupKind::DpReplica);
+                GroupComm {
+                    link: match dp.link {
+                        Some(_) if replicas.size > 1 && replicas.link == Link::Network => {
+                            Some(Link::Network)
+                        }
+                        link => link,
+                    },
+                    ..dp
+                }
+            },
         },
         bubble_ratio,
         bubble_share: if step_s > 0.0 {

@@ -39,6 +39,13 @@ pub fn expert_dp(plan: &ParallelPlan) -> u32 {
     (stage_gpus(plan) / (plan.etp * plan.ep).max(1)).max(1)
 }
 
+/// Ranks over which one copy of the ZeRO-sharded expert states is sharded: the expert-DP ranks,
+/// or their share in each of the plan's `dp_replicas` copies (Megatron-Core splits the expert
+/// data-parallel group into as many instances as the dense one, parallel_state.py).
+pub fn expert_shard_ranks(plan: &ParallelPlan) -> u32 {
+    (expert_dp(plan) / plan.dp_replicas.max(1)).max(1)
+}
+
 /// Tokens of one micro-batch entering one GPU's MoE layer: the rank's s/cp tokens, split over TP
 /// (sequence parallelism, or Megatron's TP-sharded dispatch when etp = 1).
 pub fn local_tokens(plan: &ParallelPlan, seq_len: u32) -> f64 {

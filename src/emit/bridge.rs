@@ -122,6 +122,13 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let distributed = (plan.zero == 1).to_string();
     set("ddp.use_distributed_optimizer", distributed.clone());
     set("optimizer.use_distributed_optimizer", distributed);
+    // Copies of the sharded states (Megatron-Core's `DistributedDataParallelConfig`).
+    if plan.zero >= 1 && plan.dp_replicas > 1 {
+        set(
+            "ddp.num_distributed_optimizer_instances",
+            plan.dp_replicas.to_string(),
+        );
+    }
     // `MixedPrecisionConfig.setup` copies its own grad_reduce_in_fp32 onto the DDP config, so the
     // mixed-precision value must say the same (perf_recipes/_common.py sets both).
     let fp32_grads = (training.grad_dtype == GradDtype::Fp32).to_string();

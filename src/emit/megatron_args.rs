@@ -140,6 +140,7 @@ pub(super) const VALUED: &[&str] = &[
     "decoder-num-layers",
     "activation-func-clamp-value",
     "ds-sequence-parallel-size",
+    "num-distributed-optimizer-instances",
 ];
 
 /// Switches (no value).

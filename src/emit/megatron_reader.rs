@@ -77,6 +77,8 @@ pub struct MegatronLaunch {
     pub recompute_modules: Option<crate::training::RecomputeModules>,
     /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
     pub zero: u8,
+    /// `--num-distributed-optimizer-instances` (default 1): copies of the sharded states.
+    pub dp_replicas: u32,
     /// GEMM precision (`--fp8-format`/`--fp8-recipe`, `--fp4-format`/`--fp4-recipe`) and whether
     /// the low-precision weights are gathered as the parameters (`--fp8/fp4-param-gather`).
     pub precision: MegatronPrecision,
@@ -214,6 +216,12 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     let cp = p.number("context-parallel-size")?.unwrap_or(1);
+    // Megatron-Core's partial distributed optimizer: copies of the sharded states
+    // (megatron/core/parallel_state.py; meaningful with --use-distributed-optimizer or
+    // Megatron-FSDP, which `ParallelPlan::build` checks through the ZeRO stage read above).
+    let dp_replicas = p
+        .number("num-distributed-optimizer-instances")?
+        .unwrap_or(1);
     let cp_exchange = p.cp_exchange(cp, layers)?;
     let mut unread = Vec::new();
     let (nodes, gpus_per_node) = p.launcher(&mut unread);
@@ -398,6 +406,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         full_recompute,
         recompute_modules,
         zero,
+        dp_replicas,
         precision,
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
@@ -651,6 +660,7 @@ impl MegatronLaunch {
                 _ => 0,
             },
             stage_split: given_split,
+            dp_replicas: self.dp_replicas,
             ..PlanRequest::default()
         })
     }

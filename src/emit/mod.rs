@@ -429,6 +429,18 @@ impl Framework {
                     training.cp_exchange.as_str()
                 ))
             }
+            // NeMo 1.x's megatron_gpt_config.yaml has no key for Megatron-Core's distributed
+            // optimizer instances that tpsim can vouch for.
+            Framework::Nemo if plan.dp_replicas > 1 => Some(format!(
+                "{} copies of the sharded states (--dp-replicas) have no NeMo 1.x model-config setting tpsim can vouch for; use --emit megatron (--num-distributed-optimizer-instances) or --emit megatron-bridge (ddp.num_distributed_optimizer_instances)",
+                plan.dp_replicas
+            )),
+            // DeepSpeed shards in groups only through MiCS (`mics_shard_size`), which tpsim does not
+            // model; the search does not propose such plans under --framework deepspeed.
+            Framework::DeepSpeed if plan.dp_replicas > 1 => Some(format!(
+                "{} copies of the sharded states (--dp-replicas) would be DeepSpeed's MiCS (mics_shard_size), which tpsim does not model; use --dp-replicas 1",
+                plan.dp_replicas
+            )),
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
@@ -730,6 +742,11 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             // arguments.py: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
             push("ckpt-format", Some("fsdp_dtensor".into()));
         }
+    }
+    // Copies of the sharded states: Megatron-Core's partial distributed optimizer (and
+    // Megatron-FSDP's hybrid sharding), `--num-distributed-optimizer-instances`.
+    if plan.zero >= 1 && plan.dp_replicas > 1 {
+        push("num-distributed-optimizer-instances", n(plan.dp_replicas));
     }
     // Megatron-Core's precision-aware optimizer with bf16 moments (arguments.py; the main params
     // stay fp32, kept as 16-bit remainders by default).

@@ -528,22 +528,35 @@ pub fn stage_layers_label(p: &crate::plan::ParallelPlan) -> String {
 
 /// The zero column: the stage, and "3 keep" where ZeRO-3 keeps the gathered parameters from the
 /// forward to the backward (FSDP2 `reshard_after_forward=False`), which changes memory and traffic.
+/// With several copies of the sharded states, "xN" follows: "1 x4" is ZeRO-1 kept in 4 copies.
 pub fn zero_label(p: &crate::plan::ParallelPlan) -> String {
-    if p.zero == 3 && !p.reshard_after_forward {
+    let stage = if p.zero == 3 && !p.reshard_after_forward {
         "3 keep".to_string()
     } else {
         p.zero.to_string()
+    };
+    if p.dp_replicas > 1 {
+        format!("{stage} x{}", p.dp_replicas)
+    } else {
+        stage
     }
 }
 
-/// The line under a plan table that says what "3 keep" means, when a shown plan has it.
+/// The lines under a plan table that say what "3 keep" and "xN" mean, when a shown plan has them.
 pub fn zero_keep_note(plans: &[Estimate]) -> Option<String> {
-    plans
+    let keep = plans
         .iter()
         .any(|e| e.plan.zero == 3 && !e.plan.reshard_after_forward)
         .then(|| {
             "zero \"3 keep\": ZeRO-3 keeps the gathered parameters from the forward until the backward (FSDP2 reshard_after_forward=False; eval --zero 3 --reshard-after-forward false)".to_string()
-        })
+        });
+    let replicas = plans.iter().any(|e| e.plan.dp_replicas > 1).then(|| {
+        "zero \"xN\": the sharded states are kept in N copies, each sharded over dp x cp / N ranks inside one NVLink domain or as few as can hold it, the copies all-reducing their gradient shards (hybrid sharding: Megatron-Core --num-distributed-optimizer-instances N, torchtitan HSDP; eval --dp-replicas N)".to_string()
+    });
+    match (keep, replicas) {
+        (Some(k), Some(r)) => Some(format!("{k}\n{r}")),
+        (k, r) => k.or(r),
+    }
 }
 
 /// The line under a plan table that says what MFU is measured against, when any shown plan runs
@@ -749,10 +762,19 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
         if p.sequence_parallel { "on" } else { "off" },
         recompute_label(p),
         p.zero,
-        if p.zero == 3 && !p.reshard_after_forward {
-            " (no resharding after forward)"
-        } else {
-            ""
+        match (p.zero == 3 && !p.reshard_after_forward, p.dp_replicas > 1) {
+            (true, true) => format!(
+                " (no resharding after forward; {} copies of the sharded states, each over {} ranks)",
+                p.dp_replicas,
+                p.zero_shard_ranks()
+            ),
+            (true, false) => " (no resharding after forward)".to_string(),
+            (false, true) => format!(
+                " ({} copies of the sharded states, each over {} ranks)",
+                p.dp_replicas,
+                p.zero_shard_ranks()
+            ),
+            (false, false) => String::new(),
         },
         p.precision.as_str()
     )
@@ -916,11 +938,26 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
             &e.comm.dp,
             // What the ledger counts for the plan's ZeRO stage (`cost::ledger`): plain data
             // parallelism all-reduces and gathers nothing.
-            match p.zero {
-                0 => "gradient all-reduce (ZeRO-0: weights not sharded, nothing gathered)",
-                1 => "gradient reduce-scatter and all-gather of the updated weights (ZeRO-1)",
-                2 => "gradient reduce-scatters and all-gather of the updated weights (ZeRO-2)",
-                _ => "gradient reduce-scatters and all-gathers of the sharded weights (ZeRO-3)",
+            match (p.zero, p.dp_replicas > 1) {
+                (0, _) => "gradient all-reduce (ZeRO-0: weights not sharded, nothing gathered)",
+                (1, false) => {
+                    "gradient reduce-scatter and all-gather of the updated weights (ZeRO-1)"
+                }
+                (1, true) => {
+                    "gradient reduce-scatter within a copy of the sharded states, all-reduce of each shard across the copies, all-gather of the updated weights within a copy (ZeRO-1)"
+                }
+                (2, false) => {
+                    "gradient reduce-scatters and all-gather of the updated weights (ZeRO-2)"
+                }
+                (2, true) => {
+                    "gradient reduce-scatters within a copy of the sharded states, all-reduces of each shard across the copies, all-gather of the updated weights within a copy (ZeRO-2)"
+                }
+                (_, false) => {
+                    "gradient reduce-scatters and all-gathers of the sharded weights (ZeRO-3)"
+                }
+                (_, true) => {
+                    "gradient reduce-scatters within a copy of the sharded states, all-reduces of each shard across the copies, all-gathers of the sharded weights within a copy (ZeRO-3)"
+                }
             },
         ),
     ] {
@@ -1241,6 +1278,15 @@ pub fn explain_best(
             )
         } else {
             format!("DP {}", p.dp)
+        };
+        let group = if p.dp_replicas > 1 {
+            format!(
+                "{group}, the sharded states in {} copies of {} ranks,",
+                p.dp_replicas,
+                p.zero_shard_ranks()
+            )
+        } else {
+            group
         };
         let _ = writeln!(
             out,
