@@ -498,6 +498,15 @@ pub enum ModelError {
         heads: u32,
         kv_lora_rank: u32,
     },
+    #[error(
+        "--head-dim {head_dim} with multi-head latent attention: each head is --qk-head-dim {qk_head_dim} + --qk-pos-emb-head-dim {qk_pos_emb_head_dim} wide in Q and K and --v-head-dim {v_head_dim} in V (Megatron-Core's MLA reads no --kv-channels), so --head-dim changes nothing; give those widths instead, or drop --head-dim"
+    )]
+    HeadDimWithLatentAttention {
+        head_dim: u32,
+        qk_head_dim: u32,
+        qk_pos_emb_head_dim: u32,
+        v_head_dim: u32,
+    },
     #[error("{what} {value} is larger than {max}, beyond any model trained; check the value")]
     TooLarge {
         what: &'static str,

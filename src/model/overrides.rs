@@ -279,6 +279,18 @@ impl Model {
                 });
             }
             m.kv_heads = m.heads;
+            // Its heads' widths are the MLA widths (Megatron-Core's MLASelfAttention reads no
+            // --kv-channels): a head width asked for would change nothing, silently.
+            if let Some(head_dim) = o.head_dim
+                && head_dim != self.head_dim
+            {
+                return Err(ModelError::HeadDimWithLatentAttention {
+                    head_dim,
+                    qk_head_dim: mla.qk_head_dim,
+                    qk_pos_emb_head_dim: mla.qk_pos_emb_head_dim,
+                    v_head_dim: mla.v_head_dim,
+                });
+            }
         }
         m.check()?;
         Ok(m)
