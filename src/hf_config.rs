@@ -1544,7 +1544,8 @@ impl Reader<'_> {
             }
             // Only a flag over the config can ask for KV groups on latent attention.
             ModelError::KvHeadsWithLatentAttention { .. }
-            | ModelError::HeadDimWithLatentAttention { .. } => e.to_string(),
+            | ModelError::HeadDimWithLatentAttention { .. }
+            | ModelError::HeadDimBelowRotaryPair { .. } => e.to_string(),
             // The reader checks partial_rotary_factor / rotary_pct itself, in the config's words.
             ModelError::RotaryPercentRange { .. }
             | ModelError::RotaryPercentWithoutRope { .. }

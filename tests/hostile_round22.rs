@@ -258,3 +258,74 @@ fn a_plan_files_non_number_says_what_to_write() {
         "moe_imbalance: true",
     );
 }
+
+/// A head width given over a model with a partial rotary (`--head-dim 4` over GPT-NeoX-20B's
+/// config, `rotary_pct: 0.25`; `--head-dim 64` over a launch line's `--rotary-percent 0.015625`)
+/// was refused as "rotary_percent 0.25 rotates 1 of the 4 dimensions ...; give at least 0.5": a
+/// key neither input has, and not the flag that left no pair. The flag is named now, with the
+/// least head width that turns one.
+#[test]
+fn a_head_width_that_leaves_the_rotary_no_pair_is_named() {
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        "models/hf/gpt-neox-20b.json",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--global-batch",
+        "64",
+        "--head-dim",
+        "4",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--head-dim 4",
+            "rotary share 0.25",
+            "1 of the 4 dimensions",
+            "--head-dim 8",
+        ],
+        &["rotary_percent"],
+        "hf config, --head-dim 4",
+    );
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        "models/hf/gpt-neox-20b.json",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--global-batch",
+        "64",
+        "--hidden",
+        "256",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--hidden 256 / --heads 64",
+            "4-wide heads",
+            "at least 8 wide",
+        ],
+        &["rotary_percent"],
+        "hf config, --hidden 256",
+    );
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --position-embedding-type rope --tensor-model-parallel-size 4 --rotary-percent 0.015625",
+        "--head-dim",
+        "64",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--head-dim 64", "rotary share 0.015625", "--head-dim 128"],
+        &["rotary_percent"],
+        "launch line, --head-dim 64",
+    );
+}

@@ -292,8 +292,30 @@ impl Model {
                 });
             }
         }
-        m.check()?;
-        Ok(m)
+        match m.check() {
+            // The model's rotary share turned a pair of its own heads; the head width given over
+            // it is what leaves none, so that is what is named (the share's key may be one the
+            // user never wrote: HF `rotary_pct`, a launch line's `--rotary-percent`).
+            Err(ModelError::RotaryPercentBelowOnePair {
+                value,
+                rotated,
+                head_dim,
+            }) if head_dim != self.head_dim => Err(ModelError::HeadDimBelowRotaryPair {
+                value,
+                rotated,
+                head_dim,
+                by: if o.head_dim.is_some() {
+                    format!("--head-dim {head_dim}")
+                } else {
+                    format!(
+                        "--hidden {} / --heads {} ({head_dim}-wide heads)",
+                        m.hidden, m.heads
+                    )
+                },
+            }),
+            Err(e) => Err(e),
+            Ok(()) => Ok(m),
+        }
     }
 }
 
