@@ -329,3 +329,63 @@ fn a_head_width_that_leaves_the_rotary_no_pair_is_named() {
         "launch line, --head-dim 64",
     );
 }
+
+/// A pasted launch line's `--context-parallel-size 2 --cp-comm-type p2p` under `--framework
+/// deepspeed` was priced as DeepSpeed-Ulysses without a word (and `--cp-comm-type a2a` under
+/// `--framework torchtitan` as PyTorch's all-gather), where `--cp-exchange kv-ring` beside
+/// `--framework deepspeed` is refused: the framework's default replaced the line's exchange, as
+/// it replaces a plan file's with a note. The line's exchange is kept now where the framework runs
+/// it, and refused in the line's words where it does not.
+#[test]
+fn a_launch_lines_cp_exchange_is_not_replaced_by_the_framework() {
+    let line = |comm: &str| {
+        format!(
+            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --position-embedding-type rope --bf16 --context-parallel-size 2 --cp-comm-type {comm}"
+        )
+    };
+    let eval = |framework: &str, comm: &str| {
+        run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--framework",
+            framework,
+            "--megatron-args",
+            &line(comm),
+        ])
+    };
+    assert_one_line_error(
+        &eval("deepspeed", "p2p"),
+        &[
+            "--cp-comm-type p2p",
+            "--framework deepspeed",
+            "does not run it",
+            "drop --cp-comm-type",
+            "--framework megatron-core",
+        ],
+        &[],
+        "deepspeed, p2p",
+    );
+    assert_one_line_error(
+        &eval("torchtitan", "a2a"),
+        &[
+            "--cp-comm-type a2a",
+            "--framework torchtitan",
+            "drop --cp-comm-type",
+        ],
+        &[],
+        "torchtitan, a2a",
+    );
+    // Where the framework runs the line's exchange, it is the one priced.
+    let r = eval("torchtitan", "p2p");
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("context parallelism: Transformer Engine's K/V ring"),
+        "{}",
+        r.stdout
+    );
+    let r = eval("deepspeed", "a2a");
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(r.stdout.contains("DeepSpeed-Ulysses"), "{}", r.stdout);
+}
