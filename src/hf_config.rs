@@ -1543,7 +1543,9 @@ impl Reader<'_> {
                 )
             }
             // Only a flag over the config can ask for KV groups on latent attention.
-            ModelError::KvHeadsWithLatentAttention { .. } => e.to_string(),
+            ModelError::KvHeadsWithLatentAttention { .. }
+            | ModelError::HeadDimWithLatentAttention { .. }
+            | ModelError::HeadDimBelowRotaryPair { .. } => e.to_string(),
             // The reader checks partial_rotary_factor / rotary_pct itself, in the config's words.
             ModelError::RotaryPercentRange { .. }
             | ModelError::RotaryPercentWithoutRope { .. }

@@ -498,6 +498,15 @@ pub enum ModelError {
         heads: u32,
         kv_lora_rank: u32,
     },
+    #[error(
+        "--head-dim {head_dim} with multi-head latent attention: each head is --qk-head-dim {qk_head_dim} + --qk-pos-emb-head-dim {qk_pos_emb_head_dim} wide in Q and K and --v-head-dim {v_head_dim} in V (Megatron-Core's MLA reads no --kv-channels), so --head-dim changes nothing; give those widths instead, or drop --head-dim"
+    )]
+    HeadDimWithLatentAttention {
+        head_dim: u32,
+        qk_head_dim: u32,
+        qk_pos_emb_head_dim: u32,
+        v_head_dim: u32,
+    },
     #[error("{what} {value} is larger than {max}, beyond any model trained; check the value")]
     TooLarge {
         what: &'static str,
@@ -575,6 +584,18 @@ pub enum ModelError {
         head_dim: u32,
     },
     #[error(
+        "{by} leaves the model's rotary share {} turning {rotated} of the {head_dim} dimensions of each head, and a rotary embedding turns them in pairs (Megatron-Core and Hugging Face rotate int(share x head width) of them); give heads at least {} wide{}",
+        crate::units::show_number(*value),
+        least_rotary_head_dim(*value),
+        if by.starts_with("--head-dim") { format!(" (--head-dim {})", least_rotary_head_dim(*value)) } else { " (--hidden over --heads, or --head-dim)".to_string() }
+    )]
+    HeadDimBelowRotaryPair {
+        value: f64,
+        rotated: u64,
+        head_dim: u32,
+        by: String,
+    },
+    #[error(
         "rotary_percent {} is given for {kind}, which rotates nothing; drop it, or use position_embedding_type: rope",
         crate::units::show_number(*value)
     )]
@@ -584,6 +605,16 @@ pub enum ModelError {
         crate::units::show_number(*value)
     )]
     RotaryPercentWithLatentAttention { value: f64 },
+}
+
+/// The narrowest head in which a rotary share turns one pair of dimensions (`int(share x width)
+/// >= 2`).
+fn least_rotary_head_dim(share: f64) -> u32 {
+    let mut width = (2.0 / share).ceil().min(f64::from(u32::MAX)) as u32;
+    while (share * f64::from(width)).floor() < 2.0 && width < u32::MAX {
+        width += 1;
+    }
+    width
 }
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head

@@ -444,14 +444,37 @@ fn plain_words(message: &str) -> String {
             "; {} is too large for any number, so YAML reads it as text: give a value in range",
             escape(text)
         ));
+    } else if let Some(fix) = number_type_fix(&out, expected_type) {
+        out.push_str(&fix);
     }
     out
+}
+
+/// The fix for any other value where a number goes (`cp: true`, `cp: .nan`, `cp: [2]`, `cp: ~`,
+/// `moe_imbalance: true`): serde names the type it read and the one it wanted, and nothing to
+/// write instead.
+fn number_type_fix(message: &str, expected_type: Option<&str>) -> Option<String> {
+    let (path, _) = message.split_once(": invalid type: ")?;
+    let key = key_of_path(path);
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return None;
+    }
+    let whole = expected_type?.starts_with(['u', 'i']);
+    Some(if !whole {
+        format!("; {key} takes a number, written in digits without quotes or brackets")
+    } else if key == "zero" {
+        "; zero is a ZeRO stage: use 0, 1, 2 or 3".to_string()
+    } else if POSITIVE_KEYS.contains(&key) {
+        format!("; {key} takes a whole number of 1 or more, written in digits (e.g. {key}: 1)")
+    } else {
+        format!("; {key} takes a whole number, 0 or more, written in digits (e.g. {key}: 0)")
+    })
 }
 
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-const POSITIVE_KEYS: [&str; 31] = [
+pub(crate) const POSITIVE_KEYS: [&str; 31] = [
     // A published-runs file's plan and hardware (validation/modern_runs.yaml).
     "num_gpus",
     "vp",

@@ -184,6 +184,11 @@ fn check_value(
 /// spelled oddly (plain digits, a negative number, a float, text).
 fn odd_spelling(value: &str, key: Option<&str>) -> Option<String> {
     let write = |digits: &str| match key {
+        // `global_batch: -0` is 0 to YAML, which a count refuses: offering it would only move
+        // the error.
+        Some(key) if digits == "0" && crate::specs::POSITIVE_KEYS.contains(&key) => {
+            format!("write a whole number of 1 or more, e.g. {key}: 1")
+        }
         Some(key) => format!("write {key}: {digits}"),
         None => format!("write {digits}"),
     };

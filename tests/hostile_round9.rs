@@ -87,7 +87,8 @@ fn a_whole_number_in_a_file_takes_plain_digits_only() {
             &["tp: 0b1000 is written in binary", "write tp: 8"][..],
         ),
         ("0o10", &["tp: 0o10 is written in octal", "write tp: 8"][..]),
-        ("-0", &["tp: -0 has a minus sign", "write tp: 0"][..]),
+        // tp 0 is refused in turn, so a whole number of 1 or more is offered (round 22).
+        ("-0", &["tp: -0 has a minus sign", "e.g. tp: 1"][..]),
         (
             "007",
             &[

@@ -269,12 +269,6 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         on(tb.rope_fusion),
         "--no-rope-fusion / the plan files' rope_fusion",
     );
-    setting(
-        "FP8 parameter gather",
-        on(ta.fp8_param_gather),
-        on(tb.fp8_param_gather),
-        "the plan files' fp8_param_gather",
-    );
     let local = |l: Option<u32>| l.map_or("the whole step".to_string(), |l| l.to_string());
     setting(
         "local batch per pipeline schedule",
@@ -420,6 +414,22 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     "FP8 scaling: {} against {} (--fp8-scaling)",
                     ta.fp8_scaling.as_str(),
                     tb.fp8_scaling.as_str()
+                ));
+            }
+            // FP8 parameter gather moves low-precision weights only: two bf16 plans gather bf16
+            // whatever the setting (its default follows the framework, so a DeepSpeed file and a
+            // Megatron-Core one were told apart by a setting neither plan uses).
+            let low_precision = |file: &specs::PlanFile| {
+                precision_over_file(&args.training, Some(file)) != crate::plan::Precision::Bf16
+            };
+            if (low_precision(&loaded[0].0) || low_precision(&loaded[1].0))
+                && ta.fp8_param_gather != tb.fp8_param_gather
+            {
+                let on = |b: bool| if b { "on" } else { "off" };
+                differences.push(format!(
+                    "FP8 parameter gather: {} against {} (the plan files' fp8_param_gather)",
+                    on(ta.fp8_param_gather),
+                    on(tb.fp8_param_gather)
                 ));
             }
             if !differences.is_empty() {

@@ -81,7 +81,13 @@ pub(super) fn explain(
     }
     let unpinned = unpinned_search(model, cluster, training, options);
     if unpinned.ranked.is_empty() {
-        return None;
+        // A pinned --cp that a setting rules out (Ulysses's heads, a window, the framework) is
+        // the reason even where the unpinned search finds nothing either: the split rules the
+        // caller names otherwise leave cp out, and pinning it may be all a cluster needs.
+        return options
+            .pins
+            .cp
+            .and_then(|cp| cp_pin_reason(cp, model, cluster, training));
     }
     for pin in &given {
         let alone = search(

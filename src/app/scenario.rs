@@ -1247,6 +1247,25 @@ pub(super) fn resolve_scenario(
             "{quoted} is torchtitan's local_batch_size (one pipeline schedule per gradient-accumulation step), but {framework_words} runs every micro-batch of a step in one schedule; {fix}"
         );
     }
+    // A pasted launch line's --cp-comm-type is the line's, as its overlap switches are: a
+    // --framework beside it does not replace it (it did, without a word: a p2p ring priced as
+    // DeepSpeed-Ulysses or torchtitan's all-gather).
+    let launch_exchange = file
+        .filter(|(_, path)| *path == super::megatron_paste::LAUNCH_LINE_ORIGIN)
+        .and_then(|(f, _)| f.cp_exchange.filter(|_| f.plan.cp > 1))
+        .filter(|_| training_args.cp_exchange.is_none());
+    if let Some(exchange) = launch_exchange
+        && !framework.runs_cp_exchange(exchange)
+    {
+        bail!(
+            "--megatron-args: --cp-comm-type {} ({}) with --framework {}, which does not run it (it runs {}); drop --cp-comm-type to plan {}'s own exchange, or use --framework megatron-core",
+            exchange.megatron_cp_comm_type().unwrap_or("p2p"),
+            exchange.as_str(),
+            framework.as_str(),
+            framework.default_cp_exchange().as_str(),
+            framework.as_str()
+        );
+    }
     let cp_exchange = match training_args.cp_exchange {
         Some(CpExchangeArg::KvRing) => CpExchange::KvRing,
         Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
@@ -1255,8 +1274,14 @@ pub(super) fn resolve_scenario(
         // A file's exchange, unless the file has no context parallelism and its framework no
         // longer runs that exchange (DeepSpeed's files from before Ulysses, 2026-12-05, say
         // kv-ring): with cp 1 nothing is exchanged and no number depends on it.
-        None => match saved.and_then(|f| f.cp_exchange.map(|e| (e, f.plan.cp))) {
-            Some((exchange, cp)) if cp > 1 || framework.runs_cp_exchange(exchange) => exchange,
+        None => match (
+            launch_exchange,
+            saved.and_then(|f| f.cp_exchange.map(|e| (e, f.plan.cp))),
+        ) {
+            (Some(exchange), _) => exchange,
+            (None, Some((exchange, cp))) if cp > 1 || framework.runs_cp_exchange(exchange) => {
+                exchange
+            }
             _ => framework.default_cp_exchange(),
         },
     };

@@ -279,9 +279,43 @@ impl Model {
                 });
             }
             m.kv_heads = m.heads;
+            // Its heads' widths are the MLA widths (Megatron-Core's MLASelfAttention reads no
+            // --kv-channels): a head width asked for would change nothing, silently.
+            if let Some(head_dim) = o.head_dim
+                && head_dim != self.head_dim
+            {
+                return Err(ModelError::HeadDimWithLatentAttention {
+                    head_dim,
+                    qk_head_dim: mla.qk_head_dim,
+                    qk_pos_emb_head_dim: mla.qk_pos_emb_head_dim,
+                    v_head_dim: mla.v_head_dim,
+                });
+            }
         }
-        m.check()?;
-        Ok(m)
+        match m.check() {
+            // The model's rotary share turned a pair of its own heads; the head width given over
+            // it is what leaves none, so that is what is named (the share's key may be one the
+            // user never wrote: HF `rotary_pct`, a launch line's `--rotary-percent`).
+            Err(ModelError::RotaryPercentBelowOnePair {
+                value,
+                rotated,
+                head_dim,
+            }) if head_dim != self.head_dim => Err(ModelError::HeadDimBelowRotaryPair {
+                value,
+                rotated,
+                head_dim,
+                by: if o.head_dim.is_some() {
+                    format!("--head-dim {head_dim}")
+                } else {
+                    format!(
+                        "--hidden {} / --heads {} ({head_dim}-wide heads)",
+                        m.hidden, m.heads
+                    )
+                },
+            }),
+            Err(e) => Err(e),
+            Ok(()) => Ok(m),
+        }
     }
 }
 
