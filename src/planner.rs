@@ -387,11 +387,8 @@ fn push_pipeline_variants(
                         // framework can (`TrainingFramework::keeps_gathered_parameters`).
                         let reshard_choices: &[bool] = if zero == 3
                             && dp * base.cp > 1
-                            && training.framework.keeps_gathered_parameters(
-                                pp,
-                                base.ep,
-                                model.tied_embeddings,
-                            ) {
+                            && training.framework.keeps_gathered_parameters()
+                        {
                             &[true, false]
                         } else {
                             &[true]

@@ -75,41 +75,33 @@ fn deepspeed_searches_no_zero3_it_cannot_run() {
     );
 }
 
-/// Megatron-Core keeps gathered parameters only through torch FSDP2
-/// (`--torch-fsdp2-no-reshard-after-forward`), which Megatron-LM runs without pipeline or expert
-/// parallelism and with untied embeddings: the search proposes `3 keep` only there.
+/// 2021 Megatron-LM has no FSDP to keep gathered parameters with: its search keeps none either.
+/// Megatron-Core keeps them through torch FSDP2 (`--torch-fsdp2-no-reshard-after-forward`), and
+/// its search still offers them.
 #[test]
-fn megatron_core_keeps_gathered_parameters_only_where_torch_fsdp2_runs() {
-    let plans = zero_plans(&[
-        "--model",
-        "llama3-8b",
-        "--nodes",
-        "4",
-        "--global-batch",
-        "256",
-        "--zero",
-        "3",
-    ]);
-    let kept: Vec<_> = plans.iter().filter(|(_, reshard, _, _)| !reshard).collect();
-    assert!(!kept.is_empty(), "llama3-8b (untied) keeps at pp 1");
+fn only_frameworks_with_the_setting_search_kept_zero3() {
+    let plans = |framework: &str| {
+        zero_plans(&[
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--global-batch",
+            "256",
+            "--zero",
+            "3",
+            "--framework",
+            framework,
+        ])
+    };
+    let old = plans("megatron-lm-2021");
+    assert!(!old.is_empty());
+    assert!(old.iter().all(|(_, reshard, _, _)| *reshard), "{old:?}");
     assert!(
-        kept.iter().all(|(_, _, pp, ep)| *pp == 1 && *ep == 1),
-        "{kept:?}"
+        plans("megatron-core")
+            .iter()
+            .any(|(_, reshard, _, _)| !reshard)
     );
-    assert!(plans.iter().any(|(_, _, pp, _)| *pp > 1), "{plans:?}");
-    // A derived shape ties its embeddings: no plan keeps.
-    let tied = zero_plans(&[
-        "--params",
-        "7B",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "64",
-        "--zero",
-        "3",
-    ]);
-    assert!(!tied.is_empty());
-    assert!(tied.iter().all(|(_, reshard, _, _)| *reshard), "{tied:?}");
 }
 
 /// A pinned `--reshard-after-forward false` the framework cannot run is refused as a pinned ZeRO
@@ -133,31 +125,6 @@ fn a_pinned_kept_zero3_the_framework_lacks_is_refused() {
         ],
         &[],
         "deepspeed keep pin",
-    );
-    // Megatron-Core with a pinned pipeline: the pin pair is named.
-    let r = run(&[
-        "plan",
-        "--model",
-        "llama3-8b",
-        "--nodes",
-        "2",
-        "--global-batch",
-        "256",
-        "--pp",
-        "2",
-        "--reshard-after-forward",
-        "false",
-    ]);
-    assert_one_line_error(
-        &r,
-        &[
-            "--reshard-after-forward false",
-            "--framework megatron-core with --pp 2",
-            "--torch-fsdp2-no-reshard-after-forward",
-            "pin --reshard-after-forward true",
-        ],
-        &["each admit valid plans"],
-        "megatron-core keep with pp 2",
     );
 }
 

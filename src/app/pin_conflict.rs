@@ -127,11 +127,9 @@ pub(super) fn explain(
                     training.framework.zero_stages_it_has()
                 ));
             }
-            // Kept gathered parameters the framework cannot run (`keeps_gathered_parameters`):
-            // at any degree, or at the only pipeline and expert degrees the cluster leaves.
+            // Kept gathered parameters the framework cannot run (`keeps_gathered_parameters`).
             if pin.flag == "--reshard-after-forward"
-                && let Some(rule) = kept_parameters_rule(model, training, &options.pins)
-                    .or_else(|| kept_parameters_rule(model, training, &pin.alone))
+                && let Some(rule) = kept_parameters_rule(training, &options.pins)
             {
                 return Some(rule);
             }
@@ -302,9 +300,6 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
                 .to_string(),
         );
     }
-    if let Some(rule) = kept_parameters_rule(model, training, pins) {
-        return Some(rule);
-    }
     let most = training.framework.max_zero_with_pp();
     if let (Some(zero), Some(pp)) = (pins.zero.filter(|z| *z > most), pins.pp.filter(|p| *p > 1)) {
         return Some(format!(
@@ -315,34 +310,16 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
     None
 }
 
-/// `--reshard-after-forward false` where the framework cannot keep ZeRO-3's gathered parameters
-/// at the pinned pipeline and expert degrees (1 where not pinned), which the search never
-/// proposes (`planner::push_pipeline_variants`); in the words of `eval`'s note.
-fn kept_parameters_rule(model: &Model, training: &Training, pins: &Pins) -> Option<String> {
+/// `--reshard-after-forward false` under a framework that cannot keep ZeRO-3's gathered
+/// parameters, which the search never proposes (`planner::push_pipeline_variants`); in the words
+/// of `eval`'s note.
+fn kept_parameters_rule(training: &Training, pins: &Pins) -> Option<String> {
     let framework = training.framework;
-    let (pp, ep) = (pins.pp.unwrap_or(1), pins.ep.unwrap_or(1));
-    if pins.reshard_after_forward != Some(false)
-        || framework.keeps_gathered_parameters(pp, ep, model.tied_embeddings)
-    {
+    if pins.reshard_after_forward != Some(false) || framework.keeps_gathered_parameters() {
         return None;
     }
-    let at = if framework.keeps_gathered_parameters(1, 1, false) {
-        let mut at: Vec<String> = Vec::new();
-        if pp > 1 {
-            at.push(format!("--pp {pp}"));
-        }
-        if ep > 1 {
-            at.push(format!("--ep {ep}"));
-        }
-        if model.tied_embeddings {
-            at.push(format!("{}'s tied embeddings", model.name));
-        }
-        format!(" with {}", at.join(" and "))
-    } else {
-        String::new()
-    };
     Some(format!(
-        "--reshard-after-forward false: --framework {}{at} cannot keep ZeRO-3's gathered parameters through the backward, so the search does not propose it: {}; pin --reshard-after-forward true, or price it as asked with `tpsim eval`",
+        "--reshard-after-forward false: --framework {} cannot keep ZeRO-3's gathered parameters through the backward, so the search does not propose it: {}; pin --reshard-after-forward true, or price it as asked with `tpsim eval`",
         framework.as_str(),
         framework.gathered_parameters_words()
     ))
