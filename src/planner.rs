@@ -435,8 +435,12 @@ fn push_pipeline_variants(
                             continue;
                         }
                         // Resharding after forward only means something for ZeRO-3 with more than
-                        // one shard.
-                        let reshard_choices: &[bool] = if zero == 3 && dp * base.cp > 1 {
+                        // one shard, and keeping the gathered parameters is searched only where the
+                        // framework can (`TrainingFramework::keeps_gathered_parameters`).
+                        let reshard_choices: &[bool] = if zero == 3
+                            && dp * base.cp > 1
+                            && training.framework.keeps_gathered_parameters()
+                        {
                             &[true, false]
                         } else {
                             &[true]

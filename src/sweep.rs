@@ -114,6 +114,10 @@ pub struct Row {
     /// The best plan as the table's cell reads it (the fields above, with the recompute label).
     #[serde(skip)]
     pub label: Option<PlanLabel>,
+    /// Whether the point's search priced any plan with context parallelism (cp > 1): where no
+    /// point's did, `--cp-exchange` changed no number of the sweep.
+    #[serde(skip)]
+    pub searched_cp: bool,
 }
 
 /// A point's search, as `plan`'s JSON `search` says it.
@@ -288,6 +292,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         },
         // Filled in by the caller, which knows how `plan` words the reason.
         no_valid_plan: None,
+        searched_cp: result.ranked.iter().any(|e| e.plan.cp > 1),
     }
 }
 
@@ -543,7 +548,13 @@ pub fn table(sweep: &Sweep) -> String {
             // As `eval`'s throughput line: a positive rate is never shown as 0.
             measured(r.tokens_per_s, 0),
             measured(r.mfu.map(|m| 100.0 * m), 1),
-            fixed(r.memory.free_gib(), 1),
+            // As `eval`'s memory line: where the printed total and capacity are the same tenths,
+            // it says "under 0.1" GiB free, which the column writes "<0.1" (0.0 would read as
+            // full). The CSV and JSON carry the bytes.
+            match r.memory.free_gib() {
+                Some(gib) if gib < 0.05 => "<0.1".to_string(),
+                free => fixed(free, 1),
+            },
         ];
         if sweep.tokens.is_some() {
             row.push(

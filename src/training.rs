@@ -782,6 +782,42 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Deepspeed) || (tp <= 1 && cp <= 1 && etp <= 1)
     }
 
+    /// Whether the framework can keep ZeRO-3's gathered parameters from a layer's forward through
+    /// its backward (FSDP2's `reshard_after_forward=False`, tpsim's `reshard_after_forward: false`).
+    /// torchtitan can: `fsdp_reshard_after_forward = "never"` (torchtitan config/configs.py,
+    /// resolved in distributed/fsdp.py `get_fsdp_reshard_after_forward_policy`). Megatron-Core can
+    /// through torch FSDP2: `--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward`
+    /// (megatron/training/arguments.py; training.py `get_megatron_ddp_config` passes it to
+    /// `fully_shard` in megatron/core/distributed/torch_fully_sharded_data_parallel.py), though
+    /// arguments.py runs torch FSDP2 only without pipeline or expert parallelism and with untied
+    /// embeddings, and Megatron-FSDP releases every unit's parameters after its forward
+    /// (megatron_fsdp.py `_post_forward`) whatever its settings; tpsim does not narrow the search
+    /// to those degrees (`--emit megatron` writes Megatron-FSDP and refuses such a plan, naming it).
+    /// DeepSpeed's ZeRO-3 has no such setting: it releases a module's parameters after its forward
+    /// unless they are reused within `stage3_max_reuse_distance` parameters
+    /// (deepspeed/runtime/zero/partitioned_param_coordinator.py `release_sub_module`,
+    /// `__params_to_release`). 2021 Megatron-LM has no FSDP at all.
+    pub fn keeps_gathered_parameters(self) -> bool {
+        matches!(
+            self,
+            TrainingFramework::Torchtitan | TrainingFramework::MegatronCore
+        )
+    }
+
+    /// Why the framework cannot keep ZeRO-3's gathered parameters (`keeps_gathered_parameters`),
+    /// in the words `eval`'s note and `plan`'s pin error both use.
+    pub fn gathered_parameters_words(self) -> &'static str {
+        match self {
+            TrainingFramework::Deepspeed => {
+                "DeepSpeed's ZeRO-3 releases them after each module's forward, keeping only those reused within stage3_max_reuse_distance parameters, and has no setting that keeps them"
+            }
+            TrainingFramework::MegatronLm2021 => "2021 Megatron-LM has no FSDP to keep them with",
+            TrainingFramework::Torchtitan | TrainingFramework::MegatronCore => {
+                "it keeps them with FSDP2's reshard_after_forward=False"
+            }
+        }
+    }
+
     /// Whether Megatron's sequence parallelism can run beside context parallelism:
     /// Megatron-DeepSpeed refuses `--sequence-parallel` with `--ds-sequence-parallel-size` above 1
     /// ("DeepSpeed's sequence parallel, which is not compatible with Megatron-LM's sequence

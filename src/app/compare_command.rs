@@ -310,6 +310,7 @@ fn with_schedule(
 pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`);
     // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
+    let mut cp_note = None;
     let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
@@ -355,6 +356,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 eprintln!("only one plan layout fits; nothing to compare it with");
                 return Ok(Outcome::NothingFits);
             };
+            cp_note = super::cp_exchange_note::unused_by_search(
+                &args.training,
+                result.ranked.iter().any(|e| e.plan.cp > 1),
+                "the search",
+                scenario.training.seq_len,
+            );
             let (a, sa) = with_schedule(&scenario, best);
             let (b, sb) = with_schedule(&scenario, runner_up);
             (
@@ -521,6 +528,19 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     let ((a, a_schedule), (b, b_schedule)) = (a, b);
     // Both plans are valid: what reading them had to say is said now.
     super::held_notes::print_held();
+    // `--cp-exchange` where neither plan (nor, for a search, any plan it priced) splits a
+    // sequence, as `eval` and `plan` say it.
+    if !args.plan.is_empty() && a.plan.cp == 1 && b.plan.cp == 1 {
+        cp_note = super::cp_exchange_note::unused_with_cp_1(
+            &args.training,
+            1,
+            "both plans have cp 1",
+            "compare a plan with cp 2 or more to use it",
+        );
+    }
+    if let Some(note) = cp_note {
+        eprintln!("{note}");
+    }
     if a.plan == b.plan {
         eprintln!(
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"

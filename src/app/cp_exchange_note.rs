@@ -22,3 +22,33 @@ pub(super) fn unused_with_cp_1(
         "note: --cp-exchange {name} changes nothing: {why}, so no sequence is split across GPUs and nothing is exchanged; {fix}, or drop --cp-exchange"
     ))
 }
+
+/// The note for `--cp-exchange` beside a search (`plan` without `--cp`, `sweep`, `compare`) that
+/// priced no plan with cp > 1 (`any_cp` false): the exchange changed none of its numbers.
+/// `searched` names the search ("the search", "the sweep's searches at every point"), and
+/// `longest_seq` the longest sequence it planned, to name the search's bound on a CP rank's share
+/// (`planner::MIN_TOKENS_PER_CP_RANK`) where that is what left cp at 1.
+pub(super) fn unused_by_search(
+    args: &TrainingArgs,
+    any_cp: bool,
+    searched: &str,
+    longest_seq: u32,
+) -> Option<String> {
+    if any_cp {
+        return None;
+    }
+    let least = crate::planner::MIN_TOKENS_PER_CP_RANK;
+    let why = if longest_seq < 2 * least {
+        format!(
+            "no plan {searched} priced has cp above 1 (the search gives each context-parallel rank at least {least} tokens of a sequence, and the longest here is {longest_seq})"
+        )
+    } else {
+        format!("no plan {searched} priced has cp above 1")
+    };
+    unused_with_cp_1(
+        args,
+        1,
+        &why,
+        "price a plan with --cp 2 or more with `tpsim eval` to use it",
+    )
+}

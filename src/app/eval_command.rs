@@ -542,6 +542,19 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ if value.is_empty() => flag.to_string(),
         _ => format!("{flag} {value}"),
     };
+    if plan.zero == 3 && !plan.reshard_after_forward && !framework.keeps_gathered_parameters() {
+        eprintln!(
+            "note: ZeRO-3 keeping the gathered parameters through the backward ({}) is evaluated as asked, but --framework {} has no such setting: {}, so `tpsim plan` does not propose it",
+            asked(
+                "--reshard-after-forward",
+                "reshard_after_forward",
+                "false".to_string(),
+                args.reshard_after_forward.is_some()
+            ),
+            framework.as_str(),
+            framework.gathered_parameters_words()
+        );
+    }
     if plan.cp > 1 && !framework.runs_context_parallelism() {
         eprintln!(
             "note: {} is evaluated as asked (Megatron-Core's ring context parallelism), but --framework {} has no such scheme, so `tpsim plan` does not propose it; megatron-core, torchtitan and deepspeed do",

@@ -134,6 +134,12 @@ pub(super) fn explain(
                     training.framework.zero_stages_it_has()
                 ));
             }
+            // Kept gathered parameters the framework cannot run (`keeps_gathered_parameters`).
+            if pin.flag == "--reshard-after-forward"
+                && let Some(rule) = kept_parameters_rule(training, &options.pins)
+            {
+                return Some(rule);
+            }
             // An uneven split or TP across nodes may be all the pin needs.
             for (allowed, flag) in [
                 (options.allow_uneven_pp, "--allow-uneven-pp"),
@@ -309,6 +315,21 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
         ));
     }
     None
+}
+
+/// `--reshard-after-forward false` under a framework that cannot keep ZeRO-3's gathered
+/// parameters, which the search never proposes (`planner::push_pipeline_variants`); in the words
+/// of `eval`'s note.
+fn kept_parameters_rule(training: &Training, pins: &Pins) -> Option<String> {
+    let framework = training.framework;
+    if pins.reshard_after_forward != Some(false) || framework.keeps_gathered_parameters() {
+        return None;
+    }
+    Some(format!(
+        "--reshard-after-forward false: --framework {} cannot keep ZeRO-3's gathered parameters through the backward, so the search does not propose it: {}; pin --reshard-after-forward true, or price it as asked with `tpsim eval`",
+        framework.as_str(),
+        framework.gathered_parameters_words()
+    ))
 }
 
 /// Why the search offers no `--cp` above 1 here when a setting of the training or the model rules

@@ -367,6 +367,15 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         )
     {
         eprintln!("{note}");
+    } else if options.pins.cp.is_none()
+        && let Some(note) = super::cp_exchange_note::unused_by_search(
+            &args.training,
+            result.ranked.iter().any(|e| e.plan.cp > 1),
+            "the search",
+            scenario.training.seq_len,
+        )
+    {
+        eprintln!("{note}");
     }
     for line in global_batch_advice(
         &scenario,

@@ -162,6 +162,23 @@ fn resolve_shaped_model(
     if overrides == ShapeOverrides::default() {
         return Ok((model, origin));
     }
+    // A rotated share of each head (a model's rotary_percent) beside latent-attention flags that
+    // make the model MLA: named by its source, not as a key the flags gave.
+    if let (Some(share), None, Some(rank)) = (model.rotary_percent, model.mla, args.kv_lora_rank) {
+        let source = match (&args.hf_config, &args.model, file) {
+            (Some(path), _, _) => format!("{}'s partial_rotary_factor", input_file::quote(path)),
+            (None, Some(name), _) => format!("{}'s rotary_percent", input_file::quote(name)),
+            (None, None, Some((_, path))) => {
+                format!("{}'s model.rotary_percent", input_file::quote(path))
+            }
+            (None, None, None) => "the model's rotary_percent".to_string(),
+        };
+        bail!(
+            "{source} {} with --kv-lora-rank {rank}: latent attention rotates only each head's --qk-pos-emb-head-dim part, which is the rotated width, so a rotated share of the head has no meaning there; drop --kv-lora-rank (and the latent-attention flags), or use a model without {}",
+            crate::units::show_number(share),
+            source.rsplit("'s ").next().unwrap_or("rotary_percent")
+        );
+    }
     let overridden = model.with_overrides(&overrides)?;
     if origin == "flags" {
         return Ok((overridden, origin));

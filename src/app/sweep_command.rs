@@ -416,6 +416,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         );
     }
     super::held_notes::print_held();
+    if let Some(note) = super::cp_exchange_note::unused_by_search(
+        &args.training,
+        result.rows.iter().any(|r| r.searched_cp),
+        "the sweep's searches",
+        points.iter().map(|p| p.training.seq_len).max().unwrap_or(0),
+    ) {
+        eprintln!("{note}");
+    }
     // Said once the sweep is known to be valid input, as `plan` says it (every point takes it); on --axis seq-len the
     // tokens per step differ from point to point, so only the sequences are.
     if args.training.global_batch.is_none() && axis != sweep::Axis::GlobalBatch {

@@ -308,6 +308,31 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let rotary_percent = match p.value("rotary-percent") {
         None => None,
         Some(text) => match text.parse::<f64>() {
+            // Latent attention rotates only each head's `--qk-pos-emb-head-dim` part. Megatron-Core
+            // builds its rotary embedding there with YaRN by default (`--rope-type`, default yarn
+            // for MLA), which takes no rotary percent; only `--rope-type rope` passes it on
+            // (multi_latent_attention.py: `RotaryEmbedding(qk_pos_emb_head_dim, rotary_percent=...)`),
+            // rotating part of that part, which tpsim does not price.
+            Ok(value)
+                if value > 0.0
+                    && value < 1.0
+                    && position_embedding.is_rotary()
+                    && p.switch("multi-latent-attention") =>
+            {
+                let pos_dim = p.number("qk-pos-emb-head-dim")?.unwrap_or(64);
+                if rope_type(&p.ignored) == Some("rope") {
+                    return Err(MegatronArgsError::BadValue {
+                        message: format!(
+                            "--rotary-percent {text} with --multi-latent-attention --rope-type rope: Megatron-Core then rotates {} of the {pos_dim} rotary dimensions of each head (--qk-pos-emb-head-dim) and leaves the rest unrotated, which tpsim does not price; drop --rotary-percent (the rotary part is --qk-pos-emb-head-dim wide), or drop --rope-type rope (YaRN ignores it)",
+                            (value * f64::from(pos_dim)).floor()
+                        ),
+                    });
+                }
+                notes.push(format!(
+                    "--rotary-percent {text}: latent attention rotates each head's {pos_dim} rotary dimensions (--qk-pos-emb-head-dim) with YaRN, Megatron-Core's default --rope-type for --multi-latent-attention, which takes no rotary percent; it changes nothing"
+                ));
+                None
+            }
             Ok(value) if value > 0.0 && value <= 1.0 => {
                 if !position_embedding.is_rotary() {
                     notes.push(format!(
@@ -776,4 +801,17 @@ fn check_recompute_modules(
         });
     }
     Ok(())
+}
+
+/// `--rope-type` of a Megatron line (arguments.py: rope or yarn; absent, latent attention takes
+/// yarn and other attention rope), which tpsim does not price and so skips with the flags it does
+/// not read (`ignored`): read from there for what `--rotary-percent` means beside latent attention.
+fn rope_type(ignored: &[String]) -> Option<&str> {
+    ignored.iter().enumerate().find_map(|(i, token)| {
+        if token == "--rope-type" {
+            ignored.get(i + 1).map(String::as_str)
+        } else {
+            token.strip_prefix("--rope-type=")
+        }
+    })
 }
