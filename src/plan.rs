@@ -566,6 +566,10 @@ pub enum PlanError {
     )]
     DeepepWithExpertTp { etp: u32 },
     #[error(
+        "--etp {etp} on {model}, whose experts have biases: Megatron-Core splits biased experts over no expert-TP ranks (TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py asserts \"Bias in Moe is only supported when ETP==1\"; --etp defaults to --tp, as in Megatron-Core); use --etp 1"
+    )]
+    BiasedExpertsWithExpertTp { etp: u32, model: String },
+    #[error(
         "--precision {precision}: the {gpu} has no {precision} tensor cores ({why}); use {valid}"
     )]
     PrecisionGpu {
@@ -1027,17 +1031,20 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
 
 /// The expert-TP degrees the rest of `r` accepts, for an `--etp` that does not divide the expert
 /// MLP width: dividing it, within a node, folding with `--ep` into the tp x cp x dp GPUs of a
-/// stage (`EpFolding`), and 1 alone where DeepEP runs over experts (`DeepepWithExpertTp`). None at
-/// all when `--ep` itself does not fold, which is then what to change.
-fn valid_etp(r: &PlanRequest, expert_ffn: u32, cluster: &Cluster, training: &Training) -> String {
+/// stage (`EpFolding`), and 1 alone where DeepEP runs over experts (`DeepepWithExpertTp`) or
+/// Megatron-Core runs biased experts (`BiasedExpertsWithExpertTp`). None at all when `--ep` itself
+/// does not fold, which is then what to change.
+fn valid_etp(r: &PlanRequest, model: &Model, cluster: &Cluster, training: &Training) -> String {
+    let expert_ffn = model.moe.map_or(model.ffn_hidden, |moe| moe.ffn_hidden);
     let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
-    let deepep =
-        r.ep > 1 && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep;
+    let unsplit_only = (r.ep > 1
+        && training.moe_dispatch.dispatcher == crate::training::MoeDispatcher::Deepep)
+        || megatron_core_refuses_biased_expert_tp(model, training);
     let valid: Vec<u32> = divisors(expert_ffn)
         .into_iter()
         .filter(|d| *d <= cluster.nvlink_domain())
         .filter(|d| stage_gpus.is_multiple_of(u64::from(r.ep) * u64::from(*d)))
-        .filter(|d| !deepep || *d == 1)
+        .filter(|d| !unsplit_only || *d == 1)
         .collect();
     if valid.is_empty() {
         format!(
@@ -1102,7 +1109,7 @@ fn check_heads(
                 tp: etp,
                 what: "expert MLP width",
                 ffn: moe.ffn_hidden,
-                valid: valid_etp(r, moe.ffn_hidden, cluster, training),
+                valid: valid_etp(r, model, cluster, training),
             });
         }
         // The shared experts are a dense MLP split over the TP ranks.
@@ -1286,10 +1293,27 @@ fn check_context_experts_precision(
             {
                 return Err(PlanError::DeepepWithExpertTp { etp: r.etp });
             }
+            if r.etp > 1 && megatron_core_refuses_biased_expert_tp(model, training) {
+                return Err(PlanError::BiasedExpertsWithExpertTp {
+                    etp: r.etp,
+                    model: model.name.clone(),
+                });
+            }
         }
         None => {}
     }
     check_precision(cluster, r.precision)
+}
+
+/// Megatron-Core builds experts with biases (GPT-OSS: `add_bias_linear`, as Megatron-Bridge's
+/// gpt_oss_bridge.py sets it) only unsplit: `TransformerConfig.__post_init__`
+/// (megatron/core/transformer/transformer_config.py) asserts `expert_tensor_parallel_size == 1`
+/// whenever `num_moe_experts` is set with `add_bias_linear`, so every expert-TP degree above 1 is
+/// refused there (Megatron-LM, Megatron-Bridge and NeMo alike build that config).
+fn megatron_core_refuses_biased_expert_tp(model: &Model, training: &Training) -> bool {
+    model.moe.is_some()
+        && model.linear_bias
+        && training.framework == crate::training::TrainingFramework::MegatronCore
 }
 
 /// The framework can train at `precision`: the 2021 Megatron-LM has no low-precision GEMMs.

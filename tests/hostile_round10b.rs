@@ -66,7 +66,11 @@ fn a_cp_pin_that_cannot_split_the_sequence_names_the_rule_in_plan() {
 /// pinned etp is now searched too.
 #[test]
 fn a_pinned_expert_tp_other_than_tp_is_searched() {
+    // Llama-style, without biases: Megatron-Core splits biased (GPT-style) experts over no
+    // expert-TP ranks.
     let moe = [
+        "--style",
+        "llama",
         "--layers",
         "8",
         "--hidden",

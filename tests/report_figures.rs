@@ -300,13 +300,14 @@ fn a_single_stage_timeline_keeps_its_labels_inside_and_has_one_row() {
 
 #[test]
 fn the_layout_keys_the_ep_outline_as_the_block_it_outlines() {
-    // gpt-oss-20b, tp 2 x ep 8 (etp 2) on 2 nodes: one block of 2 interleaved EP groups spans
-    // both nodes, so each node's outline has an arrowhead towards the other.
+    // qwen3-30b-a3b, tp 2 x ep 8 (etp 2) on 2 nodes: one block of 2 interleaved EP groups spans
+    // both nodes, so each node's outline has an arrowhead towards the other. (GPT-OSS's biased
+    // experts run with etp 1 alone in Megatron-Core.)
     let dir = eval_report(
         "layout-ep",
         &[
             "--model",
-            "gpt-oss-20b",
+            "qwen3-30b-a3b",
             "--nodes",
             "2",
             "--tp",
@@ -469,7 +470,8 @@ fn rects_filled(svg: &str, colour: &str) -> Vec<f64> {
 
 #[test]
 fn the_timeline_shows_exposed_ep_and_cp_communication_like_tp() {
-    // gpt-oss-20b, tp 2 x pp 2 x ep 4, 4 micro-batches: a third of the step is MoE token traffic.
+    // gpt-oss-20b, tp 2 x pp 2 x ep 4 (etp 1, as Megatron-Core runs its biased experts), 4
+    // micro-batches: a third of the step is MoE token traffic.
     let dir = eval_report(
         "gantt-ep",
         &[
@@ -483,6 +485,8 @@ fn the_timeline_shows_exposed_ep_and_cp_communication_like_tp() {
             "2",
             "--ep",
             "4",
+            "--etp",
+            "1",
             "--global-batch",
             "16",
             "--seq-len",

@@ -9,7 +9,8 @@ use crate::specs::PlanFile;
 
 /// `err` of a plan whose expert-TP degree the user never gave: Megatron-Core's
 /// `--expert-tensor-parallel-size` defaults to the tensor-parallel size, so an expert MLP width or
-/// a stage the expert TP does not fit is the user's `--tp` (`TpFfn` and `EpFolding` name `--etp`).
+/// a stage the expert TP does not fit, or biased experts it splits, is the user's `--tp` (`TpFfn`,
+/// `EpFolding` and `BiasedExpertsWithExpertTp` name `--etp`).
 pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
     match err {
         PlanError::TpFfn {
@@ -27,6 +28,9 @@ pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
             stage_gpus,
         } if etp == tp => anyhow!(
             "--ep {ep} x --tp {tp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts (--etp defaults to --tp, as in Megatron-Core); give --etp with ep x etp dividing {stage_gpus}, or another --ep"
+        ),
+        PlanError::BiasedExpertsWithExpertTp { etp, model } if etp == tp => anyhow!(
+            "--tp {tp} on {model}, whose experts have biases: the expert TP follows it (--etp defaults to --tp, as in Megatron-Core), and Megatron-Core splits biased experts over no expert-TP ranks (TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py asserts \"Bias in Moe is only supported when ETP==1\"); keep --tp {tp} and give --etp 1"
         ),
         other => other.into(),
     }

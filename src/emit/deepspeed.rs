@@ -7,21 +7,38 @@ use serde::Serialize;
 use crate::plan::{ParallelPlan, Recompute};
 use crate::training::{GradDtype, Training};
 
-/// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it: the model-parallel
-/// degrees, DeepSpeed-Ulysses's degree (`--ds-sequence-parallel-size`, Megatron-DeepSpeed's
-/// arguments.py), sequence parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's
-/// names).
+/// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it (Megatron-DeepSpeed
+/// as of its `main` branch, megatron/arguments.py; its example scripts pass the same): the
+/// model-parallel degrees, DeepSpeed-Ulysses's degree (`--ds-sequence-parallel-size`), sequence
+/// parallelism and recompute (Megatron-DeepSpeed keeps Megatron-LM's names), and three that the
+/// config's own keys need to take effect:
+/// - `--no-pipeline-parallel` at pp 1: without it pretrain_gpt.py `model_provider` builds
+///   `GPTModelPipe`, a DeepSpeed `PipelineModule`, which `deepspeed.initialize` runs in its
+///   `PipelineEngine`, and that asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+///   parallelism" (deepspeed/runtime/pipe/engine.py) and checkpoints no layer under
+///   `--recompute-method block` (megatron/model/gpt_model.py); the Ulysses examples
+///   (examples_deepspeed/sequence_parallel/) pass it too;
+/// - `--zero-stage N`, the config's `zero_optimization.stage`: pretrain_gpt.py builds the model
+///   under `deepspeed.zero.Init(enabled=args.zero_stage == 3)`, and arguments.py `_add_zero_args`
+///   defaults it to 1, so a ZeRO-3 config without it materialises every parameter on every GPU
+///   before DeepSpeed partitions them;
+/// - `--bf16`, the config's `bf16.enabled`: arguments.py sets `params_dtype = torch.bfloat16` only
+///   with it, and GPTModelPipe casts the logits to fp32 for the loss only with it.
 pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
     let mut args = format!(
         "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
         plan.tp, plan.pp
     );
+    if plan.pp == 1 {
+        args.push_str(" --no-pipeline-parallel");
+    }
     if plan.cp > 1 {
         args.push_str(&format!(" --ds-sequence-parallel-size {}", plan.cp));
     }
     if plan.sequence_parallel {
         args.push_str(" --sequence-parallel");
     }
+    args.push_str(&format!(" --zero-stage {} --bf16", plan.zero));
     match plan.recompute {
         Recompute::None => {}
         Recompute::Selective => args.push_str(" --recompute-granularity selective"),

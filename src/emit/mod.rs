@@ -487,6 +487,20 @@ impl Framework {
                 "ZeRO-{} cannot run with pipeline parallelism in DeepSpeed (its pipeline engine allows ZeRO-0/1); use --zero 1 or --pp 1",
                 plan.zero
             )),
+            // Megatron-DeepSpeed hands a pipeline to DeepSpeed's PipelineModule, whose
+            // `activation_checkpoint_interval` it sets from `--recompute-method uniform` alone
+            // (megatron/model/gpt_model.py `GPTModelPipe.__init__`: "deepspeed's pipeline doesn't
+            // support the block recompute method", interval 0 otherwise): recomputing some layers of
+            // a stage and keeping the others' activations would run with no recompute at all.
+            Framework::DeepSpeed
+                if plan.pp > 1 && plan.recompute == Recompute::Full && plan.recompute_share() < 1.0 =>
+            {
+                Some(format!(
+                    "full recompute of {} of each stage's {} layers has no Megatron-DeepSpeed setting with pipelines (its pipeline model checkpoints every layer with --recompute-method uniform and drops --recompute-method block, recomputing nothing); use --recompute full without --recompute-num-layers, or --pp 1",
+                    plan.recompute_num_layers,
+                    plan.layers_per_chunk()
+                ))
+            }
             Framework::DeepSpeed if plan.vpp > 1 => Some(
                 "DeepSpeed's pipeline engine has no interleaved schedule; use --vpp 1".into(),
             ),

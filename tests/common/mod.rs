@@ -83,24 +83,27 @@ pub const HF_SHAPE: &str = r#""hidden_size": 4096, "num_attention_heads": 32, "n
 /// Writes `config` (JSON text) as `dir/name` and evaluates it on one node (tp 8, pp 1).
 pub fn eval_hf(dir: &Path, name: &str, config: &str) -> Run {
     std::fs::write(dir.join(name), config).unwrap();
-    run_in(
-        dir,
-        &[
-            "eval",
-            "--hf-config",
-            name,
-            "--nodes",
-            "1",
-            "--tp",
-            "8",
-            "--pp",
-            "1",
-            "--global-batch",
-            "64",
-            "--format",
-            "json",
-        ],
-    )
+    let mut args = vec![
+        "eval",
+        "--hf-config",
+        name,
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ];
+    // GPT-OSS's experts have biases, which Megatron-Core splits over no expert-TP ranks
+    // (TransformerConfig asserts ETP 1); the expert TP would otherwise follow --tp 8.
+    if config.contains("gpt_oss") {
+        args.extend(["--etp", "1"]);
+    }
+    run_in(dir, &args)
 }
 
 /// The `model` object of an `eval --format json` run.
