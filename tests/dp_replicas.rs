@@ -302,9 +302,7 @@ fn the_search_offers_node_local_copies_and_takes_a_pin() {
     let plans = json(&args)["plans"].as_array().unwrap().clone();
     // tp 1 on 8-GPU nodes: the node-local copy has 8 ranks, so 512 / 8 = 64 copies.
     assert!(
-        plans
-            .iter()
-            .any(|p| p["dp_replicas"] == 64 && p["tp"] == 1),
+        plans.iter().any(|p| p["dp_replicas"] == 64 && p["tp"] == 1),
         "no node-local copies among the top 30"
     );
     let mut pinned = args.to_vec();
