@@ -439,8 +439,11 @@ fn push_pipeline_variants(
                         // framework can (`TrainingFramework::keeps_gathered_parameters`).
                         let reshard_choices: &[bool] = if zero == 3
                             && dp * base.cp > 1
-                            && training.framework.keeps_gathered_parameters()
-                        {
+                            && training.framework.keeps_gathered_parameters(
+                                pp,
+                                base.ep,
+                                model.tied_embeddings,
+                            ) {
                             &[true, false]
                         } else {
                             &[true]

@@ -783,38 +783,44 @@ impl TrainingFramework {
     }
 
     /// Whether the framework can keep ZeRO-3's gathered parameters from a layer's forward through
-    /// its backward (FSDP2's `reshard_after_forward=False`, tpsim's `reshard_after_forward: false`).
-    /// torchtitan can: `fsdp_reshard_after_forward = "never"` (torchtitan config/configs.py,
-    /// resolved in distributed/fsdp.py `get_fsdp_reshard_after_forward_policy`). Megatron-Core can
-    /// through torch FSDP2: `--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward`
-    /// (megatron/training/arguments.py; training.py `get_megatron_ddp_config` passes it to
-    /// `fully_shard` in megatron/core/distributed/torch_fully_sharded_data_parallel.py), though
-    /// arguments.py runs torch FSDP2 only without pipeline or expert parallelism and with untied
-    /// embeddings, and Megatron-FSDP releases every unit's parameters after its forward
-    /// (megatron_fsdp.py `_post_forward`) whatever its settings; tpsim does not narrow the search
-    /// to those degrees (`--emit megatron` writes Megatron-FSDP and refuses such a plan, naming it).
-    /// DeepSpeed's ZeRO-3 has no such setting: it releases a module's parameters after its forward
-    /// unless they are reused within `stage3_max_reuse_distance` parameters
+    /// its backward (FSDP2's `reshard_after_forward=False`, tpsim's `reshard_after_forward: false`)
+    /// for a plan of these pipeline and expert degrees on a model whose embeddings are tied or not.
+    /// torchtitan can, at any degree: `fsdp_reshard_after_forward = "never"` (torchtitan
+    /// config/configs.py, resolved in distributed/fsdp.py `get_fsdp_reshard_after_forward_policy`).
+    /// Megatron-Core can only through torch FSDP2: `--use-torch-fsdp2
+    /// --torch-fsdp2-no-reshard-after-forward` (megatron/training/arguments.py; training.py
+    /// `get_megatron_ddp_config` passes it to `fully_shard` in
+    /// megatron/core/distributed/torch_fully_sharded_data_parallel.py), which arguments.py runs
+    /// only without pipeline or expert parallelism and with untied embeddings ("--use-torch-fsdp2
+    /// is not supported with pipeline parallelism", "... with expert parallelism", "... requires
+    /// --untie-embeddings-and-output-weights"); Megatron-FSDP releases every FSDP unit's parameters
+    /// after its forward (megatron_fsdp.py `_post_forward`), whatever its settings. DeepSpeed's
+    /// ZeRO-3 has no such setting: it releases a module's parameters after its forward unless they
+    /// are reused within `stage3_max_reuse_distance` parameters
     /// (deepspeed/runtime/zero/partitioned_param_coordinator.py `release_sub_module`,
     /// `__params_to_release`). 2021 Megatron-LM has no FSDP at all.
-    pub fn keeps_gathered_parameters(self) -> bool {
-        matches!(
-            self,
-            TrainingFramework::Torchtitan | TrainingFramework::MegatronCore
-        )
+    pub fn keeps_gathered_parameters(self, pp: u32, ep: u32, tied_embeddings: bool) -> bool {
+        match self {
+            TrainingFramework::Torchtitan => true,
+            TrainingFramework::MegatronCore => pp <= 1 && ep <= 1 && !tied_embeddings,
+            TrainingFramework::Deepspeed | TrainingFramework::MegatronLm2021 => false,
+        }
     }
 
-    /// Why the framework cannot keep ZeRO-3's gathered parameters (`keeps_gathered_parameters`),
-    /// in the words `eval`'s note and `plan`'s pin error both use.
+    /// How the framework handles ZeRO-3's gathered parameters where it cannot keep them
+    /// (`keeps_gathered_parameters`), in the words `eval`'s note and `plan`'s pin error both use.
     pub fn gathered_parameters_words(self) -> &'static str {
         match self {
+            TrainingFramework::Torchtitan => {
+                "FSDP2 keeps them with fsdp_reshard_after_forward = \"never\""
+            }
+            TrainingFramework::MegatronCore => {
+                "Megatron-FSDP releases them after every forward, and torch FSDP2's --torch-fsdp2-no-reshard-after-forward runs only with pp 1, ep 1 and untied embeddings"
+            }
             TrainingFramework::Deepspeed => {
                 "DeepSpeed's ZeRO-3 releases them after each module's forward, keeping only those reused within stage3_max_reuse_distance parameters, and has no setting that keeps them"
             }
             TrainingFramework::MegatronLm2021 => "2021 Megatron-LM has no FSDP to keep them with",
-            TrainingFramework::Torchtitan | TrainingFramework::MegatronCore => {
-                "it keeps them with FSDP2's reshard_after_forward=False"
-            }
         }
     }
 

@@ -542,7 +542,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ if value.is_empty() => flag.to_string(),
         _ => format!("{flag} {value}"),
     };
-    if plan.zero == 3 && !plan.reshard_after_forward && !framework.keeps_gathered_parameters() {
+    if plan.zero == 3
+        && !plan.reshard_after_forward
+        && !framework.keeps_gathered_parameters(plan.pp, plan.ep, scenario.model.tied_embeddings)
+    {
         eprintln!(
             "note: ZeRO-3 keeping the gathered parameters through the backward ({}) is evaluated as asked, but --framework {} has no such setting: {}, so `tpsim plan` does not propose it",
             asked(

@@ -372,6 +372,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             etp: launch.experts.etp,
             precision: launch.precision.precision,
             dp_replicas: launch.dp_replicas,
+            reshard_after_forward: launch.reshard_after_forward,
             ..PlanRequest::default()
         },
     })

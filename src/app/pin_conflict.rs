@@ -136,7 +136,7 @@ pub(super) fn explain(
             }
             // Kept gathered parameters the framework cannot run (`keeps_gathered_parameters`).
             if pin.flag == "--reshard-after-forward"
-                && let Some(rule) = kept_parameters_rule(training, &options.pins)
+                && let Some(rule) = kept_parameters_rule(model, training, &options.pins)
             {
                 return Some(rule);
             }
@@ -320,9 +320,16 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
 /// `--reshard-after-forward false` under a framework that cannot keep ZeRO-3's gathered
 /// parameters, which the search never proposes (`planner::push_pipeline_variants`); in the words
 /// of `eval`'s note.
-fn kept_parameters_rule(training: &Training, pins: &Pins) -> Option<String> {
+fn kept_parameters_rule(model: &Model, training: &Training, pins: &Pins) -> Option<String> {
     let framework = training.framework;
-    if pins.reshard_after_forward != Some(false) || framework.keeps_gathered_parameters() {
+    // Unpinned degrees are searched, so the least restrictive (1) is one the search can take.
+    if pins.reshard_after_forward != Some(false)
+        || framework.keeps_gathered_parameters(
+            pins.pp.unwrap_or(1),
+            pins.ep.unwrap_or(1),
+            model.tied_embeddings,
+        )
+    {
         return None;
     }
     Some(format!(

@@ -155,6 +155,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-precision-aware-optimizer",
     "use-megatron-fsdp",
     "use-torch-fsdp2",
+    "torch-fsdp2-no-reshard-after-forward",
     "bf16",
     "fp16",
     "fp32",

@@ -79,6 +79,9 @@ pub struct MegatronLaunch {
     pub zero: u8,
     /// `--num-distributed-optimizer-instances` (default 1): copies of the sharded states.
     pub dp_replicas: u32,
+    /// False with `--torch-fsdp2-no-reshard-after-forward`: torch FSDP2 keeps the gathered
+    /// parameters from the forward through the backward (ZeRO-3 "keep").
+    pub reshard_after_forward: bool,
     /// GEMM precision (`--fp8-format`/`--fp8-recipe`, `--fp4-format`/`--fp4-recipe`) and whether
     /// the low-precision weights are gathered as the parameters (`--fp8/fp4-param-gather`).
     pub precision: MegatronPrecision,
@@ -222,6 +225,16 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let dp_replicas = p
         .number("num-distributed-optimizer-instances")?
         .unwrap_or(1);
+    // megatron/training/arguments.py `--torch-fsdp2-no-reshard-after-forward` (dest
+    // torch_fsdp2_reshard_after_forward, store_false), read by training.py only for torch FSDP2.
+    let keeps_gathered = p.switch("torch-fsdp2-no-reshard-after-forward");
+    if keeps_gathered && !p.switch("use-torch-fsdp2") {
+        return Err(MegatronArgsError::Refused {
+            given: "--torch-fsdp2-no-reshard-after-forward without --use-torch-fsdp2".into(),
+            why: "Megatron-LM passes it only to torch FSDP2 (Megatron-FSDP releases the gathered parameters after every forward whatever it says); add --use-torch-fsdp2 or drop it".into(),
+        });
+    }
+    let reshard_after_forward = !keeps_gathered;
     let cp_exchange = p.cp_exchange(cp, layers)?;
     let mut unread = Vec::new();
     let (nodes, gpus_per_node) = p.launcher(&mut unread);
@@ -432,6 +445,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         recompute_modules,
         zero,
         dp_replicas,
+        reshard_after_forward,
         precision,
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
@@ -686,6 +700,7 @@ impl MegatronLaunch {
             },
             stage_split: given_split,
             dp_replicas: self.dp_replicas,
+            reshard_after_forward: self.reshard_after_forward,
             ..PlanRequest::default()
         })
     }

@@ -349,10 +349,24 @@ impl Framework {
             // Megatron-FSDP releases the gathered parameters after each module's forward and
             // gathers them again for its backward (megatron_fsdp.py `_post_forward`): FSDP2's
             // reshard_after_forward=True, always.
-            _ if megatron_like && plan.zero == 3 && !plan.reshard_after_forward => Some(format!(
-                "ZeRO-3 keeping the gathered parameters from forward to backward (reshard_after_forward false) has no {} setting (Megatron-FSDP reshards after every forward); use --reshard-after-forward true",
-                self.name()
-            )),
+            // Megatron-LM keeps them only through torch FSDP2, written by `--emit megatron` where
+            // it runs (pp 1, ep 1, untied embeddings); Megatron-Bridge and NeMo write
+            // Megatron-FSDP or nothing at ZeRO-3.
+            _ if megatron_like
+                && plan.zero == 3
+                && !plan.reshard_after_forward
+                && (self != Framework::Megatron
+                    || !crate::training::TrainingFramework::MegatronCore.keeps_gathered_parameters(
+                        plan.pp,
+                        plan.ep,
+                        model.tied_embeddings,
+                    )) =>
+            {
+                Some(format!(
+                    "ZeRO-3 keeping the gathered parameters from forward to backward (reshard_after_forward false) has no {} setting here: Megatron-FSDP releases them after every forward, and torch FSDP2's --torch-fsdp2-no-reshard-after-forward (written by --emit megatron) runs only with pp 1, ep 1 and untied embeddings; use --reshard-after-forward true",
+                    self.name()
+                ))
+            }
             // arguments.py: '--fp8-param-gather only supported with distributed optimizer, torch
             // fsdp2, megatron fsdp, or inference mode'.
             _ if megatron_like && param_gather && plan.zero == 0 => Some(format!(
@@ -747,6 +761,14 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         // optimizer on itself; v2 refuses it next to --use-megatron-fsdp, so it is not written.
         // v1 runs with pipeline parallelism (arguments.py has no pipeline check for it); v2 would
         // refuse tp, pp and cp > 1 (mcore_fsdp_adapter.py), so the version is left at 1.
+        // ZeRO-3 keeping the gathered parameters through the backward: torch FSDP2, which
+        // Megatron-LM runs without pipeline or expert parallelism and with untied embeddings
+        // (`TrainingFramework::keeps_gathered_parameters`; arguments.py asserts the rest:
+        // gradient-accumulation fusion off, written below).
+        3 if !plan.reshard_after_forward => {
+            push("use-torch-fsdp2", None);
+            push("torch-fsdp2-no-reshard-after-forward", None);
+        }
         z => {
             push("use-megatron-fsdp", None);
             push(

@@ -69,7 +69,9 @@ pub fn pair_order(runs: &[ModernRun], predictions: &[ModernPrediction]) -> PairO
             if !comparable(a, b) || (published_a / published_b).ln().abs() <= PUBLISHED_GAP {
                 continue;
             }
-            let ordered = (published_a > published_b) == (predicted_a > predicted_b);
+            // A tie in tpsim's prediction orders nothing.
+            let ordered = predicted_a != predicted_b
+                && (published_a > published_b) == (predicted_a > predicted_b);
             if a.plan.precision == b.plan.precision {
                 order.same_precision_pairs += 1;
                 order.same_precision_ordered += usize::from(ordered);
