@@ -937,13 +937,10 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
         let expert_group = u64::from(r.ep) * u64::from(r.etp);
         if expert_group > 0 && stage_gpus.is_multiple_of(expert_group) {
             let expert_dp = (stage_gpus / expert_group) as u32;
-            if expert_dp / r.dp_replicas < 2 && expert_dp.is_multiple_of(r.dp_replicas) {
-                return Err(PlanError::DpReplicasSingleRank {
-                    replicas: r.dp_replicas,
-                    what: "expert data-parallel ranks (GPUs of a stage / (ep x etp))",
-                    ranks: u64::from(expert_dp),
-                });
-            }
+            // A copy of the experts' states may sit on one rank (expert DP = copies, as with ep =
+            // the GPUs of a node and one copy per node): Megatron-Core asserts only the division,
+            // and that copy's experts are then all-reduced whole across the copies while the
+            // dense states stay sharded.
             if !expert_dp.is_multiple_of(r.dp_replicas) {
                 return Err(PlanError::DpReplicasExpertDp {
                     replicas: r.dp_replicas,

@@ -443,7 +443,10 @@ pub fn dp_traffic(
     let m = f64::from(plan.num_microbatches);
     let rs = Collective::ReduceScatter;
     let ag = Collective::AllGather;
-    let bucket = grad_bucket_params(d).min(params_per_gpu) * grad_bytes;
+    // Megatron-LM sizes its buckets by the whole DP×CP group, copies of the sharded states or not
+    // (megatron/training/training.py `resolve_ddp_bucket_size`: max(40M, 1M·dp_cp)), while each
+    // bucket is reduce-scattered within one copy.
+    let bucket = grad_bucket_params(d.max(1) * replicas).min(params_per_gpu) * grad_bytes;
     let counts = sharded_collectives(training, plan);
     let after_schedule = reduces_after_pipeline_schedule(training, plan);
     // The all-reduce of each reduced shard across the copies (none with one copy).

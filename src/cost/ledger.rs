@@ -938,12 +938,13 @@ pub fn ledger(
         ),
     ] {
         let d = groups.get(kind).size;
-        if d <= 1 || share <= 0.0 {
+        // Several copies of the sharded states: each reduce-scatter's shard is all-reduced across
+        // the copies (`comm::dp_traffic`), also where a copy of the experts' states is one rank
+        // (no reduce-scatter within it, the whole expert gradients all-reduced).
+        let replicas = groups.get(replica_kind).size;
+        if share <= 0.0 || (d <= 1 && (plan.zero == 0 || replicas <= 1)) {
             continue;
         }
-        // Several copies of the sharded states: each reduce-scatter's shard is all-reduced across
-        // the copies (`comm::dp_traffic`).
-        let replicas = groups.get(replica_kind).size;
         if plan.zero >= 1 && replicas > 1 {
             let reductions = comm::sharded_collectives(training, plan).reduce_scatters;
             let per_micro_batch =
@@ -964,8 +965,11 @@ pub fn ledger(
                 },
                 reductions,
                 replicas,
-                share * training.grad_dtype.bytes() / f64::from(d),
+                share * training.grad_dtype.bytes() / f64::from(d.max(1)),
             );
+        }
+        if d <= 1 {
+            continue;
         }
         let grads = share * training.grad_dtype.bytes();
         let weights = share * gather_bytes;
@@ -1684,7 +1688,8 @@ mod tests {
             ("mixtral-8x7b", &mixtral, TrainingFramework::MegatronCore),
         ] {
             let training = training(8192, 64, framework);
-            for (tp, pp, ep) in [(1, 1, 1), (2, 2, 1), (1, 2, 2)] {
+            // (1, 1, 8) with 4 copies: each copy of the experts' states is one rank.
+            for (tp, pp, ep) in [(1, 1, 1), (2, 2, 1), (1, 2, 2), (1, 1, 8)] {
                 if ep > 1 && model.moe.is_none() {
                     continue;
                 }

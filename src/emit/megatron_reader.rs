@@ -222,9 +222,19 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     // Megatron-Core's partial distributed optimizer: copies of the sharded states
     // (megatron/core/parallel_state.py; meaningful with --use-distributed-optimizer or
     // Megatron-FSDP, which `ParallelPlan::build` checks through the ZeRO stage read above).
-    let dp_replicas = p
+    let mut dp_replicas = p
         .number("num-distributed-optimizer-instances")?
         .unwrap_or(1);
+    // torch FSDP2 in Megatron-LM shards over the whole dp-cp group whatever the instances say
+    // (megatron/core/distributed/torch_fully_sharded_data_parallel.py builds its DeviceMesh from
+    // `get_data_parallel_group(with_context_parallel=True)`; only the distributed optimizer and
+    // Megatron-FSDP read `num_distributed_optimizer_instances`): one copy, said in a note.
+    if dp_replicas > 1 && p.switch("use-torch-fsdp2") {
+        notes.push(format!(
+            "--num-distributed-optimizer-instances {dp_replicas} is ignored under --use-torch-fsdp2 (Megatron-LM's torch FSDP2 shards over the whole data-parallel group; only the distributed optimizer and --use-megatron-fsdp keep several copies): priced as one copy"
+        ));
+        dp_replicas = 1;
+    }
     // megatron/training/arguments.py `--torch-fsdp2-no-reshard-after-forward` (dest
     // torch_fsdp2_reshard_after_forward, store_false), read by training.py only for torch FSDP2.
     let keeps_gathered = p.switch("torch-fsdp2-no-reshard-after-forward");
