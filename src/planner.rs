@@ -234,15 +234,13 @@ pub fn enumerate(
                 }
                 let replicas = dp_replica_choices(cluster, tp, cp, dp, options.pins.dp_replicas);
                 for (ep, etp) in expert_degrees(model, tp, tp * cp * dp, options.pins.etp) {
-                    // Experts' states split into as many copies, each of two ranks or more.
+                    // Experts' states split into as many copies (one rank each at least: the
+                    // expert gradients are then all-reduced whole across the copies).
                     let expert_dp = tp * cp * dp / (ep * etp).max(1);
                     let replicas: Vec<u32> = replicas
                         .iter()
                         .copied()
-                        .filter(|&r| {
-                            model.moe.is_none()
-                                || (expert_dp.is_multiple_of(r) && (r == 1 || expert_dp / r >= 2))
-                        })
+                        .filter(|&r| model.moe.is_none() || expert_dp.is_multiple_of(r))
                         .collect();
                     push_pipeline_variants(
                         &mut requests,

@@ -59,7 +59,7 @@ fn sweep_names_each_quantity_as_plan_json_does() {
         best["memory"]["capacity_bytes"]
     );
     assert_eq!(row["search"]["candidates"], plan["search"]["candidates"]);
-    assert_eq!(row["search"]["candidates"], 38092);
+    assert_eq!(row["search"]["candidates"], 29836);
     assert_eq!(row["search"]["feasible"], plan["search"]["feasible"]);
     assert_eq!(row["time_to_train_s"], best["time_to_train_s"]);
     let free = row["memory"]["free_bytes"].as_f64().unwrap();
@@ -94,7 +94,7 @@ fn sweep_names_each_quantity_as_plan_json_does() {
     assert!((cell("time.step_s") - step).abs() < 1e-4, "{}", lines[1]);
     let total = best["memory"]["total_bytes"].as_f64().unwrap();
     assert!((cell("memory.total_bytes") - total).abs() <= 1.0);
-    assert_eq!(cell("search.candidates"), 38092.0);
+    assert_eq!(cell("search.candidates"), 29836.0);
     let train = best["time_to_train_s"].as_f64().unwrap();
     assert!((cell("time_to_train_s") - train).abs() <= 1.0);
     assert!(!lines[0].contains("step_time_s"), "{}", lines[0]);
@@ -262,9 +262,9 @@ fn sweep_table_counts_candidates_as_plan_does() {
         .lines()
         .find(|l| l.starts_with("sweep over nodes:"))
         .unwrap();
-    assert!(line.contains("(514788 candidates searched in "), "{line}");
+    assert!(line.contains("(430566 candidates searched in "), "{line}");
     assert!(!line.contains("evaluated"), "{line}");
-    // `plan` prints the same count for the same point, 26,379 of them invalid splits.
+    // `plan` prints the same count for the same point, 22,314 of them invalid splits.
     let plan = json(&[
         "plan",
         "--model",
@@ -281,10 +281,10 @@ fn sweep_table_counts_candidates_as_plan_does() {
         "--format",
         "json",
     ]);
-    assert_eq!(plan["search"]["candidates"], 514788);
+    assert_eq!(plan["search"]["candidates"], 430566);
     assert_eq!(
         plan["search"]["infeasible_by_reason"]["invalid_plan"],
-        26379
+        22314
     );
 }
 
