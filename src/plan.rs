@@ -593,12 +593,14 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--dp-replicas {replicas} leaves each copy of the sharded states on one rank ({what} = {ranks}): that is plain data parallelism, --zero 0; give a --dp-replicas of at most {ranks} / 2"
+        "--dp-replicas {replicas} leaves each copy of the sharded states on one rank ({what} = {ranks}): that is plain data parallelism, --zero 0; give a --dp-replicas that leaves each copy 2 or more ranks, valid: {valid}"
     )]
     DpReplicasSingleRank {
         replicas: u32,
         what: &'static str,
         ranks: u64,
+        /// The copies that leave each 2 or more ranks (1: no copies, drop the flag).
+        valid: String,
     },
     #[error(
         "--dp-replicas {replicas} does not divide the {expert_dp} expert data-parallel ranks (GPUs of a stage / (ep x etp)) that shard the experts' states: Megatron-Core splits them into the same number of copies (parallel_state.py asserts expert_data_parallel_size % num_distributed_optimizer_instances == 0); valid: {valid}"
@@ -942,6 +944,10 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
                     replicas: r.dp_replicas,
                     what: "expert data-parallel ranks (GPUs of a stage / (ep x etp))",
                     ranks: u64::from(expert_dp),
+                    valid: copies_of_two_or_more(
+                        crate::integer::gcd(u64::from(expert_dp), u64::from(r.dp)) as u32,
+                        u64::from(expert_dp),
+                    ),
                 });
             }
             if !expert_dp.is_multiple_of(r.dp_replicas) {
@@ -956,6 +962,20 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
         }
     }
     Ok(())
+}
+
+/// The copies (divisors of `divides`) that leave each of `ranks` copies' shards 2 or more ranks,
+/// listed for a fix (`1 (no copies: drop --dp-replicas)` where none does).
+fn copies_of_two_or_more(divides: u32, ranks: u64) -> String {
+    let valid: Vec<u32> = divisors(divides)
+        .into_iter()
+        .filter(|&d| d == 1 || ranks / u64::from(d) >= 2)
+        .collect();
+    if valid == [1] {
+        "1 (no copies: drop --dp-replicas)".to_string()
+    } else {
+        list(valid)
+    }
 }
 
 /// Every degree at least 1, a real ZeRO stage, and degrees whose product is the cluster.
@@ -1003,6 +1023,7 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
             replicas: r.dp_replicas,
             what: "dp x cp",
             ranks: data_ranks,
+            valid: copies_of_two_or_more(r.dp, data_ranks),
         });
     }
     let gpus = cluster.total_gpus();
