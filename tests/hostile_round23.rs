@@ -409,3 +409,47 @@ fn runs_that_pair_with_none_are_said() {
     ));
     assert!(line.starts_with("order: 1 pair of runs "), "{line}");
 }
+
+/// `compare` of two saved plans that differ only in their copies of the sharded states named the
+/// term that moved ("DP gradient reduction 0.1 points less") but not why, where a ZeRO stage or
+/// dp difference is named beside it. The copies are named.
+#[test]
+fn compare_names_the_copies_behind_the_dp_term() {
+    let dir = scratch("round23", "compare-copies");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "256",
+            "--top",
+            "1",
+            "--dp-replicas",
+            "2",
+            "--save",
+            "two.yaml",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let two = std::fs::read_to_string(dir.join("two.yaml")).unwrap();
+    std::fs::write(
+        dir.join("one.yaml"),
+        two.replacen("dp_replicas: 2", "dp_replicas: 1", 1),
+    )
+    .unwrap();
+    let r = run_in(
+        &dir,
+        &["compare", "--plan", "two.yaml", "--plan", "one.yaml"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let verdict = r.stdout.lines().last().unwrap_or_default();
+    assert!(
+        verdict.contains("DP gradient reduction")
+            && verdict.contains("(copies of the sharded states 1 against 2)"),
+        "{verdict}"
+    );
+}
