@@ -159,7 +159,7 @@ pub fn whole_number_spelling_line(
 }
 
 /// The degrees `plan` pins and `eval` sets; `sweep`, `compare` and `report` take none of them.
-const PLAN_DEGREE_FLAGS: [&str; 9] = [
+const PLAN_DEGREE_FLAGS: [&str; 10] = [
     "--tp",
     "--pp",
     "--dp",
@@ -169,6 +169,7 @@ const PLAN_DEGREE_FLAGS: [&str; 9] = [
     "--vpp",
     "--micro-batch",
     "--zero",
+    "--dp-replicas",
 ];
 
 /// `sweep --tp 8` (or `compare`, `report`): clap's "unexpected argument" offered a look-alike

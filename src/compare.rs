@@ -263,7 +263,8 @@ fn figure(x: f64) -> String {
 
 /// The plan difference that moves a term, in the cost model's terms: GEMM shapes and recompute
 /// for compute, (p−1)/(v·m) for the bubble (Narayanan et al. 2021 §2.2), the TP group and its
-/// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage and dp for DP.
+/// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage, dp and the copies of the
+/// sharded states for DP.
 fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
     let (f, s) = (&fast.plan, &slow.plan);
     let pair = |what: &str, a: String, b: String| Some(format!("{what} {a} against {b}"));
@@ -346,6 +347,13 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
         "DP gradient reduction" | "DP parameter gathers" if f.dp != s.dp => {
             pair("dp", f.dp.to_string(), s.dp.to_string())
         }
+        // Each copy of the sharded states reduces within itself, then all-reduces its shard
+        // across the copies (`ParallelPlan::dp_replicas`).
+        "DP gradient reduction" | "DP parameter gathers" if f.dp_replicas != s.dp_replicas => pair(
+            "copies of the sharded states",
+            f.dp_replicas.to_string(),
+            s.dp_replicas.to_string(),
+        ),
         _ => None,
     }
 }

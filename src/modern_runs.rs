@@ -89,6 +89,10 @@ pub enum RunsFileError {
         id: String,
         first: usize,
     },
+    #[error(
+        "{origin}: runs: lists no runs, so there is nothing to predict; add runs under runs: (each - id: with source, model, hardware, plan and results, as in validation/modern_runs.yaml)"
+    )]
+    NoRuns { origin: String },
     #[error("{origin}: run {id}: {message}")]
     Number {
         origin: String,
@@ -121,6 +125,12 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
     specs::check_number_spellings(origin, text)?;
     let mut file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, text, &err))?;
+    // An empty list printed an empty table and exit 0, as if every run had been checked.
+    if file.runs.is_empty() {
+        return Err(RunsFileError::NoRuns {
+            origin: origin.to_string(),
+        });
+    }
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
     for run in &mut file.runs {
         let results = &run.results;

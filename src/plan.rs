@@ -593,12 +593,14 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--dp-replicas {replicas} leaves each copy of the sharded states on one rank ({what} = {ranks}): that is plain data parallelism, --zero 0; give a --dp-replicas of at most {ranks} / 2"
+        "--dp-replicas {replicas} leaves each copy of the sharded states on one rank ({what} = {ranks}): that is plain data parallelism, --zero 0; give a --dp-replicas that leaves each copy 2 or more ranks, valid: {valid}"
     )]
     DpReplicasSingleRank {
         replicas: u32,
         what: &'static str,
         ranks: u64,
+        /// The copies that leave each 2 or more ranks (1: no copies, drop the flag).
+        valid: String,
     },
     #[error(
         "--dp-replicas {replicas} does not divide the {expert_dp} expert data-parallel ranks (GPUs of a stage / (ep x etp)) that shard the experts' states: Megatron-Core splits them into the same number of copies (parallel_state.py asserts expert_data_parallel_size % num_distributed_optimizer_instances == 0); valid: {valid}"
@@ -955,6 +957,20 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
     Ok(())
 }
 
+/// The copies (divisors of `divides`) that leave each of `ranks` copies' shards 2 or more ranks,
+/// listed for a fix (`1 (no copies: drop --dp-replicas)` where none does).
+fn copies_of_two_or_more(divides: u32, ranks: u64) -> String {
+    let valid: Vec<u32> = divisors(divides)
+        .into_iter()
+        .filter(|&d| d == 1 || ranks / u64::from(d) >= 2)
+        .collect();
+    if valid == [1] {
+        "1 (no copies: drop --dp-replicas)".to_string()
+    } else {
+        list(valid)
+    }
+}
+
 /// Every degree at least 1, a real ZeRO stage, and degrees whose product is the cluster.
 fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
     for (what, value) in [
@@ -1000,6 +1016,7 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
             replicas: r.dp_replicas,
             what: "dp x cp",
             ranks: data_ranks,
+            valid: copies_of_two_or_more(r.dp, data_ranks),
         });
     }
     let gpus = cluster.total_gpus();

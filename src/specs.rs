@@ -474,7 +474,7 @@ fn number_type_fix(message: &str, expected_type: Option<&str>) -> Option<String>
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-pub(crate) const POSITIVE_KEYS: [&str; 31] = [
+pub(crate) const POSITIVE_KEYS: [&str; 32] = [
     // A published-runs file's plan and hardware (validation/modern_runs.yaml).
     "num_gpus",
     "vp",
@@ -489,6 +489,7 @@ pub(crate) const POSITIVE_KEYS: [&str; 31] = [
     "cp",
     "ep",
     "etp",
+    "dp_replicas",
     "nodes",
     "gpus_per_node",
     "nvlink_domain_gpus",

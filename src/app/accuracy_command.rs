@@ -273,10 +273,33 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                 );
             }
             let order = crate::modern_runs::pair_order(&file.runs, &rows);
-            if order.pairs() > 0 {
+            let predicted = rows.iter().filter(|r| r.error.is_some()).count();
+            if order.pairs() == 0 && predicted > 1 {
+                // Said, not left out: a file whose runs name no source could not tell why the
+                // line it expects is missing.
+                let unnamed = file
+                    .runs
+                    .iter()
+                    .filter(|r| r.source.reference.is_none() || r.model_key.is_none())
+                    .count();
                 println!(
-                    "order: {} pairs of runs (one model on the same GPUs in one published table) published more than {:.0}% apart; tpsim puts the faster first in {}: {} of {} at one precision (plan or settings differ), {} of {} across precisions",
+                    "order: no pair of runs to order (a pair is two predicted runs of one model_key on the same GPUs and GPU count, sequence length and global batch, from one source ref, path and commit_or_version, published more than {:.0}% apart){}",
+                    100.0 * crate::modern_runs::PUBLISHED_GAP,
+                    match unnamed {
+                        0 => String::new(),
+                        n => format!(
+                            "; {n} of the {} runs {} no source.ref or model_key, so {} with none",
+                            rows.len(),
+                            if n == 1 { "has" } else { "have" },
+                            if n == 1 { "it pairs" } else { "they pair" }
+                        ),
+                    }
+                );
+            } else if order.pairs() > 0 {
+                println!(
+                    "order: {} {} of runs (one model on the same GPUs in one published table) published more than {:.0}% apart; tpsim puts the faster first in {}: {} of {} at one precision (plan or settings differ), {} of {} across precisions",
                     order.pairs(),
+                    if order.pairs() == 1 { "pair" } else { "pairs" },
                     100.0 * crate::modern_runs::PUBLISHED_GAP,
                     order.ordered(),
                     order.same_precision_ordered,

@@ -46,6 +46,7 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ("--etp", args.etp.map(Some)),
         ("--zero", args.zero.map(|z| Some(u32::from(z)))),
         ("--recompute-num-layers", recompute_layers),
+        ("--dp-replicas", args.dp_replicas.map(Some)),
         (
             "--sequence-parallel",
             args.sequence_parallel.map(|on| Some(u32::from(on))),
@@ -444,6 +445,24 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
             global_batch.div_ceil(dp) * dp
         )),
+        // ZeRO-0 is eval's default, not a stage the user typed: the message says so.
+        Err(PlanError::DpReplicasWithoutZero { replicas })
+            if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
+        {
+            Err(anyhow!(
+                "--dp-replicas {replicas} needs ZeRO, and --zero was not given, so eval takes ZeRO-0 (as Megatron-LM without --use-distributed-optimizer), where every data-parallel rank holds a whole copy of the states and there is nothing to keep in fewer copies; give --zero 1, 2 or 3 (or --use-distributed-optimizer), or drop --dp-replicas"
+            ))
+        }
+        // `--emit deepspeed` chose DeepSpeed, which the error's fix (`--framework megatron-core`)
+        // would leave its configuration with no framework to run on: the fix is another emit.
+        Err(PlanError::DpReplicasFramework { replicas, .. })
+            if args.emit == Some(crate::cli::EmitTarget::Deepspeed)
+                && args.training.framework == Some(crate::cli::FrameworkArg::Deepspeed) =>
+        {
+            Err(anyhow!(
+                "--emit deepspeed with --dp-replicas {replicas}: DeepSpeed keeps its sharded states in groups only through MiCS (mics_shard_size), which tpsim does not model; give --dp-replicas 1, or --emit megatron (--num-distributed-optimizer-instances {replicas})"
+            ))
+        }
         // The expert TP follows --tp when the user gave no --etp (and no file or line set it).
         Err(e) if etp_follows_tp => Err(super::plan_error_words::with_etp_from_tp(e, request.tp)),
         Err(e) => Err(e.into()),

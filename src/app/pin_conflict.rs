@@ -140,6 +140,16 @@ pub(super) fn explain(
             {
                 return Some(rule);
             }
+            if let Some(replicas) = options
+                .pins
+                .dp_replicas
+                .filter(|_| pin.flag == "--dp-replicas")
+                && let Some(reason) = dp_replicas_pin_reason(
+                    model, cluster, training, options, replicas, pin.others, &given,
+                )
+            {
+                return Some(reason);
+            }
             // An uneven split or TP across nodes may be all the pin needs.
             for (allowed, flag) in [
                 (options.allow_uneven_pp, "--allow-uneven-pp"),
@@ -315,6 +325,76 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
         ));
     }
     None
+}
+
+/// A pinned `--dp-replicas` that admits no plan: the framework's rule where it keeps no copies at
+/// any ZeRO stage the search may try (DeepSpeed, 2021 Megatron-LM), as `eval` says it; else the
+/// copies that do admit plans beside the other pins. The unpinned search offers only copies that
+/// each fit an NVLink domain (`planner::dp_replica_choices`), but a pin takes any count that
+/// splits dp into copies of 2 or more ranks, so offering the unpinned search's values left out
+/// pins that run (`--dp-replicas 3` was offered 1, 2, 4 where 8 and 16 find plans). None where
+/// no count finds a plan with the other pins (the caller says so).
+fn dp_replicas_pin_reason(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+    replicas: u32,
+    others: Pins,
+    given: &[Pin],
+) -> Option<String> {
+    let framework = training.framework;
+    let stages: Vec<u8> = match options.pins.zero {
+        Some(zero) => vec![zero],
+        None => (1..=3).filter(|&z| framework.runs_zero_stage(z)).collect(),
+    };
+    if let Some((rule, fix)) = stages
+        .iter()
+        .map(|&zero| framework.dp_replicas_refusal(zero))
+        .collect::<Option<Vec<_>>>()
+        .and_then(|refusals| refusals.first().copied())
+    {
+        return Some(
+            crate::plan::PlanError::DpReplicasFramework {
+                replicas,
+                framework: framework.as_str(),
+                rule,
+                fix,
+            }
+            .to_string(),
+        );
+    }
+    let valid: Vec<String> = crate::plan::divisors(cluster.total_gpus())
+        .into_iter()
+        .filter(|&r| r != replicas)
+        .filter(|&r| {
+            let pins = Pins {
+                dp_replicas: Some(r),
+                ..others
+            };
+            !search(model, cluster, training, SearchOptions { pins, ..options })
+                .ranked
+                .is_empty()
+        })
+        .map(|r| r.to_string())
+        .collect();
+    if valid.is_empty() {
+        return None;
+    }
+    let with: Vec<String> = given
+        .iter()
+        .filter(|p| p.flag != "--dp-replicas")
+        .map(|p| format!(" {} {}", p.flag, p.value))
+        .collect();
+    Some(format!(
+        "--dp-replicas {replicas} admits no valid plan for this model and cluster (each copy of the sharded states is sharded over dp x cp / N ranks, so N must divide dp and leave each copy 2 or more ranks; {}the search finds plans with --dp-replicas {}); pin one of those or drop --dp-replicas",
+        if with.is_empty() {
+            String::new()
+        } else {
+            format!("with{} ", with.concat())
+        },
+        valid.join(", ")
+    ))
 }
 
 /// `--reshard-after-forward false` under a framework that cannot keep ZeRO-3's gathered

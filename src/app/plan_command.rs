@@ -299,6 +299,18 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         pins: pins_of_args(&args.pins, &args.training.recompute_modules)?,
     };
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
+    // Pinned copies the configuration cannot write make every plan of the search unwritable: an
+    // input error, as `eval --emit` says it for its one plan (it was exit 1, "none of the plans
+    // that fit can run", with the other reasons of plans the pin never let through).
+    if let (Some(target), Some(replicas)) = (args.emit, options.pins.dp_replicas)
+        && let Some(why) =
+            super::emit_commands::framework_of(target).dp_replicas_unsupported(replicas)
+    {
+        bail!(
+            "--emit {}: {why}",
+            super::emit_commands::target_name(target)
+        );
+    }
     if let Some(n) = options.pins.recompute_num_layers
         && !scenario.training.framework.recomputes_some_layers()
     {

@@ -56,7 +56,7 @@ struct FileValue {
 }
 
 /// A plan's degrees and counts: the `eval` flag that sets each, and its key in a plan file.
-const PLAN_KEYS: [(&str, &str); 10] = [
+const PLAN_KEYS: [(&str, &str); 11] = [
     ("--tp", "tp"),
     ("--pp", "pp"),
     ("--dp", "dp"),
@@ -67,6 +67,7 @@ const PLAN_KEYS: [(&str, &str); 10] = [
     ("--etp", "etp"),
     ("--zero", "zero"),
     ("--recompute-num-layers", "recompute_num_layers"),
+    ("--dp-replicas", "dp_replicas"),
 ];
 
 /// The scenario's counts: the flag that sets each (over a plan file's key), and the file's key.
@@ -90,6 +91,7 @@ fn plan_value(plan: &crate::plan::PlanRequest, key: &str) -> u32 {
         "ep" => plan.ep,
         "etp" => plan.etp,
         "zero" => u32::from(plan.zero),
+        "dp_replicas" => plan.dp_replicas,
         _ => plan.recompute_num_layers,
     }
 }

@@ -711,7 +711,6 @@ impl MegatronLaunch {
             stage_split: given_split,
             dp_replicas: self.dp_replicas,
             reshard_after_forward: self.reshard_after_forward,
-            ..PlanRequest::default()
         })
     }
 

@@ -294,6 +294,25 @@ impl Framework {
         })
     }
 
+    /// Why the configuration cannot keep the sharded states in `replicas` copies (None where it
+    /// can, or where there is one copy): `unsupported` for a plan, and `plan`'s refusal of a pinned
+    /// `--dp-replicas` before a search whose every plan would be refused.
+    pub fn dp_replicas_unsupported(self, replicas: u32) -> Option<String> {
+        match self {
+            // NeMo 1.x's megatron_gpt_config.yaml has no key for Megatron-Core's distributed
+            // optimizer instances that tpsim can vouch for.
+            Framework::Nemo if replicas > 1 => Some(format!(
+                "{replicas} copies of the sharded states (--dp-replicas) have no NeMo 1.x model-config setting tpsim can vouch for; use --emit megatron (--num-distributed-optimizer-instances) or --emit megatron-bridge (ddp.num_distributed_optimizer_instances)"
+            )),
+            // DeepSpeed shards in groups only through MiCS (`mics_shard_size`), which tpsim does not
+            // model; the search does not propose such plans under --framework deepspeed.
+            Framework::DeepSpeed if replicas > 1 => Some(format!(
+                "{replicas} copies of the sharded states (--dp-replicas) would be DeepSpeed's MiCS (mics_shard_size), which tpsim does not model; use --dp-replicas 1"
+            )),
+            _ => None,
+        }
+    }
+
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
     /// `None` when it can: first a plan evaluated for another framework, then what the
     /// configuration cannot express.
@@ -443,18 +462,9 @@ impl Framework {
                     training.cp_exchange.as_str()
                 ))
             }
-            // NeMo 1.x's megatron_gpt_config.yaml has no key for Megatron-Core's distributed
-            // optimizer instances that tpsim can vouch for.
-            Framework::Nemo if plan.dp_replicas > 1 => Some(format!(
-                "{} copies of the sharded states (--dp-replicas) have no NeMo 1.x model-config setting tpsim can vouch for; use --emit megatron (--num-distributed-optimizer-instances) or --emit megatron-bridge (ddp.num_distributed_optimizer_instances)",
-                plan.dp_replicas
-            )),
-            // DeepSpeed shards in groups only through MiCS (`mics_shard_size`), which tpsim does not
-            // model; the search does not propose such plans under --framework deepspeed.
-            Framework::DeepSpeed if plan.dp_replicas > 1 => Some(format!(
-                "{} copies of the sharded states (--dp-replicas) would be DeepSpeed's MiCS (mics_shard_size), which tpsim does not model; use --dp-replicas 1",
-                plan.dp_replicas
-            )),
+            _ if self.dp_replicas_unsupported(plan.dp_replicas).is_some() => {
+                self.dp_replicas_unsupported(plan.dp_replicas)
+            }
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),

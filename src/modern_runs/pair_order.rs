@@ -3,7 +3,7 @@
 //! release of a source's benchmark table), of one model on the same GPUs and GPU count, at one sequence length and global
 //! batch — what a user choosing between the two settings would compare — whose published tokens/s
 //! per GPU differ by more than [`PUBLISHED_GAP`]. tpsim orders the pair when its faster prediction
-//! is the faster measurement.
+//! is the faster measurement; a tie orders nothing.
 
 use serde::Serialize;
 
@@ -69,7 +69,9 @@ pub fn pair_order(runs: &[ModernRun], predictions: &[ModernPrediction]) -> PairO
             if !comparable(a, b) || (published_a / published_b).ln().abs() <= PUBLISHED_GAP {
                 continue;
             }
-            // A tie in tpsim's prediction orders nothing.
+            // A tie (the same prediction for both, as two runs tpsim cannot tell apart get) puts
+            // neither first: counted as ordered, it was ordered or not by which run the file
+            // lists first.
             let ordered = predicted_a != predicted_b
                 && (published_a > published_b) == (predicted_a > predicted_b);
             if a.plan.precision == b.plan.precision {
