@@ -206,9 +206,10 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
     // Several copies of the sharded states: one copy's ranks are consecutive in the DP×CP (or
     // expert-DP) order, the copies stride past them (Megatron-Core's intra- and inter-instance
     // groups, parallel_state.py).
+    // A plan's copies divide its expert-DP ranks too (`ParallelPlan::build`), so the experts
+    // take the same count.
     let replicas = plan.dp_replicas.max(1);
     let shard = plan.zero_shard_ranks();
-    let expert_dp = super::moe::expert_dp(plan);
     let expert_shard = super::moe::expert_shard_ranks(plan);
     Groups {
         items: [
@@ -222,7 +223,7 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
             make(
                 GroupKind::ExpertDpReplica,
                 etp * ep * expert_shard,
-                if expert_dp > 1 { replicas } else { 1 },
+                replicas,
                 false,
             ),
             make(GroupKind::ExpertTp, 1, etp, false),
