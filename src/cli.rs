@@ -461,6 +461,15 @@ pub struct TrainingArgs {
     /// Default: the framework's.
     #[arg(long, value_enum, value_name = "KIND")]
     pub cp_exchange: Option<CpExchangeArg>,
+    /// The pipeline schedule: 1f1b (PipeDream-Flush, interleaved over --vpp chunks when --vpp > 1;
+    /// every framework's), zbv (zero-bubble ZB-V, torchtitan's ZBVZeroBubble: two chunks per GPU
+    /// in a V, the weight gradients split from the backward to fill the bubble; needs --vpp 2) or
+    /// dualpipev (torchtitan's DualPipeV: the same V, DeepSeek's DualPipe order; needs --vpp 2 and
+    /// at least 2 x --pp micro-batches per schedule). zbv and dualpipev are torchtitan's only
+    /// (--framework torchtitan); `plan` then searches plans with pp 1 or vpp 2. Torchtitan's names
+    /// (ZBVZeroBubble, DualPipeV, Interleaved1F1B) are read too. Default: 1f1b
+    #[arg(long, value_name = "SCHEDULE", value_parser = crate::training::PipelineSchedule::parse)]
+    pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
     /// --recompute-granularity selective): one or more of core_attn, moe_act, layernorm,
     /// mla_up_proj, mlp, moe, shared_experts, separated by spaces or commas. Default: core_attn.

@@ -423,6 +423,22 @@ pub enum PlanError {
     },
     #[error("--vpp {vpp} needs pipeline parallelism (--pp > 1); use --vpp 1")]
     VppWithoutPp { vpp: u32 },
+    #[error(
+        "--pp-schedule {schedule} pipelines two model chunks per GPU in a V, so it needs --pp 2 or more (here --pp 1); give --pp, or drop --pp-schedule"
+    )]
+    VScheduleWithoutPipeline { schedule: &'static str },
+    #[error(
+        "--pp-schedule {schedule} runs exactly two model chunks per GPU in a V (PyTorch refuses any other count), but --vpp is {vpp}; give --vpp 2"
+    )]
+    VScheduleChunks { schedule: &'static str, vpp: u32 },
+    #[error(
+        "--pp-schedule dualpipev needs at least as many micro-batches per pipeline schedule as stages, 2 x --pp {pp} = {need} (PyTorch's ScheduleDualPipeV refuses fewer), but it runs {per_schedule}; raise --global-batch (or --local-batch), lower --micro-batch or --dp, or use --pp-schedule zbv"
+    )]
+    DualPipeVMicrobatches {
+        per_schedule: u32,
+        need: u32,
+        pp: u32,
+    },
     #[error("--vpp {vpp} does not divide the {per_stage} layers of each stage; valid: {valid}")]
     VppLayers {
         vpp: u32,
@@ -818,7 +834,9 @@ impl ParallelPlan {
         let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
-        check_interleaving(r, model, &stages, num_microbatches, schedule_runs)?;
+        check_v_schedule(r, training, num_microbatches / schedule_runs)?;
+        let v_shaped = training.pp_schedule.v_kind().is_some();
+        check_interleaving(r, model, &stages, num_microbatches, schedule_runs, v_shaped)?;
         Ok(ParallelPlan {
             tp: r.tp,
             pp: r.pp,
@@ -1668,6 +1686,40 @@ fn schedule_runs(
     Ok(replica_batch / local_batch)
 }
 
+/// The V-shaped schedules (`cost::v_schedule`): a pipeline, exactly two equal model chunks per
+/// GPU (PyTorch's `ScheduleZBVZeroBubble` and `ScheduleDualPipeV` raise "ZBV requires exactly 2
+/// stages per rank"), and for DualPipeV at least as many micro-batches per schedule as stages,
+/// 2·pp (its own `ValueError`). An uneven split takes the interleaved chunks (`check_interleaving`),
+/// placed in a V.
+fn check_v_schedule(
+    r: &PlanRequest,
+    training: &Training,
+    per_schedule: u32,
+) -> Result<(), PlanError> {
+    let schedule = training.pp_schedule;
+    let Some(kind) = schedule.v_kind() else {
+        return Ok(());
+    };
+    let name = schedule.as_str();
+    if r.pp < 2 {
+        return Err(PlanError::VScheduleWithoutPipeline { schedule: name });
+    }
+    if r.vpp != 2 {
+        return Err(PlanError::VScheduleChunks {
+            schedule: name,
+            vpp: r.vpp,
+        });
+    }
+    if kind == crate::cost::v_schedule::VKind::DualPipeV && per_schedule < 2 * r.pp {
+        return Err(PlanError::DualPipeVMicrobatches {
+            per_schedule,
+            need: 2 * r.pp,
+            pp: r.pp,
+        });
+    }
+    Ok(())
+}
+
 /// Interleaving: pipeline parallelism, chunks of whole layers, micro-batches a multiple of pp.
 fn check_interleaving(
     r: &PlanRequest,
@@ -1675,6 +1727,7 @@ fn check_interleaving(
     stages: &StageLayout,
     num_microbatches: u32,
     schedule_runs: u32,
+    v_shaped: bool,
 ) -> Result<(), PlanError> {
     if r.vpp > 1 {
         if r.pp == 1 {
@@ -1711,6 +1764,11 @@ fn check_interleaving(
                 per_stage,
                 valid: list(divisors(per_stage)),
             });
+        }
+        // The micro-batch multiple below is Megatron's and PyTorch's interleaved 1F1B's; the V
+        // schedules have their own rule (`check_v_schedule`).
+        if v_shaped {
+            return Ok(());
         }
         let per_schedule = num_microbatches / schedule_runs;
         if schedule_runs > 1 && !per_schedule.is_multiple_of(r.pp) {

@@ -896,6 +896,9 @@ pub struct PlanFile {
     /// Per-tensor FP8's scaling recipe (`--fp8-scaling`); the framework's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_scaling: Option<crate::training::Fp8Scaling>,
+    /// The pipeline schedule (`--pp-schedule`); 1F1B (interleaved with vpp > 1) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// Megatron-Core's selective recompute modules (`--recompute-modules`); the attention core
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

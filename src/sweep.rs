@@ -650,6 +650,7 @@ mod tests {
                 gpus_per_node: 8,
             },
             training: Training {
+                pp_schedule: crate::training::PipelineSchedule::OneFOneB,
                 seq_len: 2048,
                 global_batch: 1536,
                 grad_dtype: GradDtype::Bf16,

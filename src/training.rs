@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod pipeline_schedule;
 mod recompute_modules;
+pub use pipeline_schedule::PipelineSchedule;
 pub use recompute_modules::{RecomputeModule, RecomputeModules};
 
 /// Default sequences per step when `--global-batch` is not given: 1536 sequences of 2048 tokens,
@@ -1320,6 +1322,8 @@ pub struct Training {
     /// `torch.compile` makes of torchtitan's. Off, Megatron-Core rotates Q and K with separate
     /// PyTorch operators, about six times the bytes (`cost::compute::rope_bytes_per_token`).
     pub rope_fusion: bool,
+    /// The pipeline schedule (`--pp-schedule`; 1F1B, interleaved with `--vpp > 1`, by default).
+    pub pp_schedule: PipelineSchedule,
 }
 
 impl Training {
@@ -1379,6 +1383,7 @@ impl Training {
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
             rope_fusion: true,
+            pp_schedule: PipelineSchedule::OneFOneB,
         }
     }
 }

@@ -448,6 +448,7 @@ pub fn accuracy_with_skips(
             gpus_per_node: hw.gpus_per_node,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: m.seq_len,
             global_batch: run.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,
@@ -627,6 +628,7 @@ pub fn vtrain_cases(
             gpus_per_node,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: m.seq_len,
             global_batch: row.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,

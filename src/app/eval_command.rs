@@ -664,7 +664,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         plans: vec![estimate],
         details: vec![detail],
     };
-    let schedule_line = schedule_note(&simulated.summary, plan.pp);
+    let schedule_line = schedule_note(&simulated.summary, plan.pp, plan.vpp);
     if let Some(dir) = &args.report {
         let flag = if quiet { "--out" } else { "--report" };
         let options = SearchOptions {

@@ -335,6 +335,8 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         local_batch: None,
         cp_exchange: launch.cp_exchange,
         fp8_scaling: launch.precision.fp8_scaling,
+        // Megatron-LM runs 1F1B (interleaved with virtual stages) only.
+        pp_schedule: None,
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
         gradient_accumulation_fusion: (!launch.gradient_accumulation_fusion).then_some(false),

@@ -464,6 +464,8 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
             fp8_scaling: Some(scenario.training.fp8_scaling),
+            pp_schedule: Some(scenario.training.pp_schedule)
+                .filter(|s| *s != crate::training::PipelineSchedule::OneFOneB),
             // Written only for a plan that recomputes selectively, the one kind they describe:
             // `eval --plan` refuses modules beside another recompute, as a value it would drop.
             recompute_modules: scenario
@@ -597,7 +599,17 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             out.push('\n');
         }
         if r.plans.iter().any(|e| e.plan.pp > 1) {
-            out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+            let schedule = scenario.training.pp_schedule;
+            if schedule == crate::training::PipelineSchedule::OneFOneB {
+                out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+            } else {
+                out.push_str(&format!(
+                    "step times: pipelined plans use the simulated {} schedule (torchtitan's {}; two chunks per GPU in a V, rank 0 holding the first and the last with the output layer, the backward split into input and weight gradients); the search ranked on {}\n",
+                    schedule.words(2),
+                    schedule.torchtitan_name(2),
+                    schedule.closed_form_words()
+                ));
+            }
         }
         for note in &notes {
             out.push_str(note);

@@ -112,20 +112,22 @@ fn ratio_text(ratio: f64) -> String {
 }
 
 /// What `eval` says about the simulated schedule; a plan without a pipeline (pp 1) has none.
-pub fn schedule_note(s: &ScheduleSummary, pp: u32) -> String {
+pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
+    let name = s.schedule.words(vpp);
+    let closed = s.schedule.closed_form_words();
     if pp == 1 {
         return "pipeline schedule: none (pp 1: one stage runs every layer, no bubble)".to_string();
     }
     if let Some(blocks) = s.not_simulated_blocks {
         format!(
-            "pipeline schedule: not simulated ({blocks} forward and backward blocks, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio (p-1)/(v·m) = {}",
+            "pipeline schedule: not simulated ({blocks} forward and backward blocks of {name}, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio {closed} = {}",
             crate::cost::schedule::MAX_SIMULATED_BLOCKS,
             s.closed_form_step_s,
             ratio_text(s.closed_form_bubble_ratio)
         )
     } else if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated 1F1B step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs (p-1)/(v·m) = {}; all stages idle {:.2}% of their time",
+            "pipeline schedule: the simulated {name} step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs {closed} = {}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
@@ -142,7 +144,7 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32) -> String {
         )
     } else {
         format!(
-            "pipeline schedule: the simulated 1F1B step equals the closed form ({:.3} s; bubble ratio (p-1)/(v·m) = {})",
+            "pipeline schedule: the simulated {name} step equals the closed form ({:.3} s; bubble ratio {closed} = {})",
             s.closed_form_step_s,
             ratio_text(s.closed_form_bubble_ratio)
         )

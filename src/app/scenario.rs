@@ -1361,7 +1361,9 @@ pub(super) fn resolve_scenario(
     // refuses it below).
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
+    let pp_schedule = pp_schedule_of(framework, training_args, plan_file)?;
     let training = Training {
+        pp_schedule,
         fp8_scaling,
         local_batch,
         cp_exchange,
@@ -1799,4 +1801,28 @@ fn recompute_modules_of(
         .check_model(model)
         .map_err(|why| anyhow!("{origin}: {why}; drop that module"))?;
     Ok(Some(modules))
+}
+
+/// The pipeline schedule: the flag's, else the plan file's, else 1F1B. The V-shaped schedules are
+/// PyTorch's pipelining's (torch.distributed.pipelining.schedules), which torchtitan runs and
+/// Megatron-LM and DeepSpeed do not.
+fn pp_schedule_of(
+    framework: TrainingFramework,
+    training_args: &crate::cli::TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<crate::training::PipelineSchedule> {
+    use crate::training::PipelineSchedule;
+    let (schedule, from) = match (training_args.pp_schedule, saved.and_then(|f| f.pp_schedule)) {
+        (Some(s), _) => (s, format!("--pp-schedule {}", s.as_str())),
+        (None, Some(s)) => (s, format!("pp_schedule: {} in the plan file", s.as_str())),
+        (None, None) => return Ok(PipelineSchedule::OneFOneB),
+    };
+    if schedule != PipelineSchedule::OneFOneB && framework != TrainingFramework::Torchtitan {
+        bail!(
+            "{from} is PyTorch's {} schedule, which torchtitan runs and {} does not (it runs 1F1B, interleaved with --vpp > 1); add --framework torchtitan, or drop the schedule",
+            schedule.torchtitan_name(2),
+            framework.as_str()
+        );
+    }
+    Ok(schedule)
 }

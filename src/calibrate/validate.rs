@@ -244,6 +244,7 @@ mod tests {
             nodes: 1,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: model.seq_len,
             global_batch: 8,
             grad_dtype: GradDtype::Bf16,

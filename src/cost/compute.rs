@@ -446,6 +446,12 @@ pub struct LayerTime {
     /// Backward time of the dense MLP: twice its forward, plus the transposed copies of its
     /// re-gathered input and gathered output gradient (`cast::backward_transpose_bytes`).
     pub mlp_backward: f64,
+    /// Of `backward`, the weight-gradient GEMMs: one per linear, the forward GEMM's FLOPs
+    /// (Narayanan et al. 2021 §3.1), with its in-place accumulation (`wgrad_accumulation_s`). What a
+    /// split backward runs as its own block (Qi et al. 2024's W; `cost::v_schedule`).
+    pub weight_grad: f64,
+    /// The dense MLP's share of `weight_grad`, which an MoE layer replaces.
+    pub mlp_weight_grad: f64,
 }
 
 impl LayerTime {
@@ -799,6 +805,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         mlp_forward,
         mlp_backward: 2.0 * mlp_forward
             + (mlp_wgrad_extra_s + mlp_transposed_bytes / bandwidth) / gpu.framework_efficiency,
+        weight_grad: (linear_time + wgrad_extra_s) / gpu.framework_efficiency,
+        mlp_weight_grad: (mlp_gemms + mlp_wgrad_extra_s) / gpu.framework_efficiency,
     }
 }
 
@@ -846,6 +854,10 @@ pub fn output_layer_time(
         attention_forward: 0.0,
         mlp_forward: 0.0,
         mlp_backward: 0.0,
+        // The output GEMM's and the MTP projections' weight gradients.
+        weight_grad: ((1.0 + mtp) * gemm.time(cluster) + mtp * projection.time(cluster))
+            / cluster.gpu.framework_efficiency,
+        mlp_weight_grad: 0.0,
     }
 }
 

@@ -1187,6 +1187,7 @@ mod tests {
 
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len,
             global_batch,
             grad_dtype: GradDtype::Fp32,
@@ -1923,6 +1924,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: 2048,
             global_batch: 8,
             grad_dtype: GradDtype::Bf16,

@@ -26,6 +26,9 @@ pub enum Stage {
     Last,
     /// pp = 1: one stage holds everything.
     Only,
+    /// The first GPU of a V-shaped schedule (`cost::v_schedule`): it runs the first model chunk
+    /// and the last, so it holds the embedding, the output layer and the loss.
+    Ends,
 }
 
 impl Stage {
@@ -37,6 +40,7 @@ impl Stage {
             Stage::Middle => "a middle stage",
             Stage::Last => "last stage",
             Stage::Only => "the only stage",
+            Stage::Ends => "first GPU, holding the first and last chunks of the V",
         }
     }
 }
@@ -287,7 +291,7 @@ fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, moe_share: 
     };
     let last_layers = super::pipeline::last_stage_layers(model, plan);
     match stage {
-        Stage::Only => {
+        Stage::Only | Stage::Ends => {
             layers(last_layers)
                 + mtp
                 + model.word_embedding_params() / t
@@ -347,6 +351,7 @@ fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u3
     let on = |s: u32| layout.stage_mix_with_mtp(model, plan.pp, s).1;
     let moe_layers = match stage {
         Stage::First | Stage::Only => on(0),
+        Stage::Ends => v_ends_mix(model, plan).1,
         Stage::Last => on(plan.pp - 1),
         Stage::Middle => {
             // Most middle stages past a dense prefix are all MoE: stop at the first that is.
@@ -415,9 +420,28 @@ pub struct StageParams {
 fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
     match stage {
         Stage::Only | Stage::Last => super::pipeline::last_stage_layers(model, plan),
+        Stage::Ends => v_ends_mix(model, plan).0,
         Stage::First => plan.stages.first,
         Stage::Middle => plan.stages.middle_max,
     }
+}
+
+/// Transformer layers, and MoE layers among them, of the first GPU under a V schedule: model chunk
+/// 0 and the last, 2·pp − 1 (`v_schedule::virtual_stage`), with the MTP layers the last runs.
+fn v_ends_mix(model: &Model, plan: &ParallelPlan) -> (u32, u32) {
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let last = 2 * plan.pp.max(1) - 1;
+    let ([a, b], [c, d]) = (layout.range(0).into(), layout.range(last).into());
+    let [a, b, c, d]: [u32; 4] = [a, b, c, d];
+    let mtp_moe = if model.mtp_layer_is_moe() {
+        model.mtp_layers
+    } else {
+        0
+    };
+    (
+        b - a + d - c + model.mtp_layers,
+        model.moe_layers_between(a, b) + model.moe_layers_between(c, d) + mtp_moe,
+    )
 }
 
 /// Micro-batches' worth of activations a stage holds at the peak of its schedule: the warm-up
@@ -430,6 +454,16 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
 /// (Korthikanti et al. 2022 §4.2.3's factor 1 + (p − 1)/(p·v) times p), never more than m. m is
 /// one pipeline schedule's where the step runs several (`ParallelPlan::schedule_runs`).
 fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32) -> f64 {
+    // The V schedules hold the same on every rank (`v_schedule::peak_chunks_in_flight`: 2p chunks
+    // for ZB-V, 2p + 1 for DualPipeV, fewer with fewer micro-batches), each chunk half a stage.
+    if let (Some(kind), true) = (training.pp_schedule.v_kind(), plan.pp > 1) {
+        let chunks = match kind {
+            super::v_schedule::VKind::ZeroBubbleV => 2 * plan.pp,
+            super::v_schedule::VKind::DualPipeV => 2 * plan.pp + 1,
+        };
+        let m = plan.microbatches_per_schedule();
+        return f64::from(chunks.min(2 * m)) / 2.0;
+    }
     let (p, v, m) = (
         f64::from(plan.pp),
         f64::from(plan.vpp),
@@ -470,12 +504,12 @@ fn pipeline_buffer_bytes(
 ) -> f64 {
     let v = f64::from(plan.vpp);
     let m = f64::from(plan.microbatches_per_schedule());
-    let sending_chunks = v - if matches!(stage, Stage::Last) {
+    let sending_chunks = v - if matches!(stage, Stage::Last | Stage::Ends) {
         1.0
     } else {
         0.0
     };
-    let receiving_chunks = v - if matches!(stage, Stage::First) {
+    let receiving_chunks = v - if matches!(stage, Stage::First | Stage::Ends) {
         1.0
     } else {
         0.0
@@ -542,7 +576,9 @@ fn stage_memory(
         + (if expert_dp > 1.0 { expert_layer } else { 0.0 });
     let t = f64::from(plan.tp);
     let embedding_unit = match stage {
-        Stage::First | Stage::Only if dense_sharded => model.word_embedding_params() / t,
+        Stage::First | Stage::Only | Stage::Ends if dense_sharded => {
+            model.word_embedding_params() / t
+        }
         // The last stage's own embedding copy for the MTP layers (`stage_params`).
         Stage::Last if dense_sharded && keeps_mtp_embedding_copy(model) => {
             model.word_embedding_params() / t
@@ -550,7 +586,7 @@ fn stage_memory(
         _ => 0.0,
     };
     let output_unit = match stage {
-        Stage::Last | Stage::Only if dense_sharded && !model.tied_embeddings => {
+        Stage::Last | Stage::Only | Stage::Ends if dense_sharded && !model.tied_embeddings => {
             model.output_params() / t
         }
         _ => 0.0,
@@ -643,7 +679,7 @@ fn stage_memory(
     let sbh = f64::from(s) * f64::from(b) * h;
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
     let rank = match stage {
-        Stage::Only | Stage::First => 0,
+        Stage::Only | Stage::First | Stage::Ends => 0,
         Stage::Middle => 1,
         Stage::Last => plan.pp - 1,
     };
@@ -818,7 +854,7 @@ fn stage_memory(
         // The layer being recomputed holds its full activations during its backward.
         activations += kept;
     }
-    if matches!(stage, Stage::First | Stage::Only) {
+    if matches!(stage, Stage::First | Stage::Only | Stage::Ends) {
         // Embedding dropout mask, sbh per micro-batch in flight (Korthikanti et al. 2022 §4.3).
         if model.dropout {
             activations += sbh / sp_split * held;
@@ -829,7 +865,7 @@ fn stage_memory(
     }
     // Two transient peaks that never coincide: the loss on the last stage, and one layer's
     // attention backward under PyTorch's context-parallel ring; the larger one counts.
-    let loss_peak = if matches!(stage, Stage::Last | Stage::Only) {
+    let loss_peak = if matches!(stage, Stage::Last | Stage::Only | Stage::Ends) {
         // Final norm and output-layer input 4sbh (Korthikanti et al. 2022 §4.3, whose 4sbh/t
         // assumes sequence parallelism: without it every TP rank holds the whole s·b·h), and the
         // logits the loss kernel holds at its peak (fp32 4sbV/t for Megatron's, §4.3;
@@ -895,6 +931,11 @@ pub fn memory(
 ) -> Memory {
     if plan.pp == 1 {
         return stage_memory(model, cluster, training, plan, Stage::Only);
+    }
+    // Under a V schedule every rank holds as many chunks in flight and the same layers; the
+    // first also holds both ends of the model.
+    if training.pp_schedule.v_kind().is_some() {
+        return stage_memory(model, cluster, training, plan, Stage::Ends);
     }
     let mut worst = stage_memory(model, cluster, training, plan, Stage::First);
     let stages: &[Stage] = if plan.pp > 2 {

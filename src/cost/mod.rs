@@ -35,6 +35,7 @@ pub mod schedule;
 pub mod simulated;
 pub mod terms;
 pub mod torch_ring;
+pub mod v_schedule;
 
 use serde::Serialize;
 
@@ -169,6 +170,8 @@ struct StageTime {
     compute: f64,
     forward: f64,
     backward: f64,
+    /// Of `backward`, the weight-gradient GEMMs (`LayerTime::weight_grad`).
+    weight: f64,
     tp: f64,
     cp: f64,
     ep: f64,
@@ -178,6 +181,23 @@ struct StageTime {
 impl StageTime {
     fn total(&self) -> f64 {
         self.compute + self.tp + self.cp + self.ep + self.pp
+    }
+
+    /// One micro-batch's forward, input gradient and weight gradient with their exposed
+    /// communication, the communication shared in proportion to compute: the blocks a split
+    /// backward schedules (`v_schedule`).
+    fn split(&self) -> [f64; 3] {
+        let total = self.total();
+        let forward = if self.compute > 0.0 {
+            total * self.forward / self.compute
+        } else {
+            0.0
+        };
+        [
+            forward,
+            (total - forward - self.weight).max(0.0),
+            self.weight,
+        ]
     }
 }
 
@@ -483,6 +503,7 @@ pub(crate) fn unit_costs_at(
         let delta = moe_share * (moe_mlp - layer.mlp_forward);
         layer.forward += delta;
         layer.backward += moe_share * (moe_time.backward_s - layer.mlp_backward);
+        layer.weight_grad += moe_share * (moe_time.weight_grad_s - layer.mlp_weight_grad);
         if plan.recompute == Recompute::Full {
             layer.recompute += delta;
         }
@@ -932,6 +953,8 @@ struct StageTimes {
     slowest_layers: u32,
     /// The mean stage's per-micro-batch time (the bubble's unit).
     mean_total: f64,
+    /// The mean stage's forward, input gradient and weight gradient ([`StageTime::split`]).
+    mean_split: [f64; 3],
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
@@ -956,6 +979,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
             backward: n * (layer.backward + layer.recompute) + out.backward,
+            weight: n * layer.weight_grad + out.weight_grad,
             tp: n * costs.tp.exposed_s(),
             cp: n * costs.cp.exposed_s(),
             ep: costs.ep_layers(moe_layers) * costs.ep.exposed_s(),
@@ -978,6 +1002,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest_moe_layers: last_moe,
             slowest_costs: at,
             mean_total: only.total(),
+            mean_split: only.split(),
             max_layers: last_layers,
         };
     }
@@ -1032,6 +1057,10 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         slowest_moe_layers: stages[slowest].1,
         slowest_costs: at[slowest],
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
+        mean_split: {
+            let [a, b, c] = [first.split(), middle.split(), last.split()];
+            [0, 1, 2].map(|k| (a[k] + (p - 2.0) * b[k] + c[k]) / p)
+        },
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -1078,6 +1107,7 @@ pub fn evaluate(
         slowest_moe_layers,
         slowest_costs,
         mean_total,
+        mean_split,
         max_layers,
     } = stage_times(model, plan, &mut mix);
     let costs = mix.costs(slowest_costs);
@@ -1158,11 +1188,28 @@ pub fn evaluate(
 
     // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2),
     // once per pipeline schedule the step runs (torchtitan's gradient-accumulation steps).
-    let bubble_ratio = pipeline::bubble_ratio(plan.pp, plan.vpp, plan.microbatches_per_schedule());
-    let bubble_s = if plan.pp > 1 {
-        f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total
-    } else {
-        0.0
+    // The V schedules (two chunks per GPU, a split backward) leave the idle time of
+    // `v_schedule::v_bubble_s`, from one chunk's forward, input and weight gradient.
+    let bubble_s = match (plan.pp > 1, training.pp_schedule.v_kind()) {
+        (false, _) => 0.0,
+        (true, None) => f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total,
+        (true, Some(kind)) => {
+            let [forward, input, weight] = mean_split.map(|t| t / v);
+            f64::from(plan.schedule_runs)
+                * v_schedule::v_bubble_s(
+                    kind,
+                    plan.pp,
+                    plan.microbatches_per_schedule(),
+                    forward,
+                    input,
+                    weight,
+                )
+        }
+    };
+    // Idle over one stage's busy time: (p − 1)/(v·m) for the looped schedules.
+    let bubble_ratio = match training.pp_schedule.v_kind() {
+        Some(_) if plan.pp > 1 && mean_total > 0.0 => bubble_s / (m * mean_total),
+        _ => pipeline::bubble_ratio(plan.pp, plan.vpp, plan.microbatches_per_schedule()),
     };
     terms.set(Term::exposed(TermKind::Bubble, 0.0, bubble_s));
 

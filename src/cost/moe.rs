@@ -268,6 +268,9 @@ pub struct MoeMlpTime {
     /// (Transformer Engine's `_permute_kernel`/`_unpermute_kernel` swap in the backward;
     /// `sort_chunks_by_idxs` runs the inverse sort).
     pub backward_s: f64,
+    /// Of `backward_s`, the weight-gradient GEMMs (experts, shared experts, router) with their
+    /// in-place accumulation (`compute::LayerTime::weight_grad`).
+    pub weight_grad_s: f64,
 }
 
 /// [`moe_mlp_forward_s`] with its backward.
@@ -369,6 +372,12 @@ pub fn moe_mlp_time(
             + permute_s
             + epilogue_backward_s
             + (wgrad_extra_s + transposed_bytes / bandwidth) / gpu.framework_efficiency,
+        weight_grad_s: (linear(&up)
+            + linear(&down)
+            + router.time(cluster)
+            + shared
+            + wgrad_extra_s)
+            / gpu.framework_efficiency,
     }
 }
 
@@ -1653,6 +1662,7 @@ mod tests {
         let mlp = MoeMlpTime {
             forward_s: 4.0,
             backward_s: 8.0,
+            weight_grad_s: 4.0,
         };
         let wide = AttentionSide {
             forward_s: 3.0,

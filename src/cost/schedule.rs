@@ -9,7 +9,10 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
     Forward,
+    /// The backward, or under a split backward (`v_schedule`) its input-gradient part.
     Backward,
+    /// The weight-gradient part of a split backward (`v_schedule`); the looped schedules have none.
+    Weight,
 }
 
 /// One forward or backward pass of one micro-batch through one model chunk on one stage.
@@ -28,6 +31,9 @@ pub struct Block {
 pub struct StageCost {
     pub forward_s: f64,
     pub backward_s: f64,
+    /// Of `backward_s`, the weight-gradient GEMMs: what a split backward runs as its own block
+    /// (`v_schedule`); unused by the looped schedules.
+    pub weight_s: f64,
 }
 
 /// A simulated step.
@@ -52,7 +58,7 @@ fn virtual_step(k: u32, p: u32, v: u32, direction: Direction) -> (u32, u32) {
     let group = k / p % v;
     let chunk = match direction {
         Direction::Forward => group,
-        Direction::Backward => v - 1 - group,
+        Direction::Backward | Direction::Weight => v - 1 - group,
     };
     let microbatch = k / (p * v) * p + k % p;
     (chunk, microbatch)
@@ -110,6 +116,7 @@ fn dependency(
         Direction::Forward => Some(((virt - 1) % p, (virt - 1) / p, Direction::Forward)),
         Direction::Backward if virt == p * v - 1 => Some((stage, chunk, Direction::Forward)),
         Direction::Backward => Some(((virt + 1) % p, (virt + 1) / p, Direction::Backward)),
+        Direction::Weight => Some((stage, chunk, Direction::Backward)),
     }
 }
 
@@ -120,10 +127,9 @@ impl Schedule {
     /// run's.
     pub fn repeated(&self, runs: u32, microbatches_per_run: u32) -> Schedule {
         let runs = runs.max(1);
-        let p = self.busy_s.len().max(1);
-        let per_stage = self.blocks.len() / p;
         let mut blocks = Vec::with_capacity(self.blocks.len() * runs as usize);
-        for stage_blocks in self.blocks.chunks(per_stage.max(1)) {
+        // Stages may run different numbers of blocks (DualPipeV's full backwards).
+        for stage_blocks in self.blocks.chunk_by(|a, b| a.stage == b.stage) {
             for run in 0..runs {
                 let shift = f64::from(run) * self.step_s;
                 blocks.extend(stage_blocks.iter().map(|b| Block {
@@ -213,6 +219,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
                 let duration = match d {
                     Direction::Forward => cost.forward_s,
                     Direction::Backward => cost.backward_s,
+                    Direction::Weight => 0.0,
                 };
                 let start_s = free[su].max(ready);
                 let end_s = start_s + duration;
@@ -262,6 +269,7 @@ mod tests {
     const EQUAL: StageCost = StageCost {
         forward_s: 1.0,
         backward_s: 2.0,
+        weight_s: 1.0,
     };
 
     fn cases() -> Vec<(u32, u32, u32)> {
@@ -296,6 +304,7 @@ mod tests {
         stages[2] = StageCost {
             forward_s: 1.5,
             backward_s: 3.0,
+            weight_s: 1.5,
         };
         let slow = simulate(&stages, 1, m, 0.0).unwrap();
         let equal = simulate(&vec![EQUAL; p as usize], 1, m, 0.0).unwrap();
@@ -344,6 +353,7 @@ mod tests {
                 .map(|s| StageCost {
                     forward_s: 1.0 + 0.1 * f64::from(s),
                     backward_s: 2.0 + 0.3 * f64::from(s % 2),
+                    weight_s: 1.0,
                 })
                 .collect();
             let s = simulate(&stages, v, m, p2p).unwrap();
@@ -365,6 +375,7 @@ mod tests {
                     Direction::Backward => {
                         Some(((virt + 1) % p, (virt + 1) / p, Direction::Backward))
                     }
+                    Direction::Weight => unreachable!("looped schedules run no weight blocks"),
                 };
                 if let Some((ds, dc, dd)) = need {
                     let dep = by_key[&(ds, dc, b.microbatch, dd)];

@@ -27,6 +27,8 @@ use crate::training::Training;
 /// How the shown step time was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ScheduleSummary {
+    /// The schedule simulated (`--pp-schedule`).
+    pub schedule: crate::training::PipelineSchedule,
     /// True when the simulated step replaced the closed form (they differ by more than 1e-9 s·step).
     pub simulated_step_used: bool,
     pub closed_form_step_s: f64,
@@ -103,6 +105,60 @@ pub fn stage_costs(
         .collect()
 }
 
+/// One block pair of `layers` transformer layers (`moe_layers` of them MoE) at `costs`, with the
+/// output layer when `with_output`, per micro-batch, divided over `chunks` model chunks: its
+/// forward, backward and weight-gradient time with the exposed communication and one send each
+/// way, and the exposed EP all-to-all time the forward and backward hold.
+fn block_cost(
+    costs: &super::UnitCosts,
+    layers: u32,
+    moe_layers: u32,
+    with_output: bool,
+    chunks: f64,
+) -> (StageCost, (f64, f64)) {
+    let super::UnitCosts {
+        layer,
+        output,
+        tp,
+        cp,
+        ep,
+        pp_send_exposed_s: send,
+        ..
+    } = *costs;
+    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
+    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
+    let n = f64::from(layers);
+    let ep_layers = costs.ep_layers(moe_layers);
+    let (out_f, out_b, out_w) = if with_output {
+        (
+            output.forward,
+            output.backward + output.recompute,
+            output.weight_grad,
+        )
+    } else {
+        (0.0, 0.0, 0.0)
+    };
+    (
+        StageCost {
+            forward_s: (n * (layer.forward + comm_forward)
+                + ep_layers * ep.forward_exposed_s
+                + out_f)
+                / chunks
+                + send,
+            backward_s: (n * (layer.backward + layer.recompute + comm_backward)
+                + ep_layers * ep.backward_exposed_s
+                + out_b)
+                / chunks
+                + send,
+            weight_s: (n * layer.weight_grad + out_w) / chunks,
+        },
+        (
+            ep_layers * ep.forward_exposed_s / chunks,
+            ep_layers * ep.backward_exposed_s / chunks,
+        ),
+    )
+}
+
 /// [`stage_costs`], each stage with the exposed EP all-to-all time its forward and backward blocks
 /// hold (its own MoE layers': none on a stage of dense layers), for the timeline's strips.
 fn stage_costs_and_ep(
@@ -111,6 +167,22 @@ fn stage_costs_and_ep(
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<(StageCost, (f64, f64))> {
+    if training.pp_schedule.v_kind().is_some() && plan.pp > 1 {
+        // Per rank, the mean of its two chunks (the timeline's strips read them per rank).
+        return v_chunk_costs(model, cluster, training, plan)
+            .into_iter()
+            .map(|[(a, ea), (b, eb)]| {
+                (
+                    StageCost {
+                        forward_s: (a.forward_s + b.forward_s) / 2.0,
+                        backward_s: (a.backward_s + b.backward_s) / 2.0,
+                        weight_s: (a.weight_s + b.weight_s) / 2.0,
+                    },
+                    ((ea.0 + eb.0) / 2.0, (ea.1 + eb.1) / 2.0),
+                )
+            })
+            .collect();
+    }
     // Each stage at its own mix of dense and MoE layers (`MixCosts`).
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let v = f64::from(plan.vpp);
@@ -124,53 +196,44 @@ fn stage_costs_and_ep(
             let n = if s == last { n + model.mtp_layers } else { n };
             let moe_layers = super::stage_moe_layers(model, plan, s as u32);
             let at = mix.stage(n, moe_layers);
-            let costs = mix.costs(at);
-            let super::UnitCosts {
-                layer,
-                output,
-                tp,
-                cp,
-                ep,
-                pp_send_exposed_s: send,
-                ..
-            } = *costs;
-            // A layer's forward block carries its exposed forward TP and CP communication; its
-            // backward block the backward's (with the recompute forward's, which runs just before
-            // it). The EP all-to-alls are the stage's MoE layers' own (`UnitCosts::ep_layers`).
-            let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
-            let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
-            let n = f64::from(n);
-            let ep_layers = costs.ep_layers(moe_layers);
-            let (out_f, out_b) = if s == last {
-                (output.forward, output.backward + output.recompute)
-            } else {
-                (0.0, 0.0)
-            };
-            (
-                StageCost {
-                    forward_s: (n * (layer.forward + comm_forward)
-                        + ep_layers * ep.forward_exposed_s
-                        + out_f)
-                        / v
-                        + send,
-                    backward_s: (n * (layer.backward + layer.recompute + comm_backward)
-                        + ep_layers * ep.backward_exposed_s
-                        + out_b)
-                        / v
-                        + send,
-                },
-                (
-                    ep_layers * ep.forward_exposed_s / v,
-                    ep_layers * ep.backward_exposed_s / v,
-                ),
-            )
+            block_cost(mix.costs(at), n, moe_layers, s == last, v)
         })
         .collect()
 }
 
-/// Evaluates `plan` and refines its step time with the schedule simulation. Errors only when the
-/// simulator rejects the schedule (interleaving with m not a multiple of p, which `ParallelPlan`
-/// already refuses).
+/// Under a V schedule, the two chunks of every rank: rank r runs virtual stage r (chunk 0) and
+/// 2p − 1 − r (chunk 1, `v_schedule::virtual_stage`), each at its own layers and mix; the last
+/// virtual stage (rank 0's chunk 1) runs the MTP layers and the output layer.
+fn v_chunk_costs(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<[(StageCost, (f64, f64)); 2]> {
+    let mut mix = super::MixCosts::new(model, cluster, training, plan);
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let p = plan.pp;
+    let last = 2 * p - 1;
+    (0..p)
+        .map(|rank| {
+            [0, 1].map(|chunk| {
+                let vs = super::v_schedule::virtual_stage(rank, chunk, p);
+                let (start, end) = layout.range(vs);
+                let (mut layers, mut moe_layers) =
+                    (end - start, model.moe_layers_between(start, end));
+                if vs == last {
+                    layers += model.mtp_layers;
+                    if model.mtp_layer_is_moe() {
+                        moe_layers += model.mtp_layers;
+                    }
+                }
+                let at = mix.stage(layers, moe_layers);
+                block_cost(mix.costs(at), layers, moe_layers, vs == last, 1.0)
+            })
+        })
+        .collect()
+}
+
 pub fn simulate_plan(
     model: &Model,
     cluster: &Cluster,
@@ -184,10 +247,16 @@ pub fn simulate_plan(
             .unzip();
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
-    let blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
+    let looped_blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
+    // A split backward runs up to three blocks per chunk and micro-batch where 1F1B runs two.
+    let blocks = match training.pp_schedule.v_kind() {
+        Some(_) if plan.pp > 1 => looped_blocks / 2 * 3,
+        _ => looped_blocks,
+    };
     if blocks > MAX_SIMULATED_BLOCKS {
         return Ok(closed_form_only(
             model,
+            training,
             plan,
             closed,
             stages,
@@ -195,7 +264,17 @@ pub fn simulate_plan(
             blocks,
         ));
     }
-    let schedule = simulate(&stages, plan.vpp, per_run, 0.0)?.repeated(plan.schedule_runs, per_run);
+    let schedule = match training.pp_schedule.v_kind() {
+        Some(kind) if plan.pp > 1 => {
+            let chunks: Vec<[StageCost; 2]> = v_chunk_costs(model, cluster, training, plan)
+                .into_iter()
+                .map(|pair| pair.map(|(cost, _)| cost))
+                .collect();
+            super::v_schedule::simulate_v(&chunks, kind, per_run, 0.0)?
+        }
+        _ => simulate(&stages, plan.vpp, per_run, 0.0)?,
+    }
+    .repeated(plan.schedule_runs, per_run);
     let t = closed.time;
     let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
     let busy = closed.terms.pipeline_busy_s();
@@ -221,6 +300,7 @@ pub fn simulate_plan(
     let layers = layers_per_stage(model, plan);
     Ok(Simulated {
         summary: ScheduleSummary {
+            schedule: training.pp_schedule,
             simulated_step_used: differs,
             closed_form_step_s: t.step_s.0,
             simulated_step_s: if differs {
@@ -258,6 +338,7 @@ pub fn simulate_plan(
 /// schedule, and a summary that says so.
 fn closed_form_only(
     model: &Model,
+    training: &Training,
     plan: &ParallelPlan,
     closed: Estimate,
     stages: Vec<StageCost>,
@@ -268,6 +349,7 @@ fn closed_form_only(
     let layers = layers_per_stage(model, plan);
     Simulated {
         summary: ScheduleSummary {
+            schedule: training.pp_schedule,
             simulated_step_used: false,
             closed_form_step_s: t.step_s.0,
             simulated_step_s: t.step_s.0,
@@ -310,6 +392,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: 2048,
             global_batch: 64,
             grad_dtype: GradDtype::Bf16,
@@ -637,6 +720,7 @@ mod tests {
         let stage = StageCost {
             forward_s: 0.3,
             backward_s: 0.7,
+            weight_s: 0.3,
         };
         for (p, v, m) in [(4u32, 1u32, 8u32), (4, 2, 8), (8, 4, 16)] {
             let s = simulate(&vec![stage; p as usize], v, m, 0.0).unwrap();

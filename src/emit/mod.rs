@@ -932,6 +932,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,

@@ -35,9 +35,17 @@ pub fn block_colour(direction: Direction, chunk: u32) -> RGBColor {
         RGBColor(0x00, 0x6D, 0x2C),
         RGBColor(0xA1, 0xD9, 0x9B),
     ];
+    // ColorBrewer's YlOrBr: the weight-gradient blocks of a split backward (`v_schedule`).
+    const WGT: [RGBColor; 4] = [
+        RGBColor(0xEC, 0x70, 0x14),
+        RGBColor(0xFE, 0xC4, 0x4F),
+        RGBColor(0xCC, 0x4C, 0x02),
+        RGBColor(0xFE, 0xE3, 0x91),
+    ];
     match direction {
         Direction::Forward => FWD[chunk as usize % 4],
         Direction::Backward => BWD[chunk as usize % 4],
+        Direction::Weight => WGT[chunk as usize % 4],
     }
 }
 
@@ -81,6 +89,12 @@ pub(crate) fn gantt_svg(
     let cp_share = share_of_blocks(sim.estimate.time.cp_comm_exposed_s.0);
     // The EP all-to-alls are each stage's own MoE layers' (`Simulated::stage_ep_exposed_s`): a
     // stage of dense layers (DeepSeek-V3's first three) has none, a stage with more MoE layers more.
+    // A split backward (`v_schedule`) runs the weight gradients as blocks of their own.
+    let split_backward = sim
+        .schedule
+        .blocks
+        .iter()
+        .any(|b| b.direction == Direction::Weight);
     let ep_fraction = |stage: u32, direction: Direction| -> f64 {
         let (Some(&(ep_f, ep_b)), Some(cost)) = (
             sim.stage_ep_exposed_s.get(stage as usize),
@@ -90,7 +104,10 @@ pub(crate) fn gantt_svg(
         };
         let (ep, block) = match direction {
             Direction::Forward => (ep_f, cost.forward_s),
+            Direction::Backward if split_backward => (ep_b, cost.backward_s - cost.weight_s),
             Direction::Backward => (ep_b, cost.backward_s),
+            // The weight gradients move no tokens.
+            Direction::Weight => (0.0, cost.weight_s),
         };
         if block > 0.0 {
             (ep / block).clamp(0.0, 1.0)
@@ -231,6 +248,19 @@ pub(crate) fn gantt_svg(
             },
         ),
     ];
+    if split_backward {
+        legend[1].1 = format!(
+            "input gradient (incl. recompute), chunks 0 to {}",
+            plan.vpp - 1
+        );
+        legend.push((
+            shades(Direction::Weight),
+            format!(
+                "weight gradient (the split backward's W), chunks 0 to {}",
+                plan.vpp - 1
+            ),
+        ));
+    }
     // Only when the stripe is drawn: TP collectives overlapped with compute leave none.
     let tp_max = tp.forward.max(tp.backward);
     if tp_max > 0.0 {
@@ -380,6 +410,7 @@ pub(crate) fn gantt_svg(
                 let share = match b.direction {
                     Direction::Forward => tp.forward,
                     Direction::Backward => tp.backward,
+                    Direction::Weight => 0.0,
                 };
                 let (a, z) = clip(b.start_s, b.start_s + share * (b.end_s - b.start_s));
                 band(a, z.max(a), b.stage, TP_COLOUR, strip_top, gap)
@@ -400,6 +431,7 @@ pub(crate) fn gantt_svg(
                     let tp_share = match b.direction {
                         Direction::Forward => tp.forward,
                         Direction::Backward => tp.backward,
+                        Direction::Weight => 0.0,
                     };
                     let d = b.end_s - b.start_s;
                     let from = b.start_s + ((tp_share + before) * d).min(d);

@@ -472,6 +472,7 @@ mod tests {
         };
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: 4096,
             global_batch: 256,
             grad_dtype: crate::training::GradDtype::Fp32,

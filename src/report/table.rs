@@ -297,12 +297,24 @@ pub fn scenario_line(report: &Report) -> String {
         } else {
             String::new()
         },
-        match t.local_batch {
-            Some(local) => format!(
-                "; local batch {local}: one pipeline schedule per {local} sequences per data-parallel rank"
-            ),
-            None => String::new(),
-        },
+        [
+            match t.local_batch {
+                Some(local) => format!(
+                    "; local batch {local}: one pipeline schedule per {local} sequences per data-parallel rank"
+                ),
+                None => String::new(),
+            },
+            // A V-shaped schedule, said wherever it is asked for: every pipelined plan runs it.
+            match t.pp_schedule {
+                crate::training::PipelineSchedule::OneFOneB => String::new(),
+                schedule => format!(
+                    "; pipeline schedule {} ({}: two model chunks per GPU in a V, the backward split into input and weight gradients)",
+                    schedule.as_str(),
+                    schedule.torchtitan_name(2)
+                ),
+            },
+        ]
+        .concat(),
         // Said where it is not Transformer Engine's ring that Megatron-Core runs.
         if report.plans.iter().any(|e| e.plan.cp > 1)
             && (t.cp_exchange != crate::training::CpExchange::KvRing
@@ -1235,7 +1247,7 @@ pub fn explain_best(
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step (ratio (p-1)/(v·m) = {:.3} with v={}, {})",
+            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step ({}ratio {} = {:.3} with v={}, {})",
             p.pp,
             e.comm
                 .pp
@@ -1252,6 +1264,11 @@ pub fn explain_best(
                 ),
             e.comm.pp.wire_bytes.gb(),
             e.bubble_share * 100.0,
+            match training.pp_schedule {
+                crate::training::PipelineSchedule::OneFOneB => String::new(),
+                schedule => format!("{} ", schedule.words(p.vpp)),
+            },
+            training.pp_schedule.closed_form_words(),
             e.bubble_ratio,
             p.vpp,
             p.schedule_m_words()
@@ -1358,6 +1375,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,
