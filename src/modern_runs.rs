@@ -853,6 +853,25 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     // AutoModel `recipes/llm/benchmark.py`): a row that states GA > 1 with a pipeline runs its
     // local batch, gbs / (dp x GA), per schedule.
     let ga = p.ga.unwrap_or(1);
+    // Said in the file's key: `ga: 0` was read as no accumulation and a `ga` that does not divide
+    // gbs / dp was truncated into a `--local-batch` the file never gave.
+    if ga == 0 {
+        return Err(
+            "plan.ga is 0; a step accumulates at least 1 local batch: give the published value"
+                .into(),
+        );
+    }
+    if framework == TrainingFramework::Torchtitan
+        && pp > 1
+        && ga > 1
+        && gbs.is_multiple_of(dp)
+        && !gbs.is_multiple_of(dp.saturating_mul(ga))
+    {
+        return Err(format!(
+            "plan.ga: {ga} does not divide the {} sequences each data-parallel rank trains per step (plan.gbs: {gbs} / plan.dp: {dp}) into whole local batches; give the published value (one that divides it)",
+            gbs / dp
+        ));
+    }
     if framework == TrainingFramework::Torchtitan && pp > 1 && ga > 1 {
         training.local_batch = Some(gbs / (dp * ga).max(1));
     }
