@@ -14,7 +14,13 @@ fn launch_line(extra: &str) -> String {
 }
 
 fn eval_line(extra: &str) -> Run {
-    run(&["eval", "--nodes", "4", "--megatron-args", &launch_line(extra)])
+    run(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--megatron-args",
+        &launch_line(extra),
+    ])
 }
 
 /// `--sequence-parallel=false` in a pasted line was read as the bare switch: sequence parallelism
@@ -25,7 +31,10 @@ fn eval_line(extra: &str) -> Run {
 fn a_switch_given_a_value_in_a_launch_line_is_refused() {
     for (extra, token) in [
         ("--sequence-parallel=false", "--sequence-parallel=false"),
-        ("--use-distributed-optimizer=0", "--use-distributed-optimizer=0"),
+        (
+            "--use-distributed-optimizer=0",
+            "--use-distributed-optimizer=0",
+        ),
         (
             "--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward=false",
             "--torch-fsdp2-no-reshard-after-forward=false",
@@ -124,5 +133,177 @@ fn a_runs_files_accumulation_count_is_checked_in_its_key() {
             "{why}"
         );
         assert!(!why.contains("--local-batch"), "{why}");
+    }
+}
+
+const FP8_RUN: &str = "mbridge-25.11-pretrain-llama3_8b-gb300-8g-fp8-gbs128";
+
+/// `accuracy --runs` of `text` as runs.yaml in a scratch folder.
+fn accuracy_of(name: &str, text: &str) -> Run {
+    let dir = scratch("round24", name);
+    std::fs::write(dir.join("runs.yaml"), text).unwrap();
+    run_in(&dir, &["accuracy", "--runs", "runs.yaml"])
+}
+
+/// A runs file's `precision: fp7` left the run out with the note "precision fp7" (exit 0), naming
+/// neither the rule nor the fix, where a recompute typo is refused; `FP8` likewise.
+#[test]
+fn a_runs_files_precision_typo_is_refused_with_the_valid_ones() {
+    for (given, fix) in [("fp7", "precision: bf16"), ("FP8", "precision: fp8")] {
+        assert_one_line_error(
+            &accuracy_of(
+                &format!("precision-{given}"),
+                &one_run(
+                    FP8_RUN,
+                    "precision: fp8\n",
+                    &format!("precision: {given}\n"),
+                ),
+            ),
+            &[
+                "runs.yaml",
+                &format!("plan.precision: {given} is not a precision tpsim reads"),
+                "bf16, fp8, mxfp8, nvfp4",
+                fix,
+            ],
+            &[],
+            given,
+        );
+    }
+}
+
+/// `implied_model_flops_per_token: .nan` (or a negative one) was taken without a word: it picks
+/// whether a DeepSeek run's layout has a multi-token-prediction layer, and a NaN compared as no
+/// match, choosing one silently.
+#[test]
+fn a_runs_files_flops_per_token_must_be_a_positive_number() {
+    for given in [".nan", "-1", "0"] {
+        assert_one_line_error(
+            &accuracy_of(
+                &format!("flops{given}"),
+                &one_run(
+                    FP8_RUN,
+                    "implied_model_flops_per_token: 51469805091.064",
+                    &format!("implied_model_flops_per_token: {given}"),
+                ),
+            ),
+            &[
+                "results.implied_model_flops_per_token",
+                "is outside 1 to 1e17 FLOPs",
+                "null when the source does not state it",
+            ],
+            &[],
+            given,
+        );
+    }
+}
+
+/// A run id holding an escape (`"\x1bx-run"`) was printed raw in the accuracy table (the
+/// terminal took the escape sequence), and one holding U+202E printed its row backwards; a blank
+/// id named no run. In both runs-file formats.
+#[test]
+fn a_run_id_with_control_characters_is_refused() {
+    let id_line = format!("- id: {FP8_RUN}\n");
+    for (name, id, shown, rule) in [
+        (
+            "esc",
+            "\"\\x1bx-run\"",
+            "run \\u{1b}x-run: id:",
+            "control character",
+        ),
+        (
+            "bidi",
+            "\"\u{202e}x-run\"",
+            "run \\u{202e}x-run: id:",
+            "control character",
+        ),
+        ("blank", "\"  \"", "run \"  \": id:", "is blank"),
+    ] {
+        let r = accuracy_of(
+            &format!("id-{name}"),
+            &one_run(FP8_RUN, &id_line, &format!("- id: {id}\n")),
+        );
+        assert_one_line_error(&r, &["runs.yaml", shown, rule, "e.g. id: "], &[], name);
+        assert!(r.stdout.is_empty(), "{name}: {}", r.stdout);
+    }
+    // The published-runs format (a list of runs) too.
+    let published =
+        std::fs::read_to_string(format!("{ROOT}/validation/published_runs.yaml")).unwrap();
+    let first = "- id: megatron-sc21-t1-1.7b\n";
+    assert!(published.contains(first));
+    let r = accuracy_of(
+        "published-esc",
+        &published.replacen(first, "- id: \"\\x1bzz\"\n", 1),
+    );
+    assert_one_line_error(
+        &r,
+        &["run \\u{1b}zz: id:", "control character"],
+        &["\u{1b}"],
+        "published esc",
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+/// A model name holding U+202E (a right-to-left override) was printed as it is in every table
+/// (the rest of the line shown backwards), where a control character is refused; in an error, a
+/// name with one (or a tab) was escaped twice (`"h100\\tx"`), showing a backslash never typed.
+#[test]
+fn bidirectional_overrides_are_refused_in_names_and_escaped_once_in_errors() {
+    let dir = scratch("round24", "bidi-name");
+    let saved = {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "1",
+                "--global-batch",
+                "64",
+                "--top",
+                "1",
+                "--save",
+                "p.yaml",
+            ],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        std::fs::read_to_string(dir.join("p.yaml")).unwrap()
+    };
+    assert!(saved.contains("  name: llama3-8b\n"), "{saved}");
+    std::fs::write(
+        dir.join("bidi.yaml"),
+        saved.replacen("  name: llama3-8b\n", "  name: \"model\u{202e}-x\"\n", 1),
+    )
+    .unwrap();
+    let r = run_in(&dir, &["eval", "--plan", "bidi.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "model.name: model\\u{202e}-x",
+            "control character",
+            "model.name: my-model",
+        ],
+        &["\u{202e}"],
+        "bidi model name",
+    );
+    for (gpu, shown) in [
+        ("h100\u{202e}-x", "unknown GPU \"h100\\u{202e}-x\""),
+        ("h100\tx", "unknown GPU \"h100\\tx\""),
+        ("a\"b", "unknown GPU \"a\\\"b\""),
+    ] {
+        let r = run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "8",
+            "--global-batch",
+            "8",
+            "--gpu",
+            gpu,
+        ]);
+        assert_one_line_error(&r, &[shown, "known: a100-sxm-80g"], &["\\\\"], gpu);
     }
 }
