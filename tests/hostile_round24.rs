@@ -307,3 +307,145 @@ fn bidirectional_overrides_are_refused_in_names_and_escaped_once_in_errors() {
         assert_one_line_error(&r, &[shown, "known: a100-sxm-80g"], &["\\\\"], gpu);
     }
 }
+
+/// `plan --zero 3 --dp-replicas 2 --emit megatron` wrote the fastest plan, ZeRO-3 keeping the
+/// gathered parameters with 2 copies (6.48 s), as `--use-torch-fsdp2
+/// --torch-fsdp2-no-reshard-after-forward --num-distributed-optimizer-instances 2`: torch FSDP2
+/// ignores the instances, and the line read back by `eval --megatron-args` was another plan
+/// (one copy, 6.436 s). That plan is not written now: the line emitted reads back as the plan
+/// and step time it was printed with. Pinned, the contradiction is an input error.
+#[test]
+fn emitted_copies_under_kept_gathered_zero3_read_back_as_priced() {
+    let r = plan_8b(&["--zero", "3", "--dp-replicas", "2", "--emit", "megatron"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let header = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("Megatron-LM configuration for "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("--num-layers"))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(
+        !(line.contains("--use-torch-fsdp2")
+            && line.contains("--num-distributed-optimizer-instances")),
+        "{line}"
+    );
+    let back = run(&["eval", "--nodes", "4", "--megatron-args", line]);
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    assert!(!back.stderr.contains("is ignored"), "{}", back.stderr);
+    let plan_line = back
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("plan: "))
+        .unwrap()
+        .trim_start_matches("plan: ");
+    assert!(header.contains(plan_line), "{header}\n{plan_line}");
+    // The same step time, to the digits the header prints.
+    let secs = |text: &str, marker: &str| -> f64 {
+        let at = text
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker} in {text}"));
+        let before = text[..at].trim_end();
+        before[before.rfind(' ').unwrap() + 1..].parse().unwrap()
+    };
+    let printed = secs(header, " s per step");
+    let read_back = secs(&back.stdout, " s (the exposed part of each term)");
+    assert!(
+        (printed - read_back).abs() < 0.006,
+        "{printed} against {read_back}"
+    );
+
+    assert_one_line_error(
+        &plan_8b(&[
+            "--zero",
+            "3",
+            "--reshard-after-forward",
+            "false",
+            "--dp-replicas",
+            "2",
+            "--emit",
+            "megatron",
+        ]),
+        &[
+            "--emit megatron",
+            "--dp-replicas 2 with --zero 3 --reshard-after-forward false",
+            "ignores --num-distributed-optimizer-instances",
+            "use --dp-replicas 1, or --reshard-after-forward true",
+        ],
+        &["none of the"],
+        "plan, pinned",
+    );
+    assert_one_line_error(
+        &run(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "4",
+            "--tp",
+            "2",
+            "--global-batch",
+            "256",
+            "--zero",
+            "3",
+            "--reshard-after-forward",
+            "false",
+            "--dp-replicas",
+            "2",
+            "--emit",
+            "megatron",
+        ]),
+        &[
+            "--emit megatron",
+            "2 copies of the sharded states",
+            "torch FSDP2",
+            "use --dp-replicas 1",
+        ],
+        &[],
+        "eval",
+    );
+}
+
+/// `plan --zero 3 --reshard-after-forward false --emit megatron-bridge` searched, then exited 1
+/// ("none of the 710 plans that fit can run in Megatron-Bridge"): the pin and the emit
+/// contradict each other, an input error said before the search.
+#[test]
+fn a_pinned_kept_gather_under_bridge_or_nemo_is_an_input_error() {
+    for target in ["megatron-bridge", "nemo"] {
+        assert_one_line_error(
+            &plan_8b(&[
+                "--zero",
+                "3",
+                "--reshard-after-forward",
+                "false",
+                "--emit",
+                target,
+            ]),
+            &[
+                &format!("--emit {target}"),
+                "--reshard-after-forward false",
+                "use --reshard-after-forward true, or --emit megatron",
+            ],
+            &["none of the"],
+            target,
+        );
+    }
+}
+
+/// `plan` of Llama 3 8B on 4 nodes (32 GPUs) with `extra` flags.
+fn plan_8b(extra: &[&str]) -> Run {
+    let mut args = vec![
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "256",
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
