@@ -276,6 +276,13 @@ pub fn quote(text: &str) -> String {
     if !ambiguous {
         return escape(text);
     }
+    in_quotes(text)
+}
+
+/// User input in double quotes whatever it holds, escaped as [`quote`] escapes it (a quote or a
+/// backslash in it with a backslash before it), for a message that always quotes the value:
+/// formatted with `{:?}` after [`escape`], a tab showed as `\\t`.
+pub fn in_quotes(text: &str) -> String {
     let mut out = String::from('"');
     for (count, c) in text.chars().enumerate() {
         if count == MAX_QUOTED_CHARS {
@@ -305,7 +312,7 @@ pub fn check_spec_name(key: &str, name: &str, example: &str) -> Result<(), Strin
             if name.is_empty() { "empty" } else { "blank" }
         ));
     }
-    if name.chars().any(char::is_control) {
+    if name.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Err(format!(
             "{key}: {} holds a control character (rule: the name is shown in every table, report and saved plan, where it would garble the output); write it with visible characters only, e.g. {key}: {example}",
             quote(name)
@@ -331,9 +338,21 @@ pub fn escape(text: &str) -> String {
 
 /// Pushes `c`, escaped when it is a control character or a space other than U+0020 (a
 /// no-break or zero-width space reads as a plain one, or as nothing).
+/// A Unicode bidirectional control (U+202A-U+202E embeddings and overrides, U+2066-U+2069
+/// isolates, the marks U+200E, U+200F and U+061C): not `char::is_control`, yet it reorders the
+/// text after it on a terminal or a page, so a name holding U+202E printed its table row, or the
+/// rest of an error line, backwards.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+    )
+}
+
 fn push_escaped(out: &mut String, c: char) {
     let invisible = c.is_whitespace() && c != ' '
-        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}');
+        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}')
+        || is_bidi_control(c);
     if c.is_control() || invisible {
         out.extend(c.escape_default());
     } else {

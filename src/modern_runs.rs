@@ -117,6 +117,15 @@ const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::
     "GiB",
     "rule: a GPU's peak memory is positive, at most 100000 GiB; null when the source does not state it",
 );
+/// The source's FLOPs per token: a NaN, zero or negative one compared as no match and chose the
+/// layout without multi-token prediction without a word.
+const PUBLISHED_MODEL_FLOPS_PER_TOKEN: crate::cluster::Range = crate::cluster::Range::new(
+    "results.implied_model_flops_per_token",
+    1.0,
+    1e17,
+    "FLOPs",
+    "rule: a token costs a positive number of FLOPs, at most 1e17 (1000x a 2T-parameter model's); null when the source does not state it",
+);
 
 /// Parses a current-stack runs file (`validation/modern_runs.yaml`'s format): unknown keys and
 /// repeated run ids are refused.
@@ -134,21 +143,29 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
     check_unique_ids(text, origin, file.runs.iter().map(|r| r.id.as_str()))?;
     for run in &mut file.runs {
         let results = &run.results;
-        [
-            (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
-            (PUBLISHED_PEAK_MEMORY_GIB, results.peak_memory_gib),
-        ]
-        .into_iter()
-        .filter_map(|(range, value)| Some(range.check(value?)))
-        .collect::<Result<(), String>>()
-        .and_then(|()| check_run_recompute(run))
-        .and_then(|()| check_run_moe(run))
-        .map_err(|message| RunsFileError::Number {
-            origin: origin.to_string(),
-            id: crate::input_file::quote(&run.id),
-            message,
-        })
-        .map(|model| run.bundled_moe_model = model)?;
+        check_run_id(&run.id)
+            .and_then(|()| {
+                [
+                    (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
+                    (PUBLISHED_PEAK_MEMORY_GIB, results.peak_memory_gib),
+                    (
+                        PUBLISHED_MODEL_FLOPS_PER_TOKEN,
+                        results.implied_model_flops_per_token,
+                    ),
+                ]
+                .into_iter()
+                .filter_map(|(range, value)| Some(range.check(value?)))
+                .collect::<Result<(), String>>()
+            })
+            .and_then(|()| check_run_recompute(run))
+            .and_then(|()| check_run_precision(run))
+            .and_then(|()| check_run_moe(run))
+            .map_err(|message| RunsFileError::Number {
+                origin: origin.to_string(),
+                id: crate::input_file::quote(&run.id),
+                message,
+            })
+            .map(|model| run.bundled_moe_model = model)?;
     }
     Ok(file)
 }
@@ -164,6 +181,50 @@ fn check_run_recompute(run: &ModernRun) -> Result<(), String> {
         )),
         _ => Ok(()),
     }
+}
+
+/// A run's `id`, which the accuracy table shows as it is: an escape sequence in it reached the
+/// terminal (`\x1b` colored the rest of the table) and a bidirectional override printed the row
+/// backwards; a blank one named no run.
+pub(crate) fn check_run_id(id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        return Err("id: is blank (rule: every run has an id, which names it in the accuracy table); write one, e.g. id: my-run-8g-bf16".into());
+    }
+    if id
+        .chars()
+        .any(|c| c.is_control() || crate::input_file::is_bidi_control(c))
+    {
+        return Err("id: holds a control character (rule: the id names the run in the accuracy table, where it would garble the output); write it with visible characters only, e.g. id: my-run-8g-bf16".into());
+    }
+    Ok(())
+}
+
+/// A run's `plan.precision`, when given, is one tpsim prices: a typo (`fp7`) left the run out
+/// with the note "precision fp7", naming neither the rule nor the fix.
+fn check_run_precision(run: &ModernRun) -> Result<(), String> {
+    match run.plan.precision.as_deref() {
+        Some(text) if precision_of(text).is_err() => {
+            let valid: Vec<&str> = Precision::ALL.iter().map(|p| p.as_str()).collect();
+            Err(format!(
+                "plan.precision: {} is not a precision tpsim reads (rule: one of {}; null for bf16); write e.g. precision: {}",
+                crate::input_file::quote(text),
+                valid.join(", "),
+                closest_precision(text)
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The precision `text` most likely meant: the one it starts with or contains, else bf16.
+fn closest_precision(text: &str) -> &'static str {
+    let lower = text.to_ascii_lowercase();
+    Precision::ALL
+        .iter()
+        .rev()
+        .map(|p| p.as_str())
+        .find(|p| lower == *p || lower.contains(p))
+        .unwrap_or("bf16")
 }
 
 /// A run's `model.moe` as JSON, refusing a non-finite number in it: read straight into a JSON
@@ -853,6 +914,25 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     // AutoModel `recipes/llm/benchmark.py`): a row that states GA > 1 with a pipeline runs its
     // local batch, gbs / (dp x GA), per schedule.
     let ga = p.ga.unwrap_or(1);
+    // Said in the file's key: `ga: 0` was read as no accumulation and a `ga` that does not divide
+    // gbs / dp was truncated into a `--local-batch` the file never gave.
+    if ga == 0 {
+        return Err(
+            "plan.ga is 0; a step accumulates at least 1 local batch: give the published value"
+                .into(),
+        );
+    }
+    if framework == TrainingFramework::Torchtitan
+        && pp > 1
+        && ga > 1
+        && gbs.is_multiple_of(dp)
+        && !gbs.is_multiple_of(dp.saturating_mul(ga))
+    {
+        return Err(format!(
+            "plan.ga: {ga} does not divide the {} sequences each data-parallel rank trains per step (plan.gbs: {gbs} / plan.dp: {dp}) into whole local batches; give the published value (one that divides it)",
+            gbs / dp
+        ));
+    }
     if framework == TrainingFramework::Torchtitan && pp > 1 && ga > 1 {
         training.local_batch = Some(gbs / (dp * ga).max(1));
     }

@@ -83,7 +83,7 @@ pub const BUNDLED_GPUS: &[(&str, &str)] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("unknown {kind} {name:?}; known: {known} (or give a path to a .yaml file)")]
+    #[error("unknown {kind} {name}; known: {known} (or give a path to a .yaml file)")]
     UnknownName {
         kind: &'static str,
         name: String,
@@ -683,7 +683,7 @@ fn read_spec<T: DeserializeOwned>(
         Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
         None => Err(SpecError::UnknownName {
             kind,
-            name: escape(name_or_path),
+            name: crate::input_file::in_quotes(name_or_path),
             known: bundled
                 .iter()
                 .map(|(n, _)| *n)
@@ -816,7 +816,7 @@ pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
     let Some((name, text)) = BUNDLED_MODELS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "model",
-            name: escape(name),
+            name: crate::input_file::in_quotes(name),
             known: BUNDLED_MODELS
                 .iter()
                 .map(|(n, _)| *n)
@@ -834,7 +834,7 @@ pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
     let Some((name, text)) = BUNDLED_GPUS.iter().find(|(n, _)| *n == name) else {
         return Err(SpecError::UnknownName {
             kind: "GPU",
-            name: escape(name),
+            name: crate::input_file::in_quotes(name),
             known: BUNDLED_GPUS
                 .iter()
                 .map(|(n, _)| *n)

@@ -355,6 +355,10 @@ pub fn accuracy_with_skips(
     let mut skipped = Vec::new();
     for run in runs {
         let id = crate::input_file::quote(&run.id);
+        crate::modern_runs::check_run_id(&run.id).map_err(|message| AccuracyError::Run {
+            id: id.clone(),
+            message,
+        })?;
         if run.completeness.as_deref() != Some("full_plan") {
             skipped.push(format!(
                 "run {id}: completeness: {} is not full_plan, so the plan is not known in full (write completeness: full_plan once every degree is given)",

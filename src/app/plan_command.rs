@@ -12,7 +12,7 @@ use super::scenario::{
     smallest_splittable_batch, summaries,
 };
 use super::{Outcome, print_report};
-use crate::cli::PlanArgs;
+use crate::cli::{EmitTarget, PlanArgs};
 use crate::cluster::Cluster;
 use crate::cost::Estimate;
 use crate::model::Model;
@@ -308,6 +308,29 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     {
         bail!(
             "--emit {}: {why}",
+            super::emit_commands::target_name(target)
+        );
+    }
+    // Pinned copies beside pinned kept-gathered ZeRO-3: torch FSDP2 in Megatron-LM, which keeps
+    // no copies (`Framework::unsupported`); every plan of the search would be refused.
+    if let (Some(EmitTarget::Megatron), Some(replicas @ 2..), Some(3), Some(false)) = (
+        args.emit,
+        options.pins.dp_replicas,
+        options.pins.zero,
+        options.pins.reshard_after_forward,
+    ) {
+        bail!(
+            "--emit megatron: --dp-replicas {replicas} with --zero 3 --reshard-after-forward false has no Megatron-LM setting: keeping the gathered parameters is torch FSDP2 (--torch-fsdp2-no-reshard-after-forward), which shards over the whole data-parallel group and ignores --num-distributed-optimizer-instances; use --dp-replicas 1, or --reshard-after-forward true (Megatron-FSDP keeps the copies)"
+        );
+    }
+    // Megatron-Bridge and NeMo write Megatron-FSDP or nothing at ZeRO-3, which releases the
+    // gathered parameters after every forward: a pinned `--reshard-after-forward false` leaves no
+    // plan to write (it was exit 1, "none of the plans that fit can run").
+    if let (Some(target @ (EmitTarget::MegatronBridge | EmitTarget::Nemo)), Some(false)) =
+        (args.emit, options.pins.reshard_after_forward)
+    {
+        bail!(
+            "--emit {}: --reshard-after-forward false has no setting there: Megatron-FSDP releases the gathered parameters after every forward; use --reshard-after-forward true, or --emit megatron (torch FSDP2's --torch-fsdp2-no-reshard-after-forward, with pp 1, ep 1 and untied embeddings)",
             super::emit_commands::target_name(target)
         );
     }

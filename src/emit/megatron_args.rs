@@ -395,6 +395,16 @@ impl<'a> Parsed<'a> {
                     None => format!("{token} {value}"),
                 });
             } else if SWITCHES.contains(&flag) {
+                // argparse's store_true refuses a value ("ignored explicit argument"): read as
+                // the bare switch, `--sequence-parallel=false` turned the setting on.
+                if let Some(value) = inline {
+                    return Err(MegatronArgsError::Stray {
+                        token: token.to_string(),
+                        why: format!(
+                            "gives a value to --{flag}, a switch that takes none (Megatron-LM's argparse refuses it: \"ignored explicit argument '{value}'\"); write --{flag} to turn it on, or leave it out to keep it off"
+                        ),
+                    });
+                }
                 parsed.switches.insert(flag);
                 after_known = Some(token.to_string());
             } else if LAUNCHER.contains(&flag) {

@@ -386,6 +386,18 @@ impl Framework {
                     self.name()
                 ))
             }
+            // ... and torch FSDP2 shards over the whole data-parallel group whatever
+            // --num-distributed-optimizer-instances says (torch_fully_sharded_data_parallel.py
+            // builds its mesh from the whole dp-cp group; `megatron_reader` reads the line back as
+            // one copy): the line would run another plan than the one priced.
+            Framework::Megatron
+                if plan.zero == 3 && !plan.reshard_after_forward && plan.dp_replicas > 1 =>
+            {
+                Some(format!(
+                    "ZeRO-3 keeping the gathered parameters from forward to backward (reshard_after_forward false) with {} copies of the sharded states (--dp-replicas) has no Megatron-LM setting: it is torch FSDP2 (--torch-fsdp2-no-reshard-after-forward), which shards over the whole data-parallel group and ignores --num-distributed-optimizer-instances; use --dp-replicas 1, or --reshard-after-forward true (Megatron-FSDP keeps the copies)",
+                    plan.dp_replicas
+                ))
+            }
             // arguments.py: '--fp8-param-gather only supported with distributed optimizer, torch
             // fsdp2, megatron fsdp, or inference mode'.
             _ if megatron_like && param_gather && plan.zero == 0 => Some(format!(
