@@ -83,7 +83,7 @@ fn eval_names_the_defaults_a_plan_row_was_not_ranked_with() {
     let note = r
         .stderr
         .lines()
-        .find(|l| l.starts_with("note: not given, so taken as Megatron-LM takes them"))
+        .find(|l| l.starts_with("note: not given, so eval took Megatron-LM's defaults: "))
         .unwrap_or_else(|| panic!("no note on the defaults taken:\n{}", r.stderr));
     assert!(
         note.contains("sequence parallel off (--sequence-parallel)"),
@@ -97,7 +97,11 @@ fn eval_names_the_defaults_a_plan_row_was_not_ranked_with() {
     args.extend(["--sequence-parallel", "--format", "json"]);
     let r = run(&args);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(!r.stderr.contains("not given, so taken"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("not given, so eval took"),
+        "{}",
+        r.stderr
+    );
     let evaluated: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(
         evaluated["plans"][0]["time"]["step_s"], row["time"]["step_s"],
@@ -137,7 +141,7 @@ fn eval_names_expert_tp_taken_from_tp() {
     let note = r
         .stderr
         .lines()
-        .find(|l| l.starts_with("note: not given, so taken"))
+        .find(|l| l.starts_with("note: not given, so eval took"))
         .unwrap_or_else(|| panic!("no note on the defaults taken:\n{}", r.stderr));
     assert!(
         note.contains("expert tensor parallelism 2 as tp (--etp)"),
@@ -166,7 +170,11 @@ fn a_pasted_launch_line_gets_no_defaults_note() {
         "@examples/megatron/llama3-70b.sh",
     ]);
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
-    assert!(!r.stderr.contains("not given, so taken"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("not given, so eval took"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// `compare` of DeepSeek-V3's two best plans on 256 GB200 said "EP comm 1.2 points more (ep 64

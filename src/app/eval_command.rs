@@ -843,7 +843,7 @@ fn defaults_unlike_plan_rows(
         [] => unreachable!("checked above"),
     };
     Some(format!(
-        "note: not given, so taken as Megatron-LM takes them without their flags: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
+        "note: not given, so eval took Megatron-LM's defaults: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
         settings.join(", ")
     ))
 }
