@@ -333,7 +333,8 @@ pub struct ClusterArgs {
     /// Number of nodes.
     #[arg(long)]
     pub nodes: Option<u32>,
-    /// GPUs per node (default: the GPU profile's, 8 for the bundled ones).
+    /// GPUs per node (default: the GPU profile's: 8 for the bundled HGX/DGX profiles, 4 for
+    /// gb200-nvl72 and gb300-nvl72, one compute tray).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
     /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,

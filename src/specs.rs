@@ -83,10 +83,12 @@ pub const BUNDLED_GPUS: &[(&str, &str)] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("unknown {kind} {name}; known: {known} (or give a path to a .yaml file)")]
+    #[error("unknown {kind} {name}{suggestion}; known: {known} (or give a path to a .yaml file)")]
     UnknownName {
         kind: &'static str,
         name: String,
+        /// ` (did you mean h100-sxm-80g?)`, or empty: `bundled_like`.
+        suggestion: String,
         known: String,
     },
     #[error(
@@ -653,6 +655,33 @@ fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecEr
     yaml_serde::from_str(text).map_err(|err| yaml_error(origin, text, &err))
 }
 
+/// The bundled names an unknown one was likely meant as, said beside the error: those equal to it
+/// or starting with it once case and separators are dropped (`h100` → h100-sxm-80g and
+/// h100-sxm-96g-500w; `Llama-3-70B` → llama3-70b; `gb200` → gb200-nvl72). Empty when none is, or
+/// when the name is too short to single any out.
+fn bundled_like(bundled: &[(&str, &str)], asked: &str) -> String {
+    let plain = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let asked = plain(asked);
+    if asked.len() < 3 {
+        return String::new();
+    }
+    let like: Vec<&str> = bundled
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| plain(name).starts_with(&asked))
+        .collect();
+    match like.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (did you mean {one}?)"),
+        [rest @ .., last] => format!(" (did you mean {} or {last}?)", rest.join(", ")),
+    }
+}
+
 /// Reads a spec named `name_or_path`: a bundled name, or a file path (anything with a path
 /// separator or a .yaml/.yml ending, or an existing file).
 fn read_spec<T: DeserializeOwned>(
@@ -684,6 +713,7 @@ fn read_spec<T: DeserializeOwned>(
         None => Err(SpecError::UnknownName {
             kind,
             name: crate::input_file::in_quotes(name_or_path),
+            suggestion: bundled_like(bundled, name_or_path),
             known: bundled
                 .iter()
                 .map(|(n, _)| *n)
@@ -817,6 +847,7 @@ pub fn load_bundled_model(name: &str) -> Result<Model, SpecError> {
         return Err(SpecError::UnknownName {
             kind: "model",
             name: crate::input_file::in_quotes(name),
+            suggestion: bundled_like(BUNDLED_MODELS, name),
             known: BUNDLED_MODELS
                 .iter()
                 .map(|(n, _)| *n)
@@ -835,6 +866,7 @@ pub fn load_bundled_gpu(name: &str) -> Result<GpuProfile, SpecError> {
         return Err(SpecError::UnknownName {
             kind: "GPU",
             name: crate::input_file::in_quotes(name),
+            suggestion: bundled_like(BUNDLED_GPUS, name),
             known: BUNDLED_GPUS
                 .iter()
                 .map(|(n, _)| *n)

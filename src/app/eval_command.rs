@@ -608,6 +608,11 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
+    if plan_file.is_none()
+        && let Some(note) = defaults_unlike_plan_rows(&args, &plan, &scenario.model, framework)
+    {
+        eprintln!("{note}");
+    }
     if let Some(note) = super::cp_exchange_note::unused_with_cp_1(
         &args.training,
         plan.cp,
@@ -782,6 +787,65 @@ fn block_recompute_layers(args: &EvalArgs) -> u32 {
         Some(_) => 0,
         None => args.recompute_num_layers.unwrap_or(0),
     }
+}
+
+/// The plan settings a flag-given `eval` took as Megatron-LM takes them without their flags, where
+/// that default differs from what `plan` searches and prints in its row's columns: sequence
+/// parallelism off (Megatron-LM's `--sequence-parallel` is off unless given), ZeRO-0 (no
+/// `--use-distributed-optimizer`), and expert TP equal to tp (Megatron-Core's
+/// `--expert-tensor-parallel-size` default, `TransformerConfig.__post_init__`). A row copied
+/// from `plan` without them was evaluated as another plan (Llama 3 70B on 64 H100s: 162.5 GiB,
+/// not the row's 78.0; DeepSeek-V3 on 256 GB200: 17.5 s, not the row's 7.5, its experts' TP
+/// group spanning two NVLink segments), with nothing said. A pasted launch line states its own
+/// settings (absent is off there), so it gets no note.
+fn defaults_unlike_plan_rows(
+    args: &EvalArgs,
+    plan: &ParallelPlan,
+    model: &crate::model::Model,
+    framework: crate::training::TrainingFramework,
+) -> Option<String> {
+    let pasted_line = args.megatron_args.is_some() || args.bf16;
+    if pasted_line {
+        return None;
+    }
+    // What was taken, and the column of `plan`'s table that shows it.
+    let mut taken: Vec<(String, &str)> = Vec::new();
+    if args.sequence_parallel.is_none() && plan.tp > 1 && framework.runs_sequence_parallelism() {
+        taken.push((
+            "sequence parallel off (--sequence-parallel)".to_string(),
+            "sp",
+        ));
+    }
+    let zero_given = args.zero.is_some()
+        || args.use_distributed_optimizer
+        || args.use_megatron_fsdp
+        || args.use_torch_fsdp2
+        || args.data_parallel_sharding_strategy.is_some();
+    if !zero_given && plan.zero == 0 && u64::from(plan.dp) * u64::from(plan.cp) > 1 {
+        taken.push(("ZeRO-0 (--zero)".to_string(), "zero"));
+    }
+    if args.etp.is_none() && model.moe.is_some() && plan.tp > 1 {
+        taken.push((
+            format!("expert tensor parallelism {} as tp (--etp)", plan.etp),
+            "etp",
+        ));
+    }
+    if taken.is_empty() {
+        return None;
+    }
+    let (settings, columns): (Vec<String>, Vec<&str>) = taken.into_iter().unzip();
+    let (columns, flags) = match columns.as_slice() {
+        [one] => (format!("its {one} column"), "that flag"),
+        [rest @ .., last] => (
+            format!("its {} and {last} columns", rest.join(", ")),
+            "those flags",
+        ),
+        [] => unreachable!("checked above"),
+    };
+    Some(format!(
+        "note: not given, so eval took Megatron-LM's defaults: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
+        settings.join(", ")
+    ))
 }
 
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as
