@@ -435,16 +435,20 @@ fn push_pipeline_variants(
                         // Resharding after forward only means something for ZeRO-3 with more than
                         // one shard, and keeping the gathered parameters is searched only where the
                         // framework can (`TrainingFramework::keeps_gathered_parameters`).
-                        let reshard_choices: &[bool] = if zero == 3
-                            && dp * base.cp > 1
-                            && training.framework.keeps_gathered_parameters(
-                                pp,
-                                base.ep,
-                                model.tied_embeddings,
-                            ) {
-                            &[true, false]
-                        } else {
-                            &[true]
+                        let reshard_choices = |dp_replicas: u32| -> &[bool] {
+                            if zero == 3
+                                && dp * base.cp > 1
+                                && training.framework.keeps_gathered_parameters(
+                                    pp,
+                                    base.ep,
+                                    model.tied_embeddings,
+                                    dp_replicas,
+                                )
+                            {
+                                &[true, false]
+                            } else {
+                                &[true]
+                            }
                         };
                         // Copies of the sharded states where the framework keeps several at this
                         // stage (`TrainingFramework::dp_replicas_refusal`).
@@ -456,7 +460,7 @@ fn push_pipeline_variants(
                             &[1]
                         };
                         for &dp_replicas in replicas {
-                            for &reshard_after_forward in reshard_choices {
+                            for &reshard_after_forward in reshard_choices(dp_replicas) {
                                 for recompute_num_layers in
                                     recompute_layer_choices(training.framework, recompute, chunk)
                                 {

@@ -801,10 +801,22 @@ impl TrainingFramework {
     /// are reused within `stage3_max_reuse_distance` parameters
     /// (deepspeed/runtime/zero/partitioned_param_coordinator.py `release_sub_module`,
     /// `__params_to_release`). 2021 Megatron-LM has no FSDP at all.
-    pub fn keeps_gathered_parameters(self, pp: u32, ep: u32, tied_embeddings: bool) -> bool {
+    /// Torch FSDP2 under Megatron-LM also shards over the whole data-parallel group whatever
+    /// `--num-distributed-optimizer-instances` says (torch_fully_sharded_data_parallel.py), so it
+    /// keeps one copy of the sharded states (`dp_replicas` 1); torchtitan's HSDP keeps them with
+    /// any number of copies.
+    pub fn keeps_gathered_parameters(
+        self,
+        pp: u32,
+        ep: u32,
+        tied_embeddings: bool,
+        dp_replicas: u32,
+    ) -> bool {
         match self {
             TrainingFramework::Torchtitan => true,
-            TrainingFramework::MegatronCore => pp <= 1 && ep <= 1 && !tied_embeddings,
+            TrainingFramework::MegatronCore => {
+                pp <= 1 && ep <= 1 && !tied_embeddings && dp_replicas <= 1
+            }
             TrainingFramework::Deepspeed | TrainingFramework::MegatronLm2021 => false,
         }
     }
@@ -817,7 +829,7 @@ impl TrainingFramework {
                 "FSDP2 keeps them with fsdp_reshard_after_forward = \"never\""
             }
             TrainingFramework::MegatronCore => {
-                "Megatron-FSDP releases them after every forward, and torch FSDP2's --torch-fsdp2-no-reshard-after-forward runs only with pp 1, ep 1 and untied embeddings"
+                "Megatron-FSDP releases them after every forward, and torch FSDP2's --torch-fsdp2-no-reshard-after-forward runs only with pp 1, ep 1, untied embeddings and one copy of the sharded states"
             }
             TrainingFramework::Deepspeed => {
                 "DeepSpeed's ZeRO-3 releases them after each module's forward, keeping only those reused within stage3_max_reuse_distance parameters, and has no setting that keeps them"

@@ -563,7 +563,12 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     if plan.zero == 3
         && !plan.reshard_after_forward
-        && !framework.keeps_gathered_parameters(plan.pp, plan.ep, scenario.model.tied_embeddings)
+        && !framework.keeps_gathered_parameters(
+            plan.pp,
+            plan.ep,
+            scenario.model.tied_embeddings,
+            plan.dp_replicas,
+        )
     {
         eprintln!(
             "note: ZeRO-3 keeping the gathered parameters through the backward ({}) is evaluated as asked, but --framework {} has no such setting: {}, so `tpsim plan` does not propose it",

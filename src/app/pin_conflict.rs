@@ -239,6 +239,10 @@ pub(super) fn explain(
     if let Some(rule) = pair_rule(model, cluster, training, &options.pins) {
         return Some(rule);
     }
+    // Kept parameters with the other pins that rule them out (Megatron-LM's copies, pp, ep).
+    if let Some(rule) = kept_parameters_rule(model, training, &options.pins) {
+        return Some(rule);
+    }
     let flags: Vec<String> = given
         .iter()
         .map(|p| format!("{} {}", p.flag, p.value))
@@ -408,6 +412,7 @@ fn kept_parameters_rule(model: &Model, training: &Training, pins: &Pins) -> Opti
             pins.pp.unwrap_or(1),
             pins.ep.unwrap_or(1),
             model.tied_embeddings,
+            pins.dp_replicas.unwrap_or(1),
         )
     {
         return None;

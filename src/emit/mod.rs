@@ -379,6 +379,7 @@ impl Framework {
                         plan.pp,
                         plan.ep,
                         model.tied_embeddings,
+                        plan.dp_replicas,
                     )) =>
             {
                 Some(format!(
