@@ -955,6 +955,9 @@ struct StageTimes {
     mean_total: f64,
     /// The mean stage's forward, input gradient and weight gradient ([`StageTime::split`]).
     mean_split: [f64; 3],
+    /// The output layer's and loss's forward, input and weight gradient (on the last stage; on
+    /// the first GPU under a V schedule).
+    output_split: [f64; 3],
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
@@ -1003,6 +1006,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest_costs: at,
             mean_total: only.total(),
             mean_split: only.split(),
+            output_split: [0.0; 3],
             max_layers: last_layers,
         };
     }
@@ -1061,6 +1065,14 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             let [a, b, c] = [first.split(), middle.split(), last.split()];
             [0, 1, 2].map(|k| (a[k] + (p - 2.0) * b[k] + c[k]) / p)
         },
+        output_split: {
+            let out = mix.costs(at[2]).output;
+            [
+                out.forward,
+                (out.backward + out.recompute - out.weight_grad).max(0.0),
+                out.weight_grad,
+            ]
+        },
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -1108,6 +1120,7 @@ pub fn evaluate(
         slowest_costs,
         mean_total,
         mean_split,
+        output_split,
         max_layers,
     } = stage_times(model, plan, &mut mix);
     let costs = mix.costs(slowest_costs);
@@ -1194,15 +1207,16 @@ pub fn evaluate(
         (false, _) => 0.0,
         (true, None) => f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total,
         (true, Some(kind)) => {
-            let [forward, input, weight] = mean_split.map(|t| t / v);
+            // A chunk's share of the mean stage without the output layer, which the first GPU's
+            // second chunk runs as well.
+            let chunk = [0, 1, 2].map(|k| ((mean_split[k] - output_split[k] / p) / v).max(0.0));
             f64::from(plan.schedule_runs)
                 * v_schedule::v_bubble_s(
                     kind,
                     plan.pp,
                     plan.microbatches_per_schedule(),
-                    forward,
-                    input,
-                    weight,
+                    chunk,
+                    output_split,
                 )
         }
     };

@@ -365,15 +365,18 @@ pub fn simulate_v(
     })
 }
 
-/// Idle time of a V schedule on p equal ranks whose chunks take `forward_s`, `input_s` and
-/// `weight_s` per micro-batch, for the search's closed form: the schedule itself, simulated at
-/// equal chunks with the fewest micro-batches that fill it (2p; m when fewer). The idle time of
-/// these orders does not grow with m once the pipeline is full (the tests check it from 2p to 8p
-/// micro-batches), and it has no simpler form: with the weight gradient left out it is (p − 1)·2·
-/// max(f, b) for ZB-V (the V's turn makes the slower of forward and backward set the pace) and it
-/// falls, not to zero, as W grows — Qi et al.'s "zero bubble" counts from the last rank's first
-/// forward, which has to wait (p − 1) forwards on any pipeline. About 24p² blocks.
-pub fn v_bubble_s(kind: VKind, p: u32, m: u32, forward_s: f64, input_s: f64, weight_s: f64) -> f64 {
+/// Idle time of a V schedule for the search's closed form: every rank's chunks take `chunk`
+/// (forward, input gradient, weight gradient per micro-batch) and the first GPU's second chunk,
+/// the model's last, also `first_extra` (the output layer and loss); the schedule itself,
+/// simulated with the fewest micro-batches that fill it (2p; m when fewer), less the busiest
+/// rank's work — the step's other term. This idle time does not grow with m once the pipeline is
+/// full (the tests check it from 2p to 8p micro-batches), and it has no simpler form: with the
+/// weight gradient left out and no extra it is (p − 1)·2·max(f, b) for ZB-V (the V's turn makes the
+/// slower of forward and backward set the pace), and it falls, not to zero, as W grows — Qi et
+/// al.'s "zero bubble" counts from the last rank's first forward, which has to wait (p − 1)
+/// forwards on any pipeline. The first GPU's extra work partly fills its own idle time. About 24p²
+/// blocks.
+pub fn v_bubble_s(kind: VKind, p: u32, m: u32, chunk: [f64; 3], first_extra: [f64; 3]) -> f64 {
     if p < 2 || m == 0 {
         return 0.0;
     }
@@ -382,17 +385,21 @@ pub fn v_bubble_s(kind: VKind, p: u32, m: u32, forward_s: f64, input_s: f64, wei
         VKind::ZeroBubbleV => m.min(full),
         VKind::DualPipeV => full,
     };
-    let chunk = StageCost {
-        forward_s,
-        backward_s: input_s + weight_s,
-        weight_s,
+    let cost = |[f, i, w]: [f64; 3]| StageCost {
+        forward_s: f,
+        backward_s: i + w,
+        weight_s: w,
     };
-    let ranks = vec![[chunk, chunk]; p as usize];
+    let base = cost(chunk);
+    let mut ranks = vec![[base, base]; p as usize];
+    ranks[0][1] = cost([0, 1, 2].map(|k| chunk[k] + first_extra[k]));
+    let per_rank = |r: &[StageCost; 2]| r.iter().map(|c| c.forward_s + c.backward_s).sum::<f64>();
+    let busiest = ranks.iter().map(per_rank).fold(0.0, f64::max);
     match simulate_v(&ranks, kind, m0, 0.0) {
-        Ok(s) => (s.step_s - 2.0 * f64::from(m0) * (forward_s + input_s + weight_s)).max(0.0),
+        Ok(s) => (s.step_s - f64::from(m0) * busiest).max(0.0),
         // Too many blocks to simulate (thousands of stages): the interleaved schedule's idle
         // time at two chunks, (p − 1)·(f + b + w).
-        Err(_) => f64::from(p - 1) * (forward_s + input_s + weight_s),
+        Err(_) => f64::from(p - 1) * chunk.iter().sum::<f64>(),
     }
 }
 
@@ -497,7 +504,7 @@ mod tests {
                     (1.0, 2.0, 0.0),
                     (2.0, 1.0, 0.5),
                 ] {
-                    let closed = v_bubble_s(kind, p, 8 * p, f, i, w);
+                    let closed = v_bubble_s(kind, p, 8 * p, [f, i, w], [0.0; 3]);
                     for m in [2 * p, 3 * p, 8 * p] {
                         let chunk = StageCost {
                             forward_s: f,
@@ -518,11 +525,41 @@ mod tests {
     }
 
     #[test]
+    fn the_first_gpus_extra_work_keeps_the_idle_time_flat_in_m_and_matches_the_simulation() {
+        let chunk = [1.0, 2.5, 0.6];
+        let extra = [0.4, 0.8, 0.3];
+        for kind in [VKind::ZeroBubbleV, VKind::DualPipeV] {
+            for p in [2u32, 4, 8] {
+                let closed = v_bubble_s(kind, p, 8 * p, chunk, extra);
+                let cost = |[f, i, w]: [f64; 3]| StageCost {
+                    forward_s: f,
+                    backward_s: i + w,
+                    weight_s: w,
+                };
+                let mut ranks = vec![[cost(chunk), cost(chunk)]; p as usize];
+                ranks[0][1] = cost([0, 1, 2].map(|k| chunk[k] + extra[k]));
+                let busiest: f64 = chunk.iter().sum::<f64>() * 2.0 + extra.iter().sum::<f64>();
+                for m in [2 * p, 5 * p, 8 * p] {
+                    let s = simulate_v(&ranks, kind, m, 0.0).unwrap();
+                    let idle = s.step_s - f64::from(m) * busiest;
+                    assert!(
+                        (idle - closed).abs() < 1e-9 * (1.0 + closed),
+                        "{kind:?} p={p} m={m}: {idle} vs {closed}"
+                    );
+                }
+                // The extra work on one GPU fills some of its idle time: less idle than equal ranks
+                // would show, more step than without it.
+                assert!(closed <= v_bubble_s(kind, p, 8 * p, chunk, [0.0; 3]) + 1e-9);
+            }
+        }
+    }
+
+    #[test]
     fn without_weight_gradients_zbv_idles_twice_the_slower_pass() {
         // W = 0: the V turns at the last rank and back, (p − 1)·2·max(f, b).
         for p in [2u32, 4, 8] {
             for (f, b) in [(1.0, 1.0), (0.5, 1.5), (2.0, 1.0)] {
-                let idle = v_bubble_s(VKind::ZeroBubbleV, p, 4 * p, f, b, 0.0);
+                let idle = v_bubble_s(VKind::ZeroBubbleV, p, 4 * p, [f, b, 0.0], [0.0; 3]);
                 let want = f64::from(p - 1) * 2.0 * f64::max(f, b);
                 assert!(
                     (idle - want).abs() < 1e-9,
@@ -536,8 +573,8 @@ mod tests {
     fn weight_gradients_fill_the_bubble() {
         // Moving work from the input gradient to the weight gradient shortens the idle time.
         for kind in [VKind::ZeroBubbleV, VKind::DualPipeV] {
-            let split = v_bubble_s(kind, 8, 32, 1.0, 1.0, 1.0);
-            let whole = v_bubble_s(kind, 8, 32, 1.0, 2.0, 0.0);
+            let split = v_bubble_s(kind, 8, 32, [1.0, 1.0, 1.0], [0.0; 3]);
+            let whole = v_bubble_s(kind, 8, 32, [1.0, 2.0, 0.0], [0.0; 3]);
             assert!(split < whole, "{kind:?}: {split} vs {whole}");
         }
     }

@@ -379,7 +379,8 @@ impl Framework {
                         plan.pp,
                         plan.ep,
                         model.tied_embeddings,
-                        plan.dp_replicas,
+                        // Copies are refused by the arm below, in their own words.
+                        1,
                     )) =>
             {
                 Some(format!(

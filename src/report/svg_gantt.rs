@@ -1,5 +1,6 @@
 //! Figure 5: the pipeline timeline of one step, straight from the event-driven schedule simulation
-//! (`cost::schedule`, 1F1B or interleaved 1F1B): one row per stage, a block per forward and backward
+//! (`cost::schedule`, 1F1B or interleaved 1F1B; `cost::v_schedule`, ZB-V or DualPipeV, whose
+//! weight-gradient blocks get their own colour): one row per stage, a block per forward and backward
 //! of each micro-batch (and model chunk), idle time left blank, the exposed TP, CP and EP (MoE token
 //! traffic) communication inside each block as strips of their shares at its lower edge, one after
 //! the other, then the exposed DP communication and the optimizer step.
@@ -177,10 +178,8 @@ pub(crate) fn gantt_svg(
         } else {
             "Timeline"
         },
-        if plan.vpp > 1 {
-            "interleaved 1F1B"
-        } else if p > 1 {
-            "1F1B"
+        if p > 1 {
+            sim.summary.schedule.words(plan.vpp)
         } else {
             "no pipeline"
         },
@@ -196,8 +195,9 @@ pub(crate) fn gantt_svg(
         "{}; step {:.3} s{}",
         if p > 1 {
             format!(
-                "bubble ratio {:.3} simulated vs (p-1)/(v·m) = {:.3}; all stages idle {:.2}% of their time",
+                "bubble ratio {:.3} simulated vs {} = {:.3}; all stages idle {:.2}% of their time",
                 sim.summary.simulated_bubble_ratio,
+                sim.summary.schedule.closed_form_words(),
                 sim.summary.closed_form_bubble_ratio,
                 sim.summary.pipeline_idle_share * 100.0,
             )

@@ -54,12 +54,13 @@ impl PipelineSchedule {
     }
 
     /// The closed form the search ranks on, in words: Narayanan et al.'s ratio for 1F1B, the V
-    /// schedule simulated at equal chunks for the others (`cost::v_schedule::v_bubble_s`).
+    /// schedule simulated at the mean stage's chunks, the output layer on the first GPU, for the
+    /// others (`cost::v_schedule::v_bubble_s`).
     pub fn closed_form_words(self) -> &'static str {
         match self {
             PipelineSchedule::OneFOneB => "(p-1)/(v·m)",
             PipelineSchedule::ZeroBubbleV | PipelineSchedule::DualPipeV => {
-                "the schedule at equal chunks"
+                "the schedule at mean chunks"
             }
         }
     }
