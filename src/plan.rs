@@ -601,11 +601,11 @@ pub enum PlanError {
     )]
     DpReplicasWithoutZero { replicas: u32 },
     #[error(
-        "--dp-replicas {replicas} does not divide --dp {dp}: each copy of the sharded states is sharded over the same number of data-parallel ranks (with all the CP ranks of each); valid: {valid}"
+        "--dp-replicas {replicas} does not divide {what}: each copy of the sharded states is sharded over the same number of them; valid: {valid}"
     )]
     DpReplicasDp {
         replicas: u32,
-        dp: u32,
+        what: String,
         valid: String,
     },
     #[error(
@@ -820,7 +820,7 @@ impl ParallelPlan {
         training: &Training,
     ) -> Result<ParallelPlan, PlanError> {
         let r = request;
-        check_degrees(r, cluster)?;
+        check_degrees(r, cluster, training.framework.copies_split_cp())?;
         if !training.optimizer_states.allows_zero(r.zero) {
             return Err(PlanError::ZeroForOptimizerStates {
                 zero: r.zero,
@@ -990,7 +990,11 @@ fn copies_of_two_or_more(divides: u32, ranks: u64) -> String {
 }
 
 /// Every degree at least 1, a real ZeRO stage, and degrees whose product is the cluster.
-fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
+fn check_degrees(
+    r: &PlanRequest,
+    cluster: &Cluster,
+    copies_split_cp: bool,
+) -> Result<(), PlanError> {
     for (what, value) in [
         ("--tp", r.tp),
         ("--cp", r.cp),
@@ -1021,20 +1025,35 @@ fn check_degrees(r: &PlanRequest, cluster: &Cluster) -> Result<(), PlanError> {
             replicas: r.dp_replicas,
         });
     }
-    if !r.dp.is_multiple_of(r.dp_replicas) {
+    // The copies split the data-parallel ranks, with or without the CP ranks among them
+    // (`TrainingFramework::copies_split_cp`).
+    let data_ranks = u64::from(r.dp) * u64::from(r.cp);
+    let split = if copies_split_cp {
+        data_ranks
+    } else {
+        u64::from(r.dp)
+    };
+    if !split.is_multiple_of(u64::from(r.dp_replicas)) {
+        let divides = u32::try_from(split).unwrap_or(r.dp);
         return Err(PlanError::DpReplicasDp {
             replicas: r.dp_replicas,
-            dp: r.dp,
-            valid: list(divisors(r.dp)),
+            what: if copies_split_cp && r.cp > 1 {
+                format!(
+                    "the --dp {} x --cp {} = {split} data-parallel ranks (Megatron-Core splits them with their CP ranks)",
+                    r.dp, r.cp
+                )
+            } else {
+                format!("the --dp {} data-parallel ranks", r.dp)
+            },
+            valid: copies_of_two_or_more(divides, data_ranks),
         });
     }
-    let data_ranks = u64::from(r.dp) * u64::from(r.cp);
     if r.dp_replicas > 1 && data_ranks / u64::from(r.dp_replicas) < 2 {
         return Err(PlanError::DpReplicasSingleRank {
             replicas: r.dp_replicas,
             what: "dp x cp",
             ranks: data_ranks,
-            valid: copies_of_two_or_more(r.dp, data_ranks),
+            valid: copies_of_two_or_more(u32::try_from(split).unwrap_or(r.dp), data_ranks),
         });
     }
     let gpus = cluster.total_gpus();

@@ -232,7 +232,14 @@ pub fn enumerate(
                 if !training.global_batch.is_multiple_of(dp) {
                     continue;
                 }
-                let replicas = dp_replica_choices(cluster, tp, cp, dp, options.pins.dp_replicas);
+                let replicas = dp_replica_choices(
+                    cluster,
+                    tp,
+                    cp,
+                    dp,
+                    options.pins.dp_replicas,
+                    training.framework.copies_split_cp(),
+                );
                 for (ep, etp) in expert_degrees(model, tp, tp * cp * dp, options.pins.etp) {
                     // Experts' states split into as many copies (one rank each at least: the
                     // expert gradients are then all-reduced whole across the copies).
@@ -305,16 +312,20 @@ pub fn expert_degrees(
 /// where its gathers and reduce-scatters stay on NVLink and only the all-reduce of the reduced
 /// shards crosses the network (Megatron-Bridge's performance guide proposes the partial
 /// distributed optimizer for "slow DP communication at large scaling training"), and a pinned
-/// count. Counts that leave a copy one rank, or do not divide dp, are not offered.
+/// count. Counts that leave a copy one rank, or do not divide what the framework splits into
+/// copies (dp x cp under Megatron-Core, dp under torchtitan), are not offered.
 pub fn dp_replica_choices(
     cluster: &Cluster,
     tp: u32,
     cp: u32,
     dp: u32,
     pinned: Option<u32>,
+    copies_split_cp: bool,
 ) -> Vec<u32> {
     let mut out = vec![1];
     let data_ranks = dp * cp;
+    // What the copies must divide (`TrainingFramework::copies_split_cp`).
+    let split = if copies_split_cp { data_ranks } else { dp };
     // DP×CP ranks stride tp, so an NVLink domain holds domain / tp of one group's ranks.
     let domain = cluster.nvlink_domain();
     let per_domain = if domain.is_multiple_of(tp) {
@@ -324,12 +335,12 @@ pub fn dp_replica_choices(
     };
     if per_domain >= 2 && data_ranks > per_domain && data_ranks.is_multiple_of(per_domain) {
         let replicas = data_ranks / per_domain;
-        if dp.is_multiple_of(replicas) {
+        if split.is_multiple_of(replicas) {
             out.push(replicas);
         }
     }
     if let Some(replicas) = pinned
-        .filter(|&r| r > 1 && !out.contains(&r) && dp.is_multiple_of(r) && data_ranks / r >= 2)
+        .filter(|&r| r > 1 && !out.contains(&r) && split.is_multiple_of(r) && data_ranks / r >= 2)
     {
         out.push(replicas);
     }

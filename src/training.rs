@@ -1105,6 +1105,17 @@ impl TrainingFramework {
         }
     }
 
+    /// Whether copies of the sharded states split the data-parallel ranks with the CP ranks among
+    /// them: Megatron-Core cuts the dp-cp group into consecutive slices (parallel_state.py asserts
+    /// `(data_parallel_size * context_parallel_size) % num_distributed_optimizer_instances == 0`
+    /// and builds the intra-instance groups from `ranks_with_cp`), so a copy may hold part of a CP
+    /// group's ranks; torchtitan's HSDP replicates over `data_parallel_replicate_degree`, a factor
+    /// of dp alone (`dp_replicate * dp_shard * cp * tp * pp` is the world, FSDP sharding over
+    /// dp_shard × cp). Other frameworks keep no copies (`dp_replicas_refusal`).
+    pub fn copies_split_cp(self) -> bool {
+        self == TrainingFramework::MegatronCore
+    }
+
     /// What a framework lacking some ZeRO stages (`runs_zero_stage`) offers instead, in the words
     /// `eval`'s note and `plan`'s pin error both use.
     pub fn zero_stages_it_has(self) -> &'static str {

@@ -93,10 +93,11 @@ fn impossible_copies_are_refused_with_the_rule() {
         &with(&["--zero", "1", "--dp-replicas", "3"]),
         &[
             "--dp-replicas 3",
-            "does not divide --dp 16",
-            "valid: 1, 2, 4, 8, 16",
+            "does not divide the --dp 16 data-parallel ranks",
+            "valid: 1, 2, 4, 8",
         ],
-        &[],
+        // 16 copies would leave each one rank.
+        &["8, 16"],
         "copies not dividing dp",
     );
     assert_one_line_error(

@@ -75,3 +75,62 @@ fn pinning_both_names_the_rule() {
         "keep with two copies under megatron-core",
     );
 }
+
+/// Megatron-Core splits the dp-cp group into its copies (parallel_state.py asserts only that
+/// `num_distributed_optimizer_instances` divides dp x cp), so copies may split a CP group: dp 1,
+/// cp 4 in two copies of two ranks. torchtitan's HSDP replicates over a factor of dp alone.
+#[test]
+fn megatron_core_copies_divide_dp_times_cp() {
+    let args = |framework: &str, zero: &'static str, replicas: &'static str| {
+        vec![
+            "eval".to_string(),
+            "--model".into(),
+            "llama3-8b".into(),
+            "--nodes".into(),
+            "1".into(),
+            "--tp".into(),
+            "2".into(),
+            "--cp".into(),
+            "4".into(),
+            "--global-batch".into(),
+            "8".into(),
+            "--seq-len".into(),
+            "32768".into(),
+            "--sequence-parallel".into(),
+            "--zero".into(),
+            zero.into(),
+            "--dp-replicas".into(),
+            replicas.into(),
+            "--framework".into(),
+            framework.into(),
+        ]
+    };
+    let run_with = |a: Vec<String>| {
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&refs)
+    };
+    let core = run_with(args("megatron-core", "1", "2"));
+    assert_eq!(core.code, 0, "{}", core.stderr);
+    assert!(
+        core.stdout
+            .contains("ZeRO-1 (2 copies of the sharded states, each over 2 ranks)"),
+        "{}",
+        core.stdout
+    );
+    assert_one_line_error(
+        &run_with(args("megatron-core", "1", "3")),
+        &["--dp 1 x --cp 4 = 4 data-parallel ranks", "valid: 1, 2"],
+        &["1, 2, 4"],
+        "three copies of four ranks",
+    );
+    assert_one_line_error(
+        &run_with(args("torchtitan", "3", "2")),
+        &[
+            "--dp-replicas 2",
+            "the --dp 1 data-parallel ranks",
+            "valid: 1",
+        ],
+        &[],
+        "torchtitan's HSDP over dp 1",
+    );
+}

@@ -391,7 +391,12 @@ fn dp_replicas_pin_reason(
         .map(|p| format!(" {} {}", p.flag, p.value))
         .collect();
     Some(format!(
-        "--dp-replicas {replicas} admits no valid plan for this model and cluster (each copy of the sharded states is sharded over dp x cp / N ranks, so N must divide dp and leave each copy 2 or more ranks; {}the search finds plans with --dp-replicas {}); pin one of those or drop --dp-replicas",
+        "--dp-replicas {replicas} admits no valid plan for this model and cluster (each copy of the sharded states is sharded over dp x cp / N ranks, so N must divide {} and leave each copy 2 or more ranks; {}the search finds plans with --dp-replicas {}); pin one of those or drop --dp-replicas",
+        if framework.copies_split_cp() {
+            "dp x cp"
+        } else {
+            "dp"
+        },
         if with.is_empty() {
             String::new()
         } else {
