@@ -134,3 +134,35 @@ fn megatron_core_copies_divide_dp_times_cp() {
         "torchtitan's HSDP over dp 1",
     );
 }
+
+/// The layout figure named no copies of the sharded states: its DP line read as one group
+/// reducing over NVLink, with the copies' all-reduce across nodes left out.
+#[test]
+fn the_layout_figure_draws_the_copies() {
+    let dir = scratch("review_round_eleventh", "layout");
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "4",
+        "--tp",
+        "2",
+        "--global-batch",
+        "256",
+        "--zero",
+        "1",
+        "--dp-replicas",
+        "4",
+        "--report",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let svg = std::fs::read_to_string(dir.join("layout.svg")).unwrap();
+    assert!(svg.contains("DP: the 4 replicas of one copy"), "{svg}");
+    assert!(
+        svg.contains("copies of the sharded states: 4 copies, each sharded over the 4 consecutive DP ranks above")
+            && svg.contains("(stride 8) over the network"),
+        "{svg}"
+    );
+}

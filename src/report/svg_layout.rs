@@ -159,6 +159,7 @@ pub(crate) fn layout_svg(
     let pp_group = g.get(GroupKind::Pp);
     let ep_group = g.get(GroupKind::Ep);
     let expert_dp_group = g.get(GroupKind::ExpertDp);
+    let replica_group = g.get(GroupKind::DpReplica);
     let mut legend = vec![if plan.tp > 1 {
         format!(
             "TP groups ({} GPUs, black outline) {} every layer over {}",
@@ -220,6 +221,13 @@ pub(crate) fn layout_svg(
             dp_group.stride,
             ring_link(dp_group, cluster)
         )
+    } else if plan.dp_replicas > 1 {
+        format!(
+            "DP: the {} replicas of one copy (same pp, tp; stride {}) reduce-scatter gradients over {}",
+            dp_group.size,
+            dp_group.stride,
+            ring_link(dp_group, cluster)
+        )
     } else {
         format!(
             "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
@@ -227,6 +235,18 @@ pub(crate) fn layout_svg(
             ring_link(dp_group, cluster)
         )
     });
+    // Hybrid sharding: the DP group above is one copy's ranks (`GroupKind::Dp` is sized
+    // dp·cp / copies); the copies all-reduce each reduced shard (`GroupKind::DpReplica`).
+    if plan.dp_replicas > 1 {
+        legend.push(format!(
+            "copies of the sharded states: {} copies, each sharded over the {} consecutive DP{} ranks above; each reduced shard is all-reduced across the copies (stride {}) over {}",
+            plan.dp_replicas,
+            dp_group.size,
+            if cp { " x CP" } else { "" },
+            replica_group.stride,
+            ring_link(replica_group, cluster)
+        ));
+    }
     if ep {
         legend.push(format!(
             "EP groups ({} GPUs at stride {}; e = expert-parallel rank) exchange tokens all-to-all every MoE layer over {}; red outline: {}",
