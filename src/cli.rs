@@ -467,7 +467,8 @@ pub struct TrainingArgs {
     /// in a V, the weight gradients split from the backward to fill the bubble; needs --vpp 2) or
     /// dualpipev (torchtitan's DualPipeV: the same V, DeepSeek's DualPipe order; needs --vpp 2 and
     /// at least 2 x --pp micro-batches per schedule). zbv and dualpipev are torchtitan's only
-    /// (--framework torchtitan); `plan` then searches plans with pp 1 or vpp 2. Torchtitan's names
+    /// (--framework torchtitan); `plan` then searches pipelined plans with vpp 2 only (a plan
+    /// without a pipeline runs no schedule, so none is offered). Torchtitan's names
     /// (ZBVZeroBubble, DualPipeV, Interleaved1F1B) are read too. Default: 1f1b
     #[arg(long, value_name = "SCHEDULE", value_parser = crate::training::PipelineSchedule::parse)]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,

@@ -32,7 +32,8 @@ pub struct Comparison {
     pub verdict: String,
     pub a: Estimate,
     pub b: Estimate,
-    /// How each plan's step time was obtained (the simulated 1F1B schedule, as `plan` and `eval`).
+    /// How each plan's step time was obtained (the simulated schedule, as `plan` and `eval`), and
+    /// which pipeline schedule it ran (`ScheduleSummary::schedule`).
     pub a_schedule: Option<ScheduleSummary>,
     pub b_schedule: Option<ScheduleSummary>,
     /// Whether the model has experts: the table's plan labels then show ep and etp even at 1
@@ -399,7 +400,22 @@ pub fn table(c: &Comparison) -> String {
         crate::sweep::PlanLabel::of(&c.b.plan),
     ];
     let dims = crate::sweep::LabelDims::of(&labels, c.experts);
-    let plan = |i: usize| crate::sweep::plan_label(&labels[i], dims);
+    // The pipeline schedule, named where either plan runs a V schedule (`--pp-schedule`): it is
+    // not part of the plan's degrees, and two plans alike in them may differ in it.
+    let schedules = [c.a_schedule, c.b_schedule]
+        .map(|s| s.map_or(crate::training::PipelineSchedule::OneFOneB, |s| s.schedule));
+    let named = schedules
+        .iter()
+        .any(|s| *s != crate::training::PipelineSchedule::OneFOneB);
+    let pps = [c.a.plan.pp, c.b.plan.pp];
+    let plan = |i: usize| {
+        let label = crate::sweep::plan_label(&labels[i], dims);
+        if named && pps[i] > 1 {
+            format!("{label} {}", schedules[i].as_str())
+        } else {
+            label
+        }
+    };
     table.add_row(vec![
         "plan".to_string(),
         String::new(),

@@ -159,6 +159,10 @@ pub struct Sweep {
     /// as `plan`'s JSON `training` says them.
     pub local_batch: Option<u32>,
     pub cp_exchange: Option<crate::training::CpExchange>,
+    /// The pipeline schedule every pipelined point runs (`--pp-schedule`), when it is a V schedule
+    /// (as `plan`'s JSON `training.pp_schedule`); absent for 1F1B.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// What selective recompute recomputes under Megatron-Core (`--recompute-modules`, or the
     /// output-discarding modules the model has), as `plan`'s JSON `training` says it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -215,6 +219,10 @@ pub fn run(
         kernel_fusion: points.first().map(|p| p.training.kernel_fusion),
         local_batch: points.first().and_then(|p| p.training.local_batch),
         cp_exchange: points.first().map(|p| p.training.cp_exchange),
+        pp_schedule: points
+            .first()
+            .map(|p| p.training.pp_schedule)
+            .filter(|s| s.v_kind().is_some()),
         recompute_modules: points.first().and_then(|p| p.training.recompute_modules),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,

@@ -211,25 +211,26 @@ fn the_split_backward_shortens_the_bubble_of_the_same_plan() {
 #[test]
 fn the_first_gpu_holds_both_ends_of_the_v() {
     let v = json_70b(&["--pp-schedule", "zbv"]);
+    // With 32 micro-batches the other GPUs' receive buffers (two receiving chunks each) outweigh
+    // the first GPU's ends: the most loaded GPU is one of them (tests/zero_bubble_review.rs shows
+    // the first GPU most loaded with fewer micro-batches).
     let memory = &v["plans"][0]["memory"];
-    assert_eq!(memory["stage"], "ends", "{memory}");
-    // Embedding and output layer on one GPU: more parameters than the looped first stage's.
+    assert_eq!(memory["stage"], "v_middle", "{memory}");
+    // Embedding and output layer on one GPU: it moves more DP traffic than the looped first
+    // stage (the heaviest GPU's parameters set it).
     let looped = json_70b(&[]);
-    let params = |x: &serde_json::Value| {
-        x["plans"][0]["memory"]["params_per_gpu_before_zero"]
-            .as_f64()
-            .unwrap()
-    };
+    let dp_bytes =
+        |x: &serde_json::Value| x["plans"][0]["comm"]["dp"]["wire_bytes"].as_f64().unwrap();
     assert!(
-        params(&v) > params(&looped),
+        dp_bytes(&v) > dp_bytes(&looped),
         "{} vs {}",
-        params(&v),
-        params(&looped)
+        dp_bytes(&v),
+        dp_bytes(&looped)
     );
     let r = eval_70b(&["--pp-schedule", "zbv"]);
     assert!(
         r.stdout
-            .contains("holding the first and last chunks of the V"),
+            .contains("embedding, output layer and loss on the first GPU"),
         "{}",
         r.stdout
     );

@@ -187,7 +187,12 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
             println!(
                 "{}\n\n{}",
                 crate::report::scenario_line(&report),
-                crate::report::breakdown(&report.plans[0], &planned.cluster, &report.training)
+                crate::report::breakdown(
+                    &report.plans[0],
+                    &planned.model,
+                    &planned.cluster,
+                    &report.training,
+                )
             );
         }
     }

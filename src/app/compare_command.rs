@@ -541,7 +541,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     if let Some(note) = cp_note {
         eprintln!("{note}");
     }
-    if a.plan == b.plan {
+    // Two files of one plan under different pipeline schedules (`pp_schedule`, a training
+    // setting, not a plan field) are different plans: their bubbles and memory differ.
+    let same_schedule =
+        a_schedule.map(|s| s.schedule) == b_schedule.map(|s| s.schedule) || a.plan.pp == 1;
+    if a.plan == b.plan && same_schedule {
         eprintln!(
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"
         );

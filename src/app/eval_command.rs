@@ -702,7 +702,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             format!(
                 "{}\n\n{}\n{}\n{}\n{}",
                 report::scenario_line(r),
-                report::breakdown(&r.plans[0], &scenario.cluster, &r.training),
+                report::breakdown(&r.plans[0], &scenario.model, &scenario.cluster, &r.training),
                 schedule_line,
                 crate::uncertainty::within_error_line(
                     &r.plans,

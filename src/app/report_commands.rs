@@ -125,6 +125,23 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
             s.closed_form_step_s,
             ratio_text(s.closed_form_bubble_ratio)
         )
+    } else if s.simulated_step_used && s.schedule.v_kind().is_some() {
+        // A V places chunks r and 2p − 1 − r on GPU r (`cost::v_schedule`): the first GPU runs
+        // both ends of the model, not a first and a last stage.
+        format!(
+            "pipeline schedule: the simulated {name} step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the GPUs differ in work (the first runs the first and the last model chunk of the V, with the embedding, {}the output layer and the loss); bubble ratio (idle / busy of the slowest GPU) {} simulated vs {closed} = {}; all GPUs idle {:.2}% of their time",
+            s.simulated_step_s,
+            s.closed_form_step_s,
+            100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
+            match s.mtp_layers_on_last {
+                0 => String::new(),
+                1 => "the MTP layer, ".to_string(),
+                n => format!("{n} MTP layers, "),
+            },
+            ratio_text(s.simulated_bubble_ratio),
+            ratio_text(s.closed_form_bubble_ratio),
+            s.pipeline_idle_share * 100.0,
+        )
     } else if s.simulated_step_used {
         format!(
             "pipeline schedule: the simulated {name} step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs {closed} = {}; all stages idle {:.2}% of their time",

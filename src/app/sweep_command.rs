@@ -498,6 +498,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     .map(|local| format!(", local batch {local} per pipeline schedule"))
                     .unwrap_or_default()
                     + &result
+                        .pp_schedule
+                        .map(|s| format!(
+                            ", pipeline schedule {} ({})",
+                            s.as_str(),
+                            s.torchtitan_name(2)
+                        ))
+                        .unwrap_or_default()
+                    + &result
                         .recompute_modules
                         .filter(|_| result
                             .rows

@@ -927,7 +927,7 @@ pub fn ledger(
     let super::memory::StageParams {
         total: params,
         expert: expert_params,
-    } = super::memory::max_stage_params(model, plan);
+    } = super::memory::max_stage_params(model, training, plan);
     let gather_bytes = comm::gather_bytes_per_param(model, training, plan, params, max_layers);
     for (kind, replica_kind, share) in [
         (GroupKind::Dp, GroupKind::DpReplica, params - expert_params),

@@ -29,6 +29,11 @@ pub enum Stage {
     /// The first GPU of a V-shaped schedule (`cost::v_schedule`): it runs the first model chunk
     /// and the last, so it holds the embedding, the output layer and the loss.
     Ends,
+    /// The most loaded of the other GPUs of a V-shaped schedule: rank r of p runs model chunks r
+    /// and 2p − 1 − r (`v_schedule::virtual_stage`), neither end of the model. With uneven chunks
+    /// (the last one short, or the first lighter for the embedding) it holds more layers than the
+    /// first GPU.
+    VMiddle,
 }
 
 impl Stage {
@@ -41,6 +46,7 @@ impl Stage {
             Stage::Last => "last stage",
             Stage::Only => "the only stage",
             Stage::Ends => "first GPU, holding the first and last chunks of the V",
+            Stage::VMiddle => "a GPU past the first, holding two middle chunks of the V",
         }
     }
 }
@@ -291,7 +297,16 @@ fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, moe_share: 
     };
     let last_layers = super::pipeline::last_stage_layers(model, plan);
     match stage {
-        Stage::Only | Stage::Ends => {
+        // The first GPU of a V holds chunk 0 and the last chunk, not the last stage's layers.
+        Stage::Ends => {
+            layers(v_ends_mix(model, plan).0)
+                + mtp
+                + model.word_embedding_params() / t
+                + model.position_embedding_params()
+                + model.output_params() / t
+        }
+        Stage::VMiddle => layers(v_middle_mix(model, plan).0),
+        Stage::Only => {
             layers(last_layers)
                 + mtp
                 + model.word_embedding_params() / t
@@ -352,6 +367,7 @@ fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u3
     let moe_layers = match stage {
         Stage::First | Stage::Only => on(0),
         Stage::Ends => v_ends_mix(model, plan).1,
+        Stage::VMiddle => v_middle_mix(model, plan).1,
         Stage::Last => on(plan.pp - 1),
         Stage::Middle => {
             // Most middle stages past a dense prefix are all MoE: stop at the first that is.
@@ -376,15 +392,19 @@ pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 
     }
 }
 
-/// The stage whose GPUs hold the most parameters (before ZeRO sharding), and those parameters.
-fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> (Stage, f64) {
+/// The stage whose GPUs hold the most parameters (before ZeRO sharding), and those parameters;
+/// under a V schedule (`v_shaped`) the GPUs as the V places the chunks.
+fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage, f64) {
     if plan.pp == 1 {
         return (Stage::Only, stage_params(model, plan, Stage::Only));
     }
-    let candidates = [Stage::First, Stage::Last, Stage::Middle];
-    let count = if plan.pp > 2 { 3 } else { 2 };
-    let mut best = (Stage::First, stage_params(model, plan, Stage::First));
-    for &stage in &candidates[1..count] {
+    let candidates: &[Stage] = match (v_shaped, plan.pp > 2) {
+        (true, _) => &[Stage::Ends, Stage::VMiddle],
+        (false, true) => &[Stage::First, Stage::Last, Stage::Middle],
+        (false, false) => &[Stage::First, Stage::Last],
+    };
+    let mut best = (candidates[0], stage_params(model, plan, candidates[0]));
+    for &stage in &candidates[1..] {
         let params = stage_params(model, plan, stage);
         if params > best.1 {
             best = (stage, params);
@@ -394,9 +414,11 @@ fn heaviest_stage(model: &Model, plan: &ParallelPlan) -> (Stage, f64) {
 }
 
 /// The most parameters any GPU of the plan holds (before ZeRO sharding), and the routed-expert
-/// parameters among them: those DP and expert-DP reduce and shard.
-pub fn max_stage_params(model: &Model, plan: &ParallelPlan) -> StageParams {
-    let (stage, total) = heaviest_stage(model, plan);
+/// parameters among them: those DP and expert-DP reduce and shard. Under a V schedule the first
+/// GPU holds both the embedding and the output layer (`Stage::Ends`).
+pub fn max_stage_params(model: &Model, training: &Training, plan: &ParallelPlan) -> StageParams {
+    let v_shaped = training.pp_schedule.v_kind().is_some();
+    let (stage, total) = heaviest_stage(model, plan, v_shaped);
     if model.moe.is_none() {
         return StageParams { total, expert: 0.0 };
     }
@@ -421,6 +443,7 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
     match stage {
         Stage::Only | Stage::Last => super::pipeline::last_stage_layers(model, plan),
         Stage::Ends => v_ends_mix(model, plan).0,
+        Stage::VMiddle => v_middle_mix(model, plan).0,
         Stage::First => plan.stages.first,
         Stage::Middle => plan.stages.middle_max,
     }
@@ -442,6 +465,26 @@ fn v_ends_mix(model: &Model, plan: &ParallelPlan) -> (u32, u32) {
         b - a + d - c + model.mtp_layers,
         model.moe_layers_between(a, b) + model.moe_layers_between(c, d) + mtp_moe,
     )
+}
+
+/// Transformer layers, and MoE layers among them, of the most loaded other GPU of a V: rank r of
+/// p ≥ 2 runs chunks r and 2p − 1 − r (`v_schedule::virtual_stage`; torchtitan
+/// `_get_pp_rank_to_stage_indices_mapping`, style "v"); the one with the most layers, then the
+/// most MoE layers. (0, 0) without a pipeline.
+fn v_middle_mix(model: &Model, plan: &ParallelPlan) -> (u32, u32) {
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let p = plan.pp.max(1);
+    (1..p)
+        .map(|rank| {
+            let (a, b) = layout.range(rank);
+            let (c, d) = layout.range(2 * p - 1 - rank);
+            (
+                b - a + d - c,
+                model.moe_layers_between(a, b) + model.moe_layers_between(c, d),
+            )
+        })
+        .max()
+        .unwrap_or((0, 0))
 }
 
 /// Micro-batches' worth of activations a stage holds at the peak of its schedule: the warm-up
@@ -680,7 +723,7 @@ fn stage_memory(
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
     let rank = match stage {
         Stage::Only | Stage::First | Stage::Ends => 0,
-        Stage::Middle => 1,
+        Stage::Middle | Stage::VMiddle => 1,
         Stage::Last => plan.pp - 1,
     };
     let layers = stage_layers(plan, model, stage);
@@ -932,10 +975,16 @@ pub fn memory(
     if plan.pp == 1 {
         return stage_memory(model, cluster, training, plan, Stage::Only);
     }
-    // Under a V schedule every rank holds as many chunks in flight and the same layers; the
-    // first also holds both ends of the model.
+    // Under a V schedule every rank holds as many chunks in flight; the first also holds both
+    // ends of the model, the others may hold more layers (uneven chunks).
     if training.pp_schedule.v_kind().is_some() {
-        return stage_memory(model, cluster, training, plan, Stage::Ends);
+        let ends = stage_memory(model, cluster, training, plan, Stage::Ends);
+        let rest = stage_memory(model, cluster, training, plan, Stage::VMiddle);
+        return if rest.total_bytes.0 > ends.total_bytes.0 {
+            rest
+        } else {
+            ends
+        };
     }
     let mut worst = stage_memory(model, cluster, training, plan, Stage::First);
     let stages: &[Stage] = if plan.pp > 2 {
@@ -1006,7 +1055,7 @@ mod tests {
         assert!((stage_params(&model, &plan, Stage::First) / first - 1.0).abs() < 1e-12);
         let middle = 4.0 * (moe_rest + experts);
         assert!((stage_params(&model, &plan, Stage::Middle) / middle - 1.0).abs() < 1e-12);
-        let heaviest = max_stage_params(&model, &plan);
+        let heaviest = max_stage_params(&model, &training, &plan);
         assert!((heaviest.total / middle - 1.0).abs() < 1e-12);
         assert!((heaviest.expert / (4.0 * experts) - 1.0).abs() < 1e-12);
         // Every layer of the whole model on one stage: the model's own mix.

@@ -1231,7 +1231,7 @@ pub fn evaluate(
     let memory::StageParams {
         total: params,
         expert: expert_params,
-    } = memory::max_stage_params(model, plan);
+    } = memory::max_stage_params(model, training, plan);
     let dp_group = groups.get(GroupKind::Dp);
     let gather_bytes_per_param =
         comm::gather_bytes_per_param(model, training, plan, params, max_layers);

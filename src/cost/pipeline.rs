@@ -160,6 +160,21 @@ impl ChunkLayout {
     }
 }
 
+/// Decoder layers (MTP layers excluded) on each GPU of a V-shaped schedule (`v_schedule`): GPU r
+/// of p runs model chunks r and 2p − 1 − r (torchtitan `_get_pp_rank_to_stage_indices_mapping`,
+/// style "v"), as the plan's layout cuts them.
+pub fn v_rank_layers(model: &Model, plan: &ParallelPlan) -> Vec<u32> {
+    let layout = ChunkLayout::of(model, plan);
+    let p = plan.pp.max(1);
+    (0..p)
+        .map(|rank| {
+            let (a, b) = layout.range(rank);
+            let (c, d) = layout.range(2 * p - 1 - rank);
+            b - a + d - c
+        })
+        .collect()
+}
+
 /// Decoder layers [start, end) of model chunk `chunk` of `plan` ([`ChunkLayout::range`]).
 pub fn chunk_layer_range(model: &Model, plan: &ParallelPlan, chunk: u32) -> (u32, u32) {
     ChunkLayout::of(model, plan).range(chunk)

@@ -350,8 +350,9 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         figures.push((
             "timeline.svg",
             format!(
-                "One step of {} from the event-driven 1F1B schedule simulation.",
-                inputs.chosen_label
+                "One step of {} from the event-driven {} schedule simulation.",
+                inputs.chosen_label,
+                chosen.summary.schedule.words(plan.vpp)
             ),
             gantt_svg(
                 chosen,

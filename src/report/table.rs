@@ -811,7 +811,12 @@ pub(crate) fn shown_memory_parts(mem: &crate::cost::memory::Memory) -> Vec<(&'st
 
 /// The full breakdown of one plan; the CP line names the training's exchange (`--cp-exchange`) as
 /// its framework runs it.
-pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Training) -> String {
+pub fn breakdown(
+    e: &Estimate,
+    model: &crate::model::Model,
+    cluster: &Cluster,
+    training: &crate::training::Training,
+) -> String {
     let p = &e.plan;
     let mem = &e.memory;
     let t = &e.time;
@@ -826,32 +831,55 @@ pub fn breakdown(e: &Estimate, cluster: &Cluster, training: &crate::training::Tr
             p.stages.first
         );
     } else {
-        let _ = writeln!(
-            out,
-            "layers per stage: first {}, {}last {} ({}); embedding on the first stage, output layer on the last",
-            p.stages.first,
-            if p.pp > 2 {
-                format!("middle {}, ", p.stages.middle_max)
-            } else {
-                String::new()
-            },
-            p.stages.last,
-            if p.stages.given {
-                "first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest".to_string()
-            } else if p.stages.even {
-                "even split".to_string()
-            } else if p.stages.chunk_layers > 0 {
-                let chunks = p.pp * p.vpp;
-                format!(
-                    "uneven split: {} model chunks of {} layers in depth order, the last one {}",
-                    chunks,
-                    p.stages.chunk_layers,
-                    p.stages.last - p.stages.chunk_layers * (p.vpp - 1)
-                )
-            } else {
-                "uneven split: embedding and output layer count as one layer each".to_string()
-            }
-        );
+        let split = if p.stages.given {
+            "first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest".to_string()
+        } else if p.stages.even {
+            "even split".to_string()
+        } else if p.stages.chunk_layers > 0 {
+            let chunks = p.pp * p.vpp;
+            format!(
+                "uneven split: {} model chunks of {} layers in depth order, the last one {}",
+                chunks,
+                p.stages.chunk_layers,
+                p.stages.last - p.stages.chunk_layers * (p.vpp - 1)
+            )
+        } else {
+            "uneven split: embedding and output layer count as one layer each".to_string()
+        };
+        if training.pp_schedule.v_kind().is_some() {
+            // A V places model chunks r and 2p − 1 − r on GPU r (`cost::v_schedule`): the first
+            // GPU holds both ends of the model, the others two middle chunks each.
+            let per_gpu = crate::cost::pipeline::v_rank_layers(model, p);
+            let rest = &per_gpu[1..];
+            let (lo, hi) = (
+                rest.iter().copied().min().unwrap_or(0),
+                rest.iter().copied().max().unwrap_or(0),
+            );
+            let _ = writeln!(
+                out,
+                "layers per GPU in the V (GPU r runs model chunks r and {} - r): first {}, {} {} ({split}); embedding, output layer and loss on the first GPU",
+                2 * p.pp - 1,
+                per_gpu[0],
+                if rest.len() == 1 { "other" } else { "others" },
+                if lo == hi {
+                    lo.to_string()
+                } else {
+                    format!("{lo}-{hi}")
+                },
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "layers per stage: first {}, {}last {} ({split}); embedding on the first stage, output layer on the last",
+                p.stages.first,
+                if p.pp > 2 {
+                    format!("middle {}, ", p.stages.middle_max)
+                } else {
+                    String::new()
+                },
+                p.stages.last,
+            );
+        }
     }
     let _ = writeln!(out);
     let _ = writeln!(
