@@ -467,9 +467,10 @@ pub struct TrainingArgs {
     /// in a V, the weight gradients split from the backward to fill the bubble; needs --vpp 2) or
     /// dualpipev (torchtitan's DualPipeV: the same V, DeepSeek's DualPipe order; needs --vpp 2 and
     /// at least 2 x --pp micro-batches per schedule). zbv and dualpipev are torchtitan's only
-    /// (--framework torchtitan); `plan` then searches pipelined plans with vpp 2 only (a plan
-    /// without a pipeline runs no schedule, so none is offered). Torchtitan's names
-    /// (ZBVZeroBubble, DualPipeV, Interleaved1F1B) are read too. Default: 1f1b
+    /// (--framework torchtitan), eager only (PyTorch splits the backward without torch.compile);
+    /// `plan` then searches pipelined plans with vpp 2, beside plans without a pipeline (pp 1,
+    /// which run no schedule; `eval` says so). Torchtitan's names (ZBVZeroBubble, DualPipeV,
+    /// Interleaved1F1B) are read too. Default: 1f1b
     #[arg(long, value_name = "SCHEDULE", value_parser = crate::training::PipelineSchedule::parse)]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with

@@ -424,10 +424,6 @@ pub enum PlanError {
     #[error("--vpp {vpp} needs pipeline parallelism (--pp > 1); use --vpp 1")]
     VppWithoutPp { vpp: u32 },
     #[error(
-        "--pp-schedule {schedule} pipelines two model chunks per GPU in a V, so it needs --pp 2 or more (here --pp 1); give --pp, or drop --pp-schedule"
-    )]
-    VScheduleWithoutPipeline { schedule: &'static str },
-    #[error(
         "--pp-schedule {schedule} runs exactly two model chunks per GPU in a V (PyTorch refuses any other count), but --vpp is {vpp}; give --vpp 2"
     )]
     VScheduleChunks { schedule: &'static str, vpp: u32 },
@@ -1720,8 +1716,10 @@ fn check_v_schedule(
         return Ok(());
     };
     let name = schedule.as_str();
+    // Without a pipeline there is nothing to schedule: one stage runs every micro-batch (`eval`
+    // says so; `plan` keeps such plans among the candidates).
     if r.pp < 2 {
-        return Err(PlanError::VScheduleWithoutPipeline { schedule: name });
+        return Ok(());
     }
     if r.vpp != 2 {
         return Err(PlanError::VScheduleChunks {

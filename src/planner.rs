@@ -404,7 +404,11 @@ fn push_pipeline_variants(
         let num_microbatches = replica_batch / micro_batch;
         for &vpp in &vpps {
             let chunk = (model.layers.div_ceil(pp) / vpp).max(1);
-            if vpp > 1 && !num_microbatches.is_multiple_of(pp) {
+            // Interleaved 1F1B's rule (`plan::check_interleaving`); the V schedules have their own.
+            if vpp > 1
+                && !num_microbatches.is_multiple_of(pp)
+                && training.pp_schedule.v_kind().is_none()
+            {
                 continue;
             }
             for sequence_parallel in [false, true] {

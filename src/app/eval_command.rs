@@ -561,6 +561,12 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ if value.is_empty() => flag.to_string(),
         _ => format!("{flag} {value}"),
     };
+    if plan.pp == 1 && scenario.training.pp_schedule.v_kind().is_some() {
+        eprintln!(
+            "note: --pp-schedule {} has no pipeline to schedule at pp 1 (one stage runs every micro-batch, no bubble); it applies to plans with --pp 2 or more",
+            scenario.training.pp_schedule.as_str()
+        );
+    }
     if plan.zero == 3
         && !plan.reshard_after_forward
         && !framework.keeps_gathered_parameters(

@@ -1361,7 +1361,7 @@ pub(super) fn resolve_scenario(
     // refuses it below).
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
-    let pp_schedule = pp_schedule_of(framework, training_args, plan_file)?;
+    let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
     let training = Training {
         pp_schedule,
         fp8_scaling,
@@ -1808,6 +1808,7 @@ fn recompute_modules_of(
 /// Megatron-LM and DeepSpeed do not.
 fn pp_schedule_of(
     framework: TrainingFramework,
+    kernel_fusion: KernelFusion,
     training_args: &crate::cli::TrainingArgs,
     saved: Option<&PlanFile>,
 ) -> Result<crate::training::PipelineSchedule> {
@@ -1822,6 +1823,16 @@ fn pp_schedule_of(
             "{from} is PyTorch's {} schedule, which torchtitan runs and {} does not (it runs 1F1B, interleaved with --vpp > 1); add --framework torchtitan, or drop the schedule",
             schedule.torchtitan_name(2),
             framework.as_str()
+        );
+    }
+    // PyTorch splits the backward with autograd on eager modules: `ScheduleZBVZeroBubble` and
+    // `ScheduleDualPipeV` call `_check_torch_compile_compatibility` ("we dont support input/weight
+    // backward split with torch.compile", schedules.py), and torchtitan's own tests say
+    // "torch.compile is incompatible with those eager PP schedules"
+    // (experiments/graph_trainer/tests/test_numerics.py).
+    if schedule != PipelineSchedule::OneFOneB && kernel_fusion == KernelFusion::Fused {
+        bail!(
+            "{from} splits each backward into input and weight gradients on eager modules, which PyTorch does not do under torch.compile (torchtitan: \"torch.compile is incompatible with those eager PP schedules\"); drop --torch-compile, or use --pp-schedule 1f1b"
         );
     }
     Ok(schedule)

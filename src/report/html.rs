@@ -329,7 +329,12 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                 ""
             },
         ),
-        layout_svg(inputs.cluster, plan, inputs.report.training.cp_exchange)?,
+        layout_svg(
+            inputs.cluster,
+            plan,
+            inputs.report.training.cp_exchange,
+            inputs.report.training.pp_schedule,
+        )?,
     ));
     let share = |compute: f64, block: f64| {
         if block > 0.0 {

@@ -105,6 +105,7 @@ pub(crate) fn layout_svg(
     cluster: &Cluster,
     plan: &ParallelPlan,
     cp_exchange: CpExchange,
+    pp_schedule: crate::training::PipelineSchedule,
 ) -> Result<String, String> {
     let gpn = cluster.gpus_per_node;
     let g = groups(cluster, plan);
@@ -203,7 +204,16 @@ pub(crate) fn layout_svg(
             link(cp_group, gpn),
         ));
     }
-    legend.push(if plan.pp > 1 {
+    legend.push(if plan.pp > 1 && pp_schedule.v_kind().is_some() {
+        // The V (`cost::v_schedule`): GPU stage s runs model chunks s and 2p - 1 - s.
+        format!(
+            "PP ({}): stage s runs model chunks s and {} - s; activations go down the stages through the first chunks and back up through the second (the last stage hands its first chunk's output to its own second), next {} ranks, over {}",
+            pp_schedule.words(2),
+            2 * plan.pp - 1,
+            pp_group.stride,
+            link(pp_group, gpn)
+        )
+    } else if plan.pp > 1 {
         format!(
             "PP: stage s sends activations to stage s+1 (next {} ranks) over {}",
             pp_group.stride,
@@ -550,7 +560,13 @@ mod tests {
         // 32 GPUs per stage over etp 2 x ep 4: 4 expert-DP replicas.
         assert_eq!(rank_coordinates(31, &plan).expert_dp, 3);
         assert_eq!(rank_coordinates(31, &plan).dp, 7);
-        let svg = layout_svg(&cluster, &plan, CpExchange::KvRing).unwrap();
+        let svg = layout_svg(
+            &cluster,
+            &plan,
+            CpExchange::KvRing,
+            crate::training::PipelineSchedule::OneFOneB,
+        )
+        .unwrap();
         assert!(svg.contains("CP groups: rings of 2 GPUs at stride 2"));
         assert!(svg.contains("EP groups (4 GPUs at stride 2"));
     }
