@@ -121,6 +121,33 @@ fn dependency(
 }
 
 impl Schedule {
+    /// The schedule each stage's blocks make, in the order each ran them: the step ends with the
+    /// last block, each stage's busy time is its blocks' sum, and the bubble ratio is the most
+    /// loaded stage's idle over its busy time.
+    pub fn of_stages(per_stage: Vec<Vec<Block>>) -> Schedule {
+        let busy_s: Vec<f64> = per_stage
+            .iter()
+            .map(|b| b.iter().map(|b| b.end_s - b.start_s).sum())
+            .collect();
+        let step_s = per_stage
+            .iter()
+            .flat_map(|b| b.last())
+            .map(|b| b.end_s)
+            .fold(0.0, f64::max);
+        let max_busy = busy_s.iter().copied().fold(0.0, f64::max);
+        let bubble_ratio = if max_busy > 0.0 {
+            (step_s - max_busy) / max_busy
+        } else {
+            0.0
+        };
+        Schedule {
+            blocks: per_stage.into_iter().flatten().collect(),
+            step_s,
+            busy_s,
+            bubble_ratio,
+        }
+    }
+
     /// `runs` copies of this schedule back to back, as PyTorch's pipelining runs one schedule per
     /// gradient-accumulation step (each fills and drains again): block times shifted by one run's
     /// length and micro-batches numbered on, blocks still grouped by stage; the bubble ratio is one
@@ -242,23 +269,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
             return Err("pipeline schedule deadlocked".to_string());
         }
     }
-    let busy_s: Vec<f64> = per_stage
-        .iter()
-        .map(|b| b.iter().map(|b| b.end_s - b.start_s).sum())
-        .collect();
-    let step_s = free.iter().copied().fold(0.0, f64::max);
-    let max_busy = busy_s.iter().copied().fold(0.0, f64::max);
-    let bubble_ratio = if max_busy > 0.0 {
-        (step_s - max_busy) / max_busy
-    } else {
-        0.0
-    };
-    Ok(Schedule {
-        blocks: per_stage.into_iter().flatten().collect(),
-        step_s,
-        busy_s,
-        bubble_ratio,
-    })
+    Ok(Schedule::of_stages(per_stage))
 }
 
 #[cfg(test)]

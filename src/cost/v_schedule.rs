@@ -346,23 +346,7 @@ pub fn simulate_v(
             return Err("pipeline schedule deadlocked".to_string());
         }
     }
-    let busy_s: Vec<f64> = per_rank
-        .iter()
-        .map(|b| b.iter().map(|b| b.end_s - b.start_s).sum())
-        .collect();
-    let step_s = free.iter().copied().fold(0.0, f64::max);
-    let max_busy = busy_s.iter().copied().fold(0.0, f64::max);
-    let bubble_ratio = if max_busy > 0.0 {
-        (step_s - max_busy) / max_busy
-    } else {
-        0.0
-    };
-    Ok(Schedule {
-        blocks: per_rank.into_iter().flatten().collect(),
-        step_s,
-        busy_s,
-        bubble_ratio,
-    })
+    Ok(Schedule::of_stages(per_rank))
 }
 
 /// Idle time of a V schedule for the search's closed form: every rank's chunks take `chunk`
