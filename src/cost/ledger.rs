@@ -331,6 +331,7 @@ pub fn ledger(
     let super::SlowestStage {
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
+        sends: slowest_sends,
     } = super::slowest_stage(model, cluster, training, plan);
     // Its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
     let slowest_moe_share = if model.moe.is_some() && slowest_layers > 0 {
@@ -895,10 +896,11 @@ pub fn ledger(
         }
     }
 
-    // PP, per chunk per micro-batch.
+    // PP, per chunk per micro-batch, on the stage that sets the step (a V's first GPU sends one
+    // chunk's activations and the other's gradients).
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
-        let count = f64::from(plan.vpp) * m;
+        let count = f64::from(slowest_sends) / 2.0 * m;
         for (pass, site) in [
             (
                 Pass::Forward,

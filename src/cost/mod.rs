@@ -172,6 +172,8 @@ struct StageTime {
     backward: f64,
     /// Of `backward`, the weight-gradient GEMMs (`LayerTime::weight_grad`).
     weight: f64,
+    /// Stage-boundary sends per micro-batch (2·v; 2 on the first GPU of a V).
+    sends: f64,
     tp: f64,
     cp: f64,
     ep: f64,
@@ -969,6 +971,7 @@ struct StageTimes {
 fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageTimes {
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
+    let v_shaped = mix.training.pp_schedule.v_kind().is_some();
     // A stage's time at its own layer mix: its layers' compute and exposed TP, CP and EP.
     let stage_time = |costs: &UnitCosts, layers: u32, moe_layers: u32, with_output: bool| {
         let n = f64::from(layers);
@@ -978,6 +981,13 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             LayerTime::default()
         };
         let layer = costs.layer;
+        // Under a V the first GPU, which runs the output layer, sends twice per micro-batch
+        // (chunk 0's activations, chunk 1's gradients; `v_schedule`); the others 2·v times.
+        let sends = if v_shaped && with_output {
+            2.0
+        } else {
+            2.0 * v
+        };
         StageTime {
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
@@ -986,7 +996,8 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             tp: n * costs.tp.exposed_s(),
             cp: n * costs.cp.exposed_s(),
             ep: costs.ep_layers(moe_layers) * costs.ep.exposed_s(),
-            pp: 2.0 * v * costs.pp_send_exposed_s,
+            sends,
+            pp: sends * costs.pp_send_exposed_s,
         }
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
@@ -1093,6 +1104,7 @@ pub fn slowest_stage(
     SlowestStage {
         layers: times.slowest_layers,
         moe_layers: times.slowest_moe_layers,
+        sends: times.slowest.sends as u32,
     }
 }
 
@@ -1101,6 +1113,8 @@ pub fn slowest_stage(
 pub struct SlowestStage {
     pub layers: u32,
     pub moe_layers: u32,
+    /// Its stage-boundary sends per micro-batch, both directions (2·v; 2 on a V's first GPU).
+    pub sends: u32,
 }
 
 /// Evaluates one plan.
@@ -1187,8 +1201,8 @@ pub fn evaluate(
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
         terms.set(Term {
-            wire_bytes: Bytes(2.0 * v * message * m),
-            time_s: Seconds(2.0 * v * pp_send_s * m),
+            wire_bytes: Bytes(slowest.sends * message * m),
+            time_s: Seconds(slowest.sends * pp_send_s * m),
             exposed_s: Seconds(m * slowest.pp),
             hidden_by: if pp_send_exposed_s < pp_send_s {
                 HiddenBy::PipelineCompute

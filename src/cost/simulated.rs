@@ -228,7 +228,19 @@ fn v_chunk_costs(
                     }
                 }
                 let at = mix.stage(layers, moe_layers);
-                block_cost(mix.costs(at), layers, moe_layers, vs == last, 1.0)
+                let costs = mix.costs(at);
+                let (mut cost, ep) = block_cost(costs, layers, moe_layers, vs == last, 1.0);
+                // No send where the V has no neighbour on another GPU: the last virtual stage's
+                // forward ends in the loss and the first's backward in the embedding; the last
+                // rank hands chunk 0's output to its own chunk 1 and chunk 1's gradient back.
+                let send = costs.pp_send_exposed_s;
+                if vs == last || vs == p - 1 {
+                    cost.forward_s -= send;
+                }
+                if vs == 0 || vs == p {
+                    cost.backward_s -= send;
+                }
+                (cost, ep)
             })
         })
         .collect()
