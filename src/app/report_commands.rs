@@ -118,6 +118,12 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
     if pp == 1 {
         return "pipeline schedule: none (pp 1: one stage runs every layer, no bubble)".to_string();
     }
+    // The MTP layers the last stage (a V's first GPU) runs beside the output layer.
+    let mtp_words = match s.mtp_layers_on_last {
+        0 => String::new(),
+        1 => "the MTP layer, ".to_string(),
+        n => format!("{n} MTP layers, "),
+    };
     if let Some(blocks) = s.not_simulated_blocks {
         format!(
             "pipeline schedule: not simulated ({blocks} forward and backward blocks of {name}, more than the {} tpsim simulates); the closed form is used: {:.3} s, bubble ratio {closed} = {}",
@@ -133,11 +139,7 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
-            match s.mtp_layers_on_last {
-                0 => String::new(),
-                1 => "the MTP layer, ".to_string(),
-                n => format!("{n} MTP layers, "),
-            },
+            mtp_words,
             ratio_text(s.simulated_bubble_ratio),
             ratio_text(s.closed_form_bubble_ratio),
             s.pipeline_idle_share * 100.0,
@@ -150,11 +152,7 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
             s.layers_per_stage_first,
             s.layers_per_stage_last,
-            match s.mtp_layers_on_last {
-                0 => String::new(),
-                1 => "the MTP layer, ".to_string(),
-                n => format!("{n} MTP layers, "),
-            },
+            mtp_words,
             ratio_text(s.simulated_bubble_ratio),
             ratio_text(s.closed_form_bubble_ratio),
             s.pipeline_idle_share * 100.0,
