@@ -449,40 +449,45 @@ fn stage_layers(plan: &ParallelPlan, model: &Model, stage: Stage) -> u32 {
     }
 }
 
-/// Transformer layers, and MoE layers among them, of the first GPU under a V schedule: model chunk
-/// 0 and the last, 2·pp − 1 (`v_schedule::virtual_stage`), with the MTP layers the last runs.
+/// Transformer layers, and MoE layers among them, of rank `rank` of a V: its model chunks
+/// `rank` and 2p − 1 − rank (`v_schedule::virtual_stage`; torchtitan
+/// `_get_pp_rank_to_stage_indices_mapping`, style "v"), as `layout` splits the layers.
+fn v_rank_mix(
+    model: &Model,
+    layout: &super::pipeline::ChunkLayout,
+    p: u32,
+    rank: u32,
+) -> (u32, u32) {
+    [0, 1]
+        .map(|chunk| layout.range(super::v_schedule::virtual_stage(rank, chunk, p)))
+        .iter()
+        .fold((0, 0), |(layers, moe), &(start, end)| {
+            (
+                layers + end - start,
+                moe + model.moe_layers_between(start, end),
+            )
+        })
+}
+
+/// [`v_rank_mix`] of the first GPU, with the MTP layers the last chunk runs.
 fn v_ends_mix(model: &Model, plan: &ParallelPlan) -> (u32, u32) {
     let layout = super::pipeline::ChunkLayout::of(model, plan);
-    let last = 2 * plan.pp.max(1) - 1;
-    let ([a, b], [c, d]) = (layout.range(0).into(), layout.range(last).into());
-    let [a, b, c, d]: [u32; 4] = [a, b, c, d];
+    let (layers, moe) = v_rank_mix(model, &layout, plan.pp.max(1), 0);
     let mtp_moe = if model.mtp_layer_is_moe() {
         model.mtp_layers
     } else {
         0
     };
-    (
-        b - a + d - c + model.mtp_layers,
-        model.moe_layers_between(a, b) + model.moe_layers_between(c, d) + mtp_moe,
-    )
+    (layers + model.mtp_layers, moe + mtp_moe)
 }
 
-/// Transformer layers, and MoE layers among them, of the most loaded other GPU of a V: rank r of
-/// p ≥ 2 runs chunks r and 2p − 1 − r (`v_schedule::virtual_stage`; torchtitan
-/// `_get_pp_rank_to_stage_indices_mapping`, style "v"); the one with the most layers, then the
-/// most MoE layers. (0, 0) without a pipeline.
+/// [`v_rank_mix`] of the most loaded other GPU of a V: the most layers, then the most MoE layers.
+/// (0, 0) without a pipeline.
 fn v_middle_mix(model: &Model, plan: &ParallelPlan) -> (u32, u32) {
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     let p = plan.pp.max(1);
     (1..p)
-        .map(|rank| {
-            let (a, b) = layout.range(rank);
-            let (c, d) = layout.range(2 * p - 1 - rank);
-            (
-                b - a + d - c,
-                model.moe_layers_between(a, b) + model.moe_layers_between(c, d),
-            )
-        })
+        .map(|rank| v_rank_mix(model, &layout, p, rank))
         .max()
         .unwrap_or((0, 0))
 }

@@ -955,11 +955,10 @@ struct StageTimes {
     slowest_layers: u32,
     /// The mean stage's per-micro-batch time (the bubble's unit).
     mean_total: f64,
-    /// The mean stage's forward, input gradient and weight gradient ([`StageTime::split`]).
-    mean_split: [f64; 3],
-    /// The output layer's and loss's forward, input and weight gradient (on the last stage; on
-    /// the first GPU under a V schedule).
-    output_split: [f64; 3],
+    /// Under a V schedule with a pipeline only: one model chunk's forward, input gradient and
+    /// weight gradient ([`StageTime::split`] of the mean stage over its chunks, less the output
+    /// layer), and the output layer's and loss's, which the first GPU's second chunk adds.
+    v_chunks: Option<[[f64; 3]; 2]>,
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
@@ -1016,8 +1015,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest_moe_layers: last_moe,
             slowest_costs: at,
             mean_total: only.total(),
-            mean_split: only.split(),
-            output_split: [0.0; 3],
+            v_chunks: None,
             max_layers: last_layers,
         };
     }
@@ -1072,18 +1070,19 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         slowest_moe_layers: stages[slowest].1,
         slowest_costs: at[slowest],
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
-        mean_split: {
+        // Only the V schedules' closed form reads the split (`v_schedule::v_bubble_s`).
+        v_chunks: v_shaped.then(|| {
             let [a, b, c] = [first.split(), middle.split(), last.split()];
-            [0, 1, 2].map(|k| (a[k] + (p - 2.0) * b[k] + c[k]) / p)
-        },
-        output_split: {
+            let mean = [0, 1, 2].map(|k| (a[k] + (p - 2.0) * b[k] + c[k]) / p);
             let out = mix.costs(at[2]).output;
-            [
+            let output = [
                 out.forward,
                 (out.backward + out.recompute - out.weight_grad).max(0.0),
                 out.weight_grad,
-            ]
-        },
+            ];
+            let chunk = [0, 1, 2].map(|k| ((mean[k] - output[k] / p) / v).max(0.0));
+            [chunk, output]
+        }),
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -1133,8 +1132,7 @@ pub fn evaluate(
         slowest_moe_layers,
         slowest_costs,
         mean_total,
-        mean_split,
-        output_split,
+        v_chunks,
         max_layers,
     } = stage_times(model, plan, &mut mix);
     let costs = mix.costs(slowest_costs);
@@ -1217,22 +1215,19 @@ pub fn evaluate(
     // once per pipeline schedule the step runs (torchtitan's gradient-accumulation steps).
     // The V schedules (two chunks per GPU, a split backward) leave the idle time of
     // `v_schedule::v_bubble_s`, from one chunk's forward, input and weight gradient.
-    let bubble_s = match (plan.pp > 1, training.pp_schedule.v_kind()) {
-        (false, _) => 0.0,
-        (true, None) => f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total,
-        (true, Some(kind)) => {
-            // A chunk's share of the mean stage without the output layer, which the first GPU's
-            // second chunk runs as well.
-            let chunk = [0, 1, 2].map(|k| ((mean_split[k] - output_split[k] / p) / v).max(0.0));
+    let bubble_s = match (plan.pp > 1, training.pp_schedule.v_kind(), v_chunks) {
+        (false, _, _) => 0.0,
+        (true, Some(kind), Some([chunk, output])) => {
             f64::from(plan.schedule_runs)
                 * v_schedule::v_bubble_s(
                     kind,
                     plan.pp,
                     plan.microbatches_per_schedule(),
                     chunk,
-                    output_split,
+                    output,
                 )
         }
+        (true, _, _) => f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total,
     };
     // Idle over one stage's busy time: (p − 1)/(v·m) for the looped schedules.
     let bubble_ratio = match training.pp_schedule.v_kind() {
