@@ -198,7 +198,7 @@ fn layout_legend_does_not_put_a_group_spanning_trays_inside_a_node() {
     };
     // TP 2 stays on one tray; EP 16 and DP 32 span trays on the rack's NVLink.
     assert!(legend("TP groups").contains("NVLink (inside a node)"));
-    for start in ["EP groups", "DP: replicas", "expert DP:"] {
+    for start in ["EP groups", "DP: 32 replicas", "expert DP:"] {
         let line = legend(start);
         assert!(!line.contains("inside a node"), "{line}");
         assert!(

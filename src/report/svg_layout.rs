@@ -238,9 +238,14 @@ pub(crate) fn layout_svg(
             dp_group.stride,
             ring_link(dp_group, cluster)
         )
+    } else if plan.dp == 1 {
+        // One replica: nothing to reduce gradients with (`ring_link` would name a link for a
+        // group of one).
+        "DP: none (dp 1: one replica, no gradient reduction)".to_string()
     } else {
         format!(
-            "DP: replicas (same pp, tp; stride {}) reduce gradients over {}",
+            "DP: {} replicas (same pp, tp; stride {}) reduce gradients over {}",
+            plan.dp,
             dp_group.stride,
             ring_link(dp_group, cluster)
         )
