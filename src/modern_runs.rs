@@ -14,8 +14,9 @@ pub use pair_order::{PUBLISHED_GAP, PairOrder, pair_order};
 
 use recipes::{
     automodel_config_ep, framework_of, kernel_fusion_of, loss_kernel_of, mtp_layers_of,
-    pipeline_defaults, recipe_fp8_scaling, recipe_moe_dispatch, recipe_optimizer_states,
-    recipe_overlaps_moe_alltoall, recipe_recompute_modules, recipe_stage_split, stated_recompute,
+    pipeline_defaults, recipe_fp8_scaling, recipe_grad_dtype, recipe_moe_dispatch,
+    recipe_optimizer_states, recipe_overlaps_moe_alltoall, recipe_recompute_modules,
+    recipe_stage_split, stated_recompute,
 };
 
 use crate::cluster::Cluster;
@@ -938,6 +939,9 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     }
     if let Some((states, grads)) = recipe_optimizer_states(run) {
         training.optimizer_states = states;
+        training.grad_dtype = grads;
+    }
+    if let Some(grads) = recipe_grad_dtype(run) {
         training.grad_dtype = grads;
     }
     training.recompute_modules = recipe_recompute_modules(run);

@@ -177,6 +177,46 @@ pub(super) fn recipe_optimizer_states(run: &ModernRun) -> Option<(OptimizerState
     None
 }
 
+/// The dtype a run's recipe reduces gradients in where it departs from Megatron-Core's fp32
+/// (Megatron-LM turns `--accumulate-allreduce-grads-in-fp32` on for bf16 training,
+/// `megatron/training/arguments.py`; NVIDIA's benchmark recipes turn it off):
+/// - Megatron-Bridge's performance configs, every model and precision: 25.09
+///   (`scripts/performance/configs/*/*_llm_pretrain.yaml` at 9a5e798: `grad_reduce_in_fp32:
+///   false`), 25.11 (`set_*_common_configs` in `scripts/performance/configs/*/*_llm_pretrain.py`
+///   at v0.2.0) and 26.x (`perf_recipes/_common.py` `_perf_precision` at 067f987: "Always sets
+///   grad_reduce_in_fp32=False");
+/// - dgxc-benchmarking v25.01 (143b90d), NeMo 1.0 configs: every model's YAML sets
+///   `optim.grad_sync_dtype: bf16`, which NeMo hands Megatron-Core's DDP as
+///   `grad_reduce_in_fp32=False` (`megatron_gpt_model.py`); the same YAMLs serve the Grok-1 and
+///   GPT-3 175B rows of v25.04.01 (85380ff, `grok1/cfg/grok1_314b.yaml`,
+///   `nemo_megatron/cfg/gpt3_175b_hydra.yaml`);
+/// - dgxc-benchmarking's NeMo 2.0 scripts, FP8 runs only: v25.04.01's `llama3.1/pretrain_llama31.py`
+///   and the NeMo 25.04 container's `scripts/performance/utils.py` that v25.05.x (161e783) launches
+///   set `grad_reduce_in_fp32 = False` inside the FP8 branch; their bf16 runs keep the
+///   plugin's default, fp32.
+///
+/// Other sources (NeMo 24.07 and its long-context tables, MaxText, torchtitan, AutoModel, the
+/// Megatron-Core MoE report) are left at their framework's default or their own rule in
+/// [`recipe_optimizer_states`].
+pub(super) fn recipe_grad_dtype(run: &ModernRun) -> Option<GradDtype> {
+    let id = run.id.as_str();
+    let fp8 = run
+        .plan
+        .precision
+        .as_deref()
+        .is_some_and(|p| !p.eq_ignore_ascii_case("bf16"));
+    let nemo1_yaml_in_25_04 = ["dgxc-v25.04.01-grok1", "dgxc-v25.04.01-gpt3"]
+        .iter()
+        .any(|p| id.starts_with(p));
+    let nemo2_fp8 =
+        (id.starts_with("dgxc-v25.04.01-llama31") || id.starts_with("dgxc-v25.05.x-")) && fp8;
+    (id.starts_with("mbridge")
+        || id.starts_with("dgxc-v25.01-")
+        || nemo1_yaml_in_25_04
+        || nemo2_fp8)
+        .then_some(GradDtype::Bf16)
+}
+
 /// The token dispatcher and routing of a run, from the configs at the run's version:
 /// - NeMo AutoModel's benchmark configs at the table's commit (36044ad,
 ///   examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml, gpt_oss/gptoss_20b_te_deepep.yaml)
