@@ -412,7 +412,8 @@ pub struct TrainingArgs {
     /// --sequence-parallel). Default: the framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub tp_comm_overlap: Option<bool>,
-    /// Bucketed gradient reduction during backward. Default: the framework's (on).
+    /// Bucketed gradient reduction during backward. Default: the framework's (on, except under
+    /// megatron-lm-2021, whose DDP all-reduces the gradients after the last backward).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub overlap_grad_reduce: Option<bool>,
     /// Distributed-optimizer parameter all-gather under the next forward. Default: the framework's
@@ -475,9 +476,12 @@ pub struct TrainingArgs {
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
     /// --recompute-granularity selective): one or more of core_attn, moe_act, layernorm,
-    /// mla_up_proj, mlp, moe, shared_experts, separated by spaces or commas. Default: core_attn.
-    /// `eval` then recomputes selectively unless --recompute says otherwise; `plan` searches
-    /// selective recompute as these modules.
+    /// mla_up_proj, mlp, moe, shared_experts, separated by spaces or commas. Default: the
+    /// output-discarding modules the model has (layernorm, mla_up_proj with latent attention,
+    /// moe_act with experts), as the training line names them; core_attn, Megatron-Core's own
+    /// default, for a dense model without latent attention, and for a plan file or pasted launch
+    /// line that names no modules. `eval` then recomputes selectively
+    /// unless --recompute says otherwise; `plan` searches selective recompute as these modules.
     #[arg(long, value_name = "MODULE", num_args = 1..)]
     pub recompute_modules: Option<Vec<String>>,
 }

@@ -86,9 +86,15 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
             b: y / GIB,
         });
     }
+    // Neither plan pipelined: no stage boundaries and no bubble, rows `eval`'s breakdown leaves out.
+    let no_pipeline = a.plan.pp == 1 && b.plan.pp == 1;
     for ((name, _, x), (_, _, y)) in time_terms(a).into_iter().zip(time_terms(b)) {
-        // CP and EP only where either plan has them, as in the traffic rows below.
+        // CP and EP only where either plan has them, as in the traffic rows below; PP and the
+        // bubble only where either plan has a pipeline.
         if matches!(name, "CP comm" | "EP comm") && x == 0.0 && y == 0.0 {
+            continue;
+        }
+        if matches!(name, "PP comm" | "bubble") && no_pipeline {
             continue;
         }
         terms.push(Term {
@@ -113,8 +119,11 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         ("EP", a.comm.ep.wire_bytes.0, b.comm.ep.wire_bytes.0),
         ("DP", a.comm.dp.wire_bytes.0, b.comm.dp.wire_bytes.0),
     ] {
-        // CP and EP only where either plan has them.
+        // CP and EP only where either plan has them, PP where either has a pipeline.
         if matches!(name, "CP" | "EP") && x == 0.0 && y == 0.0 {
+            continue;
+        }
+        if name == "PP" && no_pipeline {
             continue;
         }
         terms.push(Term {

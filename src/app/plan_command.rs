@@ -220,7 +220,7 @@ fn alltoall_overlap_note(
     let share = best.time.ep_comm_exposed_s.0 / best.time.step_s.0;
     (share > EXPOSED_ALLTOALL_NOTE_SHARE).then(|| {
         format!(
-            "note: #1 spends {:.0}% of its step in exposed MoE all-to-alls; Megatron-Core's combined 1F1B schedule hides them under another micro-batch's compute (off by default; NVIDIA's Megatron-Bridge recipes turn it on for DeepSeek-V3 and Qwen3 on H100 and for Qwen3-235B on B200): add --overlap-moe-expert-parallel-comm to search with it (it needs --vpp > 1 when there is a pipeline)",
+            "note: #1 spends {:.1}% of its step in exposed MoE all-to-alls; Megatron-Core's combined 1F1B schedule hides them under another micro-batch's compute (off by default; NVIDIA's Megatron-Bridge recipes turn it on for DeepSeek-V3 and Qwen3 on H100 and for Qwen3-235B on B200): add --overlap-moe-expert-parallel-comm to search with it (it needs --vpp > 1 when there is a pipeline)",
             100.0 * share
         )
     })

@@ -275,7 +275,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         ),
         (
             "step_time.svg",
-            "Where each plan's step time goes (exposed terms only), with its MFU; the black bar is the range tpsim's measured error gives the step (5th–95th percentile).".into(),
+            "Where each plan's step time goes (exposed terms only), with its MFU; the black outlined box (▯) spans the range tpsim's measured error gives the step (5th–95th percentile).".into(),
             step_svg(plans, &inputs.labels, {
                 let (band, _) = crate::uncertainty::band_for(
                     &inputs.cluster.gpu.name,
@@ -354,11 +354,19 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     if chosen.summary.not_simulated_blocks.is_none() {
         figures.push((
             "timeline.svg",
-            format!(
-                "One step of {} from the event-driven {} schedule simulation.",
-                inputs.chosen_label,
-                chosen.summary.schedule.words(plan.vpp)
-            ),
+            if plan.pp > 1 {
+                format!(
+                    "One step of {} from the event-driven {} schedule simulation.",
+                    inputs.chosen_label,
+                    chosen.summary.schedule.words(plan.vpp)
+                )
+            } else {
+                // No pipeline, no schedule: the figure's title says "no pipeline" too.
+                format!(
+                    "One step of {}, simulated: no pipeline, so every GPU runs the micro-batches one after the other.",
+                    inputs.chosen_label
+                )
+            },
             gantt_svg(
                 chosen,
                 plan,

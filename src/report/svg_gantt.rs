@@ -5,11 +5,14 @@
 //! traffic) communication inside each block as strips of their shares at its lower edge, one after
 //! the other, then the exposed DP communication and the optimizer step.
 //!
-//! Up to `MAX_BLOCKS` blocks the whole step is drawn, one rectangle per block. Longer steps are drawn
-//! as two panels, each on its own time axis: the start, until the last stage has run its first
-//! 2v + 4 blocks (every stage's warm-up and a couple of steady 1F1B rounds), and the end, from the
-//! earliest of the stages' last 2v + 4 blocks (every stage's cool-down); the steady middle is folded
-//! and its time span printed.
+//! Up to `MAX_BLOCKS` blocks, the busiest stage's at least `MIN_BLOCK_PX` pixels wide on average on
+//! the step's time axis, the whole step is drawn, one rectangle per block. Longer steps, or steps
+//! whose blocks would be narrower than that (a block under a pixel is no rectangle at all, and the row reads as idle),
+//! are drawn as two panels, each on its own time axis: the start, until the last stage has run its
+//! first 2v + 4 blocks (every stage's warm-up and a couple of steady 1F1B rounds), and the end,
+//! from the earliest of the stages' last 2v + 4 blocks (every stage's cool-down); the steady middle
+//! is folded and its time span printed. A strip of exposed communication is at least a pixel
+//! wide, so what the legend keys is drawn.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -20,6 +23,16 @@ use crate::cost::simulated::Simulated;
 use crate::plan::ParallelPlan;
 
 pub const MAX_BLOCKS: usize = 3000;
+
+/// Width of the figure, and of its time axis in pixels: the figure less the body's margins (28 on
+/// the left, 20 on the right), the chart's (8 each side) and the stage labels' 70.
+const WIDTH: u32 = 1100;
+pub const PLOT_PX: f64 = (WIDTH - 28 - 20 - 2 * 8 - 70) as f64;
+
+/// The mean width, in pixels, of the busiest stage's blocks a whole-step panel may draw; narrower
+/// ones fold the step. Every block keeps a pixel's gap to the next, and a forward is about a third
+/// of its backward: at 4 pixels on average a forward still shows a pixel or two of colour.
+pub const MIN_BLOCK_PX: f64 = 4.0;
 
 /// Fill of a forward / backward block of model chunk `chunk` (blue / green shades; distinct from
 /// every other colour in the figure so blocks can be counted by colour).
@@ -139,34 +152,41 @@ pub(crate) fn gantt_svg(
     let per_stage = s.blocks.len() / p.max(1) as usize;
     // Blocks of the last stage kept at each end: its warm-up/cool-down plus two steady rounds.
     let keep = ((2 * plan.vpp + 4) as usize).min(per_stage).max(1);
-    let panels: Vec<Panel> = if s.blocks.len() <= MAX_BLOCKS || per_stage == 0 {
-        whole()
-    } else {
-        // Start panel: until the last stage has run `keep` blocks, so every stage's warm-up shows.
-        // End panel: from the earliest of the stages' last `keep` blocks (the last stage's cool-down
-        // starts first), so every stage's cool-down shows.
-        let last_stage = &s.blocks[(p as usize - 1) * per_stage..];
-        let t_a = last_stage[keep - 1].end_s;
-        let t_b = (0..p as usize)
-            .map(|st| s.blocks[st * per_stage + per_stage - keep].start_s)
-            .fold(f64::INFINITY, f64::min);
-        if t_b <= t_a {
+    // The busiest stage's mean block on the whole step's axis: under `MIN_BLOCK_PX` the step is
+    // folded too.
+    let mean_block_px = s.busy_s.iter().copied().fold(0.0, f64::max)
+        / per_stage.max(1) as f64
+        / step_end.max(f64::MIN_POSITIVE)
+        * PLOT_PX;
+    let panels: Vec<Panel> =
+        if (s.blocks.len() <= MAX_BLOCKS && mean_block_px >= MIN_BLOCK_PX) || per_stage == 0 {
             whole()
         } else {
-            vec![
-                Panel {
-                    x: (0.0, t_a),
-                    blocks: s.blocks.iter().filter(|b| b.start_s < t_a).collect(),
-                    tail: false,
-                },
-                Panel {
-                    x: (t_b, step_end),
-                    blocks: s.blocks.iter().filter(|b| b.end_s > t_b).collect(),
-                    tail: true,
-                },
-            ]
-        }
-    };
+            // Start panel: until the last stage has run `keep` blocks, so every stage's warm-up shows.
+            // End panel: from the earliest of the stages' last `keep` blocks (the last stage's cool-down
+            // starts first), so every stage's cool-down shows.
+            let last_stage = &s.blocks[(p as usize - 1) * per_stage..];
+            let t_a = last_stage[keep - 1].end_s;
+            let t_b = (0..p as usize)
+                .map(|st| s.blocks[st * per_stage + per_stage - keep].start_s)
+                .fold(f64::INFINITY, f64::min);
+            if t_b <= t_a {
+                whole()
+            } else {
+                vec![
+                    Panel {
+                        x: (0.0, t_a),
+                        blocks: s.blocks.iter().filter(|b| b.start_s < t_a).collect(),
+                        tail: false,
+                    },
+                    Panel {
+                        x: (t_b, step_end),
+                        blocks: s.blocks.iter().filter(|b| b.end_s > t_b).collect(),
+                        tail: true,
+                    },
+                ]
+            }
+        };
     let row_h = 26u32.min(520 / p.max(1)).max(6);
     let panel_h = 90 + row_h * p;
     let height = 90 + panel_h * panels.len() as u32 + 40;
@@ -317,7 +337,7 @@ pub(crate) fn gantt_svg(
         x += w + 22;
     }
     let legend_extra = 18 * line;
-    svg(1100, height + legend_extra as u32, |root| {
+    svg(WIDTH, height + legend_extra as u32, |root| {
         root.draw(&Text::new(
             title.clone(),
             (12, 8),
@@ -402,19 +422,43 @@ pub(crate) fn gantt_svg(
                 (y0 - y1).unsigned_abs().max(row_h)
             };
             let strip_top = drawn_row - drawn_row / 4;
+            // A strip inside a block: no gap of its own (the block keeps one), and at least a
+            // pixel wide (ending before its block's gap), so each share the legend names is drawn.
+            let pixel_s = {
+                let (x0, _) = chart.backend_coord(&(lo, 0.0));
+                let (x1, _) = chart.backend_coord(&(hi, 0.0));
+                (hi - lo) / f64::from((x1 - x0).max(1))
+            };
+            // A strip outside the panel (of a block that starts before it) is not drawn.
+            let strip = |b: &Block, from: f64, to: f64, colour: RGBColor| {
+                let to = to.max((from + 1.01 * pixel_s).min(b.end_s - pixel_s));
+                let (a, z) = clip(from, to);
+                (z > a).then(|| {
+                    let y = row(b.stage);
+                    let mut r = Rectangle::new([(a, y), (z, y + 1.0)], colour.filled());
+                    r.set_margin(strip_top, gap, 0, 0);
+                    r
+                })
+            };
             chart.draw_series(panel.blocks.iter().map(|b| {
                 let (a, z) = clip(b.start_s, b.end_s);
                 band(a, z, b.stage, block_colour(b.direction, b.chunk), gap, gap)
             }))?;
-            chart.draw_series(panel.blocks.iter().map(|b| {
-                let share = match b.direction {
-                    Direction::Forward => tp.forward,
-                    Direction::Backward => tp.backward,
-                    Direction::Weight => 0.0,
-                };
-                let (a, z) = clip(b.start_s, b.start_s + share * (b.end_s - b.start_s));
-                band(a, z.max(a), b.stage, TP_COLOUR, strip_top, gap)
-            }))?;
+            let tp_share = |b: &Block| match b.direction {
+                Direction::Forward => tp.forward,
+                Direction::Backward => tp.backward,
+                Direction::Weight => 0.0,
+            };
+            chart.draw_series(
+                panel
+                    .blocks
+                    .iter()
+                    .filter(|b| tp_share(b) > 0.0)
+                    .filter_map(|b| {
+                        let to = b.start_s + tp_share(b) * (b.end_s - b.start_s);
+                        strip(b, b.start_s, to, TP_COLOUR)
+                    }),
+            )?;
             // The CP and EP strips follow the TP one, at the same lower edge: each block's exposed
             // communication reads as one run of strips from its start.
             // A block's CP share is the slowest stage's; its EP share its own stage's.
@@ -427,17 +471,17 @@ pub(crate) fn gantt_svg(
                     0 => (0.0, CP_COLOUR),
                     _ => (cp_share, EP_COLOUR),
                 };
-                chart.draw_series(panel.blocks.iter().filter(|b| share_of(b) > 0.0).map(|b| {
-                    let tp_share = match b.direction {
-                        Direction::Forward => tp.forward,
-                        Direction::Backward => tp.backward,
-                        Direction::Weight => 0.0,
-                    };
-                    let d = b.end_s - b.start_s;
-                    let from = b.start_s + ((tp_share + before) * d).min(d);
-                    let (a, z) = clip(from, (from + share_of(b) * d).min(b.end_s));
-                    band(a, z.max(a), b.stage, colour, strip_top, gap)
-                }))?;
+                chart.draw_series(
+                    panel
+                        .blocks
+                        .iter()
+                        .filter(|b| share_of(b) > 0.0)
+                        .filter_map(|b| {
+                            let d = b.end_s - b.start_s;
+                            let from = b.start_s + ((tp_share(b) + before) * d).min(d);
+                            strip(b, from, (from + share_of(b) * d).min(b.end_s), colour)
+                        }),
+                )?;
             }
             if panel.tail {
                 let dp_end = pipeline_end + sim.tail_dp_s;

@@ -1292,11 +1292,17 @@ pub fn explain_best(
                 ),
             e.comm.pp.wire_bytes.gb(),
             e.bubble_share * 100.0,
+            // "ratio (p-1)/(v·m) = 0.003", or "ZB-V ratio from the schedule at mean chunks = 0.043".
             match training.pp_schedule {
                 crate::training::PipelineSchedule::OneFOneB => String::new(),
                 schedule => format!("{} ", schedule.words(p.vpp)),
             },
-            training.pp_schedule.closed_form_words(),
+            match training.pp_schedule {
+                crate::training::PipelineSchedule::OneFOneB => {
+                    training.pp_schedule.closed_form_words().to_string()
+                }
+                schedule => format!("from {}", schedule.closed_form_words()),
+            },
             e.bubble_ratio,
             p.vpp,
             p.schedule_m_words()
