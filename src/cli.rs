@@ -474,6 +474,15 @@ pub struct TrainingArgs {
     /// Interleaved1F1B) are read too. Default: 1f1b
     #[arg(long, value_name = "SCHEDULE", value_parser = crate::training::PipelineSchedule::parse)]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
+    /// Offload the activations of the first N transformer layers to host memory during the
+    /// forward and copy them back for the backward (Megatron-Core's --cpu-offloading
+    /// --cpu-offloading-num-layers N, Transformer Engine's CPU offload context): the GPU keeps the
+    /// other layers' activations and one offloaded layer's in flight; each copy runs beside the
+    /// next layers' compute over the GPU's host link (PCIe, NVLink-C2C on GB200/GB300) and what
+    /// it cannot hide is exposed. Megatron-Core only, below the model's layer count, without a
+    /// pipeline (pp 1) and without recompute; `plan` then searches only such plans. Default: 0
+    #[arg(long, visible_alias = "cpu-offloading-num-layers", value_name = "N")]
+    pub cpu_offload_layers: Option<u32>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
     /// --recompute-granularity selective): one or more of core_attn, moe_act, layernorm,
     /// mla_up_proj, mlp, moe, shared_experts, separated by spaces or commas. Default: the

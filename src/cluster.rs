@@ -207,6 +207,13 @@ pub struct GpuProfile {
     /// SDPA's flash backend runs (absent: `gemm_efficiency`; FA2 was written for Ampere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fa2_attention_efficiency: Option<f64>,
+    /// The GPU's link to host memory, per GPU per direction, at its line rate: PCIe (Gen4 x16 32
+    /// GB/s, Gen5 x16 64 GB/s) on HGX/DGX nodes, NVLink-C2C to the Grace CPU on GB200/GB300 (its
+    /// 900 GB/s bidirectional shared by the superchip's two GPUs: 225). What activation offloading
+    /// to the CPU (`--cpu-offload-layers`) copies over; copies reach [`HOST_COPY_EFFICIENCY`] of
+    /// it. Absent: the profile cannot price offloading, which is then refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link_gb_per_s: Option<f64>,
     /// GPUs that share one NVLink domain (NVSwitch fabric): 8 in an HGX/DGX node, 72 in a GB200/GB300
     /// NVL72 rack whose compute trays hold 4 GPUs each. Absent: `gpus_per_node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +237,13 @@ pub struct GpuProfile {
 /// being the power limit pulling the clock down ("Strangely, Matrix Multiplications on GPUs Run
 /// Faster When Given 'Predictable' Data", thonking.ai, 2024): 0.87 of the unthrottled rate.
 pub const REFERENCE_SUSTAINED_MATMUL_FRACTION: f64 = 0.887;
+
+/// Share of the host link's line rate a pinned-memory copy-engine copy reaches: NVIDIA's
+/// NVbandwidth example measures `host_to_device_memcpy_ce` at 55.63 GB/s on a PCIe Gen5 x16 GPU
+/// (64 GB/s per direction): 0.87 ("NVbandwidth: Your Essential Tool for Measuring GPU Interconnect
+/// and Memory Performance", NVIDIA technical blog, 2025). Taken for NVLink-C2C too, where no
+/// measurement was found.
+pub const HOST_COPY_EFFICIENCY: f64 = 55.63 / 64.0;
 
 /// Fitted once to vTrain's measured Megatron-DeepSpeed A100 iteration times (not to the published
 /// runs tpsim is validated on); see `validation/FIT.md` and the test that re-derives it.
@@ -325,6 +339,12 @@ impl GpuProfile {
     pub fn device_memory(&self) -> Bytes {
         Bytes((self.hbm_capacity_gib * GIB).round())
     }
+    /// What a copy between GPU and pinned host memory achieves in one direction, if the profile
+    /// gives its host link.
+    pub fn achieved_host_link_bandwidth(&self) -> Option<BytesPerSec> {
+        self.host_link_gb_per_s
+            .map(|gb| BytesPerSec(gb * GB * HOST_COPY_EFFICIENCY))
+    }
     /// HBM bandwidth a streaming kernel achieves.
     pub fn achieved_hbm_bandwidth(&self) -> BytesPerSec {
         BytesPerSec(self.hbm_bandwidth_gb_per_s * GB * self.hbm_efficiency)
@@ -375,6 +395,9 @@ impl GpuProfile {
             calibration
                 .check_below_peak(self.peak_bf16_tflops)
                 .map_err(|m| format!("calibration: {m}"))?;
+        }
+        if let Some(host) = self.host_link_gb_per_s {
+            bandwidth_range("host_link_gb_per_s").check(host)?;
         }
         for (key, value) in [
             ("peak_fp8_tflops", self.peak_fp8_tflops),

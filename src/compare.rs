@@ -55,6 +55,7 @@ fn time_terms(e: &Estimate) -> Vec<(&'static str, &'static str, f64)> {
                 TermKind::EpComm => "EP comm",
                 TermKind::DpGradReduce => "DP gradient reduction",
                 TermKind::DpParamGather => "DP parameter gathers",
+                TermKind::HostOffload => "CPU offload copies",
                 TermKind::Bubble => "pipeline bubble",
                 TermKind::Optimizer => "optimizer step",
             };
@@ -514,6 +515,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: 2048,
             global_batch: 1536,
             grad_dtype: GradDtype::Bf16,

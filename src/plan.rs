@@ -428,6 +428,17 @@ pub enum PlanError {
     )]
     VScheduleChunks { schedule: &'static str, vpp: u32 },
     #[error(
+        "--cpu-offload-layers {layers} with --pp {pp}: Megatron-Core offloads activations only without a pipeline (transformer_config.py: \"no support for Pipeline parallelism with CPU offloading\"); give --pp 1, or drop --cpu-offload-layers"
+    )]
+    CpuOffloadWithPipeline { layers: u32, pp: u32 },
+    #[error(
+        "--cpu-offload-layers {layers} with --recompute {recompute}: Megatron-Core offloads activations only without recompute (transformer_config.py: \"CPU offloading does not work when activation recomputation is enabled\"); give --recompute none, or drop --cpu-offload-layers"
+    )]
+    CpuOffloadWithRecompute {
+        layers: u32,
+        recompute: &'static str,
+    },
+    #[error(
         "--pp-schedule dualpipev needs at least as many micro-batches per pipeline schedule as stages, 2 x --pp {pp} = {need} (PyTorch's ScheduleDualPipeV refuses fewer), but it runs {per_schedule}; raise --global-batch (or --local-batch), lower --micro-batch or --dp, or use --pp-schedule zbv"
     )]
     DualPipeVMicrobatches {
@@ -831,6 +842,7 @@ impl ParallelPlan {
         let num_microbatches = micro_batches(r, training)?;
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
         check_v_schedule(r, training, num_microbatches / schedule_runs)?;
+        check_cpu_offload(r, training)?;
         let v_shaped = training.pp_schedule.v_kind().is_some();
         check_interleaving(r, model, &stages, num_microbatches, schedule_runs, v_shaped)?;
         Ok(ParallelPlan {
@@ -1732,6 +1744,25 @@ fn check_v_schedule(
             per_schedule,
             need: 2 * r.pp,
             pp: r.pp,
+        });
+    }
+    Ok(())
+}
+
+/// Activation offloading to the CPU (`Training::cpu_offload_layers`): Megatron-Core refuses it
+/// with a pipeline and with recompute (`TransformerConfig.__post_init__`).
+fn check_cpu_offload(r: &PlanRequest, training: &Training) -> Result<(), PlanError> {
+    let layers = training.cpu_offload_layers;
+    if layers == 0 {
+        return Ok(());
+    }
+    if r.pp > 1 {
+        return Err(PlanError::CpuOffloadWithPipeline { layers, pp: r.pp });
+    }
+    if r.recompute != Recompute::None {
+        return Err(PlanError::CpuOffloadWithRecompute {
+            layers,
+            recompute: r.recompute.as_str(),
         });
     }
     Ok(())

@@ -931,6 +931,9 @@ pub struct PlanFile {
     /// The pipeline schedule (`--pp-schedule`); 1F1B (interleaved with vpp > 1) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
+    /// Layers whose activations go to host memory (`--cpu-offload-layers`); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_offload_layers: Option<u32>,
     /// Megatron-Core's selective recompute modules (`--recompute-modules`); the attention core
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1347,6 +1347,17 @@ pub struct Training {
     pub rope_fusion: bool,
     /// The pipeline schedule (`--pp-schedule`; 1F1B, interleaved with `--vpp > 1`, by default).
     pub pp_schedule: PipelineSchedule,
+    /// Transformer layers whose activations go to host memory during the forward and come back
+    /// for the backward (`--cpu-offload-layers N`, Megatron-Core's `--cpu-offloading
+    /// --cpu-offloading-num-layers N` through Transformer Engine's `get_cpu_offload_context`); 0:
+    /// none. Megatron-Core allows it only below the model's layer count, without a pipeline and
+    /// without recompute (`transformer_config.py`), which `ParallelPlan` checks.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_offload_layers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Training {
@@ -1407,6 +1418,7 @@ impl Training {
             gradient_accumulation_fusion: true,
             rope_fusion: true,
             pp_schedule: PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
         }
     }
 }

@@ -453,6 +453,7 @@ pub fn accuracy_with_skips(
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: m.seq_len,
             global_batch: run.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,
@@ -633,6 +634,7 @@ pub fn vtrain_cases(
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: m.seq_len,
             global_batch: row.plan.global_batch_size,
             grad_dtype: GradDtype::Bf16,

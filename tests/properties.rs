@@ -21,6 +21,7 @@ fn cluster(nodes: u32) -> Cluster {
 fn training(global_batch: u32) -> Training {
     Training {
         pp_schedule: tpsim::training::PipelineSchedule::OneFOneB,
+        cpu_offload_layers: 0,
         seq_len: 2048,
         global_batch,
         grad_dtype: GradDtype::Bf16,

@@ -337,6 +337,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         fp8_scaling: launch.precision.fp8_scaling,
         // Megatron-LM runs 1F1B (interleaved with virtual stages) only.
         pp_schedule: None,
+        cpu_offload_layers: (launch.cpu_offload_layers > 0).then_some(launch.cpu_offload_layers),
         recompute_modules: launch.recompute_modules,
         grad_dtype: Some(launch.grad_dtype),
         gradient_accumulation_fusion: (!launch.gradient_accumulation_fusion).then_some(false),

@@ -489,6 +489,8 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             fp8_scaling: Some(scenario.training.fp8_scaling),
             pp_schedule: Some(scenario.training.pp_schedule)
                 .filter(|s| *s != crate::training::PipelineSchedule::OneFOneB),
+            cpu_offload_layers: (scenario.training.cpu_offload_layers > 0)
+                .then_some(scenario.training.cpu_offload_layers),
             // Written only for a plan that recomputes selectively, the one kind they describe:
             // `eval --plan` refuses modules beside another recompute, as a value it would drop.
             recompute_modules: scenario

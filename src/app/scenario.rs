@@ -1362,8 +1362,11 @@ pub(super) fn resolve_scenario(
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
+    let cpu_offload_layers =
+        cpu_offload_layers_of(&model, &cluster, framework, training_args, plan_file)?;
     let training = Training {
         pp_schedule,
+        cpu_offload_layers,
         fp8_scaling,
         local_batch,
         cp_exchange,
@@ -1801,6 +1804,51 @@ fn recompute_modules_of(
         .check_model(model)
         .map_err(|why| anyhow!("{origin}: {why}; drop that module"))?;
     Ok(Some(modules))
+}
+
+/// Layers whose activations are offloaded to the CPU: the flag's, else the plan file's, else none.
+/// Megatron-Core's (Transformer Engine's CPU offload context under `--cpu-offloading-num-layers`),
+/// below the model's layer count (`TransformerConfig.__post_init__`), on a GPU whose profile
+/// gives its host link.
+fn cpu_offload_layers_of(
+    model: &crate::model::Model,
+    cluster: &crate::cluster::Cluster,
+    framework: TrainingFramework,
+    training_args: &crate::cli::TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<u32> {
+    let (layers, from) = match (
+        training_args.cpu_offload_layers,
+        saved.and_then(|f| f.cpu_offload_layers),
+    ) {
+        (Some(n), _) => (n, format!("--cpu-offload-layers {n}")),
+        (None, Some(n)) => (n, format!("cpu_offload_layers: {n} in the plan file")),
+        (None, None) => return Ok(0),
+    };
+    if layers == 0 {
+        return Ok(0);
+    }
+    if framework != TrainingFramework::MegatronCore {
+        bail!(
+            "{from} is Megatron-Core's activation offloading (--cpu-offloading-num-layers, Transformer Engine's CPU offload context), which --framework {} does not run; use --framework megatron-core, or drop it",
+            framework.as_str()
+        );
+    }
+    if layers >= model.layers {
+        bail!(
+            "{from} offloads {layers} of the model's {} layers; Megatron-Core offloads fewer than all (transformer_config.py: \"CPU offloading can be done only for layers less than {}\"); give at most {}",
+            model.layers,
+            model.layers,
+            model.layers - 1
+        );
+    }
+    if cluster.gpu.host_link_gb_per_s.is_none() {
+        bail!(
+            "{from} copies activations over the GPU's link to host memory, which the {} profile does not give; add host_link_gb_per_s (per GPU per direction, e.g. 64 for PCIe Gen5 x16) to the profile, or drop it",
+            cluster.gpu.name
+        );
+    }
+    Ok(layers)
 }
 
 /// The pipeline schedule: the flag's, else the plan file's, else 1F1B. The V-shaped schedules are

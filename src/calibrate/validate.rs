@@ -245,6 +245,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: model.seq_len,
             global_batch: 8,
             grad_dtype: GradDtype::Bf16,

@@ -1190,6 +1190,7 @@ mod tests {
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len,
             global_batch,
             grad_dtype: GradDtype::Fp32,
@@ -1927,6 +1928,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: 2048,
             global_batch: 8,
             grad_dtype: GradDtype::Bf16,

@@ -67,6 +67,9 @@ pub struct Memory {
     /// Parameters held by one GPU of that stage before ZeRO sharding.
     /// Parameters this GPU holds before ZeRO shards them (the name says so: ZeRO-3 stores fewer).
     pub params_per_gpu_before_zero: f64,
+    /// Activations of one offloaded layer for one micro-batch (`Training::cpu_offload_layers`):
+    /// what each offload copies to host memory and back; 0 without offloading.
+    pub offloaded_layer_bytes: Bytes,
 }
 
 /// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
@@ -897,7 +900,21 @@ fn stage_memory(
     };
     // Micro-batches' worth the stage holds (rank 0 on the first and only stage).
     let held = in_flight(model, training, plan, rank);
-    let mut activations = per_layer * f64::from(layers) * held;
+    // Offloading to the CPU (pp 1, no recompute: `ParallelPlan::build`): Transformer Engine's
+    // `AsyncDoubleBufferGroupOffloadHandler` copies layer i's saved tensors out on its own stream
+    // and frees them at the end of layer window(i)'s forward, about L/N layers later; the last
+    // offloaded layer is freed at the last layer's, so the forward ends holding the L − N layers
+    // it does not offload. The backward reloads each offloaded layer one window ahead: the
+    // first reload (layer N − 1) lands while the kept layers' activations are still there, one
+    // layer more (`transformer_engine/pytorch/cpu_offload.py`).
+    let offloaded = training.cpu_offload_layers.min(layers.saturating_sub(1));
+    let resident_layers = if offloaded > 0 {
+        layers - offloaded + 1
+    } else {
+        layers
+    };
+    let offloaded_layer_bytes = if offloaded > 0 { per_layer } else { 0.0 };
+    let mut activations = per_layer * f64::from(resident_layers) * held;
     if let Some(kept) = unrecomputed.filter(|_| layers > 0) {
         // The layer being recomputed holds its full activations during its backward.
         activations += kept;
@@ -967,6 +984,7 @@ fn stage_memory(
         fits: total <= capacity.0,
         stage,
         params_per_gpu_before_zero: params,
+        offloaded_layer_bytes: Bytes(offloaded_layer_bytes),
     }
 }
 

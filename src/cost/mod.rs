@@ -86,6 +86,8 @@ pub struct StepTime {
     pub dp_param_gather_exposed_s: Seconds,
     pub bubble_s: Seconds,
     pub optimizer_s: Seconds,
+    /// Activation offloading's copies left on the critical path (`--cpu-offload-layers`).
+    pub offload_exposed_s: Seconds,
 }
 
 impl StepTime {
@@ -106,6 +108,7 @@ impl StepTime {
             dp_param_gather_exposed_s: e(TermKind::DpParamGather),
             bubble_s: e(TermKind::Bubble),
             optimizer_s: e(TermKind::Optimizer),
+            offload_exposed_s: e(TermKind::HostOffload),
         }
     }
 }
@@ -1117,6 +1120,49 @@ pub struct SlowestStage {
 }
 
 /// Evaluates one plan.
+/// Activation offloading's copies (`Training::cpu_offload_layers`, pp 1), as Transformer Engine's
+/// `AsyncDoubleBufferGroupOffloadHandler` runs them (`transformer_engine/pytorch/cpu_offload.py`):
+/// N of the L layers each copy their saved tensors to host memory on a D2H stream beside the
+/// forward of the next L/N layers (`layer_window_map`: the compute stream waits for the copy at
+/// the end of that window), and back on an H2D stream beside the backward of the L/N layers
+/// before they are needed. What a copy takes beyond its window's compute is exposed, per
+/// offloaded layer and micro-batch, in each direction; the copies run at the host link's
+/// achieved rate (`GpuProfile::achieved_host_link_bandwidth`). The traffic's bytes count both
+/// directions.
+fn host_offload_term(
+    cluster: &Cluster,
+    training: &Training,
+    memory: &Memory,
+    layer: &LayerTime,
+    layers: u32,
+    micro_batches: f64,
+) -> Option<Term> {
+    let offloaded = training.cpu_offload_layers.min(layers.saturating_sub(1));
+    let bytes = memory.offloaded_layer_bytes.0;
+    let bandwidth = cluster.gpu.achieved_host_link_bandwidth()?.0;
+    if offloaded == 0 || bytes <= 0.0 || bandwidth <= 0.0 {
+        return None;
+    }
+    let n = f64::from(offloaded);
+    let window_layers = f64::from(layers) / n;
+    let copy_s = bytes / bandwidth;
+    let forward_exposed = (copy_s - window_layers * layer.forward).max(0.0);
+    let backward_exposed = (copy_s - window_layers * layer.backward).max(0.0);
+    let exposed_s = n * micro_batches * (forward_exposed + backward_exposed);
+    let time_s = n * micro_batches * 2.0 * copy_s;
+    Some(Term {
+        wire_bytes: Bytes(n * micro_batches * 2.0 * bytes),
+        time_s: Seconds(time_s),
+        exposed_s: Seconds(exposed_s),
+        hidden_by: if exposed_s < time_s {
+            HiddenBy::LayerCompute
+        } else {
+            HiddenBy::Nothing
+        },
+        ..Term::new(TermKind::HostOffload)
+    })
+}
+
 pub fn evaluate(
     model: &Model,
     cluster: &Cluster,
@@ -1342,6 +1388,11 @@ pub fn evaluate(
     )
     .0;
     terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
+    if let Some(offload) =
+        host_offload_term(cluster, training, &memory, &costs.layer, slowest_layers, m)
+    {
+        terms.set(offload);
+    }
 
     let time = StepTime::from_terms(&terms);
     let step_s = time.step_s.0;

@@ -27,6 +27,9 @@ pub enum TermKind {
     DpGradReduce,
     /// ZeRO / distributed-optimizer / FSDP parameter all-gathers.
     DpParamGather,
+    /// Activations copied to host memory in the forward and back for the backward
+    /// (`--cpu-offload-layers`), over the GPU's host link.
+    HostOffload,
     /// Pipeline fill and drain (and waiting for slower stages).
     Bubble,
     /// The optimizer step.
@@ -34,7 +37,7 @@ pub enum TermKind {
 }
 
 impl TermKind {
-    pub const ALL: [TermKind; 9] = [
+    pub const ALL: [TermKind; 10] = [
         TermKind::Compute,
         TermKind::TpComm,
         TermKind::CpComm,
@@ -42,6 +45,7 @@ impl TermKind {
         TermKind::EpComm,
         TermKind::DpGradReduce,
         TermKind::DpParamGather,
+        TermKind::HostOffload,
         TermKind::Bubble,
         TermKind::Optimizer,
     ];
@@ -55,7 +59,9 @@ impl TermKind {
             TermKind::PpComm => Some(GroupKind::Pp),
             TermKind::EpComm => Some(GroupKind::Ep),
             TermKind::DpGradReduce | TermKind::DpParamGather => Some(GroupKind::Dp),
-            TermKind::Compute | TermKind::Bubble | TermKind::Optimizer => None,
+            TermKind::Compute | TermKind::HostOffload | TermKind::Bubble | TermKind::Optimizer => {
+                None
+            }
         }
     }
 
@@ -68,6 +74,7 @@ impl TermKind {
                 | TermKind::CpComm
                 | TermKind::PpComm
                 | TermKind::EpComm
+                | TermKind::HostOffload
         )
     }
 
@@ -80,6 +87,7 @@ impl TermKind {
             TermKind::EpComm => "EP comm",
             TermKind::DpGradReduce => "DP grad reduce",
             TermKind::DpParamGather => "DP param gather",
+            TermKind::HostOffload => "CPU offload",
             TermKind::Bubble => "bubble",
             TermKind::Optimizer => "optimizer",
         }
@@ -113,6 +121,8 @@ pub enum HiddenBy {
     /// The paired micro-batch's compute in Megatron-Core's combined 1F1B schedule (MoE all-to-all
     /// overlap).
     OtherMicroBatch,
+    /// The next layers' forward (offload) or backward (reload), on a copy stream beside them.
+    LayerCompute,
 }
 
 /// One term of the step.

@@ -115,6 +115,11 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
             layers.into()
         },
     );
+    // TransformerConfig's layer-level CPU offloading, written either way so that a recipe's own
+    // (Megatron-Bridge's Llama 3 70B GB200/GB300 recipes offload) does not stay in force unseen.
+    let offload = training.cpu_offload_layers;
+    set("model.cpu_offloading", (offload > 0).to_string());
+    set("model.cpu_offloading_num_layers", offload.to_string());
     set("train.global_batch_size", plan.global_batch.to_string());
     set("train.micro_batch_size", plan.micro_batch.to_string());
     // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is

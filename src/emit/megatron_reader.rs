@@ -79,6 +79,9 @@ pub struct MegatronLaunch {
     pub zero: u8,
     /// `--num-distributed-optimizer-instances` (default 1): copies of the sharded states.
     pub dp_replicas: u32,
+    /// `--cpu-offloading-num-layers N` (N > 0 turns Megatron-Core's CPU offloading on,
+    /// `arguments.py`): layers whose activations go to host memory.
+    pub cpu_offload_layers: u32,
     /// False with `--torch-fsdp2-no-reshard-after-forward`: torch FSDP2 keeps the gathered
     /// parameters from the forward through the backward (ZeRO-3 "keep").
     pub reshard_after_forward: bool,
@@ -455,6 +458,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         recompute_modules,
         zero,
         dp_replicas,
+        cpu_offload_layers: p.number("cpu-offloading-num-layers")?.unwrap_or(0),
         reshard_after_forward,
         precision,
         overlap,

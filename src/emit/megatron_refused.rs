@@ -7,10 +7,6 @@ use super::megatron_args::{MegatronArgsError, Parsed};
 /// Switches that change memory or time in ways tpsim does not model yet, and why.
 const REFUSED_SWITCHES: &[(&str, &str)] = &[
     (
-        "cpu-offloading",
-        "offloading activations or weights to CPU memory is not modelled yet",
-    ),
-    (
         "distribute-saved-activations",
         "splitting the checkpointed activations over the TP group is not modelled yet",
     ),
@@ -22,10 +18,6 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
 
 /// Valued arguments that tpsim does not model yet whatever their value, and why.
 const REFUSED_VALUED: &[(&str, &str)] = &[
-    (
-        "cpu-offloading-num-layers",
-        "offloading activations or weights to CPU memory is not modelled yet",
-    ),
     (
         "hybrid-layer-pattern",
         "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",

@@ -343,6 +343,13 @@ impl Framework {
         if let Some(why) = self.model_unsupported(model) {
             return Some(why);
         }
+        if training.cpu_offload_layers > 0 && !megatron_family {
+            return Some(format!(
+                "activation offloading (--cpu-offload-layers {}) is Megatron-Core's, not written for {}; use --emit megatron or --emit megatron-bridge",
+                training.cpu_offload_layers,
+                self.name()
+            ));
+        }
         match self {
             // A precision NeMo 1.x cannot write fails every plan of the search alike, so it is
             // said before what a plan's ZeRO stage or schedule could change.
@@ -778,6 +785,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
             push("recompute-num-layers", n(1));
         }
     }
+    // Megatron-LM's arguments.py turns `cpu_offloading` on when N > 0.
+    if training.cpu_offload_layers > 0 {
+        push("cpu-offloading-num-layers", n(training.cpu_offload_layers));
+    }
     match plan.zero {
         0 => {}
         1 => push("use-distributed-optimizer", None),
@@ -947,6 +958,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,

@@ -508,6 +508,7 @@ mod tests {
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: 4096,
             global_batch: 256,
             grad_dtype: crate::training::GradDtype::Fp32,

@@ -407,6 +407,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: 2048,
             global_batch: 1536,
             grad_dtype: GradDtype::Bf16,

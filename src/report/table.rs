@@ -313,6 +313,12 @@ pub fn scenario_line(report: &Report) -> String {
                     schedule.torchtitan_name(2)
                 ),
             },
+            match t.cpu_offload_layers {
+                0 => String::new(),
+                n => format!(
+                    "; activations of the first {n} layers offloaded to host memory in the forward and reloaded for the backward (--cpu-offloading-num-layers {n}; pp 1, no recompute)"
+                ),
+            },
         ]
         .concat(),
         // Said where it is not Transformer Engine's ring that Megatron-Core runs.
@@ -620,6 +626,14 @@ fn term_note(term: &crate::cost::terms::Term) -> String {
         HiddenBy::Forward => "the forward pass (prefetched gathers)",
         HiddenBy::PipelineCompute => "other chunks' compute (interleaved schedule)",
         HiddenBy::OtherMicroBatch => "the paired micro-batch's compute (combined 1F1B, EP overlap)",
+        // Copy engines move the activations, not the SMs: no overlap penalty is charged.
+        HiddenBy::LayerCompute => {
+            return format!(
+                "of {:.3} s (both directions); {:.3} s hidden by the next layers' forward and backward (copy engines beside them)",
+                term.time_s.0,
+                hidden.max(0.0)
+            );
+        }
     };
     format!(
         "of {:.3} s; {:.3} s hidden by {by} (hidden traffic still costs 15%)",
@@ -888,8 +902,22 @@ pub fn breakdown(
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
+    let offloaded = training
+        .cpu_offload_layers
+        .min(model.layers.saturating_sub(1));
     for (name, part_gib) in shown_memory_parts(mem) {
-        let _ = writeln!(out, "  {name:<12} {:>8} GiB", format!("{part_gib:.1}"));
+        let _ = write!(out, "  {name:<12} {:>8} GiB", format!("{part_gib:.1}"));
+        if name == "activations" && offloaded > 0 {
+            // What the host holds per GPU: the offloaded layers of each micro-batch in flight
+            // (one at pp 1, the only layout offloading allows).
+            let host_gib = mem.offloaded_layer_bytes.0 * f64::from(offloaded) / crate::units::GIB;
+            let _ = write!(
+                out,
+                "  ({offloaded} of {} layers offloaded to host memory: {host_gib:.1} GiB per GPU there, one offloaded layer's back on the GPU at a time)",
+                model.layers
+            );
+        }
+        let _ = writeln!(out);
     }
     // The difference of the two printed numbers, so the line adds up; where they print alike,
     // "under 0.1".
@@ -1410,6 +1438,7 @@ mod tests {
         };
         let training = Training {
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
+            cpu_offload_layers: 0,
             seq_len: model.seq_len,
             global_batch: 512,
             grad_dtype: GradDtype::Bf16,
