@@ -446,6 +446,17 @@ pub enum PlanError {
         need: u32,
         pp: u32,
     },
+    #[error(
+        "--pp-schedule {schedule} runs two model chunks of whole layers per GPU (--vpp 2), but --pp {pp} {split}; give a --pp whose stages split in two, valid: {valid}"
+    )]
+    VScheduleLayers {
+        schedule: &'static str,
+        pp: u32,
+        /// How the depth lays the layers out: "leaves 3 layers on each stage", or the uneven
+        /// split that makes no equal chunks.
+        split: String,
+        valid: String,
+    },
     #[error("--vpp {vpp} does not divide the {per_stage} layers of each stage; valid: {valid}")]
     VppLayers {
         vpp: u32,
@@ -843,8 +854,19 @@ impl ParallelPlan {
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
         check_v_schedule(r, training, num_microbatches / schedule_runs)?;
         check_cpu_offload(r, training)?;
-        let v_shaped = training.pp_schedule.v_kind().is_some();
-        check_interleaving(r, model, &stages, num_microbatches, schedule_runs, v_shaped)?;
+        let v_schedule = training
+            .pp_schedule
+            .v_kind()
+            .map(|_| training.pp_schedule.as_str());
+        check_interleaving(
+            r,
+            model,
+            cluster,
+            &stages,
+            num_microbatches,
+            schedule_runs,
+            v_schedule,
+        )?;
         Ok(ParallelPlan {
             tp: r.tp,
             pp: r.pp,
@@ -1768,25 +1790,93 @@ fn check_cpu_offload(r: &PlanRequest, training: &Training) -> Result<(), PlanErr
     Ok(())
 }
 
+/// The layers of each stage that `r.vpp` chunks split (`check_interleaving`): an even split's
+/// share, or an uneven split's chunks (filled front to back, or the embedding, the loss and the
+/// MTP layers counted as a layer each: [`unit_chunks`]); None where an uneven split has neither.
+fn stage_chunk_layers(r: &PlanRequest, model: &Model, stages: &StageLayout) -> Option<u32> {
+    if stages.even {
+        return Some(model.layers / r.pp);
+    }
+    if stages.chunk_layers > 0 {
+        return Some(stages.chunk_layers * r.vpp);
+    }
+    unit_chunks(model, r.pp, r.vpp).map(|u| u.per_chunk * r.vpp)
+}
+
+/// The pipeline depths on which a V's two chunks per GPU split every stage into whole layers,
+/// the rest of `r` kept (tp, cp, the uneven split; dp taking the GPUs left), as `--pp` values.
+fn valid_v_pp(r: &PlanRequest, model: &Model, cluster: &Cluster) -> String {
+    let model_parallel = u64::from(r.tp) * u64::from(r.cp);
+    let gpus = u64::from(cluster.total_gpus());
+    let per_pipeline = u32::try_from(gpus / model_parallel.max(1)).unwrap_or(u32::MAX);
+    let valid: Vec<u32> = (2..=per_pipeline.min(model.layers))
+        .filter(|pp| per_pipeline.is_multiple_of(*pp))
+        .filter(|pp| {
+            let request = PlanRequest {
+                pp: *pp,
+                dp: per_pipeline / pp,
+                vpp: 2,
+                ..*r
+            };
+            stage_layout(&request, model).is_ok_and(|stages| {
+                stage_chunk_layers(&request, model, &stages).is_some_and(|n| n.is_multiple_of(2))
+            })
+        })
+        .collect();
+    if valid.is_empty() {
+        format!(
+            "none on these {} GPUs with tp {} and cp {} (use --pp-schedule 1f1b, or another --tp or --cp)",
+            cluster.total_gpus(),
+            r.tp,
+            r.cp
+        )
+    } else {
+        list(valid)
+    }
+}
+
 /// Interleaving: pipeline parallelism, chunks of whole layers, micro-batches a multiple of pp.
 fn check_interleaving(
     r: &PlanRequest,
     model: &Model,
+    cluster: &Cluster,
     stages: &StageLayout,
     num_microbatches: u32,
     schedule_runs: u32,
-    v_shaped: bool,
+    v_schedule: Option<&'static str>,
 ) -> Result<(), PlanError> {
     if r.vpp > 1 {
         if r.pp == 1 {
             return Err(PlanError::VppWithoutPp { vpp: r.vpp });
         }
+        let chunked = stage_chunk_layers(r, model, stages);
+        // A V's chunk count is fixed (`check_v_schedule`): the vpp values that would split the
+        // stages are refused in turn, so the fix is a depth whose stages split in two.
+        if let Some(schedule) = v_schedule
+            && chunked.is_none_or(|per_stage| per_stage % r.vpp != 0)
+        {
+            return Err(PlanError::VScheduleLayers {
+                schedule,
+                pp: r.pp,
+                split: match chunked {
+                    Some(1) => {
+                        "leaves 1 layer on each stage, which two chunks do not divide".to_string()
+                    }
+                    Some(per_stage) => format!(
+                        "leaves {per_stage} layers on each stage, which two chunks do not divide"
+                    ),
+                    None => format!(
+                        "splits the {} layers unevenly, into stages that two equal chunks do not fill (with the embedding and the loss counted as layers, or chunks filled front to back)",
+                        model.layers
+                    ),
+                },
+                valid: valid_v_pp(r, model, cluster),
+            });
+        }
         // Uneven splits interleave only when the embedding, the loss and the MTP layers count as
         // a layer each and these units split evenly into pp x vpp model chunks
         // ([`unit_chunks`]), or as chunks filled front to back.
-        let filled = stages.chunk_layers > 0;
-        let unit_split = unit_chunks(model, r.pp, r.vpp);
-        if !stages.even && !filled && unit_split.is_none() {
+        let Some(per_stage) = chunked else {
             let valid: Vec<u32> = (1..=model.layers.min(64))
                 .filter(|&v| {
                     v == 1
@@ -1798,13 +1888,6 @@ fn check_interleaving(
                 vpp: r.vpp,
                 valid: list(valid),
             });
-        }
-        let per_stage = if stages.even {
-            model.layers / r.pp
-        } else if filled {
-            stages.chunk_layers * r.vpp
-        } else {
-            unit_split.map_or(0, |u| u.per_chunk * r.vpp)
         };
         if per_stage % r.vpp != 0 {
             return Err(PlanError::VppLayers {
@@ -1815,7 +1898,7 @@ fn check_interleaving(
         }
         // The micro-batch multiple below is Megatron's and PyTorch's interleaved 1F1B's; the V
         // schedules have their own rule (`check_v_schedule`).
-        if v_shaped {
+        if v_schedule.is_some() {
             return Ok(());
         }
         let per_schedule = num_microbatches / schedule_runs;

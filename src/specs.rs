@@ -402,6 +402,24 @@ fn plain_words(message: &str) -> String {
         let words = format!("missing key {key}, which has no default; add a {key}: line{under}");
         out.replace_range(at.., &words);
     }
+    // A word key (`recompute:`, `framework:`, `pp_schedule:`) given a list or a mapping:
+    // serde_yaml names what it would read an enum from there, a YAML tag (`!none`), which tpsim
+    // refuses in turn. The rule is one name, written alone.
+    for (found, what, marks) in [
+        ("sequence", "a list", "brackets or dashes"),
+        ("map", "a mapping", "braces or nested keys"),
+    ] {
+        let from = format!("invalid type: {found}, expected a YAML tag starting with '!'");
+        if let Some(at) = out.find(&from) {
+            let key = key_of_path(out[..at].trim_end_matches(": ")).to_string();
+            out.replace_range(
+                at..,
+                &format!(
+                    "{what} where one name goes; write the name alone after {key}: (on the same line, without {marks})"
+                ),
+            );
+        }
+    }
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }

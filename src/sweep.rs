@@ -329,11 +329,12 @@ fn csv_cell(text: &str) -> String {
 }
 
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
-/// no plan is valid. The framework and CP exchange, one per sweep in the JSON, are on every row. Values are numbers or bundled names,
+/// no plan is valid. The framework, CP exchange and pipeline schedule, one per sweep in the JSON,
+/// are on every row. Values are numbers or bundled names,
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -347,6 +348,9 @@ pub fn to_csv(sweep: &Sweep) -> String {
             // The sweep's, as its JSON says them, on every row.
             sweep.framework.map_or("", |f| f.as_str()).to_string(),
             sweep.cp_exchange.map_or("", |e| e.as_str()).to_string(),
+            // The JSON names a V schedule only; every other sweep runs 1F1B (interleaved where
+            // a row's vpp is above 1).
+            sweep.pp_schedule.map_or("1f1b", |s| s.as_str()).to_string(),
             r.search.candidates.to_string(),
             r.search.feasible.to_string(),
             opt(r.tp),

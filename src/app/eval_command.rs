@@ -562,9 +562,21 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ => format!("{flag} {value}"),
     };
     if plan.pp == 1 && scenario.training.pp_schedule.v_kind().is_some() {
+        // A plan file's schedule is named by its key, and so is the depth that would use it.
+        let typed = args.training.pp_schedule.is_some();
         eprintln!(
-            "note: --pp-schedule {} has no pipeline to schedule at pp 1 (one stage runs every micro-batch, no bubble); it applies to plans with --pp 2 or more",
-            scenario.training.pp_schedule.as_str()
+            "note: {} has no pipeline to schedule at pp 1 (one stage runs every micro-batch, no bubble); it applies to plans with {} 2 or more",
+            asked(
+                "--pp-schedule",
+                "pp_schedule",
+                scenario.training.pp_schedule.as_str().to_string(),
+                typed
+            ),
+            if batch_file.is_some() && args.pp.is_none() {
+                "pp:"
+            } else {
+                "--pp"
+            }
         );
     }
     if plan.zero == 3

@@ -100,6 +100,11 @@ pub(super) fn explain(
             },
         );
         if alone.ranked.is_empty() {
+            if let Some(reason) =
+                v_schedule_pin_reason(pin, model, cluster, training, options, &unpinned)
+            {
+                return Some(reason);
+            }
             // A dense model has no experts to split: said as `eval` says it, not as a search
             // that happens to offer --ep 1.
             if model.moe.is_none() && (pin.flag == "--ep" || pin.flag == "--etp") {
@@ -310,6 +315,19 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
     {
         return Some(err.to_string());
     }
+    // A V runs two chunks per GPU on any pipeline (`plan::check_v_schedule`), which eval names.
+    if let (Some(2..), Some(vpp)) = (pins.pp, pins.vpp)
+        && vpp != 2
+        && training.pp_schedule.v_kind().is_some()
+    {
+        return Some(
+            crate::plan::PlanError::VScheduleChunks {
+                schedule: training.pp_schedule.as_str(),
+                vpp,
+            }
+            .to_string(),
+        );
+    }
     if let (Some(vpp), Some(1)) = (pins.vpp.filter(|v| *v > 1), pins.pp) {
         return Some(format!(
             "--vpp {vpp} with --pp 1: virtual pipeline stages interleave the chunks of a pipeline, and pp 1 has none; pin --pp 2 or more, or drop --vpp"
@@ -329,6 +347,94 @@ fn pair_rule(model: &Model, cluster: &Cluster, training: &Training, pins: &Pins)
         ));
     }
     None
+}
+
+/// A pin that admits no plan under a V schedule, for the schedule's own rule: a `--vpp` other
+/// than the V's two chunks (or one, without a pipeline), a pin that leaves DualPipeV fewer
+/// micro-batches per schedule than its 2 x pp (the same pin finds plans under ZB-V, which has no
+/// such rule), or one whose stages two chunks of whole layers do not split (it finds plans under
+/// 1F1B). The search said only "admits no valid plan ... (the search offers --pp 1, 2, 4)", where
+/// `eval` names the rule. None for another pin or schedule.
+fn v_schedule_pin_reason(
+    pin: &Pin,
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+    unpinned: &crate::planner::SearchResult,
+) -> Option<String> {
+    use crate::cost::v_schedule::VKind;
+    use crate::training::PipelineSchedule;
+    let kind = training.pp_schedule.v_kind()?;
+    let name = training.pp_schedule.as_str();
+    if pin.flag == "--vpp" && pin.value != "1" && pin.value != "2" {
+        return Some(format!(
+            "--vpp {} admits no valid plan under --pp-schedule {name}, which runs exactly two model chunks per GPU in a V (PyTorch refuses any other count): pipelined plans take --vpp 2, plans without a pipeline --vpp 1; pin one of those or drop --vpp",
+            pin.value
+        ));
+    }
+    let pins = SearchOptions {
+        pins: pin.alone,
+        ..options
+    };
+    let finds_under = |schedule: PipelineSchedule| {
+        let other = Training {
+            pp_schedule: schedule,
+            ..*training
+        };
+        !search(model, cluster, &other, pins).ranked.is_empty()
+    };
+    let offered: BTreeSet<String> = unpinned
+        .ranked
+        .iter()
+        .map(|e| (pin.of_plan)(&e.plan))
+        .collect();
+    let mut offered: Vec<String> = offered.into_iter().collect();
+    offered.sort_by_key(|v| (v.len(), v.clone()));
+    let offered = format!("the search offers {} {}", pin.flag, offered.join(", "));
+    let dualpipev_rule = kind == VKind::DualPipeV && finds_under(PipelineSchedule::ZeroBubbleV);
+    if !dualpipev_rule {
+        // The V's two chunks of whole layers per GPU: the pin finds plans under 1F1B, whose
+        // stages need not split in two.
+        if !finds_under(PipelineSchedule::OneFOneB) {
+            return None;
+        }
+        let split = match pin.flag {
+            "--pp" => pin
+                .value
+                .parse::<u32>()
+                .ok()
+                .filter(|pp| model.layers.is_multiple_of(*pp))
+                .map(|pp| {
+                    format!(
+                        ": the {} layers leave {} on each of its {pp} stages",
+                        model.layers,
+                        model.layers / pp
+                    )
+                }),
+            _ => None,
+        };
+        return Some(format!(
+            "{} {} admits no valid plan under --pp-schedule {name}, which runs two model chunks of whole layers per GPU (vpp 2) on a pipeline, and no stage's layers split in two with it{} ({offered}); pin one of those, or use --pp-schedule 1f1b",
+            pin.flag,
+            pin.value,
+            split.unwrap_or_default()
+        ));
+    }
+    let need = match pin.flag {
+        "--pp" => format!("2 x pp = {}", pin.value.parse::<u32>().ok()? * 2),
+        _ => "2 x pp".to_string(),
+    };
+    let batch = match training.local_batch {
+        Some(local) => format!("--local-batch {local}"),
+        None => format!("--global-batch {}", training.global_batch),
+    };
+    Some(format!(
+        "{} {} admits no valid plan under --pp-schedule dualpipev, which needs at least {need} micro-batches per pipeline schedule (PyTorch's ScheduleDualPipeV refuses fewer), and {batch} splits into fewer with it at every data-parallel degree and micro-batch ({offered}); raise {}, pin one of those, or use --pp-schedule zbv",
+        pin.flag,
+        pin.value,
+        batch.split(' ').next().unwrap_or("--global-batch"),
+    ))
 }
 
 /// A pinned `--dp-replicas` that admits no plan: the framework's rule where it keeps no copies at

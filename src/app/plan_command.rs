@@ -46,8 +46,19 @@ pub(super) fn why_no_valid_plan(
             .ranked
             .is_empty()
         {
+            // Each schedule's micro-batch rule is its own: interleaved 1F1B's multiple of pp,
+            // DualPipeV's 2 x pp, none for ZB-V (`plan::check_v_schedule`).
+            use crate::cost::v_schedule::VKind;
+            let schedule_rule = match training.pp_schedule.v_kind() {
+                None => ", and with --vpp a multiple of --pp micro-batches".to_string(),
+                Some(VKind::ZeroBubbleV) => String::new(),
+                Some(VKind::DualPipeV) => format!(
+                    ", and on a pipeline at least 2 x --pp micro-batches (--pp-schedule {}: PyTorch's ScheduleDualPipeV refuses fewer)",
+                    training.pp_schedule.as_str()
+                ),
+            };
             return format!(
-                "--local-batch {local} admits none of the plans the search finds without it: a local batch must be a multiple of the micro-batch and divide each data-parallel rank's share of --global-batch {} (the global batch over dp), and with --vpp a multiple of --pp micro-batches; give one that does (e.g. --global-batch / dp for one schedule per step) or drop --local-batch",
+                "--local-batch {local} admits none of the plans the search finds without it: a local batch must be a multiple of the micro-batch and divide each data-parallel rank's share of --global-batch {} (the global batch over dp){schedule_rule}; give one that does (e.g. --global-batch / dp for one schedule per step) or drop --local-batch",
                 training.global_batch
             );
         }
@@ -70,6 +81,32 @@ pub(super) fn why_no_valid_plan(
         },
         training.global_batch
     )
+}
+
+/// A V schedule beside pins that leave only plans without a pipeline (`--pp 1`, or `--vpp 1`:
+/// a V runs two chunks per GPU), where the schedule has nothing to order: said, as `eval` says it
+/// of its one plan (the search returned pp 1 plans without a word about the schedule asked for).
+pub(super) fn v_schedule_pin_note(
+    training: &Training,
+    pins: crate::planner::Pins,
+) -> Option<String> {
+    training.pp_schedule.v_kind()?;
+    let name = training.pp_schedule.as_str();
+    let pin = match (pins.pp, pins.vpp) {
+        (Some(1), _) => "--pp 1 pins plans without a pipeline",
+        (_, Some(1)) => {
+            "--vpp 1 pins one model chunk per GPU, which a V (two chunks per GPU) leaves to plans without a pipeline"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "note: --pp-schedule {name} orders the micro-batches of a pipeline, and {pin}, where one stage runs every micro-batch with no schedule (no bubble); drop {} to search pipelined plans with it",
+        if pins.pp == Some(1) {
+            "--pp 1"
+        } else {
+            "--vpp 1"
+        }
+    ))
 }
 
 /// Deepest pipeline worth naming when the even split leaves none: Megatron-Bridge's DeepSeek-V3
@@ -410,6 +447,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             scenario.training.seq_len,
         )
     {
+        eprintln!("{note}");
+    }
+    if let Some(note) = v_schedule_pin_note(&scenario.training, options.pins) {
         eprintln!("{note}");
     }
     for line in global_batch_advice(

@@ -129,6 +129,20 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
             ))
         })
         .collect();
+    // The pipeline schedule, a word (`--pp-schedule dualpipev needs ...` is the file's
+    // `pp_schedule: dualpipev` unless the flag was typed).
+    if let Some(schedule) = file.pp_schedule
+        && !typed(given, SCHEDULE_FLAG)
+    {
+        values.push((
+            FileValue {
+                flag: SCHEDULE_FLAG,
+                key: SCHEDULE_KEY,
+                value: schedule.as_str().to_string(),
+            },
+            None,
+        ));
+    }
     // The one switch a plan error quotes: `--sequence-parallel with --tp 8 splits ...` is the
     // file's `sequence_parallel: true` (quoted bare, as the flag is typed), unless a flag set it.
     if file.plan.sequence_parallel {
@@ -148,6 +162,10 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
     }
     values
 }
+
+/// The pipeline schedule's flag (typed next to `--plan` as `None`) and its plan-file key.
+const SCHEDULE_FLAG: &str = "--pp-schedule";
+const SCHEDULE_KEY: &str = "pp_schedule";
 
 /// Sequence parallelism's flag (`--sequence-parallel true|false`, typed next to `--plan` as
 /// `Some(1)` or `Some(0)`) and its plan-file key.
@@ -182,17 +200,21 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
     let mut replaced: Vec<(usize, usize)> = Vec::new();
     for (v, echo) in file_values(file, given) {
         let patterns = if v.flag == SP_FLAG {
-            vec![SP_FLAG.to_string()]
+            vec![(SP_FLAG.to_string(), ": ")]
+        } else if v.flag == SCHEDULE_FLAG {
+            vec![(format!("{} {}", v.flag, v.value), ": ")]
         } else {
             vec![
-                format!("{} {}", v.flag, v.value),
-                format!("{} = {}", v.flag, v.value),
+                (format!("{} {}", v.flag, v.value), ": "),
+                (format!("{} = {}", v.flag, v.value), ": "),
+                // "but --vpp is 3" (a V schedule's two chunks) says "but vpp is 3".
+                (format!("{} is {}", v.flag, v.value), " is "),
             ]
         };
-        for pattern in patterns {
+        for (pattern, between) in patterns {
             let with = match echo {
-                Some(flag) => format!("{}: {} (also {flag} {})", v.key, v.value, v.value),
-                None => format!("{}: {}", v.key, v.value),
+                Some(flag) => format!("{}{between}{} (also {flag} {})", v.key, v.value, v.value),
+                None => format!("{}{between}{}", v.key, v.value),
             };
             for at in token_starts(&text, &pattern).into_iter().rev() {
                 text.replace_range(at..at + pattern.len(), &with);
@@ -204,7 +226,7 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
                     }
                 }
                 // The file is named right after the key and value, before `(also --tp 8)`.
-                replaced.push((at, format!("{}: {}", v.key, v.value).len()));
+                replaced.push((at, format!("{}{between}{}", v.key, v.value).len()));
             }
         }
     }
@@ -244,9 +266,12 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
             let after = &rest[i + flag.len()..];
             let valued =
                 after.starts_with(' ') && after[1..].starts_with(|c: char| c.is_ascii_digit());
-            // "give a --seq-len that is a multiple of 8" asks for a value of the key, as a
-            // valued flag does ("or pass --nodes" offers the flag itself).
-            let asks_value = rest[..i].ends_with(" a ");
+            // "give a --seq-len that is a multiple of 8" (or "raise --global-batch (or
+            // --local-batch)") asks for a value of the key, as a valued flag does ("or pass
+            // --nodes" offers the flag itself).
+            let asks_value = [" a ", "raise ", "(or "]
+                .iter()
+                .any(|before| rest[..i].ends_with(before));
             // A whole flag only (`--tp` in `--tp-comm-overlap` is another flag).
             if after.starts_with(|c: char| c.is_alphanumeric() || c == '-')
                 || !(valued || bare_too || asks_value)
@@ -280,7 +305,7 @@ pub(super) fn scenario_flags_given(
     cluster: &crate::cli::ClusterArgs,
     training: &crate::cli::TrainingArgs,
 ) -> Vec<Typed> {
-    [
+    let mut given: Vec<Typed> = [
         ("--nodes", cluster.nodes),
         ("--gpus-per-node", cluster.gpus_per_node),
         ("--seq-len", training.seq_len),
@@ -289,7 +314,12 @@ pub(super) fn scenario_flags_given(
     ]
     .into_iter()
     .filter(|(_, value)| value.is_some())
-    .collect()
+    .collect();
+    // The schedule is a word, not a count: typed or not.
+    if training.pp_schedule.is_some() {
+        given.push((SCHEDULE_FLAG, None));
+    }
+    given
 }
 
 /// [`in_file_words`] for an error of a command that read the plan file at `path`, its fix in

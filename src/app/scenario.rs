@@ -1446,6 +1446,24 @@ pub(super) fn resolve_scenario(
                 },
             );
         }
+        // The file's states under a typed --framework: the file's key, and the fixes that keep
+        // the framework asked for (the flags' message named --optimizer-states, never typed, and
+        // offered the file's framework in place of the one typed).
+        if let (Some((_, path)), None, Some(_)) = (
+            file,
+            &training_args.optimizer_states,
+            training_args.framework,
+        ) && path != super::megatron_paste::LAUNCH_LINE_ORIGIN
+            && plan_file.is_some_and(|f| f.optimizer_states.is_some())
+        {
+            bail!(
+                "optimizer_states: {} in {path} is not how --framework {} stores its optimizer: {}; give --optimizer-states {} (its own) with it, or drop --framework to evaluate the file as saved",
+                training.optimizer_states.as_str(),
+                framework.as_str(),
+                why.split_once(';').map_or(why, |(rule, _)| rule),
+                framework.default_optimizer_states().as_str()
+            );
+        }
         bail!(
             "--optimizer-states {} is not how --framework {} stores its optimizer: {why}",
             training.optimizer_states.as_str(),
@@ -1867,8 +1885,23 @@ fn pp_schedule_of(
         (None, None) => return Ok(PipelineSchedule::OneFOneB),
     };
     if schedule != PipelineSchedule::OneFOneB && framework != TrainingFramework::Torchtitan {
+        // A file's schedule is fixed in the file: the fix is the framework flag typed over a
+        // torchtitan file, or the file's lines ("add --framework torchtitan" to a command that
+        // typed --framework megatron-core, and "drop the schedule", which no flag does).
+        let file_framework = saved.and_then(|f| f.framework);
+        let fix = match (training_args.pp_schedule, training_args.framework) {
+            (Some(_), _) => "add --framework torchtitan, or drop the schedule".to_string(),
+            (None, Some(_)) if file_framework == Some(TrainingFramework::Torchtitan) => format!(
+                "drop --framework {} to run the file's framework, torchtitan, or give --pp-schedule 1f1b",
+                framework.as_str()
+            ),
+            (None, Some(_)) => "give --framework torchtitan, or --pp-schedule 1f1b".to_string(),
+            (None, None) => {
+                "write framework: torchtitan in the file, or pp_schedule: 1f1b".to_string()
+            }
+        };
         bail!(
-            "{from} is PyTorch's {} schedule, which torchtitan runs and {} does not (it runs 1F1B, interleaved with --vpp > 1); add --framework torchtitan, or drop the schedule",
+            "{from} is PyTorch's {} schedule, which torchtitan runs and {} does not (it runs 1F1B, interleaved with --vpp > 1); {fix}",
             schedule.torchtitan_name(2),
             framework.as_str()
         );
