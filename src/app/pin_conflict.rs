@@ -105,6 +105,27 @@ pub(super) fn explain(
             {
                 return Some(reason);
             }
+            // Activation offloading allows only pp 1 and no recompute (`ParallelPlan::build`):
+            // a pin outside them is that rule, not a shortage of plans.
+            let offload = training.cpu_offload_layers;
+            if offload > 0 && pin.flag == "--pp" && options.pins.pp.is_some_and(|pp| pp > 1) {
+                return Some(format!(
+                    "--pp {} with --cpu-offload-layers {offload}: Megatron-Core offloads activations only without a pipeline; pin --pp 1, or drop --cpu-offload-layers",
+                    pin.value
+                ));
+            }
+            if offload > 0
+                && pin.flag == "--recompute"
+                && options
+                    .pins
+                    .recompute
+                    .is_some_and(|r| r != crate::plan::Recompute::None)
+            {
+                return Some(format!(
+                    "--recompute {} with --cpu-offload-layers {offload}: Megatron-Core offloads activations only without recompute; pin --recompute none, or drop --cpu-offload-layers",
+                    pin.value
+                ));
+            }
             // A dense model has no experts to split: said as `eval` says it, not as a search
             // that happens to offer --ep 1.
             if model.moe.is_none() && (pin.flag == "--ep" || pin.flag == "--etp") {
