@@ -98,6 +98,11 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         if matches!(name, "PP comm" | "bubble") && no_pipeline {
             continue;
         }
+        // Offload copies only where either plan offloads (the row even when both hide them).
+        let offloads = |e: &Estimate| e.terms.get(TermKind::HostOffload).time_s.0 > 0.0;
+        if name == TermKind::HostOffload.label() && !offloads(a) && !offloads(b) {
+            continue;
+        }
         terms.push(Term {
             group: "time per step",
             name,

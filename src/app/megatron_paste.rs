@@ -469,7 +469,7 @@ pub(super) enum LaunchBatch {
 
 /// tpsim's plan flags and the Megatron-LM flags (or, for dp, the quantity) a launch line sets them
 /// with.
-const MEGATRON_NAMES: [(&str, &str); 18] = [
+const MEGATRON_NAMES: [(&str, &str); 19] = [
     ("--tp", "--tensor-model-parallel-size"),
     ("--pp", "--pipeline-model-parallel-size"),
     ("--cp", "--context-parallel-size"),
@@ -482,6 +482,7 @@ const MEGATRON_NAMES: [(&str, &str); 18] = [
     ("--layers", "--num-layers"),
     ("--dp", "data-parallel size"),
     ("--dp-replicas", "--num-distributed-optimizer-instances"),
+    ("--cpu-offload-layers", "--cpu-offloading-num-layers"),
     // The shape flags a model check names.
     ("--hidden", "--hidden-size"),
     ("--heads", "--num-attention-heads"),

@@ -27,13 +27,13 @@ pub enum TermKind {
     DpGradReduce,
     /// ZeRO / distributed-optimizer / FSDP parameter all-gathers.
     DpParamGather,
-    /// Activations copied to host memory in the forward and back for the backward
-    /// (`--cpu-offload-layers`), over the GPU's host link.
-    HostOffload,
     /// Pipeline fill and drain (and waiting for slower stages).
     Bubble,
     /// The optimizer step.
     Optimizer,
+    /// Activations copied to host memory in the forward and back for the backward
+    /// (`--cpu-offload-layers`), over the GPU's host link.
+    HostOffload,
 }
 
 impl TermKind {
@@ -45,9 +45,9 @@ impl TermKind {
         TermKind::EpComm,
         TermKind::DpGradReduce,
         TermKind::DpParamGather,
-        TermKind::HostOffload,
         TermKind::Bubble,
         TermKind::Optimizer,
+        TermKind::HostOffload,
     ];
     pub const COUNT: usize = TermKind::ALL.len();
 

@@ -67,7 +67,7 @@ pub(crate) fn tp_colour(tp: u32) -> RGBColor {
 }
 
 /// Colours of the stacked parts, in drawing order: Tableau 10, ten distinct hues (as many as the
-/// step's terms, `TermKind::ALL`, with one to spare).
+/// step's terms, `TermKind::ALL`).
 pub(crate) const STACK: [RGBColor; 10] = [
     RGBColor(0x4E, 0x79, 0xA7),
     RGBColor(0xF2, 0x8E, 0x2B),
