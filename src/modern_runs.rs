@@ -904,6 +904,14 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
         training.overlap.tp_comm = true;
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
+    recipes::recipe_comm_overlap(run, &mut training.overlap);
+    if let Some(gather) = recipes::recipe_low_precision_param_gather(run) {
+        training.fp8_param_gather = gather;
+    }
+    if let Some(factor) = recipes::recipe_capacity_factor(run) {
+        training.moe_capacity_factor = Some(factor);
+        training.moe_imbalance = training.moe_imbalance.min(factor);
+    }
     training.moe_dispatch = recipe_moe_dispatch(run);
     training.fp8_scaling = recipe_fp8_scaling(run);
     // NeMo AutoModel runs Transformer Engine's attention (its configs' `attn: te`, the tables'
@@ -972,7 +980,8 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
             micro_batch,
             // A recipe that recomputes modules runs selective granularity.
             recompute: stated_recompute(recompute)
-                .or(training.recompute_modules.map(|_| Recompute::Selective)),
+                .or(training.recompute_modules.map(|_| Recompute::Selective))
+                .or(recipes::recipe_recompute(run)),
             // No published row states a block-recompute layer count: searched.
             recompute_num_layers: None,
             zero: fsdp.then_some(3),

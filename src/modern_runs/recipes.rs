@@ -9,7 +9,7 @@ use crate::model::Model;
 use crate::plan::Recompute;
 use crate::training::{
     GradDtype, KernelFusion, LossKernel, MoeDispatch, MoeDispatcher, MoeRouting, OptimizerStates,
-    RecomputeModule, RecomputeModules, TrainingFramework,
+    Overlap, RecomputeModule, RecomputeModules, TrainingFramework,
 };
 
 /// MTP depths a DeepSeek-V3 run trains with: as its notes say ("w/ MTP", "w/o MTP"), else what
@@ -70,17 +70,105 @@ pub(super) fn recipe_stage_split(
     Some((per_stage, last))
 }
 
+/// The Megatron-Bridge release whose performance configs ran a row of Megatron-Bridge's 26.x tables
+/// (`validation/mbridge_26_runs.yaml`), read from the container in the row's id
+/// (`mbridge-<container>-…`, the container its `source.ref` names). Each container is the
+/// NVIDIA-NeMo/Megatron-Bridge release tag whose configs state the tables' plans
+/// (`scripts/performance/configs/<model>/*_workload_base_configs.py` with `*_llm_pretrain.py`, and
+/// from v0.6.0 `src/megatron/bridge/perf_recipes/<model>/<gpu>/*.py`): 26.02 v0.3.0, 26.02.01
+/// v0.3.1, 26.04 v0.4.0, 26.04.01 v0.4.2, 26.06 v0.5.0, 26.06.01 v0.5.1, 26.08 v0.6.0. Four
+/// 26.02.01 rows publish the plan of another tag's config and none of v0.3.1's, and take that
+/// tag's settings: Qwen3-30B-A3B on H100 (PP 2, VP 12, EP 8) and Qwen3-235B-A22B on B300 (PP 8,
+/// VP 4, EP 8) v0.3.0's (`qwen3_workload_base_configs.py:421-429`, `:121-129`), GPT-OSS 120B on B300
+/// and B200 (EP 8) v0.4.0's (`gpt_oss_workload_base_configs.py:111-124`). The 26.02.01 Llama rows
+/// whose plans match no tag keep v0.3.1, and only its per-model rules (below) reach them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Bridge26 {
+    V030,
+    V031,
+    V040,
+    V042,
+    V050,
+    V051,
+    V060,
+}
+
+/// [`Bridge26`] of a row of the 26.x tables; `None` for every other row.
+pub(super) fn bridge_26_release(run: &ModernRun) -> Option<Bridge26> {
+    use Bridge26::{V030, V031, V040, V042, V050, V051, V060};
+    let container = run.id.strip_prefix("mbridge-26.")?.split('-').next()?;
+    let (model, gpu) = model_and_gpu(run);
+    Some(match container {
+        "02" => V030,
+        "02.01" => match (model, gpu.as_str()) {
+            ("qwen3_30b_a3b", "H100") | ("qwen3_235b_a22b", "B300") => V030,
+            ("gpt_oss_120b", "B300" | "B200") => V040,
+            _ => V031,
+        },
+        "04" => V040,
+        "04.01" => V042,
+        "06" => V050,
+        "06.01" => V051,
+        "08" => V060,
+        _ => return None,
+    })
+}
+
+/// A run's `model_key` and its GPU in capitals, the key every recipe rule below matches on.
+fn model_and_gpu(run: &ModernRun) -> (&str, String) {
+    (
+        run.model_key.as_deref().unwrap_or(""),
+        run.hardware.gpu.to_ascii_uppercase(),
+    )
+}
+
+/// Whether a run's published precision is `precision` (`plan.precision`: bf16, fp8, mxfp8, nvfp4).
+fn precision_is(run: &ModernRun, precision: &str) -> bool {
+    run.plan
+        .precision
+        .as_deref()
+        .is_some_and(|p| p.eq_ignore_ascii_case(precision))
+}
+
 /// Whether the Megatron-Bridge recipe behind a run turns on Megatron-Core's MoE all-to-all
 /// overlap (`overlap_moe_expert_parallel_comm` with `delay_wgrad_compute`). 25.09:
 /// `scripts/performance/run_script.py` at 9a5e79865 sets it for DeepSeek-V3 on H100 only
 /// (`A2A_1F1B = bool(args.gpu.lower() in ["h100"])`); 25.11 (Megatron-Bridge v0.2.0, the NeMo
 /// 25.11 container's): `moe_a2a_overlap=True` in `scripts/performance/configs/*/
 /// workload_base_configs.py` for DeepSeek-V3 on H100, Qwen3-235B-A22B on B200 and H100 and
-/// Qwen3-30B-A3B on H100, `set_moe_a2a_overlap_overrides` in `utils/helpers.py`. No other source
-/// in the runs file states it.
+/// Qwen3-30B-A3B on H100, `set_moe_a2a_overlap_overrides` in `utils/helpers.py`.
+///
+/// 26.x ([`Bridge26`]): `moe_a2a_overlap=True` in the workload config of the row's (model, GPU,
+/// precision, variant), which `_set_moe_a2a_overlap_overrides` turns into
+/// `overlap_moe_expert_parallel_comm` (`scripts/performance/utils/overrides.py:151` at v0.3.0,
+/// `:152` v0.3.1, `:153` v0.4.0, `:158` v0.4.2, `:171` v0.5.0/v0.5.1), for the pairs with a
+/// published row:
+/// - v0.3.0: Qwen3-30B-A3B H100 (`configs/qwen/qwen3_workload_base_configs.py:427`),
+///   Qwen3-235B-A22B B300 (`:128`) and H100 (`:179`);
+/// - v0.3.1: Qwen3-235B-A22B H100 (`qwen3_workload_base_configs.py:179`);
+/// - v0.4.0: GPT-OSS 120B GB200 (`configs/gpt_oss/gpt_oss_workload_base_configs.py:106`),
+///   Qwen3-235B-A22B H100 (`qwen3_workload_base_configs.py:181`);
+/// - v0.4.2: DeepSeek-V3 B200 MXFP8 (`configs/deepseek/deepseek_workload_base_configs.py:209`),
+///   GPT-OSS 120B GB200 (`gpt_oss_workload_base_configs.py:105`), Qwen3-235B-A22B H100
+///   (`qwen3_workload_base_configs.py:183`);
+/// - v0.5.0: the MXFP8 full-iteration-graph configs, DeepSeek-V3 GB300 and GB200
+///   (`deepseek_workload_base_configs.py:72`, `:102`), GPT-OSS 120B GB300 and GB200
+///   (`gpt_oss_workload_base_configs.py:207`, `:217`), Qwen3-30B-A3B GB300, GB200 and B300
+///   (`qwen3_workload_base_configs.py:360`, `:393`, `:434`), Qwen3-235B-A22B GB300 and GB200
+///   (`:205`, `:232`); not DeepSeek-V3 B300, GPT-OSS B300, Qwen3-30B-A3B H100 or Kimi K2;
+/// - v0.5.1: the same GB300/GB200 configs (`deepseek_workload_base_configs.py:72`, `:102`;
+///   `gpt_oss_workload_base_configs.py:207`, `:217`; `qwen3_workload_base_configs.py:377`, `:410`,
+///   `:205`, `:232`);
+/// - v0.6.0: every 26.08 row: `_enable_deepseek_full_iteration_mxfp8`
+///   (`src/megatron/bridge/perf_recipes/deepseek/common.py:76-77`),
+///   `_apply_gpt_oss_120b_full_iter_fp8mx_configs` (`perf_recipes/gpt_oss/common.py:47-49`),
+///   `_enable_hybridep_full_iteration_mxfp8` (`perf_recipes/qwen/common.py:56-60`).
+///
+/// No other source in the runs file states it.
 pub(super) fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
-    let gpu = run.hardware.gpu.to_ascii_uppercase();
-    let model = run.model_key.as_deref().unwrap_or("");
+    use Bridge26::{V030, V031, V040, V042, V050, V051, V060};
+    let (model, gpu) = model_and_gpu(run);
+    let gpu = gpu.as_str();
     if run.id.starts_with("mbridge-25.09") {
         return model == "deepseek_v3" && gpu == "H100";
     }
@@ -91,19 +179,17 @@ pub(super) fn recipe_overlaps_moe_alltoall(run: &ModernRun) -> bool {
             _ => false,
         };
     }
-    // 26.x (validation/mbridge_26_runs.yaml): the 25.11 list above, kept where the 26.x recipes
-    // keep `moe_a2a_overlap=True` for the (model, GPU) of a published row
-    // (`scripts/performance/configs/qwen/qwen3_workload_base_configs.py` at the tags of those
-    // containers, v0.3.0 for 26.02 to v0.4.2 for 26.04.01, whose plans match the tables):
-    // Qwen3-235B-A22B on H100 in every 26.x table that has it, Qwen3-30B-A3B on H100 in 26.02 and
-    // 26.02.01 (PP 2, VP 12, EP 8; from 26.04 it runs PP 1, EP 16 with the overlap off); the
-    // Qwen3-235B-A22B B200 configs turned it off. Settings the 26.x recipes newly turn on for other
-    // pairs are not applied here (mbridge_26_runs.md).
-    if let Some(version) = run.id.strip_prefix("mbridge-26.") {
-        let early = version.starts_with("02-") || version.starts_with("02.01-");
-        return match model {
-            "qwen3_235b_a22b" => gpu == "H100",
-            "qwen3_30b_a3b" => gpu == "H100" && early,
+    if let Some(release) = bridge_26_release(run) {
+        let nvl72 = matches!(gpu, "GB300" | "GB200");
+        return match (release, model) {
+            (V030, "qwen3_30b_a3b") => gpu == "H100",
+            (V030, "qwen3_235b_a22b") => matches!(gpu, "B300" | "H100"),
+            (V031 | V040 | V042, "qwen3_235b_a22b") => gpu == "H100",
+            (V040 | V042, "gpt_oss_120b") => gpu == "GB200",
+            (V042, "deepseek_v3") => gpu == "B200",
+            (V050, "qwen3_30b_a3b") => nvl72 || gpu == "B300",
+            (V050 | V051 | V060, "deepseek_v3" | "gpt_oss_120b" | "qwen3_235b_a22b") => nvl72,
+            (V051 | V060, "qwen3_30b_a3b") => nvl72,
             _ => false,
         };
     }
@@ -126,7 +212,7 @@ pub(super) fn from_moe_report(run: &ModernRun) -> bool {
 
 /// The Megatron-Core modules a Megatron-Bridge recipe recomputes, where its configs at the run's
 /// version set `recompute_granularity = "selective"` (read in NVIDIA-NeMo/Megatron-Bridge's
-/// history, validation/FIT.md "Recompute modules"): DeepSeek-V3 only
+/// history, validation/FIT.md "Recompute modules"). 25.09 and 25.11: DeepSeek-V3 only
 /// (`set_deepseek_v3_common_configs`: "selective"; Qwen3's set None, GPT-OSS's list modules but
 /// never set selective, so Megatron-Core ignores them):
 /// - 25.09 (r0.1.0 "Cherry pick perf 2509 (#959)", a288441, `scripts/performance/run_script.py`):
@@ -135,26 +221,87 @@ pub(super) fn from_moe_report(run: &ModernRun) -> bool {
 ///   the 25.11 table's branch 4a82e16): `["mla_up_proj"]` on B200 and GB200, `["mlp",
 ///   "moe_act"]` on GB300.
 ///
+/// 26.x ([`Bridge26`]): from v0.3.0 `_set_recompute_overrides` sets selective granularity
+/// wherever a workload config lists `recompute_modules` (`scripts/performance/utils/
+/// overrides.py:143` at v0.3.0, `:144` v0.3.1, `:145` v0.4.0, `:150` v0.4.2, `:156` v0.5.0/v0.5.1),
+/// so GPT-OSS's lists now apply. The lists, for the pairs with a published row:
+/// - DeepSeek-V3 (`configs/deepseek/deepseek_workload_base_configs.py`): `["mla_up_proj"]` on
+///   GB300, GB200, B300 and B200 at v0.3.0 and v0.3.1 (`:53`, `:81`, `:96`, `:111`); at v0.4.0
+///   GB200 `["mlp"]` (`:81`), the others `["mla_up_proj"]` (`:53`, `:100`, `:116`); at v0.4.2 GB200
+///   `["mlp"]` (`:81`), B200 MXFP8 `["mla_up_proj", "mlp"]` (`:213`), GB300 and B300
+///   `["mla_up_proj"]` (`:53`, `:186`); at v0.5.0 and v0.5.1 GB200 and B300 `["mla_up_proj"]`
+///   (`:104`, `:228`) and GB300 MXFP8 `[]` (`:75`, none: [`recipe_recompute`]); at v0.6.0 GB200
+///   `["mla_up_proj"]` (`perf_recipes/deepseek/gb200/deepseek_v3.py:149`) and GB300 `[]`
+///   (`perf_recipes/deepseek/gb300/deepseek_v3.py:148`);
+/// - Kimi K2 GB300, v0.3.1 to v0.5.0: `["mla_up_proj"]` (`configs/kimi/kimi_workload_base_configs.py:38`,
+///   selective in `set_kimi_k2_common_configs`, `kimi_llm_pretrain.py:47`);
+/// - GPT-OSS 120B GB200, B200 and H100, v0.3.0 to v0.4.2: `["layernorm", "moe_act"]`
+///   (`configs/gpt_oss/gpt_oss_workload_base_configs.py:58`, `:75`, `:82`); GB300 and B300 list
+///   none; from v0.5.0 the GB200 MXFP8 config lists `[]` (`:220`; v0.6.0
+///   `perf_recipes/gpt_oss/gb200/gpt_oss.py:240-241`);
+/// - Qwen3: none (granularity None, [`recipe_recompute`]).
+///
 /// The Megatron-Core MoE report's runs (Appendix B.2, "Recompute"): DeepSeek-V3 `mlp` on GB200 and,
 /// on H100, Table 17's `mlp, mla_up_proj, moe_act, layernorm` (the row's own table, over B.2's
 /// shorter list); Qwen3-235B `moe_act, layernorm` on GB200 and H100; none on GB300.
 pub(super) fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
+    use Bridge26::{V030, V031, V040, V042, V050, V051, V060};
+    use RecomputeModule::{Layernorm, MlaUpProj, Mlp, MoeAct};
     if from_moe_report(run) {
         return report_recompute_modules(run);
     }
-    if !run.id.starts_with("mbridge") || run.model_key.as_deref() != Some("deepseek_v3") {
+    let (model, gpu) = model_and_gpu(run);
+    let gpu = gpu.as_str();
+    if let Some(release) = bridge_26_release(run) {
+        let modules: &[RecomputeModule] = match (release, model) {
+            (V040 | V042, "deepseek_v3") if gpu == "GB200" => &[Mlp],
+            (V042, "deepseek_v3") if gpu == "B200" => &[MlaUpProj, Mlp],
+            (V050 | V051 | V060, "deepseek_v3") if gpu == "GB300" => return None,
+            (_, "deepseek_v3") => &[MlaUpProj],
+            (V031 | V040 | V042 | V050, "kimi_k2") if gpu == "GB300" => &[MlaUpProj],
+            (V030 | V031 | V040 | V042, "gpt_oss_120b")
+                if matches!(gpu, "GB200" | "B200" | "H100") =>
+            {
+                &[Layernorm, MoeAct]
+            }
+            _ => return None,
+        };
+        return Some(RecomputeModules::of(modules));
+    }
+    if !run.id.starts_with("mbridge") || model != "deepseek_v3" {
         return None;
     }
-    let gpu = run.hardware.gpu.to_ascii_uppercase();
-    let modules: &[RecomputeModule] = match gpu.as_str() {
-        "H100" => &[RecomputeModule::MlaUpProj, RecomputeModule::Mlp],
-        "B200" | "GB200" => &[RecomputeModule::MlaUpProj],
-        "GB300" if run.id.starts_with("mbridge-25.11") => {
-            &[RecomputeModule::Mlp, RecomputeModule::MoeAct]
-        }
+    let modules: &[RecomputeModule] = match gpu {
+        "H100" => &[MlaUpProj, Mlp],
+        "B200" | "GB200" => &[MlaUpProj],
+        "GB300" if run.id.starts_with("mbridge-25.11") => &[Mlp, MoeAct],
         _ => return None,
     };
     Some(RecomputeModules::of(modules))
+}
+
+/// The recompute a Megatron-Bridge 26.x recipe states where it lists no modules to recompute
+/// selectively ([`recipe_recompute_modules`] covers those), pinned where otherwise the search would
+/// choose: none for Qwen3, whose configs set `recompute_granularity = None`
+/// (`set_qwen3_common_configs`, `scripts/performance/configs/qwen/qwen3_llm_pretrain.py:33` at
+/// v0.3.0 to v0.4.2, `:34` at v0.5.0). It is pinned only where the recipe keeps its activations
+/// in ways tpsim expresses: from v0.5.0 the MXFP8 full-iteration-graph configs (Qwen3 on GB300,
+/// GB200 and B300, `set_full_iter_cg_configs`, `qwen3_llm_pretrain.py:48-55` at v0.5.0; v0.6.0
+/// `perf_recipes/qwen/common.py:36-47`) page the MoE activations into a stash with a host buffer
+/// (`moe_paged_stash`), and the 26.x Llama 3 70B FP8 configs on GB300 and GB200 offload 20 and 40
+/// layers' activations to the CPU (`cpu_offloading_num_layers`); tpsim has neither, so there the
+/// search keeps choosing, as it does for DeepSeek-V3 GB300 and GPT-OSS 120B GB200, whose
+/// `recompute_modules=[]` configs page the same way (validation/mbridge_26_runs.md).
+///
+/// Full recompute by block (Llama 3 8B on H100 at 25.11: `recompute_num_layers=5`,
+/// `scripts/performance/configs/llama3/workload_base_configs.py:229-232` at v0.2.0) is not pinned:
+/// the search offers block counts of a quarter, a half and three quarters of a chunk, not 5 of 32.
+pub(super) fn recipe_recompute(run: &ModernRun) -> Option<Recompute> {
+    let release = bridge_26_release(run)?;
+    let (model, gpu) = model_and_gpu(run);
+    let paged_stash = release >= Bridge26::V050 && gpu != "H100";
+    (matches!(model, "qwen3_30b_a3b" | "qwen3_235b_a22b") && !paged_stash)
+        .then_some(Recompute::None)
 }
 
 /// [`recipe_recompute_modules`] for a run of the Megatron-Core MoE report.
@@ -233,6 +380,117 @@ pub(super) fn recipe_grad_dtype(run: &ModernRun) -> Option<GradDtype> {
         .then_some(GradDtype::Bf16)
 }
 
+/// The communication overlaps a Megatron-Bridge recipe turns off where Megatron-Core's benchmark
+/// defaults (`TrainingFramework::default_overlap`: TP, gradient-reduce, parameter-gather and
+/// pipeline overlap on) do not hold:
+/// - TP communication overlap (`CommOverlapConfig.tp_comm_overlap`) off:
+///   - DeepSeek-V3 on H100, 25.09: the recipe builds its comm-overlap config with
+///     `tp_comm_overlap=False` when the launcher passes none, and `run_script.py` passes none
+///     (9a5e798 `src/megatron/bridge/recipes/deepseek/deepseek_v3.py:315-318`,
+///     `scripts/performance/run_script.py:72-80`);
+///   - Qwen3-235B-A22B on H100 (TP 2), 25.11 and 26.x:
+///     `CommOverlapConfig(tp_comm_overlap=False)` (`scripts/performance/configs/qwen3/
+///     qwen3_llm_pretrain.py:153` at v0.2.0 and 4a82e16; `configs/qwen/qwen3_llm_pretrain.py:184`
+///     v0.3.0, `:183` v0.3.1, `:167` v0.4.0 and v0.4.2);
+///   - Llama 3 70B and Llama 3.1 405B in NVFP4 on GB300 and GB200, every 26.x release: `tp_comm_overlap
+///     = False if precision == "nvfp4"` (`configs/llama/llama3_llm_pretrain.py:79`, `:113` and
+///     `llama31_llm_pretrain.py:74`, `:108` at v0.3.0; `llama3_llm_pretrain.py:80`, `:115` at
+///     v0.3.1 to v0.5.0; `llama31_llm_pretrain.py:75`, `:110` at v0.3.1 and v0.4.0, `:87`, `:122`
+///     at v0.4.2 and v0.5.0).
+/// - Gradient-reduce overlap off: DeepSeek-V3 on H100, 25.09 (`run_script.py:106-107` at 9a5e798:
+///   `overlap_grad_reduce = False` on H100).
+/// - Parameter-gather overlap off:
+///   - MXFP8 at 25.11 ("keeping this eanbled causes NaN grad norm"): DeepSeek-V3 GB300 and GB200
+///     (`scripts/performance/configs/deepseek/deepseek_llm_pretrain.py:75-78`, `:112-115` at
+///     v0.2.0), Qwen3-235B-A22B B200 (`configs/qwen3/qwen3_llm_pretrain.py:133-136`), Llama 3 70B
+///     GB300, GB200 and B200 (`configs/llama3/llama3_llm_pretrain.py:80-83`, `:115-118`,
+///     `:150-153`), Llama 3.1 405B GB300, GB200 and B200 (`configs/llama31/llama31_llm_pretrain.py:75-78`,
+///     `:110-113`, `:140-143`); the same at 4a82e16;
+///   - Llama 3.1 405B on GB200 in NVFP4 (the V2 configs the tables run) from v0.4.2:
+///     `disable_param_gather_overlap` (`configs/llama/llama31_llm_pretrain.py:46-55`, called at
+///     `:123-124`, v0.4.2 and v0.5.0).
+///
+/// Context parallelism is left at tpsim's K/V ring: no Megatron-Bridge recipe of a published Llama
+/// CP row sets `cp_comm_type`, whose Megatron-Core default is the same ring ("p2p").
+pub(super) fn recipe_comm_overlap(run: &ModernRun, overlap: &mut Overlap) {
+    let (model, gpu) = model_and_gpu(run);
+    let gpu = gpu.as_str();
+    let release = bridge_26_release(run);
+    let r25_09 = run.id.starts_with("mbridge-25.09");
+    let r25_11 = run.id.starts_with("mbridge-25.11");
+    let llama = matches!(model, "llama3_70b" | "llama31_405b");
+    let tp_off = (r25_09 && model == "deepseek_v3" && gpu == "H100")
+        || ((r25_11 || release.is_some()) && model == "qwen3_235b_a22b" && gpu == "H100")
+        || (release.is_some()
+            && llama
+            && precision_is(run, "nvfp4")
+            && matches!(gpu, "GB300" | "GB200"));
+    if tp_off {
+        overlap.tp_comm = false;
+    }
+    if r25_09 && model == "deepseek_v3" && gpu == "H100" {
+        overlap.grad_reduce = false;
+    }
+    let param_gather_off = (r25_11
+        && precision_is(run, "mxfp8")
+        && match model {
+            "deepseek_v3" => matches!(gpu, "GB300" | "GB200"),
+            "qwen3_235b_a22b" => gpu == "B200",
+            "llama3_70b" | "llama31_405b" => matches!(gpu, "GB300" | "GB200" | "B200"),
+            _ => false,
+        })
+        || (release.is_some_and(|r| r >= Bridge26::V042)
+            && model == "llama31_405b"
+            && gpu == "GB200"
+            && precision_is(run, "nvfp4"));
+    if param_gather_off {
+        overlap.param_gather = false;
+    }
+}
+
+/// Whether a Megatron-Bridge 26.x recipe all-gathers its low-precision weights as the parameters
+/// (`Training::fp8_param_gather`, Megatron-Core `fp8_param_gather` / `fp4_param_gather`) where it
+/// departs from Megatron-Core's benchmark default (on):
+/// - NVFP4 at v0.3.0, v0.3.1 and v0.4.0 (26.02 to 26.04): `bf16_with_nvfp4_mixed` sets
+///   `fp8_param_gather = False` and has no FP4 parameter gather
+///   (`src/megatron/bridge/training/mixed_precision.py:392-403` at v0.3.0 and v0.3.1, `:397` at
+///   v0.4.0); from v0.4.2 it sets `fp4_param_gather = True` (`:422`), the default here;
+/// - Kimi K2 in MXFP8: its recipes train with Muon (`optimizer_type="muon"`, the rows' note), and
+///   `set_kimi_k2_common_configs` turns the MXFP8 parameter gather off for Muon
+///   (`scripts/performance/configs/kimi/kimi_llm_pretrain.py:38-44`, v0.3.1 to v0.5.0).
+pub(super) fn recipe_low_precision_param_gather(run: &ModernRun) -> Option<bool> {
+    let release = bridge_26_release(run)?;
+    let (model, _) = model_and_gpu(run);
+    let early_nvfp4 = release <= Bridge26::V040 && precision_is(run, "nvfp4");
+    let kimi_muon = model == "kimi_k2" && precision_is(run, "mxfp8");
+    (early_nvfp4 || kimi_muon).then_some(false)
+}
+
+/// The expert capacity factor (`Training::moe_capacity_factor`, Megatron-Core
+/// `moe_expert_capacity_factor`) a Megatron-Bridge recipe sets: Megatron-Bridge 25.09's
+/// `run_script.py` (9a5e798) drops tokens for Qwen3-30B-A3B and Qwen3-235B-A22B on every GPU and
+/// for DeepSeek-V3 on B200 and GB200 (`:62`, `:84-85`, `:114`, `:121`), through
+/// `apply_moe_token_drop` with its defaults, capacity factor 1.0 padded to capacity
+/// (`src/megatron/bridge/training/utils/moe_token_drop.py:18-21`); the 25.09 rows say
+/// "tokendrop" for exactly these. With force-balanced or balanced routing the cap changes no
+/// prediction; it is recorded so the run's settings say it.
+///
+/// The 26.x full-iteration-graph recipes set `moe_expert_rank_capacity_factor = 1.5`, a per-rank
+/// token budget for HybridEP's static buffers (Megatron-Core `transformer_config.py`), not the
+/// per-expert capacity tpsim's factor is; it is not applied (validation/mbridge_26_runs.md).
+pub(super) fn recipe_capacity_factor(run: &ModernRun) -> Option<f64> {
+    if !run.id.starts_with("mbridge-25.09") {
+        return None;
+    }
+    let (model, gpu) = model_and_gpu(run);
+    let token_drop = match model {
+        "qwen3_30b_a3b" | "qwen3_235b_a22b" => true,
+        "deepseek_v3" => matches!(gpu.as_str(), "B200" | "GB200"),
+        _ => false,
+    };
+    token_drop.then_some(1.0)
+}
+
 /// The token dispatcher and routing of a run, from the configs at the run's version:
 /// - NeMo AutoModel's benchmark configs at the table's commit (36044ad,
 ///   examples/llm_benchmark/qwen/qwen3_moe_30b_te_deepep.yaml, gpt_oss/gptoss_20b_te_deepep.yaml)
@@ -251,6 +509,9 @@ pub(super) fn recipe_grad_dtype(run: &ModernRun) -> Option<GradDtype> {
 ///   read at 080dca5: 32 nodes, GBS 512, LBS 8, pp 8, ep 32, interleaved 1F1B) sets the same
 ///   `dispatcher: deepep`, `fake_balanced_gate: true` and `activation_checkpointing: true`;
 /// - the Megatron-Core MoE report's runs run HybridEP or DeepEP (below);
+/// - Megatron-Bridge's 25.11 and 26.x recipes that run Megatron-Core's flex dispatcher with the
+///   HybridEP or DeepEP backend ([`bridge_flex_dispatcher`]), HybridEP planned as DeepEP by the
+///   rule above, with the recipes' forced load balancing (random routing);
 /// - everything else runs the all-to-all dispatcher.
 pub(super) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
@@ -278,13 +539,81 @@ pub(super) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
     // The Megatron-Core MoE report (§8.1): "HybridEP on GB200/GB300 NVL systems ... DeepEP on
     // H100", "force-balanced routing". HybridEP sends a token once to each node holding one of
     // its experts and forwards it there (§4.2.2), DeepEP's scheme, which tpsim models.
-    if from_moe_report(run) {
+    if from_moe_report(run) || bridge_flex_dispatcher(run) {
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::Random,
         };
     }
     MoeDispatch::default()
+}
+
+/// Whether a Megatron-Bridge row's recipe runs Megatron-Core's flex token dispatcher
+/// (`moe_token_dispatcher_type = "flex"`) with the HybridEP or DeepEP backend
+/// (`moe_flex_dispatcher_backend`), which [`recipe_moe_dispatch`] plans as DeepEP. The backend
+/// takes effect only where the code of the row's release applies it (`apply_flex_dispatcher_backend`
+/// sets the flex type, `src/megatron/bridge/training/flex_dispatcher_backend.py`), for the pairs
+/// with a published row:
+/// - 25.11 (v0.2.0, `scripts/performance/configs/*/workload_base_configs.py`, passed to the
+///   recipes, which apply it: `recipes/deepseek/deepseek_v3.py:260`, `recipes/qwen/qwen3_moe.py:270`):
+///   `"hybridep"` for DeepSeek-V3 GB300 and GB200 (`deepseek/workload_base_configs.py:34`, `:52`),
+///   Qwen3-30B-A3B GB300 and GB200 (`qwen3/workload_base_configs.py:164`, `:197`) and
+///   Qwen3-235B-A22B GB300 and GB200 (`:49`, `:77`); v0.2.0 applies HybridEP on GB200 and GB300
+///   only (`flex_dispatcher_backend.py:54-55`), where these run. The 25.11 table's branch 4a82e16
+///   also gives GPT-OSS 120B GB200 HybridEP; v0.2.0 does not (its GPT-OSS config names no backend
+///   and its GPT-OSS recipe applies none), so that row keeps the all-to-all.
+/// - v0.3.0 (26.02): applied by the recipes (`recipes/deepseek/deepseek_v3.py:267`,
+///   `recipes/qwen/qwen3_moe.py:270`; from v0.3.0 HybridEP runs on every sm 8.x-10.x GPU,
+///   `flex_dispatcher_backend.py:54-55`): DeepSeek-V3 GB300, GB200, B300 and B200
+///   (`configs/deepseek/deepseek_workload_base_configs.py:50`, `:79`, `:97`, `:112`);
+///   Qwen3-30B-A3B GB300, GB200, B300 (`configs/qwen/qwen3_workload_base_configs.py:327`, `:360`,
+///   `:380`) and H100 (`"deepep"`, `:428`), not B200; Qwen3-235B-A22B GB300 and GB200 (`:74`,
+///   `:101`). GPT-OSS's configs name none.
+/// - v0.3.1 (26.02.01): DeepSeek-V3 on every GPU (the recipe applies `"hybridep"` itself,
+///   `recipes/deepseek/deepseek_v3.py:196`; configs `:50`, `:79`, `:97`, `:112`); Kimi K2 GB300
+///   (`configs/kimi/kimi_workload_base_configs.py:34`, applied at `kimi_llm_pretrain.py:79`); the
+///   Qwen3 functions set the flex type for Qwen3-30B-A3B on GB300, GB200, B300 and B200 and
+///   Qwen3-235B-A22B on GB300 and GB200 (`configs/qwen/qwen3_llm_pretrain.py:211`, `:237`, `:263`,
+///   `:289`, `:81`, `:107`; backends `qwen3_workload_base_configs.py:318`, `:351`, `:371`, `:384`,
+///   `:63`, `:103`) and the all-to-all for Qwen3-235B-A22B on H100 (`:185`: its `"deepep"` is not
+///   applied).
+/// - v0.4.0 (26.04) to v0.5.1: `set_workload_base_configs` applies the config's backend, else the
+///   all-to-all (`scripts/performance/utils/overrides.py:226-228` at v0.4.0, `:231-233` v0.4.2,
+///   `:259-261` v0.5.0/v0.5.1). `"hybridep"`: DeepSeek-V3 on every GPU (`:50`, `:79`, `:101`,
+///   `:117` at v0.4.0; B200 at v0.4.2 `"deepep"`, `:205`; `:50`, `:87`, `:137` at v0.5.x), Kimi K2
+///   (`kimi_workload_base_configs.py:34`), Qwen3-30B-A3B on every GPU
+///   (`qwen3_workload_base_configs.py:332`, `:365`, `:385`, `:398`, `:428` at v0.4.0; `:334`,
+///   `:367`, `:387`, `:400`, `:430` at v0.4.2; `:352`, `:392`, `:426`, `:476` at v0.5.0; `:369`,
+///   `:409` at v0.5.1), Qwen3-235B-A22B GB300 and GB200 (`:61`, `:102`) and at v0.4.2 B300
+///   (`:130`); GPT-OSS 120B GB200, B300 and B200 at v0.4.0 (`gpt_oss_workload_base_configs.py:105`,
+///   `:114`, `:122`), B300 at v0.4.2 (`:113`), GB300, GB200 and B300 from v0.5.0 (`:206`, `:216`,
+///   `:185`).
+/// - v0.6.0 (26.08): every published row (`perf_recipes/deepseek/common.py:56-57`,
+///   `perf_recipes/gpt_oss/common.py:31`, `:40`, `perf_recipes/qwen/gb300/qwen3_moe.py:323-324`,
+///   `:483-484`, `perf_recipes/qwen/gb200/qwen3_moe.py:324-325`, `:484-485`).
+pub(super) fn bridge_flex_dispatcher(run: &ModernRun) -> bool {
+    use Bridge26::{V030, V040, V042, V050, V051, V060};
+    let (model, gpu) = model_and_gpu(run);
+    let gpu = gpu.as_str();
+    let nvl72 = matches!(gpu, "GB300" | "GB200");
+    if run.id.starts_with("mbridge-25.11") {
+        return nvl72 && matches!(model, "deepseek_v3" | "qwen3_30b_a3b" | "qwen3_235b_a22b");
+    }
+    let Some(release) = bridge_26_release(run) else {
+        return false;
+    };
+    match (release, model) {
+        (_, "deepseek_v3" | "kimi_k2") => true,
+        (V030, "qwen3_30b_a3b") => gpu != "B200",
+        (_, "qwen3_30b_a3b") => true,
+        (V042, "qwen3_235b_a22b") => nvl72 || gpu == "B300",
+        (_, "qwen3_235b_a22b") => nvl72,
+        (V040, "gpt_oss_120b") => matches!(gpu, "GB200" | "B300" | "B200"),
+        (V042, "gpt_oss_120b") => gpu == "B300",
+        (V050, "gpt_oss_120b") => nvl72 || gpu == "B300",
+        (V051 | V060, "gpt_oss_120b") => true,
+        _ => false,
+    }
 }
 
 /// The expert-parallel size of a NeMo AutoModel run whose table leaves EP blank ("-") while its
