@@ -953,6 +953,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
         training.grad_dtype = grads;
     }
     training.recompute_modules = recipe_recompute_modules(run);
+    training.cpu_offload_layers = recipes::recipe_cpu_offload_layers(run).unwrap_or(0);
     // NeMo AutoModel's MoE models reshard and reduce-scatter once per step under a pipeline,
     // not after every schedule (`MoEFSDPSyncMixin` patches the pipeline stage's backward:
     // nemo_automodel/components/moe/fsdp_mixin.py).
@@ -981,7 +982,9 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
             // A recipe that recomputes modules runs selective granularity.
             recompute: stated_recompute(recompute)
                 .or(training.recompute_modules.map(|_| Recompute::Selective))
-                .or(recipes::recipe_recompute(run)),
+                .or(recipes::recipe_recompute(run))
+                // Megatron-Core offloads only without recompute.
+                .or((training.cpu_offload_layers > 0).then_some(Recompute::None)),
             // No published row states a block-recompute layer count: searched.
             recompute_num_layers: None,
             zero: fsdp.then_some(3),

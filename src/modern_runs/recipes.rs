@@ -304,6 +304,36 @@ pub(super) fn recipe_recompute(run: &ModernRun) -> Option<Recompute> {
         .then_some(Recompute::None)
 }
 
+/// Layers whose activations a Megatron-Bridge recipe offloads to the CPU
+/// (`cpu_offloading_num_layers`, tpsim's `--cpu-offload-layers`), where the published plan is
+/// the recipe's Megatron-FSDP layout (FSDP over every GPU, no pipeline) at FP8 current scaling:
+/// - Llama 3 70B on GB300: 20 layers, micro-batch 2 (v0.2.0, 25.11:
+///   `scripts/performance/configs/llama3/workload_base_configs.py:43-48`
+///   `LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG`; 26.x: `configs/llama/llama3_workload_base_configs.py:211-216`
+///   `LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2` at v0.3.0 to v0.5.0; v0.6.0
+///   `perf_recipes/llama/gb300/llama3.py:286`);
+/// - Llama 3 70B on GB200: 40 layers, micro-batch 2 (9a5e798, 25.09: `llama3_70b_llm_pretrain.yaml:146`
+///   under `fp8_cs`; v0.2.0: `workload_base_configs.py:73-78`; 26.x `..._GB200_FP8_CS_V2`,
+///   `llama3_workload_base_configs.py:241-246`; v0.6.0 `perf_recipes/llama/gb200/llama3.py:279`);
+/// - Llama 3.1 405B on GB200 at tp 2: 95 layers (9a5e798, 25.09: `llama31_405b_llm_pretrain.yaml:116,123`
+///   for both FP8 recipes).
+///
+/// Megatron-Core runs offloading without recompute (`TransformerConfig.__post_init__`), so these
+/// rows are planned with none.
+pub(super) fn recipe_cpu_offload_layers(run: &ModernRun) -> Option<u32> {
+    let fsdp_without_pipeline = run.plan.fsdp == Some(true) && run.plan.pp.unwrap_or(1) == 1;
+    if !run.id.starts_with("mbridge") || !fsdp_without_pipeline || !precision_is(run, "fp8") {
+        return None;
+    }
+    let (model, gpu) = model_and_gpu(run);
+    match (model, gpu.as_str()) {
+        ("llama3_70b", "GB300") => Some(20),
+        ("llama3_70b", "GB200") => Some(40),
+        ("llama31_405b", "GB200") if run.id.starts_with("mbridge-25.09") => Some(95),
+        _ => None,
+    }
+}
+
 /// [`recipe_recompute_modules`] for a run of the Megatron-Core MoE report.
 pub(super) fn report_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
     use RecomputeModule::{Layernorm, MlaUpProj, Mlp, MoeAct};
