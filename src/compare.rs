@@ -40,6 +40,15 @@ pub struct Comparison {
     /// (`sweep::LabelDims`); the JSON has each plan's degrees in `a.plan` and `b.plan`.
     #[serde(skip)]
     pub experts: bool,
+    /// Layers each plan offloads to host memory (`--cpu-offload-layers`, a plan file's
+    /// `cpu_offload_layers`): a training setting, not one of the plan's degrees, so two plans of
+    /// one layout may differ in it; the table's plan labels then name it.
+    #[serde(default, skip_serializing_if = "no_offload")]
+    pub offload_layers: [u32; 2],
+}
+
+fn no_offload(layers: &[u32; 2]) -> bool {
+    *layers == [0, 0]
 }
 
 /// Time terms (every term of the step, `cost::terms`) with the words the verdict uses for them.
@@ -180,6 +189,7 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         a_schedule: None,
         b_schedule: None,
         experts: false,
+        offload_layers: [0, 0],
     }
 }
 
@@ -425,10 +435,15 @@ pub fn table(c: &Comparison) -> String {
     let pps = [c.a.plan.pp, c.b.plan.pp];
     let plan = |i: usize| {
         let label = crate::sweep::plan_label(&labels[i], dims);
-        if named && pps[i] > 1 {
+        let label = if named && pps[i] > 1 {
             format!("{label} {}", schedules[i].as_str())
         } else {
             label
+        };
+        // Named where either plan offloads, as the schedule is.
+        match c.offload_layers {
+            [0, 0] => label,
+            layers => format!("{label} offload {}", layers[i]),
         }
     };
     table.add_row(vec![

@@ -61,8 +61,8 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap()
 }
 
-/// The GPU keeps the L − N layers it does not offload and one offloaded layer reloaded ahead of
-/// its backward: activations drop by N − 1 layers' worth, each of them the per-layer bytes the
+/// The GPU keeps the L − N layers it does not offload at the peak (Transformer Engine's default
+/// handler since 2.10): activations drop by N layers' worth, each of them the per-layer bytes the
 /// copies carry, and every other part of memory stays.
 #[test]
 fn offloading_keeps_the_other_layers_and_one_reloaded() {
@@ -74,8 +74,8 @@ fn offloading_keeps_the_other_layers_and_one_reloaded() {
     let freed =
         f(&without["memory"]["activations_bytes"]) - f(&with["memory"]["activations_bytes"]);
     assert!(
-        (freed - 39.0 * layer).abs() < 1e-6 * freed,
-        "freed {freed} vs 39 layers of {layer}"
+        (freed - 40.0 * layer).abs() < 1e-6 * freed,
+        "freed {freed} vs 40 layers of {layer}"
     );
     for part in ["weights_bytes", "gradients_bytes", "optimizer_bytes"] {
         assert_eq!(with["memory"][part], without["memory"][part], "{part}");

@@ -311,7 +311,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`);
     // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
     let mut cp_note = None;
-    let (a, b, a_from, b_from, experts, peak_flops) = match args.plan.len() {
+    let (a, b, a_from, b_from, experts, peak_flops, offload_layers) = match args.plan.len() {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             // What `plan` refuses or notes before the same search.
@@ -371,6 +371,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 format!("search #{}", rank + 1),
                 scenario.model.moe.is_some(),
                 scenario.cluster.gpu.peak_flops().0,
+                [scenario.training.cpu_offload_layers; 2],
             )
         }
         2 => {
@@ -513,6 +514,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 // One model: `scenario_differences` refused two.
                 loaded[0].1.model.moe.is_some(),
                 loaded[0].1.cluster.gpu.peak_flops().0,
+                // Each file's own offload (a training setting the files may differ in, as in
+                // their pipeline schedules): each plan was evaluated with it.
+                [
+                    loaded[0].1.training.cpu_offload_layers,
+                    loaded[1].1.training.cpu_offload_layers,
+                ],
             )
         }
         n => bail!(
@@ -545,7 +552,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // setting, not a plan field) are different plans: their bubbles and memory differ.
     let same_schedule =
         a_schedule.map(|s| s.schedule) == b_schedule.map(|s| s.schedule) || a.plan.pp == 1;
-    if a.plan == b.plan && same_schedule {
+    if a.plan == b.plan && same_schedule && offload_layers[0] == offload_layers[1] {
         eprintln!(
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"
         );
@@ -554,6 +561,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     comparison.a_schedule = a_schedule;
     comparison.b_schedule = b_schedule;
     comparison.experts = experts;
+    comparison.offload_layers = offload_layers;
     match args.format {
         CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
         CompareFormat::Table => {

@@ -159,6 +159,17 @@ pub(super) fn check_megatron_training(
             "--moe-capacity-factor {given} contradicts the --megatron-args launch line, which sets --moe-expert-capacity-factor {line}; drop --moe-capacity-factor or change the line"
         );
     }
+    // The offloaded layers, likewise: a flag beside a line that offloads another count would win
+    // silently; beside a line that offloads none (Megatron-LM's default) it is taken.
+    if let Some(given) = training.cpu_offload_layers
+        && launch.cpu_offload_layers > 0
+        && given != launch.cpu_offload_layers
+    {
+        bail!(
+            "--cpu-offload-layers {given} contradicts the --megatron-args launch line, which sets --cpu-offloading-num-layers {}; drop --cpu-offload-layers or change the line",
+            launch.cpu_offload_layers
+        );
+    }
     // The recompute modules, likewise: a line that lists other ones (under selective
     // granularity) contradicts the flag; a line without any takes it.
     if let (Some(words), Some(line)) = (&training.recompute_modules, launch.recompute_modules)
@@ -510,6 +521,20 @@ pub(super) fn in_megatron_words(message: &str) -> String {
         .replace(
             "give --zero 1, 2 or 3, or drop --dp-replicas",
             "add --use-distributed-optimizer, or drop --dp-replicas",
+        )
+        // Offloading beside recompute (`plan::CpuOffloadWithRecompute`): a launch line sets the
+        // recompute with its granularity flags, and turns it off by leaving them out.
+        .replace(
+            "with --recompute selective: Megatron-Core offloads",
+            "with selective recompute (--recompute-granularity selective, or --recompute-activations): Megatron-Core offloads",
+        )
+        .replace(
+            "with --recompute full: Megatron-Core offloads",
+            "with full recompute (--recompute-granularity full): Megatron-Core offloads",
+        )
+        .replace(
+            "give --recompute none, or drop --cpu-offload-layers",
+            "drop the recompute arguments, or drop --cpu-offload-layers",
         );
     let renamed: Vec<String> = message
         .split(' ')

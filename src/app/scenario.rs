@@ -1363,7 +1363,7 @@ pub(super) fn resolve_scenario(
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
     let cpu_offload_layers =
-        cpu_offload_layers_of(&model, &cluster, framework, training_args, plan_file)?;
+        cpu_offload_layers_of(&model, &cluster, framework, training_args, file)?;
     let training = Training {
         pp_schedule,
         cpu_offload_layers,
@@ -1833,14 +1833,19 @@ fn cpu_offload_layers_of(
     cluster: &crate::cluster::Cluster,
     framework: TrainingFramework,
     training_args: &crate::cli::TrainingArgs,
-    saved: Option<&PlanFile>,
+    saved: Option<(&PlanFile, &str)>,
 ) -> Result<u32> {
     let (layers, from) = match (
         training_args.cpu_offload_layers,
-        saved.and_then(|f| f.cpu_offload_layers),
+        saved.and_then(|(f, path)| f.cpu_offload_layers.map(|n| (n, path))),
     ) {
         (Some(n), _) => (n, format!("--cpu-offload-layers {n}")),
-        (None, Some(n)) => (n, format!("cpu_offload_layers: {n} in the plan file")),
+        // A pasted launch line is no file: its own flag is named.
+        (None, Some((n, super::megatron_paste::LAUNCH_LINE_ORIGIN))) => (
+            n,
+            format!("--megatron-args: --cpu-offloading-num-layers {n}"),
+        ),
+        (None, Some((n, _))) => (n, format!("cpu_offload_layers: {n} in the plan file")),
         (None, None) => return Ok(0),
     };
     if layers == 0 {

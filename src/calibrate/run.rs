@@ -404,6 +404,20 @@ pub fn calibrate(
             "CPU twin: GEMMs in f32 on one thread per rank, collectives through shared memory; these numbers describe this CPU, not a GPU".into(),
         );
     }
+    // The link to host memory that activation offloading copies over (`--cpu-offload-layers`) is
+    // not measured: a GPU keeps its datasheet's, said as the network's is; a CPU twin's memory is
+    // its host memory, so it has none to copy over and offloading on it is refused.
+    if let Some(host) = profile.host_link_gb_per_s {
+        if is_gpu {
+            notes.push(format!(
+                "host_link_gb_per_s {} (GPU to host memory, what --cpu-offload-layers copies over) not measured: kept from {}",
+                crate::cluster::show_number(host),
+                opts.base_reference
+            ));
+        } else {
+            profile.host_link_gb_per_s = None;
+        }
+    }
     profile.sources = sources;
     profile.calibration = Some(Calibration {
         backend: timer.kind().as_str().into(),

@@ -67,8 +67,9 @@ pub struct Memory {
     /// Parameters held by one GPU of that stage before ZeRO sharding.
     /// Parameters this GPU holds before ZeRO shards them (the name says so: ZeRO-3 stores fewer).
     pub params_per_gpu_before_zero: f64,
-    /// Activations of one offloaded layer for one micro-batch (`Training::cpu_offload_layers`):
-    /// what each offload copies to host memory and back; 0 without offloading.
+    /// Activations of one offloaded layer for one micro-batch (`Training::cpu_offload_layers`), on
+    /// average over the offloaded layers (dense and MoE ones differ): what each offload copies to
+    /// host memory and back, N of them the host's share; 0 without offloading.
     pub offloaded_layer_bytes: Bytes,
 }
 
@@ -738,7 +739,9 @@ fn stage_memory(
     // One layer's activation bytes as `recompute` keeps them, with every adjustment below: the
     // plan's own recompute, and no recompute for the layers Megatron's block method leaves alone
     // and the one being recomputed.
-    let kept_per_layer = |recompute: Recompute| -> f64 {
+    // At `share`, the MoE layers' share of the layers it averages over (`moe_share` for the
+    // stage's; 0 or 1 for one dense or MoE layer, which activation offloading needs).
+    let kept_per_layer_at = |recompute: Recompute, share: f64| -> f64 {
         let per_op_sac = training.per_op_sac(recompute);
         let modules =
             super::recomputed_modules(training, plan).filter(|_| recompute == plan.recompute);
@@ -809,10 +812,10 @@ fn stage_memory(
             // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
             // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
             // (`norm_output_fp8_saving`).
-            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, moe_share);
+            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, share);
             // The dense MLP's down-projection input exists in dense layers only; MoE layers save
             // their expert GEMM inputs in FP8 below.
-            let dense_share = 1.0 - moe_share;
+            let dense_share = 1.0 - share;
             let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
             per_layer - (norm_outputs + sharded_inputs)
         } else {
@@ -831,7 +834,7 @@ fn stage_memory(
             per_layer
         };
         // MoE layers keep their routed tokens' activations instead of the dense MLP's.
-        let per_layer = if moe_share > 0.0 && recompute != Recompute::Full {
+        let per_layer = if share > 0.0 && recompute != Recompute::Full {
             let sb = f64::from(s) * f64::from(b);
             let dense_mlp = if per_op_sac {
                 2.0 * sb * f64::from(model.ffn_hidden) / t
@@ -853,7 +856,7 @@ fn stage_memory(
             } else {
                 moe_mlp
             };
-            per_layer + moe_share * (moe_mlp - dense_mlp)
+            per_layer + share * (moe_mlp - dense_mlp)
         } else {
             per_layer
         };
@@ -867,7 +870,7 @@ fn stage_memory(
                         training.seq_len,
                         m,
                         routed_load,
-                        moe_share,
+                        share,
                     )
             }
             None => per_layer,
@@ -878,7 +881,7 @@ fn stage_memory(
             return per_layer;
         }
         let eager = if training.kernel_fusion == KernelFusion::Eager {
-            eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, moe_share)
+            eager_saved_bytes_per_token(model, plan.tp, plan.sequence_parallel, share)
         } else {
             0.0
         };
@@ -889,6 +892,7 @@ fn stage_memory(
         };
         per_layer + f64::from(s) * f64::from(b) * (eager + expanded_kv)
     };
+    let kept_per_layer = |recompute: Recompute| kept_per_layer_at(recompute, moe_share);
     let per_layer = kept_per_layer(plan.recompute);
     // Under full recompute, what a layer keeps without it: Megatron's block method leaves all but
     // N layers of each chunk alone, and the layer being recomputed holds that much meanwhile.
@@ -900,21 +904,36 @@ fn stage_memory(
     };
     // Micro-batches' worth the stage holds (rank 0 on the first and only stage).
     let held = in_flight(model, training, plan, rank);
-    // Offloading to the CPU (pp 1, no recompute: `ParallelPlan::build`): Transformer Engine's
-    // `AsyncDoubleBufferGroupOffloadHandler` copies layer i's saved tensors out on its own stream
-    // and frees them at the end of layer window(i)'s forward, about L/N layers later; the last
-    // offloaded layer is freed at the last layer's, so the forward ends holding the L − N layers
-    // it does not offload. The backward reloads each offloaded layer one window ahead: the
-    // first reload (layer N − 1) lands while the kept layers' activations are still there, one
-    // layer more (`transformer_engine/pytorch/cpu_offload.py`).
-    let offloaded = training.cpu_offload_layers.min(layers.saturating_sub(1));
-    let resident_layers = if offloaded > 0 {
-        layers - offloaded + 1
+    // Offloading to the CPU (pp 1, no recompute: `ParallelPlan::build`) of the first N of the
+    // model's L decoder layers (MTP layers run outside the offload context, `nullcontext()` in
+    // multi_token_prediction.py, and stay). Transformer Engine's default handler since 2.10,
+    // `DefaultOffloadSynchronizer` (`transformer_engine/pytorch/cpu_offload.py`; NVIDIA's
+    // Megatron-Bridge recipes run TE 2.18), frees offloaded layer i before layer L − N + i runs
+    // and reloads it one layer ahead of its backward: "(num_layers - num_offloaded_layers) * T"
+    // at the peak, its docstring says. The v1 handler (`AsyncDoubleBufferGroupOffloadHandler`,
+    // TE before 2.10 or `NVTE_CPU_OFFLOAD_V1=1`) holds one layer more until the last layer's
+    // forward ends (validation/FIT.md).
+    let offloaded = training
+        .cpu_offload_layers
+        .min(model.layers.min(layers).saturating_sub(1));
+    // What the offloaded layers hold. A dense prefix (DeepSeek-V3's first three layers) or
+    // interleaved MoE layers make the first N layers differ from the stage's average layer: each
+    // is counted as what it is.
+    let offloaded_bytes = if offloaded == 0 {
+        0.0
+    } else if model.moe.is_none() || model.every_layer_moe() {
+        per_layer * f64::from(offloaded)
     } else {
-        layers
+        let moe_offloaded = model.moe_layers_between(0, offloaded);
+        f64::from(offloaded - moe_offloaded) * kept_per_layer_at(plan.recompute, 0.0)
+            + f64::from(moe_offloaded) * kept_per_layer_at(plan.recompute, 1.0)
     };
-    let offloaded_layer_bytes = if offloaded > 0 { per_layer } else { 0.0 };
-    let mut activations = per_layer * f64::from(resident_layers) * held;
+    let offloaded_layer_bytes = if offloaded > 0 {
+        offloaded_bytes / f64::from(offloaded)
+    } else {
+        0.0
+    };
+    let mut activations = (per_layer * f64::from(layers) - offloaded_bytes) * held;
     if let Some(kept) = unrecomputed.filter(|_| layers > 0) {
         // The layer being recomputed holds its full activations during its backward.
         activations += kept;

@@ -1119,32 +1119,39 @@ pub struct SlowestStage {
     pub sends: u32,
 }
 
-/// Evaluates one plan.
 /// Activation offloading's copies (`Training::cpu_offload_layers`, pp 1), as Transformer Engine's
-/// `AsyncDoubleBufferGroupOffloadHandler` runs them (`transformer_engine/pytorch/cpu_offload.py`):
-/// N of the L layers each copy their saved tensors to host memory on a D2H stream beside the
-/// forward of the next L/N layers (`layer_window_map`: the compute stream waits for the copy at
-/// the end of that window), and back on an H2D stream beside the backward of the L/N layers
-/// before they are needed. What a copy takes beyond its window's compute is exposed, per
-/// offloaded layer and micro-batch, in each direction; the copies run at the host link's
-/// achieved rate (`GpuProfile::achieved_host_link_bandwidth`). The traffic's bytes count both
-/// directions.
+/// v1 handler runs them (`AsyncDoubleBufferGroupOffloadHandler`, `cpu_offload_v1.py`): N of the
+/// model's L decoder layers each copy their saved tensors to host memory on a D2H stream beside
+/// the next layers' forward (`layer_window_map`: copy k starts at the end of layer window(k − 1)'s
+/// forward, the first at the end of layer 0's, and the compute stream waits for it at the end of
+/// layer window(k)'s), and back on an H2D stream beside the backward of the layers before they are
+/// needed. Between the end of layer 0 and the end of layer L − 1 the N windows cover L − 1
+/// layers, (L − 1)/N each on average (exactly 1 at N = L − 1, where TE warns that nothing
+/// overlaps); MTP layers run after the last window and cover none. What a copy takes beyond its
+/// window's compute is exposed, per offloaded layer and micro-batch, in each direction; the copies
+/// run at the host link's achieved rate (`GpuProfile::achieved_host_link_bandwidth`). TE 2.10's
+/// default synchronizer (`cpu_offload.py`) queues the copies on one stream with a deadline
+/// L − N − 1 layers later, which in sum also leaves about L − 1 layers to hide them behind. The
+/// traffic's bytes count both directions.
 fn host_offload_term(
+    model: &Model,
     cluster: &Cluster,
     training: &Training,
     memory: &Memory,
     layer: &LayerTime,
-    layers: u32,
     micro_batches: f64,
 ) -> Option<Term> {
-    let offloaded = training.cpu_offload_layers.min(layers.saturating_sub(1));
+    let decoder_layers = model.layers;
+    let offloaded = training
+        .cpu_offload_layers
+        .min(decoder_layers.saturating_sub(1));
     let bytes = memory.offloaded_layer_bytes.0;
     let bandwidth = cluster.gpu.achieved_host_link_bandwidth()?.0;
     if offloaded == 0 || bytes <= 0.0 || bandwidth <= 0.0 {
         return None;
     }
     let n = f64::from(offloaded);
-    let window_layers = f64::from(layers) / n;
+    let window_layers = f64::from(decoder_layers - 1) / n;
     let copy_s = bytes / bandwidth;
     let forward_exposed = (copy_s - window_layers * layer.forward).max(0.0);
     let backward_exposed = (copy_s - window_layers * layer.backward).max(0.0);
@@ -1163,6 +1170,7 @@ fn host_offload_term(
     })
 }
 
+/// Evaluates one plan.
 pub fn evaluate(
     model: &Model,
     cluster: &Cluster,
@@ -1388,9 +1396,7 @@ pub fn evaluate(
     )
     .0;
     terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
-    if let Some(offload) =
-        host_offload_term(cluster, training, &memory, &costs.layer, slowest_layers, m)
-    {
+    if let Some(offload) = host_offload_term(model, cluster, training, &memory, &costs.layer, m) {
         terms.set(offload);
     }
 

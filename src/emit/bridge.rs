@@ -120,6 +120,13 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let offload = training.cpu_offload_layers;
     set("model.cpu_offloading", (offload > 0).to_string());
     set("model.cpu_offloading_num_layers", offload.to_string());
+    if offload > 0 {
+        // Activations only, as NVIDIA's performance scripts set it beside the layer count
+        // (Megatron-Bridge `scripts/performance/utils/overrides.py`): Megatron-Core's default was
+        // `cpu_offloading_weights=True` until 2025-09, and Transformer Engine 1.x moved the
+        // weights too, which tpsim does not price.
+        set("model.cpu_offloading_weights", "false".into());
+    }
     set("train.global_batch_size", plan.global_batch.to_string());
     set("train.micro_batch_size", plan.micro_batch.to_string());
     // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is

@@ -458,7 +458,12 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         recompute_modules,
         zero,
         dp_replicas,
-        cpu_offload_layers: p.number("cpu-offloading-num-layers")?.unwrap_or(0),
+        // 0 is Megatron-LM's default, offloading nothing (arguments.py turns `cpu_offloading` on
+        // only for N > 0): a line may spell it out.
+        cpu_offload_layers: match p.value("cpu-offloading-num-layers") {
+            Some(v) if v.parse::<u32>() == Ok(0) => 0,
+            _ => p.number("cpu-offloading-num-layers")?.unwrap_or(0),
+        },
         reshard_after_forward,
         precision,
         overlap,

@@ -49,6 +49,16 @@ impl Parsed<'_> {
                 "tpsim models bf16/fp16 mixed precision only; use --bf16 (or --fp16)",
             ));
         }
+        // Megatron-LM has no `--cpu-offloading` switch: the generated arguments leave
+        // TransformerConfig's `cpu_offloading` out, and arguments.py turns it on from
+        // `--cpu-offloading-num-layers N` (N > 0). Its argparse refuses the word; read as nothing,
+        // it would drop the offload its writer meant.
+        if self.switch("cpu-offloading") {
+            return Err(MegatronArgsError::Refused {
+                given: "--cpu-offloading".into(),
+                why: "Megatron-LM has no such switch (its argparse refuses it; arguments.py turns CPU offloading on from --cpu-offloading-num-layers N when N > 0); give --cpu-offloading-num-layers N instead".into(),
+            });
+        }
         for (flag, why) in REFUSED_SWITCHES {
             if self.switch(flag) {
                 return Err(not_modelled(format!("--{flag}"), why));

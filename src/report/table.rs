@@ -913,8 +913,9 @@ pub fn breakdown(
             let host_gib = mem.offloaded_layer_bytes.0 * f64::from(offloaded) / crate::units::GIB;
             let _ = write!(
                 out,
-                "  ({offloaded} of {} layers offloaded to host memory: {host_gib:.1} GiB per GPU there, one offloaded layer's back on the GPU at a time)",
-                model.layers
+                "  ({offloaded} of {} layers offloaded to host memory: {host_gib:.1} GiB per GPU there; at the peak the GPU holds the other {})",
+                model.layers,
+                model.layers - offloaded
             );
         }
         let _ = writeln!(out);
