@@ -1,21 +1,28 @@
 //! Activation offloading to the CPU (`--cpu-offload-layers N`, Megatron-Core's
 //! `--cpu-offloading-num-layers N` through Transformer Engine's CPU offload context): what it
-//! frees on the GPU, what its copies cost, Megatron-Core's rules, and the launch line round trip.
+//! frees on the GPU, what its copies cost, Megatron-Core's rules, the launch-line round trip, and
+//! the review against Megatron-Core and Transformer Engine (the copies' windows span the decoder's
+//! L − 1 layers, MTP layers cover none; a dense prefix is offloaded as dense layers; `compare`
+//! tells an offloading plan from the same layout without it; pasted launch lines are read as
+//! Megatron-LM reads them).
 
 mod common;
 
 use common::*;
 use serde_json::Value;
 
-/// Llama 3 70B on 64 GB200s under Megatron-FSDP, the layout of Megatron-Bridge's GB200 recipe that
-/// offloads (`llama3_workload_base_configs.py`), with `extra` flags.
-fn gb200(extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// Llama 3 70B on 64 GB200s under Megatron-FSDP (Megatron-Bridge's recipe layout), on `gpu`.
+fn llama_gb200(gpu: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = strings(&[
         "eval",
         "--model",
         "llama3-70b",
         "--gpu",
-        "gb200-nvl72",
+        gpu,
         "--nodes",
         "16",
         "--gpus-per-node",
@@ -34,15 +41,12 @@ fn gb200(extra: &[&str]) -> Vec<String> {
         "fp8",
         "--recompute",
         "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
+    ]);
+    args.extend(strings(extra));
     args
 }
 
-fn eval_json(args: &[String]) -> Value {
+fn plan_json(args: &[String]) -> Value {
     let mut with_json: Vec<&str> = args.iter().map(String::as_str).collect();
     with_json.extend(["--format", "json"]);
     json(&with_json)["plans"][0].clone()
@@ -58,16 +62,47 @@ fn term<'a>(plan: &'a Value, kind: &str) -> &'a Value {
 }
 
 fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap()
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// GB200's profile behind a 1 GB/s host link, where every copy is exposed beyond its window.
+fn slow_host_profile(name: &str) -> String {
+    let dir = scratch("cpu_offload_review", name);
+    let profile: String = std::fs::read_to_string(format!("{ROOT}/clusters/gb200-nvl72.yaml"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            if line.starts_with("host_link_gb_per_s:") {
+                "host_link_gb_per_s: 1\n".to_string()
+            } else if line.starts_with("name:") {
+                "name: gb200-slow-host\n".to_string()
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    let path = dir.join("slow.yaml");
+    std::fs::write(&path, profile).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// What the compute hides of the copies (their time less what is exposed) when every copy is
+/// longer than its window: N windows of w layers' forward and backward, N·w = L − 1 per
+/// micro-batch (Transformer Engine's `layer_window_map` covers the layers from the end of layer 0
+/// to the end of layer L − 1).
+fn hidden_s(plan: &Value) -> f64 {
+    let copies = term(plan, "host_offload");
+    assert!(f(&copies["exposed_s"]) > 0.0, "{copies}");
+    f(&copies["time_s"]) - f(&copies["exposed_s"])
 }
 
 /// The GPU keeps the L − N layers it does not offload at the peak (Transformer Engine's default
 /// handler since 2.10): activations drop by N layers' worth, each of them the per-layer bytes the
 /// copies carry, and every other part of memory stays.
 #[test]
-fn offloading_keeps_the_other_layers_and_one_reloaded() {
-    let without = eval_json(&gb200(&[]));
-    let with = eval_json(&gb200(&["--cpu-offload-layers", "40"]));
+fn offloading_keeps_the_other_layers() {
+    let without = plan_json(&llama_gb200("gb200-nvl72", &[]));
+    let with = plan_json(&llama_gb200("gb200-nvl72", &["--cpu-offload-layers", "40"]));
     let layer = f(&with["memory"]["offloaded_layer_bytes"]);
     assert!(layer > 0.0);
     assert_eq!(f(&without["memory"]["offloaded_layer_bytes"]), 0.0);
@@ -94,8 +129,8 @@ fn offloading_keeps_the_other_layers_and_one_reloaded() {
 /// depends on where activations live).
 #[test]
 fn copies_the_compute_cannot_cover_lengthen_the_step() {
-    let without = eval_json(&gb200(&[]));
-    let hidden = eval_json(&gb200(&["--cpu-offload-layers", "40"]));
+    let without = plan_json(&llama_gb200("gb200-nvl72", &[]));
+    let hidden = plan_json(&llama_gb200("gb200-nvl72", &["--cpu-offload-layers", "40"]));
     let fast = term(&hidden, "host_offload");
     assert!(f(&fast["time_s"]) > 0.0);
     assert_eq!(f(&fast["exposed_s"]), 0.0, "{fast}");
@@ -120,7 +155,7 @@ fn copies_the_compute_cannot_cover_lengthen_the_step() {
         .join("\n");
     let path = dir.join("slow.yaml");
     std::fs::write(&path, profile).unwrap();
-    let slow_args: Vec<String> = gb200(&["--cpu-offload-layers", "40"])
+    let slow_args: Vec<String> = llama_gb200("gb200-nvl72", &["--cpu-offload-layers", "40"])
         .into_iter()
         .map(|a| {
             if a == "gb200-nvl72" {
@@ -130,7 +165,7 @@ fn copies_the_compute_cannot_cover_lengthen_the_step() {
             }
         })
         .collect();
-    let slow = eval_json(&slow_args);
+    let slow = plan_json(&slow_args);
     let copies = term(&slow, "host_offload");
     let exposed = f(&copies["exposed_s"]);
     assert!(exposed > 0.0 && exposed < f(&copies["time_s"]), "{copies}");
@@ -260,12 +295,13 @@ fn the_search_keeps_to_plans_that_can_offload() {
 /// same plan and step, and `plan --save` keeps the setting in the plan file.
 #[test]
 fn launch_lines_and_plan_files_keep_the_offload() {
-    let r = run(
-        &gb200(&["--cpu-offload-layers", "40", "--emit", "megatron"])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let r = run(&llama_gb200(
+        "gb200-nvl72",
+        &["--cpu-offload-layers", "40", "--emit", "megatron"],
+    )
+    .iter()
+    .map(String::as_str)
+    .collect::<Vec<_>>());
     assert!(r.code == 0, "{}", r.stderr);
     let line = r
         .stdout
@@ -287,7 +323,7 @@ fn launch_lines_and_plan_files_keep_the_offload() {
         "--format",
         "json",
     ]);
-    let direct = eval_json(&gb200(&["--cpu-offload-layers", "40"]));
+    let direct = plan_json(&llama_gb200("gb200-nvl72", &["--cpu-offload-layers", "40"]));
     assert_eq!(pasted["training"]["cpu_offload_layers"], 40);
     assert_eq!(
         pasted["plans"][0]["memory"]["activations_bytes"],
@@ -319,14 +355,373 @@ fn launch_lines_and_plan_files_keep_the_offload() {
     let back = json(&["eval", "--plan", file.to_str().unwrap(), "--format", "json"]);
     assert_eq!(back["training"]["cpu_offload_layers"], 40);
     // Writers without the setting refuse rather than drop it.
-    let r = run(&gb200(&["--cpu-offload-layers", "40", "--emit", "nemo"])
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>());
+    let r = run(&llama_gb200(
+        "gb200-nvl72",
+        &["--cpu-offload-layers", "40", "--emit", "nemo"],
+    )
+    .iter()
+    .map(String::as_str)
+    .collect::<Vec<_>>());
     assert_one_line_error(
         &r,
         &["--cpu-offload-layers 40", "--emit megatron"],
         &[],
         "nemo",
+    );
+}
+
+/// The windows span L − 1 layers whatever N is: halving the decoder (80 → 40 layers of one
+/// shape) scales what they hide by 39/79, not 40/80; and an MTP layer, which runs after the last
+/// window outside the offload context, widens none of them.
+#[test]
+fn the_copies_hide_behind_l_minus_one_decoder_layers() {
+    let slow = slow_host_profile("window");
+    let full = plan_json(&llama_gb200(&slow, &["--cpu-offload-layers", "20"]));
+    let other_n = plan_json(&llama_gb200(&slow, &["--cpu-offload-layers", "60"]));
+    assert!(
+        (hidden_s(&full) - hidden_s(&other_n)).abs() < 1e-9 * hidden_s(&full),
+        "N changes the windows' sum"
+    );
+    let half = plan_json(&llama_gb200(
+        &slow,
+        &["--layers", "40", "--cpu-offload-layers", "20"],
+    ));
+    let ratio = hidden_s(&half) / hidden_s(&full);
+    assert!(
+        (ratio - 39.0 / 79.0).abs() < 1e-9,
+        "hidden ratio {ratio}, want 39/79 (40/80 = 0.5 was an L/N window)"
+    );
+    let mtp = plan_json(&llama_gb200(
+        &slow,
+        &["--mtp-layers", "1", "--cpu-offload-layers", "20"],
+    ));
+    assert!(
+        (hidden_s(&mtp) - hidden_s(&full)).abs() < 1e-9 * hidden_s(&full),
+        "an MTP layer changed the windows: {} vs {}",
+        hidden_s(&mtp),
+        hidden_s(&full)
+    );
+}
+
+/// DeepSeek-V3's first three layers are dense: offloading them frees dense layers, not the stage's
+/// average layer, and the host's share and the copies' bytes are the offloaded layers' own.
+#[test]
+fn a_dense_prefix_is_offloaded_as_dense_layers() {
+    let args = |n: &str| {
+        strings(&[
+            "eval",
+            "--model",
+            "deepseek-v3",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "64",
+            "--gpus-per-node",
+            "4",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--ep",
+            "64",
+            "--zero",
+            "3",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "1024",
+            "--precision",
+            "fp8",
+            "--recompute",
+            "none",
+            "--cpu-offload-layers",
+            n,
+        ])
+    };
+    let none = plan_json(&args("0"));
+    let one = plan_json(&args("1"));
+    let three = plan_json(&args("3"));
+    let thirty = plan_json(&args("30"));
+    let activations = |p: &Value| f(&p["memory"]["activations_bytes"]);
+    let layer = |p: &Value| f(&p["memory"]["offloaded_layer_bytes"]);
+    let dense = layer(&one);
+    assert_eq!(layer(&three), dense, "the first three layers are alike");
+    // The peak holds the L − N layers not offloaded (Transformer Engine's default handler): one
+    // offloaded layer frees one dense layer, three free three.
+    let freed = activations(&none) - activations(&one);
+    assert!(
+        (freed - dense).abs() < 1e-6 * freed,
+        "freed {freed} vs one dense layer of {dense}"
+    );
+    let freed = activations(&none) - activations(&three);
+    assert!(
+        (freed - 3.0 * dense).abs() < 1e-6 * freed,
+        "freed {freed} vs three dense layers of {dense}"
+    );
+    // Past the prefix the MoE layers, larger here, raise the offloaded layers' mean.
+    assert!(
+        layer(&thirty) > dense * 1.1,
+        "{} vs {dense}",
+        layer(&thirty)
+    );
+    let moe = (30.0 * layer(&thirty) - 3.0 * dense) / 27.0;
+    let freed = activations(&none) - activations(&thirty);
+    assert!(
+        (freed - (3.0 * dense + 27.0 * moe)).abs() < 1e-6 * freed,
+        "freed {freed}: 3 dense and 27 MoE layers"
+    );
+    let copies = term(&thirty, "host_offload");
+    let m = f(&thirty["num_microbatches"]);
+    assert!(
+        (f(&copies["wire_bytes"]) - 2.0 * 30.0 * m * layer(&thirty)).abs()
+            < 1e-6 * f(&copies["wire_bytes"])
+    );
+}
+
+/// Two plan files of one layout, one offloading: `compare` evaluates each with its own setting,
+/// does not call them the same plan, and its labels name the offload.
+#[test]
+fn compare_tells_an_offloading_plan_from_the_same_layout_without() {
+    let dir = scratch("cpu_offload_review", "compare");
+    let with = dir.join("with.yaml");
+    let without = dir.join("without.yaml");
+    for (file, extra) in [
+        (&with, vec!["--cpu-offload-layers", "40"]),
+        (&without, vec![]),
+    ] {
+        let mut args = strings(&[
+            "plan",
+            "--model",
+            "llama3-70b",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "16",
+            "--gpus-per-node",
+            "4",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--zero",
+            "3",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "256",
+            "--precision",
+            "fp8",
+            "--recompute",
+            "none",
+            "--save",
+            file.to_str().unwrap(),
+        ]);
+        args.extend(strings(&extra));
+        let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let (a, b) = (with.to_str().unwrap(), without.to_str().unwrap());
+    let r = run(&["compare", "--plan", a, "--plan", b]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("same plan"), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("offload 40") && r.stdout.contains("offload 0"),
+        "{}",
+        r.stdout
+    );
+    let v = json(&["compare", "--plan", a, "--plan", b, "--format", "json"]);
+    assert_eq!(v["offload_layers"], serde_json::json!([40, 0]));
+    assert!(f(&v["a"]["memory"]["activations_bytes"]) < f(&v["b"]["memory"]["activations_bytes"]));
+    // One file twice is still the same plan, and a comparison without offloading says nothing
+    // of it.
+    let r = run(&["compare", "--plan", a, "--plan", a]);
+    assert!(r.stderr.contains("same plan"), "{}", r.stderr);
+    let v = json(&["compare", "--plan", b, "--plan", b, "--format", "json"]);
+    assert!(v.get("offload_layers").is_none(), "{v}");
+}
+
+/// Llama 3 70B as a Megatron-LM launch line, with `extra` arguments.
+fn pasted(extra: &str) -> Run {
+    let line = format!(
+        "--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 256 --bf16 --swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 {extra}"
+    );
+    run(&[
+        "eval",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "16",
+        "--gpus-per-node",
+        "4",
+        "--megatron-args",
+        &line,
+        "--format",
+        "json",
+    ])
+}
+
+fn error_line(r: &Run) -> String {
+    assert_eq!(r.code, 2, "want exit 2: {}", r.stderr);
+    let errors: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", r.stderr);
+    errors[0].to_string()
+}
+
+/// `--cpu-offloading-num-layers 0` is Megatron-LM's default (no offloading) and reads as none; a
+/// bare `--cpu-offloading`, which Megatron-LM's argparse does not know, is refused with the
+/// argument that does offload rather than read as nothing.
+#[test]
+fn pasted_lines_say_offloading_as_megatron_lm_does() {
+    let plain = pasted("");
+    let zero = pasted("--cpu-offloading-num-layers 0");
+    // Exit 1: the line's plan (bf16, no recompute, no ZeRO) does not fit; it is still evaluated.
+    assert!(zero.code <= 1, "{}", zero.stderr);
+    let activations = |r: &Run| {
+        let v: Value = serde_json::from_str(&r.stdout).unwrap();
+        v["plans"][0]["memory"]["activations_bytes"].clone()
+    };
+    assert_eq!(activations(&zero), activations(&plain));
+
+    for extra in [
+        "--cpu-offloading",
+        "--cpu-offloading --cpu-offloading-num-layers 20",
+    ] {
+        let line = error_line(&pasted(extra));
+        assert!(
+            line.contains("--cpu-offloading:") && line.contains("--cpu-offloading-num-layers N"),
+            "{extra}: {line}"
+        );
+    }
+
+    // Megatron-Core's rules in the line's words: its own flag, no plan file, no tpsim flag.
+    let line = error_line(&pasted("--cpu-offloading-num-layers 80"));
+    assert!(
+        line.contains("--cpu-offloading-num-layers 80") && line.contains("at most 79"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("plan file") && !line.contains("cpu_offload_layers"),
+        "{line}"
+    );
+    let line = error_line(&pasted(
+        "--cpu-offloading-num-layers 20 --recompute-activations",
+    ));
+    assert!(
+        line.contains("--recompute-activations") && line.contains("drop the recompute arguments"),
+        "{line}"
+    );
+    assert!(!line.contains("--recompute none"), "{line}");
+}
+
+/// A flag beside a line that offloads another count would win silently: refused, as --global-batch
+/// is; the same count, or a line that offloads nothing, takes it.
+#[test]
+fn a_flag_that_contradicts_the_lines_offload_is_refused() {
+    let line = "--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 256 --bf16 --swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256";
+    let eval = |extra_line: &str, flag: &str| {
+        run(&[
+            "eval",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "16",
+            "--gpus-per-node",
+            "4",
+            "--megatron-args",
+            &format!("{line} {extra_line}"),
+            "--cpu-offload-layers",
+            flag,
+            "--format",
+            "json",
+        ])
+    };
+    let err = error_line(&eval("--cpu-offloading-num-layers 20", "30"));
+    assert!(
+        err.contains("--cpu-offload-layers 30") && err.contains("--cpu-offloading-num-layers 20"),
+        "{err}"
+    );
+    for (extra_line, flag) in [("--cpu-offloading-num-layers 20", "20"), ("", "30")] {
+        let r = eval(extra_line, flag);
+        assert!(r.code <= 1, "{extra_line} / {flag}: {}", r.stderr);
+        let v: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(
+            v["training"]["cpu_offload_layers"],
+            flag.parse::<u32>().unwrap()
+        );
+    }
+}
+
+/// `--emit megatron-bridge` turns weight offloading off beside the layer count, as NVIDIA's
+/// performance scripts do (Megatron-Core's default was on until 2025-09), and only then.
+#[test]
+fn bridge_overrides_offload_activations_only() {
+    let emit = |extra: &[&str]| {
+        let mut args = strings(&[
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--gpu",
+            "gb200-nvl72",
+            "--nodes",
+            "16",
+            "--gpus-per-node",
+            "4",
+            "--tp",
+            "2",
+            "--pp",
+            "1",
+            "--zero",
+            "1",
+            "--micro-batch",
+            "1",
+            "--global-batch",
+            "256",
+            "--recompute",
+            "none",
+            "--emit",
+            "megatron-bridge",
+        ]);
+        args.extend(strings(extra));
+        let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        // Exit 1 where the plan does not fit: the configuration is written all the same.
+        assert!(r.code <= 1, "{}", r.stderr);
+        r.stdout
+    };
+    let on = emit(&["--cpu-offload-layers", "40"]);
+    assert!(on.contains("model.cpu_offloading=true"), "{on}");
+    assert!(on.contains("model.cpu_offloading_num_layers=40"), "{on}");
+    assert!(on.contains("model.cpu_offloading_weights=false"), "{on}");
+    let off = emit(&[]);
+    assert!(off.contains("model.cpu_offloading=false"), "{off}");
+    assert!(!off.contains("cpu_offloading_weights"), "{off}");
+}
+
+/// The breakdown says what the GPU holds at the peak (the other L − N layers), not that one
+/// offloaded layer is back "at a time" (several are, in the backward), and the host's share is
+/// the copies' bytes.
+#[test]
+fn the_breakdown_says_what_the_peak_holds() {
+    let args = llama_gb200("gb200-nvl72", &["--cpu-offload-layers", "30"]);
+    let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("activations"))
+        .unwrap();
+    assert!(
+        line.contains("30 of 80 layers offloaded") && line.contains("the GPU holds the other 50)"),
+        "{line}"
+    );
+    assert!(!line.contains("at a time"), "{line}");
+    let plan = plan_json(&args);
+    let host_gib = 30.0 * f(&plan["memory"]["offloaded_layer_bytes"]) / (1u64 << 30) as f64;
+    assert!(
+        line.contains(&format!("{host_gib:.1} GiB per GPU there")),
+        "{line}"
     );
 }
