@@ -725,3 +725,88 @@ fn the_breakdown_says_what_the_peak_holds() {
         "{line}"
     );
 }
+
+/// `plan` offloads only when asked; where its best plan recomputes without a pipeline on a GPU
+/// with a host link, it prices the same layout offloading instead and names the flag, with the
+/// step `eval` gives that plan.
+#[test]
+fn plan_names_an_offload_that_beats_its_recompute() {
+    let base = [
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "16",
+        "--gpus-per-node",
+        "4",
+        "--global-batch",
+        "256",
+        "--pp",
+        "1",
+        "--tp",
+        "1",
+        "--micro-batch",
+        "2",
+    ];
+    let mut args = vec!["plan"];
+    args.extend(base);
+    args.extend(["--top", "1"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let note = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("note: #1 recomputes"))
+        .unwrap_or_else(|| panic!("no offload note:\n{}", r.stdout));
+    let after = |text: &str, key: &str| -> String {
+        let at = text.find(key).unwrap_or_else(|| panic!("{key} in {text}")) + key.len();
+        text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect()
+    };
+    let layers = after(note, "add --cpu-offload-layers ");
+    let step: f64 = after(note, "and takes ").parse().unwrap();
+    let best = json(&{
+        let mut a = args.clone();
+        a.extend(["--format", "json"]);
+        a
+    });
+    let p = &best["plans"][0];
+    assert_ne!(p["recompute"], "none", "{p}");
+    let mut eval = vec!["eval"];
+    eval.extend(base);
+    let cp = p["cp"].to_string();
+    let dp = p["dp"].to_string();
+    let zero = p["zero"].to_string();
+    eval.extend([
+        "--cp",
+        &cp,
+        "--dp",
+        &dp,
+        "--zero",
+        &zero,
+        "--recompute",
+        "none",
+        "--cpu-offload-layers",
+        &layers,
+        "--format",
+        "json",
+    ]);
+    if p["sequence_parallel"] == true {
+        eval.push("--sequence-parallel");
+    }
+    let e = json(&eval);
+    let eval_step = e["plans"][0]["time"]["step_s"].as_f64().unwrap();
+    assert!(
+        (eval_step - step).abs() < 0.006,
+        "note {step} s, eval {eval_step} s"
+    );
+    assert!(step < p["time"]["step_s"].as_f64().unwrap());
+    // Asked for, the offload is searched and the note is not repeated.
+    let mut asked = args.clone();
+    asked.extend(["--cpu-offload-layers", &layers]);
+    let r = run(&asked);
+    assert!(!r.stdout.contains("note: #1 recomputes"), "{}", r.stdout);
+}

@@ -263,6 +263,58 @@ fn alltoall_overlap_note(
     })
 }
 
+/// A note when the best plan recomputes without a pipeline under Megatron-Core, on a GPU whose
+/// profile gives its host link: the search offloads activations only when asked
+/// (`--cpu-offload-layers`, unvalidated), so the same layout without recompute, its first quarter,
+/// half, three quarters or all but one of its layers offloaded, is priced here and named when it
+/// fits and is at least 1% faster (NVIDIA's Megatron-FSDP recipes for Llama 3 70B on GB200 and
+/// GB300 offload instead of recomputing: validation/FIT.md).
+fn cpu_offload_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) -> Option<String> {
+    use crate::plan::{ParallelPlan, Recompute};
+    let training = &scenario.training;
+    let best = shown.first()?;
+    let (model, cluster) = (&scenario.model, &scenario.cluster);
+    let ruled_out = training.framework != TrainingFramework::MegatronCore
+        || training.cpu_offload_layers > 0
+        || best.plan.pp != 1
+        || best.plan.recompute == Recompute::None
+        || cluster.gpu.host_link_gb_per_s.is_none()
+        || model.layers < 2;
+    if ruled_out {
+        return None;
+    }
+    let request = PlanRequest {
+        recompute: Recompute::None,
+        recompute_num_layers: 0,
+        ..best.plan.request()
+    };
+    let candidates = (1..=4u32).map(|quarter| (model.layers * quarter / 4).min(model.layers - 1));
+    let (layers, offloading) = candidates
+        .filter(|n| *n > 0)
+        .filter_map(|n| {
+            let with = Training {
+                cpu_offload_layers: n,
+                ..*training
+            };
+            let plan = ParallelPlan::build(&request, model, cluster, &with).ok()?;
+            let e = crate::cost::evaluate(model, cluster, &with, &plan);
+            e.fits().then_some((n, e))
+        })
+        .min_by(|a, b| a.1.time.step_s.0.total_cmp(&b.1.time.step_s.0))?;
+    let (alt_s, best_s) = (offloading.time.step_s.0, best.time.step_s.0);
+    (alt_s < 0.99 * best_s).then(|| {
+        format!(
+            "note: #1 recomputes ({}); offloading the activations of {layers} of its {} layers to host memory instead (Megatron-Core's --cpu-offloading-num-layers, copies over the GPU's {:.0} GB/s host link beside the next layers' compute) needs {:.1} of {:.1} GiB and takes {alt_s:.2} s per step against {best_s:.2} s, {:.0}% less: add --cpu-offload-layers {layers} to search with it (unvalidated: no published run in the validation files states an offload's time)",
+            best.plan.recompute.as_str(),
+            model.layers,
+            cluster.gpu.host_link_gb_per_s.unwrap_or(0.0),
+            offloading.memory.total_bytes.0 / GIB,
+            offloading.memory.capacity_bytes.0 / GIB,
+            100.0 * (1.0 - alt_s / best_s)
+        )
+    })
+}
+
 /// What a search (`plan`, `sweep` at each point, and `compare` without plan files) refuses before it starts, so that
 /// input no plan can take is said as an error (exit 2) and not as an empty search: an expert
 /// all-to-all overlap for a model with no experts (as `eval` refuses it for its one plan), and a
@@ -486,6 +538,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         notes.push(note);
     }
     if let Some(note) = alltoall_overlap_note(&scenario, &refined.plans) {
+        notes.push(note);
+    }
+    if let Some(note) = cpu_offload_note(&scenario, &refined.plans) {
         notes.push(note);
     }
     if refined.reordered {
