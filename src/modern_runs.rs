@@ -158,6 +158,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
                 .filter_map(|(range, value)| Some(range.check(value?)))
                 .collect::<Result<(), String>>()
             })
+            .and_then(|()| recipes::check_id_release(&run.id))
             .and_then(|()| check_run_recompute(run))
             .and_then(|()| check_run_precision(run))
             .and_then(|()| check_run_moe(run))
@@ -954,6 +955,25 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     }
     training.recompute_modules = recipe_recompute_modules(run);
     training.cpu_offload_layers = recipes::recipe_cpu_offload_layers(run).unwrap_or(0);
+    // The recipe's offload checked as the command line checks `--cpu-offload-layers`: a row of
+    // fewer layers was planned offloading more layers than the model has (the memory took all
+    // but one), and a stated recompute beside it left the search nothing, said without a reason.
+    let offload = training.cpu_offload_layers;
+    if offload > 0 && offload >= model.layers {
+        return Err(format!(
+            "the row's Megatron-Bridge recipe offloads {offload} layers' activations to the CPU (cpu_offloading_num_layers), but model.layers is {}; Megatron-Core offloads fewer than all layers: give the published layer count",
+            model.layers
+        ));
+    }
+    if offload > 0
+        && let Some(text) = p.recompute.as_deref()
+        && stated_recompute(text).is_some_and(|r| r != Recompute::None)
+    {
+        return Err(format!(
+            "plan.recompute: {} beside the row's Megatron-Bridge recipe, which offloads {offload} layers' activations to the CPU (cpu_offloading_num_layers); Megatron-Core offloads only without recompute: give recompute: null, as the recipe runs",
+            crate::input_file::quote(text)
+        ));
+    }
     // NeMo AutoModel's MoE models reshard and reduce-scatter once per step under a pipeline,
     // not after every schedule (`MoEFSDPSyncMixin` patches the pipeline stage's backward:
     // nemo_automodel/components/moe/fsdp_mixin.py).

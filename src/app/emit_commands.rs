@@ -112,6 +112,10 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
 /// the search (and before `--save` writes anything or a note is said).
 pub(super) fn check_emit_input(target: EmitTarget, s: &Scenario) -> Result<()> {
     let framework = framework_of(target);
+    // Offloading (Megatron-Core's) first: the mismatch's fix would refuse it in turn.
+    if let Some(why) = framework.cpu_offload_unsupported(&s.training) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     // A plan searched for another framework is refused whatever fits: the header's time and
     // memory would be that framework's, not those of the one the configuration runs on.
     if let Some(why) = framework.framework_mismatch(s.training.framework) {

@@ -47,6 +47,8 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ("--zero", args.zero.map(|z| Some(u32::from(z)))),
         ("--recompute-num-layers", recompute_layers),
         ("--dp-replicas", args.dp_replicas.map(Some)),
+        // A word, typed or not.
+        ("--recompute", args.recompute.map(|_| None)),
         (
             "--sequence-parallel",
             args.sequence_parallel.map(|on| Some(u32::from(on))),

@@ -143,6 +143,36 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
             None,
         ));
     }
+    // Activation offloading, a count of the scenario's (`--cpu-offload-layers 8 with --pp 2` is
+    // the file's `cpu_offload_layers: 8` unless the flag set another), and the recompute, a word
+    // (`with --recompute full` is the file's `recompute: full` unless the flag was typed).
+    if let Some(layers) = file.cpu_offload_layers.filter(|&n| n > 0) {
+        let echo = match given.iter().find(|(f, _)| *f == OFFLOAD_FLAG) {
+            None => Some(None),
+            Some((_, typed)) if *typed == Some(layers) => Some(Some(OFFLOAD_FLAG)),
+            Some(_) => None,
+        };
+        if let Some(echo) = echo {
+            values.push((
+                FileValue {
+                    flag: OFFLOAD_FLAG,
+                    key: OFFLOAD_KEY,
+                    value: layers.to_string(),
+                },
+                echo,
+            ));
+        }
+    }
+    if !typed(given, RECOMPUTE_FLAG) {
+        values.push((
+            FileValue {
+                flag: RECOMPUTE_FLAG,
+                key: RECOMPUTE_KEY,
+                value: file.plan.recompute.as_str().to_string(),
+            },
+            None,
+        ));
+    }
     // The one switch a plan error quotes: `--sequence-parallel with --tp 8 splits ...` is the
     // file's `sequence_parallel: true` (quoted bare, as the flag is typed), unless a flag set it.
     if file.plan.sequence_parallel {
@@ -166,6 +196,14 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
 /// The pipeline schedule's flag (typed next to `--plan` as `None`) and its plan-file key.
 const SCHEDULE_FLAG: &str = "--pp-schedule";
 const SCHEDULE_KEY: &str = "pp_schedule";
+
+/// Activation offloading's flag (typed next to `--plan` with its count) and its plan-file key.
+const OFFLOAD_FLAG: &str = "--cpu-offload-layers";
+const OFFLOAD_KEY: &str = "cpu_offload_layers";
+
+/// The recompute's flag (a word, typed next to `--plan` as `None`) and its plan-file key.
+const RECOMPUTE_FLAG: &str = "--recompute";
+const RECOMPUTE_KEY: &str = "recompute";
 
 /// Sequence parallelism's flag (`--sequence-parallel true|false`, typed next to `--plan` as
 /// `Some(1)` or `Some(0)`) and its plan-file key.
@@ -290,6 +328,22 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
         out.push_str(rest);
         fix = out;
     }
+    // "give --recompute none" offers the file's word, and "drop --cpu-offload-layers" its line,
+    // unless a flag set them.
+    if !typed(given, RECOMPUTE_FLAG) {
+        for word in ["none", "selective", "full"] {
+            fix = fix.replace(
+                &format!("{RECOMPUTE_FLAG} {word}"),
+                &format!("{RECOMPUTE_KEY}: {word}"),
+            );
+        }
+    }
+    if !typed(given, OFFLOAD_FLAG) {
+        fix = fix.replace(
+            &format!("drop {OFFLOAD_FLAG}"),
+            &format!("drop {OFFLOAD_KEY}"),
+        );
+    }
     // "or --sequence-parallel false" offers the file's switch, unless a flag set it.
     if !typed(given, SP_FLAG) {
         for value in ["true", "false"] {
@@ -311,6 +365,7 @@ pub(super) fn scenario_flags_given(
         ("--seq-len", training.seq_len),
         ("--global-batch", training.global_batch),
         ("--local-batch", training.local_batch),
+        (OFFLOAD_FLAG, training.cpu_offload_layers),
     ]
     .into_iter()
     .filter(|(_, value)| value.is_some())

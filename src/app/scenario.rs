@@ -928,7 +928,12 @@ pub(super) fn framework_for_emit(
                 .to_string(),
         );
     }
-    if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() {
+    // Activation offloading is Megatron-Core's, which DeepSpeed does not run: planned as DeepSpeed
+    // runs it, `--cpu-offload-layers` was refused as `--framework deepspeed`, a flag never typed;
+    // kept on Megatron-Core, the emitter refuses it in `--emit deepspeed`'s words.
+    let offloads = training.cpu_offload_layers.is_some_and(|n| n > 0);
+    if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() && !offloads
+    {
         training.framework = Some(FrameworkArg::Deepspeed);
         held_notes::hold(
             "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses with no TP or PP beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
@@ -1852,9 +1857,16 @@ fn cpu_offload_layers_of(
         return Ok(0);
     }
     if framework != TrainingFramework::MegatronCore {
+        // The framework as it was given: a plan file's `framework:` line is no flag typed.
+        let file_framework = saved
+            .filter(|(_, path)| *path != super::megatron_paste::LAUNCH_LINE_ORIGIN)
+            .and_then(|(f, _)| f.framework);
+        let which = match (training_args.framework, file_framework) {
+            (None, Some(f)) => format!("framework: {} in the plan file", f.as_str()),
+            _ => format!("--framework {}", framework.as_str()),
+        };
         bail!(
-            "{from} is Megatron-Core's activation offloading (--cpu-offloading-num-layers, Transformer Engine's CPU offload context), which --framework {} does not run; use --framework megatron-core, or drop it",
-            framework.as_str()
+            "{from} is Megatron-Core's activation offloading (--cpu-offloading-num-layers, Transformer Engine's CPU offload context), which {which} does not run; use --framework megatron-core, or drop it"
         );
     }
     if layers >= model.layers {

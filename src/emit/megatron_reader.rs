@@ -462,6 +462,24 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         // only for N > 0): a line may spell it out.
         cpu_offload_layers: match p.value("cpu-offloading-num-layers") {
             Some(v) if v.parse::<u32>() == Ok(0) => 0,
+            // The count's own rule: 0 (none) or more; the shared count message said "a positive
+            // integer (at least 1)" of -1, refusing the 0 the line above reads.
+            Some(v)
+                if v.parse::<i128>().is_ok_and(|n| n < 0)
+                    || (v.parse::<i128>().is_err()
+                        && v.parse::<f64>().is_ok_and(f64::is_finite)) =>
+            {
+                let why = if v.parse::<i128>().is_ok() {
+                    "is negative"
+                } else {
+                    "is not a whole number (Megatron-LM reads it as an integer)"
+                };
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--cpu-offloading-num-layers {v:?} {why}: it counts the layers whose activations go to the CPU, 0 (none, Megatron-LM's default) or more, fewer than --num-layers (e.g. --cpu-offloading-num-layers 8, or 0 for none)"
+                    ),
+                });
+            }
             _ => p.number("cpu-offloading-num-layers")?.unwrap_or(0),
         },
         reshard_after_forward,

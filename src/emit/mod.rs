@@ -313,6 +313,20 @@ impl Framework {
         }
     }
 
+    /// Why this framework's configuration cannot carry `training`'s activation offloading
+    /// (`--cpu-offload-layers`, Megatron-Core's): every plan alike, so `plan --emit` says it
+    /// before the search (it was exit 1, "none of the plans that fit can run").
+    pub fn cpu_offload_unsupported(self, training: &Training) -> Option<String> {
+        let megatron_family = matches!(self, Framework::Megatron | Framework::MegatronBridge);
+        (training.cpu_offload_layers > 0 && !megatron_family).then(|| {
+            format!(
+                "activation offloading (--cpu-offload-layers {}) is Megatron-Core's, not written for {}; use --emit megatron or --emit megatron-bridge, or drop --cpu-offload-layers",
+                training.cpu_offload_layers,
+                self.name()
+            )
+        })
+    }
+
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
     /// `None` when it can: first a plan evaluated for another framework, then what the
     /// configuration cannot express.
@@ -322,6 +336,11 @@ impl Framework {
         training: &Training,
         plan: &ParallelPlan,
     ) -> Option<String> {
+        // Offloading is Megatron-Core's whatever the framework evaluated: said first, as the
+        // mismatch's fix (`--framework deepspeed`) would refuse it in turn.
+        if let Some(why) = self.cpu_offload_unsupported(training) {
+            return Some(why);
+        }
         if let Some(why) = self.framework_mismatch(training.framework) {
             return Some(why);
         }
@@ -342,13 +361,6 @@ impl Framework {
         }
         if let Some(why) = self.model_unsupported(model) {
             return Some(why);
-        }
-        if training.cpu_offload_layers > 0 && !megatron_family {
-            return Some(format!(
-                "activation offloading (--cpu-offload-layers {}) is Megatron-Core's, not written for {}; use --emit megatron or --emit megatron-bridge",
-                training.cpu_offload_layers,
-                self.name()
-            ));
         }
         match self {
             // A precision NeMo 1.x cannot write fails every plan of the search alike, so it is

@@ -93,6 +93,58 @@ pub(super) enum Bridge26 {
     V060,
 }
 
+/// The Megatron-Bridge containers whose recipes the rules below know: 25.09 and 25.11
+/// (`validation/modern_runs.yaml`) and the 26.x releases of [`bridge_26_release`]
+/// (`validation/mbridge_26_runs.yaml`).
+pub(super) const BRIDGE_CONTAINERS: [&str; 9] = [
+    "25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08",
+];
+
+/// The id prefixes the rules key on, as written (lowercase): `mbridge-<container>`, the dgxc and
+/// NeMo tables, torchtitan, NeMo AutoModel and the Megatron-Core MoE report.
+const ID_FAMILIES: [&str; 6] = [
+    "mbridge",
+    "dgxc",
+    "nemo-",
+    "torchtitan",
+    "automodel",
+    "mcore-moe-report",
+];
+
+/// A run id whose prefix names whose recipe settings apply is one the rules read: the prefix as
+/// written (`MBRIDGE-26.04.01-...` matched none of them, and the row was planned without the
+/// recipe's settings, without a word), and a Megatron-Bridge id's container one the rules know
+/// (`mbridge-26.99-...` or `mbridge-26.-x` took the generic Megatron-Bridge settings and none of
+/// a release's, as if it were one).
+pub(super) fn check_id_release(id: &str) -> Result<(), String> {
+    let lower = id.to_ascii_lowercase();
+    if let Some(family) = ID_FAMILIES
+        .iter()
+        .find(|f| lower.starts_with(*f) && !id.starts_with(*f))
+    {
+        return Err(format!(
+            "id: starts with {}, which the recipe rules read only as {family} (rule: an id's prefix says whose recipe settings apply, matched as written); write id: {family}{}",
+            crate::input_file::quote(&id[..family.len()]),
+            &id[family.len()..]
+        ));
+    }
+    if !id.starts_with("mbridge") {
+        return Ok(());
+    }
+    let container = id
+        .strip_prefix("mbridge-")
+        .map(|rest| rest.split('-').next().unwrap_or(rest))
+        .unwrap_or("");
+    if BRIDGE_CONTAINERS.contains(&container) {
+        return Ok(());
+    }
+    Err(format!(
+        "id: names Megatron-Bridge container {}, whose recipe settings tpsim does not know (rule: an id starting mbridge is mbridge-CONTAINER-..., CONTAINER one of {}); write the row's container, e.g. id: mbridge-26.04.01-pretrain-llama3_70b-gb200-64g-fp8-gbs256, or an id not starting with mbridge to plan the row without recipe settings",
+        crate::input_file::quote(container),
+        BRIDGE_CONTAINERS.join(", ")
+    ))
+}
+
 /// [`Bridge26`] of a row of the 26.x tables; `None` for every other row.
 pub(super) fn bridge_26_release(run: &ModernRun) -> Option<Bridge26> {
     use Bridge26::{V030, V031, V040, V042, V050, V051, V060};

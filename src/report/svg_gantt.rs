@@ -239,6 +239,15 @@ pub(crate) fn gantt_svg(
             String::new()
         }
     );
+    // The simulated blocks hold compute and the layers' communication; activation offloading's
+    // exposed copies are a term of the step the schedule does not place: the axis ended at the
+    // optimizer, short of the step the subtitle gave (13 s drawn of an 865 s step), without a word.
+    let offload_s = sim.estimate.time.offload_exposed_s.0;
+    let subtitle = if offload_s > 0.0 {
+        format!("{subtitle}; not drawn: {offload_s:.3} s of exposed CPU offload copies")
+    } else {
+        subtitle
+    };
     // Each entry: its swatches (one per model chunk's shade with interleaving) and its text.
     let chunks = plan.vpp.clamp(1, 4);
     let repeat = if plan.vpp > 4 {
