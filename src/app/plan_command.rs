@@ -801,6 +801,9 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             None => unreachable!("an empty search returned an error above"),
         };
         eprintln!("nothing fits: {miss}");
+        if let Some(hint) = more_offload_hint(&scenario, options) {
+            eprintln!("{hint}");
+        }
         if let Some(hint) = super::pin_conflict::fit_hint(
             &scenario.model,
             &scenario.cluster,
@@ -812,6 +815,41 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// Where `--cpu-offload-layers N` leaves nothing that fits, the fewest layers offloaded (in quarters
+/// of the model, or all but one) with which a plan fits: offloading more is the fix the flag's user
+/// reaches for first.
+fn more_offload_hint(
+    scenario: &super::scenario::Scenario,
+    options: SearchOptions,
+) -> Option<String> {
+    let (model, cluster) = (&scenario.model, &scenario.cluster);
+    let asked = scenario.training.cpu_offload_layers;
+    if asked == 0 {
+        return None;
+    }
+    let most = model.layers.saturating_sub(1);
+    let mut tries: Vec<u32> = (1..=4u32)
+        .map(|quarter| (model.layers * quarter / 4).min(most))
+        .filter(|n| *n > asked)
+        .collect();
+    tries.dedup();
+    tries.into_iter().find_map(|n| {
+        let training = Training {
+            cpu_offload_layers: n,
+            ..scenario.training
+        };
+        let found = search(model, cluster, &training, options);
+        let best = found.feasible().first().copied()?;
+        Some(format!(
+            "hint: offloading {n} of the {} layers (--cpu-offload-layers {n}) fits: {} at {} of {} GiB",
+            model.layers,
+            super::pin_conflict::degrees_words(&best.plan),
+            format_args!("{:.1}", best.memory.total_bytes.0 / GIB),
+            format_args!("{:.1}", best.memory.capacity_bytes.0 / GIB)
+        ))
+    })
 }
 
 /// Whether `--allow-uneven-pp`, not given, would let a plan fit or miss by less than the closest

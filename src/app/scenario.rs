@@ -1367,8 +1367,14 @@ pub(super) fn resolve_scenario(
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
-    let cpu_offload_layers =
-        cpu_offload_layers_of(&model, &cluster, framework, training_args, file)?;
+    let cpu_offload_layers = cpu_offload_layers_of(
+        &model,
+        &cluster,
+        &gpu_reference,
+        framework,
+        training_args,
+        file,
+    )?;
     let training = Training {
         pp_schedule,
         cpu_offload_layers,
@@ -1836,6 +1842,7 @@ fn recompute_modules_of(
 fn cpu_offload_layers_of(
     model: &crate::model::Model,
     cluster: &crate::cluster::Cluster,
+    gpu_reference: &str,
     framework: TrainingFramework,
     training_args: &crate::cli::TrainingArgs,
     saved: Option<(&PlanFile, &str)>,
@@ -1880,7 +1887,11 @@ fn cpu_offload_layers_of(
     if cluster.gpu.host_link_gb_per_s.is_none() {
         bail!(
             "{from} copies activations over the GPU's link to host memory, which the {} profile does not give; add host_link_gb_per_s (per GPU per direction, e.g. 64 for PCIe Gen5 x16) to the profile, or drop it",
-            cluster.gpu.name
+            if gpu_reference == cluster.gpu.name {
+                cluster.gpu.name.clone()
+            } else {
+                format!("{} ({gpu_reference})", cluster.gpu.name)
+            }
         );
     }
     Ok(layers)
