@@ -175,7 +175,17 @@ pub(crate) fn plan_details(e: &Estimate) -> Vec<(String, RGBColor)> {
             grey,
         ),
         (
-            format!("recompute {}", super::table::recompute_label(&e.plan)),
+            format!(
+                "recompute {}{}",
+                super::table::recompute_label(&e.plan),
+                // Activations offloaded to host memory (`--cpu-offload-layers`), which the plan's
+                // degrees do not show and which sets its memory.
+                if e.memory.offloaded_layer_bytes.0 > 0.0 {
+                    " · CPU offload"
+                } else {
+                    ""
+                }
+            ),
             grey,
         ),
     ];
