@@ -163,6 +163,10 @@ pub struct Sweep {
     /// (as `plan`'s JSON `training.pp_schedule`); absent for 1F1B.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
+    /// Layers whose activations every point offloads to host memory (`--cpu-offload-layers`, as
+    /// `plan`'s JSON `training.cpu_offload_layers`); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_offload_layers: Option<u32>,
     /// What selective recompute recomputes under Megatron-Core (`--recompute-modules`, or the
     /// output-discarding modules the model has), as `plan`'s JSON `training` says it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -223,6 +227,10 @@ pub fn run(
             .first()
             .map(|p| p.training.pp_schedule)
             .filter(|s| s.v_kind().is_some()),
+        cpu_offload_layers: points
+            .first()
+            .map(|p| p.training.cpu_offload_layers)
+            .filter(|n| *n > 0),
         recompute_modules: points.first().and_then(|p| p.training.recompute_modules),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
@@ -329,12 +337,12 @@ fn csv_cell(text: &str) -> String {
 }
 
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
-/// no plan is valid. The framework, CP exchange and pipeline schedule, one per sweep in the JSON,
-/// are on every row. Values are numbers or bundled names,
+/// no plan is valid. The framework, CP exchange, pipeline schedule and offloaded layers, one per
+/// sweep in the JSON, are on every row. Values are numbers or bundled names,
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -351,6 +359,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             // The JSON names a V schedule only; every other sweep runs 1F1B (interleaved where
             // a row's vpp is above 1).
             sweep.pp_schedule.map_or("1f1b", |s| s.as_str()).to_string(),
+            sweep.cpu_offload_layers.unwrap_or(0).to_string(),
             r.search.candidates.to_string(),
             r.search.feasible.to_string(),
             opt(r.tp),

@@ -127,3 +127,50 @@ fn nothing_fits_names_the_offload_that_would() {
     more.extend(["--cpu-offload-layers", &n]);
     assert_eq!(run(&more).code, 0, "{hint}");
 }
+
+/// `sweep` said which pipeline schedule and CP exchange its points ran, but not that they
+/// offloaded activations, in the JSON or the CSV: two sweeps of one model, with and without
+/// `--cpu-offload-layers`, could not be told apart.
+#[test]
+fn a_sweep_says_its_points_offload() {
+    let args = |format: &'static str, offload: bool| {
+        let mut a = vec![
+            "sweep",
+            "--model",
+            "llama3-70b",
+            "--gpu",
+            "gb200-nvl72",
+            "--gpus-per-node",
+            "4",
+            "--axis",
+            "nodes",
+            "--values",
+            "16,32",
+            "--global-batch",
+            "256",
+            "--format",
+            format,
+        ];
+        if offload {
+            a.extend(["--cpu-offload-layers", "40"]);
+        }
+        a
+    };
+    assert_eq!(json(&args("json", true))["cpu_offload_layers"], 40);
+    assert!(json(&args("json", false))["cpu_offload_layers"].is_null());
+    let csv = |offload| {
+        let r = run(&args("csv", offload));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let mut lines = r.stdout.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let column = header
+            .iter()
+            .position(|h| *h == "cpu_offload_layers")
+            .expect("a cpu_offload_layers column");
+        lines
+            .map(|l| l.split(',').nth(column).unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(csv(true), ["40", "40"]);
+    assert_eq!(csv(false), ["0", "0"]);
+}
