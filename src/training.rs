@@ -1361,6 +1361,15 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Training {
+    /// The layers whose activations are offloaded to the CPU, of `decoder_layers` (the model's
+    /// transformer layers, MTP layers aside): the asked count, below the layer count as
+    /// Megatron-Core requires (`cpu_offload_layers_of` refuses more; this keeps memory, time and
+    /// the breakdown on one count whatever reaches them).
+    pub fn offloaded_layers(&self, decoder_layers: u32) -> u32 {
+        self.cpu_offload_layers
+            .min(decoder_layers.saturating_sub(1))
+    }
+
     /// Whether the weight-gradient GEMMs of a plan at ZeRO stage `zero` accumulate in place: the
     /// framework's rule (`TrainingFramework::fuses_wgrad_accumulation`) and the launch line's
     /// `--no-gradient-accumulation-fusion`. One rule for the time, the extra pass and the emitters.

@@ -288,9 +288,7 @@ fn cpu_offload_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) ->
         recompute_num_layers: 0,
         ..best.plan.request()
     };
-    let candidates = (1..=4u32).map(|quarter| (model.layers * quarter / 4).min(model.layers - 1));
-    let (layers, offloading) = candidates
-        .filter(|n| *n > 0)
+    let (layers, offloading) = offload_counts_to_try(model.layers)
         .filter_map(|n| {
             let with = Training {
                 cpu_offload_layers: n,
@@ -817,6 +815,20 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     Ok(Outcome::Found)
 }
 
+/// The offloaded-layer counts `plan`'s offload note and hint try, fewest first and each once: a
+/// quarter, half and three quarters of `layers`, and all but one (Megatron-Core's most).
+fn offload_counts_to_try(layers: u32) -> impl Iterator<Item = u32> {
+    let most = layers.saturating_sub(1);
+    let mut last = 0;
+    (1..=4u32)
+        .map(move |quarter| (layers * quarter / 4).min(most))
+        .filter(move |n| {
+            let new = *n > last;
+            last = last.max(*n);
+            new
+        })
+}
+
 /// Where `--cpu-offload-layers N` leaves nothing that fits, the fewest layers offloaded (in quarters
 /// of the model, or all but one) with which a plan fits: offloading more is the fix the flag's user
 /// reaches for first.
@@ -829,13 +841,9 @@ fn more_offload_hint(
     if asked == 0 {
         return None;
     }
-    let most = model.layers.saturating_sub(1);
-    let mut tries: Vec<u32> = (1..=4u32)
-        .map(|quarter| (model.layers * quarter / 4).min(most))
+    offload_counts_to_try(model.layers)
         .filter(|n| *n > asked)
-        .collect();
-    tries.dedup();
-    tries.into_iter().find_map(|n| {
+        .find_map(|n| {
         let training = Training {
             cpu_offload_layers: n,
             ..scenario.training

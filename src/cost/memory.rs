@@ -913,9 +913,7 @@ fn stage_memory(
     // at the peak, its docstring says. The v1 handler (`AsyncDoubleBufferGroupOffloadHandler`,
     // TE before 2.10 or `NVTE_CPU_OFFLOAD_V1=1`) holds one layer more until the last layer's
     // forward ends (validation/FIT.md).
-    let offloaded = training
-        .cpu_offload_layers
-        .min(model.layers.min(layers).saturating_sub(1));
+    let offloaded = training.offloaded_layers(model.layers.min(layers));
     // What the offloaded layers hold. A dense prefix (DeepSeek-V3's first three layers) or
     // interleaved MoE layers make the first N layers differ from the stage's average layer: each
     // is counted as what it is.

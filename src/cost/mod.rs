@@ -1142,9 +1142,7 @@ fn host_offload_term(
     micro_batches: f64,
 ) -> Option<Term> {
     let decoder_layers = model.layers;
-    let offloaded = training
-        .cpu_offload_layers
-        .min(decoder_layers.saturating_sub(1));
+    let offloaded = training.offloaded_layers(decoder_layers);
     let bytes = memory.offloaded_layer_bytes.0;
     let bandwidth = cluster.gpu.achieved_host_link_bandwidth()?.0;
     if offloaded == 0 || bytes <= 0.0 || bandwidth <= 0.0 {

@@ -902,9 +902,7 @@ pub fn breakdown(
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
-    let offloaded = training
-        .cpu_offload_layers
-        .min(model.layers.saturating_sub(1));
+    let offloaded = training.offloaded_layers(model.layers);
     for (name, part_gib) in shown_memory_parts(mem) {
         let _ = write!(out, "  {name:<12} {:>8} GiB", format!("{part_gib:.1}"));
         if name == "activations" && offloaded > 0 {
