@@ -111,6 +111,14 @@ pub const fn low_precision_peak_range(key: &'static str) -> Range {
     )
 }
 /// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
+/// Host (CPU) memory per GPU: 1 GiB to 100 TiB, as the device's own.
+pub const HOST_MEMORY_GIB_PER_GPU: Range = Range::new(
+    "host_memory_gib_per_gpu",
+    1.0,
+    102_400.0,
+    "GiB",
+    "rule: 1 GiB to 100 TiB per GPU, the node's system memory over its GPUs",
+);
 pub const fn bandwidth_range(key: &'static str) -> Range {
     Range::new(key, 1e-3, 1e6, "GB/s", "rule: 1 MB/s to 1 PB/s per GPU")
 }
@@ -214,6 +222,13 @@ pub struct GpuProfile {
     /// it. Absent: the profile cannot price offloading, which is then refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_link_gb_per_s: Option<f64>,
+    /// Host (CPU) memory per GPU: the node's system memory over its GPUs (DGX H100: 2 TiB over
+    /// 8 = 256; a GB200 superchip's Grace: 480 GiB of LPDDR5X over its 2 GPUs = 240). What
+    /// activation offloading to the CPU (`--cpu-offload-layers`) must fit its copies into, an
+    /// upper bound: the operating system, data loaders and the framework's own pinned buffers
+    /// share it. Absent: offloading is refused, as without `host_link_gb_per_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory_gib_per_gpu: Option<f64>,
     /// GPUs that share one NVLink domain (NVSwitch fabric): 8 in an HGX/DGX node, 72 in a GB200/GB300
     /// NVL72 rack whose compute trays hold 4 GPUs each. Absent: `gpus_per_node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -345,6 +360,11 @@ impl GpuProfile {
         self.host_link_gb_per_s
             .map(|gb| BytesPerSec(gb * GB * HOST_COPY_EFFICIENCY))
     }
+    /// The host memory one GPU may offload into, in whole bytes, if the profile gives it.
+    pub fn host_memory_capacity(&self) -> Option<Bytes> {
+        self.host_memory_gib_per_gpu
+            .map(|gib| Bytes((gib * GIB).round()))
+    }
     /// HBM bandwidth a streaming kernel achieves.
     pub fn achieved_hbm_bandwidth(&self) -> BytesPerSec {
         BytesPerSec(self.hbm_bandwidth_gb_per_s * GB * self.hbm_efficiency)
@@ -398,6 +418,9 @@ impl GpuProfile {
         }
         if let Some(host) = self.host_link_gb_per_s {
             bandwidth_range("host_link_gb_per_s").check(host)?;
+        }
+        if let Some(host) = self.host_memory_gib_per_gpu {
+            HOST_MEMORY_GIB_PER_GPU.check(host)?;
         }
         for (key, value) in [
             ("peak_fp8_tflops", self.peak_fp8_tflops),

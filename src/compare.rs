@@ -198,7 +198,44 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
 pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> String {
     let gib = |e: &Estimate| e.memory.total_bytes.0 / GIB;
     let cap = a.memory.capacity_bytes.0 / GIB;
+    // A plan that fits the GPU but not the host memory its offloaded activations need is said so.
+    let host_miss = |e: &Estimate, label: &str| {
+        (e.memory.fits && !e.memory.host_fits).then(|| {
+            format!(
+                "{label} does not fit: {}",
+                crate::report::misfit_words(&e.memory)
+            )
+        })
+    };
     match (a.fits(), b.fits()) {
+        (false, false) if host_miss(a, a_label).is_some() || host_miss(b, b_label).is_some() => {
+            let words = |e: &Estimate, label: &str| {
+                host_miss(e, label).unwrap_or_else(|| {
+                    format!(
+                        "{label} does not fit: {}",
+                        crate::report::misfit_words(&e.memory)
+                    )
+                })
+            };
+            return format!(
+                "neither plan fits: {}; {}",
+                words(a, a_label),
+                words(b, b_label)
+            );
+        }
+        (true, false) | (false, true)
+            if host_miss(a, a_label).is_some() || host_miss(b, b_label).is_some() =>
+        {
+            let (fits, missed) = if a.fits() {
+                (a_label, host_miss(b, b_label))
+            } else {
+                (b_label, host_miss(a, a_label))
+            };
+            return format!(
+                "{fits} is the one that runs: {}",
+                missed.unwrap_or_default()
+            );
+        }
         (false, false) => {
             return format!(
                 "neither plan fits: {a_label} needs {:.1} GiB and {b_label} {:.1} GiB of {cap:.1} GiB",

@@ -147,6 +147,13 @@ pub struct RowMemory {
     /// Where valid plans exist but none fits: the memory per GPU of the one that misses by least
     /// (`plan`'s "closest"), so the row says why nothing fits and by how much.
     pub closest_miss_bytes: Option<f64>,
+    /// Where that closest plan fits the GPU but misses the host memory its offloaded activations
+    /// need (`--cpu-offload-layers`): what they take per GPU there (`Memory::host_bytes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closest_miss_host_bytes: Option<f64>,
+    /// The host memory the profile gives each GPU, beside `closest_miss_host_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_capacity_bytes: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -300,6 +307,18 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
                 Some(_) => None,
                 None => result.closest_miss().map(|e| e.memory.total_bytes.0),
             },
+            closest_miss_host_bytes: best
+                .is_none()
+                .then(|| result.closest_miss())
+                .flatten()
+                .filter(|e| e.memory.fits && !e.memory.host_fits)
+                .map(|e| e.memory.host_bytes.0),
+            host_capacity_bytes: best
+                .is_none()
+                .then(|| result.closest_miss())
+                .flatten()
+                .filter(|e| e.memory.fits && !e.memory.host_fits)
+                .map(|e| e.memory.host_capacity_bytes.0),
         },
         time_to_train_s,
         cost_to_train: match (time_to_train_s, price) {
@@ -540,6 +559,12 @@ pub fn table(sweep: &Sweep) -> String {
             (Some(label), _) => plan_label(label, dims),
             (None, Some(_)) => "no valid plan (see below)".to_string(),
             (None, None) => match r.memory.closest_miss_bytes {
+                Some(_) if r.memory.closest_miss_host_bytes.is_some() => format!(
+                    "nothing fits: the closest fits the GPU but its offloaded activations need {:.1} GiB of host memory per GPU, which has {:.1} GiB ({} candidates)",
+                    r.memory.closest_miss_host_bytes.unwrap_or(0.0) / GIB,
+                    r.memory.host_capacity_bytes.unwrap_or(0.0) / GIB,
+                    r.search.candidates
+                ),
                 Some(need) => format!(
                     "nothing fits: the closest needs {:.1} GiB of {:.1} GiB ({} candidates)",
                     need / GIB,

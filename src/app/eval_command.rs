@@ -21,7 +21,6 @@ use crate::plan::{ParallelPlan, PlanError, PlanRequest, Recompute, divisors};
 use crate::planner::SearchOptions;
 use crate::report::{self, Report, detail_for};
 use crate::specs;
-use crate::units::GIB;
 
 /// `eval` (and `report`, `quiet`): an error about a value the plan file gave names the file's
 /// key and the file (`tp: 3 in plans/x.yaml`), not a flag the user never typed.
@@ -666,9 +665,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         let framework = framework_of(target);
         if !estimate.fits() {
             eprintln!(
-                "warning: this plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU",
-                estimate.memory.total_bytes.0 / GIB,
-                estimate.memory.capacity_bytes.0 / GIB
+                "warning: this plan does not fit: {}",
+                crate::report::misfit_words(&estimate.memory)
             );
         }
         print!("{}", emitted(framework, &scenario, &estimate));
@@ -748,9 +746,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         if quiet {
             // `tpsim report` prints no breakdown, so say why the exit code is 1.
             eprintln!(
-                "the plan does not fit: {:.1} GiB of {:.1} GiB on the most loaded GPU (see the report's memory figure)",
-                estimate.memory.total_bytes.0 / GIB,
-                estimate.memory.capacity_bytes.0 / GIB
+                "the plan does not fit: {} (see the report's memory figure)",
+                crate::report::misfit_words(&estimate.memory)
             );
         }
         Ok(Outcome::NothingFits)

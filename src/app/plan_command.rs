@@ -279,6 +279,7 @@ fn cpu_offload_note(scenario: &super::scenario::Scenario, shown: &[Estimate]) ->
         || best.plan.pp != 1
         || best.plan.recompute == Recompute::None
         || cluster.gpu.host_link_gb_per_s.is_none()
+        || cluster.gpu.host_memory_gib_per_gpu.is_none()
         || model.layers < 2;
     if ruled_out {
         return None;
@@ -749,26 +750,24 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     });
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
+            Some(closest) if !closest.memory.host_fits && closest.memory.fits => format!(
+                "closest: {} fits the GPU ({:.1} of {:.1} GiB) but keeps {:.1} GiB of offloaded activations in host memory, which has {:.1} GiB per GPU (misses by {} GiB); offload fewer layers (--cpu-offload-layers), add nodes, or shorten --seq-len",
+                closest_plan_words(closest),
+                closest.memory.total_bytes.0 / GIB,
+                closest.memory.capacity_bytes.0 / GIB,
+                closest.memory.host_bytes.0 / GIB,
+                closest.memory.host_capacity_bytes.0 / GIB,
+                match -crate::units::shown_gib_left(
+                    closest.memory.host_capacity_bytes.0,
+                    closest.memory.host_bytes.0,
+                ) {
+                    miss_gib if miss_gib < 0.05 => "under 0.1".to_string(),
+                    miss_gib => format!("{miss_gib:.1}"),
+                },
+            ),
             Some(closest) => format!(
-                "closest: {}{}{} mb {} recompute {} ZeRO-{}{} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
-                super::pin_conflict::degrees_words(&closest.plan),
-                if closest.plan.vpp > 1 {
-                    format!(" vpp {}", closest.plan.vpp)
-                } else {
-                    String::new()
-                },
-                if closest.plan.sequence_parallel {
-                    " sequence-parallel"
-                } else {
-                    ""
-                },
-                closest.plan.micro_batch,
-                report::recompute_label(&closest.plan),
-                closest.plan.zero,
-                match closest.plan.precision {
-                    crate::plan::Precision::Bf16 => String::new(),
-                    p => format!(" {}", p.as_str()),
-                },
+                "closest: {} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
+                closest_plan_words(closest),
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
                 // As printed, so the three numbers add up (`units::shown_gib_left`); where the two
@@ -813,6 +812,32 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// The closest miss's plan as `plan`'s nothing-fits line names it: its degrees, then micro-batch,
+/// recompute, ZeRO stage and a precision other than bf16.
+fn closest_plan_words(closest: &Estimate) -> String {
+    format!(
+        "{}{}{} mb {} recompute {} ZeRO-{}{}",
+        super::pin_conflict::degrees_words(&closest.plan),
+        if closest.plan.vpp > 1 {
+            format!(" vpp {}", closest.plan.vpp)
+        } else {
+            String::new()
+        },
+        if closest.plan.sequence_parallel {
+            " sequence-parallel"
+        } else {
+            ""
+        },
+        closest.plan.micro_batch,
+        report::recompute_label(&closest.plan),
+        closest.plan.zero,
+        match closest.plan.precision {
+            crate::plan::Precision::Bf16 => String::new(),
+            p => format!(" {}", p.as_str()),
+        }
+    )
 }
 
 /// The offloaded-layer counts `plan`'s offload note and hint try, fewest first and each once: a

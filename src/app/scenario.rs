@@ -1884,14 +1884,19 @@ fn cpu_offload_layers_of(
             model.layers - 1
         );
     }
+    let profile = if gpu_reference == cluster.gpu.name {
+        cluster.gpu.name.clone()
+    } else {
+        format!("{} ({gpu_reference})", cluster.gpu.name)
+    };
     if cluster.gpu.host_link_gb_per_s.is_none() {
         bail!(
-            "{from} copies activations over the GPU's link to host memory, which the {} profile does not give; add host_link_gb_per_s (per GPU per direction, e.g. 64 for PCIe Gen5 x16) to the profile, or drop it",
-            if gpu_reference == cluster.gpu.name {
-                cluster.gpu.name.clone()
-            } else {
-                format!("{} ({gpu_reference})", cluster.gpu.name)
-            }
+            "{from} copies activations over the GPU's link to host memory, which the {profile} profile does not give; add host_link_gb_per_s (per GPU per direction, e.g. 64 for PCIe Gen5 x16) to the profile, or drop it"
+        );
+    }
+    if cluster.gpu.host_memory_gib_per_gpu.is_none() {
+        bail!(
+            "{from} keeps activations in host memory, whose size the {profile} profile does not give; add host_memory_gib_per_gpu (the node's system memory over its GPUs, e.g. 256 for a DGX H100's 2 TiB over 8) to the profile, or drop it"
         );
     }
     Ok(layers)

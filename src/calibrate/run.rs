@@ -418,6 +418,19 @@ pub fn calibrate(
             profile.host_link_gb_per_s = None;
         }
     }
+    // Nor is the host memory offloading fills: a GPU keeps its datasheet's; a CPU twin has no
+    // host memory apart from its own.
+    if let Some(host) = profile.host_memory_gib_per_gpu {
+        if is_gpu {
+            notes.push(format!(
+                "host_memory_gib_per_gpu {} (what --cpu-offload-layers fills) not measured: kept from {}",
+                crate::cluster::show_number(host),
+                opts.base_reference
+            ));
+        } else {
+            profile.host_memory_gib_per_gpu = None;
+        }
+    }
     profile.sources = sources;
     profile.calibration = Some(Calibration {
         backend: timer.kind().as_str().into(),

@@ -71,6 +71,15 @@ pub struct Memory {
     /// average over the offloaded layers (dense and MoE ones differ): what each offload copies to
     /// host memory and back, N of them the host's share; 0 without offloading.
     pub offloaded_layer_bytes: Bytes,
+    /// Host memory the offloaded activations take per GPU: the offloaded layers of every
+    /// micro-batch in flight (one at pp 1, the only layout offloading allows); 0 without
+    /// offloading.
+    pub host_bytes: Bytes,
+    /// The profile's host memory per GPU (`GpuProfile::host_memory_gib_per_gpu`); 0 where the
+    /// profile gives none (offloading is then refused before any plan is costed).
+    pub host_capacity_bytes: Bytes,
+    /// Whether `host_bytes` fits `host_capacity_bytes` (true without offloading).
+    pub host_fits: bool,
 }
 
 /// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
@@ -990,6 +999,8 @@ fn stage_memory(
     let other = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * (activations + transient);
     let total = used + other;
     let capacity = cluster.gpu.memory_capacity();
+    let host = offloaded_bytes * held;
+    let host_capacity = cluster.gpu.host_memory_capacity().unwrap_or(Bytes(0.0));
     Memory {
         weights_bytes: Bytes(weights),
         gradients_bytes: Bytes(gradients),
@@ -1002,6 +1013,9 @@ fn stage_memory(
         stage,
         params_per_gpu_before_zero: params,
         offloaded_layer_bytes: Bytes(offloaded_layer_bytes),
+        host_bytes: Bytes(host),
+        host_capacity_bytes: host_capacity,
+        host_fits: host == 0.0 || host <= host_capacity.0,
     }
 }
 

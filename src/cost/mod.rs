@@ -121,12 +121,19 @@ pub enum Infeasible {
         need_bytes: Bytes,
         have_bytes: Bytes,
     },
+    /// The activations offloaded to the CPU (`--cpu-offload-layers`) fit the GPU but not the
+    /// host memory the profile gives each GPU (`GpuProfile::host_memory_gib_per_gpu`).
+    OutOfHostMemory {
+        need_bytes: Bytes,
+        have_bytes: Bytes,
+    },
 }
 
 impl Infeasible {
     pub fn key(&self) -> &'static str {
         match self {
             Infeasible::OutOfMemory { .. } => "out_of_memory",
+            Infeasible::OutOfHostMemory { .. } => "out_of_host_memory",
         }
     }
 }
@@ -1520,13 +1527,18 @@ pub fn evaluate(
             let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
             (tokens / tokens_per_step).ceil() * step_s
         }),
-        infeasible: if memory.fits {
-            None
-        } else {
+        infeasible: if !memory.fits {
             Some(Infeasible::OutOfMemory {
                 need_bytes: memory.total_bytes,
                 have_bytes: memory.capacity_bytes,
             })
+        } else if !memory.host_fits {
+            Some(Infeasible::OutOfHostMemory {
+                need_bytes: memory.host_bytes,
+                have_bytes: memory.host_capacity_bytes,
+            })
+        } else {
+            None
         },
         slowest_stage_layers: slowest_layers,
         slowest_stage_moe_layers: slowest_moe_layers,

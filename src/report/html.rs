@@ -259,12 +259,22 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         })
         .collect();
     let does_not_fit = (!chosen.estimate.fits()).then(|| {
-        format!(
-            "{} does not fit (OOM): it needs {} GiB of {} GiB per GPU",
-            inputs.chosen_label,
-            gib(chosen.estimate.memory.total_bytes.0),
-            gib(chosen.estimate.memory.capacity_bytes.0)
-        )
+        let memory = &chosen.estimate.memory;
+        if memory.fits {
+            // The GPU holds it; the host memory its offloaded activations need does not.
+            format!(
+                "{} does not fit: {}",
+                inputs.chosen_label,
+                super::table::misfit_words(memory)
+            )
+        } else {
+            format!(
+                "{} does not fit (OOM): it needs {} GiB of {} GiB per GPU",
+                inputs.chosen_label,
+                gib(memory.total_bytes.0),
+                gib(memory.capacity_bytes.0)
+            )
+        }
     });
     let mut figures: Vec<(&str, String, String)> = vec![
         (

@@ -908,7 +908,7 @@ pub fn breakdown(
         if name == "activations" && offloaded > 0 {
             // What the host holds per GPU: the offloaded layers of each micro-batch in flight
             // (one at pp 1, the only layout offloading allows).
-            let host_gib = mem.offloaded_layer_bytes.0 * f64::from(offloaded) / crate::units::GIB;
+            let host_gib = mem.host_bytes.0 / crate::units::GIB;
             let _ = write!(
                 out,
                 "  ({offloaded} of {} layers offloaded to host memory: {host_gib:.1} GiB per GPU there; at the peak the GPU holds the other {})",
@@ -940,6 +940,23 @@ pub fn breakdown(
         gib(mem.total_bytes.0),
         gib(mem.capacity_bytes.0)
     );
+    if offloaded > 0 {
+        // The offloaded activations against the host memory the profile gives each GPU.
+        let host_left_gib =
+            crate::units::shown_gib_left(mem.host_capacity_bytes.0, mem.host_bytes.0);
+        let host_verdict = if mem.host_fits {
+            format!("fits, {} GiB free", amount(host_left_gib))
+        } else {
+            format!("DOES NOT FIT: misses by {} GiB", amount(-host_left_gib))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>8} GiB of {} GiB host memory per GPU — {host_verdict}",
+            "offloaded",
+            gib(mem.host_bytes.0),
+            gib(mem.host_capacity_bytes.0)
+        );
+    }
     let _ = writeln!(out);
     if p.pp > 1 {
         let _ = writeln!(
@@ -1117,6 +1134,25 @@ pub fn breakdown(
         );
     }
     out
+}
+
+/// What of a plan does not fit, in words: the most loaded GPU's memory, or, where that fits, the
+/// host memory its offloaded activations need (`Memory::host_fits`). `eval`, `report` and
+/// `compare` say a misfit in these words.
+pub fn misfit_words(memory: &crate::cost::memory::Memory) -> String {
+    if memory.fits && !memory.host_fits {
+        format!(
+            "its offloaded activations take {:.1} GiB of host memory per GPU, which has {:.1} GiB",
+            memory.host_bytes.0 / crate::units::GIB,
+            memory.host_capacity_bytes.0 / crate::units::GIB
+        )
+    } else {
+        format!(
+            "{:.1} GiB of {:.1} GiB on the most loaded GPU",
+            memory.total_bytes.0 / crate::units::GIB,
+            memory.capacity_bytes.0 / crate::units::GIB
+        )
+    }
 }
 
 /// Search statistics in one line.
