@@ -94,6 +94,10 @@ pub enum RunsFileError {
         "{origin}: runs: lists no runs, so there is nothing to predict; add runs under runs: (each - id: with source, model, hardware, plan and results, as in validation/modern_runs.yaml)"
     )]
     NoRuns { origin: String },
+    #[error(
+        "{origin}: schema_version: {given} is not a schema tpsim reads (rule: the runs files it reads, validation/modern_runs.yaml and its kin, are schema_version: {RUNS_SCHEMA_VERSION}, whose keys it knows); write the file in that schema with schema_version: {RUNS_SCHEMA_VERSION}"
+    )]
+    Schema { origin: String, given: u32 },
     #[error("{origin}: run {id}: {message}")]
     Number {
         origin: String,
@@ -101,6 +105,11 @@ pub enum RunsFileError {
         message: String,
     },
 }
+
+/// The runs-file schema tpsim reads (`schema_version: 1` in validation/modern_runs.yaml,
+/// mbridge_26_runs.yaml and mcore_moe_report.yaml): a file of another version (`schema_version:
+/// 9`) was read as this one without a word.
+pub const RUNS_SCHEMA_VERSION: u32 = 1;
 
 /// The published numbers a prediction is divided by, each in its range: a tiny one would make
 /// the error infinite (`+inf`, `inf%`), a NaN would print as `NaN`.
@@ -135,6 +144,12 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
     specs::check_number_spellings(origin, text)?;
     let mut file: ModernRunsFile =
         yaml_serde::from_str(text).map_err(|err| specs::yaml_error(origin, text, &err))?;
+    if file.schema_version != RUNS_SCHEMA_VERSION {
+        return Err(RunsFileError::Schema {
+            origin: origin.to_string(),
+            given: file.schema_version,
+        });
+    }
     // An empty list printed an empty table and exit 0, as if every run had been checked.
     if file.runs.is_empty() {
         return Err(RunsFileError::NoRuns {
@@ -158,6 +173,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
                 .filter_map(|(range, value)| Some(range.check(value?)))
                 .collect::<Result<(), String>>()
             })
+            .and_then(|()| check_run_task(&run.task))
             .and_then(|()| recipes::check_id_release(&run.id))
             .and_then(|()| check_run_recompute(run))
             .and_then(|()| check_run_precision(run))
@@ -183,6 +199,31 @@ fn check_run_recompute(run: &ModernRun) -> Result<(), String> {
         )),
         _ => Ok(()),
     }
+}
+
+/// A run's `task`, where it spells pretraining otherwise than `pretrain` (`Pretrain`,
+/// `pre-train`, `pretraining`) or is blank: the run was left out as a fine-tuning run, with the
+/// note "Pretrain run (packed sequences, other FLOPs)" (" run ..." for a blank one). Other tasks
+/// (`sft`, as NeMo's SFT rows; `lora`) are still left out as fine-tuning.
+fn check_run_task(task: &str) -> Result<(), String> {
+    let letters: String = task
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if letters.is_empty() {
+        return Err(format!(
+            "task: {} names no task (rule: pretrain is the task tpsim predicts; any other, such as sft, is left out as fine-tuning); write task: pretrain, or the run's task",
+            crate::input_file::quote(task)
+        ));
+    }
+    if task != "pretrain" && letters.starts_with("pretrain") {
+        return Err(format!(
+            "task: {} is not written as tpsim reads it (rule: pretrain, in lower case, is the task it predicts; any other, such as sft, is left out as fine-tuning); write task: pretrain",
+            crate::input_file::quote(task)
+        ));
+    }
+    Ok(())
 }
 
 /// A run's `id`, which the accuracy table shows as it is: an escape sequence in it reached the
@@ -548,7 +589,10 @@ pub struct ModernPrediction {
     /// The bundled profile the run is planned on (`hardware_profile`), if any.
     pub gpu_profile: Option<String>,
     pub moe: bool,
-    pub published_tokens_per_s_per_gpu: f64,
+    /// The source's tokens/s per GPU (`results.tokens_per_s_per_gpu`); None where it states none
+    /// (NeMo's long-context table gives step times only), which the table writes "-" and the
+    /// JSON null: read as 0, 17 rows of validation/modern_runs.yaml said "published 0".
+    pub published_tokens_per_s_per_gpu: Option<f64>,
     pub predicted_tokens_per_s_per_gpu: Option<f64>,
     /// predicted / published − 1.
     pub error: Option<f64>,
@@ -566,17 +610,22 @@ pub struct ModernPrediction {
 
 /// Bundled profile of a GPU name as the runs spell it.
 pub fn gpu_profile(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "H100" => "h100-sxm-80g",
-        "H200" => "h200-sxm-141g",
-        "H800" => "h800-sxm-80g",
-        "B200" => "b200-sxm-180g",
-        "B300" => "b300-sxm-288g",
-        "GB200" => "gb200-nvl72",
-        "GB300" => "gb300-nvl72",
-        _ => return None,
-    })
+    RUN_GPUS
+        .iter()
+        .find(|(gpu, _)| *gpu == name)
+        .map(|(_, profile)| *profile)
 }
+
+/// A runs file's `hardware.gpu` names, as written, and the bundled profile of each.
+const RUN_GPUS: [(&str, &str); 7] = [
+    ("H100", "h100-sxm-80g"),
+    ("H200", "h200-sxm-141g"),
+    ("H800", "h800-sxm-80g"),
+    ("B200", "b200-sxm-180g"),
+    ("B300", "b300-sxm-288g"),
+    ("GB200", "gb200-nvl72"),
+    ("GB300", "gb300-nvl72"),
+];
 
 /// Bundled profile of a run's hardware: its GPU name, except where the host is a known variant of
 /// that GPU. An H100 with HBM2e is the 96 GB SXM part Meta runs at a 500 W power limit (torchtitan's
@@ -706,7 +755,20 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
         return Some(format!("flagged {flag} in the source"));
     }
     if hardware_profile(&run.hardware).is_none() {
-        return Some(format!("GPU {} has no profile", run.hardware.gpu));
+        // The names `gpu_profile` knows, and the one meant where the name is one in other case
+        // or a profile's (`gpu: gb200`, `gpu: h100-sxm-80g`).
+        let upper = run.hardware.gpu.to_ascii_uppercase();
+        let known: Vec<&str> = RUN_GPUS.iter().map(|(gpu, _)| *gpu).collect();
+        let hint = known
+            .iter()
+            .rev()
+            .find(|name| upper.starts_with(**name))
+            .map_or(String::new(), |name| format!("; write gpu: {name}"));
+        return Some(format!(
+            "GPU {} has no profile (hardware.gpu names one of {}, as written){hint}",
+            run.hardware.gpu,
+            known.join(", ")
+        ));
     }
     if run.results.tokens_per_s_per_gpu.is_none() {
         return Some("no tokens/s published".into());
@@ -733,7 +795,7 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
 
 /// Predicts one run with its published plan pinned.
 pub fn predict(run: &ModernRun) -> ModernPrediction {
-    let published = run.results.tokens_per_s_per_gpu.unwrap_or(0.0);
+    let published = run.results.tokens_per_s_per_gpu;
     let source = run.id.split('-').next().unwrap_or("").to_string();
     let mut out = ModernPrediction {
         id: run.id.clone(),
@@ -755,7 +817,8 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
     match predict_tokens(run) {
         Ok((tokens, memory_bytes, note)) => {
             out.predicted_tokens_per_s_per_gpu = Some(tokens);
-            out.error = Some(tokens / published - 1.0);
+            // `excluded` leaves out a run without a published rate, so every predicted one has it.
+            out.error = published.map(|published| tokens / published - 1.0);
             out.predicted_memory_bytes = Some(memory_bytes);
             out.memory_error = out
                 .published_peak_memory_bytes

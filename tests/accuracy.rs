@@ -496,9 +496,11 @@ fn dump_residuals() {
         .iter()
         .map(|run| (run, tpsim::modern_runs::predict(run)))
     {
-        let (Some(predicted), Some(profile)) =
-            (p.predicted_tokens_per_s_per_gpu, p.gpu_profile.as_deref())
-        else {
+        let (Some(predicted), Some(published), Some(profile)) = (
+            p.predicted_tokens_per_s_per_gpu,
+            p.published_tokens_per_s_per_gpu,
+            p.gpu_profile.as_deref(),
+        ) else {
             continue;
         };
         let framework = match p.source.as_str() {
@@ -511,7 +513,7 @@ fn dump_residuals() {
             "framework": framework,
             "moe": p.moe,
             "gpu_profile": profile,
-            "measured_step_s": 1.0 / p.published_tokens_per_s_per_gpu,
+            "measured_step_s": 1.0 / published,
             "predicted_step_s": 1.0 / predicted,
             "precision": run.plan.precision.as_deref().unwrap_or("bf16"),
         });

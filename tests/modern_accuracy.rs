@@ -28,7 +28,7 @@ fn runs_and_predictions() -> (Vec<ModernRun>, Vec<ModernPrediction>) {
                 Some(e) => eprintln!(
                     "{:72} pub {:>8.0} got {:>8.0} {:+6.1}%  {}",
                     p.id,
-                    p.published_tokens_per_s_per_gpu,
+                    p.published_tokens_per_s_per_gpu.unwrap_or(0.0),
                     p.predicted_tokens_per_s_per_gpu.unwrap_or(0.0),
                     100.0 * e,
                     p.note

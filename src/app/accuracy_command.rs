@@ -154,7 +154,10 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
         plans: vec![planned.estimate],
         details: Vec::new(),
     };
-    let published = prediction.published_tokens_per_s_per_gpu;
+    // `plan_run` leaves out a run without a published rate, so this is never taken.
+    let Some(published) = prediction.published_tokens_per_s_per_gpu else {
+        bail!("run {id}: no tokens/s published, so there is nothing to compare with");
+    };
     let predicted = planned.estimate.tokens_per_s / f64::from(planned.cluster.total_gpus());
     match format {
         Format::Json | Format::Yaml => {
@@ -240,7 +243,9 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                 table.add_row(vec![
                     r.id.clone(),
                     r.gpu.clone(),
-                    format!("{:.0}", r.published_tokens_per_s_per_gpu),
+                    r.published_tokens_per_s_per_gpu
+                        .map(|t| format!("{t:.0}"))
+                        .unwrap_or_else(|| "-".into()),
                     r.predicted_tokens_per_s_per_gpu
                         .map(|t| format!("{t:.0}"))
                         .unwrap_or_else(|| "-".into()),

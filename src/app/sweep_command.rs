@@ -505,6 +505,14 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                             s.torchtitan_name(2)
                         ))
                         .unwrap_or_default()
+                    // As `plan`'s training line says it: the best-plan column shows the degrees,
+                    // which do not, so the points read as plans keeping every activation.
+                    + &result
+                        .cpu_offload_layers
+                        .map(|n| format!(
+                            ", activations of the first {n} layers offloaded to host memory (--cpu-offload-layers {n})"
+                        ))
+                        .unwrap_or_default()
                     + &result
                         .recompute_modules
                         .filter(|_| result

@@ -463,16 +463,15 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         cpu_offload_layers: match p.value("cpu-offloading-num-layers") {
             Some(v) if v.parse::<u32>() == Ok(0) => 0,
             // The count's own rule: 0 (none) or more; the shared count message said "a positive
-            // integer (at least 1)" of -1, refusing the 0 the line above reads.
-            Some(v)
-                if v.parse::<i128>().is_ok_and(|n| n < 0)
-                    || (v.parse::<i128>().is_err()
-                        && v.parse::<f64>().is_ok_and(f64::is_finite)) =>
-            {
+            // integer (at least 1)" of -1, 2.5 and of words (`abc`, `0x10`, `nan`), refusing the 0
+            // the line above reads. A count past u32 and a shell variable keep its words.
+            Some(v) if !v.starts_with('$') && v.parse::<i128>().map_or(true, |n| n < 0) => {
                 let why = if v.parse::<i128>().is_ok() {
                     "is negative"
-                } else {
+                } else if v.parse::<f64>().is_ok_and(f64::is_finite) {
                     "is not a whole number (Megatron-LM reads it as an integer)"
+                } else {
+                    "is not a whole number in decimal digits (Megatron-LM reads it as an integer)"
                 };
                 return Err(MegatronArgsError::BadValue {
                     message: format!(

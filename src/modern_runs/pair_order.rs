@@ -61,7 +61,8 @@ pub fn pair_order(runs: &[ModernRun], predictions: &[ModernPrediction]) -> PairO
         .zip(predictions)
         .filter_map(|(run, p)| {
             p.predicted_tokens_per_s_per_gpu
-                .map(|predicted| (run, p.published_tokens_per_s_per_gpu, predicted))
+                .zip(p.published_tokens_per_s_per_gpu)
+                .map(|(predicted, published)| (run, published, predicted))
         })
         .collect();
     for (i, &(a, published_a, predicted_a)) in predicted.iter().enumerate() {
