@@ -128,3 +128,42 @@ fn readme_counts_the_nvfp4_runs_accuracy_predicts() {
     );
     assert!(readme_flat().contains(&words), "want {words:?}");
 }
+
+/// The step time `eval` prints for `args`.
+fn eval_step(args: &[&str]) -> String {
+    let r = run(args);
+    assert!(r.code == 0 || r.code == 1, "{args:?}: {}", r.stderr);
+    r.stdout
+        .lines()
+        .find(|l| l.starts_with("time per step: "))
+        .unwrap_or_else(|| panic!("{args:?}: no step in {}", r.stdout))
+        .to_string()
+}
+
+/// `eval --help` shows "a Megatron-LM launch line, pasted" without `--bf16`, the flag by which
+/// `eval` knows a pasted line: the example ran with Megatron-Core's overlaps on (16.511 s), the
+/// same line through `--megatron-args` with the overlaps Megatron-LM runs without their flags,
+/// off (19.644 s), and Megatron-LM would train it in fp32. The example is now a line Megatron-LM
+/// trains in bf16, and both ways of pasting it give one step time.
+#[test]
+fn eval_help_launch_line_example_reads_as_megatron_args_reads_it() {
+    let help = run(&["eval", "--help"]).stdout;
+    let mut lines = help
+        .lines()
+        .skip_while(|l| !l.contains("# a Megatron-LM launch line, pasted"))
+        .skip(1);
+    let mut example = lines.next().unwrap().trim().to_string();
+    for line in lines.take_while(|l| !l.trim_start().starts_with("tpsim ") && !l.contains('#')) {
+        example.push(' ');
+        example.push_str(line.trim());
+    }
+    let args: Vec<&str> = example.split_whitespace().skip(1).collect();
+    assert_eq!(args[..3], ["eval", "--nodes", "16"], "{example}");
+    assert!(args.contains(&"--bf16"), "{example}");
+    let line = args[3..].join(" ");
+    assert_eq!(
+        eval_step(&args),
+        eval_step(&["eval", "--nodes", "16", "--megatron-args", &line]),
+        "{example}"
+    );
+}
