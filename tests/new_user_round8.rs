@@ -167,3 +167,46 @@ fn eval_help_launch_line_example_reads_as_megatron_args_reads_it() {
         "{example}"
     );
 }
+
+/// `sweep --axis gpu` printed gb200-nvl72's best plan at "24.51" s beside a range of
+/// "24.80–29.76" s with no word, where `plan` of the same point says the range lies "above the
+/// 24.51 s estimate: on these runs tpsim's step time has been too fast". The sweep now says it
+/// under its table, in `plan`'s words.
+#[test]
+fn sweep_says_when_a_range_lies_beside_its_step() {
+    let args = [
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "512",
+    ];
+    let mut sweep = vec!["sweep"];
+    sweep.extend(args);
+    sweep.extend(["--axis", "gpu", "--values", "h100-sxm-80g,gb200-nvl72"]);
+    let r = run(&sweep);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut plan = vec!["plan"];
+    plan.extend(args);
+    plan.extend(["--gpu", "gb200-nvl72", "--top", "1"]);
+    let p = run(&plan);
+    let range = p
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("range: "))
+        .unwrap_or_else(|| panic!("no range line in {}", p.stdout));
+    let words = &range[range.find(" — ").expect(range)..];
+    assert!(words.contains("too fast"), "{range}");
+    let line = format!(
+        "--axis gpu at gb200-nvl72: range {}",
+        &range["range: this plan takes ".len()..range.find(" s per step").unwrap()]
+    );
+    assert!(
+        r.stdout.contains(&format!("{line} s{words}\n")),
+        "want {line:?} s{words:?} in:\n{}",
+        r.stdout
+    );
+    // The H100 point's range holds its step: nothing said.
+    assert!(!r.stdout.contains("at h100-sxm-80g"), "{}", r.stdout);
+}
