@@ -1179,6 +1179,16 @@ pub fn memory_summary(
     )
 }
 
+/// The framework family of a run's source, as the accuracy summary groups dense runs: NVIDIA's
+/// DGX benchmark recipes, NeMo and Megatron-Bridge all train on Megatron-Core.
+pub fn framework_family(source: &str) -> &str {
+    match source {
+        "dgxc" | "nemo" | "mbridge" => "Megatron-Core family (DGX recipes, NeMo, Megatron-Bridge)",
+        "automodel" => "NeMo AutoModel",
+        other => other,
+    }
+}
+
 /// Median and largest |error| and the count past `bound` of the predictions that have one.
 pub fn summary(predictions: &[&ModernPrediction], bound: f64) -> Option<(usize, f64, f64, usize)> {
     median_max_past(

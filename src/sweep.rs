@@ -643,6 +643,21 @@ pub fn table(sweep: &Sweep) -> String {
             low.join(" and ")
         );
     }
+    // A range wholly on one side of its step reads as contradicting it: said as `plan` says it.
+    for r in &sweep.rows {
+        if let (Some(step), Some(low), Some(high)) =
+            (r.time.step_s, r.time.step_s_low, r.time.step_s_high)
+            && let Some(note) = crate::uncertainty::one_sided_note(step, low, high)
+        {
+            out += &format!(
+                "--axis {} at {}: range {}–{} s{note}\n",
+                sweep.axis.name(),
+                r.value,
+                crate::units::show_step_s(low),
+                crate::units::show_step_s(high)
+            );
+        }
+    }
     // The reasons are too long for a cell: one line under the table per point without a plan.
     for r in &sweep.rows {
         if let Some(why) = &r.no_valid_plan {

@@ -289,7 +289,7 @@ pub fn within_error_line(
         crate::units::show_step_s(range.step_s_low),
         crate::units::show_step_s(range.step_s_high)
     );
-    if let Some(note) = one_sided_note(best.time.step_s.0, &range) {
+    if let Some(note) = one_sided_note(best.time.step_s.0, range.step_s_low, range.step_s_high) {
         line.push_str(&note);
     }
     if plans.len() > 1 {
@@ -300,14 +300,15 @@ pub fn within_error_line(
 }
 
 /// A band wholly on one side of the estimate means tpsim has erred the same way on nearly every
-/// run behind it: said next to the range, or the point estimate reads as contradicting it.
-fn one_sided_note(step_s: f64, range: &Interval) -> Option<String> {
-    if step_s < range.step_s_low {
+/// run behind it: said next to the range, or the point estimate reads as contradicting it
+/// (`plan`'s range line, and `sweep` under its table).
+pub fn one_sided_note(step_s: f64, step_s_low: f64, step_s_high: f64) -> Option<String> {
+    if step_s < step_s_low {
         Some(format!(
             " — above the {} s estimate: on these runs tpsim's step time has been too fast",
             crate::units::show_step_s(step_s)
         ))
-    } else if step_s > range.step_s_high {
+    } else if step_s > step_s_high {
         Some(format!(
             " — below the {} s estimate: on these runs tpsim's step time has been too slow",
             crate::units::show_step_s(step_s)
@@ -323,19 +324,13 @@ mod tests {
 
     #[test]
     fn a_range_beside_the_estimate_says_which_way_tpsim_errs() {
-        let range = |low: f64, high: f64| Interval {
-            step_s_low: low,
-            step_s_high: high,
-            tokens_per_s_low: 0.0,
-            tokens_per_s_high: 0.0,
-        };
-        assert!(one_sided_note(10.0, &range(9.0, 12.0)).is_none());
-        let fast = one_sided_note(10.0, &range(10.8, 17.0)).unwrap();
+        assert!(one_sided_note(10.0, 9.0, 12.0).is_none());
+        let fast = one_sided_note(10.0, 10.8, 17.0).unwrap();
         assert!(
             fast.contains("above the 10.00 s estimate") && fast.contains("too fast"),
             "{fast}"
         );
-        let slow = one_sided_note(10.0, &range(7.0, 9.5)).unwrap();
+        let slow = one_sided_note(10.0, 7.0, 9.5).unwrap();
         assert!(slow.contains("too slow"), "{slow}");
     }
 

@@ -221,7 +221,7 @@ fn print_run(
 /// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan
 /// pinned, predicted against the published tokens/s per GPU.
 fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> {
-    use crate::modern_runs::{memory_summary, parse_runs_file, predict, summary};
+    use crate::modern_runs::{framework_family, memory_summary, parse_runs_file, predict, summary};
     let file = parse_runs_file(text, origin)?;
     let rows: Vec<_> = file.runs.iter().map(predict).collect();
     match format {
@@ -272,6 +272,36 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                         100.0 * max,
                         100.0 * bound
                     );
+                }
+                // The dense runs by framework family, where they come from more than one: the
+                // README's headline quotes the Megatron-Core family's line.
+                let mut families: Vec<&str> = Vec::new();
+                for r in &set {
+                    let family = framework_family(&r.source);
+                    if r.error.is_some() && !families.contains(&family) {
+                        families.push(family);
+                    }
+                }
+                if !moe && families.len() > 1 {
+                    let parts: Vec<String> = families
+                        .iter()
+                        .filter_map(|family| {
+                            let members: Vec<_> = set
+                                .iter()
+                                .copied()
+                                .filter(|r| framework_family(&r.source) == *family)
+                                .collect();
+                            summary(&members, bound).map(|(n, median, _, past)| {
+                                format!(
+                                    "{family} {n} {}, median |error| {:.1}%, {past} past {:.0}%",
+                                    if n == 1 { "run" } else { "runs" },
+                                    100.0 * median,
+                                    100.0 * bound
+                                )
+                            })
+                        })
+                        .collect();
+                    println!("{name} by framework: {}", parts.join("; "));
                 }
             }
             let all: Vec<_> = rows.iter().collect();
