@@ -1135,10 +1135,16 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     let refined = refine_top(&model, &cluster, &training, std::slice::from_ref(best));
     let chosen = refined.plans[0];
     let note = format!(
-        "recompute {}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}{}",
+        "recompute {}{}, ZeRO-{}, ep {}, etp {}, micro-batch {} x {}{}{}",
         match (chosen.plan.recompute, training.recompute_modules) {
             (Recompute::Selective, Some(modules)) => format!("selective ({})", modules.describe()),
             _ => crate::report::recompute_label(&chosen.plan),
+        },
+        // The recipe's activation offloading (`recipes::recipe_cpu_offload_layers`), which the
+        // recompute word alone would hide.
+        match training.offloaded_layers(model.layers) {
+            0 => String::new(),
+            n => format!(" ({n} of {} layers offloaded to the CPU)", model.layers),
         },
         chosen.plan.zero,
         chosen.plan.ep,

@@ -454,6 +454,27 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 "--dp-replicas {replicas} needs ZeRO, and --zero was not given, so eval takes ZeRO-0 (as Megatron-LM without --use-distributed-optimizer), where every data-parallel rank holds a whole copy of the states and there is nothing to keep in fewer copies; give --zero 1, 2 or 3 (or --use-distributed-optimizer), or drop --dp-replicas"
             ))
         }
+        // The recompute came from a flag that implies it (`--recompute-num-layers N` full,
+        // `--recompute-modules` selective), not a typed --recompute: that flag is named.
+        Err(PlanError::CpuOffloadWithRecompute { layers, recompute })
+            if args.recompute.is_none()
+                && plan_file.is_none()
+                && megatron.is_none()
+                && (args.recompute_num_layers.is_some()
+                    || args.training.recompute_modules.is_some()) =>
+        {
+            let implied_by = match (args.recompute_num_layers, &args.training.recompute_modules) {
+                (Some(n), _) => format!("--recompute-num-layers {n}"),
+                (None, modules) => format!(
+                    "--recompute-modules {}",
+                    modules.as_deref().unwrap_or_default().join(" ")
+                ),
+            };
+            Err(anyhow!(
+                "--cpu-offload-layers {layers} with {implied_by}, which means --recompute {recompute}: Megatron-Core offloads activations only without recompute (transformer_config.py: \"CPU offloading does not work when activation recomputation is enabled\"); drop {} or --cpu-offload-layers",
+                implied_by.split(' ').next().unwrap_or_default()
+            ))
+        }
         // `--emit deepspeed` chose DeepSpeed, which the error's fix (`--framework megatron-core`)
         // would leave its configuration with no framework to run on: the fix is another emit.
         Err(PlanError::DpReplicasFramework { replicas, .. })

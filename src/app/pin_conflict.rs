@@ -121,6 +121,12 @@ pub(super) fn explain(
                     .recompute
                     .is_some_and(|r| r != crate::plan::Recompute::None)
             {
+                // `--recompute-num-layers N` implies full recompute: the flag typed is named.
+                if let Some(n) = options.pins.recompute_num_layers.filter(|n| *n > 0) {
+                    return Some(format!(
+                        "--recompute-num-layers {n} (full recompute of {n} layers) with --cpu-offload-layers {offload}: Megatron-Core offloads activations only without recompute; drop --recompute-num-layers (and any --recompute but none), or drop --cpu-offload-layers"
+                    ));
+                }
                 return Some(format!(
                     "--recompute {} with --cpu-offload-layers {offload}: Megatron-Core offloads activations only without recompute; pin --recompute none, or drop --cpu-offload-layers",
                     pin.value

@@ -1876,6 +1876,11 @@ fn cpu_offload_layers_of(
             "{from} is Megatron-Core's activation offloading (--cpu-offloading-num-layers, Transformer Engine's CPU offload context), which {which} does not run; use --framework megatron-core, or drop it"
         );
     }
+    if layers >= model.layers && model.layers == 1 {
+        bail!(
+            "{from} offloads the model's only layer; Megatron-Core offloads fewer layers than the model has (transformer_config.py: \"CPU offloading can be done only for layers less than 1\"), so a one-layer model offloads none; drop it"
+        );
+    }
     if layers >= model.layers {
         bail!(
             "{from} offloads {layers} of the model's {} layers; Megatron-Core offloads fewer than all (transformer_config.py: \"CPU offloading can be done only for layers less than {}\"); give at most {}",
