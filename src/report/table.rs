@@ -292,7 +292,9 @@ pub fn scenario_line(report: &Report) -> String {
             ),
             None => String::new(),
         },
-        if m.moe.is_some() {
+        // Only where a shown plan splits its experts (ep > 1) does a token cross GPUs: with every
+        // shown plan at ep 1 (e.g. under a tight --max-memory-gib) there is no dispatch to describe.
+        if m.moe.is_some() && report.plans.iter().any(|e| e.plan.ep > 1) {
             moe_dispatch_words(t.moe_dispatch)
         } else {
             String::new()
