@@ -476,11 +476,13 @@ pub struct TrainingArgs {
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// Offload the activations of the first N transformer layers to host memory during the
     /// forward and copy them back for the backward (Megatron-Core's --cpu-offloading
-    /// --cpu-offloading-num-layers N, Transformer Engine's CPU offload context): the GPU keeps the
-    /// other layers' activations and one offloaded layer's in flight; each copy runs beside the
-    /// next layers' compute over the GPU's host link (PCIe, NVLink-C2C on GB200/GB300) and what
-    /// it cannot hide is exposed. Megatron-Core only, below the model's layer count, without a
-    /// pipeline (pp 1) and without recompute; `plan` then searches only such plans. Default: 0
+    /// --cpu-offloading-num-layers N, Transformer Engine's CPU offload context): at its peak the
+    /// GPU keeps the other layers' activations (Transformer Engine's default synchronizer), the
+    /// host the N offloaded ones, within the profile's host_memory_gib_per_gpu; each copy runs
+    /// beside the next layers' compute over the GPU's host link (PCIe, NVLink-C2C on
+    /// GB200/GB300) and what it cannot hide is exposed. Megatron-Core only, below the model's
+    /// layer count, without a pipeline (pp 1) and without recompute; `plan` then searches only
+    /// such plans. Default: 0
     #[arg(long, visible_alias = "cpu-offloading-num-layers", value_name = "N")]
     pub cpu_offload_layers: Option<u32>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with
