@@ -110,7 +110,6 @@ pub const fn low_precision_peak_range(key: &'static str) -> Range {
         "rule: positive, at most about 7x a B300's dense FP4",
     )
 }
-/// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
 /// Host (CPU) memory per GPU: 1 GiB to 100 TiB, as the device's own.
 pub const HOST_MEMORY_GIB_PER_GPU: Range = Range::new(
     "host_memory_gib_per_gpu",
@@ -119,6 +118,7 @@ pub const HOST_MEMORY_GIB_PER_GPU: Range = Range::new(
     "GiB",
     "rule: 1 GiB to 100 TiB per GPU, the node's system memory over its GPUs",
 );
+/// Any bandwidth: 1 MB/s to 1 PB/s (a B200's HBM3e is 8,000 GB/s).
 pub const fn bandwidth_range(key: &'static str) -> Range {
     Range::new(key, 1e-3, 1e6, "GB/s", "rule: 1 MB/s to 1 PB/s per GPU")
 }

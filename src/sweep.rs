@@ -356,12 +356,15 @@ fn csv_cell(text: &str) -> String {
 }
 
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
-/// no plan is valid. The framework, CP exchange, pipeline schedule and offloaded layers, one per
+/// no plan is valid. Where the closest miss fits the GPU but not the host memory its offloaded
+/// activations need, the two host cells say so, as the JSON's `closest_miss_host_bytes` and
+/// `host_capacity_bytes` and the table's cell do (its `closest_miss_bytes` alone, under the
+/// capacity, would not say why). The framework, CP exchange, pipeline schedule and offloaded layers, one per
 /// sweep in the JSON, are on every row. Values are numbers or bundled names,
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -407,6 +410,8 @@ pub fn to_csv(sweep: &Sweep) -> String {
             format!("{:.0}", r.memory.capacity_bytes),
             fixed(r.memory.free_bytes, 0),
             fixed(r.memory.closest_miss_bytes, 0),
+            fixed(r.memory.closest_miss_host_bytes, 0),
+            fixed(r.memory.host_capacity_bytes, 0),
             fixed(r.time_to_train_s, 0),
             fixed(r.cost_to_train, 0),
             csv_cell(r.no_valid_plan.as_deref().unwrap_or_default()),

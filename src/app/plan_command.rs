@@ -798,7 +798,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             None => unreachable!("an empty search returned an error above"),
         };
         eprintln!("nothing fits: {miss}");
-        if let Some(hint) = more_offload_hint(&scenario, options) {
+        // The closest miss says which way the offloaded count should move: a GPU that overflows
+        // wants more layers on the host, a host that overflows fewer.
+        let host_missed = result
+            .closest_miss()
+            .is_some_and(|e| e.memory.fits && !e.memory.host_fits);
+        if let Some(hint) = more_offload_hint(&scenario, options, host_missed) {
             eprintln!("{hint}");
         }
         if let Some(hint) = super::pin_conflict::fit_hint(
@@ -856,27 +861,49 @@ fn offload_counts_to_try(layers: u32) -> impl Iterator<Item = u32> {
 
 /// Where `--cpu-offload-layers N` leaves nothing that fits, the fewest layers offloaded (in quarters
 /// of the model, or all but one) with which a plan fits: offloading more is the fix the flag's user
-/// reaches for first.
+/// reaches for first. Where the closest miss fits the GPU and overflows the host memory its
+/// offloaded activations need (`host_missed`), offloading more only adds to that: then the most
+/// layers below N with which a plan fits, with the host memory it takes.
 fn more_offload_hint(
     scenario: &super::scenario::Scenario,
     options: SearchOptions,
+    host_missed: bool,
 ) -> Option<String> {
     let (model, cluster) = (&scenario.model, &scenario.cluster);
     let asked = scenario.training.cpu_offload_layers;
     if asked == 0 {
         return None;
     }
-    offload_counts_to_try(model.layers)
-        .filter(|n| *n > asked)
-        .find_map(|n| {
+    let counts: Vec<u32> = if host_missed {
+        offload_counts_to_try(model.layers)
+            .filter(|n| *n < asked)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect()
+    } else {
+        offload_counts_to_try(model.layers)
+            .filter(|n| *n > asked)
+            .collect()
+    };
+    counts.into_iter().find_map(|n| {
         let training = Training {
             cpu_offload_layers: n,
             ..scenario.training
         };
         let found = search(model, cluster, &training, options);
         let best = found.feasible().first().copied()?;
+        let host = if host_missed {
+            format!(
+                ", {:.1} of {:.1} GiB of host memory per GPU",
+                best.memory.host_bytes.0 / GIB,
+                best.memory.host_capacity_bytes.0 / GIB
+            )
+        } else {
+            String::new()
+        };
         Some(format!(
-            "hint: offloading {n} of the {} layers (--cpu-offload-layers {n}) fits: {} at {} of {} GiB",
+            "hint: offloading {n} of the {} layers (--cpu-offload-layers {n}) fits: {} at {} of {} GiB{host}",
             model.layers,
             super::pin_conflict::degrees_words(&best.plan),
             format_args!("{:.1}", best.memory.total_bytes.0 / GIB),

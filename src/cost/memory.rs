@@ -73,7 +73,15 @@ pub struct Memory {
     pub offloaded_layer_bytes: Bytes,
     /// Host memory the offloaded activations take per GPU: the offloaded layers of every
     /// micro-batch in flight (one at pp 1, the only layout offloading allows); 0 without
-    /// offloading.
+    /// offloading. Transformer Engine's default handler (`OffloadableLayerState` in
+    /// `transformer_engine/pytorch/cpu_offload.py`) copies each offloaded layer into its own pinned
+    /// buffers and frees them only after that layer's backward (`release_all_memory`), so all N
+    /// are on the host from the end of the forward until the backward reaches layer N − 1; the v1
+    /// handler drops each copy at its reload, the same N at the peak. Freed pinned memory stays in
+    /// PyTorch's caching host allocator for the next micro-batch. That allocator rounds every
+    /// block up to a power of two (`CachingHostAllocator.h`: `c10::llvm::PowerOf2Ceil(size)`),
+    /// which is not counted: tensors of non-power-of-two sizes pin up to twice their bytes, so
+    /// this is a lower bound, as `host_capacity_bytes` is an upper one.
     pub host_bytes: Bytes,
     /// The profile's host memory per GPU (`GpuProfile::host_memory_gib_per_gpu`); 0 where the
     /// profile gives none (offloading is then refused before any plan is costed).
