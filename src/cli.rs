@@ -944,6 +944,10 @@ pub enum SweepAxis {
     SeqLen,
     /// Sequences per step (values: 512,1024,2048).
     GlobalBatch,
+    /// Layers whose activations are offloaded to host memory, as --cpu-offload-layers (values:
+    /// 0,20,40,60; 0 searches every plan, a count only Megatron-Core plans at pp 1 without
+    /// recompute).
+    CpuOffloadLayers,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

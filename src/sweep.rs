@@ -25,6 +25,9 @@ pub enum Axis {
     NetworkBandwidth,
     SeqLen,
     GlobalBatch,
+    /// Layers whose activations are offloaded to the CPU (`--cpu-offload-layers`): the
+    /// memory-for-host-link trade at each count, 0 (none, every plan searched) among them.
+    CpuOffloadLayers,
 }
 
 impl Axis {
@@ -36,6 +39,7 @@ impl Axis {
             Axis::NetworkBandwidth => "network-bandwidth",
             Axis::SeqLen => "seq-len",
             Axis::GlobalBatch => "global-batch",
+            Axis::CpuOffloadLayers => "cpu-offload-layers",
         }
     }
 
@@ -48,6 +52,7 @@ impl Axis {
             Axis::NetworkBandwidth => "network GB/s per GPU",
             Axis::SeqLen => "sequence length",
             Axis::GlobalBatch => "global batch (sequences)",
+            Axis::CpuOffloadLayers => "layers offloaded to the CPU",
         }
     }
 }
@@ -96,6 +101,10 @@ pub struct Row {
     /// Layers of each chunk recomputed whole under Megatron's block method (0: every layer, or
     /// recompute is not full), as `plan --format json` writes it.
     pub recompute_num_layers: Option<u32>,
+    /// Layers whose activations this point offloads to host memory (`--cpu-offload-layers`, or
+    /// the point's value under `--axis cpu-offload-layers`); absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_offload_layers: u32,
     /// The best plan's step time and its range, named as `plan`'s and `eval`'s JSON `time` names
     /// them (`time.step_s`, `time.step_s_low`, `time.step_s_high`).
     pub time: RowTime,
@@ -171,7 +180,8 @@ pub struct Sweep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// Layers whose activations every point offloads to host memory (`--cpu-offload-layers`, as
-    /// `plan`'s JSON `training.cpu_offload_layers`); absent when none.
+    /// `plan`'s JSON `training.cpu_offload_layers`); absent when none, and under
+    /// `--axis cpu-offload-layers`, whose rows each say their own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_offload_layers: Option<u32>,
     /// What selective recompute recomputes under Megatron-Core (`--recompute-modules`, or the
@@ -237,7 +247,7 @@ pub fn run(
         cpu_offload_layers: points
             .first()
             .map(|p| p.training.cpu_offload_layers)
-            .filter(|n| *n > 0),
+            .filter(|n| *n > 0 && points.iter().all(|p| p.training.cpu_offload_layers == *n)),
         recompute_modules: points.first().and_then(|p| p.training.recompute_modules),
         tokens: points.first().and_then(|p| p.training.tokens),
         price_per_gpu_hour,
@@ -289,6 +299,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         dp_replicas: best.map(|e| e.plan.dp_replicas),
         precision: best.map(|e| e.plan.precision.as_str()),
         recompute_num_layers: best.map(|e| e.plan.recompute_num_layers),
+        cpu_offload_layers: point.training.cpu_offload_layers,
         label: best.map(|e| PlanLabel::of(&e.plan)),
         time: RowTime {
             step_s: best.map(|e| e.time.step_s.0),
@@ -381,7 +392,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             // The JSON names a V schedule only; every other sweep runs 1F1B (interleaved where
             // a row's vpp is above 1).
             sweep.pp_schedule.map_or("1f1b", |s| s.as_str()).to_string(),
-            sweep.cpu_offload_layers.unwrap_or(0).to_string(),
+            r.cpu_offload_layers.to_string(),
             r.search.candidates.to_string(),
             r.search.feasible.to_string(),
             opt(r.tp),
@@ -648,19 +659,41 @@ pub fn table(sweep: &Sweep) -> String {
             low.join(" and ")
         );
     }
-    // A range wholly on one side of its step reads as contradicting it: said as `plan` says it.
-    for r in &sweep.rows {
-        if let (Some(step), Some(low), Some(high)) =
-            (r.time.step_s, r.time.step_s_low, r.time.step_s_high)
-            && let Some(note) = crate::uncertainty::one_sided_note(step, low, high)
-        {
-            out += &format!(
-                "--axis {} at {}: range {}–{} s{note}\n",
-                sweep.axis.name(),
-                r.value,
-                crate::units::show_step_s(low),
-                crate::units::show_step_s(high)
-            );
+    // A range wholly on one side of its step reads as contradicting it: said as `plan` says it,
+    // once for the table where every point's range lies on the same side (the same band's
+    // shift), else for each point whose does.
+    let sided: Vec<(&Row, f64, f64, f64)> = sweep
+        .rows
+        .iter()
+        .filter_map(
+            |r| match (r.time.step_s, r.time.step_s_low, r.time.step_s_high) {
+                (Some(step), Some(low), Some(high)) => Some((r, step, low, high)),
+                _ => None,
+            },
+        )
+        .collect();
+    let above = |&(_, step, low, _): &(&Row, f64, f64, f64)| step < low;
+    let below = |&(_, step, _, high): &(&Row, f64, f64, f64)| step > high;
+    if sided.len() > 1 && (sided.iter().all(above) || sided.iter().all(below)) {
+        let (side, way) = if sided.iter().all(above) {
+            ("above", "too fast")
+        } else {
+            ("below", "too slow")
+        };
+        out += &format!(
+            "range s: every point's range lies {side} its step estimate: on the runs behind it tpsim's step time has been {way}\n"
+        );
+    } else {
+        for &(r, step, low, high) in &sided {
+            if let Some(note) = crate::uncertainty::one_sided_note(step, low, high) {
+                out += &format!(
+                    "--axis {} at {}: range {}–{} s{note}\n",
+                    sweep.axis.name(),
+                    r.value,
+                    crate::units::show_step_s(low),
+                    crate::units::show_step_s(high)
+                );
+            }
         }
     }
     // The reasons are too long for a cell: one line under the table per point without a plan.
@@ -854,4 +887,8 @@ mod tests {
             "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 zero1"
         );
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

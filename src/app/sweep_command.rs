@@ -29,6 +29,7 @@ pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
         SweepAxis::NetworkBandwidth => sweep::Axis::NetworkBandwidth,
         SweepAxis::SeqLen => sweep::Axis::SeqLen,
         SweepAxis::GlobalBatch => sweep::Axis::GlobalBatch,
+        SweepAxis::CpuOffloadLayers => sweep::Axis::CpuOffloadLayers,
     }
 }
 
@@ -54,6 +55,23 @@ pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result
     }
 }
 
+/// A count that may be 0 (`--axis cpu-offload-layers`: 0 offloads nothing), read as
+/// [`sweep_u32`] reads a positive one.
+fn sweep_count(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
+    if value == "0" {
+        return Ok(0);
+    }
+    sweep_u32(axis, value, example).map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string().replace(
+                "is not a positive whole number",
+                "is not a whole number (0 or more)"
+            )
+        )
+    })
+}
+
 /// The flag whose value each point of `axis` sets (never given with it: `sweep_command` refuses
 /// that), `None` for the network bandwidth, which no flag sets.
 fn axis_flag(axis: sweep::Axis) -> Option<&'static str> {
@@ -63,6 +81,7 @@ fn axis_flag(axis: sweep::Axis) -> Option<&'static str> {
         sweep::Axis::Gpu => Some("--gpu"),
         sweep::Axis::SeqLen => Some("--seq-len"),
         sweep::Axis::GlobalBatch => Some("--global-batch"),
+        sweep::Axis::CpuOffloadLayers => Some("--cpu-offload-layers"),
         sweep::Axis::NetworkBandwidth => None,
     }
 }
@@ -188,6 +207,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     .as_ref()
                     .map(|c| format!("--calibration {c}"))
             }),
+        sweep::Axis::CpuOffloadLayers => args
+            .training
+            .cpu_offload_layers
+            .map(|n| format!("--cpu-offload-layers {n}")),
         sweep::Axis::Params | sweep::Axis::NetworkBandwidth => None,
     };
     if let Some(flag) = fixed {
@@ -247,6 +270,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             }
             sweep::Axis::GlobalBatch => {
                 training.global_batch = Some(sweep_u32(axis, value, "512,1024,2048")?)
+            }
+            // 0 is a point too: no offloading, every plan searched (Megatron-LM's default).
+            sweep::Axis::CpuOffloadLayers => {
+                training.cpu_offload_layers = Some(sweep_count(axis, value, "0,20,40")?)
             }
             sweep::Axis::NetworkBandwidth => {}
         }
@@ -312,6 +339,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             sweep::Axis::Nodes => scenario.cluster.nodes.to_string(),
             sweep::Axis::SeqLen => scenario.training.seq_len.to_string(),
             sweep::Axis::GlobalBatch => scenario.training.global_batch.to_string(),
+            sweep::Axis::CpuOffloadLayers => scenario.training.cpu_offload_layers.to_string(),
             sweep::Axis::NetworkBandwidth => scenario.cluster.gpu.network_gb_per_s.to_string(),
             // A count by its value ("512B", "512b", "512e9" and "0.512T" are one point)...
             sweep::Axis::Params => crate::units::parse_count("--values", value)
