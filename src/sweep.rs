@@ -732,6 +732,11 @@ pub fn thousands(x: f64) -> String {
     if x < 0.0 { format!("-{out}") } else { out }
 }
 
+/// Whether a count is zero (serde's `skip_serializing_if` for an absent offload).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -887,8 +892,4 @@ mod tests {
             "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 zero1"
         );
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
