@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod memory;
 pub mod module_recompute;
 pub mod moe;
+pub mod moe_router;
 pub mod pipeline;
 pub mod schedule;
 pub mod simulated;
@@ -475,7 +476,7 @@ pub(crate) fn unit_costs_at(
     // Routed copies per balanced one (imbalance and low-precision padding), once per evaluation.
     let routed_load = moe::routed_load(model, training, plan);
     let moe_time = if moe_share > 0.0 {
-        moe::moe_mlp_time(
+        let mut time = moe::moe_mlp_time(
             model,
             cluster,
             plan,
@@ -485,7 +486,13 @@ pub(crate) fn unit_costs_at(
             training.moe_dispatch.dispatcher.written_for(plan.ep),
             cast_setting,
             moe::ExpertEpilogue::of(model, training),
-        )
+        );
+        // The router's score kernels beside its GEMM (`moe_router`).
+        let router =
+            moe_router::RouterKernels::of(model, training).time(model, cluster, plan, seq_len);
+        time.forward_s += router.forward_s;
+        time.backward_s += router.backward_s;
+        time
     } else {
         moe::MoeMlpTime::default()
     };
