@@ -221,84 +221,135 @@ struct ShellWord {
     text: String,
     /// Whether the word opened with a quote (an array item such as `"--fp8-format hybrid"`).
     quoted_whole: bool,
+    /// Where a variable assignment's quoted value starts in `text` (`GPT_ARGS="--num-layers 24
+    /// ..."`: the byte after `=`), or `None` for any other word.
+    quoted_assignment: Option<usize>,
 }
 
-/// A line read as bash reads it, in one pass: whitespace outside quotes separates words, quotes
+/// Whether `text`, the start of a word, is a shell variable name and `=` (`GPT_ARGS=`).
+fn is_assignment_name(text: &str) -> bool {
+    text.strip_suffix('=').is_some_and(|name| {
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// A script read as bash reads it, in one pass: whitespace outside quotes separates words, quotes
 /// are removed (`'--num-layers'` is `--num-layers`, `--window-size="(127, 0)"` is
-/// `--window-size=(127, 0)`), a backslash outside single quotes takes the next character
-/// literally (`"a \" b"` is `a " b`; one at the end of the line continues it), and an unquoted
-/// `#` opening a word starts a comment. Err when a quote is left open at the end of the line.
-fn shell_line(line: &str) -> Result<Vec<ShellWord>, ()> {
+/// `--window-size=(127, 0)`) and may span lines (`GPT_ARGS="` on one line, its flags on the next,
+/// the closing `"` below them, as Megatron-LM's examples/pretrain_gpt.sh writes them), a backslash
+/// outside single quotes takes the next character literally (`"a \" b"` is `a " b`) and before a
+/// line break joins the lines, and an unquoted `#` opening a word starts a comment to the end of
+/// its line. Err with the line (counted from 1) where a quote opens that the script never closes.
+fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
     let mut words = Vec::new();
-    let mut text = String::new();
+    let mut word = String::new();
     let mut in_word = false;
     let mut quoted_whole = false;
-    let mut quote: Option<char> = None;
-    let mut continued = false;
-    let mut chars = line.chars();
+    let mut quoted_assignment = None;
+    // The open quote and the line it opened on.
+    let mut quote: Option<(char, usize)> = None;
+    let mut line = 1;
+    // A script saved with Windows line ends reads as one with Unix ones.
+    let text = text.replace("\r\n", "\n");
+    let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+        }
         match quote {
-            Some(q) if c == q => quote = None,
-            Some('"') if c == '\\' => text.extend(chars.next()),
-            Some(_) => text.push(c),
+            Some((q, _)) if c == q => quote = None,
+            // In double quotes a backslash before a line break removes both (bash's line
+            // continuation), before anything else it takes that character literally.
+            Some(('"', _)) if c == '\\' => match chars.next() {
+                Some('\n') => line += 1,
+                Some(next) => word.push(next),
+                None => {}
+            },
+            Some(_) => word.push(c),
             None if c.is_whitespace() => {
                 if in_word {
                     words.push(ShellWord {
-                        text: std::mem::take(&mut text),
+                        text: std::mem::take(&mut word),
                         quoted_whole,
+                        quoted_assignment: quoted_assignment.take(),
                     });
                     in_word = false;
                 }
             }
-            None if c == '#' && !in_word => return Ok(words),
+            None if c == '#' && !in_word => while chars.next_if(|&c| c != '\n').is_some() {},
             None => {
                 if !in_word {
                     in_word = true;
                     quoted_whole = c == '\'' || c == '"';
                 }
                 match c {
-                    '\'' | '"' => quote = Some(c),
+                    '\'' | '"' => {
+                        if quoted_assignment.is_none() && is_assignment_name(&word) {
+                            quoted_assignment = Some(word.len());
+                        }
+                        quote = Some((c, line));
+                    }
+                    // A backslash before a line break joins the lines (it is no word).
                     '\\' => match chars.next() {
-                        Some(next) => text.push(next),
-                        None => continued = true,
+                        Some('\n') => line += 1,
+                        Some(next) => word.push(next),
+                        None => {}
                     },
-                    _ => text.push(c),
+                    _ => word.push(c),
                 }
             }
         }
     }
-    if quote.is_some() {
-        return Err(());
+    if let Some((_, opened)) = quote {
+        return Err(opened);
     }
-    // A lone trailing backslash continues the line; it is no word.
-    if in_word && !(continued && text.is_empty()) {
-        words.push(ShellWord { text, quoted_whole });
+    if in_word {
+        words.push(ShellWord {
+            text: word,
+            quoted_whole,
+            quoted_assignment,
+        });
     }
+    // A word that was only a line continuation (`\` at the end of a line) is no word.
+    words.retain(|w| !(w.text.is_empty() && !w.quoted_whole && w.quoted_assignment.is_none()));
     Ok(words)
 }
 
-/// The words of a launch script as the program receives them: each line read as bash reads it
-/// ([`shell_line`]). A quoted array item that holds a flag and its value (`"--fp8-format
-/// hybrid"`, as Megatron-LM's example scripts write their argument arrays, expanded unquoted as
-/// `${MODEL_ARGS[@]}`) splits into its words, as the shell's word splitting does; in
-/// `--flag="a b"` the quotes hold the flag's value. A quote left open at the end of a line is
-/// refused (bash refuses it too; tpsim would read the rest of the line as one word).
+/// The words of a launch script as the program receives them ([`shell_words`]). A quoted array
+/// item that holds a flag and its value (`"--fp8-format hybrid"`, as Megatron-LM's example
+/// scripts write their argument arrays, expanded unquoted as `${MODEL_ARGS[@]}`) splits into its
+/// words, as the shell's word splitting does, and so does a variable assigned a quoted list of
+/// arguments (`GPT_ARGS="--num-layers 24 ..."`, expanded unquoted as `$GPT_ARGS`); in
+/// `--flag="a b"` the quotes hold the flag's value. A quote the script never closes is refused
+/// (bash refuses it too; tpsim would read the rest of the script as one word).
 pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError> {
-    let mut words = Vec::new();
-    for line in text.lines() {
-        let line_words = shell_line(line).map_err(|()| MegatronArgsError::Stray {
-            token: line.trim().to_string(),
-            why: "leaves a quote open (bash refuses it, and the rest of the line would read as one word); close the quote or escape it with \\".into(),
-        })?;
-        for word in line_words {
-            if word.quoted_whole
-                && word.text.starts_with("--")
-                && word.text.contains(char::is_whitespace)
-            {
-                words.extend(word.text.split_whitespace().map(str::to_string));
+    let shell = shell_words(text).map_err(|opened| MegatronArgsError::Stray {
+        token: text.lines().nth(opened - 1).unwrap_or_default().trim().to_string(),
+        why: format!(
+            "{}leaves a quote open that the rest of the text never closes (bash refuses it: \"unexpected EOF while looking for matching quote\", and the rest would read as one word); close the quote or escape it with \\",
+            if text.lines().nth(1).is_some() {
+                format!("(line {opened}) ")
             } else {
-                words.push(word.text);
+                String::new()
             }
+        ),
+    })?;
+    let mut words = Vec::new();
+    for word in shell {
+        let value = word.quoted_assignment.map(|at| &word.text[at..]);
+        if let Some(value) = value.filter(|v| v.trim_start().starts_with("--")) {
+            words.extend(value.split_whitespace().map(str::to_string));
+            // The closing quote ends the list as `)` ends an array: what follows it in the
+            // script (`torchrun`) is no value of its last flag.
+            words.push("\"".to_string());
+        } else if word.quoted_whole
+            && word.text.starts_with("--")
+            && word.text.contains(char::is_whitespace)
+        {
+            words.extend(word.text.split_whitespace().map(str::to_string));
+        } else {
+            words.push(word.text);
         }
     }
     Ok(words)

@@ -181,6 +181,20 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
             "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it and read --{switch} as the rest of the line says); Megatron-LM turns --{switch} off by leaving it out: drop both"
         ));
     }
+    // `--tensor_model_parallel_size`: argparse matches a flag as written (Megatron-LM's are all
+    // spelled with dashes; only torchrun's own flags take either), so it refuses the underscores,
+    // and the long names are more than two edits from the dashed ones that the nearest-name
+    // check below reaches.
+    let dashed = name.replace('_', "-");
+    if dashed != name
+        && (VALUED.contains(&dashed.as_str())
+            || SWITCHES.contains(&dashed.as_str())
+            || ["recompute-modules", "moe-router-load-balancing-type"].contains(&dashed.as_str()))
+    {
+        return Some(format!(
+            "is not a Megatron-LM argument (Megatron-LM's argparse reads flags as written, with dashes, and refuses it; tpsim would skip it); write --{dashed}"
+        ));
+    }
     if name == "model-parallel-size" {
         return Some(
             "is Megatron-LM's retired name, which its arguments.py refuses (\"--model-parallel-size is no longer valid\"); write --tensor-model-parallel-size".to_string(),

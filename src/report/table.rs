@@ -105,6 +105,15 @@ pub fn scenario_line(report: &Report) -> String {
         None if m.kv_heads != m.heads => format!(", {}", counted(m.kv_heads, "KV head")),
         None => String::new(),
     };
+    // A head width set apart from hidden / heads (Qwen3's and Gemma's `head_dim`, Megatron's
+    // `--kv-channels`) is said, so the line echoes the width the attention is priced at: "hidden
+    // 4096, 64 heads" alone reads as heads of 64. Latent attention says its own widths.
+    let gqa =
+        if m.mla.is_none() && u64::from(m.heads) * u64::from(m.head_dim) != u64::from(m.hidden) {
+            format!("{gqa}, head dim {}", m.head_dim)
+        } else {
+            gqa
+        };
     let gated = if m.gated_mlp { ", gated MLP" } else { "" };
     // Mixture of experts: what routes where, and the parameters one token uses.
     let experts = match &m.moe {
