@@ -200,6 +200,31 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
             "is Megatron-LM's retired name, which its arguments.py refuses (\"--model-parallel-size is no longer valid\"); write --tensor-model-parallel-size".to_string(),
         );
     }
+    // `--tensor-model-parallel 2`: Megatron-LM's parser takes no abbreviations (arguments.py,
+    // `argparse.ArgumentParser(..., allow_abbrev=False)`), so the start of a flag tpsim reads is
+    // refused there, and skipping it would evaluate that flag's default. Megatron-LM's own
+    // arguments that are such a start are read as themselves: `--fp8`, `--fp4`, `--fp8-param`,
+    // `--fp4-param` and `--activation-func` (TransformerConfig fields that
+    // `argument_utils.py`'s ArgumentGroupFactory exposes; every other argument of arguments.py and
+    // of those configs at Megatron-LM d98e8a64 is no such start, nor is a torchrun flag).
+    const MEGATRON_ARGUMENTS_THAT_START_OTHERS: [&str; 5] =
+        ["fp8", "fp4", "fp8-param", "fp4-param", "activation-func"];
+    if !MEGATRON_ARGUMENTS_THAT_START_OTHERS.contains(&name) {
+        let longer: Vec<&str> = VALUED
+            .iter()
+            .chain(SWITCHES)
+            .chain(&["recompute-modules", "moe-router-load-balancing-type"])
+            .filter(|known| known.len() > name.len() && known.starts_with(name))
+            .copied()
+            .collect();
+        if !longer.is_empty() {
+            let names: Vec<String> = longer.iter().map(|known| format!("--{known}")).collect();
+            return Some(format!(
+                "is not a Megatron-LM argument (Megatron-LM's argparse takes no abbreviations, allow_abbrev=False, and refuses it; tpsim would skip it); write the whole name: {}",
+                names.join(" or ")
+            ));
+        }
+    }
     let reach = if name.chars().count() <= 10 { 1 } else { 2 };
     let nearest = VALUED
         .iter()
