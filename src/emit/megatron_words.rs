@@ -200,6 +200,20 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
             "is Megatron-LM's retired name, which its arguments.py refuses (\"--model-parallel-size is no longer valid\"); write --tensor-model-parallel-size".to_string(),
         );
     }
+    let reach = if name.chars().count() <= 10 { 1 } else { 2 };
+    let nearest = VALUED
+        .iter()
+        .chain(SWITCHES)
+        .chain(&["recompute-modules", "moe-router-load-balancing-type"])
+        .map(|known| (edit_distance(name, known), *known))
+        .filter(|(distance, _)| (1..=reach).contains(distance))
+        .min();
+    // A near miss (`--num-layer`) reads as the typo it most likely is.
+    if let Some((_, known)) = nearest {
+        return Some(format!(
+            "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it); did you mean --{known}?"
+        ));
+    }
     // `--tensor-model-parallel 2`: Megatron-LM's parser takes no abbreviations (arguments.py,
     // `argparse.ArgumentParser(..., allow_abbrev=False)`), so the start of a flag tpsim reads is
     // refused there, and skipping it would evaluate that flag's default. Megatron-LM's own
@@ -225,16 +239,5 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
             ));
         }
     }
-    let reach = if name.chars().count() <= 10 { 1 } else { 2 };
-    let nearest = VALUED
-        .iter()
-        .chain(SWITCHES)
-        .chain(&["recompute-modules", "moe-router-load-balancing-type"])
-        .map(|known| (edit_distance(name, known), *known))
-        .filter(|(distance, _)| (1..=reach).contains(distance))
-        .min()?;
-    Some(format!(
-        "is not a Megatron-LM argument (Megatron-LM's argparse refuses it, and tpsim would skip it); did you mean --{}?",
-        nearest.1
-    ))
+    None
 }
