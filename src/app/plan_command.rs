@@ -757,28 +757,20 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 closest.memory.capacity_bytes.0 / GIB,
                 closest.memory.host_bytes.0 / GIB,
                 closest.memory.host_capacity_bytes.0 / GIB,
-                match -crate::units::shown_gib_left(
+                miss_gib_words(
                     closest.memory.host_capacity_bytes.0,
-                    closest.memory.host_bytes.0,
-                ) {
-                    miss_gib if miss_gib < 0.05 => "under 0.1".to_string(),
-                    miss_gib => format!("{miss_gib:.1}"),
-                },
+                    closest.memory.host_bytes.0
+                ),
             ),
             Some(closest) => format!(
                 "closest: {} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}add nodes, use a larger-memory GPU, or shorten --seq-len{}",
                 closest_plan_words(closest),
                 closest.memory.total_bytes.0 / GIB,
                 closest.memory.capacity_bytes.0 / GIB,
-                // As printed, so the three numbers add up (`units::shown_gib_left`); where the two
-                // print alike, "under 0.1", as `eval` says it.
-                match -crate::units::shown_gib_left(
+                miss_gib_words(
                     closest.memory.capacity_bytes.0,
-                    closest.memory.total_bytes.0,
-                ) {
-                    miss_gib if miss_gib < 0.05 => "under 0.1".to_string(),
-                    miss_gib => format!("{miss_gib:.1}"),
-                },
+                    closest.memory.total_bytes.0
+                ),
                 match scenario.cluster.gpu.memory_limit_gib {
                     Some(_) => format!(
                         "raise --max-memory-gib (the GPU has {:.1} GiB), ",
@@ -817,6 +809,16 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
+}
+
+/// By how many GiB `used_bytes` misses `capacity_bytes`, as printed, so the three numbers of the
+/// nothing-fits line add up (`units::shown_gib_left`); where the two print alike, "under 0.1", as
+/// `eval` says it.
+fn miss_gib_words(capacity_bytes: f64, used_bytes: f64) -> String {
+    match -crate::units::shown_gib_left(capacity_bytes, used_bytes) {
+        miss_gib if miss_gib < 0.05 => "under 0.1".to_string(),
+        miss_gib => format!("{miss_gib:.1}"),
+    }
 }
 
 /// The closest miss's plan as `plan`'s nothing-fits line names it: its degrees, then micro-batch,

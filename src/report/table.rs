@@ -929,43 +929,23 @@ pub fn breakdown(
         }
         let _ = writeln!(out);
     }
-    // The difference of the two printed numbers, so the line adds up; where they print alike,
-    // "under 0.1".
-    let left_gib = crate::units::shown_gib_left(mem.capacity_bytes.0, mem.total_bytes.0);
-    let amount = |gib: f64| {
-        if gib < 0.05 {
-            "under 0.1".to_string()
-        } else {
-            format!("{gib:.1}")
-        }
-    };
-    let verdict = if mem.fits {
-        format!("fits, {} GiB free", amount(left_gib))
-    } else {
-        format!("DOES NOT FIT: misses by {} GiB", amount(-left_gib))
-    };
     let _ = writeln!(
         out,
-        "  {:<12} {:>8} GiB of {} GiB — {verdict}",
+        "  {:<12} {:>8} GiB of {} GiB — {}",
         "total",
         gib(mem.total_bytes.0),
-        gib(mem.capacity_bytes.0)
+        gib(mem.capacity_bytes.0),
+        fit_verdict(mem.fits, mem.capacity_bytes.0, mem.total_bytes.0)
     );
     if offloaded > 0 {
         // The offloaded activations against the host memory the profile gives each GPU.
-        let host_left_gib =
-            crate::units::shown_gib_left(mem.host_capacity_bytes.0, mem.host_bytes.0);
-        let host_verdict = if mem.host_fits {
-            format!("fits, {} GiB free", amount(host_left_gib))
-        } else {
-            format!("DOES NOT FIT: misses by {} GiB", amount(-host_left_gib))
-        };
         let _ = writeln!(
             out,
-            "  {:<12} {:>8} GiB of {} GiB host memory per GPU — {host_verdict}",
+            "  {:<12} {:>8} GiB of {} GiB host memory per GPU — {}",
             "offloaded",
             gib(mem.host_bytes.0),
-            gib(mem.host_capacity_bytes.0)
+            gib(mem.host_capacity_bytes.0),
+            fit_verdict(mem.host_fits, mem.host_capacity_bytes.0, mem.host_bytes.0)
         );
     }
     let _ = writeln!(out);
@@ -1145,6 +1125,25 @@ pub fn breakdown(
         );
     }
     out
+}
+
+/// "fits, N GiB free" or "DOES NOT FIT: misses by N GiB" of `used_bytes` in `capacity_bytes`: the
+/// difference of the two numbers as printed, so the line adds up, and "under 0.1" where they print
+/// alike. The memory block's GPU line and its host-memory line say it alike.
+fn fit_verdict(fits: bool, capacity_bytes: f64, used_bytes: f64) -> String {
+    let left_gib = crate::units::shown_gib_left(capacity_bytes, used_bytes);
+    let amount = |gib: f64| {
+        if gib < 0.05 {
+            "under 0.1".to_string()
+        } else {
+            format!("{gib:.1}")
+        }
+    };
+    if fits {
+        format!("fits, {} GiB free", amount(left_gib))
+    } else {
+        format!("DOES NOT FIT: misses by {} GiB", amount(-left_gib))
+    }
 }
 
 /// What of a plan does not fit, in words: the most loaded GPU's memory, or, where that fits, the
