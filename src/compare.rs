@@ -249,7 +249,11 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
             } else {
                 (b_label, a_label, b, a)
             };
-            let act = (m.memory.activations_bytes.0 - f.memory.activations_bytes.0) / GIB;
+            // As the table's activations row prints the two, to 0.1 GiB.
+            let act = crate::units::shown_gib_difference(
+                m.memory.activations_bytes.0,
+                f.memory.activations_bytes.0,
+            );
             return format!(
                 "{fits} is the one that runs: {misses} needs {:.1} GiB of {cap:.1} GiB ({act:+.1} GiB of activations against {fits})",
                 gib(m)
@@ -266,7 +270,8 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
     let slow_step = slow.time.step_s.0;
     let speedup = 100.0 * (slow_step / fast.time.step_s.0 - 1.0);
     if speedup < 0.05 {
-        let dm = gib(a) - gib(b);
+        // As the table's total row subtracts them.
+        let dm = crate::units::shown_gib_difference(a.memory.total_bytes.0, b.memory.total_bytes.0);
         let memory = if dm.abs() < 0.05 {
             "and the same memory".to_string()
         } else if dm > 0.0 {

@@ -100,6 +100,13 @@ pub fn shown_gib_left(capacity_bytes: f64, total_bytes: f64) -> f64 {
     (gib_tenths(capacity_bytes) - gib_tenths(total_bytes)) / 10.0
 }
 
+/// `a_bytes` − `b_bytes` in GiB as the two print to 0.1 GiB: the difference of the printed numbers,
+/// so a sentence beside a table (`compare`'s verdict: "needs 5.3 GiB less") reads what its rows'
+/// subtraction gives (61.8 and 67.1 GiB), not the 5.2 of the unrounded values.
+pub fn shown_gib_difference(a_bytes: f64, b_bytes: f64) -> f64 {
+    (gib_tenths(a_bytes) - gib_tenths(b_bytes)) / 10.0
+}
+
 /// Bytes as the whole tenths of a GiB they print as.
 fn gib_tenths(bytes: f64) -> f64 {
     (bytes / GIB * 10.0).round()

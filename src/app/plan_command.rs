@@ -744,6 +744,10 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
                 &scenario.training,
                 &r.plans[0],
             ),
+            match scenario.model.moe {
+                Some(_) => crate::cost::moe::expert_dp(&r.plans[0].plan),
+                None => 1,
+            },
             &scenario.training,
         ));
         out

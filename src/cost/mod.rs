@@ -1502,12 +1502,24 @@ pub fn evaluate(
             pp: group_comm(&[TermKind::PpComm]),
             // With several copies of the sharded states the all-reduce across them may leave the
             // NVLink domain one copy sits in: the traffic's link is the slower of the two.
+            // An MoE model's expert gradients go over expert-DP, which has ranks (and traffic)
+            // where DP×CP has one (tp 8, ep 2 on 16 GPUs: DP 1, expert-DP 4): the traffic's link
+            // is the slower of the groups that carry some.
             dp: {
                 let dp = group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]);
                 let replicas = groups.get(GroupKind::DpReplica);
+                let expert_links: Vec<Link> = [GroupKind::ExpertDp, GroupKind::ExpertDpReplica]
+                    .into_iter()
+                    .map(|kind| groups.get(kind))
+                    .filter(|group| model.moe.is_some() && group.size > 1)
+                    .map(|group| group.link)
+                    .collect();
                 GroupComm {
-                    link: match dp.link {
-                        Some(_) if replicas.size > 1 && replicas.link == Link::Network => {
+                    link: match dp.link.or(expert_links.first().copied()) {
+                        Some(_)
+                            if (replicas.size > 1 && replicas.link == Link::Network)
+                                || expert_links.contains(&Link::Network) =>
+                        {
                             Some(Link::Network)
                         }
                         link => link,

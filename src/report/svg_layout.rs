@@ -120,13 +120,26 @@ pub(crate) fn layout_svg(
             .collect();
         replica0.dedup();
         let total = replica0.len() as u32;
+        // A node holds gpn / (tp·cp) replicas side by side where one replica's stage is narrower
+        // than a node (tp 2 on 8 GPUs: replicas 0..3 on node 0), and all of them are drawn: the
+        // undrawn nodes hold the replicas past the last one on the drawn nodes.
+        let drawn_replicas = replica0
+            .iter()
+            .map(|&node| rank_coordinates((node + 1) * gpn - 1, plan).dp + 1)
+            .max()
+            .unwrap_or(1);
         replica0.truncate(MAX_NODES as usize);
         // Past MAX_NODES, replica 0's own later nodes are undrawn too: the rest of the cluster is
         // those and the other replicas, each counted.
         let note = format!(
-            "{} of {} nodes drawn: those holding data-parallel replica 0{}; the other {} nodes hold replicas 1..{} in the same layout",
+            "{} of {} nodes drawn: those holding data-parallel {}{}; the other {} nodes hold replicas {}..{} in the same layout",
             replica0.len(),
             cluster.nodes,
+            if drawn_replicas > 1 {
+                format!("replicas 0..{}", drawn_replicas - 1)
+            } else {
+                "replica 0".to_string()
+            },
             if total > MAX_NODES {
                 format!(
                     " (its first {MAX_NODES} of {total}; its other {} hold the rest of its stages)",
@@ -136,6 +149,7 @@ pub(crate) fn layout_svg(
                 String::new()
             },
             cluster.nodes - total,
+            drawn_replicas,
             plan.dp.saturating_sub(1)
         );
         (replica0, Some(note))

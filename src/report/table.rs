@@ -1209,7 +1209,13 @@ fn dp_link_parts(e: &Estimate, cluster: &Cluster) -> (String, Option<String>) {
     };
     let groups = crate::cost::groups::groups(cluster, &e.plan);
     let dp = groups.get(crate::cost::groups::GroupKind::Dp);
-    match shared_nic_ring_words(link, dp.members_per_node, cluster) {
+    // With one DP×CP rank the traffic is the experts' over expert-DP (`Estimate::comm`'s DP link).
+    let ring = if dp.size > 1 {
+        dp
+    } else {
+        groups.get(crate::cost::groups::GroupKind::ExpertDp)
+    };
+    match shared_nic_ring_words(link, ring.members_per_node, cluster) {
         Some((link, detail)) => (link.to_string(), Some(detail)),
         None => (link_name(link).to_string(), None),
     }
@@ -1253,13 +1259,15 @@ fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
 /// `tp_pairs`: the TP all-reduce equivalents of a layer's forward (`cost::tp_pairs_per_layer`);
 /// `regathers`: whether the backward gathers the column-parallel inputs again
 /// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
-/// again (`cost::tp_recompute_repeats_collectives`).
+/// again (`cost::tp_recompute_repeats_collectives`); `expert_dp`: the ranks an MoE model's expert
+/// gradients are reduced over (`cost::moe::expert_dp`; 1 for a dense model).
 pub fn explain_best(
     e: &Estimate,
     cluster: &Cluster,
     tp_pairs: f64,
     regathers: bool,
     recompute_repeats: bool,
+    expert_dp: u32,
     training: &crate::training::Training,
 ) -> String {
     let p = &e.plan;
@@ -1390,7 +1398,10 @@ pub fn explain_best(
     } else {
         let _ = writeln!(out, "  PP 1: no pipeline; no bubble");
     }
-    if p.dp * p.cp > 1 {
+    // An MoE model's expert gradients are reduced over expert-DP (`cost::moe`), which has ranks
+    // where DP×CP has one (tp 8, ep 2 on 16 GPUs: DP 1, expert-DP 4): the line says so and gives
+    // the traffic, instead of "a single replica; no gradient traffic".
+    if p.dp * p.cp > 1 || expert_dp > 1 {
         // Gradients are reduced over DP and CP together (Megatron-Core's data-parallel group with
         // context parallelism), so CP alone still reduces them.
         let group = if p.cp > 1 {
@@ -1402,6 +1413,21 @@ pub fn explain_best(
             )
         } else {
             format!("DP {}", p.dp)
+        };
+        // Where DP×CP has ranks too, the link after the line's bytes is that group's, so the
+        // expert-DP group names its own (tp 2, ep 32 on 8-GPU nodes: DP 64 with 4 ranks per node,
+        // expert-DP 4 with one).
+        // (With ep·etp = tp the expert-DP group is DP×CP itself: nothing to add.)
+        let group = match (expert_dp > 1 && p.ep * p.etp != p.tp, p.dp * p.cp > 1) {
+            (true, true) => {
+                let groups = crate::cost::groups::groups(cluster, p);
+                let experts = groups.get(crate::cost::groups::GroupKind::ExpertDp);
+                let link = shared_nic_ring_words(experts.link, experts.members_per_node, cluster)
+                    .map_or(link_name(experts.link), |(link, _)| link);
+                format!("{group} (experts over expert-DP {expert_dp}, on {link})")
+            }
+            (true, false) => format!("{group} (experts over expert-DP {expert_dp})"),
+            (false, _) => group,
         };
         let group = if p.dp_replicas > 1 {
             format!(
