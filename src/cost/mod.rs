@@ -1508,17 +1508,19 @@ pub fn evaluate(
             dp: {
                 let dp = group_comm(&[TermKind::DpGradReduce, TermKind::DpParamGather]);
                 let replicas = groups.get(GroupKind::DpReplica);
-                let expert_links: Vec<Link> = [GroupKind::ExpertDp, GroupKind::ExpertDpReplica]
-                    .into_iter()
-                    .map(|kind| groups.get(kind))
-                    .filter(|group| model.moe.is_some() && group.size > 1)
-                    .map(|group| group.link)
-                    .collect();
+                // No collection: `evaluate` runs once per candidate and allocates nothing.
+                let expert_links = || {
+                    [GroupKind::ExpertDp, GroupKind::ExpertDpReplica]
+                        .into_iter()
+                        .map(|kind| groups.get(kind))
+                        .filter(|group| model.moe.is_some() && group.size > 1)
+                        .map(|group| group.link)
+                };
                 GroupComm {
-                    link: match dp.link.or(expert_links.first().copied()) {
+                    link: match dp.link.or_else(|| expert_links().next()) {
                         Some(_)
                             if (replicas.size > 1 && replicas.link == Link::Network)
-                                || expert_links.contains(&Link::Network) =>
+                                || expert_links().any(|link| link == Link::Network) =>
                         {
                             Some(Link::Network)
                         }
