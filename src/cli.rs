@@ -58,7 +58,8 @@ pub enum Command {
         after_help = "Examples:\n  tpsim validate --model llama3-8b --calibration clusters/calibrated-h100.yaml --tp 8\n  tpsim validate --backend cpu --layers 2 --hidden 256 --heads 8 --seq-len 128 --tp 4 --sequence-parallel"
     )]
     Validate(ValidateArgs),
-    /// Best plan at each point of one axis (nodes, model size, GPU, network, sequence, batch).
+    /// Best plan at each point of one axis (nodes, model size, GPU, network, sequence, batch, layers
+    /// offloaded to the CPU).
     #[command(after_help = SWEEP_EXAMPLES, allow_negative_numbers = true)]
     Sweep(SweepArgs),
     /// Two plans side by side, term by term, with the term that decides between them.
@@ -72,7 +73,7 @@ pub enum Command {
     Completions(CompletionsArgs),
 }
 
-const SWEEP_EXAMPLES: &str = "Axes and their values:\n  --axis nodes --values 16,32,64                     nodes of --gpus-per-node GPUs\n  --axis params --values 70B,175B,512B               model size (GPT-style shape derived per point)\n  --axis gpu --values a100-sxm-80g,h100-sxm-80g      bundled GPU profiles or profile files\n  --axis network-bandwidth --values 12.5,25,50       inter-node GB/s per GPU (400 Gb/s NIC = 50)\n  --axis seq-len --values 2048,4096,8192             tokens per sequence\n  --axis global-batch --values 512,1024,2048         sequences per step\n\nExamples:\n  tpsim sweep --params 175B --axis nodes --values 16,32,64,128 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim sweep --model llama3-70b --nodes 16 --axis gpu --values a100-sxm-80g,h100-sxm-80g,h200-sxm-141g --format csv > gpus.csv\n  tpsim sweep --params 512B --nodes 32 --axis network-bandwidth --values 12.5,25,50,100 --chart network.svg\n\nThe table goes to stdout; the progress bar (long sweeps, terminals only) and notes to stderr.";
+const SWEEP_EXAMPLES: &str = "Axes and their values:\n  --axis nodes --values 16,32,64                     nodes of --gpus-per-node GPUs\n  --axis params --values 70B,175B,512B               model size (GPT-style shape derived per point)\n  --axis gpu --values a100-sxm-80g,h100-sxm-80g      bundled GPU profiles or profile files\n  --axis network-bandwidth --values 12.5,25,50       inter-node GB/s per GPU (400 Gb/s NIC = 50)\n  --axis seq-len --values 2048,4096,8192             tokens per sequence\n  --axis global-batch --values 512,1024,2048         sequences per step\n  --axis cpu-offload-layers --values 0,20,40         layers whose activations go to host memory (0: none)\n\nExamples:\n  tpsim sweep --params 175B --axis nodes --values 16,32,64,128 --tokens 300B --price-per-gpu-hour 2.5\n  tpsim sweep --model llama3-70b --nodes 16 --axis gpu --values a100-sxm-80g,h100-sxm-80g,h200-sxm-141g --format csv > gpus.csv\n  tpsim sweep --params 512B --nodes 32 --axis network-bandwidth --values 12.5,25,50,100 --chart network.svg\n\nThe table goes to stdout; the progress bar (long sweeps, terminals only) and notes to stderr.";
 
 const COMPARE_EXAMPLES: &str = "Examples:\n  tpsim compare --params 512B --nodes 32                      # the two best distinct plans of a search\n  tpsim compare --plan plans/a.yaml --plan plans/b.yaml       # two saved plans (tpsim plan --save)\n  tpsim compare --plan plans/seed-512b-32nodes.yaml --plan plans/best.yaml --format json\n\nPlans that differ only in their ZeRO stage are not distinct for the search: the runner-up differs in layout.";
 
@@ -475,14 +476,14 @@ pub struct TrainingArgs {
     #[arg(long, value_name = "SCHEDULE", value_parser = crate::training::PipelineSchedule::parse)]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// Offload the activations of the first N transformer layers to host memory during the
-    /// forward and copy them back for the backward (Megatron-Core's --cpu-offloading
-    /// --cpu-offloading-num-layers N, Transformer Engine's CPU offload context): at its peak the
-    /// GPU keeps the other layers' activations (Transformer Engine's default synchronizer), the
-    /// host the N offloaded ones, within the profile's host_memory_gib_per_gpu; each copy runs
-    /// beside the next layers' compute over the GPU's host link (PCIe, NVLink-C2C on
-    /// GB200/GB300) and what it cannot hide is exposed. Megatron-Core only, below the model's
-    /// layer count, without a pipeline (pp 1) and without recompute; `plan` then searches only
-    /// such plans. Default: 0
+    /// forward and copy them back for the backward (Megatron-LM's --cpu-offloading-num-layers N,
+    /// which turns Megatron-Core's cpu_offloading on; Transformer Engine's CPU offload context):
+    /// at its peak the GPU keeps the other layers' activations (Transformer Engine's default
+    /// synchronizer), the host the N offloaded ones, within the profile's
+    /// host_memory_gib_per_gpu; each copy runs beside the next layers' compute over the GPU's
+    /// host link (PCIe, NVLink-C2C on GB200/GB300) and what it cannot hide is exposed.
+    /// Megatron-Core only, below the model's layer count, without a pipeline (pp 1) and without
+    /// recompute; `plan` then searches only such plans. Default: 0
     #[arg(long, visible_alias = "cpu-offloading-num-layers", value_name = "N")]
     pub cpu_offload_layers: Option<u32>,
     /// What selective recompute recomputes under Megatron-Core (its --recompute-modules, with

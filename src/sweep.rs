@@ -423,8 +423,11 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.memory.closest_miss_bytes, 0),
             fixed(r.memory.closest_miss_host_bytes, 0),
             fixed(r.memory.host_capacity_bytes, 0),
-            fixed(r.time_to_train_s, 0),
-            fixed(r.cost_to_train, 0),
+            // Whole seconds and cents, as the table's cost cell keeps cents; a positive time or
+            // cost never rounds to 0 (`--tokens 1 --price-per-gpu-hour 0.001` cost $0.000329 in
+            // the table and "0" here).
+            measured(r.time_to_train_s, 0),
+            measured(r.cost_to_train, 2),
             csv_cell(r.no_valid_plan.as_deref().unwrap_or_default()),
         ];
         out.push_str(&cells.join(","));

@@ -557,6 +557,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"
         );
     }
+    // Neither file's plan fits: exit 1, as `eval` and `report` of one plan that does not fit
+    // (and `compare` of a search where nothing fits) exit; the table still sets them side by side.
+    let neither_fits = !a.fits() && !b.fits();
     let mut comparison = compare::compare(&a, &b, "plan A", "plan B");
     comparison.a_schedule = a_schedule;
     comparison.b_schedule = b_schedule;
@@ -571,6 +574,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 println!("{note}");
             }
         }
+    }
+    if neither_fits {
+        return Ok(Outcome::NothingFits);
     }
     Ok(Outcome::Found)
 }

@@ -31,6 +31,11 @@ const TITLE_CHARS: usize = 110;
 /// Width of a character of the 12-pixel point labels, for wrapping them (a generous average).
 const LABEL_CHAR_PX: f64 = 6.0;
 const LABEL_LINE_PX: u32 = 14;
+/// Most values the title lists one by one; past it, the first three and the last.
+const TITLE_VALUES: usize = 12;
+/// Least room between two point labels, in pixels; a label that would come closer to the one
+/// before it is left out (its point keeps its marker).
+const LABEL_GAP_PX: i32 = 6;
 
 /// Draws `sweep` into `path`.
 /// The throughput panel's title, which also marks the panel that draws ranges.
@@ -153,9 +158,23 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .disable_x_mesh()
             .draw()
             .map_err(|e| fail(&e))?;
-        // One label under each point, at its value (plotters would pick its own ticks).
-        for (lines, &x) in labels.iter().zip(&positions) {
+        // One label under each point, at its value (plotters would pick its own ticks), left to
+        // right, each only where it clears the one drawn before it: 200 points a few pixels
+        // apart printed their labels over each other into one black bar.
+        let mut order: Vec<usize> = (0..positions.len()).collect();
+        order.sort_by(|&a, &b| positions[a].total_cmp(&positions[b]));
+        let mut drawn_to_px = i32::MIN;
+        for i in order {
+            let (lines, x) = (&labels[i], positions[i]);
             let (px, py) = chart.backend_coord(&(x, min.min(0.0)));
+            let half_px = (lines.iter().map(|l| l.chars().count()).max().unwrap_or(0) as f64
+                * LABEL_CHAR_PX
+                / 2.0)
+                .ceil() as i32;
+            if px - half_px < drawn_to_px.saturating_add(LABEL_GAP_PX) {
+                continue;
+            }
+            drawn_to_px = px + half_px;
             for (i, line) in lines.iter().enumerate() {
                 area.draw(&Text::new(
                     line.clone(),
@@ -172,11 +191,15 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             }
         }
         // A line only where the axis is numeric: between two GPU models there is no point to
-        // interpolate, so their markers stand alone (and a little larger).
+        // interpolate, so their markers stand alone (and a little larger). It joins the points in
+        // the axis's order, not the order `--values` gave them (64,16,128,32 drew a zigzag back
+        // and forth), and breaks where a point has no value (nothing fits there).
         if log_axis {
-            chart
-                .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
-                .map_err(|e| fail(&e))?;
+            for run in joined_runs(sweep, &positions, value) {
+                chart
+                    .draw_series(LineSeries::new(run, BLUE.stroke_width(2)))
+                    .map_err(|e| fail(&e))?;
+            }
         }
         let cap = span * 0.012;
         for &(x, low, high) in &ranges {
@@ -202,6 +225,32 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     Ok(())
 }
 
+/// The runs of points a panel's line joins: every point in order of its position on the x axis,
+/// a run ending at a point without a value (nothing fits there: no line passes over it).
+fn joined_runs(
+    sweep: &Sweep,
+    positions: &[f64],
+    value: fn(&Row) -> Option<f64>,
+) -> Vec<Vec<(f64, f64)>> {
+    let mut order: Vec<(f64, Option<f64>)> = sweep
+        .rows
+        .iter()
+        .zip(positions)
+        .map(|(r, &x)| (x, value(r)))
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+    for (x, y) in order {
+        match (y, runs.last_mut()) {
+            (Some(y), Some(run)) => run.push((x, y)),
+            (None, Some(run)) if !run.is_empty() => runs.push(Vec::new()),
+            _ => {}
+        }
+    }
+    runs.retain(|run| run.len() > 1);
+    runs
+}
+
 /// The chart's title: what was swept, over which model (its name where it has one, and its
 /// parameter count) and which cluster. A GPU count is named only when every point has it; else
 /// each point's count is under its label.
@@ -222,12 +271,14 @@ fn chart_title(sweep: &Sweep) -> String {
         let hi = sweep.rows.iter().map(|r| r.gpus).max().unwrap_or(0);
         format!(" on {lo} to {hi} {gpu} (each point's count under it)")
     };
-    let values = sweep
-        .rows
-        .iter()
-        .map(|r| r.value.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    // Every value while they fit a line or two; past `TITLE_VALUES` the first three and the last
+    // (200 points listed every one of them over ten lines of title); the labels name the rest.
+    let all: Vec<&str> = sweep.rows.iter().map(|r| r.value.as_str()).collect();
+    let values = if all.len() > TITLE_VALUES {
+        format!("{}, ..., {}", all[..3].join(", "), all[all.len() - 1])
+    } else {
+        all.join(", ")
+    };
     // A named model by its name and size ("llama3-70b (70.6B parameters)"); a derived shape by
     // its size, the one thing it is.
     let model = match &sweep.model_name {
