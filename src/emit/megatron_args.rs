@@ -226,9 +226,11 @@ struct ShellWord {
     quoted_assignment: Option<usize>,
 }
 
-/// Whether `text`, the start of a word, is a shell variable name and `=` (`GPT_ARGS=`).
+/// Whether `text`, the start of a word, is a shell variable name and `=` (`GPT_ARGS=`), or `+=`,
+/// which appends to it (`GPT_ARGS+=" --sequence-parallel"`, `MODEL_ARGS+=(--bf16)`).
 fn is_assignment_name(text: &str) -> bool {
     text.strip_suffix('=').is_some_and(|name| {
+        let name = name.strip_suffix('+').unwrap_or(name);
         name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
@@ -247,6 +249,10 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
     let mut in_word = false;
     let mut quoted_whole = false;
     let mut quoted_assignment = None;
+    // Inside an array assignment (`MODEL_ARGS=(--num-layers 24 --bf16)`), the parentheses opened
+    // in it since (`$(pwd)`): bash's `(` and `)` are words of their own, so its closing `)` is
+    // no part of the last item (`--bf16)`).
+    let mut array: Option<u32> = None;
     // The open quote and the line it opened on.
     let mut quote: Option<(char, usize)> = None;
     let mut line = 1;
@@ -284,6 +290,40 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
                     quoted_whole = c == '\'' || c == '"';
                 }
                 match c {
+                    '(' if array.is_none() && is_assignment_name(&word) => {
+                        word.push(c);
+                        words.push(ShellWord {
+                            text: std::mem::take(&mut word),
+                            quoted_whole,
+                            quoted_assignment: None,
+                        });
+                        in_word = false;
+                        array = Some(0);
+                    }
+                    '(' => {
+                        array = array.map(|depth| depth + 1);
+                        word.push(c);
+                    }
+                    ')' if array == Some(0) => {
+                        if !word.is_empty() {
+                            words.push(ShellWord {
+                                text: std::mem::take(&mut word),
+                                quoted_whole,
+                                quoted_assignment: quoted_assignment.take(),
+                            });
+                        }
+                        words.push(ShellWord {
+                            text: ")".to_string(),
+                            quoted_whole: false,
+                            quoted_assignment: None,
+                        });
+                        in_word = false;
+                        array = None;
+                    }
+                    ')' => {
+                        array = array.map(|depth| depth.saturating_sub(1));
+                        word.push(c);
+                    }
                     '\'' | '"' => {
                         if quoted_assignment.is_none() && is_assignment_name(&word) {
                             quoted_assignment = Some(word.len());
@@ -338,7 +378,7 @@ pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError>
     let mut words = Vec::new();
     for word in shell {
         let value = word.quoted_assignment.map(|at| &word.text[at..]);
-        if let Some(value) = value.filter(|v| v.trim_start().starts_with("--")) {
+        if let Some(value) = value.filter(|v| is_argument_list(v)) {
             words.extend(value.split_whitespace().map(str::to_string));
             // The closing quote ends the list as `)` ends an array: what follows it in the
             // script (`torchrun`) is no value of its last flag.
@@ -353,6 +393,25 @@ pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError>
         }
     }
     Ok(words)
+}
+
+/// Whether a quoted variable's value is a list of arguments: its first word a flag
+/// (`GPT_ARGS="--num-layers 24 ..."`), or variables it extends and then a flag
+/// (`EXTRA_ARGS="$EXTRA_ARGS --use-coordinator"`, `COMMON_OPTIONS="${COMMON_OPTIONS} --no-...`, as
+/// Megatron-LM's examples/inference/run_offline_inference.sh and examples/rl/model_configs/common.sh
+/// append to their lists).
+fn is_argument_list(value: &str) -> bool {
+    value
+        .split_whitespace()
+        .find(|w| !w.starts_with('$'))
+        .is_some_and(|w| w.starts_with("--"))
+}
+
+/// Whether `word` closes a list of arguments in the script: the `)` of an array
+/// (`MODEL_ARGS=( ... )`) or the closing quote [`launch_words`] keeps of a quoted variable. A
+/// flag that takes several values (`--recompute-modules core_attn mlp`) takes none past it.
+fn closes_list(word: &str) -> bool {
+    word == ")" || word == "\""
 }
 
 impl<'a> Parsed<'a> {
@@ -464,7 +523,10 @@ impl<'a> Parsed<'a> {
                 }
             } else if flag == "recompute-modules" {
                 let mut modules: Vec<&str> = inline.into_iter().collect();
-                while let Some(v) = tokens.get(i).filter(|v| !v.starts_with("--")) {
+                while let Some(v) = tokens
+                    .get(i)
+                    .filter(|v| !v.starts_with("--") && !closes_list(v))
+                {
                     modules.push(v);
                     i += 1;
                 }
@@ -475,7 +537,10 @@ impl<'a> Parsed<'a> {
                 // with '-'; the last occurrence wins.
                 let mut types: Vec<&str> = inline.into_iter().collect();
                 while let Some(v) = tokens.get(i).filter(|v| {
-                    inline.is_none() && !v.starts_with('-') && !v.starts_with(is_lookalike_dash)
+                    inline.is_none()
+                        && !v.starts_with('-')
+                        && !v.starts_with(is_lookalike_dash)
+                        && !closes_list(v)
                 }) {
                     types.push(v);
                     i += 1;
@@ -488,10 +553,9 @@ impl<'a> Parsed<'a> {
                 parsed.ignored.push(token.to_string());
                 parsed.load_balancing.clear();
                 parsed.load_balancing.extend(inline);
-                while let Some(v) = tokens
-                    .get(i)
-                    .filter(|v| !v.starts_with('-') && !v.starts_with(is_lookalike_dash))
-                {
+                while let Some(v) = tokens.get(i).filter(|v| {
+                    !v.starts_with('-') && !v.starts_with(is_lookalike_dash) && !closes_list(v)
+                }) {
                     if let Some(why) = mistyped_flag(v) {
                         return Err(MegatronArgsError::Stray {
                             token: v.to_string(),

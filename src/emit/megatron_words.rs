@@ -223,7 +223,14 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
     // of those configs at Megatron-LM d98e8a64 is no such start, nor is a torchrun flag).
     const MEGATRON_ARGUMENTS_THAT_START_OTHERS: [&str; 5] =
         ["fp8", "fp4", "fp8-param", "fp4-param", "activation-func"];
-    if !MEGATRON_ARGUMENTS_THAT_START_OTHERS.contains(&name) {
+    // Nor are a launcher's own flags on the line that starts the program: Slurm's
+    // `srun --account=<account>` and `srun --overlap` (srun(1), Slurm 20.11 and later) begin
+    // --account-for-embedding-in-pipeline-split and --overlap-grad-reduce, and a Slurm script's
+    // `srun --account=proj --overlap python pretrain_gpt.py ...` runs.
+    const LAUNCHER_ARGUMENTS_THAT_START_OTHERS: [&str; 2] = ["account", "overlap"];
+    if !MEGATRON_ARGUMENTS_THAT_START_OTHERS.contains(&name)
+        && !LAUNCHER_ARGUMENTS_THAT_START_OTHERS.contains(&name)
+    {
         let longer: Vec<&str> = VALUED
             .iter()
             .chain(SWITCHES)
