@@ -468,7 +468,13 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    if let Some(path) = &args.chart {
+    // A chart of points none of which has a plan would be empty panels: none is written, as
+    // `plan --report` writes no report where no plan fits.
+    let nothing_fits = result.rows.iter().all(|r| r.tp.is_none());
+    if let Some(path) = args.chart.as_ref().filter(|_| nothing_fits) {
+        eprintln!("no chart written to {path}: nothing fits at any point");
+    }
+    if let Some(path) = args.chart.as_ref().filter(|_| !nothing_fits) {
         // Drawn into a temporary file, then written atomically (`output_file`).
         let scratch = std::env::temp_dir().join(format!(
             "tpsim-chart-{}-{}.svg",
@@ -560,7 +566,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             print!("{}", sweep::table(&result));
         }
     }
-    if result.rows.iter().all(|r| r.tp.is_none()) {
+    if nothing_fits {
         eprintln!("nothing fits at any point");
         return Ok(Outcome::NothingFits);
     }
