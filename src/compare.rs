@@ -200,7 +200,7 @@ pub fn verdict(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Stri
     let cap = a.memory.capacity_bytes.0 / GIB;
     // A plan that fits the GPU but not the host memory its offloaded activations need is said so.
     let host_miss = |e: &Estimate, label: &str| {
-        (e.memory.fits && !e.memory.host_fits).then(|| {
+        e.memory.misses_only_host().then(|| {
             format!(
                 "{label} does not fit: {}",
                 crate::report::misfit_words(&e.memory)

@@ -273,6 +273,14 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
             crate::uncertainty::band_for(&point.cluster.gpu.name, point.training.framework, kind);
         crate::uncertainty::interval(e, band)
     });
+    // Where nothing fits and the closest plan misses only the host memory its offloaded
+    // activations need.
+    let host_miss = best
+        .is_none()
+        .then(|| result.closest_miss())
+        .flatten()
+        .map(|e| e.memory)
+        .filter(|m| m.misses_only_host());
     Row {
         value: point.value.clone(),
         gpus,
@@ -318,18 +326,8 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
                 Some(_) => None,
                 None => result.closest_miss().map(|e| e.memory.total_bytes.0),
             },
-            closest_miss_host_bytes: best
-                .is_none()
-                .then(|| result.closest_miss())
-                .flatten()
-                .filter(|e| e.memory.fits && !e.memory.host_fits)
-                .map(|e| e.memory.host_bytes.0),
-            host_capacity_bytes: best
-                .is_none()
-                .then(|| result.closest_miss())
-                .flatten()
-                .filter(|e| e.memory.fits && !e.memory.host_fits)
-                .map(|e| e.memory.host_capacity_bytes.0),
+            closest_miss_host_bytes: host_miss.map(|m| m.host_bytes.0),
+            host_capacity_bytes: host_miss.map(|m| m.host_capacity_bytes.0),
         },
         time_to_train_s,
         cost_to_train: match (time_to_train_s, price) {

@@ -754,7 +754,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     });
     if feasible.is_empty() {
         let miss = match result.closest_miss() {
-            Some(closest) if !closest.memory.host_fits && closest.memory.fits => format!(
+            Some(closest) if closest.memory.misses_only_host() => format!(
                 "closest: {} fits the GPU ({:.1} of {:.1} GiB) but keeps {:.1} GiB of offloaded activations in host memory, which has {:.1} GiB per GPU (misses by {} GiB); offload fewer layers (--cpu-offload-layers), add nodes, or shorten --seq-len",
                 closest_plan_words(closest),
                 closest.memory.total_bytes.0 / GIB,
@@ -798,7 +798,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         // wants more layers on the host, a host that overflows fewer.
         let host_missed = result
             .closest_miss()
-            .is_some_and(|e| e.memory.fits && !e.memory.host_fits);
+            .is_some_and(|e| e.memory.misses_only_host());
         if let Some(hint) = more_offload_hint(&scenario, options, host_missed) {
             eprintln!("{hint}");
         }

@@ -404,31 +404,32 @@ pub fn calibrate(
             "CPU twin: GEMMs in f32 on one thread per rank, collectives through shared memory; these numbers describe this CPU, not a GPU".into(),
         );
     }
-    // The link to host memory that activation offloading copies over (`--cpu-offload-layers`) is
-    // not measured: a GPU keeps its datasheet's, said as the network's is; a CPU twin's memory is
-    // its host memory, so it has none to copy over and offloading on it is refused.
-    if let Some(host) = profile.host_link_gb_per_s {
-        if is_gpu {
-            notes.push(format!(
-                "host_link_gb_per_s {} (GPU to host memory, what --cpu-offload-layers copies over) not measured: kept from {}",
-                crate::cluster::show_number(host),
-                opts.base_reference
-            ));
-        } else {
-            profile.host_link_gb_per_s = None;
-        }
-    }
-    // Nor is the host memory offloading fills: a GPU keeps its datasheet's; a CPU twin has no
-    // host memory apart from its own.
-    if let Some(host) = profile.host_memory_gib_per_gpu {
-        if is_gpu {
-            notes.push(format!(
-                "host_memory_gib_per_gpu {} (what --cpu-offload-layers fills) not measured: kept from {}",
-                crate::cluster::show_number(host),
-                opts.base_reference
-            ));
-        } else {
-            profile.host_memory_gib_per_gpu = None;
+    // What activation offloading (`--cpu-offload-layers`) copies over and fills is not measured:
+    // the link to host memory and the host memory itself. A GPU keeps its datasheet's, said as the
+    // network's is; a CPU twin's memory is its host memory, so it has none to copy to and
+    // offloading on it is refused.
+    for (key, what, value) in [
+        (
+            "host_link_gb_per_s",
+            "GPU to host memory, what --cpu-offload-layers copies over",
+            &mut profile.host_link_gb_per_s,
+        ),
+        (
+            "host_memory_gib_per_gpu",
+            "what --cpu-offload-layers fills",
+            &mut profile.host_memory_gib_per_gpu,
+        ),
+    ] {
+        if let Some(host) = *value {
+            if is_gpu {
+                notes.push(format!(
+                    "{key} {} ({what}) not measured: kept from {}",
+                    crate::cluster::show_number(host),
+                    opts.base_reference
+                ));
+            } else {
+                *value = None;
+            }
         }
     }
     profile.sources = sources;

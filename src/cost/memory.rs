@@ -90,6 +90,14 @@ pub struct Memory {
     pub host_fits: bool,
 }
 
+impl Memory {
+    /// Whether the GPU holds the plan but the host memory its offloaded activations need does
+    /// not: the one misfit `eval`, `plan`, `sweep`, `compare` and the report name as the host's.
+    pub fn misses_only_host(&self) -> bool {
+        self.fits && !self.host_fits
+    }
+}
+
 /// Activation bytes of one transformer layer for one micro-batch, Korthikanti et al. 2022 §4
 /// (Table 2), generalised to grouped-query attention, gated MLPs, models without dropout and
 /// FlashAttention.

@@ -260,7 +260,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         .collect();
     let does_not_fit = (!chosen.estimate.fits()).then(|| {
         let memory = &chosen.estimate.memory;
-        if memory.fits {
+        if memory.misses_only_host() {
             // The GPU holds it; the host memory its offloaded activations need does not.
             format!(
                 "{} does not fit: {}",

@@ -1150,7 +1150,7 @@ fn fit_verdict(fits: bool, capacity_bytes: f64, used_bytes: f64) -> String {
 /// host memory its offloaded activations need (`Memory::host_fits`). `eval`, `report` and
 /// `compare` say a misfit in these words.
 pub fn misfit_words(memory: &crate::cost::memory::Memory) -> String {
-    if memory.fits && !memory.host_fits {
+    if memory.misses_only_host() {
         format!(
             "its offloaded activations take {:.1} GiB of host memory per GPU, which has {:.1} GiB",
             memory.host_bytes.0 / crate::units::GIB,
