@@ -15,6 +15,18 @@ pub fn total_bytes_high(estimate: &Estimate, band: &Band) -> f64 {
     estimate.memory.total_bytes.0 * band.log_ratio_q95.exp()
 }
 
+/// Whether a plan that fits still fits `device_memory_bytes` at the high end of tpsim's memory
+/// error (true where no run states its peak memory: there is no margin to keep).
+pub fn fits_with_margin(
+    estimate: &Estimate,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+) -> bool {
+    estimate.fits()
+        && memory_band_for(framework)
+            .is_none_or(|(band, _)| total_bytes_high(estimate, band) <= device_memory_bytes)
+}
+
 /// What the band rests on, in words: its runs, and when they are another framework's, that no
 /// run of this one states its peak memory.
 fn basis_words(band: &Band, own: bool, framework: TrainingFramework) -> String {

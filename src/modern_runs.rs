@@ -616,6 +616,15 @@ pub fn gpu_profile(name: &str) -> Option<&'static str> {
         .map(|(_, profile)| *profile)
 }
 
+/// Bundled profiles of the GPUs whose published runs offload activations to the CPU
+/// (Megatron-Bridge's recipes, `recipes::OFFLOAD_RECIPE_GPUS`): where `plan`'s offload note rests
+/// on runs it is compared with.
+pub fn offload_validated_profiles() -> impl Iterator<Item = &'static str> {
+    recipes::OFFLOAD_RECIPE_GPUS
+        .iter()
+        .filter_map(|gpu| gpu_profile(gpu))
+}
+
 /// A runs file's `hardware.gpu` names, as written, and the bundled profile of each.
 const RUN_GPUS: [(&str, &str); 7] = [
     ("H100", "h100-sxm-80g"),

@@ -372,12 +372,20 @@ pub(super) fn recipe_recompute(run: &ModernRun) -> Option<Recompute> {
 ///
 /// Megatron-Core runs offloading without recompute (`TransformerConfig.__post_init__`), so these
 /// rows are planned with none.
+/// The GPUs, as the runs name them, of the Megatron-Bridge recipes that offload activations
+/// ([`recipe_cpu_offload_layers`]): the only published runs tpsim's offload pricing is compared
+/// with (both copy over NVLink-C2C to a Grace CPU).
+pub(super) const OFFLOAD_RECIPE_GPUS: [&str; 2] = ["GB200", "GB300"];
+
 pub(super) fn recipe_cpu_offload_layers(run: &ModernRun) -> Option<u32> {
     let fsdp_without_pipeline = run.plan.fsdp == Some(true) && run.plan.pp.unwrap_or(1) == 1;
     if !run.id.starts_with("mbridge") || !fsdp_without_pipeline || !precision_is(run, "fp8") {
         return None;
     }
     let (model, gpu) = model_and_gpu(run);
+    if !OFFLOAD_RECIPE_GPUS.contains(&gpu.as_str()) {
+        return None;
+    }
     match (model, gpu.as_str()) {
         ("llama3_70b", "GB300") => Some(20),
         ("llama3_70b", "GB200") => Some(40),

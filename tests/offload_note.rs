@@ -1,0 +1,201 @@
+//! `plan`'s note on CPU activation offloading (Megatron-Core's `--cpu-offloading-num-layers`,
+//! tpsim's `--cpu-offload-layers`), which the search prices only when asked: the note runs the
+//! search again with offloading and names a plan that would rank above #1, whether or not #1
+//! recomputes, at the fewest offloaded layers that keep tpsim's memory margin, with the step `eval`
+//! gives that plan; it says where published runs stand behind the pricing, and pins that rule
+//! offloading out rule the note out.
+
+mod common;
+
+use common::*;
+
+/// Llama 3.1 405B on 128 GB200 at NVIDIA's 25.09 recipe scenario (64 × 8K tokens, FP8): the best
+/// plan without offloading recomputes nothing, yet a lower TP degree that offloads half the layers
+/// fits and is faster (the recipe itself offloads 95 layers at tp 2).
+const LLAMA_405B_GB200: [&str; 14] = [
+    "--model",
+    "llama3-405b",
+    "--gpu",
+    "gb200-nvl72",
+    "--nodes",
+    "32",
+    "--gpus-per-node",
+    "4",
+    "--global-batch",
+    "64",
+    "--seq-len",
+    "8192",
+    "--precision",
+    "fp8",
+];
+
+fn offload_note(stdout: &str) -> Option<&str> {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("note: offloading the activations of"))
+}
+
+/// The digits (and decimal point) right after `key` in `text`.
+fn number_after<'a>(text: &'a str, key: &str) -> &'a str {
+    let at = text.find(key).unwrap_or_else(|| panic!("{key} in {text}")) + key.len();
+    let len = text[at..]
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len() - at);
+    &text[at..at + len]
+}
+
+fn plan_with(extra: &[&str]) -> Run {
+    let mut args = vec!["plan"];
+    args.extend(LLAMA_405B_GB200);
+    args.extend(extra);
+    run(&args)
+}
+
+#[test]
+fn note_names_an_offloading_plan_faster_than_a_best_plan_without_recompute() {
+    let r = plan_with(&[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let note = offload_note(&r.stdout).unwrap_or_else(|| panic!("no note:\n{}", r.stdout));
+    let mut args = vec!["plan"];
+    args.extend(LLAMA_405B_GB200);
+    args.extend(["--format", "json"]);
+    let best = &json(&args)["plans"][0];
+    assert_eq!(best["recompute"], "none", "{best}");
+    let best_s = best["time"]["step_s"].as_f64().unwrap();
+
+    // The plan the note names, evaluated on its own, gives the note's step and memory.
+    let layers = number_after(note, "add --cpu-offload-layers ");
+    let mut eval = vec!["eval"];
+    eval.extend(LLAMA_405B_GB200);
+    eval.extend([
+        "--tp",
+        number_after(note, "lets tp "),
+        "--pp",
+        "1",
+        "--dp",
+        number_after(note, " dp "),
+        "--micro-batch",
+        number_after(note, " mb "),
+        "--zero",
+        number_after(note, " ZeRO-"),
+        "--recompute",
+        "none",
+        "--cpu-offload-layers",
+        layers,
+        "--format",
+        "json",
+    ]);
+    if note.contains(" sequence-parallel ") {
+        eval.push("--sequence-parallel");
+    }
+    let e = &json(&eval)["plans"][0];
+    let step: f64 = number_after(note, "and take ").parse().unwrap();
+    let eval_s = e["time"]["step_s"].as_f64().unwrap();
+    assert!(
+        (eval_s - step).abs() < 0.006,
+        "note {step} s, eval {eval_s} s"
+    );
+    assert!(step < 0.99 * best_s, "note {step} s, #1 {best_s} s");
+    let gib = |v: &serde_json::Value| v.as_f64().unwrap() / (1u64 << 30) as f64;
+    assert!(
+        note.contains(&format!(
+            "fit at {:.1} of {:.1} GiB, with {:.1} of {:.1} GiB of host memory per GPU",
+            gib(&e["memory"]["total_bytes"]),
+            gib(&e["memory"]["capacity_bytes"]),
+            gib(&e["memory"]["host_bytes"]),
+            gib(&e["memory"]["host_capacity_bytes"]),
+        )),
+        "{note}\n{e}"
+    );
+    assert_eq!(e["memory"]["fits"], true);
+    assert_eq!(e["memory"]["host_fits"], true);
+    // Published runs that offload on this GPU stand behind the pricing, and the note says so.
+    assert!(
+        note.contains("as NVIDIA's Megatron-Bridge recipes offload on this GPU"),
+        "{note}"
+    );
+}
+
+/// On a GPU no published offloading run used (a DGX H100's PCIe host link), the note says its
+/// pricing is unvalidated there, and which GPUs the published runs used.
+#[test]
+fn note_says_where_offloading_is_unvalidated() {
+    let r = run(&["plan", "--model", "llama3-70b", "--nodes", "8"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let note = offload_note(&r.stdout).unwrap_or_else(|| panic!("no note:\n{}", r.stdout));
+    assert!(
+        note.contains(
+            "unvalidated on the h100-sxm-80g (the only published runs that offload, Megatron-Bridge's on gb200-nvl72 and gb300-nvl72, copy over NVLink-C2C)"
+        ),
+        "{note}"
+    );
+}
+
+/// The note offloads the fewest layers with which its plan keeps tpsim's memory margin: one layer
+/// fewer and `eval` prints the memory-range warning for the same plan.
+#[test]
+fn note_offloads_the_fewest_layers_that_keep_the_memory_margin() {
+    let r = run(&["plan", "--model", "llama3-70b", "--nodes", "8"]);
+    let note = offload_note(&r.stdout).unwrap_or_else(|| panic!("no note:\n{}", r.stdout));
+    let layers: u32 = number_after(note, "add --cpu-offload-layers ")
+        .parse()
+        .unwrap();
+    let eval_at = |n: u32| {
+        let n = n.to_string();
+        let mut args = vec![
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--nodes",
+            "8",
+            "--tp",
+            number_after(note, "lets tp "),
+            "--pp",
+            "1",
+            "--dp",
+            number_after(note, " dp "),
+            "--micro-batch",
+            number_after(note, " mb "),
+            "--zero",
+            number_after(note, " ZeRO-"),
+            "--recompute",
+            "none",
+            "--cpu-offload-layers",
+            &n,
+        ];
+        if note.contains(" sequence-parallel ") {
+            args.push("--sequence-parallel");
+        }
+        run(&args)
+    };
+    let at = eval_at(layers);
+    assert_eq!(at.code, 0, "{}", at.stderr);
+    assert!(!at.stdout.contains("memory range:"), "{}", at.stdout);
+    let fewer = eval_at(layers - 1);
+    assert!(
+        fewer.code == 1 || fewer.stdout.contains("memory range: this plan needs"),
+        "{} layers offloaded still keeps the margin:\n{}",
+        layers - 1,
+        fewer.stdout
+    );
+}
+
+/// Megatron-Core offloads only without a pipeline and without recompute, and only it offloads:
+/// pins or a framework that rule offloading out leave no note.
+#[test]
+fn pins_and_frameworks_that_rule_offloading_out_leave_no_note() {
+    for extra in [
+        &["--pp", "2"][..],
+        &["--recompute", "full"],
+        &["--framework", "torchtitan"],
+        &["--cpu-offload-layers", "63"],
+    ] {
+        let r = plan_with(extra);
+        assert!(r.code == 0 || r.code == 1, "{extra:?}: {}", r.stderr);
+        assert!(
+            offload_note(&r.stdout).is_none(),
+            "{extra:?}:\n{}",
+            r.stdout
+        );
+    }
+}
