@@ -49,6 +49,26 @@ pub(super) struct Scenario {
     pub(super) training: Training,
     /// Said with the other notes once the input is known to be valid (`global_batch_advice`).
     pub(super) gpu_note: Option<String>,
+    /// Where the sequence length came from when neither `--seq-len` nor a plan file gave it,
+    /// said in the model line as a Hugging Face config's own note is (`seq_len_default_note`).
+    pub(super) seq_len_note: Option<String>,
+}
+
+/// The model line's words for a sequence length nobody gave: a bundled model or a model file
+/// trains on its own `seq_len` (Mixtral 8x7B's 32768), a shape from `--params` or shape flags on
+/// GPT-3's 2048. A Hugging Face config says its own (`hf_config::parse_with_note`), and a plan file
+/// or launch line that names the model gives its length with it. `None` where nothing was taken.
+fn seq_len_default_note(origin: &str, seq_len: u32) -> Option<String> {
+    let why = if origin.starts_with("derived") || origin == "flags" {
+        "GPT-3's"
+    } else if origin.starts_with("bundled") {
+        "the bundled model's training length"
+    } else if origin.starts_with("file") {
+        "the model file's seq_len"
+    } else {
+        return None;
+    };
+    Some(format!("--seq-len not given: {seq_len} tokens, {why}"))
 }
 
 /// The GPU profile a command uses when neither `--gpu` nor a plan file names one.
@@ -1111,6 +1131,10 @@ pub(super) fn resolve_scenario(
         model.seq_len = seq_len;
         model.check()?;
     }
+    let seq_len_note = seq_len_flag
+        .is_none()
+        .then(|| seq_len_default_note(&model_origin, model.seq_len))
+        .flatten();
 
     let gpu_reference = cluster_args
         .gpu
@@ -1495,6 +1519,7 @@ pub(super) fn resolve_scenario(
         gpu_reference,
         training,
         gpu_note,
+        seq_len_note,
     })
 }
 
@@ -1615,7 +1640,13 @@ fn kernel_fusion_of(
 
 pub(super) fn summaries(s: &Scenario) -> (ModelSummary, ClusterSummary) {
     (
-        ModelSummary::new(&s.model, &s.model_origin),
+        ModelSummary::new(
+            &s.model,
+            &match &s.seq_len_note {
+                Some(note) => format!("{}; {note}", s.model_origin),
+                None => s.model_origin.clone(),
+            },
+        ),
         ClusterSummary::new(&s.cluster),
     )
 }

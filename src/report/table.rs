@@ -1210,11 +1210,26 @@ fn dp_link_parts(e: &Estimate, cluster: &Cluster) -> (String, Option<String>) {
     let groups = crate::cost::groups::groups(cluster, &e.plan);
     let dp = groups.get(crate::cost::groups::GroupKind::Dp);
     // With one DP×CP rank the traffic is the experts' over expert-DP (`Estimate::comm`'s DP link).
-    let ring = if dp.size > 1 {
-        dp
+    let (ring, copies) = if dp.size > 1 {
+        (dp, groups.get(crate::cost::groups::GroupKind::DpReplica))
     } else {
-        groups.get(crate::cost::groups::GroupKind::ExpertDp)
+        (
+            groups.get(crate::cost::groups::GroupKind::ExpertDp),
+            groups.get(crate::cost::groups::GroupKind::ExpertDpReplica),
+        )
     };
+    // Hybrid sharding with each copy inside an NVLink domain: `Estimate::comm` gives the DP
+    // traffic the slower link, but only the all-reduce across the copies leaves the domain (the
+    // ledger's `dp_replica` rows, the layout figure's legend).
+    if copies.size > 1 && ring.link == Link::Nvlink && copies.link == Link::Network {
+        return (
+            "network and NVLink".to_string(),
+            Some(format!(
+                "each copy's {} ranks reduce-scatter and gather on NVLink, only the all-reduce across the {} copies crosses the network",
+                ring.size, copies.size
+            )),
+        );
+    }
     match shared_nic_ring_words(link, ring.members_per_node, cluster) {
         Some((link, detail)) => (link.to_string(), Some(detail)),
         None => (link_name(link).to_string(), None),
