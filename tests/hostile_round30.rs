@@ -257,3 +257,55 @@ fn a_timeline_without_data_parallelism_draws_no_negative_band() {
     // The optimizer step (amber) is still drawn after the pipeline.
     assert!(svg.contains(r##"fill="#FFBF00""##), "no optimizer band");
 }
+
+/// `validate` runs one dense layer with standard attention (hidden / heads per head, the whole
+/// sequence) and compares it with the cost model's prediction for the model's own layer. Given
+/// experts, latent attention, a sliding window shorter than the sequence or a head width other
+/// than hidden / heads, it measured the dense layer, predicted the other and reported the gap as
+/// the model's error (MLA's prediction beside a standard layer's time), saying nothing of what it
+/// left out. It refuses them now, before anything is measured, naming the flag.
+#[test]
+fn validate_refuses_a_layer_it_would_not_run() {
+    let tiny = [
+        "validate",
+        "--backend",
+        "cpu",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "4",
+        "--seq-len",
+        "32",
+        "--tp",
+        "2",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+    ];
+    for (extra, flag) in [
+        (["--num-experts", "4"], "--num-experts"),
+        (["--kv-lora-rank", "16"], "--kv-lora-rank"),
+        (["--attention-window", "8"], "--attention-window"),
+        (["--head-dim", "8"], "--head-dim"),
+    ] {
+        let mut args = tiny.to_vec();
+        args.extend(extra);
+        assert_one_line_error(
+            &run(&args),
+            &[flag, "validate", "dense", "--hidden 64 --heads 4"],
+            &["panicked", "backend:"],
+            flag,
+        );
+    }
+    // A window as long as the sequence changes nothing, and a head width of hidden / heads is the
+    // layer's own: both are still validated.
+    for extra in [["--attention-window", "32"], ["--head-dim", "16"]] {
+        let mut args = tiny.to_vec();
+        args.extend(extra);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+    }
+}
