@@ -124,12 +124,17 @@ fn estimated(e: Estimated, f: impl Fn(f64) -> f64) -> Estimated {
 /// A time per unit (latency, seconds per byte) as the rate or time it stands for, through `f`,
 /// with the physics the fit does not know: neither can be negative. A time fitted below zero is
 /// zero, and an interval reaching below zero keeps zero as its low end; a rate from a reciprocal whose interval reaches zero has
-/// no upper end (`UNBOUNDED`), not a negative one.
+/// no upper end (`UNBOUNDED`), not a negative one; and where the time itself fitted to zero or
+/// below (the times did not grow with the size: noise), the rate is unbounded too, not negative.
 fn estimated_nonnegative(e: Estimated, f: impl Fn(f64) -> f64, reciprocal: bool) -> Estimated {
     if reciprocal && e.ci95_low <= 0.0 {
         return Estimated {
-            value: f(e.value),
-            ci95_low: f(e.ci95_high),
+            value: if e.value > 0.0 { f(e.value) } else { UNBOUNDED },
+            ci95_low: if e.ci95_high > 0.0 {
+                f(e.ci95_high)
+            } else {
+                0.0
+            },
             ci95_high: UNBOUNDED,
         };
     }
@@ -275,7 +280,7 @@ pub fn calibrate(
     let latency_clamped = c[0].value < 0.0;
     let gemm_fit = GemmFit {
         latency_us: estimated(c[0], |v| (v * 1e6).max(0.0)),
-        throughput_tflops: estimated(c[1], |v| 1.0 / v / 1e12),
+        throughput_tflops: estimated_nonnegative(c[1], |v| 1.0 / v / 1e12, true),
         bandwidth_gb_per_s: kept_bytes.then(|| estimated(c[2], |v| 1.0 / v / 1e9)),
         r_squared: curve.r_squared,
         relative_residuals: curve.relative_residuals.clone(),
@@ -360,7 +365,11 @@ pub fn calibrate(
     // The intra-node link: the all-reduce fit at the largest group size.
     let largest = collectives
         .iter()
-        .filter(|c| c.collective == Collective::AllReduce && c.bus_gb_per_s.value > 0.0)
+        .filter(|c| {
+            c.collective == Collective::AllReduce
+                && c.bus_gb_per_s.value > 0.0
+                && c.bus_gb_per_s.value < UNBOUNDED
+        })
         .max_by_key(|c| c.ranks);
     match largest {
         Some(fit) => {
@@ -535,6 +544,32 @@ mod tests {
         assert!(fit.bus_gb_per_s.ci95_low < 200.0 && 200.0 < fit.bus_gb_per_s.ci95_high);
         let last = fit.points.last().unwrap();
         assert!((last.busbw_gb_per_s / last.algbw_gb_per_s - factor).abs() < 1e-12);
+    }
+
+    /// Hostile round 30: a rate from a reciprocal never comes out negative nor outside its own
+    /// interval. A noisy CPU sweep's time per FLOP whose interval reached below zero gave
+    /// "throughput TFLOP/s 0.080 [-0.466, 0.037]", and a send/recv whose times fell with the size
+    /// "bus GB/s -1.942 [0.190, unbounded]".
+    #[test]
+    fn a_reciprocal_rate_is_never_negative_nor_outside_its_interval() {
+        let per_flop = Estimated {
+            value: 1.25e-11,
+            ci95_low: -2e-12,
+            ci95_high: 2.7e-11,
+        };
+        let t = estimated_nonnegative(per_flop, |v| 1.0 / v / 1e12, true);
+        assert!(t.ci95_low > 0.0 && t.ci95_low <= t.value && t.value <= t.ci95_high);
+        assert_eq!(t.ci95_high, UNBOUNDED);
+
+        let timings: Vec<(u64, Timing)> = message_sizes(8 << 10, 64 << 10)
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| (bytes, Timing::from_samples(&[40e-6 - i as f64 * 1e-6])))
+            .collect();
+        let fit = fit_collective(Collective::SendRecv, 2, &timings).unwrap();
+        let bus = fit.bus_gb_per_s;
+        assert_eq!(bus.value, UNBOUNDED, "{bus:?}");
+        assert!(bus.ci95_low >= 0.0 && bus.ci95_high == UNBOUNDED, "{bus:?}");
     }
 
     #[test]

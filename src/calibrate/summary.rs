@@ -21,7 +21,9 @@ fn fine(value: f64) -> String {
 }
 
 fn ci(value: f64, low: f64, high: f64) -> String {
-    if high >= super::run::UNBOUNDED {
+    if value >= super::run::UNBOUNDED {
+        format!("unbounded [{}, unbounded]", fine(low))
+    } else if high >= super::run::UNBOUNDED {
         format!("{} [{}, unbounded]", fine(value), fine(low))
     } else {
         format!("{} [{}, {}]", fine(value), fine(low), fine(high))

@@ -61,6 +61,34 @@ pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationErr
             "--tp 0 must be at least 1 (one GPU holds the whole layer); e.g. --tp 2".into(),
         ));
     }
+    // The layer run is dense, with standard attention of hidden / heads per head over the whole
+    // sequence (`LayerSpec`); the prediction it is compared with prices the model's own layer.
+    // A part of the model the run leaves out would compare two different layers, without a word.
+    let mut unrun = Vec::new();
+    if model.moe.is_some() {
+        unrun.push("routed experts (--num-experts)");
+    }
+    if model.mla.is_some() {
+        unrun.push("multi-head latent attention (--kv-lora-rank)");
+    } else if u64::from(model.head_dim) * u64::from(model.heads) != u64::from(model.hidden) {
+        unrun.push("a head width other than hidden / heads (--head-dim)");
+    }
+    if model
+        .attention_window
+        .is_some_and(|w| w.has_effect(model.seq_len))
+    {
+        unrun.push("sliding-window attention (--attention-window)");
+    }
+    if !unrun.is_empty() {
+        return Err(CalibrationError::Input(format!(
+            "{} has {}, which validate's layer does not run (one dense layer, standard attention of hidden / heads per head over the whole sequence), so it would compare another layer with this model's prediction; validate a dense model of the same hidden size, heads and MLP width (e.g. --layers 2 --hidden {} --heads {} --ffn-hidden {})",
+            model.name,
+            unrun.join(" and "),
+            model.hidden,
+            model.heads,
+            model.ffn_hidden
+        )));
+    }
     if !model.heads.is_multiple_of(t) || !model.kv_heads.is_multiple_of(t) {
         let common = crate::integer::gcd(u64::from(model.heads), u64::from(model.kv_heads));
         let valid = crate::plan::divisors(u32::try_from(common).unwrap_or(1))

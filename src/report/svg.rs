@@ -272,6 +272,16 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             .x_label_area_size(100 + extra_px)
             .y_label_area_size(70)
             .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y_max)?;
+        // A bar's right edge. One bar's axis (0..0) has no width of its own, so plotters puts
+        // segment 1 where segment 0 starts and the bar came out 28 pixels wide below zero (and
+        // the capacity line of no length); there it ends at the plot's right edge.
+        let right = |k: u32| {
+            if n == 1 {
+                SegmentValue::Last
+            } else {
+                SegmentValue::Exact(k)
+            }
+        };
         // Plotters writes each label's first line as its tick label; a second line is drawn below.
         chart
             .configure_mesh()
@@ -297,7 +307,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                 let mut r = Rectangle::new(
                     [
                         (SegmentValue::Exact(i), below),
-                        (SegmentValue::Exact(i + 1), below + values[part]),
+                        (right(i + 1), below + values[part]),
                     ],
                     colour.filled(),
                 );
@@ -310,10 +320,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             for (i, &(low, high)) in ranges.iter().enumerate() {
                 let i = i as u32;
                 let mut bar = Rectangle::new(
-                    [
-                        (SegmentValue::Exact(i), low),
-                        (SegmentValue::Exact(i + 1), high),
-                    ],
+                    [(SegmentValue::Exact(i), low), (right(i + 1), high)],
                     BLACK.stroke_width(2),
                 );
                 bar.set_margin(0, 0, 52, 52);
@@ -340,10 +347,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
         }))?;
         if let Some((value, _)) = &spec.line {
             chart.draw_series(LineSeries::new(
-                [
-                    (SegmentValue::Exact(0), *value),
-                    (SegmentValue::Exact(n), *value),
-                ],
+                [(SegmentValue::Exact(0), *value), (right(n), *value)],
                 RED.stroke_width(2),
             ))?;
         }

@@ -494,11 +494,18 @@ pub(crate) fn gantt_svg(
             }
             if panel.tail {
                 let dp_end = pipeline_end + sim.tail_dp_s;
+                // A band keeps a pixel's gap at its right end, so one under two pixels (no exposed
+                // DP at dp 1: zero seconds) would be a rectangle of negative width, which is no SVG.
+                let tail = [
+                    (pipeline_end, dp_end, DP_COLOUR),
+                    (dp_end, step_end, OPT_COLOUR),
+                ];
                 for stage in 0..p {
-                    chart.draw_series([
-                        band(pipeline_end, dp_end, stage, DP_COLOUR, gap, gap),
-                        band(dp_end, step_end, stage, OPT_COLOUR, gap, gap),
-                    ])?;
+                    chart.draw_series(
+                        tail.iter()
+                            .filter(|(a, z, _)| z - a >= 2.0 * pixel_s)
+                            .map(|&(a, z, colour)| band(a, z, stage, colour, gap, gap)),
+                    )?;
                 }
             }
         }
