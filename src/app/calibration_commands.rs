@@ -422,6 +422,31 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     if args.tp.is_none() && args.top == 0 {
         bail!("--top 0 would validate nothing; e.g. --top 3");
     }
+    // With --tp the case is the layer as given, run and predicted in 16-bit GEMMs with the
+    // attention scores materialised (`calibrate::validate`); the kernel choices of a training
+    // would change neither side, so they are refused rather than dropped without a word.
+    if let Some(tp) = args.tp {
+        use clap::ValueEnum;
+        let name = |v: Option<clap::builder::PossibleValue>| {
+            v.map(|v| v.get_name().to_string()).unwrap_or_default()
+        };
+        if let Some(precision) = args
+            .training
+            .precision
+            .filter(|p| *p != crate::cli::PrecisionArg::Bf16)
+        {
+            bail!(
+                "--precision {} with --tp {tp}: validate runs its one layer's GEMMs in the backend's own precision (bf16 on CUDA, f32 on the CPU) and predicts them in bf16, so the flag would change nothing measured or predicted; drop --precision (without --tp it only chooses which plans' splits are validated)",
+                name(precision.to_possible_value())
+            );
+        }
+        if let Some(attention) = args.training.attention {
+            bail!(
+                "--attention {} with --tp {tp}: validate's layer materialises the attention scores (no fused kernel) and is predicted so, whatever the flag says; drop --attention (without --tp it only chooses which plans' splits are validated)",
+                name(attention.to_possible_value())
+            );
+        }
+    }
     let cluster_args = ClusterArgs {
         nodes: args.cluster.nodes.or(Some(1)),
         ..args.cluster.clone()
