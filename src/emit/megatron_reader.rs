@@ -809,7 +809,7 @@ pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Resul
         format!("middle {}, ", s.middle_max)
     };
     Err(format!(
-        "the pipeline split of these arguments (first stage {}, {}last stage {} layers) is not tpsim's for this plan (first {}, {middle}last {}); tpsim models its own split here, so give the split arguments `tpsim eval ... --emit megatron` writes for this plan (with interleaving, its --pipeline-model-parallel-layout), or drop the interleaving",
+        "the pipeline split of these arguments (first stage {}, {}last stage {} layers) is not tpsim's for this plan (first {}, {middle}last {}); tpsim models its own split here: drop the split arguments, give those `tpsim eval ... --emit megatron` writes for this plan (with interleaving, its --pipeline-model-parallel-layout), or drop the interleaving",
         megatron.first,
         if middles == 0 {
             String::new()
