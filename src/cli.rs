@@ -338,6 +338,18 @@ pub struct ClusterArgs {
     /// gb200-nvl72 and gb300-nvl72, one compute tray).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
+    /// A total GPU count as torchrun and Slurm users give it (`--gpus`, `--num-gpus`,
+    /// `--world-size`): not a flag of tpsim's, which sizes a cluster as --nodes of
+    /// --gpus-per-node; accepted only to be refused with the --nodes that gives that many GPUs
+    /// (`scenario::refuse_gpu_count`), where clap would suggest `--gpu`, the GPU type.
+    #[arg(long, hide = true, value_name = "N")]
+    pub gpus: Option<String>,
+    /// `--num-gpus N`: as `--gpus`, refused with the --nodes that gives N GPUs.
+    #[arg(long, hide = true, value_name = "N")]
+    pub num_gpus: Option<String>,
+    /// `--world-size N`: as `--gpus`, refused with the --nodes that gives N GPUs.
+    #[arg(long, hide = true, value_name = "N")]
+    pub world_size: Option<String>,
     /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
     /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
     /// YAML file. Default: h100-sxm-80g.

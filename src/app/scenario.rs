@@ -71,6 +71,53 @@ fn seq_len_default_note(origin: &str, seq_len: u32) -> Option<String> {
     Some(format!("--seq-len not given: {seq_len} tokens, {why}"))
 }
 
+/// `--gpus N` (or `--num-gpus`, `--world-size`), a total GPU count: tpsim sizes a cluster as
+/// `--nodes` of `--gpus-per-node`, so the count is refused with the `--nodes` that gives it on
+/// `gpu` (or the nearest whole numbers of nodes), rather than read as a GPU type or dropped.
+pub(super) fn refuse_gpu_count(cluster_args: &ClusterArgs, gpu: &GpuProfile) -> Result<()> {
+    let Some((flag, given)) = [
+        ("--gpus", &cluster_args.gpus),
+        ("--num-gpus", &cluster_args.num_gpus),
+        ("--world-size", &cluster_args.world_size),
+    ]
+    .into_iter()
+    .find_map(|(flag, value)| value.as_ref().map(|v| (flag, v))) else {
+        return Ok(());
+    };
+    let per_node = cluster_args
+        .gpus_per_node
+        .unwrap_or(gpu.gpus_per_node)
+        .max(1);
+    let fix = match given.trim().parse::<u64>() {
+        Ok(count) if count > 0 && count % u64::from(per_node) == 0 => format!(
+            "for {count} GPUs give --nodes {}",
+            count / u64::from(per_node)
+        ),
+        Ok(count) if count > 0 && count < u64::from(per_node) => {
+            format!("for {count} GPUs give --nodes 1 --gpus-per-node {count}")
+        }
+        Ok(count) if count > 0 => {
+            let below = count / u64::from(per_node);
+            format!(
+                "{count} GPUs are not whole nodes of {per_node}: give --nodes {below} ({} GPUs) or --nodes {} ({} GPUs)",
+                below * u64::from(per_node),
+                below + 1,
+                (below + 1) * u64::from(per_node)
+            )
+        }
+        _ => "give --nodes N for N nodes".to_string(),
+    };
+    bail!(
+        "{flag} {given}: tpsim sizes a cluster as --nodes N of --gpus-per-node GPUs ({per_node} per node on {}{}), not as a total; {fix}",
+        gpu.name,
+        if cluster_args.gpus_per_node.is_some() {
+            ", as --gpus-per-node says"
+        } else {
+            ", the profile's node"
+        }
+    )
+}
+
 /// The GPU profile a command uses when neither `--gpu` nor a plan file names one.
 pub(super) const DEFAULT_GPU: &str = "h100-sxm-80g";
 
@@ -1150,6 +1197,7 @@ pub(super) fn resolve_scenario(
         )
     });
     let (mut gpu, gpu_reference) = resolve_gpu(cluster_args, file, gpu_reference)?;
+    refuse_gpu_count(cluster_args, &gpu)?;
     apply_memory_limit(
         &mut gpu,
         cluster_args.max_memory_gib,

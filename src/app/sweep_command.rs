@@ -124,6 +124,19 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .map(|s| (s, "--seq-len"));
         super::scenario::resolve_model(&args.model, None, seq_len)?;
     }
+    // A total GPU count is refused with the --nodes that gives it, before "--nodes is required".
+    let default_gpu = super::scenario::resolve_gpu(
+        &args.cluster,
+        None,
+        args.cluster
+            .gpu
+            .clone()
+            .filter(|_| axis != sweep::Axis::Gpu)
+            .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
+    );
+    if let Ok((gpu, _)) = &default_gpu {
+        super::scenario::refuse_gpu_count(&args.cluster, gpu)?;
+    }
     if axis == sweep::Axis::Gpu {
         if args.cluster.nodes.is_none() {
             bail!(
