@@ -44,6 +44,29 @@ fn number_after<'a>(text: &'a str, key: &str) -> &'a str {
     &text[at..at + len]
 }
 
+/// The flags of the plan a note names (degrees, micro-batch, ZeRO stage, sequence parallelism), no
+/// recompute, as `eval` takes them.
+fn note_plan_flags(note: &str) -> Vec<&str> {
+    let mut flags = vec![
+        "--tp",
+        number_after(note, "lets tp "),
+        "--pp",
+        "1",
+        "--dp",
+        number_after(note, " dp "),
+        "--micro-batch",
+        number_after(note, " mb "),
+        "--zero",
+        number_after(note, " ZeRO-"),
+        "--recompute",
+        "none",
+    ];
+    if note.contains(" sequence-parallel ") {
+        flags.push("--sequence-parallel");
+    }
+    flags
+}
+
 fn plan_with(extra: &[&str]) -> Run {
     let mut args = vec!["plan"];
     args.extend(LLAMA_405B_GB200);
@@ -67,27 +90,8 @@ fn note_names_an_offloading_plan_faster_than_a_best_plan_without_recompute() {
     let layers = number_after(note, "add --cpu-offload-layers ");
     let mut eval = vec!["eval"];
     eval.extend(LLAMA_405B_GB200);
-    eval.extend([
-        "--tp",
-        number_after(note, "lets tp "),
-        "--pp",
-        "1",
-        "--dp",
-        number_after(note, " dp "),
-        "--micro-batch",
-        number_after(note, " mb "),
-        "--zero",
-        number_after(note, " ZeRO-"),
-        "--recompute",
-        "none",
-        "--cpu-offload-layers",
-        layers,
-        "--format",
-        "json",
-    ]);
-    if note.contains(" sequence-parallel ") {
-        eval.push("--sequence-parallel");
-    }
+    eval.extend(note_plan_flags(note));
+    eval.extend(["--cpu-offload-layers", layers, "--format", "json"]);
     let e = &json(&eval)["plans"][0];
     let step: f64 = number_after(note, "and take ").parse().unwrap();
     let eval_s = e["time"]["step_s"].as_f64().unwrap();
@@ -142,30 +146,9 @@ fn note_offloads_the_fewest_layers_that_keep_the_memory_margin() {
         .unwrap();
     let eval_at = |n: u32| {
         let n = n.to_string();
-        let mut args = vec![
-            "eval",
-            "--model",
-            "llama3-70b",
-            "--nodes",
-            "8",
-            "--tp",
-            number_after(note, "lets tp "),
-            "--pp",
-            "1",
-            "--dp",
-            number_after(note, " dp "),
-            "--micro-batch",
-            number_after(note, " mb "),
-            "--zero",
-            number_after(note, " ZeRO-"),
-            "--recompute",
-            "none",
-            "--cpu-offload-layers",
-            &n,
-        ];
-        if note.contains(" sequence-parallel ") {
-            args.push("--sequence-parallel");
-        }
+        let mut args = vec!["eval", "--model", "llama3-70b", "--nodes", "8"];
+        args.extend(note_plan_flags(note));
+        args.extend(["--cpu-offload-layers", &n]);
         run(&args)
     };
     let at = eval_at(layers);
