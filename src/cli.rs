@@ -338,7 +338,7 @@ pub struct ClusterArgs {
     /// gb200-nvl72 and gb300-nvl72, one compute tray).
     #[arg(long)]
     pub gpus_per_node: Option<u32>,
-    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
+    /// Bundled GPU profile (a100-sxm-80g, a100-sxm-40g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
     /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
     /// YAML file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]
