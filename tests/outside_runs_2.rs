@@ -180,10 +180,10 @@ fn outside_runs_2_stay_within_their_measured_error() {
             "{}: the published plan ran, tpsim says it does not fit: {plan}",
             row.id
         );
-        let gpus = (plan["tp"].as_f64().unwrap()
+        let gpus = plan["tp"].as_f64().unwrap()
             * plan["pp"].as_f64().unwrap()
             * plan["dp"].as_f64().unwrap()
-            * plan["cp"].as_f64().unwrap()) as f64;
+            * plan["cp"].as_f64().unwrap();
         let predicted = plan["tokens_per_s"].as_f64().unwrap() / gpus;
         let error = predicted / row.published - 1.0;
         eprintln!(
