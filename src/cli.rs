@@ -350,7 +350,7 @@ pub struct ClusterArgs {
     /// `--world-size N`: as `--gpus`, refused with the --nodes that gives N GPUs.
     #[arg(long, hide = true, value_name = "N")]
     pub world_size: Option<String>,
-    /// Bundled GPU profile (a100-sxm-80g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
+    /// Bundled GPU profile (a100-sxm-80g, a100-sxm-40g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
     /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
     /// YAML file. Default: h100-sxm-80g.
     #[arg(long, value_name = "NAME|FILE")]

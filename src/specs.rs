@@ -46,6 +46,10 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
 /// Bundled GPU/node profiles: (name, YAML text).
 pub const BUNDLED_GPUS: &[(&str, &str)] = &[
     (
+        "a100-sxm-40g",
+        include_str!("../clusters/a100-sxm-40g.yaml"),
+    ),
+    (
         "a100-sxm-80g",
         include_str!("../clusters/a100-sxm-80g.yaml"),
     ),

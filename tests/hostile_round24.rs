@@ -304,7 +304,12 @@ fn bidirectional_overrides_are_refused_in_names_and_escaped_once_in_errors() {
             "--gpu",
             gpu,
         ]);
-        assert_one_line_error(&r, &[shown, "known: a100-sxm-80g"], &["\\\\"], gpu);
+        assert_one_line_error(
+            &r,
+            &[shown, "known: a100-sxm-40g, a100-sxm-80g"],
+            &["\\\\"],
+            gpu,
+        );
     }
 }
 

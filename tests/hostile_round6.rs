@@ -216,7 +216,7 @@ fn an_unknown_name_in_a_plan_file_is_named_with_the_file_and_key() {
     for (text, words) in [
         (
             plan.replacen("\ngpu: h100-sxm-80g\n", "\ngpu: nonexist\n", 1),
-            "p.yaml: gpu: unknown GPU \"nonexist\"; known: a100-sxm-80g",
+            "p.yaml: gpu: unknown GPU \"nonexist\"; known: a100-sxm-40g, a100-sxm-80g",
         ),
         (
             format!("{}model: nonexist\n{}", &plan[..model_at], &plan[gpu_at..]),
