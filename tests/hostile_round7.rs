@@ -387,7 +387,8 @@ fn a_token_budget_below_one_step_says_it_takes_one_step() {
     assert!(!line.contains("0.0 h"), "{line}");
     let r = eval("10M");
     assert!(
-        r.stdout.contains("time to train: 2.6 min\n"),
+        r.stdout
+            .contains("time to train: 2.6 min (10M tokens in 4 steps of 3.1M tokens at "),
         "{}",
         r.stdout
     );

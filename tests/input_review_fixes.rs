@@ -445,7 +445,7 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stdout
-            .contains("61 layers split evenly over no pipeline of 2 to 16 stages")
+            .contains("no pipeline of 2 to 16 stages splits the 61 layers evenly")
             && r.stdout.contains("--allow-uneven-pp"),
         "{}",
         r.stdout
@@ -465,7 +465,7 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
         "--allow-uneven-pp",
     ]);
     assert!(
-        !r.stdout.contains("split evenly over no pipeline"),
+        !r.stdout.contains("stages splits the 61 layers evenly"),
         "{}",
         r.stdout
     );

@@ -43,10 +43,11 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     // breakdown, would otherwise be lost beside a launch configuration.
     if let (Some(tokens), Some(seconds)) = (s.training.tokens, e.time_to_train_s) {
         eprintln!(
-            "note: --tokens {}: {} to train at {} s per step",
+            "note: --tokens {}: {} to train at {} s per step ({})",
             crate::units::format_count(tokens),
             crate::report::duration(seconds),
-            show_step_s(e.time.step_s.0)
+            show_step_s(e.time.step_s.0),
+            crate::report::train_steps(tokens, plan, &s.training)
         );
     }
     if let Some(why) = framework.unsaid_moe_imbalance(&s.training) {

@@ -648,8 +648,8 @@ pub(super) fn fit_hint(
     ))
 }
 
-/// A plan's degrees in words for one-line messages: tp, pp and dp always, cp, ep and etp where the
-/// plan uses them (as `plan`'s table shows their columns).
+/// A plan's degrees in words for one-line messages: tp, pp and dp always, cp and ep where the plan
+/// uses them, and etp beside any ep (as `plan`'s table shows their columns).
 pub(super) fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
     let mut out = format!("tp {}", p.tp);
     if p.cp > 1 {
@@ -659,7 +659,9 @@ pub(super) fn degrees_words(p: &crate::plan::ParallelPlan) -> String {
     if p.ep > 1 {
         out += &format!(" ep {}", p.ep);
     }
-    if p.etp > 1 {
+    // Named whenever experts are split, 1 included: `eval` and Megatron-LM take --etp as --tp when
+    // it is not given, so "tp 2 ... ep 16" read back without it is another plan (etp 2).
+    if p.ep > 1 || p.etp > 1 {
         out += &format!(" etp {}", p.etp);
     }
     out

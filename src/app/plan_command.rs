@@ -199,7 +199,7 @@ fn uneven_pp_note(model: &Model, cluster: &Cluster, options: SearchOptions) -> O
         return None;
     }
     Some(format!(
-        "note: the {} layers split evenly over no pipeline of 2 to {deepest} stages, so the search tried none; add --allow-uneven-pp to let stages hold different layer counts (Megatron's --decoder-first/last-pipeline-num-layers, as DeepSeek-V3 trains its 61 layers on 16 stages)",
+        "note: no pipeline of 2 to {deepest} stages splits the {} layers evenly, so the search tried only plans without one; add --allow-uneven-pp to let stages hold different layer counts (Megatron's --decoder-first/last-pipeline-num-layers, as DeepSeek-V3 trains its 61 layers on 16 stages)",
         model.layers
     ))
 }
@@ -602,7 +602,11 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if let Some(note) = alltoall_overlap_note(&scenario, &refined.plans) {
         notes.push(note);
     }
-    if let Some(note) = cpu_offload_note(&scenario, options, &refined.plans) {
+    // The offload note runs the search four times more: only where a note is read (the text
+    // table or the report; JSON, YAML and --emit print none).
+    let notes_read =
+        args.emit.is_none() && (args.format == crate::cli::Format::Table || args.report.is_some());
+    if notes_read && let Some(note) = cpu_offload_note(&scenario, options, &refined.plans) {
         notes.push(note);
     }
     if refined.reordered {
@@ -755,8 +759,24 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             terminal_columns(),
         ));
         out.push('\n');
+        // What the train column rests on, as `eval`'s time-to-train line says it.
+        let train_line = scenario
+            .training
+            .tokens
+            .zip(shown.first())
+            .and_then(|(tokens, best)| {
+                best.time_to_train_s.map(|seconds| {
+                    format!(
+                        "train: {}, at each plan's step time (#1: {:.3} s per step, {})",
+                        report::train_basis(tokens, &best.plan, &scenario.training),
+                        best.time.step_s.0,
+                        crate::report::duration(seconds)
+                    )
+                })
+            });
         for line in [
             report::mfu_note(&shown, r.cluster.peak_flops),
+            train_line,
             report::zero_keep_note(&shown),
             crate::planner::folded_note(&folded),
             crate::uncertainty::within_error_line(
@@ -889,7 +909,8 @@ fn miss_gib_words(capacity_bytes: f64, used_bytes: f64) -> String {
 }
 
 /// A plan as `plan`'s nothing-fits line and offload note name it: its degrees, then micro-batch,
-/// recompute, ZeRO stage and a precision other than bf16.
+/// recompute, ZeRO stage as the table's zero column gives it ("3 keep", "1 x4") and a precision
+/// other than bf16.
 fn closest_plan_words(closest: &Estimate) -> String {
     format!(
         "{}{}{} mb {} recompute {} ZeRO-{}{}",
@@ -906,7 +927,7 @@ fn closest_plan_words(closest: &Estimate) -> String {
         },
         closest.plan.micro_batch,
         report::recompute_label(&closest.plan),
-        closest.plan.zero,
+        report::zero_label(&closest.plan),
         match closest.plan.precision {
             crate::plan::Precision::Bf16 => String::new(),
             p => format!(" {}", p.as_str()),

@@ -166,6 +166,9 @@ pub struct Estimate {
     pub slowest_stage_layers: u32,
     /// The MoE layers among them: the ones whose all-to-alls the EP term counts.
     pub slowest_stage_moe_layers: u32,
+    /// The MTP layers among them (the last stage's, or with pp 1 the only stage's): the rest of
+    /// `slowest_stage_layers` are decoder layers.
+    pub slowest_stage_mtp_layers: u32,
 }
 
 impl Estimate {
@@ -978,6 +981,8 @@ struct StageTimes {
     v_chunks: Option<[[f64; 3]; 2]>,
     /// Its MoE layers: the ones whose all-to-alls it pays.
     slowest_moe_layers: u32,
+    /// Its MTP layers (the model's, where the slowest stage is the last): part of `slowest_layers`.
+    slowest_mtp_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
     slowest_costs: usize,
     /// Transformer layers of the stage that holds the most.
@@ -1030,6 +1035,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest: only,
             slowest_layers: last_layers,
             slowest_moe_layers: last_moe,
+            slowest_mtp_layers: model.mtp_layers,
             slowest_costs: at,
             mean_total: only.total(),
             v_chunks: None,
@@ -1085,6 +1091,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         slowest: times[slowest],
         slowest_layers: stages[slowest].0,
         slowest_moe_layers: stages[slowest].1,
+        slowest_mtp_layers: if slowest == 2 { model.mtp_layers } else { 0 },
         slowest_costs: at[slowest],
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
         // Only the V schedules' closed form reads the split (`v_schedule::v_bubble_s`).
@@ -1196,6 +1203,7 @@ pub fn evaluate(
         slowest,
         slowest_layers,
         slowest_moe_layers,
+        slowest_mtp_layers,
         slowest_costs,
         mean_total,
         v_chunks,
@@ -1563,6 +1571,7 @@ pub fn evaluate(
         },
         slowest_stage_layers: slowest_layers,
         slowest_stage_moe_layers: slowest_moe_layers,
+        slowest_stage_mtp_layers: slowest_mtp_layers,
     }
 }
 

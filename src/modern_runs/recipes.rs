@@ -356,6 +356,11 @@ pub(super) fn recipe_recompute(run: &ModernRun) -> Option<Recompute> {
         .then_some(Recompute::None)
 }
 
+/// The GPUs, as the runs name them, of the Megatron-Bridge recipes that offload activations
+/// ([`recipe_cpu_offload_layers`]): the only published runs tpsim's offload pricing is compared
+/// with (both copy over NVLink-C2C to a Grace CPU).
+pub(super) const OFFLOAD_RECIPE_GPUS: [&str; 2] = ["GB200", "GB300"];
+
 /// Layers whose activations a Megatron-Bridge recipe offloads to the CPU
 /// (`cpu_offloading_num_layers`, tpsim's `--cpu-offload-layers`), where the published plan is
 /// the recipe's Megatron-FSDP layout (FSDP over every GPU, no pipeline) at FP8 current scaling:
@@ -372,11 +377,6 @@ pub(super) fn recipe_recompute(run: &ModernRun) -> Option<Recompute> {
 ///
 /// Megatron-Core runs offloading without recompute (`TransformerConfig.__post_init__`), so these
 /// rows are planned with none.
-/// The GPUs, as the runs name them, of the Megatron-Bridge recipes that offload activations
-/// ([`recipe_cpu_offload_layers`]): the only published runs tpsim's offload pricing is compared
-/// with (both copy over NVLink-C2C to a Grace CPU).
-pub(super) const OFFLOAD_RECIPE_GPUS: [&str; 2] = ["GB200", "GB300"];
-
 pub(super) fn recipe_cpu_offload_layers(run: &ModernRun) -> Option<u32> {
     let fsdp_without_pipeline = run.plan.fsdp == Some(true) && run.plan.pp.unwrap_or(1) == 1;
     if !run.id.starts_with("mbridge") || !fsdp_without_pipeline || !precision_is(run, "fp8") {

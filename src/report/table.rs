@@ -543,6 +543,60 @@ pub fn counted(count: u32, noun: &str) -> String {
     }
 }
 
+/// Tokens one step of `plan` trains on: its global batch of `training.seq_len`-token sequences.
+pub fn tokens_per_step(
+    plan: &crate::plan::ParallelPlan,
+    training: &crate::training::Training,
+) -> f64 {
+    f64::from(plan.global_batch) * f64::from(training.seq_len)
+}
+
+/// What a time to train rests on, as `eval`'s line, `plan`'s train column and `--emit`'s note say
+/// it: "15.00T tokens in 2384186 steps of 6.3M tokens" (whole steps, as `cost::evaluate` counts
+/// them: a budget that is not a multiple of a step's tokens takes one step more).
+pub fn train_basis(
+    tokens: f64,
+    plan: &crate::plan::ParallelPlan,
+    training: &crate::training::Training,
+) -> String {
+    format!(
+        "{} tokens in {}",
+        format_count(tokens),
+        train_steps(tokens, plan, training)
+    )
+}
+
+/// The steps a token budget takes, in words: "2384186 steps of 6.3M tokens" ([`train_basis`]).
+pub fn train_steps(
+    tokens: f64,
+    plan: &crate::plan::ParallelPlan,
+    training: &crate::training::Training,
+) -> String {
+    let per_step = tokens_per_step(plan, training);
+    let steps = (tokens / per_step).ceil().max(1.0);
+    format!(
+        "{} of {:.1}M tokens",
+        if steps == 1.0 {
+            "1 step".to_string()
+        } else {
+            format!("{steps:.0} steps")
+        },
+        per_step / 1e6
+    )
+}
+
+/// The layers of the stage whose time sets the step, as the breakdown's communication heading names
+/// them: "4 transformer layers", or on a last stage that runs MTP layers beside its decoder layers
+/// "1 transformer layer and 1 MTP layer" (the count the per-layer traffic is multiplied by).
+pub fn slowest_stage_layer_words(e: &Estimate) -> String {
+    let mtp = e.slowest_stage_mtp_layers;
+    let decoder = counted(e.slowest_stage_layers - mtp, "transformer layer");
+    match mtp {
+        0 => decoder,
+        n => format!("{decoder} and {}", counted(n, "MTP layer")),
+    }
+}
+
 /// The layers column: first/middle/last stage's transformer layers, "-" without a pipeline.
 pub fn stage_layers_label(p: &crate::plan::ParallelPlan) -> String {
     if p.pp == 1 {
@@ -882,7 +936,7 @@ pub fn breakdown(
             );
             let _ = writeln!(
                 out,
-                "layers per GPU in the V (GPU r runs model chunks r and {} - r): first {}, {} {} ({split}); embedding, output layer and loss on the first GPU",
+                "layers per GPU in the V (GPU r runs model chunks r and {} - r): first {}, {} {} ({split}); embedding, output layer{} and loss on the first GPU",
                 2 * p.pp - 1,
                 per_gpu[0],
                 if rest.len() == 1 { "other" } else { "others" },
@@ -891,11 +945,15 @@ pub fn breakdown(
                 } else {
                     format!("{lo}-{hi}")
                 },
+                match model.mtp_layers {
+                    0 => String::new(),
+                    n => format!(", {}", counted(n, "MTP layer")),
+                },
             );
         } else {
             let _ = writeln!(
                 out,
-                "layers per stage: first {}, {}last {} ({split}); embedding on the first stage, output layer on the last",
+                "layers per stage: first {}, {}last {} ({split}); embedding on the first stage, output layer{} on the last",
                 p.stages.first,
                 if p.pp > 2 {
                     format!("middle {}, ", p.stages.middle_max)
@@ -903,6 +961,10 @@ pub fn breakdown(
                     String::new()
                 },
                 p.stages.last,
+                match model.mtp_layers {
+                    0 => String::new(),
+                    n => format!(" and {}", counted(n, "MTP layer")),
+                },
             );
         }
     }
@@ -952,8 +1014,8 @@ pub fn breakdown(
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "communication per GPU per step (TP, CP, EP: a GPU of the slowest stage, whose {} transformer layers set the step; DP: the stage with the most parameters; the ledger counts the same):",
-            e.slowest_stage_layers
+            "communication per GPU per step (TP, CP, EP: a GPU of the slowest stage, whose {} set the step; DP: the stage with the most parameters; the ledger counts the same):",
+            slowest_stage_layer_words(e)
         );
     } else {
         let _ = writeln!(out, "communication per GPU per step:");
@@ -1107,20 +1169,24 @@ pub fn breakdown(
         tflops_fine(e.hardware_tflops_per_gpu),
         e.bubble_share * 100.0
     );
-    if let Some(seconds) = e.time_to_train_s {
+    if let (Some(seconds), Some(tokens)) = (e.time_to_train_s, training.tokens) {
         // A budget of at most one step's tokens still takes that one step (`cost::evaluate`).
         let one_step = seconds <= e.time.step_s.0 * 1.000_001;
         let _ = writeln!(
             out,
-            "time to train: {}{}",
+            "time to train: {} ({})",
             duration(seconds),
             if one_step {
                 format!(
-                    " (one step: the token budget is no more than a step's {:.1}M tokens)",
-                    e.tokens_per_s * e.time.step_s.0 / 1e6
+                    "one step: the token budget is no more than a step's {:.1}M tokens",
+                    tokens_per_step(p, training) / 1e6
                 )
             } else {
-                String::new()
+                format!(
+                    "{} at {:.3} s per step",
+                    train_basis(tokens, p, training),
+                    e.time.step_s.0
+                )
             }
         );
     }
