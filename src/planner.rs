@@ -189,9 +189,35 @@ pub fn enumerate(
     training: &Training,
     options: SearchOptions,
 ) -> Vec<PlanRequest> {
+    enumerate_with(model, cluster, training, options, PinnedOut::Counted)
+}
+
+/// What the enumeration does with the degrees a pin rules out: lists them, so that the search
+/// counts them under `ruled_out_by_pins` (what `plan` reports), or skips their whole subtree (a
+/// search whose statistics nobody reads: `plan`'s offload note, [`search_within_pins`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinnedOut {
+    Counted,
+    Skipped,
+}
+
+fn enumerate_with(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+    pinned_out: PinnedOut,
+) -> Vec<PlanRequest> {
     let gpus = cluster.total_gpus();
     let mut requests = Vec::new();
+    // Whether a pin rules `value` out and its subtree is skipped rather than listed.
+    let skipped = |pin: Option<u32>, value: u32| {
+        pinned_out == PinnedOut::Skipped && pin.is_some_and(|p| p != value)
+    };
     for tp in tp_degrees(model, cluster, options.allow_cross_node_tp) {
+        if skipped(options.pins.tp, tp) {
+            continue;
+        }
         // Context parallelism runs inside the fused attention kernels (`PlanError::
         // CpWithUnfusedAttention`), so unfused attention searches cp 1 only.
         // A pinned cp is tried whatever share of the sequence it leaves each rank: the floor of
@@ -214,11 +240,16 @@ pub fn enumerate(
         };
         for cp in cps {
             // The all-to-all exchange needs cp to split this tp's heads; no other cp is proposed.
-            if crate::plan::cp_heads_error(cp, tp, model, training).is_some() {
+            if crate::plan::cp_heads_error(cp, tp, model, training).is_some()
+                || skipped(options.pins.cp, cp)
+            {
                 continue;
             }
             let per_pipeline = gpus / (tp * cp);
             for pp in 1..=model.layers.min(per_pipeline) {
+                if skipped(options.pins.pp, pp) {
+                    continue;
+                }
                 // DeepSpeed-Ulysses runs with neither TP nor PP beside it.
                 if crate::plan::ulysses_refuses_model_parallelism(cp, tp, pp, training) {
                     continue;
@@ -612,8 +643,30 @@ pub fn search(
     training: &Training,
     options: SearchOptions,
 ) -> SearchResult {
+    search_with(model, cluster, training, options, PinnedOut::Counted)
+}
+
+/// The search for a caller that reads its plans, not its statistics: the tp, cp and pp degrees
+/// the pins rule out are never listed, so its `candidates` and `ruled_out_by_pins` count only
+/// what was enumerated. The plans, and their order, are those of [`search`].
+pub fn search_within_pins(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+) -> SearchResult {
+    search_with(model, cluster, training, options, PinnedOut::Skipped)
+}
+
+fn search_with(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    options: SearchOptions,
+    pinned_out: PinnedOut,
+) -> SearchResult {
     let started = Instant::now();
-    let requests = enumerate(model, cluster, training, options);
+    let requests = enumerate_with(model, cluster, training, options, pinned_out);
     // Estimates are large (hundreds of bytes) and a wide search keeps hundreds of thousands of
     // them: they are collected once, in enumeration order, and ranked by sorting their indices and
     // permuting in place, so no estimate is moved more than once or held twice.
@@ -924,5 +977,55 @@ mod fold_tests {
         let estimates = estimates_by_zero(2, 16, 0..=1);
         assert_eq!(fold_equivalent(&estimates).len(), 2);
         assert!(folded_note(&fold_equivalent(&estimates)).is_none());
+    }
+}
+
+#[cfg(test)]
+mod pinned_search_tests {
+    use super::*;
+
+    /// Skipping the subtrees the pins rule out finds the same plans, in the same order, as listing
+    /// and counting them: only the statistics differ.
+    #[test]
+    fn searching_within_the_pins_finds_what_the_full_search_finds() {
+        let model = crate::specs::load_model("mixtral-8x7b").unwrap();
+        let cluster = Cluster {
+            gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 4,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            4096,
+            256,
+            AttentionKernel::Flash,
+        );
+        for pins in [
+            Pins {
+                pp: Some(1),
+                recompute: Some(Recompute::None),
+                ..Pins::default()
+            },
+            Pins {
+                tp: Some(2),
+                cp: Some(2),
+                pp: Some(4),
+                ..Pins::default()
+            },
+        ] {
+            let options = SearchOptions {
+                pins,
+                ..SearchOptions::default()
+            };
+            let full = search(&model, &cluster, &training, options);
+            let within = search_within_pins(&model, &cluster, &training, options);
+            assert!(!full.ranked.is_empty());
+            assert_eq!(full.ranked.len(), within.ranked.len(), "{pins:?}");
+            for (a, b) in full.ranked.iter().zip(&within.ranked) {
+                assert_eq!(a.plan, b.plan, "{pins:?}");
+                assert_eq!(a.time.step_s, b.time.step_s, "{pins:?}");
+            }
+            assert!(within.stats.candidates < full.stats.candidates, "{pins:?}");
+        }
     }
 }

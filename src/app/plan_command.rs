@@ -310,7 +310,12 @@ fn cpu_offload_note(
     // that offloads the fewest layers (the same speed for fewer copies and less host memory).
     let found: Vec<(u32, Estimate)> = offload_counts_to_try(model.layers)
         .filter_map(|n| {
-            let found = search(model, cluster, &with_offload(n), offloading_options);
+            let found = crate::planner::search_within_pins(
+                model,
+                cluster,
+                &with_offload(n),
+                offloading_options,
+            );
             found.feasible().first().map(|e| (n, *e))
         })
         .collect();
