@@ -272,7 +272,11 @@ fn alltoall_overlap_note(
 /// Offloading lets a plan fit without recompute, or at a lower TP degree or a larger micro-batch:
 /// NVIDIA's Megatron-Bridge recipes offload 20 to 95 layers for Llama 3 70B and Llama 3.1 405B on
 /// GB200 and GB300 (`modern_runs::recipes::recipe_cpu_offload_layers`, whose runs `tpsim accuracy`
-/// compares). Pins that rule offloading out (a pipeline, a recompute) rule the note out too.
+/// compares). Pins that rule offloading out (a pipeline, a recompute) rule the note out too, and so
+/// does a GPU no published offloading run used: on a PCIe-attached GPU the copies share switch
+/// uplinks and host memory bandwidth with the node's other GPUs, which tpsim does not charge
+/// (validation/FIT.md), and no published H100 or B200 recipe offloads; there `--cpu-offload-layers
+/// N` prices it when asked.
 fn cpu_offload_note(
     scenario: &super::scenario::Scenario,
     options: SearchOptions,
@@ -288,6 +292,7 @@ fn cpu_offload_note(
         || cluster.gpu.host_link_gb_per_s.is_none()
         || cluster.gpu.host_memory_gib_per_gpu.is_none()
         || model.layers < 2
+        || !crate::modern_runs::offload_validated_profiles().any(|p| p == cluster.gpu.name)
         || pins.pp.is_some_and(|pp| pp != 1)
         || pins.recompute.is_some_and(|r| r != Recompute::None)
         || pins.recompute_num_layers.is_some();
@@ -354,22 +359,9 @@ fn cpu_offload_note(
         None => (tried, chosen),
     };
     let (alt_s, best_s) = (offloading.time.step_s.0, best.time.step_s.0);
-    // Whether published runs that offload on this GPU stand behind the pricing.
-    let checked = if crate::modern_runs::offload_validated_profiles().any(|p| p == cluster.gpu.name)
-    {
-        "as NVIDIA's Megatron-Bridge recipes offload on this GPU (their published runs: tpsim accuracy --runs validation/modern_runs.yaml)".to_string()
-    } else {
-        format!(
-            "unvalidated on the {} (the only published runs that offload, Megatron-Bridge's on {}, copy over NVLink-C2C)",
-            cluster.gpu.name,
-            crate::modern_runs::offload_validated_profiles()
-                .collect::<Vec<_>>()
-                .join(" and ")
-        )
-    };
     (alt_s < 0.99 * best_s).then(|| {
         format!(
-            "note: offloading the activations of {layers} of the {} layers to host memory (Megatron-Core's --cpu-offloading-num-layers: copies over the GPU's {:.0} GB/s host link beside the next layers' compute, no pipeline, no recompute; searched only when asked) lets {} fit at {:.1} of {:.1} GiB, with {:.1} of {:.1} GiB of host memory per GPU, and take {alt_s:.2} s per step against #1's {best_s:.2} s, {:.0}% less, {checked}: add --cpu-offload-layers {layers} to search with it",
+            "note: offloading the activations of {layers} of the {} layers to host memory (Megatron-Core's --cpu-offloading-num-layers: copies over the GPU's {:.0} GB/s host link beside the next layers' compute, no pipeline, no recompute; searched only when asked) lets {} fit at {:.1} of {:.1} GiB, with {:.1} of {:.1} GiB of host memory per GPU, and take {alt_s:.2} s per step against #1's {best_s:.2} s, {:.0}% less, as NVIDIA's Megatron-Bridge recipes offload on this GPU (their published runs: tpsim accuracy --runs validation/modern_runs.yaml): add --cpu-offload-layers {layers} to search with it",
             model.layers,
             cluster.gpu.host_link_gb_per_s.unwrap_or(0.0),
             closest_plan_words(&offloading),
