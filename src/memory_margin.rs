@@ -15,14 +15,15 @@ pub fn total_bytes_high(estimate: &Estimate, band: &Band) -> f64 {
     estimate.memory.total_bytes.0 * band.log_ratio_q95.exp()
 }
 
-/// Whether a plan that fits still fits `device_memory_bytes` at the high end of tpsim's memory
-/// error (true where no run states its peak memory: there is no margin to keep).
-pub fn fits_with_margin(
+/// Whether a plan's GPU memory fits its capacity and `device_memory_bytes` at the high end of
+/// tpsim's memory error too (only the capacity where no run states its peak memory: there is no
+/// margin to keep). Host memory is not looked at.
+pub fn gpu_keeps_margin(
     estimate: &Estimate,
     device_memory_bytes: f64,
     framework: TrainingFramework,
 ) -> bool {
-    estimate.fits()
+    estimate.memory.fits
         && memory_band_for(framework)
             .is_none_or(|(band, _)| total_bytes_high(estimate, band) <= device_memory_bytes)
 }

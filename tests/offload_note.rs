@@ -148,11 +148,13 @@ fn no_note_where_no_published_run_offloads() {
 }
 
 /// The note offloads the fewest layers with which its plan keeps tpsim's memory margin: one layer
-/// fewer and `eval` prints the memory-range warning for the same plan. GPT-3 175B on 64 GB200s:
-/// found at three quarters of its 96 layers, 72, and named at 64.
+/// fewer and `eval` prints the memory-range warning for the same plan. Below the count the plan
+/// was found at (GPT-3 175B on 64 GB200s: found at three quarters of its 96 layers, 72) and above
+/// it (Llama 3.1 405B on 128 GB200s: found at half of its 126, 63, where it fits without the
+/// margin).
 #[test]
 fn note_offloads_the_fewest_layers_that_keep_the_memory_margin() {
-    let scenario = [
+    let gpt3: &[&str] = &[
         "--model",
         "gpt3-175b",
         "--gpu",
@@ -160,35 +162,34 @@ fn note_offloads_the_fewest_layers_that_keep_the_memory_margin() {
         "--nodes",
         "16",
     ];
-    let mut plan = vec!["plan"];
-    plan.extend(scenario);
-    let r = run(&plan);
-    let note = offload_note(&r.stdout).unwrap_or_else(|| panic!("no note:\n{}", r.stdout));
-    let layers: u32 = number_after(note, "add --cpu-offload-layers ")
-        .parse()
-        .unwrap();
-    let eval_at = |n: u32| {
-        let n = n.to_string();
-        let mut args = vec!["eval"];
-        args.extend(scenario);
-        args.extend(note_plan_flags(note));
-        args.extend(["--cpu-offload-layers", &n]);
-        run(&args)
-    };
-    assert!(
-        layers < 72,
-        "not refined below the count it was found at: {note}"
-    );
-    let at = eval_at(layers);
-    assert_eq!(at.code, 0, "{}", at.stderr);
-    assert!(!at.stdout.contains("memory range:"), "{}", at.stdout);
-    let fewer = eval_at(layers - 1);
-    assert!(
-        fewer.code == 1 || fewer.stdout.contains("memory range: this plan needs"),
-        "{} layers offloaded still keeps the margin:\n{}",
-        layers - 1,
-        fewer.stdout
-    );
+    for (scenario, found_at) in [(gpt3, 72u32), (&LLAMA_405B_GB200[..], 63)] {
+        let mut plan = vec!["plan"];
+        plan.extend(scenario);
+        let r = run(&plan);
+        let note = offload_note(&r.stdout).unwrap_or_else(|| panic!("no note:\n{}", r.stdout));
+        let layers: u32 = number_after(note, "add --cpu-offload-layers ")
+            .parse()
+            .unwrap();
+        assert_ne!(layers, found_at, "not refined: {note}");
+        let eval_at = |n: u32| {
+            let n = n.to_string();
+            let mut args = vec!["eval"];
+            args.extend(scenario);
+            args.extend(note_plan_flags(note));
+            args.extend(["--cpu-offload-layers", &n]);
+            run(&args)
+        };
+        let at = eval_at(layers);
+        assert_eq!(at.code, 0, "{}", at.stderr);
+        assert!(!at.stdout.contains("memory range:"), "{}", at.stdout);
+        let fewer = eval_at(layers - 1);
+        assert!(
+            fewer.code == 1 || fewer.stdout.contains("memory range: this plan needs"),
+            "{} layers offloaded still keeps the margin:\n{}",
+            layers - 1,
+            fewer.stdout
+        );
+    }
 }
 
 /// Megatron-Core offloads only without a pipeline and without recompute, and only it offloads:

@@ -331,32 +331,40 @@ fn cpu_offload_note(
     let (tried, chosen) = found
         .into_iter()
         .find(|(_, e)| e.time.step_s.0 <= 1.01 * fastest_s)?;
-    // The same plan at the fewest offloaded layers with which it fits with tpsim's memory margin
-    // (`memory_margin::fits_with_margin`): GPU memory only falls and host memory only grows with
-    // the count, so the counts that fit from `tried` down are one run. Where the tried count
-    // itself leaves no margin, it stays.
+    // The same plan at the fewest offloaded layers with which its GPU memory keeps tpsim's margin
+    // (`memory_margin::gpu_keeps_margin`), below the count it was found at or above it: GPU memory
+    // only falls with the count, so those counts are the ones from some count up, found by
+    // bisection; host memory only grows with it, so the fewest is also the one most likely to fit
+    // the host. Where no count keeps the margin (or the host cannot take the fewest), the count it
+    // was found at stays.
     let request = chosen.plan.request();
     let device_bytes = cluster.gpu.device_memory().0;
     let priced = |layers: u32| -> Option<Estimate> {
         let with = with_offload(layers);
         let plan = ParallelPlan::build(&request, model, cluster, &with).ok()?;
-        let e = crate::cost::evaluate(model, cluster, &with, &plan);
-        crate::memory_margin::fits_with_margin(&e, device_bytes, training.framework).then_some(e)
+        Some(crate::cost::evaluate(model, cluster, &with, &plan))
     };
-    let (layers, offloading) = match priced(tried) {
-        Some(_) => {
-            let (mut fits_at, mut misses_at) = (tried, 0u32);
-            while fits_at - misses_at > 1 {
-                let middle = misses_at + (fits_at - misses_at) / 2;
-                if priced(middle).is_some() {
-                    fits_at = middle;
-                } else {
-                    misses_at = middle;
-                }
+    let keeps_margin = |layers: u32| {
+        priced(layers).is_some_and(|e| {
+            crate::memory_margin::gpu_keeps_margin(&e, device_bytes, training.framework)
+        })
+    };
+    let most = model.layers - 1;
+    let fewest_with_margin = keeps_margin(most).then(|| {
+        let (mut keeps_at, mut short_at) = (most, 0u32);
+        while keeps_at - short_at > 1 {
+            let middle = short_at + (keeps_at - short_at) / 2;
+            if keeps_margin(middle) {
+                keeps_at = middle;
+            } else {
+                short_at = middle;
             }
-            (fits_at, priced(fits_at)?)
         }
-        None => (tried, chosen),
+        keeps_at
+    });
+    let (layers, offloading) = match fewest_with_margin.and_then(|n| Some((n, priced(n)?))) {
+        Some((n, e)) if e.fits() => (n, e),
+        _ => (tried, chosen),
     };
     let (alt_s, best_s) = (offloading.time.step_s.0, best.time.step_s.0);
     (alt_s < 0.99 * best_s).then(|| {
