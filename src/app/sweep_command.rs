@@ -135,7 +135,7 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     );
     if let Ok((gpu, _)) = &default_gpu {
-        super::scenario::refuse_gpu_count(&args.cluster, gpu)?;
+        super::scenario::refuse_gpu_count(&args.cluster, gpu, None)?;
     }
     if axis == sweep::Axis::Gpu {
         if args.cluster.nodes.is_none() {
@@ -154,6 +154,9 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     )?
     .0;
+    if let Some(n) = args.cluster.gpus_per_node {
+        super::scenario::positive("--gpus-per-node", n, "e.g. --gpus-per-node 8")?;
+    }
     if args.cluster.nodes.is_none() && axis != sweep::Axis::Nodes {
         bail!(
             "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
