@@ -236,3 +236,52 @@ fn a_one_layer_model_is_not_told_to_allow_uneven_pipelines() {
         r.stderr
     );
 }
+
+/// `sweep --axis gpu --values a100-sxm-40g,gb200-nvl72 --gpus 8` was refused "(8 per node on
+/// h100-sxm-80g, the profile's node) ... give --nodes 1": the default GPU, which is no point of the
+/// sweep, and a fix that gives the GB200 point 4 GPUs. Where the points' nodes differ no count is
+/// given; where they agree, it is counted in theirs.
+#[test]
+fn a_gpu_count_on_the_gpu_axis_is_counted_in_the_points_nodes() {
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--axis",
+        "gpu",
+        "--values",
+        "a100-sxm-40g,gb200-nvl72",
+        "--gpus",
+        "8",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--gpus 8",
+            "nodes of different sizes (a100-sxm-40g: 8 a node, gb200-nvl72: 4 a node)",
+        ],
+        &["h100-sxm-80g", "give --nodes 1"],
+        "gpu axis, different nodes",
+    );
+    let r = run(&[
+        "sweep",
+        "--params",
+        "7B",
+        "--axis",
+        "gpu",
+        "--values",
+        "gb200-nvl72",
+        "--world-size",
+        "16",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--world-size 16",
+            "4 per node on gb200-nvl72",
+            "for 16 GPUs give --nodes 4",
+        ],
+        &["h100-sxm-80g", "--nodes 2"],
+        "gpu axis, one GPU",
+    );
+}

@@ -79,13 +79,7 @@ pub(super) fn refuse_gpu_count(
     gpu: &GpuProfile,
     file: Option<(&PlanFile, &str)>,
 ) -> Result<()> {
-    let Some((flag, given)) = [
-        ("--gpus", &cluster_args.gpus),
-        ("--num-gpus", &cluster_args.num_gpus),
-        ("--world-size", &cluster_args.world_size),
-    ]
-    .into_iter()
-    .find_map(|(flag, value)| value.as_ref().map(|v| (flag, v))) else {
+    let Some((flag, given)) = gpu_count_given(cluster_args) else {
         return Ok(());
     };
     // The node size the fix is counted in: --gpus-per-node, else the plan file's (or the launch
@@ -127,6 +121,17 @@ pub(super) fn refuse_gpu_count(
         "{flag} {given}: tpsim sizes a cluster as --nodes N of --gpus-per-node GPUs ({per_node} per node on {}{whose}), not as a total; {fix}",
         gpu.name,
     )
+}
+
+/// The total GPU count given (`--gpus`, `--num-gpus` or `--world-size`), with its flag.
+pub(super) fn gpu_count_given(cluster_args: &ClusterArgs) -> Option<(&'static str, &String)> {
+    [
+        ("--gpus", &cluster_args.gpus),
+        ("--num-gpus", &cluster_args.num_gpus),
+        ("--world-size", &cluster_args.world_size),
+    ]
+    .into_iter()
+    .find_map(|(flag, value)| value.as_ref().map(|v| (flag, v)))
 }
 
 /// The GPU profile a command uses when neither `--gpu` nor a plan file names one.
