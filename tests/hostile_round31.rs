@@ -285,3 +285,27 @@ fn a_gpu_count_on_the_gpu_axis_is_counted_in_the_points_nodes() {
         "gpu axis, one GPU",
     );
 }
+
+/// `calibrate --gpus 8`: calibrate has no cluster flags, so clap answered "a similar argument
+/// exists: '--gpu'", the GPU profile (a type), for a GPU count.
+#[test]
+fn calibrate_says_a_gpu_count_is_not_a_gpu_type() {
+    for flag in ["--gpus", "--num-gpus=8", "--world-size"] {
+        let mut args = vec!["calibrate", "--backend", "cpu", flag];
+        if !flag.contains('=') {
+            args.push("8");
+        }
+        let r = run(&args);
+        let typed = flag.split('=').next().unwrap();
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("calibrate takes no {typed}, a total GPU count"),
+                "--ranks",
+                "--gpu names a GPU profile, a type, not a count",
+            ],
+            &["similar argument"],
+            flag,
+        );
+    }
+}
