@@ -18,6 +18,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = flag_of_other_commands(err, &command) {
         return message;
     }
+    if let Some(message) = gpu_count_elsewhere(err, &command) {
+        return message;
+    }
     // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
     if err.kind() == clap::error::ErrorKind::InvalidUtf8
         && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
@@ -225,6 +228,21 @@ fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
         format!(
             "{command} takes no {named}: it is a flag of tpsim {}; `tpsim {command} --help` lists the flags {command} takes",
             others.join(", tpsim ")
+        )
+    })
+}
+
+/// `calibrate --gpus 8` (or `--num-gpus`, `--world-size`; calibrate has none of the cluster flags
+/// that refuse a total GPU count with its --nodes): clap's tip offered `--gpu`, the GPU type, for a
+/// count. Said as the count it is, with what calibrate takes instead.
+fn gpu_count_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
+    let typed = unknown_flag(err)?;
+    if !["--gpus", "--num-gpus", "--world-size"].contains(&typed.as_str()) {
+        return None;
+    }
+    (command == "calibrate").then(|| {
+        format!(
+            "calibrate takes no {typed}, a total GPU count: the CPU backend's --ranks sets how many GPUs it stands for (a GPU backend measures the GPUs it sees); --gpu names a GPU profile, a type, not a count (`tpsim calibrate --help` lists the flags calibrate takes)"
         )
     })
 }

@@ -4,7 +4,7 @@
 //! The published step time is `results.iteration_time_s` where the source logs it (BLOOM), else the
 //! dataset's `derived.iteration_time_s_from_eq3` (Megatron SC'21: Eq. 3 FLOPs / reported FLOP/s).
 //! The hardware maps to a bundled profile by what the run names: Jean Zay → `jean-zay-a100-80g`,
-//! other A100 80GB runs → `a100-sxm-80g` (Selene is DGX A100).
+//! other A100 80GB runs → `a100-sxm-80g` (Selene is DGX A100), A100 40GB runs → `a100-sxm-40g`.
 
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -46,8 +46,9 @@ struct RunHardware {
     gpu: String,
     gpus_per_node: u32,
     num_gpus: u32,
-    /// The GPU's memory: the runs are evaluated on 80 GB A100 profiles, so a run on another
-    /// size is skipped rather than checked against 80 GB.
+    /// The GPU's memory: the runs are evaluated on A100 profiles of 80 GB (40 GB where the run
+    /// says so, outside Jean Zay), so a run on another size is skipped rather than checked
+    /// against the wrong size.
     #[serde(default)]
     gpu_memory_gb: Option<f64>,
     #[serde(default, rename = "peak_tflops_16bit")]
@@ -368,7 +369,7 @@ pub fn accuracy_with_skips(
             ));
             continue;
         }
-        let Some(profile) = gpu_profile_for(&run.hardware.gpu) else {
+        let Some(mut profile) = gpu_profile_for(&run.hardware.gpu) else {
             skipped.push(format!(
                 "run {id}: hardware.gpu {:?} is no GPU this file's runs are evaluated on (an A100: a name with A100 or Jean Zay in it); for other GPUs give a current-stack runs file such as validation/modern_runs.yaml",
                 run.hardware.gpu
@@ -376,18 +377,29 @@ pub fn accuracy_with_skips(
             continue;
         };
         // An A100 40GB (said by the key, or by the name where the key is absent) is not the
-        // 80 GB profile: its memory would be checked against twice what it has.
+        // 80 GB profile: its memory would be checked against twice what it has. A DGX A100 of
+        // 40 GB parts is the bundled a100-sxm-40g (the same node, links and peaks); Jean Zay's
+        // profile is its 80 GB partition, so its 40 GB nodes stay skipped.
         let memory_gb = run.hardware.gpu_memory_gb.or_else(|| {
             let name = run.hardware.gpu.replace(' ', "");
             name.contains("40GB").then_some(40.0)
         });
-        if let Some(gb) = memory_gb.filter(|gb| *gb != 80.0) {
+        if memory_gb == Some(40.0) && profile == "a100-sxm-80g" {
+            profile = "a100-sxm-40g";
+        }
+        let profile_gb = if profile == "a100-sxm-40g" {
+            40.0
+        } else {
+            80.0
+        };
+        if let Some(gb) = memory_gb.filter(|gb| *gb != profile_gb) {
             let said = match run.hardware.gpu_memory_gb {
                 Some(_) => format!("hardware.gpu_memory_gb {}", crate::units::show_number(gb)),
                 None => format!("hardware.gpu {:?}", run.hardware.gpu),
             };
             skipped.push(format!(
-                "run {id}: {said} is not the 80 GB of the A100 profile ({profile}) this file's runs are evaluated on, so its memory would be checked against 80 GB; give runs on 80 GB A100s, or a current-stack runs file with its own GPU profile (validation/modern_runs.yaml)"
+                "run {id}: {said} is not the memory of an A100 profile this file's runs are evaluated on ({profile}, {}; a100-sxm-40g takes 40 GB DGX A100 runs), so its memory would be checked against the wrong size; give runs on 80 GB or 40 GB A100s, or a current-stack runs file with its own GPU profile (validation/modern_runs.yaml)",
+                crate::units::show_number(profile_gb) + " GB"
             ));
             continue;
         }

@@ -191,9 +191,11 @@ fn emit_note(
 /// which for such models is usually far from the fastest plan.
 fn uneven_pp_note(model: &Model, cluster: &Cluster, options: SearchOptions) -> Option<String> {
     let deepest = UNEVEN_PP_HINT_DEPTH.min(cluster.total_gpus());
+    // One layer is no pipeline however it is split: --allow-uneven-pp would add nothing.
     if options.allow_uneven_pp
         || options.pins.pp.is_some()
         || deepest < 2
+        || model.layers < 2
         || (2..=deepest).any(|pp| model.layers.is_multiple_of(pp))
     {
         return None;

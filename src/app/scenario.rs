@@ -74,20 +74,30 @@ fn seq_len_default_note(origin: &str, seq_len: u32) -> Option<String> {
 /// `--gpus N` (or `--num-gpus`, `--world-size`), a total GPU count: tpsim sizes a cluster as
 /// `--nodes` of `--gpus-per-node`, so the count is refused with the `--nodes` that gives it on
 /// `gpu` (or the nearest whole numbers of nodes), rather than read as a GPU type or dropped.
-pub(super) fn refuse_gpu_count(cluster_args: &ClusterArgs, gpu: &GpuProfile) -> Result<()> {
-    let Some((flag, given)) = [
-        ("--gpus", &cluster_args.gpus),
-        ("--num-gpus", &cluster_args.num_gpus),
-        ("--world-size", &cluster_args.world_size),
-    ]
-    .into_iter()
-    .find_map(|(flag, value)| value.as_ref().map(|v| (flag, v))) else {
+pub(super) fn refuse_gpu_count(
+    cluster_args: &ClusterArgs,
+    gpu: &GpuProfile,
+    file: Option<(&PlanFile, &str)>,
+) -> Result<()> {
+    let Some((flag, given)) = gpu_count_given(cluster_args) else {
         return Ok(());
     };
-    let per_node = cluster_args
-        .gpus_per_node
-        .unwrap_or(gpu.gpus_per_node)
-        .max(1);
+    // The node size the fix is counted in: --gpus-per-node, else the plan file's (or the launch
+    // line's torchrun --nproc_per_node), else the profile's; a zero is refused as itself rather
+    // than counted as one GPU per node.
+    let (per_node, whose) = match (
+        cluster_args.gpus_per_node,
+        file.and_then(|(f, path)| f.gpus_per_node.map(|n| (n, path))),
+    ) {
+        (Some(n), _) => (n, ", as --gpus-per-node says".to_string()),
+        (None, Some((n, path))) if path == super::megatron_paste::LAUNCH_LINE_ORIGIN => (
+            n,
+            ", as the launch line's torchrun --nproc_per_node says".to_string(),
+        ),
+        (None, Some((n, path))) => (n, format!(", as {path}'s gpus_per_node says")),
+        (None, None) => (gpu.gpus_per_node, ", the profile's node".to_string()),
+    };
+    positive("--gpus-per-node", per_node, "e.g. --gpus-per-node 8")?;
     let fix = match given.trim().parse::<u64>() {
         Ok(count) if count > 0 && count % u64::from(per_node) == 0 => format!(
             "for {count} GPUs give --nodes {}",
@@ -108,14 +118,20 @@ pub(super) fn refuse_gpu_count(cluster_args: &ClusterArgs, gpu: &GpuProfile) -> 
         _ => "give --nodes N for N nodes".to_string(),
     };
     bail!(
-        "{flag} {given}: tpsim sizes a cluster as --nodes N of --gpus-per-node GPUs ({per_node} per node on {}{}), not as a total; {fix}",
+        "{flag} {given}: tpsim sizes a cluster as --nodes N of --gpus-per-node GPUs ({per_node} per node on {}{whose}), not as a total; {fix}",
         gpu.name,
-        if cluster_args.gpus_per_node.is_some() {
-            ", as --gpus-per-node says"
-        } else {
-            ", the profile's node"
-        }
     )
+}
+
+/// The total GPU count given (`--gpus`, `--num-gpus` or `--world-size`), with its flag.
+pub(super) fn gpu_count_given(cluster_args: &ClusterArgs) -> Option<(&'static str, &String)> {
+    [
+        ("--gpus", &cluster_args.gpus),
+        ("--num-gpus", &cluster_args.num_gpus),
+        ("--world-size", &cluster_args.world_size),
+    ]
+    .into_iter()
+    .find_map(|(flag, value)| value.as_ref().map(|v| (flag, v)))
 }
 
 /// The GPU profile a command uses when neither `--gpu` nor a plan file names one.
@@ -1197,12 +1213,20 @@ pub(super) fn resolve_scenario(
         )
     });
     let (mut gpu, gpu_reference) = resolve_gpu(cluster_args, file, gpu_reference)?;
-    refuse_gpu_count(cluster_args, &gpu)?;
+    refuse_gpu_count(cluster_args, &gpu, file)?;
     apply_memory_limit(
         &mut gpu,
         cluster_args.max_memory_gib,
         plan_file.and_then(|f| f.max_memory_gib),
     )?;
+    // The node size the errors below count in: a zero is refused first, as itself.
+    let given_per_node = cluster_args
+        .gpus_per_node
+        .or(plan_file.and_then(|f| f.gpus_per_node));
+    if let Some(n) = given_per_node {
+        positive("--gpus-per-node", n, "e.g. --gpus-per-node 8")?;
+    }
+    let per_node = given_per_node.unwrap_or(gpu.gpus_per_node);
     let nodes = cluster_args
         .nodes
         .or(plan_file.and_then(|f| f.nodes))
@@ -1210,12 +1234,10 @@ pub(super) fn resolve_scenario(
             // The file is short of the key: its line is the fix, the flag an alternative (a
             // launch line has no such line: its torchrun sizes or the flag give the nodes).
             Some((_, path)) if path != super::megatron_paste::LAUNCH_LINE_ORIGIN => anyhow!(
-                "{path} gives no nodes: how many nodes of {} GPUs the cluster has; add a line such as nodes: 32, or pass --nodes",
-                gpu.gpus_per_node
+                "{path} gives no nodes: how many nodes of {per_node} GPUs the cluster has; add a line such as nodes: 32, or pass --nodes"
             ),
             _ => anyhow!(
-                "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",
-                gpu.gpus_per_node
+                "--nodes is required: how many nodes of {per_node} GPUs the cluster has (e.g. --nodes 32)"
             ),
         })?;
     positive("--nodes", nodes, "a cluster has at least one node")?;

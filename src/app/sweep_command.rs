@@ -125,6 +125,49 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
         super::scenario::resolve_model(&args.model, None, seq_len)?;
     }
     // A total GPU count is refused with the --nodes that gives it, before "--nodes is required".
+    // On the gpu axis the node is each point's GPU's, not the default GPU's (which no point may
+    // be): counted in theirs where they agree, refused without a count where they differ.
+    if axis == sweep::Axis::Gpu
+        && let Some((flag, given)) = super::scenario::gpu_count_given(&args.cluster)
+    {
+        let profiles: Vec<_> = args
+            .values
+            .iter()
+            .filter_map(|v| {
+                super::scenario::resolve_gpu(&args.cluster, None, list_item(v).to_string())
+                    .ok()
+                    .map(|(gpu, _)| gpu)
+            })
+            .collect();
+        if let Some(first) = profiles.first() {
+            let names = || {
+                profiles
+                    .iter()
+                    .map(|g| format!("{}: {} a node", g.name, g.gpus_per_node))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if args.cluster.gpus_per_node.is_none()
+                && profiles
+                    .iter()
+                    .any(|g| g.gpus_per_node != first.gpus_per_node)
+            {
+                bail!(
+                    "{flag} {given}: tpsim sizes a cluster as --nodes N of --gpus-per-node GPUs, not as a total, and the GPUs of --values have nodes of different sizes ({}); give --nodes N for N nodes of each GPU's own size, or --gpus-per-node with --nodes for the same GPU count at every point",
+                    names()
+                );
+            }
+            let mut every = first.clone();
+            if profiles.len() > 1 {
+                every.name = profiles
+                    .iter()
+                    .map(|g| g.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
+            super::scenario::refuse_gpu_count(&args.cluster, &every, None)?;
+        }
+    }
     let default_gpu = super::scenario::resolve_gpu(
         &args.cluster,
         None,
@@ -134,8 +177,10 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .filter(|_| axis != sweep::Axis::Gpu)
             .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     );
-    if let Ok((gpu, _)) = &default_gpu {
-        super::scenario::refuse_gpu_count(&args.cluster, gpu)?;
+    if let Ok((gpu, _)) = &default_gpu
+        && axis != sweep::Axis::Gpu
+    {
+        super::scenario::refuse_gpu_count(&args.cluster, gpu, None)?;
     }
     if axis == sweep::Axis::Gpu {
         if args.cluster.nodes.is_none() {
@@ -154,6 +199,9 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     )?
     .0;
+    if let Some(n) = args.cluster.gpus_per_node {
+        super::scenario::positive("--gpus-per-node", n, "e.g. --gpus-per-node 8")?;
+    }
     if args.cluster.nodes.is_none() && axis != sweep::Axis::Nodes {
         bail!(
             "--nodes is required: how many nodes of {} GPUs the cluster has (e.g. --nodes 32)",

@@ -164,14 +164,12 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
             r.ranks_run.to_string(),
             format!("{:.3}", r.predicted_layer_ms),
             format!("{:.3}", r.measured_layer_ms),
-            format!("{:+.1}", r.layer_error * 100.0),
+            r.layer_error
+                .map_or_else(|| "-".into(), |e| format!("{:+.1}", e * 100.0)),
             format!("{:.3}", r.predicted_comm_ms),
             format!("{:.3}", r.measured_comm_ms),
-            if r.comm_error.is_finite() {
-                format!("{:+.1}", r.comm_error * 100.0)
-            } else {
-                "-".into()
-            },
+            r.comm_error
+                .map_or_else(|| "-".into(), |e| format!("{:+.1}", e * 100.0)),
             r.wire_bytes_per_rank.to_string(),
             format!(
                 "{}{}",
@@ -219,12 +217,11 @@ pub fn validation_summary(rows: &[ValidationRow]) -> String {
     // sends. Within 25% (the current-stack accuracy bound of tests/modern_accuracy.rs) is counted so
     // a large miss is not read as validated.
     let close = |e: f64| e.is_finite() && e.abs() <= TIMING_BOUND;
-    let layer_close = rows.iter().filter(|r| close(r.layer_error)).count();
-    let comm: Vec<f64> = rows
+    let layer_close = rows
         .iter()
-        .map(|r| r.comm_error)
-        .filter(|e| e.is_finite())
-        .collect();
+        .filter(|r| r.layer_error.is_some_and(close))
+        .count();
+    let comm: Vec<f64> = rows.iter().filter_map(|r| r.comm_error).collect();
     out.push_str(&format!(
         "timing (compared, not part of the verdict): layer time within {:.0}% of the prediction in {layer_close} of {} cases, communication in {} of {}{}\n",
         100.0 * TIMING_BOUND,

@@ -29,12 +29,13 @@ pub struct ValidationRow {
     pub ranks_run: u32,
     pub predicted_layer_ms: f64,
     pub measured_layer_ms: f64,
-    /// (predicted − measured) / measured.
-    pub layer_error: f64,
+    /// (predicted − measured) / measured; None (null) where nothing was measured.
+    pub layer_error: Option<f64>,
     pub predicted_comm_ms: f64,
     pub measured_comm_ms: f64,
-    /// NaN (null in JSON) at tp 1, where there is no TP communication.
-    pub comm_error: f64,
+    /// None (null in JSON and YAML) at tp 1, where there is no TP communication, or where nothing
+    /// was measured: never a NaN, which YAML would write as `.nan`.
+    pub comm_error: Option<f64>,
     pub wire_bytes_per_rank: u64,
     pub model_wire_bytes_per_rank: u64,
     /// Wire bytes equal the model's (true without a comparison when fewer than tp ranks ran).
@@ -204,12 +205,9 @@ pub fn predict(model: &Model, profile: &GpuProfile, case: Case) -> (f64, f64) {
     (t.forward + t.backward, comm)
 }
 
-fn rel(predicted: f64, measured: f64) -> f64 {
-    if measured > 0.0 {
-        (predicted - measured) / measured
-    } else {
-        f64::NAN
-    }
+fn rel(predicted: f64, measured: f64) -> Option<f64> {
+    let error = (predicted - measured) / measured;
+    (measured > 0.0 && error.is_finite()).then_some(error)
 }
 
 /// Runs one case on the backend and compares it with the cost model under `profile`.
@@ -240,7 +238,7 @@ pub fn validate_case(
         comm_error: if case.tp > 1 {
             rel(predicted_comm, run.comm.median_s)
         } else {
-            f64::NAN
+            None
         },
         wire_bytes_per_rank: run.wire_bytes_per_rank,
         model_wire_bytes_per_rank: model_bytes.round() as u64,
