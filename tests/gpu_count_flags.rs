@@ -69,3 +69,44 @@ fn a_gpu_count_is_answered_with_the_nodes_that_give_it() {
         assert_one_line_error(&r, needles, &["--gpu ", "tip:"], &args.join(" "));
     }
 }
+
+/// Beside --nodes a total count only repeats or contradicts it: the fix is to drop it, not to give
+/// the --nodes already given.
+#[test]
+fn a_gpu_count_beside_nodes_is_said_to_repeat_or_contradict_it() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "8",
+        "--nodes",
+        "1",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--gpus 8 repeats --nodes 1 of 8 GPUs", "drop --gpus"],
+        &["give --nodes"],
+        "--gpus 8 --nodes 1",
+    );
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--world-size",
+        "16",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--world-size 16 contradicts --nodes 1 of 8 GPUs (8 GPUs",
+            "drop --world-size",
+        ],
+        &["give --nodes"],
+        "--world-size 16 --nodes 1",
+    );
+}

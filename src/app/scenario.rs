@@ -98,7 +98,21 @@ pub(super) fn refuse_gpu_count(
         (None, None) => (gpu.gpus_per_node, ", the profile's node".to_string()),
     };
     positive("--gpus-per-node", per_node, "e.g. --gpus-per-node 8")?;
-    let fix = match given.trim().parse::<u64>() {
+    let parsed = given.trim().parse::<u64>();
+    // Beside --nodes the count only repeats or contradicts it: the fix is to drop it.
+    if let (Some(nodes), Ok(count)) = (cluster_args.nodes, &parsed) {
+        let total = u64::from(nodes) * u64::from(per_node);
+        let verb = if *count == total {
+            "repeats"
+        } else {
+            "contradicts"
+        };
+        bail!(
+            "{flag} {given} {verb} --nodes {nodes} of {per_node} GPUs ({total} GPUs on {}{whose}): tpsim sizes a cluster by --nodes and --gpus-per-node only; drop {flag}",
+            gpu.name
+        );
+    }
+    let fix = match parsed {
         Ok(count) if count > 0 && count % u64::from(per_node) == 0 => format!(
             "for {count} GPUs give --nodes {}",
             count / u64::from(per_node)
