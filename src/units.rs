@@ -191,7 +191,7 @@ pub fn parse_finite_f64(text: &str) -> Result<f64, String> {
         Ok(_) => Err(
             "is not a finite number (nan, inf and numbers past 1.8e308 are refused); give a number such as 1.25".to_string(),
         ),
-        Err(_) => Err("expected a number such as 0.5 or 2e-3".to_string()),
+        Err(_) => Err("expected a number (digits with an optional decimal point or exponent), such as 1.25".to_string()),
     }
 }
 
