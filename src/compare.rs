@@ -341,6 +341,10 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
         crate::report::recompute_label(f),
         crate::report::recompute_label(s),
     );
+    let zero = |p: &crate::plan::ParallelPlan| {
+        crate::report::zero_stage_label(p.zero, p.reshard_after_forward, 1)
+    };
+    let (f_zero, s_zero) = (zero(f), zero(s));
     match term {
         "compute" if f.precision != s.precision => pair(
             "precision",
@@ -416,9 +420,11 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             f.micro_batch.to_string(),
             s.micro_batch.to_string(),
         ),
-        "DP gradient reduction" | "DP parameter gathers" if f.zero != s.zero => {
-            pair("ZeRO", f.zero.to_string(), s.zero.to_string())
-        }
+        // The stage as `plan`'s zero column reads it; the gathers also tell ZeRO-3 keeping its
+        // gathered parameters from ZeRO-3 regathering them ("ZeRO 3 keep against 3"), which
+        // reduce the same gradients.
+        "DP gradient reduction" if f.zero != s.zero => pair("ZeRO", f_zero, s_zero),
+        "DP parameter gathers" if f_zero != s_zero => pair("ZeRO", f_zero, s_zero),
         "DP gradient reduction" | "DP parameter gathers" if f.dp != s.dp => {
             pair("dp", f.dp.to_string(), s.dp.to_string())
         }

@@ -62,13 +62,36 @@ pub fn margin_line(
     // Rounded down to a tenth: a limit that keeps the margin, not one a rounding lets past it.
     let keep_gib = (device_memory_bytes * (-band.log_ratio_q95).exp() / GIB * 10.0).floor() / 10.0;
     Some(format!(
-        "memory range: {first} needs {:.1} of {:.1} GiB; on {}, measured peaks ran up to {:.0}% above tpsim's (95th percentile), {:.1} GiB here: --max-memory-gib {keep_gib:.1} keeps that margin",
+        "memory range: {first} needs {:.1} of {:.1} GiB; on {}, {}: --max-memory-gib {keep_gib:.1} keeps that margin",
         estimate.memory.total_bytes.0 / GIB,
         device_memory_bytes / GIB,
         basis_words(band, own, framework),
+        peaks_words(band, high),
+    ))
+}
+
+/// "measured peaks ran up to 13% above tpsim's (95th percentile), 88.4 GiB here": the margin in
+/// the words of [`margin_line`], for a plan whose memory at that high end is `high` bytes.
+fn peaks_words(band: &Band, high: f64) -> String {
+    format!(
+        "measured peaks ran up to {:.0}% above tpsim's (95th percentile), {:.1} GiB here",
         100.0 * (band.log_ratio_q95.exp() - 1.0),
         high / GIB,
-    ))
+    )
+}
+
+/// For a plan a note names beside the table (`plan`'s offload note): "no memory margin: measured
+/// peaks ran up to 13% above tpsim's (95th percentile), 192.7 GiB here", in [`margin_line`]'s
+/// words, when it fits but not at the high end of tpsim's memory error; None otherwise.
+pub fn no_margin_words(
+    estimate: &Estimate,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+) -> Option<String> {
+    let (band, _) = memory_band_for(framework)?;
+    let high = total_bytes_high(estimate, band);
+    (estimate.fits() && high > device_memory_bytes)
+        .then(|| format!("no memory margin: {}", peaks_words(band, high)))
 }
 
 /// Writes a plan's memory range into its JSON object beside `memory.total_bytes`:

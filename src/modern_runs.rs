@@ -1155,7 +1155,8 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
             0 => String::new(),
             n => format!(" ({n} of {} layers offloaded to the CPU)", model.layers),
         },
-        chosen.plan.zero,
+        // As `plan`'s zero column: "3 keep", "1 x4".
+        crate::report::zero_label(&chosen.plan),
         chosen.plan.ep,
         chosen.plan.etp,
         chosen.plan.micro_batch,

@@ -92,7 +92,7 @@ pub struct Row {
     pub recompute: Option<&'static str>,
     pub zero: Option<u8>,
     /// Whether ZeRO-3 regathers the parameters for the backward (`false`: kept from the
-    /// forward, the table's `zero3 keep`), as `plan --format json` writes it.
+    /// forward, the table's `ZeRO-3 keep`), as `plan --format json` writes it.
     pub reshard_after_forward: Option<bool>,
     /// Copies of the ZeRO-sharded states (`plan --format json`'s `dp_replicas`).
     pub dp_replicas: Option<u32>,
@@ -435,7 +435,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
 }
 
 /// A plan in one cell, in `plan`'s column order: `tp4 cp2 pp1 dp8 ep8 etp1 vpp1 mb1 sp
-/// recompute none zero1 fp8`. The recompute mode follows its name, so that "sp" (sequence
+/// recompute none ZeRO-1 fp8`. The recompute mode follows its name, so that "sp" (sequence
 /// parallelism on) is never read as "sp none" (off); its value is the plan table's
 /// (`report::recompute_label`), as `eval` and `accuracy` write it: `recompute full 1/4`. cp, ep,
 /// etp and the precision show as [`LabelDims`] says.
@@ -453,7 +453,7 @@ pub struct PlanLabel {
     pub recompute: String,
     pub zero: u8,
     /// ZeRO-3 resharding after forward (FSDP2 `reshard_after_forward`); `false` reads
-    /// `zero3 keep`, as `plan`'s table writes `3 keep`.
+    /// `ZeRO-3 keep`, as `plan`'s table writes `3 keep`.
     pub reshard_after_forward: bool,
     /// Copies of the sharded states; above 1 the label reads `xN`, as `plan`'s table does.
     pub dp_replicas: u32,
@@ -521,22 +521,16 @@ pub fn plan_label(l: &PlanLabel, dims: LabelDims) -> String {
     if dims.etp {
         out += &format!(" etp{}", l.etp);
     }
+    // ZeRO as `eval`'s plan line and `plan`'s notes name it, with `plan`'s zero column after
+    // the dash (`report::zero_label`): "ZeRO-1", "ZeRO-3 keep", "ZeRO-1 x4".
     out += &format!(
-        " vpp{} mb{} {}recompute {} zero{}{}",
+        " vpp{} mb{} {}recompute {} ZeRO-{}",
         l.vpp,
         l.micro_batch,
         if l.sequence_parallel { "sp " } else { "" },
         l.recompute,
-        l.zero,
-        if l.zero == 3 && !l.reshard_after_forward {
-            " keep"
-        } else {
-            ""
-        }
+        crate::report::zero_stage_label(l.zero, l.reshard_after_forward, l.dp_replicas)
     );
-    if l.dp_replicas > 1 {
-        out += &format!(" x{}", l.dp_replicas);
-    }
     if dims.precision {
         out += &format!(" {}", l.precision.as_str());
     }
@@ -659,6 +653,42 @@ pub fn table(sweep: &Sweep) -> String {
             "MFU % is model FLOPs over each GPU's bf16 peak, so {} plans can pass 100%\n",
             low.join(" and ")
         );
+    }
+    // What the train column rests on, as `plan`'s "train:" line says it: the token budget in
+    // whole steps of each point's tokens per step (one count where every point's is the same,
+    // else each point's, as under `--axis global-batch` or `--axis seq-len`).
+    if let Some(tokens) = sweep.tokens {
+        let trained: Vec<&Row> = sweep
+            .rows
+            .iter()
+            .filter(|r| r.time_to_train_s.is_some())
+            .collect();
+        let per_step = |r: &Row| f64::from(r.global_batch) * f64::from(r.seq_len);
+        if let Some(first) = trained.first() {
+            let steps = if trained.iter().all(|r| per_step(r) == per_step(first)) {
+                format!(
+                    "in {}",
+                    crate::report::steps_of_tokens(tokens, per_step(first))
+                )
+            } else {
+                format!(
+                    "in whole steps of each point's global batch x sequence length: {}",
+                    trained
+                        .iter()
+                        .map(|r| format!(
+                            "{} at {}",
+                            crate::report::steps_of_tokens(tokens, per_step(r)),
+                            r.value
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            out += &format!(
+                "train: {} tokens {steps}, at each point's step time\n",
+                crate::units::format_count(tokens)
+            );
+        }
     }
     // A range wholly on one side of its step reads as contradicting it: said as `plan` says it,
     // once for the table where every point's range lies on the same side (the same band's
@@ -839,22 +869,22 @@ mod tests {
         };
         let dense = LabelDims::of([&label], false);
         let on = plan_label(&label, dense);
-        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute none zero1");
+        assert_eq!(on, "tp4 pp16 dp2 vpp1 mb2 sp recompute none ZeRO-1");
         assert!(!on.contains("sp none"), "{on}");
         label.sequence_parallel = false;
         label.recompute = "selective".into();
         let off = plan_label(&label, dense);
-        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute selective zero1");
+        assert_eq!(off, "tp4 pp16 dp2 vpp1 mb2 recompute selective ZeRO-1");
         // ZeRO-3 keeping the gathered parameters reads as `plan`'s `3 keep`.
         label.zero = 3;
         assert_eq!(
             plan_label(&label, dense),
-            "tp4 pp16 dp2 vpp1 mb2 recompute selective zero3"
+            "tp4 pp16 dp2 vpp1 mb2 recompute selective ZeRO-3"
         );
         label.reshard_after_forward = false;
         assert_eq!(
             plan_label(&label, dense),
-            "tp4 pp16 dp2 vpp1 mb2 recompute selective zero3 keep"
+            "tp4 pp16 dp2 vpp1 mb2 recompute selective ZeRO-3 keep"
         );
     }
 
@@ -879,7 +909,7 @@ mod tests {
         let text = plan_label(&label, LabelDims::of([&label], false));
         assert_eq!(
             text,
-            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute full 1/4 zero1 fp8"
+            "tp4 cp2 pp1 dp8 ep8 vpp1 mb1 sp recompute full 1/4 ZeRO-1 fp8"
         );
         // A model with experts shows ep and etp even at 1.
         let one = PlanLabel {
@@ -890,7 +920,7 @@ mod tests {
         };
         assert_eq!(
             plan_label(&one, LabelDims::of([&one], true)),
-            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 zero1"
+            "tp4 pp1 dp8 ep1 etp1 vpp1 mb1 sp recompute full 1/4 ZeRO-1"
         );
     }
 }

@@ -31,7 +31,7 @@ fn accuracy_with(name: &str, from: &str, to: &str) -> Run {
 fn the_base_run_evaluates() {
     let r = accuracy_with("base", "recompute: full", "recompute: full");
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("full zero0"), "{}", r.stdout);
+    assert!(r.stdout.contains("full ZeRO-0"), "{}", r.stdout);
 }
 
 /// `recompute: bogus` (or `5`, or a cut-short `ful`) was read as no recompute

@@ -304,7 +304,7 @@ fn sweep_and_compare_name_a_kept_zero3_plan() {
     sweep.extend(scenario);
     let r = run(&sweep);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("zero3 keep nvfp4"), "{}", r.stdout);
+    assert!(r.stdout.contains("ZeRO-3 keep nvfp4"), "{}", r.stdout);
     sweep.extend(["--format", "csv"]);
     let r = run(&sweep);
     let mut lines = r.stdout.lines();
@@ -325,7 +325,7 @@ fn sweep_and_compare_name_a_kept_zero3_plan() {
     let r = run(&compare);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let labels = r.stdout.lines().find(|l| l.starts_with("│ plan")).unwrap();
-    assert!(labels.contains("zero3 keep nvfp4"), "{labels}");
+    assert!(labels.contains("ZeRO-3 keep nvfp4"), "{labels}");
 }
 
 /// A plan file's `moe_capacity_factor: 0.5` was refused with the fix "e.g.

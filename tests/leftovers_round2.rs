@@ -170,7 +170,7 @@ fn plan_labels_write_recompute_as_eval_does() {
     assert!(
         compare
             .stdout
-            .contains(&format!(" sp recompute {recompute} zero1 ")),
+            .contains(&format!(" sp recompute {recompute} ZeRO-1 ")),
         "{}",
         compare.stdout
     );
@@ -182,7 +182,7 @@ fn plan_labels_write_recompute_as_eval_does() {
     ));
     assert_eq!(sweep.code, 0, "{}", sweep.stderr);
     assert!(
-        sweep.stdout.contains(" sp recompute none zero1 "),
+        sweep.stdout.contains(" sp recompute none ZeRO-1 "),
         "{}",
         sweep.stdout
     );
@@ -252,7 +252,10 @@ fn accuracy_labels_plans_as_sweep_and_compare_do() {
         .into_iter()
         .find(|cells| cells[0] == "megatron-sc21-t1-1.7b")
         .unwrap_or_else(|| panic!("no run row in {}", r.stdout));
-    assert_eq!(row[3], "tp1 pp1 dp32 vpp1 mb16 recompute full zero0 gbs512");
+    assert_eq!(
+        row[3],
+        "tp1 pp1 dp32 vpp1 mb16 recompute full ZeRO-0 gbs512"
+    );
 }
 
 /// `compare`'s verdict gave the bubble ratio's m as the step's micro-batches, "(p-1)/(v·m) =

@@ -149,8 +149,7 @@ fn dispatch_flags_on_a_dense_model_are_refused() {
 /// every writer.
 #[test]
 fn launch_lines_carry_the_dispatcher() {
-    // ZeRO-1 pinned: a Megatron-FSDP line would also carry --ckpt-format, which the read-back
-    // notes as skipped.
+    // ZeRO-1 pinned: the plan this test is about.
     let plan = with(QWEN3_PLAN, &["--moe-dispatcher", "deepep", "--zero", "1"]);
     let r = run(&with(&plan, &["--emit", "megatron"]));
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -99,7 +99,7 @@ fn plan_report_figures_show_what_they_must() {
     assert!(t.iter().any(|s| s == "memory per GPU (GiB)"));
     assert!(
         t.iter().any(|s| s
-            == "plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
+            == "plan (rank and degrees t·c·p·d·e·et; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
     assert_eq!(

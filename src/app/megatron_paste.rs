@@ -55,6 +55,19 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
                     .replacen("--megatron-args ", "--megatron-args @", 1)
             )
         })?,
+        // One word naming a file is a path given without the `@` that reads it: said so, not
+        // read as a launch line that lacks --num-layers.
+        None if !text.trim().is_empty()
+            && !text.trim().contains(char::is_whitespace)
+            && !text.trim().starts_with('-')
+            && std::path::Path::new(text.trim()).is_file() =>
+        {
+            bail!(
+                "--megatron-args {}: a file's path is read with @ before it (the value is otherwise the launch line itself); write --megatron-args @{}",
+                text.trim(),
+                text.trim()
+            )
+        }
         None => text.to_string(),
     };
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;

@@ -158,19 +158,8 @@ fn emit_note(
         ));
     };
     let p = &writable.plan;
-    let words = format!(
-        "{}{} mb {} recompute {} ZeRO-{}{}",
-        super::pin_conflict::degrees_words(p),
-        if p.vpp > 1 {
-            format!(" vpp {}", p.vpp)
-        } else {
-            String::new()
-        },
-        p.micro_batch,
-        report::recompute_label(p),
-        p.zero,
-        if p.sequence_parallel { " sp" } else { "" }
-    );
+    // In the words of the offload note and the nothing-fits line.
+    let words = closest_plan_words(writable);
     // The shown rows may fold it with a twin of the same time and memory, so it is named by its
     // settings; one below the table by the `--top` that shows it (`--emit` names it by that rank).
     let rank = rank + 1;
@@ -369,9 +358,14 @@ fn cpu_offload_note(
         _ => (tried, chosen),
     };
     let (alt_s, best_s) = (offloading.time.step_s.0, best.time.step_s.0);
+    // Where no count keeps the margin, the note says so (the count is then the one found).
+    let margin =
+        crate::memory_margin::no_margin_words(&offloading, device_bytes, training.framework)
+            .map(|words| format!(" ({words})"))
+            .unwrap_or_default();
     (alt_s < 0.99 * best_s).then(|| {
         format!(
-            "note: offloading the activations of {layers} of the {} layers to host memory (Megatron-Core's --cpu-offloading-num-layers: copies over the GPU's {:.0} GB/s host link beside the next layers' compute, no pipeline, no recompute; searched only when asked) lets {} fit at {:.1} of {:.1} GiB, with {:.1} of {:.1} GiB of host memory per GPU, and take {alt_s:.2} s per step against #1's {best_s:.2} s, {:.0}% less, as NVIDIA's Megatron-Bridge recipes offload on this GPU (their published runs: tpsim accuracy --runs validation/modern_runs.yaml): add --cpu-offload-layers {layers} to search with it",
+            "note: offloading the activations of {layers} of the {} layers to host memory (Megatron-Core's --cpu-offloading-num-layers: copies over the GPU's {:.0} GB/s host link beside the next layers' compute, no pipeline, no recompute; searched only when asked) lets {} fit at {:.1} of {:.1} GiB{margin}, with {:.1} of {:.1} GiB of host memory per GPU, and take {} s per step against #1's {} s, {:.0}% less, as NVIDIA's Megatron-Bridge recipes offload on this GPU (their published runs: tpsim accuracy --runs validation/modern_runs.yaml): add --cpu-offload-layers {layers} to search with it",
             model.layers,
             cluster.gpu.host_link_gb_per_s.unwrap_or(0.0),
             closest_plan_words(&offloading),
@@ -379,6 +373,8 @@ fn cpu_offload_note(
             offloading.memory.capacity_bytes.0 / GIB,
             offloading.memory.host_bytes.0 / GIB,
             offloading.memory.host_capacity_bytes.0 / GIB,
+            crate::units::show_step_s(alt_s),
+            crate::units::show_step_s(best_s),
             100.0 * (1.0 - alt_s / best_s)
         )
     })
@@ -783,9 +779,10 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             .and_then(|(tokens, best)| {
                 best.time_to_train_s.map(|seconds| {
                     format!(
-                        "train: {}, at each plan's step time (#1: {:.3} s per step, {})",
+                        "train: {}, at each plan's step time (#1: {} s per step, {})",
                         report::train_basis(tokens, &best.plan, &scenario.training),
-                        best.time.step_s.0,
+                        // As the table's step column and `--emit`'s note show it.
+                        crate::units::show_step_s(best.time.step_s.0),
                         crate::report::duration(seconds)
                     )
                 })

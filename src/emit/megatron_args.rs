@@ -141,6 +141,9 @@ pub(super) const VALUED: &[&str] = &[
     "activation-func-clamp-value",
     "ds-sequence-parallel-size",
     "num-distributed-optimizer-instances",
+    // Read and known to change nothing tpsim models (checkpoint files; `--emit megatron` writes
+    // fsdp_dtensor, which Megatron-FSDP requires), so a round trip says nothing of it.
+    "ckpt-format",
 ];
 
 /// Switches (no value).
@@ -1025,6 +1028,16 @@ impl<'a> Parsed<'a> {
         }
         // The pipeline and distributed-optimizer rules first: the flags the rest ask for would
         // not make such a line run.
+        // arguments.py: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format."
+        if let Some(format) = self.value("ckpt-format")
+            && format != "fsdp_dtensor"
+            && self.switch("use-megatron-fsdp")
+        {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--use-megatron-fsdp with --ckpt-format {format}"),
+                why: "Megatron-LM refuses them together (arguments.py: \"Megatron-FSDP requires the `fsdp_dtensor` checkpointing format\"); write --ckpt-format fsdp_dtensor".into(),
+            });
+        }
         let zero = megatron_zero(
             self.switch("use-distributed-optimizer"),
             self.switch("use-megatron-fsdp"),

@@ -49,6 +49,7 @@ pub(super) fn example_value(flag: &str) -> &'static str {
         "fp4-format" => "e2m1",
         "fp4-recipe" => "nvfp4",
         "optimizer" => "adam",
+        "ckpt-format" => "torch_dist",
         "hybrid-layer-pattern" | "hybrid-override-pattern" => "'M-M*'",
         "decoder-first-pipeline-num-layers" | "decoder-last-pipeline-num-layers" => "4",
         "num-layers" => "96",

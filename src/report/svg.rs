@@ -32,8 +32,8 @@ pub fn plan_label(rank: usize, e: &Estimate) -> String {
 }
 
 /// "t8·p16·d2": the degrees that multiply to the GPU count, in `plan`'s column order, with c
-/// (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them:
-/// "t4·c2·p1·d8·e8". The precision, when not bf16, is printed under each bar (`plan_details`) and
+/// (context parallel), e and et (expert and expert-tensor parallel) where the plan uses them, et
+/// beside any e: "t4·c2·p1·d8·e8·et1". The precision, when not bf16, is printed under each bar (`plan_details`) and
 /// in the HTML table's precision column, so labels stay short enough to sit side by side.
 pub fn degrees_label(e: &Estimate) -> String {
     let p = &e.plan;
@@ -45,7 +45,10 @@ pub fn degrees_label(e: &Estimate) -> String {
     if p.ep > 1 {
         out += &format!("·e{}", p.ep);
     }
-    if p.etp > 1 {
+    // Beside any ep, 1 included, as `plan`'s table shows the etp column and one-line messages
+    // name "ep 16 etp 1" (`pin_conflict::degrees_words`): read back without it, Megatron-LM takes
+    // --expert-tensor-parallel-size as tp, another plan.
+    if p.ep > 1 || p.etp > 1 {
         out += &format!("·et{}", p.etp);
     }
     out
@@ -295,7 +298,7 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
                     .unwrap_or_default(),
                 _ => String::new(),
             })
-            .x_desc("plan (rank and degrees t·c·p·d·e; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
+            .x_desc("plan (rank and degrees t·c·p·d·e·et; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
             .y_desc(spec.y_desc)
             .label_style((FONT, 12))
             .draw()?;

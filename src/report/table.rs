@@ -572,7 +572,12 @@ pub fn train_steps(
     plan: &crate::plan::ParallelPlan,
     training: &crate::training::Training,
 ) -> String {
-    let per_step = tokens_per_step(plan, training);
+    steps_of_tokens(tokens, tokens_per_step(plan, training))
+}
+
+/// [`train_steps`] for steps of `per_step` tokens (a global batch times a sequence length), for
+/// `sweep`, whose points hold those and no plan.
+pub fn steps_of_tokens(tokens: f64, per_step: f64) -> String {
     let steps = (tokens / per_step).ceil().max(1.0);
     format!(
         "{} of {:.1}M tokens",
@@ -613,13 +618,19 @@ pub fn stage_layers_label(p: &crate::plan::ParallelPlan) -> String {
 /// forward to the backward (FSDP2 `reshard_after_forward=False`), which changes memory and traffic.
 /// With several copies of the sharded states, "xN" follows: "1 x4" is ZeRO-1 kept in 4 copies.
 pub fn zero_label(p: &crate::plan::ParallelPlan) -> String {
-    let stage = if p.zero == 3 && !p.reshard_after_forward {
+    zero_stage_label(p.zero, p.reshard_after_forward, p.dp_replicas)
+}
+
+/// [`zero_label`] from its parts, for what holds a plan's settings without the plan (`sweep`'s
+/// and `compare`'s plan cells): "2", "3 keep", "1 x4".
+pub fn zero_stage_label(zero: u8, reshard_after_forward: bool, dp_replicas: u32) -> String {
+    let stage = if zero == 3 && !reshard_after_forward {
         "3 keep".to_string()
     } else {
-        p.zero.to_string()
+        zero.to_string()
     };
-    if p.dp_replicas > 1 {
-        format!("{stage} x{}", p.dp_replicas)
+    if dp_replicas > 1 {
+        format!("{stage} x{dp_replicas}")
     } else {
         stage
     }
