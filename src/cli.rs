@@ -674,7 +674,8 @@ pub struct EvalArgs {
     #[arg(long, visible_alias = "expert-tensor-parallel-size")]
     pub etp: Option<u32>,
     /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the
-    /// backward (FSDP2 reshard_after_forward). Default: true.
+    /// backward (FSDP2 reshard_after_forward). Implies --zero 3 when no ZeRO stage is given.
+    /// Default: true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reshard_after_forward: Option<bool>,
     /// Copies of the ZeRO-sharded states (hybrid sharding): each copy sharded over dp x cp / N

@@ -275,7 +275,17 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 },
                 zero: match args.zero {
                     Some(zero) => zero,
-                    None => pasted_zero(&args, pp, &scenario.model)?,
+                    // FSDP2's reshard_after_forward is a ZeRO-3 setting: given alone, it implies
+                    // --zero 3, as `plan --reshard-after-forward` pins it (a pasted line's own
+                    // stage below 3 is still refused below).
+                    None => match pasted_zero(&args, pp, &scenario.model)? {
+                        0 if args.reshard_after_forward.is_some()
+                            && args.data_parallel_sharding_strategy.is_none() =>
+                        {
+                            3
+                        }
+                        zero => zero,
+                    },
                 },
                 allow_uneven_pp: args.allow_uneven_pp || split.any(),
                 allow_cross_node_tp: args.allow_cross_node_tp,
@@ -450,9 +460,24 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Err(PlanError::DpReplicasWithoutZero { replicas })
             if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
         {
-            Err(anyhow!(
-                "--dp-replicas {replicas} needs ZeRO, and --zero was not given, so eval takes ZeRO-0 (as Megatron-LM without --use-distributed-optimizer), where every data-parallel rank holds a whole copy of the states and there is nothing to keep in fewer copies; give --zero 1, 2 or 3 (or --use-distributed-optimizer), or drop --dp-replicas"
-            ))
+            // The fix is the framework's: torchtitan keeps copies only of FSDP2's shards (HSDP),
+            // and DeepSpeed and 2021 Megatron-LM keep none at any stage.
+            let framework = scenario.training.framework;
+            Err(match framework.dp_replicas_refusal(0) {
+                _ if framework == crate::training::TrainingFramework::Torchtitan => anyhow!(
+                    "--dp-replicas {replicas} needs FSDP, and --zero was not given, so eval takes ZeRO-0 (Megatron-LM's default, not torchtitan's), where every data-parallel rank holds a whole copy of the states; torchtitan's HSDP (data_parallel_replicate_degree {replicas}) replicates FSDP2's shards: give --zero 3, or drop --dp-replicas"
+                ),
+                Some((rule, fix)) => PlanError::DpReplicasFramework {
+                    replicas,
+                    framework: framework.as_str(),
+                    rule,
+                    fix,
+                }
+                .into(),
+                None => anyhow!(
+                    "--dp-replicas {replicas} needs ZeRO, and --zero was not given, so eval takes ZeRO-0 (as Megatron-LM without --use-distributed-optimizer), where every data-parallel rank holds a whole copy of the states and there is nothing to keep in fewer copies; give --zero 1, 2 or 3 (or --use-distributed-optimizer), or drop --dp-replicas"
+                ),
+            })
         }
         // The recompute came from a flag that implies it (`--recompute-num-layers N` full,
         // `--recompute-modules` selective), not a typed --recompute: that flag is named.
@@ -520,7 +545,11 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ => plan,
     };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
-    check_tp_comm_overlap(args.training.tp_comm_overlap, &plan)?;
+    check_tp_comm_overlap(
+        args.training.tp_comm_overlap,
+        &plan,
+        scenario.training.framework,
+    )?;
     check_moe_alltoall_overlap(
         args.training.overlap_moe_expert_parallel_comm,
         &scenario.model,
@@ -852,12 +881,20 @@ fn defaults_unlike_plan_rows(
         return None;
     }
     // What was taken, and the column of `plan`'s table that shows it.
+    // Where the framework's own default differs from Megatron-LM's, the note names it in the
+    // framework's terms: torchtitan's TP plan always shards the sequence (its norms run under
+    // `SequenceParallel`, with no switch to turn it off) and shards with FSDP2 by default
+    // (`data_parallel_shard_degree = -1`); DeepSpeed's `zero_optimization.stage` defaults to 0.
+    use crate::training::TrainingFramework as F;
     let mut taken: Vec<(String, &str)> = Vec::new();
     if args.sequence_parallel.is_none() && plan.tp > 1 && framework.runs_sequence_parallelism() {
-        taken.push((
-            "sequence parallel off (--sequence-parallel)".to_string(),
-            "sp",
-        ));
+        let setting = match framework {
+            F::Torchtitan => {
+                "sequence parallel off (--sequence-parallel; torchtitan's TP always runs it)"
+            }
+            _ => "sequence parallel off (--sequence-parallel)",
+        };
+        taken.push((setting.to_string(), "sp"));
     }
     let zero_given = args.zero.is_some()
         || args.use_distributed_optimizer
@@ -865,7 +902,14 @@ fn defaults_unlike_plan_rows(
         || args.use_torch_fsdp2
         || args.data_parallel_sharding_strategy.is_some();
     if !zero_given && plan.zero == 0 && u64::from(plan.dp) * u64::from(plan.cp) > 1 {
-        taken.push(("ZeRO-0 (--zero)".to_string(), "zero"));
+        let setting = match framework {
+            F::Torchtitan => {
+                "ZeRO-0 (--zero; torchtitan's default, FSDP2 with data_parallel_shard_degree -1, is --zero 3)"
+            }
+            F::Deepspeed => "ZeRO-0 (--zero; DeepSpeed's zero_optimization.stage, 0 unless set)",
+            _ => "ZeRO-0 (--zero)",
+        };
+        taken.push((setting.to_string(), "zero"));
     }
     if args.etp.is_none() && model.moe.is_some() && plan.tp > 1 {
         taken.push((
@@ -885,8 +929,13 @@ fn defaults_unlike_plan_rows(
         ),
         [] => unreachable!("checked above"),
     };
+    let whose = match framework {
+        F::Torchtitan => "Megatron-LM's defaults, not torchtitan's",
+        F::Deepspeed => "Megatron-LM's defaults (DeepSpeed's too)",
+        _ => "Megatron-LM's defaults",
+    };
     Some(format!(
-        "note: not given, so eval took Megatron-LM's defaults: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
+        "note: not given, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
         settings.join(", ")
     ))
 }
@@ -895,13 +944,32 @@ fn defaults_unlike_plan_rows(
 /// Megatron-LM refuses it ("Tensor parallel communication/GEMM overlap can happen only when
 /// sequence parallelism is enabled", arguments.py) and as a pasted launch line is refused; a
 /// framework's default overlap is not a request, and the header says what the plan overlaps.
-fn check_tp_comm_overlap(given: Option<bool>, plan: &ParallelPlan) -> Result<()> {
+fn check_tp_comm_overlap(
+    given: Option<bool>,
+    plan: &ParallelPlan,
+    framework: crate::training::TrainingFramework,
+) -> Result<()> {
     if given != Some(true) || (plan.tp > 1 && plan.sequence_parallel) {
         return Ok(());
     }
+    // torchtitan's async TP (`parallelism.enable_async_tensor_parallel`) fuses the all-gathers
+    // and reduce-scatters that its TP plan, always sequence-parallel, runs: the rule is the same,
+    // said in its terms rather than as a Megatron-LM assertion.
+    let torchtitan = framework == crate::training::TrainingFramework::Torchtitan;
     if plan.tp == 1 {
+        if torchtitan {
+            bail!(
+                "--tp-comm-overlap (torchtitan's async TP, parallelism.enable_async_tensor_parallel) overlaps tensor-parallel collectives, and the plan has tp 1; give --tp 2 or more (parallelism.tensor_parallel_degree) with --sequence-parallel, or drop --tp-comm-overlap"
+            );
+        }
         bail!(
             "--tp-comm-overlap needs tensor parallelism with --sequence-parallel (Megatron-LM arguments.py), and the plan has tp 1; give --tp 2 or more with --sequence-parallel, or drop --tp-comm-overlap"
+        );
+    }
+    if torchtitan {
+        bail!(
+            "--tp-comm-overlap (torchtitan's async TP) overlaps the all-gathers and reduce-scatters of sequence-parallel TP, and the plan (tp {}) has sequence parallel off, which torchtitan's TP never runs; add --sequence-parallel or drop --tp-comm-overlap",
+            plan.tp
         );
     }
     bail!(

@@ -815,7 +815,13 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         }
         if r.plans.iter().any(|e| e.plan.pp > 1) {
             let schedule = scenario.training.pp_schedule;
-            if schedule == crate::training::PipelineSchedule::OneFOneB {
+            if schedule == crate::training::PipelineSchedule::OneFOneB
+                && scenario.training.framework == crate::training::TrainingFramework::Torchtitan
+            {
+                // torchtitan names the interleaved schedule apart: its `1F1B` runs one stage
+                // per rank, so a row with vpp > 1 runs `Interleaved1F1B`.
+                out.push_str("step times: pipelined plans use the simulated 1F1B schedule (torchtitan's pipeline_parallel_schedule 1F1B; a row with vpp > 1 runs Interleaved1F1B, vpp stages per rank; the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
+            } else if schedule == crate::training::PipelineSchedule::OneFOneB {
                 out.push_str("step times: pipelined plans use the simulated 1F1B schedule (the output layer makes the last stage slower); the search ranked on the closed form (p-1)/(v·m)\n");
             } else {
                 out.push_str(&format!(
