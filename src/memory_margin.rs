@@ -6,7 +6,7 @@
 
 use crate::cost::Estimate;
 use crate::training::TrainingFramework;
-use crate::uncertainty::{Band, band_framework, memory_band_for};
+use crate::uncertainty::{Band, memory_band_for};
 use crate::units::GIB;
 
 /// A plan's memory at the high end of tpsim's memory error: the 95th percentile of
@@ -38,7 +38,9 @@ fn basis_words(band: &Band, own: bool, framework: TrainingFramework) -> String {
             "{} {}, none of them {}",
             band.runs,
             band.basis,
-            band_framework(framework)
+            // The name the user gave `--framework` (DeepSpeed's residual band is named
+            // "megatron-deepspeed", which no flag spells).
+            framework.as_str()
         )
     }
 }

@@ -265,3 +265,29 @@ fn torchtitan_plan_names_interleaved_schedule() {
     assert!(line.contains("pipeline_parallel_schedule 1F1B"), "{line}");
     assert!(line.contains("Interleaved1F1B"), "{line}");
 }
+
+/// `plan --framework deepspeed`'s memory-range line said its runs were "none of them
+/// megatron-deepspeed", a name no flag spells, beside "as deepspeed runs it" in the header. It
+/// names the framework as --framework does.
+#[test]
+fn memory_range_names_the_framework_as_given() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--framework",
+        "deepspeed",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("memory range:"))
+        .unwrap_or_else(|| panic!("no memory-range line:\n{}", r.stdout));
+    assert!(line.contains("none of them deepspeed,"), "{line}");
+    assert!(!line.contains("megatron-deepspeed"), "{line}");
+}
