@@ -23,9 +23,20 @@ pub fn gpu_keeps_margin(
     device_memory_bytes: f64,
     framework: TrainingFramework,
 ) -> bool {
-    estimate.memory.fits
-        && memory_band_for(framework)
-            .is_none_or(|(band, _)| total_bytes_high(estimate, band) <= device_memory_bytes)
+    estimate.memory.fits && past_margin(estimate, device_memory_bytes, framework).is_none()
+}
+
+/// Where a plan's memory at the high end of tpsim's memory error passes `device_memory_bytes`:
+/// the band it was raised by, whether that band is the framework's own, and the raised bytes.
+/// None where it stays below, or where no run states its peak memory.
+fn past_margin(
+    estimate: &Estimate,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+) -> Option<(&'static Band, bool, f64)> {
+    let (band, own) = memory_band_for(framework)?;
+    let high = total_bytes_high(estimate, band);
+    (high > device_memory_bytes).then_some((band, own, high))
 }
 
 /// What the band rests on, in words: its runs, and when they are another framework's, that no
@@ -56,11 +67,10 @@ pub fn margin_line(
     framework: TrainingFramework,
     first: &str,
 ) -> Option<String> {
-    let (band, own) = memory_band_for(framework)?;
-    let high = total_bytes_high(estimate, band);
-    if !estimate.fits() || high <= device_memory_bytes {
+    if !estimate.fits() {
         return None;
     }
+    let (band, own, high) = past_margin(estimate, device_memory_bytes, framework)?;
     // Rounded down to a tenth: a limit that keeps the margin, not one a rounding lets past it.
     let keep_gib = (device_memory_bytes * (-band.log_ratio_q95).exp() / GIB * 10.0).floor() / 10.0;
     Some(format!(
@@ -90,10 +100,11 @@ pub fn no_margin_words(
     device_memory_bytes: f64,
     framework: TrainingFramework,
 ) -> Option<String> {
-    let (band, _) = memory_band_for(framework)?;
-    let high = total_bytes_high(estimate, band);
-    (estimate.fits() && high > device_memory_bytes)
-        .then(|| format!("no memory margin: {}", peaks_words(band, high)))
+    if !estimate.fits() {
+        return None;
+    }
+    let (band, _, high) = past_margin(estimate, device_memory_bytes, framework)?;
+    Some(format!("no memory margin: {}", peaks_words(band, high)))
 }
 
 /// Writes a plan's memory range into its JSON object beside `memory.total_bytes`:

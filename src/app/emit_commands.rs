@@ -111,7 +111,11 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
 
 /// `plan --emit`: what makes every plan of the search unwritable is an input error, said before
 /// the search (and before `--save` writes anything or a note is said).
-pub(super) fn check_emit_input(target: EmitTarget, s: &Scenario) -> Result<()> {
+pub(super) fn check_emit_input(
+    target: EmitTarget,
+    s: &Scenario,
+    precision: crate::plan::Precision,
+) -> Result<()> {
     let framework = framework_of(target);
     // Offloading (Megatron-Core's) first: the mismatch's fix would refuse it in turn.
     if let Some(why) = framework.cpu_offload_unsupported(&s.training) {
@@ -132,6 +136,14 @@ pub(super) fn check_emit_input(target: EmitTarget, s: &Scenario) -> Result<()> {
     }
     if let Some(why) = framework.moe_routing_unsupported(&s.training) {
         bail!("--emit {}: {why}", target_name(target));
+    }
+    // Every plan of the search has the precision given, so a precision the configuration cannot
+    // say is an input error, not a search where nothing can run.
+    if target == EmitTarget::Deepspeed && precision != crate::plan::Precision::Bf16 {
+        bail!(
+            "--emit deepspeed with --precision {}: a DeepSpeed config has no FP8/FP4 training key (Transformer Engine is wired in by the model code, not by ds_config); use --precision bf16, or --emit megatron",
+            precision.as_str()
+        );
     }
     Ok(())
 }

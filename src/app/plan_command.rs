@@ -442,16 +442,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     }
     let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
     if let Some(target) = args.emit {
-        check_emit_input(target, &scenario)?;
-        // Every plan of the search has the precision given, so a precision the configuration
-        // cannot say is an input error, not a search where nothing can run.
-        let precision = precision_of_args(&args.training);
-        if target == EmitTarget::Deepspeed && precision != crate::plan::Precision::Bf16 {
-            bail!(
-                "--emit deepspeed with --precision {}: a DeepSpeed config has no FP8/FP4 training key (Transformer Engine is wired in by the model code, not by ds_config); use --precision bf16, or --emit megatron",
-                precision.as_str()
-            );
-        }
+        check_emit_input(target, &scenario, precision_of_args(&args.training))?;
     }
     super::scenario::note_window_without_effect(&scenario, &args.model);
     super::scenario::note_routing_without_effect(&scenario.training);

@@ -168,20 +168,6 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             super::scenario::refuse_gpu_count(&args.cluster, &every, None)?;
         }
     }
-    let default_gpu = super::scenario::resolve_gpu(
-        &args.cluster,
-        None,
-        args.cluster
-            .gpu
-            .clone()
-            .filter(|_| axis != sweep::Axis::Gpu)
-            .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
-    );
-    if let Ok((gpu, _)) = &default_gpu
-        && axis != sweep::Axis::Gpu
-    {
-        super::scenario::refuse_gpu_count(&args.cluster, gpu, None)?;
-    }
     if axis == sweep::Axis::Gpu {
         if args.cluster.nodes.is_none() {
             bail!(
@@ -199,6 +185,7 @@ fn check_outside_the_axis(args: &SweepArgs, axis: sweep::Axis) -> Result<()> {
             .unwrap_or_else(|| super::scenario::DEFAULT_GPU.to_string()),
     )?
     .0;
+    super::scenario::refuse_gpu_count(&args.cluster, &gpu, None)?;
     if let Some(n) = args.cluster.gpus_per_node {
         super::scenario::positive("--gpus-per-node", n, "e.g. --gpus-per-node 8")?;
     }
