@@ -402,6 +402,7 @@ pub fn parse_with_note(
             let hidden = reader.required_any(&["n_embd", "hidden_size"], "768")?;
             let heads = reader.required_any(&["n_head", "num_attention_heads"], "12")?;
             Model {
+                hybrid: None,
                 name: name.to_string(),
                 layers: reader.required_any(&["n_layer", "num_hidden_layers"], "12")?,
                 hidden,
@@ -442,6 +443,7 @@ pub fn parse_with_note(
             let heads = reader.required("num_attention_heads", "64")?;
             let hidden = reader.required("hidden_size", "6144")?;
             Model {
+                hybrid: None,
                 name: name.to_string(),
                 layers: reader.required("num_hidden_layers", "44")?,
                 hidden,
@@ -506,6 +508,7 @@ pub fn parse_with_note(
             let parallel = reader.flag("parallel_attn")?.unwrap_or(true);
             let alibi = reader.flag("alibi")?.unwrap_or(false);
             Model {
+                hybrid: None,
                 name: name.to_string(),
                 layers: reader.required_any(&["num_hidden_layers", "n_layer"], "32")?,
                 hidden,
@@ -1161,6 +1164,7 @@ impl Reader<'_> {
             _ => self.required("intermediate_size", "14336")?,
         };
         Ok(Model {
+            hybrid: None,
             name: name.to_string(),
             layers,
             hidden,
@@ -1246,6 +1250,7 @@ impl Reader<'_> {
         let layers = self.required("num_hidden_layers", "61")?;
         let (layer_freq, first_dense_layers) = self.deepseek_moe_layers(layers)?;
         Ok(Model {
+            hybrid: None,
             name: name.to_string(),
             layers,
             hidden,
@@ -1306,6 +1311,7 @@ impl Reader<'_> {
         let heads = self.required("num_attention_heads", "64")?;
         let ffn = self.required("intermediate_size", "2880")?;
         Ok(Model {
+            hybrid: None,
             name: name.to_string(),
             layers: self.required("num_hidden_layers", "36")?,
             hidden,
@@ -1397,6 +1403,7 @@ impl Reader<'_> {
             (0, 0)
         };
         Ok(Model {
+            hybrid: None,
             name: name.to_string(),
             layers,
             hidden,
@@ -1550,6 +1557,8 @@ impl Reader<'_> {
             ModelError::RotaryPercentRange { .. }
             | ModelError::RotaryPercentWithoutRope { .. }
             | ModelError::RotaryPercentWithLatentAttention { .. } => e.to_string(),
+            // The hybrid reader's keys are named in the words the check gives.
+            ModelError::Hybrid(words) => words,
             ModelError::RotaryPercentBelowOnePair {
                 value,
                 rotated,

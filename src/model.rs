@@ -11,8 +11,11 @@
 use serde::{Deserialize, Serialize};
 
 mod flops;
+mod hybrid;
 mod overrides;
 mod params;
+
+pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid};
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
 
@@ -410,6 +413,9 @@ pub struct ModelFile {
     /// Sliding-window attention; none = full causal attention in every layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_window: Option<AttentionWindow>,
+    /// A hybrid Mamba-Transformer stack (Nemotron-H); none = every layer attention and MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<Hybrid>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -466,6 +472,8 @@ pub struct Model {
     pub mtp_layers: u32,
     /// Sliding-window attention (GPT-OSS, Mistral 7B v0.1); none = full causal attention.
     pub attention_window: Option<AttentionWindow>,
+    /// A hybrid Mamba-Transformer stack (`model::hybrid`): each layer is one block of its pattern.
+    pub hybrid: Option<Hybrid>,
 }
 
 /// Why a model shape is not usable.
@@ -605,6 +613,10 @@ pub enum ModelError {
         crate::units::show_number(*value)
     )]
     RotaryPercentWithLatentAttention { value: f64 },
+    /// A hybrid Mamba-Transformer stack that Megatron-Core would not build, or that tpsim does not
+    /// price; the words name the value, the rule and a fix (`Model::check_hybrid`).
+    #[error("{0}")]
+    Hybrid(String),
 }
 
 /// The narrowest head in which a rotary share turns one pair of dimensions (`int(share x width)
@@ -712,6 +724,7 @@ impl Model {
             moe: file.moe,
             mtp_layers: file.mtp_layers,
             attention_window: file.attention_window,
+            hybrid: file.hybrid.clone(),
         };
         model.check()?;
         Ok(model)
@@ -750,6 +763,7 @@ impl Model {
             moe: self.moe,
             mtp_layers: self.mtp_layers,
             attention_window: self.attention_window,
+            hybrid: self.hybrid.clone(),
         }
     }
 
@@ -967,6 +981,7 @@ impl Model {
                 }
             }
         }
+        self.check_hybrid()?;
         Ok(())
     }
 
@@ -1042,6 +1057,7 @@ pub(crate) mod tests {
 
     pub fn gpt3_175b() -> Model {
         Model {
+            hybrid: None,
             name: "gpt3-175b".into(),
             layers: 96,
             hidden: 12288,
@@ -1088,6 +1104,7 @@ pub(crate) mod tests {
         // Llama-3-8B: 32 layers, h 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256, untied,
         // RMSNorm, no biases: 8.03B parameters (Meta model card).
         let m = Model {
+            hybrid: None,
             name: "llama3-8b".into(),
             layers: 32,
             hidden: 4096,

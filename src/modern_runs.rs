@@ -665,12 +665,26 @@ fn bundled_moe(key: &str) -> Option<&'static str> {
     })
 }
 
-/// The model a run trains: a bundled MoE model (with the run's layer count, for the truncated
+/// Bundled hybrid Mamba-Transformer model of a catalog key (the runs files state no shape for
+/// these: Megatron-Bridge loads them from their HF configs at run time).
+fn bundled_hybrid(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "nemotron3_nano" => "nemotron-3-nano-30b-a3b",
+        _ => return None,
+    })
+}
+
+/// The model a run trains: a bundled hybrid model (its shape unstated in the runs file), a bundled MoE model (with the run's layer count, for the truncated
 /// weak-scaling proxies), or a dense shape from the run's fields in the block style of its family
 /// (Llama: SwiGLU, RMSNorm, RoPE, untied; GPT-3: GeLU, LayerNorm, biases, learned positions, tied;
 /// Nemotron-4: squared-ReLU MLP, LayerNorm, RoPE, untied, no biases).
 fn model_of(run: &ModernRun) -> Result<Model, String> {
     let m = &run.model;
+    if let Some(name) = run.model_key.as_deref().and_then(bundled_hybrid) {
+        let mut model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+        model.seq_len = m.seq_len.unwrap_or(model.seq_len);
+        return Ok(model);
+    }
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
         let key = run.model_key.as_deref().unwrap_or("");
         let name = bundled_moe(key).ok_or_else(|| format!("MoE model {key} is not bundled"))?;
@@ -736,6 +750,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         moe: None,
         mtp_layers: 0,
         attention_window: None,
+        hybrid: None,
     };
     Model::from_file(&file)
         .map_err(|e| crate::model_file_words::in_runs_file_model_words(&e.to_string()))
@@ -784,7 +799,10 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     }
     let m = &run.model;
     let p = &run.plan;
-    if m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none() {
+    let bundled_hybrid = run.model_key.as_deref().and_then(bundled_hybrid).is_some();
+    if !bundled_hybrid
+        && (m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none())
+    {
         return Some("model shape not stated".into());
     }
     if p.tp.is_none() || p.pp.is_none() || p.dp.is_none() || p.gbs.is_none() {
@@ -802,6 +820,18 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     None
 }
 
+/// Whether the run trains a mixture-of-experts model: its stated `model.moe`, or the experts of the
+/// bundled hybrid model it is priced as (whose shape the runs file does not state).
+fn trains_experts(run: &ModernRun) -> bool {
+    run.model.moe.as_ref().is_some_and(|v| !v.is_null())
+        || run
+            .model_key
+            .as_deref()
+            .and_then(bundled_hybrid)
+            .and_then(|name| specs::load_bundled_model(name).ok())
+            .is_some_and(|model| model.moe.is_some())
+}
+
 /// Predicts one run with its published plan pinned.
 pub fn predict(run: &ModernRun) -> ModernPrediction {
     let published = run.results.tokens_per_s_per_gpu;
@@ -811,7 +841,7 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         source,
         gpu: run.hardware.gpu.clone(),
         gpu_profile: hardware_profile(&run.hardware).map(str::to_string),
-        moe: run.model.moe.as_ref().is_some_and(|v| !v.is_null()),
+        moe: trains_experts(run),
         published_tokens_per_s_per_gpu: published,
         predicted_tokens_per_s_per_gpu: None,
         error: None,

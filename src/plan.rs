@@ -348,6 +348,10 @@ pub struct ParallelPlan {
 /// Why a requested plan is not a plan.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
+    /// A plan a hybrid Mamba-Transformer stack cannot take, or that tpsim does not price for it
+    /// (`check_hybrid`); the words name the value, the rule and a fix.
+    #[error("{0}")]
+    Hybrid(String),
     #[error(
         "{what} 0 is not a degree; every parallel degree and the micro-batch must be at least 1, so give {what} 1 or more"
     )]
@@ -848,6 +852,7 @@ impl ParallelPlan {
         check_heads(r, model, cluster, training)?;
         check_dp_replicas(r, model, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
+        check_hybrid(r, model, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;
@@ -1286,6 +1291,72 @@ pub fn ulysses_model_parallel_error(
         degrees,
         fix: fix.to_string(),
     })
+}
+
+/// A hybrid Mamba-Transformer stack (`model::hybrid`) as Megatron-Core builds it, and as far as
+/// tpsim prices it: its Mamba heads and groups split over TP (`MambaMixer` asserts `nheads %
+/// tp_size == 0` and `ngroups % tp_size == 0`); one pipeline stage and no context parallelism
+/// (stages holding different mixes of blocks, and Mamba's context-parallel exchange, are not
+/// priced); Megatron's stack only; Megatron-Core's default selective recompute only.
+fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(), PlanError> {
+    let Some(hybrid) = &model.hybrid else {
+        return Ok(());
+    };
+    let fail = |words: String| Err(PlanError::Hybrid(words));
+    let framework = training.framework;
+    if matches!(
+        framework,
+        crate::training::TrainingFramework::Torchtitan
+            | crate::training::TrainingFramework::Deepspeed
+    ) {
+        return fail(format!(
+            "--framework {} with the hybrid Mamba-Transformer model {}: tpsim prices Megatron-Core's hybrid stack (MambaStack) only; use --framework megatron-core",
+            framework.as_str(),
+            model.name
+        ));
+    }
+    for (count, what) in [
+        (hybrid.mamba_heads, "Mamba heads"),
+        (hybrid.mamba_groups, "Mamba groups"),
+    ] {
+        if !count.is_multiple_of(r.tp) {
+            return fail(format!(
+                "--tp {} does not divide the {count} {what} of {} (rule: Megatron-Core's MambaMixer splits heads and groups evenly over TP); valid: {}",
+                r.tp,
+                model.name,
+                list(
+                    divisors(hybrid.mamba_groups.min(hybrid.mamba_heads))
+                        .into_iter()
+                        .filter(|d| hybrid.mamba_heads.is_multiple_of(*d)
+                            && hybrid.mamba_groups.is_multiple_of(*d))
+                )
+            ));
+        }
+    }
+    if r.pp > 1 {
+        return fail(format!(
+            "--pp {} with the hybrid Mamba-Transformer model {}: its pipeline stages would hold different mixes of Mamba, attention and MLP layers, which tpsim does not price yet (NVIDIA's recipes train these models at pp 1); give --pp 1",
+            r.pp, model.name
+        ));
+    }
+    if r.cp > 1 {
+        return fail(format!(
+            "--cp {} with the hybrid Mamba-Transformer model {}: Mamba's context-parallel exchange is not priced by tpsim; give --cp 1",
+            r.cp, model.name
+        ));
+    }
+    if r.recompute == Recompute::Selective
+        && matches!(
+            training.selective_recompute(),
+            crate::training::SelectiveRecompute::Modules(_)
+        )
+    {
+        return fail(format!(
+            "--recompute-modules with the hybrid Mamba-Transformer model {}: tpsim prices full recompute and Megatron-Core's default selective recompute (core_attn) for it; drop --recompute-modules",
+            model.name
+        ));
+    }
+    Ok(())
 }
 
 /// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.

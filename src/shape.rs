@@ -115,6 +115,7 @@ fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
         moe: None,
         mtp_layers: 0,
         attention_window: None,
+        hybrid: None,
     }
 }
 

@@ -34,6 +34,18 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     ("mixtral-8x7b", include_str!("../models/mixtral-8x7b.yaml")),
     ("mt-nlg-530b", include_str!("../models/mt-nlg-530b.yaml")),
     (
+        "nemotron-3-nano-30b-a3b",
+        include_str!("../models/nemotron-3-nano-30b-a3b.yaml"),
+    ),
+    (
+        "nemotron-h-56b",
+        include_str!("../models/nemotron-h-56b.yaml"),
+    ),
+    (
+        "nemotron-h-8b",
+        include_str!("../models/nemotron-h-8b.yaml"),
+    ),
+    (
         "qwen3-235b-a22b",
         include_str!("../models/qwen3-235b-a22b.yaml"),
     ),

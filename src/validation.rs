@@ -449,6 +449,7 @@ pub fn accuracy_with_skips(
             moe: None,
             mtp_layers: 0,
             attention_window: None,
+            hybrid: None,
         };
         let in_file_words =
             |message: String| in_runs_file_words(&message, m.vocab_padded.is_some());
@@ -634,6 +635,7 @@ pub fn vtrain_cases(
             moe: None,
             mtp_layers: 0,
             attention_window: None,
+            hybrid: None,
         };
         let hw = &row.hardware;
         let mut gpu = a100.clone();

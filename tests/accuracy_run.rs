@@ -82,7 +82,7 @@ fn runs_it_cannot_find_or_predict_say_why() {
         "--runs",
         RUNS,
         "--run",
-        "automodel-nemotron3_nano-h100-8g-bf16",
+        "automodel-nemotron3_super-h100-64g-bf16",
     ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stdout.is_empty());
@@ -97,7 +97,7 @@ fn runs_it_cannot_find_or_predict_say_why() {
         "--runs",
         RUNS,
         "--run",
-        "automodel-nemotron3_nano-h100-8g-bf16",
+        "automodel-nemotron3_super-h100-64g-bf16",
         "--format",
         "json",
     ]);

@@ -31,6 +31,13 @@ const MOE_MIN_PREDICTED: usize = 107;
 const MOE_MEDIAN_BOUND: f64 = 0.209;
 const MOE_PAST_30: usize = 27;
 const ROWS: usize = 228;
+// Nemotron 3 Nano (hybrid Mamba-Transformer MoE, models/nemotron-3-nano-30b-a3b.yaml), priced since
+// 2026-12-06 (fifteenth session; validation/FIT.md "Hybrid Mamba-Transformer stacks"): 20 rows,
+// median |error| 22.3%, max 28.6%, all too fast, as the other fine-grained MoE rows above. Kept
+// apart so that the MoE bounds above still hold the rows they were measured on.
+const HYBRID_MIN_PREDICTED: usize = 20;
+const HYBRID_MEDIAN_BOUND: f64 = 0.235;
+const HYBRID_PAST_30: usize = 0;
 
 fn predictions() -> Vec<ModernPrediction> {
     let text = std::fs::read_to_string(format!("{}/{RUNS}", common::ROOT)).unwrap();
@@ -72,10 +79,24 @@ fn report(name: &str, set: &[&ModernPrediction], bound: f64) -> (usize, f64, f64
 fn megatron_bridge_26_runs_stay_within_the_measured_out_of_sample_error() {
     let all = predictions();
     assert_eq!(all.len(), ROWS);
-    let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe).collect();
-    let moe: Vec<&ModernPrediction> = all.iter().filter(|p| p.moe).collect();
+    let hybrid = |p: &&ModernPrediction| p.id.contains("nemotron3_nano");
+    let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe && !hybrid(p)).collect();
+    let moe: Vec<&ModernPrediction> = all.iter().filter(|p| p.moe && !hybrid(p)).collect();
+    let hybrids: Vec<&ModernPrediction> = all.iter().filter(hybrid).collect();
     let d = report("dense", &dense, 0.25);
     let m = report("MoE", &moe, 0.30);
+    let h = report("hybrid", &hybrids, 0.30);
+    assert!(
+        h.0 >= HYBRID_MIN_PREDICTED,
+        "only {} hybrid runs predicted",
+        h.0
+    );
+    assert!(
+        h.1 <= HYBRID_MEDIAN_BOUND,
+        "hybrid median |error| {:.3}",
+        h.1
+    );
+    assert_eq!(h.3, HYBRID_PAST_30, "hybrid runs past 30%");
     // Fewer rows predicted would hide errors: a row that stops being predicted fails here.
     assert!(
         d.0 >= DENSE_MIN_PREDICTED,

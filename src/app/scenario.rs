@@ -544,6 +544,7 @@ fn resolve_base_model(
             moe: None,
             mtp_layers: 0,
             attention_window: None,
+            hybrid: None,
         };
         specs::check_model_counts(&file).map_err(|m| anyhow!(m))?;
         let model = Model::from_file(&file)?;
@@ -686,6 +687,7 @@ pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
         moe: None,
         mtp_layers: 0,
         attention_window: None,
+        hybrid: None,
     };
     Ok(probe.check()?)
 }

@@ -452,6 +452,10 @@ pub struct LayerTime {
     pub weight_grad: f64,
     /// The dense MLP's share of `weight_grad`, which an MoE layer replaces.
     pub mlp_weight_grad: f64,
+    /// Of `linear_gemm_forward` and `column_gemm_forward`, the dense MLP's GEMMs (up and down; up):
+    /// what a hybrid stack's attention and MLP layers each hold (`cost::hybrid`).
+    pub mlp_linear_gemm_forward: f64,
+    pub mlp_column_gemm_forward: f64,
 }
 
 impl LayerTime {
@@ -807,6 +811,8 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
             + (mlp_wgrad_extra_s + mlp_transposed_bytes / bandwidth) / gpu.framework_efficiency,
         weight_grad: (linear_time + wgrad_extra_s) / gpu.framework_efficiency,
         mlp_weight_grad: (mlp_gemms + mlp_wgrad_extra_s) / gpu.framework_efficiency,
+        mlp_linear_gemm_forward: mlp_gemms / gpu.framework_efficiency,
+        mlp_column_gemm_forward: linear_times[2] / gpu.framework_efficiency,
     }
 }
 
@@ -858,6 +864,8 @@ pub fn output_layer_time(
         weight_grad: ((1.0 + mtp) * gemm.time(cluster) + mtp * projection.time(cluster))
             / cluster.gpu.framework_efficiency,
         mlp_weight_grad: 0.0,
+        mlp_linear_gemm_forward: 0.0,
+        mlp_column_gemm_forward: 0.0,
     }
 }
 

@@ -422,7 +422,19 @@ pub fn ledger(
         };
         // The MLP side's collectives run on the layers whose MLP has them (`moe::
         // mlp_tp_pair_share_at`: Megatron-Core's MoE layers without shared experts have none).
-        let mlp_share = moe::mlp_tp_pair_share_at(model, training, slowest_moe_share);
+        // A hybrid stack's layer holds each block's share (`Model::block_shares`): its attention
+        // and Mamba blocks each run one column- then row-parallel pair, at the attention's sites.
+        let shares = model.block_shares();
+        let mlp_share =
+            shares.mlp - 1.0 + moe::mlp_tp_pair_share_at(model, training, slowest_moe_share);
+        let attention_share = shares.attention + shares.mamba;
+        let site_of = |site: &'static str| {
+            if model.is_hybrid() {
+                hybrid_site(site)
+            } else {
+                site
+            }
+        };
         // Low-precision training all-gathers quantized copies under sequence parallelism
         // (`comm::sp_gather_scale`); the reduce-scatters carry bf16.
         let gather_scale = comm::sp_gather_scale(training, plan);
@@ -440,9 +452,10 @@ pub fn ledger(
             };
             let sites = attention_sites
                 .iter()
-                .map(|s| (s, count))
+                .map(|s| (s, count * attention_share))
                 .chain(mlp_sites.iter().map(|s| (s, count * mlp_share)));
             for (&(op, site), count) in sites {
+                let site = site_of(site);
                 if pass == Pass::Recompute && per_op_sac && op == Op::ReduceScatter {
                     continue;
                 }
@@ -491,18 +504,19 @@ pub fn ledger(
         } else {
             count
         };
+        let attention_count = count * attention_share;
         if plan.sequence_parallel {
             for (op, site, count, scale) in [
                 (
                     Op::ReduceScatter,
-                    "attention QKV input gradient (conjugate of the all-gather)",
-                    count,
+                    site_of("attention QKV input gradient (conjugate of the all-gather)"),
+                    attention_count,
                     1.0,
                 ),
                 (
                     Op::AllGather,
-                    "attention output gradient (conjugate of the reduce-scatter)",
-                    count,
+                    site_of("attention output gradient (conjugate of the reduce-scatter)"),
+                    attention_count,
                     gather_scale.grad,
                 ),
                 (
@@ -521,8 +535,10 @@ pub fn ledger(
                 // the weight gradients (`regathers` in `cost::unit_costs`); torchtitan kept them.
                 (
                     Op::AllGather,
-                    "attention QKV input again, for its weight gradient (the forward kept the sequence shard)",
-                    regather_count,
+                    site_of(
+                        "attention QKV input again, for its weight gradient (the forward kept the sequence shard)",
+                    ),
+                    regather_count * attention_share,
                     gather_scale.regather,
                 ),
                 (
@@ -548,8 +564,8 @@ pub fn ledger(
         } else {
             for (site, count) in [
                 (
-                    "attention QKV input gradient (column split, Megatron's f)",
-                    count,
+                    site_of("attention QKV input gradient (column split, Megatron's f)"),
+                    attention_count,
                 ),
                 (
                     "MLP first GEMM input gradient (column split, Megatron's f)",
@@ -1150,6 +1166,35 @@ pub fn ledger(
         pp_wire_bytes: Ledger::comm_wire_bytes(&entries, GroupKind::Pp),
         dp_wire_bytes: Ledger::comm_wire_bytes(&entries, GroupKind::Dp),
         entries,
+    }
+}
+
+/// A TP site of the attention block as a hybrid stack's ledger names it: its Mamba mixers run the
+/// same pair of collectives at the same places (`in_proj` column split, `out_proj` row split).
+fn hybrid_site(site: &'static str) -> &'static str {
+    match site {
+        "before attention QKV (column split): gather the sequence-split input" => {
+            "before attention QKV or Mamba in_proj (column split): gather the sequence-split input"
+        }
+        "after attention output projection (row split): sum partial outputs, split by sequence" => {
+            "after attention output projection or Mamba out_proj (row split): sum partial outputs, split by sequence"
+        }
+        "after attention output projection (row split): sum partial outputs" => {
+            "after attention output projection or Mamba out_proj (row split): sum partial outputs"
+        }
+        "attention QKV input gradient (conjugate of the all-gather)" => {
+            "attention QKV or Mamba in_proj input gradient (conjugate of the all-gather)"
+        }
+        "attention output gradient (conjugate of the reduce-scatter)" => {
+            "attention or Mamba output gradient (conjugate of the reduce-scatter)"
+        }
+        "attention QKV input again, for its weight gradient (the forward kept the sequence shard)" => {
+            "attention QKV or Mamba in_proj input again, for its weight gradient (the forward kept the sequence shard)"
+        }
+        "attention QKV input gradient (column split, Megatron's f)" => {
+            "attention QKV or Mamba in_proj input gradient (column split, Megatron's f)"
+        }
+        other => other,
     }
 }
 

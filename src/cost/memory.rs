@@ -163,13 +163,19 @@ pub fn layer_activation_bytes(
         4.0 * sb * f64::from(mla.q_lora_rank.unwrap_or(0) + mla.kv_lora_rank)
     });
     let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
-    let outside_tp = (8.0 + 2.0 * masks) * sbh;
+    // A transformer layer's blocks: one attention and one MLP, two norms; a hybrid stack's layer
+    // each block's share and one norm (`Model::block_shares`), plus its Mamba mixers' tensors.
+    let shares = model.block_shares();
+    let mamba_split = shares.mamba * sb * super::hybrid::mamba_saved_bytes_per_token(model);
+    // Per block: the norm's input and output and the residual's dropout mask.
+    let outside_tp = shares.norms * (4.0 + masks) * sbh;
     let scores = match (attention, recompute) {
         (AttentionKernel::Flash, _) => 4.0 * a * s * b,
         (AttentionKernel::Unfused, Recompute::Selective) => 0.0,
         (AttentionKernel::Unfused, _) => (2.0 + 3.0 * masks) * a * s * s * b,
     };
-    (outside_tp + latents) / replicated_split + (attention_split + mlp_split + scores) / t
+    (outside_tp + shares.attention * latents) / replicated_split
+        + (shares.attention * (attention_split + scores) + shares.mlp * mlp_split + mamba_split) / t
 }
 
 /// Bytes per element a layer keeps of each of its norm outputs.
@@ -215,9 +221,13 @@ pub fn norm_output_fp8_saving(model: &Model) -> f64 {
 pub fn norm_output_fp8_saving_at(model: &Model, moe_share: f64) -> f64 {
     let kept = norm_output_bytes(model, Precision::Fp8);
     let bf16 = 2.0;
-    (bf16 - kept.attention)
-        + (1.0 - moe_share) * (bf16 - kept.dense_mlp)
+    // A hybrid layer's blocks by share (`Model::block_shares`); a Mamba block's norm is fused into
+    // `in_proj`, which keeps its quantized copy alone, as a dense MLP's.
+    let shares = model.block_shares();
+    shares.attention * (bf16 - kept.attention)
+        + (shares.mlp - moe_share) * (bf16 - kept.dense_mlp)
         + moe_share * (bf16 - kept.moe_mlp)
+        + shares.mamba * (bf16 - kept.dense_mlp)
 }
 
 /// Activation bytes per token one layer's autograd keeps under PyTorch eager beyond what
@@ -373,6 +383,16 @@ pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f6
     let Some(moe) = model.moe else {
         return (model.layer_params() / t, 0.0);
     };
+    if model.is_hybrid() {
+        // The average hybrid layer (`Model::layer_params`) less its routed experts' share; a
+        // hybrid stack is priced at one stage, whose MoE share is the model's.
+        let experts = moe_share * f64::from(moe.experts) * model.expert_params();
+        let rest = (model.layer_params() - experts) / t;
+        return (
+            rest,
+            moe_share * super::moe::expert_params_per_gpu(model, plan),
+        );
+    }
     let moe_rest = model.moe_layer_params() - f64::from(moe.experts) * model.expert_params();
     let rest = ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t;
     let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
@@ -840,8 +860,13 @@ fn stage_memory(
             let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, share);
             // The dense MLP's down-projection input exists in dense layers only; MoE layers save
             // their expert GEMM inputs in FP8 below.
-            let dense_share = 1.0 - share;
-            let sharded_inputs = sf * bf * (dense_share * f64::from(model.ffn_hidden)) / t;
+            let shares = model.block_shares();
+            let dense_share = shares.mlp - share;
+            // A Mamba block's `out_proj` saves its quantized input (the gated norm's output) too.
+            let mamba_inputs =
+                shares.mamba * model.hybrid.as_ref().map_or(0.0, |h| h.inner_width());
+            let sharded_inputs =
+                sf * bf * (dense_share * f64::from(model.ffn_hidden) + mamba_inputs) / t;
             per_layer - (norm_outputs + sharded_inputs)
         } else {
             per_layer

@@ -26,6 +26,7 @@ pub mod comm;
 pub mod compute;
 pub mod context_parallel;
 pub mod groups;
+pub mod hybrid;
 pub mod ledger;
 pub mod memory;
 pub mod module_recompute;
@@ -326,7 +327,17 @@ pub fn tp_pairs_per_layer(model: &Model, training: &Training, estimate: &Estimat
     } else {
         f64::from(estimate.slowest_stage_moe_layers) / f64::from(estimate.slowest_stage_layers)
     };
-    1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share)
+    tp_pairs_at(model, training, moe_share)
+}
+
+/// TP all-reduce equivalents of one layer's forward, of which `moe_share` are MoE layers: one per
+/// block that runs a column- then row-parallel pair — the attention, the MLP where it has one
+/// (`moe::mlp_tp_pair_share_at`), a hybrid stack's Mamba mixer (`in_proj`, `out_proj`) — by the
+/// average layer's share of each block (`Model::block_shares`; 2 for a dense transformer layer).
+pub(crate) fn tp_pairs_at(model: &Model, training: &Training, moe_share: f64) -> f64 {
+    let shares = model.block_shares();
+    let mlp_pairs = shares.mlp - 1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share);
+    shares.attention + shares.mamba + mlp_pairs
 }
 
 /// Whether the plan's recompute runs any TP collective again on the stage that sets the step
@@ -355,10 +366,7 @@ pub(crate) fn tp_recompute_share(
     moe_share: f64,
 ) -> f64 {
     match plan.recompute {
-        Recompute::Full => {
-            plan.recompute_share() * (1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share))
-                / 2.0
-        }
+        Recompute::Full => plan.recompute_share() * tp_pairs_at(model, training, moe_share) / 2.0,
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
             moe_share,
@@ -451,28 +459,33 @@ pub(crate) fn unit_costs_at(
     let gather_scale = comm::sp_gather_scale(training, plan);
     // How the linear inputs are quantized, for the dense layer and the MoE MLP alike.
     let cast_setting = cast::CastSetting::of(training, plan);
-    let layer = layer_time_sharded(
-        model,
-        cluster,
-        &LayerShard {
-            micro_batch: plan.micro_batch,
-            seq_len,
-            tp: plan.tp,
-            cp: plan.cp,
-            sp: plan.sequence_parallel,
-            recompute: plan.recompute,
-            selective: training.selective_recompute(),
-            attention: training.attention,
-            gemm_chunks: if tp_overlap { plan.tp } else { 1 },
-            attention_efficiency: attention_efficiency(model, cluster, training),
-            kernel_fusion: training.kernel_fusion,
-            sdpa_repeats_kv: training.sdpa_repeats_kv,
-            rope_fusion: training.rope_fusion,
-            cast: cast_setting,
-        },
+    let shard = LayerShard {
+        micro_batch: plan.micro_batch,
+        seq_len,
+        tp: plan.tp,
+        cp: plan.cp,
+        sp: plan.sequence_parallel,
+        recompute: plan.recompute,
+        selective: training.selective_recompute(),
+        attention: training.attention,
+        gemm_chunks: if tp_overlap { plan.tp } else { 1 },
+        attention_efficiency: attention_efficiency(model, cluster, training),
+        kernel_fusion: training.kernel_fusion,
+        sdpa_repeats_kv: training.sdpa_repeats_kv,
+        rope_fusion: training.rope_fusion,
+        cast: cast_setting,
+    };
+    let transformer_layer = layer_time_sharded(model, cluster, &shard);
+    // One dense MLP's times, which an MoE layer's MLP replaces.
+    let (dense_mlp_forward, dense_mlp_backward, dense_mlp_weight_grad) = (
+        transformer_layer.mlp_forward,
+        transformer_layer.mlp_backward,
+        transformer_layer.mlp_weight_grad,
     );
+    // A hybrid stack's average layer holds each block's share (`hybrid`); a transformer's is the
+    // layer itself.
+    let mut layer = hybrid::average_layer(model, cluster, &shard, transformer_layer);
     let recompute_share = plan.recompute_share();
-    let mut layer = layer;
     // MoE layers replace the dense MLP by router, permutation, grouped expert GEMMs and shared
     // experts (`moe.rs`); the stage's average layer carries its MoE layers' share of the
     // difference.
@@ -516,16 +529,16 @@ pub(crate) fn unit_costs_at(
             modules,
             routed_load,
             moe_share,
-            layer.mlp_forward,
+            dense_mlp_forward,
             moe_mlp,
             training.rope_fusion,
         );
     }
     if moe_share > 0.0 {
-        let delta = moe_share * (moe_mlp - layer.mlp_forward);
+        let delta = moe_share * (moe_mlp - dense_mlp_forward);
         layer.forward += delta;
-        layer.backward += moe_share * (moe_time.backward_s - layer.mlp_backward);
-        layer.weight_grad += moe_share * (moe_time.weight_grad_s - layer.mlp_weight_grad);
+        layer.backward += moe_share * (moe_time.backward_s - dense_mlp_backward);
+        layer.weight_grad += moe_share * (moe_time.weight_grad_s - dense_mlp_weight_grad);
         if plan.recompute == Recompute::Full {
             layer.recompute += delta;
         }
@@ -569,7 +582,7 @@ pub(crate) fn unit_costs_at(
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
     // The forward's all-reduce equivalents (2 for a dense layer; MoE layers without shared experts
     // have only the attention's under Megatron-Core).
-    let pairs = 1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share);
+    let pairs = tp_pairs_at(model, training, moe_share);
     let tp_recompute_share = tp_recompute_share(model, training, plan, moe_share);
     // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();

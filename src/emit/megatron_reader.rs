@@ -622,6 +622,7 @@ impl MegatronLaunch {
             moe: self.experts.moe,
             mtp_layers: self.mtp_layers,
             attention_window: self.attention_window,
+            hybrid: None,
         };
         model.check()?;
         Ok(model)

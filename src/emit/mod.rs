@@ -94,10 +94,16 @@ impl Framework {
     /// latent attention, multi-token prediction or a sliding window outside the Megatron-LM and
     /// Megatron-Bridge writers), or `None`: an input error, not a plan that does not fit.
     pub fn model_unsupported(self, model: &Model) -> Option<String> {
+        let name = self.name();
+        if let Some(hybrid) = &model.hybrid {
+            return Some(format!(
+                "hybrid Mamba-Transformer models (pattern {:?}) are not written for {name} yet: Megatron-LM builds them with pretrain_mamba.py and its hybrid stack's flags, which tpsim does not write; run without --emit and take the plan's degrees",
+                hybrid.pattern
+            ));
+        }
         if matches!(self, Framework::Megatron | Framework::MegatronBridge) {
             return None;
         }
-        let name = self.name();
         if model.moe.is_some() {
             return Some(format!(
                 "mixture-of-experts models are not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"

@@ -35,6 +35,20 @@ impl Model {
             + shared
     }
 
+    /// A hybrid stack's weight-matrix parameters a token multiplies, averaged over its layers:
+    /// each symbol's block, MoE blocks with their active experts.
+    fn hybrid_layer_matrix_params(&self) -> f64 {
+        let counts = self.block_counts();
+        let h = f64::from(self.hidden);
+        let dense_mlp = h * self.mlp_up_width() + f64::from(self.ffn_hidden) * h;
+        let moe_block = self.moe_layer_active_matrix_params() - self.attention_matrix_params();
+        (f64::from(counts.mamba) * self.mamba_matrix_params()
+            + f64::from(counts.attention) * self.attention_matrix_params()
+            + f64::from(counts.mlp) * dense_mlp
+            + f64::from(counts.moe) * moe_block)
+            / f64::from(self.layers)
+    }
+
     /// Share of the s×s (query, key) pairs causal attention computes, averaged over the layers:
     /// 1/2 for full causal attention (the blocks on and below the diagonal; FlashAttention-2
     /// §3.1.1); in a layer with a window of w < s tokens each query sees at most w keys, w/s −
@@ -65,6 +79,16 @@ impl Model {
         2.0 * b * s * s * f64::from(self.heads) * (qk + v)
     }
 
+    /// Forward FLOPs of an average layer's token mixing beyond its matrices, over `pair_share` of
+    /// the (query, key) pairs for attention (1, or the causal share): a transformer layer's
+    /// attention core; a hybrid layer's share of attention cores and of Mamba-2 scans
+    /// (`Model::mamba_scan_flops_per_token`).
+    fn mixing_flops(&self, b: f64, s: f64, pair_share: f64) -> f64 {
+        let shares = self.block_shares();
+        shares.attention * pair_share * self.attention_core_all_pairs_flops(b, s)
+            + shares.mamba * b * s * self.mamba_scan_flops_per_token()
+    }
+
     /// Forward FLOPs of one layer, averaged over the layers (MoE layers count their active
     /// experts), for `micro_batch` sequences of `seq_len` tokens: 2 FLOPs per weight per token for
     /// the matrices, plus QKᵀ and AV over EVERY (query, key) pair — Narayanan et al. 2021 §3:
@@ -73,14 +97,14 @@ impl Model {
     pub fn layer_forward_flops(&self, micro_batch: u32, seq_len: u32) -> Flops {
         let b = f64::from(micro_batch);
         let s = f64::from(seq_len);
-        Flops(
-            2.0 * b * s * self.average_layer_matrix_params()
-                + self.attention_core_all_pairs_flops(b, s),
-        )
+        Flops(2.0 * b * s * self.average_layer_matrix_params() + self.mixing_flops(b, s, 1.0))
     }
 
     /// Active weight-matrix parameters per layer, averaged over dense and MoE layers.
     fn average_layer_matrix_params(&self) -> f64 {
+        if self.is_hybrid() {
+            return self.hybrid_layer_matrix_params();
+        }
         if self.moe.is_none() {
             return self.dense_layer_matrix_params();
         }
@@ -100,7 +124,7 @@ impl Model {
         let s = f64::from(seq_len);
         Flops(
             2.0 * b * s * self.average_layer_matrix_params()
-                + self.causal_attention_share(seq_len) * self.attention_core_all_pairs_flops(b, s),
+                + self.mixing_flops(b, s, self.causal_attention_share(seq_len)),
         )
     }
 

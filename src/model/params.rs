@@ -128,6 +128,9 @@ impl Model {
     /// `layer_freq`-th layer (Megatron's integer `--moe-layer-freq`; DeepSeek's
     /// `first_k_dense_replace`).
     pub fn is_moe_layer(&self, layer: u32) -> bool {
+        if let Some(hybrid) = &self.hybrid {
+            return hybrid.pattern.as_bytes().get(layer as usize) == Some(&b'E');
+        }
         self.moe.is_some_and(|moe| {
             layer < self.layers
                 && layer >= moe.first_dense_layers
@@ -138,6 +141,9 @@ impl Model {
     /// Whether every layer (and so every MTP layer) is an MoE layer: no dense prefix, every layer
     /// MoE; where no stage can differ from another in its mix.
     pub fn every_layer_moe(&self) -> bool {
+        if let Some(hybrid) = &self.hybrid {
+            return hybrid.pattern.bytes().all(|symbol| symbol == b'E');
+        }
         self.moe
             .is_some_and(|moe| moe.first_dense_layers == 0 && moe.layer_freq == 1)
     }
@@ -145,6 +151,14 @@ impl Model {
     /// MoE layers among the layers [start, end): those at or past the dense prefix whose offset
     /// from it is a multiple of the frequency (`is_moe_layer`), counted in closed form.
     pub fn moe_layers_between(&self, start: u32, end: u32) -> u32 {
+        if let Some(hybrid) = &self.hybrid {
+            let end = end.min(self.layers) as usize;
+            let start = (start as usize).min(end);
+            return hybrid.pattern.as_bytes()[start..end]
+                .iter()
+                .filter(|symbol| **symbol == b'E')
+                .count() as u32;
+        }
         match self.moe {
             Some(moe) if moe.layer_freq > 0 => {
                 let (k, f) = (moe.first_dense_layers, moe.layer_freq);
@@ -162,6 +176,9 @@ impl Model {
 
     /// Layers with an MoE MLP.
     pub fn moe_layers(&self) -> u32 {
+        if let Some(hybrid) = &self.hybrid {
+            return hybrid.counts().moe;
+        }
         match self.moe {
             Some(moe) if self.layers > moe.first_dense_layers && moe.layer_freq > 0 => {
                 (self.layers - moe.first_dense_layers).div_ceil(moe.layer_freq)
@@ -206,12 +223,32 @@ impl Model {
     /// dense model; for an MoE model (dense layers + MoE layers) / layers, so that
     /// layers × layer_params is still the blocks' total.
     pub fn layer_params(&self) -> f64 {
+        if self.is_hybrid() {
+            return self.hybrid_blocks_params(false) / f64::from(self.layers);
+        }
         if self.moe.is_none() {
             return self.dense_layer_params();
         }
         (f64::from(self.dense_layers()) * self.dense_layer_params()
             + f64::from(self.moe_layers()) * self.moe_layer_params())
             / f64::from(self.layers)
+    }
+
+    /// Parameters of a hybrid stack's layers (all of them, or with `active` those one token uses):
+    /// each symbol's block and its pre-norm (one per layer, fused into the block's first linear in
+    /// Megatron-Core's hybrid specs but a parameter all the same).
+    fn hybrid_blocks_params(&self, active: bool) -> f64 {
+        let counts = self.block_counts();
+        let experts = self.moe.map_or(0.0, |moe| {
+            f64::from(if active { moe.router_topk } else { moe.experts })
+        });
+        let moe_block =
+            self.router_params() + experts * self.expert_params() + self.shared_expert_params();
+        f64::from(counts.mamba) * self.mamba_params()
+            + f64::from(counts.attention) * self.attention_params()
+            + f64::from(counts.mlp) * self.dense_mlp_params()
+            + f64::from(counts.moe) * moe_block
+            + f64::from(self.layers) * self.norm_params(f64::from(self.hidden))
     }
 
     /// Routed copies of each token in an MoE layer: top-k (0 for a dense model). The EP all-to-all
@@ -302,6 +339,11 @@ impl Model {
     pub fn active_params(&self) -> f64 {
         if self.moe.is_none() {
             return self.params();
+        }
+        if self.is_hybrid() {
+            return self.hybrid_blocks_params(true)
+                + self.embedding_params()
+                + self.output_params();
         }
         f64::from(self.dense_layers()) * self.dense_layer_params()
             + f64::from(self.moe_layers()) * self.moe_layer_active_params()

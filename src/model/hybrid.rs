@@ -1,0 +1,308 @@
+//! Hybrid Mamba-Transformer stacks (Nemotron-H, Nemotron 3): Megatron-Core's `MambaStack`
+//! (`megatron/core/ssm/mamba_block.py`), whose `--hybrid-override-pattern` gives every layer one
+//! block — a Mamba-2 mixer (`M`), attention (`*`), a dense MLP (`-`) or an MoE MLP (`E`)
+//! (`megatron/core/models/hybrid/hybrid_layer_allocation.py` `Symbols`) — each behind its own
+//! pre-norm and residual. tpsim's "layer" of such a model is one symbol, so the per-layer counts
+//! of params, FLOPs, time and memory are averages over the pattern's symbols.
+
+use serde::{Deserialize, Serialize};
+
+use super::Model;
+
+/// The hybrid stack: its layer pattern and the Mamba-2 mixer's shape, in Megatron-Core's terms
+/// (`TransformerConfig.mamba_*`, `MambaMixer.__init__` in `megatron/core/ssm/mamba_mixer.py`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hybrid {
+    /// One symbol per layer (`--hybrid-override-pattern`; HF `hybrid_override_pattern`): `M`
+    /// Mamba-2, `*` attention, `-` MLP, `E` MoE.
+    pub pattern: String,
+    /// Mamba heads (`--mamba-num-heads`; HF `mamba_num_heads`); the mixer's inner width is heads ×
+    /// head_dim.
+    pub mamba_heads: u32,
+    /// Width of one Mamba head (`--mamba-head-dim`; HF `mamba_head_dim`).
+    pub mamba_head_dim: u32,
+    /// SSM state width (`--mamba-state-dim`; HF `ssm_state_size`).
+    pub mamba_state_dim: u32,
+    /// B/C groups (`--mamba-num-groups`; HF `n_groups`).
+    pub mamba_groups: u32,
+    /// Width of the depthwise causal convolution (`MambaMixer` `d_conv`, 4; HF `conv_kernel`).
+    #[serde(default = "default_conv_kernel")]
+    pub mamba_conv_kernel: u32,
+}
+
+fn default_conv_kernel() -> u32 {
+    4
+}
+
+/// The block one symbol of the pattern stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    Mamba,
+    Attention,
+    Mlp,
+    Moe,
+}
+
+impl Block {
+    /// The block of a pattern symbol, or None for a symbol tpsim does not price.
+    pub fn of(symbol: char) -> Option<Block> {
+        match symbol {
+            'M' => Some(Block::Mamba),
+            '*' => Some(Block::Attention),
+            '-' => Some(Block::Mlp),
+            'E' => Some(Block::Moe),
+            _ => None,
+        }
+    }
+}
+
+/// How many layers of each block a pattern (or a slice of it) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockCounts {
+    pub mamba: u32,
+    pub attention: u32,
+    pub mlp: u32,
+    pub moe: u32,
+}
+
+impl BlockCounts {
+    pub fn of(pattern: &str) -> BlockCounts {
+        let mut counts = BlockCounts::default();
+        for block in pattern.chars().filter_map(Block::of) {
+            match block {
+                Block::Mamba => counts.mamba += 1,
+                Block::Attention => counts.attention += 1,
+                Block::Mlp => counts.mlp += 1,
+                Block::Moe => counts.moe += 1,
+            }
+        }
+        counts
+    }
+
+    pub fn layers(&self) -> u32 {
+        self.mamba + self.attention + self.mlp + self.moe
+    }
+}
+
+/// What an average layer holds of each block: for a transformer layer one attention and one MLP
+/// (dense or MoE), no Mamba; for a hybrid stack each block's share of the symbols.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockShares {
+    pub attention: f64,
+    /// MLPs of either kind (dense and MoE) per layer.
+    pub mlp: f64,
+    pub mamba: f64,
+    /// Pre-norms and residual adds per layer: 2 in a transformer layer, 1 per hybrid symbol.
+    pub norms: f64,
+}
+
+impl BlockShares {
+    pub const TRANSFORMER: BlockShares = BlockShares {
+        attention: 1.0,
+        mlp: 1.0,
+        mamba: 0.0,
+        norms: 2.0,
+    };
+}
+
+impl Hybrid {
+    pub fn counts(&self) -> BlockCounts {
+        BlockCounts::of(&self.pattern)
+    }
+
+    /// The mixer's inner width d_inner = heads × head_dim (`MambaMixer`: `self.d_inner =
+    /// self.nheads * self.headdim` when `mamba_num_heads` is given).
+    pub fn inner_width(&self) -> f64 {
+        f64::from(self.mamba_heads) * f64::from(self.mamba_head_dim)
+    }
+
+    /// Width of the B and C projections together: 2 × groups × state.
+    pub fn bc_width(&self) -> f64 {
+        2.0 * f64::from(self.mamba_groups) * f64::from(self.mamba_state_dim)
+    }
+
+    /// Output width of `in_proj`: z, x, B, C and dt (`MambaMixer`: `d_inner * 2 + 2 * ngroups *
+    /// d_state + nheads`).
+    pub fn in_proj_width(&self) -> f64 {
+        2.0 * self.inner_width() + self.bc_width() + f64::from(self.mamba_heads)
+    }
+
+    /// Channels of the depthwise convolution: x, B and C.
+    pub fn conv_channels(&self) -> f64 {
+        self.inner_width() + self.bc_width()
+    }
+}
+
+impl Model {
+    /// Whether the model is a hybrid Mamba-Transformer stack.
+    pub fn is_hybrid(&self) -> bool {
+        self.hybrid.is_some()
+    }
+
+    /// Each block's count over the whole stack: a transformer's layers each hold attention and an
+    /// MLP (counted once per layer under `attention` and under `mlp`/`moe`).
+    pub fn block_counts(&self) -> BlockCounts {
+        match &self.hybrid {
+            Some(hybrid) => hybrid.counts(),
+            None => BlockCounts {
+                mamba: 0,
+                attention: self.layers,
+                mlp: self.layers - self.moe_layers(),
+                moe: self.moe_layers(),
+            },
+        }
+    }
+
+    /// What the average layer holds of each block ([`BlockShares`]).
+    pub fn block_shares(&self) -> BlockShares {
+        match &self.hybrid {
+            None => BlockShares::TRANSFORMER,
+            Some(hybrid) => {
+                let counts = hybrid.counts();
+                let layers = f64::from(counts.layers().max(1));
+                BlockShares {
+                    attention: f64::from(counts.attention) / layers,
+                    mlp: f64::from(counts.mlp + counts.moe) / layers,
+                    mamba: f64::from(counts.mamba) / layers,
+                    norms: 1.0,
+                }
+            }
+        }
+    }
+
+    /// Weight-matrix parameters of one Mamba-2 mixer: `in_proj` h × (2·d_inner + 2·G·N + heads)
+    /// and `out_proj` d_inner × h (both bias-free in Nemotron-H; biases with `linear_bias`).
+    pub fn mamba_matrix_params(&self) -> f64 {
+        let Some(hybrid) = &self.hybrid else {
+            return 0.0;
+        };
+        let h = f64::from(self.hidden);
+        h * hybrid.in_proj_width() + hybrid.inner_width() * h
+    }
+
+    /// All parameters of one Mamba-2 mixer (`MambaMixer`): the two projections (with their biases
+    /// under `linear_bias`), the depthwise conv's weights and biases over x, B and C
+    /// (`conv1d_weight`, `conv1d_bias`), `dt_bias`, `A_log` and `D` (one per head) and the gated
+    /// RMSNorm over d_inner (`norm`). The block's pre-norm is counted with the layer's norms.
+    pub fn mamba_params(&self) -> f64 {
+        let Some(hybrid) = &self.hybrid else {
+            return 0.0;
+        };
+        let biases = if self.linear_bias {
+            hybrid.in_proj_width() + f64::from(self.hidden)
+        } else {
+            0.0
+        };
+        let conv = hybrid.conv_channels() * (f64::from(hybrid.mamba_conv_kernel) + 1.0);
+        self.mamba_matrix_params()
+            + biases
+            + conv
+            + 3.0 * f64::from(hybrid.mamba_heads)
+            + hybrid.inner_width()
+    }
+
+    /// Forward FLOPs of one Mamba-2 mixer per token beyond its matrices: the SSD scan as
+    /// Megatron-LM counts it, 7 · d_inner · state (`megatron/training/training.py`
+    /// `mamba_layer_flops`, "scan"), with the mixer's own inner width where Megatron-LM takes 2h.
+    pub fn mamba_scan_flops_per_token(&self) -> f64 {
+        self.hybrid.as_ref().map_or(0.0, |hybrid| {
+            7.0 * hybrid.inner_width() * f64::from(hybrid.mamba_state_dim)
+        })
+    }
+}
+
+/// Widest Mamba setting accepted: typo guard, far above Nemotron-H 56B's 256 heads of 64.
+const MAX_MAMBA_WIDTH: u32 = 1 << 16;
+
+impl Model {
+    /// The hybrid stack's rules (Megatron-Core `MambaMixer.__init__` asserts and
+    /// `hybrid_layer_allocation.py`), and what tpsim does not price in it.
+    pub(crate) fn check_hybrid(&self) -> Result<(), super::ModelError> {
+        let Some(hybrid) = &self.hybrid else {
+            return Ok(());
+        };
+        let fail = |words: String| Err(super::ModelError::Hybrid(words));
+        if let Some(symbol) = hybrid.pattern.chars().find(|c| Block::of(*c).is_none()) {
+            let what = match symbol {
+                'G' => " (a gated DeltaNet layer)",
+                'D' => " (DeepSeek sparse attention)",
+                '+' => " (latent attention)",
+                '|' => " (a pipeline-stage boundary)",
+                '/' => " (multi-token prediction layers)",
+                _ => "",
+            };
+            return fail(format!(
+                "hybrid pattern {:?} has the symbol '{symbol}'{what}, which tpsim does not price (rule: M Mamba-2, * attention, - MLP, E MoE, one per layer); write the pattern with those symbols only",
+                hybrid.pattern
+            ));
+        }
+        let counts = hybrid.counts();
+        if counts.layers() != self.layers {
+            return fail(format!(
+                "hybrid pattern {:?} has {} symbols but the model has {} layers (rule: one symbol per layer, as Megatron-Core's --hybrid-override-pattern); give --layers {} or a pattern of {} symbols",
+                hybrid.pattern,
+                counts.layers(),
+                self.layers,
+                counts.layers(),
+                self.layers
+            ));
+        }
+        let widths = [
+            ("mamba_heads", hybrid.mamba_heads),
+            ("mamba_head_dim", hybrid.mamba_head_dim),
+            ("mamba_state_dim", hybrid.mamba_state_dim),
+            ("mamba_groups", hybrid.mamba_groups),
+            ("mamba_conv_kernel", hybrid.mamba_conv_kernel),
+        ];
+        for (what, value) in widths {
+            if value == 0 || value > MAX_MAMBA_WIDTH {
+                return fail(format!(
+                    "hybrid {what} {value} is out of range (rule: 1 to {MAX_MAMBA_WIDTH}; Nemotron-H 8B: 128 heads of 64, state 128, 8 groups, conv 4); give the model's value"
+                ));
+            }
+        }
+        if !hybrid.mamba_heads.is_multiple_of(hybrid.mamba_groups) {
+            return fail(format!(
+                "hybrid mamba_heads {} is not a multiple of mamba_groups {} (rule: Megatron-Core's MambaMixer asserts nheads % ngroups == 0); give a divisor of {} as the groups",
+                hybrid.mamba_heads, hybrid.mamba_groups, hybrid.mamba_heads
+            ));
+        }
+        match (counts.moe > 0, &self.moe) {
+            (true, None) => {
+                return fail(format!(
+                    "hybrid pattern {:?} has {} MoE layers (E) but the model has no experts; give the moe settings (--num-experts, --moe-router-topk, --moe-ffn-hidden-size) or write - for dense MLPs",
+                    hybrid.pattern, counts.moe
+                ));
+            }
+            (false, Some(_)) => {
+                return fail(format!(
+                    "the model has experts but its hybrid pattern {:?} has no MoE layer (E); put E where the MoE layers are, or drop the moe settings",
+                    hybrid.pattern
+                ));
+            }
+            (true, Some(moe)) if moe.layer_freq != 1 || moe.first_dense_layers != 0 => {
+                return fail(format!(
+                    "--moe-layer-freq {} / first dense layers {} with a hybrid pattern: the pattern's E symbols place the MoE layers (rule: Megatron-Core's hybrid stack ignores the MoE layer frequency); drop them",
+                    moe.layer_freq, moe.first_dense_layers
+                ));
+            }
+            _ => {}
+        }
+        let unpriced = [
+            (self.mla.is_some(), "latent attention (MLA)"),
+            (self.mtp_layers > 0, "multi-token prediction layers"),
+            (
+                self.attention_window.is_some(),
+                "a sliding attention window",
+            ),
+            (self.shared_layer_norm, "a norm shared by attention and MLP"),
+        ];
+        if let Some((_, what)) = unpriced.iter().find(|(given, _)| *given) {
+            return fail(format!(
+                "a hybrid Mamba-Transformer stack with {what} is not priced by tpsim (rule: its hybrid layers are Mamba-2, grouped-query attention, MLP and MoE blocks, each behind its own norm); drop it"
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! Hybrid Mamba-Transformer stacks (Nemotron-H, Nemotron 3 Nano): the bundled models' parameter
+//! counts against the published sizes, the average layer's blocks in memory and time, and the
+//! plans and inputs tpsim refuses for them in one line.
+
+mod common;
+
+use common::*;
+
+fn model_json(model: &str) -> serde_json::Value {
+    json(&[
+        "eval",
+        "--model",
+        model,
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ])
+}
+
+#[test]
+fn bundled_hybrid_models_count_their_published_parameters() {
+    // (model, published total, published active, tolerance): Nemotron-H's sizes are its names
+    // (8B, 56B: arXiv:2504.03624), the Nano's the model card's 31.6B total and 3.6B active with
+    // embeddings.
+    let cases = [
+        ("nemotron-h-8b", 8.0, None, 0.02),
+        ("nemotron-h-56b", 56.0, None, 0.01),
+        ("nemotron-3-nano-30b-a3b", 31.6, Some(3.6), 0.01),
+    ];
+    for (model, total_b, active_b, tolerance) in cases {
+        let v = model_json(model);
+        let params = v["model"]["params"].as_f64().unwrap() / 1e9;
+        assert!(
+            (params / total_b - 1.0).abs() <= tolerance,
+            "{model}: {params:.2}B against the published {total_b}B"
+        );
+        if let Some(active_b) = active_b {
+            let active = v["model"]["active_params"].as_f64().unwrap() / 1e9;
+            assert!(
+                (active / active_b - 1.0).abs() <= tolerance,
+                "{model}: {active:.2}B active against the published {active_b}B"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_full_recompute_keeps_one_input_per_hybrid_layer() {
+    // Each block is a layer of Megatron-Core's stack with its own checkpoint: full recompute keeps
+    // 2·s·b·h per layer (52 layers x 8192 tokens x 4096 x 2 bytes = 3.25 GiB at micro-batch 1),
+    // beside what every plan keeps whatever it recomputes (the layer being recomputed, the loss's
+    // fp32 logits), far below what the blocks keep without it.
+    let activations = |recompute: &str| {
+        let v = json(&[
+            "eval",
+            "--model",
+            "nemotron-h-8b",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+            "--zero",
+            "1",
+            "--recompute",
+            recompute,
+            "--format",
+            "json",
+        ]);
+        v["plans"][0]["memory"]["activations_bytes"]
+            .as_f64()
+            .unwrap()
+    };
+    let full = activations("full");
+    let none = activations("none");
+    let one_input_per_layer = 52.0 * 8192.0 * 4096.0 * 2.0;
+    assert!(
+        full >= one_input_per_layer,
+        "full recompute keeps {full} bytes, one input per layer is {one_input_per_layer}"
+    );
+    assert!(none > 4.0 * full, "no recompute keeps {none}, full {full}");
+}
+
+#[test]
+fn plans_a_hybrid_stack_cannot_take_are_refused_in_one_line() {
+    let base = ["eval", "--model", "nemotron-h-8b", "--global-batch", "256"];
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["--nodes", "2", "--tp", "2", "--pp", "2"],
+            &[
+                "--pp 2 with the hybrid Mamba-Transformer model nemotron-h-8b",
+                "give --pp 1",
+            ],
+        ),
+        (
+            &["--nodes", "2", "--tp", "2", "--cp", "2"],
+            &["--cp 2 with the hybrid", "give --cp 1"],
+        ),
+        (
+            &["--nodes", "2", "--tp", "1", "--framework", "torchtitan"],
+            &["--framework torchtitan", "use --framework megatron-core"],
+        ),
+        (
+            &[
+                "--gpu",
+                "gb200-nvl72",
+                "--nodes",
+                "4",
+                "--gpus-per-node",
+                "4",
+                "--tp",
+                "16",
+            ],
+            &[
+                "--tp 16 does not divide the 8 Mamba groups",
+                "valid: 1, 2, 4, 8",
+            ],
+        ),
+    ];
+    for (extra, needles) in cases {
+        let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+        assert_one_line_error(&run(&args), needles, &["panicked"], &format!("{extra:?}"));
+    }
+}
+
+#[test]
+fn a_hybrid_search_proposes_only_plans_it_prices() {
+    let v = json(&[
+        "plan",
+        "--model",
+        "nemotron-h-56b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--format",
+        "json",
+    ]);
+    let plans = v["plans"].as_array().expect("plans");
+    assert!(!plans.is_empty(), "no plan for Nemotron-H 56B on 64 H100s");
+    for p in plans {
+        assert_eq!(p["pp"], 1, "{p}");
+        assert_eq!(p["cp"], 1, "{p}");
+        let tp = p["tp"].as_u64().unwrap();
+        assert_eq!(8 % tp, 0, "tp {tp} must divide the 8 Mamba groups");
+    }
+}
+
+#[test]
+fn hybrid_patterns_tpsim_does_not_price_are_refused_by_symbol() {
+    let dir = scratch("hybrid", "patterns");
+    let file = |pattern: &str, layers: u32| {
+        format!(
+            "name: tiny-hybrid\nlayers: {layers}\nhidden: 1024\nheads: 8\nvocab: 32000\nseq_len: 2048\nposition_embedding_type: none\nnorm: rmsnorm\nlinear_bias: false\nhybrid:\n  pattern: \"{pattern}\"\n  mamba_heads: 32\n  mamba_head_dim: 64\n  mamba_state_dim: 128\n  mamba_groups: 8\n"
+        )
+    };
+    let cases: [(&str, u32, &[&str]); 4] = [
+        (
+            "M*G-",
+            4,
+            &[
+                "symbol 'G'",
+                "gated DeltaNet",
+                "M Mamba-2, * attention, - MLP, E MoE",
+            ],
+        ),
+        (
+            "M*M-",
+            5,
+            &["4 symbols but the model has 5 layers", "layers: 4"],
+        ),
+        (
+            "M*E-",
+            4,
+            &[
+                "1 MoE layers (E) but the model has no experts",
+                "give the moe settings",
+            ],
+        ),
+        ("M*|M-", 4, &["symbol '|'", "pipeline-stage boundary"]),
+    ];
+    for (pattern, layers, needles) in cases {
+        let path = dir.join(format!("m{layers}{}.yaml", pattern.len()));
+        std::fs::write(&path, file(pattern, layers)).unwrap();
+        let r = run(&[
+            "eval",
+            "--model",
+            path.to_str().unwrap(),
+            "--nodes",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--global-batch",
+            "64",
+        ]);
+        assert_one_line_error(&r, needles, &["panicked"], pattern);
+    }
+    // A pattern tpsim prices evaluates.
+    let path = dir.join("ok.yaml");
+    std::fs::write(&path, file("M*M-", 4)).unwrap();
+    let r = run(&[
+        "eval",
+        "--model",
+        path.to_str().unwrap(),
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn no_launch_line_is_written_for_a_hybrid_stack() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "nemotron-h-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--emit",
+        "megatron",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--emit megatron: hybrid Mamba-Transformer models",
+            "pretrain_mamba.py",
+        ],
+        &["panicked"],
+        "emit megatron",
+    );
+}
