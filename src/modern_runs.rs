@@ -127,6 +127,14 @@ const PUBLISHED_PEAK_MEMORY_GIB: crate::cluster::Range = crate::cluster::Range::
     "GiB",
     "rule: a GPU's peak memory is positive, at most 100000 GiB; null when the source does not state it",
 );
+/// The same peak in GB (1e9 bytes), the unit the runs file's conventions give it in.
+const PUBLISHED_PEAK_MEMORY_GB: crate::cluster::Range = crate::cluster::Range::new(
+    "results.peak_memory_gb",
+    1e-3,
+    1e5,
+    "GB",
+    "rule: a GPU's peak memory is positive, at most 100000 GB; null when the source does not state it",
+);
 /// The source's FLOPs per token: a NaN, zero or negative one compared as no match and chose the
 /// layout without multi-token prediction without a word.
 const PUBLISHED_MODEL_FLOPS_PER_TOKEN: crate::cluster::Range = crate::cluster::Range::new(
@@ -164,6 +172,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
                 [
                     (PUBLISHED_TOKENS_PER_S_PER_GPU, results.tokens_per_s_per_gpu),
                     (PUBLISHED_PEAK_MEMORY_GIB, results.peak_memory_gib),
+                    (PUBLISHED_PEAK_MEMORY_GB, results.peak_memory_gb),
                     (
                         PUBLISHED_MODEL_FLOPS_PER_TOKEN,
                         results.implied_model_flops_per_token,
@@ -173,6 +182,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
                 .filter_map(|(range, value)| Some(range.check(value?)))
                 .collect::<Result<(), String>>()
             })
+            .and_then(|()| check_peak_units(results))
             .and_then(|()| check_run_task(&run.task))
             .and_then(|()| recipes::check_id_release(&run.id))
             .and_then(|()| check_run_recompute(run))
@@ -186,6 +196,23 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
             .map(|model| run.bundled_moe_model = model)?;
     }
     Ok(file)
+}
+
+/// A peak stated in both units is one peak: GB and GiB that disagree (past the rounding of one
+/// decimal) leave which one the source meant unclear.
+fn check_peak_units(results: &RunResults) -> Result<(), String> {
+    if let (Some(gb), Some(gib)) = (results.peak_memory_gb, results.peak_memory_gib)
+        && (gb * 1e9 / (gib * crate::units::GIB) - 1.0).abs() > 0.01
+    {
+        return Err(format!(
+            "results.peak_memory_gb: {} and results.peak_memory_gib: {} disagree ({} GB is {:.1} GiB; rule: one peak in two units, GB = 1e9 bytes, GiB = 2^30); correct the one that is wrong or drop it",
+            crate::units::show_number(gb),
+            crate::units::show_number(gib),
+            crate::units::show_number(gb),
+            gb * 1e9 / crate::units::GIB
+        ));
+    }
+    Ok(())
 }
 
 /// A run's `plan.recompute`, when given, is one [`recipes::stated_recompute`] reads: text it
@@ -571,8 +598,11 @@ pub struct RunResults {
     pub mfu_peak_tflops: IgnoredAny,
     #[serde(default)]
     pub step_time_s: IgnoredAny,
+    /// The same peak in GB (1e9 bytes), the unit the file's conventions name: used where no
+    /// `peak_memory_gib` is given (it was ignored, so a run stating its peak in GB only was
+    /// compared on speed alone without a word).
     #[serde(default)]
-    pub peak_memory_gb: IgnoredAny,
+    pub peak_memory_gb: Option<f64>,
     #[serde(default)]
     pub flop_accounting: IgnoredAny,
     #[serde(default)]
@@ -849,7 +879,8 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         published_peak_memory_bytes: run
             .results
             .peak_memory_gib
-            .map(|gib| gib * crate::units::GIB),
+            .map(|gib| gib * crate::units::GIB)
+            .or(run.results.peak_memory_gb.map(|gb| gb * 1e9)),
         predicted_memory_bytes: None,
         memory_error: None,
     };

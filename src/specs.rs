@@ -740,7 +740,8 @@ fn read_spec<T: DeserializeOwned>(
     }
     if looks_like_path || is_entry {
         let text = read_spec_text(flag, name_or_path)?;
-        return Ok((quote(name_or_path), parse_yaml(name_or_path, &text)?));
+        let parsed = parse_yaml(name_or_path, &text).map_err(|e| another_input(e, &text, kind))?;
+        return Ok((quote(name_or_path), parsed));
     }
     match bundled.iter().find(|(name, _)| *name == name_or_path) {
         Some((name, text)) => Ok((format!("bundled {kind} {name}"), parse_yaml(name, text)?)),
@@ -1027,7 +1028,67 @@ struct InlineModelOnly {
 
 pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
     let text = crate::input_file::read_yaml("--plan", path)?;
-    parse_plan(path, &text)
+    parse_plan(path, &text).map_err(|e| another_input(e, &text, "plan"))
+}
+
+/// Which of tpsim's other inputs a file is, by the keys only that input has: what it is, the
+/// reader's kind (`read_spec`'s, or "plan") and the flag that reads it.
+fn input_kind(text: &str) -> Option<(&'static str, &'static str, &'static str)> {
+    let doc: yaml_serde::Value = yaml_serde::from_str(text).ok()?;
+    let map = doc.as_mapping()?;
+    let has = |key: &str| map.contains_key(key);
+    if has("model_type") || has("architectures") || has("hidden_size") {
+        Some(("a Hugging Face config.json", "config", "--hf-config"))
+    } else if has("plan") && (has("gpu") || has("nodes")) {
+        Some(("a plan file", "plan", "eval --plan"))
+    } else if has("calibration") && has("peak_bf16_tflops") {
+        Some(("a calibrated GPU profile", "GPU", "--calibration"))
+    } else if has("peak_bf16_tflops") || has("hbm_capacity_gib") {
+        Some(("a GPU profile", "GPU", "--gpu"))
+    } else if has("layers") && has("hidden") && has("heads") {
+        Some(("a model file", "model", "--model"))
+    } else if has("runs") && has("schema_version") {
+        Some(("a runs file", "runs", "tpsim accuracy --runs"))
+    } else {
+        None
+    }
+}
+
+/// A file of another of tpsim's inputs given where one `kind` is read (a Hugging Face
+/// config.json to --model, a GPU profile to --model, a model file to --gpu or --plan) was refused
+/// at its first key with the keys this reader takes, which say nothing of the mix-up: the error
+/// names what the file is and the flag that reads it instead.
+fn another_input(err: SpecError, text: &str, kind: &str) -> SpecError {
+    let SpecError::Yaml {
+        origin,
+        line,
+        column,
+        message,
+    } = err
+    else {
+        return err;
+    };
+    let message = match (message.split_once(", expected one of"), input_kind(text)) {
+        (Some((unknown, _)), Some((what, reads, flag)))
+            if unknown.contains("unknown field") && reads != kind =>
+        {
+            let wanted = match kind {
+                "GPU" => "a GPU profile",
+                "plan" => "a plan file",
+                _ => "a model file",
+            };
+            format!(
+                "{unknown}: the file is {what}, not {wanted} (rule: each of tpsim's inputs has its own keys); give it with {flag}"
+            )
+        }
+        _ => message,
+    };
+    SpecError::Yaml {
+        origin,
+        line,
+        column,
+        message,
+    }
 }
 
 /// Parses the text of a plan file (`path` names it in messages).

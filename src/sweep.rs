@@ -127,6 +127,10 @@ pub struct Row {
     /// point's did, `--cp-exchange` changed no number of the sweep.
     #[serde(skip)]
     pub searched_cp: bool,
+    /// Whether the point's search evaluated any plan, fitting or not: a local batch that no split
+    /// admits leaves candidates counted but none (`plan`'s "no valid plan exists").
+    #[serde(skip)]
+    pub has_plans: bool,
 }
 
 /// A point's search, as `plan`'s JSON `search` says it.
@@ -337,6 +341,7 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
         // Filled in by the caller, which knows how `plan` words the reason.
         no_valid_plan: None,
         searched_cp: result.ranked.iter().any(|e| e.plan.cp > 1),
+        has_plans: !result.ranked.is_empty(),
     }
 }
 
@@ -686,7 +691,7 @@ pub fn table(sweep: &Sweep) -> String {
             };
             out += &format!(
                 "train: {} tokens {steps}, at each point's step time\n",
-                crate::units::format_count(tokens)
+                crate::units::format_token_count(tokens)
             );
         }
     }

@@ -275,6 +275,44 @@ pub fn format_count(value: f64) -> String {
     }
 }
 
+/// A token budget the user gave (`--tokens`), in [`format_count`]'s units and at least its
+/// decimals, with more where those would misstate it by over 0.5%: `--tokens 1.5M` reads "1.5M"
+/// (format_count's whole millions said "2M"), `1.25B` "1.25B", `300B` still "300.0B".
+pub fn format_token_count(value: f64) -> String {
+    let (scaled, unit, least) = if value >= 1e12 {
+        (value / 1e12, "T", 2)
+    } else if value >= 1e9 {
+        (value / 1e9, "B", 1)
+    } else if value >= 1e6 {
+        (value / 1e6, "M", 0)
+    } else {
+        (value, "", 0)
+    };
+    let mut places: usize = least;
+    loop {
+        let text = format!("{scaled:.places$}");
+        let close = text
+            .parse::<f64>()
+            .is_ok_and(|back| (back - scaled).abs() <= scaled.abs() * 0.005);
+        if close || places >= 6 {
+            return format!("{text}{unit}");
+        }
+        places += 1;
+    }
+}
+
+/// Tokens per step, in millions to one decimal (3.1M) down to 0.1M, thousands below it: a small
+/// batch read "0.0M tokens".
+pub fn tokens_in_words(tokens: f64) -> String {
+    if tokens >= 0.1e6 {
+        format!("{:.1}M", tokens / 1e6)
+    } else if tokens >= 1e3 {
+        format!("{:.1}K", tokens / 1e3)
+    } else {
+        format!("{tokens:.0}")
+    }
+}
+
 /// A number the user typed, shown back in a message as short as it reads: plain decimals for
 /// everyday sizes, an exponent for tiny or huge ones (`1e-300`, not 300 digits; `1.2e29`, not
 /// 30), `NaN` and `inf` as such (`1e400` overflows to `inf` when read).

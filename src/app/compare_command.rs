@@ -323,18 +323,33 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             )?;
             super::scenario::note_window_without_effect(&scenario, &args.model);
             super::scenario::note_routing_without_effect(&scenario.training);
+            let options = SearchOptions {
+                allow_uneven_pp: args.allow_uneven_pp,
+                allow_cross_node_tp: args.allow_cross_node_tp,
+                // As `plan` searches: every plan at the --precision given (was dropped).
+                precision: precision_of_args(&args.training),
+                ..SearchOptions::default()
+            };
             let result = search(
                 &scenario.model,
                 &scenario.cluster,
                 &scenario.training,
-                SearchOptions {
-                    allow_uneven_pp: args.allow_uneven_pp,
-                    allow_cross_node_tp: args.allow_cross_node_tp,
-                    // As `plan` searches: every plan at the --precision given (was dropped).
-                    precision: precision_of_args(&args.training),
-                    ..SearchOptions::default()
-                },
+                options,
             );
+            // No valid split at all is bad input, refused as `plan` refuses it (exit 2): it was
+            // "nothing fits ... `tpsim plan` shows the closest miss" (exit 1), where `plan` shows
+            // no miss but this error.
+            if result.ranked.is_empty() {
+                bail!(
+                    "no valid plan exists: {}",
+                    super::plan_command::why_no_valid_plan(
+                        &scenario.model,
+                        &scenario.cluster,
+                        &scenario.training,
+                        options
+                    )
+                );
+            }
             if args.training.global_batch.is_none() {
                 eprintln!(
                     "{}",

@@ -44,7 +44,7 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
     if let (Some(tokens), Some(seconds)) = (s.training.tokens, e.time_to_train_s) {
         eprintln!(
             "note: --tokens {}: {} to train at {} s per step ({})",
-            crate::units::format_count(tokens),
+            crate::units::format_token_count(tokens),
             crate::report::duration(seconds),
             show_step_s(e.time.step_s.0),
             crate::report::train_steps(tokens, plan, &s.training)

@@ -1776,18 +1776,6 @@ pub(super) fn smallest_splittable_batch(
         .min()
 }
 
-/// Tokens per step, in millions to one decimal (3.1M) down to 0.1M, thousands below it: a small
-/// batch read "0.0M tokens".
-fn tokens_in_words(tokens: f64) -> String {
-    if tokens >= 0.1e6 {
-        format!("{:.1}M", tokens / 1e6)
-    } else if tokens >= 1e3 {
-        format!("{:.1}K", tokens / 1e3)
-    } else {
-        format!("{tokens:.0}")
-    }
-}
-
 /// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
 const GPT3_SEQ_LEN: u32 = 2048;
 
@@ -1810,7 +1798,7 @@ pub(super) fn default_batch_note(training: &Training, file: Option<&str>) -> Str
         "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 405B: 16M tokens on 16K GPUs)",
         crate::report::sequences(batch),
         training.seq_len,
-        tokens_in_words(f64::from(batch) * f64::from(training.seq_len)),
+        crate::units::tokens_in_words(f64::from(batch) * f64::from(training.seq_len)),
         if training.seq_len == GPT3_SEQ_LEN {
             "GPT-3 175B's batch, Brown et al. 2020".to_string()
         } else {

@@ -291,6 +291,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     check_outside_the_axis(&args, axis)?;
     let mut points = Vec::with_capacity(args.values.len());
     let mut keys: Vec<String> = Vec::with_capacity(args.values.len());
+    let mut shapes: Vec<(String, crate::model::Model)> = Vec::new();
     // The model's name at each point where it has one (the chart's title names it).
     let mut named: Vec<String> = Vec::new();
     // The flags at one point: the axis's value set over the others.
@@ -411,6 +412,28 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             );
         }
         keys.push(key);
+        // Sizes that differ but derive one GPT-style shape (70B, 71B and 72B all derive the same
+        // 71.0B model) are one point too: they printed identical rows, as if size changed nothing.
+        if axis == sweep::Axis::Params {
+            let m = &scenario.model;
+            // Every number of the shape, not its name (which carries the size asked for).
+            let shape = crate::model::Model {
+                name: String::new(),
+                ..m.clone()
+            };
+            if let Some((earlier, _)) = shapes.iter().find(|(_, s)| *s == shape) {
+                bail!(
+                    "--values {} and {} derive one GPT-style shape ({} params: {}, hidden {}, {}) and would print two identical rows (tpsim derives the nearest shape, hidden a multiple of 1024); give sizes further apart, or give each point once",
+                    input_file::quote(earlier),
+                    input_file::quote(value),
+                    crate::units::format_count(m.params()),
+                    crate::report::counted(m.layers, "layer"),
+                    m.hidden,
+                    crate::report::counted(m.heads, "head")
+                );
+            }
+            shapes.push((value.to_string(), shape));
+        }
         if !(scenario.model_origin.starts_with("derived") || scenario.model_origin == "flags") {
             named.push(scenario.model.name.clone());
         }
@@ -473,8 +496,10 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     // A point where no split is valid at all is a row saying why, as `plan` says it; only a sweep
     // where no point has a valid split is bad input (exit 2). A point whose valid plans only miss
     // memory is a row where nothing fits (exit 1 when every point is so).
+    // A local batch that no split admits leaves candidates but no plan at all: that is no valid
+    // plan too (it read "nothing fits (753 candidates)", exit 1, where `plan` refuses it).
     for (point, row) in points.iter().zip(&mut result.rows) {
-        if row.search.candidates == 0 {
+        if row.search.candidates == 0 || !row.has_plans {
             row.no_valid_plan = Some(in_sweep_words(
                 &why_no_valid_plan(&point.model, &point.cluster, &point.training, options),
                 axis,

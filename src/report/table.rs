@@ -561,7 +561,7 @@ pub fn train_basis(
 ) -> String {
     format!(
         "{} tokens in {}",
-        format_count(tokens),
+        crate::units::format_token_count(tokens),
         train_steps(tokens, plan, training)
     )
 }
@@ -580,13 +580,13 @@ pub fn train_steps(
 pub fn steps_of_tokens(tokens: f64, per_step: f64) -> String {
     let steps = (tokens / per_step).ceil().max(1.0);
     format!(
-        "{} of {:.1}M tokens",
+        "{} of {} tokens",
         if steps == 1.0 {
             "1 step".to_string()
         } else {
             format!("{steps:.0} steps")
         },
-        per_step / 1e6
+        crate::units::tokens_in_words(per_step)
     )
 }
 
@@ -1189,8 +1189,8 @@ pub fn breakdown(
             duration(seconds),
             if one_step {
                 format!(
-                    "one step: the token budget is no more than a step's {:.1}M tokens",
-                    tokens_per_step(p, training) / 1e6
+                    "one step: the token budget is no more than a step's {} tokens",
+                    crate::units::tokens_in_words(tokens_per_step(p, training))
                 )
             } else {
                 format!(
