@@ -600,6 +600,26 @@ pub enum PlanError {
     )]
     EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
     #[error(
+        "--etp {etp} with --tp {tp} under --framework torchtitan: torchtitan splits the experts over the TP ranks or over none (torchtitan/distributed/parallel_dims.py: \"Currently we only support ETP=TP or ETP=1\"); use --etp 1 or --etp {tp}"
+    )]
+    TorchtitanExpertTp { etp: u32, tp: u32 },
+    #[error(
+        "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp}{tp_words} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp{tp_rule}); {fix}"
+    )]
+    TorchtitanExpertRanks {
+        ep: u32,
+        dp_shard: u32,
+        /// Where that shard degree comes from: "--zero 0 replicates every rank's states".
+        shard_why: String,
+        cp: u32,
+        /// " x tp 8", or where the experts split over TP, " (the experts split over tp 8)".
+        tp_words: String,
+        ranks: u64,
+        /// " x tp" where the TP ranks count, else empty.
+        tp_rule: &'static str,
+        fix: String,
+    },
+    #[error(
         "--etp {etp} with --moe-dispatcher deepep: Megatron-Core's flex dispatcher then sends each token to every expert-TP rank over the tp x ep group, which tpsim does not model; use --etp 1, or --moe-dispatcher alltoall"
     )]
     DeepepWithExpertTp { etp: u32 },
@@ -1435,6 +1455,9 @@ fn check_context_experts_precision(
                     stage_gpus,
                 });
             }
+            if let Some(err) = framework_expert_error(r, moe.experts, training) {
+                return Err(err);
+            }
             // MoEFlexTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
             // DeepEP over the expert-TP x EP group with top-k x etp destinations and no separate
             // expert-TP gather; tpsim's DeepEP copy count is the EP group's alone. At ep 1 the
@@ -1455,6 +1478,73 @@ fn check_context_experts_precision(
         None => {}
     }
     check_precision(cluster, r.precision)
+}
+
+/// Expert degrees the framework cannot lay out although they fold into the stage: torchtitan
+/// splits experts over all TP ranks or none, and draws its EP ranks from the FSDP shard ranks,
+/// the CP ranks and the TP ranks the experts do not split
+/// (`TrainingFramework::expert_parallel_ranks`), so that under ZeRO-0 (replication) or HSDP's
+/// copies fewer ranks are left to it than a stage has.
+fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) -> Option<PlanError> {
+    if r.ep <= 1 && r.etp <= 1 {
+        return None;
+    }
+    let framework = training.framework;
+    if !framework.runs_expert_tp(r.etp, r.tp) {
+        return Some(PlanError::TorchtitanExpertTp {
+            etp: r.etp,
+            tp: r.tp,
+        });
+    }
+    let ranks_at = |zero: u8, replicas: u32| {
+        framework.expert_parallel_ranks(r.tp, r.cp, r.dp, zero, replicas, r.etp)
+    };
+    let (ranks, dp_shard) = ranks_at(r.zero, r.dp_replicas)?;
+    if ranks.is_multiple_of(u64::from(r.ep)) {
+        return None;
+    }
+    let shard_why = if r.zero != 3 {
+        format!("--zero {} replicates every rank's states", r.zero)
+    } else if r.dp_replicas > 1 {
+        format!("dp {} / --dp-replicas {}", r.dp, r.dp_replicas)
+    } else {
+        format!("dp {} under --zero 3", r.dp)
+    };
+    let experts_split = r.etp == r.tp && r.tp > 1;
+    let tp_words = if experts_split {
+        format!(" (the experts split over tp {})", r.tp)
+    } else {
+        format!(" x tp {}", r.tp)
+    };
+    let valid: Vec<u32> = divisors(experts)
+        .into_iter()
+        .filter(|d| ranks.is_multiple_of(u64::from(*d)))
+        .collect();
+    let mut fix = format!("valid --ep here: {}", list(valid));
+    if let Some((sharded, _)) = ranks_at(3, 1)
+        && (r.zero != 3 || r.dp_replicas > 1)
+        && sharded.is_multiple_of(u64::from(r.ep))
+    {
+        fix.push_str(&format!(
+            ", or keep --ep {} with {}",
+            r.ep,
+            if r.zero != 3 {
+                "--zero 3 (FSDP2 over the data-parallel ranks, torchtitan's default)"
+            } else {
+                "one copy of the sharded states (drop --dp-replicas)"
+            }
+        ));
+    }
+    Some(PlanError::TorchtitanExpertRanks {
+        ep: r.ep,
+        dp_shard,
+        shard_why,
+        cp: r.cp,
+        tp_words,
+        ranks,
+        tp_rule: if experts_split { "" } else { " x tp" },
+        fix,
+    })
 }
 
 /// Megatron-Core builds experts with biases (GPT-OSS: `add_bias_linear`, as Megatron-Bridge's

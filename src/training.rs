@@ -179,6 +179,15 @@ impl OptimizerStates {
         }
     }
 
+    /// Bytes per parameter a GPU keeps at rest besides the gradient, before ZeRO shards them: the
+    /// parameters as stored, the master copy (`master_bytes_with_low_precision_params`) and the
+    /// moments. What the scenario line's "weights + states" says, plan by plan.
+    pub fn bytes_at_rest(self, low_precision_params: bool) -> f64 {
+        self.param_bytes()
+            + self.master_bytes_with_low_precision_params(low_precision_params)
+            + self.moment_bytes()
+    }
+
     /// Bytes per parameter of Adam's two moments together.
     pub fn moment_bytes(self) -> f64 {
         match self {
@@ -782,6 +791,49 @@ impl TrainingFramework {
     /// (FSDP2 beside EP) shard experts at any degree.
     pub fn runs_zero3_with_experts(self, tp: u32, cp: u32, etp: u32) -> bool {
         !matches!(self, TrainingFramework::Deepspeed) || (tp <= 1 && cp <= 1 && etp <= 1)
+    }
+
+    /// The ranks the framework's expert-parallel group must divide, where it draws that group from
+    /// fewer than a stage's tp x cp x dp GPUs (None where it folds the experts over all of them, as
+    /// Megatron-Core does, `PlanError::EpFolding`), with the data-parallel ranks FSDP shards over
+    /// among them. torchtitan builds its EP mesh from FSDP2's shard ranks
+    /// (`data_parallel_shard_degree`: dp / copies under ZeRO-3, HSDP's copies being
+    /// `data_parallel_replicate_degree`; 1 under ZeRO-0, which replicates), the CP ranks and, where
+    /// the experts are not split over TP (etp 1), the TP ranks: `ParallelDims._validate`
+    /// (torchtitan/distributed/parallel_dims.py) asserts `(dp_shard * cp * tp) % ep == 0` for etp 1
+    /// and `(dp_shard * cp) % ep == 0` for etp = tp since expert parallelism came (dp2ep, #1324),
+    /// and raises "expert_parallel_degree must divide dp_shard * cp * tp" since #4258; EP never
+    /// takes ranks from the replicas.
+    pub fn expert_parallel_ranks(
+        self,
+        tp: u32,
+        cp: u32,
+        dp: u32,
+        zero: u8,
+        dp_replicas: u32,
+        etp: u32,
+    ) -> Option<(u64, u32)> {
+        if self != TrainingFramework::Torchtitan {
+            return None;
+        }
+        let dp_shard = if zero == 3 {
+            dp / dp_replicas.max(1)
+        } else {
+            1
+        };
+        let tp_ranks = if etp == tp && tp > 1 { 1 } else { tp };
+        Some((
+            u64::from(dp_shard) * u64::from(cp) * u64::from(tp_ranks),
+            dp_shard,
+        ))
+    }
+
+    /// Whether the framework splits experts over expert-TP degree `etp` beside TP degree `tp`:
+    /// torchtitan splits them over the TP ranks or none ("Currently we only support ETP=TP or
+    /// ETP=1", torchtitan/distributed/parallel_dims.py; #3167 then dropped ETP altogether);
+    /// Megatron-Core over any degree that folds into the stage.
+    pub fn runs_expert_tp(self, etp: u32, tp: u32) -> bool {
+        self != TrainingFramework::Torchtitan || etp == 1 || etp == tp
     }
 
     /// Whether the framework can keep ZeRO-3's gathered parameters from a layer's forward through

@@ -140,6 +140,7 @@ fn memory_is_the_most_loaded_gpu_of_the_v() {
     assert_eq!(memory["stage"], "v_middle", "{memory}");
     // DeepSeek-V3: the first GPU's chunk 0 holds the three dense layers and its last chunk one
     // decoder layer; every other GPU 8 MoE layers, their experts far heavier than the ends.
+    // torchtitan draws ep 64 from FSDP2's shard ranks, so the plan is ZeRO-3 (new_user_round13).
     let v = json(&[
         "eval",
         "--model",
@@ -158,6 +159,8 @@ fn memory_is_the_most_loaded_gpu_of_the_v() {
         "64",
         "--dp",
         "64",
+        "--zero",
+        "3",
         "--global-batch",
         "1024",
         "--allow-uneven-pp",

@@ -457,6 +457,28 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             global_batch.div_ceil(dp) * dp
         )),
         // ZeRO-0 is eval's default, not a stage the user typed: the message says so.
+        Err(PlanError::TorchtitanExpertRanks {
+            ep,
+            dp_shard,
+            cp,
+            tp_words,
+            ranks,
+            tp_rule,
+            fix,
+            ..
+        }) if args.zero.is_none() && plan_file.is_none() && megatron.is_none() => {
+            Err(PlanError::TorchtitanExpertRanks {
+                ep,
+                dp_shard,
+                shard_why: "--zero was not given, so eval takes ZeRO-0 (Megatron-LM's default, not torchtitan's), which replicates every rank's states".to_string(),
+                cp,
+                tp_words,
+                ranks,
+                tp_rule,
+                fix,
+            }
+            .into())
+        }
         Err(PlanError::DpReplicasWithoutZero { replicas })
             if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
         {

@@ -265,7 +265,7 @@ pub fn scenario_line(report: &Report) -> String {
         counted(t.seq_len, "token"),
         t.grad_dtype.as_str(),
         t.optimizer_states.as_str(),
-        t.optimizer_states.param_bytes() + t.optimizer_states.optimizer_bytes(),
+        bytes_at_rest_words(t, &report.plans),
         t.attention.as_str(),
         t.framework.as_str(),
         kernel_words,
@@ -360,6 +360,28 @@ pub fn scenario_line(report: &Report) -> String {
             ""
         },
     )
+}
+
+/// The bytes per parameter the shown plans keep at rest besides the gradient, as memory counts
+/// them: "14", or where FP8/FP4 parameter gathers make the precision-aware optimizer keep a whole
+/// fp32 master for some plans and not others, both ("8, 10 with fp8 parameter gathers").
+fn bytes_at_rest_words(t: &crate::training::Training, plans: &[Estimate]) -> String {
+    let states = t.optimizer_states;
+    let gathers_low_precision: Vec<bool> = plans
+        .iter()
+        .map(|e| crate::cost::comm::fp8_parameter_gather(t, &e.plan))
+        .collect();
+    let without = states.bytes_at_rest(false);
+    let with = states.bytes_at_rest(true);
+    let any = gathers_low_precision.iter().any(|&g| g);
+    let all = !gathers_low_precision.is_empty() && gathers_low_precision.iter().all(|&g| g);
+    if with == without || !any {
+        format!("{without}")
+    } else if all {
+        format!("{with}")
+    } else {
+        format!("{without}, {with} with low-precision parameter gathers")
+    }
 }
 
 /// How the MoE all-to-alls move tokens, for the header of an MoE model.
