@@ -25,6 +25,7 @@ pub const SUPPORTED: &[&str] = &[
     "kimi_k2",
     "gpt_oss",
     "glm4_moe",
+    "nemotron_h",
 ];
 
 /// The training sequence length tpsim uses when `--seq-len` is not given: 4,096 tokens, the
@@ -65,6 +66,9 @@ pub enum Family {
     /// GLM-4.5, per-head q/k norms; DeepSeek-V3's MoE block (routed and shared experts after
     /// `first_k_dense_replace` dense layers) and its multi-token-prediction layers.
     Glm4Moe,
+    /// Nemotron-H and Nemotron 3 (NVIDIA's `NemotronHConfig`): a hybrid Mamba-Transformer stack
+    /// whose `hybrid_override_pattern` gives each layer one block (`model::hybrid`).
+    NemotronH,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +129,7 @@ fn family_of(model_type: &str) -> Option<Family> {
         "deepseek_v3" | "kimi_k2" => Some(Family::DeepseekV3),
         "gpt_oss" => Some(Family::GptOss),
         "glm4_moe" => Some(Family::Glm4Moe),
+        "nemotron_h" => Some(Family::NemotronH),
         _ => None,
     }
 }
@@ -146,6 +151,7 @@ fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
         "DeepseekV3ForCausalLM" => "deepseek_v3",
         "GptOssForCausalLM" => "gpt_oss",
         "Glm4MoeForCausalLM" => "glm4_moe",
+        "NemotronHForCausalLM" => "nemotron_h",
         _ => return None,
     })
 }
@@ -398,6 +404,7 @@ pub fn parse_with_note(
         Family::DeepseekV3 => reader.deepseek_v3(name, training_seq_len)?,
         Family::GptOss => reader.gpt_oss(name, training_seq_len)?,
         Family::Glm4Moe => reader.glm4_moe(name, training_seq_len)?,
+        Family::NemotronH => reader.nemotron_h(name, training_seq_len)?,
         Family::Gpt2 => {
             let hidden = reader.required_any(&["n_embd", "hidden_size"], "768")?;
             let heads = reader.required_any(&["n_head", "num_attention_heads"], "12")?;
@@ -571,6 +578,7 @@ fn family_name(family: Family) -> &'static str {
         Family::DeepseekV3 => "DeepSeek-V3",
         Family::GptOss => "GPT-OSS",
         Family::Glm4Moe => "GLM-4.5",
+        Family::NemotronH => "Nemotron-H",
     }
 }
 
@@ -1366,6 +1374,172 @@ impl Reader<'_> {
         })
     }
 
+    /// Nemotron-H and Nemotron 3 (`NemotronHConfig`, the remote code `configuration_nemotron_h.py`
+    /// of NVIDIA's Hub repositories; the keys Megatron-Bridge's `NemotronHBridge` maps to
+    /// Megatron-Core's hybrid stack). `hybrid_override_pattern` gives each layer a Mamba-2 mixer
+    /// (M), attention (*), a squared-ReLU MLP of `intermediate_size` (-) or an MoE block (E:
+    /// `n_routed_experts` of `moe_intermediate_size`, top `num_experts_per_tok`, and
+    /// `n_shared_experts` shared ones of `moe_shared_expert_intermediate_size`); the mixer is
+    /// `mamba_num_heads` heads of `mamba_head_dim`, state `ssm_state_size`, `n_groups` groups
+    /// (the class's `mamba_n_groups`), conv `conv_kernel` (`mamba_d_conv`). No position embedding,
+    /// RMSNorm, grouped-query attention of `head_dim` 128. Absent keys take the class defaults (its
+    /// 8B shape); the sizes of the class's MoE defaults are no model's, so an E in the pattern
+    /// needs the expert keys written.
+    fn nemotron_h(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
+        let layers = self.class_default("num_hidden_layers", 52)?;
+        let pattern = self.hybrid_pattern()?;
+        let hidden = self.class_default("hidden_size", 4096)?;
+        let heads = self.class_default("num_attention_heads", 32)?;
+        if let Some(act) = self.obj.get("mlp_hidden_act").filter(|v| !v.is_null())
+            && act.as_str() != Some("relu2")
+        {
+            return Err(self.unsupported(format!(
+                "key \"mlp_hidden_act\" is {}, and tpsim prices Nemotron-H's squared ReLU (\"relu2\", two matrices per MLP); write \"relu2\" or give the shape with a model file",
+                written(self.text, "mlp_hidden_act", act)
+            )));
+        }
+        for key in ["sliding_window", "num_nextn_predict_layers"] {
+            if let Some(v) = self
+                .obj
+                .get(key)
+                .filter(|v| !v.is_null() && v.as_u64() != Some(0))
+            {
+                return Err(self.unsupported(format!(
+                    "key \"{key}\" is {}: a hybrid stack with {} is not priced by tpsim; set it to null (or 0) to plan the stack without it",
+                    written(self.text, key, v),
+                    if key == "sliding_window" {
+                        "a sliding attention window"
+                    } else {
+                        "multi-token prediction layers"
+                    }
+                )));
+            }
+        }
+        let biases: Vec<bool> = ["use_bias", "attention_bias", "mlp_bias", "mamba_proj_bias"]
+            .into_iter()
+            .map(|key| Ok(self.flag(key)?.unwrap_or(false)))
+            .collect::<Result<_, HfConfigError>>()?;
+        let linear_bias = biases.iter().all(|b| *b);
+        if !linear_bias && biases.iter().any(|b| *b) {
+            return Err(self.unsupported(
+                "keys \"use_bias\", \"attention_bias\", \"mlp_bias\" and \"mamba_proj_bias\" differ: tpsim counts biases on every linear layer or on none; make them agree".into(),
+            ));
+        }
+        let moe = if pattern.contains('E') {
+            let required = |key: &'static str, example: &'static str| self.required(key, example);
+            let groups = self.class_default("n_group", 1)?;
+            Some(Moe {
+                experts: required("n_routed_experts", "128")?,
+                router_topk: required("num_experts_per_tok", "6")?,
+                ffn_hidden: required("moe_intermediate_size", "1856")?,
+                shared_expert_ffn_hidden: self
+                    .class_default("n_shared_experts", 1)?
+                    .saturating_mul(
+                        self.class_default("moe_shared_expert_intermediate_size", 7688)?,
+                    ),
+                shared_expert_gate: false,
+                layer_freq: 1,
+                first_dense_layers: 0,
+                router_groups: if groups > 1 { groups } else { 0 },
+                router_group_topk: if groups > 1 {
+                    self.class_default("topk_group", 1)?
+                } else {
+                    0
+                },
+                glu_clamp_limit: None,
+            })
+        } else {
+            None
+        };
+        let mamba_groups = match self.optional("n_groups")? {
+            Some(n) => n,
+            None => self.class_default("mamba_n_groups", 8)?,
+        };
+        let mamba_conv_kernel = match self.optional("conv_kernel")? {
+            Some(n) => n,
+            None => self.class_default("mamba_d_conv", 4)?,
+        };
+        Ok(Model {
+            name: name.to_string(),
+            layers,
+            hidden,
+            heads,
+            kv_heads: self.kv_heads(Some(8), heads, true)?,
+            // `self.head_dim = head_dim` (default 128), no rule for None.
+            head_dim: self.head_dim(Some(128), false, hidden, heads)?,
+            ffn_hidden: self.class_default("intermediate_size", 21504)?,
+            vocab: self.class_default("vocab_size", 131072)?,
+            seq_len,
+            gated_mlp: false,
+            linear_bias,
+            qkv_bias: false,
+            qk_norm: false,
+            shared_layer_norm: false,
+            tied_embeddings: self.flag("tie_word_embeddings")?.unwrap_or(false),
+            position_embedding: PositionEmbedding::None,
+            rotary_percent: None,
+            norm: Norm::Rmsnorm,
+            dropout: self.dropout(
+                &[("attention_dropout", 0.0), ("hidden_dropout", 0.0)],
+                false,
+            )?,
+            mla: None,
+            moe,
+            mtp_layers: 0,
+            attention_window: None,
+            hybrid: Some(crate::model::Hybrid {
+                pattern,
+                mamba_heads: self.class_default("mamba_num_heads", 128)?,
+                mamba_head_dim: self.class_default("mamba_head_dim", 64)?,
+                mamba_state_dim: self.class_default("ssm_state_size", 128)?,
+                mamba_groups,
+                mamba_conv_kernel,
+            }),
+        })
+    }
+
+    /// A Nemotron-H config's layer pattern: `hybrid_override_pattern` (the class's default, the
+    /// 8B's, when absent), or transformers' per-layer `layers_block_type` list (mamba, attention,
+    /// mlp, moe) where a config gives that instead.
+    fn hybrid_pattern(&self) -> Result<String, HfConfigError> {
+        const DEFAULT: &str = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+        if let Some(v) = self
+            .obj
+            .get("hybrid_override_pattern")
+            .filter(|v| !v.is_null())
+        {
+            return v.as_str().map(str::to_string).ok_or_else(|| {
+                self.bad(
+                    "hybrid_override_pattern",
+                    v,
+                    "a string of M, *, - and E, one per layer",
+                )
+            });
+        }
+        let Some(list) = self.obj.get("layers_block_type").filter(|v| !v.is_null()) else {
+            return Ok(DEFAULT.to_string());
+        };
+        let symbols = list.as_array().map(|items| {
+            items
+                .iter()
+                .map(|item| match item.as_str() {
+                    Some("mamba") => Some('M'),
+                    Some("attention") => Some('*'),
+                    Some("mlp") => Some('-'),
+                    Some("moe") => Some('E'),
+                    _ => None,
+                })
+                .collect::<Option<String>>()
+        });
+        symbols.flatten().ok_or_else(|| {
+            self.bad(
+                "layers_block_type",
+                list,
+                "a list of \"mamba\", \"attention\", \"mlp\" and \"moe\", one per layer",
+            )
+        })
+    }
+
     /// GLM-4.5 / GLM-4.6 (transformers `models/glm4_moe`, `Glm4MoeForCausalLM`). Attention is
     /// Glm4's: `num_key_value_heads` K/V heads of `head_dim` (GLM-4.5: 96 heads of 128 over a hidden
     /// of 5,120, so the key is needed), q/k/v biases under `attention_bias` and no output-projection
@@ -1470,7 +1644,7 @@ impl Reader<'_> {
             ("--ffn-hidden", _) => &["intermediate_size"],
             ("--vocab", _) => &["vocab_size"],
             ("--head-dim", _) => &["head_dim"],
-            ("--num-experts", Family::DeepseekV3) => &["n_routed_experts"],
+            ("--num-experts", Family::DeepseekV3 | Family::NemotronH) => &["n_routed_experts"],
             ("--num-experts", Family::Glm4Moe) => &["n_routed_experts", "num_experts"],
             ("--num-experts", _) => &["num_experts", "num_local_experts"],
             ("--moe-router-topk", _) => &["num_experts_per_tok"],

@@ -257,3 +257,149 @@ fn no_launch_line_is_written_for_a_hybrid_stack() {
         "emit megatron",
     );
 }
+
+/// A Nemotron 3 Nano `config.json` in `NemotronHConfig`'s keys (NVIDIA's remote-code
+/// `configuration_nemotron_h.py`, whose attributes a saved config holds: `n_groups`,
+/// `conv_kernel`), with the values of Megatron-Bridge's recipe (`recipes/nemotronh/h100/
+/// nemotron_3_nano.py`): not the Hub's file, which is not in this repository.
+const NANO_CONFIG: &str = r#"{
+  "architectures": ["NemotronHForCausalLM"],
+  "model_type": "nemotron_h",
+  "vocab_size": 131072,
+  "tie_word_embeddings": false,
+  "hidden_size": 2688,
+  "intermediate_size": 1856,
+  "num_hidden_layers": 52,
+  "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+  "num_attention_heads": 32,
+  "head_dim": 128,
+  "num_key_value_heads": 2,
+  "mlp_hidden_act": "relu2",
+  "attention_bias": false,
+  "mlp_bias": false,
+  "use_bias": false,
+  "max_position_embeddings": 262144,
+  "attention_dropout": 0.0,
+  "hidden_dropout": 0.0,
+  "ssm_state_size": 128,
+  "mamba_num_heads": 64,
+  "n_groups": 8,
+  "mamba_head_dim": 64,
+  "conv_kernel": 4,
+  "mamba_proj_bias": false,
+  "n_routed_experts": 128,
+  "n_shared_experts": 1,
+  "moe_intermediate_size": 1856,
+  "moe_shared_expert_intermediate_size": 3712,
+  "num_experts_per_tok": 6,
+  "n_group": 1,
+  "topk_group": 1
+}"#;
+
+#[test]
+fn a_nemotron_h_config_reads_as_the_bundled_model() {
+    let dir = scratch("hybrid", "hf");
+    let path = dir.join("config.json");
+    std::fs::write(&path, NANO_CONFIG).unwrap();
+    let from_config = json(&[
+        "eval",
+        "--hf-config",
+        path.to_str().unwrap(),
+        "--seq-len",
+        "8192",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let bundled = json(&[
+        "eval",
+        "--model",
+        "nemotron-3-nano-30b-a3b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    for key in ["params", "active_params"] {
+        assert_eq!(from_config["model"][key], bundled["model"][key], "{key}");
+    }
+    assert_eq!(
+        from_config["plans"][0]["time"]["step_s"],
+        bundled["plans"][0]["time"]["step_s"]
+    );
+    // A pattern of another length than the layers is refused in the config's words.
+    let bad = NANO_CONFIG.replace("\"num_hidden_layers\": 52", "\"num_hidden_layers\": 50");
+    std::fs::write(&path, bad).unwrap();
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        path.to_str().unwrap(),
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["52 symbols but the model has 50 layers"],
+        &["panicked"],
+        "length",
+    );
+    // Multi-token prediction in the config is refused, not dropped.
+    let mtp = NANO_CONFIG.replace(
+        "\"topk_group\": 1",
+        "\"topk_group\": 1, \"num_nextn_predict_layers\": 1",
+    );
+    std::fs::write(&path, mtp).unwrap();
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        path.to_str().unwrap(),
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--global-batch",
+        "64",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "\"num_nextn_predict_layers\" is 1",
+            "multi-token prediction",
+        ],
+        &["panicked"],
+        "mtp",
+    );
+}
