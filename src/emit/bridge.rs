@@ -130,10 +130,30 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     set("train.global_batch_size", plan.global_batch.to_string());
     set("train.micro_batch_size", plan.micro_batch.to_string());
     // config.py `_validate_and_sync_distributed_optimizer_settings` turns both on when either is
-    // on, so ZeRO-0 must switch both off.
-    let distributed = (plan.zero == 1).to_string();
+    // on, so ZeRO-0 must switch both off; Megatron-FSDP runs with it on
+    // (`_validate_and_apply_megatron_fsdp_v1_configs`: "use_distributed_optimizer=True is required
+    // for Megatron-FSDP").
+    let distributed = (plan.zero >= 1).to_string();
     set("ddp.use_distributed_optimizer", distributed.clone());
     set("optimizer.use_distributed_optimizer", distributed);
+    // ZeRO-2 and ZeRO-3 are Megatron-FSDP with its sharding strategy, as NVIDIA's FSDP recipes
+    // write them (perf_recipes/llama/gb200/llama3.py, deepseek/common.py): the model built on the
+    // meta device so that no GPU materializes every weight first, and the `fsdp_dtensor`
+    // checkpoint format the FSDP path requires (config.py: "Megatron-FSDP requires the
+    // fsdp_dtensor checkpointing format!"). Written off below ZeRO-2, in both the `dist` and
+    // `ddp` configs (config.py turns Megatron-FSDP on when either says so), so that a recipe's
+    // own FSDP does not stay in force unseen.
+    let fsdp = plan.zero >= 2;
+    set("dist.use_megatron_fsdp", fsdp.to_string());
+    set("ddp.use_megatron_fsdp", fsdp.to_string());
+    if fsdp {
+        set(
+            "ddp.data_parallel_sharding_strategy",
+            super::sharding_strategy(plan.zero).into(),
+        );
+        set("model.init_model_with_meta_device", "true".into());
+        set("checkpoint.ckpt_format", "fsdp_dtensor".into());
+    }
     // Copies of the sharded states (Megatron-Core's `DistributedDataParallelConfig`).
     if plan.zero >= 1 && plan.dp_replicas > 1 {
         set(

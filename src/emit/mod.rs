@@ -448,11 +448,6 @@ impl Framework {
                     self.name()
                 ))
             }
-            Framework::MegatronBridge if plan.zero > 1 => Some(format!(
-                "ZeRO-{} (Megatron-FSDP) is not written for {} yet (ddp.use_distributed_optimizer is ZeRO-1); use --zero 0 or 1",
-                plan.zero,
-                self.name()
-            )),
             // NeMo 1.x: `mcore_distributed_optim` is Megatron-Core's distributed optimizer (ZeRO-1),
             // `distributed_fused_adam` Apex's DistributedFusedAdam, which shards gradients too (ZeRO-2).
             Framework::Nemo if plan.zero > 2 => Some(format!(
