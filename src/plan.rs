@@ -604,6 +604,10 @@ pub enum PlanError {
     )]
     TorchtitanExpertTp { etp: u32, tp: u32 },
     #[error(
+        "--zero {zero} with --cp {cp} under --framework torchtitan: torchtitan shards the parameters, gradients and optimizer states with FSDP2 over the context-parallel ranks whenever cp > 1 (torchtitan/distributed/parallel_dims.py: `fsdp_enabled` is `dp_shard_enabled or cp_enabled`), so the states are not replicated there; use {fix}"
+    )]
+    TorchtitanReplicatedCp { zero: u8, cp: u32, fix: String },
+    #[error(
         "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp}{tp_words} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp{tp_rule}); {fix}"
     )]
     TorchtitanExpertRanks {
@@ -871,6 +875,7 @@ impl ParallelPlan {
         }
         check_heads(r, model, cluster, training)?;
         check_dp_replicas(r, model, training)?;
+        check_torchtitan_cp_sharding(r, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_hybrid(r, model, training)?;
         check_tensor_placement(r, cluster)?;
@@ -1310,6 +1315,31 @@ pub fn ulysses_model_parallel_error(
         cp,
         degrees,
         fix: fix.to_string(),
+    })
+}
+
+/// torchtitan turns FSDP2 on over the dp-shard x cp mesh whenever cp > 1, so a plan with cp > 1
+/// and its states unsharded (ZeRO below 3) is not one it runs: the nearest it runs is ZeRO-3 with
+/// one copy of the states per data-parallel rank (HSDP, each copy sharded over the cp ranks).
+fn check_torchtitan_cp_sharding(r: &PlanRequest, training: &Training) -> Result<(), PlanError> {
+    if training.framework != crate::training::TrainingFramework::Torchtitan
+        || r.cp <= 1
+        || r.zero == 3
+    {
+        return Ok(());
+    }
+    let fix = if r.dp > 1 {
+        format!(
+            "--zero 3 --dp-replicas {} (one copy of the states per data-parallel rank, each sharded over the cp ranks, as torchtitan runs data_parallel_replicate_degree {} beside cp), or --zero 3",
+            r.dp, r.dp
+        )
+    } else {
+        "--zero 3".to_string()
+    };
+    Err(PlanError::TorchtitanReplicatedCp {
+        zero: r.zero,
+        cp: r.cp,
+        fix,
     })
 }
 

@@ -608,6 +608,11 @@ fn selective_recompute_repeats_the_forward_exchange_under_megatron_core() {
         let mut args: Vec<&str> = EVAL.to_vec();
         let at = args.iter().position(|a| *a == "full").unwrap();
         args[at] = recompute;
+        // torchtitan shards the states over the cp ranks whenever cp > 1: ZeRO-3 there.
+        if framework == "torchtitan" {
+            let zero = args.iter().position(|a| *a == "--zero").unwrap();
+            args[zero + 1] = "3";
+        }
         args.extend([
             "--cp-exchange",
             exchange,

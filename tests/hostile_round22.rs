@@ -376,8 +376,20 @@ fn a_launch_lines_cp_exchange_is_not_replaced_by_the_framework() {
         &[],
         "torchtitan, a2a",
     );
-    // Where the framework runs the line's exchange, it is the one priced.
-    let r = eval("torchtitan", "p2p");
+    // Where the framework runs the line's exchange, it is the one priced (with the states
+    // sharded as torchtitan shards them beside cp: Megatron-FSDP's full sharding on the line).
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--framework",
+        "torchtitan",
+        "--megatron-args",
+        &format!(
+            "{} --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --ckpt-format fsdp_dtensor",
+            line("p2p")
+        ),
+    ]);
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     assert!(
         r.stdout

@@ -93,6 +93,9 @@ fn framework_over_a_plan_file_names_the_settings_it_replaces() {
             "64",
             "--tp-comm-overlap",
             "false",
+            // ZeRO-3, which torchtitan runs beside cp > 1 (it shards over the cp ranks).
+            "--zero",
+            "3",
             "--save",
             "p.yaml",
         ],

@@ -479,6 +479,13 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             }
             .into())
         }
+        Err(PlanError::TorchtitanReplicatedCp { cp, fix, .. })
+            if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
+        {
+            Err(anyhow!(
+                "--cp {cp} under --framework torchtitan, and --zero was not given, so eval takes ZeRO-0 (Megatron-LM's default, not torchtitan's), which replicates every rank's states: torchtitan shards them with FSDP2 over the context-parallel ranks whenever cp > 1 (torchtitan/distributed/parallel_dims.py: `fsdp_enabled` is `dp_shard_enabled or cp_enabled`); give {fix}"
+            ))
+        }
         Err(PlanError::DpReplicasWithoutZero { replicas })
             if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
         {

@@ -1240,6 +1240,10 @@ mod tests {
             dp: 2 / pp,
             micro_batch: 1,
             recompute: Recompute::Full,
+            // torchtitan shards the states over the cp ranks whenever cp > 1 (FSDP2 over the
+            // dp-shard x cp mesh), each data-parallel rank a copy.
+            zero: 3,
+            dp_replicas: 2 / pp,
             ..crate::plan::PlanRequest::default()
         };
         let acts = |t: &Training, plan: &ParallelPlan, stage: Stage| {
