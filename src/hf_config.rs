@@ -1398,7 +1398,13 @@ impl Reader<'_> {
                 written(self.text, "mlp_hidden_act", act)
             )));
         }
-        for key in ["sliding_window", "num_nextn_predict_layers"] {
+        // Nemotron 3 Super's LatentMoE (`moe_latent_size`): its experts run in a latent width
+        // between two projections, which tpsim's MoE block does not have.
+        for key in [
+            "sliding_window",
+            "num_nextn_predict_layers",
+            "moe_latent_size",
+        ] {
             if let Some(v) = self
                 .obj
                 .get(key)
@@ -1407,10 +1413,10 @@ impl Reader<'_> {
                 return Err(self.unsupported(format!(
                     "key \"{key}\" is {}: a hybrid stack with {} is not priced by tpsim; set it to null (or 0) to plan the stack without it",
                     written(self.text, key, v),
-                    if key == "sliding_window" {
-                        "a sliding attention window"
-                    } else {
-                        "multi-token prediction layers"
+                    match key {
+                        "sliding_window" => "a sliding attention window",
+                        "moe_latent_size" => "latent MoE experts (Nemotron 3 Super's LatentMoE)",
+                        _ => "multi-token prediction layers",
                     }
                 )));
             }

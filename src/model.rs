@@ -948,7 +948,8 @@ impl Model {
                 });
             }
             check_router_groups(moe)?;
-            if self.moe_layers() == 0 {
+            // A hybrid stack's E symbols place its MoE layers (`Model::check_hybrid` names them).
+            if self.moe_layers() == 0 && !self.is_hybrid() {
                 return Err(ModelError::NoMoeLayer {
                     first_dense: moe.first_dense_layers,
                     layers: self.layers,

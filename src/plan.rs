@@ -1347,18 +1347,17 @@ fn check_torchtitan_cp_sharding(r: &PlanRequest, training: &Training) -> Result<
 /// tpsim prices it: its Mamba heads and groups split over TP (`MambaMixer` asserts `nheads %
 /// tp_size == 0` and `ngroups % tp_size == 0`); one pipeline stage and no context parallelism
 /// (stages holding different mixes of blocks, and Mamba's context-parallel exchange, are not
-/// priced); Megatron's stack only; Megatron-Core's default selective recompute only.
+/// priced); Megatron-Core's stack only (2021's Megatron-LM had no Mamba layers; torchtitan and
+/// DeepSpeed have no hybrid stack); Megatron-Core's default selective recompute only; no combined
+/// 1F1B schedule (`combined_1f1b.py` builds each micro-batch's plan with the model's
+/// `build_schedule_plan`, which `GPTModel` has and the hybrid model does not).
 fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(), PlanError> {
     let Some(hybrid) = &model.hybrid else {
         return Ok(());
     };
     let fail = |words: String| Err(PlanError::Hybrid(words));
     let framework = training.framework;
-    if matches!(
-        framework,
-        crate::training::TrainingFramework::Torchtitan
-            | crate::training::TrainingFramework::Deepspeed
-    ) {
+    if framework != crate::training::TrainingFramework::MegatronCore {
         return fail(format!(
             "--framework {} with the hybrid Mamba-Transformer model {}: tpsim prices Megatron-Core's hybrid stack (MambaStack) only; use --framework megatron-core",
             framework.as_str(),
@@ -1393,6 +1392,12 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
         return fail(format!(
             "--cp {} with the hybrid Mamba-Transformer model {}: Mamba's context-parallel exchange is not priced by tpsim; give --cp 1",
             r.cp, model.name
+        ));
+    }
+    if training.overlap.moe_a2a && model.moe.is_some() {
+        return fail(format!(
+            "--overlap-moe-expert-parallel-comm with the hybrid Mamba-Transformer model {}: Megatron-Core's combined 1F1B schedule builds each micro-batch's plan with GPTModel.build_schedule_plan, which its hybrid model does not have (rule: combined_1f1b.py); give --overlap-moe-expert-parallel-comm false",
+            model.name
         ));
     }
     if r.recompute == Recompute::Selective

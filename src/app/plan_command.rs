@@ -830,6 +830,7 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
         out.push_str(&report::explain_best(
             &r.plans[0],
             &scenario.cluster,
+            &scenario.model,
             crate::cost::tp_pairs_per_layer(&scenario.model, &scenario.training, &r.plans[0]),
             crate::cost::sp_regathers_in_backward(&scenario.training, &r.plans[0].plan),
             crate::cost::tp_recompute_repeats_collectives(

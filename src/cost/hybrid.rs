@@ -60,17 +60,21 @@ pub fn mixer_bytes_per_token(model: &Model) -> f64 {
 }
 
 /// Activation bytes per token one Mamba-2 mixer keeps for its backward, per TP rank before the
-/// split by TP, when nothing is recomputed: `mamba_split_conv1d_scan_combined` saves `in_proj`'s
-/// output z, x, B, C, dt (`zxbcdt`), the scan's output before the gated norm (`out_x`) and the
-/// norm's fp32 reciprocal deviations per group (`rstd`), recomputing the conv in its backward;
-/// `out_proj` saves its input, the gated norm's output. The block's norm input and output are
-/// counted with the layer's norms (`memory::layer_activation_bytes`).
+/// split by TP, when nothing is recomputed. Megatron-Core calls `mamba_split_conv1d_scan_combined`
+/// without its norm weight and runs the norm after it (`MambaMixer._ssm_training`: `y =
+/// self.norm(y)`), so three autograd nodes save: the combined kernel `in_proj`'s output z, x, B, C,
+/// dt (`zxbcdt`) and the scan's output before the z gate (`out_x`), recomputing the conv in its
+/// backward (its `rstd` is None without the norm weight); the group RMSNorm (`RMSNormGated`, whose
+/// `LayerNormFn` saves `x, weight, bias, mean, rstd, z`) its input, the gated output, and its
+/// fp32 reciprocal deviations per group; `out_proj` its input, the norm's output. Three
+/// d_inner-wide bf16 tensors. The block's norm input and output are counted with the layer's
+/// norms (`memory::layer_activation_bytes`).
 pub fn mamba_saved_bytes_per_token(model: &Model) -> f64 {
     let Some(hybrid) = &model.hybrid else {
         return 0.0;
     };
     BF16_BYTES * hybrid.in_proj_width()
-        + 2.0 * BF16_BYTES * hybrid.inner_width()
+        + 3.0 * BF16_BYTES * hybrid.inner_width()
         + FP32_BYTES * f64::from(hybrid.mamba_groups)
 }
 

@@ -1440,10 +1440,13 @@ pub fn evaluate(
     let model_flops = model.model_flops_per_step(plan.global_batch, seq_len).0;
     // Transformer layers every sequence passes through, the MTP layers included.
     let all_layers = f64::from(model.layers + model.mtp_layers);
+    // The attention cores among them: every layer's in a transformer, the attention blocks' alone
+    // in a hybrid stack (`Model::block_shares`: its Mamba and MLP layers hold none).
     let attention_core = model
         .attention_core_forward_flops(plan.global_batch, seq_len)
         .0
-        * all_layers;
+        * all_layers
+        * model.block_shares().attention;
     let selective = training.selective_recompute();
     let recompute_flops = match (plan.recompute, selective, training.attention) {
         // The attention core where listed, and the other modules' GEMMs.

@@ -135,6 +135,12 @@ pub(super) const VALUED: &[&str] = &[
     "window-attn-skip-freq",
     "hybrid-layer-pattern",
     "hybrid-override-pattern",
+    "hybrid-attention-ratio",
+    "hybrid-mlp-ratio",
+    "mamba-num-heads",
+    "mamba-head-dim",
+    "mamba-state-dim",
+    "mamba-num-groups",
     "optimizer",
     "encoder-num-layers",
     "decoder-num-layers",
@@ -193,6 +199,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "cpu-offloading",
     "distribute-saved-activations",
     "distribute-checkpointed-activations",
+    "is-hybrid-model",
 ];
 
 /// torchrun's arguments for the cluster (torchrun accepts `_` and `-` spellings).

@@ -14,18 +14,24 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
         "distribute-checkpointed-activations",
         "splitting the checkpointed activations over the TP group is not modelled yet",
     ),
+    ("is-hybrid-model", HYBRID_FROM_A_MODEL_FILE),
 ];
+
+/// Why a line's hybrid Mamba-Transformer flags are refused: tpsim prices hybrid stacks
+/// (`model::hybrid`) from a model file or a Hugging Face config, and reads none of
+/// `pretrain_mamba.py`'s shape flags, so the line alone would be priced as a transformer.
+const HYBRID_FROM_A_MODEL_FILE: &str = "a hybrid Mamba-Transformer stack is priced from a model file or --hf-config, and --megatron-args does not read pretrain_mamba.py's hybrid shape (the line would be priced as a plain transformer); give --model nemotron-h-8b (or a model YAML with a hybrid: section, as models/nemotron-h-8b.yaml) and the line's degrees as flags";
 
 /// Valued arguments that tpsim does not model yet whatever their value, and why.
 const REFUSED_VALUED: &[(&str, &str)] = &[
-    (
-        "hybrid-layer-pattern",
-        "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",
-    ),
-    (
-        "hybrid-override-pattern",
-        "hybrid (Mamba) layer patterns are not modelled; tpsim models transformer layers",
-    ),
+    ("hybrid-layer-pattern", HYBRID_FROM_A_MODEL_FILE),
+    ("hybrid-override-pattern", HYBRID_FROM_A_MODEL_FILE),
+    ("hybrid-attention-ratio", HYBRID_FROM_A_MODEL_FILE),
+    ("hybrid-mlp-ratio", HYBRID_FROM_A_MODEL_FILE),
+    ("mamba-num-heads", HYBRID_FROM_A_MODEL_FILE),
+    ("mamba-head-dim", HYBRID_FROM_A_MODEL_FILE),
+    ("mamba-state-dim", HYBRID_FROM_A_MODEL_FILE),
+    ("mamba-num-groups", HYBRID_FROM_A_MODEL_FILE),
     (
         "encoder-num-layers",
         "encoder-decoder models are not modelled; tpsim models decoder-only transformers",

@@ -238,6 +238,12 @@ impl Model {
             ));
         }
         let counts = hybrid.counts();
+        if counts.layers() == 0 {
+            return fail(format!(
+                "hybrid pattern {:?} is empty (rule: one symbol per layer, as Megatron-Core's --hybrid-override-pattern); write a pattern of {} symbols (M Mamba-2, * attention, - MLP, E MoE)",
+                hybrid.pattern, self.layers
+            ));
+        }
         if counts.layers() != self.layers {
             return fail(format!(
                 "hybrid pattern {:?} has {} symbols but the model has {} layers (rule: one symbol per layer, as Megatron-Core's --hybrid-override-pattern); give --layers {} or a pattern of {} symbols",

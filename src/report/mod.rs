@@ -80,6 +80,10 @@ pub struct ModelSummary {
     /// Sliding-window attention, when the model has it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attention_window: Option<crate::model::AttentionWindow>,
+    /// A hybrid Mamba-Transformer stack's pattern and Mamba-2 mixer (`model::hybrid`), when the
+    /// model is one: its layers are each one block, not attention and an MLP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<crate::model::Hybrid>,
     /// How the shape was obtained: "bundled", "file", "flags" or "derived from --params".
     pub origin: String,
 }
@@ -113,6 +117,7 @@ impl ModelSummary {
             mla: model.mla,
             mtp_layers: model.mtp_layers,
             attention_window: model.attention_window,
+            hybrid: model.hybrid.clone(),
             origin: origin.to_string(),
         }
     }

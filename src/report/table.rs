@@ -154,6 +154,31 @@ pub fn scenario_line(report: &Report) -> String {
         }
         None => experts,
     };
+    // A hybrid stack's layers are each one block of its pattern (`model::hybrid`).
+    let experts = match &m.hybrid {
+        Some(hybrid) => {
+            let counts = hybrid.counts();
+            let blocks = [
+                (counts.mamba, "Mamba-2"),
+                (counts.attention, "attention"),
+                (counts.mlp, "MLP"),
+                (counts.moe, "MoE"),
+            ]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+            format!(
+                "{experts}, hybrid Mamba-Transformer stack of one block per layer ({blocks}; Mamba-2 mixers of {} heads of {}, state {}, {} groups)",
+                hybrid.mamba_heads,
+                hybrid.mamba_head_dim,
+                hybrid.mamba_state_dim,
+                hybrid.mamba_groups
+            )
+        }
+        None => experts,
+    };
     let experts = if m.mtp_layers > 0 {
         format!(
             "{experts}, {} (on the last stage, {}with its own output-layer pass and loss)",
@@ -1374,10 +1399,13 @@ fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
 /// `regathers`: whether the backward gathers the column-parallel inputs again
 /// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
 /// again (`cost::tp_recompute_repeats_collectives`); `expert_dp`: the ranks an MoE model's expert
-/// gradients are reduced over (`cost::moe::expert_dp`; 1 for a dense model).
+/// gradients are reduced over (`cost::moe::expert_dp`; 1 for a dense model); `model`: the model
+/// planned, whose hybrid stack (`model::hybrid`) has one block, and at most one pair, per layer.
+#[allow(clippy::too_many_arguments)]
 pub fn explain_best(
     e: &Estimate,
     cluster: &Cluster,
+    model: &crate::model::Model,
     tp_pairs: f64,
     regathers: bool,
     recompute_repeats: bool,
@@ -1396,7 +1424,22 @@ pub fn explain_best(
             p.tp,
             tp_place_words(e, cluster),
             {
-                let mut words = if tp_pairs >= 2.0 {
+                let mut words = if let Some(hybrid) = &model.hybrid {
+                    // Each layer of a hybrid stack is one block (`model::hybrid`), and each block
+                    // with a column- then row-parallel pair runs it once forward, once backward
+                    // (`cost::tp_pairs_at`).
+                    let counts = hybrid.counts();
+                    let pairless_moe = counts.moe > 0 && tp_pairs < 1.0 - 1e-9;
+                    format!(
+                        "layer (one block of the hybrid pattern: a Mamba-2 mixer, attention, an MLP or an MoE) all-reduces its b·s·h activations {:.1} times on average: twice in each block with a column- then row-parallel pair (Mamba in_proj/out_proj, attention QKV/output, the MLP's two GEMMs), once forward and once backward{}",
+                        2.0 * tp_pairs,
+                        if pairless_moe {
+                            ", none in the MoE blocks (their experts take the sequence shard straight from the dispatcher)"
+                        } else {
+                            ""
+                        }
+                    )
+                } else if tp_pairs >= 2.0 {
                     "layer all-reduces its b·s·h activations 4 times".to_string()
                 } else {
                     format!(
