@@ -720,7 +720,7 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Megatron-LM's layers per virtual stage; tpsim's --vpp = layers / pp / this.
-    #[arg(long, value_name = "N", conflicts_with_all = ["vpp", "plan"])]
+    #[arg(long, value_name = "N", value_parser = layers_per_virtual_stage, conflicts_with_all = ["vpp", "plan"])]
     pub num_layers_per_virtual_pipeline_stage: Option<u32>,
     /// Megatron-LM's distributed optimizer (optimizer states sharded over dp): ZeRO-1.
     #[arg(long, conflicts_with_all = ["zero", "plan"])]
@@ -1135,4 +1135,15 @@ pub struct ValidateArgs {
     pub top: usize,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
+}
+
+/// `--num-layers-per-virtual-pipeline-stage`, at least 1 as `--megatron-args` reads it: 0 was
+/// said not to divide the stage's layers, as if another count could. Other text keeps Rust's
+/// parse error, which `cli_errors` says in words.
+fn layers_per_virtual_stage(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(0) => Err("must be at least 1 (rule: a virtual pipeline stage holds at least one layer; tpsim's --vpp = layers / pp / N); give the layers per virtual stage, e.g. --num-layers-per-virtual-pipeline-stage 4, or drop the flag for no interleaving".into()),
+        Ok(n) => Ok(n),
+        Err(err) => Err(err.to_string()),
+    }
 }

@@ -32,6 +32,8 @@ pub enum InputError {
         reason: String,
         bundled_hint: bool,
     },
+    #[error("{flag} \"\": names no file (the path is empty); give the path of the file to read")]
+    EmptyPath { flag: String },
     #[error(
         "{flag} {path}: is {kind}, not a regular file; tpsim reads inputs from files only (save it to a file first)"
     )]
@@ -90,6 +92,12 @@ fn read_text_inner(flag: &str, path: &str, bundled_hint: bool) -> Result<String,
         reason: link_reason(path).unwrap_or_else(|| io_reason(&err)),
         bundled_hint,
     };
+    // An empty path said `"": cannot read it: No such file or directory`, naming no file.
+    if path.is_empty() {
+        return Err(InputError::EmptyPath {
+            flag: flag.to_string(),
+        });
+    }
     // Follows symlinks, and does not open the file: opening a FIFO blocks until a writer comes.
     let metadata = std::fs::metadata(Path::new(path)).map_err(read_error)?;
     if !metadata.file_type().is_file() {

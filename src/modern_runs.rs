@@ -145,6 +145,46 @@ const PUBLISHED_MODEL_FLOPS_PER_TOKEN: crate::cluster::Range = crate::cluster::R
     "rule: a token costs a positive number of FLOPs, at most 1e17 (1000x a 2T-parameter model's); null when the source does not state it",
 );
 
+/// The source's numbers beside the tokens/s that tpsim does not compare, each in the range it can
+/// be true in (null when the source does not state it).
+const PUBLISHED_OTHER_NUMBERS: [crate::cluster::Range; 5] = [
+    crate::cluster::Range::new(
+        "results.mfu",
+        1e-3,
+        1.0,
+        "",
+        "rule: the fraction of the GPU's peak FLOP/s the run reached, above 0 and at most 1, so 0.45 for 45%; null when the source does not state it",
+    ),
+    crate::cluster::Range::new(
+        "results.step_time_s",
+        1e-4,
+        1e6,
+        "s",
+        "rule: a training step takes a positive time, at most 1e6 s (11.6 days); null when the source does not state it",
+    ),
+    crate::cluster::Range::new(
+        "results.model_tflops_per_gpu",
+        1e-3,
+        1e5,
+        "TFLOP/s",
+        "rule: a GPU computes a positive number of model FLOP/s, at most 100000 TFLOP/s; null when the source does not state it",
+    ),
+    crate::cluster::Range::new(
+        "results.mfu_peak_tflops",
+        1.0,
+        1e5,
+        "TFLOP/s",
+        "rule: the GPU peak the source divides by for its MFU, positive, at most 100000 TFLOP/s; null when the source does not state it",
+    ),
+    crate::cluster::Range::new(
+        "results.tokens_per_s_total",
+        1e-3,
+        1e14,
+        "tokens/s",
+        "rule: a run trains a positive number of tokens a second, at most 100 million per GPU on a million GPUs; null when the source does not state it",
+    ),
+];
+
 /// Parses a current-stack runs file (`validation/modern_runs.yaml`'s format): unknown keys and
 /// repeated run ids are refused.
 pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsFileError> {
@@ -179,10 +219,19 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
                     ),
                 ]
                 .into_iter()
+                .chain(PUBLISHED_OTHER_NUMBERS.into_iter().zip([
+                    results.mfu,
+                    results.step_time_s,
+                    results.model_tflops_per_gpu,
+                    results.mfu_peak_tflops,
+                    results.tokens_per_s_total,
+                ]))
                 .filter_map(|(range, value)| Some(range.check(value?)))
                 .collect::<Result<(), String>>()
             })
             .and_then(|()| check_peak_units(results))
+            .and_then(|()| check_run_zero(run))
+            .and_then(|()| check_run_ga(run))
             .and_then(|()| check_run_task(&run.task))
             .and_then(|()| recipes::check_id_release(&run.id))
             .and_then(|()| check_run_recompute(run))
@@ -210,6 +259,63 @@ fn check_peak_units(results: &RunResults) -> Result<(), String> {
             crate::units::show_number(gib),
             crate::units::show_number(gb),
             gb * 1e9 / crate::units::GIB
+        ));
+    }
+    Ok(())
+}
+
+/// A run's `plan.zero`, which the file carries for people (tpsim reads `fsdp`): null, the
+/// source's words (`FSDP2 (fully_shard)`), or a ZeRO stage, 0 to 3. Read as any value, `zero: 7`
+/// or `zero: 1.5` passed without a word.
+fn check_run_zero(run: &ModernRun) -> Result<(), String> {
+    let refuse = |shown: String| {
+        Err(format!(
+            "plan.zero: {shown} is not a ZeRO stage (rule: a whole number 0 to 3, or the source's words such as FSDP2 (fully_shard); null when the source does not say); write the stage the run used, e.g. zero: 1, or null"
+        ))
+    };
+    match &run.plan.zero {
+        None | Some(yaml_serde::Value::Null) => Ok(()),
+        Some(yaml_serde::Value::Number(n)) => match n.as_u64() {
+            Some(0..=3) => Ok(()),
+            _ => refuse(n.to_string()),
+        },
+        // Words, unless they are a number: `zero: "7"` is the stage 7 quoted.
+        Some(yaml_serde::Value::String(text)) => match text.trim().parse::<f64>() {
+            Ok(stage) if !(stage.fract() == 0.0 && (0.0..=3.0).contains(&stage)) => {
+                refuse(crate::input_file::quote(text))
+            }
+            _ if text.trim().is_empty() => refuse(crate::input_file::quote(text)),
+            _ => Ok(()),
+        },
+        Some(yaml_serde::Value::Bool(b)) => refuse(b.to_string()),
+        Some(yaml_serde::Value::Sequence(_)) => refuse("a list".into()),
+        Some(yaml_serde::Value::Mapping(_)) => refuse("a mapping".into()),
+        Some(yaml_serde::Value::Tagged(_)) => refuse("a tagged value".into()),
+    }
+}
+
+/// A Megatron-Core row's `plan.ga`, when given beside its micro-batch, is the micro-batches each
+/// data-parallel rank runs per step, gbs / (dp x mbs): Megatron derives it, so a `ga` that says
+/// otherwise was ignored without a word. A row flagged as inconsistent in its source is left out
+/// (`excluded`) and not checked.
+fn check_run_ga(run: &ModernRun) -> Result<(), String> {
+    let p = &run.plan;
+    if framework_of(run) != TrainingFramework::MegatronCore || flagged(run).is_some() {
+        return Ok(());
+    }
+    let (Some(ga), Some(mbs), Some(gbs)) = (p.ga, p.mbs, p.gbs) else {
+        return Ok(());
+    };
+    let dp = p.dp.unwrap_or(1);
+    // Zero degrees and batches that are not whole micro-batches have their own refusals.
+    let per_step = u64::from(dp) * u64::from(mbs);
+    if per_step == 0 || !u64::from(gbs).is_multiple_of(per_step) {
+        return Ok(());
+    }
+    let derived = u64::from(gbs) / per_step;
+    if u64::from(ga) != derived {
+        return Err(format!(
+            "plan.ga: {ga} contradicts plan.gbs: {gbs} / (plan.dp: {dp} x plan.mbs: {mbs}) = {derived} (rule: Megatron-Core runs gbs / (dp x mbs) micro-batches per data-parallel rank each step, so ga is that); give the published values, e.g. ga: {derived}, or add flags: [source_inconsistency] where the source itself gives these numbers"
         ));
     }
     Ok(())
@@ -572,8 +678,11 @@ pub struct RunPlan {
     pub ga_derived: IgnoredAny,
     #[serde(default)]
     pub fsdp_raw: IgnoredAny,
+    /// The ZeRO stage or sharding the source states, for people (`FSDP2 (fully_shard)`; what
+    /// tpsim reads is `fsdp`): read as any value, `zero: 7` passed without a word
+    /// ([`check_run_zero`]).
     #[serde(default)]
-    pub zero: IgnoredAny,
+    pub zero: Option<yaml_serde::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -588,16 +697,19 @@ pub struct RunResults {
     /// Model FLOPs per token by the source's own count (its TFLOP/s over its tokens/s).
     #[serde(default)]
     pub implied_model_flops_per_token: Option<f64>,
+    // The source's other numbers, for people: tpsim compares tokens/s per GPU only. Read as
+    // any value, an MFU of 1.5 or NaN, a step of 0 s or a negative TFLOP/s passed without a
+    // word; each is checked against its range (`PUBLISHED_OTHER_NUMBERS`).
     #[serde(default)]
-    pub tokens_per_s_total: IgnoredAny,
+    pub tokens_per_s_total: Option<f64>,
     #[serde(default)]
-    pub model_tflops_per_gpu: IgnoredAny,
+    pub model_tflops_per_gpu: Option<f64>,
     #[serde(default)]
-    pub mfu: IgnoredAny,
+    pub mfu: Option<f64>,
     #[serde(default)]
-    pub mfu_peak_tflops: IgnoredAny,
+    pub mfu_peak_tflops: Option<f64>,
     #[serde(default)]
-    pub step_time_s: IgnoredAny,
+    pub step_time_s: Option<f64>,
     /// The same peak in GB (1e9 bytes), the unit the file's conventions name: used where no
     /// `peak_memory_gib` is given (it was ignored, so a run stating its peak in GB only was
     /// compared on speed alone without a word).
@@ -801,11 +913,7 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     if run.id.contains("maxtext") {
         return Some("MaxText (JAX), not a framework tpsim models".into());
     }
-    if let Some(flag) = run
-        .flags
-        .iter()
-        .find(|f| f.contains("source_inconsistency") || f.contains("SUSPECT"))
-    {
+    if let Some(flag) = flagged(run) {
         return Some(format!("flagged {flag} in the source"));
     }
     if hardware_profile(&run.hardware).is_none() {
@@ -848,6 +956,13 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
         return Some("float8 with row-wise scaling: tpsim's fp8 is per-tensor scaling".into());
     }
     None
+}
+
+/// The flag that says the source's numbers for the run disagree, if it has one.
+fn flagged(run: &ModernRun) -> Option<&String> {
+    run.flags
+        .iter()
+        .find(|f| f.contains("source_inconsistency") || f.contains("SUSPECT"))
 }
 
 /// Whether the run trains a mixture-of-experts model: its stated `model.moe`, or the experts of the

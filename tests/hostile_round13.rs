@@ -261,6 +261,7 @@ fn a_current_stack_runs_plan_errors_name_the_files_keys() {
                 ("    seq_len: 8192", "    seq_len: 8190"),
                 ("    cp: 1", "    cp: 4"),
                 ("    dp: 8", "    dp: 2"),
+                ("    ga: 8", "    ga: 32"),
             ][..],
             &[
                 "plan.cp: 4 does not split",
@@ -272,6 +273,7 @@ fn a_current_stack_runs_plan_errors_name_the_files_keys() {
             &[
                 ("    pp: 1", "    pp: 8"),
                 ("    dp: 8", "    dp: 1"),
+                ("    ga: 8", "    ga: 64"),
                 ("    vp: null", "    vp: 3"),
             ][..],
             &["plan.vp: 3 does not divide the 4 layers of each stage"][..],

@@ -47,6 +47,11 @@ fn defer_note(line: String) {
 /// including arguments tpsim does not model (listed on stderr).
 pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
     let line = match text.strip_prefix('@') {
+        // `@` alone said `@"": cannot read it: No such file or directory`.
+        Some(path) if path.trim().is_empty() => bail!(
+            "--megatron-args {}: names no file after the @ (rule: @FILE reads the launch line from FILE; without the @ the value is the launch line itself); write the file's path right after the @, e.g. --megatron-args @examples/megatron/llama3-70b.sh",
+            input_file::quote(text)
+        ),
         // Messages quote the argument as given: "--megatron-args @launch.sh: ...".
         Some(path) => input_file::read_text("--megatron-args", path).map_err(|e| {
             anyhow::anyhow!(

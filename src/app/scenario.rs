@@ -644,10 +644,29 @@ fn tokens_count(flag: &'static str, text: &str) -> Result<Option<f64>> {
     let count = parse_count(flag, text)?;
     // The example in the same words: `--tokens 300B` on the command line, `tokens: 300B` in a file.
     let example = format!("{flag} 300B");
+    // A plain number under one token, or with a fraction of one (`--tokens 1.5`), most likely
+    // lacks its suffix (1.5T): it was accepted as 1.5 tokens.
+    let typed = text.trim();
+    let plain = typed.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let fix = if plain && typed.parse::<f64>().is_ok_and(|v| v < 1000.0) {
+        format!(
+            "if it meant trillions or billions, write the suffix: {flag} {typed}T or {flag} {typed}B; otherwise give the tokens to train on, e.g. {example}"
+        )
+    } else {
+        format!("give the tokens to train on, e.g. {example}")
+    };
     if count < 1.0 {
         bail!(
-            "{flag} {} is less than one token; give the tokens to train on, e.g. {example}",
+            "{flag} {} is less than one token (rule: a token budget counts whole tokens, at least 1); {fix}",
             crate::input_file::quote(text)
+        );
+    }
+    // Within the rounding of a suffix's product (1.1T is 1100000000000.0002 in binary).
+    if (count - count.round()).abs() > count * 1e-12 {
+        bail!(
+            "{flag} {} is not a whole number of tokens ({} tokens; rule: a token budget counts whole tokens); {fix}",
+            crate::input_file::quote(text),
+            crate::units::show_number(count)
         );
     }
     if count > MAX_TOKENS {

@@ -124,6 +124,13 @@ impl RecomputeModules {
                 let module = RecomputeModule::from_name(name).ok_or_else(|| {
                     format!("'{name}' is not a module Megatron-Core recomputes (choose from {VALID_NAMES})")
                 })?;
+                // A repeat (`core_attn,core_attn`) was merged without a word: most likely another
+                // module was meant in its place.
+                if bits & module.bit() != 0 {
+                    return Err(format!(
+                        "'{name}' is named twice (rule: each module is recomputed once, so it is listed once; choose from {VALID_NAMES}); drop the repeat or name the module meant there"
+                    ));
+                }
                 bits |= module.bit();
             }
         }
