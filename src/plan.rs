@@ -1411,6 +1411,15 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
             model.name
         ));
     }
+    // Layer-level CPU offloading (`--cpu-offloading-num-layers`) is TransformerBlock's
+    // (`get_cpu_offload_context` in transformer_block.py); the hybrid stack has none, only the
+    // fine-grained activation offloading of hybrid_model.py, which tpsim does not price.
+    if training.cpu_offload_layers > 0 {
+        return fail(format!(
+            "--cpu-offload-layers {} with the hybrid Mamba-Transformer model {}: Megatron-Core offloads whole layers only in its transformer block (transformer_block.py get_cpu_offload_context), not in the hybrid stack; drop --cpu-offload-layers",
+            training.cpu_offload_layers, model.name
+        ));
+    }
     Ok(())
 }
 

@@ -100,7 +100,15 @@ fn a_full_recompute_keeps_one_input_per_hybrid_layer() {
 #[test]
 fn plans_a_hybrid_stack_cannot_take_are_refused_in_one_line() {
     let base = ["eval", "--model", "nemotron-h-8b", "--global-batch", "256"];
-    let cases: [(&[&str], &[&str]); 4] = [
+    let cases: [(&[&str], &[&str]); 5] = [
+        (
+            &["--nodes", "2", "--tp", "2", "--cpu-offload-layers", "4"],
+            &[
+                "--cpu-offload-layers 4 with the hybrid",
+                "get_cpu_offload_context",
+                "drop --cpu-offload-layers",
+            ],
+        ),
         (
             &["--nodes", "2", "--tp", "2", "--pp", "2"],
             &[
