@@ -186,6 +186,9 @@ pub fn average_layer(
     let norm_s = norm_and_residual_s(model, cluster, shard);
     let overhead_s = cluster.gpu.layer_overhead_us * 1e-6;
     let (a, m, d) = (shares.attention, shares.mlp, shares.mamba);
+    // A part of the layer that its attention side, its MLP (`mlp` of it) and the Mamba mixer
+    // (`mamba`) each hold, at the blocks' shares.
+    let blocks = |whole: f64, mlp: f64, mamba: f64| a * (whole - mlp) + m * mlp + d * mamba;
     let attention_forward = layer.forward - layer.mlp_forward - norm_s;
     let attention_backward = layer.backward - layer.mlp_backward - 2.0 * norm_s;
     let block = |forward: f64| forward + norm_s + overhead_s;
@@ -205,18 +208,24 @@ pub fn average_layer(
         forward,
         backward,
         recompute: attention_recompute,
-        linear_gemm_forward: a * (layer.linear_gemm_forward - layer.mlp_linear_gemm_forward)
-            + m * layer.mlp_linear_gemm_forward
-            + d * mamba.linear_gemm_forward_s,
-        column_gemm_forward: a * (layer.column_gemm_forward - layer.mlp_column_gemm_forward)
-            + m * layer.mlp_column_gemm_forward
-            + d * mamba.column_gemm_forward_s,
+        linear_gemm_forward: blocks(
+            layer.linear_gemm_forward,
+            layer.mlp_linear_gemm_forward,
+            mamba.linear_gemm_forward_s,
+        ),
+        column_gemm_forward: blocks(
+            layer.column_gemm_forward,
+            layer.mlp_column_gemm_forward,
+            mamba.column_gemm_forward_s,
+        ),
         attention_forward: a * layer.attention_forward,
         mlp_forward: m * layer.mlp_forward,
         mlp_backward: m * layer.mlp_backward,
-        weight_grad: a * (layer.weight_grad - layer.mlp_weight_grad)
-            + m * layer.mlp_weight_grad
-            + d * mamba.weight_grad_s,
+        weight_grad: blocks(
+            layer.weight_grad,
+            layer.mlp_weight_grad,
+            mamba.weight_grad_s,
+        ),
         mlp_weight_grad: m * layer.mlp_weight_grad,
         mlp_linear_gemm_forward: m * layer.mlp_linear_gemm_forward,
         mlp_column_gemm_forward: m * layer.mlp_column_gemm_forward,
