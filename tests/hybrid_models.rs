@@ -411,3 +411,47 @@ fn a_nemotron_h_config_reads_as_the_bundled_model() {
         "mtp",
     );
 }
+
+#[test]
+fn a_megatron_hybrid_launch_line_prices_as_the_bundled_model() {
+    // pretrain_mamba.py's flags for Nemotron-H 8B (NemotronHConfig8B's shape): the pattern gives
+    // the layers, the Mamba-2 mixer takes Megatron-Core's defaults where the line is silent.
+    let line = "--hybrid-layer-pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M- --hidden-size 4096 --ffn-hidden-size 21504 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128 --mamba-state-dim 128 --seq-length 8192 --max-position-embeddings 8192 --position-embedding-type none --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights --squared-relu --vocab-size 131072 --hidden-dropout 0.0 --attention-dropout 0.0 --tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 2 --global-batch-size 256 --use-distributed-optimizer --bf16 --is-hybrid-model --tp-comm-overlap --overlap-grad-reduce --overlap-param-gather";
+    let from_line = json(&[
+        "eval",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        line,
+        "--format",
+        "json",
+    ]);
+    let bundled = json(&[
+        "eval",
+        "--model",
+        "nemotron-h-8b",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--micro-batch",
+        "2",
+        "--global-batch",
+        "256",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(from_line["model"]["params"], bundled["model"]["params"]);
+    assert_eq!(from_line["model"]["hybrid"], bundled["model"]["hybrid"]);
+    assert_eq!(
+        from_line["plans"][0]["time"]["step_s"],
+        bundled["plans"][0]["time"]["step_s"]
+    );
+    assert_eq!(
+        from_line["plans"][0]["memory"]["total_bytes"],
+        bundled["plans"][0]["memory"]["total_bytes"]
+    );
+}

@@ -214,13 +214,26 @@ fn hybrid_inputs_are_refused_in_their_own_words() {
         &["layers: 0", "--layers 0"],
         "empty pattern",
     );
-    // Megatron-LM's hybrid shape flags: refused, not skipped as changing nothing.
+    // Megatron-LM's hybrid shape flags without a pattern: refused, not skipped as changing
+    // nothing; a pattern that contradicts --num-layers: refused, not overridden.
     let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 --bf16";
-    for extra in [
-        "--mamba-num-heads 128",
-        "--mamba-state-dim 128",
-        "--is-hybrid-model",
-        "--hybrid-override-pattern M*M*",
+    for (extra, needles) in [
+        (
+            "--mamba-num-heads 128",
+            &["--mamba-num-heads 128", "no --hybrid-layer-pattern"][..],
+        ),
+        (
+            "--mamba-state-dim 128",
+            &["--mamba-state-dim 128", "no --hybrid-layer-pattern"][..],
+        ),
+        (
+            "--is-hybrid-model",
+            &["--is-hybrid-model", "no --hybrid-layer-pattern"][..],
+        ),
+        (
+            "--hybrid-override-pattern M*M*",
+            &["--num-layers 32", "the hybrid pattern's 4 layers"][..],
+        ),
     ] {
         let r = run(&[
             "eval",
@@ -231,7 +244,7 @@ fn hybrid_inputs_are_refused_in_their_own_words() {
         ]);
         assert_one_line_error(
             &r,
-            &[extra, "--model nemotron-h-8b"],
+            needles,
             &["not modelled; tpsim models transformer layers"],
             extra,
         );

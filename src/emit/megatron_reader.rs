@@ -52,6 +52,9 @@ pub struct MegatronLaunch {
     pub mtp_layers: u32,
     /// `--window-size (LEFT,0)` and `--window-attn-skip-freq N`: LEFT + 1 tokens per query.
     pub attention_window: Option<crate::model::AttentionWindow>,
+    /// `--hybrid-layer-pattern` (or the deprecated `--hybrid-override-pattern`) and the
+    /// `--mamba-*` shape of `pretrain_mamba.py`'s hybrid stack ([`hybrid_of_line`]).
+    pub hybrid: Option<crate::model::Hybrid>,
     pub tp: u32,
     /// Experts, latent attention and expert parallelism (`--num-experts`, `--moe-*`,
     /// `--multi-latent-attention`, `--expert-model/tensor-parallel-size`).
@@ -121,7 +124,25 @@ pub struct MegatronLaunch {
 pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsError> {
     let words = super::megatron_args::launch_words(text)?;
     let p = Parsed::tokenize(&words)?;
-    let layers = p.required("num-layers", "96")?;
+    let hybrid_pattern = hybrid_pattern_of_line(&p)?;
+    // arguments.py derives --num-layers from a hybrid pattern (and ignores another with a
+    // warning): the pattern's count, and a contradicting --num-layers refused, not overridden.
+    let layers = match &hybrid_pattern {
+        Some(pattern) => {
+            let count = u32::try_from(pattern.chars().count()).unwrap_or(u32::MAX);
+            if let Some(given) = p.number("num-layers")?
+                && given != count
+            {
+                return Err(MegatronArgsError::Contradiction {
+                    first: format!("--num-layers {given}"),
+                    second: format!("the hybrid pattern's {count} layers"),
+                    fix: "Megatron-LM takes the layer count from --hybrid-layer-pattern (one symbol per layer) and ignores --num-layers with a warning; drop --num-layers or make it the pattern's length",
+                });
+            }
+            count
+        }
+        None => p.required("num-layers", "96")?,
+    };
     let hidden = p.required("hidden-size", "12288")?;
     let heads = p.required("num-attention-heads", "96")?;
     p.refuse_unmodelled()?;
@@ -443,6 +464,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         dropout,
         mtp_layers,
         attention_window: p.attention_window()?,
+        hybrid: hybrid_of_line(&p, hybrid_pattern, hidden)?,
         tp,
         experts,
         cp,
@@ -574,6 +596,84 @@ pub fn vpp_from_layers_per_virtual_stage(
     Ok(vpp)
 }
 
+/// The line's hybrid layer pattern: `--hybrid-layer-pattern`, or the deprecated
+/// `--hybrid-override-pattern` it replaces (arguments.py asserts that only one is given).
+fn hybrid_pattern_of_line(p: &Parsed) -> Result<Option<String>, MegatronArgsError> {
+    match (
+        p.value("hybrid-layer-pattern"),
+        p.value("hybrid-override-pattern"),
+    ) {
+        (Some(_), Some(_)) => Err(MegatronArgsError::Contradiction {
+            first: "--hybrid-layer-pattern".into(),
+            second: "--hybrid-override-pattern".into(),
+            fix: "Megatron-LM refuses both (arguments.py: \"cannot both be specified\"); keep --hybrid-layer-pattern",
+        }),
+        (Some(pattern), None) | (None, Some(pattern)) => Ok(Some(
+            pattern.trim_matches(|c| c == '\'' || c == '"').to_string(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `pretrain_mamba.py`'s hybrid stack from the line: the pattern and the Mamba-2 mixer's shape
+/// with Megatron-Core's `TransformerConfig` defaults (`mamba_state_dim` 128, `mamba_head_dim`
+/// 64, `mamba_num_groups` 8, and without `--mamba-num-heads` hidden x expand / head_dim heads,
+/// `MambaMixer`'s expand 2). The shape flags without a pattern change nothing Megatron-LM builds
+/// for a transformer, so they are refused rather than dropped; `--is-hybrid-model` needs the
+/// pattern.
+fn hybrid_of_line(
+    p: &Parsed,
+    pattern: Option<String>,
+    hidden: u32,
+) -> Result<Option<crate::model::Hybrid>, MegatronArgsError> {
+    let shape_flags = [
+        "mamba-num-heads",
+        "mamba-head-dim",
+        "mamba-state-dim",
+        "mamba-num-groups",
+    ];
+    let Some(pattern) = pattern else {
+        let given = shape_flags
+            .iter()
+            .find_map(|flag| p.value(flag).map(|v| format!("--{flag} {v}")))
+            .or_else(|| {
+                p.switch("is-hybrid-model")
+                    .then(|| "--is-hybrid-model".to_string())
+            });
+        return match given {
+            Some(given) => Err(MegatronArgsError::Refused {
+                given,
+                why: "the line has no --hybrid-layer-pattern, and tpsim reads a hybrid Mamba-Transformer stack from its pattern (one symbol per layer: M Mamba-2, * attention, - MLP, E MoE); add the pattern, or give --model nemotron-h-8b (or a model file with a hybrid: section) and the line's degrees as flags".into(),
+            }),
+            None => Ok(None),
+        };
+    };
+    let head_dim = p.number("mamba-head-dim")?.unwrap_or(64);
+    let heads = match p.number("mamba-num-heads")? {
+        Some(heads) => heads,
+        None => {
+            let inner = 2 * u64::from(hidden);
+            if head_dim == 0 || !inner.is_multiple_of(u64::from(head_dim)) {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--mamba-head-dim {head_dim}"),
+                    why: format!(
+                        "without --mamba-num-heads the mixer is 2 x --hidden-size {hidden} = {inner} wide (MambaMixer expand 2), which heads of {head_dim} do not divide (MambaMixer asserts d_inner % headdim == 0); give --mamba-num-heads or a head width dividing {inner}"
+                    ),
+                });
+            }
+            u32::try_from(inner / u64::from(head_dim)).unwrap_or(u32::MAX)
+        }
+    };
+    Ok(Some(crate::model::Hybrid {
+        pattern,
+        mamba_heads: heads,
+        mamba_head_dim: head_dim,
+        mamba_state_dim: p.number("mamba-state-dim")?.unwrap_or(128),
+        mamba_groups: p.number("mamba-num-groups")?.unwrap_or(8),
+        mamba_conv_kernel: 4,
+    }))
+}
+
 /// A flag that makes `vpp` > 1 virtual stages on a plan without a pipeline, named as given (not as
 /// the --vpp it becomes). Megatron-LM arguments.py: "When interleaved schedule is used,
 /// pipeline-model-parallel size should be greater than 1".
@@ -622,7 +722,7 @@ impl MegatronLaunch {
             moe: self.experts.moe,
             mtp_layers: self.mtp_layers,
             attention_window: self.attention_window,
-            hybrid: None,
+            hybrid: self.hybrid.clone(),
         };
         model.check()?;
         Ok(model)

@@ -14,24 +14,16 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
         "distribute-checkpointed-activations",
         "splitting the checkpointed activations over the TP group is not modelled yet",
     ),
-    ("is-hybrid-model", HYBRID_FROM_A_MODEL_FILE),
 ];
 
-/// Why a line's hybrid Mamba-Transformer flags are refused: tpsim prices hybrid stacks
-/// (`model::hybrid`) from a model file or a Hugging Face config, and reads none of
-/// `pretrain_mamba.py`'s shape flags, so the line alone would be priced as a transformer.
-const HYBRID_FROM_A_MODEL_FILE: &str = "a hybrid Mamba-Transformer stack is priced from a model file or --hf-config, and --megatron-args does not read pretrain_mamba.py's hybrid shape (the line would be priced as a plain transformer); give --model nemotron-h-8b (or a model YAML with a hybrid: section, as models/nemotron-h-8b.yaml) and the line's degrees as flags";
+/// Why a line's deprecated hybrid ratios are refused: Megatron-LM turns them into a pattern
+/// (`pattern_from_ratios`), and tpsim reads the pattern itself (`megatron_reader::hybrid_of_line`).
+const HYBRID_FROM_A_PATTERN: &str = "the attention and MLP ratios are deprecated in Megatron-LM, which turns them into a layer pattern; give that pattern as --hybrid-layer-pattern (one symbol per layer: M Mamba-2, * attention, - MLP, E MoE)";
 
 /// Valued arguments that tpsim does not model yet whatever their value, and why.
 const REFUSED_VALUED: &[(&str, &str)] = &[
-    ("hybrid-layer-pattern", HYBRID_FROM_A_MODEL_FILE),
-    ("hybrid-override-pattern", HYBRID_FROM_A_MODEL_FILE),
-    ("hybrid-attention-ratio", HYBRID_FROM_A_MODEL_FILE),
-    ("hybrid-mlp-ratio", HYBRID_FROM_A_MODEL_FILE),
-    ("mamba-num-heads", HYBRID_FROM_A_MODEL_FILE),
-    ("mamba-head-dim", HYBRID_FROM_A_MODEL_FILE),
-    ("mamba-state-dim", HYBRID_FROM_A_MODEL_FILE),
-    ("mamba-num-groups", HYBRID_FROM_A_MODEL_FILE),
+    ("hybrid-attention-ratio", HYBRID_FROM_A_PATTERN),
+    ("hybrid-mlp-ratio", HYBRID_FROM_A_PATTERN),
     (
         "encoder-num-layers",
         "encoder-decoder models are not modelled; tpsim models decoder-only transformers",
