@@ -1432,12 +1432,11 @@ impl Reader<'_> {
             ));
         }
         let moe = if pattern.contains('E') {
-            let required = |key: &'static str, example: &'static str| self.required(key, example);
             let groups = self.class_default("n_group", 1)?;
             Some(Moe {
-                experts: required("n_routed_experts", "128")?,
-                router_topk: required("num_experts_per_tok", "6")?,
-                ffn_hidden: required("moe_intermediate_size", "1856")?,
+                experts: self.required("n_routed_experts", "128")?,
+                router_topk: self.required("num_experts_per_tok", "6")?,
+                ffn_hidden: self.required("moe_intermediate_size", "1856")?,
                 shared_expert_ffn_hidden: self
                     .class_default("n_shared_experts", 1)?
                     .saturating_mul(

@@ -442,6 +442,9 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
     }
     let etp_follows_tp = plan_file.is_none() && args.etp.is_none() && scenario.model.moe.is_some();
+    // ZeRO-0 is eval's default, not a stage the user typed, where no --zero, plan file or launch
+    // line gave one: the refusals that hinge on the stage say so.
+    let zero_defaulted = args.zero.is_none() && plan_file.is_none() && megatron.is_none();
     let built = match ParallelPlan::build(
         &request,
         &scenario.model,
@@ -466,7 +469,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             tp_rule,
             fix,
             ..
-        }) if args.zero.is_none() && plan_file.is_none() && megatron.is_none() => {
+        }) if zero_defaulted => {
             Err(PlanError::TorchtitanExpertRanks {
                 ep,
                 dp_shard,
@@ -480,14 +483,14 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             .into())
         }
         Err(PlanError::TorchtitanReplicatedCp { cp, fix, .. })
-            if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
+            if zero_defaulted =>
         {
             Err(anyhow!(
                 "--cp {cp} under --framework torchtitan, and --zero was not given, so eval takes ZeRO-0 (Megatron-LM's default, not torchtitan's), which replicates every rank's states: torchtitan shards them with FSDP2 over the context-parallel ranks whenever cp > 1 (torchtitan/distributed/parallel_dims.py: `fsdp_enabled` is `dp_shard_enabled or cp_enabled`); give {fix}"
             ))
         }
         Err(PlanError::DpReplicasWithoutZero { replicas })
-            if args.zero.is_none() && plan_file.is_none() && megatron.is_none() =>
+            if zero_defaulted =>
         {
             // The fix is the framework's: torchtitan keeps copies only of FSDP2's shards (HSDP),
             // and DeepSpeed and 2021 Megatron-LM keep none at any stage.
