@@ -1121,6 +1121,7 @@ impl Reader<'_> {
                 router_groups: 0,
                 router_group_topk: 0,
                 glu_clamp_limit: None,
+                latent_size: None,
             }),
             // Qwen2MoeConfig(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
             // shared_expert_intermediate_size=5632, decoder_sparse_step=1), shared expert gated
@@ -1161,6 +1162,7 @@ impl Reader<'_> {
                     router_groups: 0,
                     router_group_topk: 0,
                     glu_clamp_limit: None,
+                    latent_size: None,
                 })
             }
             _ => None,
@@ -1303,6 +1305,7 @@ impl Reader<'_> {
                 router_groups: self.class_default("n_group", 8)?,
                 router_group_topk: self.class_default("topk_group", 4)?,
                 glu_clamp_limit: None,
+                latent_size: None,
             }),
             // `num_nextn_predict_layers` (1 in DeepSeek-V3's config.json; Megatron-Bridge's
             // DeepSeek provider maps it to `mtp_num_layers`).
@@ -1360,6 +1363,7 @@ impl Reader<'_> {
                 // `GptOssExperts` clamps both halves of the gated activation at `swiglu_limit`
                 // (transformers `modeling_gpt_oss.py`; the config's default 7.0).
                 glu_clamp_limit: Some(self.swiglu_limit()?),
+                latent_size: None,
             }),
             mtp_layers: 0,
             // GptOssConfig (transformers `models/gpt_oss/configuration_gpt_oss.py`):
@@ -1398,13 +1402,7 @@ impl Reader<'_> {
                 written(self.text, "mlp_hidden_act", act)
             )));
         }
-        // Nemotron 3 Super's LatentMoE (`moe_latent_size`): its experts run in a latent width
-        // between two projections, which tpsim's MoE block does not have.
-        for key in [
-            "sliding_window",
-            "num_nextn_predict_layers",
-            "moe_latent_size",
-        ] {
+        for key in ["sliding_window", "num_nextn_predict_layers"] {
             if let Some(v) = self
                 .obj
                 .get(key)
@@ -1415,7 +1413,6 @@ impl Reader<'_> {
                     written(self.text, key, v),
                     match key {
                         "sliding_window" => "a sliding attention window",
-                        "moe_latent_size" => "latent MoE experts (Nemotron 3 Super's LatentMoE)",
                         _ => "multi-token prediction layers",
                     }
                 )));
@@ -1452,6 +1449,12 @@ impl Reader<'_> {
                     0
                 },
                 glu_clamp_limit: None,
+                // Nemotron 3 Super and Ultra's LatentMoE (`NemotronHConfig.moe_latent_size`, which
+                // Megatron-Bridge's nemotron_h_bridge.py copies to the provider); null or 0: none.
+                latent_size: match self.obj.get("moe_latent_size") {
+                    Some(v) if v.as_u64() == Some(0) => None,
+                    _ => self.optional("moe_latent_size")?,
+                },
             })
         } else {
             None
@@ -1616,6 +1619,7 @@ impl Reader<'_> {
                 router_groups,
                 router_group_topk,
                 glu_clamp_limit: None,
+                latent_size: None,
             }),
             mtp_layers: self.count_or("num_nextn_predict_layers", 0)?,
             attention_window: None,

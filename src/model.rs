@@ -173,6 +173,16 @@ pub struct Moe {
     /// written launch line (`--activation-func-clamp-value`) gives the same model back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub glu_clamp_limit: Option<GluClampLimit>,
+    /// LatentMoE (Nemotron 3 Super and Ultra; Megatron-Core `--moe-latent-size`, HF
+    /// `moe_latent_size`): the routed experts work on a narrower width than the model's. Each MoE
+    /// layer projects its tokens h → latent before the dispatch (`fc1_latent_proj`) and latent →
+    /// h after the combine (`fc2_latent_proj`), two linears replicated on every TP rank
+    /// (`parallel_mode="duplicated"`); the all-to-all, the token permutations and the experts'
+    /// GEMMs carry latent-wide rows. The router and the shared experts stay on the full width
+    /// (`MoELayer.preprocess`/`postprocess` in megatron/core/transformer/moe/moe_layer.py). None:
+    /// the experts work on the model's width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latent_size: Option<u32>,
 }
 
 /// A clamped GLU's limit (Megatron-Core `activation_func_clamp_value`, transformers
@@ -926,6 +936,13 @@ impl Model {
                     return Err(ModelError::Zero { what, value, fix });
                 }
             }
+            if moe.latent_size == Some(0) {
+                return Err(ModelError::Zero {
+                    what: "--moe-latent-size",
+                    value: 0,
+                    fix: "give the experts' latent width (Nemotron 3 Super: 1024), or omit it for experts on the model's width",
+                });
+            }
             let bounded = [
                 ("--num-experts", moe.experts, MAX_EXPERTS),
                 ("--moe-ffn-hidden-size", moe.ffn_hidden, 4 * MAX_WIDTH),
@@ -934,6 +951,7 @@ impl Model {
                     moe.shared_expert_ffn_hidden,
                     4 * MAX_WIDTH,
                 ),
+                ("--moe-latent-size", moe.latent_size.unwrap_or(0), MAX_WIDTH),
             ];
             for (what, value, max) in bounded {
                 if value > max {
@@ -1039,6 +1057,17 @@ impl Model {
     /// and up fused), as the seeds describe for Qwen3's MLP.
     pub fn mlp_up_width(&self) -> f64 {
         self.up_width(self.ffn_hidden)
+    }
+
+    /// The width of the rows the routed experts read and write, and that the all-to-all and the
+    /// token permutations move: the latent width under LatentMoE (`Moe::latent_size`), else the
+    /// model's hidden width.
+    pub fn expert_width(&self) -> f64 {
+        f64::from(
+            self.moe
+                .and_then(|moe| moe.latent_size)
+                .unwrap_or(self.hidden),
+        )
     }
 
     /// Columns of one routed expert's first matrix (0 for a dense model).

@@ -812,6 +812,19 @@ fn bundled_moe(key: &str) -> Option<&'static str> {
 fn bundled_hybrid(key: &str) -> Option<&'static str> {
     Some(match key {
         "nemotron3_nano" => "nemotron-3-nano-30b-a3b",
+        "nemotron3_super" => "nemotron-3-super-120b-a12b",
+        "nemotron3_ultra" => "nemotron-3-ultra-550b-a55b",
+        _ => return None,
+    })
+}
+
+/// The Megatron-Bridge recipe file of a hybrid model whose pretraining recipes run multi-token
+/// prediction (Nemotron 3 Super and Ultra, at 067f987df03b), for the catalog keys that have one;
+/// their Megatron-Bridge rows are not predicted.
+fn hybrid_recipe_with_mtp(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "nemotron3_super" => "nemotron_3_super.py",
+        "nemotron3_ultra" => "nemotron_3_ultra.py",
         _ => return None,
     })
 }
@@ -937,7 +950,17 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     }
     let m = &run.model;
     let p = &run.plan;
-    let bundled_hybrid = run.model_key.as_deref().and_then(bundled_hybrid).is_some();
+    let key = run.model_key.as_deref();
+    if let Some(recipe) = key.and_then(hybrid_recipe_with_mtp)
+        && framework_of(run) == TrainingFramework::MegatronCore
+    {
+        // The shape is bundled (`nemotron-3-super-120b-a12b`, `nemotron-3-ultra-550b-a55b`), but
+        // the recipes behind these rows add what tpsim does not price on a hybrid stack.
+        return Some(format!(
+            "the recipe trains 2 MTP depths of an attention + MoE block (Megatron-Bridge recipes/nemotronh/h100/{recipe}: mtp_num_layers 2, mtp_use_repeated_layer), which tpsim does not price on hybrid stacks"
+        ));
+    }
+    let bundled_hybrid = key.and_then(bundled_hybrid).is_some();
     if !bundled_hybrid
         && (m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none())
     {

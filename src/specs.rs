@@ -38,6 +38,14 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
         include_str!("../models/nemotron-3-nano-30b-a3b.yaml"),
     ),
     (
+        "nemotron-3-super-120b-a12b",
+        include_str!("../models/nemotron-3-super-120b-a12b.yaml"),
+    ),
+    (
+        "nemotron-3-ultra-550b-a55b",
+        include_str!("../models/nemotron-3-ultra-550b-a55b.yaml"),
+    ),
+    (
         "nemotron-h-56b",
         include_str!("../models/nemotron-h-56b.yaml"),
     ),

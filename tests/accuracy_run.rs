@@ -87,7 +87,9 @@ fn runs_it_cannot_find_or_predict_say_why() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stdout.is_empty());
     assert!(
-        r.stderr.contains("not predicted: model shape not stated"),
+        r.stderr.contains(
+            "not predicted: the published plan is not a valid plan for tpsim: --framework torchtitan with the hybrid"
+        ),
         "{}",
         r.stderr
     );
@@ -104,7 +106,14 @@ fn runs_it_cannot_find_or_predict_say_why() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert!(v["planned"].is_null());
-    assert_eq!(v["run"]["note"], "model shape not stated");
+    assert!(
+        v["run"]["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("the published plan is not a valid plan for tpsim"),
+        "{}",
+        v["run"]
+    );
     // Nothing given suggests nothing.
     let r = run(&["accuracy", "--runs", RUNS, "--run", ""]);
     assert_one_line_error(&r, &["--run \"\"", "first column"], &["e.g."], "empty id");

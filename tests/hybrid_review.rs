@@ -250,38 +250,3 @@ fn hybrid_inputs_are_refused_in_their_own_words() {
         );
     }
 }
-
-#[test]
-fn a_latent_moe_config_is_refused_by_its_key() {
-    // Nemotron 3 Super's LatentMoE (`moe_latent_size`) runs its experts in a latent width that
-    // tpsim's MoE block does not have: refused, not priced as full-width experts.
-    let dir = scratch("hybrid-review", "latent");
-    let config = r#"{
-  "architectures": ["NemotronHForCausalLM"],
-  "model_type": "nemotron_h",
-  "vocab_size": 131072,
-  "hidden_size": 2688,
-  "intermediate_size": 1856,
-  "num_hidden_layers": 4,
-  "hybrid_override_pattern": "ME*E",
-  "num_attention_heads": 32,
-  "head_dim": 128,
-  "num_key_value_heads": 2,
-  "mamba_num_heads": 64,
-  "n_groups": 8,
-  "mamba_head_dim": 64,
-  "n_routed_experts": 128,
-  "n_shared_experts": 1,
-  "moe_intermediate_size": 1856,
-  "moe_shared_expert_intermediate_size": 3712,
-  "num_experts_per_tok": 6,
-  "moe_latent_size": 1024
-}"#;
-    let r = eval_hf(&dir, "config.json", config);
-    assert_one_line_error(
-        &r,
-        &["\"moe_latent_size\" is 1024", "LatentMoE", "set it to null"],
-        &["panicked"],
-        "latent MoE",
-    );
-}

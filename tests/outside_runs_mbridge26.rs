@@ -108,11 +108,17 @@ fn megatron_bridge_26_runs_stay_within_the_measured_out_of_sample_error() {
     assert!(d.3 <= DENSE_PAST_25, "{} dense runs past 25%", d.3);
     assert!(m.1 <= MOE_MEDIAN_BOUND, "MoE median |error| {:.3}", m.1);
     assert!(m.3 <= MOE_PAST_30, "{} MoE runs past 30%", m.3);
-    // What is not predicted is said, row by row: the shapes the catalog does not fill and the SFT
-    // rows, nothing else.
+    // What is not predicted is said, row by row: the shapes the catalog does not fill, the SFT
+    // rows and the Nemotron 3 Super and Ultra rows (their recipes' MTP block on a hybrid stack),
+    // nothing else.
     for p in all.iter().filter(|p| p.error.is_none()) {
+        let latent_moe_with_mtp = (p.id.contains("nemotron3_super")
+            || p.id.contains("nemotron3_ultra"))
+            && p.note.starts_with("the recipe trains 2 MTP depths");
         assert!(
-            p.note == "model shape not stated" || p.note.starts_with("sft run"),
+            p.note == "model shape not stated"
+                || p.note.starts_with("sft run")
+                || latent_moe_with_mtp,
             "{}: {}",
             p.id,
             p.note

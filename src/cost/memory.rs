@@ -383,18 +383,22 @@ pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f6
     let Some(moe) = model.moe else {
         return (model.layer_params() / t, 0.0);
     };
+    // LatentMoE's projections are whole on every TP rank (`Model::latent_projection_params`).
+    let latent = model.latent_projection_params();
+    let duplicated = moe_share * latent * (1.0 - 1.0 / t);
     if model.is_hybrid() {
         // The average hybrid layer (`Model::layer_params`) less its routed experts' share; a
         // hybrid stack is priced at one stage, whose MoE share is the model's.
         let experts = moe_share * f64::from(moe.experts) * model.expert_params();
-        let rest = (model.layer_params() - experts) / t;
+        let rest = (model.layer_params() - experts) / t + duplicated;
         return (
             rest,
             moe_share * super::moe::expert_params_per_gpu(model, plan),
         );
     }
     let moe_rest = model.moe_layer_params() - f64::from(moe.experts) * model.expert_params();
-    let rest = ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t;
+    let rest =
+        ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t + duplicated;
     let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
     (rest, expert)
 }

@@ -274,8 +274,10 @@ pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 
     let moe_layers = f64::from(model.moe_layers());
     if recomputes_moe(modules) {
         let topk = model.moe.map_or(0.0, |m| f64::from(m.router_topk));
-        let active =
-            model.router_params() + topk * model.expert_params() + model.shared_expert_params();
+        let active = model.router_params()
+            + model.latent_projection_params()
+            + topk * model.expert_params()
+            + model.shared_expert_params();
         flops += 2.0 * active * moe_layers;
     } else if modules.contains(RecomputeModule::SharedExperts) {
         flops += 2.0 * model.shared_expert_params() * moe_layers;

@@ -288,7 +288,8 @@ pub fn moe_mlp_time(
     let Some(moe) = model.moe else {
         return MoeMlpTime::default();
     };
-    let h = f64::from(model.hidden);
+    // The experts' rows: the latent width under LatentMoE, else the hidden width.
+    let width = model.expert_width();
     let tokens = local_tokens(plan, seq_len);
     let topk = f64::from(moe.router_topk);
     let experts = f64::from(moe.experts);
@@ -302,19 +303,19 @@ pub fn moe_mlp_time(
     let per_expert = tokens * topk * f64::from(plan.ep) / experts * imbalance * etp;
     let up = Gemm {
         m: per_expert,
-        k: h,
+        k: width,
         n: model.expert_up_width() / etp,
         batch: local_experts,
     };
     let down = Gemm {
         m: per_expert,
         k: f64::from(moe.ffn_hidden) / etp,
-        n: h,
+        n: width,
         batch: local_experts,
     };
     let router = Gemm {
         m: tokens,
-        k: h,
+        k: f64::from(model.hidden),
         n: experts,
         batch: 1.0,
     };
@@ -333,6 +334,15 @@ pub fn moe_mlp_time(
     // memory-bound on its fp32 gradient buffer.
     let mut wgrad_extra_s =
         wgrad_accumulation_s(&up, cluster, cast) + wgrad_accumulation_s(&down, cluster, cast);
+    // LatentMoE's two projections, on this rank's tokens with the whole weight (duplicated over
+    // TP): linears as any other, quantizing their inputs.
+    let latent =
+        latent_projection_gemms(model, plan, seq_len).map_or(0.0, |[down_proj, up_proj]| {
+            cast_bytes += cast_per_element(1) * (down_proj.m * down_proj.k + up_proj.m * up_proj.k);
+            wgrad_extra_s += wgrad_accumulation_s(&down_proj, cluster, cast)
+                + wgrad_accumulation_s(&up_proj, cluster, cast);
+            linear(&down_proj) + linear(&up_proj)
+        });
     let shared = match shared_expert_gemms(model, plan, seq_len) {
         Some([shared_up, shared_down]) => {
             // Cast on the sequence shard where the gather carries the quantized copy, as the
@@ -357,13 +367,14 @@ pub fn moe_mlp_time(
     let bandwidth = gpu.achieved_hbm_bandwidth().0;
     let permute_s = permute_bytes / bandwidth / gpu.framework_efficiency;
     let (epilogue_forward, epilogue_backward) =
-        epilogue.bytes_per_routed_copy(f64::from(moe.ffn_hidden) / etp, h / etp);
+        epilogue.bytes_per_routed_copy(f64::from(moe.ffn_hidden) / etp, width / etp);
     let epilogue_forward_s = routed * epilogue_forward / bandwidth / gpu.framework_efficiency;
     let epilogue_backward_s = routed * epilogue_backward / bandwidth / gpu.framework_efficiency;
     let rest_s = (linear(&up)
         + linear(&down)
         + router.time(cluster)
         + shared
+        + latent
         + (activation_bytes + cast_bytes) / bandwidth)
         / gpu.framework_efficiency;
     MoeMlpTime {
@@ -376,9 +387,37 @@ pub fn moe_mlp_time(
             + linear(&down)
             + router.time(cluster)
             + shared
+            + latent
             + wgrad_extra_s)
             / gpu.framework_efficiency,
     }
+}
+
+/// LatentMoE's two GEMMs on one TP rank (h → latent, latent → h) over the rank's tokens, each
+/// with the whole weight (`fc1_latent_proj`/`fc2_latent_proj` are `parallel_mode="duplicated"`
+/// `TELinear`s, megatron/core/transformer/moe/moe_layer.py); `None` without a latent width.
+pub fn latent_projection_gemms(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+) -> Option<[Gemm; 2]> {
+    let latent = f64::from(model.moe?.latent_size?);
+    let h = f64::from(model.hidden);
+    let rows = local_tokens(plan, seq_len);
+    Some([
+        Gemm {
+            m: rows,
+            k: h,
+            n: latent,
+            batch: 1.0,
+        },
+        Gemm {
+            m: rows,
+            k: latent,
+            n: h,
+            batch: 1.0,
+        },
+    ])
 }
 
 /// The shared experts' two GEMMs on one TP rank (up, down), at the dense MLP's TP split; `None`
@@ -439,7 +478,7 @@ pub fn permutation_bytes(
     let topk = f64::from(moe.router_topk);
     // Copies this GPU's experts receive (the busiest's load, every expert-TP rank's tokens).
     let received = tokens * topk * imbalance * f64::from(plan.etp);
-    let row = f64::from(model.hidden) * ACTIVATION_BYTES;
+    let row = model.expert_width() * ACTIVATION_BYTES;
     match dispatcher {
         MoeDispatcher::Alltoall => {
             // Permute (read tokens, write copies) and unpermute (read copies, write tokens).
@@ -471,7 +510,7 @@ pub fn alltoall_bytes(
     local_tokens(plan, seq_len)
         * remote_copies_per_token(model, plan.ep, dispatch)
         * imbalance
-        * f64::from(model.hidden)
+        * model.expert_width()
         * ACTIVATION_BYTES
 }
 
@@ -689,7 +728,7 @@ pub fn expert_tp_gather_bytes(
     local_tokens(plan, seq_len)
         * model.routed_tokens_per_token()
         * imbalance
-        * f64::from(model.hidden)
+        * model.expert_width()
         * ACTIVATION_BYTES
         * f64::from(plan.etp)
 }
@@ -900,7 +939,7 @@ pub fn expert_gemm_input_elements(
     };
     let etp = f64::from(plan.etp);
     let routed = local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * etp;
-    routed * (f64::from(model.hidden) + f64::from(moe.ffn_hidden) / etp)
+    routed * (model.expert_width() + f64::from(moe.ffn_hidden) / etp)
 }
 
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
@@ -919,14 +958,16 @@ pub fn moe_mlp_activation_bytes(
     let etp = f64::from(plan.etp);
     // An expert split over etp GPUs keeps activations for the tokens of all etp of them.
     let routed = tokens * f64::from(moe.router_topk) * imbalance * etp;
-    let h = f64::from(model.hidden);
     let experts = routed
-        * (h + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
+        * (model.expert_width() + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
         * ACTIVATION_BYTES;
+    // LatentMoE: the h → latent projection reads the layer's input, which the router keeps
+    // already; the latent → h projection keeps its latent-wide input.
+    let latent = tokens * moe.latent_size.map_or(0.0, f64::from) * ACTIVATION_BYTES;
     // The router's scores over every expert, kept in fp32 for the softmax/sigmoid and top-k
     // (Megatron-Core `TopKRouter`, `moe_router_dtype` fp32 in NVIDIA's MoE recipes).
     let router = tokens * f64::from(moe.experts) * 4.0;
-    experts + router + shared_expert_activation_bytes(model, plan, seq_len)
+    experts + router + latent + shared_expert_activation_bytes(model, plan, seq_len)
 }
 
 /// Activation bytes the shared experts' MLP keeps per GPU and micro-batch, at the dense shape:

@@ -330,6 +330,13 @@ fn bridge_expert_overrides(
     out.push(("model.moe_router_num_groups", groups));
     out.push(("model.moe_router_group_topk", group_topk));
     out.push(("model.moe_ffn_hidden_size", moe.ffn_hidden.to_string()));
+    // LatentMoE's width (`moe_latent_size`, None without it), written out either way: the
+    // Nemotron-H bridge copies it from the HF config (nemotron_h_bridge.py).
+    out.push((
+        "model.moe_latent_size",
+        moe.latent_size
+            .map_or("null".to_string(), |latent| latent.to_string()),
+    ));
     out.push((
         "model.moe_shared_expert_intermediate_size",
         if moe.shared_expert_ffn_hidden > 0 {

@@ -108,6 +108,7 @@ pub(super) const VALUED: &[&str] = &[
     "moe-router-group-topk",
     "moe-ffn-hidden-size",
     "moe-shared-expert-intermediate-size",
+    "moe-latent-size",
     "moe-layer-freq",
     "moe-token-dispatcher-type",
     "moe-flex-dispatcher-backend",

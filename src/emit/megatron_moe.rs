@@ -107,6 +107,7 @@ impl Parsed<'_> {
                     "moe-router-group-topk",
                     "moe-ffn-hidden-size",
                     "moe-shared-expert-intermediate-size",
+                    "moe-latent-size",
                     "moe-layer-freq",
                     "moe-token-dispatcher-type",
                     "moe-flex-dispatcher-backend",
@@ -341,6 +342,9 @@ impl Parsed<'_> {
             router_groups,
             router_group_topk,
             glu_clamp_limit: self.glu_clamp_limit()?,
+            // `--moe-latent-size` (Megatron-Core `TransformerConfig.moe_latent_size`): the
+            // experts' latent width; absent, the experts work on the hidden width.
+            latent_size: self.number("moe-latent-size")?,
         })
     }
 
@@ -480,6 +484,9 @@ pub fn megatron_expert_args(
         if moe.shared_expert_gate {
             args.push(("moe-shared-expert-gate", None));
         }
+    }
+    if let Some(latent) = moe.latent_size {
+        args.push(("moe-latent-size", Some(latent.to_string())));
     }
     if moe.first_dense_layers > 0 || moe.layer_freq > 1 {
         // A list expression is a glob pattern to the shell (zsh refuses it unmatched), so it is

@@ -14,13 +14,16 @@ impl Model {
     }
 
     /// Weight-matrix parameters a token multiplies in an MoE layer: attention, router, its top-k
-    /// experts, the shared experts (and their gate).
+    /// experts (on the experts' width), the shared experts (and their gate), and LatentMoE's two
+    /// projections.
     fn moe_layer_active_matrix_params(&self) -> f64 {
         let Some(moe) = self.moe else {
             return 0.0;
         };
         let h = f64::from(self.hidden);
-        let expert = h * self.expert_up_width() + f64::from(moe.ffn_hidden) * h;
+        let width = self.expert_width();
+        let expert = width * self.expert_up_width() + f64::from(moe.ffn_hidden) * width;
+        let latent = moe.latent_size.map_or(0.0, |l| 2.0 * h * f64::from(l));
         let shared = if moe.shared_expert_ffn_hidden > 0 {
             let gate = if moe.shared_expert_gate { h } else { 0.0 };
             h * self.up_width(moe.shared_expert_ffn_hidden)
@@ -33,6 +36,7 @@ impl Model {
             + f64::from(moe.experts) * h
             + f64::from(moe.router_topk) * expert
             + shared
+            + latent
     }
 
     /// A hybrid stack's weight-matrix parameters a token multiplies, averaged over its layers:

@@ -189,6 +189,7 @@ impl Model {
                 router_groups: 0,
                 router_group_topk: 0,
                 glu_clamp_limit: None,
+                latent_size: None,
             }),
             (None, None) => {
                 if let Some((flag, _)) = moe_flags.iter().find(|(_, v)| v.is_some()) {

@@ -70,12 +70,17 @@ impl Model {
         self.attention_matrix_params() + self.attention_bias_params() + norms
     }
 
-    /// Parameters of one MLP of inner width `ffn`: h·up + ffn·h, plus biases up + h.
+    /// Parameters of one MLP of inner width `ffn` on the model's width h: h·up + ffn·h, plus
+    /// biases up + h.
     fn mlp_params_of(&self, ffn: u32) -> f64 {
-        let h = f64::from(self.hidden);
+        self.mlp_params_at(ffn, f64::from(self.hidden))
+    }
+
+    /// Parameters of one MLP of inner width `ffn` whose input and output are `width` wide.
+    fn mlp_params_at(&self, ffn: u32, width: f64) -> f64 {
         let up = self.up_width(ffn);
-        let biases = if self.linear_bias { up + h } else { 0.0 };
-        h * up + f64::from(ffn) * h + biases
+        let biases = if self.linear_bias { up + width } else { 0.0 };
+        width * up + f64::from(ffn) * width + biases
     }
 
     /// Parameters of a dense layer's MLP.
@@ -83,10 +88,27 @@ impl Model {
         self.mlp_params_of(self.ffn_hidden)
     }
 
-    /// Parameters of one routed expert (an MLP of `moe.ffn_hidden`); 0 for a dense model.
+    /// Parameters of one routed expert (an MLP of `moe.ffn_hidden` on the experts' width,
+    /// [`Model::expert_width`]); 0 for a dense model.
     pub fn expert_params(&self) -> f64 {
-        self.moe
-            .map_or(0.0, |moe| self.mlp_params_of(moe.ffn_hidden))
+        self.moe.map_or(0.0, |moe| {
+            self.mlp_params_at(moe.ffn_hidden, self.expert_width())
+        })
+    }
+
+    /// LatentMoE's two projections of one MoE layer, h → latent before the dispatch and latent →
+    /// h after the combine (`MoELayer.fc1_latent_proj`, `fc2_latent_proj`: `TELinear`s with the
+    /// layer's bias setting); 0 without a latent width. Every TP rank holds them whole
+    /// (`parallel_mode="duplicated"`).
+    pub fn latent_projection_params(&self) -> f64 {
+        match self.moe.and_then(|moe| moe.latent_size) {
+            Some(latent) => {
+                let (h, latent) = (f64::from(self.hidden), f64::from(latent));
+                let biases = if self.linear_bias { latent + h } else { 0.0 };
+                2.0 * h * latent + biases
+            }
+            None => 0.0,
+        }
     }
 
     /// Whether the MoE layers have shared experts beside the routed ones.
@@ -203,6 +225,7 @@ impl Model {
         let experts = self.moe.map_or(0.0, |moe| f64::from(moe.experts));
         self.attention_params()
             + self.router_params()
+            + self.latent_projection_params()
             + experts * self.expert_params()
             + self.shared_expert_params()
             + self.layer_norm_params()
@@ -214,6 +237,7 @@ impl Model {
         let topk = self.moe.map_or(0.0, |moe| f64::from(moe.router_topk));
         self.attention_params()
             + self.router_params()
+            + self.latent_projection_params()
             + topk * self.expert_params()
             + self.shared_expert_params()
             + self.layer_norm_params()
@@ -242,8 +266,10 @@ impl Model {
         let experts = self.moe.map_or(0.0, |moe| {
             f64::from(if active { moe.router_topk } else { moe.experts })
         });
-        let moe_block =
-            self.router_params() + experts * self.expert_params() + self.shared_expert_params();
+        let moe_block = self.router_params()
+            + self.latent_projection_params()
+            + experts * self.expert_params()
+            + self.shared_expert_params();
         f64::from(counts.mamba) * self.mamba_params()
             + f64::from(counts.attention) * self.attention_params()
             + f64::from(counts.mlp) * self.dense_mlp_params()

@@ -118,7 +118,7 @@ pub fn scenario_line(report: &Report) -> String {
     // Mixture of experts: what routes where, and the parameters one token uses.
     let experts = match &m.moe {
         Some(moe) => format!(
-            ", {} expert{} (top-{}{}, ffn {}{}{}), {} active (embeddings included)",
+            ", {} expert{} (top-{}{}, ffn {}{}{}{}), {} active (embeddings included)",
             moe.experts,
             if moe.experts == 1 { "" } else { "s" },
             moe.router_topk,
@@ -132,6 +132,10 @@ pub fn scenario_line(report: &Report) -> String {
                 String::new()
             },
             moe.ffn_hidden,
+            // LatentMoE: the routed experts' width between the two projections.
+            moe.latent_size.map_or(String::new(), |latent| format!(
+                " on a latent width of {latent}"
+            )),
             if moe.shared_expert_ffn_hidden > 0 {
                 format!(", shared ffn {}", moe.shared_expert_ffn_hidden)
             } else {
