@@ -183,9 +183,15 @@ impl OptimizerStates {
     /// parameters as stored, the master copy (`master_bytes_with_low_precision_params`) and the
     /// moments. What the scenario line's "weights + states" says, plan by plan.
     pub fn bytes_at_rest(self, low_precision_params: bool) -> f64 {
-        self.param_bytes()
-            + self.master_bytes_with_low_precision_params(low_precision_params)
-            + self.moment_bytes()
+        self.param_bytes() + self.optimizer_bytes_with_low_precision_params(low_precision_params)
+    }
+
+    /// Bytes per parameter of the optimizer's own states as ZeRO-1 shards them: the master copy
+    /// (`master_bytes_with_low_precision_params`) and the moments. `bytes_at_rest` less the
+    /// parameters, which ZeRO-3 shards instead; the memory model counts these, so the scenario
+    /// line's "weights + states" and the memory breakdown read one sum.
+    pub fn optimizer_bytes_with_low_precision_params(self, low_precision_params: bool) -> f64 {
+        self.master_bytes_with_low_precision_params(low_precision_params) + self.moment_bytes()
     }
 
     /// Bytes per parameter of Adam's two moments together.
@@ -228,7 +234,7 @@ impl OptimizerStates {
     /// Bytes per parameter of the optimizer's own states (master copy and moments), what ZeRO-1
     /// shards: 12 for `Fp32`, as the ZeRO paper counts.
     pub fn optimizer_bytes(self) -> f64 {
-        self.master_bytes() + self.moment_bytes()
+        self.optimizer_bytes_with_low_precision_params(false)
     }
 }
 
