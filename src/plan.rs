@@ -1012,7 +1012,12 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
             fix,
         });
     }
-    if model.moe.is_some() {
+    // Megatron-Core's rule; torchtitan's HSDP replicates the experts' mesh (`dp_replicate` x
+    // efsdp x ep) over the same copies as the dense one, so its copies always divide the expert
+    // data-parallel ranks once ep divides dp_shard x cp x tp, which `framework_expert_error`
+    // checks in torchtitan's words.
+    if model.moe.is_some() && training.framework == crate::training::TrainingFramework::MegatronCore
+    {
         let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
         let expert_group = u64::from(r.ep) * u64::from(r.etp);
         if expert_group > 0 && stage_gpus.is_multiple_of(expert_group) {

@@ -261,6 +261,56 @@ fn model_file_rotary_base_is_checked() {
     );
 }
 
+/// `eval --framework torchtitan` with HSDP copies on an MoE model refused with Megatron-Core's
+/// rule ("Megatron-Core splits them into the same number of copies (parallel_state.py ...)"),
+/// which torchtitan does not have; it now names torchtitan's own (ep must divide dp_shard x cp x
+/// tp), while Megatron-Core plans keep theirs.
+#[test]
+fn torchtitan_hsdp_with_experts_is_refused_in_torchtitan_words() {
+    let base = [
+        "eval",
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "2",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--etp",
+        "1",
+        "--dp-replicas",
+        "4",
+        "--global-batch",
+        "512",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--framework", "torchtitan", "--zero", "3"]);
+    assert_one_line_error(
+        &run(&args),
+        &[
+            "--ep 8 under --framework torchtitan",
+            "dp_shard x cp x tp",
+            "drop --dp-replicas",
+        ],
+        &["Megatron-Core", "num_distributed_optimizer_instances"],
+        "torchtitan HSDP with ep 8",
+    );
+    let mut args = base.to_vec();
+    args.extend(["--framework", "megatron-core", "--zero", "1"]);
+    assert_one_line_error(
+        &run(&args),
+        &[
+            "Megatron-Core splits them",
+            "num_distributed_optimizer_instances",
+        ],
+        &[],
+        "megatron-core copies with ep 8",
+    );
+}
+
 /// The README pastes `--emit megatron`'s line back as `eval` flags ("reads back to the same
 /// plan"); with the rotary base on Llama 3's line, and `--rotary-percent` on any partial-rotary
 /// model's (GPT-NeoX 20B: 0.25), `eval` stopped at "unexpected argument". Both read as
