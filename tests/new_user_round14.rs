@@ -311,6 +311,58 @@ fn torchtitan_hsdp_with_experts_is_refused_in_torchtitan_words() {
     );
 }
 
+/// torchtitan removed expert tensor parallelism (#3167, "[MoE][4/n] deprecate expert tensor
+/// parallel (ETP)": no `expert_tensor_parallel_degree`, and parallel_dims.py's EP mesh is
+/// `dp_shard * cp * tp // ep` whatever the TP), yet tpsim still evaluated etp = tp under
+/// `--framework torchtitan`, and `eval` defaulted --etp to --tp there. Now etp 1 is the only
+/// degree torchtitan runs, and `eval`'s default follows it.
+#[test]
+fn torchtitan_runs_no_expert_tensor_parallelism() {
+    let base = [
+        "eval",
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "2",
+        "--framework",
+        "torchtitan",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--ep",
+        "8",
+        "--zero",
+        "3",
+        "--global-batch",
+        "512",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--etp", "2"]);
+    assert_one_line_error(
+        &run(&args),
+        &[
+            "--etp 2 with --tp 2 under --framework torchtitan",
+            "#3167",
+            "use --etp 1",
+        ],
+        &["or --etp 2"],
+        "torchtitan etp = tp",
+    );
+    let mut args = base.to_vec();
+    args.extend(["--format", "json"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("--etp"), "{}", r.stderr);
+    let out: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(out["plans"][0]["etp"], 1, "{}", out["plans"][0]);
+    // EP draws on the TP ranks too: ep 16 over dp_shard 8 x tp 2 runs.
+    let mut args = base.to_vec();
+    args[12] = "16";
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
 /// The README pastes `--emit megatron`'s line back as `eval` flags ("reads back to the same
 /// plan"); with the rotary base on Llama 3's line, and `--rotary-percent` on any partial-rotary
 /// model's (GPT-NeoX 20B: 0.25), `eval` stopped at "unexpected argument". Both read as
