@@ -252,6 +252,13 @@ pub struct ModelArgs {
     /// nothing.
     #[arg(long, hide = true, value_name = "KIND")]
     pub position_embedding_type: Option<String>,
+    /// Megatron-LM: share of each head the rotary embedding rotates, in (0, 1] (default 1).
+    #[arg(long, value_parser = crate::units::parse_finite_f64, hide = true, value_name = "SHARE")]
+    pub rotary_percent: Option<f64>,
+    /// Megatron-LM: base of the rotary frequencies, an integer (default 10000; Llama 3 500000).
+    /// Prices nothing; `--emit` writes it back.
+    #[arg(long, hide = true, value_name = "N")]
+    pub rotary_base: Option<u64>,
     // --- Head dimension, mixture of experts, multi-head latent attention (Megatron-LM names). ---
     /// Width of one attention head where heads x head_dim != hidden (Qwen3, Gemma); default
     /// hidden / heads.

@@ -397,7 +397,7 @@ pub fn parse_with_note(
         family: family_name(family),
     };
     let (training_seq_len, seq_len_note) = reader.seq_len(seq_len, family)?;
-    let model = match family {
+    let mut model = match family {
         Family::LlamaLike | Family::Gemma => {
             reader.llama_like(&model_type, name, training_seq_len)?
         }
@@ -409,6 +409,7 @@ pub fn parse_with_note(
             let hidden = reader.required_any(&["n_embd", "hidden_size"], "768")?;
             let heads = reader.required_any(&["n_head", "num_attention_heads"], "12")?;
             Model {
+                rotary_base: None,
                 hybrid: None,
                 name: name.to_string(),
                 layers: reader.required_any(&["n_layer", "num_hidden_layers"], "12")?,
@@ -450,6 +451,7 @@ pub fn parse_with_note(
             let heads = reader.required("num_attention_heads", "64")?;
             let hidden = reader.required("hidden_size", "6144")?;
             Model {
+                rotary_base: None,
                 hybrid: None,
                 name: name.to_string(),
                 layers: reader.required("num_hidden_layers", "44")?,
@@ -515,6 +517,7 @@ pub fn parse_with_note(
             let parallel = reader.flag("parallel_attn")?.unwrap_or(true);
             let alibi = reader.flag("alibi")?.unwrap_or(false);
             Model {
+                rotary_base: None,
                 hybrid: None,
                 name: name.to_string(),
                 layers: reader.required_any(&["num_hidden_layers", "n_layer"], "32")?,
@@ -559,6 +562,9 @@ pub fn parse_with_note(
         }
     };
     reader.check_activation()?;
+    if model.position_embedding.is_rotary() {
+        model.rotary_base = reader.rope_theta()?;
+    }
     model
         .check()
         .map_err(|e| reader.shape_error(e, family, seq_len.is_some()))?;
@@ -773,6 +779,38 @@ impl Reader<'_> {
             },
         };
         Ok((share < 1.0).then_some(share))
+    }
+
+    /// The rotary base θ (`Model::rotary_base`): `rope_theta` at the top level (transformers 4),
+    /// inside `rope_parameters` (transformers 5 moves it there), or GPT-NeoX's `rotary_emb_base`;
+    /// `None` when absent, null or the frameworks' default 10000. A value Megatron-LM's integer
+    /// `--rotary-base` cannot take is refused, naming the key.
+    fn rope_theta(&self) -> Result<Option<f64>, HfConfigError> {
+        let nested = self
+            .obj
+            .get("rope_parameters")
+            .and_then(Value::as_object)
+            .and_then(|fields| fields.get("rope_theta"));
+        let (key, value) = match (
+            self.obj.get("rope_theta"),
+            nested,
+            self.obj.get("rotary_emb_base"),
+        ) {
+            (Some(v), _, _) if !v.is_null() => ("rope_theta", v),
+            (_, Some(v), _) if !v.is_null() => ("rope_parameters.rope_theta", v),
+            (_, _, Some(v)) if !v.is_null() => ("rotary_emb_base", v),
+            _ => return Ok(None),
+        };
+        match value.as_f64() {
+            Some(base) if base.is_finite() && base >= 1.0 && base.fract() == 0.0 && base <= 1e15 => {
+                Ok((base != crate::model::DEFAULT_ROTARY_BASE).then_some(base))
+            }
+            _ => Err(self.bad(
+                key,
+                value,
+                "a whole number from 1 up, the base of the rotary frequencies (Llama 3 ships 500000.0; Megatron-LM's --rotary-base takes an integer)",
+            )),
+        }
     }
 
     /// A `partial_rotary_factor` in a config whose model rotates no share of its heads that the
@@ -1174,6 +1212,7 @@ impl Reader<'_> {
             _ => self.required("intermediate_size", "14336")?,
         };
         Ok(Model {
+            rotary_base: None,
             hybrid: None,
             name: name.to_string(),
             layers,
@@ -1260,6 +1299,7 @@ impl Reader<'_> {
         let layers = self.required("num_hidden_layers", "61")?;
         let (layer_freq, first_dense_layers) = self.deepseek_moe_layers(layers)?;
         Ok(Model {
+            rotary_base: None,
             hybrid: None,
             name: name.to_string(),
             layers,
@@ -1322,6 +1362,7 @@ impl Reader<'_> {
         let heads = self.required("num_attention_heads", "64")?;
         let ffn = self.required("intermediate_size", "2880")?;
         Ok(Model {
+            rotary_base: None,
             hybrid: None,
             name: name.to_string(),
             layers: self.required("num_hidden_layers", "36")?,
@@ -1468,6 +1509,7 @@ impl Reader<'_> {
             None => self.class_default("mamba_d_conv", 4)?,
         };
         Ok(Model {
+            rotary_base: None,
             name: name.to_string(),
             layers,
             hidden,
@@ -1585,6 +1627,7 @@ impl Reader<'_> {
             (0, 0)
         };
         Ok(Model {
+            rotary_base: None,
             hybrid: None,
             name: name.to_string(),
             layers,
@@ -1740,6 +1783,10 @@ impl Reader<'_> {
             ModelError::RotaryPercentRange { .. }
             | ModelError::RotaryPercentWithoutRope { .. }
             | ModelError::RotaryPercentWithLatentAttention { .. } => e.to_string(),
+            // The reader checks rope_theta itself (`Reader::rope_theta`), in the config's words.
+            ModelError::RotaryBaseRange { .. } | ModelError::RotaryBaseWithoutRope { .. } => {
+                e.to_string()
+            }
             // The hybrid reader's keys are named in the words the check gives.
             ModelError::Hybrid(words) => words,
             ModelError::RotaryPercentBelowOnePair {

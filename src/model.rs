@@ -403,6 +403,12 @@ pub struct ModelFile {
     /// passes through unrotated. Rotary position types only. Default: 1, the whole head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_percent: Option<f64>,
+    /// The base θ of the rotary embedding's frequencies (Megatron-LM `--rotary-base`, an integer;
+    /// HF `rope_theta`): Llama 3 500000. Rotary position types only. It changes no memory or time;
+    /// `--emit` writes it, since the frameworks otherwise train with their default
+    /// (`DEFAULT_ROTARY_BASE`). Default: 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_base: Option<f64>,
     /// Default: layernorm.
     #[serde(default)]
     pub norm: Option<Norm>,
@@ -431,6 +437,12 @@ pub struct ModelFile {
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
+
+/// The rotary embedding's base θ when a model gives none: Megatron-LM's `--rotary-base` default
+/// (megatron/training/arguments.py: `default=10000`), Megatron-Bridge's
+/// (`GPTModelProvider.rotary_base: int = 10000`, gpt_provider.py), NeMo 1.x's
+/// (`cfg.get('rotary_base', 10000)`, megatron_gpt_model.py) and RoFormer's (Su et al. 2021, §3.2.2).
+pub const DEFAULT_ROTARY_BASE: f64 = 10000.0;
 
 /// MLP width when none is given: 4h (GPT), or for gated MLPs Megatron-LM's SwiGLU default
 /// int(4h · 2/3 / 64) · 64, which keeps the parameter count of a 4h GeLU MLP
@@ -471,6 +483,10 @@ pub struct Model {
     pub position_embedding: PositionEmbedding,
     /// Share of each head the rotary embedding rotates (`ModelFile::rotary_percent`); None: all.
     pub rotary_percent: Option<f64>,
+    /// The rotary embedding's base θ (`ModelFile::rotary_base`); None: `DEFAULT_ROTARY_BASE`.
+    /// Priced by nothing; carried to the emitted configs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_base: Option<f64>,
     pub norm: Norm,
     pub dropout: bool,
     pub mla: Option<Mla>,
@@ -623,6 +639,16 @@ pub enum ModelError {
         crate::units::show_number(*value)
     )]
     RotaryPercentWithLatentAttention { value: f64 },
+    #[error(
+        "rotary_base {} must be a whole number from 1 up (the base of the rotary frequencies: Megatron-LM --rotary-base takes an integer, HF rope_theta; Llama 3 500000), or drop it for the frameworks' default 10000",
+        crate::units::show_number(*value)
+    )]
+    RotaryBaseRange { value: f64 },
+    #[error(
+        "rotary_base {} is given for {kind}, which rotates nothing; drop it, or use position_embedding_type: rope",
+        crate::units::show_number(*value)
+    )]
+    RotaryBaseWithoutRope { value: f64, kind: &'static str },
     /// A hybrid Mamba-Transformer stack that Megatron-Core would not build, or that tpsim does not
     /// price; the words name the value, the rule and a fix (`Model::check_hybrid`).
     #[error("{0}")]
@@ -728,6 +754,8 @@ impl Model {
             position_embedding: file.position_embedding()?,
             // A whole-head rotary is the default, said as nothing.
             rotary_percent: file.rotary_percent.filter(|p| *p != 1.0),
+            // The frameworks' default base is said as nothing, as a whole-head rotary is.
+            rotary_base: file.rotary_base.filter(|b| *b != DEFAULT_ROTARY_BASE),
             norm: file.norm.unwrap_or(Norm::Layernorm),
             dropout: file.dropout,
             mla: file.mla,
@@ -767,6 +795,7 @@ impl Model {
             position_embedding_type: Some(self.position_embedding),
             learned_position_embeddings: None,
             rotary_percent: self.rotary_percent,
+            rotary_base: self.rotary_base,
             norm: Some(self.norm),
             dropout: self.dropout,
             mla: self.mla,
@@ -819,6 +848,18 @@ impl Model {
         for (what, value, fix) in positive {
             if value == 0 {
                 return Err(ModelError::Zero { what, value, fix });
+            }
+        }
+        if let Some(value) = self.rotary_base {
+            // Megatron-LM's `--rotary-base` and Megatron-Bridge's `rotary_base` are integers.
+            if !(value.is_finite() && value >= 1.0 && value.fract() == 0.0 && value <= 1e15) {
+                return Err(ModelError::RotaryBaseRange { value });
+            }
+            if !self.position_embedding.is_rotary() {
+                return Err(ModelError::RotaryBaseWithoutRope {
+                    value,
+                    kind: self.position_embedding.describe(),
+                });
             }
         }
         if let Some(value) = self.rotary_percent {
@@ -1105,6 +1146,7 @@ pub(crate) mod tests {
             tied_embeddings: true,
             position_embedding: PositionEmbedding::LearnedAbsolute,
             rotary_percent: None,
+            rotary_base: None,
             norm: Norm::Layernorm,
             dropout: true,
             mla: None,
@@ -1134,6 +1176,7 @@ pub(crate) mod tests {
         // Llama-3-8B: 32 layers, h 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256, untied,
         // RMSNorm, no biases: 8.03B parameters (Meta model card).
         let m = Model {
+            rotary_base: None,
             hybrid: None,
             name: "llama3-8b".into(),
             layers: 32,

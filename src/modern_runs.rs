@@ -869,6 +869,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
     let llama = m.name.contains("Llama") || m.name.contains("Mistral");
     let gpt = m.name.starts_with("GPT");
     let file = ModelFile {
+        rotary_base: None,
         name: m.name.clone(),
         description: None,
         source: None,

@@ -600,7 +600,7 @@ pub enum PlanError {
     )]
     EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
     #[error(
-        "--etp {etp} with --tp {tp} under --framework torchtitan: torchtitan splits the experts over the TP ranks or over none (torchtitan/distributed/parallel_dims.py: \"Currently we only support ETP=TP or ETP=1\"); use --etp 1 or --etp {tp}"
+        "--etp {etp} with --tp {tp} under --framework torchtitan: torchtitan no longer splits experts over TP ranks (#3167, \"deprecate expert tensor parallel (ETP)\", removed expert_tensor_parallel_degree; before it parallel_dims.py said \"Currently we only support ETP=TP or ETP=1\"): its experts are whole on each of ep ranks drawn from dp_shard x cp x tp; use --etp 1"
     )]
     TorchtitanExpertTp { etp: u32, tp: u32 },
     #[error(
@@ -608,7 +608,7 @@ pub enum PlanError {
     )]
     TorchtitanReplicatedCp { zero: u8, cp: u32, fix: String },
     #[error(
-        "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp}{tp_words} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp{tp_rule}); {fix}"
+        "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp} x tp {tp} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp x tp); {fix}"
     )]
     TorchtitanExpertRanks {
         ep: u32,
@@ -616,11 +616,8 @@ pub enum PlanError {
         /// Where that shard degree comes from: "--zero 0 replicates every rank's states".
         shard_why: String,
         cp: u32,
-        /// " x tp 8", or where the experts split over TP, " (the experts split over tp 8)".
-        tp_words: String,
+        tp: u32,
         ranks: u64,
-        /// " x tp" where the TP ranks count, else empty.
-        tp_rule: &'static str,
         fix: String,
     },
     #[error(
@@ -1012,7 +1009,12 @@ fn check_dp_replicas(r: &PlanRequest, model: &Model, training: &Training) -> Res
             fix,
         });
     }
-    if model.moe.is_some() {
+    // Megatron-Core's rule; torchtitan's HSDP replicates the experts' mesh (`dp_replicate` x
+    // efsdp x ep) over the same copies as the dense one, so its copies always divide the expert
+    // data-parallel ranks once ep divides dp_shard x cp x tp, which `framework_expert_error`
+    // checks in torchtitan's words.
+    if model.moe.is_some() && training.framework == crate::training::TrainingFramework::MegatronCore
+    {
         let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
         let expert_group = u64::from(r.ep) * u64::from(r.etp);
         if expert_group > 0 && stage_gpus.is_multiple_of(expert_group) {
@@ -1525,8 +1527,8 @@ fn check_context_experts_precision(
 }
 
 /// Expert degrees the framework cannot lay out although they fold into the stage: torchtitan
-/// splits experts over all TP ranks or none, and draws its EP ranks from the FSDP shard ranks,
-/// the CP ranks and the TP ranks the experts do not split
+/// does not split experts over TP ranks (no expert TP since #3167), and draws its EP ranks from
+/// the FSDP shard ranks, the CP ranks and the TP ranks
 /// (`TrainingFramework::expert_parallel_ranks`), so that under ZeRO-0 (replication) or HSDP's
 /// copies fewer ranks are left to it than a stage has.
 fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) -> Option<PlanError> {
@@ -1534,15 +1536,14 @@ fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) ->
         return None;
     }
     let framework = training.framework;
-    if !framework.runs_expert_tp(r.etp, r.tp) {
+    if !framework.runs_expert_tp(r.etp) {
         return Some(PlanError::TorchtitanExpertTp {
             etp: r.etp,
             tp: r.tp,
         });
     }
-    let ranks_at = |zero: u8, replicas: u32| {
-        framework.expert_parallel_ranks(r.tp, r.cp, r.dp, zero, replicas, r.etp)
-    };
+    let ranks_at =
+        |zero: u8, replicas: u32| framework.expert_parallel_ranks(r.tp, r.cp, r.dp, zero, replicas);
     let (ranks, dp_shard) = ranks_at(r.zero, r.dp_replicas)?;
     if ranks.is_multiple_of(u64::from(r.ep)) {
         return None;
@@ -1553,12 +1554,6 @@ fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) ->
         format!("dp {} / --dp-replicas {}", r.dp, r.dp_replicas)
     } else {
         format!("dp {} under --zero 3", r.dp)
-    };
-    let experts_split = r.etp == r.tp && r.tp > 1;
-    let tp_words = if experts_split {
-        format!(" (the experts split over tp {})", r.tp)
-    } else {
-        format!(" x tp {}", r.tp)
     };
     let valid: Vec<u32> = divisors(experts)
         .into_iter()
@@ -1584,9 +1579,8 @@ fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) ->
         dp_shard,
         shard_why,
         cp: r.cp,
-        tp_words,
+        tp: r.tp,
         ranks,
-        tp_rule: if experts_split { "" } else { " x tp" },
         fix,
     })
 }

@@ -271,7 +271,13 @@ fn enumerate_with(
                     options.pins.dp_replicas,
                     training.framework.copies_split_cp(),
                 );
-                for (ep, etp) in expert_degrees(model, tp, tp * cp * dp, options.pins.etp) {
+                for (ep, etp) in expert_degrees(
+                    model,
+                    tp,
+                    tp * cp * dp,
+                    options.pins.etp,
+                    training.framework,
+                ) {
                     // Experts' states split into as many copies (one rank each at least: the
                     // expert gradients are then all-reduced whole across the copies).
                     let expert_dp = tp * cp * dp / (ep * etp).max(1);
@@ -311,18 +317,24 @@ fn enumerate_with(
 /// Expert-parallel layouts worth trying for an MoE model on a stage of `stage_gpus` GPUs (tp·cp·dp):
 /// ep over the divisors of the experts that fold into the stage, and etp 1 (Megatron-Core's default,
 /// experts not split) or etp = tp (experts split like the dense MLP), and a pinned etp too (Megatron-Core
-/// runs any etp with ep x etp dividing the stage, as `tpsim eval` does). Dense models: (1, 1).
+/// runs any etp with ep x etp dividing the stage, as `tpsim eval` does), where the framework
+/// splits experts over TP at all (`TrainingFramework::runs_expert_tp`: not torchtitan; a pinned
+/// etp it refuses is left to the plan check, which says why). Dense models: (1, 1).
 pub fn expert_degrees(
     model: &Model,
     tp: u32,
     stage_gpus: u32,
     pinned_etp: Option<u32>,
+    framework: crate::training::TrainingFramework,
 ) -> Vec<(u32, u32)> {
     let Some(moe) = model.moe else {
         return vec![(1, 1)];
     };
     let mut out = Vec::new();
-    for etp in [1, tp].into_iter().chain(pinned_etp) {
+    let searched = [1, tp]
+        .into_iter()
+        .filter(|&etp| framework.runs_expert_tp(etp));
+    for etp in searched.chain(pinned_etp) {
         if etp == 0 {
             continue;
         }

@@ -92,6 +92,7 @@ fn quoted_count(value: f64) -> String {
 
 fn gpt_shape(layers: u32, hidden: u32, seq_len: u32) -> Model {
     Model {
+        rotary_base: None,
         name: String::new(),
         layers,
         hidden,

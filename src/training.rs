@@ -183,9 +183,15 @@ impl OptimizerStates {
     /// parameters as stored, the master copy (`master_bytes_with_low_precision_params`) and the
     /// moments. What the scenario line's "weights + states" says, plan by plan.
     pub fn bytes_at_rest(self, low_precision_params: bool) -> f64 {
-        self.param_bytes()
-            + self.master_bytes_with_low_precision_params(low_precision_params)
-            + self.moment_bytes()
+        self.param_bytes() + self.optimizer_bytes_with_low_precision_params(low_precision_params)
+    }
+
+    /// Bytes per parameter of the optimizer's own states as ZeRO-1 shards them: the master copy
+    /// (`master_bytes_with_low_precision_params`) and the moments. `bytes_at_rest` less the
+    /// parameters, which ZeRO-3 shards instead; the memory model counts these, so the scenario
+    /// line's "weights + states" and the memory breakdown read one sum.
+    pub fn optimizer_bytes_with_low_precision_params(self, low_precision_params: bool) -> f64 {
+        self.master_bytes_with_low_precision_params(low_precision_params) + self.moment_bytes()
     }
 
     /// Bytes per parameter of Adam's two moments together.
@@ -228,7 +234,7 @@ impl OptimizerStates {
     /// Bytes per parameter of the optimizer's own states (master copy and moments), what ZeRO-1
     /// shards: 12 for `Fp32`, as the ZeRO paper counts.
     pub fn optimizer_bytes(self) -> f64 {
-        self.master_bytes() + self.moment_bytes()
+        self.optimizer_bytes_with_low_precision_params(false)
     }
 }
 
@@ -798,12 +804,12 @@ impl TrainingFramework {
     /// Megatron-Core does, `PlanError::EpFolding`), with the data-parallel ranks FSDP shards over
     /// among them. torchtitan builds its EP mesh from FSDP2's shard ranks
     /// (`data_parallel_shard_degree`: dp / copies under ZeRO-3, HSDP's copies being
-    /// `data_parallel_replicate_degree`; 1 under ZeRO-0, which replicates), the CP ranks and, where
-    /// the experts are not split over TP (etp 1), the TP ranks: `ParallelDims._validate`
-    /// (torchtitan/distributed/parallel_dims.py) asserts `(dp_shard * cp * tp) % ep == 0` for etp 1
-    /// and `(dp_shard * cp) % ep == 0` for etp = tp since expert parallelism came (dp2ep, #1324),
-    /// and raises "expert_parallel_degree must divide dp_shard * cp * tp" since #4258; EP never
-    /// takes ranks from the replicas.
+    /// `data_parallel_replicate_degree`; 1 under ZeRO-0, which replicates), the CP ranks and the
+    /// TP ranks: `ParallelDims._validate` (torchtitan/distributed/parallel_dims.py) raises
+    /// "expert_parallel_degree must divide dp_shard * cp * tp" (#4258; the experts' `efsdp` mesh
+    /// is `dp_shard * cp * tp // ep`); EP never takes ranks from the replicas. (Before #3167
+    /// removed expert tensor parallelism, etp = tp left the TP ranks out; `runs_expert_tp` now
+    /// refuses it.)
     pub fn expert_parallel_ranks(
         self,
         tp: u32,
@@ -811,7 +817,6 @@ impl TrainingFramework {
         dp: u32,
         zero: u8,
         dp_replicas: u32,
-        etp: u32,
     ) -> Option<(u64, u32)> {
         if self != TrainingFramework::Torchtitan {
             return None;
@@ -821,19 +826,31 @@ impl TrainingFramework {
         } else {
             1
         };
-        let tp_ranks = if etp == tp && tp > 1 { 1 } else { tp };
         Some((
-            u64::from(dp_shard) * u64::from(cp) * u64::from(tp_ranks),
+            u64::from(dp_shard) * u64::from(cp) * u64::from(tp),
             dp_shard,
         ))
     }
 
     /// Whether the framework splits experts over expert-TP degree `etp` beside TP degree `tp`:
-    /// torchtitan splits them over the TP ranks or none ("Currently we only support ETP=TP or
-    /// ETP=1", torchtitan/distributed/parallel_dims.py; #3167 then dropped ETP altogether);
-    /// Megatron-Core over any degree that folds into the stage.
-    pub fn runs_expert_tp(self, etp: u32, tp: u32) -> bool {
-        self != TrainingFramework::Torchtitan || etp == 1 || etp == tp
+    /// torchtitan does not split them at all since "[MoE][4/n] deprecate expert tensor parallel
+    /// (ETP)" (#3167: the `ExpertTensorParallel` classes, the `etp` mesh axis and
+    /// `expert_tensor_parallel_degree` removed; before it, parallel_dims.py ran "ETP=TP or ETP=1"
+    /// only), so only etp 1 runs there; Megatron-Core splits them over any degree that folds into
+    /// the stage.
+    pub fn runs_expert_tp(self, etp: u32) -> bool {
+        self != TrainingFramework::Torchtitan || etp == 1
+    }
+
+    /// The expert-TP degree a plan runs when none is given: Megatron-Core's
+    /// `expert_tensor_parallel_size` defaults to the TP size (`TransformerConfig.__post_init__`),
+    /// torchtitan has no expert TP (`runs_expert_tp`), and a dense model has no experts to split.
+    pub fn default_etp(self, tp: u32, has_experts: bool) -> u32 {
+        if has_experts && self != TrainingFramework::Torchtitan {
+            tp
+        } else {
+            1
+        }
     }
 
     /// Whether the framework can keep ZeRO-3's gathered parameters from a layer's forward through

@@ -420,6 +420,7 @@ pub fn accuracy_with_skips(
         check_run_numbers(&run, published_step_s).map_err(fail)?;
         let m = &run.model;
         let model = Model {
+            rotary_base: None,
             name: run.id.clone(),
             layers: m.layers,
             hidden: m.hidden,
@@ -612,6 +613,7 @@ pub fn vtrain_cases(
     for row in rows.into_iter().filter(|r| !r.flags.tp_spans_nodes) {
         let m = &row.model;
         let model = Model {
+            rotary_base: None,
             name: "vtrain".into(),
             layers: m.layers,
             hidden: m.hidden,

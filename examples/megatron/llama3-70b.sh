@@ -20,6 +20,7 @@ MODEL_ARGS=(
     --disable-bias-linear
     --untie-embeddings-and-output-weights
     --position-embedding-type rope
+    --rotary-base 500000
     --vocab-size 128256
     --seq-length 8192
     --max-position-embeddings 8192

@@ -52,6 +52,9 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
     // each model is still described as it is, at its own sequence length (learned positions are
     // s·h parameters), so its count reads as `plan` and `eval` print it.
     mb.seq_len = ma.seq_len;
+    // The rotary base prices nothing (the emitted configs carry it), so plans of a model at two
+    // bases compare as the same model.
+    mb.rotary_base = ma.rotary_base;
     if ma != mb {
         let (sa, sb) = (shape(&a.model), shape(&b.model));
         out.push(if shape(&ma) == shape(&mb) && ma.attention_window != mb.attention_window {

@@ -293,10 +293,13 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 ep: args.ep.unwrap_or(1),
                 // Megatron-Core's `--expert-tensor-parallel-size` (which `--etp` aliases) defaults
                 // to the tensor-parallel size (`TransformerConfig.__post_init__`), as the pasted
-                // launch line reads it; a dense model has no experts to split.
-                etp: args
-                    .etp
-                    .unwrap_or(if scenario.model.moe.is_some() { tp } else { 1 }),
+                // launch line reads it; torchtitan has no expert TP, and a dense model no experts.
+                etp: args.etp.unwrap_or(
+                    scenario
+                        .training
+                        .framework
+                        .default_etp(tp, scenario.model.moe.is_some()),
+                ),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
                 dp_replicas: args.dp_replicas.unwrap_or(1),
                 recompute_num_layers: block_recompute_layers(&args),
@@ -441,7 +444,10 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if args.reshard_after_forward.is_some() && request.zero < 3 {
         return Err(PlanError::ReshardWithoutZero3 { zero: request.zero }.into());
     }
-    let etp_follows_tp = plan_file.is_none() && args.etp.is_none() && scenario.model.moe.is_some();
+    let etp_follows_tp = plan_file.is_none()
+        && args.etp.is_none()
+        && scenario.model.moe.is_some()
+        && request.etp == request.tp;
     // ZeRO-0 is eval's default, not a stage the user typed, where no --zero, plan file or launch
     // line gave one: the refusals that hinge on the stage say so.
     let zero_defaulted = args.zero.is_none() && plan_file.is_none() && megatron.is_none();
@@ -464,9 +470,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
             ep,
             dp_shard,
             cp,
-            tp_words,
+            tp,
             ranks,
-            tp_rule,
             fix,
             ..
         }) if zero_defaulted => {
@@ -475,9 +480,8 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 dp_shard,
                 shard_why: "--zero was not given, so eval takes ZeRO-0 (Megatron-LM's default, not torchtitan's), which replicates every rank's states".to_string(),
                 cp,
-                tp_words,
+                tp,
                 ranks,
-                tp_rule,
                 fix,
             }
             .into())
@@ -943,7 +947,7 @@ fn defaults_unlike_plan_rows(
         };
         taken.push((setting.to_string(), "zero"));
     }
-    if args.etp.is_none() && model.moe.is_some() && plan.tp > 1 {
+    if args.etp.is_none() && model.moe.is_some() && plan.tp > 1 && plan.etp == plan.tp {
         taken.push((
             format!("expert tensor parallelism {} as tp (--etp)", plan.etp),
             "etp",

@@ -234,6 +234,8 @@ fn resolve_shaped_model(
                 "--position-embedding-type",
                 args.position_embedding_type.is_some(),
             ),
+            ("--rotary-percent", args.rotary_percent.is_some()),
+            ("--rotary-base", args.rotary_base.is_some()),
         ];
         if let Some((flag, _)) = style_flags.iter().find(|(_, given)| *given) {
             bail!(
@@ -506,6 +508,8 @@ fn resolve_base_model(
             .ok_or_else(|| anyhow!("--layers needs --hidden and --heads"))?;
         let llama = args.style == Some(StyleArg::Llama);
         let file = ModelFile {
+            // Megatron-LM's integer `--rotary-base`, pasted from a launch line (`--emit megatron`).
+            rotary_base: args.rotary_base.map(|base| base as f64),
             name: format!("custom-l{layers}-h{hidden}"),
             description: None,
             source: None,
@@ -528,7 +532,7 @@ fn resolve_base_model(
                 None => PositionEmbedding::LearnedAbsolute,
             }),
             learned_position_embeddings: None,
-            rotary_percent: None,
+            rotary_percent: args.rotary_percent,
             norm: Some(match args.normalization.as_deref() {
                 Some(norm) => megatron_norm(Some(norm))?,
                 None if llama => Norm::Rmsnorm,
@@ -683,6 +687,7 @@ fn tokens_count(flag: &'static str, text: &str) -> Result<Option<f64>> {
 /// (and not, say, the --params the shape would be derived from).
 pub(super) fn check_seq_len(seq_len: u32) -> Result<()> {
     let probe = Model {
+        rotary_base: None,
         name: String::new(),
         layers: 1,
         hidden: 64,

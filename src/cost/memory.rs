@@ -665,7 +665,7 @@ fn stage_memory(
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
     let low_precision_params = super::comm::fp8_parameter_gather(training, plan);
     let optimizer = sharded(
-        states.master_bytes_with_low_precision_params(low_precision_params) + states.moment_bytes(),
+        states.optimizer_bytes_with_low_precision_params(low_precision_params),
         1,
     );
     // ZeRO-3 gathers one unit at a time: a layer as this GPU holds it unsharded (its TP share of

@@ -180,6 +180,16 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
             model.rotary_percent.unwrap_or(1.0).to_string(),
         );
         set("model.apply_rope_fusion", training.rope_fusion.to_string());
+        // GPTModelProvider.rotary_base (`int = 10000`, gpt_provider.py): written either way, so a
+        // recipe of another model (or a provider's own default) does not set the frequencies.
+        set(
+            "model.rotary_base",
+            super::rotary_base_words(
+                model
+                    .rotary_base
+                    .unwrap_or(crate::model::DEFAULT_ROTARY_BASE),
+            ),
+        );
     }
     // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
     // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a

@@ -71,6 +71,7 @@ pub enum MegatronArgsError {
 pub(super) const VALUED: &[&str] = &[
     "transformer-impl",
     "rotary-percent",
+    "rotary-base",
     "num-layers",
     "hidden-size",
     "num-attention-heads",

@@ -45,6 +45,8 @@ pub struct MegatronLaunch {
     pub position_embedding: PositionEmbedding,
     /// `--rotary-percent` below 1 under a rotary position type (`None`: the whole head).
     pub rotary_percent: Option<f64>,
+    /// `--rotary-base` other than its default 10000 under a rotary position type.
+    pub rotary_base: Option<f64>,
     pub norm: Norm,
     /// Megatron's --hidden-dropout (default 0.1) is non-zero.
     pub dropout: bool,
@@ -413,6 +415,26 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             }
         },
     };
+    // `--rotary-base` (arguments.py: int, default 10000): the base of the rotary frequencies,
+    // read by the rotary position types only (Megatron-Core's RotaryEmbedding and YaRN take
+    // `rotary_base`). It prices nothing; `--emit` carries it back out.
+    let rotary_base = match p.value("rotary-base") {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(base) if (1..=1_000_000_000_000_000).contains(&base) => {
+                let base = base as f64;
+                (position_embedding.is_rotary() && base != crate::model::DEFAULT_ROTARY_BASE)
+                    .then_some(base)
+            }
+            _ => {
+                return Err(MegatronArgsError::BadValue {
+                    message: format!(
+                        "--rotary-base {text:?} is not a whole number from 1 up (Megatron-LM reads it as an integer, default 10000); e.g. --rotary-base 500000, Llama 3's"
+                    ),
+                });
+            }
+        },
+    };
     let ffn_hidden = p.number("ffn-hidden-size")?;
     let dense_ffn =
         ffn_hidden.unwrap_or_else(|| crate::model::default_ffn_hidden(hidden, p.switch("swiglu")));
@@ -460,6 +482,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         tied_embeddings: !p.switch("untie-embeddings-and-output-weights"),
         position_embedding,
         rotary_percent,
+        rotary_base,
         norm,
         dropout,
         mtp_layers,
@@ -697,6 +720,7 @@ impl MegatronLaunch {
     /// `default_vocab`).
     pub fn model(&self, default_vocab: u32) -> Result<Model, crate::model::ModelError> {
         let model = Model {
+            rotary_base: self.rotary_base,
             name: format!("megatron-l{}-h{}", self.layers, self.hidden),
             layers: self.layers,
             hidden: self.hidden,

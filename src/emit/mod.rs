@@ -718,6 +718,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if let Some(share) = model.rotary_percent {
         push("rotary-percent", Some(share.to_string()));
     }
+    // Megatron-LM's `--rotary-base` defaults to 10000 (arguments.py); Llama 3 trains at 500000.
+    if let Some(base) = model.rotary_base {
+        push("rotary-base", Some(rotary_base_words(base)));
+    }
     if !model.dropout {
         push("hidden-dropout", Some("0".into()));
         push("attention-dropout", Some("0".into()));
@@ -952,6 +956,12 @@ pub(crate) fn megatron_precision_args(
         Precision::Mxfp8 => (Some(("fp8-format", "e4m3")), Some(("fp8-recipe", "mxfp8"))),
         Precision::Nvfp4 => (Some(("fp4-format", "e2m1")), Some(("fp4-recipe", "nvfp4"))),
     }
+}
+
+/// A model's rotary base as the frameworks' integer field takes it (`Model::check` keeps it a
+/// whole number): 500000, not 500000.0 or 5e5, which Megatron-LM's `type=int` refuses.
+pub(crate) fn rotary_base_words(base: f64) -> String {
+    format!("{}", base as u64)
 }
 
 #[cfg(test)]

@@ -57,6 +57,10 @@ struct NemoModel {
     /// multiplied by this"), written for rotary models.
     #[serde(skip_serializing_if = "Option::is_none")]
     rotary_percentage: Option<f64>,
+    /// NeMo 1.x's `cfg.get('rotary_base', 10000)` (megatron_gpt_model.py, passed to GPTModel),
+    /// written for rotary models: the YAML has no such key, so without it Llama 3 trains at 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rotary_base: Option<u64>,
     share_embeddings_and_output_weights: bool,
     /// Written out: the YAML's default is 0.1, which a merge would otherwise keep.
     hidden_dropout: f64,
@@ -139,6 +143,11 @@ pub fn nemo_yaml(
                 .position_embedding
                 .is_rotary()
                 .then(|| model.rotary_percent.unwrap_or(1.0)),
+            rotary_base: model.position_embedding.is_rotary().then(|| {
+                model
+                    .rotary_base
+                    .unwrap_or(crate::model::DEFAULT_ROTARY_BASE) as u64
+            }),
             share_embeddings_and_output_weights: model.tied_embeddings,
             hidden_dropout: dropout,
             attention_dropout: dropout,

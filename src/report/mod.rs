@@ -63,6 +63,9 @@ pub struct ModelSummary {
     /// Share of each head the rotary embedding rotates, where it is not the whole head.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotary_percent: Option<f64>,
+    /// The rotary embedding's base θ, where it is not the frameworks' default 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotary_base: Option<f64>,
     pub norm: crate::model::Norm,
     pub dropout: bool,
     /// Width of one attention head.
@@ -109,6 +112,7 @@ impl ModelSummary {
             learned_position_embeddings: model.learned_position_embeddings(),
             position_embedding_type: model.position_embedding,
             rotary_percent: model.rotary_percent,
+            rotary_base: model.rotary_base,
             norm: model.norm,
             dropout: model.dropout,
             head_dim: model.head_dim,
