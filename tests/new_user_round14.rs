@@ -45,8 +45,7 @@ fn llama3_configs_carry_the_rotary_base() {
         nemo.lines().any(|l| l.trim() == "rotary_base: 500000"),
         "{nemo}"
     );
-    // A model at the frameworks' default says nothing on Megatron-LM's line, and Megatron-Bridge
-    // still writes it, over whatever the recipe it lands on sets.
+    // The bundled MoE models carry theirs too (Mixtral: config.json rope_theta 1000000).
     let mixtral = [
         "plan",
         "--model",
@@ -56,11 +55,26 @@ fn llama3_configs_carry_the_rotary_base() {
         "--global-batch",
         "512",
         "--emit",
+        "megatron",
     ];
-    let mut args = mixtral.to_vec();
+    assert!(stdout_of(&mixtral).contains(" --rotary-base 1000000 "));
+    // A model at the frameworks' default (Mistral 7B v0.1: rope_theta 10000) says nothing on
+    // Megatron-LM's line, and Megatron-Bridge still writes it, over whatever the recipe it lands
+    // on sets.
+    let mistral = [
+        "plan",
+        "--hf-config",
+        "models/hf/mistral-7b-v0.1.json",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--emit",
+    ];
+    let mut args = mistral.to_vec();
     args.push("megatron");
     assert!(!stdout_of(&args).contains("--rotary-base"));
-    let mut args = mixtral.to_vec();
+    let mut args = mistral.to_vec();
     args.push("megatron-bridge");
     assert!(
         stdout_of(&args)
