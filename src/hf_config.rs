@@ -1433,6 +1433,7 @@ impl Reader<'_> {
     fn nemotron_h(&self, name: &str, seq_len: u32) -> Result<Model, HfConfigError> {
         let layers = self.class_default("num_hidden_layers", 52)?;
         let pattern = self.hybrid_pattern()?;
+        let (mtp_layers, mtp_shared_weights) = self.nemotron_h_mtp(&pattern)?;
         let hidden = self.class_default("hidden_size", 4096)?;
         let heads = self.class_default("num_attention_heads", 32)?;
         if let Some(act) = self.obj.get("mlp_hidden_act").filter(|v| !v.is_null())
@@ -1443,7 +1444,7 @@ impl Reader<'_> {
                 written(self.text, "mlp_hidden_act", act)
             )));
         }
-        for key in ["sliding_window", "num_nextn_predict_layers"] {
+        for key in ["sliding_window"] {
             if let Some(v) = self
                 .obj
                 .get(key)
@@ -1452,10 +1453,7 @@ impl Reader<'_> {
                 return Err(self.unsupported(format!(
                     "key \"{key}\" is {}: a hybrid stack with {} is not priced by tpsim; set it to null (or 0) to plan the stack without it",
                     written(self.text, key, v),
-                    match key {
-                        "sliding_window" => "a sliding attention window",
-                        _ => "multi-token prediction layers",
-                    }
+                    "a sliding attention window"
                 )));
             }
         }
@@ -1535,7 +1533,7 @@ impl Reader<'_> {
             )?,
             mla: None,
             moe,
-            mtp_layers: 0,
+            mtp_layers,
             attention_window: None,
             hybrid: Some(crate::model::Hybrid {
                 pattern,
@@ -1544,8 +1542,39 @@ impl Reader<'_> {
                 mamba_state_dim: self.class_default("ssm_state_size", 128)?,
                 mamba_groups,
                 mamba_conv_kernel,
+                mtp_shared_weights,
             }),
         })
+    }
+
+    /// A Nemotron-H config's multi-token prediction: `num_nextn_predict_layers` depths (0 when
+    /// absent or null) of the block `mtp_hybrid_override_pattern` gives, which Megatron-Bridge
+    /// requires with any depth (nemotron_h_bridge.py `_hf_mtp_config`: "must define
+    /// mtp_hybrid_override_pattern") and tpsim prices when it is an attention block and one of the
+    /// last layer's MLP kind ("*E" in NVIDIA's Nemotron 3 configs); `mtp_use_repeated_layer`
+    /// (Megatron-Bridge's default: true) shares one block's weights across the depths.
+    fn nemotron_h_mtp(&self, pattern: &str) -> Result<(u32, bool), HfConfigError> {
+        let depths = match self.obj.get("num_nextn_predict_layers") {
+            Some(v) if v.as_u64() == Some(0) => 0,
+            _ => self.optional("num_nextn_predict_layers")?.unwrap_or(0),
+        };
+        if depths == 0 {
+            return Ok((0, false));
+        }
+        let block = format!("*{}", pattern.chars().last().unwrap_or('M'));
+        match self.obj.get("mtp_hybrid_override_pattern") {
+            Some(Value::String(given)) if *given == block && block != "*M" && block != "**" => {}
+            given => {
+                let given = given.map_or("absent".to_string(), |v| {
+                    written(self.text, "mtp_hybrid_override_pattern", v)
+                });
+                return Err(self.unsupported(format!(
+                    "key \"num_nextn_predict_layers\" is {depths} with \"mtp_hybrid_override_pattern\" {given}: tpsim prices an MTP depth as an attention block and one of the last layer's MLP kind (\"*E\" or \"*-\", as NVIDIA's Nemotron 3 configs give it, for a pattern ending in E or -); set num_nextn_predict_layers to 0 to plan the stack without MTP"
+                )));
+            }
+        }
+        let shared = self.flag("mtp_use_repeated_layer")?.unwrap_or(true);
+        Ok((depths, shared))
     }
 
     /// A Nemotron-H config's layer pattern: `hybrid_override_pattern` (the class's default, the

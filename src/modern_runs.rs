@@ -818,17 +818,6 @@ fn bundled_hybrid(key: &str) -> Option<&'static str> {
     })
 }
 
-/// The Megatron-Bridge recipe file of a hybrid model whose pretraining recipes run multi-token
-/// prediction (Nemotron 3 Super and Ultra, at 067f987df03b), for the catalog keys that have one;
-/// their Megatron-Bridge rows are not predicted.
-fn hybrid_recipe_with_mtp(key: &str) -> Option<&'static str> {
-    Some(match key {
-        "nemotron3_super" => "nemotron_3_super.py",
-        "nemotron3_ultra" => "nemotron_3_ultra.py",
-        _ => return None,
-    })
-}
-
 /// The model a run trains: a bundled hybrid model (its shape unstated in the runs file), a bundled MoE model (with the run's layer count, for the truncated
 /// weak-scaling proxies), or a dense shape from the run's fields in the block style of its family
 /// (Llama: SwiGLU, RMSNorm, RoPE, untied; GPT-3: GeLU, LayerNorm, biases, learned positions, tied;
@@ -838,6 +827,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
     if let Some(name) = run.model_key.as_deref().and_then(bundled_hybrid) {
         let mut model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
         model.seq_len = m.seq_len.unwrap_or(model.seq_len);
+        model.mtp_layers = mtp_layers_of(run, &model);
         return Ok(model);
     }
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
@@ -952,15 +942,6 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     let m = &run.model;
     let p = &run.plan;
     let key = run.model_key.as_deref();
-    if let Some(recipe) = key.and_then(hybrid_recipe_with_mtp)
-        && framework_of(run) == TrainingFramework::MegatronCore
-    {
-        // The shape is bundled (`nemotron-3-super-120b-a12b`, `nemotron-3-ultra-550b-a55b`), but
-        // the recipes behind these rows add what tpsim does not price on a hybrid stack.
-        return Some(format!(
-            "the recipe trains 2 MTP depths of an attention + MoE block (Megatron-Bridge recipes/nemotronh/h100/{recipe}: mtp_num_layers 2, mtp_use_repeated_layer), which tpsim does not price on hybrid stacks"
-        ));
-    }
     let bundled_hybrid = key.and_then(bundled_hybrid).is_some();
     if !bundled_hybrid
         && (m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none())

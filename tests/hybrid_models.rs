@@ -382,7 +382,8 @@ fn a_nemotron_h_config_reads_as_the_bundled_model() {
         &["panicked"],
         "length",
     );
-    // Multi-token prediction in the config is refused, not dropped.
+    // Multi-token prediction without the block Megatron-Bridge builds it from
+    // (`mtp_hybrid_override_pattern`) is refused, not dropped or guessed.
     let mtp = NANO_CONFIG.replace(
         "\"topk_group\": 1",
         "\"topk_group\": 1, \"num_nextn_predict_layers\": 1",
@@ -405,7 +406,8 @@ fn a_nemotron_h_config_reads_as_the_bundled_model() {
         &r,
         &[
             "\"num_nextn_predict_layers\" is 1",
-            "multi-token prediction",
+            "\"mtp_hybrid_override_pattern\" absent",
+            "MTP depth",
         ],
         &["panicked"],
         "mtp",

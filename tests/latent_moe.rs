@@ -338,26 +338,3 @@ fn emitted_launch_lines_carry_the_latent_width() {
     ]);
     assert_eq!(back["model"]["params"], file["model"]["params"]);
 }
-
-#[test]
-fn the_super_rows_name_what_tpsim_does_not_price() {
-    let r = run(&[
-        "accuracy",
-        "--runs",
-        "validation/mbridge_26_runs.yaml",
-        "--format",
-        "json",
-    ]);
-    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
-    let v: Value = serde_json::from_str(&r.stdout).unwrap();
-    let rows = v.as_array().expect("a list of runs");
-    let supers: Vec<&Value> = rows
-        .iter()
-        .filter(|row| row["id"].as_str().unwrap_or("").contains("nemotron3_super"))
-        .collect();
-    assert!(!supers.is_empty());
-    for row in supers {
-        let text = row.to_string();
-        assert!(text.contains("MTP"), "{text}");
-    }
-}

@@ -38,6 +38,15 @@ const ROWS: usize = 228;
 const HYBRID_MIN_PREDICTED: usize = 20;
 const HYBRID_MEDIAN_BOUND: f64 = 0.235;
 const HYBRID_PAST_30: usize = 0;
+// Nemotron 3 Super and Ultra (hybrid Mamba-Transformer LatentMoE stacks with the recipes' two MTP
+// depths of one shared attention + MoE block; validation/FIT.md "LatentMoE"), priced since
+// 2026-12-06 (sixteenth session): 32 rows, median |error| 29.8%, max 75.1%, 16 past 30%; too fast
+// on every GPU but B200 (whose recipe runs EP 64 over eight 8-GPU nodes with the HybridEP
+// dispatcher, -31...-34% here). Kept apart so that the bounds above still hold the rows they were
+// measured on.
+const LATENT_MIN_PREDICTED: usize = 32;
+const LATENT_MEDIAN_BOUND: f64 = 0.31;
+const LATENT_PAST_30: usize = 17;
 
 fn predictions() -> Vec<ModernPrediction> {
     let text = std::fs::read_to_string(format!("{}/{RUNS}", common::ROOT)).unwrap();
@@ -80,12 +89,29 @@ fn megatron_bridge_26_runs_stay_within_the_measured_out_of_sample_error() {
     let all = predictions();
     assert_eq!(all.len(), ROWS);
     let hybrid = |p: &&ModernPrediction| p.id.contains("nemotron3_nano");
-    let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe && !hybrid(p)).collect();
-    let moe: Vec<&ModernPrediction> = all.iter().filter(|p| p.moe && !hybrid(p)).collect();
+    let latent = |p: &&ModernPrediction| {
+        p.id.contains("nemotron3_super") || p.id.contains("nemotron3_ultra")
+    };
+    let apart = |p: &&ModernPrediction| hybrid(p) || latent(p);
+    let dense: Vec<&ModernPrediction> = all.iter().filter(|p| !p.moe && !apart(p)).collect();
+    let moe: Vec<&ModernPrediction> = all.iter().filter(|p| p.moe && !apart(p)).collect();
     let hybrids: Vec<&ModernPrediction> = all.iter().filter(hybrid).collect();
+    let latents: Vec<&ModernPrediction> = all.iter().filter(latent).collect();
     let d = report("dense", &dense, 0.25);
     let m = report("MoE", &moe, 0.30);
     let h = report("hybrid", &hybrids, 0.30);
+    let l = report("LatentMoE", &latents, 0.30);
+    assert!(
+        l.0 >= LATENT_MIN_PREDICTED,
+        "only {} LatentMoE runs predicted",
+        l.0
+    );
+    assert!(
+        l.1 <= LATENT_MEDIAN_BOUND,
+        "LatentMoE median |error| {:.3}",
+        l.1
+    );
+    assert!(l.3 <= LATENT_PAST_30, "{} LatentMoE runs past 30%", l.3);
     assert!(
         h.0 >= HYBRID_MIN_PREDICTED,
         "only {} hybrid runs predicted",
@@ -108,17 +134,11 @@ fn megatron_bridge_26_runs_stay_within_the_measured_out_of_sample_error() {
     assert!(d.3 <= DENSE_PAST_25, "{} dense runs past 25%", d.3);
     assert!(m.1 <= MOE_MEDIAN_BOUND, "MoE median |error| {:.3}", m.1);
     assert!(m.3 <= MOE_PAST_30, "{} MoE runs past 30%", m.3);
-    // What is not predicted is said, row by row: the shapes the catalog does not fill, the SFT
-    // rows and the Nemotron 3 Super and Ultra rows (their recipes' MTP block on a hybrid stack),
-    // nothing else.
+    // What is not predicted is said, row by row: the shapes the catalog does not fill and the SFT
+    // rows, nothing else.
     for p in all.iter().filter(|p| p.error.is_none()) {
-        let latent_moe_with_mtp = (p.id.contains("nemotron3_super")
-            || p.id.contains("nemotron3_ultra"))
-            && p.note.starts_with("the recipe trains 2 MTP depths");
         assert!(
-            p.note == "model shape not stated"
-                || p.note.starts_with("sft run")
-                || latent_moe_with_mtp,
+            p.note == "model shape not stated" || p.note.starts_with("sft run"),
             "{}: {}",
             p.id,
             p.note

@@ -328,7 +328,7 @@ fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, moe_share: 
     // projection and norms split over TP. They read the next token's embedding, so with pp > 1 the
     // last stage keeps its own copy of the word embedding (Megatron-Core `GPTModel` builds
     // `embedding` when `pre_process or mtp_process`), which tied embeddings already hold.
-    let mtp = f64::from(model.mtp_layers) * model.mtp_extra_params() / t;
+    let mtp = f64::from(model.mtp_weight_copies()) * model.mtp_extra_params() / t;
     let mtp_embedding = if keeps_mtp_embedding_copy(model) {
         word_embedding
     } else {
@@ -387,20 +387,45 @@ pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f6
     let latent = model.latent_projection_params();
     let duplicated = moe_share * latent * (1.0 - 1.0 / t);
     if model.is_hybrid() {
-        // The average hybrid layer (`Model::layer_params`) less its routed experts' share; a
-        // hybrid stack is priced at one stage, whose MoE share is the model's.
-        let experts = moe_share * f64::from(moe.experts) * model.expert_params();
-        let rest = (model.layer_params() - experts) / t + duplicated;
-        return (
-            rest,
-            moe_share * super::moe::expert_params_per_gpu(model, plan),
-        );
+        return hybrid_layer_params_per_gpu(model, plan);
     }
     let moe_rest = model.moe_layer_params() - f64::from(moe.experts) * model.expert_params();
     let rest =
         ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t + duplicated;
     let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
     (rest, expert)
+}
+
+/// [`layer_params_per_gpu_at`] of a hybrid stack, which is priced at one stage: the average over
+/// the layers that stage runs — the pattern's L layers (`Model::layer_params` each on average) and
+/// the d MTP depths (each a transformer layer of the last layer's kind, `Model::block_shares`),
+/// whose weights the depths hold once or once each (`Model::mtp_weight_copies`).
+fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
+    let t = f64::from(plan.tp);
+    let (experts, expert_params) = model.moe.map_or((0.0, 0.0), |moe| {
+        (f64::from(moe.experts), model.expert_params())
+    });
+    let expert_per_gpu = super::moe::expert_params_per_gpu(model, plan);
+    // LatentMoE's projections are whole on every TP rank (`Model::latent_projection_params`).
+    let duplicated = model.latent_projection_params() * (1.0 - 1.0 / t);
+    let (layers, moe_layers) = (f64::from(model.layers), f64::from(model.moe_layers()));
+    let main_rest = (layers * model.layer_params() - moe_layers * experts * expert_params) / t
+        + moe_layers * duplicated;
+    let main_expert = moe_layers * expert_per_gpu;
+    let (mtp_rest, mtp_expert) = if model.mtp_layer_is_moe() {
+        (
+            (model.moe_layer_params() - experts * expert_params) / t + duplicated,
+            expert_per_gpu,
+        )
+    } else {
+        (model.dense_layer_params() / t, 0.0)
+    };
+    let copies = f64::from(model.mtp_weight_copies());
+    let stage_layers = layers + f64::from(model.mtp_layers);
+    (
+        (main_rest + copies * mtp_rest) / stage_layers,
+        (main_expert + copies * mtp_expert) / stage_layers,
+    )
 }
 
 /// Transformer layers (MTP layers included) on `stage` and how many of them are MoE layers

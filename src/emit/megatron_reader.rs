@@ -687,6 +687,15 @@ fn hybrid_of_line(
             u32::try_from(inner / u64::from(head_dim)).unwrap_or(u32::MAX)
         }
     };
+    // Megatron-LM builds a hybrid stack's MTP depths from the unified pattern's `/` segments
+    // (arguments.py: "Use unified --hybrid-layer-pattern with '/' separator"), which tpsim does
+    // not read from a line; the count alone leaves the blocks unsaid.
+    if let Some(depths) = p.value("mtp-num-layers") {
+        return Err(MegatronArgsError::Refused {
+            given: format!("--mtp-num-layers {depths} on a hybrid stack"),
+            why: "Megatron-LM takes a hybrid stack's MTP blocks from the pattern's '/' segments, which tpsim does not read from a launch line; drop it and give --mtp-layers N to eval or plan (tpsim prices each depth as an attention block and one of the last layer's MLP kind, NVIDIA's '*E')".into(),
+        });
+    }
     Ok(Some(crate::model::Hybrid {
         pattern,
         mamba_heads: heads,
@@ -694,6 +703,7 @@ fn hybrid_of_line(
         mamba_state_dim: p.number("mamba-state-dim")?.unwrap_or(128),
         mamba_groups: p.number("mamba-num-groups")?.unwrap_or(8),
         mamba_conv_kernel: 4,
+        mtp_shared_weights: false,
     }))
 }
 

@@ -29,6 +29,15 @@ pub struct Hybrid {
     /// Width of the depthwise causal convolution (`MambaMixer` `d_conv`, 4; HF `conv_kernel`).
     #[serde(default = "default_conv_kernel")]
     pub mamba_conv_kernel: u32,
+    /// Every multi-token-prediction depth runs one MTP layer's weights (Megatron-Core
+    /// `mtp_use_repeated_layer`; Megatron-Bridge's Nemotron 3 Super and Ultra recipes train one
+    /// MTP block at depth 2 this way): the depths cost compute each, parameters once.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mtp_shared_weights: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 fn default_conv_kernel() -> u32 {
@@ -154,20 +163,43 @@ impl Model {
         }
     }
 
-    /// What the average layer holds of each block ([`BlockShares`]).
+    /// What the average layer of the stack the GPUs run holds of each block ([`BlockShares`]):
+    /// the pattern's symbols, and on a hybrid stack with multi-token prediction its MTP depths,
+    /// each an attention block and an MLP block of the last layer's kind behind two norms
+    /// ([`Model::check_hybrid`]), which the cost model counts as layers beside the decoder's
+    /// (`pipeline::ChunkLayout::stage_mix_with_mtp`).
     pub fn block_shares(&self) -> BlockShares {
         match &self.hybrid {
             None => BlockShares::TRANSFORMER,
             Some(hybrid) => {
                 let counts = hybrid.counts();
-                let layers = f64::from(counts.layers().max(1));
+                let depths = f64::from(self.mtp_layers);
+                let symbols = f64::from(counts.layers().max(1));
+                let layers = symbols + depths;
                 BlockShares {
-                    attention: f64::from(counts.attention) / layers,
-                    mlp: f64::from(counts.mlp + counts.moe) / layers,
+                    attention: (f64::from(counts.attention) + depths) / layers,
+                    mlp: (f64::from(counts.mlp + counts.moe) + depths) / layers,
                     mamba: f64::from(counts.mamba) / layers,
-                    norms: 1.0,
+                    norms: (symbols + 2.0 * depths) / layers,
                 }
             }
+        }
+    }
+
+    /// The blocks of one MTP depth of a hybrid stack, in pattern symbols: attention and the last
+    /// layer's MLP kind (`*E` in NVIDIA's Nemotron 3 configs, `mtp_hybrid_override_pattern`).
+    pub fn hybrid_mtp_block(&self) -> Option<String> {
+        let hybrid = self.hybrid.as_ref()?;
+        let last = hybrid.pattern.chars().last()?;
+        Some(format!("*{last}"))
+    }
+
+    /// Copies of the MTP layer's weights: one when every depth runs the same layer
+    /// (`Hybrid::mtp_shared_weights`), else one per depth.
+    pub fn mtp_weight_copies(&self) -> u32 {
+        match &self.hybrid {
+            Some(hybrid) if hybrid.mtp_shared_weights => self.mtp_layers.min(1),
+            _ => self.mtp_layers,
         }
     }
 
@@ -229,7 +261,7 @@ impl Model {
                 'D' => " (DeepSeek sparse attention)",
                 '+' => " (latent attention)",
                 '|' => " (a pipeline-stage boundary)",
-                '/' => " (multi-token prediction layers)",
+                '/' => " (multi-token prediction layers: give their depth as --mtp-layers)",
                 _ => "",
             };
             return fail(format!(
@@ -295,9 +327,18 @@ impl Model {
             }
             _ => {}
         }
+        // An MTP depth is priced as an attention block and an MLP block of the last layer's kind
+        // (`Model::block_shares`): Megatron-Core builds it from `mtp_hybrid_override_pattern`
+        // (`*E` in NVIDIA's Nemotron 3 configs), so a stack ending in a Mamba or attention layer
+        // would need a pattern tpsim does not take.
+        if self.mtp_layers > 0 && !matches!(hybrid.pattern.chars().last(), Some('E' | '-')) {
+            return fail(format!(
+                "a hybrid stack whose pattern {:?} ends in a Mamba or attention layer with {} multi-token prediction depth(s) is not priced (rule: tpsim prices an MTP depth as an attention block and an MLP block of the last layer's kind, '*E' or '*-', as NVIDIA's Nemotron 3 configs build it); drop --mtp-layers",
+                hybrid.pattern, self.mtp_layers
+            ));
+        }
         let unpriced = [
             (self.mla.is_some(), "latent attention (MLA)"),
-            (self.mtp_layers > 0, "multi-token prediction layers"),
             (
                 self.attention_window.is_some(),
                 "a sliding attention window",

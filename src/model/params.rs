@@ -337,7 +337,7 @@ impl Model {
         } else {
             self.dense_layer_params()
         };
-        f64::from(self.mtp_layers) * (layer + self.mtp_extra_params())
+        f64::from(self.mtp_weight_copies()) * (layer + self.mtp_extra_params())
     }
 
     /// Parameters of the MTP depths one token uses (its top-k experts in an MoE MTP layer).
@@ -347,7 +347,7 @@ impl Model {
         } else {
             self.dense_layer_params()
         };
-        f64::from(self.mtp_layers) * (layer + self.mtp_extra_params())
+        f64::from(self.mtp_weight_copies()) * (layer + self.mtp_extra_params())
     }
 
     /// Total parameter count (every expert, and the MTP layers when there are any).
@@ -369,7 +369,8 @@ impl Model {
         if self.is_hybrid() {
             return self.hybrid_blocks_params(true)
                 + self.embedding_params()
-                + self.output_params();
+                + self.output_params()
+                + self.mtp_active_params();
         }
         f64::from(self.dense_layers()) * self.dense_layer_params()
             + f64::from(self.moe_layers()) * self.moe_layer_active_params()

@@ -19,6 +19,17 @@ use crate::training::{
 /// with one at 4K tokens (the 25.11 rows labelled w/o and w/ MTP). Other models have no MTP module
 /// in their published configs.
 pub(super) fn mtp_layers_of(run: &ModernRun, model: &Model) -> u32 {
+    // Megatron-Bridge's Nemotron 3 Super and Ultra recipes train one MTP block at depth 2
+    // (recipes/nemotronh/h100/nemotron_3_super.py and nemotron_3_ultra.py at 067f987df03b:
+    // `mtp_num_layers = 2`, `mtp_use_repeated_layer = True`, which the bundled models carry as
+    // `mtp_shared_weights`); the performance recipes build on them (perf_recipes/nemotronh).
+    if matches!(
+        run.model_key.as_deref(),
+        Some("nemotron3_super" | "nemotron3_ultra")
+    ) && framework_of(run) == TrainingFramework::MegatronCore
+    {
+        return 2;
+    }
     if run.model_key.as_deref() != Some("deepseek_v3") {
         return 0;
     }

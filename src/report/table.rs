@@ -184,8 +184,30 @@ pub fn scenario_line(report: &Report) -> String {
         None => experts,
     };
     let experts = if m.mtp_layers > 0 {
+        // A hybrid stack's MTP depth is an attention block and one of the last layer's MLP kind
+        // (`Model::hybrid_mtp_block`), with one set of weights when the depths share it.
+        let block = match &m.hybrid {
+            Some(hybrid) => {
+                let last = hybrid.pattern.chars().last();
+                format!(
+                    " of an attention and {} block (*{}){}",
+                    if last == Some('E') {
+                        "an MoE"
+                    } else {
+                        "an MLP"
+                    },
+                    last.unwrap_or('E'),
+                    if hybrid.mtp_shared_weights && m.mtp_layers > 1 {
+                        ", one set of weights for all"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            None => String::new(),
+        };
         format!(
-            "{experts}, {} (on the last stage, {}with its own output-layer pass and loss)",
+            "{experts}, {}{block} (on the last stage, {}with its own output-layer pass and loss)",
             counted(m.mtp_layers, "MTP layer"),
             if m.mtp_layers == 1 { "" } else { "each " }
         )
