@@ -1343,6 +1343,16 @@ fn check_torchtitan_cp_sharding(r: &PlanRequest, training: &Training) -> Result<
     })
 }
 
+/// What a hybrid Mamba-Transformer stack refuses whatever the degrees (the framework, the combined
+/// 1F1B schedule, layer offloading): every candidate of a search fails it, so the search's "no
+/// valid plan" names it in `eval`'s words. None for another model or a run the stack can take.
+pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> {
+    match check_hybrid(&PlanRequest::default(), model, training) {
+        Err(PlanError::Hybrid(words)) => Some(words),
+        _ => None,
+    }
+}
+
 /// A hybrid Mamba-Transformer stack (`model::hybrid`) as Megatron-Core builds it, and as far as
 /// tpsim prices it: its Mamba heads and groups split over TP (`MambaMixer` asserts `nheads %
 /// tp_size == 0` and `ngroups % tp_size == 0`); one pipeline stage and no context parallelism

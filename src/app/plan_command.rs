@@ -63,6 +63,9 @@ pub(super) fn why_no_valid_plan(
             );
         }
     }
+    if let Some(why) = crate::plan::hybrid_run_refusal(model, training) {
+        return why;
+    }
     if let Some(why) = super::pin_conflict::explain(model, cluster, training, options) {
         return why;
     }
