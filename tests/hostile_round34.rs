@@ -234,3 +234,117 @@ fn hf_config_help_names_every_model_type_it_reads() {
         assert!(text.contains(model_type), "{model_type} not in: {text}");
     }
 }
+
+/// `validate` runs one dense transformer layer (attention and MLP) and compares it with the
+/// model's prediction; on a hybrid stack, whose layers are each a Mamba-2 mixer, attention or an
+/// MLP, it compared two different layers without a word (it refuses experts and latent attention
+/// for that reason). It now refuses the stack in one line.
+#[test]
+fn validate_refuses_a_hybrid_stack() {
+    let r = run(&[
+        "validate",
+        "--backend",
+        "cpu",
+        "--model",
+        "nemotron-h-8b",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "nemotron-h-8b has a hybrid Mamba-Transformer stack",
+            "validate's layer does not run",
+            "validate a dense model",
+        ],
+        &["panicked", "GiB on the CPU backend"],
+        "validate hybrid",
+    );
+}
+
+/// `plan` pins that leave `--emit nemo` nothing to write are input errors, as `eval --emit nemo`
+/// says of its one plan: a pinned ZeRO-3 (NeMo 1.x has no ZeRO-3 optimizer) and pinned
+/// selective recompute of modules other than the attention core searched, then exited 1 with
+/// "none of the plans that fit can run in NeMo" and reasons of plans the pins never let through.
+#[test]
+fn plan_pins_nemo_cannot_write_are_input_errors() {
+    let base = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "64",
+        "--emit",
+        "nemo",
+    ];
+    for (extra, needles) in [
+        (
+            &["--zero", "3"][..],
+            &[
+                "--emit nemo: --zero 3 has no NeMo 1.x optimizer",
+                "pin --zero 0, 1 or 2",
+            ][..],
+        ),
+        (
+            &["--reshard-after-forward", "true"][..],
+            &[
+                "--reshard-after-forward true pins ZeRO-3",
+                "pin --zero 0, 1 or 2",
+            ][..],
+        ),
+        (
+            &["--recompute", "selective", "--recompute-modules", "mlp"][..],
+            &[
+                "--emit nemo: --recompute selective of mlp has no NeMo 1.x setting",
+                "drop --recompute-modules",
+            ][..],
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_one_line_error(
+            &run(&args),
+            needles,
+            &["none of the", "panicked"],
+            &format!("{extra:?}"),
+        );
+    }
+    // ZeRO-2 pinned is NeMo's distributed_fused_adam: written.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--zero", "2"]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// `--tp-comm-overlap` needs sequence parallelism; `eval` refuses it without, and `plan` refused
+/// it beside `--tp 1`, but beside a pinned `--sequence-parallel false` it searched and printed
+/// plans none of which can use it (and `--emit megatron` then left the flag off the line).
+#[test]
+fn a_tp_overlap_beside_sequence_parallel_pinned_off_is_refused() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "64",
+        "--sequence-parallel",
+        "false",
+        "--tp-comm-overlap",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--tp-comm-overlap with --sequence-parallel false",
+            "needs sequence parallelism",
+            "drop --sequence-parallel false or --tp-comm-overlap",
+        ],
+        &["panicked"],
+        "plan sp false with tp overlap",
+    );
+}
