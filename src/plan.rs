@@ -867,6 +867,9 @@ impl ParallelPlan {
     ) -> Result<ParallelPlan, PlanError> {
         let r = request;
         check_degrees(r, cluster, training.framework.copies_split_cp())?;
+        // Before the framework's own rules: their fixes (torchtitan's expert ranks, say) would
+        // only lead to the stack's refusal of the framework.
+        check_hybrid(r, model, training)?;
         if !training.optimizer_states.allows_zero(r.zero) {
             return Err(PlanError::ZeroForOptimizerStates {
                 zero: r.zero,
@@ -877,7 +880,6 @@ impl ParallelPlan {
         check_dp_replicas(r, model, training)?;
         check_torchtitan_cp_sharding(r, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
-        check_hybrid(r, model, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;

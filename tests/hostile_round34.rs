@@ -348,3 +348,43 @@ fn a_tp_overlap_beside_sequence_parallel_pinned_off_is_refused() {
         "plan sp false with tp overlap",
     );
 }
+
+/// A saved plan of a hybrid MoE stack evaluated under `--framework torchtitan` was told to keep
+/// `ep: 8` with `zero: 3` (torchtitan's expert-rank rule), a fix that then met the stack's own
+/// refusal of torchtitan. The stack's rule comes first now.
+#[test]
+fn a_hybrid_plan_under_another_framework_names_the_stack_first() {
+    let dir = scratch(SUITE, "hybrid-framework");
+    let r = run_in(
+        &dir,
+        &[
+            "plan",
+            "--model",
+            "nemotron-3-nano-30b-a3b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--ep",
+            "8",
+            "--zero",
+            "1",
+            "--save",
+            "nano.yaml",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let r = run_in(
+        &dir,
+        &["eval", "--plan", "nano.yaml", "--framework", "torchtitan"],
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "torchtitan with the hybrid Mamba-Transformer model nemotron-3-nano-30b-a3b",
+            "use --framework megatron-core",
+        ],
+        &["zero: 3", "panicked"],
+        "eval --plan hybrid --framework torchtitan",
+    );
+}
