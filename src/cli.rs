@@ -217,7 +217,8 @@ pub struct ModelArgs {
     #[arg(long, value_enum)]
     pub style: Option<StyleArg>,
     /// A Hugging Face config.json (model_type llama, mistral, qwen2, qwen3, gemma, gpt2, gpt_neox,
-    /// falcon, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss, glm4_moe). Default --seq-len:
+    /// falcon, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, nemotron_h).
+    /// Default --seq-len:
     /// 4096, a training length, or the config's position limit where that is shorter (GPT-2 1024, GPT-NeoX
     /// 2048); a longer max_position_embeddings is not used; shape flags override it.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["params", "model"])]

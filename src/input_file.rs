@@ -139,6 +139,12 @@ pub fn read_spec_text(flag: &str, path: &str) -> Result<String, InputError> {
     read_text_inner(flag, path, true).map(without_bom)
 }
 
+/// [`read_spec_text`] for a YAML spec that has no bundled names (a calibrated profile): the
+/// error suggests none.
+pub fn read_spec_file_text(flag: &str, path: &str) -> Result<String, InputError> {
+    read_text_inner(flag, path, false).map(without_bom)
+}
+
 /// [`read_structured`] for a YAML file (a plan, a runs file), without a leading byte-order mark.
 pub fn read_yaml(flag: &str, path: &str) -> Result<String, InputError> {
     read_structured(flag, path).map(without_bom)

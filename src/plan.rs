@@ -864,6 +864,9 @@ impl ParallelPlan {
     ) -> Result<ParallelPlan, PlanError> {
         let r = request;
         check_degrees(r, cluster, training.framework.copies_split_cp())?;
+        // Before the framework's own rules: their fixes (torchtitan's expert ranks, say) would
+        // only lead to the stack's refusal of the framework.
+        check_hybrid(r, model, training)?;
         if !training.optimizer_states.allows_zero(r.zero) {
             return Err(PlanError::ZeroForOptimizerStates {
                 zero: r.zero,
@@ -874,7 +877,6 @@ impl ParallelPlan {
         check_dp_replicas(r, model, training)?;
         check_torchtitan_cp_sharding(r, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
-        check_hybrid(r, model, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout_or_valid(r, model, cluster)?;
         let num_microbatches = micro_batches(r, training)?;
@@ -1343,6 +1345,16 @@ fn check_torchtitan_cp_sharding(r: &PlanRequest, training: &Training) -> Result<
         cp: r.cp,
         fix,
     })
+}
+
+/// What a hybrid Mamba-Transformer stack refuses whatever the degrees (the framework, the combined
+/// 1F1B schedule, layer offloading): every candidate of a search fails it, so the search's "no
+/// valid plan" names it in `eval`'s words. None for another model or a run the stack can take.
+pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> {
+    match check_hybrid(&PlanRequest::default(), model, training) {
+        Err(PlanError::Hybrid(words)) => Some(words),
+        _ => None,
+    }
 }
 
 /// A hybrid Mamba-Transformer stack (`model::hybrid`) as Megatron-Core builds it, and as far as

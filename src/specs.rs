@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use crate::cluster::GpuProfile;
-use crate::input_file::{InputError, check_depth, escape, quote, read_spec_text, sanitize_message};
+use crate::input_file::{
+    InputError, check_depth, escape, quote, read_spec_file_text, read_spec_text, sanitize_message,
+};
 use crate::model::{Model, ModelFile};
 use crate::plan::PlanRequest;
 use crate::training::{AttentionKernel, GradDtype};
@@ -746,6 +748,12 @@ fn read_spec<T: DeserializeOwned>(
             name: quote(name_or_path),
         });
     }
+    // No bundled names (a calibrated profile): whatever is given is a path.
+    if bundled.is_empty() {
+        let text = read_spec_file_text(flag, name_or_path)?;
+        let parsed = parse_yaml(name_or_path, &text).map_err(|e| another_input(e, &text, kind))?;
+        return Ok((quote(name_or_path), parsed));
+    }
     if looks_like_path || is_entry {
         let text = read_spec_text(flag, name_or_path)?;
         let parsed = parse_yaml(name_or_path, &text).map_err(|e| another_input(e, &text, kind))?;
@@ -873,6 +881,16 @@ pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
 pub fn load_gpu_as(flag: &str, name_or_path: &str) -> Result<GpuProfile, SpecError> {
     let (origin, profile): (String, GpuProfile) =
         read_spec(flag, "GPU", BUNDLED_GPUS, name_or_path)?;
+    profile
+        .check()
+        .map_err(|message| SpecError::Invalid { origin, message })?;
+    Ok(profile)
+}
+
+/// Loads a GPU profile from the file `path` only, given with `flag` (`--calibration`: a profile
+/// `tpsim calibrate` wrote, which no bundled name is).
+pub fn load_gpu_file_as(flag: &str, path: &str) -> Result<GpuProfile, SpecError> {
+    let (origin, profile): (String, GpuProfile) = read_spec(flag, "GPU", &[], path)?;
     profile
         .check()
         .map_err(|message| SpecError::Invalid { origin, message })?;

@@ -26,7 +26,15 @@ use crate::specs;
 /// Loads a profile written by `tpsim calibrate`; a datasheet profile is refused so that
 /// `--calibration` always means measured numbers.
 pub(super) fn load_calibrated(path: &str) -> Result<GpuProfile> {
-    let profile = specs::load_gpu_as("--calibration", path)?;
+    // A bundled name is a datasheet profile, never a calibrated one: said in the words below;
+    // anything else is a file (an unknown name is not offered the bundled GPUs, none of which is
+    // calibrated).
+    let is_file_here = std::fs::metadata(path).is_ok_and(|m| !m.is_dir());
+    let profile = if !is_file_here && specs::BUNDLED_GPUS.iter().any(|(name, _)| *name == path) {
+        specs::load_gpu_as("--calibration", path)?
+    } else {
+        specs::load_gpu_file_as("--calibration", path)?
+    };
     if profile.calibration.is_none() {
         bail!(
             "--calibration {path}: the profile has no `calibration:` section, so it holds datasheet numbers; pass it with --gpu {path}, or write one with `tpsim calibrate`"

@@ -63,6 +63,9 @@ pub(super) fn why_no_valid_plan(
             );
         }
     }
+    if let Some(why) = crate::plan::hybrid_run_refusal(model, training) {
+        return why;
+    }
     if let Some(why) = super::pin_conflict::explain(model, cluster, training, options) {
         return why;
     }
@@ -477,6 +480,37 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
             "--emit megatron: --dp-replicas {replicas} with --zero 3 --reshard-after-forward false has no Megatron-LM setting: keeping the gathered parameters is torch FSDP2 (--torch-fsdp2-no-reshard-after-forward), which shards over the whole data-parallel group and ignores --num-distributed-optimizer-instances; use --dp-replicas 1, or --reshard-after-forward true (Megatron-FSDP keeps the copies)"
         );
     }
+    // NeMo 1.x has no ZeRO-3 optimizer (`Framework::unsupported`): a pinned ZeRO-3, or a pinned
+    // resharding (a ZeRO-3 setting), leaves no plan to write (it was exit 1, "none of the plans
+    // that fit can run", and a pinned resharding was told to pin the other value, which failed
+    // in turn).
+    if args.emit == Some(EmitTarget::Nemo)
+        && (options.pins.zero == Some(3) || options.pins.reshard_after_forward.is_some())
+    {
+        let pin = match (options.pins.zero, options.pins.reshard_after_forward) {
+            (Some(3), _) => "--zero 3".to_string(),
+            (_, Some(reshard)) => {
+                format!("--reshard-after-forward {reshard} pins ZeRO-3, which")
+            }
+            _ => unreachable!("checked above"),
+        };
+        bail!(
+            "--emit nemo: {pin} has no NeMo 1.x optimizer (mcore_distributed_optim is ZeRO-1, distributed_fused_adam ZeRO-2); pin --zero 0, 1 or 2, or use --emit megatron-bridge (Megatron-FSDP) or --emit megatron"
+        );
+    }
+    // Likewise selective recompute of modules other than the attention core, pinned: NeMo 1.x
+    // recomputes the attention core only.
+    if let (Some(EmitTarget::Nemo), Some(crate::plan::Recompute::Selective), Some(modules)) = (
+        args.emit,
+        options.pins.recompute,
+        scenario.training.recompute_modules,
+    ) && !modules.is_core_attn_only()
+    {
+        bail!(
+            "--emit nemo: --recompute selective of {} has no NeMo 1.x setting (its selective recompute is the attention core); drop --recompute-modules, or use --emit megatron or --emit megatron-bridge",
+            modules.megatron_words()
+        );
+    }
     // Megatron-Bridge and NeMo write Megatron-FSDP or nothing at ZeRO-3, which releases the
     // gathered parameters after every forward: a pinned `--reshard-after-forward false` leaves no
     // plan to write (it was exit 1, "none of the plans that fit can run").
@@ -502,6 +536,12 @@ pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if args.training.tp_comm_overlap == Some(true) && options.pins.tp == Some(1) {
         bail!(
             "--tp-comm-overlap with --tp 1: it overlaps tensor-parallel communication, which a plan with tp 1 has none of; pin --tp 2 or more, or drop --tp-comm-overlap"
+        );
+    }
+    if args.training.tp_comm_overlap == Some(true) && options.pins.sequence_parallel == Some(false)
+    {
+        bail!(
+            "--tp-comm-overlap with --sequence-parallel false: the overlap needs sequence parallelism (Megatron-LM arguments.py), which the pin rules out of every plan; drop --sequence-parallel false or --tp-comm-overlap"
         );
     }
     check_search_input(

@@ -1499,7 +1499,7 @@ pub(super) fn resolve_scenario(
     // The file's recipe is the file's whatever --framework says (a framework that cannot run it
     // refuses it below).
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
-    let recompute_modules = recompute_modules_of(&model, framework, training_args, plan_file)?;
+    let recompute_modules = recompute_modules_of(&model, framework, training_args, file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
     let cpu_offload_layers = cpu_offload_layers_of(
         &model,
@@ -1918,10 +1918,12 @@ fn recompute_modules_of(
     model: &Model,
     framework: TrainingFramework,
     training_args: &TrainingArgs,
-    plan_file: Option<&PlanFile>,
+    file: Option<(&PlanFile, &str)>,
 ) -> Result<Option<RecomputeModules>> {
     let megatron_core = framework == TrainingFramework::MegatronCore;
-    let (modules, origin) = match (&training_args.recompute_modules, plan_file) {
+    let launch_line =
+        file.is_some_and(|(_, path)| path == super::megatron_paste::LAUNCH_LINE_ORIGIN);
+    let (modules, origin) = match (&training_args.recompute_modules, file.map(|(f, _)| f)) {
         (Some(words), _) => (
             RecomputeModules::parse(words)
                 .map_err(|why| anyhow!("--recompute-modules {}: {why}", words.join(" ")))?,
@@ -1936,6 +1938,13 @@ fn recompute_modules_of(
                 ));
                 return Ok(None);
             }
+            Some(modules) if launch_line => (
+                modules,
+                format!(
+                    "--megatron-args: --recompute-modules {}",
+                    modules.megatron_words()
+                ),
+            ),
             Some(modules) => (
                 modules,
                 format!("the plan's recompute_modules ({})", modules.describe()),
@@ -1961,6 +1970,21 @@ fn recompute_modules_of(
     modules
         .check_model(model)
         .map_err(|why| anyhow!("{origin}: {why}; drop that module"))?;
+    // Refused here, not only by the plan's rules: `plan` would otherwise drop every selective
+    // plan without a word.
+    if model.hybrid.is_some() && !modules.is_core_attn_only() {
+        bail!(
+            "{origin} with the hybrid Mamba-Transformer model {}: tpsim prices full recompute and Megatron-Core's default selective recompute (core_attn) for it; {}",
+            model.name,
+            if training_args.recompute_modules.is_some() {
+                "drop --recompute-modules"
+            } else if launch_line {
+                "drop --recompute-modules from the line"
+            } else {
+                "drop recompute_modules from the plan"
+            }
+        );
+    }
     Ok(Some(modules))
 }
 

@@ -66,6 +66,9 @@ pub fn layer_spec(model: &Model, case: Case) -> Result<LayerSpec, CalibrationErr
     // sequence (`LayerSpec`); the prediction it is compared with prices the model's own layer.
     // A part of the model the run leaves out would compare two different layers, without a word.
     let mut unrun = Vec::new();
+    if model.hybrid.is_some() {
+        unrun.push("a hybrid Mamba-Transformer stack (Mamba-2 mixers, attention and MLPs in layers of their own)");
+    }
     if model.moe.is_some() {
         unrun.push("routed experts (--num-experts)");
     }

@@ -166,7 +166,12 @@ impl RecomputeModules {
     /// model without MLA, whose norms Transformer Engine fuses into the GEMMs). Each frees a whole
     /// activation for a memory-bound kernel or a small GEMM run again; NVIDIA's recipes pick from
     /// them (Megatron-Bridge DeepSeek-V3 `["mla_up_proj"]`, GPT-OSS `["layernorm", "moe_act"]`).
+    /// `None` for a hybrid Mamba-Transformer stack, whose selective recompute tpsim prices as
+    /// Megatron-Core's default only (`plan::check_hybrid`).
     pub fn output_discarding_for(model: &Model) -> Option<RecomputeModules> {
+        if model.hybrid.is_some() {
+            return None;
+        }
         let mut bits = 0u8;
         if model.mla.is_some() {
             bits |= RecomputeModule::MlaUpProj.bit();
