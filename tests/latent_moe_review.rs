@@ -82,3 +82,67 @@ fn an_oversized_hf_latent_width_is_blamed_on_its_own_key() {
         "oversized latent",
     );
 }
+
+#[test]
+fn latent_experts_are_refused_under_frameworks_without_them() {
+    // Megatron-Core's MoELayer has the h -> latent and latent -> h projections; DeepSpeed-MoE and
+    // torchtitan's MoE do not, so a LatentMoE model under them was priced as a layer they cannot
+    // build. Qwen3-30B-A3B's transformer shape with a latent width (a hybrid is refused anyway).
+    let dir = scratch("latent-moe-review", "framework");
+    let text = std::fs::read_to_string(format!("{ROOT}/models/qwen3-30b-a3b.yaml"))
+        .unwrap()
+        .replace("name: qwen3-30b-a3b", "name: qwen3-latent")
+        .replace("\nmoe:\n", "\nmoe:\n  latent_size: 1024\n");
+    let path = dir.join("qwen3-latent.yaml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap();
+    for (framework, zero) in [("deepspeed", "1"), ("torchtitan", "3")] {
+        let r = run(&[
+            "eval",
+            "--model",
+            path,
+            "--nodes",
+            "2",
+            "--framework",
+            framework,
+            "--tp",
+            "1",
+            "--ep",
+            "8",
+            "--zero",
+            zero,
+            "--global-batch",
+            "256",
+        ]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("--framework {framework}"),
+                "latent width of 1024",
+                "--framework megatron-core",
+            ],
+            &["panicked"],
+            framework,
+        );
+    }
+    // Megatron-Core still prices it.
+    let r = run(&[
+        "eval",
+        "--model",
+        path,
+        "--nodes",
+        "2",
+        "--tp",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "256",
+        "--format",
+        "json",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(!r.stderr.contains("error:"), "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["model"]["moe"]["latent_size"], 1024);
+}
