@@ -146,3 +146,60 @@ fn latent_experts_are_refused_under_frameworks_without_them() {
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["model"]["moe"]["latent_size"], 1024);
 }
+
+/// Activation bytes one MoE layer's MLP keeps on one GPU per micro-batch for the bundled Super
+/// at Megatron-Bridge's GB300 plan (tp 1, ep 64, 64 GPUs) under `precision`, with the balanced
+/// load (imbalance 1), and the rank's tokens.
+fn super_moe_mlp_activations(precision: tpsim::plan::Precision) -> (f64, f64) {
+    use tpsim::cluster::Cluster;
+    use tpsim::plan::{ParallelPlan, PlanRequest};
+    use tpsim::training::{AttentionKernel, Training, TrainingFramework};
+    let model = tpsim::specs::load_model("nemotron-3-super-120b-a12b").unwrap();
+    let cluster = Cluster {
+        gpu: tpsim::specs::load_gpu("gb300-nvl72").unwrap(),
+        nodes: 16,
+        gpus_per_node: 4,
+    };
+    let training = Training::with_framework(
+        TrainingFramework::MegatronCore,
+        8192,
+        512,
+        AttentionKernel::Flash,
+    );
+    let request = PlanRequest {
+        tp: 1,
+        dp: 64,
+        ep: 64,
+        etp: 1,
+        micro_batch: 1,
+        zero: 1,
+        precision,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let bytes = tpsim::cost::moe::moe_mlp_activation_bytes(&model, &plan, 8192, 1.0);
+    (bytes, tpsim::cost::moe::local_tokens(&plan, 8192))
+}
+
+#[test]
+fn low_precision_latent_projections_keep_their_quantized_inputs() {
+    // Each latent projection is a `TELinear` that, under FP8/MXFP8, saves its own quantized input
+    // (Transformer Engine `_Linear.forward`; Megatron-Core sets `save_original_input` only on the
+    // shared experts' fc1): the h -> latent one a byte per element of h beside the router's bf16
+    // copy of the normed input, the latent -> h one a byte per latent element, not two. In bf16
+    // the first reads the router's tensor and the second keeps two bytes per latent element. The
+    // rest of the MoE MLP's count (`moe_mlp_activation_bytes`) does not depend on the precision:
+    // its low-precision expert inputs are taken off beside it (`expert_gemm_input_elements`).
+    use tpsim::plan::Precision;
+    let (bf16, tokens) = super_moe_mlp_activations(Precision::Bf16);
+    let (h, latent) = (4096.0, 1024.0);
+    for precision in [Precision::Fp8, Precision::Mxfp8] {
+        let (low, _) = super_moe_mlp_activations(precision);
+        let want = tokens * ((h + latent) - 2.0 * latent);
+        assert!(
+            (low - bf16 - want).abs() < 1e-6 * bf16,
+            "{precision:?}: {low} - {bf16} = {} bytes, want {want}",
+            low - bf16
+        );
+    }
+}
