@@ -1734,6 +1734,7 @@ impl Reader<'_> {
             }
             ("--moe-ffn-hidden-size", _) => &["moe_intermediate_size"],
             ("--moe-layer-freq", _) => &["moe_layer_freq"],
+            ("--moe-latent-size", _) => &["moe_latent_size"],
             ("--kv-lora-rank", _) => &["kv_lora_rank"],
             ("--q-lora-rank", _) => &["q_lora_rank"],
             ("--qk-head-dim", _) => &["qk_nope_head_dim"],

@@ -4,7 +4,7 @@
 //! (`seq_len: 0`), the key the user has to change.
 
 /// Each shape flag `Model::check` names, and the model-file key that sets the same count.
-const FLAG_KEYS: [(&str, &str); 24] = [
+const FLAG_KEYS: [(&str, &str); 25] = [
     ("--layers", "layers"),
     ("--hidden", "hidden"),
     ("--heads", "heads"),
@@ -27,6 +27,7 @@ const FLAG_KEYS: [(&str, &str); 24] = [
     ("--moe-first-k-dense-replace", "moe.first_dense_layers"),
     ("--moe-router-num-groups", "moe.router_groups"),
     ("--moe-router-group-topk", "moe.router_group_topk"),
+    ("--moe-latent-size", "moe.latent_size"),
     ("--kv-lora-rank", "mla.kv_lora_rank"),
     ("--q-lora-rank", "mla.q_lora_rank"),
     ("--qk-head-dim", "mla.qk_head_dim"),

@@ -520,7 +520,7 @@ fn number_type_fix(message: &str, expected_type: Option<&str>) -> Option<String>
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-pub(crate) const POSITIVE_KEYS: [&str; 32] = [
+pub(crate) const POSITIVE_KEYS: [&str; 33] = [
     // A published-runs file's plan and hardware (validation/modern_runs.yaml).
     "num_gpus",
     "vp",
@@ -552,6 +552,8 @@ pub(crate) const POSITIVE_KEYS: [&str; 32] = [
     "experts",
     "router_topk",
     "layer_freq",
+    // LatentMoE's width (`moe.latent_size`): absent for none, never 0 (`Model::check`).
+    "latent_size",
     "kv_lora_rank",
     "v_head_dim",
 ];

@@ -231,8 +231,8 @@ fn bad_latent_widths_are_refused_in_one_line() {
     let r = run(&["eval", "--model", &zero, "--nodes", "8"]);
     assert_one_line_error(
         &r,
-        &["--moe-latent-size", "0", "latent width"],
-        &["panicked"],
+        &["moe.latent_size: 0", "latent width"],
+        &["panicked", "--moe-latent-size"],
         "latent 0",
     );
     let dense = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --moe-latent-size 512";

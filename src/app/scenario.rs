@@ -955,7 +955,8 @@ fn moe_dispatch_of(
 /// Mixture-of-experts models under a framework that cannot run them the way asked: 2021 Megatron-LM
 /// has no MoE layers (they came with Megatron-Core), and DeepEP's dispatcher is Megatron-Core's
 /// flex dispatcher (`--moe-enable-deepep`) or NeMo AutoModel's (planned as torchtitan), not
-/// DeepSpeed-MoE's all-to-all (deepspeed/moe/sharded_moe.py `_AllToAll`).
+/// DeepSpeed-MoE's all-to-all (deepspeed/moe/sharded_moe.py `_AllToAll`); LatentMoE's experts
+/// (`Moe::latent_size`) are Megatron-Core's.
 fn check_framework_runs_experts(
     model: &Model,
     framework: TrainingFramework,
@@ -968,6 +969,19 @@ fn check_framework_runs_experts(
     if framework == TrainingFramework::MegatronLm2021 {
         bail!(
             "--framework megatron-lm-2021: model {} has experts, and 2021 Megatron-LM has no mixture-of-experts layers (they came with Megatron-Core); use --framework megatron-core (or deepspeed)",
+            model.name
+        );
+    }
+    // LatentMoE's two projections around the dispatch are priced as Megatron-Core builds them
+    // (`MoELayer`'s `fc1_latent_proj`/`fc2_latent_proj`, `--moe-latent-size`); DeepSpeed-MoE
+    // (deepspeed/moe/layer.py) and torchtitan's MoE have no such layer and run their experts on
+    // the model's width.
+    if let Some(latent) = model.moe.and_then(|moe| moe.latent_size)
+        && framework != TrainingFramework::MegatronCore
+    {
+        bail!(
+            "--framework {}: model {}'s experts work on a latent width of {latent} (LatentMoE), between two projections around the token dispatch that Megatron-Core's MoE layer has (fc1_latent_proj/fc2_latent_proj, --moe-latent-size) and this framework's does not; use --framework megatron-core",
+            framework.as_str(),
             model.name
         );
     }

@@ -944,7 +944,8 @@ pub fn expert_gemm_input_elements(
 
 /// Activation bytes one MoE layer's MLP keeps per GPU and micro-batch (instead of the dense MLP's):
 /// the permuted input, the expert up projection and the activation output for every routed copy,
-/// plus the router's logits and the shared experts' MLP at the dense shape.
+/// plus the router's logits, LatentMoE's projection inputs
+/// ([`latent_projection_saved_bytes_per_token`]) and the shared experts' MLP at the dense shape.
 pub fn moe_mlp_activation_bytes(
     model: &Model,
     plan: &ParallelPlan,
@@ -961,13 +962,31 @@ pub fn moe_mlp_activation_bytes(
     let experts = routed
         * (model.expert_width() + (model.expert_up_width() + f64::from(moe.ffn_hidden)) / etp)
         * ACTIVATION_BYTES;
-    // LatentMoE: the h → latent projection reads the layer's input, which the router keeps
-    // already; the latent → h projection keeps its latent-wide input.
-    let latent = tokens * moe.latent_size.map_or(0.0, f64::from) * ACTIVATION_BYTES;
+    let latent = tokens * latent_projection_saved_bytes_per_token(model, plan.precision);
     // The router's scores over every expert, kept in fp32 for the softmax/sigmoid and top-k
     // (Megatron-Core `TopKRouter`, `moe_router_dtype` fp32 in NVIDIA's MoE recipes).
     let router = tokens * f64::from(moe.experts) * 4.0;
     experts + router + latent + shared_expert_activation_bytes(model, plan, seq_len)
+}
+
+/// Bytes per token LatentMoE's two projections keep for their weight gradients (0 without a
+/// latent width). In bf16 the h → latent projection reads the layer's normed input, which the
+/// router keeps already, and the latent → h projection keeps its latent-wide input. Under
+/// low-precision GEMMs each `TELinear` saves its own quantized input instead (Transformer Engine
+/// `_Linear.forward` keeps the quantized `inputmat` unless `save_original_input`, which
+/// Megatron-Core sets only on the shared experts' fc1): one byte per element of h for the first,
+/// beside the router's bf16 copy (as the shared experts' copy, `memory::norm_output_bytes`), and
+/// one per latent element for the second.
+pub fn latent_projection_saved_bytes_per_token(model: &Model, precision: Precision) -> f64 {
+    let Some(latent) = model.moe.and_then(|moe| moe.latent_size) else {
+        return 0.0;
+    };
+    let latent = f64::from(latent);
+    if precision == Precision::Bf16 {
+        latent * ACTIVATION_BYTES
+    } else {
+        f64::from(model.hidden) + latent
+    }
 }
 
 /// Activation bytes the shared experts' MLP keeps per GPU and micro-batch, at the dense shape:
