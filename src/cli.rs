@@ -706,7 +706,8 @@ pub struct EvalArgs {
     #[arg(long, visible_alias = "micro-batch-size")]
     pub micro_batch: Option<u32>,
     /// Sequence parallelism (needs --tp > 1): `--sequence-parallel` or `true` on, `false` off
-    /// (over a plan file's). Default: off.
+    /// (over a plan file's). Default: off, but on for a mixture-of-experts model at --tp > 1
+    /// under megatron-core, which trains MoE layers under TP only with it.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub sequence_parallel: Option<bool>,
     /// Activation recomputation. Default: none (selective with --recompute-modules, full with

@@ -544,7 +544,7 @@ pub enum PlanError {
         other: &'static str,
     },
     #[error(
-        "--cp {cp} with --attention unfused: context parallelism runs inside Transformer Engine's fused attention (the K/V ring of `AttnFuncWithCPAndKVP2P` calls the flash/cuDNN kernels), which tpsim models; use --attention flash, or --cp 1"
+        "--cp {cp} with --attention unfused: context parallelism runs inside the fused attention kernels (Megatron-Core: the K/V ring of Transformer Engine's `AttnFuncWithCPAndKVP2P` calls the flash/cuDNN kernels; torchtitan: PyTorch's `context_parallel` over SDPA's flash, cuDNN and memory-efficient backends), which tpsim models; use --attention flash, or --cp 1"
     )]
     CpWithUnfusedAttention { cp: u32 },
     #[error(
@@ -607,6 +607,10 @@ pub enum PlanError {
         "--zero {zero} with --cp {cp} under --framework torchtitan: torchtitan shards the parameters, gradients and optimizer states with FSDP2 over the context-parallel ranks whenever cp > 1 (torchtitan/distributed/parallel_dims.py: `fsdp_enabled` is `dp_shard_enabled or cp_enabled`), so the states are not replicated there; use {fix}"
     )]
     TorchtitanReplicatedCp { zero: u8, cp: u32, fix: String },
+    #[error(
+        "--tp {tp} without --sequence-parallel on a mixture-of-experts model under --framework megatron-core: Megatron-Core refuses to train MoE layers under tensor parallelism without sequence parallelism (megatron/core/transformer/moe/moe_layer.py `MoELayer.forward` raises \"performance may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism\" in training); add --sequence-parallel, or use --tp 1"
+    )]
+    MoeTpWithoutSequenceParallel { tp: u32 },
     #[error(
         "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp} x tp {tp} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp x tp); {fix}"
     )]
@@ -876,6 +880,7 @@ impl ParallelPlan {
         check_heads(r, model, cluster, training)?;
         check_dp_replicas(r, model, training)?;
         check_torchtitan_cp_sharding(r, training)?;
+        check_moe_sequence_parallel(r, model, training)?;
         check_context_experts_precision(r, model, cluster, training)?;
         check_tensor_placement(r, cluster)?;
         let stages = stage_layout_or_valid(r, model, cluster)?;
@@ -1320,6 +1325,24 @@ pub fn ulysses_model_parallel_error(
         degrees,
         fix: fix.to_string(),
     })
+}
+
+/// Megatron-Core's `MoELayer.forward` raises in training when the attention's TP group has more
+/// than one rank and sequence parallelism is off (megatron/core/transformer/moe/moe_layer.py, in
+/// every release since core_v0.12): such a plan is not one it runs.
+fn check_moe_sequence_parallel(
+    r: &PlanRequest,
+    model: &Model,
+    training: &Training,
+) -> Result<(), PlanError> {
+    if training.framework == crate::training::TrainingFramework::MegatronCore
+        && model.moe.is_some()
+        && r.tp > 1
+        && !r.sequence_parallel
+    {
+        return Err(PlanError::MoeTpWithoutSequenceParallel { tp: r.tp });
+    }
+    Ok(())
 }
 
 /// torchtitan turns FSDP2 on over the dp-shard x cp mesh whenever cp > 1, so a plan with cp > 1

@@ -520,7 +520,7 @@ fn number_type_fix(message: &str, expected_type: Option<&str>) -> Option<String>
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-pub(crate) const POSITIVE_KEYS: [&str; 33] = [
+pub(crate) const POSITIVE_KEYS: [&str; 38] = [
     // A published-runs file's plan and hardware (validation/modern_runs.yaml).
     "num_gpus",
     "vp",
@@ -556,6 +556,12 @@ pub(crate) const POSITIVE_KEYS: [&str; 33] = [
     "latent_size",
     "kv_lora_rank",
     "v_head_dim",
+    // A hybrid stack's Mamba-2 mixer (`Model::check_hybrid`: 1 up).
+    "mamba_heads",
+    "mamba_head_dim",
+    "mamba_state_dim",
+    "mamba_groups",
+    "mamba_conv_kernel",
 ];
 
 /// `PATH: invalid type: integer `-1`, expected a whole number from 0 to 4294967295` (a negative

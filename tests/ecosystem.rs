@@ -3244,7 +3244,7 @@ fn megatron_args_refuse_moe_arguments_tpsim_does_not_model() {
     // biases: Megatron-Core asserts ETP 1 for biased ones, add_bias_linear's default).
     let (code, json, stderr) = eval_line(
         &format!(
-            "{} --tensor-model-parallel-size 4 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall --disable-bias-linear",
+            "{} --tensor-model-parallel-size 4 --sequence-parallel --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall --disable-bias-linear",
             MOE.replace("--tensor-model-parallel-size 1 ", "")
         ),
         &["--nodes", "8"],

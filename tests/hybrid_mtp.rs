@@ -161,30 +161,7 @@ fn mtp_blocks_tpsim_cannot_build_are_refused() {
 #[test]
 fn a_nemotron_h_config_reads_its_mtp_block() {
     let dir = scratch("hybrid-mtp", "hf");
-    let config = |extra: &str| {
-        format!(
-            r#"{{
-  "architectures": ["NemotronHForCausalLM"],
-  "model_type": "nemotron_h",
-  "vocab_size": 131072,
-  "hidden_size": 2688,
-  "intermediate_size": 1856,
-  "num_hidden_layers": 4,
-  "hybrid_override_pattern": "ME*E",
-  "num_attention_heads": 32,
-  "head_dim": 128,
-  "num_key_value_heads": 2,
-  "mamba_num_heads": 64,
-  "n_groups": 8,
-  "mamba_head_dim": 64,
-  "n_routed_experts": 128,
-  "n_shared_experts": 1,
-  "moe_intermediate_size": 1856,
-  "moe_shared_expert_intermediate_size": 3712,
-  "num_experts_per_tok": 6{extra}
-}}"#
-        )
-    };
+    let config = nemotron_h_moe_config;
     let plain = hf_model(&eval_hf(&dir, "config.json", &config("")));
     let with = hf_model(&eval_hf(
         &dir,

@@ -599,7 +599,7 @@ fn a_pasted_layout_sets_the_virtual_stages_and_is_checked() {
 fn launch_line_words_keep_their_values_and_flags_apart() {
     let base = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16";
     let moe = format!(
-        "{base} --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall --disable-bias-linear"
+        "{base} --sequence-parallel --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall --disable-bias-linear"
     );
     let step = |line: &str| {
         json(&[

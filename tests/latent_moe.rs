@@ -248,31 +248,7 @@ fn bad_latent_widths_are_refused_in_one_line() {
 #[test]
 fn a_nemotron_h_config_reads_its_latent_width() {
     let dir = scratch("latent-moe", "hf");
-    let config = |latent: &str| {
-        format!(
-            r#"{{
-  "architectures": ["NemotronHForCausalLM"],
-  "model_type": "nemotron_h",
-  "vocab_size": 131072,
-  "hidden_size": 2688,
-  "intermediate_size": 1856,
-  "num_hidden_layers": 4,
-  "hybrid_override_pattern": "ME*E",
-  "num_attention_heads": 32,
-  "head_dim": 128,
-  "num_key_value_heads": 2,
-  "mamba_num_heads": 64,
-  "n_groups": 8,
-  "mamba_head_dim": 64,
-  "n_routed_experts": 128,
-  "n_shared_experts": 1,
-  "moe_intermediate_size": 1856,
-  "moe_shared_expert_intermediate_size": 3712,
-  "num_experts_per_tok": 6,
-  "moe_latent_size": {latent}
-}}"#
-        )
-    };
+    let config = |latent: &str| nemotron_h_moe_config(&format!(", \"moe_latent_size\": {latent}"));
     let latent = hf_model(&eval_hf(&dir, "config.json", &config("1024")));
     assert_eq!(latent["moe"]["latent_size"], 1024);
     for none in ["null", "0"] {

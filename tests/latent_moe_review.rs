@@ -52,28 +52,8 @@ fn an_oversized_hf_latent_width_is_blamed_on_its_own_key() {
     // A nemotron_h config's `moe_latent_size` past tpsim's width bound was reported as
     // "max_position_embeddings" (the fallback of the flag-to-key map).
     let dir = scratch("latent-moe-review", "hf-large");
-    let config = r#"{
-  "architectures": ["NemotronHForCausalLM"],
-  "model_type": "nemotron_h",
-  "vocab_size": 131072,
-  "hidden_size": 2688,
-  "intermediate_size": 1856,
-  "num_hidden_layers": 4,
-  "hybrid_override_pattern": "ME*E",
-  "num_attention_heads": 32,
-  "head_dim": 128,
-  "num_key_value_heads": 2,
-  "mamba_num_heads": 64,
-  "n_groups": 8,
-  "mamba_head_dim": 64,
-  "n_routed_experts": 128,
-  "n_shared_experts": 1,
-  "moe_intermediate_size": 1856,
-  "moe_shared_expert_intermediate_size": 3712,
-  "num_experts_per_tok": 6,
-  "max_position_embeddings": 8192,
-  "moe_latent_size": 99999999
-}"#;
+    let config =
+        &nemotron_h_moe_config(r#", "max_position_embeddings": 8192, "moe_latent_size": 99999999"#);
     let r = eval_hf(&dir, "config.json", config);
     assert_one_line_error(
         &r,

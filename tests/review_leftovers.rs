@@ -411,6 +411,10 @@ fn expert_width_error_names_the_tp_the_user_typed() {
         "--global-batch",
         "512",
         "--allow-cross-node-tp",
+        // A length 24 TP ranks split evenly: Megatron-Core runs MoE layers under TP only with
+        // sequence parallelism (eval takes it on), which splits the sequence over the TP ranks.
+        "--seq-len",
+        "8208",
     ];
     let r = run(&base);
     assert_one_line_error(

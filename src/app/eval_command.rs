@@ -258,7 +258,13 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 dp,
                 vpp,
                 micro_batch: args.micro_batch.unwrap_or(1),
-                sequence_parallel: args.sequence_parallel.unwrap_or(false),
+                // Megatron-LM's default is off, but Megatron-Core trains MoE layers under TP only
+                // with it (`PlanError::MoeTpWithoutSequenceParallel`): not given, it is taken on
+                // there, and the note says so.
+                sequence_parallel: args.sequence_parallel.unwrap_or_else(|| {
+                    moe_needs_sequence_parallel(&scenario.model, scenario.training.framework, tp)
+                        && crate::plan::sp_splits_sequence(tp, cp, &scenario.training)
+                }),
                 // Listed modules are selective recompute (Megatron's --recompute-granularity
                 // selective), unless --recompute says otherwise (refused below).
                 recompute: match args.recompute {
@@ -928,6 +934,9 @@ fn defaults_unlike_plan_rows(
             F::Torchtitan => {
                 "sequence parallel off (--sequence-parallel; torchtitan's TP always runs it)"
             }
+            _ if plan.sequence_parallel => {
+                "sequence parallel on (--sequence-parallel; Megatron-LM's default is off, but Megatron-Core trains MoE layers under TP only with it, moe_layer.py)"
+            }
             _ => "sequence parallel off (--sequence-parallel)",
         };
         taken.push((setting.to_string(), "sp"));
@@ -974,6 +983,18 @@ fn defaults_unlike_plan_rows(
         "note: not given, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
         settings.join(", ")
     ))
+}
+
+/// Whether a plan of `model` at `tp` must run sequence parallelism under `framework`: Megatron-Core
+/// refuses MoE layers under TP without it (`PlanError::MoeTpWithoutSequenceParallel`). Where the
+/// sequence does not split over the TP ranks either, eval keeps it off and the plan's first broken
+/// rule is said.
+fn moe_needs_sequence_parallel(
+    model: &crate::model::Model,
+    framework: crate::training::TrainingFramework,
+    tp: u32,
+) -> bool {
+    model.moe.is_some() && tp > 1 && framework == crate::training::TrainingFramework::MegatronCore
 }
 
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as

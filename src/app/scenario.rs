@@ -893,8 +893,10 @@ fn moe_routing_of(
         None => 1.0,
         Some(f) if f.is_finite() && f >= 1.0 && f <= max_imbalance => f,
         Some(f) => bail!(
-            "{}: the busiest expert's load over the balanced share must be between 1 (balanced) and {max_imbalance} ({} experts / top-{}: one expert receiving every token); e.g. {}",
+            "{}: the busiest expert's load over the balanced share must be between 1 (balanced) and {} ({} experts / top-{}: one expert receiving every token); e.g. {}",
             quoted(imbalance_flag, f),
+            // Rounded down to two places, so the bound as printed is a value accepted.
+            crate::units::show_number((max_imbalance * 100.0).floor() / 100.0),
             moe.experts,
             moe.router_topk,
             if imbalance_flag.starts_with("--") {

@@ -121,3 +121,30 @@ pub fn bundled_plan_with(from: &str, to: &str) -> String {
         + 1;
     format!("{}{to}{}", &plan[..at], &plan[at + from.len()..])
 }
+
+/// A four-layer Nemotron-H MoE config (`ME*E`, the Nano's widths) with `extra` JSON members
+/// appended (each starting with a comma, e.g. `, "moe_latent_size": 1024`).
+pub fn nemotron_h_moe_config(extra: &str) -> String {
+    format!(
+        r#"{{
+  "architectures": ["NemotronHForCausalLM"],
+  "model_type": "nemotron_h",
+  "vocab_size": 131072,
+  "hidden_size": 2688,
+  "intermediate_size": 1856,
+  "num_hidden_layers": 4,
+  "hybrid_override_pattern": "ME*E",
+  "num_attention_heads": 32,
+  "head_dim": 128,
+  "num_key_value_heads": 2,
+  "mamba_num_heads": 64,
+  "n_groups": 8,
+  "mamba_head_dim": 64,
+  "n_routed_experts": 128,
+  "n_shared_experts": 1,
+  "moe_intermediate_size": 1856,
+  "moe_shared_expert_intermediate_size": 3712,
+  "num_experts_per_tok": 6{extra}
+}}"#
+    )
+}
