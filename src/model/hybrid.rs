@@ -186,14 +186,6 @@ impl Model {
         }
     }
 
-    /// The blocks of one MTP depth of a hybrid stack, in pattern symbols: attention and the last
-    /// layer's MLP kind (`*E` in NVIDIA's Nemotron 3 configs, `mtp_hybrid_override_pattern`).
-    pub fn hybrid_mtp_block(&self) -> Option<String> {
-        let hybrid = self.hybrid.as_ref()?;
-        let last = hybrid.pattern.chars().last()?;
-        Some(format!("*{last}"))
-    }
-
     /// Copies of the MTP layer's weights: one when every depth runs the same layer
     /// (`Hybrid::mtp_shared_weights`), else one per depth.
     pub fn mtp_weight_copies(&self) -> u32 {

@@ -185,7 +185,7 @@ pub fn scenario_line(report: &Report) -> String {
     };
     let experts = if m.mtp_layers > 0 {
         // A hybrid stack's MTP depth is an attention block and one of the last layer's MLP kind
-        // (`Model::hybrid_mtp_block`), with one set of weights when the depths share it.
+        // (`Model::check_hybrid`: NVIDIA's `*E`), with one set of weights when the depths share it.
         let block = match &m.hybrid {
             Some(hybrid) => {
                 let last = hybrid.pattern.chars().last();
