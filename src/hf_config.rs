@@ -1733,6 +1733,16 @@ impl Reader<'_> {
                 &["moe_intermediate_size", "intermediate_size"]
             }
             ("--moe-ffn-hidden-size", _) => &["moe_intermediate_size"],
+            // The shared experts' width: Nemotron-H's n_shared_experts x
+            // moe_shared_expert_intermediate_size, DeepSeek's and GLM's n_shared_experts x
+            // moe_intermediate_size, Qwen2-MoE's shared_expert_intermediate_size.
+            ("--moe-shared-expert-intermediate-size", Family::NemotronH) => {
+                &["moe_shared_expert_intermediate_size", "n_shared_experts"]
+            }
+            ("--moe-shared-expert-intermediate-size", Family::DeepseekV3 | Family::Glm4Moe) => {
+                &["n_shared_experts", "moe_intermediate_size"]
+            }
+            ("--moe-shared-expert-intermediate-size", _) => &["shared_expert_intermediate_size"],
             ("--moe-layer-freq", _) => &["moe_layer_freq"],
             ("--moe-latent-size", _) => &["moe_latent_size"],
             ("--kv-lora-rank", _) => &["kv_lora_rank"],
