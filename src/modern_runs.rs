@@ -941,8 +941,7 @@ pub fn excluded(run: &ModernRun) -> Option<String> {
     }
     let m = &run.model;
     let p = &run.plan;
-    let key = run.model_key.as_deref();
-    let bundled_hybrid = key.and_then(bundled_hybrid).is_some();
+    let bundled_hybrid = run.model_key.as_deref().and_then(bundled_hybrid).is_some();
     if !bundled_hybrid
         && (m.layers.is_none() || m.hidden.is_none() || m.heads.is_none() || m.seq_len.is_none())
     {

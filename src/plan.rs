@@ -1335,14 +1335,20 @@ fn check_moe_sequence_parallel(
     model: &Model,
     training: &Training,
 ) -> Result<(), PlanError> {
-    if training.framework == crate::training::TrainingFramework::MegatronCore
-        && model.moe.is_some()
-        && r.tp > 1
-        && !r.sequence_parallel
-    {
+    if moe_needs_sequence_parallel(model, training.framework, r.tp) && !r.sequence_parallel {
         return Err(PlanError::MoeTpWithoutSequenceParallel { tp: r.tp });
     }
     Ok(())
+}
+
+/// Whether a plan of `model` at `tp` must run sequence parallelism under `framework`: Megatron-Core
+/// trains MoE layers under TP only with it ([`PlanError::MoeTpWithoutSequenceParallel`]).
+pub fn moe_needs_sequence_parallel(
+    model: &Model,
+    framework: crate::training::TrainingFramework,
+    tp: u32,
+) -> bool {
+    framework == crate::training::TrainingFramework::MegatronCore && model.moe.is_some() && tp > 1
 }
 
 /// torchtitan turns FSDP2 on over the dp-shard x cp mesh whenever cp > 1, so a plan with cp > 1

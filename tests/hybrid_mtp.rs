@@ -9,41 +9,9 @@ use common::*;
 use serde_json::Value;
 
 /// `eval --format json` of the bundled Nemotron 3 Super with `depths` MTP depths at
-/// Megatron-Bridge's GB300 plan (tp 1, ep 64, micro-batch 1, MXFP8, no recompute, ZeRO-1).
+/// Megatron-Bridge's GB300 plan.
 fn super_with_mtp(depths: &str) -> Value {
-    json(&[
-        "eval",
-        "--model",
-        "nemotron-3-super-120b-a12b",
-        "--mtp-layers",
-        depths,
-        "--gpu",
-        "gb300-nvl72",
-        "--nodes",
-        "16",
-        "--gpus-per-node",
-        "4",
-        "--global-batch",
-        "512",
-        "--precision",
-        "mxfp8",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--ep",
-        "64",
-        "--etp",
-        "1",
-        "--micro-batch",
-        "1",
-        "--recompute",
-        "none",
-        "--zero",
-        "1",
-        "--format",
-        "json",
-    ])
+    super_gb300_eval("nemotron-3-super-120b-a12b", &["--mtp-layers", depths])
 }
 
 fn number(v: &Value) -> f64 {

@@ -9,40 +9,10 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// `eval --format json` of `model` (a bundled name or a file) on 64 GB300 GPUs at Megatron-Bridge's
-/// 26.x plan for Nemotron 3 Super: tp 1, ep 64, micro-batch 1, no recompute, ZeRO-1, MXFP8.
+/// `eval --format json` of `model` (a bundled name or a file) at Megatron-Bridge's GB300 plan for
+/// Nemotron 3 Super.
 fn super_plan(model: &str) -> Value {
-    json(&[
-        "eval",
-        "--model",
-        model,
-        "--gpu",
-        "gb300-nvl72",
-        "--nodes",
-        "16",
-        "--gpus-per-node",
-        "4",
-        "--global-batch",
-        "512",
-        "--precision",
-        "mxfp8",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--ep",
-        "64",
-        "--etp",
-        "1",
-        "--micro-batch",
-        "1",
-        "--recompute",
-        "none",
-        "--zero",
-        "1",
-        "--format",
-        "json",
-    ])
+    super_gb300_eval(model, &[])
 }
 
 /// The bundled Super's file with its `latent_size` line replaced by `line` (empty: removed),

@@ -262,8 +262,13 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 // with it (`PlanError::MoeTpWithoutSequenceParallel`): not given, it is taken on
                 // there, and the note says so.
                 sequence_parallel: args.sequence_parallel.unwrap_or_else(|| {
-                    moe_needs_sequence_parallel(&scenario.model, scenario.training.framework, tp)
-                        && crate::plan::sp_splits_sequence(tp, cp, &scenario.training)
+                    // Where the sequence does not split over the TP ranks either, it stays off
+                    // and the plan's first broken rule is said.
+                    crate::plan::moe_needs_sequence_parallel(
+                        &scenario.model,
+                        scenario.training.framework,
+                        tp,
+                    ) && crate::plan::sp_splits_sequence(tp, cp, &scenario.training)
                 }),
                 // Listed modules are selective recompute (Megatron's --recompute-granularity
                 // selective), unless --recompute says otherwise (refused below).
@@ -983,18 +988,6 @@ fn defaults_unlike_plan_rows(
         "note: not given, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
         settings.join(", ")
     ))
-}
-
-/// Whether a plan of `model` at `tp` must run sequence parallelism under `framework`: Megatron-Core
-/// refuses MoE layers under TP without it (`PlanError::MoeTpWithoutSequenceParallel`). Where the
-/// sequence does not split over the TP ranks either, eval keeps it off and the plan's first broken
-/// rule is said.
-fn moe_needs_sequence_parallel(
-    model: &crate::model::Model,
-    framework: crate::training::TrainingFramework,
-    tp: u32,
-) -> bool {
-    model.moe.is_some() && tp > 1 && framework == crate::training::TrainingFramework::MegatronCore
 }
 
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as

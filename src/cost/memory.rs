@@ -380,20 +380,25 @@ pub fn layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
 /// layers their router, shared experts and this GPU's routed experts.
 pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f64) -> (f64, f64) {
     let t = f64::from(plan.tp);
-    let Some(moe) = model.moe else {
+    if model.moe.is_none() {
         return (model.layer_params() / t, 0.0);
-    };
-    // LatentMoE's projections are whole on every TP rank (`Model::latent_projection_params`).
-    let latent = model.latent_projection_params();
-    let duplicated = moe_share * latent * (1.0 - 1.0 / t);
+    }
     if model.is_hybrid() {
         return hybrid_layer_params_per_gpu(model, plan);
     }
-    let moe_rest = model.moe_layer_params() - f64::from(moe.experts) * model.expert_params();
-    let rest =
-        ((1.0 - moe_share) * model.dense_layer_params() + moe_share * moe_rest) / t + duplicated;
+    let rest = (1.0 - moe_share) * model.dense_layer_params() / t
+        + moe_share * moe_layer_rest_per_gpu(model, t);
     let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
     (rest, expert)
+}
+
+/// What one GPU holds of an MoE layer beside its routed experts: attention, router, shared experts
+/// and norms split over the `t` TP ranks, LatentMoE's projections whole on each
+/// (`Model::latent_projection_params`).
+fn moe_layer_rest_per_gpu(model: &Model, t: f64) -> f64 {
+    let experts = model.moe.map_or(0.0, |moe| f64::from(moe.experts));
+    (model.moe_layer_params() - experts * model.expert_params()) / t
+        + model.latent_projection_params() * (1.0 - 1.0 / t)
 }
 
 /// [`layer_params_per_gpu_at`] of a hybrid stack, which is priced at one stage: the average over
@@ -413,10 +418,7 @@ fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64)
         + moe_layers * duplicated;
     let main_expert = moe_layers * expert_per_gpu;
     let (mtp_rest, mtp_expert) = if model.mtp_layer_is_moe() {
-        (
-            (model.moe_layer_params() - experts * expert_params) / t + duplicated,
-            expert_per_gpu,
-        )
+        (moe_layer_rest_per_gpu(model, t), expert_per_gpu)
     } else {
         (model.dense_layer_params() / t, 0.0)
     };

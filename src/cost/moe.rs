@@ -336,13 +336,15 @@ pub fn moe_mlp_time(
         wgrad_accumulation_s(&up, cluster, cast) + wgrad_accumulation_s(&down, cluster, cast);
     // LatentMoE's two projections, on this rank's tokens with the whole weight (duplicated over
     // TP): linears as any other, quantizing their inputs.
-    let latent =
-        latent_projection_gemms(model, plan, seq_len).map_or(0.0, |[down_proj, up_proj]| {
+    let latent = match latent_projection_gemms(model, plan, seq_len) {
+        Some([down_proj, up_proj]) => {
             cast_bytes += cast_per_element(1) * (down_proj.m * down_proj.k + up_proj.m * up_proj.k);
             wgrad_extra_s += wgrad_accumulation_s(&down_proj, cluster, cast)
                 + wgrad_accumulation_s(&up_proj, cluster, cast);
             linear(&down_proj) + linear(&up_proj)
-        });
+        }
+        None => 0.0,
+    };
     let shared = match shared_expert_gemms(model, plan, seq_len) {
         Some([shared_up, shared_down]) => {
             // Cast on the sequence shard where the gather carries the quantized copy, as the

@@ -148,3 +148,42 @@ pub fn nemotron_h_moe_config(extra: &str) -> String {
 }}"#
     )
 }
+
+/// Megatron-Bridge's 26.x plan for Nemotron 3 Super on 64 GB300 GPUs (tp 1, ep 64, micro-batch 1,
+/// no recompute, ZeRO-1, MXFP8), as `eval` flags.
+pub const SUPER_GB300_PLAN: [&str; 26] = [
+    "--gpu",
+    "gb300-nvl72",
+    "--nodes",
+    "16",
+    "--gpus-per-node",
+    "4",
+    "--global-batch",
+    "512",
+    "--precision",
+    "mxfp8",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--ep",
+    "64",
+    "--etp",
+    "1",
+    "--micro-batch",
+    "1",
+    "--recompute",
+    "none",
+    "--zero",
+    "1",
+    "--format",
+    "json",
+];
+
+/// `eval --format json` of `model` at [`SUPER_GB300_PLAN`], with `extra` flags.
+pub fn super_gb300_eval(model: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["eval", "--model", model];
+    args.extend(extra);
+    args.extend(SUPER_GB300_PLAN);
+    json(&args)
+}
