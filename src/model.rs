@@ -15,7 +15,7 @@ mod hybrid;
 mod overrides;
 mod params;
 
-pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid};
+pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
 

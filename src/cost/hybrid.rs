@@ -165,7 +165,8 @@ fn norm_and_residual_s(model: &Model, cluster: &Cluster, shard: &LayerShard) -> 
     bytes / split / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency
 }
 
-/// The average layer of a hybrid stack from the transformer layer `layer` (attention and a dense
+/// The average layer of a hybrid stack's run of layers holding `shares` of each block (one
+/// pipeline stage's, `pipeline::ChunkLayout::stage_blocks`) from the transformer layer `layer` (attention and a dense
 /// MLP, two norms and one overhead, `compute::layer_time_sharded`) and the Mamba mixer: an
 /// attention block is the layer less its MLP and one norm; an MLP block is the MLP with a norm; a
 /// Mamba block is the mixer with a norm; each block is a layer of Megatron-Core's stack and pays
@@ -177,11 +178,11 @@ pub fn average_layer(
     cluster: &Cluster,
     shard: &LayerShard,
     layer: LayerTime,
+    shares: crate::model::BlockShares,
 ) -> LayerTime {
     if !model.is_hybrid() {
         return layer;
     }
-    let shares = model.block_shares();
     let mamba = mamba_time(model, cluster, shard);
     let norm_s = norm_and_residual_s(model, cluster, shard);
     let overhead_s = cluster.gpu.layer_overhead_us * 1e-6;
@@ -287,7 +288,11 @@ mod tests {
         let model = load_model("llama3-8b").unwrap();
         let cluster = h100();
         let layer = layer_time_sharded(&model, &cluster, &shard(2));
-        assert_eq!(average_layer(&model, &cluster, &shard(2), layer), layer);
+        let shares = model.block_shares();
+        assert_eq!(
+            average_layer(&model, &cluster, &shard(2), layer, shares),
+            layer
+        );
     }
 
     #[test]
@@ -304,7 +309,13 @@ mod tests {
         let shard = shard(2);
         let two = layer_time_sharded(&transformer, &cluster, &shard);
         let dense_layer = layer_time_sharded(&hybrid, &cluster, &shard);
-        let four = average_layer(&hybrid, &cluster, &shard, dense_layer);
+        let four = average_layer(
+            &hybrid,
+            &cluster,
+            &shard,
+            dense_layer,
+            hybrid.block_shares(),
+        );
         let overhead = cluster.gpu.layer_overhead_us * 1e-6;
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
         assert!(close(

@@ -332,7 +332,11 @@ pub fn ledger(
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
         sends: slowest_sends,
+        run: slowest_run,
     } = super::slowest_stage(model, cluster, training, plan);
+    // What its average layer holds of each block (a hybrid stack's stage, its slice of the pattern).
+    let slowest_blocks =
+        super::LayerMix::of(model, slowest_layers, slowest_moe_layers, slowest_run).blocks;
     // Its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
     let slowest_moe_share = if model.moe.is_some() && slowest_layers > 0 {
         f64::from(slowest_moe_layers) / f64::from(slowest_layers)
@@ -422,9 +426,10 @@ pub fn ledger(
         };
         // The MLP side's collectives run on the layers whose MLP has them (`moe::
         // mlp_tp_pair_share_at`: Megatron-Core's MoE layers without shared experts have none).
-        // A hybrid stack's layer holds each block's share (`Model::block_shares`): its attention
-        // and Mamba blocks each run one column- then row-parallel pair, at the attention's sites.
-        let shares = model.block_shares();
+        // A hybrid stack's layer holds each block's share (`LayerMix::blocks`, the slowest
+        // stage's): its attention and Mamba blocks each run one column- then row-parallel pair, at
+        // the attention's sites.
+        let shares = slowest_blocks;
         let mlp_share =
             shares.mlp - 1.0 + moe::mlp_tp_pair_share_at(model, training, slowest_moe_share);
         let attention_share = shares.attention + shares.mamba;

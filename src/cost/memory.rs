@@ -3,10 +3,12 @@
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::model::Model;
+use crate::model::{BlockShares, HybridRun, Model};
 use crate::plan::{ParallelPlan, Precision, Recompute};
 use crate::training::{AttentionKernel, KernelFusion, OptimizerStates, Training, WEIGHT_BYTES};
 use crate::units::{Bytes, GIB};
+
+use super::LayerMix;
 
 /// CUDA context, cuBLAS/NCCL workspaces and communication buffers, per GPU. A documented constant:
 /// PyTorch's CUDA context alone takes 0.5–1 GiB on Ampere/Hopper, NCCL reserves buffers per
@@ -134,6 +136,30 @@ pub fn layer_activation_bytes(
     recompute: Recompute,
     attention: AttentionKernel,
 ) -> f64 {
+    let blocks = model.block_shares();
+    layer_activation_bytes_of(
+        model,
+        micro_batch,
+        seq_len,
+        (tp, sp),
+        recompute,
+        attention,
+        blocks,
+    )
+}
+
+/// [`layer_activation_bytes`] of a layer holding `shares` of each block (one pipeline stage's
+/// average layer, `cost::LayerMix::blocks`), at TP degree and sequence parallelism `split`.
+pub fn layer_activation_bytes_of(
+    model: &Model,
+    micro_batch: u32,
+    seq_len: u32,
+    split: (u32, bool),
+    recompute: Recompute,
+    attention: AttentionKernel,
+    shares: BlockShares,
+) -> f64 {
+    let (tp, sp) = split;
     let (s, b, h) = (
         f64::from(seq_len),
         f64::from(micro_batch),
@@ -164,8 +190,7 @@ pub fn layer_activation_bytes(
     });
     let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
     // A transformer layer's blocks: one attention and one MLP, two norms; a hybrid stack's layer
-    // each block's share and one norm (`Model::block_shares`), plus its Mamba mixers' tensors.
-    let shares = model.block_shares();
+    // each block's share and one norm (`Model::block_shares_of`), plus its Mamba mixers' tensors.
     let mamba_split = shares.mamba * sb * super::hybrid::mamba_saved_bytes_per_token(model);
     // Per block: the norm's input and output and the residual's dropout mask.
     let outside_tp = shares.norms * (4.0 + masks) * sbh;
@@ -214,16 +239,17 @@ pub fn norm_output_bytes(model: &Model, precision: Precision) -> NormOutputBytes
 /// Bytes per element of the two norm outputs (attention side, MLP side) low-precision training
 /// saves over bf16's, per layer on average (`norm_output_bytes`; negative where it keeps more).
 pub fn norm_output_fp8_saving(model: &Model) -> f64 {
-    norm_output_fp8_saving_at(model, super::moe::moe_layer_share(model))
+    norm_output_fp8_saving_at(model, LayerMix::whole_model(model))
 }
 
-/// [`norm_output_fp8_saving`] for layers of which `moe_share` are MoE layers (one stage's).
-pub fn norm_output_fp8_saving_at(model: &Model, moe_share: f64) -> f64 {
+/// [`norm_output_fp8_saving`] for layers of `mix` (one stage's).
+pub fn norm_output_fp8_saving_at(model: &Model, mix: LayerMix) -> f64 {
     let kept = norm_output_bytes(model, Precision::Fp8);
     let bf16 = 2.0;
-    // A hybrid layer's blocks by share (`Model::block_shares`); a Mamba block's norm is fused into
+    let moe_share = mix.moe_share;
+    // A hybrid layer's blocks by share (`LayerMix::blocks`); a Mamba block's norm is fused into
     // `in_proj`, which keeps its quantized copy alone, as a dense MLP's.
-    let shares = model.block_shares();
+    let shares = mix.blocks;
     shares.attention * (bf16 - kept.attention)
         + (shares.mlp - moe_share) * (bf16 - kept.dense_mlp)
         + moe_share * (bf16 - kept.moe_mlp)
@@ -308,14 +334,20 @@ pub fn alternate_matmul_activation_bytes(
 /// Parameters one GPU holds on each kind of stage (before ZeRO), Megatron-LM's placement: word
 /// embedding on the first stage, output layer on the last; with tied embeddings and pp > 1 the last
 /// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
-fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
-    stage_params_at(model, plan, stage, stage_moe_share(model, plan, stage))
+/// `middle_rank` picks a hybrid stack's middle stage (`middle_ranks`).
+fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> f64 {
+    stage_params_at(
+        model,
+        plan,
+        stage,
+        stage_mix(model, plan, stage, middle_rank),
+    )
 }
 
-/// [`stage_params`] with the stage's MoE share already known (`stage_moe_share`).
-fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, moe_share: f64) -> f64 {
+/// [`stage_params`] with the stage's layer mix already known (`stage_mix`).
+fn stage_params_at(model: &Model, plan: &ParallelPlan, stage: Stage, mix: LayerMix) -> f64 {
     let t = f64::from(plan.tp);
-    let (dense, expert) = layer_params_per_gpu_at(model, plan, moe_share);
+    let (dense, expert) = layer_params_per_gpu_at(model, plan, mix);
     let layer = dense + expert;
     let word_embedding = model.word_embedding_params() / t;
     let output = if model.tied_embeddings {
@@ -372,20 +404,21 @@ fn keeps_mtp_embedding_copy(model: &Model) -> bool {
 /// dense MLPs, router, shared experts, norms) and the routed experts' part (experts/ep experts,
 /// each over etp; `moe.rs`), which ZeRO shards over expert-DP instead of DP.
 pub fn layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
-    layer_params_per_gpu_at(model, plan, super::moe::moe_layer_share(model))
+    layer_params_per_gpu_at(model, plan, LayerMix::whole_model(model))
 }
 
-/// [`layer_params_per_gpu`] over layers of which `moe_share` are MoE layers (one stage's: the
-/// dense prefix of DeepSeek-V3 sits on the first stage): dense layers hold their dense MLP, MoE
-/// layers their router, shared experts and this GPU's routed experts.
-pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, moe_share: f64) -> (f64, f64) {
+/// [`layer_params_per_gpu`] over layers of `mix` (one stage's: the dense prefix of DeepSeek-V3
+/// sits on the first stage; a hybrid stack's stage holds its slice of the pattern): dense layers
+/// hold their dense MLP, MoE layers their router, shared experts and this GPU's routed experts.
+pub fn layer_params_per_gpu_at(model: &Model, plan: &ParallelPlan, mix: LayerMix) -> (f64, f64) {
     let t = f64::from(plan.tp);
+    if let Some(run) = mix.run.or_else(|| model.whole_hybrid_run()) {
+        return hybrid_layer_params_per_gpu(model, plan, run);
+    }
     if model.moe.is_none() {
         return (model.layer_params() / t, 0.0);
     }
-    if model.is_hybrid() {
-        return hybrid_layer_params_per_gpu(model, plan);
-    }
+    let moe_share = mix.moe_share;
     let rest = (1.0 - moe_share) * model.dense_layer_params() / t
         + moe_share * moe_layer_rest_per_gpu(model, t);
     let expert = moe_share * super::moe::expert_params_per_gpu(model, plan);
@@ -401,11 +434,12 @@ fn moe_layer_rest_per_gpu(model: &Model, t: f64) -> f64 {
         + model.latent_projection_params() * (1.0 - 1.0 / t)
 }
 
-/// [`layer_params_per_gpu_at`] of a hybrid stack, which is priced at one stage: the average over
-/// the layers that stage runs — the pattern's L layers (`Model::layer_params` each on average) and
-/// the d MTP depths (each a transformer layer of the last layer's kind, `Model::block_shares`),
-/// whose weights the depths hold once or once each (`Model::mtp_weight_copies`).
-fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64) {
+/// [`layer_params_per_gpu_at`] of a hybrid stack's `run` of layers (one stage's): the average over
+/// the layers that stage runs — its slice of the pattern (`Model::hybrid_blocks_params_of`) and
+/// the d MTP depths the last stage runs (each a transformer layer of the last layer's kind,
+/// `Model::block_shares`), whose weights the depths hold once or once each
+/// (`Model::mtp_weight_copies`).
+fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan, run: HybridRun) -> (f64, f64) {
     let t = f64::from(plan.tp);
     let (experts, expert_params) = model.moe.map_or((0.0, 0.0), |moe| {
         (f64::from(moe.experts), model.expert_params())
@@ -413,27 +447,64 @@ fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan) -> (f64, f64)
     let expert_per_gpu = super::moe::expert_params_per_gpu(model, plan);
     // LatentMoE's projections are whole on every TP rank (`Model::latent_projection_params`).
     let duplicated = model.latent_projection_params() * (1.0 - 1.0 / t);
-    let (layers, moe_layers) = (f64::from(model.layers), f64::from(model.moe_layers()));
-    let main_rest = (layers * model.layer_params() - moe_layers * experts * expert_params) / t
-        + moe_layers * duplicated;
+    let moe_layers = f64::from(run.counts.moe);
+    let main_rest =
+        (model.hybrid_blocks_params_of(run.counts) - moe_layers * experts * expert_params) / t
+            + moe_layers * duplicated;
     let main_expert = moe_layers * expert_per_gpu;
     let (mtp_rest, mtp_expert) = if model.mtp_layer_is_moe() {
         (moe_layer_rest_per_gpu(model, t), expert_per_gpu)
     } else {
         (model.dense_layer_params() / t, 0.0)
     };
-    let copies = f64::from(model.mtp_weight_copies());
-    let stage_layers = layers + f64::from(model.mtp_layers);
+    let copies = if run.mtp_depths > 0 {
+        f64::from(model.mtp_weight_copies())
+    } else {
+        0.0
+    };
+    let stage_layers = f64::from(run.layers().max(1));
     (
         (main_rest + copies * mtp_rest) / stage_layers,
         (main_expert + copies * mtp_expert) / stage_layers,
     )
 }
 
+/// The pipeline ranks a [`Stage::Middle`] stands for: every middle stage of a hybrid stack, whose
+/// stages each hold their own slice of the pattern (each is priced); for a transformer one, the
+/// middle stage `stage_layer_mix` makes of the most layers and MoE layers.
+fn middle_ranks(model: &Model, plan: &ParallelPlan) -> std::ops::Range<u32> {
+    if model.is_hybrid() && plan.pp > 2 {
+        1..plan.pp - 1
+    } else {
+        1..2
+    }
+}
+
+/// The layer mix of `stage` (`stage_layer_mix`), a hybrid stack's middle stage at pipeline rank
+/// `middle_rank` (`middle_ranks`).
+fn stage_mix(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> LayerMix {
+    let (layers, moe_layers) = stage_layer_mix(model, plan, stage, middle_rank);
+    let run = model.is_hybrid().then(|| {
+        let p = plan.pp.max(1);
+        let rank = match stage {
+            Stage::First | Stage::Only | Stage::Ends => 0,
+            Stage::Middle | Stage::VMiddle => middle_rank,
+            Stage::Last => p - 1,
+        };
+        super::pipeline::ChunkLayout::of(model, plan).stage_run(model, p, rank)
+    });
+    LayerMix::of(model, layers, moe_layers, run.flatten())
+}
+
 /// Transformer layers (MTP layers included) on `stage` and how many of them are MoE layers
 /// (`pipeline::stage_moe_layers`); for the middle stages, the one with the most MoE layers (its
-/// experts and routed tokens weigh most).
-fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u32) {
+/// experts and routed tokens weigh most), or a hybrid stack's at `middle_rank`.
+fn stage_layer_mix(
+    model: &Model,
+    plan: &ParallelPlan,
+    stage: Stage,
+    middle_rank: u32,
+) -> (u32, u32) {
     let layers = stage_layers(plan, model, stage);
     if model.moe.is_none() {
         return (layers, 0);
@@ -449,6 +520,7 @@ fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u3
         Stage::Ends => v_ends_mix(model, plan).1,
         Stage::VMiddle => v_middle_mix(model, plan).1,
         Stage::Last => on(plan.pp - 1),
+        Stage::Middle if model.is_hybrid() => on(middle_rank),
         Stage::Middle => {
             // Most middle stages past a dense prefix are all MoE: stop at the first that is.
             let mut most = 0;
@@ -466,7 +538,7 @@ fn stage_layer_mix(model: &Model, plan: &ParallelPlan, stage: Stage) -> (u32, u3
 
 /// Share of `stage`'s transformer layers with an MoE MLP (0 for a dense model).
 pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 {
-    match stage_layer_mix(model, plan, stage) {
+    match stage_layer_mix(model, plan, stage, 1) {
         (0, _) => 0.0,
         (layers, moe) => f64::from(moe) / f64::from(layers),
     }
@@ -474,20 +546,32 @@ pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 
 
 /// The stage whose GPUs hold the most parameters (before ZeRO sharding), and those parameters;
 /// under a V schedule (`v_shaped`) the GPUs as the V places the chunks.
-fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage, f64) {
+/// With it, the middle rank it is (`middle_ranks`).
+fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage, u32, f64) {
     if plan.pp == 1 {
-        return (Stage::Only, stage_params(model, plan, Stage::Only));
+        return (Stage::Only, 1, stage_params(model, plan, Stage::Only, 1));
     }
     let candidates: &[Stage] = match (v_shaped, plan.pp > 2) {
         (true, _) => &[Stage::Ends, Stage::VMiddle],
         (false, true) => &[Stage::First, Stage::Last, Stage::Middle],
         (false, false) => &[Stage::First, Stage::Last],
     };
-    let mut best = (candidates[0], stage_params(model, plan, candidates[0]));
+    let mut best = (
+        candidates[0],
+        1,
+        stage_params(model, plan, candidates[0], 1),
+    );
     for &stage in &candidates[1..] {
-        let params = stage_params(model, plan, stage);
-        if params > best.1 {
-            best = (stage, params);
+        let ranks = if stage == Stage::Middle {
+            middle_ranks(model, plan)
+        } else {
+            1..2
+        };
+        for rank in ranks {
+            let params = stage_params(model, plan, stage, rank);
+            if params > best.2 {
+                best = (stage, rank, params);
+            }
         }
     }
     best
@@ -498,15 +582,15 @@ fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage,
 /// GPU holds both the embedding and the output layer (`Stage::Ends`).
 pub fn max_stage_params(model: &Model, training: &Training, plan: &ParallelPlan) -> StageParams {
     let v_shaped = training.pp_schedule.v_kind().is_some();
-    let (stage, total) = heaviest_stage(model, plan, v_shaped);
+    let (stage, rank, total) = heaviest_stage(model, plan, v_shaped);
     if model.moe.is_none() {
         return StageParams { total, expert: 0.0 };
     }
     let layers = f64::from(stage_layers(plan, model, stage));
-    let share = stage_moe_share(model, plan, stage);
+    let mix = stage_mix(model, plan, stage, rank);
     StageParams {
         total,
-        expert: layers * layer_params_per_gpu_at(model, plan, share).1,
+        expert: layers * layer_params_per_gpu_at(model, plan, mix).1,
     }
 }
 
@@ -655,19 +739,21 @@ fn stage_memory(
     training: &Training,
     plan: &ParallelPlan,
     stage: Stage,
+    middle_rank: u32,
 ) -> Memory {
     // One layer as this GPU holds it, on average over this stage's layers: its TP share of the
     // dense part and its own experts.
-    let moe_share = stage_moe_share(model, plan, stage);
+    let mix = stage_mix(model, plan, stage, middle_rank);
+    let moe_share = mix.moe_share;
     // Routed copies per balanced one (imbalance and low-precision padding).
     let routed_load = super::moe::routed_load(model, training, plan);
-    let params = stage_params_at(model, plan, stage, moe_share);
+    let params = stage_params_at(model, plan, stage, mix);
     // Gradients are reduced and ZeRO shards over the DP and CP ranks together (Megatron's
     // distributed optimizer uses the data-parallel group with context parallelism); routed experts
     // over expert-DP.
     let shard_ranks = plan.zero_shard_ranks();
     let dp = f64::from(shard_ranks);
-    let (dense_layer, expert_layer) = layer_params_per_gpu_at(model, plan, moe_share);
+    let (dense_layer, expert_layer) = layer_params_per_gpu_at(model, plan, mix);
     let layers = f64::from(stage_layers(plan, model, stage));
     let expert_params = layers * expert_layer;
     let after_schedule = super::comm::reduces_after_pipeline_schedule(training, plan);
@@ -808,7 +894,8 @@ fn stage_memory(
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
     let rank = match stage {
         Stage::Only | Stage::First | Stage::Ends => 0,
-        Stage::Middle | Stage::VMiddle => 1,
+        Stage::Middle => middle_rank,
+        Stage::VMiddle => 1,
         Stage::Last => plan.pp - 1,
     };
     let layers = stage_layers(plan, model, stage);
@@ -830,14 +917,14 @@ fn stage_memory(
         let per_layer = if per_op_sac {
             alternate_matmul_activation_bytes(model, b, s, plan.tp, plan.sequence_parallel)
         } else {
-            layer_activation_bytes(
+            layer_activation_bytes_of(
                 model,
                 b,
                 s,
-                plan.tp,
-                plan.sequence_parallel,
+                (plan.tp, plan.sequence_parallel),
                 layer_recompute,
                 training.attention,
+                mix.blocks,
             )
         };
         // torchtitan's sequence parallelism gathers the QKV and MLP inputs once (DTensor
@@ -888,10 +975,14 @@ fn stage_memory(
             // The norm outputs feeding QKV and the first MLP GEMM (split over TP only with SP)
             // save a byte where a layer-norm-fused GEMM keeps its quantized copy alone
             // (`norm_output_fp8_saving`).
-            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, share);
+            let at = LayerMix {
+                moe_share: share,
+                ..mix
+            };
+            let norm_outputs = sf * bf * h / sp_split * norm_output_fp8_saving_at(model, at);
             // The dense MLP's down-projection input exists in dense layers only; MoE layers save
             // their expert GEMM inputs in FP8 below.
-            let shares = model.block_shares();
+            let shares = mix.blocks;
             let dense_share = shares.mlp - share;
             // A Mamba block's `out_proj` saves its quantized input (the gated norm's output) too.
             let mamba_inputs =
@@ -1099,29 +1190,36 @@ pub fn memory(
     plan: &ParallelPlan,
 ) -> Memory {
     if plan.pp == 1 {
-        return stage_memory(model, cluster, training, plan, Stage::Only);
+        return stage_memory(model, cluster, training, plan, Stage::Only, 1);
     }
     // Under a V schedule every rank holds as many chunks in flight; the first also holds both
     // ends of the model, the others may hold more layers (uneven chunks).
     if training.pp_schedule.v_kind().is_some() {
-        let ends = stage_memory(model, cluster, training, plan, Stage::Ends);
-        let rest = stage_memory(model, cluster, training, plan, Stage::VMiddle);
+        let ends = stage_memory(model, cluster, training, plan, Stage::Ends, 1);
+        let rest = stage_memory(model, cluster, training, plan, Stage::VMiddle, 1);
         return if rest.total_bytes.0 > ends.total_bytes.0 {
             rest
         } else {
             ends
         };
     }
-    let mut worst = stage_memory(model, cluster, training, plan, Stage::First);
+    let mut worst = stage_memory(model, cluster, training, plan, Stage::First, 1);
     let stages: &[Stage] = if plan.pp > 2 {
         &[Stage::Middle, Stage::Last]
     } else {
         &[Stage::Last]
     };
     for &stage in stages {
-        let candidate = stage_memory(model, cluster, training, plan, stage);
-        if candidate.total_bytes.0 > worst.total_bytes.0 {
-            worst = candidate;
+        let ranks = if stage == Stage::Middle {
+            middle_ranks(model, plan)
+        } else {
+            1..2
+        };
+        for rank in ranks {
+            let candidate = stage_memory(model, cluster, training, plan, stage, rank);
+            if candidate.total_bytes.0 > worst.total_bytes.0 {
+                worst = candidate;
+            }
         }
     }
     worst
@@ -1178,9 +1276,9 @@ mod tests {
         let moe_rest = model.moe_layer_params() - 256.0 * model.expert_params();
         let first =
             model.word_embedding_params() + 3.0 * model.dense_layer_params() + moe_rest + experts;
-        assert!((stage_params(&model, &plan, Stage::First) / first - 1.0).abs() < 1e-12);
+        assert!((stage_params(&model, &plan, Stage::First, 1) / first - 1.0).abs() < 1e-12);
         let middle = 4.0 * (moe_rest + experts);
-        assert!((stage_params(&model, &plan, Stage::Middle) / middle - 1.0).abs() < 1e-12);
+        assert!((stage_params(&model, &plan, Stage::Middle, 1) / middle - 1.0).abs() < 1e-12);
         let heaviest = max_stage_params(&model, &training, &plan);
         assert!((heaviest.total / middle - 1.0).abs() < 1e-12);
         assert!((heaviest.expert / (4.0 * experts) - 1.0).abs() < 1e-12);
@@ -1278,7 +1376,7 @@ mod tests {
             ..crate::plan::PlanRequest::default()
         };
         let acts = |t: &Training, plan: &ParallelPlan, stage: Stage| {
-            stage_memory(&model, &cluster, t, plan, stage)
+            stage_memory(&model, &cluster, t, plan, stage, 1)
                 .activations_bytes
                 .0
         };
@@ -1740,11 +1838,16 @@ mod tests {
         let (model, cluster, training, one_round) = gpt3_pp8(titan, 2, 16, 3);
         let (_, _, _, two_rounds) = gpt3_pp8(titan, 2, 32, 3);
         let grads = |plan: &ParallelPlan| {
-            stage_memory(&model, &cluster, &training, plan, Stage::Middle)
+            stage_memory(&model, &cluster, &training, plan, Stage::Middle, 1)
                 .gradients_bytes
                 .0
         };
-        let params = stage_params_at(&model, &one_round, Stage::Middle, 0.0);
+        let params = stage_params_at(
+            &model,
+            &one_round,
+            Stage::Middle,
+            LayerMix::transformer(0.0),
+        );
         let unsharded = params * training.grad_dtype.bytes();
         let sharded = unsharded / 2.0;
         assert!((grads(&two_rounds) - (sharded + unsharded)).abs() < 1e-6 * unsharded);
@@ -1758,9 +1861,9 @@ mod tests {
         // fragmentation that scales with them move.
         let titan = crate::training::TrainingFramework::Torchtitan;
         let (model, cluster, mut training, plan) = gpt3_pp8(titan, 1, 16, 3);
-        let without = stage_memory(&model, &cluster, &training, &plan, Stage::Last);
+        let without = stage_memory(&model, &cluster, &training, &plan, Stage::Last, 1);
         training.pipeline_keeps_outputs = true;
-        let with = stage_memory(&model, &cluster, &training, &plan, Stage::Last);
+        let with = stage_memory(&model, &cluster, &training, &plan, Stage::Last, 1);
         let logits = 7.0 * 2.0 * 2048.0 * f64::from(model.vocab) / 8.0;
         let kept = with.activations_bytes.0 - without.activations_bytes.0;
         assert!((kept / logits - 1.0).abs() < 1e-9, "{kept} vs {logits}");
@@ -1776,7 +1879,7 @@ mod tests {
         // start: only the activations fragment.
         let core = crate::training::TrainingFramework::MegatronCore;
         let (model, cluster, training, plan) = gpt3_pp8(core, 1, 128, 1);
-        let m = stage_memory(&model, &cluster, &training, &plan, Stage::First);
+        let m = stage_memory(&model, &cluster, &training, &plan, Stage::First, 1);
         let want = RESERVED_GIB * GIB + FRAGMENTATION_FRACTION * m.activations_bytes.0;
         assert!((m.other_bytes.0 / want - 1.0).abs() < 1e-12);
     }

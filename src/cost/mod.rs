@@ -43,6 +43,7 @@ use serde::Serialize;
 
 use crate::cluster::{Cluster, Link};
 use crate::model::Model;
+use crate::model::{BlockShares, HybridRun};
 use crate::plan::{ParallelPlan, Recompute};
 use crate::training::{AttentionKernel, CpExchange, SelectiveRecompute, Training};
 use crate::units::{Bytes, Seconds};
@@ -170,6 +171,61 @@ pub struct Estimate {
     /// The MTP layers among them (the last stage's, or with pp 1 the only stage's): the rest of
     /// `slowest_stage_layers` are decoder layers.
     pub slowest_stage_mtp_layers: u32,
+    /// A hybrid stack's run of layers on it (its own slice of the pattern,
+    /// `pipeline::ChunkLayout::stage_run`); None for a transformer.
+    #[serde(skip)]
+    pub slowest_stage_run: Option<HybridRun>,
+}
+
+/// What the average layer of a run of layers (one pipeline stage's) holds: its MoE layers' share
+/// and each block's share. A transformer's layers hold one attention and one MLP each wherever
+/// they sit; a hybrid stack's stage holds its slice of the pattern (Megatron-Core slices it per
+/// pipeline stage, `select_pipeline_segment` in megatron/core/models/hybrid/
+/// hybrid_layer_allocation.py), so its stages can differ in their blocks as well as in their MoE
+/// layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerMix {
+    /// Share of the layers with an MoE MLP (0 for a dense model).
+    pub moe_share: f64,
+    /// Each block's share of the layers (`Model::block_shares_of`).
+    pub blocks: BlockShares,
+    /// A hybrid stack's run of layers these are (what its parameters are counted from); None for
+    /// a transformer.
+    pub run: Option<HybridRun>,
+}
+
+impl LayerMix {
+    /// Layers of a transformer (one attention and one MLP each), `moe_share` of them MoE layers.
+    pub fn transformer(moe_share: f64) -> LayerMix {
+        LayerMix {
+            moe_share,
+            blocks: BlockShares::TRANSFORMER,
+            run: None,
+        }
+    }
+
+    /// The average layer of the whole stack, its MTP depths included.
+    pub fn whole_model(model: &Model) -> LayerMix {
+        LayerMix {
+            moe_share: moe::moe_layer_share(model),
+            blocks: model.block_shares(),
+            run: model.whole_hybrid_run(),
+        }
+    }
+
+    /// `layers` layers of which `moe_layers` are MoE layers, a hybrid stack's `run` of them.
+    pub fn of(model: &Model, layers: u32, moe_layers: u32, run: Option<HybridRun>) -> LayerMix {
+        let moe_share = if model.moe.is_none() || layers == 0 {
+            0.0
+        } else {
+            f64::from(moe_layers.min(layers)) / f64::from(layers)
+        };
+        LayerMix {
+            moe_share,
+            blocks: run.map_or(BlockShares::TRANSFORMER, |run| model.block_shares_of(run)),
+            run,
+        }
+    }
 }
 
 impl Estimate {
@@ -322,21 +378,26 @@ pub fn sp_regathers_in_backward(training: &Training, plan: &ParallelPlan) -> boo
 /// estimate's TP traffic and the ledger count): the attention's, and the MLP's on the layers whose
 /// MLP has one (`moe::mlp_tp_pair_share_at`; 2 for a dense layer, Shoeybi et al. 2019 §3).
 pub fn tp_pairs_per_layer(model: &Model, training: &Training, estimate: &Estimate) -> f64 {
-    let moe_share = if estimate.slowest_stage_layers == 0 {
-        0.0
-    } else {
-        f64::from(estimate.slowest_stage_moe_layers) / f64::from(estimate.slowest_stage_layers)
-    };
-    tp_pairs_at(model, training, moe_share)
+    tp_pairs_at(model, training, slowest_stage_mix(model, estimate))
 }
 
-/// TP all-reduce equivalents of one layer's forward, of which `moe_share` are MoE layers: one per
-/// block that runs a column- then row-parallel pair — the attention, the MLP where it has one
+/// [`LayerMix`] of the stage that sets the step.
+pub fn slowest_stage_mix(model: &Model, estimate: &Estimate) -> LayerMix {
+    LayerMix::of(
+        model,
+        estimate.slowest_stage_layers,
+        estimate.slowest_stage_moe_layers,
+        estimate.slowest_stage_run,
+    )
+}
+
+/// TP all-reduce equivalents of the forward of one layer of `mix`: one per block that runs a
+/// column- then row-parallel pair — the attention, the MLP where it has one
 /// (`moe::mlp_tp_pair_share_at`), a hybrid stack's Mamba mixer (`in_proj`, `out_proj`) — by the
-/// average layer's share of each block (`Model::block_shares`; 2 for a dense transformer layer).
-pub(crate) fn tp_pairs_at(model: &Model, training: &Training, moe_share: f64) -> f64 {
-    let shares = model.block_shares();
-    let mlp_pairs = shares.mlp - 1.0 + moe::mlp_tp_pair_share_at(model, training, moe_share);
+/// average layer's share of each block (`LayerMix::blocks`; 2 for a dense transformer layer).
+pub(crate) fn tp_pairs_at(model: &Model, training: &Training, mix: LayerMix) -> f64 {
+    let shares = mix.blocks;
+    let mlp_pairs = shares.mlp - 1.0 + moe::mlp_tp_pair_share_at(model, training, mix.moe_share);
     shares.attention + shares.mamba + mlp_pairs
 }
 
@@ -347,29 +408,25 @@ pub fn tp_recompute_repeats_collectives(
     training: &Training,
     estimate: &Estimate,
 ) -> bool {
-    let moe_share = if estimate.slowest_stage_layers == 0 {
-        0.0
-    } else {
-        f64::from(estimate.slowest_stage_moe_layers) / f64::from(estimate.slowest_stage_layers)
-    };
-    tp_recompute_share(model, training, &estimate.plan, moe_share) > 0.0
+    let mix = slowest_stage_mix(model, estimate);
+    tp_recompute_share(model, training, &estimate.plan, mix) > 0.0
 }
 
 /// Share of a layer's forward TP collectives, counted in units of a dense layer's two all-reduce
 /// equivalents, that its recompute runs again: the recomputed layers' own collectives under full
 /// recompute, the framework's selective kind otherwise.
-/// Layers of which `moe_share` are MoE layers (one stage's).
+/// Layers of `mix` (one stage's).
 pub(crate) fn tp_recompute_share(
     model: &Model,
     training: &Training,
     plan: &ParallelPlan,
-    moe_share: f64,
+    mix: LayerMix,
 ) -> f64 {
     match plan.recompute {
-        Recompute::Full => plan.recompute_share() * tp_pairs_at(model, training, moe_share) / 2.0,
+        Recompute::Full => plan.recompute_share() * tp_pairs_at(model, training, mix) / 2.0,
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
-            moe_share,
+            mix.moe_share,
             moe::moe_mlp_has_tp_pair(model, training),
         ),
         Recompute::None => 0.0,
@@ -400,7 +457,10 @@ pub(crate) fn unit_costs(
         cluster,
         training,
         plan,
-        moe::busiest_stage_moe_share(model, plan),
+        LayerMix {
+            moe_share: moe::busiest_stage_moe_share(model, plan),
+            ..LayerMix::whole_model(model)
+        },
     )
 }
 
@@ -437,10 +497,11 @@ fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f6
     0.0
 }
 
-/// The per-micro-batch costs of the average layer of a stage whose layers are `moe_share` MoE
-/// layers (0 for a dense model or an all-dense stage, 1 for an all-MoE one): a stage pays its own
-/// mix, so a stage of DeepSeek-V3's three dense layers and one MoE layer is costed as that, not as
-/// four MoE layers.
+/// The per-micro-batch costs of the average layer of a stage of `mix`, whose layers are
+/// `mix.moe_share` MoE layers (0 for a dense model or an all-dense stage, 1 for an all-MoE one)
+/// and, in a hybrid stack, its own slice of the pattern's blocks: a stage pays its own mix, so a
+/// stage of DeepSeek-V3's three dense layers and one MoE layer is costed as that, not as four MoE
+/// layers.
 // Inlined into `MixCosts::stage`, its one caller in the hot path: out of line, an evaluation ran
 // 30% slower (criterion `evaluate/512b_tp8_pp16_dp2`, 2026-12-03).
 #[inline(always)]
@@ -449,8 +510,9 @@ pub(crate) fn unit_costs_at(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
-    moe_share: f64,
+    mix: LayerMix,
 ) -> UnitCosts {
+    let moe_share = mix.moe_share;
     let seq_len = training.seq_len;
     let groups = groups::groups(cluster, plan);
     let tp_overlap = tp_overlap_on(training, plan);
@@ -484,7 +546,7 @@ pub(crate) fn unit_costs_at(
     );
     // A hybrid stack's average layer holds each block's share (`hybrid`); a transformer's is the
     // layer itself.
-    let mut layer = hybrid::average_layer(model, cluster, &shard, transformer_layer);
+    let mut layer = hybrid::average_layer(model, cluster, &shard, transformer_layer, mix.blocks);
     let recompute_share = plan.recompute_share();
     // MoE layers replace the dense MLP by router, permutation, grouped expert GEMMs and shared
     // experts (`moe.rs`); the stage's average layer carries its MoE layers' share of the
@@ -547,7 +609,7 @@ pub(crate) fn unit_costs_at(
     // after every micro-batch's backward (`gradient_pass_bytes_per_param`).
     let pass_bytes = gradient_pass_bytes_per_param(training, plan);
     if pass_bytes > 0.0 {
-        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
+        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, mix);
         layer.backward += (rest + expert) * pass_bytes
             / cluster.gpu.achieved_hbm_bandwidth().0
             / cluster.gpu.framework_efficiency;
@@ -564,7 +626,7 @@ pub(crate) fn unit_costs_at(
     let copy_s_per_byte =
         1.0 / cluster.gpu.achieved_hbm_bandwidth().0 / cluster.gpu.framework_efficiency;
     if copy_forward + copy_backward > 0.0 {
-        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, moe_share);
+        let (rest, expert) = memory::layer_params_per_gpu_at(model, plan, mix);
         let copied = compute::sharded_dp_copied_params(plan, rest, expert);
         layer.forward += copied * copy_forward * copy_s_per_byte;
         layer.backward += copied * copy_backward * copy_s_per_byte;
@@ -582,8 +644,8 @@ pub(crate) fn unit_costs_at(
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
     // The forward's all-reduce equivalents (2 for a dense layer; MoE layers without shared experts
     // have only the attention's under Megatron-Core).
-    let pairs = tp_pairs_at(model, training, moe_share);
-    let tp_recompute_share = tp_recompute_share(model, training, plan, moe_share);
+    let pairs = tp_pairs_at(model, training, mix);
+    let tp_recompute_share = tp_recompute_share(model, training, plan, mix);
     // Whether TP overlap covers the backward graph too (Megatron-Core) or the forward only (torchtitan).
     let overlap_reaches_backward = training.framework.tp_overlap_in_backward();
     // torchtitan's functional collectives copy the full tensor around each all-gather and
@@ -916,10 +978,10 @@ pub(crate) struct MixCosts<'a> {
     cluster: &'a Cluster,
     training: &'a Training,
     plan: &'a ParallelPlan,
-    /// The mixes met so far, by share of MoE layers (a fixed array: evaluation allocates
-    /// nothing, and the costs are lent, not copied). Past `MIXES` distinct mixes, which only a
-    /// long `--moe-layer-freq` pattern over many stages meets, the last slot is recomputed.
-    shares: [f64; MIXES],
+    /// The mixes met so far (a fixed array: evaluation allocates nothing, and the costs are lent,
+    /// not copied). Past `MIXES` distinct mixes, which a long `--moe-layer-freq` pattern or a
+    /// hybrid stack over many stages meets, the last slot is recomputed.
+    mixes: [Option<LayerMix>; MIXES],
     costs: [Option<UnitCosts>; MIXES],
     filled: usize,
 }
@@ -940,35 +1002,40 @@ impl<'a> MixCosts<'a> {
             cluster,
             training,
             plan,
-            shares: [f64::NAN; MIXES],
+            mixes: [None; MIXES],
             costs: [None; MIXES],
             filled: 0,
         }
     }
 
-    /// Where the average layer's costs of a stage of `layers` transformer layers, `moe_layers` of
-    /// them MoE layers, are kept ([`MixCosts::costs`]): valid while at most `MIXES` distinct
-    /// mixes have been asked (after that the last slot is reused by every new mix).
-    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32) -> usize {
-        let share = if self.model.moe.is_none() || layers == 0 {
-            0.0
-        } else {
-            f64::from(moe_layers.min(layers)) / f64::from(layers)
-        };
-        if let Some(at) = self.shares[..self.filled].iter().position(|s| *s == share) {
+    /// Where the average layer's costs of a stage of `layers` layers, `moe_layers` of them MoE
+    /// layers, a hybrid stack's `run` of them (`pipeline::ChunkLayout::stage_run`), are kept
+    /// ([`MixCosts::costs`]): valid while at most `MIXES` distinct mixes have been asked (after
+    /// that the last slot is reused by every new mix).
+    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32, run: Option<HybridRun>) -> usize {
+        let mix = LayerMix::of(self.model, layers, moe_layers, run);
+        if let Some(at) = self.mixes[..self.filled]
+            .iter()
+            .position(|kept| *kept == Some(mix))
+        {
             return at;
         }
         let at = self.filled.min(MIXES - 1);
         self.filled = (self.filled + 1).min(MIXES);
-        self.shares[at] = share;
+        self.mixes[at] = Some(mix);
         self.costs[at] = Some(unit_costs_at(
             self.model,
             self.cluster,
             self.training,
             self.plan,
-            share,
+            mix,
         ));
         at
+    }
+
+    /// Forgets the mixes kept, so that the next `MIXES` asked each get a slot of their own.
+    fn forget(&mut self) {
+        self.filled = 0;
     }
 
     pub(crate) fn costs(&self, at: usize) -> &UnitCosts {
@@ -998,6 +1065,8 @@ struct StageTimes {
     slowest_mtp_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
     slowest_costs: usize,
+    /// A hybrid stack's run of layers on it.
+    slowest_run: Option<HybridRun>,
     /// Transformer layers of the stage that holds the most.
     max_layers: u32,
 }
@@ -1036,13 +1105,22 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
     let last_stage = plan.pp.max(1) - 1;
-    // One layout for every stage's MoE count (dense models need none).
-    let layout = model.moe.map(|_| pipeline::ChunkLayout::of(model, plan));
-    let moe_of =
-        |stage: u32| layout.map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1);
+    // One layout for every stage's MoE count and hybrid blocks (dense transformers need none).
+    let layout =
+        (model.moe.is_some() || model.is_hybrid()).then(|| pipeline::ChunkLayout::of(model, plan));
+    let moe_of = |stage: u32| {
+        layout.map_or(0, |l| {
+            if model.moe.is_some() {
+                l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1
+            } else {
+                0
+            }
+        })
+    };
     let last_moe = moe_of(last_stage);
+    let last_run = layout.and_then(|l| l.stage_run(model, plan.pp.max(1), last_stage));
     if plan.pp == 1 {
-        let at = mix.stage(last_layers, last_moe);
+        let at = mix.stage(last_layers, last_moe, last_run);
         let only = stage_time(mix.costs(at), last_layers, last_moe, true);
         return StageTimes {
             slowest: only,
@@ -1050,10 +1128,14 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest_moe_layers: last_moe,
             slowest_mtp_layers: model.mtp_layers,
             slowest_costs: at,
+            slowest_run: last_run,
             mean_total: only.total(),
             v_chunks: None,
             max_layers: last_layers,
         };
+    }
+    if let (true, Some(layout)) = (model.is_hybrid(), layout) {
+        return hybrid_stage_times(model, plan, mix, &layout, stage_time);
     }
     // The middle stage with the most layers, and of those the most MoE layers: all of them when
     // every layer is MoE, or when the dense prefix ends on the first stage of a pipeline without
@@ -1086,7 +1168,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         (last_layers, last_moe, true),
         (plan.stages.middle_max, middle_fewest_moe, false),
     ];
-    let at = stages.map(|(layers, moe_layers, _)| mix.stage(layers, moe_layers));
+    let at = stages.map(|(layers, moe_layers, _)| mix.stage(layers, moe_layers, None));
     let [first, most, last, fewest] = [0, 1, 2, 3].map(|i| {
         let (layers, moe_layers, with_output) = stages[i];
         stage_time(mix.costs(at[i]), layers, moe_layers, with_output)
@@ -1106,6 +1188,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         slowest_moe_layers: stages[slowest].1,
         slowest_mtp_layers: if slowest == 2 { model.mtp_layers } else { 0 },
         slowest_costs: at[slowest],
+        slowest_run: None,
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
         // Only the V schedules' closed form reads the split (`v_schedule::v_bubble_s`).
         v_chunks: v_shaped.then(|| {
@@ -1120,6 +1203,53 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             let chunk = [0, 1, 2].map(|k| ((mean[k] - output[k] / p) / v).max(0.0));
             [chunk, output]
         }),
+        max_layers: pipeline::max_stage_layers(model, plan),
+    }
+}
+
+/// [`stage_times`] of a hybrid stack with a pipeline: Megatron-Core gives each stage its own slice
+/// of the pattern (`select_pipeline_segment`), so every stage is priced at its own blocks and the
+/// slowest sets the step; the mean is over all of them. One model chunk per stage (the stack
+/// refuses virtual stages without '|' separators in the pattern, `plan::check_hybrid`).
+fn hybrid_stage_times(
+    model: &Model,
+    plan: &ParallelPlan,
+    mix: &mut MixCosts,
+    layout: &pipeline::ChunkLayout,
+    stage_time: impl Fn(&UnitCosts, u32, u32, bool) -> StageTime,
+) -> StageTimes {
+    let p = plan.pp.max(1);
+    let last = p - 1;
+    let stage_of = |stage: u32| {
+        let (layers, moe_layers) = layout.stage_mix_with_mtp(model, p, stage);
+        (layers, moe_layers, layout.stage_run(model, p, stage))
+    };
+    let mut sum = 0.0;
+    let mut slowest = (0, f64::NEG_INFINITY);
+    for stage in 0..p {
+        let (layers, moe_layers, run) = stage_of(stage);
+        let at = mix.stage(layers, moe_layers, run);
+        let total = stage_time(mix.costs(at), layers, moe_layers, stage == last).total();
+        sum += total;
+        if total > slowest.1 {
+            slowest = (stage, total);
+        }
+    }
+    // The loop may have reused the last slot: ask the slowest stage's mix afresh so that its
+    // slot holds it.
+    mix.forget();
+    let (stage, (layers, moe_layers, run)) = (slowest.0, stage_of(slowest.0));
+    let at = mix.stage(layers, moe_layers, run);
+    let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);
+    StageTimes {
+        slowest: time,
+        slowest_layers: layers,
+        slowest_moe_layers: moe_layers,
+        slowest_mtp_layers: if stage == last { model.mtp_layers } else { 0 },
+        slowest_costs: at,
+        slowest_run: run,
+        mean_total: sum / f64::from(p),
+        v_chunks: None,
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -1140,6 +1270,7 @@ pub fn slowest_stage(
     SlowestStage {
         layers: times.slowest_layers,
         moe_layers: times.slowest_moe_layers,
+        run: times.slowest_run,
         sends: times.slowest.sends as u32,
     }
 }
@@ -1149,6 +1280,8 @@ pub fn slowest_stage(
 pub struct SlowestStage {
     pub layers: u32,
     pub moe_layers: u32,
+    /// A hybrid stack's run of layers on it (`pipeline::ChunkLayout::stage_run`).
+    pub run: Option<HybridRun>,
     /// Its stage-boundary sends per micro-batch, both directions (2·v; 2 on a V's first GPU).
     pub sends: u32,
 }
@@ -1218,6 +1351,7 @@ pub fn evaluate(
         slowest_moe_layers,
         slowest_mtp_layers,
         slowest_costs,
+        slowest_run,
         mean_total,
         v_chunks,
         max_layers,
@@ -1588,6 +1722,7 @@ pub fn evaluate(
         slowest_stage_layers: slowest_layers,
         slowest_stage_moe_layers: slowest_moe_layers,
         slowest_stage_mtp_layers: slowest_mtp_layers,
+        slowest_stage_run: slowest_run,
     }
 }
 

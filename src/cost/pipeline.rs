@@ -1,6 +1,7 @@
 //! Pipeline bubble of (interleaved) 1F1B, and the transformer layers the stages run.
 
 use crate::model::Model;
+use crate::model::{BlockCounts, HybridRun};
 use crate::plan::ParallelPlan;
 
 /// Transformer layers the last stage (the only one without pipelining) runs: its decoder layers
@@ -142,6 +143,22 @@ impl ChunkLayout {
                 moe + model.moe_layers_between(start, end),
             )
         })
+    }
+
+    /// The run of a hybrid stack's layers pipeline stage `stage` of `pp` holds over all its model
+    /// chunks, the MTP depths included on the last stage (Megatron-Core's
+    /// `select_pipeline_segment` slices the pattern by stage); None for a transformer.
+    pub fn stage_run(&self, model: &Model, pp: u32, stage: u32) -> Option<HybridRun> {
+        if !model.is_hybrid() {
+            return None;
+        }
+        let pp = pp.max(1);
+        let counts = (0..self.chunks / pp).fold(BlockCounts::default(), |counts, round| {
+            let (start, end) = self.range(round * pp + stage);
+            counts.plus(model.blocks_between(start, end))
+        });
+        let mtp_depths = if stage + 1 == pp { model.mtp_layers } else { 0 };
+        Some(HybridRun { counts, mtp_depths })
     }
 
     /// [`ChunkLayout::stage_mix`] with the MTP layers the last stage runs after its decoder layers

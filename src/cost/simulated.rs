@@ -188,6 +188,8 @@ fn stage_costs_and_ep(
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
+    // A hybrid stack's stages each hold their own slice of the pattern.
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
     layers
         .iter()
         .enumerate()
@@ -195,7 +197,8 @@ fn stage_costs_and_ep(
             // The last stage also runs the MTP layers (`pipeline::last_stage_layers`).
             let n = if s == last { n + model.mtp_layers } else { n };
             let moe_layers = super::stage_moe_layers(model, plan, s as u32);
-            let at = mix.stage(n, moe_layers);
+            let run = layout.stage_run(model, plan.pp.max(1), s as u32);
+            let at = mix.stage(n, moe_layers, run);
             block_cost(mix.costs(at), n, moe_layers, s == last, v)
         })
         .collect()
@@ -221,13 +224,16 @@ fn v_chunk_costs(
                 let (start, end) = layout.range(vs);
                 let (mut layers, mut moe_layers) =
                     (end - start, model.moe_layers_between(start, end));
-                if vs == last {
-                    layers += model.mtp_layers;
-                    if model.mtp_layer_is_moe() {
-                        moe_layers += model.mtp_layers;
-                    }
+                let depths = if vs == last { model.mtp_layers } else { 0 };
+                layers += depths;
+                if model.mtp_layer_is_moe() {
+                    moe_layers += depths;
                 }
-                let at = mix.stage(layers, moe_layers);
+                let run = model.is_hybrid().then(|| crate::model::HybridRun {
+                    counts: model.blocks_between(start, end),
+                    mtp_depths: depths,
+                });
+                let at = mix.stage(layers, moe_layers, run);
                 let costs = mix.costs(at);
                 let (mut cost, ep) = block_cost(costs, layers, moe_layers, vs == last, 1.0);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
@@ -627,8 +633,11 @@ mod tests {
         assert_eq!(super::super::stage_moe_layers(&model, &plan, 0), 1);
         assert_eq!(super::super::stage_moe_layers(&model, &plan, 1), 4);
         let stages = stage_costs(&model, &cluster, &training, &plan);
-        let dense = super::super::unit_costs_at(&model, &cluster, &training, &plan, 0.0);
-        let moe = super::super::unit_costs_at(&model, &cluster, &training, &plan, 1.0);
+        let at = |share: f64| {
+            let mix = crate::cost::LayerMix::transformer(share);
+            super::super::unit_costs_at(&model, &cluster, &training, &plan, mix)
+        };
+        let (dense, moe) = (at(0.0), at(1.0));
         let forward = |c: &super::super::UnitCosts, layers: f64, moe_layers: f64| {
             layers * (c.layer.forward + c.tp.forward_exposed_s + c.cp.forward_exposed_s)
                 + c.ep_layers(moe_layers as u32) * c.ep.forward_exposed_s
@@ -638,7 +647,7 @@ mod tests {
         // The middle stages: 4 MoE layers.
         assert!(close(stages[1].forward_s, forward(&moe, 4.0, 4.0)));
         // The first: the average of its own mix, i.e. 3 dense layers and 1 MoE layer.
-        let first_mix = super::super::unit_costs_at(&model, &cluster, &training, &plan, 0.25);
+        let first_mix = at(0.25);
         assert!(close(stages[0].forward_s, forward(&first_mix, 4.0, 1.0)));
         let by_kind = 3.0 * dense.layer.forward + moe.layer.forward;
         assert!(

@@ -92,6 +92,31 @@ impl BlockCounts {
     pub fn layers(&self) -> u32 {
         self.mamba + self.attention + self.mlp + self.moe
     }
+
+    /// The counts of two runs of layers together.
+    pub fn plus(self, other: BlockCounts) -> BlockCounts {
+        BlockCounts {
+            mamba: self.mamba + other.mamba,
+            attention: self.attention + other.attention,
+            mlp: self.mlp + other.mlp,
+            moe: self.moe + other.moe,
+        }
+    }
+}
+
+/// A run of a hybrid stack's layers (one pipeline stage's): the pattern's blocks in it and the MTP
+/// depths that follow it (the last stage's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HybridRun {
+    pub counts: BlockCounts,
+    pub mtp_depths: u32,
+}
+
+impl HybridRun {
+    /// Its layers, the MTP depths included.
+    pub fn layers(&self) -> u32 {
+        self.counts.layers() + self.mtp_depths
+    }
 }
 
 /// What an average layer holds of each block: for a transformer layer one attention and one MLP
@@ -171,16 +196,54 @@ impl Model {
     pub fn block_shares(&self) -> BlockShares {
         match &self.hybrid {
             None => BlockShares::TRANSFORMER,
-            Some(hybrid) => {
-                let counts = hybrid.counts();
-                let depths = f64::from(self.mtp_layers);
-                let symbols = f64::from(counts.layers().max(1));
-                let layers = symbols + depths;
-                BlockShares {
-                    attention: (f64::from(counts.attention) + depths) / layers,
-                    mlp: (f64::from(counts.mlp + counts.moe) + depths) / layers,
-                    mamba: f64::from(counts.mamba) / layers,
-                    norms: (symbols + 2.0 * depths) / layers,
+            Some(hybrid) => self.block_shares_of(HybridRun {
+                counts: hybrid.counts(),
+                mtp_depths: self.mtp_layers,
+            }),
+        }
+    }
+
+    /// The whole hybrid stack as one run (None for a transformer).
+    pub fn whole_hybrid_run(&self) -> Option<HybridRun> {
+        self.hybrid.as_ref().map(|hybrid| HybridRun {
+            counts: hybrid.counts(),
+            mtp_depths: self.mtp_layers,
+        })
+    }
+
+    /// [`Model::block_shares`] of a run of the stack (one pipeline stage's slice of the pattern,
+    /// `Model::blocks_between`, and the MTP depths after it on the last stage). A transformer's
+    /// layers are [`BlockShares::TRANSFORMER`] wherever they sit.
+    pub fn block_shares_of(&self, run: HybridRun) -> BlockShares {
+        if !self.is_hybrid() {
+            return BlockShares::TRANSFORMER;
+        }
+        let HybridRun { counts, mtp_depths } = run;
+        let depths = f64::from(mtp_depths);
+        let symbols = f64::from(counts.layers());
+        let layers = (symbols + depths).max(1.0);
+        BlockShares {
+            attention: (f64::from(counts.attention) + depths) / layers,
+            mlp: (f64::from(counts.mlp + counts.moe) + depths) / layers,
+            mamba: f64::from(counts.mamba) / layers,
+            norms: (symbols + 2.0 * depths) / layers,
+        }
+    }
+
+    /// The blocks of decoder layers [start, end) of a hybrid stack (the pattern's symbols there);
+    /// a transformer's layers each count as an attention block and an MLP block of their kind.
+    pub fn blocks_between(&self, start: u32, end: u32) -> BlockCounts {
+        let end = end.min(self.layers);
+        let start = start.min(end);
+        match &self.hybrid {
+            Some(hybrid) => BlockCounts::of(&hybrid.pattern[start as usize..end as usize]),
+            None => {
+                let moe = self.moe_layers_between(start, end);
+                BlockCounts {
+                    mamba: 0,
+                    attention: end - start,
+                    mlp: end - start - moe,
+                    moe,
                 }
             }
         }

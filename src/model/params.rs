@@ -262,7 +262,16 @@ impl Model {
     /// each symbol's block and its pre-norm (one per layer, fused into the block's first linear in
     /// Megatron-Core's hybrid specs but a parameter all the same).
     fn hybrid_blocks_params(&self, active: bool) -> f64 {
-        let counts = self.block_counts();
+        self.hybrid_run_params(self.block_counts(), active)
+    }
+
+    /// Parameters of a run of a hybrid stack's layers with `counts` blocks (one pipeline stage's
+    /// slice of the pattern), each block with its pre-norm, every routed expert counted.
+    pub fn hybrid_blocks_params_of(&self, counts: super::BlockCounts) -> f64 {
+        self.hybrid_run_params(counts, false)
+    }
+
+    fn hybrid_run_params(&self, counts: super::BlockCounts, active: bool) -> f64 {
         let experts = self.moe.map_or(0.0, |moe| {
             f64::from(if active { moe.router_topk } else { moe.experts })
         });
@@ -274,7 +283,7 @@ impl Model {
             + f64::from(counts.attention) * self.attention_params()
             + f64::from(counts.mlp) * self.dense_mlp_params()
             + f64::from(counts.moe) * moe_block
-            + f64::from(self.layers) * self.norm_params(f64::from(self.hidden))
+            + f64::from(counts.layers()) * self.norm_params(f64::from(self.hidden))
     }
 
     /// Routed copies of each token in an MoE layer: top-k (0 for a dense model). The EP all-to-all
