@@ -110,10 +110,11 @@ fn plans_a_hybrid_stack_cannot_take_are_refused_in_one_line() {
             ],
         ),
         (
-            &["--nodes", "2", "--tp", "2", "--pp", "2"],
+            &["--nodes", "2", "--tp", "2", "--pp", "2", "--vpp", "2"],
             &[
-                "--pp 2 with the hybrid Mamba-Transformer model nemotron-h-8b",
-                "give --pp 1",
+                "--vpp 2 with the hybrid Mamba-Transformer model nemotron-h-8b",
+                "'|' separators",
+                "give --vpp 1",
             ],
         ),
         (
@@ -165,7 +166,10 @@ fn a_hybrid_search_proposes_only_plans_it_prices() {
     let plans = v["plans"].as_array().expect("plans");
     assert!(!plans.is_empty(), "no plan for Nemotron-H 56B on 64 H100s");
     for p in plans {
-        assert_eq!(p["pp"], 1, "{p}");
+        // Pipelines as Megatron-Core slices the 118-layer pattern: evenly, one chunk a stage.
+        let pp = p["pp"].as_u64().unwrap();
+        assert_eq!(118 % pp, 0, "pp {pp} must divide the 118 layers: {p}");
+        assert_eq!(p["vpp"], 1, "{p}");
         assert_eq!(p["cp"], 1, "{p}");
         let tp = p["tp"].as_u64().unwrap();
         assert_eq!(8 % tp, 0, "tp {tp} must divide the 8 Mamba groups");

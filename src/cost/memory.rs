@@ -1240,6 +1240,56 @@ mod tests {
     use crate::model::tests::gpt3_175b;
     use crate::training::CpExchange;
 
+    /// A hybrid stack's stages each hold their own slice of the pattern: over the stages of a
+    /// pipeline (tp 1, ep 1, so each GPU holds its stage whole) the parameters add up to the
+    /// model's, for a dense hybrid (Nemotron-H 56B, 118 layers at pp 2) and an MoE one with
+    /// LatentMoE (Nemotron 3 Super, 88 layers at pp 4 and at pp 8 with 4 layers on the last
+    /// stage), and the stages differ where their slices do.
+    #[test]
+    fn hybrid_stages_hold_their_own_slices_of_the_pattern() {
+        let cases = [
+            ("nemotron-h-56b", 2, None),
+            ("nemotron-3-super-120b-a12b", 4, None),
+            ("nemotron-3-super-120b-a12b", 8, Some((12, 4))),
+        ];
+        for (name, pp, split) in cases {
+            let model = crate::specs::load_model(name).unwrap();
+            let cluster = Cluster {
+                gpu: crate::specs::load_gpu("b200-sxm-180g").unwrap(),
+                nodes: pp,
+                gpus_per_node: 1,
+            };
+            let training = Training::with_framework(
+                crate::training::TrainingFramework::MegatronCore,
+                4096,
+                pp * 8,
+                AttentionKernel::Flash,
+            );
+            let request = crate::plan::PlanRequest {
+                tp: 1,
+                pp,
+                dp: 1,
+                micro_batch: 1,
+                stage_split: split,
+                ..crate::plan::PlanRequest::default()
+            };
+            let plan = ParallelPlan::build(&request, &model, &cluster, &training)
+                .unwrap_or_else(|e| panic!("{name} pp {pp}: {e}"));
+            let mut stages = vec![stage_params(&model, &plan, Stage::First, 1)];
+            for rank in middle_ranks(&model, &plan).filter(|_| pp > 2) {
+                stages.push(stage_params(&model, &plan, Stage::Middle, rank));
+            }
+            stages.push(stage_params(&model, &plan, Stage::Last, 1));
+            let total: f64 = stages.iter().sum();
+            let what = format!("{name} pp {pp} {split:?}: {stages:?}");
+            assert!((total / model.params() - 1.0).abs() < 1e-12, "{what}");
+            assert!(
+                stages.windows(2).any(|w| w[0] != w[1]),
+                "slices differ: {what}"
+            );
+        }
+    }
+
     /// Each stage holds the layers the layout puts on it: DeepSeek-V3's first stage of 4 layers
     /// holds the 3 dense layers (their dense MLPs, no experts) and 1 MoE layer; it was charged 4
     /// layers at the model's average, 58/61 MoE, about 2.8 layers' worth of experts too many.
