@@ -1475,17 +1475,6 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
             model.name
         ));
     }
-    if r.recompute == Recompute::Selective
-        && matches!(
-            training.selective_recompute(),
-            crate::training::SelectiveRecompute::Modules(_)
-        )
-    {
-        return fail(format!(
-            "--recompute-modules with the hybrid Mamba-Transformer model {}: tpsim prices full recompute and Megatron-Core's default selective recompute (core_attn) for it; drop --recompute-modules",
-            model.name
-        ));
-    }
     // Layer-level CPU offloading (`--cpu-offloading-num-layers`) is TransformerBlock's
     // (`get_cpu_offload_context` in transformer_block.py); the hybrid stack has none, only the
     // fine-grained activation offloading of hybrid_model.py, which tpsim does not price.

@@ -1273,15 +1273,21 @@ impl SelectiveRecompute {
     /// recompute runs again: per-op SAC repeats the two all-gathers of sequence parallelism (half
     /// the pair) or, without it, both all-reduces.
     /// Module recompute repeats the MLP's pair of the layers whose MLP it recomputes (`mlp`: the
-    /// dense layers, `moe`: the MoE layers, `moe_share` of them; `RecomputeModules::
-    /// mlp_pair_repeats`).
-    pub fn tp_forward_share(self, sequence_parallel: bool, moe_share: f64, moe_pair: bool) -> f64 {
+    /// dense MLPs, `dense_share` of the layers, `moe`: the MoE layers, `moe_share` of them;
+    /// `RecomputeModules::mlp_pair_repeats`).
+    pub fn tp_forward_share(
+        self,
+        sequence_parallel: bool,
+        dense_share: f64,
+        moe_share: f64,
+        moe_pair: bool,
+    ) -> f64 {
         match (self, sequence_parallel) {
             (SelectiveRecompute::AttentionCore | SelectiveRecompute::CheckpointedAttention, _) => {
                 0.0
             }
             (SelectiveRecompute::Modules(modules), _) => {
-                0.5 * modules.mlp_pair_repeats(moe_share, moe_pair)
+                0.5 * modules.mlp_pair_repeats(dense_share, moe_share, moe_pair)
             }
             (SelectiveRecompute::AlternateMatmuls, true) => 0.5,
             (SelectiveRecompute::AlternateMatmuls, false) => 1.0,

@@ -241,3 +241,76 @@ fn plan_searches_pipelines_for_a_hybrid_stack() {
     assert!(!plans.is_empty(), "{v}");
     assert!(plans.iter().all(|p| p["pp"] == 2), "{v}");
 }
+
+/// `eval --format json` of Megatron-Bridge's 64-GPU H100 layout of Nemotron 3 Super (tp 1, pp 2,
+/// ep 32, micro-batch 1, 1,280 sequences of 4,096 tokens, its two shared MTP depths, bf16 moments
+/// and gradients, HybridEP priced as DeepEP) with `recompute`.
+fn super_h100_recipe(recompute: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "eval",
+        "--model",
+        "nemotron-3-super-120b-a12b",
+        "--mtp-layers",
+        "2",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "1280",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "1",
+        "--pp",
+        "2",
+        "--ep",
+        "32",
+        "--etp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--zero",
+        "1",
+        "--optimizer-states",
+        "bf16-moments",
+        "--grad-dtype",
+        "bf16",
+        "--moe-dispatcher",
+        "deepep",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(recompute);
+    json(&args)
+}
+
+#[test]
+fn the_recipes_recompute_modules_are_what_lets_its_h100_layout_fit() {
+    // The recipe recomputes ["layernorm", "moe_act", "moe", "core_attn"] ("full MoE recompute
+    // provides the measured H100 activation headroom", recipes/nemotronh/h100/
+    // nemotron_3_super.py): on a hybrid stack they apply to its MoE and attention blocks, the
+    // Mamba blocks recompute nothing.
+    let modules = super_h100_recipe(&[
+        "--recompute",
+        "selective",
+        "--recompute-modules",
+        "layernorm,moe_act,moe,core_attn",
+    ]);
+    let none = super_h100_recipe(&["--recompute", "none"]);
+    let plan = |v: &serde_json::Value| v["plans"][0].clone();
+    let memory = |v: &serde_json::Value| plan(v)["memory"]["total_bytes"].as_f64().unwrap();
+    let step = |v: &serde_json::Value| plan(v)["time"]["step_s"].as_f64().unwrap();
+    assert_eq!(plan(&modules)["memory"]["fits"], true, "{}", plan(&modules));
+    assert_eq!(plan(&none)["memory"]["fits"], false, "{}", plan(&none));
+    assert!(memory(&modules) < 0.8 * memory(&none));
+    // The MoE layers' forward runs again, their all-to-alls with it.
+    assert!(step(&modules) > 1.05 * step(&none));
+    let ep = |v: &serde_json::Value| plan(v)["comm"]["ep"]["wire_bytes"].as_f64().unwrap();
+    assert!(
+        (ep(&modules) / ep(&none) - 1.5).abs() < 0.01,
+        "{} {}",
+        ep(&modules),
+        ep(&none)
+    );
+}

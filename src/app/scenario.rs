@@ -1986,21 +1986,6 @@ fn recompute_modules_of(
     modules
         .check_model(model)
         .map_err(|why| anyhow!("{origin}: {why}; drop that module"))?;
-    // Refused here, not only by the plan's rules: `plan` would otherwise drop every selective
-    // plan without a word.
-    if model.hybrid.is_some() && !modules.is_core_attn_only() {
-        bail!(
-            "{origin} with the hybrid Mamba-Transformer model {}: tpsim prices full recompute and Megatron-Core's default selective recompute (core_attn) for it; {}",
-            model.name,
-            if training_args.recompute_modules.is_some() {
-                "drop --recompute-modules"
-            } else if launch_line {
-                "drop --recompute-modules from the line"
-            } else {
-                "drop recompute_modules from the plan"
-            }
-        );
-    }
     Ok(Some(modules))
 }
 

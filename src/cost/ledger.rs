@@ -335,8 +335,8 @@ pub fn ledger(
         run: slowest_run,
     } = super::slowest_stage(model, cluster, training, plan);
     // What its average layer holds of each block (a hybrid stack's stage, its slice of the pattern).
-    let slowest_blocks =
-        super::LayerMix::of(model, slowest_layers, slowest_moe_layers, slowest_run).blocks;
+    let slowest_mix = super::LayerMix::of(model, slowest_layers, slowest_moe_layers, slowest_run);
+    let slowest_blocks = slowest_mix.blocks;
     // Its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
     let slowest_moe_share = if model.moe.is_some() && slowest_layers > 0 {
         f64::from(slowest_moe_layers) / f64::from(slowest_layers)
@@ -485,8 +485,11 @@ pub fn ledger(
         // `--recompute-modules mlp` / `moe` run the dense / MoE layers' MLP again, its
         // collectives with it.
         if let Some(modules) = super::recomputed_modules(training, plan) {
-            let repeats = modules
-                .mlp_pair_repeats(slowest_moe_share, moe::moe_mlp_has_tp_pair(model, training));
+            let repeats = modules.mlp_pair_repeats(
+                slowest_mix.dense_mlp_share(),
+                slowest_moe_share,
+                moe::moe_mlp_has_tp_pair(model, training),
+            );
             let mlp_count = count * repeats;
             if mlp_count > 0.0 {
                 for &(op, site) in mlp_sites {

@@ -1042,7 +1042,10 @@ fn stage_memory(
                         training.seq_len,
                         m,
                         routed_load,
-                        share,
+                        LayerMix {
+                            moe_share: share,
+                            ..mix
+                        },
                     )
             }
             None => per_layer,

@@ -213,6 +213,12 @@ impl LayerMix {
         }
     }
 
+    /// Share of the layers with a dense MLP: every layer but the MoE layers in a transformer, the
+    /// MLP blocks in a hybrid stack.
+    pub fn dense_mlp_share(&self) -> f64 {
+        (self.blocks.mlp - self.moe_share).max(0.0)
+    }
+
     /// `layers` layers of which `moe_layers` are MoE layers, a hybrid stack's `run` of them.
     pub fn of(model: &Model, layers: u32, moe_layers: u32, run: Option<HybridRun>) -> LayerMix {
         let moe_share = if model.moe.is_none() || layers == 0 {
@@ -426,6 +432,7 @@ pub(crate) fn tp_recompute_share(
         Recompute::Full => plan.recompute_share() * tp_pairs_at(model, training, mix) / 2.0,
         Recompute::Selective => training.selective_recompute().tp_forward_share(
             plan.sequence_parallel,
+            mix.dense_mlp_share(),
             mix.moe_share,
             moe::moe_mlp_has_tp_pair(model, training),
         ),
@@ -590,7 +597,7 @@ pub(crate) fn unit_costs_at(
             seq_len,
             modules,
             routed_load,
-            moe_share,
+            mix,
             dense_mlp_forward,
             moe_mlp,
             training.rope_fusion,

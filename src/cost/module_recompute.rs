@@ -25,6 +25,15 @@
 //!   and combine all-to-alls, experts and shared experts run again.
 //! - `shared_experts`: the shared experts' MLP, normal checkpointing.
 //!
+//! In a hybrid Mamba-Transformer stack each layer is one block (`model::hybrid`): the attention
+//! blocks are `TransformerLayer`s without an MLP (input norm fused into QKV), the MLP and MoE
+//! blocks `TransformerLayer`s without attention (the MoE block's pre-MLP norm a `TENorm` module,
+//! the MLP block's fused into its first GEMM), and the Mamba blocks `MambaLayer`s, which
+//! recompute nothing (megatron/core/ssm/mamba_layer.py has no recompute; Megatron-Core
+//! hybrid_layer_specs.py). So each module applies to its blocks' share of the stage's layers
+//! (`cost::LayerMix`): `mlp` to the MLP blocks, `moe`, `moe_act`, `layernorm` and
+//! `shared_experts` to the MoE blocks, `core_attn` to the attention blocks.
+//!
 //! A module that is freed keeps nothing it would have saved; what the output-discarding modules'
 //! neighbours save (the raw latents before `mla_up_proj`, the expert up projection before
 //! `moe_act`) stays. Element sizes follow `memory.rs`: a GEMM input is saved quantized (1 byte) under
@@ -32,7 +41,7 @@
 
 use super::comm::ACTIVATION_BYTES;
 use super::compute::{Gemm, linear_gemm_time};
-use super::moe;
+use super::{LayerMix, moe};
 use crate::cluster::Cluster;
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision};
@@ -102,9 +111,10 @@ fn recomputes_moe(modules: RecomputeModules) -> bool {
     modules.contains(RecomputeModule::Moe)
 }
 
-/// Forward time the listed modules (all but `core_attn`) run again in one average layer of the
-/// busiest stage, one micro-batch: `moe_share` of its layers are MoE layers, whose MLP forward
-/// takes `moe_mlp_forward_s`; `dense_mlp_forward_s` is a dense layer's MLP forward. Element-wise
+/// Forward time the listed modules (all but `core_attn`) run again in one average layer of a
+/// stage of `mix`, one micro-batch: `mix.moe_share` of its layers are MoE layers, whose MLP
+/// forward takes `moe_mlp_forward_s`; `dense_mlp_forward_s` is a dense MLP's forward, which the
+/// dense MLP blocks (`LayerMix::dense_mlp_share`) run. Element-wise
 /// kernels at the achieved HBM bandwidth, GEMMs on the roofline, all over the framework
 /// efficiency as every kernel of the layer.
 #[allow(clippy::too_many_arguments)]
@@ -115,7 +125,7 @@ pub fn forward_s(
     seq_len: u32,
     modules: RecomputeModules,
     imbalance: f64,
-    moe_share: f64,
+    mix: LayerMix,
     dense_mlp_forward_s: f64,
     moe_mlp_forward_s: f64,
     rope_fusion: bool,
@@ -129,6 +139,7 @@ pub fn forward_s(
         1.0
     };
     let h = f64::from(model.hidden);
+    let moe_share = mix.moe_share;
     let mut seconds = 0.0;
     if modules.contains(RecomputeModule::Layernorm) {
         // Each norm reads its input and writes its output again.
@@ -145,7 +156,7 @@ pub fn forward_s(
         seconds += (gemms + rope / bandwidth) / gpu.framework_efficiency;
     }
     if modules.contains(RecomputeModule::Mlp) {
-        seconds += (1.0 - moe_share) * dense_mlp_forward_s;
+        seconds += mix.dense_mlp_share() * dense_mlp_forward_s;
     }
     if recomputes_moe(modules) {
         seconds += moe_share * moe_mlp_forward_s;
@@ -173,17 +184,18 @@ pub fn forward_s(
     seconds
 }
 
-/// Activation bytes the listed modules do not keep, per layer (the model-wide MoE share
-/// `moe_share`), one micro-batch, one GPU — what `memory.rs` subtracts from no recompute's count
-/// (with `core_attn` absent) or from Megatron-Core's selective count.
+/// Activation bytes the listed modules do not keep, per layer of `mix` (one stage's), one
+/// micro-batch, one GPU — what `memory.rs` subtracts from no recompute's count (with `core_attn`
+/// absent) or from Megatron-Core's selective count.
 pub fn freed_bytes(
     model: &Model,
     plan: &ParallelPlan,
     seq_len: u32,
     modules: RecomputeModules,
     imbalance: f64,
-    moe_share: f64,
+    mix: LayerMix,
 ) -> f64 {
+    let moe_share = mix.moe_share;
     let tokens = rank_tokens(plan, seq_len);
     let t = f64::from(plan.tp);
     let sp_split = if plan.sequence_parallel { t } else { 1.0 };
@@ -215,7 +227,7 @@ pub fn freed_bytes(
     if modules.contains(RecomputeModule::Mlp) {
         // The dense MLP keeps its normed input, the up projection's output and the activation's.
         let ffn = f64::from(model.ffn_hidden);
-        bytes += (1.0 - moe_share)
+        bytes += mix.dense_mlp_share()
             * tokens
             * (saved * h / sp_split + (ACTIVATION_BYTES * model.mlp_up_width() + saved * ffn) / t);
     }
@@ -268,8 +280,9 @@ pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 
             .map_or(0.0, |rank| f64::from(rank) * model.q_width());
         flops += 2.0 * (kv + q) * layers;
     }
+    // The dense MLPs: every dense layer's in a transformer, the MLP blocks in a hybrid stack.
     if modules.contains(RecomputeModule::Mlp) {
-        flops += 2.0 * model.dense_mlp_params() * f64::from(model.dense_layers());
+        flops += 2.0 * model.dense_mlp_params() * f64::from(model.block_counts().mlp);
     }
     let moe_layers = f64::from(model.moe_layers());
     if recomputes_moe(modules) {
@@ -331,7 +344,14 @@ mod tests {
         let (model, plan) = deepseek_plan();
         let modules = RecomputeModules::of(&[RecomputeModule::MlaUpProj]);
         // DeepSeek-V3: Q 128 × 192, K 128 × 192, V 128 × 128 per token, 2 bytes, 4096 tokens.
-        let freed = freed_bytes(&model, &plan, 4096, modules, 1.0, 0.0);
+        let freed = freed_bytes(
+            &model,
+            &plan,
+            4096,
+            modules,
+            1.0,
+            LayerMix::transformer(0.0),
+        );
         // Q, K and V, and the normed latents (1536 + 512).
         assert_eq!(
             freed,
@@ -351,7 +371,7 @@ mod tests {
             RecomputeModule::MoeAct,
             RecomputeModule::SharedExperts,
         ]);
-        let share = moe::moe_layer_share(&model);
+        let share = LayerMix::whole_model(&model);
         assert_eq!(
             freed_bytes(&model, &plan, 4096, whole, 1.0, share),
             freed_bytes(&model, &plan, 4096, with_parts, 1.0, share)

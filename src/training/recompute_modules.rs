@@ -143,12 +143,13 @@ impl RecomputeModules {
     }
 
     /// Share of a layer's MLP-side TP collective pair (the all-gather and reduce-scatter around the
-    /// MLP, or its all-reduce) these modules run again: the dense layers' under `mlp`, the MoE
-    /// layers' under `moe` (`moe_share` of the layers are MoE layers, and `moe_pair` says whether
-    /// their MLP has such a pair at all: `cost::moe::moe_mlp_has_tp_pair`).
-    pub fn mlp_pair_repeats(self, moe_share: f64, moe_pair: bool) -> f64 {
+    /// MLP, or its all-reduce) these modules run again: the dense MLPs' under `mlp` (`dense_share`
+    /// of the layers: the dense layers of a transformer, the MLP blocks of a hybrid stack), the
+    /// MoE layers' under `moe` (`moe_share` of the layers are MoE layers, and `moe_pair` says
+    /// whether their MLP has such a pair at all: `cost::moe::moe_mlp_has_tp_pair`).
+    pub fn mlp_pair_repeats(self, dense_share: f64, moe_share: f64, moe_pair: bool) -> f64 {
         let dense = if self.contains(RecomputeModule::Mlp) {
-            1.0 - moe_share
+            dense_share
         } else {
             0.0
         };
@@ -166,8 +167,9 @@ impl RecomputeModules {
     /// model without MLA, whose norms Transformer Engine fuses into the GEMMs). Each frees a whole
     /// activation for a memory-bound kernel or a small GEMM run again; NVIDIA's recipes pick from
     /// them (Megatron-Bridge DeepSeek-V3 `["mla_up_proj"]`, GPT-OSS `["layernorm", "moe_act"]`).
-    /// `None` for a hybrid Mamba-Transformer stack, whose selective recompute tpsim prices as
-    /// Megatron-Core's default only (`plan::check_hybrid`).
+    /// `None` for a hybrid Mamba-Transformer stack: its selective recompute stays Megatron-Core's
+    /// default (`core_attn`) unless the modules are listed (NVIDIA's Nemotron 3 recipes list
+    /// theirs, `cost::module_recompute` prices them on the stack's blocks).
     pub fn output_discarding_for(model: &Model) -> Option<RecomputeModules> {
         if model.hybrid.is_some() {
             return None;
