@@ -52,6 +52,15 @@ struct NemoModel {
     activation: &'static str,
     normalization: &'static str,
     bias: bool,
+    /// NeMo 1.x `build_transformer_config`: `add_qkv_bias = self.cfg.get('qkv_bias', False)`
+    /// (megatron_base_model.py), the query/key/value biases of a model whose other linear layers
+    /// have none (Qwen2); written out, since the YAML has no such key and `bias: false` alone
+    /// trains without them.
+    qkv_bias: bool,
+    /// Megatron-Core `TransformerConfig.qk_layernorm`, which NeMo 1.x copies from the model config
+    /// by field name (megatron_base_model.py `build_transformer_config`: "then config"), default
+    /// False: the norm over each query and key head (Qwen3), written out for the same reason.
+    qk_layernorm: bool,
     position_embedding_type: &'static str,
     /// NeMo 1.x megatron_gpt_config.yaml `rotary_percentage` (default 1.0: "the per head dim is
     /// multiplied by this"), written for rotary models.
@@ -138,6 +147,8 @@ pub fn nemo_yaml(
                 Norm::Rmsnorm => "rmsnorm",
             },
             bias: model.linear_bias,
+            qkv_bias: model.qkv_bias,
+            qk_layernorm: model.qk_norm,
             position_embedding_type: model.position_embedding.as_str(),
             rotary_percentage: model
                 .position_embedding

@@ -1,0 +1,91 @@
+//! Regressions from the fifteenth review of valid usage by a new user: an ML infrastructure
+//! engineer plans Qwen2.5, Qwen3 and Mixtral from Hugging Face configs, carries the winners to
+//! `--emit nemo|deepspeed|megatron`, pastes their own Megatron-LM launch line, and reads the help
+//! for the shape flags' defaults (each test names the finding).
+
+mod common;
+use common::run;
+
+fn stdout_of(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    r.stdout
+}
+
+fn stderr_of(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    r.stderr
+}
+
+/// The value of `key: value` in a YAML fragment's lines (indentation ignored).
+fn yaml_value<'a>(yaml: &'a str, key: &str) -> Option<&'a str> {
+    yaml.lines().find_map(|line| {
+        line.trim()
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(": "))
+    })
+}
+
+/// `--emit nemo` wrote `bias: false` for Qwen2.5-7B and nothing of its q/k/v biases, and nothing
+/// of Qwen3's per-head q/k norms: NeMo 1.x reads `add_qkv_bias = cfg.get('qkv_bias', False)` and
+/// copies `qk_layernorm` from the model config by name (megatron_base_model.py
+/// `build_transformer_config`; TransformerConfig's default False), so the merged config trained
+/// without either, unlike the plan tpsim priced and the Megatron-LM line it writes for the same
+/// model (`--add-qkv-bias`, `--qk-layernorm`). Both are now written.
+#[test]
+fn nemo_fragment_keeps_qwens_qkv_biases_and_qk_norms() {
+    let emit = |config: &str| {
+        stdout_of(&[
+            "eval",
+            "--hf-config",
+            config,
+            "--nodes",
+            "2",
+            "--global-batch",
+            "256",
+            "--tp",
+            "2",
+            "--sequence-parallel",
+            "--micro-batch",
+            "1",
+            "--zero",
+            "1",
+            "--emit",
+            "nemo",
+        ])
+    };
+    let qwen2 = emit("models/hf/qwen2.5-7b.json");
+    assert_eq!(yaml_value(&qwen2, "bias"), Some("false"), "{qwen2}");
+    assert_eq!(yaml_value(&qwen2, "qkv_bias"), Some("true"), "{qwen2}");
+    assert_eq!(yaml_value(&qwen2, "qk_layernorm"), Some("false"), "{qwen2}");
+    let qwen3 = emit("models/hf/qwen3-8b.json");
+    assert_eq!(yaml_value(&qwen3, "qkv_bias"), Some("false"), "{qwen3}");
+    assert_eq!(yaml_value(&qwen3, "qk_layernorm"), Some("true"), "{qwen3}");
+    let llama = emit("models/hf/llama-3-8b.json");
+    assert_eq!(yaml_value(&llama, "qkv_bias"), Some("false"), "{llama}");
+    assert_eq!(yaml_value(&llama, "qk_layernorm"), Some("false"), "{llama}");
+    // The Megatron-LM line for the same models says the same.
+    let line = |config: &str| {
+        stdout_of(&[
+            "eval",
+            "--hf-config",
+            config,
+            "--nodes",
+            "2",
+            "--global-batch",
+            "256",
+            "--tp",
+            "2",
+            "--sequence-parallel",
+            "--micro-batch",
+            "1",
+            "--zero",
+            "1",
+            "--emit",
+            "megatron",
+        ])
+    };
+    assert!(line("models/hf/qwen2.5-7b.json").contains(" --add-qkv-bias "));
+    assert!(line("models/hf/qwen3-8b.json").contains(" --qk-layernorm "));
+}
