@@ -89,3 +89,39 @@ fn nemo_fragment_keeps_qwens_qkv_biases_and_qk_norms() {
     assert!(line("models/hf/qwen2.5-7b.json").contains(" --add-qkv-bias "));
     assert!(line("models/hf/qwen3-8b.json").contains(" --qk-layernorm "));
 }
+
+/// `--emit deepspeed` priced the plan with FlashAttention (its header line and `training:` say
+/// so) but the Megatron-DeepSpeed launcher arguments it prints left out the switch that turns it
+/// on: Megatron-DeepSpeed's ParallelAttention runs the flash kernel only with one of
+/// `--use-flash-attn-v1|-v2|-triton` (megatron/model/transformer.py) and otherwise its
+/// CoreAttention, which materialises the s x s scores. The arguments now carry
+/// `--use-flash-attn-v2` (its example scripts' switch), and leave it out under `--attention
+/// unfused`.
+#[test]
+fn deepspeed_launcher_turns_on_the_flash_attention_it_was_priced_with() {
+    let base = [
+        "plan",
+        "--hf-config",
+        "models/hf/qwen2.5-7b.json",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "256",
+        "--emit",
+        "deepspeed",
+    ];
+    let launcher = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let stderr = stderr_of(&args);
+        stderr
+            .lines()
+            .find(|l| l.contains("give Megatron-DeepSpeed"))
+            .unwrap_or_else(|| panic!("no launcher note: {stderr}"))
+            .to_string()
+    };
+    let flash = launcher(&[]);
+    assert!(flash.ends_with(" --use-flash-attn-v2"), "{flash}");
+    let unfused = launcher(&["--attention", "unfused"]);
+    assert!(!unfused.contains("flash"), "{unfused}");
+}
