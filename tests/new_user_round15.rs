@@ -125,3 +125,73 @@ fn deepspeed_launcher_turns_on_the_flash_attention_it_was_priced_with() {
     let unfused = launcher(&["--attention", "unfused"]);
     assert!(!unfused.contains("flash"), "{unfused}");
 }
+
+/// The `--rotary-base` token of a Megatron-LM line (None when the line writes none).
+fn rotary_base(line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .iter()
+        .position(|w| *w == "--rotary-base")
+        .map(|i| words[i + 1].to_string())
+}
+
+/// The Hugging Face samples in models/hf/ are "trimmed to the keys `tpsim --hf-config` reads", but
+/// the MoE ones had lost `rope_theta`, which the reader has taken since the rotary base reached
+/// `--emit`: `--hf-config models/hf/mixtral-8x7b-v0.1.json --emit megatron` wrote no
+/// `--rotary-base` (Megatron-LM's default 10000) where `--model mixtral-8x7b` writes the Hub's
+/// 1000000, and so for Qwen3-30B-A3B and GPT-OSS-20B (150000). The samples carry the Hub's value
+/// again, so a sample and the bundled model of the same name emit the same line.
+#[test]
+fn hf_samples_emit_the_rotary_base_their_bundled_models_do() {
+    let emit = |model_flag: &str, model: &str, zero: &str| {
+        stdout_of(&[
+            "eval",
+            model_flag,
+            model,
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "2",
+            "--seq-len",
+            "4096",
+            "--global-batch",
+            "64",
+            "--tp",
+            "1",
+            "--ep",
+            "4",
+            "--micro-batch",
+            "1",
+            "--zero",
+            zero,
+            "--emit",
+            "megatron",
+        ])
+    };
+    for (sample, bundled, want) in [
+        ("models/hf/mixtral-8x7b-v0.1.json", "mixtral-8x7b", "1000000"),
+        ("models/hf/qwen3-30b-a3b.json", "qwen3-30b-a3b", "1000000"),
+        ("models/hf/gpt-oss-20b.json", "gpt-oss-20b", "150000"),
+    ] {
+        let from_sample = emit("--hf-config", sample, "1");
+        let from_bundled = emit("--model", bundled, "1");
+        assert_eq!(
+            rotary_base(&from_bundled).as_deref(),
+            Some(want),
+            "{bundled}: {from_bundled}"
+        );
+        assert_eq!(
+            rotary_base(&from_sample),
+            rotary_base(&from_bundled),
+            "{sample}: {from_sample}"
+        );
+    }
+    // The two samples without a bundled twin, at their Hub configs' 1000000.
+    for (sample, zero) in [
+        ("models/hf/qwen1.5-moe-a2.7b.json", "1"),
+        ("models/hf/glm-4.5-air.json", "3"),
+    ] {
+        let line = emit("--hf-config", sample, zero);
+        assert_eq!(rotary_base(&line).as_deref(), Some("1000000"), "{sample}");
+    }
+}
