@@ -195,3 +195,54 @@ fn hf_samples_emit_the_rotary_base_their_bundled_models_do() {
         assert_eq!(rotary_base(&line).as_deref(), Some("1000000"), "{sample}");
     }
 }
+
+/// `--ffn-hidden`'s help said "default: 4 x --hidden" (and models/README.md's key table
+/// `4 * hidden`), but with a gated MLP the default is Megatron-LM's two-thirds of that, rounded
+/// down to a multiple of 64: `--layers 32 --hidden 4096 --heads 32 --gated-mlp` plans ffn 10880,
+/// not 16384. Both now state the gated rule, and the model line agrees with it.
+#[test]
+fn the_ffn_default_with_a_gated_mlp_is_documented_as_it_is_used() {
+    let help = stdout_of(&["plan", "--help"]);
+    let flag = help
+        .split("\n      --")
+        .find(|entry| entry.starts_with("ffn-hidden <"))
+        .expect("--ffn-hidden in plan --help");
+    let flat = flag.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("with --gated-mlp, Megatron-LM's 8 x --hidden / 3 rounded down to a multiple of 64"),
+        "{flat}"
+    );
+    let readme = std::fs::read_to_string("models/README.md").unwrap();
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `ffn_hidden` |"))
+        .expect("the ffn_hidden row");
+    assert!(row.contains("int(8 * hidden / 3 / 64) * 64"), "{row}");
+    let model_line = |gated: bool| {
+        let mut args = vec![
+            "eval",
+            "--layers",
+            "32",
+            "--hidden",
+            "4096",
+            "--heads",
+            "32",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--tp",
+            "8",
+        ];
+        if gated {
+            args.push("--gated-mlp");
+        }
+        let out = stdout_of(&args);
+        out.lines().next().unwrap().to_string()
+    };
+    let gated = model_line(true);
+    let want = 4096 * 8 / 3 / 64 * 64;
+    assert_eq!(want, 10880);
+    assert!(gated.contains(&format!(", ffn {want}, gated MLP")), "{gated}");
+    assert!(model_line(false).contains(", ffn 16384,"));
+}
