@@ -246,3 +246,59 @@ fn the_ffn_default_with_a_gated_mlp_is_documented_as_it_is_used() {
     assert!(gated.contains(&format!(", ffn {want}, gated MLP")), "{gated}");
     assert!(model_line(false).contains(", ffn 16384,"));
 }
+
+/// A pasted Megatron-LM launch line without `--vocab-size` (Megatron-LM takes the vocabulary from
+/// its tokenizer) was priced at tpsim's 51200-token default without a word, and the note listing
+/// skipped arguments said its `--tokenizer-type`/`--tokenizer-model` "do not change memory or
+/// time": a Llama 3 8B line came out 7.2B parameters, its embedding and output layer priced at
+/// 40% of their size. The vocabulary tpsim took is now said in a note naming the line's tokenizer
+/// and the fix, and the tokenizer flags are not listed as changing nothing; with `--vocab` beside
+/// the line, or `--vocab-size` in it, nothing is said.
+#[test]
+fn launch_line_without_a_vocab_size_says_the_vocabulary_it_priced() {
+    let line = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --disable-bias-linear --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --seq-length 8192 --tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-activations --use-distributed-optimizer --bf16 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B --lr 3e-4";
+    let r = run(&["eval", "--nodes", "4", "--megatron-args", line]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let note = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("no --vocab-size"))
+        .unwrap_or_else(|| panic!("no vocabulary note: {}", r.stderr));
+    for needle in [
+        "51200",
+        "--tokenizer-model meta-llama/Meta-Llama-3-8B",
+        "--vocab N",
+    ] {
+        assert!(note.contains(needle), "{needle}: {note}");
+    }
+    let skipped = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("do not change memory or time"))
+        .expect("the skipped-arguments note");
+    assert!(skipped.ends_with("skipped: --lr"), "{skipped}");
+    assert!(r.stdout.contains(", vocab 51200;"), "{}", r.stdout);
+    // The vocabulary given beside the line: priced, and nothing to say.
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--vocab",
+        "128256",
+        "--megatron-args",
+        line,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("no --vocab-size"), "{}", r.stderr);
+    assert!(r.stdout.contains(", vocab 128256;"), "{}", r.stdout);
+    // ... or in it (the README's example script).
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "16",
+        "--megatron-args",
+        "@examples/megatron/llama3-70b.sh",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("no --vocab-size"), "{}", r.stderr);
+}
