@@ -302,3 +302,57 @@ fn launch_line_without_a_vocab_size_says_the_vocabulary_it_priced() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stderr.contains("no --vocab-size"), "{}", r.stderr);
 }
+
+/// `eval --hf-config models/hf/qwen2.5-7b.json --tp 8` answered "--tp 8 does not divide 28
+/// attention heads; valid: 1, 2, 4, 7", and `--tp 7` then failed on the 4 KV heads (and the MLP
+/// width 18944): each refusal listed what its own rule admits, so following one led into the
+/// next. The heads, KV-heads and MLP-width refusals now list the degrees all three admit (inside
+/// the NVLink domain), the ones `plan --tp 8` says the search offers.
+#[test]
+fn a_tp_refusal_lists_only_degrees_that_pass_every_head_rule() {
+    let eval = |tp: &str| {
+        run(&[
+            "eval",
+            "--hf-config",
+            "models/hf/qwen2.5-7b.json",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--micro-batch",
+            "1",
+            "--tp",
+            tp,
+        ])
+    };
+    let r = eval("8");
+    common::assert_one_line_error(
+        &r,
+        &["--tp 8 does not divide 28 attention heads; valid: 1, 2, 4"],
+        &["7"],
+        "tp 8 on Qwen2.5-7B",
+    );
+    let listed = r.stderr.trim().rsplit("valid: ").next().unwrap().to_string();
+    for tp in listed.split(", ") {
+        let r = eval(tp);
+        assert_ne!(r.code, 2, "--tp {tp}, which the refusal listed: {}", r.stderr);
+    }
+    // `plan` offers the same degrees.
+    let r = run(&[
+        "plan",
+        "--hf-config",
+        "models/hf/qwen2.5-7b.json",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--tp",
+        "8",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("(the search offers --tp 1, 2, 4)"),
+        "{}",
+        r.stderr
+    );
+}
