@@ -356,3 +356,47 @@ fn a_tp_refusal_lists_only_degrees_that_pass_every_head_rule() {
         r.stderr
     );
 }
+
+/// `--attention unfused` prices the s x s scores materialised (Llama 3 8B at tp 8: 40.6 GiB and
+/// 13.96 s against 23.8 GiB and 10.04 s with FlashAttention), and the Megatron-LM line says
+/// `--attention-backend unfused`, but `--emit nemo` wrote nothing of it, so the merged config
+/// ran NeMo 1.x's default `attention_backend: auto` (Transformer Engine's fused kernels). The
+/// fragment now writes the kernel tpsim priced, as the Megatron-LM line does.
+#[test]
+fn nemo_fragment_runs_the_attention_kernel_tpsim_priced() {
+    let emit = |target: &str, attention: &str| {
+        stdout_of(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "64",
+            "--tp",
+            "8",
+            "--sequence-parallel",
+            "--micro-batch",
+            "1",
+            "--zero",
+            "1",
+            "--attention",
+            attention,
+            "--emit",
+            target,
+        ])
+    };
+    for kernel in ["unfused", "flash"] {
+        let nemo = emit("nemo", kernel);
+        assert_eq!(
+            yaml_value(&nemo, "attention_backend"),
+            Some(kernel),
+            "{nemo}"
+        );
+        let line = emit("megatron", kernel);
+        assert!(
+            line.contains(&format!(" --attention-backend {kernel} ")),
+            "{line}"
+        );
+    }
+}
