@@ -169,7 +169,11 @@ fn hf_samples_emit_the_rotary_base_their_bundled_models_do() {
         ])
     };
     for (sample, bundled, want) in [
-        ("models/hf/mixtral-8x7b-v0.1.json", "mixtral-8x7b", "1000000"),
+        (
+            "models/hf/mixtral-8x7b-v0.1.json",
+            "mixtral-8x7b",
+            "1000000",
+        ),
         ("models/hf/qwen3-30b-a3b.json", "qwen3-30b-a3b", "1000000"),
         ("models/hf/gpt-oss-20b.json", "gpt-oss-20b", "150000"),
     ] {
@@ -209,7 +213,9 @@ fn the_ffn_default_with_a_gated_mlp_is_documented_as_it_is_used() {
         .expect("--ffn-hidden in plan --help");
     let flat = flag.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        flat.contains("with --gated-mlp, Megatron-LM's 8 x --hidden / 3 rounded down to a multiple of 64"),
+        flat.contains(
+            "with --gated-mlp, Megatron-LM's 8 x --hidden / 3 rounded down to a multiple of 64"
+        ),
         "{flat}"
     );
     let readme = std::fs::read_to_string("models/README.md").unwrap();
@@ -243,7 +249,10 @@ fn the_ffn_default_with_a_gated_mlp_is_documented_as_it_is_used() {
     let gated = model_line(true);
     let want = 4096 * 8 / 3 / 64 * 64;
     assert_eq!(want, 10880);
-    assert!(gated.contains(&format!(", ffn {want}, gated MLP")), "{gated}");
+    assert!(
+        gated.contains(&format!(", ffn {want}, gated MLP")),
+        "{gated}"
+    );
     assert!(model_line(false).contains(", ffn 16384,"));
 }
 
@@ -332,10 +341,20 @@ fn a_tp_refusal_lists_only_degrees_that_pass_every_head_rule() {
         &["7"],
         "tp 8 on Qwen2.5-7B",
     );
-    let listed = r.stderr.trim().rsplit("valid: ").next().unwrap().to_string();
+    let listed = r
+        .stderr
+        .trim()
+        .rsplit("valid: ")
+        .next()
+        .unwrap()
+        .to_string();
     for tp in listed.split(", ") {
         let r = eval(tp);
-        assert_ne!(r.code, 2, "--tp {tp}, which the refusal listed: {}", r.stderr);
+        assert_ne!(
+            r.code, 2,
+            "--tp {tp}, which the refusal listed: {}",
+            r.stderr
+        );
     }
     // `plan` offers the same degrees.
     let r = run(&[
