@@ -203,7 +203,8 @@ pub struct ModelArgs {
     /// Key/value heads for grouped-query attention (default: --heads).
     #[arg(long, visible_alias = "num-query-groups")]
     pub kv_heads: Option<u32>,
-    /// MLP hidden size (default: 4 x --hidden).
+    /// MLP hidden size (default: 4 x --hidden; with --gated-mlp, Megatron-LM's 8 x --hidden / 3 rounded
+    /// down to a multiple of 64).
     #[arg(long, visible_alias = "ffn-hidden-size")]
     pub ffn_hidden: Option<u32>,
     /// Vocabulary size (default 51200 with shape flags).

@@ -1176,6 +1176,18 @@ fn valid_etp(r: &PlanRequest, model: &Model, cluster: &Cluster, training: &Train
     }
 }
 
+/// The TP degrees that the three rules of [`check_heads`] on the model's attention and MLP
+/// (heads, KV heads, dense MLP width) all admit, inside one NVLink domain unless TP may cross
+/// it: what each of their refusals offers, so that taking any degree it lists passes the other
+/// two (Qwen2.5-7B's 28 heads over 4 KV heads: 1, 2, 4, where the heads alone gave 7 too).
+fn valid_tp_degrees(r: &PlanRequest, model: &Model, cluster: &Cluster) -> String {
+    list(divisors(model.heads).into_iter().filter(|d| {
+        (model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads))
+            && (model.dense_layers() == 0 || model.ffn_hidden.is_multiple_of(*d))
+            && (*d <= cluster.nvlink_domain() || r.allow_cross_node_tp)
+    }))
+}
+
 /// TP divides the attention heads, and divides or is a multiple of the KV heads.
 fn check_heads(
     r: &PlanRequest,
@@ -1184,25 +1196,19 @@ fn check_heads(
     training: &Training,
 ) -> Result<(), PlanError> {
     if !model.heads.is_multiple_of(r.tp) {
-        let valid = divisors(model.heads)
-            .into_iter()
-            .filter(|d| *d <= cluster.nvlink_domain() || r.allow_cross_node_tp);
         return Err(PlanError::TpHeads {
             tp: r.tp,
             heads: model.heads,
-            valid: list(valid),
+            valid: valid_tp_degrees(r, model, cluster),
         });
     }
     // Megatron-Core replicates KV heads when tp is a multiple of them (`num_query_groups <
     // tp`: each rank holds one group), so either direction of divisibility is a valid split.
     if !model.kv_heads.is_multiple_of(r.tp) && !r.tp.is_multiple_of(model.kv_heads) {
-        let valid = divisors(model.heads)
-            .into_iter()
-            .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads));
         return Err(PlanError::TpKvHeads {
             tp: r.tp,
             kv_heads: model.kv_heads,
-            valid: list(valid),
+            valid: valid_tp_degrees(r, model, cluster),
         });
     }
     // Megatron's column-parallel MLP splits its width over the TP ranks (`divide(output_size,
@@ -1214,11 +1220,7 @@ fn check_heads(
             tp: r.tp,
             what: "MLP width",
             ffn: model.ffn_hidden,
-            valid: list(
-                divisors(model.ffn_hidden)
-                    .into_iter()
-                    .filter(|d| model.heads.is_multiple_of(*d) && *d <= cluster.nvlink_domain()),
-            ),
+            valid: valid_tp_degrees(r, model, cluster),
         });
     }
     if let Some(moe) = model.moe {

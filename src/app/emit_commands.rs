@@ -91,7 +91,7 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
                 } else {
                     ""
                 },
-                emit::megatron_deepspeed_args(plan)
+                emit::megatron_deepspeed_args(&s.training, plan)
             );
             // Megatron-DeepSpeed's Ulysses splits K and V as it splits Q: ParallelAttention asserts
             // `projection_size == kv_projection_size` under DeepSpeed's sequence parallelism

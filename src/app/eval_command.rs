@@ -82,7 +82,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         check_dir(if quiet { "--out" } else { "--report" }, dir, &inputs)?;
     }
     let megatron = match &args.megatron_args {
-        Some(text) => Some(read_megatron_launch(text)?),
+        Some(text) => Some(read_megatron_launch(text, args.model.vocab.is_some())?),
         None => None,
     };
     let plan_file = match (&args.plan, &megatron) {

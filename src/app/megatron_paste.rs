@@ -45,7 +45,8 @@ fn defer_note(line: String) {
 
 /// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
 /// including arguments tpsim does not model (listed on stderr).
-pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
+/// `vocab_given`: `--vocab` beside the line, which sets the vocabulary the line may leave out.
+pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit::MegatronLaunch> {
     let line = match text.strip_prefix('@') {
         // `@` alone said `@"": cannot read it: No such file or directory`.
         Some(path) if path.trim().is_empty() => bail!(
@@ -80,12 +81,44 @@ pub(super) fn read_megatron_launch(text: &str) -> Result<emit::MegatronLaunch> {
     launch
         .vpp()
         .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+    // Megatron-LM sizes the embedding and output layer from the tokenizer (`build_tokenizer`:
+    // `padded_vocab_size` from the tokenizer's vocabulary, padded to a multiple of
+    // --make-vocab-size-divisible-by x tp), so a line without --vocab-size is priced at tpsim's
+    // default vocabulary, which only GPT-2's BPE tokenizer has: said in a note of its own, and
+    // its tokenizer flags are not listed among the ones that change nothing.
+    let tokenizer = tokenizer_words(&launch.ignored);
+    let vocab_unsaid = launch.vocab.is_none()
+        && !vocab_given
+        && !tokenizer
+            .iter()
+            .any(|(flag, value)| *flag == "--tokenizer-type" && *value == "GPT2BPETokenizer");
     let flags: Vec<&str> = launch
         .ignored
         .iter()
         .map(String::as_str)
         .filter(|t| t.starts_with("--"))
+        .filter(|t| !(vocab_unsaid && tokenizer.iter().any(|(flag, _)| t.starts_with(flag))))
         .collect();
+    if vocab_unsaid {
+        let named: Vec<String> = tokenizer
+            .iter()
+            .map(|(flag, value)| {
+                if value.is_empty() {
+                    flag.to_string()
+                } else {
+                    format!("{flag} {value}")
+                }
+            })
+            .collect();
+        defer_note(format!(
+            "note: --megatron-args: the line gives no --vocab-size, so tpsim prices a vocabulary of {DEFAULT_VOCAB} tokens (GPT-2's, as Megatron-LM pads it at tp 8); Megatron-LM takes the vocabulary from {} and pads it to a multiple of 128 x tp, which changes the embedding and output layer: add that size to the line as --vocab-size N, or give --vocab N (Llama 3: 128256)",
+            if named.is_empty() {
+                "its tokenizer".to_string()
+            } else {
+                format!("the line's tokenizer ({})", named.join(" "))
+            }
+        ));
+    }
     if !flags.is_empty() {
         defer_note(format!(
             "note: --megatron-args: {} argument(s) do not change memory or time in tpsim's model and were skipped: {}",
@@ -117,6 +150,34 @@ pub(super) fn attention_arg_of_backend(value: &str) -> Result<AttentionArg> {
 
 /// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
 /// would silently win over what the line says.
+/// The tokenizer a launch line names among the arguments tpsim skips (`--tokenizer-type T`,
+/// `--tokenizer-model M`, also written `--flag=value`), as (flag, value) pairs.
+fn tokenizer_words(ignored: &[String]) -> Vec<(&'static str, &str)> {
+    ["--tokenizer-type", "--tokenizer-model"]
+        .into_iter()
+        .filter_map(|flag| {
+            ignored.iter().enumerate().find_map(|(i, token)| {
+                if let Some(value) = token
+                    .strip_prefix(flag)
+                    .and_then(|rest| rest.strip_prefix('='))
+                {
+                    return Some((flag, value));
+                }
+                (token == flag).then(|| {
+                    (
+                        flag,
+                        ignored
+                            .get(i + 1)
+                            .map(String::as_str)
+                            .filter(|v| !v.starts_with("--"))
+                            .unwrap_or(""),
+                    )
+                })
+            })
+        })
+        .collect()
+}
+
 pub(super) fn check_megatron_training(
     launch: &emit::MegatronLaunch,
     training: &TrainingArgs,

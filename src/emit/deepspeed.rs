@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::plan::{ParallelPlan, Recompute};
-use crate::training::{GradDtype, Training};
+use crate::training::{AttentionKernel, GradDtype, Training};
 
 /// The Megatron-DeepSpeed launcher arguments a DeepSpeed config needs beside it (Megatron-DeepSpeed
 /// as of its `main` branch, megatron/arguments.py; its example scripts pass the same): the
@@ -24,7 +24,13 @@ use crate::training::{GradDtype, Training};
 ///   before DeepSpeed partitions them;
 /// - `--bf16`, the config's `bf16.enabled`: arguments.py sets `params_dtype = torch.bfloat16` only
 ///   with it, and GPTModelPipe casts the logits to fp32 for the loss only with it.
-pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
+///
+/// And `--use-flash-attn-v2` where tpsim prices FlashAttention: Megatron-DeepSpeed's
+/// `ParallelAttention` runs the flash kernel only when one of its `--use-flash-attn-*` switches is
+/// given (megatron/model/transformer.py: `self.use_flash_attn = (args.use_flash_attn_v1 or
+/// args.use_flash_attn_triton or args.use_flash_attn_v2 ...)`), and otherwise its `CoreAttention`,
+/// which materialises the s × s scores; its example scripts pass `--use-flash-attn-v2`.
+pub fn megatron_deepspeed_args(training: &Training, plan: &ParallelPlan) -> String {
     let mut args = format!(
         "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
         plan.tp, plan.pp
@@ -39,6 +45,9 @@ pub fn megatron_deepspeed_args(plan: &ParallelPlan) -> String {
         args.push_str(" --sequence-parallel");
     }
     args.push_str(&format!(" --zero-stage {} --bf16", plan.zero));
+    if training.attention == AttentionKernel::Flash {
+        args.push_str(" --use-flash-attn-v2");
+    }
     match plan.recompute {
         Recompute::None => {}
         Recompute::Selective => args.push_str(" --recompute-granularity selective"),

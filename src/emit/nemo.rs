@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::cluster::Cluster;
 use crate::model::{Model, Norm};
 use crate::plan::{ParallelPlan, Precision, Recompute};
-use crate::training::{GradDtype, Training};
+use crate::training::{AttentionKernel, GradDtype, Training};
 
 #[derive(Serialize)]
 struct NemoConfig {
@@ -52,6 +52,15 @@ struct NemoModel {
     activation: &'static str,
     normalization: &'static str,
     bias: bool,
+    /// NeMo 1.x `build_transformer_config`: `add_qkv_bias = self.cfg.get('qkv_bias', False)`
+    /// (megatron_base_model.py), the query/key/value biases of a model whose other linear layers
+    /// have none (Qwen2); written out, since the YAML has no such key and `bias: false` alone
+    /// trains without them.
+    qkv_bias: bool,
+    /// Megatron-Core `TransformerConfig.qk_layernorm`, which NeMo 1.x copies from the model config
+    /// by field name (megatron_base_model.py `build_transformer_config`: "then config"), default
+    /// False: the norm over each query and key head (Qwen3), written out for the same reason.
+    qk_layernorm: bool,
     position_embedding_type: &'static str,
     /// NeMo 1.x megatron_gpt_config.yaml `rotary_percentage` (default 1.0: "the per head dim is
     /// multiplied by this"), written for rotary models.
@@ -73,6 +82,11 @@ struct NemoModel {
     /// `Training::wgrad_accumulation_fused`, the rule the Megatron-LM line's
     /// `--no-gradient-accumulation-fusion` follows), and NeMo 1.x's YAML defaults it to False.
     gradient_accumulation_fusion: bool,
+    /// NeMo 1.x `attention_backend = AttnBackend[self.cfg.get('attention_backend', "auto")]`
+    /// (megatron_base_model.py `build_transformer_config`), written as the kernel tpsim priced,
+    /// as the Megatron-LM line's `--attention-backend`: without it a plan priced with the s x s
+    /// scores materialised (`--attention unfused`) runs Transformer Engine's fused attention.
+    attention_backend: &'static str,
     /// Written for rotary models only: NeMo 1.x reads `cfg.get('apply_rope_fusion', False)`
     /// (megatron_base_model.py `build_transformer_config`), so a fragment without it runs the
     /// rotation unfused where tpsim priced the fused kernel (`Training::rope_fusion`).
@@ -138,6 +152,8 @@ pub fn nemo_yaml(
                 Norm::Rmsnorm => "rmsnorm",
             },
             bias: model.linear_bias,
+            qkv_bias: model.qkv_bias,
+            qk_layernorm: model.qk_norm,
             position_embedding_type: model.position_embedding.as_str(),
             rotary_percentage: model
                 .position_embedding
@@ -164,6 +180,10 @@ pub fn nemo_yaml(
             activations_checkpoint_num_layers: (plan.recompute == Recompute::Full)
                 .then_some(plan.recompute_num_layers.max(1)),
             gradient_accumulation_fusion: !super::runs_unfused_in_megatron(training, plan),
+            attention_backend: match training.attention {
+                AttentionKernel::Flash => "flash",
+                AttentionKernel::Unfused => "unfused",
+            },
             apply_rope_fusion: model
                 .position_embedding
                 .is_rotary()
