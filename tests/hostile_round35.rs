@@ -171,3 +171,74 @@ fn a_nemotron_h_pattern_and_layer_list_that_disagree_are_refused() {
     let agree = eval_hf(&dir, "config.json", &nemotron_h_moe_config(list));
     assert_eq!(agree.code, 0, "{}", agree.stderr);
 }
+
+/// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (a note says so, dropped
+/// with an error): the refusals named `--framework deepspeed`, a flag never typed, and offered
+/// `--framework megatron-core`, which the emit then refuses in turn ("the DeepSpeed configuration
+/// runs on DeepSpeed"). They now name the emit and offer the emit that runs on Megatron-Core.
+#[test]
+fn a_refusal_of_the_framework_emit_deepspeed_chose_names_the_emit() {
+    for (extra, needles) in [
+        (
+            &["--model", "mixtral-8x7b", "--moe-dispatcher", "deepep"][..],
+            &[
+                "--moe-dispatcher deepep with --emit deepspeed (which plans as --framework deepspeed)",
+                "or --emit megatron",
+            ][..],
+        ),
+        (
+            &["--model", "nemotron-3-super-120b-a12b"][..],
+            &[
+                "--emit deepspeed (which plans as --framework deepspeed): model nemotron-3-super-120b-a12b's experts work on a latent width of 1024",
+                "use --emit megatron",
+            ][..],
+        ),
+        (
+            &["--model", "llama3-8b", "--cp-exchange", "kv-ring"][..],
+            &[
+                "--cp-exchange kv-ring with --emit deepspeed",
+                "use --cp-exchange head-all-to-all, or --emit megatron",
+            ][..],
+        ),
+    ] {
+        for command in ["plan", "eval"] {
+            let mut args = vec![command, "--nodes", "1", "--global-batch", "64"];
+            args.extend_from_slice(extra);
+            args.extend(["--emit", "deepspeed"]);
+            if command == "eval" {
+                args.extend(["--tp", "1"]);
+            }
+            assert_one_line_error(
+                &run(&args),
+                needles,
+                &["--framework megatron-core", "panicked"],
+                &format!("{args:?}"),
+            );
+        }
+    }
+    // A framework the user typed is named as typed.
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--framework",
+        "deepspeed",
+        "--cp-exchange",
+        "kv-ring",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--cp-exchange kv-ring with --framework deepspeed:",
+            "or --framework megatron-core",
+        ],
+        &["which plans as", "panicked"],
+        "--framework deepspeed typed",
+    );
+}

@@ -66,7 +66,14 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
 }
 
 fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
-    super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some());
+    if super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some()) {
+        return eval_chosen(args, quiet).map_err(super::scenario::in_emit_framework_words);
+    }
+    eval_chosen(args, quiet)
+}
+
+/// `eval` once the framework is chosen.
+fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     check_pasted_stage_layers(&args)?;
     // Block recompute of 0 layers would read as every layer (Megatron's uniform method counts
     // chunk sizes, where 0 is no chunk either): refused as `plan` refuses it.
