@@ -242,3 +242,62 @@ fn a_refusal_of_the_framework_emit_deepspeed_chose_names_the_emit() {
         "--framework deepspeed typed",
     );
 }
+
+/// A shape flag beside a `--megatron-args` line that sets another value won over the line
+/// without a word: `--hidden 1024` over `--hidden-size 2048` priced a model still named
+/// `megatron-l8-h2048`, `--mtp-layers 2` over `--mtp-num-layers 1` two MTP depths; `--seq-len`
+/// and `--global-batch` were refused there, and `--layers` by clap. Each is refused naming the
+/// line's flag; the same value, or a flag the line leaves to Megatron's default, is taken.
+#[test]
+fn a_shape_flag_that_contradicts_a_launch_line_is_refused() {
+    const LINE: &str = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 1 --bf16";
+    for (line_extra, flag, value, needles) in [
+        (
+            "",
+            "--hidden",
+            "1024",
+            &[
+                "--hidden 1024 contradicts the --megatron-args launch line, which sets --hidden-size 2048",
+                "drop --hidden or change --hidden-size in the line",
+            ][..],
+        ),
+        (
+            " --mtp-num-layers 1",
+            "--mtp-layers",
+            "2",
+            &["--mtp-layers 2 contradicts", "--mtp-num-layers 1"][..],
+        ),
+        (
+            " --vocab-size 5000",
+            "--vocab",
+            "1024",
+            &["--vocab 1024 contradicts", "--vocab-size 5000"][..],
+        ),
+        (
+            " --num-experts 8",
+            "--num-experts",
+            "4",
+            &["--num-experts 4 contradicts", "sets --num-experts 8"][..],
+        ),
+    ] {
+        let line = format!("{LINE}{line_extra}");
+        let r = run(&[
+            "eval",
+            "--nodes",
+            "1",
+            "--megatron-args",
+            &line,
+            flag,
+            value,
+        ]);
+        assert_one_line_error(&r, needles, &["panicked"], &format!("{flag} {value}"));
+    }
+    for (flag, value, words) in [
+        ("--hidden", "2048", "hidden 2048,"),
+        ("--vocab", "1024", "vocab 1024;"),
+    ] {
+        let r = run(&["eval", "--nodes", "1", "--megatron-args", LINE, flag, value]);
+        assert_eq!(r.code, 0, "{flag} {value}: {}", r.stderr);
+        assert!(r.stdout.contains(words), "{flag} {value}: {}", r.stdout);
+    }
+}

@@ -5,9 +5,10 @@ use anyhow::{Result, anyhow, bail};
 
 use super::emit_commands::{emitted, framework_of, target_name};
 use super::megatron_paste::{
-    LaunchBatch, apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
-    check_pasted_megatron, check_pasted_stage_layers, layout_vpp, megatron_plan_file,
-    megatron_request, pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
+    LaunchBatch, apply_megatron_launch, attention_arg_of_backend, check_megatron_shape,
+    check_megatron_training, check_pasted_megatron, check_pasted_stage_layers, layout_vpp,
+    megatron_plan_file, megatron_request, pasted_precision, pasted_split, pasted_zero,
+    read_megatron_launch,
 };
 use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
 use super::scenario::{
@@ -104,6 +105,7 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         (None, None) => None,
     };
     if let Some(launch) = &megatron {
+        check_megatron_shape(launch, &args.model)?;
         check_megatron_training(launch, &args.training)?;
     }
     // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.
