@@ -301,3 +301,44 @@ fn a_shape_flag_that_contradicts_a_launch_line_is_refused() {
         assert!(r.stdout.contains(words), "{flag} {value}: {}", r.stdout);
     }
 }
+
+/// A sweep says a point's refusal in its own words, the axis's flag read as `--values`; a fix
+/// that drops the flag ("drop --cpu-offload-layers" for a hybrid stack, which offloads no
+/// layers) read "drop --values", which the sweep cannot run without. It now says to drop that
+/// point, in the table's note and in the error when no point has a plan.
+#[test]
+fn a_sweep_point_refused_for_its_value_is_dropped_not_the_values() {
+    let args = |values| {
+        run(&[
+            "sweep",
+            "--model",
+            "nemotron-h-8b",
+            "--global-batch",
+            "64",
+            "--nodes",
+            "1",
+            "--axis",
+            "cpu-offload-layers",
+            "--values",
+            values,
+        ])
+    };
+    let r = args("2,4");
+    assert_one_line_error(
+        &r,
+        &[
+            "--axis cpu-offload-layers at 2",
+            "not in the hybrid stack",
+            "drop that point from --values",
+        ],
+        &["drop --values", "panicked"],
+        "every point refused",
+    );
+    let r = args("0,2");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("drop that point from --values") && !r.stdout.contains("drop --values"),
+        "{}",
+        r.stdout
+    );
+}
