@@ -175,30 +175,34 @@ fn a_nemotron_h_pattern_and_layer_list_that_disagree_are_refused() {
 /// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (a note says so, dropped
 /// with an error): the refusals named `--framework deepspeed`, a flag never typed, and offered
 /// `--framework megatron-core`, which the emit then refuses in turn ("the DeepSpeed configuration
-/// runs on DeepSpeed"). They now name the emit and offer the emit that runs on Megatron-Core.
+/// runs on DeepSpeed"). They now name the emit and offer the emit that runs on Megatron-Core;
+/// a model no DeepSpeed configuration describes (experts, a hybrid stack: DeepEP or LatentMoE
+/// refused first) gets the emit's own refusal, as `plan` gave it for a hybrid stack.
 #[test]
 fn a_refusal_of_the_framework_emit_deepspeed_chose_names_the_emit() {
-    for (extra, needles) in [
-        (
-            &["--model", "mixtral-8x7b", "--moe-dispatcher", "deepep"][..],
-            &[
-                "--moe-dispatcher deepep with --emit deepspeed (which plans as --framework deepspeed)",
-                "or --emit megatron",
-            ][..],
-        ),
-        (
-            &["--model", "nemotron-3-super-120b-a12b"][..],
-            &[
-                "--emit deepspeed (which plans as --framework deepspeed): model nemotron-3-super-120b-a12b's experts work on a latent width of 1024",
-                "use --emit megatron",
-            ][..],
-        ),
+    for (extra, needles, absent) in [
         (
             &["--model", "llama3-8b", "--cp-exchange", "kv-ring"][..],
             &[
-                "--cp-exchange kv-ring with --emit deepspeed",
+                "--cp-exchange kv-ring with --emit deepspeed (which plans as --framework deepspeed)",
                 "use --cp-exchange head-all-to-all, or --emit megatron",
             ][..],
+            &["--framework megatron-core", "panicked"][..],
+        ),
+        (
+            &["--model", "mixtral-8x7b", "--moe-dispatcher", "deepep"][..],
+            &["--emit deepspeed: mixture-of-experts models are not written for DeepSpeed"][..],
+            &["DeepEP", "panicked"][..],
+        ),
+        (
+            &["--model", "nemotron-3-super-120b-a12b"][..],
+            &["--emit deepspeed: hybrid Mamba-Transformer models"][..],
+            &["latent width", "--framework", "panicked"][..],
+        ),
+        (
+            &["--model", "nemotron-h-8b"][..],
+            &["--emit deepspeed: hybrid Mamba-Transformer models"][..],
+            &["--framework", "panicked"][..],
         ),
     ] {
         for command in ["plan", "eval"] {
@@ -208,12 +212,7 @@ fn a_refusal_of_the_framework_emit_deepspeed_chose_names_the_emit() {
             if command == "eval" {
                 args.extend(["--tp", "1"]);
             }
-            assert_one_line_error(
-                &run(&args),
-                needles,
-                &["--framework megatron-core", "panicked"],
-                &format!("{args:?}"),
-            );
+            assert_one_line_error(&run(&args), needles, absent, &format!("{args:?}"));
         }
     }
     // A framework the user typed is named as typed.

@@ -68,7 +68,9 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
 
 fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some()) {
-        return eval_chosen(args, quiet).map_err(super::scenario::in_emit_framework_words);
+        let model = args.model.clone();
+        return eval_chosen(args, quiet)
+            .map_err(|err| super::scenario::in_emit_framework_words(err, &model));
     }
     eval_chosen(args, quiet)
 }

@@ -408,7 +408,9 @@ pub(super) fn check_search_input(
 
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
     if super::scenario::framework_for_emit(args.emit, &mut args.training, false) {
-        return plan_chosen(args).map_err(super::scenario::in_emit_framework_words);
+        let model = args.model.clone();
+        return plan_chosen(args)
+            .map_err(|err| super::scenario::in_emit_framework_words(err, &model));
     }
     plan_chosen(args)
 }

@@ -1088,10 +1088,18 @@ pub(super) fn framework_for_emit(
 /// is dropped with the error): the message named `--framework deepspeed`, a flag never typed, and
 /// offered `--framework megatron-core`, which the emit then refuses (its configuration runs on
 /// DeepSpeed only). Said as the emit's choice, with the emit that runs on Megatron-Core as the fix.
-pub(super) fn in_emit_framework_words(err: anyhow::Error) -> anyhow::Error {
+/// A model no DeepSpeed configuration describes (a hybrid stack, experts, latent attention) is
+/// said as the emit's refusal, which the framework's would otherwise hide behind a fix that the
+/// emit refuses in turn.
+pub(super) fn in_emit_framework_words(err: anyhow::Error, model: &ModelArgs) -> anyhow::Error {
     let message = format!("{err:#}");
     if !message.contains("--framework deepspeed") {
         return err;
+    }
+    if let Ok((model, _)) = resolve_model(model, None, None)
+        && let Some(why) = crate::emit::Framework::DeepSpeed.model_unsupported(&model)
+    {
+        return anyhow::anyhow!("--emit deepspeed: {why}");
     }
     anyhow::anyhow!(
         message
