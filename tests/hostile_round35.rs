@@ -2,8 +2,10 @@
 //! (an MoE run's hidden or vocab, a hybrid run's layers or moe) were dropped without a word; a
 //! Hugging Face config's shared-expert count times width was told as one key's value, wrapped
 //! past 2^32; a Nemotron-H config's `layers_block_type` beside a different
-//! `hybrid_override_pattern` was dropped. Every error case checks exit 2, one line on stderr
-//! and the words that name the value, the rule and the fix.
+//! `hybrid_override_pattern` was dropped; `--emit deepspeed`'s refusals named `--framework
+//! deepspeed`, never typed, with a fix the emit refuses; a shape flag beside a `--megatron-args`
+//! line won over the line's value; a sweep point's fix read "drop --values". Every error case
+//! checks exit 2, one line on stderr and the words that name the value, the rule and the fix.
 
 mod common;
 
