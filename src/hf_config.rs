@@ -953,6 +953,29 @@ impl Reader<'_> {
         }
     }
 
+    /// The shared experts' width, `count` of `width` each (DeepSeek's and GLM's `n_shared_experts`
+    /// x `moe_intermediate_size`, Nemotron-H's x `moe_shared_expert_intermediate_size`). A product
+    /// past the widest MLP the model check takes is told in both keys as written: the check named
+    /// one key with the product (a number the config does not hold), wrapped past 2^32 in u32.
+    fn shared_width(
+        &self,
+        count_key: &'static str,
+        count: u32,
+        width_key: &'static str,
+        width: u32,
+    ) -> Result<u32, HfConfigError> {
+        let max = crate::model::MAX_FFN_WIDTH;
+        count
+            .checked_mul(width)
+            .filter(|w| *w <= max)
+            .ok_or_else(|| {
+                self.unsupported(format!(
+                    "keys \"{count_key}\" {count} x \"{width_key}\" {width} make the shared experts {} wide together, larger than {max}, beyond any model trained; check the config",
+                    u64::from(count) * u64::from(width)
+                ))
+            })
+    }
+
     fn unsupported(&self, message: String) -> HfConfigError {
         HfConfigError::Unsupported {
             path: self.path.to_string(),
@@ -1336,7 +1359,12 @@ impl Reader<'_> {
                 experts: self.class_default("n_routed_experts", 256)?,
                 router_topk: self.class_default("num_experts_per_tok", 8)?,
                 ffn_hidden: moe_ffn,
-                shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
+                shared_expert_ffn_hidden: self.shared_width(
+                    "n_shared_experts",
+                    self.count_or("n_shared_experts", 1)?,
+                    "moe_intermediate_size",
+                    moe_ffn,
+                )?,
                 shared_expert_gate: false,
                 layer_freq,
                 first_dense_layers,
@@ -1473,11 +1501,12 @@ impl Reader<'_> {
                 experts: self.required("n_routed_experts", "128")?,
                 router_topk: self.required("num_experts_per_tok", "6")?,
                 ffn_hidden: self.required("moe_intermediate_size", "1856")?,
-                shared_expert_ffn_hidden: self
-                    .class_default("n_shared_experts", 1)?
-                    .saturating_mul(
-                        self.class_default("moe_shared_expert_intermediate_size", 7688)?,
-                    ),
+                shared_expert_ffn_hidden: self.shared_width(
+                    "n_shared_experts",
+                    self.class_default("n_shared_experts", 1)?,
+                    "moe_shared_expert_intermediate_size",
+                    self.class_default("moe_shared_expert_intermediate_size", 7688)?,
+                )?,
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: 0,
@@ -1582,21 +1611,22 @@ impl Reader<'_> {
     /// mlp, moe) where a config gives that instead.
     fn hybrid_pattern(&self) -> Result<String, HfConfigError> {
         const DEFAULT: &str = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
-        if let Some(v) = self
+        let given = self
             .obj
             .get("hybrid_override_pattern")
             .filter(|v| !v.is_null())
-        {
-            return v.as_str().map(str::to_string).ok_or_else(|| {
-                self.bad(
-                    "hybrid_override_pattern",
-                    v,
-                    "a string of M, *, - and E, one per layer",
-                )
-            });
-        }
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    self.bad(
+                        "hybrid_override_pattern",
+                        v,
+                        "a string of M, *, - and E, one per layer",
+                    )
+                })
+            })
+            .transpose()?;
         let Some(list) = self.obj.get("layers_block_type").filter(|v| !v.is_null()) else {
-            return Ok(DEFAULT.to_string());
+            return Ok(given.unwrap_or_else(|| DEFAULT.to_string()));
         };
         let symbols = list.as_array().map(|items| {
             items
@@ -1610,13 +1640,21 @@ impl Reader<'_> {
                 })
                 .collect::<Option<String>>()
         });
-        symbols.flatten().ok_or_else(|| {
+        let listed = symbols.flatten().ok_or_else(|| {
             self.bad(
                 "layers_block_type",
                 list,
                 "a list of \"mamba\", \"attention\", \"mlp\" and \"moe\", one per layer",
             )
-        })
+        })?;
+        // Both given: the pattern was taken and the list dropped without a word, though they
+        // may say different stacks.
+        match given {
+            Some(pattern) if pattern != listed => Err(self.unsupported(format!(
+                "keys \"hybrid_override_pattern\" {pattern:?} and \"layers_block_type\" (the pattern {listed:?}) give different layers, so which stack is meant is unclear; keep one of them, or make them agree"
+            ))),
+            _ => Ok(listed),
+        }
     }
 
     /// GLM-4.5 / GLM-4.6 (transformers `models/glm4_moe`, `Glm4MoeForCausalLM`). Attention is
@@ -1684,7 +1722,12 @@ impl Reader<'_> {
                 experts,
                 router_topk: self.required("num_experts_per_tok", "8")?,
                 ffn_hidden: moe_ffn,
-                shared_expert_ffn_hidden: self.count_or("n_shared_experts", 1)? * moe_ffn,
+                shared_expert_ffn_hidden: self.shared_width(
+                    "n_shared_experts",
+                    self.count_or("n_shared_experts", 1)?,
+                    "moe_intermediate_size",
+                    moe_ffn,
+                )?,
                 shared_expert_gate: false,
                 layer_freq: 1,
                 first_dense_layers: self.count_or("first_k_dense_replace", 1)?,

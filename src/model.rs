@@ -679,6 +679,8 @@ pub(crate) fn divisor_at_most(n: &u32, most: &u32) -> u32 {
 /// most experts in a published model are DeepSeek-V3's 256 and Kimi K2's 384.
 const MAX_LAYERS: u32 = 10_000;
 const MAX_WIDTH: u32 = 1 << 20;
+/// The widest MLP (dense, one expert's or the shared experts' together) the model check takes.
+pub(crate) const MAX_FFN_WIDTH: u32 = 4 * MAX_WIDTH;
 /// Attention heads: heads may pass hidden / head_dim when the head width is given (`--head-dim`,
 /// MLA), so they are bounded on their own; 65,536 is 512 times the most a bundled model has
 /// (DeepSeek-V3 and Llama 3 405B: 128; GPT-3 175B: 96).

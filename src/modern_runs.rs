@@ -236,6 +236,7 @@ pub fn parse_runs_file(text: &str, origin: &str) -> Result<ModernRunsFile, RunsF
             .and_then(|()| recipes::check_id_release(&run.id))
             .and_then(|()| check_run_recompute(run))
             .and_then(|()| check_run_precision(run))
+            .and_then(|()| check_run_hybrid(run))
             .and_then(|()| check_run_moe(run))
             .map_err(|message| RunsFileError::Number {
                 origin: origin.to_string(),
@@ -467,16 +468,8 @@ fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
         return Ok(None);
     };
     let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
-    if let Some(given) = run.model.head_dim
-        && given != model.head_dim
-    {
-        return Err(format!(
-            "model.head_dim: {given} is not the {} of the bundled {name} that tpsim prices model_key {} with (rule: a current-stack MoE run is priced as its bundled model, models/{name}.yaml); write the bundled value, e.g. head_dim: {}, or null",
-            model.head_dim,
-            run.model_key.as_deref().unwrap_or_default(),
-            model.head_dim
-        ));
-    }
+    // The layer count may differ: the weak-scaling proxies truncate the bundled model.
+    check_bundled_shape(run, &model, name, "MoE", false)?;
     let Some(ours) = model.moe else {
         return Ok(Some(model));
     };
@@ -502,6 +495,59 @@ fn check_run_moe(run: &ModernRun) -> Result<Option<Model>, String> {
         }
     }
     Ok(Some(model))
+}
+
+/// A run's stated shape against the bundled model tpsim prices it with (an MoE run's
+/// [`bundled_moe`], a hybrid run's [`bundled_hybrid`]): each number given (not null) must be the
+/// bundled model's, or the run would be priced as a model other than the one its row states
+/// without a word. `with_layers` checks the layer count too (an MoE run may truncate it).
+fn check_bundled_shape(
+    run: &ModernRun,
+    model: &Model,
+    name: &str,
+    kind: &str,
+    with_layers: bool,
+) -> Result<(), String> {
+    let m = &run.model;
+    let layers = if with_layers { m.layers } else { None };
+    for (key, given, ours) in [
+        ("layers", layers, model.layers),
+        ("hidden", m.hidden, model.hidden),
+        ("heads", m.heads, model.heads),
+        ("kv_heads", m.kv_heads, model.kv_heads),
+        ("head_dim", m.head_dim, model.head_dim),
+        ("ffn_hidden", m.ffn_hidden, model.ffn_hidden),
+        ("vocab", m.vocab, model.vocab),
+    ] {
+        if let Some(given) = given
+            && given != ours
+        {
+            return Err(format!(
+                "model.{key}: {given} is not the {ours} of the bundled {name} that tpsim prices model_key {} with (rule: a current-stack {kind} run is priced as its bundled model, models/{name}.yaml); write the bundled value, e.g. {key}: {ours}, or null",
+                run.model_key.as_deref().unwrap_or_default(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A hybrid Mamba-Transformer run (`model_key` of a [`bundled_hybrid`] model) is priced as its
+/// bundled model whatever its row says: the shape it states must be that model's, and its
+/// `model.moe` null (the bundled model carries its experts and their latent width, which a run's
+/// moe keys cannot say).
+fn check_run_hybrid(run: &ModernRun) -> Result<(), String> {
+    let Some(name) = run.model_key.as_deref().and_then(bundled_hybrid) else {
+        return Ok(());
+    };
+    let model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
+    check_bundled_shape(run, &model, name, "hybrid", true)?;
+    if let Some(moe) = run.model.moe.as_ref().filter(|v| !v.is_null()) {
+        return Err(format!(
+            "model.moe: {moe} is given for model_key {}, which tpsim prices as the bundled {name} with its own experts (rule: a current-stack hybrid run is priced as its bundled model, models/{name}.yaml); write moe: null",
+            run.model_key.as_deref().unwrap_or_default(),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a run id given twice in the runs file `text` (either format: each run is a mapping with

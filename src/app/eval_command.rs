@@ -5,9 +5,10 @@ use anyhow::{Result, anyhow, bail};
 
 use super::emit_commands::{emitted, framework_of, target_name};
 use super::megatron_paste::{
-    LaunchBatch, apply_megatron_launch, attention_arg_of_backend, check_megatron_training,
-    check_pasted_megatron, check_pasted_stage_layers, layout_vpp, megatron_plan_file,
-    megatron_request, pasted_precision, pasted_split, pasted_zero, read_megatron_launch,
+    LaunchBatch, apply_megatron_launch, attention_arg_of_backend, check_megatron_shape,
+    check_megatron_training, check_pasted_megatron, check_pasted_stage_layers, layout_vpp,
+    megatron_plan_file, megatron_request, pasted_precision, pasted_split, pasted_zero,
+    read_megatron_launch,
 };
 use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
 use super::scenario::{
@@ -66,7 +67,16 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
 }
 
 fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
-    super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some());
+    if super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some()) {
+        let model = args.model.clone();
+        return eval_chosen(args, quiet)
+            .map_err(|err| super::scenario::in_emit_framework_words(err, &model));
+    }
+    eval_chosen(args, quiet)
+}
+
+/// `eval` once the framework is chosen.
+fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     check_pasted_stage_layers(&args)?;
     // Block recompute of 0 layers would read as every layer (Megatron's uniform method counts
     // chunk sizes, where 0 is no chunk either): refused as `plan` refuses it.
@@ -97,6 +107,7 @@ fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
         (None, None) => None,
     };
     if let Some(launch) = &megatron {
+        check_megatron_shape(launch, &args.model)?;
         check_megatron_training(launch, &args.training)?;
     }
     // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.

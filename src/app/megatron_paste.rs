@@ -148,6 +148,70 @@ pub(super) fn attention_arg_of_backend(value: &str) -> Result<AttentionArg> {
     }
 }
 
+/// A shape flag given next to `--megatron-args` must not contradict the launch line: `--hidden
+/// 1024` beside `--hidden-size 2048` won over the line without a word (the model kept the line's
+/// name, `megatron-l8-h2048`), as --layers would (which clap refuses beside the line). The same
+/// value, or one the line leaves to Megatron's default, is taken, as for `--seq-len`.
+pub(super) fn check_megatron_shape(
+    launch: &emit::MegatronLaunch,
+    model: &crate::cli::ModelArgs,
+) -> Result<()> {
+    for (flag, given, line_flag, line) in [
+        (
+            "--hidden",
+            model.hidden,
+            "--hidden-size",
+            Some(launch.hidden),
+        ),
+        (
+            "--heads",
+            model.heads,
+            "--num-attention-heads",
+            Some(launch.heads),
+        ),
+        (
+            "--kv-heads",
+            model.kv_heads,
+            "--num-query-groups",
+            launch.kv_heads,
+        ),
+        (
+            "--ffn-hidden",
+            model.ffn_hidden,
+            "--ffn-hidden-size",
+            launch.ffn_hidden,
+        ),
+        (
+            "--head-dim",
+            model.head_dim,
+            "--kv-channels",
+            launch.head_dim,
+        ),
+        ("--vocab", model.vocab, "--vocab-size", launch.vocab),
+        (
+            "--mtp-layers",
+            model.mtp_layers,
+            "--mtp-num-layers",
+            (launch.mtp_layers > 0).then_some(launch.mtp_layers),
+        ),
+        (
+            "--num-experts",
+            model.num_experts,
+            "--num-experts",
+            launch.experts.moe.map(|moe| moe.experts),
+        ),
+    ] {
+        if let (Some(given), Some(line)) = (given, line)
+            && given != line
+        {
+            bail!(
+                "{flag} {given} contradicts the --megatron-args launch line, which sets {line_flag} {line}; drop {flag} or change {line_flag} in the line"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
 /// would silently win over what the line says.
 /// The tokenizer a launch line names among the arguments tpsim skips (`--tokenizer-type T`,

@@ -407,7 +407,16 @@ pub(super) fn check_search_input(
 }
 
 pub(super) fn plan(mut args: PlanArgs) -> Result<Outcome> {
-    super::scenario::framework_for_emit(args.emit, &mut args.training, false);
+    if super::scenario::framework_for_emit(args.emit, &mut args.training, false) {
+        let model = args.model.clone();
+        return plan_chosen(args)
+            .map_err(|err| super::scenario::in_emit_framework_words(err, &model));
+    }
+    plan_chosen(args)
+}
+
+/// `plan` once the framework is chosen.
+fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
     if args.top == 0 {
         bail!("--top 0 would print nothing; give how many plans to show, e.g. --top 10");
     }

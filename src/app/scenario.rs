@@ -1047,13 +1047,14 @@ pub(super) fn note_routing_without_effect(training: &Training) {
 /// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr. A saved
 /// plan (`plan_file`) keeps its own framework and FP8 recipe: the emit then refuses a framework
 /// the configuration does not run on, rather than evaluating the file as another one.
+/// Says whether it chose DeepSpeed (for [`in_emit_framework_words`]).
 pub(super) fn framework_for_emit(
     emit: Option<crate::cli::EmitTarget>,
     training: &mut TrainingArgs,
     plan_file: bool,
-) {
+) -> bool {
     if plan_file {
-        return;
+        return false;
     }
     // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
     if emit == Some(crate::cli::EmitTarget::Nemo)
@@ -1078,7 +1079,37 @@ pub(super) fn framework_for_emit(
             "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses with no TP or PP beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
                 .to_string(),
         );
+        return true;
     }
+    false
+}
+
+/// An error of a run whose framework `--emit deepspeed` chose ([`framework_for_emit`]; its note
+/// is dropped with the error): the message named `--framework deepspeed`, a flag never typed, and
+/// offered `--framework megatron-core`, which the emit then refuses (its configuration runs on
+/// DeepSpeed only). Said as the emit's choice, with the emit that runs on Megatron-Core as the fix.
+/// A model no DeepSpeed configuration describes (a hybrid stack, experts, latent attention) is
+/// said as the emit's refusal, which the framework's would otherwise hide behind a fix that the
+/// emit refuses in turn.
+pub(super) fn in_emit_framework_words(err: anyhow::Error, model: &ModelArgs) -> anyhow::Error {
+    let message = format!("{err:#}");
+    if !message.contains("--framework deepspeed") {
+        return err;
+    }
+    if let Ok((model, _)) = resolve_model(model, None, None)
+        && let Some(why) = crate::emit::Framework::DeepSpeed.model_unsupported(&model)
+    {
+        return anyhow::anyhow!("--emit deepspeed: {why}");
+    }
+    anyhow::anyhow!(
+        message
+            .replacen(
+                "--framework deepspeed",
+                "--emit deepspeed (which plans as --framework deepspeed)",
+                1
+            )
+            .replace("--framework megatron-core", "--emit megatron")
+    )
 }
 
 /// Per-tensor FP8's scaling: `--fp8-scaling`, else the saved plan's, else the framework's. Delayed

@@ -89,7 +89,7 @@ fn axis_flag(axis: sweep::Axis) -> Option<&'static str> {
 /// A message about one point said in the sweep's words: the point's value came from `--values`,
 /// so the axis's flag, which the user did not type and may not add, reads `--values`
 /// (`--nodes 100000000 is more than ...` is `--values 100000000 ...`; `change --nodes` is
-/// `change --values`).
+/// `change --values`; `drop --nodes` is `drop that point from --values`).
 pub(super) fn in_sweep_words(message: &str, axis: sweep::Axis) -> String {
     let Some(flag) = axis_flag(axis) else {
         return message.to_string();
@@ -109,7 +109,9 @@ pub(super) fn in_sweep_words(message: &str, axis: sweep::Axis) -> String {
         rest = &rest[at + flag.len()..];
     }
     out.push_str(rest);
-    out
+    // "drop --cpu-offload-layers" cannot read "drop --values": the sweep needs its points, and
+    // the fix is to leave out the one at fault.
+    out.replace("drop --values", "drop that point from --values")
 }
 
 /// The inputs no point of the axis changes (the model off `--axis params`, the GPU off `--axis gpu`,
