@@ -33,14 +33,16 @@ const MOE_PAST_30: usize = 27;
 const ROWS: usize = 228;
 // Nemotron 3 Nano (hybrid Mamba-Transformer MoE, models/nemotron-3-nano-30b-a3b.yaml), priced since
 // 2026-12-06 (fifteenth session; validation/FIT.md "Hybrid Mamba-Transformer stacks"): 20 rows,
-// median |error| 22.3%, max 28.6%, all too fast, as the other fine-grained MoE rows above. Kept
-// apart so that the MoE bounds above still hold the rows they were measured on.
+// median |error| 21.3%, max 28.6%; too fast as the other fine-grained MoE rows above but for the
+// four H100 rows, within 3% since the seventeenth session planned them with their recipe's
+// recompute modules (moe, layernorm, core_attn, moe_act). Kept apart so that the MoE bounds above
+// still hold the rows they were measured on.
 const HYBRID_MIN_PREDICTED: usize = 20;
-const HYBRID_MEDIAN_BOUND: f64 = 0.235;
+const HYBRID_MEDIAN_BOUND: f64 = 0.22;
 const HYBRID_PAST_30: usize = 0;
 // Nemotron 3 Super and Ultra (hybrid Mamba-Transformer LatentMoE stacks with the recipes' two MTP
 // depths of one shared attention + MoE block; validation/FIT.md "LatentMoE"), priced since
-// 2026-12-06 (sixteenth session): 32 rows, median |error| 29.8%, max 75.1%, 16 past 30%; too fast
+// 2026-12-06 (sixteenth session): 32 rows, median |error| 29.8%, max 71.4%, 16 past 30%; too fast
 // on every GPU but B200 (whose recipe runs EP 64 over eight 8-GPU nodes with the HybridEP
 // dispatcher, -31...-34% here). Kept apart so that the bounds above still hold the rows they were
 // measured on.

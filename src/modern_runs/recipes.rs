@@ -302,14 +302,26 @@ pub(super) fn from_moe_report(run: &ModernRun) -> bool {
 ///   (`configs/gpt_oss/gpt_oss_workload_base_configs.py:58`, `:75`, `:82`); GB300 and B300 list
 ///   none; from v0.5.0 the GB200 MXFP8 config lists `[]` (`:220`; v0.6.0
 ///   `perf_recipes/gpt_oss/gb200/gpt_oss.py:240-241`);
-/// - Qwen3: none (granularity None, [`recipe_recompute`]).
+/// - Qwen3: none (granularity None, [`recipe_recompute`]);
+/// - Nemotron 3 Nano on H100 (`configs/nemotronh/nemotron_3_nano_workload_base_configs.py:80-86`
+///   at v0.3.1, `nemotron_3_workload_base_configs.py:78-87` at v0.4.0 to v0.5.1; v0.6.0
+///   `perf_recipes/nemotronh/h100/nemotronh.py:128,182`): `["moe", "layernorm"]` in BF16,
+///   `["moe", "layernorm", "core_attn", "moe_act"]` in FP8;
+/// - Nemotron 3 Super (`nemotron_3_workload_base_configs.py:121-151` at v0.4.0 to v0.5.0; v0.6.0
+///   `perf_recipes/nemotronh/b200/nemotronh.py:87,135,183`, `b300/nemotronh.py:88,188`): B200
+///   `["moe_act", "moe", "layernorm", "core_attn"]` in BF16, `["moe_act", "layernorm"]` in MXFP8,
+///   none in NVFP4 (v0.5.0's NVFP4 lists the BF16 four, v0.5.1's `["moe_act", "layernorm",
+///   "core_attn"]` at tp 2, ep 8); B300 `["moe_act", "layernorm"]` in BF16 and NVFP4, none in
+///   MXFP8; GB300 and GB200 none. Ultra's 26.08 `["moe_act"]` comes with an offload of the
+///   experts' FC1 output to the CPU, which tpsim does not price, so its rows keep the search's
+///   choice.
 ///
 /// The Megatron-Core MoE report's runs (Appendix B.2, "Recompute"): DeepSeek-V3 `mlp` on GB200 and,
 /// on H100, Table 17's `mlp, mla_up_proj, moe_act, layernorm` (the row's own table, over B.2's
 /// shorter list); Qwen3-235B `moe_act, layernorm` on GB200 and H100; none on GB300.
 pub(super) fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModules> {
     use Bridge26::{V030, V031, V040, V042, V050, V051, V060};
-    use RecomputeModule::{Layernorm, MlaUpProj, Mlp, MoeAct};
+    use RecomputeModule::{CoreAttn, Layernorm, MlaUpProj, Mlp, Moe, MoeAct};
     if from_moe_report(run) {
         return report_recompute_modules(run);
     }
@@ -326,6 +338,27 @@ pub(super) fn recipe_recompute_modules(run: &ModernRun) -> Option<RecomputeModul
                 if matches!(gpu, "GB200" | "B200" | "H100") =>
             {
                 &[Layernorm, MoeAct]
+            }
+            (_, "nemotron3_nano") if gpu == "H100" && precision_is(run, "bf16") => {
+                &[Moe, Layernorm]
+            }
+            (_, "nemotron3_nano") if gpu == "H100" => &[Moe, Layernorm, CoreAttn, MoeAct],
+            (_, "nemotron3_super") if gpu == "B200" && precision_is(run, "bf16") => {
+                &[MoeAct, Moe, Layernorm, CoreAttn]
+            }
+            (_, "nemotron3_super") if gpu == "B200" && precision_is(run, "mxfp8") => {
+                &[MoeAct, Layernorm]
+            }
+            (V050, "nemotron3_super") if gpu == "B200" && precision_is(run, "nvfp4") => {
+                &[MoeAct, Moe, Layernorm, CoreAttn]
+            }
+            (V051, "nemotron3_super") if gpu == "B200" && precision_is(run, "nvfp4") => {
+                &[MoeAct, Layernorm, CoreAttn]
+            }
+            (_, "nemotron3_super")
+                if gpu == "B300" && (precision_is(run, "bf16") || precision_is(run, "nvfp4")) =>
+            {
+                &[MoeAct, Layernorm]
             }
             _ => return None,
         };
