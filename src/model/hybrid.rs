@@ -370,7 +370,7 @@ impl Model {
             }
             (false, Some(_)) => {
                 return fail(format!(
-                    "the model has experts but its hybrid pattern {:?} has no MoE layer (E); put E where the MoE layers are, or drop the moe settings",
+                    "the model has experts but its hybrid pattern {:?} has no MoE layer (E) (rule: a hybrid stack's MoE layers are its pattern's E symbols); put E where the MoE layers are, or drop the expert settings (--num-experts and the other MoE flags, or the model file's moe: section)",
                     hybrid.pattern
                 ));
             }
