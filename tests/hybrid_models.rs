@@ -247,27 +247,28 @@ fn hybrid_patterns_tpsim_does_not_price_are_refused_by_symbol() {
 }
 
 #[test]
-fn no_launch_line_is_written_for_a_hybrid_stack() {
-    let r = run(&[
-        "plan",
-        "--model",
-        "nemotron-h-8b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "2",
-        "--emit",
-        "megatron",
-    ]);
-    assert_one_line_error(
-        &r,
-        &[
-            "--emit megatron: hybrid Mamba-Transformer models",
-            "pretrain_mamba.py",
-        ],
-        &["panicked"],
-        "emit megatron",
-    );
+fn only_megatron_lm_has_a_launch_line_for_a_hybrid_stack() {
+    // Megatron-LM's pretrain_hybrid.py line carries the pattern and the mixer's shape
+    // (tests/hybrid_emit.rs reads it back); Megatron-Bridge, NeMo 1.x and DeepSpeed are refused.
+    for target in ["megatron-bridge", "nemo"] {
+        let r = run(&[
+            "plan",
+            "--model",
+            "nemotron-h-8b",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "2",
+            "--emit",
+            target,
+        ]);
+        assert_one_line_error(
+            &r,
+            &["hybrid Mamba-Transformer models", "use --emit megatron"],
+            &["panicked"],
+            target,
+        );
+    }
 }
 
 /// A Nemotron 3 Nano `config.json` in `NemotronHConfig`'s keys (NVIDIA's remote-code

@@ -202,6 +202,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "distribute-saved-activations",
     "distribute-checkpointed-activations",
     "is-hybrid-model",
+    "mtp-use-repeated-layer",
 ];
 
 /// torchrun's arguments for the cluster (torchrun accepts `_` and `-` spellings).

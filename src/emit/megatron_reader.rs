@@ -127,6 +127,14 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let words = super::megatron_args::launch_words(text)?;
     let p = Parsed::tokenize(&words)?;
     let hybrid_pattern = hybrid_pattern_of_line(&p)?;
+    // A unified pattern's MTP depths ('/' segments), which the main pattern's count leaves out.
+    let (hybrid_pattern, hybrid_mtp_depths) = match hybrid_pattern {
+        Some(pattern) => {
+            let (main, depths) = split_hybrid_mtp(&pattern)?;
+            (Some(main), depths)
+        }
+        None => (None, 0),
+    };
     // arguments.py derives --num-layers from a hybrid pattern (and ignores another with a
     // warning): the pattern's count, and a contradicting --num-layers refused, not overridden.
     let layers = match &hybrid_pattern {
@@ -297,7 +305,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "the layout already sets the virtual stages (its chunks over the pipeline size); drop --num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank".into(),
         });
     }
-    let mtp_layers = p.number("mtp-num-layers")?.unwrap_or(0);
+    let mtp_layers = p.number("mtp-num-layers")?.unwrap_or(hybrid_mtp_depths);
     if let Some(layout) = split.layout
         && layout.mtp_layers != mtp_layers
     {
@@ -487,7 +495,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         dropout,
         mtp_layers,
         attention_window: p.attention_window()?,
-        hybrid: hybrid_of_line(&p, hybrid_pattern, hidden)?,
+        hybrid: hybrid_of_line(&p, hybrid_pattern, hidden, hybrid_mtp_depths)?,
         tp,
         experts,
         cp,
@@ -638,6 +646,40 @@ fn hybrid_pattern_of_line(p: &Parsed) -> Result<Option<String>, MegatronArgsErro
     }
 }
 
+/// A unified `--hybrid-layer-pattern` split into its main pattern and its MTP depths
+/// (megatron/core/models/hybrid/hybrid_layer_allocation.py `ParsedHybridPattern`: "<main>/<mtp>/
+/// <mtp>/...", one '/' segment per depth, all alike). tpsim prices a depth as an attention block
+/// and one of the last layer's MLP kind (`Model::check_hybrid`), NVIDIA's "*E": other MTP
+/// patterns are refused in one line.
+fn split_hybrid_mtp(pattern: &str) -> Result<(String, u32), MegatronArgsError> {
+    let mut segments = pattern.split('/');
+    let main = segments.next().unwrap_or_default().to_string();
+    let mtp: Vec<&str> = segments.collect();
+    let Some(first) = mtp.first() else {
+        return Ok((main, 0));
+    };
+    let last = main.chars().last().filter(|c| matches!(c, 'E' | '-'));
+    let priced = last.map(|c| format!("*{c}"));
+    if mtp.iter().any(|s| s != first) || priced.as_deref() != Some(*first) {
+        return Err(MegatronArgsError::Refused {
+            given: format!(
+                "--hybrid-layer-pattern with MTP segments {:?}",
+                mtp.join("/")
+            ),
+            why: format!(
+                "tpsim prices a hybrid MTP depth as an attention block and one of the last layer's MLP kind, every depth alike ('*E' or '*-' after a pattern ending in E or -, NVIDIA's Nemotron 3 '*E'){}; write the depths as /{} or give the model file and --mtp-layers",
+                if let Some(block) = &priced {
+                    format!(", here {block}")
+                } else {
+                    String::new()
+                },
+                priced.as_deref().unwrap_or("*E")
+            ),
+        });
+    }
+    Ok((main, u32::try_from(mtp.len()).unwrap_or(u32::MAX)))
+}
+
 /// `pretrain_mamba.py`'s hybrid stack from the line: the pattern and the Mamba-2 mixer's shape
 /// with Megatron-Core's `TransformerConfig` defaults (`mamba_state_dim` 128, `mamba_head_dim`
 /// 64, `mamba_num_groups` 8, and without `--mamba-num-heads` hidden x expand / head_dim heads,
@@ -648,6 +690,7 @@ fn hybrid_of_line(
     p: &Parsed,
     pattern: Option<String>,
     hidden: u32,
+    mtp_depths: u32,
 ) -> Result<Option<crate::model::Hybrid>, MegatronArgsError> {
     let shape_flags = [
         "mamba-num-heads",
@@ -688,12 +731,20 @@ fn hybrid_of_line(
         }
     };
     // Megatron-LM builds a hybrid stack's MTP depths from the unified pattern's `/` segments
-    // (arguments.py: "Use unified --hybrid-layer-pattern with '/' separator"), which tpsim does
-    // not read from a line; the count alone leaves the blocks unsaid.
+    // (arguments.py: "Use unified --hybrid-layer-pattern with '/' separator", `split_hybrid_mtp`);
+    // the count alone leaves the blocks unsaid.
     if let Some(depths) = p.value("mtp-num-layers") {
         return Err(MegatronArgsError::Refused {
             given: format!("--mtp-num-layers {depths} on a hybrid stack"),
-            why: "Megatron-LM takes a hybrid stack's MTP blocks from the pattern's '/' segments, which tpsim does not read from a launch line; drop it and give --mtp-layers N to eval or plan (tpsim prices each depth as an attention block and one of the last layer's MLP kind, NVIDIA's '*E')".into(),
+            why: "Megatron-LM takes a hybrid stack's MTP blocks from the pattern's '/' segments; drop it and write the depths in --hybrid-layer-pattern (e.g. 'MEME*E/*E/*E' for two depths of an attention and an MoE block, NVIDIA's), or give --mtp-layers N to eval or plan".into(),
+        });
+    }
+    // Megatron-Core `mtp_use_repeated_layer`: every depth runs one MTP block's weights.
+    let shared = p.switch("mtp-use-repeated-layer");
+    if shared && mtp_depths == 0 {
+        return Err(MegatronArgsError::Refused {
+            given: "--mtp-use-repeated-layer".into(),
+            why: "the hybrid pattern has no MTP depths ('/' segments) to repeat a layer over; drop it or write the depths in --hybrid-layer-pattern".into(),
         });
     }
     Ok(Some(crate::model::Hybrid {
@@ -703,7 +754,7 @@ fn hybrid_of_line(
         mamba_state_dim: p.number("mamba-state-dim")?.unwrap_or(128),
         mamba_groups: p.number("mamba-num-groups")?.unwrap_or(8),
         mamba_conv_kernel: 4,
-        mtp_shared_weights: false,
+        mtp_shared_weights: shared,
     }))
 }
 

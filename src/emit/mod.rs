@@ -96,10 +96,21 @@ impl Framework {
     pub fn model_unsupported(self, model: &Model) -> Option<String> {
         let name = self.name();
         if let Some(hybrid) = &model.hybrid {
-            return Some(format!(
-                "hybrid Mamba-Transformer models (pattern {:?}) are not written for {name} yet: Megatron-LM builds them with pretrain_mamba.py and its hybrid stack's flags, which tpsim does not write; run without --emit and take the plan's degrees",
-                hybrid.pattern
-            ));
+            // Megatron-LM's line (`pretrain_hybrid.py`, `megatron_args`) has flags for the
+            // pattern and the mixer's shape; the other configurations have none.
+            if self != Framework::Megatron {
+                return Some(format!(
+                    "hybrid Mamba-Transformer models (pattern {:?}) are not written for {name} yet; use --emit megatron, whose pretrain_hybrid.py line carries the pattern and the Mamba-2 shape",
+                    hybrid.pattern
+                ));
+            }
+            // `MambaMixer` takes `d_conv` 4 from its constructor; no argument sets another.
+            if hybrid.mamba_conv_kernel != 4 {
+                return Some(format!(
+                    "a Mamba-2 convolution {} wide is not written for {name}: Megatron-Core's MambaMixer builds d_conv 4 and no argument sets another; give mamba_conv_kernel 4 or run without --emit",
+                    hybrid.mamba_conv_kernel
+                ));
+            }
         }
         if matches!(self, Framework::Megatron | Framework::MegatronBridge) {
             return None;
@@ -223,6 +234,21 @@ impl Framework {
     /// `TransformerLayer` runs the MLP after the attention's residual, behind its own
     /// `pre_mlp_layernorm`), so the line, read back, prices one more norm per layer.
     pub fn unsaid_model(self, model: &Model) -> Option<String> {
+        if self == Framework::Megatron && model.is_hybrid() {
+            return Some(format!(
+                "run the line below with pretrain_hybrid.py, Megatron-LM's entry point for hybrid stacks (pretrain_mamba.py before it); it gives the pattern{} with --hybrid-layer-pattern, from which Megatron-LM takes the layer count, and {}",
+                if model.mtp_layers > 0 {
+                    " and its MTP depths ('/' segments, each an attention and an MLP block of the last layer's kind)"
+                } else {
+                    ""
+                },
+                if model.gated_mlp {
+                    "the gated MLPs as --swiglu"
+                } else {
+                    "the MLPs' activation as squared ReLU (--squared-relu, Nemotron-H's; tpsim prices every two-matrix MLP alike, so give another activation if the model has one)"
+                }
+            ));
+        }
         (self == Framework::Megatron && model.shared_layer_norm).then(|| {
             let per_layer = model.layer_norm_params();
             format!(
@@ -636,6 +662,15 @@ fn gpt_oss_sinks_refuse(model: &Model, exchange: crate::training::CpExchange) ->
         && exchange != crate::training::CpExchange::HeadAllToAll
 }
 
+/// A hybrid stack's `--hybrid-layer-pattern` value: the pattern and, per MTP depth, a '/' segment
+/// of an attention block and one of the last layer's MLP kind (`Model::check_hybrid` keeps MTP to
+/// stacks ending in one), quoted for the shell.
+fn hybrid_pattern_words(model: &Model, hybrid: &crate::model::Hybrid) -> String {
+    let last = hybrid.pattern.chars().last().unwrap_or('-');
+    let depths = (0..model.mtp_layers).map(|_| format!("/*{last}"));
+    format!("'{}{}'", hybrid.pattern, depths.collect::<String>())
+}
+
 pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
     let mut args: Vec<String> = Vec::new();
     let mut push = |flag: &str, value: Option<String>| {
@@ -645,7 +680,16 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         }
     };
     let n = |v: u32| Some(v.to_string());
-    push("num-layers", n(model.layers));
+    // A hybrid stack's layers are its pattern's symbols, from which Megatron-LM takes the count
+    // (arguments.py); its MTP depths follow as '/' segments (`ParsedHybridPattern`), each the
+    // block tpsim prices: an attention block and one of the last layer's MLP kind.
+    match &model.hybrid {
+        Some(hybrid) => push(
+            "hybrid-layer-pattern",
+            Some(hybrid_pattern_words(model, hybrid)),
+        ),
+        None => push("num-layers", n(model.layers)),
+    }
     push("hidden-size", n(model.hidden));
     push("num-attention-heads", n(model.heads));
     if model.kv_heads != model.heads {
@@ -668,7 +712,16 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     ) {
         push(flag, value);
     }
-    if model.mtp_layers > 0 {
+    if let Some(hybrid) = &model.hybrid {
+        push("mamba-num-heads", n(hybrid.mamba_heads));
+        push("mamba-head-dim", n(hybrid.mamba_head_dim));
+        push("mamba-state-dim", n(hybrid.mamba_state_dim));
+        push("mamba-num-groups", n(hybrid.mamba_groups));
+        // Every depth runs one MTP block's weights (Megatron-Core `mtp_use_repeated_layer`).
+        if model.mtp_layers > 0 && hybrid.mtp_shared_weights {
+            push("mtp-use-repeated-layer", None);
+        }
+    } else if model.mtp_layers > 0 {
         push("mtp-num-layers", n(model.mtp_layers));
     }
     // Megatron-Core's window counts the keys before the query; tpsim's tokens include it.
@@ -683,6 +736,9 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     }
     if model.gated_mlp {
         push("swiglu", None);
+    } else if model.is_hybrid() {
+        // Nemotron-H's MLPs (`unsaid_model` says so).
+        push("squared-relu", None);
     }
     // Megatron-Core `activation_func_clamp_value` (a `TransformerConfig` field, so arguments.py's
     // generated `--activation-func-clamp-value`): the experts' clamped GLU, with its limit.
