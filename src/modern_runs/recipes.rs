@@ -722,6 +722,14 @@ pub(super) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
 ///   (`:130`); GPT-OSS 120B GB200, B300 and B200 at v0.4.0 (`gpt_oss_workload_base_configs.py:105`,
 ///   `:114`, `:122`), B300 at v0.4.2 (`:113`), GB300, GB200 and B300 from v0.5.0 (`:206`, `:216`,
 ///   `:185`).
+/// - Nemotron 3 Nano, Super and Ultra, every published row (26.02.01 to 26.08): their workload
+///   configs name `"hybridep"` (`configs/nemotronh/nemotron_3_nano_workload_base_configs.py:37`
+///   at v0.3.1, over the model recipe's flex type, `recipes/nemotronh/nemotron_3_nano.py:65`;
+///   `nemotron_3_workload_base_configs.py:37`, `:101` from v0.4.0, applied by
+///   `set_workload_base_configs`, `utils/overrides.py:226-228`; v0.6.0
+///   `perf_recipes/nemotronh/{gb300,gb200,b300,b200}/nemotronh.py` set `"hybridep"` and `"flex"`
+///   themselves), with the recipes' forced load balancing (`moe_router_force_load_balancing`,
+///   `set_nemotron_3_*_common_configs`).
 /// - v0.6.0 (26.08): every published row (`perf_recipes/deepseek/common.py:56-57`,
 ///   `perf_recipes/gpt_oss/common.py:31`, `:40`, `perf_recipes/qwen/gb300/qwen3_moe.py:323-324`,
 ///   `:483-484`, `perf_recipes/qwen/gb200/qwen3_moe.py:324-325`, `:484-485`).
@@ -746,6 +754,7 @@ pub(super) fn bridge_flex_dispatcher(run: &ModernRun) -> bool {
         (V042, "gpt_oss_120b") => gpu == "B300",
         (V050, "gpt_oss_120b") => nvl72 || gpu == "B300",
         (V051 | V060, "gpt_oss_120b") => true,
+        (_, "nemotron3_nano" | "nemotron3_super" | "nemotron3_ultra") => true,
         _ => false,
     }
 }
