@@ -781,8 +781,7 @@ fn fastest_split(
         return own;
     }
     let own_split = (plan.stages.first, plan.stages.last);
-    fastest_given_split(model, cluster, training, request, Some((own_split, own)))
-        .unwrap_or(own)
+    fastest_given_split(model, cluster, training, request, Some((own_split, own))).unwrap_or(own)
 }
 
 /// Whether `request` is a pipeline of a hybrid stack whose layers its pp does not divide and
