@@ -698,6 +698,19 @@ fn search_with(
                         _ => own,
                     })
                 }
+                // A hybrid stack's pattern that pp does not divide is built by Megatron-Core
+                // with the first and last stage's layers given (`plan::hybrid_pipeline_refusal`):
+                // tpsim's own split is refused, those splits are searched in its place.
+                Err(_)
+                    if options.allow_uneven_pp
+                        && options.pins.stage_split == StageSplitPin::Searched
+                        && needs_given_hybrid_split(model, request) =>
+                {
+                    match fastest_given_split(model, cluster, training, request, None) {
+                        Some(estimate) => Either::Left(estimate),
+                        None => Either::Right("invalid_plan"),
+                    }
+                }
                 // The local batch (torchtitan's schedules per step) gets its own count.
                 Err(
                     crate::plan::PlanError::LocalBatch { .. }
@@ -768,14 +781,41 @@ fn fastest_split(
         return own;
     }
     let own_split = (plan.stages.first, plan.stages.last);
+    fastest_given_split(model, cluster, training, request, Some((own_split, own))).unwrap_or(own)
+}
+
+/// Whether `request` is a pipeline of a hybrid stack whose layers its pp does not divide and
+/// whose first and last stage layers are not given: Megatron-Core builds it only with them given
+/// (`plan::hybrid_pipeline_refusal`), so tpsim's own split is refused and the search tries the
+/// first/last splits instead.
+fn needs_given_hybrid_split(model: &Model, request: &PlanRequest) -> bool {
+    model.is_hybrid()
+        && request.pp >= 2
+        && request.vpp <= 1
+        && request.stage_split.is_none()
+        && !model.layers.is_multiple_of(request.pp)
+}
+
+/// The fastest of `request`'s first/last splits (`plan::first_last_splits`) that builds, against
+/// `own` (tpsim's own split and its estimate) where there is one: a split replaces the one kept
+/// where it fits and the kept one does not, or both fit and it is faster by more than
+/// [`SPLIT_GAIN_NEEDED`]. None where no split builds and there is no `own`.
+fn fastest_given_split(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    request: &PlanRequest,
+    own: Option<((u32, u32), Estimate)>,
+) -> Option<Estimate> {
     let better = |e: &Estimate, best: &Estimate| match (e.fits(), best.fits()) {
         (true, false) => true,
         (false, _) => false,
         (true, true) => e.time.step_s.0 < best.time.step_s.0 * (1.0 - SPLIT_GAIN_NEEDED),
     };
-    crate::plan::first_last_splits(model.layers, plan.pp, model.mtp_layers)
+    let own_split = own.map(|(split, _)| split);
+    crate::plan::first_last_splits(model.layers, request.pp, model.mtp_layers)
         .into_iter()
-        .filter(|&split| split != own_split)
+        .filter(|&split| Some(split) != own_split)
         .filter_map(|split| {
             let candidate = PlanRequest {
                 stage_split: Some(split),
@@ -785,7 +825,10 @@ fn fastest_split(
                 .ok()
                 .map(|p| evaluate(model, cluster, training, &p))
         })
-        .fold(own, |best, e| if better(&e, &best) { e } else { best })
+        .fold(own.map(|(_, e)| e), |best, e| match best {
+            Some(best) if !better(&e, &best) => Some(best),
+            _ => Some(e),
+        })
 }
 
 /// The shown plans after the schedule simulation refined their step times.

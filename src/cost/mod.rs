@@ -172,8 +172,12 @@ pub struct Estimate {
     /// `slowest_stage_layers` are decoder layers.
     pub slowest_stage_mtp_layers: u32,
     /// A hybrid stack's run of layers on it (its own slice of the pattern,
-    /// `pipeline::ChunkLayout::stage_run`); None for a transformer.
-    #[serde(skip)]
+    /// `pipeline::ChunkLayout::stage_run`): its blocks and MTP depths, in the JSON as
+    /// `slowest_stage_blocks`; None (and absent) for a transformer.
+    #[serde(
+        rename = "slowest_stage_blocks",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub slowest_stage_run: Option<HybridRun>,
 }
 

@@ -67,7 +67,7 @@ impl Block {
 }
 
 /// How many layers of each block a pattern (or a slice of it) holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct BlockCounts {
     pub mamba: u32,
     pub attention: u32,
@@ -106,7 +106,7 @@ impl BlockCounts {
 
 /// A run of a hybrid stack's layers (one pipeline stage's): the pattern's blocks in it and the MTP
 /// depths that follow it (the last stage's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct HybridRun {
     pub counts: BlockCounts,
     pub mtp_depths: u32,

@@ -666,9 +666,32 @@ pub fn steps_of_tokens(tokens: f64, per_step: f64) -> String {
 /// The layers of the stage whose time sets the step, as the breakdown's communication heading names
 /// them: "4 transformer layers", or on a last stage that runs MTP layers beside its decoder layers
 /// "1 transformer layer and 1 MTP layer" (the count the per-layer traffic is multiplied by).
+/// A hybrid stack's stage holds its own slice of the pattern (`Estimate::slowest_stage_run`):
+/// its layers are Mamba, attention, MLP and MoE blocks, not transformer layers, and which of them
+/// it holds is what set its time, so they are named.
 pub fn slowest_stage_layer_words(e: &Estimate) -> String {
     let mtp = e.slowest_stage_mtp_layers;
-    let decoder = counted(e.slowest_stage_layers - mtp, "transformer layer");
+    let decoder = match e.slowest_stage_run {
+        Some(run) => {
+            let c = run.counts;
+            let blocks: Vec<String> = [
+                (c.mamba, "Mamba"),
+                (c.attention, "attention"),
+                (c.mlp, "MLP"),
+                (c.moe, "MoE"),
+            ]
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+            format!(
+                "{} of the hybrid pattern ({})",
+                counted(c.layers(), "layer"),
+                blocks.join(", ")
+            )
+        }
+        None => counted(e.slowest_stage_layers - mtp, "transformer layer"),
+    };
     match mtp {
         0 => decoder,
         n => format!("{decoder} and {}", counted(n, "MTP layer")),
