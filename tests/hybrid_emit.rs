@@ -122,37 +122,22 @@ fn shared_mtp_depths_are_written_as_pattern_segments() {
 
 #[test]
 fn a_hybrid_pipeline_with_a_short_last_stage_reads_back() {
-    let (line, direct, back) = round_trip(
-        &[
-            "--model",
-            "nemotron-3-super-120b-a12b",
-            "--gpu",
-            "h100-sxm-80g",
-            "--nodes",
-            "8",
-            "--global-batch",
-            "1280",
-            "--seq-len",
-            "4096",
-            "--tp",
-            "1",
-            "--pp",
-            "8",
-            "--ep",
-            "8",
-            "--etp",
-            "1",
-            "--micro-batch",
-            "1",
-            "--recompute",
-            "full",
-            "--zero",
-            "1",
-            "--decoder-last-pipeline-num-layers",
-            "4",
-        ],
-        &["--gpu", "h100-sxm-80g", "--nodes", "8"],
-    );
+    let mut args = SUPER_H100_RUN.to_vec();
+    args.extend_from_slice(&[
+        "--pp",
+        "8",
+        "--ep",
+        "8",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--decoder-last-pipeline-num-layers",
+        "4",
+    ]);
+    let (line, direct, back) = round_trip(&args, &["--gpu", "h100-sxm-80g", "--nodes", "8"]);
     assert!(
         line.contains(
             "--decoder-first-pipeline-num-layers 12 --decoder-last-pipeline-num-layers 4"

@@ -105,31 +105,18 @@ fn the_stages_split_the_work_of_one_stage() {
 
 /// `eval` of the bundled Nemotron 3 Super on 64 H100 at tp 1 and expert parallelism `ep`.
 fn super_h100(ep: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "eval",
-        "--model",
-        "nemotron-3-super-120b-a12b",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "8",
-        "--global-batch",
-        "1280",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
+    let mut args = vec!["eval"];
+    args.extend_from_slice(&SUPER_H100_RUN);
+    args.extend_from_slice(&[
         "--ep",
         ep,
-        "--etp",
-        "1",
         "--micro-batch",
         "1",
         "--recompute",
         "full",
         "--zero",
         "1",
-    ];
+    ]);
     args.extend_from_slice(extra);
     run(&args)
 }
@@ -246,28 +233,15 @@ fn plan_searches_pipelines_for_a_hybrid_stack() {
 /// ep 32, micro-batch 1, 1,280 sequences of 4,096 tokens, its two shared MTP depths, bf16 moments
 /// and gradients, HybridEP priced as DeepEP) with `recompute`.
 fn super_h100_recipe(recompute: &[&str]) -> serde_json::Value {
-    let mut args = vec![
-        "eval",
-        "--model",
-        "nemotron-3-super-120b-a12b",
+    let mut args = vec!["eval"];
+    args.extend_from_slice(&SUPER_H100_RUN);
+    args.extend_from_slice(&[
         "--mtp-layers",
         "2",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "8",
-        "--global-batch",
-        "1280",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
         "--pp",
         "2",
         "--ep",
         "32",
-        "--etp",
-        "1",
         "--micro-batch",
         "1",
         "--zero",
@@ -280,7 +254,7 @@ fn super_h100_recipe(recompute: &[&str]) -> serde_json::Value {
         "deepep",
         "--format",
         "json",
-    ];
+    ]);
     args.extend_from_slice(recompute);
     json(&args)
 }

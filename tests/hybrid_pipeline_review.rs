@@ -71,24 +71,11 @@ fn uneven_hybrid_pipelines_are_searched_with_their_first_and_last_stages_given()
 /// `eval` of Nemotron 3 Super with its two MTP depths on 64 H100 at tp 1, etp 1, micro-batch 1,
 /// ZeRO-1 and NVIDIA's H100 recompute modules, with `extra`.
 fn super_eval(extra: &[&str]) -> Run {
-    let mut args = vec![
-        "eval",
-        "--model",
-        "nemotron-3-super-120b-a12b",
+    let mut args = vec!["eval"];
+    args.extend_from_slice(&SUPER_H100_RUN);
+    args.extend_from_slice(&[
         "--mtp-layers",
         "2",
-        "--gpu",
-        "h100-sxm-80g",
-        "--nodes",
-        "8",
-        "--global-batch",
-        "1280",
-        "--seq-len",
-        "4096",
-        "--tp",
-        "1",
-        "--etp",
-        "1",
         "--micro-batch",
         "1",
         "--recompute",
@@ -97,7 +84,7 @@ fn super_eval(extra: &[&str]) -> Run {
         "layernorm,moe_act,moe,core_attn",
         "--zero",
         "1",
-    ];
+    ]);
     args.extend_from_slice(extra);
     run(&args)
 }

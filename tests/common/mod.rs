@@ -149,6 +149,26 @@ pub fn nemotron_h_moe_config(extra: &str) -> String {
     )
 }
 
+/// Nemotron 3 Super on the cluster and batch of Megatron-Bridge's 64-GPU H100 layout
+/// (recipes/nemotronh/h100/nemotron_3_super.py: 8 nodes of 8 H100, 1,280 sequences of 4,096
+/// tokens) at tp 1 and etp 1, as `eval` flags; the tests add the pipeline, experts and the rest.
+pub const SUPER_H100_RUN: [&str; 14] = [
+    "--model",
+    "nemotron-3-super-120b-a12b",
+    "--gpu",
+    "h100-sxm-80g",
+    "--nodes",
+    "8",
+    "--global-batch",
+    "1280",
+    "--seq-len",
+    "4096",
+    "--tp",
+    "1",
+    "--etp",
+    "1",
+];
+
 /// Megatron-Bridge's 26.x plan for Nemotron 3 Super on 64 GB300 GPUs (tp 1, ep 64, micro-batch 1,
 /// no recompute, ZeRO-1, MXFP8), as `eval` flags.
 pub const SUPER_GB300_PLAN: [&str; 26] = [
