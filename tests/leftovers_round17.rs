@@ -58,3 +58,45 @@ fn cp_exchange_beside_a_hybrid_search_does_not_send_the_user_to_cp_2() {
     assert!(note[0].contains("drop --cp-exchange"), "{}", note[0]);
     assert!(!note[0].contains("--cp 2"), "{}", note[0]);
 }
+
+#[test]
+fn two_stages_have_no_middle_stage_in_the_layers_column() {
+    // The review of the seventeenth session: a first/last split at pp 2 read "17/0/14" in `plan`'s
+    // layers column and "middle 0" in its explanation, a middle stage of no layers that does not
+    // exist.
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--layers",
+        "31",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "512",
+        "--allow-uneven-pp",
+        "--pp",
+        "2",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let first_row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("│  1 "))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    // The layers cell: two numbers, the first and the last stage's.
+    let cells: Vec<&str> = first_row.split('┆').map(str::trim).collect();
+    let layers = cells
+        .iter()
+        .find(|c| c.contains('/') && c.split('/').all(|n| n.parse::<u32>().is_ok()))
+        .unwrap_or_else(|| panic!("{first_row}"));
+    assert_eq!(layers.split('/').count(), 2, "{first_row}");
+    assert!(!r.stdout.contains("/0/"), "{}", r.stdout);
+    if let Some(line) = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("layers per stage: first"))
+    {
+        assert!(!line.contains("middle"), "{line}");
+    }
+}

@@ -698,15 +698,16 @@ pub fn slowest_stage_layer_words(e: &Estimate) -> String {
     }
 }
 
-/// The layers column: first/middle/last stage's transformer layers, "-" without a pipeline.
+/// The layers column: first/middle/last stage's transformer layers, first/last with two stages
+/// (no middle one), "-" without a pipeline.
 pub fn stage_layers_label(p: &crate::plan::ParallelPlan) -> String {
-    if p.pp == 1 {
-        "-".to_string()
-    } else {
-        format!(
+    match p.pp {
+        1 => "-".to_string(),
+        2 => format!("{}/{}", p.stages.first, p.stages.last),
+        _ => format!(
             "{}/{}/{}",
             p.stages.first, p.stages.middle_max, p.stages.last
-        )
+        ),
     }
 }
 
@@ -1595,10 +1596,15 @@ pub fn explain_best(
             p.schedule_m_words()
         );
         if p.stages.given {
+            let middle = if p.pp > 2 {
+                format!("middle {}, ", p.stages.middle_max)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "    layers per stage: first {}, middle {}, last {} — the first/last split with the fastest step (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}); the last stage also runs the output layer and any MTP layers",
-                p.stages.first, p.stages.middle_max, p.stages.last, p.stages.first, p.stages.last,
+                "    layers per stage: first {}, {middle}last {} — the first/last split with the fastest step (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}); the last stage also runs the output layer and any MTP layers",
+                p.stages.first, p.stages.last, p.stages.first, p.stages.last,
             );
         }
     } else {
