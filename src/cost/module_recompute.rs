@@ -264,10 +264,18 @@ pub fn freed_bytes(
 }
 
 /// Forward FLOPs per token the listed modules (all but `core_attn`) run again, summed over the
-/// model's layers: the MLA up projections, the dense MLPs of the dense layers, the MoE layers'
-/// active experts, router and shared experts (or the shared experts alone).
+/// model's layers and its MTP depths (each a transformer layer of the last layer's kind, built
+/// with the same config, so its modules recompute too): the MLA up projections, the dense MLPs of
+/// the dense layers, the MoE layers' active experts, router and shared experts (or the shared
+/// experts alone).
 pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 {
-    let layers = f64::from(model.layers);
+    let depths = model.mtp_layers;
+    let (dense_depths, moe_depths) = if model.mtp_layer_is_moe() {
+        (0, depths)
+    } else {
+        (depths, 0)
+    };
+    let layers = f64::from(model.layers + depths);
     let mut flops = 0.0;
     if modules.contains(RecomputeModule::MlaUpProj)
         && let Some(mla) = model.mla
@@ -282,9 +290,10 @@ pub fn forward_flops_per_token(model: &Model, modules: RecomputeModules) -> f64 
     }
     // The dense MLPs: every dense layer's in a transformer, the MLP blocks in a hybrid stack.
     if modules.contains(RecomputeModule::Mlp) {
-        flops += 2.0 * model.dense_mlp_params() * f64::from(model.block_counts().mlp);
+        flops +=
+            2.0 * model.dense_mlp_params() * f64::from(model.block_counts().mlp + dense_depths);
     }
-    let moe_layers = f64::from(model.moe_layers());
+    let moe_layers = f64::from(model.moe_layers() + moe_depths);
     if recomputes_moe(modules) {
         let topk = model.moe.map_or(0.0, |m| f64::from(m.router_topk));
         let active = model.router_params()
@@ -360,6 +369,33 @@ mod tests {
         // 2 × (512 × 128 × 256 + 1536 × 24576) FLOPs per token per layer, 61 layers.
         let flops = forward_flops_per_token(&model, modules);
         assert_eq!(flops, 2.0 * (512.0 * 32768.0 + 1536.0 * 24576.0) * 61.0);
+    }
+
+    /// The MTP depths run their modules again too (the review of 2026-12-06, seventeenth
+    /// session: the hardware FLOPs left them out while the step time counted them): one depth of
+    /// DeepSeek-V3 (an MoE layer with MLA) adds one MoE layer's active parameters and one set of
+    /// up projections.
+    #[test]
+    fn mtp_depths_recompute_their_modules() {
+        let (mut model, _) = deepseek_plan();
+        let modules = RecomputeModules::of(&[RecomputeModule::Moe, RecomputeModule::MlaUpProj]);
+        model.mtp_layers = 0;
+        let without = forward_flops_per_token(&model, modules);
+        model.mtp_layers = 1;
+        let with = forward_flops_per_token(&model, modules);
+        let mla = model.mla.unwrap();
+        let up = 2.0
+            * (f64::from(mla.kv_lora_rank)
+                * f64::from(model.heads)
+                * f64::from(mla.qk_head_dim + mla.v_head_dim)
+                + f64::from(mla.q_lora_rank.unwrap()) * model.q_width());
+        let topk = f64::from(model.moe.unwrap().router_topk);
+        let moe = 2.0
+            * (model.router_params() + topk * model.expert_params() + model.shared_expert_params());
+        assert!(
+            ((with - without) / (up + moe) - 1.0).abs() < 1e-12,
+            "{with} {without}"
+        );
     }
 
     #[test]
