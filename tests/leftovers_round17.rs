@@ -100,3 +100,68 @@ fn two_stages_have_no_middle_stage_in_the_layers_column() {
         assert!(!line.contains("middle"), "{line}");
     }
 }
+
+#[test]
+fn a_hybrid_middle_stage_that_holds_the_most_says_which_one() {
+    // A hybrid stack's middle stages each hold their own slice of the pattern, so "a middle stage"
+    // does not say which GPUs hold the most (the review of the seventeenth session): the text and
+    // the JSON name its pipeline rank.
+    let args = [
+        "eval",
+        "--model",
+        "nemotron-h-56b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "8",
+        "--global-batch",
+        "512",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--decoder-first-pipeline-num-layers",
+        "10",
+        "--decoder-last-pipeline-num-layers",
+        "10",
+    ];
+    let r = run(&args);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("most loaded: a middle stage (pipeline rank 1 of 0-3)"),
+        "{}",
+        r.stdout
+    );
+    let mut with_json = args.to_vec();
+    with_json.extend_from_slice(&["--format", "json"]);
+    let v = json(&with_json);
+    assert_eq!(v["plans"][0]["memory"]["middle_rank"], 1, "{v}");
+    // A transformer's middle stage stands for all of them: no rank.
+    let v = json(&[
+        "eval",
+        "--model",
+        "llama3-70b",
+        "--nodes",
+        "4",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--global-batch",
+        "64",
+        "--decoder-first-pipeline-num-layers",
+        "10",
+        "--decoder-last-pipeline-num-layers",
+        "10",
+        "--format",
+        "json",
+    ]);
+    assert!(v["plans"][0]["memory"].get("middle_rank").is_none(), "{v}");
+}

@@ -66,6 +66,10 @@ pub struct Memory {
     pub fits: bool,
     /// The pipeline stage this breakdown is for (the one with the largest total).
     pub stage: Stage,
+    /// Its pipeline rank where it is a middle stage of a hybrid stack, whose middle stages each
+    /// hold their own slice of the pattern (`middle_ranks`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub middle_rank: Option<u32>,
     /// Parameters held by one GPU of that stage before ZeRO sharding.
     /// Parameters this GPU holds before ZeRO shards them (the name says so: ZeRO-3 stores fewer).
     pub params_per_gpu_before_zero: f64,
@@ -1177,6 +1181,7 @@ fn stage_memory(
         capacity_bytes: capacity,
         fits: total <= capacity.0,
         stage,
+        middle_rank: (stage == Stage::Middle && model.is_hybrid()).then_some(middle_rank),
         params_per_gpu_before_zero: params,
         offloaded_layer_bytes: Bytes(offloaded_layer_bytes),
         host_bytes: Bytes(host),

@@ -1077,9 +1077,14 @@ pub fn breakdown(
         }
     }
     let _ = writeln!(out);
+    // A hybrid stack's middle stages each hold their own slice of the pattern: say which one.
+    let rank = mem
+        .middle_rank
+        .map(|rank| format!(" (pipeline rank {rank} of 0-{})", e.plan.pp - 1))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "memory per GPU (most loaded: {}, {} params before ZeRO):",
+        "memory per GPU (most loaded: {}{rank}, {} params before ZeRO):",
         mem.stage.words(),
         format_count(mem.params_per_gpu_before_zero)
     );
