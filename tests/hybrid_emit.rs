@@ -75,35 +75,10 @@ fn a_dense_hybrid_line_reads_back_as_the_plan() {
 
 #[test]
 fn shared_mtp_depths_are_written_as_pattern_segments() {
+    let mut args = vec!["--model", "nemotron-3-super-120b-a12b", "--mtp-layers", "2"];
+    args.extend(SUPER_GB300_PLAN);
     let (line, direct, back) = round_trip(
-        &[
-            "--model",
-            "nemotron-3-super-120b-a12b",
-            "--mtp-layers",
-            "2",
-            "--gpu",
-            "gb300-nvl72",
-            "--nodes",
-            "16",
-            "--gpus-per-node",
-            "4",
-            "--global-batch",
-            "512",
-            "--precision",
-            "mxfp8",
-            "--tp",
-            "1",
-            "--ep",
-            "64",
-            "--etp",
-            "1",
-            "--micro-batch",
-            "1",
-            "--recompute",
-            "none",
-            "--zero",
-            "1",
-        ],
+        &args,
         &[
             "--gpu",
             "gb300-nvl72",

@@ -67,7 +67,7 @@ pub struct Memory {
     /// The pipeline stage this breakdown is for (the one with the largest total).
     pub stage: Stage,
     /// Its pipeline rank where it is a middle stage of a hybrid stack, whose middle stages each
-    /// hold their own slice of the pattern (`middle_ranks`); absent otherwise.
+    /// hold their own slice of the pattern (`stage_ranks`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub middle_rank: Option<u32>,
     /// Parameters held by one GPU of that stage before ZeRO sharding.
@@ -338,7 +338,7 @@ pub fn alternate_matmul_activation_bytes(
 /// Parameters one GPU holds on each kind of stage (before ZeRO), Megatron-LM's placement: word
 /// embedding on the first stage, output layer on the last; with tied embeddings and pp > 1 the last
 /// stage keeps its own copy of the embedding matrix (Megatron `shared_embedding`).
-/// `middle_rank` picks a hybrid stack's middle stage (`middle_ranks`).
+/// `middle_rank` picks a hybrid stack's middle stage (`stage_ranks`).
 fn stage_params(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> f64 {
     stage_params_at(
         model,
@@ -473,11 +473,12 @@ fn hybrid_layer_params_per_gpu(model: &Model, plan: &ParallelPlan, run: HybridRu
     )
 }
 
-/// The pipeline ranks a [`Stage::Middle`] stands for: every middle stage of a hybrid stack, whose
-/// stages each hold their own slice of the pattern (each is priced); for a transformer one, the
-/// middle stage `stage_layer_mix` makes of the most layers and MoE layers.
-fn middle_ranks(model: &Model, plan: &ParallelPlan) -> std::ops::Range<u32> {
-    if model.is_hybrid() && plan.pp > 2 {
+/// The pipeline ranks `stage` stands for, as `stage_memory`'s `middle_rank`: for a
+/// [`Stage::Middle`] every middle stage of a hybrid stack, whose stages each hold their own slice
+/// of the pattern (each is priced); for a transformer's one, the middle stage `stage_layer_mix`
+/// makes of the most layers and MoE layers; one for any other stage.
+fn stage_ranks(model: &Model, plan: &ParallelPlan, stage: Stage) -> std::ops::Range<u32> {
+    if stage == Stage::Middle && model.is_hybrid() && plan.pp > 2 {
         1..plan.pp - 1
     } else {
         1..2
@@ -485,7 +486,7 @@ fn middle_ranks(model: &Model, plan: &ParallelPlan) -> std::ops::Range<u32> {
 }
 
 /// The layer mix of `stage` (`stage_layer_mix`), a hybrid stack's middle stage at pipeline rank
-/// `middle_rank` (`middle_ranks`).
+/// `middle_rank` (`stage_ranks`).
 fn stage_mix(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> LayerMix {
     let (layers, moe_layers) = stage_layer_mix(model, plan, stage, middle_rank);
     let run = model.is_hybrid().then(|| {
@@ -550,7 +551,7 @@ pub fn stage_moe_share(model: &Model, plan: &ParallelPlan, stage: Stage) -> f64 
 
 /// The stage whose GPUs hold the most parameters (before ZeRO sharding), and those parameters;
 /// under a V schedule (`v_shaped`) the GPUs as the V places the chunks.
-/// With it, the middle rank it is (`middle_ranks`).
+/// With it, the middle rank it is (`stage_ranks`).
 fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage, u32, f64) {
     if plan.pp == 1 {
         return (Stage::Only, 1, stage_params(model, plan, Stage::Only, 1));
@@ -566,12 +567,7 @@ fn heaviest_stage(model: &Model, plan: &ParallelPlan, v_shaped: bool) -> (Stage,
         stage_params(model, plan, candidates[0], 1),
     );
     for &stage in &candidates[1..] {
-        let ranks = if stage == Stage::Middle {
-            middle_ranks(model, plan)
-        } else {
-            1..2
-        };
-        for rank in ranks {
+        for rank in stage_ranks(model, plan, stage) {
             let params = stage_params(model, plan, stage, rank);
             if params > best.2 {
                 best = (stage, rank, params);
@@ -1218,12 +1214,7 @@ pub fn memory(
         &[Stage::Last]
     };
     for &stage in stages {
-        let ranks = if stage == Stage::Middle {
-            middle_ranks(model, plan)
-        } else {
-            1..2
-        };
-        for rank in ranks {
+        for rank in stage_ranks(model, plan, stage) {
             let candidate = stage_memory(model, cluster, training, plan, stage, rank);
             if candidate.total_bytes.0 > worst.total_bytes.0 {
                 worst = candidate;
@@ -1284,7 +1275,7 @@ mod tests {
             let plan = ParallelPlan::build(&request, &model, &cluster, &training)
                 .unwrap_or_else(|e| panic!("{name} pp {pp}: {e}"));
             let mut stages = vec![stage_params(&model, &plan, Stage::First, 1)];
-            for rank in middle_ranks(&model, &plan).filter(|_| pp > 2) {
+            for rank in stage_ranks(&model, &plan, Stage::Middle).filter(|_| pp > 2) {
                 stages.push(stage_params(&model, &plan, Stage::Middle, rank));
             }
             stages.push(stage_params(&model, &plan, Stage::Last, 1));

@@ -1044,11 +1044,6 @@ impl<'a> MixCosts<'a> {
         at
     }
 
-    /// Forgets the mixes kept, so that the next `MIXES` asked each get a slot of their own.
-    fn forget(&mut self) {
-        self.filled = 0;
-    }
-
     pub(crate) fn costs(&self, at: usize) -> &UnitCosts {
         self.costs[at]
             .as_ref()
@@ -1120,13 +1115,9 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
     let layout =
         (model.moe.is_some() || model.is_hybrid()).then(|| pipeline::ChunkLayout::of(model, plan));
     let moe_of = |stage: u32| {
-        layout.map_or(0, |l| {
-            if model.moe.is_some() {
-                l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1
-            } else {
-                0
-            }
-        })
+        layout
+            .filter(|_| model.moe.is_some())
+            .map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1)
     };
     let last_moe = moe_of(last_stage);
     let last_run = layout.and_then(|l| l.stage_run(model, plan.pp.max(1), last_stage));
@@ -1246,9 +1237,8 @@ fn hybrid_stage_times(
             slowest = (stage, total);
         }
     }
-    // The loop may have reused the last slot: ask the slowest stage's mix afresh so that its
-    // slot holds it.
-    mix.forget();
+    // Its slot: the one that still holds its mix, or, where the loop reused the last slot for a
+    // later stage, the last slot again (filled anew).
     let (stage, (layers, moe_layers, run)) = (slowest.0, stage_of(slowest.0));
     let at = mix.stage(layers, moe_layers, run);
     let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);

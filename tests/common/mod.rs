@@ -171,7 +171,7 @@ pub const SUPER_H100_RUN: [&str; 14] = [
 
 /// Megatron-Bridge's 26.x plan for Nemotron 3 Super on 64 GB300 GPUs (tp 1, ep 64, micro-batch 1,
 /// no recompute, ZeRO-1, MXFP8), as `eval` flags.
-pub const SUPER_GB300_PLAN: [&str; 26] = [
+pub const SUPER_GB300_PLAN: [&str; 24] = [
     "--gpu",
     "gb300-nvl72",
     "--nodes",
@@ -196,8 +196,6 @@ pub const SUPER_GB300_PLAN: [&str; 26] = [
     "none",
     "--zero",
     "1",
-    "--format",
-    "json",
 ];
 
 /// `eval --format json` of `model` at [`SUPER_GB300_PLAN`], with `extra` flags.
@@ -205,5 +203,6 @@ pub fn super_gb300_eval(model: &str, extra: &[&str]) -> Value {
     let mut args = vec!["eval", "--model", model];
     args.extend(extra);
     args.extend(SUPER_GB300_PLAN);
+    args.extend(["--format", "json"]);
     json(&args)
 }
