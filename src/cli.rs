@@ -430,6 +430,18 @@ pub struct TrainingArgs {
     /// NeMo 2's FP8 recipes). Changes the casts' memory traffic. Default: current.
     #[arg(long, value_enum, value_name = "RECIPE")]
     pub fp8_scaling: Option<Fp8ScalingArg>,
+    /// Keep the first and last transformer layers' GEMMs in bf16 under --precision fp8, mxfp8 or
+    /// nvfp4 (Megatron-Core's --first-last-layers-bf16, as NVIDIA's NVFP4 recipes run: Nemotron 3
+    /// Super its last 14 layers). How many at each end: --num-layers-at-start-in-bf16 and
+    /// --num-layers-at-end-in-bf16, 1 each by default (Megatron-Core's).
+    #[arg(long)]
+    pub first_last_layers_bf16: bool,
+    /// With --first-last-layers-bf16: the first N transformer layers in bf16. Default: 1.
+    #[arg(long, value_name = "N")]
+    pub num_layers_at_start_in_bf16: Option<u32>,
+    /// With --first-last-layers-bf16: the last N transformer layers in bf16. Default: 1.
+    #[arg(long, value_name = "N")]
+    pub num_layers_at_end_in_bf16: Option<u32>,
     /// TP communication overlap (Megatron-Core userbuffers / torchtitan async TP; needs
     /// --sequence-parallel). Default: the framework's (on for megatron-core).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]

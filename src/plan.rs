@@ -436,6 +436,20 @@ pub enum PlanError {
     )]
     CpuOffloadWithPipeline { layers: u32, pp: u32 },
     #[error(
+        "--num-layers-at-{end}-in-bf16 {count} with --pp {pp}: Megatron-Core keeps at most one stage's layers ({max} of {layers}) in bf16 at each end under FP8 (transformer_config.py: \"must be between 0 and number of layers per pipeline stage\"); give --num-layers-at-{end}-in-bf16 {max} or fewer, or a smaller --pp"
+    )]
+    Bf16LayersPastStage {
+        end: &'static str,
+        count: u32,
+        pp: u32,
+        max: u32,
+        layers: u32,
+    },
+    #[error(
+        "--first-last-layers-bf16 with --fp8-scaling delayed: Megatron-Core refuses bf16 layers under delayed scaling (transformer_config.py: \"Delayed scaling does not support first / last layer in BF16\"); give --fp8-scaling current, or drop --first-last-layers-bf16"
+    )]
+    Bf16LayersWithDelayedScaling,
+    #[error(
         "--cpu-offload-layers {layers} with --recompute {recompute}: Megatron-Core offloads activations only without recompute (transformer_config.py: \"CPU offloading does not work when activation recomputation is enabled\"); give --recompute none, or drop --cpu-offload-layers"
     )]
     CpuOffloadWithRecompute {
@@ -888,6 +902,7 @@ impl ParallelPlan {
         let schedule_runs = schedule_runs(r, training, num_microbatches)?;
         check_v_schedule(r, training, num_microbatches / schedule_runs)?;
         check_cpu_offload(r, training)?;
+        check_bf16_layers(r, model, training)?;
         let v_schedule = training
             .pp_schedule
             .v_kind()
@@ -2049,6 +2064,33 @@ fn check_cpu_offload(r: &PlanRequest, training: &Training) -> Result<(), PlanErr
             layers,
             recompute: r.recompute.as_str(),
         });
+    }
+    Ok(())
+}
+
+/// Layers kept in bf16 (`Training::bf16_layers`) as Megatron-Core allows them under FP8 (per-tensor
+/// or MXFP8; `TransformerConfig.__post_init__` checks neither rule under NVFP4): not with delayed
+/// scaling, and at most `num_layers // pp` at each end.
+fn check_bf16_layers(r: &PlanRequest, model: &Model, training: &Training) -> Result<(), PlanError> {
+    let keep = training.bf16_layers;
+    if keep.is_none() || !matches!(r.precision, Precision::Fp8 | Precision::Mxfp8) {
+        return Ok(());
+    }
+    if r.precision == Precision::Fp8 && training.fp8_scaling == crate::training::Fp8Scaling::Delayed
+    {
+        return Err(PlanError::Bf16LayersWithDelayedScaling);
+    }
+    let max = model.layers / r.pp.max(1);
+    for (end, count) in [("start", keep.at_start), ("end", keep.at_end)] {
+        if count > max {
+            return Err(PlanError::Bf16LayersPastStage {
+                end,
+                count,
+                pp: r.pp,
+                max,
+                layers: model.layers,
+            });
+        }
     }
     Ok(())
 }

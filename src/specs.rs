@@ -997,6 +997,10 @@ pub struct PlanFile {
     /// Per-tensor FP8's scaling recipe (`--fp8-scaling`); the framework's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_scaling: Option<crate::training::Fp8Scaling>,
+    /// Transformer layers kept in bf16 at the ends of the stack (`--first-last-layers-bf16`):
+    /// `{at_start: N, at_end: M}`; none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_layers: Option<crate::training::Bf16Layers>,
     /// The pipeline schedule (`--pp-schedule`); 1F1B (interleaved with vpp > 1) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pp_schedule: Option<crate::training::PipelineSchedule>,

@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bf16_layers;
 mod pipeline_schedule;
 mod recompute_modules;
+pub use bf16_layers::{Bf16Layers, mtp_runs_bf16};
 pub use pipeline_schedule::PipelineSchedule;
 pub use recompute_modules::{RecomputeModule, RecomputeModules};
 
@@ -1429,6 +1431,10 @@ pub struct Training {
     /// without recompute (`transformer_config.py`), which `ParallelPlan` checks.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cpu_offload_layers: u32,
+    /// Decoder layers kept in bf16 at the ends of the stack under low-precision GEMMs
+    /// (`--first-last-layers-bf16`, Megatron-Core's; none by default).
+    #[serde(skip_serializing_if = "Bf16Layers::is_none")]
+    pub bf16_layers: Bf16Layers,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1477,6 +1483,7 @@ impl Training {
         attention: AttentionKernel,
     ) -> Training {
         Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             seq_len,
             global_batch,
             grad_dtype: framework.default_grad_dtype(),

@@ -466,6 +466,7 @@ pub fn accuracy_with_skips(
             gpus_per_node: hw.gpus_per_node,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: m.seq_len,
@@ -649,6 +650,7 @@ pub fn vtrain_cases(
             gpus_per_node,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: m.seq_len,

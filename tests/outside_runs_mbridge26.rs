@@ -48,11 +48,13 @@ const HYBRID_PAST_30: usize = 9;
 // 2026-12-06 (sixteenth session): 32 rows; since the seventeenth session with the recipes'
 // recompute modules and HybridEP dispatcher: median |error| 32.9%, max 90.3%, 19 past 30%, too
 // fast on every GPU (B200 +14...+17%, which read -31...-34% with the all-to-all dispatcher the
-// recipe does not run; B300 +50...+90%). Kept apart so that the bounds above still hold the rows
-// they were measured on.
+// recipe does not run; B300 +50...+90%). Since the eighteenth session the NVFP4 rows keep what the
+// recipe keeps in bf16 (its last 14 layers, `nemotron_3_super_bf16_with_nvfp4_mixed`, and the MTP
+// depths, which Megatron-Core gives no FP4 context): median 28.1%, max 78.5%, 14 past 30%. Kept
+// apart so that the bounds above still hold the rows they were measured on.
 const LATENT_MIN_PREDICTED: usize = 32;
-const LATENT_MEDIAN_BOUND: f64 = 0.335;
-const LATENT_PAST_30: usize = 19;
+const LATENT_MEDIAN_BOUND: f64 = 0.285;
+const LATENT_PAST_30: usize = 14;
 
 fn predictions() -> Vec<ModernPrediction> {
     let text = std::fs::read_to_string(format!("{}/{RUNS}", common::ROOT)).unwrap();

@@ -701,6 +701,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
             fp8_scaling: Some(scenario.training.fp8_scaling),
+            bf16_layers: Some(scenario.training.bf16_layers).filter(|b| !b.is_none()),
             pp_schedule: Some(scenario.training.pp_schedule)
                 .filter(|s| *s != crate::training::PipelineSchedule::OneFOneB),
             cpu_offload_layers: (scenario.training.cpu_offload_layers > 0)

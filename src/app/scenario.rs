@@ -1138,6 +1138,64 @@ fn fp8_scaling_of(
     Ok(scaling)
 }
 
+/// The layers kept in bf16 at the ends of the stack (`--first-last-layers-bf16` with its counts,
+/// else the saved plan's). Megatron-Core's switch: the counts alone do nothing there, so they are
+/// refused without it, as the switch is on a bf16 run (nothing to keep), under another framework
+/// (none has it), with no layer to keep, or with more layers than the model has.
+fn bf16_layers_of(
+    model: &Model,
+    framework: TrainingFramework,
+    args: &TrainingArgs,
+    saved: Option<&PlanFile>,
+) -> Result<crate::training::Bf16Layers> {
+    let counts = [
+        ("start", args.num_layers_at_start_in_bf16),
+        ("end", args.num_layers_at_end_in_bf16),
+    ];
+    if !args.first_last_layers_bf16 {
+        if let Some((end, Some(n))) = counts.iter().find(|(_, n)| n.is_some()) {
+            bail!(
+                "--num-layers-at-{end}-in-bf16 {n} counts the layers --first-last-layers-bf16 keeps in bf16, which is not given (Megatron-Core ignores the count without it); add --first-last-layers-bf16, or drop the count"
+            );
+        }
+        return Ok(saved
+            .and_then(|f| f.bf16_layers)
+            .unwrap_or(crate::training::Bf16Layers::NONE));
+    }
+    if framework != TrainingFramework::MegatronCore {
+        bail!(
+            "--first-last-layers-bf16 is Megatron-Core's (fp8_utils.get_fp8_context keeps those layers out of the quantization context); --framework {} has no per-layer precision; use --framework megatron-core, or drop the flag",
+            framework.as_str()
+        );
+    }
+    let precision = precision_over_file(args, saved);
+    if precision == Precision::Bf16 {
+        bail!(
+            "--first-last-layers-bf16 keeps layers in bf16 under low-precision GEMMs, but this run's GEMMs are already bf16; give --precision fp8, mxfp8 or nvfp4, or drop the flag"
+        );
+    }
+    let layers = crate::training::Bf16Layers {
+        at_start: args.num_layers_at_start_in_bf16.unwrap_or(1),
+        at_end: args.num_layers_at_end_in_bf16.unwrap_or(1),
+    };
+    if layers.is_none() {
+        bail!(
+            "--first-last-layers-bf16 with --num-layers-at-start-in-bf16 0 and --num-layers-at-end-in-bf16 0 keeps no layer in bf16; give a count above 0, or drop the flag"
+        );
+    }
+    for (end, count) in [("start", layers.at_start), ("end", layers.at_end)] {
+        if count > model.layers {
+            bail!(
+                "--num-layers-at-{end}-in-bf16 {count}: model {} has {} transformer layers; give {} or fewer",
+                model.name,
+                model.layers,
+                model.layers
+            );
+        }
+    }
+    Ok(layers)
+}
+
 /// Delayed scaling under a framework without it (torchtitan's torchao deleted it) is refused,
 /// `from` naming where the recipe came from.
 pub(super) fn check_framework_runs_fp8_scaling(
@@ -1546,6 +1604,7 @@ pub(super) fn resolve_scenario(
     // The file's recipe is the file's whatever --framework says (a framework that cannot run it
     // refuses it below).
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
+    let bf16_layers = bf16_layers_of(&model, framework, training_args, plan_file)?;
     let recompute_modules = recompute_modules_of(&model, framework, training_args, file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
     let cpu_offload_layers = cpu_offload_layers_of(
@@ -1557,6 +1616,7 @@ pub(super) fn resolve_scenario(
         file,
     )?;
     let training = Training {
+        bf16_layers,
         pp_schedule,
         cpu_offload_layers,
         fp8_scaling,

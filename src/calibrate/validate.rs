@@ -273,6 +273,7 @@ mod tests {
             nodes: 1,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: model.seq_len,

@@ -462,6 +462,45 @@ impl LayerTime {
     pub fn total(&self) -> f64 {
         self.forward + self.backward + self.recompute
     }
+
+    /// `self` plus `share` of the difference `a − b`, field by field (`cost::with_bf16_layers`).
+    pub fn plus_scaled_difference(&self, share: f64, a: &LayerTime, b: &LayerTime) -> LayerTime {
+        let at = |x: f64, ya: f64, yb: f64| x + share * (ya - yb);
+        LayerTime {
+            forward: at(self.forward, a.forward, b.forward),
+            backward: at(self.backward, a.backward, b.backward),
+            recompute: at(self.recompute, a.recompute, b.recompute),
+            linear_gemm_forward: at(
+                self.linear_gemm_forward,
+                a.linear_gemm_forward,
+                b.linear_gemm_forward,
+            ),
+            column_gemm_forward: at(
+                self.column_gemm_forward,
+                a.column_gemm_forward,
+                b.column_gemm_forward,
+            ),
+            attention_forward: at(
+                self.attention_forward,
+                a.attention_forward,
+                b.attention_forward,
+            ),
+            mlp_forward: at(self.mlp_forward, a.mlp_forward, b.mlp_forward),
+            mlp_backward: at(self.mlp_backward, a.mlp_backward, b.mlp_backward),
+            weight_grad: at(self.weight_grad, a.weight_grad, b.weight_grad),
+            mlp_weight_grad: at(self.mlp_weight_grad, a.mlp_weight_grad, b.mlp_weight_grad),
+            mlp_linear_gemm_forward: at(
+                self.mlp_linear_gemm_forward,
+                a.mlp_linear_gemm_forward,
+                b.mlp_linear_gemm_forward,
+            ),
+            mlp_column_gemm_forward: at(
+                self.mlp_column_gemm_forward,
+                a.mlp_column_gemm_forward,
+                b.mlp_column_gemm_forward,
+            ),
+        }
+    }
 }
 
 /// Times one layer (one micro-batch, no context parallelism, bf16 GEMMs).

@@ -187,6 +187,81 @@ pub struct LedgerEntry {
     /// Time of one occurrence on that link (α-β model of `comm::Collective::time`,
     /// `comm::alltoall_s` for the all-to-all).
     pub time_s: f64,
+    /// Issued by the layers a low-precision plan keeps in bf16 (`pipeline::Bf16Keep`), whose
+    /// sequence-parallel all-gathers carry bf16: listed apart from the same site's other layers.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub bf16_layers: bool,
+}
+
+/// The slowest stage's layers as the TP collectives count them: all of them at the plan's
+/// precision, or, where some are kept in bf16, the others and those apart.
+struct TpPart {
+    /// Layers of the stage in this part (fractional where the stage's mix is split).
+    layers: f64,
+    mix: super::LayerMix,
+    gather_scale: comm::SpGatherScale,
+    bf16: bool,
+}
+
+/// [`TpPart`]s of the slowest stage (`layers` layers of `mix`, `bf16` of them in bf16): the part
+/// at the plan's precision holds the stage's block counts less the bf16 layers', so that the two
+/// sum to what `cost::with_bf16_layers` prices.
+fn tp_parts(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    mix: super::LayerMix,
+    layers: u32,
+    bf16: Option<super::pipeline::Bf16Run>,
+) -> Vec<TpPart> {
+    let whole = TpPart {
+        layers: f64::from(layers),
+        mix,
+        gather_scale: comm::sp_gather_scale(training, plan),
+        bf16: false,
+    };
+    let Some(b) = bf16.filter(|b| b.layers > 0 && plan.precision != crate::plan::Precision::Bf16)
+    else {
+        return vec![whole];
+    };
+    let part = super::LayerMix::of(model, b.layers, b.moe_layers, b.run);
+    let (n, nb) = (f64::from(layers), f64::from(b.layers.min(layers)));
+    let rest = n - nb;
+    // The other layers' shares: the stage's totals less the bf16 layers', over what remains.
+    let less = |all: f64, of_part: f64| {
+        if rest > 0.0 {
+            (n * all - nb * of_part) / rest
+        } else {
+            0.0
+        }
+    };
+    let rest_mix = super::LayerMix {
+        moe_share: less(mix.moe_share, part.moe_share),
+        blocks: crate::model::BlockShares {
+            attention: less(mix.blocks.attention, part.blocks.attention),
+            mlp: less(mix.blocks.mlp, part.blocks.mlp),
+            mamba: less(mix.blocks.mamba, part.blocks.mamba),
+            norms: less(mix.blocks.norms, part.blocks.norms),
+        },
+        ..mix
+    };
+    let bf16_plan = ParallelPlan {
+        precision: crate::plan::Precision::Bf16,
+        ..*plan
+    };
+    vec![
+        TpPart {
+            layers: rest,
+            mix: rest_mix,
+            ..whole
+        },
+        TpPart {
+            layers: nb,
+            mix: part,
+            gather_scale: comm::sp_gather_scale(training, &bf16_plan),
+            bf16: true,
+        },
+    ]
 }
 
 /// A whole count as an integer, a fractional one as a float.
@@ -333,16 +408,11 @@ pub fn ledger(
         moe_layers: slowest_moe_layers,
         sends: slowest_sends,
         run: slowest_run,
+        bf16: slowest_bf16,
     } = super::slowest_stage(model, cluster, training, plan);
-    // What its average layer holds of each block (a hybrid stack's stage, its slice of the pattern).
+    // What its average layer holds of each block (a hybrid stack's stage, its slice of the
+    // pattern) and its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
     let slowest_mix = super::LayerMix::of(model, slowest_layers, slowest_moe_layers, slowest_run);
-    let slowest_blocks = slowest_mix.blocks;
-    // Its mix of dense and MoE layers, as `evaluate` costs it (`cost::MixCosts`).
-    let slowest_moe_share = if model.moe.is_some() && slowest_layers > 0 {
-        f64::from(slowest_moe_layers) / f64::from(slowest_layers)
-    } else {
-        0.0
-    };
     let mut entries = Vec::new();
     // The EP group's all-to-alls run at the dispatcher's speed (DeepEP forwards across domains).
     let ep_speed = moe::ep_dispatch_speed(
@@ -352,6 +422,8 @@ pub fn ledger(
         training.moe_dispatch,
         groups.get(GroupKind::Ep),
     );
+    // Set while the entries of the slowest stage's layers kept in bf16 are pushed.
+    let on_bf16_layers = std::cell::Cell::new(false);
     let mut push = |kind: GroupKind, op: Op, pass, site, scope, count, ranks, tensor: f64| {
         let group = groups.get(kind);
         if count <= 0.0 {
@@ -374,13 +446,30 @@ pub fn ledger(
             wire_bytes: op.wire_factor(ranks) * tensor,
             link: group.link,
             time_s: op.time(tensor, ranks, speed),
+            bf16_layers: on_bf16_layers.get(),
         });
     };
 
-    // TP, per layer per micro-batch, on the slowest stage.
-    if plan.tp > 1 {
+    // TP, per layer per micro-batch, on the slowest stage: its layers at the plan's precision and,
+    // apart, those kept in bf16 (`pipeline::Bf16Keep`), whose sequence-parallel all-gathers carry
+    // bf16 (`cost::with_bf16_layers` prices them so).
+    for part in tp_parts(
+        model,
+        training,
+        plan,
+        slowest_mix,
+        slowest_layers,
+        slowest_bf16,
+    ) {
+        if plan.tp <= 1 || part.layers <= 0.0 {
+            continue;
+        }
+        on_bf16_layers.set(part.bf16);
+        let slowest_mix = part.mix;
+        let slowest_blocks = part.mix.blocks;
+        let slowest_moe_share = part.mix.moe_share;
         let tensor = comm::tp_tensor_bytes(model, training, plan);
-        let count = f64::from(slowest_layers) * m;
+        let count = part.layers * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let t = plan.tp;
         // torchtitan's per-op selective AC runs the all-gathers (or all-reduces) again, not the
@@ -442,7 +531,7 @@ pub fn ledger(
         };
         // Low-precision training all-gathers quantized copies under sequence parallelism
         // (`comm::sp_gather_scale`); the reduce-scatters carry bf16.
-        let gather_scale = comm::sp_gather_scale(training, plan);
+        let gather_scale = part.gather_scale;
         let forward_tensor = |op: Op| {
             if op == Op::AllGather {
                 gather_scale.forward * tensor
@@ -595,6 +684,8 @@ pub fn ledger(
             }
         }
     }
+
+    on_bf16_layers.set(false);
 
     // How often each layer's forward exchange runs again: full recompute's share, or every layer
     // where selective recompute re-runs Transformer Engine's attention with its exchange.
@@ -1242,6 +1333,7 @@ mod tests {
 
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len,
@@ -1980,6 +2072,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: 2048,

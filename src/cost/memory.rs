@@ -733,7 +733,91 @@ fn pipeline_buffer_bytes(
         * (held_outputs + idle_activation_buffers + gradient_buffers)
 }
 
+/// The layers of `stage` (a middle one at `middle_rank`) kept in bf16 (`pipeline::Bf16Keep`).
+fn stage_bf16(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    stage: Stage,
+    middle_rank: u32,
+) -> Option<super::pipeline::Bf16Run> {
+    let keep = super::pipeline::Bf16Keep::of(training, plan);
+    if keep.is_none() {
+        return None;
+    }
+    let p = plan.pp.max(1);
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let rank = match stage {
+        Stage::First | Stage::Only | Stage::Ends => 0,
+        Stage::Middle | Stage::VMiddle => middle_rank,
+        Stage::Last => p - 1,
+    };
+    if matches!(stage, Stage::Ends | Stage::VMiddle) {
+        // A V's rank holds chunks r and 2p − 1 − r (`v_rank_mix`); the last runs the MTP layers.
+        let last = 2 * p - 1;
+        let runs = [rank, last - rank].map(|chunk| {
+            let (start, end) = layout.range(chunk);
+            let depths = if chunk == last { model.mtp_layers } else { 0 };
+            super::pipeline::Bf16Run::of_range(model, keep, start, end, depths)
+        });
+        let layers = runs[0].layers + runs[1].layers;
+        return (layers > 0).then_some(super::pipeline::Bf16Run {
+            layers,
+            moe_layers: runs[0].moe_layers + runs[1].moe_layers,
+            run: None,
+        });
+    }
+    layout.stage_bf16(model, keep, p, rank)
+}
+
+/// [`stage_memory_at_precision`] with the stage's layers kept in bf16 (`pipeline::Bf16Keep`): what
+/// differs with the precision — the quantized weight copies and low-precision parameters, the
+/// quantized saved inputs, and the fragmentation over them — is per layer, so the bf16 layers' share
+/// of the stage's layers moves it that share of the way to the same stage at bf16 (the composition
+/// of the bf16 layers taken as the stage's average).
 fn stage_memory(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    stage: Stage,
+    middle_rank: u32,
+) -> Memory {
+    let at_plan = stage_memory_at_precision(model, cluster, training, plan, stage, middle_rank);
+    let layers = stage_layers(plan, model, stage);
+    let Some(bf16) = stage_bf16(model, training, plan, stage, middle_rank).filter(|_| layers > 0)
+    else {
+        return at_plan;
+    };
+    let bf16_plan = ParallelPlan {
+        precision: Precision::Bf16,
+        ..*plan
+    };
+    let at_bf16 =
+        stage_memory_at_precision(model, cluster, training, &bf16_plan, stage, middle_rank);
+    let share = f64::from(bf16.layers.min(layers)) / f64::from(layers);
+    let toward = |a: Bytes, b: Bytes| Bytes(a.0 + share * (b.0 - a.0));
+    let weights_bytes = toward(at_plan.weights_bytes, at_bf16.weights_bytes);
+    let optimizer_bytes = toward(at_plan.optimizer_bytes, at_bf16.optimizer_bytes);
+    let activations_bytes = toward(at_plan.activations_bytes, at_bf16.activations_bytes);
+    let other_bytes = toward(at_plan.other_bytes, at_bf16.other_bytes);
+    let total = weights_bytes.0
+        + at_plan.gradients_bytes.0
+        + optimizer_bytes.0
+        + activations_bytes.0
+        + other_bytes.0;
+    Memory {
+        weights_bytes,
+        optimizer_bytes,
+        activations_bytes,
+        other_bytes,
+        total_bytes: Bytes(total),
+        fits: total <= at_plan.capacity_bytes.0,
+        ..at_plan
+    }
+}
+
+fn stage_memory_at_precision(
     model: &Model,
     cluster: &Cluster,
     training: &Training,

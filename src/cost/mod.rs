@@ -196,6 +196,30 @@ pub struct LayerMix {
     /// A hybrid stack's run of layers these are (what its parameters are counted from); None for
     /// a transformer.
     pub run: Option<HybridRun>,
+    /// The layers among these that run their GEMMs in bf16 under a low-precision plan
+    /// (`pipeline::Bf16Keep`); None where all run at the plan's precision.
+    pub bf16: Option<Bf16Part>,
+}
+
+/// The bf16 layers of a [`LayerMix`]: their share of its layers, and their own mix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bf16Part {
+    pub share: f64,
+    pub moe_share: f64,
+    pub blocks: BlockShares,
+    pub run: Option<HybridRun>,
+}
+
+impl Bf16Part {
+    /// The bf16 layers as a mix of their own.
+    pub fn mix(&self) -> LayerMix {
+        LayerMix {
+            moe_share: self.moe_share,
+            blocks: self.blocks,
+            run: self.run,
+            bf16: None,
+        }
+    }
 }
 
 impl LayerMix {
@@ -205,6 +229,7 @@ impl LayerMix {
             moe_share,
             blocks: BlockShares::TRANSFORMER,
             run: None,
+            bf16: None,
         }
     }
 
@@ -214,6 +239,7 @@ impl LayerMix {
             moe_share: moe::moe_layer_share(model),
             blocks: model.block_shares(),
             run: model.whole_hybrid_run(),
+            bf16: None,
         }
     }
 
@@ -234,7 +260,27 @@ impl LayerMix {
             moe_share,
             blocks: run.map_or(BlockShares::TRANSFORMER, |run| model.block_shares_of(run)),
             run,
+            bf16: None,
         }
+    }
+
+    /// This mix of `layers` layers with `bf16` of them running their GEMMs in bf16.
+    pub fn with_bf16(
+        self,
+        model: &Model,
+        layers: u32,
+        bf16: Option<pipeline::Bf16Run>,
+    ) -> LayerMix {
+        let bf16 = bf16.filter(|b| b.layers > 0 && layers > 0).map(|b| {
+            let part = LayerMix::of(model, b.layers, b.moe_layers, b.run);
+            Bf16Part {
+                share: f64::from(b.layers.min(layers)) / f64::from(layers),
+                moe_share: part.moe_share,
+                blocks: part.blocks,
+                run: part.run,
+            }
+        });
+        LayerMix { bf16, ..self }
     }
 }
 
@@ -304,6 +350,26 @@ pub(crate) struct PassComm {
 }
 
 impl PassComm {
+    /// `self` plus `share` of the difference `a − b`, field by field.
+    pub fn plus_scaled_difference(&self, share: f64, a: &PassComm, b: &PassComm) -> PassComm {
+        let at = |x: f64, ya: f64, yb: f64| x + share * (ya - yb);
+        PassComm {
+            forward_s: at(self.forward_s, a.forward_s, b.forward_s),
+            backward_s: at(self.backward_s, a.backward_s, b.backward_s),
+            forward_exposed_s: at(
+                self.forward_exposed_s,
+                a.forward_exposed_s,
+                b.forward_exposed_s,
+            ),
+            backward_exposed_s: at(
+                self.backward_exposed_s,
+                a.backward_exposed_s,
+                b.backward_exposed_s,
+            ),
+            wire_bytes: at(self.wire_bytes, a.wire_bytes, b.wire_bytes),
+        }
+    }
+
     pub fn total_s(&self) -> f64 {
         self.forward_s + self.backward_s
     }
@@ -517,6 +583,62 @@ fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f6
 // 30% slower (criterion `evaluate/512b_tp8_pp16_dp2`, 2026-12-03).
 #[inline(always)]
 pub(crate) fn unit_costs_at(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    mix: LayerMix,
+) -> UnitCosts {
+    let costs = unit_costs_at_plan_precision(model, cluster, training, plan, mix);
+    match mix.bf16 {
+        Some(part) if plan.precision != crate::plan::Precision::Bf16 => {
+            with_bf16_layers(model, cluster, training, plan, costs, part)
+        }
+        _ => costs,
+    }
+}
+
+/// `costs`, the average layer of a mix priced at the plan's precision, with its bf16 layers
+/// (`part`, `pipeline::Bf16Keep`) priced as Megatron-Core runs them: the whole layer — GEMMs,
+/// casts, sequence-parallel gathers, saved inputs — as a bf16 plan runs it. Each cost is a share-
+/// weighted average over the mix's layers, so swapping the part's layers from one precision to
+/// the other moves the average by the part's share of the difference.
+#[inline(never)]
+fn with_bf16_layers(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    costs: UnitCosts,
+    part: Bf16Part,
+) -> UnitCosts {
+    let bf16_plan = ParallelPlan {
+        precision: crate::plan::Precision::Bf16,
+        ..*plan
+    };
+    let at_bf16 = unit_costs_at_plan_precision(model, cluster, training, &bf16_plan, part.mix());
+    let at_plan = unit_costs_at_plan_precision(model, cluster, training, plan, part.mix());
+    let share = part.share;
+    UnitCosts {
+        layer: costs
+            .layer
+            .plus_scaled_difference(share, &at_bf16.layer, &at_plan.layer),
+        tp: costs
+            .tp
+            .plus_scaled_difference(share, &at_bf16.tp, &at_plan.tp),
+        cp: costs
+            .cp
+            .plus_scaled_difference(share, &at_bf16.cp, &at_plan.cp),
+        ep: costs
+            .ep
+            .plus_scaled_difference(share, &at_bf16.ep, &at_plan.ep),
+        ..costs
+    }
+}
+
+/// [`unit_costs_at`] with every layer of `mix` at the plan's precision.
+#[inline(always)]
+fn unit_costs_at_plan_precision(
     model: &Model,
     cluster: &Cluster,
     training: &Training,
@@ -995,6 +1117,8 @@ pub(crate) struct MixCosts<'a> {
     mixes: [Option<LayerMix>; MIXES],
     costs: [Option<UnitCosts>; MIXES],
     filled: usize,
+    /// What of the plan runs in bf16 although its precision is lower.
+    pub(crate) keep: pipeline::Bf16Keep,
 }
 
 /// Distinct stage mixes `MixCosts` keeps: the closed form needs four (first, the middle stages'
@@ -1016,15 +1140,24 @@ impl<'a> MixCosts<'a> {
             mixes: [None; MIXES],
             costs: [None; MIXES],
             filled: 0,
+            keep: pipeline::Bf16Keep::of(training, plan),
         }
     }
 
     /// Where the average layer's costs of a stage of `layers` layers, `moe_layers` of them MoE
-    /// layers, a hybrid stack's `run` of them (`pipeline::ChunkLayout::stage_run`), are kept
-    /// ([`MixCosts::costs`]): valid while at most `MIXES` distinct mixes have been asked (after
-    /// that the last slot is reused by every new mix).
-    pub(crate) fn stage(&mut self, layers: u32, moe_layers: u32, run: Option<HybridRun>) -> usize {
-        let mix = LayerMix::of(self.model, layers, moe_layers, run);
+    /// layers, a hybrid stack's `run` of them (`pipeline::ChunkLayout::stage_run`), `bf16` of them
+    /// in bf16 (`pipeline::ChunkLayout::stage_bf16`), are kept ([`MixCosts::costs`]): valid while
+    /// at most `MIXES` distinct mixes have been asked (after that the last slot is reused by every
+    /// new mix).
+    pub(crate) fn stage(
+        &mut self,
+        layers: u32,
+        moe_layers: u32,
+        run: Option<HybridRun>,
+        bf16: Option<pipeline::Bf16Run>,
+    ) -> usize {
+        let mix =
+            LayerMix::of(self.model, layers, moe_layers, run).with_bf16(self.model, layers, bf16);
         if let Some(at) = self.mixes[..self.filled]
             .iter()
             .position(|kept| *kept == Some(mix))
@@ -1073,6 +1206,8 @@ struct StageTimes {
     slowest_costs: usize,
     /// A hybrid stack's run of layers on it.
     slowest_run: Option<HybridRun>,
+    /// Its layers kept in bf16 (`pipeline::Bf16Keep`).
+    slowest_bf16: Option<pipeline::Bf16Run>,
     /// Transformer layers of the stage that holds the most.
     max_layers: u32,
 }
@@ -1111,18 +1246,22 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
     };
     let last_layers = pipeline::last_stage_layers(model, plan);
     let last_stage = plan.pp.max(1) - 1;
-    // One layout for every stage's MoE count and hybrid blocks (dense transformers need none).
-    let layout =
-        (model.moe.is_some() || model.is_hybrid()).then(|| pipeline::ChunkLayout::of(model, plan));
+    // One layout for every stage's MoE count, hybrid blocks and bf16 layers (dense transformers
+    // at one precision need none).
+    let keep = mix.keep;
+    let layout = (model.moe.is_some() || model.is_hybrid() || !keep.is_none())
+        .then(|| pipeline::ChunkLayout::of(model, plan));
     let moe_of = |stage: u32| {
         layout
             .filter(|_| model.moe.is_some())
             .map_or(0, |l| l.stage_mix_with_mtp(model, plan.pp.max(1), stage).1)
     };
+    let bf16_of =
+        |stage: u32| layout.and_then(|l| l.stage_bf16(model, keep, plan.pp.max(1), stage));
     let last_moe = moe_of(last_stage);
     let last_run = layout.and_then(|l| l.stage_run(model, plan.pp.max(1), last_stage));
     if plan.pp == 1 {
-        let at = mix.stage(last_layers, last_moe, last_run);
+        let at = mix.stage(last_layers, last_moe, last_run, bf16_of(0));
         let only = stage_time(mix.costs(at), last_layers, last_moe, true);
         return StageTimes {
             slowest: only,
@@ -1131,13 +1270,17 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             slowest_mtp_layers: model.mtp_layers,
             slowest_costs: at,
             slowest_run: last_run,
+            slowest_bf16: bf16_of(0),
             mean_total: only.total(),
             v_chunks: None,
             max_layers: last_layers,
         };
     }
-    if let (true, Some(layout)) = (model.is_hybrid(), layout) {
-        return hybrid_stage_times(model, plan, mix, &layout, stage_time);
+    // Every stage priced on its own where the stages differ in more than the closed form's four
+    // representatives tell apart: a hybrid stack's slices, or bf16 layers on a middle stage.
+    let bf16_in_middle = !keep.layers.is_none() && (1..last_stage).any(|s| bf16_of(s).is_some());
+    if let (true, Some(layout)) = (model.is_hybrid() || bf16_in_middle, layout) {
+        return per_stage_times(model, plan, mix, &layout, stage_time);
     }
     // The middle stage with the most layers, and of those the most MoE layers: all of them when
     // every layer is MoE, or when the dense prefix ends on the first stage of a pipeline without
@@ -1170,7 +1313,12 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         (last_layers, last_moe, true),
         (plan.stages.middle_max, middle_fewest_moe, false),
     ];
-    let at = stages.map(|(layers, moe_layers, _)| mix.stage(layers, moe_layers, None));
+    // Only the first and last stages hold bf16 layers here (`bf16_in_middle` above).
+    let bf16_at = [Some(0), None, Some(last_stage), None];
+    let at = [0, 1, 2, 3].map(|i| {
+        let (layers, moe_layers, _) = stages[i];
+        mix.stage(layers, moe_layers, None, bf16_at[i].and_then(bf16_of))
+    });
     let [first, most, last, fewest] = [0, 1, 2, 3].map(|i| {
         let (layers, moe_layers, with_output) = stages[i];
         stage_time(mix.costs(at[i]), layers, moe_layers, with_output)
@@ -1191,29 +1339,36 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
         slowest_mtp_layers: if slowest == 2 { model.mtp_layers } else { 0 },
         slowest_costs: at[slowest],
         slowest_run: None,
+        slowest_bf16: bf16_at[slowest].and_then(bf16_of),
         mean_total: (first.total() + (p - 2.0) * middle.total() + last.total()) / p,
         // Only the V schedules' closed form reads the split (`v_schedule::v_bubble_s`).
         v_chunks: v_shaped.then(|| {
             let [a, b, c] = [first.split(), middle.split(), last.split()];
             let mean = [0, 1, 2].map(|k| (a[k] + (p - 2.0) * b[k] + c[k]) / p);
-            let out = mix.costs(at[2]).output;
-            let output = [
-                out.forward,
-                (out.backward + out.recompute - out.weight_grad).max(0.0),
-                out.weight_grad,
-            ];
-            let chunk = [0, 1, 2].map(|k| ((mean[k] - output[k] / p) / v).max(0.0));
-            [chunk, output]
+            v_chunk_split(mean, mix.costs(at[2]).output, p, v)
         }),
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
 
-/// [`stage_times`] of a hybrid stack with a pipeline: Megatron-Core gives each stage its own slice
-/// of the pattern (`select_pipeline_segment`), so every stage is priced at its own blocks and the
-/// slowest sets the step; the mean is over all of them. One model chunk per stage (the stack
-/// refuses virtual stages without '|' separators in the pattern, `plan::check_hybrid`).
-fn hybrid_stage_times(
+/// One model chunk's forward, input gradient and weight gradient under a V schedule, from the mean
+/// stage's `mean` split less the output layer's share, and the output layer's and loss's own
+/// (`StageTimes::v_chunks`).
+fn v_chunk_split(mean: [f64; 3], out: LayerTime, p: f64, v: f64) -> [[f64; 3]; 2] {
+    let output = [
+        out.forward,
+        (out.backward + out.recompute - out.weight_grad).max(0.0),
+        out.weight_grad,
+    ];
+    let chunk = [0, 1, 2].map(|k| ((mean[k] - output[k] / p) / v).max(0.0));
+    [chunk, output]
+}
+
+/// [`stage_times`] stage by stage: a hybrid stack with a pipeline, where Megatron-Core gives each
+/// stage its own slice of the pattern (`select_pipeline_segment`), or bf16 layers reaching a
+/// middle stage; every stage is priced at its own layers and the slowest sets the step; the mean
+/// is over all of them.
+fn per_stage_times(
     model: &Model,
     plan: &ParallelPlan,
     mix: &mut MixCosts,
@@ -1222,25 +1377,41 @@ fn hybrid_stage_times(
 ) -> StageTimes {
     let p = plan.pp.max(1);
     let last = p - 1;
+    let keep = mix.keep;
     let stage_of = |stage: u32| {
         let (layers, moe_layers) = layout.stage_mix_with_mtp(model, p, stage);
-        (layers, moe_layers, layout.stage_run(model, p, stage))
+        let run = layout.stage_run(model, p, stage);
+        (
+            layers,
+            moe_layers,
+            run,
+            layout.stage_bf16(model, keep, p, stage),
+        )
     };
     let mut sum = 0.0;
+    let mut split_sum = [0.0; 3];
+    let mut output = LayerTime::default();
     let mut slowest = (0, f64::NEG_INFINITY);
     for stage in 0..p {
-        let (layers, moe_layers, run) = stage_of(stage);
-        let at = mix.stage(layers, moe_layers, run);
-        let total = stage_time(mix.costs(at), layers, moe_layers, stage == last).total();
-        sum += total;
-        if total > slowest.1 {
-            slowest = (stage, total);
+        let (layers, moe_layers, run, bf16) = stage_of(stage);
+        let at = mix.stage(layers, moe_layers, run, bf16);
+        let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);
+        sum += time.total();
+        let split = time.split();
+        split_sum = [0, 1, 2].map(|k| split_sum[k] + split[k]);
+        if stage == last {
+            output = mix.costs(at).output;
+        }
+        if time.total() > slowest.1 {
+            slowest = (stage, time.total());
         }
     }
+    let v_shaped = mix.training.pp_schedule.v_kind().is_some();
+    let pf = f64::from(p);
     // Its slot: the one that still holds its mix, or, where the loop reused the last slot for a
     // later stage, the last slot again (filled anew).
-    let (stage, (layers, moe_layers, run)) = (slowest.0, stage_of(slowest.0));
-    let at = mix.stage(layers, moe_layers, run);
+    let (stage, (layers, moe_layers, run, bf16)) = (slowest.0, stage_of(slowest.0));
+    let at = mix.stage(layers, moe_layers, run, bf16);
     let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);
     StageTimes {
         slowest: time,
@@ -1249,8 +1420,10 @@ fn hybrid_stage_times(
         slowest_mtp_layers: if stage == last { model.mtp_layers } else { 0 },
         slowest_costs: at,
         slowest_run: run,
-        mean_total: sum / f64::from(p),
-        v_chunks: None,
+        slowest_bf16: bf16,
+        mean_total: sum / pf,
+        v_chunks: v_shaped
+            .then(|| v_chunk_split(split_sum.map(|x| x / pf), output, pf, f64::from(plan.vpp))),
         max_layers: pipeline::max_stage_layers(model, plan),
     }
 }
@@ -1272,6 +1445,7 @@ pub fn slowest_stage(
         layers: times.slowest_layers,
         moe_layers: times.slowest_moe_layers,
         run: times.slowest_run,
+        bf16: times.slowest_bf16,
         sends: times.slowest.sends as u32,
     }
 }
@@ -1283,6 +1457,8 @@ pub struct SlowestStage {
     pub moe_layers: u32,
     /// A hybrid stack's run of layers on it (`pipeline::ChunkLayout::stage_run`).
     pub run: Option<HybridRun>,
+    /// Its layers kept in bf16 (`pipeline::Bf16Keep`).
+    pub bf16: Option<pipeline::Bf16Run>,
     /// Its stage-boundary sends per micro-batch, both directions (2·v; 2 on a V's first GPU).
     pub sends: u32,
 }
@@ -1353,6 +1529,7 @@ pub fn evaluate(
         slowest_mtp_layers,
         slowest_costs,
         slowest_run,
+        slowest_bf16: _,
         mean_total,
         v_chunks,
         max_layers,

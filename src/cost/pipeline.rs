@@ -161,6 +161,31 @@ impl ChunkLayout {
         Some(HybridRun { counts, mtp_depths })
     }
 
+    /// The layers of pipeline stage `stage` of `pp` that run their GEMMs in bf16 under a
+    /// low-precision plan ([`Bf16Run::of_range`] over its chunks, the MTP depths on the last).
+    pub fn stage_bf16(
+        &self,
+        model: &Model,
+        keep: Bf16Keep,
+        pp: u32,
+        stage: u32,
+    ) -> Option<Bf16Run> {
+        if keep.is_none() {
+            return None;
+        }
+        let pp = pp.max(1);
+        let depths = if stage + 1 == pp { model.mtp_layers } else { 0 };
+        (0..self.chunks / pp)
+            .map(|round| {
+                let (start, end) = self.range(round * pp + stage);
+                Bf16Run::of_range(model, keep, start, end, 0)
+            })
+            .fold(Bf16Run::of_range(model, keep, 0, 0, depths), |sum, one| {
+                sum.plus(one)
+            })
+            .nonempty()
+    }
+
     /// [`ChunkLayout::stage_mix`] with the MTP layers the last stage runs after its decoder layers
     /// (`last_stage_layers`), MoE layers where the last decoder layer is one.
     pub fn stage_mix_with_mtp(&self, model: &Model, pp: u32, stage: u32) -> (u32, u32) {
@@ -174,6 +199,97 @@ impl ChunkLayout {
             0
         };
         (layers + model.mtp_layers, moe + mtp_moe)
+    }
+}
+
+/// What of a plan runs its GEMMs in bf16 although the plan's precision is lower: the layers
+/// kept at the ends of the stack (`training::Bf16Layers`) and whether the MTP layers are
+/// (`training::mtp_runs_bf16`). Nothing at bf16 precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bf16Keep {
+    pub layers: crate::training::Bf16Layers,
+    pub mtp: bool,
+}
+
+impl Bf16Keep {
+    pub fn of(training: &crate::training::Training, plan: &ParallelPlan) -> Bf16Keep {
+        if plan.precision == crate::plan::Precision::Bf16 {
+            return Bf16Keep::default();
+        }
+        Bf16Keep {
+            layers: training.bf16_layers,
+            mtp: crate::training::mtp_runs_bf16(training.framework, plan.precision),
+        }
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.layers.is_none() && !self.mtp
+    }
+}
+
+/// Layers of one stage (or model chunk) that run in bf16 under a low-precision plan
+/// ([`Bf16Keep`]): how many (MTP layers included), how many of them are MoE layers, and a hybrid
+/// stack's run of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bf16Run {
+    pub layers: u32,
+    pub moe_layers: u32,
+    pub run: Option<HybridRun>,
+}
+
+impl Bf16Run {
+    /// The bf16 layers among decoder layers [start, end), and `mtp_depths` MTP layers after them
+    /// where the MTP layers run in bf16.
+    pub fn of_range(
+        model: &Model,
+        keep: Bf16Keep,
+        start: u32,
+        end: u32,
+        mtp_depths: u32,
+    ) -> Bf16Run {
+        let depths = if keep.mtp { mtp_depths } else { 0 };
+        let within = keep.layers.within(model.layers, start, end);
+        let layers = within.iter().map(|(a, b)| b - a).sum::<u32>() + depths;
+        let mtp_moe = if model.mtp_layer_is_moe() { depths } else { 0 };
+        let moe_layers = if model.moe.is_some() {
+            within
+                .iter()
+                .map(|&(a, b)| model.moe_layers_between(a, b))
+                .sum::<u32>()
+                + mtp_moe
+        } else {
+            0
+        };
+        let run = model.is_hybrid().then(|| HybridRun {
+            counts: within.iter().fold(BlockCounts::default(), |c, &(a, b)| {
+                c.plus(model.blocks_between(a, b))
+            }),
+            mtp_depths: depths,
+        });
+        Bf16Run {
+            layers,
+            moe_layers,
+            run,
+        }
+    }
+
+    fn plus(self, other: Bf16Run) -> Bf16Run {
+        Bf16Run {
+            layers: self.layers + other.layers,
+            moe_layers: self.moe_layers + other.moe_layers,
+            run: match (self.run, other.run) {
+                (Some(a), Some(b)) => Some(HybridRun {
+                    counts: a.counts.plus(b.counts),
+                    mtp_depths: a.mtp_depths + b.mtp_depths,
+                }),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Itself where it holds a layer.
+    pub fn nonempty(self) -> Option<Bf16Run> {
+        (self.layers > 0).then_some(self)
     }
 }
 

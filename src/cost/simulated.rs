@@ -198,7 +198,8 @@ fn stage_costs_and_ep(
             let n = if s == last { n + model.mtp_layers } else { n };
             let moe_layers = super::stage_moe_layers(model, plan, s as u32);
             let run = layout.stage_run(model, plan.pp.max(1), s as u32);
-            let at = mix.stage(n, moe_layers, run);
+            let bf16 = layout.stage_bf16(model, mix.keep, plan.pp.max(1), s as u32);
+            let at = mix.stage(n, moe_layers, run, bf16);
             block_cost(mix.costs(at), n, moe_layers, s == last, v)
         })
         .collect()
@@ -233,7 +234,9 @@ fn v_chunk_costs(
                     counts: model.blocks_between(start, end),
                     mtp_depths: depths,
                 });
-                let at = mix.stage(layers, moe_layers, run);
+                let bf16 = super::pipeline::Bf16Run::of_range(model, mix.keep, start, end, depths)
+                    .nonempty();
+                let at = mix.stage(layers, moe_layers, run, bf16);
                 let costs = mix.costs(at);
                 let (mut cost, ep) = block_cost(costs, layers, moe_layers, vs == last, 1.0);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
@@ -410,6 +413,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: 2048,

@@ -1036,6 +1036,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: model.seq_len,

@@ -798,6 +798,32 @@ pub(super) fn recipe_fp8_scaling(run: &ModernRun) -> crate::training::Fp8Scaling
     }
 }
 
+/// The layers a Megatron-Bridge 26.x recipe keeps in bf16 (`training::Bf16Layers`): Nemotron 3
+/// Super's NVFP4 runs from 26.04 (v0.4.0) on take `nemotron_3_super_bf16_with_nvfp4_mixed`
+/// (`training/mixed_precision.py`: `first_last_layers_bf16 = True`, `num_layers_at_end_in_bf16 =
+/// 14`, the start count left at `MixedPrecisionConfig`'s 0), set by
+/// `scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py` (v0.4.0 l. 49-50, v0.5.0
+/// l. 43) and `perf_recipes/nemotronh/common.py` (v0.6.0, `_nemotron_3_super_nvfp4_precision`).
+/// Every other recipe of the tables runs its layers at the plan's precision: the performance
+/// scripts turn `first_last_layers_bf16` off for FP8 current scaling (`utils/precision.py` l. 31),
+/// and the NVFP4 Llama rows take `bf16_with_nvfp4_mixed`, which keeps none.
+pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers {
+    let (model, _) = model_and_gpu(run);
+    match bridge_26_release(run) {
+        Some(release)
+            if release >= Bridge26::V040
+                && model == "nemotron3_super"
+                && precision_is(run, "nvfp4") =>
+        {
+            crate::training::Bf16Layers {
+                at_start: 0,
+                at_end: 14,
+            }
+        }
+        _ => crate::training::Bf16Layers::NONE,
+    }
+}
+
 /// The framework a run is planned as: torchtitan for torchtitan's and NeMo AutoModel's (FSDP2)
 /// rows, Megatron-Core for the rest.
 pub(super) fn framework_of(run: &ModernRun) -> TrainingFramework {

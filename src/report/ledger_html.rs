@@ -29,7 +29,11 @@ pub(crate) fn ledger_table(ledger: &Ledger) -> String {
             "<tr><td>{}</td><td>{op}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td>{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{:.2}</td></tr>",
             e.group.as_str(),
             e.pass.as_str(),
-            escape(e.site),
+            if e.bf16_layers {
+                format!("{} — on the layers kept in bf16", escape(e.site))
+            } else {
+                escape(e.site)
+            },
             e.scope.as_str(),
             count_text(e.count),
             e.ranks,

@@ -521,6 +521,7 @@ mod tests {
         };
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: 4096,

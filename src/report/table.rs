@@ -236,8 +236,15 @@ pub fn scenario_line(report: &Report) -> String {
         if m.dropout { "dropout" } else { "no dropout" },
     ]
     .join(", ");
+    // Layers whose GEMMs run in bf16 under a low-precision plan shown (`pipeline::Bf16Keep`).
+    let low_precision = report
+        .plans
+        .iter()
+        .any(|e| e.plan.precision != crate::plan::Precision::Bf16);
+    let bf16_words = bf16_layer_words(t, &report.plans, m.mtp_layers);
     // How the kernels run, where that departs from the framework's fused default.
     let kernel_words = [
+        if low_precision { bf16_words.as_str() } else { "" },
         match t.kernel_fusion {
             crate::training::KernelFusion::Fused => "",
             crate::training::KernelFusion::Eager => {
@@ -416,6 +423,35 @@ pub fn scenario_line(report: &Report) -> String {
 /// The bytes per parameter the shown plans keep at rest besides the gradient, as memory counts
 /// them: "14", or where FP8/FP4 parameter gathers make the precision-aware optimizer keep a whole
 /// fp32 master for some plans and not others, both ("8, 10 with fp8 parameter gathers").
+/// The layers a low-precision plan runs in bf16, as the training line says them: the stack's ends
+/// (`--first-last-layers-bf16`) and the MTP layers under NVFP4 (`training::mtp_runs_bf16`).
+fn bf16_layer_words(t: &crate::training::Training, plans: &[Estimate], mtp_layers: u32) -> String {
+    let b = t.bf16_layers;
+    let ends = match (b.at_start, b.at_end) {
+        (0, 0) => String::new(),
+        (0, end) => format!("the last {} in bf16", counted(end, "layer")),
+        (start, 0) => format!("the first {} in bf16", counted(start, "layer")),
+        (start, end) => format!(
+            "the first {start} and last {} in bf16",
+            counted(end, "layer")
+        ),
+    };
+    let mtp = mtp_layers > 0
+        && plans
+            .iter()
+            .any(|e| crate::training::mtp_runs_bf16(t.framework, e.plan.precision));
+    match (ends.is_empty(), mtp) {
+        (true, false) => String::new(),
+        (false, false) => format!("{ends} by --first-last-layers-bf16; "),
+        (true, true) => {
+            "the MTP layers in bf16, which Megatron-Core runs without the FP4 context; ".into()
+        }
+        (false, true) => format!(
+            "{ends} by --first-last-layers-bf16 and the MTP layers, which Megatron-Core runs without the FP4 context; "
+        ),
+    }
+}
+
 fn bytes_at_rest_words(t: &crate::training::Training, plans: &[Estimate]) -> String {
     let states = t.optimizer_states;
     let gathers_low_precision: Vec<bool> = plans
@@ -1725,6 +1761,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
             seq_len: model.seq_len,
