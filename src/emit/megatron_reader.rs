@@ -130,6 +130,14 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     // A unified pattern's MTP depths ('/' segments), which the main pattern's count leaves out.
     let (hybrid_pattern, hybrid_mtp_depths) = match hybrid_pattern {
         Some(pattern) => {
+            // No symbol before the MTP depths: no layers, which was said as a `--num-layers 0`
+            // the line never gave (or, for '/*E', as depths to write that were written).
+            if pattern.split('/').next().is_none_or(str::is_empty) {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--hybrid-layer-pattern {pattern:?}"),
+                    why: "its main pattern (before any '/' MTP depth) is empty, and Megatron-LM takes the layer count from it (one symbol per layer: M Mamba-2, * attention, - MLP, E MoE); write one symbol per layer, e.g. --hybrid-layer-pattern 'M-M*'".into(),
+                });
+            }
             let (main, depths) = split_hybrid_mtp(&pattern)?;
             (Some(main), depths)
         }

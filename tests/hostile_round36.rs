@@ -1,0 +1,55 @@
+//! Hostile input, round 36: an empty `--hybrid-layer-pattern` in a launch line was told as a
+//! `--num-layers 0` never given; `eval --emit nemo` on a hybrid MoE stack offered `--emit
+//! megatron-bridge`, which refuses the stack; `--mtp-layers` beside a hybrid line's '/' depths named
+//! a `--mtp-num-layers` the line does not have (and the reader refuses); a hybrid line's virtual
+//! stages from `--num-layers-per-virtual-pipeline-stage` or a layout were told as
+//! `--num-virtual-stages-per-pipeline-rank`; an MoE plan at tp > 1 whose sequence does not split
+//! over the TP ranks was told to add the `--sequence-parallel` that is refused in turn; a Nemotron-H
+//! config's `n_groups` beside a different `mamba_n_groups` (or `conv_kernel` beside `mamba_d_conv`)
+//! dropped one without a word; `plan --vpp 2` on a hybrid stack did not say the stack's rule.
+//! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
+//! and the fix.
+
+mod common;
+
+use common::*;
+
+/// A small hybrid launch line (`PATTERN` replaced), one node, pipeline size 2.
+const HYBRID_LINE: &str = "--hybrid-layer-pattern PATTERN --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
+
+fn eval_line(line: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["eval", "--nodes", "1", "--megatron-args", line];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// A pattern with no symbol before its MTP depths (`''`, `--hybrid-layer-pattern=`, `'/*E'`)
+/// said "--num-layers 0 must be at least 1", a flag the line never gave, or for '/*E' "write the
+/// depths as /*E", which it did. Each names the pattern and the missing layers.
+#[test]
+fn an_empty_hybrid_pattern_is_named_as_the_pattern() {
+    for (pattern, shown) in [
+        ("''", r#"--hybrid-layer-pattern """#),
+        ("'/*E'", r#"--hybrid-layer-pattern "/*E""#),
+    ] {
+        let line = HYBRID_LINE.replace("PATTERN", pattern);
+        assert_one_line_error(
+            &eval_line(&line, &[]),
+            &[
+                shown,
+                "its main pattern (before any '/' MTP depth) is empty",
+                "Megatron-LM takes the layer count from it",
+                "e.g. --hybrid-layer-pattern 'M-M*'",
+            ],
+            &["--num-layers 0", "write the depths as", "panicked"],
+            pattern,
+        );
+    }
+    let line = HYBRID_LINE.replace("--hybrid-layer-pattern PATTERN", "--hybrid-layer-pattern=");
+    assert_one_line_error(
+        &eval_line(&line, &[]),
+        &[r#"--hybrid-layer-pattern """#, "main pattern"],
+        &["--num-layers 0", "panicked"],
+        "--hybrid-layer-pattern=",
+    );
+}
