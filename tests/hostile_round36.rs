@@ -53,3 +53,35 @@ fn an_empty_hybrid_pattern_is_named_as_the_pattern() {
         "--hybrid-layer-pattern=",
     );
 }
+
+/// `eval --emit nemo` on a hybrid MoE stack refused its experts first, with "use ... --emit
+/// megatron or --emit megatron-bridge", and Megatron-Bridge refuses hybrid stacks; `plan --emit
+/// nemo` named the stack. Both now name the stack and offer --emit megatron only.
+#[test]
+fn emit_nemo_on_a_hybrid_moe_stack_names_the_stack() {
+    for command in ["eval", "plan"] {
+        let mut args = vec![
+            command,
+            "--model",
+            "nemotron-3-nano-30b-a3b",
+            "--nodes",
+            "2",
+            "--global-batch",
+            "64",
+            "--emit",
+            "nemo",
+        ];
+        if command == "eval" {
+            args.extend(["--tp", "2"]);
+        }
+        assert_one_line_error(
+            &run(&args),
+            &[
+                "--emit nemo: hybrid Mamba-Transformer models",
+                "not written for NeMo yet; use --emit megatron,",
+            ],
+            &["megatron-bridge", "mixture-of-experts", "panicked"],
+            command,
+        );
+    }
+}
