@@ -13,6 +13,7 @@
 mod common;
 
 use common::*;
+use serde_json::Value;
 
 /// A small hybrid launch line (`PATTERN` replaced), one node, pipeline size 2.
 const HYBRID_LINE: &str = "--hybrid-layer-pattern PATTERN --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
@@ -84,4 +85,34 @@ fn emit_nemo_on_a_hybrid_moe_stack_names_the_stack() {
             command,
         );
     }
+}
+
+/// A hybrid line's MTP depths are its pattern's '/' segments: `--mtp-layers 1` beside two of them
+/// said the line "sets --mtp-num-layers 2" and to change that flag, which the line does not have and
+/// the reader refuses beside a pattern. The same count, or a line without depths, is taken.
+#[test]
+fn mtp_layers_beside_a_hybrid_lines_depths_names_the_pattern() {
+    let line = HYBRID_LINE.replace("PATTERN", "'M*M-M*M-/*-/*-'").replace(
+        "--pipeline-model-parallel-size 2",
+        "--pipeline-model-parallel-size 1",
+    );
+    for (given, fix) in [
+        ("1", "write 1 '/' segments in the line's pattern"),
+        ("0", "drop the '/' segments from the line's pattern"),
+    ] {
+        assert_one_line_error(
+            &eval_line(&line, &["--mtp-layers", given]),
+            &[
+                &format!("--mtp-layers {given} contradicts the --megatron-args launch line"),
+                "whose --hybrid-layer-pattern has 2 MTP depths ('/' segments)",
+                fix,
+            ],
+            &["--mtp-num-layers", "panicked"],
+            given,
+        );
+    }
+    let r = eval_line(&line, &["--mtp-layers", "2", "--format", "json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["model"]["mtp_layers"], 2, "{}", v["model"]);
 }
