@@ -116,3 +116,46 @@ fn mtp_layers_beside_a_hybrid_lines_depths_names_the_pattern() {
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["model"]["mtp_layers"], 2, "{}", v["model"]);
 }
+
+/// Virtual stages a hybrid line makes with `--num-layers-per-virtual-pipeline-stage` or a
+/// `--pipeline-model-parallel-layout` were refused as "--num-virtual-stages-per-pipeline-rank 2",
+/// a flag the line does not have, with the fix to give it as 1. Each names the flag given.
+#[test]
+fn a_hybrid_lines_virtual_stages_are_named_by_the_flag_given() {
+    let line = HYBRID_LINE.replace("PATTERN", "M*M-M*M-");
+    for (extra, needles) in [
+        (
+            "--num-layers-per-virtual-pipeline-stage 2",
+            &[
+                "--num-layers-per-virtual-pipeline-stage 2 makes 2 virtual stages per pipeline rank",
+                "select_pipeline_segment",
+                "drop --num-layers-per-virtual-pipeline-stage",
+            ][..],
+        ),
+        (
+            "--pipeline-model-parallel-layout Et*2|t*2|t*2|t*2L",
+            &[
+                "--pipeline-model-parallel-layout (4 chunks) makes 2 virtual stages per pipeline rank",
+                "hybrid Mamba-Transformer stack",
+                "give a layout of one chunk per pipeline rank, or drop it",
+            ][..],
+        ),
+    ] {
+        assert_one_line_error(
+            &eval_line(&format!("{line} {extra}"), &[]),
+            needles,
+            &["--num-virtual-stages-per-pipeline-rank", "panicked"],
+            extra,
+        );
+    }
+    // The flag itself is named as before.
+    assert_one_line_error(
+        &eval_line(
+            &format!("{line} --num-virtual-stages-per-pipeline-rank 2"),
+            &[],
+        ),
+        &["--num-virtual-stages-per-pipeline-rank 2 with the hybrid Mamba-Transformer model"],
+        &["panicked"],
+        "--num-virtual-stages-per-pipeline-rank 2",
+    );
+}
