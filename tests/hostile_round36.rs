@@ -159,3 +159,45 @@ fn a_hybrid_lines_virtual_stages_are_named_by_the_flag_given() {
         "--num-virtual-stages-per-pipeline-rank 2",
     );
 }
+
+/// An MoE plan at tp > 1 is refused without sequence parallelism; where the sequence does not
+/// split over the TP ranks, the default left it off and the refusal said "add
+/// --sequence-parallel", which was then refused for the sequence. The fix now names the sequence
+/// length, and following it evaluates.
+#[test]
+fn moe_under_tp_with_a_sequence_sp_cannot_split_names_the_sequence() {
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "qwen3-30b-a3b",
+            "--nodes",
+            "1",
+            "--tp",
+            "4",
+            "--global-batch",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    assert_one_line_error(
+        &eval(&["--seq-len", "2"]),
+        &[
+            "--tp 4 without --sequence-parallel on a mixture-of-experts model",
+            "each 2-token sequence to split evenly over the 4 tensor-parallel ranks",
+            "give a --seq-len that is a multiple of 4 (e.g. --seq-len 4) with --sequence-parallel, or use --tp 1",
+        ],
+        &["add --sequence-parallel", "panicked"],
+        "--seq-len 2 --tp 4",
+    );
+    // Where the sequence splits, the fix is as before.
+    assert_one_line_error(
+        &eval(&["--seq-len", "8", "--sequence-parallel", "false"]),
+        &["add --sequence-parallel, or use --tp 1"],
+        &["multiple of", "panicked"],
+        "--sequence-parallel false",
+    );
+    let r = eval(&["--seq-len", "4", "--sequence-parallel", "--format", "json"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
