@@ -15,6 +15,8 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+const SUITE: &str = "hostile36";
+
 /// A small hybrid launch line (`PATTERN` replaced), one node, pipeline size 2.
 const HYBRID_LINE: &str = "--hybrid-layer-pattern PATTERN --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
 
@@ -200,4 +202,38 @@ fn moe_under_tp_with_a_sequence_sp_cannot_split_names_the_sequence() {
     );
     let r = eval(&["--seq-len", "4", "--sequence-parallel", "--format", "json"]);
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+}
+
+/// A Nemotron-H config's saved attribute and its constructor argument for one Mamba setting
+/// (`n_groups` / `mamba_n_groups`, `conv_kernel` / `mamba_d_conv`) that disagree: the attribute
+/// was taken and the other dropped without a word. Refused naming both; agreeing keys are read.
+#[test]
+fn a_nemotron_h_configs_two_names_for_one_mamba_setting_must_agree() {
+    let dir = scratch(SUITE, "mamba-keys");
+    for (extra, needles) in [
+        (
+            r#", "mamba_n_groups": 4"#,
+            &[
+                r#"keys "n_groups" 8 and "mamba_n_groups" 4 give different values"#,
+                "keep one of them, or make them agree",
+            ][..],
+        ),
+        (
+            r#", "conv_kernel": 4, "mamba_d_conv": 3"#,
+            &[r#"keys "conv_kernel" 4 and "mamba_d_conv" 3 give different values"#][..],
+        ),
+    ] {
+        assert_one_line_error(
+            &eval_hf(&dir, "config.json", &nemotron_h_moe_config(extra)),
+            needles,
+            &["panicked"],
+            extra,
+        );
+    }
+    let r = eval_hf(
+        &dir,
+        "config.json",
+        &nemotron_h_moe_config(r#", "mamba_n_groups": 8, "mamba_d_conv": 4"#),
+    );
+    assert_eq!(hf_model(&r)["hybrid"]["mamba_groups"], 8, "{}", r.stdout);
 }
