@@ -1404,6 +1404,15 @@ pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> 
     }
 }
 
+/// `--vpp` above 1 on a hybrid stack (`hybrid_pipeline_refusal`), in the words `plan`'s refusal of
+/// such a pin shares.
+pub fn hybrid_vpp_refusal(vpp: u32, model: &Model) -> String {
+    format!(
+        "--vpp {vpp} with the hybrid Mamba-Transformer model {}: Megatron-Core's hybrid stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; give --vpp 1",
+        model.name
+    )
+}
+
 /// How Megatron-Core splits a hybrid stack's pattern over pipeline stages when the pattern has no
 /// '|' separators (`select_pipeline_segment`, megatron/core/models/hybrid/
 /// hybrid_layer_allocation.py at d98e8a64ddf3): evenly ("Number of layers ... must be evenly
@@ -1419,10 +1428,7 @@ fn hybrid_pipeline_refusal(r: &PlanRequest, model: &Model) -> Option<String> {
         return None;
     }
     if r.vpp > 1 {
-        return Some(format!(
-            "--vpp {} with the hybrid Mamba-Transformer model {}: Megatron-Core's hybrid stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; give --vpp 1",
-            r.vpp, model.name
-        ));
+        return Some(hybrid_vpp_refusal(r.vpp, model));
     }
     // Given first and last stage layers leave the middle stages an even share or are refused
     // already (`StageLayout::given`, the rule Megatron-Core's transformer block and hybrid stack

@@ -237,3 +237,31 @@ fn a_nemotron_h_configs_two_names_for_one_mamba_setting_must_agree() {
     );
     assert_eq!(hf_model(&r)["hybrid"]["mamba_groups"], 8, "{}", r.stdout);
 }
+
+/// `plan --vpp 2` on a hybrid stack said only that the pin "admits no valid plan ... (the search
+/// offers --vpp 1)"; `eval` names the stack's rule, and now `plan` does too.
+#[test]
+fn plan_vpp_on_a_hybrid_stack_names_the_stacks_rule() {
+    for extra in [&["--vpp", "2"][..], &["--pp", "2", "--vpp", "2"][..]] {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "nemotron-h-56b",
+            "--nodes",
+            "8",
+            "--global-batch",
+            "256",
+        ];
+        args.extend_from_slice(extra);
+        assert_one_line_error(
+            &run(&args),
+            &[
+                "--vpp 2 with the hybrid Mamba-Transformer model nemotron-h-56b",
+                "select_pipeline_segment",
+                "give --vpp 1",
+            ],
+            &["the search offers", "panicked"],
+            &format!("{extra:?}"),
+        );
+    }
+}
