@@ -1527,14 +1527,19 @@ impl Reader<'_> {
         } else {
             None
         };
-        let mamba_groups = match self.optional("n_groups")? {
-            Some(n) => n,
-            None => self.class_default("mamba_n_groups", 8)?,
+        // The saved attribute or the constructor's argument: both given and different, one was
+        // dropped without a word, though they may say different mixers.
+        let attribute_or_argument = |attribute: &'static str, argument: &'static str, default| {
+            match (self.optional(attribute)?, self.optional(argument)?) {
+                (Some(a), Some(b)) if a != b => Err(self.unsupported(format!(
+                    "keys \"{attribute}\" {a} and \"{argument}\" {b} give different values for one Mamba setting (the class saves its {argument} argument as {attribute}), so which is meant is unclear; keep one of them, or make them agree"
+                ))),
+                (Some(a), _) => Ok(a),
+                (None, _) => self.class_default(argument, default),
+            }
         };
-        let mamba_conv_kernel = match self.optional("conv_kernel")? {
-            Some(n) => n,
-            None => self.class_default("mamba_d_conv", 4)?,
-        };
+        let mamba_groups = attribute_or_argument("n_groups", "mamba_n_groups", 8)?;
+        let mamba_conv_kernel = attribute_or_argument("conv_kernel", "mamba_d_conv", 4)?;
         Ok(Model {
             rotary_base: None,
             name: name.to_string(),

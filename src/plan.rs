@@ -622,9 +622,9 @@ pub enum PlanError {
     )]
     TorchtitanReplicatedCp { zero: u8, cp: u32, fix: String },
     #[error(
-        "--tp {tp} without --sequence-parallel on a mixture-of-experts model under --framework megatron-core: Megatron-Core refuses to train MoE layers under tensor parallelism without sequence parallelism (megatron/core/transformer/moe/moe_layer.py `MoELayer.forward` raises \"performance may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism\" in training); add --sequence-parallel, or use --tp 1"
+        "--tp {tp} without --sequence-parallel on a mixture-of-experts model under --framework megatron-core: Megatron-Core refuses to train MoE layers under tensor parallelism without sequence parallelism (megatron/core/transformer/moe/moe_layer.py `MoELayer.forward` raises \"performance may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism\" in training); {fix}"
     )]
-    MoeTpWithoutSequenceParallel { tp: u32 },
+    MoeTpWithoutSequenceParallel { tp: u32, fix: String },
     #[error(
         "--ep {ep} under --framework torchtitan: torchtitan draws the expert-parallel ranks from the ranks FSDP2 shards over (data_parallel_shard_degree {dp_shard}: {shard_why}) x cp {cp} x tp {tp} = {ranks}, never from the replicas (torchtitan/distributed/parallel_dims.py: ep must divide dp_shard x cp x tp); {fix}"
     )]
@@ -1353,7 +1353,23 @@ fn check_moe_sequence_parallel(
     training: &Training,
 ) -> Result<(), PlanError> {
     if moe_needs_sequence_parallel(model, training.framework, r.tp) && !r.sequence_parallel {
-        return Err(PlanError::MoeTpWithoutSequenceParallel { tp: r.tp });
+        // Where sequence parallelism would not split the sequence either, adding it is refused in
+        // turn: the fix names the sequence length it needs.
+        let fix = match sp_sequence_error(r.tp, r.cp, true, training) {
+            Some(PlanError::SpSequence {
+                local,
+                shard_of,
+                per_rank,
+                multiple,
+                longer,
+                ..
+            }) => format!(
+                "sequence parallelism needs each {shard_of}{local}-token sequence{per_rank} to split evenly over the {} tensor-parallel ranks, which it does not; give a --seq-len that is a multiple of {multiple} (e.g. --seq-len {longer}) with --sequence-parallel, or use --tp 1",
+                r.tp
+            ),
+            _ => "add --sequence-parallel, or use --tp 1".to_string(),
+        };
+        return Err(PlanError::MoeTpWithoutSequenceParallel { tp: r.tp, fix });
     }
     Ok(())
 }
@@ -1403,6 +1419,15 @@ pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> 
     }
 }
 
+/// `--vpp` above 1 on a hybrid stack (`hybrid_pipeline_refusal`), in the words `plan`'s refusal of
+/// such a pin shares.
+pub fn hybrid_vpp_refusal(vpp: u32, model: &Model) -> String {
+    format!(
+        "--vpp {vpp} with the hybrid Mamba-Transformer model {}: Megatron-Core's hybrid stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; give --vpp 1",
+        model.name
+    )
+}
+
 /// How Megatron-Core splits a hybrid stack's pattern over pipeline stages when the pattern has no
 /// '|' separators (`select_pipeline_segment`, megatron/core/models/hybrid/
 /// hybrid_layer_allocation.py at d98e8a64ddf3): evenly ("Number of layers ... must be evenly
@@ -1418,10 +1443,7 @@ fn hybrid_pipeline_refusal(r: &PlanRequest, model: &Model) -> Option<String> {
         return None;
     }
     if r.vpp > 1 {
-        return Some(format!(
-            "--vpp {} with the hybrid Mamba-Transformer model {}: Megatron-Core's hybrid stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; give --vpp 1",
-            r.vpp, model.name
-        ));
+        return Some(hybrid_vpp_refusal(r.vpp, model));
     }
     // Given first and last stage layers leave the middle stages an even share or are refused
     // already (`StageLayout::given`, the rule Megatron-Core's transformer block and hybrid stack

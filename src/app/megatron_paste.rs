@@ -156,6 +156,23 @@ pub(super) fn check_megatron_shape(
     launch: &emit::MegatronLaunch,
     model: &crate::cli::ModelArgs,
 ) -> Result<()> {
+    // A hybrid line's MTP depths are its pattern's '/' segments (the reader refuses
+    // --mtp-num-layers beside a pattern), so the contradiction names them, not that flag.
+    if launch.hybrid.is_some()
+        && launch.mtp_layers > 0
+        && let Some(given) = model.mtp_layers
+        && given != launch.mtp_layers
+    {
+        let fix = if given == 0 {
+            "drop the '/' segments from the line's pattern".to_string()
+        } else {
+            format!("write {given} '/' segments in the line's pattern")
+        };
+        bail!(
+            "--mtp-layers {given} contradicts the --megatron-args launch line, whose --hybrid-layer-pattern has {} MTP depths ('/' segments); drop --mtp-layers or {fix}",
+            launch.mtp_layers
+        );
+    }
     for (flag, given, line_flag, line) in [
         (
             "--hidden",

@@ -151,6 +151,13 @@ pub(super) fn explain(
                     flags.join(" and ")
                 ));
             }
+            // A hybrid stack takes no virtual stages whatever the degrees: said in eval's words,
+            // not as a search that happens to offer --vpp 1.
+            if let Some(vpp) = options.pins.vpp.filter(|v| pin.flag == "--vpp" && *v > 1)
+                && model.hybrid.is_some()
+            {
+                return Some(crate::plan::hybrid_vpp_refusal(vpp, model));
+            }
             if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
                 && let Some(reason) = cp_pin_reason(cp, model, cluster, training)
             {

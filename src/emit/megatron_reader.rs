@@ -130,6 +130,14 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     // A unified pattern's MTP depths ('/' segments), which the main pattern's count leaves out.
     let (hybrid_pattern, hybrid_mtp_depths) = match hybrid_pattern {
         Some(pattern) => {
+            // No symbol before the MTP depths: no layers, which was said as a `--num-layers 0`
+            // the line never gave (or, for '/*E', as depths to write that were written).
+            if pattern.split('/').next().is_none_or(str::is_empty) {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--hybrid-layer-pattern {pattern:?}"),
+                    why: "its main pattern (before any '/' MTP depth) is empty, and Megatron-LM takes the layer count from it (one symbol per layer: M Mamba-2, * attention, - MLP, E MoE); write one symbol per layer, e.g. --hybrid-layer-pattern 'M-M*'".into(),
+                });
+            }
             let (main, depths) = split_hybrid_mtp(&pattern)?;
             (Some(main), depths)
         }
@@ -816,6 +824,30 @@ impl MegatronLaunch {
     /// Virtual stages per pipeline rank, as Megatron-LM derives them.
     pub fn vpp(&self) -> Result<u32, String> {
         let vpp = self.virtual_stages_of_line()?;
+        // A hybrid stack takes no virtual stages (`plan::hybrid_pipeline_refusal`), whose words
+        // name --num-virtual-stages-per-pipeline-rank: a line that gave them another way is told
+        // the flag it has.
+        if vpp > 1 && self.hybrid.is_some() {
+            let given = match (self.split.layout, self.layers_per_virtual_stage) {
+                (Some(layout), _) => Some((
+                    format!(
+                        "--pipeline-model-parallel-layout ({} chunks)",
+                        layout.chunks
+                    ),
+                    "give a layout of one chunk per pipeline rank, or drop it",
+                )),
+                (None, Some(n)) => Some((
+                    format!("--num-layers-per-virtual-pipeline-stage {n}"),
+                    "drop --num-layers-per-virtual-pipeline-stage",
+                )),
+                (None, None) => None,
+            };
+            if let Some((given, fix)) = given {
+                return Err(format!(
+                    "{given} makes {vpp} virtual stages per pipeline rank, but Megatron-Core's hybrid Mamba-Transformer stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; {fix}"
+                ));
+            }
+        }
         // arguments.py: "When interleaved schedule is used and p2p communication overlap is
         // disabled, pipeline-model-parallel size should be greater than 2".
         if vpp > 1 && self.pp == 2 && !self.overlap.p2p {

@@ -381,6 +381,13 @@ impl Framework {
         let low_precision = plan.precision != Precision::Bf16;
         let param_gather = low_precision && training.fp8_param_gather;
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
+        // A hybrid stack is said first (as `plan --emit` says it): the experts' refusal below
+        // offers --emit megatron-bridge, which refuses the stack in turn.
+        if model.hybrid.is_some()
+            && let Some(why) = self.model_unsupported(model)
+        {
+            return Some(why);
+        }
         // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
         // far; the others would write a dense model with a different parameter count.
         if !megatron_family && (model.moe.is_some() || plan.ep > 1 || plan.etp > 1) {
