@@ -123,3 +123,78 @@ fn without_a_pipeline_torchtitans_micro_batch_is_the_local_batch() {
     eval_args.extend(args.iter().map(String::as_str));
     stdout_of(&eval_args);
 }
+
+/// The value of `key: value` in a YAML fragment's lines (indentation ignored).
+fn yaml_value<'a>(yaml: &'a str, key: &str) -> Option<&'a str> {
+    yaml.lines().find_map(|line| {
+        line.trim()
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(": "))
+    })
+}
+
+/// `plan --model llama3-70b --nodes 8 --emit nemo` (tp 8, pp 4, vpp 5) wrote `overlap_p2p_comm:
+/// true` and nothing of `batch_p2p_comm`, so the merged megatron_gpt_config.yaml kept its
+/// `batch_p2p_comm: True`, which NeMo 1.x copies into Megatron-Core's ModelParallelConfig by name:
+/// the interleaved schedule then raises "Can not use both overlap_p2p_comm and batch_p2p_comm"
+/// (schedules.py) at the first step. The fragment now writes `batch_p2p_comm` as the opposite of
+/// `overlap_p2p_comm`, as Megatron-LM derives it (`batch_p2p_comm = not overlap_p2p_comm`) and
+/// Megatron-Bridge sets it for interleaved pipelines.
+#[test]
+fn nemo_fragment_turns_batched_p2p_off_where_it_overlaps_p2p() {
+    let emit = |extra: &[&str]| {
+        let args = with(
+            &[
+                "eval",
+                "--model",
+                "llama3-70b",
+                "--nodes",
+                "8",
+                "--seq-len",
+                "8192",
+                "--global-batch",
+                "512",
+                "--tp",
+                "8",
+                "--pp",
+                "4",
+                "--micro-batch",
+                "2",
+                "--sequence-parallel",
+                "--zero",
+                "1",
+                "--emit",
+                "nemo",
+            ],
+            extra,
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        stdout_of(&args)
+    };
+    let interleaved = emit(&["--vpp", "5"]);
+    assert_eq!(
+        yaml_value(&interleaved, "overlap_p2p_comm"),
+        Some("true"),
+        "{interleaved}"
+    );
+    assert_eq!(
+        yaml_value(&interleaved, "batch_p2p_comm"),
+        Some("false"),
+        "{interleaved}"
+    );
+    // Without the overlap (no interleaving, or --overlap-p2p-comm false) the sends stay batched,
+    // NeMo's default.
+    for extra in [&[][..], &["--vpp", "5", "--overlap-p2p-comm", "false"][..]] {
+        let fragment = emit(extra);
+        assert_eq!(
+            yaml_value(&fragment, "overlap_p2p_comm"),
+            Some("false"),
+            "{extra:?}: {fragment}"
+        );
+        assert_eq!(
+            yaml_value(&fragment, "batch_p2p_comm"),
+            Some("true"),
+            "{extra:?}: {fragment}"
+        );
+    }
+}
