@@ -395,7 +395,8 @@ pub struct TrainingArgs {
     pub global_batch: Option<u32>,
     /// torchtitan's (and NeMo AutoModel's) local_batch_size: sequences per data-parallel rank in
     /// one pipeline schedule; the step runs global-batch / (dp x local-batch) schedules one after
-    /// the other, each with its own fill and drain. Default: one schedule per step.
+    /// the other, each with its own fill and drain; without a pipeline (pp 1) each is one forward
+    /// and backward of the whole local batch, the micro-batch. Default: one schedule per step.
     #[arg(long, value_name = "SEQUENCES", visible_alias = "local-batch-size")]
     pub local_batch: Option<u32>,
     /// Gradient precision: bf16 (2 bytes) or fp32 (4 bytes, Megatron's main_grad). Default: the

@@ -2008,6 +2008,17 @@ fn schedule_runs(
         return Ok(1);
     };
     let replica_batch = num_microbatches * r.micro_batch;
+    // Without a pipeline there is no schedule to split the local batch: torchtitan's non-PP
+    // forward_backward_step runs the whole local batch in one forward and backward (train.py).
+    if r.pp == 1 && local_batch != r.micro_batch && replica_batch.is_multiple_of(local_batch) {
+        return Err(PlanError::LocalBatch {
+            local_batch,
+            rule: format!(
+                "without a pipeline torchtitan runs each data-parallel rank's local batch in one forward and backward (train.py forward_backward_step), so the micro-batch is the local batch, not {}; use --micro-batch {local_batch}, or a pipeline (--pp 2 or more) whose schedule splits it",
+                r.micro_batch
+            ),
+        });
+    }
     if local_batch == 0 || !local_batch.is_multiple_of(r.micro_batch) {
         return Err(PlanError::LocalBatch {
             local_batch,

@@ -38,6 +38,11 @@ struct NemoModel {
     /// TP communication overlap (userbuffers) and interleaved p2p overlap.
     ub_tp_comm_overlap: bool,
     overlap_p2p_comm: bool,
+    /// Written out as `not overlap_p2p_comm`, as Megatron-LM derives it: megatron_gpt_config.yaml
+    /// has `batch_p2p_comm: True`, which NeMo 1.x copies into Megatron-Core's ModelParallelConfig
+    /// by name, and the interleaved schedule raises "Can not use both overlap_p2p_comm and
+    /// batch_p2p_comm" (schedules.py `forward_backward_pipelining_with_interleaving`).
+    batch_p2p_comm: bool,
     encoder_seq_length: u32,
     max_position_embeddings: u32,
     num_layers: u32,
@@ -134,6 +139,7 @@ pub fn nemo_yaml(
             fp8_params: plan.precision == Precision::Fp8 && training.fp8_param_gather,
             ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
             overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
+            batch_p2p_comm: !(training.overlap.p2p && plan.vpp > 1),
             encoder_seq_length: training.seq_len,
             max_position_embeddings: training.seq_len,
             num_layers: model.layers,
