@@ -351,3 +351,119 @@ fn bf16_layers_that_cannot_apply_are_refused_in_one_line() {
         "a bf16 run",
     );
 }
+
+/// `eval` of the Llama 3 70B plan with its last 4 layers in bf16 and `extra`, as text.
+fn llama_pp4_text(extra: &[&str]) -> Run {
+    let mut args: Vec<&str> = LLAMA_PP4
+        .iter()
+        .copied()
+        .filter(|a| *a != "--format" && *a != "json")
+        .collect();
+    args.extend([
+        "--first-last-layers-bf16",
+        "--num-layers-at-end-in-bf16",
+        "4",
+    ]);
+    args.extend(extra);
+    run(&args)
+}
+
+#[test]
+fn the_launch_configs_write_the_bf16_layers_and_read_them_back() {
+    let line = llama_pp4_text(&["--emit", "megatron"]);
+    assert_eq!(line.code, 0, "{}", line.stderr);
+    assert!(
+        line.stdout.contains(
+            "--first-last-layers-bf16 --num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 4"
+        ),
+        "{}",
+        line.stdout
+    );
+    let args: String = line
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let read = json(&[
+        "eval",
+        "--megatron-args",
+        &args,
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "4",
+        "--format",
+        "json",
+    ]);
+    let direct = llama_pp4(&[
+        "--first-last-layers-bf16",
+        "--num-layers-at-end-in-bf16",
+        "4",
+    ]);
+    assert_eq!(
+        read["training"]["bf16_layers"],
+        direct["training"]["bf16_layers"]
+    );
+    assert!((step_s(&read) / step_s(&direct) - 1.0).abs() < 1e-9);
+    // Counts without the switch change nothing in Megatron-Core: read as none, with a note.
+    let without = run(&[
+        "eval",
+        "--megatron-args",
+        &args.replace("--first-last-layers-bf16 ", ""),
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "4",
+    ]);
+    assert_eq!(without.code, 0, "{}", without.stderr);
+    assert!(
+        without
+            .stderr
+            .contains("ignored without --first-last-layers-bf16"),
+        "{}",
+        without.stderr
+    );
+    assert!(
+        !without
+            .stdout
+            .contains("in bf16 by --first-last-layers-bf16")
+    );
+
+    let bridge = llama_pp4_text(&["--emit", "megatron-bridge"]);
+    assert_eq!(bridge.code, 0, "{}", bridge.stderr);
+    for key in [
+        "mixed_precision.first_last_layers_bf16=true",
+        "mixed_precision.num_layers_at_start_in_bf16=1",
+        "mixed_precision.num_layers_at_end_in_bf16=4",
+    ] {
+        assert!(bridge.stdout.contains(key), "{key}: {}", bridge.stdout);
+    }
+    let mut plain: Vec<&str> = LLAMA_PP4
+        .iter()
+        .copied()
+        .filter(|a| *a != "--format" && *a != "json")
+        .collect();
+    plain.extend(["--emit", "megatron-bridge"]);
+    let plain = run(&plain);
+    assert!(
+        plain
+            .stdout
+            .contains("mixed_precision.first_last_layers_bf16=false"),
+        "{}",
+        plain.stdout
+    );
+    assert!(!plain.stdout.contains("num_layers_at_end_in_bf16"));
+
+    // NeMo 1.x's FP8 is delayed scaling, which Megatron-Core refuses with bf16 layers.
+    assert_one_line_error(
+        &llama_pp4_text(&["--emit", "nemo"]),
+        &[
+            "--emit nemo",
+            "--first-last-layers-bf16",
+            "--emit megatron-bridge",
+        ],
+        &["--fp8-scaling delayed"],
+        "nemo",
+    );
+}

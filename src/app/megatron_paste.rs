@@ -506,7 +506,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         local_batch: None,
         cp_exchange: launch.cp_exchange,
         fp8_scaling: launch.precision.fp8_scaling,
-        bf16_layers: None,
+        bf16_layers: Some(launch.bf16_layers).filter(|b| !b.is_none()),
         // Megatron-LM runs 1F1B (interleaved with virtual stages) only.
         pp_schedule: None,
         cpu_offload_layers: (launch.cpu_offload_layers > 0).then_some(launch.cpu_offload_layers),

@@ -1057,9 +1057,12 @@ pub(super) fn framework_for_emit(
         return false;
     }
     // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
+    // Not with layers kept in bf16, which Megatron-Core refuses under delayed scaling: the
+    // emitter says NeMo cannot write them (`emit::Framework::unsupported`).
     if emit == Some(crate::cli::EmitTarget::Nemo)
         && training.precision == Some(PrecisionArg::Fp8)
         && training.fp8_scaling.is_none()
+        && !training.first_last_layers_bf16
         && matches!(training.framework, None | Some(FrameworkArg::MegatronCore))
     {
         training.fp8_scaling = Some(Fp8ScalingArg::Delayed);
@@ -1158,9 +1161,28 @@ fn bf16_layers_of(
                 "--num-layers-at-{end}-in-bf16 {n} counts the layers --first-last-layers-bf16 keeps in bf16, which is not given (Megatron-Core ignores the count without it); add --first-last-layers-bf16, or drop the count"
             );
         }
-        return Ok(saved
-            .and_then(|f| f.bf16_layers)
-            .unwrap_or(crate::training::Bf16Layers::NONE));
+        let Some(kept) = saved.and_then(|f| f.bf16_layers).filter(|b| !b.is_none()) else {
+            return Ok(crate::training::Bf16Layers::NONE);
+        };
+        // A saved plan's (or a launch line's) layers, under the rules the flags meet.
+        if framework != TrainingFramework::MegatronCore {
+            bail!(
+                "bf16_layers in the plan file keeps layers in bf16 as Megatron-Core does (--first-last-layers-bf16); --framework {} has no per-layer precision; use --framework megatron-core, or delete the file's bf16_layers",
+                framework.as_str()
+            );
+        }
+        if let Some((end, count)) = [("start", kept.at_start), ("end", kept.at_end)]
+            .into_iter()
+            .find(|(_, count)| *count > model.layers)
+        {
+            bail!(
+                "bf16_layers at_{end}: {count} in the plan file: model {} has {} transformer layers; give {} or fewer",
+                model.name,
+                model.layers,
+                model.layers
+            );
+        }
+        return Ok(kept);
     }
     if framework != TrainingFramework::MegatronCore {
         bail!(

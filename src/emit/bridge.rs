@@ -206,7 +206,8 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     }
     // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
     // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and
-    // last layer in bf16 (`first_last_layers_bf16=True`), which tpsim does not model.
+    // last layer in bf16 (`first_last_layers_bf16=True`), which is written as the plan keeps them
+    // (`training::Bf16Layers`; off unless asked).
     let (format, recipe) = megatron_precision_args(plan.precision, training.fp8_scaling);
     let or_null = |v: Option<(&str, &str)>| v.map_or("null".to_string(), |(_, v)| v.to_string());
     let fp4 = plan.precision == Precision::Nvfp4;
@@ -222,7 +223,22 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         "mixed_precision.fp8_param_gather",
         (gather && !fp4).to_string(),
     );
-    set("mixed_precision.first_last_layers_bf16", "false".into());
+    let bf16_layers = training.bf16_layers;
+    let keeps_bf16 = !bf16_layers.is_none() && plan.precision != Precision::Bf16;
+    set(
+        "mixed_precision.first_last_layers_bf16",
+        keeps_bf16.to_string(),
+    );
+    if keeps_bf16 {
+        set(
+            "mixed_precision.num_layers_at_start_in_bf16",
+            bf16_layers.at_start.to_string(),
+        );
+        set(
+            "mixed_precision.num_layers_at_end_in_bf16",
+            bf16_layers.at_end.to_string(),
+        );
+    }
     set(
         "mixed_precision.fp4",
         if fp4 { or_null(format) } else { "null".into() },

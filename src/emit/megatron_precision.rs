@@ -225,6 +225,44 @@ impl Parsed<'_> {
         )
     }
 
+    /// The layers the line keeps in bf16 (`--first-last-layers-bf16` with its counts, 1 and 1 by
+    /// default as Megatron-Core's `TransformerConfig`). The counts alone, or the switch on a bf16
+    /// line, change nothing in Megatron-Core: read as none, with a note.
+    pub(super) fn bf16_layers(
+        &self,
+        precision: Precision,
+        notes: &mut Vec<String>,
+    ) -> Result<crate::training::Bf16Layers, MegatronArgsError> {
+        let count = |flag: &str| -> Result<Option<u32>, MegatronArgsError> {
+            match self.value(flag) {
+                None => Ok(None),
+                Some(v) => v.parse::<u32>().map(Some).map_err(|_| MegatronArgsError::BadValue {
+                    message: format!(
+                        "--{flag} {v:?} is not a whole number of layers, 0 or more (Megatron-LM reads it as an integer); e.g. --{flag} 1"
+                    ),
+                }),
+            }
+        };
+        let (start, end) = (
+            count("num-layers-at-start-in-bf16")?,
+            count("num-layers-at-end-in-bf16")?,
+        );
+        if !self.switch("first-last-layers-bf16") {
+            if start.is_some() || end.is_some() {
+                notes.push("--num-layers-at-start/end-in-bf16 are ignored without --first-last-layers-bf16 (Megatron-Core keeps no layer in bf16 then)".to_string());
+            }
+            return Ok(crate::training::Bf16Layers::NONE);
+        }
+        if precision == Precision::Bf16 {
+            notes.push("--first-last-layers-bf16 on a bf16 line changes nothing (every layer is bf16 already)".to_string());
+            return Ok(crate::training::Bf16Layers::NONE);
+        }
+        Ok(crate::training::Bf16Layers {
+            at_start: start.unwrap_or(1),
+            at_end: end.unwrap_or(1),
+        })
+    }
+
     /// The communication the line overlaps (see [`megatron_overlap`]).
     pub(super) fn overlap(&self) -> Result<Overlap, MegatronArgsError> {
         check_delay_wgrad(

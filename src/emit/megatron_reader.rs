@@ -87,6 +87,9 @@ pub struct MegatronLaunch {
     /// `--cpu-offloading-num-layers N` (N > 0 turns Megatron-Core's CPU offloading on,
     /// `arguments.py`): layers whose activations go to host memory.
     pub cpu_offload_layers: u32,
+    /// `--first-last-layers-bf16` with `--num-layers-at-start-in-bf16` / `--num-layers-at-end-in-bf16`
+    /// (Megatron-Core's defaults 1 and 1): the layers kept in bf16 under low-precision GEMMs.
+    pub bf16_layers: crate::training::Bf16Layers,
     /// False with `--torch-fsdp2-no-reshard-after-forward`: torch FSDP2 keeps the gathered
     /// parameters from the forward through the backward (ZeRO-3 "keep").
     pub reshard_after_forward: bool,
@@ -251,6 +254,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     }
     let zero = p.zero(pp, &mut notes)?;
     let precision = p.precision(zero, &mut notes)?;
+    let bf16_layers = p.bf16_layers(precision.precision, &mut notes)?;
     let overlap = p.overlap()?;
     if overlap.tp_comm && !sequence_parallel {
         // arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
@@ -543,6 +547,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             _ => p.number("cpu-offloading-num-layers")?.unwrap_or(0),
         },
         reshard_after_forward,
+        bf16_layers,
         precision,
         overlap,
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,

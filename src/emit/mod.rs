@@ -408,6 +408,12 @@ impl Framework {
             // delayed scaling) and no MXFP8 or NVFP4 recipe.
             // ... and its FP8 is delayed scaling (Transformer Engine's DelayedScaling with the
             // config's amax history): current scaling has no NeMo 1.x setting.
+            Framework::Nemo if plan.precision == Precision::Fp8 && !training.bf16_layers.is_none() => {
+                Some(
+                    "--first-last-layers-bf16 under FP8 has no NeMo 1.x setting: its fp8 is delayed scaling, with which Megatron-Core refuses layers in bf16 (transformer_config.py); use --emit megatron-bridge or --emit megatron, or drop --first-last-layers-bf16"
+                        .into(),
+                )
+            }
             Framework::Nemo
                 if plan.precision == Precision::Fp8
                     && training.fp8_scaling == crate::training::Fp8Scaling::Current =>
@@ -953,6 +959,20 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
                     "fp8-param-gather"
                 },
                 None,
+            );
+        }
+        // Layers kept in bf16 (`training::Bf16Layers`), both counts written (Megatron-Core's
+        // defaults are 1 and 1).
+        let bf16_layers = training.bf16_layers;
+        if !bf16_layers.is_none() {
+            push("first-last-layers-bf16", None);
+            push(
+                "num-layers-at-start-in-bf16",
+                Some(bf16_layers.at_start.to_string()),
+            );
+            push(
+                "num-layers-at-end-in-bf16",
+                Some(bf16_layers.at_end.to_string()),
             );
         }
     }

@@ -35,6 +35,15 @@ struct NemoModel {
     fp8: bool,
     fp8_hybrid: bool,
     fp8_params: bool,
+    /// Megatron-Core's layers kept in bf16 (`training::Bf16Layers`), which NeMo 1.x's
+    /// `build_transformer_config` copies from the model config by name (every `TransformerConfig`
+    /// field the config names): written only where the plan keeps some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_last_layers_bf16: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    num_layers_at_start_in_bf16: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    num_layers_at_end_in_bf16: Option<u32>,
     /// TP communication overlap (userbuffers) and interleaved p2p overlap.
     ub_tp_comm_overlap: bool,
     overlap_p2p_comm: bool,
@@ -120,6 +129,8 @@ pub fn nemo_yaml(
     plan: &ParallelPlan,
 ) -> String {
     let dropout = if model.dropout { 0.1 } else { 0.0 };
+    let bf16_layers =
+        Some(training.bf16_layers).filter(|b| !b.is_none() && plan.precision != Precision::Bf16);
     let config = NemoConfig {
         trainer: NemoTrainer {
             num_nodes: cluster.nodes,
@@ -137,6 +148,9 @@ pub fn nemo_yaml(
             fp8: plan.precision == Precision::Fp8,
             fp8_hybrid: plan.precision == Precision::Fp8,
             fp8_params: plan.precision == Precision::Fp8 && training.fp8_param_gather,
+            first_last_layers_bf16: bf16_layers.map(|_| true),
+            num_layers_at_start_in_bf16: bf16_layers.map(|b| b.at_start),
+            num_layers_at_end_in_bf16: bf16_layers.map(|b| b.at_end),
             ub_tp_comm_overlap: training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel,
             overlap_p2p_comm: training.overlap.p2p && plan.vpp > 1,
             batch_p2p_comm: !(training.overlap.p2p && plan.vpp > 1),
