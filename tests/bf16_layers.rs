@@ -110,7 +110,9 @@ fn the_whole_stack_in_bf16_prices_as_a_bf16_run() {
 #[test]
 fn nvfp4_runs_the_mtp_layers_in_bf16_and_mxfp8_does_not() {
     // With the 88 decoder layers in bf16, what is left at the plan's precision is the two MTP
-    // depths: under NVFP4 they are bf16 too (no FP4 context), under MXFP8 they are not.
+    // depths: under NVFP4 they are bf16 too (the MTP block's own layers 0 and 1 take
+    // get_fp4_context, which the last 88 cover), under MXFP8 they are not (the FP8 context wraps
+    // the whole block).
     let end_88 = [
         "--first-last-layers-bf16",
         "--num-layers-at-start-in-bf16",
@@ -149,11 +151,16 @@ fn nvfp4_runs_the_mtp_layers_in_bf16_and_mxfp8_does_not() {
         "none",
         "--zero",
         "1",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "0",
+        "--num-layers-at-end-in-bf16",
+        "88",
     ]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout
-            .contains("the MTP layers in bf16, which Megatron-Core runs without the FP4 context"),
+            .contains("by --first-last-layers-bf16 and the MTP layers, which Megatron-Core runs"),
         "{}",
         text.stdout
     );

@@ -1177,6 +1177,7 @@ fn bf16_layers_of(
     let layers = crate::training::Bf16Layers {
         at_start: args.num_layers_at_start_in_bf16.unwrap_or(1),
         at_end: args.num_layers_at_end_in_bf16.unwrap_or(1),
+        mtp: false,
     };
     if layers.is_none() {
         bail!(

@@ -741,7 +741,7 @@ fn stage_bf16(
     stage: Stage,
     middle_rank: u32,
 ) -> Option<super::pipeline::Bf16Run> {
-    let keep = super::pipeline::Bf16Keep::of(training, plan);
+    let keep = super::pipeline::Bf16Keep::of(model, training, plan);
     if keep.is_none() {
         return None;
     }
