@@ -122,3 +122,46 @@ fn a_hybrid_stacks_mtp_block_runs_at_nvfp4() {
         "DeepSeek-V3 MTP at nvfp4 {n} against bf16 {b}"
     );
 }
+
+#[test]
+fn a_saved_plans_bf16_layers_under_another_framework_are_refused() {
+    // `--framework torchtitan` over a Megatron-Core file that keeps layers in bf16 priced them
+    // (and said "the first 1 and last 4 layers in bf16 by --first-last-layers-bf16" as torchtitan
+    // runs it), which the flag itself refuses.
+    let dir = scratch("bf16-layers-review", "framework");
+    let file = dir.join("plan.yaml");
+    let file = file.to_str().unwrap();
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "256",
+        "--precision",
+        "fp8",
+        "--pp",
+        "4",
+        "--tp",
+        "2",
+        "--first-last-layers-bf16",
+        "--num-layers-at-end-in-bf16",
+        "4",
+        "--save",
+        file,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_one_line_error(
+        &run(&["eval", "--plan", file, "--framework", "torchtitan"]),
+        &["bf16_layers", "--framework torchtitan", "megatron-core"],
+        &[],
+        "a saved plan's bf16 layers under torchtitan",
+    );
+    // As saved, and as a bf16 run (which never uses them), it evaluates.
+    assert_eq!(run(&["eval", "--plan", file]).code, 0);
+    let bf16 = run(&["eval", "--plan", file, "--precision", "bf16"]);
+    assert!(bf16.code == 0 || bf16.code == 1, "{}", bf16.stderr);
+}

@@ -1158,9 +1158,21 @@ fn bf16_layers_of(
                 "--num-layers-at-{end}-in-bf16 {n} counts the layers --first-last-layers-bf16 keeps in bf16, which is not given (Megatron-Core ignores the count without it); add --first-last-layers-bf16, or drop the count"
             );
         }
-        return Ok(saved
+        let kept = saved
             .and_then(|f| f.bf16_layers)
-            .unwrap_or(crate::training::Bf16Layers::NONE));
+            .unwrap_or(crate::training::Bf16Layers::NONE);
+        // The file's layers under another framework (--framework over a Megatron-Core file) would
+        // be priced where nothing keeps them; a bf16 run never uses them (kept, not refused).
+        if !kept.is_none()
+            && framework != TrainingFramework::MegatronCore
+            && precision_over_file(args, saved) != Precision::Bf16
+        {
+            bail!(
+                "bf16_layers in the plan file (--first-last-layers-bf16) is Megatron-Core's; --framework {} has no per-layer precision; use --framework megatron-core, or remove bf16_layers from the file",
+                framework.as_str()
+            );
+        }
+        return Ok(kept);
     }
     if framework != TrainingFramework::MegatronCore {
         bail!(
