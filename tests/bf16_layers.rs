@@ -110,7 +110,9 @@ fn the_whole_stack_in_bf16_prices_as_a_bf16_run() {
 #[test]
 fn nvfp4_runs_the_mtp_layers_in_bf16_and_mxfp8_does_not() {
     // With the 88 decoder layers in bf16, what is left at the plan's precision is the two MTP
-    // depths: under NVFP4 they are bf16 too (no FP4 context), under MXFP8 they are not.
+    // depths: under NVFP4 they are bf16 too (the MTP block's own layers 0 and 1 take
+    // get_fp4_context, which the last 88 cover), under MXFP8 they are not (the FP8 context wraps
+    // the whole block).
     let end_88 = [
         "--first-last-layers-bf16",
         "--num-layers-at-start-in-bf16",
@@ -149,11 +151,16 @@ fn nvfp4_runs_the_mtp_layers_in_bf16_and_mxfp8_does_not() {
         "none",
         "--zero",
         "1",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "0",
+        "--num-layers-at-end-in-bf16",
+        "88",
     ]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout
-            .contains("the MTP layers in bf16, which Megatron-Core runs without the FP4 context"),
+            .contains("by --first-last-layers-bf16 and the MTP layers, which Megatron-Core runs"),
         "{}",
         text.stdout
     );
@@ -465,5 +472,39 @@ fn the_launch_configs_write_the_bf16_layers_and_read_them_back() {
         ],
         &["--fp8-scaling delayed"],
         "nemo",
+    );
+}
+
+#[test]
+fn a_plan_file_cannot_keep_the_mtp_layers_in_bf16_by_hand() {
+    // `mtp: true` is what a quantization recipe file keeps (the accuracy runner's recipes): no flag
+    // sets it and no launch config tpsim writes could carry it, so a plan file's is refused.
+    let dir = scratch("bf16-layers", "mtp");
+    let file = dir.join("plan.yaml");
+    let saved = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "4",
+        "--global-batch",
+        "256",
+        "--precision",
+        "fp8",
+        "--first-last-layers-bf16",
+        "--save",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(saved.code, 0, "{}", saved.stderr);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("at_end: 1"), "{text}");
+    std::fs::write(&file, text.replace("at_end: 1", "at_end: 1\n  mtp: true")).unwrap();
+    assert_one_line_error(
+        &run(&["eval", "--plan", file.to_str().unwrap()]),
+        &["mtp: true", "remove mtp"],
+        &[],
+        "mtp by hand",
     );
 }

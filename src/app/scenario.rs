@@ -1164,11 +1164,22 @@ fn bf16_layers_of(
         let Some(kept) = saved.and_then(|f| f.bf16_layers).filter(|b| !b.is_none()) else {
             return Ok(crate::training::Bf16Layers::NONE);
         };
-        // A saved plan's (or a launch line's) layers, under the rules the flags meet.
-        if framework != TrainingFramework::MegatronCore {
+        // A saved plan's (or a launch line's) layers, under the rules the flags meet. Under another
+        // framework (--framework over a Megatron-Core file) they would be priced where nothing
+        // keeps them; a bf16 run never uses them (kept, not refused).
+        if framework != TrainingFramework::MegatronCore
+            && precision_over_file(args, saved) != Precision::Bf16
+        {
             bail!(
-                "bf16_layers in the plan file keeps layers in bf16 as Megatron-Core does (--first-last-layers-bf16); --framework {} has no per-layer precision; use --framework megatron-core, or delete the file's bf16_layers",
+                "bf16_layers in the plan file (--first-last-layers-bf16) is Megatron-Core's; --framework {} has no per-layer precision; use --framework megatron-core, or remove bf16_layers from the file",
                 framework.as_str()
+            );
+        }
+        // What a quantization recipe file keeps (the accuracy runner's recipes set it) has no
+        // flag, and no launch config tpsim writes could carry it.
+        if kept.mtp {
+            bail!(
+                "bf16_layers mtp: true in the plan file keeps the MTP layers in bf16 as a Transformer Engine quantization recipe file does, which tpsim neither reads from a flag nor writes into a launch config; remove mtp from the file"
             );
         }
         if let Some((end, count)) = [("start", kept.at_start), ("end", kept.at_end)]
@@ -1199,6 +1210,7 @@ fn bf16_layers_of(
     let layers = crate::training::Bf16Layers {
         at_start: args.num_layers_at_start_in_bf16.unwrap_or(1),
         at_end: args.num_layers_at_end_in_bf16.unwrap_or(1),
+        mtp: false,
     };
     if layers.is_none() {
         bail!(

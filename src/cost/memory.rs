@@ -485,6 +485,27 @@ fn stage_ranks(model: &Model, plan: &ParallelPlan, stage: Stage) -> std::ops::Ra
     }
 }
 
+/// [`stage_ranks`] for memory: every middle stage as well where layers kept in bf16 reach one
+/// (`stage_bf16`; an interleaved plan's bf16 count past the last chunk), each its own.
+fn memory_stage_ranks(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    stage: Stage,
+) -> std::ops::Range<u32> {
+    let middles = 1..plan.pp.saturating_sub(1).max(1);
+    if stage == Stage::Middle
+        && plan.pp > 2
+        && middles
+            .clone()
+            .any(|rank| stage_bf16(model, training, plan, Stage::Middle, rank).is_some())
+    {
+        middles
+    } else {
+        stage_ranks(model, plan, stage)
+    }
+}
+
 /// The layer mix of `stage` (`stage_layer_mix`), a hybrid stack's middle stage at pipeline rank
 /// `middle_rank` (`stage_ranks`).
 fn stage_mix(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> LayerMix {
@@ -741,7 +762,7 @@ fn stage_bf16(
     stage: Stage,
     middle_rank: u32,
 ) -> Option<super::pipeline::Bf16Run> {
-    let keep = super::pipeline::Bf16Keep::of(training, plan);
+    let keep = super::pipeline::Bf16Keep::of(model, training, plan);
     if keep.is_none() {
         return None;
     }
@@ -1298,7 +1319,7 @@ pub fn memory(
         &[Stage::Last]
     };
     for &stage in stages {
-        for rank in stage_ranks(model, plan, stage) {
+        for rank in memory_stage_ranks(model, training, plan, stage) {
             let candidate = stage_memory(model, cluster, training, plan, stage, rank);
             if candidate.total_bytes.0 > worst.total_bytes.0 {
                 worst = candidate;

@@ -1140,7 +1140,7 @@ impl<'a> MixCosts<'a> {
             mixes: [None; MIXES],
             costs: [None; MIXES],
             filled: 0,
-            keep: pipeline::Bf16Keep::of(training, plan),
+            keep: pipeline::Bf16Keep::of(model, training, plan),
         }
     }
 

@@ -212,13 +212,23 @@ pub struct Bf16Keep {
 }
 
 impl Bf16Keep {
-    pub fn of(training: &crate::training::Training, plan: &ParallelPlan) -> Bf16Keep {
+    pub fn of(
+        model: &Model,
+        training: &crate::training::Training,
+        plan: &ParallelPlan,
+    ) -> Bf16Keep {
         if plan.precision == crate::plan::Precision::Bf16 {
             return Bf16Keep::default();
         }
         Bf16Keep {
             layers: training.bf16_layers,
-            mtp: crate::training::mtp_runs_bf16(training.framework, plan.precision),
+            mtp: crate::training::mtp_runs_bf16(
+                model.layers,
+                model.is_hybrid(),
+                training.bf16_layers,
+                training.framework,
+                plan.precision,
+            ),
         }
     }
 

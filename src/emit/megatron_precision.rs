@@ -260,6 +260,7 @@ impl Parsed<'_> {
         Ok(crate::training::Bf16Layers {
             at_start: start.unwrap_or(1),
             at_end: end.unwrap_or(1),
+            mtp: false,
         })
     }
 

@@ -806,7 +806,10 @@ pub(super) fn recipe_fp8_scaling(run: &ModernRun) -> crate::training::Fp8Scaling
 /// l. 43) and `perf_recipes/nemotronh/common.py` (v0.6.0, `_nemotron_3_super_nvfp4_precision`).
 /// Every other recipe of the tables runs its layers at the plan's precision: the performance
 /// scripts turn `first_last_layers_bf16` off for FP8 current scaling (`utils/precision.py` l. 31),
-/// and the NVFP4 Llama rows take `bf16_with_nvfp4_mixed`, which keeps none.
+/// and the NVFP4 Llama rows take `bf16_with_nvfp4_mixed`, which keeps none. The same Super runs load
+/// `te_quant.cfg` (`cfg.model.quant_recipe`, same files; v0.6.0 `perf_recipes/nemotronh/<gpu>/
+/// nemotronh.py`), whose `mtp_bf16` matcher keeps the MTP block in bf16, which Megatron-Core alone
+/// would run at NVFP4 (`training::mtp_runs_bf16`).
 pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers {
     let (model, _) = model_and_gpu(run);
     match bridge_26_release(run) {
@@ -818,6 +821,7 @@ pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers
             crate::training::Bf16Layers {
                 at_start: 0,
                 at_end: 14,
+                mtp: true,
             }
         }
         _ => crate::training::Bf16Layers::NONE,

@@ -241,7 +241,7 @@ pub fn scenario_line(report: &Report) -> String {
         .plans
         .iter()
         .any(|e| e.plan.precision != crate::plan::Precision::Bf16);
-    let bf16_words = bf16_layer_words(t, &report.plans, m.mtp_layers);
+    let bf16_words = bf16_layer_words(t, &report.plans, m);
     // How the kernels run, where that departs from the framework's fused default.
     let kernel_words = [
         if low_precision { bf16_words.as_str() } else { "" },
@@ -420,12 +420,13 @@ pub fn scenario_line(report: &Report) -> String {
     )
 }
 
-/// The bytes per parameter the shown plans keep at rest besides the gradient, as memory counts
-/// them: "14", or where FP8/FP4 parameter gathers make the precision-aware optimizer keep a whole
-/// fp32 master for some plans and not others, both ("8, 10 with fp8 parameter gathers").
 /// The layers a low-precision plan runs in bf16, as the training line says them: the stack's ends
 /// (`--first-last-layers-bf16`) and the MTP layers under NVFP4 (`training::mtp_runs_bf16`).
-fn bf16_layer_words(t: &crate::training::Training, plans: &[Estimate], mtp_layers: u32) -> String {
+fn bf16_layer_words(
+    t: &crate::training::Training,
+    plans: &[Estimate],
+    model: &crate::report::ModelSummary,
+) -> String {
     let b = t.bf16_layers;
     let ends = match (b.at_start, b.at_end) {
         (0, 0) => String::new(),
@@ -436,10 +437,16 @@ fn bf16_layer_words(t: &crate::training::Training, plans: &[Estimate], mtp_layer
             counted(end, "layer")
         ),
     };
-    let mtp = mtp_layers > 0
-        && plans
-            .iter()
-            .any(|e| crate::training::mtp_runs_bf16(t.framework, e.plan.precision));
+    let mtp = model.mtp_layers > 0
+        && plans.iter().any(|e| {
+            crate::training::mtp_runs_bf16(
+                model.layers,
+                model.hybrid.is_some(),
+                t.bf16_layers,
+                t.framework,
+                e.plan.precision,
+            )
+        });
     match (ends.is_empty(), mtp) {
         (true, false) => String::new(),
         (false, false) => format!("{ends} by --first-last-layers-bf16; "),
@@ -452,6 +459,9 @@ fn bf16_layer_words(t: &crate::training::Training, plans: &[Estimate], mtp_layer
     }
 }
 
+/// The bytes per parameter the shown plans keep at rest besides the gradient, as memory counts
+/// them: "14", or where FP8/FP4 parameter gathers make the precision-aware optimizer keep a whole
+/// fp32 master for some plans and not others, both ("8, 10 with fp8 parameter gathers").
 fn bytes_at_rest_words(t: &crate::training::Training, plans: &[Estimate]) -> String {
     let states = t.optimizer_states;
     let gathers_low_precision: Vec<bool> = plans

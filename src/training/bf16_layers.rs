@@ -12,8 +12,11 @@
 //! Llama 3 8B their last 4.
 //!
 //! Megatron-Core's MTP layers take only the FP8 context (`multi_token_prediction.py`,
-//! `_proj_and_transformer_layer`: "currently ignoring FP4 in MTP layers"), so under NVFP4 they
-//! run in bf16 whatever the flags say: [`mtp_runs_bf16`].
+//! `_proj_and_transformer_layer`: "currently ignoring FP4 in MTP layers"), so under NVFP4 a
+//! transformer's MTP layer runs in bf16 whatever the flags say: [`mtp_runs_bf16`]. A hybrid
+//! stack's MTP block is a `HybridStack` of its own (`pp_layer_offset=0`), whose forward gives each
+//! of its layers `get_fp4_context(config, i)` with i from 0: they run at NVFP4 unless the first
+//! layers kept in bf16 (or the last, reaching back to layer 0) cover them.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,16 +31,22 @@ pub struct Bf16Layers {
     pub at_start: u32,
     /// The last `at_end` decoder layers.
     pub at_end: u32,
+    /// The MTP block too under NVFP4, whatever the counts: a quantization recipe's doing, not
+    /// Megatron-Core's switch (Megatron-Bridge's Nemotron 3 NVFP4 recipe loads `te_quant.cfg`,
+    /// whose `mtp_bf16` matcher runs `mtp.*` at its bf16 config).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mtp: bool,
 }
 
 impl Bf16Layers {
     pub const NONE: Bf16Layers = Bf16Layers {
         at_start: 0,
         at_end: 0,
+        mtp: false,
     };
 
     pub fn is_none(&self) -> bool {
-        self.at_start == 0 && self.at_end == 0
+        self.at_start == 0 && self.at_end == 0 && !self.mtp
     }
 
     /// The decoder-layer ranges [start, end) in bf16 of a stack of `layers`: the first `at_start`
@@ -58,10 +67,32 @@ impl Bf16Layers {
     }
 }
 
-/// Whether Megatron-Core runs the MTP layers in bf16 at `precision`: under NVFP4, whose context
-/// it does not give them (module docs). Other frameworks in tpsim build no MTP layers.
-pub fn mtp_runs_bf16(framework: TrainingFramework, precision: Precision) -> bool {
-    framework == TrainingFramework::MegatronCore && precision == Precision::Nvfp4
+/// Whether Megatron-Core runs the MTP layers of a stack of `stack_layers` decoder layers (a hybrid
+/// stack's where `hybrid`) in bf16 at `precision` with `layers` kept in bf16: under NVFP4, whose
+/// context it does not give a transformer's MTP layer; a hybrid stack's MTP block (an attention
+/// and an MLP layer, numbered 0 and 1 in its own `HybridStack`) only where `layers` keeps both
+/// (module docs), or where a quantization recipe keeps the block (`Bf16Layers::mtp`). Other
+/// frameworks in tpsim build no MTP layers.
+pub fn mtp_runs_bf16(
+    stack_layers: u32,
+    hybrid: bool,
+    layers: Bf16Layers,
+    framework: TrainingFramework,
+    precision: Precision,
+) -> bool {
+    if framework != TrainingFramework::MegatronCore || precision != Precision::Nvfp4 {
+        return false;
+    }
+    if !hybrid || layers.mtp {
+        return true;
+    }
+    const MTP_BLOCK_LAYERS: u32 = 2;
+    let kept: u32 = layers
+        .within(stack_layers, 0, MTP_BLOCK_LAYERS)
+        .iter()
+        .map(|(a, b)| b - a)
+        .sum();
+    kept >= MTP_BLOCK_LAYERS
 }
 
 #[cfg(test)]
@@ -73,6 +104,7 @@ mod tests {
         let bf16 = Bf16Layers {
             at_start: 2,
             at_end: 14,
+            mtp: false,
         };
         assert_eq!(bf16.ranges(88), [(0, 2), (74, 88)]);
         // A stage holding layers 44..88 has the last 14; one holding 0..44 the first 2.
@@ -83,23 +115,40 @@ mod tests {
         let all = Bf16Layers {
             at_start: 5,
             at_end: 8,
+            mtp: false,
         };
         assert_eq!(all.ranges(6), [(0, 5), (5, 6)]);
     }
 
     #[test]
     fn only_megatron_core_under_nvfp4_keeps_mtp_in_bf16() {
-        assert!(mtp_runs_bf16(
-            TrainingFramework::MegatronCore,
-            Precision::Nvfp4
-        ));
+        let none = Bf16Layers::NONE;
+        let mc = TrainingFramework::MegatronCore;
+        assert!(mtp_runs_bf16(61, false, none, mc, Precision::Nvfp4));
+        assert!(!mtp_runs_bf16(61, false, none, mc, Precision::Mxfp8));
         assert!(!mtp_runs_bf16(
-            TrainingFramework::MegatronCore,
-            Precision::Mxfp8
-        ));
-        assert!(!mtp_runs_bf16(
+            61,
+            false,
+            none,
             TrainingFramework::Torchtitan,
             Precision::Nvfp4
         ));
+        // A hybrid stack's MTP block takes the FP4 context layer by layer, numbered from 0.
+        let keep = |at_start, at_end| Bf16Layers {
+            at_start,
+            at_end,
+            mtp: false,
+        };
+        let sup = |kept| mtp_runs_bf16(88, true, kept, mc, Precision::Nvfp4);
+        assert!(!sup(none));
+        assert!(!sup(keep(0, 14)));
+        assert!(!sup(keep(1, 14)));
+        assert!(sup(keep(2, 0)));
+        assert!(sup(keep(0, 88)));
+        // Megatron-Bridge's NVFP4 recipe keeps it by its quantization recipe.
+        assert!(sup(Bf16Layers {
+            mtp: true,
+            ..keep(0, 14)
+        }));
     }
 }
