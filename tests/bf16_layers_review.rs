@@ -74,9 +74,9 @@ fn a_hybrid_stacks_mtp_block_runs_at_nvfp4() {
         assert_eq!(r.code, 0, "{}", r.stderr);
         r.stdout
     };
-    assert!(!text(&[]).contains("the MTP layers"), "{}", text(&[]));
+    assert!(!text(&[]).contains("the MTP block"), "{}", text(&[]));
     assert!(
-        text(&start_2).contains("the MTP layers"),
+        text(&start_2).contains("and the MTP block, whose own layers the counts cover"),
         "{}",
         text(&start_2)
     );

@@ -447,15 +447,21 @@ fn bf16_layer_words(
                 e.plan.precision,
             )
         });
+    // Why the MTP layers are bf16: a transformer's take no FP4 context; a hybrid stack's block is
+    // a stack of its own whose layers 0 and 1 the counts (or a quantization recipe) keep.
+    let mtp_why = if model.hybrid.is_some() {
+        "the MTP block, whose own layers the counts cover"
+    } else {
+        "the MTP layers, which Megatron-Core runs without the FP4 context"
+    };
     match (ends.is_empty(), mtp) {
         (true, false) => String::new(),
         (false, false) => format!("{ends} by --first-last-layers-bf16; "),
-        (true, true) => {
-            "the MTP layers in bf16, which Megatron-Core runs without the FP4 context; ".into()
+        (true, true) if model.hybrid.is_some() => {
+            "the MTP block in bf16, as its quantization recipe keeps it; ".into()
         }
-        (false, true) => format!(
-            "{ends} by --first-last-layers-bf16 and the MTP layers, which Megatron-Core runs without the FP4 context; "
-        ),
+        (true, true) => format!("{mtp_why} in bf16; "),
+        (false, true) => format!("{ends} by --first-last-layers-bf16, and {mtp_why}; "),
     }
 }
 
