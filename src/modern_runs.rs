@@ -1214,6 +1214,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     training.moe_dispatch = recipe_moe_dispatch(run);
     training.fp8_scaling = recipe_fp8_scaling(run);
     training.bf16_layers = recipes::recipe_bf16_layers(run);
+    training.module_precision = recipes::recipe_module_precision(run);
     // NeMo AutoModel runs Transformer Engine's attention (its configs' `attn: te`, the tables'
     // "TE"), whose context parallelism is TE's K/V ring, not PyTorch's context_parallel.
     if run.id.starts_with("automodel") {

@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 mod bf16_layers;
+mod module_precision;
 mod pipeline_schedule;
 mod recompute_modules;
 pub use bf16_layers::{Bf16Layers, mtp_runs_bf16};
+pub use module_precision::{ModulePrecision, QuantModule};
 pub use pipeline_schedule::PipelineSchedule;
 pub use recompute_modules::{RecomputeModule, RecomputeModules};
 
@@ -1435,6 +1437,11 @@ pub struct Training {
     /// (`--first-last-layers-bf16`, Megatron-Core's; none by default).
     #[serde(skip_serializing_if = "Bf16Layers::is_none")]
     pub bf16_layers: Bf16Layers,
+    /// Linear modules a quantization recipe runs at their own precision inside low-precision
+    /// layers (`ModulePrecision`). Not on the command line; the accuracy runner sets it from the
+    /// recipes.
+    #[serde(skip_serializing_if = "ModulePrecision::is_none")]
+    pub module_precision: ModulePrecision,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1483,6 +1490,7 @@ impl Training {
         attention: AttentionKernel,
     ) -> Training {
         Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             seq_len,
             global_batch,

@@ -466,6 +466,7 @@ pub fn accuracy_with_skips(
             gpus_per_node: hw.gpus_per_node,
         };
         let training = Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
@@ -650,6 +651,7 @@ pub fn vtrain_cases(
             gpus_per_node,
         };
         let training = Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,

@@ -509,3 +509,94 @@ fn a_plan_file_cannot_keep_the_mtp_layers_in_bf16_by_hand() {
         "mtp by hand",
     );
 }
+
+/// Nemotron 3 Super (2 MTP depths) on 64 GB300s at tp 1 × ep 64 in `precision`, its modules at
+/// `modules`: the step time and the compute.
+fn super_with_modules(
+    precision: tpsim::plan::Precision,
+    modules: tpsim::training::ModulePrecision,
+) -> (f64, f64) {
+    use tpsim::plan::{ParallelPlan, PlanRequest, Recompute};
+    use tpsim::training::{AttentionKernel, Training, TrainingFramework};
+    let mut model = tpsim::specs::load_model("nemotron-3-super-120b-a12b").unwrap();
+    model.mtp_layers = 2;
+    let cluster = tpsim::cluster::Cluster {
+        gpu: tpsim::specs::load_gpu("gb300-nvl72").unwrap(),
+        nodes: 16,
+        gpus_per_node: 4,
+    };
+    let mut training = Training::with_framework(
+        TrainingFramework::MegatronCore,
+        8192,
+        512,
+        AttentionKernel::Flash,
+    );
+    training.module_precision = modules;
+    let request = PlanRequest {
+        tp: 1,
+        pp: 1,
+        dp: 64,
+        ep: 64,
+        micro_batch: 1,
+        recompute: Recompute::None,
+        zero: 1,
+        precision,
+        ..PlanRequest::default()
+    };
+    let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+    let e = tpsim::cost::evaluate(&model, &cluster, &training, &plan);
+    (e.time.step_s.0, e.time.compute_s.0)
+}
+
+#[test]
+fn a_quantization_recipes_modules_run_at_their_own_precision() {
+    use tpsim::plan::Precision::{Bf16, Mxfp8, Nvfp4};
+    use tpsim::training::ModulePrecision;
+    let plain = super_with_modules(Nvfp4, ModulePrecision::NONE);
+    // Overrides to the plan's own precision change nothing.
+    let same = super_with_modules(
+        Nvfp4,
+        ModulePrecision {
+            attention_linears: Some(Nvfp4),
+            latent_projections: Some(Nvfp4),
+            mamba_out_proj: Some(Nvfp4),
+        },
+    );
+    assert_eq!(plain, same);
+    // Megatron-Bridge's te_quant.cfg: attention linears and latent projections bf16, the Mamba
+    // out_proj MXFP8 — each slower than NVFP4, so each override adds time, and together more.
+    let each = [
+        ModulePrecision {
+            attention_linears: Some(Bf16),
+            ..ModulePrecision::NONE
+        },
+        ModulePrecision {
+            latent_projections: Some(Bf16),
+            ..ModulePrecision::NONE
+        },
+        ModulePrecision {
+            mamba_out_proj: Some(Mxfp8),
+            ..ModulePrecision::NONE
+        },
+    ]
+    .map(|m| super_with_modules(Nvfp4, m).1 - plain.1);
+    for (i, extra) in each.iter().enumerate() {
+        assert!(*extra > 0.0, "override {i} adds {extra} s");
+    }
+    let recipe = ModulePrecision {
+        attention_linears: Some(Bf16),
+        latent_projections: Some(Bf16),
+        mamba_out_proj: Some(Mxfp8),
+    };
+    let all = super_with_modules(Nvfp4, recipe).1 - plain.1;
+    assert!(
+        (all / each.iter().sum::<f64>() - 1.0).abs() < 1e-6,
+        "{all} vs {each:?}"
+    );
+    // Inside a bf16 plan an override changes nothing (Transformer Engine's overrides apply to
+    // modules that would run quantized).
+    assert_eq!(
+        super_with_modules(Bf16, recipe),
+        super_with_modules(Bf16, ModulePrecision::NONE)
+    );
+}

@@ -20,6 +20,7 @@ fn cluster(nodes: u32) -> Cluster {
 
 fn training(global_batch: u32) -> Training {
     Training {
+        module_precision: tpsim::training::ModulePrecision::NONE,
         bf16_layers: tpsim::training::Bf16Layers::NONE,
         pp_schedule: tpsim::training::PipelineSchedule::OneFOneB,
         cpu_offload_layers: 0,

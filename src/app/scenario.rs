@@ -1650,6 +1650,7 @@ pub(super) fn resolve_scenario(
         file,
     )?;
     let training = Training {
+        module_precision: crate::training::ModulePrecision::NONE,
         bf16_layers,
         pp_schedule,
         cpu_offload_layers,

@@ -63,6 +63,8 @@ pub struct CastSetting {
     /// in its dtype (`TrainingFramework::fuses_wgrad_accumulation`); `None` where they write a
     /// fresh bf16 gradient (`compute::wgrad_accumulation_s`).
     pub wgrad_accumulates_into: Option<GradDtype>,
+    /// Modules a quantization recipe runs at their own precision (`training::ModulePrecision`).
+    pub modules: crate::training::ModulePrecision,
 }
 
 impl CastSetting {
@@ -83,6 +85,15 @@ impl CastSetting {
             wgrad_accumulates_into: training
                 .wgrad_accumulation_fused(plan.zero)
                 .then_some(training.grad_dtype),
+            modules: training.module_precision,
+        }
+    }
+
+    /// How `module`'s linears cast: at the recipe's precision for it, inside a quantized layer.
+    pub fn for_module(self, module: crate::training::QuantModule) -> CastSetting {
+        CastSetting {
+            precision: self.modules.of(module, self.precision),
+            ..self
         }
     }
 
@@ -105,6 +116,7 @@ impl CastSetting {
         casts_before_gather: false,
         reads_columnwise_fp8_where_supported: true,
         wgrad_accumulates_into: None,
+        modules: crate::training::ModulePrecision::NONE,
     };
 }
 
@@ -217,6 +229,7 @@ mod tests {
 
     fn setting(precision: Precision, fp8_scaling: Fp8Scaling, in_norm: bool) -> CastSetting {
         CastSetting {
+            modules: crate::training::ModulePrecision::NONE,
             precision,
             fp8_scaling,
             quantizes_in_the_norm: in_norm,

@@ -707,7 +707,6 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         rope_fusion,
         cast: setting,
     } = *shard;
-    let precision = setting.precision;
     let gemms = layer_gemms_sharded(model, micro_batch, seq_len, tp, cp);
     let attention_core_gemm_time = match attention {
         AttentionKernel::Unfused => gemms[1].time(cluster) + gemms[2].time(cluster),
@@ -722,12 +721,18 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
         ),
     };
     let linear = [gemms[0], gemms[3], gemms[4], gemms[5]];
+    // The attention's linears at a quantization recipe's precision for them, where it sets one
+    // (`training::ModulePrecision`); the MLP's at the layer's.
+    let attention_setting = setting.for_module(crate::training::QuantModule::AttentionLinears);
+    let settings = [attention_setting, attention_setting, setting, setting];
     // QKV, output projection, MLP up, MLP down; the last two are the MLP an MoE layer replaces.
-    let linear_times = linear.map(|g| linear_gemm_time(&g, cluster, precision, gemm_chunks));
+    let linear_times = [0, 1, 2, 3]
+        .map(|i| linear_gemm_time(&linear[i], cluster, settings[i].precision, gemm_chunks));
     let linear_time: f64 = linear_times.iter().sum();
     let mlp_gemms = linear_times[2] + linear_times[3];
     // What the weight-gradient GEMMs take beyond their forward's time (in-place accumulation).
-    let wgrad_extras_s = linear.map(|g| wgrad_accumulation_s(&g, cluster, setting));
+    let wgrad_extras_s =
+        [0, 1, 2, 3].map(|i| wgrad_accumulation_s(&linear[i], cluster, settings[i]));
     let mlp_wgrad_extra_s = wgrad_extras_s[2] + wgrad_extras_s[3];
     let wgrad_extra_s: f64 = wgrad_extras_s.iter().sum();
     let gemm_time = linear_time + attention_core_gemm_time;
@@ -762,21 +767,28 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     // quantize their sequence shard under sequence parallelism; the MLP's are the dense MLP's, which
     // an MoE layer replaces with its own (`moe::moe_mlp_time`).
     let gathered_from = setting.gathered_from(sp, tp);
-    let cast_of = |gemm: &Gemm, input: LinearInput, gathered: u32| {
+    let cast_of = |setting: cast::CastSetting, gemm: &Gemm, input: LinearInput, gathered: u32| {
         cast::input_cast_bytes(setting, &cluster.gpu, input, gathered) * gemm.m * gemm.k
     };
-    let mlp_cast_bytes = cast_of(&gemms[4], LinearInput::NormOutput, gathered_from)
-        + cast_of(&gemms[5], LinearInput::Other, 1);
-    let cast_bytes = cast_of(&gemms[0], LinearInput::NormOutput, gathered_from)
-        + cast_of(&gemms[3], LinearInput::Other, 1)
+    let mlp_cast_bytes = cast_of(setting, &gemms[4], LinearInput::NormOutput, gathered_from)
+        + cast_of(setting, &gemms[5], LinearInput::Other, 1);
+    let cast_bytes = cast_of(
+        attention_setting,
+        &gemms[0],
+        LinearInput::NormOutput,
+        gathered_from,
+    ) + cast_of(attention_setting, &gemms[3], LinearInput::Other, 1)
         + mlp_cast_bytes;
     // The transposed copies the backward makes once of gathered tensors: the re-gathered QKV and
     // MLP-up inputs (m × k) and the gathered output gradients of the output projection and the MLP
     // down projection (m × n).
     let per_element = cast::backward_transpose_bytes(setting, &cluster.gpu, gathered_from);
+    let attention_per_element =
+        cast::backward_transpose_bytes(attention_setting, &cluster.gpu, gathered_from);
     let mlp_transposed_bytes = per_element * (gemms[4].m * gemms[4].k + gemms[5].m * gemms[5].n);
-    let transposed_bytes =
-        per_element * (gemms[0].m * gemms[0].k + gemms[3].m * gemms[3].n) + mlp_transposed_bytes;
+    let transposed_bytes = attention_per_element
+        * (gemms[0].m * gemms[0].k + gemms[3].m * gemms[3].n)
+        + mlp_transposed_bytes;
     let bandwidth = cluster.gpu.achieved_hbm_bandwidth().0;
     let outside_split = if sp { t } else { 1.0 };
     let elementwise = (outside / outside_split + (inside + scores) / t + cast_bytes) / bandwidth;
@@ -1288,6 +1300,7 @@ mod tests {
                 sdpa_repeats_kv: false,
                 rope_fusion: true,
                 cast: CastSetting {
+                    modules: crate::training::ModulePrecision::NONE,
                     precision: Precision::Fp8,
                     fp8_scaling: crate::training::Fp8Scaling::Current,
                     quantizes_in_the_norm: true,

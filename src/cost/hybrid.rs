@@ -118,8 +118,12 @@ pub fn mamba_time(model: &Model, cluster: &Cluster, shard: &LayerShard) -> Mamba
         n: h,
         batch: 1.0,
     };
+    // `out_proj` at a quantization recipe's precision for it (`training::ModulePrecision`).
+    let out_cast = shard
+        .cast
+        .for_module(crate::training::QuantModule::MambaOutProj);
     let in_s = linear_gemm_time(&in_proj, cluster, precision, shard.gemm_chunks);
-    let out_s = linear_gemm_time(&out_proj, cluster, precision, shard.gemm_chunks);
+    let out_s = linear_gemm_time(&out_proj, cluster, out_cast.precision, shard.gemm_chunks);
     let gathered_from = shard.cast.gathered_from(shard.sp, shard.tp);
     let cast_bytes = cast::input_cast_bytes(
         shard.cast,
@@ -128,7 +132,7 @@ pub fn mamba_time(model: &Model, cluster: &Cluster, shard: &LayerShard) -> Mamba
         gathered_from,
     ) * in_proj.m
         * in_proj.k
-        + cast::input_cast_bytes(shard.cast, &cluster.gpu, LinearInput::Other, 1)
+        + cast::input_cast_bytes(out_cast, &cluster.gpu, LinearInput::Other, 1)
             * out_proj.m
             * out_proj.k;
     let gpu = &cluster.gpu;
@@ -141,9 +145,11 @@ pub fn mamba_time(model: &Model, cluster: &Cluster, shard: &LayerShard) -> Mamba
     let efficiency = gpu.framework_efficiency;
     let forward_s = (in_s + out_s + scan_s) / efficiency;
     let wgrad_extra_s = wgrad_accumulation_s(&in_proj, cluster, shard.cast)
-        + wgrad_accumulation_s(&out_proj, cluster, shard.cast);
+        + wgrad_accumulation_s(&out_proj, cluster, out_cast);
     let per_element = cast::backward_transpose_bytes(shard.cast, &cluster.gpu, gathered_from);
-    let transposed_bytes = per_element * (in_proj.m * in_proj.k + out_proj.m * out_proj.n);
+    let out_per_element = cast::backward_transpose_bytes(out_cast, &cluster.gpu, gathered_from);
+    let transposed_bytes =
+        per_element * in_proj.m * in_proj.k + out_per_element * out_proj.m * out_proj.n;
     MambaTime {
         forward_s,
         backward_s: 2.0 * forward_s + (wgrad_extra_s + transposed_bytes / bandwidth) / efficiency,

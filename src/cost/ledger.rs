@@ -1333,6 +1333,7 @@ mod tests {
 
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
@@ -2072,6 +2073,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,

@@ -336,12 +336,17 @@ pub fn moe_mlp_time(
         wgrad_accumulation_s(&up, cluster, cast) + wgrad_accumulation_s(&down, cluster, cast);
     // LatentMoE's two projections, on this rank's tokens with the whole weight (duplicated over
     // TP): linears as any other, quantizing their inputs.
+    // At a quantization recipe's precision for them, where it sets one (`training::
+    // ModulePrecision`).
     let latent = match latent_projection_gemms(model, plan, seq_len) {
         Some([down_proj, up_proj]) => {
-            cast_bytes += cast_per_element(1) * (down_proj.m * down_proj.k + up_proj.m * up_proj.k);
-            wgrad_extra_s += wgrad_accumulation_s(&down_proj, cluster, cast)
-                + wgrad_accumulation_s(&up_proj, cluster, cast);
-            linear(&down_proj) + linear(&up_proj)
+            let latent_cast = cast.for_module(crate::training::QuantModule::LatentProjections);
+            cast_bytes += cast::input_cast_bytes(latent_cast, &cluster.gpu, LinearInput::Other, 1)
+                * (down_proj.m * down_proj.k + up_proj.m * up_proj.k);
+            wgrad_extra_s += wgrad_accumulation_s(&down_proj, cluster, latent_cast)
+                + wgrad_accumulation_s(&up_proj, cluster, latent_cast);
+            let at = |g: &Gemm| linear_gemm_time(g, cluster, latent_cast.precision, 1);
+            at(&down_proj) + at(&up_proj)
         }
         None => 0.0,
     };

@@ -1063,6 +1063,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,

@@ -828,6 +828,31 @@ pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers
     }
 }
 
+/// The modules a Megatron-Bridge 26.x recipe's quantization recipe file runs at their own
+/// precision (`training::ModulePrecision`): Nemotron 3 Super's NVFP4 runs from 26.04 (v0.4.0) on
+/// load `te_quant.cfg` (`scripts/performance/configs/nemotronh/te_quant.cfg` at v0.4.0 and v0.5.0,
+/// `perf_recipes/nemotronh/te_quant.cfg` at v0.6.0, the same file), whose matchers run
+/// `*.linear_qkv`, `*.linear_proj` and `*mlp.fc[12]_latent_proj` at its bf16 config and
+/// `*mixer.out_proj` at MXFP8 (its `mtp.*` matcher is [`recipe_bf16_layers`]'s `mtp`).
+pub(super) fn recipe_module_precision(run: &ModernRun) -> crate::training::ModulePrecision {
+    use crate::plan::Precision;
+    let (model, _) = model_and_gpu(run);
+    match bridge_26_release(run) {
+        Some(release)
+            if release >= Bridge26::V040
+                && model == "nemotron3_super"
+                && precision_is(run, "nvfp4") =>
+        {
+            crate::training::ModulePrecision {
+                attention_linears: Some(Precision::Bf16),
+                latent_projections: Some(Precision::Bf16),
+                mamba_out_proj: Some(Precision::Mxfp8),
+            }
+        }
+        _ => crate::training::ModulePrecision::NONE,
+    }
+}
+
 /// The framework a run is planned as: torchtitan for torchtitan's and NeMo AutoModel's (FSDP2)
 /// rows, Megatron-Core for the rest.
 pub(super) fn framework_of(run: &ModernRun) -> TrainingFramework {

@@ -521,6 +521,7 @@ mod tests {
         };
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
+            module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
             cpu_offload_layers: 0,
