@@ -15,6 +15,7 @@ mod hybrid;
 mod overrides;
 mod params;
 
+pub(crate) use hybrid::MAX_MAMBA_WIDTH;
 pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};

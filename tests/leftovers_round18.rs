@@ -103,3 +103,46 @@ fn a_window_on_a_hybrid_stack_is_named_as_given() {
         "--window-size on a hybrid launch line",
     );
 }
+
+#[test]
+fn mamba_shape_errors_of_a_launch_line_speak_in_its_flags() {
+    // The heads derived from the head width: 2 x 2688 / 5376 = 1 head, which 8 groups do not
+    // divide; the error said "hybrid mamba_heads 1", a key and a value the line never gave.
+    let line = nano_line()
+        .replace("--mamba-num-heads 64 ", "")
+        .replace("--mamba-head-dim 64", "--mamba-head-dim 5376");
+    assert_one_line_error(
+        &eval_line(&line),
+        &[
+            "--mamba-head-dim 5376 without --mamba-num-heads",
+            "--mamba-num-groups 8",
+            "2 x --hidden-size 2688 / head width 5376 = 1 heads",
+            "nheads % ngroups == 0",
+            "give --mamba-num-heads as a multiple of 8",
+        ],
+        &["mamba_heads", "mamba_groups"],
+        "a head width leaving one head",
+    );
+    let line = nano_line().replace("--mamba-num-heads 64", "--mamba-num-heads 12");
+    assert_one_line_error(
+        &eval_line(&line),
+        &[
+            "--mamba-num-heads 12, --mamba-num-groups 8",
+            "e.g. 16",
+            "--mamba-num-groups dividing 12 (e.g. 6)",
+        ],
+        &["mamba_heads", "mamba_groups"],
+        "heads not a multiple of the groups",
+    );
+    let line = nano_line().replace("--mamba-state-dim 128", "--mamba-state-dim 100000");
+    assert_one_line_error(
+        &eval_line(&line),
+        &[
+            "--mamba-state-dim 100000",
+            "1 to 65536",
+            "give the model's value",
+        ],
+        &["mamba_state_dim"],
+        "a state width past the typo guard",
+    );
+}
