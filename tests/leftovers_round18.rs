@@ -146,3 +146,60 @@ fn mamba_shape_errors_of_a_launch_line_speak_in_its_flags() {
         "a state width past the typo guard",
     );
 }
+
+#[test]
+fn a_first_stage_count_past_the_layers_and_a_deep_mtp_get_a_fix() {
+    // Nemotron 3 Super has 88 layers: the error named no valid count.
+    let r = run(&[
+        "eval",
+        "--model",
+        "nemotron-3-super-120b-a12b",
+        "--nodes",
+        "32",
+        "--pp",
+        "8",
+        "--decoder-first-pipeline-num-layers",
+        "100",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--decoder-first-pipeline-num-layers 100 leaves too few of the 88 layers",
+            "give at most 81",
+            "e.g. --decoder-first-pipeline-num-layers 11",
+        ],
+        &[],
+        "a first stage of 100 of 88 layers",
+    );
+    // The example splits: 11 + 7 x 11.
+    let r = run(&[
+        "eval",
+        "--model",
+        "nemotron-3-super-120b-a12b",
+        "--nodes",
+        "32",
+        "--pp",
+        "8",
+        "--decoder-first-pipeline-num-layers",
+        "11",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let r = run(&[
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--nodes",
+        "32",
+        "--mtp-layers",
+        "100",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--mtp-layers 100 is larger than 16",
+            "give at most 16, e.g. --mtp-layers 1 (DeepSeek-V3), or 0 for none",
+        ],
+        &["check the value"],
+        "--mtp-layers 100",
+    );
+}
