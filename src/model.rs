@@ -579,6 +579,11 @@ pub enum ModelError {
         whose: &'static str,
     },
     #[error(
+        "--moe-latent-size {latent} is wider than --hidden {hidden} (rule: LatentMoE projects each token down from the model's width to a narrower latent width for the routed experts, Nemotron 3 Super: hidden 4096, latent 1024); give a latent width below {hidden}, e.g. --moe-latent-size {}, or drop it for experts on the model's width",
+        (.hidden / 4).max(1)
+    )]
+    LatentWiderThanHidden { latent: u32, hidden: u32 },
+    #[error(
         "--moe-first-k-dense-replace {first_dense} leaves no MoE layer among the {layers} layers (with --moe-layer-freq {freq}); use fewer dense layers, or drop --num-experts for a dense model"
     )]
     NoMoeLayer {
@@ -1033,6 +1038,13 @@ impl Model {
                 if value > max {
                     return Err(ModelError::TooLarge { what, value, max });
                 }
+            }
+            // `Moe::latent_size`: the experts' width is the model's, projected down.
+            if let Some(latent) = moe.latent_size.filter(|l| *l > self.hidden) {
+                return Err(ModelError::LatentWiderThanHidden {
+                    latent,
+                    hidden: self.hidden,
+                });
             }
             if moe.router_topk > moe.experts {
                 return Err(ModelError::TopkAboveExperts {

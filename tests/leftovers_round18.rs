@@ -203,3 +203,45 @@ fn a_first_stage_count_past_the_layers_and_a_deep_mtp_get_a_fix() {
         "--mtp-layers 100",
     );
 }
+
+#[test]
+fn a_latent_width_wider_than_the_hidden_is_refused() {
+    // LatentMoE projects h -> latent before the experts (Nemotron 3 Super: 4096 -> 1024); a
+    // latent of 4096 on a hidden of 2688 was accepted and priced.
+    let dir = scratch("leftovers18", "latent");
+    let r = eval_hf(
+        &dir,
+        "wide.json",
+        &nemotron_h_moe_config(r#", "moe_latent_size": 4096"#),
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "key \"moe_latent_size\" 4096 is wider than \"hidden_size\" 2688",
+            "give a latent width below 2688",
+        ],
+        &[],
+        "moe_latent_size 4096 over hidden_size 2688",
+    );
+    let r = eval_hf(
+        &dir,
+        "narrow.json",
+        &nemotron_h_moe_config(r#", "moe_latent_size": 1024"#),
+    );
+    assert_eq!(hf_model(&r)["moe"]["latent_size"], 1024);
+    // A model file names its keys.
+    let file = std::fs::read_to_string(format!("{ROOT}/models/nemotron-3-super-120b-a12b.yaml"))
+        .unwrap()
+        .replace("  latent_size: 1024 ", "  latent_size: 8192 ");
+    std::fs::write(dir.join("super.yaml"), file).unwrap();
+    let r = run_in(&dir, &["eval", "--model", "super.yaml", "--nodes", "8"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "moe.latent_size: 8192 is wider than hidden: 4096",
+            "e.g. moe.latent_size: 1024",
+        ],
+        &["--moe-latent-size"],
+        "a model file's latent_size 8192",
+    );
+}
