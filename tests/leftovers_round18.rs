@@ -245,3 +245,30 @@ fn a_latent_width_wider_than_the_hidden_is_refused() {
         "a model file's latent_size 8192",
     );
 }
+
+#[test]
+fn compare_help_examples_with_the_bundled_plans_run_as_written() {
+    // The example compared plans/seed-512b-32nodes.yaml with plans/best.yaml, which the
+    // repository does not ship (it ships plans/best-512b-32nodes.yaml).
+    let help = run(&["compare", "--help"]);
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    assert!(!help.stdout.contains("plans/best.yaml"), "{}", help.stdout);
+    // The help wraps lines: read it as one run of words.
+    let words: Vec<&str> = help.stdout.split_whitespace().collect();
+    let at = words
+        .windows(3)
+        .position(|w| w[0] == "compare" && w[1] == "--plan" && w[2].starts_with("plans/seed-"))
+        .unwrap_or_else(|| panic!("{}", help.stdout));
+    let end = words[at..]
+        .iter()
+        .position(|w| *w == "json")
+        .unwrap_or_else(|| panic!("{}", help.stdout));
+    let args = &words[at..=at + end];
+    assert_eq!(
+        args.join(" "),
+        "compare --plan plans/seed-512b-32nodes.yaml --plan plans/best-512b-32nodes.yaml --format json"
+    );
+    let r = run(args);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    assert!(r.stdout.contains("\"terms\""), "{}", r.stdout);
+}
