@@ -272,3 +272,50 @@ fn compare_help_examples_with_the_bundled_plans_run_as_written() {
     assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
     assert!(r.stdout.contains("\"terms\""), "{}", r.stdout);
 }
+
+#[test]
+fn the_sweep_csv_and_json_carry_the_same_settings() {
+    // The CSV had pp_schedule and cpu_offload_layers but no kernel_fusion or local_batch; the
+    // JSON the reverse (it left out a 1F1B schedule and a row's zero offloaded layers).
+    let args = |format: &str| {
+        vec![
+            "sweep",
+            "--model",
+            "llama3-70b",
+            "--framework",
+            "torchtitan",
+            "--local-batch",
+            "8",
+            "--axis",
+            "nodes",
+            "--values",
+            "4",
+            "--global-batch",
+            "64",
+            "--format",
+            format.to_string().leak(),
+        ]
+    };
+    let v = json(&args("json"));
+    assert_eq!(v["kernel_fusion"], "eager", "{v}");
+    assert_eq!(v["local_batch"], 8, "{v}");
+    assert_eq!(v["pp_schedule"], "1f1b", "{v}");
+    assert_eq!(v["rows"][0]["cpu_offload_layers"], 0, "{v}");
+    let r = run(&args("csv"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut lines = r.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header.len(), row.len());
+    let cell = |name: &str| {
+        let at = header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no {name} column: {header:?}"));
+        row[at]
+    };
+    assert_eq!(cell("kernel_fusion"), "eager");
+    assert_eq!(cell("local_batch"), "8");
+    assert_eq!(cell("pp_schedule"), "1f1b");
+    assert_eq!(cell("cpu_offload_layers"), "0");
+}
