@@ -319,3 +319,123 @@ fn the_sweep_csv_and_json_carry_the_same_settings() {
     assert_eq!(cell("pp_schedule"), "1f1b");
     assert_eq!(cell("cpu_offload_layers"), "0");
 }
+
+#[test]
+fn tpsims_own_first_last_split_shows_as_one_and_eval_says_what_it_writes() {
+    // DeepSeek-V3's 61 layers on 16 stages: tpsim's own split, 2/4x14/3, is written as
+    // --decoder-first/last-pipeline-num-layers 2 and 3 (63 units do not split over 16 stages, so
+    // not as Megatron-LM's --account-for-* switches); the table had no layers column, the "why"
+    // no layers line, and eval called it "embedding and output layer count as one layer each".
+    let plan = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "256",
+        "--global-batch",
+        "4096",
+        "--allow-uneven-pp",
+        "--top",
+        "1",
+    ];
+    let r = run(&plan);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("┆ layers ┆"), "{}", r.stdout);
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("│ 1 "))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(row.contains("┆  2/4/3 ┆"), "{row}");
+    assert!(
+        r.stdout.contains(
+            "layers per stage: first 2, middle 4, last 3 — tpsim's own split, weighing the embedding and the output layer as one layer each (--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 3)"
+        ),
+        "{}",
+        r.stdout
+    );
+    let step = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("time per step:"))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string()
+    };
+    let mut eval = vec![
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "256",
+        "--global-batch",
+        "4096",
+        "--allow-uneven-pp",
+        "--tp",
+        "2",
+        "--cp",
+        "1",
+        "--pp",
+        "16",
+        "--ep",
+        "8",
+        "--etp",
+        "1",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--sequence-parallel",
+    ];
+    let own = run(&eval);
+    assert!(own.code == 0 || own.code == 1, "{}", own.stderr);
+    assert!(
+        own.stdout.contains("layers per stage: first 2, middle 4, last 3 (uneven split: first and last stage set as --decoder-first/last-pipeline-num-layers would"),
+        "{}",
+        own.stdout
+    );
+    assert!(
+        !own.stdout
+            .contains("embedding and output layer count as one layer each"),
+        "{}",
+        own.stdout
+    );
+    // The same split given as the launch line writes it: the same step.
+    eval.extend([
+        "--decoder-first-pipeline-num-layers",
+        "2",
+        "--decoder-last-pipeline-num-layers",
+        "3",
+    ]);
+    let given = run(&eval);
+    assert!(given.code == 0 || given.code == 1, "{}", given.stderr);
+    assert_eq!(step(&own.stdout), step(&given.stdout));
+    // Llama 3 405B's 126 layers on 16 stages: 128 units split evenly, Megatron-LM's
+    // --account-for-embedding/loss-in-pipeline-split, as before.
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-405b",
+        "--nodes",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--global-batch",
+        "64",
+        "--allow-uneven-pp",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(
+            "first 7, middle 8, last 7 (uneven split: embedding and output layer count as one layer each)"
+        ),
+        "{}",
+        r.stdout
+    );
+}
