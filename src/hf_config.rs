@@ -1913,6 +1913,12 @@ impl Reader<'_> {
             } => format!(
                 "{first_dense} dense layers (\"first_k_dense_replace\" / \"mlp_only_layers\") leave no MoE layer among the {layers} layers; check the config"
             ),
+            ModelError::LatentWiderThanHidden { latent, hidden } => format!(
+                "key \"{}\" {latent} is wider than \"{}\" {hidden} (rule: LatentMoE projects each token down from the model's width to a narrower latent width for the routed experts, Nemotron 3 Super: hidden_size 4096, moe_latent_size 1024); give a latent width below {hidden}, e.g. {}, or null for experts on the model's width",
+                self.key_of("--moe-latent-size", family),
+                self.key_of("--hidden", family),
+                (hidden / 4).max(1)
+            ),
             // Only flags and model files raise these; a config never does.
             ModelError::MoeFlagWithoutExperts { .. }
             | ModelError::ExpertsBelowTopk { .. }

@@ -15,6 +15,7 @@ mod hybrid;
 mod overrides;
 mod params;
 
+pub(crate) use hybrid::MAX_MAMBA_WIDTH;
 pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
@@ -541,7 +542,10 @@ pub enum ModelError {
         qk_pos_emb_head_dim: u32,
         v_head_dim: u32,
     },
-    #[error("{what} {value} is larger than {max}, beyond any model trained; check the value")]
+    #[error(
+        "{what} {value} is larger than {max}, beyond any model trained; give at most {max}, e.g. {}",
+        trained_example(what)
+    )]
     TooLarge {
         what: &'static str,
         value: u32,
@@ -574,6 +578,11 @@ pub enum ModelError {
         /// Where the top-k came from: Megatron's default or the model's own.
         whose: &'static str,
     },
+    #[error(
+        "--moe-latent-size {latent} is wider than --hidden {hidden} (rule: LatentMoE projects each token down from the model's width to a narrower latent width for the routed experts, Nemotron 3 Super: hidden 4096, latent 1024); give a latent width below {hidden}, e.g. --moe-latent-size {}, or drop it for experts on the model's width",
+        (.hidden / 4).max(1)
+    )]
+    LatentWiderThanHidden { latent: u32, hidden: u32 },
     #[error(
         "--moe-first-k-dense-replace {first_dense} leaves no MoE layer among the {layers} layers (with --moe-layer-freq {freq}); use fewer dense layers, or drop --num-experts for a dense model"
     )]
@@ -663,6 +672,35 @@ fn least_rotary_head_dim(share: f64) -> u32 {
         width += 1;
     }
     width
+}
+
+/// A published model's value of a count [`ModelError::TooLarge`] refuses, as the flag and value
+/// to give (a model file says it as its key).
+fn trained_example(what: &str) -> &'static str {
+    match what {
+        "--layers" => "--layers 126 (Llama 3 405B)",
+        "--hidden" => "--hidden 16384 (Llama 3 405B)",
+        "--heads" => "--heads 128 (Llama 3 405B)",
+        "--ffn-hidden" => "--ffn-hidden 53248 (Llama 3 405B)",
+        "--vocab" => "--vocab 128256 (Llama 3)",
+        "--seq-len" => "--seq-len 8192",
+        "--mtp-layers" => "--mtp-layers 1 (DeepSeek-V3), or 0 for none",
+        "--attention-window" => "--attention-window 4096 (Mistral 7B), or 0 for full attention",
+        "--window-attn-skip-freq" => "--window-attn-skip-freq 2 (GPT-OSS)",
+        "--head-dim" => "--head-dim 128",
+        "--num-experts" => "--num-experts 256 (DeepSeek-V3)",
+        "--moe-ffn-hidden-size" => "--moe-ffn-hidden-size 2048 (DeepSeek-V3)",
+        "--moe-shared-expert-intermediate-size" => {
+            "--moe-shared-expert-intermediate-size 2048 (DeepSeek-V3)"
+        }
+        "--moe-latent-size" => "--moe-latent-size 1024 (Nemotron 3 Super)",
+        "--kv-lora-rank" => "--kv-lora-rank 512 (DeepSeek-V3)",
+        "--q-lora-rank" => "--q-lora-rank 1536 (DeepSeek-V3)",
+        "--qk-head-dim" => "--qk-head-dim 128 (DeepSeek-V3)",
+        "--qk-pos-emb-head-dim" => "--qk-pos-emb-head-dim 64 (DeepSeek-V3)",
+        "--v-head-dim" => "--v-head-dim 128 (DeepSeek-V3)",
+        _ => "the model's published value",
+    }
 }
 
 /// The largest divisor of `n` that is at most `most` (1 at least): the nearest valid KV head
@@ -1000,6 +1038,13 @@ impl Model {
                 if value > max {
                     return Err(ModelError::TooLarge { what, value, max });
                 }
+            }
+            // `Moe::latent_size`: the experts' width is the model's, projected down.
+            if let Some(latent) = moe.latent_size.filter(|l| *l > self.hidden) {
+                return Err(ModelError::LatentWiderThanHidden {
+                    latent,
+                    hidden: self.hidden,
+                });
             }
             if moe.router_topk > moe.experts {
                 return Err(ModelError::TopkAboveExperts {

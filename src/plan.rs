@@ -301,6 +301,14 @@ impl StageLayout {
         self.first.max(self.middle_max).max(self.last)
     }
 
+    /// Whether the first and last stage hold their own layer counts and the middle stages share
+    /// the rest, one model chunk per stage: a split given as first/last counts, or tpsim's own
+    /// uneven split (`balanced_units`), which a launch line writes the same way. The plan tables
+    /// show these in their `layers` column and `plan`'s explanation in a "layers per stage" line.
+    pub fn is_first_last(&self, pp: u32, vpp: u32) -> bool {
+        self.given || (pp >= 2 && vpp == 1 && !self.even && self.chunk_layers == 0)
+    }
+
     /// Whether some stage of `pp` would hold no transformer layer: the first or the last (counting
     /// the embedding and the output layer as layers can leave them only those), or a middle one
     /// (the middle stages share what the end stages leave, `cost::simulated::layers_per_stage`).

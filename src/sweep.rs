@@ -102,8 +102,7 @@ pub struct Row {
     /// recompute is not full), as `plan --format json` writes it.
     pub recompute_num_layers: Option<u32>,
     /// Layers whose activations this point offloads to host memory (`--cpu-offload-layers`, or
-    /// the point's value under `--axis cpu-offload-layers`); absent when none.
-    #[serde(skip_serializing_if = "is_zero")]
+    /// the point's value under `--axis cpu-offload-layers`); 0 when none, as the CSV's column.
     pub cpu_offload_layers: u32,
     /// The best plan's step time and its range, named as `plan`'s and `eval`'s JSON `time` names
     /// them (`time.step_s`, `time.step_s_low`, `time.step_s_high`).
@@ -179,9 +178,8 @@ pub struct Sweep {
     /// as `plan`'s JSON `training` says them.
     pub local_batch: Option<u32>,
     pub cp_exchange: Option<crate::training::CpExchange>,
-    /// The pipeline schedule every pipelined point runs (`--pp-schedule`), when it is a V schedule
-    /// (as `plan`'s JSON `training.pp_schedule`); absent for 1F1B.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The pipeline schedule every pipelined point runs (`--pp-schedule`), as `plan`'s JSON
+    /// `training.pp_schedule` and the CSV's column say it (`1f1b` unless a V schedule is given).
     pub pp_schedule: Option<crate::training::PipelineSchedule>,
     /// Layers whose activations every point offloads to host memory (`--cpu-offload-layers`, as
     /// `plan`'s JSON `training.cpu_offload_layers`); absent when none, and under
@@ -244,10 +242,7 @@ pub fn run(
         kernel_fusion: points.first().map(|p| p.training.kernel_fusion),
         local_batch: points.first().and_then(|p| p.training.local_batch),
         cp_exchange: points.first().map(|p| p.training.cp_exchange),
-        pp_schedule: points
-            .first()
-            .map(|p| p.training.pp_schedule)
-            .filter(|s| s.v_kind().is_some()),
+        pp_schedule: points.first().map(|p| p.training.pp_schedule),
         cpu_offload_layers: points
             .first()
             .map(|p| p.training.cpu_offload_layers)
@@ -373,12 +368,13 @@ fn csv_cell(text: &str) -> String {
 /// no plan is valid. Where the closest miss fits the GPU but not the host memory its offloaded
 /// activations need, the two host cells say so, as the JSON's `closest_miss_host_bytes` and
 /// `host_capacity_bytes` and the table's cell do (its `closest_miss_bytes` alone, under the
-/// capacity, would not say why). The framework, CP exchange, pipeline schedule and offloaded layers, one per
-/// sweep in the JSON, are on every row. Values are numbers or bundled names,
+/// capacity, would not say why). The framework, CP exchange, kernels, local batch and pipeline
+/// schedule, one per sweep in the JSON, are on every row, beside each row's offloaded layers (its
+/// JSON row's `cpu_offload_layers`). Values are numbers or bundled names,
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -392,8 +388,10 @@ pub fn to_csv(sweep: &Sweep) -> String {
             // The sweep's, as its JSON says them, on every row.
             sweep.framework.map_or("", |f| f.as_str()).to_string(),
             sweep.cp_exchange.map_or("", |e| e.as_str()).to_string(),
-            // The JSON names a V schedule only; every other sweep runs 1F1B (interleaved where
-            // a row's vpp is above 1).
+            sweep.kernel_fusion.map_or("", |k| k.as_str()).to_string(),
+            // Empty where the framework runs one schedule on the whole batch (JSON null).
+            opt(sweep.local_batch),
+            // 1F1B is interleaved where a row's vpp is above 1.
             sweep.pp_schedule.map_or("1f1b", |s| s.as_str()).to_string(),
             r.cpu_offload_layers.to_string(),
             r.search.candidates.to_string(),
@@ -769,10 +767,6 @@ pub fn thousands(x: f64) -> String {
 }
 
 /// Whether a count is zero (serde's `skip_serializing_if` for an absent offload).
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -697,6 +697,9 @@ pub(super) fn in_megatron_words(message: &str) -> String {
             "give --recompute none, or drop --cpu-offload-layers",
             "drop the recompute arguments, or drop --cpu-offload-layers",
         );
+    // tpsim's window counts the query itself; Megatron-LM's `--window-size "(LEFT,0)"` the keys
+    // before it (`crate::emit::window_size_keys_before`).
+    let message = window_in_megatron_words(&message);
     let renamed: Vec<String> = message
         .split(' ')
         .map(|word| {
@@ -713,6 +716,37 @@ pub(super) fn in_megatron_words(message: &str) -> String {
         })
         .collect();
     format!("--megatron-args: {}", renamed.join(" "))
+}
+
+/// `--attention-window TOKENS` said as the launch line's `--window-size "(TOKENS-1,0)"`, and a
+/// bare `--attention-window` (as in "drop --attention-window") as `--window-size`.
+fn window_in_megatron_words(message: &str) -> String {
+    let flag = "--attention-window";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(flag) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + flag.len()..];
+        let value = after.strip_prefix(' ').map(|a| {
+            let digits = a.len() - a.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            &a[..digits]
+        });
+        match value.and_then(|digits| Some((digits.len(), digits.parse::<u32>().ok()?))) {
+            Some((len, tokens)) => {
+                out.push_str(&format!(
+                    "--window-size \"({},0)\"",
+                    tokens.saturating_sub(1)
+                ));
+                rest = &after[1 + len..];
+            }
+            None => {
+                out.push_str("--window-size");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The switch of a launch line that selected a precision, whatever value it gave it: FP8 from

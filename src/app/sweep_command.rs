@@ -609,6 +609,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                     .unwrap_or_default()
                     + &result
                         .pp_schedule
+                        .filter(|s| s.v_kind().is_some())
                         .map(|s| format!(
                             ", pipeline schedule {} ({})",
                             s.as_str(),

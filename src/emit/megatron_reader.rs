@@ -743,6 +743,8 @@ fn hybrid_of_line(
             u32::try_from(inner / u64::from(head_dim)).unwrap_or(u32::MAX)
         }
     };
+    let groups = p.number("mamba-num-groups")?.unwrap_or(8);
+    mamba_shape_in_line_words(p, hidden, heads, groups)?;
     // Megatron-LM builds a hybrid stack's MTP depths from the unified pattern's `/` segments
     // (arguments.py: "Use unified --hybrid-layer-pattern with '/' separator", `split_hybrid_mtp`);
     // the count alone leaves the blocks unsaid.
@@ -765,10 +767,87 @@ fn hybrid_of_line(
         mamba_heads: heads,
         mamba_head_dim: head_dim,
         mamba_state_dim: p.number("mamba-state-dim")?.unwrap_or(128),
-        mamba_groups: p.number("mamba-num-groups")?.unwrap_or(8),
+        mamba_groups: groups,
         mamba_conv_kernel: 4,
         mtp_shared_weights: shared,
     }))
+}
+
+/// The Mamba-2 mixer's rules that `Model::check_hybrid` would state in a model file's keys
+/// (`mamba_heads`, `mamba_groups`), said in the line's flags and values: each width within
+/// tpsim's typo guard, and the heads (given, or derived from `--mamba-head-dim` and
+/// `--hidden-size`) a multiple of the groups (`MambaMixer` asserts `nheads % ngroups == 0`).
+fn mamba_shape_in_line_words(
+    p: &Parsed,
+    hidden: u32,
+    heads: u32,
+    groups: u32,
+) -> Result<(), MegatronArgsError> {
+    let most = crate::model::MAX_MAMBA_WIDTH;
+    for flag in [
+        "mamba-num-heads",
+        "mamba-head-dim",
+        "mamba-state-dim",
+        "mamba-num-groups",
+    ] {
+        if let Some(value) = p.number(flag)?.filter(|v| *v > most) {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--{flag} {value}"),
+                why: format!(
+                    "tpsim takes 1 to {most} (a typo guard; Nemotron-H 8B: --mamba-num-heads 128 --mamba-head-dim 64 --mamba-state-dim 128 --mamba-num-groups 8); give the model's value"
+                ),
+            });
+        }
+    }
+    let groups_said = match p.value("mamba-num-groups") {
+        Some(_) => format!("--mamba-num-groups {groups}"),
+        None => format!("Megatron-Core's default --mamba-num-groups {groups}"),
+    };
+    // Without --mamba-num-heads the heads come from the head width: say how.
+    let (heads_said, derived) = match p.value("mamba-num-heads") {
+        Some(_) => (
+            format!("--mamba-num-heads {heads}"),
+            format!("{heads} heads, "),
+        ),
+        None => {
+            let head_dim = p.value("mamba-head-dim").unwrap_or("64");
+            let said = match p.value("mamba-head-dim") {
+                Some(_) => format!("--mamba-head-dim {head_dim} without --mamba-num-heads"),
+                None => "no --mamba-num-heads or --mamba-head-dim (default 64)".to_string(),
+            };
+            let derived = format!(
+                "the mixer has 2 x --hidden-size {hidden} / head width {head_dim} = {heads} heads (MambaMixer expand 2), "
+            );
+            (said, derived)
+        }
+    };
+    if heads > most {
+        return Err(MegatronArgsError::Refused {
+            given: heads_said,
+            why: format!(
+                "{derived}more than tpsim's {most} Mamba heads (a typo guard); give --mamba-num-heads or a wider --mamba-head-dim"
+            ),
+        });
+    }
+    if !heads.is_multiple_of(groups) {
+        let example = crate::model::divisor_at_most(&heads, &groups);
+        let fix = match p.value("mamba-num-heads") {
+            Some(_) => format!(
+                "give a --mamba-num-heads that is a multiple of {groups} (e.g. {}), or a --mamba-num-groups dividing {heads} (e.g. {example})",
+                heads.next_multiple_of(groups)
+            ),
+            None => format!(
+                "give --mamba-num-heads as a multiple of {groups}, a --mamba-head-dim that leaves a multiple of {groups} heads, or a --mamba-num-groups dividing {heads} (e.g. {example})"
+            ),
+        };
+        return Err(MegatronArgsError::Refused {
+            given: format!("{heads_said}, {groups_said}"),
+            why: format!(
+                "{derived}which {groups} groups do not divide (rule: Megatron-Core's MambaMixer asserts nheads % ngroups == 0); {fix}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A flag that makes `vpp` > 1 virtual stages on a plan without a pipeline, named as given (not as

@@ -297,6 +297,53 @@ impl ChunkLayout {
 }
 
 /// Transformer layers per stage as Megatron places them: first, each middle, last.
+/// Whether first/last stage counts split `layers` on `pp` stages as Megatron-Core takes them:
+/// the stages without a count share what is left evenly, at least one layer each.
+fn first_last_fit(layers: u32, pp: u32, first: Option<u32>, last: Option<u32>) -> bool {
+    let named = u32::from(first.is_some()) + u32::from(last.is_some());
+    let taken = u64::from(first.unwrap_or(0)) + u64::from(last.unwrap_or(0));
+    let Some(stages) = pp.checked_sub(named) else {
+        return false;
+    };
+    let Some(rest) = u64::from(layers).checked_sub(taken) else {
+        return false;
+    };
+    match stages {
+        0 => rest == 0,
+        _ => rest >= u64::from(stages) && rest.is_multiple_of(u64::from(stages)),
+    }
+}
+
+/// The fix for a first or last stage count too large for `layers` on `pp` stages, `other` the
+/// other end's count: the largest that leaves each other stage a layer, and one near an even
+/// share that splits.
+fn first_last_fix(flag: &str, layers: u32, pp: u32, other: Option<u32>) -> String {
+    let others = pp.saturating_sub(1 + u32::from(other.is_some()));
+    let most = layers
+        .saturating_sub(other.unwrap_or(0))
+        .saturating_sub(others);
+    let fits = |v: u32| {
+        if flag.contains("first") {
+            first_last_fit(layers, pp, Some(v), other)
+        } else {
+            first_last_fit(layers, pp, other, Some(v))
+        }
+    };
+    // The fitting count nearest an even share of the layers.
+    let even = u64::from(layers.div_ceil(pp.max(1)));
+    match (1..=most)
+        .filter(|v| fits(*v))
+        .min_by_key(|v| u64::from(*v).abs_diff(even))
+    {
+        Some(example) => format!(
+            "give at most {most} (each of the other {others} stage(s) holds a layer, and the middle ones split the rest evenly), e.g. --{flag} {example}"
+        ),
+        None => format!(
+            "give a smaller count that leaves each of the other {others} stage(s) a layer (the model has {layers}), or a smaller --pipeline-model-parallel-size"
+        ),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StageLayers {
     pub first: u32,
@@ -391,8 +438,14 @@ impl SplitArgs {
             ] {
                 if let Some(v) = value {
                     if v > rest || stages == 0 {
+                        let other = if flag.contains("first") {
+                            self.last
+                        } else {
+                            self.first
+                        };
                         return Err(format!(
-                            "--{flag} {v} leaves too few of the {layers} layers for the other stages of --pipeline-model-parallel-size {pp}"
+                            "--{flag} {v} leaves too few of the {layers} layers for the other stages of --pipeline-model-parallel-size {pp}; {}",
+                            first_last_fix(flag, layers, pp, other)
                         ));
                     }
                     rest -= v;

@@ -300,7 +300,7 @@ impl Model {
 }
 
 /// Widest Mamba setting accepted: typo guard, far above Nemotron-H 56B's 256 heads of 64.
-const MAX_MAMBA_WIDTH: u32 = 1 << 16;
+pub(crate) const MAX_MAMBA_WIDTH: u32 = 1 << 16;
 
 impl Model {
     /// The hybrid stack's rules (Megatron-Core `MambaMixer.__init__` asserts and
@@ -392,12 +392,16 @@ impl Model {
                 hybrid.pattern, self.mtp_layers
             ));
         }
+        // The window is named by its flag and value (a model file's key, in its words, through
+        // `model_file_words`), so the user sees which setting to drop.
+        if let Some(window) = self.attention_window {
+            return fail(format!(
+                "a hybrid Mamba-Transformer stack with a sliding attention window (--attention-window {}) is not priced by tpsim (rule: its hybrid layers are Mamba-2, grouped-query attention, MLP and MoE blocks, each behind its own norm, with full attention); drop --attention-window",
+                window.tokens
+            ));
+        }
         let unpriced = [
             (self.mla.is_some(), "latent attention (MLA)"),
-            (
-                self.attention_window.is_some(),
-                "a sliding attention window",
-            ),
             (self.shared_layer_norm, "a norm shared by attention and MLP"),
         ];
         if let Some((_, what)) = unpriced.iter().find(|(given, _)| *given) {

@@ -74,8 +74,9 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     // would not say how to run an expert-parallel row).
     let show_ep = any(&|e| e.plan.ep > 1 || e.plan.etp > 1);
     let show_etp = show_ep;
-    // Layers per stage (first/middle/last), as `plan`'s table: only when a plan has a chosen split.
-    let show_layers = any(&|e| e.plan.stages.given);
+    // Layers per stage (first/middle/last), as `plan`'s table: only when a plan has a first/last
+    // split.
+    let show_layers = any(&|e| e.plan.stages.is_first_last(e.plan.pp, e.plan.vpp));
     let show_precision = any(&|e| e.plan.precision != crate::plan::Precision::Bf16);
     // (header, shown, cell of one plan, numeric)
     type Cell = fn(&Estimate) -> String;

@@ -543,8 +543,14 @@ pub fn plans_table_fitted(
             "etp",
             plans.iter().all(|e| e.plan.ep == 1 && e.plan.etp == 1),
         ),
-        // Layers per stage (first/middle/last) only when a shown plan has a chosen split.
-        ("layers", plans.iter().all(|e| !e.plan.stages.given)),
+        // Layers per stage (first/middle/last) only when a shown plan has a first/last split,
+        // given or tpsim's own.
+        (
+            "layers",
+            plans
+                .iter()
+                .all(|e| !e.plan.stages.is_first_last(e.plan.pp, e.plan.vpp)),
+        ),
         (
             "prec",
             plans
@@ -1082,6 +1088,12 @@ pub fn breakdown(
                 p.stages.chunk_layers,
                 p.stages.last - p.stages.chunk_layers * (p.vpp - 1)
             )
+        } else if let crate::emit::MegatronSplit::FirstLast { .. } =
+            crate::emit::MegatronSplit::of(model, p)
+        {
+            // Where the units do not split evenly, Megatron-LM's --account-for-* switches do not
+            // place these layers: the launch line gives the first and last stage's counts.
+            "uneven split: first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest; tpsim's own balance, weighing the embedding and the output layer as one layer each".to_string()
         } else {
             "uneven split: embedding and output layer count as one layer each".to_string()
         };
@@ -1652,16 +1664,36 @@ pub fn explain_best(
             p.vpp,
             p.schedule_m_words()
         );
-        if p.stages.given {
+        if p.stages.is_first_last(p.pp, p.vpp) {
             let middle = if p.pp > 2 {
                 format!("middle {}, ", p.stages.middle_max)
             } else {
                 String::new()
             };
+            // tpsim's own split, as the launch line writes it.
+            let which = if p.stages.given {
+                "the first/last split with the fastest step".to_string()
+            } else {
+                match crate::emit::MegatronSplit::of(model, p) {
+                    crate::emit::MegatronSplit::EmbeddingAndLossCounted => "tpsim's own split, the embedding and the output layer counted as one layer each (--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split)".to_string(),
+                    crate::emit::MegatronSplit::FirstLast { first, last } => format!(
+                        "tpsim's own split, weighing the embedding and the output layer as one layer each (--decoder-first-pipeline-num-layers {first} --decoder-last-pipeline-num-layers {last})"
+                    ),
+                    _ => "tpsim's own split, weighing the embedding and the output layer as one layer each".to_string(),
+                }
+            };
+            let flags = if p.stages.given {
+                format!(
+                    " (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {})",
+                    p.stages.first, p.stages.last
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "    layers per stage: first {}, {middle}last {} — the first/last split with the fastest step (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}); the last stage also runs the output layer and any MTP layers",
-                p.stages.first, p.stages.last, p.stages.first, p.stages.last,
+                "    layers per stage: first {}, {middle}last {} — {which}{flags}; the last stage also runs the output layer and any MTP layers",
+                p.stages.first, p.stages.last,
             );
         }
     } else {
