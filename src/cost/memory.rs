@@ -511,15 +511,19 @@ fn memory_stage_ranks(
 fn stage_mix(model: &Model, plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> LayerMix {
     let (layers, moe_layers) = stage_layer_mix(model, plan, stage, middle_rank);
     let run = model.is_hybrid().then(|| {
-        let p = plan.pp.max(1);
-        let rank = match stage {
-            Stage::First | Stage::Only | Stage::Ends => 0,
-            Stage::Middle | Stage::VMiddle => middle_rank,
-            Stage::Last => p - 1,
-        };
-        super::pipeline::ChunkLayout::of(model, plan).stage_run(model, p, rank)
+        let rank = pipeline_rank(plan, stage, middle_rank);
+        super::pipeline::ChunkLayout::of(model, plan).stage_run(model, plan.pp.max(1), rank)
     });
     LayerMix::of(model, layers, moe_layers, run.flatten())
+}
+
+/// The pipeline rank `stage` is (a middle one at `middle_rank`; a V's middle rank `middle_rank`).
+fn pipeline_rank(plan: &ParallelPlan, stage: Stage, middle_rank: u32) -> u32 {
+    match stage {
+        Stage::First | Stage::Only | Stage::Ends => 0,
+        Stage::Middle | Stage::VMiddle => middle_rank,
+        Stage::Last => plan.pp.max(1) - 1,
+    }
 }
 
 /// Transformer layers (MTP layers included) on `stage` and how many of them are MoE layers
@@ -768,11 +772,7 @@ fn stage_bf16(
     }
     let p = plan.pp.max(1);
     let layout = super::pipeline::ChunkLayout::of(model, plan);
-    let rank = match stage {
-        Stage::First | Stage::Only | Stage::Ends => 0,
-        Stage::Middle | Stage::VMiddle => middle_rank,
-        Stage::Last => p - 1,
-    };
+    let rank = pipeline_rank(plan, stage, middle_rank);
     if matches!(stage, Stage::Ends | Stage::VMiddle) {
         // A V's rank holds chunks r and 2p − 1 − r (`v_rank_mix`); the last runs the MTP layers.
         let last = 2 * p - 1;

@@ -811,20 +811,14 @@ pub(super) fn recipe_fp8_scaling(run: &ModernRun) -> crate::training::Fp8Scaling
 /// nemotronh.py`), whose `mtp_bf16` matcher keeps the MTP block in bf16, which Megatron-Core alone
 /// would run at NVFP4 (`training::mtp_runs_bf16`).
 pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers {
-    let (model, _) = model_and_gpu(run);
-    match bridge_26_release(run) {
-        Some(release)
-            if release >= Bridge26::V040
-                && model == "nemotron3_super"
-                && precision_is(run, "nvfp4") =>
-        {
-            crate::training::Bf16Layers {
-                at_start: 0,
-                at_end: 14,
-                mtp: true,
-            }
+    if super_nvfp4_recipe(run) {
+        crate::training::Bf16Layers {
+            at_start: 0,
+            at_end: 14,
+            mtp: true,
         }
-        _ => crate::training::Bf16Layers::NONE,
+    } else {
+        crate::training::Bf16Layers::NONE
     }
 }
 
@@ -836,21 +830,24 @@ pub(super) fn recipe_bf16_layers(run: &ModernRun) -> crate::training::Bf16Layers
 /// `*mixer.out_proj` at MXFP8 (its `mtp.*` matcher is [`recipe_bf16_layers`]'s `mtp`).
 pub(super) fn recipe_module_precision(run: &ModernRun) -> crate::training::ModulePrecision {
     use crate::plan::Precision;
-    let (model, _) = model_and_gpu(run);
-    match bridge_26_release(run) {
-        Some(release)
-            if release >= Bridge26::V040
-                && model == "nemotron3_super"
-                && precision_is(run, "nvfp4") =>
-        {
-            crate::training::ModulePrecision {
-                attention_linears: Some(Precision::Bf16),
-                latent_projections: Some(Precision::Bf16),
-                mamba_out_proj: Some(Precision::Mxfp8),
-            }
+    if super_nvfp4_recipe(run) {
+        crate::training::ModulePrecision {
+            attention_linears: Some(Precision::Bf16),
+            latent_projections: Some(Precision::Bf16),
+            mamba_out_proj: Some(Precision::Mxfp8),
         }
-        _ => crate::training::ModulePrecision::NONE,
+    } else {
+        crate::training::ModulePrecision::NONE
     }
+}
+
+/// Whether a run is Nemotron 3 Super's NVFP4 recipe from 26.04 (v0.4.0) on, which keeps layers and
+/// modules in bf16 ([`recipe_bf16_layers`], [`recipe_module_precision`]).
+fn super_nvfp4_recipe(run: &ModernRun) -> bool {
+    let (model, _) = model_and_gpu(run);
+    bridge_26_release(run).is_some_and(|release| release >= Bridge26::V040)
+        && model == "nemotron3_super"
+        && precision_is(run, "nvfp4")
 }
 
 /// The framework a run is planned as: torchtitan for torchtitan's and NeMo AutoModel's (FSDP2)
