@@ -600,3 +600,65 @@ fn a_quantization_recipes_modules_run_at_their_own_precision() {
         super_with_modules(Bf16, ModulePrecision::NONE)
     );
 }
+
+#[test]
+fn fp8_parameter_gathers_move_the_bf16_layers_in_bf16() {
+    // Megatron-Core builds the layers kept in bf16 outside `fp8_model_init`: under FP8 parameter
+    // gather their weights are gathered in bf16, one byte a parameter more than the others.
+    let gather = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "llama3-70b",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "256",
+            "--seq-len",
+            "8192",
+            "--tp",
+            "4",
+            "--pp",
+            "1",
+            "--micro-batch",
+            "1",
+            "--recompute",
+            "full",
+            "--zero",
+            "1",
+            "--precision",
+            "fp8",
+            "--sequence-parallel",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let v = json(&args);
+        assert_eq!(v["training"]["fp8_param_gather"], true);
+        plan0(&v)["ledger"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["group"] == "dp" && e["op"] == "all_gather")
+            .map(|e| e["tensor_bytes"].as_f64().unwrap())
+            .unwrap()
+    };
+    let (none, eight) = (
+        gather(&[]),
+        gather(&[
+            "--first-last-layers-bf16",
+            "--num-layers-at-end-in-bf16",
+            "8",
+        ]),
+    );
+    // Llama 3 70B: 80 layers of 856M parameters; 9 of them (the first, Megatron-Core's default
+    // start count, and the last 8) a byte more each, over tp 4.
+    let layer_params = 856e6 / 4.0;
+    let extra = eight - none;
+    assert!(
+        (extra / (9.0 * layer_params) - 1.0).abs() < 0.02,
+        "{none} -> {eight}: {extra} bytes more"
+    );
+}

@@ -305,8 +305,10 @@ pub fn fsdp_syncs_per_step(training: &Training, plan: &ParallelPlan) -> u32 {
 }
 
 /// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
-/// weights in one byte (the embedding and output layer stay bf16), averaged over the `params` of
-/// the stage with `max_layers` layers.
+/// weights in one byte (the embedding and output layer stay bf16, and so do the layers kept in
+/// bf16, which Megatron-Core builds outside `fp8_model_init`: `get_fp8_context(..., is_init=True)`
+/// is a null context for them), averaged over the `params` of the stage with `max_layers` layers
+/// (of the stages that hold as many, the one with the most bf16 layers).
 pub fn gather_bytes_per_param(
     model: &Model,
     training: &Training,
@@ -316,7 +318,21 @@ pub fn gather_bytes_per_param(
 ) -> f64 {
     if fp8_parameter_gather(training, plan) {
         let (dense_layer, expert_layer) = super::memory::layer_params_per_gpu(model, plan);
-        let layer_share = (f64::from(max_layers) * (dense_layer + expert_layer) / params).min(1.0);
+        let keep = super::pipeline::Bf16Keep::of(model, training, plan);
+        let bf16_layers = if keep.layers.is_none() {
+            0
+        } else {
+            let layout = super::pipeline::ChunkLayout::of(model, plan);
+            let p = plan.pp.max(1);
+            (0..p)
+                .filter(|&stage| layout.stage_mix_with_mtp(model, p, stage).0 == max_layers)
+                .filter_map(|stage| layout.stage_bf16(model, keep, p, stage))
+                .map(|b| b.layers)
+                .max()
+                .unwrap_or(0)
+        };
+        let quantized = f64::from(max_layers.saturating_sub(bf16_layers));
+        let layer_share = (quantized * (dense_layer + expert_layer) / params).min(1.0);
         crate::training::WEIGHT_BYTES - layer_share
     } else {
         crate::training::WEIGHT_BYTES

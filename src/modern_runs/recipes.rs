@@ -591,13 +591,17 @@ pub(super) fn recipe_comm_overlap(run: &ModernRun, overlap: &mut Overlap) {
 ///   v0.4.0); from v0.4.2 it sets `fp4_param_gather = True` (`:422`), the default here;
 /// - Kimi K2 in MXFP8: its recipes train with Muon (`optimizer_type="muon"`, the rows' note), and
 ///   `set_kimi_k2_common_configs` turns the MXFP8 parameter gather off for Muon
-///   (`scripts/performance/configs/kimi/kimi_llm_pretrain.py:38-44`, v0.3.1 to v0.5.0).
+///   (`scripts/performance/configs/kimi/kimi_llm_pretrain.py:38-44`, v0.3.1 to v0.5.0);
+/// - Nemotron 3 Super in NVFP4 from v0.4.2 on: "Disabled until MCore PR 4358 lands."
+///   (`fp4_param_gather = False`, `scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py`
+///   l. 44-45 at v0.4.2 to v0.5.1, `perf_recipes/nemotronh/common.py` l. 69 at v0.6.0).
 pub(super) fn recipe_low_precision_param_gather(run: &ModernRun) -> Option<bool> {
     let release = bridge_26_release(run)?;
     let (model, _) = model_and_gpu(run);
     let early_nvfp4 = release <= Bridge26::V040 && precision_is(run, "nvfp4");
     let kimi_muon = model == "kimi_k2" && precision_is(run, "mxfp8");
-    (early_nvfp4 || kimi_muon).then_some(false)
+    let super_nvfp4 = model == "nemotron3_super" && precision_is(run, "nvfp4");
+    (early_nvfp4 || kimi_muon || super_nvfp4).then_some(false)
 }
 
 /// The expert capacity factor (`Training::moe_capacity_factor`, Megatron-Core
