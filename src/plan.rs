@@ -2112,6 +2112,25 @@ fn check_cpu_offload(r: &PlanRequest, training: &Training) -> Result<(), PlanErr
 /// Layers kept in bf16 (`Training::bf16_layers`) as Megatron-Core allows them under FP8 (per-tensor
 /// or MXFP8; `TransformerConfig.__post_init__` checks neither rule under NVFP4): not with delayed
 /// scaling, and at most `num_layers // pp` at each end.
+/// Why `--pp pp` admits no plan with `training`'s layers kept in bf16 at `precision` (Megatron-Core's
+/// per-stage limit, [`check_bf16_layers`]), for a pinned search's explanation; None where it does.
+pub fn bf16_layers_pp_refusal(
+    pp: u32,
+    precision: Precision,
+    model: &Model,
+    training: &Training,
+) -> Option<String> {
+    let r = PlanRequest {
+        pp,
+        precision,
+        ..PlanRequest::default()
+    };
+    match check_bf16_layers(&r, model, training) {
+        Err(e @ PlanError::Bf16LayersPastStage { .. }) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 fn check_bf16_layers(r: &PlanRequest, model: &Model, training: &Training) -> Result<(), PlanError> {
     let keep = training.bf16_layers;
     if keep.is_none() || !matches!(r.precision, Precision::Fp8 | Precision::Mxfp8) {

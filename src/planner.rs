@@ -716,6 +716,10 @@ fn search_with(
                     crate::plan::PlanError::LocalBatch { .. }
                     | crate::plan::PlanError::VppScheduleMicrobatches { .. },
                 ) => Either::Right("local_batch_split"),
+                // Megatron-Core's limit on the layers kept in bf16 per pipeline stage.
+                Err(crate::plan::PlanError::Bf16LayersPastStage { .. }) => {
+                    Either::Right("bf16_layers_past_stage")
+                }
                 Err(_) => Either::Right("invalid_plan"),
             }
         })

@@ -662,3 +662,47 @@ fn fp8_parameter_gathers_move_the_bf16_layers_in_bf16() {
         "{none} -> {eight}: {extra} bytes more"
     );
 }
+
+#[test]
+fn a_search_names_the_bf16_layer_rules() {
+    let plan = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--model",
+            "llama3-70b",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "256",
+            "--precision",
+            "fp8",
+            "--first-last-layers-bf16",
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    // Delayed scaling refuses every plan: said once, not as a cluster that cannot be split.
+    assert_one_line_error(
+        &plan(&["--fp8-scaling", "delayed"]),
+        &["--fp8-scaling delayed", "--fp8-scaling current"],
+        &["cannot be split"],
+        "delayed scaling in a search",
+    );
+    // A pinned pp whose stages hold fewer layers than the count: Megatron-Core's rule.
+    assert_one_line_error(
+        &plan(&["--pp", "4", "--num-layers-at-end-in-bf16", "30"]),
+        &["--num-layers-at-end-in-bf16 30 with --pp 4", "20 or fewer"],
+        &[],
+        "a pinned pp",
+    );
+    // Unpinned, the plans the rule refuses are counted under their own reason.
+    let searched = plan(&["--num-layers-at-end-in-bf16", "30"]);
+    assert_eq!(searched.code, 0, "{}", searched.stderr);
+    assert!(
+        searched.stdout.contains("bf16_layers_past_stage"),
+        "{}",
+        searched.stdout
+    );
+}

@@ -158,6 +158,13 @@ pub(super) fn explain(
             {
                 return Some(crate::plan::hybrid_vpp_refusal(vpp, model));
             }
+            // Megatron-Core's limit on the layers kept in bf16 per stage, in its own words.
+            if let Some(pp) = options.pins.pp.filter(|_| pin.flag == "--pp")
+                && let Some(reason) =
+                    crate::plan::bf16_layers_pp_refusal(pp, options.precision, model, training)
+            {
+                return Some(reason);
+            }
             if let Some(cp) = options.pins.cp.filter(|_| pin.flag == "--cp")
                 && let Some(reason) = cp_pin_reason(cp, model, cluster, training)
             {

@@ -1639,6 +1639,14 @@ pub(super) fn resolve_scenario(
     // refuses it below).
     let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
     let bf16_layers = bf16_layers_of(&model, framework, training_args, plan_file)?;
+    // Megatron-Core refuses bf16 layers under delayed scaling whatever the plan: said once here, as
+    // the search would otherwise refuse every plan and blame the cluster's shape.
+    if !bf16_layers.is_none()
+        && fp8_scaling == Fp8Scaling::Delayed
+        && precision_over_file(training_args, plan_file) == Precision::Fp8
+    {
+        bail!("{}", PlanError::Bf16LayersWithDelayedScaling);
+    }
     let recompute_modules = recompute_modules_of(&model, framework, training_args, file)?;
     let pp_schedule = pp_schedule_of(framework, kernel_fusion, training_args, plan_file)?;
     let cpu_offload_layers = cpu_offload_layers_of(
