@@ -2141,18 +2141,16 @@ fn check_bf16_layers(r: &PlanRequest, model: &Model, training: &Training) -> Res
         return Err(PlanError::Bf16LayersWithDelayedScaling);
     }
     let max = model.layers / r.pp.max(1);
-    for (end, count) in [("start", keep.at_start), ("end", keep.at_end)] {
-        if count > max {
-            return Err(PlanError::Bf16LayersPastStage {
-                end,
-                count,
-                pp: r.pp,
-                max,
-                layers: model.layers,
-            });
-        }
+    match keep.count_past(max) {
+        Some((end, count)) => Err(PlanError::Bf16LayersPastStage {
+            end,
+            count,
+            pp: r.pp,
+            max,
+            layers: model.layers,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The layers of each stage that `r.vpp` chunks split (`check_interleaving`): an even split's

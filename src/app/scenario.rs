@@ -1182,10 +1182,7 @@ fn bf16_layers_of(
                 "bf16_layers mtp: true in the plan file keeps the MTP layers in bf16 as a Transformer Engine quantization recipe file does, which tpsim neither reads from a flag nor writes into a launch config; remove mtp from the file"
             );
         }
-        if let Some((end, count)) = [("start", kept.at_start), ("end", kept.at_end)]
-            .into_iter()
-            .find(|(_, count)| *count > model.layers)
-        {
+        if let Some((end, count)) = kept.count_past(model.layers) {
             bail!(
                 "bf16_layers at_{end}: {count} in the plan file: model {} has {} transformer layers; give {} or fewer",
                 model.name,
@@ -1217,15 +1214,13 @@ fn bf16_layers_of(
             "--first-last-layers-bf16 with --num-layers-at-start-in-bf16 0 and --num-layers-at-end-in-bf16 0 keeps no layer in bf16; give a count above 0, or drop the flag"
         );
     }
-    for (end, count) in [("start", layers.at_start), ("end", layers.at_end)] {
-        if count > model.layers {
-            bail!(
-                "--num-layers-at-{end}-in-bf16 {count}: model {} has {} transformer layers; give {} or fewer",
-                model.name,
-                model.layers,
-                model.layers
-            );
-        }
+    if let Some((end, count)) = layers.count_past(model.layers) {
+        bail!(
+            "--num-layers-at-{end}-in-bf16 {count}: model {} has {} transformer layers; give {} or fewer",
+            model.name,
+            model.layers,
+            model.layers
+        );
     }
     Ok(layers)
 }

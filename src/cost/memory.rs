@@ -776,17 +776,12 @@ fn stage_bf16(
     if matches!(stage, Stage::Ends | Stage::VMiddle) {
         // A V's rank holds chunks r and 2p − 1 − r (`v_rank_mix`); the last runs the MTP layers.
         let last = 2 * p - 1;
-        let runs = [rank, last - rank].map(|chunk| {
+        let [first, second] = [rank, last - rank].map(|chunk| {
             let (start, end) = layout.range(chunk);
             let depths = if chunk == last { model.mtp_layers } else { 0 };
             super::pipeline::Bf16Run::of_range(model, keep, start, end, depths)
         });
-        let layers = runs[0].layers + runs[1].layers;
-        return (layers > 0).then_some(super::pipeline::Bf16Run {
-            layers,
-            moe_layers: runs[0].moe_layers + runs[1].moe_layers,
-            run: None,
-        });
+        return first.plus(second).nonempty();
     }
     layout.stage_bf16(model, keep, p, rank)
 }

@@ -283,7 +283,8 @@ impl Bf16Run {
         }
     }
 
-    fn plus(self, other: Bf16Run) -> Bf16Run {
+    /// The two runs together (a V's two chunks on one GPU, a stage's chunks).
+    pub fn plus(self, other: Bf16Run) -> Bf16Run {
         Bf16Run {
             layers: self.layers + other.layers,
             moe_layers: self.moe_layers + other.moe_layers,

@@ -49,6 +49,13 @@ impl Bf16Layers {
         self.at_start == 0 && self.at_end == 0 && !self.mtp
     }
 
+    /// The first end (`"start"` or `"end"`) whose count exceeds a stack of `layers`, with it.
+    pub fn count_past(&self, layers: u32) -> Option<(&'static str, u32)> {
+        [("start", self.at_start), ("end", self.at_end)]
+            .into_iter()
+            .find(|(_, count)| *count > layers)
+    }
+
     /// The decoder-layer ranges [start, end) in bf16 of a stack of `layers`: the first `at_start`
     /// and the last `at_end` (overlapping where the two cover the stack).
     pub fn ranges(&self, layers: u32) -> [(u32, u32); 2] {
