@@ -1427,51 +1427,13 @@ pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> 
     }
 }
 
-/// `--vpp` above 1 on a hybrid stack (`hybrid_pipeline_refusal`), in the words `plan`'s refusal of
-/// such a pin shares.
-pub fn hybrid_vpp_refusal(vpp: u32, model: &Model) -> String {
-    format!(
-        "--vpp {vpp} with the hybrid Mamba-Transformer model {}: Megatron-Core's hybrid stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; give --vpp 1",
-        model.name
-    )
-}
-
-/// How Megatron-Core splits a hybrid stack's pattern over pipeline stages when the pattern has no
-/// '|' separators (`select_pipeline_segment`, megatron/core/models/hybrid/
-/// hybrid_layer_allocation.py at d98e8a64ddf3): evenly ("Number of layers ... must be evenly
-/// divisible by pipeline-model-parallel-size when no pipe separators are specified"), or with the
-/// first and/or last stage's layers given and the rest evenly over the middle stages ("Middle
-/// layers ... must be evenly divisible by middle pipeline stages"); virtual stages only from '|'
-/// separators ("Virtual pipeline parallelism ... is not supported when hybrid_layer_pattern has
-/// no pipe ('|') separators"), which tpsim's patterns do not carry. Each stage then runs its own
-/// slice of the pattern (`pipeline::ChunkLayout::stage_run`). None where the plan's pipeline
-/// follows those rules.
-fn hybrid_pipeline_refusal(r: &PlanRequest, model: &Model) -> Option<String> {
-    if r.pp <= 1 {
-        return None;
-    }
-    if r.vpp > 1 {
-        return Some(hybrid_vpp_refusal(r.vpp, model));
-    }
-    // Given first and last stage layers leave the middle stages an even share or are refused
-    // already (`StageLayout::given`, the rule Megatron-Core's transformer block and hybrid stack
-    // share).
-    let layers = model.layers;
-    if r.stage_split.is_some() || layers.is_multiple_of(r.pp) {
-        return None;
-    }
-    Some(format!(
-        "--pp {} does not divide the {layers} layers of the hybrid Mamba-Transformer model {} (rule: Megatron-Core slices a hybrid pattern without '|' separators evenly over the pipeline stages, hybrid_layer_allocation.py select_pipeline_segment); give --pp from {}, or the first and last stage's layers (--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers) with the rest dividing evenly over the middle stages",
-        r.pp,
-        model.name,
-        list(divisors(layers).into_iter().filter(|d| *d > 1))
-    ))
-}
-
 /// A hybrid Mamba-Transformer stack (`model::hybrid`) as Megatron-Core builds it, and as far as
 /// tpsim prices it: its Mamba heads and groups split over TP (`MambaMixer` asserts `nheads %
-/// tp_size == 0` and `ngroups % tp_size == 0`); pipeline stages as Megatron-Core slices the
-/// pattern (`hybrid_pipeline_refusal`), each priced at its own slice; no context parallelism
+/// tp_size == 0` and `ngroups % tp_size == 0`); any pipeline split with or without virtual
+/// stages, each stage priced at its own slice of the pattern, since Megatron-Core 0.17 takes the
+/// split from '|' separators in the pattern (`emit::MegatronSplit::PatternSegments`,
+/// `select_pipeline_segment` in megatron/core/models/hybrid/hybrid_layer_allocation.py at
+/// d98e8a64ddf3: one segment per model chunk, chunk `vp·pp + rank`); no context parallelism
 /// (Mamba's context-parallel exchange is not priced); Megatron-Core's stack only (2021's Megatron-LM had no Mamba layers; torchtitan and
 /// DeepSpeed have no hybrid stack); Megatron-Core's default selective recompute only; no combined
 /// 1F1B schedule (`combined_1f1b.py` builds each micro-batch's plan with the model's
@@ -1506,9 +1468,6 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
                 )
             ));
         }
-    }
-    if let Some(words) = hybrid_pipeline_refusal(r, model) {
-        return fail(words);
     }
     if r.cp > 1 {
         return fail(format!(

@@ -698,19 +698,6 @@ fn search_with(
                         _ => own,
                     })
                 }
-                // A hybrid stack's pattern that pp does not divide is built by Megatron-Core
-                // with the first and last stage's layers given (`plan::hybrid_pipeline_refusal`):
-                // tpsim's own split is refused, those splits are searched in its place.
-                Err(_)
-                    if options.allow_uneven_pp
-                        && options.pins.stage_split == StageSplitPin::Searched
-                        && needs_given_hybrid_split(model, request) =>
-                {
-                    match fastest_given_split(model, cluster, training, request, None) {
-                        Some(estimate) => Either::Left(estimate),
-                        None => Either::Right("invalid_plan"),
-                    }
-                }
                 // The local batch (torchtitan's schedules per step) gets its own count.
                 Err(
                     crate::plan::PlanError::LocalBatch { .. }
@@ -786,18 +773,6 @@ fn fastest_split(
     }
     let own_split = (plan.stages.first, plan.stages.last);
     fastest_given_split(model, cluster, training, request, Some((own_split, own))).unwrap_or(own)
-}
-
-/// Whether `request` is a pipeline of a hybrid stack whose layers its pp does not divide and
-/// whose first and last stage layers are not given: Megatron-Core builds it only with them given
-/// (`plan::hybrid_pipeline_refusal`), so tpsim's own split is refused and the search tries the
-/// first/last splits instead.
-fn needs_given_hybrid_split(model: &Model, request: &PlanRequest) -> bool {
-    model.is_hybrid()
-        && request.pp >= 2
-        && request.vpp <= 1
-        && request.stage_split.is_none()
-        && !model.layers.is_multiple_of(request.pp)
 }
 
 /// The fastest of `request`'s first/last splits (`plan::first_last_splits`) that builds, against

@@ -824,7 +824,7 @@ pub(super) fn megatron_request(
         &scenario.training,
     ) {
         launch
-            .check_plan(&plan)
+            .check_plan(&scenario.model, &plan)
             .map_err(|message| anyhow!("--megatron-args: {message}"))?;
         // Megatron-Core refuses block recompute of more layers than a model chunk holds.
         if request.recompute_num_layers > plan.layers_per_chunk() {

@@ -151,13 +151,6 @@ pub(super) fn explain(
                     flags.join(" and ")
                 ));
             }
-            // A hybrid stack takes no virtual stages whatever the degrees: said in eval's words,
-            // not as a search that happens to offer --vpp 1.
-            if let Some(vpp) = options.pins.vpp.filter(|v| pin.flag == "--vpp" && *v > 1)
-                && model.hybrid.is_some()
-            {
-                return Some(crate::plan::hybrid_vpp_refusal(vpp, model));
-            }
             // Megatron-Core's limit on the layers kept in bf16 per stage, in its own words.
             if let Some(pp) = options.pins.pp.filter(|_| pin.flag == "--pp")
                 && let Some(reason) =

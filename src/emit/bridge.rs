@@ -16,6 +16,9 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     let mut lines: Vec<String> = Vec::new();
     let mut set = |key: &str, value: String| lines.push(format!("{key}={value}"));
     set("model.num_layers", model.layers.to_string());
+    for (key, value) in bridge_hybrid_overrides(model, plan) {
+        set(key, value);
+    }
     set("model.hidden_size", model.hidden.to_string());
     set("model.ffn_hidden_size", model.ffn_hidden.to_string());
     set("model.num_attention_heads", model.heads.to_string());
@@ -62,6 +65,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         MegatronSplit::FirstLast { first, last } => (false, false, Some(first), Some(last)),
         MegatronSplit::Even
         | MegatronSplit::Layout { .. }
+        | MegatronSplit::PatternSegments { .. }
         | MegatronSplit::Inexpressible { .. } => (false, false, None, None),
     };
     set(
@@ -384,7 +388,14 @@ fn bridge_expert_overrides(
             if moe_layer { "1" } else { "0" }
         })
         .collect();
-    out.push(("model.moe_layer_freq", format!("[{}]", pattern.join(","))));
+    // A hybrid stack's MoE blocks are its pattern's 'E's (the hybrid stack builds each symbol's
+    // block), so the default is written for it rather than a per-layer list it does not read.
+    let freq = if model.is_hybrid() {
+        "1".to_string()
+    } else {
+        format!("[{}]", pattern.join(","))
+    };
+    out.push(("model.moe_layer_freq", freq));
     out.push(("model.moe_grouped_gemm", "true".to_string()));
     // Recipes pick DeepEP/HybridEP (`moe_flex_dispatcher_backend`), which
     // `apply_flex_dispatcher_backend` turns into the flex dispatcher; tpsim models the plain
@@ -420,5 +431,44 @@ fn bridge_expert_overrides(
     ));
     out.push(("model.expert_model_parallel_size", plan.ep.to_string()));
     out.push(("model.expert_tensor_parallel_size", plan.etp.to_string()));
+    out
+}
+
+/// A hybrid stack's `HybridModelProvider` fields (NVIDIA-NeMo/Megatron-Bridge
+/// `src/megatron/bridge/models/hybrid/hybrid_provider.py` at 067f987df03b, and the Megatron-Core
+/// `TransformerConfig` Mamba fields it inherits): the pattern as `hybrid_layer_pattern`, cut by '|'
+/// into the plan's pipeline chunks, with the deprecated `hybrid_override_pattern` a Nemotron-H
+/// provider built from its HF config carries set to null (`finalize` asserts that only one is
+/// set); the MTP block as `mtp_hybrid_override_pattern` with its depths, which `finalize` appends
+/// as '/' segments; the Mamba-2 mixer's shape. Written null where the model has no MTP, so that a
+/// Nemotron 3 recipe's own depths do not stay in force unseen. Nothing for a transformer.
+fn bridge_hybrid_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static str, String)> {
+    let Some(hybrid) = &model.hybrid else {
+        return Vec::new();
+    };
+    let main = super::hybrid_layer_pattern(model, hybrid, plan);
+    let main = main.split('/').next().unwrap_or_default();
+    let mut out = vec![
+        ("model.hybrid_override_pattern", "null".to_string()),
+        ("model.hybrid_layer_pattern", format!("'{main}'")),
+    ];
+    if model.mtp_layers > 0 {
+        // `bridge_expert_overrides` writes `model.mtp_num_layers`.
+        out.push((
+            "model.mtp_hybrid_override_pattern",
+            format!("'{}'", super::hybrid_mtp_block(hybrid)),
+        ));
+    } else {
+        out.push(("model.mtp_hybrid_override_pattern", "null".into()));
+        out.push(("model.mtp_num_layers", "null".into()));
+    }
+    out.push((
+        "model.mtp_use_repeated_layer",
+        (model.mtp_layers > 0 && hybrid.mtp_shared_weights).to_string(),
+    ));
+    out.push(("model.mamba_num_heads", hybrid.mamba_heads.to_string()));
+    out.push(("model.mamba_head_dim", hybrid.mamba_head_dim.to_string()));
+    out.push(("model.mamba_state_dim", hybrid.mamba_state_dim.to_string()));
+    out.push(("model.mamba_num_groups", hybrid.mamba_groups.to_string()));
     out
 }

@@ -57,6 +57,9 @@ pub struct MegatronLaunch {
     /// `--hybrid-layer-pattern` (or the deprecated `--hybrid-override-pattern`) and the
     /// `--mamba-*` shape of `pretrain_mamba.py`'s hybrid stack ([`hybrid_of_line`]).
     pub hybrid: Option<crate::model::Hybrid>,
+    /// The hybrid pattern's main part as given, when '|' cuts it into pipeline segments (one per
+    /// model chunk, Megatron-Core 0.17 on): the plan tpsim builds must cut it alike (`check_plan`).
+    pub hybrid_segments: Option<String>,
     pub tp: u32,
     /// Experts, latent attention and expert parallelism (`--num-experts`, `--moe-*`,
     /// `--multi-latent-attention`, `--expert-model/tensor-parallel-size`).
@@ -146,6 +149,12 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         }
         None => (None, 0),
     };
+    // '|' cuts the main pattern into pipeline segments; the model is the pattern without them.
+    let hybrid_segments = hybrid_pattern
+        .as_ref()
+        .filter(|main| main.contains('|'))
+        .cloned();
+    let hybrid_pattern = hybrid_pattern.map(|main| main.replace('|', ""));
     // arguments.py derives --num-layers from a hybrid pattern (and ignores another with a
     // warning): the pattern's count, and a contradicting --num-layers refused, not overridden.
     let layers = match &hybrid_pattern {
@@ -306,6 +315,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             ),
             None => None,
         },
+    };
+    let split = match &hybrid_pattern {
+        Some(_) => hybrid_split(&p, split, hybrid_segments.as_deref(), pp, hybrid_mtp_depths)?,
+        None => split,
     };
     if split.layout.is_some()
         && (p.value("num-layers-per-virtual-pipeline-stage").is_some()
@@ -508,6 +521,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         mtp_layers,
         attention_window: p.attention_window()?,
         hybrid: hybrid_of_line(&p, hybrid_pattern, hidden, hybrid_mtp_depths)?,
+        hybrid_segments,
         tp,
         experts,
         cp,
@@ -638,6 +652,111 @@ pub fn vpp_from_layers_per_virtual_stage(
         ));
     }
     Ok(vpp)
+}
+
+/// The layer counts of a '|'-cut pattern's segments, as "a/b/c".
+fn segment_lengths(pattern: &str) -> String {
+    pattern
+        .split('|')
+        .map(|segment| segment.chars().count().to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A hybrid line's pipeline split, with Megatron-LM's rules for a `--hybrid-layer-pattern`
+/// (arguments.py at d98e8a64ddf3): no `--num-layers-per-virtual-pipeline-stage`,
+/// `--num-virtual-stages-per-pipeline-rank`, `--pipeline-model-parallel-layout` or
+/// `--account-for-*-in-pipeline-split` beside it ("Pipeline stage layout is defined by |
+/// separators in the pattern"), and with '|' segments no first/last stage counts either. The
+/// segments, a multiple of the pipeline size (the virtual stages are segments / pp), become the
+/// layout of one chunk per segment that the transformer reader checks the same way; whether
+/// tpsim prices the same chunks is checked on the built plan (`MegatronLaunch::check_plan`).
+fn hybrid_split(
+    p: &Parsed,
+    split: SplitArgs,
+    segments: Option<&str>,
+    pp: u32,
+    mtp_layers: u32,
+) -> Result<SplitArgs, MegatronArgsError> {
+    let refused = |given: &str, why: &str| MegatronArgsError::Refused {
+        given: format!("{given} with --hybrid-layer-pattern"),
+        why: why.into(),
+    };
+    for flag in [
+        "num-layers-per-virtual-pipeline-stage",
+        "num-virtual-stages-per-pipeline-rank",
+        "pipeline-model-parallel-layout",
+    ] {
+        if p.value(flag).is_some() {
+            return Err(refused(
+                &format!("--{flag}"),
+                "Megatron-LM refuses it (arguments.py: the pipeline stages and virtual stages of a hybrid stack come from '|' separators in its pattern); cut the pattern into pp x virtual-stages segments with '|' instead, e.g. 'M*M*|M*M*' for two stages",
+            ));
+        }
+    }
+    if split.embedding_counted || split.loss_counted {
+        return Err(refused(
+            "--account-for-embedding/loss-in-pipeline-split",
+            "Megatron-LM refuses it (arguments.py: \"Pipeline stage layout is defined by | separators in the pattern\"); drop it, and cut the pattern with '|' for an uneven split",
+        ));
+    }
+    let Some(segments) = segments else {
+        return Ok(split);
+    };
+    if split.first.is_some() || split.last.is_some() {
+        return Err(refused(
+            "'|' segments and --decoder-first/last-pipeline-num-layers",
+            "Megatron-LM refuses both (arguments.py: \"the pipeline layout is explicitly defined\" by the separators); drop the first/last counts",
+        ));
+    }
+    let counts: Vec<u32> = segments
+        .split('|')
+        .map(|segment| u32::try_from(segment.chars().count()).unwrap_or(u32::MAX))
+        .collect();
+    let chunks = u32::try_from(counts.len()).unwrap_or(u32::MAX);
+    let given = format!("--hybrid-layer-pattern with {chunks} '|' segments");
+    if pp < 2 {
+        return Err(MegatronArgsError::Refused {
+            given: format!("{given} and --pipeline-model-parallel-size {pp}"),
+            why: format!(
+                "the segments are pipeline stages (and virtual stages); give --pipeline-model-parallel-size {chunks} (or a divisor of {chunks} from 2 for virtual stages), or drop the '|' separators"
+            ),
+        });
+    }
+    if !chunks.is_multiple_of(pp) {
+        return Err(MegatronArgsError::Refused {
+            given: format!("{given} and --pipeline-model-parallel-size {pp}"),
+            why: format!(
+                "Megatron-LM needs the segments to be a multiple of the pipeline size (arguments.py: \"must be evenly divisible by --pipeline-model-parallel-size\"); cut the pattern into a multiple of {pp} segments, or give a pipeline size dividing {chunks}"
+            ),
+        });
+    }
+    if counts.contains(&0) {
+        return Err(MegatronArgsError::Refused {
+            given: format!("{given} ({})", segment_lengths(segments)),
+            why: "a segment holds no layer, and tpsim plans at least one layer per model chunk; move a layer into it or drop that '|'".into(),
+        });
+    }
+    let first_chunk = counts[0];
+    let last_chunk = counts[counts.len() - 1];
+    let middle = &counts[1..counts.len() - 1];
+    let per_chunk = middle.first().copied().unwrap_or(first_chunk);
+    if middle.iter().any(|&c| c != per_chunk) {
+        return Err(MegatronArgsError::Refused {
+            given: format!("{given} ({})", segment_lengths(segments)),
+            why: "the segments between the first and the last hold different numbers of layers, which tpsim does not price (its pipelines give every middle model chunk the same layers); cut the pattern as `tpsim eval ... --emit megatron` writes it for this plan".into(),
+        });
+    }
+    Ok(SplitArgs {
+        layout: Some(ChunkLayout {
+            chunks,
+            first_chunk,
+            per_chunk,
+            last_chunk,
+            mtp_layers,
+        }),
+        ..split
+    })
 }
 
 /// The line's hybrid layer pattern: `--hybrid-layer-pattern`, or the deprecated
@@ -908,30 +1027,6 @@ impl MegatronLaunch {
     /// Virtual stages per pipeline rank, as Megatron-LM derives them.
     pub fn vpp(&self) -> Result<u32, String> {
         let vpp = self.virtual_stages_of_line()?;
-        // A hybrid stack takes no virtual stages (`plan::hybrid_pipeline_refusal`), whose words
-        // name --num-virtual-stages-per-pipeline-rank: a line that gave them another way is told
-        // the flag it has.
-        if vpp > 1 && self.hybrid.is_some() {
-            let given = match (self.split.layout, self.layers_per_virtual_stage) {
-                (Some(layout), _) => Some((
-                    format!(
-                        "--pipeline-model-parallel-layout ({} chunks)",
-                        layout.chunks
-                    ),
-                    "give a layout of one chunk per pipeline rank, or drop it",
-                )),
-                (None, Some(n)) => Some((
-                    format!("--num-layers-per-virtual-pipeline-stage {n}"),
-                    "drop --num-layers-per-virtual-pipeline-stage",
-                )),
-                (None, None) => None,
-            };
-            if let Some((given, fix)) = given {
-                return Err(format!(
-                    "{given} makes {vpp} virtual stages per pipeline rank, but Megatron-Core's hybrid Mamba-Transformer stack takes virtual pipeline stages only from '|' separators in its layer pattern (rule: hybrid_layer_allocation.py select_pipeline_segment), which tpsim's patterns do not carry; {fix}"
-                ));
-            }
-        }
         // arguments.py: "When interleaved schedule is used and p2p communication overlap is
         // disabled, pipeline-model-parallel size should be greater than 2".
         if vpp > 1 && self.pp == 2 && !self.overlap.p2p {
@@ -1044,9 +1139,20 @@ impl MegatronLaunch {
 
     /// Checks that the plan tpsim built is the one Megatron would run: the same layers on each
     /// stage, and full recompute of every layer.
-    pub fn check_plan(&self, plan: &ParallelPlan) -> Result<(), String> {
+    pub fn check_plan(&self, model: &Model, plan: &ParallelPlan) -> Result<(), String> {
         if self.split.any() || !plan.stages.even {
             check_split(&self.split, self.layers, plan)?;
+        }
+        if let (Some(given), Some(hybrid)) = (&self.hybrid_segments, &model.hybrid) {
+            let priced = super::hybrid_layer_pattern(model, hybrid, plan);
+            let priced = priced.split('/').next().unwrap_or_default();
+            if priced != given {
+                return Err(format!(
+                    "--hybrid-layer-pattern cuts its layers into pipeline segments of {} layers, but tpsim prices this plan's model chunks as {} layers; give the pattern as tpsim cuts it ('{priced}'), as `tpsim eval ... --emit megatron` writes it",
+                    segment_lengths(given),
+                    segment_lengths(priced)
+                ));
+            }
         }
         if let Some(full) = self.full_recompute {
             check_full_recompute(full, plan)?;

@@ -97,10 +97,11 @@ impl Framework {
         let name = self.name();
         if let Some(hybrid) = &model.hybrid {
             // Megatron-LM's line (`pretrain_hybrid.py`, `megatron_args`) has flags for the
-            // pattern and the mixer's shape; the other configurations have none.
-            if self != Framework::Megatron {
+            // pattern and the mixer's shape, Megatron-Bridge's `HybridModelProvider` fields
+            // (`bridge_hybrid_overrides`); the other configurations have none.
+            if !matches!(self, Framework::Megatron | Framework::MegatronBridge) {
                 return Some(format!(
-                    "hybrid Mamba-Transformer models (pattern {:?}) are not written for {name} yet; use --emit megatron, whose pretrain_hybrid.py line carries the pattern and the Mamba-2 shape",
+                    "hybrid Mamba-Transformer models (pattern {:?}) are not written for {name} yet; use --emit megatron, whose pretrain_hybrid.py line carries the pattern and the Mamba-2 shape, or --emit megatron-bridge",
                     hybrid.pattern
                 ));
             }
@@ -234,9 +235,19 @@ impl Framework {
     /// `TransformerLayer` runs the MLP after the attention's residual, behind its own
     /// `pre_mlp_layernorm`), so the line, read back, prices one more norm per layer.
     pub fn unsaid_model(self, model: &Model) -> Option<String> {
+        if self == Framework::MegatronBridge && model.is_hybrid() {
+            return Some(format!(
+                "apply these overrides to a Nemotron-H or Nemotron 3 recipe (recipes/nemotronh/): its HybridModelProvider builds the stack, with no position embedding and {}; a pipeline's stages are the '|' segments of model.hybrid_layer_pattern, which Megatron-Core reads from core_v0.17.0 on",
+                if model.gated_mlp {
+                    "its MLP activation (the model's MLPs are gated: set model.gated_linear_unit=true and the activation in the recipe)"
+                } else {
+                    "squared-ReLU MLPs (activation_func, a callable no override sets)"
+                }
+            ));
+        }
         if self == Framework::Megatron && model.is_hybrid() {
             return Some(format!(
-                "run the line below with pretrain_hybrid.py, Megatron-LM's entry point for hybrid stacks (pretrain_mamba.py before it); it gives the pattern{} with --hybrid-layer-pattern, from which Megatron-LM takes the layer count, and {}",
+                "run the line below with pretrain_hybrid.py, Megatron-LM's entry point for hybrid stacks (pretrain_mamba.py before it); it gives the pattern{} with --hybrid-layer-pattern, cut by '|' into the plan's pipeline chunks (stages and virtual stages; Megatron-Core reads them from core_v0.17.0 on), from which Megatron-LM takes the layer count, and {}",
                 if model.mtp_layers > 0 {
                     " and its MTP depths ('/' segments, each an attention and an MLP block of the last layer's kind)"
                 } else {
@@ -381,12 +392,20 @@ impl Framework {
         let low_precision = plan.precision != Precision::Bf16;
         let param_gather = low_precision && training.fp8_param_gather;
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
-        // A hybrid stack is said first (as `plan --emit` says it): the experts' refusal below
-        // offers --emit megatron-bridge, which refuses the stack in turn.
+        // A hybrid stack is said first (as `plan --emit` says it).
         if model.hybrid.is_some()
             && let Some(why) = self.model_unsupported(model)
         {
             return Some(why);
+        }
+        // Megatron-Bridge's `HybridModelProvider.provide` asserts no virtual stages ("Virtual
+        // pipeline model parallelism is temporarily unsupported in Hybrid models",
+        // hybrid_provider.py at 067f987df03b), where Megatron-LM takes them from the pattern.
+        if self == Framework::MegatronBridge && model.is_hybrid() && plan.vpp > 1 {
+            return Some(format!(
+                "--vpp {} with the hybrid Mamba-Transformer model {}: Megatron-Bridge's HybridModelProvider refuses virtual pipeline stages (\"temporarily unsupported in Hybrid models\", hybrid_provider.py); use --emit megatron, whose pattern's '|' segments carry them, or --vpp 1",
+                plan.vpp, model.name
+            ));
         }
         // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
         // far; the others would write a dense model with a different parameter count.
@@ -675,13 +694,32 @@ fn gpt_oss_sinks_refuse(model: &Model, exchange: crate::training::CpExchange) ->
         && exchange != crate::training::CpExchange::HeadAllToAll
 }
 
-/// A hybrid stack's `--hybrid-layer-pattern` value: the pattern and, per MTP depth, a '/' segment
-/// of an attention block and one of the last layer's MLP kind (`Model::check_hybrid` keeps MTP to
-/// stacks ending in one), quoted for the shell.
-fn hybrid_pattern_words(model: &Model, hybrid: &crate::model::Hybrid) -> String {
+/// A hybrid stack's `--hybrid-layer-pattern` value: the pattern, cut by '|' into the plan's model
+/// chunks where it has a pipeline (`MegatronSplit::PatternSegments`), and, per MTP depth, a '/'
+/// segment of an attention block and one of the last layer's MLP kind (`Model::check_hybrid` keeps
+/// MTP to stacks ending in one), unquoted.
+pub(crate) fn hybrid_layer_pattern(
+    model: &Model,
+    hybrid: &crate::model::Hybrid,
+    plan: &ParallelPlan,
+) -> String {
+    let main = match MegatronSplit::of(model, plan) {
+        MegatronSplit::PatternSegments { pattern } => pattern,
+        _ => hybrid.pattern.clone(),
+    };
+    format!("{main}{}", hybrid_mtp_segments(model, hybrid))
+}
+
+/// The '/' MTP segments of a hybrid pattern: one `*` and the last layer's MLP kind per depth.
+fn hybrid_mtp_segments(model: &Model, hybrid: &crate::model::Hybrid) -> String {
+    format!("/{}", hybrid_mtp_block(hybrid)).repeat(model.mtp_layers as usize)
+}
+
+/// The block one MTP depth of a hybrid stack runs: an attention block and one of the last layer's
+/// MLP kind (NVIDIA's "*E", Megatron-Bridge's `mtp_hybrid_override_pattern`).
+pub(crate) fn hybrid_mtp_block(hybrid: &crate::model::Hybrid) -> String {
     let last = hybrid.pattern.chars().last().unwrap_or('-');
-    let depths = (0..model.mtp_layers).map(|_| format!("/*{last}"));
-    format!("'{}{}'", hybrid.pattern, depths.collect::<String>())
+    format!("*{last}")
 }
 
 pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
@@ -699,7 +737,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     match &model.hybrid {
         Some(hybrid) => push(
             "hybrid-layer-pattern",
-            Some(hybrid_pattern_words(model, hybrid)),
+            Some(format!("'{}'", hybrid_layer_pattern(model, hybrid, plan))),
         ),
         None => push("num-layers", n(model.layers)),
     }
@@ -833,8 +871,16 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         // `Framework::unsupported` keeps such plans from being written (`eval --emit` refuses them,
         // `plan --emit` takes the next plan).
         MegatronSplit::Inexpressible { .. } => {}
+        // The pattern's '|' segments, written with the pattern above, set the stages and the
+        // virtual stages (arguments.py derives `virtual_pipeline_model_parallel_size` from them).
+        MegatronSplit::PatternSegments { .. } => {}
     }
-    if plan.vpp > 1 && !matches!(MegatronSplit::of(model, plan), MegatronSplit::Layout { .. }) {
+    if plan.vpp > 1
+        && !matches!(
+            MegatronSplit::of(model, plan),
+            MegatronSplit::Layout { .. } | MegatronSplit::PatternSegments { .. }
+        )
+    {
         push(
             "num-layers-per-virtual-pipeline-stage",
             n(MegatronSplit::layers_per_virtual_stage(model, plan)),

@@ -26,10 +26,25 @@ pub enum MegatronSplit {
     /// Middle stages with different layer counts: Megatron's first/last arguments cannot say it, and a
     /// per-stage layout would not be one of the forms tpsim reads back (`ChunkLayout`).
     Inexpressible { why: String },
+    /// A hybrid stack's pipeline: its layer pattern cut by '|' into one segment per model chunk in
+    /// depth order (segment `vp·pp + rank` on pipeline rank `rank`), each the layers tpsim prices on
+    /// that chunk (`cost::pipeline::ChunkLayout::range`). Megatron-Core takes the stages and the
+    /// virtual stages from these separators and refuses every other split argument beside them
+    /// (Megatron-LM `arguments.py` at d98e8a64ddf3: "Pipeline stage layout is defined by |
+    /// separators in the pattern"; `select_pipeline_segment` in
+    /// megatron/core/models/hybrid/hybrid_layer_allocation.py, '|' since core_v0.17.0).
+    PatternSegments { pattern: String },
 }
 
 impl MegatronSplit {
     pub fn of(model: &Model, plan: &ParallelPlan) -> MegatronSplit {
+        if let Some(hybrid) = &model.hybrid
+            && plan.pp > 1
+        {
+            return MegatronSplit::PatternSegments {
+                pattern: segmented_pattern(&hybrid.pattern, model, plan),
+            };
+        }
         let s = &plan.stages;
         if s.even {
             return MegatronSplit::Even;
@@ -107,6 +122,21 @@ impl MegatronSplit {
         };
         counted / (plan.pp * plan.vpp)
     }
+}
+
+/// A hybrid `pattern` cut into `plan`'s model chunks by '|', in depth order.
+fn segmented_pattern(pattern: &str, model: &Model, plan: &ParallelPlan) -> String {
+    let layout = crate::cost::pipeline::ChunkLayout::of(model, plan);
+    let symbols: Vec<char> = pattern.chars().collect();
+    (0..plan.pp * plan.vpp.max(1))
+        .map(|chunk| {
+            let (start, end) = layout.range(chunk);
+            symbols[start as usize..end as usize]
+                .iter()
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("|")
 }
 
 /// `n` transformer layers in a layout entry: nothing, `t`, or `t*n`.

@@ -315,7 +315,9 @@ impl Model {
                 'G' => " (a gated DeltaNet layer)",
                 'D' => " (DeepSeek sparse attention)",
                 '+' => " (latent attention)",
-                '|' => " (a pipeline-stage boundary)",
+                '|' => {
+                    " (a pipeline-stage boundary: the stages are the plan's, --pp and --vpp, which --emit megatron writes back as '|' segments)"
+                }
                 '/' => " (multi-token prediction layers: give their depth as --mtp-layers)",
                 _ => "",
             };

@@ -1076,7 +1076,9 @@ pub fn breakdown(
             p.stages.first
         );
     } else {
-        let split = if p.stages.given {
+        let split = if p.stages.given && model.is_hybrid() {
+            "first and last stage given, the middle ones sharing the rest, as the hybrid pattern's '|' segments set them".to_string()
+        } else if p.stages.given {
             "first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest".to_string()
         } else if p.stages.even {
             "even split".to_string()
@@ -1682,7 +1684,12 @@ pub fn explain_best(
                     _ => "tpsim's own split, weighing the embedding and the output layer as one layer each".to_string(),
                 }
             };
-            let flags = if p.stages.given {
+            let flags = if model.is_hybrid() {
+                // A hybrid stack's split is the pattern's '|' segments (Megatron-LM refuses the
+                // first/last flags beside them).
+                " (the '|' segments of --hybrid-layer-pattern, as --emit megatron writes them)"
+                    .to_string()
+            } else if p.stages.given {
                 format!(
                     " (--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {})",
                     p.stages.first, p.stages.last
