@@ -964,6 +964,10 @@ pub enum EmitTarget {
     Nemo,
     /// DeepSpeed config JSON (ZeRO stage, micro-batch, gradient accumulation, bf16).
     Deepspeed,
+    /// torchtitan recipe: a Python function returning Trainer.Config (parallel degrees, token
+    /// batches, activation checkpointing, compile, MXFP8) for a plan evaluated with --framework
+    /// torchtitan.
+    Torchtitan,
 }
 
 /// The axis a sweep varies.

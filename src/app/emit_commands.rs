@@ -1,5 +1,5 @@
-//! `--emit`: the launch configuration of a chosen plan for Megatron-LM, Megatron-Bridge, NeMo or
-//! DeepSpeed (stdout), with what the configuration cannot carry (stderr).
+//! `--emit`: the launch configuration of a chosen plan for Megatron-LM, Megatron-Bridge, NeMo,
+//! DeepSpeed or torchtitan (stdout), with what the configuration cannot carry (stderr).
 
 use anyhow::{Result, bail};
 
@@ -17,6 +17,7 @@ pub(super) fn framework_of(target: EmitTarget) -> Framework {
         EmitTarget::MegatronBridge => Framework::MegatronBridge,
         EmitTarget::Nemo => Framework::Nemo,
         EmitTarget::Deepspeed => Framework::DeepSpeed,
+        EmitTarget::Torchtitan => Framework::Torchtitan,
     }
 }
 
@@ -26,6 +27,7 @@ pub(super) fn target_name(target: EmitTarget) -> &'static str {
         EmitTarget::MegatronBridge => "megatron-bridge",
         EmitTarget::Nemo => "nemo",
         EmitTarget::Deepspeed => "deepspeed",
+        EmitTarget::Torchtitan => "torchtitan",
     }
 }
 
@@ -106,6 +108,12 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
             }
             format!("{}\n", emit::deepspeed_json(&s.training, plan))
         }
+        Framework::Torchtitan => {
+            for note in emit::torchtitan_notes(&s.model, &s.cluster, plan) {
+                eprintln!("note: {note}");
+            }
+            emit::torchtitan_recipe(&s.model, &s.training, plan)
+        }
     }
 }
 
@@ -135,6 +143,10 @@ pub(super) fn check_emit_input(
         bail!("--emit {}: {why}", target_name(target));
     }
     if let Some(why) = framework.moe_routing_unsupported(&s.training) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
+    // The torchtitan recipe's rules that hold whatever the plan (model, precision, gradients).
+    if let Some(why) = framework.run_unsupported(&s.model, &s.training, precision) {
         bail!("--emit {}: {why}", target_name(target));
     }
     // Every plan of the search has the precision given, so a precision the configuration cannot

@@ -132,10 +132,12 @@ fn emit_note(
     let framework = match scenario.training.framework {
         TrainingFramework::MegatronCore => Framework::Megatron,
         TrainingFramework::Deepspeed => Framework::DeepSpeed,
-        TrainingFramework::MegatronLm2021 | TrainingFramework::Torchtitan => return None,
+        TrainingFramework::Torchtitan => Framework::Torchtitan,
+        TrainingFramework::MegatronLm2021 => return None,
     };
     let flag = match framework {
         Framework::DeepSpeed => "deepspeed",
+        Framework::Torchtitan => "torchtitan",
         _ => "megatron",
     };
     let (model, training) = (&scenario.model, &scenario.training);

@@ -16,10 +16,12 @@ mod megatron_refused;
 mod megatron_words;
 mod nemo;
 mod pipeline_split;
+mod torchtitan;
 
 pub use bridge::bridge_overrides;
 pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
 pub use nemo::nemo_yaml;
+pub use torchtitan::{TORCHTITAN_COMMIT, notes as torchtitan_notes, torchtitan_recipe};
 
 pub use megatron_args::window_size_keys_before;
 pub use megatron_moe::{ExpertArgs, megatron_expert_args, moe_layer_freq_arg};
@@ -41,6 +43,7 @@ pub enum Framework {
     MegatronBridge,
     Nemo,
     DeepSpeed,
+    Torchtitan,
 }
 
 impl Framework {
@@ -50,6 +53,7 @@ impl Framework {
             Framework::MegatronBridge => "Megatron-Bridge",
             Framework::Nemo => "NeMo",
             Framework::DeepSpeed => "DeepSpeed",
+            Framework::Torchtitan => "torchtitan",
         }
     }
 
@@ -57,13 +61,14 @@ impl Framework {
     /// Megatron-Bridge overrides and the NeMo config all run on Megatron-Core (today's Megatron-LM
     /// flags such as `--attention-backend` and `--use-megatron-fsdp` exist only there, and
     /// `eval --megatron-args` reads a line back as megatron-core); the DeepSpeed config runs in
-    /// DeepSpeed.
+    /// DeepSpeed, the torchtitan recipe in torchtitan.
     pub fn runs_as(self) -> TrainingFramework {
         match self {
             Framework::Megatron | Framework::MegatronBridge | Framework::Nemo => {
                 TrainingFramework::MegatronCore
             }
             Framework::DeepSpeed => TrainingFramework::Deepspeed,
+            Framework::Torchtitan => TrainingFramework::Torchtitan,
         }
     }
 
@@ -81,6 +86,7 @@ impl Framework {
                 self.name(),
                 match runs_as {
                     TrainingFramework::Deepspeed => "DeepSpeed",
+                    TrainingFramework::Torchtitan => "torchtitan",
                     _ => "Megatron-Core",
                 },
                 runs_as.as_str(),
@@ -141,6 +147,21 @@ impl Framework {
             ));
         }
         None
+    }
+
+    /// Why this framework's configuration can write no plan of `model` with `training` in
+    /// `precision`, whatever the degrees (the torchtitan recipe's model, precision, gradient and
+    /// optimizer rules), or `None`: `plan --emit` says it before the search.
+    pub fn run_unsupported(
+        self,
+        model: &Model,
+        training: &Training,
+        precision: Precision,
+    ) -> Option<String> {
+        match self {
+            Framework::Torchtitan => torchtitan::run_unsupported(model, training, precision),
+            _ => None,
+        }
     }
 
     /// Why this framework's configuration cannot keep the optimizer states `training` plans with
@@ -633,6 +654,7 @@ impl Framework {
                     plan.zero
                 ))
             }
+            Framework::Torchtitan => torchtitan::unsupported(model, training, plan),
             _ => None,
         }
     }

@@ -1,0 +1,650 @@
+//! torchtitan out: a Python recipe, a function returning torchtitan's `Trainer.Config`, that sets
+//! every parallel degree, batch size, recompute mode, precision and compile choice of a plan
+//! evaluated as `--framework torchtitan` runs it; what the recipe cannot carry is refused here
+//! ([`unsupported`]), what the user must still supply is said beside it ([`notes`]).
+//!
+//! Written against pytorch/torchtitan at commit b5bcd76c66d0 (2026-08-21), [`TORCHTITAN_COMMIT`].
+//! There a run is "a function that returns a complete `Trainer.Config`", selected with
+//! `--module`/`--config` (torchtitan/config/README.md); the `--section.option` flags are frozen.
+//! The fields set come from torchtitan/config/configs.py (`TrainingConfig`, `ParallelismConfig`,
+//! `CompileConfig`), torchtitan/trainer.py (`Trainer.Config`: `activation_checkpoint` defaults to
+//! `SelectiveAC.Config()`, so it is always written) and torchtitan/models/llama3/ (`model_registry`,
+//! `config_registry.py`'s `llama3_8b`/`llama3_70b`/`llama3_405b` recipes).
+
+use crate::cluster::Cluster;
+use crate::model::{Model, Norm, PositionEmbedding};
+use crate::plan::{ParallelPlan, Precision, Recompute};
+use crate::training::{
+    AttentionKernel, CpExchange, GradDtype, KernelFusion, OptimizerStates, Training,
+    TrainingFramework,
+};
+
+/// The torchtitan commit the recipe is written against.
+pub const TORCHTITAN_COMMIT: &str = "b5bcd76c66d0";
+
+/// A Llama 3 flavor torchtitan ships: `llama3_configs` in torchtitan/models/llama3/__init__.py
+/// (b5bcd76c66d0), its FFN width `compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier)`
+/// (torchtitan/models/common/feed_forward.py) worked out, RoPE theta 500000 in every flavor.
+struct Flavor {
+    name: &'static str,
+    layers: u32,
+    hidden: u32,
+    heads: u32,
+    kv_heads: u32,
+    ffn_hidden: u32,
+    vocab: u32,
+    tied_embeddings: bool,
+    /// The recipe in torchtitan/models/llama3/config_registry.py that sets data, tokenizer,
+    /// optimizer and checkpoints for this flavor (None: 1B and 3B have none).
+    recipe: Option<&'static str>,
+}
+
+const LLAMA3_FLAVORS: [Flavor; 5] = [
+    // `_1b`: dim 2048, 16 layers, 32 heads, 8 KV heads, multiple_of 1024, multiplier 1.5, tied.
+    Flavor {
+        name: "1B",
+        layers: 16,
+        hidden: 2048,
+        heads: 32,
+        kv_heads: 8,
+        ffn_hidden: 8192,
+        vocab: 128256,
+        tied_embeddings: true,
+        recipe: None,
+    },
+    // `_3b`: dim 3072, 28 layers, 24 heads, 8 KV heads, multiple_of 1024, multiplier 1.0, tied.
+    Flavor {
+        name: "3B",
+        layers: 28,
+        hidden: 3072,
+        heads: 24,
+        kv_heads: 8,
+        ffn_hidden: 8192,
+        vocab: 128256,
+        tied_embeddings: true,
+        recipe: None,
+    },
+    // `_8b`: dim 4096, 32 layers, 32 heads, 8 KV heads, multiple_of 1024, multiplier 1.3.
+    Flavor {
+        name: "8B",
+        layers: 32,
+        hidden: 4096,
+        heads: 32,
+        kv_heads: 8,
+        ffn_hidden: 14336,
+        vocab: 128256,
+        tied_embeddings: false,
+        recipe: Some("llama3_8b"),
+    },
+    // `_70b`: dim 8192, 80 layers, 64 heads, 8 KV heads, multiple_of 4096, multiplier 1.3.
+    Flavor {
+        name: "70B",
+        layers: 80,
+        hidden: 8192,
+        heads: 64,
+        kv_heads: 8,
+        ffn_hidden: 28672,
+        vocab: 128256,
+        tied_embeddings: false,
+        recipe: Some("llama3_70b"),
+    },
+    // `_405b`: dim 16384, 126 layers, 128 heads, 8 KV heads, multiple_of 4096, multiplier 1.2.
+    Flavor {
+        name: "405B",
+        layers: 126,
+        hidden: 16384,
+        heads: 128,
+        kv_heads: 8,
+        ffn_hidden: 53248,
+        vocab: 128256,
+        tied_embeddings: false,
+        recipe: Some("llama3_405b"),
+    },
+];
+
+/// The RoPE base every shipped flavor uses (`ComplexRoPE.Config(theta=500000)`).
+const LLAMA3_ROPE_THETA: f64 = 500000.0;
+
+/// The shipped flavor whose shape is `model`'s, if any.
+fn flavor_of(model: &Model) -> Option<&'static Flavor> {
+    LLAMA3_FLAVORS.iter().find(|f| {
+        (
+            f.layers,
+            f.hidden,
+            f.heads,
+            f.kv_heads,
+            f.ffn_hidden,
+            f.vocab,
+            f.tied_embeddings,
+        ) == (
+            model.layers,
+            model.hidden,
+            model.heads,
+            model.kv_heads,
+            model.ffn_hidden,
+            model.vocab,
+            model.tied_embeddings,
+        ) && model.rotary_base == Some(LLAMA3_ROPE_THETA)
+    })
+}
+
+/// What of `model` torchtitan's Llama 3 block (RMSNorm, SwiGLU, RoPE over the whole head, no
+/// biases, no dropout: `_build_llama3_layers`, torchtitan/models/llama3/__init__.py) does not
+/// build, or None. Experts, latent attention, MTP and windows are refused before this
+/// (`Framework::unsupported`).
+fn non_llama_part(model: &Model) -> Option<String> {
+    let part = if model.norm != Norm::Rmsnorm {
+        "LayerNorm (torchtitan's Llama 3 uses RMSNorm)".to_string()
+    } else if !model.gated_mlp {
+        "a two-matrix MLP (torchtitan's Llama 3 uses SwiGLU)".to_string()
+    } else if model.linear_bias || model.qkv_bias {
+        "biases on its linear layers (torchtitan's Llama 3 has none)".to_string()
+    } else if model.qk_norm {
+        "query/key norms (torchtitan's Llama 3 has none)".to_string()
+    } else if model.shared_layer_norm {
+        "one norm shared by attention and MLP (torchtitan's Llama 3 has one each)".to_string()
+    } else if model.position_embedding != PositionEmbedding::Rope {
+        format!(
+            "{} positions (torchtitan's Llama 3 uses RoPE)",
+            model.position_embedding.as_str()
+        )
+    } else if model.rotary_percent.is_some_and(|share| share != 1.0) {
+        "RoPE over part of each head (torchtitan's Llama 3 rotates the whole head)".to_string()
+    } else if model.heads == 0 || model.head_dim != model.hidden / model.heads {
+        format!(
+            "a head width of {} apart from hidden / heads (torchtitan's Llama 3 takes dim / n_heads)",
+            model.head_dim
+        )
+    } else if model.dropout {
+        "dropout (torchtitan's Llama 3 has none)".to_string()
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} has {part}, and tpsim writes torchtitan recipes for its Llama 3 model only (torchtitan/models/llama3 at {TORCHTITAN_COMMIT}); use --emit megatron with --framework megatron-core, or run without --emit",
+        model.name
+    ))
+}
+
+/// Why the recipe cannot run `plan` as tpsim evaluated it, or None. Called by
+/// `Framework::unsupported` after the framework match and the model refusals all emitters share.
+pub(super) fn unsupported(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Option<String> {
+    if let Some(why) = run_unsupported(model, training, plan.precision) {
+        return Some(why);
+    }
+    plan_unsupported(model, training, plan)
+}
+
+/// Why no plan of this model, training and precision can be written, whatever its degrees:
+/// `plan --emit torchtitan` says it before the search, as an input error.
+pub(super) fn run_unsupported(
+    model: &Model,
+    training: &Training,
+    precision: Precision,
+) -> Option<String> {
+    if let Some(why) = non_llama_part(model) {
+        return Some(why);
+    }
+    // Settings only the accuracy runner gives, for torchtitan releases before this one.
+    if training.pipeline_keeps_outputs || training.fsdp_syncs_once_per_step {
+        return Some(format!(
+            "this plan was evaluated for an earlier torchtitan (pipeline_keeps_outputs {}, fsdp_syncs_once_per_step {}), which a recipe for {TORCHTITAN_COMMIT} cannot reproduce; evaluate it with --framework torchtitan from the command line",
+            training.pipeline_keeps_outputs, training.fsdp_syncs_once_per_step
+        ));
+    }
+    // torchao's float8 in torchtitan: `Float8LinearConverter.Config.recipe_name: Literal["rowwise",
+    // "rowwise_with_gw_hp"]` (torchtitan/components/quantization/float8.py since 6348d93d1,
+    // #3127); tpsim's fp8 under torchtitan is per-tensor current scaling (torchao tensorwise).
+    match precision {
+        Precision::Fp8 => {
+            return Some(format!(
+                "--precision fp8 is per-tensor (tensorwise) scaling in tpsim, which torchtitan no longer offers: its Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp only (torchtitan/components/quantization/float8.py at {TORCHTITAN_COMMIT}), which tpsim does not price; use --precision mxfp8 (MXFP8LinearConverter, Blackwell) or bf16, or --framework megatron-core with --emit megatron"
+            ));
+        }
+        Precision::Nvfp4 => {
+            return Some(
+                "--precision nvfp4 is priced as Transformer Engine's NVFP4 recipe, not torchao's NVFP4LinearConverter that torchtitan runs; use --precision mxfp8 or bf16, or --framework megatron-core with --emit megatron".into(),
+            );
+        }
+        Precision::Bf16 | Precision::Mxfp8 => {}
+    }
+    if precision != Precision::Bf16 && training.fp8_param_gather {
+        return Some(
+            "the low-precision parameter all-gather (fp8_param_gather) has no torchtitan setting (FSDP2 gathers the bf16 cast of the fp32 parameters); evaluate without it".into(),
+        );
+    }
+    if !training.bf16_layers.is_none() || !training.module_precision.is_none() {
+        return Some(
+            "layers or modules kept in bf16 inside a low-precision model (--first-last-layers-bf16) are Megatron-Core's; this recipe converts every transformer layer's linears; drop --first-last-layers-bf16".into(),
+        );
+    }
+    // `mixed_precision_reduce: Literal["float32"]` (configs.py `TrainingConfig`).
+    if training.grad_dtype != GradDtype::Fp32 {
+        return Some(format!(
+            "--grad-dtype {} has no torchtitan setting: FSDP2 reduces gradients in float32 only (TrainingConfig.mixed_precision_reduce: Literal[\"float32\"]); use --grad-dtype fp32",
+            training.grad_dtype.as_str()
+        ));
+    }
+    // The model is built in `training.dtype = "float32"` and FSDP2 casts the gathered copy to
+    // `mixed_precision_param = "bfloat16"`: fp32 parameters are the optimizer's.
+    if training.optimizer_states != OptimizerStates::Fp32Params {
+        return Some(format!(
+            "--optimizer-states {} is not how this recipe keeps its states (torchtitan builds the model in training.dtype float32 and FSDP2 gathers bf16 casts: fp32-params); use --optimizer-states fp32-params",
+            training.optimizer_states.as_str()
+        ));
+    }
+    // `get_attention_config` (torchtitan/models/common/config_utils.py) has flex, flex_flash and
+    // varlen for language models, all fused kernels.
+    if training.attention != AttentionKernel::Flash {
+        return Some(format!(
+            "--attention {} has no torchtitan backend (language models run FlexAttention or varlen flash attention); use --attention flash",
+            training.attention.as_str()
+        ));
+    }
+    if training.loss != TrainingFramework::Torchtitan.default_loss_kernel(training.kernel_fusion) {
+        return Some(
+            "the plan's loss kernel is not torchtitan's for its compile setting (the recipe's CrossEntropyLoss is compiled with the model, eager without); evaluate it with --framework torchtitan from the command line".into(),
+        );
+    }
+    None
+}
+
+/// Why this plan's degrees, batch, recompute or overlap cannot be written (`unsupported` after
+/// `run_unsupported`).
+fn plan_unsupported(model: &Model, training: &Training, plan: &ParallelPlan) -> Option<String> {
+    if plan.cp > 1 && training.cp_exchange != CpExchange::TorchAllGather {
+        return Some(format!(
+            "--cp {} with --cp-exchange {}: torchtitan's context parallelism is PyTorch's context_parallel (context_parallel_degree); use --cp-exchange torch-all-gather",
+            plan.cp,
+            training.cp_exchange.as_str()
+        ));
+    }
+    match plan.recompute {
+        // `FullAC` wraps every transformer block (torchtitan/distributed/activation_checkpoint.py).
+        Recompute::Full if plan.recompute_num_layers > 0 => {
+            return Some(format!(
+                "--recompute-num-layers {}: torchtitan's FullAC recomputes every transformer block, not some of each chunk's; drop --recompute-num-layers",
+                plan.recompute_num_layers
+            ));
+        }
+        Recompute::Selective if training.recompute_modules.is_some() => {
+            return Some(
+                "--recompute-modules is Megatron-Core's; torchtitan's selective recompute is SelectiveAC's per-op policy; drop --recompute-modules".into(),
+            );
+        }
+        _ => {}
+    }
+    // `ParallelismConfig`: data_parallel_replicate_degree (ZeRO-0) or data_parallel_shard_degree
+    // (FSDP2, ZeRO-3); no stage in between.
+    if !matches!(plan.zero, 0 | 3) {
+        return Some(format!(
+            "--zero {} has no torchtitan setting (it replicates, data_parallel_replicate_degree, or shards everything with FSDP2, data_parallel_shard_degree); use --zero 0 or --zero 3",
+            plan.zero
+        ));
+    }
+    if plan.zero == 3 && plan.dp > 1 && plan.dp_replicas == plan.dp && plan.cp == 1 {
+        return Some(format!(
+            "--zero 3 with --dp-replicas {} on --dp {} shards over one rank per copy, which torchtitan runs as replication (data_parallel_shard_degree 1 leaves FSDP2 nothing to shard over); use --zero 0, or fewer --dp-replicas",
+            plan.dp_replicas, plan.dp
+        ));
+    }
+    // `CompileConfig.__post_init__`: "Async TP requires 'model' in --compile.components and
+    // --compile.enable".
+    if async_tp(training, plan) && training.kernel_fusion != KernelFusion::Fused {
+        return Some(format!(
+            "--tp-comm-overlap true on --tp {} is torchtitan's async TP, which needs torch.compile (CompileConfig: \"Async TP requires 'model' in --compile.components and --compile.enable\"); add --torch-compile true, or --tp-comm-overlap false",
+            plan.tp
+        ));
+    }
+    // FSDP2 always prefetches its all-gathers and reduce-scatters in the backward; PyTorch's
+    // pipelining has no p2p overlap setting.
+    let dp_ranks = plan.dp * plan.cp;
+    if dp_ranks > 1 && !training.overlap.grad_reduce {
+        return Some(
+            "--overlap-grad-reduce false has no torchtitan setting (FSDP2 reduces gradients during the backward); use --overlap-grad-reduce true".into(),
+        );
+    }
+    if plan.zero == 3 && dp_ranks > 1 && !training.overlap.param_gather {
+        return Some(
+            "--overlap-param-gather false has no torchtitan setting (FSDP2 prefetches the next all-gather); use --overlap-param-gather true".into(),
+        );
+    }
+    if plan.pp > 1 && training.overlap.p2p {
+        return Some(
+            "--overlap-p2p-comm true has no torchtitan setting (PyTorch's pipelining schedules, which tpsim prices without p2p overlap); use --overlap-p2p-comm false".into(),
+        );
+    }
+    // trainer.py: "The number of tokens per pipeline microbatch (...) must be divisible by
+    // {seq_len_divisor}", tp under sequence parallelism times 2·cp under context parallelism.
+    let divisor = token_divisor(plan);
+    if !(u64::from(plan.micro_batch) * u64::from(training.seq_len)).is_multiple_of(divisor) {
+        return Some(format!(
+            "--micro-batch {} x --seq-len {} tokens is not a multiple of {divisor}, which torchtitan's trainer requires of the tokens per micro-batch (tp under sequence parallelism x 2 cp); give a --seq-len that is",
+            plan.micro_batch, training.seq_len
+        ));
+    }
+    if plan.pp > 1 && chunk_layers(model, plan).is_none() {
+        return Some(format!(
+            "the uneven split of {} layers over --pp {} x --vpp {} model chunks is not one tpsim can list as torchtitan's module_fqns_per_model_part; use a pp x vpp that divides the layers",
+            model.layers, plan.pp, plan.vpp
+        ));
+    }
+    None
+}
+
+/// Whether the plan runs torchtitan's async TP (`CompileConfig.enable_async_tensor_parallel`).
+fn async_tp(training: &Training, plan: &ParallelPlan) -> bool {
+    training.overlap.tp_comm && plan.tp > 1
+}
+
+/// What the tokens of one micro-batch must divide by (trainer.py `seq_len_divisor`).
+fn token_divisor(plan: &ParallelPlan) -> u64 {
+    let tp = if plan.sequence_parallel { plan.tp } else { 1 };
+    let cp = if plan.cp > 1 { 2 * plan.cp } else { 1 };
+    u64::from(tp) * u64::from(cp)
+}
+
+/// Transformer layers of each model chunk in depth order (the order torchtitan's
+/// `module_fqns_per_model_part` lists stages in, for looped and V schedules alike:
+/// `_get_pp_rank_to_stage_indices_mapping`, torchtitan/distributed/pipeline_parallel.py), as
+/// tpsim places them: one chunk per stage (`cost::simulated::layers_per_stage`), equal chunks, or
+/// chunks filled front to back with the remainder last (`StageLayout::filled_chunks`). None for
+/// an interleaved uneven split of another kind.
+fn chunk_layers(model: &Model, plan: &ParallelPlan) -> Option<Vec<u32>> {
+    if plan.vpp <= 1 {
+        return Some(crate::cost::simulated::layers_per_stage(model, plan));
+    }
+    let chunks = plan.pp * plan.vpp;
+    if plan.stages.even && model.layers.is_multiple_of(chunks) {
+        return Some(vec![model.layers / chunks; chunks as usize]);
+    }
+    let per_chunk = plan.stages.chunk_layers;
+    if per_chunk > 0 {
+        let last = model.layers.checked_sub(per_chunk * (chunks - 1))?;
+        let mut out = vec![per_chunk; chunks as usize - 1];
+        out.push(last);
+        return Some(out);
+    }
+    None
+}
+
+/// The recipe's function name: `tpsim_` and the model's name in Python's identifier letters.
+fn function_name(model: &Model) -> String {
+    let slug: String = model
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("tpsim_{slug}")
+}
+
+/// The flavor `model_registry` is called with: the shipped one, or the model's own name, which
+/// the user adds to `llama3_configs` (`notes` says so).
+fn flavor_name(model: &Model) -> String {
+    flavor_of(model).map_or_else(|| model.name.clone(), |f| f.name.to_string())
+}
+
+/// What the user must supply or know beside the recipe (stderr `note:` lines, without the prefix).
+pub fn notes(model: &Model, cluster: &Cluster, plan: &ParallelPlan) -> Vec<String> {
+    let mut out = Vec::new();
+    let function = function_name(model);
+    let gpus = cluster.total_gpus();
+    let launch = if cluster.nodes == 1 {
+        format!("NGPU={gpus} MODULE=torchtitan_recipes.tpsim_plan CONFIG={function} ./run_train.sh")
+    } else {
+        format!(
+            "torchrun --nnodes {} --nproc_per_node {} (with your rendezvous) -m torchtitan.train --module torchtitan_recipes.tpsim_plan --config {function} on every node",
+            cluster.nodes, cluster.gpus_per_node
+        )
+    };
+    out.push(format!(
+        "save the recipe below as torchtitan_recipes/tpsim_plan.py in a torchtitan checkout (written against {TORCHTITAN_COMMIT}) and run it on {gpus} GPUs = {} x {} x {} x {} (dp x cp x tp x pp): {launch}",
+        plan.dp, plan.cp, plan.tp, plan.pp
+    ));
+    match flavor_of(model) {
+        Some(Flavor {
+            name,
+            recipe: Some(recipe),
+            ..
+        }) => out.push(format!(
+            "{} is torchtitan's llama3 flavor {name}; data, tokenizer (hf_assets_path), optimizer, LR schedule and checkpointing come from its {recipe} recipe (torchtitan/models/llama3/config_registry.py): set yours there or in the recipe",
+            model.name
+        )),
+        Some(Flavor { name, .. }) => out.push(format!(
+            "{} is torchtitan's llama3 flavor {name}, which ships no recipe; data, optimizer and checkpointing come from the llama3_8b recipe (torchtitan/models/llama3/config_registry.py): set hf_assets_path to {name}'s tokenizer and weights",
+            model.name
+        )),
+        None => out.push(format!(
+            "{name} is no llama3 flavor torchtitan ships (1B, 3B, 8B, 70B, 405B): add \"{name}\" to llama3_configs in torchtitan/models/llama3/__init__.py, built as _8b is with dim={}, n_layers={}, n_heads={}, n_kv_heads={}, hidden_dim={}, vocab_size={}, RoPE theta={}{}; data, optimizer and checkpointing come from the llama3_8b recipe: set hf_assets_path to a tokenizer of {} tokens",
+            model.hidden,
+            model.layers,
+            model.heads,
+            model.kv_heads,
+            model.ffn_hidden,
+            model.vocab,
+            crate::emit::rotary_base_words(model.rotary_base.unwrap_or(10000.0)),
+            if model.tied_embeddings {
+                ", enable_weight_tying=True"
+            } else {
+                ""
+            },
+            model.vocab,
+            name = model.name
+        )),
+    }
+    // tpsim's torchtitan attention (`TrainingFramework::Torchtitan`: SDPA's FlashAttention-2
+    // efficiency, `sdpa_repeats_kv`) predates this commit's `get_attention_config`, which refuses
+    // sdpa for language models.
+    out.push(format!(
+        "tpsim prices torchtitan's attention as PyTorch SDPA's FlashAttention-2 kernel with K/V repeated to every query head; at {TORCHTITAN_COMMIT} torchtitan runs language models on FlexAttention (model_registry's default attn_backend \"flex\"; \"sdpa\" is refused) with grouped K/V and per-document block-causal masks, so its attention time and memory can differ from tpsim's"
+    ));
+    out
+}
+
+/// The recipe: one Python module holding one function that returns `Trainer.Config`.
+pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
+    let flavor = flavor_of(model);
+    let base = flavor.and_then(|f| f.recipe).unwrap_or("llama3_8b");
+    let function = function_name(model);
+    let compiled = training.kernel_fusion == KernelFusion::Fused;
+    let async_tp = async_tp(training, plan);
+    let seq = training.seq_len;
+    let py_bool = |b: bool| if b { "True" } else { "False" };
+    let mut imports = vec![
+        "from torchtitan.components.loss import CrossEntropyLoss".to_string(),
+        "from torchtitan.config import CompileConfig, ParallelismConfig".to_string(),
+    ];
+    let ac = match plan.recompute {
+        Recompute::None => "None",
+        Recompute::Selective => "SelectiveAC.Config()",
+        Recompute::Full => "FullAC.Config()",
+    };
+    match plan.recompute {
+        Recompute::None => {}
+        Recompute::Selective => imports
+            .push("from torchtitan.distributed.activation_checkpoint import SelectiveAC".into()),
+        Recompute::Full => {
+            imports.push("from torchtitan.distributed.activation_checkpoint import FullAC".into())
+        }
+    }
+    if plan.precision == Precision::Mxfp8 {
+        imports.push("from torchtitan.components.quantization import MXFP8LinearConverter".into());
+    }
+    imports
+        .push("from torchtitan.models.common.config_utils import decoder_vocab_size".to_string());
+    imports.push("from torchtitan.models.llama3 import model_registry".to_string());
+    imports.push(format!(
+        "from torchtitan.models.llama3.config_registry import {base}"
+    ));
+    imports.push("from torchtitan.trainer import Trainer".to_string());
+
+    let mut py = String::new();
+    py.push_str(&format!(
+        "# torchtitan recipe written by tpsim for {}.\n",
+        crate::report::plan_words(plan)
+    ));
+    py.push_str(&format!(
+        "# For pytorch/torchtitan at {TORCHTITAN_COMMIT}: a function returning Trainer.Config (torchtitan/config/README.md).\n"
+    ));
+    py.push_str(&imports.join("\n"));
+    py.push_str("\n\n\n");
+    if plan.pp > 1 {
+        py.push_str(
+            "def _layers(start: int, stop: int) -> list[str]:\n    return [f\"layers.{i}\" for i in range(start, stop)]\n\n\n",
+        );
+    }
+    py.push_str(&format!("def {function}() -> Trainer.Config:\n"));
+    py.push_str(&format!(
+        "    # Data, tokenizer, optimizer, LR schedule and checkpointing: torchtitan's {base} recipe.\n    config = {base}()\n"
+    ));
+    // Compile: tpsim's kernel fusion (`--torch-compile`), async TP with it.
+    py.push_str(&format!(
+        "    config.compile = CompileConfig(\n        enable={},\n        enable_async_tensor_parallel={},\n    )\n",
+        py_bool(compiled),
+        py_bool(async_tp)
+    ));
+    // Precision: MXFP8 on the transformer layers' linears, the output layer kept in bf16 as tpsim
+    // prices it (`fqns=["layers"]`, as config_registry.py's NVFP4 recipe leaves lm_head stock).
+    let converters = match plan.precision {
+        Precision::Mxfp8 => format!(
+            ",\n        converters=[\n            MXFP8LinearConverter.Config(\n                fqns=[\"layers\"],\n                model_compile_enabled={},\n            ),\n        ],\n    ",
+            py_bool(compiled)
+        ),
+        _ => String::new(),
+    };
+    let flavor_name = flavor_name(model);
+    if converters.is_empty() {
+        py.push_str(&format!(
+            "    config.model_spec = model_registry(\"{flavor_name}\")\n"
+        ));
+    } else {
+        py.push_str(&format!(
+            "    config.model_spec = model_registry(\n        \"{flavor_name}\"{converters})\n"
+        ));
+    }
+    py.push_str(
+        "    # Plain cross-entropy, as tpsim prices it (compiled with the model under compile).\n    config.loss = CrossEntropyLoss.Config(\n        global_vocab_size=decoder_vocab_size(config.model_spec),\n    )\n",
+    );
+    // Batch: torchtitan counts tokens (configs.py `TrainingConfig`; trainer.py derives the
+    // gradient-accumulation steps as num_tokens_per_train_step / (tokens per dp rank x dp)).
+    py.push_str(&format!(
+        "    # {} x {seq}-token sequences per micro-batch, {} per step; {}.\n",
+        plan.micro_batch,
+        plan.global_batch,
+        grad_accumulation_words(plan)
+    ));
+    py.push_str(&format!(
+        "    config.training.max_context_length = {seq}\n    config.training.num_tokens_per_microbatch_per_dp_rank = {} * {seq}\n    config.training.num_tokens_per_train_step = {} * {seq}\n",
+        plan.micro_batch, plan.global_batch
+    ));
+    py.push_str(
+        "    # fp32 parameters and Adam states, bf16 compute, fp32 gradient reduction.\n    config.training.dtype = \"float32\"\n    config.training.mixed_precision_param = \"bfloat16\"\n    config.training.mixed_precision_reduce = \"float32\"\n    config.training.enable_cpu_offload = False\n",
+    );
+    if plan.pp > 1 {
+        // trainer.py `_validate_cuda_graphs`: "CUDA graphs do not support pipeline parallelism yet".
+        py.push_str("    config.training.disable_cuda_graphs = True\n");
+    }
+    // Data parallelism: replicate (ZeRO-0) or FSDP2 shards, HSDP with copies.
+    let (replicate, shard) = if plan.zero == 3 {
+        (plan.dp_replicas, plan.dp / plan.dp_replicas.max(1))
+    } else {
+        (plan.dp, 1)
+    };
+    py.push_str("    config.parallelism = ParallelismConfig(\n");
+    let mut field = |name: &str, value: String| {
+        py.push_str(&format!("        {name}={value},\n"));
+    };
+    field("data_parallel_replicate_degree", replicate.to_string());
+    field("data_parallel_shard_degree", shard.to_string());
+    field(
+        "fsdp_reshard_after_forward",
+        format!(
+            "\"{}\"",
+            if plan.reshard_after_forward {
+                "always"
+            } else {
+                "never"
+            }
+        ),
+    );
+    field("tensor_parallel_degree", plan.tp.to_string());
+    field(
+        "enable_sequence_parallel",
+        py_bool(plan.sequence_parallel).to_string(),
+    );
+    field("context_parallel_degree", plan.cp.to_string());
+    if plan.cp > 1 {
+        // The head-tail split tpsim assumes (2·cp chunks, `cp_balances_causal_chunks`).
+        field("context_parallel_load_balancer", "\"headtail\"".to_string());
+    }
+    field("pipeline_parallel_degree", plan.pp.to_string());
+    if plan.pp > 1 {
+        field(
+            "pipeline_parallel_schedule",
+            format!("\"{}\"", training.pp_schedule.torchtitan_name(plan.vpp)),
+        );
+        field(
+            "num_pp_microbatches",
+            (plan.num_microbatches / plan.schedule_runs.max(1)).to_string(),
+        );
+        field("module_fqns_per_model_part", module_fqns_words(model, plan));
+    }
+    field("expert_parallel_degree", "1".to_string());
+    py.push_str("    )\n");
+    py.push_str(&format!("    config.activation_checkpoint = {ac}\n"));
+    py.push_str("    return config\n");
+    py
+}
+
+/// How the step splits into schedules or micro-batches, in words for the recipe's comment.
+fn grad_accumulation_words(plan: &ParallelPlan) -> String {
+    if plan.pp > 1 {
+        let runs = plan.schedule_runs.max(1);
+        format!(
+            "{} micro-batches per pipeline schedule, {} gradient-accumulation step{}",
+            plan.num_microbatches / runs,
+            runs,
+            if runs == 1 { "" } else { "s" }
+        )
+    } else {
+        format!(
+            "{} gradient-accumulation step{}",
+            plan.num_microbatches,
+            if plan.num_microbatches == 1 { "" } else { "s" }
+        )
+    }
+}
+
+/// `module_fqns_per_model_part` as Python: the embedding on the first chunk, the final norm and
+/// the output layer on the last (the module names `_generate_llm_fqn_per_model_part` uses).
+fn module_fqns_words(model: &Model, plan: &ParallelPlan) -> String {
+    let chunks = chunk_layers(model, plan).unwrap_or_default();
+    let last = chunks.len().saturating_sub(1);
+    let mut start = 0;
+    let mut out = String::from("[\n");
+    for (i, layers) in chunks.iter().enumerate() {
+        let mut parts = Vec::new();
+        if i == 0 {
+            parts.push("\"tok_embeddings\"".to_string());
+        }
+        parts.push(format!("*_layers({start}, {})", start + layers));
+        if i == last {
+            parts.push("\"norm\"".to_string());
+            parts.push("\"lm_head\"".to_string());
+        }
+        out.push_str(&format!("            [{}],\n", parts.join(", ")));
+        start += layers;
+    }
+    out.push_str("        ]");
+    out
+}
