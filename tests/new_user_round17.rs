@@ -98,3 +98,38 @@ fn help_texts_name_only_files_that_exist() {
         }
     }
 }
+
+/// `plan --model mixtral-8x7b-v0.1` (the Hub's name, and the name of the bundled sample
+/// models/hf/mixtral-8x7b-v0.1.json) or `--model deepseek-v3-671b` answered "unknown model" with
+/// the list of 21 names and no suggestion, while `--model llama-3-70b` got "did you mean
+/// llama3-70b?". A name that extends a bundled one now gets that one suggested too.
+#[test]
+fn a_hub_name_with_a_suffix_suggests_the_bundled_model() {
+    for (asked, meant) in [
+        ("mixtral-8x7b-v0.1", "mixtral-8x7b"),
+        ("deepseek-v3-671b", "deepseek-v3"),
+        ("Qwen3-30B-A3B-Base", "qwen3-30b-a3b"),
+    ] {
+        let r = run(&["plan", "--model", asked, "--nodes", "8"]);
+        assert_eq!(r.code, 2, "{asked}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("(did you mean {meant}?)")),
+            "{asked}: {}",
+            r.stderr
+        );
+    }
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "h100-sxm-80gb",
+        "--nodes",
+        "8",
+    ]);
+    assert!(
+        r.stderr.contains("(did you mean h100-sxm-80g?)"),
+        "{}",
+        r.stderr
+    );
+}
