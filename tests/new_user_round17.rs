@@ -133,3 +133,63 @@ fn a_hub_name_with_a_suffix_suggests_the_bundled_model() {
         r.stderr
     );
 }
+
+/// `plan --gpu gb300-nvl72` (and `--gpu h200-sxm-141g`) said its range came from "321 runs, dense
+/// models, every framework and GPU; none measured on gb300-nvl72", while
+/// `tpsim accuracy --runs validation/modern_runs.yaml` predicts GB300 runs (4 dense, Megatron-Bridge)
+/// and H200 runs (torchtitan), and those runs are among the 321: the family has too few runs for
+/// a band of its own (scripts/vtrain_residuals.py's MIN_RUNS), not none. The range line now says
+/// so.
+#[test]
+fn the_range_line_does_not_deny_the_runs_accuracy_predicts() {
+    let runs = common::json(&[
+        "accuracy",
+        "--runs",
+        "validation/modern_runs.yaml",
+        "--format",
+        "json",
+    ]);
+    let predicted_on = |profile: &str| {
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["gpu_profile"] == profile && !r["error"].is_null())
+            .count()
+    };
+    for (gpu, family) in [("gb300-nvl72", "gb300-nvl72"), ("h200-sxm-141g", "h200")] {
+        assert!(predicted_on(gpu) > 0, "no {gpu} run predicted");
+        let out = stdout_of(&[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--gpu",
+            gpu,
+            "--nodes",
+            "2",
+            "--global-batch",
+            "64",
+            "--top",
+            "2",
+        ]);
+        let range = out
+            .lines()
+            .find(|l| l.starts_with("range:"))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            !range.contains(&format!("none measured on {family}")),
+            "{gpu}: {range}"
+        );
+        assert!(
+            range.contains(&format!(
+                "fewer than 8 of them on {family}, too few for a band of its own"
+            )),
+            "{gpu}: {range}"
+        );
+    }
+    let script = std::fs::read_to_string(Path::new(ROOT).join("scripts/vtrain_residuals.py"))
+        .expect("scripts/vtrain_residuals.py");
+    assert!(
+        script.contains("\nMIN_RUNS = 8\n"),
+        "the range line says 'fewer than 8': keep it in step with MIN_RUNS"
+    );
+}
