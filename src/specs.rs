@@ -709,8 +709,9 @@ fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecEr
 
 /// The bundled names an unknown one was likely meant as, said beside the error: those equal to it
 /// or starting with it once case and separators are dropped (`h100` → h100-sxm-80g and
-/// h100-sxm-96g-500w; `Llama-3-70B` → llama3-70b; `gb200` → gb200-nvl72). Empty when none is, or
-/// when the name is too short to single any out.
+/// h100-sxm-96g-500w; `Llama-3-70B` → llama3-70b; `gb200` → gb200-nvl72), else those it starts
+/// with (a Hub name with a suffix: `mixtral-8x7b-v0.1` → mixtral-8x7b, `deepseek-v3-671b` →
+/// deepseek-v3). Empty when none is, or when the name is too short to single any out.
 fn bundled_like(bundled: &[(&str, &str)], asked: &str) -> String {
     let plain = |s: &str| -> String {
         s.chars()
@@ -722,11 +723,17 @@ fn bundled_like(bundled: &[(&str, &str)], asked: &str) -> String {
     if asked.len() < 3 {
         return String::new();
     }
-    let like: Vec<&str> = bundled
-        .iter()
-        .map(|(name, _)| *name)
-        .filter(|name| plain(name).starts_with(&asked))
-        .collect();
+    let named = |extends: fn(&str, &str) -> bool| -> Vec<&str> {
+        bundled
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| extends(&plain(name), &asked))
+            .collect()
+    };
+    let mut like = named(|name, asked| name.starts_with(asked));
+    if like.is_empty() {
+        like = named(|name, asked| name.len() >= 3 && asked.starts_with(name));
+    }
     match like.as_slice() {
         [] => String::new(),
         [one] => format!(" (did you mean {one}?)"),

@@ -174,6 +174,19 @@ pub fn band_for(
     }
 }
 
+/// The fewest runs a group needs for a band of its own (`MIN_RUNS` in scripts/vtrain_residuals.py).
+pub const MIN_RUNS_PER_BAND: u32 = 8;
+
+/// What a range's basis adds when the GPU's family has no band of its own: it may have a few
+/// measured runs (GB300 and H200 do, `tpsim accuracy --runs validation/modern_runs.yaml` lists
+/// them), counted in the pooled band, but fewer than a band needs.
+fn too_few_note(profile: &str) -> String {
+    format!(
+        "; fewer than {MIN_RUNS_PER_BAND} of them on {}, too few for a band of its own",
+        hardware_family(profile)
+    )
+}
+
 /// The range of one prediction.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Interval {
@@ -214,10 +227,10 @@ pub fn annotate(
         format!("{} ({} runs)", band.basis, band.runs)
     } else {
         format!(
-            "{} ({} runs); none measured on {}",
+            "{} ({} runs){}",
             band.basis,
             band.runs,
-            hardware_family(profile)
+            too_few_note(profile)
         )
     };
     basis.push_str(&unvalidated_precision_note(estimate.plan.precision));
@@ -276,10 +289,10 @@ pub fn within_error_line(
         format!("{} runs, {}", band.runs, band.basis)
     } else {
         format!(
-            "{} runs, {}; none measured on {}",
+            "{} runs, {}{}",
             band.runs,
             band.basis,
-            hardware_family(profile)
+            too_few_note(profile)
         )
     };
     basis.push_str(&unvalidated_precision_note(best.plan.precision));
