@@ -64,3 +64,110 @@ fn a_timeline_of_sub_pixel_blocks_draws_no_negative_width() {
         .count();
     assert!(blocks >= 2, "no block drawn:\n{svg}");
 }
+
+/// A one-node FP8 launch line (`EXTRA` replaced).
+const FP8_LINE: &str = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 8 --use-distributed-optimizer --bf16 --vocab-size 32000 --fp8-format hybrid EXTRA";
+
+fn eval_fp8_line(extra: &str, flags: &[&str]) -> Run {
+    let line = FP8_LINE.replace("EXTRA", extra);
+    let mut args = vec!["eval", "--nodes", "1", "--megatron-args", &line];
+    args.extend_from_slice(flags);
+    run(&args)
+}
+
+/// Megatron-LM's `--fp8-recipe` defaults to delayed, under which Megatron-Core refuses bf16 layers.
+/// The refusal named `--fp8-scaling delayed` (never typed) and offered `--fp8-scaling current`,
+/// which beside the line is refused as contradicting it. It now names the line's recipe and the
+/// fix in the line.
+#[test]
+fn bf16_layers_under_a_lines_default_recipe_name_the_recipe() {
+    for extra in [
+        "--first-last-layers-bf16",
+        "--fp8-recipe delayed --first-last-layers-bf16",
+    ] {
+        assert_one_line_error(
+            &eval_fp8_line(extra, &[]),
+            &[
+                "--megatron-args: --first-last-layers-bf16 with delayed FP8 scaling",
+                "--fp8-recipe delayed, Megatron-LM's default",
+                "Delayed scaling does not support first / last layer in BF16",
+                "add --fp8-recipe tensorwise to the line",
+            ],
+            &["--fp8-scaling", "panicked"],
+            extra,
+        );
+    }
+}
+
+/// A line's `--num-layers-at-start-in-bf16 40` on 32 layers was refused as "bf16_layers
+/// at_start: 40 in the plan file"; there is no plan file. It is now the line's own flag.
+#[test]
+fn a_lines_bf16_count_past_the_model_names_the_lines_flag() {
+    assert_one_line_error(
+        &eval_fp8_line(
+            "--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 40",
+            &[],
+        ),
+        &[
+            "--num-layers-at-start-in-bf16 40",
+            "has 32 transformer layers",
+            "give 32 or fewer",
+        ],
+        &["plan file", "bf16_layers", "panicked"],
+        "at start 40",
+    );
+}
+
+/// The bf16-layer flags beside a launch line: a count that differs from the line's won silently,
+/// the switch alone reset the line's counts to Megatron-Core's default 1 and 1, and a count beside
+/// a line that has the switch was refused as "--first-last-layers-bf16 ... which is not given".
+/// A different count is now a contradiction; the switch or the same count keep the line's counts.
+#[test]
+fn bf16_layer_flags_beside_a_line_do_not_override_it() {
+    let line = "--fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-start-in-bf16 2";
+    assert_one_line_error(
+        &eval_fp8_line(line, &["--num-layers-at-start-in-bf16", "5"]),
+        &[
+            "--num-layers-at-start-in-bf16 5 contradicts the --megatron-args launch line",
+            "keeps 2 layer(s) at the start in bf16",
+            "drop --num-layers-at-start-in-bf16 or change the line",
+        ],
+        &["not given", "panicked"],
+        "start 5 beside 2",
+    );
+    assert_one_line_error(
+        &eval_fp8_line(
+            "--fp8-recipe tensorwise --first-last-layers-bf16",
+            &["--num-layers-at-end-in-bf16", "5"],
+        ),
+        &[
+            "--num-layers-at-end-in-bf16 5 contradicts the --megatron-args launch line",
+            "keeps 1 layer(s) at the end in bf16",
+        ],
+        &["not given", "panicked"],
+        "end 5 beside the default",
+    );
+    for flags in [
+        &["--first-last-layers-bf16"][..],
+        &["--num-layers-at-start-in-bf16", "2"][..],
+        &[
+            "--first-last-layers-bf16",
+            "--num-layers-at-start-in-bf16",
+            "2",
+        ][..],
+    ] {
+        let mut all = flags.to_vec();
+        all.extend(["--format", "json"]);
+        let r = eval_fp8_line(line, &all);
+        assert!(r.code == 0 || r.code == 1, "{flags:?}: {}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(
+            (
+                &v["training"]["bf16_layers"]["at_start"],
+                &v["training"]["bf16_layers"]["at_end"]
+            ),
+            (&serde_json::json!(2), &serde_json::json!(1)),
+            "{flags:?}"
+        );
+    }
+}

@@ -376,12 +376,65 @@ pub(super) fn check_megatron_training(
             launch.optimizer_states.describe()
         );
     }
+    check_megatron_bf16_layers(launch, training)?;
     check_megatron_precision_and_overlap(
         launch.precision,
         launch.overlap,
         training,
         "the --megatron-args launch line",
     )
+}
+
+/// The layers a launch line keeps in bf16 (`--first-last-layers-bf16` and its counts), against the
+/// same flags beside it: a count beside a line that keeps another one won silently (and the switch
+/// alone reset the line's counts to 1 and 1); the same counts, or the switch alone, are the line's
+/// (`eval` then gives them as the flags, [`bf16_layers_as_flags`]). A line Megatron-Core refuses
+/// (bf16 layers under delayed FP8 scaling, Megatron-LM's default recipe) is refused in its words.
+fn check_megatron_bf16_layers(
+    launch: &emit::MegatronLaunch,
+    training: &TrainingArgs,
+) -> Result<()> {
+    let line = launch.bf16_layers;
+    if line.is_none() {
+        return Ok(());
+    }
+    for (end, given, kept) in [
+        ("start", training.num_layers_at_start_in_bf16, line.at_start),
+        ("end", training.num_layers_at_end_in_bf16, line.at_end),
+    ] {
+        if let Some(given) = given
+            && given != kept
+        {
+            bail!(
+                "--num-layers-at-{end}-in-bf16 {given} contradicts the --megatron-args launch line, whose --first-last-layers-bf16 keeps {kept} layer(s) at the {end} in bf16 (--num-layers-at-{end}-in-bf16 {kept}; 1 where the line gives no count); drop --num-layers-at-{end}-in-bf16 or change the line"
+            );
+        }
+    }
+    if launch.precision.precision == Precision::Fp8
+        && launch.precision.fp8_scaling == Some(crate::training::Fp8Scaling::Delayed)
+    {
+        bail!(
+            "--megatron-args: --first-last-layers-bf16 with delayed FP8 scaling (--fp8-recipe delayed, Megatron-LM's default where the line gives no --fp8-recipe): Megatron-Core refuses bf16 layers under delayed scaling (transformer_config.py: \"Delayed scaling does not support first / last layer in BF16\"); add --fp8-recipe tensorwise to the line, or drop --first-last-layers-bf16"
+        );
+    }
+    Ok(())
+}
+
+/// The layers a launch line keeps in bf16, given as tpsim's flags (checked against those beside
+/// the line by [`check_megatron_bf16_layers`]): their rules then speak of the line's own flags
+/// (`--num-layers-at-start-in-bf16 40: model ... has 32 transformer layers`), not of a plan file.
+pub(super) fn bf16_layers_as_flags(launch: &emit::MegatronLaunch, training: &mut TrainingArgs) {
+    let line = launch.bf16_layers;
+    if line.is_none() {
+        return;
+    }
+    training.first_last_layers_bf16 = true;
+    training
+        .num_layers_at_start_in_bf16
+        .get_or_insert(line.at_start);
+    training
+        .num_layers_at_end_in_bf16
+        .get_or_insert(line.at_end);
 }
 
 /// The precision and overlap a launch line says, against tpsim's own flags and the framework
