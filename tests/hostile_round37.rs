@@ -171,3 +171,81 @@ fn bf16_layer_flags_beside_a_line_do_not_override_it() {
         );
     }
 }
+
+/// An MoE launch line with a sliding window (`--window-size (511,0)`: 512 tokens per query).
+const MOE_LINE: &str = "--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --expert-model-parallel-size 4 --use-distributed-optimizer --bf16 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --moe-shared-expert-intermediate-size 2048 --sequence-parallel --swiglu --disable-bias-linear --window-size (511,0) --moe-token-dispatcher-type alltoall";
+
+/// `--moe-router-topk 4` beside a line's `--moe-router-topk 2` priced top-4 routing, and the same
+/// for the experts' widths, their layer frequency and the window; `--dp-replicas 4` beside a line
+/// was dropped (the plan kept one copy). Each is now refused as contradicting the line; the line's
+/// own values are taken.
+#[test]
+fn expert_window_and_replica_flags_beside_a_line_do_not_override_it() {
+    for (flags, needles) in [
+        (
+            &["--moe-router-topk", "4"][..],
+            &[
+                "--moe-router-topk 4 contradicts the --megatron-args launch line",
+                "--moe-router-topk 2",
+            ][..],
+        ),
+        (
+            &["--moe-ffn-hidden-size", "512"][..],
+            &[
+                "--moe-ffn-hidden-size 512 contradicts",
+                "--moe-ffn-hidden-size 1024",
+            ][..],
+        ),
+        (
+            &["--moe-shared-expert-intermediate-size", "0"][..],
+            &[
+                "--moe-shared-expert-intermediate-size 0 contradicts",
+                "2048",
+            ][..],
+        ),
+        (
+            &["--moe-layer-freq", "2"][..],
+            &["--moe-layer-freq 2 contradicts", "every 1 layer(s)"][..],
+        ),
+        (
+            &["--attention-window", "1024"][..],
+            &[
+                "--attention-window 1024 contradicts",
+                "--window-size \"(511,0)\" (512 tokens per query)",
+            ][..],
+        ),
+        (
+            &["--dp-replicas", "4"][..],
+            &[
+                "--dp-replicas 4 contradicts",
+                "--num-distributed-optimizer-instances 1",
+                "set --num-distributed-optimizer-instances 4 in the line",
+            ][..],
+        ),
+    ] {
+        let mut args = vec!["eval", "--nodes", "1", "--megatron-args", MOE_LINE];
+        args.extend_from_slice(flags);
+        let mut all: Vec<&str> = needles.to_vec();
+        all.push("drop ");
+        assert_one_line_error(&run(&args), &all, &["panicked"], flags[0]);
+    }
+    // The line's own values beside it are taken.
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        MOE_LINE,
+        "--moe-router-topk",
+        "2",
+        "--attention-window",
+        "512",
+        "--dp-replicas",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["model"]["moe"]["router_topk"], 2, "{}", v["model"]);
+}

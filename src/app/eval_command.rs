@@ -108,6 +108,7 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     if let Some(launch) = &megatron {
         check_megatron_shape(launch, &args.model)?;
+        super::megatron_paste::check_megatron_dp_replicas(launch, args.dp_replicas)?;
         check_megatron_training(launch, &args.training)?;
     }
     // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.

@@ -226,6 +226,110 @@ pub(super) fn check_megatron_shape(
             );
         }
     }
+    // The experts' shape and the sliding window, likewise: `--moe-router-topk 4` beside a line's
+    // experts, or `--attention-window 1024` beside its `--window-size`, won over the line without a
+    // word. A line's experts carry Megatron-LM's defaults for what it leaves out, so the flag must
+    // match what the line runs.
+    let moe = launch.experts.moe;
+    let window = launch.attention_window;
+    for (flag, given, line_flag, line) in [
+        (
+            "--moe-router-topk",
+            model.moe_router_topk,
+            "--moe-router-topk",
+            moe.map(|m| m.router_topk),
+        ),
+        (
+            "--moe-ffn-hidden-size",
+            model.moe_ffn_hidden_size,
+            "--moe-ffn-hidden-size",
+            moe.map(|m| m.ffn_hidden),
+        ),
+        (
+            "--moe-shared-expert-intermediate-size",
+            model.moe_shared_expert_intermediate_size,
+            "--moe-shared-expert-intermediate-size",
+            moe.map(|m| m.shared_expert_ffn_hidden),
+        ),
+        (
+            "--moe-first-k-dense-replace",
+            model.moe_first_k_dense_replace,
+            "--moe-layer-freq",
+            moe.map(|m| m.first_dense_layers),
+        ),
+        (
+            "--moe-router-num-groups",
+            model.moe_router_num_groups,
+            "--moe-router-num-groups",
+            moe.map(|m| m.router_groups),
+        ),
+        (
+            "--moe-router-group-topk",
+            model.moe_router_group_topk,
+            "--moe-router-group-topk",
+            moe.map(|m| m.router_group_topk),
+        ),
+        (
+            "--attention-window",
+            model.attention_window,
+            "--window-size",
+            window.map(|w| w.tokens),
+        ),
+        (
+            "--window-attn-skip-freq",
+            model.window_attn_skip_freq,
+            "--window-attn-skip-freq",
+            window.map(|w| w.full_every),
+        ),
+    ] {
+        if let (Some(given), Some(line)) = (given, line)
+            && given != line
+        {
+            let shown = if line_flag == "--window-size" {
+                format!(
+                    "--window-size \"({},0)\" ({line} tokens per query)",
+                    line - 1
+                )
+            } else if flag == "--moe-first-k-dense-replace" {
+                format!("{line} dense layers first")
+            } else {
+                format!("{line_flag} {line}")
+            };
+            bail!(
+                "{flag} {given} contradicts the --megatron-args launch line, which runs {shown} (as the line gives it, or Megatron-LM's default where it does not); drop {flag} or change {line_flag} in the line"
+            );
+        }
+    }
+    if let Some(given) = &model.moe_layer_freq
+        && let Some(moe) = moe
+        && let Ok((dense, every, _)) = crate::model::parse_moe_layer_freq(given)
+        && (dense, every) != (moe.first_dense_layers, moe.layer_freq)
+    {
+        bail!(
+            "--moe-layer-freq {given} contradicts the --megatron-args launch line, whose experts are on every {} layer(s) after {} dense ones (its --moe-layer-freq, or Megatron-LM's default 1); drop --moe-layer-freq or change it in the line",
+            moe.layer_freq,
+            moe.first_dense_layers
+        );
+    }
+    Ok(())
+}
+
+/// `--dp-replicas` beside a launch line: the plan is the line's, so the flag was dropped without a
+/// word; the line's `--num-distributed-optimizer-instances` (default 1) is taken, and a different
+/// count is refused.
+pub(super) fn check_megatron_dp_replicas(
+    launch: &emit::MegatronLaunch,
+    given: Option<u32>,
+) -> Result<()> {
+    if let Some(given) = given
+        && given != launch.dp_replicas
+    {
+        bail!(
+            "--dp-replicas {given} contradicts the --megatron-args launch line, which runs {} copies of the sharded states (--num-distributed-optimizer-instances {}, 1 where the line gives none); drop --dp-replicas or set --num-distributed-optimizer-instances {given} in the line",
+            launch.dp_replicas,
+            launch.dp_replicas
+        );
+    }
     Ok(())
 }
 
