@@ -108,10 +108,14 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     if let Some(launch) = &megatron {
         check_megatron_shape(launch, &args.model)?;
+        super::megatron_paste::check_megatron_dp_replicas(launch, args.dp_replicas)?;
         check_megatron_training(launch, &args.training)?;
     }
     // Megatron-LM's own training flags, pasted (what `--emit megatron` writes): as tpsim's.
     let mut training_args = args.training.clone();
+    if let Some(launch) = &megatron {
+        super::megatron_paste::bf16_layers_as_flags(launch, &mut training_args);
+    }
     if let Some(backend) = &args.attention_backend {
         training_args.attention = Some(attention_arg_of_backend(backend)?);
     }

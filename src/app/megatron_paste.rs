@@ -226,6 +226,110 @@ pub(super) fn check_megatron_shape(
             );
         }
     }
+    // The experts' shape and the sliding window, likewise: `--moe-router-topk 4` beside a line's
+    // experts, or `--attention-window 1024` beside its `--window-size`, won over the line without a
+    // word. A line's experts carry Megatron-LM's defaults for what it leaves out, so the flag must
+    // match what the line runs.
+    let moe = launch.experts.moe;
+    let window = launch.attention_window;
+    for (flag, given, line_flag, line) in [
+        (
+            "--moe-router-topk",
+            model.moe_router_topk,
+            "--moe-router-topk",
+            moe.map(|m| m.router_topk),
+        ),
+        (
+            "--moe-ffn-hidden-size",
+            model.moe_ffn_hidden_size,
+            "--moe-ffn-hidden-size",
+            moe.map(|m| m.ffn_hidden),
+        ),
+        (
+            "--moe-shared-expert-intermediate-size",
+            model.moe_shared_expert_intermediate_size,
+            "--moe-shared-expert-intermediate-size",
+            moe.map(|m| m.shared_expert_ffn_hidden),
+        ),
+        (
+            "--moe-first-k-dense-replace",
+            model.moe_first_k_dense_replace,
+            "--moe-layer-freq",
+            moe.map(|m| m.first_dense_layers),
+        ),
+        (
+            "--moe-router-num-groups",
+            model.moe_router_num_groups,
+            "--moe-router-num-groups",
+            moe.map(|m| m.router_groups),
+        ),
+        (
+            "--moe-router-group-topk",
+            model.moe_router_group_topk,
+            "--moe-router-group-topk",
+            moe.map(|m| m.router_group_topk),
+        ),
+        (
+            "--attention-window",
+            model.attention_window,
+            "--window-size",
+            window.map(|w| w.tokens),
+        ),
+        (
+            "--window-attn-skip-freq",
+            model.window_attn_skip_freq,
+            "--window-attn-skip-freq",
+            window.map(|w| w.full_every),
+        ),
+    ] {
+        if let (Some(given), Some(line)) = (given, line)
+            && given != line
+        {
+            let shown = if line_flag == "--window-size" {
+                format!(
+                    "--window-size \"({},0)\" ({line} tokens per query)",
+                    line - 1
+                )
+            } else if flag == "--moe-first-k-dense-replace" {
+                format!("{line} dense layers first")
+            } else {
+                format!("{line_flag} {line}")
+            };
+            bail!(
+                "{flag} {given} contradicts the --megatron-args launch line, which runs {shown} (as the line gives it, or Megatron-LM's default where it does not); drop {flag} or change {line_flag} in the line"
+            );
+        }
+    }
+    if let Some(given) = &model.moe_layer_freq
+        && let Some(moe) = moe
+        && let Ok((dense, every, _)) = crate::model::parse_moe_layer_freq(given)
+        && (dense, every) != (moe.first_dense_layers, moe.layer_freq)
+    {
+        bail!(
+            "--moe-layer-freq {given} contradicts the --megatron-args launch line, whose experts are on every {} layer(s) after {} dense ones (its --moe-layer-freq, or Megatron-LM's default 1); drop --moe-layer-freq or change it in the line",
+            moe.layer_freq,
+            moe.first_dense_layers
+        );
+    }
+    Ok(())
+}
+
+/// `--dp-replicas` beside a launch line: the plan is the line's, so the flag was dropped without a
+/// word; the line's `--num-distributed-optimizer-instances` (default 1) is taken, and a different
+/// count is refused.
+pub(super) fn check_megatron_dp_replicas(
+    launch: &emit::MegatronLaunch,
+    given: Option<u32>,
+) -> Result<()> {
+    if let Some(given) = given
+        && given != launch.dp_replicas
+    {
+        bail!(
+            "--dp-replicas {given} contradicts the --megatron-args launch line, which runs {} copies of the sharded states (--num-distributed-optimizer-instances {}, 1 where the line gives none); drop --dp-replicas or set --num-distributed-optimizer-instances {given} in the line",
+            launch.dp_replicas,
+            launch.dp_replicas
+        );
+    }
     Ok(())
 }
 
@@ -376,12 +480,65 @@ pub(super) fn check_megatron_training(
             launch.optimizer_states.describe()
         );
     }
+    check_megatron_bf16_layers(launch, training)?;
     check_megatron_precision_and_overlap(
         launch.precision,
         launch.overlap,
         training,
         "the --megatron-args launch line",
     )
+}
+
+/// The layers a launch line keeps in bf16 (`--first-last-layers-bf16` and its counts), against the
+/// same flags beside it: a count beside a line that keeps another one won silently (and the switch
+/// alone reset the line's counts to 1 and 1); the same counts, or the switch alone, are the line's
+/// (`eval` then gives them as the flags, [`bf16_layers_as_flags`]). A line Megatron-Core refuses
+/// (bf16 layers under delayed FP8 scaling, Megatron-LM's default recipe) is refused in its words.
+fn check_megatron_bf16_layers(
+    launch: &emit::MegatronLaunch,
+    training: &TrainingArgs,
+) -> Result<()> {
+    let line = launch.bf16_layers;
+    if line.is_none() {
+        return Ok(());
+    }
+    for (end, given, kept) in [
+        ("start", training.num_layers_at_start_in_bf16, line.at_start),
+        ("end", training.num_layers_at_end_in_bf16, line.at_end),
+    ] {
+        if let Some(given) = given
+            && given != kept
+        {
+            bail!(
+                "--num-layers-at-{end}-in-bf16 {given} contradicts the --megatron-args launch line, whose --first-last-layers-bf16 keeps {kept} layer(s) at the {end} in bf16 (--num-layers-at-{end}-in-bf16 {kept}; 1 where the line gives no count); drop --num-layers-at-{end}-in-bf16 or change the line"
+            );
+        }
+    }
+    if launch.precision.precision == Precision::Fp8
+        && launch.precision.fp8_scaling == Some(crate::training::Fp8Scaling::Delayed)
+    {
+        bail!(
+            "--megatron-args: --first-last-layers-bf16 with delayed FP8 scaling (--fp8-recipe delayed, Megatron-LM's default where the line gives no --fp8-recipe): Megatron-Core refuses bf16 layers under delayed scaling (transformer_config.py: \"Delayed scaling does not support first / last layer in BF16\"); add --fp8-recipe tensorwise to the line, or drop --first-last-layers-bf16"
+        );
+    }
+    Ok(())
+}
+
+/// The layers a launch line keeps in bf16, given as tpsim's flags (checked against those beside
+/// the line by [`check_megatron_bf16_layers`]): their rules then speak of the line's own flags
+/// (`--num-layers-at-start-in-bf16 40: model ... has 32 transformer layers`), not of a plan file.
+pub(super) fn bf16_layers_as_flags(launch: &emit::MegatronLaunch, training: &mut TrainingArgs) {
+    let line = launch.bf16_layers;
+    if line.is_none() {
+        return;
+    }
+    training.first_last_layers_bf16 = true;
+    training
+        .num_layers_at_start_in_bf16
+        .get_or_insert(line.at_start);
+    training
+        .num_layers_at_end_in_bf16
+        .get_or_insert(line.at_end);
 }
 
 /// The precision and overlap a launch line says, against tpsim's own flags and the framework

@@ -449,10 +449,22 @@ pub(crate) fn gantt_svg(
                     r
                 })
             };
-            chart.draw_series(panel.blocks.iter().map(|b| {
-                let (a, z) = clip(b.start_s, b.end_s);
-                band(a, z, b.stage, block_colour(b.direction, b.chunk), gap, gap)
-            }))?;
+            // A block under two pixels (a step whose tail dwarfs its blocks, too few to fold) has
+            // no room for its gap: with it, a block of no pixels was a rectangle of width -1.
+            let blocks: Vec<_> = panel
+                .blocks
+                .iter()
+                .map(|b| {
+                    let (a, z) = clip(b.start_s, b.end_s);
+                    let px = chart.backend_coord(&(z, 0.0)).0 - chart.backend_coord(&(a, 0.0)).0;
+                    let mut r = band(a, z, b.stage, block_colour(b.direction, b.chunk), gap, gap);
+                    if px < 2 {
+                        r.set_margin(gap, gap, 0, 0);
+                    }
+                    r
+                })
+                .collect();
+            chart.draw_series(blocks)?;
             let tp_share = |b: &Block| match b.direction {
                 Direction::Forward => tp.forward,
                 Direction::Backward => tp.backward,
