@@ -417,6 +417,12 @@ pub struct TrainingArgs {
     // clap's "unexpected argument".
     #[arg(long, value_name = "COUNT", allow_hyphen_values = true)]
     pub tokens: Option<String>,
+    /// Price of one GPU for one hour (e.g. 2.5 for $2.50), for the cost to train --tokens: the
+    /// time to train x the GPUs x this price, in the price's currency.
+    // A negative price reaches the range check in `price_per_gpu_hour_of`, rather than clap's
+    // "unexpected argument".
+    #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "PRICE", allow_negative_numbers = true)]
+    pub price_per_gpu_hour: Option<f64>,
     /// Training framework whose behaviour to model: its communication overlap, gradient dtype and
     /// which ZeRO/FSDP shapes it runs with pipelines. Default: megatron-core.
     #[arg(long, value_enum)]
@@ -1018,11 +1024,6 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub values: Vec<String>,
-    /// Price of one GPU-hour, for the cost to train --tokens (e.g. 2.5 for $2.50).
-    // A negative price reaches the range check in `sweep_command`, rather than clap's
-    // "unexpected argument".
-    #[arg(long, value_parser = crate::units::parse_finite_f64, value_name = "PRICE", allow_negative_numbers = true)]
-    pub price_per_gpu_hour: Option<f64>,
     /// Write an SVG line chart (throughput, MFU, free memory, time and cost to train).
     #[arg(long, value_name = "FILE.svg")]
     pub chart: Option<String>,

@@ -179,6 +179,17 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
             b: y / scale,
         });
     }
+    // With `--price-per-gpu-hour`, what each costs (`cost::cost_to_train`; `cost_to_train` in the
+    // JSON): two plans on the same GPUs differ as their times do, two clusters do not.
+    if let (Some(x), Some(y)) = (a.cost_to_train, b.cost_to_train) {
+        terms.push(Term {
+            group: "throughput",
+            name: "cost to train",
+            unit: "$",
+            a: x,
+            b: y,
+        });
+    }
     Comparison {
         a_label: a_label.to_string(),
         b_label: b_label.to_string(),
@@ -523,6 +534,8 @@ pub fn table(c: &Comparison) -> String {
             "tokens/s" => 0,
             "s" => 3,
             "GiB" | "%" | "days" | "h" | "min" => 1,
+            // Whole currency units from 10 on, as the sweep's cost column (`sweep::cost_text`).
+            "$" if a.abs().max(b.abs()) >= 10.0 => 0,
             _ => 2,
         };
         // Rates as `eval`'s throughput line shows them: a positive one is never shown as 0, and
@@ -582,6 +595,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

@@ -225,13 +225,12 @@ pub fn run(
     axis: Axis,
     points: &[Point],
     options: SearchOptions,
-    price_per_gpu_hour: Option<f64>,
     tick: &(dyn Fn() + Sync),
 ) -> Sweep {
     let rows = points
         .par_iter()
         .map(|point| {
-            let row = best_row(point, options, price_per_gpu_hour);
+            let row = best_row(point, options);
             tick();
             row
         })
@@ -249,14 +248,14 @@ pub fn run(
             .filter(|n| *n > 0 && points.iter().all(|p| p.training.cpu_offload_layers == *n)),
         recompute_modules: points.first().and_then(|p| p.training.recompute_modules),
         tokens: points.first().and_then(|p| p.training.tokens),
-        price_per_gpu_hour,
+        price_per_gpu_hour: points.first().and_then(|p| p.training.price_per_gpu_hour),
         rows,
         experts: points.iter().any(|p| p.model.moe.is_some()),
         model_name: None,
     }
 }
 
-fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
+fn best_row(point: &Point, options: SearchOptions) -> Row {
     let result = search(&point.model, &point.cluster, &point.training, options);
     let gpus = point.cluster.total_gpus();
     // Like `tpsim plan`: rank on the closed form, then simulate the schedule of the top plans
@@ -329,10 +328,9 @@ fn best_row(point: &Point, options: SearchOptions, price: Option<f64>) -> Row {
             host_capacity_bytes: host_miss.map(|m| m.host_capacity_bytes.0),
         },
         time_to_train_s,
-        cost_to_train: match (time_to_train_s, price) {
-            (Some(s), Some(p)) => Some(s / 3600.0 * f64::from(gpus) * p),
-            _ => None,
-        },
+        // The plan's own, as `plan` and `eval` print it (`cost::cost_to_train`); the price is the
+        // point's (`Training::price_per_gpu_hour`).
+        cost_to_train: best.and_then(|e| e.cost_to_train),
         // Filled in by the caller, which knows how `plan` words the reason.
         no_valid_plan: None,
         searched_cp: result.ranked.iter().any(|e| e.plan.cp > 1),
@@ -784,6 +782,7 @@ mod tests {
                 gpus_per_node: 8,
             },
             training: Training {
+                price_per_gpu_hour: Some(2.0),
                 module_precision: crate::training::ModulePrecision::NONE,
                 bf16_layers: crate::training::Bf16Layers::NONE,
                 pp_schedule: crate::training::PipelineSchedule::OneFOneB,
@@ -825,13 +824,7 @@ mod tests {
             allow_cross_node_tp: false,
             ..SearchOptions::default()
         };
-        let sweep = run(
-            Axis::Nodes,
-            &[point(16), point(64)],
-            options,
-            Some(2.0),
-            &|| {},
-        );
+        let sweep = run(Axis::Nodes, &[point(16), point(64)], options, &|| {});
         let (small, large) = (&sweep.rows[0], &sweep.rows[1]);
         assert!(large.tokens_per_s.unwrap() > small.tokens_per_s.unwrap());
         for r in &sweep.rows {

@@ -1345,6 +1345,8 @@ pub struct Training {
     pub optimizer_states: OptimizerStates,
     /// Tokens to train on, for the time-to-train estimate.
     pub tokens: Option<f64>,
+    /// Price of one GPU-hour (`--price-per-gpu-hour`), for `Estimate::cost_to_train`.
+    pub price_per_gpu_hour: Option<f64>,
     pub attention: AttentionKernel,
     pub framework: TrainingFramework,
     pub overlap: Overlap,
@@ -1490,6 +1492,7 @@ impl Training {
         attention: AttentionKernel,
     ) -> Training {
         Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             seq_len,

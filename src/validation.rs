@@ -466,6 +466,7 @@ pub fn accuracy_with_skips(
             gpus_per_node: hw.gpus_per_node,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
@@ -651,6 +652,7 @@ pub fn vtrain_cases(
             gpus_per_node,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

@@ -20,6 +20,7 @@ fn cluster(nodes: u32) -> Cluster {
 
 fn training(global_batch: u32) -> Training {
     Training {
+        price_per_gpu_hour: None,
         module_precision: tpsim::training::ModulePrecision::NONE,
         bf16_layers: tpsim::training::Bf16Layers::NONE,
         pp_schedule: tpsim::training::PipelineSchedule::OneFOneB,

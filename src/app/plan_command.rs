@@ -822,8 +822,15 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             .zip(shown.first())
             .and_then(|(tokens, best)| {
                 best.time_to_train_s.map(|seconds| {
+                    let cost = match (best.cost_to_train, scenario.training.price_per_gpu_hour) {
+                        (Some(cost), Some(price)) => format!(
+                            "; cost {}",
+                            report::cost_words(cost, seconds, &scenario.cluster, price)
+                        ),
+                        _ => String::new(),
+                    };
                     format!(
-                        "train: {}, at each plan's step time (#1: {} s per step, {})",
+                        "train: {}, at each plan's step time (#1: {} s per step, {}{cost})",
                         report::train_basis(tokens, &best.plan, &scenario.training),
                         // As the table's step column and `--emit`'s note show it.
                         crate::units::show_step_s(best.time.step_s.0),

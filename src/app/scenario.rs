@@ -635,6 +635,48 @@ pub(super) fn input_paths<'a>(
     inputs
 }
 
+/// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
+/// price (an H100 rents for a few dollars an hour); beyond it the input is a typo, and the cost to
+/// train stays finite.
+const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
+/// Least `--price-per-gpu-hour` we accept: a tenth of a cent per GPU-hour, thousands of times below
+/// any rent; below it the input is a typo (1e-20 printed every cost as "$0").
+const MIN_PRICE_PER_GPU_HOUR: f64 = 1e-3;
+
+/// `--price-per-gpu-hour`, bounded by [`MIN_PRICE_PER_GPU_HOUR`] and [`MAX_PRICE_PER_GPU_HOUR`],
+/// with the token budget (`--tokens`, or a plan file's) it prices.
+pub(super) fn price_per_gpu_hour_of(
+    training_args: &TrainingArgs,
+    tokens: Option<f64>,
+) -> Result<Option<f64>> {
+    let Some(price) = training_args.price_per_gpu_hour else {
+        return Ok(None);
+    };
+    // -1e308 and 1e308 as written, not as 309 digits (`units::show_number`).
+    let shown = crate::units::show_number(price);
+    if !(price.is_finite() && price > 0.0) {
+        bail!(
+            "--price-per-gpu-hour {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+        );
+    }
+    if price < MIN_PRICE_PER_GPU_HOUR {
+        bail!(
+            "--price-per-gpu-hour {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+        );
+    }
+    if price > MAX_PRICE_PER_GPU_HOUR {
+        bail!(
+            "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+        );
+    }
+    if tokens.is_none() {
+        bail!(
+            "--price-per-gpu-hour needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
+        );
+    }
+    Ok(Some(price))
+}
+
 /// `--tokens`, parsed and bounded by [`MAX_TOKENS`].
 pub(super) fn tokens_of(training_args: &TrainingArgs) -> Result<Option<f64>> {
     match &training_args.tokens {
@@ -1652,7 +1694,9 @@ pub(super) fn resolve_scenario(
         training_args,
         file,
     )?;
+    let price_per_gpu_hour = price_per_gpu_hour_of(training_args, tokens)?;
     let training = Training {
+        price_per_gpu_hour,
         module_precision: crate::training::ModulePrecision::NONE,
         bf16_layers,
         pp_schedule,

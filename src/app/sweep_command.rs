@@ -13,14 +13,6 @@ use crate::report::chart_sweep;
 use crate::units::list_item;
 use crate::{input_file, output_file, sweep};
 
-/// Most `--price-per-gpu-hour` we accept: $10,000 per GPU-hour, thousands of times any cloud list
-/// price (an H100 rents for a few dollars an hour); beyond it the input is a typo, and the cost to
-/// train stays finite.
-const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
-/// Least `--price-per-gpu-hour` we accept: a tenth of a cent per GPU-hour, thousands of times below
-/// any rent; below it the input is a typo (1e-20 printed every cost as "$0").
-const MIN_PRICE_PER_GPU_HOUR: f64 = 1e-3;
-
 pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
     match axis {
         SweepAxis::Nodes => sweep::Axis::Nodes,
@@ -204,30 +196,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let axis = sweep_axis(args.axis);
     // Checked once here, so that the error is not said to be one point's.
     tokens_of(&args.training)?;
-    if let Some(price) = args.price_per_gpu_hour {
-        // -1e308 and 1e308 as written, not as 309 digits (`units::show_number`).
-        let shown = crate::units::show_number(price);
-        if !(price.is_finite() && price > 0.0) {
-            bail!(
-                "--price-per-gpu-hour {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
-            );
-        }
-        if price < MIN_PRICE_PER_GPU_HOUR {
-            bail!(
-                "--price-per-gpu-hour {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
-            );
-        }
-        if price > MAX_PRICE_PER_GPU_HOUR {
-            bail!(
-                "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
-            );
-        }
-        if args.training.tokens.is_none() {
-            bail!(
-                "--price-per-gpu-hour needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
-            );
-        }
-    }
+    super::scenario::price_per_gpu_hour_of(&args.training, tokens_of(&args.training)?)?;
     if axis == sweep::Axis::Params
         && (args.model.model.is_some()
             || args.model.layers.is_some()
@@ -488,8 +457,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             .num_threads(n)
             .build()
             .context("starting the worker threads")?
-            .install(|| sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick)),
-        None => sweep::run(axis, &points, options, args.price_per_gpu_hour, &tick),
+            .install(|| sweep::run(axis, &points, options, &tick)),
+        None => sweep::run(axis, &points, options, &tick),
     };
     bar.finish_and_clear();
     if named.len() == points.len() && named.iter().all(|n| *n == named[0]) {

@@ -1333,6 +1333,7 @@ mod tests {
 
     fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
         Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
@@ -2073,6 +2074,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

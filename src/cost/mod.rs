@@ -141,6 +141,11 @@ impl Infeasible {
     }
 }
 
+/// What renting `gpus` GPUs for `seconds` costs at `price_per_gpu_hour`.
+pub fn cost_to_train(seconds: f64, gpus: f64, price_per_gpu_hour: f64) -> f64 {
+    seconds / 3600.0 * gpus * price_per_gpu_hour
+}
+
 /// Everything tpsim predicts for one plan.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Estimate {
@@ -162,6 +167,9 @@ pub struct Estimate {
     pub mfu: f64,
     pub tokens_per_s: f64,
     pub time_to_train_s: Option<f64>,
+    /// The time to train x the GPUs x `--price-per-gpu-hour`, in the price's currency: what
+    /// renting the cluster for the training costs (`cost_to_train`).
+    pub cost_to_train: Option<f64>,
     pub infeasible: Option<Infeasible>,
     /// Transformer layers of the stage whose time sets the step: the per-layer communication in
     /// `comm` and the terms is this stage's (with pp 1, every layer).
@@ -1884,6 +1892,13 @@ pub fn evaluate(
             let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
             (tokens / tokens_per_step).ceil() * step_s
         }),
+        cost_to_train: training
+            .tokens
+            .zip(training.price_per_gpu_hour)
+            .map(|(tokens, price)| {
+                let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
+                cost_to_train((tokens / tokens_per_step).ceil() * step_s, gpus, price)
+            }),
         infeasible: if !memory.fits {
             Some(Infeasible::OutOfMemory {
                 need_bytes: memory.total_bytes,

@@ -317,6 +317,7 @@ pub fn simulate_plan(
         estimate.model_tflops_per_gpu *= scale;
         estimate.hardware_tflops_per_gpu *= scale;
         estimate.time_to_train_s = estimate.time_to_train_s.map(|s| s / scale);
+        estimate.cost_to_train = estimate.cost_to_train.map(|c| c / scale);
     }
     let layers = layers_per_stage(model, plan);
     Ok(Simulated {
@@ -413,6 +414,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

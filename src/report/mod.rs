@@ -29,9 +29,9 @@ pub use svg_gantt::{MAX_BLOCKS as GANTT_MAX_BLOCKS, block_colour};
 pub use svg_layout::{MAX_NODES as LAYOUT_MAX_NODES, coordinates};
 pub use svg_search::MAX_POINTS as SCATTER_MAX_POINTS;
 pub use table::{
-    breakdown, explain_best, mfu_note, misfit_words, plan_words, plans_table, plans_table_fitted,
-    recompute_label, scenario_line, sequences, stats_line, steps_of_tokens, train_basis,
-    train_steps, zero_keep_note, zero_label, zero_stage_label,
+    breakdown, cost_words, explain_best, mfu_note, misfit_words, plan_words, plans_table,
+    plans_table_fitted, recompute_label, scenario_line, sequences, stats_line, steps_of_tokens,
+    train_basis, train_steps, zero_keep_note, zero_label, zero_stage_label,
 };
 pub(crate) use table::{counted, duration, shown_memory_parts};
 

@@ -521,6 +521,7 @@ mod tests {
         };
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

@@ -406,6 +406,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,

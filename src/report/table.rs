@@ -1368,8 +1368,27 @@ pub fn breakdown(
                 )
             }
         );
+        if let (Some(cost), Some(price)) = (e.cost_to_train, training.price_per_gpu_hour) {
+            let _ = writeln!(
+                out,
+                "cost to train: {}",
+                cost_words(cost, seconds, cluster, price)
+            );
+        }
     }
     out
+}
+
+/// "$1,234,567 (64 GPUs for 1,234 h at $2.5 per GPU-hour)": a plan's cost to train and what it
+/// multiplies (`cost::cost_to_train`), as `eval` and `plan` say it.
+pub fn cost_words(cost: f64, seconds: f64, cluster: &Cluster, price: f64) -> String {
+    format!(
+        "${} ({} GPUs for {} h at ${} per GPU-hour)",
+        crate::sweep::cost_text(cost),
+        cluster.total_gpus(),
+        crate::sweep::thousands(seconds / 3600.0).replace(".0", ""),
+        crate::units::show_number(price)
+    )
 }
 
 /// "fits, N GiB free" or "DOES NOT FIT: misses by N GiB" of `used_bytes` in `capacity_bytes`: the
@@ -1816,6 +1835,7 @@ mod tests {
             gpus_per_node: 8,
         };
         let training = Training {
+            price_per_gpu_hour: None,
             module_precision: crate::training::ModulePrecision::NONE,
             bf16_layers: crate::training::Bf16Layers::NONE,
             pp_schedule: crate::training::PipelineSchedule::OneFOneB,
