@@ -1081,6 +1081,14 @@ impl MegatronLaunch {
         }
         let dp = gpus / model_parallel;
         let vpp = self.vpp()?;
+        // A hybrid pattern without '|' is sliced evenly unless first/last counts are given
+        // (`select_pipeline_segment`); arguments.py refuses the --account-for-* flags beside it.
+        if self.hybrid.is_some() && !self.split.any() && !self.layers.is_multiple_of(self.pp) {
+            return Err(format!(
+                "--pipeline-model-parallel-size {} does not divide the {} layers of --hybrid-layer-pattern, which has no '|' separators (Megatron-Core then slices it evenly and refuses this, hybrid_layer_allocation.py select_pipeline_segment); cut the pattern into {} segments with '|', as `tpsim eval ... --emit megatron` writes it, or add --decoder-first/last-pipeline-num-layers",
+                self.pp, self.layers, self.pp
+            ));
+        }
         // Megatron's own placement is checked here; whether tpsim's split is the same is checked
         // on the built plan (`check_plan`).
         if self.split.any() || !self.layers.is_multiple_of(self.pp) {
