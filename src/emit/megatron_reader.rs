@@ -1148,9 +1148,8 @@ impl MegatronLaunch {
     /// Checks that the plan tpsim built is the one Megatron would run: the same layers on each
     /// stage, and full recompute of every layer.
     pub fn check_plan(&self, model: &Model, plan: &ParallelPlan) -> Result<(), String> {
-        if self.split.any() || !plan.stages.even {
-            check_split(&self.split, self.layers, plan)?;
-        }
+        // A cut pattern is checked as the pattern tpsim would write (before the generic split
+        // check, whose fixes name flags Megatron-LM refuses beside a hybrid pattern).
         if let (Some(given), Some(hybrid)) = (&self.hybrid_segments, &model.hybrid) {
             let priced = super::hybrid_layer_pattern(model, hybrid, plan);
             let priced = priced.split('/').next().unwrap_or_default();
@@ -1161,6 +1160,9 @@ impl MegatronLaunch {
                     segment_lengths(priced)
                 ));
             }
+        }
+        if self.split.any() || !plan.stages.even {
+            check_split(&self.split, self.layers, plan)?;
         }
         if let Some(full) = self.full_recompute {
             check_full_recompute(full, plan)?;
