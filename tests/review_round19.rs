@@ -141,3 +141,45 @@ fn virtual_stages_from_segments_tpsim_does_not_price_name_the_segments() {
     let r = eval_line(&fine);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+#[test]
+fn a_torchtitan_recipe_without_a_pipeline_turns_cuda_graphs_off_as_tpsim_prices_it() {
+    // torchtitan at b5bcd76c66d0 captures each forward-backward in a CUDA graph unless
+    // training.disable_cuda_graphs (TrainingConfig, default False; trainer.py
+    // wrap_with_cuda_graph), which tpsim does not price: its graph pool and replay change memory
+    // and time. The recipe set it only at pp > 1 (where torchtitan refuses graphs), leaving an
+    // FSDP plan at pp 1 to run captured.
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--tp",
+        "1",
+        "--zero",
+        "3",
+        "--recompute",
+        "full",
+        "--emit",
+        "torchtitan",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("pipeline_parallel_degree=1,"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("    config.training.disable_cuda_graphs = True\n"),
+        "{}",
+        r.stdout
+    );
+}
