@@ -577,9 +577,14 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Err(e) => Err(e.into()),
     };
     // A plan read from a launch line is refused in that line's words.
-    let plan = built.map_err(|e| match &megatron {
-        Some(_) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
-        None => e,
+    let plan = built.map_err(|e| match (&megatron, e.downcast_ref::<PlanError>()) {
+        (Some(launch), Some(err)) => {
+            anyhow!(super::megatron_paste::plan_error_in_launch_words(
+                launch, err
+            ))
+        }
+        (Some(_), None) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
+        (None, _) => e,
     })?;
     // Megatron-Core refuses block recompute of more layers than a model chunk holds
     // (`transformer_block.py` checks recompute_num_layers against the chunk's layers).

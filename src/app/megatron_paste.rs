@@ -875,6 +875,53 @@ pub(super) fn in_megatron_words(message: &str) -> String {
     format!("--megatron-args: {}", renamed.join(" "))
 }
 
+/// A plan error about a pasted launch line in the line's words ([`in_megatron_words`]), except
+/// that a hybrid line's virtual stages come from the '|' segments of its pattern (arguments.py
+/// derives them, and refuses `--num-virtual-stages-per-pipeline-rank` beside a pattern), so an
+/// interleaving refusal names the segments and the cut to give instead.
+pub(super) fn plan_error_in_launch_words(
+    launch: &emit::MegatronLaunch,
+    err: &crate::plan::PlanError,
+) -> String {
+    use crate::plan::PlanError;
+    let message = err.to_string();
+    let Some(segments) = &launch.hybrid_segments else {
+        return in_megatron_words(&message);
+    };
+    let chunks = segments.split('|').count();
+    let pp = launch.pp;
+    let given = format!(
+        "--hybrid-layer-pattern's {chunks} '|' segments make {} virtual stages on each of the {pp} pipeline ranks (Megatron-LM derives them from the segments)",
+        chunks / pp.max(1) as usize
+    );
+    let cut = |valid: &str| {
+        format!(
+            "cut the pattern into {pp} x V segments for V in {valid}, as `tpsim eval ... --pp {pp} --vpp V --emit megatron` writes it"
+        )
+    };
+    match err {
+        PlanError::VppLayers {
+            vpp,
+            per_stage,
+            valid,
+        } => format!(
+            "--megatron-args: {given}, but tpsim interleaves a stage of {per_stage} layers only into equal chunks, which {vpp} does not divide; {}",
+            cut(valid)
+        ),
+        PlanError::VppUneven { valid, .. } => format!(
+            "--megatron-args: {given}, but tpsim interleaves this uneven split only where the layers with the embedding and loss counted as one each split evenly into the chunks, or fill them front to back; {}",
+            cut(valid)
+        ),
+        _ => {
+            let vpp = format!("--vpp {} ", chunks / pp.max(1) as usize);
+            match message.strip_prefix(vpp.trim_end()) {
+                Some(rest) => in_megatron_words(&format!("{given}{rest}")),
+                None => in_megatron_words(&message),
+            }
+        }
+    }
+}
+
 /// `--attention-window TOKENS` said as the launch line's `--window-size "(TOKENS-1,0)"`, and a
 /// bare `--attention-window` (as in "drop --attention-window") as `--window-size`.
 fn window_in_megatron_words(message: &str) -> String {

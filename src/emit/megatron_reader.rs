@@ -1081,6 +1081,14 @@ impl MegatronLaunch {
         }
         let dp = gpus / model_parallel;
         let vpp = self.vpp()?;
+        // A hybrid pattern without '|' is sliced evenly unless first/last counts are given
+        // (`select_pipeline_segment`); arguments.py refuses the --account-for-* flags beside it.
+        if self.hybrid.is_some() && !self.split.any() && !self.layers.is_multiple_of(self.pp) {
+            return Err(format!(
+                "--pipeline-model-parallel-size {} does not divide the {} layers of --hybrid-layer-pattern, which has no '|' separators (Megatron-Core then slices it evenly and refuses this, hybrid_layer_allocation.py select_pipeline_segment); cut the pattern into {} segments with '|', as `tpsim eval ... --emit megatron` writes it, or add --decoder-first/last-pipeline-num-layers",
+                self.pp, self.layers, self.pp
+            ));
+        }
         // Megatron's own placement is checked here; whether tpsim's split is the same is checked
         // on the built plan (`check_plan`).
         if self.split.any() || !self.layers.is_multiple_of(self.pp) {
@@ -1140,9 +1148,8 @@ impl MegatronLaunch {
     /// Checks that the plan tpsim built is the one Megatron would run: the same layers on each
     /// stage, and full recompute of every layer.
     pub fn check_plan(&self, model: &Model, plan: &ParallelPlan) -> Result<(), String> {
-        if self.split.any() || !plan.stages.even {
-            check_split(&self.split, self.layers, plan)?;
-        }
+        // A cut pattern is checked as the pattern tpsim would write (before the generic split
+        // check, whose fixes name flags Megatron-LM refuses beside a hybrid pattern).
         if let (Some(given), Some(hybrid)) = (&self.hybrid_segments, &model.hybrid) {
             let priced = super::hybrid_layer_pattern(model, hybrid, plan);
             let priced = priced.split('/').next().unwrap_or_default();
@@ -1153,6 +1160,9 @@ impl MegatronLaunch {
                     segment_lengths(priced)
                 ));
             }
+        }
+        if self.split.any() || !plan.stages.even {
+            check_split(&self.split, self.layers, plan)?;
         }
         if let Some(full) = self.full_recompute {
             check_full_recompute(full, plan)?;

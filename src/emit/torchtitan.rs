@@ -550,10 +550,11 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
     py.push_str(
         "    # fp32 parameters and Adam states, bf16 compute, fp32 gradient reduction.\n    config.training.dtype = \"float32\"\n    config.training.mixed_precision_param = \"bfloat16\"\n    config.training.mixed_precision_reduce = \"float32\"\n    config.training.enable_cpu_offload = False\n",
     );
-    if plan.pp > 1 {
-        // trainer.py `_validate_cuda_graphs`: "CUDA graphs do not support pipeline parallelism yet".
-        py.push_str("    config.training.disable_cuda_graphs = True\n");
-    }
+    // tpsim prices eager (or compiled) steps, not a captured CUDA graph replayed per micro-batch,
+    // which `disable_cuda_graphs = False` (the default) runs at pp 1 (trainer.py
+    // `wrap_with_cuda_graph`); at pp > 1 torchtitan refuses graphs ("CUDA graphs do not support
+    // pipeline parallelism yet", `_validate_cuda_graphs`).
+    py.push_str("    config.training.disable_cuda_graphs = True\n");
     // Data parallelism: replicate (ZeRO-0) or FSDP2 shards, HSDP with copies.
     let (replicate, shard) = if plan.zero == 3 {
         (plan.dp_replicas, plan.dp / plan.dp_replicas.max(1))
