@@ -144,3 +144,99 @@ fn a_calibration_file_with_impossible_fits_is_refused() {
         "gemm_fit r_squared",
     );
 }
+
+/// A small latent-attention launch line with context parallelism over the a2a exchange.
+const MLA_LINE: &str = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000 --tensor-model-parallel-size 1 --context-parallel-size 2 --cp-comm-type a2a --micro-batch-size 1 --global-batch-size 8 --bf16 --multi-latent-attention --kv-lora-rank 256 --q-lora-rank 512";
+
+fn eval_beside(line: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "eval",
+        "--nodes",
+        "1",
+        "--megatron-args",
+        line,
+        "--format",
+        "json",
+    ];
+    args.extend(extra);
+    run(&args)
+}
+
+/// `--cp-exchange kv-ring` beside a line's `--cp-comm-type a2a` priced the p2p ring without a
+/// word; it is refused as contradicting the line, and the line's own exchange is taken.
+#[test]
+fn a_cp_exchange_beside_a_line_with_another_cp_comm_type_is_refused() {
+    let r = eval_beside(MLA_LINE, &["--cp-exchange", "kv-ring"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--cp-exchange kv-ring contradicts the --megatron-args launch line",
+            "--cp-comm-type a2a (head-all-to-all)",
+            "drop --cp-exchange or change --cp-comm-type in the line",
+        ],
+        &[],
+        "--cp-exchange beside --cp-comm-type",
+    );
+    let r = eval_beside(MLA_LINE, &["--cp-exchange", "head-all-to-all"]);
+    assert!(
+        r.code == 0 || r.code == 1,
+        "the same exchange: {}",
+        r.stderr
+    );
+    let out: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(out["training"]["cp_exchange"], "head-all-to-all", "{out}");
+}
+
+/// The latent-attention widths beside a latent line won over it without a word (`--kv-lora-rank
+/// 128` priced beside the line's 256); a different width is refused, naming the line's (or
+/// Megatron-LM's default), and the same one is taken.
+#[test]
+fn latent_attention_flags_beside_a_line_must_match_it() {
+    for (flag, value, line) in [
+        ("--kv-lora-rank", "128", "--kv-lora-rank 256"),
+        ("--q-lora-rank", "1024", "--q-lora-rank 512"),
+        ("--qk-head-dim", "64", "--qk-head-dim 128"),
+        ("--qk-pos-emb-head-dim", "32", "--qk-pos-emb-head-dim 64"),
+        ("--v-head-dim", "64", "--v-head-dim 128"),
+    ] {
+        let r = eval_beside(MLA_LINE, &[flag, value]);
+        assert_one_line_error(
+            &r,
+            &[
+                &format!("{flag} {value} contradicts the --megatron-args launch line"),
+                &format!("latent attention runs {line}"),
+                &format!("drop {flag} or change {flag} in the line"),
+            ],
+            &[],
+            flag,
+        );
+    }
+    // A line without a query down-projection (Megatron-LM's default).
+    let line = MLA_LINE.replace(" --q-lora-rank 512", "");
+    let r = eval_beside(&line, &["--q-lora-rank", "512"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--q-lora-rank 512 contradicts the --megatron-args launch line",
+            "no query down-projection",
+            "add --q-lora-rank 512 to the line",
+        ],
+        &[],
+        "--q-lora-rank beside a line without one",
+    );
+    // The line's own widths are taken.
+    let r = eval_beside(
+        MLA_LINE,
+        &[
+            "--kv-lora-rank",
+            "256",
+            "--q-lora-rank",
+            "512",
+            "--v-head-dim",
+            "128",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "the same widths: {}", r.stderr);
+    let out: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(out["model"]["mla"]["kv_lora_rank"], 256, "{out}");
+}

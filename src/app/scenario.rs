@@ -13,9 +13,7 @@ use anyhow::{Result, anyhow, bail};
 use super::calibration_commands;
 use super::held_notes;
 use super::megatron_paste::{megatron_norm, megatron_position_embedding};
-use crate::cli::{
-    AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
-};
+use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
 use crate::cluster::{Cluster, GpuProfile, MAX_GPUS_PER_NODE};
 use crate::hf_config;
 use crate::input_file;
@@ -1557,10 +1555,7 @@ pub(super) fn resolve_scenario(
         );
     }
     let cp_exchange = match training_args.cp_exchange {
-        Some(CpExchangeArg::KvRing) => CpExchange::KvRing,
-        Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
-        Some(CpExchangeArg::KvAllGather) => CpExchange::KvAllGather,
-        Some(CpExchangeArg::HeadAllToAll) => CpExchange::HeadAllToAll,
+        Some(arg) => arg.exchange(),
         // A file's exchange, unless the file has no context parallelism and its framework no
         // longer runs that exchange (DeepSpeed's files from before Ulysses, 2026-12-05, say
         // kv-ring): with cp 1 nothing is exchanged and no number depends on it.
