@@ -240,3 +240,102 @@ fn latent_attention_flags_beside_a_line_must_match_it() {
     let out: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(out["model"]["mla"]["kv_lora_rank"], 256, "{out}");
 }
+
+/// Saves the best plan for Llama 3 8B on one node with `extra` (a low precision) as `name` in
+/// `dir`, and returns its text.
+fn saved_plan(dir: &Path, name: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--save",
+        name,
+    ];
+    args.extend(extra);
+    let r = run_in(dir, &args);
+    assert!(r.code == 0 || r.code == 1, "plan --save: {}", r.stderr);
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
+
+/// A plan file's `bf16_layers` keeping no layer, or kept under its own `precision: bf16`, and
+/// `fp8_scaling: delayed` under a precision without per-tensor FP8, were dropped without a word
+/// (the flags refuse all three, and `plan --save` never writes them); each is refused naming the
+/// file and the key. `--precision bf16` over an FP8 file still evaluates it, saying what of the
+/// file no longer applies.
+#[test]
+fn a_plan_files_bf16_layers_and_fp8_recipe_are_not_dropped_silently() {
+    let dir = scratch(SUITE, "plan-precision");
+    let layers = saved_plan(
+        &dir,
+        "layers.yaml",
+        &["--precision", "fp8", "--first-last-layers-bf16"],
+    );
+    assert!(
+        layers.contains("bf16_layers:\n  at_start: 1\n  at_end: 1\n"),
+        "{layers}"
+    );
+    let delayed = saved_plan(
+        &dir,
+        "delayed.yaml",
+        &["--precision", "fp8", "--fp8-scaling", "delayed"],
+    );
+    assert!(delayed.contains("fp8_scaling: delayed\n"), "{delayed}");
+    let cases = [
+        (
+            layers.replace(
+                "  at_start: 1\n  at_end: 1\n",
+                "  at_start: 0\n  at_end: 0\n",
+            ),
+            vec![
+                "c.yaml: bf16_layers at_start: 0 and at_end: 0 keeps no layer in bf16",
+                "remove bf16_layers from the file",
+            ],
+        ),
+        (
+            layers.replace("  precision: fp8\n", "  precision: bf16\n"),
+            vec![
+                "c.yaml: bf16_layers (at_start: 1, at_end: 1)",
+                "the file's precision: bf16",
+                "set precision: fp8, mxfp8 or nvfp4, or remove bf16_layers",
+            ],
+        ),
+        (
+            delayed.replace("  precision: fp8\n", "  precision: bf16\n"),
+            vec![
+                "c.yaml: fp8_scaling: delayed",
+                "the file's precision: bf16",
+                "set precision: fp8, or remove fp8_scaling",
+            ],
+        ),
+    ];
+    for (text, needles) in cases {
+        std::fs::write(dir.join("c.yaml"), text).unwrap();
+        let r = run_in(&dir, &["eval", "--plan", "c.yaml"]);
+        assert_one_line_error(&r, &needles, &[], needles[0]);
+    }
+    // A bf16 file as tpsim writes it (fp8_scaling: current, unused) loads without a note.
+    let plain = saved_plan(&dir, "plain.yaml", &[]);
+    assert!(plain.contains("fp8_scaling: current\n"), "{plain}");
+    let r = run_in(&dir, &["eval", "--plan", "plain.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("fp8_scaling"), "{}", r.stderr);
+    // --precision bf16 over an FP8 file: evaluated, with a note for each key it leaves unused.
+    for (file, needle) in [
+        (
+            "layers.yaml",
+            "note: layers.yaml: bf16_layers (at_start: 1, at_end: 1) change nothing under --precision bf16",
+        ),
+        (
+            "delayed.yaml",
+            "note: delayed.yaml: fp8_scaling: delayed changes nothing under --precision bf16",
+        ),
+    ] {
+        let r = run_in(&dir, &["eval", "--plan", file, "--precision", "bf16"]);
+        assert_eq!(r.code, 0, "{file}: {}", r.stderr);
+        assert!(r.stderr.contains(needle), "{file}: {}", r.stderr);
+    }
+}
