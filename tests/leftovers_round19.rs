@@ -339,3 +339,33 @@ fn a_plan_files_bf16_layers_and_fp8_recipe_are_not_dropped_silently() {
         assert!(r.stderr.contains(needle), "{file}: {}", r.stderr);
     }
 }
+
+/// `compare --plan X` given once answered with a placeholder (`--plan a.yaml --plan b.yaml`); it
+/// names the plan given and asks for a second beside it.
+#[test]
+fn compare_with_one_plan_names_it_and_asks_for_a_second() {
+    let r = run(&["compare", "--plan", "plans/seed-512b-32nodes.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--plan given once; compare takes two saved plans: add a second beside --plan plans/seed-512b-32nodes.yaml",
+            "--plan plans/seed-512b-32nodes.yaml --plan OTHER.yaml",
+            "plans/best-512b-32nodes.yaml",
+            "drop --plan",
+        ],
+        &["a.yaml"],
+        "compare --plan once",
+    );
+    let r = run(&[
+        "compare", "--plan", "x.yaml", "--plan", "y.yaml", "--plan", "z.yaml",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--plan given 3 times; compare takes two saved plans: keep two of x.yaml, y.yaml, z.yaml",
+            "--plan x.yaml --plan y.yaml",
+        ],
+        &["a.yaml"],
+        "compare --plan three times",
+    );
+}
