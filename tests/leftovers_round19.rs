@@ -369,3 +369,39 @@ fn compare_with_one_plan_names_it_and_asks_for_a_second() {
         "compare --plan three times",
     );
 }
+
+/// `eval --tp 4 --ep 2` on a dense model said "--ep 2 / --etp 1 ...; use --ep 1 --etp 1", naming
+/// an --etp the user never gave; only the expert degrees given are named.
+#[test]
+fn expert_degrees_on_a_dense_model_name_only_those_given() {
+    let base = ["eval", "--model", "llama3-8b", "--nodes", "1", "--tp", "4"];
+    for (extra, named, fix, absent) in [
+        (&["--ep", "2"][..], "--ep 2: expert", "use --ep 1", "--etp"),
+        (
+            &["--etp", "2"][..],
+            "--etp 2: expert",
+            "use --etp 1",
+            "--ep ",
+        ),
+        (
+            &["--ep", "2", "--etp", "2"][..],
+            "--ep 2 / --etp 2: expert",
+            "use --ep 1 --etp 1",
+            "--etp 1 --",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let r = run(&args);
+        assert_one_line_error(
+            &r,
+            &[
+                named,
+                "expert parallelism needs a mixture-of-experts model (llama3-8b is dense)",
+                fix,
+            ],
+            &[absent],
+            named,
+        );
+    }
+}
