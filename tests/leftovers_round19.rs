@@ -405,3 +405,62 @@ fn expert_degrees_on_a_dense_model_name_only_those_given() {
         );
     }
 }
+
+/// `--precision fp4` got clap's nearest spelling, `fp8` (an 8-bit format offered for a 4-bit one);
+/// the valid values are listed and a 4-bit spelling is pointed at nvfp4, a microscaled 8-bit one
+/// at mxfp8, and neither is taken.
+#[test]
+fn a_misspelled_precision_is_pointed_at_the_format_meant() {
+    for (value, meant) in [
+        ("fp4", "nvfp4"),
+        ("nv-fp4", "nvfp4"),
+        ("NVFP4", "nvfp4"),
+        ("nvfp-4", "nvfp4"),
+        ("mx-fp8", "mxfp8"),
+        ("MXFP8", "mxfp8"),
+    ] {
+        for command in ["eval", "plan"] {
+            let r = run(&[
+                command,
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--precision",
+                value,
+            ]);
+            assert_one_line_error(
+                &r,
+                &[
+                    &format!("--precision {value}: not a GEMM precision tpsim prices"),
+                    "one of bf16, fp8, mxfp8, nvfp4",
+                    &format!("write --precision {meant}"),
+                ],
+                &["similar value exists: 'fp8'"],
+                value,
+            );
+        }
+    }
+    let r = run(&[
+        "eval",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--tp",
+        "8",
+        "--precision",
+        "int8",
+    ]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--precision int8: not a GEMM precision",
+            "one of bf16, fp8, mxfp8, nvfp4",
+        ],
+        &["did you mean"],
+        "int8",
+    );
+}
