@@ -563,6 +563,19 @@ pub enum CpExchangeArg {
     HeadAllToAll,
 }
 
+impl CpExchangeArg {
+    /// The exchange the flag names.
+    pub fn exchange(self) -> crate::training::CpExchange {
+        use crate::training::CpExchange;
+        match self {
+            CpExchangeArg::KvRing => CpExchange::KvRing,
+            CpExchangeArg::TorchAllGather => CpExchange::TorchAllGather,
+            CpExchangeArg::KvAllGather => CpExchange::KvAllGather,
+            CpExchangeArg::HeadAllToAll => CpExchange::HeadAllToAll,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FrameworkArg {
     #[value(name = "megatron-lm-2021")]

@@ -21,6 +21,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = gpu_count_elsewhere(err, &command) {
         return message;
     }
+    if let Some(message) = precision_spelling(err) {
+        return message;
+    }
     // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
     if err.kind() == clap::error::ErrorKind::InvalidUtf8
         && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
@@ -38,6 +41,53 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     let line = lines.join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
     format!("{} (see --help)", plain_number_rules(line))
+}
+
+/// `--precision` with a value tpsim does not take: clap's nearest spelling offered `fp8` for
+/// `fp4` (a 4-bit format asked for, an 8-bit one suggested). The valid values are listed, and a
+/// spelling of a 4-bit float (`fp4`, `nv-fp4`, `FP4`) is pointed at nvfp4, of a microscaled
+/// 8-bit one (`mx-fp8`, `mxfp-8`) at mxfp8; the value is never taken as either.
+fn precision_spelling(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() != clap::error::ErrorKind::InvalidValue {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if !arg.starts_with("--precision") {
+        return None;
+    }
+    let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let squeezed: String = value
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let meant = if squeezed.contains("fp4") || squeezed.contains("float4") || squeezed == "e2m1" {
+        Some("nvfp4 (NVIDIA's 4-bit float with per-block scales, Blackwell only)")
+    } else if squeezed.starts_with("mx") && squeezed.contains('8') {
+        Some("mxfp8 (8-bit floats with per-block microscaling, Blackwell only)")
+    } else if squeezed.contains("fp8") || squeezed.contains("float8") || squeezed == "e4m3" {
+        Some("fp8 (8-bit floats with per-tensor scaling)")
+    } else if squeezed.contains("bf16") || squeezed.contains("bfloat16") {
+        Some("bf16")
+    } else {
+        None
+    };
+    let fix = match meant {
+        Some(name) => format!(
+            "did you mean {name}? write --precision {}",
+            name.split(' ').next().unwrap_or(name)
+        ),
+        None => "e.g. --precision bf16".to_string(),
+    };
+    Some(format!(
+        "--precision {}: not a GEMM precision tpsim prices (rule: one of bf16, fp8, mxfp8, nvfp4); {fix}",
+        crate::input_file::quote(value)
+    ))
 }
 
 /// Clap's number-parsing messages in words a user can act on: Rust's "invalid digit found in

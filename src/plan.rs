@@ -353,6 +353,24 @@ pub struct ParallelPlan {
     pub dp_replicas: u32,
 }
 
+/// The expert degrees above 1 a dense model was given (`--ep 2`, `--etp 2`, or both joined by
+/// `sep`), each with `value` in place of its own when `value` is not empty (the fix: `--ep 1`):
+/// an expert degree left at 1 was not given, so the message does not name it.
+fn experts_on_dense_degrees(ep: u32, etp: u32, sep: &str, value: &str) -> String {
+    [("--ep", ep), ("--etp", etp)]
+        .into_iter()
+        .filter(|(_, degree)| *degree > 1)
+        .map(|(flag, degree)| {
+            if value.is_empty() {
+                format!("{flag} {degree}")
+            } else {
+                format!("{flag} {value}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// Why a requested plan is not a plan.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
@@ -606,7 +624,9 @@ pub enum PlanError {
     )]
     LowPrecisionIn2021 { precision: &'static str },
     #[error(
-        "--ep {ep} / --etp {etp}: expert parallelism needs a mixture-of-experts model ({model} is dense); use --ep 1 --etp 1"
+        "{}: expert parallelism needs a mixture-of-experts model ({model} is dense); use {}",
+        experts_on_dense_degrees(*ep, *etp, " / ", ""),
+        experts_on_dense_degrees(*ep, *etp, " ", "1")
     )]
     ExpertsOnDense { ep: u32, etp: u32, model: String },
     #[error(

@@ -134,7 +134,7 @@ fn a_negative_bus_bandwidth_in_a_calibrated_profile_is_refused() {
             "negative.yaml",
             "bus_gb_per_s",
             "-1.942",
-            "zero or positive",
+            "a bandwidth is positive",
         ],
         &["panicked"],
         "negative bus bandwidth",

@@ -541,13 +541,21 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 ],
             )
         }
+        // The plans given, named: a second one asked for beside the one given, two kept of more.
+        1 => bail!(
+            "--plan given once; compare takes two saved plans: add a second beside --plan {}, e.g. --plan {} --plan OTHER.yaml (save one with tpsim plan ... --save OTHER.yaml; plans/seed-512b-32nodes.yaml and plans/best-512b-32nodes.yaml are bundled), or drop --plan to compare the two best plans of a search",
+            crate::input_file::quote(&args.plan[0]),
+            crate::input_file::quote(&args.plan[0])
+        ),
         n => bail!(
-            "--plan given {}; compare takes two (--plan a.yaml --plan b.yaml), or none for the two best plans of a search",
-            if n == 1 {
-                "once".to_string()
-            } else {
-                format!("{n} times")
-            }
+            "--plan given {n} times; compare takes two saved plans: keep two of {}, e.g. --plan {} --plan {}, or drop --plan to compare the two best plans of a search",
+            args.plan
+                .iter()
+                .map(|p| crate::input_file::quote(p))
+                .collect::<Vec<_>>()
+                .join(", "),
+            crate::input_file::quote(&args.plan[0]),
+            crate::input_file::quote(&args.plan[1])
         ),
     };
     // The same step time plan, eval and sweep print: the simulated schedule where it applies.

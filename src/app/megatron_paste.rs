@@ -300,6 +300,35 @@ pub(super) fn check_megatron_shape(
             );
         }
     }
+    // Latent attention's widths, likewise: `--kv-lora-rank 128` beside a line's `--kv-lora-rank
+    // 256` won over it without a word. A latent line carries Megatron-LM's defaults for the widths
+    // it leaves out (no query down-projection; qk 128, rotary 64, value 128).
+    if let Some(mla) = launch.experts.mla {
+        for (flag, given, line) in [
+            ("--q-lora-rank", model.q_lora_rank, mla.q_lora_rank),
+            ("--kv-lora-rank", model.kv_lora_rank, Some(mla.kv_lora_rank)),
+            ("--qk-head-dim", model.qk_head_dim, Some(mla.qk_head_dim)),
+            (
+                "--qk-pos-emb-head-dim",
+                model.qk_pos_emb_head_dim,
+                Some(mla.qk_pos_emb_head_dim),
+            ),
+            ("--v-head-dim", model.v_head_dim, Some(mla.v_head_dim)),
+        ] {
+            let Some(given) = given else { continue };
+            if line == Some(given) {
+                continue;
+            }
+            match line {
+                Some(line) => bail!(
+                    "{flag} {given} contradicts the --megatron-args launch line, whose latent attention runs {flag} {line} (as the line gives it, or Megatron-LM's default where it does not); drop {flag} or change {flag} in the line"
+                ),
+                None => bail!(
+                    "{flag} {given} contradicts the --megatron-args launch line, whose latent attention has no query down-projection (the line gives no {flag}, Megatron-LM's default); drop {flag} or add {flag} {given} to the line"
+                ),
+            }
+        }
+    }
     if let Some(given) = &model.moe_layer_freq
         && let Some(moe) = moe
         && let Ok((dense, every, _)) = crate::model::parse_moe_layer_freq(given)
@@ -412,6 +441,19 @@ pub(super) fn check_megatron_training(
                 "{flag} {given} contradicts the --megatron-args launch line, which sets {line_flag} {line}; drop {flag} or change {line_flag} in the line"
             );
         }
+    }
+    // The context-parallel exchange, likewise: `--cp-exchange kv-ring` beside a line's
+    // `--cp-comm-type a2a` priced the p2p ring without a word. A line without one leaves it to the
+    // flag (as the framework over a plan file does).
+    if let (Some(given), Some(line)) = (training.cp_exchange, launch.cp_exchange)
+        && given.exchange() != line
+    {
+        bail!(
+            "--cp-exchange {} contradicts the --megatron-args launch line, which sets --cp-comm-type {} ({}); drop --cp-exchange or change --cp-comm-type in the line",
+            given.exchange().as_str(),
+            line.megatron_cp_comm_type().unwrap_or("p2p"),
+            line.as_str()
+        );
     }
     // The expert capacity factor, likewise: a flag beside a line that sets another one would win
     // silently; beside a line without one (dropless, Megatron-LM's default) it is taken.

@@ -13,9 +13,7 @@ use anyhow::{Result, anyhow, bail};
 use super::calibration_commands;
 use super::held_notes;
 use super::megatron_paste::{megatron_norm, megatron_position_embedding};
-use crate::cli::{
-    AttentionArg, ClusterArgs, CpExchangeArg, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs,
-};
+use crate::cli::{AttentionArg, ClusterArgs, GradDtypeArg, ModelArgs, StyleArg, TrainingArgs};
 use crate::cluster::{Cluster, GpuProfile, MAX_GPUS_PER_NODE};
 use crate::hf_config;
 use crate::input_file;
@@ -1162,16 +1160,35 @@ pub(super) fn in_emit_framework_words(err: anyhow::Error, model: &ModelArgs) -> 
 fn fp8_scaling_of(
     framework: TrainingFramework,
     args: &TrainingArgs,
-    saved: Option<&PlanFile>,
+    file: Option<(&PlanFile, &str)>,
 ) -> Result<Fp8Scaling> {
+    let saved = file.map(|(f, _)| f);
     let (scaling, from) = match args.fp8_scaling.map(Fp8ScalingArg::scaling) {
         Some(Fp8Scaling::Delayed) => (Fp8Scaling::Delayed, "--fp8-scaling delayed"),
         Some(Fp8Scaling::Current) => (Fp8Scaling::Current, "--fp8-scaling current"),
         None => match saved.and_then(|f| f.fp8_scaling) {
-            // A file's recipe matters only to an FP8 run (a bf16 file may carry one it never
-            // used: it is kept, not refused).
+            // A file's recipe matters only to an FP8 run. `plan --save` writes the default
+            // (current) into every file, so a non-FP8 file carries that one unused; delayed
+            // there was written by hand (the flag refuses it off FP8): refused, as the flag is.
+            // Under a --precision that overrides an FP8 file it is said to change nothing.
             Some(s) => {
-                if precision_over_file(args, saved) != Precision::Fp8 {
+                let precision = precision_over_file(args, saved);
+                if precision != Precision::Fp8 {
+                    if s == Fp8Scaling::Delayed
+                        && let Some((f, path)) = file
+                    {
+                        let path = crate::input_file::quote(path);
+                        if f.plan.precision != Precision::Fp8 {
+                            bail!(
+                                "{path}: fp8_scaling: delayed sets how per-tensor FP8 scales its tensors, but the file's precision: {} has no per-tensor FP8 GEMMs (mxfp8 and nvfp4 scale per block); set precision: fp8, or remove fp8_scaling from the file",
+                                f.plan.precision.as_str()
+                            );
+                        }
+                        held_notes::hold(format!(
+                            "note: {path}: fp8_scaling: delayed changes nothing under --precision {} (it scales per-tensor FP8 GEMMs only); it applies at the file's precision: fp8",
+                            precision.as_str()
+                        ));
+                    }
                     return Ok(s);
                 }
                 (s, "fp8_scaling: delayed in the plan file")
@@ -1191,8 +1208,9 @@ fn bf16_layers_of(
     model: &Model,
     framework: TrainingFramework,
     args: &TrainingArgs,
-    saved: Option<&PlanFile>,
+    file: Option<(&PlanFile, &str)>,
 ) -> Result<crate::training::Bf16Layers> {
+    let saved = file.map(|(f, _)| f);
     let counts = [
         ("start", args.num_layers_at_start_in_bf16),
         ("end", args.num_layers_at_end_in_bf16),
@@ -1203,15 +1221,41 @@ fn bf16_layers_of(
                 "--num-layers-at-{end}-in-bf16 {n} counts the layers --first-last-layers-bf16 keeps in bf16, which is not given (Megatron-Core ignores the count without it); add --first-last-layers-bf16, or drop the count"
             );
         }
-        let Some(kept) = saved.and_then(|f| f.bf16_layers).filter(|b| !b.is_none()) else {
+        let Some((kept, path)) = file.and_then(|(f, path)| f.bf16_layers.map(|b| (b, path))) else {
             return Ok(crate::training::Bf16Layers::NONE);
         };
+        let quoted = crate::input_file::quote(path);
+        // `plan --save` writes bf16_layers only when it keeps some, and only off bf16 (the flag
+        // refuses both): a file that keeps none, or keeps some under its own precision: bf16, was
+        // edited by hand and would be dropped without a word.
+        if kept.is_none() {
+            bail!(
+                "{quoted}: bf16_layers at_start: 0 and at_end: 0 keeps no layer in bf16 (as --first-last-layers-bf16 with both counts 0, which is refused); give a count above 0, or remove bf16_layers from the file"
+            );
+        }
+        let precision = precision_over_file(args, saved);
+        if precision == Precision::Bf16 {
+            if saved.is_some_and(|f| f.plan.precision == Precision::Bf16) {
+                bail!(
+                    "{quoted}: bf16_layers (at_start: {}, at_end: {}) keep layers in bf16 under low-precision GEMMs, but the file's precision: bf16 has every GEMM in bf16 already; set precision: fp8, mxfp8 or nvfp4, or remove bf16_layers from the file",
+                    kept.at_start,
+                    kept.at_end
+                );
+            }
+            // `--precision bf16` over a low-precision file: nothing is quantized, so there is
+            // nothing to keep out of it.
+            held_notes::hold(format!(
+                "note: {quoted}: bf16_layers (at_start: {}, at_end: {}) change nothing under --precision bf16 (every GEMM is bf16 already); they apply at the file's precision: {}",
+                kept.at_start,
+                kept.at_end,
+                saved.map_or("fp8", |f| f.plan.precision.as_str())
+            ));
+            return Ok(crate::training::Bf16Layers::NONE);
+        }
         // A saved plan's (or a launch line's) layers, under the rules the flags meet. Under another
         // framework (--framework over a Megatron-Core file) they would be priced where nothing
         // keeps them; a bf16 run never uses them (kept, not refused).
-        if framework != TrainingFramework::MegatronCore
-            && precision_over_file(args, saved) != Precision::Bf16
-        {
+        if framework != TrainingFramework::MegatronCore {
             bail!(
                 "bf16_layers in the plan file (--first-last-layers-bf16) is Megatron-Core's; --framework {} has no per-layer precision; use --framework megatron-core, or remove bf16_layers from the file",
                 framework.as_str()
@@ -1599,10 +1643,7 @@ pub(super) fn resolve_scenario(
         );
     }
     let cp_exchange = match training_args.cp_exchange {
-        Some(CpExchangeArg::KvRing) => CpExchange::KvRing,
-        Some(CpExchangeArg::TorchAllGather) => CpExchange::TorchAllGather,
-        Some(CpExchangeArg::KvAllGather) => CpExchange::KvAllGather,
-        Some(CpExchangeArg::HeadAllToAll) => CpExchange::HeadAllToAll,
+        Some(arg) => arg.exchange(),
         // A file's exchange, unless the file has no context parallelism and its framework no
         // longer runs that exchange (DeepSpeed's files from before Ulysses, 2026-12-05, say
         // kv-ring): with cp 1 nothing is exchanged and no number depends on it.
@@ -1674,8 +1715,8 @@ pub(super) fn resolve_scenario(
     }
     // The file's recipe is the file's whatever --framework says (a framework that cannot run it
     // refuses it below).
-    let fp8_scaling = fp8_scaling_of(framework, training_args, plan_file)?;
-    let bf16_layers = bf16_layers_of(&model, framework, training_args, plan_file)?;
+    let fp8_scaling = fp8_scaling_of(framework, training_args, file)?;
+    let bf16_layers = bf16_layers_of(&model, framework, training_args, file)?;
     // Megatron-Core refuses bf16 layers under delayed scaling whatever the plan: said once here, as
     // the search would otherwise refuse every plan and blame the cluster's shape.
     if !bf16_layers.is_none()

@@ -110,8 +110,10 @@ pub fn relative_least_squares(rows: &[Vec<f64>], y: &[f64]) -> Result<LinearFit,
         .zip(&fitted)
         .map(|(yi, fi)| if *fi != 0.0 { (yi - fi) / fi } else { f64::NAN })
         .collect();
+    // With an intercept (every fit here has one) the residuals are at most the spread about the
+    // weighted mean, so R² is 0 to 1; the clamp takes off the rounding of the sums.
     let r_squared = if weighted_tot > 0.0 {
-        1.0 - weighted_ss / weighted_tot
+        (1.0 - weighted_ss / weighted_tot).clamp(0.0, 1.0)
     } else {
         1.0
     };

@@ -58,19 +58,41 @@ pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
 const fn derived(key: &'static str) -> Range {
     Range::new(key, 0.0, 1e12, "", "rule: finite, zero or positive")
 }
-/// A collective's fitted bus bandwidth: not negative; `f64::MAX` (printed "unbounded") where the
-/// fitted time per byte was zero or below, the times not growing with the message size.
+/// A collective's fitted bus bandwidth: positive (no link moves data at 0 GB/s, and the cost of a
+/// byte would be infinite); `f64::MAX` (printed "unbounded") where the fitted time per byte was
+/// zero or below, the times not growing with the message size.
 const BUS_GB_PER_S: Range = Range::new(
     "bus_gb_per_s",
-    0.0,
+    1e-9,
     f64::MAX,
     "GB/s",
-    "rule: a bandwidth is zero or positive; tpsim calibrate writes 1.7976931348623157e308 where it is unbounded",
+    "rule: a bandwidth is positive; tpsim calibrate writes 1.7976931348623157e308 where it is unbounded",
 );
-/// A fit statistic or residual: finite (R² may be negative for a bad fit).
+/// A collective's fitted fixed cost per call (α): zero to one second, as a GEMM's latency
+/// (`tpsim calibrate` clamps a fit below zero to zero).
+const ALPHA_US: Range = Range::new(
+    "alpha_us",
+    0.0,
+    1e6,
+    "us",
+    "rule: a fixed cost per call is zero or positive, at most one second",
+);
+/// A least-squares fit's R² (with an intercept, as every fit tpsim calibrate makes has): the
+/// share of the measured variance it explains, 0 to 1.
+const R_SQUARED: Range = Range::new(
+    "r_squared",
+    0.0,
+    1.0,
+    "",
+    "rule: the share of the measured variance the fit explains, 0 to 1",
+);
+/// A fit statistic or residual: finite.
 const fn statistic(key: &'static str) -> Range {
     Range::new(key, -1e12, 1e12, "", "rule: a finite number")
 }
+/// The GEMM element type each backend of `tpsim calibrate` measures, with its bytes
+/// (`calibrate::KernelTimer::gemm_dtype`, `gemm_element_bytes`).
+const GEMM_DTYPES: [(&str, &str, f64); 2] = [("cpu", "f32", 4.0), ("cuda", "bf16", 2.0)];
 
 fn in_entry(what: &str, index: usize, result: Result<(), String>) -> Result<(), String> {
     result.map_err(|m| format!("{what}[{index}].{m}"))
@@ -104,9 +126,11 @@ fn check_spread(median_us: f64, min_us: f64, max_us: f64) -> Result<(), String> 
 }
 
 fn check_estimated(key: &'static str, e: &Estimated, range: Range) -> Result<(), String> {
-    range
-        .check(e.value)
-        .map_err(|m| format!("{key}.value: {m}"))?;
+    // "alpha_us.value: -3 is outside ...", the range's own key said once.
+    range.check(e.value).map_err(|m| {
+        let rule = m.strip_prefix(&format!("{}: ", range.key)).unwrap_or(&m);
+        format!("{key}.value: {rule}")
+    })?;
     for (bound, value) in [("ci95_low", e.ci95_low), ("ci95_high", e.ci95_high)] {
         if !value.is_finite() {
             return Err(format!(
@@ -174,6 +198,26 @@ impl Calibration {
                     .into(),
             );
         }
+        // The element type the backend measures, and its bytes, which the fitted curve's
+        // bandwidth term prices GEMMs with.
+        if let Some((backend, dtype, bytes)) = GEMM_DTYPES
+            .into_iter()
+            .find(|(backend, _, _)| *backend == self.backend)
+        {
+            if self.gemm_dtype != dtype {
+                return Err(format!(
+                    "gemm_dtype: {} is not what backend {backend} measures (rule: tpsim calibrate times {} GEMMs on the {backend} backend); write gemm_dtype: {dtype}, or write the profile again with tpsim calibrate",
+                    crate::input_file::quote(&self.gemm_dtype),
+                    dtype
+                ));
+            }
+            if self.gemm_fit.element_bytes != bytes {
+                return Err(format!(
+                    "gemm_fit.element_bytes: {} is not the {bytes} bytes of one {dtype} element (rule: the sweep was measured in gemm_dtype: {dtype}); write element_bytes: {bytes}, or write the profile again with tpsim calibrate",
+                    show_number(self.gemm_fit.element_bytes)
+                ));
+            }
+        }
         for (what, list) in [
             ("gemm_shapes", &self.gemm_shapes),
             ("gemm_sweep", &self.gemm_sweep),
@@ -186,6 +230,13 @@ impl Calibration {
         self.copy.check().map_err(|m| format!("copy.{m}"))?;
         for (i, c) in self.collectives.iter().enumerate() {
             in_entry("collectives", i, c.check())?;
+            // tpsim calibrate measures each collective among 2 to `devices` of its devices.
+            if c.ranks > self.devices {
+                return Err(format!(
+                    "collectives[{i}].ranks: {} is more than devices: {}, the devices the calibration measured (rule: tpsim calibrate measures a collective among 2 to all of them); give ranks of 2 to {}, or write the profile again with tpsim calibrate",
+                    c.ranks, self.devices, self.devices
+                ));
+            }
         }
         Ok(())
     }
@@ -226,7 +277,7 @@ impl GemmFit {
                 bandwidth_range("bandwidth_gb_per_s"),
             )?;
         }
-        statistic("r_squared").check(self.r_squared)?;
+        R_SQUARED.check(self.r_squared)?;
         for (i, r) in self.relative_residuals.iter().enumerate() {
             in_entry("relative_residuals", i, statistic("value").check(*r))?;
         }
@@ -252,9 +303,9 @@ impl CollectiveFit {
                 self.ranks
             ));
         }
-        check_estimated("alpha_us", &self.alpha_us, statistic("alpha_us"))?;
+        check_estimated("alpha_us", &self.alpha_us, ALPHA_US)?;
         check_estimated("bus_gb_per_s", &self.bus_gb_per_s, BUS_GB_PER_S)?;
-        statistic("r_squared").check(self.r_squared)?;
+        R_SQUARED.check(self.r_squared)?;
         for (i, p) in self.points.iter().enumerate() {
             let point = || -> Result<(), String> {
                 if p.bytes == 0 {
