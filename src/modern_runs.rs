@@ -782,6 +782,10 @@ pub struct ModernPrediction {
     /// JSON null: read as 0, 17 rows of validation/modern_runs.yaml said "published 0".
     pub published_tokens_per_s_per_gpu: Option<f64>,
     pub predicted_tokens_per_s_per_gpu: Option<f64>,
+    /// The quantity `error` compares: "tokens_per_s_per_gpu", so a positive error is a prediction
+    /// faster than published (the SC'21/BLOOM file's rows compare step times, `ERROR_OF_STEP_S`,
+    /// where a negative one is).
+    pub error_of: &'static str,
     /// predicted / published − 1.
     pub error: Option<f64>,
     /// The chosen plan's settings the source left open, or why nothing was predicted.
@@ -1039,6 +1043,7 @@ pub fn predict(run: &ModernRun) -> ModernPrediction {
         moe: trains_experts(run),
         published_tokens_per_s_per_gpu: published,
         predicted_tokens_per_s_per_gpu: None,
+        error_of: "tokens_per_s_per_gpu",
         error: None,
         note: String::new(),
         published_peak_memory_bytes: run

@@ -153,6 +153,9 @@ struct PublishedRun {
     _notes: IgnoredAny,
 }
 
+/// What `AccuracyRow::error` compares: step times.
+pub const ERROR_OF_STEP_S: &str = "step_s";
+
 /// One published run against tpsim's prediction.
 #[derive(Debug, Clone, Serialize)]
 pub struct AccuracyRow {
@@ -162,6 +165,10 @@ pub struct AccuracyRow {
     pub plan: String,
     pub published_step_s: f64,
     pub predicted_step_s: f64,
+    /// The quantity `error` compares: "step_s" (`ERROR_OF_STEP_S`), so a negative error is a
+    /// prediction faster than published; `tpsim accuracy --runs` on a current-stack file compares
+    /// tokens/s instead, where a positive one is.
+    pub error_of: &'static str,
     /// (predicted − published) / published.
     pub error: f64,
     pub fits: bool,
@@ -531,6 +538,7 @@ pub fn accuracy_with_skips(
             },
             published_step_s,
             predicted_step_s,
+            error_of: ERROR_OF_STEP_S,
             error: predicted_step_s / published_step_s - 1.0,
             fits: estimate.memory.fits,
             predicted_memory_bytes: estimate.memory.total_bytes.0,
