@@ -758,8 +758,9 @@ fn permute_in_place<T>(items: &mut [T], mut order: Vec<usize>) {
 const SPLIT_GAIN_NEEDED: f64 = 1e-3;
 
 /// `own` (the estimate with tpsim's split) or, for a pipeline without interleaving, the fastest of
-/// the first/last splits (`plan::first_last_splits`) where it fits and is faster by more than
-/// [`SPLIT_GAIN_NEEDED`] (or fits where `own` does not).
+/// the first/last splits (`plan::first_last_splits`) that builds: a split replaces the one kept
+/// where it fits and the kept one does not, or both fit and it is faster by more than
+/// [`SPLIT_GAIN_NEEDED`].
 fn fastest_split(
     model: &Model,
     cluster: &Cluster,
@@ -771,30 +772,15 @@ fn fastest_split(
     if plan.pp < 2 || plan.vpp > 1 {
         return own;
     }
-    let own_split = (plan.stages.first, plan.stages.last);
-    fastest_given_split(model, cluster, training, request, Some((own_split, own))).unwrap_or(own)
-}
-
-/// The fastest of `request`'s first/last splits (`plan::first_last_splits`) that builds, against
-/// `own` (tpsim's own split and its estimate) where there is one: a split replaces the one kept
-/// where it fits and the kept one does not, or both fit and it is faster by more than
-/// [`SPLIT_GAIN_NEEDED`]. None where no split builds and there is no `own`.
-fn fastest_given_split(
-    model: &Model,
-    cluster: &Cluster,
-    training: &Training,
-    request: &PlanRequest,
-    own: Option<((u32, u32), Estimate)>,
-) -> Option<Estimate> {
     let better = |e: &Estimate, best: &Estimate| match (e.fits(), best.fits()) {
         (true, false) => true,
         (false, _) => false,
         (true, true) => e.time.step_s.0 < best.time.step_s.0 * (1.0 - SPLIT_GAIN_NEEDED),
     };
-    let own_split = own.map(|(split, _)| split);
+    let own_split = (plan.stages.first, plan.stages.last);
     crate::plan::first_last_splits(model.layers, request.pp, model.mtp_layers)
         .into_iter()
-        .filter(|&split| Some(split) != own_split)
+        .filter(|&split| split != own_split)
         .filter_map(|split| {
             let candidate = PlanRequest {
                 stage_split: Some(split),
@@ -804,10 +790,7 @@ fn fastest_given_split(
                 .ok()
                 .map(|p| evaluate(model, cluster, training, &p))
         })
-        .fold(own.map(|(_, e)| e), |best, e| match best {
-            Some(best) if !better(&e, &best) => Some(best),
-            _ => Some(e),
-        })
+        .fold(own, |best, e| if better(&e, &best) { e } else { best })
 }
 
 /// The shown plans after the schedule simulation refined their step times.

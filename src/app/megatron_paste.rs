@@ -362,8 +362,6 @@ pub(super) fn check_megatron_dp_replicas(
     Ok(())
 }
 
-/// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
-/// would silently win over what the line says.
 /// The tokenizer a launch line names among the arguments tpsim skips (`--tokenizer-type T`,
 /// `--tokenizer-model M`, also written `--flag=value`), as (flag, value) pairs.
 fn tokenizer_words(ignored: &[String]) -> Vec<(&'static str, &str)> {
@@ -392,6 +390,8 @@ fn tokenizer_words(ignored: &[String]) -> Vec<(&'static str, &str)> {
         .collect()
 }
 
+/// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
+/// would silently win over what the line says.
 pub(super) fn check_megatron_training(
     launch: &emit::MegatronLaunch,
     training: &TrainingArgs,

@@ -1827,6 +1827,12 @@ pub fn evaluate(
             (group.size > 1).then_some(group.link)
         },
     };
+    // Training runs whole steps: a token budget that is not a multiple of the step's tokens
+    // takes one more step (and a budget below one step, one step).
+    let time_to_train_s = training.tokens.map(|tokens| {
+        let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
+        (tokens / tokens_per_step).ceil() * step_s
+    });
 
     Estimate {
         plan: *plan,
@@ -1886,19 +1892,10 @@ pub fn evaluate(
         hardware_tflops_per_gpu: (model_flops + recompute_flops) / step_s / gpus / 1e12,
         mfu: model_flops / (step_s * gpus * peak),
         tokens_per_s,
-        // Training runs whole steps: a token budget that is not a multiple of the step's tokens
-        // takes one more step (and a budget below one step, one step).
-        time_to_train_s: training.tokens.map(|tokens| {
-            let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
-            (tokens / tokens_per_step).ceil() * step_s
-        }),
-        cost_to_train: training
-            .tokens
+        time_to_train_s,
+        cost_to_train: time_to_train_s
             .zip(training.price_per_gpu_hour)
-            .map(|(tokens, price)| {
-                let tokens_per_step = f64::from(plan.global_batch) * f64::from(seq_len);
-                cost_to_train((tokens / tokens_per_step).ceil() * step_s, gpus, price)
-            }),
+            .map(|(seconds, price)| cost_to_train(seconds, gpus, price)),
         infeasible: if !memory.fits {
             Some(Infeasible::OutOfMemory {
                 need_bytes: memory.total_bytes,

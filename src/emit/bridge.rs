@@ -446,8 +446,7 @@ fn bridge_hybrid_overrides(model: &Model, plan: &ParallelPlan) -> Vec<(&'static 
     let Some(hybrid) = &model.hybrid else {
         return Vec::new();
     };
-    let main = super::hybrid_layer_pattern(model, hybrid, plan);
-    let main = main.split('/').next().unwrap_or_default();
+    let main = super::hybrid_main_pattern(model, hybrid, plan);
     let mut out = vec![
         ("model.hybrid_override_pattern", "null".to_string()),
         ("model.hybrid_layer_pattern", format!("'{main}'")),

@@ -1151,13 +1151,12 @@ impl MegatronLaunch {
         // A cut pattern is checked as the pattern tpsim would write (before the generic split
         // check, whose fixes name flags Megatron-LM refuses beside a hybrid pattern).
         if let (Some(given), Some(hybrid)) = (&self.hybrid_segments, &model.hybrid) {
-            let priced = super::hybrid_layer_pattern(model, hybrid, plan);
-            let priced = priced.split('/').next().unwrap_or_default();
-            if priced != given {
+            let priced = super::hybrid_main_pattern(model, hybrid, plan);
+            if &priced != given {
                 return Err(format!(
                     "--hybrid-layer-pattern cuts its layers into pipeline segments of {} layers, but tpsim prices this plan's model chunks as {} layers; give the pattern as tpsim cuts it ('{priced}'), as `tpsim eval ... --emit megatron` writes it",
                     segment_lengths(given),
-                    segment_lengths(priced)
+                    segment_lengths(&priced)
                 ));
             }
         }

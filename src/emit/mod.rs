@@ -716,20 +716,33 @@ fn gpt_oss_sinks_refuse(model: &Model, exchange: crate::training::CpExchange) ->
         && exchange != crate::training::CpExchange::HeadAllToAll
 }
 
-/// A hybrid stack's `--hybrid-layer-pattern` value: the pattern, cut by '|' into the plan's model
-/// chunks where it has a pipeline (`MegatronSplit::PatternSegments`), and, per MTP depth, a '/'
-/// segment of an attention block and one of the last layer's MLP kind (`Model::check_hybrid` keeps
-/// MTP to stacks ending in one), unquoted.
+/// A hybrid stack's `--hybrid-layer-pattern` value: the main pattern ([`hybrid_main_pattern`])
+/// and, per MTP depth, a '/' segment of an attention block and one of the last layer's MLP kind
+/// (`Model::check_hybrid` keeps MTP to stacks ending in one), unquoted.
 pub(crate) fn hybrid_layer_pattern(
     model: &Model,
     hybrid: &crate::model::Hybrid,
     plan: &ParallelPlan,
 ) -> String {
-    let main = match MegatronSplit::of(model, plan) {
+    format!(
+        "{}{}",
+        hybrid_main_pattern(model, hybrid, plan),
+        hybrid_mtp_segments(model, hybrid)
+    )
+}
+
+/// A hybrid stack's main pattern, cut by '|' into the plan's model chunks where it has a pipeline
+/// (`MegatronSplit::PatternSegments`): Megatron-Bridge's `hybrid_layer_pattern`, and what
+/// `--megatron-args` checks a cut line against.
+pub(crate) fn hybrid_main_pattern(
+    model: &Model,
+    hybrid: &crate::model::Hybrid,
+    plan: &ParallelPlan,
+) -> String {
+    match MegatronSplit::of(model, plan) {
         MegatronSplit::PatternSegments { pattern } => pattern,
         _ => hybrid.pattern.clone(),
-    };
-    format!("{main}{}", hybrid_mtp_segments(model, hybrid))
+    }
 }
 
 /// The '/' MTP segments of a hybrid pattern: one `*` and the last layer's MLP kind per depth.
