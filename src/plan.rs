@@ -301,6 +301,16 @@ impl StageLayout {
         self.first.max(self.middle_max).max(self.last)
     }
 
+    /// Whether an even split's stages hold layers that their `vpp` model chunks do not divide
+    /// (80 layers on pp 4 x vpp 3: 20 per stage in chunks of 7, 7 and 6). Megatron-Core builds
+    /// such chunks only from a `--pipeline-model-parallel-layout` (without one,
+    /// `get_num_layers_to_build` asserts "num_layers_per_pipeline_rank should be divisible by
+    /// vp_size"); tpsim gives the earliest `per_stage % vpp` virtual stages the extra layer
+    /// (`cost::pipeline::ChunkLayout`) and writes that layout.
+    pub fn balanced_chunks(&self, layers: u32, pp: u32, vpp: u32) -> bool {
+        self.even && pp > 1 && vpp > 1 && !(layers / pp).is_multiple_of(vpp)
+    }
+
     /// Whether the first and last stage hold their own layer counts and the middle stages share
     /// the rest, one model chunk per stage: a split given as first/last counts, or tpsim's own
     /// uneven split (`balanced_units`), which a launch line writes the same way. The plan tables
@@ -501,11 +511,15 @@ pub enum PlanError {
         split: String,
         valid: String,
     },
-    #[error("--vpp {vpp} does not divide the {per_stage} layers of each stage; valid: {valid}")]
+    #[error(
+        "--vpp {vpp} does not divide the {per_stage} layers of each stage{unequal}; valid: {valid}"
+    )]
     VppLayers {
         vpp: u32,
         per_stage: u32,
         valid: String,
+        /// Why unequal chunks are not offered instead, where the framework is the reason.
+        unequal: String,
     },
     #[error(
         "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers, MTP layers too or not) to split evenly into pp x vpp chunks, or pp x vpp chunks filled front to back with a non-empty last one; valid here: {valid}"
@@ -931,10 +945,6 @@ impl ParallelPlan {
         check_v_schedule(r, training, num_microbatches / schedule_runs)?;
         check_cpu_offload(r, training)?;
         check_bf16_layers(r, model, training)?;
-        let v_schedule = training
-            .pp_schedule
-            .v_kind()
-            .map(|_| training.pp_schedule.as_str());
         check_interleaving(
             r,
             model,
@@ -942,7 +952,7 @@ impl ParallelPlan {
             &stages,
             num_microbatches,
             schedule_runs,
-            v_schedule,
+            training,
         )?;
         Ok(ParallelPlan {
             tp: r.tp,
@@ -1000,6 +1010,10 @@ impl ParallelPlan {
     pub fn layers_per_chunk(&self) -> u32 {
         if self.stages.chunk_layers > 0 {
             return self.stages.chunk_layers;
+        }
+        if self.stages.even {
+            // Balanced chunks (`StageLayout::balanced_chunks`): the heavier ones.
+            return self.stages.max_layers().div_ceil(self.vpp).max(1);
         }
         (self.stages.max_layers() / self.vpp).max(1)
     }
@@ -2185,8 +2199,13 @@ fn check_interleaving(
     stages: &StageLayout,
     num_microbatches: u32,
     schedule_runs: u32,
-    v_schedule: Option<&'static str>,
+    training: &Training,
 ) -> Result<(), PlanError> {
+    let v_schedule = training
+        .pp_schedule
+        .v_kind()
+        .map(|_| training.pp_schedule.as_str());
+    let framework = training.framework;
     if r.vpp > 1 {
         if r.pp == 1 {
             return Err(PlanError::VppWithoutPp { vpp: r.vpp });
@@ -2231,11 +2250,24 @@ fn check_interleaving(
                 valid: list(valid),
             });
         };
-        if per_stage % r.vpp != 0 {
+        // An even split's stages in chunks of unequal size (`StageLayout::balanced_chunks`), for
+        // the frameworks that take a per-chunk layout.
+        let balanced = stages.balanced_chunks(model.layers, r.pp, r.vpp)
+            && r.vpp <= per_stage
+            && framework.takes_chunk_layouts();
+        if per_stage % r.vpp != 0 && !balanced {
             return Err(PlanError::VppLayers {
                 vpp: r.vpp,
                 per_stage,
                 valid: list(divisors(per_stage)),
+                unequal: if stages.even && r.vpp <= per_stage && framework.interleaves_pipeline() {
+                    format!(
+                        " (under --framework {}, which cannot split a stage into unequal chunks; megatron-core and torchtitan can)",
+                        framework.as_str()
+                    )
+                } else {
+                    String::new()
+                },
             });
         }
         // The micro-batch multiple below is Megatron's and PyTorch's interleaved 1F1B's; the V

@@ -410,7 +410,17 @@ fn push_pipeline_variants(
     let vpps: Vec<u32> = if !training.framework.interleaves_pipeline() {
         vec![1]
     } else if pp > 1 && model.layers.is_multiple_of(pp) {
-        divisors(model.layers / pp)
+        // A pinned --vpp that does not divide the stage's layers gives chunks of unequal size
+        // (`StageLayout::balanced_chunks`) where the framework takes per-chunk layouts.
+        let per_stage = model.layers / pp;
+        let mut vpps = divisors(per_stage);
+        vpps.extend(vpp_pinned.filter(|&v| {
+            v <= per_stage
+                && !vpps.contains(&v)
+                && training.framework.takes_chunk_layouts()
+                && training.pp_schedule.v_kind().is_none()
+        }));
+        vpps
     } else if pp > 1 {
         // Uneven: with the embedding, the loss and the MTP layers counted as layers where these
         // units split evenly (`plan::unit_chunks`), else with the model chunks filled front to

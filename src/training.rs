@@ -1207,6 +1207,19 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Deepspeed)
     }
 
+    /// Whether the framework takes the layers of every model chunk as given, so that a stage's
+    /// chunks may hold different layer counts: Megatron-Core's `--pipeline-model-parallel-layout`
+    /// (megatron/core/transformer/pipeline_parallel_layer_layout.py; Megatron-LM `arguments.py`
+    /// derives the virtual stages from it) and torchtitan's `module_fqns_per_model_part`
+    /// (torchtitan/distributed/pipeline_parallel.py). 2021's Megatron-LM split every stage into
+    /// `--num-layers-per-virtual-pipeline-stage` layers, which must divide it.
+    pub fn takes_chunk_layouts(self) -> bool {
+        matches!(
+            self,
+            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan
+        )
+    }
+
     /// Whether full recompute can cover only some layers of each chunk. Megatron-LM's
     /// `--recompute-method block --recompute-num-layers N` (2021 `--activations-checkpoint-method
     /// block`) and DeepSpeed's `number_checkpoints` can; torchtitan's `mode = "full"` wraps every

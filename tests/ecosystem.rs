@@ -3460,7 +3460,7 @@ fn deepseek_v3_pipeline_layout_round_trips() {
         "json",
     ]);
     assert_eq!(laid_out["time"]["step_s"], even["time"]["step_s"]);
-    let other = line.replace(&layout, "'Et*6|t*6|t*5|t*5L'");
+    let other = line.replace(&layout, "'Et*20|t*10|t*20|t*11L'");
     assert_error(
         &[
             "eval",

@@ -946,8 +946,9 @@ pub(super) fn plan_error_in_launch_words(
             vpp,
             per_stage,
             valid,
+            ..
         } => format!(
-            "--megatron-args: {given}, but tpsim interleaves a stage of {per_stage} layers only into equal chunks, which {vpp} does not divide; {}",
+            "--megatron-args: {given}, but a stage of {per_stage} layers cannot be cut into {vpp} chunks of at least one layer; {}",
             cut(valid)
         ),
         PlanError::VppUneven { valid, .. } => format!(

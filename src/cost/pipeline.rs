@@ -46,6 +46,11 @@ enum ChunkKind {
     /// One chunk per stage: the first and last as given (or tpsim's), the middle stages sharing
     /// the rest, the extra layers on the earliest ones (`cost::simulated::layers_per_stage`).
     Stages { first: u32, last: u32 },
+    /// Every stage `per_stage` layers (an even split) that its `vpp` chunks do not divide: the
+    /// chunks of the earliest `per_stage % vpp` virtual stages hold one layer more, as the
+    /// `--pipeline-model-parallel-layout` tpsim writes says it (`StageLayout::balanced_chunks`);
+    /// each stage holds the same layers.
+    Balanced { pp: u32, vpp: u32, per_stage: u32 },
 }
 
 impl ChunkLayout {
@@ -54,7 +59,13 @@ impl ChunkLayout {
         let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
         let chunks = p * v;
         let s = &plan.stages;
-        let kind = if chunks == 1 || s.even {
+        let kind = if s.balanced_chunks(layers, p, v) {
+            ChunkKind::Balanced {
+                pp: p,
+                vpp: v,
+                per_stage: layers / p,
+            }
+        } else if chunks == 1 || s.even {
             ChunkKind::FrontToBack {
                 per: layers / chunks,
             }
@@ -128,6 +139,13 @@ impl ChunkLayout {
                 let i = chunk - 1;
                 let start = first + i * base + i.min(extra);
                 (start, start + base + u32::from(i < extra))
+            }
+            ChunkKind::Balanced { pp, vpp, per_stage } => {
+                let (base, extra) = (per_stage / vpp, per_stage % vpp);
+                let (round, stage) = (chunk / pp, chunk % pp);
+                let size = base + u32::from(round < extra);
+                let start = pp * (round * base + round.min(extra)) + stage * size;
+                (start, start + size)
             }
         }
     }

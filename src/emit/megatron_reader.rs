@@ -742,6 +742,12 @@ fn hybrid_split(
     let middle = &counts[1..counts.len() - 1];
     let per_chunk = middle.first().copied().unwrap_or(first_chunk);
     if middle.iter().any(|&c| c != per_chunk) {
+        if let Some(balanced) = ChunkLayout::balanced(&counts, mtp_layers) {
+            return Ok(SplitArgs {
+                layout: Some(balanced),
+                ..split
+            });
+        }
         return Err(MegatronArgsError::Refused {
             given: format!("{given} ({})", segment_lengths(segments)),
             why: "the segments between the first and the last hold different numbers of layers, which tpsim does not price (its pipelines give every middle model chunk the same layers); cut the pattern as `tpsim eval ... --emit megatron` writes it for this plan".into(),
@@ -754,6 +760,7 @@ fn hybrid_split(
             per_chunk,
             last_chunk,
             mtp_layers,
+            heavier_leading: 0,
         }),
         ..split
     })

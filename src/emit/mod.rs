@@ -581,6 +581,13 @@ impl Framework {
             Framework::Nemo if !plan.stages.even => Some(
                 "uneven pipeline stages are not expressible in a NeMo 1.x model config; use a pp that divides the layers".into(),
             ),
+            Framework::Nemo if plan.stages.balanced_chunks(model.layers, plan.pp, plan.vpp) => {
+                let per_stage = model.layers / plan.pp;
+                Some(format!(
+                    "--vpp {} on {per_stage} layers per stage makes model chunks of unequal size, which a NeMo 1.x model config cannot say (its virtual_pipeline_model_parallel_size splits each stage equally: Megatron-Core get_num_layers_to_build); use --emit megatron or --emit megatron-bridge (they write a --pipeline-model-parallel-layout), or a --vpp dividing {per_stage}",
+                    plan.vpp
+                ))
+            }
             _ if megatron_family => match MegatronSplit::of(model, plan) {
                 MegatronSplit::Inexpressible { why } => Some(why),
                 _ => None,

@@ -46,6 +46,27 @@ impl MegatronSplit {
             };
         }
         let s = &plan.stages;
+        if s.balanced_chunks(model.layers, plan.pp, plan.vpp) {
+            // Chunks of unequal size in even stages: only a layout says them.
+            let layout = crate::cost::pipeline::ChunkLayout::of(model, plan);
+            let chunks = plan.pp * plan.vpp;
+            let entries: Vec<String> = (0..chunks)
+                .map(|chunk| {
+                    let (start, end) = layout.range(chunk);
+                    let body = decoder_entry(end - start);
+                    match (chunk == 0, chunk + 1 == chunks) {
+                        (true, _) => format!("E{body}"),
+                        (_, true) => {
+                            format!("{body}{}L", "m".repeat(model.mtp_layers as usize))
+                        }
+                        _ => body,
+                    }
+                })
+                .collect();
+            return MegatronSplit::Layout {
+                layout: entries.join("|"),
+            };
+        }
         if s.even {
             return MegatronSplit::Even;
         }
@@ -163,7 +184,9 @@ pub struct SplitArgs {
 /// the last holds `per_chunk` layers; the first (with the embedding) as many or one fewer, the last
 /// (with any MTP layers and the loss) at most as many. Chunks filled front to back
 /// (`StageLayout::filled_chunks`, 'Et*4|t*4|t*1mL') and every unit counted
-/// (`plan::unit_chunks`, 'Et|(tt|)*30mL') are both of this form.
+/// (`plan::unit_chunks`, 'Et|(tt|)*30mL') are both of this form. Or balanced chunks
+/// (`StageLayout::balanced_chunks`, 'Et*7|t*7|t*7|t*7|t*6|t*6|t*6|t*6L'): the first
+/// `heavier_leading` chunks hold `per_chunk + 1` layers, the rest `per_chunk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkLayout {
     pub chunks: u32,
@@ -172,6 +195,9 @@ pub struct ChunkLayout {
     pub last_chunk: u32,
     /// MTP layers (`m`) just before the loss in the last chunk.
     pub mtp_layers: u32,
+    /// Leading chunks holding one layer more than `per_chunk` (balanced chunks); 0 in the
+    /// other forms.
+    pub heavier_leading: u32,
 }
 
 /// The longest layout tpsim unrolls (Megatron's layouts are a few hundred characters).
@@ -257,7 +283,7 @@ impl ChunkLayout {
         let text = text.trim().trim_matches(|c| c == '\'' || c == '"');
         let refuse = |why: &str| {
             Err(format!(
-                "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the first (E and as many or one fewer) and the last (fewer, then any m and L), like 'Et*4|t*4|t*1mL' or 'Et|(tt|)*30mL'"
+                "--pipeline-model-parallel-layout {text}: {why}; tpsim models layouts whose chunks hold the same number of layers but the first (E and as many or one fewer) and the last (fewer, then any m and L), like 'Et*4|t*4|t*1mL' or 'Et|(tt|)*30mL', or whose leading chunks hold one layer more than the rest, like 'Et*7|t*7|t*6|t*6L'"
             ))
         };
         let unrolled = match unroll_layout(text) {
@@ -306,7 +332,10 @@ impl ChunkLayout {
         }
         let first_fits = first_chunk == per_chunk || (chunks > 2 && first_chunk + 1 == per_chunk);
         if middle.iter().any(|&c| c != per_chunk) || !first_fits || last_chunk > per_chunk {
-            return refuse("its chunks hold different numbers of layers");
+            return match ChunkLayout::balanced(&counts, mtp_layers) {
+                Some(balanced) => Ok(balanced),
+                None => refuse("its chunks hold different numbers of layers"),
+            };
         }
         Ok(ChunkLayout {
             chunks,
@@ -314,11 +343,35 @@ impl ChunkLayout {
             per_chunk,
             last_chunk,
             mtp_layers,
+            heavier_leading: 0,
+        })
+    }
+
+    /// Chunk layer counts in depth order of the balanced form (some leading chunks one layer
+    /// heavier than all the others, each holding a layer), or None.
+    pub fn balanced(counts: &[u32], mtp_layers: u32) -> Option<ChunkLayout> {
+        let heavy = *counts.first()?;
+        let light = heavy.checked_sub(1).filter(|&n| n > 0)?;
+        let heavier_leading = counts.iter().take_while(|&&c| c == heavy).count();
+        let rest = &counts[heavier_leading..];
+        if rest.is_empty() || rest.iter().any(|&c| c != light) {
+            return None;
+        }
+        Some(ChunkLayout {
+            chunks: u32::try_from(counts.len()).ok()?,
+            first_chunk: heavy,
+            per_chunk: light,
+            last_chunk: light,
+            mtp_layers,
+            heavier_leading: u32::try_from(heavier_leading).ok()?,
         })
     }
 
     /// Transformer layers the layout places.
     pub fn layers(&self) -> u32 {
+        if self.heavier_leading > 0 {
+            return self.per_chunk * self.chunks + self.heavier_leading;
+        }
         match self.chunks {
             1 => self.first_chunk,
             n => self.first_chunk + self.per_chunk * (n - 2) + self.last_chunk,
@@ -435,6 +488,22 @@ impl SplitArgs {
                 ));
             }
             let vpp = layout.chunks / pp;
+            if layout.heavier_leading > 0 {
+                if !layout.heavier_leading.is_multiple_of(pp) {
+                    return Err(format!(
+                        "--pipeline-model-parallel-layout gives {} leading chunks {} layers and the rest {}, so its {pp} stages hold different layer counts; tpsim models unequal chunks in even stages, the heavier chunks filling whole rounds of {pp} (as `tpsim eval ... --emit megatron` writes them)",
+                        layout.heavier_leading,
+                        layout.per_chunk + 1,
+                        layout.per_chunk
+                    ));
+                }
+                let per_stage = layout.per_chunk * vpp + layout.heavier_leading / pp;
+                return Ok(StageLayers {
+                    first: per_stage,
+                    middle: per_stage,
+                    last: per_stage,
+                });
+            }
             if vpp == 1 && (layout.first_chunk == 0 || layout.last_chunk == 0) {
                 return Err(format!(
                     "--pipeline-model-parallel-layout leaves the {} stage without a transformer layer; tpsim plans at least one layer per stage, so move a layer there (e.g. 't' before the 'm' or 'L')",
@@ -530,6 +599,7 @@ mod tests {
                 per_chunk: 4,
                 last_chunk: 1,
                 mtp_layers: 0,
+                heavier_leading: 0,
             }
         );
         assert_eq!(layout.layers(), 13);
@@ -553,11 +623,16 @@ mod tests {
                 per_chunk: 2,
                 last_chunk: 0,
                 mtp_layers: 1,
+                heavier_leading: 0,
             }
         );
         assert_eq!(units.layers(), 61);
+        // Balanced chunks: the leading ones a layer heavier (`StageLayout::balanced_chunks`);
+        // whether they fill whole rounds of the pipeline is `SplitArgs::stage_layers`'s check.
+        let balanced = ChunkLayout::parse("Et*6|t*6|t*5|t*5L").unwrap();
+        assert_eq!((balanced.heavier_leading, balanced.per_chunk), (2, 5));
+        assert_eq!(balanced.layers(), 22);
         for (text, why) in [
-            ("Et*6|t*6|t*5|t*5L", "different numbers"),
             ("Et*2|t*4|t*4|t*1L", "different numbers"),
             ("Et*3|t*4L", "different numbers"),
             ("Et*4|(t*4|*2t*1L", "not closed"),

@@ -351,8 +351,9 @@ fn token_divisor(plan: &ParallelPlan) -> u64 {
 /// Transformer layers of each model chunk in depth order (the order torchtitan's
 /// `module_fqns_per_model_part` lists stages in, for looped and V schedules alike:
 /// `_get_pp_rank_to_stage_indices_mapping`, torchtitan/distributed/pipeline_parallel.py), as
-/// tpsim places them: one chunk per stage (`cost::simulated::layers_per_stage`), equal chunks, or
-/// chunks filled front to back with the remainder last (`StageLayout::filled_chunks`). None for
+/// tpsim places them: one chunk per stage (`cost::simulated::layers_per_stage`), equal chunks,
+/// even stages in unequal chunks (`StageLayout::balanced_chunks`), or chunks filled front to back
+/// with the remainder last (`StageLayout::filled_chunks`). None for
 /// an interleaved uneven split of another kind.
 fn chunk_layers(model: &Model, plan: &ParallelPlan) -> Option<Vec<u32>> {
     if plan.vpp <= 1 {
@@ -361,6 +362,18 @@ fn chunk_layers(model: &Model, plan: &ParallelPlan) -> Option<Vec<u32>> {
     let chunks = plan.pp * plan.vpp;
     if plan.stages.even && model.layers.is_multiple_of(chunks) {
         return Some(vec![model.layers / chunks; chunks as usize]);
+    }
+    if plan.stages.balanced_chunks(model.layers, plan.pp, plan.vpp) {
+        // Even stages in unequal chunks (`StageLayout::balanced_chunks`).
+        let layout = crate::cost::pipeline::ChunkLayout::of(model, plan);
+        return Some(
+            (0..chunks)
+                .map(|chunk| {
+                    let (start, end) = layout.range(chunk);
+                    end - start
+                })
+                .collect(),
+        );
     }
     let per_chunk = plan.stages.chunk_layers;
     if per_chunk > 0 {
