@@ -930,7 +930,7 @@ pub struct EvalArgs {
     pub emit: Option<EmitTarget>,
     /// A whole Megatron-LM launch line in quotes, or @FILE holding one: model, batch and plan are
     /// read from it; arguments tpsim does not model (--lr, --data-path, ...) are skipped and listed.
-    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "cp", "ep", "etp", "reshard_after_forward", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16", "use_megatron_fsdp", "use_torch_fsdp2", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout", "delay_wgrad_compute"])]
+    #[arg(long, value_name = "\"ARGS\"|@FILE", allow_hyphen_values = true, conflicts_with_all = ["plan", "tp", "pp", "cp", "ep", "etp", "reshard_after_forward", "dp", "vpp", "micro_batch", "sequence_parallel", "recompute", "zero", "params", "model", "layers", "hf_config", "num_layers_per_virtual_pipeline_stage", "use_distributed_optimizer", "attention_backend", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16", "use_megatron_fsdp", "use_torch_fsdp2", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout", "delay_wgrad_compute", "recompute_num_layers", "recompute_method", "data_parallel_sharding_strategy"])]
     pub megatron_args: Option<String>,
 }
 

@@ -1755,6 +1755,36 @@ impl Reader<'_> {
         }
     }
 
+    /// `Model::check_hybrid`'s words, which name a model file's `hybrid:` keys (`mamba_heads`,
+    /// `mamba_groups`, ...), in the Nemotron-H config's keys (`mamba_num_heads`, `n_groups` or
+    /// `mamba_n_groups`, ...; `Reader::nemotron_h` reads them): the message named keys the config
+    /// does not have.
+    fn hybrid_words_in_config_keys(&self, words: &str) -> String {
+        let present = |keys: &[&'static str]| {
+            keys.iter()
+                .copied()
+                .find(|k| self.obj.contains_key(*k))
+                .unwrap_or(keys[0])
+        };
+        let mut said = words.to_string();
+        for (file_key, config_keys) in [
+            ("mamba_heads", &["mamba_num_heads"][..]),
+            ("mamba_head_dim", &["mamba_head_dim"][..]),
+            ("mamba_state_dim", &["ssm_state_size"][..]),
+            ("mamba_groups", &["n_groups", "mamba_n_groups"][..]),
+            ("mamba_conv_kernel", &["conv_kernel", "mamba_d_conv"][..]),
+        ] {
+            let key = present(config_keys);
+            said = said
+                .replace(&format!("hybrid {file_key} "), &format!("key \"{key}\" "))
+                .replace(
+                    &format!("multiple of {file_key} "),
+                    &format!("multiple of \"{key}\" "),
+                );
+        }
+        said
+    }
+
     /// The config key a shape field came from (the first of the family's names present).
     fn key_of(&self, field: &str, family: Family) -> &'static str {
         let candidates: &[&'static str] = match (field, family) {
@@ -1875,8 +1905,8 @@ impl Reader<'_> {
             ModelError::RotaryBaseRange { .. } | ModelError::RotaryBaseWithoutRope { .. } => {
                 e.to_string()
             }
-            // The hybrid reader's keys are named in the words the check gives.
-            ModelError::Hybrid(words) => words,
+            // The hybrid check names a model file's keys; said in the config's.
+            ModelError::Hybrid(words) => self.hybrid_words_in_config_keys(&words),
             ModelError::RotaryPercentBelowOnePair {
                 value,
                 rotated,

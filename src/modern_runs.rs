@@ -1161,14 +1161,18 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
         return Err(why);
     }
     // What the command line would refuse, refused here too: a run file is input like any other.
+    // Said in the file's keys, with the fix, as every other row's reason is.
     if run.hardware.num_gpus == 0 {
-        return Err("num_gpus is 0; a run needs at least one GPU".into());
+        return Err(
+            "hardware.num_gpus is 0; a run needs at least one GPU: give the GPUs the run trained on"
+                .into(),
+        );
     }
     if let Some(gbs) = run.plan.gbs
         && !(1..=crate::training::MAX_GLOBAL_BATCH).contains(&gbs)
     {
         return Err(format!(
-            "global batch {gbs} is outside 1..={} sequences",
+            "plan.gbs {gbs} is outside 1 to {} sequences (rule: a step trains at least one sequence, at most tpsim's --global-batch limit); give the published global batch in sequences",
             crate::training::MAX_GLOBAL_BATCH
         ));
     }

@@ -129,13 +129,14 @@ pub(super) fn check_emit_input(
     if let Some(why) = framework.cpu_offload_unsupported(&s.training) {
         bail!("--emit {}: {why}", target_name(target));
     }
+    // A model the configuration cannot describe is an input error whatever the plans and the
+    // framework: said before the mismatch, whose fix (`--framework torchtitan`) would meet it.
+    if let Some(why) = framework.model_unsupported(&s.model) {
+        bail!("--emit {}: {why}", target_name(target));
+    }
     // A plan searched for another framework is refused whatever fits: the header's time and
     // memory would be that framework's, not those of the one the configuration runs on.
     if let Some(why) = framework.framework_mismatch(s.training.framework) {
-        bail!("--emit {}: {why}", target_name(target));
-    }
-    // A model the configuration cannot describe is an input error whatever the plans.
-    if let Some(why) = framework.model_unsupported(&s.model) {
         bail!("--emit {}: {why}", target_name(target));
     }
     // Likewise optimizer states the configuration cannot keep.

@@ -137,8 +137,13 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
     let (hybrid_pattern, hybrid_mtp_depths) = match hybrid_pattern {
         Some(pattern) => {
             // No symbol before the MTP depths: no layers, which was said as a `--num-layers 0`
-            // the line never gave (or, for '/*E', as depths to write that were written).
-            if pattern.split('/').next().is_none_or(str::is_empty) {
+            // the line never gave (or, for '/*E', as depths to write that were written). Pipeline
+            // cuts alone ('|', '|/*E') are no layers either.
+            if pattern
+                .split('/')
+                .next()
+                .is_none_or(|main| main.chars().all(|c| c == '|'))
+            {
                 return Err(MegatronArgsError::Refused {
                     given: format!("--hybrid-layer-pattern {pattern:?}"),
                     why: "its main pattern (before any '/' MTP depth) is empty, and Megatron-LM takes the layer count from it (one symbol per layer: M Mamba-2, * attention, - MLP, E MoE); write one symbol per layer, e.g. --hybrid-layer-pattern 'M-M*'".into(),
@@ -715,6 +720,14 @@ fn hybrid_split(
         .collect();
     let chunks = u32::try_from(counts.len()).unwrap_or(u32::MAX);
     let given = format!("--hybrid-layer-pattern with {chunks} '|' segments");
+    // An empty segment first: the pipeline sizes offered below count it, and following them
+    // would meet this refusal.
+    if counts.contains(&0) {
+        return Err(MegatronArgsError::Refused {
+            given: format!("{given} ({})", segment_lengths(segments)),
+            why: "a segment holds no layer, and tpsim plans at least one layer per model chunk; move a layer into it or drop that '|'".into(),
+        });
+    }
     if pp < 2 {
         return Err(MegatronArgsError::Refused {
             given: format!("{given} and --pipeline-model-parallel-size {pp}"),
@@ -729,12 +742,6 @@ fn hybrid_split(
             why: format!(
                 "Megatron-LM needs the segments to be a multiple of the pipeline size (arguments.py: \"must be evenly divisible by --pipeline-model-parallel-size\"); cut the pattern into a multiple of {pp} segments, or give a pipeline size dividing {chunks}"
             ),
-        });
-    }
-    if counts.contains(&0) {
-        return Err(MegatronArgsError::Refused {
-            given: format!("{given} ({})", segment_lengths(segments)),
-            why: "a segment holds no layer, and tpsim plans at least one layer per model chunk; move a layer into it or drop that '|'".into(),
         });
     }
     let first_chunk = counts[0];
@@ -794,29 +801,46 @@ fn split_hybrid_mtp(pattern: &str) -> Result<(String, u32), MegatronArgsError> {
     let mut segments = pattern.split('/');
     let main = segments.next().unwrap_or_default().to_string();
     let mtp: Vec<&str> = segments.collect();
-    let Some(first) = mtp.first() else {
+    let depths = u32::try_from(mtp.len()).unwrap_or(u32::MAX);
+    if depths == 0 {
         return Ok((main, 0));
+    }
+    // The last layer, past any trailing '|' cut. A pattern ending in a Mamba or attention layer
+    // has no MLP kind for the depths (`Model::check_hybrid` refuses it), so there are no depths to
+    // offer; a symbol tpsim does not read is named by that check.
+    let last_layer = main.chars().rev().find(|c| *c != '|');
+    let priced = match last_layer {
+        Some(c @ ('E' | '-')) => format!("*{c}"),
+        Some(c @ ('M' | '*')) => {
+            return Err(MegatronArgsError::Refused {
+                given: format!(
+                    "--hybrid-layer-pattern {pattern:?} (MTP segments {:?})",
+                    mtp.join("/")
+                ),
+                why: format!(
+                    "its main pattern ends in {}, and tpsim prices a hybrid MTP depth as an attention block and one of the last layer's MLP kind ('*E' or '*-' after a pattern ending in E or -, NVIDIA's Nemotron 3 '*E'), which a stack ending in a Mamba or attention layer does not have; end the main pattern in an MLP (- or E), or drop the '/' depths",
+                    if c == 'M' {
+                        "a Mamba layer (M)"
+                    } else {
+                        "an attention layer (*)"
+                    }
+                ),
+            });
+        }
+        _ => return Ok((main, depths)),
     };
-    let last = main.chars().last().filter(|c| matches!(c, 'E' | '-'));
-    let priced = last.map(|c| format!("*{c}"));
-    if mtp.iter().any(|s| s != first) || priced.as_deref() != Some(*first) {
+    if mtp.iter().any(|s| *s != priced) {
         return Err(MegatronArgsError::Refused {
             given: format!(
                 "--hybrid-layer-pattern with MTP segments {:?}",
                 mtp.join("/")
             ),
             why: format!(
-                "tpsim prices a hybrid MTP depth as an attention block and one of the last layer's MLP kind, every depth alike ('*E' or '*-' after a pattern ending in E or -, NVIDIA's Nemotron 3 '*E'){}; write the depths as /{} or give the model file and --mtp-layers",
-                if let Some(block) = &priced {
-                    format!(", here {block}")
-                } else {
-                    String::new()
-                },
-                priced.as_deref().unwrap_or("*E")
+                "tpsim prices a hybrid MTP depth as an attention block and one of the last layer's MLP kind, every depth alike ('*E' or '*-' after a pattern ending in E or -, NVIDIA's Nemotron 3 '*E'), here {priced}; write the depths as /{priced} or give the model file and --mtp-layers"
             ),
         });
     }
-    Ok((main, u32::try_from(mtp.len()).unwrap_or(u32::MAX)))
+    Ok((main, depths))
 }
 
 /// `pretrain_mamba.py`'s hybrid stack from the line: the pattern and the Mamba-2 mixer's shape

@@ -98,7 +98,9 @@ impl Framework {
 
     /// Why this framework's configuration cannot describe `model` whatever the plan (experts,
     /// latent attention, multi-token prediction or a sliding window outside the Megatron-LM and
-    /// Megatron-Bridge writers), or `None`: an input error, not a plan that does not fit.
+    /// Megatron-Bridge writers; a model other than Llama 3 in torchtitan's recipe), or `None`: an
+    /// input error, not a plan that does not fit. Said before the framework the plan was evaluated
+    /// for (`framework_mismatch`), whose fix would otherwise lead to this refusal.
     pub fn model_unsupported(self, model: &Model) -> Option<String> {
         let name = self.name();
         if let Some(hybrid) = &model.hybrid {
@@ -145,6 +147,11 @@ impl Framework {
                 "sliding-window attention (--attention-window {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 window.tokens
             ));
+        }
+        // The torchtitan recipe writes torchtitan's Llama 3 model only: a block of another shape
+        // (LayerNorm, biases, a two-matrix MLP) is no plan's to change either.
+        if self == Framework::Torchtitan {
+            return torchtitan::non_llama_part(model);
         }
         None
     }
@@ -392,8 +399,9 @@ impl Framework {
     }
 
     /// Why this framework cannot run `plan` of `model` with `training` as tpsim models it, or
-    /// `None` when it can: first a plan evaluated for another framework, then what the
-    /// configuration cannot express.
+    /// `None` when it can: first what no plan of the run can be written with (offloading, the
+    /// model), then a plan evaluated for another framework, then what the configuration cannot
+    /// express.
     pub fn unsupported(
         self,
         model: &Model,
@@ -401,8 +409,13 @@ impl Framework {
         plan: &ParallelPlan,
     ) -> Option<String> {
         // Offloading is Megatron-Core's whatever the framework evaluated: said first, as the
-        // mismatch's fix (`--framework deepspeed`) would refuse it in turn.
+        // mismatch's fix (`--framework deepspeed`) would refuse it in turn; so is a model the
+        // configuration cannot describe (`--emit torchtitan` on a hybrid stack was told to use
+        // `--framework torchtitan`, under which the recipe refuses the stack).
         if let Some(why) = self.cpu_offload_unsupported(training) {
+            return Some(why);
+        }
+        if let Some(why) = self.model_unsupported(model) {
             return Some(why);
         }
         if let Some(why) = self.framework_mismatch(training.framework) {
@@ -413,12 +426,6 @@ impl Framework {
         let low_precision = plan.precision != Precision::Bf16;
         let param_gather = low_precision && training.fp8_param_gather;
         let tp_overlap = training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel;
-        // A hybrid stack is said first (as `plan --emit` says it).
-        if model.hybrid.is_some()
-            && let Some(why) = self.model_unsupported(model)
-        {
-            return Some(why);
-        }
         // Megatron-Bridge's `HybridModelProvider.provide` asserts no virtual stages ("Virtual
         // pipeline model parallelism is temporarily unsupported in Hybrid models",
         // hybrid_provider.py at 067f987df03b), where Megatron-LM takes them from the pattern.
@@ -437,9 +444,6 @@ impl Framework {
                 plan.etp,
                 self.name()
             ));
-        }
-        if let Some(why) = self.model_unsupported(model) {
-            return Some(why);
         }
         match self {
             // A precision NeMo 1.x cannot write fails every plan of the search alike, so it is

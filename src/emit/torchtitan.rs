@@ -132,7 +132,7 @@ fn flavor_of(model: &Model) -> Option<&'static Flavor> {
 /// biases, no dropout: `_build_llama3_layers`, torchtitan/models/llama3/__init__.py) does not
 /// build, or None. Experts, latent attention, MTP and windows are refused before this
 /// (`Framework::unsupported`).
-fn non_llama_part(model: &Model) -> Option<String> {
+pub(super) fn non_llama_part(model: &Model) -> Option<String> {
     let part = if model.norm != Norm::Rmsnorm {
         "LayerNorm (torchtitan's Llama 3 uses RMSNorm)".to_string()
     } else if !model.gated_mlp {
