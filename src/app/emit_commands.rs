@@ -109,7 +109,7 @@ pub(super) fn emitted(framework: Framework, s: &Scenario, e: &Estimate) -> Strin
             format!("{}\n", emit::deepspeed_json(&s.training, plan))
         }
         Framework::Torchtitan => {
-            for note in emit::torchtitan_notes(&s.model, &s.cluster, plan) {
+            for note in emit::torchtitan_notes(&s.model, &s.training, &s.cluster, plan) {
                 eprintln!("note: {note}");
             }
             emit::torchtitan_recipe(&s.model, &s.training, plan)

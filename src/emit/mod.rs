@@ -17,6 +17,7 @@ mod megatron_words;
 mod nemo;
 mod pipeline_split;
 mod torchtitan;
+mod torchtitan_moe;
 
 pub use bridge::bridge_overrides;
 pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
@@ -124,19 +125,30 @@ impl Framework {
         if matches!(self, Framework::Megatron | Framework::MegatronBridge) {
             return None;
         }
-        if model.moe.is_some() {
+        // The torchtitan recipe writes its MoE models (and DeepSeek-V3's MLA with them) itself:
+        // `torchtitan_moe::model_unsupported` says which.
+        let torchtitan_moe = self == Framework::Torchtitan && model.moe.is_some();
+        if model.moe.is_some() && !torchtitan_moe {
             return Some(format!(
                 "mixture-of-experts models are not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"
             ));
         }
-        if model.mla.is_some() {
+        if model.mla.is_some() && !torchtitan_moe {
             return Some(format!(
                 "multi-latent attention is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"
             ));
         }
         if model.mtp_layers > 0 {
+            // torchtitan builds DeepSeek-V3's MTP (`model_registry(..., num_mtp_layers=N)`) but
+            // trains it only with its own `MTPLoss` and without CP or PP
+            // (torchtitan/models/deepseek_v3/MTP.md), none of which the recipe writes yet.
+            let torchtitan = if self == Framework::Torchtitan {
+                " (torchtitan's DeepSeek-V3 MTP needs its MTPLoss and rejects CP and PP: torchtitan/models/deepseek_v3/MTP.md)"
+            } else {
+                ""
+            };
             return Some(format!(
-                "multi-token prediction (--mtp-layers {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
+                "multi-token prediction (--mtp-layers {}) is not written for {name} yet{torchtitan}; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 model.mtp_layers
             ));
         }
@@ -356,10 +368,14 @@ impl Framework {
     /// Why this framework's configuration cannot route tokens as `training` plans: NeMo AutoModel's
     /// round-robin benchmark gate (`--moe-routing round-robin`) has no Megatron-LM counterpart
     /// (its forced balancing, `--moe-router-force-load-balancing`, draws random logits).
+    /// torchtitan runs that gate as `debug.moe_force_load_balance` (`torchtitan_moe`).
     pub fn moe_routing_unsupported(self, training: &Training) -> Option<String> {
-        (training.moe_dispatch.routing != crate::training::MoeRouting::Random).then(|| {
+        let routing = training.moe_dispatch.routing;
+        let torchtitan_round_robin =
+            self == Framework::Torchtitan && routing == crate::training::MoeRouting::RoundRobin;
+        (routing != crate::training::MoeRouting::Random && !torchtitan_round_robin).then(|| {
             format!(
-                "--moe-routing {} is NeMo AutoModel's benchmark gate, which no configuration tpsim writes can run (Megatron-LM's forced balancing routes at random); use --moe-routing random",
+                "--moe-routing {} is NeMo AutoModel's benchmark gate, which only the torchtitan recipe writes (debug.moe_force_load_balance; Megatron-LM's forced balancing routes at random); use --moe-routing random, or --framework torchtitan with --emit torchtitan",
                 training.moe_dispatch.routing.as_str()
             )
         })
@@ -435,9 +451,11 @@ impl Framework {
                 plan.vpp, model.name
             ));
         }
-        // Only the Megatron-LM and Megatron-Bridge writers carry experts and latent attention so
-        // far; the others would write a dense model with a different parameter count.
-        if !megatron_family && (model.moe.is_some() || plan.ep > 1 || plan.etp > 1) {
+        // Only the Megatron-LM, Megatron-Bridge and torchtitan writers carry experts and latent
+        // attention so far; the others would write a dense model with a different parameter
+        // count (torchtitan's expert rules: `torchtitan_moe`).
+        let writes_experts = megatron_family || self == Framework::Torchtitan;
+        if !writes_experts && (model.moe.is_some() || plan.ep > 1 || plan.etp > 1) {
             return Some(format!(
                 "mixture-of-experts models and expert parallelism (--ep {} --etp {}) are not written for {} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 plan.ep,

@@ -11,6 +11,7 @@
 //! `SelectiveAC.Config()`, so it is always written) and torchtitan/models/llama3/ (`model_registry`,
 //! `config_registry.py`'s `llama3_8b`/`llama3_70b`/`llama3_405b` recipes).
 
+use super::torchtitan_moe::MoeSpec;
 use crate::cluster::Cluster;
 use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, Precision, Recompute};
@@ -186,7 +187,12 @@ pub(super) fn run_unsupported(
     training: &Training,
     precision: Precision,
 ) -> Option<String> {
-    if let Some(why) = non_llama_part(model) {
+    let model_why = if model.moe.is_some() {
+        super::torchtitan_moe::model_unsupported(model)
+    } else {
+        non_llama_part(model)
+    };
+    if let Some(why) = model_why {
         return Some(why);
     }
     // Settings only the accuracy runner gives, for torchtitan releases before this one.
@@ -256,6 +262,9 @@ pub(super) fn run_unsupported(
 /// Why this plan's degrees, batch, recompute or overlap cannot be written (`unsupported` after
 /// `run_unsupported`).
 fn plan_unsupported(model: &Model, training: &Training, plan: &ParallelPlan) -> Option<String> {
+    if let Some(why) = super::torchtitan_moe::plan_unsupported(model, training, plan) {
+        return Some(why);
+    }
     if plan.cp > 1 && training.cp_exchange != CpExchange::TorchAllGather {
         return Some(format!(
             "--cp {} with --cp-exchange {}: torchtitan's context parallelism is PyTorch's context_parallel (context_parallel_degree); use --cp-exchange torch-all-gather",
@@ -408,7 +417,12 @@ fn flavor_name(model: &Model) -> String {
 }
 
 /// What the user must supply or know beside the recipe (stderr `note:` lines, without the prefix).
-pub fn notes(model: &Model, cluster: &Cluster, plan: &ParallelPlan) -> Vec<String> {
+pub fn notes(
+    model: &Model,
+    training: &Training,
+    cluster: &Cluster,
+    plan: &ParallelPlan,
+) -> Vec<String> {
     let mut out = Vec::new();
     let function = function_name(model);
     let gpus = cluster.total_gpus();
@@ -424,20 +438,36 @@ pub fn notes(model: &Model, cluster: &Cluster, plan: &ParallelPlan) -> Vec<Strin
         "save the recipe below as torchtitan_recipes/tpsim_plan.py in a torchtitan checkout (written against {TORCHTITAN_COMMIT}) and run it on {gpus} GPUs = {} x {} x {} x {} (dp x cp x tp x pp): {launch}",
         plan.dp, plan.cp, plan.tp, plan.pp
     ));
+    if let Some(spec) = MoeSpec::of(model, training) {
+        out.extend(super::torchtitan_moe::notes(model, training, &spec));
+    } else {
+        out.push(llama3_flavor_note(model));
+    }
+    // tpsim's torchtitan attention (`TrainingFramework::Torchtitan`: SDPA's FlashAttention-2
+    // efficiency, `sdpa_repeats_kv`) predates this commit's `get_attention_config`, which refuses
+    // sdpa for language models.
+    out.push(format!(
+        "tpsim prices torchtitan's attention as PyTorch SDPA's FlashAttention-2 kernel with K/V repeated to every query head; at {TORCHTITAN_COMMIT} torchtitan runs language models on FlexAttention (model_registry's default attn_backend \"flex\"; \"sdpa\" is refused) with grouped K/V and per-document block-causal masks, so its attention time and memory can differ from tpsim's"
+    ));
+    out
+}
+
+/// The note naming the Llama 3 flavor (or the one to add) a dense model is written as.
+fn llama3_flavor_note(model: &Model) -> String {
     match flavor_of(model) {
         Some(Flavor {
             name,
             recipe: Some(recipe),
             ..
-        }) => out.push(format!(
+        }) => format!(
             "{} is torchtitan's llama3 flavor {name}; data, tokenizer (hf_assets_path), optimizer, LR schedule and checkpointing come from its {recipe} recipe (torchtitan/models/llama3/config_registry.py): set yours there or in the recipe",
             model.name
-        )),
-        Some(Flavor { name, .. }) => out.push(format!(
+        ),
+        Some(Flavor { name, .. }) => format!(
             "{} is torchtitan's llama3 flavor {name}, which ships no recipe; data, optimizer and checkpointing come from the llama3_8b recipe (torchtitan/models/llama3/config_registry.py): set hf_assets_path to {name}'s tokenizer and weights",
             model.name
-        )),
-        None => out.push(format!(
+        ),
+        None => format!(
             "{name} is no llama3 flavor torchtitan ships (1B, 3B, 8B, 70B, 405B): add \"{name}\" to llama3_configs in torchtitan/models/llama3/__init__.py, built as _8b is with dim={}, n_layers={}, n_heads={}, n_kv_heads={}, hidden_dim={}, vocab_size={}, RoPE theta={}{}; data, optimizer and checkpointing come from the llama3_8b recipe: set hf_assets_path to a tokenizer of {} tokens",
             model.hidden,
             model.layers,
@@ -453,21 +483,18 @@ pub fn notes(model: &Model, cluster: &Cluster, plan: &ParallelPlan) -> Vec<Strin
             },
             model.vocab,
             name = model.name
-        )),
+        ),
     }
-    // tpsim's torchtitan attention (`TrainingFramework::Torchtitan`: SDPA's FlashAttention-2
-    // efficiency, `sdpa_repeats_kv`) predates this commit's `get_attention_config`, which refuses
-    // sdpa for language models.
-    out.push(format!(
-        "tpsim prices torchtitan's attention as PyTorch SDPA's FlashAttention-2 kernel with K/V repeated to every query head; at {TORCHTITAN_COMMIT} torchtitan runs language models on FlexAttention (model_registry's default attn_backend \"flex\"; \"sdpa\" is refused) with grouped K/V and per-document block-causal masks, so its attention time and memory can differ from tpsim's"
-    ));
-    out
 }
 
 /// The recipe: one Python module holding one function that returns `Trainer.Config`.
 pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan) -> String {
     let flavor = flavor_of(model);
-    let base = flavor.and_then(|f| f.recipe).unwrap_or("llama3_8b");
+    let moe = MoeSpec::of(model, training);
+    let base = match &moe {
+        Some(spec) => spec.base_recipe,
+        None => flavor.and_then(|f| f.recipe).unwrap_or("llama3_8b"),
+    };
     let function = function_name(model);
     let compiled = training.kernel_fusion == KernelFusion::Fused;
     let async_tp = async_tp(training, plan);
@@ -495,10 +522,24 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
     }
     imports
         .push("from torchtitan.models.common.config_utils import decoder_vocab_size".to_string());
-    imports.push("from torchtitan.models.llama3 import model_registry".to_string());
-    imports.push(format!(
-        "from torchtitan.models.llama3.config_registry import {base}"
-    ));
+    match &moe {
+        Some(spec) => {
+            for line in super::torchtitan_moe::imports(spec, plan) {
+                // Plain `import` lines first, as isort keeps them.
+                if line.starts_with("import dataclasses") {
+                    imports.insert(0, line);
+                } else {
+                    imports.push(line);
+                }
+            }
+        }
+        None => {
+            imports.push("from torchtitan.models.llama3 import model_registry".to_string());
+            imports.push(format!(
+                "from torchtitan.models.llama3.config_registry import {base}"
+            ));
+        }
+    }
     imports.push("from torchtitan.trainer import Trainer".to_string());
 
     let mut py = String::new();
@@ -511,6 +552,11 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
     ));
     py.push_str(&imports.join("\n"));
     py.push_str("\n\n\n");
+    if let Some(spec) = &moe {
+        py.push_str(&super::torchtitan_moe::flavor_registration(
+            model, training, spec,
+        ));
+    }
     if plan.pp > 1 {
         py.push_str(
             "def _layers(start: int, stop: int) -> list[str]:\n    return [f\"layers.{i}\" for i in range(start, stop)]\n\n\n",
@@ -536,7 +582,11 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
         _ => String::new(),
     };
     let flavor_name = flavor_name(model);
-    if converters.is_empty() {
+    if let Some(spec) = &moe {
+        py.push_str(&super::torchtitan_moe::model_spec_call(
+            spec, training, plan, compiled,
+        ));
+    } else if converters.is_empty() {
         py.push_str(&format!(
             "    config.model_spec = model_registry(\"{flavor_name}\")\n"
         ));
@@ -613,8 +663,22 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
         );
         field("module_fqns_per_model_part", module_fqns_words(model, plan));
     }
-    field("expert_parallel_degree", "1".to_string());
+    // Expert parallelism over ep of the dp_shard x cp x tp ranks (parallel_dims.py), one
+    // expert-parallel rank per expert group, experts whole (no expert TP).
+    field("expert_parallel_degree", plan.ep.to_string());
     py.push_str("    )\n");
+    if moe.is_some() {
+        let force = super::torchtitan_moe::force_load_balance(training);
+        py.push_str(&format!(
+            "    # {}\n    config.debug.moe_force_load_balance = {}\n",
+            if force {
+                "Round-robin routing, as tpsim priced it (--moe-routing round-robin)."
+            } else {
+                "The trained router (auxiliary-loss-free balancing); tpsim priced balanced experts."
+            },
+            py_bool(force)
+        ));
+    }
     py.push_str(&format!("    config.activation_checkpoint = {ac}\n"));
     py.push_str("    return config\n");
     py
