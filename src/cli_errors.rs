@@ -24,6 +24,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = precision_spelling(err) {
         return message;
     }
+    if let Some(message) = token_count_with_unit(err) {
+        return message;
+    }
     // Clap says only that some argument was not UTF-8; name it, from the arguments themselves.
     if err.kind() == clap::error::ErrorKind::InvalidUtf8
         && let Some(message) = invalid_utf8_line(&std::env::args_os().skip(1).collect::<Vec<_>>())
@@ -88,6 +91,88 @@ fn precision_spelling(err: &clap::Error) -> Option<String> {
         "--precision {}: not a GEMM precision tpsim prices (rule: one of bf16, fp8, mxfp8, nvfp4); {fix}",
         crate::input_file::quote(value)
     ))
+}
+
+/// `--seq-len 128K` or `--global-batch 16M`: a count written with a K or M suffix, as context
+/// lengths and batch sizes are said ("128K context", "16M tokens per batch"), got clap's "expected
+/// a whole number such as 8", which names no number to write. The message names the digits: a
+/// context length's K is 1024 tokens (Llama 3.1's 128K context is max_position_embeddings 131072,
+/// meta-llama/Llama-3.1-8B config.json), and the global batch counts sequences, not tokens, so its
+/// fix divides the tokens (M = 2^20: Llama 3 405B's "16M tokens" are 2,048 sequences of 8,192
+/// tokens, Dubey et al. 2024 Table 4) by the sequence length given on the same command line.
+fn token_count_with_unit(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if !matches!(
+        err.kind(),
+        clap::error::ErrorKind::InvalidValue | clap::error::ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = arg.split(' ').next().unwrap_or(arg);
+    if flag != "--seq-len" && flag != "--global-batch" {
+        return None;
+    }
+    let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let value = value.trim();
+    let (last, _) = value.char_indices().last()?;
+    let (digits, unit) = value.split_at(last);
+    // Binary as context lengths count (128K = 131072), with the decimal reading beside it.
+    let (scale, decimal): (u64, u64) = match unit {
+        "k" | "K" => (1 << 10, 1_000),
+        "m" | "M" => (1 << 20, 1_000_000),
+        _ => return None,
+    };
+    let count: u64 = digits.parse().ok().filter(|n| *n > 0)?;
+    // Past u32 the flag refuses the digits too: the generic message says that.
+    let tokens = count
+        .checked_mul(scale)
+        .filter(|t| *t <= u64::from(u32::MAX))?;
+    let unit = unit.to_ascii_uppercase();
+    let shown = crate::input_file::quote(value);
+    if flag == "--seq-len" {
+        return Some(format!(
+            "--seq-len {shown}: tokens per sequence are written in digits, with no unit; a {count}{unit} context is {count} x {scale} tokens: write --seq-len {tokens} (or {} for {count}{unit} read as {count} x {decimal})",
+            count * decimal
+        ));
+    }
+    let seq_len = seq_len_on_command_line();
+    let fix = match seq_len {
+        Some(len) if tokens % u64::from(len) == 0 => format!(
+            "{count}{unit} tokens ({count} x {scale}) of {len}-token sequences is --global-batch {}",
+            tokens / u64::from(len)
+        ),
+        Some(len) => format!(
+            "{count}{unit} tokens ({count} x {scale}) of {len}-token sequences is about --global-batch {}",
+            (tokens as f64 / f64::from(len)).round().max(1.0)
+        ),
+        None => format!(
+            "divide the tokens per step by the tokens per sequence (--seq-len): {count}{unit} tokens ({count} x {scale}) of 8192-token sequences is --global-batch {}",
+            (tokens / 8192).max(1)
+        ),
+    };
+    Some(format!(
+        "--global-batch {shown}: the global batch counts sequences per step, in digits, not tokens; {fix}"
+    ))
+}
+
+/// The `--seq-len` (or `--seq-length`) value on the command line, where it is plain digits.
+fn seq_len_on_command_line() -> Option<u32> {
+    let args: Vec<String> = std::env::args_os()
+        .filter_map(|a| a.into_string().ok())
+        .collect();
+    args.iter().enumerate().find_map(|(i, a)| {
+        let value = match a.split_once('=') {
+            Some((flag, value)) if flag == "--seq-len" || flag == "--seq-length" => value,
+            None if a == "--seq-len" || a == "--seq-length" => args.get(i + 1)?,
+            _ => return None,
+        };
+        value.parse::<u32>().ok().filter(|n| *n > 0)
+    })
 }
 
 /// Clap's number-parsing messages in words a user can act on: Rust's "invalid digit found in

@@ -34,9 +34,28 @@ fn past_margin(
     device_memory_bytes: f64,
     framework: TrainingFramework,
 ) -> Option<(&'static Band, bool, f64)> {
+    past_margin_bytes(
+        estimate.memory.total_bytes.0,
+        device_memory_bytes,
+        framework,
+    )
+}
+
+/// [`past_margin`] for a plan's peak memory in bytes.
+fn past_margin_bytes(
+    total_bytes: f64,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+) -> Option<(&'static Band, bool, f64)> {
     let (band, own) = memory_band_for(framework)?;
-    let high = total_bytes_high(estimate, band);
+    let high = total_bytes * band.log_ratio_q95.exp();
     (high > device_memory_bytes).then_some((band, own, high))
+}
+
+/// The `--max-memory-gib` that keeps the margin on a GPU of `device_memory_bytes`, rounded down
+/// to a tenth: a limit that keeps the margin, not one a rounding lets past it.
+fn keep_gib(band: &Band, device_memory_bytes: f64) -> f64 {
+    (device_memory_bytes * (-band.log_ratio_q95).exp() / GIB * 10.0).floor() / 10.0
 }
 
 /// What the band rests on, in words: its runs, and when they are another framework's, that no
@@ -71,14 +90,68 @@ pub fn margin_line(
         return None;
     }
     let (band, own, high) = past_margin(estimate, device_memory_bytes, framework)?;
-    // Rounded down to a tenth: a limit that keeps the margin, not one a rounding lets past it.
-    let keep_gib = (device_memory_bytes * (-band.log_ratio_q95).exp() / GIB * 10.0).floor() / 10.0;
+    let keep_gib = keep_gib(band, device_memory_bytes);
     Some(format!(
         "memory range: {first} needs {:.1} of {:.1} GiB; on {}, {}: --max-memory-gib {keep_gib:.1} keeps that margin",
         estimate.memory.total_bytes.0 / GIB,
         device_memory_bytes / GIB,
         basis_words(band, own, framework),
         peaks_words(band, high),
+    ))
+}
+
+/// The line under a sweep's table when the best plan at some points would not fit in its GPU at
+/// the high end of tpsim's memory error, as `plan`'s [`margin_line`] says it under its table: a
+/// sweep picked plans 0.1 to 3 GiB under the capacity (GPT-3 175B on 16 to 128 H100 nodes) and
+/// said nothing, while `plan` at the same point says the margin is gone. `points` are each
+/// point's label (`nodes 16`), its best plan's peak memory and its GPU's memory, in bytes. None
+/// when every point keeps the margin, or when no run states its peak memory.
+pub fn sweep_margin_line(
+    points: &[(String, f64, f64)],
+    framework: TrainingFramework,
+) -> Option<String> {
+    let mut basis = None;
+    let mut short: Vec<String> = Vec::new();
+    // Each GPU's limit with the points it holds, in the order first met.
+    let mut keeps: Vec<(f64, Vec<&str>)> = Vec::new();
+    for (label, total, device) in points {
+        let Some((band, own, high)) = past_margin_bytes(*total, *device, framework) else {
+            continue;
+        };
+        basis.get_or_insert((band, own));
+        short.push(format!(
+            "{label} ({:.1} of {:.1} GiB, {:.1} there)",
+            total / GIB,
+            device / GIB,
+            high / GIB
+        ));
+        let keep = keep_gib(band, *device);
+        match keeps.iter_mut().find(|(k, _)| *k == keep) {
+            Some((_, labels)) => labels.push(label),
+            None => keeps.push((keep, vec![label])),
+        }
+    }
+    let (band, own) = basis?;
+    let fix = match keeps.as_slice() {
+        [(keep, _)] => format!("--max-memory-gib {keep:.1} keeps that margin"),
+        _ => format!(
+            "--max-memory-gib keeps that margin at {} (one sweep per value)",
+            keeps
+                .iter()
+                .map(|(keep, labels)| format!("{keep:.1} for {}", labels.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
+    let short = match short.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => return None,
+    };
+    Some(format!(
+        "memory range: on {}, measured peaks ran up to {:.0}% above tpsim's (95th percentile); at that high end the best plan would not fit at {short}: {fix}",
+        basis_words(band, own, framework),
+        100.0 * (band.log_ratio_q95.exp() - 1.0),
     ))
 }
 

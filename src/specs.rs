@@ -118,6 +118,17 @@ pub enum SpecError {
         known: String,
     },
     #[error(
+        "{flag} {name}: no such file, and tpsim reads no Hugging Face Hub id (it works offline){suggestion}; give a bundled name or a {kind} YAML file{}",
+        if *kind == "model" { ", or --hf-config with the model's config.json" } else { "" }
+    )]
+    HubId {
+        flag: String,
+        kind: &'static str,
+        name: String,
+        /// ` (did you mean llama3-405b?)`: `bundled_like` on the part after the `/`.
+        suggestion: String,
+    },
+    #[error(
         "{flag} {name}: names both the bundled {kind} and the file {name} in this folder; write ./{name} to read the file, or move the file to use the bundled {kind}"
     )]
     Ambiguous {
@@ -711,8 +722,11 @@ fn parse_yaml<T: DeserializeOwned>(origin: &str, text: &str) -> Result<T, SpecEr
 /// or starting with it once case and separators are dropped (`h100` → h100-sxm-80g and
 /// h100-sxm-96g-500w; `Llama-3-70B` → llama3-70b; `gb200` → gb200-nvl72), else those it starts
 /// with (a Hub name with a suffix: `mixtral-8x7b-v0.1` → mixtral-8x7b, `deepseek-v3-671b` →
-/// deepseek-v3). Empty when none is, or when the name is too short to single any out.
+/// deepseek-v3), else those whose `description:` names it (`llama3.1-405b` → llama3-405b, "Meta
+/// Llama 3.1 405B": `described_as`). Empty when none is, or when the name is too short to single
+/// any out.
 fn bundled_like(bundled: &[(&str, &str)], asked: &str) -> String {
+    let original = asked;
     let plain = |s: &str| -> String {
         s.chars()
             .filter(char::is_ascii_alphanumeric)
@@ -734,11 +748,60 @@ fn bundled_like(bundled: &[(&str, &str)], asked: &str) -> String {
     if like.is_empty() {
         like = named(|name, asked| name.len() >= 3 && asked.starts_with(name));
     }
+    if like.is_empty() {
+        like = described_as(bundled, original);
+    }
     match like.as_slice() {
         [] => String::new(),
         [one] => format!(" (did you mean {one}?)"),
         [rest @ .., last] => format!(" (did you mean {} or {last}?)", rest.join(", ")),
     }
+}
+
+/// The bundled specs whose `description:` line holds every word of `asked` in its order, words
+/// split at anything but letters and digits and between letters and digits (`Llama-3.1-405B` is
+/// llama 3 1 405 b, found in "Meta Llama 3.1 405B" and in "Meta Llama 3 / 3.1 70B" for 70b; the
+/// order keeps `mistral-7b` from "Mixtral 8x7B (Mistral AI 2024)"). Needs two words or more, a
+/// number among them, so a family name alone singles out no size.
+fn described_as<'a>(bundled: &[(&'a str, &str)], asked: &str) -> Vec<&'a str> {
+    fn words(text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut last: Option<bool> = None;
+        for c in text.chars() {
+            if !c.is_ascii_alphanumeric() {
+                last = None;
+                continue;
+            }
+            let digit = c.is_ascii_digit();
+            match out.last_mut() {
+                Some(word) if last == Some(digit) => word.push(c.to_ascii_lowercase()),
+                _ => out.push(c.to_ascii_lowercase().to_string()),
+            }
+            last = Some(digit);
+        }
+        out
+    }
+    let asked = words(asked);
+    if asked.len() < 2
+        || !asked
+            .iter()
+            .any(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Vec::new();
+    }
+    bundled
+        .iter()
+        .filter(|(_, text)| {
+            let Some(description) = text.lines().find_map(|l| l.strip_prefix("description:"))
+            else {
+                return false;
+            };
+            let described = words(description);
+            let mut rest = described.iter();
+            asked.iter().all(|w| rest.any(|d| d == w))
+        })
+        .map(|(name, _)| *name)
+        .collect()
 }
 
 /// Reads a spec named `name_or_path`: a bundled name, or a file path (anything with a path
@@ -768,6 +831,28 @@ fn read_spec<T: DeserializeOwned>(
         let text = read_spec_file_text(flag, name_or_path)?;
         let parsed = parse_yaml(name_or_path, &text).map_err(|e| another_input(e, &text, kind))?;
         return Ok((quote(name_or_path), parsed));
+    }
+    // `meta-llama/Llama-3.1-405B`, a Hub id pasted as it is: no such file, but a bundled spec
+    // may be that model.
+    // An existing folder before the `/` makes it a path (`models/llama3-70b`), said as one.
+    if let Some((org, hub_name)) = name_or_path.split_once('/')
+        && !is_entry
+        && !Path::new(org).is_dir()
+        && !name_or_path.ends_with(".yaml")
+        && !name_or_path.ends_with(".yml")
+        && !name_or_path.starts_with(['.', '/', '~'])
+        && !hub_name.contains('/')
+        && !Path::new(name_or_path).exists()
+    {
+        let suggestion = bundled_like(bundled, hub_name);
+        if !suggestion.is_empty() {
+            return Err(SpecError::HubId {
+                flag: flag.to_string(),
+                kind,
+                name: quote(name_or_path),
+                suggestion,
+            });
+        }
     }
     if looks_like_path || is_entry {
         let text = read_spec_text(flag, name_or_path)?;

@@ -610,6 +610,23 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
                         .unwrap_or_default()
             );
             print!("{}", sweep::table(&result));
+            let best: Vec<(String, f64, f64)> = points
+                .iter()
+                .zip(&result.rows)
+                .filter_map(|(point, row)| {
+                    Some((
+                        format!("{} {}", axis.name(), row.value),
+                        row.memory.total_bytes?,
+                        point.cluster.gpu.device_memory().0,
+                    ))
+                })
+                .collect();
+            if let Some(line) = result
+                .framework
+                .and_then(|f| crate::memory_margin::sweep_margin_line(&best, f))
+            {
+                println!("{line}");
+            }
         }
     }
     if nothing_fits {
