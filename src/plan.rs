@@ -656,9 +656,19 @@ pub enum PlanError {
     )]
     EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
     #[error(
-        "--etp {etp} with --tp {tp} under --framework torchtitan: torchtitan no longer splits experts over TP ranks (#3167, \"deprecate expert tensor parallel (ETP)\", removed expert_tensor_parallel_degree; before it parallel_dims.py said \"Currently we only support ETP=TP or ETP=1\"): its experts are whole on each of ep ranks drawn from dp_shard x cp x tp; use --etp 1"
+        "--etp {etp} with --tp {tp} under --framework torchtitan: with --ep {ep} torchtitan {how}; use --etp {want}",
+        how = if *ep > 1 {
+            "keeps each routed expert whole on its expert-parallel ranks, drawn from dp_shard x cp x tp (no expert TP since #3167, \"deprecate expert tensor parallel (ETP)\", which removed expert_tensor_parallel_degree; before it parallel_dims.py said \"Currently we only support ETP=TP or ETP=1\")"
+        } else {
+            "splits every routed expert over the TP ranks as it splits a dense MLP (torchtitan/models/common/moe_sharding.py expert_param_placement_dense, \"EP disabled, TP > 1\")"
+        }
     )]
-    TorchtitanExpertTp { etp: u32, tp: u32 },
+    TorchtitanExpertTp {
+        etp: u32,
+        tp: u32,
+        ep: u32,
+        want: u32,
+    },
     #[error(
         "--zero {zero} with --cp {cp} under --framework torchtitan: torchtitan shards the parameters, gradients and optimizer states with FSDP2 over the context-parallel ranks whenever cp > 1 (torchtitan/distributed/parallel_dims.py: `fsdp_enabled` is `dp_shard_enabled or cp_enabled`), so the states are not replicated there; use {fix}"
     )]
@@ -1634,15 +1644,17 @@ fn check_context_experts_precision(
 /// (`TrainingFramework::expert_parallel_ranks`), so that under ZeRO-0 (replication) or HSDP's
 /// copies fewer ranks are left to it than a stage has.
 fn framework_expert_error(r: &PlanRequest, experts: u32, training: &Training) -> Option<PlanError> {
-    if r.ep <= 1 && r.etp <= 1 {
-        return None;
-    }
     let framework = training.framework;
-    if !framework.runs_expert_tp(r.etp) {
+    if !framework.runs_expert_tp(r.etp, r.ep, r.tp) {
         return Some(PlanError::TorchtitanExpertTp {
             etp: r.etp,
             tp: r.tp,
+            ep: r.ep,
+            want: framework.default_etp(r.tp, r.ep, true),
         });
+    }
+    if r.ep <= 1 && r.etp <= 1 {
+        return None;
     }
     let ranks_at =
         |zero: u8, replicas: u32| framework.expert_parallel_ranks(r.tp, r.cp, r.dp, zero, replicas);

@@ -318,8 +318,9 @@ fn enumerate_with(
 /// ep over the divisors of the experts that fold into the stage, and etp 1 (Megatron-Core's default,
 /// experts not split) or etp = tp (experts split like the dense MLP), and a pinned etp too (Megatron-Core
 /// runs any etp with ep x etp dividing the stage, as `tpsim eval` does), where the framework
-/// splits experts over TP at all (`TrainingFramework::runs_expert_tp`: not torchtitan; a pinned
-/// etp it refuses is left to the plan check, which says why). Dense models: (1, 1).
+/// splits experts so (`TrainingFramework::runs_expert_tp`: torchtitan only etp 1 with ep > 1 and
+/// etp = tp with ep 1; a pinned etp it refuses is left to the plan check, which says why). Dense
+/// models: (1, 1).
 pub fn expert_degrees(
     model: &Model,
     tp: u32,
@@ -331,10 +332,7 @@ pub fn expert_degrees(
         return vec![(1, 1)];
     };
     let mut out = Vec::new();
-    let searched = [1, tp]
-        .into_iter()
-        .filter(|&etp| framework.runs_expert_tp(etp));
-    for etp in searched.chain(pinned_etp) {
+    for etp in [1, tp].into_iter().chain(pinned_etp) {
         if etp == 0 {
             continue;
         }
@@ -342,7 +340,8 @@ pub fn expert_degrees(
             continue;
         }
         for ep in divisors(moe.experts) {
-            if stage_gpus.is_multiple_of(ep * etp) && !out.contains(&(ep, etp)) {
+            let searched = pinned_etp == Some(etp) || framework.runs_expert_tp(etp, ep, tp);
+            if searched && stage_gpus.is_multiple_of(ep * etp) && !out.contains(&(ep, etp)) {
                 out.push((ep, etp));
             }
         }

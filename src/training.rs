@@ -813,7 +813,7 @@ impl TrainingFramework {
     /// "expert_parallel_degree must divide dp_shard * cp * tp" (#4258; the experts' `efsdp` mesh
     /// is `dp_shard * cp * tp // ep`); EP never takes ranks from the replicas. (Before #3167
     /// removed expert tensor parallelism, etp = tp left the TP ranks out; `runs_expert_tp` now
-    /// refuses it.)
+    /// allows it only with EP off.)
     pub fn expert_parallel_ranks(
         self,
         tp: u32,
@@ -836,24 +836,28 @@ impl TrainingFramework {
         ))
     }
 
-    /// Whether the framework splits experts over expert-TP degree `etp` beside TP degree `tp`:
-    /// torchtitan does not split them at all since "[MoE][4/n] deprecate expert tensor parallel
-    /// (ETP)" (#3167: the `ExpertTensorParallel` classes, the `etp` mesh axis and
-    /// `expert_tensor_parallel_degree` removed; before it, parallel_dims.py ran "ETP=TP or ETP=1"
-    /// only), so only etp 1 runs there; Megatron-Core splits them over any degree that folds into
+    /// Whether the framework splits experts over expert-TP degree `etp` beside TP degree `tp` and
+    /// expert-parallel degree `ep`. torchtitan keeps the routed experts whole on its EP ranks when
+    /// EP is on (no expert TP since "[MoE][4/n] deprecate expert tensor parallel (ETP)", #3167:
+    /// the `ExpertTensorParallel` classes, the `etp` mesh axis and `expert_tensor_parallel_degree`
+    /// removed), and with EP off splits them over the TP ranks as it splits a dense MLP
+    /// (torchtitan/models/common/moe_sharding.py `expert_param_placement_dense`, "EP disabled,
+    /// TP > 1"; MOE_SHARDING.md: routed expert weights "TP-sharded (colwise/rowwise)"): etp 1
+    /// with ep > 1, etp = tp with ep 1. Megatron-Core splits them over any degree that folds into
     /// the stage.
-    pub fn runs_expert_tp(self, etp: u32) -> bool {
-        self != TrainingFramework::Torchtitan || etp == 1
+    pub fn runs_expert_tp(self, etp: u32, ep: u32, tp: u32) -> bool {
+        self != TrainingFramework::Torchtitan || etp == self.default_etp(tp, ep, true)
     }
 
     /// The expert-TP degree a plan runs when none is given: Megatron-Core's
     /// `expert_tensor_parallel_size` defaults to the TP size (`TransformerConfig.__post_init__`),
-    /// torchtitan has no expert TP (`runs_expert_tp`), and a dense model has no experts to split.
-    pub fn default_etp(self, tp: u32, has_experts: bool) -> u32 {
-        if has_experts && self != TrainingFramework::Torchtitan {
-            tp
-        } else {
-            1
+    /// torchtitan's is fixed by its EP degree (`runs_expert_tp`), and a dense model has no experts
+    /// to split.
+    pub fn default_etp(self, tp: u32, ep: u32, has_experts: bool) -> u32 {
+        match self {
+            _ if !has_experts => 1,
+            TrainingFramework::Torchtitan if ep > 1 => 1,
+            _ => tp,
         }
     }
 

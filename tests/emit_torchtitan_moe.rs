@@ -334,7 +334,7 @@ fn a_qwen3_shaped_model_of_no_flavor_is_registered_with_its_own_shape() {
 
 #[test]
 fn moe_plans_torchtitan_cannot_run_as_priced_are_refused_in_one_line() {
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 5] = [
         // Mixtral's block has no q/k norms and no MLA: no torchtitan MoE module builds it.
         (
             &[
@@ -355,22 +355,6 @@ fn moe_plans_torchtitan_cannot_run_as_priced_are_refused_in_one_line() {
                 "mixtral-8x7b has no query/key norms",
                 "torchtitan/models/qwen3",
             ],
-        ),
-        // At ep 1 torchtitan splits the experts over TP; tpsim priced them whole.
-        (
-            &[
-                "--model",
-                "qwen3-30b-a3b",
-                "--nodes",
-                "2",
-                "--tp",
-                "2",
-                "--dp",
-                "8",
-                "--zero",
-                "3",
-            ],
-            &["--ep 1 with --tp 2", "moe_sharding.py", "--tp 1"],
         ),
         // DeepSeek-V3's MTP needs MTPLoss (and refuses CP and PP in torchtitan).
         (
@@ -497,5 +481,45 @@ fn moe_plans_torchtitan_cannot_run_as_priced_are_refused_in_one_line() {
         &["mixtral-8x7b has no query/key norms"],
         &[],
         "plan mixtral",
+    );
+}
+
+/// With expert parallelism off torchtitan splits every routed expert over the TP ranks as it
+/// splits a dense MLP (torchtitan/models/common/moe_sharding.py `expert_param_placement_dense`,
+/// "EP disabled, TP > 1"): tpsim prices that plan at etp = tp and writes it with
+/// expert_parallel_degree 1; whole experts on every TP rank (etp 1) are refused.
+#[test]
+fn at_ep_1_the_experts_are_split_over_tp_as_torchtitan_runs_them() {
+    let flags = [
+        "--model",
+        "qwen3-30b-a3b",
+        "--nodes",
+        "2",
+        "--framework",
+        "torchtitan",
+        "--tp",
+        "2",
+        "--dp",
+        "8",
+        "--zero",
+        "3",
+    ];
+    let (plan, r) = eval_both(&flags);
+    assert_eq!((n(&plan, "ep"), n(&plan, "etp")), (1, 2), "{plan}");
+    let map = settings(&r.stdout);
+    assert_eq!(get(&map, "expert_parallel_degree", &r.stdout), "1");
+    assert_eq!(get(&map, "tensor_parallel_degree", &r.stdout), "2");
+    let mut whole = vec!["eval"];
+    whole.extend(flags);
+    whole.extend(["--etp", "1"]);
+    assert_one_line_error(
+        &run(&whole),
+        &[
+            "--etp 1 with --tp 2",
+            "expert_param_placement_dense",
+            "use --etp 2",
+        ],
+        &[],
+        "torchtitan ep 1 etp 1",
     );
 }

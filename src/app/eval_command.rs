@@ -319,13 +319,13 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 ep: args.ep.unwrap_or(1),
                 // Megatron-Core's `--expert-tensor-parallel-size` (which `--etp` aliases) defaults
                 // to the tensor-parallel size (`TransformerConfig.__post_init__`), as the pasted
-                // launch line reads it; torchtitan has no expert TP, and a dense model no experts.
-                etp: args.etp.unwrap_or(
-                    scenario
-                        .training
-                        .framework
-                        .default_etp(tp, scenario.model.moe.is_some()),
-                ),
+                // launch line reads it; torchtitan's follows its EP degree, and a dense model has
+                // no experts.
+                etp: args.etp.unwrap_or(scenario.training.framework.default_etp(
+                    tp,
+                    args.ep.unwrap_or(1),
+                    scenario.model.moe.is_some(),
+                )),
                 reshard_after_forward: args.reshard_after_forward.unwrap_or(true),
                 dp_replicas: args.dp_replicas.unwrap_or(1),
                 recompute_num_layers: block_recompute_layers(&args),

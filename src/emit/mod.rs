@@ -160,10 +160,11 @@ impl Framework {
                 window.tokens
             ));
         }
-        // The torchtitan recipe writes torchtitan's Llama 3 model only: a block of another shape
-        // (LayerNorm, biases, a two-matrix MLP) is no plan's to change either.
+        // The torchtitan recipe writes torchtitan's Llama 3 model and its MoE flavors only: a
+        // block of another shape (LayerNorm, biases, a two-matrix MLP) is no plan's to change
+        // either.
         if self == Framework::Torchtitan {
-            return torchtitan::non_llama_part(model);
+            return torchtitan::model_unsupported(model);
         }
         None
     }

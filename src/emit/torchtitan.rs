@@ -133,7 +133,7 @@ fn flavor_of(model: &Model) -> Option<&'static Flavor> {
 /// biases, no dropout: `_build_llama3_layers`, torchtitan/models/llama3/__init__.py) does not
 /// build, or None. Experts, latent attention, MTP and windows are refused before this
 /// (`Framework::unsupported`).
-pub(super) fn non_llama_part(model: &Model) -> Option<String> {
+fn non_llama_part(model: &Model) -> Option<String> {
     let part = if model.norm != Norm::Rmsnorm {
         "LayerNorm (torchtitan's Llama 3 uses RMSNorm)".to_string()
     } else if !model.gated_mlp {
@@ -167,6 +167,16 @@ pub(super) fn non_llama_part(model: &Model) -> Option<String> {
     ))
 }
 
+/// What of `model` no torchtitan model the recipe writes builds, or None: its MoE flavors
+/// (`torchtitan_moe::model_unsupported`) or its Llama 3 block ([`non_llama_part`]).
+pub(super) fn model_unsupported(model: &Model) -> Option<String> {
+    if model.moe.is_some() {
+        super::torchtitan_moe::model_unsupported(model)
+    } else {
+        non_llama_part(model)
+    }
+}
+
 /// Why the recipe cannot run `plan` as tpsim evaluated it, or None. Called by
 /// `Framework::unsupported` after the framework match and the model refusals all emitters share.
 pub(super) fn unsupported(
@@ -187,12 +197,7 @@ pub(super) fn run_unsupported(
     training: &Training,
     precision: Precision,
 ) -> Option<String> {
-    let model_why = if model.moe.is_some() {
-        super::torchtitan_moe::model_unsupported(model)
-    } else {
-        non_llama_part(model)
-    };
-    if let Some(why) = model_why {
+    if let Some(why) = model_unsupported(model) {
         return Some(why);
     }
     // Settings only the accuracy runner gives, for torchtitan releases before this one.

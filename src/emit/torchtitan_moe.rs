@@ -332,21 +332,13 @@ pub(super) fn plan_unsupported(
     plan: &ParallelPlan,
 ) -> Option<String> {
     let spec = MoeSpec::of(model, training)?;
-    // parallel_dims.py `_validate` and moe_sharding.py: under EP the experts are whole on each of
-    // ep ranks (`expert_param_placement_sparse`, Shard(0) on EP); no expert-TP axis exists.
-    if plan.etp > 1 {
+    // The plan check holds torchtitan's expert layout (`TrainingFramework::runs_expert_tp`: whole
+    // experts on the EP ranks with ep > 1, split over TP like a dense MLP with ep 1); said again
+    // here for a plan that reached the emitter some other way.
+    if !crate::training::TrainingFramework::Torchtitan.runs_expert_tp(plan.etp, plan.ep, plan.tp) {
         return Some(format!(
-            "--etp {}: torchtitan splits no expert over expert-TP ranks (torchtitan/distributed/parallel_dims.py at {TORCHTITAN_COMMIT} has no etp axis); use --etp 1",
-            plan.etp
-        ));
-    }
-    // moe_sharding.py `expert_param_placement_dense`: "EP disabled, TP > 1" shards every routed
-    // expert colwise/rowwise over TP (Megatron's expert TP = TP), not the whole experts per
-    // TP rank tpsim priced under --framework torchtitan (etp 1).
-    if plan.ep == 1 && plan.tp > 1 {
-        return Some(format!(
-            "--ep 1 with --tp {}: with expert_parallel_degree 1 torchtitan splits every expert over the TP ranks (torchtitan/models/common/moe_sharding.py expert_param_placement_dense, \"EP disabled, TP > 1\"), while tpsim priced whole experts (etp 1); use an --ep above 1, or --tp 1",
-            plan.tp
+            "--etp {} with --ep {} and --tp {}: torchtitan keeps routed experts whole on its EP ranks when ep > 1 and splits them over the TP ranks when ep is 1 (torchtitan/models/common/moe_sharding.py at {TORCHTITAN_COMMIT}); evaluate the plan with --framework torchtitan",
+            plan.etp, plan.ep, plan.tp
         ));
     }
     if training.moe_capacity_factor.is_some() {
