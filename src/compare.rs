@@ -60,6 +60,7 @@ fn time_terms(e: &Estimate) -> Vec<(&'static str, &'static str, f64)> {
                 TermKind::Compute => "compute",
                 TermKind::TpComm => "TP comm",
                 TermKind::CpComm => "CP comm",
+                TermKind::MambaCpComm => "the Mamba mixers' CP exchange",
                 TermKind::PpComm => "PP comm",
                 TermKind::EpComm => "EP comm",
                 TermKind::DpGradReduce => "DP gradient reduction",
@@ -101,7 +102,7 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
     for ((name, _, x), (_, _, y)) in time_terms(a).into_iter().zip(time_terms(b)) {
         // CP and EP only where either plan has them, as in the traffic rows below; PP and the
         // bubble only where either plan has a pipeline.
-        if matches!(name, "CP comm" | "EP comm") && x == 0.0 && y == 0.0 {
+        if matches!(name, "CP comm" | "Mamba CP comm" | "EP comm") && x == 0.0 && y == 0.0 {
             continue;
         }
         if matches!(name, "PP comm" | "bubble") && no_pipeline {
@@ -410,6 +411,12 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             Some(format!("tp {} against {}, cp {} in both", f.tp, s.tp, f.cp))
         }
         "CP comm" => Some(format!("cp {} in both", f.cp)),
+        // The mixers trade the rank's TP share of z, x, B, C, dt and y (`cost::hybrid::MambaExchange`).
+        "Mamba CP comm" if f.cp != s.cp => pair("cp", f.cp.to_string(), s.cp.to_string()),
+        "Mamba CP comm" if f.tp != s.tp => {
+            Some(format!("tp {} against {}, cp {} in both", f.tp, s.tp, f.cp))
+        }
+        "Mamba CP comm" => Some(format!("cp {} in both", f.cp)),
         "EP comm" if f.ep != s.ep => pair("ep", f.ep.to_string(), s.ep.to_string()),
         "EP comm" if f.etp != s.etp => pair("etp", f.etp.to_string(), s.etp.to_string()),
         // The same degrees: each all-to-all pays one latency per peer (`cost::comm::alltoall_s`),

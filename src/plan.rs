@@ -1477,8 +1477,9 @@ pub fn hybrid_run_refusal(model: &Model, training: &Training) -> Option<String> 
 /// stages, each stage priced at its own slice of the pattern, since Megatron-Core 0.17 takes the
 /// split from '|' separators in the pattern (`emit::MegatronSplit::PatternSegments`,
 /// `select_pipeline_segment` in megatron/core/models/hybrid/hybrid_layer_allocation.py at
-/// d98e8a64ddf3: one segment per model chunk, chunk `vp·pp + rank`); no context parallelism
-/// (Mamba's context-parallel exchange is not priced); Megatron-Core's stack only (2021's Megatron-LM had no Mamba layers; torchtitan and
+/// d98e8a64ddf3: one segment per model chunk, chunk `vp·pp + rank`); context parallelism where
+/// `MambaContextParallel` can split the mixer's heads and groups (`mamba_cp_refusal`);
+/// Megatron-Core's stack only (2021's Megatron-LM had no Mamba layers; torchtitan and
 /// DeepSpeed have no hybrid stack); Megatron-Core's default selective recompute only; no combined
 /// 1F1B schedule (`combined_1f1b.py` builds each micro-batch's plan with the model's
 /// `build_schedule_plan`, which `GPTModel` has and the hybrid model does not).
@@ -1513,11 +1514,8 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
             ));
         }
     }
-    if r.cp > 1 {
-        return fail(format!(
-            "--cp {} with the hybrid Mamba-Transformer model {}: Mamba's context-parallel exchange is not priced by tpsim; give --cp 1",
-            r.cp, model.name
-        ));
+    if let Some(words) = mamba_cp_refusal(r.tp, r.cp, model) {
+        return fail(words);
     }
     if training.overlap.moe_a2a && model.moe.is_some() {
         return fail(format!(
@@ -1535,6 +1533,51 @@ fn check_hybrid(r: &PlanRequest, model: &Model, training: &Training) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// What `MambaContextParallel` (megatron/core/ssm/mamba_context_parallel.py at d98e8a64) asserts
+/// of a TP rank's Mamba heads and groups under cp > 1, in `eval`'s words, or None: every CP rank
+/// needs whole heads ("nheads must be evenly divisible by tp_size * cp_size"), and whole groups —
+/// a TP rank's groups split over the CP ranks ("ngroups must be evenly divisible by tp_size *
+/// cp_size") or, where it holds fewer groups than cp, each group repeated over cp / groups ranks
+/// ("cp_size must be evenly divisible by ngroups/tp_size"). None for a transformer and at cp 1.
+pub fn mamba_cp_refusal(tp: u32, cp: u32, model: &Model) -> Option<String> {
+    let hybrid = model.hybrid.as_ref().filter(|_| cp > 1)?;
+    let tp = tp.max(1);
+    let heads = hybrid.mamba_heads / tp;
+    let groups = hybrid.mamba_groups / tp;
+    let splits = |c: u32| {
+        heads.is_multiple_of(c)
+            && if groups < c {
+                groups > 0 && c.is_multiple_of(groups)
+            } else {
+                groups.is_multiple_of(c)
+            }
+    };
+    if splits(cp) {
+        return None;
+    }
+    let valid = list(divisors(heads).into_iter().filter(|&c| splits(c)));
+    let rule = if !heads.is_multiple_of(cp) {
+        format!(
+            "its {} Mamba heads over tp {tp} leave {heads} per TP rank, and MambaContextParallel asserts \"nheads must be evenly divisible by tp_size * cp_size\"",
+            hybrid.mamba_heads
+        )
+    } else if groups < cp {
+        format!(
+            "its {} Mamba groups over tp {tp} leave {groups} per TP rank, fewer than cp, and MambaContextParallel repeats each over cp / groups ranks only where that divides (\"cp_size must be evenly divisible by ngroups/tp_size\")",
+            hybrid.mamba_groups
+        )
+    } else {
+        format!(
+            "its {} Mamba groups over tp {tp} leave {groups} per TP rank, and MambaContextParallel asserts \"ngroups must be evenly divisible by tp_size * cp_size\"",
+            hybrid.mamba_groups
+        )
+    };
+    Some(format!(
+        "--cp {cp} with the hybrid Mamba-Transformer model {} at --tp {tp}: {rule} (megatron/core/ssm/mamba_context_parallel.py); valid cp at tp {tp}: {valid}",
+        model.name
+    ))
 }
 
 /// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.

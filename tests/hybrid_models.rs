@@ -109,9 +109,24 @@ fn plans_a_hybrid_stack_cannot_take_are_refused_in_one_line() {
                 "drop --cpu-offload-layers",
             ],
         ),
+        // Context parallelism is priced (tests/hybrid_context_parallel.rs); what
+        // MambaContextParallel asserts is refused.
         (
-            &["--nodes", "2", "--tp", "2", "--cp", "2"],
-            &["--cp 2 with the hybrid", "give --cp 1"],
+            &[
+                "--nodes",
+                "32",
+                "--tp",
+                "8",
+                "--cp",
+                "32",
+                "--seq-len",
+                "65536",
+            ],
+            &[
+                "--cp 32 with the hybrid",
+                "nheads must be evenly divisible by tp_size * cp_size",
+                "valid cp at tp 8: 1, 2, 4, 8, 16",
+            ],
         ),
         (
             &["--nodes", "2", "--tp", "1", "--framework", "torchtitan"],

@@ -379,7 +379,6 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 result.ranked.iter().any(|e| e.plan.cp > 1),
                 "the search",
                 scenario.training.seq_len,
-                scenario.model.is_hybrid(),
             );
             let (a, sa) = with_schedule(&scenario, best);
             let (b, sb) = with_schedule(&scenario, runner_up);

@@ -27,27 +27,17 @@ pub(super) fn unused_with_cp_1(
 /// priced no plan with cp > 1 (`any_cp` false): the exchange changed none of its numbers.
 /// `searched` names the search ("the search", "the sweep's searches at every point"), and
 /// `longest_seq` the longest sequence it planned, to name the search's bound on a CP rank's share
-/// (`planner::MIN_TOKENS_PER_CP_RANK`) where that is what left cp at 1. `hybrid` says every model
-/// searched is a hybrid Mamba-Transformer stack, which tpsim plans at cp 1 only
-/// (`plan::check_hybrid`): then no `eval` with cp > 1 can use the flag either.
+/// (`planner::MIN_TOKENS_PER_CP_RANK`) where that is what left cp at 1. A hybrid
+/// Mamba-Transformer stack is searched with context parallelism as a transformer is (its
+/// attention layers run the exchange `--cp-exchange` names), so it gets the same note.
 pub(super) fn unused_by_search(
     args: &TrainingArgs,
     any_cp: bool,
     searched: &str,
     longest_seq: u32,
-    hybrid: bool,
 ) -> Option<String> {
     if any_cp {
         return None;
-    }
-    if hybrid {
-        let name = args
-            .cp_exchange?
-            .to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_string());
-        return Some(format!(
-            "note: --cp-exchange {name} changes nothing: the model is a hybrid Mamba-Transformer stack, which tpsim plans at cp 1 only (Mamba's context-parallel exchange is not priced), so no sequence is split across GPUs; drop --cp-exchange"
-        ));
     }
     let least = crate::planner::MIN_TOKENS_PER_CP_RANK;
     let why = if longest_seq < 2 * least {

@@ -613,7 +613,6 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             result.ranked.iter().any(|e| e.plan.cp > 1),
             "the search",
             scenario.training.seq_len,
-            scenario.model.is_hybrid(),
         )
     {
         eprintln!("{note}");

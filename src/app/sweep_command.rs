@@ -493,7 +493,6 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         result.rows.iter().any(|r| r.searched_cp),
         "the sweep's searches",
         points.iter().map(|p| p.training.seq_len).max().unwrap_or(0),
-        !points.is_empty() && points.iter().all(|p| p.model.is_hybrid()),
     ) {
         eprintln!("{note}");
     }

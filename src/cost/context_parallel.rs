@@ -137,14 +137,32 @@ pub(crate) fn head_all_to_all_pass_comm(
     speed: LinkSpeed,
     recompute_share: f64,
 ) -> PassComm {
-    let one_pass = all_to_all_s(qkv_bytes, cp, speed) + all_to_all_s(output_bytes, cp, speed);
+    tensor_all_to_all_pass_comm(&[qkv_bytes, output_bytes], cp, speed, recompute_share)
+}
+
+/// A layer's synchronous all-to-alls per micro-batch, one per tensor of `tensor_bytes` (a rank's
+/// tensor each, of which it keeps 1/cp): each once in forward, its gradient's reverse all-to-all
+/// in backward (`_AllToAll.backward`, tensor_parallel/mappings.py), the forward's again on
+/// `recompute_share`; nothing hides them. Transformer Engine's a2a attention (Q/K/V and the
+/// output) and the Mamba mixer's exchange (`hybrid::MambaExchange`, six tensors) both.
+pub(crate) fn tensor_all_to_all_pass_comm(
+    tensor_bytes: &[f64],
+    cp: u32,
+    speed: LinkSpeed,
+    recompute_share: f64,
+) -> PassComm {
+    let one_pass = tensor_bytes
+        .iter()
+        .map(|&bytes| all_to_all_s(bytes, cp, speed))
+        .fold(0.0, |sum, s| sum + s);
+    let tensors = tensor_bytes.iter().fold(0.0, |sum, bytes| sum + bytes);
     let n = f64::from(cp);
     PassComm {
         forward_s: one_pass,
         backward_s: (1.0 + recompute_share) * one_pass,
         forward_exposed_s: one_pass,
         backward_exposed_s: (1.0 + recompute_share) * one_pass,
-        wire_bytes: (2.0 + recompute_share) * (n - 1.0) / n * (qkv_bytes + output_bytes),
+        wire_bytes: (2.0 + recompute_share) * (n - 1.0) / n * tensors,
     }
 }
 
@@ -193,11 +211,16 @@ pub fn copy_times_s(
 ///   K/V);
 /// - the all-to-all: the head-split Q, K and V beside the sequence-split ones they came from;
 /// - the point-to-point ring: two chunks of the rank's own K/V size, left out.
+///
+/// A hybrid stack's Mamba mixers hold their exchanged z, x, B, C and dt beside `in_proj`'s output
+/// they came from (`hybrid::MambaExchange`) while the conv and scan run; the larger of the two
+/// exchanges' is what the layers' peak holds.
 pub fn working_bytes(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     if plan.cp <= 1 {
         return 0.0;
     }
-    match training.cp_exchange {
+    let mamba = super::hybrid::mamba_exchange(model, training.seq_len, plan).before_scan_bytes();
+    let attention = match training.cp_exchange {
         CpExchange::TorchAllGather => {
             super::torch_ring::backward_working_bytes(model, training, plan)
         }
@@ -206,7 +229,8 @@ pub fn working_bytes(model: &Model, training: &Training, plan: &ParallelPlan) ->
         }
         CpExchange::HeadAllToAll => all_to_all_tensor_bytes(model, training, plan).0,
         CpExchange::KvRing => 0.0,
-    }
+    };
+    attention.max(mamba)
 }
 
 /// Query and K/V heads one TP rank holds (K/V heads replicated to one per rank where there are fewer

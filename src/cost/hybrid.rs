@@ -7,6 +7,19 @@
 //! into `in_proj` (column parallel, h → z, x, B, C, dt), a depthwise causal conv over x, B, C, the
 //! chunked SSD scan (chunks of 128 tokens: `chunk_size=128`), a gated RMSNorm over d_inner and
 //! `out_proj` (row parallel, d_inner → h). Heads and groups split over TP like attention's.
+//!
+//! Under context parallelism (`megatron/core/ssm/mamba_context_parallel.py`, `MambaContextParallel`,
+//! at Megatron-LM d98e8a64) the mixer trades its sequence shard of every head for the whole
+//! sequence of heads/cp heads around the conv and the scan, which need every token of a channel in
+//! order: `pre_conv_ssm` all-to-alls z, x, B, C and dt one by one (`_all_to_all_cp2hp`, five
+//! synchronous all-to-alls over the CP group), B and C first repeated so that every CP rank gets a
+//! whole group where a TP rank holds fewer groups than cp (`group_repeat_count`), concatenates them
+//! and undoes the attention layers' causal load balancing (rank r holds chunks r and 2cp−1−r of
+//! 2cp; `_undo_attention_load_balancing` puts them in sequence order); `post_conv_ssm` redoes the
+//! balancing and trades the scan's output back (`_all_to_all_hp2cp`). Each all-to-all is
+//! `tensor_parallel/mappings.py`'s `_AllToAll`, whose backward is the reverse all-to-all of the
+//! gradient, so the backward moves as many bytes. Nothing runs beside them: the conv waits for
+//! its inputs and `out_proj` for the scan's output.
 
 use crate::cluster::Cluster;
 use crate::model::Model;
@@ -22,6 +35,25 @@ const BF16_BYTES: f64 = 2.0;
 
 /// Bytes of an fp32 element (the SSD's chunk states and C·Bᵀ blocks).
 const FP32_BYTES: f64 = 4.0;
+
+/// Groups the mixer runs on over all TP and CP ranks, counting the copies context parallelism
+/// makes: `MambaContextParallel` gives each CP rank `ngroups_local_tp / cp` groups, or, where a TP
+/// rank holds fewer groups than cp, one group repeated `cp / ngroups_local_tp` times
+/// (`group_repeat_count`, B and C `repeat`ed before the all-to-all). So max(groups, tp·cp); the
+/// groups themselves at cp 1 (`plan::check_hybrid` keeps tp ≤ groups).
+pub fn groups_with_cp_copies(model: &Model, tp: u32, cp: u32) -> u32 {
+    model
+        .hybrid
+        .as_ref()
+        .map_or(0, |h| h.mamba_groups.max(tp.max(1) * cp.max(1)))
+}
+
+/// Width of `in_proj`'s output z, x, B, C, dt with `groups` groups (`Hybrid::in_proj_width` at
+/// the model's own).
+fn in_proj_width_at(hybrid: &crate::model::Hybrid, groups: u32) -> f64 {
+    let bc = 2.0 * f64::from(groups) * f64::from(hybrid.mamba_state_dim);
+    2.0 * hybrid.inner_width() + bc + f64::from(hybrid.mamba_heads)
+}
 
 /// One Mamba-2 mixer's forward on one TP rank for one micro-batch, and its parts.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -43,16 +75,24 @@ pub struct MambaTime {
 /// its fp32 C·Bᵀ blocks (groups × chunk² per chunk, written and read); the scan's output y; the
 /// gated RMSNorm reading y and z and writing `out_proj`'s input.
 pub fn mixer_bytes_per_token(model: &Model) -> f64 {
+    let groups = model.hybrid.as_ref().map_or(0, |h| h.mamba_groups);
+    mixer_bytes_per_token_at(model, groups)
+}
+
+/// [`mixer_bytes_per_token`] with `groups` groups: under context parallelism, the groups with
+/// CP's copies (`groups_with_cp_copies`), whose B and C the conv and the scan read.
+fn mixer_bytes_per_token_at(model: &Model, groups: u32) -> f64 {
     let Some(hybrid) = &model.hybrid else {
         return 0.0;
     };
     let inner = hybrid.inner_width();
+    let bc = 2.0 * f64::from(groups) * f64::from(hybrid.mamba_state_dim);
     let states = f64::from(hybrid.mamba_heads)
         * f64::from(hybrid.mamba_head_dim)
         * f64::from(hybrid.mamba_state_dim);
-    let blocks = f64::from(hybrid.mamba_groups) * SSD_CHUNK_TOKENS;
-    BF16_BYTES * hybrid.in_proj_width()
-        + 2.0 * BF16_BYTES * hybrid.conv_channels()
+    let blocks = f64::from(groups) * SSD_CHUNK_TOKENS;
+    BF16_BYTES * in_proj_width_at(hybrid, groups)
+        + 2.0 * BF16_BYTES * (inner + bc)
         + 3.0 * FP32_BYTES * states / SSD_CHUNK_TOKENS
         + 2.0 * FP32_BYTES * blocks
         + BF16_BYTES * inner
@@ -68,12 +108,14 @@ pub fn mixer_bytes_per_token(model: &Model) -> f64 {
 /// `LayerNormFn` saves `x, weight, bias, mean, rstd, z`) its input, the gated output, and its
 /// fp32 reciprocal deviations per group; `out_proj` its input, the norm's output. Three
 /// d_inner-wide bf16 tensors. The block's norm input and output are counted with the layer's
-/// norms (`memory::layer_activation_bytes`).
-pub fn mamba_saved_bytes_per_token(model: &Model) -> f64 {
+/// norms (`memory::layer_activation_bytes`). Under context parallelism (`tp`, `cp`) the combined
+/// kernel saves the exchanged `zxbcdt`, whose B and C carry CP's group copies
+/// (`groups_with_cp_copies`); the rest is the rank's s/cp tokens' share as at cp 1.
+pub fn mamba_saved_bytes_per_token(model: &Model, tp: u32, cp: u32) -> f64 {
     let Some(hybrid) = &model.hybrid else {
         return 0.0;
     };
-    BF16_BYTES * hybrid.in_proj_width()
+    BF16_BYTES * in_proj_width_at(hybrid, groups_with_cp_copies(model, tp, cp))
         + 3.0 * BF16_BYTES * hybrid.inner_width()
         + FP32_BYTES * f64::from(hybrid.mamba_groups)
 }
@@ -83,6 +125,13 @@ pub fn mamba_saved_bytes_per_token(model: &Model) -> f64 {
 /// diagonal blocks' output (heads × chunk × head_dim), the chunk states and their contribution to
 /// the output (heads × 2 × state × head_dim); two FLOPs per multiply-add.
 pub fn scan_flops_per_token(model: &Model) -> f64 {
+    let groups = model.hybrid.as_ref().map_or(0, |h| h.mamba_groups);
+    scan_flops_per_token_at(model, groups)
+}
+
+/// [`scan_flops_per_token`] with `groups` groups (CP's copies included: each copy's C·Bᵀ blocks
+/// are computed on the rank that holds it).
+fn scan_flops_per_token_at(model: &Model, groups: u32) -> f64 {
     let Some(hybrid) = &model.hybrid else {
         return 0.0;
     };
@@ -90,7 +139,7 @@ pub fn scan_flops_per_token(model: &Model) -> f64 {
         f64::from(hybrid.mamba_head_dim),
         f64::from(hybrid.mamba_state_dim),
     );
-    2.0 * (f64::from(hybrid.mamba_groups) * SSD_CHUNK_TOKENS * n
+    2.0 * (f64::from(groups) * SSD_CHUNK_TOKENS * n
         + f64::from(hybrid.mamba_heads) * (SSD_CHUNK_TOKENS * p + 2.0 * n * p))
 }
 
@@ -137,8 +186,11 @@ pub fn mamba_time(model: &Model, cluster: &Cluster, shard: &LayerShard) -> Mamba
             * out_proj.k;
     let gpu = &cluster.gpu;
     let bandwidth = gpu.achieved_hbm_bandwidth().0;
-    let scan_memory_s = tokens * mixer_bytes_per_token(model) / t / bandwidth;
-    let scan_compute_s = tokens * scan_flops_per_token(model)
+    // The rank runs heads/(tp·cp) heads over the whole sequence: the s/cp tokens' share of
+    // heads/tp, with CP's group copies.
+    let groups = groups_with_cp_copies(model, shard.tp, shard.cp);
+    let scan_memory_s = tokens * mixer_bytes_per_token_at(model, groups) / t / bandwidth;
+    let scan_compute_s = tokens * scan_flops_per_token_at(model, groups)
         / t
         / gpu.sustained_matmul_flops(gpu.gemm_efficiency).0;
     let scan_s = scan_memory_s.max(scan_compute_s) + cast_bytes / bandwidth;
@@ -157,6 +209,111 @@ pub fn mamba_time(model: &Model, cluster: &Cluster, shard: &LayerShard) -> Mamba
         linear_gemm_forward_s: (in_s + out_s) / efficiency,
         column_gemm_forward_s: in_s / efficiency,
     }
+}
+
+/// One CP rank's tensors the mixer's context-parallel exchange carries per mixer per micro-batch,
+/// in bytes, all bf16 as `in_proj` writes them: before the conv, z, x, B, C and dt (the rank's s/cp
+/// tokens of a TP rank's heads and groups, B and C with CP's group copies,
+/// `groups_with_cp_copies`), each traded for the whole sequence of heads/(tp·cp) heads by its own
+/// all-to-all (`pre_conv_ssm`); after the scan, its output y (d_inner/tp wide) traded back
+/// (`post_conv_ssm`). Each all-to-all keeps 1/cp of its tensor and sends the rest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MambaExchange {
+    /// z, x, B, C, dt.
+    pub before_scan: [f64; 5],
+    /// y.
+    pub after_scan: f64,
+}
+
+impl MambaExchange {
+    /// The six tensors, one all-to-all each, in the order the forward runs them.
+    pub fn tensors(&self) -> [f64; 6] {
+        let [z, x, b, c, dt] = self.before_scan;
+        [z, x, b, c, dt, self.after_scan]
+    }
+
+    /// The five before the conv together: the tensor the combined kernel reads (`zxBCdt` after
+    /// the exchange, the rank's share of it per s/cp tokens).
+    pub fn before_scan_bytes(&self) -> f64 {
+        self.before_scan.iter().fold(0.0, |sum, bytes| sum + bytes)
+    }
+}
+
+/// [`MambaExchange`] of one mixer on a rank of `plan` for sequences of `seq_len` tokens; zero for
+/// a transformer or at cp 1.
+pub fn mamba_exchange(
+    model: &Model,
+    seq_len: u32,
+    plan: &crate::plan::ParallelPlan,
+) -> MambaExchange {
+    let none = MambaExchange {
+        before_scan: [0.0; 5],
+        after_scan: 0.0,
+    };
+    let Some(hybrid) = model.hybrid.as_ref().filter(|_| plan.cp > 1) else {
+        return none;
+    };
+    let tokens = f64::from(plan.micro_batch) * f64::from(seq_len / plan.cp);
+    let per_token = tokens * BF16_BYTES / f64::from(plan.tp);
+    let inner = per_token * hybrid.inner_width();
+    let state = per_token
+        * f64::from(groups_with_cp_copies(model, plan.tp, plan.cp))
+        * f64::from(hybrid.mamba_state_dim);
+    MambaExchange {
+        before_scan: [
+            inner,
+            inner,
+            state,
+            state,
+            per_token * f64::from(hybrid.mamba_heads),
+        ],
+        after_scan: inner,
+    }
+}
+
+/// HBM bytes per byte of the tensors exchanged before the scan, forward: `all_to_all_sp2hp`'s
+/// split and `torch.cat` into rank order before each all-to-all (read + write), the five
+/// exchanged tensors concatenated (`torch.cat([z, x, B, C, dt])`, read + write) and the load
+/// balancing undone (`_undo_attention_load_balancing`, chunks concatenated in sequence order:
+/// read + write).
+pub const MAMBA_BEFORE_SCAN_FORWARD_COPY_BYTES_PER_TENSOR_BYTE: f64 = 6.0;
+/// Backward, autograd's reverse of each: the chunks' gradients concatenated back (read + write),
+/// the concatenation's gradient handed on as strided views, which `_AllToAll` makes contiguous
+/// before sending (read + write), the rank-order concatenation's gradient split back along the
+/// hidden dimension (`torch.cat`, read + write) and the five gradients concatenated into
+/// `in_proj`'s output gradient (the backward of `torch.split`, read + write).
+pub const MAMBA_BEFORE_SCAN_BACKWARD_COPY_BYTES_PER_TENSOR_BYTE: f64 = 8.0;
+/// After the scan, forward and backward alike: the load balancing redone (read + write) and
+/// `all_to_all_hp2sp`'s split and `torch.cat` back into hidden order after the all-to-all (read +
+/// write); the backward concatenates the gradients of both splits back.
+pub const MAMBA_AFTER_SCAN_COPY_BYTES_PER_TENSOR_BYTE: f64 = 4.0;
+
+/// Time of the copies around one mixer's exchange per micro-batch at `hbm_bytes_per_s`, (forward,
+/// backward), plus B and C's repeat where CP copies groups (read the TP rank's groups, write the
+/// copies; the backward sums them back: read the copies, write one). The copies run on the
+/// compute stream.
+pub fn mamba_exchange_copy_s(
+    model: &Model,
+    plan: &crate::plan::ParallelPlan,
+    exchange: &MambaExchange,
+    hbm_bytes_per_s: f64,
+) -> (f64, f64) {
+    let Some(hybrid) = model.hybrid.as_ref().filter(|_| plan.cp > 1) else {
+        return (0.0, 0.0);
+    };
+    let copies = groups_with_cp_copies(model, plan.tp, plan.cp);
+    let repeat = if copies > hybrid.mamba_groups {
+        let [_, _, b, c, _] = exchange.before_scan;
+        (1.0 + f64::from(hybrid.mamba_groups) / f64::from(copies)) * (b + c)
+    } else {
+        0.0
+    };
+    let before = exchange.before_scan_bytes();
+    let after = MAMBA_AFTER_SCAN_COPY_BYTES_PER_TENSOR_BYTE * exchange.after_scan + repeat;
+    (
+        (MAMBA_BEFORE_SCAN_FORWARD_COPY_BYTES_PER_TENSOR_BYTE * before + after) / hbm_bytes_per_s,
+        (MAMBA_BEFORE_SCAN_BACKWARD_COPY_BYTES_PER_TENSOR_BYTE * before + after) / hbm_bytes_per_s,
+    )
 }
 
 /// One norm and one residual add of a block, per TP rank (split by TP under sequence
@@ -337,6 +494,44 @@ mod tests {
             4.0 * four.linear_gemm_forward,
             2.0 * two.linear_gemm_forward
         ));
+    }
+
+    #[test]
+    fn cp_copies_groups_only_where_a_tp_rank_holds_fewer_than_cp() {
+        // Nemotron-H 8B, 8 groups: at tp 2 cp 2 each CP rank gets 2 of a TP rank's 4; at tp 8 cp
+        // 2 the TP rank's one group goes to both CP ranks (MambaContextParallel
+        // group_repeat_count 2), 16 counted over the ranks.
+        let model = load_model("nemotron-h-8b").unwrap();
+        assert_eq!(groups_with_cp_copies(&model, 2, 1), 8);
+        assert_eq!(groups_with_cp_copies(&model, 2, 2), 8);
+        assert_eq!(groups_with_cp_copies(&model, 8, 2), 16);
+        assert_eq!(groups_with_cp_copies(&model, 8, 4), 32);
+        // The combined kernel saves the exchanged zxBCdt: B and C with the copies, 2 x (16 − 8)
+        // x 128 bf16 elements a token more.
+        let more =
+            mamba_saved_bytes_per_token(&model, 8, 2) - mamba_saved_bytes_per_token(&model, 8, 1);
+        assert_eq!(more, 2.0 * 8.0 * 128.0 * 2.0);
+        assert_eq!(
+            mamba_saved_bytes_per_token(&model, 2, 2),
+            mamba_saved_bytes_per_token(&model, 2, 1)
+        );
+    }
+
+    #[test]
+    fn a_mixer_split_over_cp_runs_the_scan_of_its_share_of_the_sequence() {
+        // Heads/(tp·cp) heads over the whole sequence are the work of s/cp tokens of heads/tp
+        // where CP copies no group: the mixer at cp 2 on 16K tokens is the mixer at cp 1 on 8K.
+        let model = load_model("nemotron-h-8b").unwrap();
+        let cluster = h100();
+        let split = LayerShard {
+            seq_len: 16384,
+            cp: 2,
+            ..shard(2)
+        };
+        assert_eq!(
+            mamba_time(&model, &cluster, &split),
+            mamba_time(&model, &cluster, &shard(2))
+        );
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! - CP: Transformer Engine's P2P ring attention (`AttnFuncWithCPAndKVP2P`): cp − 1 ring steps per
 //!   layer in forward, each passing the rank's K/V chunk (`comm::cp_kv_chunk_bytes`) to the next CP
 //!   rank; backward passes K/V and the accumulated dK/dV around the ring; full recompute repeats the
-//!   forward ring.
+//!   forward ring. A hybrid stack's attention blocks only, and beside them its Mamba mixers' six
+//!   all-to-alls each way (`MambaContextParallel`, `cost::hybrid::MambaExchange`).
 //! - EP: Megatron-Core's alltoall token dispatcher (`MoEAlltoAllTokenDispatcher`) or DeepEP (the
 //!   flex dispatcher): per MoE layer a dispatch all-to-all (routed token copies, or under DeepEP
 //!   one copy per GPU reached, to their experts' GPUs) and a combine all-to-all (the expert outputs
@@ -690,11 +691,15 @@ pub fn ledger(
     // How often each layer's forward exchange runs again: full recompute's share, or every layer
     // where selective recompute re-runs Transformer Engine's attention with its exchange.
     let cp_repeats = super::context_parallel::exchange_repeats(training, plan);
+    // The attention blocks of the slowest stage's layers (all of them in a transformer): a hybrid
+    // stack's exchange rows count its attention and Mamba blocks apart, at the stage's shares, as
+    // `cost::unit_costs_at` prices them.
+    let attention_layers = f64::from(slowest_layers) * slowest_mix.blocks.attention;
     // CP as PyTorch's context_parallel runs it: a K/V all-gather per layer in forward (again under
     // full recompute) and backward, and the fp32 dK/dV accumulators one hop per CP rank.
     if plan.cp > 1 && training.cp_exchange == crate::training::CpExchange::TorchAllGather {
         let kv = super::torch_ring::repeated_kv_bytes(model, training, plan);
-        let count = f64::from(slowest_layers) * m;
+        let count = attention_layers * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let c = plan.cp;
         let gather = f64::from(c) * kv;
@@ -745,7 +750,7 @@ pub fn ledger(
         // CP as Transformer Engine's all_gather: every rank's K/V gathered in forward (again under
         // full recompute) and backward, dK/dV reduce-scattered back (`context_parallel`).
         let gathered = f64::from(plan.cp) * comm::cp_kv_chunk_bytes(model, training, plan);
-        let count = f64::from(slowest_layers) * m;
+        let count = attention_layers * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let c = plan.cp;
         let forward_site = "attention: all-gather every rank's K and V";
@@ -795,7 +800,7 @@ pub fn ledger(
         // CP as Transformer Engine's a2a (Ulysses): Q/K/V in and the output back per layer per
         // micro-batch, their gradients in backward (`context_parallel`).
         let (qkv, output) = super::context_parallel::all_to_all_tensor_bytes(model, training, plan);
-        let count = f64::from(slowest_layers) * m;
+        let count = attention_layers * m;
         let scope = Scope::PerLayerPerMicrobatch;
         let c = plan.cp;
         let forward = [
@@ -856,7 +861,7 @@ pub fn ledger(
     } else if plan.cp > 1 {
         // CP, cp − 1 ring steps per layer per micro-batch.
         let chunk = comm::cp_kv_chunk_bytes(model, training, plan);
-        let count = f64::from(plan.cp - 1) * f64::from(slowest_layers) * m;
+        let count = f64::from(plan.cp - 1) * attention_layers * m;
         let scope = Scope::PerRingStepPerLayerPerMicrobatch;
         let c = plan.cp;
         let forward_site = "attention: this rank's K/V chunk to the next CP rank";
@@ -896,6 +901,96 @@ pub fn ledger(
                 count,
                 c,
                 chunk,
+            );
+        }
+    }
+
+    // A hybrid stack's Mamba mixers under CP: z, x, B, C and dt traded for head shards before the
+    // conv, each by its own all-to-all, and the scan's output traded back; the gradients' reverse
+    // all-to-alls in backward; the forward's again on full recompute's share
+    // (`cost::hybrid::MambaExchange`, megatron/core/ssm/mamba_context_parallel.py).
+    let mamba_count = f64::from(slowest_layers) * m * slowest_mix.blocks.mamba;
+    if plan.cp > 1 && mamba_count > 0.0 {
+        let exchange = super::hybrid::mamba_exchange(model, training.seq_len, plan);
+        let [z, x, b, c_state, dt] = exchange.before_scan;
+        let y = exchange.after_scan;
+        let scope = Scope::PerLayerPerMicrobatch;
+        let c = plan.cp;
+        let forward = [
+            ("Mamba mixer: z, sequence shards for head shards", z),
+            ("Mamba mixer: x, sequence shards for head shards", x),
+            (
+                "Mamba mixer: B (with CP's group copies), sequence shards for head shards",
+                b,
+            ),
+            (
+                "Mamba mixer: C (with CP's group copies), sequence shards for head shards",
+                c_state,
+            ),
+            ("Mamba mixer: dt, sequence shards for head shards", dt),
+            (
+                "Mamba mixer: scan output y, head shards back to sequence shards",
+                y,
+            ),
+        ];
+        let backward = [
+            (
+                "Mamba backward: gradient of y, sequence shards for head shards",
+                y,
+            ),
+            (
+                "Mamba backward: gradient of z, head shards back to sequence shards",
+                z,
+            ),
+            (
+                "Mamba backward: gradient of x, head shards back to sequence shards",
+                x,
+            ),
+            (
+                "Mamba backward: gradient of B, head shards back to sequence shards",
+                b,
+            ),
+            (
+                "Mamba backward: gradient of C, head shards back to sequence shards",
+                c_state,
+            ),
+            (
+                "Mamba backward: gradient of dt, head shards back to sequence shards",
+                dt,
+            ),
+        ];
+        for (site, tensor) in forward {
+            push(
+                GroupKind::Cp,
+                Op::AllToAll,
+                Pass::Forward,
+                site,
+                scope,
+                mamba_count,
+                c,
+                tensor,
+            );
+            push(
+                GroupKind::Cp,
+                Op::AllToAll,
+                Pass::Recompute,
+                site,
+                scope,
+                recomputed(mamba_count, plan),
+                c,
+                tensor,
+            );
+        }
+        for (site, tensor) in backward {
+            push(
+                GroupKind::Cp,
+                Op::AllToAll,
+                Pass::Backward,
+                site,
+                scope,
+                mamba_count,
+                c,
+                tensor,
             );
         }
     }
@@ -1390,7 +1485,10 @@ mod tests {
             |kinds: &[TermKind]| -> f64 { kinds.iter().map(|k| e.terms.get(*k).time_s.0).sum() };
         for (kind, want) in [
             (GroupKind::Tp, term_s(&[TermKind::TpComm])),
-            (GroupKind::Cp, term_s(&[TermKind::CpComm])),
+            (
+                GroupKind::Cp,
+                term_s(&[TermKind::CpComm, TermKind::MambaCpComm]),
+            ),
             (GroupKind::Pp, term_s(&[TermKind::PpComm])),
         ] {
             let got = l.step_time_s(kind);
@@ -1824,6 +1922,56 @@ mod tests {
             }
         }
         assert_eq!(checked, 4 * 4 * 4);
+    }
+
+    /// A hybrid stack under context parallelism: the attention blocks' exchange rows at the
+    /// slowest stage's attention share, the Mamba mixers' twelve all-to-all rows (and six more
+    /// on full recompute) at its Mamba share, and the CP totals equal the estimate's, for every
+    /// exchange, recompute and pipeline split.
+    #[test]
+    fn hybrid_context_parallel_ledger_lists_the_mamba_all_to_alls_and_matches_the_estimate() {
+        let model = crate::specs::load_model("nemotron-h-8b").unwrap();
+        let (_, cluster) = llama3_8b_on_32_h100();
+        let mut checked = 0;
+        for exchange in [
+            crate::training::CpExchange::KvRing,
+            crate::training::CpExchange::KvAllGather,
+            crate::training::CpExchange::HeadAllToAll,
+        ] {
+            let training = Training {
+                cp_exchange: exchange,
+                ..training(32768, 64, TrainingFramework::MegatronCore)
+            };
+            // tp 8 leaves one group per TP rank, which cp 2 copies; Transformer Engine's a2a
+            // cannot split its one K/V head over cp 2.
+            for (tp, cp, pp) in [(2, 2, 1), (4, 2, 2), (2, 4, 2), (1, 8, 1), (8, 2, 2)] {
+                if tp == 8 && exchange == crate::training::CpExchange::HeadAllToAll {
+                    continue;
+                }
+                for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
+                    let request = PlanRequest {
+                        tp,
+                        cp,
+                        pp,
+                        dp: 32 / (tp * cp * pp),
+                        sequence_parallel: tp > 1,
+                        recompute,
+                        zero: 1,
+                        ..PlanRequest::default()
+                    };
+                    let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
+                    let mamba: Vec<_> = cp_rows(&l)
+                        .into_iter()
+                        .filter(|e| e.site.starts_with("Mamba"))
+                        .collect();
+                    let full = recompute == Recompute::Full;
+                    assert_eq!(mamba.len(), 12 + 6 * usize::from(full), "{request:?}");
+                    assert!(mamba.iter().all(|e| e.op == Op::AllToAll && e.ranks == cp));
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, (5 + 5 + 4) * 3);
     }
 
     /// Copies of the sharded states: the ledger lists one all-reduce of each reduced shard across

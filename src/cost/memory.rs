@@ -145,7 +145,7 @@ pub fn layer_activation_bytes(
         model,
         micro_batch,
         seq_len,
-        (tp, sp),
+        (tp, 1, sp),
         recompute,
         attention,
         blocks,
@@ -153,17 +153,19 @@ pub fn layer_activation_bytes(
 }
 
 /// [`layer_activation_bytes`] of a layer holding `shares` of each block (one pipeline stage's
-/// average layer, `cost::LayerMix::blocks`), at TP degree and sequence parallelism `split`.
+/// average layer, `cost::LayerMix::blocks`), at TP degree, CP degree and sequence parallelism
+/// `split` (`seq_len` is the CP rank's share; cp enters only through the Mamba mixers' group
+/// copies, `hybrid::mamba_saved_bytes_per_token`).
 pub fn layer_activation_bytes_of(
     model: &Model,
     micro_batch: u32,
     seq_len: u32,
-    split: (u32, bool),
+    split: (u32, u32, bool),
     recompute: Recompute,
     attention: AttentionKernel,
     shares: BlockShares,
 ) -> f64 {
-    let (tp, sp) = split;
+    let (tp, cp, sp) = split;
     let (s, b, h) = (
         f64::from(seq_len),
         f64::from(micro_batch),
@@ -195,7 +197,7 @@ pub fn layer_activation_bytes_of(
     let mlp_split = 2.0 * s * b * model.mlp_up_width() + 2.0 * s * b * f64::from(model.ffn_hidden);
     // A transformer layer's blocks: one attention and one MLP, two norms; a hybrid stack's layer
     // each block's share and one norm (`Model::block_shares_of`), plus its Mamba mixers' tensors.
-    let mamba_split = shares.mamba * sb * super::hybrid::mamba_saved_bytes_per_token(model);
+    let mamba_split = shares.mamba * sb * super::hybrid::mamba_saved_bytes_per_token(model, tp, cp);
     // Per block: the norm's input and output and the residual's dropout mask.
     let outside_tp = shares.norms * (4.0 + masks) * sbh;
     let scores = match (attention, recompute) {
@@ -1021,7 +1023,7 @@ fn stage_memory_at_precision(
                 model,
                 b,
                 s,
-                (plan.tp, plan.sequence_parallel),
+                (plan.tp, plan.cp, plan.sequence_parallel),
                 layer_recompute,
                 training.attention,
                 mix.blocks,

@@ -80,6 +80,8 @@ pub struct StepTime {
     pub step_s: Seconds,
     pub compute_s: Seconds,
     pub tp_comm_exposed_s: Seconds,
+    /// The attention's exchange and a hybrid stack's Mamba mixers' together (both over the CP
+    /// group).
     pub cp_comm_exposed_s: Seconds,
     pub ep_comm_exposed_s: Seconds,
     pub pp_comm_exposed_s: Seconds,
@@ -101,7 +103,9 @@ impl StepTime {
             step_s: Seconds(terms.step_s()),
             compute_s: e(TermKind::Compute),
             tp_comm_exposed_s: e(TermKind::TpComm),
-            cp_comm_exposed_s: e(TermKind::CpComm),
+            cp_comm_exposed_s: Seconds(
+                terms.exposed(TermKind::CpComm) + terms.exposed(TermKind::MambaCpComm),
+            ),
             ep_comm_exposed_s: e(TermKind::EpComm),
             pp_comm_exposed_s: e(TermKind::PpComm),
             dp_comm_exposed_s: Seconds(
@@ -358,6 +362,18 @@ pub(crate) struct PassComm {
 }
 
 impl PassComm {
+    /// `self` at `share`, field by field: one block's communication at a hybrid stack's average
+    /// layer's share of that block (1 leaves it unchanged).
+    pub fn scaled(&self, share: f64) -> PassComm {
+        PassComm {
+            forward_s: share * self.forward_s,
+            backward_s: share * self.backward_s,
+            forward_exposed_s: share * self.forward_exposed_s,
+            backward_exposed_s: share * self.backward_exposed_s,
+            wire_bytes: share * self.wire_bytes,
+        }
+    }
+
     /// `self` plus `share` of the difference `a − b`, field by field.
     pub fn plus_scaled_difference(&self, share: f64, a: &PassComm, b: &PassComm) -> PassComm {
         let at = |x: f64, ya: f64, yb: f64| x + share * (ya - yb);
@@ -396,8 +412,12 @@ pub(crate) struct UnitCosts {
     pub output: LayerTime,
     /// TP collectives of one layer.
     pub tp: PassComm,
-    /// CP ring exchange of one layer.
+    /// CP exchange of one layer's attention (a hybrid stack's average layer: its attention
+    /// blocks' share).
     pub cp: PassComm,
+    /// CP exchange of a hybrid stack's average layer's Mamba mixers (`hybrid::MambaExchange`);
+    /// zero for a transformer.
+    pub mamba_cp: PassComm,
     /// EP all-to-alls of the average layer of the busiest stage (its MoE layers' share,
     /// `moe_share`); a stage with k MoE layers pays `ep` × k / `moe_share` ([`UnitCosts::ep_layers`]).
     pub ep: PassComm,
@@ -637,6 +657,11 @@ fn with_bf16_layers(
         cp: costs
             .cp
             .plus_scaled_difference(share, &at_bf16.cp, &at_plan.cp),
+        mamba_cp: costs.mamba_cp.plus_scaled_difference(
+            share,
+            &at_bf16.mamba_cp,
+            &at_plan.mamba_cp,
+        ),
         ep: costs
             .ep
             .plus_scaled_difference(share, &at_bf16.ep, &at_plan.ep),
@@ -910,8 +935,12 @@ fn unit_costs_at_plan_precision(
     // Full recompute's share of the layers, or every layer where selective recompute re-runs
     // Transformer Engine's attention with its exchange (`context_parallel::exchange_repeats`).
     let cp_repeats = context_parallel::exchange_repeats(training, plan);
+    // A hybrid stack's average layer holds `attention_share` attention blocks (1 in a
+    // transformer): the attention exchange and its copies are theirs, each at one block's
+    // attention time (`transformer_layer`'s, before the average).
+    let attention_share = mix.blocks.attention;
     let cp = if plan.cp > 1 && training.cp_exchange == CpExchange::TorchAllGather {
-        let step_attention = layer.attention_forward / f64::from(plan.cp);
+        let step_attention = transformer_layer.attention_forward / f64::from(plan.cp);
         let comm = torch_ring::pass_comm(
             torch_ring::repeated_kv_bytes(model, training, plan),
             plan.cp,
@@ -928,10 +957,10 @@ fn unit_costs_at_plan_precision(
             plan.cp,
             cluster.gpu.achieved_hbm_bandwidth().0,
         );
-        layer.forward += merge_forward;
-        layer.backward += merge_backward;
-        layer.recompute += cp_repeats * merge_forward;
-        comm
+        layer.forward += attention_share * merge_forward;
+        layer.backward += attention_share * merge_backward;
+        layer.recompute += attention_share * cp_repeats * merge_forward;
+        comm.scaled(attention_share)
     } else if plan.cp > 1 && training.cp_exchange != CpExchange::KvRing {
         // Transformer Engine's all-gather and all-to-all exchanges: their copies run on the
         // compute stream, their collectives on the critical path.
@@ -941,11 +970,11 @@ fn unit_costs_at_plan_precision(
             plan,
             cluster.gpu.achieved_hbm_bandwidth().0,
         );
-        layer.forward += copy_forward;
-        layer.backward += copy_backward;
-        layer.recompute += cp_repeats * copy_forward;
+        layer.forward += attention_share * copy_forward;
+        layer.backward += attention_share * copy_backward;
+        layer.recompute += attention_share * cp_repeats * copy_forward;
         let speed = groups.get(GroupKind::Cp).speed;
-        if training.cp_exchange == CpExchange::KvAllGather {
+        let comm = if training.cp_exchange == CpExchange::KvAllGather {
             context_parallel::kv_all_gather_pass_comm(
                 comm::cp_kv_chunk_bytes(model, training, plan),
                 plan.cp,
@@ -955,9 +984,10 @@ fn unit_costs_at_plan_precision(
         } else {
             let (qkv, output) = context_parallel::all_to_all_tensor_bytes(model, training, plan);
             context_parallel::head_all_to_all_pass_comm(qkv, output, plan.cp, speed, cp_repeats)
-        }
+        };
+        comm.scaled(attention_share)
     } else if plan.cp > 1 {
-        let step_attention = layer.attention_forward / f64::from(plan.cp);
+        let step_attention = transformer_layer.attention_forward / f64::from(plan.cp);
         context_parallel::kv_ring_pass_comm(
             comm::cp_kv_chunk_bytes(model, training, plan),
             plan.cp,
@@ -966,6 +996,34 @@ fn unit_costs_at_plan_precision(
             compute::flash_backward_time_over_forward() * step_attention,
             cp_repeats,
         )
+        .scaled(attention_share)
+    } else {
+        PassComm::default()
+    };
+    // A hybrid stack's Mamba mixers trade sequence shards for head shards around the conv and the
+    // scan (`hybrid::MambaExchange`): six synchronous all-to-alls per mixer forward, their
+    // gradients' in backward, the forward's again on full recompute's share (Megatron-Core's
+    // hybrid block checkpoints whole layers, `hybrid_block.py`; selective recompute runs no Mamba
+    // layer again), and the copies around them on the compute stream, at the stage's Mamba share.
+    let mamba_share = mix.blocks.mamba;
+    let mamba_cp = if plan.cp > 1 && mamba_share > 0.0 {
+        let exchange = hybrid::mamba_exchange(model, seq_len, plan);
+        let (copies_forward, copies_backward) = hybrid::mamba_exchange_copy_s(
+            model,
+            plan,
+            &exchange,
+            cluster.gpu.achieved_hbm_bandwidth().0,
+        );
+        layer.forward += mamba_share * copies_forward;
+        layer.backward += mamba_share * copies_backward;
+        layer.recompute += mamba_share * recompute_share * copies_forward;
+        context_parallel::tensor_all_to_all_pass_comm(
+            &exchange.tensors(),
+            plan.cp,
+            groups.get(GroupKind::Cp).speed,
+            recompute_share,
+        )
+        .scaled(mamba_share)
     } else {
         PassComm::default()
     };
@@ -1080,6 +1138,7 @@ fn unit_costs_at_plan_precision(
         output,
         tp,
         cp,
+        mamba_cp,
         ep,
         moe_share,
         pp_send_s,
@@ -1246,7 +1305,7 @@ fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageT
             backward: n * (layer.backward + layer.recompute) + out.backward,
             weight: n * layer.weight_grad + out.weight_grad,
             tp: n * costs.tp.exposed_s(),
-            cp: n * costs.cp.exposed_s(),
+            cp: n * (costs.cp.exposed_s() + costs.mamba_cp.exposed_s()),
             ep: costs.ep_layers(moe_layers) * costs.ep.exposed_s(),
             sends,
             pp: sends * costs.pp_send_exposed_s,
@@ -1547,6 +1606,7 @@ pub fn evaluate(
     let UnitCosts {
         tp,
         cp,
+        mamba_cp,
         ep,
         pp_send_s,
         pp_send_exposed_s,
@@ -1597,6 +1657,11 @@ pub fn evaluate(
             CpExchange::TorchAllGather => HiddenBy::DiagonalAttentionStep,
             CpExchange::KvAllGather | CpExchange::HeadAllToAll => HiddenBy::Nothing,
         },
+    ));
+    terms.set(layer_comm_term(
+        TermKind::MambaCpComm,
+        &mamba_cp,
+        HiddenBy::Nothing,
     ));
     terms.set(layer_comm_term(
         TermKind::EpComm,
@@ -1839,7 +1904,7 @@ pub fn evaluate(
         memory,
         comm: Comm {
             tp: group_comm(&[TermKind::TpComm]),
-            cp: group_comm(&[TermKind::CpComm]),
+            cp: group_comm(&[TermKind::CpComm, TermKind::MambaCpComm]),
             // With ep 1 the MoE token traffic is expert TP's gathers and scatters: their link.
             ep: GroupComm {
                 link: if plan.ep == 1 && plan.etp > 1 {

@@ -121,12 +121,13 @@ fn block_cost(
         output,
         tp,
         cp,
+        mamba_cp,
         ep,
         pp_send_exposed_s: send,
         ..
     } = *costs;
-    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s;
-    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s;
+    let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s + mamba_cp.forward_exposed_s;
+    let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s + mamba_cp.backward_exposed_s;
     let n = f64::from(layers);
     let ep_layers = costs.ep_layers(moe_layers);
     let (out_f, out_b, out_w) = if with_output {

@@ -16,7 +16,7 @@ pub enum TermKind {
     Compute,
     /// Tensor-parallel all-reduces (or all-gathers and reduce-scatters with SP).
     TpComm,
-    /// Context-parallel K/V ring exchange.
+    /// Context-parallel exchange of the attention layers (the K/V ring, all-gather or all-to-all).
     CpComm,
     /// Pipeline sends and receives at stage boundaries.
     PpComm,
@@ -34,10 +34,14 @@ pub enum TermKind {
     /// Activations copied to host memory in the forward and back for the backward
     /// (`--cpu-offload-layers`), over the GPU's host link.
     HostOffload,
+    /// A hybrid stack's Mamba mixers' context-parallel all-to-alls (sequence shards for head
+    /// shards around the conv and scan, `hybrid::MambaExchange`), over the CP group. Last, so
+    /// that the other terms keep their places (and colours).
+    MambaCpComm,
 }
 
 impl TermKind {
-    pub const ALL: [TermKind; 10] = [
+    pub const ALL: [TermKind; 11] = [
         TermKind::Compute,
         TermKind::TpComm,
         TermKind::CpComm,
@@ -48,6 +52,7 @@ impl TermKind {
         TermKind::Bubble,
         TermKind::Optimizer,
         TermKind::HostOffload,
+        TermKind::MambaCpComm,
     ];
     pub const COUNT: usize = TermKind::ALL.len();
 
@@ -55,7 +60,7 @@ impl TermKind {
     pub fn group(self) -> Option<GroupKind> {
         match self {
             TermKind::TpComm => Some(GroupKind::Tp),
-            TermKind::CpComm => Some(GroupKind::Cp),
+            TermKind::CpComm | TermKind::MambaCpComm => Some(GroupKind::Cp),
             TermKind::PpComm => Some(GroupKind::Pp),
             TermKind::EpComm => Some(GroupKind::Ep),
             TermKind::DpGradReduce | TermKind::DpParamGather => Some(GroupKind::Dp),
@@ -72,6 +77,7 @@ impl TermKind {
             TermKind::Compute
                 | TermKind::TpComm
                 | TermKind::CpComm
+                | TermKind::MambaCpComm
                 | TermKind::PpComm
                 | TermKind::EpComm
                 | TermKind::HostOffload
@@ -83,6 +89,7 @@ impl TermKind {
             TermKind::Compute => "compute",
             TermKind::TpComm => "TP comm",
             TermKind::CpComm => "CP comm",
+            TermKind::MambaCpComm => "Mamba CP comm",
             TermKind::PpComm => "PP comm",
             TermKind::EpComm => "EP comm",
             TermKind::DpGradReduce => "DP grad reduce",

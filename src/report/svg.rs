@@ -69,9 +69,9 @@ pub(crate) fn tp_colour(tp: u32) -> RGBColor {
     PALETTE[(tp.max(1).ilog2() as usize) % PALETTE.len()]
 }
 
-/// Colours of the stacked parts, in drawing order: Tableau 10, ten distinct hues (as many as the
-/// step's terms, `TermKind::ALL`).
-pub(crate) const STACK: [RGBColor; 10] = [
+/// Colours of the stacked parts, in drawing order: Tableau 10, ten distinct hues, and a dark grey
+/// for the eleventh (as many as the step's terms, `TermKind::ALL`).
+pub(crate) const STACK: [RGBColor; 11] = [
     RGBColor(0x4E, 0x79, 0xA7),
     RGBColor(0xF2, 0x8E, 0x2B),
     RGBColor(0xE1, 0x57, 0x59),
@@ -82,6 +82,7 @@ pub(crate) const STACK: [RGBColor; 10] = [
     RGBColor(0xFF, 0x9D, 0xA7),
     RGBColor(0x9C, 0x75, 0x5F),
     RGBColor(0xBA, 0xB0, 0xAC),
+    RGBColor(0x4D, 0x4D, 0x4D),
 ];
 
 /// One colour per pipeline stage, light so labels stay readable: the first 10 from a light

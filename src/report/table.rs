@@ -1233,6 +1233,17 @@ pub fn breakdown(
     .max()
     .unwrap_or(0)
     .max(8);
+    // A hybrid stack's CP traffic holds its Mamba mixers' all-to-alls too (`cost::hybrid`).
+    let cp_words = {
+        let attention = training.cp_exchange.comm_words(training.framework);
+        if model.is_hybrid() {
+            format!(
+                "{attention} in the attention layers; in the Mamba layers z, x, B, C, dt and the scan output traded between sequence and head shards, six all-to-alls each way (the Mamba CP comm term)"
+            )
+        } else {
+            attention.to_string()
+        }
+    };
     for (name, group, what) in [
         (
             "TP",
@@ -1244,7 +1255,7 @@ pub fn breakdown(
             &e.comm.cp,
             // Named here: the training line names the exchange only where it departs from the
             // framework's default, so it cannot be what this line points to.
-            training.cp_exchange.comm_words(training.framework),
+            cp_words.as_str(),
         ),
         (
             "PP",
@@ -1631,6 +1642,8 @@ pub fn explain_best(
             e.comm.cp.link.map_or("-", link_name),
             if training.framework == crate::training::TrainingFramework::Deepspeed {
                 "trades Q, K, V and the attention output between sequence shards and head shards among the sequence-parallel ranks (DeepSpeed-Ulysses's all-to-all)"
+            } else if model.is_hybrid() {
+                "exchanges its keys and values (attention) or trades its Mamba mixer's inputs and scan output between sequence and head shards (Mamba) among the context-parallel ranks"
             } else {
                 "exchanges its keys and values among the context-parallel ranks"
             },
