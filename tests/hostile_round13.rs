@@ -269,14 +269,14 @@ fn a_current_stack_runs_plan_errors_name_the_files_keys() {
             ][..],
         ),
         (
-            "vp3",
+            "vp5",
             &[
                 ("    pp: 1", "    pp: 8"),
                 ("    dp: 8", "    dp: 1"),
                 ("    ga: 8", "    ga: 64"),
-                ("    vp: null", "    vp: 3"),
+                ("    vp: null", "    vp: 5"),
             ][..],
-            &["plan.vp: 3 does not divide the 4 layers of each stage"][..],
+            &["plan.vp: 5 does not divide the 4 layers of each stage"][..],
         ),
         (
             "ep2",

@@ -633,12 +633,12 @@ fn edited_plan(dir: &Path, name: &str, from: &str, to: &str) -> String {
 #[test]
 fn plan_file_values_are_named_by_key_and_file() {
     let dir = scratch("leftovers", "file-keys");
-    let vpp = edited_plan(&dir, "vpp.yaml", "\n  vpp: 7\n", "\n  vpp: 5\n");
+    let vpp = edited_plan(&dir, "vpp.yaml", "\n  vpp: 7\n", "\n  vpp: 8\n");
     let r = run(&["eval", "--plan", &vpp]);
     assert_one_line_error(
         &r,
-        &[&format!("vpp: 5 in {vpp} does not divide"), "valid: 1, 7"],
-        &["--vpp 5"],
+        &[&format!("vpp: 8 in {vpp} does not divide"), "valid: 1, 7"],
+        &["--vpp 8"],
         "vpp in file",
     );
     let nodes = edited_plan(&dir, "nodes.yaml", "\nnodes: 32\n", "\nnodes: 0\n");
@@ -676,16 +676,16 @@ fn plan_file_values_are_named_by_key_and_file() {
     let r = run(&["compare", "--plan", seed.to_str().unwrap(), "--plan", &vpp]);
     assert_one_line_error(
         &r,
-        &[&format!("vpp: 5 in {vpp} does not divide")],
-        &["--vpp 5"],
+        &[&format!("vpp: 8 in {vpp} does not divide")],
+        &["--vpp 8"],
         "compare",
     );
     let out = dir.join("report");
     let r = run(&["report", &vpp, "--out", out.to_str().unwrap()]);
     assert_one_line_error(
         &r,
-        &[&format!("vpp: 5 in {vpp} does not divide")],
-        &["--vpp 5"],
+        &[&format!("vpp: 8 in {vpp} does not divide")],
+        &["--vpp 8"],
         "report",
     );
 }
