@@ -711,7 +711,8 @@ pub struct EvalArgs {
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
     /// Expert tensor-parallel degree (MoE models): each expert split over etp GPUs. Default: the
-    /// tensor-parallel degree, as Megatron-Core's --expert-tensor-parallel-size.
+    /// tensor-parallel degree, as Megatron-Core's --expert-tensor-parallel-size; under
+    /// --framework torchtitan 1 when --ep > 1 (its experts stay whole on the EP ranks).
     #[arg(long, visible_alias = "expert-tensor-parallel-size")]
     pub etp: Option<u32>,
     /// ZeRO-3/FSDP: free gathered parameters after each forward and gather them again for the

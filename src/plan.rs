@@ -1028,14 +1028,33 @@ impl ParallelPlan {
         (self.stages.max_layers() / self.vpp).max(1)
     }
 
-    /// Share of each chunk's layers that full recompute repeats in backward: 1 for every layer, N/L
-    /// for Megatron's block method with N of L layers, 0 without full recompute.
+    /// An even split's stage in chunks of unequal size (`StageLayout::balanced_chunks`): the
+    /// lighter chunks' layers and how many of the stage's `vpp` chunks (the earliest virtual
+    /// stages, `cost::pipeline::ChunkLayout`) hold one layer more; None for equal chunks.
+    pub fn balanced_chunk_layers(&self) -> Option<(u32, u32)> {
+        let per_stage = self.stages.first;
+        self.stages
+            .balanced_chunks(per_stage * self.pp, self.pp, self.vpp)
+            .then(|| (per_stage / self.vpp, per_stage % self.vpp))
+    }
+
+    /// Share of each stage's layers that full recompute repeats in backward: 1 for every layer,
+    /// N/L for Megatron's block method with N of a chunk's L layers, 0 without full recompute.
+    /// The block method recomputes the first N layers of every model chunk
+    /// (megatron/core/recompute.py, `recompute_method == 'block'`, over the chunk's own layers),
+    /// so chunks of unequal size (7, 7, 6 with N 6) recompute min(N, L) each: 18 of 20 layers.
     pub fn recompute_share(&self) -> f64 {
+        let n = self.recompute_num_layers;
         match self.recompute {
-            Recompute::Full if self.recompute_num_layers == 0 => 1.0,
-            Recompute::Full => {
-                (f64::from(self.recompute_num_layers) / f64::from(self.layers_per_chunk())).min(1.0)
-            }
+            Recompute::Full if n == 0 => 1.0,
+            Recompute::Full => match self.balanced_chunk_layers() {
+                Some((light, heavier)) => {
+                    let recomputed =
+                        heavier * n.min(light + 1) + (self.vpp - heavier) * n.min(light);
+                    f64::from(recomputed) / f64::from(light * self.vpp + heavier)
+                }
+                None => (f64::from(n) / f64::from(self.layers_per_chunk())).min(1.0),
+            },
             Recompute::None | Recompute::Selective => 0.0,
         }
     }

@@ -120,23 +120,29 @@ fn a_cut_tpsim_does_not_price_is_refused_in_the_patterns_words() {
 
 #[test]
 fn virtual_stages_from_segments_tpsim_does_not_price_name_the_segments() {
-    // Four segments on pp 2 are two virtual stages per rank; 59 layers a stage are priced in
-    // chunks of 30 and 29 since the balanced interleaving (tests/balanced_interleaving.rs), so a
-    // cut of 30/30/30/28 (stages of 60 and 58) is not tpsim's: the refusal names both cuts and
-    // the pattern to give, not --num-virtual-stages-per-pipeline-rank, which the line does not
-    // hold and Megatron-LM refuses beside a hybrid pattern.
+    // Four segments on pp 2 are two virtual stages per rank over 59 layers a stage, which tpsim
+    // prices as unequal chunks of 30 and 29 (`StageLayout::balanced_chunks`, since the balanced
+    // interleaving of this session): the refusal of a 30/30/30/28 cut names the pattern's
+    // segments and the cut tpsim prices, not --num-virtual-stages-per-pipeline-rank, which the
+    // line does not hold and Megatron-LM refuses beside a hybrid pattern.
     let line = cut_line(&nemotron_h_56b_line(), 2, &[30, 30, 30, 28]);
     let r = eval_line(&line);
     assert_one_line_error(
         &r,
-        &["--hybrid-layer-pattern", "30/30/30/28", "30/30/29/29"],
+        &[
+            "--hybrid-layer-pattern",
+            "segments of 30/30/30/28 layers",
+            "as 30/30/29/29 layers",
+        ],
         &REFUSED_BESIDE_A_PATTERN,
         "4 segments on pp 2",
     );
-    // A cut of 2 segments on the same pipeline is one tpsim prices: it reads back.
-    let fine = cut_line(&nemotron_h_56b_line(), 2, &[59, 59]);
-    let r = eval_line(&fine);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The cut it names reads back, and so does a cut of 2 segments on the same pipeline.
+    for counts in [&[30, 30, 29, 29][..], &[59, 59]] {
+        let fine = cut_line(&nemotron_h_56b_line(), 2, counts);
+        let r = eval_line(&fine);
+        assert_eq!(r.code, 0, "{counts:?}: {}", r.stderr);
+    }
 }
 
 #[test]

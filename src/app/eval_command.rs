@@ -981,7 +981,15 @@ fn defaults_unlike_plan_rows(
         };
         taken.push((setting.to_string(), "zero"));
     }
-    if args.etp.is_none() && model.moe.is_some() && plan.tp > 1 && plan.etp == plan.tp {
+    // Only where the search could have ranked the other layout (etp 1): torchtitan's EP degree
+    // fixes its expert layout (`TrainingFramework::runs_expert_tp`), so etp = tp at ep 1 is its
+    // own and every plan row's, no Megatron-LM default.
+    if args.etp.is_none()
+        && model.moe.is_some()
+        && plan.tp > 1
+        && plan.etp == plan.tp
+        && framework.runs_expert_tp(1, plan.ep, plan.tp)
+    {
         taken.push((
             format!("expert tensor parallelism {} as tp (--etp)", plan.etp),
             "etp",

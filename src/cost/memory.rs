@@ -703,18 +703,11 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
         let m = plan.microbatches_per_schedule();
         return f64::from(chunks.min(2 * m)) / 2.0;
     }
-    let (p, v, m) = (
-        f64::from(plan.pp),
+    let (v, m) = (
         f64::from(plan.vpp),
         f64::from(plan.microbatches_per_schedule()),
     );
-    let behind = p - f64::from(rank) - 1.0;
-    let warmup_chunks = if plan.vpp > 1 {
-        2.0 * behind + (v - 1.0) * p
-    } else {
-        behind
-    };
-    let scheduled = ((warmup_chunks + 1.0) / v).min(m);
+    let scheduled = f64::from(looped_chunks_in_flight(plan, rank)) / v;
     // The MoE all-to-all overlap schedules one extra model chunk's forward before the 1F1B
     // stages (Megatron-Core `schedules.py`), and without a pipeline runs the next micro-batch's
     // forward while the current one's activations wait for their backward.
@@ -726,6 +719,41 @@ fn in_flight(model: &Model, training: &Training, plan: &ParallelPlan, rank: u32)
         0.0
     };
     scheduled + overlap_extra.min((m - scheduled).max(0.0))
+}
+
+/// Model chunks rank `rank` of the looped (1F1B, interleaved) schedule holds at its peak: the
+/// warm-up forwards, 2·(p − rank − 1) + (v − 1)·p interleaved and p − rank − 1 otherwise, plus the
+/// first steady-state one, at most every chunk of the m micro-batches ([`in_flight`]).
+fn looped_chunks_in_flight(plan: &ParallelPlan, rank: u32) -> u32 {
+    let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
+    let behind = p.saturating_sub(rank + 1);
+    let warmup = if v > 1 {
+        2 * behind + (v - 1) * p
+    } else {
+        behind
+    };
+    (warmup + 1).min(plan.microbatches_per_schedule().saturating_mul(v))
+}
+
+/// The layers of the chunks a stage holds in flight over as many chunks of its mean size: 1 with
+/// equal chunks. With unequal ones (`ParallelPlan::balanced_chunk_layers`) forward k of a rank runs
+/// virtual stage (k / p) mod v (Megatron-Core's `get_model_chunk_id` over micro-batch groups of p,
+/// schedules.py; PyTorch's `ScheduleInterleaved1F1B` alike), so the heavier chunks, the earliest
+/// virtual stages, are the first in flight and the ones past a whole round: 80 layers on pp 4 x
+/// vpp 3 hold 4 x 20 + 3 x 7 = 101 layers on the first stage, not 15/3 x 20 = 100.
+fn in_flight_layer_weight(training: &Training, plan: &ParallelPlan, rank: u32) -> f64 {
+    let Some((light, heavier)) = plan
+        .balanced_chunk_layers()
+        .filter(|_| training.pp_schedule.v_kind().is_none())
+    else {
+        return 1.0;
+    };
+    let chunks = looped_chunks_in_flight(plan, rank);
+    let layers: u32 = (0..chunks)
+        .map(|k| light + u32::from((k / plan.pp) % plan.vpp < heavier))
+        .sum();
+    let stage = light * plan.vpp + heavier;
+    f64::from(layers) * f64::from(plan.vpp) / (f64::from(chunks) * f64::from(stage))
 }
 
 /// Boundary tensors PyTorch's pipelining keeps on one stage beyond its layers' activations
@@ -1208,7 +1236,9 @@ fn stage_memory_at_precision(
     } else {
         0.0
     };
-    let mut activations = (per_layer * f64::from(layers) - offloaded_bytes) * held;
+    let mut activations = (per_layer * f64::from(layers) - offloaded_bytes)
+        * held
+        * in_flight_layer_weight(training, plan, rank);
     if let Some(kept) = unrecomputed.filter(|_| layers > 0) {
         // The layer being recomputed holds its full activations during its backward.
         activations += kept;

@@ -1088,7 +1088,29 @@ impl MegatronLaunch {
                 &format!("--num-virtual-stages-per-pipeline-rank {v}"),
                 v,
             )),
-            (None, Some(v)) => Ok(v),
+            (None, Some(v)) => {
+                // Without a layout Megatron-Core cuts every stage into v equal chunks and asserts
+                // that v divides it (transformer_block.py `get_num_layers_to_build`:
+                // "num_layers_per_pipeline_rank ... should be divisible by vp_size"); tpsim's
+                // unequal chunks need the layout that says them.
+                let layers = self.split.counted_layers(self.layers);
+                let even = self.split.first.is_none() && self.split.last.is_none();
+                if v > 1 && even && self.pp > 1 && layers.is_multiple_of(self.pp) {
+                    let per_stage = layers / self.pp;
+                    if !per_stage.is_multiple_of(v) {
+                        let valid: Vec<String> = crate::plan::divisors(per_stage)
+                            .iter()
+                            .map(u32::to_string)
+                            .collect();
+                        return Err(format!(
+                            "--num-virtual-stages-per-pipeline-rank {v} does not divide the {per_stage} layers of each of the {} stages, and without a layout Megatron-Core cuts each stage into equal chunks (transformer_block.py get_num_layers_to_build asserts \"num_layers_per_pipeline_rank ... should be divisible by vp_size\"); give one of {}, or the unequal chunks as a --pipeline-model-parallel-layout, which `tpsim eval ... --vpp {v} --emit megatron` writes",
+                            self.pp,
+                            valid.join(", ")
+                        ));
+                    }
+                }
+                Ok(v)
+            }
             (None, None) => Ok(1),
         }
     }
