@@ -1782,7 +1782,16 @@ impl Reader<'_> {
                     &format!("multiple of \"{key}\" "),
                 );
         }
-        said
+        // The pattern's length against the layer count names the flag and the model file's word
+        // (`give --layers N or a pattern of L symbols`): said as the config's two keys.
+        said.replace(
+            "; give --layers ",
+            &format!(
+                "; give \"{}\": ",
+                self.key_of("--layers", Family::NemotronH)
+            ),
+        )
+        .replace(" or a pattern of ", " or a \"hybrid_override_pattern\" of ")
     }
 
     /// The config key a shape field came from (the first of the family's names present).

@@ -100,6 +100,42 @@ pub fn margin_line(
     ))
 }
 
+/// One point's memory range, as a sweep's JSON and CSV carry it beside its best plan's memory:
+/// the numbers its table's `memory range:` line ([`sweep_margin_line`]) is made of, from the same
+/// band and the same rounding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PointMargin {
+    /// The peak memory at the high end of tpsim's memory error ([`total_bytes_high`]).
+    pub total_bytes_high: f64,
+    /// Where that passes the GPU's memory: the `--max-memory-gib` that keeps the margin.
+    pub max_memory_gib_for_margin: Option<f64>,
+}
+
+/// [`PointMargin`] of a plan of `total_bytes` on a GPU of `device_memory_bytes`; None where no run
+/// states its peak memory (no band to raise it by).
+pub fn point_margin(
+    total_bytes: f64,
+    device_memory_bytes: f64,
+    framework: TrainingFramework,
+) -> Option<PointMargin> {
+    let (band, _) = memory_band_for(framework)?;
+    Some(PointMargin {
+        total_bytes_high: total_bytes * band.log_ratio_q95.exp(),
+        max_memory_gib_for_margin: past_margin_bytes(total_bytes, device_memory_bytes, framework)
+            .map(|(band, _, _)| keep_gib(band, device_memory_bytes)),
+    })
+}
+
+/// What a plan's `memory.total_bytes_high` rests on, in words (`plan`'s JSON
+/// `memory.total_bytes_range_basis`); None where no run states its peak memory.
+pub fn range_basis(framework: TrainingFramework) -> Option<String> {
+    let (band, own) = memory_band_for(framework)?;
+    Some(format!(
+        "95th percentile of tpsim's peak-memory error on {}",
+        basis_words(band, own, framework)
+    ))
+}
+
 /// The line under a sweep's table when the best plan at some points would not fit in its GPU at
 /// the high end of tpsim's memory error, as `plan`'s [`margin_line`] says it under its table: a
 /// sweep picked plans 0.1 to 3 GiB under the capacity (GPT-3 175B on 16 to 128 H100 nodes) and
@@ -183,7 +219,8 @@ pub fn no_margin_words(
 /// Writes a plan's memory range into its JSON object beside `memory.total_bytes`:
 /// `memory.total_bytes_high` and `memory.total_bytes_range_basis`, where a band exists.
 pub fn annotate(value: &mut serde_json::Value, estimate: &Estimate, framework: TrainingFramework) {
-    let Some((band, own)) = memory_band_for(framework) else {
+    let (Some((band, _)), Some(basis)) = (memory_band_for(framework), range_basis(framework))
+    else {
         return;
     };
     if let Some(memory) = value.get_mut("memory").and_then(|m| m.as_object_mut()) {
@@ -191,13 +228,6 @@ pub fn annotate(value: &mut serde_json::Value, estimate: &Estimate, framework: T
             "total_bytes_high".into(),
             total_bytes_high(estimate, band).into(),
         );
-        memory.insert(
-            "total_bytes_range_basis".into(),
-            format!(
-                "95th percentile of tpsim's peak-memory error on {}",
-                basis_words(band, own, framework)
-            )
-            .into(),
-        );
+        memory.insert("total_bytes_range_basis".into(), basis.into());
     }
 }

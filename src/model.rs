@@ -372,6 +372,10 @@ pub struct ModelFile {
     pub vocab: u32,
     /// Sequence length the model was trained with; `--seq-len` overrides it.
     pub seq_len: u32,
+    /// `seq_len` is an assumption, not a published training length (Mixtral 8x22B and Kimi K2
+    /// publish none): the model line says so where `--seq-len` was not given. Default: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seq_len_assumed: bool,
     #[serde(default)]
     pub gated_mlp: bool,
     /// Biases on every linear layer (GPT-3, BLOOM: yes; Llama: no). Default: true.
@@ -826,6 +830,7 @@ impl Model {
             ffn_hidden: Some(self.ffn_hidden),
             vocab: self.vocab,
             seq_len: self.seq_len,
+            seq_len_assumed: false,
             gated_mlp: self.gated_mlp,
             linear_bias: self.linear_bias,
             qkv_bias: self.qkv_bias,

@@ -923,6 +923,7 @@ fn model_of(run: &ModernRun) -> Result<Model, String> {
         ffn_hidden: m.ffn_hidden,
         vocab: m.vocab.unwrap_or(256_000),
         seq_len: m.seq_len.unwrap_or(0),
+        seq_len_assumed: false,
         gated_mlp: llama,
         linear_bias: gpt,
         qkv_bias: false,

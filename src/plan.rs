@@ -548,6 +548,17 @@ pub enum PlanError {
     },
     #[error("--local-batch {local_batch}: {rule}")]
     LocalBatch { local_batch: u32, rule: String },
+    /// dp itself does not divide the batch: no micro-batch can help, so the rule is said once,
+    /// with what can (a runs file's row said it twice, as `BatchSplit` and again in its list).
+    #[error(
+        "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {multiple}) or degrees whose dp divides {global_batch}"
+    )]
+    BatchNotDivisibleByDp {
+        global_batch: u32,
+        dp: u32,
+        /// The next global batch dp divides.
+        multiple: u64,
+    },
     #[error(
         "--global-batch {global_batch} is not divisible by --dp {dp} x --micro-batch {micro_batch} = {product}; valid micro-batches for this dp: {valid}"
     )]
@@ -2046,26 +2057,20 @@ pub fn first_last_splits(layers: u32, pp: u32, mtp_layers: u32) -> Vec<(u32, u32
 /// Micro-batches per step: the global batch over dp x micro-batch, which must divide it.
 fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError> {
     let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
+    if !training.global_batch.is_multiple_of(r.dp) {
+        return Err(PlanError::BatchNotDivisibleByDp {
+            global_batch: training.global_batch,
+            dp: r.dp,
+            multiple: u64::from(training.global_batch).div_ceil(u64::from(r.dp)) * u64::from(r.dp),
+        });
+    }
     if u64::from(training.global_batch) % replica_batch != 0 {
-        let valid = if training.global_batch.is_multiple_of(r.dp) {
-            list(divisors(training.global_batch / r.dp))
-        } else {
-            // With the fix `eval` gives this case, for every caller that shows this error as is.
-            format!(
-                "none: --global-batch {} is not divisible by --dp {}; give a multiple of {} (e.g. --global-batch {}) or degrees whose dp divides {}",
-                training.global_batch,
-                r.dp,
-                r.dp,
-                u64::from(training.global_batch).div_ceil(u64::from(r.dp)) * u64::from(r.dp),
-                training.global_batch
-            )
-        };
         return Err(PlanError::BatchSplit {
             global_batch: training.global_batch,
             dp: r.dp,
             micro_batch: r.micro_batch,
             product: replica_batch,
-            valid,
+            valid: list(divisors(training.global_batch / r.dp)),
         });
     }
     let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;

@@ -972,9 +972,16 @@ fn model_of_file(file: &ModelFile, origin: &str, key_prefix: &str) -> Result<Mod
 
 /// Loads a model by bundled name or path, given with `--model` (named in errors).
 pub fn load_model(name_or_path: &str) -> Result<Model, SpecError> {
+    load_model_with_file(name_or_path).map(|(model, _)| model)
+}
+
+/// [`load_model`], with the spec file it was read from: what the resolved shape does not hold
+/// (the description, the sources, the published counts, whether `seq_len` is assumed).
+pub fn load_model_with_file(name_or_path: &str) -> Result<(Model, ModelFile), SpecError> {
     let (origin, file): (String, ModelFile) =
         read_spec("--model", "model", BUNDLED_MODELS, name_or_path)?;
-    model_of_file(&file, &origin, "")
+    let model = model_of_file(&file, &origin, "")?;
+    Ok((model, file))
 }
 
 /// Loads a GPU profile by bundled name or path, given with `flag` (`--gpu`, `--calibration`).

@@ -150,7 +150,7 @@ pub struct RowTime {
 }
 
 /// The best plan's memory on its most loaded GPU, as `plan`'s JSON `memory` says it (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowMemory {
     pub total_bytes: Option<f64>,
     pub capacity_bytes: f64,
@@ -166,6 +166,16 @@ pub struct RowMemory {
     /// The host memory the profile gives each GPU, beside `closest_miss_host_bytes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_capacity_bytes: Option<f64>,
+    /// The best plan's peak memory at the high end of tpsim's measured memory error, as `plan`'s
+    /// JSON `memory.total_bytes_high` (`memory_margin::point_margin`); none where nothing fits
+    /// or no run states its peak memory.
+    pub total_bytes_high: Option<f64>,
+    /// Where that high end passes the GPU's memory: the `--max-memory-gib` that keeps the margin,
+    /// as the table's `memory range:` line names it; none where the margin is kept.
+    pub max_memory_gib_for_margin: Option<f64>,
+    /// What `total_bytes_high` rests on, as `plan`'s JSON `memory.total_bytes_range_basis`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_bytes_range_basis: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -264,6 +274,15 @@ fn best_row(point: &Point, options: SearchOptions) -> Row {
     let refined = crate::planner::refine_top(&point.model, &point.cluster, &point.training, &top);
     let best = refined.plans.first();
     let capacity_bytes = point.cluster.gpu.memory_capacity().0;
+    // Raised against the device's memory, as the table's `memory range:` line is (a
+    // `--max-memory-gib` limit is the user's own margin).
+    let margin = best.and_then(|e| {
+        crate::memory_margin::point_margin(
+            e.memory.total_bytes.0,
+            point.cluster.gpu.device_memory().0,
+            point.training.framework,
+        )
+    });
     let time_to_train_s = best.and_then(|e| e.time_to_train_s);
     let range = best.map(|e| {
         let kind = crate::uncertainty::ModelKind::of(point.model.moe.is_some());
@@ -326,6 +345,10 @@ fn best_row(point: &Point, options: SearchOptions) -> Row {
             },
             closest_miss_host_bytes: host_miss.map(|m| m.host_bytes.0),
             host_capacity_bytes: host_miss.map(|m| m.host_capacity_bytes.0),
+            total_bytes_high: margin.map(|m| m.total_bytes_high),
+            max_memory_gib_for_margin: margin.and_then(|m| m.max_memory_gib_for_margin),
+            total_bytes_range_basis: margin
+                .and_then(|_| crate::memory_margin::range_basis(point.training.framework)),
         },
         time_to_train_s,
         // The plan's own, as `plan` and `eval` print it (`cost::cost_to_train`); the price is the
@@ -372,7 +395,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -422,6 +445,8 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.memory.closest_miss_bytes, 0),
             fixed(r.memory.closest_miss_host_bytes, 0),
             fixed(r.memory.host_capacity_bytes, 0),
+            fixed(r.memory.total_bytes_high, 0),
+            fixed(r.memory.max_memory_gib_for_margin, 1),
             // Whole seconds and cents, as the table's cost cell keeps cents; a positive time or
             // cost never rounds to 0 (`--tokens 1 --price-per-gpu-hour 0.001` cost $0.000329 in
             // the table and "0" here).

@@ -356,7 +356,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
             if args.training.global_batch.is_none() {
                 eprintln!(
                     "{}",
-                    super::scenario::default_batch_note(&scenario.training, None)
+                    super::scenario::default_batch_note(
+                        &scenario.training,
+                        None,
+                        scenario.seq_len_source
+                    )
                 );
             }
             let feasible = result.feasible();
@@ -520,7 +524,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 if args.training.global_batch.is_none() && file.global_batch.is_none() {
                     eprintln!(
                         "{}",
-                        super::scenario::default_batch_note(&scenario.training, Some(path))
+                        super::scenario::default_batch_note(
+                            &scenario.training,
+                            Some(path),
+                            scenario.seq_len_source
+                        )
                     );
                 }
             }

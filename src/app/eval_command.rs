@@ -91,6 +91,20 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     if let Some(dir) = &args.report {
         check_dir(if quiet { "--out" } else { "--report" }, dir, &inputs)?;
     }
+    // A Megatron-LM launch line runs Megatron-Core (`pretrain_gpt.py` builds its model, optimizer
+    // and schedule from megatron/core), and torchtitan is launched from its own job config
+    // (torchtitan/config/job_config.py), never from these arguments: the line was priced with
+    // torchtitan's kernels, FSDP2 and defaults under the line's Megatron overlap switches, a run
+    // neither framework makes. DeepSpeed stays: Megatron-DeepSpeed's pretrain_gpt.py takes
+    // Megatron-LM's arguments (what `--emit deepspeed` writes beside its config), and the 2021
+    // Megatron-LM took them too.
+    if args.megatron_args.is_some()
+        && args.training.framework == Some(crate::cli::FrameworkArg::Torchtitan)
+    {
+        bail!(
+            "--framework torchtitan beside --megatron-args: a Megatron-LM launch line runs Megatron-Core (or, with --deepspeed, Megatron-DeepSpeed), never torchtitan, which is launched from its own job config; drop --framework torchtitan to price the line as Megatron-Core runs it, or give the layout with eval's flags (--tp, --pp, --micro-batch, ...) and --framework torchtitan"
+        );
+    }
     let megatron = match &args.megatron_args {
         Some(text) => Some(read_megatron_launch(text, args.model.vocab.is_some())?),
         None => None,
@@ -484,13 +498,6 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &scenario.training,
     ) {
         Ok(plan) => Ok(plan),
-        // dp itself does not divide the batch: no micro-batch can help, so say what can.
-        Err(PlanError::BatchSplit {
-            global_batch, dp, ..
-        }) if !global_batch.is_multiple_of(dp) => Err(anyhow!(
-            "--global-batch {global_batch} is not divisible by --dp {dp}, so no micro-batch size splits it; give a multiple of {dp} (e.g. --global-batch {}) or degrees whose dp divides {global_batch}",
-            global_batch.div_ceil(dp) * dp
-        )),
         // ZeRO-0 is eval's default, not a stage the user typed: the message says so.
         Err(PlanError::TorchtitanExpertRanks {
             ep,

@@ -693,7 +693,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         .model(DEFAULT_VOCAB)
         .map_err(|err| anyhow!(in_megatron_words(&err.to_string())))?;
     Ok(PlanFile {
-        model: Some(ModelRef::Inline(Box::new(model_file_of(&model)))),
+        model: Some(ModelRef::Inline(Box::new(model_file_of(&model, None)))),
         params: None,
         gpu: None,
         nodes: launch.nodes,

@@ -680,7 +680,10 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
 
     if let (Some(path), Some(best)) = (&args.save, report.plans.first()) {
         let file = PlanFile {
-            model: Some(ModelRef::Inline(Box::new(model_file_of(&scenario.model)))),
+            model: Some(ModelRef::Inline(Box::new(model_file_of(
+                &scenario.model,
+                scenario.spec_file.as_ref(),
+            )))),
             params: None,
             // A profile file is written as its path from the plan's folder, where `eval --plan`
             // reads it from.

@@ -50,17 +50,62 @@ pub(super) struct Scenario {
     /// Where the sequence length came from when neither `--seq-len` nor a plan file gave it,
     /// said in the model line as a Hugging Face config's own note is (`seq_len_default_note`).
     pub(super) seq_len_note: Option<String>,
+    /// Whose the sequence length is, as the default-batch note names it (`default_batch_note`).
+    pub(super) seq_len_source: SeqLenSource,
+    /// The spec file (bundled or `--model FILE`) the model was read from, where the model is
+    /// still that file's (no shape or MoE flag over it): `plan --save` carries what the shape
+    /// does not hold, its description, sources and published counts (`model_file_of`).
+    pub(super) spec_file: Option<ModelFile>,
+}
+
+/// Whose a scenario's sequence length is: the notes that build on it name it, since "this
+/// model's 8192 tokens" read as the model's own length where `--seq-len` gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SeqLenSource {
+    /// `--seq-len`.
+    Flag,
+    /// A plan file's `seq_len:`.
+    PlanFile,
+    /// A `--megatron-args` line's `--seq-length`.
+    LaunchLine,
+    /// The model's own: its spec's `seq_len`, a Hugging Face config's, or GPT-3's 2048 for a
+    /// derived or flag-given shape.
+    Model,
+    /// A bundled spec's (or model file's) `seq_len` marked `seq_len_assumed`: no published
+    /// training length.
+    Assumed,
+}
+
+impl SeqLenSource {
+    /// The length with whose it is: "--seq-len 8192", "this model's 8192 tokens".
+    pub(super) fn words(self, seq_len: u32) -> String {
+        match self {
+            SeqLenSource::Flag => format!("--seq-len {seq_len}"),
+            SeqLenSource::PlanFile => format!("the plan file's seq_len {seq_len}"),
+            SeqLenSource::LaunchLine => format!("the launch line's --seq-length {seq_len}"),
+            SeqLenSource::Model => format!("this model's {seq_len} tokens"),
+            SeqLenSource::Assumed => {
+                format!("the {seq_len} tokens assumed for this model, which publishes none")
+            }
+        }
+    }
 }
 
 /// The model line's words for a sequence length nobody gave: a bundled model or a model file
 /// trains on its own `seq_len` (Mixtral 8x7B's 32768), a shape from `--params` or shape flags on
 /// GPT-3's 2048. A Hugging Face config says its own (`hf_config::parse_with_note`), and a plan file
 /// or launch line that names the model gives its length with it. `None` where nothing was taken.
-fn seq_len_default_note(origin: &str, seq_len: u32) -> Option<String> {
+/// `assumed`: the spec marks its `seq_len` as an assumption (`ModelFile::seq_len_assumed`), said
+/// as one rather than as the model's training length.
+fn seq_len_default_note(origin: &str, seq_len: u32, assumed: bool) -> Option<String> {
     let why = if origin.starts_with("derived") || origin == "flags" {
         "GPT-3's"
+    } else if origin.starts_with("bundled") && assumed {
+        "assumed, since no training length is published for this model"
     } else if origin.starts_with("bundled") {
         "the bundled model's training length"
+    } else if origin.starts_with("file") && assumed {
+        "the model file's seq_len, which it marks as assumed (seq_len_assumed: true)"
     } else if origin.starts_with("file") {
         "the model file's seq_len"
     } else {
@@ -521,6 +566,7 @@ fn resolve_base_model(
             ffn_hidden: args.ffn_hidden,
             vocab: args.vocab.unwrap_or(DEFAULT_VOCAB),
             seq_len: seq_len_for_derived,
+            seq_len_assumed: false,
             gated_mlp: args.gated_mlp,
             linear_bias: !(llama || args.disable_bias_linear),
             tied_embeddings: !(llama || args.untie_embeddings_and_output_weights),
@@ -1454,10 +1500,45 @@ pub(super) fn resolve_scenario(
         model.seq_len = seq_len;
         model.check()?;
     }
+    // The spec the model was read from, while the model is still its own (a shape or MoE flag
+    // over it makes another model, whose description and counts the spec's would misstate).
+    let spec_file = match &model_args.model {
+        Some(name) if matches!(model_origin.as_str(), "bundled" | "file") => {
+            specs::load_model_with_file(name)
+                .ok()
+                .filter(|(spec_model, _)| {
+                    let mut spec_model = spec_model.clone();
+                    spec_model.seq_len = model.seq_len;
+                    spec_model == model
+                })
+                // A length given over the spec's is no assumption of the spec's.
+                .map(|(_, mut file)| {
+                    file.seq_len_assumed &= seq_len_flag.is_none();
+                    file
+                })
+        }
+        _ => None,
+    };
+    let seq_len_assumed =
+        seq_len_flag.is_none() && spec_file.as_ref().is_some_and(|f| f.seq_len_assumed);
     let seq_len_note = seq_len_flag
         .is_none()
-        .then(|| seq_len_default_note(&model_origin, model.seq_len))
+        .then(|| seq_len_default_note(&model_origin, model.seq_len, seq_len_assumed))
         .flatten();
+    let seq_len_source = if training_args.seq_len.is_some() {
+        SeqLenSource::Flag
+    } else if seq_len_flag.is_some() {
+        match file {
+            Some((_, path)) if path == super::megatron_paste::LAUNCH_LINE_ORIGIN => {
+                SeqLenSource::LaunchLine
+            }
+            _ => SeqLenSource::PlanFile,
+        }
+    } else if seq_len_assumed {
+        SeqLenSource::Assumed
+    } else {
+        SeqLenSource::Model
+    };
 
     let gpu_reference = cluster_args
         .gpu
@@ -1860,6 +1941,8 @@ pub(super) fn resolve_scenario(
         training,
         gpu_note,
         seq_len_note,
+        seq_len_source,
+        spec_file,
     })
 }
 
@@ -1991,8 +2074,19 @@ pub(super) fn summaries(s: &Scenario) -> (ModelSummary, ClusterSummary) {
     )
 }
 
-pub(super) fn model_file_of(model: &Model) -> ModelFile {
-    model.to_file()
+/// The spec `plan --save` writes for `model`: its shape, and where `spec` is the file it was read
+/// from (`Scenario::spec_file`), that file's description, sources and published counts (a saved
+/// bundled model wrote `description: null`), and its `seq_len_assumed` while the length is its.
+pub(super) fn model_file_of(model: &Model, spec: Option<&ModelFile>) -> ModelFile {
+    let mut file = model.to_file();
+    if let Some(spec) = spec {
+        file.description = spec.description.clone();
+        file.source = spec.source.clone();
+        file.published_params_b = spec.published_params_b;
+        file.published_active_params_b = spec.published_active_params_b;
+        file.seq_len_assumed = spec.seq_len_assumed && spec.seq_len == model.seq_len;
+    }
+    file
 }
 
 /// The data-parallel degrees a split of `cluster` can have (tp × pp × dp = GPUs, with tp and pp
@@ -2036,7 +2130,13 @@ const GPT3_SEQ_LEN: u32 = 2048;
 /// The note for a global batch no input gave: what the default is, and where to give the batch
 /// (`file`: the plan file it would be a line of; otherwise the flag). `plan`, `eval`, `report`,
 /// `compare` and `sweep` all say it, so no command uses the default silently.
-pub(super) fn default_batch_note(training: &Training, file: Option<&str>) -> String {
+/// `seq_len_source` says whose the sequence length is, for the batch at a length other than
+/// GPT-3's.
+pub(super) fn default_batch_note(
+    training: &Training,
+    file: Option<&str>,
+    seq_len_source: SeqLenSource,
+) -> String {
     let batch = training.global_batch;
     let (missing, fix) = match file {
         Some(path) => (
@@ -2057,8 +2157,8 @@ pub(super) fn default_batch_note(training: &Training, file: Option<&str>) -> Str
             "GPT-3 175B's batch, Brown et al. 2020".to_string()
         } else {
             format!(
-                "GPT-3 175B's {batch} sequences, Brown et al. 2020, at this model's {} tokens: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
-                training.seq_len,
+                "GPT-3 175B's {batch} sequences, Brown et al. 2020, at {}: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
+                seq_len_source.words(training.seq_len),
                 f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
             )
         }
@@ -2090,7 +2190,7 @@ pub(super) fn global_batch_advice(
     let nodes = s.cluster.nodes;
     let mut lines: Vec<String> = s.gpu_note.iter().cloned().collect();
     if !given {
-        lines.push(default_batch_note(&s.training, file));
+        lines.push(default_batch_note(&s.training, file, s.seq_len_source));
     }
     // Context parallelism splits each sequence over cp ranks, so a long-context batch of few
     // sequences still fills the GPUs: count each sequence as the most CP ranks it can take (the

@@ -265,6 +265,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let mut shapes: Vec<(String, crate::model::Model)> = Vec::new();
     // The model's name at each point where it has one (the chart's title names it).
     let mut named: Vec<String> = Vec::new();
+    // Whose the first point's sequence length is, for the default-batch note said for all.
+    let mut seq_len_source = None;
     // The flags at one point: the axis's value set over the others.
     let flags_at = |value: &str| -> Result<(ModelArgs, ClusterArgs, TrainingArgs)> {
         let (mut model, mut cluster, mut training) = (
@@ -408,6 +410,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
         if !(scenario.model_origin.starts_with("derived") || scenario.model_origin == "flags") {
             named.push(scenario.model.name.clone());
         }
+        seq_len_source.get_or_insert(scenario.seq_len_source);
         points.push(sweep::Point {
             value: value.to_string(),
             model: scenario.model,
@@ -506,7 +509,11 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
             ),
             (_, Some(point)) => eprintln!(
                 "{}",
-                super::scenario::default_batch_note(&point.training, None)
+                super::scenario::default_batch_note(
+                    &point.training,
+                    None,
+                    seq_len_source.unwrap_or(super::scenario::SeqLenSource::Model)
+                )
             ),
             (_, None) => {}
         }

@@ -117,7 +117,7 @@ impl Framework {
             // `MambaMixer` takes `d_conv` 4 from its constructor; no argument sets another.
             if hybrid.mamba_conv_kernel != 4 {
                 return Some(format!(
-                    "a Mamba-2 convolution {} wide is not written for {name}: Megatron-Core's MambaMixer builds d_conv 4 and no argument sets another; give mamba_conv_kernel 4 or run without --emit",
+                    "a Mamba-2 convolution {} wide is not written for {name}: Megatron-Core's MambaMixer builds d_conv 4 and no argument sets another; give a convolution 4 wide (hybrid.mamba_conv_kernel in a model file, \"conv_kernel\" or \"mamba_d_conv\" in a Hugging Face config) or run without --emit",
                     hybrid.mamba_conv_kernel
                 ));
             }

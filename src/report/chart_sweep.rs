@@ -12,7 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::sweep::{Axis, Row, Sweep};
-use crate::units::{format_count, parse_count};
+use crate::units::{GIB, format_count, parse_count};
 
 #[derive(Debug, thiserror::Error)]
 #[error("--chart {path}: cannot draw the chart: {message}")]
@@ -40,6 +40,10 @@ const LABEL_GAP_PX: i32 = 6;
 /// Draws `sweep` into `path`.
 /// The throughput panel's title, which also marks the panel that draws ranges.
 const THROUGHPUT: &str = "throughput (tokens/s), bars: range of tpsim's error";
+/// The free-memory panel's title, which also marks the panel that draws each point's memory range:
+/// a bar down to the memory left at the high end of tpsim's measured memory error (the table's
+/// `memory range:` line, the JSON's `memory.total_bytes_high`), below 0 where the plan would not fit.
+const FREE_MEMORY: &str = "free memory (GiB), bars: down to tpsim's memory error's high end";
 
 pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let fail = |e: &dyn std::fmt::Display| ChartError {
@@ -49,7 +53,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
     let mut panels: Vec<Series> = vec![
         (THROUGHPUT, |r| r.tokens_per_s),
         ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
-        ("free memory (GiB)", |r| r.memory.free_gib()),
+        (FREE_MEMORY, |r| r.memory.free_gib()),
     ];
     if sweep.tokens.is_some() {
         panels.push(("days to train", |r| r.time_to_train_days()));
@@ -133,6 +137,19 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
                 .zip(&positions)
                 .filter_map(|(r, &x)| Some((x, r.tokens_per_s_low?, r.tokens_per_s_high?)))
                 .collect()
+        } else if title == FREE_MEMORY {
+            // From the free memory at tpsim's peak down to what is left at the high end of its
+            // memory error (against the capacity the panel's points are free of).
+            sweep
+                .rows
+                .iter()
+                .zip(&positions)
+                .filter_map(|(r, &x)| {
+                    let free = r.memory.free_gib()?;
+                    let high = r.memory.total_bytes_high?;
+                    Some((x, (r.memory.capacity_bytes - high) / GIB, free))
+                })
+                .collect()
         } else {
             Vec::new()
         };
@@ -141,14 +158,21 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .map(|p| p.1)
             .chain(ranges.iter().map(|r| r.2))
             .fold(0.0_f64, f64::max);
-        let min = points.iter().map(|p| p.1).fold(0.0_f64, f64::min);
+        let min = points
+            .iter()
+            .map(|p| p.1)
+            .chain(ranges.iter().map(|r| r.1))
+            .fold(0.0_f64, f64::min);
         let top = if max > 0.0 { max * 1.1 } else { 1.0 };
+        // Below 0 (a memory range past the capacity) with the same headroom as the top, so a
+        // bar's cap stays off the axis.
+        let bottom = if min < 0.0 { min * 1.1 } else { 0.0 };
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(22 + LABEL_LINE_PX * label_lines)
             .y_label_area_size(70)
-            .build_cartesian_2d((x_lo - pad)..(x_hi + pad), min.min(0.0)..top)
+            .build_cartesian_2d((x_lo - pad)..(x_hi + pad), bottom..top)
             .map_err(|e| fail(&e))?;
         chart
             .configure_mesh()
@@ -166,7 +190,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         let mut drawn_to_px = i32::MIN;
         for i in order {
             let (lines, x) = (&labels[i], positions[i]);
-            let (px, py) = chart.backend_coord(&(x, min.min(0.0)));
+            let (px, py) = chart.backend_coord(&(x, bottom));
             let half_px = (lines.iter().map(|l| l.chars().count()).max().unwrap_or(0) as f64
                 * LABEL_CHAR_PX
                 / 2.0)
@@ -202,8 +226,14 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             }
         }
         let cap = span * 0.012;
+        // The memory range in red, as the memory figure draws the capacity: a plan near it.
+        let colour = if title == FREE_MEMORY {
+            RED.mix(0.6)
+        } else {
+            BLUE.mix(0.55)
+        };
         for &(x, low, high) in &ranges {
-            let bar = BLUE.mix(0.55).stroke_width(2);
+            let bar = colour.stroke_width(2);
             chart
                 .draw_series([
                     PathElement::new(vec![(x, low), (x, high)], bar),

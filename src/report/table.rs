@@ -271,7 +271,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {}{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
-         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}",
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -414,6 +414,21 @@ pub fn scenario_line(report: &Report) -> String {
                 }
                 crate::training::Fp8Scaling::Delayed => "; fp8 with delayed scaling (amax history)",
             }
+        } else {
+            ""
+        },
+        // MXFP8's recipe, named as per-tensor FP8's is: block scaling, one power-of-two scale per
+        // 32 consecutive elements, taken from the block itself (no amax pass): OCP Microscaling
+        // Formats (MX) v1.0 §5 (MXFP8: k = 32, scale E8M0), Transformer Engine `MXFP8BlockScaling`
+        // (NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/__init__.py: "Each
+        // group of 32 consecutive values is scaled together ... E8M0"), torchao's MX formats
+        // likewise; `cost::cast::operand_bytes` counts the same scales.
+        if report
+            .plans
+            .iter()
+            .any(|e| e.plan.precision == crate::plan::Precision::Mxfp8)
+        {
+            "; mxfp8 with block scaling (one E8M0 scale per 32 elements, OCP MX)"
         } else {
             ""
         },
