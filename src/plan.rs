@@ -521,6 +521,16 @@ pub enum PlanError {
         /// Why unequal chunks are not offered instead, where the framework is the reason.
         unequal: String,
     },
+    /// More model chunks than a stage has layers, where the framework takes unequal chunks: the
+    /// divisors of the stage are not the rule here (`VppLayers`), every count up to it is.
+    #[error(
+        "--vpp {vpp} cuts each stage's {per_stage} layers into {vpp} model chunks, more than it has layers (every chunk holds at least one; {framework} takes chunks of unequal size, so any count up to the stage's layers works); give --vpp {per_stage} or fewer, valid: 1 to {per_stage}"
+    )]
+    VppPastStageLayers {
+        vpp: u32,
+        per_stage: u32,
+        framework: &'static str,
+    },
     #[error(
         "--vpp {vpp} with an uneven split needs layers + 2 (embedding and loss counted as layers, MTP layers too or not) to split evenly into pp x vpp chunks, or pp x vpp chunks filled front to back with a non-empty last one; valid here: {valid}"
     )]
@@ -2335,6 +2345,15 @@ fn check_interleaving(
             && r.vpp <= per_stage
             && framework.takes_chunk_layouts();
         if per_stage % r.vpp != 0 && !balanced {
+            // Where unequal chunks are taken, only a chunk without a layer stops the split: the
+            // divisors are no list of what works (vpp 3 of 20 layers runs, 21 does not).
+            if stages.even && r.vpp > per_stage && framework.takes_chunk_layouts() {
+                return Err(PlanError::VppPastStageLayers {
+                    vpp: r.vpp,
+                    per_stage,
+                    framework: framework.as_str(),
+                });
+            }
             return Err(PlanError::VppLayers {
                 vpp: r.vpp,
                 per_stage,

@@ -415,6 +415,24 @@ fn function_name(model: &Model) -> String {
     format!("tpsim_{slug}")
 }
 
+/// `text` as a Python string literal: double-quoted, with backslashes, quotes and control
+/// characters escaped (Python's string-literal escapes, docs.python.org/3/reference/
+/// lexical_analysis.html#escape-sequences). A model named from a file such as `l"x.json` wrote
+/// `model_registry("l"x")`, which Python does not parse.
+pub(super) fn py_str(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// The flavor `model_registry` is called with: the shipped one, or the model's own name, which
 /// the user adds to `llama3_configs` (`notes` says so).
 fn flavor_name(model: &Model) -> String {
@@ -473,7 +491,7 @@ fn llama3_flavor_note(model: &Model) -> String {
             model.name
         ),
         None => format!(
-            "{name} is no llama3 flavor torchtitan ships (1B, 3B, 8B, 70B, 405B): add \"{name}\" to llama3_configs in torchtitan/models/llama3/__init__.py, built as _8b is with dim={}, n_layers={}, n_heads={}, n_kv_heads={}, hidden_dim={}, vocab_size={}, RoPE theta={}{}; data, optimizer and checkpointing come from the llama3_8b recipe: set hf_assets_path to a tokenizer of {} tokens",
+            "{name} is no llama3 flavor torchtitan ships (1B, 3B, 8B, 70B, 405B): add {key} to llama3_configs in torchtitan/models/llama3/__init__.py, built as _8b is with dim={}, n_layers={}, n_heads={}, n_kv_heads={}, hidden_dim={}, vocab_size={}, RoPE theta={}{}; data, optimizer and checkpointing come from the llama3_8b recipe: set hf_assets_path to a tokenizer of {} tokens",
             model.hidden,
             model.layers,
             model.heads,
@@ -487,7 +505,8 @@ fn llama3_flavor_note(model: &Model) -> String {
                 ""
             },
             model.vocab,
-            name = model.name
+            name = model.name,
+            key = py_str(&model.name)
         ),
     }
 }
@@ -593,11 +612,13 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
         ));
     } else if converters.is_empty() {
         py.push_str(&format!(
-            "    config.model_spec = model_registry(\"{flavor_name}\")\n"
+            "    config.model_spec = model_registry({})\n",
+            py_str(&flavor_name)
         ));
     } else {
         py.push_str(&format!(
-            "    config.model_spec = model_registry(\n        \"{flavor_name}\"{converters})\n"
+            "    config.model_spec = model_registry(\n        {}{converters})\n",
+            py_str(&flavor_name)
         ));
     }
     py.push_str(

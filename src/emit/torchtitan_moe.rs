@@ -13,7 +13,7 @@
 //! dispatcher is `moe_comm_backend` ("standard" all-to-all, "deepep", "hybridep",
 //! "minimal_async_ep": `make_token_dispatcher_config`, torchtitan/models/common/config_utils.py).
 
-use super::torchtitan::TORCHTITAN_COMMIT;
+use super::torchtitan::{py_str, TORCHTITAN_COMMIT};
 use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, Precision};
 use crate::training::{MoeDispatcher, MoeRouting, Training};
@@ -416,7 +416,7 @@ pub(super) fn flavor_registration(model: &Model, training: &Training, spec: &Moe
         tied = if model.tied_embeddings { "True" } else { "False" },
     ));
     py.push_str(&format!(
-        "        layers=qwen3._build_qwen3_moe_layers(\n            fuse_qkv=True,\n            n_layers={},\n            dim={},\n            n_heads={},\n            n_kv_heads={},\n            head_dim={},\n            moe_hidden_dim={},\n            num_experts={},\n            top_k={},\n            attn_backend=attn_backend,\n            rope=CosSinRoPE.Config(\n                dim={},\n                max_context_length={},\n                theta={theta},\n            ),\n            moe_comm_backend=moe_comm_backend,\n        ),\n    )\n\n\nqwen3.qwen3_configs[\"{}\"] = _tpsim_flavor\n\n\n",
+        "        layers=qwen3._build_qwen3_moe_layers(\n            fuse_qkv=True,\n            n_layers={},\n            dim={},\n            n_heads={},\n            n_kv_heads={},\n            head_dim={},\n            moe_hidden_dim={},\n            num_experts={},\n            top_k={},\n            attn_backend=attn_backend,\n            rope=CosSinRoPE.Config(\n                dim={},\n                max_context_length={},\n                theta={theta},\n            ),\n            moe_comm_backend=moe_comm_backend,\n        ),\n    )\n\n\nqwen3.qwen3_configs[{}] = _tpsim_flavor\n\n\n",
         model.layers,
         model.hidden,
         model.heads,
@@ -427,7 +427,7 @@ pub(super) fn flavor_registration(model: &Model, training: &Training, spec: &Moe
         moe.router_topk,
         model.head_dim,
         training.seq_len,
-        spec.flavor
+        py_str(&spec.flavor)
     ));
     py
 }
@@ -470,7 +470,7 @@ pub(super) fn model_spec_call(
 ) -> String {
     let py_bool = |b: bool| if b { "True" } else { "False" };
     let mut args = vec![
-        format!("\"{}\"", spec.flavor),
+        py_str(&spec.flavor),
         format!(
             "moe_comm_backend=\"{}\"",
             MoeSpec::comm_backend(training, plan)

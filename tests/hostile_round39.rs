@@ -1,0 +1,174 @@
+//! Hostile input, round 39, on the session's unequal model chunks, torchtitan MoE recipes and
+//! context parallelism in hybrid stacks: a `--vpp` above a stage's layers was refused as one that
+//! "does not divide" the stage with the divisors as the valid values, though the vpp 3, 6, 7 ...
+//! that list left out run (unequal chunks); a model named from a file such as `q"x.json` was
+//! written into the torchtitan recipe as `"q"x"`, which Python does not parse.
+//! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
+//! and the fix.
+
+mod common;
+
+use common::*;
+
+const SUITE: &str = "hostile39";
+
+/// Llama 3 70B on 128 H100s at tp 8 x pp 4: 20 layers per stage.
+const LLAMA3_70B_PP4: [&str; 13] = [
+    "--model",
+    "llama3-70b",
+    "--gpu",
+    "h100-sxm-80g",
+    "--nodes",
+    "16",
+    "--tp",
+    "8",
+    "--pp",
+    "4",
+    "--global-batch",
+    "512",
+    "--sequence-parallel",
+];
+
+fn eval_llama(extra: &[&str]) -> Run {
+    let mut args = vec!["eval"];
+    args.extend_from_slice(&LLAMA3_70B_PP4);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+/// Under megatron-core and torchtitan a stage of 20 layers takes any vpp up to 20 (vpp 3 as
+/// chunks of 7, 7 and 6); vpp 21 was refused as not dividing 20 with "valid: 1, 2, 4, 5, 10, 20",
+/// which names the wrong rule and leaves out the vpp 3, 6, 7, ... that run. It now names the rule
+/// (a chunk per layer at most) and the range, from the flag and from a plan file alike.
+/// megatron-lm-2021, which cannot cut unequal chunks, keeps the divisors.
+#[test]
+fn a_vpp_past_the_stage_layers_names_the_range_unequal_chunks_take() {
+    for framework in ["megatron-core", "torchtitan"] {
+        assert_one_line_error(
+            &eval_llama(&["--vpp", "21", "--framework", framework, "--zero", "3"]),
+            &[
+                "--vpp 21",
+                "20 layers into 21 model chunks, more than it has layers",
+                &format!("{framework} takes chunks of unequal size"),
+                "give --vpp 20 or fewer, valid: 1 to 20",
+            ],
+            &["does not divide", "1, 2, 4, 5, 10, 20", "panicked"],
+            framework,
+        );
+        // Every vpp in that range is taken: 7 (unequal) and 20 (one layer a chunk); exit 1 is
+        // a plan that is priced but does not fit.
+        for vpp in ["7", "20"] {
+            let r = eval_llama(&["--vpp", vpp, "--framework", framework, "--zero", "3"]);
+            assert!(
+                (r.code == 0 || r.code == 1) && r.stdout.contains(&format!("(vpp {vpp})")),
+                "{framework} vpp {vpp}: {}",
+                r.stderr
+            );
+        }
+    }
+    // The same from a saved plan, in the file's words.
+    let dir = scratch(SUITE, "vpp-past-stage");
+    let saved = dir.join("plan.yaml");
+    let saved = saved.to_str().unwrap();
+    let mut args = vec!["plan"];
+    args.extend_from_slice(&LLAMA3_70B_PP4);
+    args.extend_from_slice(&["--vpp", "3", "--top", "1", "--save", saved]);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(saved).unwrap();
+    assert!(text.contains("  vpp: 3\n"), "{text}");
+    std::fs::write(saved, text.replace("  vpp: 3\n", "  vpp: 21\n")).unwrap();
+    assert_one_line_error(
+        &run(&["eval", "--plan", saved]),
+        &["vpp: 21 in", "give vpp: 20 or fewer, valid: 1 to 20"],
+        &["does not divide", "panicked"],
+        "plan file",
+    );
+    // Without unequal chunks the divisors are the rule.
+    assert_one_line_error(
+        &eval_llama(&["--vpp", "21", "--framework", "megatron-lm-2021"]),
+        &["does not divide the 20 layers", "valid: 1, 2, 4, 5, 10, 20"],
+        &["panicked"],
+        "megatron-lm-2021",
+    );
+}
+
+/// A model named from its file's name (`q"x.json`, `l"x.json`) was written into the torchtitan
+/// recipe as `qwen3_configs["q"x"]` and `model_registry("l"x")`: Python refuses the file. The name
+/// is now a Python string literal with the quote escaped, in the MoE flavor's registration, the
+/// `model_registry` call, and the dense note that says which key to add.
+#[test]
+fn a_model_name_with_a_quote_is_escaped_in_the_torchtitan_recipe() {
+    let dir = scratch(SUITE, "quoted-name");
+    let moe = dir.join("q\"x.json");
+    std::fs::copy(format!("{ROOT}/models/hf/qwen3-30b-a3b.json"), &moe).unwrap();
+    let moe = moe.to_str().unwrap();
+    // 24 layers: no shipped qwen3 flavor, so the recipe registers its own under the model's name.
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        moe,
+        "--layers",
+        "24",
+        "--gpu",
+        "h100-sxm-80g",
+        "--framework",
+        "torchtitan",
+        "--zero",
+        "3",
+        "--emit",
+        "torchtitan",
+        "--nodes",
+        "1",
+        "--ep",
+        "8",
+        "--global-batch",
+        "8",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains(r#"qwen3.qwen3_configs["q\"x"] = _tpsim_flavor"#),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("        \"q\\\"x\",\n"), "{}", r.stdout);
+    assert!(!r.stdout.contains(r#""q"x""#), "{}", r.stdout);
+
+    let dense = dir.join("l\"x.json");
+    std::fs::copy(format!("{ROOT}/models/hf/llama-3-8b.json"), &dense).unwrap();
+    let dense = dense.to_str().unwrap();
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        dense,
+        "--layers",
+        "16",
+        "--gpu",
+        "h100-sxm-80g",
+        "--framework",
+        "torchtitan",
+        "--zero",
+        "3",
+        "--emit",
+        "torchtitan",
+        "--nodes",
+        "1",
+        "--tp",
+        "1",
+        "--global-batch",
+        "8",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains(r#"config.model_spec = model_registry("l\"x")"#),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains(r#"add "l\"x" to llama3_configs"#),
+        "{}",
+        r.stderr
+    );
+}
