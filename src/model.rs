@@ -17,6 +17,7 @@ mod params;
 
 pub(crate) use hybrid::MAX_MAMBA_WIDTH;
 pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
+pub(crate) use hybrid::unpriced_symbol;
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
 

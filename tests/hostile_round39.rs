@@ -172,3 +172,60 @@ fn a_model_name_with_a_quote_is_escaped_in_the_torchtitan_recipe() {
         r.stderr
     );
 }
+
+/// Nemotron-H 8B at pp 2 x vpp 3 as `--emit megatron` cuts it: six segments of 9/9/9/9/8/8.
+const NEMOTRON_H_8B_SEGMENTS: &str = "M-M-M-M*-|M-M-M-M-M|*-M-M-M-M|-M*-M-M-M|-M-M*-M-|M-M-M-M-";
+
+fn eval_hybrid_segments(pattern: &str) -> Run {
+    let line = format!(
+        "--num-layers 52 --hidden-size 4096 --num-attention-heads 32 --group-query-attention \
+         --num-query-groups 8 --ffn-hidden-size 21504 --squared-relu --normalization RMSNorm \
+         --position-embedding-type none --untie-embeddings-and-output-weights \
+         --disable-bias-linear --hybrid-layer-pattern '{pattern}' --mamba-num-heads 128 \
+         --mamba-head-dim 64 --mamba-state-dim 128 --mamba-num-groups 8 --seq-length 8192 \
+         --max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 16 \
+         --tensor-model-parallel-size 2 --context-parallel-size 2 \
+         --pipeline-model-parallel-size 2 --use-distributed-optimizer --bf16 --vocab-size 131072"
+    );
+    run(&[
+        "eval",
+        "--gpu",
+        "h100-sxm-80g",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &line,
+    ])
+}
+
+/// A symbol no block prices (a stray space, an 'x', a gated DeltaNet 'G') in a '|'-cut hybrid
+/// pattern was counted as a layer by the segment check, which then refused the cut: "the
+/// segments between the first and the last hold different numbers of layers (10/9/9/9/8/8) ...
+/// cut the pattern as `tpsim eval ... --emit megatron` writes it", naming neither the symbol nor
+/// its fix. The symbol is now named first, in the words a pattern without '|' gets.
+#[test]
+fn an_unpriced_symbol_in_a_cut_hybrid_pattern_is_named_before_the_segments() {
+    for (pattern, symbol) in [
+        (format!(" {NEMOTRON_H_8B_SEGMENTS}"), "' '"),
+        (format!("x{NEMOTRON_H_8B_SEGMENTS}"), "'x'"),
+        (
+            NEMOTRON_H_8B_SEGMENTS.replacen("M-M-M-M*-", "M-M-M-MG-", 1),
+            "'G' (a gated DeltaNet layer)",
+        ),
+    ] {
+        assert_one_line_error(
+            &eval_hybrid_segments(&pattern),
+            &[
+                &format!("has the symbol {symbol}"),
+                "rule: M Mamba-2, * attention, - MLP, E MoE, one per layer",
+                "write the pattern with those symbols only",
+            ],
+            &["hold different numbers of layers", "panicked"],
+            &pattern,
+        );
+    }
+    // The same cut without the stray symbol is read, unequal chunks and all.
+    let r = eval_hybrid_segments(NEMOTRON_H_8B_SEGMENTS);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(r.stdout.contains("(vpp 3)"), "{}", r.stdout);
+}

@@ -150,6 +150,15 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
                 });
             }
             let (main, depths) = split_hybrid_mtp(&pattern)?;
+            // A symbol no block prices first: the layer count and the '|' segments below would
+            // count it as a layer and refuse --num-layers or the cut for it, naming neither the
+            // symbol nor its fix.
+            if let Some(words) = crate::model::unpriced_symbol(&main, &['|']) {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--hybrid-layer-pattern {pattern:?}"),
+                    why: words,
+                });
+            }
             (Some(main), depths)
         }
         None => (None, 0),

@@ -299,6 +299,29 @@ impl Model {
     }
 }
 
+/// The first symbol of `pattern` that is no priced block (nor one of `also`, such as a launch
+/// line's '|' cuts), in words: "has the symbol 'x' ..., which tpsim does not price (rule: ...);
+/// write the pattern with those symbols only". A model's pattern and a launch line's '|'-cut one
+/// are checked with the same words.
+pub(crate) fn unpriced_symbol(pattern: &str, also: &[char]) -> Option<String> {
+    let symbol = pattern
+        .chars()
+        .find(|c| Block::of(*c).is_none() && !also.contains(c))?;
+    let what = match symbol {
+        'G' => " (a gated DeltaNet layer)",
+        'D' => " (DeepSeek sparse attention)",
+        '+' => " (latent attention)",
+        '|' => {
+            " (a pipeline-stage boundary: the stages are the plan's, --pp and --vpp, which --emit megatron writes back as '|' segments)"
+        }
+        '/' => " (multi-token prediction layers: give their depth as --mtp-layers)",
+        _ => "",
+    };
+    Some(format!(
+        "has the symbol {symbol:?}{what}, which tpsim does not price (rule: M Mamba-2, * attention, - MLP, E MoE, one per layer); write the pattern with those symbols only"
+    ))
+}
+
 /// Widest Mamba setting accepted: typo guard, far above Nemotron-H 56B's 256 heads of 64.
 pub(crate) const MAX_MAMBA_WIDTH: u32 = 1 << 16;
 
@@ -310,21 +333,8 @@ impl Model {
             return Ok(());
         };
         let fail = |words: String| Err(super::ModelError::Hybrid(words));
-        if let Some(symbol) = hybrid.pattern.chars().find(|c| Block::of(*c).is_none()) {
-            let what = match symbol {
-                'G' => " (a gated DeltaNet layer)",
-                'D' => " (DeepSeek sparse attention)",
-                '+' => " (latent attention)",
-                '|' => {
-                    " (a pipeline-stage boundary: the stages are the plan's, --pp and --vpp, which --emit megatron writes back as '|' segments)"
-                }
-                '/' => " (multi-token prediction layers: give their depth as --mtp-layers)",
-                _ => "",
-            };
-            return fail(format!(
-                "hybrid pattern {:?} has the symbol '{symbol}'{what}, which tpsim does not price (rule: M Mamba-2, * attention, - MLP, E MoE, one per layer); write the pattern with those symbols only",
-                hybrid.pattern
-            ));
+        if let Some(words) = unpriced_symbol(&hybrid.pattern, &[]) {
+            return fail(format!("hybrid pattern {:?} {words}", hybrid.pattern));
         }
         let counts = hybrid.counts();
         if counts.layers() == 0 {
