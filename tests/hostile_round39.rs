@@ -229,3 +229,66 @@ fn an_unpriced_symbol_in_a_cut_hybrid_pattern_is_named_before_the_segments() {
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     assert!(r.stdout.contains("(vpp 3)"), "{}", r.stdout);
 }
+
+/// Megatron-LM's line for Llama 3 70B on pp 4 (20 layers a stage), with `extra` appended.
+fn llama3_70b_line(extra: &str) -> String {
+    format!(
+        "--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention \
+         --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --normalization RMSNorm \
+         --position-embedding-type rope --untie-embeddings-and-output-weights \
+         --disable-bias-linear --seq-length 8192 --max-position-embeddings 8192 \
+         --micro-batch-size 1 --global-batch-size 512 --tensor-model-parallel-size 8 \
+         --pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer \
+         --bf16 --vocab-size 128256 {extra}"
+    )
+}
+
+/// `--num-virtual-stages-per-pipeline-rank 21` on stages of 20 layers was told to give "the
+/// unequal chunks as a --pipeline-model-parallel-layout, which `tpsim eval ... --vpp 21 --emit
+/// megatron` writes", and that eval refuses vpp 21 (a chunk without a layer). Past the stage's
+/// layers the divisors alone are offered, with why no layout helps; at vpp 3 the layout is still
+/// offered, and the eval it names writes it.
+#[test]
+fn virtual_stages_past_the_stage_layers_offer_no_layout_that_eval_refuses() {
+    let eval = |extra: &str| {
+        run(&[
+            "eval",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "16",
+            "--megatron-args",
+            &llama3_70b_line(extra),
+        ])
+    };
+    let r = eval("--num-virtual-stages-per-pipeline-rank 21");
+    assert_one_line_error(
+        &r,
+        &[
+            "--num-virtual-stages-per-pipeline-rank 21",
+            "give one of 1, 2, 4, 5, 10, 20",
+            "no layout cuts a stage of 20 layers into 21 chunks",
+        ],
+        &["--vpp 21 --emit megatron", "panicked"],
+        "vpp 21",
+    );
+    // The fix it once offered is refused.
+    let offered = eval_llama(&["--vpp", "21", "--emit", "megatron"]);
+    assert_eq!(offered.code, 2, "{}", offered.stderr);
+    // vpp 3 keeps the layout, which the named eval writes.
+    assert_one_line_error(
+        &eval("--num-virtual-stages-per-pipeline-rank 3"),
+        &["--pipeline-model-parallel-layout, which `tpsim eval ... --vpp 3 --emit megatron`"],
+        &["panicked"],
+        "vpp 3",
+    );
+    let written = eval_llama(&["--vpp", "3", "--zero", "1", "--emit", "megatron"]);
+    assert!(written.code == 0 || written.code == 1, "{}", written.stderr);
+    assert!(
+        written
+            .stdout
+            .contains("--pipeline-model-parallel-layout 'Et*7|"),
+        "{}",
+        written.stdout
+    );
+}

@@ -1111,8 +1111,19 @@ impl MegatronLaunch {
                             .iter()
                             .map(u32::to_string)
                             .collect();
+                        // Unequal chunks need a layer each: past the stage's layers no layout
+                        // cuts it, and `tpsim eval --vpp {v}` that would write one refuses it.
+                        let layout = if v <= per_stage {
+                            format!(
+                                ", or the unequal chunks as a --pipeline-model-parallel-layout, which `tpsim eval ... --vpp {v} --emit megatron` writes"
+                            )
+                        } else {
+                            format!(
+                                " (no layout cuts a stage of {per_stage} layers into {v} chunks: every chunk holds at least one layer)"
+                            )
+                        };
                         return Err(format!(
-                            "--num-virtual-stages-per-pipeline-rank {v} does not divide the {per_stage} layers of each of the {} stages, and without a layout Megatron-Core cuts each stage into equal chunks (transformer_block.py get_num_layers_to_build asserts \"num_layers_per_pipeline_rank ... should be divisible by vp_size\"); give one of {}, or the unequal chunks as a --pipeline-model-parallel-layout, which `tpsim eval ... --vpp {v} --emit megatron` writes",
+                            "--num-virtual-stages-per-pipeline-rank {v} does not divide the {per_stage} layers of each of the {} stages, and without a layout Megatron-Core cuts each stage into equal chunks (transformer_block.py get_num_layers_to_build asserts \"num_layers_per_pipeline_rank ... should be divisible by vp_size\"); give one of {}{layout}",
                             self.pp,
                             valid.join(", ")
                         ));
