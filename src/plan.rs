@@ -1685,6 +1685,13 @@ fn check_context_experts_precision(
                     valid: list(divisors(moe.experts)),
                 });
             }
+            // The framework's own expert layout first: torchtitan draws its EP ranks from
+            // dp_shard x cp x tp with the expert TP it fixes, which that check names with the
+            // --ep values it takes; Megatron-Core's folding below would tell a torchtitan run
+            // to "give --etp", which torchtitan refuses at ep > 1.
+            if let Some(err) = framework_expert_error(r, moe.experts, training) {
+                return Err(err);
+            }
             // Parallel folding: the experts' etp x ep x expert-dp fill the same tp x cp x dp
             // GPUs of a pipeline stage as the attention's (Megatron-Core parallel_state.py).
             let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
@@ -1695,9 +1702,6 @@ fn check_context_experts_precision(
                     etp: r.etp,
                     stage_gpus,
                 });
-            }
-            if let Some(err) = framework_expert_error(r, moe.experts, training) {
-                return Err(err);
             }
             // MoEFlexTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs
             // DeepEP over the expert-TP x EP group with top-k x etp destinations and no separate

@@ -292,3 +292,76 @@ fn virtual_stages_past_the_stage_layers_offer_no_layout_that_eval_refuses() {
         written.stdout
     );
 }
+
+/// Under `--framework torchtitan` an --ep the stage's GPUs do not hold was refused in
+/// Megatron-Core's words: "over which Megatron-Core folds the experts (--etp defaults to --tp, as
+/// in Megatron-Core); give --etp with ep x etp dividing 4", and torchtitan refuses every --etp
+/// but 1 at ep > 1. torchtitan's own rule (EP ranks from dp_shard x cp x tp) now comes first, with
+/// the --ep values it takes; Megatron-Core keeps its folding words.
+#[test]
+fn an_ep_past_the_stage_under_torchtitan_is_told_in_torchtitans_words() {
+    let eval = |framework: &str, tp: &str, zero: &str| {
+        run(&[
+            "eval",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "2",
+            "--tp",
+            tp,
+            "--ep",
+            "8",
+            "--pp",
+            "4",
+            "--global-batch",
+            "256",
+            "--framework",
+            framework,
+            "--zero",
+            zero,
+        ])
+    };
+    for tp in ["1", "2"] {
+        assert_one_line_error(
+            &eval("torchtitan", tp, "3"),
+            &[
+                "--ep 8 under --framework torchtitan",
+                "ep must divide dp_shard x cp x tp",
+                "valid --ep here: 1, 2, 4",
+            ],
+            &["Megatron-Core", "--etp", "panicked"],
+            &format!("torchtitan tp {tp}"),
+        );
+    }
+    // A value it offers is taken.
+    let r = run(&[
+        "eval",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "b200-sxm-180g",
+        "--nodes",
+        "2",
+        "--tp",
+        "2",
+        "--ep",
+        "4",
+        "--pp",
+        "4",
+        "--global-batch",
+        "256",
+        "--framework",
+        "torchtitan",
+        "--zero",
+        "3",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert_one_line_error(
+        &eval("megatron-core", "2", "1"),
+        &["over which Megatron-Core folds the experts"],
+        &["panicked"],
+        "megatron-core",
+    );
+}
