@@ -16,8 +16,8 @@ mod overrides;
 mod params;
 
 pub(crate) use hybrid::MAX_MAMBA_WIDTH;
-pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
 pub(crate) use hybrid::unpriced_symbol;
+pub use hybrid::{Block, BlockCounts, BlockShares, Hybrid, HybridRun};
 
 pub use overrides::{ShapeOverrides, parse_moe_layer_freq};
 

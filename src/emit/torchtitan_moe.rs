@@ -13,7 +13,7 @@
 //! dispatcher is `moe_comm_backend` ("standard" all-to-all, "deepep", "hybridep",
 //! "minimal_async_ep": `make_token_dispatcher_config`, torchtitan/models/common/config_utils.py).
 
-use super::torchtitan::{py_str, TORCHTITAN_COMMIT};
+use super::torchtitan::{TORCHTITAN_COMMIT, py_str};
 use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, Precision};
 use crate::training::{MoeDispatcher, MoeRouting, Training};
