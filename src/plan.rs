@@ -673,9 +673,15 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus} (--etp defaults to --tp, as in Megatron-Core)"
+        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus} (--etp defaults to --tp, as in Megatron-Core); valid --ep at --etp {etp}: {valid_ep}"
     )]
-    EpFolding { ep: u32, etp: u32, stage_gpus: u64 },
+    EpFolding {
+        ep: u32,
+        etp: u32,
+        stage_gpus: u64,
+        /// The --ep values that divide the experts and fold with this --etp ("1, 2, 4").
+        valid_ep: String,
+    },
     #[error(
         "--etp {etp} with --tp {tp} under --framework torchtitan: with --ep {ep} torchtitan {how}; use --etp {want}",
         how = if *ep > 1 {
@@ -1697,10 +1703,15 @@ fn check_context_experts_precision(
             let stage_gpus = u64::from(r.tp) * u64::from(r.cp) * u64::from(r.dp);
             let expert_model = u64::from(r.ep) * u64::from(r.etp);
             if stage_gpus % expert_model != 0 {
+                let folds: Vec<u32> = divisors(moe.experts)
+                    .into_iter()
+                    .filter(|&d| stage_gpus.is_multiple_of(u64::from(d) * u64::from(r.etp)))
+                    .collect();
                 return Err(PlanError::EpFolding {
                     ep: r.ep,
                     etp: r.etp,
                     stage_gpus,
+                    valid_ep: list(folds),
                 });
             }
             // MoEFlexTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py) runs

@@ -365,3 +365,60 @@ fn an_ep_past_the_stage_under_torchtitan_is_told_in_torchtitans_words() {
         "megatron-core",
     );
 }
+
+/// Under Megatron-Core an --ep that alone does not divide the stage's GPUs (ep 8 on a stage of 4)
+/// was told "give --etp with ep x etp dividing 4, or another --ep": no --etp can help, and no --ep
+/// was named. It now says so and lists the --ep values that fold at the expert TP in force; where
+/// an --etp does help (ep 4 x tp 2 on 4 GPUs) both fixes stay, with the values, and each works.
+#[test]
+fn an_ep_no_expert_tp_can_fold_offers_the_ep_values_that_do() {
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "b200-sxm-180g",
+            "--nodes",
+            "2",
+            "--pp",
+            "4",
+            "--global-batch",
+            "256",
+            "--framework",
+            "megatron-core",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    for (tp, valid) in [("1", "1, 2, 4"), ("2", "1, 2")] {
+        assert_one_line_error(
+            &eval(&["--tp", tp, "--ep", "8"]),
+            &[
+                "--ep 8 does not divide the 4 GPUs of a pipeline stage",
+                "so no --etp fits it beside them",
+                &format!("give another --ep, valid at --etp {tp}"),
+                &format!("Megatron-Core): {valid}"),
+            ],
+            &["give --etp", "panicked"],
+            &format!("tp {tp}"),
+        );
+    }
+    assert_one_line_error(
+        &eval(&["--tp", "2", "--ep", "4"]),
+        &[
+            "give --etp with ep x etp dividing 4",
+            "(valid at --etp 2: 1, 2)",
+        ],
+        &["panicked"],
+        "ep 4 x tp 2",
+    );
+    for fix in [
+        &["--tp", "2", "--ep", "2"][..],
+        &["--tp", "2", "--ep", "4", "--etp", "1"][..],
+        &["--tp", "1", "--ep", "4"][..],
+    ] {
+        let r = eval(fix);
+        assert!(r.code == 0 || r.code == 1, "{fix:?}: {}", r.stderr);
+    }
+}
