@@ -397,10 +397,10 @@ fn an_ep_no_expert_tp_can_fold_offers_the_ep_values_that_do() {
             &[
                 "--ep 8 does not divide the 4 GPUs of a pipeline stage",
                 "so no --etp fits it beside them",
-                &format!("give another --ep, valid at --etp {tp}"),
+                &format!("give another --ep, valid with the expert TP at --tp {tp}"),
                 &format!("Megatron-Core): {valid}"),
             ],
-            &["give --etp", "panicked"],
+            &["give --etp", "--etp 1 ", "--etp 2 ", "panicked"],
             &format!("tp {tp}"),
         );
     }
@@ -408,9 +408,9 @@ fn an_ep_no_expert_tp_can_fold_offers_the_ep_values_that_do() {
         &eval(&["--tp", "2", "--ep", "4"]),
         &[
             "give --etp with ep x etp dividing 4",
-            "(valid at --etp 2: 1, 2)",
+            "(valid with the expert TP at --tp 2: 1, 2)",
         ],
-        &["panicked"],
+        &["--etp 2", "panicked"],
         "ep 4 x tp 2",
     );
     for fix in [

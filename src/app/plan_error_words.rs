@@ -29,7 +29,7 @@ pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
             stage_gpus,
             valid_ep,
         } if etp == tp && !stage_gpus.is_multiple_of(u64::from(ep)) => anyhow!(
-            "--ep {ep} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts, so no --etp fits it beside them; give another --ep, valid at --etp {tp} (which defaults to --tp, as in Megatron-Core): {valid_ep}"
+            "--ep {ep} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts, so no --etp fits it beside them; give another --ep, valid with the expert TP at --tp {tp} (--etp defaults to --tp, as in Megatron-Core): {valid_ep}"
         ),
         PlanError::EpFolding {
             ep,
@@ -37,7 +37,7 @@ pub(super) fn with_etp_from_tp(err: PlanError, tp: u32) -> Error {
             stage_gpus,
             valid_ep,
         } if etp == tp => anyhow!(
-            "--ep {ep} x --tp {tp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts (--etp defaults to --tp, as in Megatron-Core); give --etp with ep x etp dividing {stage_gpus}, or another --ep (valid at --etp {tp}: {valid_ep})"
+            "--ep {ep} x --tp {tp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts (--etp defaults to --tp, as in Megatron-Core); give --etp with ep x etp dividing {stage_gpus}, or another --ep (valid with the expert TP at --tp {tp}: {valid_ep})"
         ),
         PlanError::BiasedExpertsWithExpertTp { etp, model } if etp == tp => anyhow!(
             "--tp {tp} on {model}, whose experts have biases: the expert TP follows it (--etp defaults to --tp, as in Megatron-Core), and Megatron-Core splits biased experts over no expert-TP ranks (TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py asserts \"Bias in Moe is only supported when ETP==1\"); keep --tp {tp} and give --etp 1"
