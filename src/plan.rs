@@ -673,7 +673,7 @@ pub enum PlanError {
         valid: String,
     },
     #[error(
-        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus} (--etp defaults to --tp, as in Megatron-Core); valid --ep at --etp {etp}: {valid_ep}"
+        "--ep {ep} x --etp {etp} does not divide the {stage_gpus} GPUs of a pipeline stage (tp x cp x dp), over which Megatron-Core folds the experts; choose ep x etp dividing {stage_gpus} (--etp defaults to --tp, as in Megatron-Core); with --etp {etp}, valid --ep: {valid_ep}"
     )]
     EpFolding {
         ep: u32,

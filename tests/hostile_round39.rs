@@ -413,6 +413,16 @@ fn an_ep_no_expert_tp_can_fold_offers_the_ep_values_that_do() {
         &["--etp 2", "panicked"],
         "ep 4 x tp 2",
     );
+    // A typed --etp keeps the core's words, with the --ep values that fold beside it.
+    assert_one_line_error(
+        &eval(&["--tp", "2", "--ep", "2", "--etp", "4"]),
+        &[
+            "--ep 2 x --etp 4 does not divide",
+            "with --etp 4, valid --ep: 1",
+        ],
+        &["panicked"],
+        "ep 2 x etp 4",
+    );
     for fix in [
         &["--tp", "2", "--ep", "2"][..],
         &["--tp", "2", "--ep", "4", "--etp", "1"][..],
