@@ -2,7 +2,11 @@
 //! context parallelism in hybrid stacks: a `--vpp` above a stage's layers was refused as one that
 //! "does not divide" the stage with the divisors as the valid values, though the vpp 3, 6, 7 ...
 //! that list left out run (unequal chunks); a model named from a file such as `q"x.json` was
-//! written into the torchtitan recipe as `"q"x"`, which Python does not parse.
+//! written into the torchtitan recipe as `"q"x"`, which Python does not parse; a stray symbol in
+//! a '|'-cut hybrid pattern was counted as a layer and the cut (or --num-layers) refused for it;
+//! `--num-virtual-stages-per-pipeline-rank` past a stage's layers offered a layout from an eval
+//! that refuses it; under torchtitan an --ep past the stage was told Megatron-Core's "give --etp",
+//! and under Megatron-Core an --ep no expert TP can fold was told to give one, with no --ep named.
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix.
 
