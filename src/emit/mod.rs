@@ -18,6 +18,7 @@ mod nemo;
 mod pipeline_split;
 mod torchtitan;
 mod torchtitan_moe;
+mod torchtitan_refusals;
 
 pub use bridge::bridge_overrides;
 pub use deepspeed::{deepspeed_json, megatron_deepspeed_args};
