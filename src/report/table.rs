@@ -1095,16 +1095,13 @@ pub fn breakdown(
             "first and last stage given, the middle ones sharing the rest, as the hybrid pattern's '|' segments set them".to_string()
         } else if p.stages.given {
             "first and last stage set as --decoder-first/last-pipeline-num-layers would, the middle ones sharing the rest".to_string()
-        } else if p.stages.balanced_chunks(model.layers, p.pp, p.vpp) {
-            let per_stage = model.layers / p.pp;
-            let heavier = per_stage % p.vpp;
+        } else if let Some((light, heavier)) = p.balanced_chunk_layers() {
             format!(
-                "even split, each stage's {per_stage} in {} chunks: {} of {} layers, then {} of {}",
+                "even split, each stage's {} in {} chunks: {heavier} of {} layers, then {} of {light}",
+                light * p.vpp + heavier,
                 p.vpp,
-                heavier,
-                per_stage.div_ceil(p.vpp),
+                light + 1,
                 p.vpp - heavier,
-                per_stage / p.vpp
             )
         } else if p.stages.even {
             "even split".to_string()
