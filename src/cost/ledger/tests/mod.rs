@@ -2,7 +2,7 @@
 //! bytes and in time, across plans; the shared setups of the tests in this directory.
 
 mod context_parallel;
-mod moe;
+mod mixture_of_experts;
 
 use super::*;
 use crate::cost::evaluate;
