@@ -18,6 +18,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = given_twice(err, &command) {
         return message;
     }
+    if let Some(message) = given_together(err, &command) {
+        return message;
+    }
     if let Some(message) = flag_of_other_commands(err, &command) {
         return message;
     }
@@ -405,6 +408,72 @@ fn given_twice(err: &clap::Error, command: &str) -> Option<String> {
         } else {
             String::new()
         }
+    ))
+}
+
+/// `plan --emit megatron --report DIR` (or `--calibration FILE --gpu NAME`): clap's "the argument
+/// '--emit <FRAMEWORK>' cannot be used with '--report <DIR>'" named neither the values nor the
+/// spellings typed, and no fix. Said with both as typed (a value too long to quote, such as a
+/// launch line, by its flag alone) and the fix: drop one.
+fn given_together(err: &clap::Error, command: &str) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() != clap::error::ErrorKind::ArgumentConflict {
+        return None;
+    }
+    let arg = match err.get(ContextKind::InvalidArg)? {
+        ContextValue::String(arg) => arg.clone(),
+        _ => return None,
+    };
+    let prior = match err.get(ContextKind::PriorArg)? {
+        ContextValue::String(prior) => prior.clone(),
+        ContextValue::Strings(priors) => priors.first()?.clone(),
+        _ => return None,
+    };
+    let long = |rendered: &str| {
+        rendered
+            .split(' ')
+            .next()
+            .and_then(|f| f.strip_prefix("--"))
+            .map(str::to_string)
+    };
+    let (a, b) = (long(&arg)?, long(&prior)?);
+    if a == b {
+        return None;
+    }
+    let mut cli = crate::cli::Cli::command();
+    // Built, so that every flag says how many values it takes (`get_num_args`).
+    cli.build();
+    let sub = cli.find_subcommand(command)?;
+    let args: Vec<String> = std::env::args_os()
+        .skip(2)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let words = given_words(sub, &args);
+    // Where each was typed first, and how.
+    let shown = |long: &str| {
+        let (at, (_, typed, value)) = words
+            .iter()
+            .enumerate()
+            .find(|(_, (l, _, _))| l.as_deref() == Some(long))?;
+        Some((
+            at,
+            match value {
+                Some(v) if v.chars().count() <= 60 && !v.contains(char::is_whitespace) => {
+                    format!("{typed} {v}")
+                }
+                _ => typed.clone(),
+            },
+        ))
+    };
+    // The flag typed first is named first, as the user wrote them.
+    let (mut first, mut second) = (shown(&a)?, shown(&b)?);
+    if second.0 < first.0 {
+        std::mem::swap(&mut first, &mut second);
+    }
+    let (first, second) = (first.1, second.1);
+    Some(format!(
+        "{first} cannot be used with {second}: tpsim {command} takes one or the other, not both (`tpsim {command} --help` says what each does); drop one of them"
     ))
 }
 

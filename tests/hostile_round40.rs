@@ -8,7 +8,10 @@
 //! byte sizes (`--copy-bytes`, `--min-message`, `--max-message`) with a minus sign were refused
 //! as an "unexpected argument '-1'", not as a size; a Hugging Face config whose router groups
 //! break the rules quoted `"n_group" 8 / "topk_group" 4` as the config's keys where the config
-//! leaves them out (transformers' defaults), so the fix, writing the keys, went unsaid.
+//! leaves them out (transformers' defaults), so the fix, writing the keys, went unsaid; two flags
+//! that do not go together (`--emit megatron --report DIR`, `--calibration FILE --gpu NAME`,
+//! `--zero 1 --use-distributed-optimizer`) were told as clap's "the argument '--emit
+//! <FRAMEWORK>' cannot be used with '--report <DIR>'", without the values typed or a fix.
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix.
 
@@ -210,4 +213,82 @@ fn router_groups_from_the_class_defaults_are_said_to_be_defaults() {
         &["\"n_group\" 1 (not in the config"],
         "n_group given",
     );
+}
+
+/// Two flags that do not go together are named as typed, in the order typed, with their values
+/// (a launch line by its flag alone), and the fix: drop one. Clap's words named the flags' value
+/// placeholders and no fix.
+#[test]
+fn two_flags_that_do_not_go_together_are_named_as_typed() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--emit",
+                "megatron",
+                "--report",
+                "never-written",
+            ],
+            "--emit megatron cannot be used with --report never-written: tpsim plan takes one or the other",
+        ),
+        (
+            vec![
+                "plan",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--gpu",
+                "a100-sxm-80g",
+                "--calibration",
+                "cpu.yaml",
+            ],
+            "--gpu a100-sxm-80g cannot be used with --calibration cpu.yaml",
+        ),
+        (
+            vec![
+                "eval",
+                "--params",
+                "7B",
+                "--nodes",
+                "1",
+                "--tp",
+                "8",
+                "--zero",
+                "1",
+                "--use-distributed-optimizer",
+            ],
+            "--zero 1 cannot be used with --use-distributed-optimizer: tpsim eval takes one or the other",
+        ),
+        (
+            vec![
+                "eval",
+                "--nodes",
+                "1",
+                "--megatron-args",
+                "--num-layers 2 --hidden-size 128 --num-attention-heads 2",
+                "--tensor-model-parallel-size",
+                "4",
+            ],
+            "--megatron-args cannot be used with --tensor-model-parallel-size 4",
+        ),
+    ];
+    for (args, words) in cases {
+        assert_one_line_error(
+            &run(&args),
+            &[words, "drop one of them"],
+            &[
+                "the argument '",
+                "<FRAMEWORK>",
+                "<NAME|FILE>",
+                "--num-layers 2",
+            ],
+            &args.join(" "),
+        );
+    }
+    assert!(!std::path::Path::new(ROOT).join("never-written").exists());
 }
