@@ -1141,13 +1141,15 @@ pub struct CalibrateArgs {
     #[arg(long, value_delimiter = ',', value_parser = crate::units::parse_list_item::<usize>)]
     pub sweep: Vec<usize>,
     /// Smallest collective message.
-    #[arg(long, default_value = "8KiB")]
+    // allow_hyphen_values: a size such as `-1B` is read (and refused) as a size, not as a flag
+    // `-1` (clap's allow_negative_numbers takes only numbers).
+    #[arg(long, default_value = "8KiB", allow_hyphen_values = true)]
     pub min_message: String,
     /// Largest collective message (default: cuda 1GiB, cpu 4MiB).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub max_message: Option<String>,
     /// Bytes of the device copy (default: cuda 1GiB, cpu 64MiB).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub copy_bytes: Option<String>,
     /// Where to write the calibrated profile (YAML, the `clusters/` schema).
     #[arg(long, short = 'o', value_name = "FILE")]

@@ -2,6 +2,8 @@
 //! said as the bound broken, and Megatron-LM switches pasted on tpsim's command line named with
 //! tpsim's spelling.
 
+mod conflicts;
+
 /// The one-line message for a clap usage error (what `main` prints after `error: `).
 pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = megatron_spelling(err) {
@@ -16,6 +18,12 @@ pub fn usage_error_line(err: &clap::Error) -> String {
         return message;
     }
     if let Some(message) = plan_degree_as_sweep_axis(err) {
+        return message;
+    }
+    if let Some(message) = conflicts::given_twice(err, &command) {
+        return message;
+    }
+    if let Some(message) = conflicts::given_together(err, &command) {
         return message;
     }
     if let Some(message) = flag_of_other_commands(err, &command) {

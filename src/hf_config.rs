@@ -1937,9 +1937,24 @@ impl Reader<'_> {
                 experts,
                 topk,
                 rule,
-            } => format!(
-                "keys \"n_group\" {groups} / \"topk_group\" {group_topk} with {experts} experts, top-{topk}: {rule}"
-            ),
+            } => {
+                // A key the config leaves out holds the config class's default (`class_default`),
+                // which the fix then has to write into the config.
+                let said = |key: &str, value: u32| {
+                    if self.obj.contains_key(key) {
+                        format!("\"{key}\" {value}")
+                    } else {
+                        format!(
+                            "\"{key}\" {value} (not in the config: transformers' default, so add the key to change it)"
+                        )
+                    }
+                };
+                format!(
+                    "keys {} / {} with {experts} experts, top-{topk}: {rule}",
+                    said("n_group", groups),
+                    said("topk_group", group_topk)
+                )
+            }
             ModelError::TopkAboveExperts { topk, experts, .. } => format!(
                 "key \"{}\" {topk} is more than \"{}\" {experts}; a token is routed to at most every expert",
                 self.key_of("--moe-router-topk", family),

@@ -189,9 +189,11 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         ..SearchOptions::default()
     };
     let request = match &plan_file {
-        Some(_) if megatron.is_some() => {
-            megatron_request(megatron.as_ref().expect("checked above"), &scenario)?
-        }
+        Some(_) if megatron.is_some() => megatron_request(
+            megatron.as_ref().expect("checked above"),
+            &scenario,
+            args.allow_cross_node_tp,
+        )?,
         Some((file, path)) => {
             check_file_reshard(&file.plan, path, &args)?;
             let changes_stages = args.pp.is_some_and(|pp| pp != file.plan.pp)

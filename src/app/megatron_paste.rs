@@ -1051,17 +1051,23 @@ fn precision_in_megatron_words(message: &str) -> String {
 }
 
 /// The plan a Megatron launch line runs on the scenario's cluster, checked against what
-/// Megatron-LM would do with the same line.
+/// Megatron-LM would do with the same line. A line has no switch for a TP group past the NVLink
+/// domain (Megatron-LM builds it without a word), so eval's `--allow-cross-node-tp` beside the
+/// line is what allows it, as beside any other plan.
 pub(super) fn megatron_request(
     launch: &emit::MegatronLaunch,
     scenario: &Scenario,
+    allow_cross_node_tp: bool,
 ) -> Result<PlanRequest> {
-    let request = launch
-        .request(
-            scenario.cluster.total_gpus(),
-            scenario.training.global_batch,
-        )
-        .map_err(|message| anyhow!("--megatron-args: {message}"))?;
+    let request = PlanRequest {
+        allow_cross_node_tp,
+        ..launch
+            .request(
+                scenario.cluster.total_gpus(),
+                scenario.training.global_batch,
+            )
+            .map_err(|message| anyhow!("--megatron-args: {message}"))?
+    };
     // The split and recompute checks need the built plan; a plan that does not build is reported
     // by the caller with tpsim's own message.
     if let Ok(plan) = ParallelPlan::build(
