@@ -356,7 +356,8 @@ fn moe_plans_torchtitan_cannot_run_as_priced_are_refused_in_one_line() {
                 "torchtitan/models/qwen3",
             ],
         ),
-        // DeepSeek-V3's MTP needs MTPLoss (and refuses CP and PP in torchtitan).
+        // DeepSeek-V3's MTP is written (tests/emit_torchtitan_gpt_oss.rs) but torchtitan's
+        // MTPDecoder refuses pipeline and context parallelism.
         (
             &[
                 "--model",
@@ -367,14 +368,17 @@ fn moe_plans_torchtitan_cannot_run_as_priced_are_refused_in_one_line() {
                 "32",
                 "--tp",
                 "1",
+                "--pp",
+                "2",
+                "--allow-uneven-pp",
                 "--dp",
-                "256",
+                "128",
                 "--ep",
                 "64",
                 "--zero",
                 "3",
             ],
-            &["multi-token prediction", "MTP.md"],
+            &["--mtp-layers 1 with --pp 2", "mtp.py"],
         ),
         // torchtitan's dispatchers drop no tokens.
         (

@@ -17,6 +17,7 @@ mod megatron_words;
 mod nemo;
 mod pipeline_split;
 mod torchtitan;
+mod torchtitan_gpt_oss;
 mod torchtitan_moe;
 mod torchtitan_refusals;
 
@@ -139,23 +140,21 @@ impl Framework {
                 "multi-latent attention is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge"
             ));
         }
-        if model.mtp_layers > 0 {
-            // torchtitan builds DeepSeek-V3's MTP (`model_registry(..., num_mtp_layers=N)`) but
-            // trains it only with its own `MTPLoss` and without CP or PP
-            // (torchtitan/models/deepseek_v3/MTP.md), none of which the recipe writes yet.
-            let torchtitan = if self == Framework::Torchtitan {
-                " (torchtitan's DeepSeek-V3 MTP needs its MTPLoss and rejects CP and PP: torchtitan/models/deepseek_v3/MTP.md)"
-            } else {
-                ""
-            };
+        // torchtitan builds DeepSeek-V3's MTP (`model_registry(..., num_mtp_layers=N)` with its
+        // `MTPLoss`, torchtitan/models/deepseek_v3/MTP.md), which its MoE recipe writes
+        // (`torchtitan_moe`), and GPT-OSS's windows (torchtitan/models/gpt_oss,
+        // `torchtitan_gpt_oss`).
+        if model.mtp_layers > 0 && !torchtitan_moe {
             return Some(format!(
-                "multi-token prediction (--mtp-layers {}) is not written for {name} yet{torchtitan}; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
+                "multi-token prediction (--mtp-layers {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 model.mtp_layers
             ));
         }
         // A window that changes nothing (as wide as the sequence, or no layer windowed) is full
         // attention, which these configurations write; the plan says so in a note.
-        if let Some(window) = model.effective_attention_window() {
+        if let Some(window) = model.effective_attention_window()
+            && !(torchtitan_moe && torchtitan_gpt_oss::is_gpt_oss(model))
+        {
             return Some(format!(
                 "sliding-window attention (--attention-window {}) is not written for {name} yet; use --framework megatron-core with --emit megatron or --emit megatron-bridge",
                 window.tokens

@@ -238,10 +238,16 @@ pub fn notes(
         "save the recipe below as torchtitan_recipes/tpsim_plan.py in a torchtitan checkout (written against {TORCHTITAN_COMMIT}) and run it on {gpus} GPUs = {} x {} x {} x {} (dp x cp x tp x pp): {launch}",
         plan.dp, plan.cp, plan.tp, plan.pp
     ));
-    if let Some(spec) = MoeSpec::of(model, training) {
-        out.extend(super::torchtitan_moe::notes(model, training, &spec));
+    let spec = MoeSpec::of(model, training);
+    if let Some(spec) = &spec {
+        out.extend(super::torchtitan_moe::notes(model, training, spec));
     } else {
         out.push(llama3_flavor_note(model));
+    }
+    // gpt_oss runs varlen attention with sinks: its own note (`torchtitan_gpt_oss::notes`).
+    if spec.is_some_and(|spec| spec.module == super::torchtitan_moe::Module::GptOss) {
+        out.extend(super::torchtitan_gpt_oss::notes(training));
+        return out;
     }
     // tpsim's torchtitan attention (`TrainingFramework::Torchtitan`: SDPA's FlashAttention-2
     // efficiency, `sdpa_repeats_kv`) predates this commit's `get_attention_config`, which refuses
@@ -301,10 +307,11 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
     let async_tp = async_tp(training, plan);
     let seq = training.seq_len;
     let py_bool = |b: bool| if b { "True" } else { "False" };
-    let mut imports = vec![
-        "from torchtitan.components.loss import CrossEntropyLoss".to_string(),
-        "from torchtitan.config import CompileConfig, ParallelismConfig".to_string(),
-    ];
+    let mut imports = Vec::new();
+    if moe.as_ref().is_none_or(|spec| spec.mtp_layers == 0) {
+        imports.push("from torchtitan.components.loss import CrossEntropyLoss".to_string());
+    }
+    imports.push("from torchtitan.config import CompileConfig, ParallelismConfig".to_string());
     let ac = match plan.recompute {
         Recompute::None => "None",
         Recompute::Selective => "SelectiveAC.Config()",
@@ -398,9 +405,13 @@ pub fn torchtitan_recipe(model: &Model, training: &Training, plan: &ParallelPlan
             py_str(&flavor_name)
         ));
     }
-    py.push_str(
-        "    # Plain cross-entropy, as tpsim prices it (compiled with the model under compile).\n    config.loss = CrossEntropyLoss.Config(\n        global_vocab_size=decoder_vocab_size(config.model_spec),\n    )\n",
-    );
+    let mtp = moe.as_ref().is_some_and(|spec| spec.mtp_layers > 0);
+    py.push_str(if mtp {
+        // deepseek_v3's MTP trains only with `MTPLoss` (mtp.py: a list of logits, main first).
+        "    # The main cross-entropy plus the MTP depths' (MTPLoss, mtp_scale 0.3), unchunked, as tpsim prices it.\n    config.loss = MTPLoss.Config(\n        global_vocab_size=decoder_vocab_size(config.model_spec),\n    )\n"
+    } else {
+        "    # Plain cross-entropy, as tpsim prices it (compiled with the model under compile).\n    config.loss = CrossEntropyLoss.Config(\n        global_vocab_size=decoder_vocab_size(config.model_spec),\n    )\n"
+    });
     // Batch: torchtitan counts tokens (configs.py `TrainingConfig`; trainer.py derives the
     // gradient-accumulation steps as num_tokens_per_train_step / (tokens per dp rank x dp)).
     py.push_str(&format!(

@@ -6,8 +6,10 @@
 //! torchtitan/models/qwen3 (`qwen3_configs` "30B-A3B", "235B-A22B": Qwen3 blocks with per-head q/k
 //! RMSNorm, GQA, softmax top-k routing with `route_norm`, no shared experts) and
 //! torchtitan/models/deepseek_v3 (`deepseekv3_configs` "16B", "236B", "671B": MLA, dense first
-//! layers, shared experts, group-limited routing). gpt_oss (sliding windows, attention sinks, biased
-//! experts) and kimi_k2_7 (a vision encoder beside the DeepSeek-V3 decoder) are not written; no
+//! layers, shared experts, group-limited routing; its MTP, `num_mtp_layers`, with `MTPLoss`) and
+//! torchtitan/models/gpt_oss (`gptoss_configs` "20b", "120b": sliding windows, attention sinks,
+//! biased and clamped experts; `torchtitan_gpt_oss.rs` reads it). kimi_k2_7 (a vision encoder
+//! beside the DeepSeek-V3 decoder) is not written; no
 //! Mixtral, Grok or Llama 4 module ships there. Every MoE layer runs its experts as grouped GEMMs
 //! (`GroupedExperts._grouped_mm`, torchtitan/models/common/moe.py: no switch), and the token
 //! dispatcher is `moe_comm_backend` ("standard" all-to-all, "deepep", "hybridep",
@@ -23,6 +25,7 @@ use crate::training::{MoeDispatcher, MoeRouting, Training};
 pub(super) enum Module {
     Qwen3,
     DeepseekV3,
+    GptOss,
 }
 
 impl Module {
@@ -31,6 +34,7 @@ impl Module {
         match self {
             Module::Qwen3 => "qwen3",
             Module::DeepseekV3 => "deepseek_v3",
+            Module::GptOss => "gpt_oss",
         }
     }
 }
@@ -159,6 +163,9 @@ pub(super) struct MoeSpec {
     /// The RoPE base to write over the flavor's, where the model's differs.
     pub(super) rope_theta_override: Option<f64>,
     max_context: u32,
+    /// deepseek_v3's MTP depths (`model_registry(..., num_mtp_layers=N)`, trained with its
+    /// `MTPLoss`: torchtitan/models/deepseek_v3/mtp.py); 0 elsewhere (`model_unsupported`).
+    pub(super) mtp_layers: u32,
 }
 
 fn flavor_of(model: &Model) -> Option<&'static Flavor> {
@@ -216,6 +223,19 @@ impl MoeSpec {
     pub(super) fn of(model: &Model, training: &Training) -> Option<MoeSpec> {
         model.moe.as_ref()?;
         let theta = model.rotary_base.unwrap_or(10000.0);
+        if let Some(f) = super::torchtitan_gpt_oss::flavor_of(model) {
+            return Some(MoeSpec {
+                module: Module::GptOss,
+                flavor: f.name.to_string(),
+                explicit: false,
+                base_recipe: f.recipe,
+                own_recipe: true,
+                rope_theta_override: (theta != super::torchtitan_gpt_oss::ROPE_THETA)
+                    .then_some(theta),
+                max_context: super::torchtitan_gpt_oss::MAX_CONTEXT,
+                mtp_layers: 0,
+            });
+        }
         if let Some(f) = flavor_of(model) {
             let (base_recipe, own_recipe) = match f.recipe {
                 Some(r) => (r, true),
@@ -229,6 +249,7 @@ impl MoeSpec {
                 own_recipe,
                 rope_theta_override: (theta != f.rope_theta).then_some(theta),
                 max_context: f.max_context,
+                mtp_layers: model.mtp_layers,
             });
         }
         // Qwen3-shaped: written with the model's own shape.
@@ -240,6 +261,7 @@ impl MoeSpec {
             own_recipe: false,
             rope_theta_override: None,
             max_context: training.seq_len,
+            mtp_layers: 0,
         })
     }
 
@@ -257,10 +279,19 @@ impl MoeSpec {
 /// Why no recipe can build this MoE model as tpsim priced it, whatever the plan, or None.
 pub(super) fn model_unsupported(model: &Model) -> Option<String> {
     let moe = model.moe.as_ref()?;
+    if super::torchtitan_gpt_oss::is_gpt_oss(model) {
+        return super::torchtitan_gpt_oss::model_unsupported(model);
+    }
     let name = &model.name;
+    if model.mtp_layers > 0 && model.mla.is_none() {
+        return Some(format!(
+            "{name} has multi-token prediction (--mtp-layers {}), which torchtitan builds for its deepseek_v3 model only (MTPDecoder, torchtitan/models/deepseek_v3/mtp.py at {TORCHTITAN_COMMIT}); drop --mtp-layers, or use --framework megatron-core with --emit megatron",
+            model.mtp_layers
+        ));
+    }
     let refuse = |part: String| {
         Some(format!(
-            "{name} has {part}, and torchtitan's MoE blocks at {TORCHTITAN_COMMIT} are Qwen3's (torchtitan/models/qwen3: q/k RMSNorm, SwiGLU experts, no shared experts) and DeepSeek-V3's (torchtitan/models/deepseek_v3: MLA, shared experts; flavors 16B, 236B, 671B); use --framework megatron-core with --emit megatron, or run without --emit"
+            "{name} has {part}, and torchtitan's MoE blocks at {TORCHTITAN_COMMIT} are Qwen3's (torchtitan/models/qwen3: q/k RMSNorm, SwiGLU experts, no shared experts), DeepSeek-V3's (torchtitan/models/deepseek_v3: MLA, shared experts; flavors 16B, 236B, 671B) and GPT-OSS's (torchtitan/models/gpt_oss: biased experts clamped at 7.0, windows; flavors 20b, 120b); use --framework megatron-core with --emit megatron, or run without --emit"
         ))
     };
     if model.norm != Norm::Rmsnorm {
@@ -332,6 +363,19 @@ pub(super) fn plan_unsupported(
     plan: &ParallelPlan,
 ) -> Option<String> {
     let spec = MoeSpec::of(model, training)?;
+    if spec.module == Module::GptOss
+        && let Some(why) = super::torchtitan_gpt_oss::plan_unsupported(plan)
+    {
+        return Some(why);
+    }
+    // mtp.py `MTPDecoder.Config.update_from_config`: "MTP does not support pipeline parallelism
+    // yet", "... context parallelism yet" (MTP.md's TODO).
+    if spec.mtp_layers > 0 && (plan.pp > 1 || plan.cp > 1) {
+        return Some(format!(
+            "--mtp-layers {} with --pp {} and --cp {}: torchtitan's DeepSeek-V3 MTP raises \"MTP does not support pipeline parallelism yet\" and \"... context parallelism yet\" (torchtitan/models/deepseek_v3/mtp.py at {TORCHTITAN_COMMIT}); use --pp 1 --cp 1, or drop --mtp-layers",
+            spec.mtp_layers, plan.pp, plan.cp
+        ));
+    }
     // The plan check holds torchtitan's expert layout (`TrainingFramework::runs_expert_tp`: whole
     // experts on the EP ranks with ep > 1, split over TP like a dense MLP with ep 1); said again
     // here for a plan that reached the emitter some other way.
@@ -449,6 +493,9 @@ pub(super) fn imports(spec: &MoeSpec, plan: &ParallelPlan) -> Vec<String> {
     if spec.rope_theta_override.is_some() {
         out.push("import dataclasses".into());
     }
+    if spec.mtp_layers > 0 {
+        out.push("from torchtitan.models.deepseek_v3.mtp import MTPLoss".into());
+    }
     if plan.precision == Precision::Mxfp8 {
         out.push(
             "from torchtitan.components.quantization import MXFP8GroupedExpertsConverter".into(),
@@ -476,9 +523,24 @@ pub(super) fn model_spec_call(
             MoeSpec::comm_backend(training, plan)
         ),
     ];
+    // gpt_oss's default backend, said: varlen_attn takes its windows and returns the LSE its
+    // sinks need (torchtitan/models/gpt_oss/__init__.py `model_registry`).
+    if spec.module == Module::GptOss {
+        args.push("attn_backend=\"varlen\"".into());
+    }
+    // gpt_oss has no shared experts or dense feed-forwards: its attention's linears only.
+    let linear_fqns = match spec.module {
+        Module::GptOss => "[\"attention\"]",
+        Module::Qwen3 | Module::DeepseekV3 => {
+            "[\"attention\", \"shared_experts\", \"feed_forward\"]"
+        }
+    };
+    if spec.mtp_layers > 0 {
+        args.push(format!("num_mtp_layers={}", spec.mtp_layers));
+    }
     if plan.precision == Precision::Mxfp8 {
         args.push(format!(
-            "converters=[\n            MXFP8LinearConverter.Config(\n                fqns=[\"attention\", \"shared_experts\", \"feed_forward\"],\n                model_compile_enabled={c},\n            ),\n            MXFP8GroupedExpertsConverter.Config(\n                pad_multiple=128,\n                model_compile_enabled={c},\n            ),\n        ]",
+            "converters=[\n            MXFP8LinearConverter.Config(\n                fqns={linear_fqns},\n                model_compile_enabled={c},\n            ),\n            MXFP8GroupedExpertsConverter.Config(\n                pad_multiple=128,\n                model_compile_enabled={c},\n            ),\n        ]",
             c = py_bool(compiled)
         ));
     }
