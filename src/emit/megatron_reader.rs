@@ -85,6 +85,9 @@ pub struct MegatronLaunch {
     pub recompute_modules: Option<crate::training::RecomputeModules>,
     /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
     pub zero: u8,
+    /// Whether the stage came from Megatron-DeepSpeed's `--zero-stage` (DeepSpeed's ZeRO, priced
+    /// only under `--framework deepspeed`; `Parsed::deepspeed_zero_stage`).
+    pub deepspeed_zero_stage: bool,
     /// `--num-distributed-optimizer-instances` (default 1): copies of the sharded states.
     pub dp_replicas: u32,
     /// `--cpu-offloading-num-layers N` (N > 0 turns Megatron-Core's CPU offloading on,
@@ -550,6 +553,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         full_recompute,
         recompute_modules,
         zero,
+        deepspeed_zero_stage: p.value("zero-stage").is_some(),
         dp_replicas,
         // 0 is Megatron-LM's default, offloading nothing (arguments.py turns `cpu_offloading` on
         // only for N > 0): a line may spell it out.
