@@ -1,5 +1,6 @@
 //! Leftovers of the twenty-first round: a Megatron-DeepSpeed line's `--zero-stage` skipped as a
-//! harmless flag, unequal interleaved chunks stated in the table's words only (no per-chunk layer
+//! harmless flag, its `--ds-sequence-parallel-size` refused even under `--framework deepspeed` (the
+//! line `--emit deepspeed` writes did not read back), unequal interleaved chunks stated in the table's words only (no per-chunk layer
 //! list in the JSON), an NVFP4 training line without its scaling recipe, and a Nemotron-H config
 //! error naming CLI flags where the config gave keys.
 
@@ -88,11 +89,105 @@ fn a_megatron_deepspeed_zero_stage_is_read_or_refused_by_name() {
         &[],
         "two shardings",
     );
+    // Megatron-Core's optimizer settings, whose fixes ("add --use-distributed-optimizer") the
+    // refusal above would turn back.
+    assert_one_line_error(
+        &eval_line(
+            Some("deepspeed"),
+            &deepspeed_line("--zero-stage 0 --num-distributed-optimizer-instances 2"),
+        ),
+        &[
+            "--zero-stage 0 with --num-distributed-optimizer-instances 2",
+            "Megatron-DeepSpeed does not have",
+        ],
+        &["add --use-distributed-optimizer"],
+        "Megatron-Core's instances",
+    );
     assert_one_line_error(
         &eval_line(Some("deepspeed"), &deepspeed_line("--zero-stage 4")),
         &["zero-stage", "4", "0, 1, 2, 3"],
         &[],
         "stage 4",
+    );
+}
+
+/// `--emit deepspeed` writes a context-parallel plan's Megatron-DeepSpeed arguments with
+/// `--ds-sequence-parallel-size N`, and `--megatron-args` refused that flag even under
+/// `--framework deepspeed`, whose fix it named. Read there now as Ulysses' cp; still refused (in
+/// one line, naming the framework) when priced as Megatron-Core, and beside Megatron-Core's degree.
+#[test]
+fn the_megatron_deepspeed_line_emit_writes_for_ulysses_reads_back() {
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--framework",
+        "deepspeed",
+        "--cp",
+        "8",
+        "--seq-len",
+        "32768",
+        "--global-batch",
+        "16",
+        "--emit",
+        "deepspeed",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let emitted = r
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("give Megatron-DeepSpeed ")
+                .map(|(_, args)| args)
+        })
+        .unwrap_or_else(|| panic!("no Megatron-DeepSpeed arguments: {}", r.stderr));
+    assert!(
+        emitted.contains("--ds-sequence-parallel-size 8"),
+        "{emitted}"
+    );
+    let line = format!(
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 32768 --micro-batch-size 1 --global-batch-size 16 --position-embedding-type rope {emitted}"
+    );
+    let r = eval_line(Some("deepspeed"), &line);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["plans"][0]["cp"].as_u64(), Some(8), "{}", r.stdout);
+    assert_eq!(
+        v["training"]["cp_exchange"].as_str(),
+        Some("head-all-to-all")
+    );
+    // The line without its ZeRO stage, so that the Ulysses degree is what is refused.
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let ulysses_only = words
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| **w != "--zero-stage" && (*i == 0 || words[i - 1] != "--zero-stage"))
+        .map(|(_, w)| *w)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(!ulysses_only.contains("zero-stage"), "{ulysses_only}");
+    assert_one_line_error(
+        &eval_line(None, &ulysses_only),
+        &[
+            "--ds-sequence-parallel-size 8 is Megatron-DeepSpeed's DeepSpeed-Ulysses degree",
+            "add --framework deepspeed",
+        ],
+        &[],
+        "Ulysses priced as Megatron-Core",
+    );
+    assert_one_line_error(
+        &eval_line(
+            Some("deepspeed"),
+            &format!("{line} --context-parallel-size 2"),
+        ),
+        &[
+            "--ds-sequence-parallel-size 8 with --context-parallel-size 2",
+            "two context parallelisms",
+        ],
+        &[],
+        "two degrees",
     );
 }
 

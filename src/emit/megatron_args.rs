@@ -1033,6 +1033,31 @@ impl<'a> Parsed<'a> {
         }
     }
 
+    /// Megatron-DeepSpeed's DeepSpeed-Ulysses degree, `--ds-sequence-parallel-size N` above 1
+    /// (microsoft/Megatron-DeepSpeed@f4157be megatron/arguments.py; what `--emit deepspeed` writes
+    /// for a plan's cp): the context-parallel degree, exchanging Q, K, V and the output over heads
+    /// (`CpExchange::HeadAllToAll`). Megatron-LM has no such flag, so the line is priced so only
+    /// under `--framework deepspeed` (the app checks that); Megatron-Core's own degree or exchange
+    /// beside it is a second context parallelism the line cannot mean.
+    pub(super) fn ulysses_degree(&self) -> Result<Option<u32>, MegatronArgsError> {
+        let Some(n) = self.number("ds-sequence-parallel-size")?.filter(|&n| n > 1) else {
+            return Ok(None);
+        };
+        let refused = |other: String| {
+            MegatronArgsError::Refused {
+            given: format!("--ds-sequence-parallel-size {n} with {other}"),
+            why: "two context parallelisms: DeepSpeed-Ulysses (Megatron-DeepSpeed's) and Megatron-Core's ring, all-gather or all-to-all; keep --ds-sequence-parallel-size N for Ulysses under --framework deepspeed, or Megatron-Core's --context-parallel-size N with --cp-comm-type a2a".to_string(),
+        }
+        };
+        if let Some(cp) = self.number("context-parallel-size")?.filter(|&cp| cp > 1) {
+            return Err(refused(format!("--context-parallel-size {cp}")));
+        }
+        if let Some(types) = &self.cp_comm_types {
+            return Err(refused(format!("--cp-comm-type {}", types.join(" "))));
+        }
+        Ok(Some(n))
+    }
+
     /// The ZeRO stage the line asks for (see [`megatron_zero`]).
     pub(super) fn zero(&self, pp: u32, notes: &mut Vec<String>) -> Result<u8, MegatronArgsError> {
         if let Some(stage) = self.deepspeed_zero_stage(pp)? {
@@ -1113,6 +1138,24 @@ impl<'a> Parsed<'a> {
                 given: format!("--zero-stage {stage} with --{switch}"),
                 why: format!(
                     "two ways to shard the optimizer states: under DeepSpeed's engine Megatron-DeepSpeed hands DeepSpeed the bare optimizer (megatron/optimizer/__init__.py: \"if args.deepspeed: return optimizer\"), so ZeRO-{stage} runs and --{switch} does not; drop --{switch}"
+                ),
+            });
+        }
+        // Megatron-Core's optimizer settings, which Megatron-DeepSpeed's argparse does not have
+        // (megatron/arguments.py@f4157be defines neither): their fixes would point back at
+        // Megatron-Core's distributed optimizer.
+        let core_only = if self.switch("use-precision-aware-optimizer") {
+            Some("--use-precision-aware-optimizer".to_string())
+        } else {
+            self.value("num-distributed-optimizer-instances")
+                .filter(|v| !same_value(v, "1"))
+                .map(|v| format!("--num-distributed-optimizer-instances {v}"))
+        };
+        if let Some(flag) = core_only {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--zero-stage {stage} with {flag}"),
+                why: format!(
+                    "{flag} is Megatron-Core's distributed-optimizer setting, which Megatron-DeepSpeed does not have (its argparse refuses it; DeepSpeed's ZeRO-{stage} keeps the states); drop it"
                 ),
             });
         }
