@@ -648,6 +648,9 @@ pub struct PinArgs {
     pub dp_replicas: Option<u32>,
 }
 
+/// The plans `plan` prints without `--top`; a report numbers its bars as that list does.
+pub const PLAN_TOP_DEFAULT: usize = 10;
+
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -657,7 +660,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub training: TrainingArgs,
     /// How many plans to print (at most 1000).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = PLAN_TOP_DEFAULT)]
     pub top: usize,
     /// Also consider pipeline splits with unequal layers per stage; without interleaving, each
     /// such plan keeps the first/last stage split with the fastest step.

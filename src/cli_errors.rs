@@ -15,6 +15,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = plan_degree_elsewhere(err, &command) {
         return message;
     }
+    if let Some(message) = plan_degree_as_sweep_axis(err) {
+        return message;
+    }
     if let Some(message) = flag_of_other_commands(err, &command) {
         return message;
     }
@@ -334,6 +337,44 @@ fn plan_degree_elsewhere(err: &clap::Error, command: &str) -> Option<String> {
         _ => return None,
     };
     Some(why)
+}
+
+/// `sweep --axis cp` (or `ep`, `tp`, ...): clap's nearest spelling offered `cpu-offload-layers`
+/// for `cp`, the host-memory offload for context parallelism. A plan degree is no sweep axis (the
+/// search at each point already tries every degree); said so, with the axes sweep has (read from
+/// `SweepAxis`, so the list cannot go stale) and the command that pins the degree.
+fn plan_degree_as_sweep_axis(err: &clap::Error) -> Option<String> {
+    use clap::ValueEnum;
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() != clap::error::ErrorKind::InvalidValue {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if !arg.starts_with("--axis") {
+        return None;
+    }
+    let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let degree = value.trim().trim_start_matches('-').to_ascii_lowercase();
+    let flag = match degree.as_str() {
+        "mb" | "micro-batch" | "micro_batch" | "micro-batch-size" => "--micro-batch".to_string(),
+        "zero" | "zero-stage" => "--zero".to_string(),
+        d if PLAN_DEGREE_FLAGS.contains(&format!("--{d}").as_str()) => format!("--{d}"),
+        _ => return None,
+    };
+    let axes: Vec<String> = crate::cli::SweepAxis::value_variants()
+        .iter()
+        .filter_map(|a| a.to_possible_value().map(|v| v.get_name().to_string()))
+        .collect();
+    Some(format!(
+        "--axis {}: {flag} is a degree of the plan, which sweep's search chooses at each point, not an input it varies (rule: --axis is one of {}); for the best plan at each {}, run tpsim plan ... {flag} N once per value (the search: line counts what the pin ruled out), or tpsim plan ... --top 20 to see the fastest plans of several degrees side by side",
+        crate::input_file::quote(value),
+        axes.join(", "),
+        flag.trim_start_matches("--"),
+    ))
 }
 
 /// `report FILE --format json`: clap's "unexpected argument" offered a look-alike of report's own

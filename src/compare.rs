@@ -341,6 +341,17 @@ fn figure(x: f64) -> String {
     }
 }
 
+/// Two bubble ratios with the fewest decimals (3 at least, 6 at most) that tell them apart: at
+/// three, 3/640 and 7/1280 both read 0.005 beside "bubble 0.1 points less", one value where the
+/// sentence says two differ. Equal ratios keep three decimals.
+fn distinct_ratios(a: f64, b: f64) -> (String, String) {
+    let mut decimals = 3;
+    while decimals < 6 && format!("{a:.decimals$}") == format!("{b:.decimals$}") && a != b {
+        decimals += 1;
+    }
+    (format!("{a:.decimals$}"), format!("{b:.decimals$}"))
+}
+
 /// The plan difference that moves a term, in the cost model's terms: GEMM shapes and recompute
 /// for compute, (p−1)/(v·m) for the bubble (Narayanan et al. 2021 §2.2), the TP group and its
 /// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage, dp and the copies of the
@@ -377,13 +388,12 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
             if (f.pp, f.vpp, f.microbatches_per_schedule())
                 != (s.pp, s.vpp, s.microbatches_per_schedule()) =>
         {
+            let (fast_ratio, slow_ratio) = distinct_ratios(fast.bubble_ratio, slow.bubble_ratio);
             Some(format!(
-                "(p-1)/(v·m) = {:.3} (p={} v={} {}) against {:.3} (p={} v={} {})",
-                fast.bubble_ratio,
+                "(p-1)/(v·m) = {fast_ratio} (p={} v={} {}) against {slow_ratio} (p={} v={} {})",
                 f.pp,
                 f.vpp,
                 f.schedule_m_words(),
-                slow.bubble_ratio,
                 s.pp,
                 s.vpp,
                 s.schedule_m_words()
@@ -593,6 +603,23 @@ mod tests {
     use crate::plan::{ParallelPlan, PlanRequest, Recompute};
     use crate::specs;
     use crate::training::{GradDtype, Training};
+
+    #[test]
+    fn bubble_ratios_that_differ_print_differently() {
+        // 3/640 and 7/1280 (pp 4 and 8 at vpp 10, m 64 and 128) both round to 0.005.
+        assert_eq!(
+            distinct_ratios(3.0 / 640.0, 7.0 / 1280.0),
+            ("0.0047".to_string(), "0.0055".to_string())
+        );
+        assert_eq!(
+            distinct_ratios(0.25, 0.125),
+            ("0.250".to_string(), "0.125".to_string())
+        );
+        assert_eq!(
+            distinct_ratios(0.005, 0.005),
+            ("0.005".to_string(), "0.005".to_string())
+        );
+    }
 
     fn estimate(pp: u32, vpp: u32) -> Estimate {
         let model = specs::load_model("gpt3-175b").unwrap();

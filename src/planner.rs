@@ -855,6 +855,18 @@ pub fn folds_together(a: &Estimate, b: &Estimate) -> bool {
         && same(a.memory.total_bytes.0, b.memory.total_bytes.0)
 }
 
+/// The indices of `plans` that stay rows of a folded top list (`fold_equivalent` keeps the first
+/// of each set of twins), in order: what numbers a figure's bars as the table numbers its rows.
+pub fn fold_firsts(plans: &[Estimate]) -> Vec<usize> {
+    let mut kept: Vec<usize> = Vec::new();
+    for (i, e) in plans.iter().enumerate() {
+        if !kept.iter().any(|&k| folds_together(&plans[k], e)) {
+            kept.push(i);
+        }
+    }
+    kept
+}
+
 /// One row of a folded top list: a plan and the settings that give the same plan again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoldedRow {

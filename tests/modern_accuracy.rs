@@ -234,9 +234,16 @@ const DENSE_ALL_PAST_25: usize = 4;
 // +22.4% -> +37.6%, past 30%; DeepSeek-V3 GB300/GB200 MXFP8 +2.4/+0.8% -> +12.6/+11.2%), which
 // takes the MoE median from 13.3% to 18.1% and the count past 30% from 9 to 10. The bounds are
 // the new values (median rounded up by about one point); issue 9's 15% is no longer met.
+// 2026-12-07: the interleaved schedule's simulation runs every model chunk at its own layers, the
+// output layer and the MTP layers in the last stage's last chunk only and the dense first layers in
+// the first (Megatron-Core's `get_model` gives `post_process` to that chunk alone; they had been
+// spread evenly over a stage's chunks). The warm-up no longer passes through a heavier last stage
+// at every chunk, so the 111 interleaved rows of the two runs files run 0.01-2.6 points faster;
+// AutoModel's Kimi K2 row (a 163,840-token output layer, vpp 4 on 256 H100s), the most affected,
+// goes +29.4% -> +32.0%: 10 -> 11 past 30%. A sourced mechanism, not a fit (FIT.md).
 const MOE_MIN_PREDICTED: usize = 41;
 const MOE_MEDIAN_BOUND: f64 = 0.19;
-const MOE_PAST_30: usize = 10;
+const MOE_PAST_30: usize = 11;
 // torchtitan peak memory (20 runs state it): today's values, not the issue's 10%.
 const MEMORY_MIN_COMPARED: usize = 20;
 const MEMORY_MEDIAN_BOUND: f64 = 0.05;

@@ -174,6 +174,27 @@ pub struct Destination<'a> {
     pub inputs: &'a [(&'a str, &'a str)],
 }
 
+/// The search's feasible plans numbered as `plan` numbers its rows: its default list (the
+/// closed-form best `PLAN_TOP_DEFAULT`, refined by the schedule simulation and re-ranked,
+/// `refine_top`), then the rest of the first 64 the same way after them, twins folded into the
+/// first of each set (`planner::fold_firsts`). Numbered on the closed form alone, a plan the
+/// simulation moved up (an uneven pipeline's slower last stage moves others down) had one
+/// number in the report and another in `plan`'s table.
+fn listed_rows(scene: Scene, feasible: &[Estimate]) -> Vec<(Estimate, Option<Simulated>)> {
+    let (model, cluster, training) = scene;
+    let head = &feasible[..feasible.len().min(64)];
+    let cut = head.len().min(crate::cli::PLAN_TOP_DEFAULT);
+    let mut rows: Vec<(Estimate, Option<Simulated>)> = Vec::new();
+    for part in [&head[..cut], &head[cut..]] {
+        let refined = refine_top(model, cluster, training, part);
+        rows.extend(refined.plans.into_iter().zip(refined.simulated));
+    }
+    let estimates: Vec<Estimate> = rows.iter().map(|(e, _)| *e).collect();
+    let firsts = crate::planner::fold_firsts(&estimates);
+    let mut rows: Vec<Option<(Estimate, Option<Simulated>)>> = rows.into_iter().map(Some).collect();
+    firsts.iter().filter_map(|&i| rows[i].take()).collect()
+}
+
 /// `eval --report DIR`: the evaluated plan next to the best ones of its scenario, and the whole
 /// search behind it.
 pub fn write_eval_report(
@@ -188,39 +209,41 @@ pub fn write_eval_report(
     let (model, cluster, training) = scene;
     let plan = simulated.estimate.plan;
     let result = search(model, cluster, training, options);
-    // The search's top plans as `plan` lists them: twins that differ only in a setting that
-    // changes nothing are folded into their first (`planner::fold_equivalent`), and each keeps its
-    // place in that list as its number.
-    let head: Vec<Estimate> = result.feasible().iter().take(64).copied().collect();
-    let folded: Vec<Estimate> = crate::planner::fold_equivalent(&head)
-        .into_iter()
-        .map(|row| row.estimate)
-        .collect();
-    // The evaluated plan's row: itself, or the row it folds into, on the search's closed form.
+    // The search's top plans numbered as `plan` lists them (`listed_rows`); the evaluated plan's
+    // row is itself, or the twin it folds into, on the simulated step or the closed form.
+    let listed = listed_rows(scene, result.feasible());
     let closed = crate::cost::evaluate(model, cluster, training, &plan);
-    let twin_of_this = |e: &Estimate| e.plan == plan || crate::planner::folds_together(e, &closed);
-    let this_rank = folded.iter().position(twin_of_this).map(|i| i + 1);
-    let numbered: Vec<(usize, Estimate)> = folded
+    let twin_of_this = |e: &Estimate| {
+        e.plan == plan
+            || crate::planner::folds_together(e, &simulated.estimate)
+            || crate::planner::folds_together(e, &closed)
+    };
+    let this_rank = listed
         .iter()
+        .position(|(e, _)| twin_of_this(e))
+        .map(|i| i + 1);
+    let numbered: Vec<(usize, Estimate, Option<Simulated>)> = listed
+        .into_iter()
         .enumerate()
-        .filter(|(_, e)| !twin_of_this(e))
+        .filter(|(_, (e, _))| !twin_of_this(e))
         .take(4)
-        .map(|(i, e)| (i + 1, *e))
+        .map(|(i, (e, sim))| (i + 1, e, sim))
         .collect();
-    let others: Vec<Estimate> = numbered.iter().map(|(_, e)| *e).collect();
-    let refined = refine_top(model, cluster, training, &others);
+    let others: Vec<Estimate> = numbered.iter().map(|(_, e, _)| *e).collect();
+    let others_simulated: Vec<Option<Simulated>> =
+        numbered.iter().map(|(_, _, sim)| sim.clone()).collect();
     let mut shown = report.clone();
     shown.search = Some(result.stats.clone());
-    shown.plans.extend(refined.plans.iter().copied());
+    shown.plans.extend(others.iter().copied());
     shown
         .details
-        .extend(details_of(scene, &refined.plans, &refined.simulated));
-    // Each bar carries its number in the search's folded list, as `plan` numbers its rows.
+        .extend(details_of(scene, &others, &others_simulated));
+    // Each bar carries its number in `plan`'s list.
     let search_rank = |e: &Estimate| {
         numbered
             .iter()
-            .find(|(_, shown)| shown.plan == e.plan)
-            .map(|(rank, _)| *rank)
+            .find(|(_, shown, _)| shown.plan == e.plan)
+            .map(|(rank, _, _)| *rank)
     };
     let mut labels = vec![match this_rank {
         Some(rank) => format!(
@@ -232,7 +255,7 @@ pub fn write_eval_report(
             crate::report::degrees_label(&simulated.estimate)
         ),
     }];
-    labels.extend(refined.plans.iter().map(|e| match search_rank(e) {
+    labels.extend(others.iter().map(|e| match search_rank(e) {
         Some(rank) => plan_label(rank, e),
         None => crate::report::degrees_label(e),
     }));

@@ -188,15 +188,38 @@ pub fn schedule_blocks(p: u32, v: u32, m: u32, runs: u32) -> u64 {
     2 * u64::from(p) * u64::from(v) * u64::from(m) * u64::from(runs)
 }
 
+/// Simulates one step with every model chunk of a stage at that stage's cost
+/// ([`simulate_chunks`] with the stage's cost repeated over its `v` chunks).
+pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Schedule, String> {
+    let p = u32::try_from(stages.len()).map_err(|_| "too many stages".to_string())?;
+    if schedule_blocks(p, v, m, 1) > MAX_SIMULATED_BLOCKS {
+        // Refused by `simulate_chunks` before it allocates; no chunk list to build either.
+        return simulate_chunks(&[], stages.len(), v, m, p2p_s);
+    }
+    let chunks: Vec<StageCost> = stages
+        .iter()
+        .flat_map(|cost| std::iter::repeat_n(*cost, v as usize))
+        .collect();
+    simulate_chunks(&chunks, stages.len(), v, m, p2p_s)
+}
+
 /// Simulates one step: each stage runs its blocks strictly in [`stage_order`], one at a time; a block
 /// starts at max(stage free, dependency end + p2p_s), with p2p_s paid only when the dependency ran on
 /// another stage (a send between adjacent stages; none for a stage's own forward before the loss, or
-/// for p = 1). `stages.len()` = p, `v` chunks per stage, `m` micro-batches.
+/// for p = 1). `chunks` holds the cost of every model chunk, stage by stage (`chunks[s·v + c]`
+/// is chunk c of stage s, virtual stage c·p + s): chunks of one stage may differ (unequal layers,
+/// the output layer in the last virtual stage). `p` stages, `v` chunks per stage, `m` micro-batches.
 ///
-/// Errors when p = 0, v = 0, m = 0, v > 1 with m % p != 0 (Megatron's precondition), or if the
-/// orders deadlock (they do not for valid inputs).
-pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Schedule, String> {
-    let p = u32::try_from(stages.len()).map_err(|_| "too many stages".to_string())?;
+/// Errors when p = 0, v = 0, m = 0, `chunks` is not p·v long, v > 1 with m % p != 0 (Megatron's
+/// precondition), or if the orders deadlock (they do not for valid inputs).
+pub fn simulate_chunks(
+    chunks: &[StageCost],
+    stages: usize,
+    v: u32,
+    m: u32,
+    p2p_s: f64,
+) -> Result<Schedule, String> {
+    let p = u32::try_from(stages).map_err(|_| "too many stages".to_string())?;
     if p == 0 || v == 0 || m == 0 {
         return Err(format!("need p, v, m ≥ 1 (p = {p}, v = {v}, m = {m})"));
     }
@@ -204,6 +227,12 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
     if blocks > MAX_SIMULATED_BLOCKS {
         return Err(format!(
             "{blocks} blocks, more than the {MAX_SIMULATED_BLOCKS} simulated"
+        ));
+    }
+    if chunks.len() != stages * v as usize {
+        return Err(format!(
+            "{} chunk costs for {p} stages of {v} chunks",
+            chunks.len()
         ));
     }
     if v > 1 && !m.is_multiple_of(p) {
@@ -242,7 +271,7 @@ pub fn simulate(stages: &[StageCost], v: u32, m: u32, p2p_s: f64) -> Result<Sche
                         end + if ds == s { 0.0 } else { p2p_s }
                     }
                 };
-                let cost = &stages[su];
+                let cost = &chunks[su * vu + c as usize];
                 let duration = match d {
                     Direction::Forward => cost.forward_s,
                     Direction::Backward => cost.backward_s,

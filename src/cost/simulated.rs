@@ -17,7 +17,9 @@
 
 use serde::Serialize;
 
-use super::schedule::{MAX_SIMULATED_BLOCKS, Schedule, StageCost, schedule_blocks, simulate};
+use super::schedule::{
+    MAX_SIMULATED_BLOCKS, Schedule, StageCost, schedule_blocks, simulate, simulate_chunks,
+};
 use super::{Estimate, evaluate};
 use crate::cluster::Cluster;
 use crate::model::Model;
@@ -184,6 +186,13 @@ fn stage_costs_and_ep(
             })
             .collect();
     }
+    if runs_looped_chunks(training, plan) {
+        // Per stage, the mean of its chunks (the timeline's strips read them per stage).
+        return stage_means(
+            &looped_chunk_costs(model, cluster, training, plan),
+            plan.vpp,
+        );
+    }
     // Each stage at its own mix of dense and MoE layers (`MixCosts`).
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let v = f64::from(plan.vpp);
@@ -206,6 +215,87 @@ fn stage_costs_and_ep(
         .collect()
 }
 
+/// Whether `plan` runs an interleaved looped schedule (v > 1 model chunks per stage, not a V):
+/// its chunks are priced one by one ([`looped_chunk_costs`]).
+fn runs_looped_chunks(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.pp > 1 && plan.vpp > 1 && training.pp_schedule.v_kind().is_none()
+}
+
+/// Each stage's mean block over its `v` chunks (`chunks` stage by stage), with the mean exposed
+/// EP all-to-all time.
+fn stage_means(chunks: &[(StageCost, (f64, f64))], v: u32) -> Vec<(StageCost, (f64, f64))> {
+    let n = f64::from(v);
+    chunks
+        .chunks(v as usize)
+        .map(|stage| {
+            let sum = |f: fn(&(StageCost, (f64, f64))) -> f64| stage.iter().map(f).sum::<f64>() / n;
+            (
+                StageCost {
+                    forward_s: sum(|c| c.0.forward_s),
+                    backward_s: sum(|c| c.0.backward_s),
+                    weight_s: sum(|c| c.0.weight_s),
+                },
+                (sum(|c| c.1.0), sum(|c| c.1.1)),
+            )
+        })
+        .collect()
+}
+
+/// Virtual stage `vs` of a plan (depth order) at its own layers and mix: its decoder layers as the
+/// plan's layout cuts them (`ChunkLayout::range`), the MTP layers and the output layer when it is
+/// the `last` virtual stage, one send each way; and the exposed EP all-to-all time its forward and
+/// backward hold. Also the send time each block carries.
+fn virtual_stage_cost(
+    mix: &mut super::MixCosts,
+    layout: &super::pipeline::ChunkLayout,
+    model: &Model,
+    vs: u32,
+    last: u32,
+) -> ((StageCost, (f64, f64)), f64) {
+    let (start, end) = layout.range(vs);
+    let (mut layers, mut moe_layers) = (end - start, model.moe_layers_between(start, end));
+    let depths = if vs == last { model.mtp_layers } else { 0 };
+    layers += depths;
+    if model.mtp_layer_is_moe() {
+        moe_layers += depths;
+    }
+    let run = model.is_hybrid().then(|| crate::model::HybridRun {
+        counts: model.blocks_between(start, end),
+        mtp_depths: depths,
+    });
+    let bf16 = super::pipeline::Bf16Run::of_range(model, mix.keep, start, end, depths).nonempty();
+    let at = mix.stage(layers, moe_layers, run, bf16);
+    let costs = mix.costs(at);
+    (
+        block_cost(costs, layers, moe_layers, vs == last, 1.0),
+        costs.pp_send_exposed_s,
+    )
+}
+
+/// Under an interleaved looped schedule (v > 1), every model chunk of every stage at its own
+/// layers, stage by stage (`[s·v + c]` is chunk c of stage s, virtual stage c·p + s, as
+/// `schedule::simulate_chunks` reads them): Megatron-Core builds each model chunk from its own
+/// slice of the layers (`get_transformer_layer_offset`, `--pipeline-model-parallel-layout`) and
+/// runs the output layer and the loss in the last model chunk of the last stage only
+/// (`post_process` of `get_model`, megatron/training/training.py), so chunks of one stage differ
+/// where the layout cuts them unequally, where the dense first layers or the bf16-kept layers
+/// fall, and on the last stage by the output layer.
+fn looped_chunk_costs(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<(StageCost, (f64, f64))> {
+    let mut mix = super::MixCosts::new(model, cluster, training, plan);
+    let layout = super::pipeline::ChunkLayout::of(model, plan);
+    let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
+    let last = p * v - 1;
+    (0..p)
+        .flat_map(|stage| (0..v).map(move |chunk| chunk * p + stage))
+        .map(|vs| virtual_stage_cost(&mut mix, &layout, model, vs, last).0)
+        .collect()
+}
+
 /// Under a V schedule, the two chunks of every rank: rank r runs virtual stage r (chunk 0) and
 /// 2p − 1 − r (chunk 1, `v_schedule::virtual_stage`), each at its own layers and mix; the last
 /// virtual stage (rank 0's chunk 1) runs the MTP layers and the output layer.
@@ -223,27 +313,10 @@ fn v_chunk_costs(
         .map(|rank| {
             [0, 1].map(|chunk| {
                 let vs = super::v_schedule::virtual_stage(rank, chunk, p);
-                let (start, end) = layout.range(vs);
-                let (mut layers, mut moe_layers) =
-                    (end - start, model.moe_layers_between(start, end));
-                let depths = if vs == last { model.mtp_layers } else { 0 };
-                layers += depths;
-                if model.mtp_layer_is_moe() {
-                    moe_layers += depths;
-                }
-                let run = model.is_hybrid().then(|| crate::model::HybridRun {
-                    counts: model.blocks_between(start, end),
-                    mtp_depths: depths,
-                });
-                let bf16 = super::pipeline::Bf16Run::of_range(model, mix.keep, start, end, depths)
-                    .nonempty();
-                let at = mix.stage(layers, moe_layers, run, bf16);
-                let costs = mix.costs(at);
-                let (mut cost, ep) = block_cost(costs, layers, moe_layers, vs == last, 1.0);
+                let ((mut cost, ep), send) = virtual_stage_cost(&mut mix, &layout, model, vs, last);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
                 // forward ends in the loss and the first's backward in the embedding; the last
                 // rank hands chunk 0's output to its own chunk 1 and chunk 1's gradient back.
-                let send = costs.pp_send_exposed_s;
                 if vs == last || vs == p - 1 {
                     cost.forward_s -= send;
                 }
@@ -263,10 +336,18 @@ pub fn simulate_plan(
     plan: &ParallelPlan,
 ) -> Result<Simulated, String> {
     let closed = evaluate(model, cluster, training, plan);
-    let (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>) =
-        stage_costs_and_ep(model, cluster, training, plan)
-            .into_iter()
-            .unzip();
+    // An interleaved looped schedule runs every chunk at its own cost; the stages' means are
+    // what the timeline's strips and the summary read.
+    let looped = runs_looped_chunks(training, plan)
+        .then(|| looped_chunk_costs(model, cluster, training, plan));
+    let (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>) = match &looped {
+        Some(chunks) => stage_means(chunks, plan.vpp),
+        None => stage_costs_and_ep(model, cluster, training, plan),
+    }
+    .into_iter()
+    .unzip();
+    let looped_chunks: Option<Vec<StageCost>> =
+        looped.map(|chunks| chunks.into_iter().map(|(cost, _)| cost).collect());
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
     let looped_blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
@@ -294,7 +375,10 @@ pub fn simulate_plan(
                 .collect();
             super::v_schedule::simulate_v(&chunks, kind, per_run, 0.0)?
         }
-        _ => simulate(&stages, plan.vpp, per_run, 0.0)?,
+        _ => match &looped_chunks {
+            Some(chunks) => simulate_chunks(chunks, stages.len(), plan.vpp, per_run, 0.0)?,
+            None => simulate(&stages, plan.vpp, per_run, 0.0)?,
+        },
     }
     .repeated(plan.schedule_runs, per_run);
     let t = closed.time;
@@ -539,6 +623,74 @@ mod tests {
         assert!((parts - t.step_s.0).abs() < 1e-9 * t.step_s.0);
         let tokens = f64::from(plan.global_batch) * f64::from(training.seq_len) / t.step_s.0;
         assert!((tokens - s.estimate.tokens_per_s).abs() < 1e-6 * tokens);
+    }
+
+    /// Forward block durations of `s`'s stage `stage`, by model chunk (micro-batch 0).
+    fn forward_of_chunks(s: &Simulated, stage: u32, v: u32) -> Vec<f64> {
+        (0..v)
+            .map(|chunk| {
+                let b = s
+                    .schedule
+                    .blocks
+                    .iter()
+                    .find(|b| {
+                        b.stage == stage
+                            && b.chunk == chunk
+                            && b.microbatch == 0
+                            && b.direction == super::super::schedule::Direction::Forward
+                    })
+                    .unwrap();
+                b.end_s - b.start_s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interleaved_chunks_run_at_their_own_layers_and_the_output_layer_in_the_last() {
+        // Llama 3 70B's 80 layers on pp 4 x vpp 3: 20 per stage in chunks of 7, 7 and 6
+        // (`StageLayout::balanced_chunks`). Each chunk's forward is its own layers' time plus one
+        // send, so on a middle stage the chunks differ by one layer in the ratio the layers say; the
+        // output layer runs in the last stage's last chunk only, not spread over its three.
+        let model = specs::load_model("llama3-70b").unwrap();
+        let cluster = Cluster {
+            gpu: specs::load_gpu("h100-sxm-80g").unwrap(),
+            nodes: 16,
+            gpus_per_node: 8,
+        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronCore,
+            8192,
+            512,
+            crate::training::AttentionKernel::Flash,
+        );
+        let request = PlanRequest {
+            tp: 8,
+            pp: 4,
+            dp: 4,
+            vpp: 3,
+            micro_batch: 1,
+            sequence_parallel: true,
+            recompute: Recompute::Full,
+            zero: 1,
+            ..PlanRequest::default()
+        };
+        let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
+        let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
+        let send = super::super::unit_costs(&model, &cluster, &training, &plan).pp_send_exposed_s;
+        let middle = forward_of_chunks(&s, 1, 3);
+        let per_layer = (middle[0] - send) / 7.0;
+        assert!((middle[1] - middle[0]).abs() < 1e-12, "{middle:?}");
+        assert!(
+            ((middle[2] - send) / 6.0 / per_layer - 1.0).abs() < 1e-9,
+            "{middle:?}"
+        );
+        // The last stage: chunks 0 and 1 as a middle stage's, chunk 2 six layers and the output.
+        let last = forward_of_chunks(&s, 3, 3);
+        assert!((last[0] - middle[0]).abs() < 1e-12, "{last:?} {middle:?}");
+        assert!(last[2] > middle[2] + 1e-6, "{last:?} {middle:?}");
+        // The stages' means (the timeline's strips) are their chunks' mean.
+        let mean = middle.iter().sum::<f64>() / 3.0;
+        assert!((s.stages[1].forward_s - mean).abs() < 1e-12);
     }
 
     #[test]

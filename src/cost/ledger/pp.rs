@@ -1,0 +1,46 @@
+//! The PP rows: one activation send forward and one gradient send backward per micro-batch per
+//! model chunk at each stage boundary, b·s·h/t bytes with Megatron's scatter/gather (Narayanan
+//! et al. 2021 §4.1).
+
+use super::{Op, Pass, Rows, Scope, Step};
+use crate::cost::comm;
+use crate::cost::groups::GroupKind;
+
+/// Pushes the stage-boundary rows of the stage that sets the step.
+pub(super) fn rows(rows: &mut Rows, step: &Step) {
+    let Step {
+        model,
+        training,
+        plan,
+        m,
+        slowest_sends,
+        ..
+    } = *step;
+    // PP, per chunk per micro-batch, on the stage that sets the step (a V's first GPU sends one
+    // chunk's activations and the other's gradients).
+    if plan.pp > 1 {
+        let message = comm::pp_message_bytes(model, training, plan);
+        let count = f64::from(slowest_sends) / 2.0 * m;
+        for (pass, site) in [
+            (
+                Pass::Forward,
+                "stage boundary: activations to the next stage",
+            ),
+            (
+                Pass::Backward,
+                "stage boundary: gradients to the previous stage",
+            ),
+        ] {
+            rows.push(
+                GroupKind::Pp,
+                Op::SendRecv,
+                pass,
+                site,
+                Scope::PerChunkPerMicrobatch,
+                count,
+                2,
+                message,
+            );
+        }
+    }
+}
