@@ -1782,16 +1782,65 @@ impl Reader<'_> {
                     &format!("multiple of \"{key}\" "),
                 );
         }
+        // The pattern is named by the key it came from (`Reader::hybrid_pattern`): the string, the
+        // per-layer list, or the class's default where the config gives neither; the rule by
+        // what that key holds, not by Megatron-Core's `--hybrid-override-pattern` flag.
+        let given = |key: &str| self.obj.get(key).is_some_and(|v| !v.is_null());
+        let (named, written_as, units) = if given("hybrid_override_pattern") {
+            (
+                "key \"hybrid_override_pattern\" ".to_string(),
+                "a \"hybrid_override_pattern\" of",
+                "symbols",
+            )
+        } else if given("layers_block_type") {
+            (
+                "key \"layers_block_type\" (as a pattern: ".to_string(),
+                "a \"layers_block_type\" of",
+                "entries",
+            )
+        } else {
+            (
+                "NemotronHConfig's default \"hybrid_override_pattern\" (the config gives none) "
+                    .to_string(),
+                "a \"hybrid_override_pattern\" of",
+                "symbols",
+            )
+        };
+        if let Some(rest) = said.strip_prefix("hybrid pattern ") {
+            said = if units == "entries" {
+                // `"ME*" has ...` -> `(as a pattern: "ME*") has ...`.
+                match rest.find("\" ") {
+                    Some(end) => format!("{named}{}){}", &rest[..=end], &rest[end + 1..]),
+                    None => format!("{named}{rest})"),
+                }
+            } else {
+                format!("{named}{rest}")
+            };
+        }
         // The pattern's length against the layer count names the flag and the model file's word
         // (`give --layers N or a pattern of L symbols`): said as the config's two keys.
         said.replace(
+            " (rule: one symbol per layer, as Megatron-Core's --hybrid-override-pattern)",
+            " (rule: one block per layer)",
+        )
+        .replace(
             "; give --layers ",
             &format!(
                 "; give \"{}\": ",
                 self.key_of("--layers", Family::NemotronH)
             ),
         )
-        .replace(" or a pattern of ", " or a \"hybrid_override_pattern\" of ")
+        .replace(" or a pattern of ", &format!(" or {written_as} "))
+        .replace("; write a pattern of ", &format!("; write {written_as} "))
+        .replace(" symbols", &format!(" {units}"))
+        .replace(
+            " (M Mamba-2, * attention, - MLP, E MoE)",
+            if units == "entries" {
+                " (\"mamba\", \"attention\", \"mlp\", \"moe\")"
+            } else {
+                " (M Mamba-2, * attention, - MLP, E MoE)"
+            },
+        )
     }
 
     /// The config key a shape field came from (the first of the family's names present).

@@ -109,6 +109,28 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         Some(text) => Some(read_megatron_launch(text, args.model.vocab.is_some())?),
         None => None,
     };
+    // `--zero-stage` is Megatron-DeepSpeed's (DeepSpeed's ZeRO, read by the reader's
+    // `deepspeed_zero_stage`); Megatron-LM's argparse has no such flag, so a line priced as
+    // Megatron-Core would price another optimizer than the one that runs.
+    if let Some(launch) = &megatron
+        && launch.deepspeed_zero_stage
+        && args.training.framework != Some(crate::cli::FrameworkArg::Deepspeed)
+    {
+        bail!(
+            "--megatron-args: --zero-stage {} is Megatron-DeepSpeed's ZeRO stage (DeepSpeed's engine runs its config's zero_optimization.stage; Megatron-LM has no such flag), and the line is priced as Megatron-Core runs it unless --framework deepspeed is given; add --framework deepspeed, or for Megatron-Core drop --zero-stage and give --use-distributed-optimizer (ZeRO-1) or --use-megatron-fsdp (ZeRO-2/3)",
+            launch.zero
+        );
+    }
+    if let Some(launch) = &megatron
+        && launch.deepspeed_ulysses
+        && args.training.framework != Some(crate::cli::FrameworkArg::Deepspeed)
+    {
+        bail!(
+            "--megatron-args: --ds-sequence-parallel-size {} is Megatron-DeepSpeed's DeepSpeed-Ulysses degree (Megatron-LM has no such flag), and the line is priced as Megatron-Core runs it unless --framework deepspeed is given; add --framework deepspeed to price it as Ulysses (as --framework deepspeed --cp {} does), or use Megatron-Core's --context-parallel-size with --cp-comm-type a2a",
+            launch.cp,
+            launch.cp
+        );
+    }
     let plan_file = match (&args.plan, &megatron) {
         (Some(path), _) if crate::input_file::is_absent(path) => bail!(
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"
@@ -587,12 +609,14 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     };
     // A plan read from a launch line is refused in that line's words.
     let plan = built.map_err(|e| match (&megatron, e.downcast_ref::<PlanError>()) {
-        (Some(launch), Some(err)) => {
-            anyhow!(super::megatron_paste::plan_error_in_launch_words(
-                launch, err
-            ))
-        }
-        (Some(_), None) => anyhow!(super::megatron_paste::in_megatron_words(&e.to_string())),
+        (Some(launch), Some(err)) => anyhow!(
+            super::megatron_paste::plan_error_in_launch_words(launch, err)
+                .replace("--context-parallel-size", launch.cp_flag())
+        ),
+        (Some(launch), None) => anyhow!(
+            super::megatron_paste::in_megatron_words(&e.to_string())
+                .replace("--context-parallel-size", launch.cp_flag())
+        ),
         (None, _) => e,
     })?;
     // Megatron-Core refuses block recompute of more layers than a model chunk holds

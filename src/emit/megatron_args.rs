@@ -151,6 +151,8 @@ pub(super) const VALUED: &[&str] = &[
     "activation-func-clamp-value",
     "ds-sequence-parallel-size",
     "num-distributed-optimizer-instances",
+    // Megatron-DeepSpeed's ZeRO stage (`Parsed::deepspeed_zero_stage`).
+    "zero-stage",
     // Read and known to change nothing tpsim models (checkpoint files; `--emit megatron` writes
     // fsdp_dtensor, which Megatron-FSDP requires), so a round trip says nothing of it.
     "ckpt-format",
@@ -206,6 +208,8 @@ pub(super) const SWITCHES: &[&str] = &[
     "distribute-checkpointed-activations",
     "is-hybrid-model",
     "mtp-use-repeated-layer",
+    // Megatron-DeepSpeed: the model without DeepSpeed's pipeline module (`deepspeed_zero_stage`).
+    "no-pipeline-parallel",
 ];
 
 /// torchrun's arguments for the cluster (torchrun accepts `_` and `-` spellings).
@@ -1029,8 +1033,36 @@ impl<'a> Parsed<'a> {
         }
     }
 
+    /// Megatron-DeepSpeed's DeepSpeed-Ulysses degree, `--ds-sequence-parallel-size N` above 1
+    /// (microsoft/Megatron-DeepSpeed@f4157be megatron/arguments.py; what `--emit deepspeed` writes
+    /// for a plan's cp): the context-parallel degree, exchanging Q, K, V and the output over heads
+    /// (`CpExchange::HeadAllToAll`). Megatron-LM has no such flag, so the line is priced so only
+    /// under `--framework deepspeed` (the app checks that); Megatron-Core's own degree or exchange
+    /// beside it is a second context parallelism the line cannot mean.
+    pub(super) fn ulysses_degree(&self) -> Result<Option<u32>, MegatronArgsError> {
+        let Some(n) = self.number("ds-sequence-parallel-size")?.filter(|&n| n > 1) else {
+            return Ok(None);
+        };
+        let refused = |other: String| {
+            MegatronArgsError::Refused {
+            given: format!("--ds-sequence-parallel-size {n} with {other}"),
+            why: "two context parallelisms: DeepSpeed-Ulysses (Megatron-DeepSpeed's) and Megatron-Core's ring, all-gather or all-to-all; keep --ds-sequence-parallel-size N for Ulysses under --framework deepspeed, or Megatron-Core's --context-parallel-size N with --cp-comm-type a2a".to_string(),
+        }
+        };
+        if let Some(cp) = self.number("context-parallel-size")?.filter(|&cp| cp > 1) {
+            return Err(refused(format!("--context-parallel-size {cp}")));
+        }
+        if let Some(types) = &self.cp_comm_types {
+            return Err(refused(format!("--cp-comm-type {}", types.join(" "))));
+        }
+        Ok(Some(n))
+    }
+
     /// The ZeRO stage the line asks for (see [`megatron_zero`]).
     pub(super) fn zero(&self, pp: u32, notes: &mut Vec<String>) -> Result<u8, MegatronArgsError> {
+        if let Some(stage) = self.deepspeed_zero_stage(pp)? {
+            return Ok(stage);
+        }
         let strategy = self.value("data-parallel-sharding-strategy");
         if let Some(s) = strategy
             && !self.switch("use-megatron-fsdp")
@@ -1062,6 +1094,91 @@ impl<'a> Parsed<'a> {
             self.check_torch_fsdp2()?;
         }
         Ok(zero)
+    }
+
+    /// Megatron-DeepSpeed's `--zero-stage N` (microsoft/Megatron-DeepSpeed@f4157be
+    /// megatron/arguments.py `_add_zero_args`: an int, default 1): the stage its DeepSpeed config's
+    /// `zero_optimization.stage` runs, which the launch line repeats for the model code
+    /// (pretrain_gpt.py builds the model under `deepspeed.zero.Init(enabled=args.zero_stage == 3)`;
+    /// `--emit deepspeed` writes both). Megatron-LM has no such flag, so the line is priced as
+    /// Megatron-DeepSpeed runs it only under `--framework deepspeed` (the app checks that).
+    /// Refused where the run would not start or would run another stage:
+    /// - a stage above 3: DeepSpeed's `ZeroStageEnum` stops at `max_stage = 3`
+    ///   (deepspeed/runtime/zero/config.py);
+    /// - with Megatron's own sharding switches: under `--deepspeed`, megatron/optimizer/__init__.py
+    ///   returns the bare optimizer ("if args.deepspeed: return optimizer") before any distributed
+    ///   optimizer wraps it, so DeepSpeed's stage is the one that runs;
+    /// - ZeRO-2/3 on DeepSpeed's pipeline engine: without `--no-pipeline-parallel` pretrain_gpt.py
+    ///   builds `GPTModelPipe`, which `deepspeed.initialize` runs in its `PipelineEngine`, and that
+    ///   asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    ///   (deepspeed/runtime/pipe/engine.py; `emit::deepspeed` says the same).
+    fn deepspeed_zero_stage(&self, pp: u32) -> Result<Option<u8>, MegatronArgsError> {
+        let Some(text) = self.value("zero-stage") else {
+            return Ok(None);
+        };
+        let stage = match text.trim().parse::<u8>() {
+            Ok(stage @ 0..=3) => stage,
+            _ => {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: "zero-stage".into(),
+                    value: text.to_string(),
+                    valid: "0, 1, 2, 3 (Megatron-DeepSpeed's ZeRO stage, as its DeepSpeed config's zero_optimization.stage)",
+                });
+            }
+        };
+        if let Some(switch) = [
+            "use-distributed-optimizer",
+            "use-megatron-fsdp",
+            "use-torch-fsdp2",
+        ]
+        .into_iter()
+        .find(|s| self.switch(s))
+        {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--zero-stage {stage} with --{switch}"),
+                why: format!(
+                    "two ways to shard the optimizer states: under DeepSpeed's engine Megatron-DeepSpeed hands DeepSpeed the bare optimizer (megatron/optimizer/__init__.py: \"if args.deepspeed: return optimizer\"), so ZeRO-{stage} runs and --{switch} does not; drop --{switch}"
+                ),
+            });
+        }
+        // Megatron-Core's optimizer settings, which Megatron-DeepSpeed's argparse does not have
+        // (megatron/arguments.py@f4157be defines neither): their fixes would point back at
+        // Megatron-Core's distributed optimizer.
+        let core_only = if self.switch("use-precision-aware-optimizer") {
+            Some("--use-precision-aware-optimizer".to_string())
+        } else {
+            self.value("num-distributed-optimizer-instances")
+                .filter(|v| !same_value(v, "1"))
+                .map(|v| format!("--num-distributed-optimizer-instances {v}"))
+        };
+        if let Some(flag) = core_only {
+            return Err(MegatronArgsError::Refused {
+                given: format!("--zero-stage {stage} with {flag}"),
+                why: format!(
+                    "{flag} is Megatron-Core's distributed-optimizer setting, which Megatron-DeepSpeed does not have (its argparse refuses it; DeepSpeed's ZeRO-{stage} keeps the states); drop it"
+                ),
+            });
+        }
+        if stage >= 2 && (pp > 1 || !self.switch("no-pipeline-parallel")) {
+            let (given, fix) = if pp > 1 {
+                (
+                    format!("--zero-stage {stage} with --pipeline-model-parallel-size {pp}"),
+                    "use --zero-stage 1, or --pipeline-model-parallel-size 1 with --no-pipeline-parallel",
+                )
+            } else {
+                (
+                    format!("--zero-stage {stage} without --no-pipeline-parallel"),
+                    "add --no-pipeline-parallel (pipeline size 1), as --emit deepspeed writes it",
+                )
+            };
+            return Err(MegatronArgsError::Refused {
+                given,
+                why: format!(
+                    "Megatron-DeepSpeed builds the model as DeepSpeed's pipeline module unless --no-pipeline-parallel is given (pretrain_gpt.py), and DeepSpeed's pipeline engine asserts \"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\"; {fix}"
+                ),
+            });
+        }
+        Ok(Some(stage))
     }
 
     /// What Megatron-LM's `validate_args` asserts of a `--use-torch-fsdp2` line (arguments.py:

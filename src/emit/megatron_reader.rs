@@ -85,6 +85,12 @@ pub struct MegatronLaunch {
     pub recompute_modules: Option<crate::training::RecomputeModules>,
     /// ZeRO stage: 1 for `--use-distributed-optimizer`, 2/3 for Megatron-FSDP or torch FSDP2.
     pub zero: u8,
+    /// Whether the stage came from Megatron-DeepSpeed's `--zero-stage` (DeepSpeed's ZeRO, priced
+    /// only under `--framework deepspeed`; `Parsed::deepspeed_zero_stage`).
+    pub deepspeed_zero_stage: bool,
+    /// Whether `cp` is Megatron-DeepSpeed's `--ds-sequence-parallel-size` (DeepSpeed-Ulysses,
+    /// priced only under `--framework deepspeed`; `Parsed::ulysses_degree`).
+    pub deepspeed_ulysses: bool,
     /// `--num-distributed-optimizer-instances` (default 1): copies of the sharded states.
     pub dp_replicas: u32,
     /// `--cpu-offloading-num-layers N` (N > 0 turns Megatron-Core's CPU offloading on,
@@ -287,7 +293,11 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
             why: "Megatron-LM requires --sequence-parallel (and tensor parallelism) for it; add --sequence-parallel or drop --tp-comm-overlap".into(),
         });
     }
-    let cp = p.number("context-parallel-size")?.unwrap_or(1);
+    let ulysses = p.ulysses_degree()?;
+    let cp = match ulysses {
+        Some(n) => n,
+        None => p.number("context-parallel-size")?.unwrap_or(1),
+    };
     // Megatron-Core's partial distributed optimizer: copies of the sharded states
     // (megatron/core/parallel_state.py; meaningful with --use-distributed-optimizer or
     // Megatron-FSDP, which `ParallelPlan::build` checks through the ZeRO stage read above).
@@ -314,7 +324,10 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         });
     }
     let reshard_after_forward = !keeps_gathered;
-    let cp_exchange = p.cp_exchange(cp, layers)?;
+    let cp_exchange = match ulysses {
+        Some(_) => Some(crate::training::CpExchange::HeadAllToAll),
+        None => p.cp_exchange(cp, layers)?,
+    };
     let mut unread = Vec::new();
     let (nodes, gpus_per_node) = p.launcher(&mut unread);
     let split = SplitArgs {
@@ -550,6 +563,8 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         full_recompute,
         recompute_modules,
         zero,
+        deepspeed_zero_stage: p.value("zero-stage").is_some(),
+        deepspeed_ulysses: ulysses.is_some(),
         dp_replicas,
         // 0 is Megatron-LM's default, offloading nothing (arguments.py turns `cpu_offloading` on
         // only for N > 0): a line may spell it out.
@@ -1135,6 +1150,15 @@ impl MegatronLaunch {
         }
     }
 
+    /// The flag that gave the line's context-parallel degree.
+    pub fn cp_flag(&self) -> &'static str {
+        if self.deepspeed_ulysses {
+            "--ds-sequence-parallel-size"
+        } else {
+            "--context-parallel-size"
+        }
+    }
+
     /// Megatron's global batch: the line's, or micro-batch x dp when it has none.
     pub fn global_batch_on(&self, gpus: u32) -> Option<u32> {
         self.global_batch
@@ -1148,8 +1172,11 @@ impl MegatronLaunch {
         let model_parallel = self.tp * self.cp * self.pp;
         if !gpus.is_multiple_of(model_parallel) {
             return Err(format!(
-                "--tensor-model-parallel-size {} x --context-parallel-size {} x --pipeline-model-parallel-size {} = {model_parallel} does not divide the {gpus} GPUs; change --nodes or the degrees",
-                self.tp, self.cp, self.pp
+                "--tensor-model-parallel-size {} x {} {} x --pipeline-model-parallel-size {} = {model_parallel} does not divide the {gpus} GPUs; change --nodes or the degrees",
+                self.tp,
+                self.cp_flag(),
+                self.cp,
+                self.pp
             ));
         }
         let dp = gpus / model_parallel;

@@ -67,16 +67,6 @@ impl Parsed<'_> {
                 return Err(not_modelled(format!("--{flag} {v}"), why));
             }
         }
-        // Megatron-DeepSpeed's DeepSpeed-Ulysses degree: a line tpsim reads runs on Megatron-Core,
-        // where it is no argument; tpsim plans Ulysses under --framework deepspeed.
-        if let Some(v) = self.value("ds-sequence-parallel-size")
-            && v != "1"
-        {
-            return Err(not_modelled(
-                format!("--ds-sequence-parallel-size {v}"),
-                "this is Megatron-DeepSpeed's DeepSpeed-Ulysses degree, and --megatron-args reads a line as Megatron-Core runs it; plan it with --framework deepspeed --cp N (Ulysses), or use Megatron-Core's --context-parallel-size with --cp-comm-type a2a",
-            ));
-        }
         // Megatron-Core's `transformer_impl` (TransformerConfig, default "transformer_engine"):
         // "local" builds the layers from Megatron-Core's own modules (gpt_builders.py: `use_te`
         // false), without Transformer Engine's fused attention, FP8 or userbuffers TP overlap,

@@ -271,7 +271,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {}{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
-         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}{}",
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -429,6 +429,24 @@ pub fn scenario_line(report: &Report) -> String {
             .any(|e| e.plan.precision == crate::plan::Precision::Mxfp8)
         {
             "; mxfp8 with block scaling (one E8M0 scale per 32 elements, OCP MX)"
+        } else {
+            ""
+        },
+        // NVFP4's recipe, named as MXFP8's is: two-level block scaling, one E4M3 scale per 16
+        // consecutive elements and one FP32 scale per tensor (NVIDIA/TransformerEngine@d0067d0
+        // transformer_engine/common/recipe/__init__.py `NVFP4BlockScaling`: "each group of 16
+        // consecutive values is scaled together using their own scaling factor. The type of the
+        // scaling factor is E4M3 ... a global per tensor FP32 scaling factor"; NVIDIA, "Pretraining
+        // Large Language Models with NVFP4", arXiv:2509.25149). What tpsim prices of it: 4.5 bits
+        // an element with its block scales (`cost::cast::operand_bytes`), and one more read of each
+        // input for the tensor's amax, taken after the random Hadamard transform the default
+        // recipe applies (`cost::cast::input_cast_bytes`).
+        if report
+            .plans
+            .iter()
+            .any(|e| e.plan.precision == crate::plan::Precision::Nvfp4)
+        {
+            "; nvfp4 with two-level block scaling (one E4M3 scale per 16 elements and an FP32 scale per tensor, Transformer Engine's NVFP4BlockScaling; priced as 4.5 bits an element, plus a read of each input for its amax after the random Hadamard transform)"
         } else {
             ""
         },
