@@ -59,15 +59,12 @@ pub struct ScheduleSummary {
 pub struct Simulated {
     pub estimate: Estimate,
     pub schedule: Schedule,
-    /// Stage costs the schedule ran with (per model chunk, per micro-batch).
+    /// Each stage's block costs per model chunk and micro-batch: the mean of its `chunks`.
     pub stages: Vec<StageCost>,
-    /// Of each stage's forward and backward block, the exposed EP all-to-all seconds (its own MoE
-    /// layers'; 0 on a stage of dense layers), as `stages` counts them.
-    pub stage_ep_exposed_s: Vec<(f64, f64)>,
     /// Every model chunk's block costs with the exposed EP all-to-all seconds its forward and
     /// backward hold, stage by stage: `[s·n + c]` is chunk c of stage s, n = `chunks.len() /
     /// stages.len()` (v under an interleaved looped schedule, 2 under a V, else 1). What the
-    /// schedule's blocks ran with; `stages` and `stage_ep_exposed_s` are their means per stage.
+    /// schedule's blocks ran with; `stages` are their means per stage.
     /// A block's strips read its own chunk: DeepSeek-V3's dense first layers can fill a chunk
     /// that holds no all-to-all beside MoE chunks on the same stage.
     pub chunks: Vec<(StageCost, (f64, f64))>,
@@ -361,8 +358,10 @@ pub fn simulate_plan(
     // are what the summary reads.
     let chunks = chunk_costs_and_ep(model, cluster, training, plan);
     let per_stage = chunks_per_stage(training, plan);
-    let (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>) =
-        stage_means(&chunks, per_stage).into_iter().unzip();
+    let stages: Vec<StageCost> = stage_means(&chunks, per_stage)
+        .into_iter()
+        .map(|(cost, _)| cost)
+        .collect();
     let chunk_costs: Vec<StageCost> = chunks.iter().map(|(cost, _)| *cost).collect();
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
@@ -374,13 +373,7 @@ pub fn simulate_plan(
     };
     if blocks > MAX_SIMULATED_BLOCKS {
         return Ok(closed_form_only(
-            model,
-            training,
-            plan,
-            closed,
-            (stages, stage_ep_exposed_s),
-            chunks,
-            blocks,
+            model, training, plan, closed, stages, chunks, blocks,
         ));
     }
     let schedule = match training.pp_schedule.v_kind() {
@@ -449,7 +442,6 @@ pub fn simulate_plan(
         estimate,
         schedule,
         stages,
-        stage_ep_exposed_s,
         chunks,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
@@ -463,7 +455,7 @@ fn closed_form_only(
     training: &Training,
     plan: &ParallelPlan,
     closed: Estimate,
-    (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>),
+    stages: Vec<StageCost>,
     chunks: Vec<(StageCost, (f64, f64))>,
     blocks: u64,
 ) -> Simulated {
@@ -492,7 +484,6 @@ fn closed_form_only(
             bubble_ratio: closed.bubble_ratio,
         },
         stages,
-        stage_ep_exposed_s,
         chunks,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
