@@ -352,6 +352,12 @@ fn distinct_ratios(a: f64, b: f64) -> (String, String) {
     (format!("{a:.decimals$}"), format!("{b:.decimals$}"))
 }
 
+/// Whether two bubble ratios read differently at the most decimals [`distinct_ratios`] gives.
+fn ratios_differ(a: f64, b: f64) -> bool {
+    let (a, b) = distinct_ratios(a, b);
+    a != b
+}
+
 /// The plan difference that moves a term, in the cost model's terms: GEMM shapes and recompute
 /// for compute, (p−1)/(v·m) for the bubble (Narayanan et al. 2021 §2.2), the TP group and its
 /// collectives for TP, stage boundaries × vpp for PP, the ZeRO stage, dp and the copies of the
@@ -384,9 +390,12 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
         // m is the micro-batches of one schedule (`ParallelPlan::schedule_m_words`, as plan's
         // "why" line writes it): a step of several schedules runs each with its own bubble. No
         // comma inside: the verdict's terms are separated by commas.
+        // Equal ratios of different (p, v, m) (p=2 v=1 m=32 and p=4 v=3 m=32 both 1/32) are no
+        // cause of a bubble that differs: "0.031 against 0.031" read as the reason.
         "pipeline bubble"
             if (f.pp, f.vpp, f.microbatches_per_schedule())
-                != (s.pp, s.vpp, s.microbatches_per_schedule()) =>
+                != (s.pp, s.vpp, s.microbatches_per_schedule())
+                && ratios_differ(fast.bubble_ratio, slow.bubble_ratio) =>
         {
             let (fast_ratio, slow_ratio) = distinct_ratios(fast.bubble_ratio, slow.bubble_ratio);
             Some(format!(

@@ -59,11 +59,15 @@ pub struct ScheduleSummary {
 pub struct Simulated {
     pub estimate: Estimate,
     pub schedule: Schedule,
-    /// Stage costs the schedule ran with (per model chunk, per micro-batch).
+    /// Each stage's block costs per model chunk and micro-batch: the mean of its `chunks`.
     pub stages: Vec<StageCost>,
-    /// Of each stage's forward and backward block, the exposed EP all-to-all seconds (its own MoE
-    /// layers'; 0 on a stage of dense layers), as `stages` counts them.
-    pub stage_ep_exposed_s: Vec<(f64, f64)>,
+    /// Every model chunk's block costs with the exposed EP all-to-all seconds its forward and
+    /// backward hold, stage by stage: `[s·n + c]` is chunk c of stage s, n = `chunks.len() /
+    /// stages.len()` (v under an interleaved looped schedule, 2 under a V, else 1). What the
+    /// schedule's blocks ran with; `stages` are their means per stage.
+    /// A block's strips read its own chunk: DeepSeek-V3's dense first layers can fill a chunk
+    /// that holds no all-to-all beside MoE chunks on the same stage.
+    pub chunks: Vec<(StageCost, (f64, f64))>,
     pub summary: ScheduleSummary,
     /// Exposed DP communication and optimizer time after the pipeline drains.
     pub tail_dp_s: f64,
@@ -163,35 +167,49 @@ fn block_cost(
 }
 
 /// [`stage_costs`], each stage with the exposed EP all-to-all time its forward and backward blocks
-/// hold (its own MoE layers': none on a stage of dense layers), for the timeline's strips.
+/// hold (its own MoE layers': none on a stage of dense layers): the mean of its model chunks
+/// ([`chunk_costs_and_ep`]).
 fn stage_costs_and_ep(
     model: &Model,
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<(StageCost, (f64, f64))> {
+    stage_means(
+        &chunk_costs_and_ep(model, cluster, training, plan),
+        chunks_per_stage(training, plan),
+    )
+}
+
+/// Model chunks per stage the schedule runs as blocks of their own costs: two under a V schedule,
+/// v under an interleaved looped one, else one (a stage's cost, its layers over `vpp`).
+fn chunks_per_stage(training: &Training, plan: &ParallelPlan) -> u32 {
     if training.pp_schedule.v_kind().is_some() && plan.pp > 1 {
-        // Per rank, the mean of its two chunks (the timeline's strips read them per rank).
+        2
+    } else if runs_looped_chunks(training, plan) {
+        plan.vpp
+    } else {
+        1
+    }
+}
+
+/// Every model chunk's block costs and exposed EP all-to-all time, stage by stage
+/// ([`Simulated::chunks`]): a V schedule's two per rank (`v_chunk_costs`), an interleaved looped
+/// schedule's v per stage (`looped_chunk_costs`), else one per stage.
+fn chunk_costs_and_ep(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<(StageCost, (f64, f64))> {
+    if training.pp_schedule.v_kind().is_some() && plan.pp > 1 {
         return v_chunk_costs(model, cluster, training, plan)
             .into_iter()
-            .map(|[(a, ea), (b, eb)]| {
-                (
-                    StageCost {
-                        forward_s: (a.forward_s + b.forward_s) / 2.0,
-                        backward_s: (a.backward_s + b.backward_s) / 2.0,
-                        weight_s: (a.weight_s + b.weight_s) / 2.0,
-                    },
-                    ((ea.0 + eb.0) / 2.0, (ea.1 + eb.1) / 2.0),
-                )
-            })
+            .flatten()
             .collect();
     }
     if runs_looped_chunks(training, plan) {
-        // Per stage, the mean of its chunks (the timeline's strips read them per stage).
-        return stage_means(
-            &looped_chunk_costs(model, cluster, training, plan),
-            plan.vpp,
-        );
+        return looped_chunk_costs(model, cluster, training, plan);
     }
     // Each stage at its own mix of dense and MoE layers (`MixCosts`).
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
@@ -336,18 +354,15 @@ pub fn simulate_plan(
     plan: &ParallelPlan,
 ) -> Result<Simulated, String> {
     let closed = evaluate(model, cluster, training, plan);
-    // An interleaved looped schedule runs every chunk at its own cost; the stages' means are
-    // what the timeline's strips and the summary read.
-    let looped = runs_looped_chunks(training, plan)
-        .then(|| looped_chunk_costs(model, cluster, training, plan));
-    let (stages, stage_ep_exposed_s): (Vec<StageCost>, Vec<(f64, f64)>) = match &looped {
-        Some(chunks) => stage_means(chunks, plan.vpp),
-        None => stage_costs_and_ep(model, cluster, training, plan),
-    }
-    .into_iter()
-    .unzip();
-    let looped_chunks: Option<Vec<StageCost>> =
-        looped.map(|chunks| chunks.into_iter().map(|(cost, _)| cost).collect());
+    // A V or an interleaved looped schedule runs every chunk at its own cost; the stages' means
+    // are what the summary reads.
+    let chunks = chunk_costs_and_ep(model, cluster, training, plan);
+    let per_stage = chunks_per_stage(training, plan);
+    let stages: Vec<StageCost> = stage_means(&chunks, per_stage)
+        .into_iter()
+        .map(|(cost, _)| cost)
+        .collect();
+    let chunk_costs: Vec<StageCost> = chunks.iter().map(|(cost, _)| *cost).collect();
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
     let looped_blocks = schedule_blocks(plan.pp, plan.vpp, per_run, plan.schedule_runs.max(1));
@@ -358,27 +373,19 @@ pub fn simulate_plan(
     };
     if blocks > MAX_SIMULATED_BLOCKS {
         return Ok(closed_form_only(
-            model,
-            training,
-            plan,
-            closed,
-            stages,
-            stage_ep_exposed_s,
-            blocks,
+            model, training, plan, closed, stages, chunks, blocks,
         ));
     }
     let schedule = match training.pp_schedule.v_kind() {
         Some(kind) if plan.pp > 1 => {
-            let chunks: Vec<[StageCost; 2]> = v_chunk_costs(model, cluster, training, plan)
-                .into_iter()
-                .map(|pair| pair.map(|(cost, _)| cost))
+            let pairs: Vec<[StageCost; 2]> = chunk_costs
+                .chunks_exact(2)
+                .map(|pair| [pair[0], pair[1]])
                 .collect();
-            super::v_schedule::simulate_v(&chunks, kind, per_run, 0.0)?
+            super::v_schedule::simulate_v(&pairs, kind, per_run, 0.0)?
         }
-        _ => match &looped_chunks {
-            Some(chunks) => simulate_chunks(chunks, stages.len(), plan.vpp, per_run, 0.0)?,
-            None => simulate(&stages, plan.vpp, per_run, 0.0)?,
-        },
+        _ if per_stage > 1 => simulate_chunks(&chunk_costs, stages.len(), plan.vpp, per_run, 0.0)?,
+        _ => simulate(&stages, plan.vpp, per_run, 0.0)?,
     }
     .repeated(plan.schedule_runs, per_run);
     let t = closed.time;
@@ -435,7 +442,7 @@ pub fn simulate_plan(
         estimate,
         schedule,
         stages,
-        stage_ep_exposed_s,
+        chunks,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
     })
@@ -449,7 +456,7 @@ fn closed_form_only(
     plan: &ParallelPlan,
     closed: Estimate,
     stages: Vec<StageCost>,
-    stage_ep_exposed_s: Vec<(f64, f64)>,
+    chunks: Vec<(StageCost, (f64, f64))>,
     blocks: u64,
 ) -> Simulated {
     let t = closed.time;
@@ -477,7 +484,7 @@ fn closed_form_only(
             bubble_ratio: closed.bubble_ratio,
         },
         stages,
-        stage_ep_exposed_s,
+        chunks,
         tail_dp_s: t.dp_comm_exposed_s.0,
         tail_optimizer_s: t.optimizer_s.0,
     }

@@ -101,19 +101,21 @@ pub(crate) fn gantt_svg(
         }
     };
     let cp_share = share_of_blocks(sim.estimate.time.cp_comm_exposed_s.0);
-    // The EP all-to-alls are each stage's own MoE layers' (`Simulated::stage_ep_exposed_s`): a
-    // stage of dense layers (DeepSeek-V3's first three) has none, a stage with more MoE layers more.
+    // The EP all-to-alls are each model chunk's own MoE layers' (`Simulated::chunks`): a chunk of
+    // dense layers (DeepSeek-V3's first three) has none, a chunk with more MoE layers more. Read
+    // per stage, the mean of a stage's chunks put strips on the blocks of a dense chunk.
     // A split backward (`v_schedule`) runs the weight gradients as blocks of their own.
     let split_backward = sim
         .schedule
         .blocks
         .iter()
         .any(|b| b.direction == Direction::Weight);
-    let ep_fraction = |stage: u32, direction: Direction| -> f64 {
-        let (Some(&(ep_f, ep_b)), Some(cost)) = (
-            sim.stage_ep_exposed_s.get(stage as usize),
-            sim.stages.get(stage as usize),
-        ) else {
+    let chunks_per_stage = (sim.chunks.len() / sim.stages.len().max(1)).max(1);
+    let ep_fraction = |stage: u32, chunk: u32, direction: Direction| -> f64 {
+        let Some(&(cost, (ep_f, ep_b))) = sim
+            .chunks
+            .get(stage as usize * chunks_per_stage + chunk as usize % chunks_per_stage)
+        else {
             return 0.0;
         };
         let (ep, block) = match direction {
@@ -130,10 +132,11 @@ pub(crate) fn gantt_svg(
         }
     };
     let ep_fractions: Vec<f64> = (0..sim.stages.len() as u32)
-        .flat_map(|st| {
+        .flat_map(|st| (0..chunks_per_stage as u32).map(move |c| (st, c)))
+        .flat_map(|(st, c)| {
             [
-                ep_fraction(st, Direction::Forward),
-                ep_fraction(st, Direction::Backward),
+                ep_fraction(st, c, Direction::Forward),
+                ep_fraction(st, c, Direction::Backward),
             ]
         })
         .collect();
@@ -324,10 +327,10 @@ pub(crate) fn gantt_svg(
                 if ep_uneven { "up to " } else { "" },
                 100.0 * ep_share,
                 if ep_uneven { "a block" } else { "each block" },
-                if ep_none_somewhere {
-                    "; none on stages of dense layers"
-                } else {
-                    ""
+                match (ep_none_somewhere, chunks_per_stage > 1) {
+                    (true, true) => "; none on model chunks of dense layers",
+                    (true, false) => "; none on stages of dense layers",
+                    (false, _) => "",
                 }
             ),
         ));
@@ -482,11 +485,11 @@ pub(crate) fn gantt_svg(
             )?;
             // The CP and EP strips follow the TP one, at the same lower edge: each block's exposed
             // communication reads as one run of strips from its start.
-            // A block's CP share is the slowest stage's; its EP share its own stage's.
+            // A block's CP share is the slowest stage's; its EP share its own model chunk's.
             for k in 0..2 {
                 let share_of = |b: &Block| match k {
                     0 => cp_share,
-                    _ => ep_fraction(b.stage, b.direction),
+                    _ => ep_fraction(b.stage, b.chunk, b.direction),
                 };
                 let (before, colour) = match k {
                     0 => (0.0, CP_COLOUR),
