@@ -248,7 +248,7 @@ fn compare_names_micro_batch_counts_behind_ep_and_zero3_terms() {
 }
 
 /// The README's "A run in no validation file" said `plan` finds 430.5 and 404.7 TFLOP/s per GPU
-/// for Llama 3 405B on 8,192 and 16,384 H100s; the commands it names print 429.5 and 403.8 (and
+/// for Llama 3 405B on 8,192 and 16,384 H100s; the commands it names print 431.5 and 407.5 (and
 /// the table prints no TFLOP/s at all: the README now says where the number is).
 #[test]
 fn readme_llama3_405b_tflops_are_what_plan_prints() {
