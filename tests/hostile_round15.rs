@@ -372,8 +372,11 @@ fn an_output_path_with_a_line_break_leaves_a_file_tpsim_reads_back() {
             "2",
             "--tp",
             "1,2",
+            // Edges far apart: at 16 and 32 alone the GEMM times of one repetition on a loaded
+            // machine can fall with their FLOPs, which `calibrate` refuses as noise; this test is
+            // about the file name, not the fit.
             "--sweep",
-            "16,32",
+            "16,256",
             "--max-message",
             "64KiB",
             "--copy-bytes",
