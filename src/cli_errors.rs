@@ -378,10 +378,10 @@ fn plan_degree_as_sweep_axis(err: &clap::Error) -> Option<String> {
         .filter_map(|a| a.to_possible_value().map(|v| v.get_name().to_string()))
         .collect();
     Some(format!(
-        "--axis {}: {flag} is a degree of the plan, which sweep's search chooses at each point, not an input it varies (rule: --axis is one of {}); for the best plan at each {}, run tpsim plan ... {flag} N once per value (the search: line counts what the pin ruled out), or tpsim plan ... --top 20 to see the fastest plans of several degrees side by side",
+        "--axis {}: {flag} is a degree of the plan, which sweep's search chooses at each point, not an input it varies (rule: --axis is one of {}); for the best plan at each value of {}, run tpsim plan ... {flag} N once per value (the search: line counts what the pin ruled out), or tpsim plan ... --top 20 to see the fastest plans of several degrees side by side",
         crate::input_file::quote(value),
         axes.join(", "),
-        flag.trim_start_matches("--"),
+        flag,
     ))
 }
 

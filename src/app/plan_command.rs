@@ -665,7 +665,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
     }
     if refined.reordered {
         notes.push(format!(
-            "note: the event-driven schedule simulation (unequal stages) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
+            "note: the event-driven schedule simulation (stages or model chunks unequal in work) changed the order of the top {} plans from the closed-form ranking; they are shown in simulated order",
             refined.plans.len()
         ));
     }
