@@ -1,0 +1,153 @@
+//! The `model_type` families tpsim reads ([`SUPPORTED`], [`Family`]), the architecture names that
+//! imply them, and the default training length ([`DEFAULT_TRAINING_SEQ_LEN`]).
+
+use super::error::HfConfigError;
+
+/// `model_type` values we read, in the order the error message lists them.
+pub const SUPPORTED: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gpt2",
+    "gpt_neox",
+    "falcon",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v3",
+    "kimi_k2",
+    "gpt_oss",
+    "glm4_moe",
+    "nemotron_h",
+];
+
+/// The training sequence length tpsim uses when `--seq-len` is not given: 4,096 tokens, the
+/// pre-training length of Qwen3 (Qwen3 technical report §3.2, stages 1–2), DeepSeek-V3 (report §4.2)
+/// and GPT-OSS (config `initial_context_length` 4096), and of the Megatron-Bridge MoE recipes in
+/// validation/modern_runs.yaml. A config's `max_position_embeddings` is the longest context the
+/// model serves after long-context extension (Qwen3 40,960, Mistral 32,768), not a training length.
+pub const DEFAULT_TRAINING_SEQ_LEN: u32 = 4096;
+
+/// Architecture families with their parameter layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Llama, Mistral, Qwen2, Qwen3 and their MoE variants (Mixtral, Qwen2-MoE, Qwen3-MoE): RMSNorm,
+    /// gated MLP (SwiGLU), RoPE; biases per model type (Qwen2: q/k/v; Llama: `attention_bias`,
+    /// `mlp_bias`), Qwen3's per-head q/k norms.
+    LlamaLike,
+    /// Gemma: as Llama with a GeLU-gated MLP (GeGLU: gate, up, down — the same three matrices as
+    /// SwiGLU, so the same count), head_dim 256 and tied embeddings by default.
+    Gemma,
+    /// GPT-2: LayerNorm, biases, GeLU MLP of 4h (`n_inner` null), learned positions, tied output.
+    Gpt2,
+    /// GPT-NeoX / Pythia: LayerNorm, biases, GeLU MLP, rotary, separate `embed_out` (untied).
+    GptNeox,
+    /// Falcon: LayerNorm, no biases (`bias: false`), GeLU MLP of 4h, rotary, tied output;
+    /// multi-query attention unless `new_decoder_architecture` gives `num_kv_heads`. The 7B
+    /// parallel block has one LayerNorm per layer (`input_layernorm`), the new architecture
+    /// (40B, 180B) two (`ln_attn`, `ln_mlp`).
+    Falcon,
+    /// DeepSeek-V3: multi-head latent attention and MoE with a shared expert after
+    /// `first_k_dense_replace` dense layers (`DeepseekV3Config`), and its multi-token-prediction
+    /// module (`num_nextn_predict_layers`, 1 in the published config) as `mtp_layers`.
+    DeepseekV3,
+    /// GPT-OSS: MoE in every layer with biases on every linear layer and on the router
+    /// (`GptOssConfig`, `attention_bias` true), and the 128-token sliding window of every other
+    /// layer. The per-head attention sinks (64 numbers per layer) are left out.
+    GptOss,
+    /// GLM-4.5 / GLM-4.6 (`Glm4MoeConfig`): grouped-query attention with q/k/v biases and, in
+    /// GLM-4.5, per-head q/k norms; DeepSeek-V3's MoE block (routed and shared experts after
+    /// `first_k_dense_replace` dense layers) and its multi-token-prediction layers.
+    Glm4Moe,
+    /// Nemotron-H and Nemotron 3 (NVIDIA's `NemotronHConfig`): a hybrid Mamba-Transformer stack
+    /// whose `hybrid_override_pattern` gives each layer one block (`model::hybrid`).
+    NemotronH,
+}
+
+pub(super) fn family_of(model_type: &str) -> Option<Family> {
+    match model_type {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe" => {
+            Some(Family::LlamaLike)
+        }
+        "gemma" => Some(Family::Gemma),
+        "gpt2" => Some(Family::Gpt2),
+        "gpt_neox" => Some(Family::GptNeox),
+        // Falcon's first Hub uploads used the remote-code names.
+        "falcon" | "RefinedWeb" | "RefinedWebModel" => Some(Family::Falcon),
+        // Kimi K2 ships DeepSeek-V3's architecture under its own name (`architectures`
+        // DeepseekV3ForCausalLM, remote code `configuration_deepseek.py`).
+        "deepseek_v3" | "kimi_k2" => Some(Family::DeepseekV3),
+        "gpt_oss" => Some(Family::GptOss),
+        "glm4_moe" => Some(Family::Glm4Moe),
+        "nemotron_h" => Some(Family::NemotronH),
+        _ => None,
+    }
+}
+
+/// `architectures[0]` → `model_type`, for configs written without `model_type`.
+pub(super) fn model_type_of_architecture(architecture: &str) -> Option<&'static str> {
+    Some(match architecture {
+        "LlamaForCausalLM" => "llama",
+        "MistralForCausalLM" => "mistral",
+        "Qwen2ForCausalLM" => "qwen2",
+        "Qwen3ForCausalLM" => "qwen3",
+        "GemmaForCausalLM" => "gemma",
+        "GPT2LMHeadModel" => "gpt2",
+        "GPTNeoXForCausalLM" => "gpt_neox",
+        "FalconForCausalLM" | "RWForCausalLM" => "falcon",
+        "MixtralForCausalLM" => "mixtral",
+        "Qwen2MoeForCausalLM" => "qwen2_moe",
+        "Qwen3MoeForCausalLM" => "qwen3_moe",
+        "DeepseekV3ForCausalLM" => "deepseek_v3",
+        "GptOssForCausalLM" => "gpt_oss",
+        "Glm4MoeForCausalLM" => "glm4_moe",
+        "NemotronHForCausalLM" => "nemotron_h",
+        _ => return None,
+    })
+}
+
+/// A config whose `architectures[0]` is another supported model type than its `model_type`
+/// (`"model_type": "llama"` over `["MixtralForCausalLM"]`) is refused: the keys are read as
+/// `model_type` says (transformers' `AutoConfig` does too), so the other architecture's keys (the
+/// experts, a sliding window) would be dropped without a word. Names of one architecture agree
+/// (Kimi K2's `kimi_k2` is DeepseekV3ForCausalLM; Falcon's remote-code names are falcon).
+pub(super) fn check_architecture_agrees(
+    path: &str,
+    architecture: &str,
+    model_type: Option<&String>,
+) -> Result<(), HfConfigError> {
+    let (Some(model_type), Some(named)) = (model_type, model_type_of_architecture(architecture))
+    else {
+        return Ok(());
+    };
+    let agree = named == model_type.as_str()
+        || matches!(
+            (named, model_type.as_str()),
+            ("deepseek_v3", "kimi_k2") | ("falcon", "RefinedWeb" | "RefinedWebModel")
+        );
+    if agree {
+        return Ok(());
+    }
+    Err(HfConfigError::Unsupported {
+        path: path.to_string(),
+        message: format!(
+            "\"model_type\": {model_type:?} and \"architectures\": [{architecture:?}] name different models ({architecture} is model_type {named:?}), and tpsim would read the keys as {model_type:?} and drop what only {named:?} has; correct one of them so they agree"
+        ),
+    })
+}
+
+pub(super) fn family_name(family: Family) -> &'static str {
+    match family {
+        Family::LlamaLike => "Llama/Mistral/Qwen",
+        Family::Gemma => "Gemma",
+        Family::Gpt2 => "GPT-2",
+        Family::GptNeox => "GPT-NeoX",
+        Family::Falcon => "Falcon",
+        Family::DeepseekV3 => "DeepSeek-V3",
+        Family::GptOss => "GPT-OSS",
+        Family::Glm4Moe => "GLM-4.5",
+        Family::NemotronH => "Nemotron-H",
+    }
+}
