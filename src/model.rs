@@ -1,7 +1,7 @@
 //! The transformer being trained: its shape, parameter count and FLOP count.
 //!
 //! Specs come from `models/*.yaml`, from shape flags, from a Hugging Face `config.json`
-//! (`hf_config.rs`) or from a bare parameter count (`shape.rs`). Counts handle grouped-query
+//! (`hf_config`) or from a bare parameter count (`shape.rs`). Counts handle grouped-query
 //! attention (kv_heads < heads), a head dimension set apart from hidden/heads (Qwen3, Gemma),
 //! gated MLPs (SwiGLU: three matrices), multi-head latent attention (DeepSeek-V2/V3) and
 //! mixture-of-experts layers (routed experts, shared experts, dense layers before the first MoE

@@ -6,7 +6,7 @@
 //!
 //! One file per job: `run.rs` (a run as the file states it), `runs_file.rs` (reading a file),
 //! `run_checks.rs` (one run's settings checked), `run_specs.rs` (the GPU profile and model it is
-//! planned on), `recipes.rs` (what its source ran beyond its table), `plan_run.rs` (planning it),
+//! planned on), `recipes` (what its source ran beyond its table), `plan_run.rs` (planning it),
 //! `predict.rs` (its prediction), `summary.rs` (the accuracy summary) and `pair_order.rs` (the
 //! order of published pairs).
 

@@ -734,7 +734,7 @@ impl TrainingFramework {
     }
 
     /// Whether low-precision training keeps quantized copies of the weights between uses
-    /// (Transformer Engine's `Float8Tensor` with its transpose, counted in `memory.rs`). torchao's
+    /// (Transformer Engine's `Float8Tensor` with its transpose, counted in `cost::memory`). torchao's
     /// `Float8Linear`, torchtitan's, casts the weight in every forward and backward and saves the
     /// high-precision one (`matmul_with_hp_or_float8_args`: `ctx.save_for_backward(input_hp,
     /// weight_hp_t)`): no copy outlives the GEMM.

@@ -36,7 +36,7 @@
 //!
 //! A module that is freed keeps nothing it would have saved; what the output-discarding modules'
 //! neighbours save (the raw latents before `mla_up_proj`, the expert up projection before
-//! `moe_act`) stays. Element sizes follow `memory.rs`: a GEMM input is saved quantized (1 byte) under
+//! `moe_act`) stays. Element sizes follow `cost::memory`: a GEMM input is saved quantized (1 byte) under
 //! low-precision training, an attention input in bf16.
 
 use super::comm::ACTIVATION_BYTES;
@@ -47,7 +47,7 @@ use crate::model::Model;
 use crate::plan::{ParallelPlan, Precision};
 use crate::training::{RecomputeModule, RecomputeModules};
 
-/// Bytes per element a GEMM's input is saved in for its backward (`memory.rs`: Transformer
+/// Bytes per element a GEMM's input is saved in for its backward (`cost::memory`: Transformer
 /// Engine saves the quantized input under low precision).
 fn saved_gemm_input_bytes(precision: Precision) -> f64 {
     match precision {
@@ -185,7 +185,7 @@ pub fn forward_s(
 }
 
 /// Activation bytes the listed modules do not keep, per layer of `mix` (one stage's), one
-/// micro-batch, one GPU — what `memory.rs` subtracts from no recompute's count (with `core_attn`
+/// micro-batch, one GPU — what `cost::memory` subtracts from no recompute's count (with `core_attn`
 /// absent) or from Megatron-Core's selective count.
 pub fn freed_bytes(
     model: &Model,

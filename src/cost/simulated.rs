@@ -13,7 +13,7 @@
 //! m blocks of the slowest stage plus the fill and drain of the others, which can be a little
 //! shorter than the closed form's (p − 1)/v of the *mean* stage.
 //! The embedding's lookup is a gather with no GEMM, so the first stage carries no extra compute
-//! for it (its memory is counted in `memory.rs`).
+//! for it (its memory is counted in `cost::memory`).
 
 use serde::Serialize;
 

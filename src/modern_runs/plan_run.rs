@@ -1,5 +1,5 @@
 //! A published run as tpsim plans it (`plan_run` → `PlannedRun`): its published plan pinned,
-//! its recipe's settings applied (`recipes.rs`) and the settings its source leaves unstated searched.
+//! its recipe's settings applied (`recipes`) and the settings its source leaves unstated searched.
 
 use super::recipes;
 use super::recipes::{

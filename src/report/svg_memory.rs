@@ -1,4 +1,4 @@
-//! Figure 1: memory per GPU of the top plans, stacked by what holds it (memory.rs's breakdown of
+//! Figure 1: memory per GPU of the top plans, stacked by what holds it (`cost::memory`'s breakdown of
 //! the most loaded GPU), against the GPU's capacity.
 
 use super::svg::{GIB, StackedBars, plan_details, stacked_bars};
