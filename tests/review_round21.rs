@@ -13,9 +13,14 @@
 //! 2. `compare` gave equal bubble ratios of different (p, v, m) as the cause of a bubble that
 //!    differs ("(p-1)/(v·m) = 0.031 (p=2 v=1 m=32) against 0.031 (p=4 v=3 m=32)"); equal ratios
 //!    now fall through to the layer split, as the arm's comment always said.
+//! 3. (found by the torchtitan GPT-OSS helper, fixed by the lead) A sliding-window model with
+//!    `--cp` under torchtitan was told to "use --cp-exchange kv-all-gather or head-all-to-all",
+//!    which torchtitan then refuses ("--cp-exchange kv-all-gather is Transformer Engine's context
+//!    parallelism under Megatron-Core ..."): a fix refused in turn. Under a framework whose
+//!    exchanges run no windows the fix now names Megatron-Core with those exchanges.
 
 mod common;
-use common::{run, scratch};
+use common::{assert_one_line_error, run, scratch};
 
 /// DeepSeek-V3 (61 layers, the first three dense) on pp 8 × vpp 4 with the embedding and the
 /// loss counted as layers (tpsim's uneven interleaved split, Megatron-Core's
@@ -202,5 +207,57 @@ fn equal_bubble_ratios_are_not_given_as_the_bubbles_cause() {
     assert!(
         bubble.contains("layers per stage (first/middle/last) 16/16/16 against 8/8/8"),
         "the layer split is the cause: {verdict}"
+    );
+}
+
+/// Defect 3: the window refusal's fix is one the framework takes, and following it plans.
+#[test]
+fn the_window_refusals_fix_is_one_the_framework_runs() {
+    let base = [
+        "eval",
+        "--model",
+        "gpt-oss-20b",
+        "--nodes",
+        "1",
+        "--cp",
+        "2",
+    ];
+    let torchtitan = run(&[&base[..], &["--framework", "torchtitan", "--zero", "3"]].concat());
+    assert_one_line_error(
+        &torchtitan,
+        &[
+            "--cp 2",
+            "sliding-window",
+            "use --framework megatron-core with --cp-exchange kv-all-gather",
+        ],
+        &["use --cp-exchange"],
+        "torchtitan window refusal",
+    );
+    // Under Megatron-Core the exchanges themselves are the fix, and the one named runs.
+    let core = run(&[&base[..], &["--ep", "4"]].concat());
+    assert_one_line_error(
+        &core,
+        &["use --cp-exchange kv-all-gather or head-all-to-all"],
+        &["--framework megatron-core with"],
+        "megatron-core window refusal",
+    );
+    let followed = run(&[
+        &base[..],
+        &[
+            "--framework",
+            "megatron-core",
+            "--ep",
+            "4",
+            "--cp-exchange",
+            "kv-all-gather",
+        ],
+    ]
+    .concat());
+    // Priced, not refused (exit 1 would say only that it does not fit in memory).
+    assert_ne!(followed.code, 2, "{}", followed.stderr);
+    assert!(
+        followed.stdout.contains("time per step"),
+        "{}",
+        followed.stdout
     );
 }

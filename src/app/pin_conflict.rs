@@ -592,13 +592,7 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
             .attention_window
             .is_some_and(|w| w.windows_some_layer())
     {
-        return Some(
-            PlanError::CpWithWindow {
-                cp,
-                exchange: training.cp_exchange.as_str(),
-            }
-            .to_string(),
-        );
+        return Some(PlanError::cp_with_window(cp, training).to_string());
     }
     // The all-to-all exchange splits each TP rank's heads over cp: tp 1 leaves the most heads
     // per rank (any split of a larger tp divides them), so where cp splits none there, it splits

@@ -242,9 +242,14 @@ pub enum PlanError {
         longer: u64,
     },
     #[error(
-        "--cp {cp} with sliding-window attention: the {exchange} exchange does not run sliding windows (Transformer Engine refuses them on its point-to-point ring, and PyTorch's ring takes none); use --cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a, which run them), --cp 1, or --attention-window 0 for full attention"
+        "--cp {cp} with sliding-window attention: the {exchange} exchange does not run sliding windows (Transformer Engine refuses them on its point-to-point ring, and PyTorch's ring takes none); use {windowed}, --cp 1, or --attention-window 0 for full attention"
     )]
-    CpWithWindow { cp: u32, exchange: &'static str },
+    CpWithWindow {
+        cp: u32,
+        exchange: &'static str,
+        /// The exchanges that run windows, as the framework takes them ([`PlanError::cp_with_window`]).
+        windowed: &'static str,
+    },
     #[error(
         "--cp {cp} with --cp-exchange head-all-to-all (Megatron-Core's --cp-comm-type a2a) splits each TP rank's heads over the CP ranks, but tp {tp} leaves {query_heads} query and {kv_heads} K/V heads per rank, not both multiples of {cp} (Transformer Engine's AttnFuncWithCPAndQKVOA2A requires it); valid cp: {valid}; or use --cp-exchange {other}"
     )]
@@ -442,6 +447,25 @@ pub enum PlanError {
 }
 
 impl PlanError {
+    /// [`PlanError::CpWithWindow`] for `cp` under `training`, whose fix names the exchanges that
+    /// run sliding windows as the framework can take them: Megatron-Core's all_gather and a2a
+    /// (`CpExchange::runs_sliding_windows`); torchtitan and 2021 Megatron-LM run neither
+    /// (`TrainingFramework::runs_cp_exchange`), so their fix is Megatron-Core with one of them.
+    pub fn cp_with_window(cp: u32, training: &crate::training::Training) -> PlanError {
+        use crate::training::CpExchange;
+        let framework_runs_windows = [CpExchange::KvAllGather, CpExchange::HeadAllToAll]
+            .into_iter()
+            .any(|e| training.framework.runs_cp_exchange(e));
+        PlanError::CpWithWindow {
+            cp,
+            exchange: training.cp_exchange.as_str(),
+            windowed: if framework_runs_windows {
+                "--cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a, which run them)"
+            } else {
+                "--framework megatron-core with --cp-exchange kv-all-gather or head-all-to-all (Megatron-Core's --cp-comm-type all_gather / a2a run them; this framework's context parallelism does not)"
+            },
+        }
+    }
     /// [`PlanError::UlyssesWithSequenceParallel`] for `cp` beside Megatron's sequence parallelism,
     /// with the `tp` given (if any): a tp above 1 is named with its own rule and fix, since
     /// dropping sequence parallelism alone leaves it refused

@@ -55,10 +55,7 @@ pub(super) fn check_context_experts_precision(
             .attention_window
             .is_some_and(|w| w.windows_some_layer())
     {
-        return Err(PlanError::CpWithWindow {
-            cp: r.cp,
-            exchange: training.cp_exchange.as_str(),
-        });
+        return Err(PlanError::cp_with_window(r.cp, training));
     }
     if let Some(err) = cp_heads_error(r.cp, r.tp, model, training) {
         return Err(err);
