@@ -9,6 +9,14 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = megatron_spelling(err) {
         return message;
     }
+    // args_os: `args` panics on an argument that is not UTF-8 (such a word is no module name).
+    let words: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(message) = dashed_recompute_module(err, &words) {
+        return message;
+    }
     // args_os: `args` panics on an argument that is not UTF-8.
     let command = std::env::args_os()
         .nth(1)
@@ -489,6 +497,28 @@ fn megatron_spelling(err: &clap::Error) -> Option<String> {
         .iter()
         .find(|(megatron, _)| *megatron == flag)
         .map(|(megatron, rule)| format!("{megatron} {rule}"))
+}
+
+/// `--recompute-modules -core_attn`: clap reads the dashed name as short flags and says
+/// "unexpected argument '-c'", naming neither the flag nor the rule. Said when the word clap
+/// stopped at comes among `--recompute-modules`' values and is module names once its dashes go.
+fn dashed_recompute_module(err: &clap::Error, args: &[String]) -> Option<String> {
+    let stopped_at = unknown_flag(err)?;
+    let flag = args.iter().position(|a| a == "--recompute-modules")?;
+    let word = args[flag + 1..]
+        .iter()
+        .find(|a| a.starts_with('-'))
+        .filter(|a| a.starts_with(&stopped_at))?;
+    let names: Vec<&str> = word
+        .split(',')
+        .map(|name| name.trim_start_matches('-'))
+        .collect();
+    crate::training::RecomputeModules::parse(&names).ok()?;
+    Some(format!(
+        "--recompute-modules {word}: module names take no dash (rule: the flag's values are Megatron-Core's module names); write --recompute-modules {} (choose from {})",
+        names.join(","),
+        crate::training::RECOMPUTE_MODULE_NAMES
+    ))
 }
 
 /// The bytes of `arg` as text, each byte that is not UTF-8 written `\xNN`.

@@ -664,6 +664,7 @@ mod tests {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            torchtitan_gpt_oss_experts: false,
             sdpa_repeats_kv: false,
             gradient_accumulation_fusion: true,
             rope_fusion: true,

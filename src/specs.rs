@@ -457,6 +457,20 @@ fn plain_words(message: &str) -> String {
             );
         }
     }
+    // `sequence_parallel: yes`: YAML 1.2 reads yes, on and the like as text, and serde names the
+    // type it wanted with no fix.
+    if let Some((path, _)) = out
+        .split_once(": invalid type: ")
+        .filter(|(_, rest)| rest.ends_with(", expected a boolean"))
+    {
+        let key = key_of_path(path).to_string();
+        if !key.is_empty() {
+            out.push_str(&format!(
+                "; {key} takes true or false (YAML reads yes, no, on and off as text): write {key}: true or {key}: false"
+            ));
+            return out;
+        }
+    }
     if let Some(at) = out.find("expected struct ") {
         out.replace_range(at.., "expected a mapping of keys (key: value lines)");
     }

@@ -9,7 +9,9 @@ mod recompute_modules;
 pub use bf16_layers::{Bf16Layers, mtp_runs_bf16};
 pub use module_precision::{ModulePrecision, QuantModule};
 pub use pipeline_schedule::PipelineSchedule;
-pub use recompute_modules::{RecomputeModule, RecomputeModules};
+pub use recompute_modules::{
+    RecomputeModule, RecomputeModules, VALID_NAMES as RECOMPUTE_MODULE_NAMES,
+};
 
 /// Default sequences per step when `--global-batch` is not given: 1536 sequences of 2048 tokens,
 /// 3.1M tokens, the batch Narayanan et al. 2021 (SC'21, Table 1) trained GPT-3 175B with; Brown
@@ -1426,6 +1428,13 @@ pub struct Training {
     /// accuracy runner sets it for the releases its runs used.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub eager_glu_clamp: bool,
+    /// The experts are torchtitan's own GPT-OSS code (`GptOssGroupedExperts`,
+    /// torchtitan/models/gpt_oss/moe.py at b5bcd76c66d0), whose bias adds and clamped SwiGLU run
+    /// as eager kernels of their own without `torch.compile` (`cost::moe::ExpertEpilogue`). On for
+    /// `--framework torchtitan` on the command line; the accuracy runner leaves it off: NeMo
+    /// AutoModel's GPT-OSS rows, planned as torchtitan, run AutoModel's model code, not this.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub torchtitan_gpt_oss_experts: bool,
     /// The model code expands K and V to every query head before calling attention, as
     /// torchtitan's models do (`repeat_kv`, then PyTorch's SDPA), where Megatron-Core's and
     /// Transformer Engine's fused attention take grouped-query K and V as they are: a copy of K and
@@ -1533,6 +1542,7 @@ impl Training {
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
             eager_glu_clamp: false,
+            torchtitan_gpt_oss_experts: false,
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,
             rope_fusion: true,

@@ -226,8 +226,9 @@ pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountErro
         ));
     }
     let trimmed = one_word(text).map_err(|rule| fail(&format!("{rule} (e.g. 512B, not 512 B)")))?;
-    // Rust's float parser reads nan, inf and infinity, whose last letter is no suffix.
-    if trimmed.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
+    // Rust's float parser reads nan, inf and infinity, whose last letter is no suffix; YAML writes
+    // them .nan and .inf (a plan file's `params: .nan`, YAML 1.2 §10.2.1.4), which Rust does not.
+    if trimmed.parse::<f64>().is_ok_and(|v| !v.is_finite()) || is_yaml_non_finite(trimmed) {
         return Err(fail(
             "is not a finite number; give a count such as 512B, 1.5T, 70000M or 175e9",
         ));
@@ -260,6 +261,14 @@ pub fn parse_count(flag: &'static str, text: &str) -> Result<f64, ParseCountErro
         return Err(fail("must be greater than zero; give a count such as 512B"));
     }
     Ok(value * multiplier)
+}
+
+/// YAML's words for a float that is not finite: `.nan`, `.inf`, `-.inf`, `+.inf` in any case
+/// (YAML 1.2 core schema, §10.2.1.4), which Rust's float parser does not read.
+fn is_yaml_non_finite(text: &str) -> bool {
+    text.trim_start_matches(['+', '-'])
+        .strip_prefix('.')
+        .is_some_and(|word| word.eq_ignore_ascii_case("nan") || word.eq_ignore_ascii_case("inf"))
 }
 
 /// Formats a count the way it is usually quoted: 512.3B, 1.01T, 350M.

@@ -1830,6 +1830,7 @@ pub(super) fn resolve_scenario(
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
         eager_glu_clamp: false,
+        torchtitan_gpt_oss_experts: framework == TrainingFramework::Torchtitan,
         sdpa_repeats_kv: framework.sdpa_repeats_kv(),
         gradient_accumulation_fusion: training_args
             .gradient_accumulation_fusion

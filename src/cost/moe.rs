@@ -206,7 +206,8 @@ pub fn moe_mlp_forward_s(
 
 /// Eager kernels the framework runs around the routed experts' grouped GEMMs that a generic MoE
 /// of the same shape does not, read from Megatron-Core's `TEGroupedMLP` (moe/experts.py,
-/// core_v0.15.0 and after). Other frameworks: none modelled.
+/// core_v0.15.0 and after) and torchtitan's `GptOssGroupedExperts` (torchtitan/models/gpt_oss/
+/// moe.py at b5bcd76c66d0). Other frameworks: none modelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExpertEpilogue {
     /// Experts with biases (`--add-bias-linear`): the second GEMM returns its bias apart
@@ -218,6 +219,12 @@ pub struct ExpertEpilogue {
     /// until Megatron-LM #5940 (2026-08-13) folded the clamp into the fused kernel
     /// (`Training::eager_glu_clamp`).
     pub eager_glu_clamp: bool,
+    /// torchtitan's GPT-OSS experts run eager (`Training::torchtitan_gpt_oss_experts`, compile
+    /// off): `GptOssGroupedExperts.forward` gathers each bias to the routed rows
+    /// (`repeat_interleave`) and adds it, and its `swiglu` clamps, gates and adds the +1 as
+    /// separate kernels, where tpsim's generic expert runs one activation kernel. Under
+    /// `torch.compile` Inductor fuses them per block into about that one kernel: nothing more.
+    pub torchtitan_eager_experts: bool,
 }
 
 impl ExpertEpilogue {
@@ -227,11 +234,17 @@ impl ExpertEpilogue {
             return ExpertEpilogue::default();
         };
         let megatron_core = training.framework == crate::training::TrainingFramework::MegatronCore;
+        let torchtitan = training.framework == crate::training::TrainingFramework::Torchtitan;
         ExpertEpilogue {
             eager_output_bias: megatron_core && model.linear_bias,
             eager_glu_clamp: megatron_core
                 && moe.glu_clamp_limit.is_some()
                 && training.eager_glu_clamp,
+            // A clamped GLU is GPT-OSS's, the only experts torchtitan's gpt_oss module builds.
+            torchtitan_eager_experts: torchtitan
+                && training.torchtitan_gpt_oss_experts
+                && moe.glu_clamp_limit.is_some()
+                && training.kernel_fusion == crate::training::KernelFusion::Eager,
         }
     }
 
@@ -243,7 +256,8 @@ impl ExpertEpilogue {
     ///   (read h) (6h);
     /// - the clamp: two clamps read and write a half each, `torch.cat` reads and writes both
     ///   (8 × inner); backward, each clamp's gradient reads the gradient and the input and writes
-    ///   one half (6 × inner); the cat's gradient is two views.
+    ///   one half (6 × inner); the cat's gradient is two views;
+    /// - torchtitan's eager GPT-OSS experts ([`TORCHTITAN_EAGER_EXPERT_ELEMENTS`]).
     pub fn bytes_per_routed_copy(self, inner: f64, hidden: f64) -> (f64, f64) {
         let mut forward = 0.0;
         let mut backward = 0.0;
@@ -255,9 +269,43 @@ impl ExpertEpilogue {
             forward += 8.0 * inner;
             backward += 6.0 * inner;
         }
+        if self.torchtitan_eager_experts {
+            let [(fwd_inner, fwd_hidden), (bwd_inner, bwd_hidden)] =
+                TORCHTITAN_EAGER_EXPERT_ELEMENTS;
+            forward += fwd_inner * inner + fwd_hidden * hidden;
+            backward += bwd_inner * inner + bwd_hidden * hidden;
+        }
         (forward * ACTIVATION_BYTES, backward * ACTIVATION_BYTES)
     }
 }
+
+/// Elements read and written per routed token copy by torchtitan's eager GPT-OSS experts beyond
+/// the one activation kernel tpsim prices for every expert (reads the 2F-wide up projection,
+/// writes F; its backward twice that): (× F, × D) forward, then backward, for the expert's
+/// inner width F and output width D. Counted from `GptOssGroupedExperts.forward` and `swiglu`
+/// (torchtitan/models/gpt_oss/moe.py at b5bcd76c66d0), one read or write of each element per
+/// kernel, bf16; a strided half (`x[..., ::2]`, `x[..., 1::2]`) reads the whole interleaved 2F row,
+/// since every 32-byte sector holds both halves.
+///
+/// Forward, 25F + 4D in all, less the priced 3F:
+/// - `b1.repeat_interleave(...)` writes 2F and `h_RG + b1_RG` reads 4F and writes 2F (8F);
+/// - `swiglu`: two `clamp`s each read 2F and write F (6F), `alpha * x_glu` 2F, `torch.sigmoid` 2F,
+///   `x_glu * sigmoid` 3F, `torch.addcmul(out_glu, out_glu, x_linear)` reads 3F and writes F (17F);
+/// - `b2.repeat_interleave(...)` writes D and `h_RD + b2_RD` reads 2D and writes D (4D). With
+///   tp_degree > 1 `ScaleBiasForward` also divides b2_RD (2D), left out: which mesh sets tp_degree
+///   depends on the SPMD backend.
+///
+/// Backward (PyTorch's derivatives.yaml), 53F + D in all, less the priced 6F:
+/// - the bias adds and `ScaleBiasForward` pass the gradient through; each `repeat_interleave`
+///   (an `index_select`) sums it back with `index_add_`, reading D and 2F;
+/// - `addcmul`: `grad * (x_linear * 1)` and `grad * (out_glu * 1)` (5F each) and out_glu's two
+///   gradients summed (3F): 13F; `x_glu * sigmoid`: two products (6F); `sigmoid_backward` 3F;
+///   `* alpha` 2F; x_glu's two gradients summed 3F;
+/// - each `clamp`'s backward reads the gradient (F) and its strided input (2F) and writes F (8F);
+/// - each strided view's backward zero-fills a 2F gradient and writes its half into it (5F), and
+///   the two are summed (reads 4F, writes 2F): 16F.
+pub const TORCHTITAN_EAGER_EXPERT_ELEMENTS: [(f64, f64); 2] =
+    [(25.0 - 3.0, 4.0), (53.0 - 6.0, 1.0)];
 
 /// One MoE layer's MLP part on one GPU for one micro-batch, forward and backward.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -1686,6 +1734,20 @@ mod tests {
         );
         assert_eq!(
             ExpertEpilogue::of(&model, &titan),
+            ExpertEpilogue::default()
+        );
+        // torchtitan's own GPT-OSS experts, eager: 22F + 4D forward, 47F + D backward.
+        let mut own_code = titan;
+        own_code.torchtitan_gpt_oss_experts = true;
+        let eager = ExpertEpilogue::of(&model, &own_code);
+        assert!(eager.torchtitan_eager_experts && !eager.eager_output_bias);
+        assert_eq!(
+            eager.bytes_per_routed_copy(f, h),
+            (2.0 * (22.0 * f + 4.0 * h), 2.0 * (47.0 * f + h))
+        );
+        own_code.kernel_fusion = crate::training::KernelFusion::Fused;
+        assert_eq!(
+            ExpertEpilogue::of(&model, &own_code),
             ExpertEpilogue::default()
         );
         // The bytes land on the layer: the same plan is slower by them at the achieved bandwidth.

@@ -1,6 +1,8 @@
 //! torchtitan out, GPT-OSS part: which torchtitan/models/gpt_oss flavor builds a tpsim GPT-OSS
 //! model, what of a GPT-OSS plan that module does not run as tpsim priced it, and what tpsim's
-//! price leaves out of what it runs (`torchtitan_moe.rs` writes the MoE recipe lines).
+//! price leaves out of what it runs (`torchtitan_moe.rs` writes the MoE recipe lines). The
+//! experts' eager bias adds and clamped SwiGLU are priced (`cost::moe::ExpertEpilogue`), the
+//! attention sinks' rescale is not.
 //!
 //! Read at pytorch/torchtitan b5bcd76c66d0 (no PyTorch run here). torchtitan/models/gpt_oss/
 //! __init__.py registers `gptoss_configs` "debugmodel", "20b" and "120b": dim 2880, per-expert
@@ -196,14 +198,13 @@ pub(super) fn notes(training: &Training) -> Vec<String> {
     let mut out = vec![format!(
         "tpsim prices torchtitan's attention as PyTorch SDPA's FlashAttention-2 kernel with K/V repeated to every query head, the windowed layers at the blocks a sliding-window kernel visits; torchtitan's gpt_oss runs varlen_attn (attn_backend \"varlen\", FlashAttention-3 on Hopper and 4 on Blackwell: get_cuda_flash_attention_impl) with grouped K/V and window_size (127, 0) on its even layers, and rescales each head's output by its learned sink, out * sigmoid(lse - sink), in eager kernels tpsim does not price (torchtitan/models/gpt_oss/model.py at {TORCHTITAN_COMMIT}); its attention time and memory can differ from tpsim's"
     )];
-    let compiled = training.kernel_fusion == KernelFusion::Fused;
-    out.push(format!(
-        "tpsim prices each expert's clamped SwiGLU as one activation kernel; torchtitan's GptOssGroupedExperts broadcasts both biases to the routed tokens (repeat_interleave) and adds them, and clamps, gates and adds its +1 in separate element-wise kernels (torchtitan/models/gpt_oss/moe.py){}",
-        if compiled {
-            ", which torch.compile fuses per block but tpsim does not price"
-        } else {
-            " that tpsim does not price: run eager (compile off), the experts take longer than predicted; --torch-compile true fuses them"
-        }
-    ));
+    // Eager, tpsim prices those kernels as `GptOssGroupedExperts` runs them
+    // (`cost::moe::ExpertEpilogue::torchtitan_eager_experts`); compiled, Inductor's fusion of them
+    // is priced as the one activation kernel, and the note says so.
+    if training.kernel_fusion == KernelFusion::Fused {
+        out.push(
+            "tpsim prices each expert's clamped SwiGLU as one activation kernel; torchtitan's GptOssGroupedExperts broadcasts both biases to the routed tokens (repeat_interleave) and adds them, and clamps, gates and adds its +1 in separate element-wise kernels (torchtitan/models/gpt_oss/moe.py), which torch.compile fuses per block in kernels tpsim does not price one by one".into(),
+        );
+    }
     out
 }
