@@ -98,14 +98,24 @@ pub fn layers_per_stage(model: &Model, plan: &ParallelPlan) -> Vec<u32> {
     out
 }
 
-/// Per-stage block costs of `plan` (one model chunk, one micro-batch) and the PP send time.
+/// Per-stage block costs of `plan` (one model chunk, one micro-batch) and the PP send time: each
+/// stage's mean over the model chunks the schedule runs ([`chunk_costs_and_ep`]).
 pub fn stage_costs(
     model: &Model,
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
 ) -> Vec<StageCost> {
-    stage_costs_and_ep(model, cluster, training, plan)
+    stage_costs_of(
+        &chunk_costs_and_ep(model, cluster, training, plan),
+        chunks_per_stage(training, plan),
+    )
+}
+
+/// Each stage's mean block over its `per_stage` chunks (`chunks` stage by stage), without the
+/// EP all-to-all times.
+fn stage_costs_of(chunks: &[(StageCost, (f64, f64))], per_stage: u32) -> Vec<StageCost> {
+    stage_means(chunks, per_stage)
         .into_iter()
         .map(|(cost, _)| cost)
         .collect()
@@ -163,21 +173,6 @@ fn block_cost(
             ep_layers * ep.forward_exposed_s / chunks,
             ep_layers * ep.backward_exposed_s / chunks,
         ),
-    )
-}
-
-/// [`stage_costs`], each stage with the exposed EP all-to-all time its forward and backward blocks
-/// hold (its own MoE layers': none on a stage of dense layers): the mean of its model chunks
-/// ([`chunk_costs_and_ep`]).
-fn stage_costs_and_ep(
-    model: &Model,
-    cluster: &Cluster,
-    training: &Training,
-    plan: &ParallelPlan,
-) -> Vec<(StageCost, (f64, f64))> {
-    stage_means(
-        &chunk_costs_and_ep(model, cluster, training, plan),
-        chunks_per_stage(training, plan),
     )
 }
 
@@ -358,10 +353,7 @@ pub fn simulate_plan(
     // are what the summary reads.
     let chunks = chunk_costs_and_ep(model, cluster, training, plan);
     let per_stage = chunks_per_stage(training, plan);
-    let stages: Vec<StageCost> = stage_means(&chunks, per_stage)
-        .into_iter()
-        .map(|(cost, _)| cost)
-        .collect();
+    let stages = stage_costs_of(&chunks, per_stage);
     let chunk_costs: Vec<StageCost> = chunks.iter().map(|(cost, _)| *cost).collect();
     // One schedule per local batch (torchtitan's gradient-accumulation steps), run back to back.
     let per_run = plan.microbatches_per_schedule();
