@@ -1431,7 +1431,9 @@ pub struct Training {
     /// The experts are torchtitan's own GPT-OSS code (`GptOssGroupedExperts`,
     /// torchtitan/models/gpt_oss/moe.py at b5bcd76c66d0), whose bias adds and clamped SwiGLU run
     /// as eager kernels of their own without `torch.compile` (`cost::moe::ExpertEpilogue`). On for
-    /// `--framework torchtitan` on the command line; the accuracy runner leaves it off: NeMo
+    /// `--framework torchtitan` on the command line with a model that has such experts (MoE with a
+    /// clamped GLU: torchtitan's gpt_oss module is its only one), so the JSON names it only where
+    /// it prices something; the accuracy runner leaves it off: NeMo
     /// AutoModel's GPT-OSS rows, planned as torchtitan, run AutoModel's model code, not this.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub torchtitan_gpt_oss_experts: bool,

@@ -131,6 +131,24 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             launch.cp
         );
     }
+    // `--deepspeed` runs Megatron-DeepSpeed's engine, whose ZeRO stage is its DeepSpeed config's
+    // `zero_optimization.stage` (`--deepspeed_config FILE`, which tpsim does not read): the line's
+    // own switches do not set it (megatron/optimizer/__init__.py: "if args.deepspeed: return
+    // optimizer", before any distributed optimizer), and `--zero-stage` (arguments.py
+    // `_add_zero_args`, default 1) only repeats it for `deepspeed.zero.Init`. Without
+    // `--zero-stage` (`--zero` cannot stand beside the line) the stage was taken from Megatron's
+    // switches, ZeRO-0 here, with a note calling `--deepspeed` harmless; the stage moves each
+    // GPU's weights, gradients and Adam states between 16 bytes a parameter (ZeRO-0) and 16/dp
+    // (ZeRO-3), which decides whether a plan fits: refused, naming the stage it would have priced.
+    if let Some(launch) = &megatron
+        && launch.ignored.iter().any(|t| t == "--deepspeed")
+        && !launch.deepspeed_zero_stage
+    {
+        bail!(
+            "--megatron-args: --deepspeed runs Megatron-DeepSpeed, whose ZeRO stage is its DeepSpeed config's zero_optimization.stage (--deepspeed_config, which tpsim does not read), and the line gives no --zero-stage, so tpsim would price ZeRO-{} from Megatron's own switches, which DeepSpeed's engine ignores; add the config's stage to the line as --zero-stage N (Megatron-DeepSpeed's argument) and give --framework deepspeed",
+            launch.zero
+        );
+    }
     let plan_file = match (&args.plan, &megatron) {
         (Some(path), _) if crate::input_file::is_absent(path) => bail!(
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"

@@ -1830,7 +1830,11 @@ pub(super) fn resolve_scenario(
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
         eager_glu_clamp: false,
-        torchtitan_gpt_oss_experts: framework == TrainingFramework::Torchtitan,
+        // Only where it prices something: torchtitan builds its GPT-OSS experts (biased,
+        // clamped GLU) for GPT-OSS models alone (`ExpertEpilogue::of`); a dense or other MoE
+        // model's JSON claimed them.
+        torchtitan_gpt_oss_experts: framework == TrainingFramework::Torchtitan
+            && model.moe.is_some_and(|moe| moe.glu_clamp_limit.is_some()),
         sdpa_repeats_kv: framework.sdpa_repeats_kv(),
         gradient_accumulation_fusion: training_args
             .gradient_accumulation_fusion

@@ -61,17 +61,26 @@ pub struct Simulated {
     pub schedule: Schedule,
     /// Each stage's block costs per model chunk and micro-batch: the mean of its `chunks`.
     pub stages: Vec<StageCost>,
-    /// Every model chunk's block costs with the exposed EP all-to-all seconds its forward and
-    /// backward hold, stage by stage: `[s·n + c]` is chunk c of stage s, n = `chunks.len() /
-    /// stages.len()` (v under an interleaved looped schedule, 2 under a V, else 1). What the
-    /// schedule's blocks ran with; `stages` are their means per stage.
+    /// Every model chunk's block costs with the exposed TP and EP seconds its forward and
+    /// backward hold ([`ChunkComm`]), stage by stage: `[s·n + c]` is chunk c of stage s, n =
+    /// `chunks.len() / stages.len()` (v under an interleaved looped schedule, 2 under a V, else
+    /// 1). What the schedule's blocks ran with; `stages` are their means per stage.
     /// A block's strips read its own chunk: DeepSeek-V3's dense first layers can fill a chunk
-    /// that holds no all-to-all beside MoE chunks on the same stage.
-    pub chunks: Vec<(StageCost, (f64, f64))>,
+    /// that holds no all-to-all beside MoE chunks on the same stage, and a chunk holding the
+    /// output layer has a smaller TP share than one of layers alone.
+    pub chunks: Vec<(StageCost, ChunkComm)>,
     pub summary: ScheduleSummary,
     /// Exposed DP communication and optimizer time after the pipeline drains.
     pub tail_dp_s: f64,
     pub tail_optimizer_s: f64,
+}
+
+/// The exposed communication one model chunk's blocks hold per micro-batch, (forward, backward)
+/// seconds by group: its layers' TP collectives and MoE layers' EP all-to-alls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ChunkComm {
+    pub tp: (f64, f64),
+    pub ep: (f64, f64),
 }
 
 /// Transformer layers on every stage, first to last. Even split: layers/pp each. Uneven:
@@ -113,8 +122,8 @@ pub fn stage_costs(
 }
 
 /// Each stage's mean block over its `per_stage` chunks (`chunks` stage by stage), without the
-/// EP all-to-all times.
-fn stage_costs_of(chunks: &[(StageCost, (f64, f64))], per_stage: u32) -> Vec<StageCost> {
+/// communication times.
+fn stage_costs_of(chunks: &[(StageCost, ChunkComm)], per_stage: u32) -> Vec<StageCost> {
     stage_means(chunks, per_stage)
         .into_iter()
         .map(|(cost, _)| cost)
@@ -124,14 +133,14 @@ fn stage_costs_of(chunks: &[(StageCost, (f64, f64))], per_stage: u32) -> Vec<Sta
 /// One block pair of `layers` transformer layers (`moe_layers` of them MoE) at `costs`, with the
 /// output layer when `with_output`, per micro-batch, divided over `chunks` model chunks: its
 /// forward, backward and weight-gradient time with the exposed communication and one send each
-/// way, and the exposed EP all-to-all time the forward and backward hold.
+/// way, and the exposed TP and EP time the forward and backward hold.
 fn block_cost(
     costs: &super::UnitCosts,
     layers: u32,
     moe_layers: u32,
     with_output: bool,
     chunks: f64,
-) -> (StageCost, (f64, f64)) {
+) -> (StageCost, ChunkComm) {
     let super::UnitCosts {
         layer,
         output,
@@ -169,10 +178,16 @@ fn block_cost(
                 + send,
             weight_s: (n * layer.weight_grad + out_w) / chunks,
         },
-        (
-            ep_layers * ep.forward_exposed_s / chunks,
-            ep_layers * ep.backward_exposed_s / chunks,
-        ),
+        ChunkComm {
+            tp: (
+                n * tp.forward_exposed_s / chunks,
+                n * tp.backward_exposed_s / chunks,
+            ),
+            ep: (
+                ep_layers * ep.forward_exposed_s / chunks,
+                ep_layers * ep.backward_exposed_s / chunks,
+            ),
+        },
     )
 }
 
@@ -196,7 +211,7 @@ fn chunk_costs_and_ep(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
-) -> Vec<(StageCost, (f64, f64))> {
+) -> Vec<(StageCost, ChunkComm)> {
     if training.pp_schedule.v_kind().is_some() && plan.pp > 1 {
         return v_chunk_costs(model, cluster, training, plan)
             .into_iter()
@@ -235,20 +250,23 @@ fn runs_looped_chunks(training: &Training, plan: &ParallelPlan) -> bool {
 }
 
 /// Each stage's mean block over its `v` chunks (`chunks` stage by stage), with the mean exposed
-/// EP all-to-all time.
-fn stage_means(chunks: &[(StageCost, (f64, f64))], v: u32) -> Vec<(StageCost, (f64, f64))> {
+/// TP and EP time.
+fn stage_means(chunks: &[(StageCost, ChunkComm)], v: u32) -> Vec<(StageCost, ChunkComm)> {
     let n = f64::from(v);
     chunks
         .chunks(v as usize)
         .map(|stage| {
-            let sum = |f: fn(&(StageCost, (f64, f64))) -> f64| stage.iter().map(f).sum::<f64>() / n;
+            let sum = |f: fn(&(StageCost, ChunkComm)) -> f64| stage.iter().map(f).sum::<f64>() / n;
             (
                 StageCost {
                     forward_s: sum(|c| c.0.forward_s),
                     backward_s: sum(|c| c.0.backward_s),
                     weight_s: sum(|c| c.0.weight_s),
                 },
-                (sum(|c| c.1.0), sum(|c| c.1.1)),
+                ChunkComm {
+                    tp: (sum(|c| c.1.tp.0), sum(|c| c.1.tp.1)),
+                    ep: (sum(|c| c.1.ep.0), sum(|c| c.1.ep.1)),
+                },
             )
         })
         .collect()
@@ -256,7 +274,7 @@ fn stage_means(chunks: &[(StageCost, (f64, f64))], v: u32) -> Vec<(StageCost, (f
 
 /// Virtual stage `vs` of a plan (depth order) at its own layers and mix: its decoder layers as the
 /// plan's layout cuts them (`ChunkLayout::range`), the MTP layers and the output layer when it is
-/// the `last` virtual stage, one send each way; and the exposed EP all-to-all time its forward and
+/// the `last` virtual stage, one send each way; and the exposed TP and EP time its forward and
 /// backward hold. Also the send time each block carries.
 fn virtual_stage_cost(
     mix: &mut super::MixCosts,
@@ -264,7 +282,7 @@ fn virtual_stage_cost(
     model: &Model,
     vs: u32,
     last: u32,
-) -> ((StageCost, (f64, f64)), f64) {
+) -> ((StageCost, ChunkComm), f64) {
     let (start, end) = layout.range(vs);
     let (mut layers, mut moe_layers) = (end - start, model.moe_layers_between(start, end));
     let depths = if vs == last { model.mtp_layers } else { 0 };
@@ -298,7 +316,7 @@ fn looped_chunk_costs(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
-) -> Vec<(StageCost, (f64, f64))> {
+) -> Vec<(StageCost, ChunkComm)> {
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
@@ -317,7 +335,7 @@ fn v_chunk_costs(
     cluster: &Cluster,
     training: &Training,
     plan: &ParallelPlan,
-) -> Vec<[(StageCost, (f64, f64)); 2]> {
+) -> Vec<[(StageCost, ChunkComm); 2]> {
     let mut mix = super::MixCosts::new(model, cluster, training, plan);
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     let p = plan.pp;
@@ -326,7 +344,8 @@ fn v_chunk_costs(
         .map(|rank| {
             [0, 1].map(|chunk| {
                 let vs = super::v_schedule::virtual_stage(rank, chunk, p);
-                let ((mut cost, ep), send) = virtual_stage_cost(&mut mix, &layout, model, vs, last);
+                let ((mut cost, comm), send) =
+                    virtual_stage_cost(&mut mix, &layout, model, vs, last);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
                 // forward ends in the loss and the first's backward in the embedding; the last
                 // rank hands chunk 0's output to its own chunk 1 and chunk 1's gradient back.
@@ -336,7 +355,7 @@ fn v_chunk_costs(
                 if vs == 0 || vs == p {
                     cost.backward_s -= send;
                 }
-                (cost, ep)
+                (cost, comm)
             })
         })
         .collect()
@@ -448,7 +467,7 @@ fn closed_form_only(
     plan: &ParallelPlan,
     closed: Estimate,
     stages: Vec<StageCost>,
-    chunks: Vec<(StageCost, (f64, f64))>,
+    chunks: Vec<(StageCost, ChunkComm)>,
     blocks: u64,
 ) -> Simulated {
     let t = closed.time;

@@ -5,7 +5,7 @@
 //! per-layer vector (well under 0.01% of the parameters).
 //!
 //! The module splits by job: the families ([`family`]), the error ([`error`]), loading
-//! ([`parse`]), the key reader ([`reader`]), one file per group of families, and the shape errors
+//! ([`parse`]), the key reader ([`reader`]), non-finite numbers named by key ([`non_finite`]), one file per group of families, and the shape errors
 //! told in the config's keys ([`shape_error`]).
 
 mod error;
@@ -13,6 +13,7 @@ mod family;
 mod llama;
 mod moe;
 mod nemotron_h;
+mod non_finite;
 mod parse;
 mod positions;
 mod reader;

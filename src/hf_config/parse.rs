@@ -102,7 +102,23 @@ pub fn parse_with_note(
     name: &str,
     seq_len: Option<u32>,
 ) -> Result<HfModel, HfConfigError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| HfConfigError::Json {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        // Python's json.dump writes a non-finite float as NaN or Infinity, which JSON has not.
+        if let Some((literal, key)) = super::non_finite::non_finite(text, &e) {
+            return HfConfigError::Unsupported {
+                path: path.to_string(),
+                message: format!(
+                    "{} is {literal}, which is not a finite number (JSON has no NaN or Infinity; Python's json.dump writes them for float('nan') and float('inf'), line {} column {}); write the model's finite value there, or drop the key for transformers' default",
+                    match key {
+                        Some(key) => format!("key \"{key}\""),
+                        None => "a value".to_string(),
+                    },
+                    e.line(),
+                    e.column()
+                ),
+            };
+        }
+        HfConfigError::Json {
         path: path.to_string(),
         // Python's json module refuses a byte-order mark too ("Unexpected UTF-8 BOM").
         message: if text.starts_with('\u{feff}') {
@@ -110,6 +126,7 @@ pub fn parse_with_note(
         } else {
             e.to_string()
         },
+    }
     })?;
     if let Err(e) = serde_json::from_str::<UniqueKeys>(text) {
         return Err(HfConfigError::Unsupported {

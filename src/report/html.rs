@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::ledger_html::ledger_table;
-use super::svg_gantt::{TpShare, gantt_svg};
+use super::svg_gantt::gantt_svg;
 use super::svg_layout::layout_svg;
 use super::svg_memory::memory_svg;
 use super::svg_search::search_svg;
@@ -347,19 +347,6 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
             inputs.report.training.pp_schedule,
         )?,
     ));
-    let share = |compute: f64, block: f64| {
-        if block > 0.0 {
-            (compute / block).clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
-    };
-    // TP share of a block: the slowest stage's TP time over everything its blocks hold (compute
-    // and the exposed TP, CP, PP and EP time: `StepTerms::pipeline_busy_s`), per direction alike
-    // (evaluate charges TP per layer in proportion to its collectives).
-    let t = &chosen.estimate.time;
-    let work = chosen.estimate.terms.pipeline_busy_s();
-    let tp_share = share(t.tp_comm_exposed_s.0, work);
     // A schedule too large to simulate has no blocks to draw (`ScheduleSummary::
     // not_simulated_blocks`); the schedule line under the breakdown says so.
     if chosen.summary.not_simulated_blocks.is_none() {
@@ -378,14 +365,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                     inputs.chosen_label
                 )
             },
-            gantt_svg(
-                chosen,
-                plan,
-                &TpShare {
-                    forward: tp_share,
-                    backward: tp_share,
-                },
-            )?,
+            gantt_svg(chosen, plan)?,
         ));
     }
 

@@ -19,7 +19,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::svg::{FONT, svg};
 use crate::cost::schedule::{Block, Direction};
-use crate::cost::simulated::Simulated;
+use crate::cost::simulated::{ChunkComm, Simulated};
 use crate::plan::ParallelPlan;
 
 pub const MAX_BLOCKS: usize = 3000;
@@ -70,23 +70,13 @@ const EP_COLOUR: RGBColor = RGBColor(0x94, 0x67, 0xBD);
 const DP_COLOUR: RGBColor = RGBColor(0xD6, 0x27, 0x28);
 const OPT_COLOUR: RGBColor = RGBColor(0xFF, 0xBF, 0x00);
 
-/// Share of each block that is TP communication (forward, backward), from the stage costs.
-pub struct TpShare {
-    pub forward: f64,
-    pub backward: f64,
-}
-
 struct Panel<'a> {
     x: (f64, f64),
     blocks: Vec<&'a Block>,
     tail: bool,
 }
 
-pub(crate) fn gantt_svg(
-    sim: &Simulated,
-    plan: &ParallelPlan,
-    tp: &TpShare,
-) -> Result<String, String> {
+pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, String> {
     let s = &sim.schedule;
     let p = plan.pp;
     // `stage_costs` puts each layer's exposed CP and EP communication into its forward and backward
@@ -101,9 +91,11 @@ pub(crate) fn gantt_svg(
         }
     };
     let cp_share = share_of_blocks(sim.estimate.time.cp_comm_exposed_s.0);
-    // The EP all-to-alls are each model chunk's own MoE layers' (`Simulated::chunks`): a chunk of
-    // dense layers (DeepSeek-V3's first three) has none, a chunk with more MoE layers more. Read
-    // per stage, the mean of a stage's chunks put strips on the blocks of a dense chunk.
+    // The TP and EP collectives are each model chunk's own layers' (`Simulated::chunks`): a chunk
+    // of dense layers (DeepSeek-V3's first three) has no all-to-all, a chunk with more MoE layers
+    // more, and a chunk holding the output layer a smaller TP share of its longer blocks. Read per
+    // stage, the mean of a stage's chunks put EP strips on the blocks of a dense chunk; read as
+    // one share of the whole step, every block's TP strip was the same length.
     // A split backward (`v_schedule`) runs the weight gradients as blocks of their own.
     let split_backward = sim
         .schedule
@@ -111,38 +103,52 @@ pub(crate) fn gantt_svg(
         .iter()
         .any(|b| b.direction == Direction::Weight);
     let chunks_per_stage = (sim.chunks.len() / sim.stages.len().max(1)).max(1);
-    let ep_fraction = |stage: u32, chunk: u32, direction: Direction| -> f64 {
-        let Some(&(cost, (ep_f, ep_b))) = sim
+    // The share of a block of `group`'s exposed seconds (TP or EP: forward, backward).
+    let fraction = |group: fn(&ChunkComm) -> (f64, f64),
+                    stage: u32,
+                    chunk: u32,
+                    direction: Direction|
+     -> f64 {
+        let Some((cost, comm)) = sim
             .chunks
             .get(stage as usize * chunks_per_stage + chunk as usize % chunks_per_stage)
         else {
             return 0.0;
         };
-        let (ep, block) = match direction {
-            Direction::Forward => (ep_f, cost.forward_s),
-            Direction::Backward if split_backward => (ep_b, cost.backward_s - cost.weight_s),
-            Direction::Backward => (ep_b, cost.backward_s),
-            // The weight gradients move no tokens.
+        let (forward, backward) = group(comm);
+        let (exposed, block) = match direction {
+            Direction::Forward => (forward, cost.forward_s),
+            Direction::Backward if split_backward => (backward, cost.backward_s - cost.weight_s),
+            Direction::Backward => (backward, cost.backward_s),
+            // The weight gradients move no tokens and run no TP collective.
             Direction::Weight => (0.0, cost.weight_s),
         };
         if block > 0.0 {
-            (ep / block).clamp(0.0, 1.0)
+            (exposed / block).clamp(0.0, 1.0)
         } else {
             0.0
         }
     };
-    let ep_fractions: Vec<f64> = (0..sim.stages.len() as u32)
-        .flat_map(|st| (0..chunks_per_stage as u32).map(move |c| (st, c)))
-        .flat_map(|(st, c)| {
-            [
-                ep_fraction(st, c, Direction::Forward),
-                ep_fraction(st, c, Direction::Backward),
-            ]
-        })
-        .collect();
-    let ep_share = ep_fractions.iter().copied().fold(0.0, f64::max);
-    let ep_uneven = ep_fractions.iter().any(|f| (f - ep_share).abs() > 0.0005);
-    let ep_none_somewhere = ep_share > 0.0 && ep_fractions.contains(&0.0);
+    let tp_fraction = |stage, chunk, direction| fraction(|c| c.tp, stage, chunk, direction);
+    let ep_fraction = |stage, chunk, direction| fraction(|c| c.ep, stage, chunk, direction);
+    // Every chunk's forward and backward share of a group, its largest, whether they differ and
+    // whether some chunk has none.
+    let shares = |of: &dyn Fn(u32, u32, Direction) -> f64| {
+        let all: Vec<f64> = (0..sim.stages.len() as u32)
+            .flat_map(|st| (0..chunks_per_stage as u32).map(move |c| (st, c)))
+            .flat_map(|(st, c)| {
+                [
+                    of(st, c, Direction::Forward),
+                    of(st, c, Direction::Backward),
+                ]
+            })
+            .collect();
+        let max = all.iter().copied().fold(0.0, f64::max);
+        let uneven = all.iter().any(|f| (f - max).abs() > 0.0005);
+        (max, uneven, max > 0.0 && all.contains(&0.0))
+    };
+    let (tp_max, tp_uneven, _) = shares(&tp_fraction);
+    let (ep_share, ep_uneven, ep_none_somewhere) = shares(&ep_fraction);
     let pipeline_end = s.step_s;
     let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
     let whole = || {
@@ -294,13 +300,14 @@ pub(crate) fn gantt_svg(
         ));
     }
     // Only when the stripe is drawn: TP collectives overlapped with compute leave none.
-    let tp_max = tp.forward.max(tp.backward);
     if tp_max > 0.0 {
         legend.push((
             vec![TP_COLOUR],
             format!(
-                "exposed TP collectives (dark strip at the lower edge, {:.1}% of each block)",
-                100.0 * tp_max
+                "exposed TP collectives (dark strip at the lower edge, {}{:.1}% of {})",
+                if tp_uneven { "up to " } else { "" },
+                100.0 * tp_max,
+                if tp_uneven { "a block" } else { "each block" },
             ),
         ));
     }
@@ -468,11 +475,8 @@ pub(crate) fn gantt_svg(
                 })
                 .collect();
             chart.draw_series(blocks)?;
-            let tp_share = |b: &Block| match b.direction {
-                Direction::Forward => tp.forward,
-                Direction::Backward => tp.backward,
-                Direction::Weight => 0.0,
-            };
+            // Each block's own chunk's TP share.
+            let tp_share = |b: &Block| tp_fraction(b.stage, b.chunk, b.direction);
             chart.draw_series(
                 panel
                     .blocks

@@ -1,0 +1,82 @@
+//! `NaN`, `Infinity` and `-Infinity` in a `config.json`: Python's `json.dump` writes them for a
+//! non-finite float (its `allow_nan=True` default, docs.python.org/3/library/json.html "Infinite
+//! and NaN Number Values"), and JSON (RFC 8259 §6: "Numeric values that cannot be represented ...
+//! (such as Infinity and NaN) are not permitted") and serde_json refuse them. [`non_finite`] finds
+//! the one serde_json stopped at and the key that holds it, so the error names both.
+
+/// The literals Python's json module writes for non-finite floats, longest first (`-Infinity`
+/// before `Infinity`).
+const LITERALS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+
+/// Where serde_json's error `err` stops at one of [`LITERALS`] in `text`: that literal and the key
+/// path holding it (`rope_scaling.factor`; `None` for a value outside any object).
+pub(super) fn non_finite(
+    text: &str,
+    err: &serde_json::Error,
+) -> Option<(&'static str, Option<String>)> {
+    // serde_json's line is 1-based and its column counts bytes from the line's start.
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(err.line().saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let at = line_start + err.column();
+    // The error points at or just past the literal's first letters ("-I" is an invalid number):
+    // the earliest start whose literal reaches it, so `-Infinity` is not read as `Infinity`.
+    (at.saturating_sub(LITERALS[0].len())..=at.min(text.len()))
+        .filter(|&i| text.is_char_boundary(i))
+        .find_map(|i| {
+            let literal = LITERALS.into_iter().find(|l| text[i..].starts_with(l))?;
+            let end = i + literal.len();
+            // A literal, not the start of a longer word or inside one.
+            let bounded = !text[end..].starts_with(|c: char| c.is_alphanumeric())
+                && !text[..i].ends_with(|c: char| c.is_alphanumeric());
+            // The error's position lies within the literal or just past it.
+            (bounded && at <= end + 1).then(|| (literal, key_path(text, i)))
+        })
+}
+
+/// The keys of the objects that hold byte `offset` of `text`, outermost first, joined by `.`
+/// (arrays add nothing): a forward scan that skips strings whole, escapes included.
+fn key_path(text: &str, offset: usize) -> Option<String> {
+    enum Open {
+        Object(Option<String>),
+        Array,
+    }
+    let bytes = text.as_bytes();
+    let mut open: Vec<Open> = Vec::new();
+    let mut last_string: Option<String> = None;
+    let mut i = 0;
+    while i < offset.min(bytes.len()) {
+        match bytes[i] {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                last_string = text.get(start..i.min(bytes.len())).map(str::to_string);
+            }
+            b':' => {
+                if let Some(Open::Object(key)) = open.last_mut() {
+                    *key = last_string.take();
+                }
+            }
+            b'{' => open.push(Open::Object(None)),
+            b'[' => open.push(Open::Array),
+            b'}' | b']' => {
+                open.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let keys: Vec<String> = open
+        .into_iter()
+        .filter_map(|o| match o {
+            Open::Object(key) => key,
+            Open::Array => None,
+        })
+        .collect();
+    (!keys.is_empty()).then(|| keys.join("."))
+}
