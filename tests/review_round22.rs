@@ -3,9 +3,21 @@
 //! (tables, JSON, figures) and `--emit` headers print for seven plans (Llama 3 70B tp/pp/vpp on
 //! H100; DeepSeek-V3 with EP, MTP and an uneven pipeline in FP8 on GB200; Llama 3 8B at 128K
 //! with cp 4 under torchtitan; Nemotron-H 56B with --allow-uneven-pp; a torchtitan ZeRO-3 plan
-//! with pp; an FP8 plan with offloaded activations) and found no two places that disagree at
-//! the printed precision. No defect, so no regression test: this file guards the invariants the
-//! review checked by hand, so that a later change that splits one of them fails here.
+//! with pp; an FP8 plan with offloaded activations).
+//!
+//! Defects found and fixed (both in `compare`'s verdict, `src/compare.rs`):
+//! 1. Two MoE plans of the same degrees in fp8 at micro-batch 2 and 1: the verdict gave the EP
+//!    difference as "one latency per peer each" while the traffic rows two lines above read
+//!    1438.97 against 1479.93 GB (the all-to-all dispatcher pads every expert's rows to the FP8
+//!    alignment in each micro-batch, so smaller micro-batches send more rows: a third of the EP
+//!    time between them). The cause now carries the bytes, at the traffic rows' precision.
+//! 2. Two pipelines of the same tp and recompute whose layer splits differ (Nemotron-H 56B,
+//!    30/30/28 against 29/30/29 with vpp 6): "TP comm 0.1 points more" with no cause, though the
+//!    TP traffic (1449.55 against 1401.23 GB) is the slowest stage's layers'. It now names the
+//!    split, as the compute term does.
+//!
+//! The other two tests guard what the review checked by hand and found to agree, so that a
+//! later change that splits one of them fails here.
 
 mod common;
 use common::{json, run_in, scratch};
@@ -280,4 +292,162 @@ fn plan_table_row_reads_evals_numbers() {
         cell("mem GiB")
     );
     assert_parts_add_up(p, "deepseek-v3 ep 32 mtp");
+}
+
+/// The verdict's terms, each with its cause in parentheses (the text after "step): ").
+fn verdict_terms(verdict: &str) -> Vec<String> {
+    let body = verdict
+        .split_once("step): ")
+        .unwrap_or_else(|| panic!("no terms in {verdict}"))
+        .1;
+    body.split("), ").map(str::to_string).collect()
+}
+
+/// Defect 1: the same degrees in fp8, micro-batch 2 against 1. The EP cause says the bytes the
+/// traffic rows print, and why they differ.
+#[test]
+fn compare_ep_cause_says_the_padded_bytes_its_traffic_rows_print() {
+    let dir = scratch("review22", "ep-padding");
+    let scenario = [
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--mtp-layers",
+        "1",
+        "--gpu",
+        "gb200-nvl72",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "4096",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp8",
+        "--tp",
+        "1",
+        "--pp",
+        "8",
+        "--ep",
+        "32",
+        "--allow-uneven-pp",
+        "--recompute",
+        "selective",
+        "--vpp",
+        "1",
+    ];
+    for (mb, file) in [("2", "a.yaml"), ("1", "b.yaml")] {
+        let mut args = scenario.to_vec();
+        args.extend_from_slice(&["--micro-batch", mb, "--save", file]);
+        let r = run_in(&dir, &args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let r = run_in(
+        &dir,
+        &[
+            "compare", "--plan", "a.yaml", "--plan", "b.yaml", "--format", "json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c: Value = serde_json::from_str(&r.stdout).unwrap();
+    let term = |name: &str| {
+        c["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} term: {}", c["terms"]))
+            .clone()
+    };
+    let ep = term("EP");
+    assert_eq!(ep["unit"], "GB");
+    let (a_gb, b_gb) = (f(&ep["a"], "EP a"), f(&ep["b"], "EP b"));
+    assert!(
+        format!("{a_gb:.2}") != format!("{b_gb:.2}"),
+        "the scenario must move different EP bytes: {a_gb} against {b_gb}"
+    );
+    let step = term("step");
+    let a_fast = f(&step["a"], "step a") < f(&step["b"], "step b");
+    let (fast_gb, slow_gb) = if a_fast { (a_gb, b_gb) } else { (b_gb, a_gb) };
+    let verdict = c["verdict"].as_str().unwrap();
+    let ep_term = verdict_terms(verdict)
+        .into_iter()
+        .find(|t| t.starts_with("EP comm"))
+        .unwrap_or_else(|| panic!("no EP term in {verdict}"));
+    let bytes = format!("{fast_gb:.2} against {slow_gb:.2} GB sent");
+    assert!(ep_term.contains(&bytes), "no {bytes:?} in {ep_term:?}");
+    assert!(
+        ep_term.contains("pads every expert's rows to the fp8 alignment"),
+        "{ep_term}"
+    );
+    assert!(ep_term.contains("one latency per peer each"), "{ep_term}");
+}
+
+/// Defect 2: the same tp and recompute, different layer splits. Every term of the verdict has
+/// its cause, and TP's names the split.
+#[test]
+fn compare_tp_term_names_the_layer_split_that_moves_it() {
+    let dir = scratch("review22", "tp-split");
+    let scenario = [
+        "plan",
+        "--model",
+        "nemotron-h-56b",
+        "--nodes",
+        "16",
+        "--global-batch",
+        "768",
+        "--seq-len",
+        "8192",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--micro-batch",
+        "1",
+        "--recompute",
+        "none",
+        "--allow-uneven-pp",
+    ];
+    for (vpp, file) in [("1", "a.yaml"), ("6", "b.yaml")] {
+        let mut args = scenario.to_vec();
+        args.extend_from_slice(&["--vpp", vpp, "--save", file]);
+        let r = run_in(&dir, &args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let r = run_in(
+        &dir,
+        &[
+            "compare", "--plan", "a.yaml", "--plan", "b.yaml", "--format", "json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c: Value = serde_json::from_str(&r.stdout).unwrap();
+    let verdict = c["verdict"].as_str().unwrap();
+    let terms = verdict_terms(verdict);
+    let tp = terms
+        .iter()
+        .find(|t| t.starts_with("TP comm"))
+        .unwrap_or_else(|| panic!("no TP term in {verdict}"));
+    let split = |p: &Value| {
+        format!(
+            "{}/{}/{}",
+            p["stages"]["first"], p["stages"]["middle_max"], p["stages"]["last"]
+        )
+    };
+    let (a, b) = (split(&c["a"]), split(&c["b"]));
+    assert_ne!(a, b, "the scenario must split the layers differently");
+    assert!(
+        tp.contains(&format!(
+            "(layers per stage (first/middle/last) {a} against {b}"
+        )) || tp.contains(&format!(
+            "(layers per stage (first/middle/last) {b} against {a}"
+        )),
+        "{tp:?} in {verdict}"
+    );
+    for t in &terms {
+        assert!(
+            t.contains('('),
+            "a term without its cause: {t:?} in {verdict}"
+        );
+    }
 }
