@@ -129,6 +129,9 @@ pub enum OptimizerStatesArg {
     /// bf16 weights, fp32 master as 16-bit remainders, bf16 moments: 2 + 6 bytes (Megatron-Core's
     /// precision-aware optimizer with bf16 exp_avg/exp_avg_sq).
     Bf16Moments,
+    /// bf16 weights, fp32 master as 16-bit remainders, fp32 moments: 2 + 10 bytes (Megatron-Core's
+    /// precision-aware optimizer at its default dtypes, --use-precision-aware-optimizer alone).
+    PrecisionAware,
     /// bf16 parameters and moments, no master: 2 + 4 bytes (a bf16 model with torch.optim.Adam, NeMo AutoModel).
     Bf16,
 }
@@ -140,6 +143,7 @@ impl OptimizerStatesArg {
             OptimizerStatesArg::Fp32 => OptimizerStates::Fp32,
             OptimizerStatesArg::Fp32Params => OptimizerStates::Fp32Params,
             OptimizerStatesArg::Bf16Moments => OptimizerStates::Bf16Moments,
+            OptimizerStatesArg::PrecisionAware => OptimizerStates::PrecisionAware,
             OptimizerStatesArg::Bf16 => OptimizerStates::Bf16,
         }
     }

@@ -42,6 +42,11 @@ pub const WEIGHT_BYTES: f64 = 2.0;
 ///   True`, the default), bf16 moments: 2 + 6 bytes. Megatron-Bridge's DeepSeek-V3 recipe
 ///   (`recipes/deepseek/deepseek_v3.py`: `use_precision_aware_optimizer = True`, `exp_avg_dtype =
 ///   exp_avg_sq_dtype = torch.bfloat16`).
+/// - `PrecisionAware`: the same optimizer at its default dtypes (`--use-precision-aware-optimizer`
+///   alone: `OptimizerConfig.exp_avg_dtype = exp_avg_sq_dtype = main_params_dtype = torch.float32`,
+///   `store_param_remainders = True`, megatron/core/optimizer/optimizer_config.py at d98e8a64):
+///   bf16 weights, the master as 16-bit remainders, fp32 moments: 2 + 10 bytes. Megatron-Bridge's
+///   GPT-OSS bf16 recipes of 26.02–26.04.01 (`set_post_overrides`, validation/mbridge_26_runs.md).
 /// - `Bf16`: a model built in bf16 with a plain `torch.optim.Adam`, whose moments take the
 ///   parameter's dtype and which keeps no master copy: 2 + 4 bytes (NeMo AutoModel's `from_config`
 ///   with its default `torch_dtype="auto"` → bf16, `nemo_automodel/_transformers/auto_model.py`).
@@ -52,6 +57,7 @@ pub enum OptimizerStates {
     Fp32,
     Fp32Params,
     Bf16Moments,
+    PrecisionAware,
     Bf16,
 }
 
@@ -138,6 +144,7 @@ impl OptimizerStates {
             OptimizerStates::Fp32 => "fp32",
             OptimizerStates::Fp32Params => "fp32-params",
             OptimizerStates::Bf16Moments => "bf16-moments",
+            OptimizerStates::PrecisionAware => "precision-aware",
             OptimizerStates::Bf16 => "bf16",
         }
     }
@@ -151,6 +158,9 @@ impl OptimizerStates {
             }
             OptimizerStates::Bf16Moments => {
                 "fp32 master as 16-bit remainders, bf16 Adam moments (precision-aware optimizer)"
+            }
+            OptimizerStates::PrecisionAware => {
+                "fp32 master as 16-bit remainders, fp32 Adam moments (precision-aware optimizer)"
             }
             OptimizerStates::Bf16 => "bf16 parameters and Adam moments, no master copy",
         }
@@ -169,7 +179,7 @@ impl OptimizerStates {
     pub fn master_bytes(self) -> f64 {
         match self {
             OptimizerStates::Fp32 => 4.0,
-            OptimizerStates::Bf16Moments => 2.0,
+            OptimizerStates::Bf16Moments | OptimizerStates::PrecisionAware => 2.0,
             OptimizerStates::Fp32Params | OptimizerStates::Bf16 => 0.0,
         }
     }
@@ -178,7 +188,7 @@ impl OptimizerStates {
     /// remainders rebuild an fp32 value only beside a bf16 parameter, so with low-precision
     /// parameters the precision-aware optimizer keeps a whole fp32 master.
     pub fn master_bytes_with_low_precision_params(self, low_precision_params: bool) -> f64 {
-        if low_precision_params && self == OptimizerStates::Bf16Moments {
+        if low_precision_params && self.keeps_remainders() {
             4.0
         } else {
             self.master_bytes()
@@ -203,7 +213,9 @@ impl OptimizerStates {
     /// Bytes per parameter of Adam's two moments together.
     pub fn moment_bytes(self) -> f64 {
         match self {
-            OptimizerStates::Fp32 | OptimizerStates::Fp32Params => 8.0,
+            OptimizerStates::Fp32
+            | OptimizerStates::Fp32Params
+            | OptimizerStates::PrecisionAware => 8.0,
             OptimizerStates::Bf16Moments | OptimizerStates::Bf16 => 4.0,
         }
     }
@@ -216,12 +228,17 @@ impl OptimizerStates {
         use TrainingFramework as F;
         let runs = match self {
             OptimizerStates::Fp32 => true,
-            OptimizerStates::Bf16Moments => framework == F::MegatronCore,
+            OptimizerStates::Bf16Moments | OptimizerStates::PrecisionAware => {
+                framework == F::MegatronCore
+            }
             OptimizerStates::Fp32Params | OptimizerStates::Bf16 => framework == F::Torchtitan,
         };
         (!runs).then_some(match self {
             OptimizerStates::Bf16Moments => {
                 "bf16-moments is Megatron-Core's precision-aware optimizer; use --framework megatron-core"
+            }
+            OptimizerStates::PrecisionAware => {
+                "precision-aware is Megatron-Core's precision-aware optimizer; use --framework megatron-core"
             }
             _ => {
                 "fp32-params and bf16 are FSDP2 formats (the parameters are the optimizer's); use --framework torchtitan"
@@ -234,7 +251,16 @@ impl OptimizerStates {
     /// turns it off under Megatron-FSDP, `scripts/performance/utils/helpers.py`: "Disabling
     /// precision aware optimizer because it cannot work with FSDP together").
     pub fn allows_zero(self, zero: u8) -> bool {
-        self != OptimizerStates::Bf16Moments || zero == 1
+        !self.keeps_remainders() || zero == 1
+    }
+
+    /// Megatron-Core's precision-aware optimizer, at either moment dtype: the master kept as the
+    /// 16 bits a bf16 weight lacks (Transformer Engine's FusedAdam `store_param_remainders`).
+    pub fn keeps_remainders(self) -> bool {
+        matches!(
+            self,
+            OptimizerStates::Bf16Moments | OptimizerStates::PrecisionAware
+        )
     }
 
     /// Bytes per parameter of the optimizer's own states (master copy and moments), what ZeRO-1

@@ -1898,7 +1898,8 @@ pub(super) fn resolve_scenario(
                 training.optimizer_states.as_str(),
                 why.split_once(';').map_or(why, |(rule, _)| rule),
                 match training.optimizer_states {
-                    crate::training::OptimizerStates::Bf16Moments => "megatron-core",
+                    crate::training::OptimizerStates::Bf16Moments
+                    | crate::training::OptimizerStates::PrecisionAware => "megatron-core",
                     _ => "torchtitan",
                 },
             );

@@ -195,18 +195,24 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
             ),
         );
     }
-    // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
-    // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a
-    // string that `omegaconf_utils.apply_overrides` turns back into a torch dtype.
-    let precision_aware = training.optimizer_states == OptimizerStates::Bf16Moments;
+    // Megatron-Core's precision-aware optimizer (OptimizerConfig): on for the two formats that
+    // keep the master as remainders, and written off otherwise because some recipes (DeepSeek-V3)
+    // turn it on. Dtype fields take a string that `omegaconf_utils.apply_overrides` turns back
+    // into a torch dtype.
+    let precision_aware = training.optimizer_states.keeps_remainders();
     set(
         "optimizer.use_precision_aware_optimizer",
         precision_aware.to_string(),
     );
     if precision_aware {
+        let moments = if training.optimizer_states == OptimizerStates::Bf16Moments {
+            "torch.bfloat16"
+        } else {
+            "torch.float32"
+        };
         set("optimizer.main_params_dtype", "torch.float32".to_string());
-        set("optimizer.exp_avg_dtype", "torch.bfloat16".to_string());
-        set("optimizer.exp_avg_sq_dtype", "torch.bfloat16".to_string());
+        set("optimizer.exp_avg_dtype", moments.to_string());
+        set("optimizer.exp_avg_sq_dtype", moments.to_string());
     }
     // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
     // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and

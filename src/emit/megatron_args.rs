@@ -757,8 +757,9 @@ impl<'a> Parsed<'a> {
     /// `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype`; without the switch the
     /// dtypes must stay fp32, as arguments.py requires). tpsim models the precision-aware optimizer
     /// with fp32 main params (kept as 16-bit remainders, `OptimizerConfig.store_param_remainders`
-    /// default) and bf16 moments, what Megatron-Bridge's DeepSeek-V3 recipe runs; it needs the
-    /// distributed optimizer (Transformer Engine's FusedAdam under `DistributedOptimizer`).
+    /// default) and bf16 moments, what Megatron-Bridge's DeepSeek-V3 recipe runs, or fp32 moments,
+    /// the switch alone; it needs the distributed optimizer (Transformer Engine's FusedAdam under
+    /// `DistributedOptimizer`).
     pub(super) fn optimizer_states(&self) -> Result<OptimizerStates, MegatronArgsError> {
         let dtype = |flag: &'static str| -> Result<&str, MegatronArgsError> {
             let v = self.value(flag).unwrap_or("fp32");
@@ -800,14 +801,16 @@ impl<'a> Parsed<'a> {
                 why: "the precision-aware optimizer runs under Megatron-Core's distributed optimizer; add --use-distributed-optimizer".into(),
             });
         }
-        if (main, avg, avg_sq) == ("fp32", "bf16", "bf16") {
-            return Ok(OptimizerStates::Bf16Moments);
+        match (main, avg, avg_sq) {
+            ("fp32", "bf16", "bf16") => return Ok(OptimizerStates::Bf16Moments),
+            ("fp32", "fp32", "fp32") => return Ok(OptimizerStates::PrecisionAware),
+            _ => {}
         }
         Err(MegatronArgsError::NotModelled {
             given: format!(
                 "--use-precision-aware-optimizer with --main-params-dtype {main} --exp-avg-dtype {avg} --exp-avg-sq-dtype {avg_sq}"
             ),
-            why: "tpsim models the precision-aware optimizer with fp32 main params and bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as Megatron-Bridge's DeepSeek-V3 recipe runs it".into(),
+            why: "tpsim models the precision-aware optimizer with fp32 main params and either bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Megatron-Bridge's DeepSeek-V3 recipe) or fp32 ones (the defaults)".into(),
         })
     }
 

@@ -423,7 +423,7 @@ pub enum PlanError {
     )]
     ReshardWithoutZero3 { zero: u8 },
     #[error(
-        "--zero {zero} with --optimizer-states {states}: Megatron-Core keeps bf16 moments only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32"
+        "--zero {zero} with --optimizer-states {states}: Megatron-Core's precision-aware optimizer runs only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32"
     )]
     ZeroForOptimizerStates { zero: u8, states: &'static str },
     #[error(
