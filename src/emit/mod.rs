@@ -1029,6 +1029,10 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("exp-avg-dtype", Some(moments.into()));
         push("exp-avg-sq-dtype", Some(moments.into()));
     }
+    // Muon (arguments.py: with --use-distributed-optimizer its layer-wise distributed optimizer).
+    if training.optimizer_states == OptimizerStates::Muon {
+        push("optimizer", Some("muon".into()));
+    }
     // Megatron-Core's `--attention-backend` (AttnBackend: flash, fused, unfused, local, auto):
     // written out so that reading the line back models the same attention kernel.
     push(

@@ -39,6 +39,12 @@ pub(in crate::modern_runs) fn recipe_optimizer_states(
     if bridge_or_report && run.model_key.as_deref() == Some("deepseek_v3") {
         return Some((OptimizerStates::Bf16Moments, GradDtype::Bf16));
     }
+    // Megatron-Bridge's Kimi K2 performance configs train with Muon (`optimizer_type="muon"`, the
+    // default of `kimi_k2_pretrain_config_gb300`, scripts/performance/configs/kimi/
+    // kimi_llm_pretrain.py:57-61 at v0.5.0; `dist_muon`, recipes/utils/optimizer_utils.py).
+    if run.id.starts_with("mbridge") && run.model_key.as_deref() == Some("kimi_k2") {
+        return Some((OptimizerStates::Muon, GradDtype::Bf16));
+    }
     if run.id.starts_with("mbridge") && precision_is(run, "bf16") {
         return Some((OptimizerStates::PrecisionAware, GradDtype::Bf16));
     }
