@@ -129,6 +129,12 @@ pub enum OptimizerStatesArg {
     /// bf16 weights, fp32 master as 16-bit remainders, bf16 moments: 2 + 6 bytes (Megatron-Core's
     /// precision-aware optimizer with bf16 exp_avg/exp_avg_sq).
     Bf16Moments,
+    /// bf16 weights, fp32 master as 16-bit remainders, fp32 moments: 2 + 10 bytes (Megatron-Core's
+    /// precision-aware optimizer at its default dtypes, --use-precision-aware-optimizer alone).
+    PrecisionAware,
+    /// bf16 weights, fp32 master and Muon's fp32 momentum: 2 + 8 bytes for the layers' weights,
+    /// Adam's 2 + 12 for the embedding and output layer (Megatron-Core's --optimizer muon).
+    Muon,
     /// bf16 parameters and moments, no master: 2 + 4 bytes (a bf16 model with torch.optim.Adam, NeMo AutoModel).
     Bf16,
 }
@@ -140,6 +146,8 @@ impl OptimizerStatesArg {
             OptimizerStatesArg::Fp32 => OptimizerStates::Fp32,
             OptimizerStatesArg::Fp32Params => OptimizerStates::Fp32Params,
             OptimizerStatesArg::Bf16Moments => OptimizerStates::Bf16Moments,
+            OptimizerStatesArg::PrecisionAware => OptimizerStates::PrecisionAware,
+            OptimizerStatesArg::Muon => OptimizerStates::Muon,
             OptimizerStatesArg::Bf16 => OptimizerStates::Bf16,
         }
     }

@@ -42,6 +42,19 @@ pub const WEIGHT_BYTES: f64 = 2.0;
 ///   True`, the default), bf16 moments: 2 + 6 bytes. Megatron-Bridge's DeepSeek-V3 recipe
 ///   (`recipes/deepseek/deepseek_v3.py`: `use_precision_aware_optimizer = True`, `exp_avg_dtype =
 ///   exp_avg_sq_dtype = torch.bfloat16`).
+/// - `PrecisionAware`: the same optimizer at its default dtypes (`--use-precision-aware-optimizer`
+///   alone: `OptimizerConfig.exp_avg_dtype = exp_avg_sq_dtype = main_params_dtype = torch.float32`,
+///   `store_param_remainders = True`, megatron/core/optimizer/optimizer_config.py at d98e8a64):
+///   bf16 weights, the master as 16-bit remainders, fp32 moments: 2 + 10 bytes. Megatron-Bridge's
+///   GPT-OSS bf16 recipes of 26.02–26.04.01 (`set_post_overrides`, validation/mbridge_26_runs.md).
+/// - `Muon`: Megatron-Core's Muon (`--optimizer muon`, or the deprecated `dist_muon`; with
+///   `--use-distributed-optimizer` its layer-wise distributed optimizer,
+///   megatron/core/optimizer/layer_wise_optimizer.py at d98e8a64): bf16 weights, an fp32 master
+///   and one fp32 momentum buffer for the 2-D weights of the layers (2 + 8 bytes), Adam's fp32
+///   master and moments for the embedding, the output layer, norms and biases
+///   (`_is_nonlinear_or_embedding` → `--muon-scalar-optimizer adam`,
+///   megatron/core/optimizer/emerging_optimizers.py). Its step orthogonalizes each weight's update
+///   by Newton–Schulz iterations (`cost::muon`).
 /// - `Bf16`: a model built in bf16 with a plain `torch.optim.Adam`, whose moments take the
 ///   parameter's dtype and which keeps no master copy: 2 + 4 bytes (NeMo AutoModel's `from_config`
 ///   with its default `torch_dtype="auto"` → bf16, `nemo_automodel/_transformers/auto_model.py`).
@@ -52,6 +65,8 @@ pub enum OptimizerStates {
     Fp32,
     Fp32Params,
     Bf16Moments,
+    PrecisionAware,
+    Muon,
     Bf16,
 }
 
@@ -138,6 +153,8 @@ impl OptimizerStates {
             OptimizerStates::Fp32 => "fp32",
             OptimizerStates::Fp32Params => "fp32-params",
             OptimizerStates::Bf16Moments => "bf16-moments",
+            OptimizerStates::PrecisionAware => "precision-aware",
+            OptimizerStates::Muon => "muon",
             OptimizerStates::Bf16 => "bf16",
         }
     }
@@ -151,6 +168,12 @@ impl OptimizerStates {
             }
             OptimizerStates::Bf16Moments => {
                 "fp32 master as 16-bit remainders, bf16 Adam moments (precision-aware optimizer)"
+            }
+            OptimizerStates::PrecisionAware => {
+                "fp32 master as 16-bit remainders, fp32 Adam moments (precision-aware optimizer)"
+            }
+            OptimizerStates::Muon => {
+                "fp32 master weights and Muon's fp32 momentum (Adam's moments for the embedding and output layer)"
             }
             OptimizerStates::Bf16 => "bf16 parameters and Adam moments, no master copy",
         }
@@ -168,8 +191,8 @@ impl OptimizerStates {
     /// (0 when it updates the parameters themselves).
     pub fn master_bytes(self) -> f64 {
         match self {
-            OptimizerStates::Fp32 => 4.0,
-            OptimizerStates::Bf16Moments => 2.0,
+            OptimizerStates::Fp32 | OptimizerStates::Muon => 4.0,
+            OptimizerStates::Bf16Moments | OptimizerStates::PrecisionAware => 2.0,
             OptimizerStates::Fp32Params | OptimizerStates::Bf16 => 0.0,
         }
     }
@@ -178,7 +201,7 @@ impl OptimizerStates {
     /// remainders rebuild an fp32 value only beside a bf16 parameter, so with low-precision
     /// parameters the precision-aware optimizer keeps a whole fp32 master.
     pub fn master_bytes_with_low_precision_params(self, low_precision_params: bool) -> f64 {
-        if low_precision_params && self == OptimizerStates::Bf16Moments {
+        if low_precision_params && self.keeps_remainders() {
             4.0
         } else {
             self.master_bytes()
@@ -200,11 +223,25 @@ impl OptimizerStates {
         self.master_bytes_with_low_precision_params(low_precision_params) + self.moment_bytes()
     }
 
-    /// Bytes per parameter of Adam's two moments together.
+    /// Bytes per parameter of the moments the embedding and output layer keep: Adam's two where
+    /// the optimizer is Muon (its scalar optimizer), else the format's own.
+    pub fn adam_moment_bytes(self) -> f64 {
+        match self {
+            OptimizerStates::Muon => 8.0,
+            other => other.moment_bytes(),
+        }
+    }
+
+    /// Bytes per parameter of the moments (Adam's two together; Muon's momentum).
     pub fn moment_bytes(self) -> f64 {
         match self {
-            OptimizerStates::Fp32 | OptimizerStates::Fp32Params => 8.0,
+            OptimizerStates::Fp32
+            | OptimizerStates::Fp32Params
+            | OptimizerStates::PrecisionAware => 8.0,
             OptimizerStates::Bf16Moments | OptimizerStates::Bf16 => 4.0,
+            // Muon's momentum, for the layers' weights; the embedding and output layer keep Adam's
+            // two moments (`adam_moment_bytes`), which the memory model adds for them.
+            OptimizerStates::Muon => 4.0,
         }
     }
 
@@ -216,12 +253,20 @@ impl OptimizerStates {
         use TrainingFramework as F;
         let runs = match self {
             OptimizerStates::Fp32 => true,
-            OptimizerStates::Bf16Moments => framework == F::MegatronCore,
+            OptimizerStates::Bf16Moments
+            | OptimizerStates::PrecisionAware
+            | OptimizerStates::Muon => framework == F::MegatronCore,
             OptimizerStates::Fp32Params | OptimizerStates::Bf16 => framework == F::Torchtitan,
         };
         (!runs).then_some(match self {
             OptimizerStates::Bf16Moments => {
                 "bf16-moments is Megatron-Core's precision-aware optimizer; use --framework megatron-core"
+            }
+            OptimizerStates::PrecisionAware => {
+                "precision-aware is Megatron-Core's precision-aware optimizer; use --framework megatron-core"
+            }
+            OptimizerStates::Muon => {
+                "muon is priced as Megatron-Core runs it (--optimizer muon; torchtitan's experimental flex_shard Muon is not priced); use --framework megatron-core"
             }
             _ => {
                 "fp32-params and bf16 are FSDP2 formats (the parameters are the optimizer's); use --framework torchtitan"
@@ -234,7 +279,35 @@ impl OptimizerStates {
     /// turns it off under Megatron-FSDP, `scripts/performance/utils/helpers.py`: "Disabling
     /// precision aware optimizer because it cannot work with FSDP together").
     pub fn allows_zero(self, zero: u8) -> bool {
-        self != OptimizerStates::Bf16Moments || zero == 1
+        match self {
+            _ if self.keeps_remainders() => zero == 1,
+            // arguments.py: "Emerging optimizer does not support Megatron-FSDP for now."
+            OptimizerStates::Muon => zero <= 1,
+            _ => true,
+        }
+    }
+
+    /// The rule `allows_zero` applies and its fix, for the error that names a refused stage.
+    pub fn zero_rule(self) -> (&'static str, &'static str) {
+        match self {
+            OptimizerStates::Muon => (
+                "Megatron-Core runs Muon with or without its distributed optimizer (layer-wise), not under Megatron-FSDP (arguments.py: \"Emerging optimizer does not support Megatron-FSDP\")",
+                "use --zero 1 or --zero 0",
+            ),
+            _ => (
+                "Megatron-Core's precision-aware optimizer runs only in its distributed optimizer (ZeRO-1)",
+                "use --zero 1 or --optimizer-states fp32",
+            ),
+        }
+    }
+
+    /// Megatron-Core's precision-aware optimizer, at either moment dtype: the master kept as the
+    /// 16 bits a bf16 weight lacks (Transformer Engine's FusedAdam `store_param_remainders`).
+    pub fn keeps_remainders(self) -> bool {
+        matches!(
+            self,
+            OptimizerStates::Bf16Moments | OptimizerStates::PrecisionAware
+        )
     }
 
     /// Bytes per parameter of the optimizer's own states (master copy and moments), what ZeRO-1

@@ -15,14 +15,15 @@ use tpsim::training::{
 
 /// Bytes per parameter besides the gradient: the ZeRO paper's 2 + 12 (Rajbhandari et al. 2020
 /// §3.1), FSDP2's fp32 parameters with fp32 moments (4 + 8), Megatron-Core's precision-aware
-/// optimizer with 16-bit remainders and bf16 moments (2 + 2 + 4), a bf16 model with a plain Adam
-/// (2 + 4).
+/// optimizer with 16-bit remainders and bf16 moments (2 + 2 + 4) or, at its default dtypes, fp32
+/// moments (2 + 2 + 8), a bf16 model with a plain Adam (2 + 4).
 #[test]
 fn each_format_keeps_the_bytes_its_framework_allocates() {
     let kept = |s: OptimizerStates| (s.param_bytes(), s.optimizer_bytes());
     assert_eq!(kept(OptimizerStates::Fp32), (WEIGHT_BYTES, 12.0));
     assert_eq!(kept(OptimizerStates::Fp32Params), (4.0, 8.0));
     assert_eq!(kept(OptimizerStates::Bf16Moments), (2.0, 6.0));
+    assert_eq!(kept(OptimizerStates::PrecisionAware), (2.0, 10.0));
     assert_eq!(kept(OptimizerStates::Bf16), (2.0, 4.0));
     assert_eq!(
         TrainingFramework::Torchtitan.default_optimizer_states(),
@@ -396,4 +397,127 @@ fn fp8_parameters_keep_a_whole_fp32_master() {
     );
     let ratio = optimizer("fp8", "bf16-moments") / optimizer("fp8", "fp32");
     assert!((ratio - 8.0 / 12.0).abs() < 1e-9, "fp8 parameters: {ratio}");
+}
+
+/// Megatron-Core's precision-aware optimizer at its default dtypes (`--use-precision-aware-optimizer`
+/// alone: fp32 main params kept as 16-bit remainders, fp32 moments; optimizer_config.py), which
+/// Megatron-Bridge's performance scripts turn on for every bf16 run: a launch line with the switch
+/// alone reads as `precision-aware` (it was refused as not modelled), `--emit megatron` and
+/// `--emit megatron-bridge` write it with fp32 moments, the line written reads back to the same
+/// estimate, and it runs at ZeRO-1 under Megatron-Core only, as bf16-moments does. It keeps 4
+/// bytes per parameter fewer than the fp32 master with fp32 moments, sharded over dp.
+#[test]
+fn the_precision_aware_optimizer_at_its_default_dtypes() {
+    let base = "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 \
+        --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2 --bf16 \
+        --use-distributed-optimizer";
+    let eval_line = |line: &str| {
+        json(&[
+            "eval",
+            "--megatron-args",
+            line,
+            "--nodes",
+            "1",
+            "--format",
+            "json",
+        ])
+    };
+    let aware = eval_line(&format!("{base} --use-precision-aware-optimizer"));
+    assert_eq!(aware["training"]["optimizer_states"], "precision-aware");
+    let spelled = eval_line(&format!(
+        "{base} --use-precision-aware-optimizer --main-params-dtype fp32 --exp-avg-dtype fp32 \
+         --exp-avg-sq-dtype fp32"
+    ));
+    assert_eq!(spelled["training"]["optimizer_states"], "precision-aware");
+    let plain = eval_line(base);
+    assert_eq!(plain["training"]["optimizer_states"], "fp32");
+    let memory = |out: &serde_json::Value, key: &str| {
+        out["plans"][0]["memory"][key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("plans[0].memory.{key}"))
+    };
+    let dp = plain["plans"][0]["dp"].as_f64().expect("plans[0].dp");
+    assert_eq!(dp, 4.0, "8 GPUs at tp 2");
+    // The distributed optimizer shards each TP rank's states over dp; the fp32 master's 4 bytes
+    // become 2 bytes of remainder.
+    let sharded_params = memory(&plain, "params_per_gpu_before_zero") / dp;
+    let saved_per_param =
+        (memory(&plain, "optimizer_bytes") - memory(&aware, "optimizer_bytes")) / sharded_params;
+    assert!(
+        (saved_per_param - 2.0).abs() < 0.05,
+        "the precision-aware optimizer keeps 2 bytes per parameter fewer: {saved_per_param}"
+    );
+
+    for (emit, want) in [
+        ("megatron", "--exp-avg-dtype fp32"),
+        ("megatron-bridge", "optimizer.exp_avg_dtype=torch.float32"),
+    ] {
+        let emitted = run(&[
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--global-batch",
+            "256",
+            "--optimizer-states",
+            "precision-aware",
+            "--emit",
+            emit,
+        ]);
+        assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+        assert!(emitted.stdout.contains(want), "{emit}: {}", emitted.stdout);
+        assert!(
+            emitted.stdout.contains("use-precision-aware-optimizer")
+                || emitted
+                    .stdout
+                    .contains("use_precision_aware_optimizer=true"),
+            "{emit}: {}",
+            emitted.stdout
+        );
+        if emit == "megatron" {
+            let written = emitted.stdout.lines().last().unwrap();
+            let again = eval_line(written);
+            assert_eq!(again["training"]["optimizer_states"], "precision-aware");
+        }
+    }
+
+    let r = run(&[
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--zero",
+        "3",
+        "--optimizer-states",
+        "precision-aware",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--zero 3", "precision-aware", "--zero 1"],
+        &[],
+        "zero 3",
+    );
+    let r = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "1",
+        "--framework",
+        "torchtitan",
+        "--optimizer-states",
+        "precision-aware",
+    ]);
+    assert_one_line_error(
+        &r,
+        &["precision-aware", "--framework megatron-core"],
+        &[],
+        "precision-aware under torchtitan",
+    );
 }

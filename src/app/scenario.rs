@@ -1902,7 +1902,9 @@ pub(super) fn resolve_scenario(
                 training.optimizer_states.as_str(),
                 why.split_once(';').map_or(why, |(rule, _)| rule),
                 match training.optimizer_states {
-                    crate::training::OptimizerStates::Bf16Moments => "megatron-core",
+                    crate::training::OptimizerStates::Bf16Moments
+                    | crate::training::OptimizerStates::PrecisionAware
+                    | crate::training::OptimizerStates::Muon => "megatron-core",
                     _ => "torchtitan",
                 },
             );
@@ -1999,9 +2001,12 @@ pub(super) fn check_zero_pin_for_optimizer_states(
 ) -> Result<(), PlanError> {
     match zero {
         Some(zero) if !training.optimizer_states.allows_zero(zero) => {
+            let (rule, fix) = training.optimizer_states.zero_rule();
             Err(PlanError::ZeroForOptimizerStates {
                 zero,
                 states: training.optimizer_states.as_str(),
+                rule,
+                fix,
             })
         }
         _ => Ok(()),

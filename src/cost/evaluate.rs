@@ -302,7 +302,12 @@ pub fn evaluate(
         comm::fp8_parameter_gather(training, plan),
     )
     .0;
-    terms.set(Term::exposed(TermKind::Optimizer, 0.0, optimizer_s));
+    let (muon_bytes, muon_s) = muon_step(model, cluster, training, plan, &groups);
+    terms.set(Term::exposed(
+        TermKind::Optimizer,
+        muon_bytes,
+        optimizer_s + muon_s,
+    ));
     if let Some(offload) = host_offload_term(model, cluster, training, &memory, &costs.layer, m) {
         terms.set(offload);
     }
@@ -468,4 +473,58 @@ pub fn evaluate(
         slowest_stage_mtp_layers: slowest_mtp_layers,
         slowest_stage_run: slowest_run,
     }
+}
+
+/// What Muon's step adds to the optimizer term (`cost::muon`): the wire bytes of gathering the
+/// owned weights' updates whole over (expert) TP, and the time of those gathers and of the
+/// Newton–Schulz iterations at the bf16 GEMM rate (`--muon-fp32-matmul-prec medium`), on the
+/// heaviest stage's GPU. Nothing hides them: they run inside the optimizer step. (0, 0) for Adam.
+fn muon_step(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    groups: &super::groups::Groups,
+) -> (f64, f64) {
+    if training.optimizer_states != crate::training::OptimizerStates::Muon {
+        return (0.0, 0.0);
+    }
+    let (layer_params, expert_params) = memory::max_stage_layer_params(model, training, plan);
+    // The layer-wise distributed optimizer shards ownership as the distributed optimizer shards
+    // states: over DP×CP, the experts over expert-DP; without it every rank updates everything.
+    let (owners, expert_owners) = if plan.zero >= 1 {
+        (
+            groups.get(GroupKind::Dp).size,
+            groups.get(GroupKind::ExpertDp).size,
+        )
+    } else {
+        (1, 1)
+    };
+    let work = super::muon::step_work(
+        model,
+        plan.tp,
+        plan.etp,
+        layer_params,
+        expert_params,
+        owners,
+        expert_owners,
+    );
+    let gpu = &cluster.gpu;
+    let iterations_s = work.flops / gpu.sustained_matmul_flops(gpu.gemm_efficiency).0;
+    let gather_s = |bytes: f64, kind: GroupKind| {
+        let group = groups.get(kind);
+        if group.size <= 1 || bytes <= 0.0 {
+            return (0.0, 0.0);
+        }
+        // `bytes` is what this rank receives: (n − 1)/n of the gathered tensors.
+        let n = f64::from(group.size);
+        let tensor = bytes * n / (n - 1.0);
+        (
+            bytes,
+            super::comm::Collective::AllGather.time(tensor, group.size, group.speed),
+        )
+    };
+    let (tp_bytes, tp_s) = gather_s(work.tp_gather_bytes, GroupKind::Tp);
+    let (etp_bytes, etp_s) = gather_s(work.expert_tp_gather_bytes, GroupKind::ExpertTp);
+    (tp_bytes + etp_bytes, iterations_s + tp_s + etp_s)
 }

@@ -42,6 +42,7 @@ mod mix_costs;
 pub mod module_recompute;
 pub mod moe;
 pub mod moe_router;
+pub mod muon;
 mod overlap;
 pub mod pipeline;
 pub mod schedule;

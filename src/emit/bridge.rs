@@ -137,9 +137,21 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
     // on, so ZeRO-0 must switch both off; Megatron-FSDP runs with it on
     // (`_validate_and_apply_megatron_fsdp_v1_configs`: "use_distributed_optimizer=True is required
     // for Megatron-FSDP").
-    let distributed = (plan.zero >= 1).to_string();
+    // Muon shards its states with the layer-wise optimizer, which `optimizer: dist_muon` selects
+    // (training/optim.py: `layer_wise_distributed_optimizer="dist" in optimizer_config.optimizer`)
+    // with Megatron-Core's distributed optimizer off, as Megatron-Bridge's Kimi K2 recipe sets it
+    // ("Muon needs this to be False", recipes/kimi/kimi_k2.py:199-200 at v0.3.1..v0.5.0).
+    let muon = training.optimizer_states == OptimizerStates::Muon;
+    let distributed = (plan.zero >= 1 && !muon).to_string();
     set("ddp.use_distributed_optimizer", distributed.clone());
     set("optimizer.use_distributed_optimizer", distributed);
+    if muon {
+        let name = if plan.zero >= 1 { "dist_muon" } else { "muon" };
+        set("optimizer.optimizer", name.to_string());
+        // What tpsim prices (`cost::muon`): Megatron-Core's default, where Megatron-Bridge's
+        // `distributed_muon_with_cosine_annealing` writes blockwise.
+        set("optimizer.muon_tp_mode", "duplicated".to_string());
+    }
     // ZeRO-2 and ZeRO-3 are Megatron-FSDP with its sharding strategy, as NVIDIA's FSDP recipes
     // write them (perf_recipes/llama/gb200/llama3.py, deepseek/common.py): the model built on the
     // meta device so that no GPU materializes every weight first, and the `fsdp_dtensor`
@@ -195,18 +207,24 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
             ),
         );
     }
-    // Megatron-Core's precision-aware optimizer (OptimizerConfig): on only for bf16 moments, and
-    // written off otherwise because some recipes (DeepSeek-V3) turn it on. Dtype fields take a
-    // string that `omegaconf_utils.apply_overrides` turns back into a torch dtype.
-    let precision_aware = training.optimizer_states == OptimizerStates::Bf16Moments;
+    // Megatron-Core's precision-aware optimizer (OptimizerConfig): on for the two formats that
+    // keep the master as remainders, and written off otherwise because some recipes (DeepSeek-V3)
+    // turn it on. Dtype fields take a string that `omegaconf_utils.apply_overrides` turns back
+    // into a torch dtype.
+    let precision_aware = training.optimizer_states.keeps_remainders();
     set(
         "optimizer.use_precision_aware_optimizer",
         precision_aware.to_string(),
     );
     if precision_aware {
+        let moments = if training.optimizer_states == OptimizerStates::Bf16Moments {
+            "torch.bfloat16"
+        } else {
+            "torch.float32"
+        };
         set("optimizer.main_params_dtype", "torch.float32".to_string());
-        set("optimizer.exp_avg_dtype", "torch.bfloat16".to_string());
-        set("optimizer.exp_avg_sq_dtype", "torch.bfloat16".to_string());
+        set("optimizer.exp_avg_dtype", moments.to_string());
+        set("optimizer.exp_avg_sq_dtype", moments.to_string());
     }
     // MixedPrecisionConfig fields (src/megatron/bridge/training/mixed_precision.py), written one by
     // one rather than as a recipe name: bf16_with_fp8_current_scaling_mixed also keeps the first and

@@ -146,6 +146,9 @@ pub(super) const VALUED: &[&str] = &[
     "mamba-state-dim",
     "mamba-num-groups",
     "optimizer",
+    // Muon's settings that change its cost (`Parsed::optimizer_states`).
+    "muon-num-ns-steps",
+    "muon-tp-mode",
     "encoder-num-layers",
     "decoder-num-layers",
     "activation-func-clamp-value",
@@ -168,6 +171,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "sequence-parallel",
     "use-distributed-optimizer",
     "use-precision-aware-optimizer",
+    "muon-use-syrk",
     "use-megatron-fsdp",
     "use-torch-fsdp2",
     "torch-fsdp2-no-reshard-after-forward",
@@ -753,12 +757,54 @@ impl<'a> Parsed<'a> {
         })
     }
 
+    /// `--optimizer muon` (or the deprecated `dist_muon`) as tpsim prices it (`cost::muon`): the
+    /// Newton–Schulz steps at Megatron-LM's default 5 and, with tensor parallelism, the whole
+    /// matrix gathered and orthogonalized on every TP rank (`--muon-tp-mode duplicated`, the
+    /// default); other step counts, the per-shard or distributed TP modes and the SYRK kernel change
+    /// the step's cost and are refused by name. `None` for Adam (the default).
+    fn muon(&self) -> Result<Option<&'a str>, MegatronArgsError> {
+        let Some(name) = self
+            .value("optimizer")
+            .filter(|v| matches!(*v, "muon" | "dist_muon"))
+        else {
+            return Ok(None);
+        };
+        let not_modelled = |given: String, why: &str| MegatronArgsError::NotModelled {
+            given,
+            why: why.to_string(),
+        };
+        if let Some(steps) = self.value("muon-num-ns-steps").filter(|v| *v != "5") {
+            return Err(not_modelled(
+                format!("--muon-num-ns-steps {steps}"),
+                "tpsim prices Muon's 5 Newton-Schulz steps (Megatron-LM's default); drop it or use 5",
+            ));
+        }
+        let tp = self.value("tensor-model-parallel-size").unwrap_or("1");
+        if let Some(mode) = self
+            .value("muon-tp-mode")
+            .filter(|v| *v != "duplicated" && tp != "1")
+        {
+            return Err(not_modelled(
+                format!("--muon-tp-mode {mode}"),
+                "tpsim prices --muon-tp-mode duplicated (Megatron-LM's default: each TP rank orthogonalizes the whole gathered matrix); drop it or use duplicated",
+            ));
+        }
+        if self.switch("muon-use-syrk") {
+            return Err(not_modelled(
+                "--muon-use-syrk".to_string(),
+                "tpsim prices Muon's X·Xᵀ as a general GEMM (Megatron-LM's default); drop it",
+            ));
+        }
+        Ok(Some(name))
+    }
+
     /// How the optimizer stores its states (Megatron-LM's `--use-precision-aware-optimizer` with
     /// `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype`; without the switch the
     /// dtypes must stay fp32, as arguments.py requires). tpsim models the precision-aware optimizer
     /// with fp32 main params (kept as 16-bit remainders, `OptimizerConfig.store_param_remainders`
-    /// default) and bf16 moments, what Megatron-Bridge's DeepSeek-V3 recipe runs; it needs the
-    /// distributed optimizer (Transformer Engine's FusedAdam under `DistributedOptimizer`).
+    /// default) and bf16 moments, what Megatron-Bridge's DeepSeek-V3 recipe runs, or fp32 moments,
+    /// the switch alone; it needs the distributed optimizer (Transformer Engine's FusedAdam under
+    /// `DistributedOptimizer`).
     pub(super) fn optimizer_states(&self) -> Result<OptimizerStates, MegatronArgsError> {
         let dtype = |flag: &'static str| -> Result<&str, MegatronArgsError> {
             let v = self.value(flag).unwrap_or("fp32");
@@ -778,6 +824,15 @@ impl<'a> Parsed<'a> {
             dtype("exp-avg-sq-dtype")?,
         );
         let aware = self.switch("use-precision-aware-optimizer");
+        if let Some(muon) = self.muon()? {
+            if aware {
+                return Err(MegatronArgsError::Refused {
+                    given: format!("--optimizer {muon} with --use-precision-aware-optimizer"),
+                    why: "Megatron-Core's precision-aware optimizer runs with Adam only (optimizer_config.py: \"--use-precision-aware-optimizer only supported with adam\"); drop one of them".into(),
+                });
+            }
+            return Ok(OptimizerStates::Muon);
+        }
         if !aware {
             if let Some((flag, v)) = [
                 ("main-params-dtype", main),
@@ -800,14 +855,16 @@ impl<'a> Parsed<'a> {
                 why: "the precision-aware optimizer runs under Megatron-Core's distributed optimizer; add --use-distributed-optimizer".into(),
             });
         }
-        if (main, avg, avg_sq) == ("fp32", "bf16", "bf16") {
-            return Ok(OptimizerStates::Bf16Moments);
+        match (main, avg, avg_sq) {
+            ("fp32", "bf16", "bf16") => return Ok(OptimizerStates::Bf16Moments),
+            ("fp32", "fp32", "fp32") => return Ok(OptimizerStates::PrecisionAware),
+            _ => {}
         }
         Err(MegatronArgsError::NotModelled {
             given: format!(
                 "--use-precision-aware-optimizer with --main-params-dtype {main} --exp-avg-dtype {avg} --exp-avg-sq-dtype {avg_sq}"
             ),
-            why: "tpsim models the precision-aware optimizer with fp32 main params and bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as Megatron-Bridge's DeepSeek-V3 recipe runs it".into(),
+            why: "tpsim models the precision-aware optimizer with fp32 main params and either bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Megatron-Bridge's DeepSeek-V3 recipe) or fp32 ones (the defaults)".into(),
         })
     }
 

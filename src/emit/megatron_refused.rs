@@ -88,11 +88,11 @@ impl Parsed<'_> {
         }
         self.refuse_unknown_moe()?;
         if let Some(v) = self.value("optimizer")
-            && v != "adam"
+            && !matches!(v, "adam" | "muon" | "dist_muon")
         {
             return Err(not_modelled(
                 format!("--optimizer {v}"),
-                "tpsim models Adam's optimizer states (12 bytes per parameter, Rajbhandari et al. 2020 §3.1); use --optimizer adam",
+                "tpsim models Adam (12 bytes of states per parameter, Rajbhandari et al. 2020 §3.1) and Muon (Megatron-Core's --optimizer muon); use --optimizer adam or muon",
             ));
         }
         Ok(())

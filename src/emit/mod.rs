@@ -1016,13 +1016,22 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
     if plan.zero >= 1 && plan.dp_replicas > 1 {
         push("num-distributed-optimizer-instances", n(plan.dp_replicas));
     }
-    // Megatron-Core's precision-aware optimizer with bf16 moments (arguments.py; the main params
-    // stay fp32, kept as 16-bit remainders by default).
-    if training.optimizer_states == OptimizerStates::Bf16Moments {
+    // Megatron-Core's precision-aware optimizer (arguments.py; the main params stay fp32, kept as
+    // 16-bit remainders by default), with bf16 moments or at its default fp32 ones.
+    if training.optimizer_states.keeps_remainders() {
+        let moments = if training.optimizer_states == OptimizerStates::Bf16Moments {
+            "bf16"
+        } else {
+            "fp32"
+        };
         push("use-precision-aware-optimizer", None);
         push("main-params-dtype", Some("fp32".into()));
-        push("exp-avg-dtype", Some("bf16".into()));
-        push("exp-avg-sq-dtype", Some("bf16".into()));
+        push("exp-avg-dtype", Some(moments.into()));
+        push("exp-avg-sq-dtype", Some(moments.into()));
+    }
+    // Muon (arguments.py: with --use-distributed-optimizer its layer-wise distributed optimizer).
+    if training.optimizer_states == OptimizerStates::Muon {
+        push("optimizer", Some("muon".into()));
     }
     // Megatron-Core's `--attention-backend` (AttnBackend: flash, fused, unfused, local, auto):
     // written out so that reading the line back models the same attention kernel.

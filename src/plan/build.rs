@@ -60,10 +60,18 @@ impl ParallelPlan {
         // Before the framework's own rules: their fixes (torchtitan's expert ranks, say) would
         // only lead to the stack's refusal of the framework.
         check_hybrid(r, model, training)?;
+        if training.optimizer_states == crate::training::OptimizerStates::Muon
+            && let Some(what) = crate::cost::muon::unpriced(model)
+        {
+            return Err(PlanError::MuonNotPriced { what });
+        }
         if !training.optimizer_states.allows_zero(r.zero) {
+            let (rule, fix) = training.optimizer_states.zero_rule();
             return Err(PlanError::ZeroForOptimizerStates {
                 zero: r.zero,
                 states: training.optimizer_states.as_str(),
+                rule,
+                fix,
             });
         }
         check_heads(r, model, cluster, training)?;

@@ -423,9 +423,16 @@ pub enum PlanError {
     )]
     ReshardWithoutZero3 { zero: u8 },
     #[error(
-        "--zero {zero} with --optimizer-states {states}: Megatron-Core keeps bf16 moments only in its distributed optimizer (ZeRO-1); use --zero 1 or --optimizer-states fp32"
+        "--optimizer-states muon with {what}: tpsim prices Muon's Newton-Schulz step for transformer layers only; use --optimizer-states fp32 (Adam) for this model"
     )]
-    ZeroForOptimizerStates { zero: u8, states: &'static str },
+    MuonNotPriced { what: &'static str },
+    #[error("--zero {zero} with --optimizer-states {states}: {rule}; {fix}")]
+    ZeroForOptimizerStates {
+        zero: u8,
+        states: &'static str,
+        rule: &'static str,
+        fix: &'static str,
+    },
     #[error(
         "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
     )]

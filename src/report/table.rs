@@ -271,7 +271,7 @@ pub fn scenario_line(report: &Report) -> String {
     format!(
         "model {} ({}, {}): {} params, {}, hidden {}, {}{gqa}, ffn {}{gated}{experts}, vocab {}; {traits}\n\
          cluster: {} node{} x {} {} = {} ({} GiB{}, {} TFLOP/s bf16 each){}{}\n\
-         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {} bytes per parameter), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}{}{}",
+         training: {} x {} per step, {} gradients, optimizer states {} (weights + states: {}), {} attention, as {} runs it ({}{}){}{}{}{}{}{}{}{}{}",
         m.name,
         m.origin,
         if m.origin.starts_with("derived") {
@@ -511,12 +511,18 @@ fn bytes_at_rest_words(t: &crate::training::Training, plans: &[Estimate]) -> Str
     let with = states.bytes_at_rest(true);
     let any = gathers_low_precision.iter().any(|&g| g);
     let all = !gathers_low_precision.is_empty() && gathers_low_precision.iter().all(|&g| g);
-    if with == without || !any {
-        format!("{without}")
+    if states == crate::training::OptimizerStates::Muon {
+        // Muon's one moment for the layers' weights, Adam's two for the embedding and output.
+        let adam = without - states.moment_bytes() + states.adam_moment_bytes();
+        format!(
+            "{without} bytes per parameter of the layers' weights, {adam} of the embedding and output layer"
+        )
+    } else if with == without || !any {
+        format!("{without} bytes per parameter")
     } else if all {
-        format!("{with}")
+        format!("{with} bytes per parameter")
     } else {
-        format!("{without}, {with} with low-precision parameter gathers")
+        format!("{without} bytes per parameter, {with} with low-precision parameter gathers")
     }
 }
 
@@ -864,12 +870,15 @@ pub fn mfu_note(plans: &[Estimate], peak_flops: f64) -> Option<String> {
 }
 
 /// What a term's line says: its full time and what hid the rest.
-fn term_note(term: &crate::cost::terms::Term) -> String {
+fn term_note(term: &crate::cost::terms::Term, states: crate::training::OptimizerStates) -> String {
     use crate::cost::terms::{HiddenBy, TermKind};
     let hidden = term.time_s.0 - term.exposed_s.0;
     let what = match term.kind {
         TermKind::Compute => "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
         TermKind::Bubble => "pipeline fill and drain (and waiting for slower stages)",
+        TermKind::Optimizer if states == crate::training::OptimizerStates::Muon => {
+            "Muon: Newton-Schulz on the weights this GPU updates, gathered whole over TP, then the update"
+        }
         TermKind::Optimizer => "Adam, memory-bound",
         _ => "",
     };
@@ -1369,7 +1378,7 @@ pub fn breakdown(
         if term.time_s.0 <= 0.0 && term.exposed_s.0 <= 0.0 {
             continue;
         }
-        let note = term_note(term);
+        let note = term_note(term, training.optimizer_states);
         let _ = writeln!(
             out,
             "  {:<15} {:>9.3} s {:>5.1}%  {note}",

@@ -17,7 +17,10 @@ pub use activations::{
     expanded_kv_saved_bytes_per_token, layer_activation_bytes, layer_activation_bytes_of,
     norm_output_bytes, norm_output_fp8_saving, norm_output_fp8_saving_at,
 };
-pub use params::{StageParams, layer_params_per_gpu, layer_params_per_gpu_at, max_stage_params};
+pub use params::{
+    StageParams, layer_params_per_gpu, layer_params_per_gpu_at, max_stage_layer_params,
+    max_stage_params,
+};
 pub use stage_layers::stage_moe_share;
 
 use serde::Serialize;

@@ -202,6 +202,21 @@ pub fn max_stage_params(model: &Model, training: &Training, plan: &ParallelPlan)
     }
 }
 
+/// The layers' weights one GPU of the heaviest stage (`max_stage_params`'s) holds, before ZeRO:
+/// (non-expert, routed experts), without the embedding and output layer — what Muon
+/// orthogonalizes (`cost::muon`). Off the search's hot path: only Muon plans ask.
+pub fn max_stage_layer_params(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> (f64, f64) {
+    let v_shaped = training.pp_schedule.v_kind().is_some();
+    let (stage, rank, _) = heaviest_stage(model, plan, v_shaped);
+    let layers = f64::from(stage_layers(plan, model, stage));
+    let (dense, expert) = layer_params_per_gpu_at(model, plan, stage_mix(model, plan, stage, rank));
+    (layers * dense, layers * expert)
+}
+
 /// Parameters of one GPU of a stage (before ZeRO sharding).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageParams {

@@ -108,10 +108,14 @@ fn stage_memory_at_precision(
     let mut weights = sharded(states.param_bytes(), 3);
     let mut gradients = sharded(training.grad_dtype.bytes(), 2);
     let low_precision_params = crate::cost::comm::fp8_parameter_gather(training, plan);
-    let optimizer = sharded(
+    let mut optimizer = sharded(
         states.optimizer_bytes_with_low_precision_params(low_precision_params),
         1,
     );
+    // Muon keeps one moment for the layers' weights; the embedding and output layer (what the
+    // stage holds beyond its layers) keep Adam's two (`OptimizerStates::adam_moment_bytes`).
+    let beyond_layers = (params - layers * (dense_layer + expert_layer)).max(0.0);
+    optimizer += beyond_layers * (states.adam_moment_bytes() - states.moment_bytes()) / shard(1);
     // ZeRO-3 gathers one unit at a time: a layer as this GPU holds it unsharded (its TP share of
     // the dense part and its own experts, not every expert of the layer), or the word embedding /
     // output layer on the stages that hold them — counting only what is sharded at all: the dense

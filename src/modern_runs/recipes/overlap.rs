@@ -36,6 +36,11 @@ use super::releases::{Bridge26, bridge_26_release};
 ///     `disable_param_gather_overlap` (`configs/llama/llama31_llm_pretrain.py:46-55`, called at
 ///     `:123-124`, v0.4.2 and v0.5.0).
 ///
+/// - Kimi K2, every Megatron-Bridge release: Muon's recipe turns the distributed optimizer and
+///   its parameter-gather overlap off ("Muon needs this to be False",
+///   `src/megatron/bridge/recipes/kimi/kimi_k2.py:199-200` at v0.3.1 to v0.5.0): the layer-wise
+///   optimizer all-gathers the updated weights after the step.
+///
 /// Context parallelism is left at tpsim's K/V ring: no Megatron-Bridge recipe of a published Llama
 /// CP row sets `cp_comm_type`, whose Megatron-Core default is the same ring ("p2p").
 pub(in crate::modern_runs) fn recipe_comm_overlap(run: &ModernRun, overlap: &mut Overlap) {
@@ -69,7 +74,7 @@ pub(in crate::modern_runs) fn recipe_comm_overlap(run: &ModernRun, overlap: &mut
             && model == "llama31_405b"
             && gpu == "GB200"
             && precision_is(run, "nvfp4"));
-    if param_gather_off {
+    if param_gather_off || (run.id.starts_with("mbridge") && model == "kimi_k2") {
         overlap.param_gather = false;
     }
 }

@@ -18,6 +18,15 @@ use super::releases::{Bridge26, bridge_26_release};
 /// - Megatron-Bridge's DeepSeek-V3 recipe (`recipes/deepseek/deepseek_v3.py`, at 9a5e79865 for
 ///   25.09 and v0.2.0 for 25.11) sets `use_precision_aware_optimizer = True`, fp32 main params,
 ///   bf16 `main_grads_dtype`, `exp_avg_dtype` and `exp_avg_sq_dtype`, and `grad_reduce_in_fp32=False`.
+/// - Megatron-Bridge's performance scripts turn the precision-aware optimizer on for every bf16
+///   run (`if args.compute_dtype == "bf16": recipe.optimizer.use_precision_aware_optimizer =
+///   True`, NVIDIA-NeMo/Megatron-Bridge `scripts/performance/run_script.py:133` at 9a5e798 for
+///   25.09; `utils/helpers.py:255` at v0.2.0; `set_post_overrides` in `utils/overrides.py` from
+///   v0.3.0 to v0.6.0, with `and recipe.optimizer.optimizer == "adam"` from v0.4.0), at the
+///   recipe's state dtypes: Megatron-Core's defaults (fp32 moments, the master as 16-bit
+///   remainders) for every bf16 row but DeepSeek-V3's, whose recipe sets bf16 moments (above).
+///   The scripts turn it off again under Megatron-FSDP (`helpers.py:87` at 9a5e798), which no
+///   bf16 row runs.
 pub(in crate::modern_runs) fn recipe_optimizer_states(
     run: &ModernRun,
 ) -> Option<(OptimizerStates, GradDtype)> {
@@ -29,6 +38,15 @@ pub(in crate::modern_runs) fn recipe_optimizer_states(
     let bridge_or_report = run.id.starts_with("mbridge") || from_moe_report(run);
     if bridge_or_report && run.model_key.as_deref() == Some("deepseek_v3") {
         return Some((OptimizerStates::Bf16Moments, GradDtype::Bf16));
+    }
+    // Megatron-Bridge's Kimi K2 performance configs train with Muon (`optimizer_type="muon"`, the
+    // default of `kimi_k2_pretrain_config_gb300`, scripts/performance/configs/kimi/
+    // kimi_llm_pretrain.py:57-61 at v0.5.0; `dist_muon`, recipes/utils/optimizer_utils.py).
+    if run.id.starts_with("mbridge") && run.model_key.as_deref() == Some("kimi_k2") {
+        return Some((OptimizerStates::Muon, GradDtype::Bf16));
+    }
+    if run.id.starts_with("mbridge") && precision_is(run, "bf16") {
+        return Some((OptimizerStates::PrecisionAware, GradDtype::Bf16));
     }
     None
 }
