@@ -545,8 +545,11 @@ pub fn table(c: &Comparison) -> String {
     let dims = crate::sweep::LabelDims::of(&labels, c.experts);
     // The pipeline schedule, named where either plan runs a V schedule (`--pp-schedule`): it is
     // not part of the plan's degrees, and two plans alike in them may differ in it.
-    let schedules = [c.a_schedule, c.b_schedule]
-        .map(|s| s.map_or(crate::training::PipelineSchedule::OneFOneB, |s| s.schedule));
+    let schedules = [c.a_schedule, c.b_schedule].map(|s| {
+        s.map_or(crate::training::PipelineSchedule::OneFOneB, |s| {
+            s.pipeline_schedule()
+        })
+    });
     let named = schedules
         .iter()
         .any(|s| *s != crate::training::PipelineSchedule::OneFOneB);

@@ -451,3 +451,27 @@ fn compare_tp_term_names_the_layer_split_that_moves_it() {
         );
     }
 }
+
+/// The JSON's schedule name said "1f1b" for a plan without a pipeline while `eval`'s text said
+/// "pipeline schedule: none": it is null there now, and the schedule's name with a pipeline.
+#[test]
+fn a_plan_without_a_pipeline_has_no_schedule_in_the_json() {
+    let schedule = |pp: &str| {
+        let out = common::json(&[
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "1",
+            "--tp",
+            "4",
+            "--pp",
+            pp,
+            "--format",
+            "json",
+        ]);
+        out["plans"][0]["schedule"]["schedule"].clone()
+    };
+    assert!(schedule("1").is_null(), "{}", schedule("1"));
+    assert_eq!(schedule("2"), "1f1b");
+}

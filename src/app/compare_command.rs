@@ -584,8 +584,9 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     }
     // Two files of one plan under different pipeline schedules (`pp_schedule`, a training
     // setting, not a plan field) are different plans: their bubbles and memory differ.
-    let same_schedule =
-        a_schedule.map(|s| s.schedule) == b_schedule.map(|s| s.schedule) || a.plan.pp == 1;
+    let same_schedule = a_schedule.map(|s| s.pipeline_schedule())
+        == b_schedule.map(|s| s.pipeline_schedule())
+        || a.plan.pp == 1;
     if a.plan == b.plan && same_schedule && offload_layers[0] == offload_layers[1] {
         eprintln!(
             "note: plan A and plan B are the same plan ({a_from} and {b_from}), so every difference below is zero"

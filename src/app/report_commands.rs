@@ -113,8 +113,8 @@ fn ratio_text(ratio: f64) -> String {
 
 /// What `eval` says about the simulated schedule; a plan without a pipeline (pp 1) has none.
 pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
-    let name = s.schedule.words(vpp);
-    let closed = s.schedule.closed_form_words();
+    let name = s.pipeline_schedule().words(vpp);
+    let closed = s.pipeline_schedule().closed_form_words();
     if pp == 1 {
         return "pipeline schedule: none (pp 1: one stage runs every layer, no bubble)".to_string();
     }
@@ -131,7 +131,7 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
             s.closed_form_step_s,
             ratio_text(s.closed_form_bubble_ratio)
         )
-    } else if s.simulated_step_used && s.schedule.v_kind().is_some() {
+    } else if s.simulated_step_used && s.pipeline_schedule().v_kind().is_some() {
         // A V places chunks r and 2p − 1 − r on GPU r (`cost::v_schedule`): the first GPU runs
         // both ends of the model, not a first and a last stage.
         format!(

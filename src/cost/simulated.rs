@@ -29,8 +29,9 @@ use crate::training::Training;
 /// How the shown step time was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ScheduleSummary {
-    /// The schedule simulated (`--pp-schedule`).
-    pub schedule: crate::training::PipelineSchedule,
+    /// The schedule simulated (`--pp-schedule`); `None` (JSON null) without a pipeline, where
+    /// `eval` says "pipeline schedule: none".
+    pub schedule: Option<crate::training::PipelineSchedule>,
     /// True when the simulated step replaced the closed form (they differ by more than 1e-9 s·step).
     pub simulated_step_used: bool,
     pub closed_form_step_s: f64,
@@ -52,6 +53,15 @@ pub struct ScheduleSummary {
     /// Blocks of a schedule too large to simulate ([`super::schedule::MAX_SIMULATED_BLOCKS`]):
     /// the closed form's step time is kept and `schedule` is empty. None when simulated.
     pub not_simulated_blocks: Option<u64>,
+}
+
+impl ScheduleSummary {
+    /// The schedule the renderers name for a pipelined plan (1F1B where there is no pipeline:
+    /// they say "none" before asking).
+    pub fn pipeline_schedule(&self) -> crate::training::PipelineSchedule {
+        self.schedule
+            .unwrap_or(crate::training::PipelineSchedule::OneFOneB)
+    }
 }
 
 /// A plan refined by the schedule simulation.
@@ -425,7 +435,7 @@ pub fn simulate_plan(
     let layers = layers_per_stage(model, plan);
     Ok(Simulated {
         summary: ScheduleSummary {
-            schedule: training.pp_schedule,
+            schedule: (plan.pp > 1).then_some(training.pp_schedule),
             simulated_step_used: differs,
             closed_form_step_s: t.step_s.0,
             simulated_step_s: if differs {
@@ -474,7 +484,7 @@ fn closed_form_only(
     let layers = layers_per_stage(model, plan);
     Simulated {
         summary: ScheduleSummary {
-            schedule: training.pp_schedule,
+            schedule: (plan.pp > 1).then_some(training.pp_schedule),
             simulated_step_used: false,
             closed_form_step_s: t.step_s.0,
             simulated_step_s: t.step_s.0,

@@ -356,7 +356,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                 format!(
                     "One step of {} from the event-driven {} schedule simulation.",
                     inputs.chosen_label,
-                    chosen.summary.schedule.words(plan.vpp)
+                    chosen.summary.pipeline_schedule().words(plan.vpp)
                 )
             } else {
                 // No pipeline, no schedule: the figure's title says "no pipeline" too.

@@ -208,7 +208,7 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             "Timeline"
         },
         if p > 1 {
-            sim.summary.schedule.words(plan.vpp)
+            sim.summary.pipeline_schedule().words(plan.vpp)
         } else {
             "no pipeline"
         },
@@ -226,7 +226,7 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             format!(
                 "bubble ratio {:.3} simulated vs {} = {:.3}; all stages idle {:.2}% of their time",
                 sim.summary.simulated_bubble_ratio,
-                sim.summary.schedule.closed_form_words(),
+                sim.summary.pipeline_schedule().closed_form_words(),
                 sim.summary.closed_form_bubble_ratio,
                 sim.summary.pipeline_idle_share * 100.0,
             )
