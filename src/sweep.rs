@@ -795,7 +795,6 @@ mod tests {
     use super::*;
     use crate::shape::derive_shape;
     use crate::specs;
-    use crate::training::GradDtype;
 
     fn point(nodes: u32) -> Point {
         Point {
@@ -808,37 +807,8 @@ mod tests {
             },
             training: Training {
                 price_per_gpu_hour: Some(2.0),
-                module_precision: crate::training::ModulePrecision::NONE,
-                bf16_layers: crate::training::Bf16Layers::NONE,
-                pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-                cpu_offload_layers: 0,
-                seq_len: 2048,
-                global_batch: 1536,
-                grad_dtype: GradDtype::Bf16,
-                optimizer_states: crate::training::OptimizerStates::Fp32,
                 tokens: Some(300e9),
-                attention: crate::training::AttentionKernel::Flash,
-                framework: crate::training::TrainingFramework::MegatronLm2021,
-                overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-                moe_imbalance: 1.0,
-                moe_capacity_factor: None,
-                moe_dispatch: crate::training::MoeDispatch::default(),
-                fp8_param_gather: false,
-                kernel_fusion: crate::training::KernelFusion::Fused,
-                loss: crate::training::LossKernel::VocabParallel,
-                local_batch: None,
-                cp_exchange: crate::training::TrainingFramework::MegatronLm2021
-                    .default_cp_exchange(),
-                fp8_scaling: crate::training::TrainingFramework::MegatronLm2021
-                    .default_fp8_scaling(),
-                recompute_modules: None,
-                fsdp_syncs_once_per_step: false,
-                pipeline_keeps_outputs: false,
-                eager_glu_clamp: false,
-                torchtitan_gpt_oss_experts: false,
-                sdpa_repeats_kv: false,
-                gradient_accumulation_fusion: true,
-                rope_fusion: true,
+                ..Training::megatron_lm_2021(2048, 1536)
             },
         }
     }

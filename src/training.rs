@@ -1628,6 +1628,20 @@ impl Training {
 }
 
 #[cfg(test)]
+impl Training {
+    /// 2021 Megatron-LM's defaults with flash attention (`with_framework`): the setup most unit
+    /// tests plan with, one place for them all.
+    pub(crate) fn megatron_lm_2021(seq_len: u32, global_batch: u32) -> Training {
+        Training::with_framework(
+            TrainingFramework::MegatronLm2021,
+            seq_len,
+            global_batch,
+            AttentionKernel::Flash,
+        )
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

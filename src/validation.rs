@@ -14,7 +14,7 @@ use crate::cost::{Estimate, evaluate};
 use crate::model::{Model, Norm, PositionEmbedding};
 use crate::plan::{ParallelPlan, PlanRequest, Recompute};
 use crate::specs::{self, SpecError};
-use crate::training::{AttentionKernel, GradDtype, Training};
+use crate::training::{AttentionKernel, Training};
 
 /// validation/published_runs.yaml, built in so `tpsim accuracy` works from any directory.
 pub const BUNDLED_PUBLISHED_RUNS: &str = include_str!("../validation/published_runs.yaml");
@@ -472,38 +472,12 @@ pub fn accuracy_with_skips(
             nodes: hw.num_gpus / hw.gpus_per_node,
             gpus_per_node: hw.gpus_per_node,
         };
-        let training = Training {
-            price_per_gpu_hour: None,
-            module_precision: crate::training::ModulePrecision::NONE,
-            bf16_layers: crate::training::Bf16Layers::NONE,
-            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-            cpu_offload_layers: 0,
-            seq_len: m.seq_len,
-            global_batch: run.plan.global_batch_size,
-            grad_dtype: GradDtype::Bf16,
-            optimizer_states: crate::training::OptimizerStates::Fp32,
-            tokens: None,
-            attention: AttentionKernel::Unfused,
-            framework: crate::training::TrainingFramework::MegatronLm2021,
-            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-            moe_imbalance: 1.0,
-            moe_capacity_factor: None,
-            moe_dispatch: crate::training::MoeDispatch::default(),
-            fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
-            loss: crate::training::LossKernel::VocabParallel,
-            local_batch: None,
-            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-            recompute_modules: None,
-            fsdp_syncs_once_per_step: false,
-            pipeline_keeps_outputs: false,
-            eager_glu_clamp: false,
-            torchtitan_gpt_oss_experts: false,
-            sdpa_repeats_kv: false,
-            gradient_accumulation_fusion: true,
-            rope_fusion: true,
-        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            m.seq_len,
+            run.plan.global_batch_size,
+            AttentionKernel::Unfused,
+        );
         let p = &run.plan;
         let request = PlanRequest {
             tp: p.tp,
@@ -660,38 +634,12 @@ pub fn vtrain_cases(
             nodes: hw.num_gpus.div_ceil(gpus_per_node),
             gpus_per_node,
         };
-        let training = Training {
-            price_per_gpu_hour: None,
-            module_precision: crate::training::ModulePrecision::NONE,
-            bf16_layers: crate::training::Bf16Layers::NONE,
-            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-            cpu_offload_layers: 0,
-            seq_len: m.seq_len,
-            global_batch: row.plan.global_batch_size,
-            grad_dtype: GradDtype::Bf16,
-            optimizer_states: crate::training::OptimizerStates::Fp32,
-            tokens: None,
-            attention: AttentionKernel::Unfused,
-            framework: crate::training::TrainingFramework::MegatronLm2021,
-            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-            moe_imbalance: 1.0,
-            moe_capacity_factor: None,
-            moe_dispatch: crate::training::MoeDispatch::default(),
-            fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
-            loss: crate::training::LossKernel::VocabParallel,
-            local_batch: None,
-            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-            recompute_modules: None,
-            fsdp_syncs_once_per_step: false,
-            pipeline_keeps_outputs: false,
-            eager_glu_clamp: false,
-            torchtitan_gpt_oss_experts: false,
-            sdpa_repeats_kv: false,
-            gradient_accumulation_fusion: true,
-            rope_fusion: true,
-        };
+        let training = Training::with_framework(
+            crate::training::TrainingFramework::MegatronLm2021,
+            m.seq_len,
+            row.plan.global_batch_size,
+            AttentionKernel::Unfused,
+        );
         let p = &row.plan;
         let request = PlanRequest {
             tp: p.tp,

@@ -8,7 +8,7 @@ use tpsim::model::Model;
 use tpsim::plan::{ParallelPlan, PlanRequest, Recompute};
 use tpsim::planner::{SearchOptions, search};
 use tpsim::specs::{load_gpu, load_model};
-use tpsim::training::{GradDtype, Training};
+use tpsim::training::Training;
 
 fn cluster(nodes: u32) -> Cluster {
     Cluster {
@@ -19,38 +19,12 @@ fn cluster(nodes: u32) -> Cluster {
 }
 
 fn training(global_batch: u32) -> Training {
-    Training {
-        price_per_gpu_hour: None,
-        module_precision: tpsim::training::ModulePrecision::NONE,
-        bf16_layers: tpsim::training::Bf16Layers::NONE,
-        pp_schedule: tpsim::training::PipelineSchedule::OneFOneB,
-        cpu_offload_layers: 0,
-        seq_len: 2048,
+    Training::with_framework(
+        tpsim::training::TrainingFramework::MegatronLm2021,
+        2048,
         global_batch,
-        grad_dtype: GradDtype::Bf16,
-        optimizer_states: tpsim::training::OptimizerStates::Fp32,
-        tokens: None,
-        attention: tpsim::training::AttentionKernel::Flash,
-        framework: tpsim::training::TrainingFramework::MegatronLm2021,
-        overlap: tpsim::training::TrainingFramework::MegatronLm2021.default_overlap(),
-        moe_imbalance: 1.0,
-        moe_capacity_factor: None,
-        moe_dispatch: tpsim::training::MoeDispatch::default(),
-        fp8_param_gather: false,
-        kernel_fusion: tpsim::training::KernelFusion::Fused,
-        loss: tpsim::training::LossKernel::VocabParallel,
-        local_batch: None,
-        cp_exchange: tpsim::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-        fp8_scaling: tpsim::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-        recompute_modules: None,
-        fsdp_syncs_once_per_step: false,
-        pipeline_keeps_outputs: false,
-        eager_glu_clamp: false,
-        torchtitan_gpt_oss_experts: false,
-        sdpa_repeats_kv: false,
-        gradient_accumulation_fusion: true,
-        rope_fusion: true,
-    }
+        tpsim::training::AttentionKernel::Flash,
+    )
 }
 
 fn gpt3() -> Model {

@@ -261,7 +261,7 @@ mod tests {
     use super::*;
     use crate::cost::evaluate;
     use crate::plan::{ParallelPlan, PlanRequest};
-    use crate::training::{GradDtype, Training};
+    use crate::training::Training;
 
     #[test]
     fn layer_wire_bytes_are_the_estimates_tp_bytes_per_layer_and_micro_batch() {
@@ -272,38 +272,7 @@ mod tests {
             gpu,
             nodes: 1,
         };
-        let training = Training {
-            price_per_gpu_hour: None,
-            module_precision: crate::training::ModulePrecision::NONE,
-            bf16_layers: crate::training::Bf16Layers::NONE,
-            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-            cpu_offload_layers: 0,
-            seq_len: model.seq_len,
-            global_batch: 8,
-            grad_dtype: GradDtype::Bf16,
-            optimizer_states: crate::training::OptimizerStates::Fp32,
-            tokens: None,
-            attention: crate::training::AttentionKernel::Flash,
-            framework: crate::training::TrainingFramework::MegatronLm2021,
-            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-            moe_imbalance: 1.0,
-            moe_capacity_factor: None,
-            moe_dispatch: crate::training::MoeDispatch::default(),
-            fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
-            loss: crate::training::LossKernel::VocabParallel,
-            local_batch: None,
-            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-            recompute_modules: None,
-            fsdp_syncs_once_per_step: false,
-            pipeline_keeps_outputs: false,
-            eager_glu_clamp: false,
-            torchtitan_gpt_oss_experts: false,
-            sdpa_repeats_kv: false,
-            gradient_accumulation_fusion: true,
-            rope_fusion: true,
-        };
+        let training = Training::megatron_lm_2021(model.seq_len, 8);
         for (tp, sp) in [(2, false), (8, false), (8, true)] {
             let request = PlanRequest {
                 tp,

@@ -1173,7 +1173,6 @@ mod tests {
     use crate::cluster::Cluster;
     use crate::plan::{PlanRequest, Recompute};
     use crate::specs;
-    use crate::training::GradDtype;
 
     fn scenario() -> (Model, Cluster, Training) {
         let model = specs::load_model("llama3-70b").unwrap();
@@ -1182,38 +1181,7 @@ mod tests {
             nodes: 16,
             gpus_per_node: 8,
         };
-        let training = Training {
-            price_per_gpu_hour: None,
-            module_precision: crate::training::ModulePrecision::NONE,
-            bf16_layers: crate::training::Bf16Layers::NONE,
-            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-            cpu_offload_layers: 0,
-            seq_len: model.seq_len,
-            global_batch: 512,
-            grad_dtype: GradDtype::Bf16,
-            optimizer_states: crate::training::OptimizerStates::Fp32,
-            tokens: None,
-            attention: crate::training::AttentionKernel::Flash,
-            framework: crate::training::TrainingFramework::MegatronLm2021,
-            overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-            moe_imbalance: 1.0,
-            moe_capacity_factor: None,
-            moe_dispatch: crate::training::MoeDispatch::default(),
-            fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
-            loss: crate::training::LossKernel::VocabParallel,
-            local_batch: None,
-            cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-            fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-            recompute_modules: None,
-            fsdp_syncs_once_per_step: false,
-            pipeline_keeps_outputs: false,
-            eager_glu_clamp: false,
-            torchtitan_gpt_oss_experts: false,
-            sdpa_repeats_kv: false,
-            gradient_accumulation_fusion: true,
-            rope_fusion: true,
-        };
+        let training = Training::megatron_lm_2021(model.seq_len, 512);
         (model, cluster, training)
     }
 

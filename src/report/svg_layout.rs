@@ -521,36 +521,13 @@ mod tests {
         };
         let framework = TrainingFramework::MegatronCore;
         let training = Training {
-            price_per_gpu_hour: None,
-            module_precision: crate::training::ModulePrecision::NONE,
-            bf16_layers: crate::training::Bf16Layers::NONE,
-            pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-            cpu_offload_layers: 0,
-            seq_len: 4096,
-            global_batch: 256,
-            grad_dtype: crate::training::GradDtype::Fp32,
-            optimizer_states: crate::training::OptimizerStates::Fp32,
-            tokens: None,
-            attention: crate::training::AttentionKernel::Flash,
-            framework,
-            overlap: framework.default_overlap(),
-            moe_imbalance: 1.0,
-            moe_capacity_factor: None,
-            moe_dispatch: crate::training::MoeDispatch::default(),
             fp8_param_gather: false,
-            kernel_fusion: crate::training::KernelFusion::Fused,
-            loss: crate::training::LossKernel::VocabParallel,
-            local_batch: None,
-            cp_exchange: framework.default_cp_exchange(),
-            fp8_scaling: framework.default_fp8_scaling(),
-            recompute_modules: None,
-            fsdp_syncs_once_per_step: false,
-            pipeline_keeps_outputs: false,
-            eager_glu_clamp: false,
-            torchtitan_gpt_oss_experts: false,
-            sdpa_repeats_kv: false,
-            gradient_accumulation_fusion: true,
-            rope_fusion: true,
+            ..Training::with_framework(
+                framework,
+                4096,
+                256,
+                crate::training::AttentionKernel::Flash,
+            )
         };
         let request = PlanRequest {
             tp: 2,

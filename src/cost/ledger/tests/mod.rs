@@ -39,36 +39,18 @@ fn cp_rows(l: &Ledger) -> Vec<&LedgerEntry> {
 
 fn training(seq_len: u32, global_batch: u32, framework: TrainingFramework) -> Training {
     Training {
-        price_per_gpu_hour: None,
-        module_precision: crate::training::ModulePrecision::NONE,
-        bf16_layers: crate::training::Bf16Layers::NONE,
-        pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-        cpu_offload_layers: 0,
-        seq_len,
-        global_batch,
+        // The framework's defaults but for these three, kept whatever the framework: fp32
+        // gradients, 16-bit weights beside fp32 states (not torchtitan's fp32 parameters) and no
+        // FP8 parameter gather (Megatron-Core's default has one).
         grad_dtype: GradDtype::Fp32,
         optimizer_states: crate::training::OptimizerStates::Fp32,
-        tokens: None,
-        attention: crate::training::AttentionKernel::Flash,
-        framework,
-        overlap: framework.default_overlap(),
-        moe_imbalance: 1.0,
-        moe_capacity_factor: None,
-        moe_dispatch: crate::training::MoeDispatch::default(),
         fp8_param_gather: false,
-        kernel_fusion: framework.default_kernel_fusion(),
-        loss: framework.default_loss_kernel(framework.default_kernel_fusion()),
-        local_batch: None,
-        cp_exchange: framework.default_cp_exchange(),
-        fp8_scaling: framework.default_fp8_scaling(),
-        recompute_modules: None,
-        fsdp_syncs_once_per_step: false,
-        pipeline_keeps_outputs: false,
-        eager_glu_clamp: false,
-        torchtitan_gpt_oss_experts: false,
-        sdpa_repeats_kv: framework.sdpa_repeats_kv(),
-        gradient_accumulation_fusion: true,
-        rope_fusion: true,
+        ..Training::with_framework(
+            framework,
+            seq_len,
+            global_batch,
+            crate::training::AttentionKernel::Flash,
+        )
     }
 }
 
@@ -358,38 +340,7 @@ fn sequence_parallel_swaps_all_reduce_for_gather_and_scatter() {
         nodes: 1,
         gpus_per_node: 8,
     };
-    let training = Training {
-        price_per_gpu_hour: None,
-        module_precision: crate::training::ModulePrecision::NONE,
-        bf16_layers: crate::training::Bf16Layers::NONE,
-        pp_schedule: crate::training::PipelineSchedule::OneFOneB,
-        cpu_offload_layers: 0,
-        seq_len: 2048,
-        global_batch: 8,
-        grad_dtype: GradDtype::Bf16,
-        optimizer_states: crate::training::OptimizerStates::Fp32,
-        tokens: None,
-        attention: crate::training::AttentionKernel::Flash,
-        framework: crate::training::TrainingFramework::MegatronLm2021,
-        overlap: crate::training::TrainingFramework::MegatronLm2021.default_overlap(),
-        moe_imbalance: 1.0,
-        moe_capacity_factor: None,
-        moe_dispatch: crate::training::MoeDispatch::default(),
-        fp8_param_gather: false,
-        kernel_fusion: crate::training::KernelFusion::Fused,
-        loss: crate::training::LossKernel::VocabParallel,
-        local_batch: None,
-        cp_exchange: crate::training::TrainingFramework::MegatronLm2021.default_cp_exchange(),
-        fp8_scaling: crate::training::TrainingFramework::MegatronLm2021.default_fp8_scaling(),
-        recompute_modules: None,
-        fsdp_syncs_once_per_step: false,
-        pipeline_keeps_outputs: false,
-        eager_glu_clamp: false,
-        torchtitan_gpt_oss_experts: false,
-        sdpa_repeats_kv: false,
-        gradient_accumulation_fusion: true,
-        rope_fusion: true,
-    };
+    let training = Training::megatron_lm_2021(2048, 8);
     let mut request = PlanRequest {
         tp: 8,
         pp: 1,
