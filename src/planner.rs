@@ -413,8 +413,10 @@ fn push_pipeline_variants(
         // (`StageLayout::balanced_chunks`) where the framework takes per-chunk layouts.
         let per_stage = model.layers / pp;
         let mut vpps = divisors(per_stage);
+        // A pinned 0 is no vpp: `ParallelPlan::build` names it (a runs file's `plan.vp: 0` divided
+        // the stage's layers by it here).
         vpps.extend(vpp_pinned.filter(|&v| {
-            v <= per_stage
+            (1..=per_stage).contains(&v)
                 && !vpps.contains(&v)
                 && training.framework.takes_chunk_layouts()
                 && training.pp_schedule.v_kind().is_none()

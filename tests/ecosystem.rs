@@ -2002,8 +2002,8 @@ fn megatron_pipeline_split_values_are_honoured_or_refused() {
             ),
         ],
         &[
-            "--decoder-first/last-pipeline-num-layers",
-            "17 layers for 2 other stages",
+            "--decoder-first-pipeline-num-layers 6 and --decoder-last-pipeline-num-layers 7",
+            "17 of the 30 layers for the 2 other stage(s)",
         ],
     );
     // Without any split argument Megatron refuses 30 layers on 4 stages.

@@ -194,7 +194,11 @@ fn pipelines_megatron_core_cannot_build_are_refused_in_one_line() {
     );
     assert_one_line_error(
         &r,
-        &["leave 73 layers for 6 other stages", "split evenly"],
+        &[
+            "--decoder-first-pipeline-num-layers 10 and --decoder-last-pipeline-num-layers 5",
+            "leave 73 of the 88 layers for the 6 other stage(s)",
+            "split evenly",
+        ],
         &["panicked"],
         "uneven hybrid middle stages",
     );

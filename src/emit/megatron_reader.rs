@@ -1180,6 +1180,21 @@ impl MegatronLaunch {
             ));
         }
         let dp = gpus / model_parallel;
+        // A stage holds at least one layer (as `eval --pp` says it): past the layer count, the
+        // fixes the split messages offer ('|' segments, first/last counts, the --account-for-*
+        // flags) each leave a stage empty and are refused in turn.
+        if self.pp > self.layers {
+            let fits = (1..=self.layers)
+                .rev()
+                .find(|&p| {
+                    self.layers.is_multiple_of(p) && gpus.is_multiple_of(self.tp * self.cp * p)
+                })
+                .unwrap_or(1);
+            return Err(format!(
+                "--pipeline-model-parallel-size {} is more than the model's {} layers; a stage needs at least one layer: give {} or fewer, e.g. --pipeline-model-parallel-size {fits} (the GPUs it frees go to data parallelism)",
+                self.pp, self.layers, self.layers
+            ));
+        }
         let vpp = self.vpp()?;
         // A hybrid pattern without '|' is sliced evenly unless first/last counts are given
         // (`select_pipeline_segment`); arguments.py refuses the --account-for-* flags beside it.
@@ -1309,7 +1324,7 @@ pub fn block_recompute_layers(n: u32, plan: &ParallelPlan) -> u32 {
 /// replaced.
 pub fn check_split(split: &SplitArgs, layers: u32, plan: &ParallelPlan) -> Result<(), String> {
     if plan.pp < 2 && split.any() {
-        return Err("pipeline split arguments (--decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split, --pipeline-model-parallel-layout) need --pipeline-model-parallel-size 2 or more; drop them".into());
+        return Err(super::pipeline_split::SPLIT_NEEDS_PIPELINE.into());
     }
     let megatron = split.stage_layers(layers, plan.pp)?;
     let s = &plan.stages;

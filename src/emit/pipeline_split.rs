@@ -427,6 +427,37 @@ fn first_last_fix(flag: &str, layers: u32, pp: u32, other: Option<u32>) -> Strin
     }
 }
 
+/// Megatron-LM's pipeline split arguments on a plan without a pipeline: tpsim's refusal, one
+/// wording for `check_split` and for the first/last counts read before the plan is built.
+pub const SPLIT_NEEDS_PIPELINE: &str = "pipeline split arguments (--decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split, --pipeline-model-parallel-layout) need --pipeline-model-parallel-size 2 or more; drop them";
+
+/// The fix for first/last stage counts that leave the other stages a remainder that does not
+/// split evenly: the count nearest an even share that does, for the flag given (the first's
+/// when both are), the other kept; else a smaller pipeline.
+fn first_last_split_fix(layers: u32, pp: u32, first: Option<u32>, last: Option<u32>) -> String {
+    let (flag, other) = match first {
+        Some(_) => ("decoder-first-pipeline-num-layers", last),
+        None => ("decoder-last-pipeline-num-layers", first),
+    };
+    let fits = |v: u32| {
+        if first.is_some() {
+            first_last_fit(layers, pp, Some(v), other)
+        } else {
+            first_last_fit(layers, pp, other, Some(v))
+        }
+    };
+    let even = u64::from(layers.div_ceil(pp.max(1)));
+    match (1..=layers)
+        .filter(|v| fits(*v))
+        .min_by_key(|v| u64::from(*v).abs_diff(even))
+    {
+        Some(example) => format!("e.g. --{flag} {example}"),
+        None => format!(
+            "change the counts so the other stages split the rest evenly, or drop --{flag} for an even split of the {layers} layers"
+        ),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StageLayers {
     pub first: u32,
@@ -529,6 +560,11 @@ impl SplitArgs {
             return Err("--decoder-first/last-pipeline-num-layers and --account-for-embedding/loss-in-pipeline-split cannot be used together (Megatron-Core refuses it); keep one kind".into());
         }
         if self.first.is_some() || self.last.is_some() {
+            // Said before the counts: with pp 1 there are no other stages, and the counts' own
+            // fix (a count that splits) is then refused by `check_split` for the pp.
+            if pp < 2 {
+                return Err(SPLIT_NEEDS_PIPELINE.into());
+            }
             let mut rest = layers;
             let mut stages = pp;
             for (flag, value) in [
@@ -552,8 +588,22 @@ impl SplitArgs {
                 }
             }
             if (rest == 0) != (stages == 0) || (stages > 0 && !rest.is_multiple_of(stages)) {
+                // transformer_config.py: "Mismatch: {num_layers} middle layers remaining but
+                // {pipeline_parallel_size} middle PP stages available", and the middle stages'
+                // even split. Said with the values given and a count that splits (the message
+                // named neither, and with pp 1 spoke of "0 other stages").
+                let given: Vec<String> = [
+                    ("decoder-first-pipeline-num-layers", self.first),
+                    ("decoder-last-pipeline-num-layers", self.last),
+                ]
+                .iter()
+                .filter_map(|(flag, v)| v.map(|v| format!("--{flag} {v}")))
+                .collect();
                 return Err(format!(
-                    "--decoder-first/last-pipeline-num-layers leave {rest} layers for {stages} other stages, which Megatron-Core needs to split evenly; change the first/last values"
+                    "{} {} {rest} of the {layers} layers for the {stages} other stage(s) of --pipeline-model-parallel-size {pp}, which Megatron-Core needs to split evenly, at least one layer each; {}",
+                    given.join(" and "),
+                    if given.len() == 1 { "leaves" } else { "leave" },
+                    first_last_split_fix(layers, pp, self.first, self.last)
                 ));
             }
             let each = rest.checked_div(stages).unwrap_or(0);

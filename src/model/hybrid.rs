@@ -387,9 +387,24 @@ impl Model {
                 ));
             }
             (true, Some(moe)) if moe.layer_freq != 1 || moe.first_dense_layers != 0 => {
+                // Only the settings given are named: "--moe-layer-freq 2 / first dense layers 0"
+                // named a default the user never wrote, and "drop them" one of them.
+                let given: Vec<String> = [
+                    (moe.layer_freq != 1).then(|| format!("--moe-layer-freq {}", moe.layer_freq)),
+                    (moe.first_dense_layers != 0).then(|| {
+                        format!(
+                            "{} dense first layers (--moe-first-k-dense-replace, or a [0]*K --moe-layer-freq list)",
+                            moe.first_dense_layers
+                        )
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
                 return fail(format!(
-                    "--moe-layer-freq {} / first dense layers {} with a hybrid pattern: the pattern's E symbols place the MoE layers (rule: Megatron-Core's hybrid stack ignores the MoE layer frequency); drop them",
-                    moe.layer_freq, moe.first_dense_layers
+                    "{} with a hybrid pattern: the pattern's E symbols place the MoE layers (rule: Megatron-Core's hybrid stack ignores the MoE layer frequency); drop {}, and write - for the dense layers in the pattern",
+                    given.join(" and "),
+                    if given.len() == 1 { "it" } else { "them" }
                 ));
             }
             _ => {}

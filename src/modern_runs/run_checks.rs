@@ -77,7 +77,8 @@ pub(super) fn check_run_ga(run: &ModernRun) -> Result<(), String> {
         return Ok(());
     }
     let derived = u64::from(gbs) / per_step;
-    if u64::from(ga) != derived {
+    // A `plan.gbs: 0` has its own refusal (`plan_run`); the ga it derives, 0, is no fix.
+    if derived > 0 && u64::from(ga) != derived {
         return Err(format!(
             "plan.ga: {ga} contradicts plan.gbs: {gbs} / (plan.dp: {dp} x plan.mbs: {mbs}) = {derived} (rule: Megatron-Core runs gbs / (dp x mbs) micro-batches per data-parallel rank each step, so ga is that); give the published values, e.g. ga: {derived}, or add flags: [source_inconsistency] where the source itself gives these numbers"
         ));

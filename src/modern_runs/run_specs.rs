@@ -86,6 +86,11 @@ pub(super) fn model_of(run: &ModernRun) -> Result<Model, String> {
         let mut model = specs::load_bundled_model(name).map_err(|e| e.to_string())?;
         model.seq_len = m.seq_len.unwrap_or(model.seq_len);
         model.mtp_layers = mtp_layers_of(run, &model);
+        // The run's own fields (`model.seq_len: 0`) checked as a dense run's are: a bundled
+        // model with seq_len 0 was priced at 0 tokens/s, a -100% error in the summary.
+        model
+            .check()
+            .map_err(|e| crate::model_file_words::in_runs_file_model_words(&e.to_string()))?;
         return Ok(model);
     }
     if m.moe.as_ref().is_some_and(|v| !v.is_null()) {
@@ -109,6 +114,11 @@ pub(super) fn model_of(run: &ModernRun) -> Result<Model, String> {
         };
         model.seq_len = m.seq_len.unwrap_or(model.seq_len);
         model.mtp_layers = mtp_layers_of(run, &model);
+        // The run's own fields (`model.seq_len: 0`) checked as a dense run's are: a bundled
+        // model with seq_len 0 was priced at 0 tokens/s, a -100% error in the summary.
+        model
+            .check()
+            .map_err(|e| crate::model_file_words::in_runs_file_model_words(&e.to_string()))?;
         return Ok(model);
     }
     if m.name.contains("Mamba") || m.name.contains("LatentMoE") {
