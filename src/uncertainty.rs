@@ -305,11 +305,38 @@ pub fn within_error_line(
     if let Some(note) = one_sided_note(best.time.step_s.0, range.step_s_low, range.step_s_high) {
         line.push_str(&note);
     }
+    line.push_str(&to_train_range(best, &range));
     if plans.len() > 1 {
         line.push_str("; within the model's error of the best: ");
         line.push_str(&ranks);
     }
     Some(line)
+}
+
+/// "; so 73.7 days to 89.0 days to train (cost $1,131,424 to $1,366,990)": the time (and cost) to
+/// train at the two ends of the step's range. Both scale with the step time (`cost::evaluate`:
+/// whole steps x step time, x GPUs x price), so a budget is read against the same error the step
+/// carries; empty without `--tokens`.
+fn to_train_range(best: &Estimate, range: &Interval) -> String {
+    let step = best.time.step_s.0;
+    let Some(seconds) = best.time_to_train_s.filter(|_| step > 0.0) else {
+        return String::new();
+    };
+    let (low, high) = (range.step_s_low / step, range.step_s_high / step);
+    let duration = crate::report::duration;
+    let mut text = format!(
+        "; so {} to {} to train",
+        duration(seconds * low),
+        duration(seconds * high)
+    );
+    if let Some(cost) = best.cost_to_train {
+        text.push_str(&format!(
+            " (cost ${} to ${})",
+            crate::sweep::cost_text(cost * low),
+            crate::sweep::cost_text(cost * high)
+        ));
+    }
+    text
 }
 
 /// A band wholly on one side of the estimate means tpsim has erred the same way on nearly every
