@@ -276,9 +276,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "N")]
     pub moe_ffn_hidden_size: Option<u32>,
     /// MLP width of the shared experts together (DeepSeek: shared experts x expert width); 0 = none.
+    /// Default: the model's; 0 with shape flags.
     #[arg(long, value_name = "N")]
     pub moe_shared_expert_intermediate_size: Option<u32>,
-    /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58".
+    /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58". Default: the
+    /// model's; 1 (every layer) with shape flags, as Megatron-LM's.
     #[arg(long, value_name = "N|LIST")]
     pub moe_layer_freq: Option<String>,
     /// Megatron-LM: a sigmoid gate on the shared experts' output (Qwen1.5-MoE, Qwen2-MoE).
@@ -288,7 +290,8 @@ pub struct ModelArgs {
     /// emitted launch line pastes it.
     #[arg(long, hide = true, value_name = "LIMIT", allow_hyphen_values = true)]
     pub activation_func_clamp_value: Option<f64>,
-    /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
+    /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace). Default: the
+    /// model's; 0 with shape flags.
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
     /// Group-limited routing: the experts split into this many groups (DeepSeek-V3: 8); give it
@@ -340,7 +343,7 @@ pub struct ModelArgs {
 /// Where to train.
 #[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
-    /// Number of nodes.
+    /// Number of nodes (required; their GPUs: --gpus-per-node).
     #[arg(long)]
     pub nodes: Option<u32>,
     /// GPUs per node (default: the GPU profile's: 8 for the bundled HGX/DGX profiles, 4 for

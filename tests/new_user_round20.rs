@@ -222,7 +222,8 @@ fn seconds_of(text: &str) -> f64 {
 /// A team with a fixed budget read "time to train: 57.4 days" and "cost $88,203" as exact, while
 /// the step time beside it carries a 5th–95th percentile range: the budget was never said at the
 /// ends of that range. The `range:` line of `plan` and `eval` now gives the time and cost to train
-/// at both ends, each the step range's end over the step x the point time or cost.
+/// at both ends, each the step range's end over the step x the point time or cost, and the JSON
+/// beside `time_to_train_s` and `cost_to_train` their `_low` and `_high`.
 #[test]
 fn the_range_line_gives_time_and_cost_to_train_at_its_ends() {
     let dir = scratch("new_user_round20", "range_to_train");
@@ -292,4 +293,44 @@ fn the_range_line_gives_time_and_cost_to_train_at_its_ends() {
         low < 1.0 && high > 1.0,
         "the range brackets the point: {line}"
     );
+    // The JSON carries the same ends for a dashboard.
+    for (key, want) in [
+        ("time_to_train_s_low", seconds * low),
+        ("time_to_train_s_high", seconds * high),
+        ("cost_to_train_low", cost * low),
+        ("cost_to_train_high", cost * high),
+    ] {
+        let got = best[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {key} in the JSON"));
+        assert!((got - want).abs() <= 1e-6 * want, "{key}: {got} vs {want}");
+    }
+}
+
+/// `eval`'s breakdown said "TP comm 1.637 s of 10.912 s; 9.275 s hidden by the neighbouring GEMMs
+/// (hidden traffic still costs 15%)": 15% of what, and on top of 1.637 s or inside it? It is
+/// inside: all 10.912 s ran under the GEMMs and 1.637 s is their 15%. The line now says the exposed
+/// part counts it, and the numbers bear that out.
+#[test]
+fn the_overlap_penalty_is_said_to_be_inside_the_exposed_time() {
+    let out = stdout_of(&["eval", "--plan", "plans/seed-512b-32nodes.yaml"]);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("TP comm "))
+        .unwrap_or_else(|| panic!("no TP comm line:\n{out}"));
+    assert!(
+        line.contains("(the exposed part counts 15% of the traffic run under compute"),
+        "{line}"
+    );
+    assert!(!line.contains("hidden traffic still costs"), "{line}");
+    let numbers: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.trim_end_matches(';').parse().ok())
+        .collect();
+    // "TP comm  E s  P%  of T s; H s hidden by ..." (the share, "P%", does not parse)
+    let (exposed, total, hidden) = (numbers[0], numbers[1], numbers[2]);
+    assert!((exposed + hidden - total).abs() < 0.002, "{line}");
+    // TP overlap runs every chunk under a GEMM: all of it is under compute, so the exposed part is
+    // 15% of it, not 15% more than something.
+    assert!((exposed - 0.15 * total).abs() < 0.002, "{line}");
 }
