@@ -334,3 +334,47 @@ fn the_overlap_penalty_is_said_to_be_inside_the_exposed_time() {
     // 15% of it, not 15% more than something.
     assert!((exposed - 0.15 * total).abs() < 0.002, "{line}");
 }
+
+/// The texts of an SVG's `<text>` elements, trimmed.
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = t.split_once('>')?.1;
+            Some(body.split("</text>").next()?.trim().to_string())
+        })
+        .collect()
+}
+
+/// `sweep --chart` of model sizes on 2 nodes of A100 40 GB drew a tick for 40B (where nothing
+/// fits) and nothing at it in any panel: no point, no mark, no word, so the chart read as a point
+/// lost or drawn off the scale. Each panel now says "nothing fits" there, once per such point.
+#[test]
+fn the_sweep_chart_says_where_nothing_fits() {
+    let dir = scratch("new_user_round20", "sweep_chart_nothing_fits");
+    let chart = dir.join("sweep.svg");
+    let chart = chart.to_str().unwrap();
+    let out = stdout_of(&[
+        "sweep",
+        "--nodes",
+        "2",
+        "--gpu",
+        "a100-sxm-40g",
+        "--axis",
+        "params",
+        "--values",
+        "20B,30B,40B",
+        "--chart",
+        chart,
+    ]);
+    let missing = out.lines().filter(|l| l.contains("nothing fits")).count();
+    assert_eq!(missing, 1, "{out}");
+    let texts = svg_texts(&std::fs::read_to_string(chart).unwrap());
+    let panels = texts
+        .iter()
+        .filter(|t| t.contains("parameters (log scale)"))
+        .count();
+    assert!(panels >= 3, "{texts:?}");
+    let said = texts.iter().filter(|t| *t == "nothing fits").count();
+    assert_eq!(said, panels * missing, "{texts:?}");
+}
