@@ -23,13 +23,13 @@ pub enum Command {
     /// Search every valid plan and print the fastest that fit in memory.
     #[command(
         allow_negative_numbers = true,
-        after_help = "Examples:\n  tpsim plan --params 512B --nodes 32\n  tpsim plan --model llama3-405b --nodes 2048 --gpu h100-sxm-80g --global-batch 2048 --allow-uneven-pp\n  tpsim plan --params 70B --nodes 8 --top 5 --format json\n  tpsim plan --params 512B --nodes 32 --save plans/best.yaml\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 8 --global-batch 512\n  tpsim plan --params 175B --nodes 64 --emit megatron    # Megatron-LM arguments of the best plan it can run\n  tpsim plan --params 70B --nodes 8 --emit deepspeed > ds_config.json"
+        after_help = "The table's columns: tp, cp, pp, dp, ep the tensor-, context-, pipeline-, data- and expert-parallel degrees (etp: expert tensor-parallel, each expert split over etp GPUs); vpp virtual pipeline stages per GPU (interleaved 1F1B: each GPU holds vpp chunks of its layers, which shortens the bubble); mb sequences per micro-batch, m micro-batches per step; sp sequence parallelism; recomp activation recompute (full N/L: N of each chunk's L layers); zero the ZeRO stage (1 shards the optimizer states over dp, 2 the gradients too, 3 the weights too = FSDP; `3 keep`: weights gathered in the forward kept for the backward, FSDP2's reshard_after_forward=False; xN: the sharded states kept in N copies, hybrid sharding); prec the GEMM precision; mem GiB the most loaded GPU against its capacity; step s seconds per optimizer step; MFU % model FLOPs over the bf16 peak; bubble % the share of the step the slowest pipeline stage sits idle (fill and drain); TP s, CP s, PP s, DP s, EP s each group's communication seconds per step left exposed, i.e. not hidden under compute by the framework's overlap; train the time to train --tokens. README.md, \"What the output means\", says more.\n\nExamples:\n  tpsim plan --params 512B --nodes 32\n  tpsim plan --model llama3-405b --nodes 2048 --gpu h100-sxm-80g --global-batch 2048 --allow-uneven-pp\n  tpsim plan --params 70B --nodes 8 --top 5 --format json\n  tpsim plan --params 512B --nodes 32 --save plans/best.yaml\n  tpsim plan --hf-config models/hf/llama-3-70b.json --nodes 8 --global-batch 512\n  tpsim plan --params 175B --nodes 64 --emit megatron    # Megatron-LM arguments of the best plan it can run\n  tpsim plan --params 70B --nodes 8 --emit deepspeed > ds_config.json"
     )]
     Plan(Box<PlanArgs>),
     /// Evaluate one plan and print its full breakdown (also when it does not fit).
     #[command(
         allow_negative_numbers = true,
-        after_help = "Examples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer --bf16\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
+        after_help = "Terms: exposed is the part of a communication's time not hidden under compute by the framework's overlap (the time per step adds the exposed parts); bubble is pipeline fill and drain, the time the slowest stage sits idle; vpp the virtual pipeline stages per GPU (interleaved 1F1B); etp the expert tensor-parallel degree; ZeRO 1 shards the optimizer states over dp, 2 the gradients too, 3 the weights too (FSDP), and --reshard-after-forward false keeps the gathered weights from forward to backward. README.md, \"What the output means\", says more.\n\nExamples:\n  tpsim eval --plan plans/seed-512b-32nodes.yaml\n  tpsim eval --model gpt3-175b --nodes 128 --gpu a100-sxm-80g --tp 8 --pp 16 --micro-batch 1 --recompute full\n  tpsim eval --layers 96 --hidden 12288 --heads 96 --nodes 64 --tp 8 --pp 8 --format json\n  # a Megatron-LM launch line, pasted (tpsim's own flag names work too):\n  tpsim eval --nodes 16 --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 28672 --swiglu --seq-length 4096 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5 --micro-batch-size 1 --global-batch-size 512 --sequence-parallel --recompute-granularity selective --use-distributed-optimizer --bf16\n  tpsim eval --plan plans/seed-512b-32nodes.yaml --emit nemo\n  # a whole launch script, with arguments tpsim does not model (skipped and listed on stderr):\n  tpsim eval --nodes 16 --megatron-args @examples/megatron/llama3-70b.sh"
     )]
     Eval(Box<EvalArgs>),
     /// Write an HTML report with SVG figures for a saved plan (like `eval --plan FILE --report DIR`).
@@ -284,9 +284,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "N")]
     pub moe_ffn_hidden_size: Option<u32>,
     /// MLP width of the shared experts together (DeepSeek: shared experts x expert width); 0 = none.
+    /// Default: the model's; 0 with shape flags.
     #[arg(long, value_name = "N")]
     pub moe_shared_expert_intermediate_size: Option<u32>,
-    /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58".
+    /// Which layers are MoE: N (every N-th layer) or a list such as "[0]*3+[1]*58". Default: the
+    /// model's; 1 (every layer) with shape flags, as Megatron-LM's.
     #[arg(long, value_name = "N|LIST")]
     pub moe_layer_freq: Option<String>,
     /// Megatron-LM: a sigmoid gate on the shared experts' output (Qwen1.5-MoE, Qwen2-MoE).
@@ -296,7 +298,8 @@ pub struct ModelArgs {
     /// emitted launch line pastes it.
     #[arg(long, hide = true, value_name = "LIMIT", allow_hyphen_values = true)]
     pub activation_func_clamp_value: Option<f64>,
-    /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace).
+    /// Dense layers before the first MoE layer (DeepSeek's first_k_dense_replace). Default: the
+    /// model's; 0 with shape flags.
     #[arg(long, value_name = "K")]
     pub moe_first_k_dense_replace: Option<u32>,
     /// Group-limited routing: the experts split into this many groups (DeepSeek-V3: 8); give it
@@ -348,7 +351,7 @@ pub struct ModelArgs {
 /// Where to train.
 #[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
-    /// Number of nodes.
+    /// Number of nodes (required; their GPUs: --gpus-per-node).
     #[arg(long)]
     pub nodes: Option<u32>,
     /// GPUs per node (default: the GPU profile's: 8 for the bundled HGX/DGX profiles, 4 for
@@ -686,6 +689,10 @@ pub struct PlanArgs {
     /// Also write DIR/index.html and one SVG per figure (created if missing).
     #[arg(long, value_name = "DIR")]
     pub report: Option<String>,
+    /// Output: table (for reading), json or yaml (for a program: every field named with its unit,
+    /// `time.step_s` seconds, `memory.total_bytes` bytes, `tokens_per_s`; ratios such as `mfu` and
+    /// `bubble_share` are fractions of 1, the table's % over 100; `cost_to_train` is in the currency
+    /// of --price-per-gpu-hour). README.md, "JSON output", lists the fields.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Print the best plan this framework can run as its launch configuration, instead of the table.
@@ -771,6 +778,10 @@ pub struct EvalArgs {
     /// Also write DIR/index.html and one SVG per figure (created if missing).
     #[arg(long, value_name = "DIR")]
     pub report: Option<String>,
+    /// Output: table (for reading), json or yaml (for a program: every field named with its unit,
+    /// `time.step_s` seconds, `memory.total_bytes` bytes, `tokens_per_s`; ratios such as `mfu` and
+    /// `bubble_share` are fractions of 1, the table's % over 100; `cost_to_train` is in the currency
+    /// of --price-per-gpu-hour). README.md, "JSON output", lists the fields.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
     /// Megatron-LM's layers per virtual stage; tpsim's --vpp = layers / pp / this.
@@ -1006,7 +1017,8 @@ pub enum EmitTarget {
 pub enum SweepAxis {
     /// Number of nodes (values: 16,32,64).
     Nodes,
-    /// Model size, a GPT-style shape derived per point (values: 70B,175B,512B).
+    /// Model size (also `size`), a GPT-style shape derived per point (values: 70B,175B,512B).
+    #[value(alias = "size", alias = "model-size")]
     Params,
     /// GPU profile (values: a100-sxm-80g,h100-sxm-80g,h200-sxm-141g).
     Gpu,

@@ -242,7 +242,33 @@ pub fn annotate(
     if let Some(plan) = value.as_object_mut() {
         plan.insert("tokens_per_s_low".into(), range.tokens_per_s_low.into());
         plan.insert("tokens_per_s_high".into(), range.tokens_per_s_high.into());
+        if let Some(ends) = to_train_ends(estimate, &range) {
+            plan.insert("time_to_train_s_low".into(), ends.seconds.0.into());
+            plan.insert("time_to_train_s_high".into(), ends.seconds.1.into());
+            if let Some((low, high)) = ends.cost {
+                plan.insert("cost_to_train_low".into(), low.into());
+                plan.insert("cost_to_train_high".into(), high.into());
+            }
+        }
     }
+}
+
+/// The time (s) and cost to train at the two ends of a step's range.
+struct ToTrainEnds {
+    seconds: (f64, f64),
+    cost: Option<(f64, f64)>,
+}
+
+/// Both scale with the step time (`cost::evaluate`: whole steps x step time, x GPUs x price), so a
+/// budget is read against the same error the step carries; None without `--tokens`.
+fn to_train_ends(best: &Estimate, range: &Interval) -> Option<ToTrainEnds> {
+    let step = best.time.step_s.0;
+    let seconds = best.time_to_train_s.filter(|_| step > 0.0)?;
+    let (low, high) = (range.step_s_low / step, range.step_s_high / step);
+    Some(ToTrainEnds {
+        seconds: (seconds * low, seconds * high),
+        cost: best.cost_to_train.map(|cost| (cost * low, cost * high)),
+    })
 }
 
 /// Ranks (0-based) of the plans after the first whose range overlaps the first plan's: with the
@@ -305,11 +331,34 @@ pub fn within_error_line(
     if let Some(note) = one_sided_note(best.time.step_s.0, range.step_s_low, range.step_s_high) {
         line.push_str(&note);
     }
+    line.push_str(&to_train_range(best, &range));
     if plans.len() > 1 {
         line.push_str("; within the model's error of the best: ");
         line.push_str(&ranks);
     }
     Some(line)
+}
+
+/// "; so 73.7 days to 89.0 days to train (cost $1,131,424 to $1,366,990)": the time (and cost) to
+/// train at the two ends of the step's range ([`to_train_ends`]); empty without `--tokens`.
+fn to_train_range(best: &Estimate, range: &Interval) -> String {
+    let Some(ends) = to_train_ends(best, range) else {
+        return String::new();
+    };
+    let duration = crate::report::duration;
+    let mut text = format!(
+        "; so {} to {} to train",
+        duration(ends.seconds.0),
+        duration(ends.seconds.1)
+    );
+    if let Some((low, high)) = ends.cost {
+        text.push_str(&format!(
+            " (cost ${} to ${})",
+            crate::sweep::cost_text(low),
+            crate::sweep::cost_text(high)
+        ));
+    }
+    text
 }
 
 /// A band wholly on one side of the estimate means tpsim has erred the same way on nearly every

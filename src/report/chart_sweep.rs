@@ -28,6 +28,10 @@ const WIDTH: u32 = 1100;
 const PLOT_W: f64 = (WIDTH / 2 - 2 * 12 - 70) as f64;
 /// Characters of the 20-pixel title that fit across the figure (about 9 pixels each).
 const TITLE_CHARS: usize = 110;
+/// What a panel says at a point where no plan fits, and where no split is valid at all (the
+/// table's "nothing fits" and "no valid plan" rows).
+const NOTHING_FITS: &str = "nothing fits";
+const NO_VALID_PLAN: &str = "no valid plan";
 /// Width of a character of the 12-pixel point labels, for wrapping them (a generous average).
 const LABEL_CHAR_PX: f64 = 6.0;
 const LABEL_LINE_PX: u32 = 14;
@@ -250,6 +254,32 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
                     .map(|p| Circle::new(*p, radius, BLUE.filled())),
             )
             .map_err(|e| fail(&e))?;
+        // A point without a plan has no value in any panel: said at its place above the axis, or
+        // its label reads as a point drawn off the chart or lost (the table's row says why).
+        for (r, &x) in sweep
+            .rows
+            .iter()
+            .zip(&positions)
+            .filter(|(r, _)| r.label.is_none())
+        {
+            let (px, py) = chart.backend_coord(&(x, bottom));
+            area.draw(&Text::new(
+                if r.no_valid_plan.is_some() {
+                    NO_VALID_PLAN
+                } else {
+                    NOTHING_FITS
+                },
+                (
+                    px - area.get_base_pixel().0,
+                    py - area.get_base_pixel().1 - 6,
+                ),
+                ("sans-serif", 12)
+                    .into_font()
+                    .color(&RED)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
+            ))
+            .map_err(|e| fail(&e))?;
+        }
     }
     root.present().map_err(|e| fail(&e))?;
     Ok(())

@@ -908,10 +908,13 @@ fn term_note(term: &crate::cost::terms::Term, states: crate::training::Optimizer
             );
         }
     };
+    // The exposed time is what the window cannot cover plus the penalty on what it does
+    // (`cost::exposed_under`): said, so the 15% does not read as a charge on top of it.
     format!(
-        "of {:.3} s; {:.3} s hidden by {by} (hidden traffic still costs 15%)",
+        "of {:.3} s; {:.3} s hidden by {by} (the exposed part counts {:.0}% of the traffic run under compute, for the SMs it takes)",
         term.time_s.0,
-        hidden.max(0.0)
+        hidden.max(0.0),
+        crate::cost::OVERLAP_COMPUTE_PENALTY * 100.0
     )
 }
 
