@@ -991,6 +991,11 @@ pub struct AccuracyArgs {
     /// beside the published tokens/s per GPU.
     #[arg(long, value_name = "ID")]
     pub run: Option<String>,
+    /// Output: table (for reading), json or yaml (for a program: one row per run, every field
+    /// named with its unit, `published_step_s` and `predicted_step_s` seconds (a runs file's
+    /// `published_tokens_per_s_per_gpu` tokens/s), `predicted_memory_bytes` bytes; `error_of`
+    /// names what `error` compares, and `error` is predicted / published − 1, a fraction of 1,
+    /// the table's % over 100). README.md, "JSON output", lists the fields.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -1073,6 +1078,11 @@ pub struct SweepArgs {
     /// Worker threads (default: all cores; at most 1024).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Output: table (for reading), json or csv (for a program: one row per axis point, its
+    /// `value` as given and the best plan there, every field named with its unit, `time.step_s`
+    /// seconds, `memory.total_bytes` bytes, `tokens_per_s`, `time_to_train_s`; `mfu` is a fraction
+    /// of 1, the table's % over 100; `cost_to_train` is in the currency of --price-per-gpu-hour;
+    /// they are null at a point where no plan fits). README.md, "JSON output", lists the fields.
     #[arg(long, value_enum, default_value = "table")]
     pub format: SweepFormat,
 }
@@ -1100,6 +1110,10 @@ pub struct CompareArgs {
     /// Also consider tensor parallelism across nodes (search only).
     #[arg(long, conflicts_with = "plan")]
     pub allow_cross_node_tp: bool,
+    /// Output: table (for reading) or json (for a program: `terms` holds each row of the table
+    /// with its `group`, `name`, `unit` (GiB, s, GB, ...) and the two plans' values `a` and `b` in
+    /// that unit; `a` and `b` hold each plan whole, fields named with their units as
+    /// `eval --format json` writes them; `verdict` is the table's closing sentence).
     #[arg(long, value_enum, default_value = "table")]
     pub format: CompareFormat,
 }

@@ -97,6 +97,19 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
             b: y / GIB,
         });
     }
+    // Activations offloaded to host memory (`--cpu-offload-layers`), as `eval` prints them beside
+    // the device total ("offloaded X GiB of Y GiB host memory per GPU"), where either plan
+    // offloads: they are in neither plan's device total, so without the row a plan that moves
+    // activations to the host reads as one that needs less memory.
+    if ma.host_bytes.0 > 0.0 || mb.host_bytes.0 > 0.0 {
+        terms.push(Term {
+            group: "host memory per GPU",
+            name: "offloaded",
+            unit: "GiB",
+            a: ma.host_bytes.0 / GIB,
+            b: mb.host_bytes.0 / GIB,
+        });
+    }
     // Neither plan pipelined: no stage boundaries and no bubble, rows `eval`'s breakdown leaves out.
     let no_pipeline = a.plan.pp == 1 && b.plan.pp == 1;
     for ((name, _, x), (_, _, y)) in time_terms(a).into_iter().zip(time_terms(b)) {

@@ -287,7 +287,13 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
     let fix = match key {
         "num_gpus" => "give the run's GPU count, e.g. num_gpus: 8 for one DGX node".to_string(),
         "nodes" => "give the cluster's node count, e.g. nodes: 32".to_string(),
-        "tp" | "pp" | "cp" | "ep" | "etp" | "dp" | "vpp" | "vp" => {
+        // vpp is no share of the GPUs: it cuts each pipeline stage's layers into model chunks
+        // (Narayanan et al. 2021 §2.2.2), so its bound is the stage's layers. A plan file names
+        // them through `vpp_fix_for_file`.
+        "vpp" | "vp" => format!(
+            "{key} cuts each pipeline stage's layers into model chunks of at least one layer, so it is at most the layers per stage (layers / pp); give {key}: 1 (no interleaving) or up to the layers per stage"
+        ),
+        "tp" | "pp" | "cp" | "ep" | "etp" | "dp" => {
             format!("give a parallel degree that divides the GPUs, e.g. {key}: 8")
         }
         _ => "check the value".to_string(),
@@ -1242,10 +1248,66 @@ fn another_input(err: SpecError, text: &str, kind: &str) -> SpecError {
     }
 }
 
+/// What [`too_large_count`] says of a `vpp:` past its whole-number type.
+const VPP_TOO_LARGE: &str = "the largest whole number vpp takes; ";
+
+/// `plan.vpp: 99999999999` in a plan file: [`too_large_count`]'s rule, with the layers per stage
+/// of this file's model and pp, read by parsing the file again with `vpp: 1` at the same place.
+/// The message as it was when the model cannot be read that way (the model's own error follows
+/// once the vpp is fixed).
+fn vpp_fix_for_file(text: &str, line: usize, column: usize, message: &str) -> String {
+    let per_stage = || -> Option<(u32, u32, u32)> {
+        let written = scalar_at(text, line, column)?;
+        let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
+        let at = lines.get_mut(line.checked_sub(1)?)?;
+        let start = at.char_indices().nth(column.checked_sub(1)?)?.0;
+        if !at[start..].starts_with(&written) {
+            return None;
+        }
+        at.replace_range(start..start + written.len(), "1");
+        let file: PlanFile = yaml_serde::from_str(&lines.join("\n")).ok()?;
+        let layers = match (&file.model, &file.params) {
+            (Some(reference), None) => resolve_model_ref(reference, "").ok()?.layers,
+            (None, Some(params)) => {
+                let params = crate::units::parse_count("params:", params).ok()?;
+                // The sequence length a derived shape is made for: the file's, else the default
+                // (app::scenario's DEFAULT_SEQ_LEN, 2048).
+                crate::shape::derive_shape(params, file.seq_len.unwrap_or(2048))
+                    .ok()?
+                    .layers
+            }
+            _ => return None,
+        };
+        let pp = file.plan.pp.max(1);
+        Some((layers, pp, (layers / pp).max(1)))
+    };
+    let Some((layers, pp, per_stage)) = per_stage() else {
+        return message.to_string();
+    };
+    let Some(at) = message.find(VPP_TOO_LARGE) else {
+        return message.to_string();
+    };
+    format!(
+        "{}{VPP_TOO_LARGE}vpp cuts each pipeline stage's layers into model chunks of at least one layer, so it is at most the layers per stage: this file's {layers} layers over pp {pp} are {per_stage} per stage; give vpp: {per_stage} or fewer, valid: 1 to {per_stage}",
+        &message[..at]
+    )
+}
+
 /// Parses the text of a plan file (`path` names it in messages).
 pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
     match parse_yaml::<PlanFile>(path, text) {
         Ok(file) => Ok(file),
+        Err(SpecError::Yaml {
+            origin,
+            line,
+            column,
+            message,
+        }) if message.contains(VPP_TOO_LARGE) => Err(SpecError::Yaml {
+            message: vpp_fix_for_file(text, line, column, &message),
+            origin,
+            line,
+            column,
+        }),
         Err(SpecError::Yaml { message, .. }) if message.contains("untagged enum ModelRef") => {
             match yaml_serde::from_str::<InlineModelOnly>(text) {
                 Err(err) => {

@@ -50,7 +50,10 @@ fn a_megatron_deepspeed_zero_stage_is_read_or_refused_by_name() {
     assert_one_line_error(
         &eval_line(None, &deepspeed_line("--zero-stage 1")),
         &[
-            "--zero-stage 1 is Megatron-DeepSpeed's ZeRO stage",
+            // Round 24: the line says --deepspeed, so the message says that the flag is still
+            // needed and why, not that the stage is Megatron-DeepSpeed's (the line said so).
+            "the line has --deepspeed and --zero-stage 1",
+            "a --deepspeed line needs --framework deepspeed on the command line, because",
             "add --framework deepspeed",
         ],
         &[],

@@ -146,9 +146,11 @@ fn the_model_line_names_a_sequence_length_nobody_gave() {
         "--top",
         "1",
     ]);
+    // Round 24: "as given" beside "--seq-len not given" read as a contradiction; the shape is
+    // now "used as stated" (src/report/table.rs), which no one can read against "not given".
     assert!(
         line.contains(
-            "(bundled; --seq-len not given: 32768 tokens, the bundled model's training length, as given)"
+            "(bundled; --seq-len not given: 32768 tokens, the bundled model's training length, shape used as stated)"
         ),
         "{line}"
     );
@@ -166,7 +168,7 @@ fn the_model_line_names_a_sequence_length_nobody_gave() {
         "--top",
         "1",
     ]);
-    assert!(line.contains("(bundled, as given)"), "{line}");
+    assert!(line.contains("(bundled, shape used as stated)"), "{line}");
     assert!(!line.contains("not given"), "{line}");
     // A derived shape and a shape from flags take GPT-3's 2048.
     let line = model_line(&[
@@ -200,7 +202,7 @@ fn the_model_line_names_a_sequence_length_nobody_gave() {
         "1",
     ]);
     assert!(
-        line.contains("(flags; --seq-len not given: 2048 tokens, GPT-3's, as given)"),
+        line.contains("(flags; --seq-len not given: 2048 tokens, GPT-3's, shape used as stated)"),
         "{line}"
     );
     // The JSON carries the same words, with the sequence length they name.

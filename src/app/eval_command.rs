@@ -112,6 +112,25 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     // `--zero-stage` is Megatron-DeepSpeed's (DeepSpeed's ZeRO, read by the reader's
     // `deepspeed_zero_stage`); Megatron-LM's argparse has no such flag, so a line priced as
     // Megatron-Core would price another optimizer than the one that runs.
+    // A line that says `--deepspeed` is told so: the framework priced is --framework's alone (the
+    // reader keeps `--deepspeed` among the switches it does not read), so the fix is the flag.
+    let deepspeed_on_line = megatron
+        .as_ref()
+        .is_some_and(|launch| launch.ignored.iter().any(|t| t == "--deepspeed"));
+    if let Some(launch) = &megatron
+        && (launch.deepspeed_zero_stage || launch.deepspeed_ulysses)
+        && deepspeed_on_line
+        && args.training.framework != Some(crate::cli::FrameworkArg::Deepspeed)
+    {
+        bail!(
+            "--megatron-args: the line has --deepspeed and {}, but a --deepspeed line needs --framework deepspeed on the command line, because tpsim takes the framework it prices (DeepSpeed's ZeRO engine, kernels and overlap) from --framework alone and reads --deepspeed on the line as no choice of one; add --framework deepspeed",
+            if launch.deepspeed_zero_stage {
+                format!("--zero-stage {}", launch.zero)
+            } else {
+                format!("--ds-sequence-parallel-size {}", launch.cp)
+            }
+        );
+    }
     if let Some(launch) = &megatron
         && launch.deepspeed_zero_stage
         && args.training.framework != Some(crate::cli::FrameworkArg::Deepspeed)
@@ -141,7 +160,7 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     // GPU's weights, gradients and Adam states between 16 bytes a parameter (ZeRO-0) and 16/dp
     // (ZeRO-3), which decides whether a plan fits: refused, naming the stage it would have priced.
     if let Some(launch) = &megatron
-        && launch.ignored.iter().any(|t| t == "--deepspeed")
+        && deepspeed_on_line
         && !launch.deepspeed_zero_stage
     {
         bail!(

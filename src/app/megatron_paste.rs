@@ -1305,6 +1305,47 @@ pub(super) fn check_pasted_megatron(
         );
     }
     let split = pasted_split(args)?;
+    if split.any() && plan.pp < 2 {
+        // Said in the command line's words: the split flags were typed as eval's flags beside
+        // --pp, not read from a launch line's --pipeline-model-parallel-size (the reader's
+        // SPLIT_NEEDS_PIPELINE says that one).
+        let given: Vec<&str> = [
+            (
+                "--decoder-first-pipeline-num-layers",
+                args.decoder_first_pipeline_num_layers.is_some(),
+            ),
+            (
+                "--decoder-last-pipeline-num-layers",
+                args.decoder_last_pipeline_num_layers.is_some(),
+            ),
+            (
+                "--account-for-embedding-in-pipeline-split",
+                args.account_for_embedding_in_pipeline_split,
+            ),
+            (
+                "--account-for-loss-in-pipeline-split",
+                args.account_for_loss_in_pipeline_split,
+            ),
+            (
+                "--pipeline-model-parallel-layout",
+                args.pipeline_model_parallel_layout.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(flag, on)| on.then_some(flag))
+        .collect();
+        let pp = match (args.pp, &args.plan) {
+            (Some(pp), _) => format!("--pp {pp}"),
+            (None, Some(path)) => format!("pp: {} in {path}", plan.pp),
+            (None, None) => format!("--pp not given ({})", plan.pp),
+        };
+        bail!(
+            "{} {} the layers between pipeline stages, but {pp} is a single stage; give --pp 2 or more (alias --pipeline-model-parallel-size), or drop {}",
+            given.join(" and "),
+            if given.len() == 1 { "splits" } else { "split" },
+            if given.len() == 1 { "it" } else { "them" }
+        );
+    }
     if split.any() {
         emit::check_split(&split, model.layers, plan).map_err(|message| anyhow!(message))?;
     }

@@ -29,7 +29,7 @@ impl Reader<'_> {
 
     /// The dense layers in front of the MoE layers from Qwen-MoE's `mlp_only_layers` (a list of
     /// layer indices), which tpsim can represent when it is 0, 1, …, K−1.
-    fn mlp_only_layers(&self) -> Result<u32, HfConfigError> {
+    fn mlp_only_layers(&self, layers: u32) -> Result<u32, HfConfigError> {
         const KEY: &str = "mlp_only_layers";
         let Some(v) = self.obj.get(KEY).filter(|v| !v.is_null()) else {
             return Ok(0);
@@ -37,6 +37,24 @@ impl Reader<'_> {
         let Some(list) = v.as_array() else {
             return Err(self.bad(KEY, v, "a list of layer indices"));
         };
+        // An index past the stack (Qwen2MoeDecoderLayer tests `layer_idx not in mlp_only_layers`
+        // for layer_idx in 0..num_hidden_layers, so it never matches): a slip, said as one.
+        let past: Vec<String> = list
+            .iter()
+            .filter(|x| x.as_u64().is_some_and(|i| i >= u64::from(layers)))
+            .map(ToString::to_string)
+            .collect();
+        if !past.is_empty() {
+            return Err(self.unsupported(format!(
+                "\"{KEY}\" {v}: {} out of range: the model has {layers} layers (\"num_hidden_layers\"), numbered 0 to {}; give indices below {layers} (e.g. [0, 1] for two dense layers first), or drop the key for none",
+                if past.len() == 1 {
+                    format!("index {} is", past[0])
+                } else {
+                    format!("indices {} are", past.join(", "))
+                },
+                layers.saturating_sub(1)
+            )));
+        }
         let prefix = list
             .iter()
             .enumerate()
@@ -113,7 +131,7 @@ impl Reader<'_> {
                     },
                     shared_expert_gate: qwen2,
                     layer_freq: 1,
-                    first_dense_layers: self.mlp_only_layers()?,
+                    first_dense_layers: self.mlp_only_layers(layers)?,
                     router_groups: 0,
                     router_group_topk: 0,
                     glu_clamp_limit: None,

@@ -277,7 +277,7 @@ pub fn scenario_line(report: &Report) -> String {
         if m.origin.starts_with("derived") {
             "printed so you can check it"
         } else {
-            "as given"
+            "shape used as stated"
         },
         format_count(m.params),
         counted(m.layers, "layer"),
