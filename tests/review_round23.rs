@@ -19,6 +19,8 @@
 //! 3. `eval`'s optimizer line said "gathered whole over TP" also at tp 1 (no gather), and at
 //!    tp > 1 never said the bytes of that fp32 gather, which the optimizer term carries (JSON
 //!    `terms[optimizer].wire_bytes`) and the TP line leaves out: the line now says them.
+//! 4. A launch line's `--optimizer dist_muon` without `--use-distributed-optimizer` was read as
+//!    ZeRO-0, though arguments.py turns the layer-wise distributed optimizer on for it by itself.
 
 mod common;
 use common::{assert_one_line_error, json, run};
@@ -166,5 +168,59 @@ fn muon_optimizer_line_says_its_tp_gather_only_where_there_is_one() {
     assert!(
         line.contains("gathered whole over (expert) TP") && line.contains(&said),
         "want {said} in: {line}"
+    );
+}
+
+/// Defect 4: `--optimizer dist_muon` turns the layer-wise distributed optimizer on by itself
+/// (arguments.py at d98e8a64: `args.use_layer_wise_distributed_optimizer = True`), so a line
+/// without `--use-distributed-optimizer` shards Muon's states (ZeRO-1). It was read as ZeRO-0:
+/// every rank held and orthogonalized every weight (16× the Newton–Schulz work here).
+#[test]
+fn dist_muon_on_a_launch_line_shards_the_states() {
+    let dir = common::scratch("review_round23", "dist_muon");
+    let emitted = run(&cmd(
+        "eval",
+        &[
+            "--tp", "2", "--dp", "16", "--zero", "1", "--emit", "megatron",
+        ],
+    ));
+    assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+    let line = emitted.stdout.trim().to_string();
+    assert!(
+        line.contains("--use-distributed-optimizer") && line.contains("--optimizer muon"),
+        "{line}"
+    );
+    let dist = line
+        .replace("--use-distributed-optimizer", "")
+        .replace("--optimizer muon", "--optimizer dist_muon");
+    let read = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let at = format!("@{}", path.display());
+        json(&[
+            "eval",
+            "--nodes",
+            "4",
+            "--gpu",
+            "h100-sxm-80g",
+            "--megatron-args",
+            &at,
+            "--format",
+            "json",
+        ])
+    };
+    let muon = read("muon.sh", &line);
+    let dist = read("dist_muon.sh", &dist);
+    for doc in [&muon, &dist] {
+        assert_eq!(doc["training"]["optimizer_states"], "muon");
+        assert_eq!(doc["plans"][0]["zero"], 1, "{}", doc["plans"][0]);
+    }
+    assert_eq!(
+        muon["plans"][0]["time"]["optimizer_s"],
+        dist["plans"][0]["time"]["optimizer_s"]
+    );
+    assert_eq!(
+        muon["plans"][0]["memory"]["optimizer_bytes"],
+        dist["plans"][0]["memory"]["optimizer_bytes"]
     );
 }

@@ -1140,8 +1140,14 @@ impl<'a> Parsed<'a> {
                 why: "Megatron-LM refuses them together (arguments.py: \"Megatron-FSDP requires the `fsdp_dtensor` checkpointing format\"); write --ckpt-format fsdp_dtensor".into(),
             });
         }
+        // arguments.py at d98e8a64: `--optimizer dist_muon` turns the layer-wise distributed
+        // optimizer on by itself (`args.use_layer_wise_distributed_optimizer = True`), as
+        // `--optimizer muon --use-distributed-optimizer` does: Muon's states sharded, ZeRO-1.
+        // Beside an FSDP switch it is left to the FSDP rules (Muon refuses FSDP by name).
+        let fsdp = self.switch("use-megatron-fsdp") || self.switch("use-torch-fsdp2");
+        let layer_wise = self.value("optimizer") == Some("dist_muon") && !fsdp;
         let zero = megatron_zero(
-            self.switch("use-distributed-optimizer"),
+            self.switch("use-distributed-optimizer") || layer_wise,
             self.switch("use-megatron-fsdp"),
             self.switch("use-torch-fsdp2"),
             strategy,
