@@ -21,6 +21,10 @@
 //!    `terms[optimizer].wire_bytes`) and the TP line leaves out: the line now says them.
 //! 4. A launch line's `--optimizer dist_muon` without `--use-distributed-optimizer` was read as
 //!    ZeRO-0, though arguments.py turns the layer-wise distributed optimizer on for it by itself.
+//! 5. A launch line's `--muon-no-split-qkv` was skipped as changing neither memory nor time,
+//!    though without the split the fused QKV weight is one (heads + 2·groups)·d × hidden matrix
+//!    to orthogonalize: refused by name, as the other Muon settings tpsim does not price are
+//!    (left alone under `--multi-latent-attention`, whose projections are never split).
 
 mod common;
 use common::{assert_one_line_error, json, run};
@@ -222,5 +226,40 @@ fn dist_muon_on_a_launch_line_shards_the_states() {
     assert_eq!(
         muon["plans"][0]["memory"]["optimizer_bytes"],
         dist["plans"][0]["memory"]["optimizer_bytes"]
+    );
+}
+
+/// Defect 5: `--muon-no-split-qkv` changes the Newton–Schulz step; refused by name.
+#[test]
+fn muon_without_the_qkv_split_is_refused_by_name() {
+    let dir = common::scratch("review_round23", "no_split_qkv");
+    let emitted = run(&cmd(
+        "eval",
+        &[
+            "--tp", "2", "--dp", "16", "--zero", "1", "--emit", "megatron",
+        ],
+    ));
+    assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+    let line = emitted
+        .stdout
+        .trim()
+        .replace("--optimizer muon", "--optimizer muon --muon-no-split-qkv");
+    let path = dir.join("no_split.sh");
+    std::fs::write(&path, line).unwrap();
+    let at = format!("@{}", path.display());
+    let r = run(&[
+        "eval",
+        "--nodes",
+        "4",
+        "--gpu",
+        "h100-sxm-80g",
+        "--megatron-args",
+        &at,
+    ]);
+    assert_one_line_error(
+        &r,
+        &["--muon-no-split-qkv", "query, key and value", "drop it"],
+        &["skipped"],
+        "--muon-no-split-qkv",
     );
 }

@@ -172,6 +172,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-distributed-optimizer",
     "use-precision-aware-optimizer",
     "muon-use-syrk",
+    "muon-no-split-qkv",
     "use-megatron-fsdp",
     "use-torch-fsdp2",
     "torch-fsdp2-no-reshard-after-forward",
@@ -787,6 +788,15 @@ impl<'a> Parsed<'a> {
             return Err(not_modelled(
                 format!("--muon-tp-mode {mode}"),
                 "tpsim prices --muon-tp-mode duplicated (Megatron-LM's default: each TP rank orthogonalizes the whole gathered matrix); drop it or use duplicated",
+            ));
+        }
+        // Without the split (arguments.py `--muon-no-split-qkv`, dest muon_split_qkv) the fused
+        // QKV weight is one (heads + 2·groups)·d × hidden matrix, not the three `cost::muon`
+        // prices; MLA's projections are never split, so the switch changes nothing there.
+        if self.switch("muon-no-split-qkv") && !self.switch("multi-latent-attention") {
+            return Err(not_modelled(
+                "--muon-no-split-qkv".to_string(),
+                "tpsim prices Muon with the QKV weight split into its query, key and value matrices (Megatron-LM's default); drop it",
             ));
         }
         if self.switch("muon-use-syrk") {
