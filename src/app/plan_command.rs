@@ -467,6 +467,13 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
         pins: pins_of_args(&args.pins, &args.training.recompute_modules)?,
     };
     super::scenario::check_zero_pin_for_optimizer_states(&scenario.training, options.pins.zero)?;
+    // Every plan the pin lets through would be refused by `ParallelPlan::build` for the same
+    // reason: say it once, as eval does, rather than 'no valid plan'.
+    if let Some(replicas) = options.pins.dp_replicas.filter(|&r| r > 1)
+        && scenario.training.optimizer_states == crate::training::OptimizerStates::Muon
+    {
+        return Err(crate::plan::PlanError::MuonDpReplicas { replicas }.into());
+    }
     // Pinned copies the configuration cannot write make every plan of the search unwritable: an
     // input error, as `eval --emit` says it for its one plan (it was exit 1, "none of the plans
     // that fit can run", with the other reasons of plans the pin never let through).

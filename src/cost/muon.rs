@@ -13,9 +13,14 @@
 //!   priced at the GPU's bf16 GEMM rate.
 //! - Which matrices: every 2-D weight of the layers; the embedding, the output layer, norms and
 //!   biases go to Adam (`_is_nonlinear_or_embedding`). Attention's fused QKV weight is split into
-//!   its query, key and value blocks per query group before the iteration (`--muon-split-qkv`,
-//!   on by default: `TensorParallelMuon(split_qkv=..., qkv_split_shapes=[heads/groups·d, d, d])`),
-//!   so it orthogonalizes 3·groups small matrices; the gated MLP's fused FC1 is one matrix; each
+//!   three matrices before the iteration (`--muon-split-qkv`, on by default): `orthogonalize`
+//!   views it as [groups, heads/groups·d + d + d, hidden], splits dim 1 by `qkv_split_shapes`
+//!   and reshapes each part to (-1, hidden), so the query rows of every group make one
+//!   heads·d × hidden matrix and the keys and values one groups·d × hidden matrix each
+//!   (emerging_optimizers.py `TensorParallelMuon.orthogonalize`; the same in muon.py since
+//!   a2381d8007); MLA's projections are whole matrices (its `linear_q*`/`linear_kv*` names are
+//!   not tagged `is_qkv`, "TODO(deyuf): support MLA", optimizer/__init__.py at d98e8a64); the
+//!   gated MLP's fused FC1 is one matrix; each
 //!   routed expert's FC1 and FC2 are matrices of their own (Transformer Engine's `GroupedLinear`
 //!   keeps one weight per expert).
 //! - Where: under `--use-distributed-optimizer` Megatron-Core runs its layer-wise distributed
@@ -82,7 +87,8 @@ impl Work {
 }
 
 /// One attention block's matrices: multi-latent attention's down and up projections, or the
-/// QKV weight split per query group and the output projection.
+/// QKV weight split into its query, key and value matrices (each spanning every query group) and
+/// the output projection.
 fn attention_work(model: &Model) -> Work {
     let h = f64::from(model.hidden);
     let heads = f64::from(model.heads);
@@ -106,8 +112,9 @@ fn attention_work(model: &Model) -> Work {
     }
     let d = model.attention_head_dims().0;
     let groups = f64::from(model.kv_heads);
-    let per_group = Work::matrix(heads / groups * d, h).plus(Work::matrix(d, h).times(2.0));
-    per_group.times(groups).plus(Work::matrix(h, heads * d))
+    let query = Work::matrix(heads * d, h);
+    let key_value = Work::matrix(groups * d, h).times(2.0);
+    query.plus(key_value).plus(Work::matrix(h, heads * d))
 }
 
 /// One MLP of FFN width `ffn`: FC1 (both halves of a gated MLP, one fused weight) and FC2.
@@ -219,20 +226,20 @@ mod tests {
         );
     }
 
-    /// Llama 3 70B's layer: split QKV per group (8 groups of 1024 + 128 + 128 rows), the 8192²
-    /// output projection, FC1 of 2 · 28672 rows and FC2; the fused FC1 dominates.
+    /// Llama 3 70B's layer: QKV split into the 8192-row query, 1024-row key and value matrices,
+    /// the 8192² output projection, FC1 of 2 · 28672 rows and FC2; the fused FC1 dominates.
     #[test]
     fn a_dense_layer_is_dominated_by_its_mlp() {
         let model = crate::specs::load_model("llama3-70b").unwrap();
         let h: f64 = 8192.0;
-        let qkv = 8.0 * (newton_schulz_flops(1024.0, h) + 2.0 * newton_schulz_flops(128.0, h));
+        let qkv = newton_schulz_flops(h, h) + 2.0 * newton_schulz_flops(1024.0, h);
         let proj = newton_schulz_flops(h, h);
         let mlp = newton_schulz_flops(2.0 * 28672.0, h) + newton_schulz_flops(h, 28672.0);
         let params = h * (64.0 * 128.0 + 2.0 * 8.0 * 128.0) + h * h + 3.0 * 28672.0 * h;
         let want = (qkv + proj + mlp) / params;
         let got = flops_per_param(&model).rest;
         assert!((got / want - 1.0).abs() < 1e-12, "{got} vs {want}");
-        assert!(mlp > 0.8 * (qkv + proj + mlp));
+        assert!(mlp > 0.75 * (qkv + proj + mlp));
     }
 
     /// The layer-wise optimizer divides the work over its owners; TP does not (every TP rank runs

@@ -172,6 +172,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-distributed-optimizer",
     "use-precision-aware-optimizer",
     "muon-use-syrk",
+    "muon-no-split-qkv",
     "use-megatron-fsdp",
     "use-torch-fsdp2",
     "torch-fsdp2-no-reshard-after-forward",
@@ -789,6 +790,15 @@ impl<'a> Parsed<'a> {
                 "tpsim prices --muon-tp-mode duplicated (Megatron-LM's default: each TP rank orthogonalizes the whole gathered matrix); drop it or use duplicated",
             ));
         }
+        // Without the split (arguments.py `--muon-no-split-qkv`, dest muon_split_qkv) the fused
+        // QKV weight is one (heads + 2·groups)·d × hidden matrix, not the three `cost::muon`
+        // prices; MLA's projections are never split, so the switch changes nothing there.
+        if self.switch("muon-no-split-qkv") && !self.switch("multi-latent-attention") {
+            return Err(not_modelled(
+                "--muon-no-split-qkv".to_string(),
+                "tpsim prices Muon with the QKV weight split into its query, key and value matrices (Megatron-LM's default); drop it",
+            ));
+        }
         if self.switch("muon-use-syrk") {
             return Err(not_modelled(
                 "--muon-use-syrk".to_string(),
@@ -1140,8 +1150,14 @@ impl<'a> Parsed<'a> {
                 why: "Megatron-LM refuses them together (arguments.py: \"Megatron-FSDP requires the `fsdp_dtensor` checkpointing format\"); write --ckpt-format fsdp_dtensor".into(),
             });
         }
+        // arguments.py at d98e8a64: `--optimizer dist_muon` turns the layer-wise distributed
+        // optimizer on by itself (`args.use_layer_wise_distributed_optimizer = True`), as
+        // `--optimizer muon --use-distributed-optimizer` does: Muon's states sharded, ZeRO-1.
+        // Beside an FSDP switch it is left to the FSDP rules (Muon refuses FSDP by name).
+        let fsdp = self.switch("use-megatron-fsdp") || self.switch("use-torch-fsdp2");
+        let layer_wise = self.value("optimizer") == Some("dist_muon") && !fsdp;
         let zero = megatron_zero(
-            self.switch("use-distributed-optimizer"),
+            self.switch("use-distributed-optimizer") || layer_wise,
             self.switch("use-megatron-fsdp"),
             self.switch("use-torch-fsdp2"),
             strategy,

@@ -65,6 +65,17 @@ impl ParallelPlan {
         {
             return Err(PlanError::MuonNotPriced { what });
         }
+        // layer_wise_optimizer.py at d98e8a64 (`LayerWiseDistributedOptimizer.__init__`) asserts
+        // "LayerWiseDistributedOptimizer does not support num_distributed_optimizer_instances > 1":
+        // it owns whole parameters across the full DP×CP group and all-gathers over it.
+        if training.optimizer_states == crate::training::OptimizerStates::Muon
+            && r.zero >= 1
+            && r.dp_replicas > 1
+        {
+            return Err(PlanError::MuonDpReplicas {
+                replicas: r.dp_replicas,
+            });
+        }
         if !training.optimizer_states.allows_zero(r.zero) {
             let (rule, fix) = training.optimizer_states.zero_rule();
             return Err(PlanError::ZeroForOptimizerStates {

@@ -426,6 +426,10 @@ pub enum PlanError {
         "--optimizer-states muon with {what}: tpsim prices Muon's Newton-Schulz step for transformer layers only; use --optimizer-states fp32 (Adam) for this model"
     )]
     MuonNotPriced { what: &'static str },
+    #[error(
+        "--dp-replicas {replicas} with --optimizer-states muon: Megatron-Core's layer-wise distributed optimizer, which shards Muon's states, owns whole parameters across the whole DP×CP group and refuses several copies of them (layer_wise_optimizer.py: \"does not support num_distributed_optimizer_instances > 1\"); drop --dp-replicas (one copy) or use --optimizer-states fp32 (Adam)"
+    )]
+    MuonDpReplicas { replicas: u32 },
     #[error("--zero {zero} with --optimizer-states {states}: {rule}; {fix}")]
     ZeroForOptimizerStates {
         zero: u8,

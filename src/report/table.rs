@@ -876,8 +876,18 @@ fn term_note(term: &crate::cost::terms::Term, states: crate::training::Optimizer
     let what = match term.kind {
         TermKind::Compute => "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
         TermKind::Bubble => "pipeline fill and drain (and waiting for slower stages)",
+        // Muon's TP gathers are priced inside this term (`evaluate::muon_step`), not in the TP
+        // line above: their bytes are said here, and there are none without (expert) TP.
+        TermKind::Optimizer
+            if states == crate::training::OptimizerStates::Muon && term.wire_bytes.0 > 0.0 =>
+        {
+            return format!(
+                "Muon: Newton-Schulz on the weights this GPU updates, each gathered whole over (expert) TP in fp32 ({:.2} GB, not in the TP line), then the update",
+                term.wire_bytes.0 / 1e9
+            );
+        }
         TermKind::Optimizer if states == crate::training::OptimizerStates::Muon => {
-            "Muon: Newton-Schulz on the weights this GPU updates, gathered whole over TP, then the update"
+            "Muon: Newton-Schulz on the weights this GPU updates, then the update"
         }
         TermKind::Optimizer => "Adam, memory-bound",
         _ => "",
