@@ -1879,6 +1879,9 @@ pub(super) fn resolve_scenario(
                 .unwrap_or(AttentionKernel::Flash),
         },
     };
+    // The rule of `unsupported_by`'s words, without the flag fix after its last "; " (Muon's
+    // rule holds a ';' of its own inside parentheses, which the first one cut in half).
+    let without_fix = |why: &'static str| why.rsplit_once("; ").map_or(why, |(rule, _)| rule);
     if let Some(why) = training.optimizer_states.unsupported_by(framework) {
         // Both from the plan file: said in its keys, the fix an edit of it (the flags' message
         // named --optimizer-states and --framework, which the user never typed).
@@ -1900,7 +1903,7 @@ pub(super) fn resolve_scenario(
             bail!(
                 "{path}: optimizer_states: {} is not how {framework_words} stores its optimizer: {}; set framework: {} or optimizer_states: fp32",
                 training.optimizer_states.as_str(),
-                why.split_once(';').map_or(why, |(rule, _)| rule),
+                without_fix(why),
                 match training.optimizer_states {
                     crate::training::OptimizerStates::Bf16Moments
                     | crate::training::OptimizerStates::PrecisionAware
@@ -1923,7 +1926,7 @@ pub(super) fn resolve_scenario(
                 "optimizer_states: {} in {path} is not how --framework {} stores its optimizer: {}; give --optimizer-states {} (its own) with it, or drop --framework to evaluate the file as saved",
                 training.optimizer_states.as_str(),
                 framework.as_str(),
-                why.split_once(';').map_or(why, |(rule, _)| rule),
+                without_fix(why),
                 framework.default_optimizer_states().as_str()
             );
         }
