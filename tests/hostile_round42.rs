@@ -31,6 +31,7 @@
 //! - a Megatron-DeepSpeed line (`--zero-stage 1`) with `--optimizer muon` under --framework
 //!   deepspeed was told "--optimizer-states muon ... use --framework megatron-core", a flag never
 //!   typed and a fix refused in turn (Megatron-Core refuses --zero-stage).
+//!
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix; every fix offered is run.
 //!
