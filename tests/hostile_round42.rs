@@ -30,7 +30,12 @@
 //!   --use-distributed-optimizer");
 //! - a Megatron-DeepSpeed line (`--zero-stage 1`) with `--optimizer muon` under --framework
 //!   deepspeed was told "--optimizer-states muon ... use --framework megatron-core", a flag never
-//!   typed and a fix refused in turn (Megatron-Core refuses --zero-stage).
+//!   typed and a fix refused in turn (Megatron-Core refuses --zero-stage);
+//! - `plan` (and `sweep`, `compare`) with `--optimizer-states muon` on a hybrid Mamba stack
+//!   refused every candidate and said "no valid plan exists: 64 GPUs cannot be split ... change
+//!   --nodes, --global-batch (e.g. --global-batch 1536)", the batch already given, where `eval`
+//!   names Muon's rule; a launch line's `--optimizer muon` on a hybrid pattern, and a plan file's
+//!   `optimizer_states: muon`, were told "use --optimizer-states fp32", a flag never typed.
 //!
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix; every fix offered is run.
@@ -473,4 +478,74 @@ fn deepspeed_line_with_muon_names_the_lines_flags() {
         "--tensor-model-parallel-size 2 --use-distributed-optimizer --optimizer muon",
         "muon",
     );
+}
+
+/// Muon on a hybrid Mamba stack: refused up front by every command, with Muon's rule, in the
+/// words of where Muon came from (flag, launch line, plan file); the fix runs.
+#[test]
+fn muon_on_a_hybrid_stack_is_refused_by_its_rule_in_every_command() {
+    let rule = "tpsim prices Muon's Newton-Schulz step for transformer layers only";
+    let cluster = ["--model", "nemotron-h-8b", "--gpu", "h100-sxm-80g"];
+    let muon = ["--optimizer-states", "muon"];
+    for command in [
+        vec!["plan", "--nodes", "8"],
+        vec!["compare", "--nodes", "8"],
+        vec!["sweep", "--axis", "nodes", "--values", "1,2"],
+    ] {
+        let mut args = command.clone();
+        args.extend(cluster);
+        args.extend(muon);
+        assert_one_line_error(
+            &run(&args),
+            &[
+                "--optimizer-states muon with a hybrid Mamba-Transformer stack",
+                rule,
+                "use --optimizer-states fp32",
+            ],
+            &["no valid plan", "--global-batch"],
+            command[0],
+        );
+    }
+    let r = eval_line(
+        "--num-layers 8 --hybrid-layer-pattern M*M*M*M* --use-distributed-optimizer --optimizer muon",
+    );
+    assert_one_line_error(
+        &r,
+        &[
+            "--optimizer muon with a hybrid",
+            rule,
+            "use --optimizer adam",
+        ],
+        &["--optimizer-states"],
+        "launch line",
+    );
+    let dir = scratch(SUITE, "hybrid-muon");
+    let file = dir.join("plan.yaml");
+    let mut args = vec!["plan", "--nodes", "8", "--save", file.to_str().unwrap()];
+    args.extend(cluster);
+    assert_eq!(run(&args).code, 0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("optimizer_states: "))
+        .expect("optimizer_states: in the saved plan");
+    std::fs::write(&file, text.replace(line, "optimizer_states: muon")).unwrap();
+    assert_one_line_error(
+        &run(&["eval", "--plan", file.to_str().unwrap()]),
+        &[
+            "optimizer_states: muon with a hybrid",
+            rule,
+            "set optimizer_states: fp32",
+        ],
+        &["--optimizer-states"],
+        "plan file",
+    );
+    let r = run(&[
+        "eval",
+        "--plan",
+        file.to_str().unwrap(),
+        "--optimizer-states",
+        "fp32",
+    ]);
+    assert!(r.code == 0 || r.code == 1, "the fix runs: {}", r.stderr);
 }

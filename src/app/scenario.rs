@@ -1936,6 +1936,29 @@ pub(super) fn resolve_scenario(
             framework.as_str()
         );
     }
+    // A stack whose matrices Muon's price does not list is refused for the scenario, before any
+    // search: `plan` refused every candidate for it (`PlanError::MuonNotPriced`) and then said
+    // "no valid plan exists" in the shape rules' words, with a --global-batch fix equal to the
+    // batch given. Said in the words of where Muon came from.
+    if training.optimizer_states == crate::training::OptimizerStates::Muon
+        && let Some(what) = crate::cost::muon::unpriced(&model)
+    {
+        let rule = "tpsim prices Muon's Newton-Schulz step for transformer layers only";
+        match file {
+            Some((_, path)) if path == super::megatron_paste::LAUNCH_LINE_ORIGIN => {
+                bail!("--optimizer muon with {what}: {rule}; use --optimizer adam for this model")
+            }
+            Some((_, path))
+                if training_args.optimizer_states.is_none()
+                    && plan_file.is_some_and(|f| f.optimizer_states.is_some()) =>
+            {
+                bail!(
+                    "{path}: optimizer_states: muon with {what}: {rule}; set optimizer_states: fp32 (Adam) for this model"
+                )
+            }
+            _ => bail!("{}", crate::plan::PlanError::MuonNotPriced { what }),
+        }
+    }
     if let Some((file, path)) = file
         && path != super::megatron_paste::LAUNCH_LINE_ORIGIN
         && let Some(note) =
