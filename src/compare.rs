@@ -614,9 +614,12 @@ pub fn table(c: &Comparison) -> String {
             _ => 2,
         };
         // Rates as `eval`'s throughput line shows them: a positive one is never shown as 0, and
-        // their difference to the places the larger of the two is shown with.
+        // their difference to the places the larger of the two is shown with. A cost below a
+        // cent (a one-step budget at a low price) reads as `eval` prints it ($0.00293), not 0.00.
         let places = |v: f64| match t.unit {
-            "tokens/s" | "%" | "days" | "h" | "min" => crate::units::measured_places(v, digits),
+            "tokens/s" | "%" | "days" | "h" | "min" | "$" => {
+                crate::units::measured_places(v, digits)
+            }
             _ => digits,
         };
         let diff_places = places(a.abs().max(b.abs()));

@@ -1879,6 +1879,9 @@ pub(super) fn resolve_scenario(
                 .unwrap_or(AttentionKernel::Flash),
         },
     };
+    // The rule of `unsupported_by`'s words, without the flag fix after its last "; " (Muon's
+    // rule holds a ';' of its own inside parentheses, which the first one cut in half).
+    let without_fix = |why: &'static str| why.rsplit_once("; ").map_or(why, |(rule, _)| rule);
     if let Some(why) = training.optimizer_states.unsupported_by(framework) {
         // Both from the plan file: said in its keys, the fix an edit of it (the flags' message
         // named --optimizer-states and --framework, which the user never typed).
@@ -1900,7 +1903,7 @@ pub(super) fn resolve_scenario(
             bail!(
                 "{path}: optimizer_states: {} is not how {framework_words} stores its optimizer: {}; set framework: {} or optimizer_states: fp32",
                 training.optimizer_states.as_str(),
-                why.split_once(';').map_or(why, |(rule, _)| rule),
+                without_fix(why),
                 match training.optimizer_states {
                     crate::training::OptimizerStates::Bf16Moments
                     | crate::training::OptimizerStates::PrecisionAware
@@ -1923,7 +1926,7 @@ pub(super) fn resolve_scenario(
                 "optimizer_states: {} in {path} is not how --framework {} stores its optimizer: {}; give --optimizer-states {} (its own) with it, or drop --framework to evaluate the file as saved",
                 training.optimizer_states.as_str(),
                 framework.as_str(),
-                why.split_once(';').map_or(why, |(rule, _)| rule),
+                without_fix(why),
                 framework.default_optimizer_states().as_str()
             );
         }
@@ -1932,6 +1935,29 @@ pub(super) fn resolve_scenario(
             training.optimizer_states.as_str(),
             framework.as_str()
         );
+    }
+    // A stack whose matrices Muon's price does not list is refused for the scenario, before any
+    // search: `plan` refused every candidate for it (`PlanError::MuonNotPriced`) and then said
+    // "no valid plan exists" in the shape rules' words, with a --global-batch fix equal to the
+    // batch given. Said in the words of where Muon came from.
+    if training.optimizer_states == crate::training::OptimizerStates::Muon
+        && let Some(what) = crate::cost::muon::unpriced(&model)
+    {
+        let rule = "tpsim prices Muon's Newton-Schulz step for transformer layers only";
+        match file {
+            Some((_, path)) if path == super::megatron_paste::LAUNCH_LINE_ORIGIN => {
+                bail!("--optimizer muon with {what}: {rule}; use --optimizer adam for this model")
+            }
+            Some((_, path))
+                if training_args.optimizer_states.is_none()
+                    && plan_file.is_some_and(|f| f.optimizer_states.is_some()) =>
+            {
+                bail!(
+                    "{path}: optimizer_states: muon with {what}: {rule}; set optimizer_states: fp32 (Adam) for this model"
+                )
+            }
+            _ => bail!("{}", crate::plan::PlanError::MuonNotPriced { what }),
+        }
     }
     if let Some((file, path)) = file
         && path != super::megatron_paste::LAUNCH_LINE_ORIGIN

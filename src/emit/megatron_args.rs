@@ -149,6 +149,8 @@ pub(super) const VALUED: &[&str] = &[
     // Muon's settings that change its cost (`Parsed::optimizer_states`).
     "muon-num-ns-steps",
     "muon-tp-mode",
+    "muon-scalar-optimizer",
+    "muon-fp32-matmul-prec",
     "encoder-num-layers",
     "decoder-num-layers",
     "activation-func-clamp-value",
@@ -210,6 +212,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "first-last-layers-bf16",
     "cpu-offloading",
     "distribute-saved-activations",
+    "optimizer-cpu-offload",
     "distribute-checkpointed-activations",
     "is-hybrid-model",
     "mtp-use-repeated-layer",
@@ -774,10 +777,65 @@ impl<'a> Parsed<'a> {
             given,
             why: why.to_string(),
         };
-        if let Some(steps) = self.value("muon-num-ns-steps").filter(|v| *v != "5") {
+        // argparse reads the count with int(), which takes "05" and "+5" as Megatron-LM's 5.
+        if let Some(steps) = self
+            .value("muon-num-ns-steps")
+            .filter(|v| v.trim().parse::<i64>() != Ok(5))
+        {
             return Err(not_modelled(
                 format!("--muon-num-ns-steps {steps}"),
                 "tpsim prices Muon's 5 Newton-Schulz steps (Megatron-LM's default); drop it or use 5",
+            ));
+        }
+        // Megatron-LM's argparse choices for Muon's string settings (arguments.py at d98e8a64):
+        // a value outside them never starts, whatever the TP size.
+        // The list the error offers names first what tpsim prices, so no value it names is
+        // refused in turn.
+        for (flag, choices, offered) in [
+            (
+                "muon-tp-mode",
+                ["blockwise", "duplicated", "distributed"],
+                "duplicated (Megatron-LM also takes blockwise and distributed, which tpsim prices only at --tensor-model-parallel-size 1)",
+            ),
+            (
+                "muon-scalar-optimizer",
+                ["adam", "lion", "adam"],
+                "adam (Megatron-LM also takes lion, which tpsim does not model)",
+            ),
+            (
+                "muon-fp32-matmul-prec",
+                ["low", "medium", "high"],
+                "medium (Megatron-LM also takes low and high, which tpsim does not model)",
+            ),
+        ] {
+            if let Some(v) = self.value(flag)
+                && !choices.contains(&v)
+            {
+                return Err(MegatronArgsError::BadChoice {
+                    flag: flag.into(),
+                    value: v.to_string(),
+                    valid: offered,
+                });
+            }
+        }
+        // Lion keeps one moment where Adam keeps two: the embedding's and output layer's states
+        // would be 4 bytes fewer per parameter than `cost::muon` prices.
+        if let Some(v) = self.value("muon-scalar-optimizer").filter(|v| *v != "adam") {
+            return Err(not_modelled(
+                format!("--muon-scalar-optimizer {v}"),
+                "tpsim prices Adam's two fp32 moments for the parameters Muon leaves to its scalar optimizer (embedding, output layer, norms; Megatron-LM's default); Lion's one moment is not modelled; drop it or use adam",
+            ));
+        }
+        // `cost::muon` runs the Newton-Schulz products at the bf16 tensor-core rate, which
+        // PyTorch's "medium" float32 matmul precision allows; another precision runs them at
+        // another rate.
+        if let Some(v) = self
+            .value("muon-fp32-matmul-prec")
+            .filter(|v| *v != "medium")
+        {
+            return Err(not_modelled(
+                format!("--muon-fp32-matmul-prec {v}"),
+                "tpsim prices the Newton-Schulz products at medium (Megatron-LM's default: fp32 products on bf16 tensor cores); another precision runs them at another rate, not modelled; drop it or use medium",
             ));
         }
         let tp = self.value("tensor-model-parallel-size").unwrap_or("1");
@@ -816,6 +874,9 @@ impl<'a> Parsed<'a> {
     /// the switch alone; it needs the distributed optimizer (Transformer Engine's FusedAdam under
     /// `DistributedOptimizer`).
     pub(super) fn optimizer_states(&self) -> Result<OptimizerStates, MegatronArgsError> {
+        // Megatron-LM's argparse takes fp32, fp16, bf16 and fp8 (fp8 for the moments only); the
+        // list the error offers is what tpsim then prices, so no value it names is refused in
+        // turn (fp16 and fp8 states are refused below by the combination they make).
         let dtype = |flag: &'static str| -> Result<&str, MegatronArgsError> {
             let v = self.value(flag).unwrap_or("fp32");
             if ["fp32", "fp16", "bf16", "fp8"].contains(&v) {
@@ -824,7 +885,11 @@ impl<'a> Parsed<'a> {
                 Err(MegatronArgsError::BadChoice {
                     flag: flag.into(),
                     value: v.to_string(),
-                    valid: "fp32, fp16, bf16, fp8",
+                    valid: if flag == "main-params-dtype" {
+                        "fp32 (Megatron-LM also takes fp16, which tpsim does not model)"
+                    } else {
+                        "fp32, bf16 (Megatron-LM also takes fp16 and fp8, which tpsim does not model)"
+                    },
                 })
             }
         };
@@ -859,6 +924,14 @@ impl<'a> Parsed<'a> {
             }
             return Ok(OptimizerStates::Fp32);
         }
+        // Torch FSDP2 refuses --use-distributed-optimizer (`megatron_zero`): that fix would be
+        // refused in turn, so the pair is said as the sharding it is.
+        if self.switch("use-torch-fsdp2") {
+            return Err(MegatronArgsError::Refused {
+                given: "--use-precision-aware-optimizer with --use-torch-fsdp2".into(),
+                why: "tpsim models the precision-aware optimizer only in Megatron-Core's distributed optimizer, where the states alone are sharded (Megatron-Bridge turns it off under FSDP: helpers.py, \"cannot work with FSDP together\"); drop --use-precision-aware-optimizer, or drop --use-torch-fsdp2 and add --use-distributed-optimizer".into(),
+            });
+        }
         if !self.switch("use-distributed-optimizer") {
             return Err(MegatronArgsError::Refused {
                 given: "--use-precision-aware-optimizer".into(),
@@ -876,6 +949,54 @@ impl<'a> Parsed<'a> {
             ),
             why: "tpsim models the precision-aware optimizer with fp32 main params and either bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Megatron-Bridge's DeepSeek-V3 recipe) or fp32 ones (the defaults)".into(),
         })
+    }
+
+    /// The line's optimizer under the line's sharding, refused in the line's words: the check
+    /// behind `--optimizer-states` (`OptimizerStates::allows_zero`) names tpsim's `--zero` and
+    /// `--optimizer-states`, which a launch line never gives. Megatron-LM asserts "Emerging
+    /// optimizer does not support Torch-FSDP2 / Megatron-FSDP for now" of Muon whatever the
+    /// sharding strategy (arguments.py at d98e8a64); tpsim prices the precision-aware optimizer
+    /// under Megatron-Core's distributed optimizer only (ZeRO-1).
+    pub(super) fn check_optimizer_sharding(
+        &self,
+        states: OptimizerStates,
+        zero: u8,
+    ) -> Result<(), MegatronArgsError> {
+        let fsdp = ["use-megatron-fsdp", "use-torch-fsdp2"]
+            .into_iter()
+            .find(|s| self.switch(s));
+        if states == OptimizerStates::Muon
+            && let Some(fsdp) = fsdp
+        {
+            let muon = self.value("optimizer").unwrap_or("muon");
+            let name = if fsdp == "use-torch-fsdp2" {
+                "Torch-FSDP2"
+            } else {
+                "Megatron-FSDP"
+            };
+            return Err(MegatronArgsError::Refused {
+                given: format!("--optimizer {muon} with --{fsdp}"),
+                why: format!(
+                    "Megatron-LM runs Muon with or without its distributed optimizer (layer-wise), not under {name} (arguments.py: \"Emerging optimizer does not support {name} for now\"); drop --{fsdp} (with --use-distributed-optimizer for the sharded states), or use --optimizer adam"
+                ),
+            });
+        }
+        if states.keeps_remainders()
+            && !states.allows_zero(zero)
+            && let Some(fsdp) = fsdp
+        {
+            let strategy = self
+                .value("data-parallel-sharding-strategy")
+                .map(|v| format!(" --data-parallel-sharding-strategy {v}"))
+                .unwrap_or_default();
+            return Err(MegatronArgsError::Refused {
+                given: format!("--use-precision-aware-optimizer with --{fsdp}{strategy}"),
+                why: format!(
+                    "tpsim models the precision-aware optimizer only in Megatron-Core's distributed optimizer, where the states alone are sharded (Megatron-Bridge turns it off under FSDP: helpers.py, \"cannot work with FSDP together\"); drop --use-precision-aware-optimizer, or drop --{fsdp} and keep --use-distributed-optimizer"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Recompute: `--recompute-granularity` (with `--recompute-activations`, the older shorthand
@@ -1215,21 +1336,34 @@ impl<'a> Parsed<'a> {
             });
         }
         // Megatron-Core's optimizer settings, which Megatron-DeepSpeed's argparse does not have
-        // (megatron/arguments.py@f4157be defines neither): their fixes would point back at
-        // Megatron-Core's distributed optimizer.
+        // (megatron/arguments.py@f4157be defines neither, and its --optimizer takes adam and sgd
+        // only): their fixes would point back at Megatron-Core's distributed optimizer, or, for
+        // Muon, at Megatron-Core, which refuses --zero-stage.
         let core_only = if self.switch("use-precision-aware-optimizer") {
             Some("--use-precision-aware-optimizer".to_string())
+        } else if let Some(muon) = self
+            .value("optimizer")
+            .filter(|v| matches!(*v, "muon" | "dist_muon"))
+        {
+            Some(format!("--optimizer {muon}"))
         } else {
             self.value("num-distributed-optimizer-instances")
                 .filter(|v| !same_value(v, "1"))
                 .map(|v| format!("--num-distributed-optimizer-instances {v}"))
         };
         if let Some(flag) = core_only {
+            let why = if flag.starts_with("--optimizer ") {
+                format!(
+                    "Muon is Megatron-Core's optimizer, which Megatron-DeepSpeed does not have (its --optimizer takes adam and sgd; DeepSpeed's ZeRO-{stage} keeps Adam's states); use --optimizer adam, or for Muon drop --deepspeed and --zero-stage and run Megatron-Core (--use-distributed-optimizer for the sharded states)"
+                )
+            } else {
+                format!(
+                    "{flag} is Megatron-Core's distributed-optimizer setting, which Megatron-DeepSpeed does not have (its argparse refuses it; DeepSpeed's ZeRO-{stage} keeps the states); drop it"
+                )
+            };
             return Err(MegatronArgsError::Refused {
                 given: format!("--zero-stage {stage} with {flag}"),
-                why: format!(
-                    "{flag} is Megatron-Core's distributed-optimizer setting, which Megatron-DeepSpeed does not have (its argparse refuses it; DeepSpeed's ZeRO-{stage} keeps the states); drop it"
-                ),
+                why,
             });
         }
         if stage >= 2 && (pp > 1 || !self.switch("no-pipeline-parallel")) {

@@ -82,7 +82,7 @@ pub fn megatron_precision(
                     return Err(MegatronArgsError::BadChoice {
                         flag: "fp8-recipe".into(),
                         value: v.to_string(),
-                        valid: "tensorwise, delayed, mxfp8, blockwise, custom",
+                        valid: "tensorwise, delayed, mxfp8 (Megatron-LM also takes blockwise and custom, which tpsim does not model)",
                     });
                 }
             };
@@ -108,7 +108,7 @@ pub fn megatron_precision(
                     return Err(MegatronArgsError::BadChoice {
                         flag: "fp4-recipe".into(),
                         value: v.to_string(),
-                        valid: "nvfp4, custom",
+                        valid: "nvfp4 (Megatron-LM also takes custom, which tpsim does not model)",
                     });
                 }
             }

@@ -282,6 +282,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         notes.push("--sequence-parallel with --tensor-model-parallel-size 1: Megatron-LM turns sequence parallelism off (it splits over the TP group), and so does tpsim".to_string());
     }
     let zero = p.zero(pp, &mut notes)?;
+    p.check_optimizer_sharding(optimizer_states, zero)?;
     let precision = p.precision(zero, &mut notes)?;
     let bf16_layers = p.bf16_layers(precision.precision, &mut notes)?;
     let overlap = p.overlap()?;

@@ -14,6 +14,13 @@ const REFUSED_SWITCHES: &[(&str, &str)] = &[
         "distribute-checkpointed-activations",
         "splitting the checkpointed activations over the TP group is not modelled yet",
     ),
+    // arguments.py at d98e8a64: "Offload optimizer state to CPU" (Megatron-Core's
+    // HybridDeviceOptimizer, which it runs only with --use-precision-aware-optimizer): the states
+    // leave the GPU, which tpsim counts on it, and the step runs on the host.
+    (
+        "optimizer-cpu-offload",
+        "moving the optimizer states to host memory (Megatron-Core's hybrid device optimizer) is not modelled yet: tpsim counts them on the GPU and runs the step there; drop it",
+    ),
 ];
 
 /// Why a line's deprecated hybrid ratios are refused: Megatron-LM turns them into a pattern

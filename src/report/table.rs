@@ -1454,13 +1454,22 @@ pub fn breakdown(
 }
 
 /// "$1,234,567 (64 GPUs for 1,234 h at $2.5 per GPU-hour)": a plan's cost to train and what it
-/// multiplies (`cost::cost_to_train`), as `eval` and `plan` say it.
+/// multiplies (`cost::cost_to_train`), as `eval` and `plan` say it. Hours below 10 keep three
+/// significant digits, so the three numbers multiply to the cost as printed: whole hours read a
+/// one-step run's 4 minutes as "0 h" beside a cost that is not zero.
 pub fn cost_words(cost: f64, seconds: f64, cluster: &Cluster, price: f64) -> String {
+    let hours = seconds / 3600.0;
+    let hours_text = if hours >= 10.0 || hours <= 0.0 || !hours.is_finite() {
+        crate::sweep::thousands(hours)
+    } else {
+        let places = usize::try_from(2 - hours.log10().floor() as i32).unwrap_or(2);
+        format!("{hours:.places$}")
+    };
     format!(
         "${} ({} GPUs for {} h at ${} per GPU-hour)",
         crate::sweep::cost_text(cost),
         cluster.total_gpus(),
-        crate::sweep::thousands(seconds / 3600.0).replace(".0", ""),
+        hours_text,
         crate::units::show_number(price)
     )
 }
