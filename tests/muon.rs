@@ -274,3 +274,60 @@ fn muon_is_refused_where_it_is_not_priced() {
         "{plans:?}"
     );
 }
+
+/// Megatron-Core's layer-wise Muon cannot run experts with biases under its distributed optimizer
+/// (optimizer/__init__.py at d98e8a64 asserts "Non-emerging expert-parallel param groups are not
+/// yet supported"): GPT-OSS with Muon at ZeRO-1 is refused in one line, ZeRO-0 runs, and the
+/// search proposes ZeRO-0 only. A model whose experts have no biases (Qwen3-30B-A3B) is not
+/// affected.
+#[test]
+fn muon_with_biased_experts_runs_without_the_distributed_optimizer() {
+    let eval = |model: &str, zero: &str| {
+        run(&[
+            "eval",
+            "--model",
+            model,
+            "--nodes",
+            "8",
+            "--tp",
+            "1",
+            "--ep",
+            "8",
+            "--zero",
+            zero,
+            "--optimizer-states",
+            "muon",
+        ])
+    };
+    let r = eval("gpt-oss-120b", "1");
+    assert_one_line_error(
+        &r,
+        &["--zero 1", "biases", "--zero 0"],
+        &[],
+        "gpt-oss zero 1",
+    );
+    // Valid input either way: priced, whether or not it fits (ZeRO-0 keeps every state whole).
+    for (model, zero) in [("gpt-oss-120b", "0"), ("qwen3-30b-a3b", "1")] {
+        let r = eval(model, zero);
+        assert!(
+            r.code != 2 && r.stdout.contains("time per step"),
+            "{model} zero {zero}: {} {}",
+            r.code,
+            r.stderr
+        );
+    }
+    let out = json(&[
+        "plan",
+        "--model",
+        "gpt-oss-120b",
+        "--nodes",
+        "8",
+        "--optimizer-states",
+        "muon",
+        "--format",
+        "json",
+    ]);
+    let plans = out["plans"].as_array().unwrap();
+    assert!(!plans.is_empty());
+    assert!(plans.iter().all(|p| p["zero"] == 0), "{plans:?}");
+}

@@ -76,6 +76,18 @@ impl ParallelPlan {
                 replicas: r.dp_replicas,
             });
         }
+        // The layer-wise optimizer's split path hands the parameters Muon does not take to a
+        // DistributedOptimizer, which it cannot build for expert-parallel ones yet
+        // (megatron/core/optimizer/__init__.py at d98e8a64: "Non-emerging expert-parallel param
+        // groups are not yet supported on the layer-wise + DistributedOptimizer path"): experts
+        // with biases (1-D, Adam's; GPT-OSS) stop a Muon run with the distributed optimizer.
+        if training.optimizer_states == crate::training::OptimizerStates::Muon
+            && r.zero >= 1
+            && model.moe.is_some()
+            && model.linear_bias
+        {
+            return Err(PlanError::MuonExpertBiases { zero: r.zero });
+        }
         if !training.optimizer_states.allows_zero(r.zero) {
             let (rule, fix) = training.optimizer_states.zero_rule();
             return Err(PlanError::ZeroForOptimizerStates {

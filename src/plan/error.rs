@@ -430,6 +430,10 @@ pub enum PlanError {
         "--dp-replicas {replicas} with --optimizer-states muon: Megatron-Core's layer-wise distributed optimizer, which shards Muon's states, owns whole parameters across the whole DP×CP group and refuses several copies of them (layer_wise_optimizer.py: \"does not support num_distributed_optimizer_instances > 1\"); drop --dp-replicas (one copy) or use --optimizer-states fp32 (Adam)"
     )]
     MuonDpReplicas { replicas: u32 },
+    #[error(
+        "--zero {zero} with --optimizer-states muon on a model whose experts have biases: Megatron-Core's layer-wise distributed optimizer hands the biases (Adam's) to a DistributedOptimizer it cannot build for expert parameters yet (optimizer/__init__.py: \"Non-emerging expert-parallel param groups are not yet supported\"); use --zero 0 (every rank updates every weight) or --optimizer-states fp32 (Adam)"
+    )]
+    MuonExpertBiases { zero: u8 },
     #[error("--zero {zero} with --optimizer-states {states}: {rule}; {fix}")]
     ZeroForOptimizerStates {
         zero: u8,
