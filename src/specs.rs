@@ -1293,10 +1293,37 @@ fn vpp_fix_for_file(text: &str, line: usize, column: usize, message: &str) -> St
     )
 }
 
+/// A top-level key of a plan file written without a value (`optimizer_states:`, `seq_len: ~`)
+/// reads as absent, and the file was evaluated with tpsim's default for it without a word: refused,
+/// naming the key. Nested keys keep their nulls (saved plans write `description: null` in an
+/// inline model).
+fn refuse_empty_top_level_keys(path: &str, text: &str) -> Result<(), SpecError> {
+    let Ok(yaml_serde::Value::Mapping(top)) = yaml_serde::from_str::<yaml_serde::Value>(text)
+    else {
+        return Ok(());
+    };
+    let empty = top.iter().find_map(|(key, value)| match (key, value) {
+        (yaml_serde::Value::String(key), yaml_serde::Value::Null) => Some(key.clone()),
+        _ => None,
+    });
+    match empty {
+        Some(key) => Err(SpecError::Invalid {
+            origin: quote(path),
+            message: format!(
+                "{key}: has no value, which would evaluate the file with tpsim's default for it without a word (rule: a key given in a plan file carries its value); give it a value, or delete the line to use the default"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Parses the text of a plan file (`path` names it in messages).
 pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
     match parse_yaml::<PlanFile>(path, text) {
-        Ok(file) => Ok(file),
+        Ok(file) => {
+            refuse_empty_top_level_keys(path, text)?;
+            Ok(file)
+        }
         Err(SpecError::Yaml {
             origin,
             line,

@@ -549,3 +549,37 @@ fn muon_on_a_hybrid_stack_is_refused_by_its_rule_in_every_command() {
     ]);
     assert!(r.code == 0 || r.code == 1, "the fix runs: {}", r.stderr);
 }
+
+/// Round 42's leftover: a top-level key of a plan file written without a value
+/// (`optimizer_states:`, `seq_len:`, `framework: ~`) read as absent, and the file was evaluated
+/// with tpsim's default for it without a word. Refused in one line naming the key; nested nulls
+/// (saved plans' `description: null`) and the committed plans still load.
+#[test]
+fn a_plan_file_key_without_a_value_is_refused_by_name() {
+    let dir = common::scratch("hostile42", "empty-key");
+    let seed = std::fs::read_to_string("plans/seed-512b-32nodes.yaml").unwrap();
+    for (line, key) in [
+        ("optimizer_states:", "optimizer_states:"),
+        ("framework: ~", "framework:"),
+        ("grad_dtype: null", "grad_dtype:"),
+    ] {
+        let path = dir.join("plan.yaml");
+        std::fs::write(&path, format!("{seed}{line}\n")).unwrap();
+        let r = common::run(&["eval", "--plan", path.to_str().unwrap()]);
+        common::assert_one_line_error(&r, &[key, "no value", "delete the line"], &[], line);
+    }
+    let path = dir.join("seq.yaml");
+    std::fs::write(&path, seed.replace("seq_len: 2048", "seq_len:")).unwrap();
+    let r = common::run(&["eval", "--plan", path.to_str().unwrap()]);
+    common::assert_one_line_error(&r, &["seq_len:", "no value"], &[], "seq_len");
+    for committed in [
+        "plans/seed-512b-32nodes.yaml",
+        "plans/best-512b-32nodes.yaml",
+    ] {
+        assert_eq!(
+            common::run(&["eval", "--plan", committed]).code,
+            0,
+            "{committed}"
+        );
+    }
+}
