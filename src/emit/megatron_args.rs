@@ -794,17 +794,17 @@ impl<'a> Parsed<'a> {
         for (flag, choices, offered) in [
             (
                 "muon-tp-mode",
-                ["blockwise", "duplicated", "distributed"],
+                &["blockwise", "duplicated", "distributed"][..],
                 "duplicated (Megatron-LM also takes blockwise and distributed, which tpsim prices only at --tensor-model-parallel-size 1)",
             ),
             (
                 "muon-scalar-optimizer",
-                ["adam", "lion", "adam"],
+                &["adam", "lion"][..],
                 "adam (Megatron-LM also takes lion, which tpsim does not model)",
             ),
             (
                 "muon-fp32-matmul-prec",
-                ["low", "medium", "high"],
+                &["low", "medium", "high"][..],
                 "medium (Megatron-LM also takes low and high, which tpsim does not model)",
             ),
         ] {
