@@ -711,8 +711,8 @@ pub fn table(sweep: &Sweep) -> String {
                 )
             };
             out += &format!(
-                "train: {} tokens {steps}, at each point's step time\n",
-                crate::units::format_token_count(tokens)
+                "train: {} {steps}, at each point's step time\n",
+                crate::units::token_count_words(tokens)
             );
         }
     }

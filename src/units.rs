@@ -310,6 +310,22 @@ pub fn format_token_count(value: f64) -> String {
     }
 }
 
+/// A count and its noun as English says it: "1 token", "2 tokens", "1.5M tokens" (the singular
+/// only where the number reads exactly "1"); `--tokens 1` printed "train: 1 tokens".
+pub fn count_words(count: impl std::fmt::Display, one: &str, many: &str) -> String {
+    let count = count.to_string();
+    if count == "1" {
+        format!("1 {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}
+
+/// A token budget in words: [`format_token_count`]'s number and "token" or "tokens".
+pub fn token_count_words(value: f64) -> String {
+    count_words(format_token_count(value), "token", "tokens")
+}
+
 /// Tokens per step, in millions to one decimal (3.1M) down to 0.1M, thousands below it: a small
 /// batch read "0.0M tokens".
 pub fn tokens_in_words(tokens: f64) -> String {

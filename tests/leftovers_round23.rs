@@ -110,7 +110,7 @@ fn a_non_finite_number_in_a_config_names_its_key() {
     );
     assert_one_line_error(
         &eval_hf(&dir, "config.json", &config),
-        &["key \"layer_scales\" is NaN,"],
+        &["key \"layer_scales[1]\" is NaN,"],
         &[],
         "in an array",
     );

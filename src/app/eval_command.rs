@@ -168,6 +168,15 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             launch.zero
         );
     }
+    if let (Some(launch), Some(text), Some(_)) =
+        (&megatron, &args.megatron_args, args.training.framework)
+    {
+        super::megatron_paste::check_launch_optimizer_framework(
+            launch.optimizer_states,
+            text,
+            super::scenario::framework_of_args(&args.training),
+        )?;
+    }
     let plan_file = match (&args.plan, &megatron) {
         (Some(path), _) if crate::input_file::is_absent(path) => bail!(
             "plan file {path}: no such file; give the path of a plan written by `tpsim plan --save` (e.g. plans/seed-512b-32nodes.yaml)"

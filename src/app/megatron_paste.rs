@@ -390,6 +390,46 @@ fn tokenizer_words(ignored: &[String]) -> Vec<(&'static str, &str)> {
         .collect()
 }
 
+/// A launch line's optimizer that `--framework` (typed beside it) does not run, refused in the
+/// line's words: the scenario's check would name `--optimizer-states`, a tpsim flag the user
+/// never typed. Muon (`--optimizer muon`/`dist_muon`) and the precision-aware optimizer
+/// (`--use-precision-aware-optimizer`) are priced for Megatron-Core only
+/// (`OptimizerStates::unsupported_by`): Megatron-DeepSpeed's `--optimizer` takes adam and sgd
+/// (microsoft/Megatron-DeepSpeed@f4157be megatron/arguments.py), as the 2021 Megatron-LM's did.
+pub(super) fn check_launch_optimizer_framework(
+    states: crate::training::OptimizerStates,
+    line: &str,
+    framework: crate::training::TrainingFramework,
+) -> Result<()> {
+    use crate::training::OptimizerStates;
+    if states.unsupported_by(framework).is_none() {
+        return Ok(());
+    }
+    let framework_name = framework.as_str();
+    let owner = match framework {
+        crate::training::TrainingFramework::Deepspeed => "Megatron-DeepSpeed",
+        _ => "the 2021 Megatron-LM",
+    };
+    if states == OptimizerStates::Muon {
+        // The name as typed: argparse takes `--optimizer dist_muon` and `--optimizer=dist_muon`.
+        let name = if line
+            .split(|c: char| c.is_whitespace() || c == '=')
+            .any(|t| t.trim_matches(['"', '\'']) == "dist_muon")
+        {
+            "dist_muon"
+        } else {
+            "muon"
+        };
+        bail!(
+            "--megatron-args: the line's --optimizer {name} under --framework {framework_name}: tpsim prices Muon for Megatron-Core only ({owner}'s --optimizer takes adam and sgd); drop --framework {framework_name} to price the line as Megatron-Core runs it, or use --optimizer adam on the line"
+        );
+    }
+    bail!(
+        "--megatron-args: the line's --use-precision-aware-optimizer under --framework {framework_name}: tpsim prices the precision-aware optimizer ({}) for Megatron-Core only ({owner} has no such flag); drop --framework {framework_name} to price the line as Megatron-Core runs it, or drop --use-precision-aware-optimizer and its dtype flags from the line",
+        states.describe()
+    );
+}
+
 /// A training flag given next to `--megatron-args` must not contradict the launch line: the flag
 /// would silently win over what the line says.
 pub(super) fn check_megatron_training(
@@ -820,9 +860,10 @@ pub(super) fn apply_megatron_launch(
         && batch > 0
     {
         defer_note(format!(
-            "note: --megatron-args: no --global-batch-size, so Megatron-LM's default applies: micro-batch {} x dp {} = {batch} sequences per step",
+            "note: --megatron-args: no --global-batch-size, so Megatron-LM's default applies: micro-batch {} x dp {} = {} per step",
             launch.micro_batch,
-            batch / launch.micro_batch
+            batch / launch.micro_batch,
+            crate::units::count_words(batch, "sequence", "sequences")
         ));
         scenario.training.global_batch = batch;
         return Ok(LaunchBatch::MegatronDefault);

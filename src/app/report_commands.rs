@@ -146,12 +146,12 @@ pub fn schedule_note(s: &ScheduleSummary, pp: u32, vpp: u32) -> String {
         )
     } else if s.simulated_step_used {
         format!(
-            "pipeline schedule: the simulated {name} step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {} layers, last stage {} layers plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs {closed} = {}; all stages idle {:.2}% of their time",
+            "pipeline schedule: the simulated {name} step is used: {:.3} s vs {:.3} s from the closed form ({:+.2}%), because the stages differ in work (first stage {}, last stage {} plus {}the output layer); bubble ratio (idle / busy of the slowest stage) {} simulated vs {closed} = {}; all stages idle {:.2}% of their time",
             s.simulated_step_s,
             s.closed_form_step_s,
             100.0 * (s.simulated_step_s / s.closed_form_step_s - 1.0),
-            s.layers_per_stage_first,
-            s.layers_per_stage_last,
+            crate::units::count_words(s.layers_per_stage_first, "layer", "layers"),
+            crate::units::count_words(s.layers_per_stage_last, "layer", "layers"),
             mtp_words,
             ratio_text(s.simulated_bubble_ratio),
             ratio_text(s.closed_form_bubble_ratio),

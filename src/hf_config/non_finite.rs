@@ -9,7 +9,7 @@
 const LITERALS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
 
 /// Where serde_json's error `err` stops at one of [`LITERALS`] in `text`: that literal and the key
-/// path holding it (`rope_scaling.factor`; `None` for a value outside any object).
+/// path holding it (`rope_scaling.factor`, `mlp_only_layers[1]`; `None` for a bare value).
 pub(super) fn non_finite(
     text: &str,
     err: &serde_json::Error,
@@ -36,12 +36,15 @@ pub(super) fn non_finite(
         })
 }
 
-/// The keys of the objects that hold byte `offset` of `text`, outermost first, joined by `.`
-/// (arrays add nothing): a forward scan that skips strings whole, escapes included.
+/// The keys of the objects and the indices of the arrays that hold byte `offset` of `text`,
+/// outermost first, as Python would index them (`rope_scaling.factor`, `mlp_only_layers[1]`,
+/// `layer_types[2][0]`): a forward scan that skips strings whole, escapes included, and counts an
+/// array's elements by its commas. A list's key alone left the user to find the element.
 fn key_path(text: &str, offset: usize) -> Option<String> {
     enum Open {
         Object(Option<String>),
-        Array,
+        /// The index of the element being read.
+        Array(usize),
     }
     let bytes = text.as_bytes();
     let mut open: Vec<Open> = Vec::new();
@@ -63,7 +66,12 @@ fn key_path(text: &str, offset: usize) -> Option<String> {
                 }
             }
             b'{' => open.push(Open::Object(None)),
-            b'[' => open.push(Open::Array),
+            b'[' => open.push(Open::Array(0)),
+            b',' => {
+                if let Some(Open::Array(index)) = open.last_mut() {
+                    *index += 1;
+                }
+            }
             b'}' | b']' => {
                 open.pop();
             }
@@ -71,12 +79,18 @@ fn key_path(text: &str, offset: usize) -> Option<String> {
         }
         i += 1;
     }
-    let keys: Vec<String> = open
-        .into_iter()
-        .filter_map(|o| match o {
-            Open::Object(key) => key,
-            Open::Array => None,
-        })
-        .collect();
-    (!keys.is_empty()).then(|| keys.join("."))
+    let mut path = String::new();
+    for o in open {
+        match o {
+            Open::Object(Some(key)) => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&key);
+            }
+            Open::Object(None) => {}
+            Open::Array(index) => path.push_str(&format!("[{index}]")),
+        }
+    }
+    (!path.is_empty()).then_some(path)
 }

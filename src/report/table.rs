@@ -730,8 +730,8 @@ pub fn train_basis(
     training: &crate::training::Training,
 ) -> String {
     format!(
-        "{} tokens in {}",
-        crate::units::format_token_count(tokens),
+        "{} in {}",
+        crate::units::token_count_words(tokens),
         train_steps(tokens, plan, training)
     )
 }
