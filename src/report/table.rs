@@ -342,7 +342,15 @@ pub fn scenario_line(report: &Report) -> String {
             }
             _ => String::new(),
         },
-        if t.moe_imbalance == 1.0 {
+        // Balanced routing is an assumption a launch line does not carry (the router decides the
+        // load), so an MoE model's header says it is priced so: validation/modern_runs.yaml's MoE
+        // benchmarks are "force-balanced across experts", and --moe-imbalance prices otherwise.
+        if t.moe_imbalance == 1.0 && m.moe.is_some() {
+            "; MoE routing: balanced, every expert the same share of tokens (as the published MoE \
+             benchmarks force it; a real router's busiest expert gets more: --moe-imbalance F \
+             prices it at F x its share)"
+                .to_string()
+        } else if t.moe_imbalance == 1.0 {
             String::new()
         } else {
             format!(
