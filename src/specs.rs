@@ -1106,6 +1106,11 @@ pub struct PlanFile {
     /// and, with a price, the cost. None when not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<String>,
+    /// The price of one GPU for one hour the plan was costed at (`--price-per-gpu-hour`), so that
+    /// `eval --plan` and `report` print the cost `plan` printed; with `tokens` only. None when not
+    /// given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_gpu_hour: Option<f64>,
     /// Sequences per data-parallel rank per pipeline schedule (`--local-batch`, torchtitan);
     /// one schedule per step when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

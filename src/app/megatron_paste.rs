@@ -741,6 +741,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         seq_len: Some(launch.seq_len),
         global_batch: launch.global_batch,
         tokens: None,
+        price_per_gpu_hour: None,
         local_batch: None,
         cp_exchange: launch.cp_exchange,
         fp8_scaling: launch.precision.fp8_scaling,

@@ -709,6 +709,8 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             seq_len: Some(scenario.training.seq_len),
             global_batch: Some(scenario.training.global_batch),
             tokens: args.training.tokens.clone(),
+            // The price the cost was printed at, so that the file's cost is the table's.
+            price_per_gpu_hour: scenario.training.price_per_gpu_hour,
             local_batch: scenario.training.local_batch,
             cp_exchange: Some(scenario.training.cp_exchange),
             fp8_scaling: Some(scenario.training.fp8_scaling),

@@ -687,35 +687,41 @@ const MAX_PRICE_PER_GPU_HOUR: f64 = 1e4;
 /// any rent; below it the input is a typo (1e-20 printed every cost as "$0").
 const MIN_PRICE_PER_GPU_HOUR: f64 = 1e-3;
 
-/// `--price-per-gpu-hour`, bounded by [`MIN_PRICE_PER_GPU_HOUR`] and [`MAX_PRICE_PER_GPU_HOUR`],
-/// with the token budget (`--tokens`, or a plan file's) it prices.
+/// `--price-per-gpu-hour`, else a saved plan's `price_per_gpu_hour:` (the price `plan --save`
+/// costed it at, so `eval --plan` and `report` print the cost the table printed), bounded by
+/// [`MIN_PRICE_PER_GPU_HOUR`] and [`MAX_PRICE_PER_GPU_HOUR`], with the token budget (`--tokens`,
+/// or a plan file's) it prices.
 pub(super) fn price_per_gpu_hour_of(
     training_args: &TrainingArgs,
     tokens: Option<f64>,
+    file_price: Option<f64>,
 ) -> Result<Option<f64>> {
-    let Some(price) = training_args.price_per_gpu_hour else {
-        return Ok(None);
+    // Named in errors as given: the flag, or the file's key.
+    let (flag, price) = match (training_args.price_per_gpu_hour, file_price) {
+        (Some(price), _) => ("--price-per-gpu-hour", price),
+        (None, Some(price)) => ("price_per_gpu_hour:", price),
+        (None, None) => return Ok(None),
     };
     // -1e308 and 1e308 as written, not as 309 digits (`units::show_number`).
     let shown = crate::units::show_number(price);
     if !(price.is_finite() && price > 0.0) {
         bail!(
-            "--price-per-gpu-hour {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
+            "{flag} {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
         );
     }
     if price < MIN_PRICE_PER_GPU_HOUR {
         bail!(
-            "--price-per-gpu-hour {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+            "{flag} {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
         );
     }
     if price > MAX_PRICE_PER_GPU_HOUR {
         bail!(
-            "--price-per-gpu-hour {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+            "{flag} {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
         );
     }
     if tokens.is_none() {
         bail!(
-            "--price-per-gpu-hour needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
+            "{flag} needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
         );
     }
     Ok(Some(price))
@@ -1816,7 +1822,11 @@ pub(super) fn resolve_scenario(
         training_args,
         file,
     )?;
-    let price_per_gpu_hour = price_per_gpu_hour_of(training_args, tokens)?;
+    let price_per_gpu_hour = price_per_gpu_hour_of(
+        training_args,
+        tokens,
+        plan_file.and_then(|f| f.price_per_gpu_hour),
+    )?;
     let training = Training {
         price_per_gpu_hour,
         module_precision: crate::training::ModulePrecision::NONE,

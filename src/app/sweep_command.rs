@@ -196,7 +196,7 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     let axis = sweep_axis(args.axis);
     // Checked once here, so that the error is not said to be one point's.
     tokens_of(&args.training)?;
-    super::scenario::price_per_gpu_hour_of(&args.training, tokens_of(&args.training)?)?;
+    super::scenario::price_per_gpu_hour_of(&args.training, tokens_of(&args.training)?, None)?;
     if axis == sweep::Axis::Params
         && (args.model.model.is_some()
             || args.model.layers.is_some()

@@ -78,9 +78,11 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
     // split.
     let show_layers = any(&|e| e.plan.stages.is_first_last(e.plan.pp, e.plan.vpp));
     let show_precision = any(&|e| e.plan.precision != crate::plan::Precision::Bf16);
+    // The time to train `--tokens`, as `plan`'s table adds it (`table::duration`).
+    let show_train = any(&|e| e.time_to_train_s.is_some());
     // (header, shown, cell of one plan, numeric)
     type Cell = fn(&Estimate) -> String;
-    let columns: [(&str, bool, Cell, bool); 24] = [
+    let columns: [(&str, bool, Cell, bool); 25] = [
         ("tp", true, |e| e.plan.tp.to_string(), true),
         ("cp", show_cp, |e| e.plan.cp.to_string(), true),
         ("pp", true, |e| e.plan.pp.to_string(), true),
@@ -177,6 +179,16 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
             "DP s",
             true,
             |e| format!("{:.2}", e.time.dp_comm_exposed_s.0),
+            true,
+        ),
+        (
+            "train",
+            show_train,
+            |e| {
+                e.time_to_train_s
+                    .map(super::table::duration)
+                    .unwrap_or_default()
+            },
             true,
         ),
     ];
