@@ -1191,6 +1191,23 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether the output layer's backward TP collectives run asynchronously under its own GEMMs:
+    /// Megatron's `LinearWithGradAccumulationAndAsyncCommunication.backward` (Megatron-LM
+    /// `megatron/core/tensor_parallel/layers.py` at d98e8a64) issues the re-gather of a
+    /// sequence-parallel input before the dgrad GEMM and the input gradient's reduce-scatter
+    /// (all-reduce without sequence parallelism) before the wgrad GEMM, `async_op=True`, waiting
+    /// after each; Megatron-DeepSpeed's `parallel_lm_logits` runs the same function
+    /// (`megatron/model/language_model.py`, async unless `--no-async-tensor-model-parallel-allreduce`).
+    /// The SC'21 code's `copy_to_tensor_model_parallel_region` all-reduced in autograd, after the
+    /// GEMMs, and torchtitan's eager `ColwiseParallel` output layer (outside the compiled blocks)
+    /// redistributes its input gradient after them too.
+    pub fn output_layer_grad_collectives_async(self) -> bool {
+        matches!(
+            self,
+            TrainingFramework::MegatronCore | TrainingFramework::Deepspeed
+        )
+    }
+
     /// Whether a stage boundary's replicated activation is split over the TP ranks for the send and
     /// gathered after it when sequence parallelism does not split it already: 2021 Megatron-LM's
     /// scatter/gather optimization (Narayanan et al. 2021 §4.1) and DeepSpeed's partitioned pipeline

@@ -921,6 +921,13 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
                 &scenario.training,
                 &r.plans[0],
             ),
+            crate::cost::slowest_stage(
+                &scenario.model,
+                &scenario.cluster,
+                &scenario.training,
+                &r.plans[0].plan,
+            )
+            .ends,
             match scenario.model.moe {
                 Some(_) => crate::cost::moe::expert_dp(&r.plans[0].plan),
                 None => 1,

@@ -294,7 +294,17 @@ mod tests {
                 sequence_parallel: sp,
                 micro_batch: 1,
             };
-            let per_layer = estimate.comm.tp.wire_bytes.0
+            // The layers' TP bytes: the estimate's less the model's ends' (the embedding and the
+            // output layer, once per micro-batch: `embedding_output_tp`), which the ledger lists apart.
+            let ledger = crate::cost::ledger::ledger(&model, &cluster, &training, &plan);
+            let ends: f64 = ledger
+                .entries
+                .iter()
+                .filter(|e| e.scope == crate::cost::ledger::Scope::PerMicrobatch)
+                .map(|e| e.count * e.wire_bytes)
+                .sum();
+            assert!(ends > 0.0);
+            let per_layer = (estimate.comm.tp.wire_bytes.0 - ends)
                 / f64::from(model.layers)
                 / f64::from(plan.num_microbatches);
             assert!((model_wire_bytes(&model, case) / per_layer - 1.0).abs() < 1e-12);

@@ -867,6 +867,54 @@ pub fn layer_time_sharded(model: &Model, cluster: &Cluster, shard: &LayerShard) 
     }
 }
 
+/// The output layer's logits GEMM on one GPU: b·s tokens (s the rank's s/cp) by h, against the
+/// vocabulary's t-th share.
+fn logits_gemm(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> Gemm {
+    Gemm {
+        m: f64::from(micro_batch) * f64::from(seq_len),
+        k: f64::from(model.hidden),
+        n: f64::from(model.vocab) / f64::from(tp),
+        batch: 1.0,
+    }
+}
+
+/// Time of one of the output layer's three GEMMs (forward, dgrad, wgrad: the same FLOPs) at the
+/// framework's efficiency, the window its backward's asynchronous TP collectives hide under
+/// (`embedding_output_tp`).
+pub fn logits_gemm_s(
+    model: &Model,
+    cluster: &Cluster,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+) -> f64 {
+    logits_gemm(model, micro_batch, seq_len, tp).time(cluster) / cluster.gpu.framework_efficiency
+}
+
+/// An MTP depth's h·2h projection on one GPU (a column-parallel linear over t; Megatron-Core
+/// `MultiTokenPredictionLayer.eh_proj`).
+fn mtp_projection_gemm(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> Gemm {
+    Gemm {
+        m: f64::from(micro_batch) * f64::from(seq_len),
+        k: 2.0 * f64::from(model.hidden),
+        n: f64::from(model.hidden) / f64::from(tp),
+        batch: 1.0,
+    }
+}
+
+/// Time of one of an MTP projection's GEMMs at the framework's efficiency, the window its
+/// collectives hide under (`embedding_output_tp`).
+pub fn mtp_projection_gemm_s(
+    model: &Model,
+    cluster: &Cluster,
+    micro_batch: u32,
+    seq_len: u32,
+    tp: u32,
+) -> f64 {
+    mtp_projection_gemm(model, micro_batch, seq_len, tp).time(cluster)
+        / cluster.gpu.framework_efficiency
+}
+
 /// Forward and backward time of the output layer (logits GEMM, vocabulary split over t, on the
 /// rank's s/cp tokens) plus the fp32 cross-entropy: three fp32 passes over the b·s·V/t logits
 /// (upcast, softmax, gradient), 12 bytes per logit, an estimate beside the output GEMM it follows
@@ -883,23 +931,13 @@ pub fn output_layer_time(
     tp: u32,
 ) -> LayerTime {
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
-    let gemm = Gemm {
-        m: b * s,
-        k: f64::from(model.hidden),
-        n: f64::from(model.vocab) / t,
-        batch: 1.0,
-    };
+    let gemm = logits_gemm(model, micro_batch, seq_len, tp);
     let loss_bytes = 3.0 * LOGIT_BYTES * b * s * f64::from(model.vocab) / t;
     let head = gemm.time(cluster) + loss_bytes / cluster.gpu.achieved_hbm_bandwidth().0;
     // Each MTP depth runs the output layer and its loss again, after its h·2h projection (a
     // column-parallel linear over t; Megatron-Core `MultiTokenPredictionLayer.eh_proj`).
     let mtp = f64::from(model.mtp_layers);
-    let projection = Gemm {
-        m: b * s,
-        k: 2.0 * f64::from(model.hidden),
-        n: f64::from(model.hidden) / t,
-        batch: 1.0,
-    };
+    let projection = mtp_projection_gemm(model, micro_batch, seq_len, tp);
     let forward =
         ((1.0 + mtp) * head + mtp * projection.time(cluster)) / cluster.gpu.framework_efficiency;
     LayerTime {

@@ -82,6 +82,7 @@ pub fn evaluate(
         slowest,
         slowest_layers,
         slowest_moe_layers,
+        slowest_ends,
         slowest_mtp_layers,
         slowest_costs,
         slowest_run,
@@ -129,7 +130,9 @@ pub fn evaluate(
     };
     // Without TP comm overlap only the backward's asynchronous re-gather of the sequence-parallel
     // inputs hides (under its dgrad GEMMs), so the term names that, not the overlap that is off.
-    terms.set(layer_comm_term(
+    // The stage's ends add their own collectives once per micro-batch (`embedding_output_tp`),
+    // the output layer's backward ones under its dgrad and wgrad GEMMs.
+    let mut tp_term = layer_comm_term(
         TermKind::TpComm,
         &tp,
         if tp_overlap_on(training, plan) {
@@ -137,7 +140,15 @@ pub fn evaluate(
         } else {
             HiddenBy::DgradGemms
         },
-    ));
+    );
+    let ends = costs.ends.held(slowest_ends);
+    tp_term.wire_bytes.0 += ends.wire_bytes * m;
+    tp_term.time_s.0 += ends.total_s() * m;
+    tp_term.exposed_s.0 += ends.exposed_s() * m;
+    if tp_term.hidden_by == HiddenBy::Nothing && ends.exposed_s() < ends.total_s() {
+        tp_term.hidden_by = HiddenBy::DgradGemms;
+    }
+    terms.set(tp_term);
     terms.set(layer_comm_term(
         TermKind::CpComm,
         &cp,

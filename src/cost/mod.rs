@@ -31,6 +31,7 @@ pub mod cast;
 pub mod comm;
 pub mod compute;
 pub mod context_parallel;
+pub mod embedding_output_tp;
 mod estimate;
 mod evaluate;
 pub mod groups;
@@ -61,7 +62,7 @@ pub(crate) use mix_costs::MixCosts;
 pub use overlap::{OVERLAP_COMPUTE_PENALTY, overlap_applied};
 pub(crate) use overlap::{PassComm, exposed_under};
 pub(crate) use stage_times::stage_moe_layers;
-pub use stage_times::{SlowestStage, slowest_stage};
+pub use stage_times::{Ends, SlowestStage, slowest_stage};
 pub(crate) use tp_collectives::{recomputed_modules, tp_pairs_at, tp_recompute_share};
 pub use tp_collectives::{
     sp_regathers_in_backward, tp_pairs_per_layer, tp_recompute_repeats_collectives,

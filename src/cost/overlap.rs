@@ -79,7 +79,7 @@ impl PassComm {
 
 /// Whether TP communication overlap applies: asked for, TP > 1, and sequence parallelism (which
 /// Megatron-Core's `--tp-comm-overlap` requires, arguments.py).
-pub(super) fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
+pub(crate) fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 

@@ -141,14 +141,15 @@ fn stage_costs_of(chunks: &[(StageCost, ChunkComm)], per_stage: u32) -> Vec<Stag
 }
 
 /// One block pair of `layers` transformer layers (`moe_layers` of them MoE) at `costs`, with the
-/// output layer when `with_output`, per micro-batch, divided over `chunks` model chunks: its
+/// output layer and the embedding where it runs them (`ends`; their TP collectives with them),
+/// per micro-batch, divided over `chunks` model chunks: its
 /// forward, backward and weight-gradient time with the exposed communication and one send each
 /// way, and the exposed TP and EP time the forward and backward hold.
 fn block_cost(
     costs: &super::UnitCosts,
     layers: u32,
     moe_layers: u32,
-    with_output: bool,
+    ends: super::Ends,
     chunks: f64,
 ) -> (StageCost, ChunkComm) {
     let super::UnitCosts {
@@ -163,6 +164,8 @@ fn block_cost(
     } = *costs;
     let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s + mamba_cp.forward_exposed_s;
     let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s + mamba_cp.backward_exposed_s;
+    let end_tp = costs.ends.held(ends);
+    let with_output = ends.output;
     let n = f64::from(layers);
     let ep_layers = costs.ep_layers(moe_layers);
     let (out_f, out_b, out_w) = if with_output {
@@ -178,20 +181,22 @@ fn block_cost(
         StageCost {
             forward_s: (n * (layer.forward + comm_forward)
                 + ep_layers * ep.forward_exposed_s
-                + out_f)
+                + out_f
+                + end_tp.forward_exposed_s)
                 / chunks
                 + send,
             backward_s: (n * (layer.backward + layer.recompute + comm_backward)
                 + ep_layers * ep.backward_exposed_s
-                + out_b)
+                + out_b
+                + end_tp.backward_exposed_s)
                 / chunks
                 + send,
             weight_s: (n * layer.weight_grad + out_w) / chunks,
         },
         ChunkComm {
             tp: (
-                n * tp.forward_exposed_s / chunks,
-                n * tp.backward_exposed_s / chunks,
+                (n * tp.forward_exposed_s + end_tp.forward_exposed_s) / chunks,
+                (n * tp.backward_exposed_s + end_tp.backward_exposed_s) / chunks,
             ),
             ep: (
                 ep_layers * ep.forward_exposed_s / chunks,
@@ -248,7 +253,8 @@ fn chunk_costs_and_ep(
             let run = layout.stage_run(model, plan.pp.max(1), s as u32);
             let bf16 = layout.stage_bf16(model, mix.keep, plan.pp.max(1), s as u32);
             let at = mix.stage(n, moe_layers, run, bf16);
-            block_cost(mix.costs(at), n, moe_layers, s == last, v)
+            let ends = super::Ends::of(plan, false, s as u32, s == last);
+            block_cost(mix.costs(at), n, moe_layers, ends, v)
         })
         .collect()
 }
@@ -308,7 +314,16 @@ fn virtual_stage_cost(
     let at = mix.stage(layers, moe_layers, run, bf16);
     let costs = mix.costs(at);
     (
-        block_cost(costs, layers, moe_layers, vs == last, 1.0),
+        block_cost(
+            costs,
+            layers,
+            moe_layers,
+            super::Ends {
+                embedding: vs == 0,
+                output: vs == last,
+            },
+            1.0,
+        ),
         costs.pp_send_exposed_s,
     )
 }

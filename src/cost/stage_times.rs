@@ -78,6 +78,9 @@ pub(super) struct StageTimes {
     pub(super) v_chunks: Option<[[f64; 3]; 2]>,
     /// Its MoE layers: the ones whose all-to-alls it pays.
     pub(super) slowest_moe_layers: u32,
+    /// Whether it runs the embedding and the output layer, whose TP collectives it pays
+    /// (`UnitCosts::ends`).
+    pub(super) slowest_ends: Ends,
     /// Its MTP layers (the model's, where the slowest stage is the last): part of `slowest_layers`.
     pub(super) slowest_mtp_layers: u32,
     /// Where [`MixCosts`] keeps the unit costs of its layer mix.
@@ -90,12 +93,38 @@ pub(super) struct StageTimes {
     pub(super) max_layers: u32,
 }
 
+/// Which of the model's ends a stage runs: the embedding (the first stage; under a V schedule the
+/// first GPU, which runs the output layer too) and the output layer (the last stage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ends {
+    pub embedding: bool,
+    pub output: bool,
+}
+
+impl Ends {
+    /// The ends of the stage that runs the output layer when `with_output`, else of stage
+    /// `stage`: a V schedule's first GPU runs both (`v_schedule`), a pipeline's only stage too.
+    pub(super) fn of(plan: &ParallelPlan, v_shaped: bool, stage: u32, with_output: bool) -> Ends {
+        let pp = plan.pp.max(1);
+        Ends {
+            embedding: if v_shaped && pp > 1 {
+                with_output
+            } else {
+                stage == 0 || pp == 1
+            },
+            output: with_output,
+        }
+    }
+}
+
 pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageTimes {
     let v = f64::from(plan.vpp);
     let p = f64::from(plan.pp);
     let v_shaped = mix.training.pp_schedule.v_kind().is_some();
-    // A stage's time at its own layer mix: its layers' compute and exposed TP, CP and EP.
-    let stage_time = |costs: &UnitCosts, layers: u32, moe_layers: u32, with_output: bool| {
+    // A stage's time at its own layer mix: its layers' compute and exposed TP (the model's ends'
+    // included where it runs them), CP and EP.
+    let stage_time = |costs: &UnitCosts, layers: u32, moe_layers: u32, ends: Ends| {
+        let with_output = ends.output;
         let n = f64::from(layers);
         let out = if with_output {
             costs.output
@@ -115,7 +144,7 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
             forward: n * layer.forward + out.forward,
             backward: n * (layer.backward + layer.recompute) + out.backward,
             weight: n * layer.weight_grad + out.weight_grad,
-            tp: n * costs.tp.exposed_s(),
+            tp: n * costs.tp.exposed_s() + costs.ends.held(ends).exposed_s(),
             cp: n * (costs.cp.exposed_s() + costs.mamba_cp.exposed_s()),
             ep: costs.ep_layers(moe_layers) * costs.ep.exposed_s(),
             sends,
@@ -140,11 +169,13 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
     let last_run = layout.and_then(|l| l.stage_run(model, plan.pp.max(1), last_stage));
     if plan.pp == 1 {
         let at = mix.stage(last_layers, last_moe, last_run, bf16_of(0));
-        let only = stage_time(mix.costs(at), last_layers, last_moe, true);
+        let ends = Ends::of(plan, v_shaped, 0, true);
+        let only = stage_time(mix.costs(at), last_layers, last_moe, ends);
         return StageTimes {
             slowest: only,
             slowest_layers: last_layers,
             slowest_moe_layers: last_moe,
+            slowest_ends: ends,
             slowest_mtp_layers: model.mtp_layers,
             slowest_costs: at,
             slowest_run: last_run,
@@ -186,10 +217,26 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
     };
     let first_moe = moe_of(0);
     let stages = [
-        (plan.stages.first, first_moe, false),
-        (plan.stages.middle_max, middle_most_moe, false),
-        (last_layers, last_moe, true),
-        (plan.stages.middle_max, middle_fewest_moe, false),
+        (
+            plan.stages.first,
+            first_moe,
+            Ends::of(plan, v_shaped, 0, false),
+        ),
+        (
+            plan.stages.middle_max,
+            middle_most_moe,
+            Ends::of(plan, v_shaped, 1, false),
+        ),
+        (
+            last_layers,
+            last_moe,
+            Ends::of(plan, v_shaped, last_stage, true),
+        ),
+        (
+            plan.stages.middle_max,
+            middle_fewest_moe,
+            Ends::of(plan, v_shaped, 1, false),
+        ),
     ];
     // Only the first and last stages hold bf16 layers here (`bf16_in_middle` above).
     let bf16_at = [Some(0), None, Some(last_stage), None];
@@ -198,8 +245,8 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
         mix.stage(layers, moe_layers, None, bf16_at[i].and_then(bf16_of))
     });
     let [first, most, last, fewest] = [0, 1, 2, 3].map(|i| {
-        let (layers, moe_layers, with_output) = stages[i];
-        stage_time(mix.costs(at[i]), layers, moe_layers, with_output)
+        let (layers, moe_layers, ends) = stages[i];
+        stage_time(mix.costs(at[i]), layers, moe_layers, ends)
     });
     let middle_at = if fewest.total() > most.total() { 3 } else { 1 };
     let middle = if middle_at == 3 { fewest } else { most };
@@ -214,6 +261,7 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
         slowest: times[slowest],
         slowest_layers: stages[slowest].0,
         slowest_moe_layers: stages[slowest].1,
+        slowest_ends: stages[slowest].2,
         slowest_mtp_layers: if slowest == 2 { model.mtp_layers } else { 0 },
         slowest_costs: at[slowest],
         slowest_run: None,
@@ -251,11 +299,12 @@ fn per_stage_times(
     plan: &ParallelPlan,
     mix: &mut MixCosts,
     layout: &pipeline::ChunkLayout,
-    stage_time: impl Fn(&UnitCosts, u32, u32, bool) -> StageTime,
+    stage_time: impl Fn(&UnitCosts, u32, u32, Ends) -> StageTime,
 ) -> StageTimes {
     let p = plan.pp.max(1);
     let last = p - 1;
     let keep = mix.keep;
+    let v_shaped = mix.training.pp_schedule.v_kind().is_some();
     let stage_of = |stage: u32| {
         let (layers, moe_layers) = layout.stage_mix_with_mtp(model, p, stage);
         let run = layout.stage_run(model, p, stage);
@@ -273,7 +322,8 @@ fn per_stage_times(
     for stage in 0..p {
         let (layers, moe_layers, run, bf16) = stage_of(stage);
         let at = mix.stage(layers, moe_layers, run, bf16);
-        let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);
+        let ends = Ends::of(plan, v_shaped, stage, stage == last);
+        let time = stage_time(mix.costs(at), layers, moe_layers, ends);
         sum += time.total();
         let split = time.split();
         split_sum = [0, 1, 2].map(|k| split_sum[k] + split[k]);
@@ -284,17 +334,18 @@ fn per_stage_times(
             slowest = (stage, time.total());
         }
     }
-    let v_shaped = mix.training.pp_schedule.v_kind().is_some();
     let pf = f64::from(p);
     // Its slot: the one that still holds its mix, or, where the loop reused the last slot for a
     // later stage, the last slot again (filled anew).
     let (stage, (layers, moe_layers, run, bf16)) = (slowest.0, stage_of(slowest.0));
     let at = mix.stage(layers, moe_layers, run, bf16);
-    let time = stage_time(mix.costs(at), layers, moe_layers, stage == last);
+    let ends = Ends::of(plan, v_shaped, stage, stage == last);
+    let time = stage_time(mix.costs(at), layers, moe_layers, ends);
     StageTimes {
         slowest: time,
         slowest_layers: layers,
         slowest_moe_layers: moe_layers,
+        slowest_ends: ends,
         slowest_mtp_layers: if stage == last { model.mtp_layers } else { 0 },
         slowest_costs: at,
         slowest_run: run,
@@ -325,6 +376,7 @@ pub fn slowest_stage(
         run: times.slowest_run,
         bf16: times.slowest_bf16,
         sends: times.slowest.sends as u32,
+        ends: times.slowest_ends,
     }
 }
 
@@ -339,4 +391,6 @@ pub struct SlowestStage {
     pub bf16: Option<pipeline::Bf16Run>,
     /// Its stage-boundary sends per micro-batch, both directions (2·v; 2 on a V's first GPU).
     pub sends: u32,
+    /// The model's ends it runs, whose TP collectives it pays (`embedding_output_tp`).
+    pub ends: Ends,
 }

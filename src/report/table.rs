@@ -1631,7 +1631,9 @@ fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
 /// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
 /// again (`cost::tp_recompute_repeats_collectives`); `expert_dp`: the ranks an MoE model's expert
 /// gradients are reduced over (`cost::moe::expert_dp`; 1 for a dense model); `model`: the model
-/// planned, whose hybrid stack (`model::hybrid`) has one block, and at most one pair, per layer.
+/// planned, whose hybrid stack (`model::hybrid`) has one block, and at most one pair, per layer;
+/// `ends`: the model's ends the slowest stage runs, whose TP collectives the bytes include
+/// (`cost::slowest_stage`, `cost::embedding_output_tp`).
 #[allow(clippy::too_many_arguments)]
 pub fn explain_best(
     e: &Estimate,
@@ -1640,6 +1642,7 @@ pub fn explain_best(
     tp_pairs: f64,
     regathers: bool,
     recompute_repeats: bool,
+    ends: crate::cost::Ends,
     expert_dp: u32,
     training: &crate::training::Training,
 ) -> String {
@@ -1691,6 +1694,18 @@ pub fn explain_best(
                 }
                 if recompute_repeats {
                     words.push_str(" (plus what recompute repeats)");
+                }
+                match (ends.embedding, ends.output) {
+                    (true, true) => words.push_str(
+                        "; the embedding and the output layer add their own once per micro-batch",
+                    ),
+                    (false, true) => {
+                        words.push_str("; the output layer adds its own once per micro-batch")
+                    }
+                    (true, false) => {
+                        words.push_str("; the embedding adds its own once per micro-batch")
+                    }
+                    (false, false) => {}
                 }
                 words
             },

@@ -32,6 +32,16 @@ impl Op {
         }
     }
 
+    /// The ledger's name of a ring collective or send.
+    pub fn of(collective: Collective) -> Op {
+        match collective {
+            Collective::AllReduce => Op::AllReduce,
+            Collective::AllGather => Op::AllGather,
+            Collective::ReduceScatter => Op::ReduceScatter,
+            Collective::SendRecv => Op::SendRecv,
+        }
+    }
+
     fn collective(self) -> Option<Collective> {
         match self {
             Op::AllReduce => Some(Collective::AllReduce),

@@ -9,7 +9,8 @@
 //!
 //! Counts are per GPU of the stage `evaluate` reports on: TP and CP rows repeat once per layer of
 //! the slowest stage (the one whose time sets the step, `cost::slowest_stage`) and per
-//! micro-batch, EP rows once per MoE layer of that stage; DP rows cover the stage with the most
+//! micro-batch (the TP rows of the model's ends, the embedding and the output layer, once per
+//! micro-batch where that stage runs them), EP rows once per MoE layer of that stage; DP rows cover the stage with the most
 //! parameters. A count follows `evaluate`'s shares without rounding, so it is fractional where a
 //! share is: the recomputed layers (`ParallelPlan::recompute_share`), the MLPs
 //! `--recompute-modules` runs again, and the TP pairs of MoE layers at the slowest stage's own MoE
@@ -107,6 +108,8 @@ struct Step<'a> {
     slowest_sends: u32,
     slowest_mix: super::LayerMix,
     slowest_bf16: Option<super::pipeline::Bf16Run>,
+    /// The model's ends it runs (the embedding, the output layer), whose TP collectives it pays.
+    slowest_ends: super::Ends,
 }
 
 /// Builds the ledger of `plan`.
@@ -125,6 +128,7 @@ pub fn ledger(
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
         sends: slowest_sends,
+        ends: slowest_ends,
         run: slowest_run,
         bf16: slowest_bf16,
     } = super::slowest_stage(model, cluster, training, plan);
@@ -156,8 +160,10 @@ pub fn ledger(
         slowest_sends,
         slowest_mix,
         slowest_bf16,
+        slowest_ends,
     };
     tp::rows(&mut rows, &step);
+    tp::end_rows(&mut rows, &step);
     cp::rows(&mut rows, &step);
     hybrid::mamba_cp_rows(&mut rows, &step);
     ep::rows(&mut rows, &step);

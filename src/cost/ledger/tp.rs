@@ -11,6 +11,7 @@
 use super::hybrid::hybrid_site;
 use super::{Op, Pass, Rows, Scope, Step, recomputed};
 use crate::cost::comm;
+use crate::cost::embedding_output_tp::{ModelEnd, end_collectives};
 use crate::cost::groups::GroupKind;
 use crate::cost::moe;
 use crate::model::Model;
@@ -339,4 +340,39 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
     }
 
     rows.on_bf16_layers = false;
+}
+
+/// Pushes the TP rows of the model's ends the slowest stage runs (`embedding_output_tp`), once
+/// per micro-batch each.
+pub(super) fn end_rows(rows: &mut Rows, step: &Step) {
+    let Step {
+        model,
+        training,
+        plan,
+        m,
+        slowest_ends,
+        ..
+    } = *step;
+    let tp_overlap = crate::cost::overlap::tp_overlap_on(training, plan);
+    for c in end_collectives(model, training, plan, tp_overlap)
+        .into_iter()
+        .flatten()
+    {
+        let held = match c.end {
+            ModelEnd::Embedding => slowest_ends.embedding,
+            ModelEnd::Output => slowest_ends.output,
+        };
+        if held {
+            rows.push(
+                GroupKind::Tp,
+                Op::of(c.collective),
+                c.pass,
+                c.site,
+                Scope::PerMicrobatch,
+                c.count * m,
+                plan.tp,
+                c.tensor_bytes,
+            );
+        }
+    }
 }

@@ -1,9 +1,11 @@
 //! The communication steps of a stage's average layer (`UnitCosts`): TP, CP, a hybrid stack's
-//! Mamba exchange, EP and the pipeline send, each with the copies it runs on the compute stream.
+//! Mamba exchange, EP and the pipeline send, each with the copies it runs on the compute stream;
+//! and the TP collectives of the model's ends, once per micro-batch.
 
 use super::{Inputs, LayerCompute};
 use crate::cost::comm::{self, Collective};
 use crate::cost::compute::{self, LayerTime};
+use crate::cost::embedding_output_tp::{EndsComm, ends_comm};
 use crate::cost::groups::GroupKind;
 use crate::cost::overlap::PassComm;
 use crate::cost::{
@@ -192,6 +194,33 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
             + pairs * backward_wire
             + regather_wire,
     }
+}
+
+/// The TP collectives of the model's ends (`embedding_output_tp`) on the TP group, the output
+/// layer's and MTP projections' backward ones under their own GEMMs.
+#[inline(always)]
+pub(super) fn ends_tp(inputs: &Inputs, tp_overlap: bool) -> EndsComm {
+    let Inputs {
+        model,
+        cluster,
+        training,
+        plan,
+        groups,
+        ..
+    } = *inputs;
+    if plan.tp <= 1 {
+        return EndsComm::default();
+    }
+    let seq_len = training.seq_len / plan.cp;
+    ends_comm(
+        model,
+        training,
+        plan,
+        tp_overlap,
+        groups.get(GroupKind::Tp).speed,
+        compute::logits_gemm_s(model, cluster, plan.micro_batch, seq_len, plan.tp),
+        compute::mtp_projection_gemm_s(model, cluster, plan.micro_batch, seq_len, plan.tp),
+    )
 }
 
 /// CP: cp − 1 ring steps per layer forward, each passing a K/V chunk under one step's attention

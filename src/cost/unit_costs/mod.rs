@@ -3,6 +3,7 @@
 //! simulation (`simulated::stage_costs`) both build on.
 
 use super::compute::{LayerShard, LayerTime, layer_time_sharded, output_layer_time};
+use super::embedding_output_tp::EndsComm;
 use super::groups::Groups;
 use super::overlap::tp_overlap_on;
 use super::{Bf16Part, LayerMix, PassComm, recomputed_modules};
@@ -14,7 +15,7 @@ use crate::training::Training;
 
 mod collectives;
 use collectives::{
-    TpSetting, add_tp_collective_copies, cp_comm, ep_comm, mamba_cp_comm, pp_send, tp_comm,
+    TpSetting, add_tp_collective_copies, cp_comm, ends_tp, ep_comm, mamba_cp_comm, pp_send, tp_comm,
 };
 
 /// Share of the bf16 peak the framework's fused attention kernel reaches on this model's heads:
@@ -37,6 +38,9 @@ pub(crate) struct UnitCosts {
     pub output: LayerTime,
     /// TP collectives of one layer.
     pub tp: PassComm,
+    /// TP collectives of the model's ends per micro-batch: the embedding's (first stage) and the
+    /// output layer's, loss's and MTP depths' (last stage; `embedding_output_tp`).
+    pub ends: EndsComm,
     /// CP exchange of one layer's attention (a hybrid stack's average layer: its attention
     /// blocks' share).
     pub cp: PassComm,
@@ -191,7 +195,7 @@ struct Inputs<'a> {
 /// [`unit_costs_at`] with every layer of `mix` at the plan's precision, one step a job: the
 /// layer's compute, then TP, CP, the Mamba mixers' CP and EP communication (each adding the copies
 /// it runs on the compute stream to the layer, in this order, so that the sums round as they
-/// always have), the pipeline send and the output layer.
+/// always have), the model's ends' TP collectives, the pipeline send and the output layer.
 // Every step is `#[inline(always)]` so that the whole stays one body inlined where
 // `unit_costs_at` is (see the note there): criterion `evaluate/512b_tp8_pp16_dp2` ran as fast
 // after the split as before it (2026-12-07).
@@ -220,6 +224,7 @@ fn unit_costs_at_plan_precision(
     let tp_setting = TpSetting::of(&inputs, tp_overlap);
     add_tp_collective_copies(&inputs, &tp_setting, &mut layer);
     let tp = tp_comm(&inputs, &tp_setting, &layer);
+    let ends = ends_tp(&inputs, tp_overlap);
     let cp = cp_comm(&inputs, transformer_layer.attention_forward, &mut layer);
     let mamba_cp = mamba_cp_comm(&inputs, &mut layer);
     let ep = ep_comm(&inputs, &compute);
@@ -229,6 +234,7 @@ fn unit_costs_at_plan_precision(
         layer,
         output,
         tp,
+        ends,
         cp,
         mamba_cp,
         ep,

@@ -180,7 +180,11 @@ fn moe_layers_without_shared_experts_run_only_the_attention_tp_pair() {
         let l = assert_ledger_matches_estimate(&model, &cluster, &training, &request);
         l.entries
             .iter()
-            .filter(|x| x.group == GroupKind::Tp && x.pass == Pass::Forward)
+            .filter(|x| {
+                x.group == GroupKind::Tp
+                    && x.pass == Pass::Forward
+                    && x.scope == crate::cost::ledger::Scope::PerLayerPerMicrobatch
+            })
             .map(|x| x.site)
             .collect::<Vec<_>>()
     };
