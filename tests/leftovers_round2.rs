@@ -237,8 +237,8 @@ fn sweep_prints_time_to_train_as_plan_does() {
         &["sweep", "--axis", "nodes", "--values", "32"],
         &long,
     ));
-    assert_eq!(first_row_cell(&plan.stdout, "train"), "79.9 days");
-    assert_eq!(first_row_cell(&sweep.stdout, "train"), "79.9 days");
+    assert_eq!(first_row_cell(&plan.stdout, "train"), "80.2 days");
+    assert_eq!(first_row_cell(&sweep.stdout, "train"), "80.2 days");
 }
 
 /// `accuracy`'s table labelled its plans "tp1 pp1 dp32 vpp1 mb16 gbs512 full zero0" (the

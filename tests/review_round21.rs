@@ -77,13 +77,13 @@ fn a_model_chunk_of_dense_layers_draws_no_all_to_all_strips() {
     );
     let svg = std::fs::read_to_string(report.join("timeline.svg")).unwrap();
     // Every block with TP traffic carries the dark TP strip at its lower edge, each at its own
-    // share since leftovers round 23: 512 blocks drawn, none folded; the 2·m blocks of the chunk
-    // holding the output layer alone run no layer's TP collectives (the output layer's own
-    // sequence-parallel gather is not priced) and carry none.
+    // share since leftovers round 23: 512 blocks drawn, none folded. The chunk holding the output
+    // layer alone runs no layer's TP collectives, but the output layer's own (its input's gather,
+    // the loss's all-reduces; `embedding_output_tp`), so its 2·m blocks carry a strip too.
     let (p, v, m) = (8, 4, 8);
     assert_eq!(
         rects_of(&svg, "#333333"),
-        2 * m * (p * v - 1),
+        2 * m * p * v,
         "TP strips: one per block with TP traffic"
     );
     let dense_chunks = 3;
