@@ -13,6 +13,12 @@ pub mod calibration;
 
 /// Most GPUs in one node we accept: an NVL72 rack (72 GPUs in one NVLink domain) is the largest.
 pub const MAX_GPUS_PER_NODE: u32 = 72;
+/// The most GPUs one NVLink domain holds: NVLink Switches joined across racks connect up to 576
+/// Blackwell GPUs in one domain (NVIDIA's NVLink Switch System, as its GB200 NVL72 material states;
+/// e.g. slicast.com/article/1pl8afm: "allows for scaling up to 576 GPUs"). A profile's
+/// `nvlink_domain_gpus` past it was accepted and printed as "NVLink in 64-GPU segments of
+/// 4294967292-GPU racks".
+pub const MAX_NVLINK_DOMAIN_GPUS: u32 = 576;
 
 /// The accepted range of one numeric key of an input file, with the rule that sets it. Every range
 /// is finite and every lower bound of a divisor positive, so that accepted input can only give
@@ -466,6 +472,13 @@ impl GpuProfile {
             return Err(format!(
                 "peak_fp4_tflops: {} is given, but microscaling is false (or absent), so the profile's tensor cores run no NVFP4 and the peak would never be used; add microscaling: true (data-centre Blackwell), or delete the peak_fp4_tflops line",
                 crate::units::show_number(fp4)
+            ));
+        }
+        if let Some(domain) = self.nvlink_domain_gpus
+            && domain > MAX_NVLINK_DOMAIN_GPUS
+        {
+            return Err(format!(
+                "nvlink_domain_gpus: {domain} is more than {MAX_NVLINK_DOMAIN_GPUS} (rule: NVIDIA's NVLink Switch System joins at most {MAX_NVLINK_DOMAIN_GPUS} GPUs in one NVLink domain); give the GPUs that share NVLink, e.g. nvlink_domain_gpus: 72 for an NVL72 rack, or delete the line for one node"
             ));
         }
         if let Some(domain) = self.nvlink_domain_gpus

@@ -117,6 +117,15 @@ pub enum OutputError {
         folder: String,
     },
     #[error(
+        "{flag} {path}: {link} is a link to {target}, which does not exist (or links in a loop), so the report's directory cannot be made there; create {target}, remove the link, or choose another path"
+    )]
+    BrokenLink {
+        flag: String,
+        path: String,
+        link: String,
+        target: String,
+    },
+    #[error(
         "{flag} {path}: a file with that name exists, and the report needs a directory; give another path or remove the file"
     )]
     ReportIsFile { flag: String, path: String },
@@ -129,12 +138,21 @@ pub enum OutputError {
         writer: &'static str,
     },
     #[error(
-        "{flag} {dir}: the report writes {file}, and the file there is not part of a report tpsim wrote; write the report to a new directory, or move that file away first"
+        "{flag} {dir}: the report writes {file}, and what is there is not part of a report tpsim wrote; write the report to a new directory, or move it away first"
     )]
     ReportReplacesUserFile {
         flag: String,
         dir: String,
         file: String,
+    },
+    #[error(
+        "{flag} {dir}: the report writes {file}, which is a link to {target}, and a report holds only files tpsim wrote there, so writing it would replace {target}; remove the link, or write the report to a new directory"
+    )]
+    ReportFileIsLink {
+        flag: String,
+        dir: String,
+        file: String,
+        target: String,
     },
 }
 
@@ -236,6 +254,35 @@ pub fn refuse_foreign_report_files<S: AsRef<str>>(
     let path = Path::new(dir);
     if !path.is_dir() {
         return Ok(());
+    }
+    // tpsim writes a report's files as regular files, never links or folders: a link named like
+    // one is the user's, and writing through it (as `write_file` writes through a `--save` link)
+    // would replace the file it points to, wherever that is, even in a directory a report was
+    // written to before; a folder (or other non-file) there failed the write midway, after the
+    // files before it were replaced, leaving two reports mixed. Both are refused before any write.
+    for name in names {
+        let file = path.join(name.as_ref());
+        let Ok(metadata) = std::fs::symlink_metadata(&file) else {
+            continue;
+        };
+        if !metadata.file_type().is_symlink() && !metadata.is_file() {
+            return Err(OutputError::ReportReplacesUserFile {
+                flag: flag.to_string(),
+                dir: quote(dir),
+                file: quote(&file.display().to_string()),
+            });
+        }
+        if metadata.file_type().is_symlink() {
+            let target = std::fs::read_link(&file)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            return Err(OutputError::ReportFileIsLink {
+                flag: flag.to_string(),
+                dir: quote(dir),
+                file: quote(&file.display().to_string()),
+                target: quote(&target),
+            });
+        }
     }
     let ours =
         head_of(&path.join("index.html")).is_some_and(|head| head.contains("<title>tpsim report"));
@@ -598,6 +645,24 @@ pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
             path: quote(dir),
         }),
         Err(_) => {
+            // A link on the way that leads nowhere (`--out link/rep`, `link` dangling or a loop):
+            // creating the directory fails with "File exists", which names neither the link nor
+            // what is missing.
+            if let Some(link) = path.ancestors().find(|a| {
+                !a.as_os_str().is_empty()
+                    && std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink())
+                    && std::fs::metadata(a).is_err()
+            }) {
+                let target = std::fs::read_link(link)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return Err(OutputError::BrokenLink {
+                    flag: flag.to_string(),
+                    path: quote(dir),
+                    link: quote(&link.display().to_string()),
+                    target: quote(&target),
+                });
+            }
             let ancestor = existing_ancestor(path);
             if !ancestor.is_dir() {
                 return Err(OutputError::CannotCreate {

@@ -73,12 +73,16 @@ struct RunPlan {
     zero_stage: Option<u8>,
     micro_batch_size: u32,
     global_batch_size: u32,
-    #[serde(default, rename = "layers_per_virtual_stage")]
-    _layers_per_virtual_stage: IgnoredAny,
+    /// Megatron-LM's `--num-layers-per-virtual-pipeline-stage`: the run's interleaving said in
+    /// layers, read beside `virtual_pipeline_stages` (see [`vpp_of`]).
+    #[serde(default)]
+    layers_per_virtual_stage: Option<u32>,
     #[serde(default, rename = "pp_partition")]
     _pp_partition: IgnoredAny,
-    #[serde(default, rename = "precision")]
-    _precision: IgnoredAny,
+    /// Free text that starts with the GEMM precision (`fp16 (--fp16, --loss-scale 8192)`,
+    /// `bf16`); checked by [`check_precision`], since the runs are evaluated at 16 bits.
+    #[serde(default)]
+    precision: Option<String>,
     #[serde(default, rename = "ddp_impl")]
     _ddp_impl: IgnoredAny,
     #[serde(default, rename = "distributed_optimizer")]
@@ -212,6 +216,57 @@ fn recompute_of(text: Option<&str>) -> Result<Recompute, String> {
     }
 }
 
+/// The run's `plan.precision`: this file's runs are evaluated with 16-bit GEMMs on A100 profiles
+/// (the training is Megatron-LM 2021's, whose fp16 and bf16 run the same tensor-core rate), so the
+/// text must start with fp16 or bf16 (or be null). Anything else (`fp8`, `fp32`) was evaluated at 16
+/// bits without a word.
+fn check_precision(text: Option<&str>) -> Result<(), String> {
+    match text {
+        None => Ok(()),
+        Some(t)
+            if ["fp16", "bf16"]
+                .iter()
+                .any(|p| t.trim_start().to_ascii_lowercase().starts_with(p)) =>
+        {
+            Ok(())
+        }
+        Some(t) => Err(format!(
+            "plan.precision: {} is not fp16 or bf16 (rule: this file's runs are evaluated with 16-bit GEMMs on A100 profiles, which have no FP8 tensor cores); write the run's 16-bit precision, e.g. precision: bf16, or write the run in the current-stack format (validation/modern_runs.yaml)",
+            crate::input_file::quote(t)
+        )),
+    }
+}
+
+/// The run's virtual pipeline stages: `plan.virtual_pipeline_stages`, or the count
+/// `plan.layers_per_virtual_stage` (Megatron-LM's `--num-layers-per-virtual-pipeline-stage`)
+/// implies: a stage's layers (`layers / pp`) over it. Given alone it was dropped without a word
+/// and the run planned without interleaving; given with a count it contradicts, one was.
+fn vpp_of(p: &RunPlan, layers: u32) -> Result<u32, String> {
+    let Some(per_chunk) = p.layers_per_virtual_stage else {
+        return Ok(p.virtual_pipeline_stages.unwrap_or(1));
+    };
+    if per_chunk == 0 {
+        return Err(
+            "plan.layers_per_virtual_stage: 0 must be at least 1 (rule: a virtual stage holds at least one layer); give the published value, or null with plan.virtual_pipeline_stages".to_string(),
+        );
+    }
+    let per_stage = layers / p.pp.max(1);
+    if !layers.is_multiple_of(p.pp.max(1)) || !per_stage.is_multiple_of(per_chunk) {
+        return Err(format!(
+            "plan.layers_per_virtual_stage: {per_chunk} does not divide a stage's model.layers {layers} / plan.pp {} = {per_stage} layers (rule: each virtual stage holds the same whole number of layers, as Megatron-LM's --num-layers-per-virtual-pipeline-stage); give a divisor of {per_stage}, or null with plan.virtual_pipeline_stages",
+            p.pp
+        ));
+    }
+    let implied = per_stage / per_chunk;
+    match p.virtual_pipeline_stages {
+        Some(vpp) if vpp != implied => Err(format!(
+            "plan.virtual_pipeline_stages: {vpp} contradicts plan.layers_per_virtual_stage: {per_chunk}, which makes {per_stage} / {per_chunk} = {implied} virtual stages of a stage's {per_stage} layers (model.layers {layers} / plan.pp {}); give one of them, or values that agree (virtual_pipeline_stages: {implied})",
+            p.pp
+        )),
+        _ => Ok(implied),
+    }
+}
+
 /// The `eval` flags that plan and model errors name, and the runs file's keys for them (under
 /// `plan.`; the model's under `model.` are `model_file_words`'s).
 const RUN_PLAN_KEYS: [(&str, &str); 7] = [
@@ -273,6 +328,27 @@ fn check_run_numbers(run: &PublishedRun, published_step_s: f64) -> Result<(), St
         }
     }
     check_gpu_count(run)?;
+    // Two step times for one run: `results.iteration_time_s` was used and the derived one dropped
+    // without a word, however far apart. The derived time is arithmetic on the published TFLOP/s,
+    // which SC'21 gives to 3 significant figures (about 0.4%, the bundled file's `derived.note`), so
+    // two times within 1% are one time rounded twice.
+    if let (Some(stated), Some(derived)) = (
+        run.results.iteration_time_s,
+        run.derived
+            .as_ref()
+            .and_then(|d| d.iteration_time_s_from_eq3),
+    ) && stated.is_finite()
+        && derived.is_finite()
+        && derived > 0.0
+        && (stated / derived - 1.0).abs() > 0.01
+    {
+        return Err(format!(
+            "results.iteration_time_s {} and derived.iteration_time_s_from_eq3 {} are two published step times that differ by {:.0}% (rule: a run has one step time; within 1% they are one time rounded twice); keep the one the source states and remove the other",
+            crate::units::show_number(stated),
+            crate::units::show_number(derived),
+            ((stated / derived - 1.0).abs() * 100.0)
+        ));
+    }
     let key = if run.results.iteration_time_s.is_some() {
         "results.iteration_time_s"
     } else {
@@ -479,11 +555,12 @@ pub fn accuracy_with_skips(
             AttentionKernel::Unfused,
         );
         let p = &run.plan;
+        check_precision(p.precision.as_deref()).map_err(fail)?;
         let request = PlanRequest {
             tp: p.tp,
             pp: p.pp,
             dp: p.dp,
-            vpp: p.virtual_pipeline_stages.unwrap_or(1),
+            vpp: vpp_of(p, m.layers).map_err(fail)?,
             micro_batch: p.micro_batch_size,
             sequence_parallel: p.sequence_parallel.unwrap_or(false),
             recompute: recompute_of(p.recompute.as_deref()).map_err(fail)?,

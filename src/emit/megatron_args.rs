@@ -472,6 +472,19 @@ impl<'a> Parsed<'a> {
                         why,
                     });
                 }
+                // `--tensor-model-parallel-size= 2` (a space after the '='): the flag's value is
+                // the empty text after the '=', and the number its own word. Dropping the number,
+                // as the rule below says, leaves the empty value, refused in turn.
+                if let Some(flag) = previous.as_deref().and_then(|p| p.strip_suffix('='))
+                    && token.parse::<f64>().is_ok()
+                {
+                    return Err(MegatronArgsError::Stray {
+                        token: token.to_string(),
+                        why: format!(
+                            "follows {flag}=, whose value is the empty text after the '=', so it is no flag's value (Megatron-LM's argparse refuses both); join them: {flag}={token}"
+                        ),
+                    });
+                }
                 if let Some(previous) = &previous
                     && token.parse::<f64>().is_ok()
                 {
