@@ -300,11 +300,9 @@ fn eval_json_carries_ledger_and_schedule() {
             .iter()
             .any(|e| e["op"] == "all_gather" && e["group"] == "tp")
     );
-    assert!(
-        !entries.iter().any(|e| e["op"] == "all_reduce"
-            && e["group"] == "tp"
-            && !e["site"].as_str().unwrap().contains("cross-entropy"))
-    );
+    assert!(!entries.iter().any(|e| e["op"] == "all_reduce"
+        && e["group"] == "tp"
+        && !e["site"].as_str().unwrap().contains("cross-entropy")));
     assert!(
         entries
             .iter()
