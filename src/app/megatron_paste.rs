@@ -425,7 +425,9 @@ pub(super) fn check_launch_optimizer_framework(
         );
     }
     bail!(
-        "--megatron-args: the line's --use-precision-aware-optimizer under --framework {framework_name}: tpsim prices the precision-aware optimizer (the fp32 master kept as 16-bit remainders) for Megatron-Core only ({owner} has no such flag); drop --framework {framework_name} to price the line as Megatron-Core runs it, or drop --use-precision-aware-optimizer and its dtype flags from the line"
+        "--megatron-args: the line's --use-precision-aware-optimizer under --framework {framework_name}: tpsim prices these states ({}: {}) for Megatron-Core only ({owner} has no such flag); drop --framework {framework_name} to price the line as Megatron-Core runs it, or drop --use-precision-aware-optimizer and its dtype flags from the line",
+        states.as_str(),
+        states.describe()
     );
 }
 
