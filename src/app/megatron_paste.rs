@@ -425,7 +425,7 @@ pub(super) fn check_launch_optimizer_framework(
         );
     }
     bail!(
-        "--megatron-args: the line's --use-precision-aware-optimizer under --framework {framework_name}: tpsim prices these states ({}: {}) for Megatron-Core only ({owner} has no such flag); drop --framework {framework_name} to price the line as Megatron-Core runs it, or drop --use-precision-aware-optimizer and its dtype flags from the line",
+        "--megatron-args: the line's --use-precision-aware-optimizer under --framework {framework_name} asks for {} states, {}; tpsim prices them for Megatron-Core only ({owner} has no such flag); drop --framework {framework_name} to price the line as Megatron-Core runs it, or drop --use-precision-aware-optimizer and its dtype flags from the line",
         states.as_str(),
         states.describe()
     );
