@@ -1191,6 +1191,26 @@ impl TrainingFramework {
         matches!(self, TrainingFramework::Torchtitan)
     }
 
+    /// Whether the vocabulary-parallel embedding sums its shards' lookups with a reduce-scatter
+    /// over the sequence under sequence parallelism (`learned_positions`: the model adds a learned
+    /// position table after the lookup). Megatron-Core does where no position table follows
+    /// (`LanguageModelEmbedding.reduce_scatter_embeddings`, megatron/core/models/common/embeddings/
+    /// language_model_embedding.py at d98e8a64; `VocabParallelEmbedding.forward`,
+    /// megatron/core/tensor_parallel/layers.py), else it all-reduces and splits the sum; torchtitan's
+    /// `tok_embeddings` goes from partial to sequence-sharded (`set_decoder_sharding_config`,
+    /// torchtitan/models/common/decoder_sharding.py at b5bcd76c6: a reduce-scatter) and has no
+    /// learned-position model. Megatron-DeepSpeed's `VocabParallelEmbedding.forward` always
+    /// all-reduces (`reduce_from_tensor_model_parallel_region`, megatron/core/tensor_parallel/
+    /// layers.py at f4157bea) and its `Embedding.forward` splits the sum afterwards
+    /// (`scatter_to_sequence_parallel_region`, megatron/model/language_model.py); 2021 Megatron-LM
+    /// has no sequence parallelism.
+    pub fn embedding_reduce_scatters_under_sp(self, learned_positions: bool) -> bool {
+        match self {
+            TrainingFramework::MegatronCore | TrainingFramework::Torchtitan => !learned_positions,
+            TrainingFramework::Deepspeed | TrainingFramework::MegatronLm2021 => false,
+        }
+    }
+
     /// Whether the output layer's backward TP collectives run asynchronously under its own GEMMs:
     /// Megatron's `LinearWithGradAccumulationAndAsyncCommunication.backward` (Megatron-LM
     /// `megatron/core/tensor_parallel/layers.py` at d98e8a64) issues the re-gather of a

@@ -12,7 +12,8 @@
 //!   sequence parallelism splits the sum (no communication); the backward of either split is an
 //!   all-gather of the gradient, of the all-reduce nothing. torchtitan's `tok_embeddings` is
 //!   `RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))`
-//!   (`parallelize_llama.py`): the same reduce-scatter and all-gather.
+//!   (`parallelize_llama.py`): the same reduce-scatter and all-gather. Megatron-DeepSpeed always
+//!   all-reduces and then splits (`TrainingFramework::embedding_reduce_scatters_under_sp`).
 //! - Output layer: a column-parallel linear (`gpt_model.py`: `tensor_parallel.ColumnParallelLinear`,
 //!   not a Transformer Engine module, so outside userbuffers' overlap; torchtitan's `ColwiseParallel`
 //!   output sits outside the compiled blocks, so outside async TP). Under sequence parallelism it
@@ -24,22 +25,31 @@
 //! - Loss: the vocabulary-parallel cross-entropy all-reduces three fp32 values per token over TP
 //!   in its forward — the logits' maximum, the target's logit and the sum of exponentials
 //!   (`tensor_parallel/cross_entropy.py` `VocabParallelCrossEntropy`; PyTorch's `loss_parallel`
-//!   likewise) — small and latency-bound, exposed.
+//!   likewise) — small and latency-bound, exposed. The fused loss sends the same values in fewer
+//!   collectives (Megatron-Core `--cross-entropy-loss-fusion`, on in Megatron-Bridge's model
+//!   configs: `fused_cross_entropy.py` all-reduces the maximum, then the target's logit and the
+//!   sum together; `--cross-entropy-fusion-impl te`, DeepSeek's bridges, all-gathers the three
+//!   values, Transformer Engine `pytorch/triton/cross_entropy.py`): one or two latencies less per
+//!   micro-batch, not told apart here.
 //! - MTP depth (`multi_token_prediction.py`): the embedding again (`embedding(input_ids=...)`), the
 //!   `eh_proj` column-parallel linear over the concatenated 2h-wide input (its input gathered as
 //!   the output layer's is), the all-gather of its h/t-wide output
 //!   (`gather_from_tensor_model_parallel_region`) and the split back to sequence shards, whose
 //!   backward all-gathers; then the output layer and loss again.
 //!
-//! Every tensor is bf16 (the ends stay out of FP8 autocast) at b·(s/cp) tokens, `comm::
-//! tp_tensor_bytes` wide h, the projection's input 2h.
+//! Every tensor is bf16 (the embedding, output layer and loss stay out of FP8 autocast) at
+//! b·(s/cp) tokens, `comm::tp_tensor_bytes` wide h, the projection's input 2h — except the MTP
+//! projection's input gathers under FP8 and MXFP8: `_proj_and_transformer_layer` runs
+//! `_concat_embeddings` (and so `eh_proj`, a Transformer Engine linear) inside `get_fp8_context`
+//! whenever `config.fp8` is set (FP4 is left out: "currently ignoring FP4 in MTP layers"), and
+//! Transformer Engine gathers the quantized copy (`comm::sp_gather_scale`).
 
 use super::comm::{self, Collective};
 use super::ledger::Pass;
 use super::overlap::{PassComm, exposed_under};
 use super::stage_times::Ends;
 use crate::model::{Model, PositionEmbedding};
-use crate::plan::ParallelPlan;
+use crate::plan::{ParallelPlan, Precision};
 use crate::training::Training;
 
 /// Bytes of one fp32 value the loss all-reduces per token.
@@ -108,13 +118,23 @@ pub fn end_collectives(
     };
     let tensor = comm::tp_tensor_bytes(model, training, plan);
     let sp = plan.sequence_parallel;
+    // The MTP projection's input gathers carry Transformer Engine's quantized copy under FP8 and
+    // MXFP8 (see the module's note); the output layer's stay bf16.
+    let projection_gathers = if matches!(plan.precision, Precision::Fp8 | Precision::Mxfp8) {
+        comm::sp_gather_scale(training, plan)
+    } else {
+        comm::SpGatherScale::BF16
+    };
     let framework = training.framework;
     let asynchronous = framework.output_layer_grad_collectives_async();
     let regathers = sp && !framework.sp_keeps_gathered_inputs();
     let depths = f64::from(model.mtp_layers);
     let window = |w: EndWindow| if asynchronous { w } else { EndWindow::Nothing };
     // The embedding's sum of vocabulary shares, on the first stage and once per MTP depth.
-    let reduce_scatters = sp && model.position_embedding != PositionEmbedding::LearnedAbsolute;
+    let reduce_scatters = sp
+        && framework.embedding_reduce_scatters_under_sp(
+            model.position_embedding == PositionEmbedding::LearnedAbsolute,
+        );
     for (end, count, forward_site, backward_site) in [
         (
             ModelEnd::Embedding,
@@ -164,11 +184,12 @@ pub fn end_collectives(
     }
     // A column-parallel linear's input collectives: the output layer's (h wide, once and per MTP
     // depth) and each MTP depth's projection (2h wide).
-    for (width, count, gemm, sites) in [
+    for (width, count, gemm, gathers, sites) in [
         (
             1.0,
             1.0 + depths,
             EndWindow::LogitsGemm,
+            comm::SpGatherScale::BF16,
             [
                 "before the output layer (column split): gather the sequence-split input",
                 "output layer input again, for its weight gradient (the forward kept the sequence shard)",
@@ -180,6 +201,7 @@ pub fn end_collectives(
             2.0,
             depths,
             EndWindow::ProjectionGemm,
+            projection_gathers,
             [
                 "before an MTP depth's projection (column split): gather the sequence-split input",
                 "MTP projection input again, for its weight gradient (the forward kept the sequence shard)",
@@ -200,7 +222,7 @@ pub fn end_collectives(
                 collective: Collective::AllGather,
                 pass: Pass::Forward,
                 site: sites[0],
-                tensor_bytes: bytes,
+                tensor_bytes: bytes * gathers.forward,
                 count,
                 hidden_under: forward_window,
             });
@@ -210,7 +232,7 @@ pub fn end_collectives(
                     collective: Collective::AllGather,
                     pass: Pass::Backward,
                     site: sites[1],
-                    tensor_bytes: bytes,
+                    tensor_bytes: bytes * gathers.regather,
                     count,
                     hidden_under: window(gemm),
                 });
