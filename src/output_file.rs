@@ -65,6 +65,15 @@ pub enum OutputError {
         path: String,
         folder: String,
     },
+    #[error(
+        "{flag} {path}: the folder {link} is a link to {target}, which does not exist (or links in a loop); create {target}, remove the link, or write elsewhere"
+    )]
+    FolderLinkBroken {
+        flag: String,
+        path: String,
+        link: String,
+        target: String,
+    },
     #[error("{flag} {path}: cannot write there: {reason}; choose a writable path")]
     NotWritable {
         flag: String,
@@ -518,6 +527,17 @@ pub fn check_file(
         });
     }
     if !folder.is_dir() {
+        // A folder that is a link leading nowhere (`--save deadlink/p.yaml`): "does not exist;
+        // create it" would name neither the link nor where it points, as the report directory's
+        // check names them.
+        if let Some((link, target)) = dangling_link(&folder) {
+            return Err(OutputError::FolderLinkBroken {
+                flag: flag.to_string(),
+                path: quote(path),
+                link,
+                target,
+            });
+        }
         return Err(OutputError::NoFolder {
             flag: flag.to_string(),
             path: quote(path),
@@ -605,6 +625,20 @@ pub fn write_file(
     Ok(())
 }
 
+/// The first of `path` and its ancestors that is a symlink leading nowhere (dangling, or a loop),
+/// quoted, with where it points.
+fn dangling_link(path: &Path) -> Option<(String, String)> {
+    let link = path.ancestors().find(|a| {
+        !a.as_os_str().is_empty()
+            && std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink())
+            && std::fs::metadata(a).is_err()
+    })?;
+    let target = std::fs::read_link(link)
+        .map(|t| t.display().to_string())
+        .unwrap_or_default();
+    Some((quote(&link.display().to_string()), quote(&target)))
+}
+
 /// The nearest existing ancestor of `path` (".", when none of it exists yet).
 fn existing_ancestor(path: &Path) -> PathBuf {
     let mut current = folder_of(path);
@@ -648,19 +682,12 @@ pub fn check_report_dir(flag: &str, dir: &str) -> Result<(), OutputError> {
             // A link on the way that leads nowhere (`--out link/rep`, `link` dangling or a loop):
             // creating the directory fails with "File exists", which names neither the link nor
             // what is missing.
-            if let Some(link) = path.ancestors().find(|a| {
-                !a.as_os_str().is_empty()
-                    && std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink())
-                    && std::fs::metadata(a).is_err()
-            }) {
-                let target = std::fs::read_link(link)
-                    .map(|t| t.display().to_string())
-                    .unwrap_or_default();
+            if let Some((link, target)) = dangling_link(path) {
                 return Err(OutputError::BrokenLink {
                     flag: flag.to_string(),
                     path: quote(dir),
-                    link: quote(&link.display().to_string()),
-                    target: quote(&target),
+                    link,
+                    target,
                 });
             }
             let ancestor = existing_ancestor(path);

@@ -253,6 +253,19 @@ pub fn annotate(
     }
 }
 
+/// The cost to train at the two ends of the plan's step range, as `annotate` writes them into the
+/// report's `cost_to_train_low`/`cost_to_train_high` and `plan`'s range line says them: None
+/// without `--tokens` and `--price-per-gpu-hour`.
+pub fn cost_to_train_ends(
+    estimate: &Estimate,
+    profile: &str,
+    framework: TrainingFramework,
+    kind: ModelKind,
+) -> Option<(f64, f64)> {
+    let (band, _) = band_for(profile, framework, kind);
+    to_train_ends(estimate, &interval(estimate, band))?.cost
+}
+
 /// The time (s) and cost to train at the two ends of a step's range.
 struct ToTrainEnds {
     seconds: (f64, f64),

@@ -36,8 +36,10 @@ struct RunModel {
     vocab: u32,
     vocab_padded: Option<u32>,
     seq_len: u32,
-    #[serde(default, rename = "params_b")]
-    _params_b: IgnoredAny,
+    /// The published parameter count in billions, checked against the shape
+    /// ([`check_published_figures`]).
+    #[serde(default)]
+    params_b: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,8 +53,9 @@ struct RunHardware {
     /// against the wrong size.
     #[serde(default)]
     gpu_memory_gb: Option<f64>,
-    #[serde(default, rename = "peak_tflops_16bit")]
-    _peak_tflops_16bit: IgnoredAny,
+    /// The 16-bit dense peak the source's percentages are of, checked against the profile's.
+    #[serde(default)]
+    peak_tflops_16bit: Option<f64>,
     #[serde(default, rename = "interconnect")]
     _interconnect: IgnoredAny,
 }
@@ -97,16 +100,18 @@ struct RunPlan {
 #[serde(deny_unknown_fields)]
 struct RunResults {
     iteration_time_s: Option<f64>,
-    #[serde(default, rename = "tflops_per_gpu")]
-    _tflops_per_gpu: IgnoredAny,
+    /// Checked against the step time and the shape ([`check_published_figures`]).
+    #[serde(default)]
+    tflops_per_gpu: Option<f64>,
     #[serde(default, rename = "percent_of_peak")]
     _percent_of_peak: IgnoredAny,
     #[serde(default, rename = "aggregate_pflops")]
     _aggregate_pflops: IgnoredAny,
     #[serde(default, rename = "samples_per_s")]
     _samples_per_s: IgnoredAny,
-    #[serde(default, rename = "tokens_per_s")]
-    _tokens_per_s: IgnoredAny,
+    /// Checked against the step time ([`check_published_figures`]).
+    #[serde(default)]
+    tokens_per_s: Option<f64>,
     #[serde(default, rename = "mfu")]
     _mfu: IgnoredAny,
     #[serde(default, rename = "hfu")]
@@ -263,6 +268,12 @@ fn vpp_of(p: &RunPlan, layers: u32) -> Result<u32, String> {
             "plan.virtual_pipeline_stages: {vpp} contradicts plan.layers_per_virtual_stage: {per_chunk}, which makes {per_stage} / {per_chunk} = {implied} virtual stages of a stage's {per_stage} layers (model.layers {layers} / plan.pp {}); give one of them, or values that agree (virtual_pipeline_stages: {implied})",
             p.pp
         )),
+        // Without a pipeline the implied virtual stages would be refused as
+        // `plan.virtual_pipeline_stages`, a key the row does not give: said in the key it gives.
+        None if implied > 1 && p.pp <= 1 => Err(format!(
+            "plan.layers_per_virtual_stage: {per_chunk} splits a stage's {per_stage} layers into {implied} virtual stages, which need pipeline parallelism (plan.pp > 1, here {}); give null or {per_stage} (one virtual stage), or the run's plan.pp",
+            p.pp
+        )),
         _ => Ok(implied),
     }
 }
@@ -362,6 +373,103 @@ fn check_run_numbers(run: &PublishedRun, published_step_s: f64) -> Result<(), St
         "rule: a step takes positive time, at most an hour",
     )
     .check(published_step_s)
+}
+
+/// How far a published tokens/s may sit from global batch x sequence length / step time: the
+/// published figures are rounded (SC'21's TFLOP/s to 3 significant figures, about 0.4%).
+const TOKENS_PER_S_TOLERANCE: f64 = 0.01;
+/// How far a published parameter count may sit from the shape's: sources round it (SC'21's
+/// "1.7B" is 1.65B by the shape, 2.9% off) and count or leave out the position embeddings,
+/// biases and norms.
+const PARAMS_B_TOLERANCE: f64 = 0.05;
+/// Slack on a published TFLOP/s beyond the two FLOP counts it may use (rounding).
+const TFLOPS_TOLERANCE: f64 = 0.02;
+
+/// The figures a source publishes beside its step time, each against what it must agree with, so
+/// that a figure that contradicts the step or the shape is refused rather than carried silently:
+/// `results.tokens_per_s` = global batch x sequence length / step; `model.params_b` = the shape's
+/// parameters (`Model::params`); `results.tflops_per_gpu` between the model FLOPs of a step
+/// (`Model::model_flops_per_step`, no recompute, causal attention) and Narayanan et al. 2021
+/// eq. 3's count (4 passes of every layer with all attention pairs, 3 of the output layer: the
+/// recompute forward counted, as SC'21 and BLOOM count it), over step x GPUs; and
+/// `hardware.peak_tflops_16bit` = the GPU profile's dense bf16 peak.
+fn check_published_figures(
+    run: &PublishedRun,
+    model: &Model,
+    cluster: &Cluster,
+    published_step_s: f64,
+) -> Result<(), String> {
+    let show = crate::units::show_number;
+    let step_key = if run.results.iteration_time_s.is_some() {
+        "results.iteration_time_s"
+    } else {
+        "derived.iteration_time_s_from_eq3"
+    };
+    let batch = run.plan.global_batch_size;
+    let seq = run.model.seq_len;
+    let off = |given: f64, expected: f64| (given / expected - 1.0).abs();
+    if let Some(given) = run.results.tokens_per_s {
+        let expected = f64::from(batch) * f64::from(seq) / published_step_s;
+        if !given.is_finite() || off(given, expected) > TOKENS_PER_S_TOLERANCE {
+            return Err(format!(
+                "results.tokens_per_s: {} contradicts the step time: plan.global_batch_size {batch} x model.seq_len {seq} / {step_key} {} s = {} tokens/s (rule: tokens/s = global batch x sequence length / step time, within {:.0}%); give the source's figures that agree, or results.tokens_per_s: null",
+                show(given),
+                show(published_step_s),
+                crate::sweep::thousands(expected),
+                TOKENS_PER_S_TOLERANCE * 100.0
+            ));
+        }
+    }
+    if let Some(given) = run.model.params_b {
+        let expected = model.params() / 1e9;
+        if !given.is_finite() || off(given, expected) > PARAMS_B_TOLERANCE {
+            return Err(format!(
+                "model.params_b: {} contradicts the shape, which has {expected:.2}B parameters (model.layers {}, model.hidden {}, {} {}; rule: within {:.0}% of the shape's count); give the source's count, fix the shape, or model.params_b: null",
+                show(given),
+                model.layers,
+                model.hidden,
+                if run.model.vocab_padded.is_some() {
+                    "model.vocab_padded"
+                } else {
+                    "model.vocab"
+                },
+                model.vocab,
+                PARAMS_B_TOLERANCE * 100.0
+            ));
+        }
+    }
+    if let Some(given) = run.results.tflops_per_gpu {
+        let per_gpu_s = published_step_s * f64::from(run.hardware.num_gpus) * 1e12;
+        let low = model.model_flops_per_step(batch, seq).0 / per_gpu_s;
+        let high = (4.0 * f64::from(model.layers) * model.layer_forward_flops(batch, seq).0
+            + 3.0 * model.logits_forward_flops(batch, seq).0)
+            / per_gpu_s;
+        if !given.is_finite()
+            || given < low * (1.0 - TFLOPS_TOLERANCE)
+            || given > high * (1.0 + TFLOPS_TOLERANCE)
+        {
+            return Err(format!(
+                "results.tflops_per_gpu: {} contradicts the step time: the shape's FLOPs over {step_key} {} s on hardware.num_gpus {} give {low:.1} (model FLOPs) to {high:.1} (Narayanan et al. 2021 eq. 3, recompute counted) TFLOP/s per GPU (rule: a published TFLOP/s counts the step's FLOPs one of these ways, within {:.0}%); give the source's figures that agree, or results.tflops_per_gpu: null",
+                show(given),
+                show(published_step_s),
+                run.hardware.num_gpus,
+                TFLOPS_TOLERANCE * 100.0
+            ));
+        }
+    }
+    if let Some(given) = run.hardware.peak_tflops_16bit {
+        let profile = cluster.gpu.peak_bf16_tflops;
+        if !given.is_finite() || off(given, profile) > 0.01 {
+            return Err(format!(
+                "hardware.peak_tflops_16bit: {} contradicts the GPU the run is evaluated on, {} with a dense 16-bit peak of {} TFLOP/s (rule: the peak the source's percentages are of is the GPU's); give {}, or hardware.peak_tflops_16bit: null",
+                show(given),
+                cluster.gpu.name,
+                show(profile),
+                show(profile)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The run's GPU count against its plan and its nodes, said in the runs file's own keys (the plan
@@ -548,6 +656,7 @@ pub fn accuracy_with_skips(
             nodes: hw.num_gpus / hw.gpus_per_node,
             gpus_per_node: hw.gpus_per_node,
         };
+        check_published_figures(&run, &model, &cluster, published_step_s).map_err(fail)?;
         let training = Training::with_framework(
             crate::training::TrainingFramework::MegatronLm2021,
             m.seq_len,

@@ -43,6 +43,39 @@ fn defer_note(line: String) {
     super::held_notes::hold(line);
 }
 
+/// GPT-2's BPE vocabulary: 50257 tokens (openai-community/gpt2 `config.json` `vocab_size`), the
+/// tokenizer of Megatron-LM's GPT examples (`--tokenizer-type GPT2BPETokenizer`).
+const GPT2_VOCAB: u32 = 50257;
+/// Megatron-LM's `--make-vocab-size-divisible-by` default (megatron/training/arguments.py at
+/// d98e8a64).
+const MEGATRON_VOCAB_DIVISIBLE_BY: u32 = 128;
+
+/// GPT-2's vocabulary as Megatron-LM pads it at a line's tp, for the notes on a line without
+/// `--vocab-size` (tpsim prices `DEFAULT_VOCAB`, GPT-2's as padded at tp 8, whatever the tp).
+struct PaddedVocab {
+    size: u64,
+    divisible_by: u32,
+    /// divisible_by x tp: the multiple the vocabulary is padded to.
+    multiple: u64,
+}
+
+/// GPT-2's vocabulary padded as Megatron-LM pads a tokenizer's vocabulary at the line's tp: up to a
+/// multiple of `--make-vocab-size-divisible-by` x tp (`vocab_size_with_padding`,
+/// megatron/core/tokenizers/utils/build_tokenizer.py at d98e8a64): 50304 at tp 1, 51200 at tp 8.
+/// The reader refuses a divisor of 0 (`MegatronArgs::number`).
+fn gpt2_padded_vocab(launch: &emit::MegatronLaunch) -> PaddedVocab {
+    let divisible_by = launch
+        .vocab_divisible_by
+        .unwrap_or(MEGATRON_VOCAB_DIVISIBLE_BY)
+        .max(1);
+    let multiple = u64::from(divisible_by) * u64::from(launch.tp.max(1));
+    PaddedVocab {
+        size: u64::from(GPT2_VOCAB).div_ceil(multiple) * multiple,
+        divisible_by,
+        multiple,
+    }
+}
+
 /// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
 /// including arguments tpsim does not model (listed on stderr).
 /// `vocab_given`: `--vocab` beside the line, which sets the vocabulary the line may leave out.
@@ -77,6 +110,7 @@ pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit
         None => text.to_string(),
     };
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
+    let padded = gpt2_padded_vocab(&launch);
     // The virtual stages need no cluster: a line that cannot have them is refused before any note.
     launch
         .vpp()
@@ -84,14 +118,18 @@ pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit
     // Megatron-LM sizes the embedding and output layer from the tokenizer (`build_tokenizer`:
     // `padded_vocab_size` from the tokenizer's vocabulary, padded to a multiple of
     // --make-vocab-size-divisible-by x tp), so a line without --vocab-size is priced at tpsim's
-    // default vocabulary, which only GPT-2's BPE tokenizer has: said in a note of its own, and
-    // its tokenizer flags are not listed among the ones that change nothing.
+    // default vocabulary, GPT-2's as padded at tp 8: said in a note of its own, with what
+    // Megatron-LM pads GPT-2's to at the line's tp, and the tokenizer flags are not listed among
+    // the ones that change nothing. A line naming GPT-2's tokenizer gets the note only where its
+    // tp pads GPT-2's vocabulary to another size than tpsim prices. The default stays tp 8's: the
+    // same shape typed as flags is priced alike, and a search's tp is not known when the model is.
     let tokenizer = tokenizer_words(&launch.ignored);
+    let gpt2_named = tokenizer
+        .iter()
+        .any(|(flag, value)| *flag == "--tokenizer-type" && *value == "GPT2BPETokenizer");
     let vocab_unsaid = launch.vocab.is_none()
         && !vocab_given
-        && !tokenizer
-            .iter()
-            .any(|(flag, value)| *flag == "--tokenizer-type" && *value == "GPT2BPETokenizer");
+        && (!gpt2_named || padded.size != u64::from(DEFAULT_VOCAB));
     let flags: Vec<&str> = launch
         .ignored
         .iter()
@@ -110,13 +148,36 @@ pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit
                 }
             })
             .collect();
+        let at_this_tp = if padded.size == u64::from(DEFAULT_VOCAB) {
+            format!(
+                "at the line's tp {} too (a multiple of {} x {} = {})",
+                launch.tp, padded.divisible_by, launch.tp, padded.multiple
+            )
+        } else {
+            format!(
+                "at the line's tp {} it pads GPT-2's to {} (a multiple of {} x {} = {})",
+                launch.tp, padded.size, padded.divisible_by, launch.tp, padded.multiple
+            )
+        };
+        let fix = if gpt2_named || padded.size == u64::from(DEFAULT_VOCAB) {
+            format!(
+                "add --vocab-size {} to the line for GPT-2's, or the tokenizer's size as --vocab-size N (Llama 3: 128256)",
+                padded.size
+            )
+        } else {
+            format!(
+                "add the tokenizer's size to the line as --vocab-size N (GPT-2's at this tp: {}; Llama 3: 128256), or give --vocab N",
+                padded.size
+            )
+        };
         defer_note(format!(
-            "note: --megatron-args: the line gives no --vocab-size, so tpsim prices a vocabulary of {DEFAULT_VOCAB} tokens (GPT-2's, as Megatron-LM pads it at tp 8); Megatron-LM takes the vocabulary from {} and pads it to a multiple of 128 x tp, which changes the embedding and output layer: add that size to the line as --vocab-size N, or give --vocab N (Llama 3: 128256)",
+            "note: --megatron-args: the line gives no --vocab-size, so tpsim prices a vocabulary of {DEFAULT_VOCAB} tokens (tpsim's default: GPT-2's {GPT2_VOCAB} as Megatron-LM pads it at tp 8; {at_this_tp}); Megatron-LM takes the vocabulary from {} and pads it to a multiple of {} x tp, which changes the embedding and output layer: {fix}",
             if named.is_empty() {
                 "its tokenizer".to_string()
             } else {
                 format!("the line's tokenizer ({})", named.join(" "))
-            }
+            },
+            padded.divisible_by
         ));
     }
     if !flags.is_empty() {

@@ -72,8 +72,25 @@ pub(super) fn why_no_valid_plan(
     let batch_fix = smallest_splittable_batch(model, cluster, options, training.global_batch)
         .map(|b| format!(" (e.g. --global-batch {b})"))
         .unwrap_or_default();
+    // TP's bound is the GPUs that share NVLink (`planner::tp_degrees`): a node's on HGX, the rack's
+    // (or its job segment's) on an NVL72 profile, where TP spans nodes.
+    let domain = cluster.nvlink_domain();
+    let tp_bound = if domain > cluster.gpus_per_node {
+        format!(
+            "the {domain} GPUs of an NVLink domain ({} nodes of {} GPUs)",
+            domain / cluster.gpus_per_node,
+            cluster.gpus_per_node
+        )
+    } else {
+        format!("a node ({domain} GPUs, its NVLink domain)")
+    };
+    let cross = if options.allow_cross_node_tp {
+        " (or a multiple of them, with --allow-cross-node-tp)"
+    } else {
+        ""
+    };
     format!(
-        "{} GPUs cannot be split into tp x pp x dp with tp dividing the {} and a node, pp splitting the {}{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
+        "{} GPUs cannot be split into tp x pp x dp with tp dividing the {} and {tp_bound}{cross}, pp splitting the {}{} and dp dividing --global-batch {}; change --nodes, --global-batch{batch_fix} or the model",
         cluster.total_gpus(),
         crate::report::counted(model.heads, "head"),
         crate::report::counted(model.layers, "layer"),

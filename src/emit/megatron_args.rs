@@ -78,6 +78,7 @@ pub(super) const VALUED: &[&str] = &[
     "num-query-groups",
     "ffn-hidden-size",
     "vocab-size",
+    "make-vocab-size-divisible-by",
     "seq-length",
     "max-position-embeddings",
     "tensor-model-parallel-size",

@@ -28,6 +28,10 @@ pub struct MegatronLaunch {
     /// `--kv-channels`: the width of one attention head (arguments.py default hidden / heads).
     pub head_dim: Option<u32>,
     pub vocab: Option<u32>,
+    /// `--make-vocab-size-divisible-by` (arguments.py default 128): the tokenizer's vocabulary is
+    /// padded to a multiple of it x tp (`vocab_size_with_padding`,
+    /// megatron/core/tokenizers/utils/build_tokenizer.py at d98e8a64).
+    pub vocab_divisible_by: Option<u32>,
     pub seq_len: u32,
     /// `--global-batch-size`; Megatron's default when absent is micro-batch x dp
     /// (arguments.py: `args.global_batch_size = args.micro_batch_size * args.data_parallel_size`).
@@ -533,6 +537,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         ffn_hidden,
         head_dim: p.number("kv-channels")?,
         vocab: p.number("vocab-size")?,
+        vocab_divisible_by: p.number("make-vocab-size-divisible-by")?,
         seq_len: p.required("seq-length", "2048")?,
         global_batch: p.number("global-batch-size")?,
         swiglu: p.switch("swiglu"),

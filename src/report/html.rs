@@ -67,7 +67,7 @@ pre{background:#f7f7f7;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}
 /// The plans table: every column of `plan`'s terminal table, with cp, ep, etp, precision and their
 /// exposed-time columns shown by the same rule (a column shows when any plan uses it), so each row
 /// multiplies to the GPU count and names its number format.
-fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
+fn plans_html(plans: &[Estimate], labels: &[String], report: &Report) -> String {
     let any = |f: &dyn Fn(&Estimate) -> bool| plans.iter().any(f);
     let show_cp = any(&|e| e.plan.cp > 1);
     // ep and etp together, as `plan`'s table shows them (`eval --etp` defaults to tp, so ep alone
@@ -193,9 +193,33 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
         ),
     ];
     let shown: Vec<_> = columns.iter().filter(|c| c.1).collect();
+    // The cost to train beside the time to train, with the ends of its range: the numbers `plan`
+    // prints on its train and range lines and report.json holds (`cost_to_train`,
+    // `cost_to_train_low`/`_high`, from `uncertainty::cost_to_train_ends`).
+    let show_cost = any(&|e| e.cost_to_train.is_some());
+    let cost_cell = |e: &Estimate| -> String {
+        let Some(cost) = e.cost_to_train else {
+            return String::new();
+        };
+        let dollars = |x: f64| format!("${}", crate::sweep::cost_text(x));
+        match crate::uncertainty::cost_to_train_ends(
+            e,
+            &report.cluster.gpu,
+            report.training.framework,
+            crate::uncertainty::ModelKind::of(report.model.moe.is_some()),
+        ) {
+            Some((low, high)) => {
+                format!("{} ({} to {})", dollars(cost), dollars(low), dollars(high))
+            }
+            None => dollars(cost),
+        }
+    };
     let mut out = String::from("<table><thead><tr><th>plan</th>");
     for (header, ..) in &shown {
         let _ = write!(out, "<th>{}</th>", escape(header));
+    }
+    if show_cost {
+        out.push_str("<th>cost to train</th>");
     }
     out.push_str("</tr></thead><tbody>\n");
     for (e, label) in plans.iter().zip(labels) {
@@ -203,6 +227,9 @@ fn plans_html(plans: &[Estimate], labels: &[String]) -> String {
         for (_, _, cell, numeric) in &shown {
             let class = if *numeric { " class=\"n\"" } else { "" };
             let _ = write!(out, "<td{class}>{}</td>", escape(&cell(e)));
+        }
+        if show_cost {
+            let _ = write!(out, "<td class=\"n\">{}</td>", escape(&cost_cell(e)));
         }
         out.push_str("</tr>\n");
     }
@@ -423,7 +450,11 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     for note in &inputs.notes {
         let _ = writeln!(html, "<p class=\"note\">{}</p>", escape(note));
     }
-    let _ = writeln!(html, "<h2>Plans</h2>\n{}", plans_html(plans, &table_labels));
+    let _ = writeln!(
+        html,
+        "<h2>Plans</h2>\n{}",
+        plans_html(plans, &table_labels, report)
+    );
     if let Some(note) = mfu_note(plans, report.cluster.peak_flops) {
         let _ = writeln!(html, "<p>{}</p>", escape(&note));
     }
