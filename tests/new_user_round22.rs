@@ -286,3 +286,62 @@ fn gpu_help_names_where_each_profiles_sources_are() {
         }
     }
 }
+
+/// A researcher validating tpsim asked for one SC'21 run in full (`accuracy --run
+/// megatron-sc21-t1-1.7b`) and was refused with "whose table already shows every run in full":
+/// the table gives a plan, a step time and a memory total, not the memory, traffic and time
+/// breakdown `--run` prints for current-stack runs. The error now says what the table holds and
+/// gives the `eval` line that reproduces a run as `accuracy` evaluates it; the test runs that line
+/// and holds its step time and memory to the table's row.
+#[test]
+fn accuracy_run_on_published_runs_gives_the_eval_that_reproduces_one() {
+    let r = run(&["accuracy", "--run", "megatron-sc21-t1-1.7b"]);
+    common::assert_one_line_error(
+        &r,
+        &[
+            "published-runs file",
+            "not the breakdown --run prints",
+            "validation/modern_runs.yaml",
+        ],
+        &["in full;"],
+        "accuracy --run on published runs",
+    );
+    let command = r
+        .stderr
+        .split_once("e.g. for megatron-sc21-t1-1.7b: tpsim ")
+        .map(|(_, c)| c.trim())
+        .unwrap_or_else(|| panic!("no eval line in: {}", r.stderr));
+    let args: Vec<&str> = command.split_whitespace().collect();
+    let eval = stdout_of(&args);
+    let number_after = |text: &str, key: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"));
+        line.trim_start()[key.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number in {line}"))
+    };
+    let step = number_after(&eval, "time per step:");
+    let memory = number_after(&eval, "total");
+    let rows: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["accuracy", "--format", "json"])).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "megatron-sc21-t1-1.7b")
+        .expect("the 1.7B row");
+    let predicted = row["predicted_step_s"].as_f64().unwrap();
+    assert!(
+        (step - predicted).abs() < 0.0005,
+        "eval {step} s, accuracy {predicted} s"
+    );
+    let table_memory = row["predicted_memory_bytes"].as_f64().unwrap() / f64::from(1u32 << 30);
+    assert!(
+        (memory - table_memory).abs() < 0.05,
+        "eval {memory} GiB, accuracy {table_memory} GiB"
+    );
+}
