@@ -372,7 +372,8 @@ pub struct ClusterArgs {
     pub world_size: Option<String>,
     /// Bundled GPU profile (a100-sxm-80g, a100-sxm-40g, h100-sxm-80g, h100-sxm-96g-500w, h200-sxm-141g, h800-sxm-80g,
     /// b200-sxm-180g, b300-sxm-288g, gb200-nvl72, gb300-nvl72, jean-zay-a100-80g) or a profile
-    /// YAML file. Default: h100-sxm-80g.
+    /// YAML file. Default: h100-sxm-80g. A bundled profile's numbers (peaks, memory, links,
+    /// efficiencies) are in clusters/NAME.yaml, each with its source there.
     #[arg(long, value_name = "NAME|FILE")]
     pub gpu: Option<String>,
     /// A calibrated profile written by `tpsim calibrate`, used instead of --gpu (it already carries

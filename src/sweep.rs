@@ -130,6 +130,11 @@ pub struct Row {
     /// admits leaves candidates counted but none (`plan`'s "no valid plan exists").
     #[serde(skip)]
     pub has_plans: bool,
+    /// Where the point's GPU has too few published runs for a band of its own, what its range
+    /// rests on instead (the pooled band, as `plan`'s `range:` line says it): under `--axis gpu`
+    /// a range drawn from no run on that GPU read as alike to its neighbours' measured ones.
+    #[serde(skip)]
+    pub range_pooled_basis: Option<String>,
 }
 
 /// A point's search, as `plan`'s JSON `search` says it.
@@ -284,11 +289,17 @@ fn best_row(point: &Point, options: SearchOptions) -> Row {
         )
     });
     let time_to_train_s = best.and_then(|e| e.time_to_train_s);
-    let range = best.map(|e| {
-        let kind = crate::uncertainty::ModelKind::of(point.model.moe.is_some());
-        let (band, _) =
-            crate::uncertainty::band_for(&point.cluster.gpu.name, point.training.framework, kind);
-        crate::uncertainty::interval(e, band)
+    let kind = crate::uncertainty::ModelKind::of(point.model.moe.is_some());
+    let (band, own_band) =
+        crate::uncertainty::band_for(&point.cluster.gpu.name, point.training.framework, kind);
+    let range = best.map(|e| crate::uncertainty::interval(e, band));
+    let range_pooled_basis = (best.is_some() && !own_band).then(|| {
+        format!(
+            "{} runs, {}{}",
+            band.runs,
+            band.basis,
+            crate::uncertainty::too_few_note(&point.cluster.gpu.name)
+        )
     });
     // Where nothing fits and the closest plan misses only the host memory its offloaded
     // activations need.
@@ -358,6 +369,7 @@ fn best_row(point: &Point, options: SearchOptions) -> Row {
         no_valid_plan: None,
         searched_cp: result.ranked.iter().any(|e| e.plan.cp > 1),
         has_plans: !result.ranked.is_empty(),
+        range_pooled_basis,
     }
 }
 
@@ -749,6 +761,24 @@ pub fn table(sweep: &Sweep) -> String {
                     r.value,
                     crate::units::show_step_s(low),
                     crate::units::show_step_s(high)
+                );
+            }
+        }
+    }
+    // A range from the pooled band, where the point's GPU has too few runs for its own, said as
+    // `plan`'s `range:` line says it (only when some other point's GPU has a band of its own, so
+    // the table mixes the two; else every range is alike and `plan` says the basis).
+    if sweep
+        .rows
+        .iter()
+        .any(|r| r.range_pooled_basis.is_none() && r.time.step_s.is_some())
+    {
+        for r in &sweep.rows {
+            if let Some(basis) = &r.range_pooled_basis {
+                out += &format!(
+                    "--axis {} at {}: range s is the 5th–95th percentile of tpsim's error on {basis}\n",
+                    sweep.axis.name(),
+                    r.value
                 );
             }
         }

@@ -180,7 +180,7 @@ pub const MIN_RUNS_PER_BAND: u32 = 8;
 /// What a range's basis adds when the GPU's family has no band of its own: it may have a few
 /// measured runs (GB300 and H200 do, `tpsim accuracy --runs validation/modern_runs.yaml` lists
 /// them), counted in the pooled band, but fewer than a band needs.
-fn too_few_note(profile: &str) -> String {
+pub fn too_few_note(profile: &str) -> String {
     format!(
         "; fewer than {MIN_RUNS_PER_BAND} of them on {}, too few for a band of its own",
         hardware_family(profile)

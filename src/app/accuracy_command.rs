@@ -37,7 +37,7 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     }
     if let Some(id) = &args.run {
         bail!(
-            "--run {}: {origin} is a published-runs file (step times), whose table already shows every run in full; --run reads current-stack runs files such as validation/modern_runs.yaml",
+            "--run {}: {origin} is a published-runs file (step times), whose table gives each run's plan, step time and memory but not the breakdown --run prints (--run reads current-stack runs files such as validation/modern_runs.yaml); for one run's breakdown give `tpsim eval` its shape and plan from the file with --framework megatron-lm-2021 --attention unfused, as the table evaluates it, e.g. for megatron-sc21-t1-1.7b: {SC21_1_7B_EVAL}",
             input_file::quote(id)
         );
     }
@@ -101,6 +101,13 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     }
     Ok(Outcome::Found)
 }
+
+/// `tpsim eval` of the first SC'21 run as `accuracy` evaluates it (validation/published_runs.yaml's
+/// megatron-sc21-t1-1.7b: 24 layers, hidden 2304, 24 heads, 2048 tokens, 32 A100s, tp 1, pp 1,
+/// micro-batch 16 of a 512 batch, full recompute; `validation::accuracy_with_skips` runs it under
+/// Megatron-LM 2021 with unfused attention): the example `--run` gives for a published-runs file,
+/// where a researcher was told the table "already shows every run in full" and has no breakdown.
+const SC21_1_7B_EVAL: &str = "tpsim eval --framework megatron-lm-2021 --attention unfused --gpu a100-sxm-80g --nodes 4 --layers 24 --hidden 2304 --heads 24 --seq-len 2048 --global-batch 512 --tp 1 --pp 1 --micro-batch 16 --recompute full";
 
 /// The id of a run in a published-runs file (the rest of the run is `validation::accuracy`'s).
 #[derive(serde::Deserialize)]

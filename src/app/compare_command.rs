@@ -463,8 +463,20 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 ));
             }
             if !differences.is_empty() {
+                // Two GPUs are weighed by giving each its own best plan of the one job, which
+                // `sweep --axis gpu` does (a buyer comparing an H100 plan with a GB200 one was
+                // told only to evaluate both plans on one GPU, where the other's plan is not its
+                // best or does not fit).
+                let (ga, gb) = (&loaded[0].1.gpu_reference, &loaded[1].1.gpu_reference);
+                let other_gpus = if !differences.iter().any(|d| d.starts_with("GPU: ")) {
+                    String::new()
+                } else {
+                    format!(
+                        "; to weigh the GPUs against each other, `tpsim sweep --axis gpu --values {ga},{gb}` with the model, --nodes and --gpus-per-node gives each its own best plan of the same job"
+                    )
+                };
                 bail!(
-                    "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it",
+                    "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it{other_gpus}",
                     args.plan[0],
                     args.plan[1],
                     differences.join("; ")

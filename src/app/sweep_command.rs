@@ -440,6 +440,9 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     if let Some(note) = unequal_gpus_note(axis, &points) {
         super::held_notes::hold(note);
     }
+    if let Some(note) = one_price_note(axis, &points) {
+        super::held_notes::hold(note);
+    }
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(points.len() as u64),
         indicatif::ProgressDrawTarget::stderr(),
@@ -702,6 +705,29 @@ fn unequal_gpus_note(axis: sweep::Axis, points: &[sweep::Point]) -> Option<Strin
     };
     Some(format!(
         "note: the points run on different GPU counts: {listed}{why}{fix}"
+    ))
+}
+
+/// A note when `--axis gpu` prices every GPU at the one `--price-per-gpu-hour`: an H100 and a
+/// GB200 hour rent for different amounts, so the cost column, read across GPUs, compares time at
+/// one price, not the GPUs' costs (a buyer read a GB200 job at less than half an H100 job's cost
+/// at $2.50 for both). The cost is linear in the price (time x GPUs x price), so each row's cost
+/// at its own price is its cost x that price / the one given; the note says so.
+fn one_price_note(axis: sweep::Axis, points: &[sweep::Point]) -> Option<String> {
+    if axis != sweep::Axis::Gpu {
+        return None;
+    }
+    let price = points.first()?.training.price_per_gpu_hour?;
+    points.first()?.training.tokens?;
+    let mut names: Vec<&str> = points.iter().map(|p| p.value.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() < 2 {
+        return None;
+    }
+    let shown = crate::units::show_number(price);
+    Some(format!(
+        "note: the cost column prices every GPU at the one --price-per-gpu-hour {shown}, though they rent at different prices: a row's cost at its GPU's own price is its cost x that price / {shown} (or run `tpsim plan --gpu NAME --price-per-gpu-hour PRICE` for each)"
     ))
 }
 

@@ -21,7 +21,7 @@ pub struct ChartError {
     pub message: String,
 }
 
-type Series = (&'static str, fn(&Row) -> Option<f64>);
+type Series = (String, fn(&Row) -> Option<f64>);
 
 const WIDTH: u32 = 1100;
 /// Width of one panel's plot area: half the figure less margins (12 a side) and the y labels (70).
@@ -55,14 +55,24 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         message: e.to_string(),
     };
     let mut panels: Vec<Series> = vec![
-        (THROUGHPUT, |r| r.tokens_per_s),
-        ("MFU (%)", |r| r.mfu.map(|m| 100.0 * m)),
-        (FREE_MEMORY, |r| r.memory.free_gib()),
+        (THROUGHPUT.into(), |r| r.tokens_per_s),
+        ("MFU (%)".into(), |r| r.mfu.map(|m| 100.0 * m)),
+        (FREE_MEMORY.into(), |r| r.memory.free_gib()),
     ];
     if sweep.tokens.is_some() {
-        panels.push(("days to train", |r| r.time_to_train_days()));
-        if sweep.price_per_gpu_hour.is_some() {
-            panels.push(("cost to train ($)", |r| r.cost_to_train));
+        panels.push(("days to train".into(), |r| r.time_to_train_days()));
+        if let Some(price) = sweep.price_per_gpu_hour {
+            // Across GPUs the one price is not each GPU's rent: the panel says whose price it
+            // drew, as the table's note does (`sweep_command::one_price_note`).
+            let title = if sweep.axis == Axis::Gpu {
+                format!(
+                    "cost to train ($), every GPU at ${} per GPU-hour",
+                    crate::units::show_number(price)
+                )
+            } else {
+                "cost to train ($)".to_string()
+            };
+            panels.push((title, |r| r.cost_to_train));
         }
     }
     let rows = panels.len().div_ceil(2);
@@ -134,14 +144,14 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
             .collect();
         // The throughput panel carries each point's range of tpsim's error (the `range s` column,
         // `uncertainty::interval`), drawn as a bar from low to high.
-        let ranges: Vec<(f64, f64, f64)> = if title == THROUGHPUT {
+        let ranges: Vec<(f64, f64, f64)> = if title.as_str() == THROUGHPUT {
             sweep
                 .rows
                 .iter()
                 .zip(&positions)
                 .filter_map(|(r, &x)| Some((x, r.tokens_per_s_low?, r.tokens_per_s_high?)))
                 .collect()
-        } else if title == FREE_MEMORY {
+        } else if title.as_str() == FREE_MEMORY {
             // From the free memory at tpsim's peak down to what is left at the high end of its
             // memory error (against the capacity the panel's points are free of).
             sweep
@@ -172,7 +182,7 @@ pub fn draw(sweep: &Sweep, path: &str) -> Result<(), ChartError> {
         // bar's cap stays off the axis.
         let bottom = if min < 0.0 { min * 1.1 } else { 0.0 };
         let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 18))
+            .caption(&title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(22 + LABEL_LINE_PX * label_lines)
             .y_label_area_size(70)
