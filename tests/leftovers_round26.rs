@@ -316,3 +316,27 @@ fn a_launch_line_without_a_vocabulary_says_what_it_prices_and_its_own_padding() 
     let r = eval("--tensor-model-parallel-size 8 --tokenizer-type GPT2BPETokenizer");
     assert!(!r.stderr.contains("no --vocab-size"), "{}", r.stderr);
 }
+
+/// The TFLOP/s check's low end was the model FLOPs with attention, so a source that counts
+/// 6 FLOPs per parameter and token (Kaplan et al. 2020), attention left out, was refused. The
+/// 1.7B run at 6N: 6 x 1.65e9 x 512 x 2048 / (3.53 s x 32 GPUs) = 92 TFLOP/s per GPU.
+#[test]
+fn a_published_tflops_counted_as_six_n_is_accepted() {
+    let r = accuracy_with(
+        "tflops-6n",
+        &[("    tflops_per_gpu: 137", "    tflops_per_gpu: 92")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_one_line_error(
+        &accuracy_with(
+            "tflops-low",
+            &[("    tflops_per_gpu: 137", "    tflops_per_gpu: 80")],
+        ),
+        &[
+            "results.tflops_per_gpu: 80 contradicts the step time",
+            "6 FLOPs per parameter and token",
+        ],
+        &["panicked"],
+        "tflops below 6N",
+    );
+}
