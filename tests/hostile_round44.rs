@@ -42,7 +42,8 @@
 //! 0/1001, --tp 0/3/16/1,1/'', --sweep 0/''/32,,64/1e9/32.5, --min-message 0/-1/'', --copy-bytes
 //! 0/1PiB; validate's --top 0/1000, --tp 0/3/8, --ranks below --tp, --sequence-parallel at --tp 1;
 //! plan files, model files, GPU profiles, calibrated profiles and current-stack runs files given to
-//! each other's flags.
+//! each other's flags; `plan --top` 0/-1/1e11, `--save` ''/a directory/the --hf-config file,
+//! `sweep --chart` over a --values profile or the --hf-config file, `--emit bogus`, `--threads 0`.
 
 mod common;
 
