@@ -551,7 +551,7 @@ fn number_type_fix(message: &str, expected_type: Option<&str>) -> Option<String>
 /// The spec keys (in every spec file: plan, model, GPU profile) whose counts start at 1: the
 /// parallel degrees, the cluster and batch counts and the model's shape. Other whole-number keys
 /// (`zero`, `mtp_layers`, `recompute_num_layers`, ...) take 0.
-pub(crate) const POSITIVE_KEYS: [&str; 38] = [
+pub(crate) const POSITIVE_KEYS: [&str; 42] = [
     // A published-runs file's plan and hardware (validation/modern_runs.yaml).
     "num_gpus",
     "vp",
@@ -583,6 +583,13 @@ pub(crate) const POSITIVE_KEYS: [&str; 38] = [
     "experts",
     "router_topk",
     "layer_freq",
+    // The SC'21-format published-runs file's plan (validation/published_runs.yaml): 0 is refused
+    // there as not a count (`validation::vpp_of`, `check_positive`), so a negative one is not told
+    // "e.g. micro_batch_size: 0".
+    "micro_batch_size",
+    "global_batch_size",
+    "virtual_pipeline_stages",
+    "layers_per_virtual_stage",
     // LatentMoE's width (`moe.latent_size`): absent for none, never 0 (`Model::check`).
     "latent_size",
     "kv_lora_rank",
@@ -1197,6 +1204,15 @@ pub fn load_plan(path: &str) -> Result<PlanFile, SpecError> {
 /// reader's kind (`read_spec`'s, or "plan") and the flag that reads it.
 fn input_kind(text: &str) -> Option<(&'static str, &'static str, &'static str)> {
     let doc: yaml_serde::Value = yaml_serde::from_str(text).ok()?;
+    // A published-runs file (validation/published_runs.yaml) is a list of runs, each with an
+    // `id:` and its `model:` and `plan:`; given as a plan, model or GPU file it was refused as
+    // "invalid type: sequence, expected a mapping of keys", naming neither what it is nor the
+    // command that reads it.
+    if let Some(runs) = doc.as_sequence() {
+        let run = runs.first()?.as_mapping()?;
+        return (run.contains_key("id") && (run.contains_key("plan") || run.contains_key("model")))
+            .then_some(("a published-runs file", "runs", "tpsim accuracy --runs"));
+    }
     let map = doc.as_mapping()?;
     let has = |key: &str| map.contains_key(key);
     if has("model_type") || has("architectures") || has("hidden_size") {
@@ -1230,17 +1246,25 @@ fn another_input(err: SpecError, text: &str, kind: &str) -> SpecError {
     else {
         return err;
     };
+    let wanted = match kind {
+        "GPU" => "a GPU profile",
+        "plan" => "a plan file",
+        _ => "a model file",
+    };
     let message = match (message.split_once(", expected one of"), input_kind(text)) {
         (Some((unknown, _)), Some((what, reads, flag)))
             if unknown.contains("unknown field") && reads != kind =>
         {
-            let wanted = match kind {
-                "GPU" => "a GPU profile",
-                "plan" => "a plan file",
-                _ => "a model file",
-            };
             format!(
                 "{unknown}: the file is {what}, not {wanted} (rule: each of tpsim's inputs has its own keys); give it with {flag}"
+            )
+        }
+        // A list where a mapping goes: a published-runs file (`input_kind`).
+        (_, Some((what, reads, flag)))
+            if message.starts_with("invalid type: sequence") && reads != kind =>
+        {
+            format!(
+                "the file is {what} (a list of runs), not {wanted} (rule: each of tpsim's inputs has its own keys, and {wanted} is a mapping of them); give it with {flag}"
             )
         }
         _ => message,

@@ -263,6 +263,17 @@ fn vpp_of(p: &RunPlan, layers: u32) -> Result<u32, String> {
         ));
     }
     let implied = per_stage / per_chunk;
+    // Without a pipeline the count it implies was refused as `plan.virtual_pipeline_stages:
+    // {implied} needs pipeline parallelism; use plan.virtual_pipeline_stages: 1`, a key and value
+    // the file never gave and a fix that contradicts the layers per virtual stage in turn.
+    // Megatron-LM refuses the interleaved schedule without a pipeline (a launch line's
+    // `--num-layers-per-virtual-pipeline-stage` is told so in `emit::megatron_reader`).
+    if p.pp <= 1 && implied > 1 {
+        return Err(format!(
+            "plan.layers_per_virtual_stage: {per_chunk} makes model.layers {layers} / {per_chunk} = {implied} virtual stages, but plan.pp is {} (no pipeline), and the interleaved schedule needs one (Megatron-LM refuses it); give the published plan.pp of 2 or more, or null for plan.layers_per_virtual_stage (no interleaving)",
+            p.pp
+        ));
+    }
     match p.virtual_pipeline_stages {
         Some(vpp) if vpp != implied => Err(format!(
             "plan.virtual_pipeline_stages: {vpp} contradicts plan.layers_per_virtual_stage: {per_chunk}, which makes {per_stage} / {per_chunk} = {implied} virtual stages of a stage's {per_stage} layers (model.layers {layers} / plan.pp {}); give one of them, or values that agree (virtual_pipeline_stages: {implied})",

@@ -237,6 +237,17 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
             }
         }
     }
+    // On the CPU backend the largest message is capped, so a smallest one past a quarter of the
+    // cap leaves no --max-message to offer: it was told "e.g. --max-message 4GiB", which the cap
+    // above refuses in turn.
+    if !gpu && max_message < min_message.saturating_mul(4) && min_message > MAX_CPU_BYTES / 4 {
+        bail!(
+            "--min-message {} leaves no room for the alpha-beta fit's 3+ sizes under the CPU backend's limit of {} per message (rule: --max-message at least 4 x --min-message); give at most --min-message {}, e.g. --min-message 8KiB",
+            quote(&args.min_message),
+            format_bytes(MAX_CPU_BYTES),
+            format_bytes(MAX_CPU_BYTES / 4)
+        );
+    }
     if max_message < min_message.saturating_mul(4) {
         bail!(
             "--max-message {max_text} must be at least 4 x --min-message {} so the alpha-beta fit has 3+ sizes; e.g. --max-message {}",

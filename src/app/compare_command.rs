@@ -291,6 +291,25 @@ pub(super) fn scenario_differences(a: &Scenario, b: &Scenario) -> Vec<String> {
         tb.selective_recompute().describe(),
         "--recompute-modules",
     );
+    // The time and cost to train rows price the plans on the files' token budgets and prices
+    // (`tokens:`, `price_per_gpu_hour:`): two budgets made the rows differ by the budgets while
+    // the note said every difference was zero, and a budget in one file only dropped the rows.
+    setting(
+        "token budget",
+        ta.tokens
+            .map_or("none".to_string(), crate::units::format_token_count),
+        tb.tokens
+            .map_or("none".to_string(), crate::units::format_token_count),
+        "--tokens",
+    );
+    setting(
+        "price per GPU-hour",
+        ta.price_per_gpu_hour
+            .map_or("none".to_string(), |p| format!("${p}")),
+        tb.price_per_gpu_hour
+            .map_or("none".to_string(), |p| format!("${p}")),
+        "--price-per-gpu-hour",
+    );
     out
 }
 

@@ -694,34 +694,44 @@ const MIN_PRICE_PER_GPU_HOUR: f64 = 1e-3;
 pub(super) fn price_per_gpu_hour_of(
     training_args: &TrainingArgs,
     tokens: Option<f64>,
-    file_price: Option<f64>,
+    file_price: Option<(f64, &str)>,
 ) -> Result<Option<f64>> {
-    // Named in errors as given: the flag, or the file's key.
-    let (flag, price) = match (training_args.price_per_gpu_hour, file_price) {
-        (Some(price), _) => ("--price-per-gpu-hour", price),
-        (None, Some(price)) => ("price_per_gpu_hour:", price),
+    // Named in errors as given: the flag, or the file's key after the file's path, with the fix
+    // in the same words (a file's key was told "e.g. --price-per-gpu-hour 2.5" without its file,
+    // where a file's `tokens:` names the file and writes `tokens: 300B`).
+    let (flag, price, example, budget) = match (training_args.price_per_gpu_hour, file_price) {
+        (Some(price), _) => (
+            "--price-per-gpu-hour".to_string(),
+            price,
+            "--price-per-gpu-hour 2.5",
+            "--tokens 300B",
+        ),
+        (None, Some((price, path))) => (
+            format!("{path}: price_per_gpu_hour:"),
+            price,
+            "price_per_gpu_hour: 2.5 in the file (or --price-per-gpu-hour 2.5)",
+            "tokens: 300B in the file, or --tokens 300B",
+        ),
         (None, None) => return Ok(None),
     };
     // -1e308 and 1e308 as written, not as 309 digits (`units::show_number`).
     let shown = crate::units::show_number(price);
     if !(price.is_finite() && price > 0.0) {
-        bail!(
-            "{flag} {shown} must be a positive amount per GPU-hour, e.g. --price-per-gpu-hour 2.5"
-        );
+        bail!("{flag} {shown} must be a positive amount per GPU-hour, e.g. {example}");
     }
     if price < MIN_PRICE_PER_GPU_HOUR {
         bail!(
-            "{flag} {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+            "{flag} {shown} is less than {MIN_PRICE_PER_GPU_HOUR} dollars per GPU-hour, below any GPU's rent; give the price of one GPU for one hour, e.g. {example}"
         );
     }
     if price > MAX_PRICE_PER_GPU_HOUR {
         bail!(
-            "{flag} {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. --price-per-gpu-hour 2.5"
+            "{flag} {shown} is more than {MAX_PRICE_PER_GPU_HOUR} dollars per GPU-hour; give the price of one GPU for one hour, e.g. {example}"
         );
     }
     if tokens.is_none() {
         bail!(
-            "{flag} needs --tokens: the cost is the time to train that many tokens (e.g. --tokens 300B)"
+            "{flag} needs --tokens: the cost is the time to train that many tokens (e.g. {budget})"
         );
     }
     Ok(Some(price))
@@ -1607,8 +1617,15 @@ pub(super) fn resolve_scenario(
     // node larger than the GPU's NVLink domain would put GPUs that do not share NVLink on it.
     let domain = gpu.nvlink_domain();
     if gpus_per_node > domain {
+        // The nodes that hold the same GPUs at the domain's size: "e.g. twice the --nodes" was
+        // right only for a domain of half a node (a 1-GPU domain needs 8 x the nodes).
+        let sharing = match domain {
+            1 => "1 GPU (a GPU whose NVLink links to no other)".to_string(),
+            _ => format!("{domain} GPUs that share NVLink"),
+        };
+        let same_gpus = (u64::from(nodes) * u64::from(gpus_per_node)).div_ceil(u64::from(domain));
         bail!(
-            "--gpus-per-node {gpus_per_node} is more than the {domain} GPUs that share NVLink on {} (one NVLink domain); tpsim counts a node's GPUs as one NVLink domain: give --gpus-per-node {domain} or fewer and count the nodes accordingly (e.g. twice the --nodes), or a GPU profile whose nvlink_domain_gpus is larger",
+            "--gpus-per-node {gpus_per_node} is more than the {sharing} on {} (one NVLink domain); tpsim counts a node's GPUs as one NVLink domain: give --gpus-per-node {domain} or fewer and count the nodes accordingly (e.g. --gpus-per-node {domain} and --nodes {same_gpus} for {nodes} x {gpus_per_node} GPUs), or a GPU profile whose nvlink_domain_gpus is larger",
             gpu.name
         );
     }
@@ -1825,7 +1842,7 @@ pub(super) fn resolve_scenario(
     let price_per_gpu_hour = price_per_gpu_hour_of(
         training_args,
         tokens,
-        plan_file.and_then(|f| f.price_per_gpu_hour),
+        file.and_then(|(f, path)| f.price_per_gpu_hour.map(|price| (price, path))),
     )?;
     let training = Training {
         price_per_gpu_hour,
