@@ -279,12 +279,6 @@ fn vpp_of(p: &RunPlan, layers: u32) -> Result<u32, String> {
             "plan.virtual_pipeline_stages: {vpp} contradicts plan.layers_per_virtual_stage: {per_chunk}, which makes {per_stage} / {per_chunk} = {implied} virtual stages of a stage's {per_stage} layers (model.layers {layers} / plan.pp {}); give one of them, or values that agree (virtual_pipeline_stages: {implied})",
             p.pp
         )),
-        // Without a pipeline the implied virtual stages would be refused as
-        // `plan.virtual_pipeline_stages`, a key the row does not give: said in the key it gives.
-        None if implied > 1 && p.pp <= 1 => Err(format!(
-            "plan.layers_per_virtual_stage: {per_chunk} splits a stage's {per_stage} layers into {implied} virtual stages, which need pipeline parallelism (plan.pp > 1, here {}); give null or {per_stage} (one virtual stage), or the run's plan.pp",
-            p.pp
-        )),
         _ => Ok(implied),
     }
 }

@@ -213,10 +213,11 @@ fn layers_per_virtual_stage_without_a_pipeline_is_refused_in_its_own_key() {
                 "    layers_per_virtual_stage: 4",
             )],
         ),
+        // Hostile round 44 fixed the same defect in the same function; its wording won the merge.
         &[
-            "plan.layers_per_virtual_stage: 4 splits a stage's 24 layers into 6 virtual stages",
-            "plan.pp > 1, here 1",
-            "give null or 24",
+            "plan.layers_per_virtual_stage: 4 makes model.layers 24 / 4 = 6 virtual stages",
+            "plan.pp is 1 (no pipeline)",
+            "or null for plan.layers_per_virtual_stage",
         ],
         &["plan.virtual_pipeline_stages"],
         "layers per virtual stage at pp 1",
