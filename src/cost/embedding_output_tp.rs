@@ -109,11 +109,18 @@ pub fn end_collectives(
         return out;
     }
     let mut slots = out.iter_mut();
+    // At most 13 kinds are pushed (the embedding's 2 twice, the two linears' 3 each, the MTP
+    // gathers' 2, the loss): the slots hold them all.
     let mut push = |c: EndCollective| {
-        if c.count > 0.0
-            && let Some(slot) = slots.next()
-        {
-            *slot = Some(c);
+        if c.count > 0.0 {
+            let slot = slots.next();
+            debug_assert!(
+                slot.is_some(),
+                "more end collectives than MAX_END_COLLECTIVES"
+            );
+            if let Some(slot) = slot {
+                *slot = Some(c);
+            }
         }
     };
     let tensor = comm::tp_tensor_bytes(model, training, plan);
