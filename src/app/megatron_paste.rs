@@ -76,6 +76,27 @@ fn gpt2_padded_vocab(launch: &emit::MegatronLaunch) -> PaddedVocab {
     }
 }
 
+/// The top-level keys of `text` where it reads as a tpsim plan file (`plan --save` writes one; the
+/// bundled plans/*.yaml): an unindented `plan:` key (specs.rs `PlanFile::plan`) among unindented
+/// `key:` lines, and no `--flag` outside `#` comments. `None` for anything else, a launch line
+/// included.
+fn plan_file_keys(text: &str) -> Option<Vec<&str>> {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .collect();
+    if lines.iter().any(|l| l.contains("--")) {
+        return None;
+    }
+    let keys: Vec<&str> = lines
+        .iter()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .filter_map(|l| l.split_once(':').map(|(key, _)| key.trim()))
+        .filter(|key| !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    keys.contains(&"plan").then_some(keys)
+}
+
 /// `--megatron-args "LINE"` or `--megatron-args @launch.sh`: a whole Megatron-LM launch line,
 /// including arguments tpsim does not model (listed on stderr).
 /// `vocab_given`: `--vocab` beside the line, which sets the vocabulary the line may leave out.
@@ -109,6 +130,17 @@ pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit
         }
         None => text.to_string(),
     };
+    // A tpsim plan file (`plan --save`, plans/*.yaml) given where a launch line is wanted was
+    // read as a line that lacks --num-layers: said to be a plan file, read by --plan.
+    if let (Some(path), Some(keys)) = (text.strip_prefix('@'), plan_file_keys(&line)) {
+        bail!(
+            "--megatron-args {}: {} is a tpsim plan file (its keys: {}), not a Megatron-LM launch line (rule: --megatron-args reads the line's --flags); evaluate it with --plan {}",
+            input_file::quote(text),
+            input_file::quote(path),
+            keys.join(", "),
+            input_file::quote(path)
+        );
+    }
     let launch = emit::read_megatron_args(&line).context("--megatron-args")?;
     let padded = gpt2_padded_vocab(&launch);
     // The virtual stages need no cluster: a line that cannot have them is refused before any note.

@@ -221,7 +221,8 @@ pub fn open_backend(
     }
 }
 
-/// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1TiB`, `1GB`. Text
+/// Parses a byte size as users type it: `65536`, `8KiB`, `4MiB`, `1GiB`, `1TiB`, `1GB`, up to
+/// `EiB`/`EB` (a size in PiB is a size, too large for a backend's limit, not "not a byte size"). Text
 /// that is no byte size says so; a size of 0 bytes (or less) says that it must be more; no part
 /// of a byte is dropped (`1000.5` or `1.0001KiB`, 1024.1 bytes, are not rounded down), nor is a
 /// count past 2^64 clamped. `text` is shown as [`quote`] shows user input.
@@ -235,10 +236,14 @@ pub fn parse_bytes(flag: &str, text: &str) -> Result<u64, CalibrationError> {
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
         "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "PiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "EiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0,
         "KB" => 1e3,
         "MB" => 1e6,
         "GB" => 1e9,
         "TB" => 1e12,
+        "PB" => 1e15,
+        "EB" => 1e18,
         _ => f64::NAN,
     };
     let shown = quote(text);
@@ -300,7 +305,12 @@ mod tests {
         assert_eq!(parse_bytes("--x", "1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_bytes("--x", "2GB").unwrap(), 2_000_000_000);
         assert_eq!(parse_bytes("--x", "1TiB").unwrap(), 1 << 40);
-        for bad in ["", "8kb", "lots", "1PiB"] {
+        assert_eq!(parse_bytes("--x", "1PiB").unwrap(), 1 << 50);
+        assert_eq!(
+            parse_bytes("--x", "2EB").unwrap(),
+            2_000_000_000_000_000_000
+        );
+        for bad in ["", "8kb", "lots", "1ZiB"] {
             let err = parse_bytes("--max-message", bad).unwrap_err().to_string();
             assert!(err.contains("not a byte size"), "{bad}: {err}");
         }

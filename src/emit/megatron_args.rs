@@ -1367,8 +1367,16 @@ impl<'a> Parsed<'a> {
         };
         if let Some(flag) = core_only {
             let why = if flag.starts_with("--optimizer ") {
+                // Named as the line has them: a line without --deepspeed was told to drop it.
+                // `--deepspeed` is no switch tpsim reads; it stays among the ignored tokens (the
+                // app reads it there too, eval_command.rs `deepspeed_on_line`).
+                let drop = if self.ignored.iter().any(|t| t == "--deepspeed") {
+                    "--deepspeed and --zero-stage"
+                } else {
+                    "--zero-stage"
+                };
                 format!(
-                    "Muon is Megatron-Core's optimizer, which Megatron-DeepSpeed does not have (its --optimizer takes adam and sgd; DeepSpeed's ZeRO-{stage} keeps Adam's states); use --optimizer adam, or for Muon drop --deepspeed and --zero-stage and run Megatron-Core (--use-distributed-optimizer for the sharded states)"
+                    "Muon is Megatron-Core's optimizer, which Megatron-DeepSpeed does not have (its --optimizer takes adam and sgd; DeepSpeed's ZeRO-{stage} keeps Adam's states); use --optimizer adam, or for Muon drop {drop} and run Megatron-Core (--use-distributed-optimizer for the sharded states)"
                 )
             } else {
                 format!(

@@ -14,13 +14,7 @@ pub(super) fn non_finite(
     text: &str,
     err: &serde_json::Error,
 ) -> Option<(&'static str, Option<String>)> {
-    // serde_json's line is 1-based and its column counts bytes from the line's start.
-    let line_start: usize = text
-        .split_inclusive('\n')
-        .take(err.line().saturating_sub(1))
-        .map(str::len)
-        .sum();
-    let at = line_start + err.column();
+    let at = error_offset(text, err);
     // The error points at or just past the literal's first letters ("-I" is an invalid number):
     // the earliest start whose literal reaches it, so `-Infinity` is not read as `Infinity`.
     (at.saturating_sub(LITERALS[0].len())..=at.min(text.len()))
@@ -34,6 +28,31 @@ pub(super) fn non_finite(
             // The error's position lies within the literal or just past it.
             (bounded && at <= end + 1).then(|| (literal, key_path(text, i)))
         })
+}
+
+/// The byte of `text` that serde_json's error `err` points at: its line is 1-based and its column
+/// counts bytes from the line's start (serde_json's `Error::column`).
+fn error_offset(text: &str, err: &serde_json::Error) -> usize {
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(err.line().saturating_sub(1))
+        .map(str::len)
+        .sum();
+    line_start + err.column()
+}
+
+/// serde_json's column for `err` counted in characters, as an editor counts them: its own counts
+/// bytes, so each character before it that UTF-8 writes in 2 to 4 bytes (`ü`, `中`) moved the
+/// column 1 to 3 places right. A column inside a character counts that character whole.
+pub(super) fn char_column(text: &str, err: &serde_json::Error) -> usize {
+    let mut at = error_offset(text, err).min(text.len());
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    // A column of 0 (the error at the line's end, before its newline) stays 0.
+    let chars = text[line_start..at].chars().count();
+    if err.column() == 0 { 0 } else { chars.max(1) }
 }
 
 /// The keys of the objects and the indices of the arrays that hold byte `offset` of `text`,

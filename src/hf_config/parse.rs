@@ -114,7 +114,7 @@ pub fn parse_with_note(
                         None => "a value".to_string(),
                     },
                     e.line(),
-                    e.column()
+                    super::non_finite::char_column(text, &e)
                 ),
             };
         }
