@@ -878,19 +878,6 @@ fn logits_gemm(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> Gemm {
     }
 }
 
-/// Time of one of the output layer's three GEMMs (forward, dgrad, wgrad: the same FLOPs) at the
-/// framework's efficiency, the window its backward's asynchronous TP collectives hide under
-/// (`embedding_output_tp`).
-pub fn logits_gemm_s(
-    model: &Model,
-    cluster: &Cluster,
-    micro_batch: u32,
-    seq_len: u32,
-    tp: u32,
-) -> f64 {
-    logits_gemm(model, micro_batch, seq_len, tp).time(cluster) / cluster.gpu.framework_efficiency
-}
-
 /// An MTP depth's h·2h projection on one GPU (a column-parallel linear over t; Megatron-Core
 /// `MultiTokenPredictionLayer.eh_proj`).
 fn mtp_projection_gemm(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -> Gemm {
@@ -900,19 +887,6 @@ fn mtp_projection_gemm(model: &Model, micro_batch: u32, seq_len: u32, tp: u32) -
         n: f64::from(model.hidden) / f64::from(tp),
         batch: 1.0,
     }
-}
-
-/// Time of one of an MTP projection's GEMMs at the framework's efficiency, the window its
-/// collectives hide under (`embedding_output_tp`).
-pub fn mtp_projection_gemm_s(
-    model: &Model,
-    cluster: &Cluster,
-    micro_batch: u32,
-    seq_len: u32,
-    tp: u32,
-) -> f64 {
-    mtp_projection_gemm(model, micro_batch, seq_len, tp).time(cluster)
-        / cluster.gpu.framework_efficiency
 }
 
 /// Forward and backward time of the output layer (logits GEMM, vocabulary split over t, on the
@@ -929,18 +903,22 @@ pub fn output_layer_time(
     micro_batch: u32,
     seq_len: u32,
     tp: u32,
-) -> LayerTime {
+) -> OutputLayerTime {
     let (b, s, t) = (f64::from(micro_batch), f64::from(seq_len), f64::from(tp));
-    let gemm = logits_gemm(model, micro_batch, seq_len, tp);
+    let gemm_s = logits_gemm(model, micro_batch, seq_len, tp).time(cluster);
     let loss_bytes = 3.0 * LOGIT_BYTES * b * s * f64::from(model.vocab) / t;
-    let head = gemm.time(cluster) + loss_bytes / cluster.gpu.achieved_hbm_bandwidth().0;
+    let head = gemm_s + loss_bytes / cluster.gpu.achieved_hbm_bandwidth().0;
     // Each MTP depth runs the output layer and its loss again, after its h·2h projection (a
     // column-parallel linear over t; Megatron-Core `MultiTokenPredictionLayer.eh_proj`).
     let mtp = f64::from(model.mtp_layers);
-    let projection = mtp_projection_gemm(model, micro_batch, seq_len, tp);
-    let forward =
-        ((1.0 + mtp) * head + mtp * projection.time(cluster)) / cluster.gpu.framework_efficiency;
-    LayerTime {
+    let projection_s = if model.mtp_layers > 0 {
+        mtp_projection_gemm(model, micro_batch, seq_len, tp).time(cluster)
+    } else {
+        0.0
+    };
+    let efficiency = cluster.gpu.framework_efficiency;
+    let forward = ((1.0 + mtp) * head + mtp * projection_s) / efficiency;
+    let time = LayerTime {
         forward,
         backward: 2.0 * forward,
         recompute: 0.0,
@@ -950,12 +928,27 @@ pub fn output_layer_time(
         mlp_forward: 0.0,
         mlp_backward: 0.0,
         // The output GEMM's and the MTP projections' weight gradients.
-        weight_grad: ((1.0 + mtp) * gemm.time(cluster) + mtp * projection.time(cluster))
-            / cluster.gpu.framework_efficiency,
+        weight_grad: ((1.0 + mtp) * gemm_s + mtp * projection_s) / efficiency,
         mlp_weight_grad: 0.0,
         mlp_linear_gemm_forward: 0.0,
         mlp_column_gemm_forward: 0.0,
+    };
+    OutputLayerTime {
+        time,
+        logits_gemm_s: gemm_s / efficiency,
+        projection_gemm_s: projection_s / efficiency,
     }
+}
+
+/// The output layer's and loss's time ([`output_layer_time`]) and the GEMMs its backward's
+/// asynchronous TP collectives hide under (`embedding_output_tp`): one of the logits GEMM's three
+/// passes (forward, dgrad, wgrad: the same FLOPs) and one of an MTP projection's (0 without MTP),
+/// each at the framework's efficiency.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutputLayerTime {
+    pub time: LayerTime,
+    pub logits_gemm_s: f64,
+    pub projection_gemm_s: f64,
 }
 
 /// Adam step time on the parameters this GPU updates: memory-bound, reading the master weights

@@ -71,9 +71,9 @@ pub enum ModelEnd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndWindow {
     Nothing,
-    /// One of the output layer's GEMMs (dgrad or wgrad: `compute::logits_gemm_s`).
+    /// One of the output layer's GEMMs (dgrad or wgrad: `compute::OutputLayerTime::logits_gemm_s`).
     LogitsGemm,
-    /// One of an MTP depth's `eh_proj` GEMMs (`compute::mtp_projection_gemm_s`).
+    /// One of an MTP depth's `eh_proj` GEMMs (`compute::OutputLayerTime::projection_gemm_s`).
     ProjectionGemm,
 }
 
@@ -94,10 +94,8 @@ pub struct EndCollective {
 /// At most this many kinds of end collective a plan runs.
 pub const MAX_END_COLLECTIVES: usize = 16;
 
-/// The collectives of the model's ends under `plan`, unordered slots (none without TP).
-/// `tp_overlap` (`overlap::tp_overlap_on`): userbuffers overlap reaches the MTP projection, a
-/// Transformer Engine linear with its own buffer (`tp_comm_buffer_name="mtp_eh_proj"`), whose
-/// forward gather then hides under its GEMM; the output layer is not one.
+/// The collectives of the model's ends under `plan`, unordered slots (none without TP): what
+/// [`for_each_end_collective`] gives, for the ledger.
 pub fn end_collectives(
     model: &Model,
     training: &Training,
@@ -105,22 +103,41 @@ pub fn end_collectives(
     tp_overlap: bool,
 ) -> [Option<EndCollective>; MAX_END_COLLECTIVES] {
     let mut out = [None; MAX_END_COLLECTIVES];
-    if plan.tp <= 1 {
-        return out;
-    }
     let mut slots = out.iter_mut();
-    // At most 13 kinds are pushed (the embedding's 2 twice, the two linears' 3 each, the MTP
-    // gathers' 2, the loss): the slots hold them all.
+    for_each_end_collective(model, training, plan, tp_overlap, |c| {
+        // At most 13 kinds are given (the embedding's 2 twice, the two linears' 3 each, the MTP
+        // gathers' 2, the loss): the slots hold them all.
+        let slot = slots.next();
+        debug_assert!(
+            slot.is_some(),
+            "more end collectives than MAX_END_COLLECTIVES"
+        );
+        if let Some(slot) = slot {
+            *slot = Some(c);
+        }
+    });
+    out
+}
+
+/// Calls `f` with each collective of the model's ends under `plan` that runs (none without TP),
+/// without gathering them: the evaluation's hot path prices them as they come ([`ends_comm`]).
+/// `tp_overlap` (`overlap::tp_overlap_on`): userbuffers overlap reaches the MTP projection, a
+/// Transformer Engine linear with its own buffer (`tp_comm_buffer_name="mtp_eh_proj"`), whose
+/// forward gather then hides under its GEMM; the output layer is not one.
+#[inline(always)]
+pub fn for_each_end_collective(
+    model: &Model,
+    training: &Training,
+    plan: &ParallelPlan,
+    tp_overlap: bool,
+    mut f: impl FnMut(EndCollective),
+) {
+    if plan.tp <= 1 {
+        return;
+    }
     let mut push = |c: EndCollective| {
         if c.count > 0.0 {
-            let slot = slots.next();
-            debug_assert!(
-                slot.is_some(),
-                "more end collectives than MAX_END_COLLECTIVES"
-            );
-            if let Some(slot) = slot {
-                *slot = Some(c);
-            }
+            f(c);
         }
     };
     let tensor = comm::tp_tensor_bytes(model, training, plan);
@@ -297,7 +314,6 @@ pub fn end_collectives(
         count: LOSS_ALL_REDUCES * (1.0 + depths),
         hidden_under: EndWindow::Nothing,
     });
-    out
 }
 
 /// One micro-batch's end collectives on a stage: the embedding's and the output layer's, each
@@ -333,6 +349,7 @@ impl EndsComm {
 /// are the windows the asynchronous backward collectives hide under (each GEMM hides the
 /// collectives issued before it: the re-gather under the dgrad GEMM, the input gradient's under
 /// the wgrad GEMM, one each).
+#[inline(always)]
 pub(crate) fn ends_comm(
     model: &Model,
     training: &Training,
@@ -343,10 +360,7 @@ pub(crate) fn ends_comm(
     projection_gemm_s: f64,
 ) -> EndsComm {
     let mut comm = EndsComm::default();
-    for c in end_collectives(model, training, plan, tp_overlap)
-        .into_iter()
-        .flatten()
-    {
+    for_each_end_collective(model, training, plan, tp_overlap, |c| {
         let one = c.collective.time(c.tensor_bytes, plan.tp, speed);
         let exposed = match c.hidden_under {
             EndWindow::Nothing => one,
@@ -368,7 +382,7 @@ pub(crate) fn ends_comm(
             }
         }
         side.wire_bytes += c.count * c.collective.wire_factor(plan.tp) * c.tensor_bytes;
-    }
+    });
     comm
 }
 

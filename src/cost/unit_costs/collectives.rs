@@ -199,10 +199,13 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
 /// The TP collectives of the model's ends (`embedding_output_tp`) on the TP group, the output
 /// layer's and MTP projections' backward ones under their own GEMMs.
 #[inline(always)]
-pub(super) fn ends_tp(inputs: &Inputs, tp_overlap: bool) -> EndsComm {
+pub(super) fn ends_tp(
+    inputs: &Inputs,
+    tp_overlap: bool,
+    windows: compute::OutputLayerTime,
+) -> EndsComm {
     let Inputs {
         model,
-        cluster,
         training,
         plan,
         groups,
@@ -211,15 +214,14 @@ pub(super) fn ends_tp(inputs: &Inputs, tp_overlap: bool) -> EndsComm {
     if plan.tp <= 1 {
         return EndsComm::default();
     }
-    let seq_len = training.seq_len / plan.cp;
     ends_comm(
         model,
         training,
         plan,
         tp_overlap,
         groups.get(GroupKind::Tp).speed,
-        compute::logits_gemm_s(model, cluster, plan.micro_batch, seq_len, plan.tp),
-        compute::mtp_projection_gemm_s(model, cluster, plan.micro_batch, seq_len, plan.tp),
+        windows.logits_gemm_s,
+        windows.projection_gemm_s,
     )
 }
 

@@ -2,7 +2,9 @@
 //! EP communication, the pipeline send), which the closed form (`evaluate`) and the schedule
 //! simulation (`simulated::stage_costs`) both build on.
 
-use super::compute::{LayerShard, LayerTime, layer_time_sharded, output_layer_time};
+use super::compute::{
+    LayerShard, LayerTime, OutputLayerTime, layer_time_sharded, output_layer_time,
+};
 use super::embedding_output_tp::EndsComm;
 use super::groups::Groups;
 use super::overlap::tp_overlap_on;
@@ -224,12 +226,12 @@ fn unit_costs_at_plan_precision(
     let tp_setting = TpSetting::of(&inputs, tp_overlap);
     add_tp_collective_copies(&inputs, &tp_setting, &mut layer);
     let tp = tp_comm(&inputs, &tp_setting, &layer);
-    let ends = ends_tp(&inputs, tp_overlap);
     let cp = cp_comm(&inputs, transformer_layer.attention_forward, &mut layer);
     let mamba_cp = mamba_cp_comm(&inputs, &mut layer);
     let ep = ep_comm(&inputs, &compute);
     let (pp_send_s, pp_send_exposed_s) = pp_send(&inputs);
-    let output = output_layer(&inputs, compute.sharded_dp_copies);
+    let (output, windows) = output_layer(&inputs, compute.sharded_dp_copies);
+    let ends = ends_tp(&inputs, tp_overlap, windows);
     UnitCosts {
         layer,
         output,
@@ -467,11 +469,12 @@ fn add_sharded_dp_copies(inputs: &Inputs, layer: &mut LayerTime) -> bool {
     copies
 }
 
-/// The output layer and loss. It is an FSDP unit of its own (and, on a pipeline's only stage, so
+/// The output layer and loss, and the GEMM windows of its TP collectives (`ends_tp`). It is an
+/// FSDP unit of its own (and, on a pipeline's only stage, so
 /// is the token embedding unless the two are tied): where sharded DP copies parameters
 /// (`sharded_dp_copies`), its copies go with its time.
 #[inline(always)]
-fn output_layer(inputs: &Inputs, sharded_dp_copies: bool) -> LayerTime {
+fn output_layer(inputs: &Inputs, sharded_dp_copies: bool) -> (LayerTime, OutputLayerTime) {
     let Inputs {
         model,
         cluster,
@@ -479,13 +482,14 @@ fn output_layer(inputs: &Inputs, sharded_dp_copies: bool) -> LayerTime {
         plan,
         ..
     } = *inputs;
-    let mut output = output_layer_time(
+    let windows = output_layer_time(
         model,
         cluster,
         plan.micro_batch,
         training.seq_len / plan.cp,
         plan.tp,
     );
+    let mut output = windows.time;
     if sharded_dp_copies {
         let table = compute::sharded_dp_copied_params(
             plan,
@@ -505,7 +509,7 @@ fn output_layer(inputs: &Inputs, sharded_dp_copies: bool) -> LayerTime {
         output.forward += tables * table * table_forward * copy_s_per_byte;
         output.backward += tables * table * table_backward * copy_s_per_byte;
     }
-    output
+    (output, windows)
 }
 
 impl UnitCosts {
