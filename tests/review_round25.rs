@@ -22,7 +22,7 @@
 
 use tpsim::cluster::Cluster;
 use tpsim::cost::comm::{self, Collective};
-use tpsim::cost::embedding_output_tp::{EndCollective, ModelEnd, end_collectives};
+use tpsim::cost::embedding_output_tp::{EndCollective, ModelEnd, for_each_end_collective};
 use tpsim::cost::ledger::Pass;
 use tpsim::model::Model;
 use tpsim::plan::{ParallelPlan, PlanRequest, Precision};
@@ -56,10 +56,9 @@ fn tp8_sp(model: &Model, training: &Training, gpu: &str, precision: Precision) -
 }
 
 fn listed(model: &Model, training: &Training, plan: &ParallelPlan) -> Vec<EndCollective> {
-    end_collectives(model, training, plan, false)
-        .into_iter()
-        .flatten()
-        .collect()
+    let mut all = Vec::new();
+    for_each_end_collective(model, training, plan, false, |c| all.push(c));
+    all
 }
 
 fn embedding_ops(

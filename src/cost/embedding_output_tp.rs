@@ -2,7 +2,7 @@
 //! vocabulary-parallel embedding on the first pipeline stage, the vocabulary-parallel output layer
 //! and its loss on the last, and each multi-token-prediction depth's embedding, projection and
 //! output layer, again on the last. Each runs once per micro-batch on its stage; one list
-//! ([`end_collectives`]) feeds both the stage's time (`unit_costs`) and the ledger's rows.
+//! ([`for_each_end_collective`]) feeds both the stage's time (`unit_costs`) and the ledger's rows.
 //!
 //! Sources (Megatron-LM at d98e8a64):
 //! - Embedding: `VocabParallelEmbedding.forward` (`megatron/core/tensor_parallel/layers.py`) looks
@@ -91,36 +91,9 @@ pub struct EndCollective {
     pub hidden_under: EndWindow,
 }
 
-/// At most this many kinds of end collective a plan runs.
-pub const MAX_END_COLLECTIVES: usize = 16;
-
-/// The collectives of the model's ends under `plan`, unordered slots (none without TP): what
-/// [`for_each_end_collective`] gives, for the ledger.
-pub fn end_collectives(
-    model: &Model,
-    training: &Training,
-    plan: &ParallelPlan,
-    tp_overlap: bool,
-) -> [Option<EndCollective>; MAX_END_COLLECTIVES] {
-    let mut out = [None; MAX_END_COLLECTIVES];
-    let mut slots = out.iter_mut();
-    for_each_end_collective(model, training, plan, tp_overlap, |c| {
-        // At most 13 kinds are given (the embedding's 2 twice, the two linears' 3 each, the MTP
-        // gathers' 2, the loss): the slots hold them all.
-        let slot = slots.next();
-        debug_assert!(
-            slot.is_some(),
-            "more end collectives than MAX_END_COLLECTIVES"
-        );
-        if let Some(slot) = slot {
-            *slot = Some(c);
-        }
-    });
-    out
-}
-
 /// Calls `f` with each collective of the model's ends under `plan` that runs (none without TP),
-/// without gathering them: the evaluation's hot path prices them as they come ([`ends_comm`]).
+/// without gathering them: the evaluation prices them as they come ([`ends_comm`]), the ledger
+/// lists them.
 /// `tp_overlap` (`overlap::tp_overlap_on`): userbuffers overlap reaches the MTP projection, a
 /// Transformer Engine linear with its own buffer (`tp_comm_buffer_name="mtp_eh_proj"`), whose
 /// forward gather then hides under its GEMM; the output layer is not one.
@@ -345,7 +318,7 @@ impl EndsComm {
     }
 }
 
-/// [`end_collectives`] priced on the TP group's `speed`: `logits_gemm_s` and `projection_gemm_s`
+/// [`for_each_end_collective`]'s collectives priced on the TP group's `speed`: `logits_gemm_s` and `projection_gemm_s`
 /// are the windows the asynchronous backward collectives hide under (each GEMM hides the
 /// collectives issued before it: the re-gather under the dgrad GEMM, the input gradient's under
 /// the wgrad GEMM, one each).
@@ -413,10 +386,9 @@ mod tests {
     }
 
     fn listed(model: &Model, training: &Training, plan: &ParallelPlan) -> Vec<EndCollective> {
-        end_collectives(model, training, plan, false)
-            .into_iter()
-            .flatten()
-            .collect()
+        let mut all = Vec::new();
+        for_each_end_collective(model, training, plan, false, |c| all.push(c));
+        all
     }
 
     fn training(framework: TrainingFramework) -> Training {

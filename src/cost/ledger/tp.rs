@@ -11,7 +11,7 @@
 use super::hybrid::hybrid_site;
 use super::{Op, Pass, Rows, Scope, Step, recomputed};
 use crate::cost::comm;
-use crate::cost::embedding_output_tp::{ModelEnd, end_collectives};
+use crate::cost::embedding_output_tp::{ModelEnd, for_each_end_collective};
 use crate::cost::groups::GroupKind;
 use crate::cost::moe;
 use crate::model::Model;
@@ -354,10 +354,7 @@ pub(super) fn end_rows(rows: &mut Rows, step: &Step) {
         ..
     } = *step;
     let tp_overlap = crate::cost::overlap::tp_overlap_on(training, plan);
-    for c in end_collectives(model, training, plan, tp_overlap)
-        .into_iter()
-        .flatten()
-    {
+    for_each_end_collective(model, training, plan, tp_overlap, |c| {
         let held = match c.end {
             ModelEnd::Embedding => slowest_ends.embedding,
             ModelEnd::Output => slowest_ends.output,
@@ -374,5 +371,5 @@ pub(super) fn end_rows(rows: &mut Rows, step: &Step) {
                 c.tensor_bytes,
             );
         }
-    }
+    });
 }
