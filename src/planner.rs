@@ -691,24 +691,18 @@ fn search_with(
     let started = Instant::now();
     let requests = enumerate_with(model, cluster, training, options, pinned_out);
     // Estimates are large (hundreds of bytes) and a wide search keeps hundreds of thousands of
-    // them: they are collected once, in enumeration order, and ranked by sorting their indices and
-    // permuting in place, so no estimate is moved more than once or held twice.
-    let (mut ranked, refused): (Vec<Estimate>, Vec<&'static str>) = requests
+    // them: the plans are built first (small), and each valid plan's estimate is written once,
+    // straight into its slot of one allocation, in enumeration order; they are then ranked by
+    // sorting their indices and permuting in place, so no estimate is moved into a second
+    // buffer or held twice.
+    let (valid, refused): (Vec<(&PlanRequest, ParallelPlan)>, Vec<&'static str>) = requests
         .par_iter()
         .map(|request| {
             if !options.pins.admit(request) {
                 return Either::Right("ruled_out_by_pins");
             }
             match ParallelPlan::build(request, model, cluster, training) {
-                Ok(plan) => {
-                    let own = evaluate(model, cluster, training, &plan);
-                    Either::Left(match options.pins.stage_split {
-                        StageSplitPin::Searched if options.allow_uneven_pp => {
-                            fastest_split(model, cluster, training, request, &plan, own)
-                        }
-                        _ => own,
-                    })
-                }
+                Ok(plan) => Either::Left((request, plan)),
                 // The local batch (torchtitan's schedules per step) gets its own count.
                 Err(
                     crate::plan::PlanError::LocalBatch { .. }
@@ -722,6 +716,19 @@ fn search_with(
             }
         })
         .partition_map(|outcome| outcome);
+    let mut ranked = Vec::with_capacity(valid.len());
+    valid
+        .par_iter()
+        .map(|(request, plan)| {
+            let own = evaluate(model, cluster, training, plan);
+            match options.pins.stage_split {
+                StageSplitPin::Searched if options.allow_uneven_pp => {
+                    fastest_split(model, cluster, training, request, plan, own)
+                }
+                _ => own,
+            }
+        })
+        .collect_into_vec(&mut ranked);
     let mut infeasible_by_reason = BTreeMap::new();
     let infeasible_reasons = ranked
         .iter()
