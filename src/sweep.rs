@@ -145,13 +145,17 @@ pub struct RowSearch {
 }
 
 /// The best plan's step time, as `plan`'s JSON `time` says it; empty where nothing fits.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowTime {
     pub step_s: Option<f64>,
     /// The range of tpsim's own error on runs like it (`uncertainty::interval`), as `plan` prints
     /// beside every step time.
     pub step_s_low: Option<f64>,
     pub step_s_high: Option<f64>,
+    /// What the range rests on (the 5th–95th percentile of tpsim's error on these runs), as
+    /// `plan`'s JSON `time.step_s_range_basis` says it (`uncertainty::range_basis`); the text
+    /// output says it under the table only where points' bases differ.
+    pub step_s_range_basis: Option<String>,
 }
 
 /// The best plan's memory on its most loaded GPU, as `plan`'s JSON `memory` says it (bytes).
@@ -341,6 +345,14 @@ fn best_row(point: &Point, options: SearchOptions) -> Row {
             step_s: best.map(|e| e.time.step_s.0),
             step_s_low: range.map(|r| r.step_s_low),
             step_s_high: range.map(|r| r.step_s_high),
+            step_s_range_basis: best.map(|e| {
+                crate::uncertainty::range_basis(
+                    e,
+                    &point.cluster.gpu.name,
+                    point.training.framework,
+                    kind,
+                )
+            }),
         },
         tokens_per_s: best.map(|e| e.tokens_per_s),
         tokens_per_s_low: range.map(|r| r.tokens_per_s_low),
@@ -397,6 +409,13 @@ fn csv_cell(text: &str) -> String {
     }
 }
 
+/// The range's basis in one CSV cell: the JSON's text with its commas as semicolons, so that every
+/// cell of a row with a plan stays free of commas (as the columns' values are) and a reader that
+/// splits on commas still lines the cells up with the header.
+fn range_basis_cell(basis: Option<&str>) -> String {
+    csv_cell(&basis.unwrap_or_default().replace(',', ";"))
+}
+
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
 /// no plan is valid. Where the closest miss fits the GPU but not the host memory its offloaded
 /// activations need, the two host cells say so, as the JSON's `closest_miss_host_bytes` and
@@ -407,7 +426,7 @@ fn csv_cell(text: &str) -> String {
 /// so no quoting is needed except for a value containing a comma or quote, which is quoted.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,time.step_s_range_basis,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -447,6 +466,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
             fixed(r.time.step_s_high, 4),
+            range_basis_cell(r.time.step_s_range_basis.as_deref()),
             measured(r.tokens_per_s, 1),
             measured(r.tokens_per_s_low, 1),
             measured(r.tokens_per_s_high, 1),

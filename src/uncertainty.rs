@@ -211,18 +211,17 @@ pub fn interval(estimate: &Estimate, band: &Band) -> Interval {
     }
 }
 
-/// Writes a plan's range into its JSON object (the report's contract): `time.step_s_low`,
-/// `time.step_s_high`, `time.step_s_range_basis`, and `tokens_per_s_low`/`tokens_per_s_high` beside
-/// `tokens_per_s`.
-pub fn annotate(
-    value: &mut serde_json::Value,
+/// What a plan's range rests on, as its JSON's `time.step_s_range_basis` says it (the 5th–95th
+/// percentile of tpsim's error on these runs): the band's runs, with a note where the GPU has
+/// too few of its own and where the plan's precision has no validated runs. `sweep` writes the
+/// same text into its JSON and CSV rows.
+pub fn range_basis(
     estimate: &Estimate,
     profile: &str,
     framework: TrainingFramework,
     kind: ModelKind,
-) {
+) -> String {
     let (band, measured) = band_for(profile, framework, kind);
-    let range = interval(estimate, band);
     let mut basis = if measured {
         format!("{} ({} runs)", band.basis, band.runs)
     } else {
@@ -234,6 +233,22 @@ pub fn annotate(
         )
     };
     basis.push_str(&unvalidated_precision_note(estimate.plan.precision));
+    basis
+}
+
+/// Writes a plan's range into its JSON object (the report's contract): `time.step_s_low`,
+/// `time.step_s_high`, `time.step_s_range_basis`, and `tokens_per_s_low`/`tokens_per_s_high` beside
+/// `tokens_per_s`.
+pub fn annotate(
+    value: &mut serde_json::Value,
+    estimate: &Estimate,
+    profile: &str,
+    framework: TrainingFramework,
+    kind: ModelKind,
+) {
+    let (band, _) = band_for(profile, framework, kind);
+    let range = interval(estimate, band);
+    let basis = range_basis(estimate, profile, framework, kind);
     if let Some(time) = value.get_mut("time").and_then(|t| t.as_object_mut()) {
         time.insert("step_s_low".into(), range.step_s_low.into());
         time.insert("step_s_high".into(), range.step_s_high.into());

@@ -254,7 +254,7 @@ fn breakdown_and_ledger_count_the_same_stage() {
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout.contains(
-            "TP, CP, EP: a GPU of the slowest stage, whose 1 transformer layer and 1 MTP layer set the step"
+            "TP, CP, PP, EP: a GPU of the slowest stage, whose 1 transformer layer and 1 MTP layer set the step"
         ),
         "{}",
         text.stdout

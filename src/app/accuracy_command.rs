@@ -90,7 +90,7 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
             let worst = abs.iter().copied().fold(0.0, f64::max);
             let faster = rows.iter().filter(|r| r.error < 0.0).count();
             println!(
-                "{} {}: mean |error| {:.1}%, worst {:.1}% (step time); tpsim predicts {faster} of them faster than published. Current stacks (H100 to GB300, dense and MoE): tpsim accuracy --runs validation/modern_runs.yaml",
+                "{} {}: mean |error| {:.1}%, worst {:.1}% (step time); tpsim predicts {faster} of them faster than published. Current stacks (H100 to GB300, dense and MoE): tpsim accuracy --runs validation/modern_runs.yaml, whose error is on tokens/s, so there + = tpsim faster",
                 rows.len(),
                 if rows.len() == 1 { "run" } else { "runs" },
                 mean * 100.0,
@@ -242,7 +242,7 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                 "GPU",
                 "published tok/s/GPU",
                 "predicted",
-                "tok/s error % (+ = tpsim faster)",
+                "tok/s error % (+ = tpsim faster; step-time tables: - = faster)",
                 "peak memory GiB (published / predicted)",
                 "searched settings / why not predicted",
             ]);

@@ -155,7 +155,8 @@ struct Sizes {
     copy_bytes: u64,
 }
 
-fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
+/// `device_memory_gib`: the memory of one GPU on the CUDA backend, which bounds its buffers.
+fn sizes(kind: BackendKind, device_memory_gib: Option<f64>, args: &CalibrateArgs) -> Result<Sizes> {
     let gpu = kind == BackendKind::Cuda;
     let sweep = if args.sweep.is_empty() {
         if gpu {
@@ -234,6 +235,24 @@ fn sizes(kind: BackendKind, args: &CalibrateArgs) -> Result<Sizes> {
                     "{flag} {text} is over the CPU backend's limit of {}; e.g. {flag} {example}",
                     format_bytes(MAX_CPU_BYTES)
                 );
+            }
+        }
+    }
+    // On a GPU the copy and the largest message are bounded by its memory, checked here so that
+    // no GEMM is timed before a size the GPU cannot hold is refused.
+    if gpu && let Some(gib) = device_memory_gib {
+        let memory_bytes = (gib * crate::units::GIB) as u64;
+        for (flag, text, bytes) in [
+            ("--max-message", &max_text, max_message),
+            ("--copy-bytes", &copy_text, copy_bytes),
+        ] {
+            if let Some(refusal) = crate::calibrate::device_limits::cuda_buffer_refusal(
+                flag,
+                text,
+                bytes,
+                memory_bytes,
+            ) {
+                bail!("{refusal}");
             }
         }
     }
@@ -364,7 +383,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         }
     }
     let (mut timer, why) = backend(&args.measure, 2)?;
-    let sizes = sizes(timer.kind(), &args)?;
+    let sizes = sizes(timer.kind(), timer.device_memory_gib(), &args)?;
     check_output(&args)?;
     let opts = options(
         &model,
@@ -472,6 +491,17 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     };
     let scenario = resolve_scenario(&args.model, &cluster_args, &args.training, None)?;
     let model = &scenario.model;
+    // A --global-batch given beside --tp --micro-batch is held to eval's rule, at the fewest
+    // replicas a plan of this layer has (dp 1): accepting a micro-batch no plan could run, or one
+    // larger than the whole batch, would validate a layer of no training.
+    if let (Some(tp), Some(micro_batch), Some(global_batch)) =
+        (args.tp, args.micro_batch, args.training.global_batch)
+        && let Err(refused) = crate::plan::check_batch_split(global_batch, 1, micro_batch)
+    {
+        bail!(
+            "{refused} (validate --tp {tp} runs one layer of a plan with at least one data-parallel replica, and eval refuses the same split); give one of those --micro-batch values, or drop --global-batch, which validate --tp uses for nothing else"
+        );
+    }
     // --tp runs the case as given; otherwise every distinct split of the feasible plans, best first.
     let candidates: Vec<Case> = match args.tp {
         Some(tp) => vec![Case {

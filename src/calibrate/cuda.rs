@@ -296,6 +296,13 @@ impl KernelTimer for CudaTimer {
         Some(self.memory_bytes as f64 / crate::units::GIB)
     }
 
+    fn check_gemm(&self, shape: GemmShape) -> Result<(), CalibrationError> {
+        match super::device_limits::cuda_gemm_refusal(shape, self.memory_bytes as u64) {
+            Some(refusal) => Err(CalibrationError::Input(refusal)),
+            None => Ok(()),
+        }
+    }
+
     fn time_gemm(&mut self, shape: GemmShape, reps: Reps) -> Result<Timing, CalibrationError> {
         let (m, n, k, batch) = (shape.m, shape.n, shape.k, shape.batch);
         // Operands are generated once at the largest size seen and reused (a GEMM reads only

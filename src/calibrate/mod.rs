@@ -9,6 +9,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod device_limits;
 pub mod fit;
 pub mod layer;
 pub mod ring;

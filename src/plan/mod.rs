@@ -32,6 +32,7 @@ pub use hybrid::{hybrid_run_refusal, mamba_cp_refusal};
 pub use layer_options::bf16_layers_pp_refusal;
 pub use precision::{check_precision, check_precision_framework};
 pub use request::{PlanRequest, Precision, Recompute};
+pub use schedule::check_batch_split;
 pub use sequence::{
     cp_degrees_splitting, cp_heads_error, cp_sequence_multiple, cp_splits_sequence,
     moe_needs_sequence_parallel, sp_splits_sequence, ulysses_model_parallel_error,

@@ -14,25 +14,34 @@ use super::valid::{divisors, list};
 
 /// Micro-batches per step: the global batch over dp x micro-batch, which must divide it.
 pub(super) fn micro_batches(r: &PlanRequest, training: &Training) -> Result<u32, PlanError> {
+    check_batch_split(training.global_batch, r.dp, r.micro_batch)?;
     let replica_batch = u64::from(r.dp) * u64::from(r.micro_batch);
-    if !training.global_batch.is_multiple_of(r.dp) {
-        return Err(PlanError::BatchNotDivisibleByDp {
-            global_batch: training.global_batch,
-            dp: r.dp,
-            multiple: u64::from(training.global_batch).div_ceil(u64::from(r.dp)) * u64::from(r.dp),
-        });
-    }
-    if u64::from(training.global_batch) % replica_batch != 0 {
-        return Err(PlanError::BatchSplit {
-            global_batch: training.global_batch,
-            dp: r.dp,
-            micro_batch: r.micro_batch,
-            product: replica_batch,
-            valid: list(divisors(training.global_batch / r.dp)),
-        });
-    }
     let num_microbatches = (u64::from(training.global_batch) / replica_batch) as u32;
     Ok(num_microbatches)
+}
+
+/// The rule every plan's batch follows: dp x micro-batch divides the global batch (so a
+/// micro-batch larger than the global batch never does). `eval` and `plan` check it when a plan
+/// is built; `validate --tp` checks it for the layer it runs, at its fewest replicas.
+pub fn check_batch_split(global_batch: u32, dp: u32, micro_batch: u32) -> Result<(), PlanError> {
+    let replica_batch = u64::from(dp) * u64::from(micro_batch);
+    if !global_batch.is_multiple_of(dp) {
+        return Err(PlanError::BatchNotDivisibleByDp {
+            global_batch,
+            dp,
+            multiple: u64::from(global_batch).div_ceil(u64::from(dp)) * u64::from(dp),
+        });
+    }
+    if u64::from(global_batch) % replica_batch != 0 {
+        return Err(PlanError::BatchSplit {
+            global_batch,
+            dp,
+            micro_batch,
+            product: replica_batch,
+            valid: list(divisors(global_batch / dp)),
+        });
+    }
+    Ok(())
 }
 
 /// Pipeline schedules per step: one, or with a local batch (torchtitan) the replica's batch over

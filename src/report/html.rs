@@ -470,7 +470,7 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     }
     let _ = writeln!(
         html,
-        "<h2>Figure {}. Communication ledger of {}</h2>\n<p>Every collective one GPU issues in a step (TP, CP and EP: a GPU of the slowest stage, whose time sets the step; DP: the stage with the most parameters), with where in the layer it comes from. Each group's step total equals the cost model's <code>comm.*.wire_bytes</code>: EP's includes the expert-TP gathers and scatters, DP's the expert gradients over expert DP, each shown beneath. A count with a fraction is an average per stage: the cost model's share of recomputed layers, or of the TP pairs of MoE layers on the busiest stage.</p>",
+        "<h2>Figure {}. Communication ledger of {}</h2>\n<p>Every collective one GPU issues in a step (TP, CP, PP and EP: a GPU of the slowest stage, whose time sets the step; DP: the stage with the most parameters), with where in the layer it comes from. Each group's step total equals the cost model's <code>comm.*.wire_bytes</code>: EP's includes the expert-TP gathers and scatters, DP's the expert gradients over expert DP, each shown beneath. A count with a fraction is an average per stage: the cost model's share of recomputed layers, or of the TP pairs of MoE layers on the busiest stage.</p>",
         figures.len() + 1,
         escape(&inputs.chosen_label)
     );

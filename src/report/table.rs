@@ -1264,7 +1264,7 @@ pub fn breakdown(
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "communication per GPU per step (TP, CP, EP: a GPU of the slowest stage, whose {} set the step; DP: the stage with the most parameters; the ledger counts the same):",
+            "communication per GPU per step (TP, CP, PP, EP: a GPU of the slowest stage, whose {} set the step; DP: the stage with the most parameters; the ledger counts the same):",
             slowest_stage_layer_words(e)
         );
     } else {
