@@ -838,8 +838,19 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
     }
     // Every file is written before anything is printed: a failure prints nothing on stdout.
     print_report(&report, args.format, |r| {
+        let pinned = super::pin_conflict::pins_line(
+            &options.pins,
+            result
+                .stats
+                .infeasible_by_reason
+                .get("ruled_out_by_pins")
+                .copied()
+                .unwrap_or(0),
+        )
+        .map(|line| format!("{line}\n"))
+        .unwrap_or_default();
         let mut out = format!(
-            "{}\n{}\n\n",
+            "{}\n{}\n{pinned}\n",
             report::scenario_line(r),
             report::stats_line(&result.stats)
         );
