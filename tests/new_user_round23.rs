@@ -198,3 +198,54 @@ fn a_pinned_plan_names_its_pins_and_what_they_ruled_out() {
         "an unpinned search printed a pinned line:\n{out}"
     );
 }
+
+/// `plan --tp 8 --pp 4 --report DIR` wrote a page whose Search paragraph read the same bare
+/// counts ("ruled_out_by_pins 117978") with no word of the pins, so a report handed to a team
+/// lead did not say which dimensions were fixed. The page now carries the `pinned:` line under
+/// its search line, as the table does; a report of an unpinned search carries none.
+#[test]
+fn a_pinned_plans_report_names_its_pins() {
+    let dir = common::scratch("new_user_round23", "pinned-report");
+    let dir = dir.to_str().expect("utf-8 path");
+    let args = [
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--tp",
+        "2",
+        "--top",
+        "2",
+        "--report",
+        dir,
+    ];
+    let out = stdout_of(&args);
+    let pinned = out
+        .lines()
+        .find(|l| l.starts_with("pinned: --tp 2 ("))
+        .unwrap_or_else(|| panic!("no pinned line:\n{out}"));
+    let html = std::fs::read_to_string(format!("{dir}/index.html")).expect("index.html");
+    // The page escapes HTML; the line has no character that changes.
+    assert!(html.contains(pinned), "the report lacks `{pinned}`");
+
+    let unpinned = common::scratch("new_user_round23", "unpinned-report");
+    let unpinned = unpinned.to_str().expect("utf-8 path");
+    let _ = stdout_of(&[
+        "plan",
+        "--params",
+        "7B",
+        "--nodes",
+        "1",
+        "--global-batch",
+        "64",
+        "--top",
+        "2",
+        "--report",
+        unpinned,
+    ]);
+    let html = std::fs::read_to_string(format!("{unpinned}/index.html")).expect("index.html");
+    assert!(!html.contains("pinned: "), "an unpinned report names pins");
+}

@@ -86,7 +86,7 @@ pub(super) fn pins_line(pins: &Pins, ruled_out: u64) -> Option<String> {
         ""
     };
     Some(format!(
-        "pinned: {} (every row has these values; ruled_out_by_pins counts the {ruled_out} candidates where one differs{selective})",
+        "pinned: {} (the search kept only plans with these values; ruled_out_by_pins counts the {ruled_out} candidates where one differs{selective})",
         flags.join(" ")
     ))
 }
