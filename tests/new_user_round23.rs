@@ -249,3 +249,65 @@ fn a_pinned_plans_report_names_its_pins() {
     let html = std::fs::read_to_string(format!("{unpinned}/index.html")).expect("index.html");
     assert!(!html.contains("pinned: "), "an unpinned report names pins");
 }
+
+/// A Qwen2.5-72B-shaped config.json with `"use_sliding_window": true` was refused ("Qwen's
+/// sliding window (on the layers from \"max_window_layers\" on) is not modelled") although its
+/// `"max_window_layers"` was 80 of 80 layers (Qwen2-7B-Instruct ships 28 of 28): transformers' Qwen2Config makes layer i slide only
+/// where i >= max_window_layers and `sliding_window` is set, so no layer of it slides. Such a
+/// config (or one whose window is null) now reads as full attention, the same model as with the
+/// switch off; one whose window reaches some layers is still refused by name.
+#[test]
+fn a_qwen_config_whose_window_reaches_no_layer_is_read_as_full_attention() {
+    let dir = common::scratch("new_user_round23", "qwen-window");
+    let config = |use_window: bool, from: u32, window: &str| {
+        let text = format!(
+            r#"{{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+  "hidden_size": 8192, "intermediate_size": 29568, "max_position_embeddings": 32768,
+  "max_window_layers": {from}, "num_attention_heads": 64, "num_hidden_layers": 80,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "sliding_window": {window}, "tie_word_embeddings": false, "use_sliding_window": {use_window},
+  "vocab_size": 152064}}"#
+        );
+        let path = dir.join(format!("qwen-{use_window}-{from}-{window}.json"));
+        std::fs::write(&path, text).expect("config written");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let step = |path: &str| {
+        json_of(&[
+            "eval",
+            "--hf-config",
+            path,
+            "--nodes",
+            "8",
+            "--tp",
+            "8",
+            "--pp",
+            "4",
+            "--zero",
+            "1",
+            "--sequence-parallel",
+            "--global-batch",
+            "64",
+        ])["plans"][0]["time"]["step_s"]
+            .as_f64()
+            .expect("step_s")
+    };
+    let off = step(&config(false, 80, "131072"));
+    assert_eq!(step(&config(true, 80, "131072")), off);
+    assert_eq!(step(&config(true, 40, "null")), off);
+    // A window on layers 40..80 is not modelled: refused, naming the key.
+    let path = config(true, 40, "4096");
+    let r = run(&[
+        "eval",
+        "--hf-config",
+        &path,
+        "--nodes",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("\"use_sliding_window\""), "{}", r.stderr);
+}
