@@ -623,8 +623,8 @@ pub struct PinArgs {
     /// Pin the virtual pipeline stages per GPU.
     #[arg(long)]
     pub vpp: Option<u32>,
-    /// Pin the micro-batch size.
-    #[arg(long, visible_alias = "micro-batch-size")]
+    /// Pin the micro-batch size (the table's `mb` column, also accepted as `--mb`).
+    #[arg(long, visible_aliases = ["micro-batch-size", "mb"])]
     pub micro_batch: Option<u32>,
     /// Pin activation recomputation.
     #[arg(long, value_enum)]
@@ -636,8 +636,15 @@ pub struct PinArgs {
     /// Pin the ZeRO stage (3 = FSDP).
     #[arg(long)]
     pub zero: Option<u8>,
-    /// Pin sequence parallelism on (`--sequence-parallel`, or `true`) or off (`false`).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    /// Pin sequence parallelism on (`--sequence-parallel`, or `true`) or off (`false`); the
+    /// table's `sp` column, also accepted as `--sp`.
+    #[arg(
+        long,
+        visible_alias = "sp",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     pub sequence_parallel: Option<bool>,
     /// Pin the expert-parallel degree (MoE models).
     #[arg(long, visible_alias = "expert-model-parallel-size")]
@@ -755,13 +762,20 @@ pub struct EvalArgs {
     /// Virtual pipeline stages per GPU (interleaved 1F1B). Default: 1 (no interleaving).
     #[arg(long)]
     pub vpp: Option<u32>,
-    /// Sequences per micro-batch. Default: 1.
-    #[arg(long, visible_alias = "micro-batch-size")]
+    /// Sequences per micro-batch (a `tpsim plan` row's `mb`, also accepted as `--mb`). Default: 1.
+    #[arg(long, visible_aliases = ["micro-batch-size", "mb"])]
     pub micro_batch: Option<u32>,
     /// Sequence parallelism (needs --tp > 1): `--sequence-parallel` or `true` on, `false` off
     /// (over a plan file's). Default: off, but on for a mixture-of-experts model at --tp > 1
-    /// under megatron-core, which trains MoE layers under TP only with it.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    /// under megatron-core, which trains MoE layers under TP only with it. A `tpsim plan` row's
+    /// `sp`, also accepted as `--sp`.
+    #[arg(
+        long,
+        visible_alias = "sp",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     pub sequence_parallel: Option<bool>,
     /// Activation recomputation. Default: none (selective with --recompute-modules, full with
     /// --recompute-num-layers), as Megatron-LM without --recompute-granularity.

@@ -65,6 +65,32 @@ fn pins_given(pins: &Pins) -> Vec<Pin> {
     out
 }
 
+/// The line under `plan`'s `search:` line when dimensions were pinned: the pins as the flags that
+/// gave them, and what `ruled_out_by_pins` counts, so a team that fixed `--tp 8 --pp 4` reads what
+/// was searched without counting the table's columns. Pinning `--recompute selective` adds the
+/// selective plans the unpinned search leaves out (they keep what recompute none keeps and take
+/// longer, README "What the output means"), which is why such a search can count more candidates
+/// than one without pins. None without pins.
+pub(super) fn pins_line(pins: &Pins, ruled_out: u64) -> Option<String> {
+    let given = pins_given(pins);
+    if given.is_empty() {
+        return None;
+    }
+    let flags: Vec<String> = given
+        .iter()
+        .map(|p| format!("{} {}", p.flag, p.value))
+        .collect();
+    let selective = if pins.recompute == Some(crate::plan::Recompute::Selective) {
+        "; --recompute selective also adds the selective plans an unpinned search leaves out (they keep what recompute none keeps and take longer)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "pinned: {} (the search kept only plans with these values; ruled_out_by_pins counts the {ruled_out} candidates where one differs{selective})",
+        flags.join(" ")
+    ))
+}
+
 /// The reason a search with `options.pins` has no candidate, when the pins are the cause: the first
 /// pin that admits no valid plan by itself, named with the values the unpinned search does offer
 /// for it; else the pins together. None when even the unpinned search finds nothing (then the

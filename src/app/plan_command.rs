@@ -799,6 +799,16 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
         return emit_best(target, &scenario, feasible);
     }
 
+    // The pins, under the search line of the table and of the report's page.
+    let pinned_line = super::pin_conflict::pins_line(
+        &options.pins,
+        result
+            .stats
+            .infeasible_by_reason
+            .get("ruled_out_by_pins")
+            .copied()
+            .unwrap_or(0),
+    );
     if let (Some(dir), Some(Some(chosen))) = (&args.report, refined.simulated.first()) {
         // The table's rows, twins folded, each bar numbered as its row: unfolded, a twin that
         // differs only in a setting that changes nothing took a number the table gives the next
@@ -829,7 +839,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             labels,
             evaluated: &result.ranked,
             chosen,
-            notes: notes.clone(),
+            notes: pinned_line.iter().chain(&notes).cloned().collect(),
             inputs: &input_paths(&args.model, &args.cluster),
         })?;
         eprintln!("wrote {dir}/index.html and {} more files", written - 1);
@@ -838,8 +848,12 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
     }
     // Every file is written before anything is printed: a failure prints nothing on stdout.
     print_report(&report, args.format, |r| {
+        let pinned = pinned_line
+            .as_ref()
+            .map(|line| format!("{line}\n"))
+            .unwrap_or_default();
         let mut out = format!(
-            "{}\n{}\n\n",
+            "{}\n{}\n{pinned}\n",
             report::scenario_line(r),
             report::stats_line(&result.stats)
         );

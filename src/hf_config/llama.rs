@@ -182,6 +182,18 @@ impl Reader<'_> {
             attention_window: match model_type {
                 "mistral" => self.attention_window(0, layers, Some(4096))?,
                 "mixtral" => self.attention_window(0, layers, None)?,
+                // transformers' Qwen2Config / Qwen3Config: with `use_sliding_window`, layer i
+                // slides only where `sliding_window` is set (class default 4096) and i >=
+                // `max_window_layers` (class default 28), the `layer_types` they derive; a config
+                // whose `max_window_layers` reaches `num_hidden_layers` (Qwen2-7B-Instruct's
+                // 28 of 28, Qwen2-0.5B's 24 of 24) or whose window is null runs full attention in every layer.
+                _ if self.flag("use_sliding_window")? == Some(true)
+                    && matches!(self.obj.get("layer_types"), None | Some(Value::Null))
+                    && (self.count_or("max_window_layers", 28)? >= layers
+                        || matches!(self.obj.get("sliding_window"), Some(Value::Null))) =>
+                {
+                    None
+                }
                 _ if self.flag("use_sliding_window")? == Some(true) => {
                     return Err(self.unsupported(
                         "key \"use_sliding_window\" is true: Qwen's sliding window (on the layers from \"max_window_layers\" on) is not modelled, and counting full attention there would be wrong; set it to false or give the shape with flags and --attention-window".into(),
