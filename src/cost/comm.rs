@@ -304,38 +304,69 @@ pub fn fsdp_syncs_per_step(training: &Training, plan: &ParallelPlan) -> u32 {
     }
 }
 
-/// Bytes per parameter of the ZeRO parameter gathers: bf16, or with FP8 parameter gather the layer
-/// weights in one byte (the embedding and output layer stay bf16, and so do the layers kept in
-/// bf16, which Megatron-Core builds outside `fp8_model_init`: `get_fp8_context(..., is_init=True)`
-/// is a null context for them), averaged over the `params` of the stage with `max_layers` layers
-/// (of the stages that hold as many, the one with the most bf16 layers).
+/// Bytes per parameter of the ZeRO parameter gathers, per group: bf16, or with FP8 parameter
+/// gather the layer weights in one byte (the embedding and output layer stay bf16, and so do the
+/// layers kept in bf16, which Megatron-Core builds outside `fp8_model_init`:
+/// `get_fp8_context(..., is_init=True)` is a null context for them). Each group gathers its own
+/// parameters: DP×CP the non-expert ones (the stage's layers' attention, norms, router, shared
+/// experts in one byte, its embedding, output layer and MTP projection in two), expert-DP the
+/// routed experts (all layer weights, one byte). Both are averaged over the stage with the most
+/// parameters (`memory::max_stage_params`, whose `params` the two groups gather), its layers
+/// quantized but for the share kept in bf16 on the stages with `max_layers` layers (of those, the
+/// one with the most bf16 layers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GatherBytes {
+    /// Per non-expert parameter (the DP×CP group's gathers).
+    pub dense: f64,
+    /// Per routed-expert parameter (the expert-DP group's gathers).
+    pub expert: f64,
+}
+
 pub fn gather_bytes_per_param(
     model: &Model,
     training: &Training,
     plan: &ParallelPlan,
-    params: f64,
+    params: super::memory::StageParams,
     max_layers: u32,
-) -> f64 {
-    if fp8_parameter_gather(training, plan) {
-        let (dense_layer, expert_layer) = super::memory::layer_params_per_gpu(model, plan);
-        let keep = super::pipeline::Bf16Keep::of(model, training, plan);
-        let bf16_layers = if keep.layers.is_none() {
-            0
-        } else {
-            let layout = super::pipeline::ChunkLayout::of(model, plan);
-            let p = plan.pp.max(1);
-            (0..p)
-                .filter(|&stage| layout.stage_mix_with_mtp(model, p, stage).0 == max_layers)
-                .filter_map(|stage| layout.stage_bf16(model, keep, p, stage))
-                .map(|b| b.layers)
-                .max()
-                .unwrap_or(0)
+) -> GatherBytes {
+    let bf16 = crate::training::WEIGHT_BYTES;
+    if !fp8_parameter_gather(training, plan) {
+        return GatherBytes {
+            dense: bf16,
+            expert: bf16,
         };
-        let quantized = f64::from(max_layers.saturating_sub(bf16_layers));
-        let layer_share = (quantized * (dense_layer + expert_layer) / params).min(1.0);
-        crate::training::WEIGHT_BYTES - layer_share
+    }
+    let keep = super::pipeline::Bf16Keep::of(model, training, plan);
+    let bf16_layers = if keep.layers.is_none() {
+        0
     } else {
-        crate::training::WEIGHT_BYTES
+        let layout = super::pipeline::ChunkLayout::of(model, plan);
+        let p = plan.pp.max(1);
+        (0..p)
+            .filter(|&stage| layout.stage_mix_with_mtp(model, p, stage).0 == max_layers)
+            .filter_map(|stage| layout.stage_bf16(model, keep, p, stage))
+            .map(|b| b.layers)
+            .max()
+            .unwrap_or(0)
+    };
+    let quantized = if max_layers == 0 {
+        0.0
+    } else {
+        f64::from(max_layers.saturating_sub(bf16_layers)) / f64::from(max_layers)
+    };
+    // The layers' weights one GPU of that stage holds: (non-expert, routed experts).
+    let (dense_layers, expert_layers) =
+        super::memory::max_stage_layer_params(model, training, plan);
+    let share = |layer_params: f64, group_params: f64| {
+        if group_params > 0.0 {
+            (quantized * layer_params / group_params).min(1.0)
+        } else {
+            0.0
+        }
+    };
+    GatherBytes {
+        dense: bf16 - share(dense_layers, params.total - params.expert),
+        expert: bf16 - share(expert_layers, params.expert),
     }
 }
 

@@ -128,8 +128,9 @@ pub fn evaluate(
             ..Term::new(kind)
         }
     };
-    // Without TP comm overlap only the backward's asynchronous re-gather of the sequence-parallel
-    // inputs hides (under its dgrad GEMMs), so the term names that, not the overlap that is off.
+    // Without TP comm overlap only the backward's asynchronous collectives hide: the re-gather of
+    // the sequence-parallel inputs (under its dgrad GEMMs) and Megatron-Core's column-parallel
+    // input gradients (under their wgrad GEMMs), so the term names that, not the overlap that is off.
     // The stage's ends add their own collectives once per micro-batch (`embedding_output_tp`),
     // the output layer's backward ones under its dgrad and wgrad GEMMs.
     let mut tp_term = layer_comm_term(
@@ -209,13 +210,14 @@ pub fn evaluate(
     terms.set(Term::exposed(TermKind::Bubble, 0.0, bubble_s));
 
     // DP (with CP) on the stage with the most parameters.
+    let stage_params = memory::max_stage_params(model, training, plan);
     let memory::StageParams {
         total: params,
         expert: expert_params,
-    } = memory::max_stage_params(model, training, plan);
+    } = stage_params;
     let dp_group = groups.get(GroupKind::Dp);
-    let gather_bytes_per_param =
-        comm::gather_bytes_per_param(model, training, plan, params, max_layers);
+    let gather_bytes =
+        comm::gather_bytes_per_param(model, training, plan, stage_params, max_layers);
     // Expert parameters are reduced and sharded over expert-DP, the rest over DP×CP.
     let expert_group = groups.get(GroupKind::ExpertDp);
     let dp_replicas = groups.get(GroupKind::DpReplica);
@@ -228,7 +230,7 @@ pub fn evaluate(
         dp_group.speed,
         dp_replicas.size,
         dp_replicas.speed,
-        gather_bytes_per_param,
+        gather_bytes.dense,
     )
     .plus(&comm::dp_traffic(
         training,
@@ -238,7 +240,7 @@ pub fn evaluate(
         expert_group.speed,
         expert_replicas.size,
         expert_replicas.speed,
-        gather_bytes_per_param,
+        gather_bytes.expert,
     ));
     let overlap = training.overlap;
     let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;

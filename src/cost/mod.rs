@@ -63,10 +63,11 @@ pub use overlap::{OVERLAP_COMPUTE_PENALTY, overlap_applied};
 pub(crate) use overlap::{PassComm, exposed_under};
 pub(crate) use stage_times::stage_moe_layers;
 pub use stage_times::{Ends, SlowestStage, slowest_stage};
-pub(crate) use tp_collectives::{recomputed_modules, tp_pairs_at, tp_recompute_share};
 pub use tp_collectives::{
-    sp_regathers_in_backward, tp_pairs_per_layer, tp_recompute_repeats_collectives,
+    column_grad_collective_async, sp_regathers_in_backward, tp_pairs_per_layer,
+    tp_recompute_repeats_collectives,
 };
+pub(crate) use tp_collectives::{recomputed_modules, tp_pairs_at, tp_recompute_share};
 #[cfg(test)]
 pub(crate) use unit_costs::unit_costs;
 pub(crate) use unit_costs::{UnitCosts, unit_costs_at};

@@ -109,10 +109,12 @@ pub enum HiddenBy {
     Nothing,
     /// The linear-layer GEMMs next to it (TP communication overlap in chunks).
     NeighbouringGemms,
-    /// The column-parallel dgrad GEMMs of the backward, under which Megatron issues the re-gather of
-    /// the sequence-parallel inputs asynchronously whether or not TP communication overlap is on
-    /// (Megatron-Core `tensor_parallel/layers.py`
-    /// `LinearWithGradAccumulationAndAsyncCommunication.backward`).
+    /// The column-parallel GEMMs of the backward, under which Megatron issues the re-gather of
+    /// the sequence-parallel inputs (under the dgrad GEMMs) asynchronously whether or not TP
+    /// communication overlap is on (Megatron-Core `tensor_parallel/layers.py`
+    /// `LinearWithGradAccumulationAndAsyncCommunication.backward`), and Megatron-Core's Transformer
+    /// Engine linears their input gradients' all-reduce or reduce-scatter (under the wgrad GEMMs,
+    /// `tp_collectives::column_grad_collective_async`).
     DgradGemms,
     /// The attention blocks of the ring step it feeds (CP).
     AttentionBlocks,

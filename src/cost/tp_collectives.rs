@@ -15,6 +15,19 @@ pub fn sp_regathers_in_backward(training: &Training, plan: &ParallelPlan) -> boo
     plan.tp > 1 && plan.sequence_parallel && !training.framework.sp_keeps_gathered_inputs()
 }
 
+/// Whether a layer's column-parallel linears issue their input gradient's TP collective (the
+/// all-reduce, a reduce-scatter under sequence parallelism) asynchronously before their wgrad GEMM
+/// and wait for it after, so it runs under that GEMM even without TP comm overlap: Megatron-Core's
+/// Transformer Engine linears (`transformer_engine/pytorch/module/layernorm_linear.py` and
+/// `linear.py` at d0067d0da: `allreduce(dgrad, tp_group, async_op=True)` or
+/// `reduce_scatter_along_first_dim(..., async_op=True)`, then `wgrad_gemm`, then
+/// `dgrad_work.wait()`). Not taken for the other frameworks: torchtitan's eager DTensor
+/// redistributes after the GEMMs; the SC'21 code all-reduces in autograd; Megatron-DeepSpeed's
+/// `LinearWithGradAccumulationAndAsyncCommunication` runs the same order but is left as fitted.
+pub fn column_grad_collective_async(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.tp > 1 && training.framework == crate::training::TrainingFramework::MegatronCore
+}
+
 /// TP all-reduce equivalents of one layer's forward on the stage that sets the step (the one the
 /// estimate's TP traffic and the ledger count): the attention's, and the MLP's on the layers whose
 /// MLP has one (`moe::mlp_tp_pair_share_at`; 2 for a dense layer, Shoeybi et al. 2019 §3).

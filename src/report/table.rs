@@ -907,7 +907,7 @@ fn term_note(term: &crate::cost::terms::Term, states: crate::training::Optimizer
         HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
         HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
         HiddenBy::DgradGemms => {
-            "the backward's dgrad GEMMs (the sequence-parallel inputs' re-gather, issued asynchronously; TP comm overlap is off)"
+            "the backward's GEMMs (issued asynchronously: the sequence-parallel inputs' re-gather under the dgrad GEMMs, Megatron-Core's column-parallel input gradients under their wgrad GEMMs; TP comm overlap is off)"
         }
         HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
         HiddenBy::DiagonalAttentionStep => {

@@ -22,17 +22,24 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
     } = *step;
     // Gradients and parameter gathers, on the stage with the most parameters: dense parameters
     // over DP×CP, expert parameters over expert-DP.
+    let stage_params = crate::cost::memory::max_stage_params(model, training, plan);
     let crate::cost::memory::StageParams {
         total: params,
         expert: expert_params,
-    } = crate::cost::memory::max_stage_params(model, training, plan);
-    let gather_bytes = comm::gather_bytes_per_param(model, training, plan, params, max_layers);
-    for (kind, replica_kind, share) in [
-        (GroupKind::Dp, GroupKind::DpReplica, params - expert_params),
+    } = stage_params;
+    let gathers = comm::gather_bytes_per_param(model, training, plan, stage_params, max_layers);
+    for (kind, replica_kind, share, gather_bytes) in [
+        (
+            GroupKind::Dp,
+            GroupKind::DpReplica,
+            params - expert_params,
+            gathers.dense,
+        ),
         (
             GroupKind::ExpertDp,
             GroupKind::ExpertDpReplica,
             expert_params,
+            gathers.expert,
         ),
     ] {
         let d = rows.groups.get(kind).size;

@@ -9,8 +9,9 @@ use crate::cost::embedding_output_tp::{EndsComm, ends_comm};
 use crate::cost::groups::GroupKind;
 use crate::cost::overlap::PassComm;
 use crate::cost::{
-    OVERLAP_COMPUTE_PENALTY, context_parallel, exposed_under, hybrid, module_recompute, moe,
-    recomputed_modules, sp_regathers_in_backward, torch_ring, tp_pairs_at, tp_recompute_share,
+    OVERLAP_COMPUTE_PENALTY, column_grad_collective_async, context_parallel, exposed_under, hybrid,
+    module_recompute, moe, recomputed_modules, sp_regathers_in_backward, torch_ring, tp_pairs_at,
+    tp_recompute_share,
 };
 use crate::training::CpExchange;
 
@@ -103,8 +104,10 @@ pub(super) fn add_tp_collective_copies(inputs: &Inputs, tp: &TpSetting, layer: &
 #[inline(always)]
 pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> PassComm {
     let Inputs {
+        model,
         training,
         plan,
+        mix,
         groups,
         ..
     } = *inputs;
@@ -142,6 +145,29 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
     };
     // Without userbuffers the re-gather still hides under its own dgrad GEMMs (async in both paths).
     let regather_exposed_s = exposed_under(regather_s, layer.column_gemm_forward);
+    // And Megatron-Core's column-parallel input gradients (their all-reduce, or reduce-scatter
+    // under sequence parallelism) run under their own wgrad GEMMs, which take as long as the
+    // column GEMMs' forward (`tp_collectives::column_grad_collective_async`); the row-parallel
+    // side's backward all-gather under sequence parallelism feeds its dgrad GEMM and stays exposed.
+    let async_grad_s = if column_grad_collective_async(training, plan) {
+        pairs
+            * if plan.sequence_parallel {
+                Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
+            } else {
+                backward_one
+            }
+    } else {
+        0.0
+    };
+    // The window is the layer's column GEMMs' time; an MoE layer's MLP-side column GEMM is its
+    // shared experts' fc1 (`moe::moe_mlp_has_tp_pair`: the routed experts' GroupedLinear runs no
+    // TP collective), narrower than the dense fc1 `LayerTime` carries by shared width / ffn.
+    let shared_fc1_share = model.moe.map_or(1.0, |moe| {
+        f64::from(moe.shared_expert_ffn_hidden) / f64::from(model.ffn_hidden.max(1))
+    });
+    let async_window = layer.column_gemm_forward
+        - mix.moe_share * layer.mlp_column_gemm_forward * (1.0 - shared_fc1_share.min(1.0));
+    let async_grad_exposed_s = exposed_under(async_grad_s, async_window.max(0.0));
     let (forward_s, backward_s) = (
         pairs * forward_one,
         pairs * backward_one + recompute_pair + regather_s,
@@ -170,10 +196,14 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
             backward_exposed_s + recompute_exposed,
         )
     } else {
-        // Synchronous collectives, but for the re-gather under its dgrad GEMM.
+        // Synchronous collectives, but for the re-gather under its dgrad GEMM and Megatron-Core's
+        // input-gradient collectives under their wgrad GEMMs.
         (
             forward_s,
-            pairs * backward_one + recompute_pair + regather_exposed_s,
+            pairs * backward_one - async_grad_s
+                + async_grad_exposed_s
+                + recompute_pair
+                + regather_exposed_s,
         )
     };
     let gather_wire = Collective::AllGather.wire_factor(plan.tp) * tp_tensor;
