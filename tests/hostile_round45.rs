@@ -6,8 +6,19 @@
 //!   `--etp` runs Megatron-Core's default, the TP size (and names it): the same plan read 107.6 GiB
 //!   (does not fit) from the file and 78.3 GiB from the flags on Mixtral 8x7B at tp 2 ep 2. A file
 //!   without `etp:` now runs the framework's default, in `eval --plan` and `compare --plan` alike.
+//! - `validate --top 1 --micro-batch 100` (or `--sequence-parallel`) validated the best plan's own
+//!   split and dropped the flag without a word: clap's `requires = "tp"` is excused beside `--top`,
+//!   which conflicts with `--tp`; without `--top` the same flags were told clap's "the following
+//!   required arguments were not provided: --tp <TP>", naming neither the value nor a fix.
+//! - `compare --plan A --plan B --max-memory-gib 1e9` printed its note ("is not below the 79.7 GiB
+//!   of h100-sxm-80g") twice, once per file's scenario.
+//! - `plan`, `sweep` and `compare` with `--recompute-modules core_attn --cpu-offload-layers 8`
+//!   searched only plans without recompute and dropped the modules without a word, where `eval`
+//!   refuses the pair.
 //!
-//! Every case checks the numbers each path prints for the same plan.
+//! Every round-trip case checks the numbers each path prints for the same plan; every error case
+//! checks exit 2, one line on stderr and the words that name the value, the rule and the fix, and
+//! runs the fix.
 //!
 //! Looked at and found sound: `plan --emit megatron` read back by `eval --megatron-args @FILE` and
 //! `plan --save` read back by `eval --plan` (tp, pp, dp, cp, ep, etp, vpp, micro-batch, recompute,
@@ -19,7 +30,24 @@
 //! `--recompute-modules`; hand-edited plan files with a key given twice (nested and top level), a
 //! key of no tpsim version, CRLF line ends, a BOM, tabs, anchors and aliases, merge keys, comments,
 //! a multi-document file and one `---`/`...`-framed document; `--save -`, `--save /dev/stdout`,
-//! `--plan -`, `--report`/`--out` onto an existing file.
+//! `--plan -`, `--report`/`--out` onto an existing file; `--plan`, `--megatron-args @`, `report`
+//! and `compare --plan` on a FIFO, /dev/null, a directory, an empty file and a 50 MB file; saved
+//! plans and reports under names with spaces and unicode, 300-character names, 6000-character
+//! paths; torchtitan plans (zbv, dualpipev with a local batch, MoE at ep 8, torch.compile with
+//! mxfp8), DeepSpeed with Ulysses CP, GB200 with cross-node TP and uneven hybrid pipelines saved and
+//! read back; `sweep --values` at 0, 1.5, '', a trailing comma, 2^32, a repeated point, a
+//! full-width digit, network bandwidths of 0, -1, 1e-300 and 1e300, offloaded layers at and past
+//! the layer count; `--chart` '', .png and a plan file; `validate --top 0`, `--ranks 0`, `--ranks`
+//! below `--tp`, `--warmup -1`, `--reps 0`, `--micro-batch` 0/1.5/100000, `--backend gpu`;
+//! `compare` with one and three `--plan`s, `--tp`, `--format csv/yaml`, `--nodes 0` and another
+//! node count over both files, `--max-memory-gib` 0.5, `--framework` over a Muon file,
+//! `--moe-imbalance` 0.5/nan and `--moe-capacity-factor` 0 and 1e308; sweep and compare printing
+//! the step time and memory `plan` prints for the same point.
+//!
+//! Left as found: `plan --moe-imbalance` with `--emit megatron` writes a line that cannot carry the
+//! imbalance, which the emit's note names with the `eval --moe-imbalance` to give beside it; a plan
+//! file missing `vpp:`, `micro_batch:`, `zero:` or `ep:` takes 1, 1, 0 and 1 without a note, as the
+//! bundled plans/seed-512b-32nodes.yaml relies on.
 
 mod common;
 
@@ -219,4 +247,45 @@ fn compare_says_a_shared_flags_note_once() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let note = "--max-memory-gib 1000000000 is not below the 79.7 GiB";
     assert_eq!(r.stderr.matches(note).count(), 1, "{}", r.stderr);
+}
+
+/// `plan`, `sweep` and `compare` with `--recompute-modules core_attn --cpu-offload-layers 8`
+/// searched only plans without recompute (offloading needs none) and dropped the modules without
+/// a word, where `eval` refuses the pair; each refuses it, and the fix runs.
+#[test]
+fn recompute_modules_beside_offloading_are_refused_by_the_searches() {
+    let base = [
+        "--model",
+        "llama3-8b",
+        "--global-batch",
+        "64",
+        "--cpu-offload-layers",
+        "8",
+        "--recompute-modules",
+        "core_attn",
+    ];
+    for command in [
+        vec!["plan", "--nodes", "1"],
+        vec!["compare", "--nodes", "1"],
+        vec!["sweep", "--axis", "nodes", "--values", "1,2"],
+    ] {
+        let mut args = command.clone();
+        args.extend(base);
+        let r = run(&args);
+        assert_one_line_error(
+            &r,
+            &[
+                "--recompute-modules core_attn with --cpu-offload-layers 8",
+                "only without recompute",
+                "drop --recompute-modules or --cpu-offload-layers",
+            ],
+            &[],
+            &format!("{command:?}"),
+        );
+        // The fix: without the modules the offloading search runs.
+        let mut fixed = command.clone();
+        fixed.extend(&base[..6]);
+        let r = run(&fixed);
+        assert_eq!(r.code, 0, "{fixed:?}: {}", r.stderr);
+    }
 }
