@@ -1221,14 +1221,16 @@ pub struct ValidateArgs {
     #[arg(long)]
     pub tp: Option<u32>,
     /// With --tp: sequence parallelism (all-gather / reduce-scatter instead of all-reduce).
-    #[arg(long, requires = "tp")]
+    // Without --tp these are refused in `app` (clap's `requires` let them pass beside --top, which
+    // conflicts with --tp, and they were dropped without a word).
+    #[arg(long)]
     pub sequence_parallel: bool,
     /// With --tp: sequences per micro-batch.
-    #[arg(long, requires = "tp")]
+    #[arg(long)]
     pub micro_batch: Option<u32>,
-    /// How many of the best plans to validate when --tp is not given.
-    #[arg(long, default_value_t = 3, conflicts_with = "tp")]
-    pub top: usize,
+    /// How many of the best plans to validate when --tp is not given (default 3).
+    #[arg(long, conflicts_with = "tp")]
+    pub top: Option<usize>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }

@@ -1184,6 +1184,31 @@ pub struct PlanFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_fusion: Option<crate::training::KernelFusion>,
     pub plan: PlanRequest,
+    /// Whether the file's `plan:` gives `etp:` (set by [`parse_plan`]; tpsim's own files always
+    /// do). Without it the file runs the framework's default expert TP ([`PlanFile::etp_for`]).
+    #[serde(skip)]
+    pub etp_given: bool,
+}
+
+impl PlanFile {
+    /// The expert-TP degree of this file's plan at `tp` and `ep` under `framework`: its `etp:`,
+    /// or where the file gives none the framework's default, as `eval --tp --ep` without `--etp`
+    /// runs it (`TrainingFramework::default_etp`: Megatron-Core's `expert_tensor_parallel_size`
+    /// defaults to the TP size). It was taken as 1, so a hand-written MoE plan at tp 2 ran etp 1
+    /// from the file and etp 2 from the same degrees as flags, 30 GiB apart on Mixtral 8x7B.
+    pub fn etp_for(
+        &self,
+        framework: crate::training::TrainingFramework,
+        tp: u32,
+        ep: u32,
+        has_experts: bool,
+    ) -> u32 {
+        if self.etp_given {
+            self.plan.etp
+        } else {
+            framework.default_etp(tp, ep, has_experts)
+        }
+    }
 }
 
 /// `model:` alone, as an inline shape: parsed again when a plan file's `model:` matched neither
@@ -1349,8 +1374,12 @@ fn refuse_empty_top_level_keys(path: &str, text: &str) -> Result<(), SpecError> 
 /// Parses the text of a plan file (`path` names it in messages).
 pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
     match parse_yaml::<PlanFile>(path, text) {
-        Ok(file) => {
+        Ok(mut file) => {
             refuse_empty_top_level_keys(path, text)?;
+            file.etp_given = yaml_serde::from_str::<yaml_serde::Value>(text)
+                .ok()
+                .and_then(|doc| Some(doc.get("plan")?.as_mapping()?.contains_key("etp")))
+                .unwrap_or(false);
             Ok(file)
         }
         Err(SpecError::Yaml {

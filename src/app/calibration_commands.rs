@@ -457,7 +457,34 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             "--sequence-parallel needs --tp 2 or more: at --tp 1 there are no TP collectives to split; drop --sequence-parallel or use e.g. --tp 2"
         );
     }
-    if args.tp.is_none() && args.top == 0 {
+    // --micro-batch and --sequence-parallel describe the one layer --tp runs; without --tp the
+    // best plans' own splits are validated, so either was dropped without a word (beside --top,
+    // which let them past clap's `requires = "tp"`).
+    let layer_flags: Vec<String> = [
+        args.micro_batch.map(|m| format!("--micro-batch {m}")),
+        args.sequence_parallel
+            .then(|| "--sequence-parallel".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if args.tp.is_none() && !layer_flags.is_empty() {
+        let given = layer_flags.join(" ");
+        let top = args
+            .top
+            .map(|n| format!("drop --top {n} and "))
+            .unwrap_or_default();
+        let (it, describes) = if layer_flags.len() > 1 {
+            ("they", "describe")
+        } else {
+            ("it", "describes")
+        };
+        bail!(
+            "{given} without --tp: {it} {describes} the one layer --tp runs, and without --tp validate runs the best plans' own splits (their micro-batches and sequence parallelism), so {it} would change nothing; {top}add --tp N (e.g. --tp 2 {given}), or drop {given}"
+        );
+    }
+    let top = args.top.unwrap_or(3);
+    if args.tp.is_none() && top == 0 {
         bail!("--top 0 would validate nothing; e.g. --top 3");
     }
     // With --tp the case is the layer as given, run and predicted in 16-bit GEMMs with the
@@ -540,7 +567,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             cases
         }
     };
-    let top = if args.tp.is_some() { 1 } else { args.top };
+    let top = if args.tp.is_some() { 1 } else { top };
     for case in candidates.iter().take(top) {
         layer_spec(model, *case)?;
     }

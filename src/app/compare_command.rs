@@ -507,6 +507,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 // takes --precision over the file's).
                 let request = crate::plan::PlanRequest {
                     precision: precision_over_file(&args.training, Some(file)),
+                    etp: file.etp_for(
+                        scenario.training.framework,
+                        file.plan.tp,
+                        file.plan.ep,
+                        scenario.model.moe.is_some(),
+                    ),
                     ..file.plan
                 };
                 super::scenario::check_fp8_scaling_applies(&args.training, request.precision)

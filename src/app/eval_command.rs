@@ -280,7 +280,16 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     "--layers/--mtp-layers change the plan file's model, whose first/last stage split ({first}, {last}) was made for its layers; delete `stage_split` from the file (tpsim then splits the layers itself) or drop those flags"
                 );
             }
-            with_plan_flags(file.plan, &args)
+            let mut request = with_plan_flags(file.plan, &args);
+            if args.etp.is_none() {
+                request.etp = file.etp_for(
+                    scenario.training.framework,
+                    request.tp,
+                    request.ep,
+                    scenario.model.moe.is_some(),
+                );
+            }
+            request
         }
         None => {
             // Any parallel degree says a plan: the others default (`--cp 4` alone is tp 1, pp 1,

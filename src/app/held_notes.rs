@@ -9,9 +9,16 @@ thread_local! {
     static HELD: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Holds one whole stderr line (with its `note: ` prefix) until `print_held`.
+/// Holds one whole stderr line (with its `note: ` prefix) until `print_held`; a line already
+/// held is said once (`compare --plan A --plan B` resolves the scenario of each file, and a flag
+/// that both share, such as `--max-memory-gib` past the GPU's memory, printed its note twice).
 pub(super) fn hold(line: String) {
-    HELD.with(|held| held.borrow_mut().push(line));
+    HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        if !held.contains(&line) {
+            held.push(line);
+        }
+    });
 }
 
 /// Prints the held lines on stderr, in the order they were said.

@@ -418,6 +418,18 @@ pub(super) fn check_search_input(
             model.name
         );
     }
+    // `--recompute-modules` says what the searched selective recompute recomputes, and an
+    // offloading search holds only plans without recompute (`ParallelPlan::build`), so beside
+    // `--cpu-offload-layers` the modules were dropped without a word, where `eval` refuses the pair.
+    if let (Some(modules), Some(layers)) = (
+        &training.recompute_modules,
+        training.cpu_offload_layers.filter(|n| *n > 0),
+    ) {
+        bail!(
+            "--recompute-modules {} with --cpu-offload-layers {layers}: the modules say what selective recompute recomputes, and Megatron-Core offloads activations only without recompute (transformer_config.py: \"CPU offloading does not work when activation recomputation is enabled\"), so no plan searched would recompute them; drop --recompute-modules or --cpu-offload-layers",
+            modules.join(" ")
+        );
+    }
     let precision = precision_of_args(training);
     crate::plan::check_precision(cluster, precision)?;
     super::scenario::check_fp8_scaling_applies(training, precision)?;
@@ -772,6 +784,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()
             },
+            etp_given: true,
         };
         let text = format!(
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {}`.\n{}",
