@@ -1184,10 +1184,49 @@ pub struct PlanFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_fusion: Option<crate::training::KernelFusion>,
     pub plan: PlanRequest,
-    /// Whether the file's `plan:` gives `etp:` (set by [`parse_plan`]; tpsim's own files always
-    /// do). Without it the file runs the framework's default expert TP ([`PlanFile::etp_for`]).
+    /// Which of the settings whose default differs from a `plan` row's the file's `plan:` gives
+    /// (set by [`parse_plan`]; tpsim's own files give them all). Without `etp:` the file runs the
+    /// framework's default expert TP ([`PlanFile::etp_for`]); without `sequence_parallel:` or
+    /// `zero:` it runs off and ZeRO-0, and `eval` says so as it does for flags not given.
     #[serde(skip)]
-    pub etp_given: bool,
+    pub given: PlanKeysGiven,
+}
+
+/// Which of a plan file's `plan:` keys with a default unlike a `plan` row's are written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanKeysGiven {
+    pub etp: bool,
+    pub sequence_parallel: bool,
+    pub zero: bool,
+}
+
+impl PlanKeysGiven {
+    /// Every key given: a plan tpsim wrote itself (`plan --save`, a pasted launch line's plan).
+    pub const ALL: Self = Self {
+        etp: true,
+        sequence_parallel: true,
+        zero: true,
+    };
+
+    /// The keys `text`'s `plan:` mapping holds (none where it cannot be read as one).
+    fn of(text: &str) -> Self {
+        let doc = yaml_serde::from_str::<yaml_serde::Value>(text).ok();
+        let plan = doc
+            .as_ref()
+            .and_then(|doc| doc.get("plan")?.as_mapping().cloned());
+        let has = |key: &str| plan.as_ref().is_some_and(|m| m.contains_key(key));
+        Self {
+            etp: has("etp"),
+            sequence_parallel: has("sequence_parallel"),
+            zero: has("zero"),
+        }
+    }
+}
+
+impl Default for PlanKeysGiven {
+    fn default() -> Self {
+        Self::ALL
+    }
 }
 
 impl PlanFile {
@@ -1203,7 +1242,7 @@ impl PlanFile {
         ep: u32,
         has_experts: bool,
     ) -> u32 {
-        if self.etp_given {
+        if self.given.etp {
             self.plan.etp
         } else {
             framework.default_etp(tp, ep, has_experts)
@@ -1376,10 +1415,7 @@ pub fn parse_plan(path: &str, text: &str) -> Result<PlanFile, SpecError> {
     match parse_yaml::<PlanFile>(path, text) {
         Ok(mut file) => {
             refuse_empty_top_level_keys(path, text)?;
-            file.etp_given = yaml_serde::from_str::<yaml_serde::Value>(text)
-                .ok()
-                .and_then(|doc| Some(doc.get("plan")?.as_mapping()?.contains_key("etp")))
-                .unwrap_or(false);
+            file.given = PlanKeysGiven::of(text);
             Ok(file)
         }
         Err(SpecError::Yaml {

@@ -183,7 +183,9 @@ fn validate_layer_flags_without_tp_are_refused_not_dropped() {
         &[
             "--micro-batch 100 without --tp",
             "best plans' own splits",
-            "drop --top 1 and add --tp N (e.g. --tp 2 --micro-batch 100)",
+            // The example runs: 100 does not split the global batch of 64, which the batch rule
+            // refuses next, so it takes the largest micro-batch that does.
+            "drop --top 1 and add --tp N (e.g. --tp 2 --micro-batch 64; --micro-batch 100 does not split --global-batch 64)",
         ],
         &["validating"],
         "validate --top 1 --micro-batch 100",
@@ -205,12 +207,11 @@ fn validate_layer_flags_without_tp_are_refused_not_dropped() {
         &["required arguments", "drop --top"],
         "validate --micro-batch 4 --sequence-parallel",
     );
-    // The fix runs, at the micro-batch given.
-    let r = with(&["--tp", "2", "--micro-batch", "100"]);
+    // The fix runs, at the micro-batch its example gives.
+    let r = with(&["--tp", "2", "--micro-batch", "64"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("validating tp 2 sp false micro-batch 100"),
+        r.stderr.contains("validating tp 2 sp false micro-batch 64"),
         "{}",
         r.stderr
     );

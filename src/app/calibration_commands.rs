@@ -470,6 +470,26 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     .collect();
     if args.tp.is_none() && !layer_flags.is_empty() {
         let given = layer_flags.join(" ");
+        // The example must run: with --global-batch given, a micro-batch that does not split it
+        // is refused next (the batch rule below), so the example takes the largest that does.
+        let example = match (args.micro_batch, args.training.global_batch) {
+            (Some(micro_batch), Some(global_batch))
+                if crate::plan::check_batch_split(global_batch, 1, micro_batch).is_err() =>
+            {
+                let fits = (1..=micro_batch.min(global_batch))
+                    .rev()
+                    .find(|&mb| global_batch.is_multiple_of(mb))
+                    .unwrap_or(1);
+                format!(
+                    "{}; --micro-batch {micro_batch} does not split --global-batch {global_batch}",
+                    given.replace(
+                        &format!("--micro-batch {micro_batch}"),
+                        &format!("--micro-batch {fits}")
+                    )
+                )
+            }
+            _ => given.clone(),
+        };
         let top = args
             .top
             .map(|n| format!("drop --top {n} and "))
@@ -480,7 +500,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
             ("it", "describes")
         };
         bail!(
-            "{given} without --tp: {it} {describes} the one layer --tp runs, and without --tp validate runs the best plans' own splits (their micro-batches and sequence parallelism), so {it} would change nothing; {top}add --tp N (e.g. --tp 2 {given}), or drop {given}"
+            "{given} without --tp: {it} {describes} the one layer --tp runs, and without --tp validate runs the best plans' own splits (their micro-batches and sequence parallelism), so {it} would change nothing; {top}add --tp N (e.g. --tp 2 {example}), or drop {given}"
         );
     }
     let top = args.top.unwrap_or(3);

@@ -837,9 +837,13 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
-    if plan_file.is_none()
-        && let Some(note) = defaults_unlike_plan_rows(&args, &plan, &scenario.model, framework)
-    {
+    if let Some(note) = defaults_unlike_plan_rows(
+        &args,
+        plan_file.as_ref().map(|(file, path)| (file, path.as_str())),
+        &plan,
+        &scenario.model,
+        framework,
+    ) {
         eprintln!("{note}");
     }
     if let Some(note) = super::cp_exchange_note::unused_with_cp_1(
@@ -1025,8 +1029,14 @@ fn block_recompute_layers(args: &EvalArgs) -> u32 {
 /// not the row's 78.0; DeepSeek-V3 on 256 GB200: 17.5 s, not the row's 7.5, its experts' TP
 /// group spanning two NVLink segments), with nothing said. A pasted launch line states its own
 /// settings (absent is off there), so it gets no note.
+///
+/// A plan file (`file`, with its path) that does not write these keys in its `plan:` is run at the
+/// same defaults (`specs::PlanKeysGiven`), and the note names the file and its missing keys: a
+/// hand-written file was evaluated at them without a word, where the same degrees as flags were
+/// told.
 fn defaults_unlike_plan_rows(
     args: &EvalArgs,
+    file: Option<(&crate::specs::PlanFile, &str)>,
     plan: &ParallelPlan,
     model: &crate::model::Model,
     framework: crate::training::TrainingFramework,
@@ -1035,6 +1045,14 @@ fn defaults_unlike_plan_rows(
     if pasted_line {
         return None;
     }
+    let in_file = file.map_or(
+        crate::specs::PlanKeysGiven {
+            etp: false,
+            sequence_parallel: false,
+            zero: false,
+        },
+        |(f, _)| f.given,
+    );
     // What was taken, and the column of `plan`'s table that shows it.
     // Where the framework's own default differs from Megatron-LM's, the note names it in the
     // framework's terms: torchtitan's TP plan always shards the sequence (its norms run under
@@ -1042,7 +1060,11 @@ fn defaults_unlike_plan_rows(
     // (`data_parallel_shard_degree = -1`); DeepSpeed's `zero_optimization.stage` defaults to 0.
     use crate::training::TrainingFramework as F;
     let mut taken: Vec<(String, &str)> = Vec::new();
-    if args.sequence_parallel.is_none() && plan.tp > 1 && framework.runs_sequence_parallelism() {
+    if args.sequence_parallel.is_none()
+        && !in_file.sequence_parallel
+        && plan.tp > 1
+        && framework.runs_sequence_parallelism()
+    {
         let setting = match framework {
             F::Torchtitan => {
                 "sequence parallel off (--sequence-parallel; torchtitan's TP always runs it)"
@@ -1055,6 +1077,7 @@ fn defaults_unlike_plan_rows(
         taken.push((setting.to_string(), "sp"));
     }
     let zero_given = args.zero.is_some()
+        || in_file.zero
         || args.use_distributed_optimizer
         || args.use_megatron_fsdp
         || args.use_torch_fsdp2
@@ -1073,6 +1096,7 @@ fn defaults_unlike_plan_rows(
     // fixes its expert layout (`TrainingFramework::runs_expert_tp`), so etp = tp at ep 1 is its
     // own and every plan row's, no Megatron-LM default.
     if args.etp.is_none()
+        && !in_file.etp
         && model.moe.is_some()
         && plan.tp > 1
         && plan.etp == plan.tp
@@ -1087,6 +1111,13 @@ fn defaults_unlike_plan_rows(
         return None;
     }
     let (settings, columns): (Vec<String>, Vec<&str>) = taken.into_iter().unzip();
+    let keys: Vec<String> = columns
+        .iter()
+        .map(|column| match *column {
+            "sp" => "sequence_parallel:".to_string(),
+            other => format!("{other}:"),
+        })
+        .collect();
     let (columns, flags) = match columns.as_slice() {
         [one] => (format!("its {one} column"), "that flag"),
         [rest @ .., last] => (
@@ -1100,10 +1131,18 @@ fn defaults_unlike_plan_rows(
         F::Deepspeed => "Megatron-LM's defaults (DeepSpeed's too)",
         _ => "Megatron-LM's defaults",
     };
-    Some(format!(
-        "note: not given, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
-        settings.join(", ")
-    ))
+    Some(match file {
+        None => format!(
+            "note: not given, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: give {flags} to evaluate that row",
+            settings.join(", ")
+        ),
+        Some((_, path)) => format!(
+            "note: {} gives no {} under plan:, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: write them in the file (a `tpsim plan --save` file writes every key) or give {flags}",
+            crate::input_file::quote(path),
+            keys.join(", "),
+            settings.join(", ")
+        ),
+    })
 }
 
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as

@@ -884,7 +884,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
             reshard_after_forward: launch.reshard_after_forward,
             ..PlanRequest::default()
         },
-        etp_given: true,
+        given: crate::specs::PlanKeysGiven::ALL,
     })
 }
 

@@ -784,7 +784,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
                 allow_cross_node_tp: best.plan.tp > scenario.cluster.gpus_per_node,
                 ..best.plan.request()
             },
-            etp_given: true,
+            given: crate::specs::PlanKeysGiven::ALL,
         };
         let text = format!(
             "# Written by `tpsim plan`; read it back with `tpsim eval --plan {}`.\n{}",
