@@ -1220,13 +1220,21 @@ pub struct ValidateArgs {
     /// Run this TP degree (default: the TP degrees of the --top best plans).
     #[arg(long)]
     pub tp: Option<u32>,
-    /// With --tp: sequence parallelism (all-gather / reduce-scatter instead of all-reduce).
+    /// With --tp: sequence parallelism on (`--sequence-parallel`, or `true`: all-gather /
+    /// reduce-scatter instead of all-reduce) or off (`false`, the default); also `--sp`, as in
+    /// plan and eval, whose table's `sp` column and `pinned:` line it takes as written.
     // Without --tp these are refused in `app` (clap's `requires` let them pass beside --top, which
     // conflicts with --tp, and they were dropped without a word).
-    #[arg(long)]
-    pub sequence_parallel: bool,
-    /// With --tp: sequences per micro-batch.
-    #[arg(long)]
+    #[arg(
+        long,
+        visible_alias = "sp",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub sequence_parallel: Option<bool>,
+    /// With --tp: sequences per micro-batch (also `--mb`, as in plan and eval).
+    #[arg(long, visible_aliases = ["micro-batch-size", "mb"])]
     pub micro_batch: Option<u32>,
     /// How many of the best plans to validate when --tp is not given (default 3).
     #[arg(long, conflicts_with = "tp")]

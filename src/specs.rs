@@ -1248,6 +1248,27 @@ impl PlanFile {
             framework.default_etp(tp, ep, has_experts)
         }
     }
+
+    /// This file's sequence parallelism at `tp` and `cp`: its `sequence_parallel:`, or where the
+    /// file gives none the value `eval --tp` without `--sequence-parallel` takes: Megatron-LM's
+    /// default (off), on where Megatron-Core trains a mixture-of-experts model under TP only with
+    /// it (`plan::moe_needs_sequence_parallel`, moe_layer.py) and the sequence splits. Without the
+    /// key such a file was refused ("without --sequence-parallel") where the same degrees as flags
+    /// ran with it on and a note.
+    pub fn sequence_parallel_for(
+        &self,
+        model: &crate::model::Model,
+        training: &crate::training::Training,
+        tp: u32,
+        cp: u32,
+    ) -> bool {
+        if self.given.sequence_parallel {
+            self.plan.sequence_parallel
+        } else {
+            crate::plan::moe_needs_sequence_parallel(model, training.framework, tp)
+                && crate::plan::sp_splits_sequence(tp, cp, training)
+        }
+    }
 }
 
 /// `model:` alone, as an inline shape: parsed again when a plan file's `model:` matched neither

@@ -409,11 +409,24 @@ fn csv_cell(text: &str) -> String {
     }
 }
 
-/// The range's basis in one CSV cell: the JSON's text with its commas as semicolons, so that every
-/// cell of a row with a plan stays free of commas (as the columns' values are) and a reader that
-/// splits on commas still lines the cells up with the header.
-fn range_basis_cell(basis: Option<&str>) -> String {
-    csv_cell(&basis.unwrap_or_default().replace(',', ";"))
+/// The range's basis in one CSV cell: the JSON's text with its own commas as semicolons, so that
+/// every cell of a row with a plan stays free of commas (as the columns' values are) and a reader
+/// that splits on commas still lines the cells up with the header. The GPU's name inside it is
+/// kept as the row's `gpu` cell writes it (quoted where it holds a comma): a custom `--gpu FILE`
+/// named `acme "x1", rev 2` read `acme "x1"; rev 2` in the basis beside that cell.
+fn range_basis_cell(basis: Option<&str>, gpu: &str) -> String {
+    let basis = basis.unwrap_or_default();
+    let family = crate::uncertainty::hardware_family(gpu);
+    let text = if family.is_empty() {
+        basis.replace(',', ";")
+    } else {
+        basis
+            .split(family)
+            .map(|part| part.replace(',', ";"))
+            .collect::<Vec<_>>()
+            .join(family)
+    };
+    csv_cell(&text)
 }
 
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
@@ -466,7 +479,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
             fixed(r.time.step_s_high, 4),
-            range_basis_cell(r.time.step_s_range_basis.as_deref()),
+            range_basis_cell(r.time.step_s_range_basis.as_deref(), &r.gpu),
             measured(r.tokens_per_s, 1),
             measured(r.tokens_per_s_low, 1),
             measured(r.tokens_per_s_high, 1),

@@ -382,6 +382,18 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
             );
         }
     }
+    // The size flags' own rules (a zero, an order, the CPU's caps) need no device: checked at the
+    // backend asked for before it is opened, so `--backend cuda --min-message 10MB --max-message
+    // 1MB` on a machine without a driver is told both at once rather than the driver first and,
+    // once installed, the sizes. The GPU's memory bound waits for the device below.
+    let asked = match args.measure.backend {
+        BackendArg::Cpu => Some(BackendKind::Cpu),
+        BackendArg::Cuda => Some(BackendKind::Cuda),
+        BackendArg::Auto => None,
+    };
+    if let Some(kind) = asked {
+        sizes(kind, None, &args)?;
+    }
     let (mut timer, why) = backend(&args.measure, 2)?;
     let sizes = sizes(timer.kind(), timer.device_memory_gib(), &args)?;
     check_output(&args)?;
@@ -452,7 +464,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     if args.micro_batch == Some(0) {
         bail!("--micro-batch 0 must be at least 1; e.g. --micro-batch 1");
     }
-    if args.sequence_parallel && args.tp == Some(1) {
+    if args.sequence_parallel == Some(true) && args.tp == Some(1) {
         bail!(
             "--sequence-parallel needs --tp 2 or more: at --tp 1 there are no TP collectives to split; drop --sequence-parallel or use e.g. --tp 2"
         );
@@ -462,8 +474,13 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     // which let them past clap's `requires = "tp"`).
     let layer_flags: Vec<String> = [
         args.micro_batch.map(|m| format!("--micro-batch {m}")),
-        args.sequence_parallel
-            .then(|| "--sequence-parallel".to_string()),
+        args.sequence_parallel.map(|on| {
+            if on {
+                "--sequence-parallel".to_string()
+            } else {
+                "--sequence-parallel false".to_string()
+            }
+        }),
     ]
     .into_iter()
     .flatten()
@@ -553,7 +570,7 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
     let candidates: Vec<Case> = match args.tp {
         Some(tp) => vec![Case {
             tp,
-            sequence_parallel: args.sequence_parallel,
+            sequence_parallel: args.sequence_parallel == Some(true),
             micro_batch: args.micro_batch.unwrap_or(1),
         }],
         None => {

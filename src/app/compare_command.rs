@@ -513,6 +513,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                         file.plan.ep,
                         scenario.model.moe.is_some(),
                     ),
+                    sequence_parallel: file.sequence_parallel_for(
+                        &scenario.model,
+                        &scenario.training,
+                        file.plan.tp,
+                        file.plan.cp,
+                    ),
                     ..file.plan
                 };
                 super::scenario::check_fp8_scaling_applies(&args.training, request.precision)

@@ -289,6 +289,14 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                     scenario.model.moe.is_some(),
                 );
             }
+            if args.sequence_parallel.is_none() {
+                request.sequence_parallel = file.sequence_parallel_for(
+                    &scenario.model,
+                    &scenario.training,
+                    request.tp,
+                    request.cp,
+                );
+            }
             request
         }
         None => {

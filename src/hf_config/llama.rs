@@ -187,12 +187,44 @@ impl Reader<'_> {
                 // `max_window_layers` (class default 28), the `layer_types` they derive; a config
                 // whose `max_window_layers` reaches `num_hidden_layers` (Qwen2-7B-Instruct's
                 // 28 of 28, Qwen2-0.5B's 24 of 24) or whose window is null runs full attention in every layer.
+                // A `layer_types` given is taken as written (checked to list every layer,
+                // `layer_type_validation`), and a layer slides only where it says
+                // "sliding_attention": one of `num_hidden_layers` entries, all "full_attention",
+                // runs full attention everywhere (it was refused as an unmodelled window).
                 _ if self.flag("use_sliding_window")? == Some(true)
-                    && matches!(self.obj.get("layer_types"), None | Some(Value::Null))
-                    && (self.count_or("max_window_layers", 28)? >= layers
-                        || matches!(self.obj.get("sliding_window"), Some(Value::Null))) =>
+                    && (matches!(self.obj.get("sliding_window"), Some(Value::Null))
+                        || match self.obj.get("layer_types") {
+                            None | Some(Value::Null) => {
+                                self.count_or("max_window_layers", 28)? >= layers
+                            }
+                            Some(Value::Array(types)) => {
+                                types.len() == layers as usize
+                                    && types.iter().all(|t| t.as_str() == Some("full_attention"))
+                            }
+                            Some(_) => false,
+                        }) =>
                 {
                     None
+                }
+                // transformers' `layer_type_validation` refuses a list that does not name every
+                // layer; said as that, not as the window tpsim does not model.
+                _ if self.flag("use_sliding_window")? == Some(true)
+                    && self.obj.get("layer_types").is_some_and(|v| {
+                        !v.is_null()
+                            && !v.as_array().is_some_and(|types| {
+                                types.len() == layers as usize && types.iter().all(Value::is_string)
+                            })
+                    }) =>
+                {
+                    return Err(self.unsupported(format!(
+                        "key \"layer_types\" is {}, not a list of {layers} attention types (one per layer of \"num_hidden_layers\" {layers}, as transformers' layer_type_validation requires); correct it in the config, or remove it for the layers \"max_window_layers\" sets",
+                        match &self.obj["layer_types"] {
+                            Value::Array(types) if types.iter().all(Value::is_string) =>
+                                format!("a list of {} entries", types.len()),
+                            Value::Array(_) => "a list with an entry that is not a string".to_string(),
+                            other => super::reader::written(self.text, "layer_types", other),
+                        }
+                    )));
                 }
                 _ if self.flag("use_sliding_window")? == Some(true) => {
                     return Err(self.unsupported(
