@@ -4,10 +4,11 @@
 
 use super::compute::LayerTime;
 use super::pipeline;
+use super::v_schedule;
 use super::{MixCosts, UnitCosts};
 use crate::cluster::Cluster;
-use crate::model::HybridRun;
 use crate::model::Model;
+use crate::model::{BlockCounts, HybridRun};
 use crate::plan::ParallelPlan;
 use crate::training::Training;
 
@@ -185,11 +186,69 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
             max_layers: last_layers,
         };
     }
+    // Under a V schedule GPU g holds virtual stages g and 2p − 1 − g (`v_schedule::virtual_stage`,
+    // torchtitan's `pipeline_parallel_schedule = "DualPipeV"` / `"ZBVZeroBubble"`), the first GPU
+    // the last one, with the output layer, the loss and the MTP depths: the looped stages below
+    // would count other layers than any GPU holds (DeepSeek-V3 at pp 16: the looped last stage's 2
+    // layers and the MTP depth, where the V puts 1 dense layer and the MTP depth on the first GPU
+    // and 2 to 4 MoE layers on each other), so every GPU is priced at its own layers, as the
+    // simulated schedule prices its chunks (`simulated::v_chunk_costs`).
+    if v_shaped {
+        let layout = layout.unwrap_or_else(|| pipeline::ChunkLayout::of(model, plan));
+        let p = plan.pp;
+        let gpu_of = |gpu: u32| {
+            let holds_last = gpu == 0;
+            let depths = if holds_last { model.mtp_layers } else { 0 };
+            let ranges = [0, 1].map(|chunk| layout.range(v_schedule::virtual_stage(gpu, chunk, p)));
+            let layers = ranges.iter().map(|(start, end)| end - start).sum::<u32>() + depths;
+            let mtp_moe = if model.mtp_layer_is_moe() { depths } else { 0 };
+            let moe_layers = ranges
+                .iter()
+                .map(|&(start, end)| model.moe_layers_between(start, end))
+                .sum::<u32>()
+                + mtp_moe;
+            let run = model.is_hybrid().then(|| crate::model::HybridRun {
+                counts: ranges.iter().fold(
+                    Default::default(),
+                    |counts: BlockCounts, &(start, end)| {
+                        counts.plus(model.blocks_between(start, end))
+                    },
+                ),
+                mtp_depths: depths,
+            });
+            let bf16 = (!keep.is_none())
+                .then(|| {
+                    let [(s0, e0), (s1, e1)] = ranges;
+                    pipeline::Bf16Run::of_range(model, keep, s0, e0, 0)
+                        .plus(pipeline::Bf16Run::of_range(model, keep, s1, e1, depths))
+                        .nonempty()
+                })
+                .flatten();
+            GpuMix {
+                layers,
+                moe_layers,
+                run,
+                bf16,
+                with_output: holds_last,
+            }
+        };
+        return per_stage_times(model, plan, mix, gpu_of, stage_time);
+    }
     // Every stage priced on its own where the stages differ in more than the closed form's four
     // representatives tell apart: a hybrid stack's slices, or bf16 layers on a middle stage.
     let bf16_in_middle = !keep.layers.is_none() && (1..last_stage).any(|s| bf16_of(s).is_some());
     if let (true, Some(layout)) = (model.is_hybrid() || bf16_in_middle, layout) {
-        return per_stage_times(model, plan, mix, &layout, stage_time);
+        let stage_of = |stage: u32| {
+            let (layers, moe_layers) = layout.stage_mix_with_mtp(model, plan.pp, stage);
+            GpuMix {
+                layers,
+                moe_layers,
+                run: layout.stage_run(model, plan.pp, stage),
+                bf16: layout.stage_bf16(model, keep, plan.pp, stage),
+                with_output: stage == last_stage,
+            }
+        };
+        return per_stage_times(model, plan, mix, stage_of, stage_time);
     }
     // The middle stage with the most layers, and of those the most MoE layers: all of them when
     // every layer is MoE, or when the dense prefix ends on the first stage of a pipeline without
@@ -290,44 +349,43 @@ fn v_chunk_split(mean: [f64; 3], out: LayerTime, p: f64, v: f64) -> [[f64; 3]; 2
     [chunk, output]
 }
 
-/// [`stage_times`] stage by stage: a hybrid stack with a pipeline, where Megatron-Core gives each
-/// stage its own slice of the pattern (`select_pipeline_segment`), or bf16 layers reaching a
-/// middle stage; every stage is priced at its own layers and the slowest sets the step; the mean
-/// is over all of them.
+/// What one GPU of the pipeline holds over all its model chunks: its transformer layers (the MTP
+/// depths included where it runs them), the MoE layers among them, a hybrid stack's run, its
+/// layers kept in bf16, and whether it runs the output layer and the loss.
+struct GpuMix {
+    layers: u32,
+    moe_layers: u32,
+    run: Option<HybridRun>,
+    bf16: Option<pipeline::Bf16Run>,
+    with_output: bool,
+}
+
+/// [`stage_times`] GPU by GPU (`gpu_of` says what each holds): a hybrid stack with a pipeline,
+/// where Megatron-Core gives each stage its own slice of the pattern (`select_pipeline_segment`),
+/// bf16 layers reaching a middle stage, or a V schedule's two chunks a GPU; every GPU is priced at
+/// its own layers and the slowest sets the step; the mean is over all of them.
 fn per_stage_times(
     model: &Model,
     plan: &ParallelPlan,
     mix: &mut MixCosts,
-    layout: &pipeline::ChunkLayout,
+    gpu_of: impl Fn(u32) -> GpuMix,
     stage_time: impl Fn(&UnitCosts, u32, u32, Ends) -> StageTime,
 ) -> StageTimes {
     let p = plan.pp.max(1);
-    let last = p - 1;
-    let keep = mix.keep;
     let v_shaped = mix.training.pp_schedule.v_kind().is_some();
-    let stage_of = |stage: u32| {
-        let (layers, moe_layers) = layout.stage_mix_with_mtp(model, p, stage);
-        let run = layout.stage_run(model, p, stage);
-        (
-            layers,
-            moe_layers,
-            run,
-            layout.stage_bf16(model, keep, p, stage),
-        )
-    };
     let mut sum = 0.0;
     let mut split_sum = [0.0; 3];
     let mut output = LayerTime::default();
     let mut slowest = (0, f64::NEG_INFINITY);
     for stage in 0..p {
-        let (layers, moe_layers, run, bf16) = stage_of(stage);
-        let at = mix.stage(layers, moe_layers, run, bf16);
-        let ends = Ends::of(plan, v_shaped, stage, stage == last);
-        let time = stage_time(mix.costs(at), layers, moe_layers, ends);
+        let g = gpu_of(stage);
+        let at = mix.stage(g.layers, g.moe_layers, g.run, g.bf16);
+        let ends = Ends::of(plan, v_shaped, stage, g.with_output);
+        let time = stage_time(mix.costs(at), g.layers, g.moe_layers, ends);
         sum += time.total();
         let split = time.split();
         split_sum = [0, 1, 2].map(|k| split_sum[k] + split[k]);
-        if stage == last {
+        if g.with_output {
             output = mix.costs(at).output;
         }
         if time.total() > slowest.1 {
@@ -337,19 +395,19 @@ fn per_stage_times(
     let pf = f64::from(p);
     // Its slot: the one that still holds its mix, or, where the loop reused the last slot for a
     // later stage, the last slot again (filled anew).
-    let (stage, (layers, moe_layers, run, bf16)) = (slowest.0, stage_of(slowest.0));
-    let at = mix.stage(layers, moe_layers, run, bf16);
-    let ends = Ends::of(plan, v_shaped, stage, stage == last);
-    let time = stage_time(mix.costs(at), layers, moe_layers, ends);
+    let (stage, g) = (slowest.0, gpu_of(slowest.0));
+    let at = mix.stage(g.layers, g.moe_layers, g.run, g.bf16);
+    let ends = Ends::of(plan, v_shaped, stage, g.with_output);
+    let time = stage_time(mix.costs(at), g.layers, g.moe_layers, ends);
     StageTimes {
         slowest: time,
-        slowest_layers: layers,
-        slowest_moe_layers: moe_layers,
+        slowest_layers: g.layers,
+        slowest_moe_layers: g.moe_layers,
         slowest_ends: ends,
-        slowest_mtp_layers: if stage == last { model.mtp_layers } else { 0 },
+        slowest_mtp_layers: if g.with_output { model.mtp_layers } else { 0 },
         slowest_costs: at,
-        slowest_run: run,
-        slowest_bf16: bf16,
+        slowest_run: g.run,
+        slowest_bf16: g.bf16,
         mean_total: sum / pf,
         v_chunks: v_shaped
             .then(|| v_chunk_split(split_sum.map(|x| x / pf), output, pf, f64::from(plan.vpp))),

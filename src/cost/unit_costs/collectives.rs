@@ -98,16 +98,86 @@ pub(super) fn add_tp_collective_copies(inputs: &Inputs, tp: &TpSetting, layer: &
     }
 }
 
+/// The GEMM windows a layer's column-parallel linears hide their own asynchronous backward
+/// collectives under, one per linear: Megatron-Core's `LinearWithGradAccumulationAndAsyncCommunication`
+/// and Transformer Engine's `linear.py`, `layernorm_linear.py`, `layernorm_mlp.py` and
+/// `ops/basic/basic_linear.py` (d0067d0da) issue the sequence-parallel re-gather before that
+/// linear's dgrad GEMM and wait for it before its wgrad GEMM, and the input gradient's all-reduce or
+/// reduce-scatter after the dgrad GEMM, waited after the same linear's wgrad GEMM. The QKV's
+/// collective cannot borrow the MLP up projection's GEMM (its backward has finished and waited
+/// before the attention's starts). Each window is the linear's forward GEMM time (its dgrad and
+/// wgrad GEMMs have the forward's FLOPs at the same rate, `compute::layer_time_sharded`). The
+/// attention and Mamba blocks share one mean window per block (QKV, Mamba's in-projection: a hybrid
+/// average layer keeps their sum only); an MoE layer's MLP side is its shared experts' fc1, narrower
+/// than the dense fc1 by shared width / ffn (the routed experts' `GroupedLinear` runs no TP
+/// collective, `moe::moe_mlp_has_tp_pair`).
+struct ColumnWindows {
+    /// Attention and Mamba blocks per layer, and the window of each.
+    mixer_blocks: f64,
+    mixer_s: f64,
+    /// Dense-MLP blocks per layer, and the dense fc1's window.
+    dense_mlp_blocks: f64,
+    dense_fc1_s: f64,
+    /// MoE-MLP blocks per layer with a TP pair, and the shared experts' fc1 window.
+    moe_mlp_blocks: f64,
+    shared_fc1_s: f64,
+}
+
+impl ColumnWindows {
+    #[inline(always)]
+    fn of(inputs: &Inputs, layer: &LayerTime) -> ColumnWindows {
+        let Inputs {
+            model,
+            training,
+            mix,
+            ..
+        } = *inputs;
+        let shares = mix.blocks;
+        let mixer_blocks = shares.attention + shares.mamba;
+        let mixer_gemms = layer.column_gemm_forward - layer.mlp_column_gemm_forward;
+        // `mlp_column_gemm_forward` is one dense fc1 at the MLP blocks' share (`hybrid::average_layer`).
+        let dense_fc1_s = if shares.mlp > 0.0 {
+            layer.mlp_column_gemm_forward / shares.mlp
+        } else {
+            0.0
+        };
+        let shared_fc1_share = model.moe.map_or(0.0, |moe| {
+            (f64::from(moe.shared_expert_ffn_hidden) / f64::from(model.ffn_hidden.max(1))).min(1.0)
+        });
+        let moe_pair =
+            moe::mlp_tp_pair_share_at(model, training, mix.moe_share) - 1.0 + mix.moe_share;
+        ColumnWindows {
+            mixer_blocks,
+            mixer_s: if mixer_blocks > 0.0 {
+                mixer_gemms.max(0.0) / mixer_blocks
+            } else {
+                0.0
+            },
+            dense_mlp_blocks: (shares.mlp - mix.moe_share).max(0.0),
+            dense_fc1_s,
+            moe_mlp_blocks: moe_pair.max(0.0),
+            shared_fc1_s: shared_fc1_share * dense_fc1_s,
+        }
+    }
+
+    /// Exposed time of one collective of `one_s` per column-parallel linear, each under its own
+    /// linear's window at the SM penalty (`exposed_under`), summed over the layer's linears.
+    #[inline(always)]
+    fn exposed(&self, one_s: f64) -> f64 {
+        self.mixer_blocks * exposed_under(one_s, self.mixer_s)
+            + self.dense_mlp_blocks * exposed_under(one_s, self.dense_fc1_s)
+            + self.moe_mlp_blocks * exposed_under(one_s, self.shared_fc1_s)
+    }
+}
+
 /// TP: two all-reduce equivalents per layer forward and two in backward (Shoeybi et al. 2019
 /// §3), the forward pair again under full recompute (`comm::tp_collectives_per_layer`), hidden
 /// under the layer's GEMMs where TP overlap runs.
 #[inline(always)]
 pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> PassComm {
     let Inputs {
-        model,
         training,
         plan,
-        mix,
         groups,
         ..
     } = *inputs;
@@ -143,31 +213,32 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
     } else {
         0.0
     };
-    // Without userbuffers the re-gather still hides under its own dgrad GEMMs (async in both paths).
-    let regather_exposed_s = exposed_under(regather_s, layer.column_gemm_forward);
-    // And Megatron-Core's column-parallel input gradients (their all-reduce, or reduce-scatter
-    // under sequence parallelism) run under their own wgrad GEMMs, which take as long as the
-    // column GEMMs' forward (`tp_collectives::column_grad_collective_async`); the row-parallel
-    // side's backward all-gather under sequence parallelism feeds its dgrad GEMM and stays exposed.
-    let async_grad_s = if column_grad_collective_async(training, plan) {
-        pairs
-            * if plan.sequence_parallel {
-                Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
-            } else {
-                backward_one
-            }
+    // Without userbuffers the re-gather still hides under its own dgrad GEMM (async in both paths)
+    // and Megatron-Core's column-parallel input gradients (their all-reduce, or reduce-scatter
+    // under sequence parallelism) under their own wgrad GEMM, which takes as long as the linear's
+    // forward GEMM (`tp_collectives::column_grad_collective_async`); the row-parallel side's
+    // backward all-gather under sequence parallelism feeds its dgrad GEMM and stays exposed. Each
+    // hides under its own linear's GEMM only (`ColumnWindows`).
+    let windows = ColumnWindows::of(inputs, layer);
+    let regather_exposed_s = if regathers {
+        windows.exposed(Collective::AllGather.time(
+            gather_scale.regather * tp_tensor,
+            plan.tp,
+            tp_group.speed,
+        ))
     } else {
         0.0
     };
-    // The window is the layer's column GEMMs' time; an MoE layer's MLP-side column GEMM is its
-    // shared experts' fc1 (`moe::moe_mlp_has_tp_pair`: the routed experts' GroupedLinear runs no
-    // TP collective), narrower than the dense fc1 `LayerTime` carries by shared width / ffn.
-    let shared_fc1_share = model.moe.map_or(1.0, |moe| {
-        f64::from(moe.shared_expert_ffn_hidden) / f64::from(model.ffn_hidden.max(1))
-    });
-    let async_window = layer.column_gemm_forward
-        - mix.moe_share * layer.mlp_column_gemm_forward * (1.0 - shared_fc1_share.min(1.0));
-    let async_grad_exposed_s = exposed_under(async_grad_s, async_window.max(0.0));
+    let async_grad_one = if plan.sequence_parallel {
+        Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
+    } else {
+        backward_one
+    };
+    let (async_grad_s, async_grad_exposed_s) = if column_grad_collective_async(training, plan) {
+        (pairs * async_grad_one, windows.exposed(async_grad_one))
+    } else {
+        (0.0, 0.0)
+    };
     let (forward_s, backward_s) = (
         pairs * forward_one,
         pairs * backward_one + recompute_pair + regather_s,
