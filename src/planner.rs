@@ -140,6 +140,19 @@ pub struct SearchStats {
     pub infeasible_by_reason: BTreeMap<String, u64>,
     pub elapsed_s: f64,
     pub threads: usize,
+    /// The pinned dimensions by their plan key (`{"tp": 8, "pp": 4}`), the pins `plan`'s
+    /// `pinned:` line names (`app::pin_conflict::pins_json`, its one source); the search leaves it
+    /// empty, and JSON leaves an empty one out. A JSON object, in the line's order.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "pairs_as_map")]
+    pub pinned: Vec<(String, serde_json::Value)>,
+}
+
+/// Key-value pairs written as a mapping, in their order.
+fn pairs_as_map<S: serde::Serializer>(
+    pairs: &[(String, serde_json::Value)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(pairs.iter().map(|(key, value)| (key, value)))
 }
 
 /// Every evaluated plan, feasible ones ranked first (fastest first), then the infeasible ones by
@@ -747,6 +760,7 @@ fn search_with(
             infeasible_by_reason,
             elapsed_s: started.elapsed().as_secs_f64(),
             threads: rayon::current_num_threads(),
+            pinned: Vec::new(),
         },
         ranked,
     }

@@ -425,6 +425,30 @@ fn plain_words(message: &str) -> String {
             "clamped_glu (an older tpsim key) is no longer read, as it kept no limit for the clamp; write the limit instead, glu_clamp_limit: 7.0 for GPT-OSS (its config.json swiglu_limit), or drop the line for no clamp",
         );
     }
+    // `unknown field `recompte`, expected one of ...`: the keys are listed, and the fix is said too,
+    // removing the line, or renaming it to the valid key it is a misspelling of (the one nearest,
+    // when one is within an edit per four letters).
+    if let Some(at) = out.find("unknown field `")
+        && let Some((key, valid)) = out[at + 15..].split_once('`')
+    {
+        let key = key.to_string();
+        let nearest = valid
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|name| (crate::emit::edit_distance(&key, name), name))
+            .filter(|&(edits, _)| edits <= (key.chars().count() / 4).max(1))
+            .min();
+        let fix = match nearest {
+            Some((_, name)) => format!(
+                "; rename it to {name}: (the valid key nearest it), or remove the {key}: line"
+            ),
+            None => format!(
+                "; remove the {key}: line (tpsim reads only the keys listed, so a key it does not read is an error, not ignored)"
+            ),
+        };
+        out.push_str(&fix);
+    }
     // `duplicate field `nodes``: the parser stops at the second; which one is meant is unclear.
     if let Some(at) = out.find("duplicate field `")
         && let Some((key, _)) = out[at + 17..].split_once('`')

@@ -130,6 +130,25 @@ pub(super) fn read_megatron_launch(text: &str, vocab_given: bool) -> Result<emit
         }
         None => text.to_string(),
     };
+    // An empty file, or one of only comments and blank lines (bash's `#` to the end of the line),
+    // holds no flag: it was read as a launch line that lacks --num-layers, the first flag missed.
+    if let Some(path) = text.strip_prefix('@')
+        && line.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#')
+        })
+    {
+        bail!(
+            "--megatron-args {}: {} {} (rule: @FILE reads a Megatron-LM launch line, its --flags, from FILE); write the launch line into the file, e.g. as examples/megatron/llama3-70b.sh does, or give the line itself after --megatron-args",
+            input_file::quote(text),
+            input_file::quote(path),
+            if line.trim().is_empty() {
+                "is empty"
+            } else {
+                "holds only comments and blank lines, no flag"
+            }
+        );
+    }
     // A tpsim plan file (`plan --save`, plans/*.yaml) given where a launch line is wanted was
     // read as a line that lacks --num-layers: said to be a plan file, read by --plan.
     if let (Some(path), Some(keys)) = (text.strip_prefix('@'), plan_file_keys(&line)) {

@@ -8,10 +8,15 @@ use crate::planner::{Pins, SearchOptions, search};
 use crate::training::Training;
 use std::collections::BTreeSet;
 
-/// One pinned dimension: its flag, the pins with only it set, and how to read it off a plan.
+/// One pinned dimension: its flag, its plan key, the pins with only it set, and how to read it
+/// off a plan.
 struct Pin {
     flag: &'static str,
+    /// The `Pins` field, which is the plan key (`micro_batch`, `recompute_num_layers`).
+    key: &'static str,
     value: String,
+    /// The value as JSON writes it (a number, a bool, the recompute's name).
+    json: serde_json::Value,
     alone: Pins,
     /// The other pins, this one dropped: what a replacement value must agree with.
     others: Pins,
@@ -26,7 +31,9 @@ fn pins_given(pins: &Pins) -> Vec<Pin> {
             if let Some(v) = pins.$field {
                 out.push(Pin {
                     flag: $flag,
+                    key: stringify!($field),
                     value: $show(v),
+                    json: serde_json::json!(v),
                     alone: Pins {
                         $field: Some(v),
                         ..none
@@ -89,6 +96,15 @@ pub(super) fn pins_line(pins: &Pins, ruled_out: u64) -> Option<String> {
         "pinned: {} (the search kept only plans with these values; ruled_out_by_pins counts the {ruled_out} candidates where one differs{selective})",
         flags.join(" ")
     ))
+}
+
+/// The pins for `plan`'s JSON and YAML (`search.pinned`): each pinned dimension by its plan key,
+/// from the pins [`pins_line`] names as flags, in its order. Empty without pins.
+pub(super) fn pins_json(pins: &Pins) -> Vec<(String, serde_json::Value)> {
+    pins_given(pins)
+        .into_iter()
+        .map(|p| (p.key.to_string(), p.json))
+        .collect()
 }
 
 /// The reason a search with `options.pins` has no candidate, when the pins are the cause: the first

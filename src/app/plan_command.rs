@@ -709,7 +709,11 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
         model,
         cluster,
         training: scenario.training,
-        search: Some(result.stats.clone()),
+        // The pins, as the `pinned:` line under the search line names them.
+        search: Some(crate::planner::SearchStats {
+            pinned: super::pin_conflict::pins_json(&options.pins),
+            ..result.stats.clone()
+        }),
         plans: refined.plans.clone(),
         details,
     };

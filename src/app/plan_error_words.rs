@@ -119,6 +119,9 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
     let scenario = scenario.map(|((flag, key), value)| (flag, key, value));
     let plan = PLAN_KEYS
         .into_iter()
+        // A file without `etp:` runs the framework's default (`PlanFile::etp_for`), not the
+        // value its plan was read with: that one is no value of the file's to quote.
+        .filter(|&(_, key)| key != "etp" || file.given.etp)
         .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
         .chain(scenario);
     let mut values: Vec<_> = plan
@@ -245,6 +248,9 @@ fn token_starts(text: &str, pattern: &str) -> Vec<usize> {
 /// the key (`tp: 8 (also --tp 8)`), as it overrode nothing.
 pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &[Typed]) -> String {
     let mut text = message.to_string();
+    if !file.given.etp && !typed(given, "--etp") {
+        text = defaulted_etp_words(&text, path);
+    }
     let mut replaced: Vec<(usize, usize)> = Vec::new();
     for (v, echo) in file_values(file, given) {
         let patterns = if v.flag == SP_FLAG {
@@ -286,6 +292,34 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
         }
         _ => format!("{path}: {text}"),
     }
+}
+
+/// `message` with each expert-TP degree it quotes as `--etp N` said as defaulted, for a plan file
+/// at `path` without an `etp:` line and no `--etp` typed: the degree is the framework's default
+/// (`PlanFile::etp_for`, the tp under Megatron-Core), which the user neither typed nor wrote, so
+/// the message says so and how to write it, where it said `--etp N` (a flag never typed) or
+/// `etp: N in FILE` (a line the file does not have). No `; ` is written: it starts the fix.
+fn defaulted_etp_words(message: &str, path: &str) -> String {
+    let mut text = message.to_string();
+    let mut from = 0;
+    while let Some(found) = text[from..].find("--etp ") {
+        let at = from + found;
+        let digits: String = text[at + 6..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let pattern = format!("--etp {digits}");
+        if digits.is_empty() || !token_starts(&text, &pattern).contains(&at) {
+            from = at + 6;
+            continue;
+        }
+        let words = format!(
+            "etp {digits} (defaulted: {path} has no etp: line under plan:, so the framework's default applies, the tp under Megatron-Core, and an etp: line there sets another)"
+        );
+        text.replace_range(at..at + pattern.len(), &words);
+        from = at + words.len();
+    }
+    text
 }
 
 /// `message` about a plan file's values: the fix it offers names the file's keys, the lines the
@@ -507,13 +541,16 @@ mod tests {
 
     #[test]
     fn flags_the_user_gave_and_longer_tokens_keep_their_words() {
+        // `--etp 3` typed: the file has no etp: line, whose default a message says is defaulted
+        // (`defaulted_etp_words`).
         let message = "--tp 3 does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere";
+        let etp = ("--etp", Some(3));
         assert_eq!(
-            in_file_words(message, "x.yaml", &file(), &[("--tp", Some(4))]),
+            in_file_words(message, "x.yaml", &file(), &[("--tp", Some(4)), etp]),
             message
         );
         assert_eq!(
-            in_file_words(message, "x.yaml", &file(), &[]),
+            in_file_words(message, "x.yaml", &file(), &[etp]),
             "tp: 3 in x.yaml does not divide, nor --etp 3 or --tp 32; use --tp 3 elsewhere"
         );
     }

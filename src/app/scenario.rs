@@ -2194,7 +2194,12 @@ const GPT3_SEQ_LEN: u32 = 2048;
 /// (`file`: the plan file it would be a line of; otherwise the flag). `plan`, `eval`, `report`,
 /// `compare` and `sweep` all say it, so no command uses the default silently.
 /// `seq_len_source` says whose the sequence length is, for the batch at a length other than
-/// GPT-3's.
+/// GPT-3's. The tokens per step it offers scale with the cluster, so a small one is named beside
+/// the largest: Llama 3 8B on 8 H100s trained 128 sequences x 8192 tokens (Megatron-Bridge's
+/// 25.11 performance summary, docs/performance-summary-archive.md at 067f987d, DGX-H100 line 589;
+/// validation/modern_runs.yaml `mbridge-25.11-pretrain-llama3_8b-h100-8g-fp8-gbs128`), Llama 3
+/// 405B 16M tokens on 16K GPUs (Dubey et al. 2024 §3.4), where the 1536-sequence default would
+/// hand the 8 GPUs 3.1M tokens a step.
 pub(super) fn default_batch_note(
     training: &Training,
     file: Option<&str>,
@@ -2212,7 +2217,7 @@ pub(super) fn default_batch_note(
         ),
     };
     format!(
-        "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 405B: 16M tokens on 16K GPUs)",
+        "note: {missing}: {} x {} tokens = {} tokens per step ({}); give the tokens per step you train with {fix} (Llama 3 8B: 1M tokens on 8 GPUs, 128 x 8192; Llama 3 405B: 16M tokens on 16K GPUs)",
         crate::report::sequences(batch),
         training.seq_len,
         crate::units::tokens_in_words(f64::from(batch) * f64::from(training.seq_len)),

@@ -139,8 +139,9 @@ const OTHER_SPELLINGS: &[(&str, &str)] = &[
     ("vocab", "--vocab-size"),
 ];
 
-/// Optimal string alignment distance (edits, with adjacent swaps) between two flag names.
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Optimal string alignment distance (edits, with adjacent swaps) between two flag names (or two
+/// spec keys: `specs` names the key an unknown one misspells).
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for (i, row) in d.iter_mut().enumerate() {

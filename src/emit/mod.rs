@@ -14,6 +14,7 @@ mod megatron_precision;
 mod megatron_reader;
 mod megatron_refused;
 mod megatron_words;
+pub(crate) use megatron_words::edit_distance;
 mod nemo;
 mod pipeline_split;
 mod torchtitan;

@@ -343,12 +343,26 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
         ),
     ];
     if !inputs.evaluated.is_empty() {
+        let pins = inputs
+            .report
+            .search
+            .as_ref()
+            .map(super::svg_search::pinned_flags)
+            .unwrap_or_default();
+        let evaluated = if pins.is_empty() {
+            "Every evaluated plan".to_string()
+        } else {
+            format!(
+                "Every evaluated plan of the pinned search (the candidates that pass the pins {pins} and build)"
+            )
+        };
         figures.push((
             "search.svg",
-            "Every evaluated plan: memory per GPU against throughput, by TP degree; grey plans do not fit; the black line is the Pareto frontier.".into(),
+            format!("{evaluated}: memory per GPU against throughput, by TP degree; grey plans do not fit; the black line is the Pareto frontier."),
             search_svg(
                 inputs.evaluated,
                 Some((&chosen.estimate, inputs.chosen_label.as_str())),
+                inputs.report.search.as_ref(),
             )?,
         ));
     }

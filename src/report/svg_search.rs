@@ -15,6 +15,7 @@ use plotters::prelude::*;
 
 use super::svg::{FONT, GIB, svg, tp_colour};
 use crate::cost::Estimate;
+use crate::planner::SearchStats;
 
 /// Above this many plans the scatter is thinned.
 pub const MAX_POINTS: usize = 5000;
@@ -218,11 +219,32 @@ pub(crate) fn thin(
     keep
 }
 
+/// The pins of a search as the flags that gave them (`--tp 8 --pp 4`, as `plan`'s `pinned:` line), from
+/// `SearchStats::pinned`; empty without pins.
+pub(crate) fn pinned_flags(stats: &SearchStats) -> String {
+    stats
+        .pinned
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                serde_json::Value::String(word) => word.clone(),
+                other => other.to_string(),
+            };
+            format!("--{} {value}", key.replace('_', "-"))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `chosen`: the plan the report is about (the evaluated or best plan) and its name, marked with
 /// a cross whether or not the search proposes it (a saved plan may lie outside the search space).
+/// `stats`: the search's counts, whose pins (`SearchStats::pinned`) make the figure the pinned
+/// search's: its title says so, and its subtitle what "evaluated" counts there, the candidates that
+/// pass the pins and build, of the many more the search line counts.
 pub(crate) fn search_svg(
     plans: &[Estimate],
     chosen: Option<(&Estimate, &str)>,
+    stats: Option<&SearchStats>,
 ) -> Result<String, String> {
     let capacity = plans
         .first()
@@ -249,7 +271,7 @@ pub(crate) fn search_svg(
         .collect();
     tps.sort_unstable();
     tps.dedup();
-    let subtitle = if drawn.len() == plans.len() {
+    let mut subtitle = if drawn.len() == plans.len() {
         format!("all {} evaluated plans drawn", plans.len())
     } else {
         format!(
@@ -258,10 +280,22 @@ pub(crate) fn search_svg(
             plans.len()
         )
     };
+    let pins = stats.map(pinned_flags).unwrap_or_default();
+    let title = if pins.is_empty() {
+        "The whole search: memory per GPU vs throughput".to_string()
+    } else {
+        if let Some(stats) = stats {
+            subtitle.push_str(&format!(
+                "; evaluated: the candidates that pass the pins and build, of the {} the search counts",
+                stats.candidates
+            ));
+        }
+        format!("The pinned search ({pins}): memory per GPU vs throughput")
+    };
     svg(WIDTH + LEGEND_W, HEIGHT, |root| {
         let (plot, legend) = root.split_horizontally(WIDTH);
         let mut chart = ChartBuilder::on(&plot)
-            .caption("The whole search: memory per GPU vs throughput", (FONT, 20))
+            .caption(&title, (FONT, 20))
             .margin(12)
             .margin_bottom(30)
             .x_label_area_size(50)
