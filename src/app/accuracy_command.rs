@@ -36,6 +36,16 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
         crate::modern_runs::check_unique_ids(&text, &origin, runs.iter().map(|r| r.id.as_str()))?;
     }
     if let Some(id) = &args.run {
+        // An id this file does not hold is not one of its runs at all: most likely a current-stack
+        // run given without its file, for which the SC'21 example below would be beside the point.
+        let ids: Vec<RunId> = yaml_serde::from_str(&text).unwrap_or_default();
+        if !ids.iter().any(|r| r.id == *id) {
+            bail!(
+                "--run {}: {origin} is a published-runs file (step times) with no run of that id, and --run reads a current-stack runs file (tokens/s); give the file that holds it: {}",
+                input_file::quote(id),
+                runs_file_holding(id)
+            );
+        }
         bail!(
             "--run {}: {origin} is a published-runs file (step times), whose table gives each run's plan, step time and memory but not the breakdown --run prints (--run reads current-stack runs files such as validation/modern_runs.yaml); for one run's breakdown give `tpsim eval` its shape and plan from the file with --framework megatron-lm-2021 --attention unfused, as the table evaluates it, e.g. for megatron-sc21-t1-1.7b: {SC21_1_7B_EVAL}",
             input_file::quote(id)
@@ -109,6 +119,38 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
 /// where a researcher was told the table "already shows every run in full" and has no breakdown.
 const SC21_1_7B_EVAL: &str = "tpsim eval --framework megatron-lm-2021 --attention unfused --gpu a100-sxm-80g --nodes 4 --layers 24 --hidden 2304 --heads 24 --seq-len 2048 --global-batch 512 --tp 1 --pp 1 --micro-batch 16 --recompute full";
 
+/// The current-stack runs files this repository ships, which `--run` reads with `--runs`.
+const CURRENT_STACK_RUNS_FILES: [&str; 2] = [
+    "validation/modern_runs.yaml",
+    "validation/mbridge_26_runs.yaml",
+];
+
+/// The `tpsim accuracy --runs FILE --run ID` that finds `id`: the shipped current-stack runs file
+/// (read from the working directory, as `--runs` would) that holds it, or a placeholder for the
+/// file when none here does.
+fn runs_file_holding(id: &str) -> String {
+    let quoted = input_file::quote(id);
+    if let Some(file) = shipped_runs_file_with(id) {
+        return format!("tpsim accuracy --runs {file} --run {quoted}");
+    }
+    format!(
+        "tpsim accuracy --runs FILE --run {quoted} (this repository's are {})",
+        CURRENT_STACK_RUNS_FILES.join(" and ")
+    )
+}
+
+/// The shipped current-stack runs file (read from the working directory, as `--runs` would) with
+/// a run whose id is exactly `id`, if one is there.
+fn shipped_runs_file_with(id: &str) -> Option<&'static str> {
+    let wanted = format!("id: {id}");
+    CURRENT_STACK_RUNS_FILES.into_iter().find(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| {
+            text.lines()
+                .any(|line| line.trim_start_matches("- ").trim() == wanted)
+        })
+    })
+}
+
 /// The id of a run in a published-runs file (the rest of the run is `validation::accuracy`'s).
 #[derive(serde::Deserialize)]
 struct RunId {
@@ -123,19 +165,31 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
     let file = parse_runs_file(text, origin)?;
     let Some(run) = file.runs.iter().find(|r| r.id == id) else {
         // Ids that contain what was given (three characters at least, so that "" or "-" suggest
-        // nothing), or that it contains.
+        // nothing), or that it contains, in any case and without surrounding white space: ids
+        // are matched exactly, so `MBRIDGE-...` or a pasted trailing space finds nothing.
+        let wanted = id.trim().to_lowercase();
         let close: Vec<&str> = file
             .runs
             .iter()
             .map(|r| r.id.as_str())
-            .filter(|other| (id.chars().count() >= 3 && other.contains(id)) || id.contains(*other))
+            .filter(|other| {
+                let other = other.to_lowercase();
+                (wanted.chars().count() >= 3 && other.contains(&wanted))
+                    || (!other.is_empty() && wanted.contains(&other))
+            })
             .take(3)
             .collect();
         bail!(
             "--run {}: no run of {origin} has that id; give one of its ids{}",
             input_file::quote(id),
             if close.is_empty() {
-                " (the first column of `tpsim accuracy --runs FILE`)".to_string()
+                match shipped_runs_file_with(id) {
+                    Some(file) if !origin.contains(file) => format!(
+                        ", or give the file that holds it: tpsim accuracy --runs {file} --run {}",
+                        input_file::quote(id)
+                    ),
+                    _ => " (the first column of `tpsim accuracy --runs FILE`)".to_string(),
+                }
             } else {
                 format!(", e.g. {}", close.join(", "))
             }
