@@ -242,6 +242,7 @@ fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: Strin
 /// with no fix. Said with the value as written, the largest the key takes and the fix.
 fn too_large_count(text: &str, line: usize, column: usize, message: String) -> String {
     const EXPECTED: &str = ", expected a whole number from 0 to ";
+    const EXPECTED_COUNT: &str = ", expected a whole number from 1 to ";
     // A whole number past 128 bits where the parser reads any value first (a plan file's inline
     // model): serde says only that it "expected any value".
     if let Some((path, _)) = message
@@ -254,7 +255,11 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
             "{path}: {written} is past the largest whole number {key} takes; check the value"
         );
     }
-    let Some((head, tail)) = message.split_once(EXPECTED) else {
+    // A count key's range is said from 1 (`plain_words`).
+    let Some((head, tail)) = message
+        .split_once(EXPECTED)
+        .or_else(|| message.split_once(EXPECTED_COUNT))
+    else {
         return message;
     };
     let most: String = tail.chars().take_while(char::is_ascii_digit).collect();
@@ -402,6 +407,19 @@ fn plain_words(message: &str) -> String {
             out.replace_range(at.., &format!("expected {words}"));
             expected_type = Some(rust);
         }
+    }
+    // A count key (`tp`, `micro_batch`, `layers`: [`POSITIVE_KEYS`]) starts at 1, so its range is
+    // said from 1, the same rule as the fix that follows (`tp: ~` once read "expected a whole
+    // number from 0 to 4294967295; tp takes a whole number of 1 or more").
+    if expected_type.is_some_and(|rust| rust.starts_with('u'))
+        && let Some((path, _)) = out.split_once(": invalid ")
+        && POSITIVE_KEYS.contains(&key_of_path(path))
+    {
+        out = out.replacen(
+            "expected a whole number from 0 to ",
+            "expected a whole number from 1 to ",
+            1,
+        );
     }
     out = out.replace(
         "invalid type: unit value",

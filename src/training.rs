@@ -1532,6 +1532,14 @@ pub struct Training {
     /// accuracy runner sets it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pipeline_keeps_outputs: bool,
+    /// Megatron-Core's `--delay-wgrad-compute` (a launch line's or `eval`'s flag; Megatron-Core
+    /// takes it only with the MoE all-to-all overlap): every Transformer Engine linear stores its
+    /// wgrad GEMM for later (`wgrad_store.put`) and waits for its input gradient's all-reduce or
+    /// reduce-scatter at once (`dgrad_work.wait()`; TE `pytorch/module/linear.py` and
+    /// `layernorm_linear.py` at d0067d0da), so that collective no longer hides under the wgrad
+    /// GEMM (`cost::column_grad_collective_async`). Not in plan files.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub delay_wgrad_compute: bool,
     /// Megatron-Core before Megatron-LM #5940 (2026-08-13) clamps a clamped GLU's halves with
     /// kernels of their own before the fused activation (`cost::moe::ExpertEpilogue`); today's
     /// fuses the clamp. Not on the command line (`--framework megatron-core` is today's); the
@@ -1653,6 +1661,7 @@ impl Training {
             recompute_modules: None,
             fsdp_syncs_once_per_step: false,
             pipeline_keeps_outputs: false,
+            delay_wgrad_compute: false,
             eager_glu_clamp: false,
             torchtitan_gpt_oss_experts: false,
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),

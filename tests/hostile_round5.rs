@@ -215,7 +215,7 @@ fn a_quoted_number_in_a_spec_is_named_with_the_line_to_write() {
             &[
                 "m.yaml:6:",
                 "layers:",
-                "a whole number from 0 to 4294967295",
+                "a whole number from 1 to 4294967295",
                 "in quotes",
                 "write it without quotes (layers: 32)",
             ],
@@ -365,10 +365,10 @@ fn a_quoted_number_is_told_to_lose_its_quotes_only_when_that_would_be_read() {
         run_in(&dir, &["eval", "--plan", "p.yaml"])
     };
     for (key, value, words) in [
-        ("global_batch", "\"-5\"", "from 0 to 4294967295"),
-        ("global_batch", "\"1e3\"", "from 0 to 4294967295"),
-        ("global_batch", "\"99999999999\"", "from 0 to 4294967295"),
-        ("seq_len", "\"2048.5\"", "from 0 to 4294967295"),
+        ("global_batch", "\"-5\"", "from 1 to 4294967295"),
+        ("global_batch", "\"1e3\"", "from 1 to 4294967295"),
+        ("global_batch", "\"99999999999\"", "from 1 to 4294967295"),
+        ("seq_len", "\"2048.5\"", "from 1 to 4294967295"),
         ("zero", "\"300\"", "from 0 to 255"),
     ] {
         let r = eval_plan(key, value);

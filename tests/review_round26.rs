@@ -125,12 +125,20 @@ fn dualpipev_breakdown_counts_the_layers_of_a_gpu_of_the_v() {
     ]);
     let plan = &json["plans"][0];
     let p = 16usize;
-    // `stage_chunk_layers` lists chunk `round · p + stage` under stage; GPU g of the V runs
-    // chunks g and 2p − 1 − g (PyTorch `ScheduleDualPipeV`), the first GPU the MTP depth too.
+    // `stage_chunk_layers` lists each GPU of the V's two chunks, virtual stages g and 2p − 1 − g
+    // (PyTorch `ScheduleDualPipeV`; leftovers round 30), the first GPU the MTP depth too.
     let chunks = plan["stage_chunk_layers"].as_array().expect("chunk layers");
-    let chunk = |c: usize| chunks[c % p][c / p].as_u64().expect("layers") as u32;
+    assert_eq!(chunks.len(), p);
     let gpu_layers: Vec<(u32, u32)> = (0..p)
-        .map(|g| (chunk(g) + chunk(2 * p - 1 - g), u32::from(g == 0)))
+        .map(|g| {
+            let held: u64 = chunks[g]
+                .as_array()
+                .expect("a GPU's chunks")
+                .iter()
+                .map(|c| c.as_u64().expect("layers"))
+                .sum();
+            (held as u32, u32::from(g == 0))
+        })
         .collect();
     let layers = plan["slowest_stage_layers"].as_u64().unwrap() as u32;
     let mtp = plan["slowest_stage_mtp_layers"].as_u64().unwrap() as u32;

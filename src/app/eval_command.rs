@@ -708,6 +708,16 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         _ => plan,
     };
     check_pasted_megatron(&args, &scenario.model, &plan)?;
+    // --delay-wgrad-compute as a flag (a --megatron-args line sets it with its overlap).
+    scenario.training.delay_wgrad_compute |= args.delay_wgrad_compute;
+    if scenario.training.delay_wgrad_compute
+        && plan.tp > 1
+        && scenario.training.framework == crate::training::TrainingFramework::MegatronCore
+    {
+        super::held_notes::hold(
+            "note: --delay-wgrad-compute: Transformer Engine stores each linear's wgrad GEMM for later and waits for its input gradient's TP all-reduce or reduce-scatter at once, so that collective is priced exposed, not hidden under the wgrad GEMM".to_string(),
+        );
+    }
     check_tp_comm_overlap(
         args.training.tp_comm_overlap,
         &plan,

@@ -956,6 +956,7 @@ pub(super) fn apply_megatron_launch(
         ));
     }
     scenario.training.overlap = launch.overlap;
+    scenario.training.delay_wgrad_compute = launch.delay_wgrad_compute;
     // A low-precision line says whether its quantized weights are the parameters; in bf16 the
     // setting has nothing to act on and keeps the framework's default.
     if launch.precision.precision != Precision::Bf16 {

@@ -1856,6 +1856,8 @@ pub(super) fn resolve_scenario(
         recompute_modules,
         fsdp_syncs_once_per_step: false,
         pipeline_keeps_outputs: false,
+        // Set from a launch line's or eval's --delay-wgrad-compute after this.
+        delay_wgrad_compute: false,
         eager_glu_clamp: false,
         // Only where it prices something: torchtitan builds its GPT-OSS experts (biased,
         // clamped GLU) for GPT-OSS models alone (`ExpertEpilogue::of`); a dense or other MoE

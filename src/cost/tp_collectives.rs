@@ -24,8 +24,13 @@ pub fn sp_regathers_in_backward(training: &Training, plan: &ParallelPlan) -> boo
 /// `dgrad_work.wait()`). Not taken for the other frameworks: torchtitan's eager DTensor
 /// redistributes after the GEMMs; the SC'21 code all-reduces in autograd; Megatron-DeepSpeed's
 /// `LinearWithGradAccumulationAndAsyncCommunication` runs the same order but is left as fitted.
+/// Not under `--delay-wgrad-compute` (`Training::delay_wgrad_compute`): the same TE files store
+/// the wgrad GEMM for later (`wgrad_store.put([inputmat_total, grad_output], wgrad_gemm)`) and
+/// reach `dgrad_work.wait()` with no GEMM between, so the collective is waited on at once.
 pub fn column_grad_collective_async(training: &Training, plan: &ParallelPlan) -> bool {
-    plan.tp > 1 && training.framework == crate::training::TrainingFramework::MegatronCore
+    plan.tp > 1
+        && training.framework == crate::training::TrainingFramework::MegatronCore
+        && !training.delay_wgrad_compute
 }
 
 /// TP all-reduce equivalents of one layer's forward on the stage that sets the step (the one the

@@ -288,7 +288,11 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         "comm_overlap.overlap_moe_expert_parallel_comm",
         moe_overlap.to_string(),
     );
-    set("comm_overlap.delay_wgrad_compute", moe_overlap.to_string());
+    // Only where the plan was priced with it (`Training::delay_wgrad_compute`; `emit::megatron`).
+    set(
+        "comm_overlap.delay_wgrad_compute",
+        (moe_overlap && training.delay_wgrad_compute).to_string(),
+    );
     set("ddp.overlap_grad_reduce", overlap.grad_reduce.to_string());
     set(
         "ddp.overlap_param_gather",

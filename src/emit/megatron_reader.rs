@@ -118,6 +118,8 @@ pub struct MegatronLaunch {
     /// `--no-gradient-accumulation-fusion` absent (Megatron-LM's default: fused), or a
     /// Megatron-FSDP line, which carries it as required.
     pub gradient_accumulation_fusion: bool,
+    /// `--delay-wgrad-compute` (`Training::delay_wgrad_compute`).
+    pub delay_wgrad_compute: bool,
     /// `--no-rope-fusion` absent (Megatron-LM's default: Transformer Engine's fused RoPE).
     pub rope_fusion: bool,
     /// How the optimizer stores its states (`--use-precision-aware-optimizer` and its dtypes).
@@ -599,6 +601,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         bf16_layers,
         precision,
         overlap,
+        delay_wgrad_compute: p.switch("delay-wgrad-compute"),
         microbatch_group: p.number("microbatch-group-size-per-virtual-pipeline-stage")?,
         grad_dtype,
         // Megatron-FSDP requires the flag and runs unfused whatever it says

@@ -1116,11 +1116,15 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         push("no-overlap-p2p-communication", None);
     }
     // transformer_config.py refuses the MoE all-to-all overlap without expert parallelism, with
-    // full recompute, or with a pipeline but no virtual stages; Megatron-Bridge turns on
-    // `delay_wgrad_compute` with it (`set_moe_a2a_overlap_overrides`).
+    // full recompute, or with a pipeline but no virtual stages. Megatron-Bridge turns on
+    // `delay_wgrad_compute` with it (`set_moe_a2a_overlap_overrides`), which changes what TP hides
+    // (`cost::column_grad_collective_async`): written only where the plan was priced with it
+    // (`Training::delay_wgrad_compute`), so the line runs what was priced.
     if moe_alltoall_overlap(model, training, plan) {
         push("overlap-moe-expert-parallel-comm", None);
-        push("delay-wgrad-compute", None);
+        if training.delay_wgrad_compute {
+            push("delay-wgrad-compute", None);
+        }
     }
     args.join(" ")
 }

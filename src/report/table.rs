@@ -877,9 +877,62 @@ pub fn mfu_note(plans: &[Estimate], peak_flops: f64) -> Option<String> {
     })
 }
 
+/// What hides the TP term without TP comm overlap, as the plan runs it (`cost::unit_costs`): the
+/// re-gather of the sequence-parallel inputs under the dgrad GEMMs where the backward gathers them
+/// again (`cost::sp_regathers_in_backward`), and the column-parallel input gradients' collective
+/// under the wgrad GEMMs, a reduce-scatter under sequence parallelism and an all-reduce without,
+/// in every linear where Megatron-Core issues it asynchronously
+/// (`cost::column_grad_collective_async`), else in the output layer only where the framework
+/// does (`TrainingFramework::output_layer_grad_collectives_async`).
+fn backward_async_words(
+    training: &crate::training::Training,
+    plan: &crate::plan::ParallelPlan,
+) -> String {
+    let gradient = if plan.sequence_parallel {
+        "reduce-scatter"
+    } else {
+        "all-reduce"
+    };
+    let mut hidden = Vec::new();
+    if crate::cost::sp_regathers_in_backward(training, plan) {
+        hidden.push("the sequence-parallel inputs' re-gather under the dgrad GEMMs".to_string());
+    }
+    if crate::cost::column_grad_collective_async(training, plan) {
+        hidden.push(format!(
+            "Megatron-Core's column-parallel input gradients' {gradient} under their wgrad GEMMs"
+        ));
+    } else if training.framework.output_layer_grad_collectives_async() {
+        hidden.push(format!(
+            "the output layer's input-gradient {gradient} under its wgrad GEMM"
+        ));
+    }
+    // Under --delay-wgrad-compute the layers' input gradients wait at once
+    // (`cost::column_grad_collective_async`): said, so their absence above reads as meant.
+    let delayed = if training.delay_wgrad_compute
+        && plan.tp > 1
+        && training.framework == crate::training::TrainingFramework::MegatronCore
+    {
+        "; --delay-wgrad-compute: the layers' input gradients waited on at once"
+    } else {
+        ""
+    };
+    if hidden.is_empty() {
+        return format!("the backward's GEMMs (TP comm overlap is off{delayed})");
+    }
+    format!(
+        "the backward's GEMMs (issued asynchronously: {}; TP comm overlap is off{delayed})",
+        hidden.join(", ")
+    )
+}
+
 /// What a term's line says: its full time and what hid the rest.
-fn term_note(term: &crate::cost::terms::Term, states: crate::training::OptimizerStates) -> String {
+fn term_note(
+    term: &crate::cost::terms::Term,
+    training: &crate::training::Training,
+    plan: &crate::plan::ParallelPlan,
+) -> String {
     use crate::cost::terms::{HiddenBy, TermKind};
+    let states = training.optimizer_states;
     let hidden = term.time_s.0 - term.exposed_s.0;
     let what = match term.kind {
         TermKind::Compute => "GEMMs + element-wise kernels of the slowest stage, incl. recompute",
@@ -903,11 +956,13 @@ fn term_note(term: &crate::cost::terms::Term, states: crate::training::Optimizer
     if !what.is_empty() {
         return what.to_string();
     }
+    let backward_words;
     let by = match term.hidden_by {
         HiddenBy::Nothing => return format!("of {:.3} s, nothing hides it", term.time_s.0),
         HiddenBy::NeighbouringGemms => "the neighbouring GEMMs (TP comm overlap)",
         HiddenBy::DgradGemms => {
-            "the backward's GEMMs (issued asynchronously: the sequence-parallel inputs' re-gather under the dgrad GEMMs, Megatron-Core's column-parallel input gradients under their wgrad GEMMs; TP comm overlap is off)"
+            backward_words = backward_async_words(training, plan);
+            &backward_words
         }
         HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
         HiddenBy::DiagonalAttentionStep => {
@@ -1399,7 +1454,7 @@ pub fn breakdown(
         if term.time_s.0 <= 0.0 && term.exposed_s.0 <= 0.0 {
             continue;
         }
-        let note = term_note(term, training.optimizer_states);
+        let note = term_note(term, training, &e.plan);
         let _ = writeln!(
             out,
             "  {:<15} {:>9.3} s {:>5.1}%  {note}",
