@@ -147,6 +147,13 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
         training.overlap.tp_comm = true;
     }
     training.overlap.moe_a2a = recipe_overlaps_moe_alltoall(run);
+    // Megatron-Bridge turns on delayed weight gradients with the MoE all-to-all overlap
+    // (`_set_moe_a2a_overlap_overrides`: `delay_wgrad_compute = True`, scripts/performance/utils/
+    // overrides.py:196 at 067f987d, helpers.py:185 at v0.2.0; run_script.py:89 at 9a5e79865 for
+    // 25.09), so its column-parallel input gradients are waited at once, not hidden under their
+    // wgrad GEMMs (`cost::tp_collectives::column_grad_collective_async`). The Megatron-Core MoE
+    // report states the 1F1B overlap but not the delay: its rows keep the default.
+    training.delay_wgrad_compute = training.overlap.moe_a2a && run.id.starts_with("mbridge-");
     recipes::recipe_comm_overlap(run, &mut training.overlap);
     if let Some(gather) = recipes::recipe_low_precision_param_gather(run) {
         training.fp8_param_gather = gather;
