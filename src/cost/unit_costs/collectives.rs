@@ -187,13 +187,14 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
     let tp_group = groups.get(GroupKind::Tp);
     let (tp_tensor, pairs, gather_scale) = (tp.tensor, tp.pairs, tp.gather_scale);
     let one = Collective::AllReduce.time(tp_tensor, plan.tp, tp_group.speed);
+    let reduce_scatter_one = Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed);
     // A forward pair and a backward pair in one all-reduce's time, at `gather_scale`.
     let gather_and_scatter = |gather_scale: f64| {
         if gather_scale == 1.0 {
             one
         } else {
             Collective::AllGather.time(gather_scale * tp_tensor, plan.tp, tp_group.speed)
-                + Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
+                + reduce_scatter_one
         }
     };
     let forward_one = gather_and_scatter(gather_scale.forward);
@@ -207,37 +208,34 @@ pub(super) fn tp_comm(inputs: &Inputs, tp: &TpSetting, layer: &LayerTime) -> Pas
     // per pair, under the column-parallel dgrad GEMMs. torchtitan keeps the gathered inputs
     // instead (`TrainingFramework::sp_keeps_gathered_inputs`, counted in memory).
     let regathers = sp_regathers_in_backward(training, plan);
-    let regather_s = if regathers {
-        pairs
-            * Collective::AllGather.time(gather_scale.regather * tp_tensor, plan.tp, tp_group.speed)
+    let regather_one = if regathers {
+        Collective::AllGather.time(gather_scale.regather * tp_tensor, plan.tp, tp_group.speed)
     } else {
         0.0
     };
+    let regather_s = pairs * regather_one;
     // Without userbuffers the re-gather still hides under its own dgrad GEMM (async in both paths)
     // and Megatron-Core's column-parallel input gradients (their all-reduce, or reduce-scatter
     // under sequence parallelism) under their own wgrad GEMM, which takes as long as the linear's
     // forward GEMM (`tp_collectives::column_grad_collective_async`); the row-parallel side's
     // backward all-gather under sequence parallelism feeds its dgrad GEMM and stays exposed. Each
     // hides under its own linear's GEMM only (`ColumnWindows`).
-    let windows = ColumnWindows::of(inputs, layer);
-    let regather_exposed_s = if regathers {
-        windows.exposed(Collective::AllGather.time(
-            gather_scale.regather * tp_tensor,
-            plan.tp,
-            tp_group.speed,
-        ))
-    } else {
-        0.0
+    // The input gradients' hiding counts only where TP overlap is off (userbuffers hide them
+    // otherwise), and the windows are built only where something hides under them.
+    let async_grad = !tp.overlap && column_grad_collective_async(training, plan);
+    let windows = (regathers || async_grad).then(|| ColumnWindows::of(inputs, layer));
+    let regather_exposed_s = match &windows {
+        Some(windows) if regathers => windows.exposed(regather_one),
+        _ => 0.0,
     };
     let async_grad_one = if plan.sequence_parallel {
-        Collective::ReduceScatter.time(tp_tensor, plan.tp, tp_group.speed)
+        reduce_scatter_one
     } else {
         backward_one
     };
-    let (async_grad_s, async_grad_exposed_s) = if column_grad_collective_async(training, plan) {
-        (pairs * async_grad_one, windows.exposed(async_grad_one))
-    } else {
-        (0.0, 0.0)
+    let (async_grad_s, async_grad_exposed_s) = match &windows {
+        Some(windows) if async_grad => (pairs * async_grad_one, windows.exposed(async_grad_one)),
+        _ => (0.0, 0.0),
     };
     let (forward_s, backward_s) = (
         pairs * forward_one,
