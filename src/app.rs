@@ -25,8 +25,14 @@ pub fn run(command: Command) -> Result<Outcome> {
 
 fn run_command(command: Command) -> Result<Outcome> {
     // Every command but `completions` may search on the global worker pool.
-    if !matches!(command, Command::Completions(_)) {
-        thread_env::check_thread_env()?;
+    let threads = match &command {
+        Command::Plan(args) => Some(thread_env::ThreadSource::Flag(args.threads)),
+        Command::Sweep(args) => Some(thread_env::ThreadSource::Flag(args.threads)),
+        Command::Completions(_) => None,
+        _ => Some(thread_env::ThreadSource::NoFlag),
+    };
+    if let Some(threads) = threads {
+        thread_env::size_worker_pool(threads)?;
     }
     match command {
         Command::Plan(args) => plan(*args),

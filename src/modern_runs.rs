@@ -33,4 +33,6 @@ use run_checks::{
 use run_specs::{RUN_GPUS, bundled_hybrid, bundled_moe, model_of, precision_of};
 pub use run_specs::{gpu_profile, hardware_profile, offload_validated_profiles};
 pub use runs_file::{RUNS_SCHEMA_VERSION, RunsFileError, check_unique_ids, parse_runs_file};
-pub use summary::{framework_family, memory_summary, summary};
+pub use summary::{
+    AccuracyTarget, DENSE_TARGET, MOE_TARGET, framework_family, memory_summary, summary,
+};

@@ -282,7 +282,10 @@ fn print_run(
 /// `tpsim accuracy --runs modern_runs.yaml`: every run tpsim can express, its published plan
 /// pinned, predicted against the published tokens/s per GPU.
 fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> {
-    use crate::modern_runs::{framework_family, memory_summary, parse_runs_file, predict, summary};
+    use crate::modern_runs::{
+        DENSE_TARGET, MOE_TARGET, framework_family, memory_summary, parse_runs_file, predict,
+        summary,
+    };
     let file = parse_runs_file(text, origin)?;
     let rows: Vec<_> = file.runs.iter().map(predict).collect();
     match format {
@@ -324,14 +327,21 @@ fn modern_accuracy(text: &str, origin: &str, format: Format) -> Result<Outcome> 
                 ]);
             }
             println!("{table}");
-            for (name, moe, bound) in [("dense", false, 0.25), ("MoE", true, 0.30)] {
+            for (name, moe, target) in [("dense", false, DENSE_TARGET), ("MoE", true, MOE_TARGET)] {
+                let bound = target.none_past;
                 let set: Vec<_> = rows.iter().filter(|r| r.moe == moe).collect();
                 if let Some((n, median, max, past)) = summary(&set, bound) {
+                    let met = |yes: bool| if yes { "met" } else { "not met" };
                     println!(
-                        "{name}: {n} runs predicted, median |error| {:.1}%, max {:.1}%, {past} past {:.0}%",
+                        "{name}: {n} runs predicted, median |error| {:.1}%, max {:.1}%, {past} past {:.0}%; {}'s targets: median |error| at most {:.0}% {}, none past {:.0}% {}",
                         100.0 * median,
                         100.0 * max,
-                        100.0 * bound
+                        100.0 * bound,
+                        target.issue,
+                        100.0 * target.median,
+                        met(target.median_met(median)),
+                        100.0 * bound,
+                        met(target.none_past_met(past)),
                     );
                 }
                 // The dense runs by framework family, where they come from more than one: the

@@ -3,7 +3,7 @@
 
 use super::scenario::input_paths;
 use crate::output_file;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use super::emit_commands::{check_emit_input, emit_best};
 use super::report_commands::{Written, check_dir, details_of, write_report};
@@ -597,30 +597,13 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
         &scenario.cluster,
         scenario.training.framework,
     )?;
-    let result = match args.threads {
-        Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
-        Some(n) if n > MAX_THREADS => bail!(
-            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
-        ),
-        Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .context("starting the worker threads")?
-            .install(|| {
-                search(
-                    &scenario.model,
-                    &scenario.cluster,
-                    &scenario.training,
-                    options,
-                )
-            }),
-        None => search(
-            &scenario.model,
-            &scenario.cluster,
-            &scenario.training,
-            options,
-        ),
-    };
+    // `--threads` sized the global pool before the command ran (`thread_env`).
+    let result = search(
+        &scenario.model,
+        &scenario.cluster,
+        &scenario.training,
+        options,
+    );
     if result.ranked.is_empty() {
         bail!(
             "no valid plan exists: {}",

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 
 use super::Outcome;
-use super::plan_command::{MAX_THREADS, why_no_valid_plan};
+use super::plan_command::why_no_valid_plan;
 use super::scenario::Scenario;
 use super::scenario::{input_paths, precision_of_args, resolve_scenario, tokens_of};
 use crate::cli::{ClusterArgs, ModelArgs, SweepArgs, SweepAxis, SweepFormat, TrainingArgs};
@@ -454,18 +454,8 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     }
     let started = std::time::Instant::now();
     let tick = || bar.inc(1);
-    let mut result = match args.threads {
-        Some(0) => bail!("--threads 0: give at least one thread, or omit it to use every core"),
-        Some(n) if n > MAX_THREADS => bail!(
-            "--threads {n} is more than {MAX_THREADS}; the search is CPU-bound, so more threads than cores only add overhead (omit it to use every core)"
-        ),
-        Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .context("starting the worker threads")?
-            .install(|| sweep::run(axis, &points, options, &tick)),
-        None => sweep::run(axis, &points, options, &tick),
-    };
+    // `--threads` sized the global pool before the command ran (`thread_env`).
+    let mut result = sweep::run(axis, &points, options, &tick);
     bar.finish_and_clear();
     if named.len() == points.len() && named.iter().all(|n| *n == named[0]) {
         result.model_name = named.first().cloned();

@@ -151,3 +151,28 @@ pub(super) fn family_name(family: Family) -> &'static str {
         Family::NemotronH => "Nemotron-H",
     }
 }
+
+/// `model_type` values tpsim knows but does not read: what their cost terms need that the model
+/// lacks, and the shape flags that come nearest. Refused by name (exit 2) rather than read as the
+/// nearest family without a word. Sources: transformers `configuration_gemma2.py` (Gemma2Config:
+/// `attn_logit_softcapping` 50.0, `final_logit_softcapping` 30.0, `sliding_window` 4096 on every
+/// other layer, `query_pre_attn_scalar`, norms before and after attention and MLP),
+/// `configuration_gemma3.py` (Gemma3TextConfig: `sliding_window_pattern` 6, five local layers to
+/// one global, q/k norms) and `configuration_llama4.py` (Llama4TextConfig: `attention_chunk_size`
+/// 8192 on three layers of four, the fourth global without RoPE; `interleave_moe_layer_step`,
+/// `num_local_experts`, `num_experts_per_tok` 1 and a shared expert of `intermediate_size`;
+/// `intermediate_size_mlp` for the dense layers; MoE layers `range(step - 1, layers, step)`).
+pub(super) fn known_not_read(model_type: &str) -> Option<&'static str> {
+    Some(match model_type {
+        "gemma2" => {
+            "Gemma 2 is not read: tpsim does not model its attention-logit and final-logit soft-capping (tanh, attn_logit_softcapping / final_logit_softcapping) nor its extra norms after attention and MLP; drop --hf-config and describe it with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its alternating local/global attention with --attention-window <sliding_window> --window-attn-skip-freq 2 (soft-capping then left out)"
+        }
+        "gemma3" | "gemma3_text" => {
+            "Gemma 3 is not read: tpsim does not model its q/k norms with norms after attention and MLP, nor the vision tower of model_type gemma3; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its five local layers to one global with --attention-window <sliding_window> --window-attn-skip-freq 6"
+        }
+        "llama4" | "llama4_text" => {
+            "Llama 4 is not read: tpsim does not model its chunked attention (attention_chunk_size on three layers of four; a sliding window of that size prices up to twice their attention-score work), nor the vision tower of model_type llama4; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --vocab --gated-mlp --style llama, the dense layers with --ffn-hidden <intermediate_size_mlp>, the experts with --num-experts <num_local_experts> --moe-router-topk 1 --moe-ffn-hidden-size <intermediate_size> --moe-shared-expert-intermediate-size <intermediate_size>, their interleave with --moe-layer-freq <interleave_moe_layer_step> (as many MoE layers; Llama 4 puts each at the end of its step, Megatron-LM at the start), and the local layers with --attention-window <attention_chunk_size> --window-attn-skip-freq 4"
+        }
+        _ => return None,
+    })
+}

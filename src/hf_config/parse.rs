@@ -8,7 +8,7 @@ use crate::model::{Model, Norm, PositionEmbedding};
 
 use super::error::HfConfigError;
 use super::family::{
-    Family, SUPPORTED, check_architecture_agrees, family_name, family_of,
+    Family, SUPPORTED, check_architecture_agrees, family_name, family_of, known_not_read,
     model_type_of_architecture,
 };
 use super::reader::{Reader, written};
@@ -178,6 +178,12 @@ pub fn parse_with_note(
         found: model_type.clone(),
         supported: SUPPORTED.join(", "),
     };
+    if let Some(message) = known_not_read(&model_type) {
+        return Err(HfConfigError::Unsupported {
+            path: path.to_string(),
+            message: format!("model_type {model_type:?}: {message}"),
+        });
+    }
     let family = family_of(&model_type).ok_or_else(unknown)?;
     check_architecture_agrees(
         path,
