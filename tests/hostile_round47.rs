@@ -31,9 +31,9 @@
 //! (refused in one line); `NO_COLOR` (no escape codes), `COLUMNS=20`, a `TPSIM_` variable (none
 //! is read).
 //!
-//! Left as found: `RAYON_NUM_THREADS=100000` is refused beside `--threads 2` too, where the flag
-//! sizes the search's pool; other parallel loops may still start the global pool, so the check
-//! stays whole.
+//! Left as found then: `RAYON_NUM_THREADS=100000` was refused beside `--threads 2` too. Since
+//! leftovers round 31 a given `--threads` sizes the global pool itself and wins over the variable
+//! (tests/leftovers_round31.rs).
 
 mod common;
 
