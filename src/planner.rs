@@ -742,6 +742,8 @@ fn search_with(
             }
         })
         .collect_into_vec(&mut ranked);
+    // The plans are read only to evaluate them: freed before the sort allocates its keys.
+    drop(valid);
     let mut infeasible_by_reason = BTreeMap::new();
     let infeasible_reasons = ranked
         .iter()

@@ -1253,9 +1253,7 @@ impl PlanKeysGiven {
     /// The keys `text`'s `plan:` mapping holds (none where it cannot be read as one).
     fn of(text: &str) -> Self {
         let doc = yaml_serde::from_str::<yaml_serde::Value>(text).ok();
-        let plan = doc
-            .as_ref()
-            .and_then(|doc| doc.get("plan")?.as_mapping().cloned());
+        let plan = doc.as_ref().and_then(|doc| doc.get("plan")?.as_mapping());
         let has = |key: &str| plan.as_ref().is_some_and(|m| m.contains_key(key));
         Self {
             etp: has("etp"),

@@ -402,31 +402,11 @@ fn measured(v: Option<f64>, digits: usize) -> String {
 
 /// One CSV cell: quoted (RFC 4180, quotes doubled) when it holds a comma, quote or line break.
 fn csv_cell(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
+    if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.to_string()
     }
-}
-
-/// The range's basis in one CSV cell: the JSON's text with its own commas as semicolons, so that
-/// every cell of a row with a plan stays free of commas (as the columns' values are) and a reader
-/// that splits on commas still lines the cells up with the header. The GPU's name inside it is
-/// kept as the row's `gpu` cell writes it (quoted where it holds a comma): a custom `--gpu FILE`
-/// named `acme "x1", rev 2` read `acme "x1"; rev 2` in the basis beside that cell.
-fn range_basis_cell(basis: Option<&str>, gpu: &str) -> String {
-    let basis = basis.unwrap_or_default();
-    let family = crate::uncertainty::hardware_family(gpu);
-    let text = if family.is_empty() {
-        basis.replace(',', ";")
-    } else {
-        basis
-            .split(family)
-            .map(|part| part.replace(',', ";"))
-            .collect::<Vec<_>>()
-            .join(family)
-    };
-    csv_cell(&text)
 }
 
 /// CSV with a header line; empty cells where nothing fits, and the reason in the last column where
@@ -435,8 +415,9 @@ fn range_basis_cell(basis: Option<&str>, gpu: &str) -> String {
 /// `host_capacity_bytes` and the table's cell do (its `closest_miss_bytes` alone, under the
 /// capacity, would not say why). The framework, CP exchange, kernels, local batch and pipeline
 /// schedule, one per sweep in the JSON, are on every row, beside each row's offloaded layers (its
-/// JSON row's `cpu_offload_layers`). Values are numbers or bundled names,
-/// so no quoting is needed except for a value containing a comma or quote, which is quoted.
+/// JSON row's `cpu_offload_layers`). A cell holding a comma, quote or line break (the range's
+/// basis, a custom GPU's name) is quoted as RFC 4180 has it (`csv_cell`), so a CSV
+/// reader gets each cell's JSON text back.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
         "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,time.step_s_range_basis,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,time_to_train_s,cost_to_train,no_valid_plan\n",
@@ -479,7 +460,7 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.time.step_s, 4),
             fixed(r.time.step_s_low, 4),
             fixed(r.time.step_s_high, 4),
-            range_basis_cell(r.time.step_s_range_basis.as_deref(), &r.gpu),
+            csv_cell(r.time.step_s_range_basis.as_deref().unwrap_or_default()),
             measured(r.tokens_per_s, 1),
             measured(r.tokens_per_s_low, 1),
             measured(r.tokens_per_s_high, 1),

@@ -322,7 +322,7 @@ fn a_sweep_point_where_nothing_fits_says_by_how_much() {
         .split(',')
         .position(|c| c == "memory.closest_miss_bytes")
         .expect("a memory.closest_miss_bytes column");
-    let cell = |line: &str| line.split(',').nth(column).unwrap().to_string();
+    let cell = |line: &str| csv_cells(line)[column].clone();
     assert_eq!(cell(lines[1]), format!("{need:.0}"));
     assert_eq!(cell(lines[2]), "");
     // Table: the cell says it.

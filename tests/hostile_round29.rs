@@ -204,7 +204,7 @@ fn csv_cost_under_a_dollar_is_not_rounded_to_zero() {
     assert_eq!(csv.code, 0, "{}", csv.stderr);
     let lines: Vec<&str> = csv.stdout.lines().collect();
     let header: Vec<&str> = lines[0].split(',').collect();
-    let cells: Vec<&str> = lines[1].split(',').collect();
+    let cells: Vec<String> = csv_cells(lines[1]);
     let cell = |name: &str| -> f64 {
         let i = header.iter().position(|h| *h == name).unwrap();
         cells[i].parse().unwrap()

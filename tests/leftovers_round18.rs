@@ -305,14 +305,14 @@ fn the_sweep_csv_and_json_carry_the_same_settings() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let mut lines = r.stdout.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: Vec<String> = csv_cells(lines.next().unwrap());
     assert_eq!(header.len(), row.len());
     let cell = |name: &str| {
         let at = header
             .iter()
             .position(|h| *h == name)
             .unwrap_or_else(|| panic!("no {name} column: {header:?}"));
-        row[at]
+        row[at].as_str()
     };
     assert_eq!(cell("kernel_fusion"), "eager");
     assert_eq!(cell("local_batch"), "8");

@@ -278,7 +278,7 @@ fn a_sweeps_memory_margin_is_in_its_json_csv_and_chart() {
     let lines: Vec<&str> = csv.stdout.lines().collect();
     let header: Vec<&str> = lines[0].split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let row: Vec<&str> = lines[1].split(',').collect();
+    let row: Vec<String> = csv_cells(lines[1]);
     assert_eq!(
         row[column("memory.max_memory_gib_for_margin")]
             .parse::<f64>()

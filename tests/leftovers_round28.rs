@@ -61,13 +61,23 @@ fn validate_refuses_a_micro_batch_the_global_batch_cannot_hold_as_eval_does() {
     ]);
     let rule = "--global-batch 64 is not divisible by --dp 1 x --micro-batch 3 = 3; valid micro-batches for this dp: 1, 2, 4, 8, 16, 32, 64";
     assert_one_line_error(&eval, &[rule], &[], "eval's own refusal");
+    // validate says eval's rule at dp 1 without naming --dp, a flag it does not take (review 27).
     let r = validate(&["--tp", "8", "--micro-batch", "3", "--global-batch", "64"]);
-    assert_one_line_error(&r, &[rule, "drop --global-batch"], &[], "validate mb 3");
+    assert_one_line_error(
+        &r,
+        &[
+            "--global-batch 64 is not divisible by --micro-batch 3; valid micro-batches: 1, 2, 4, 8, 16, 32, 64",
+            "eval refuses the same split at dp 1",
+            "drop --global-batch",
+        ],
+        &["--dp"],
+        "validate mb 3",
+    );
     let r = validate(&["--tp", "8", "--micro-batch", "128", "--global-batch", "64"]);
     assert_one_line_error(
         &r,
-        &["--global-batch 64 is not divisible by --dp 1 x --micro-batch 128 = 128"],
-        &["GiB"],
+        &["--global-batch 64 is not divisible by --micro-batch 128;"],
+        &["GiB", "--dp"],
         "validate mb over the batch",
     );
     // A micro-batch that divides the batch runs, as before.
@@ -275,15 +285,17 @@ fn sweep_json_and_csv_say_what_each_range_rests_on() {
     );
     let r = sweep("csv");
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let mut lines = r.stdout.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    // Read as a CSV reader reads it: the basis cell is the JSON's text, its commas quoted
+    // (review 27; they were written as semicolons).
+    let records = csv_records(&r.stdout);
+    let header = &records[0];
     let column = header
         .iter()
-        .position(|h| *h == "time.step_s_range_basis")
+        .position(|h| h == "time.step_s_range_basis")
         .unwrap_or_else(|| panic!("no basis column: {header:?}"));
-    for (line, basis) in lines.zip(&bases) {
-        let cells: Vec<&str> = line.split(',').collect();
-        assert_eq!(cells.len(), header.len(), "{line}");
-        assert_eq!(cells[column], basis.replace(',', ";"), "{line}");
+    assert_eq!(records.len(), 1 + bases.len(), "{}", r.stdout);
+    for (cells, basis) in records[1..].iter().zip(&bases) {
+        assert_eq!(cells.len(), header.len(), "{cells:?}");
+        assert_eq!(&cells[column], basis, "{cells:?}");
     }
 }

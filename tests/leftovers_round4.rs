@@ -213,7 +213,7 @@ fn sweep_csv_names_the_framework_and_cp_exchange() {
     let sweep: Value = serde_json::from_str(&run(&args("json")).stdout).unwrap();
     assert_eq!(sweep["framework"], "torchtitan");
     for row in &lines[1..] {
-        let cells: Vec<&str> = row.split(',').collect();
+        let cells: Vec<String> = csv_cells(row);
         assert_eq!(cells.len(), header.len(), "{row}");
         assert_eq!(cells[col("framework")], "torchtitan", "{row}");
         assert_eq!(

@@ -245,14 +245,7 @@ fn sweep_free_memory_reads_as_eval_says_it() {
         .iter()
         .position(|h| *h == "memory.free_bytes")
         .unwrap();
-    let free: f64 = csv
-        .stdout
-        .lines()
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .nth(col)
-        .unwrap()
+    let free: f64 = csv_cells(csv.stdout.lines().nth(1).unwrap())[col]
         .parse()
         .unwrap();
     assert!(free > 0.0 && free < 0.1 * GIB, "{free}");

@@ -4,7 +4,7 @@
 //! (each test names the finding it guards).
 
 mod common;
-use common::{json, run, scratch};
+use common::{csv_cells, json, run, scratch};
 use serde_json::Value;
 
 fn readme() -> String {
@@ -82,7 +82,7 @@ fn sweep_names_each_quantity_as_plan_json_does() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
     let header: Vec<&str> = lines[0].split(',').collect();
-    let cells: Vec<&str> = lines[1].split(',').collect();
+    let cells: Vec<String> = csv_cells(lines[1]);
     let cell = |name: &str| {
         let i = header
             .iter()

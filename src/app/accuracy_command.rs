@@ -32,14 +32,12 @@ pub(super) fn accuracy(args: AccuracyArgs) -> Result<Outcome> {
     let (rows, skipped) = validation::accuracy_with_skips(&text, &origin)?;
     // A run given twice would count twice in the summary. The file parsed above, so its runs
     // each have an id.
-    if let Ok(runs) = yaml_serde::from_str::<Vec<RunId>>(&text) {
-        crate::modern_runs::check_unique_ids(&text, &origin, runs.iter().map(|r| r.id.as_str()))?;
-    }
+    let ids: Vec<RunId> = yaml_serde::from_str(&text).unwrap_or_default();
+    crate::modern_runs::check_unique_ids(&text, &origin, ids.iter().map(|r| r.id.as_str()))?;
     if let Some(id) = &args.run {
         // An id this file does not hold is not one of its runs at all: most likely a current-stack
         // run given without its file, for which the SC'21 example below would be beside the point.
-        let ids: Vec<RunId> = yaml_serde::from_str(&text).unwrap_or_default();
-        if !ids.iter().any(|r| r.id == *id) {
+        if !ids.iter().any(|r| same_id(id, &r.id)) {
             bail!(
                 "--run {}: {origin} is a published-runs file (step times) with no run of that id, and --run reads a current-stack runs file (tokens/s); give the file that holds it: {}",
                 input_file::quote(id),
@@ -126,28 +124,43 @@ const CURRENT_STACK_RUNS_FILES: [&str; 2] = [
 ];
 
 /// The `tpsim accuracy --runs FILE --run ID` that finds `id`: the shipped current-stack runs file
-/// (read from the working directory, as `--runs` would) that holds it, or a placeholder for the
-/// file when none here does.
+/// (read from the working directory, as `--runs` would) that holds it, with the id as that file
+/// writes it, or a placeholder for the file when none here does.
 fn runs_file_holding(id: &str) -> String {
-    let quoted = input_file::quote(id);
-    if let Some(file) = shipped_runs_file_with(id) {
-        return format!("tpsim accuracy --runs {file} --run {quoted}");
+    if let Some((file, id)) = shipped_runs_file_with(id) {
+        return format!(
+            "tpsim accuracy --runs {file} --run {}",
+            input_file::quote(&id)
+        );
     }
     format!(
-        "tpsim accuracy --runs FILE --run {quoted} (this repository's are {})",
+        "tpsim accuracy --runs FILE --run {} (this repository's are {})",
+        input_file::quote(id),
         CURRENT_STACK_RUNS_FILES.join(" and ")
     )
 }
 
+/// Whether `given` names the run `id`, as `--run`'s suggestions read it: in any case and without
+/// surrounding white space (an exact match is looked up first).
+fn same_id(given: &str, id: &str) -> bool {
+    given.trim().to_lowercase() == id.to_lowercase()
+}
+
+/// The ids of a current-stack runs file's runs (the rest of each run is `modern_runs`').
+#[derive(serde::Deserialize)]
+struct RunIds {
+    runs: Vec<RunId>,
+}
+
 /// The shipped current-stack runs file (read from the working directory, as `--runs` would) with
-/// a run whose id is exactly `id`, if one is there.
-fn shipped_runs_file_with(id: &str) -> Option<&'static str> {
-    let wanted = format!("id: {id}");
-    CURRENT_STACK_RUNS_FILES.into_iter().find(|file| {
-        std::fs::read_to_string(file).is_ok_and(|text| {
-            text.lines()
-                .any(|line| line.trim_start_matches("- ").trim() == wanted)
-        })
+/// a run that `id` names ([`same_id`]), and that run's id as the file writes it. Read by the YAML
+/// parser, so a quoted id is found as `--runs` finds it.
+fn shipped_runs_file_with(id: &str) -> Option<(&'static str, String)> {
+    CURRENT_STACK_RUNS_FILES.into_iter().find_map(|file| {
+        let text = std::fs::read_to_string(file).ok()?;
+        let runs: RunIds = yaml_serde::from_str(&text).ok()?;
+        let run = runs.runs.into_iter().find(|r| same_id(id, &r.id))?;
+        Some((file, run.id))
     })
 }
 
@@ -184,9 +197,9 @@ fn modern_run(text: &str, origin: &str, id: &str, format: Format) -> Result<Outc
             input_file::quote(id),
             if close.is_empty() {
                 match shipped_runs_file_with(id) {
-                    Some(file) if !origin.contains(file) => format!(
+                    Some((file, id)) if !origin.contains(file) => format!(
                         ", or give the file that holds it: tpsim accuracy --runs {file} --run {}",
-                        input_file::quote(id)
+                        input_file::quote(&id)
                     ),
                     _ => " (the first column of `tpsim accuracy --runs FILE`)".to_string(),
                 }

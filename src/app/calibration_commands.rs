@@ -562,8 +562,16 @@ pub(super) fn validate(args: ValidateArgs) -> Result<Outcome> {
         (args.tp, args.micro_batch, args.training.global_batch)
         && let Err(refused) = crate::plan::check_batch_split(global_batch, 1, micro_batch)
     {
+        // Said without eval's `--dp 1 x`: validate takes no --dp (a plan of this layer has at
+        // least one data-parallel replica, and at one the rule is eval's, `check_batch_split`).
+        let rule = match refused {
+            crate::plan::PlanError::BatchSplit { valid, .. } => format!(
+                "--global-batch {global_batch} is not divisible by --micro-batch {micro_batch}; valid micro-batches: {valid}"
+            ),
+            other => other.to_string(),
+        };
         bail!(
-            "{refused} (validate --tp {tp} runs one layer of a plan with at least one data-parallel replica, and eval refuses the same split); give one of those --micro-batch values, or drop --global-batch, which validate --tp uses for nothing else"
+            "{rule} (validate --tp {tp} runs one layer of a plan with at least one data-parallel replica, and eval refuses the same split at dp 1); give one of those --micro-batch values, or drop --global-batch, which validate --tp uses for nothing else"
         );
     }
     // --tp runs the case as given; otherwise every distinct split of the feasible plans, best first.

@@ -710,6 +710,7 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     check_pasted_megatron(&args, &scenario.model, &plan)?;
     // --delay-wgrad-compute as a flag (a --megatron-args line sets it with its overlap).
     scenario.training.delay_wgrad_compute |= args.delay_wgrad_compute;
+    check_delay_wgrad_with_tp_overlap(&args, &scenario, &plan)?;
     if scenario.training.delay_wgrad_compute
         && plan.tp > 1
         && scenario.training.framework == crate::training::TrainingFramework::MegatronCore
@@ -1161,6 +1162,52 @@ fn defaults_unlike_plan_rows(
             settings.join(", ")
         ),
     })
+}
+
+/// `--delay-wgrad-compute` where TP comm overlap applies (tp > 1 with sequence parallelism,
+/// `cost::overlap_applied`) is refused: Megatron-Core cannot build that model. With
+/// `tp_comm_overlap` it passes `ub_bulk_wgrad=tp_comm_bulk_wgrad` (on by default,
+/// model_parallel_config.py, and no Megatron-LM flag turns it off) to every Transformer Engine
+/// LayerNormLinear (megatron/core/extensions/transformer_engine.py at d98e8a64), and Transformer
+/// Engine's `WeightGradStore` asserts "ub_bulk_wgrad is not supported when enabling
+/// delay_wgrad_compute" (transformer_engine/pytorch/module/_common.py at d0067d0da). The overlap
+/// may be `--framework megatron-core`'s default, so the fix names the switch that turns it off.
+fn check_delay_wgrad_with_tp_overlap(
+    args: &EvalArgs,
+    scenario: &super::scenario::Scenario,
+    plan: &ParallelPlan,
+) -> Result<()> {
+    let training = &scenario.training;
+    if !training.delay_wgrad_compute
+        || training.framework != crate::training::TrainingFramework::MegatronCore
+        || !crate::cost::overlap_applied(
+            scenario.model.moe.is_some(),
+            scenario.model.mtp_layers,
+            training,
+            plan,
+        )
+        .tp_comm
+    {
+        return Ok(());
+    }
+    const WHY: &str = "Transformer Engine refuses the pair (module/_common.py WeightGradStore asserts \"ub_bulk_wgrad is not supported when enabling delay_wgrad_compute\"; Megatron-Core passes its tp_comm_bulk_wgrad, on by default, to every TE LayerNormLinear under TP comm overlap)";
+    if args.megatron_args.is_some() {
+        bail!(
+            "--megatron-args: --delay-wgrad-compute with --tp-comm-overlap at tp {} with --sequence-parallel: {WHY}; drop --tp-comm-overlap or --delay-wgrad-compute from the line",
+            plan.tp
+        );
+    }
+    let overlap = match args.training.tp_comm_overlap {
+        Some(true) => "--tp-comm-overlap".to_string(),
+        _ => format!(
+            "TP comm overlap (--framework {}'s default at tp {} with sequence parallelism)",
+            training.framework.as_str(),
+            plan.tp
+        ),
+    };
+    bail!(
+        "--delay-wgrad-compute with {overlap}: {WHY}; give --tp-comm-overlap false, or drop --delay-wgrad-compute"
+    )
 }
 
 /// `--tp-comm-overlap` given on the command line for a plan it cannot apply to is refused, as

@@ -206,3 +206,44 @@ pub fn super_gb300_eval(model: &str, extra: &[&str]) -> Value {
     args.extend(["--format", "json"]);
     json(&args)
 }
+
+/// The records of a CSV text as RFC 4180 reads them (Python's `csv` module, a spreadsheet):
+/// cells split on commas outside quotes, a quoted cell's doubled quotes read as one, and line
+/// breaks inside quotes kept. A test that split lines on commas would pass on a writer that
+/// changes the text to stay free of commas.
+pub fn csv_records(text: &str) -> Vec<Vec<String>> {
+    let mut records = Vec::new();
+    let mut record = Vec::new();
+    let mut cell = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cell.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => cell.push(c),
+            (false, '"') if cell.is_empty() => quoted = true,
+            (false, ',') => record.push(std::mem::take(&mut cell)),
+            (false, '\r') if chars.peek() == Some(&'\n') => {}
+            (false, '\n') => {
+                record.push(std::mem::take(&mut cell));
+                records.push(std::mem::take(&mut record));
+            }
+            (false, c) => cell.push(c),
+        }
+    }
+    assert!(!quoted, "an unclosed quote in: {text}");
+    if !cell.is_empty() || !record.is_empty() {
+        record.push(cell);
+        records.push(record);
+    }
+    records
+}
+
+/// One CSV line's cells as RFC 4180 reads them ([`csv_records`]).
+pub fn csv_cells(line: &str) -> Vec<String> {
+    csv_records(line).into_iter().next().unwrap_or_default()
+}
