@@ -442,6 +442,27 @@ impl GpuProfile {
                 low_precision_peak_range(key).check(value)?;
             }
         }
+        // The bf16 peak is the floor (the range's doc): on every GPU with FP8 or FP4 tensor
+        // cores the narrower format runs at least as fast as the wider one (H100 SXM 1978.9
+        // FP8 over 989.4 bf16; B200 9000 FP4 over 4500 FP8; clusters/*.yaml with their
+        // datasheet sources). A lower one is a typo or a swapped line, and `--precision fp8`
+        // would price FP8 GEMMs slower than bf16 without a word.
+        let mut floor = ("peak_bf16_tflops", self.peak_bf16_tflops);
+        for (key, value) in [
+            ("peak_fp8_tflops", self.peak_fp8_tflops),
+            ("peak_fp4_tflops", self.peak_fp4_tflops),
+        ] {
+            let Some(value) = value else { continue };
+            if value < floor.1 {
+                return Err(format!(
+                    "{key}: {} is below {}: {} (rule: a narrower tensor-core format runs at least as fast as a wider one, e.g. H100 SXM FP8 1978.9 over bf16 989.4); give the dense {key} of the datasheet, or delete the line if the GPU has no such tensor cores",
+                    crate::units::show_number(value),
+                    floor.0,
+                    crate::units::show_number(floor.1)
+                ));
+            }
+            floor = (key, value);
+        }
         for (key, value) in [
             ("fp8_gemm_efficiency", self.fp8_gemm_efficiency),
             (

@@ -569,8 +569,13 @@ fn a_slow_but_consistent_profile_prints_its_peak_not_zero() {
         .unwrap()
         .parse()
         .unwrap();
-    // A device a thousand times slower: every throughput scaled together.
-    let slow = scaled(&text, &["peak_bf16_tflops", "tflops"], 1e-3);
+    // A device a thousand times slower: every throughput scaled together, and the GEMMs'
+    // times with them (a GEMM's tflops is its flops over its median, round 48).
+    let slow = scaled(
+        &scaled(&text, &["peak_bf16_tflops", "tflops"], 1e-3),
+        &["median_us", "min_us", "max_us"],
+        1e3,
+    );
     std::fs::write(dir.join("slow.yaml"), slow).unwrap();
     let r = run_in(&dir, &with(&TINY_EVAL, &["--calibration", "slow.yaml"]));
     assert!(r.code == 0 || r.code == 1, "{}", lines_of(&r));

@@ -168,7 +168,8 @@ impl Calibration {
     /// No GEMM measured faster than the profile's peak: `tpsim calibrate` sets the peak to the
     /// datasheet's (refusing a GEMM above it) or, on the CPU twin, to the best GEMM measured, so a
     /// GEMM above it means the peak was edited apart from the measurements, and every MFU and
-    /// "of peak" share read off it would be past 100%.
+    /// "of peak" share read off it would be past 100%. Each GEMM's `tflops` and `efficiency`
+    /// are also the rates calibrate derived from its median and that peak.
     pub fn check_below_peak(&self, peak_tflops: f64) -> Result<(), String> {
         for (what, list) in [
             ("gemm_shapes", &self.gemm_shapes),
@@ -183,9 +184,77 @@ impl Calibration {
                         show_number(peak_tflops)
                     ));
                 }
+                // `tpsim calibrate` writes tflops = flops / median and efficiency = tflops / peak
+                // (calibrate/run.rs): a hand-edited median, tflops or peak that breaks either
+                // leaves two numbers for one rate, and the fit and the summaries would read
+                // different ones. Relative 1e-6: the written decimals round-trip far closer.
+                let rate = g.flops() / (g.median_us * 1e-6) / 1e12;
+                if !close(g.tflops, rate) {
+                    // The efficiency still agrees with one of the two: that one is the measured.
+                    let fix = if close(g.efficiency, g.tflops / peak_tflops) {
+                        format!(
+                            "restore the measured median_us (flops / tflops gives {} us) and its min_us and max_us",
+                            show_number(g.flops() / (g.tflops * 1e12) * 1e6)
+                        )
+                    } else {
+                        format!("write tflops: {} there", show_number(rate))
+                    };
+                    return Err(format!(
+                        "{what}[{i}].tflops: {} is not the GEMM's flops over its median_us {} ({} TFLOP/s) (rule: tpsim calibrate writes tflops = 2·m·n·k·batch / median); {fix}, or write the profile again with tpsim calibrate",
+                        show_number(g.tflops),
+                        show_number(g.median_us),
+                        show_number(rate)
+                    ));
+                }
+                if !close(g.efficiency, g.tflops / peak_tflops) {
+                    return Err(self.efficiency_apart(what, i, g, peak_tflops));
+                }
             }
         }
         Ok(())
+    }
+
+    /// The refusal of a GEMM whose `efficiency` is not its `tflops` over the profile's peak.
+    /// Where every GEMM's efficiency gives one and the same other peak, the peak was edited and
+    /// the fix restores it; otherwise this GEMM's efficiency was, and the fix rewrites it (the
+    /// other fix would break the GEMMs that agree).
+    fn efficiency_apart(
+        &self,
+        what: &str,
+        i: usize,
+        g: &GemmMeasurement,
+        peak_tflops: f64,
+    ) -> String {
+        let implied = g.tflops / g.efficiency;
+        let one_peak = self
+            .gemm_shapes
+            .iter()
+            .chain(&self.gemm_sweep)
+            .all(|m| close(m.tflops / m.efficiency, implied));
+        let (edited, fix) = if one_peak {
+            (
+                "the peak was edited apart from the measurements",
+                // To 12 digits: a datasheet peak (989.4) back from its quotients, not 989.4000000000001.
+                format!(
+                    "restore peak_bf16_tflops: {}",
+                    show_number(format!("{implied:.11e}").parse().unwrap_or(implied))
+                ),
+            )
+        } else {
+            (
+                "this GEMM's efficiency was edited",
+                format!(
+                    "write efficiency: {} there",
+                    show_number(g.tflops / peak_tflops)
+                ),
+            )
+        };
+        format!(
+            "{what}[{i}].efficiency: {} is not its tflops {} over the profile's peak_bf16_tflops {} (rule: tpsim calibrate writes efficiency = tflops / peak, so {edited}); {fix}, or write the profile again with tpsim calibrate",
+            show_number(g.efficiency),
+            show_number(g.tflops),
+            show_number(peak_tflops),
+        )
     }
 
     /// Every number the cost model or a summary reads, in its range. `validate`'s quick
@@ -240,6 +309,11 @@ impl Calibration {
         }
         Ok(())
     }
+}
+
+/// Equal to a relative 1e-6: a number `tpsim calibrate` derived and wrote, read back.
+fn close(written: f64, derived: f64) -> bool {
+    (written - derived).abs() <= 1e-6 * derived.abs()
 }
 
 impl GemmMeasurement {

@@ -299,6 +299,21 @@ impl Reader<'_> {
     }
 
     pub(super) fn missing(&self, key: &'static str, example: &'static str) -> HfConfigError {
+        // A multimodal config (LLaVA, Gemma 3, Mistral 3) nests its language model under
+        // "text_config"; the text families' *Config classes read only top-level keys, as tpsim
+        // does, so "add the key" would copy one number of many by hand.
+        if let Some(nested) = self
+            .obj
+            .get("text_config")
+            .and_then(Value::as_object)
+            .and_then(|t| t.get(key))
+        {
+            return self.unsupported(format!(
+                "key \"{key}\" is missing at the top level, but \"text_config\" gives \"{key}\": {} (a multimodal config's language model); tpsim reads the top-level keys, as transformers' {} config class does: save the \"text_config\" object as a config.json of its own (with its \"model_type\") and pass that",
+                written(self.text, key, nested),
+                self.family
+            ));
+        }
         HfConfigError::MissingKey {
             path: self.path.to_string(),
             key,
