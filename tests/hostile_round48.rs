@@ -349,6 +349,19 @@ fn a_calibrated_gemm_whose_tflops_is_not_its_flops_over_its_median_is_refused() 
     std::fs::write(dir.join("edited.yaml"), with_first(&text, "tflops", fix)).unwrap();
     let ok = eval_calibration(&dir, "edited.yaml");
     assert!(ok.code == 0 || ok.code == 1, "{}", ok.stderr);
+    // A rate rounded by hand to three significant digits is the same rate (within 1%), not two.
+    let rounded = format!("{:.2e}", written);
+    std::fs::write(
+        dir.join("edited.yaml"),
+        with_first(&text, "tflops", &rounded),
+    )
+    .unwrap();
+    let ok = eval_calibration(&dir, "edited.yaml");
+    assert!(
+        ok.code == 0 || ok.code == 1,
+        "tflops {rounded} (rounded from {tflops}): {}",
+        ok.stderr
+    );
 }
 
 #[test]

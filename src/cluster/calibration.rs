@@ -187,7 +187,7 @@ impl Calibration {
                 // `tpsim calibrate` writes tflops = flops / median and efficiency = tflops / peak
                 // (calibrate/run.rs): a hand-edited median, tflops or peak that breaks either
                 // leaves two numbers for one rate, and the fit and the summaries would read
-                // different ones. Relative 1e-6: the written decimals round-trip far closer.
+                // different ones. Within 1% (`close`): a value rounded by hand is the same rate.
                 let rate = g.flops() / (g.median_us * 1e-6) / 1e12;
                 if !close(g.tflops, rate) {
                     // The efficiency still agrees with one of the two: that one is the measured.
@@ -311,9 +311,11 @@ impl Calibration {
     }
 }
 
-/// Equal to a relative 1e-6: a number `tpsim calibrate` derived and wrote, read back.
+/// Equal within 1%: a number `tpsim calibrate` derived and wrote, read back or rounded by hand
+/// (calibrate writes every digit, so its own files agree to ~1e-15); an edit that makes two rates
+/// for one GEMM moves it by far more.
 fn close(written: f64, derived: f64) -> bool {
-    (written - derived).abs() <= 1e-6 * derived.abs()
+    (written - derived).abs() <= 0.01 * derived.abs()
 }
 
 impl GemmMeasurement {
