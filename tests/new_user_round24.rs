@@ -232,3 +232,66 @@ fn why_the_best_plan_says_what_ep_buys() {
         "{line}"
     );
 }
+
+/// `plan --help` said --global-batch defaults to 1536, "GPT-3's batch": GPT-3's batch was 3.1M
+/// tokens, and at --seq-len 131072 the default is 201M tokens per step (the stderr note said so,
+/// the help did not). The help now says the 1536 are sequences, 3.1M tokens only at 2048 each.
+#[test]
+fn global_batch_help_says_the_default_is_sequences_not_gpt3_tokens() {
+    let help = stdout_of(&["plan", "--help"]);
+    let at = help
+        .find("--global-batch <")
+        .expect("--global-batch in plan --help");
+    let text: String = help[at..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        text.contains("default 1536")
+            && text.contains("3.1M tokens at its 2048 tokens")
+            && text.contains("--seq-len")
+            && !text.contains("GPT-3's batch"),
+        "{text}"
+    );
+}
+
+/// DeepSeek-V3 on 256 nodes of H800: `eval`'s throughput line printed "model TFLOP/s per GPU
+/// (MFU 14.7%)" with nothing saying those FLOPs count the 37.6B active parameters, not the 671B
+/// (the README says so, the output did not). It now names the active parameters for an MoE model,
+/// and nothing for a dense one.
+#[test]
+fn eval_throughput_says_mfu_counts_the_active_parameters() {
+    let out = stdout_of(&[
+        "eval",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h800-sxm-80g",
+        "--nodes",
+        "256",
+        "--tp",
+        "4",
+        "--ep",
+        "128",
+        "--etp",
+        "1",
+        "--sp",
+        "--zero",
+        "2",
+        "--mb",
+        "3",
+        "--recompute",
+        "selective",
+    ]);
+    let line = why_line(&out, "throughput:");
+    assert!(
+        line.contains("model TFLOP/s per GPU of the 37.6B active parameters (MFU"),
+        "{line}"
+    );
+    let dense = stdout_of(&["eval", "--plan", "plans/seed-512b-32nodes.yaml"]);
+    let line = why_line(&dense, "throughput:");
+    assert!(!line.contains("active"), "{line}");
+}

@@ -1479,11 +1479,21 @@ pub fn breakdown(
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {} tokens/s, {} model TFLOP/s per GPU (MFU {}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
+        "throughput: {} tokens/s, {} model TFLOP/s per GPU{} (MFU {}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
         // A positive rate is never shown as 0 (a profile at the ranges' slow ends ran at 1e-12
         // tokens/s and printed "0 tokens/s, ... MFU 0.0%").
         crate::units::show_measured(e.tokens_per_s, 0),
         tflops_fine(e.model_tflops_per_gpu),
+        // A mixture of experts' model FLOPs count the parameters a token uses (the model line's
+        // "active"), not all of them: said, so MFU is not read against the total.
+        if model.moe.is_some() {
+            format!(
+                " of the {} active parameters",
+                format_count(model.active_params())
+            )
+        } else {
+            String::new()
+        },
         crate::units::show_measured(e.mfu * 100.0, 1),
         // MFU is always over the bf16 peak (`cost::evaluate`, the peak the scenario line prints),
         // so a plan whose GEMMs run at a lower precision can pass 100%.
