@@ -295,3 +295,26 @@ fn eval_throughput_says_mfu_counts_the_active_parameters() {
     let line = why_line(&dense, "throughput:");
     assert!(!line.contains("active"), "{line}");
 }
+
+/// The README introduced its DeepSeek-V3 example as "DeepSeek-V3 on 2,048 H100 (as DeepSeek
+/// trained", but DeepSeek trained it on 2,048 H800 (DeepSeek-V3 Technical Report, arXiv
+/// 2412.19437, §3.1: "a cluster equipped with 2048 NVIDIA H800 GPUs"), whose NVLink is cut to
+/// 400 GB/s: an MoE team on H800 read the H100 example as their cluster. The paragraph now names
+/// the H800 and the profile that plans it.
+#[test]
+fn readme_says_deepseek_trained_on_h800_not_h100() {
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    let at = readme
+        .find("DeepSeek-V3 on 2,048 H100")
+        .expect("the README's DeepSeek-V3 example");
+    let paragraph = &readme[at..at + readme[at..].find("\n\n").unwrap()];
+    assert!(!paragraph.contains("(as DeepSeek trained"), "{paragraph}");
+    assert!(
+        paragraph.contains("2,048 H800") && paragraph.contains("--gpu h800-sxm-80g"),
+        "{paragraph}"
+    );
+    // The profile it names exists and is the export part.
+    let profile =
+        std::fs::read_to_string(Path::new(ROOT).join("clusters/h800-sxm-80g.yaml")).unwrap();
+    assert!(profile.contains("nvlink_gb_per_s: 200"), "{profile}");
+}
