@@ -925,6 +925,20 @@ fn backward_async_words(
     )
 }
 
+/// What hides a context-parallel exchange, as `eval`'s CP comm line and "why the best plan" say
+/// it (`cost::evaluate` sets it by exchange: the K/V ring's steps under the attention blocks they
+/// feed, PyTorch's under the diagonal step's and each backward step's).
+fn cp_hidden_by_words(hidden_by: crate::cost::terms::HiddenBy) -> &'static str {
+    use crate::cost::terms::HiddenBy;
+    match hidden_by {
+        HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
+        HiddenBy::DiagonalAttentionStep => {
+            "the diagonal step's attention (the K/V all-gather) and each backward step's (the dK/dV hops)"
+        }
+        _ => "",
+    }
+}
+
 /// What a term's line says: its full time and what hid the rest.
 fn term_note(
     term: &crate::cost::terms::Term,
@@ -964,9 +978,8 @@ fn term_note(
             backward_words = backward_async_words(training, plan);
             &backward_words
         }
-        HiddenBy::AttentionBlocks => "the attention blocks of each ring step",
-        HiddenBy::DiagonalAttentionStep => {
-            "the diagonal step's attention (the K/V all-gather) and each backward step's (the dK/dV hops)"
+        HiddenBy::AttentionBlocks | HiddenBy::DiagonalAttentionStep => {
+            cp_hidden_by_words(term.hidden_by)
         }
         HiddenBy::Backward => "the backward pass (bucketed reduction)",
         HiddenBy::Forward => "the forward pass (prefetched gathers)",
@@ -1466,11 +1479,21 @@ pub fn breakdown(
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "throughput: {} tokens/s, {} model TFLOP/s per GPU (MFU {}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
+        "throughput: {} tokens/s, {} model TFLOP/s per GPU{} (MFU {}%{}), {} hardware TFLOP/s per GPU (with recompute and, under FlashAttention, the QKᵀ its backward recomputes); bubble {:.1}% of the step",
         // A positive rate is never shown as 0 (a profile at the ranges' slow ends ran at 1e-12
         // tokens/s and printed "0 tokens/s, ... MFU 0.0%").
         crate::units::show_measured(e.tokens_per_s, 0),
         tflops_fine(e.model_tflops_per_gpu),
+        // A mixture of experts' model FLOPs count the parameters a token uses (the model line's
+        // "active"), not all of them: said, so MFU is not read against the total.
+        if model.moe.is_some() {
+            format!(
+                " of the {} active parameters",
+                format_count(model.active_params())
+            )
+        } else {
+            String::new()
+        },
         crate::units::show_measured(e.mfu * 100.0, 1),
         // MFU is always over the bf16 peak (`cost::evaluate`, the peak the scenario line prints),
         // so a plan whose GEMMs run at a lower precision can pass 100%.
@@ -1776,7 +1799,7 @@ pub fn explain_best(
     if p.cp > 1 {
         let _ = writeln!(
             out,
-            "  CP {}: on {} — every layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
+            "  CP {}: on {} — every layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed{}",
             p.cp,
             e.comm.cp.link.map_or("-", link_name),
             if training.framework == crate::training::TrainingFramework::Deepspeed {
@@ -1784,16 +1807,50 @@ pub fn explain_best(
             } else if model.is_hybrid() {
                 "exchanges its keys and values (attention) or trades its Mamba mixer's inputs and scan output between sequence and head shards (Mamba) among the context-parallel ranks"
             } else {
-                "exchanges its keys and values among the context-parallel ranks"
+                // The exchange the plan runs, named as `eval`'s CP line names it: "keys and
+                // values" alone read as the ring under every --cp-exchange.
+                use crate::training::CpExchange;
+                match training.cp_exchange {
+                    CpExchange::KvRing => {
+                        "passes its keys and values around the ring of context-parallel ranks (Transformer Engine's K/V ring, --cp-comm-type p2p: cp − 1 point-to-point steps, dK/dV passed back in bwd)"
+                    }
+                    CpExchange::TorchAllGather => {
+                        "all-gathers its keys and values (repeated to every query head) among the context-parallel ranks and passes fp32 dK/dV around the ring in bwd (PyTorch's context_parallel)"
+                    }
+                    CpExchange::KvAllGather => {
+                        "all-gathers its keys and values among the context-parallel ranks and reduce-scatters dK/dV in bwd (Transformer Engine's all_gather)"
+                    }
+                    CpExchange::HeadAllToAll => {
+                        "trades Q, K, V and the attention output between sequence shards and head shards among the context-parallel ranks (Transformer Engine's all-to-all over heads, a2a)"
+                    }
+                }
             },
             e.comm.cp.wire_bytes.gb(),
-            share(t.cp_comm_exposed_s.0)
+            share(t.cp_comm_exposed_s.0),
+            {
+                // What hides the rest, or that nothing does (`eval`'s CP comm line, the same term).
+                // A hybrid stack's Mamba exchange is a term of its own: left to `eval`.
+                let term = e.terms.get(TermKind::CpComm);
+                let hidden = term.time_s.0 - term.exposed_s.0;
+                match cp_hidden_by_words(term.hidden_by) {
+                    _ if model.is_hybrid() => String::new(),
+                    "" if term.time_s.0 > 0.0 => {
+                        format!("; nothing hides its {:.2} s", term.time_s.0)
+                    }
+                    "" => String::new(),
+                    by => format!(
+                        "; {:.2} of its {:.2} s hidden by {by}",
+                        hidden.max(0.0),
+                        term.time_s.0
+                    ),
+                }
+            }
         );
     }
     if p.ep > 1 || p.etp > 1 {
         let _ = writeln!(
             out,
-            "  EP {}{}: on {} — every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
+            "  EP {}{}: on {} — {}every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
             p.ep,
             if p.etp > 1 {
                 format!(" x ETP {}", p.etp)
@@ -1801,6 +1858,21 @@ pub fn explain_best(
                 String::new()
             },
             e.comm.ep.link.map_or("-", link_name),
+            // What EP buys: each GPU holds experts / ep of every MoE layer's routed experts (the
+            // weights, gradients and optimizer states of the rest live on the other EP ranks).
+            match &model.moe {
+                Some(moe) if p.ep > 1 => format!(
+                    "each GPU holds {} of each MoE layer's {} routed experts{}; ",
+                    moe.experts / p.ep,
+                    moe.experts,
+                    if p.etp > 1 {
+                        format!(", each split over {} GPUs", p.etp)
+                    } else {
+                        String::new()
+                    }
+                ),
+                _ => String::new(),
+            },
             match (p.ep > 1, p.etp > 1) {
                 (true, true) =>
                     "sends its routed tokens to their experts and back with all-to-alls, and gathers and reduce-scatters them over the expert-TP ranks",
