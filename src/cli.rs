@@ -610,22 +610,22 @@ pub enum PrecisionArg {
 /// Dimensions a user has already chosen: `plan` searches only plans with these values.
 #[derive(Debug, Clone, Args)]
 pub struct PinArgs {
-    /// Pin the tensor-parallel degree.
+    /// Pin the tensor-parallel degree. Default: searched.
     #[arg(long, visible_alias = "tensor-model-parallel-size")]
     pub tp: Option<u32>,
-    /// Pin the pipeline-parallel degree.
+    /// Pin the pipeline-parallel degree. Default: searched.
     #[arg(long, visible_alias = "pipeline-model-parallel-size")]
     pub pp: Option<u32>,
-    /// Pin the context-parallel degree.
+    /// Pin the context-parallel degree. Default: searched.
     #[arg(long, visible_alias = "context-parallel-size")]
     pub cp: Option<u32>,
-    /// Pin the data-parallel degree.
+    /// Pin the data-parallel degree. Default: searched.
     #[arg(long)]
     pub dp: Option<u32>,
-    /// Pin the virtual pipeline stages per GPU.
+    /// Pin the virtual pipeline stages per GPU. Default: searched.
     #[arg(long)]
     pub vpp: Option<u32>,
-    /// Pin the micro-batch size (the table's `mb` column, also accepted as `--mb`).
+    /// Pin the micro-batch size (the table's `mb` column, also accepted as `--mb`). Default: searched.
     #[arg(long, visible_aliases = ["micro-batch-size", "mb"])]
     pub micro_batch: Option<u32>,
     /// Pin activation recomputation.
@@ -648,7 +648,7 @@ pub struct PinArgs {
         default_missing_value = "true"
     )]
     pub sequence_parallel: Option<bool>,
-    /// Pin the expert-parallel degree (MoE models).
+    /// Pin the expert-parallel degree (MoE models). Default: searched.
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
     /// Pin the expert tensor-parallel degree (MoE models).

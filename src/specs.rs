@@ -1240,6 +1240,8 @@ pub struct PlanKeysGiven {
     pub etp: bool,
     pub sequence_parallel: bool,
     pub zero: bool,
+    /// `recompute:` or `recompute_num_layers:` (which implies full recompute).
+    pub recompute: bool,
 }
 
 impl PlanKeysGiven {
@@ -1248,6 +1250,7 @@ impl PlanKeysGiven {
         etp: true,
         sequence_parallel: true,
         zero: true,
+        recompute: true,
     };
 
     /// The keys `text`'s `plan:` mapping holds (none where it cannot be read as one).
@@ -1259,6 +1262,7 @@ impl PlanKeysGiven {
             etp: has("etp"),
             sequence_parallel: has("sequence_parallel"),
             zero: has("zero"),
+            recompute: has("recompute") || has("recompute_num_layers"),
         }
     }
 }

@@ -89,7 +89,13 @@ fn eval_names_the_defaults_a_plan_row_was_not_ranked_with() {
         note.contains("sequence parallel off (--sequence-parallel)"),
         "{note}"
     );
-    assert!(note.contains("its sp column"), "{note}");
+    // A plan that does not fit names the recompute it defaulted too (leftovers round 32).
+    let columns = if r.code == 0 {
+        "its sp column"
+    } else {
+        "its sp and recomp columns"
+    };
+    assert!(note.contains(columns), "{note}");
     // --zero was given, and a dense model has no experts: neither is named.
     assert!(!note.contains("ZeRO-0") && !note.contains("etp"), "{note}");
 

@@ -84,8 +84,14 @@ fn an_moe_plan_file_without_etp_names_the_expert_tp_taken() {
     let r = run(&["eval", "--plan", &file("moe", text)]);
     assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
     let note = defaults_note(&r.stderr).unwrap_or_else(|| panic!("no note: {}", r.stderr));
+    // A plan that does not fit names the recompute it defaulted too (leftovers round 32).
+    let missing = if r.code == 0 {
+        "gives no etp: under"
+    } else {
+        "gives no etp:, recompute: under"
+    };
     assert!(
-        note.contains("gives no etp: under") && note.contains("expert tensor parallelism 2 as tp"),
+        note.contains(missing) && note.contains("expert tensor parallelism 2 as tp"),
         "{note}"
     );
 }

@@ -502,6 +502,7 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 );
             }
             let mut estimates = Vec::new();
+            let mut plans = Vec::new();
             for ((file, scenario), path) in loaded.iter().zip(&args.plan) {
                 // A flag overrides both files, as the scenario's flags do (and as `eval --plan`
                 // takes --precision over the file's).
@@ -553,12 +554,33 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     &plan,
                 );
                 estimates.push(with_schedule(scenario, &closed));
+                plans.push(plan);
             }
             // Said once both plans are known to be valid, as `eval` says it.
             for (at, ((file, scenario), path)) in loaded.iter().zip(&args.plan).enumerate() {
                 // One file given twice is said once.
                 if args.plan[..at].contains(path) {
                     continue;
+                }
+                // A file without sequence_parallel:, zero:, etp: (or recompute:, where the plan
+                // does not fit) ran eval's defaults, said as `eval --plan` says it. compare takes
+                // no plan flags; --recompute-modules is the one that sets the recompute.
+                let typed = crate::specs::PlanKeysGiven {
+                    etp: false,
+                    sequence_parallel: false,
+                    zero: false,
+                    recompute: args.training.recompute_modules.is_some(),
+                };
+                if let Some(note) = super::eval_command::plan_defaults_note(
+                    "compare",
+                    typed,
+                    Some((file, path)),
+                    &plans[at],
+                    &scenario.model,
+                    scenario.training.framework,
+                    estimates[at].0.fits(),
+                ) {
+                    eprintln!("{note}");
                 }
                 if let Some(note) = &scenario.gpu_note {
                     eprintln!("{note} (--plan {path})");

@@ -856,23 +856,6 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
             framework.as_str()
         );
     }
-    if let Some(note) = defaults_unlike_plan_rows(
-        &args,
-        plan_file.as_ref().map(|(file, path)| (file, path.as_str())),
-        &plan,
-        &scenario.model,
-        framework,
-    ) {
-        eprintln!("{note}");
-    }
-    if let Some(note) = super::cp_exchange_note::unused_with_cp_1(
-        &args.training,
-        plan.cp,
-        "this plan has cp 1",
-        "give --cp 2 or more to use it",
-    ) {
-        eprintln!("{note}");
-    }
     // The report's search runs the scenario as `plan` would, with the modules selective recompute
     // means there (kept before they are dropped below for a plan that does not use them).
     let searched_training = scenario.training;
@@ -889,6 +872,25 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     )
     .map_err(|e| anyhow!("simulating the pipeline schedule: {e}"))?;
     let estimate = simulated.estimate;
+    // Said once the plan is priced: whether it fits decides whether the recompute is named.
+    if let Some(note) = defaults_unlike_plan_rows(
+        &args,
+        plan_file.as_ref().map(|(file, path)| (file, path.as_str())),
+        &plan,
+        &scenario.model,
+        framework,
+        estimate.fits(),
+    ) {
+        eprintln!("{note}");
+    }
+    if let Some(note) = super::cp_exchange_note::unused_with_cp_1(
+        &args.training,
+        plan.cp,
+        "this plan has cp 1",
+        "give --cp 2 or more to use it",
+    ) {
+        eprintln!("{note}");
+    }
     if let Some(target) = args.emit {
         let framework = framework_of(target);
         if !estimate.fits() {
@@ -1053,22 +1055,58 @@ fn block_recompute_layers(args: &EvalArgs) -> u32 {
 /// same defaults (`specs::PlanKeysGiven`), and the note names the file and its missing keys: a
 /// hand-written file was evaluated at them without a word, where the same degrees as flags were
 /// told.
+///
+/// Recompute defaults to none as well (Megatron-LM without `--recompute-granularity`), and is
+/// said where it was not given and the plan does not fit: a row pasted from `plan` without its
+/// recompute read "DOES NOT FIT" with no word that the recompute was defaulted (a plan that fits
+/// without it is not told, so the README's fitting examples read as they did).
 fn defaults_unlike_plan_rows(
     args: &EvalArgs,
     file: Option<(&crate::specs::PlanFile, &str)>,
     plan: &ParallelPlan,
     model: &crate::model::Model,
     framework: crate::training::TrainingFramework,
+    fits: bool,
 ) -> Option<String> {
     let pasted_line = args.megatron_args.is_some() || args.bf16;
     if pasted_line {
         return None;
     }
+    let typed = crate::specs::PlanKeysGiven {
+        etp: args.etp.is_some(),
+        sequence_parallel: args.sequence_parallel.is_some(),
+        zero: args.zero.is_some()
+            || args.use_distributed_optimizer
+            || args.use_megatron_fsdp
+            || args.use_torch_fsdp2
+            || args.data_parallel_sharding_strategy.is_some(),
+        recompute: args.recompute.is_some()
+            || args.recompute_num_layers.is_some()
+            || args.recompute_method.is_some()
+            || args.training.recompute_modules.is_some(),
+    };
+    plan_defaults_note("eval", typed, file, plan, model, framework, fits)
+}
+
+/// [`defaults_unlike_plan_rows`] for the settings `typed` says a flag gave, and a plan file's
+/// keys: `compare --plan A --plan B` runs each file at the same defaults and says so in the
+/// same words (it said nothing, where `eval --plan` printed the note), less the flags it does not
+/// take.
+pub(super) fn plan_defaults_note(
+    command: &str,
+    typed: crate::specs::PlanKeysGiven,
+    file: Option<(&crate::specs::PlanFile, &str)>,
+    plan: &ParallelPlan,
+    model: &crate::model::Model,
+    framework: crate::training::TrainingFramework,
+    fits: bool,
+) -> Option<String> {
     let in_file = file.map_or(
         crate::specs::PlanKeysGiven {
             etp: false,
             sequence_parallel: false,
             zero: false,
+            recompute: false,
         },
         |(f, _)| f.given,
     );
@@ -1079,7 +1117,7 @@ fn defaults_unlike_plan_rows(
     // (`data_parallel_shard_degree = -1`); DeepSpeed's `zero_optimization.stage` defaults to 0.
     use crate::training::TrainingFramework as F;
     let mut taken: Vec<(String, &str)> = Vec::new();
-    if args.sequence_parallel.is_none()
+    if !typed.sequence_parallel
         && !in_file.sequence_parallel
         && plan.tp > 1
         && framework.runs_sequence_parallelism()
@@ -1095,13 +1133,8 @@ fn defaults_unlike_plan_rows(
         };
         taken.push((setting.to_string(), "sp"));
     }
-    let zero_given = args.zero.is_some()
-        || in_file.zero
-        || args.use_distributed_optimizer
-        || args.use_megatron_fsdp
-        || args.use_torch_fsdp2
-        || args.data_parallel_sharding_strategy.is_some();
-    if !zero_given && plan.zero == 0 && u64::from(plan.dp) * u64::from(plan.cp) > 1 {
+    if !typed.zero && !in_file.zero && plan.zero == 0 && u64::from(plan.dp) * u64::from(plan.cp) > 1
+    {
         let setting = match framework {
             F::Torchtitan => {
                 "ZeRO-0 (--zero; torchtitan's default, FSDP2 with data_parallel_shard_degree -1, is --zero 3)"
@@ -1114,7 +1147,7 @@ fn defaults_unlike_plan_rows(
     // Only where the search could have ranked the other layout (etp 1): torchtitan's EP degree
     // fixes its expert layout (`TrainingFramework::runs_expert_tp`), so etp = tp at ep 1 is its
     // own and every plan row's, no Megatron-LM default.
-    if args.etp.is_none()
+    if !typed.etp
         && !in_file.etp
         && model.moe.is_some()
         && plan.tp > 1
@@ -1126,6 +1159,14 @@ fn defaults_unlike_plan_rows(
             "etp",
         ));
     }
+    // The one default said only where it matters: a plan that does not fit without recompute
+    // may fit with it, as `plan`'s recomp column may have ranked it.
+    if !typed.recompute && !in_file.recompute && !fits && plan.recompute == Recompute::None {
+        taken.push((
+            "no recompute (--recompute; this plan does not fit, and --recompute selective|full recomputes activations to save their memory)".to_string(),
+            "recomp",
+        ));
+    }
     if taken.is_empty() {
         return None;
     }
@@ -1134,6 +1175,7 @@ fn defaults_unlike_plan_rows(
         .iter()
         .map(|column| match *column {
             "sp" => "sequence_parallel:".to_string(),
+            "recomp" => "recompute:".to_string(),
             other => format!("{other}:"),
         })
         .collect();
@@ -1156,10 +1198,16 @@ fn defaults_unlike_plan_rows(
             settings.join(", ")
         ),
         Some((_, path)) => format!(
-            "note: {} gives no {} under plan:, so eval took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: write them in the file (a `tpsim plan --save` file writes every key) or give {flags}",
+            "note: {} gives no {} under plan:, so {command} took {whose}: {}; a `tpsim plan` row was ranked with the values in {columns}: write them in the file (a `tpsim plan --save` file writes every key){}",
             crate::input_file::quote(path),
             keys.join(", "),
-            settings.join(", ")
+            settings.join(", "),
+            // `compare` takes no plan flags: the file is where they go.
+            if command == "eval" {
+                format!(" or give {flags}")
+            } else {
+                String::new()
+            }
         ),
     })
 }

@@ -121,7 +121,9 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
         .into_iter()
         // A file without `etp:` runs the framework's default (`PlanFile::etp_for`), not the
         // value its plan was read with: that one is no value of the file's to quote.
+        // Nor is ZeRO-0 from a file without `zero:` ([`defaulted_key_words`]).
         .filter(|&(_, key)| key != "etp" || file.given.etp)
+        .filter(|&(_, key)| key != "zero" || file.given.zero)
         .map(|(flag, key)| (flag, key, Some(plan_value(&file.plan, key))))
         .chain(scenario);
     let mut values: Vec<_> = plan
@@ -187,8 +189,9 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
         ));
     }
     // The one switch a plan error quotes: `--sequence-parallel with --tp 8 splits ...` is the
-    // file's `sequence_parallel: true` (quoted bare, as the flag is typed), unless a flag set it.
-    if file.plan.sequence_parallel {
+    // file's `sequence_parallel: true` (quoted bare, as the flag is typed), unless a flag set it;
+    // a file without the line ran eval's default ([`defaulted_key_words`]).
+    if file.plan.sequence_parallel && file.given.sequence_parallel {
         let echo = match given.iter().find(|(f, _)| *f == SP_FLAG) {
             None => None,
             Some((_, Some(1))) => Some(SP_FLAG),
@@ -241,16 +244,26 @@ fn token_starts(text: &str, pattern: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Where `pattern` stands in `text` as a whole token (not inside a longer flag or word), the fix
+/// included.
+fn token_starts_anywhere(text: &str, pattern: &str) -> Vec<usize> {
+    text.match_indices(pattern)
+        .map(|(at, _)| at)
+        .filter(|&at| {
+            let after = text[at + pattern.len()..].chars().next();
+            !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '-')
+                && !after.is_some_and(|c| c.is_alphanumeric() || c == '-')
+        })
+        .collect()
+}
+
 /// `message` with each value it quotes as a flag (`--tp 3`) that came from the plan file at
 /// `path` said as the file's key (`tp: 3`), and the file named: after the key where one value is
 /// the file's (`tp: 3 in plans/x.yaml does not divide ...`), in front where several are. Values
 /// the user gave as flags keep their flags; a flag typed with the file's own value is named after
 /// the key (`tp: 8 (also --tp 8)`), as it overrode nothing.
 pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &[Typed]) -> String {
-    let mut text = message.to_string();
-    if !file.given.etp && !typed(given, "--etp") {
-        text = defaulted_etp_words(&text, path);
-    }
+    let mut text = defaulted_key_words(message, path, file, given);
     let mut replaced: Vec<(usize, usize)> = Vec::new();
     for (v, echo) in file_values(file, given) {
         let patterns = if v.flag == SP_FLAG {
@@ -292,6 +305,59 @@ pub(super) fn in_file_words(message: &str, path: &str, file: &PlanFile, given: &
         }
         _ => format!("{path}: {text}"),
     }
+}
+
+/// `message` with each value it quotes from a flag the user did not type and a key the plan file
+/// at `path` does not write said as defaulted ([`defaulted_etp_words`], and the same for `zero:`
+/// and `sequence_parallel:`): "--dp-replicas 2 with --zero 0" named a flag never typed, and once
+/// in the file's words a `zero: 0` line the file does not have.
+fn defaulted_key_words(message: &str, path: &str, file: &PlanFile, given: &[Typed]) -> String {
+    let mut text = message.to_string();
+    if !file.given.etp && !typed(given, "--etp") {
+        text = defaulted_etp_words(&text, path);
+    }
+    if !file.given.zero && !typed(given, "--zero") {
+        // Every ZeRO-less default eval takes is stage 0 (`defaults_unlike_plan_rows`).
+        for at in token_starts(&text, "--zero 0").into_iter().rev() {
+            text.replace_range(
+                at.."--zero 0".len() + at,
+                &format!(
+                    "ZeRO-0 (defaulted: {path} has no zero: line under plan:, so eval took stage 0, and a zero: line there sets another)"
+                ),
+            );
+        }
+    }
+    if !file.given.sequence_parallel && !typed(given, SP_FLAG) {
+        text = defaulted_sp_words(&text, path);
+    }
+    text
+}
+
+/// [`defaulted_key_words`] for sequence parallelism: each `--sequence-parallel` the rule quotes
+/// (`without --sequence-parallel`, `--sequence-parallel with --tp 2`, `--sequence-parallel
+/// false`) becomes the switch as eval defaulted it, on or off.
+fn defaulted_sp_words(message: &str, path: &str) -> String {
+    let mut text = message.to_string();
+    for at in token_starts(&text, SP_FLAG).into_iter().rev() {
+        let after = &text[at + SP_FLAG.len()..];
+        let (on, len) = if let Some(rest) = after.strip_prefix(" false")
+            && !rest.starts_with(char::is_alphanumeric)
+        {
+            (false, SP_FLAG.len() + " false".len())
+        } else if let Some(rest) = after.strip_prefix(" true")
+            && !rest.starts_with(char::is_alphanumeric)
+        {
+            (true, SP_FLAG.len() + " true".len())
+        } else {
+            (!text[..at].ends_with("without "), SP_FLAG.len())
+        };
+        let words = format!(
+            "sequence parallelism (defaulted {}: {path} has no sequence_parallel: line under plan:, and a sequence_parallel: line there sets it)",
+            if on { "on" } else { "off" }
+        );
+        text.replace_range(at..at + len, &words);
+    }
+    text
 }
 
 /// `message` with each expert-TP degree it quotes as `--etp N` said as defaulted, for a plan file
@@ -388,10 +454,14 @@ pub(super) fn fix_in_file_keys(message: &str, given: &[Typed]) -> String {
             &format!("drop {OFFLOAD_KEY}"),
         );
     }
-    // "or --sequence-parallel false" offers the file's switch, unless a flag set it.
+    // "or --sequence-parallel false" offers the file's switch, and "with --sequence-parallel"
+    // (or "add --sequence-parallel") its line set on, unless a flag set it.
     if !typed(given, SP_FLAG) {
         for value in ["true", "false"] {
             fix = fix.replace(&format!("{SP_FLAG} {value}"), &format!("{SP_KEY}: {value}"));
+        }
+        for at in token_starts_anywhere(&fix, SP_FLAG).into_iter().rev() {
+            fix.replace_range(at..at + SP_FLAG.len(), &format!("{SP_KEY}: true"));
         }
     }
     format!("{rule}{fix}")
