@@ -271,8 +271,10 @@ fn is_assignment_name(text: &str) -> bool {
 /// the closing `"` below them, as Megatron-LM's examples/pretrain_gpt.sh writes them), a backslash
 /// outside single quotes takes the next character literally (`"a \" b"` is `a " b`) and before a
 /// line break joins the lines, and an unquoted `#` opening a word starts a comment to the end of
-/// its line. Err with the line (counted from 1) where a quote opens that the script never closes.
-fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
+/// its line. Err with the line (counted from 1) where a quote opens that the script never closes,
+/// and where bash would end the command before flags the script goes on to give
+/// ([`BrokenContinuation`]).
+fn shell_words(text: &str) -> Result<Vec<ShellWord>, ShellError> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -285,12 +287,18 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
     // The open quote and the line it opened on.
     let mut quote: Option<(char, usize)> = None;
     let mut line = 1;
+    // Whether a backslash outside quotes and arrays joined this line to the one above: the
+    // command goes on here, and a comment on this line ends it.
+    let mut continued = false;
     // A script saved with Windows line ends reads as one with Unix ones.
     let text = text.replace("\r\n", "\n");
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         if c == '\n' {
             line += 1;
+            if quote.is_none() {
+                continued = false;
+            }
         }
         match quote {
             Some((q, _)) if c == q => quote = None,
@@ -312,7 +320,27 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
                     in_word = false;
                 }
             }
-            None if c == '#' && !in_word => while chars.next_if(|&c| c != '\n').is_some() {},
+            None if c == '#' && !in_word => {
+                while chars.next_if(|&c| c != '\n').is_some() {}
+                // bash ends the command at the comment's line break (a backslash in the comment is
+                // part of it): flags on the lines after it are a command of their own, which
+                // Megatron-LM never gets. Inside an array the line break is only whitespace.
+                if continued && array.is_none() {
+                    let rest: String = chars.clone().collect();
+                    if let Some(next) = rest
+                        .lines()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty() && !l.starts_with('#'))
+                        .filter(|l| l.starts_with('-'))
+                    {
+                        return Err(ShellError::Continuation(BrokenContinuation {
+                            line,
+                            next: next.to_string(),
+                            cause: ContinuationCause::Comment,
+                        }));
+                    }
+                }
+            }
             None => {
                 if !in_word {
                     in_word = true;
@@ -361,7 +389,36 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
                     }
                     // A backslash before a line break joins the lines (it is no word).
                     '\\' => match chars.next() {
-                        Some('\n') => line += 1,
+                        Some('\n') => {
+                            line += 1;
+                            continued = array.is_none();
+                        }
+                        // `\` and then spaces to the line's end (or to a comment): bash reads an
+                        // escaped space, a word " ", and the line break ends the command, so the
+                        // flags on the lines after it never reach Megatron-LM (in an array, the
+                        // " " is an argument its argparse refuses).
+                        Some(' ' | '\t')
+                            if chars
+                                .clone()
+                                .take_while(|&c| c != '\n')
+                                .collect::<String>()
+                                .trim_start()
+                                .chars()
+                                .next()
+                                .is_none_or(|c| c == '#') =>
+                        {
+                            let rest: String = chars.clone().skip_while(|&c| c != '\n').collect();
+                            return Err(ShellError::Continuation(BrokenContinuation {
+                                line,
+                                next: rest
+                                    .lines()
+                                    .map(str::trim)
+                                    .find(|l| !l.is_empty() && !l.starts_with('#'))
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                cause: ContinuationCause::TrailingSpace,
+                            }));
+                        }
                         Some(next) => word.push(next),
                         None => {}
                     },
@@ -371,7 +428,7 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
         }
     }
     if let Some((_, opened)) = quote {
-        return Err(opened);
+        return Err(ShellError::OpenQuote(opened));
     }
     if in_word {
         words.push(ShellWord {
@@ -385,6 +442,29 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
     Ok(words)
 }
 
+/// Why [`shell_words`] cannot read a script as bash would run it.
+enum ShellError {
+    /// The line (counted from 1) where a quote opens that the script never closes.
+    OpenQuote(usize),
+    /// A line continuation bash does not make.
+    Continuation(BrokenContinuation),
+}
+
+/// A command that bash ends at a line break the script means to continue past: the line (counted
+/// from 1), the first line after it (the flags Megatron-LM never gets), and why.
+struct BrokenContinuation {
+    line: usize,
+    next: String,
+    cause: ContinuationCause,
+}
+
+enum ContinuationCause {
+    /// `\` followed by spaces or tabs, not by the line break.
+    TrailingSpace,
+    /// A comment on a line the command was continued onto.
+    Comment,
+}
+
 /// The words of a launch script as the program receives them ([`shell_words`]). A quoted array
 /// item that holds a flag and its value (`"--fp8-format hybrid"`, as Megatron-LM's example
 /// scripts write their argument arrays, expanded unquoted as `${MODEL_ARGS[@]}`) splits into its
@@ -393,16 +473,9 @@ fn shell_words(text: &str) -> Result<Vec<ShellWord>, usize> {
 /// `--flag="a b"` the quotes hold the flag's value. A quote the script never closes is refused
 /// (bash refuses it too; tpsim would read the rest of the script as one word).
 pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError> {
-    let shell = shell_words(text).map_err(|opened| MegatronArgsError::Stray {
-        token: text.lines().nth(opened - 1).unwrap_or_default().trim().to_string(),
-        why: format!(
-            "{}leaves a quote open that the rest of the text never closes (bash refuses it: \"unexpected EOF while looking for matching quote\", and the rest would read as one word); close the quote or escape it with \\",
-            if text.lines().nth(1).is_some() {
-                format!("(line {opened}) ")
-            } else {
-                String::new()
-            }
-        ),
+    let shell = shell_words(text).map_err(|err| match err {
+        ShellError::OpenQuote(opened) => open_quote(text, opened),
+        ShellError::Continuation(broken) => broken_continuation(text, broken),
     })?;
     let mut words = Vec::new();
     for word in shell {
@@ -422,6 +495,58 @@ pub(super) fn launch_words(text: &str) -> Result<Vec<String>, MegatronArgsError>
         }
     }
     Ok(words)
+}
+
+/// A quote the script opens on line `opened` and never closes.
+fn open_quote(text: &str, opened: usize) -> MegatronArgsError {
+    MegatronArgsError::Stray {
+        token: text
+            .lines()
+            .nth(opened - 1)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        why: format!(
+            "{}leaves a quote open that the rest of the text never closes (bash refuses it: \"unexpected EOF while looking for matching quote\", and the rest would read as one word); close the quote or escape it with \\",
+            if text.lines().nth(1).is_some() {
+                format!("(line {opened}) ")
+            } else {
+                String::new()
+            }
+        ),
+    }
+}
+
+/// A line the script means to continue that bash ends ([`BrokenContinuation`]): refused, as the
+/// flags after it would be read here and never reach Megatron-LM.
+fn broken_continuation(text: &str, broken: BrokenContinuation) -> MegatronArgsError {
+    let BrokenContinuation { line, next, cause } = broken;
+    let after = if next.is_empty() {
+        String::new()
+    } else {
+        format!(" ({next:?} on)")
+    };
+    let (what, fix) = match cause {
+        ContinuationCause::TrailingSpace => (
+            "ends in a backslash followed by spaces, not by the line break: bash reads an escaped space (an argument \" \"), not a line continuation, and the line break ends the command",
+            "delete the spaces after the backslash",
+        ),
+        ContinuationCause::Comment => (
+            "has a comment inside a command continued with \\: the comment runs to the line's end (a backslash in it is part of it) and the line break ends the command",
+            "delete the comment or move it above the command (or into an array, MODEL_ARGS=( ... ), where comments may sit between flags)",
+        ),
+    };
+    MegatronArgsError::Stray {
+        token: text
+            .lines()
+            .nth(line - 1)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        why: format!(
+            "(line {line}) {what}, so bash runs the lines after it{after} as a command of their own and Megatron-LM never gets their flags; {fix}"
+        ),
+    }
 }
 
 /// Whether a quoted variable's value is a list of arguments: its first word a flag
@@ -1464,9 +1589,14 @@ impl<'a> Parsed<'a> {
             match value.parse::<u32>() {
                 Ok(n) if n > 0 => Some(n),
                 _ => {
-                    notes.push(format!(
-                        "torchrun --{flag} {value} is not a number tpsim can read; give {tpsim_flag}"
-                    ));
+                    notes.push(match super::megatron_words::shell_default(value) {
+                        Some(default) => format!(
+                            "torchrun --{flag} {value} is a shell variable tpsim does not expand (bash gives its default, {default}, where the variable is unset or empty); give {tpsim_flag} with the number the run uses, e.g. {tpsim_flag} {default}"
+                        ),
+                        None => format!(
+                            "torchrun --{flag} {value} is not a number tpsim can read; give {tpsim_flag}"
+                        ),
+                    });
                     None
                 }
             }

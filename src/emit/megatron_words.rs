@@ -9,8 +9,13 @@ use super::megatron_args::{SWITCHES, VALUED};
 /// What is wrong with `value` as the positive integer `--flag` takes, and an example; the shell
 /// variable hint only for a value that is one (`$NL`, `${NL}`).
 pub(super) fn not_a_count(flag: &str, value: &str) -> String {
-    let example = example_value(flag);
-    let why = if value.starts_with('$') {
+    let default = shell_default(value);
+    let example = default.unwrap_or(example_value(flag));
+    let why = if let Some(default) = default {
+        format!(
+            "is a shell variable, not a positive integer (bash gives its default, {default}, where the variable is unset or empty); write the number the run uses"
+        )
+    } else if value.starts_with('$') {
         "is a shell variable, not a positive integer; expand shell variables first".to_string()
     } else if let Ok(n) = value.parse::<i128>() {
         match n {
@@ -24,6 +29,20 @@ pub(super) fn not_a_count(flag: &str, value: &str) -> String {
         "is not a positive integer".to_string()
     };
     format!("--{flag} {value:?} {why} (e.g. --{flag} {example})")
+}
+
+/// The default a shell expansion names (`${TP:-4}`, `${TP-4}`, `${TP:=4}`: bash's parameter
+/// expansion gives 4 where TP is unset, bash(1) "Parameter Expansion"), when it is a number.
+pub(super) fn shell_default(value: &str) -> Option<&str> {
+    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
+    let at = inner.find(['-', '='])?;
+    let name = inner[..at].strip_suffix(':').unwrap_or(&inner[..at]);
+    let default = &inner[at + 1..];
+    (!name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !default.is_empty()
+        && default.chars().all(|c| c.is_ascii_digit()))
+    .then_some(default)
 }
 
 /// A value that fits `--flag`, for the examples in messages.
