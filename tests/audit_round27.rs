@@ -52,3 +52,33 @@ fn eager_glu_clamp_keeps_the_up_projection_output() {
         100.0 * (tpsim / hand - 1.0)
     );
 }
+
+/// Megatron-Bridge's GPT-OSS 120B MXFP8 configs on GB300 and GB200 from 26.06 build the experts
+/// with Transformer Engine's op fuser (`cutedsl_fused_grouped_mlp=True` →
+/// `use_transformer_engine_op_fuser = True`, scripts/performance/utils/overrides.py:238 at v0.5.0;
+/// `_apply_gpt_oss_120b_full_iter_fp8mx_configs` at v0.6.0), whose `ScaledClampedQGeGLU` clamps
+/// inside the fused activation: no eager clamp kernels and no clamp copy. The B300 MXFP8 config is
+/// the BF16 one and keeps the eager path.
+#[test]
+fn te_op_fuser_rows_clamp_inside_the_fused_activation() {
+    for id in [
+        "mbridge-26.06-pretrain-gpt_oss_120b-gb200-64g-mxfp8-gbs1280",
+        "mbridge-26.06.01-pretrain-gpt_oss_120b-gb300-64g-mxfp8-gbs1280",
+        "mbridge-26.08-pretrain-gpt_oss_120b-gb200-64g-mxfp8-gbs1280",
+    ] {
+        let planned = planned_run("validation/mbridge_26_runs.yaml", id);
+        let eager = planned["training"]["eager_glu_clamp"]
+            .as_bool()
+            .unwrap_or(false);
+        assert!(!eager, "{id}: {}", planned["training"]);
+    }
+    let b300 = planned_run(
+        "validation/mbridge_26_runs.yaml",
+        "mbridge-26.06-pretrain-gpt_oss_120b-b300-64g-mxfp8-gbs1280",
+    );
+    assert_eq!(
+        b300["training"]["eager_glu_clamp"], true,
+        "{}",
+        b300["training"]
+    );
+}
