@@ -1024,6 +1024,36 @@ pub fn moe_mlp_activation_bytes(
     experts + router + latent + shared_expert_activation_bytes(model, plan, seq_len)
 }
 
+/// Activation bytes one MoE layer's experts keep per GPU and micro-batch beyond
+/// [`moe_mlp_activation_bytes`] when a clamped GLU clamps with kernels of its own
+/// (`ExpertEpilogue::eager_glu_clamp`): Megatron-Core's `weighted_bias_quick_geglu_impl`
+/// (megatron/core/fusions/fused_bias_geglu.py, from 2e29a5e1e3 "Add quick geglu activation for
+/// gpt-oss" through core_v0.15.0 and d98e8a64) chunks the up projection's output into its two
+/// halves, clamps each (`x_glu.clamp(max=v)`, `x_linear.clamp(-v, v)`) and `torch.cat`s them
+/// before `WeightedBiasQuickGeGLUFunction`, which saves the concatenated copy. Autograd's `clamp`
+/// saves its input for `clamp_backward` (PyTorch tools/autograd/derivatives.yaml), and both inputs
+/// are views of the up projection's output, so that output stays alive beside the saved copy: one
+/// more up-projection-wide bf16 tensor per routed copy (2 × 2F bytes for GPT-OSS's F-wide halves).
+/// Zero when the activation is recomputed (`moe_act`, `moe`: the clamps run inside the
+/// checkpoint, whose input is that output) or the clamp is fused.
+pub fn eager_glu_clamp_saved_bytes(
+    model: &Model,
+    plan: &ParallelPlan,
+    seq_len: u32,
+    imbalance: f64,
+    epilogue: ExpertEpilogue,
+) -> f64 {
+    if !epilogue.eager_glu_clamp {
+        return 0.0;
+    }
+    let Some(moe) = model.moe else {
+        return 0.0;
+    };
+    let etp = f64::from(plan.etp);
+    let routed = local_tokens(plan, seq_len) * f64::from(moe.router_topk) * imbalance * etp;
+    routed * model.expert_up_width() / etp * ACTIVATION_BYTES
+}
+
 /// Bytes per token LatentMoE's two projections keep for their weight gradients (0 without a
 /// latent width). In bf16 the h → latent projection reads the layer's normed input, which the
 /// router keeps already, and the latent → h projection keeps its latent-wide input. Under

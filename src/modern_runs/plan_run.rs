@@ -230,7 +230,7 @@ pub fn plan_run(run: &ModernRun) -> Result<PlannedRun, String> {
     // nemo_automodel/components/moe/fsdp_mixin.py).
     training.fsdp_syncs_once_per_step = run.id.starts_with("automodel") && model.moe.is_some();
     training.pipeline_keeps_outputs = recipes::pipeline_keeps_outputs_of(run);
-    training.eager_glu_clamp = recipes::eager_glu_clamp_of(framework);
+    training.eager_glu_clamp = recipes::eager_glu_clamp_of(run, framework);
     training.kernel_fusion = kernel_fusion_of(run);
     // torchtitan's Llama expands K and V with `repeat_kv` before SDPA; NeMo AutoModel's rows run
     // Transformer Engine's attention, which takes grouped K and V as they are.

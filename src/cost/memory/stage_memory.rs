@@ -367,7 +367,24 @@ fn stage_memory_at_precision(
             } else {
                 moe_mlp
             };
-            per_layer + share * (moe_mlp - dense_mlp)
+            // An eager clamp keeps the up projection's output beside the activation's saved
+            // copy, unless the activation is recomputed (`moe::eager_glu_clamp_saved_bytes`).
+            let activation_recomputed = modules.is_some_and(|m| {
+                m.contains(crate::training::RecomputeModule::MoeAct)
+                    || m.contains(crate::training::RecomputeModule::Moe)
+            });
+            let clamp = if activation_recomputed {
+                0.0
+            } else {
+                crate::cost::moe::eager_glu_clamp_saved_bytes(
+                    model,
+                    plan,
+                    training.seq_len,
+                    routed_load,
+                    crate::cost::moe::ExpertEpilogue::of(model, training),
+                )
+            };
+            per_layer + share * (moe_mlp + clamp - dense_mlp)
         } else {
             per_layer
         };

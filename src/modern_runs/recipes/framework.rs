@@ -67,9 +67,38 @@ pub(in crate::modern_runs) fn loss_kernel_of(
 /// Whether a run's Megatron-Core clamps a clamped GLU with kernels of its own
 /// (`Training::eager_glu_clamp`): every Megatron-Core release of the file (NeMo 24.07, the DGX
 /// recipes of 2025, Megatron-Bridge 25.09 and 25.11, whose container has Megatron-Core 0.15)
-/// predates Megatron-LM #5940 (2026-08-13), which fused the clamp.
-pub(in crate::modern_runs) fn eager_glu_clamp_of(framework: TrainingFramework) -> bool {
-    framework == TrainingFramework::MegatronCore
+/// predates Megatron-LM #5940 (2026-08-13), which fused the clamp on the SwiGLU paths, and runs
+/// GPT-OSS's clamped quick-GeGLU through `weighted_bias_quick_geglu_impl`, which clamps eagerly
+/// (megatron/core/fusions/fused_bias_geglu.py, unchanged from 2e29a5e1e3 to d98e8a64) — except
+/// where the recipe builds the experts with Transformer Engine's op fuser
+/// ([`runs_te_op_fuser`]), whose `ScaledClampedQGeGLU` clamps inside the fused activation
+/// (`TEGroupedMLP`'s fuser path in megatron/core/transformer/moe/experts.py, present before #5940).
+pub(in crate::modern_runs) fn eager_glu_clamp_of(
+    run: &ModernRun,
+    framework: TrainingFramework,
+) -> bool {
+    framework == TrainingFramework::MegatronCore && !runs_te_op_fuser(run)
+}
+
+/// Whether a Megatron-Bridge recipe sets `use_transformer_engine_op_fuser` for a run's GPT-OSS
+/// 120B experts: the MXFP8 full-iteration-graph configs on GB300 and GB200, through
+/// `cutedsl_fused_grouped_mlp=True` (`scripts/performance/configs/gpt_oss/
+/// gpt_oss_workload_base_configs.py` `GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2` and
+/// `..._GB200_FP8_MX_V2`, which `_set_workload_base_configs` in `scripts/performance/utils/
+/// overrides.py:238` turns into `use_transformer_engine_op_fuser = True`, at v0.5.0 and v0.5.1),
+/// and `_apply_gpt_oss_120b_full_iter_fp8mx_configs` (`src/megatron/bridge/perf_recipes/gpt_oss/
+/// common.py:42` at v0.6.0, called by the GB300 and GB200 fp8mx recipes). The B300 MXFP8 config
+/// is the BF16 one (`GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2 = ..._B300_BF16_V2`): no fuser.
+fn runs_te_op_fuser(run: &ModernRun) -> bool {
+    use super::releases::{Bridge26, bridge_26_release};
+    let (model, gpu) = super::lookup::model_and_gpu(run);
+    model == "gpt_oss_120b"
+        && matches!(gpu.as_str(), "GB300" | "GB200")
+        && super::lookup::precision_is(run, "mxfp8")
+        && matches!(
+            bridge_26_release(run),
+            Some(Bridge26::V050 | Bridge26::V051 | Bridge26::V060)
+        )
 }
 
 /// Whether a run's pipeline keeps every micro-batch's output on its last stage until the step
