@@ -2320,6 +2320,10 @@ fn nemo_fragment_writes_dropout_and_the_right_optimizer() {
             "--global-batch",
             "512",
             "--sequence-parallel",
+            // NeMo 1.x's fused_adam (ZeRO-0) all-reduces after the backward under sequence
+            // parallelism (emit_round50).
+            "--overlap-grad-reduce",
+            if zero == "0" { "false" } else { "true" },
             "--emit",
             "nemo",
         ]);

@@ -20,6 +20,13 @@
 //!    bf16_optimizer.py has no `reduce_gradients`): the config ran exposed what tpsim priced
 //!    hidden. Now refused, exit 2, with the fix (`--overlap-grad-reduce false`, or ZeRO-1 with
 //!    bf16 gradients / ZeRO-2).
+//! 3. `--emit nemo` at ZeRO-0 wrote `optim.name: fused_adam` with `overlap_grad_sync: true`,
+//!    priced with the gradient all-reduce hidden; NeMo 1.x (NVIDIA/NeMo 8cfedd7203) reads
+//!    `overlap_grad_sync` for its distributed optimizers only, and its fused_adam path
+//!    all-reduces during the backward only at pp 1 without sequence parallelism or
+//!    gradient_accumulation_fusion (megatron_base_model.py `configure_optimizers`,
+//!    `async_grad_allreduce`), else after it (megatron_gpt_model.py `allreduce_main_grads`).
+//!    Now refused, exit 2, with the fix.
 //!
 //! Read and found sound (schema file and commit):
 //! - DeepSpeed (deepspeedai/DeepSpeed edaa7221, 2026-08-22): `train_batch_size`,
@@ -37,8 +44,13 @@
 //!   shards over dp_shard x cp (distributed/fsdp.py `resolve_fsdp_mesh`), which tpsim already
 //!   refuses for ZeRO-0 beside cp; llama3's parallelize.py always applies the mixed-precision
 //!   policy (`apply_fsdp_to_decoder`, also at shard degree 1), so a replicated plan trains in bf16.
-//! - NeMo 1.x fragment: nothing new found in the keys this round read (optimizer names per ZeRO
-//!   stage, overlap, recompute, FP8 flags), already audited in earlier rounds.
+//! - NeMo 1.x (NVIDIA/NeMo 8cfedd7203): `optim.name` per ZeRO stage (`distributed_fused_adam`
+//!   or `mcore_distributed_optim` make `with_distributed_adam`, megatron_base_model.py), and
+//!   `grad_sync_dtype`/`overlap_grad_sync`/`overlap_param_sync` as setup_mcore_distributed_parallel
+//!   reads them.
+//! - Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed f4157bea): every launcher flag written
+//!   (`--ds-sequence-parallel-size`, `--no-pipeline-parallel`, `--zero-stage`,
+//!   `--use-flash-attn-v2`, recompute flags, `--bf16`) exists in megatron/arguments.py.
 
 mod common;
 
@@ -173,6 +185,60 @@ fn overlapped_gradient_reduction_is_refused_where_no_zero_optimizer_reduces_them
         assert_eq!(ok.code, 0, "{more:?}: {}", ok.stderr);
         assert!(
             ok.stdout.contains("\"overlap_comm\""),
+            "{more:?}: {}",
+            ok.stdout
+        );
+    }
+}
+
+#[test]
+fn nemo_zero0_refuses_an_overlapped_reduction_its_fused_adam_runs_after_the_backward() {
+    let nemo = |more: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            "llama3-8b",
+            "--nodes",
+            "2",
+            "--tp",
+            "1",
+            "--pp",
+            "2",
+            "--global-batch",
+            "64",
+            "--micro-batch",
+            "1",
+            "--seq-len",
+            "4096",
+            "--recompute",
+            "full",
+            "--emit",
+            "nemo",
+        ];
+        args.extend_from_slice(more);
+        run(&args)
+    };
+    let r = nemo(&["--zero", "0", "--overlap-grad-reduce", "true"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "ZeRO-0",
+            "NeMo 1.x",
+            "overlap_grad_sync",
+            "--overlap-grad-reduce false",
+            "--zero 1",
+        ],
+        &[],
+        "nemo zero 0 overlapped",
+    );
+    for more in [
+        &["--zero", "0", "--overlap-grad-reduce", "false"][..],
+        &["--zero", "1", "--overlap-grad-reduce", "true"][..],
+    ] {
+        let ok = nemo(more);
+        assert_eq!(ok.code, 0, "{more:?}: {}", ok.stderr);
+        assert!(
+            ok.stdout.contains("overlap_grad_sync"),
             "{more:?}: {}",
             ok.stdout
         );

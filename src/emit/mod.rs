@@ -557,6 +557,24 @@ impl Framework {
                 "ZeRO-{} has no NeMo 1.x optimizer (mcore_distributed_optim is ZeRO-1, distributed_fused_adam ZeRO-2); use --zero 0, 1 or 2",
                 plan.zero
             )),
+            // NeMo 1.x reads `optim.overlap_grad_sync` for its distributed optimizers only; at
+            // ZeRO-0 (`fused_adam`, `megatron_amp_O2: True` in megatron_gpt_config.yaml) the
+            // gradients are all-reduced during the backward only with pp 1, no sequence
+            // parallelism and no gradient_accumulation_fusion (megatron_base_model.py
+            // `configure_optimizers`: `async_grad_allreduce`), else after it
+            // (megatron_gpt_model.py `training_step`: `allreduce_main_grads`; NVIDIA/NeMo 8cfedd7203).
+            Framework::Nemo
+                if plan.zero == 0
+                    && training.overlap.grad_reduce
+                    && plan.dp * plan.cp > 1
+                    && (plan.pp > 1
+                        || plan.sequence_parallel
+                        || !runs_unfused_in_megatron(training, plan)) =>
+            {
+                Some(
+                    "--overlap-grad-reduce true with ZeRO-0 does not run in NeMo 1.x: its fused_adam path reads no overlap_grad_sync and all-reduces the gradients after the backward under pipeline or sequence parallelism or gradient_accumulation_fusion (megatron_base_model.py configure_optimizers, async_grad_allreduce); use --overlap-grad-reduce false, or --zero 1".into(),
+                )
+            }
             _ if self.optimizer_states_unsupported(training).is_some() => {
                 self.optimizer_states_unsupported(training)
             }
