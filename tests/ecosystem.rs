@@ -1861,8 +1861,10 @@ fn emitted_configs_say_the_planned_gradient_precision() {
             let mut args = base.to_vec();
             args.push(target);
             // DeepSpeed has no TP-communication overlap: plan for what it runs.
+            // Nor does it overlap the reduction of ZeRO-1's fp32 gradients (BF16_Optimizer
+            // all-reduces them after the backward: emit_round50).
             if target == "deepspeed" {
-                args.extend(["--framework", "deepspeed"]);
+                args.extend(["--framework", "deepspeed", "--overlap-grad-reduce", "false"]);
             }
             let (code, stdout, stderr) = run(&args);
             assert!(code == 0 || code == 1, "{target}: {stderr}");
@@ -2318,6 +2320,10 @@ fn nemo_fragment_writes_dropout_and_the_right_optimizer() {
             "--global-batch",
             "512",
             "--sequence-parallel",
+            // NeMo 1.x's fused_adam (ZeRO-0) all-reduces after the backward under sequence
+            // parallelism (emit_round50).
+            "--overlap-grad-reduce",
+            if zero == "0" { "false" } else { "true" },
             "--emit",
             "nemo",
         ]);
@@ -3061,6 +3067,10 @@ fn communication_overlap_is_written_and_read_back() {
         "64",
         "--framework",
         "deepspeed",
+        // overlap_comm is read by DeepSpeed's ZeRO optimizers only (ZeRO-0 is refused with it:
+        // emit_round50).
+        "--zero",
+        "1",
         "--emit",
         "deepspeed",
     ]);

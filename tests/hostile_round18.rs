@@ -25,6 +25,9 @@ fn the_nemo_fragment_says_how_rope_runs() {
             "1",
             "--global-batch",
             "64",
+            // ZeRO-0's fused_adam all-reduces after the backward here (emit_round50).
+            "--overlap-grad-reduce",
+            "false",
             "--emit",
             "nemo",
         ];

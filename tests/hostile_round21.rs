@@ -304,6 +304,12 @@ fn a_saved_plan_keeps_its_framework_under_emit_deepspeed() {
             "deepspeed",
             "--optimizer-states",
             "fp32",
+            // torchtitan's replicated plan keeps fp32 gradients, reduced during the backward,
+            // which DeepSpeed runs at ZeRO-0 with neither (emit_round50).
+            "--grad-dtype",
+            "bf16",
+            "--overlap-grad-reduce",
+            "false",
         ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);

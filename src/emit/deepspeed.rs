@@ -77,7 +77,9 @@ struct DeepSpeedConfig {
     sequence_parallel_size: Option<u32>,
     /// The dtype DeepSpeed reduces gradients in under Ulysses: with a sequence-parallel size above
     /// 1 the engine takes its communication dtype from `"seq_parallel_communication_data_type"`
-    /// (deepspeed/runtime/engine.py, `_configure_distributed_model`), which defaults to "fp32"
+    /// (deepspeed/runtime/engine.py, `_configure_distributed_model`; the key's spelling since
+    /// deepspeedai/DeepSpeed #7175, v0.16.5: before it DeepSpeed read `seq_parallel_comm_data_type`),
+    /// which defaults to "fp32"
     /// (deepspeed/runtime/constants.py `SEQ_PARALLEL_COMMUNICATION_DATA_TYPE_DEFAULT`), and ZeRO-1/2
     /// casts every gradient to it before the reduce (stage_1_and_2.py
     /// `gradient_reduction_w_predivide`); written as the gradient dtype tpsim prices the reduction
@@ -100,7 +102,10 @@ struct Enabled {
 #[derive(Serialize)]
 struct ZeroOptimization {
     stage: u8,
-    /// DeepSpeed "overlap_comm": reduce gradients during backward.
+    /// DeepSpeed "overlap_comm": reduce gradients during backward. Read by DeepSpeed's ZeRO
+    /// optimizers only (stage_1_and_2.py, stage3.py); a plan the engine reduces itself after the
+    /// backward (ZeRO-0; ZeRO-1 with fp32 gradients, `BF16_Optimizer`) is refused with it
+    /// (`Framework::unsupported`).
     overlap_comm: bool,
 }
 

@@ -557,6 +557,24 @@ impl Framework {
                 "ZeRO-{} has no NeMo 1.x optimizer (mcore_distributed_optim is ZeRO-1, distributed_fused_adam ZeRO-2); use --zero 0, 1 or 2",
                 plan.zero
             )),
+            // NeMo 1.x reads `optim.overlap_grad_sync` for its distributed optimizers only; at
+            // ZeRO-0 (`fused_adam`, `megatron_amp_O2: True` in megatron_gpt_config.yaml) the
+            // gradients are all-reduced during the backward only with pp 1, no sequence
+            // parallelism and no gradient_accumulation_fusion (megatron_base_model.py
+            // `configure_optimizers`: `async_grad_allreduce`), else after it
+            // (megatron_gpt_model.py `training_step`: `allreduce_main_grads`; NVIDIA/NeMo 8cfedd7203).
+            Framework::Nemo
+                if plan.zero == 0
+                    && training.overlap.grad_reduce
+                    && plan.dp * plan.cp > 1
+                    && (plan.pp > 1
+                        || plan.sequence_parallel
+                        || !runs_unfused_in_megatron(training, plan)) =>
+            {
+                Some(
+                    "--overlap-grad-reduce true with ZeRO-0 does not run in NeMo 1.x: its fused_adam path reads no overlap_grad_sync and all-reduces the gradients after the backward under pipeline or sequence parallelism or gradient_accumulation_fusion (megatron_base_model.py configure_optimizers, async_grad_allreduce); use --overlap-grad-reduce false, or --zero 1".into(),
+                )
+            }
             _ if self.optimizer_states_unsupported(training).is_some() => {
                 self.optimizer_states_unsupported(training)
             }
@@ -684,6 +702,34 @@ impl Framework {
                     "ZeRO-{} in DeepSpeed gathers the updated parameters after the optimizer step, not under the next forward (--overlap-param-gather); use --overlap-param-gather false",
                     plan.zero
                 ))
+            }
+            // DeepSpeed picks its optimizer wrapper from the model and gradient dtypes
+            // (deepspeed/runtime/engine.py `_do_optimizer_sanity_check`, deepspeedai/DeepSpeed at
+            // edaa7221): without ZeRO a bf16 model must accumulate bf16 gradients, and any other
+            // mix raises NotImplementedError("unsupported mix of model_dtype ... and
+            // grad_accum_dtype ...") at `deepspeed.initialize`.
+            Framework::DeepSpeed if plan.zero == 0 && training.grad_dtype == GradDtype::Fp32 => {
+                Some(
+                    "--grad-dtype fp32 with ZeRO-0 is refused by DeepSpeed: without ZeRO a bf16 model takes only bf16 gradients (data_types.grad_accum_dtype fp32 raises \"unsupported mix of model_dtype and grad_accum_dtype\", engine.py _do_optimizer_sanity_check); use --grad-dtype bf16, or --zero 1".into(),
+                )
+            }
+            // `zero_optimization.overlap_comm` is read only by DeepSpeed's ZeRO optimizers
+            // (stage_1_and_2.py `create_gradient_handling_hooks`, stage3.py); the engine reduces a
+            // plan's gradients itself, after the backward, where none runs: ZeRO-0, and ZeRO-1
+            // with fp32 gradients, which `_do_optimizer_sanity_check` hands to `BF16_Optimizer`
+            // (engine.py `_backward_epilogue` -> `allreduce_gradients` ->
+            // `buffered_allreduce_fallback`; bf16_optimizer.py has no `reduce_gradients`).
+            Framework::DeepSpeed
+                if training.overlap.grad_reduce
+                    && plan.dp * plan.cp > 1
+                    && (plan.zero == 0
+                        || (plan.zero == 1 && training.grad_dtype == GradDtype::Fp32)) =>
+            {
+                Some(if plan.zero == 0 {
+                    "--overlap-grad-reduce true with ZeRO-0 does not run in DeepSpeed: overlap_comm is read by its ZeRO optimizers only, and without ZeRO the engine all-reduces the gradients after the backward (engine.py allreduce_gradients); use --overlap-grad-reduce false, or --zero 1".to_string()
+                } else {
+                    "--overlap-grad-reduce true with ZeRO-1 and --grad-dtype fp32 does not run in DeepSpeed: that mix runs BF16_Optimizer, not its ZeRO optimizer that reads overlap_comm, and the engine all-reduces the gradients after the backward (engine.py allreduce_gradients); use --overlap-grad-reduce false, --grad-dtype bf16, or --zero 2".to_string()
+                })
             }
             Framework::Torchtitan => torchtitan::unsupported(model, training, plan),
             _ => None,
