@@ -11,15 +11,16 @@
 //!    grad_accum_dtype=torch.float32")`. Now refused, exit 2, with the fix (`--grad-dtype bf16`
 //!    or `--zero 1`).
 //! 2. A DeepSpeed plan whose gradients no ZeRO optimizer reduces (ZeRO-0; ZeRO-1 with fp32
-//!    gradients, which `_do_optimizer_sanity_check` hands to `BF16_Optimizer`) was priced with
-//!    the gradient reduction hidden under the backward (`--overlap-grad-reduce`, DeepSpeed's
-//!    default in tpsim) and written with `"overlap_comm": true`; but `overlap_comm` is read only
-//!    by DeepSpeed's ZeRO optimizers (stage_1_and_2.py `create_gradient_handling_hooks`,
-//!    stage3.py), and the engine all-reduces those plans' gradients after the backward
-//!    (engine.py `_backward_epilogue` -> `allreduce_gradients` -> `buffered_allreduce_fallback`;
-//!    bf16_optimizer.py has no `reduce_gradients`): the config ran exposed what tpsim priced
-//!    hidden. Now refused, exit 2, with the fix (`--overlap-grad-reduce false`, or ZeRO-1 with
-//!    bf16 gradients / ZeRO-2).
+//!    gradients, which `_do_optimizer_sanity_check` hands to `BF16_Optimizer`; pipelines, whose
+//!    engine turns `enable_backward_allreduce` off) was priced with the gradient reduction hidden
+//!    under the backward (`--overlap-grad-reduce`, DeepSpeed's default in tpsim) and written with
+//!    `"overlap_comm": true`; but `overlap_comm` is read only by DeepSpeed's ZeRO optimizers
+//!    (stage_1_and_2.py `create_gradient_handling_hooks`, stage3.py), and the engine all-reduces
+//!    those plans' gradients after the backward (engine.py `_backward_epilogue` ->
+//!    `allreduce_gradients` -> `buffered_allreduce_fallback`; pipe/engine.py `_exec_reduce_grads`):
+//!    the config ran exposed what tpsim priced hidden. First refused at emit (this round); the
+//!    lead then moved the rule into the cost model (`cost::grad_reduce_overlaps`): such plans are
+//!    priced with the reduction exposed, in `plan`'s search too, and written `overlap_comm: false`.
 //! 3. `--emit nemo` at ZeRO-0 wrote `optim.name: fused_adam` with `overlap_grad_sync: true`,
 //!    priced with the gradient all-reduce hidden; NeMo 1.x (NVIDIA/NeMo 8cfedd7203) reads
 //!    `overlap_grad_sync` for its distributed optimizers only, and its fused_adam path
@@ -120,45 +121,13 @@ fn zero0_with_fp32_gradients_is_refused_as_deepspeed_refuses_the_dtype_mix() {
 }
 
 #[test]
-fn overlapped_gradient_reduction_is_refused_where_no_zero_optimizer_reduces_them() {
-    // ZeRO-0: the engine's own all-reduce after the backward.
-    let r = deepspeed_eval(&["--pp", "2", "--zero", "0", "--overlap-grad-reduce", "true"]);
-    assert_one_line_error(
-        &r,
-        &[
-            "ZeRO-0",
-            "overlap_comm",
-            "after the backward",
-            "--overlap-grad-reduce false",
-        ],
-        &[],
-        "zero 0 overlapped",
-    );
-    // ZeRO-1 with fp32 gradients: BF16_Optimizer, reduced after the backward as well.
-    let r = deepspeed_eval(&[
-        "--pp",
-        "1",
-        "--zero",
-        "1",
-        "--grad-dtype",
-        "fp32",
-        "--overlap-grad-reduce",
-        "true",
-    ]);
-    assert_one_line_error(
-        &r,
-        &[
-            "ZeRO-1",
-            "BF16_Optimizer",
-            "overlap_comm",
-            "--overlap-grad-reduce false",
-        ],
-        &[],
-        "zero 1 fp32 overlapped",
-    );
-    // ... and written with the reduction exposed, or where a ZeRO optimizer overlaps it.
+fn gradient_reduction_is_priced_and_written_exposed_where_no_zero_optimizer_reduces_them() {
+    // ZeRO-0; ZeRO-1 with fp32 gradients (BF16_Optimizer); ZeRO-1 under the pipeline engine: the
+    // engine reduces after the backward, so the plan is priced with nothing hiding the
+    // reduction and the config says overlap_comm false, even with --overlap-grad-reduce true.
     for more in [
-        &["--pp", "2", "--zero", "0", "--overlap-grad-reduce", "false"][..],
+        &["--pp", "2", "--zero", "0", "--overlap-grad-reduce", "true"][..],
+        &["--pp", "2", "--zero", "0"][..],
         &[
             "--pp",
             "1",
@@ -167,9 +136,29 @@ fn overlapped_gradient_reduction_is_refused_where_no_zero_optimizer_reduces_them
             "--grad-dtype",
             "fp32",
             "--overlap-grad-reduce",
-            "false",
+            "true",
         ][..],
         &["--pp", "2", "--zero", "1", "--overlap-grad-reduce", "true"][..],
+    ] {
+        let emitted = deepspeed_eval(more);
+        assert_eq!(emitted.code, 0, "{more:?}: {}", emitted.stderr);
+        assert!(
+            emitted.stdout.contains("\"overlap_comm\": false"),
+            "{more:?}: {}",
+            emitted.stdout
+        );
+        let priced = eval_without_emit(more);
+        let dp_line = priced
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("DP grad reduce"))
+            .unwrap_or_else(|| panic!("{more:?}: no DP grad reduce line: {}", priced.stdout));
+        assert!(dp_line.contains("nothing hides it"), "{more:?}: {dp_line}");
+    }
+    // Where a ZeRO optimizer reduces during the backward (pp 1: ZeRO-1 with bf16 gradients,
+    // ZeRO-2), it is priced hidden and written overlap_comm true.
+    for more in [
+        &["--pp", "1", "--zero", "1", "--overlap-grad-reduce", "true"][..],
         &[
             "--pp",
             "1",
@@ -181,14 +170,49 @@ fn overlapped_gradient_reduction_is_refused_where_no_zero_optimizer_reduces_them
             "true",
         ][..],
     ] {
-        let ok = deepspeed_eval(more);
-        assert_eq!(ok.code, 0, "{more:?}: {}", ok.stderr);
+        let emitted = deepspeed_eval(more);
+        assert_eq!(emitted.code, 0, "{more:?}: {}", emitted.stderr);
         assert!(
-            ok.stdout.contains("\"overlap_comm\""),
+            emitted.stdout.contains("\"overlap_comm\": true"),
             "{more:?}: {}",
-            ok.stdout
+            emitted.stdout
+        );
+        let priced = eval_without_emit(more);
+        let dp_line = priced
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("DP grad reduce"))
+            .unwrap_or_else(|| panic!("{more:?}: no DP grad reduce line: {}", priced.stdout));
+        assert!(
+            dp_line.contains("hidden by the backward"),
+            "{more:?}: {dp_line}"
         );
     }
+}
+
+/// `deepspeed_eval` without `--emit`: the priced breakdown.
+fn eval_without_emit(more: &[&str]) -> common::Run {
+    let mut args = vec![
+        "eval",
+        "--model",
+        "llama3-8b",
+        "--nodes",
+        "2",
+        "--framework",
+        "deepspeed",
+        "--tp",
+        "1",
+        "--global-batch",
+        "64",
+        "--micro-batch",
+        "1",
+        "--seq-len",
+        "4096",
+        "--recompute",
+        "full",
+    ];
+    args.extend_from_slice(more);
+    run(&args)
 }
 
 #[test]

@@ -5,7 +5,7 @@ use super::comm::{Comm, GroupComm};
 use super::compute::{LayerTime, optimizer_time};
 use super::groups::GroupKind;
 use super::memory::Memory;
-use super::overlap::tp_overlap_on;
+use super::overlap::{grad_reduce_overlaps, tp_overlap_on};
 use super::stage_times::{StageTimes, stage_times};
 use super::terms::{HiddenBy, StepTerms, Term, TermKind};
 use super::{
@@ -245,7 +245,7 @@ pub fn evaluate(
     let overlap = training.overlap;
     let backward_gathers_s = dp.reduce_per_overlap_window_s * dp.overlap_windows - dp.grad_total_s;
     let grad_per_window = dp.grad_total_s / dp.overlap_windows.max(1.0);
-    let (grad_not_hidden, backward_gathers_not_hidden) = if overlap.grad_reduce {
+    let (grad_not_hidden, backward_gathers_not_hidden) = if grad_reduce_overlaps(training, plan) {
         // Each window's reduction runs under that micro-batch's backward; the last bucket is
         // reduced after the backward has finished.
         let window = slowest.backward;

@@ -14,7 +14,8 @@
 //! - PP sends and receives are synchronous (two per micro-batch per model chunk exposed) unless the
 //!   interleaved schedule overlaps them (`--overlap-p2p-communication`, vpp > 1).
 //! - Gradient reduction overlaps with the backward pass of the micro-batch that produces it when the
-//!   framework buckets it (PyTorch DDP, Megatron `overlap_grad_reduce`, FSDP); what does not fit in
+//!   framework buckets it (PyTorch DDP, Megatron `overlap_grad_reduce`, FSDP, DeepSpeed's ZeRO
+//!   optimizers only: `overlap::grad_reduce_overlaps`); what does not fit in
 //!   that window is exposed, and so is the last bucket. The distributed optimizer's parameter
 //!   all-gather after the step is exposed unless `overlap_param_gather` hides it under the next
 //!   forward; ZeRO-3's forward gathers hide behind the forward.
@@ -59,7 +60,7 @@ pub use estimate::{Estimate, Infeasible, StepTime, cost_to_train};
 pub use evaluate::evaluate;
 pub use layer_mix::{Bf16Part, LayerMix, slowest_stage_mix};
 pub(crate) use mix_costs::MixCosts;
-pub use overlap::{OVERLAP_COMPUTE_PENALTY, overlap_applied};
+pub use overlap::{OVERLAP_COMPUTE_PENALTY, grad_reduce_overlaps, overlap_applied};
 pub(crate) use overlap::{PassComm, exposed_under};
 pub(crate) use stage_times::stage_moe_layers;
 pub use stage_times::{Ends, SlowestStage, slowest_stage};

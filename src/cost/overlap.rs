@@ -83,11 +83,29 @@ pub(crate) fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
     training.overlap.tp_comm && plan.tp > 1 && plan.sequence_parallel
 }
 
+/// Whether the gradient reduction runs during the backward for `plan` (`--overlap-grad-reduce`
+/// asked for, and the framework can run it there). DeepSpeed reads `zero_optimization.overlap_comm`
+/// only in its ZeRO optimizers (stage_1_and_2.py `create_gradient_handling_hooks`, stage3.py); the
+/// engine reduces the gradients itself, after the backward (engine.py `_backward_epilogue` ->
+/// `allreduce_gradients`), where none of them runs: ZeRO-0, and ZeRO-1 with fp32 gradients, which
+/// `_do_optimizer_sanity_check` hands to `BF16_Optimizer`; and its pipeline engine turns
+/// `enable_backward_allreduce` off and reduces after the schedule (pipe/engine.py
+/// `_exec_reduce_grads`; deepspeedai/DeepSpeed at edaa7221 for all three).
+pub fn grad_reduce_overlaps(training: &Training, plan: &ParallelPlan) -> bool {
+    use crate::training::{GradDtype, TrainingFramework};
+    let deepspeed_reduces_after_backward = training.framework == TrainingFramework::Deepspeed
+        && (plan.zero == 0
+            || (plan.zero == 1 && training.grad_dtype == GradDtype::Fp32)
+            || plan.pp > 1);
+    training.overlap.grad_reduce && !deepspeed_reduces_after_backward
+}
+
 /// The overlap switches that take effect for `plan`, by the rules the estimate follows: TP comm
 /// overlap needs tp > 1 with sequence parallelism (`tp_overlap_on`); gradients are reduced, and
 /// the distributed optimizer gathers parameters (ZeRO ≥ 1), only over more than one data-parallel
 /// rank (dp × cp); pipeline sends overlap only in the interleaved schedule; the MoE all-to-all
-/// overlap only where Megatron-Core's combined 1F1B schedule can pair micro-batches
+/// overlap only where Megatron-Core's combined 1F1B schedule can pair micro-batches; DeepSpeed
+/// reduces gradients during the backward only in its ZeRO optimizers (`grad_reduce_overlaps`)
 /// (`moe::alltoall_overlap_applies`). What `training.overlap` asks for and this gives can differ:
 /// the report's header and JSON (`overlap_applied`) say which.
 /// The model enters by whether it has experts and how many MTP layers it has, which is all the
@@ -103,7 +121,7 @@ pub fn overlap_applied(
     let moe_layer_recomputed = moe::recomputes_moe_layer(training.recompute_modules, plan);
     crate::training::Overlap {
         tp_comm: tp_overlap_on(training, plan),
-        grad_reduce: o.grad_reduce && data_ranks > 1,
+        grad_reduce: grad_reduce_overlaps(training, plan) && data_ranks > 1,
         param_gather: o.param_gather && plan.zero >= 1 && data_ranks > 1,
         p2p: o.p2p && plan.pp > 1 && plan.vpp > 1,
         moe_a2a: o.moe_a2a

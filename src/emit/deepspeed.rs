@@ -103,9 +103,10 @@ struct Enabled {
 struct ZeroOptimization {
     stage: u8,
     /// DeepSpeed "overlap_comm": reduce gradients during backward. Read by DeepSpeed's ZeRO
-    /// optimizers only (stage_1_and_2.py, stage3.py); a plan the engine reduces itself after the
-    /// backward (ZeRO-0; ZeRO-1 with fp32 gradients, `BF16_Optimizer`) is refused with it
-    /// (`Framework::unsupported`).
+    /// optimizers only (stage_1_and_2.py, stage3.py): written as tpsim priced the plan
+    /// (`cost::grad_reduce_overlaps`), off where the engine reduces after the backward (ZeRO-0;
+    /// ZeRO-1 with fp32 gradients, `BF16_Optimizer`; pipelines), as `--emit deepspeed` takes only
+    /// plans priced under `--framework deepspeed`.
     overlap_comm: bool,
 }
 
@@ -126,7 +127,7 @@ pub fn deepspeed_json(training: &Training, plan: &ParallelPlan) -> String {
         },
         zero_optimization: ZeroOptimization {
             stage: plan.zero,
-            overlap_comm: training.overlap.grad_reduce,
+            overlap_comm: crate::cost::grad_reduce_overlaps(training, plan),
         },
         sequence_parallel_size: (plan.cp > 1).then_some(plan.cp),
         seq_parallel_communication_data_type: (plan.cp > 1).then_some(grad_dtype),

@@ -713,24 +713,6 @@ impl Framework {
                     "--grad-dtype fp32 with ZeRO-0 is refused by DeepSpeed: without ZeRO a bf16 model takes only bf16 gradients (data_types.grad_accum_dtype fp32 raises \"unsupported mix of model_dtype and grad_accum_dtype\", engine.py _do_optimizer_sanity_check); use --grad-dtype bf16, or --zero 1".into(),
                 )
             }
-            // `zero_optimization.overlap_comm` is read only by DeepSpeed's ZeRO optimizers
-            // (stage_1_and_2.py `create_gradient_handling_hooks`, stage3.py); the engine reduces a
-            // plan's gradients itself, after the backward, where none runs: ZeRO-0, and ZeRO-1
-            // with fp32 gradients, which `_do_optimizer_sanity_check` hands to `BF16_Optimizer`
-            // (engine.py `_backward_epilogue` -> `allreduce_gradients` ->
-            // `buffered_allreduce_fallback`; bf16_optimizer.py has no `reduce_gradients`).
-            Framework::DeepSpeed
-                if training.overlap.grad_reduce
-                    && plan.dp * plan.cp > 1
-                    && (plan.zero == 0
-                        || (plan.zero == 1 && training.grad_dtype == GradDtype::Fp32)) =>
-            {
-                Some(if plan.zero == 0 {
-                    "--overlap-grad-reduce true with ZeRO-0 does not run in DeepSpeed: overlap_comm is read by its ZeRO optimizers only, and without ZeRO the engine all-reduces the gradients after the backward (engine.py allreduce_gradients); use --overlap-grad-reduce false, or --zero 1".to_string()
-                } else {
-                    "--overlap-grad-reduce true with ZeRO-1 and --grad-dtype fp32 does not run in DeepSpeed: that mix runs BF16_Optimizer, not its ZeRO optimizer that reads overlap_comm, and the engine all-reduces the gradients after the backward (engine.py allreduce_gradients); use --overlap-grad-reduce false, --grad-dtype bf16, or --zero 2".to_string()
-                })
-            }
             Framework::Torchtitan => torchtitan::unsupported(model, training, plan),
             _ => None,
         }
