@@ -185,3 +185,63 @@ fn timeline_caption_counts_the_micro_batches_the_title_shows() {
         "caption should give the {m} micro-batches report.json and the title give"
     );
 }
+
+/// DeepSeek-V3 with pp 16 and ep 64 on 256 nodes: each stage's first EP group covers 64
+/// replicas over 8 nodes, 128 nodes in all, of which the figure draws 32. The fold note read
+/// "those holding data-parallel replicas 0..63 (its first 32 of 128; its other 96 hold the rest
+/// of its stages)": "its" for 64 replicas. The note now says "their" where the drawn nodes hold
+/// several replicas, and still counts the drawn nodes against those holding the replicas.
+#[test]
+fn fold_note_speaks_of_several_replicas_in_the_plural() {
+    let dir = scratch("pp16-ep64");
+    let out = Command::cargo_bin("tpsim")
+        .unwrap()
+        .args([
+            "eval",
+            "--model",
+            "deepseek-v3",
+            "--gpu",
+            "h100-sxm-80g",
+            "--nodes",
+            "256",
+            "--tp",
+            "1",
+            "--pp",
+            "16",
+            "--allow-uneven-pp",
+            "--ep",
+            "64",
+            "--etp",
+            "1",
+            "--micro-batch",
+            "1",
+            "--recompute",
+            "full",
+            "--zero",
+            "1",
+            "--report",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = read(&dir.join("layout.svg"));
+    let note = texts(&svg)
+        .into_iter()
+        .map(|(_, _, t)| t)
+        .find(|t| t.contains("nodes drawn"))
+        .expect("a fold note");
+    assert!(
+        note.starts_with("32 of 256 nodes drawn: those holding data-parallel replicas 0..63"),
+        "{note}"
+    );
+    assert!(!note.contains("(its first"), "{note}");
+    assert!(
+        note.contains("(the first 32 of 128; their other 96 hold the rest of their stages)"),
+        "{note}"
+    );
+}

@@ -152,8 +152,15 @@ pub(crate) fn layout_svg(
                 "replica 0".to_string()
             },
             if total > MAX_NODES {
+                // "its" for replica 0 alone; "their" where the drawn nodes hold several replicas
+                // side by side or an EP group over several (round 27: "replicas 0..63 (its ...").
+                let (first, other) = if drawn_replicas > 1 {
+                    ("the first", "their")
+                } else {
+                    ("its first", "its")
+                };
                 format!(
-                    " (its first {MAX_NODES} of {total}; its other {} hold the rest of its stages)",
+                    " ({first} {MAX_NODES} of {total}; {other} other {} hold the rest of {other} stages)",
                     total - MAX_NODES
                 )
             } else {
