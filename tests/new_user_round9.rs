@@ -76,7 +76,8 @@ fn compare_verdict_gives_the_memory_difference_the_total_row_prints() {
 /// The layout figure of a 128-node plan (tp 2 on 8-GPU nodes) draws the nodes holding replica 0,
 /// and with it replicas 1..3 beside it on those nodes (cells labelled (0..3, pp, tp)); its note
 /// said "those holding data-parallel replica 0; the other 120 nodes hold replicas 1..63",
-/// contradicting the cells it drew. The note now counts the replicas drawn.
+/// contradicting the cells it drew. The note now counts the replicas drawn (since figures round 27
+/// the drawn nodes hold each stage's whole first EP group: replicas 0..15).
 #[test]
 fn folded_layout_names_the_replicas_its_nodes_hold() {
     let dir = scratch("new-user-round9", "layout");
@@ -117,15 +118,17 @@ fn folded_layout_names_the_replicas_its_nodes_hold() {
         })
         .max()
         .expect("cells labelled (dp,pp,tp)");
-    assert_eq!(drawn, 3, "tp 2 on 8-GPU nodes: 4 replicas per node");
+    // Since figures round 27 the fold draws each stage's whole first EP group (ep 32 at stride 1
+    // over tp 2: replicas 0..15 on 4 nodes a stage), not only replica 0's node.
+    assert_eq!(drawn, 15, "ep 32 over tp 2: one EP group holds 16 replicas");
     let note = svg
         .split('>')
         .filter_map(|piece| piece.split('<').next())
         .find(|t| t.contains("nodes drawn"))
         .expect("a folding note");
     assert!(
-        note.contains("those holding data-parallel replicas 0..3;")
-            && note.contains("the other 120 nodes hold replicas 4..63"),
+        note.contains("those holding data-parallel replicas 0..15;")
+            && note.contains("the other 96 nodes hold replicas 16..63"),
         "{note}"
     );
 }

@@ -411,10 +411,17 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
                     inputs.chosen_label,
                     chosen.summary.pipeline_schedule().words(plan.vpp)
                 )
-            } else {
+            } else if plan.num_microbatches > 1 {
                 // No pipeline, no schedule: the figure's title says "no pipeline" too.
                 format!(
-                    "One step of {}, simulated: no pipeline, so every GPU runs the micro-batches one after the other.",
+                    "One step of {}, simulated: no pipeline, so every GPU runs its {} micro-batches one after the other.",
+                    inputs.chosen_label, plan.num_microbatches
+                )
+            } else {
+                // One micro-batch (the figure's title says m = 1): nothing runs "one after the
+                // other", one forward and one backward fill the step.
+                format!(
+                    "One step of {}, simulated: no pipeline and one micro-batch, so every GPU runs one forward and one backward.",
                     inputs.chosen_label
                 )
             },

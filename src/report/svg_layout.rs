@@ -10,8 +10,9 @@
 //! (`cost::moe`): stage rank s = etp_i + etp·(ep_i + ep·edp_i).
 //!
 //! Up to `MAX_NODES` nodes every GPU is drawn. Beyond that, only the nodes holding data-parallel
-//! replica 0 are drawn (first `MAX_NODES` of them), every GPU on them labelled, and the rest are
-//! folded into one line saying how many nodes repeat the same layout.
+//! replica 0 are drawn (first `MAX_NODES` of them) — with expert parallelism, every node of each
+//! stage's first EP block, so one whole EP group shows — every GPU on them labelled, and the rest
+//! are folded into one line saying how many nodes repeat the same layout.
 
 use plotters::prelude::*;
 
@@ -113,10 +114,20 @@ pub(crate) fn layout_svg(
     let (nodes, folded_note): (Vec<u32>, Option<String>) = if cluster.nodes <= MAX_NODES {
         ((0..cluster.nodes).collect(), None)
     } else {
-        // The ranks of data-parallel replica 0: every tp and cp index of every stage.
+        // The ranks of data-parallel replica 0: every tp and cp index of every stage. With
+        // expert parallelism, also the rest of the stage's first block of interleaved EP groups
+        // (its first etp·ep ranks, `cost::moe`'s fold), which runs over several replicas when
+        // etp·ep > tp·cp: drawing replica 0 alone would cut the red outline at the first node
+        // (DeepSeek-V3, tp 8 ep 64 on 256 nodes: one EP group over 8 nodes, 1 drawn).
         let tp_cp = plan.tp * plan.cp;
+        let stage_ranks = tp_cp * plan.dp;
+        let span = if ep {
+            tp_cp.max(plan.etp * plan.ep)
+        } else {
+            tp_cp
+        };
         let mut replica0: Vec<u32> = (0..plan.pp)
-            .flat_map(|p| (0..tp_cp).map(move |i| (i + tp_cp * plan.dp * p) / gpn))
+            .flat_map(|p| (0..span).map(move |i| (i + stage_ranks * p) / gpn))
             .collect();
         replica0.dedup();
         let total = replica0.len() as u32;
@@ -141,8 +152,15 @@ pub(crate) fn layout_svg(
                 "replica 0".to_string()
             },
             if total > MAX_NODES {
+                // "its" for replica 0 alone; "their" where the drawn nodes hold several replicas
+                // side by side or an EP group over several (round 27: "replicas 0..63 (its ...").
+                let (first, other) = if drawn_replicas > 1 {
+                    ("the first", "their")
+                } else {
+                    ("its first", "its")
+                };
                 format!(
-                    " (its first {MAX_NODES} of {total}; its other {} hold the rest of its stages)",
+                    " ({first} {MAX_NODES} of {total}; {other} other {} hold the rest of {other} stages)",
                     total - MAX_NODES
                 )
             } else {
