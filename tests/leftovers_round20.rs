@@ -235,7 +235,8 @@ fn a_sweeps_memory_margin_is_in_its_json_csv_and_chart() {
         .find(|l| l.starts_with("memory range: "))
         .unwrap_or_else(|| panic!("no memory range line: {}", table.stdout));
     assert!(
-        line.contains("nodes 16 (") && !line.contains("nodes 32 ("),
+        // Both since physics round 28 (torchtitan's peaks up to 18% above tpsim's).
+        line.contains("nodes 16 (") && line.contains("nodes 32 ("),
         "{line}"
     );
     let keep = line
@@ -251,7 +252,7 @@ fn a_sweeps_memory_margin_is_in_its_json_csv_and_chart() {
     let rows = sweep["rows"].as_array().unwrap();
     let memory = |i: usize| &rows[i]["memory"];
     assert_eq!(memory(0)["max_memory_gib_for_margin"].as_f64(), Some(keep));
-    assert!(memory(1)["max_memory_gib_for_margin"].is_null());
+    assert_eq!(memory(1)["max_memory_gib_for_margin"].as_f64(), Some(keep));
     for i in 0..2 {
         let total = memory(i)["total_bytes"].as_f64().unwrap();
         let high = memory(i)["total_bytes_high"].as_f64().unwrap();

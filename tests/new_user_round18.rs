@@ -142,9 +142,12 @@ fn a_sweep_says_which_best_plans_lack_the_memory_margin() {
         "sweep", "--params", "175B", "--axis", "nodes", "--values", "16,32",
     ]);
     let line = memory_range(&out).unwrap_or_else(|| panic!("no memory range line:\n{out}"));
+    // Since physics round 28 (torchtitan's peaks read up to 18% above tpsim's, FSDP2's sharded
+    // gradients no longer counted beside the unsharded ones) the 32-node plan's 68.9 GiB lacks
+    // the margin too.
     assert!(line.contains("at nodes 16 ("), "{line}");
-    assert!(!line.contains("nodes 32"), "{line}");
-    for (nodes, short) in [("16", true), ("32", false)] {
+    assert!(line.contains("nodes 32 ("), "{line}");
+    for (nodes, short) in [("16", true), ("32", true)] {
         let plan = stdout_of(&["plan", "--params", "175B", "--nodes", nodes, "--top", "1"]);
         assert_eq!(
             memory_range(&plan).is_some(),
@@ -172,7 +175,7 @@ fn a_sweep_says_which_best_plans_lack_the_memory_margin() {
         "--values",
         "16,32",
         "--max-memory-gib",
-        "70.2",
+        "67.3",
     ]);
     assert!(memory_range(&out).is_none(), "{out}");
 }

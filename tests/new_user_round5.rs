@@ -423,7 +423,7 @@ fn compare_prints_memory_and_mfu_as_plan_does() {
             "memory of plan {i}: {total:?}"
         );
     }
-    assert_eq!(mfu[3], "52.7", "{mfu:?}");
+    assert_eq!(mfu[3], "52.8", "{mfu:?}");
     assert_eq!(total[3], "69.4", "{total:?}");
 }
 

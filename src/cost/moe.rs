@@ -537,7 +537,15 @@ pub fn permutation_bytes(
     match dispatcher {
         MoeDispatcher::Alltoall => {
             // Permute (read tokens, write copies) and unpermute (read copies, write tokens).
-            let own_copies = tokens * topk;
+            // Under low-precision expert GEMMs the copies are the padded routing map's: the
+            // dispatcher pads the rank's own map before "Permutation 1" (`dispatch_preprocess`:
+            // `pad_routing_map`, then `preprocess` counts `num_out_tokens` from it, :545-551, and
+            // `permute` writes that many rows; megatron/core/transformer/moe/token_dispatcher.py:649-677
+            // at d98e8a64), so the own copies carry `padded_copies_factor` as the received ones
+            // do. The user's imbalance does not enter: a rank's own tokens make top-k copies each
+            // however the experts share them.
+            let own_copies =
+                tokens * topk * padded_copies_factor(model, plan, seq_len, MoeDispatcher::Alltoall);
             let first = 2.0 * (tokens + own_copies);
             let second = if moe.experts > plan.ep {
                 4.0 * received

@@ -4,7 +4,8 @@
 //!
 //! Per-stage block times use the same pieces as `evaluate`: a forward block of one model chunk is
 //! its layers' forward GEMM time plus their forward (and recompute) TP collectives plus one p2p send;
-//! a backward block is backward + recompute compute plus the backward TP collectives plus one send.
+//! a backward block is backward + recompute compute plus the backward TP collectives plus one send
+//! (none forward from the model's last chunk, none backward from its first: `Ends::boundary_sends`).
 //! Over a micro-batch a stage's blocks add up to `evaluate`'s per-stage time (compute + TP + PP), so
 //! with equal stages the simulated step equals the closed form's m·t_stage + (p − 1)/v·t_stage
 //! (Narayanan et al. 2021 §2.2), and with unequal stages (uneven split, output layer on the last
@@ -144,7 +145,7 @@ fn stage_costs_of(chunks: &[(StageCost, ChunkComm)], per_stage: u32) -> Vec<Stag
 /// output layer and the embedding where it runs them (`ends`; their TP collectives with them),
 /// per micro-batch, divided over `chunks` model chunks: its
 /// forward, backward and weight-gradient time with the exposed communication and one send each
-/// way, and the exposed TP and EP time the forward and backward hold.
+/// way (`Ends::boundary_sends`), and the exposed TP and EP time the forward and backward hold.
 fn block_cost(
     costs: &super::UnitCosts,
     layers: u32,
@@ -168,6 +169,9 @@ fn block_cost(
     let with_output = ends.output;
     let n = f64::from(layers);
     let ep_layers = costs.ep_layers(moe_layers);
+    // The chunks' sends as the stage time counts them (`Ends::boundary_sends`): none forward from
+    // the model's last chunk, none backward from its first.
+    let [forward_sends, backward_sends] = ends.boundary_sends(chunks);
     let (out_f, out_b, out_w) = if with_output {
         (
             output.forward,
@@ -184,13 +188,13 @@ fn block_cost(
                 + out_f
                 + end_tp.forward_exposed_s)
                 / chunks
-                + send,
+                + send * forward_sends / chunks,
             backward_s: (n * (layer.backward + layer.recompute + comm_backward)
                 + ep_layers * ep.backward_exposed_s
                 + out_b
                 + end_tp.backward_exposed_s)
                 / chunks
-                + send,
+                + send * backward_sends / chunks,
             weight_s: (n * layer.weight_grad + out_w) / chunks,
         },
         ChunkComm {

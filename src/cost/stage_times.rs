@@ -21,7 +21,7 @@ pub(super) struct StageTime {
     pub(super) backward: f64,
     /// Of `backward`, the weight-gradient GEMMs (`LayerTime::weight_grad`).
     pub(super) weight: f64,
-    /// Stage-boundary sends per micro-batch (2·v; 2 on the first GPU of a V).
+    /// Stage-boundary sends per micro-batch, both directions (`Ends::boundary_sends`).
     pub(super) sends: f64,
     pub(super) tp: f64,
     pub(super) cp: f64,
@@ -116,6 +116,23 @@ impl Ends {
             output: with_output,
         }
     }
+
+    /// Its stage-boundary sends per micro-batch, [forward activations, backward gradients], with
+    /// `chunks` model chunks: one each per chunk, less the forward send of the chunk that ends the
+    /// model (it runs the output layer) and the backward send of the chunk that starts it (the
+    /// embedding). Megatron-Core `P2PCommunicator.send_forward` sends only `if not
+    /// is_last_stage` and `send_backward` only `if not is_first_stage`
+    /// (pipeline_parallel/p2p_communication.py:494 and :516 at d98e8a64), the interleaved
+    /// schedule per virtual stage; PyTorch's pipelining gives the first and last stages no
+    /// previous and next peer. A V's first GPU (virtual stages 0 and 2p − 1) sends chunk 0's
+    /// activations and chunk 1's gradients: one of each.
+    pub fn boundary_sends(self, chunks: f64) -> [f64; 2] {
+        let at = |end: bool| if end { 1.0 } else { 0.0 };
+        [
+            (chunks - at(self.output)).max(0.0),
+            (chunks - at(self.embedding)).max(0.0),
+        ]
+    }
 }
 
 pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts) -> StageTimes {
@@ -133,13 +150,10 @@ pub(super) fn stage_times(model: &Model, plan: &ParallelPlan, mix: &mut MixCosts
             LayerTime::default()
         };
         let layer = costs.layer;
-        // Under a V the first GPU, which runs the output layer, sends twice per micro-batch
-        // (chunk 0's activations, chunk 1's gradients; `v_schedule`); the others 2·v times.
-        let sends = if v_shaped && with_output {
-            2.0
-        } else {
-            2.0 * v
-        };
+        // Each chunk sends its activations forward and its gradients back, but the model's
+        // ends' chunks one of them only (`Ends::boundary_sends`).
+        let [forward_sends, backward_sends] = ends.boundary_sends(v);
+        let sends = forward_sends + backward_sends;
         StageTime {
             compute: n * layer.total() + out.total(),
             forward: n * layer.forward + out.forward,
@@ -447,7 +461,7 @@ pub struct SlowestStage {
     pub run: Option<HybridRun>,
     /// Its layers kept in bf16 (`pipeline::Bf16Keep`).
     pub bf16: Option<pipeline::Bf16Run>,
-    /// Its stage-boundary sends per micro-batch, both directions (2·v; 2 on a V's first GPU).
+    /// Its stage-boundary sends per micro-batch, both directions (`Ends::boundary_sends`).
     pub sends: u32,
     /// The model's ends it runs, whose TP collectives it pays (`embedding_output_tp`).
     pub ends: Ends,

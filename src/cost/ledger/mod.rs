@@ -102,13 +102,13 @@ struct Step<'a> {
     /// Layers of the most loaded stage (`pipeline::max_stage_layers`), as DP's gathers count them.
     max_layers: u32,
     /// The stage whose time sets the step (`cost::slowest_stage`): its layers, MoE layers,
-    /// stage-boundary sends per micro-batch, block mix and layers kept in bf16.
+    /// block mix and layers kept in bf16.
     slowest_layers: u32,
     slowest_moe_layers: u32,
-    slowest_sends: u32,
     slowest_mix: super::LayerMix,
     slowest_bf16: Option<super::pipeline::Bf16Run>,
-    /// The model's ends it runs (the embedding, the output layer), whose TP collectives it pays.
+    /// The model's ends it runs (the embedding, the output layer), whose TP collectives it pays
+    /// and which set its stage-boundary sends (`Ends::boundary_sends`).
     slowest_ends: super::Ends,
 }
 
@@ -127,7 +127,7 @@ pub fn ledger(
     let super::SlowestStage {
         layers: slowest_layers,
         moe_layers: slowest_moe_layers,
-        sends: slowest_sends,
+        sends: _,
         ends: slowest_ends,
         run: slowest_run,
         bf16: slowest_bf16,
@@ -157,7 +157,6 @@ pub fn ledger(
         max_layers,
         slowest_layers,
         slowest_moe_layers,
-        slowest_sends,
         slowest_mix,
         slowest_bf16,
         slowest_ends,

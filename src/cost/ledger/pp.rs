@@ -1,6 +1,7 @@
 //! The PP rows: one activation send forward and one gradient send backward per micro-batch per
-//! model chunk at each stage boundary, b·s·h/t bytes with Megatron's scatter/gather (Narayanan
-//! et al. 2021 §4.1).
+//! model chunk at each stage boundary (none forward from the model's last chunk, none backward
+//! from its first: `Ends::boundary_sends`), b·s·h/t bytes with Megatron's scatter/gather
+//! (Narayanan et al. 2021 §4.1).
 
 use super::{Op, Pass, Rows, Scope, Step};
 use crate::cost::comm;
@@ -13,24 +14,27 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
         training,
         plan,
         m,
-        slowest_sends,
+        slowest_ends,
         ..
     } = *step;
     // PP, per chunk per micro-batch, on the stage that sets the step (a V's first GPU sends one
     // chunk's activations and the other's gradients).
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
-        let count = f64::from(slowest_sends) / 2.0 * m;
-        for (pass, site) in [
+        let [forward_sends, backward_sends] = slowest_ends.boundary_sends(f64::from(plan.vpp));
+        for (pass, site, sends) in [
             (
                 Pass::Forward,
                 "stage boundary: activations to the next stage",
+                forward_sends,
             ),
             (
                 Pass::Backward,
                 "stage boundary: gradients to the previous stage",
+                backward_sends,
             ),
         ] {
+            let count = sends * m;
             rows.push(
                 GroupKind::Pp,
                 Op::SendRecv,

@@ -174,8 +174,7 @@ fn stage_memory_at_precision(
     if after_schedule {
         // Under PyTorch's pipelining every micro-batch's gradients accumulate unsharded, in the
         // reduce dtype, until the reduce-scatter after the schedule: the whole stage's worth of
-        // what is sharded (the sharded gradients they become are counted too, a 1/dp
-        // overestimate). Each model chunk reduce-scatters and frees its own after its last
+        // what is sharded. Each model chunk reduce-scatters and frees its own after its last
         // backward (stage.py `backward_maybe_with_nosync(last_backward=True)` runs FSDP's
         // `post_backward` for that stage's module). An interleaved schedule with a single round
         // of micro-batches (m ≤ p) runs every backward of one chunk before the next chunk's first
@@ -192,6 +191,31 @@ fn stage_memory_at_precision(
             1.0
         };
         gradients += live_share * sharded_params * training.grad_dtype.bytes();
+        // The sharded gradients do not exist beside all of them. FSDP2's `foreach_reduce`
+        // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies a unit's unsharded
+        // gradients into the reduce-scatter input, frees them ("Only after the copy-in finishes
+        // can we free the gradients": `unsharded_grads.clear()`) and makes the sharded gradient
+        // from the reduce-scatter output (`sharded_param.grad = new_sharded_dtensor_grad`, or
+        // `+=` onto an earlier schedule's); torchtitan's `OptimizersContainer.zero_grad` sets
+        // them to None each step (`set_to_none=True`). So at the schedule's peak a sharded
+        // gradient lives only where an earlier reduce-scatter of the step made it: every one
+        // after an earlier schedule run (`comm::fsdp_syncs_per_step` > 1), the chunks already
+        // reduced when one chunk lives at a time, none otherwise.
+        let sharded_at_rest = (if dense_sharded {
+            dense_params / dp
+        } else {
+            0.0
+        } + if expert_dp > 1.0 {
+            expert_params / expert_dp
+        } else {
+            0.0
+        }) * training.grad_dtype.bytes();
+        let sharded_live = if crate::cost::comm::fsdp_syncs_per_step(training, plan) > 1 {
+            1.0
+        } else {
+            1.0 - live_share
+        };
+        gradients -= (1.0 - sharded_live) * sharded_at_rest;
     }
     transient += gradients - gradients_at_rest;
     // Low-precision GEMMs keep a quantized copy of every linear weight and, for the weight-gradient

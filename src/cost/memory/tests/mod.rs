@@ -243,8 +243,10 @@ fn torch_pipelining_keeps_boundary_tensors_per_micro_batch() {
 #[test]
 fn torch_pipelining_frees_each_chunks_gradients_after_its_last_backward() {
     // torchtitan, ZeRO-3 with PP 8 and two chunks per rank: with one round of micro-batches
-    // (m = p = 8) one chunk's unsharded gradients live at a time; with two rounds (m = 16)
-    // the chunks alternate and both live.
+    // (m = p = 8) one chunk's unsharded gradients live at a time, beside the sharded gradients of
+    // the chunk already reduce-scattered; with two rounds (m = 16) the chunks alternate and both
+    // live unsharded, and no sharded gradient exists yet (FSDP2's `foreach_reduce` makes it as it
+    // frees the unsharded one; `zero_grad` set it to None).
     let titan = crate::training::TrainingFramework::Torchtitan;
     let (model, cluster, training, one_round) = gpt3_pp8(titan, 2, 16, 3);
     let (_, _, _, two_rounds) = gpt3_pp8(titan, 2, 32, 3);
@@ -261,8 +263,9 @@ fn torch_pipelining_frees_each_chunks_gradients_after_its_last_backward() {
     );
     let unsharded = params * training.grad_dtype.bytes();
     let sharded = unsharded / 2.0;
-    assert!((grads(&two_rounds) - (sharded + unsharded)).abs() < 1e-6 * unsharded);
-    assert!((grads(&one_round) - (sharded + unsharded / 2.0)).abs() < 1e-6 * unsharded);
+    assert_eq!(one_round.schedule_runs, 1);
+    assert!((grads(&two_rounds) - unsharded).abs() < 1e-6 * unsharded);
+    assert!((grads(&one_round) - (sharded / 2.0 + unsharded / 2.0)).abs() < 1e-6 * unsharded);
 }
 
 #[test]
