@@ -1253,6 +1253,14 @@ impl PlanKeysGiven {
         recompute: true,
     };
 
+    /// No key given: no plan file, or flags none of which set these.
+    pub const NONE: Self = Self {
+        etp: false,
+        sequence_parallel: false,
+        zero: false,
+        recompute: false,
+    };
+
     /// The keys `text`'s `plan:` mapping holds (none where it cannot be read as one).
     fn of(text: &str) -> Self {
         let doc = yaml_serde::from_str::<yaml_serde::Value>(text).ok();

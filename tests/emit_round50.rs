@@ -59,29 +59,9 @@ use common::{assert_one_line_error, run};
 
 /// Llama 3 8B on two 8-GPU H100 nodes under DeepSpeed, with `more` appended.
 fn deepspeed_eval(more: &[&str]) -> common::Run {
-    let mut args = vec![
-        "eval",
-        "--model",
-        "llama3-8b",
-        "--nodes",
-        "2",
-        "--framework",
-        "deepspeed",
-        "--tp",
-        "1",
-        "--global-batch",
-        "64",
-        "--micro-batch",
-        "1",
-        "--seq-len",
-        "4096",
-        "--recompute",
-        "full",
-        "--emit",
-        "deepspeed",
-    ];
-    args.extend_from_slice(more);
-    run(&args)
+    let mut args = more.to_vec();
+    args.extend_from_slice(&["--emit", "deepspeed"]);
+    eval_without_emit(&args)
 }
 
 #[test]
@@ -190,7 +170,8 @@ fn gradient_reduction_is_priced_and_written_exposed_where_no_zero_optimizer_redu
     }
 }
 
-/// `deepspeed_eval` without `--emit`: the priced breakdown.
+/// `eval --framework deepspeed` of Llama 3 8B on 2 nodes with `more`: the priced breakdown
+/// (`deepspeed_eval` adds `--emit deepspeed`).
 fn eval_without_emit(more: &[&str]) -> common::Run {
     let mut args = vec![
         "eval",

@@ -566,10 +566,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 // does not fit) ran eval's defaults, said as `eval --plan` says it. compare takes
                 // no plan flags; --recompute-modules is the one that sets the recompute.
                 let typed = crate::specs::PlanKeysGiven {
-                    etp: false,
-                    sequence_parallel: false,
-                    zero: false,
                     recompute: args.training.recompute_modules.is_some(),
+                    ..crate::specs::PlanKeysGiven::NONE
                 };
                 if let Some(note) = super::eval_command::plan_defaults_note(
                     "compare",

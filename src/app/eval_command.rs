@@ -1101,15 +1101,7 @@ pub(super) fn plan_defaults_note(
     framework: crate::training::TrainingFramework,
     fits: bool,
 ) -> Option<String> {
-    let in_file = file.map_or(
-        crate::specs::PlanKeysGiven {
-            etp: false,
-            sequence_parallel: false,
-            zero: false,
-            recompute: false,
-        },
-        |(f, _)| f.given,
-    );
+    let in_file = file.map_or(crate::specs::PlanKeysGiven::NONE, |(f, _)| f.given);
     // What was taken, and the column of `plan`'s table that shows it.
     // Where the framework's own default differs from Megatron-LM's, the note names it in the
     // framework's terms: torchtitan's TP plan always shards the sequence (its norms run under
