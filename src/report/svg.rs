@@ -85,6 +85,28 @@ pub(crate) const STACK: [RGBColor; 11] = [
     RGBColor(0x4D, 0x4D, 0x4D),
 ];
 
+/// One colour per step term, in every figure that shows it: the step-time bars (`svg_step`), the
+/// pipeline timeline's strips (`svg_gantt`: its exposed TP, CP, EP and DP communication and its
+/// optimizer step) and, for the optimizer, the memory bars' optimizer states, so a term a reader
+/// finds in one figure is the same colour in the next. Tableau 10 and Category10 hues; the
+/// timeline's forward/backward blues and greens (`svg_gantt::block_colour`) stay its own.
+pub(crate) const fn term_colour(kind: crate::cost::terms::TermKind) -> RGBColor {
+    use crate::cost::terms::TermKind;
+    match kind {
+        TermKind::Compute => RGBColor(0x4E, 0x79, 0xA7),
+        TermKind::TpComm => RGBColor(0x33, 0x33, 0x33),
+        TermKind::CpComm => RGBColor(0x8C, 0x56, 0x4B),
+        TermKind::PpComm => RGBColor(0x76, 0xB7, 0xB2),
+        TermKind::EpComm => RGBColor(0x94, 0x67, 0xBD),
+        TermKind::DpGradReduce => RGBColor(0xD6, 0x27, 0x28),
+        TermKind::DpParamGather => RGBColor(0xFF, 0x9D, 0xA7),
+        TermKind::Bubble => RGBColor(0xBA, 0xB0, 0xAC),
+        TermKind::Optimizer => RGBColor(0xFF, 0xBF, 0x00),
+        TermKind::HostOffload => RGBColor(0x59, 0xA1, 0x4F),
+        TermKind::MambaCpComm => RGBColor(0xF2, 0x8E, 0x2B),
+    }
+}
+
 /// One colour per pipeline stage, light so labels stay readable: the first 10 from a light
 /// category palette (Tableau's category20 light tones), then one hue per stage stepped by the golden
 /// angle (137.5°, so neighbouring stages stay far apart on the colour wheel) at a lightness the
@@ -400,12 +422,32 @@ pub(crate) fn stacked_bars(spec: &StackedBars) -> Result<String, String> {
             entries.push(("▯ range: 5th–95th percentile".to_string(), BLACK));
             entries.push(("   of tpsim's measured error".to_string(), BLACK));
         }
+        // The mark in the part's colour, the name in black: a light fill (amber, pink) read as
+        // coloured text on white was barely legible.
         for (i, (text, colour)) in entries.into_iter().enumerate() {
-            legend.draw(&Text::new(
-                text,
-                (4, 60 + 20 * i as i32),
-                (FONT, 13).into_font().color(&colour),
-            ))?;
+            let y = 60 + 20 * i as i32;
+            match text.split_once(' ') {
+                Some((mark, name)) if mark.chars().count() == 1 => {
+                    legend.draw(&Text::new(
+                        mark.to_string(),
+                        (4, y),
+                        (FONT, 13).into_font().color(&colour),
+                    ))?;
+                    legend.draw(&Text::new(
+                        name.to_string(),
+                        (20, y),
+                        (FONT, 13).into_font().color(&BLACK),
+                    ))?;
+                }
+                // A name's second line, under the name, not under the mark.
+                _ => {
+                    legend.draw(&Text::new(
+                        text.trim_start().to_string(),
+                        (20, y),
+                        (FONT, 13).into_font().color(&colour),
+                    ))?;
+                }
+            }
         }
         Ok(())
     })

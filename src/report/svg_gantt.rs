@@ -20,6 +20,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::svg::{FONT, svg};
 use crate::cost::schedule::{Block, Direction};
 use crate::cost::simulated::{ChunkComm, Simulated};
+use crate::cost::terms::TermKind;
 use crate::plan::ParallelPlan;
 
 pub const MAX_BLOCKS: usize = 3000;
@@ -63,12 +64,14 @@ pub fn block_colour(direction: Direction, chunk: u32) -> RGBColor {
     }
 }
 
-const TP_COLOUR: RGBColor = RGBColor(0x33, 0x33, 0x33);
-/// Category10's brown and purple: apart from the blocks' blues and greens and from the other strips.
-const CP_COLOUR: RGBColor = RGBColor(0x8C, 0x56, 0x4B);
-const EP_COLOUR: RGBColor = RGBColor(0x94, 0x67, 0xBD);
-const DP_COLOUR: RGBColor = RGBColor(0xD6, 0x27, 0x28);
-const OPT_COLOUR: RGBColor = RGBColor(0xFF, 0xBF, 0x00);
+/// The strips take their terms' colours in the step-time figure (`svg::term_colour`): dark grey
+/// TP, Category10's brown CP and purple EP, apart from the blocks' blues and greens; red DP (the
+/// gradient reduce's colour), amber optimizer.
+const TP_COLOUR: RGBColor = super::svg::term_colour(TermKind::TpComm);
+const CP_COLOUR: RGBColor = super::svg::term_colour(TermKind::CpComm);
+const EP_COLOUR: RGBColor = super::svg::term_colour(TermKind::EpComm);
+const DP_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpGradReduce);
+const OPT_COLOUR: RGBColor = super::svg::term_colour(TermKind::Optimizer);
 
 struct Panel<'a> {
     x: (f64, f64),

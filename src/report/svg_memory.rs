@@ -3,6 +3,8 @@
 
 use super::svg::{GIB, StackedBars, plan_details, stacked_bars};
 use crate::cost::Estimate;
+use crate::cost::terms::TermKind;
+use plotters::style::RGBColor;
 
 pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
     let bars = plans
@@ -34,6 +36,14 @@ pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String
         details: plans.iter().map(plan_details).collect(),
         ranges: None,
         line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
-        part_colours: None,
+        // The optimizer's states in the colour of its step in the other figures; the others
+        // Tableau 10's blue, purple, teal and green.
+        part_colours: Some(vec![
+            RGBColor(0x4E, 0x79, 0xA7),
+            RGBColor(0xB0, 0x7A, 0xA1),
+            super::svg::term_colour(TermKind::Optimizer),
+            RGBColor(0x76, 0xB7, 0xB2),
+            RGBColor(0x59, 0xA1, 0x4F),
+        ]),
     })
 }

@@ -34,15 +34,7 @@ pub(crate) fn step_svg(
         details: plans.iter().map(plan_details).collect(),
         line: None,
         ranges: Some(ranges),
-        // Each term its colour by its place among all the terms, whichever are shown.
-        part_colours: Some(
-            kinds
-                .iter()
-                .map(|k| {
-                    let place = TermKind::ALL.iter().position(|a| a == k).unwrap_or(0);
-                    super::svg::STACK[place % super::svg::STACK.len()]
-                })
-                .collect(),
-        ),
+        // Each term its own colour, whichever are shown, the one the timeline gives it.
+        part_colours: Some(kinds.iter().map(|k| super::svg::term_colour(*k)).collect()),
     })
 }
