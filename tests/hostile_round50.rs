@@ -23,9 +23,10 @@
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix; every fix offered is run.
 //!
-//! Looked at and found sound (configs written from the Hub's config.json of each model, as quoted
-//! in public repositories' test fixtures found with the code search, e.g. Kimi K2 / K2.5 and
-//! SmolLM3 fixtures; the four refused ones are under tests/data/hostile50/): Kimi K2
+//! Looked at and found sound (configs re-typed after each model's Hub config.json; Kimi K2's and
+//! SmolLM3's keys checked against copies quoted in public repositories' test fixtures found with
+//! the code search, the others not fetched from the Hub, so a key may differ from the file there;
+//! the four refused ones are under tests/data/hostile50/): Kimi K2
 //! (`kimi_k2`, moonshotai/Kimi-K2-Instruct: 1.03T / 32.9B active with embeddings, card 1T / 32B),
 //! GLM-4.5-Air (`glm4_moe`: 109.2B with its MTP layer / 13.7B, card 106B / 12B without MTP and
 //! embeddings), gpt-oss-20b (20.9B / 4.2B with embeddings, card 20.9B / 3.6B with the unembedding
