@@ -10,12 +10,14 @@ pub enum HfConfigError {
     #[error("--hf-config {path}: not valid JSON ({message}); pass the model's config.json")]
     Json { path: String, message: String },
     #[error(
-        "--hf-config {path}: architecture {found:?} is not supported; supported model_type values: {supported} (or describe the shape with --layers/--hidden/--heads)"
+        "--hf-config {path}: model_type {found:?} is not one tpsim reads, so what its layers add beyond the block tpsim prices (their attention, norms, routing) is unknown to it; supported model_type values: {supported} (or drop --hf-config and describe the shape with {fix})"
     )]
     UnknownArchitecture {
         path: String,
         found: String,
         supported: String,
+        /// The shape flags with the config's own values ([`super::unknown::shape_flags`]).
+        fix: String,
     },
     #[error(
         "--hf-config {path}: the config has no \"model_type\" (nor \"architectures\") key, so its architecture is unknown; add \"model_type\": one of {supported} (or describe the shape with --layers/--hidden/--heads)"

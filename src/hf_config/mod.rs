@@ -19,6 +19,7 @@ mod positions;
 mod reader;
 mod shape_error;
 mod unique_keys;
+mod unknown;
 
 pub use error::HfConfigError;
 pub use family::{DEFAULT_TRAINING_SEQ_LEN, Family, SUPPORTED};

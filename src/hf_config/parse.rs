@@ -177,11 +177,23 @@ pub fn parse_with_note(
         path: path.to_string(),
         found: model_type.clone(),
         supported: SUPPORTED.join(", "),
+        fix: match super::unknown::shape_flags(obj) {
+            Some(flags) => format!(
+                "this config's values: {flags}, then what the model adds beyond them, as far as tpsim's flags say it"
+            ),
+            None => "--layers/--hidden/--heads".to_string(),
+        },
     };
     if let Some(message) = known_not_read(&model_type) {
         return Err(HfConfigError::Unsupported {
             path: path.to_string(),
-            message: format!("model_type {model_type:?}: {message}"),
+            message: match super::unknown::shape_flags(obj) {
+                // The flags the message names, with this config's values.
+                Some(flags) if message.contains("drop --hf-config") => {
+                    format!("model_type {model_type:?}: {message}; this config's values: {flags}")
+                }
+                _ => format!("model_type {model_type:?}: {message}"),
+            },
         });
     }
     let family = family_of(&model_type).ok_or_else(unknown)?;
