@@ -3,7 +3,10 @@
 //!   as one that changes no cost; Megatron-LM's argparse refuses it (`parse_args` in
 //!   megatron/training/arguments.py at d98e8a64), so tpsim priced tp 1 for a line that never
 //!   runs. Refused now against the list of the flags Megatron-LM defines
-//!   (src/emit/megatron_flags.txt), naming the nearest real spelling; launcher flags stay skipped.
+//!   (src/emit/megatron_flags.txt), naming the nearest real spelling; launcher flags stay skipped,
+//!   and so do flags of earlier Megatron-LM releases and of Megatron-DeepSpeed
+//!   (src/emit/megatron_flags_older.txt): a 2021 line with `--DDP-impl local` is valid for the
+//!   Megatron-LM it was written for (the lead's review of this round).
 //! - a torchrun line without `--nnodes` asked for --nodes as if the line said nothing of the
 //!   cluster; torchrun's `--nnodes` defaults to 1 (torch/distributed/run.py), so the line runs on
 //!   one node: priced so, with a note naming the default and how to give more nodes.
@@ -194,4 +197,49 @@ fn sweep_csv_has_the_memory_range_basis_its_json_has() {
         assert_eq!(record[column], basis);
         assert_eq!(record.len(), header.len());
     }
+}
+
+#[test]
+fn flags_of_earlier_megatron_lm_releases_are_skipped_not_refused() {
+    // Megatron-LM v2.5 (2021) defines --DDP-impl and --no-async-tensor-model-parallel-allreduce
+    // (megatron/arguments.py at tag v2.5); d98e8a64 no longer does. A launch line for that
+    // release is valid there, so it reads (the flags skipped as ones tpsim does not price).
+    let r = run(&[
+        "eval",
+        "--framework",
+        "megatron-lm-2021",
+        "--gpu",
+        "a100-sxm-80g",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &format!(
+            "{SHAPE} --tensor-model-parallel-size 2 --DDP-impl local --no-async-tensor-model-parallel-allreduce"
+        ),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("is not a Megatron-LM argument"),
+        "{}",
+        r.stderr
+    );
+    // A misspelling of that old flag is still refused.
+    let typo = run(&[
+        "eval",
+        "--framework",
+        "megatron-lm-2021",
+        "--gpu",
+        "a100-sxm-80g",
+        "--nodes",
+        "2",
+        "--megatron-args",
+        &format!("{SHAPE} --DDP-implementation local"),
+    ]);
+    assert_eq!(typo.code, 2, "{}", typo.stderr);
+    assert!(
+        typo.stderr
+            .contains("\"--DDP-implementation\" is not a Megatron-LM argument"),
+        "{}",
+        typo.stderr
+    );
 }

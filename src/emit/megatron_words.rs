@@ -283,6 +283,13 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
 /// src/emit/megatron_flags.txt`.
 const MEGATRON_FLAGS: &str = include_str!("megatron_flags.txt");
 
+/// The flags earlier Megatron-LM releases (v1.0 to core_v0.19.0) and Megatron-DeepSpeed define and
+/// d98e8a64 does not (2021's `--DDP-impl`, Megatron-DeepSpeed's `--zero-stage`): a launch line for
+/// one of those versions is valid there, so tpsim skips these as it skips any flag it does not
+/// read, instead of refusing them as misspellings. Regenerate with `python3
+/// scripts/megatron_flags_older.py` (its docstring gives the command and the tags).
+const OLDER_MEGATRON_FLAGS: &str = include_str!("megatron_flags_older.txt");
+
 /// torchrun's own flags (PyTorch `torch/distributed/run.py` `get_args_parser`, which takes both
 /// the `_` and the `-` spelling), found on launch lines in the `DISTRIBUTED_ARGS` array that is
 /// expanded before the script rather than after `torchrun` itself.
@@ -312,12 +319,12 @@ const TORCHRUN_FLAGS: &[&str] = &[
     "logs-specs",
 ];
 
-/// Whether `name` (without its dashes) is a flag Megatron-LM defines or one tpsim reads (tpsim
-/// also reads the 2021 names and Megatron-DeepSpeed's, which d98e8a64 no longer has), or
-/// torchrun's.
+/// Whether `name` (without its dashes) is a flag Megatron-LM defines, defined in an earlier
+/// release or in Megatron-DeepSpeed, one tpsim reads, or torchrun's.
 fn is_known_flag(name: &str) -> bool {
     MEGATRON_FLAGS
         .lines()
+        .chain(OLDER_MEGATRON_FLAGS.lines())
         .filter(|l| !l.starts_with('#'))
         .any(|l| l == name)
         || VALUED.contains(&name)
