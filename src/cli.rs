@@ -628,18 +628,19 @@ pub struct PinArgs {
     /// Pin the micro-batch size (the table's `mb` column, also accepted as `--mb`). Default: searched.
     #[arg(long, visible_aliases = ["micro-batch-size", "mb"])]
     pub micro_batch: Option<u32>,
-    /// Pin activation recomputation.
+    /// Pin activation recomputation. Default: searched.
     #[arg(long, value_enum)]
     pub recompute: Option<RecomputeArg>,
     /// Pin full recompute of N layers of each model chunk (Megatron's --recompute-method block
-    /// --recompute-num-layers N; the table's `full N/L`); implies --recompute full.
+    /// --recompute-num-layers N; the table's `full N/L`); implies --recompute full. Default:
+    /// searched.
     #[arg(long, value_name = "N")]
     pub recompute_num_layers: Option<u32>,
-    /// Pin the ZeRO stage (3 = FSDP).
+    /// Pin the ZeRO stage (3 = FSDP). Default: searched.
     #[arg(long)]
     pub zero: Option<u8>,
     /// Pin sequence parallelism on (`--sequence-parallel`, or `true`) or off (`false`); the
-    /// table's `sp` column, also accepted as `--sp`.
+    /// table's `sp` column, also accepted as `--sp`. Default: searched.
     #[arg(
         long,
         visible_alias = "sp",
@@ -651,11 +652,11 @@ pub struct PinArgs {
     /// Pin the expert-parallel degree (MoE models). Default: searched.
     #[arg(long, visible_alias = "expert-model-parallel-size")]
     pub ep: Option<u32>,
-    /// Pin the expert tensor-parallel degree (MoE models).
+    /// Pin the expert tensor-parallel degree (MoE models). Default: searched.
     #[arg(long, visible_alias = "expert-tensor-parallel-size")]
     pub etp: Option<u32>,
     /// Pin ZeRO-3/FSDP resharding after forward (FSDP2 reshard_after_forward) to true or false;
-    /// implies --zero 3.
+    /// implies --zero 3. Default: searched.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reshard_after_forward: Option<bool>,
     /// Pin the copies of the ZeRO-sharded states (hybrid sharding: each copy sharded over

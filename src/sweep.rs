@@ -420,7 +420,7 @@ fn csv_cell(text: &str) -> String {
 /// reader gets each cell's JSON text back.
 pub fn to_csv(sweep: &Sweep) -> String {
     let mut out = String::from(
-        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,time.step_s_range_basis,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,time_to_train_s,cost_to_train,no_valid_plan\n",
+        "axis,value,gpus,params,gpu,seq_len,global_batch,framework,cp_exchange,kernel_fusion,local_batch,pp_schedule,cpu_offload_layers,search.candidates,search.feasible,tp,cp,pp,dp,ep,etp,vpp,micro_batch,sequence_parallel,recompute,recompute_num_layers,zero,reshard_after_forward,dp_replicas,precision,time.step_s,time.step_s_low,time.step_s_high,time.step_s_range_basis,tokens_per_s,tokens_per_s_low,tokens_per_s_high,mfu,memory.total_bytes,memory.capacity_bytes,memory.free_bytes,memory.closest_miss_bytes,memory.closest_miss_host_bytes,memory.host_capacity_bytes,memory.total_bytes_high,memory.max_memory_gib_for_margin,memory.total_bytes_range_basis,time_to_train_s,cost_to_train,no_valid_plan\n",
     );
     for r in &sweep.rows {
         let cells = [
@@ -473,6 +473,13 @@ pub fn to_csv(sweep: &Sweep) -> String {
             fixed(r.memory.host_capacity_bytes, 0),
             fixed(r.memory.total_bytes_high, 0),
             fixed(r.memory.max_memory_gib_for_margin, 1),
+            // What the memory range rests on, as the JSON's `memory.total_bytes_range_basis`.
+            csv_cell(
+                r.memory
+                    .total_bytes_range_basis
+                    .as_deref()
+                    .unwrap_or_default(),
+            ),
             // Whole seconds and cents, as the table's cost cell keeps cents; a positive time or
             // cost never rounds to 0 (`--tokens 1 --price-per-gpu-hour 0.001` cost $0.000329 in
             // the table and "0" here).

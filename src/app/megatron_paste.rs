@@ -927,10 +927,21 @@ pub(super) fn apply_megatron_launch(
         if let (Some(given), Some(script)) = (given, script)
             && given != script
         {
-            defer_note(format!(
-                "note: --megatron-args: {flag} {given} overrides the launch line's torchrun {what} {script}"
-            ));
+            defer_note(if flag == "--nodes" && launch.nodes_by_default {
+                format!(
+                    "note: --megatron-args: {flag} {given} overrides torchrun's default {what} {script} (the launch line gives no {what})"
+                )
+            } else {
+                format!(
+                    "note: --megatron-args: {flag} {given} overrides the launch line's torchrun {what} {script}"
+                )
+            });
         }
+    }
+    if launch.nodes_by_default && cluster_args.nodes.is_none() {
+        defer_note(
+            "note: --megatron-args: the launch line's torchrun gives no --nnodes, so tpsim prices torchrun's default, 1 node (torch/distributed/run.py: --nnodes defaults to 1:1); give --nodes N (or --nnodes N on the line) for a run over N nodes".to_string(),
+        );
     }
     // Megatron-LM overlaps what the line says (its defaults: p2p only), whatever the framework's
     // defaults are; check_megatron_training refused tpsim flags that say otherwise.

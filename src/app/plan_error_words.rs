@@ -178,7 +178,9 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
             ));
         }
     }
-    if !typed(given, RECOMPUTE_FLAG) {
+    // A file without `recompute:` ran eval's default, none: no line of the file's to quote
+    // ([`defaulted_key_words`]).
+    if !typed(given, RECOMPUTE_FLAG) && file.given.recompute {
         values.push((
             FileValue {
                 flag: RECOMPUTE_FLAG,
@@ -329,6 +331,17 @@ fn defaulted_key_words(message: &str, path: &str, file: &PlanFile, given: &[Type
     }
     if !file.given.sequence_parallel && !typed(given, SP_FLAG) {
         text = defaulted_sp_words(&text, path);
+    }
+    if !file.given.recompute && !typed(given, RECOMPUTE_FLAG) {
+        let quoted = "--recompute none";
+        for at in token_starts(&text, quoted).into_iter().rev() {
+            text.replace_range(
+                at..at + quoted.len(),
+                &format!(
+                    "no recompute (defaulted: {path} has no recompute: line under plan:, so eval took none, and a recompute: line there sets another)"
+                ),
+            );
+        }
     }
     text
 }

@@ -444,6 +444,12 @@ pub(super) fn check_file_modules_apply(
             format!("{flag} {}", recompute.as_str()),
             format!("use {flag} selective"),
         ),
+        // A file without `recompute:` ran eval's default, none: said so, not quoted as a
+        // `recompute: none` line the file does not have.
+        None if !file.given.recompute => (
+            "it has no recompute: line under plan:, so eval took none, which".to_string(),
+            "add recompute: selective under plan:".to_string(),
+        ),
         None => (
             format!("its recompute: {}", recompute.as_str()),
             "set recompute: selective".to_string(),

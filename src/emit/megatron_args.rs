@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::megatron_words::{
-    example_value, is_lookalike_dash, misnamed_flag, mistyped_flag, not_a_count,
+    example_value, is_lookalike_dash, misnamed_flag, mistyped_flag, not_a_count, unknown_flag,
 };
 
 use crate::plan::Recompute;
@@ -223,6 +223,19 @@ pub(super) const SWITCHES: &[&str] = &[
 
 /// torchrun's arguments for the cluster (torchrun accepts `_` and `-` spellings).
 const LAUNCHER: &[&str] = &["nnodes", "nproc_per_node", "nproc-per-node"];
+
+/// Programs that start the training script, whose own flags come before the script's name
+/// (`srun --account=proj --overlap python pretrain_gpt.py ...`).
+const LAUNCHERS: &[&str] = &[
+    "torchrun",
+    "srun",
+    "mpirun",
+    "mpiexec",
+    "deepspeed",
+    "accelerate",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+];
 
 /// The tokens of a launch line, sorted by kind.
 pub(super) struct Parsed<'a> {
@@ -587,11 +600,30 @@ impl<'a> Parsed<'a> {
         // The known flag (with its value, if it takes one) the previous words completed: a number
         // after it is no flag's value.
         let mut after_known: Option<String> = None;
+        // A Megatron-DeepSpeed line (its `--deepspeed` switches, the `deepspeed` launcher) is
+        // parsed by Megatron-DeepSpeed's own arguments.py, not Megatron-LM's: its other flags are
+        // not checked against Megatron-LM's list.
+        let deepspeed_line = tokens.iter().any(|t| {
+            *t == "deepspeed"
+                || ["--deepspeed", "--deepscale"].iter().any(|d| {
+                    t.strip_prefix(d)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '-', '=']))
+                })
+        });
+        // Between a launcher (`torchrun`, `srun`, `python -m torch.distributed.run`) and the
+        // script it starts (`pretrain_gpt.py`), flags are the launcher's, not Megatron-LM's.
+        let mut in_launcher = false;
         while i < tokens.len() {
             let token = tokens[i];
             i += 1;
             let previous = after_known.take();
             let Some(flag) = token.strip_prefix("--") else {
+                let program = token.rsplit('/').next().unwrap_or(token);
+                if program.ends_with(".py") {
+                    in_launcher = false;
+                } else if LAUNCHERS.contains(&program) || program.starts_with("python") {
+                    in_launcher = true;
+                }
                 if let Some(why) = mistyped_flag(token) {
                     return Err(MegatronArgsError::Stray {
                         token: token.to_string(),
@@ -739,7 +771,11 @@ impl<'a> Parsed<'a> {
                     });
                 }
             } else {
-                if let Some(why) = misnamed_flag(flag) {
+                if let Some(why) = misnamed_flag(flag).or_else(|| {
+                    (!in_launcher && !deepspeed_line)
+                        .then(|| unknown_flag(flag))
+                        .flatten()
+                }) {
                     return Err(MegatronArgsError::Stray {
                         token: token.to_string(),
                         why,
@@ -1581,7 +1617,7 @@ impl<'a> Parsed<'a> {
 
     /// torchrun's `--nnodes` / `--nproc_per_node`: a number is read, anything else (a shell
     /// variable, an elastic `MIN:MAX` range, `gpu`) is left to `--nodes` / `--gpus-per-node`.
-    pub(super) fn launcher(&self, notes: &mut Vec<String>) -> (Option<u32>, Option<u32>) {
+    pub(super) fn launcher(&self, notes: &mut Vec<String>) -> (Option<u32>, Option<u32>, bool) {
         let mut read = |flags: &[&str], tpsim_flag: &str| {
             let (flag, value) = flags
                 .iter()
@@ -1601,9 +1637,19 @@ impl<'a> Parsed<'a> {
                 }
             }
         };
+        let nodes = read(&["nnodes"], "--nodes");
+        let gpus_per_node = read(&["nproc_per_node", "nproc-per-node"], "--gpus-per-node");
+        // A torchrun line without `--nnodes` runs on one node: torchrun's `--nnodes` defaults to
+        // "1:1" (PyTorch torch/distributed/run.py `get_args_parser`).
+        let nodes_by_default = nodes.is_none()
+            && !self.launcher.contains_key("nnodes")
+            && ["nproc_per_node", "nproc-per-node"]
+                .iter()
+                .any(|f| self.launcher.contains_key(f));
         (
-            read(&["nnodes"], "--nodes"),
-            read(&["nproc_per_node", "nproc-per-node"], "--gpus-per-node"),
+            nodes.or(nodes_by_default.then_some(1)),
+            gpus_per_node,
+            nodes_by_default,
         )
     }
 }

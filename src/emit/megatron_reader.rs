@@ -128,6 +128,8 @@ pub struct MegatronLaunch {
     pub attention: Option<AttentionKernel>,
     /// torchrun's `--nnodes` and `--nproc_per_node` (`None` when absent or not a number).
     pub nodes: Option<u32>,
+    /// `nodes` is torchrun's default, 1: the line gives `--nproc_per_node` but no `--nnodes`.
+    pub nodes_by_default: bool,
     pub gpus_per_node: Option<u32>,
     /// Arguments the reader does not model (learning rate, data paths, ...), in order.
     pub ignored: Vec<String>,
@@ -336,7 +338,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         None => p.cp_exchange(cp, layers)?,
     };
     let mut unread = Vec::new();
-    let (nodes, gpus_per_node) = p.launcher(&mut unread);
+    let (nodes, gpus_per_node, nodes_by_default) = p.launcher(&mut unread);
     let split = SplitArgs {
         embedding_counted: p.switch("account-for-embedding-in-pipeline-split"),
         loss_counted: p.switch("account-for-loss-in-pipeline-split"),
@@ -615,6 +617,7 @@ pub fn read_megatron_args(text: &str) -> Result<MegatronLaunch, MegatronArgsErro
         optimizer_states,
         attention,
         nodes,
+        nodes_by_default,
         gpus_per_node,
         ignored: p.ignored,
         unread,

@@ -245,7 +245,9 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
     // arguments that are such a start are read as themselves: `--fp8`, `--fp4`, `--fp8-param`,
     // `--fp4-param` and `--activation-func` (TransformerConfig fields that
     // `argument_utils.py`'s ArgumentGroupFactory exposes; every other argument of arguments.py and
-    // of those configs at Megatron-LM d98e8a64 is no such start, nor is a torchrun flag).
+    // of those configs at Megatron-LM d98e8a64 is no such start, nor is a torchrun flag). At
+    // d98e8a64 arguments.py leaves these five fields out of its factory (`exclude`), so
+    // [`unknown_flag`] refuses them, naming the nearest flag Megatron-LM has.
     const MEGATRON_ARGUMENTS_THAT_START_OTHERS: [&str; 5] =
         ["fp8", "fp4", "fp8-param", "fp4-param", "activation-func"];
     // Nor are a launcher's own flags on the line that starts the program: Slurm's
@@ -272,4 +274,94 @@ pub(super) fn misnamed_flag(name: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// Every flag Megatron-LM's argparse defines at d98e8a64 (megatron/training/arguments.py's
+/// `add_argument` names, the pretrain scripts' own, and the ones argument_utils.py's
+/// ArgumentGroupFactory makes from the config dataclasses), one a line. Regenerate with
+/// `python3 scripts/megatron_flags.py /work/.mirror/NVIDIA+Megatron-LM/repo COMMIT >
+/// src/emit/megatron_flags.txt`.
+const MEGATRON_FLAGS: &str = include_str!("megatron_flags.txt");
+
+/// The flags earlier Megatron-LM releases (v1.0 to core_v0.19.0) and Megatron-DeepSpeed define and
+/// d98e8a64 does not (2021's `--DDP-impl`, Megatron-DeepSpeed's `--zero-stage`): a launch line for
+/// one of those versions is valid there, so tpsim skips these as it skips any flag it does not
+/// read, instead of refusing them as misspellings. Regenerate with `python3
+/// scripts/megatron_flags_older.py` (its docstring gives the command and the tags).
+const OLDER_MEGATRON_FLAGS: &str = include_str!("megatron_flags_older.txt");
+
+/// torchrun's own flags (PyTorch `torch/distributed/run.py` `get_args_parser`, which takes both
+/// the `_` and the `-` spelling), found on launch lines in the `DISTRIBUTED_ARGS` array that is
+/// expanded before the script rather than after `torchrun` itself.
+const TORCHRUN_FLAGS: &[&str] = &[
+    "nnodes",
+    "nproc-per-node",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "standalone",
+    "max-restarts",
+    "monitor-interval",
+    "start-method",
+    "role",
+    "module",
+    "no-python",
+    "run-path",
+    "log-dir",
+    "redirects",
+    "tee",
+    "local-ranks-filter",
+    "node-rank",
+    "master-addr",
+    "master-port",
+    "local-addr",
+    "logs-specs",
+];
+
+/// Whether `name` (without its dashes) is a flag Megatron-LM defines, defined in an earlier
+/// release or in Megatron-DeepSpeed, one tpsim reads, or torchrun's.
+fn is_known_flag(name: &str) -> bool {
+    MEGATRON_FLAGS
+        .lines()
+        .chain(OLDER_MEGATRON_FLAGS.lines())
+        .filter(|l| !l.starts_with('#'))
+        .any(|l| l == name)
+        || VALUED.contains(&name)
+        || SWITCHES.contains(&name)
+        || [
+            "recompute-modules",
+            "cp-comm-type",
+            "moe-router-load-balancing-type",
+        ]
+        .contains(&name)
+        || TORCHRUN_FLAGS.contains(&name.replace('_', "-").as_str())
+}
+
+/// Why `--name`, a flag of the arguments after the script, is none Megatron-LM has (its
+/// argparse, `parse_args` in arguments.py, refuses an unknown flag unless `ignore_unknown_args`,
+/// which the pretrain scripts do not set): the nearest real spelling and the fix. `None` for a
+/// flag it has, which tpsim may skip.
+pub(super) fn unknown_flag(name: &str) -> Option<String> {
+    if is_known_flag(name) {
+        return None;
+    }
+    let nearest = MEGATRON_FLAGS
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|known| (words_missed(name, known), edit_distance(name, known), known))
+        .min()
+        .map(|(_, _, known)| known)?;
+    Some(format!(
+        "is not a Megatron-LM argument (Megatron-LM's argparse, parse_args in megatron/training/arguments.py at d98e8a64, refuses a flag it does not define, and tpsim would skip it); the nearest it has is --{nearest}: write that if you meant it, or drop --{name}"
+    ))
+}
+
+/// How many of `name`'s dash-separated words have no word in `known` within one edit: whole
+/// words first, so `--tensor-paralel-size` is nearest to `--tensor-model-parallel-size` (every
+/// word there) rather than to `--context-parallel-size` (fewer letters apart).
+fn words_missed(name: &str, known: &str) -> usize {
+    name.split(['-', '_'])
+        .filter(|word| !known.split('-').any(|k| edit_distance(word, k) <= 1))
+        .count()
 }
