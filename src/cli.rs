@@ -35,6 +35,10 @@ pub enum Command {
     /// Write an HTML report with SVG figures for a saved plan (like `eval --plan FILE --report DIR`).
     #[command(
         allow_negative_numbers = true,
+        // Both are required; clap is not told so (the plan may come as the hidden `--plan FILE`),
+        // and `report_command` names whichever is missing in one line with the fix, so the usage
+        // says it here instead of clap's "[PLAN_FILE]".
+        override_usage = "tpsim report <PLAN_FILE> --out <DIR> [OPTIONS]",
         after_help = "Example:\n  tpsim report plans/seed-512b-32nodes.yaml --out reports/seed-512b-32nodes\n  (then open reports/seed-512b-32nodes/index.html in a browser)"
     )]
     Report(ReportArgs),
@@ -977,19 +981,17 @@ pub struct EvalArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// A saved plan (plans/*.yaml); `--plan FILE`, as `eval` takes it, works too.
-    #[arg(
-        value_name = "PLAN_FILE",
-        required_unless_present = "plan_flag",
-        conflicts_with = "plan_flag"
-    )]
+    /// Required: a saved plan (plans/*.yaml, from `tpsim plan ... --save FILE`); `--plan FILE`, as
+    /// `eval` takes it, works too. Without one, `tpsim plan ... --report DIR` plans and reports in
+    /// one go.
+    #[arg(value_name = "PLAN_FILE", conflicts_with = "plan_flag")]
     pub plan: Option<String>,
     /// The saved plan given as `eval` takes it (`report --plan FILE --out DIR`).
     #[arg(long = "plan", id = "plan_flag", value_name = "PLAN_FILE", hide = true)]
     pub plan_flag: Option<String>,
-    /// Directory to write index.html and the SVG figures into (created if missing).
+    /// Required: the directory to write index.html and the SVG figures into (created if missing).
     #[arg(long, value_name = "DIR")]
-    pub out: String,
+    pub out: Option<String>,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]

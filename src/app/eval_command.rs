@@ -1334,11 +1334,25 @@ fn check_moe_alltoall_overlap(
 
 /// `tpsim report FILE --out DIR`: `eval --plan FILE --report DIR` without the terminal breakdown.
 pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
+    let plan = args.plan.or(args.plan_flag);
+    // One line naming what is missing and the way out (clap's "required arguments were not
+    // provided: <PLAN_FILE>" sat beside a usage that showed it optional, and said no fix).
+    let missing = match (&plan, &args.out) {
+        (Some(_), Some(_)) => None,
+        (None, Some(_)) => Some("no plan file given"),
+        (Some(_), None) => Some("no --out DIR given"),
+        (None, None) => Some("no plan file and no --out DIR given"),
+    };
+    if let Some(missing) = missing {
+        bail!(
+            "report: {missing}; it writes the report of a saved plan: tpsim report PLAN_FILE --out DIR (save one with `tpsim plan ... --save PLAN_FILE`), or plan and report in one go with `tpsim plan ... --report DIR`"
+        );
+    }
     let eval_args = EvalArgs {
         model: args.model,
         cluster: args.cluster,
         training: args.training,
-        plan: args.plan.or(args.plan_flag),
+        plan,
         tp: None,
         pp: None,
         cp: None,
@@ -1354,7 +1368,7 @@ pub(super) fn report_command(args: ReportArgs) -> Result<Outcome> {
         zero: None,
         allow_uneven_pp: false,
         allow_cross_node_tp: false,
-        report: Some(args.out),
+        report: args.out,
         format: Format::Table,
         num_layers_per_virtual_pipeline_stage: None,
         use_distributed_optimizer: false,

@@ -1704,6 +1704,97 @@ fn tp_place_words(e: &Estimate, cluster: &Cluster) -> &'static str {
     }
 }
 
+/// How the pipeline's stages sit, as the ranks are laid out (Megatron-LM's order, `cost::groups`:
+/// tp fastest, then cp, then dp, so stage i holds ranks i·s to (i+1)·s − 1 with s = tp·cp·dp):
+/// how many stages share a node (on NVL72 racks, an NVLink domain) and how many of the pp − 1
+/// boundaries lie inside one, on NVLink, or across, on the network. Said by the placement, for
+/// every placement: "stages on different nodes" read wrong where stages sit two to a node.
+fn pp_place_words(e: &Estimate, cluster: &Cluster) -> String {
+    let p = &e.plan;
+    let domain = u64::from(cluster.nvlink_domain().max(1));
+    let rack = cluster.nvlink_domain() > cluster.gpus_per_node;
+    let (unit, units) = if rack {
+        ("NVLink domain", "NVLink domains")
+    } else {
+        ("node", "nodes")
+    };
+    let unit_sized = if rack {
+        format!("{domain}-GPU NVLink domain")
+    } else {
+        "node".to_string()
+    };
+    let boundaries = p.pp.saturating_sub(1);
+    let every = if boundaries == 1 {
+        "the one boundary".to_string()
+    } else {
+        format!("all {boundaries} boundaries")
+    };
+    // The cost model's own placement of the whole group: on NVLink when every stage lies in one
+    // domain (`cost::groups::place`, which also keeps whole trays of one NVL72 rack together).
+    if e.comm.pp.link == Some(Link::Nvlink) {
+        let all = if p.pp == 2 {
+            "both stages".to_string()
+        } else {
+            format!("all {} stages", p.pp)
+        };
+        return format!("{all} in one {unit_sized}, {every} on NVLink");
+    }
+    let stride = u64::from(p.tp) * u64::from(p.cp) * u64::from(p.dp);
+    // Each boundary between stage i and i + 1, over the stride's copies of the pipeline: inside
+    // one domain for every copy, across for every copy, or inside for some copies only.
+    let (mut inside, mut across, mut mixed) = (0u32, 0u32, 0u32);
+    for i in 0..u64::from(boundaries) {
+        let same = (0..stride)
+            .filter(|r| (r + i * stride) / domain == (r + (i + 1) * stride) / domain)
+            .count() as u64;
+        match same {
+            0 => across += 1,
+            n if n == stride => inside += 1,
+            _ => mixed += 1,
+        }
+    }
+    let layout = if domain.is_multiple_of(stride) {
+        match domain / stride {
+            1 => format!("one stage per {unit_sized}"),
+            k => format!("{k} stages per {unit_sized}"),
+        }
+    } else if stride.is_multiple_of(domain) {
+        format!("each stage over {} {units}", stride / domain)
+    } else {
+        format!("stages of {stride} GPUs straddling {domain}-GPU {units}")
+    };
+    let mut parts: Vec<String> = Vec::new();
+    // "4 of the 7 boundaries inside a node, on NVLink; 3 across nodes, on the network".
+    let of = |n: u32, first: bool| {
+        if n == boundaries {
+            every.clone()
+        } else if first {
+            format!("{n} of the {boundaries} boundaries")
+        } else {
+            n.to_string()
+        }
+    };
+    if inside > 0 {
+        parts.push(format!(
+            "{} inside a {unit}, on NVLink",
+            of(inside, parts.is_empty())
+        ));
+    }
+    if across > 0 {
+        parts.push(format!(
+            "{} across {units}, on the network",
+            of(across, parts.is_empty())
+        ));
+    }
+    if mixed > 0 {
+        parts.push(format!(
+            "{} inside a {unit} for some ranks and across {units} for the others",
+            of(mixed, parts.is_empty())
+        ));
+    }
+    format!("{layout}: {}", parts.join("; "))
+}
+
 /// `tp_pairs`: the TP all-reduce equivalents of a layer's forward (`cost::tp_pairs_per_layer`);
 /// `regathers`: whether the backward gathers the column-parallel inputs again
 /// (`cost::sp_regathers_in_backward`); `recompute_repeats`: whether recompute runs TP collectives
@@ -1732,7 +1823,7 @@ pub fn explain_best(
     if p.tp > 1 {
         let _ = writeln!(
             out,
-            "  TP {}: {} — every {}: {:.2} GB per GPU per step, {:.1}% of the step exposed",
+            "  TP {}: {} — every {}: {:.2} GB per GPU per step, {} of the step exposed",
             p.tp,
             tp_place_words(e, cluster),
             {
@@ -1788,7 +1879,7 @@ pub fn explain_best(
                 words
             },
             e.comm.tp.wire_bytes.gb(),
-            share(t.tp_comm_exposed_s.0)
+            exposed_share_words(share(t.tp_comm_exposed_s.0))
         );
     } else {
         let _ = writeln!(
@@ -1799,7 +1890,7 @@ pub fn explain_best(
     if p.cp > 1 {
         let _ = writeln!(
             out,
-            "  CP {}: on {} — every layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed{}",
+            "  CP {}: on {} — every layer {}, fwd and bwd: {:.2} GB per GPU per step, {} of the step exposed{}",
             p.cp,
             e.comm.cp.link.map_or("-", link_name),
             if training.framework == crate::training::TrainingFramework::Deepspeed {
@@ -1826,7 +1917,7 @@ pub fn explain_best(
                 }
             },
             e.comm.cp.wire_bytes.gb(),
-            share(t.cp_comm_exposed_s.0),
+            exposed_share_words(share(t.cp_comm_exposed_s.0)),
             {
                 // What hides the rest, or that nothing does (`eval`'s CP comm line, the same term).
                 // A hybrid stack's Mamba exchange is a term of its own: left to `eval`.
@@ -1850,7 +1941,7 @@ pub fn explain_best(
     if p.ep > 1 || p.etp > 1 {
         let _ = writeln!(
             out,
-            "  EP {}{}: on {} — {}every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {:.1}% of the step exposed",
+            "  EP {}{}: on {} — {}every MoE layer {}, fwd and bwd: {:.2} GB per GPU per step, {} of the step exposed",
             p.ep,
             if p.etp > 1 {
                 format!(" x ETP {}", p.etp)
@@ -1882,7 +1973,7 @@ pub fn explain_best(
                     "gathers its routed tokens over the expert-TP ranks and reduce-scatters the experts' outputs",
             },
             e.comm.ep.wire_bytes.gb(),
-            share(t.ep_comm_exposed_s.0)
+            exposed_share_words(share(t.ep_comm_exposed_s.0))
         );
     }
     if p.pp > 1 {
@@ -1890,19 +1981,7 @@ pub fn explain_best(
             out,
             "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step ({}ratio {} = {:.3} with v={}, {})",
             p.pp,
-            e.comm
-                .pp
-                .link
-                .map_or("-", link_name)
-                .replace("network", "stages on different nodes, over the network")
-                .replace(
-                    "NVLink",
-                    if cluster.nvlink_domain() > cluster.gpus_per_node {
-                        "stages in one NVLink domain, on NVLink"
-                    } else {
-                        "stages share a node, NVLink"
-                    },
-                ),
+            pp_place_words(e, cluster),
             e.comm.pp.wire_bytes.gb(),
             e.bubble_share * 100.0,
             // "ratio (p-1)/(v·m) = 0.003", or "ZB-V ratio from the schedule at mean chunks = 0.043".
@@ -2002,20 +2081,28 @@ pub fn explain_best(
         };
         let _ = writeln!(
             out,
-            "  {group} with ZeRO-{}: {:.2} GB per GPU per step on {}, {:.1}% of the step exposed{}",
+            "  {group} with ZeRO-{}: {:.2} GB per GPU per step on {}, {} of the step exposed{}",
             p.zero,
             e.comm.dp.wire_bytes.gb(),
             dp_link_words(e, cluster),
-            share(t.dp_comm_exposed_s.0),
+            exposed_share_words(share(t.dp_comm_exposed_s.0)),
             {
                 let hides = |kind: TermKind| {
                     let term = e.terms.get(kind);
                     term.exposed_s.0 < term.time_s.0
                 };
+                let takes_time = |kind: TermKind| e.terms.get(kind).time_s.0 > 0.0;
                 match (
                     hides(TermKind::DpGradReduce),
                     hides(TermKind::DpParamGather),
                 ) {
+                    // No time on the wire: nothing to hide, and "nothing hides it" beside 0% read
+                    // as a contradiction.
+                    _ if !takes_time(TermKind::DpGradReduce)
+                        && !takes_time(TermKind::DpParamGather) =>
+                    {
+                        ""
+                    }
                     (true, true) => {
                         " after overlapping with the backward (gradients) and the forward (parameter gathers)"
                     }
@@ -2038,6 +2125,17 @@ pub fn explain_best(
         p.micro_batch
     );
     out
+}
+
+/// An exposed share of the step, in percent, as the why-lines print it: one decimal, or "under
+/// 0.1%" where a share above zero would print as 0.0% (beside "nothing hides it" that read as
+/// nothing exposed and nothing hidden at once).
+fn exposed_share_words(percent: f64) -> String {
+    if percent > 0.0 && percent < 0.05 {
+        "under 0.1%".to_string()
+    } else {
+        format!("{percent:.1}%")
+    }
 }
 
 /// A percentage strictly between 0 and 100 shown with the decimals that keep it off both ends: a
