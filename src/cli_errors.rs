@@ -300,13 +300,24 @@ pub fn whole_number_spelling_line(
             let flag = arg
                 .get_long()
                 .map_or_else(|| id.to_string(), |long| format!("--{long}"));
+            // `--nodes 00` (or `+0`, `-0`) is zero, which a count refuses: offering `--nodes 0`
+            // only moved the error. The counts are the spec keys that start at 1, by the same
+            // name (`--global-batch` is `global_batch:`), as for a plan file's `nodes: -0`.
+            let counts_from_one = plain == "0"
+                && crate::specs::POSITIVE_KEYS
+                    .contains(&flag.trim_start_matches('-').replace('-', "_").as_str());
+            let fix = if counts_from_one {
+                format!("write a whole number of 1 or more, e.g. {flag} 1")
+            } else if text.starts_with('-') {
+                "write the number without it (digits only)".to_string()
+            } else {
+                format!("write {flag} {plain}")
+            };
             return Some(if text.starts_with('-') {
-                format!(
-                    "{flag} {text} has a minus sign, which a whole number does not take; write the number without it (digits only)"
-                )
+                format!("{flag} {text} has a minus sign, which a whole number does not take; {fix}")
             } else {
                 format!(
-                    "{flag} {text} is not written in plain digits (a plus sign or leading zeros); a whole number is digits only, so write {flag} {plain}"
+                    "{flag} {text} is not written in plain digits (a plus sign or leading zeros); a whole number is digits only, so {fix}"
                 )
             });
         }

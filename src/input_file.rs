@@ -34,6 +34,17 @@ pub enum InputError {
     },
     #[error("{flag} \"\": names no file (the path is empty); give the path of the file to read")]
     EmptyPath { flag: String },
+    /// `-`, which many tools read as standard input: tpsim reads its inputs from files, and said
+    /// "cannot read it: No such file or directory; check the path", as if `-` were misspelt.
+    #[error(
+        "{flag} -: tpsim reads this input from a file, not standard input, and there is no file named '-'; save the input to a file and give its path, e.g. {flag} {}",
+        match flag.as_str() {
+            "--hf-config" => "config.json",
+            "--megatron-args" => "@launch.sh",
+            _ => "input.yaml",
+        }
+    )]
+    StandardInput { flag: String },
     #[error(
         "{flag} {path}: is {kind}, not a regular file; tpsim reads inputs from files only (save it to a file first)"
     )]
@@ -95,6 +106,11 @@ fn read_text_inner(flag: &str, path: &str, bundled_hint: bool) -> Result<String,
     // An empty path said `"": cannot read it: No such file or directory`, naming no file.
     if path.is_empty() {
         return Err(InputError::EmptyPath {
+            flag: flag.to_string(),
+        });
+    }
+    if path == "-" && std::fs::symlink_metadata(Path::new(path)).is_err() {
+        return Err(InputError::StandardInput {
             flag: flag.to_string(),
         });
     }
@@ -170,8 +186,11 @@ pub fn read_structured(flag: &str, path: &str) -> Result<String, InputError> {
 
 /// Whether nothing at all is at `path`: not a file, and not a link either (a link that loops or
 /// points nowhere is there, and [`read_text`] says what is wrong with it).
+///
+/// `-` is never absent: it is how many tools name standard input, which tpsim does not read, and
+/// [`read_text`] says so rather than "no such file".
 pub fn is_absent(path: &str) -> bool {
-    std::fs::symlink_metadata(Path::new(path)).is_err()
+    path != "-" && std::fs::symlink_metadata(Path::new(path)).is_err()
 }
 
 /// Why the symbolic link at `path` leads to no file, in words: it loops, or what it points to is

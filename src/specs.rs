@@ -231,6 +231,10 @@ fn unquoted_leading_zeros(text: &str, line: usize, column: usize, message: Strin
         // `tp: "007"`: unquoted it would still have its zeros.
         Some('"' | '\'') => format!("{head}{QUOTED}{key}: {plain})"),
         None => message,
+        // `nodes: 00` is zero, which a count refuses: offering `nodes: 0` only moved the error.
+        Some(_) if plain == "0" && POSITIVE_KEYS.contains(&key_of_path(key)) => format!(
+            "{head}; {value} has leading zeros, so YAML reads it as text, not the number 0; a whole number is digits only, and {key} is 1 or more, so write e.g. {key}: 1"
+        ),
         Some(_) => format!(
             "{head}; {value} has leading zeros, so YAML reads it as text, not the number {plain}; a whole number is digits only, so write {key}: {plain}"
         ),
@@ -881,7 +885,10 @@ fn read_spec<T: DeserializeOwned>(
     bundled: &[(&str, &str)],
     name_or_path: &str,
 ) -> Result<(String, T), SpecError> {
+    // `-`, standard input to many tools, is taken as a path, so that the reader says tpsim reads
+    // no standard input (it was an unknown bundled name "-").
     let looks_like_path = name_or_path.contains('/')
+        || name_or_path == "-"
         || name_or_path.ends_with(".yaml")
         || name_or_path.ends_with(".yml");
     // A bare name that is also a folder (a Hub snapshot `llama3-8b/`) still means the bundled

@@ -26,9 +26,27 @@ pub(super) fn sweep_axis(axis: SweepAxis) -> sweep::Axis {
 }
 
 pub(super) fn sweep_u32(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
+    plain_point(axis, value, example, false)
+}
+
+/// [`sweep_u32`], or a count that may be 0 when `zero_ok`.
+fn plain_point(axis: sweep::Axis, value: &str, example: &str, zero_ok: bool) -> Result<u32> {
     // `+8` or `016` would be read as 8 and 16 and echoed so: the table would not show the value
     // typed.
     if let Some(plain) = crate::units::plain_digits_for(value).filter(|_| !value.starts_with('-')) {
+        // `000` (the second point of `1,000`) or `+0` is zero, which the axis refuses: offering
+        // 0 only moved the error. A comma separates points, so a thousands separator splits one.
+        if plain == "0" && !zero_ok {
+            let comma = if value.len() == 3 {
+                " (a comma separates points, so a thousands separator splits one number in two: write 1000, not 1,000)"
+            } else {
+                ""
+            };
+            bail!(
+                "--values {value} is zero, not a positive whole number, which --axis {} needs{comma}; e.g. --values {example}",
+                axis.name()
+            );
+        }
         bail!(
             "--values {value} is not written in plain digits (a plus sign or leading zeros); a whole number is digits only, so write {plain} in its place"
         );
@@ -53,7 +71,7 @@ fn sweep_count(axis: sweep::Axis, value: &str, example: &str) -> Result<u32> {
     if value == "0" {
         return Ok(0);
     }
-    sweep_u32(axis, value, example).map_err(|e| {
+    plain_point(axis, value, example, true).map_err(|e| {
         anyhow::anyhow!(
             "{}",
             e.to_string().replace(
