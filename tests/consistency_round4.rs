@@ -408,7 +408,15 @@ fn a_plan_that_misses_memory_misses_by_one_amount_in_one_word() {
             suggested += 1;
         }
     }
-    assert!(suggested >= 3, "--seq-len twice and --allow-uneven-pp");
+    // The 2T model's weights and optimizer states alone outgrow the 16 GPUs, so its line names no
+    // --seq-len (new-user round 25: a shorter sequence cannot close that gap); the 7-layer one
+    // names --seq-len and --allow-uneven-pp.
+    assert!(
+        plan.stderr.contains("the weights and optimizer states alone take"),
+        "{}",
+        plan.stderr
+    );
+    assert!(suggested >= 2, "--seq-len and --allow-uneven-pp");
 }
 
 /// `eval --plan FILE` with `recompute_modules:` in the file and a recompute that is not selective
