@@ -8,8 +8,8 @@
 //!   them (three of the dozen named). It now says the model_type is not one tpsim reads, that what
 //!   its layers add beyond tpsim's block is unknown to it, and gives the shape flags with the
 //!   config's own values (layers, hidden, heads, KV heads, head dim, FFN, vocab, the experts,
-//!   their top-k and width, the shared experts, the dense layers in front, an untied output
-//!   layer where the config ties it); those flags run and give dots.llm1's published 142B / 14B.
+//!   their top-k and width, the shared experts, the dense layers in front; a tied output layer
+//!   with Megatron-LM's block switches since review round 28); those flags run and give dots.llm1's published 142B / 14B.
 //! - Qwen3-Next (`qwen3_next`, Qwen/Qwen3-Next-80B-A3B) got that generic line too, though what
 //!   tpsim lacks is known: Gated DeltaNet linear attention on three layers of four and the output
 //!   gate of the full-attention layers. It is now refused by name with the flags and this
@@ -129,21 +129,21 @@ fn an_unread_model_type_is_told_as_such_with_the_shape_flags_and_its_values() {
     near(active, 14e9, 0.01, "dots.llm1 active");
 
     // HuggingFaceTB/SmolLM3-3B config.json: a Llama block without RoPE on every fourth layer,
-    // tied embeddings, which --style llama does not tie: said.
+    // tied embeddings, which --style llama does not tie: Megatron-LM's switches for the same
+    // block then (review round 28).
     let r = plan_hf("smollm3.json");
     assert_one_line_error(
         &r,
         &[
             "model_type \"smollm3\"",
-            "--style llama --gated-mlp --layers 36 --hidden 2048 --heads 16 --kv-heads 4 --ffn-hidden 11008 --vocab 128256",
-            "which this config ties",
+            "--gated-mlp --disable-bias-linear --normalization RMSNorm --position-embedding-type rope --hidden-dropout 0 --attention-dropout 0 --layers 36 --hidden 2048 --heads 16 --kv-heads 4 --ffn-hidden 11008 --vocab 128256",
         ],
-        &["--num-experts"],
+        &["--num-experts", "--style llama"],
         "smollm3",
     );
     let (total, _) = run_offered_flags(&r.stderr);
-    // 3.08B (card) plus the untied output layer, 2048 x 128256.
-    near(total, 3.075e9 + 2048.0 * 128256.0, 0.01, "SmolLM3 untied");
+    // 3.08B (card), the output layer tied.
+    near(total, 3.075e9, 0.01, "SmolLM3 tied");
 }
 
 #[test]

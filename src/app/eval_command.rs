@@ -891,6 +891,13 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
     ) {
         eprintln!("{note}");
     }
+    // What `plan`'s nothing-fits line says where the states alone outgrow the cluster.
+    if !estimate.fits()
+        && let Some(words) =
+            super::plan_command::states_floor_words(&scenario, estimate.memory.capacity_bytes.0)
+    {
+        eprintln!("note: {words}; add nodes or use a larger-memory GPU");
+    }
     if let Some(target) = args.emit {
         let framework = framework_of(target);
         if !estimate.fits() {

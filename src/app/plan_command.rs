@@ -981,36 +981,44 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
                     closest.memory.host_bytes.0
                 ),
             ),
-            Some(closest) => format!(
-                "closest: {} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}{}{}{}",
-                closest_plan_words(closest),
-                closest.memory.total_bytes.0 / GIB,
-                closest.memory.capacity_bytes.0 / GIB,
-                miss_gib_words(
-                    closest.memory.capacity_bytes.0,
-                    closest.memory.total_bytes.0
-                ),
-                states_floor_words(&scenario, closest.memory.capacity_bytes.0),
-                match scenario.cluster.gpu.memory_limit_gib {
-                    Some(_) => format!(
-                        "raise --max-memory-gib (the GPU has {:.1} GiB), ",
-                        scenario.cluster.gpu.device_memory().0 / GIB
+            Some(closest) => {
+                let floor = states_floor_words(&scenario, closest.memory.capacity_bytes.0);
+                format!(
+                    "closest: {} needs {:.1} GiB of {:.1} GiB (misses by {} GiB); {}{}{}{}",
+                    closest_plan_words(closest),
+                    closest.memory.total_bytes.0 / GIB,
+                    closest.memory.capacity_bytes.0 / GIB,
+                    miss_gib_words(
+                        closest.memory.capacity_bytes.0,
+                        closest.memory.total_bytes.0
                     ),
-                    None => String::new(),
-                },
-                match states_floor_words(&scenario, closest.memory.capacity_bytes.0).is_empty() {
-                    true => "add nodes, use a larger-memory GPU, or shorten --seq-len",
-                    false => "add nodes or use a larger-memory GPU",
-                },
-                if uneven_pp_comes_closer(&scenario, options, closest.memory.total_bytes.0) {
-                    format!(
-                        ", or add --allow-uneven-pp (deeper pipelines than the {} layers split evenly)",
-                        scenario.model.layers
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+                    floor
+                        .as_ref()
+                        .map_or(String::new(), |words| format!("{words}; ")),
+                    match scenario.cluster.gpu.memory_limit_gib {
+                        Some(_) => format!(
+                            "raise --max-memory-gib (the GPU has {:.1} GiB), ",
+                            scenario.cluster.gpu.device_memory().0 / GIB
+                        ),
+                        None => String::new(),
+                    },
+                    match floor {
+                        None => "add nodes, use a larger-memory GPU, or shorten --seq-len",
+                        Some(_) => "add nodes or use a larger-memory GPU",
+                    },
+                    // A deeper pipeline moves layers, not the states the floor counts over all GPUs.
+                    if floor.is_none()
+                        && uneven_pp_comes_closer(&scenario, options, closest.memory.total_bytes.0)
+                    {
+                        format!(
+                            ", or add --allow-uneven-pp (deeper pipelines than the {} layers split evenly)",
+                            scenario.model.layers
+                        )
+                    } else {
+                        String::new()
+                    }
+                )
+            }
             None => unreachable!("an empty search returned an error above"),
         };
         eprintln!("nothing fits: {miss}");
@@ -1036,18 +1044,26 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
 }
 
 /// Where the weights and optimizer states alone outgrow the cluster, even sharded over every GPU
-/// (ZeRO-3 / FSDP, the least any plan keeps), the nothing-fits line says so and how many GPUs of
-/// this memory they need at the least (gradients and activations come on top), since neither
-/// recompute nor a shorter --seq-len can close that gap; "" where they would fit. The bytes per
-/// parameter are the scenario line's "weights + states" (`OptimizerStates::bytes_at_rest`, the
-/// smaller of its two readings).
-fn states_floor_words(scenario: &super::scenario::Scenario, capacity_bytes: f64) -> String {
+/// (ZeRO-3 / FSDP, the least any plan keeps), what `plan`'s nothing-fits line and `eval`'s note on
+/// a plan that does not fit say: how many GPUs of this memory they need at the least (gradients
+/// and activations come on top), since neither recompute nor a shorter --seq-len can close that
+/// gap; None where they would fit. The bytes per parameter are the scenario line's "weights +
+/// states" (`OptimizerStates::bytes_at_rest`, the smaller of its two readings). It is a floor for
+/// every plan: the memory model keeps at least these bytes for each parameter on some GPU (ZeRO
+/// divides them, TP, PP and EP split them, nothing holds less), except that low-precision
+/// parameters (`--fp8-param-gather` on Blackwell, NVFP4) keep a layer weight in 1 to 1.125 bytes
+/// instead of 2 (`cost::memory`), which the gradient every parameter keeps (2 or 4 bytes, however
+/// sharded) more than makes up.
+pub(super) fn states_floor_words(
+    scenario: &super::scenario::Scenario,
+    capacity_bytes: f64,
+) -> Option<String> {
     let states = scenario.training.optimizer_states;
     let bytes_per_param = states.bytes_at_rest(false).min(states.bytes_at_rest(true));
     let states_bytes = bytes_per_param * scenario.model.params();
     let gpus = scenario.cluster.total_gpus();
     if capacity_bytes <= 0.0 || states_bytes <= capacity_bytes * f64::from(gpus) {
-        return String::new();
+        return None;
     }
     let gpus_needed = (states_bytes / capacity_bytes).ceil();
     let per_gpu = match gpus {
@@ -1056,15 +1072,15 @@ fn states_floor_words(scenario: &super::scenario::Scenario, capacity_bytes: f64)
             format!("per GPU even sharded over all {n} GPUs (ZeRO-3), so no plan on {n} GPUs fits")
         }
     };
-    format!(
-        "the weights and optimizer states alone take {:.1} GiB ({} bytes per parameter x {:.1}B parameters), {:.1} GiB {per_gpu}: at least {} GPUs of {:.1} GiB hold them, before gradients and activations; ",
+    Some(format!(
+        "the weights and optimizer states alone take {:.1} GiB ({} bytes per parameter x {:.1}B parameters), {:.1} GiB {per_gpu}: at least {} GPUs of {:.1} GiB hold them, before gradients and activations",
         states_bytes / GIB,
         bytes_per_param,
         scenario.model.params() / 1e9,
         states_bytes / GIB / f64::from(gpus),
         gpus_needed,
         capacity_bytes / GIB,
-    )
+    ))
 }
 
 /// By how many GiB `used_bytes` misses `capacity_bytes`, as printed, so the three numbers of the

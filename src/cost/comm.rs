@@ -306,7 +306,7 @@ pub fn fsdp_syncs_per_step(training: &Training, plan: &ParallelPlan) -> u32 {
 
 /// Bytes per parameter of the ZeRO parameter gathers, per group: bf16, or with FP8 parameter
 /// gather the layer weights in one byte where the gather carries them quantized
-/// ([`gathers_quantized_weights`]: not MXFP8, which gathers bf16) (the embedding and output layer stay bf16, and so do the
+/// ([`gathers_quantized_weights`]: MXFP8 only under ZeRO-3 resharding after the forward) (the embedding and output layer stay bf16, and so do the
 /// layers kept in bf16, which Megatron-Core builds outside `fp8_model_init`:
 /// `get_fp8_context(..., is_init=True)` is a null context for them). Each group gathers its own
 /// parameters: DP×CP the non-expert ones (the stage's layers' attention, norms, router, shared
@@ -323,20 +323,33 @@ pub struct GatherBytes {
     pub expert: f64,
 }
 
-/// Whether the distributed optimizer's parameter all-gather carries the quantized weights
-/// themselves (one byte each) under `--fp8-param-gather`. Per-tensor FP8 (and NVFP4, not
-/// re-checked here) gathers the FP8 storage: Megatron-Core maps each Float8Tensor's uint8 data into
-/// the DDP `param_data` buffer (`param_and_grad_buffer.py`, `param_dtype = torch.uint8` for
-/// quantized storage, `modify_underlying_storage`). MXFP8 does not: for MXFP8 parameters under the
-/// distributed optimizer `_ParamAndGradBuffer` makes one `shared_buffer` of the gradient dtype for
-/// both, "For FP32 weight grads, only half of the buffer is used to store params in bf16"
-/// (`param_data` is that buffer, or its first half viewed as bf16), the all-gather fills it with the
-/// bf16 values and `_post_param_sync` casts them into the MXFP8 storage afterwards
-/// (`copy_tensors_to_quantized_params`); Megatron-LM d98e8a64 and core_r0.14.0 alike, and
-/// Megatron-Bridge requires `reuse_grad_buf_for_mxfp8_param_ag` with MXFP8 parameter gather
-/// (`mixed_precision.py`). So MXFP8 gathers two bytes a parameter.
-pub fn gathers_quantized_weights(precision: crate::plan::Precision) -> bool {
-    precision != crate::plan::Precision::Mxfp8
+/// Whether the parameter all-gather carries the quantized weights themselves (one byte each)
+/// under `--fp8-param-gather`. Per-tensor FP8 (and NVFP4, not re-checked here) gathers the FP8
+/// storage: Megatron-Core maps each Float8Tensor's uint8 data into the DDP `param_data` buffer
+/// (`param_and_grad_buffer.py`, `param_dtype = torch.uint8` for quantized storage,
+/// `modify_underlying_storage`). MXFP8 keeps two quantized copies (row- and column-wise scaled),
+/// and what one gather moves depends on who gathers:
+/// - Megatron-Core's distributed optimizer (ZeRO-1): `_ParamAndGradBuffer` makes one
+///   `shared_buffer` of the gradient dtype for MXFP8 parameters, "For FP32 weight grads, only half
+///   of the buffer is used to store params in bf16" (`param_data` is that buffer, or its first half
+///   viewed as bf16), the all-gather fills it with the bf16 values and `_post_param_sync` casts them
+///   into the MXFP8 storage afterwards (`copy_tensors_to_quantized_params`; Transformer Engine's
+///   `replace_raw_data` raises for MXFP8Tensor, so `--reuse-grad-buf-for-mxfp8-param-ag` is the
+///   only way, and Megatron-Bridge requires it, `mixed_precision.py`): two bytes a parameter.
+///   Megatron-LM d98e8a64 and core_r0.14.0 alike.
+/// - Megatron-FSDP and FSDP2 (ZeRO-3) gather one copy per pass where the weights are resharded
+///   after the forward: Megatron-FSDP's `model_weight_buffer` holds the uint8 row-wise data
+///   (`fp8_get_raw_data`) and its `transpose_weight_buffer` the column-wise, gathered for the
+///   backward (`get_bucket_key(bucket_id, bwd)`, megatron_fsdp/param_and_grad_buffer.py at
+///   d98e8a64); Transformer Engine's `MXFP8Tensor.fsdp_pre_all_gather` "allgather only the
+///   necessary tensors based on forward/backward pass" (mxfp8_tensor.py): one byte a gather.
+///   Kept through the backward (`reshard_after_forward=False`) the forward's gather carries both
+///   copies, two bytes, as bf16 would. The e8m0 scales (1/32 byte) are left out, as per-tensor
+///   FP8's scale is.
+/// - ZeRO-2 (Megatron-FSDP `optim_grads`) is taken as gathering both copies (not checked).
+pub fn gathers_quantized_weights(plan: &ParallelPlan) -> bool {
+    plan.precision != crate::plan::Precision::Mxfp8
+        || (plan.zero >= 3 && plan.reshard_after_forward)
 }
 
 pub fn gather_bytes_per_param(
@@ -347,7 +360,7 @@ pub fn gather_bytes_per_param(
     max_layers: u32,
 ) -> GatherBytes {
     let bf16 = crate::training::WEIGHT_BYTES;
-    if !fp8_parameter_gather(training, plan) || !gathers_quantized_weights(plan.precision) {
+    if !fp8_parameter_gather(training, plan) || !gathers_quantized_weights(plan) {
         return GatherBytes {
             dense: bf16,
             expert: bf16,

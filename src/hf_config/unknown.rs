@@ -8,9 +8,14 @@ use serde_json::{Map, Value};
 /// `n_layer`/`n_embd`/`n_head`; the MoE keys of MixtralConfig `num_local_experts`, Qwen2MoeConfig
 /// / Qwen3NextConfig `num_experts` and `shared_expert_intermediate_size`, DeepseekV3Config
 /// `n_routed_experts`, `n_shared_experts` (shared experts of `moe_intermediate_size` each,
-/// `DeepseekV3MoE`) and `first_k_dense_replace`, Ernie4_5_MoeConfig `moe_num_experts` / `moe_k`). `--style llama
-/// --gated-mlp` (RMSNorm, RoPE, SwiGLU, untied output) where the config has `rms_norm_eps`, the
-/// mark of that block (an untied output layer said as such where the config ties it). None when the config gives no layer count, hidden size or head count.
+/// `DeepseekV3MoE`) and `first_k_dense_replace`, Ernie4_5_MoeConfig `moe_num_experts`, `moe_k`,
+/// `moe_num_shared_experts` and `moe_layer_start_index` (its dense layers in front), Llama4TextConfig
+/// `intermediate_size_mlp` (the dense layers' width, its `intermediate_size` then the experts' and
+/// the one shared expert's, `Llama4TextMoe`) and `interleave_moe_layer_step`). Where the config has
+/// `rms_norm_eps`, the mark of the RMSNorm/RoPE/SwiGLU block: `--style llama --gated-mlp` (untied
+/// output), or with `tie_word_embeddings` true Megatron-LM's switches for the same block with the
+/// output tied to the embedding, so the flags count the config's parameters. None when the config
+/// gives no layer count, hidden size or head count.
 pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
     let count = |keys: &[&str]| {
         keys.iter()
@@ -18,10 +23,19 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
     };
     let mut flags = Vec::new();
     if obj.contains_key("rms_norm_eps") {
-        flags.push("--style llama --gated-mlp".to_string());
+        let tied = obj.get("tie_word_embeddings").and_then(Value::as_bool) == Some(true);
+        flags.push(
+            if tied {
+                // `--style llama` unties the output layer (`scenario::resolve_shaped_model`).
+                "--gated-mlp --disable-bias-linear --normalization RMSNorm --position-embedding-type rope --hidden-dropout 0 --attention-dropout 0"
+            } else {
+                "--style llama --gated-mlp"
+            }
+            .to_string(),
+        );
     }
-    let mut push = |flag: &str, keys: &[&str]| -> bool {
-        match count(keys) {
+    let mut push = |flag: &str, n: Option<u64>| -> bool {
+        match n {
             Some(n) => {
                 flags.push(format!("{flag} {n}"));
                 true
@@ -29,47 +43,64 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
             None => false,
         }
     };
-    let shape = push("--layers", &["num_hidden_layers", "n_layer", "num_layers"])
-        & push("--hidden", &["hidden_size", "n_embd", "d_model"])
-        & push("--heads", &["num_attention_heads", "n_head"]);
+    let shape = push(
+        "--layers",
+        count(&["num_hidden_layers", "n_layer", "num_layers"]),
+    ) & push("--hidden", count(&["hidden_size", "n_embd", "d_model"]))
+        & push("--heads", count(&["num_attention_heads", "n_head"]));
     if !shape {
         return None;
     }
-    push("--kv-heads", &["num_key_value_heads"]);
-    push("--head-dim", &["head_dim"]);
+    // Llama 4: `intermediate_size_mlp` is the dense layers' MLP, `intermediate_size` each expert's.
+    let llama4 = count(&["intermediate_size_mlp"]).is_some();
+    push("--kv-heads", count(&["num_key_value_heads"]));
+    push("--head-dim", count(&["head_dim"]));
     push(
         "--ffn-hidden",
-        &["intermediate_size", "n_inner", "ffn_hidden_size"],
+        count(&[
+            "intermediate_size_mlp",
+            "intermediate_size",
+            "n_inner",
+            "ffn_hidden_size",
+        ]),
     );
-    push("--vocab", &["vocab_size"]);
+    push("--vocab", count(&["vocab_size"]));
     let experts = push(
         "--num-experts",
-        &[
+        count(&[
             "num_experts",
             "num_local_experts",
             "n_routed_experts",
             "moe_num_experts",
-        ],
+        ]),
     );
     if experts {
-        push("--moe-router-topk", &["num_experts_per_tok", "moe_k"]);
-        push("--moe-ffn-hidden-size", &["moe_intermediate_size"]);
+        push(
+            "--moe-router-topk",
+            count(&["num_experts_per_tok", "moe_k"]),
+        );
+        let expert_width = if llama4 {
+            count(&["intermediate_size"])
+        } else {
+            count(&["moe_intermediate_size"])
+        };
+        push("--moe-ffn-hidden-size", expert_width);
         let shared = count(&["shared_expert_intermediate_size"])
-            .or_else(|| Some(count(&["n_shared_experts"])? * count(&["moe_intermediate_size"])?));
-        if let Some(n) = shared {
-            flags.push(format!("--moe-shared-expert-intermediate-size {n}"));
-        }
-        // DeepseekV3Config's dense layers in front (`first_k_dense_replace`).
-        if let Some(k) = count(&["first_k_dense_replace"]) {
-            flags.push(format!("--moe-first-k-dense-replace {k}"));
+            .or_else(|| {
+                Some(count(&["n_shared_experts", "moe_num_shared_experts"])? * expert_width?)
+            })
+            // Llama 4's one shared expert, as wide as a routed one (`Llama4TextMoe`).
+            .or(expert_width.filter(|_| llama4));
+        push("--moe-shared-expert-intermediate-size", shared);
+        // The dense layers in front: DeepseekV3Config's `first_k_dense_replace`,
+        // Ernie4_5_MoeConfig's `moe_layer_start_index`.
+        push(
+            "--moe-first-k-dense-replace",
+            count(&["first_k_dense_replace", "moe_layer_start_index"]),
+        );
+        if llama4 {
+            push("--moe-layer-freq", count(&["interleave_moe_layer_step"]));
         }
     }
-    let mut flags = flags.join(" ");
-    if obj.contains_key("rms_norm_eps")
-        && obj.get("tie_word_embeddings").and_then(Value::as_bool) == Some(true)
-    {
-        // `--style llama` counts an output layer apart from the embedding.
-        flags.push_str(" (an output layer apart from the embedding, which this config ties)");
-    }
-    Some(flags)
+    Some(flags.join(" "))
 }

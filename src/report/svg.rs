@@ -69,22 +69,6 @@ pub(crate) fn tp_colour(tp: u32) -> RGBColor {
     PALETTE[(tp.max(1).ilog2() as usize) % PALETTE.len()]
 }
 
-/// Colours of the stacked parts, in drawing order: Tableau 10, ten distinct hues, and a dark grey
-/// for the eleventh (as many as the step's terms, `TermKind::ALL`).
-pub(crate) const STACK: [RGBColor; 11] = [
-    RGBColor(0x4E, 0x79, 0xA7),
-    RGBColor(0xF2, 0x8E, 0x2B),
-    RGBColor(0xE1, 0x57, 0x59),
-    RGBColor(0x76, 0xB7, 0xB2),
-    RGBColor(0x59, 0xA1, 0x4F),
-    RGBColor(0xED, 0xC9, 0x48),
-    RGBColor(0xB0, 0x7A, 0xA1),
-    RGBColor(0xFF, 0x9D, 0xA7),
-    RGBColor(0x9C, 0x75, 0x5F),
-    RGBColor(0xBA, 0xB0, 0xAC),
-    RGBColor(0x4D, 0x4D, 0x4D),
-];
-
 /// One colour per step term, in every figure that shows it: the step-time bars (`svg_step`), the
 /// pipeline timeline's strips (`svg_gantt`: its exposed TP, CP, EP and DP communication and its
 /// optimizer step) and, for the optimizer, the memory bars' optimizer states, so a term a reader
@@ -106,6 +90,21 @@ pub(crate) const fn term_colour(kind: crate::cost::terms::TermKind) -> RGBColor 
         TermKind::MambaCpComm => RGBColor(0xF2, 0x8E, 0x2B),
     }
 }
+
+/// The memory figure's parts (`svg_memory`), each with its colour: the optimizer's states in the
+/// optimizer step's [`term_colour`], the others in Category10's four hues no step term, timeline
+/// block or light stage colour takes (cyan, magenta, olive, grey), so that no colour names a
+/// memory part in one figure and a step term in the next.
+pub(crate) const MEMORY_PARTS: [(&str, RGBColor); 5] = [
+    ("weights", RGBColor(0x17, 0xBE, 0xCF)),
+    ("gradients", RGBColor(0xE3, 0x77, 0xC2)),
+    (
+        "optimizer",
+        term_colour(crate::cost::terms::TermKind::Optimizer),
+    ),
+    ("activations", RGBColor(0xBC, 0xBD, 0x22)),
+    ("other", RGBColor(0x7F, 0x7F, 0x7F)),
+];
 
 /// One colour per pipeline stage, light so labels stay readable: the first 10 from a light
 /// category palette (Tableau's category20 light tones), then one hue per stage stepped by the golden
@@ -159,16 +158,13 @@ pub(crate) struct StackedBars<'a> {
     /// but differ in vpp, micro-batch, sequence parallelism, ZeRO or recompute tell apart.
     pub details: Vec<Vec<(String, RGBColor)>>,
     /// Each part's colour (same order as `parts`), so a part keeps its colour whichever others a
-    /// figure shows; `STACK` in drawing order when None.
-    pub part_colours: Option<Vec<RGBColor>>,
+    /// figure shows: [`term_colour`] for a step term, [`MEMORY_PARTS`] for a memory part.
+    pub part_colours: Vec<RGBColor>,
 }
 
 impl StackedBars<'_> {
     fn colour(&self, part: usize) -> RGBColor {
-        self.part_colours
-            .as_ref()
-            .and_then(|c| c.get(part).copied())
-            .unwrap_or(STACK[part % STACK.len()])
+        self.part_colours[part]
     }
 }
 

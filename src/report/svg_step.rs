@@ -35,6 +35,6 @@ pub(crate) fn step_svg(
         line: None,
         ranges: Some(ranges),
         // Each term its own colour, whichever are shown, the one the timeline gives it.
-        part_colours: Some(kinds.iter().map(|k| super::svg::term_colour(*k)).collect()),
+        part_colours: kinds.iter().map(|k| super::svg::term_colour(*k)).collect(),
     })
 }
