@@ -257,8 +257,11 @@ fn memory_labels_under_capacity_stay_under_the_line() {
     let capacity: f64 = texts(&svg)
         .iter()
         .find_map(|t| {
+            // The legend's mark ("—", in the line's red) and its name (black) are two texts
+            // since new-user round 25.
             t.text
-                .strip_prefix("— GPU capacity ")?
+                .trim_start_matches("— ")
+                .strip_prefix("GPU capacity ")?
                 .strip_suffix(" GiB")?
                 .parse()
                 .ok()
