@@ -469,10 +469,37 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
         "{}",
         r.stdout
     );
-    let r = run(&["plan", "--model", "megatron-1t", "--nodes", "12"]);
+    // Seven layers on 16 GPUs: a pipeline of 16 stages needs uneven ones, and comes closer.
+    let r = run(&[
+        "plan",
+        "--layers",
+        "7",
+        "--hidden",
+        "32768",
+        "--heads",
+        "128",
+        "--nodes",
+        "2",
+        "--global-batch",
+        "8",
+        "--seq-len",
+        "8192",
+        "--zero",
+        "0",
+    ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
         r.stderr.contains("or add --allow-uneven-pp"),
+        "{}",
+        r.stderr
+    );
+    // Megatron 1T on 96 GPUs: its weights and optimizer states alone outgrow the cluster, so no
+    // pipeline helps and none is offered (review round 28).
+    let r = run(&["plan", "--model", "megatron-1t", "--nodes", "12"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the weights and optimizer states alone take")
+            && !r.stderr.contains("--allow-uneven-pp"),
         "{}",
         r.stderr
     );
