@@ -1,7 +1,7 @@
 //! `evaluate`: one plan's step as the sum of its terms (compute, each group's exposed
 //! communication, bubble, optimizer, host offload copies), its memory and its throughput.
 
-use super::comm::{Comm, GroupComm};
+use super::comm::{Collective, Comm, GroupComm};
 use super::compute::{LayerTime, optimizer_time};
 use super::groups::GroupKind;
 use super::memory::Memory;
@@ -12,7 +12,10 @@ use super::{
     Estimate, Infeasible, MixCosts, OVERLAP_COMPUTE_PENALTY, PassComm, StepTime, UnitCosts,
     cost_to_train,
 };
-use super::{comm, memory, module_recompute, pipeline, v_schedule};
+use super::{
+    comm, embedding_grad_sync, groups as group_links, memory, module_recompute, pipeline,
+    v_schedule,
+};
 use crate::cluster::{Cluster, Link};
 use crate::model::Model;
 use crate::plan::{ParallelPlan, Recompute};
@@ -171,10 +174,22 @@ pub fn evaluate(
     ));
     if plan.pp > 1 {
         let message = comm::pp_message_bytes(model, training, plan);
+        // The word embedding's gradient all-reduce between the first and the last stage, once a
+        // step after the last backward and exposed (`embedding_grad_sync`), on the PP group's
+        // link; it belongs to the PP group, not to the pipeline's blocks.
+        let embedding_bytes = embedding_grad_sync::grad_allreduce_bytes(model, training, plan);
+        let embedding_s = if embedding_bytes > 0.0 {
+            Collective::AllReduce.time(embedding_bytes, 2, groups.get(GroupKind::Pp).speed)
+        } else {
+            0.0
+        };
         terms.set(Term {
-            wire_bytes: Bytes(slowest.sends * message * m),
-            time_s: Seconds(slowest.sends * pp_send_s * m),
-            exposed_s: Seconds(m * slowest.pp),
+            wire_bytes: Bytes(
+                slowest.sends * message * m
+                    + Collective::AllReduce.wire_factor(2) * embedding_bytes,
+            ),
+            time_s: Seconds(slowest.sends * pp_send_s * m + embedding_s),
+            exposed_s: Seconds(m * slowest.pp + embedding_s),
             hidden_by: if pp_send_exposed_s < pp_send_s {
                 HiddenBy::PipelineCompute
             } else {
@@ -182,6 +197,7 @@ pub fn evaluate(
             },
             ..Term::new(TermKind::PpComm)
         });
+        terms.set_after_pipeline_s(embedding_s);
     }
 
     // Bubble: (p − 1)/v idle slots of one micro-batch's stage time (Narayanan et al. 2021 §2.2),
@@ -200,7 +216,27 @@ pub fn evaluate(
                     output,
                 )
         }
-        (true, _, _) => f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_total,
+        (true, _, _) => {
+            // The fill and drain cross every stage boundary, each on its own link
+            // (`groups::pp_boundary_link`), where the steady state runs at the slowest boundary's
+            // pace (the stage time's sends): Megatron-Core's 1F1B pairs each send with the
+            // neighbour's receive (`send_forward_recv_backward`, batched isend/irecv, waited), so
+            // every stage keeps the pace of the slowest hop once a micro-batch, while the bubble's
+            // hops happen one after another. The mean stage's 2v − 2/p sends a micro-batch (none
+            // forward from the last chunk, none backward from the first) are priced at the mean
+            // hop in the bubble.
+            let fill_send = fill_hop_send_exposed_s(
+                model,
+                cluster,
+                training,
+                plan,
+                pp_send_exposed_s,
+                groups.get(GroupKind::Pp),
+            );
+            let mean_sends = 2.0 * v - 2.0 / p;
+            let mean_hop_total = mean_total - mean_sends * (pp_send_exposed_s - fill_send);
+            f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_hop_total
+        }
     };
     // Idle over one stage's busy time: (p − 1)/(v·m) for the looped schedules.
     let bubble_ratio = match training.pp_schedule.v_kind() {
@@ -540,4 +576,42 @@ fn muon_step(
     let (tp_bytes, tp_s) = gather_s(work.tp_gather_bytes, GroupKind::Tp);
     let (etp_bytes, etp_s) = gather_s(work.expert_tp_gather_bytes, GroupKind::ExpertTp);
     (tp_bytes + etp_bytes, iterations_s + tp_s + etp_s)
+}
+
+/// One stage-boundary send on NVLink as a multiple of the same send at the PP group's link
+/// (`unit_costs::pp_send`): below 1 where the group crosses the network but a boundary stays
+/// inside one NVLink domain (`groups::pp_boundary_link`), NVLink's point-to-point speed against
+/// the network's; 1 where the whole group sits on NVLink. Overlap hides the same share of either.
+pub(super) fn nvlink_send_ratio(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    pp: &super::groups::Group,
+) -> f64 {
+    if pp.link == Link::Nvlink || plan.pp <= 1 {
+        return 1.0;
+    }
+    let message = comm::pp_message_bytes(model, training, plan);
+    let at_group = Collective::SendRecv.time(message, 2, pp.speed);
+    if at_group <= 0.0 {
+        return 1.0;
+    }
+    Collective::SendRecv.time(message, 2, cluster.group_speed(Link::Nvlink, 1)) / at_group
+}
+
+/// The exposed send of the mean stage-boundary hop of the pipeline's fill and drain: the share of
+/// hops inside one NVLink domain (`groups::pp_hop_nvlink_share`) at NVLink's speed
+/// (`nvlink_send_ratio`), the rest at the PP group's (`send_exposed_s`).
+fn fill_hop_send_exposed_s(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+    send_exposed_s: f64,
+    pp: &super::groups::Group,
+) -> f64 {
+    let share = group_links::pp_hop_nvlink_share(cluster, plan);
+    let ratio = nvlink_send_ratio(model, cluster, training, plan, pp);
+    send_exposed_s * (share * ratio + 1.0 - share)
 }

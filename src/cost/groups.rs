@@ -231,6 +231,60 @@ pub fn groups(cluster: &Cluster, plan: &ParallelPlan) -> Groups {
     }
 }
 
+/// Whether the pipeline boundary from stage `boundary` to the next (`boundary + 1`, and for
+/// `boundary = pp − 1` the wrap back to stage 0 that interleaved schedules use) stays inside one
+/// NVLink domain for every pair of ranks that exchange across it.
+///
+/// Megatron-Core orders ranks tp-cp-ep-dp-pp (`RankGenerator`, parallel_state.py at d98e8a64):
+/// stage i holds the `stride = tp·cp·dp` consecutive ranks from i·stride and rank r sends to
+/// r + stride (`get_pipeline_model_parallel_next_rank`, the PP group as a ring). torchtitan's
+/// mesh ("pp", "dp_replicate", "dp_shard", "cp", "tp", torchtitan/distributed/parallel_dims.py at
+/// b5bcd76c) and DeepSpeed's `PipeModelDataParallelTopology` (axes pipe, data, model,
+/// deepspeed/runtime/pipe/topology.py) put the pipeline outermost too, so the same holds for
+/// them. Every pair of boundary i shares a domain exactly when ranks i·stride ..
+/// (i + 2)·stride − 1 lie in one block of `Cluster::nvlink_domain` consecutive ranks (a domain
+/// edge anywhere inside splits one pair). The wrap pairs rank r with r − (pp − 1)·stride, so it
+/// is on NVLink only when the whole PP group is (`place`).
+pub fn pp_boundary_link(cluster: &Cluster, plan: &ParallelPlan, boundary: u32) -> Link {
+    let pp = plan.pp.max(1);
+    let stride = u64::from(plan.tp) * u64::from(plan.cp) * u64::from(plan.dp);
+    let whole = place(cluster, stride as u32, pp).link;
+    if whole == Link::Nvlink || boundary + 1 >= pp {
+        return whole;
+    }
+    let domain = u64::from(cluster.nvlink_domain().max(1));
+    let first = u64::from(boundary) * stride;
+    let last = first + 2 * stride - 1;
+    if first / domain == last / domain {
+        Link::Nvlink
+    } else {
+        Link::Network
+    }
+}
+
+/// The share of the stage-boundary sends of the pipeline's fill and drain that run at NVLink's
+/// pace (`pp_boundary_link`). Under 1F1B each send waits on its own boundary (a micro-batch
+/// crosses each of the p − 1 once each way); under the interleaved schedule every p2p op of a stage
+/// sends to the next stage and receives from the previous at once (Megatron-Core
+/// `send_forward_recv_forward`, `send_backward_recv_backward`, schedules.py at d98e8a64), so a
+/// stage's sends run at NVLink's pace only when both its boundaries (the wrap included) are on
+/// NVLink: the share of such stages. 0 without a pipeline.
+pub fn pp_hop_nvlink_share(cluster: &Cluster, plan: &ParallelPlan) -> f64 {
+    let pp = plan.pp;
+    if pp <= 1 {
+        return 0.0;
+    }
+    let on_nvlink = |boundary: u32| pp_boundary_link(cluster, plan, boundary) == Link::Nvlink;
+    if plan.vpp <= 1 {
+        let nvlink = (0..pp - 1).filter(|&b| on_nvlink(b)).count();
+        return nvlink as f64 / f64::from(pp - 1);
+    }
+    let stages = (0..pp)
+        .filter(|&s| on_nvlink(s) && on_nvlink((s + pp - 1) % pp))
+        .count();
+    stages as f64 / f64::from(pp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ pub mod cast;
 pub mod comm;
 pub mod compute;
 pub mod context_parallel;
+pub mod embedding_grad_sync;
 pub mod embedding_output_tp;
 mod estimate;
 mod evaluate;

@@ -145,13 +145,16 @@ fn stage_costs_of(chunks: &[(StageCost, ChunkComm)], per_stage: u32) -> Vec<Stag
 /// output layer and the embedding where it runs them (`ends`; their TP collectives with them),
 /// per micro-batch, divided over `chunks` model chunks: its
 /// forward, backward and weight-gradient time with the exposed communication and one send each
-/// way (`Ends::boundary_sends`), and the exposed TP and EP time the forward and backward hold.
+/// way (`Ends::boundary_sends`; `sends_s`, the exposed time of one forward and one backward send
+/// across the boundaries the block's stage sends over, `stage_sends_s`), and the exposed TP and EP
+/// time the forward and backward hold.
 fn block_cost(
     costs: &super::UnitCosts,
     layers: u32,
     moe_layers: u32,
     ends: super::Ends,
     chunks: f64,
+    sends_s: [f64; 2],
 ) -> (StageCost, ChunkComm) {
     let super::UnitCosts {
         layer,
@@ -160,9 +163,9 @@ fn block_cost(
         cp,
         mamba_cp,
         ep,
-        pp_send_exposed_s: send,
         ..
     } = *costs;
+    let [forward_send, backward_send] = sends_s;
     let comm_forward = tp.forward_exposed_s + cp.forward_exposed_s + mamba_cp.forward_exposed_s;
     let comm_backward = tp.backward_exposed_s + cp.backward_exposed_s + mamba_cp.backward_exposed_s;
     let end_tp = costs.ends.held(ends);
@@ -188,13 +191,13 @@ fn block_cost(
                 + out_f
                 + end_tp.forward_exposed_s)
                 / chunks
-                + send * forward_sends / chunks,
+                + forward_send * forward_sends / chunks,
             backward_s: (n * (layer.backward + layer.recompute + comm_backward)
                 + ep_layers * ep.backward_exposed_s
                 + out_b
                 + end_tp.backward_exposed_s)
                 / chunks
-                + send * backward_sends / chunks,
+                + backward_send * backward_sends / chunks,
             weight_s: (n * layer.weight_grad + out_w) / chunks,
         },
         ChunkComm {
@@ -208,6 +211,59 @@ fn block_cost(
             ),
         },
     )
+}
+
+/// Each stage boundary's send time as a multiple of the PP group's, boundary b from stage b to
+/// b + 1 and boundary p − 1 the wrap from the last stage to the first: below 1 where the boundary
+/// stays inside one NVLink domain while the group crosses the network (`groups::pp_boundary_link`,
+/// `evaluate::nvlink_send_ratio`). Each block carries its own sends, so the schedule needs no one
+/// time per hop: a stage whose boundaries are on NVLink runs shorter blocks, and the slowest
+/// stage, network sends included, still sets the steady state.
+fn boundary_scales(
+    model: &Model,
+    cluster: &Cluster,
+    training: &Training,
+    plan: &ParallelPlan,
+) -> Vec<f64> {
+    let groups = super::groups::groups(cluster, plan);
+    let ratio = super::evaluate::nvlink_send_ratio(
+        model,
+        cluster,
+        training,
+        plan,
+        groups.get(super::groups::GroupKind::Pp),
+    );
+    (0..plan.pp.max(1))
+        .map(|boundary| {
+            if super::groups::pp_boundary_link(cluster, plan, boundary)
+                == crate::cluster::Link::Nvlink
+            {
+                ratio
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
+/// The exposed time of one send each way from physical stage `stage`, [forward, backward], at
+/// `send` (the PP group's link) scaled per boundary. 1F1B pairs each send with a receive across
+/// the same boundary (`send_forward_recv_backward` to the next stage, boundary `stage`;
+/// `send_backward_recv_forward` to the previous, boundary `stage − 1`; schedules.py at d98e8a64),
+/// so each direction pays its own boundary. The interleaved schedule pairs a send to the next stage
+/// with a receive from the previous (`send_forward_recv_forward`, `send_backward_recv_backward`,
+/// or all four at once in `send_forward_backward_recv_forward_backward`), so every op of a stage
+/// waits for the slower of its two boundaries (`looped`).
+fn stage_sends_s(scales: &[f64], send: f64, stage: u32, looped: bool) -> [f64; 2] {
+    let p = scales.len().max(1) as u32;
+    let at = |boundary: u32| scales.get(boundary as usize).copied().unwrap_or(1.0) * send;
+    let (next, previous) = (at(stage % p), at((stage + p - 1) % p));
+    if looped {
+        let slower = next.max(previous);
+        [slower, slower]
+    } else {
+        [next, previous]
+    }
 }
 
 /// Model chunks per stage the schedule runs as blocks of their own costs: two under a V schedule,
@@ -245,6 +301,7 @@ fn chunk_costs_and_ep(
     let v = f64::from(plan.vpp);
     let layers = layers_per_stage(model, plan);
     let last = layers.len() - 1;
+    let scales = boundary_scales(model, cluster, training, plan);
     // A hybrid stack's stages each hold their own slice of the pattern.
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     layers
@@ -258,7 +315,9 @@ fn chunk_costs_and_ep(
             let bf16 = layout.stage_bf16(model, mix.keep, plan.pp.max(1), s as u32);
             let at = mix.stage(n, moe_layers, run, bf16);
             let ends = super::Ends::of(plan, false, s as u32, s == last);
-            block_cost(mix.costs(at), n, moe_layers, ends, v)
+            let costs = mix.costs(at);
+            let sends = stage_sends_s(&scales, costs.pp_send_exposed_s, s as u32, false);
+            block_cost(costs, n, moe_layers, ends, v, sends)
         })
         .collect()
 }
@@ -302,6 +361,7 @@ fn virtual_stage_cost(
     model: &Model,
     vs: u32,
     last: u32,
+    scales: Option<&[f64]>,
 ) -> ((StageCost, ChunkComm), f64) {
     let (start, end) = layout.range(vs);
     let (mut layers, mut moe_layers) = (end - start, model.moe_layers_between(start, end));
@@ -317,6 +377,12 @@ fn virtual_stage_cost(
     let bf16 = super::pipeline::Bf16Run::of_range(model, mix.keep, start, end, depths).nonempty();
     let at = mix.stage(layers, moe_layers, run, bf16);
     let costs = mix.costs(at);
+    let send = costs.pp_send_exposed_s;
+    // A looped schedule's virtual stage vs runs on stage vs mod p and sends over that stage's
+    // boundaries; a V's chunks keep the group's send (`v_chunk_costs`).
+    let sends = scales.map_or([send, send], |scales| {
+        stage_sends_s(scales, send, vs % scales.len().max(1) as u32, true)
+    });
     (
         block_cost(
             costs,
@@ -327,8 +393,9 @@ fn virtual_stage_cost(
                 output: vs == last,
             },
             1.0,
+            sends,
         ),
-        costs.pp_send_exposed_s,
+        send,
     )
 }
 
@@ -350,9 +417,10 @@ fn looped_chunk_costs(
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     let (p, v) = (plan.pp.max(1), plan.vpp.max(1));
     let last = p * v - 1;
+    let scales = boundary_scales(model, cluster, training, plan);
     (0..p)
         .flat_map(|stage| (0..v).map(move |chunk| chunk * p + stage))
-        .map(|vs| virtual_stage_cost(&mut mix, &layout, model, vs, last).0)
+        .map(|vs| virtual_stage_cost(&mut mix, &layout, model, vs, last, Some(&scales)).0)
         .collect()
 }
 
@@ -374,7 +442,7 @@ fn v_chunk_costs(
             [0, 1].map(|chunk| {
                 let vs = super::v_schedule::virtual_stage(rank, chunk, p);
                 let ((mut cost, comm), send) =
-                    virtual_stage_cost(&mut mix, &layout, model, vs, last);
+                    virtual_stage_cost(&mut mix, &layout, model, vs, last, None);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
                 // forward ends in the loss and the first's backward in the embedding; the last
                 // rank hands chunk 0's output to its own chunk 1 and chunk 1's gradient back.
@@ -429,7 +497,7 @@ pub fn simulate_plan(
     }
     .repeated(plan.schedule_runs, per_run);
     let t = closed.time;
-    let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0;
+    let tail = t.dp_comm_exposed_s.0 + t.optimizer_s.0 + closed.terms.after_pipeline_s();
     let busy = closed.terms.pipeline_busy_s();
     let closed_pipeline = busy + t.bubble_s.0;
     let simulated_step = schedule.step_s + tail;
@@ -575,7 +643,10 @@ mod tests {
         let e = evaluate(&model, &cluster, &training, &plan);
         let m = f64::from(plan.num_microbatches);
         let last = stages[1].forward_s + stages[1].backward_s;
-        let work = e.time.compute_s.0 + e.time.tp_comm_exposed_s.0 + e.time.pp_comm_exposed_s.0;
+        // The PP term's embedding gradient all-reduce (tied embeddings) runs after the blocks.
+        let work = e.time.compute_s.0 + e.time.tp_comm_exposed_s.0 + e.time.pp_comm_exposed_s.0
+            - e.terms.after_pipeline_s();
+        assert!(e.terms.after_pipeline_s() > 0.0);
         assert!(
             (m * last - work).abs() < 1e-9 * work,
             "{} vs {work}",

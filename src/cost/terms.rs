@@ -175,12 +175,16 @@ impl Term {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepTerms {
     items: [Term; TermKind::COUNT],
+    /// Exposed time inside a pipeline-block term that runs after the last backward, outside the
+    /// blocks: the PP term's embedding gradient all-reduce (`embedding_grad_sync`).
+    after_pipeline_s: f64,
 }
 
 impl Default for StepTerms {
     fn default() -> StepTerms {
         StepTerms {
             items: TermKind::ALL.map(Term::new),
+            after_pipeline_s: 0.0,
         }
     }
 }
@@ -210,7 +214,16 @@ impl StepTerms {
             .iter()
             .filter(|t| t.kind.in_pipeline_blocks())
             .map(|t| t.exposed_s.0)
-            .sum()
+            .sum::<f64>()
+            - self.after_pipeline_s
+    }
+    /// The exposed time of the pipeline-block terms spent after the last backward instead
+    /// (`pipeline_busy_s` leaves it out; the schedule simulation adds it after the pipeline).
+    pub fn after_pipeline_s(&self) -> f64 {
+        self.after_pipeline_s
+    }
+    pub fn set_after_pipeline_s(&mut self, seconds: f64) {
+        self.after_pipeline_s = seconds;
     }
     /// Sets a term's exposed time (used when the schedule simulation replaces the bubble).
     pub fn set_exposed(&mut self, kind: TermKind, exposed_s: f64) {

@@ -4,8 +4,8 @@
 //! (Narayanan et al. 2021 §4.1).
 
 use super::{Op, Pass, Rows, Scope, Step};
-use crate::cost::comm;
 use crate::cost::groups::GroupKind;
+use crate::cost::{comm, embedding_grad_sync};
 
 /// Pushes the stage-boundary rows of the stage that sets the step.
 pub(super) fn rows(rows: &mut Rows, step: &Step) {
@@ -44,6 +44,21 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
                 count,
                 2,
                 message,
+            );
+        }
+        // The word embedding's gradient, all-reduced between the first and the last stage once a
+        // step after the last backward where the last stage holds a copy (`embedding_grad_sync`).
+        let embedding = embedding_grad_sync::grad_allreduce_bytes(model, training, plan);
+        if embedding > 0.0 {
+            rows.push(
+                GroupKind::Pp,
+                Op::AllReduce,
+                Pass::OptimizerStep,
+                "word embedding gradient: first and last stage",
+                Scope::PerStep,
+                1.0,
+                2,
+                embedding,
             );
         }
     }
