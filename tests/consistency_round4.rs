@@ -412,7 +412,8 @@ fn a_plan_that_misses_memory_misses_by_one_amount_in_one_word() {
     // --seq-len (new-user round 25: a shorter sequence cannot close that gap); the 7-layer one
     // names --seq-len and --allow-uneven-pp.
     assert!(
-        plan.stderr.contains("the weights and optimizer states alone take"),
+        plan.stderr
+            .contains("the weights and optimizer states alone take"),
         "{}",
         plan.stderr
     );

@@ -498,7 +498,8 @@ fn layer_counts_without_even_pipelines_point_to_uneven_splits() {
     let r = run(&["plan", "--model", "megatron-1t", "--nodes", "12"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
-        r.stderr.contains("the weights and optimizer states alone take")
+        r.stderr
+            .contains("the weights and optimizer states alone take")
             && !r.stderr.contains("--allow-uneven-pp"),
         "{}",
         r.stderr

@@ -1979,9 +1979,21 @@ pub fn explain_best(
     if p.pp > 1 {
         let _ = writeln!(
             out,
-            "  PP {}: {} — only stage-boundary activations move ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step ({}ratio {} = {:.3} with v={}, {})",
+            "  PP {}: {} — {} ({:.2} GB per GPU per step); pipeline bubble {:.1}% of the step ({}ratio {} = {:.3} with v={}, {})",
             p.pp,
             pp_place_words(e, cluster),
+            // The PP term's bytes hold the embedding gradient's all-reduce where the last stage
+            // keeps a copy (`cost::embedding_grad_sync`), so the words name it.
+            if crate::cost::embedding_grad_sync::last_stage_holds_embedding_copy(model, training, p)
+            {
+                if model.tied_embeddings {
+                    "stage-boundary activations move, and once a step the tied word embedding's gradient is all-reduced between the first and the last stage"
+                } else {
+                    "stage-boundary activations move, and once a step the word embedding's gradient is all-reduced between the first stage and the last, whose multi-token prediction keeps a copy"
+                }
+            } else {
+                "only stage-boundary activations move"
+            },
             e.comm.pp.wire_bytes.gb(),
             e.bubble_share * 100.0,
             // "ratio (p-1)/(v·m) = 0.003", or "ZB-V ratio from the schedule at mean chunks = 0.043".
