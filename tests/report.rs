@@ -102,8 +102,9 @@ fn plan_report_figures_show_what_they_must() {
             == "plan (rank and degrees t·c·p·d·e·et; under it vpp, micro-batch, sp when on, ZeRO, recompute)")
     );
     assert!(t.iter().any(|s| s.contains("GPU capacity")));
+    // Weights in MEMORY_PARTS' cyan since review round 28 (no step term shares it).
     assert_eq!(
-        count_rects_with_fill(&memory, "#4E79A7"),
+        count_rects_with_fill(&memory, "#17BECF"),
         n,
         "one weights bar per plan"
     );

@@ -842,7 +842,11 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             notes: pinned_line.iter().chain(&notes).cloned().collect(),
             inputs: &input_paths(&args.model, &args.cluster),
         })?;
-        eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+        eprintln!(
+            "wrote {} and {} more files",
+            std::path::Path::new(dir).join("index.html").display(),
+            written - 1
+        );
     } else if let Some(dir) = &args.report {
         eprintln!("no report written to {dir}: no plan fits");
     }

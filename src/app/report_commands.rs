@@ -276,6 +276,10 @@ pub fn write_eval_report(
         ],
         inputs,
     })?;
-    eprintln!("wrote {dir}/index.html and {} more files", written - 1);
+    eprintln!(
+        "wrote {} and {} more files",
+        std::path::Path::new(dir).join("index.html").display(),
+        written - 1
+    );
     Ok(())
 }
