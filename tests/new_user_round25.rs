@@ -6,7 +6,7 @@
 //! one node of 8 H100 and on 2 GPUs (each test names the finding).
 
 mod common;
-use common::run;
+use common::{legend_colours, run};
 
 /// The number after `before` and up to `after` in `text`, as f64.
 fn number_between(text: &str, before: &str, after: &str) -> f64 {
@@ -151,37 +151,6 @@ fn readme_json_section_names_every_cluster_field() {
         missing.is_empty(),
         "README's JSON section does not name cluster.{missing:?}"
     );
-}
-
-/// The legend of an SVG figure as (name, colour) pairs: a `■` mark's fill and the name beside it,
-/// drawn as one text element ("■ optimizer") or as the mark and then the name.
-fn legend_colours(svg: &str) -> Vec<(String, String)> {
-    let texts: Vec<(String, String)> = svg
-        .split("<text ")
-        .skip(1)
-        .filter_map(|t| {
-            let fill = t.split("fill=\"").nth(1)?.split('"').next()?.to_string();
-            let body = t
-                .split_once('>')?
-                .1
-                .split("</text>")
-                .next()?
-                .trim()
-                .to_string();
-            Some((fill, body))
-        })
-        .collect();
-    let mut out = Vec::new();
-    for (i, (fill, body)) in texts.iter().enumerate() {
-        if body == "■" {
-            if let Some((_, name)) = texts.get(i + 1) {
-                out.push((name.clone(), fill.clone()));
-            }
-        } else if let Some(name) = body.strip_prefix("■ ") {
-            out.push((name.to_string(), fill.clone()));
-        }
-    }
-    out
 }
 
 fn colour_of<'a>(legend: &'a [(String, String)], name: &str, figure: &str) -> &'a str {

@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::{json, run, scratch};
+use common::{json, legend_colours, run, scratch};
 use serde_json::Value;
 
 /// The "nothing fits:" line of a `plan` run that finds none.
@@ -300,36 +300,6 @@ fn ernie_shared_experts_and_dense_first_layer_are_offered() {
         0.002,
         "ERNIE 4.5 21B total",
     );
-}
-
-/// The legend of an SVG figure as (name, colour) pairs, as tests/new_user_round25.rs reads it.
-fn legend_colours(svg: &str) -> Vec<(String, String)> {
-    let texts: Vec<(String, String)> = svg
-        .split("<text ")
-        .skip(1)
-        .filter_map(|t| {
-            let fill = t.split("fill=\"").nth(1)?.split('"').next()?.to_string();
-            let body = t
-                .split_once('>')?
-                .1
-                .split("</text>")
-                .next()?
-                .trim()
-                .to_string();
-            Some((fill, body))
-        })
-        .collect();
-    let mut out = Vec::new();
-    for (i, (fill, body)) in texts.iter().enumerate() {
-        if body == "■" {
-            if let Some((_, name)) = texts.get(i + 1) {
-                out.push((name.clone(), fill.clone()));
-            }
-        } else if let Some(name) = body.strip_prefix("■ ") {
-            out.push((name.to_string(), fill.clone()));
-        }
-    }
-    out
 }
 
 /// The seed plan's report and an MoE plan with CP: a colour names one thing in every figure. The

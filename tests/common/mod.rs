@@ -247,3 +247,34 @@ pub fn csv_records(text: &str) -> Vec<Vec<String>> {
 pub fn csv_cells(line: &str) -> Vec<String> {
     csv_records(line).into_iter().next().unwrap_or_default()
 }
+
+/// The legend of an SVG figure as (name, colour) pairs: a `■` mark's fill and the name beside it,
+/// drawn as one text element ("■ optimizer") or as the mark and then the name.
+pub fn legend_colours(svg: &str) -> Vec<(String, String)> {
+    let texts: Vec<(String, String)> = svg
+        .split("<text ")
+        .skip(1)
+        .filter_map(|t| {
+            let fill = t.split("fill=\"").nth(1)?.split('"').next()?.to_string();
+            let body = t
+                .split_once('>')?
+                .1
+                .split("</text>")
+                .next()?
+                .trim()
+                .to_string();
+            Some((fill, body))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (i, (fill, body)) in texts.iter().enumerate() {
+        if body == "■" {
+            if let Some((_, name)) = texts.get(i + 1) {
+                out.push((name.clone(), fill.clone()));
+            }
+        } else if let Some(name) = body.strip_prefix("■ ") {
+            out.push((name.to_string(), fill.clone()));
+        }
+    }
+    out
+}
