@@ -591,6 +591,17 @@ fn file_stem(path: &Path) -> String {
         .unwrap_or_else(|| "output".to_string())
 }
 
+/// What a written-to message adds when `path` already holds a file, said before it is written:
+/// `write_file` and `write_report_dir` replace only tpsim's own earlier outputs (`OutputKind`,
+/// `refuse_foreign_report_files`), and the user is told that one was replaced. "" otherwise.
+pub fn replacing_words(path: &Path, what: &str) -> String {
+    if path.exists() {
+        format!(", replacing the {what} tpsim wrote there before")
+    } else {
+        String::new()
+    }
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file beside it, synced, then renamed over it.
 /// An existing file keeps its permissions. On failure nothing is left behind and the old file (if
 /// any) is untouched.

@@ -421,6 +421,10 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         crate::input_file::quote(&args.output),
         yaml_serde::to_string(&profile)?
     );
+    let replacing = crate::output_file::replacing_words(
+        std::path::Path::new(&args.output),
+        "calibrated profile",
+    );
     output_file::write_file(
         "--output",
         &args.output,
@@ -428,7 +432,7 @@ pub(super) fn calibrate(args: CalibrateArgs) -> Result<Outcome> {
         output_file::OutputKind::Profile,
     )?;
     print_calibration(&profile, args.format)?;
-    eprintln!("wrote the calibrated profile to {}", args.output);
+    eprintln!("wrote the calibrated profile to {}{replacing}", args.output);
     Ok(Outcome::Found)
 }
 

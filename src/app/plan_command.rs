@@ -780,13 +780,14 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             crate::input_file::quote(path),
             yaml_serde::to_string(&file)?
         );
+        let replacing = output_file::replacing_words(std::path::Path::new(path), "plan");
         output_file::write_file(
             "--save",
             path,
             text.as_bytes(),
             output_file::OutputKind::Plan,
         )?;
-        eprintln!("saved the best plan to {path}");
+        eprintln!("saved the best plan to {path}{replacing}");
     } else if let Some(path) = &args.save {
         // Said as `--report` says it: the file asked for was not written.
         eprintln!(
@@ -828,6 +829,10 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             .enumerate()
             .map(|(i, e)| plan_label(i + 1, e))
             .collect();
+        let replacing = crate::output_file::replacing_words(
+            &std::path::Path::new(dir).join("index.html"),
+            "report",
+        );
         let written = write_report(Written {
             flag: "--report",
             dir,
@@ -843,7 +848,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             inputs: &input_paths(&args.model, &args.cluster),
         })?;
         eprintln!(
-            "wrote {} and {} more files",
+            "wrote {} and {} more files{replacing}",
             std::path::Path::new(dir).join("index.html").display(),
             written - 1
         );

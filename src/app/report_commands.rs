@@ -259,6 +259,10 @@ pub fn write_eval_report(
         Some(rank) => plan_label(rank, e),
         None => crate::report::degrees_label(e),
     }));
+    let replacing = crate::output_file::replacing_words(
+        &std::path::Path::new(dir).join("index.html"),
+        "report",
+    );
     let written = write_report(Written {
         flag,
         dir,
@@ -277,7 +281,7 @@ pub fn write_eval_report(
         inputs,
     })?;
     eprintln!(
-        "wrote {} and {} more files",
+        "wrote {} and {} more files{replacing}",
         std::path::Path::new(dir).join("index.html").display(),
         written - 1
     );
