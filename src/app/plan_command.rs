@@ -829,11 +829,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             .enumerate()
             .map(|(i, e)| plan_label(i + 1, e))
             .collect();
-        let replacing = crate::output_file::replacing_words(
-            &std::path::Path::new(dir).join("index.html"),
-            "report",
-        );
-        let written = write_report(Written {
+        let wrote = write_report(Written {
             flag: "--report",
             dir,
             model: &scenario.model,
@@ -847,11 +843,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
             notes: pinned_line.iter().chain(&notes).cloned().collect(),
             inputs: &input_paths(&args.model, &args.cluster),
         })?;
-        eprintln!(
-            "wrote {} and {} more files{replacing}",
-            std::path::Path::new(dir).join("index.html").display(),
-            written - 1
-        );
+        eprintln!("{wrote}");
     } else if let Some(dir) = &args.report {
         eprintln!("no report written to {dir}: no plan fits");
     }

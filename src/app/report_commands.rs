@@ -56,8 +56,12 @@ pub struct Written<'a> {
     pub inputs: &'a [(&'a str, &'a str)],
 }
 
-/// Renders and writes the report; returns how many files were written.
-pub fn write_report(w: Written) -> Result<usize> {
+/// Renders and writes the report; returns the line that says so: "wrote DIR/index.html and N
+/// more files", and that it replaced an earlier report there (`output_file::replacing_words`,
+/// looked up before the write).
+pub fn write_report(w: Written) -> Result<String> {
+    let index = std::path::Path::new(w.dir).join("index.html");
+    let replacing = crate::output_file::replacing_words(&index, "report");
     let chosen_plan = w.chosen.estimate.plan;
     let chosen_in_evaluated = w.evaluated.iter().position(|e| e.plan == chosen_plan);
     let chosen_ledger = ledger(w.model, w.cluster, w.training, &chosen_plan);
@@ -74,7 +78,11 @@ pub fn write_report(w: Written) -> Result<usize> {
     })
     .map_err(|e| anyhow!("{} {}: drawing the figures failed: {e}", w.flag, w.dir))?;
     write_dir(w.flag, w.dir, &files.files, w.inputs)?;
-    Ok(files.files.len())
+    Ok(format!(
+        "wrote {} and {} more files{replacing}",
+        index.display(),
+        files.files.len() - 1
+    ))
 }
 
 /// The scenario a report is about.
@@ -259,11 +267,7 @@ pub fn write_eval_report(
         Some(rank) => plan_label(rank, e),
         None => crate::report::degrees_label(e),
     }));
-    let replacing = crate::output_file::replacing_words(
-        &std::path::Path::new(dir).join("index.html"),
-        "report",
-    );
-    let written = write_report(Written {
+    let wrote = write_report(Written {
         flag,
         dir,
         model,
@@ -280,10 +284,6 @@ pub fn write_eval_report(
         ],
         inputs,
     })?;
-    eprintln!(
-        "wrote {} and {} more files{replacing}",
-        std::path::Path::new(dir).join("index.html").display(),
-        written - 1
-    );
+    eprintln!("{wrote}");
     Ok(())
 }

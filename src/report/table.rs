@@ -1740,17 +1740,22 @@ fn pp_place_words(e: &Estimate, cluster: &Cluster) -> String {
         return format!("{all} in one {unit_sized}, {every} on NVLink");
     }
     let stride = u64::from(p.tp) * u64::from(p.cp) * u64::from(p.dp);
-    // Each boundary between stage i and i + 1, over the stride's copies of the pipeline: inside
-    // one domain for every copy, across for every copy, or inside for some copies only.
+    // Each boundary between stage i and i + 1: on NVLink as the cost model prices it (every copy
+    // of the pipeline inside one domain, `cost::groups::pp_boundary_link`), else across for every
+    // copy, or inside for some copies only (priced on the network, the slowest pair's link).
     let (mut inside, mut across, mut mixed) = (0u32, 0u32, 0u32);
-    for i in 0..u64::from(boundaries) {
-        let same = (0..stride)
-            .filter(|r| (r + i * stride) / domain == (r + (i + 1) * stride) / domain)
-            .count() as u64;
-        match same {
-            0 => across += 1,
-            n if n == stride => inside += 1,
-            _ => mixed += 1,
+    for i in 0..boundaries {
+        if crate::cost::groups::pp_boundary_link(cluster, p, i) == Link::Nvlink {
+            inside += 1;
+            continue;
+        }
+        let i = u64::from(i);
+        let some_inside =
+            (0..stride).any(|r| (r + i * stride) / domain == (r + (i + 1) * stride) / domain);
+        if some_inside {
+            mixed += 1;
+        } else {
+            across += 1;
         }
     }
     let layout = if domain.is_multiple_of(stride) {
