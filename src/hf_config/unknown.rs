@@ -11,16 +11,16 @@ use serde_json::{Map, Value};
 /// `DeepseekV3MoE`) and `first_k_dense_replace`, Ernie4_5_MoeConfig `moe_num_experts`, `moe_k`,
 /// `moe_num_shared_experts` and `moe_layer_start_index` (its dense layers in front), Llama4TextConfig
 /// `intermediate_size_mlp` (the dense layers' width, its `intermediate_size` then the experts' and
-/// the one shared expert's, `Llama4TextMoe`) and `interleave_moe_layer_step`). Where the config has
+/// the one shared expert's, `Llama4TextMoe`) and `interleave_moe_layer_step`, HunYuanMoEV1Config
+/// `moe_topk` (and its Hub config's `num_shared_expert` shared experts), a per-layer list taken
+/// when its values agree ([`whole_count`]); experts `intermediate_size` wide, Mixtral's convention,
+/// where no `moe_intermediate_size` is given. Where the config has
 /// `rms_norm_eps`, the mark of the RMSNorm/RoPE/SwiGLU block: `--style llama --gated-mlp` (untied
 /// output), or with `tie_word_embeddings` true Megatron-LM's switches for the same block with the
 /// output tied to the embedding, so the flags count the config's parameters. None when the config
 /// gives no layer count, hidden size or head count.
 pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
-    let count = |keys: &[&str]| {
-        keys.iter()
-            .find_map(|k| obj.get(*k).and_then(Value::as_u64).filter(|n| *n > 0))
-    };
+    let count = |keys: &[&str]| keys.iter().find_map(|k| obj.get(*k).and_then(whole_count));
     let mut flags = Vec::new();
     if obj.contains_key("rms_norm_eps") {
         let tied = obj.get("tie_word_embeddings").and_then(Value::as_bool) == Some(true);
@@ -77,17 +77,25 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
     if experts {
         push(
             "--moe-router-topk",
-            count(&["num_experts_per_tok", "moe_k"]),
+            count(&["num_experts_per_tok", "moe_k", "moe_topk"]),
         );
+        // Mixtral's and Hunyuan's experts are `intermediate_size` wide (`MixtralExperts`, which
+        // `HunYuanMoEV1Experts` reuses) where no `moe_intermediate_size` is given.
         let expert_width = if llama4 {
             count(&["intermediate_size"])
         } else {
-            count(&["moe_intermediate_size"])
+            count(&["moe_intermediate_size", "intermediate_size"])
         };
         push("--moe-ffn-hidden-size", expert_width);
         let shared = count(&["shared_expert_intermediate_size"])
             .or_else(|| {
-                Some(count(&["n_shared_experts", "moe_num_shared_experts"])? * expert_width?)
+                Some(
+                    count(&[
+                        "n_shared_experts",
+                        "moe_num_shared_experts",
+                        "num_shared_expert",
+                    ])? * expert_width?,
+                )
             })
             // Llama 4's one shared expert, as wide as a routed one (`Llama4TextMoe`).
             .or(expert_width.filter(|_| llama4));
@@ -102,5 +110,59 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
             push("--moe-layer-freq", count(&["interleave_moe_layer_step"]));
         }
     }
-    Some(flags.join(" "))
+    let mut words = flags.join(" ");
+    if let Some(note) = per_layer_lists_that_differ(obj) {
+        words.push_str(&format!(" ({note})"));
+    }
+    Some(words)
+}
+
+/// The per-layer lists of one count that differ between layers (HunYuanMoEV1Config's `moe_topk`
+/// "List form enables layer-wise customization"), which [`whole_count`] leaves out because one flag
+/// holds one value: said, so the flag's default is not taken for the config's value unawares.
+fn per_layer_lists_that_differ(obj: &Map<String, Value>) -> Option<String> {
+    // The counts a per-layer list may hold (HunYuan's Hub configs list these three); a list under
+    // another key (`eos_token_id`'s token ids) is not one.
+    const PER_LAYER_COUNTS: [&str; 6] = [
+        "moe_topk",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "num_shared_expert",
+        "num_experts",
+        "intermediate_size",
+    ];
+    let differing: Vec<String> = PER_LAYER_COUNTS
+        .iter()
+        .filter_map(|key| {
+            let items = obj.get(*key)?.as_array()?;
+            let counts: Vec<u64> = items.iter().map(Value::as_u64).collect::<Option<_>>()?;
+            let least = *counts.iter().min()?;
+            let most = *counts.iter().max()?;
+            (least != most).then(|| format!("{key} runs from {least} to {most}"))
+        })
+        .collect();
+    (!differing.is_empty()).then(|| {
+        format!(
+            "its per-layer {}: one flag holds one value, so give the one to price",
+            differing.join(", ")
+        )
+    })
+}
+
+/// A positive whole number, or a per-layer list of one positive whole number (HunYuanMoEV1Config's
+/// `moe_topk` "List form enables layer-wise customization", and its Hub config's
+/// `moe_intermediate_size` and `num_shared_expert`): one flag holds it only when every layer has the
+/// same value, so a list of differing values gives none.
+fn whole_count(value: &Value) -> Option<u64> {
+    let positive = |v: &Value| v.as_u64().filter(|n| *n > 0);
+    match value {
+        Value::Array(items) => {
+            let first = positive(items.first()?)?;
+            items
+                .iter()
+                .all(|item| positive(item) == Some(first))
+                .then_some(first)
+        }
+        _ => positive(value),
+    }
 }
