@@ -304,8 +304,9 @@ pub fn whole_number_spelling_line(
             // only moved the error. The counts are the spec keys that start at 1, by the same
             // name (`--global-batch` is `global_batch:`), as for a plan file's `nodes: -0`.
             let counts_from_one = plain == "0"
-                && crate::specs::POSITIVE_KEYS
-                    .contains(&flag.trim_start_matches('-').replace('-', "_").as_str());
+                && (crate::specs::POSITIVE_KEYS
+                    .contains(&flag.trim_start_matches('-').replace('-', "_").as_str())
+                    || FLAGS_COUNTING_FROM_ONE.contains(&flag.as_str()));
             let fix = if counts_from_one {
                 format!("write a whole number of 1 or more, e.g. {flag} 1")
             } else if text.starts_with('-') {
@@ -325,6 +326,24 @@ pub fn whole_number_spelling_line(
     let (name, sub) = matches.subcommand()?;
     whole_number_spelling_line(command.find_subcommand(name)?, sub)
 }
+
+/// Whole-number flags that refuse 0 and are named unlike their spec key
+/// ([`crate::specs::POSITIVE_KEYS`]: `--num-experts` is a model file's `experts:`), or have none:
+/// the MoE and MLA widths (`Model::check`), full recompute's layer count, the end stages' layer
+/// counts and the thread count. `--num-experts 00` is told to write 1 or more, not
+/// `--num-experts 0`, which is refused next (`tests/leftovers_round36.rs` tries every flag).
+const FLAGS_COUNTING_FROM_ONE: [&str; 10] = [
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--q-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--recompute-num-layers",
+    "--threads",
+];
 
 /// The degrees `plan` pins and `eval` sets; `sweep`, `compare` and `report` take none of them.
 const PLAN_DEGREE_FLAGS: [&str; 10] = [

@@ -92,3 +92,88 @@ fn a_per_layer_count_that_differs_is_said_not_dropped_silently() {
         "hunyuan topk differs",
     );
 }
+
+/// Every whole-number flag of `plan` and `eval`, read from their `--help`.
+fn whole_number_flags(command: &str) -> Vec<String> {
+    let help = run(&[command, "--help"]);
+    let mut flags: Vec<String> = help
+        .stdout
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line =
+                line.split_once(", ").map_or(
+                    line,
+                    |(short, rest)| {
+                        if short.len() == 2 { rest } else { line }
+                    },
+                );
+            let (flag, rest) = line.split_once(' ')?;
+            (flag.starts_with("--") && rest.starts_with('<')).then(|| flag.to_string())
+        })
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+#[test]
+fn a_zero_spelled_with_leading_zeros_is_told_a_fix_that_is_accepted() {
+    // `--num-experts 00` was told "so write --num-experts 0", which is refused next ("must be at
+    // least 1"). Every whole-number flag: where the fix offered is `FLAG 0`, FLAG 0 must not be
+    // refused as too small (a model with experts and latent attention, so the MoE and MLA widths
+    // are read).
+    let too_small = ["at least", "1 or more", "give 1"];
+    let mut offered_zero = 0;
+    for command in ["plan", "eval"] {
+        let flags = whole_number_flags(command);
+        assert!(flags.len() > 20, "{command}: {flags:?}");
+        let base: Vec<&str> = match command {
+            "plan" => vec![
+                "plan",
+                "--model",
+                "deepseek-v3",
+                "--nodes",
+                "32",
+                "--top",
+                "1",
+            ],
+            _ => vec![
+                "eval",
+                "--model",
+                "deepseek-v3",
+                "--nodes",
+                "32",
+                "--tp",
+                "1",
+                "--pp",
+                "16",
+                "--ep",
+                "16",
+                "--micro-batch",
+                "1",
+            ],
+        };
+        for flag in &flags {
+            let mut args = base.clone();
+            args.extend([flag.as_str(), "00"]);
+            let spelled = run(&args);
+            if !spelled.stderr.contains(&format!("so write {flag} 0")) {
+                continue;
+            }
+            offered_zero += 1;
+            let mut args = base.clone();
+            args.extend([flag.as_str(), "0"]);
+            let zero = run(&args);
+            let quoted = format!("{flag} 0");
+            assert!(
+                !(zero.code == 2
+                    && zero.stderr.contains(&quoted)
+                    && too_small.iter().any(|w| zero.stderr.contains(w))),
+                "{command} {flag} 00 was told to write {flag} 0, which is refused: {}",
+                zero.stderr
+            );
+        }
+    }
+    assert!(offered_zero > 3, "only {offered_zero} flags offered 0");
+}
