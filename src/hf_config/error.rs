@@ -12,7 +12,7 @@ pub enum HfConfigError {
     #[error(
         "--hf-config {path}: model_type {found:?} is not one tpsim reads, so what its layers add beyond the block tpsim prices (their attention, norms, routing) is unknown to it; supported model_type values: {supported} (or drop --hf-config and describe the shape with {fix})"
     )]
-    UnknownArchitecture {
+    UnreadModelType {
         path: String,
         found: String,
         supported: String,

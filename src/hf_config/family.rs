@@ -152,6 +152,22 @@ pub(super) fn family_name(family: Family) -> &'static str {
     }
 }
 
+/// Why a known `model_type` is not read, and the fix its message gives.
+pub(super) struct NotRead {
+    pub message: &'static str,
+    pub fix: NotReadFix,
+}
+
+/// The fix a [`NotRead`] message offers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotReadFix {
+    /// Drop --hf-config and describe the model with shape flags, which the refusal fills in with
+    /// the config's own values ([`super::unknown::shape_flags`]).
+    ShapeFlags,
+    /// Save a copy under a `model_type` tpsim reads (DeepSeek-V3.2 as `deepseek_v3`).
+    CopyAsReadType,
+}
+
 /// `model_type` values tpsim knows but does not read: what their cost terms need that the model
 /// lacks, and the shape flags that come nearest. Refused by name (exit 2) rather than read as the
 /// nearest family without a word. Sources: transformers `configuration_gemma2.py` (Gemma2Config:
@@ -162,32 +178,37 @@ pub(super) fn family_name(family: Family) -> &'static str {
 /// 8192 on three layers of four, the fourth global without RoPE; `interleave_moe_layer_step`,
 /// `num_local_experts`, `num_experts_per_tok` 1 and a shared expert of `intermediate_size`;
 /// `intermediate_size_mlp` for the dense layers; MoE layers `range(step - 1, layers, step)`).
-pub(super) fn known_not_read(model_type: &str) -> Option<&'static str> {
+pub(super) fn known_not_read(model_type: &str) -> Option<NotRead> {
+    let describe = |message: &'static str| NotRead {
+        message,
+        fix: NotReadFix::ShapeFlags,
+    };
     Some(match model_type {
-        "gemma2" => {
-            "Gemma 2 is not read: tpsim does not model its attention-logit and final-logit soft-capping (tanh, attn_logit_softcapping / final_logit_softcapping) nor its extra norms after attention and MLP; drop --hf-config and describe it with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its alternating local/global attention with --attention-window <sliding_window> --window-attn-skip-freq 2 (soft-capping then left out)"
-        }
-        "gemma3" | "gemma3_text" => {
-            "Gemma 3 is not read: tpsim does not model its q/k norms with norms after attention and MLP, nor the vision tower of model_type gemma3; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its five local layers to one global with --attention-window <sliding_window> --window-attn-skip-freq 6"
-        }
-        "llama4" | "llama4_text" => {
-            "Llama 4 is not read: tpsim does not model its chunked attention (attention_chunk_size on three layers of four; a sliding window of that size prices up to twice their attention-score work), nor the vision tower of model_type llama4; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --vocab --gated-mlp --style llama, the dense layers with --ffn-hidden <intermediate_size_mlp>, the experts with --num-experts <num_local_experts> --moe-router-topk 1 --moe-ffn-hidden-size <intermediate_size> --moe-shared-expert-intermediate-size <intermediate_size>, their interleave with --moe-layer-freq <interleave_moe_layer_step> (as many MoE layers; Llama 4 puts each at the end of its step, Megatron-LM at the start), and the local layers with --attention-window <attention_chunk_size> --window-attn-skip-freq 4"
-        }
+        "gemma2" => describe(
+            "Gemma 2 is not read: tpsim does not model its attention-logit and final-logit soft-capping (tanh, attn_logit_softcapping / final_logit_softcapping) nor its extra norms after attention and MLP; drop --hf-config and describe it with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its alternating local/global attention with --attention-window <sliding_window> --window-attn-skip-freq 2 (soft-capping then left out)",
+        ),
+        "gemma3" | "gemma3_text" => describe(
+            "Gemma 3 is not read: tpsim does not model its q/k norms with norms after attention and MLP, nor the vision tower of model_type gemma3; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --ffn-hidden --vocab --gated-mlp --style llama (an output layer apart from the embedding, which Gemma ties), and its five local layers to one global with --attention-window <sliding_window> --window-attn-skip-freq 6",
+        ),
+        "llama4" | "llama4_text" => describe(
+            "Llama 4 is not read: tpsim does not model its chunked attention (attention_chunk_size on three layers of four; a sliding window of that size prices up to twice their attention-score work), nor the vision tower of model_type llama4; drop --hf-config and describe the text model (text_config) with --layers --hidden --heads --kv-heads --head-dim --vocab --gated-mlp --style llama, the dense layers with --ffn-hidden <intermediate_size_mlp>, the experts with --num-experts <num_local_experts> --moe-router-topk 1 --moe-ffn-hidden-size <intermediate_size> --moe-shared-expert-intermediate-size <intermediate_size>, their interleave with --moe-layer-freq <interleave_moe_layer_step> (as many MoE layers; Llama 4 puts each at the end of its step, Megatron-LM at the start), and the local layers with --attention-window <attention_chunk_size> --window-attn-skip-freq 4",
+        ),
         // transformers `configuration_qwen3_next.py` (Qwen3NextConfig): `layer_types` of
         // "linear_attention" (Gated DeltaNet, keys `linear_num_key_heads`,
         // `linear_num_value_heads`, `linear_key_head_dim`, `linear_value_head_dim`,
         // `linear_conv_kernel_dim`) on every layer but each `full_attention_interval`-th (4),
         // whose attention gates its output (q_proj twice the width); MoE of `num_experts` with a
         // gated shared expert of `shared_expert_intermediate_size`.
-        "qwen3_next" => {
-            "Qwen3-Next is not read: tpsim does not model its Gated DeltaNet linear attention (the \"linear_attention\" layers of \"layer_types\", three of every four) nor the output gate of its full-attention layers; drop --hf-config and describe it with --layers --hidden --heads --kv-heads --head-dim --vocab --style llama --gated-mlp and its experts with --num-experts --moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size (full attention then priced on every layer, more attention work than the model does)"
-        }
+        "qwen3_next" => describe(
+            "Qwen3-Next is not read: tpsim does not model its Gated DeltaNet linear attention (the \"linear_attention\" layers of \"layer_types\", three of every four) nor the output gate of its full-attention layers; drop --hf-config and describe it with --layers --hidden --heads --kv-heads --head-dim --vocab --style llama --gated-mlp and its experts with --num-experts --moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size (full attention then priced on every layer, more attention work than the model does)",
+        ),
         // deepseek-ai/DeepSeek-V3.2-Exp config.json: DeepseekV3's keys plus the lightning
         // indexer's `index_n_heads` 64, `index_head_dim` 128 and `index_topk` 2048 (DeepSeek
         // Sparse Attention: each query attends to the 2048 keys the indexer picks).
-        "deepseek_v32" => {
-            "DeepSeek-V3.2 is not read: tpsim does not model its sparse attention (the lightning indexer, \"index_n_heads\" / \"index_head_dim\", choosing \"index_topk\" keys per query); save a copy with \"model_type\": \"deepseek_v3\" to read the same latent attention and experts as DeepSeek-V3.1, which V3.2 continues, priced with attention over every earlier token and without the indexer's weights"
-        }
+        "deepseek_v32" => NotRead {
+            fix: NotReadFix::CopyAsReadType,
+            message: "DeepSeek-V3.2 is not read: tpsim does not model its sparse attention (the lightning indexer, \"index_n_heads\" / \"index_head_dim\", choosing \"index_topk\" keys per query); save a copy with \"model_type\": \"deepseek_v3\" to read the same latent attention and experts as DeepSeek-V3.1, which V3.2 continues, priced with attention over every earlier token and without the indexer's weights",
+        },
         _ => return None,
     })
 }

@@ -8,8 +8,8 @@ use crate::model::{Model, Norm, PositionEmbedding};
 
 use super::error::HfConfigError;
 use super::family::{
-    Family, SUPPORTED, check_architecture_agrees, family_name, family_of, known_not_read,
-    model_type_of_architecture,
+    Family, NotRead, NotReadFix, SUPPORTED, check_architecture_agrees, family_name, family_of,
+    known_not_read, model_type_of_architecture,
 };
 use super::reader::{Reader, written};
 use super::unique_keys::UniqueKeys;
@@ -173,7 +173,7 @@ pub fn parse_with_note(
             supported: SUPPORTED.join(", "),
         });
     }
-    let unknown = || HfConfigError::UnknownArchitecture {
+    let unknown = || HfConfigError::UnreadModelType {
         path: path.to_string(),
         found: model_type.clone(),
         supported: SUPPORTED.join(", "),
@@ -184,12 +184,12 @@ pub fn parse_with_note(
             None => "--layers/--hidden/--heads".to_string(),
         },
     };
-    if let Some(message) = known_not_read(&model_type) {
+    if let Some(NotRead { message, fix }) = known_not_read(&model_type) {
         return Err(HfConfigError::Unsupported {
             path: path.to_string(),
             message: match super::unknown::shape_flags(obj) {
                 // The flags the message names, with this config's values.
-                Some(flags) if message.contains("drop --hf-config") => {
+                Some(flags) if fix == NotReadFix::ShapeFlags => {
                     format!("model_type {model_type:?}: {message}; this config's values: {flags}")
                 }
                 _ => format!("model_type {model_type:?}: {message}"),
