@@ -45,9 +45,16 @@
 //! (the fix `--global-batch 6250` runs), seq 1, seq 4,194,304 (4 s), one layer with vocab 1,
 //! global batch 1: every JSON number finite and not negative, nothing over 10 s.
 //!
-//! Left as found (outside this round's area, src/training.rs): `--framework megatron-lm-2021`
+//! Left as found: (outside this round's area, src/training.rs) `--framework megatron-lm-2021`
 //! takes `--zero 2` and `--zero 3` at pp 1 in eval and in plan's search, where
-//! `TrainingFramework::runs_zero_stage`'s own doc says 2021 Megatron-LM ran ZeRO 0–1.
+//! `TrainingFramework::runs_zero_stage`'s own doc says 2021 Megatron-LM ran ZeRO 0–1; a count
+//! past u32 in a model or plan file (`moe.experts: 4294967296`, `global_batch: 4294967296`) is
+//! told "is more than 4294967295, the largest whole number experts takes; check the value", the
+//! type's bound, where `moe.experts` stops at 16384 (said once the value is under u32); `eval
+//! --emit deepspeed` picks `--framework deepspeed` itself, while `eval --emit torchtitan` refuses
+//! "the plan is evaluated as --framework megatron-core" and asks for `--framework torchtitan`
+//! (which runs); a `--gpu FILE` whose `name:` is a bundled GPU's (h100-sxm-80g over GB200
+//! numbers) is printed under that name in the cluster line.
 
 mod common;
 
