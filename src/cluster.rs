@@ -421,6 +421,7 @@ impl GpuProfile {
             calibration
                 .check_below_peak(self.peak_bf16_tflops)
                 .map_err(|m| format!("calibration: {m}"))?;
+            calibration.check_links(self)?;
         }
         if let Some(host) = self.host_link_gb_per_s {
             bandwidth_range("host_link_gb_per_s").check(host)?;

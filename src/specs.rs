@@ -982,8 +982,11 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
             crate::units::show_number(all)
         ));
     }
+    // A zero count is refused by `Model::check` as a count of at least 1; compared here it was
+    // told as the other count's fault (`--kv-heads 8 is more than --heads 0`, `--heads 32 is
+    // more than --hidden 0 ... e.g. --heads 1`), a fix the zero refuses in turn.
     let heads_split_hidden = file.head_dim.is_none() && file.mla.is_none();
-    if heads_split_hidden && file.heads > file.hidden {
+    if heads_split_hidden && file.hidden > 0 && file.heads > file.hidden {
         return Err(format!(
             "--heads {} is more than --hidden {} (rule: each attention head has at least one channel); give --heads dividing --hidden, e.g. --heads {}",
             file.heads,
@@ -995,6 +998,7 @@ pub fn check_model_counts(file: &ModelFile) -> Result<(), String> {
         ));
     }
     if let Some(kv) = file.kv_heads
+        && file.heads > 0
         && kv > file.heads
     {
         return Err(format!(

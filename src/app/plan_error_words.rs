@@ -158,6 +158,36 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
             None,
         ));
     }
+    // The GEMM precision and the framework, words (`--precision nvfp4: the h100-sxm-80g has no
+    // nvfp4 tensor cores`, `--framework megatron-lm-2021: model ... has experts` are the file's
+    // `precision: nvfp4` and `framework: megatron-lm-2021` unless the flag was typed).
+    // `precision:` left out is bf16, which every GPU and framework runs, so no error quotes it.
+    for (flag, key, value) in [
+        (
+            PRECISION_FLAG,
+            PRECISION_KEY,
+            Some(file.plan.precision.as_str()).filter(|p| *p != "bf16"),
+        ),
+        (
+            FRAMEWORK_FLAG,
+            FRAMEWORK_KEY,
+            file.framework
+                .map(crate::training::TrainingFramework::as_str),
+        ),
+    ] {
+        if let Some(value) = value
+            && !typed(given, flag)
+        {
+            values.push((
+                FileValue {
+                    flag,
+                    key,
+                    value: value.to_string(),
+                },
+                None,
+            ));
+        }
+    }
     // Activation offloading, a count of the scenario's (`--cpu-offload-layers 8 with --pp 2` is
     // the file's `cpu_offload_layers: 8` unless the flag set another), and the recompute, a word
     // (`with --recompute full` is the file's `recompute: full` unless the flag was typed).
@@ -214,6 +244,13 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
 /// The pipeline schedule's flag (typed next to `--plan` as `None`) and its plan-file key.
 const SCHEDULE_FLAG: &str = "--pp-schedule";
 const SCHEDULE_KEY: &str = "pp_schedule";
+
+/// The GEMM precision's and the framework's flags (words, typed next to `--plan` as `None`) and
+/// their plan-file keys.
+const PRECISION_FLAG: &str = "--precision";
+const PRECISION_KEY: &str = "precision";
+const FRAMEWORK_FLAG: &str = "--framework";
+const FRAMEWORK_KEY: &str = "framework";
 
 /// Activation offloading's flag (typed next to `--plan` with its count) and its plan-file key.
 const OFFLOAD_FLAG: &str = "--cpu-offload-layers";
@@ -497,9 +534,15 @@ pub(super) fn scenario_flags_given(
     .into_iter()
     .filter(|(_, value)| value.is_some())
     .collect();
-    // The schedule is a word, not a count: typed or not.
-    if training.pp_schedule.is_some() {
-        given.push((SCHEDULE_FLAG, None));
+    // The schedule, the precision and the framework are words, not counts: typed or not.
+    for (flag, typed) in [
+        (SCHEDULE_FLAG, training.pp_schedule.is_some()),
+        (PRECISION_FLAG, training.precision.is_some()),
+        (FRAMEWORK_FLAG, training.framework.is_some()),
+    ] {
+        if typed {
+            given.push((flag, None));
+        }
     }
     given
 }

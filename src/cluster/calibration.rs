@@ -214,6 +214,65 @@ impl Calibration {
         Ok(())
     }
 
+    /// The profile's memory and intra-node link, which the cost model reads, against the
+    /// measurements they were written from: `tpsim calibrate` (calibrate/run.rs) writes
+    /// `hbm_bandwidth_gb_per_s` as `copy.gb_per_s` at `hbm_efficiency` 1.0, and
+    /// `nvlink_gb_per_s` as the bus bandwidth of the all-reduce fit among the most ranks (an
+    /// unbounded or zero fit writes none) at `nvlink_efficiency` 1.0. One edited apart from the
+    /// other leaves two rates for one link, as [`Calibration::check_below_peak`] refuses for
+    /// the GEMMs; within 1% (`close`) a value rounded by hand is the same rate.
+    pub fn check_links(&self, profile: &GpuProfile) -> Result<(), String> {
+        let links = [
+            (
+                "hbm_bandwidth_gb_per_s",
+                "hbm_efficiency",
+                profile.hbm_bandwidth_gb_per_s,
+                profile.hbm_efficiency,
+                Some((self.copy.gb_per_s, "copy.gb_per_s".to_string())),
+            ),
+            (
+                "nvlink_gb_per_s",
+                "nvlink_efficiency",
+                profile.nvlink_gb_per_s,
+                profile.nvlink_efficiency,
+                self.collectives
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| {
+                        c.collective == crate::cost::comm::Collective::AllReduce
+                            && c.bus_gb_per_s.value > 0.0
+                            && c.bus_gb_per_s.value < crate::calibrate::run::UNBOUNDED
+                    })
+                    .max_by_key(|(_, c)| c.ranks)
+                    .map(|(i, c)| {
+                        (
+                            c.bus_gb_per_s.value,
+                            format!(
+                                "collectives[{i}].bus_gb_per_s.value, the all-reduce among {} ranks,",
+                                c.ranks
+                            ),
+                        )
+                    }),
+            ),
+        ];
+        for (key, efficiency_key, rate, efficiency, measured) in links {
+            let Some((measured, at)) = measured else {
+                continue;
+            };
+            if !close(rate * efficiency, measured) {
+                return Err(format!(
+                    "{key}: {} x {efficiency_key}: {} = {} GB/s, but calibration: {at} measured {} GB/s (rule: tpsim calibrate writes the measured rate at {efficiency_key} 1, and the cost model reads {key}, so an edit leaves two rates for one measurement); restore {key}: {} with {efficiency_key}: 1, or write the profile again with tpsim calibrate",
+                    show_number(rate),
+                    show_number(efficiency),
+                    show_number(rate * efficiency),
+                    show_number(measured),
+                    show_number(measured)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The refusal of a GEMM whose `efficiency` is not its `tflops` over the profile's peak.
     /// Where every GEMM's efficiency gives one and the same other peak, the peak was edited and
     /// the fix restores it; otherwise this GEMM's efficiency was, and the fix rewrites it (the

@@ -442,7 +442,7 @@ pub enum PlanError {
         fix: &'static str,
     },
     #[error(
-        "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group)"
+        "--sequence-parallel needs --tp > 1 (it splits the tensor-parallel region's norms and dropouts over the TP group); use --sequence-parallel false, or --tp 2 or more"
     )]
     SpWithoutTp,
     #[error(
