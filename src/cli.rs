@@ -212,11 +212,11 @@ pub struct ModelArgs {
     /// Attention heads.
     #[arg(long, visible_alias = "num-attention-heads")]
     pub heads: Option<u32>,
-    /// Key/value heads for grouped-query attention (default: --heads).
+    /// Key/value heads for grouped-query attention. Default: the model's; --heads with shape flags.
     #[arg(long, visible_alias = "num-query-groups")]
     pub kv_heads: Option<u32>,
-    /// MLP hidden size (default: 4 x --hidden; with --gated-mlp, Megatron-LM's 8 x --hidden / 3 rounded
-    /// down to a multiple of 64).
+    /// MLP hidden size. Default: the model's; with shape flags 4 x --hidden (with --gated-mlp,
+    /// Megatron-LM's 8 x --hidden / 3 rounded down to a multiple of 64).
     #[arg(long, visible_alias = "ffn-hidden-size")]
     pub ffn_hidden: Option<u32>,
     /// Vocabulary size (default 51200 with shape flags).
@@ -274,17 +274,17 @@ pub struct ModelArgs {
     #[arg(long, hide = true, value_name = "N")]
     pub rotary_base: Option<u64>,
     // --- Head dimension, mixture of experts, multi-head latent attention (Megatron-LM names). ---
-    /// Width of one attention head where heads x head_dim != hidden (Qwen3, Gemma); default
-    /// hidden / heads.
+    /// Width of one attention head where heads x head_dim != hidden (Qwen3, Gemma). Default: the
+    /// model's; hidden / heads with shape flags.
     #[arg(long, visible_alias = "kv-channels", value_name = "N")]
     pub head_dim: Option<u32>,
     /// Routed experts per MoE layer (makes the model a mixture of experts).
     #[arg(long, value_name = "N")]
     pub num_experts: Option<u32>,
-    /// Experts each token is routed to (default 2, Megatron's).
+    /// Experts each token is routed to. Default: the model's; 2 (Megatron-LM's) with shape flags.
     #[arg(long, value_name = "K")]
     pub moe_router_topk: Option<u32>,
-    /// MLP width of one routed expert (default --ffn-hidden-size).
+    /// MLP width of one routed expert. Default: the model's; --ffn-hidden-size with shape flags.
     #[arg(long, value_name = "N")]
     pub moe_ffn_hidden_size: Option<u32>,
     /// MLP width of the shared experts together (DeepSeek: shared experts x expert width); 0 = none.

@@ -279,6 +279,25 @@ fn with_banner(svg: &str, warning: &str) -> Result<String, String> {
 }
 
 /// Renders every file of the report directory.
+/// `eval`'s `range:` and `memory range:` lines for `estimate`, named "this plan" as `eval` names
+/// it (`uncertainty::within_error_line`, `memory_margin::margin_line`); the memory line only
+/// where the plan would not fit at the high end of tpsim's memory error.
+pub(crate) fn range_lines(estimate: &Estimate, report: &Report) -> Vec<String> {
+    let step = crate::uncertainty::within_error_line(
+        std::slice::from_ref(estimate),
+        &report.cluster.gpu,
+        report.training.framework,
+        crate::uncertainty::ModelKind::of(report.model.moe.is_some()),
+    );
+    let memory = crate::memory_margin::margin_line(
+        estimate,
+        report.cluster.gpu_memory_bytes as f64,
+        report.training.framework,
+        "this plan",
+    );
+    step.into_iter().chain(memory).collect()
+}
+
 pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     let report = inputs.report;
     let plans = &report.plans;
@@ -478,6 +497,12 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     );
     if let Some(note) = mfu_note(plans, report.cluster.peak_flops) {
         let _ = writeln!(html, "<p>{}</p>", escape(&note));
+    }
+    // The drawn plan's step and memory ranges in words, the lines `eval` prints under its
+    // breakdown (same functions, same plan): step_time.svg draws the step's range as a box but
+    // gives no number, and the memory range had no place on the page.
+    for line in range_lines(&chosen.estimate, report) {
+        let _ = writeln!(html, "<p class=\"range\">{}</p>", escape(&line));
     }
     let _ = writeln!(html, "<h2>Figures</h2>");
     for (i, (name, caption, _)) in figures.iter().enumerate() {
