@@ -278,7 +278,6 @@ fn with_banner(svg: &str, warning: &str) -> Result<String, String> {
     ))
 }
 
-/// Renders every file of the report directory.
 /// `eval`'s `range:` and `memory range:` lines for `estimate`, named "this plan" as `eval` names
 /// it (`uncertainty::within_error_line`, `memory_margin::margin_line`); the memory line only
 /// where the plan would not fit at the high end of tpsim's memory error.
@@ -298,6 +297,7 @@ pub(crate) fn range_lines(estimate: &Estimate, report: &Report) -> Vec<String> {
     step.into_iter().chain(memory).collect()
 }
 
+/// Renders every file of the report directory.
 pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     let report = inputs.report;
     let plans = &report.plans;
