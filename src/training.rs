@@ -1005,7 +1005,7 @@ impl TrainingFramework {
     /// embeddings) under pipeline parallelism. torchtitan refuses it: its decoder's
     /// `update_from_config` raises `NotImplementedError("Weight tying is not supported with
     /// Pipeline Parallel.")` when `enable_weight_tying and pipeline_parallel_degree > 1`
-    /// (torchtitan/models/common/decoder.py at b5bcd76c6, since d92336fee; its unit test
+    /// (torchtitan/models/common/decoder.py at b5bcd76c6, in that file since d92336fee; its unit test
     /// `test_pp_guard_raises_when_weight_tying_and_pp_enabled`), whatever the schedule, V ones
     /// included. Megatron-LM, Megatron-Core and DeepSpeed keep a copy on the last stage and
     /// all-reduce its gradient (`cost::embedding_grad_sync`).

@@ -212,7 +212,16 @@ fn torchtitan_refuses_tied_embeddings_under_a_pipeline() {
             &tied,
             "torchtitan",
             "eval",
-            &["--tp", "1", "--pp", "2", "--vpp", vpp, "--pp-schedule", schedule],
+            &[
+                "--tp",
+                "1",
+                "--pp",
+                "2",
+                "--vpp",
+                vpp,
+                "--pp-schedule",
+                schedule,
+            ],
         );
         common::assert_one_line_error(&r, &needles, &["panicked"], schedule);
     }
@@ -220,14 +229,21 @@ fn torchtitan_refuses_tied_embeddings_under_a_pipeline() {
     common::assert_one_line_error(&pinned, &needles, &["panicked"], "plan --pp 2");
     // The search keeps to one stage.
     let searched = tied_run(&tied, "torchtitan", "plan", &["--format", "json"]);
-    assert!(searched.code == 0 || searched.code == 1, "{}", searched.stderr);
+    assert!(
+        searched.code == 0 || searched.code == 1,
+        "{}",
+        searched.stderr
+    );
     let plans: Value = serde_json::from_str(&searched.stdout).unwrap();
     let plans = plans["plans"].as_array().unwrap();
     assert!(!plans.is_empty());
     assert!(plans.iter().all(|p| p["pp"] == 1), "a pipeline proposed");
     // Megatron-Core keeps the last stage's copy and all-reduces its gradient; torchtitan runs the
     // untied model under a pipeline.
-    for (config, framework) in [(&tied, "megatron-core"), (&llama32_1b(&dir, false), "torchtitan")] {
+    for (config, framework) in [
+        (&tied, "megatron-core"),
+        (&llama32_1b(&dir, false), "torchtitan"),
+    ] {
         let r = tied_run(config, framework, "eval", &["--tp", "1", "--pp", "2"]);
         assert!(r.code == 0 || r.code == 1, "{framework}: {}", r.stderr);
     }
