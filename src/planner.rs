@@ -267,6 +267,10 @@ fn enumerate_with(
                 if crate::plan::ulysses_refuses_model_parallelism(cp, tp, pp, training) {
                     continue;
                 }
+                // torchtitan runs tied embeddings without a pipeline only.
+                if crate::plan::refuses_tied_embeddings_with_pp(pp, model, training) {
+                    continue;
+                }
                 if !per_pipeline.is_multiple_of(pp)
                     || (!model.layers.is_multiple_of(pp) && !options.allow_uneven_pp)
                 {

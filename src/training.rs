@@ -323,7 +323,9 @@ impl OptimizerStates {
 pub enum GradDtype {
     /// 2 bytes per gradient (ZeRO paper, DeepSpeed's default).
     Bf16,
-    /// 4 bytes: Megatron-LM's fp32 `main_grad` buffer (`--accumulate-allreduce-grads-in-fp32`).
+    /// 4 bytes: Megatron-LM's fp32 `main_grad` buffer (`--accumulate-allreduce-grads-in-fp32`);
+    /// DeepSpeed's `data_types.grad_accum_dtype` fp32, whose `BF16_Optimizer` keeps the bf16
+    /// gradients beside the fp32 buffer and all-reduces it cast to bf16 (`cost::bf16_optimizer`).
     Fp32,
 }
 
@@ -999,6 +1001,18 @@ impl TrainingFramework {
         !matches!(self, TrainingFramework::Deepspeed)
     }
 
+    /// Whether the framework runs a model whose output layer shares the input embedding (tied
+    /// embeddings) under pipeline parallelism. torchtitan refuses it: its decoder's
+    /// `update_from_config` raises `NotImplementedError("Weight tying is not supported with
+    /// Pipeline Parallel.")` when `enable_weight_tying and pipeline_parallel_degree > 1`
+    /// (torchtitan/models/common/decoder.py at b5bcd76c6, in that file since d92336fee; its unit test
+    /// `test_pp_guard_raises_when_weight_tying_and_pp_enabled`), whatever the schedule, V ones
+    /// included. Megatron-LM, Megatron-Core and DeepSpeed keep a copy on the last stage and
+    /// all-reduce its gradient (`cost::embedding_grad_sync`).
+    pub fn runs_tied_embeddings_with_pp(self) -> bool {
+        !matches!(self, TrainingFramework::Torchtitan)
+    }
+
     /// Whether context parallelism runs beside tensor or pipeline parallelism. DeepSpeed-Ulysses
     /// does not: Megatron-DeepSpeed asserts "DeepSpeed's sequence parallel does not work with tensor
     /// parallel or pipeline parallel" (`initialize_model_parallel`, megatron/core/parallel_state.py
@@ -1546,6 +1560,14 @@ pub struct Training {
     /// accuracy runner sets it for the releases its runs used.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub eager_glu_clamp: bool,
+    /// The run trained under DeepSpeed's `BF16_Optimizer` as its 2022 code ran it beside a
+    /// framework tpsim models otherwise (BLOOM: Megatron-DeepSpeed on deepspeed@olruwase/bf16-updates
+    /// 5ea1c60f8, ZeRO stage 0 in the config, "it implements its own zero stage 1 equivalent"):
+    /// an unsharded fp32 gradient buffer beside the bf16 `.grad`s (`cost::bf16_optimizer`). Not on
+    /// the command line: `--framework deepspeed` runs it where today's DeepSpeed picks it
+    /// (`cost::bf16_optimizer::accumulates_in`); the accuracy runner sets it for BLOOM.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deepspeed_bf16_optimizer: bool,
     /// The experts are torchtitan's own GPT-OSS code (`GptOssGroupedExperts`,
     /// torchtitan/models/gpt_oss/moe.py at b5bcd76c66d0), whose bias adds and clamped SwiGLU run
     /// as eager kernels of their own without `torch.compile` (`cost::moe::ExpertEpilogue`). On for
@@ -1663,6 +1685,7 @@ impl Training {
             pipeline_keeps_outputs: false,
             delay_wgrad_compute: false,
             eager_glu_clamp: false,
+            deepspeed_bf16_optimizer: false,
             torchtitan_gpt_oss_experts: false,
             sdpa_repeats_kv: framework.sdpa_repeats_kv(),
             gradient_accumulation_fusion: true,

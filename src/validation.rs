@@ -94,6 +94,10 @@ struct RunPlan {
     _batch_rampup: IgnoredAny,
     #[serde(default, rename = "zero_note")]
     _zero_note: IgnoredAny,
+    /// The run's optimizer was DeepSpeed's 2022 `BF16_Optimizer` (BLOOM): fp32 gradient
+    /// accumulation in an unsharded buffer beside the bf16 gradients (`cost::bf16_optimizer`).
+    #[serde(default)]
+    deepspeed_bf16_optimizer: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -664,13 +668,20 @@ pub fn accuracy_with_skips(
             gpus_per_node: hw.gpus_per_node,
         };
         check_published_figures(&run, &model, &cluster, published_step_s).map_err(fail)?;
-        let training = Training::with_framework(
+        let mut training = Training::with_framework(
             crate::training::TrainingFramework::MegatronLm2021,
             m.seq_len,
             run.plan.global_batch_size,
             AttentionKernel::Unfused,
         );
         let p = &run.plan;
+        // The 2022 `BF16_Optimizer` always accumulated in fp32 (`fp32_groups_gradients_flat`,
+        // deepspeed@5ea1c60f8 runtime/bf16_optimizer.py); what its step and its tied all-reduce
+        // read is that buffer.
+        if p.deepspeed_bf16_optimizer == Some(true) {
+            training.deepspeed_bf16_optimizer = true;
+            training.grad_dtype = crate::training::GradDtype::Fp32;
+        }
         check_precision(p.precision.as_deref()).map_err(fail)?;
         let request = PlanRequest {
             tp: p.tp,

@@ -193,6 +193,13 @@ pub(super) fn explain(
                     flags.join(" and ")
                 ));
             }
+            // torchtitan refuses tied embeddings under a pipeline (`planner::enumerate` skips
+            // them), in `eval`'s words.
+            if let Some(pp) = options.pins.pp.filter(|_| pin.flag == "--pp")
+                && crate::plan::refuses_tied_embeddings_with_pp(pp, model, training)
+            {
+                return Some(crate::plan::PlanError::TiedEmbeddingsWithPp { pp }.to_string());
+            }
             // Megatron-Core's limit on the layers kept in bf16 per stage, in its own words.
             if let Some(pp) = options.pins.pp.filter(|_| pin.flag == "--pp")
                 && let Some(reason) =

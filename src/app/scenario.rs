@@ -1865,6 +1865,7 @@ pub(super) fn resolve_scenario(
         // Set from a launch line's or eval's --delay-wgrad-compute after this.
         delay_wgrad_compute: false,
         eager_glu_clamp: false,
+        deepspeed_bf16_optimizer: false,
         // Only where it prices something: torchtitan builds its GPT-OSS experts (biased,
         // clamped GLU) for GPT-OSS models alone (`ExpertEpilogue::of`); a dense or other MoE
         // model's JSON claimed them.

@@ -28,6 +28,7 @@
 //! `layer_mix.rs`); `overlap.rs` says what hides and `tp_collectives.rs` counts TP collectives.
 //! Unit tests of the unit costs are in `tests/`.
 
+pub mod bf16_optimizer;
 pub mod cast;
 pub mod comm;
 pub mod compute;

@@ -300,6 +300,10 @@ pub enum PlanError {
         fix: String,
     },
     #[error(
+        "--pp {pp} with a model whose output layer shares the input embedding (tied embeddings) under --framework torchtitan: torchtitan refuses weight tying with pipeline parallelism (its decoder's update_from_config raises \"Weight tying is not supported with Pipeline Parallel.\"); use --pp 1, an untied model (tied_embeddings: false), or --framework megatron-core"
+    )]
+    TiedEmbeddingsWithPp { pp: u32 },
+    #[error(
         "--precision {precision} with --framework megatron-lm-2021: the 2021 Megatron-LM trains in fp16/bf16 only (FP8 came with Transformer Engine, in Megatron-Core); use --framework megatron-core, or --precision bf16"
     )]
     LowPrecisionIn2021 { precision: &'static str },

@@ -14,6 +14,12 @@ use super::sequence::{
 };
 use super::valid::{divisors, list};
 
+/// Whether the framework refuses this model under a pipeline of `pp` stages: tied embeddings
+/// under torchtitan (`TrainingFramework::runs_tied_embeddings_with_pp`); the search's question.
+pub fn refuses_tied_embeddings_with_pp(pp: u32, model: &Model, training: &Training) -> bool {
+    pp > 1 && model.tied_embeddings && !training.framework.runs_tied_embeddings_with_pp()
+}
+
 /// CP splits the sequence for load balancing, experts fold into the stage, the GPU runs the precision.
 pub(super) fn check_context_experts_precision(
     r: &PlanRequest,
@@ -33,6 +39,9 @@ pub(super) fn check_context_experts_precision(
     }
     if let Some(err) = ulysses_model_parallel_error(r.cp, r.tp, r.pp, training) {
         return Err(err);
+    }
+    if refuses_tied_embeddings_with_pp(r.pp, model, training) {
+        return Err(PlanError::TiedEmbeddingsWithPp { pp: r.pp });
     }
     if !cp_splits_sequence(r.cp, training.seq_len, training.framework) {
         return Err(PlanError::cp_sequence(

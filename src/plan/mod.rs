@@ -28,6 +28,7 @@ mod valid;
 
 pub use build::ParallelPlan;
 pub use error::PlanError;
+pub use experts::refuses_tied_embeddings_with_pp;
 pub use hybrid::{hybrid_run_refusal, mamba_cp_refusal};
 pub use layer_options::bf16_layers_pp_refusal;
 pub use precision::{check_precision, check_precision_framework};

@@ -106,7 +106,15 @@ fn stage_memory_at_precision(
     // the layers compute with is the 16-bit copy ZeRO-3 gathers, counted below.
     let states = training.optimizer_states;
     let mut weights = sharded(states.param_bytes(), 3);
-    let mut gradients = sharded(training.grad_dtype.bytes(), 2);
+    // DeepSpeed's `BF16_Optimizer` keeps the bf16 `.grad`s beside its unsharded buffer
+    // (`bf16_optimizer::gradient_bytes_per_param`); it runs at ZeRO-0 and 1 only.
+    let mut gradients = match crate::cost::bf16_optimizer::accumulates_in(training, plan) {
+        Some(buffer) => sharded(
+            crate::cost::bf16_optimizer::gradient_bytes_per_param(buffer),
+            2,
+        ),
+        None => sharded(training.grad_dtype.bytes(), 2),
+    };
     let low_precision_params = crate::cost::comm::fp8_parameter_gather(training, plan);
     let mut optimizer = sharded(
         states.optimizer_bytes_with_low_precision_params(low_precision_params),

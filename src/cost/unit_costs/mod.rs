@@ -89,8 +89,13 @@ pub(crate) fn unit_costs(
 /// gradient-accumulation fusion adds each into `main_grad` in a backward hook (Megatron-FSDP,
 /// which runs unfused, copies each into the bucket it reduce-scatters). Nothing where the
 /// GEMM accumulates (`compute::wgrad_accumulation_s`) or the framework's pass is not modelled
-/// (DeepSpeed, 2021 Megatron-LM: their A100 fit holds it).
+/// (DeepSpeed's ZeRO optimizers, 2021 Megatron-LM: their A100 fit holds it). DeepSpeed's
+/// `BF16_Optimizer` casts and adds every micro-batch's bf16 gradients into its buffer
+/// (`bf16_optimizer::accumulation_pass_bytes`), which the fit's fp16 runs never did.
 fn gradient_pass_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f64 {
+    if let Some(buffer) = crate::cost::bf16_optimizer::accumulates_in(training, plan) {
+        return crate::cost::bf16_optimizer::accumulation_pass_bytes(buffer);
+    }
     if comm::reduces_after_pipeline_schedule(training, plan) {
         let micro_batches = if training.fsdp_syncs_once_per_step {
             plan.num_microbatches

@@ -180,7 +180,9 @@ fn gpt3_pp8(
     global_batch: u32,
     zero: u8,
 ) -> (Model, Cluster, Training, ParallelPlan) {
-    let model = gpt3_175b();
+    let mut model = gpt3_175b();
+    // torchtitan runs a pipeline only untied (`TrainingFramework::runs_tied_embeddings_with_pp`).
+    model.tied_embeddings &= framework.runs_tied_embeddings_with_pp();
     let cluster = Cluster {
         gpu: crate::specs::load_gpu("h100-sxm-80g").unwrap(),
         nodes: 16,
