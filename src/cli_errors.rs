@@ -330,9 +330,11 @@ pub fn whole_number_spelling_line(
 /// Whole-number flags that refuse 0 and are named unlike their spec key
 /// ([`crate::specs::POSITIVE_KEYS`]: `--num-experts` is a model file's `experts:`), or have none:
 /// the MoE and MLA widths (`Model::check`), full recompute's layer count, the end stages' layer
-/// counts and the thread count. `--num-experts 00` is told to write 1 or more, not
-/// `--num-experts 0`, which is refused next (`tests/leftovers_round36.rs` tries every flag).
-const FLAGS_COUNTING_FROM_ONE: [&str; 10] = [
+/// counts and the thread count; `calibrate`'s and `validate`'s rank and repetition counts and
+/// `calibrate --sweep`'s edge lengths. `--num-experts 00` is told to write 1 or more, not
+/// `--num-experts 0`, which is refused next (`tests/leftovers_round36.rs` tries every flag of
+/// plan and eval, `tests/review_round29.rs` those of the other commands).
+const FLAGS_COUNTING_FROM_ONE: [&str; 13] = [
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--num-experts",
@@ -343,6 +345,9 @@ const FLAGS_COUNTING_FROM_ONE: [&str; 10] = [
     "--qk-pos-emb-head-dim",
     "--recompute-num-layers",
     "--threads",
+    "--ranks",
+    "--reps",
+    "--sweep",
 ];
 
 /// The degrees `plan` pins and `eval` sets; `sweep`, `compare` and `report` take none of them.

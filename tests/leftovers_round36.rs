@@ -124,6 +124,10 @@ fn a_zero_spelled_with_leading_zeros_is_told_a_fix_that_is_accepted() {
     // refused as too small (a model with experts and latent attention, so the MoE and MLA widths
     // are read).
     let too_small = ["at least", "1 or more", "give 1"];
+    // In a scratch directory: `--report 00` and `--save 00` write there, not into the checkout
+    // (a run from the repository root left a report directory `00/` that was committed).
+    let dir = scratch("leftovers36", "zeros");
+    let run = |args: &[&str]| run_in(&dir, args);
     let mut offered_zero = 0;
     for command in ["plan", "eval"] {
         let flags = whole_number_flags(command);

@@ -363,16 +363,8 @@ pub fn calibrate(
         "hbm_bandwidth_gb_per_s: measured copy, 2 x bytes / time (hbm_efficiency 1.0)".into(),
     ];
     // The intra-node link: the all-reduce fit at the largest group size.
-    let largest = collectives
-        .iter()
-        .filter(|c| {
-            c.collective == Collective::AllReduce
-                && c.bus_gb_per_s.value > 0.0
-                && c.bus_gb_per_s.value < UNBOUNDED
-        })
-        .max_by_key(|c| c.ranks);
-    match largest {
-        Some(fit) => {
+    match crate::cluster::calibration::link_all_reduce(&collectives) {
+        Some((_, fit)) => {
             profile.nvlink_gb_per_s = fit.bus_gb_per_s.value;
             profile.nvlink_efficiency = 1.0;
             profile.nvlink_latency_us =

@@ -235,24 +235,15 @@ impl Calibration {
                 "nvlink_efficiency",
                 profile.nvlink_gb_per_s,
                 profile.nvlink_efficiency,
-                self.collectives
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| {
-                        c.collective == crate::cost::comm::Collective::AllReduce
-                            && c.bus_gb_per_s.value > 0.0
-                            && c.bus_gb_per_s.value < crate::calibrate::run::UNBOUNDED
-                    })
-                    .max_by_key(|(_, c)| c.ranks)
-                    .map(|(i, c)| {
-                        (
-                            c.bus_gb_per_s.value,
-                            format!(
-                                "collectives[{i}].bus_gb_per_s.value, the all-reduce among {} ranks,",
-                                c.ranks
-                            ),
-                        )
-                    }),
+                link_all_reduce(&self.collectives).map(|(i, c)| {
+                    (
+                        c.bus_gb_per_s.value,
+                        format!(
+                            "collectives[{i}].bus_gb_per_s.value, the all-reduce among {} ranks,",
+                            c.ranks
+                        ),
+                    )
+                }),
             ),
         ];
         for (key, efficiency_key, rate, efficiency, measured) in links {
@@ -563,6 +554,22 @@ pub struct CopyMeasurement {
     pub max_us: f64,
     /// 2 × bytes / time: the copy reads and writes every byte (CUDA samples' `bandwidthTest`).
     pub gb_per_s: f64,
+}
+
+/// The all-reduce fit `tpsim calibrate` writes the intra-node link (`nvlink_gb_per_s`) from, with
+/// its index: the one among the most ranks whose bus bandwidth fitted to a finite, positive rate
+/// (an unbounded or zero fit writes none). One rule for the writer (calibrate/run.rs) and
+/// [`Calibration::check_links`], which reads the profile back.
+pub fn link_all_reduce(collectives: &[CollectiveFit]) -> Option<(usize, &CollectiveFit)> {
+    collectives
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.collective == crate::cost::comm::Collective::AllReduce
+                && c.bus_gb_per_s.value > 0.0
+                && c.bus_gb_per_s.value < crate::calibrate::run::UNBOUNDED
+        })
+        .max_by_key(|(_, c)| c.ranks)
 }
 
 /// One collective at one group size: its measured points and its α-β fit.

@@ -87,15 +87,16 @@ pub(crate) fn tp_overlap_on(training: &Training, plan: &ParallelPlan) -> bool {
 /// asked for, and the framework can run it there). DeepSpeed reads `zero_optimization.overlap_comm`
 /// only in its ZeRO optimizers (stage_1_and_2.py `create_gradient_handling_hooks`, stage3.py); the
 /// engine reduces the gradients itself, after the backward (engine.py `_backward_epilogue` ->
-/// `allreduce_gradients`), where none of them runs: ZeRO-0, and ZeRO-1 with fp32 gradients, which
-/// `_do_optimizer_sanity_check` hands to `BF16_Optimizer`; and its pipeline engine turns
+/// `allreduce_gradients`), where none of them runs: ZeRO-0, and where
+/// `_do_optimizer_sanity_check` hands the model to `BF16_Optimizer`
+/// (`bf16_optimizer::accumulates_in`: ZeRO-1 with fp32 gradients); and its pipeline engine turns
 /// `enable_backward_allreduce` off and reduces after the schedule (pipe/engine.py
 /// `_exec_reduce_grads`; deepspeedai/DeepSpeed at edaa7221 for all three).
 pub fn grad_reduce_overlaps(training: &Training, plan: &ParallelPlan) -> bool {
-    use crate::training::{GradDtype, TrainingFramework};
-    let deepspeed_reduces_after_backward = training.framework == TrainingFramework::Deepspeed
+    let deepspeed_reduces_after_backward = training.framework
+        == crate::training::TrainingFramework::Deepspeed
         && (plan.zero == 0
-            || (plan.zero == 1 && training.grad_dtype == GradDtype::Fp32)
+            || super::bf16_optimizer::accumulates_in(training, plan).is_some()
             || plan.pp > 1);
     training.overlap.grad_reduce && !deepspeed_reduces_after_backward
 }

@@ -20,7 +20,15 @@ use serde_json::{Map, Value};
 /// output tied to the embedding, so the flags count the config's parameters. None when the config
 /// gives no layer count, hidden size or head count.
 pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
-    let count = |keys: &[&str]| keys.iter().find_map(|k| obj.get(*k).and_then(whole_count));
+    // The first key that holds a count, or a per-layer list of one: a list whose values differ
+    // gives no flag (said by [`per_layer_lists_that_differ`]) rather than the next key's value
+    // (Hunyuan's `moe_intermediate_size` list then offered `intermediate_size`, the dense width).
+    let count = |keys: &[&str]| {
+        keys.iter()
+            .filter_map(|k| obj.get(*k))
+            .find(|v| v.is_array() || whole_count(v).is_some())
+            .and_then(whole_count)
+    };
     let mut flags = Vec::new();
     if obj.contains_key("rms_norm_eps") {
         let tied = obj.get("tie_word_embeddings").and_then(Value::as_bool) == Some(true);
