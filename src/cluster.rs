@@ -376,6 +376,36 @@ impl GpuProfile {
         BytesPerSec(self.hbm_bandwidth_gb_per_s * GB * self.hbm_efficiency)
     }
     /// Every numeric key in its [`Range`], and the calibration section (if any) checked too.
+    /// The keys whose values differ from `other`'s ("peak_bf16_tflops 2500.0 against 989.0"), the
+    /// headline numbers first; the description and sources, words only, are left out. A file naming itself
+    /// after a bundled GPU (`h100-sxm-80g` with GB200 numbers) is told apart from that GPU by it:
+    /// the cluster line names the file (`report::ClusterSummary::gpu_file`).
+    pub fn differences_from(&self, other: &GpuProfile) -> Vec<String> {
+        let (Ok(serde_json::Value::Object(mine)), Ok(serde_json::Value::Object(theirs))) =
+            (serde_json::to_value(self), serde_json::to_value(other))
+        else {
+            return Vec::new();
+        };
+        let headline = ["peak_bf16_tflops", "hbm_capacity_gib", "gpus_per_node"];
+        let mut keys: Vec<&String> = mine.keys().collect();
+        keys.sort_by_key(|key| {
+            headline
+                .iter()
+                .position(|h| h == key)
+                .unwrap_or(headline.len())
+        });
+        keys.into_iter()
+            .filter(|key| !matches!(key.as_str(), "description" | "sources"))
+            .filter_map(|key| {
+                let (value, theirs) = (
+                    mine.get(key)?,
+                    theirs.get(key.as_str()).unwrap_or(&serde_json::Value::Null),
+                );
+                (value != theirs).then(|| format!("{key} {value} against {theirs}"))
+            })
+            .collect()
+    }
+
     pub fn check(&self) -> Result<(), String> {
         crate::input_file::check_spec_name("name", &self.name, "my-gpu")?;
         let checks = [

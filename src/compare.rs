@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::cost::Estimate;
 use crate::cost::simulated::ScheduleSummary;
 use crate::cost::terms::TermKind;
+use crate::uncertainty::Interval;
 use crate::units::{GIB, show_step_s};
 
 /// One compared quantity.
@@ -45,6 +46,95 @@ pub struct Comparison {
     /// one layout may differ in it; the table's plan labels then name it.
     #[serde(default, skip_serializing_if = "no_offload")]
     pub offload_layers: [u32; 2],
+    /// Each plan's step and tokens/s range, the 5th–95th percentile of tpsim's error
+    /// (`uncertainty::interval` over `uncertainty::band_for`, the numbers `eval --plan` prints),
+    /// and whether the gap between the plans lies inside it: set by [`Comparison::with_ranges`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Ranges>,
+}
+
+/// Both plans' ranges and what they say about the gap between the plans.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ranges {
+    pub a: Interval,
+    pub b: Interval,
+    /// What the band rests on, as `plan`'s and `eval`'s range lines say it.
+    pub basis: String,
+    /// The slower plan's range reaches down to the faster plan's: the gap is within tpsim's
+    /// error, as `plan`'s "within the model's error of the best" counts it
+    /// (`uncertainty::within_error_of_best`). None unless both plans fit.
+    pub within_error: Option<bool>,
+}
+
+impl Comparison {
+    /// The two plans' ranges on the band of their scenario (one GPU profile, framework and model
+    /// kind: `compare` refuses two scenarios).
+    pub fn with_ranges(
+        mut self,
+        profile: &str,
+        framework: crate::training::TrainingFramework,
+        kind: crate::uncertainty::ModelKind,
+    ) -> Comparison {
+        let (band, measured) = crate::uncertainty::band_for(profile, framework, kind);
+        let (a, b) = (&self.a, &self.b);
+        let (fast, slow) = if b.time.step_s.0 < a.time.step_s.0 {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        let within_error = (a.fits() && b.fits())
+            .then(|| !crate::uncertainty::within_error_of_best(&[*fast, *slow], band).is_empty());
+        self.ranges = Some(Ranges {
+            a: crate::uncertainty::interval(a, band),
+            b: crate::uncertainty::interval(b, band),
+            basis: crate::uncertainty::band_words(
+                band,
+                measured,
+                profile,
+                &[a.plan.precision, b.plan.precision],
+            ),
+            within_error,
+        });
+        self
+    }
+
+    /// The line between the table and the verdict: each plan's range and whether the gap is within tpsim's error,
+    /// in the words of `plan`'s and `eval`'s range lines.
+    pub fn range_line(&self) -> Option<String> {
+        let r = self.ranges.as_ref()?;
+        let plan = |label: &str, i: &Interval| {
+            format!(
+                "{label} takes {}–{} s per step ({:.0}–{:.0} tokens/s)",
+                show_step_s(i.step_s_low),
+                show_step_s(i.step_s_high),
+                i.tokens_per_s_low,
+                i.tokens_per_s_high
+            )
+        };
+        let mut line = format!(
+            "range: {}, {} (5th–95th percentile of tpsim's error on {})",
+            plan(&self.a_label, &r.a),
+            plan(&self.b_label, &r.b),
+            r.basis
+        );
+        let (sa, sb) = (self.a.time.step_s.0, self.b.time.step_s.0);
+        let (fast, slow) = if sb < sa {
+            (&self.b_label, &self.a_label)
+        } else {
+            (&self.a_label, &self.b_label)
+        };
+        match r.within_error {
+            Some(true) if sa == sb => {}
+            Some(true) => line.push_str(&format!(
+                "; the gap is within the model's error: {slow}'s range reaches below {fast}'s high end"
+            )),
+            Some(false) => line.push_str(&format!(
+                "; {fast} is faster beyond the model's error: {slow}'s range starts above {fast}'s high end"
+            )),
+            None => {}
+        }
+        Some(line)
+    }
 }
 
 fn no_offload(layers: &[u32; 2]) -> bool {
@@ -215,6 +305,7 @@ pub fn compare(a: &Estimate, b: &Estimate, a_label: &str, b_label: &str) -> Comp
         b_schedule: None,
         experts: false,
         offload_layers: [0, 0],
+        ranges: None,
     }
 }
 
@@ -653,7 +744,9 @@ pub fn table(c: &Comparison) -> String {
             col.set_cell_alignment(CellAlignment::Right);
         }
     }
-    format!("{table}\n{}\n", c.verdict)
+    // The ranges before the verdict, which stays the last line (scripts and tests read it there).
+    let range = c.range_line().map(|l| l + "\n").unwrap_or_default();
+    format!("{table}\n{range}{}\n", c.verdict)
 }
 
 #[cfg(test)]

@@ -15,6 +15,13 @@ pub fn total_bytes_high(estimate: &Estimate, band: &Band) -> f64 {
     estimate.memory.total_bytes.0 * band.log_ratio_q95.exp()
 }
 
+/// A plan's memory at the low end of tpsim's memory error (the 5th percentile of the same
+/// residuals): with [`total_bytes_high`], the range report's memory.svg draws as a box, as
+/// step_time.svg draws the step's 5th–95th percentile.
+pub fn total_bytes_low(estimate: &Estimate, band: &Band) -> f64 {
+    estimate.memory.total_bytes.0 * band.log_ratio_q05.exp()
+}
+
 /// Whether a plan's GPU memory fits its capacity and `device_memory_bytes` at the high end of
 /// tpsim's memory error too (only the capacity where no run states its peak memory: there is no
 /// margin to keep). Host memory is not looked at.

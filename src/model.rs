@@ -547,10 +547,7 @@ pub enum ModelError {
         qk_pos_emb_head_dim: u32,
         v_head_dim: u32,
     },
-    #[error(
-        "{what} {value} is larger than {max}, beyond any model trained; give at most {max}, e.g. {}",
-        trained_example(what)
-    )]
+    #[error("{}", too_large_words(what, &value.to_string(), *max))]
     TooLarge {
         what: &'static str,
         value: u32,
@@ -732,6 +729,46 @@ pub(crate) const MAX_SEQ_LEN: u32 = 1 << 24;
 const MAX_EXPERTS: u32 = 1 << 14;
 /// DeepSeek-V3 and MiMo train with one MTP depth, and DeepSeek's ablations go to 2 (§4.5.1).
 const MAX_MTP_LAYERS: u32 = 16;
+
+/// The largest value `Model::check` takes for the count a shape flag sets, one bound for each
+/// flag it bounds (None for a flag it bounds otherwise, e.g. top-k by the experts): the check
+/// reads its bounds here, and a model file's count past its number type (`moe.experts:
+/// 4294967296`) is told this bound rather than the type's (`specs::too_large_count`).
+pub(crate) fn shape_bound(flag: &str) -> Option<u32> {
+    Some(match flag {
+        "--layers" | "--window-attn-skip-freq" => MAX_LAYERS,
+        "--hidden" | "--moe-latent-size" => MAX_WIDTH,
+        "--kv-lora-rank"
+        | "--q-lora-rank"
+        | "--qk-head-dim"
+        | "--qk-pos-emb-head-dim"
+        | "--v-head-dim" => MAX_WIDTH,
+        "--heads" => MAX_HEADS,
+        "--ffn-hidden"
+        | "--vocab"
+        | "--moe-ffn-hidden-size"
+        | "--moe-shared-expert-intermediate-size" => 4 * MAX_WIDTH,
+        "--seq-len" | "--attention-window" => MAX_SEQ_LEN,
+        "--mtp-layers" => MAX_MTP_LAYERS,
+        "--head-dim" => MAX_WIDTH / 8,
+        "--num-experts" => MAX_EXPERTS,
+        _ => return None,
+    })
+}
+
+/// [`shape_bound`] of a flag the check bounds.
+fn bound(flag: &str) -> u32 {
+    shape_bound(flag).unwrap_or(u32::MAX)
+}
+
+/// What `Model::check` says of a count past its bound (`ModelError::TooLarge`); `value` as
+/// written, so a value past the count's number type is said the same way.
+pub(crate) fn too_large_words(what: &str, value: &str, max: u32) -> String {
+    format!(
+        "{what} {value} is larger than {max}, beyond any model trained; give at most {max}, e.g. {}",
+        trained_example(what)
+    )
+}
 
 impl ModelFile {
     /// The position encoding the file's two keys give: `position_embedding_type` when set (the
@@ -943,22 +980,22 @@ impl Model {
             });
         }
         let bounded = [
-            ("--layers", self.layers, MAX_LAYERS),
-            ("--hidden", self.hidden, MAX_WIDTH),
-            ("--heads", self.heads, MAX_HEADS),
-            ("--ffn-hidden", self.ffn_hidden, 4 * MAX_WIDTH),
-            ("--vocab", self.vocab, 4 * MAX_WIDTH),
-            ("--seq-len", self.seq_len, MAX_SEQ_LEN),
-            ("--mtp-layers", self.mtp_layers, MAX_MTP_LAYERS),
+            ("--layers", self.layers, bound("--layers")),
+            ("--hidden", self.hidden, bound("--hidden")),
+            ("--heads", self.heads, bound("--heads")),
+            ("--ffn-hidden", self.ffn_hidden, bound("--ffn-hidden")),
+            ("--vocab", self.vocab, bound("--vocab")),
+            ("--seq-len", self.seq_len, bound("--seq-len")),
+            ("--mtp-layers", self.mtp_layers, bound("--mtp-layers")),
             (
                 "--attention-window",
                 self.attention_window.map_or(0, |w| w.tokens),
-                MAX_SEQ_LEN,
+                bound("--attention-window"),
             ),
             (
                 "--window-attn-skip-freq",
                 self.attention_window.map_or(0, |w| w.full_every),
-                MAX_LAYERS,
+                bound("--window-attn-skip-freq"),
             ),
         ];
         for (what, value, max) in bounded {
@@ -986,11 +1023,11 @@ impl Model {
                 fix: "omit it for hidden / heads",
             });
         }
-        if self.head_dim > MAX_WIDTH / 8 {
+        if self.head_dim > bound("--head-dim") {
             return Err(ModelError::TooLarge {
                 what: "--head-dim",
                 value: self.head_dim,
-                max: MAX_WIDTH / 8,
+                max: bound("--head-dim"),
             });
         }
         if !self.heads.is_multiple_of(self.kv_heads) {
@@ -1031,14 +1068,22 @@ impl Model {
                 });
             }
             let bounded = [
-                ("--num-experts", moe.experts, MAX_EXPERTS),
-                ("--moe-ffn-hidden-size", moe.ffn_hidden, 4 * MAX_WIDTH),
+                ("--num-experts", moe.experts, bound("--num-experts")),
+                (
+                    "--moe-ffn-hidden-size",
+                    moe.ffn_hidden,
+                    bound("--moe-ffn-hidden-size"),
+                ),
                 (
                     "--moe-shared-expert-intermediate-size",
                     moe.shared_expert_ffn_hidden,
-                    4 * MAX_WIDTH,
+                    bound("--moe-shared-expert-intermediate-size"),
                 ),
-                ("--moe-latent-size", moe.latent_size.unwrap_or(0), MAX_WIDTH),
+                (
+                    "--moe-latent-size",
+                    moe.latent_size.unwrap_or(0),
+                    bound("--moe-latent-size"),
+                ),
             ];
             for (what, value, max) in bounded {
                 if value > max {
@@ -1085,11 +1130,11 @@ impl Model {
                         fix: "MLA widths are positive (DeepSeek-V3: q 1536, kv 512, qk 128, rope 64, v 128)",
                     });
                 }
-                if value > MAX_WIDTH {
+                if value > bound(what) {
                     return Err(ModelError::TooLarge {
                         what,
                         value,
-                        max: MAX_WIDTH,
+                        max: bound(what),
                     });
                 }
             }

@@ -35,6 +35,14 @@ const FLAG_KEYS: [(&str, &str); 25] = [
     ("--v-head-dim", "mla.v_head_dim"),
 ];
 
+/// The shape flag that sets a model-file key (`moe.experts` → `--num-experts`).
+pub fn flag_of_key(key: &str) -> Option<&'static str> {
+    FLAG_KEYS
+        .iter()
+        .find(|(_, k)| *k == key)
+        .map(|(flag, _)| *flag)
+}
+
 /// `message` with every shape flag said as its key under `prefix` (`""` for a model file,
 /// `"model."` for a plan file's inline model): `--seq-len = 0` and `--seq-len 0` become
 /// `seq_len: 0`, a flag alone (`drop --kv-heads`) its key.

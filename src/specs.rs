@@ -291,6 +291,20 @@ fn too_large_count(text: &str, line: usize, column: usize, message: String) -> S
     }) else {
         return message;
     };
+    // A model's count (a model file's `moe.experts`, a plan file's `model.moe.experts`): told
+    // the bound `Model::check` holds it to, far below its number type's, with a value that
+    // passes (`moe.experts: 4294967296` was told 4294967295, which the check refuses too).
+    let (prefix, model_key) = path
+        .rsplit_once("model.")
+        .map_or(("", path), |(head, key)| (&path[..head.len() + 6], key));
+    if let Some(flag) = crate::model_file_words::flag_of_key(model_key)
+        && let Some(max) = crate::model::shape_bound(flag)
+    {
+        return crate::model_file_words::in_model_file_words(
+            &crate::model::too_large_words(flag, &written, max),
+            prefix,
+        );
+    }
     // `plan.tp` or `runs[0].hardware.num_gpus`: the key as the file writes it.
     let key = key_of_path(path);
     let fix = match key {

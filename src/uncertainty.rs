@@ -339,17 +339,7 @@ pub fn within_error_line(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let mut basis = if measured {
-        format!("{} runs, {}", band.runs, band.basis)
-    } else {
-        format!(
-            "{} runs, {}{}",
-            band.runs,
-            band.basis,
-            too_few_note(profile)
-        )
-    };
-    basis.push_str(&unvalidated_precision_note(best.plan.precision));
+    let basis = band_words(band, measured, profile, &[best.plan.precision]);
     let first = if plans.len() == 1 { "this plan" } else { "#1" };
     let mut line = format!(
         "range: {first} takes {}–{} s per step (5th–95th percentile of tpsim's error on {basis})",
@@ -365,6 +355,30 @@ pub fn within_error_line(
         line.push_str(&ranks);
     }
     Some(line)
+}
+
+/// What a range line says its band rests on ("136 runs, dense models, megatron-core on h100"),
+/// with a note where the GPU has too few runs of its own and one for each precision among
+/// `precisions` that no run behind the band uses: `plan`'s, `eval`'s and `compare`'s range lines.
+pub fn band_words(band: &Band, measured: bool, profile: &str, precisions: &[Precision]) -> String {
+    let mut basis = if measured {
+        format!("{} runs, {}", band.runs, band.basis)
+    } else {
+        format!(
+            "{} runs, {}{}",
+            band.runs,
+            band.basis,
+            too_few_note(profile)
+        )
+    };
+    let mut said = Vec::new();
+    for &precision in precisions {
+        if !said.contains(&precision) {
+            basis.push_str(&unvalidated_precision_note(precision));
+            said.push(precision);
+        }
+    }
+    basis
 }
 
 /// "; so 73.7 days to 89.0 days to train (cost $1,131,424 to $1,366,990)": the time (and cost) to

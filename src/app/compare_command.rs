@@ -333,7 +333,8 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     // The model has experts: the plan labels then show ep and etp even at 1 (`sweep::LabelDims`);
     // the GPU's bf16 peak, which MFU is over (`report::mfu_note`).
     let mut cp_note = None;
-    let (a, b, a_from, b_from, experts, peak_flops, offload_layers) = match args.plan.len() {
+    let (a, b, a_from, b_from, experts, peak_flops, offload_layers, band_of) = match args.plan.len()
+    {
         0 => {
             let scenario = resolve_scenario(&args.model, &args.cluster, &args.training, None)?;
             // What `plan` refuses or notes before the same search.
@@ -413,6 +414,10 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                 scenario.model.moe.is_some(),
                 scenario.cluster.gpu.peak_flops().0,
                 [scenario.training.cpu_offload_layers; 2],
+                (
+                    scenario.cluster.gpu.name.clone(),
+                    scenario.training.framework,
+                ),
             )
         }
         2 => {
@@ -609,6 +614,11 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                     loaded[0].1.training.cpu_offload_layers,
                     loaded[1].1.training.cpu_offload_layers,
                 ],
+                // One GPU profile and framework: `scenario_differences` refused two.
+                (
+                    loaded[0].1.cluster.gpu.name.clone(),
+                    loaded[0].1.training.framework,
+                ),
             )
         }
         // The plans given, named: a second one asked for beside the one given, two kept of more.
@@ -663,6 +673,12 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
     comparison.b_schedule = b_schedule;
     comparison.experts = experts;
     comparison.offload_layers = offload_layers;
+    // Each plan's range on the band `eval --plan` prices it with, and whether the gap is inside it.
+    let comparison = comparison.with_ranges(
+        &band_of.0,
+        band_of.1,
+        crate::uncertainty::ModelKind::of(experts),
+    );
     match args.format {
         CompareFormat::Json => println!("{}", serde_json::to_string_pretty(&comparison)?),
         CompareFormat::Table => {

@@ -67,10 +67,12 @@ pub(super) fn eval(args: EvalArgs, quiet: bool) -> Result<Outcome> {
 }
 
 fn eval_given(mut args: EvalArgs, quiet: bool) -> Result<Outcome> {
-    if super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some()) {
+    if let Some(target) =
+        super::scenario::framework_for_emit(args.emit, &mut args.training, args.plan.is_some())
+    {
         let model = args.model.clone();
         return eval_chosen(args, quiet)
-            .map_err(|err| super::scenario::in_emit_framework_words(err, &model));
+            .map_err(|err| super::scenario::in_emit_framework_words(err, &model, target));
     }
     eval_chosen(args, quiet)
 }

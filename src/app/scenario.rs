@@ -1151,23 +1151,26 @@ pub(super) fn note_routing_without_effect(training: &Training) {
     }
 }
 
-/// `--emit deepspeed` without `--framework` plans as DeepSpeed runs it (its configuration runs
-/// nowhere else, and tpsim's time and memory differ between frameworks); said on stderr. A saved
-/// plan (`plan_file`) keeps its own framework and FP8 recipe: the emit then refuses a framework
-/// the configuration does not run on, rather than evaluating the file as another one.
-/// Says whether it chose DeepSpeed (for [`in_emit_framework_words`]).
+/// `--emit deepspeed` or `--emit torchtitan` without `--framework` plans as that framework runs
+/// it (its configuration runs nowhere else, and tpsim's time and memory differ between
+/// frameworks); said on stderr, so the framework taken from `--emit` is never a silent change.
+/// `--emit torchtitan` refused where `--emit deepspeed` chose: the two disagreed on one rule. A
+/// saved plan (`plan_file`) keeps its own framework and FP8 recipe: the emit then refuses a
+/// framework the configuration does not run on, rather than evaluating the file as another one.
+/// Returns the emit whose framework it chose (for [`in_emit_framework_words`]).
 pub(super) fn framework_for_emit(
     emit: Option<crate::cli::EmitTarget>,
     training: &mut TrainingArgs,
     plan_file: bool,
-) -> bool {
+) -> Option<crate::cli::EmitTarget> {
+    use crate::cli::EmitTarget;
     if plan_file {
-        return false;
+        return None;
     }
     // NeMo 1.x's FP8 is delayed scaling only (`emit::Framework::unsupported`): plan FP8 as it runs.
     // Not with layers kept in bf16, which Megatron-Core refuses under delayed scaling: the
     // emitter says NeMo cannot write them (`emit::Framework::unsupported`).
-    if emit == Some(crate::cli::EmitTarget::Nemo)
+    if emit == Some(EmitTarget::Nemo)
         && training.precision == Some(PrecisionArg::Fp8)
         && training.fp8_scaling.is_none()
         && !training.first_last_layers_bf16
@@ -1179,44 +1182,62 @@ pub(super) fn framework_for_emit(
                 .to_string(),
         );
     }
-    // Activation offloading is Megatron-Core's, which DeepSpeed does not run: planned as DeepSpeed
-    // runs it, `--cpu-offload-layers` was refused as `--framework deepspeed`, a flag never typed;
-    // kept on Megatron-Core, the emitter refuses it in `--emit deepspeed`'s words.
+    // Activation offloading is Megatron-Core's, which neither DeepSpeed nor torchtitan runs:
+    // planned as either runs it, `--cpu-offload-layers` was refused as `--framework deepspeed`, a
+    // flag never typed; kept on Megatron-Core, the emitter refuses it in the emit's words.
     let offloads = training.cpu_offload_layers.is_some_and(|n| n > 0);
-    if emit == Some(crate::cli::EmitTarget::Deepspeed) && training.framework.is_none() && !offloads
-    {
-        training.framework = Some(FrameworkArg::Deepspeed);
-        held_notes::hold(
-            "note: --emit deepspeed plans as --framework deepspeed runs it (context parallelism as Ulysses with no TP or PP beside it, no interleaving, ZeRO-1 at most with pipelines); give --framework to choose another"
-                .to_string(),
-        );
-        return true;
+    if training.framework.is_some() || offloads {
+        return None;
     }
-    false
+    let (framework, how) = match emit? {
+        EmitTarget::Deepspeed => (
+            FrameworkArg::Deepspeed,
+            "context parallelism as Ulysses with no TP or PP beside it, no interleaving, ZeRO-1 at most with pipelines",
+        ),
+        EmitTarget::Torchtitan => (
+            FrameworkArg::Torchtitan,
+            "data parallelism as FSDP2, ZeRO 0 or 3; eager kernels unless --torch-compile; context parallelism as PyTorch's context_parallel",
+        ),
+        _ => return None,
+    };
+    let target = emit?;
+    training.framework = Some(framework);
+    held_notes::hold(format!(
+        "note: --emit {name} plans as --framework {name} runs it ({how}); give --framework to choose another",
+        name = super::emit_commands::target_name(target)
+    ));
+    Some(target)
 }
 
-/// An error of a run whose framework `--emit deepspeed` chose ([`framework_for_emit`]; its note
-/// is dropped with the error): the message named `--framework deepspeed`, a flag never typed, and
-/// offered `--framework megatron-core`, which the emit then refuses (its configuration runs on
-/// DeepSpeed only). Said as the emit's choice, with the emit that runs on Megatron-Core as the fix.
-/// A model no DeepSpeed configuration describes (a hybrid stack, experts, latent attention) is
-/// said as the emit's refusal, which the framework's would otherwise hide behind a fix that the
-/// emit refuses in turn.
-pub(super) fn in_emit_framework_words(err: anyhow::Error, model: &ModelArgs) -> anyhow::Error {
+/// An error of a run whose framework `--emit deepspeed` or `--emit torchtitan` chose
+/// ([`framework_for_emit`]; its note is dropped with the error): the message named `--framework
+/// deepspeed`, a flag never typed, and offered `--framework megatron-core`, which the emit then
+/// refuses (its configuration runs on that framework only). Said as the emit's choice, with the
+/// emit that runs on Megatron-Core as the fix. A model that framework's configuration does not
+/// describe (a hybrid stack, experts, latent attention; a model other than Llama 3 in torchtitan's
+/// recipe) is said as the emit's refusal, which the framework's would otherwise hide behind a fix
+/// that the emit refuses in turn.
+pub(super) fn in_emit_framework_words(
+    err: anyhow::Error,
+    model: &ModelArgs,
+    target: crate::cli::EmitTarget,
+) -> anyhow::Error {
+    let name = super::emit_commands::target_name(target);
     let message = format!("{err:#}");
-    if !message.contains("--framework deepspeed") {
+    let flag = format!("--framework {name}");
+    if !message.contains(&flag) {
         return err;
     }
     if let Ok((model, _)) = resolve_model(model, None, None)
-        && let Some(why) = crate::emit::Framework::DeepSpeed.model_unsupported(&model)
+        && let Some(why) = super::emit_commands::framework_of(target).model_unsupported(&model)
     {
-        return anyhow::anyhow!("--emit deepspeed: {why}");
+        return anyhow::anyhow!("--emit {name}: {why}");
     }
     anyhow::anyhow!(
         message
             .replacen(
-                "--framework deepspeed",
-                "--emit deepspeed (which plans as --framework deepspeed)",
+                &flag,
+                &format!("--emit {name} (which plans as --framework {name})"),
                 1
             )
             .replace("--framework megatron-core", "--emit megatron")
@@ -2142,7 +2163,17 @@ pub(super) fn summaries(s: &Scenario) -> (ModelSummary, ClusterSummary) {
                 None => s.model_origin.clone(),
             },
         ),
-        ClusterSummary::new(&s.cluster),
+        ClusterSummary {
+            // A `--gpu` file under a bundled GPU's name whose numbers are not that GPU's is named
+            // in the cluster line as the file's profile.
+            gpu_file: (s.gpu_reference != s.cluster.gpu.name)
+                .then(|| specs::load_bundled_gpu(&s.cluster.gpu.name).ok())
+                .flatten()
+                .map(|bundled| s.cluster.gpu.differences_from(&bundled))
+                .filter(|differ| !differ.is_empty())
+                .map(|differ| (s.gpu_reference.clone(), differ)),
+            ..ClusterSummary::new(&s.cluster)
+        },
     )
 }
 

@@ -338,9 +338,24 @@ pub fn render_files(inputs: &ReportInputs) -> Result<ReportFiles, String> {
     let mut figures: Vec<(&str, String, String)> = vec![
         (
             "memory.svg",
-            "Memory per GPU of the shown plans, by what holds it, against the GPU's capacity."
-                .into(),
-            memory_svg(plans, &inputs.labels)?,
+            "Memory per GPU of the shown plans, by what holds it, against the GPU's capacity; the black outlined box (▯) spans the range tpsim's measured peak-memory error gives it (5th–95th percentile; its top is the plan's memory.total_bytes_high, the figure the memory range line gives).".into(),
+            memory_svg(
+                plans,
+                &inputs.labels,
+                crate::uncertainty::memory_band_for(inputs.report.training.framework).map(
+                    |(band, _)| {
+                        plans
+                            .iter()
+                            .map(|e| {
+                                (
+                                    crate::memory_margin::total_bytes_low(e, band),
+                                    crate::memory_margin::total_bytes_high(e, band),
+                                )
+                            })
+                            .collect()
+                    },
+                ),
+            )?,
         ),
         (
             "step_time.svg",

@@ -147,6 +147,11 @@ pub struct ClusterSummary {
     /// Share of their burst rate the GPU's tensor-core kernels run at in training, beyond what the
     /// fitted framework efficiency holds (`GpuProfile::sustained_clock_factor`; 1 on Hopper).
     pub sustained_clock_factor: f64,
+    /// The `--gpu` file whose profile runs under a bundled GPU's name with numbers of its own (a
+    /// file naming itself `h100-sxm-80g` with GB200 numbers), with the keys that differ: the
+    /// cluster line names the file, so the profile is not read as the bundled one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_file: Option<(String, Vec<String>)>,
 }
 
 impl ClusterSummary {
@@ -166,6 +171,7 @@ impl ClusterSummary {
             nvlink_domain_gpus: cluster.nvlink_domain(),
             rack_nvlink_gpus: cluster.gpu.nvlink_domain(),
             sustained_clock_factor: cluster.gpu.sustained_clock_factor(),
+            gpu_file: None,
         }
     }
 }

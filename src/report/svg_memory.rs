@@ -1,10 +1,17 @@
 //! Figure 1: memory per GPU of the top plans, stacked by what holds it (`cost::memory`'s breakdown of
-//! the most loaded GPU), against the GPU's capacity.
+//! the most loaded GPU), against the GPU's capacity, with each plan's memory range (the 5th–95th
+//! percentile of tpsim's peak-memory error, `memory_margin`) as a box, as figure 2 draws the step's.
 
 use super::svg::{GIB, MEMORY_PARTS, StackedBars, plan_details, stacked_bars};
 use crate::cost::Estimate;
 
-pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String, String> {
+/// `ranges`: per plan, its memory's (low, high) in bytes (`memory_margin::total_bytes_low` and
+/// `total_bytes_high`); None where no published run states its peak memory.
+pub(crate) fn memory_svg(
+    plans: &[Estimate],
+    labels: &[String],
+    ranges: Option<Vec<(f64, f64)>>,
+) -> Result<String, String> {
     let bars = plans
         .iter()
         .zip(labels)
@@ -33,7 +40,11 @@ pub(crate) fn memory_svg(plans: &[Estimate], labels: &[String]) -> Result<String
         parts: &parts,
         bars,
         details: plans.iter().map(plan_details).collect(),
-        ranges: None,
+        ranges: ranges.map(|r| {
+            r.into_iter()
+                .map(|(low, high)| (low / GIB, high / GIB))
+                .collect()
+        }),
         line: Some((capacity, format!("GPU capacity {capacity:.1} GiB"))),
         part_colours: MEMORY_PARTS.iter().map(|(_, colour)| *colour).collect(),
     })

@@ -288,7 +288,19 @@ pub fn scenario_line(report: &Report) -> String {
         c.nodes,
         if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
-        c.gpu,
+        match &c.gpu_file {
+            Some((file, differ)) => format!(
+                "{} (the profile in {file}, not the bundled {}: {}{})",
+                c.gpu,
+                c.gpu,
+                differ.iter().take(2).cloned().collect::<Vec<_>>().join(", "),
+                match differ.len() {
+                    0..=2 => String::new(),
+                    n => format!(" and {} more", n - 2),
+                }
+            ),
+            None => c.gpu.clone(),
+        },
         counted(c.total_gpus, "GPU"),
         gib(c.gpu_memory_bytes as f64),
         match c.max_memory_bytes {
@@ -1112,6 +1124,13 @@ pub fn recompute_label(p: &crate::plan::ParallelPlan) -> String {
 /// The plan as `eval`'s "plan:" line describes it (degrees, micro-batches, sequence parallelism,
 /// recompute, ZeRO, GEMM precision); `--emit`'s header names the plan it writes with the same words.
 pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
+    plan_words_of(p, false)
+}
+
+/// [`plan_words`] of a plan of a model with experts (`moe`) or without: a mixture-of-experts
+/// plan names its expert degrees at 1 too, so `eval`'s plan line says expert parallelism was
+/// left off rather than saying nothing of it.
+pub fn plan_words_of(p: &crate::plan::ParallelPlan, moe: bool) -> String {
     format!(
         "tp {} x cp {} x pp {} x dp {} (vpp {}){}, micro-batch {} x {}{} = {}, sequence parallel {}, recompute {}, ZeRO-{}{}, {} GEMMs",
         p.tp,
@@ -1119,7 +1138,7 @@ pub fn plan_words(p: &crate::plan::ParallelPlan) -> String {
         p.pp,
         p.dp,
         p.vpp,
-        if p.ep > 1 || p.etp > 1 {
+        if moe || p.ep > 1 || p.etp > 1 {
             format!(
                 ", experts: ep {} x etp {} x expert-dp {}",
                 p.ep,
@@ -1199,7 +1218,7 @@ pub fn breakdown(
     let step = t.step_s.0;
     let pct = |x: f64| 100.0 * x / step;
     let mut out = String::new();
-    let _ = writeln!(out, "plan: {}", plan_words(p));
+    let _ = writeln!(out, "plan: {}", plan_words_of(p, model.moe.is_some()));
     if p.pp == 1 {
         let _ = writeln!(
             out,
@@ -1819,6 +1838,7 @@ pub fn explain_best(
     ends: crate::cost::Ends,
     expert_dp: u32,
     training: &crate::training::Training,
+    ep_alternative: Option<&str>,
 ) -> String {
     let p = &e.plan;
     let t = &e.time;
@@ -1979,6 +1999,22 @@ pub fn explain_best(
             },
             e.comm.ep.wire_bytes.gb(),
             exposed_share_words(share(t.ep_comm_exposed_s.0))
+        );
+    }
+    // An MoE model at EP 1 is said as TP 1 is, with what the fastest plan that splits the experts
+    // would have cost (`ep_alternative`, from the search): without it, a plan of an MoE model
+    // never named expert parallelism, and a reader could not tell it was considered.
+    if p.ep == 1
+        && p.etp == 1
+        && let Some(moe) = &model.moe
+    {
+        let _ = writeln!(
+            out,
+            "  EP 1: no expert parallelism; each GPU holds all {} routed experts of every MoE layer and no all-to-all moves its tokens{}",
+            moe.experts,
+            ep_alternative
+                .map(|words| format!(" — {words}"))
+                .unwrap_or_default()
         );
     }
     if p.pp > 1 {
