@@ -391,7 +391,7 @@ fn a_megatron_core_plan_is_refused() {
             &run(&args),
             &[
                 "--emit torchtitan",
-                "evaluated as --framework megatron-core",
+                "evaluated as megatron-core runs it (--framework megatron-core)",
                 "use --framework torchtitan",
             ],
             &[],

@@ -284,7 +284,7 @@ fn a_saved_plan_keeps_its_framework_under_emit_deepspeed() {
             &r,
             &[
                 "--emit deepspeed",
-                &format!("evaluated as --framework {framework}"),
+                &format!("evaluated as {framework} runs it (framework: {framework} in p.yaml)"),
                 "use --framework deepspeed",
             ],
             &["--optimizer-states", "plans as --framework deepspeed"],

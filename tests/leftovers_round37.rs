@@ -327,7 +327,7 @@ fn emit_torchtitan_takes_its_framework_as_emit_deepspeed_does_and_says_so() {
             "torchtitan",
         ]),
         &[
-            "evaluated as --framework megatron-core",
+            "evaluated as megatron-core runs it (--framework megatron-core)",
             "use --framework torchtitan",
         ],
         &[],

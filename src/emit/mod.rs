@@ -86,7 +86,7 @@ impl Framework {
         let runs_as = self.runs_as();
         (evaluated != runs_as).then(|| {
             format!(
-                "the {} configuration runs on {} (--framework {}), but the plan is evaluated as --framework {} runs it, and tpsim's time and memory differ between the two; use --framework {}",
+                "the {} configuration runs on {} (--framework {}), but the plan is evaluated as {} runs it (--framework {}), and tpsim's time and memory differ between the two; use --framework {}",
                 self.name(),
                 match runs_as {
                     TrainingFramework::Deepspeed => "DeepSpeed",
@@ -94,6 +94,7 @@ impl Framework {
                     _ => "Megatron-Core",
                 },
                 runs_as.as_str(),
+                evaluated.as_str(),
                 evaluated.as_str(),
                 runs_as.as_str()
             )
