@@ -302,4 +302,14 @@ fn the_timeline_splits_the_dp_strip_into_its_terms() {
         );
         assert!(step.contains(colour) || step.contains(&lower));
     }
+    // A tied model's word-embedding gradient all-reduce after the schedule (the PP term's
+    // `after_pipeline_s`) gets its own band in the PP term's colour, so the axis reaches the step
+    // the title states: the seed 512B model is tied (`new_user_round7` keeps the committed report
+    // what `tpsim report` writes).
+    let seed = std::fs::read_to_string(format!(
+        "{}/reports/seed-512b-32nodes/timeline.svg",
+        common::ROOT
+    ))
+    .unwrap();
+    assert!(seed.contains("exposed PP comm: word embedding gradient all-reduce"));
 }

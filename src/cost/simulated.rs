@@ -81,10 +81,14 @@ pub struct Simulated {
     /// output layer has a smaller TP share than one of layers alone.
     pub chunks: Vec<(StageCost, ChunkComm)>,
     pub summary: ScheduleSummary,
-    /// Exposed DP gradient reduction, optimizer step and DP parameter gather after the pipeline
-    /// drains: the step's `DpGradReduce`, `Optimizer` and `DpParamGather` terms, each its own
-    /// (the timeline draws them in their terms' colours, `svg::term_colour`).
+    /// Exposed DP gradient reduction, the pipeline-block terms' time spent after the last backward
+    /// (`StepTerms::after_pipeline_s`: the word embedding's gradient all-reduce between the first
+    /// and the last stage, part of the PP term), optimizer step and DP parameter gather after the
+    /// pipeline drains: the step's `DpGradReduce`, that part of `PpComm`, `Optimizer` and
+    /// `DpParamGather`, each its own (the timeline draws them in their terms' colours,
+    /// `svg::term_colour`).
     pub tail_dp_grad_reduce_s: f64,
+    pub tail_after_pipeline_s: f64,
     pub tail_optimizer_s: f64,
     pub tail_dp_param_gather_s: f64,
 }
@@ -566,6 +570,7 @@ pub fn simulate_plan(
         stages,
         chunks,
         tail_dp_grad_reduce_s: t.dp_grad_reduce_exposed_s.0,
+        tail_after_pipeline_s: estimate.terms.after_pipeline_s(),
         tail_optimizer_s: t.optimizer_s.0,
         tail_dp_param_gather_s: t.dp_param_gather_exposed_s.0,
     })
@@ -609,6 +614,7 @@ fn closed_form_only(
         stages,
         chunks,
         tail_dp_grad_reduce_s: t.dp_grad_reduce_exposed_s.0,
+        tail_after_pipeline_s: closed.terms.after_pipeline_s(),
         tail_optimizer_s: t.optimizer_s.0,
         tail_dp_param_gather_s: t.dp_param_gather_exposed_s.0,
     }
@@ -829,6 +835,7 @@ mod tests {
         assert!(s.estimate.time.ep_comm_exposed_s.0 > 0.0);
         let want = s.schedule.step_s
             + s.tail_dp_grad_reduce_s
+            + s.tail_after_pipeline_s
             + s.tail_optimizer_s
             + s.tail_dp_param_gather_s;
         let got = s.estimate.time.step_s.0;

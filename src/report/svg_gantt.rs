@@ -74,6 +74,7 @@ const CP_COLOUR: RGBColor = super::svg::term_colour(TermKind::CpComm);
 const EP_COLOUR: RGBColor = super::svg::term_colour(TermKind::EpComm);
 const DP_REDUCE_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpGradReduce);
 const DP_GATHER_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpParamGather);
+const PP_COLOUR: RGBColor = super::svg::term_colour(TermKind::PpComm);
 const OPT_COLOUR: RGBColor = super::svg::term_colour(TermKind::Optimizer);
 
 struct Panel<'a> {
@@ -158,6 +159,7 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
     let pipeline_end = s.step_s;
     let step_end = pipeline_end
         + sim.tail_dp_grad_reduce_s
+        + sim.tail_after_pipeline_s
         + sim.tail_optimizer_s
         + sim.tail_dp_param_gather_s;
     let whole = || {
@@ -351,14 +353,16 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             ),
         ));
     }
-    // The step-time bars' names for the same terms (`TermKind::label`); the parameter gather only
-    // where it has exposed time (none at ZeRO-0), the reduce and the step always, as before.
+    // The step-time bars' names for the same terms (`TermKind::label`); the embedding all-reduce
+    // and the parameter gather only where they have exposed time (neither for an untied model at
+    // ZeRO-0), the reduce and the step always, as before.
     for (seconds, colour, kind) in [
         (
             sim.tail_dp_grad_reduce_s,
             DP_REDUCE_COLOUR,
             TermKind::DpGradReduce,
         ),
+        (sim.tail_after_pipeline_s, PP_COLOUR, TermKind::PpComm),
         (sim.tail_optimizer_s, OPT_COLOUR, TermKind::Optimizer),
         (
             sim.tail_dp_param_gather_s,
@@ -366,7 +370,7 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             TermKind::DpParamGather,
         ),
     ] {
-        if seconds > 0.0 || kind != TermKind::DpParamGather {
+        if seconds > 0.0 || matches!(kind, TermKind::DpGradReduce | TermKind::Optimizer) {
             legend.push((vec![colour], tail_words(kind)));
         }
     }
@@ -538,16 +542,20 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
                 )?;
             }
             if panel.tail {
-                // The gradients are reduced, the optimizer steps, then (ZeRO-1/2, DeepSpeed's
-                // BF16_Optimizer) the updated weights are gathered; ZeRO-3's exposed gathers, which
-                // wait in the forwards, are summed there too.
+                // The gradients are reduced, the word embedding's gradient all-reduced between the
+                // ends (Megatron-Core `finalize_model_grads`: after `finish_grad_sync`), the
+                // optimizer steps, then (ZeRO-1/2, DeepSpeed's BF16_Optimizer) the updated weights
+                // are gathered; ZeRO-3's exposed gathers, which wait in the forwards, are summed
+                // there too.
                 let reduce_end = pipeline_end + sim.tail_dp_grad_reduce_s;
-                let optimizer_end = reduce_end + sim.tail_optimizer_s;
+                let embedding_end = reduce_end + sim.tail_after_pipeline_s;
+                let optimizer_end = embedding_end + sim.tail_optimizer_s;
                 // A band keeps a pixel's gap at its right end, so one under two pixels (no exposed
                 // DP at dp 1: zero seconds) would be a rectangle of negative width, which is no SVG.
                 let tail = [
                     (pipeline_end, reduce_end, DP_REDUCE_COLOUR),
-                    (reduce_end, optimizer_end, OPT_COLOUR),
+                    (reduce_end, embedding_end, PP_COLOUR),
+                    (embedding_end, optimizer_end, OPT_COLOUR),
                     (optimizer_end, step_end, DP_GATHER_COLOUR),
                 ];
                 for stage in 0..p {
@@ -567,6 +575,7 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
 fn tail_words(kind: TermKind) -> String {
     match kind {
         TermKind::Optimizer => "optimizer step".to_string(),
+        TermKind::PpComm => "exposed PP comm: word embedding gradient all-reduce".to_string(),
         _ => format!("exposed {}", kind.label()),
     }
 }
