@@ -204,7 +204,7 @@ fn report_figures_give_a_term_one_colour_and_legible_legend_names() {
     );
     assert_eq!(
         colour_of(&step, "DP grad reduce", "step_time.svg"),
-        colour_of(&timeline, "exposed DP communication", "timeline.svg"),
+        colour_of(&timeline, "exposed DP grad reduce", "timeline.svg"),
         "DP: step {step:?} timeline {timeline:?}"
     );
     // Within one figure, two terms never share a colour.

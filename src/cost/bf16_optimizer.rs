@@ -59,6 +59,16 @@ pub fn accumulates_in(training: &Training, plan: &ParallelPlan) -> Option<GradDt
     runs.then_some(training.grad_dtype)
 }
 
+/// Whether the plan says ZeRO-0 but `BF16_Optimizer` runs its "own ZeRO stage 1 equivalent"
+/// (BLOOM's tr11-176B-ml.slurm): it flattens each group and steps only this DP rank's partition
+/// (`fp32_groups_flat_partition`, the fp32 master weights and Adam's moments, `dp_process_group`
+/// over `get_data_parallel_world_size`), then `update_lp_params` → `all_gather_dp_groups` gathers
+/// the bf16 parameters (bf16_optimizer.py at edaa7221). So memory and traffic are ZeRO-1's, with
+/// the gradient all-reduced (`_bf16_reduce_grads`) where ZeRO-1 reduce-scatters.
+pub fn shards_states_at_zero0(training: &Training, plan: &ParallelPlan) -> bool {
+    plan.zero == 0 && accumulates_in(training, plan).is_some()
+}
+
 /// Gradient bytes a parameter holds under the optimizer: the bf16 `.grad` and the buffer.
 pub fn gradient_bytes_per_param(buffer: GradDtype) -> f64 {
     LOW_PRECISION_GRAD_BYTES + buffer.bytes()

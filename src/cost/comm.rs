@@ -472,6 +472,31 @@ pub fn sharded_collectives(training: &Training, plan: &ParallelPlan) -> ShardedC
     }
 }
 
+/// Bytes a parameter's gradient counts for in the DP reduction's collective (`dp_traffic` and the
+/// ledger's DP rows: an all-reduce at ZeRO-0, a reduce-scatter above): `Training::grad_dtype`'s,
+/// except under DeepSpeed-Ulysses with DeepSpeed's `BF16_Optimizer` at ZeRO-1. That optimizer
+/// all-reduces its buffer (`buffered_allreduce_fallback` → `allreduce_bucket`, which casts each
+/// bucket to `communication_data_type`, engine.py at edaa7221; `bf16_optimizer`), and with a
+/// sequence-parallel size above 1 the engine sets `communication_data_type` to
+/// `seq_parallel_communication_data_type` (`_configure_distributed_model`), "fp32" by default
+/// (runtime/constants.py `SEQ_PARALLEL_COMMUNICATION_DATA_TYPE_DEFAULT`) and the gradient dtype,
+/// fp32 there, as `--emit deepspeed` writes it: an fp32 all-reduce, 2 · 4 · (d − 1)/d bytes a
+/// parameter, the wire of an 8-byte reduce-scatter — twice the 4-byte one whose wire equals the
+/// bf16 all-reduce it runs without Ulysses.
+pub fn dp_reduce_bytes_per_param(training: &Training, plan: &ParallelPlan) -> f64 {
+    let grad = training.grad_dtype.bytes();
+    let ulysses_fp32_all_reduce = training.framework
+        == crate::training::TrainingFramework::Deepspeed
+        && plan.cp > 1
+        && plan.zero == 1
+        && super::bf16_optimizer::accumulates_in(training, plan).is_some();
+    if ulysses_fp32_all_reduce {
+        2.0 * grad
+    } else {
+        grad
+    }
+}
+
 /// DP traffic (Rajbhandari et al. 2020 §7) over the `ranks` of the DP×CP group: plain DP
 /// all-reduces gradients (2Ψ·(d−1)/d); ZeRO-1/2 reduce-scatter gradients and all-gather updated bf16
 /// parameters (same volume); ZeRO-3 also all-gathers parameters before each forward and backward (3
@@ -514,7 +539,7 @@ pub fn dp_traffic(
             total_s: 0.0,
         };
     }
-    let grad_bytes = training.grad_dtype.bytes();
+    let grad_bytes = dp_reduce_bytes_per_param(training, plan);
     let grads = params_per_gpu * grad_bytes;
     let weights = params_per_gpu * gather_bytes_per_param;
     let m = f64::from(plan.num_microbatches);
@@ -530,8 +555,21 @@ pub fn dp_traffic(
     let ar = Collective::AllReduce;
     let replica_wire = |tensor: f64| ar.wire_factor(replicas) * tensor / f64::from(d.max(1));
     let replica_s = |tensor: f64| ar.time(tensor / f64::from(d.max(1)), replicas, replica_link);
+    // DeepSpeed's `BF16_Optimizer` at ZeRO-0 all-reduces the gradients and, having stepped its
+    // shard, gathers the bf16 parameters once a step (`bf16_optimizer::shards_states_at_zero0`).
+    let own_zero1 = super::bf16_optimizer::shards_states_at_zero0(training, plan) && d > 1;
     let (grad_wire, grad_s, windows, gather_wire) = if plan.zero == 0 {
-        (ar.wire_factor(d) * grads, ar.time(grads, d, link), 1.0, 0.0)
+        let gather_wire = if own_zero1 {
+            ag.wire_factor(d) * weights
+        } else {
+            0.0
+        };
+        (
+            ar.wire_factor(d) * grads,
+            ar.time(grads, d, link),
+            1.0,
+            gather_wire,
+        )
     } else {
         let gather_wire = if d > 1 {
             rs.wire_factor(d) * weights * (counts.forward_gathers + counts.backward_gathers)
@@ -561,7 +599,9 @@ pub fn dp_traffic(
     } else {
         0.0
     };
-    let step_gather_s = if plan.zero == 0 || gathers_every_micro_batch {
+    let step_gather_s = if own_zero1 {
+        ag.time(weights, d, link)
+    } else if plan.zero == 0 || gathers_every_micro_batch {
         0.0
     } else {
         counts.forward_gathers * ag.time(weights, d, link)

@@ -207,6 +207,26 @@ pub fn evaluate(
     let bubble_s = match (plan.pp > 1, training.pp_schedule.v_kind(), v_chunks) {
         (false, _, _) => 0.0,
         (true, Some(kind), Some([chunk, output])) => {
+            // The fill and drain's hops each on their own boundary, as below: the mean chunk's
+            // sends (the mean stage's 2v − 2/p over its v chunks, which its forward and input
+            // gradient carry in proportion) at the mean hop (`fill_hop_send_exposed_s`, a V's
+            // share of boundaries on NVLink), the steady state at the slowest (the stage time).
+            let fill_send = fill_hop_send_exposed_s(
+                model,
+                cluster,
+                training,
+                plan,
+                pp_send_exposed_s,
+                groups.get(GroupKind::Pp),
+            );
+            let faster = (2.0 * v - 2.0 / p) / v * (pp_send_exposed_s - fill_send);
+            let carried = chunk[0] + chunk[1];
+            let chunk = if carried > 0.0 {
+                let keep = ((carried - faster) / carried).max(0.0);
+                [chunk[0] * keep, chunk[1] * keep, chunk[2]]
+            } else {
+                chunk
+            };
             f64::from(plan.schedule_runs)
                 * v_schedule::v_bubble_s(
                     kind,
@@ -337,12 +357,13 @@ pub fn evaluate(
         ..Term::new(TermKind::DpParamGather)
     });
 
-    let params_updated = if plan.zero >= 1 {
-        (params - expert_params) / f64::from(dp_group.size)
-            + expert_params / f64::from(expert_group.size)
-    } else {
-        params
-    };
+    let params_updated =
+        if plan.zero >= 1 || super::bf16_optimizer::shards_states_at_zero0(training, plan) {
+            (params - expert_params) / f64::from(dp_group.size)
+                + expert_params / f64::from(expert_group.size)
+        } else {
+            params
+        };
     let optimizer_s = optimizer_time(
         cluster,
         params_updated,
@@ -611,7 +632,12 @@ fn fill_hop_send_exposed_s(
     send_exposed_s: f64,
     pp: &super::groups::Group,
 ) -> f64 {
-    let share = group_links::pp_hop_nvlink_share(cluster, plan);
+    // A V's hops each wait on their own boundary, as 1F1B's (`groups::pp_chain_nvlink_share`).
+    let share = if training.pp_schedule.v_kind().is_some() {
+        group_links::pp_chain_nvlink_share(cluster, plan)
+    } else {
+        group_links::pp_hop_nvlink_share(cluster, plan)
+    };
     let ratio = nvlink_send_ratio(model, cluster, training, plan, pp);
     send_exposed_s * (share * ratio + 1.0 - share)
 }

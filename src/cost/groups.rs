@@ -271,18 +271,31 @@ pub fn pp_boundary_link(cluster: &Cluster, plan: &ParallelPlan, boundary: u32) -
 /// NVLink: the share of such stages. 0 without a pipeline.
 pub fn pp_hop_nvlink_share(cluster: &Cluster, plan: &ParallelPlan) -> f64 {
     let pp = plan.pp;
-    if pp <= 1 {
-        return 0.0;
+    if pp <= 1 || plan.vpp <= 1 {
+        return pp_chain_nvlink_share(cluster, plan);
     }
     let on_nvlink = |boundary: u32| pp_boundary_link(cluster, plan, boundary) == Link::Nvlink;
-    if plan.vpp <= 1 {
-        let nvlink = (0..pp - 1).filter(|&b| on_nvlink(b)).count();
-        return nvlink as f64 / f64::from(pp - 1);
-    }
     let stages = (0..pp)
         .filter(|&s| on_nvlink(s) && on_nvlink((s + pp - 1) % pp))
         .count();
     stages as f64 / f64::from(pp)
+}
+
+/// The share of the p − 1 stage boundaries (the wrap left out) that stay inside one NVLink domain
+/// (`pp_boundary_link`): the share of a chain's hops at NVLink's pace where each send waits on its
+/// own boundary. 1F1B's micro-batch crosses each boundary once each way; a V schedule's chunk 0 runs
+/// stages 0 → p − 1 and chunk 1 back p − 1 → 0 on the same GPUs (`v_schedule::virtual_stage`), so
+/// its micro-batch crosses each boundary twice each way and never the wrap (the V's turn stays on
+/// the last GPU, both ends on the first; `simulated::v_chunk_costs`). 0 without a pipeline.
+pub fn pp_chain_nvlink_share(cluster: &Cluster, plan: &ParallelPlan) -> f64 {
+    let pp = plan.pp;
+    if pp <= 1 {
+        return 0.0;
+    }
+    let nvlink = (0..pp - 1)
+        .filter(|&b| pp_boundary_link(cluster, plan, b) == Link::Nvlink)
+        .count();
+    nvlink as f64 / f64::from(pp - 1)
 }
 
 #[cfg(test)]

@@ -81,9 +81,16 @@ pub struct Simulated {
     /// output layer has a smaller TP share than one of layers alone.
     pub chunks: Vec<(StageCost, ChunkComm)>,
     pub summary: ScheduleSummary,
-    /// Exposed DP communication and optimizer time after the pipeline drains.
-    pub tail_dp_s: f64,
+    /// Exposed DP gradient reduction, the pipeline-block terms' time spent after the last backward
+    /// (`StepTerms::after_pipeline_s`: the word embedding's gradient all-reduce between the first
+    /// and the last stage, part of the PP term), optimizer step and DP parameter gather after the
+    /// pipeline drains: the step's `DpGradReduce`, that part of `PpComm`, `Optimizer` and
+    /// `DpParamGather`, each its own (the timeline draws them in their terms' colours,
+    /// `svg::term_colour`).
+    pub tail_dp_grad_reduce_s: f64,
+    pub tail_after_pipeline_s: f64,
     pub tail_optimizer_s: f64,
+    pub tail_dp_param_gather_s: f64,
 }
 
 /// The exposed communication one model chunk's blocks hold per micro-batch, (forward, backward)
@@ -353,16 +360,17 @@ fn stage_means(chunks: &[(StageCost, ChunkComm)], v: u32) -> Vec<(StageCost, Chu
 
 /// Virtual stage `vs` of a plan (depth order) at its own layers and mix: its decoder layers as the
 /// plan's layout cuts them (`ChunkLayout::range`), the MTP layers and the output layer when it is
-/// the `last` virtual stage, one send each way; and the exposed TP and EP time its forward and
-/// backward hold. Also the send time each block carries.
+/// the `last` virtual stage, one send each way at `send_scale` [forward, backward] times the PP
+/// group's send (`boundary_scales`: the boundaries it sends over); and the exposed TP and EP time
+/// its forward and backward hold.
 fn virtual_stage_cost(
     mix: &mut super::MixCosts,
     layout: &super::pipeline::ChunkLayout,
     model: &Model,
     vs: u32,
     last: u32,
-    scales: Option<&[f64]>,
-) -> ((StageCost, ChunkComm), f64) {
+    send_scale: [f64; 2],
+) -> (StageCost, ChunkComm) {
     let (start, end) = layout.range(vs);
     let (mut layers, mut moe_layers) = (end - start, model.moe_layers_between(start, end));
     let depths = if vs == last { model.mtp_layers } else { 0 };
@@ -377,25 +385,17 @@ fn virtual_stage_cost(
     let bf16 = super::pipeline::Bf16Run::of_range(model, mix.keep, start, end, depths).nonempty();
     let at = mix.stage(layers, moe_layers, run, bf16);
     let costs = mix.costs(at);
-    let send = costs.pp_send_exposed_s;
-    // A looped schedule's virtual stage vs runs on stage vs mod p and sends over that stage's
-    // boundaries; a V's chunks keep the group's send (`v_chunk_costs`).
-    let sends = scales.map_or([send, send], |scales| {
-        stage_sends_s(scales, send, vs % scales.len().max(1) as u32, true)
-    });
-    (
-        block_cost(
-            costs,
-            layers,
-            moe_layers,
-            super::Ends {
-                embedding: vs == 0,
-                output: vs == last,
-            },
-            1.0,
-            sends,
-        ),
-        send,
+    let sends = send_scale.map(|scale| scale * costs.pp_send_exposed_s);
+    block_cost(
+        costs,
+        layers,
+        moe_layers,
+        super::Ends {
+            embedding: vs == 0,
+            output: vs == last,
+        },
+        1.0,
+        sends,
     )
 }
 
@@ -420,13 +420,22 @@ fn looped_chunk_costs(
     let scales = boundary_scales(model, cluster, training, plan);
     (0..p)
         .flat_map(|stage| (0..v).map(move |chunk| chunk * p + stage))
-        .map(|vs| virtual_stage_cost(&mut mix, &layout, model, vs, last, Some(&scales)).0)
+        .map(|vs| {
+            // Virtual stage vs runs on stage vs mod p and sends over that stage's boundaries.
+            let scale = stage_sends_s(&scales, 1.0, vs % p, true);
+            virtual_stage_cost(&mut mix, &layout, model, vs, last, scale)
+        })
         .collect()
 }
 
 /// Under a V schedule, the two chunks of every rank: rank r runs virtual stage r (chunk 0) and
 /// 2p − 1 − r (chunk 1, `v_schedule::virtual_stage`), each at its own layers and mix; the last
-/// virtual stage (rank 0's chunk 1) runs the MTP layers and the output layer.
+/// virtual stage (rank 0's chunk 1) runs the MTP layers and the output layer. Each send crosses
+/// its own boundary (`boundary_scales`): chunk 0 sends its activations to rank r + 1 and its
+/// gradients to rank r − 1, chunk 1 its activations to rank r − 1 and its gradients to rank r + 1
+/// — boundary r and r − 1, as 1F1B's stage r; PyTorch's runtime posts each SEND on its own
+/// (`_batch_p2p(stage.get_fwd_send_ops(mb))`, torch/distributed/pipelining/schedules.py), so no send
+/// waits on the other boundary.
 fn v_chunk_costs(
     model: &Model,
     cluster: &Cluster,
@@ -437,22 +446,31 @@ fn v_chunk_costs(
     let layout = super::pipeline::ChunkLayout::of(model, plan);
     let p = plan.pp;
     let last = 2 * p - 1;
+    let scales = boundary_scales(model, cluster, training, plan);
     (0..p)
         .map(|rank| {
+            let [next, previous] = stage_sends_s(&scales, 1.0, rank, false);
             [0, 1].map(|chunk| {
                 let vs = super::v_schedule::virtual_stage(rank, chunk, p);
-                let ((mut cost, comm), send) =
-                    virtual_stage_cost(&mut mix, &layout, model, vs, last, None);
                 // No send where the V has no neighbour on another GPU: the last virtual stage's
-                // forward ends in the loss and the first's backward in the embedding; the last
-                // rank hands chunk 0's output to its own chunk 1 and chunk 1's gradient back.
-                if vs == last || vs == p - 1 {
-                    cost.forward_s -= send;
-                }
-                if vs == 0 || vs == p {
-                    cost.backward_s -= send;
-                }
-                (cost, comm)
+                // forward ends in the loss and the first's backward in the embedding
+                // (`Ends::boundary_sends`); the last rank hands chunk 0's output to its own chunk 1
+                // and chunk 1's gradient back.
+                let forward = if vs == p - 1 {
+                    0.0
+                } else if chunk == 0 {
+                    next
+                } else {
+                    previous
+                };
+                let backward = if vs == p {
+                    0.0
+                } else if chunk == 0 {
+                    previous
+                } else {
+                    next
+                };
+                virtual_stage_cost(&mut mix, &layout, model, vs, last, [forward, backward])
             })
         })
         .collect()
@@ -551,8 +569,10 @@ pub fn simulate_plan(
         schedule,
         stages,
         chunks,
-        tail_dp_s: t.dp_comm_exposed_s.0,
+        tail_dp_grad_reduce_s: t.dp_grad_reduce_exposed_s.0,
+        tail_after_pipeline_s: estimate.terms.after_pipeline_s(),
         tail_optimizer_s: t.optimizer_s.0,
+        tail_dp_param_gather_s: t.dp_param_gather_exposed_s.0,
     })
 }
 
@@ -593,8 +613,10 @@ fn closed_form_only(
         },
         stages,
         chunks,
-        tail_dp_s: t.dp_comm_exposed_s.0,
+        tail_dp_grad_reduce_s: t.dp_grad_reduce_exposed_s.0,
+        tail_after_pipeline_s: closed.terms.after_pipeline_s(),
         tail_optimizer_s: t.optimizer_s.0,
+        tail_dp_param_gather_s: t.dp_param_gather_exposed_s.0,
     }
 }
 
@@ -811,7 +833,11 @@ mod tests {
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         let s = simulate_plan(&model, &cluster, &training, &plan).unwrap();
         assert!(s.estimate.time.ep_comm_exposed_s.0 > 0.0);
-        let want = s.schedule.step_s + s.tail_dp_s + s.tail_optimizer_s;
+        let want = s.schedule.step_s
+            + s.tail_dp_grad_reduce_s
+            + s.tail_after_pipeline_s
+            + s.tail_optimizer_s
+            + s.tail_dp_param_gather_s;
         let got = s.estimate.time.step_s.0;
         assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
     }

@@ -3,7 +3,8 @@
 //! weight-gradient blocks get their own colour): one row per stage, a block per forward and backward
 //! of each micro-batch (and model chunk), idle time left blank, the exposed TP, CP and EP (MoE token
 //! traffic) communication inside each block as strips of their shares at its lower edge, one after
-//! the other, then the exposed DP communication and the optimizer step.
+//! the other, then the exposed DP gradient reduction, the optimizer step and the exposed DP
+//! parameter gather, each in its step term's colour (`svg::term_colour`).
 //!
 //! Up to `MAX_BLOCKS` blocks, the busiest stage's at least `MIN_BLOCK_PX` pixels wide on average on
 //! the step's time axis, the whole step is drawn, one rectangle per block. Longer steps, or steps
@@ -65,12 +66,15 @@ pub fn block_colour(direction: Direction, chunk: u32) -> RGBColor {
 }
 
 /// The strips take their terms' colours in the step-time figure (`svg::term_colour`): dark grey
-/// TP, Category10's brown CP and purple EP, apart from the blocks' blues and greens; red DP (the
-/// gradient reduce's colour), amber optimizer.
+/// TP, Category10's brown CP and purple EP, apart from the blocks' blues and greens; red DP
+/// gradient reduce, pink DP parameter gather, amber optimizer — one colour per term in every
+/// figure.
 const TP_COLOUR: RGBColor = super::svg::term_colour(TermKind::TpComm);
 const CP_COLOUR: RGBColor = super::svg::term_colour(TermKind::CpComm);
 const EP_COLOUR: RGBColor = super::svg::term_colour(TermKind::EpComm);
-const DP_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpGradReduce);
+const DP_REDUCE_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpGradReduce);
+const DP_GATHER_COLOUR: RGBColor = super::svg::term_colour(TermKind::DpParamGather);
+const PP_COLOUR: RGBColor = super::svg::term_colour(TermKind::PpComm);
 const OPT_COLOUR: RGBColor = super::svg::term_colour(TermKind::Optimizer);
 
 struct Panel<'a> {
@@ -153,7 +157,11 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
     let (tp_max, tp_uneven, _) = shares(&tp_fraction);
     let (ep_share, ep_uneven, ep_none_somewhere) = shares(&ep_fraction);
     let pipeline_end = s.step_s;
-    let step_end = pipeline_end + sim.tail_dp_s + sim.tail_optimizer_s;
+    let step_end = pipeline_end
+        + sim.tail_dp_grad_reduce_s
+        + sim.tail_after_pipeline_s
+        + sim.tail_optimizer_s
+        + sim.tail_dp_param_gather_s;
     let whole = || {
         vec![Panel {
             x: (0.0, step_end),
@@ -345,8 +353,27 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             ),
         ));
     }
-    legend.push((vec![DP_COLOUR], "exposed DP communication".to_string()));
-    legend.push((vec![OPT_COLOUR], "optimizer step".to_string()));
+    // The step-time bars' names for the same terms (`TermKind::label`); the embedding all-reduce
+    // and the parameter gather only where they have exposed time (neither for an untied model at
+    // ZeRO-0), the reduce and the step always, as before.
+    for (seconds, colour, kind) in [
+        (
+            sim.tail_dp_grad_reduce_s,
+            DP_REDUCE_COLOUR,
+            TermKind::DpGradReduce,
+        ),
+        (sim.tail_after_pipeline_s, PP_COLOUR, TermKind::PpComm),
+        (sim.tail_optimizer_s, OPT_COLOUR, TermKind::Optimizer),
+        (
+            sim.tail_dp_param_gather_s,
+            DP_GATHER_COLOUR,
+            TermKind::DpParamGather,
+        ),
+    ] {
+        if seconds > 0.0 || matches!(kind, TermKind::DpGradReduce | TermKind::Optimizer) {
+            legend.push((vec![colour], tail_words(kind)));
+        }
+    }
     // Entries flow left to right, wrapping to a new line before the figure's right edge.
     let mut placed: Vec<(i32, i32, Vec<RGBColor>, String)> = Vec::new();
     let (mut x, mut line) = (12, 0);
@@ -515,12 +542,21 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
                 )?;
             }
             if panel.tail {
-                let dp_end = pipeline_end + sim.tail_dp_s;
+                // The gradients are reduced, the word embedding's gradient all-reduced between the
+                // ends (Megatron-Core `finalize_model_grads`: after `finish_grad_sync`), the
+                // optimizer steps, then (ZeRO-1/2, DeepSpeed's BF16_Optimizer) the updated weights
+                // are gathered; ZeRO-3's exposed gathers, which wait in the forwards, are summed
+                // there too.
+                let reduce_end = pipeline_end + sim.tail_dp_grad_reduce_s;
+                let embedding_end = reduce_end + sim.tail_after_pipeline_s;
+                let optimizer_end = embedding_end + sim.tail_optimizer_s;
                 // A band keeps a pixel's gap at its right end, so one under two pixels (no exposed
                 // DP at dp 1: zero seconds) would be a rectangle of negative width, which is no SVG.
                 let tail = [
-                    (pipeline_end, dp_end, DP_COLOUR),
-                    (dp_end, step_end, OPT_COLOUR),
+                    (pipeline_end, reduce_end, DP_REDUCE_COLOUR),
+                    (reduce_end, embedding_end, PP_COLOUR),
+                    (embedding_end, optimizer_end, OPT_COLOUR),
+                    (optimizer_end, step_end, DP_GATHER_COLOUR),
                 ];
                 for stage in 0..p {
                     chart.draw_series(
@@ -533,4 +569,13 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
         }
         Ok(())
     })
+}
+
+/// A tail band's legend words: the step-time figure's label for its term, exposed.
+fn tail_words(kind: TermKind) -> String {
+    match kind {
+        TermKind::Optimizer => "optimizer step".to_string(),
+        TermKind::PpComm => "exposed PP comm: word embedding gradient all-reduce".to_string(),
+        _ => format!("exposed {}", kind.label()),
+    }
 }

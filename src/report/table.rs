@@ -1424,6 +1424,9 @@ pub fn breakdown(
             // What the ledger counts for the plan's ZeRO stage (`cost::ledger`): plain data
             // parallelism all-reduces and gathers nothing.
             match (p.zero, p.dp_replicas > 1) {
+                (0, _) if crate::cost::bf16_optimizer::shards_states_at_zero0(training, p) => {
+                    "gradient all-reduce and all-gather of the updated bf16 weights (ZeRO-0, but DeepSpeed's BF16_Optimizer shards its fp32 states over dp: its own ZeRO-1)"
+                }
                 (0, _) => "gradient all-reduce (ZeRO-0: weights not sharded, nothing gathered)",
                 (1, false) => {
                     "gradient reduce-scatter and all-gather of the updated weights (ZeRO-1)"

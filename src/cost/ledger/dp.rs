@@ -70,13 +70,13 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
                 },
                 reductions,
                 replicas,
-                share * training.grad_dtype.bytes() / f64::from(d.max(1)),
+                share * comm::dp_reduce_bytes_per_param(training, plan) / f64::from(d.max(1)),
             );
         }
         if d <= 1 {
             continue;
         }
-        let grads = share * training.grad_dtype.bytes();
+        let grads = share * comm::dp_reduce_bytes_per_param(training, plan);
         let weights = share * gather_bytes;
         let site = |dense: &'static str, expert: &'static str| {
             if kind == GroupKind::ExpertDp {
@@ -90,19 +90,38 @@ pub(super) fn rows(rows: &mut Rows, step: &Step) {
             "expert gradients to their owning shard",
         );
         match plan.zero {
-            0 => rows.push(
-                kind,
-                Op::AllReduce,
-                Pass::Backward,
-                site(
-                    "gradients of the stage, once per step",
-                    "expert gradients of the stage, once per step",
-                ),
-                Scope::PerStep,
-                1.0,
-                d,
-                grads,
-            ),
+            0 => {
+                rows.push(
+                    kind,
+                    Op::AllReduce,
+                    Pass::Backward,
+                    site(
+                        "gradients of the stage, once per step",
+                        "expert gradients of the stage, once per step",
+                    ),
+                    Scope::PerStep,
+                    1.0,
+                    d,
+                    grads,
+                );
+                // DeepSpeed's `BF16_Optimizer` steps its own shard even at ZeRO-0 and gathers
+                // the bf16 parameters after (`bf16_optimizer::shards_states_at_zero0`).
+                if crate::cost::bf16_optimizer::shards_states_at_zero0(training, plan) {
+                    rows.push(
+                        kind,
+                        Op::AllGather,
+                        Pass::OptimizerStep,
+                        site(
+                            "updated bf16 weights to every replica (DeepSpeed's BF16_Optimizer shards its fp32 states at ZeRO-0, its own ZeRO-1)",
+                            "updated bf16 expert weights to every expert replica (DeepSpeed's BF16_Optimizer shards its fp32 states at ZeRO-0, its own ZeRO-1)",
+                        ),
+                        Scope::PerStep,
+                        1.0,
+                        d,
+                        weights,
+                    );
+                }
+            }
             2 | 3 if comm::reduces_after_pipeline_schedule(training, plan) => {
                 // PyTorch pipelining with FSDP: one reduce-scatter after each pipeline schedule
                 // (`comm::fsdp_syncs_per_step` a step); the weights gathered once per schedule

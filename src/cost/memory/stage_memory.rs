@@ -91,13 +91,16 @@ fn stage_memory_at_precision(
     let dense_params = params - expert_params;
     let expert_dp = f64::from(crate::cost::moe::expert_shard_ranks(plan));
     // ZeRO §5.1: stage 1 shards optimizer states, 2 also gradients, 3 also parameters, over dp.
-    let shard = |from_stage: u8| if plan.zero >= from_stage { dp } else { 1.0 };
+    // DeepSpeed's `BF16_Optimizer` shards its states at ZeRO-0 too (its own ZeRO-1,
+    // `bf16_optimizer::shards_states_at_zero0`).
+    let zero = if crate::cost::bf16_optimizer::shards_states_at_zero0(training, plan) {
+        1
+    } else {
+        plan.zero
+    };
+    let shard = |from_stage: u8| if zero >= from_stage { dp } else { 1.0 };
     let expert_shard = |from_stage: u8| {
-        if plan.zero >= from_stage {
-            expert_dp
-        } else {
-            1.0
-        }
+        if zero >= from_stage { expert_dp } else { 1.0 }
     };
     let sharded = |bytes: f64, from_stage: u8| {
         dense_params * bytes / shard(from_stage) + expert_params * bytes / expert_shard(from_stage)
