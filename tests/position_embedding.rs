@@ -379,7 +379,11 @@ fn rope_fusion_off_outside_megatron_core_is_refused() {
     let r = run_in(&dir, &["eval", "--plan", "p.yaml"]);
     assert_one_line_error(
         &r,
-        &["rope_fusion: false", "--framework torchtitan", "drop it"],
+        &[
+            "rope_fusion: false",
+            "framework: torchtitan in p.yaml",
+            "drop it",
+        ],
         &[],
         "torchtitan rope_fusion",
     );
