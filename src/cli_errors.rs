@@ -37,6 +37,9 @@ pub fn usage_error_line(err: &clap::Error) -> String {
     if let Some(message) = flag_of_other_commands(err, &command) {
         return message;
     }
+    if let Some(message) = file_without_its_flag(err, &command) {
+        return message;
+    }
     if let Some(message) = gpu_count_elsewhere(err, &command) {
         return message;
     }
@@ -457,6 +460,45 @@ fn flag_of_other_commands(err: &clap::Error, command: &str) -> Option<String> {
             others.join(", tpsim ")
         )
     })
+}
+
+/// `compare a.yaml b.yaml`, `eval a.yaml`, `plan model.yaml`: a file given without the flag that
+/// reads it, which clap said as "unexpected argument 'a.yaml' found" with no fix. Said with the
+/// flag each command reads such a file with (`report` takes its one plan file bare).
+fn file_without_its_flag(err: &clap::Error, command: &str) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(word)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if word.starts_with('-') {
+        return None;
+    }
+    let extension = std::path::Path::new(word)
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("");
+    if !["yaml", "yml", "json"].contains(&extension) {
+        return None;
+    }
+    let fix = match command {
+        "compare" => format!(
+            "compare reads saved plans as --plan {word} --plan OTHER.yaml (a model file as --model {word})"
+        ),
+        "eval" => format!(
+            "eval reads a saved plan as --plan {word} (a model file as --model {word}, a Hugging Face config.json as --hf-config {word})"
+        ),
+        "report" => format!(
+            "report writes the report of one saved plan: tpsim report PLAN_FILE --out DIR; give {word} in its own run"
+        ),
+        "plan" | "sweep" => format!(
+            "{command} reads a model file as --model {word}, a Hugging Face config.json as --hf-config {word} and a GPU profile as --gpu {word}; a saved plan is read by tpsim eval --plan {word}"
+        ),
+        _ => return None,
+    };
+    Some(format!("{command} takes no bare file {word}: {fix}"))
 }
 
 /// `calibrate --gpus 8` (or `--num-gpus`, `--world-size`; calibrate has none of the cluster flags

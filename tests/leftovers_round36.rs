@@ -181,3 +181,47 @@ fn a_zero_spelled_with_leading_zeros_is_told_a_fix_that_is_accepted() {
     }
     assert!(offered_zero > 3, "only {offered_zero} flags offered 0");
 }
+
+#[test]
+fn a_file_given_without_its_flag_is_told_the_flag_that_reads_it() {
+    // `compare a.yaml b.yaml` was told "unexpected argument 'a.yaml' found (see --help)": no fix.
+    for (args, words) in [
+        (
+            &["compare", "a.yaml", "b.yaml"][..],
+            &[
+                "compare takes no bare file a.yaml",
+                "--plan a.yaml --plan OTHER.yaml",
+            ][..],
+        ),
+        (
+            &["eval", "p.yaml"][..],
+            &["eval takes no bare file p.yaml", "--plan p.yaml"][..],
+        ),
+        (
+            &["plan", "m.yaml", "--nodes", "1"][..],
+            &[
+                "plan takes no bare file m.yaml",
+                "--model m.yaml",
+                "--gpu m.yaml",
+            ][..],
+        ),
+        (
+            &["report", "a.yaml", "b.yaml"][..],
+            &[
+                "report takes no bare file b.yaml",
+                "tpsim report PLAN_FILE --out DIR",
+            ][..],
+        ),
+    ] {
+        assert_one_line_error(&run(args), words, &["unexpected argument"], &args.join(" "));
+    }
+    // The fix offered is taken: the two bundled plans compared with --plan.
+    let r = run(&[
+        "compare",
+        "--plan",
+        "plans/seed-512b-32nodes.yaml",
+        "--plan",
+        "plans/best-512b-32nodes.yaml",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
