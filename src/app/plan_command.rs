@@ -966,7 +966,7 @@ fn plan_chosen(args: PlanArgs) -> Result<Outcome> {
                 None => 1,
             },
             &scenario.training,
-            ep_alternative_words(&scenario, &result.ranked, feasible, &r.plans[0]).as_deref(),
+            ep_alternative_words(&scenario, &result.ranked, feasible, &shown).as_deref(),
         ));
         out
     });
@@ -1096,48 +1096,70 @@ fn miss_gib_words(capacity_bytes: f64, used_bytes: f64) -> String {
     }
 }
 
-/// A plan as `plan`'s nothing-fits line and offload note name it: its degrees, then micro-batch,
-/// recompute, ZeRO stage as the table's zero column gives it ("3 keep", "1 x4") and a precision
-/// other than bf16.
 /// What the fastest plan that splits the experts (ep > 1) would have cost, for the "EP 1" line
-/// of an MoE model's best plan at ep 1: its degrees, rank and step time (the simulated schedule,
-/// as the table's), and how much of that its all-to-alls leave exposed; or that none fits or none
-/// is valid. None where the best plan splits the experts or the model has none.
+/// of an MoE model's best plan at ep 1: its settings, place and step time (the simulated
+/// schedule, as the table's), and how much of that its all-to-alls leave exposed; or that none
+/// fits or none is valid. None where the best plan splits the experts or the model has none.
+/// `shown` is the table's rows (simulated, re-ranked, folded): a plan with ep > 1 among them is
+/// named by its row, as the table numbers it; otherwise the search's first (ranked on the closed
+/// form) by its rank there, as `emit_note` names a plan below the table.
 fn ep_alternative_words(
     scenario: &super::scenario::Scenario,
     ranked: &[Estimate],
     feasible: &[Estimate],
-    best: &Estimate,
+    shown: &[Estimate],
 ) -> Option<String> {
+    let best = shown.first()?;
     if scenario.model.moe.is_none() || best.plan.ep > 1 || best.plan.etp > 1 {
         return None;
     }
-    let Some((rank, alternative)) = feasible.iter().enumerate().find(|(_, e)| e.plan.ep > 1) else {
-        return Some(if ranked.iter().any(|e| e.plan.ep > 1) {
-            "no plan with EP > 1 fits".to_string()
+    let (alternative, place) = if let Some((row, e)) =
+        shown.iter().enumerate().find(|(_, e)| e.plan.ep > 1)
+    {
+        (*e, format!("#{} in the table", row + 1))
+    } else {
+        let Some((rank, alternative)) = feasible.iter().enumerate().find(|(_, e)| e.plan.ep > 1)
+        else {
+            return Some(if ranked.iter().any(|e| e.plan.ep > 1) {
+                "no plan with EP > 1 fits".to_string()
+            } else {
+                "no plan with EP > 1 is valid here".to_string()
+            });
+        };
+        let rank = rank + 1;
+        let place = if rank <= MAX_TOP {
+            format!(
+                "#{rank} of the search's {}, below the table: --top {rank} shows it",
+                feasible.len()
+            )
         } else {
-            "no plan with EP > 1 is valid here".to_string()
-        });
+            format!(
+                "#{rank} of the search's {}, below the table",
+                feasible.len()
+            )
+        };
+        let simulated = crate::cost::simulated::simulate_plan(
+            &scenario.model,
+            &scenario.cluster,
+            &scenario.training,
+            &alternative.plan,
+        )
+        .map_or(*alternative, |sim| sim.estimate);
+        (simulated, place)
     };
-    let alternative = crate::cost::simulated::simulate_plan(
-        &scenario.model,
-        &scenario.cluster,
-        &scenario.training,
-        &alternative.plan,
-    )
-    .map_or(*alternative, |sim| sim.estimate);
     let (step, best_step) = (alternative.time.step_s.0, best.time.step_s.0);
     Some(format!(
-        "the fastest plan with EP > 1 ({}, #{} of {} that fit) takes {} s per step, {:.1}% more, its all-to-alls {} s of it exposed",
-        super::pin_conflict::degrees_words(&alternative.plan),
-        rank + 1,
-        feasible.len(),
+        "the fastest plan with EP > 1 ({}, {place}) takes {} s per step, {:.1}% more, its all-to-alls {} s of it exposed",
+        closest_plan_words(&alternative),
         crate::units::show_step_s(step),
         100.0 * (step / best_step - 1.0),
         crate::units::show_step_s(alternative.time.ep_comm_exposed_s.0)
     ))
 }
 
+/// A plan as `plan`'s nothing-fits line and offload note name it: its degrees, then micro-batch,
+/// recompute, ZeRO stage as the table's zero column gives it ("3 keep", "1 x4") and a precision
+/// other than bf16.
 fn closest_plan_words(closest: &Estimate) -> String {
     format!(
         "{}{}{} mb {} recompute {} ZeRO-{}{}",

@@ -385,10 +385,8 @@ pub(super) fn plan_unsupported(
             plan.etp, plan.ep, plan.tp
         ));
     }
-    if training.moe_capacity_factor.is_some() {
-        return Some(
-            "--moe-capacity-factor drops tokens, but torchtitan's all-to-all and DeepEP dispatchers are dropless (a capacity factor is HybridEP's non_blocking_capacity_factor only, torchtitan/models/common/config_utils.py make_token_dispatcher_config); drop --moe-capacity-factor".into(),
-        );
+    if let Some(why) = capacity_factor_unsupported(training) {
+        return Some(why);
     }
     let deepep = MoeSpec::comm_backend(training, plan) == "deepep";
     // quantization/utils.py `swap_token_dispatcher`: "MoE quantization requires a token
@@ -590,4 +588,13 @@ pub(super) fn notes(model: &Model, training: &Training, spec: &MoeSpec) -> Vec<S
         );
     }
     out
+}
+
+/// A capacity factor, which no torchtitan dispatcher tpsim writes drops tokens by, whatever the
+/// plan: `plan --emit torchtitan` refuses it before the search (`torchtitan::run_unsupported`),
+/// rather than finding that none of the plans that fit can run.
+pub(super) fn capacity_factor_unsupported(training: &Training) -> Option<String> {
+    training.moe_capacity_factor.is_some().then(|| {
+        "--moe-capacity-factor drops tokens, but torchtitan's all-to-all and DeepEP dispatchers are dropless (a capacity factor is HybridEP's non_blocking_capacity_factor only, torchtitan/models/common/config_utils.py make_token_dispatcher_config); drop --moe-capacity-factor, or use --emit megatron".into()
+    })
 }

@@ -82,6 +82,12 @@ pub(super) fn run_unsupported(
     if let Some(why) = model_unsupported(model) {
         return Some(why);
     }
+    // A capacity factor drops tokens in every plan; torchtitan's dispatchers are dropless.
+    if model.moe.is_some()
+        && let Some(why) = super::torchtitan_moe::capacity_factor_unsupported(training)
+    {
+        return Some(why);
+    }
     // Settings only the accuracy runner gives, for torchtitan releases before this one.
     if training.pipeline_keeps_outputs || training.fsdp_syncs_once_per_step {
         return Some(format!(
