@@ -174,6 +174,29 @@ fn file_values(file: &PlanFile, given: &[Typed]) -> Vec<(FileValue, Option<&'sta
             file.framework
                 .map(crate::training::TrainingFramework::as_str),
         ),
+        // The training words an emitter refuses (`--optimizer-states fp32 is not how this recipe
+        // keeps its states` was the file's `optimizer_states: fp32`, a flag never typed).
+        (
+            GRAD_DTYPE_FLAG,
+            "grad_dtype",
+            file.grad_dtype.map(crate::training::GradDtype::as_str),
+        ),
+        (
+            OPTIMIZER_STATES_FLAG,
+            "optimizer_states",
+            file.optimizer_states
+                .map(crate::training::OptimizerStates::as_str),
+        ),
+        (
+            ATTENTION_FLAG,
+            "attention",
+            file.attention.map(crate::training::AttentionKernel::as_str),
+        ),
+        (
+            CP_EXCHANGE_FLAG,
+            "cp_exchange",
+            file.cp_exchange.map(crate::training::CpExchange::as_str),
+        ),
     ] {
         if let Some(value) = value
             && !typed(given, flag)
@@ -252,6 +275,13 @@ const PRECISION_KEY: &str = "precision";
 const FRAMEWORK_FLAG: &str = "--framework";
 const FRAMEWORK_KEY: &str = "framework";
 
+/// The training words' flags (typed next to `--plan` as `None`); their plan-file keys are the
+/// flags' names in snake case.
+const GRAD_DTYPE_FLAG: &str = "--grad-dtype";
+const OPTIMIZER_STATES_FLAG: &str = "--optimizer-states";
+const ATTENTION_FLAG: &str = "--attention";
+const CP_EXCHANGE_FLAG: &str = "--cp-exchange";
+
 /// Activation offloading's flag (typed next to `--plan` with its count) and its plan-file key.
 const OFFLOAD_FLAG: &str = "--cpu-offload-layers";
 const OFFLOAD_KEY: &str = "cpu_offload_layers";
@@ -275,9 +305,13 @@ fn token_starts(text: &str, pattern: &str) -> Vec<usize> {
         .filter(|&at| at < quoted)
         .filter(|&at| {
             let before = text[..at].chars().next_back();
-            let after = text[at + pattern.len()..].chars().next();
+            let rest = &text[at + pattern.len()..];
+            let after = rest.chars().next();
+            // "--optimizer-states fp32" is no quote of "--optimizer-states fp32-params".
+            let longer_word = rest.starts_with('-') && rest[1..].starts_with(char::is_alphanumeric);
             !before.is_some_and(|c| c.is_alphanumeric() || c == '-')
                 && !after.is_some_and(|c| c.is_alphanumeric() || c == '.')
+                && !longer_word
                 && !text[..at].ends_with("e.g. ")
         })
         .collect()
@@ -539,6 +573,10 @@ pub(super) fn scenario_flags_given(
         (SCHEDULE_FLAG, training.pp_schedule.is_some()),
         (PRECISION_FLAG, training.precision.is_some()),
         (FRAMEWORK_FLAG, training.framework.is_some()),
+        (GRAD_DTYPE_FLAG, training.grad_dtype.is_some()),
+        (OPTIMIZER_STATES_FLAG, training.optimizer_states.is_some()),
+        (ATTENTION_FLAG, training.attention.is_some()),
+        (CP_EXCHANGE_FLAG, training.cp_exchange.is_some()),
     ] {
         if typed {
             given.push((flag, None));

@@ -82,11 +82,25 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
             "moe_num_experts",
         ]),
     );
+    let mut notes = Vec::new();
     if experts {
-        push(
-            "--moe-router-topk",
-            count(&["num_experts_per_tok", "moe_k", "moe_topk"]),
-        );
+        // A top-k past the expert count is refused by the flags' own check (`Model::check`: a
+        // token is routed to at most every expert), so it is said rather than offered.
+        let topk = count(&["num_experts_per_tok", "moe_k", "moe_topk"]);
+        let expert_count = count(&[
+            "num_experts",
+            "num_local_experts",
+            "n_routed_experts",
+            "moe_num_experts",
+        ]);
+        match (topk, expert_count) {
+            (Some(k), Some(e)) if k > e => notes.push(format!(
+                "its top-k {k} is more than its {e} experts, which a token is routed to at most, so no --moe-router-topk is offered: give the one to price"
+            )),
+            _ => {
+                push("--moe-router-topk", topk);
+            }
+        }
         // Mixtral's and Hunyuan's experts are `intermediate_size` wide (`MixtralExperts`, which
         // `HunYuanMoEV1Experts` reuses) where no `moe_intermediate_size` is given.
         let expert_width = if llama4 {
@@ -119,8 +133,10 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
         }
     }
     let mut words = flags.join(" ");
-    if let Some(note) = per_layer_lists_that_differ(obj) {
-        words.push_str(&format!(" ({note})"));
+    notes.extend(per_layer_lists_that_differ(obj));
+    notes.extend(per_layer_lists_unread(obj));
+    if !notes.is_empty() {
+        words.push_str(&format!(" ({})", notes.join("; and ")));
     }
     Some(words)
 }
@@ -129,16 +145,6 @@ pub(super) fn shape_flags(obj: &Map<String, Value>) -> Option<String> {
 /// "List form enables layer-wise customization"), which [`whole_count`] leaves out because one flag
 /// holds one value: said, so the flag's default is not taken for the config's value unawares.
 fn per_layer_lists_that_differ(obj: &Map<String, Value>) -> Option<String> {
-    // The counts a per-layer list may hold (HunYuan's Hub configs list these three); a list under
-    // another key (`eos_token_id`'s token ids) is not one.
-    const PER_LAYER_COUNTS: [&str; 6] = [
-        "moe_topk",
-        "num_experts_per_tok",
-        "moe_intermediate_size",
-        "num_shared_expert",
-        "num_experts",
-        "intermediate_size",
-    ];
     let differing: Vec<String> = PER_LAYER_COUNTS
         .iter()
         .filter_map(|key| {
@@ -153,6 +159,56 @@ fn per_layer_lists_that_differ(obj: &Map<String, Value>) -> Option<String> {
         format!(
             "its per-layer {}: one flag holds one value, so give the one to price",
             differing.join(", ")
+        )
+    })
+}
+
+/// The counts a per-layer list may hold (HunYuan's Hub configs list `moe_topk`,
+/// `moe_intermediate_size` and `num_shared_expert`); a list under another key (`eos_token_id`'s
+/// token ids) is not one.
+const PER_LAYER_COUNTS: [&str; 6] = [
+    "moe_topk",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "num_shared_expert",
+    "num_experts",
+    "intermediate_size",
+];
+
+/// The per-layer lists of one count that hold no count to offer: empty, or with an item that is
+/// not a positive whole number (`[0]`, `["8"]`, `[8.0]`, `[1e3]`, `[[8]]`, `[null]`).
+/// [`whole_count`] leaves them out as it does lists that differ, so they are said likewise: the
+/// flag's default was taken for the config's value unawares (`moe_topk: []` gave flags without
+/// `--moe-router-topk`, which then ran at tpsim's default top-k). A list of no shared experts
+/// (`num_shared_expert` all 0) is the flag's default, none, and needs no word.
+fn per_layer_lists_unread(obj: &Map<String, Value>) -> Option<String> {
+    let unread: Vec<String> = PER_LAYER_COUNTS
+        .iter()
+        .filter_map(|key| {
+            let items = obj.get(*key)?.as_array()?;
+            if *key == "num_shared_expert" && items.iter().all(|v| v.as_u64() == Some(0)) {
+                return None;
+            }
+            if items.is_empty() {
+                return Some(format!("{key} is an empty list"));
+            }
+            let (layer, item) = items
+                .iter()
+                .enumerate()
+                .find(|(_, v)| v.as_u64().is_none_or(|n| n == 0))?;
+            let mut shown: String = item.to_string().chars().take(40).collect();
+            if shown.len() < item.to_string().len() {
+                shown.push_str("...");
+            }
+            Some(format!(
+                "{key}[{layer}] is {shown}, not a positive whole number"
+            ))
+        })
+        .collect();
+    (!unread.is_empty()).then(|| {
+        format!(
+            "its per-layer {}: tpsim reads no count there, so no flag is offered for it: give the one to price",
+            unread.join(", ")
         )
     })
 }
