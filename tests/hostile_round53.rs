@@ -59,23 +59,6 @@ use std::path::Path;
 
 const HUNYUAN: &str = "tests/data/leftovers36/hunyuan_a13b.json";
 
-/// The flags after "this config's values: " in a refusal, up to ", then" and any note in brackets.
-fn offered_flags(message: &str) -> Vec<String> {
-    message
-        .split("this config's values: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no flags with the config's values in: {message}"))
-        .split(", then")
-        .next()
-        .unwrap()
-        .split(" (")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
 /// Hunyuan-A13B's config with `key` set to `value`, written into `dir` as `name`.
 fn hunyuan_with(dir: &Path, name: &str, key: &str, value: Value) -> String {
     let text = std::fs::read_to_string(Path::new(ROOT).join(HUNYUAN)).unwrap();

@@ -17,23 +17,6 @@ use common::*;
 
 const DATA: &str = "tests/data/leftovers36";
 
-/// The flags after "this config's values: " in a refusal, up to ", then" and any note in brackets.
-fn offered_flags(message: &str) -> Vec<String> {
-    message
-        .split("this config's values: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no flags with the config's values in: {message}"))
-        .split(", then")
-        .next()
-        .unwrap()
-        .split(" (")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn per_layer_counts_of_an_unread_config_are_offered_as_flags() {
     let r = run(&[

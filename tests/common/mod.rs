@@ -278,3 +278,21 @@ pub fn legend_colours(svg: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// The shape flags an `--hf-config` refusal offers: the words after "this config's values: ", up
+/// to ", then" and any note in brackets.
+pub fn offered_flags(message: &str) -> Vec<String> {
+    message
+        .split("this config's values: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no flags with the config's values in: {message}"))
+        .split(", then")
+        .next()
+        .unwrap()
+        .split(" (")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
