@@ -208,3 +208,34 @@ fn a_file_given_without_its_flag_is_told_the_flag_that_reads_it() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+#[test]
+fn the_dp_why_line_says_deepspeeds_bf16_optimizer_shards_at_zero_0() {
+    // Review round 30: eval's DP line said the BF16_Optimizer's own ZeRO-1, plan's why-line only
+    // "DP 8 with ZeRO-0", a stage whose states are not sharded.
+    let r = run(&[
+        "plan",
+        "--params",
+        "8B",
+        "--nodes",
+        "2",
+        "--framework",
+        "deepspeed",
+        "--zero",
+        "0",
+        "--pp",
+        "2",
+        "--top",
+        "1",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("DP ") && l.contains("with ZeRO-"))
+        .unwrap_or_else(|| panic!("no DP why-line: {}", r.stdout));
+    assert!(
+        line.contains("with ZeRO-0 (DeepSpeed's BF16_Optimizer shards its fp32 states over dp all the same: its own ZeRO-1)"),
+        "{line}"
+    );
+}

@@ -2135,10 +2135,17 @@ pub fn explain_best(
         } else {
             group
         };
+        // DeepSpeed's BF16_Optimizer at ZeRO-0 shards its fp32 states all the same, as the
+        // breakdown's DP line says (`bf16_optimizer::shards_states_at_zero0`).
+        let zero = if crate::cost::bf16_optimizer::shards_states_at_zero0(training, p) {
+            "0 (DeepSpeed's BF16_Optimizer shards its fp32 states over dp all the same: its own ZeRO-1)"
+                .to_string()
+        } else {
+            p.zero.to_string()
+        };
         let _ = writeln!(
             out,
-            "  {group} with ZeRO-{}: {:.2} GB per GPU per step on {}, {} of the step exposed{}",
-            p.zero,
+            "  {group} with ZeRO-{zero}: {:.2} GB per GPU per step on {}, {} of the step exposed{}",
             e.comm.dp.wire_bytes.gb(),
             dp_link_words(e, cluster),
             exposed_share_words(share(t.dp_comm_exposed_s.0)),
