@@ -65,19 +65,7 @@ fn plan_hf(file: &str) -> Run {
 /// The flags after "this config's values: " in a refusal, run as `plan` on 4 nodes; returns
 /// (total, active) parameters.
 fn run_offered_flags(message: &str) -> (f64, f64) {
-    let after = message
-        .split("this config's values: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no flags with the config's values in: {message}"));
-    let flags: Vec<&str> = after
-        .split(", then")
-        .next()
-        .unwrap()
-        .split(" (an output layer")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
+    let flags = offered_flags(message);
     let mut args = vec![
         "plan",
         "--nodes",

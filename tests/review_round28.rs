@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::{json, legend_colours, run, scratch};
+use common::{json, legend_colours, offered_flags, run, scratch};
 use serde_json::Value;
 
 /// The "nothing fits:" line of a `plan` run that finds none.
@@ -183,15 +183,7 @@ fn offered_flags_run(name: &str, config: &str) -> (String, f64, f64) {
     ]);
     assert_eq!(r.code, 2, "{name}: {}", r.stderr);
     let message = r.stderr.trim().to_string();
-    let flags: Vec<&str> = message
-        .split("this config's values: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{name}: no flags in {message}"))
-        .split(", then")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
+    let flags = offered_flags(&message);
     let mut args = vec![
         "plan",
         "--nodes",
@@ -203,7 +195,7 @@ fn offered_flags_run(name: &str, config: &str) -> (String, f64, f64) {
         "--format",
         "json",
     ];
-    args.extend(flags);
+    args.extend(flags.iter().map(String::as_str));
     let v = json(&args);
     let _ = std::fs::remove_dir_all(&dir);
     (

@@ -204,6 +204,20 @@ pub fn evaluate(
     // once per pipeline schedule the step runs (torchtitan's gradient-accumulation steps).
     // The V schedules (two chunks per GPU, a split backward) leave the idle time of
     // `v_schedule::v_bubble_s`, from one chunk's forward, input and weight gradient.
+    // One micro-batch's send at the mean hop of the fill and drain (`fill_hop_send_exposed_s`),
+    // which both schedule families' bubbles price; no pipeline, no hop.
+    let fill_send = if plan.pp > 1 {
+        fill_hop_send_exposed_s(
+            model,
+            cluster,
+            training,
+            plan,
+            pp_send_exposed_s,
+            groups.get(GroupKind::Pp),
+        )
+    } else {
+        0.0
+    };
     let bubble_s = match (plan.pp > 1, training.pp_schedule.v_kind(), v_chunks) {
         (false, _, _) => 0.0,
         (true, Some(kind), Some([chunk, output])) => {
@@ -211,14 +225,6 @@ pub fn evaluate(
             // sends (the mean stage's 2v − 2/p over its v chunks, which its forward and input
             // gradient carry in proportion) at the mean hop (`fill_hop_send_exposed_s`, a V's
             // share of boundaries on NVLink), the steady state at the slowest (the stage time).
-            let fill_send = fill_hop_send_exposed_s(
-                model,
-                cluster,
-                training,
-                plan,
-                pp_send_exposed_s,
-                groups.get(GroupKind::Pp),
-            );
             let faster = (2.0 * v - 2.0 / p) / v * (pp_send_exposed_s - fill_send);
             let carried = chunk[0] + chunk[1];
             let chunk = if carried > 0.0 {
@@ -245,14 +251,6 @@ pub fn evaluate(
             // hops happen one after another. The mean stage's 2v − 2/p sends a micro-batch (none
             // forward from the last chunk, none backward from the first) are priced at the mean
             // hop in the bubble.
-            let fill_send = fill_hop_send_exposed_s(
-                model,
-                cluster,
-                training,
-                plan,
-                pp_send_exposed_s,
-                groups.get(GroupKind::Pp),
-            );
             let mean_sends = 2.0 * v - 2.0 / p;
             let mean_hop_total = mean_total - mean_sends * (pp_send_exposed_s - fill_send);
             f64::from(plan.schedule_runs) * (p - 1.0) / v * mean_hop_total
