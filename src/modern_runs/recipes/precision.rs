@@ -64,30 +64,32 @@ pub(in crate::modern_runs) fn recipe_optimizer_states(
 ///   `grad_reduce_in_fp32=False` (`megatron_gpt_model.py`); the same YAMLs serve the Grok-1 and
 ///   GPT-3 175B rows of v25.04.01 (85380ff, `grok1/cfg/grok1_314b.yaml`,
 ///   `nemo_megatron/cfg/gpt3_175b_hydra.yaml`);
-/// - dgxc-benchmarking's NeMo 2.0 scripts, FP8 runs only: v25.04.01's `llama3.1/pretrain_llama31.py`
-///   and the NeMo 25.04 container's `scripts/performance/utils.py` that v25.05.x (161e783) launches
-///   set `grad_reduce_in_fp32 = False` inside the FP8 branch; their bf16 runs keep the
-///   plugin's default, fp32.
+/// - dgxc-benchmarking's NeMo 2.0 scripts, bf16 and FP8 runs alike: v25.04.01's
+///   `llama3.1/pretrain_llama31.py` (85380ff) and the NeMo 25.04 container's
+///   `scripts/performance/llm/pretrain_*.py` that v25.05.x (161e783) launches build the recipe
+///   with `pretrain_recipe(performance_mode=True)`, whose `pretrain_performance_optimizations`
+///   sets `recipe.trainer.plugins.grad_reduce_in_fp32 = False` on the bf16 plugin (NVIDIA/NeMo
+///   `nemo/collections/llm/recipes/llama3_8b.py:240`, `llama3_70b.py:246`, `llama31_405b.py:253`
+///   at d2b2155, v25.04.01's NEMO_COMMIT; `llama31_405b.py:253`, `nemotron4_15b.py:222`,
+///   `nemotron4_340b.py:226` and `scripts/performance/llm/pretrain_grok1_314b.py:221` at 6f2c6fd,
+///   v25.05.x's), and `MegatronStrategy` copies the plugin's dtype fields over the recipe's DDP
+///   config (`update_config_with_dtype_overrides`, `megatron_strategy.py:384` at d2b2155); the
+///   FP8 branch sets the same again on its fresh `bf16_with_fp8_mixed()` plugin.
 ///
 /// Other sources (NeMo 24.07 and its long-context tables, MaxText, torchtitan, AutoModel, the
 /// Megatron-Core MoE report) are left at their framework's default or their own rule in
 /// [`recipe_optimizer_states`].
 pub(in crate::modern_runs) fn recipe_grad_dtype(run: &ModernRun) -> Option<GradDtype> {
     let id = run.id.as_str();
-    let fp8 = run
-        .plan
-        .precision
-        .as_deref()
-        .is_some_and(|p| !p.eq_ignore_ascii_case("bf16"));
     let nemo1_yaml_in_25_04 = ["dgxc-v25.04.01-grok1", "dgxc-v25.04.01-gpt3"]
         .iter()
         .any(|p| id.starts_with(p));
-    let nemo2_fp8 =
-        (id.starts_with("dgxc-v25.04.01-llama31") || id.starts_with("dgxc-v25.05.x-")) && fp8;
+    let nemo2_performance_mode =
+        id.starts_with("dgxc-v25.04.01-llama31") || id.starts_with("dgxc-v25.05.x-");
     (id.starts_with("mbridge")
         || id.starts_with("dgxc-v25.01-")
         || nemo1_yaml_in_25_04
-        || nemo2_fp8)
+        || nemo2_performance_mode)
         .then_some(GradDtype::Bf16)
 }
 
