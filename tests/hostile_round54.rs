@@ -14,7 +14,10 @@
 //!   cluster's 3 GPUs"); `--tp 3 --pp 3` on 8 GPUs was offered "valid: 1, 2, 4, 8", none of which
 //!   makes tp x pp divide 8. The degrees offered now leave tp x cp x pp dividing the GPUs, and
 //!   where none does the product is named (src/plan/degrees.rs `valid_tp_degrees`,
-//!   src/app/eval_command.rs `tp_degrees_dividing`).
+//!   src/app/eval_command.rs `tp_degrees_dividing`). Where the given tp divides neither the heads
+//!   nor the GPUs, the list also left out the KV-head rule: 12 heads over 4 KV heads on 6 GPUs,
+//!   `--tp 8` was offered "valid: 1, 2, 3, 4, 6", and `--tp 3` was refused ("--tp 3 neither
+//!   divides nor is a multiple of the 4 KV heads"); it now offers 1, 2.
 //!
 //! Every error case checks exit 2, one line on stderr and the words that name the value, the rule
 //! and the fix; every fix offered is run.
@@ -169,4 +172,36 @@ fn tp_degrees_offered_for_the_heads_also_divide_the_gpus() {
         &["valid:"],
         "tp 3 pp 3 on 8 GPUs",
     );
+}
+
+#[test]
+fn tp_degrees_offered_beside_a_gpu_count_pass_the_kv_head_rule() {
+    let shape = [
+        "eval",
+        "--layers",
+        "4",
+        "--hidden",
+        "1536",
+        "--heads",
+        "12",
+        "--kv-heads",
+        "4",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "6",
+        "--global-batch",
+        "48",
+    ];
+    let r = run(&[&shape[..], &["--tp", "8"]].concat());
+    assert_one_line_error(
+        &r,
+        &["--tp 8 does not divide 12 attention heads", "valid: 1, 2"],
+        &["valid: 1, 2,"],
+        "tp 8, 12 heads over 4 KV heads, 6 GPUs",
+    );
+    for tp in ["1", "2"] {
+        let r = run(&[&shape[..], &["--tp", tp]].concat());
+        assert!(r.code == 0 || r.code == 1, "--tp {tp}: {}", r.stderr);
+    }
 }
