@@ -12,7 +12,7 @@ use super::megatron_paste::{
 };
 use super::report_commands::{Destination, check_dir, schedule_note, write_eval_report};
 use super::scenario::{
-    global_batch_advice, input_paths, precision_of_args, resolve_scenario, summaries,
+    Scenario, global_batch_advice, input_paths, precision_of_args, resolve_scenario, summaries,
 };
 use super::{Outcome, print_report};
 use crate::cli::{EvalArgs, Format, GradDtypeArg, ReportArgs};
@@ -332,18 +332,17 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
                 }
                 // No dp makes tp x pp fit the cluster; report a degree that can never work for this
                 // model first, since changing the cluster would not fix it.
-                None if tp > 0 && scenario.model.heads % tp != 0 => {
-                    let valid: Vec<String> = divisors(scenario.model.heads)
-                        .into_iter()
-                        .filter(|d| {
-                            *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp
-                        })
-                        .map(|d| d.to_string())
-                        .collect();
+                // The degrees offered are those that make tp x cp x pp divide the GPUs beside the
+                // given cp and pp; where none does (`--pp 3` on 8 GPUs), cp or pp is the cause too,
+                // and the product is named below.
+                None if tp > 0
+                    && scenario.model.heads % tp != 0
+                    && !tp_degrees_dividing(&scenario, &args, cp, pp).is_empty() =>
+                {
                     return Err(PlanError::TpHeads {
                         tp,
                         heads: scenario.model.heads,
-                        valid: valid.join(", "),
+                        valid: tp_degrees_dividing(&scenario, &args, cp, pp).join(", "),
                     }
                     .into());
                 }
@@ -1484,4 +1483,21 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
         },
         ..file
     }
+}
+
+/// The TP degrees `eval --tp` offers where the given one divides neither the heads nor, beside
+/// `cp` and `pp`, the GPUs: divisors of the heads inside a node (unless TP may cross it) that
+/// pass the KV-head and MLP-width rules (as `plan::check_heads` offers them) and whose
+/// tp x cp x pp divides the cluster's GPUs, so that each one offered passes those checks too.
+fn tp_degrees_dividing(scenario: &Scenario, args: &EvalArgs, cp: u32, pp: u32) -> Vec<String> {
+    let gpus = u64::from(scenario.cluster.total_gpus());
+    let model = &scenario.model;
+    divisors(model.heads)
+        .into_iter()
+        .filter(|d| *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp)
+        .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads))
+        .filter(|d| model.dense_layers() == 0 || model.ffn_hidden.is_multiple_of(*d))
+        .filter(|d| gpus.is_multiple_of(u64::from(*d) * u64::from(cp) * u64::from(pp)))
+        .map(|d| d.to_string())
+        .collect()
 }

@@ -649,7 +649,11 @@ fn cp_pin_reason(cp: u32, model: &Model, cluster: &Cluster, training: &Training)
     if let Some(err) = crate::plan::cp_heads_error(cp, 1, model, training) {
         return Some(err.to_string());
     }
-    if !crate::plan::cp_splits_sequence(cp, training.seq_len, training.framework) {
+    // A --seq-len that cp splits is no fix where cp does not divide the cluster's GPUs (`--cp 3`
+    // on 8): the search offers no cp 3 at any length, so the caller lists what it does offer.
+    if !crate::plan::cp_splits_sequence(cp, training.seq_len, training.framework)
+        && cluster.total_gpus().is_multiple_of(cp)
+    {
         return Some(
             PlanError::cp_sequence(
                 cp,

@@ -193,11 +193,15 @@ fn valid_etp(r: &PlanRequest, model: &Model, cluster: &Cluster, training: &Train
 /// (heads, KV heads, dense MLP width) all admit, inside one NVLink domain unless TP may cross
 /// it: what each of their refusals offers, so that taking any degree it lists passes the other
 /// two (Qwen2.5-7B's 28 heads over 4 KV heads: 1, 2, 4, where the heads alone gave 7 too).
+/// Each also leaves tp x cp x pp dividing the cluster's GPUs, as the request's own degrees do
+/// (tp 2 beside pp 1 on 3 GPUs would be refused in turn); tp 1 always does.
 fn valid_tp_degrees(r: &PlanRequest, model: &Model, cluster: &Cluster) -> String {
     list(divisors(model.heads).into_iter().filter(|d| {
         (model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads))
             && (model.dense_layers() == 0 || model.ffn_hidden.is_multiple_of(*d))
             && (*d <= cluster.nvlink_domain() || r.allow_cross_node_tp)
+            && u64::from(cluster.total_gpus())
+                .is_multiple_of(u64::from(*d) * u64::from(r.cp) * u64::from(r.pp))
     }))
 }
 
