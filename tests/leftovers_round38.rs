@@ -189,3 +189,39 @@ fn a_whole_float_past_a_bound_is_told_the_bound_at_once() {
         );
     }
 }
+
+/// `compare` of a Megatron-Core plan and a torchtitan one listed every default the frameworks
+/// differ in, a 720-character line. It now names the framework, the count of the rest and the
+/// flag. Fails on main (the line was over 700 characters and named no framework fix).
+#[test]
+fn compare_across_frameworks_is_one_short_line() {
+    let dir = scratch(SUITE, "compare-frameworks");
+    for (name, framework) in [("a.yaml", "megatron-core"), ("b.yaml", "torchtitan")] {
+        let r = run_in(
+            &dir,
+            &[
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--nodes",
+                "1",
+                "--framework",
+                framework,
+                "--save",
+                name,
+            ],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let r = run_in(&dir, &["compare", "--plan", "a.yaml", "--plan", "b.yaml"]);
+    assert_one_line_error(
+        &r,
+        &[
+            "--plan a.yaml and --plan b.yaml were planned under different frameworks (megatron-core against torchtitan)",
+            "add --framework megatron-core",
+        ],
+        &["context-parallel exchange"],
+        "compare across frameworks",
+    );
+    assert!(r.stderr.trim().len() <= 240, "{}", r.stderr);
+}
