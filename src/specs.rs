@@ -546,6 +546,11 @@ fn plain_words(message: &str) -> String {
     {
         return worded;
     }
+    // `heads: 1e6`: a whole number past the bound `Model::check` holds the count to was told to
+    // be written `heads: 1000000`, which the check then refused; the bound is said at once.
+    if let Some(worded) = whole_float_past_shape_bound(&out) {
+        return worded;
+    }
     // `layers: 4.5` or `layers: 4.0`: serde names the type only; the fix is the whole number.
     if let Some(fix) = fractional_count(&out, expected_type) {
         let mut out = short_float(&out);
@@ -706,6 +711,23 @@ fn short_float(message: &str) -> String {
         Ok(value) => format!("{head}{FORM}{}`{tail}", crate::units::show_number(value)),
         Err(_) => message.to_string(),
     }
+}
+
+/// A model count written as a whole float (`heads: 1e6`, `model.layers: 1e6`) past the bound
+/// `Model::check` holds it to (`model::shape_bound`): the check's own words, as a count past its
+/// number type's range is told (`past_range`). None for any other message.
+fn whole_float_past_shape_bound(message: &str) -> Option<String> {
+    let (path, rest) = message.split_once(": invalid type: floating point `")?;
+    let value: f64 = rest.split_once('`')?.0.parse().ok()?;
+    let (prefix, model_key) = path
+        .rsplit_once("model.")
+        .map_or(("", path), |(head, key)| (&path[..head.len() + 6], key));
+    let flag = crate::model_file_words::flag_of_key(model_key)?;
+    let max = crate::model::shape_bound(flag)?;
+    (value.is_finite() && value.fract() == 0.0 && value > f64::from(max)).then(|| {
+        let words = crate::model::too_large_words(flag, &crate::units::show_number(value), max);
+        crate::model_file_words::in_model_file_words(&words, prefix)
+    })
 }
 
 /// The fix for a whole-number key given a number with a decimal point or an exponent

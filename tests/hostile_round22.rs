@@ -178,7 +178,7 @@ fn compare_names_fp8_parameter_gather_only_for_low_precision_plans() {
     let r = run_in(&dir, &["compare", "--plan", "ds.yaml", "--plan", "mc.yaml"]);
     assert_one_line_error(
         &r,
-        &["framework: deepspeed against megatron-core (--framework)"],
+        &["different frameworks (deepspeed against megatron-core"],
         &["FP8 parameter gather", "fp8_param_gather"],
         "bf16 plans of two frameworks",
     );

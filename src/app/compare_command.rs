@@ -499,6 +499,24 @@ pub(super) fn compare_command(args: CompareArgs) -> Result<Outcome> {
                         "; to weigh the GPUs against each other, `tpsim sweep --axis gpu --values {ga},{gb}` with the model, --nodes and --gpus-per-node gives each its own best plan of the same job"
                     )
                 };
+                // Two frameworks differ in most defaults (overlaps, optimizer states, CP exchange,
+                // recompute): their list ran past 700 characters. The framework is the cause, and
+                // its flag the fix; what still differs under it is named on the next try.
+                if let Some(frameworks) = differences.iter().find_map(|d| {
+                    d.strip_prefix("framework: ")
+                        .map(|f| f.trim_end_matches(" (--framework)"))
+                }) {
+                    let first = frameworks.split(" against ").next().unwrap_or(frameworks);
+                    bail!(
+                        "--plan {} and --plan {} were planned under different frameworks ({frameworks}){}; compare plans of one framework, or add --framework {first} to run both under it",
+                        args.plan[0],
+                        args.plan[1],
+                        match differences.len() - 1 {
+                            0 => String::new(),
+                            n => format!(", and {n} defaults that follow"),
+                        }
+                    );
+                }
                 bail!(
                     "--plan {} and --plan {} describe different scenarios ({}); compare only plans of one scenario, or give the value as a flag (it overrides both files) to evaluate both plans on it{other_gpus}",
                     args.plan[0],

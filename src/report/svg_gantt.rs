@@ -157,11 +157,21 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
     let (tp_max, tp_uneven, _) = shares(&tp_fraction);
     let (ep_share, ep_uneven, ep_none_somewhere) = shares(&ep_fraction);
     let pipeline_end = s.step_s;
-    let step_end = pipeline_end
-        + sim.tail_dp_grad_reduce_s
+    let tails_s = sim.tail_dp_grad_reduce_s
         + sim.tail_after_pipeline_s
         + sim.tail_optimizer_s
         + sim.tail_dp_param_gather_s;
+    // The simulated blocks hold compute and the layers' communication; activation offloading's
+    // exposed copies are a term of the step the schedule does not place: the axis ended at the
+    // optimizer, short of the step the subtitle gave (13 s drawn of an 865 s step), without a word.
+    let offload_s = sim.estimate.time.offload_exposed_s.0;
+    // The axis ends at the step eval prints (less the offload copies, which are not drawn). A V
+    // schedule whose blocks end before the slowest stage's work as the closed form adds it up
+    // (`simulated::simulate_step`: the bubble is clamped at 0 there) ended the axis short of it;
+    // the tail now ends at the step, and the gap before it is said in the subtitle.
+    let step_end = (sim.estimate.time.step_s.0 - offload_s).max(pipeline_end + tails_s);
+    let tail_start = step_end - tails_s;
+    let unplaced_s = tail_start - pipeline_end;
     let whole = || {
         vec![Panel {
             x: (0.0, step_end),
@@ -259,10 +269,6 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
             String::new()
         }
     );
-    // The simulated blocks hold compute and the layers' communication; activation offloading's
-    // exposed copies are a term of the step the schedule does not place: the axis ended at the
-    // optimizer, short of the step the subtitle gave (13 s drawn of an 865 s step), without a word.
-    let offload_s = sim.estimate.time.offload_exposed_s.0;
     let subtitle = if offload_s > 0.0 {
         format!("{subtitle}; not drawn: {offload_s:.3} s of exposed CPU offload copies")
     } else {
@@ -373,6 +379,16 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
         if seconds > 0.0 || matches!(kind, TermKind::DpGradReduce | TermKind::Optimizer) {
             legend.push((vec![colour], tail_words(kind)));
         }
+    }
+    // Said as a legend entry without a swatch, which wraps where the subtitle would run off.
+    if unplaced_s > 1e-9 * step_end {
+        legend.push((
+            Vec::new(),
+            format!(
+                "blank before the tail: {unplaced_s:.3} s the step keeps past the simulated \
+                 blocks (the closed form's {busy_s:.3} s of stage work)"
+            ),
+        ));
     }
     // Entries flow left to right, wrapping to a new line before the figure's right edge.
     let mut placed: Vec<(i32, i32, Vec<RGBColor>, String)> = Vec::new();
@@ -547,21 +563,30 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
                 // optimizer steps, then (ZeRO-1/2, DeepSpeed's BF16_Optimizer) the updated weights
                 // are gathered; ZeRO-3's exposed gathers, which wait in the forwards, are summed
                 // there too.
-                let reduce_end = pipeline_end + sim.tail_dp_grad_reduce_s;
+                let reduce_end = tail_start + sim.tail_dp_grad_reduce_s;
                 let embedding_end = reduce_end + sim.tail_after_pipeline_s;
                 let optimizer_end = embedding_end + sim.tail_optimizer_s;
                 // A band keeps a pixel's gap at its right end, so one under two pixels (no exposed
                 // DP at dp 1: zero seconds) would be a rectangle of negative width, which is no SVG.
                 let tail = [
-                    (pipeline_end, reduce_end, DP_REDUCE_COLOUR),
+                    (tail_start, reduce_end, DP_REDUCE_COLOUR),
                     (reduce_end, embedding_end, PP_COLOUR),
                     (embedding_end, optimizer_end, OPT_COLOUR),
                     (optimizer_end, step_end, DP_GATHER_COLOUR),
                 ];
+                // Only the first and the last stage hold the tied word embedding and take part in
+                // its all-reduce (Megatron-Core `finalize_model_grads.py`
+                // `_allreduce_word_embedding_grads` over the embedding group, the first and the last
+                // pipeline stage): a middle stage waits, idle, for the optimizer's gradient norm,
+                // which every stage all-reduces (`clip_grads.py` `get_grad_norm_fp32`).
+                let takes_part = |stage: u32, colour: RGBColor| {
+                    colour != PP_COLOUR || stage == 0 || stage + 1 == p
+                };
                 for stage in 0..p {
                     chart.draw_series(
                         tail.iter()
                             .filter(|(a, z, _)| z - a >= 2.0 * pixel_s)
+                            .filter(|&&(_, _, colour)| takes_part(stage, colour))
                             .map(|&(a, z, colour)| band(a, z, stage, colour, gap, gap)),
                     )?;
                 }
@@ -575,7 +600,9 @@ pub(crate) fn gantt_svg(sim: &Simulated, plan: &ParallelPlan) -> Result<String, 
 fn tail_words(kind: TermKind) -> String {
     match kind {
         TermKind::Optimizer => "optimizer step".to_string(),
-        TermKind::PpComm => "exposed PP comm: word embedding gradient all-reduce".to_string(),
+        TermKind::PpComm => {
+            "exposed PP comm: word embedding gradient all-reduce (first and last stage)".to_string()
+        }
         _ => format!("exposed {}", kind.label()),
     }
 }
