@@ -406,10 +406,28 @@ pub fn gather_bytes_per_param(
 /// not: its pre-forward hook returns at once in the backward, "the pre-backward hook is responsible
 /// for the unshard" (torch/distributed/fsdp/_fully_shard/_fsdp_state.py `_pre_forward`, with
 /// `_post_forward` skipping the reshard likewise), so the recomputed forward runs on the weights the
-/// pre-backward hook gathered. Megatron-Core's FSDP is taken as DeepSpeed's (not checked).
+/// pre-backward hook gathered. Megatron-FSDP gathers once for the two as well: the recomputed
+/// forward runs in the `PRE_BACKWARD` state, gathers the layer's weights and releases them only
+/// lazily after it ("Delay parameter resharding because this is currently running inside the
+/// activation recomputation forward. The corresponding backward pass may still need these
+/// parameters, and delaying avoids an unnecessary all-gather", megatron_fsdp.py `_post_forward`),
+/// and the backward's gather skips every bucket not `EMPTY` (param_and_grad_buffer.py
+/// `all_gather_params`) — unless the backward reads another copy: MXFP8 weights gathered
+/// quantized have a `transpose_weight_buffer` of column-wise data the backward gathers on its own
+/// (`get_bucket_key(bucket_id, bwd)`; `fp8_need_transpose_data` is true for `MXFP8Tensor` only),
+/// so there the recompute's row-wise gather is one more (Megatron-LM d98e8a64).
 pub fn zero3_regathers_for_recompute(training: &Training, plan: &ParallelPlan) -> bool {
+    use crate::training::TrainingFramework;
     plan.recompute == Recompute::Full
-        && training.framework != crate::training::TrainingFramework::Torchtitan
+        && match training.framework {
+            TrainingFramework::Torchtitan => false,
+            TrainingFramework::MegatronCore => {
+                plan.precision == crate::plan::Precision::Mxfp8
+                    && fp8_parameter_gather(training, plan)
+                    && gathers_quantized_weights(plan)
+            }
+            _ => true,
+        }
 }
 
 /// Gradient bucket Megatron-Core's DDP reduces at once: max(40M, 1M·dp) parameters
