@@ -74,6 +74,8 @@ mod plan_command;
 mod plan_error_words;
 /// Writing the report directory of `plan --report` and `eval --report`.
 mod report_commands;
+/// Plan files saved before `framework:`, `attention:` and `overlap:` existed: what was taken.
+mod saved_plan_keys;
 /// Flags → validated model, cluster and training settings.
 mod scenario;
 /// `tpsim sweep`.

@@ -1289,6 +1289,28 @@ pub struct PlanKeysGiven {
     pub zero: bool,
     /// `recompute:` or `recompute_num_layers:` (which implies full recompute).
     pub recompute: bool,
+    /// A file `plan --save` wrote (its `# Written by` line) without `framework:`, `attention:`
+    /// or `overlap:`: saved before those keys existed (2026-11-29/30, commits 31381a1 and
+    /// 0d897b5), so what it was evaluated with is not in it and `eval` says the value it takes.
+    pub saved_without: SavedWithoutKeys,
+}
+
+/// Which of the keys added after plan files were first saved a tpsim-written file lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SavedWithoutKeys {
+    pub framework: bool,
+    pub attention: bool,
+    pub overlap: bool,
+}
+
+impl SavedWithoutKeys {
+    /// Nothing lacking: a file tpsim writes today, a hand-written one (its keys' defaults are
+    /// documented), or no file.
+    pub const NONE: Self = Self {
+        framework: false,
+        attention: false,
+        overlap: false,
+    };
 }
 
 impl PlanKeysGiven {
@@ -1298,6 +1320,7 @@ impl PlanKeysGiven {
         sequence_parallel: true,
         zero: true,
         recompute: true,
+        saved_without: SavedWithoutKeys::NONE,
     };
 
     /// No key given: no plan file, or flags none of which set these.
@@ -1306,6 +1329,7 @@ impl PlanKeysGiven {
         sequence_parallel: false,
         zero: false,
         recompute: false,
+        saved_without: SavedWithoutKeys::NONE,
     };
 
     /// The keys `text`'s `plan:` mapping holds (none where it cannot be read as one).
@@ -1313,11 +1337,24 @@ impl PlanKeysGiven {
         let doc = yaml_serde::from_str::<yaml_serde::Value>(text).ok();
         let plan = doc.as_ref().and_then(|doc| doc.get("plan")?.as_mapping());
         let has = |key: &str| plan.as_ref().is_some_and(|m| m.contains_key(key));
+        let saved_by_tpsim = text.trim_start().starts_with("# Written by `tpsim plan`");
+        let lacks = |key: &str| {
+            saved_by_tpsim
+                && doc
+                    .as_ref()
+                    .and_then(|doc| doc.as_mapping())
+                    .is_some_and(|m| !m.contains_key(key))
+        };
         Self {
             etp: has("etp"),
             sequence_parallel: has("sequence_parallel"),
             zero: has("zero"),
             recompute: has("recompute") || has("recompute_num_layers"),
+            saved_without: SavedWithoutKeys {
+                framework: lacks("framework"),
+                attention: lacks("attention"),
+                overlap: lacks("overlap"),
+            },
         }
     }
 }

@@ -1092,6 +1092,7 @@ fn defaults_unlike_plan_rows(
             || args.recompute_num_layers.is_some()
             || args.recompute_method.is_some()
             || args.training.recompute_modules.is_some(),
+        saved_without: crate::specs::SavedWithoutKeys::NONE,
     };
     plan_defaults_note("eval", typed, file, plan, model, framework, fits)
 }

@@ -1936,6 +1936,18 @@ pub(super) fn resolve_scenario(
                 .unwrap_or(AttentionKernel::Flash),
         },
     };
+    // A file saved before it kept these keys says what it was evaluated with in their place.
+    let from_saved_file =
+        file.filter(|(_, path)| *path != super::megatron_paste::LAUNCH_LINE_ORIGIN);
+    super::saved_plan_keys::note_assumed_keys(
+        from_saved_file,
+        saved.map(|_| framework),
+        saved.map(|_| framework.default_overlap()),
+        training_args
+            .attention
+            .is_none()
+            .then_some(training.attention),
+    );
     // The rule of `unsupported_by`'s words, without the flag fix after its last "; " (Muon's
     // rule holds a ';' of its own inside parentheses, which the first one cut in half).
     let without_fix = |why: &'static str| why.rsplit_once("; ").map_or(why, |(rule, _)| rule);
