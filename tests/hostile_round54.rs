@@ -37,8 +37,9 @@
 //! though argparse refuses it ("expected one argument"); tpsim does not know which skipped flags
 //! take values. `plan --cp 3` on 8 GPUs says "the search offers --cp 1" at 2048 tokens, where a
 //! pinned `--cp 2` also runs (the search enumerates cp only at 2048+ tokens per rank,
-//! `planner::MIN_TOKENS_PER_CP_RANK`). A plan file saved before `framework:`, `overlap:` or
-//! `attention:` existed is read with today's defaults for them, without a note.
+//! `planner::MIN_TOKENS_PER_CP_RANK`). (A plan file saved before `framework:`, `overlap:` or
+//! `attention:` existed, read with today's defaults without a note when this round ran, now says
+//! what it took: tests/new_user_round27.rs.)
 
 mod common;
 
