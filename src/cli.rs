@@ -940,8 +940,8 @@ pub struct EvalArgs {
     #[arg(long, hide = true, conflicts_with = "megatron_args")]
     pub moe_grouped_gemm: bool,
     /// Megatron-LM's --moe-router-padding-for-fp8 (alias --moe-router-padding-for-quantization):
-    /// each expert's rows padded to the low-precision GEMM alignment, which tpsim models for every
-    /// low-precision MoE plan (`cost::moe::padded_copies_factor`).
+    /// each expert's rows padded to the low-precision GEMM alignment in the routing map before the
+    /// all-to-all (`training::MoeDispatch::router_padding`); without it the experts pad after it.
     #[arg(
         long,
         hide = true,

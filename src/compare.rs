@@ -551,11 +551,11 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
         // The same degrees: each all-to-all pays one latency per peer (`cost::comm::alltoall_s`),
         // so more, smaller micro-batches take more all-to-alls (DeepSeek-V3 on 256 GB200, tp 4
         // mb 4 against tp 2 mb 4: 8 against 4 micro-batches, 9% more EP time). In bf16 they move
-        // the same bytes; in low precision the all-to-all dispatcher pads every expert's rows to
-        // the GEMM alignment in each micro-batch before the dispatch
-        // (`moe::padded_copies_factor`), so they also send more rows: DeepSeek-V3 in fp8 on 256
-        // GB200, mb 2 against 1, 1438.97 against 1479.93 GB, a third of the EP time between
-        // them, which the traffic rows showed and the cause left out.
+        // the same bytes; in low precision with `--moe-router-padding-for-fp8` the all-to-all
+        // dispatcher pads every expert's rows to the GEMM alignment in each micro-batch before
+        // the dispatch (`moe::padded_copies_factor`), so they also send more rows (DeepSeek-V3 in
+        // fp8 on 256 GB200, mb 2 against 1, 1438.97 against 1479.93 GB when physics round 28
+        // costed every plan so), which the traffic rows show and the cause leaves out.
         "EP comm" if f.num_microbatches != s.num_microbatches => {
             let latency = format!(
                 "ep {} etp {} in both; all-to-alls in {} against {} micro-batches: one latency per peer each",
@@ -575,7 +575,7 @@ fn cause(term: &str, fast: &Estimate, slow: &Estimate) -> Option<String> {
                 latency
             } else if padded {
                 format!(
-                    "{latency}; {fast_gb} against {slow_gb} GB sent as each micro-batch pads every expert's rows to the {} alignment",
+                    "{latency}; {fast_gb} against {slow_gb} GB sent as each micro-batch pads every expert's rows to the {} alignment before the dispatch",
                     f.precision.as_str()
                 )
             } else {

@@ -144,6 +144,15 @@ impl MoeRouting {
 pub struct MoeDispatch {
     pub dispatcher: MoeDispatcher,
     pub routing: MoeRouting,
+    /// Where low-precision expert GEMMs get each expert's rows padded to the GEMM alignment
+    /// (`cost::moe::padded_copies_factor`). `true`: Megatron-Core's `--moe-router-padding-for-fp8`
+    /// (`moe_router_padding_for_quantization`), which pads every expert's column of the sending
+    /// rank's routing map before the all-to-all (`MoEAlltoAllTokenDispatcher.dispatch_preprocess`,
+    /// `moe_utils.pad_routing_map`), so the padding rows travel the wire. `false`, Megatron-Core's
+    /// default: `TEGroupedMLP` pads each local expert's received rows after the dispatch
+    /// (experts.py: `Fp8Padding(self.num_local_experts)` under `config.fp8`, applied when the
+    /// router does not pad), off the wire. DeepEP pads after its dispatch either way.
+    pub router_padding: bool,
 }
 
 impl OptimizerStates {

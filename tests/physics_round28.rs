@@ -108,7 +108,13 @@ fn fp8_routing_map_padding_pads_the_own_copies_too() {
         ..PlanRequest::default()
     };
     let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
-    let pad = tpsim::cost::moe::padded_copies_factor(&model, &plan, 4096, MoeDispatcher::Alltoall);
+    // With `--moe-router-padding-for-fp8`, the padding this test checks (physics round 32).
+    let router_padded = tpsim::training::MoeDispatch {
+        dispatcher: MoeDispatcher::Alltoall,
+        router_padding: true,
+        ..Default::default()
+    };
+    let pad = tpsim::cost::moe::padded_copies_factor(&model, &plan, 4096, router_padded);
     let copies = 2048.0 * 8.0;
     assert!(
         (pad - (copies + 960.0) / copies).abs() < 1e-12,

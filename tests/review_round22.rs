@@ -341,6 +341,12 @@ fn compare_ep_cause_says_the_padded_bytes_its_traffic_rows_print() {
         args.extend_from_slice(&["--micro-batch", mb, "--save", file]);
         let r = run_in(&dir, &args);
         assert_eq!(r.code, 0, "{}", r.stderr);
+        // The padding rides the all-to-all only under Megatron-Core's router padding
+        // (`--moe-router-padding-for-fp8`, physics round 32), which the plan file states.
+        let path = dir.join(file);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("moe_dispatch:\n  router_padding: true\n");
+        std::fs::write(&path, text).unwrap();
     }
     let r = run_in(
         &dir,

@@ -235,6 +235,11 @@ fn eval_chosen(args: EvalArgs, quiet: bool) -> Result<Outcome> {
         &training_args,
         plan_file.as_ref().map(|(f, p)| (f, p.as_str())),
     )?;
+    // Megatron-LM's `--moe-router-padding-for-fp8` pasted on eval: the padding site it sets
+    // (`MoeDispatch::router_padding`), off by default as in Megatron-Core.
+    if args.moe_router_padding_for_fp8 && scenario.model.moe.is_some() {
+        scenario.training.moe_dispatch.router_padding = true;
+    }
     let mut launch_batch = LaunchBatch::Unchanged;
     if let Some(launch) = &megatron {
         launch_batch = apply_megatron_launch(launch, &args.cluster, &training_args, &mut scenario)?;

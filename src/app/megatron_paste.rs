@@ -880,6 +880,7 @@ pub(super) fn megatron_plan_file(launch: &emit::MegatronLaunch) -> Result<PlanFi
         moe_dispatch: Some(crate::training::MoeDispatch {
             dispatcher: launch.experts.dispatcher,
             routing: crate::training::MoeRouting::Random,
+            router_padding: launch.experts.router_padding,
         })
         .filter(|d| *d != crate::training::MoeDispatch::default()),
         fp8_param_gather: None,

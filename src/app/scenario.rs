@@ -1059,6 +1059,7 @@ fn moe_dispatch_of(
     Ok(MoeDispatch {
         dispatcher: dispatcher.unwrap_or(saved.dispatcher),
         routing: routing.unwrap_or(saved.routing),
+        router_padding: saved.router_padding,
     })
 }
 

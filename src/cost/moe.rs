@@ -52,10 +52,8 @@ pub fn local_tokens(plan: &ParallelPlan, seq_len: u32) -> f64 {
     f64::from(plan.micro_batch) * f64::from(seq_len) / f64::from(plan.cp) / f64::from(plan.tp)
 }
 
-/// Rows each expert's token count is padded to under low-precision expert GEMMs: Megatron-Core's
-/// `--moe-router-padding-for-fp8` (which NVIDIA's FP8 and MXFP8 MoE recipes set, and tpsim's
-/// `--emit megatron` writes) pads every expert's column of each rank's routing map to the GEMM's
-/// alignment before the dispatch (`moe_utils.pad_routing_map`): 16 for per-tensor FP8, 32 for MXFP8
+/// Rows each expert's token count is padded to under low-precision expert GEMMs, wherever the
+/// padding happens (`MoeDispatch::router_padding`): 16 for per-tensor FP8, 32 for MXFP8
 /// (`fp8_utils.get_fp8_align_size`), 32 for NVFP4 (`fp4_utils.get_fp4_align_size`'s derivation:
 /// 16 bytes of 4-bit values; a later Megatron-LM, 60e039626, returns 128 there: 32 is kept as the
 /// Megatron-Core the published NVFP4-era recipes pin). None in bf16.
@@ -68,16 +66,20 @@ pub fn expert_row_alignment(precision: Precision) -> Option<f64> {
 }
 
 /// Routed copies per real one after each expert's count is padded to the alignment: with counts
-/// spread over several multiples, (a − 1)/2 padding rows per expert on average; 1 in bf16. The
-/// all-to-all dispatcher pads the sending rank's routing map for every expert before the dispatch
-/// (`pad_routing_map` in `dispatch_preprocess`), so the rows travel the all-to-all; DeepEP pads after
-/// it, on the receiving GPU's own experts (`_DeepepManager`), so only its local experts' counts grow.
-/// Either way the padded rows fill the grouped GEMMs and are saved for the backward like real ones.
+/// spread over several multiples, (a − 1)/2 padding rows per expert on average; 1 in bf16. Where
+/// the padding happens decides how many experts' counts grow per GPU. With the all-to-all
+/// dispatcher and `--moe-router-padding-for-fp8` (`dispatch.router_padding`) the sending rank pads
+/// its routing map's column of every expert before the dispatch (`pad_routing_map` in
+/// `dispatch_preprocess`), so all experts' padding rows travel the all-to-all. Without it
+/// (Megatron-Core's default) `TEGroupedMLP` pads each of the GPU's local experts after the
+/// dispatch (`Fp8Padding(self.num_local_experts)`), and DeepEP pads its local experts after its
+/// dispatch either way (`_DeepepManager`): experts/ep counts grow, none on the wire. Either way
+/// the padded rows fill the grouped GEMMs and are saved for the backward like real ones.
 pub fn padded_copies_factor(
     model: &Model,
     plan: &ParallelPlan,
     seq_len: u32,
-    dispatcher: MoeDispatcher,
+    dispatch: MoeDispatch,
 ) -> f64 {
     let (Some(moe), Some(align)) = (model.moe, expert_row_alignment(plan.precision)) else {
         return 1.0;
@@ -86,31 +88,35 @@ pub fn padded_copies_factor(
     if copies <= 0.0 {
         return 1.0;
     }
-    let padded_experts = match dispatcher.written_for(plan.ep) {
-        MoeDispatcher::Alltoall => f64::from(moe.experts),
-        MoeDispatcher::Deepep => f64::from(moe.experts) / f64::from(plan.ep),
+    let padded_experts = if pads_before_dispatch(dispatch, plan) {
+        f64::from(moe.experts)
+    } else {
+        f64::from(moe.experts) / f64::from(plan.ep)
     };
     1.0 + padded_experts * (align - 1.0) / 2.0 / copies
+}
+
+/// Whether the low-precision padding rows are added to the routing map before the dispatch (and
+/// so travel the all-to-all): the all-to-all dispatcher with router padding on.
+pub fn pads_before_dispatch(dispatch: MoeDispatch, plan: &ParallelPlan) -> bool {
+    dispatch.router_padding && dispatch.dispatcher.written_for(plan.ep) == MoeDispatcher::Alltoall
 }
 
 /// The load factor every routed-copy count a GPU computes and keeps carries: the user's routing
 /// imbalance (the busiest expert's load over the balanced one) times the low-precision padding.
 pub fn routed_load(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
     training.moe_imbalance
-        * padded_copies_factor(
-            model,
-            plan,
-            training.seq_len,
-            training.moe_dispatch.dispatcher,
-        )
+        * padded_copies_factor(model, plan, training.seq_len, training.moe_dispatch)
 }
 
 /// The load factor of the copies the all-to-all carries: the imbalance, and the padding where it
-/// is added before the dispatch (the all-to-all dispatcher; DeepEP pads after it).
+/// is added before the dispatch (router padding under the all-to-all dispatcher; otherwise the
+/// experts pad after it).
 pub fn wire_load(model: &Model, training: &Training, plan: &ParallelPlan) -> f64 {
-    match training.moe_dispatch.dispatcher.written_for(plan.ep) {
-        MoeDispatcher::Alltoall => routed_load(model, training, plan),
-        MoeDispatcher::Deepep => training.moe_imbalance,
+    if pads_before_dispatch(training.moe_dispatch, plan) {
+        routed_load(model, training, plan)
+    } else {
+        training.moe_imbalance
     }
 }
 
@@ -225,6 +231,25 @@ pub struct ExpertEpilogue {
     /// separate kernels, where tpsim's generic expert runs one activation kernel. Under
     /// `torch.compile` Inductor fuses them per block into about that one kernel: nothing more.
     pub torchtitan_eager_experts: bool,
+    /// Megatron-Core pads each local expert's received rows to the low-precision GEMM alignment
+    /// inside `TEGroupedMLP` when the router did not (`MoeDispatch::router_padding` off): under
+    /// `config.fp8`/`config.fp4` it runs Transformer Engine's `Fp8Padding` on the permuted input
+    /// before the first GEMM and `Fp8Unpadding` on the second GEMM's output (moe/experts.py,
+    /// `Fp8Padding(self.num_local_experts)`; later `_use_explicit_quantization_padding`: "fp8 or
+    /// fp4 and not moe_router_padding_for_quantization"). Costed only under low precision
+    /// ([`explicit_padding_bytes_per_routed_copy`]).
+    pub explicit_quantization_padding: bool,
+}
+
+/// HBM bytes per routed token copy, (forward, backward), of Megatron-Core's explicit expert
+/// padding ([`ExpertEpilogue::explicit_quantization_padding`]) for experts whose input and output
+/// rows are `row_width` wide: Transformer Engine's `Fp8Padding` copies the received rows into the
+/// padded buffer (reads and writes each row) and `Fp8Unpadding` copies the output back (reads and
+/// writes each row), 4 rows forward; the backward runs the same two copies on the gradients
+/// (`_Fp8Padding.backward` unpads, `_Fp8Unpadding.backward` pads), 4 rows. bf16 elements.
+pub fn explicit_padding_bytes_per_routed_copy(row_width: f64) -> (f64, f64) {
+    let bytes = 4.0 * row_width * ACTIVATION_BYTES;
+    (bytes, bytes)
 }
 
 impl ExpertEpilogue {
@@ -245,6 +270,7 @@ impl ExpertEpilogue {
                 && training.torchtitan_gpt_oss_experts
                 && moe.glu_clamp_limit.is_some()
                 && training.kernel_fusion == crate::training::KernelFusion::Eager,
+            explicit_quantization_padding: megatron_core && !training.moe_dispatch.router_padding,
         }
     }
 
@@ -423,8 +449,17 @@ pub fn moe_mlp_time(
     let permute_s = permute_bytes / bandwidth / gpu.framework_efficiency;
     let (epilogue_forward, epilogue_backward) =
         epilogue.bytes_per_routed_copy(f64::from(moe.ffn_hidden) / etp, width / etp);
-    let epilogue_forward_s = routed * epilogue_forward / bandwidth / gpu.framework_efficiency;
-    let epilogue_backward_s = routed * epilogue_backward / bandwidth / gpu.framework_efficiency;
+    let (padding_forward, padding_backward) = if epilogue.explicit_quantization_padding
+        && expert_row_alignment(plan.precision).is_some()
+    {
+        explicit_padding_bytes_per_routed_copy(width)
+    } else {
+        (0.0, 0.0)
+    };
+    let epilogue_forward_s =
+        routed * (epilogue_forward + padding_forward) / bandwidth / gpu.framework_efficiency;
+    let epilogue_backward_s =
+        routed * (epilogue_backward + padding_backward) / bandwidth / gpu.framework_efficiency;
     let rest_s = (linear(&up)
         + linear(&down)
         + router.time(cluster)
@@ -543,9 +578,16 @@ pub fn permutation_bytes(
             // `permute` writes that many rows; megatron/core/transformer/moe/token_dispatcher.py:649-677
             // at d98e8a64), so the own copies carry `padded_copies_factor` as the received ones
             // do. The user's imbalance does not enter: a rank's own tokens make top-k copies each
-            // however the experts share them.
+            // however the experts share them. (Counted as under router padding whatever
+            // `MoeDispatch::router_padding` says: without it `TEGroupedMLP` copies the received
+            // rows into padded ones instead, about as many bytes; not told apart here.)
+            let router_padded = MoeDispatch {
+                dispatcher: MoeDispatcher::Alltoall,
+                router_padding: true,
+                ..MoeDispatch::default()
+            };
             let own_copies =
-                tokens * topk * padded_copies_factor(model, plan, seq_len, MoeDispatcher::Alltoall);
+                tokens * topk * padded_copies_factor(model, plan, seq_len, router_padded);
             let first = 2.0 * (tokens + own_copies);
             let second = if moe.experts > plan.ep {
                 4.0 * received
@@ -726,6 +768,7 @@ pub fn deepep_network_speed(
     let dispatch = MoeDispatch {
         dispatcher: MoeDispatcher::Deepep,
         routing,
+        ..MoeDispatch::default()
     };
     let gpu_copies = remote_copies_per_token(model, ep, dispatch);
     let rdma_copies = other_blocks_reached(model, ep / local, routing);
@@ -1112,10 +1155,12 @@ mod tests {
     const DEEPEP_RANDOM: MoeDispatch = MoeDispatch {
         dispatcher: MoeDispatcher::Deepep,
         routing: MoeRouting::Random,
+        router_padding: false,
     };
     const DEEPEP_ROUND_ROBIN: MoeDispatch = MoeDispatch {
         dispatcher: MoeDispatcher::Deepep,
         routing: MoeRouting::RoundRobin,
+        router_padding: false,
     };
 
     #[test]
@@ -1295,6 +1340,7 @@ mod tests {
         let alltoall = MoeDispatch {
             dispatcher: MoeDispatcher::Alltoall,
             routing: MoeRouting::RoundRobin,
+            router_padding: false,
         };
         assert!((remote_copies_per_token(&qwen, 8, alltoall) - 7.0).abs() < 1e-12);
     }
@@ -1671,35 +1717,39 @@ mod tests {
         let plan = ParallelPlan::build(&request, &model, &cluster, &training).unwrap();
         // 4,096 tokens x top-8 copies a rank; 128 experts x 7.5 padding rows, or 8 local ones.
         let copies = 4096.0 * 8.0;
-        let alltoall = padded_copies_factor(&model, &plan, 4096, MoeDispatcher::Alltoall);
+        let site = |dispatcher, router_padding| MoeDispatch {
+            dispatcher,
+            router_padding,
+            ..MoeDispatch::default()
+        };
+        let router = site(MoeDispatcher::Alltoall, true);
+        let alltoall = padded_copies_factor(&model, &plan, 4096, router);
         assert!((alltoall - (1.0 + 128.0 * 7.5 / copies)).abs() < 1e-12);
-        let deepep = padded_copies_factor(&model, &plan, 4096, MoeDispatcher::Deepep);
-        assert!((deepep - (1.0 + 8.0 * 7.5 / copies)).abs() < 1e-12);
-        let with = |dispatcher| Training {
-            moe_dispatch: MoeDispatch {
-                dispatcher,
-                ..training.moe_dispatch
-            },
+        let local = 1.0 + 8.0 * 7.5 / copies;
+        for after in [
+            site(MoeDispatcher::Alltoall, false),
+            site(MoeDispatcher::Deepep, false),
+            site(MoeDispatcher::Deepep, true),
+        ] {
+            assert!((padded_copies_factor(&model, &plan, 4096, after) - local).abs() < 1e-12);
+            let training = Training {
+                moe_dispatch: after,
+                ..training
+            };
+            assert_eq!(wire_load(&model, &training, &plan), 1.0);
+            assert_eq!(routed_load(&model, &training, &plan), local);
+        }
+        let with_router = Training {
+            moe_dispatch: router,
             ..training
         };
-        assert_eq!(
-            wire_load(&model, &with(MoeDispatcher::Alltoall), &plan),
-            alltoall
-        );
-        assert_eq!(wire_load(&model, &with(MoeDispatcher::Deepep), &plan), 1.0);
-        assert_eq!(
-            routed_load(&model, &with(MoeDispatcher::Deepep), &plan),
-            deepep
-        );
+        assert_eq!(wire_load(&model, &with_router, &plan), alltoall);
         // bf16 pads nothing.
         let bf16 = ParallelPlan {
             precision: Precision::Bf16,
             ..plan
         };
-        assert_eq!(
-            padded_copies_factor(&model, &bf16, 4096, MoeDispatcher::Alltoall),
-            1.0
-        );
+        assert_eq!(padded_copies_factor(&model, &bf16, 4096, router), 1.0);
     }
 
     /// The backward of a token permutation is its inverse, the same bytes: an MoE layer's
@@ -1758,8 +1808,17 @@ mod tests {
             release_25_11.bytes_per_routed_copy(f, h),
             (12.0 * h + 16.0 * f, 12.0 * h + 12.0 * f)
         );
-        // No biases (DeepSeek-V3), or a framework whose kernels tpsim does not list: nothing.
+        // No biases (DeepSeek-V3), or a framework whose kernels tpsim does not list: nothing
+        // but Megatron-Core's explicit low-precision padding, which router padding turns off.
         let deepseek = crate::specs::load_model("deepseek-v3").unwrap();
+        assert_eq!(
+            ExpertEpilogue::of(&deepseek, &training),
+            ExpertEpilogue {
+                explicit_quantization_padding: true,
+                ..ExpertEpilogue::default()
+            }
+        );
+        training.moe_dispatch.router_padding = true;
         assert_eq!(
             ExpertEpilogue::of(&deepseek, &training),
             ExpertEpilogue::default()

@@ -39,7 +39,7 @@ pub fn bridge_overrides(model: &Model, training: &Training, plan: &ParallelPlan)
         model,
         plan,
         training.moe_capacity_factor,
-        training.moe_dispatch.dispatcher,
+        training.moe_dispatch,
     ) {
         set(key, value);
     }
@@ -310,8 +310,9 @@ fn bridge_expert_overrides(
     model: &Model,
     plan: &ParallelPlan,
     capacity_factor: Option<f64>,
-    dispatcher: crate::training::MoeDispatcher,
+    dispatch: crate::training::MoeDispatch,
 ) -> Vec<(&'static str, String)> {
+    let dispatcher = dispatch.dispatcher;
     let mut out = Vec::new();
     // MTP depths as estimated; with MLA written out even when 0, because Megatron-Bridge's
     // DeepSeek providers take `num_nextn_predict_layers` (1) from the HF config by default.
@@ -445,11 +446,11 @@ fn bridge_expert_overrides(
     ));
     out.push(("model.moe_shared_expert_overlap", "false".to_string()));
     // Low-precision expert GEMMs with each expert's rows padded to their alignment in the routing
-    // map, as NVIDIA's FP8/MXFP8 MoE recipes run them and tpsim costs them
-    // (`cost::moe::padded_copies_factor`).
+    // map before the dispatch, when the plan was evaluated so (`MoeDispatch::router_padding`,
+    // `cost::moe::padded_copies_factor`); otherwise the experts pad after it.
     out.push((
         "model.moe_router_padding_for_fp8",
-        (plan.precision != crate::plan::Precision::Bf16).to_string(),
+        (plan.precision != crate::plan::Precision::Bf16 && dispatch.router_padding).to_string(),
     ));
     out.push(("model.expert_model_parallel_size", plan.ep.to_string()));
     out.push(("model.expert_tensor_parallel_size", plan.etp.to_string()));

@@ -195,7 +195,7 @@ pub(super) const SWITCHES: &[&str] = &[
     "use-flash-attn",
     "multi-latent-attention",
     "moe-grouped-gemm",
-    // Read as what tpsim models for every low-precision MoE plan (`cost::moe::padded_copies_factor`).
+    // Read into `MoeDispatch::router_padding` (`megatron_moe::ExpertArgs::router_padding`).
     "moe-router-padding-for-fp8",
     "moe-router-padding-for-quantization",
     "moe-enable-deepep",

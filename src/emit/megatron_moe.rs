@@ -23,6 +23,10 @@ pub struct ExpertArgs {
     pub capacity_factor: Option<f64>,
     /// The token dispatcher (`--moe-token-dispatcher-type`, `--moe-flex-dispatcher-backend`).
     pub dispatcher: MoeDispatcher,
+    /// `--moe-router-padding-for-fp8` (alias `--moe-router-padding-for-quantization`; default
+    /// off): low-precision expert rows padded in the routing map before the dispatch
+    /// (`MoeDispatch::router_padding`).
+    pub router_padding: bool,
 }
 
 /// `--moe-*` arguments that only change the numerics of routing (losses, score function, router
@@ -167,6 +171,9 @@ impl Parsed<'_> {
             } else {
                 MoeDispatcher::Alltoall
             },
+            router_padding: moe.is_some()
+                && (self.switch("moe-router-padding-for-fp8")
+                    || self.switch("moe-router-padding-for-quantization")),
         })
     }
 
@@ -447,8 +454,9 @@ pub fn megatron_expert_args(
     model: &Model,
     plan: &ParallelPlan,
     capacity_factor: Option<f64>,
-    dispatcher: MoeDispatcher,
+    dispatch: crate::training::MoeDispatch,
 ) -> Vec<(&'static str, Option<String>)> {
+    let dispatcher = dispatch.dispatcher;
     let mut args = Vec::new();
     if let Some(mla) = &model.mla {
         args.push(("multi-latent-attention", None));
@@ -522,9 +530,10 @@ pub fn megatron_expert_args(
         args.push(("moe-expert-capacity-factor", Some(factor.to_string())));
     }
     // Low-precision expert GEMMs: each expert's rows padded to the GEMM alignment in the routing
-    // map (`cost::moe::padded_copies_factor`), as NVIDIA's FP8/MXFP8 MoE recipes set it; without
-    // the flag Megatron-Core pads and unpads inside the experts with two more copies each way.
-    if plan.precision != crate::plan::Precision::Bf16 {
+    // map before the dispatch when the plan was evaluated so (`MoeDispatch::router_padding`,
+    // `cost::moe::padded_copies_factor`); without the flag Megatron-Core pads each local expert's
+    // rows inside `TEGroupedMLP` after the dispatch, which is what tpsim then costs.
+    if plan.precision != crate::plan::Precision::Bf16 && dispatch.router_padding {
         args.push(("moe-router-padding-for-fp8", None));
     }
     args.push(("expert-model-parallel-size", Some(plan.ep.to_string())));

@@ -854,7 +854,7 @@ pub fn megatron_args(model: &Model, training: &Training, plan: &ParallelPlan) ->
         model,
         plan,
         training.moe_capacity_factor,
-        training.moe_dispatch.dispatcher,
+        training.moe_dispatch,
     ) {
         push(flag, value);
     }

@@ -135,7 +135,52 @@ pub(in crate::modern_runs) fn recipe_capacity_factor(run: &ModernRun) -> Option<
 ///   HybridEP or DeepEP backend ([`bridge_flex_dispatcher`]), HybridEP planned as DeepEP by the
 ///   rule above, with the recipes' forced load balancing (random routing);
 /// - everything else runs the all-to-all dispatcher.
+///
+/// The padding site of low-precision expert rows is [`bridge_router_padding`]'s.
 pub(in crate::modern_runs) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatch {
+    MoeDispatch {
+        router_padding: bridge_router_padding(run),
+        ..dispatcher_and_routing(run)
+    }
+}
+
+/// Whether a row's recipe sets Megatron-Core's `moe_router_padding_for_fp8` /
+/// `moe_router_padding_for_quantization` (`MoeDispatch::router_padding`; Megatron-Core's default,
+/// and every other source's, is off: the experts pad after the dispatch). Read per release in
+/// NVIDIA-NeMo/Megatron-Bridge: the 25.09 and 25.11 configs (v0.1.x, v0.2.x) and 26.02/26.02.01's
+/// (v0.3.0, v0.3.1) never set it on (the v0.3.x recipes `deepseek_v3.py`, `glm45.py` set it
+/// `False`); 26.04 (v0.4.0 `scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py:53-54`),
+/// 26.04.01 (v0.4.2 `:55-56`) and 26.06/26.06.01 (v0.5.0/v0.5.1 `:55-56`) set it for Nemotron 3
+/// Super in `fp8_mx` and `nvfp4` (`set_nemotron_3_super_common_configs`), and v0.5.x for GPT-OSS
+/// 20B (`gpt_oss_llm_pretrain.py:74`, `set_gpt_oss_20b_common_configs`); 26.08 (v0.6.0
+/// `src/megatron/bridge/perf_recipes/nemotronh/<gpu>/nemotronh.py`) for Nemotron 3 Super's fp8mx
+/// and nvfp4 configs and Ultra's fp8mx ones, and GPT-OSS 20B (`perf_recipes/gpt_oss/common.py:95`);
+/// its DeepSeek-V3 and Qwen3-235B-A22B configs that set it are `_dev_config`s, which no table
+/// row names. The Megatron-Core MoE report's runs set it in FP8 and MXFP8
+/// (yanring/Megatron-MoE-ModelZoo `sbatch_benchmarking.sh:91,106` at e8650517d60d:
+/// `--moe-router-padding-for-fp8`, `--moe-router-padding-for-quantization`). The rows it turns on
+/// run the flex dispatcher (DeepEP/HybridEP), which pads after its dispatch either way; what it
+/// saves them is `TEGroupedMLP`'s explicit padding copies (`ExpertEpilogue`).
+fn bridge_router_padding(run: &ModernRun) -> bool {
+    let (model, _) = model_and_gpu(run);
+    let low_precision_mx =
+        super::lookup::precision_is(run, "mxfp8") || super::lookup::precision_is(run, "nvfp4");
+    if from_moe_report(run) {
+        return !super::lookup::precision_is(run, "bf16");
+    }
+    match bridge_26_release(run) {
+        None | Some(Bridge26::V030 | Bridge26::V031) => false,
+        Some(release) => match model {
+            "nemotron3_super" => low_precision_mx,
+            "nemotron3_ultra" => release == Bridge26::V060 && low_precision_mx,
+            "gpt_oss_20b" => release >= Bridge26::V050,
+            _ => false,
+        },
+    }
+}
+
+/// The dispatcher and routing pattern of [`recipe_moe_dispatch`].
+fn dispatcher_and_routing(run: &ModernRun) -> MoeDispatch {
     let deepep = MoeDispatcher::Deepep;
     let key = run.model_key.as_deref().unwrap_or("");
     if run.id.starts_with("automodel")
@@ -147,6 +192,7 @@ pub(in crate::modern_runs) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatc
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::RoundRobin,
+            ..MoeDispatch::default()
         };
     }
     if run.id.starts_with("mbridge-25.09")
@@ -156,6 +202,7 @@ pub(in crate::modern_runs) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatc
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::Random,
+            ..MoeDispatch::default()
         };
     }
     // The Megatron-Core MoE report (§8.1): "HybridEP on GB200/GB300 NVL systems ... DeepEP on
@@ -165,6 +212,7 @@ pub(in crate::modern_runs) fn recipe_moe_dispatch(run: &ModernRun) -> MoeDispatc
         return MoeDispatch {
             dispatcher: deepep,
             routing: MoeRouting::Random,
+            ..MoeDispatch::default()
         };
     }
     MoeDispatch::default()
