@@ -166,6 +166,12 @@ fn plan_args(r: &Row) -> Vec<String> {
     if r.recompute == "selective" {
         s.push_str(&format!(" --recompute-modules {}", r.recompute_modules));
     }
+    // The zoo's launcher pads the routing map for quantized experts: `PR=mxfp8` appends
+    // `--moe-router-padding-for-quantization` (sbatch_benchmarking.sh at 38ce2ed2), `PR=fp8`
+    // `--moe-router-padding-for-fp8`.
+    if r.precision != "bf16" {
+        s.push_str(" --moe-router-padding-for-fp8");
+    }
     s.split_whitespace().map(str::to_string).collect()
 }
 
