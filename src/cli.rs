@@ -406,9 +406,9 @@ pub struct TrainingArgs {
     /// Tokens per sequence (default: the model's training length; 2048 for --params and shape flags).
     #[arg(long, visible_alias = "seq-length")]
     pub seq_len: Option<u32>,
-    /// Sequences per optimizer step across all replicas (default 1536, GPT-3 175B's sequences per
-    /// step, Brown et al. 2020: 3.1M tokens at its 2048 tokens each, 64x that at --seq-len 131072;
-    /// a note names the tokens per step).
+    /// Sequences per optimizer step across all replicas (default GPT-3 175B's 3.1M tokens per step,
+    /// Brown et al. 2020: 1536 sequences at its 2048 tokens each, 24 at --seq-len 131072; a note
+    /// names the sequences and tokens per step).
     #[arg(long, visible_alias = "global-batch-size")]
     pub global_batch: Option<u32>,
     /// torchtitan's (and NeMo AutoModel's) local_batch_size: sequences per data-parallel rank in

@@ -18,6 +18,34 @@ pub use recompute_modules::{
 /// et al. 2020 Table 2.1 gives GPT-3 175B 3.2M tokens.
 pub const DEFAULT_GLOBAL_BATCH: u32 = 1536;
 
+/// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048), the length
+/// [`DEFAULT_GLOBAL_BATCH`] was trained at.
+pub const GPT3_SEQ_LEN: u32 = 2048;
+
+/// Tokens per step of the default batch: [`DEFAULT_GLOBAL_BATCH`] × [`GPT3_SEQ_LEN`] =
+/// 3,145,728.
+pub const DEFAULT_TOKENS_PER_STEP: u64 = DEFAULT_GLOBAL_BATCH as u64 * GPT3_SEQ_LEN as u64;
+
+/// Default sequences per step at `seq_len` when no input gives a global batch: GPT-3's tokens per
+/// step ([`DEFAULT_TOKENS_PER_STEP`]) rather than its 1536 sequences, so a long context does not
+/// multiply the step (1536 × 131072 = 201M tokens). The count is the 2^a or 3 × 2^a (the form of
+/// 1536 = 3 × 2⁹) closest to those tokens by ratio: data-parallel degrees of power-of-two GPU
+/// counts divide it up to its size, where a plain rounding (1049 at 3000 tokens, a prime) would
+/// leave no data parallelism. Exactly 1536 at 2048, 24 at 131072, at least 1 sequence.
+pub fn default_global_batch(seq_len: u32) -> u32 {
+    let target = DEFAULT_TOKENS_PER_STEP as f64 / f64::from(seq_len.max(1));
+    let distance = |count: u32| (f64::from(count) / target).ln().abs();
+    let mut best = 1;
+    for power in 0..=21u32 {
+        for count in [1u32 << power, 3u32 << power] {
+            if count <= MAX_GLOBAL_BATCH && distance(count) < distance(best) {
+                best = count;
+            }
+        }
+    }
+    best
+}
+
 /// Largest global batch tpsim accepts, in sequences (GPT-3 used 1536; Llama 3 405B 16M tokens =
 /// 2048 × 8192): beyond it the input is a typo (tokens for sequences), not a batch.
 pub const MAX_GLOBAL_BATCH: u32 = 1 << 22;

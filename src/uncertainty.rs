@@ -212,9 +212,8 @@ pub fn interval(estimate: &Estimate, band: &Band) -> Interval {
 }
 
 /// What a plan's range rests on, as its JSON's `time.step_s_range_basis` says it (the 5th–95th
-/// percentile of tpsim's error on these runs): the band's runs, with a note where the GPU has
-/// too few of its own and where the plan's precision has no validated runs. `sweep` writes the
-/// same text into its JSON and CSV rows.
+/// percentile of tpsim's error on these runs): [`band_words`] for the plan's precision, the words
+/// its range line says. `sweep` writes the same text into its JSON and CSV rows.
 pub fn range_basis(
     estimate: &Estimate,
     profile: &str,
@@ -222,18 +221,7 @@ pub fn range_basis(
     kind: ModelKind,
 ) -> String {
     let (band, measured) = band_for(profile, framework, kind);
-    let mut basis = if measured {
-        format!("{} ({} runs)", band.basis, band.runs)
-    } else {
-        format!(
-            "{} ({} runs){}",
-            band.basis,
-            band.runs,
-            too_few_note(profile)
-        )
-    };
-    basis.push_str(&unvalidated_precision_note(estimate.plan.precision));
-    basis
+    band_words(band, measured, profile, &[estimate.plan.precision])
 }
 
 /// Writes a plan's range into its JSON object (the report's contract): `time.step_s_low`,
@@ -359,7 +347,8 @@ pub fn within_error_line(
 
 /// What a range line says its band rests on ("136 runs, dense models, megatron-core on h100"),
 /// with a note where the GPU has too few runs of its own and one for each precision among
-/// `precisions` that no run behind the band uses: `plan`'s, `eval`'s and `compare`'s range lines.
+/// `precisions` that no run behind the band uses: `plan`'s, `eval`'s and `compare`'s range lines,
+/// and (through [`range_basis`]) the JSON's and CSV's `time.step_s_range_basis`.
 pub fn band_words(band: &Band, measured: bool, profile: &str, precisions: &[Precision]) -> String {
     let mut basis = if measured {
         format!("{} runs, {}", band.runs, band.basis)

@@ -247,7 +247,8 @@ fn the_default_batch_note_names_where_the_batch_goes() {
         "{}",
         r.stderr
     );
-    // A small default batch is said in thousands of tokens, not "0.0M".
+    // The default keeps GPT-3's tokens per step at a short length too (1536 x 2048 = 196608 x
+    // 16), said in millions of tokens, not "0.0M".
     let r = run(&[
         "eval",
         "--params",
@@ -262,7 +263,9 @@ fn the_default_batch_note_names_where_the_batch_goes() {
         "16",
     ]);
     assert!(
-        r.stderr.contains("= 24.6K tokens per step") && !r.stderr.contains("0.0M"),
+        r.stderr
+            .contains("196608 sequences x 16 tokens = 3.1M tokens per step")
+            && !r.stderr.contains("0.0M"),
         "{}",
         r.stderr
     );
@@ -554,12 +557,13 @@ fn compare_and_sweep_say_the_default_batch() {
     ] {
         let r = run(args);
         assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
-        assert!(
-            r.stderr
-                .contains("note: --global-batch not given: 1536 sequences"),
-            "{args:?}: {}",
-            r.stderr
-        );
+        // Over the sequence length each point takes GPT-3's tokens per step in its own sequences.
+        let said = if args.contains(&"seq-len") {
+            "note: --global-batch not given: 3.1M tokens per step at every point"
+        } else {
+            "note: --global-batch not given: 1536 sequences"
+        };
+        assert!(r.stderr.contains(said), "{args:?}: {}", r.stderr);
     }
     // Given, or swept, the batch is no default.
     for args in [

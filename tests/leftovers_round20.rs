@@ -35,8 +35,9 @@ fn an_assumed_bundled_sequence_length_is_said_as_assumed() {
         );
         assert!(!line.contains("training length,"), "{model}: {line}");
         assert!(
-            r.stderr
-                .contains("at the 4096 tokens assumed for this model, which publishes none"),
+            r.stderr.contains(
+                "in sequences of the 4096 tokens assumed for this model, which publishes none"
+            ),
             "{model}: {}",
             r.stderr
         );
@@ -65,13 +66,13 @@ fn the_default_batch_note_says_whose_sequence_length_it_is() {
             .to_string()
     };
     let given = note(&["--seq-len", "8192"]);
-    assert!(
-        given.contains("at --seq-len 8192: GPT-3's were 2048"),
-        "{given}"
-    );
+    assert!(given.contains("in sequences of --seq-len 8192"), "{given}");
     assert!(!given.contains("this model's"), "{given}");
     let own = note(&[]);
-    assert!(own.contains("at this model's 8192 tokens"), "{own}");
+    assert!(
+        own.contains("in sequences of this model's 8192 tokens"),
+        "{own}"
+    );
     // On a shape of the user's own, too: --params with --seq-len.
     let r = run(&[
         "plan",
@@ -85,7 +86,11 @@ fn the_default_batch_note_says_whose_sequence_length_it_is() {
         "1",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("at --seq-len 4096:"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("in sequences of --seq-len 4096)"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Under `--precision fp8` the training line names the scaling recipe; under mxfp8 it named none.

@@ -36,6 +36,8 @@ fn an_moe_header_says_the_step_is_priced_with_balanced_routing() {
         "h100-sxm-80g",
         "--nodes",
         "256",
+        "--global-batch",
+        "1536",
     ];
     let plan = stdout_of(&[&["plan", "--top", "1"][..], &moe].concat());
     let line = training_line(&plan);
@@ -106,6 +108,8 @@ fn expert_dp_and_moe_mfu_are_defined_where_the_columns_are() {
         "h100-sxm-80g",
         "--nodes",
         "256",
+        "--global-batch",
+        "1536",
         "--tp",
         "8",
         "--dp",

@@ -272,6 +272,8 @@ fn eval_throughput_says_mfu_counts_the_active_parameters() {
         "h800-sxm-80g",
         "--nodes",
         "256",
+        "--global-batch",
+        "1536",
         "--tp",
         "4",
         "--ep",

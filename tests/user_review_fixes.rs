@@ -4,7 +4,9 @@
 mod common;
 use common::{json, run};
 
-const DEEPSEEK_2048: [&str; 7] = [
+/// DeepSeek-V3 on 2048 H100s at GPT-3's 1536 sequences (the default before 2026-12-08, when it
+/// became GPT-3's tokens per step: 768 sequences at DeepSeek-V3's 4096).
+const DEEPSEEK_2048: [&str; 9] = [
     "plan",
     "--model",
     "deepseek-v3",
@@ -12,6 +14,8 @@ const DEEPSEEK_2048: [&str; 7] = [
     "h100-sxm-80g",
     "--nodes",
     "256",
+    "--global-batch",
+    "1536",
 ];
 
 /// The table shows etp beside ep (eval's --etp defaults to tp, so a row without it could not be
@@ -60,6 +64,8 @@ fn every_shown_column_is_enough_to_run_the_row_back() {
         "h100-sxm-80g",
         "--nodes",
         "256",
+        "--global-batch",
+        "1536",
         "--tp",
         &tp,
         "--cp",
@@ -190,8 +196,8 @@ fn gb200_nodes_of_two_trays_give_the_same_answer() {
     assert_eq!(best("64", "4"), best("32", "8"));
 }
 
-/// The default batch keeps GPT-3's 1536 sequences; at another sequence length the note says it is
-/// not GPT-3's token batch.
+/// The default batch keeps GPT-3's tokens per step (1536 x 2048); at another sequence length the
+/// note says how many sequences of that length make them.
 #[test]
 fn the_default_batch_note_says_when_it_is_not_gpt3s_token_batch() {
     let r = run(&[
@@ -207,8 +213,8 @@ fn the_default_batch_note_says_when_it_is_not_gpt3s_token_batch() {
     ]);
     let note = r.stderr.lines().next().unwrap_or_default();
     assert!(
-        note.contains("GPT-3 175B's 1536 sequences")
-            && note.contains("GPT-3's were 2048, 3.1M tokens"),
+        note.contains("96 sequences x 32768 tokens = 3.1M tokens per step")
+            && note.contains("GPT-3 175B's 3.1M tokens, 1536 x 2048"),
         "{note}"
     );
 }

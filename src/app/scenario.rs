@@ -22,7 +22,10 @@ use crate::planner::{SearchOptions, tp_degrees};
 use crate::report::{ClusterSummary, ModelSummary};
 use crate::shape::derive_shape;
 use crate::specs::{self, PlanFile};
-use crate::training::{AttentionKernel, DEFAULT_GLOBAL_BATCH, GradDtype, Training};
+use crate::training::{
+    AttentionKernel, DEFAULT_GLOBAL_BATCH, DEFAULT_TOKENS_PER_STEP, GPT3_SEQ_LEN, GradDtype,
+    Training, default_global_batch,
+};
 use crate::units::parse_count;
 
 /// Largest cluster we accept: beyond this the input is a typo, not a cluster.
@@ -1673,7 +1676,7 @@ pub(super) fn resolve_scenario(
     let global_batch = training_args
         .global_batch
         .or(plan_file.and_then(|f| f.global_batch))
-        .unwrap_or(DEFAULT_GLOBAL_BATCH);
+        .unwrap_or_else(|| default_global_batch(model.seq_len));
     positive(
         "--global-batch",
         global_batch,
@@ -2240,9 +2243,6 @@ pub(super) fn smallest_splittable_batch(
         .min()
 }
 
-/// GPT-3 175B's sequence length (Brown et al. 2020 Table 2.1: n_ctx = 2048).
-const GPT3_SEQ_LEN: u32 = 2048;
-
 /// The note for a global batch no input gave: what the default is, and where to give the batch
 /// (`file`: the plan file it would be a line of; otherwise the flag). `plan`, `eval`, `report`,
 /// `compare` and `sweep` all say it, so no command uses the default silently.
@@ -2251,8 +2251,8 @@ const GPT3_SEQ_LEN: u32 = 2048;
 /// the largest: Llama 3 8B on 8 H100s trained 128 sequences x 8192 tokens (Megatron-Bridge's
 /// 25.11 performance summary, docs/performance-summary-archive.md at 067f987d, DGX-H100 line 589;
 /// validation/modern_runs.yaml `mbridge-25.11-pretrain-llama3_8b-h100-8g-fp8-gbs128`), Llama 3
-/// 405B 16M tokens on 16K GPUs (Dubey et al. 2024 §3.4), where the 1536-sequence default would
-/// hand the 8 GPUs 3.1M tokens a step.
+/// 405B 16M tokens on 16K GPUs (Dubey et al. 2024 §3.4), where the default (GPT-3's 3.1M
+/// tokens) would hand those 8 GPUs three times the tokens a step they trained.
 pub(super) fn default_batch_note(
     training: &Training,
     file: Option<&str>,
@@ -2278,9 +2278,9 @@ pub(super) fn default_batch_note(
             "GPT-3 175B's batch, Brown et al. 2020".to_string()
         } else {
             format!(
-                "GPT-3 175B's {batch} sequences, Brown et al. 2020, at {}: GPT-3's were {GPT3_SEQ_LEN}, {:.1}M tokens",
-                seq_len_source.words(training.seq_len),
-                f64::from(batch) * f64::from(GPT3_SEQ_LEN) / 1e6
+                "GPT-3 175B's {} tokens, {DEFAULT_GLOBAL_BATCH} x {GPT3_SEQ_LEN}, Brown et al. 2020, in sequences of {}",
+                crate::units::tokens_in_words(DEFAULT_TOKENS_PER_STEP as f64),
+                seq_len_source.words(training.seq_len)
             )
         }
     )

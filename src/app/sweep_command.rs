@@ -514,9 +514,11 @@ pub(super) fn sweep_command(args: SweepArgs) -> Result<Outcome> {
     // tokens per step differ from point to point, so only the sequences are.
     if args.training.global_batch.is_none() && axis != sweep::Axis::GlobalBatch {
         match (axis, points.first()) {
-            (sweep::Axis::SeqLen, Some(point)) => eprintln!(
-                "note: --global-batch not given: {} per step at every point (GPT-3 175B's batch, Brown et al. 2020); give the sequences per step you train with as --global-batch SEQUENCES",
-                crate::report::sequences(point.training.global_batch)
+            (sweep::Axis::SeqLen, Some(_)) => eprintln!(
+                "note: --global-batch not given: {} tokens per step at every point, in sequences of the point's length (GPT-3 175B's {} x {}, Brown et al. 2020); give the sequences per step you train with as --global-batch SEQUENCES",
+                crate::units::tokens_in_words(crate::training::DEFAULT_TOKENS_PER_STEP as f64),
+                crate::training::DEFAULT_GLOBAL_BATCH,
+                crate::training::GPT3_SEQ_LEN
             ),
             (_, Some(point)) => eprintln!(
                 "{}",
