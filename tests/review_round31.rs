@@ -107,3 +107,59 @@ fn an_old_saved_plan_names_the_overlap_it_ran_with_under_the_flags_given() {
         all_flags.stderr
     );
 }
+
+/// Finding: `eval --tp 6` for Llama 3 70B on 32 GB200 NVL72 nodes (128 GPUs, 4 a node) offered
+/// "valid: 1, 2, 4" — the degrees inside one node — though eval runs `--tp 16` there (TP spans
+/// the NVLink domain) and the same refusal on 18 nodes (72 GPUs, through `plan::check_heads`)
+/// offered 8. Both lists now bound TP by the NVLink domain, and each degree offered is taken.
+#[test]
+fn eval_tp_offers_the_nvlink_domain_degrees_it_accepts() {
+    let dir = scratch("review_round31", "tp_nvlink_domain");
+    let eval = |tp: &str| {
+        run_in(
+            &dir,
+            &[
+                "eval",
+                "--model",
+                "llama3-70b",
+                "--gpu",
+                "gb200-nvl72",
+                "--nodes",
+                "32",
+                "--global-batch",
+                "512",
+                "--tp",
+                tp,
+            ],
+        )
+    };
+    let refused = eval("6");
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    let valid = refused
+        .stderr
+        .split_once("valid: ")
+        .unwrap_or_else(|| panic!("no valid list: {}", refused.stderr))
+        .1
+        .lines()
+        .next()
+        .unwrap();
+    let offered: Vec<&str> = valid
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert!(
+        offered.contains(&"16"),
+        "eval runs --tp 16 here, so the refusal offers it: {}",
+        refused.stderr
+    );
+    // Each one offered is taken as input (whether the plan then fits memory is another matter:
+    // tp 1 does not, and says so with exit 1).
+    for tp in offered {
+        let r = eval(tp);
+        assert!(
+            r.code != 2 && !r.stderr.contains("error:"),
+            "--tp {tp} was offered but: {}",
+            r.stderr
+        );
+    }
+}
