@@ -1492,7 +1492,8 @@ fn with_plan_flags(file: PlanRequest, args: &EvalArgs) -> PlanRequest {
 }
 
 /// The TP degrees `eval --tp` offers where the given one divides neither the heads nor, beside
-/// `cp` and `pp`, the GPUs: divisors of the heads inside a node (unless TP may cross it) that
+/// `cp` and `pp`, the GPUs: divisors of the heads inside the NVLink domain (unless TP may cross
+/// it; one node, or an NVL72 rack's, as `plan::valid_tp_degrees` offers and eval accepts) that
 /// pass the KV-head and MLP-width rules (as `plan::check_heads` offers them) and whose
 /// tp x cp x pp divides the cluster's GPUs, so that each one offered passes those checks too.
 fn tp_degrees_dividing(scenario: &Scenario, args: &EvalArgs, cp: u32, pp: u32) -> Vec<String> {
@@ -1500,7 +1501,7 @@ fn tp_degrees_dividing(scenario: &Scenario, args: &EvalArgs, cp: u32, pp: u32) -
     let model = &scenario.model;
     divisors(model.heads)
         .into_iter()
-        .filter(|d| *d <= scenario.cluster.gpus_per_node || args.allow_cross_node_tp)
+        .filter(|d| *d <= scenario.cluster.nvlink_domain() || args.allow_cross_node_tp)
         .filter(|d| model.kv_heads.is_multiple_of(*d) || d.is_multiple_of(model.kv_heads))
         .filter(|d| model.dense_layers() == 0 || model.ffn_hidden.is_multiple_of(*d))
         .filter(|d| gpus.is_multiple_of(u64::from(*d) * u64::from(cp) * u64::from(pp)))

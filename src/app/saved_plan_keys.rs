@@ -8,12 +8,14 @@ use crate::specs::PlanFile;
 use crate::training::{AttentionKernel, Overlap, TrainingFramework};
 
 /// What a scenario took for the keys a tpsim-saved `file` (at `path`) lacks: `framework` and
-/// `default_overlap` where `--framework` was not given (it replaces both), `attention` where
-/// `--attention` was not given. Nothing for a launch line, a hand-written file or no file.
+/// `overlap` where `--framework` was not given (it replaces both), `attention` where
+/// `--attention` was not given. `overlap` is the one evaluated (the default under the overlap
+/// flags given) and whether any overlap flag was given; None where every one was. Nothing for a
+/// launch line, a hand-written file or no file.
 pub(super) fn note_assumed_keys(
     file: Option<(&PlanFile, &str)>,
     framework: Option<TrainingFramework>,
-    default_overlap: Option<Overlap>,
+    overlap: Option<(Overlap, bool)>,
     attention: Option<AttentionKernel>,
 ) {
     let Some((file, path)) = file else {
@@ -21,22 +23,28 @@ pub(super) fn note_assumed_keys(
     };
     let lacking = file.given.saved_without;
     let quoted = crate::input_file::quote(path);
-    let say = |key: &str, value: String, fix: &str| {
+    let say = |key: &str, value: String, under_flags: &str, fix: &str| {
         held_notes::hold(format!(
-            "note: {quoted} was saved before plan files kept {key}:, so it is evaluated with today's default, {key}: {value}; if the plan was made with another, add its {key}: line to the file (or {fix})"
+            "note: {quoted} was saved before plan files kept {key}:, so it is evaluated with today's default{under_flags}, {key}: {value}; if the plan was made with another, add its {key}: line to the file (or {fix})"
         ));
     };
     if let Some(framework) = framework.filter(|_| lacking.framework) {
         say(
             "framework",
             framework.as_str().to_string(),
+            "",
             "pass --framework",
         );
     }
-    if let Some(overlap) = default_overlap.filter(|_| lacking.overlap) {
+    if let Some((overlap, flag_given)) = overlap.filter(|_| lacking.overlap) {
         say(
             "overlap",
             overlap_flow_mapping(overlap),
+            if flag_given {
+                " under the overlap flags given"
+            } else {
+                ""
+            },
             "pass --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather, --overlap-p2p-comm",
         );
     }
@@ -44,6 +52,7 @@ pub(super) fn note_assumed_keys(
         say(
             "attention",
             attention.as_str().to_string(),
+            "",
             "pass --attention",
         );
     }

@@ -1943,10 +1943,21 @@ pub(super) fn resolve_scenario(
     // A file saved before it kept these keys says what it was evaluated with in their place.
     let from_saved_file =
         file.filter(|(_, path)| *path != super::megatron_paste::LAUNCH_LINE_ORIGIN);
+    // The overlap the plan runs with is the default under the overlap flags given (`overlap_over`):
+    // the note names that one, and nothing where every flag was given.
+    let overlap_flags_given = [
+        training_args.tp_comm_overlap.is_some(),
+        training_args.overlap_grad_reduce.is_some(),
+        training_args.overlap_param_gather.is_some(),
+        training_args.overlap_p2p_comm.is_some(),
+        training_args.overlap_moe_expert_parallel_comm.is_some(),
+    ];
     super::saved_plan_keys::note_assumed_keys(
         from_saved_file,
         saved.map(|_| framework),
-        saved.map(|_| framework.default_overlap()),
+        saved
+            .filter(|_| overlap_flags_given.contains(&false))
+            .map(|_| (training.overlap, overlap_flags_given.contains(&true))),
         training_args
             .attention
             .is_none()
