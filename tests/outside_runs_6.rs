@@ -984,35 +984,6 @@ fn predict(r: &Row) -> (f64, bool) {
     )
 }
 
-/// Average ranks (ties share their mean rank).
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-            j += 1;
-        }
-        for &k in &idx[i..=j] {
-            r[k] = (i + j) as f64 / 2.0;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = ra.len() as f64;
-    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
-    cov / (va * vb).sqrt()
-}
-
 /// The five grids: (model, nodes, Spearman ρ of tpsim's rates against the measured ones on
 /// 2026-12-07, measured rate of tpsim's favourite over the measured best).
 const GRIDS: [(&str, u32, f64, f64); 5] = [
@@ -1071,7 +1042,7 @@ fn outside_runs_6_rank_the_grids_as_recorded() {
         assert!(grid.len() >= 13, "{model} {nodes}: {} rows", grid.len());
         let predicted: Vec<f64> = grid.iter().map(|r| predict(r).0).collect();
         let measured: Vec<f64> = grid.iter().map(|r| r.3[1]).collect();
-        let rho = spearman(&predicted, &measured);
+        let rho = common::spearman(&predicted, &measured);
         let best = measured.iter().cloned().fold(f64::MIN, f64::max);
         let fav = (0..grid.len())
             .max_by(|&a, &b| predicted[a].total_cmp(&predicted[b]))

@@ -201,44 +201,6 @@ fn predict(r: &Row) -> (f64, bool) {
     )
 }
 
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-            j += 1;
-        }
-        for &k in &idx[i..=j] {
-            r[k] = (i + j) as f64 / 2.0;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = ra.len() as f64;
-    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
-    cov / (va * vb).sqrt()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Group of a row for the ranking: GPU family, and 4,096 tokens or the long-context sweep.
 fn group(r: &Row) -> String {
     let family = r.gpu.split('-').next().unwrap();
@@ -281,7 +243,7 @@ fn outside_runs_8_stay_within_their_recorded_error() {
         g.1.push(predicted);
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    let median_abs = median(abs_errors);
+    let median_abs = common::median(abs_errors);
     eprintln!("median |error| {:.1}%", 100.0 * median_abs);
     assert!(
         median_abs <= RECORDED_MEDIAN_ABS_ERROR + MEDIAN_MARGIN,
@@ -292,7 +254,7 @@ fn outside_runs_8_stay_within_their_recorded_error() {
     );
     for &(group, recorded) in RECORDED_RHO {
         let (measured, predicted) = &groups[group];
-        let rho = spearman(measured, predicted);
+        let rho = common::spearman(measured, predicted);
         eprintln!("{group}: {} runs, Spearman ρ {rho:.3}", measured.len());
         assert!(
             rho >= recorded - RHO_MARGIN,

@@ -45,7 +45,7 @@ pub(super) fn note_assumed_keys(
             } else {
                 ""
             },
-            "pass --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather, --overlap-p2p-comm",
+            "pass --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather, --overlap-p2p-comm, --overlap-moe-expert-parallel-comm",
         );
     }
     if let Some(attention) = attention.filter(|_| lacking.attention) {
