@@ -220,23 +220,9 @@ fn outside_runs_8_stay_within_their_recorded_error() {
         let (predicted, fits) = predict(r);
         // Every row is a benchmark that ran: tpsim must find it fits.
         assert!(fits, "{}: tpsim finds a measured plan does not fit", r.id);
-        let error = predicted / r.tokens_per_s_per_gpu - 1.0;
-        eprintln!(
-            "{:<42} published {:>7.1} predicted {:>7.1} {:+6.1}% (recorded {:+.1}%)",
-            r.id,
-            r.tokens_per_s_per_gpu,
-            predicted,
-            100.0 * error,
-            100.0 * recorded
-        );
-        if (error - recorded).abs() > MARGIN {
-            failures.push(format!(
-                "{}: {:+.1}% vs recorded {:+.1}%",
-                r.id,
-                100.0 * error,
-                100.0 * recorded
-            ));
-        }
+        let (error, failure) =
+            common::against_recorded(&r.id, r.tokens_per_s_per_gpu, predicted, recorded, MARGIN);
+        failures.extend(failure);
         abs_errors.push(error.abs());
         let g = groups.entry(group(r)).or_default();
         g.0.push(r.tokens_per_s_per_gpu);

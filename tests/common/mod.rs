@@ -337,3 +337,29 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// An out-of-sample row's error (predicted / published − 1) against the error recorded for it:
+/// prints the row's line and returns the error, with a failure line when it moved more than
+/// `margin` from the recorded one.
+pub fn against_recorded(
+    id: &str,
+    published: f64,
+    predicted: f64,
+    recorded: f64,
+    margin: f64,
+) -> (f64, Option<String>) {
+    let error = predicted / published - 1.0;
+    eprintln!(
+        "{id:<42} published {published:>7.1} predicted {predicted:>7.1} {:+6.1}% (recorded {:+.1}%)",
+        100.0 * error,
+        100.0 * recorded
+    );
+    let failure = ((error - recorded).abs() > margin).then(|| {
+        format!(
+            "{id}: {:+.1}% vs recorded {:+.1}%",
+            100.0 * error,
+            100.0 * recorded
+        )
+    });
+    (error, failure)
+}
