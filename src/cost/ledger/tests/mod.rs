@@ -233,9 +233,9 @@ fn module_recompute_ledger_matches_the_estimate() {
 }
 
 /// ZeRO-3 under full recompute: FSDP2 (torchtitan) recomputes on the weights its pre-backward
-/// hook gathered, so a micro-batch gathers twice (forward, backward); DeepSpeed and
-/// Megatron-Core gather once more for the recomputed forward. The ledger and `comm.dp` agree
-/// either way.
+/// hook gathered and Megatron-FSDP's backward reuses the recomputed forward's gather (bf16), so a
+/// micro-batch gathers twice (forward, backward); DeepSpeed gathers once more for the recomputed
+/// forward. The ledger and `comm.dp` agree either way.
 #[test]
 fn fsdp2_recomputes_on_the_weights_it_gathered_for_the_backward() {
     let model = specs::load_model("llama3-70b").unwrap();
@@ -271,8 +271,14 @@ fn fsdp2_recomputes_on_the_weights_it_gathered_for_the_backward() {
         gathers(TrainingFramework::Torchtitan),
         vec![Pass::Forward, Pass::Backward]
     );
+    // Megatron-FSDP gathers once for the recomputed forward and its backward (bf16), DeepSpeed's
+    // ZeRO-3 once more (comm::zero3_regathers_for_recompute).
     assert_eq!(
         gathers(TrainingFramework::MegatronCore),
+        vec![Pass::Forward, Pass::Backward]
+    );
+    assert_eq!(
+        gathers(TrainingFramework::Deepspeed),
         vec![Pass::Forward, Pass::Backward, Pass::Recompute]
     );
 }
