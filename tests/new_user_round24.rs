@@ -235,7 +235,9 @@ fn why_the_best_plan_says_what_ep_buys() {
 
 /// `plan --help` said --global-batch defaults to 1536, "GPT-3's batch": GPT-3's batch was 3.1M
 /// tokens, and at --seq-len 131072 the default is 201M tokens per step (the stderr note said so,
-/// the help did not). The help now says the 1536 are sequences, 3.1M tokens only at 2048 each.
+/// the help did not). The help now says the 1536 are sequences, 3.1M tokens only at 2048 each;
+/// since leftovers round 39 the default keeps those 3.1M tokens at any --seq-len, and the help
+/// says so with the sequences at 2048 and at 131072.
 #[test]
 fn global_batch_help_says_the_default_is_sequences_not_gpt3_tokens() {
     let help = stdout_of(&["plan", "--help"]);
@@ -250,8 +252,8 @@ fn global_batch_help_says_the_default_is_sequences_not_gpt3_tokens() {
         .collect::<Vec<_>>()
         .join(" ");
     assert!(
-        text.contains("default 1536")
-            && text.contains("3.1M tokens at its 2048 tokens")
+        text.contains("3.1M tokens per step")
+            && text.contains("1536 sequences at its 2048 tokens")
             && text.contains("--seq-len")
             && !text.contains("GPT-3's batch"),
         "{text}"

@@ -393,11 +393,13 @@ fn fp8_saves_the_expert_gemm_inputs_of_moe_layers() {
     let saved =
         activations(tpsim::plan::Precision::Bf16) - activations(tpsim::plan::Precision::Fp8);
     // Per layer: s·h (the QKV norm output) + s·top-2·(h + ffn), the routed copies' inputs at one
-    // byte instead of two; but FP8 pads each expert's rows to 16 (8 experts × 7.5 more copies on
-    // the 8,192 of a rank), and those keep the routed-copy activations of bf16 less the byte saved:
-    // h at 1 byte + (gated up 2·ffn + ffn) at 2 bytes each.
+    // byte instead of two; but FP8 pads each expert's rows to 16 — without Megatron-Core's
+    // --moe-router-padding-for-fp8 (the default) the GPU's own experts after the dispatch
+    // (TEGroupedMLP's Fp8Padding: 8 experts / ep 8 = 1 local expert × 7.5 more copies on the
+    // 8,192 of a rank; physics round 32) — and those keep the routed-copy activations of bf16 less
+    // the byte saved: h at 1 byte + (gated up 2·ffn + ffn) at 2 bytes each.
     let (s, h, ffn) = (4096.0, 4096.0, 14336.0);
-    let pad = 8.0 * 7.5;
+    let pad = 8.0 / 8.0 * 7.5;
     let per_copy_fp8 = h + 2.0 * (2.0 * ffn + ffn);
     let want = 32.0 * (s * h + s * 2.0 * (h + ffn) - pad * (per_copy_fp8 - ffn));
     assert!((saved / want - 1.0).abs() < 1e-9, "{saved} vs {want}");
